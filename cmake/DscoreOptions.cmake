@@ -1,0 +1,82 @@
+# Build options, warnings, ccache and detection of the optional accelerator
+# and transport libraries (CUDA, MPI, NCCL). Each option is AUTO (use it when
+# found), ON (required) or OFF.
+set(DSCORE_WITH_CUDA AUTO CACHE STRING "Build CUDA code: AUTO, ON or OFF")
+set(DSCORE_WITH_MPI AUTO CACHE STRING "Build the MPI comm plugin: AUTO, ON or OFF")
+set(DSCORE_WITH_NCCL AUTO CACHE STRING "Build the NCCL comm plugin: AUTO, ON or OFF")
+option(DSCORE_WERROR "Treat warnings as errors" OFF)
+
+find_program(DSCORE_CCACHE ccache)
+if(DSCORE_CCACHE)
+  set(CMAKE_C_COMPILER_LAUNCHER ${DSCORE_CCACHE})
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${DSCORE_CCACHE})
+  set(CMAKE_CUDA_COMPILER_LAUNCHER ${DSCORE_CCACHE})
+endif()
+
+add_compile_options(
+  "$<$<COMPILE_LANGUAGE:C,CXX>:-Wall;-Wextra>"
+  "$<$<AND:$<COMPILE_LANGUAGE:C,CXX>,$<BOOL:${DSCORE_WERROR}>>:-Werror>")
+
+# GCC 12 reports bogus -Wrestrict inside libstdc++'s std::string at -O3
+# (GCC PR 105329); it is not about our code.
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
+  add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:-Wno-restrict>")
+endif()
+
+# Sanitizers are chosen by presets through DSCORE_SANITIZE (e.g. "address,undefined").
+set(DSCORE_SANITIZE "" CACHE STRING "Sanitizers to build with, e.g. address,undefined or thread")
+if(DSCORE_SANITIZE)
+  add_compile_options(-fsanitize=${DSCORE_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  add_link_options(-fsanitize=${DSCORE_SANITIZE})
+endif()
+
+function(_dscore_resolve_option name found)
+  if(${name} STREQUAL "ON" AND NOT ${found})
+    message(FATAL_ERROR "${name}=ON but the library was not found; install it or set ${name}=OFF")
+  endif()
+  if(${name} STREQUAL "OFF")
+    set(${name}_ENABLED FALSE PARENT_SCOPE)
+  else()
+    set(${name}_ENABLED ${${found}} PARENT_SCOPE)
+  endif()
+endfunction()
+
+# CUDA: compile for Hopper (sm_90) unless told otherwise.
+set(_dscore_cuda_found FALSE)
+if(NOT DSCORE_WITH_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 90)
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit)
+    set(_dscore_cuda_found ${CUDAToolkit_FOUND})
+  endif()
+endif()
+_dscore_resolve_option(DSCORE_WITH_CUDA _dscore_cuda_found)
+
+set(_dscore_mpi_found FALSE)
+if(NOT DSCORE_WITH_MPI STREQUAL "OFF")
+  find_package(MPI COMPONENTS C QUIET)
+  set(_dscore_mpi_found ${MPI_C_FOUND})
+endif()
+_dscore_resolve_option(DSCORE_WITH_MPI _dscore_mpi_found)
+
+set(_dscore_nccl_found FALSE)
+if(NOT DSCORE_WITH_NCCL STREQUAL "OFF" AND DSCORE_WITH_CUDA_ENABLED)
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_HOME PATH_SUFFIXES include)
+  find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ENV NCCL_HOME
+               PATH_SUFFIXES lib lib64 ../lib)
+  if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+    set(_dscore_nccl_found TRUE)
+  endif()
+endif()
+_dscore_resolve_option(DSCORE_WITH_NCCL _dscore_nccl_found)
+
+function(dscore_print_summary)
+  message(STATUS "dscore ${PROJECT_VERSION}: CUDA=${DSCORE_WITH_CUDA_ENABLED} "
+                 "MPI=${DSCORE_WITH_MPI_ENABLED} NCCL=${DSCORE_WITH_NCCL_ENABLED} "
+                 "sanitize='${DSCORE_SANITIZE}'")
+endfunction()

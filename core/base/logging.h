@@ -1,0 +1,25 @@
+// Logging for core and, through the host services table, for plugins: one
+// line per message on stderr, prefixed with the rank once a job has more than
+// one. Thread-safe.
+#pragma once
+
+#include <string_view>
+
+namespace dscore {
+
+enum class LogLevel { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
+
+// Messages below this level are dropped (default: kInfo; DSCORE_LOG_LEVEL=debug lowers it).
+void set_log_level(LogLevel level);
+LogLevel log_level();
+
+// rank < 0: no prefix. Set by the engine once the world is known.
+void set_log_rank(int rank, int world_size);
+
+void log(LogLevel level, std::string_view message);
+inline void log_debug(std::string_view m) { log(LogLevel::kDebug, m); }
+inline void log_info(std::string_view m) { log(LogLevel::kInfo, m); }
+inline void log_warning(std::string_view m) { log(LogLevel::kWarning, m); }
+inline void log_error(std::string_view m) { log(LogLevel::kError, m); }
+
+}  // namespace dscore

@@ -1,0 +1,22 @@
+// The `dscore` subcommands. Each takes the arguments after its name and
+// returns the process exit code (0 ok, 1 failure, 2 usage or config error).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace dscore::cli {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+int run_command(const std::vector<std::string>& args);
+int config_command(const std::vector<std::string>& args);
+int plugins_command(const std::vector<std::string>& args);
+
+// Parses `args` with `options` (+ positional), printing usage errors;
+// returns false (and sets *exit_code) when the command should stop.
+std::string version_text();
+
+}  // namespace dscore::cli

@@ -1,0 +1,50 @@
+// dscore: the command-line entry point. A thin dispatcher over the
+// subcommands (run, config, plugins); everything else lives in core/.
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "core/base/logging.h"
+#include "core/cli/commands.h"
+
+namespace {
+
+const char* kUsage =
+    "usage: dscore <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  run --config F [--steps N] [-n RANKS]   train from a ds_config.json\n"
+    "  config check F [--world-size N]         validate and print the resolved config\n"
+    "  config reference                        print the config key reference (Markdown)\n"
+    "  plugins list [--json]                   list the plugins on the search path\n"
+    "\n"
+    "  --version                               print the version and plugin ABI\n"
+    "  <command> --help                        help for one command\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    return args.empty() ? dscore::cli::kExitUsage : dscore::cli::kExitOk;
+  }
+  if (args[0] == "--version" || args[0] == "version") {
+    std::printf("%s\n", dscore::cli::version_text().c_str());
+    return dscore::cli::kExitOk;
+  }
+  const std::string command = args[0];
+  args.erase(args.begin());
+  try {
+    if (command == "run") return dscore::cli::run_command(args);
+    if (command == "config") return dscore::cli::config_command(args);
+    if (command == "plugins") return dscore::cli::plugins_command(args);
+  } catch (const std::exception& e) {
+    // A broken invariant inside dscore: report it rather than abort silently.
+    dscore::log_error(std::string("internal error: ") + e.what());
+    return dscore::cli::kExitFailure;
+  }
+  std::fprintf(stderr, "dscore: unknown command '%s'\n\n%s", command.c_str(), kUsage);
+  return dscore::cli::kExitUsage;
+}

@@ -1,0 +1,43 @@
+// `dscore run --config F [--steps N] [-n RANKS]`
+#include <unistd.h>
+
+#include "core/cli/commands.h"
+#include "core/cli/options.h"
+#include "core/engine/trainer.h"
+
+namespace dscore::cli {
+
+int run_command(const std::vector<std::string>& args) {
+  po::options_description options("run options");
+  int64_t steps = 0;
+  int ranks = 1;
+  std::string config_path;
+  options.add_options()
+      ("config,c", po::value<std::string>(&config_path)->required(), "the ds_config.json to train from")
+      ("steps", po::value<int64_t>(&steps), "optimizer steps to run (overrides \"train_steps\")")
+      ("n,n", po::value<int>(&ranks)->default_value(1), "number of local ranks to start");
+  po::positional_options_description positional;
+  po::variables_map vm;
+  int exit_code = kExitOk;
+  if (!parse_options(args, options, positional, "usage: dscore run --config F [--steps N] [-n RANKS]",
+                     &vm, &exit_code))
+    return exit_code;
+  RunOptions run;
+  run.config_path = config_path;
+  if (vm.count("steps")) {
+    if (steps <= 0) {
+      std::fprintf(stderr, "dscore: --steps must be a positive number of optimizer steps\n");
+      return kExitUsage;
+    }
+    run.steps = steps;
+  }
+  if (ranks < 1) {
+    std::fprintf(stderr, "dscore: -n must be at least 1\n");
+    return kExitUsage;
+  }
+  run.ranks = ranks;
+  run.progress_bar = isatty(STDOUT_FILENO) != 0;
+  return run_training(run);
+}
+
+}  // namespace dscore::cli

@@ -1,0 +1,126 @@
+// load_config_*: parse -> legacy forms -> schema validation (every error
+// collected) -> DeepSpeed's cross-key rules -> batch triad -> TrainingConfig.
+#include "core/config/config.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/config/auto_rules.h"
+#include "core/config/batch.h"
+#include "core/config/config_rules.h"
+#include "core/config/deepspeed_schema.h"
+#include "core/config/schema.h"
+#include "core/config/schema_util.h"
+#include "core/config/training_config_builder.h"
+
+namespace dscore::config {
+
+namespace {
+
+// Errors in file order; those without a position (derived values) last.
+void sort_errors(std::vector<ConfigError>* errors) {
+  std::stable_sort(errors->begin(), errors->end(), [](const ConfigError& a, const ConfigError& b) {
+    if (a.location.known() != b.location.known()) return a.location.known();
+    if (a.location.line != b.location.line) return a.location.line < b.location.line;
+    return a.location.column < b.location.column;
+  });
+}
+
+}  // namespace
+
+LoadedConfig load_config_text(std::string_view text, std::string_view source_name,
+                              const ResolveContext& context) {
+  LoadedConfig out;
+  out.source_name = std::string(source_name);
+  json::Value written;
+  json::ParseError parse_error;
+  if (!json::parse_with_location(text, &written, &parse_error)) {
+    out.errors.push_back({"", parse_error.location, parse_error.message});
+    return out;
+  }
+  if (!written.is_object()) {
+    out.errors.push_back(
+        {"", written.location, "a ds_config.json holds a JSON object, got " + describe_value(written)});
+    return out;
+  }
+  if (context.world_size < 1) {
+    out.errors.push_back(
+        {"", {}, "the world size must be at least 1, got " + std::to_string(context.world_size)});
+    return out;
+  }
+
+  apply_legacy_forms(&written, &out.notices);
+  ValidationSink sink{&out.errors, &out.notices};
+  json::Value resolved =
+      validate_object(written, deepspeed_schema(), "", make_auto_resolver(context, written), sink);
+  apply_deepspeed_rules(&resolved, &out.errors, &out.notices);
+  resolve_batch(written, &resolved, context.world_size, &out.errors, &out.notices);
+
+  if (context.train_steps) {
+    const json::Value* file_steps = resolved.find("train_steps");
+    if (file_steps && file_steps->is_int() && file_steps->as_int() != *context.train_steps)
+      out.notices.push_back({"train_steps", "--steps " + std::to_string(*context.train_steps) +
+                                                " overrides " + std::to_string(file_steps->as_int())});
+    if (*context.train_steps < 0)
+      out.errors.push_back(
+          {"train_steps", {}, "--steps must be >= 0, got " + std::to_string(*context.train_steps)});
+    else
+      set_in_schema_order(&resolved, deepspeed_schema(), "train_steps", json::Value(*context.train_steps));
+  }
+
+  sort_errors(&out.errors);
+  if (out.errors.empty()) out.config = build_training_config(resolved, written);
+  out.resolved = std::move(resolved);
+  return out;
+}
+
+LoadedConfig load_config_file(const std::string& path, const ResolveContext& context) {
+  errno = 0;
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream content;
+  std::error_code ec;
+  if (in && std::filesystem::is_directory(path, ec)) {
+    errno = EISDIR;  // opening a folder succeeds; reading it does not
+    in.setstate(std::ios::failbit);
+  }
+  if (in) content << in.rdbuf();
+  if (!in || in.bad()) {
+    int err = errno;
+    LoadedConfig out;
+    out.source_name = path;
+    out.errors.push_back(
+        {"", {}, std::string("cannot read config file: ") + (err ? std::strerror(err) : "read failed")});
+    return out;
+  }
+  return load_config_text(content.str(), path, context);
+}
+
+std::string format_error(const ConfigError& error, std::string_view source_name) {
+  std::string out(source_name);
+  if (error.location.known())
+    out += ":" + std::to_string(error.location.line) + ":" + std::to_string(error.location.column);
+  out += ": ";
+  if (!error.path.empty()) out += error.path + ": ";
+  out += error.message;
+  // One line, whatever the user put in a key: escape control characters.
+  std::string line;
+  for (char c : out) {
+    unsigned char u = static_cast<unsigned char>(c);
+    if (c == '\n') {
+      line += "\\n";
+    } else if (u < 0x20 || u == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", u);
+      line += buf;
+    } else {
+      line += c;
+    }
+  }
+  return line;
+}
+
+}  // namespace dscore::config

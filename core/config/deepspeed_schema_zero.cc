@@ -1,0 +1,177 @@
+// The ZeRO part of the schema: zero_optimization (REFERENCE.md 5.1, 1.6),
+// offload_param / offload_optimizer (5.5) and aio (5.6). These sections are
+// pydantic models in DeepSpeed, which silently drops "auto" in them; dscore
+// rejects it unless the key has an HF-style rule.
+#include <cstdint>
+
+#include "core/config/schema_builder.h"
+
+namespace dscore::config {
+
+using T = FieldType;
+
+namespace {
+
+F device_field(const std::string& what) {
+  return F("device", T::kString, "where " + what + " live: none, cpu or nvme")
+      .def("none")
+      .enums({"none", "cpu", "nvme"});
+}
+
+}  // namespace
+
+std::shared_ptr<const ObjectSpec> offload_param_spec() {
+  return make_object(
+      {
+          device_field("parameters"),
+          F("nvme_path", T::kString, "NVMe folder for swapped parameters").nullable(),
+          F("buffer_count", T::kInt, "swap buffers").def(5).min(0),
+          F("buffer_size", T::kInt, "elements per swap buffer").def_int(100000000).min(0),
+          F("max_in_cpu", T::kInt, "parameter elements kept in pinned CPU memory with nvme")
+              .def_int(1000000000)
+              .min(0),
+          F("pin_memory", T::kBool, "page-lock the CPU copies").def(false),
+      },
+      "parameter offload (ZeRO stage 3 only)", {.pydantic = true});
+}
+
+std::shared_ptr<const ObjectSpec> offload_optimizer_spec() {
+  return make_object(
+      {
+          device_field("optimizer states"),
+          F("nvme_path", T::kString, "NVMe folder for swapped optimizer state").nullable(),
+          F("buffer_count", T::kInt, "swap buffers (>= tensors per parameter: Adam 4)").def(4).min(0),
+          F("pin_memory", T::kBool, "page-lock the CPU buffers").def(false),
+          F("pipeline_read", T::kBool, "overlap swap-in with the step").def(false),
+          F("pipeline_write", T::kBool, "overlap swap-out with the step").def(false),
+          F("fast_init", T::kBool, "skip the initial swap-out").def(false),
+          F("ratio", T::kNumber, "fraction of sub-groups offloaded (< 1 only with stage 3)")
+              .def(1.0)
+              .range(0, 1),
+      },
+      "optimizer offload (ZeRO-Offload / ZeRO-Infinity)", {.pydantic = true});
+}
+
+std::shared_ptr<const ObjectSpec> aio_spec() {
+  return make_object(
+      {
+          F("block_size", T::kInt, "bytes per I/O request").def_int(1048576).min(1),
+          F("queue_depth", T::kInt, "requests in flight").def(8).min(1),
+          F("intra_op_parallelism", T::kInt, "I/O threads per operation").def(1).min(1),
+          F("thread_count", T::kInt, "old name of intra_op_parallelism")
+              .min(1)
+              .replaced_by("intra_op_parallelism", true)
+              .deprecated("deprecated: renamed to \"intra_op_parallelism\" in DeepSpeed 0.16.4 (which now "
+                          "ignores \"thread_count\"); dscore uses it as intra_op_parallelism"),
+          F("single_submit", T::kBool, "submit requests one at a time").def(false),
+          F("overlap_events", T::kBool, "overlap submission and completion").def(true),
+          F("use_gds", T::kBool, "NVIDIA GPUDirect Storage (needs CUDA)").def(false),
+      },
+      "asynchronous I/O for NVMe offload");
+}
+
+std::shared_ptr<const ObjectSpec> zero_optimization_spec() {
+  const std::string kS3 = "stage3_";
+  auto s3 = [&](const std::string& name, T type, const std::string& doc) {
+    return F(name, type, doc + " (stage 3)").alias(kS3 + name);
+  };
+  return make_object(
+      {
+          F("stage", T::kInt, "0 off, 1 optimizer states, 2 + gradients, 3 + parameters")
+              .def(0)
+              .range(0, 3)
+              .auto_note("DeepSpeed would silently drop it and run ZeRO stage 0; give 0-3"),
+          F("contiguous_gradients", T::kBool, "copy gradients into a contiguous bucket as produced")
+              .def(true),
+          F("reduce_scatter", T::kBool, "reduce gradients with reduce-scatter").def(true),
+          F("reduce_bucket_size", T::kInt, "elements per gradient-reduction bucket")
+              .def_int(500000000)
+              .min(0)
+              .auto_rule("hidden_squared"),
+          F("use_multi_rank_bucket_allreduce", T::kBool, "all-reduce whole buckets").def(true),
+          F("allgather_partitions", T::kBool, "all-gather updated partitions").def(true),
+          F("allgather_bucket_size", T::kInt, "elements per parameter all-gather (multiple of 2)")
+              .def_int(500000000)
+              .min(0),
+          F("overlap_comm", T::kBool, "overlap reduction with backward (default: true for stage 3 only)")
+              .nullable(),
+          F("load_from_fp32_weights", T::kBool, "restore fp32 masters from the checkpoint").def(true),
+          F("elastic_checkpoint", T::kBool, "DeepSpeed elastic checkpoint format").def(false),
+          F("offload_param", T::kObject, "offload parameters (stage 3); {} = defaults, absent = off")
+              .nullable()
+              .object(offload_param_spec()),
+          F("offload_optimizer", T::kObject, "offload optimizer states; {} = defaults, absent = off")
+              .nullable()
+              .object(offload_optimizer_spec()),
+          F("sub_group_size", T::kInt, "elements per optimizer sub-group (stage 3)")
+              .def_int(1000000000)
+              .min(0),
+          s3("prefetch_bucket_size", T::kInt, "elements prefetched ahead")
+              .def_int(50000000)
+              .min(0)
+              .auto_rule("hidden_squared_0_9"),
+          s3("param_persistence_threshold", T::kInt, "parameters this small stay gathered")
+              .def_int(100000)
+              .min(0)
+              .auto_rule("hidden_x10"),
+          s3("model_persistence_threshold", T::kInt, "total elements of persistent parameters")
+              .def_int(INT64_MAX)
+              .min(0),
+          s3("max_live_parameters", T::kInt, "gathered elements kept at most")
+              .def_int(1000000000)
+              .min(0)
+              .auto_rule("default"),
+          s3("max_reuse_distance", T::kInt, "keep a parameter gathered if reused within this many elements")
+              .def_int(1000000000)
+              .min(0)
+              .auto_rule("default"),
+          s3("gather_16bit_weights_on_model_save", T::kBool,
+             "gather full 16-bit weights when saving the model")
+              .def(false)
+              .auto_rule("default"),
+          s3("module_granularity_threshold", T::kInt, "module fetch granularity").def(0).not_used(),
+          s3("use_all_reduce_for_fetch_params", T::kBool, "gather parameters with all-reduce")
+              .def(false)
+              .not_used(),
+          F("ignore_unused_parameters", T::kBool, "tolerate parameters without gradients").def(true),
+          F("legacy_stage1", T::kBool, "removed in DeepSpeed 0.5.9 (true is an error)").def(false),
+          F("round_robin_gradients", T::kBool, "order gradients round-robin across ranks").def(false),
+          F("zero_hpz_partition_size", T::kInt, "ZeRO++ hierarchical partition size")
+              .def(1)
+              .min(0)
+              .not_used(),
+          F("zero_quantized_weights", T::kBool, "ZeRO++ quantized weights").def(false).not_used(),
+          F("zero_quantized_nontrainable_weights", T::kBool, "ZeRO++ quantized frozen weights")
+              .def(false)
+              .not_used(),
+          F("zero_quantized_gradients", T::kBool, "ZeRO++ quantized gradients").def(false).not_used(),
+          F("zeropp_loco_param", T::kJson, "ZeRO++ LoCo parameters").nullable().not_used(),
+          F("mics_shard_size", T::kInt, "MiCS shard size").def(-1).not_used(),
+          F("mics_hierarchical_params_gather", T::kBool, "MiCS hierarchical gather").def(false).not_used(),
+          F("memory_efficient_linear", T::kBool, "DeepSpeed's memory-efficient linear").def(true).not_used(),
+          F("pipeline_loading_checkpoint", T::kBool, "pipeline checkpoint loading").def(false).not_used(),
+          F("override_module_apply", T::kBool, "override torch Module.apply").def(true).not_used(),
+          F("log_trace_cache_warnings", T::kBool, "log trace cache warnings").def(false).not_used(),
+          // Deprecated keys (REFERENCE.md 1.6); config_rules.cc maps the
+          // ones that change type.
+          F("cpu_offload", T::kBool, "deprecated: true = offload_optimizer {device: cpu}")
+              .nullable()
+              .replaced_by("offload_optimizer", false)
+              .deprecated("deprecated: use \"offload_optimizer\": {\"device\": \"cpu\"}"),
+          F("cpu_offload_param", T::kBool, "deprecated: true = offload_param {device: cpu}")
+              .nullable()
+              .replaced_by("offload_param", false)
+              .deprecated("deprecated: use \"offload_param\": {\"device\": \"cpu\"}"),
+          F("cpu_offload_use_pin_memory", T::kBool, "deprecated and ignored")
+              .nullable()
+              .deprecated("deprecated and ignored (DeepSpeed does not transfer it either); set "
+                          "offload_optimizer.pin_memory / offload_param.pin_memory"),
+          F("stage3_gather_fp16_weights_on_model_save", T::kBool,
+            "deprecated name of gather_16bit_weights_on_model_save")
+              .replaced_by("gather_16bit_weights_on_model_save", true)
+              .deprecated("deprecated: use \"gather_16bit_weights_on_model_save\""),
+      },
+      "ZeRO redundancy optimizer (REFERENCE.md 5.1)", {.pydantic = true});
+}
+
+}  // namespace dscore::config

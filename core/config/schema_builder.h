@@ -1,0 +1,76 @@
+// A compact way to write schemas in C++ (private to core/config): the
+// DeepSpeed schema is a few hundred fields and reads best as one line each.
+//   F("stage", FieldType::kInt, "ZeRO stage").def(0).range(0, 3)
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/config/schema.h"
+
+namespace dscore::config {
+
+class F {
+ public:
+  F(std::string name, FieldType type, std::string doc) {
+    s_.name = std::move(name);
+    s_.type = type;
+    s_.doc = std::move(doc);
+  }
+  F& def(json::Value v) { s_.default_value = std::move(v); return *this; }
+  F& def_int(int64_t v) { s_.default_value = json::Value(v); return *this; }
+  F& nullable() { s_.nullable = true; return *this; }
+  F& required() { s_.required = true; return *this; }
+  F& min(double v) { s_.min = v; return *this; }
+  F& max(double v) { s_.max = v; return *this; }
+  F& range(double lo, double hi) { s_.min = lo; s_.max = hi; return *this; }
+  F& enums(std::vector<std::string> values, bool case_insensitive = false) {
+    s_.enum_values = std::move(values);
+    s_.enum_case_insensitive = case_insensitive;
+    return *this;
+  }
+  F& length(size_t n) { s_.length = n; return *this; }
+  F& enum_message(std::string m) { s_.enum_message = std::move(m); return *this; }
+  F& auto_rule(std::string r) { s_.auto_rule = std::move(r); return *this; }
+  F& auto_note(std::string n) { s_.auto_note = std::move(n); return *this; }
+  F& alias(std::string a) { s_.aliases.push_back(std::move(a)); return *this; }
+  F& deprecated(std::string message) { s_.deprecated = std::move(message); return *this; }
+  // Deprecated and replaced by `replacement` (giving both is an error);
+  // `rename`: the value moves to the replacement as is.
+  F& replaced_by(std::string replacement, bool rename) {
+    s_.replaced_by = std::move(replacement);
+    s_.rename = rename;
+    return *this;
+  }
+  F& error(std::string message) { s_.error = std::move(message); return *this; }
+  F& object(std::shared_ptr<const ObjectSpec> spec) { s_.object = std::move(spec); return *this; }
+  F& not_used() { s_.not_used = true; return *this; }
+  operator FieldSpec() const& { return s_; }  // NOLINT: a builder converts implicitly
+
+ private:
+  FieldSpec s_;
+};
+
+struct ObjectOptions {
+  bool allow_unknown = false;
+  bool quiet_unknown = false;
+  // A DeepSpeed pydantic section: "auto" is silently dropped there, so a
+  // rejected "auto" says what DeepSpeed would have done instead.
+  bool pydantic = false;
+};
+
+std::shared_ptr<const ObjectSpec> make_object(std::vector<FieldSpec> fields, std::string doc,
+                                              ObjectOptions options = {});
+
+// The sections, one group per source file (deepspeed_schema*.cc).
+std::shared_ptr<const ObjectSpec> zero_optimization_spec();
+std::shared_ptr<const ObjectSpec> offload_param_spec();
+std::shared_ptr<const ObjectSpec> offload_optimizer_spec();
+std::shared_ptr<const ObjectSpec> aio_spec();
+// Monitors, comms_logger, checkpoint, timers and the sections dscore reads
+// but does not act on, appended to the top-level field list.
+void add_other_sections(std::vector<FieldSpec>* fields);
+
+}  // namespace dscore::config

@@ -1,0 +1,34 @@
+#include "core/data/source.h"
+
+namespace dscore::data {
+namespace {
+
+class SyntheticSource final : public BatchSource {
+ public:
+  SyntheticSource(const Model& model, uint64_t seed) : model_(model), seed_(seed) {}
+  Status fill(SampleRange range, HostBatch* batch) override {
+    DSCORE_CHECK(batch->batch_size() == range.count, "batch size mismatch");
+    return model_.synthetic_batch(seed_, range.first, batch->view());
+  }
+
+ private:
+  const Model& model_;
+  uint64_t seed_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<BatchSource>> make_batch_source(const config::DataConfig& data,
+                                                       const Model& model, uint64_t seed) {
+  if (data.type == "synthetic") {
+    if (!model.has_synthetic_task())
+      return invalid_argument("data.type is \"synthetic\" but " + model.display_name() +
+                              " has no synthetic task; give \"data\": {\"type\": \"text\", "
+                              "\"path\": ...}");
+    return std::unique_ptr<BatchSource>(new SyntheticSource(model, seed));
+  }
+  return unimplemented("data.type \"" + data.type +
+                       "\" is not available in this dscore build yet; use \"synthetic\"");
+}
+
+}  // namespace dscore::data

@@ -1,0 +1,31 @@
+#include "core/engine/param_layout.h"
+
+namespace dscore {
+
+Result<ParamLayout> ParamLayout::from_description(const dscore_model_description& description) {
+  ParamLayout layout;
+  int64_t offset = 0;
+  for (size_t l = 0; l < description.layer_count; ++l) {
+    const dscore_model_layer* layer = description.layers[l];
+    layout.layer_first_.push_back(layout.params_.size());
+    for (size_t p = 0; p < layer->param_count; ++p) {
+      const dscore_model_param* param = layer->params[p];
+      ParamEntry entry;
+      entry.name = param->name;
+      entry.layer = l;
+      entry.shape.assign(param->shape, param->shape + param->ndim);
+      entry.numel = param->numel;
+      entry.flags = param->flags;
+      if (entry.numel <= 0)
+        return invalid_argument("model parameter '" + entry.name + "' has " +
+                                std::to_string(entry.numel) + " elements; every parameter needs at least one");
+      entry.offset = offset;
+      offset += entry.numel;
+      layout.params_.push_back(std::move(entry));
+    }
+  }
+  layout.total_numel_ = offset;
+  return layout;
+}
+
+}  // namespace dscore

@@ -1,0 +1,46 @@
+// The flat layout of a model's parameters, llm.c style: every parameter has
+// an offset in one flat buffer, and gradients and optimizer state share the
+// layout, so "param i" and "grad i" live at the same offset. Built from the
+// model's description (layers in order, parameters in layer order).
+#pragma once
+
+#include <dscore/model.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/base/status.h"
+
+namespace dscore {
+
+struct ParamEntry {
+  std::string name;
+  size_t layer = 0;
+  std::vector<int64_t> shape;
+  int64_t numel = 0;
+  int64_t offset = 0;  // elements from the start of the flat buffer
+  uint32_t flags = 0;  // DSCORE_PARAM_*
+};
+
+class ParamLayout {
+ public:
+  // Fails (naming the model's parameter) when a shape is empty or negative.
+  static Result<ParamLayout> from_description(const dscore_model_description& description);
+
+  const std::vector<ParamEntry>& params() const { return params_; }
+  size_t layer_count() const { return layer_first_.size(); }
+  // Parameters of `layer` are params()[first(layer) .. first(layer + 1)).
+  size_t layer_first(size_t layer) const { return layer_first_[layer]; }
+  size_t layer_end(size_t layer) const {
+    return layer + 1 < layer_first_.size() ? layer_first_[layer + 1] : params_.size();
+  }
+  int64_t total_numel() const { return total_numel_; }
+
+ private:
+  std::vector<ParamEntry> params_;
+  std::vector<size_t> layer_first_;
+  int64_t total_numel_ = 0;
+};
+
+}  // namespace dscore

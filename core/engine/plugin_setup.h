@@ -1,0 +1,39 @@
+// Finds every plugin a config names (model, optimizer, scheduler, monitors)
+// in the registry and validates each one's params against the plugin's own
+// schema. A missing plugin or a bad param is a config error (JSON path +
+// line:column) like any other, so `dscore config check` reports it too.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config/config.h"
+#include "core/plugin_host/params.h"
+#include "core/plugin_host/registry.h"
+
+namespace dscore {
+
+struct SelectedPlugin {
+  const plugin_host::PluginInfo* info = nullptr;  // owned by the registry
+  plugin_host::ValidatedParams params;
+  std::string section;  // "optimizer", "scheduler", "model", "csv_monitor", ...
+};
+
+struct PluginSelection {
+  std::optional<SelectedPlugin> model;
+  std::optional<SelectedPlugin> optimizer;
+  std::optional<SelectedPlugin> scheduler;
+  std::vector<SelectedPlugin> monitors;
+};
+
+// Appends problems to loaded->errors and notes to loaded->notices.
+PluginSelection select_plugins(config::LoadedConfig* loaded,
+                               const plugin_host::PluginRegistry& registry,
+                               const config::ResolveContext& context);
+
+// The optimizer's configured base learning rate: its validated "lr" param,
+// or 0 when the optimizer has none.
+double optimizer_base_lr(const SelectedPlugin& optimizer);
+
+}  // namespace dscore

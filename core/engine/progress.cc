@@ -1,0 +1,64 @@
+#include "core/engine/progress.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/base/strings.h"
+
+namespace dscore {
+
+ProgressReporter::ProgressReporter(int64_t total_steps, int64_t steps_per_print, bool terminal)
+    : total_steps_(total_steps),
+      steps_per_print_(steps_per_print),
+      // Plain output: about 20 lines per run, and always the first step.
+      plain_interval_(std::max<int64_t>(1, total_steps / 20)),
+      terminal_(terminal),
+      start_(std::chrono::steady_clock::now()) {}
+
+std::string ProgressReporter::line(const ProgressSnapshot& s, double samples_per_second) const {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.6f | lr %.4e | %.1f samples/s",
+                static_cast<long long>(s.step), static_cast<long long>(s.total_steps), s.loss,
+                s.lr, samples_per_second);
+  std::string out = buf;
+  if (s.skipped > 0) out += " | skipped " + std::to_string(s.skipped);
+  return out;
+}
+
+void ProgressReporter::update(const ProgressSnapshot& s, const std::vector<double>& lrs,
+                              const std::string& momentum_text) {
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double rate = seconds > 0 ? static_cast<double>(s.samples) / seconds : 0;
+  // DeepSpeed prints after the increment when (global_steps + 1) % steps_per_print == 0,
+  // naming step global_steps + 1 (engine.py _report_progress); kept as is.
+  if (steps_per_print_ > 0 && (s.step + 1) % steps_per_print_ == 0) {
+    std::vector<std::string> lr_text;
+    for (double lr : lrs) lr_text.push_back(format_double(lr));
+    if (terminal_) std::printf("\r\033[K");
+    std::printf("step=%lld, skipped=%lld, lr=[%s], mom=[%s]\n", static_cast<long long>(s.step + 1),
+                static_cast<long long>(s.skipped), join(lr_text, ", ").c_str(),
+                momentum_text.c_str());
+  }
+  if (terminal_) {
+    const int width = 30;
+    const int filled = s.total_steps > 0 ? static_cast<int>(width * s.step / s.total_steps) : 0;
+    std::string bar(static_cast<size_t>(filled), '#');
+    bar.append(static_cast<size_t>(width - filled), '.');
+    std::printf("\r\033[K[%s] %s", bar.c_str(), line(s, rate).c_str());
+  } else if (s.step == 1 || s.step % plain_interval_ == 0 || s.step == s.total_steps) {
+    std::printf("%s\n", line(s, rate).c_str());
+  }
+  std::fflush(stdout);
+}
+
+void ProgressReporter::finish(const ProgressSnapshot& s) {
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  if (terminal_) std::printf("\n");
+  std::printf("done: %lld steps, %lld samples in %.2f s, final loss %.6f\n",
+              static_cast<long long>(s.step), static_cast<long long>(s.samples), seconds, s.loss);
+  std::fflush(stdout);
+}
+
+}  // namespace dscore

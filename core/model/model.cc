@@ -1,0 +1,15 @@
+#include "core/model/model.h"
+
+namespace dscore {
+
+Status Model::forward(const dscore_batch&, const dscore_model_hooks&, double*, dscore_tensor*) {
+  return unimplemented(display_name() + " has no forward-only pass");
+}
+
+Status Model::synthetic_batch(uint64_t, int64_t, const dscore_batch&) const {
+  return unimplemented(display_name() +
+                       " has no synthetic task: set \"data\": {\"type\": \"text\" or \"tokens\", "
+                       "\"path\": ...} in the config");
+}
+
+}  // namespace dscore

@@ -1,0 +1,50 @@
+// The engine's view of a model: the model interface of
+// sdk/include/dscore/model.h (layers, acquire/release/grads_ready hooks,
+// init_param for any slice) as a C++ class. A model plugin is adapted to it
+// by make_plugin_model(); a C++ program embedding the engine can subclass it
+// directly. The C structs of model.h are the shared vocabulary.
+#pragma once
+
+#include <dscore/model.h>
+
+#include <memory>
+#include <string>
+
+#include "core/base/status.h"
+
+namespace dscore::plugin_host {
+class ModelInstance;
+}
+
+namespace dscore {
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  // For messages: "model 'mlp' (/path/libdscore_mlp.so)" or the class's name.
+  virtual std::string display_name() const = 0;
+
+  // Stays valid and unchanged for the model's lifetime.
+  virtual const dscore_model_description& description() const = 0;
+
+  // Initial values of elements [offset, offset + count) of parameter
+  // `param_index` (layer order) into `out` (fp32, count elements).
+  virtual Status init_param(size_t param_index, int64_t offset, int64_t count, float* out) const = 0;
+
+  // Mean loss into *loss; ADDS d(loss_scale * loss)/d(param) into the
+  // gradient views the hooks lend.
+  virtual Status forward_backward(const dscore_batch& batch, const dscore_model_hooks& hooks,
+                                  double loss_scale, double* loss) = 0;
+
+  virtual Status forward(const dscore_batch& batch, const dscore_model_hooks& hooks, double* loss,
+                         dscore_tensor* output);
+
+  // The model's own deterministic task (synthetic data), if it has one.
+  virtual bool has_synthetic_task() const { return false; }
+  virtual Status synthetic_batch(uint64_t seed, int64_t first_sample, const dscore_batch& out) const;
+};
+
+std::unique_ptr<Model> make_plugin_model(std::unique_ptr<plugin_host::ModelInstance> instance);
+
+}  // namespace dscore

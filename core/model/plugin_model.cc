@@ -1,0 +1,58 @@
+// Adapts a model plugin instance (core/plugin_host) to the engine's Model
+// interface. Every call goes through the instance, which guards the ABI.
+#include "core/model/model.h"
+#include "core/plugin_host/instances.h"
+
+namespace dscore {
+namespace {
+
+class PluginModel final : public Model {
+ public:
+  explicit PluginModel(std::unique_ptr<plugin_host::ModelInstance> instance)
+      : instance_(std::move(instance)) {}
+
+  std::string display_name() const override { return instance_->info().display(); }
+  const dscore_model_description& description() const override {
+    return instance_->description();
+  }
+
+  Status init_param(size_t param_index, int64_t offset, int64_t count, float* out) const override {
+    const int64_t shape[1] = {count};
+    dscore_tensor view{};
+    view.struct_size = sizeof view;
+    view.data = out;
+    view.dtype = DSCORE_DTYPE_F32;
+    view.device_type = DSCORE_DEVICE_CPU;
+    view.ndim = 1;
+    view.shape = shape;
+    view.numel = count;
+    return instance_->init_param(param_index, offset, count, &view);
+  }
+
+  Status forward_backward(const dscore_batch& batch, const dscore_model_hooks& hooks,
+                          double loss_scale, double* loss) override {
+    return instance_->forward_backward(batch, hooks, loss_scale, loss);
+  }
+
+  Status forward(const dscore_batch& batch, const dscore_model_hooks& hooks, double* loss,
+                 dscore_tensor* output) override {
+    return instance_->forward(batch, hooks, loss, output);
+  }
+
+  bool has_synthetic_task() const override { return instance_->has_synthetic_task(); }
+  Status synthetic_batch(uint64_t seed, int64_t first_sample,
+                         const dscore_batch& out) const override {
+    return instance_->synthetic_batch(seed, first_sample, out);
+  }
+
+ private:
+  std::unique_ptr<plugin_host::ModelInstance> instance_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_plugin_model(std::unique_ptr<plugin_host::ModelInstance> instance) {
+  return std::make_unique<PluginModel>(std::move(instance));
+}
+
+}  // namespace dscore

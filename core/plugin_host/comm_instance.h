@@ -1,0 +1,78 @@
+// Typed, owning handles to comm-backend and offload (swapper) plugin
+// instances, in the style of instances.h: each holds its library, calls the
+// plugin only through call.h and destroys the instance exactly once. These
+// are thin: counting bytes, timeouts and the host's communicator table are
+// the comm layer's job, built on top of CommInstance.
+#pragma once
+
+#include <dscore/comm.h>
+#include <dscore/offload.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/plugin_host/instances.h"
+
+namespace dscore::plugin_host {
+
+class CommInstance {
+ public:
+  // Collective: every rank calls it (see comm.h).
+  static Result<std::unique_ptr<CommInstance>> create(const PluginInfo& info,
+                                                      const ValidatedParams& params,
+                                                      const InstanceContext& context);
+  ~CommInstance();
+  const PluginInfo& info() const { return info_; }
+  const dscore_comm_vtable* vtable() const;
+  dscore_comm* handle() const { return handle_; }
+
+  Status allreduce(const dscore_tensor& send, dscore_tensor& recv, dscore_reduce_op op, void* stream);
+  Status reduce_scatter(const dscore_tensor& send, dscore_tensor& recv, dscore_reduce_op op,
+                        void* stream);
+  Status allgather(const dscore_tensor& send, dscore_tensor& recv, void* stream);
+  Status broadcast(dscore_tensor& tensor, int32_t root, void* stream);
+  Status send(const dscore_tensor& tensor, int32_t peer, void* stream);
+  Status recv(dscore_tensor& tensor, int32_t peer, void* stream);
+  Status barrier();
+  // UNIMPLEMENTED when the backend has no all_to_all.
+  Status all_to_all(const dscore_tensor& send, dscore_tensor& recv, void* stream);
+  // No-op when the backend has no abort.
+  void abort(const std::string& reason);
+
+ private:
+  CommInstance(PluginInfo info, dscore_comm* handle) : info_(std::move(info)), handle_(handle) {}
+  PluginInfo info_;
+  dscore_comm* handle_;
+};
+
+class OffloadInstance {
+ public:
+  static Result<std::unique_ptr<OffloadInstance>> create(const PluginInfo& info,
+                                                         const ValidatedParams& params,
+                                                         const InstanceContext& context);
+  ~OffloadInstance();
+  const PluginInfo& info() const { return info_; }
+
+  size_t alignment() const { return alignment_; }  // read once at creation; a power of two
+  Result<int64_t> open_file(const std::string& path, uint32_t flags);
+  Status close_file(int64_t file);
+  Status sync_file(int64_t file);
+  Status submit(const std::vector<dscore_io_request>& requests);
+  // Reaps at most `capacity` completions into *out (replacing its
+  // contents). DEADLINE_EXCEEDED when fewer than min_count completed within
+  // timeout_ms; *out still holds those that did.
+  Status wait(size_t min_count, int64_t timeout_ms, size_t capacity,
+              std::vector<dscore_io_completion>* out);
+  // OK when the plugin does not register buffers (NULL or UNIMPLEMENTED).
+  Status register_buffers(const std::vector<void*>& buffers, const std::vector<size_t>& sizes);
+
+ private:
+  OffloadInstance(PluginInfo info, dscore_offload* handle) : info_(std::move(info)), handle_(handle) {}
+  PluginInfo info_;
+  dscore_offload* handle_;
+  size_t alignment_ = 1;
+};
+
+}  // namespace dscore::plugin_host

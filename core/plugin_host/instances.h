@@ -1,0 +1,129 @@
+// Typed, owning handles to plugin instances. Each holds a reference to its
+// library (so the code stays mapped until the instance is gone), calls the
+// plugin only through guarded calls (call.h: status + host-side message, a
+// C++ exception caught at the boundary, the plugin named in every error),
+// and destroys the instance exactly once.
+#pragma once
+
+#include <dscore/comm.h>
+#include <dscore/model.h>
+#include <dscore/monitor.h>
+#include <dscore/optimizer.h>
+#include <dscore/scheduler.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/plugin_host/params.h"
+#include "core/plugin_host/registry.h"
+
+namespace dscore::plugin_host {
+
+// Comm and offload instances: comm_instance.h, offload_instance.h.
+
+// Identity of the process in the job, passed to every create().
+struct InstanceContext {
+  int32_t rank = 0;
+  int32_t world_size = 1;
+  int32_t local_rank = 0;
+  uint64_t seed = 42;
+};
+
+class OptimizerInstance {
+ public:
+  static Result<std::unique_ptr<OptimizerInstance>> create(const PluginInfo& info,
+                                                           const ValidatedParams& params,
+                                                           const InstanceContext& context);
+  ~OptimizerInstance();
+  const PluginInfo& info() const { return info_; }
+  // Declared state slots (copied out of the plugin at creation).
+  struct Slot {
+    std::string name;
+    dscore_dtype dtype;
+    uint32_t elements_per_param;
+    double initial_value;
+  };
+  const std::vector<Slot>& slots() const { return slots_; }
+  Status step(const dscore_optimizer_step_args& args);
+  // Opaque non-per-element state for checkpoints ("" and OK when the plugin
+  // keeps none). Loading non-empty bytes into a plugin without
+  // load_extra_state is FAILED_PRECONDITION.
+  bool has_extra_state() const;
+  Result<std::string> save_extra_state() const;
+  Status load_extra_state(std::string_view bytes);
+
+ private:
+  OptimizerInstance(PluginInfo info, dscore_optimizer* handle) : info_(std::move(info)), handle_(handle) {}
+  PluginInfo info_;
+  dscore_optimizer* handle_;
+  std::vector<Slot> slots_;
+};
+
+class SchedulerInstance {
+ public:
+  static Result<std::unique_ptr<SchedulerInstance>> create(const PluginInfo& info,
+                                                           const ValidatedParams& params,
+                                                           const InstanceContext& context,
+                                                           const std::vector<double>& base_lrs,
+                                                           int64_t total_steps);
+  ~SchedulerInstance();
+  const PluginInfo& info() const { return info_; }
+  int64_t first_iteration() const;  // -1 when the plugin does not say
+  // Checked: set_mask includes DSCORE_HPARAM_LR and every provided value is finite.
+  Result<dscore_schedule_point> point_at(int64_t t, size_t group) const;
+  bool has_extra_state() const;
+  Result<std::string> save_extra_state() const;
+  Status load_extra_state(std::string_view bytes);
+
+ private:
+  SchedulerInstance(PluginInfo info, dscore_scheduler* handle) : info_(std::move(info)), handle_(handle) {}
+  PluginInfo info_;
+  dscore_scheduler* handle_;
+};
+
+class MonitorInstance {
+ public:
+  static Result<std::unique_ptr<MonitorInstance>> create(const PluginInfo& info,
+                                                         const ValidatedParams& params,
+                                                         const InstanceContext& context);
+  ~MonitorInstance();
+  const PluginInfo& info() const { return info_; }
+  Status write_scalars(const std::vector<dscore_scalar_event>& events);
+  Status flush();                                  // OK when the plugin has no flush
+  Status write_config(const std::string& json);    // OK when the plugin has no write_config
+
+ private:
+  MonitorInstance(PluginInfo info, dscore_monitor* handle) : info_(std::move(info)), handle_(handle) {}
+  PluginInfo info_;
+  dscore_monitor* handle_;
+};
+
+class ModelInstance {
+ public:
+  static Result<std::unique_ptr<ModelInstance>> create(const PluginInfo& info,
+                                                       const ValidatedParams& params,
+                                                       const InstanceContext& context);
+  ~ModelInstance();
+  const PluginInfo& info() const { return info_; }
+  // Checked at creation: layers/params/inputs well-formed, names unique.
+  const dscore_model_description& description() const { return *description_; }
+  Status init_param(size_t param_index, int64_t offset, int64_t count, dscore_tensor* out) const;
+  Status forward_backward(const dscore_batch& batch, const dscore_model_hooks& hooks,
+                          double loss_scale, double* loss);
+  // UNIMPLEMENTED when the plugin has no forward / synthetic task.
+  Status forward(const dscore_batch& batch, const dscore_model_hooks& hooks, double* loss,
+                 dscore_tensor* output);
+  bool has_synthetic_task() const;
+  Status synthetic_batch(uint64_t seed, int64_t first_sample, const dscore_batch& out) const;
+
+ private:
+  ModelInstance(PluginInfo info, dscore_model* handle) : info_(std::move(info)), handle_(handle) {}
+  PluginInfo info_;
+  dscore_model* handle_;
+  const dscore_model_description* description_ = nullptr;
+};
+
+}  // namespace dscore::plugin_host

@@ -1,0 +1,61 @@
+// One loaded plugin library: the Boost.DLL handle (RTLD_NOW | RTLD_LOCAL,
+// absolute canonical path), the table its dscore_plugin_library_v1 returned,
+// and the library's lifecycle: init(host_api) once, lazily, before the first
+// create(); shutdown() once when the last reference goes, before unloading.
+// Instances and PluginInfo hold shared_ptr<LoadedLibrary>, so the code stays
+// mapped as long as anything made from it is alive.
+#pragma once
+
+#include <dscore/plugin.h>
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "core/base/status.h"
+
+namespace dscore::plugin_host {
+
+class LoadedLibrary {
+ public:
+  // Load the library at `canonical_path` and read its entry table. Does not
+  // validate the table (validate.h) and never calls init(). While a
+  // LoadedLibrary for the path is alive, opening it again returns the same
+  // object, so init()/shutdown() run once per load however many registries
+  // see the file. Errors (FAILED_PRECONDITION) start with the path:
+  //   "<path>: cannot be loaded: <dlerror text>"
+  //   "<path>: not a dscore plugin: no symbol dscore_plugin_library_v1 (...)"
+  //   "<path>: dscore_plugin_library_v1 returned NULL (...)"
+  static Result<std::shared_ptr<LoadedLibrary>> open(const std::string& canonical_path);
+
+  ~LoadedLibrary();
+  LoadedLibrary(const LoadedLibrary&) = delete;
+  LoadedLibrary& operator=(const LoadedLibrary&) = delete;
+
+  const std::string& path() const { return path_; }
+  const dscore_plugin_library* table() const { return table_; }
+  // The table's name, or the file name when the table has none.
+  std::string display_name() const;
+
+  // Call the library's init(host_api()) the first time; later calls return
+  // the first outcome. A failure names the library and its path. Thread-safe.
+  Status ensure_initialized();
+  bool initialized() const;
+
+ private:
+  struct Handle;  // the Boost.DLL object, kept out of this header
+  LoadedLibrary(std::string path, std::unique_ptr<Handle> handle, const dscore_plugin_library* table);
+
+  std::string path_;
+  std::unique_ptr<Handle> handle_;
+  const dscore_plugin_library* table_ = nullptr;
+  mutable std::mutex init_mutex_;
+  std::optional<Status> init_status_;  // set once init() ran (or was absent)
+};
+
+// True while a LoadedLibrary for `canonical_path` is alive (the file is
+// still mapped through it): for tests of the lifetime rules.
+bool library_is_open(const std::string& canonical_path);
+
+}  // namespace dscore::plugin_host

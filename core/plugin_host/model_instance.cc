@@ -1,0 +1,182 @@
+// Model instances (instances.h): creation checks the model's description
+// thoroughly, because the engine plans partitions, buffers and batches from
+// it; an inconsistent description is reported here, naming the layer and
+// parameter, instead of surfacing as a wrong shape deep inside a step.
+#include <dscore/cpp/dtype.hpp>
+
+#include <set>
+
+#include "core/plugin_host/call.h"
+#include "core/plugin_host/instance_common.h"
+
+namespace dscore::plugin_host {
+namespace {
+
+using detail::vtable_of;
+
+// Dimensions are positive and multiply to numel, without overflow.
+bool shape_matches(int32_t ndim, const int64_t* shape, int64_t numel, std::string* why) {
+  if (ndim < 0 || ndim > 16) {
+    *why = "ndim " + std::to_string(ndim) + " is out of range [0, 16]";
+    return false;
+  }
+  if (ndim > 0 && shape == nullptr) {
+    *why = "ndim is " + std::to_string(ndim) + " but shape is NULL";
+    return false;
+  }
+  int64_t product = 1;
+  for (int32_t d = 0; d < ndim; ++d) {
+    if (shape[d] <= 0) {
+      *why = "dimension " + std::to_string(d) + " is " + std::to_string(shape[d]) +
+             " (dimensions must be >= 1)";
+      return false;
+    }
+    if (__builtin_mul_overflow(product, shape[d], &product)) {
+      *why = "the shape's element count overflows int64";
+      return false;
+    }
+  }
+  if (numel >= 0 && product != numel) {
+    *why = "numel is " + std::to_string(numel) + " but the shape holds " + std::to_string(product);
+    return false;
+  }
+  return true;
+}
+
+Status check_description(const std::string& who, const dscore_model_description* d) {
+  auto bad = [&](const std::string& what) {
+    return Status(DSCORE_INTERNAL, who + " describe: " + what + " (a bug in the model plugin)");
+  };
+  if (d == nullptr) return bad("returned OK but no description (NULL)");
+  if (!DSCORE_HAS_FIELD(d, dscore_model_description, hidden_size))
+    return bad("dscore_model_description.struct_size " + std::to_string(d->struct_size) +
+               " is smaller than ABI 1.0's");
+  if (d->layer_count == 0) return bad("the model has no layers (layer_count is 0)");
+  if (d->layers == nullptr) return bad("layer_count is " + std::to_string(d->layer_count) +
+                                       " but layers is NULL");
+  if (d->hidden_size < 0) return bad("hidden_size is negative");
+  std::set<std::string> param_names;
+  size_t total_params = 0;
+  for (size_t l = 0; l < d->layer_count; ++l) {
+    const dscore_model_layer* layer = d->layers[l];
+    std::string at = "layer " + std::to_string(l);
+    if (layer == nullptr) return bad(at + " is NULL");
+    if (!DSCORE_HAS_FIELD(layer, dscore_model_layer, params))
+      return bad(at + " has struct_size " + std::to_string(layer->struct_size) +
+                 ", smaller than ABI 1.0's dscore_model_layer");
+    if (layer->name != nullptr) at += " ('" + std::string(layer->name) + "')";
+    if (layer->param_count > 0 && layer->params == nullptr)
+      return bad(at + " has param_count " + std::to_string(layer->param_count) +
+                 " but params is NULL");
+    for (size_t p = 0; p < layer->param_count; ++p) {
+      const dscore_model_param* param = layer->params[p];
+      std::string pat = at + " param " + std::to_string(p);
+      if (param == nullptr) return bad(pat + " is NULL");
+      if (!DSCORE_HAS_FIELD(param, dscore_model_param, flags))
+        return bad(pat + " has struct_size " + std::to_string(param->struct_size) +
+                   ", smaller than ABI 1.0's dscore_model_param");
+      if (param->name == nullptr || param->name[0] == '\0') return bad(pat + " has no name");
+      pat = at + " param '" + std::string(param->name) + "'";
+      if (!param_names.insert(param->name).second)
+        return bad(pat + ": the parameter name '" + param->name +
+                   "' is used twice (names must be unique in the model: they key checkpoints)");
+      std::string why;
+      if (param->numel < 1) return bad(pat + ": numel is " + std::to_string(param->numel));
+      if (!shape_matches(param->ndim, param->shape, param->numel, &why)) return bad(pat + ": " + why);
+      ++total_params;
+    }
+  }
+  if (total_params == 0) return bad("no layer has parameters; there is nothing to train");
+  if (d->input_count == 0) return bad("the model declares no inputs (input_count is 0)");
+  if (d->inputs == nullptr) return bad("input_count is " + std::to_string(d->input_count) +
+                                       " but inputs is NULL");
+  std::set<std::string> input_names;
+  for (size_t i = 0; i < d->input_count; ++i) {
+    const dscore_model_input* input = d->inputs[i];
+    std::string at = "input " + std::to_string(i);
+    if (input == nullptr) return bad(at + " is NULL");
+    if (!DSCORE_HAS_FIELD(input, dscore_model_input, shape))
+      return bad(at + " has struct_size " + std::to_string(input->struct_size) +
+                 ", smaller than ABI 1.0's dscore_model_input");
+    if (input->name == nullptr || input->name[0] == '\0') return bad(at + " has no name");
+    at += " ('" + std::string(input->name) + "')";
+    if (!input_names.insert(input->name).second) return bad(at + ": the name is used twice");
+    if (sdk::dtype_size(input->dtype) == 0)
+      return bad(at + " has unsupported dtype " + std::to_string(input->dtype));
+    std::string why;
+    if (!shape_matches(input->ndim, input->shape, -1, &why)) return bad(at + ": " + why);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ModelInstance>> ModelInstance::create(const PluginInfo& info,
+                                                             const ValidatedParams& params,
+                                                             const InstanceContext& context) {
+  DSCORE_RETURN_IF_ERROR(detail::prepare_create(info, DSCORE_KIND_MODEL));
+  const auto* vt = vtable_of<dscore_model_vtable>(info);
+  const std::string who = info.display();
+  dscore_create_args args = detail::make_create_args(params, context);
+  dscore_model* handle = nullptr;
+  DSCORE_RETURN_IF_ERROR(call_plugin(who, "create", [&] { return vt->create(&args, &handle); }));
+  if (handle == nullptr) return detail::null_handle_error(info);
+  std::unique_ptr<ModelInstance> instance(new ModelInstance(info, handle));
+
+  const dscore_model_description* description = nullptr;
+  DSCORE_RETURN_IF_ERROR(
+      call_plugin(who, "describe", [&] { return vt->describe(handle, &description); }));
+  DSCORE_RETURN_IF_ERROR(check_description(who, description));
+  instance->description_ = description;
+  return instance;
+}
+
+ModelInstance::~ModelInstance() {
+  const auto* vt = vtable_of<dscore_model_vtable>(info_);
+  call_plugin_void(info_.display(), "destroy", [&] { vt->destroy(handle_); });
+}
+
+Status ModelInstance::init_param(size_t param_index, int64_t offset, int64_t count,
+                                 dscore_tensor* out) const {
+  const auto* vt = vtable_of<dscore_model_vtable>(info_);
+  return call_plugin(info_.display(), "init_param",
+                     [&] { return vt->init_param(handle_, param_index, offset, count, out); });
+}
+
+Status ModelInstance::forward_backward(const dscore_batch& batch, const dscore_model_hooks& hooks,
+                                       double loss_scale, double* loss) {
+  const auto* vt = vtable_of<dscore_model_vtable>(info_);
+  return call_plugin(info_.display(), "forward_backward", [&] {
+    return vt->forward_backward(handle_, &batch, &hooks, loss_scale, loss);
+  });
+}
+
+Status ModelInstance::forward(const dscore_batch& batch, const dscore_model_hooks& hooks,
+                              double* loss, dscore_tensor* output) {
+  const auto* vt = vtable_of<dscore_model_vtable>(info_);
+  if (!DSCORE_HAS_FIELD(vt, dscore_model_vtable, forward) || vt->forward == nullptr)
+    return Status(DSCORE_UNIMPLEMENTED,
+                  info_.display() + " has no forward-only pass (forward is NULL); evaluation "
+                                    "and generation need a model that provides it");
+  return call_plugin(info_.display(), "forward",
+                     [&] { return vt->forward(handle_, &batch, &hooks, loss, output); });
+}
+
+bool ModelInstance::has_synthetic_task() const {
+  const auto* vt = vtable_of<dscore_model_vtable>(info_);
+  return DSCORE_HAS_FIELD(vt, dscore_model_vtable, synthetic_batch) &&
+         vt->synthetic_batch != nullptr;
+}
+
+Status ModelInstance::synthetic_batch(uint64_t seed, int64_t first_sample,
+                                      const dscore_batch& out) const {
+  if (!has_synthetic_task())
+    return Status(DSCORE_UNIMPLEMENTED,
+                  info_.display() + " has no synthetic task (synthetic_batch is NULL); give the "
+                                    "run a data file in the \"data\" section");
+  const auto* vt = vtable_of<dscore_model_vtable>(info_);
+  return call_plugin(info_.display(), "synthetic_batch",
+                     [&] { return vt->synthetic_batch(handle_, seed, first_sample, &out); });
+}
+
+}  // namespace dscore::plugin_host

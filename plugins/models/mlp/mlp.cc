@@ -1,0 +1,444 @@
+// The built-in "mlp" model: Linear -> activation -> ... -> Linear with a
+// mean-squared-error loss on a synthetic teacher task. It is the engine's
+// test model: small, exact, deterministic, and it drives forward/backward
+// through the host hooks exactly as model.h prescribes (acquire/release per
+// layer, reverse-order backward, grads_ready per layer).
+#include <dscore/cpp/dtype.hpp>
+#include <dscore/cpp/plugin.hpp>
+#include <dscore/model.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "counter_rng.h"
+#include "mlp_math.h"
+#include "teacher.h"
+
+DSCORE_PLUGIN_HOST_STORAGE;
+
+namespace dscore::mlp {
+namespace {
+
+using sdk::Error;
+
+constexpr const char kParamsSchema[] = R"json({
+  "input_dim": {"type": "int", "default": 16, "min": 1, "doc": "features per sample (input \"x\")"},
+  "hidden_dim": {"type": "int", "default": 64, "min": 1, "doc": "width of every hidden layer"},
+  "output_dim": {"type": "int", "default": 4, "min": 1, "doc": "targets per sample (input \"y\")"},
+  "n_hidden_layers": {"type": "int", "default": 2, "min": 0,
+                      "doc": "hidden layers; the model has n_hidden_layers + 1 linear layers"},
+  "activation": {"type": "string", "default": "gelu", "enum": ["tanh", "relu", "gelu"],
+                 "doc": "after every hidden layer; gelu is GPT-2's tanh approximation"},
+  "teacher_seed": {"type": "int", "default": 1234, "min": 0,
+                   "doc": "seed of the fixed random network that synthetic_batch's targets come from"}
+})json";
+
+// What the host lends for one acquire(); released by the destructor on
+// every path, also when an exception unwinds (model.h: every acquire is
+// matched by a release, also on error).
+class AcquiredLayer {
+ public:
+  AcquiredLayer(const dscore_model_hooks* hooks, size_t layer) : hooks_(hooks), layer_(layer) {
+    views_.struct_size = sizeof views_;
+  }
+  ~AcquiredLayer() {
+    if (held_) hooks_->release(hooks_->ctx, layer_);  // error path: the first error wins
+  }
+  dscore_status acquire(dscore_acquire_mode mode) {
+    dscore_status st = hooks_->acquire(hooks_->ctx, layer_, mode, &views_);
+    held_ = st == DSCORE_OK;
+    return st;
+  }
+  dscore_status release() {
+    held_ = false;
+    return hooks_->release(hooks_->ctx, layer_);
+  }
+  const dscore_layer_views& views() const { return views_; }
+
+ private:
+  const dscore_model_hooks* hooks_;
+  size_t layer_;
+  dscore_layer_views views_{};
+  bool held_ = false;
+};
+
+
+// The elements of a float tensor as fp32: the tensor's own memory when it
+// is fp32, else a converted copy.
+class FloatData {
+ public:
+  FloatData(const dscore_tensor* t, int64_t numel) {
+    if (t->dtype == DSCORE_DTYPE_F32) {
+      ptr_ = static_cast<const float*>(t->data);
+      return;
+    }
+    copy_.resize(static_cast<size_t>(numel));
+    for (int64_t i = 0; i < numel; ++i) copy_[i] = sdk::load_float(t, i);
+    ptr_ = copy_.data();
+  }
+  const float* data() const { return ptr_; }
+
+ private:
+  const float* ptr_ = nullptr;
+  std::vector<float> copy_;
+};
+
+// An int parameter checked against its schema minimum (the host checks it
+// too; this keeps a bad value from reaching the allocations).
+int64_t integer_at_least(const sdk::Params& p, const char* name, int64_t min) {
+  int64_t v = p.integer(name);
+  if (v < min)
+    throw Error(DSCORE_INVALID_ARGUMENT, std::string(name) + " = " + std::to_string(v) +
+                                             " must be >= " + std::to_string(min));
+  return v;
+}
+
+class Mlp {
+ public:
+  explicit Mlp(const sdk::Params& p, uint64_t seed)
+      : seed_(seed),
+        input_dim_(integer_at_least(p, "input_dim", 1)),
+        output_dim_(integer_at_least(p, "output_dim", 1)),
+        teacher_(static_cast<uint64_t>(p.integer("teacher_seed")), input_dim_, output_dim_) {
+    int64_t hidden = integer_at_least(p, "hidden_dim", 1);
+    int64_t n_hidden = integer_at_least(p, "n_hidden_layers", 0);
+    std::string act = p.string("activation");
+    if (act == "tanh") activation_ = Activation::kTanh;
+    else if (act == "relu") activation_ = Activation::kRelu;
+    else if (act == "gelu") activation_ = Activation::kGelu;
+    else throw Error(DSCORE_INVALID_ARGUMENT, "activation \"" + act + "\" is not one of tanh, relu, gelu");
+    dims_.push_back(input_dim_);
+    for (int64_t l = 0; l < n_hidden; ++l) dims_.push_back(hidden);
+    dims_.push_back(output_dim_);
+    describe_layers(hidden);
+  }
+
+  const dscore_model_description* description() const { return &description_; }
+
+  void init_param(size_t index, int64_t offset, int64_t count, dscore_tensor* out) const {
+    if (index >= params_.size())
+      throw Error(DSCORE_OUT_OF_RANGE, "parameter index " + std::to_string(index) +
+                                           " out of range: the model has " +
+                                           std::to_string(params_.size()) + " parameters");
+    const Param& p = *params_[index];
+    if (offset < 0 || count < 0 || offset + count > p.desc.numel)
+      throw Error(DSCORE_OUT_OF_RANGE, "slice [" + std::to_string(offset) + ", " +
+                                           std::to_string(offset + count) + ") of " + p.name +
+                                           " is outside its " + std::to_string(p.desc.numel) +
+                                           " elements");
+    check_cpu_float(out, count, "init_param output");
+    // PyTorch nn.Linear: weight and bias uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+    const double bound = 1.0 / std::sqrt(static_cast<double>(p.fan_in));
+    const uint64_t name_hash = hash_name(p.name);
+    for (int64_t k = 0; k < count; ++k) {
+      double u = uniform01(hash_key(seed_, name_hash, static_cast<uint64_t>(offset + k)));
+      sdk::store_float(out, k, static_cast<float>((2.0 * u - 1.0) * bound));
+    }
+  }
+
+  void synthetic_batch(uint64_t seed, int64_t first_sample, const dscore_batch* out) const {
+    check_batch(out, /*need_targets=*/true);
+    const int64_t n = out->batch_size;
+    std::vector<float> x(static_cast<size_t>(input_dim_)), y(static_cast<size_t>(output_dim_));
+    for (int64_t s = 0; s < n; ++s) {
+      const uint64_t sample = static_cast<uint64_t>(first_sample + s);
+      for (int64_t j = 0; j < input_dim_; ++j) {
+        const dscore_tensor* xt = out->tensors[0];
+        sdk::store_float(xt, s * input_dim_ + j, static_cast<float>(normal_at(seed, sample, j)));
+        x[j] = sdk::load_float(xt, s * input_dim_ + j);  // the teacher sees the stored x
+      }
+      teacher_.evaluate(x.data(), y.data());
+      const dscore_tensor* yt = out->tensors[1];
+      for (int64_t k = 0; k < output_dim_; ++k) sdk::store_float(yt, s * output_dim_ + k, y[k]);
+    }
+  }
+
+  // Forward through all layers; returns the mean squared error when the
+  // batch has targets. Keeps pre-activations and activations for backward.
+  struct Trace {
+    std::vector<std::vector<float>> acts;  // acts[l]: (B, dims[l]); acts[L]: predictions
+    std::vector<std::vector<float>> pre;   // pre[l]: (B, dims[l+1]) before the activation
+  };
+  double forward(const dscore_batch* batch, const dscore_model_hooks* hooks, bool need_loss,
+                 Trace* trace) const {
+    check_batch(batch, need_loss);
+    const int64_t B = batch->batch_size;
+    const size_t L = layer_count();
+    trace->acts.assign(L + 1, {});
+    trace->pre.assign(L, {});
+    FloatData x(batch->tensors[0], B * input_dim_);
+    trace->acts[0].assign(x.data(), x.data() + B * input_dim_);
+    for (size_t l = 0; l < L; ++l) {
+      const int64_t in = dims_[l], out = dims_[l + 1];
+      AcquiredLayer layer(hooks, l);
+      sdk::check(layer.acquire(DSCORE_ACQUIRE_FORWARD));
+      check_views(layer.views(), l, false);
+      FloatData w(layer.views().params[0], out * in), b(layer.views().params[1], out);
+      std::vector<float>& z = trace->pre[l];
+      z.resize(static_cast<size_t>(B * out));
+      linear_forward(trace->acts[l].data(), w.data(), b.data(), B, in, out, z.data());
+      sdk::check(layer.release());
+      std::vector<float>& a = trace->acts[l + 1];
+      a = z;
+      if (l + 1 < L)
+        for (float& v : a) v = activate(activation_, v);
+    }
+    if (!need_loss) return 0.0;
+    FloatData y(batch->tensors[1], B * output_dim_);
+    const std::vector<float>& pred = trace->acts[L];
+    double sum = 0;
+    for (int64_t k = 0; k < B * output_dim_; ++k) {
+      double d = static_cast<double>(pred[k]) - y.data()[k];
+      sum += d * d;
+    }
+    return sum / static_cast<double>(B * output_dim_);
+  }
+
+  double forward_backward(const dscore_batch* batch, const dscore_model_hooks* hooks,
+                          double loss_scale) const {
+    Trace t;
+    const double loss = forward(batch, hooks, true, &t);
+    const int64_t B = batch->batch_size;
+    const size_t L = layer_count();
+    // d(loss_scale * mean((pred - y)^2)) / d pred
+    FloatData y(batch->tensors[1], B * output_dim_);
+    const float factor = static_cast<float>(2.0 * loss_scale / static_cast<double>(B * output_dim_));
+    std::vector<float> dz(static_cast<size_t>(B * output_dim_));
+    for (int64_t k = 0; k < B * output_dim_; ++k) dz[k] = factor * (t.acts[L][k] - y.data()[k]);
+
+    std::vector<float> gw, gb, da;
+    for (size_t l = L; l-- > 0;) {
+      const int64_t in = dims_[l], out = dims_[l + 1];
+      AcquiredLayer layer(hooks, l);
+      sdk::check(layer.acquire(DSCORE_ACQUIRE_BACKWARD));
+      check_views(layer.views(), l, true);
+      FloatData w(layer.views().params[0], out * in);
+      gw.assign(static_cast<size_t>(out * in), 0.0f);
+      gb.assign(static_cast<size_t>(out), 0.0f);
+      da.resize(static_cast<size_t>(B * in));
+      linear_backward(t.acts[l].data(), w.data(), dz.data(), B, in, out, gw.data(), gb.data(),
+                      l > 0 ? da.data() : nullptr);
+      add_into(layer.views().grads[0], gw);
+      add_into(layer.views().grads[1], gb);
+      sdk::check(hooks->grads_ready(hooks->ctx, l));
+      sdk::check(layer.release());
+      if (l > 0) {  // through the previous layer's activation
+        const std::vector<float>& z = t.pre[l - 1];
+        dz.resize(da.size());
+        for (size_t k = 0; k < da.size(); ++k) dz[k] = da[k] * activate_grad(activation_, z[k]);
+      }
+    }
+    return loss;
+  }
+
+  size_t layer_count() const { return dims_.size() - 1; }
+  int64_t output_dim() const { return output_dim_; }
+
+  static void check_cpu_float(const dscore_tensor* t, int64_t numel, const std::string& what) {
+    if (t == nullptr || (t->data == nullptr && numel > 0))
+      throw Error(DSCORE_INVALID_ARGUMENT, what + " is NULL");
+    if (t->device_type != DSCORE_DEVICE_CPU && t->device_type != DSCORE_DEVICE_CUDA_HOST)
+      throw Error(DSCORE_INVALID_ARGUMENT, what + " is not in CPU memory: the mlp model computes on CPU");
+    if (t->dtype != DSCORE_DTYPE_F32 && t->dtype != DSCORE_DTYPE_BF16 && t->dtype != DSCORE_DTYPE_F16)
+      throw Error(DSCORE_INVALID_ARGUMENT, what + " is " + sdk::dtype_name(t->dtype) +
+                                               ": expected fp32, bf16 or fp16");
+    if (t->numel != numel || t->strides != nullptr)
+      throw Error(DSCORE_INVALID_ARGUMENT, what + " has " + std::to_string(t->numel) +
+                                               " elements (dense expected), expected " +
+                                               std::to_string(numel));
+  }
+
+ private:
+  struct Param {
+    std::string name;
+    std::vector<int64_t> shape;
+    int64_t fan_in;
+    dscore_model_param desc{};
+  };
+  struct Layer {
+    std::string name;
+    std::vector<const dscore_model_param*> params;
+    dscore_model_layer desc{};
+  };
+
+  void describe_layers(int64_t hidden) {
+    for (size_t l = 0; l + 1 < dims_.size(); ++l) {
+      const int64_t in = dims_[l], out = dims_[l + 1];
+      auto layer = std::make_unique<Layer>();
+      layer->name = "layers." + std::to_string(l);
+      for (int bias = 0; bias < 2; ++bias) {
+        auto p = std::make_unique<Param>();
+        p->name = layer->name + (bias ? ".bias" : ".weight");
+        p->shape = bias ? std::vector<int64_t>{out} : std::vector<int64_t>{out, in};
+        p->fan_in = in;
+        p->desc.struct_size = sizeof(dscore_model_param);
+        p->desc.name = p->name.c_str();
+        p->desc.ndim = static_cast<int32_t>(p->shape.size());
+        p->desc.shape = p->shape.data();
+        p->desc.numel = bias ? out : out * in;
+        p->desc.flags = bias ? DSCORE_PARAM_NO_WEIGHT_DECAY : 0u;
+        layer->params.push_back(&p->desc);
+        params_.push_back(std::move(p));
+      }
+      layer->desc.struct_size = sizeof(dscore_model_layer);
+      layer->desc.name = layer->name.c_str();
+      layer->desc.param_count = layer->params.size();
+      layer->desc.params = layer->params.data();
+      layer_ptrs_.push_back(&layer->desc);
+      layers_.push_back(std::move(layer));
+    }
+    input_shapes_[0] = input_dim_;
+    input_shapes_[1] = output_dim_;
+    const char* names[2] = {"x", "y"};
+    for (int k = 0; k < 2; ++k) {
+      inputs_[k] = {sizeof(dscore_model_input), names[k], DSCORE_DTYPE_F32, 1, &input_shapes_[k]};
+      input_ptrs_[k] = &inputs_[k];
+    }
+    description_.struct_size = sizeof description_;
+    description_.layer_count = layer_ptrs_.size();
+    description_.layers = layer_ptrs_.data();
+    description_.input_count = 2;
+    description_.inputs = input_ptrs_;
+    description_.hidden_size = hidden;
+  }
+
+  void check_batch(const dscore_batch* batch, bool need_targets) const {
+    if (batch == nullptr || batch->batch_size <= 0)
+      throw Error(DSCORE_INVALID_ARGUMENT, "the batch is NULL or empty");
+    const size_t needed = need_targets ? 2 : 1;
+    if (batch->count < needed)
+      throw Error(DSCORE_INVALID_ARGUMENT, "the batch has " + std::to_string(batch->count) +
+                                               " tensors; the mlp model needs \"x\" and \"y\"");
+    check_cpu_float(batch->tensors[0], batch->batch_size * input_dim_, "batch input \"x\"");
+    if (need_targets)
+      check_cpu_float(batch->tensors[1], batch->batch_size * output_dim_, "batch input \"y\"");
+  }
+
+  void check_views(const dscore_layer_views& v, size_t l, bool backward) const {
+    const std::string where = "layer " + layers_[l]->name;
+    if (v.count != 2 || v.params == nullptr)
+      throw Error(DSCORE_INVALID_ARGUMENT, where + ": acquire lent " + std::to_string(v.count) +
+                                               " parameters, expected 2 (weight, bias)");
+    const int64_t numel[2] = {dims_[l + 1] * dims_[l], dims_[l + 1]};
+    for (int k = 0; k < 2; ++k) {
+      const std::string name = layers_[l]->name + (k ? ".bias" : ".weight");
+      check_cpu_float(v.params[k], numel[k], "parameter " + name);
+      if (backward) {
+        if (v.grads == nullptr) throw Error(DSCORE_INVALID_ARGUMENT, where + ": no gradient views in BACKWARD");
+        check_cpu_float(v.grads[k], numel[k], "gradient of " + name);
+      }
+    }
+  }
+
+  static void add_into(dscore_tensor* grad, const std::vector<float>& g) {
+    if (grad->dtype == DSCORE_DTYPE_F32) {
+      float* dst = static_cast<float*>(grad->data);
+      for (size_t k = 0; k < g.size(); ++k) dst[k] += g[k];
+      return;
+    }
+    for (size_t k = 0; k < g.size(); ++k) {
+      int64_t i = static_cast<int64_t>(k);
+      sdk::store_float(grad, i, sdk::load_float(grad, i) + g[k]);
+    }
+  }
+
+  uint64_t seed_;
+  int64_t input_dim_;
+  int64_t output_dim_;
+  Activation activation_ = Activation::kGelu;
+  Teacher teacher_;
+  std::vector<int64_t> dims_;  // dims_[l] = input width of layer l; back() = output_dim
+  std::vector<std::unique_ptr<Param>> params_;  // init_param's index order
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<const dscore_model_layer*> layer_ptrs_;
+  int64_t input_shapes_[2] = {0, 0};
+  dscore_model_input inputs_[2]{};
+  const dscore_model_input* input_ptrs_[2] = {nullptr, nullptr};
+  dscore_model_description description_{};
+};
+
+Mlp* self_of(dscore_model* m) { return reinterpret_cast<Mlp*>(m); }
+const Mlp* self_of(const dscore_model* m) { return reinterpret_cast<const Mlp*>(m); }
+
+void check_hooks(const dscore_model_hooks* hooks) {
+  if (hooks == nullptr || hooks->acquire == nullptr || hooks->release == nullptr ||
+      !DSCORE_HAS_FIELD(hooks, dscore_model_hooks, grads_ready) || hooks->grads_ready == nullptr)
+    throw Error(DSCORE_INVALID_ARGUMENT, "model hooks are NULL or incomplete");
+}
+
+dscore_status create(const dscore_create_args* args, dscore_model** out) {
+  return sdk::guard([&] {
+    sdk::Params p(args);
+    *out = reinterpret_cast<dscore_model*>(new Mlp(p, args->seed));
+  });
+}
+
+void destroy(dscore_model* self) {
+  sdk::guard([&] { delete self_of(self); });
+}
+
+dscore_status describe(const dscore_model* self, const dscore_model_description** out) {
+  return sdk::guard([&] { *out = self_of(self)->description(); });
+}
+
+dscore_status init_param(const dscore_model* self, size_t param_index, int64_t offset,
+                         int64_t count, dscore_tensor* out) {
+  return sdk::guard([&] { self_of(self)->init_param(param_index, offset, count, out); });
+}
+
+dscore_status forward_backward(dscore_model* self, const dscore_batch* batch,
+                               const dscore_model_hooks* hooks, double loss_scale, double* loss) {
+  return sdk::guard([&] {
+    check_hooks(hooks);
+    double value = self_of(self)->forward_backward(batch, hooks, loss_scale);
+    if (loss != nullptr) *loss = value;
+  });
+}
+
+// output, when given: the predictions, (batch_size, output_dim).
+dscore_status forward(dscore_model* self, const dscore_batch* batch,
+                      const dscore_model_hooks* hooks, double* loss, dscore_tensor* output) {
+  return sdk::guard([&] {
+    if (hooks == nullptr || hooks->acquire == nullptr || hooks->release == nullptr)
+      throw Error(DSCORE_INVALID_ARGUMENT, "model hooks are NULL or incomplete");
+    const Mlp& m = *self_of(self);
+    if (batch == nullptr) throw Error(DSCORE_INVALID_ARGUMENT, "the batch is NULL");
+    if (output != nullptr)
+      Mlp::check_cpu_float(output, batch->batch_size * m.output_dim(), "forward output");
+    Mlp::Trace t;
+    double value = m.forward(batch, hooks, loss != nullptr, &t);
+    if (loss != nullptr) *loss = value;
+    if (output != nullptr) {
+      const std::vector<float>& pred = t.acts[m.layer_count()];
+      for (size_t k = 0; k < pred.size(); ++k)
+        sdk::store_float(output, static_cast<int64_t>(k), pred[k]);
+    }
+  });
+}
+
+dscore_status synthetic_batch(const dscore_model* self, uint64_t seed, int64_t first_sample,
+                              const dscore_batch* out) {
+  return sdk::guard([&] { self_of(self)->synthetic_batch(seed, first_sample, out); });
+}
+
+const dscore_model_vtable kVtable = {sizeof(dscore_model_vtable), &create, &destroy, &describe,
+                                     &init_param, &forward_backward, &forward, &synthetic_batch};
+
+const dscore_plugin_descriptor kMlp = {
+    sizeof(dscore_plugin_descriptor), DSCORE_KIND_MODEL, "mlp", "0.1.0",
+    "multi-layer perceptron with MSE loss on a synthetic teacher task (tests, examples)",
+    DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16, kParamsSchema, &kVtable};
+const dscore_plugin_descriptor* const kPlugins[] = {&kMlp};
+
+const dscore_plugin_library kLibrary = {
+    sizeof(dscore_plugin_library), DSCORE_ABI_VERSION_MAJOR, DSCORE_ABI_VERSION_MINOR, 0,
+    "dscore-mlp", "0.1.0", "dscore", &sdk::store_host, nullptr, 1, kPlugins};
+
+}  // namespace
+}  // namespace dscore::mlp
+
+extern "C" DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1(void) {
+  return &dscore::mlp::kLibrary;
+}

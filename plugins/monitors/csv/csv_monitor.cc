@@ -1,0 +1,186 @@
+// The built-in "csv_monitor" (REFERENCE.md section 7), byte-compatible with
+// DeepSpeed's csvMonitor: directory output_path/job_name, one file per tag
+// (tag with '/' and ' ' -> '_', plus ".csv") opened for append, a header row
+// "step,<last tag component>" the first time this process writes a file,
+// rows "<step>,<repr(value)>", lines ended "\r\n" as Python's csv.writer does.
+#include <dscore/cpp/plugin.hpp>
+#include <dscore/monitor.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <system_error>
+
+#include "python_float.h"
+
+DSCORE_PLUGIN_HOST_STORAGE;
+
+namespace dscore::csv_monitor {
+namespace {
+
+using sdk::Error;
+
+constexpr const char kParamsSchema[] = R"json({
+  "output_path": {"type": "string", "default": "",
+                  "doc": "folder holding the job folder; \"\" = the current directory"},
+  "job_name": {"type": "string", "default": "DeepSpeedJobName",
+               "doc": "the CSV files go to output_path/job_name"}
+})json";
+
+dscore_status errno_status(int err) {
+  switch (err) {
+    case EACCES: case EPERM: case EROFS: return DSCORE_PERMISSION_DENIED;
+    case ENOSPC: case EDQUOT: case EFBIG: return DSCORE_RESOURCE_EXHAUSTED;
+    default: return DSCORE_UNAVAILABLE;
+  }
+}
+
+// Python's os.path.join(a, b) for two POSIX components.
+std::string path_join(const std::string& a, const std::string& b) {
+  if (!b.empty() && b[0] == '/') return b;
+  if (a.empty() || a.back() == '/') return a + b;
+  return a + "/" + b;
+}
+
+// A field as Python's csv.writer (QUOTE_MINIMAL) writes it.
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+class CsvMonitor {
+ public:
+  explicit CsvMonitor(const sdk::Params& p) {
+    std::string output_path = p.string("output_path");
+    std::string job_name = p.string("job_name");
+    log_dir_ = path_join(output_path, job_name);
+    std::error_code ec;
+    std::filesystem::create_directories(log_dir_.empty() ? "." : log_dir_, ec);
+    if (ec)
+      throw Error(ec.value() == EACCES || ec.value() == EROFS ? DSCORE_PERMISSION_DENIED
+                                                              : DSCORE_INVALID_ARGUMENT,
+                  "cannot create the csv_monitor directory '" + log_dir_ +
+                      "' (output_path + job_name): " + ec.message() +
+                      "; set csv_monitor.output_path to a writable directory");
+    if (::access(log_dir_.empty() ? "." : log_dir_.c_str(), W_OK | X_OK) != 0) {
+      int err = errno;
+      throw Error(errno_status(err), "the csv_monitor directory '" + log_dir_ +
+                                         "' is not writable: " + std::strerror(err) +
+                                         "; set csv_monitor.output_path to a writable directory");
+    }
+  }
+
+  ~CsvMonitor() {
+    for (auto& [name, file] : files_) std::fclose(file.handle);
+  }
+
+  void write(const dscore_scalar_event& e) {
+    const std::string tag = e.tag != nullptr ? e.tag : "";
+    std::string filename = tag;
+    for (char& c : filename)
+      if (c == '/' || c == ' ') c = '_';
+    auto it = files_.find(filename);
+    if (it == files_.end()) {
+      std::string path = log_dir_ + "/" + filename + ".csv";
+      std::FILE* f = std::fopen(path.c_str(), "a");
+      if (f == nullptr) {
+        int err = errno;
+        throw Error(errno_status(err), "cannot open '" + path + "' for append: " + std::strerror(err));
+      }
+      it = files_.emplace(filename, File{f, path}).first;
+      size_t slash = tag.rfind('/');
+      std::string header = slash == std::string::npos ? tag : tag.substr(slash + 1);
+      put(it->second, "step," + csv_field(header) + "\r\n");
+    }
+    put(it->second, std::to_string(e.step) + "," + python_float_repr(e.value) + "\r\n");
+    dirty_ = true;
+  }
+
+  void flush() {
+    if (!dirty_) return;
+    for (auto& [name, file] : files_)
+      if (std::fflush(file.handle) != 0) fail(file, "flush");
+    dirty_ = false;
+  }
+
+ private:
+  struct File {
+    std::FILE* handle;
+    std::string path;
+  };
+
+  [[noreturn]] static void fail(const File& file, const char* what) {
+    int err = errno;
+    throw Error(errno_status(err), std::string("cannot ") + what + " '" + file.path + "': " +
+                                       std::strerror(err));
+  }
+  static void put(const File& file, const std::string& line) {
+    if (std::fwrite(line.data(), 1, line.size(), file.handle) != line.size()) fail(file, "write");
+  }
+
+  std::string log_dir_;
+  std::map<std::string, File> files_;  // by sanitised file name, as DeepSpeed tracks headers
+  bool dirty_ = false;
+};
+
+CsvMonitor* self_of(dscore_monitor* p) { return reinterpret_cast<CsvMonitor*>(p); }
+
+dscore_status create(const dscore_create_args* args, dscore_monitor** out) {
+  return sdk::guard([&] {
+    sdk::Params p(args);
+    *out = reinterpret_cast<dscore_monitor*>(new CsvMonitor(p));
+  });
+}
+
+void destroy(dscore_monitor* self) {
+  sdk::guard([&] { delete self_of(self); });
+}
+
+// DeepSpeed closes each file after every event, so rows are visible at once;
+// this flushes at the end of every call for the same effect.
+dscore_status write_scalars(dscore_monitor* self, const dscore_scalar_event* const* events,
+                            size_t count) {
+  return sdk::guard([&] {
+    using E = dscore_scalar_event;
+    for (size_t i = 0; i < count; ++i) {
+      const E* e = events[i];
+      if (e == nullptr || !DSCORE_HAS_FIELD(e, E, step))
+        throw Error(DSCORE_INVALID_ARGUMENT, "event " + std::to_string(i) + " is NULL or too small");
+      self_of(self)->write(*e);
+    }
+    self_of(self)->flush();
+  });
+}
+
+dscore_status flush(dscore_monitor* self) {
+  return sdk::guard([&] { self_of(self)->flush(); });
+}
+
+const dscore_monitor_vtable kVtable = {sizeof(dscore_monitor_vtable), &create, &destroy,
+                                       &write_scalars, &flush, nullptr};
+
+const dscore_plugin_descriptor kCsvMonitor = {
+    sizeof(dscore_plugin_descriptor), DSCORE_KIND_MONITOR, "csv_monitor", "0.1.0",
+    "DeepSpeed's CSV monitor: one <tag>.csv file per tag under output_path/job_name",
+    DSCORE_CAP_CPU, kParamsSchema, &kVtable};
+const dscore_plugin_descriptor* const kPlugins[] = {&kCsvMonitor};
+
+const dscore_plugin_library kLibrary = {
+    sizeof(dscore_plugin_library), DSCORE_ABI_VERSION_MAJOR, DSCORE_ABI_VERSION_MINOR, 0,
+    "dscore-csv-monitor", "0.1.0", "dscore", &sdk::store_host, nullptr, 1, kPlugins};
+
+}  // namespace
+}  // namespace dscore::csv_monitor
+
+extern "C" DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1(void) {
+  return &dscore::csv_monitor::kLibrary;
+}

@@ -1,0 +1,26 @@
+// The dscore-lr-schedules library: DeepSpeed's LR schedules
+// (deepspeed/runtime/lr_schedules.py, REFERENCE.md section 2). Each schedule
+// lives in its own file; this table lists them.
+#include "schedule.h"
+
+DSCORE_PLUGIN_HOST_STORAGE;
+
+namespace dscore::lr_schedules {
+namespace {
+
+const dscore_plugin_descriptor* const kPlugins[] = {
+    &kWarmupLrDescriptor,
+    &kWarmupDecayLrDescriptor,
+};
+
+const dscore_plugin_library kLibrary = {
+    sizeof(dscore_plugin_library), DSCORE_ABI_VERSION_MAJOR, DSCORE_ABI_VERSION_MINOR, 0,
+    "dscore-lr-schedules", "0.1.0", "dscore", &sdk::store_host, nullptr,
+    sizeof(kPlugins) / sizeof(kPlugins[0]), kPlugins};
+
+}  // namespace
+}  // namespace dscore::lr_schedules
+
+extern "C" DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1(void) {
+  return &dscore::lr_schedules::kLibrary;
+}

@@ -1,0 +1,71 @@
+// The vtable entries shared by every schedule of the library (schedule.h):
+// create under the C++ guard, point_at with group bounds and struct_size
+// checks, destroy, first_iteration; and per-group parameter expansion.
+#include "schedule.h"
+
+#include <charconv>
+
+namespace dscore::lr_schedules {
+namespace {
+
+const Schedule* self_of(const dscore_scheduler* p) { return reinterpret_cast<const Schedule*>(p); }
+
+}  // namespace
+
+std::string format_number(double v) {
+  char buffer[32];
+  auto result = std::to_chars(buffer, buffer + sizeof buffer, v);
+  return std::string(buffer, result.ptr);
+}
+
+dscore_status create_schedule(CreateFn create, const dscore_create_args* args,
+                              const dscore_scheduler_context* context, dscore_scheduler** out) {
+  return sdk::guard([&] {
+    if (context == nullptr || context->group_count == 0)
+      throw sdk::Error(DSCORE_INVALID_ARGUMENT, "the scheduler context has no parameter groups");
+    sdk::Params params(args);
+    *out = reinterpret_cast<dscore_scheduler*>(create(params, *context));
+  });
+}
+
+void destroy_schedule(dscore_scheduler* self) {
+  sdk::guard([&] { delete reinterpret_cast<Schedule*>(self); });
+}
+
+dscore_status schedule_point_at(const dscore_scheduler* self, int64_t t, size_t group,
+                                dscore_schedule_point* out) {
+  return sdk::guard([&] {
+    const Schedule& s = *self_of(self);
+    if (group >= s.group_count())
+      throw sdk::Error(DSCORE_OUT_OF_RANGE, "group " + std::to_string(group) + " out of range: the "
+                                                "schedule was created for " +
+                                                std::to_string(s.group_count()) + " groups");
+    using P = dscore_schedule_point;
+    if (out == nullptr || !DSCORE_HAS_FIELD(out, P, lr))
+      throw sdk::Error(DSCORE_INVALID_ARGUMENT, "point_at: output point is NULL or too small");
+    double beta1 = 0, beta2 = 0;
+    uint32_t mask = DSCORE_HPARAM_LR | s.betas(t, group, &beta1, &beta2);
+    out->lr = s.lr(t, group);
+    if (DSCORE_HAS_FIELD(out, P, beta1) && (mask & DSCORE_HPARAM_BETA1)) out->beta1 = beta1;
+    if (DSCORE_HAS_FIELD(out, P, beta2) && (mask & DSCORE_HPARAM_BETA2)) out->beta2 = beta2;
+    out->set_mask = mask;
+  });
+}
+
+int64_t schedule_first_iteration(const dscore_scheduler* self) {
+  return self_of(self)->first_iteration();
+}
+
+std::vector<double> per_group(const sdk::Params& params, const char* name, size_t group_count) {
+  std::vector<double> values = params.numbers(name);
+  const dscore_named_value* v = params.find(name);
+  if (v->type != DSCORE_VALUE_DOUBLE_ARRAY) return std::vector<double>(group_count, values[0]);
+  if (values.size() != group_count)
+    throw sdk::Error(DSCORE_INVALID_ARGUMENT,
+                     std::string(name) + " has " + std::to_string(values.size()) +
+                         " values but the optimizer has " + std::to_string(group_count) +
+                         " parameter groups: give one number, or one value per group");
+  return values;
+}
+
+}  // namespace dscore::lr_schedules

@@ -1,0 +1,76 @@
+// What every schedule in the dscore-lr-schedules library shares: the
+// Schedule base class (a pure function of t and the group), the one vtable
+// all schedules use, and per-group parameter expansion. A new schedule is one
+// file defining a Schedule subclass and its descriptor, plus a line in
+// library.cc.
+#pragma once
+
+#include <dscore/cpp/plugin.hpp>
+#include <dscore/scheduler.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dscore::lr_schedules {
+
+class Schedule {
+ public:
+  Schedule(size_t group_count, int64_t first_iteration)
+      : group_count_(group_count), first_iteration_(first_iteration) {}
+  virtual ~Schedule() = default;
+
+  size_t group_count() const { return group_count_; }
+  int64_t first_iteration() const { return first_iteration_; }
+
+  // The learning rate of `group` (< group_count) at iteration t.
+  virtual double lr(int64_t t, size_t group) const = 0;
+  // Momentum-cycling schedules (OneCycle) override this, set the
+  // DSCORE_HPARAM_BETA* bits they provide and fill beta1/beta2.
+  virtual uint32_t betas(int64_t t, size_t group, double* beta1, double* beta2) const {
+    (void)t, (void)group, (void)beta1, (void)beta2;
+    return 0;
+  }
+
+ private:
+  size_t group_count_;
+  int64_t first_iteration_;
+};
+
+using CreateFn = Schedule* (*)(const sdk::Params& params, const dscore_scheduler_context& context);
+
+// The shared vtable entries (schedule.cc).
+void destroy_schedule(dscore_scheduler* self);
+dscore_status schedule_point_at(const dscore_scheduler* self, int64_t t, size_t group,
+                                dscore_schedule_point* out);
+int64_t schedule_first_iteration(const dscore_scheduler* self);
+dscore_status create_schedule(CreateFn create, const dscore_create_args* args,
+                              const dscore_scheduler_context* context, dscore_scheduler** out);
+
+template <CreateFn F>
+dscore_status create_with(const dscore_create_args* args, const dscore_scheduler_context* context,
+                          dscore_scheduler** out) {
+  return create_schedule(F, args, context, out);
+}
+
+// The vtable of a schedule whose create function is F.
+template <CreateFn F>
+constexpr dscore_scheduler_vtable make_vtable() {
+  return dscore_scheduler_vtable{sizeof(dscore_scheduler_vtable), &create_with<F>,
+                                 &destroy_schedule, &schedule_point_at,
+                                 &schedule_first_iteration, nullptr, nullptr};
+}
+
+// A parameter that is either one number (same for every group) or a list
+// with exactly one value per parameter group (DeepSpeed's _format_param).
+// Throws INVALID_ARGUMENT naming the parameter when the length is wrong.
+std::vector<double> per_group(const sdk::Params& params, const char* name, size_t group_count);
+
+// Shortest round-trip text of a number, for messages.
+std::string format_number(double v);
+
+// The descriptors, one per schedule file; library.cc lists them.
+extern const dscore_plugin_descriptor kWarmupLrDescriptor;      // warmup.cc
+extern const dscore_plugin_descriptor kWarmupDecayLrDescriptor; // warmup.cc
+
+}  // namespace dscore::lr_schedules

@@ -1,0 +1,182 @@
+// Optional header-only C++ helpers for plugin authors. Nothing here crosses
+// the ABI: it wraps the C types of dscore/plugin.h so a C++ plugin can use
+// exceptions and std types inside while every exported function stays a
+// plain C function that returns a status.
+//
+//   DSCORE_PLUGIN_HOST_STORAGE;                 // once per library
+//   static dscore_status my_create(const dscore_create_args* a, dscore_optimizer** out) {
+//     return dscore::sdk::guard([&] {
+//       dscore::sdk::Params p(a);
+//       double lr = p.number("lr");
+//       if (lr <= 0) throw dscore::sdk::Error(DSCORE_INVALID_ARGUMENT, "lr must be > 0");
+//       *out = reinterpret_cast<dscore_optimizer*>(new MyOptimizer(lr));
+//     });
+//   }
+#ifndef DSCORE_CPP_PLUGIN_HPP_
+#define DSCORE_CPP_PLUGIN_HPP_
+
+#include <dscore/cpp/dtype.hpp>
+#include <dscore/plugin.h>
+
+#include <cstring>
+#include <exception>
+#include <new>
+#include <stdexcept>
+#include <type_traits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dscore::sdk {
+
+// The host services table, stored by the library's init(). Defined once per
+// library with DSCORE_PLUGIN_HOST_STORAGE.
+const dscore_host_api*& host_slot();
+
+#define DSCORE_PLUGIN_HOST_STORAGE                  \
+  const dscore_host_api*& dscore::sdk::host_slot() { \
+    static const dscore_host_api* host = nullptr;   \
+    return host;                                    \
+  }
+
+inline const dscore_host_api* host() { return host_slot(); }
+
+// A library init() that stores the host table; use as the library's init.
+inline dscore_status store_host(const dscore_host_api* api) {
+  host_slot() = api;
+  return DSCORE_OK;
+}
+
+// An error a plugin throws inside a guard(): becomes (code, message).
+class Error : public std::runtime_error {
+ public:
+  Error(dscore_status code, const std::string& message)
+      : std::runtime_error(message), code_(code) {}
+  dscore_status code() const { return code_; }
+
+ private:
+  dscore_status code_;
+};
+
+// Thrown to hand back a status whose message is already recorded on this
+// thread (a failed host hook, a nested plugin call): guard() returns the code
+// without overwriting the message.
+struct Reported {
+  dscore_status code;
+};
+
+// Throw Reported when a host call (a model hook, a communicator call)
+// failed, so its own message reaches the user unchanged.
+inline void check(dscore_status status) {
+  if (status != DSCORE_OK) throw Reported{status};
+}
+
+// Report (code, message) to the host if there is one; returns code.
+inline dscore_status report(dscore_status code, const char* message) {
+  const dscore_host_api* h = host();
+  if (h != nullptr && h->set_error != nullptr) return h->set_error(code, message);
+  return code;
+}
+
+// Run `body` and turn every exception into a status: the catch-all every
+// exported function needs so nothing unwinds into the host.
+template <typename Body>
+dscore_status guard(Body&& body) noexcept {
+  try {
+    if constexpr (std::is_same_v<decltype(body()), dscore_status>) {
+      return body();
+    } else {
+      body();
+      return DSCORE_OK;
+    }
+  } catch (const Reported& r) {
+    return r.code;
+  } catch (const Error& e) {
+    return report(e.code(), e.what());
+  } catch (const std::bad_alloc&) {
+    return report(DSCORE_RESOURCE_EXHAUSTED, "out of memory");
+  } catch (const std::invalid_argument& e) {
+    return report(DSCORE_INVALID_ARGUMENT, e.what());
+  } catch (const std::exception& e) {
+    return report(DSCORE_INTERNAL, e.what());
+  } catch (...) {
+    return report(DSCORE_INTERNAL, "unknown C++ exception");
+  }
+}
+
+inline void log(dscore_log_level level, const char* plugin, const std::string& message) {
+  const dscore_host_api* h = host();
+  if (h != nullptr && h->log != nullptr) h->log(level, plugin, message.c_str());
+}
+
+// Typed access to the validated params of a create() call.
+class Params {
+ public:
+  explicit Params(const dscore_create_args* args) : args_(args) {}
+
+  const dscore_named_value* find(std::string_view name) const {
+    for (size_t i = 0; i < args_->param_count; ++i) {
+      const dscore_named_value* v = args_->params[i];
+      if (v != nullptr && v->name != nullptr && name == v->name) return v;
+    }
+    return nullptr;
+  }
+  bool has(std::string_view name) const { return find(name) != nullptr; }
+
+  double number(std::string_view name) const {
+    const dscore_named_value* v = need(name);
+    if (v->type == DSCORE_VALUE_DOUBLE) return v->d;
+    if (v->type == DSCORE_VALUE_INT) return static_cast<double>(v->i);
+    throw wrong_type(name, "a number");
+  }
+  double number(std::string_view name, double fallback) const {
+    return has(name) ? number(name) : fallback;
+  }
+  int64_t integer(std::string_view name) const {
+    const dscore_named_value* v = need(name);
+    if (v->type == DSCORE_VALUE_INT) return v->i;
+    throw wrong_type(name, "an integer");
+  }
+  int64_t integer(std::string_view name, int64_t fallback) const {
+    return has(name) ? integer(name) : fallback;
+  }
+  bool boolean(std::string_view name) const {
+    const dscore_named_value* v = need(name);
+    if (v->type == DSCORE_VALUE_BOOL) return v->b != 0;
+    throw wrong_type(name, "a bool");
+  }
+  bool boolean(std::string_view name, bool fallback) const {
+    return has(name) ? boolean(name) : fallback;
+  }
+  std::string string(std::string_view name) const {
+    const dscore_named_value* v = need(name);
+    if (v->type == DSCORE_VALUE_STRING || v->type == DSCORE_VALUE_JSON) return v->s;
+    throw wrong_type(name, "a string");
+  }
+  std::string string(std::string_view name, const std::string& fallback) const {
+    return has(name) ? string(name) : fallback;
+  }
+  // A number or a list of numbers (per-group values) as a vector.
+  std::vector<double> numbers(std::string_view name) const {
+    const dscore_named_value* v = need(name);
+    if (v->type == DSCORE_VALUE_DOUBLE_ARRAY) return {v->doubles, v->doubles + v->count};
+    return {number(name)};
+  }
+
+ private:
+  const dscore_named_value* need(std::string_view name) const {
+    const dscore_named_value* v = find(name);
+    if (v == nullptr)
+      throw Error(DSCORE_INVALID_ARGUMENT, "missing parameter '" + std::string(name) + "'");
+    return v;
+  }
+  static Error wrong_type(std::string_view name, const char* expected) {
+    return Error(DSCORE_INVALID_ARGUMENT,
+                 "parameter '" + std::string(name) + "' must be " + expected);
+  }
+  const dscore_create_args* args_;
+};
+
+}  // namespace dscore::sdk
+
+#endif  // DSCORE_CPP_PLUGIN_HPP_

@@ -1,0 +1,140 @@
+// Tests for core/config/config_rules.cc: DeepSpeed's cross-key rules with
+// DeepSpeed's messages (REFERENCE.md 1.1, 1.3, 1.6, 4.5, 5.1, 9), each
+// reported with the key's path and position.
+#include "core/config/config_rules.h"
+
+#include <gtest/gtest.h>
+
+#include "core/config/config.h"
+
+namespace dscore::config {
+namespace {
+
+LoadedConfig load_with(const std::string& extra) {
+  return load_config_text("{\"train_batch_size\": 8, " + extra + "}", "ds.json", ResolveContext{});
+}
+
+std::string only_error(const LoadedConfig& c) {
+  if (c.errors.size() != 1) {
+    std::string all = std::to_string(c.errors.size()) + " errors:";
+    for (const ConfigError& e : c.errors) all += " [" + e.path + ": " + e.message + "]";
+    return all;
+  }
+  return format_error(c.errors[0], c.source_name);
+}
+
+// REFERENCE.md 1.3.
+TEST(ConfigRules, Fp16AndBf16Together) {
+  EXPECT_EQ(only_error(load_with(R"("fp16": {"enabled": true}, "bf16": {"enabled": true})")),
+            "ds.json:1:72: bf16.enabled: bfloat16 and fp16 modes cannot be simultaneously enabled");
+  // Either alone is fine; "auto" resolves to off, so both "auto" is fine too.
+  EXPECT_TRUE(load_with(R"("fp16": {"enabled": true})").ok());
+  EXPECT_TRUE(load_with(R"("fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"})").ok());
+}
+
+TEST(ConfigRules, Fp16MasterWeightsNeedStage2WithOffload) {
+  EXPECT_NE(only_error(load_with(R"("fp16": {"enabled": true, "fp16_master_weights_and_grads": true})"))
+                .find("fp16.fp16_master_weights_and_grads: fp16_master_weights_and_grads needs ZeRO stage 2"),
+            std::string::npos);
+  EXPECT_TRUE(load_with(R"("fp16": {"enabled": true, "fp16_master_weights_and_grads": true},
+                           "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}})")
+                  .ok());
+}
+
+// REFERENCE.md 1.6.
+TEST(ConfigRules, LegacyStage1IsDeepSpeedsError) {
+  EXPECT_EQ(only_error(load_with(R"("zero_optimization": {"legacy_stage1": true})")),
+            "ds.json:1:64: zero_optimization.legacy_stage1: The deprecated version of ZeRO Stage 1 is not supported "
+            "in deepspeed >= 0.5.9. Please downgrade to a version less than 0.5.9 if you need to use this deprecated "
+            "version of ZeRO.");
+  EXPECT_TRUE(load_with(R"("zero_optimization": {"legacy_stage1": false})").ok());
+}
+
+// REFERENCE.md 1.1.
+TEST(ConfigRules, MaxGradNormInOptimizerParams) {
+  EXPECT_EQ(only_error(load_with(R"("optimizer": {"type": "Adam", "params": {"lr": 1e-3, "max_grad_norm": 1.0}})")),
+            "ds.json:1:78: optimizer.params.max_grad_norm: 'max_grad_norm' is not supported as an optimizer "
+            "parameter, please switch to using the deepspeed parameter 'gradient_clipping' see: "
+            "https://www.deepspeed.ai/docs/config-json/#gradient-clipping for more details");
+}
+
+// REFERENCE.md 5.1 / test_zero_config.py: overlap_comm False for 0-2, True for 3.
+TEST(ConfigRules, OverlapCommDefaultFollowsTheStage) {
+  for (int stage = 0; stage <= 3; ++stage) {
+    LoadedConfig c = load_with("\"zero_optimization\": {\"stage\": " + std::to_string(stage) + "}");
+    ASSERT_TRUE(c.ok());
+    EXPECT_EQ(c.config->zero.overlap_comm, stage == 3) << stage;
+    EXPECT_EQ(*c.resolved.find("zero_optimization")->find("overlap_comm"), json::Value(stage == 3));
+  }
+  EXPECT_FALSE(load_with(R"("zero_optimization": {"stage": 3, "overlap_comm": false})").config->zero.overlap_comm);
+  EXPECT_TRUE(load_with(R"("zero_optimization": {"stage": 1, "overlap_comm": true})").config->zero.overlap_comm);
+}
+
+// REFERENCE.md 5.1 validator.
+TEST(ConfigRules, PartialOffloadNeedsStage3) {
+  EXPECT_EQ(only_error(load_with(R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.5}})")),
+            "ds.json:1:107: zero_optimization.offload_optimizer.ratio: Partial offloading only supported for ZeRO "
+            "Stage 3.");
+  EXPECT_TRUE(load_with(R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.5}})").ok());
+}
+
+// REFERENCE.md 5.1 / TestIncorectAllgatherBucketSize: 1000 ok, 1001 fails (stage 1/2).
+TEST(ConfigRules, AllgatherBucketSizeMultipleOfTwo) {
+  EXPECT_TRUE(load_with(R"("zero_optimization": {"stage": 2, "allgather_bucket_size": 1000})").ok());
+  EXPECT_EQ(only_error(load_with(R"("zero_optimization": {"stage": 2, "allgather_bucket_size": 1001})")),
+            "ds.json:1:84: zero_optimization.allgather_bucket_size: allgather_bucket_size must be a multiple of "
+            "nccl_start_alignment_factor, 2");
+  EXPECT_FALSE(load_with(R"("zero_optimization": {"stage": 1, "allgather_bucket_size": 1001})").ok());
+  // Only the stage 1/2 optimizer asserts it.
+  EXPECT_TRUE(load_with(R"("zero_optimization": {"stage": 3, "allgather_bucket_size": 1001})").ok());
+}
+
+// REFERENCE.md 4.5.
+TEST(ConfigRules, PredivideAndPrescaleWithReduceScatter) {
+  EXPECT_EQ(only_error(load_with(R"("gradient_predivide_factor": 2.0, "zero_optimization": {"stage": 2})")),
+            "ds.json:1:54: gradient_predivide_factor: gradient_predivide_factor != 1.0 is not yet supported with "
+            "ZeRO-2 with reduce scatter enabled");
+  EXPECT_EQ(only_error(load_with(R"("prescale_gradients": true, "zero_optimization": {"stage": 3})")),
+            "ds.json:1:47: prescale_gradients: pre-scale gradients is not yet supported with ZeRO-3 with reduce "
+            "scatter enabled");
+  EXPECT_TRUE(load_with(R"("prescale_gradients": true, "zero_optimization": {"stage": 2, "reduce_scatter": false})").ok());
+  EXPECT_TRUE(load_with(R"("gradient_predivide_factor": 2.0, "zero_optimization": {"stage": 1})").ok());
+}
+
+TEST(ConfigRules, AmpAndElasticityAreNotImplemented) {
+  EXPECT_EQ(only_error(load_with(R"("amp": {"enabled": true, "opt_level": "O1"})")),
+            "ds.json:1:44: amp.enabled: dscore does not implement NVIDIA apex AMP; use \"fp16\" or \"bf16\" instead");
+  EXPECT_TRUE(load_with(R"("amp": {"enabled": false})").ok());
+  EXPECT_NE(only_error(load_with(R"("elasticity": {"enabled": true})")).find("elasticity is not supported by dscore"),
+            std::string::npos);
+  EXPECT_TRUE(load_with(R"("elasticity": {"enabled": false, "version": 0.2})").ok());
+}
+
+TEST(ConfigRules, OffloadParamBelowStage3IsIgnoredWithANotice) {
+  LoadedConfig c = load_with(R"("zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}})");
+  ASSERT_TRUE(c.ok());
+  bool found = false;
+  for (const ConfigNotice& n : c.notices)
+    found |= n.path == "zero_optimization.offload_param" && n.message.find("ignored at stage 2") != std::string::npos;
+  EXPECT_TRUE(found);
+}
+
+// Deliberate difference: DeepSpeed crashes on a scheduler without params.
+TEST(ConfigRules, SchedulerWithoutParamsIsFine) {
+  LoadedConfig c = load_with(R"("scheduler": {"type": "WarmupLR"})");
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(c.config->scheduler);
+  EXPECT_EQ(c.config->scheduler->params, json::Value::object());
+}
+
+TEST(ConfigRules, LegacyFormsRewriteOnlyTheBooleanZero) {
+  std::vector<ConfigNotice> notices;
+  json::Value doc = *json::parse(R"({"zero_optimization": {"stage": 2}})", "t");
+  json::Value before = doc;
+  apply_legacy_forms(&doc, &notices);
+  EXPECT_EQ(doc, before);
+  EXPECT_TRUE(notices.empty());
+}
+
+}  // namespace
+}  // namespace dscore::config
