@@ -1,14 +1,12 @@
 // `dscore config check F [--world-size N]` and `dscore config reference`.
 #include <cstdio>
-#include <filesystem>
 
 #include "core/base/strings.h"
 #include "core/cli/commands.h"
 #include "core/cli/options.h"
 #include "core/config/config.h"
 #include "core/config/reference.h"
-#include "core/engine/plugin_setup.h"
-#include "core/plugin_host/registry.h"
+#include "core/engine/initialize.h"
 
 namespace dscore::cli {
 namespace {
@@ -32,20 +30,14 @@ int check(const std::vector<std::string>& args) {
     std::fprintf(stderr, "dscore: --world-size must be at least 1\n");
     return kExitUsage;
   }
-  config::ResolveContext context;
-  context.world_size = world_size;
-  config::LoadedConfig loaded = config::load_config_file(path, context);
-  if (loaded.ok()) {
-    // Plugin sections are checked against the plugins' own schemas.
-    const std::string dir = std::filesystem::absolute(path).parent_path().string();
-    auto registry = plugin_host::PluginRegistry::open(
-        plugin_host::SearchPath::standard(loaded.config->plugin_paths, dir));
-    if (!registry.ok()) {
-      loaded.errors.push_back({"plugins", {}, registry.status().message()});
-    } else {
-      select_plugins(&loaded, **registry, context);
-    }
+  InitializeOptions init;
+  init.world_size = world_size;
+  auto setup = prepare(path, init);
+  if (!setup.ok()) {
+    std::fprintf(stderr, "error: %s\n", setup.status().message().c_str());
+    return kExitUsage;
   }
+  const config::LoadedConfig& loaded = setup->loaded;
   if (!loaded.ok()) {
     for (const config::ConfigError& e : loaded.errors)
       std::fprintf(stderr, "error: %s\n", config::format_error(e, loaded.source_name).c_str());

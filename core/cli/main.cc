@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/base/logging.h"
+#include "core/base/strings.h"
 #include "core/cli/commands.h"
 
 namespace {
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
     dscore::log_error(std::string("internal error: ") + e.what());
     return dscore::cli::kExitFailure;
   }
-  std::fprintf(stderr, "dscore: unknown command '%s'\n\n%s", command.c_str(), kUsage);
+  std::fprintf(stderr, "dscore: unknown command '%s'%s\n\n%s", command.c_str(),
+               dscore::did_you_mean_suffix(command, {"run", "config", "plugins"}).c_str(), kUsage);
   return dscore::cli::kExitUsage;
 }

@@ -1,21 +1,19 @@
 // The "auto" rules. Every key that accepts "auto" names one of these; the
 // resolved value and the reason are printed at start-up (as notices).
 //
-//   rule                   value                                        source of the convention
-//   ---------------------  -------------------------------------------  ------------------------------
-//   default                the field's default (unset if it has none)   dscore
-//   batch                  unset here; the batch-triad rule derives it   HF Trainer ("auto" batch keys)
-//                          from the other batch keys (batch.cc)
-//   train_steps            --steps, else the file's "train_steps";      HF Trainer (total_num_steps)
-//                          error when neither is set
-//   optimizer_lr           optimizer.params.lr, else 1e-3 (the          HF Trainer (warmup_max_lr)
-//                          optimizers' default lr)
-//   hidden_squared         hidden_size^2                                HF Trainer (reduce_bucket_size)
-//   hidden_squared_0_9     int(0.9 * hidden_size * hidden_size)         HF Trainer
-//   (stage3_prefetch_bucket_size) hidden_x10             10 * hidden_size                             HF
-//   Trainer (stage3_param_persistence_threshold) hf_max_grad_norm       1.0 HF Trainer's default
-//   max_grad_norm reduced_precision_off  false                                        dscore enables
-//   fp16/bf16 only when asked
+//   rule                   value                                   convention from
+//   ---------------------  --------------------------------------  -----------------------------
+//   default                the field's default (unset if none)     dscore
+//   batch                  unset here; batch.cc derives it from    HF Trainer ("auto" batch keys)
+//                          the other batch keys
+//   train_steps            --steps, else the file's train_steps;   HF Trainer (total_num_steps)
+//                          an error when neither is set
+//   optimizer_lr           optimizer.params.lr, else 1e-3          HF Trainer (warmup_max_lr)
+//   hidden_squared         hidden_size^2                           HF reduce_bucket_size
+//   hidden_squared_0_9     int(0.9 * hidden_size * hidden_size)    HF stage3_prefetch_bucket_size
+//   hidden_x10             10 * hidden_size                        HF stage3_param_persistence_threshold
+//   hf_max_grad_norm       1.0                                     HF Trainer's default max_grad_norm
+//   reduced_precision_off  false                                   dscore: fp16/bf16 only when asked
 //
 // The hidden_* rules take hidden_size from the ResolveContext (the model
 // plugin's answer) or else from "model.hidden_size" in the file; when neither

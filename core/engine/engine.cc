@@ -10,23 +10,32 @@
 #include "core/base/strings.h"
 
 namespace dscore {
-namespace {
 
-// What this engine version runs; everything else is a clear error rather
-// than a silent fallback.
-Status check_supported(const config::TrainingConfig& config) {
+std::vector<config::ConfigError> unsupported_features(const config::TrainingConfig& config) {
+  std::vector<config::ConfigError> out;
   if (config.zero.stage != 0)
-    return unimplemented("zero_optimization.stage " + std::to_string(config.zero.stage) +
-                         " is not available in this dscore build yet (the single-rank engine "
-                         "runs stage 0); set \"stage\": 0");
-  if (config.fp16.enabled || config.bf16.enabled)
-    return unimplemented(std::string(config.fp16.enabled ? "fp16" : "bf16") +
-                         ".enabled is not available in this dscore build yet (the single-rank "
-                         "engine trains in fp32); set \"enabled\": false");
+    out.push_back({"zero_optimization.stage", {},
+                   "stage " + std::to_string(config.zero.stage) +
+                       " is not available in this dscore build yet (the single-rank engine runs "
+                       "stage 0); set \"stage\": 0"});
+  if (config.fp16.enabled)
+    out.push_back({"fp16.enabled", {},
+                   "fp16 is not available in this dscore build yet (the single-rank engine "
+                   "trains in fp32); set \"enabled\": false"});
+  if (config.bf16.enabled)
+    out.push_back({"bf16.enabled", {},
+                   "bf16 is not available in this dscore build yet (the single-rank engine "
+                   "trains in fp32); set \"enabled\": false"});
   if (config.zero.offload_optimizer && config.zero.offload_optimizer->device != "none")
-    return unimplemented("zero_optimization.offload_optimizer is not available in this dscore build yet");
-  return Status::Ok();
+    out.push_back({"zero_optimization.offload_optimizer.device", {},
+                   "optimizer offload is not available in this dscore build yet; set \"device\": \"none\""});
+  if (config.zero.offload_param && config.zero.offload_param->device != "none")
+    out.push_back({"zero_optimization.offload_param.device", {},
+                   "parameter offload is not available in this dscore build yet; set \"device\": \"none\""});
+  return out;
 }
+
+namespace {
 
 dscore_tensor flat_view(void* data, dscore_dtype dtype, const std::vector<int64_t>& shape,
                         int64_t numel, const char* name) {
@@ -46,7 +55,8 @@ dscore_tensor flat_view(void* data, dscore_dtype dtype, const std::vector<int64_
 
 Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& config,
                                                EngineComponents components) {
-  DSCORE_RETURN_IF_ERROR(check_supported(config));
+  if (auto unsupported = unsupported_features(config); !unsupported.empty())
+    return unimplemented(unsupported.front().path + ": " + unsupported.front().message);
   if (!components.model) return invalid_argument("the engine needs a model");
   if (!components.optimizer)
     return invalid_argument("the engine needs an optimizer: add an \"optimizer\" section");

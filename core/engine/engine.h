@@ -19,6 +19,7 @@
 
 #include "core/base/memory.h"
 #include "core/base/status.h"
+#include "core/config/config.h"
 #include "core/config/training_config.h"
 #include "core/engine/lr_schedule.h"
 #include "core/engine/monitor_hub.h"
@@ -37,6 +38,11 @@ struct EngineComponents {
   std::unique_ptr<plugin_host::SchedulerInstance> scheduler;        // optional
   std::vector<std::unique_ptr<plugin_host::MonitorInstance>> monitors;  // rank 0 only
 };
+
+// Config settings this engine version cannot run yet, each with its JSON
+// path and what to set instead. Engine::create refuses them; `dscore run`
+// reports them as config errors before creating anything.
+std::vector<config::ConfigError> unsupported_features(const config::TrainingConfig& config);
 
 class Engine {
  public:

@@ -1,18 +1,14 @@
 #include "core/engine/trainer.h"
 
 #include <cstdio>
-#include <filesystem>
 
 #include "core/base/logging.h"
 #include "core/base/strings.h"
-#include "core/config/config.h"
 #include "core/data/sampler.h"
 #include "core/data/source.h"
-#include "core/engine/engine.h"
-#include "core/engine/plugin_setup.h"
+#include "core/engine/initialize.h"
 #include "core/engine/progress.h"
 #include "core/plugin_host/crash_handler.h"
-#include "core/plugin_host/registry.h"
 
 namespace dscore {
 namespace {
@@ -31,8 +27,25 @@ int fail(const Status& status) {
   return kExitFailure;
 }
 
-// Sections `dscore run` needs beyond what DeepSpeed's schema requires.
-void require_run_sections(config::LoadedConfig* loaded) {
+// The location of a dotted JSON path in the user's file, when it is there.
+json::Location locate(const json::Value& root, const std::string& path) {
+  const json::Value* v = &root;
+  size_t start = 0;
+  while (v != nullptr && start <= path.size()) {
+    const size_t dot = path.find('.', start);
+    const std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    const json::Member* m = v->is_object() ? v->find_member(key) : nullptr;
+    if (m == nullptr) return {};
+    if (dot == std::string::npos) return m->key_location;
+    v = &m->value;
+    start = dot + 1;
+  }
+  return {};
+}
+
+// What `dscore run` needs beyond DeepSpeed's schema, and what this build
+// cannot run yet: config errors (exit 2) before anything is created.
+void check_run_config(config::LoadedConfig* loaded) {
   const config::TrainingConfig& cfg = *loaded->config;
   if (!cfg.model)
     loaded->errors.push_back({"model", {}, "`dscore run` needs a \"model\" section, e.g. "
@@ -44,14 +57,25 @@ void require_run_sections(config::LoadedConfig* loaded) {
   if (cfg.train_steps <= 0)
     loaded->errors.push_back({"train_steps", {}, "`dscore run` needs the number of optimizer "
                                                   "steps: set \"train_steps\" or pass --steps N"});
+  for (config::ConfigError& e : unsupported_features(cfg)) {
+    e.location = locate(loaded->resolved, e.path);
+    loaded->errors.push_back(std::move(e));
+  }
 }
 
-std::string momentum_text(const SelectedPlugin& optimizer) {
-  const json::Value* betas = optimizer.params.values().find("betas");
-  if (betas == nullptr || !betas->is_array()) return "";
-  std::vector<std::string> parts;
-  for (const json::Value& b : betas->items()) parts.push_back(format_double(b.as_number()));
-  return "(" + join(parts, ", ") + ")";
+// DeepSpeed's "mom=[...]": the optimizer's betas as a tuple, or its
+// momentum, when it has either.
+std::string momentum_text(const PluginSelection& selection) {
+  if (!selection.optimizer) return "";
+  const json::Value& params = selection.optimizer->params.values();
+  if (const json::Value* betas = params.find("betas"); betas != nullptr && betas->is_array()) {
+    std::vector<std::string> parts;
+    for (const json::Value& b : betas->items()) parts.push_back(format_double(b.as_number()));
+    return "(" + join(parts, ", ") + ")";
+  }
+  if (const json::Value* m = params.find("momentum"); m != nullptr && m->is_number())
+    return format_double(m->as_number());
+  return "";
 }
 
 }  // namespace
@@ -64,55 +88,25 @@ int run_training(const RunOptions& options) {
               "use -n 1");
     return kExitConfigError;
   }
-  config::ResolveContext context;
-  context.world_size = options.ranks;
-  context.train_steps = options.steps;
-  config::LoadedConfig loaded = config::load_config_file(options.config_path, context);
-  if (!loaded.ok()) return print_config_errors(loaded);
-
-  const std::string config_dir =
-      std::filesystem::absolute(options.config_path).parent_path().string();
-  auto registry = plugin_host::PluginRegistry::open(
-      plugin_host::SearchPath::standard(loaded.config->plugin_paths, config_dir));
-  if (!registry.ok()) return fail(registry.status());
-
-  require_run_sections(&loaded);
-  PluginSelection selection = select_plugins(&loaded, **registry, context);
-  if (!loaded.ok()) return print_config_errors(loaded);
-  for (const config::ConfigNotice& n : loaded.notices) log_info(n.path + ": " + n.message);
-
-  const config::TrainingConfig& cfg = *loaded.config;
-  plugin_host::InstanceContext instance_context;
-  instance_context.seed = cfg.seed;
-
-  EngineComponents components;
-  auto model = plugin_host::ModelInstance::create(*selection.model->info, selection.model->params,
-                                                  instance_context);
-  if (!model.ok()) return fail(model.status());
-  components.model = make_plugin_model(std::move(*model));
-  auto optimizer = plugin_host::OptimizerInstance::create(
-      *selection.optimizer->info, selection.optimizer->params, instance_context);
-  if (!optimizer.ok()) return fail(optimizer.status());
-  components.optimizer = std::move(*optimizer);
-  components.base_lr = optimizer_base_lr(*selection.optimizer);
-  if (selection.scheduler) {
-    auto scheduler = plugin_host::SchedulerInstance::create(
-        *selection.scheduler->info, selection.scheduler->params, instance_context,
-        {components.base_lr}, cfg.train_steps);
-    if (!scheduler.ok()) return fail(scheduler.status());
-    components.scheduler = std::move(*scheduler);
+  InitializeOptions init;
+  init.world_size = options.ranks;
+  init.train_steps = options.steps;
+  auto setup = prepare(options.config_path, init);
+  if (!setup.ok()) return fail(setup.status());
+  if (setup->loaded.ok()) check_run_config(&setup->loaded);
+  if (!setup->loaded.ok()) return print_config_errors(setup->loaded);
+  // Libraries on the search path that failed to load, though not needed by
+  // this config (a failed lookup already lists them in its error).
+  if (setup->registry) {
+    for (const plugin_host::LoadProblem& p : setup->registry->problems())
+      log_warning(p.message.find(p.path) == std::string::npos ? p.path + ": " + p.message : p.message);
   }
-  const std::string resolved_json = json::serialize(loaded.resolved);
-  for (const SelectedPlugin& m : selection.monitors) {
-    auto monitor = plugin_host::MonitorInstance::create(*m.info, m.params, instance_context);
-    if (!monitor.ok()) return fail(monitor.status());
-    if (Status st = (*monitor)->write_config(resolved_json); !st.ok()) return fail(st);
-    components.monitors.push_back(std::move(*monitor));
-  }
+  for (const config::ConfigNotice& n : setup->loaded.notices) log_info(n.path + ": " + n.message);
 
-  auto engine = Engine::create(cfg, std::move(components));
+  auto engine = build_engine(*setup, nullptr);
   if (!engine.ok()) return fail(engine.status());
   Engine& e = **engine;
+  const config::TrainingConfig& cfg = e.config();
   auto source = data::make_batch_source(cfg.data, e.model(), cfg.seed);
   if (!source.ok()) return fail(source.status());
 
@@ -123,10 +117,10 @@ int run_training(const RunOptions& options) {
            std::to_string(cfg.batch.train_micro_batch_size_per_gpu) + " x gas " +
            std::to_string(cfg.batch.gradient_accumulation_steps) + ")");
 
-  const data::DistributedSampler sampler(cfg.batch, /*world_size=*/1, /*rank=*/0);
+  const data::DistributedSampler sampler(cfg.batch, init.world_size, init.rank);
   data::HostBatch batch(e.model().description(), cfg.batch.train_micro_batch_size_per_gpu);
   ProgressReporter progress(cfg.train_steps, cfg.steps_per_print, options.progress_bar);
-  const std::string mom = momentum_text(*selection.optimizer);
+  const std::string mom = momentum_text(setup->selection);
   ProgressSnapshot snapshot;
   snapshot.total_steps = cfg.train_steps;
   for (int64_t step = 0; step < cfg.train_steps; ++step) {

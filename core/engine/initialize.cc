@@ -1,0 +1,111 @@
+#include "core/engine/initialize.h"
+
+#include <filesystem>
+
+#include "core/base/logging.h"
+
+namespace dscore {
+namespace {
+
+Result<Setup> finish_prepare(config::LoadedConfig loaded, const std::string& config_dir,
+                             const config::ResolveContext& context,
+                             const InitializeOptions& options) {
+  Setup setup;
+  setup.options = options;
+  setup.loaded = std::move(loaded);
+  if (!setup.loaded.ok()) return setup;
+  auto registry = plugin_host::PluginRegistry::open(
+      plugin_host::SearchPath::standard(setup.loaded.config->plugin_paths, config_dir));
+  if (!registry.ok()) return registry.status();
+  setup.registry = *registry;
+  if (options.own_model) setup.loaded.config->model.reset();
+  setup.selection = select_plugins(&setup.loaded, *setup.registry, context);
+  return setup;
+}
+
+config::ResolveContext context_of(const InitializeOptions& options) {
+  config::ResolveContext context;
+  context.world_size = options.world_size;
+  context.train_steps = options.train_steps;
+  return context;
+}
+
+}  // namespace
+
+Result<Setup> prepare(const std::string& config_path, const InitializeOptions& options) {
+  const config::ResolveContext context = context_of(options);
+  const std::string dir = std::filesystem::absolute(config_path).parent_path().string();
+  return finish_prepare(config::load_config_file(config_path, context), dir, context, options);
+}
+
+Result<Setup> prepare_text(std::string_view config_json, std::string_view source_name,
+                           const std::string& config_dir, const InitializeOptions& options) {
+  const config::ResolveContext context = context_of(options);
+  return finish_prepare(config::load_config_text(config_json, source_name, context), config_dir,
+                        context, options);
+}
+
+Result<std::unique_ptr<Engine>> build_engine(const Setup& setup, std::unique_ptr<Model> model) {
+  DSCORE_CHECK(setup.loaded.ok(), "build_engine on a config with errors");
+  const config::TrainingConfig& cfg = *setup.loaded.config;
+  const PluginSelection& selection = setup.selection;
+  plugin_host::InstanceContext context;
+  context.seed = cfg.seed;
+  context.rank = setup.options.rank;
+  context.world_size = setup.options.world_size;
+
+  EngineComponents components;
+  if (model) {
+    components.model = std::move(model);
+  } else {
+    if (!selection.model)
+      return invalid_argument("no model: add a \"model\" section (e.g. {\"type\": \"mlp\"}) or "
+                              "pass a Model to initialize()");
+    DSCORE_ASSIGN_OR_RETURN(auto instance, plugin_host::ModelInstance::create(
+                                               *selection.model->info, selection.model->params, context));
+    components.model = make_plugin_model(std::move(instance));
+  }
+  if (!selection.optimizer)
+    return invalid_argument("no optimizer: add an \"optimizer\" section, e.g. \"optimizer\": "
+                            "{\"type\": \"Adam\", \"params\": {\"lr\": 0.001}}");
+  DSCORE_ASSIGN_OR_RETURN(components.optimizer,
+                          plugin_host::OptimizerInstance::create(*selection.optimizer->info,
+                                                                 selection.optimizer->params, context));
+  components.base_lr = optimizer_base_lr(*selection.optimizer);
+  if (selection.scheduler) {
+    DSCORE_ASSIGN_OR_RETURN(components.scheduler,
+                            plugin_host::SchedulerInstance::create(
+                                *selection.scheduler->info, selection.scheduler->params, context,
+                                {components.base_lr}, cfg.train_steps > 0 ? cfg.train_steps : -1));
+  }
+  // Only global rank 0 writes monitor output (DeepSpeed does the same).
+  const std::string resolved_json = json::serialize(setup.loaded.resolved);
+  for (const SelectedPlugin& m : selection.monitors) {
+    if (setup.options.rank != 0) break;
+    DSCORE_ASSIGN_OR_RETURN(auto monitor,
+                            plugin_host::MonitorInstance::create(*m.info, m.params, context));
+    DSCORE_RETURN_IF_ERROR(monitor->write_config(resolved_json));
+    components.monitors.push_back(std::move(monitor));
+  }
+  return Engine::create(cfg, std::move(components));
+}
+
+Result<std::unique_ptr<Engine>> initialize(const std::string& config_path,
+                                           std::unique_ptr<Model> model, InitializeOptions options) {
+  options.own_model = options.own_model || model != nullptr;
+  DSCORE_ASSIGN_OR_RETURN(Setup setup, prepare(config_path, options));
+  if (!setup.loaded.ok()) return invalid_argument(format_config_errors(setup.loaded));
+  for (const config::ConfigNotice& n : setup.loaded.notices) log_info(n.path + ": " + n.message);
+  return build_engine(setup, std::move(model));
+}
+
+std::string format_config_errors(const config::LoadedConfig& loaded) {
+  std::string out;
+  for (const config::ConfigError& e : loaded.errors) {
+    if (!out.empty()) out += "\n";
+    out += config::format_error(e, loaded.source_name);
+  }
+  return out;
+}
+
+}  // namespace dscore

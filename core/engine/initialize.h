@@ -1,0 +1,56 @@
+// DeepSpeed's deepspeed.initialize() for C++ programs: a config file (or
+// text) and optionally a C++ model in, a ready Engine out. Steps, usable
+// separately by tools that want to stop early (`dscore config check`):
+//   prepare()      parse + validate the config, open the plugin registry,
+//                  find and validate every plugin section;
+//   build_engine() create the plugin instances and the engine.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/base/status.h"
+#include "core/config/config.h"
+#include "core/engine/engine.h"
+#include "core/engine/plugin_setup.h"
+#include "core/plugin_host/registry.h"
+
+namespace dscore {
+
+struct InitializeOptions {
+  int world_size = 1;
+  int rank = 0;
+  std::optional<int64_t> train_steps;  // overrides "train_steps"
+  // True when the caller brings its own Model: the config's "model" section
+  // is then optional and ignored.
+  bool own_model = false;
+};
+
+struct Setup {
+  InitializeOptions options;
+  config::LoadedConfig loaded;  // errors here are config errors (print, exit 2)
+  std::shared_ptr<plugin_host::PluginRegistry> registry;
+  PluginSelection selection;
+};
+
+// Config problems (including unknown plugins and bad plugin params) end up
+// in setup.loaded.errors; a Status error means the plugin search path itself
+// could not be opened (an explicitly named library that is broken).
+Result<Setup> prepare(const std::string& config_path, const InitializeOptions& options);
+Result<Setup> prepare_text(std::string_view config_json, std::string_view source_name,
+                           const std::string& config_dir, const InitializeOptions& options);
+
+// Requires setup.loaded.ok(). `model` replaces the config's model plugin.
+Result<std::unique_ptr<Engine>> build_engine(const Setup& setup, std::unique_ptr<Model> model);
+
+// prepare + build_engine; config errors become one INVALID_ARGUMENT status
+// with one formatted error per line.
+Result<std::unique_ptr<Engine>> initialize(const std::string& config_path,
+                                           std::unique_ptr<Model> model = nullptr,
+                                           InitializeOptions options = {});
+
+// "<file>:<line>:<col>: <path>: <message>" lines of every config error.
+std::string format_config_errors(const config::LoadedConfig& loaded);
+
+}  // namespace dscore
