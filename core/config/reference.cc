@@ -89,7 +89,7 @@ class Writer {
     if (!spec.fields.empty()) {
       out_ << "| key | type | default | \"auto\" | notes |\n|---|---|---|---|---|\n";
       for (const FieldSpec& f : spec.fields) {
-        std::string def = f.default_value ? "`" + json::serialize(*f.default_value) + "`" : "—";
+        std::string def = f.default_value ? std::string("`") + json::serialize(*f.default_value) + "`" : "—";
         std::string rule = f.auto_rule.empty() ? "—" : "`" + f.auto_rule + "`";
         out_ << "| `" << f.name << "` | " << type_text(f) << " | " << cell(def) << " | " << rule << " | "
              << cell(notes(f)) << " |\n";

@@ -106,6 +106,15 @@ const ObjectSpec* child_spec(const ObjectSpec& spec, std::string_view field) {
 
 namespace {
 
+// "[3]". (Built without `"[" + std::to_string(i)`, which trips GCC 12's
+// -Wrestrict false positive at -O3.)
+std::string index_key(size_t i) {
+  std::string key = "[";
+  key += std::to_string(i);
+  key += ']';
+  return key;
+}
+
 std::string quoted_list(const std::vector<std::string>& values) {
   std::vector<std::string> q;
   for (const std::string& v : values) q.push_back("\"" + v + "\"");
@@ -305,7 +314,7 @@ std::optional<json::Value> Validator::number_array(const json::Value& v, const F
     ok = false;
   }
   for (size_t i = 0; i < items.size(); ++i) {
-    const std::string item_path = join_path(path, "[" + std::to_string(i) + "]");
+    const std::string item_path = join_path(path, index_key(i));
     if (!items[i].is_number()) {
       error(item_path, items[i].location, "expected a number, got " + describe_value(items[i]));
       ok = false;
@@ -378,7 +387,7 @@ std::optional<json::Value> Validator::check(const json::Value& v, const FieldSpe
         ok = false;
       }
       for (size_t i = 0; i < items.size(); ++i) {
-        const std::string item_path = join_path(path, "[" + std::to_string(i) + "]");
+        const std::string item_path = join_path(path, index_key(i));
         if (!items[i].is_string()) {
           error(item_path, items[i].location, "expected a string, got " + describe_value(items[i]));
           ok = false;
@@ -400,7 +409,7 @@ std::optional<json::Value> Validator::check(const json::Value& v, const FieldSpe
       out.location = v.location;
       const auto& items = v.items();
       for (size_t i = 0; i < items.size(); ++i) {
-        const std::string item_path = join_path(path, "[" + std::to_string(i) + "]");
+        const std::string item_path = join_path(path, index_key(i));
         if (!items[i].is_object()) {
           error(item_path, items[i].location, "expected an object, got " + describe_value(items[i]));
         } else {

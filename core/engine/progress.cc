@@ -1,5 +1,7 @@
 #include "core/engine/progress.h"
 
+#include <dscore/cpp/python_float.hpp>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -34,7 +36,7 @@ void ProgressReporter::update(const ProgressSnapshot& s, const std::vector<doubl
   // naming step global_steps + 1 (engine.py _report_progress); kept as is.
   if (steps_per_print_ > 0 && (s.step + 1) % steps_per_print_ == 0) {
     std::vector<std::string> lr_text;
-    for (double lr : lrs) lr_text.push_back(format_double(lr));
+    for (double lr : lrs) lr_text.push_back(sdk::python_float_repr(lr));
     if (terminal_) std::printf("\r\033[K");
     std::printf("step=%lld, skipped=%lld, lr=[%s], mom=[%s]\n", static_cast<long long>(s.step + 1),
                 static_cast<long long>(s.skipped), join(lr_text, ", ").c_str(),

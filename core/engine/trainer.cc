@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include <dscore/cpp/python_float.hpp>
+
 #include "core/base/logging.h"
 #include "core/base/strings.h"
 #include "core/data/sampler.h"
@@ -70,11 +72,11 @@ std::string momentum_text(const PluginSelection& selection) {
   const json::Value& params = selection.optimizer->params.values();
   if (const json::Value* betas = params.find("betas"); betas != nullptr && betas->is_array()) {
     std::vector<std::string> parts;
-    for (const json::Value& b : betas->items()) parts.push_back(format_double(b.as_number()));
+    for (const json::Value& b : betas->items()) parts.push_back(sdk::python_float_repr(b.as_number()));
     return "(" + join(parts, ", ") + ")";
   }
   if (const json::Value* m = params.find("momentum"); m != nullptr && m->is_number())
-    return format_double(m->as_number());
+    return sdk::python_float_repr(m->as_number());
   return "";
 }
 

@@ -1,6 +1,5 @@
-// FakeHost, TestPluginLibrary and CreateArgs (see fake_host.h). Includes a
-// minimal JSON reader, enough to read a params_schema: tests may not use
-// RapidJSON, which lives only in core/config.
+// FakeHost, TestPluginLibrary and CreateArgs (see fake_host.h). Schemas are
+// read with core/config's parser, the same one the real host uses.
 #include "tests/fakes/fake_host.h"
 
 #include <dlfcn.h>
@@ -13,162 +12,14 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "core/config/json.h"
+#include "core/config/schema.h"
+
 namespace dscore::testing {
 namespace {
 
 thread_local dscore_status t_error_code = DSCORE_OK;
 thread_local std::string t_error_message;
-
-// ------------------------------------------------------------ mini JSON
-
-struct Json {
-  enum Kind { kNull, kBool, kNumber, kString, kArray, kObject } kind = kNull;
-  bool b = false;
-  double number = 0;
-  bool integral = false;  // written without '.', 'e' or 'E'
-  std::string text;       // the value of a string
-  std::string raw;        // the JSON text of the value as written
-  std::vector<Json> items;
-  std::vector<std::pair<std::string, Json>> members;
-};
-
-class JsonReader {
- public:
-  explicit JsonReader(std::string_view text) : s_(text) {}
-
-  Json document() {
-    Json v = value();
-    skip_space();
-    if (pos_ != s_.size()) fail("trailing characters");
-    return v;
-  }
-
- private:
-  [[noreturn]] void fail(const std::string& what) const {
-    throw std::runtime_error("params_schema is not valid JSON at offset " + std::to_string(pos_) +
-                             ": " + what);
-  }
-  void skip_space() {
-    while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
-  }
-  bool take(char c) {
-    skip_space();
-    if (pos_ < s_.size() && s_[pos_] == c) {
-      ++pos_;
-      return true;
-    }
-    return false;
-  }
-  void expect(char c) {
-    if (!take(c)) fail(std::string("expected '") + c + "'");
-  }
-  bool literal(std::string_view word) {
-    if (s_.substr(pos_, word.size()) != word) return false;
-    pos_ += word.size();
-    return true;
-  }
-
-  Json value() {
-    skip_space();
-    if (pos_ >= s_.size()) fail("unexpected end");
-    size_t start = pos_;
-    Json v;
-    char c = s_[pos_];
-    if (c == '{') {
-      v.kind = Json::kObject;
-      ++pos_;
-      if (!take('}')) {
-        do {
-          skip_space();
-          std::string key = string_body();
-          expect(':');
-          v.members.emplace_back(key, value());
-        } while (take(','));
-        expect('}');
-      }
-    } else if (c == '[') {
-      v.kind = Json::kArray;
-      ++pos_;
-      if (!take(']')) {
-        do v.items.push_back(value());
-        while (take(','));
-        expect(']');
-      }
-    } else if (c == '"') {
-      v.kind = Json::kString;
-      v.text = string_body();
-    } else if (literal("true")) {
-      v.kind = Json::kBool;
-      v.b = true;
-    } else if (literal("false")) {
-      v.kind = Json::kBool;
-    } else if (literal("null")) {
-      v.kind = Json::kNull;
-    } else {
-      const char* begin = s_.data() + pos_;
-      char* end = nullptr;
-      v.number = std::strtod(begin, &end);
-      if (end == begin) fail("unexpected character");
-      std::string_view raw(begin, static_cast<size_t>(end - begin));
-      v.integral = raw.find_first_of(".eE") == std::string_view::npos;
-      v.kind = Json::kNumber;
-      pos_ += raw.size();
-    }
-    v.raw = std::string(s_.substr(start, pos_ - start));
-    return v;
-  }
-
-  std::string string_body() {
-    if (pos_ >= s_.size() || s_[pos_] != '"') fail("expected a string");
-    ++pos_;
-    std::string out;
-    while (pos_ < s_.size() && s_[pos_] != '"') {
-      char c = s_[pos_++];
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (pos_ >= s_.size()) fail("bad escape");
-      char e = s_[pos_++];
-      switch (e) {
-        case 'n': out += '\n'; break;
-        case 't': out += '\t'; break;
-        case 'r': out += '\r'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'u': fail("\\u escapes are not supported by the test reader");
-        default: out += e;
-      }
-    }
-    if (pos_ >= s_.size()) fail("unterminated string");
-    ++pos_;
-    return out;
-  }
-
-  std::string_view s_;
-  size_t pos_ = 0;
-};
-
-const Json* member(const Json& object, std::string_view name) {
-  for (const auto& [key, value] : object.members)
-    if (key == name) return &value;
-  return nullptr;
-}
-
-std::string json_quote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-
-std::string json_number(double d) {
-  char buffer[40];
-  std::snprintf(buffer, sizeof buffer, "%.17g", d);
-  return buffer;
-}
 
 }  // namespace
 
@@ -360,23 +211,18 @@ std::vector<float> TestTensor::values() const {
 
 std::vector<SchemaField> parse_params_schema(const char* schema_json) {
   if (schema_json == nullptr) return {};
-  Json doc = JsonReader(schema_json).document();
-  if (doc.kind != Json::kObject) throw std::runtime_error("params_schema is not a JSON object");
+  auto spec = config::parse_params_schema(schema_json);
+  if (!spec.ok()) throw std::runtime_error("bad params_schema: " + spec.status().message());
   std::vector<SchemaField> fields;
-  for (const auto& [name, spec] : doc.members) {
-    if (spec.kind != Json::kObject)
-      throw std::runtime_error("params_schema entry '" + name + "' is not an object");
-    SchemaField f;
-    f.name = name;
-    const Json* type = member(spec, "type");
-    if (type == nullptr || type->kind != Json::kString)
-      throw std::runtime_error("params_schema entry '" + name + "' has no \"type\"");
-    f.type = type->text;
-    if (const Json* d = member(spec, "default")) f.default_json = d->raw;
-    if (const Json* r = member(spec, "required")) f.required = r->kind == Json::kBool && r->b;
-    if (const Json* a = member(spec, "auto")) f.auto_rule = a->text;
-    if (const Json* d = member(spec, "doc")) f.doc = d->text;
-    fields.push_back(std::move(f));
+  for (const config::FieldSpec& f : spec->fields) {
+    SchemaField field;
+    field.name = f.name;
+    field.type = config::field_type_name(f.type);
+    if (f.default_value) field.default_json = json::serialize(*f.default_value);
+    field.required = f.required;
+    field.auto_rule = f.auto_rule;
+    field.doc = f.doc;
+    fields.push_back(std::move(field));
   }
   return fields;
 }
@@ -387,21 +233,23 @@ CreateArgs CreateArgs::with_defaults(const dscore_plugin_descriptor* descriptor)
   CreateArgs args;
   for (const SchemaField& f : parse_params_schema(descriptor->params_schema)) {
     if (f.default_json.empty()) continue;
-    Json d = JsonReader(f.default_json).document();
-    if (d.kind == Json::kBool) {
-      args.boolean(f.name, d.b);
-    } else if (d.kind == Json::kString) {
-      args.string(f.name, d.text);
-    } else if (d.kind == Json::kNumber && f.type == "int") {
-      args.integer(f.name, static_cast<int64_t>(d.number));
-    } else if (d.kind == Json::kNumber) {
-      args.number(f.name, d.number);
-    } else if (d.kind == Json::kArray && f.type != "json") {
+    auto parsed = json::parse(f.default_json, "default");
+    if (!parsed.ok()) throw std::runtime_error(parsed.status().message());
+    const json::Value& d = *parsed;
+    if (d.is_bool()) {
+      args.boolean(f.name, d.as_bool());
+    } else if (d.is_string()) {
+      args.string(f.name, d.as_string());
+    } else if (d.is_number() && f.type == "int") {
+      args.integer(f.name, d.as_int());
+    } else if (d.is_number()) {
+      args.number(f.name, d.as_number());
+    } else if (d.is_array() && f.type != "json") {
       std::vector<double> v;
-      for (const Json& item : d.items) v.push_back(item.number);
+      for (const json::Value& item : d.items()) v.push_back(item.as_number());
       args.numbers(f.name, v);
-    } else if (d.kind != Json::kNull) {
-      args.json(f.name, d.raw);
+    } else if (!d.is_null()) {
+      args.json(f.name, f.default_json);
     }
   }
   return args;
@@ -471,7 +319,7 @@ CreateArgs& CreateArgs::rank(int32_t rank, int32_t world_size) {
 const dscore_create_args* CreateArgs::get() {
   values_.assign(entries_.size(), dscore_named_value{});
   pointers_.clear();
-  params_json_ = "{";
+  json::Value params = json::Value::object();
   for (size_t k = 0; k < entries_.size(); ++k) {
     const auto& [name, e] = entries_[k];
     dscore_named_value& v = values_[k];
@@ -486,25 +334,27 @@ const dscore_create_args* CreateArgs::get() {
     v.count = e.doubles.size();
     pointers_.push_back(&v);
 
-    if (k > 0) params_json_ += ", ";
-    params_json_ += json_quote(name) + ": ";
     switch (e.type) {
-      case DSCORE_VALUE_BOOL: params_json_ += e.b ? "true" : "false"; break;
-      case DSCORE_VALUE_INT: params_json_ += std::to_string(e.i); break;
-      case DSCORE_VALUE_DOUBLE: params_json_ += json_number(e.d); break;
-      case DSCORE_VALUE_STRING: params_json_ += json_quote(e.s); break;
-      case DSCORE_VALUE_JSON: params_json_ += e.s; break;
-      case DSCORE_VALUE_DOUBLE_ARRAY: {
-        params_json_ += "[";
-        for (size_t j = 0; j < e.doubles.size(); ++j)
-          params_json_ += (j ? ", " : "") + json_number(e.doubles[j]);
-        params_json_ += "]";
+      case DSCORE_VALUE_BOOL: params.set(name, e.b); break;
+      case DSCORE_VALUE_INT: params.set(name, e.i); break;
+      case DSCORE_VALUE_DOUBLE: params.set(name, e.d); break;
+      case DSCORE_VALUE_STRING: params.set(name, e.s); break;
+      case DSCORE_VALUE_JSON: {
+        auto parsed = json::parse(e.s, name);
+        if (!parsed.ok()) throw std::runtime_error(parsed.status().message());
+        params.set(name, *parsed);
         break;
       }
-      default: params_json_ += "null";
+      case DSCORE_VALUE_DOUBLE_ARRAY: {
+        json::Value array = json::Value::array();
+        for (double d : e.doubles) array.push_back(d);
+        params.set(name, std::move(array));
+        break;
+      }
+      default: params.set(name, nullptr);
     }
   }
-  params_json_ += "}";
+  params_json_ = json::serialize(params);
 
   args_ = dscore_create_args{};
   args_.struct_size = sizeof(dscore_create_args);

@@ -15,7 +15,7 @@
 #include <string>
 #include <system_error>
 
-#include "python_float.h"
+#include <dscore/cpp/python_float.hpp>
 
 DSCORE_PLUGIN_HOST_STORAGE;
 
@@ -101,7 +101,7 @@ class CsvMonitor {
       std::string header = slash == std::string::npos ? tag : tag.substr(slash + 1);
       put(it->second, "step," + csv_field(header) + "\r\n");
     }
-    put(it->second, std::to_string(e.step) + "," + python_float_repr(e.value) + "\r\n");
+    put(it->second, std::to_string(e.step) + "," + sdk::python_float_repr(e.value) + "\r\n");
     dirty_ = true;
   }
 

@@ -1,6 +1,6 @@
-// Tests of plugins/monitors/csv/python_float.cc: the expected strings are
+// Tests of sdk/include/dscore/cpp/python_float.hpp: the expected strings are
 // what CPython 3 prints for repr() of the same doubles (checked with python3).
-#include "plugins/monitors/csv/python_float.h"
+#include <dscore/cpp/python_float.hpp>
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <limits>
 #include <string>
 
-namespace dscore::csv_monitor {
+namespace dscore::sdk {
 namespace {
 
 TEST(PythonFloatReprTest, MatchesCPythonRepr) {
@@ -67,4 +67,4 @@ TEST(PythonFloatReprTest, RoundTripsRandomDoubles) {
 }
 
 }  // namespace
-}  // namespace dscore::csv_monitor
+}  // namespace dscore::sdk

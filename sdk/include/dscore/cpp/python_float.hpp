@@ -1,16 +1,25 @@
-// python_float_repr: std::to_chars gives the shortest round-trip digits (as
-// Python's dtoa mode 0 does); this file lays them out with the rules of
-// CPython's format_float_short for repr ('r' format, Py_DTSF_ADD_DOT_0).
-#include "python_float.h"
+// Python's repr(float) in C++: the text DeepSpeed writes for a float (its
+// csv_monitor rows, the lr=[...] of its progress lines). Header-only, shared
+// by plugins and the host; nothing here crosses the ABI.
+//
+// std::to_chars gives the shortest round-trip digits (as Python's dtoa mode
+// 0 does); python_float_repr lays them out with the rules of CPython's
+// format_float_short for repr ('r' format, Py_DTSF_ADD_DOT_0).
+#ifndef DSCORE_CPP_PYTHON_FLOAT_HPP_
+#define DSCORE_CPP_PYTHON_FLOAT_HPP_
 
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <string>
 #include <string_view>
 
-namespace dscore::csv_monitor {
+namespace dscore::sdk {
 
-std::string python_float_repr(double value) {
+// Shortest digits that round-trip; scientific notation iff the decimal
+// exponent is < -4 or >= 16 (e.g. 1e-05, 0.0001, 123.0, 1e+16); "inf",
+// "-inf", "nan"; a ".0" on integral values; "-0.0" for negative zero.
+inline std::string python_float_repr(double value) {
   if (std::isnan(value)) return "nan";
   if (std::isinf(value)) return value < 0 ? "-inf" : "inf";
 
@@ -45,4 +54,6 @@ std::string python_float_repr(double value) {
          digits.substr(static_cast<size_t>(decpt));
 }
 
-}  // namespace dscore::csv_monitor
+}  // namespace dscore::sdk
+
+#endif  // DSCORE_CPP_PYTHON_FLOAT_HPP_
