@@ -101,8 +101,14 @@ LoadedConfig load_config_file(const std::string& path, const ResolveContext& con
 
 std::string format_error(const ConfigError& error, std::string_view source_name) {
   std::string out(source_name);
-  if (error.location.known())
-    out += std::string(":") + std::to_string(error.location.line) + ":" + std::to_string(error.location.column);
+  if (error.location.known()) {
+    // Appended piecewise: `":" + std::to_string(...)` trips GCC 12's
+    // -Wrestrict false positive at -O3.
+    out += ':';
+    out += std::to_string(error.location.line);
+    out += ':';
+    out += std::to_string(error.location.column);
+  }
   out += ": ";
   if (!error.path.empty()) out += error.path + ": ";
   out += error.message;

@@ -289,7 +289,13 @@ bool parse_with_location(std::string_view text, Value* out, ParseError* error) {
 
 static std::string prefix(std::string_view source, Location where) {
   std::string out(source);
-  if (where.known()) out += std::string(":") + std::to_string(where.line) + ":" + std::to_string(where.column);
+  if (where.known()) {
+    // Appended piecewise (GCC 12 -Wrestrict false positive, see config.cc).
+    out += ':';
+    out += std::to_string(where.line);
+    out += ':';
+    out += std::to_string(where.column);
+  }
   return out + ": ";
 }
 

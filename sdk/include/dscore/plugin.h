@@ -286,7 +286,7 @@ typedef struct dscore_plugin_descriptor {
    *    "enum": ["a", "b"],          optional allowed strings
    *    "length": n,                 optional exact length for arrays
    *    "auto": "<rule>",            optional: accepts "auto", resolved by the
-   *                                 host rule named here (see docs/config.md:
+   *                                 host rule named here (see docs/config-auto.md:
    *                                 "default", "train_steps", "optimizer_lr", ...)
    *    "error": "<message>",        optional: the parameter is rejected with
    *                                 this message whenever it is given

@@ -3,6 +3,8 @@
 // for, on stderr with exit 2 when the command line is wrong.
 #include <gtest/gtest.h>
 
+#include <cctype>
+
 #include "tests/core/cli/process.h"
 
 namespace dscore::testing {
@@ -63,6 +65,12 @@ struct HelpCase {
   std::vector<std::string> options;
 };
 
+// How GoogleTest shows a case: its command line.
+void PrintTo(const HelpCase& c, std::ostream* os) {
+  *os << "dscore";
+  for (const std::string& a : c.args) *os << ' ' << a;
+}
+
 class CliHelp : public ::testing::TestWithParam<HelpCase> {};
 
 TEST_P(CliHelp, PrintsUsageAndOptionsOnStdout) {
@@ -88,7 +96,17 @@ INSTANTIATE_TEST_SUITE_P(
         HelpCase{{"config", "--help"}, "usage: dscore config check F", {"config reference"}},
         HelpCase{{"plugins", "list", "--help"}, "usage: dscore plugins list [--json]",
                  {"--json", "--help"}},
-        HelpCase{{"plugins", "--help"}, "usage: dscore plugins list [--json]", {}}));
+        HelpCase{{"plugins", "--help"}, "usage: dscore plugins list [--json]", {}}),
+    // Test names from the arguments: "run_help", "config_check_help", ...
+    [](const ::testing::TestParamInfo<HelpCase>& info) {
+      std::string name;
+      for (const std::string& a : info.param.args) {
+        for (char c : a) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+        name += '_';
+      }
+      while (name.find("__") != std::string::npos) name.replace(name.find("__"), 2, "_");
+      return name.substr(name.front() == '_' ? 1 : 0, name.size() - 1);
+    });
 
 TEST(CliMain, UnknownOptionIsExit2NamingIt) {
   ProcessResult r = run_dscore({"run", "--config", "x.json", "--stpes", "3"});

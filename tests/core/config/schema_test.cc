@@ -47,7 +47,7 @@ ObjectSpec spec(std::vector<FieldSpec> fields, ObjectOptions options = {}) {
   return *make_object(std::move(fields), "test", options);
 }
 
-TEST(Validator, UnknownKeyIsAnErrorWithSuggestionAndKeyLocation) {
+TEST(SchemaValidator, UnknownKeyIsAnErrorWithSuggestionAndKeyLocation) {
   ObjectSpec s = spec({F("zero_optimization", T::kObject, "").object(make_object({}, "zero"))});
   Outcome r = validate("{\n  \"zero_optimisation\": {}\n}", s);
   ASSERT_EQ(r.errors.size(), 1u);
@@ -58,7 +58,7 @@ TEST(Validator, UnknownKeyIsAnErrorWithSuggestionAndKeyLocation) {
   EXPECT_EQ(far.error_text(), "banana@1:2: unknown key \"banana\"");
 }
 
-TEST(Validator, UnknownKeyNestedCarriesThePath) {
+TEST(SchemaValidator, UnknownKeyNestedCarriesThePath) {
   auto inner = make_object({F("stage", T::kInt, "").def(0)}, "zero");
   ObjectSpec s = spec({F("zero", T::kObject, "").object(inner)});
   Outcome r = validate("{\"zero\": {\"stag\": 1}}", s);
@@ -66,7 +66,7 @@ TEST(Validator, UnknownKeyNestedCarriesThePath) {
   EXPECT_EQ(r.out.find("zero")->find("stage")->as_int(), 0);  // still filled
 }
 
-TEST(Validator, AllowUnknownKeepsKeysWithANoticeUnlessQuiet) {
+TEST(SchemaValidator, AllowUnknownKeepsKeysWithANoticeUnlessQuiet) {
   ObjectSpec loud = spec({F("a", T::kInt, "")}, {.allow_unknown = true});
   Outcome r = validate("{\"x\": [1], \"a\": 1}", loud);
   EXPECT_TRUE(r.errors.empty());
@@ -83,7 +83,7 @@ TEST(Validator, AllowUnknownKeepsKeysWithANoticeUnlessQuiet) {
   EXPECT_EQ(q.out.find("x")->location.column, 7);
 }
 
-TEST(Validator, WrongTypeNamesExpectedAndGot) {
+TEST(SchemaValidator, WrongTypeNamesExpectedAndGot) {
   ObjectSpec s = spec({F("n", T::kInt, ""), F("b", T::kBool, ""), F("s", T::kString, ""),
                        F("o", T::kObject, "").object(make_object({}, "o")), F("x", T::kNumber, "")});
   Outcome r = validate("{\"n\": \"5e8\", \"b\": 1, \"s\": 3, \"o\": [], \"x\": true}", s);
@@ -95,7 +95,7 @@ TEST(Validator, WrongTypeNamesExpectedAndGot) {
   EXPECT_EQ(r.error_text(4), "x@1:44: expected a number, got bool true");
 }
 
-TEST(Validator, IntsAcceptIntegralFloatsOnly) {
+TEST(SchemaValidator, IntsAcceptIntegralFloatsOnly) {
   ObjectSpec s = spec({F("a", T::kInt, ""), F("b", T::kInt, ""), F("c", T::kInt, "")});
   Outcome r = validate("{\"a\": 5e8, \"b\": 2.5, \"c\": 1e30}", s);
   EXPECT_TRUE(r.out.find("a")->is_int());
@@ -106,7 +106,7 @@ TEST(Validator, IntsAcceptIntegralFloatsOnly) {
   EXPECT_EQ(r.out.find("b"), nullptr);
 }
 
-TEST(Validator, Bounds) {
+TEST(SchemaValidator, Bounds) {
   ObjectSpec s = spec({F("stage", T::kInt, "").range(0, 3), F("lo", T::kNumber, "").min(0),
                        F("hi", T::kNumber, "").max(1), F("ok", T::kInt, "").range(0, 3)});
   Outcome r = validate("{\"stage\": 4, \"lo\": -0.5, \"hi\": 1.5, \"ok\": 3}", s);
@@ -117,7 +117,7 @@ TEST(Validator, Bounds) {
   EXPECT_EQ(r.out.find("ok")->as_int(), 3);
 }
 
-TEST(Validator, EnumsExactCaseInsensitiveAndCustomMessage) {
+TEST(SchemaValidator, EnumsExactCaseInsensitiveAndCustomMessage) {
   ObjectSpec s = spec({
       F("device", T::kString, "").enums({"none", "cpu", "nvme"}),
       F("tag", T::kString, "").enums({"WARN", "IGNORE", "FAIL"}, true),
@@ -136,7 +136,7 @@ TEST(Validator, EnumsExactCaseInsensitiveAndCustomMessage) {
   EXPECT_EQ(bad.error_text(2), "dtype@1:42: Bad dtype. Got: fp8");
 }
 
-TEST(Validator, ArraysCheckItemsLengthAndBounds) {
+TEST(SchemaValidator, ArraysCheckItemsLengthAndBounds) {
   ObjectSpec s = spec({
       F("betas", T::kNumberArray, "").length(2).range(0, 1),
       F("lr", T::kNumberOrArray, "").min(0),
@@ -156,7 +156,7 @@ TEST(Validator, ArraysCheckItemsLengthAndBounds) {
   EXPECT_EQ(bad.error_text(4), "names[0]@1:46: expected a string, got integer 1");
 }
 
-TEST(Validator, AutoWithoutRuleIsRejectedWithTheNote) {
+TEST(SchemaValidator, AutoWithoutRuleIsRejectedWithTheNote) {
   ObjectSpec s = spec({F("a", T::kInt, ""),
                        F("stage", T::kInt, "").auto_note("DeepSpeed would silently drop it and run ZeRO stage 0; give 0-3")});
   Outcome r = validate("{\"a\": \"auto\", \"stage\": \"auto\"}", s);
@@ -166,7 +166,7 @@ TEST(Validator, AutoWithoutRuleIsRejectedWithTheNote) {
             "stage@1:24: \"auto\" is not accepted here; DeepSpeed would silently drop it and run ZeRO stage 0; give 0-3");
 }
 
-TEST(Validator, AutoWithRuleCallsTheResolverAndNotes) {
+TEST(SchemaValidator, AutoWithRuleCallsTheResolverAndNotes) {
   auto inner = make_object({F("bucket", T::kInt, "").min(0).auto_rule("hidden_squared")}, "z");
   ObjectSpec s = spec({F("z", T::kObject, "").object(inner)});
   AutoResolver resolver = [](const std::string&, const FieldSpec&, const std::string&) {
@@ -182,7 +182,7 @@ TEST(Validator, AutoWithRuleCallsTheResolverAndNotes) {
   EXPECT_EQ(r.notices[0].message, "\"auto\" -> 65536 (hidden_size^2 = 256^2)");
 }
 
-TEST(Validator, AutoResolverErrorsAndAbsentResults) {
+TEST(SchemaValidator, AutoResolverErrorsAndAbsentResults) {
   ObjectSpec s = spec({F("steps", T::kInt, "").auto_rule("train_steps"), F("b", T::kInt, "").auto_rule("batch"),
                        F("c", T::kInt, "").min(10).auto_rule("x")});
   AutoResolver resolver = [](const std::string& rule, const FieldSpec&, const std::string&) {
@@ -199,14 +199,14 @@ TEST(Validator, AutoResolverErrorsAndAbsentResults) {
   EXPECT_TRUE(r.notices.empty());
 }
 
-TEST(Validator, JsonFieldsKeepAutoAsWritten) {
+TEST(SchemaValidator, JsonFieldsKeepAutoAsWritten) {
   ObjectSpec s = spec({F("stages", T::kJson, "").def("auto")});
   Outcome r = validate("{\"stages\": \"auto\"}", s);
   EXPECT_TRUE(r.errors.empty());
   EXPECT_TRUE(r.out.find("stages")->is_auto());
 }
 
-TEST(Validator, AliasesCanonicaliseAndTwoSpellingsAreAnError) {
+TEST(SchemaValidator, AliasesCanonicaliseAndTwoSpellingsAreAnError) {
   ObjectSpec s = spec({F("prefetch_bucket_size", T::kInt, "").alias("stage3_prefetch_bucket_size").def(5)});
   Outcome r = validate("{\"stage3_prefetch_bucket_size\": 7}", s);
   EXPECT_TRUE(r.errors.empty());
@@ -220,14 +220,14 @@ TEST(Validator, AliasesCanonicaliseAndTwoSpellingsAreAnError) {
             "spellings of the same key; give only one");
 }
 
-TEST(Validator, ErrorFieldsRejectWithTheirMessage) {
+TEST(SchemaValidator, ErrorFieldsRejectWithTheirMessage) {
   ObjectSpec s = spec({F("max_grad_norm", T::kNumber, "").error("use gradient_clipping")});
   Outcome r = validate("{\"max_grad_norm\": 1.0}", s);
   EXPECT_EQ(r.error_text(), "max_grad_norm@1:2: use gradient_clipping");
   EXPECT_TRUE(validate("{}", s).errors.empty());
 }
 
-TEST(Validator, DeprecatedKeysNoticeRenameAndTogetherError) {
+TEST(SchemaValidator, DeprecatedKeysNoticeRenameAndTogetherError) {
   ObjectSpec s = spec({
       F("intra_op_parallelism", T::kInt, "").def(1).min(1),
       F("thread_count", T::kInt, "").replaced_by("intra_op_parallelism", true).deprecated("renamed"),
@@ -257,14 +257,14 @@ TEST(Validator, DeprecatedKeysNoticeRenameAndTogetherError) {
   EXPECT_EQ(both_renamed.out.find("intra_op_parallelism")->as_int(), 3);
 }
 
-TEST(Validator, NullableNullIsAbsentOtherNullIsAnError) {
+TEST(SchemaValidator, NullableNullIsAbsentOtherNullIsAnError) {
   ObjectSpec s = spec({F("a", T::kInt, "").nullable().def(3), F("b", T::kInt, "")});
   Outcome r = validate("{\"a\": null, \"b\": null}", s);
   EXPECT_EQ(r.out.find("a"), nullptr);
   EXPECT_EQ(r.error_text(), "b@1:18: expected an int, got null");
 }
 
-TEST(Validator, DefaultsAreFilledIncludingNestedObjects) {
+TEST(SchemaValidator, DefaultsAreFilledIncludingNestedObjects) {
   auto inner = make_object({F("x", T::kInt, "").def(7), F("y", T::kString, "")}, "inner");
   ObjectSpec s = spec({F("a", T::kBool, "").def(false), F("inner", T::kObject, "").def(json::Value::object()).object(inner),
                        F("absent", T::kObject, "").nullable().object(inner)});
@@ -275,7 +275,7 @@ TEST(Validator, DefaultsAreFilledIncludingNestedObjects) {
   EXPECT_EQ(json::serialize(*given.out.find("absent")), "{\"x\":7}");
 }
 
-TEST(Validator, OutputFollowsSchemaOrderAndKeepsLocations) {
+TEST(SchemaValidator, OutputFollowsSchemaOrderAndKeepsLocations) {
   ObjectSpec s = spec({F("a", T::kInt, ""), F("b", T::kInt, "")});
   Outcome r = validate("{\"b\": 2,\n \"a\": 1}", s);
   EXPECT_EQ(r.out.members()[0].key, "a");
@@ -283,7 +283,7 @@ TEST(Validator, OutputFollowsSchemaOrderAndKeepsLocations) {
   EXPECT_EQ(r.out.members()[1].value.location.column, 7);
 }
 
-TEST(Validator, RequiredKeyMissingPointsAtTheObject) {
+TEST(SchemaValidator, RequiredKeyMissingPointsAtTheObject) {
   auto inner = make_object({F("type", T::kString, "").required()}, "opt");
   ObjectSpec s = spec({F("optimizer", T::kObject, "").object(inner)});
   Outcome r = validate("{\"optimizer\": {\"params\": {}}}", s);
@@ -292,7 +292,7 @@ TEST(Validator, RequiredKeyMissingPointsAtTheObject) {
   EXPECT_EQ(r.error_text(1), "optimizer.type@1:15: missing required key \"type\"");
 }
 
-TEST(Validator, ObjectArraysValidateEachItem) {
+TEST(SchemaValidator, ObjectArraysValidateEachItem) {
   auto item = make_object({F("type", T::kString, "").required()}, "monitor");
   ObjectSpec s = spec({F("monitors", T::kObjectArray, "").object(item)});
   Outcome r = validate("{\"monitors\": [{\"type\": \"csv\"}, {\"typo\": 1}, 3]}", s);
@@ -302,7 +302,7 @@ TEST(Validator, ObjectArraysValidateEachItem) {
   EXPECT_EQ(r.error_text(2), "monitors[2]@1:45: expected an object, got integer 3");
 }
 
-TEST(Validator, TopLevelNotAnObject) {
+TEST(SchemaValidator, TopLevelNotAnObject) {
   ObjectSpec s = spec({F("a", T::kInt, "").def(1)});
   std::vector<ConfigError> errors;
   json::Value out = validate_object(parse("[1]"), s, "sec", {}, ValidationSink{&errors, nullptr});
@@ -316,14 +316,14 @@ TEST(Validator, TopLevelNotAnObject) {
   EXPECT_TRUE(errors.empty());
 }
 
-TEST(Validator, NotUsedKeysGetANotice) {
+TEST(SchemaValidator, NotUsedKeysGetANotice) {
   ObjectSpec s = spec({F("pipeline", T::kObject, "").not_used().object(make_object({}, "p"))});
   Outcome r = validate("{\"pipeline\": {}}", s);
   ASSERT_EQ(r.notices.size(), 1u);
   EXPECT_EQ(r.notices[0].message, "accepted but not used by dscore");
 }
 
-TEST(Paths, JoinPath) {
+TEST(SchemaPaths, JoinPath) {
   EXPECT_EQ(join_path("", "a"), "a");
   EXPECT_EQ(join_path("a", "b"), "a.b");
   EXPECT_EQ(join_path("a", "[2]"), "a[2]");
