@@ -69,7 +69,7 @@ class Writer {
   std::string run() {
     out_
         << "# ds_config.json reference\n\n"
-        << "<!-- Generated from the schema (core/config/deepspeed_schema*.cc) by dscore_config_reference;\n"
+        << "<!-- Generated from the schema (core/config/deepspeed_schema*.cc) by `dscore config reference`;\n"
         << "     do not edit by hand. A test fails when this file and the schema disagree. -->\n\n"
         << "Every key dscore reads, with its type and default. Defaults and meanings are DeepSpeed's\n"
         << "(v0.16) unless the notes say otherwise. Unlike DeepSpeed, **an unknown key is an error at\n"

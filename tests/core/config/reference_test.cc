@@ -23,8 +23,7 @@ TEST(ConfigReference, CheckedInFileMatchesTheSchema) {
   content << in.rdbuf();
   EXPECT_TRUE(content.str() == config_reference_markdown())
       << path << " is out of date with the schema (core/config/deepspeed_schema*.cc). Regenerate it:\n"
-      << "  cmake --build <build> --target dscore_config_reference && "
-         "<build>/bin/dscore_config_reference > docs/config-reference.md";
+      << "  <build>/bin/dscore config reference > docs/config-reference.md";
 }
 
 TEST(ConfigReference, CoversEveryKeyAliasAndRule) {

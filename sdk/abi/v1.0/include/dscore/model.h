@@ -142,7 +142,8 @@ typedef struct dscore_model_vtable {
                            const dscore_model_hooks* hooks, double* loss, dscore_tensor* output);
 
   /* Optional. A deterministic synthetic task: fill out's tensors (allocated
-   * by the host per the declared inputs, out->batch_size samples) with
+   * by the host per the declared inputs, out->batch_size samples; the views
+   * are const but their data is the plugin's to write) with
    * samples first_sample, first_sample + 1, ... Sample i must depend only on
    * (seed, i), so any rank can produce any slice of any global batch.
    * UNIMPLEMENTED (or NULL) when the model needs a data file. */

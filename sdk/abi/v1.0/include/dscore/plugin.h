@@ -251,7 +251,11 @@ enum {
   DSCORE_KIND_MODEL = 6      /* model.h */
 };
 
-/* Capability bits, shared by all kinds; each kind's header says which it reads. */
+/* Capability bits, shared by all kinds. The host reads: the device bits
+ * (CPU/CUDA) and dtype bits of optimizers, models and comm backends to check
+ * that the engine's tensors suit the plugin; MULTI_RANK of any kind. Schedulers
+ * and monitors touch no tensors and may declare 0. DSCORE_DEVICE_CUDA_HOST
+ * (pinned) memory is CPU-addressable: a CAP_CPU plugin must accept it. */
 #define DSCORE_CAP_CPU ((uint64_t)1 << 0)       /* works on CPU tensors */
 #define DSCORE_CAP_CUDA ((uint64_t)1 << 1)      /* works on CUDA tensors */
 #define DSCORE_CAP_F32 ((uint64_t)1 << 8)       /* accepts fp32 tensors */
@@ -282,7 +286,7 @@ typedef struct dscore_plugin_descriptor {
    *    "enum": ["a", "b"],          optional allowed strings
    *    "length": n,                 optional exact length for arrays
    *    "auto": "<rule>",            optional: accepts "auto", resolved by the
-   *                                 host rule named here (see docs/config.md:
+   *                                 host rule named here (see docs/config-auto.md:
    *                                 "default", "train_steps", "optimizer_lr", ...)
    *    "error": "<message>",        optional: the parameter is rejected with
    *                                 this message whenever it is given
