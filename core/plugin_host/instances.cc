@@ -123,6 +123,17 @@ Status OptimizerInstance::step(const dscore_optimizer_step_args& args) {
   return call_plugin(info_.display(), "step", [&] { return vt->step(handle_, &args); });
 }
 
+Result<bool> OptimizerInstance::wants_reduced_gradients(int64_t step) const {
+  const auto* vt = vtable_of<dscore_optimizer_vtable>(info_);
+  if (!DSCORE_HAS_FIELD(vt, dscore_optimizer_vtable, wants_reduced_gradients) ||
+      vt->wants_reduced_gradients == nullptr)
+    return true;
+  auto answer = call_plugin_value<int32_t>(info_.display(), "wants_reduced_gradients",
+                                           [&] { return vt->wants_reduced_gradients(handle_, step); });
+  if (!answer.ok()) return answer.status();
+  return *answer != 0;
+}
+
 bool OptimizerInstance::has_extra_state() const {
   const auto* vt = vtable_of<dscore_optimizer_vtable>(info_);
   return DSCORE_HAS_FIELD(vt, dscore_optimizer_vtable, save_extra_state) &&

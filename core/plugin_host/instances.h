@@ -54,6 +54,9 @@ class OptimizerInstance {
   bool has_extra_state() const;
   Result<std::string> save_extra_state() const;
   Status load_extra_state(std::string_view bytes);
+  // Whether the host reduces gradients before update `step` (true when the
+  // plugin has no wants_reduced_gradients).
+  Result<bool> wants_reduced_gradients(int64_t step) const;
 
  private:
   OptimizerInstance(PluginInfo info, dscore_optimizer* handle) : info_(std::move(info)), handle_(handle) {}

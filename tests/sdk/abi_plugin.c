@@ -55,8 +55,11 @@ static dscore_status abi_step(dscore_optimizer* self, const dscore_optimizer_ste
   return DSCORE_OK;
 }
 
-static const dscore_optimizer_vtable kVtable = {
-    sizeof(dscore_optimizer_vtable), abi_create, abi_destroy, abi_state_slots, abi_step, NULL, NULL};
+static const dscore_optimizer_vtable kVtable = {.struct_size = sizeof(dscore_optimizer_vtable),
+                                                .create = abi_create,
+                                                .destroy = abi_destroy,
+                                                .state_slots = abi_state_slots,
+                                                .step = abi_step};
 
 static const dscore_plugin_descriptor kDescriptor = {
     sizeof(dscore_plugin_descriptor), DSCORE_KIND_OPTIMIZER, ABI_PLUGIN_NAME, "1.0",

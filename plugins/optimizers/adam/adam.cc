@@ -243,10 +243,20 @@ dscore_status step(dscore_optimizer* opaque, const dscore_optimizer_step_args* a
   });
 }
 
-const dscore_optimizer_vtable kAdamVtable = {
-    sizeof(dscore_optimizer_vtable), &create_adam, &destroy, &state_slots, &step, nullptr, nullptr};
-const dscore_optimizer_vtable kAdamWVtable = {
-    sizeof(dscore_optimizer_vtable), &create_adamw, &destroy, &state_slots, &step, nullptr, nullptr};
+// Value-initialised, then filled: functions this plugin does not offer stay
+// NULL, also the ones a later ABI minor appends (no aggregate to update).
+dscore_optimizer_vtable make_vtable(dscore_status (*create)(const dscore_create_args*,
+                                                            dscore_optimizer**)) {
+  dscore_optimizer_vtable vt{};
+  vt.struct_size = sizeof vt;
+  vt.create = create;
+  vt.destroy = &destroy;
+  vt.state_slots = &state_slots;
+  vt.step = &step;
+  return vt;
+}
+const dscore_optimizer_vtable kAdamVtable = make_vtable(&create_adam);
+const dscore_optimizer_vtable kAdamWVtable = make_vtable(&create_adamw);
 
 constexpr uint64_t kCaps = DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16;
 

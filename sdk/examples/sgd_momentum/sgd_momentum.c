@@ -199,8 +199,13 @@ static dscore_status sgd_step(dscore_optimizer* opaque, const dscore_optimizer_s
   return DSCORE_OK;
 }
 
-static const dscore_optimizer_vtable kVtable = {
-    sizeof(dscore_optimizer_vtable), sgd_create, sgd_destroy, sgd_state_slots, sgd_step, NULL, NULL};
+/* Designated initializers: the functions an example does not offer stay
+ * NULL, also when a later ABI minor appends fields to the table. */
+static const dscore_optimizer_vtable kVtable = {.struct_size = sizeof(dscore_optimizer_vtable),
+                                                .create = sgd_create,
+                                                .destroy = sgd_destroy,
+                                                .state_slots = sgd_state_slots,
+                                                .step = sgd_step};
 
 static const dscore_plugin_descriptor kSgdMomentum = {
     sizeof(dscore_plugin_descriptor),

@@ -110,6 +110,15 @@ typedef struct dscore_optimizer_vtable {
   dscore_status (*save_extra_state)(const dscore_optimizer* self, dscore_write_fn write,
                                     void* ctx);
   dscore_status (*load_extra_state)(dscore_optimizer* self, const void* data, size_t size);
+
+  /* Optional. Whether the host should reduce (average across data-parallel
+   * ranks) the gradients it passes to the update numbered `step` (1-based,
+   * as hparams->step). Return 0 when the optimizer communicates gradients
+   * itself for that update (OneBitAdam's compressed phase, through
+   * host->communicator()): step() then receives this rank's local gradients.
+   * NULL means always 1. Only meaningful without ZeRO partitioning (stage 0);
+   * the host refuses an optimizer that returns 0 under ZeRO stages 1-3. */
+  int32_t (*wants_reduced_gradients)(const dscore_optimizer* self, int64_t step);
   /* ---- minor 0 ends here ---- */
 } dscore_optimizer_vtable;
 

@@ -187,19 +187,20 @@ static dscore_status fake_state_slots(const dscore_optimizer* self,
 
 namespace {
 
-const dscore_optimizer_vtable kVtable = {
-    sizeof(dscore_optimizer_vtable),
-    fake_create,
-    fake_destroy,
-    fake_state_slots,
+dscore_optimizer_vtable make_vtable() {
+  dscore_optimizer_vtable vt{};
+  vt.struct_size = sizeof vt;
+  vt.create = fake_create;
+  vt.destroy = fake_destroy;
+  vt.state_slots = fake_state_slots;
 #if defined(FAULT_NULL_STEP)
-    nullptr,
+  vt.step = nullptr;
 #else
-    fake_step,
+  vt.step = fake_step;
 #endif
-    nullptr,
-    nullptr,
-};
+  return vt;
+}
+const dscore_optimizer_vtable kVtable = make_vtable();
 
 #if defined(FAULT_BAD_SCHEMA)
 const char kSchema[] = R"({"lr": {"type": "number", "default": 0.01)";  // unterminated
