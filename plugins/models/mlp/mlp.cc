@@ -234,6 +234,14 @@ class Mlp {
   }
 
   size_t layer_count() const { return dims_.size() - 1; }
+
+  // Forward FLOPs of linear layer l for `batch` samples: the matmul
+  // (2·in·out per sample) plus bias and activation (about out each).
+  double layer_flops(size_t l, int64_t batch) const {
+    if (l >= layer_count()) throw Error(DSCORE_INVALID_ARGUMENT, "no layer " + std::to_string(l));
+    const double in = static_cast<double>(dims_[l]), out = static_cast<double>(dims_[l + 1]);
+    return static_cast<double>(batch) * (2.0 * in * out + 2.0 * out);
+  }
   int64_t output_dim() const { return output_dim_; }
 
   static void check_cpu_float(const dscore_tensor* t, int64_t numel, const std::string& what) {
@@ -423,8 +431,27 @@ dscore_status synthetic_batch(const dscore_model* self, uint64_t seed, int64_t f
   return sdk::guard([&] { self_of(self)->synthetic_batch(seed, first_sample, out); });
 }
 
-const dscore_model_vtable kVtable = {sizeof(dscore_model_vtable), &create, &destroy, &describe,
-                                     &init_param, &forward_backward, &forward, &synthetic_batch};
+dscore_status layer_flops(const dscore_model* self, size_t layer, int64_t batch_size,
+                          double* forward_flops) {
+  return sdk::guard([&] { *forward_flops = self_of(self)->layer_flops(layer, batch_size); });
+}
+
+// Value-initialised, then filled (unset functions stay NULL, also fields a
+// later ABI minor appends).
+dscore_model_vtable make_vtable() {
+  dscore_model_vtable vt{};
+  vt.struct_size = sizeof vt;
+  vt.create = &create;
+  vt.destroy = &destroy;
+  vt.describe = &describe;
+  vt.init_param = &init_param;
+  vt.forward_backward = &forward_backward;
+  vt.forward = &forward;
+  vt.synthetic_batch = &synthetic_batch;
+  vt.layer_flops = &layer_flops;
+  return vt;
+}
+const dscore_model_vtable kVtable = make_vtable();
 
 const dscore_plugin_descriptor kMlp = {
     sizeof(dscore_plugin_descriptor), DSCORE_KIND_MODEL, "mlp", "0.1.0",

@@ -311,9 +311,12 @@ static dscore_status model_forward_backward(dscore_model* self, const dscore_bat
   }
   return hooks->release(hooks->ctx, 0);
 }
-static const dscore_model_vtable kModelVtable = {
-    sizeof(dscore_model_vtable), model_create, model_destroy, model_describe, model_init_param,
-    model_forward_backward, NULL, NULL};
+static const dscore_model_vtable kModelVtable = {.struct_size = sizeof(dscore_model_vtable),
+                                                  .create = model_create,
+                                                  .destroy = model_destroy,
+                                                  .describe = model_describe,
+                                                  .init_param = model_init_param,
+                                                  .forward_backward = model_forward_backward};
 static const dscore_plugin_descriptor kModel = {
     sizeof(dscore_plugin_descriptor), DSCORE_KIND_MODEL, MODEL_NAME, "1.0",
     "a linear layer whose loss is the sum of its parameters", DSCORE_CAP_CPU | DSCORE_CAP_F32, NULL,

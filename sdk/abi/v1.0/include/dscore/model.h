@@ -149,6 +149,13 @@ typedef struct dscore_model_vtable {
    * UNIMPLEMENTED (or NULL) when the model needs a data file. */
   dscore_status (*synthetic_batch)(const dscore_model* self, uint64_t seed, int64_t first_sample,
                                    const dscore_batch* out);
+
+  /* Optional. Floating-point operations of layer `layer`'s forward pass for
+   * a batch of `batch_size` samples (multiply-adds count 2), into
+   * *forward_flops; backward is taken as twice that. For the flops profiler
+   * and throughput figures. UNIMPLEMENTED (or NULL) when unknown. */
+  dscore_status (*layer_flops)(const dscore_model* self, size_t layer, int64_t batch_size,
+                               double* forward_flops);
   /* ---- minor 0 ends here ---- */
 } dscore_model_vtable;
 
