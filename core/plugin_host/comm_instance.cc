@@ -43,6 +43,23 @@ Status CommInstance::reduce_scatter(const dscore_tensor& send, dscore_tensor& re
                      [&] { return vtable()->reduce_scatter(handle_, &send, &recv, op, stream); });
 }
 
+Status CommInstance::reduce(const dscore_tensor& send, dscore_tensor* recv, dscore_reduce_op op,
+                            int32_t root, void* stream) {
+  return call_plugin(info_.display(), "reduce",
+                     [&] { return vtable()->reduce(handle_, &send, recv, op, root, stream); });
+}
+
+Result<dscore_comm_counters> CommInstance::counters() const {
+  const dscore_comm_vtable* vt = vtable();
+  if (!DSCORE_HAS_FIELD(vt, dscore_comm_vtable, counters) || vt->counters == nullptr)
+    return Status(DSCORE_UNIMPLEMENTED, info_.display() + " keeps no traffic counters");
+  dscore_comm_counters out{};
+  out.struct_size = sizeof out;
+  DSCORE_RETURN_IF_ERROR(
+      call_plugin(info_.display(), "counters", [&] { return vt->counters(handle_, &out); }));
+  return out;
+}
+
 Status CommInstance::allgather(const dscore_tensor& send, dscore_tensor& recv, void* stream) {
   return call_plugin(info_.display(), "allgather",
                      [&] { return vtable()->allgather(handle_, &send, &recv, stream); });

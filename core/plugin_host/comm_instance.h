@@ -38,8 +38,12 @@ class CommInstance {
   Status barrier();
   // UNIMPLEMENTED when the backend has no all_to_all.
   Status all_to_all(const dscore_tensor& send, dscore_tensor& recv, void* stream);
+  Status reduce(const dscore_tensor& send, dscore_tensor* recv, dscore_reduce_op op, int32_t root,
+                void* stream);
   // No-op when the backend has no abort.
   void abort(const std::string& reason);
+  // UNIMPLEMENTED when the backend keeps no counters.
+  Result<dscore_comm_counters> counters() const;
 
  private:
   CommInstance(PluginInfo info, dscore_comm* handle) : info_(std::move(info)), handle_(handle) {}

@@ -28,8 +28,11 @@ extern "C" {
 #endif
 
 typedef struct dscore_comm dscore_comm;
+struct dscore_comm_counters;
 
-/* Reduction operators; values follow DeepSpeed's ReduceOp. */
+/* Reduction operators; values follow DeepSpeed's ReduceOp. AVG is the sum
+ * divided by the world size. Backends should reduce in a fixed order (rank
+ * 0, 1, ... in fp32 for 16-bit data) so results do not depend on timing. */
 typedef int32_t dscore_reduce_op;
 enum {
   DSCORE_REDUCE_SUM = 0,
@@ -84,10 +87,30 @@ typedef struct dscore_comm_vtable {
                               void* stream);
 
   /* Optional. Make the rest of the job fail fast (after a local fatal error):
-   * pending and future collectives of this instance return UNAVAILABLE. */
+   * pending and future collectives of this instance return UNAVAILABLE, and
+   * the backend may end every rank's process (MPI_Abort). */
   void (*abort)(dscore_comm* self, const char* reason);
+
+  /* Required. recv on `root` = op over ranks of send (same numel and dtype);
+   * recv is ignored (may be NULL) on other ranks. ZeRO-1/2 reduce each
+   * gradient bucket into the rank that owns that part of the partition. */
+  dscore_status (*reduce)(dscore_comm* self, const dscore_tensor* send, dscore_tensor* recv,
+                          dscore_reduce_op op, int32_t root, void* stream);
+
+  /* Optional. Totals since create(), for the communication-volume checks
+   * and comms_logger. The host sets out->struct_size. */
+  dscore_status (*counters)(const dscore_comm* self, struct dscore_comm_counters* out);
   /* ---- minor 0 ends here ---- */
 } dscore_comm_vtable;
+
+/* What a backend actually moved. "Payload" counts tensor bytes only, not
+ * protocol headers. */
+typedef struct dscore_comm_counters {
+  uint32_t struct_size;
+  uint64_t operations;     /* collectives and point-to-point calls completed */
+  uint64_t bytes_sent;     /* payload bytes this rank sent */
+  uint64_t bytes_received; /* payload bytes this rank received */
+} dscore_comm_counters;
 
 /* The job's communicator as the host hands it to plugins that talk
  * (host->communicator()). The vtable is the HOST's: calls through it are

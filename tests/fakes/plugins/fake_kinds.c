@@ -141,9 +141,23 @@ static dscore_status comm_barrier(dscore_comm* self) {
   (void)self;
   return DSCORE_OK;
 }
-static const dscore_comm_vtable kCommVtable = {
-    sizeof(dscore_comm_vtable), comm_create, comm_destroy, comm_allreduce, comm_allreduce,
-    comm_allgather, comm_broadcast, comm_p2p, comm_recv, comm_barrier, NULL, NULL};
+static dscore_status comm_reduce(dscore_comm* self, const dscore_tensor* send, dscore_tensor* recv,
+                                 dscore_reduce_op op, int32_t root, void* stream) {
+  (void)self, (void)op, (void)stream;
+  if (root != 0) return g_host->set_error(DSCORE_OUT_OF_RANGE, "root must be 0");
+  return comm_copy(send, recv);
+}
+static const dscore_comm_vtable kCommVtable = {.struct_size = sizeof(dscore_comm_vtable),
+                                               .create = comm_create,
+                                               .destroy = comm_destroy,
+                                               .allreduce = comm_allreduce,
+                                               .reduce_scatter = comm_allreduce,
+                                               .allgather = comm_allgather,
+                                               .broadcast = comm_broadcast,
+                                               .send = comm_p2p,
+                                               .recv = comm_recv,
+                                               .barrier = comm_barrier,
+                                               .reduce = comm_reduce};
 static const dscore_plugin_descriptor kComm = {
     sizeof(dscore_plugin_descriptor), DSCORE_KIND_COMM, "fake_loopback", "1.0",
     "single-rank loopback", DSCORE_CAP_CPU, NULL, &kCommVtable};
