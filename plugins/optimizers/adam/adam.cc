@@ -1,18 +1,24 @@
 // The built-in Adam optimizers, "adam" and "adamw", with DeepSpeed's
 // semantics (REFERENCE.md 3.1-3.3): "adam" is AdamW unless adam_w_mode is
 // false, "adamw" always decouples weight decay; the math is FusedAdam's
-// (adam_update.h). CPU tensors only; state is host-owned (exp_avg,
-// exp_avg_sq: fp32, one per parameter element).
+// (adam_update.h). CPU tensors run the vectorised multi-core loop
+// (adam_cpu.h), CUDA tensors the multi-tensor kernel (adam_cuda.h, when
+// built with CUDA). State is host-owned (exp_avg, exp_avg_sq: fp32, one per
+// parameter element).
 #include <dscore/cpp/dtype.hpp>
+#include <dscore/cpp/optimizer.hpp>
 #include <dscore/cpp/plugin.hpp>
 #include <dscore/optimizer.h>
 
-#include <charconv>
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "adam_cpu.h"
 #include "adam_update.h"
+#if defined(DSCORE_ADAM_WITH_CUDA)
+#include "adam_cuda.h"
+#endif
 
 DSCORE_PLUGIN_HOST_STORAGE;
 
@@ -20,6 +26,13 @@ namespace dscore::adam {
 namespace {
 
 using sdk::Error;
+using sdk::format_number;
+
+#if defined(DSCORE_ADAM_WITH_CUDA)
+constexpr bool kHasCuda = true;
+#else
+constexpr bool kHasCuda = false;
+#endif
 
 // Shared by "adam" and "adamw". Defaults are FusedAdam's (REFERENCE.md 3.2);
 // the host fills them, so create() reads every parameter without fallbacks.
@@ -55,19 +68,6 @@ struct AdamOptimizer {
 
 AdamOptimizer* self_of(dscore_optimizer* p) { return reinterpret_cast<AdamOptimizer*>(p); }
 
-// Shortest round-trip text, so messages show the value the user wrote.
-std::string format_number(double v) {
-  char buffer[32];
-  auto result = std::to_chars(buffer, buffer + sizeof buffer, v);
-  return std::string(buffer, result.ptr);
-}
-
-void check_beta(double beta, const std::string& what) {
-  if (!(beta >= 0.0 && beta < 1.0))
-    throw Error(DSCORE_INVALID_ARGUMENT,
-                what + " = " + format_number(beta) + " is out of range: each beta must be in [0, 1)");
-}
-
 AdamOptimizer* create_common(const dscore_create_args* args, bool always_adamw) {
   sdk::Params p(args);
   if (p.boolean("amsgrad"))
@@ -78,11 +78,7 @@ AdamOptimizer* create_common(const dscore_create_args* args, bool always_adamw) 
   if (!(lr >= 0.0))
     throw Error(DSCORE_INVALID_ARGUMENT, "lr = " + format_number(lr) + " must be >= 0");
   std::vector<double> betas = p.numbers("betas");
-  if (betas.size() != 2)
-    throw Error(DSCORE_INVALID_ARGUMENT, "betas must be a list of two numbers [beta1, beta2], got " +
-                                             std::to_string(betas.size()));
-  check_beta(betas[0], "betas[0]");
-  check_beta(betas[1], "betas[1]");
+  sdk::check_betas(betas);
   double eps = p.number("eps");
   if (!(eps >= 0.0))
     throw Error(DSCORE_INVALID_ARGUMENT, "eps = " + format_number(eps) + " must be >= 0");
@@ -128,118 +124,101 @@ dscore_status state_slots(const dscore_optimizer*, const dscore_optimizer_state_
 
 // ---------------------------------------------------------------- step
 
-std::string tensor_label(const dscore_tensor* t, const char* role, size_t i) {
-  std::string label = std::string(role) + " " + std::to_string(i);
-  if (t != nullptr && t->name != nullptr) label += " ('" + std::string(t->name) + "')";
-  return label;
+// A CUDA tensor or a CPU-addressable one, checked; all four of a tensor
+// (param, grad, states) and its 16-bit copy must live on the same side.
+bool on_cuda(const dscore_tensor* t) { return t->device_type == DSCORE_DEVICE_CUDA; }
+
+const char* memory_name(const dscore_tensor* t) {
+  return on_cuda(t) ? "CUDA" : sdk::is_cpu_addressable(t) ? "CPU" : "unknown";
 }
 
-void check_tensor(const dscore_tensor* t, const char* role, size_t i, int64_t numel) {
-  if (t == nullptr || (t->data == nullptr && t->numel > 0))
-    throw Error(DSCORE_INVALID_ARGUMENT, tensor_label(t, role, i) + " is NULL");
-  if (t->device_type != DSCORE_DEVICE_CPU && t->device_type != DSCORE_DEVICE_CUDA_HOST)
+void check_tensor(const dscore_tensor* t, const char* role, size_t i, int64_t numel,
+                  const dscore_tensor* param) {
+  sdk::check_dense_tensor(t, role, i, numel);
+  if (on_cuda(param) != on_cuda(t) || (!on_cuda(t) && !sdk::is_cpu_addressable(t)))
     throw Error(DSCORE_INVALID_ARGUMENT,
-                tensor_label(t, role, i) +
-                    " is not in CPU memory: the adam plugin runs on CPU tensors only "
-                    "(capabilities CPU); use CPU optimizer offload");
-  if (t->strides != nullptr)
-    throw Error(DSCORE_INVALID_ARGUMENT, tensor_label(t, role, i) + " is not dense (strides set)");
-  if (numel >= 0 && t->numel != numel)
-    throw Error(DSCORE_INVALID_ARGUMENT, tensor_label(t, role, i) + " has " +
-                                             std::to_string(t->numel) + " elements, expected " +
-                                             std::to_string(numel));
+                sdk::tensor_label(t, role, i) + " is in " + memory_name(t) + " memory but " +
+                    sdk::tensor_label(param, "param", i) + " is in " + memory_name(param) +
+                    " memory: a parameter's grad, state and 16-bit copy must live on its device");
 }
 
-using UpdateFn = void (*)(const AdamConstants&, int64_t, float*, const void*, float*, float*,
-                          void*);
-
-template <dscore_dtype G>
-UpdateFn pick_16bit(dscore_dtype out16) {
-  switch (out16) {
-    case DSCORE_DTYPE_INVALID: return &adam_update<G, DSCORE_DTYPE_INVALID>;
-    case DSCORE_DTYPE_F32: return &adam_update<G, DSCORE_DTYPE_F32>;
-    case DSCORE_DTYPE_BF16: return &adam_update<G, DSCORE_DTYPE_BF16>;
-    case DSCORE_DTYPE_F16: return &adam_update<G, DSCORE_DTYPE_F16>;
-    default: return nullptr;
-  }
-}
-
-UpdateFn pick_update(dscore_dtype grad, dscore_dtype out16) {
-  switch (grad) {
-    case DSCORE_DTYPE_F32: return pick_16bit<DSCORE_DTYPE_F32>(out16);
-    case DSCORE_DTYPE_BF16: return pick_16bit<DSCORE_DTYPE_BF16>(out16);
-    case DSCORE_DTYPE_F16: return pick_16bit<DSCORE_DTYPE_F16>(out16);
-    default: return nullptr;
-  }
+AdamTensor checked_tensor(const dscore_optimizer_step_args* args, size_t i) {
+  const size_t n = args->tensor_count;
+  dscore_tensor* param = args->params[i];
+  sdk::check_dense_tensor(param, "param", i, -1);
+  const bool cuda = on_cuda(param);
+  if (!cuda && !sdk::is_cpu_addressable(param))
+    throw Error(DSCORE_INVALID_ARGUMENT,
+                sdk::tensor_label(param, "param", i) + " is on device type " +
+                    std::to_string(param->device_type) + ": adam runs on CPU" +
+                    (kHasCuda ? " and CUDA" : "") + " tensors");
+  if (cuda && !kHasCuda)
+    throw Error(DSCORE_INVALID_ARGUMENT,
+                sdk::tensor_label(param, "param", i) +
+                    " is in CUDA memory but this adam plugin was built without CUDA (capabilities "
+                    "CPU): rebuild dscore with DSCORE_WITH_CUDA=ON or use CPU optimizer offload");
+  if (param->dtype != DSCORE_DTYPE_F32)
+    throw Error(DSCORE_INVALID_ARGUMENT, sdk::tensor_label(param, "param", i) + " is " +
+                                             sdk::dtype_name(param->dtype) +
+                                             ": master parameters must be fp32");
+  const int64_t numel = param->numel;
+  const dscore_tensor* grad = args->grads[i];
+  dscore_tensor* m = args->states[0 * n + i];
+  dscore_tensor* v = args->states[1 * n + i];
+  check_tensor(grad, "grad", i, numel, param);
+  check_tensor(m, "exp_avg", i, numel, param);
+  check_tensor(v, "exp_avg_sq", i, numel, param);
+  if (m->dtype != DSCORE_DTYPE_F32 || v->dtype != DSCORE_DTYPE_F32)
+    throw Error(DSCORE_INVALID_ARGUMENT, "state of " + sdk::tensor_label(param, "param", i) +
+                                             " is not fp32 as declared by state_slots()");
+  dscore_tensor* out16 = args->params_16bit != nullptr ? args->params_16bit[i] : nullptr;
+  if (out16 != nullptr) check_tensor(out16, "params_16bit", i, numel, param);
+  if (!sdk::is_float_dtype(grad->dtype) || (out16 != nullptr && !sdk::is_float_dtype(out16->dtype)))
+    throw Error(DSCORE_INVALID_ARGUMENT,
+                sdk::tensor_label(grad, "grad", i) + " is " + sdk::dtype_name(grad->dtype) +
+                    (out16 ? std::string(" with a ") + sdk::dtype_name(out16->dtype) + " params_16bit" : "") +
+                    ": adam accepts fp32/bf16/fp16 gradients and bf16/fp16/fp32 16-bit copies");
+  return AdamTensor{static_cast<float*>(param->data), grad->data, static_cast<float*>(m->data),
+                    static_cast<float*>(v->data), out16 ? out16->data : nullptr, numel, grad->dtype,
+                    out16 ? out16->dtype : DSCORE_DTYPE_INVALID};
 }
 
 dscore_status step(dscore_optimizer* opaque, const dscore_optimizer_step_args* args) {
   return sdk::guard([&] {
     const AdamOptimizer& self = *self_of(opaque);
-    const dscore_optimizer_hparams* h = args->hparams;
-    if (h == nullptr) throw Error(DSCORE_INVALID_ARGUMENT, "step: hparams is NULL");
-    using H = dscore_optimizer_hparams;
-    uint32_t mask = DSCORE_HAS_FIELD(h, H, override_mask) ? h->override_mask : 0u;
-    double beta1 = (mask & DSCORE_HPARAM_BETA1) && DSCORE_HAS_FIELD(h, H, beta1) ? h->beta1
-                                                                                  : self.beta1;
-    double beta2 = (mask & DSCORE_HPARAM_BETA2) && DSCORE_HAS_FIELD(h, H, beta2) ? h->beta2
-                                                                                  : self.beta2;
-    check_beta(beta1, "hparams->beta1 (scheduler override)");
-    check_beta(beta2, "hparams->beta2 (scheduler override)");
-    double wd_multiplier =
-        DSCORE_HAS_FIELD(h, H, weight_decay_multiplier) ? h->weight_decay_multiplier : 1.0;
-    int64_t t = DSCORE_HAS_FIELD(h, H, step) ? h->step : 0;
-    double grad_scale = DSCORE_HAS_FIELD(h, H, grad_scale) ? h->grad_scale : 1.0;
-    if (self.bias_correction && t < 1)
+    const sdk::StepHparams h = sdk::read_hparams(args, self.beta1, self.beta2);
+    sdk::check_beta(h.beta1, "hparams->beta1 (scheduler override)");
+    sdk::check_beta(h.beta2, "hparams->beta2 (scheduler override)");
+    if (self.bias_correction && h.step < 1)
       throw Error(DSCORE_INVALID_ARGUMENT,
-                  "step: hparams->step = " + std::to_string(t) + " must be >= 1 (1-based)");
-
-    AdamConstants k{};
-    k.lr = static_cast<float>(h->lr);
-    k.beta1 = static_cast<float>(beta1);
-    k.beta2 = static_cast<float>(beta2);
-    k.eps = static_cast<float>(self.eps);
-    k.weight_decay = static_cast<float>(self.weight_decay * wd_multiplier);
-    // Computed in double and handed to the fp32 math, as FusedAdam does.
-    k.bias_correction1 =
-        self.bias_correction ? static_cast<float>(1.0 - std::pow(beta1, static_cast<double>(t))) : 1.0f;
-    k.bias_correction2 =
-        self.bias_correction ? static_cast<float>(1.0 - std::pow(beta2, static_cast<double>(t))) : 1.0f;
-    k.grad_scale = static_cast<float>(grad_scale);
-    k.adamw = self.adamw;
-
+                  "step: hparams->step = " + std::to_string(h.step) + " must be >= 1 (1-based)");
     if (args->slot_count != 2)
       throw Error(DSCORE_INVALID_ARGUMENT, "step: expected 2 state slots (exp_avg, exp_avg_sq), got " +
                                                std::to_string(args->slot_count));
-    const size_t n = args->tensor_count;
-    for (size_t i = 0; i < n; ++i) {
-      dscore_tensor* param = args->params[i];
-      check_tensor(param, "param", i, -1);
-      if (param->dtype != DSCORE_DTYPE_F32)
-        throw Error(DSCORE_INVALID_ARGUMENT,
-                    tensor_label(param, "param", i) + " is " + sdk::dtype_name(param->dtype) +
-                        ": master parameters must be fp32");
-      const int64_t numel = param->numel;
-      const dscore_tensor* grad = args->grads[i];
-      check_tensor(grad, "grad", i, numel);
-      dscore_tensor* m = args->states[0 * n + i];
-      dscore_tensor* v = args->states[1 * n + i];
-      check_tensor(m, "exp_avg", i, numel);
-      check_tensor(v, "exp_avg_sq", i, numel);
-      if (m->dtype != DSCORE_DTYPE_F32 || v->dtype != DSCORE_DTYPE_F32)
-        throw Error(DSCORE_INVALID_ARGUMENT, "state of " + tensor_label(param, "param", i) +
-                                                 " is not fp32 as declared by state_slots()");
-      dscore_tensor* out16 = args->params_16bit != nullptr ? args->params_16bit[i] : nullptr;
-      if (out16 != nullptr) check_tensor(out16, "params_16bit", i, numel);
-      UpdateFn update = pick_update(grad->dtype, out16 ? out16->dtype : DSCORE_DTYPE_INVALID);
-      if (update == nullptr)
-        throw Error(DSCORE_INVALID_ARGUMENT,
-                    tensor_label(grad, "grad", i) + " is " + sdk::dtype_name(grad->dtype) +
-                        (out16 ? std::string(" with a ") + sdk::dtype_name(out16->dtype) + " params_16bit" : "") +
-                        ": adam accepts fp32/bf16/fp16 gradients and bf16/fp16/fp32 16-bit copies");
-      update(k, numel, static_cast<float*>(param->data), grad->data, static_cast<float*>(m->data),
-             static_cast<float*>(v->data), out16 ? out16->data : nullptr);
+
+    AdamConstants k{};
+    k.lr = static_cast<float>(h.lr);
+    k.beta1 = static_cast<float>(h.beta1);
+    k.beta2 = static_cast<float>(h.beta2);
+    k.eps = static_cast<float>(self.eps);
+    k.weight_decay = static_cast<float>(self.weight_decay * h.weight_decay_multiplier);
+    // Computed in double and handed to the fp32 math, as FusedAdam does.
+    const double t = static_cast<double>(h.step);
+    k.bias_correction1 = self.bias_correction ? static_cast<float>(1.0 - std::pow(h.beta1, t)) : 1.0f;
+    k.bias_correction2 = self.bias_correction ? static_cast<float>(1.0 - std::pow(h.beta2, t)) : 1.0f;
+    k.grad_scale = static_cast<float>(h.grad_scale);
+    k.adamw = self.adamw;
+
+    std::vector<AdamTensor> cpu, cuda;
+    for (size_t i = 0; i < args->tensor_count; ++i) {
+      AdamTensor t = checked_tensor(args, i);
+      (on_cuda(args->params[i]) ? cuda : cpu).push_back(t);
     }
+    // CUDA work is enqueued first so it overlaps the CPU loop.
+#if defined(DSCORE_ADAM_WITH_CUDA)
+    if (!cuda.empty()) adam_step_cuda(k, cuda.data(), cuda.size(), args->stream);
+#endif
+    if (!cpu.empty()) adam_step_cpu(k, cpu.data(), cpu.size(), best_isa());
   });
 }
 
@@ -258,7 +237,8 @@ dscore_optimizer_vtable make_vtable(dscore_status (*create)(const dscore_create_
 const dscore_optimizer_vtable kAdamVtable = make_vtable(&create_adam);
 const dscore_optimizer_vtable kAdamWVtable = make_vtable(&create_adamw);
 
-constexpr uint64_t kCaps = DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16;
+constexpr uint64_t kCaps = DSCORE_CAP_CPU | (kHasCuda ? DSCORE_CAP_CUDA : 0) | DSCORE_CAP_F32 |
+                          DSCORE_CAP_F16 | DSCORE_CAP_BF16;
 
 const dscore_plugin_descriptor kAdam = {
     sizeof(dscore_plugin_descriptor), DSCORE_KIND_OPTIMIZER, "adam", "0.1.0",
@@ -270,9 +250,20 @@ const dscore_plugin_descriptor kAdamW = {
     &kAdamWVtable};
 const dscore_plugin_descriptor* const kPlugins[] = {&kAdam, &kAdamW};
 
+dscore_status init(const dscore_host_api* host) {
+  return sdk::guard([&] {
+    sdk::store_host(host);
+    attach_cpu_threads();
+  });
+}
+
+void shutdown() {
+  sdk::guard([] { release_cpu_threads(); });
+}
+
 const dscore_plugin_library kLibrary = {
     sizeof(dscore_plugin_library), DSCORE_ABI_VERSION_MAJOR, DSCORE_ABI_VERSION_MINOR, 0,
-    "dscore-adam", "0.1.0", "dscore", &sdk::store_host, nullptr, 2, kPlugins};
+    "dscore-adam", "0.1.0", "dscore", &init, &shutdown, 2, kPlugins};
 
 }  // namespace
 }  // namespace dscore::adam

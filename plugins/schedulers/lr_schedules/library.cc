@@ -11,6 +11,9 @@ namespace {
 const dscore_plugin_descriptor* const kPlugins[] = {
     &kWarmupLrDescriptor,
     &kWarmupDecayLrDescriptor,
+    &kWarmupCosineLrDescriptor,
+    &kOneCycleDescriptor,
+    &kLrRangeTestDescriptor,
 };
 
 const dscore_plugin_library kLibrary = {

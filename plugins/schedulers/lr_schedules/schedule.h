@@ -72,5 +72,8 @@ std::string format_number(double v);
 // The descriptors, one per schedule file; library.cc lists them.
 extern const dscore_plugin_descriptor kWarmupLrDescriptor;      // warmup.cc
 extern const dscore_plugin_descriptor kWarmupDecayLrDescriptor; // warmup.cc
+extern const dscore_plugin_descriptor kWarmupCosineLrDescriptor; // warmup_cosine.cc
+extern const dscore_plugin_descriptor kOneCycleDescriptor;       // one_cycle.cc
+extern const dscore_plugin_descriptor kLrRangeTestDescriptor;    // lr_range_test.cc
 
 }  // namespace dscore::lr_schedules

@@ -23,9 +23,12 @@ namespace {
 // roundings per element per step are expected.
 constexpr double kParamTol = 3e-6;    // floor 1e-2 (params are ~N(0,1))
 constexpr double kExpAvgTol = 3e-5;   // floor 1e-2 (terms of exp_avg cancel)
-constexpr double kExpAvgSqTol = 1e-6; // floor 1e-12 (all terms positive)
+// floor 1e-12 (all terms positive). In L2 mode the decayed gradient
+// s*g + wd*p is formed in fp32 and can nearly cancel; among 1M+3 random
+// elements a few do, so its square carries ~30 fp32 ulps of error.
+constexpr double kExpAvgSqTol = 4e-6;
 
-const std::vector<int64_t> kSizes = {1, 7, 4097};
+const std::vector<int64_t> kSizes = {1, 7, 4097, (1 << 20) + 3};
 
 // The reference: REFERENCE.md 3.2 in double. FusedAdam's kernel receives
 // lr, betas, eps and weight decay as fp32 values (and 1 - beta is then exact),
@@ -252,7 +255,12 @@ TEST_F(AdamTest, DeclaresTwoFp32StateSlots) {
 TEST_F(AdamTest, SchemaDeclaresDeepSpeedDefaults) {
   for (const char* name : {"adam", "adamw"}) {
     const dscore_plugin_descriptor* d = lib_->find(DSCORE_KIND_OPTIMIZER, name);
+#if defined(DSCORE_ADAM_WITH_CUDA)
+    EXPECT_EQ(d->capabilities, DSCORE_CAP_CPU | DSCORE_CAP_CUDA | DSCORE_CAP_F32 | DSCORE_CAP_F16 |
+                                   DSCORE_CAP_BF16);
+#else
     EXPECT_EQ(d->capabilities, DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16);
+#endif
     std::vector<SchemaField> fields = parse_params_schema(d->params_schema);
     auto get = [&](const std::string& n) -> const SchemaField& {
       for (const SchemaField& f : fields)

@@ -1,0 +1,215 @@
+// The "lamb" optimizer: DeepSpeed's FusedLamb (REFERENCE.md 3.4). Per
+// parameter TENSOR: Adam moments without bias correction inside, update
+// u = m / (sqrt(v) + eps) + wd p (eps inside the sqrt when eps_inside_sqrt),
+// trust ratio r = |p| / |u| (1 when either norm is 0) clamped to
+// [min_coeff, max_coeff], step size lr sqrt(1 - beta2^t) / (1 - beta1^t)
+// (bias correction folded into the step), p -= step * r * u. The per-tensor
+// norms need whole tensors: the plugin declares
+// DSCORE_CAP_OPTIMIZER_WHOLE_TENSORS, so the host never hands it ZeRO slices.
+#include <dscore/optimizer.h>
+#include <dscore/cpp/optimizer.hpp>
+#include <dscore/cpp/plugin.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+DSCORE_PLUGIN_HOST_STORAGE;
+
+namespace dscore::lamb {
+namespace {
+
+using sdk::Error;
+
+// FusedLamb's defaults (REFERENCE.md 3.4).
+constexpr const char kSchema[] = R"json({
+  "lr": {"type": "number", "default": 0.001, "min": 0, "auto": "default",
+         "doc": "base learning rate; an LR scheduler overrides it per step"},
+  "bias_correction": {"type": "bool", "default": true,
+                      "doc": "fold sqrt(1 - beta2^t) / (1 - beta1^t) into the step size"},
+  "betas": {"type": "number_array", "length": 2, "default": [0.9, 0.999], "auto": "default",
+            "doc": "coefficients of the running averages of the gradient and its square, each in [0, 1)"},
+  "eps": {"type": "number", "default": 1e-8, "min": 0, "auto": "default",
+          "doc": "added to the denominator (outside the sqrt unless eps_inside_sqrt)"},
+  "eps_inside_sqrt": {"type": "bool", "default": false,
+                      "doc": "use sqrt(v + eps) instead of sqrt(v) + eps"},
+  "weight_decay": {"type": "number", "default": 0, "min": 0, "auto": "default",
+                   "doc": "weight_decay * param is added to the update before the trust ratio"},
+  "max_coeff": {"type": "number", "default": 10.0, "min": 0,
+                "doc": "upper bound of the trust ratio |p| / |update|"},
+  "min_coeff": {"type": "number", "default": 0.01, "min": 0,
+                "doc": "lower bound of the trust ratio"},
+  "amsgrad": {"type": "bool", "default": false,
+              "doc": "must be false: FusedLamb does not support AMSGrad"},
+  "max_grad_norm": {"type": "number", "doc": "rejected as in DeepSpeed: use gradient_clipping",
+                    "error": "'max_grad_norm' is not supported as an optimizer parameter, please switch to using the deepspeed parameter 'gradient_clipping' see: https://www.deepspeed.ai/docs/config-json/#gradient-clipping for more details"}
+})json";
+
+struct Lamb {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+  double max_coeff = 10, min_coeff = 0.01;
+  bool bias_correction = true, eps_inside_sqrt = false;
+};
+
+Lamb* self_of(dscore_optimizer* p) { return reinterpret_cast<Lamb*>(p); }
+
+dscore_status create(const dscore_create_args* args, dscore_optimizer** out) {
+  return sdk::guard([&] {
+    sdk::Params p(args);
+    if (p.boolean("amsgrad"))
+      throw Error(DSCORE_INVALID_ARGUMENT,
+                  "amsgrad is not supported (DeepSpeed's FusedLamb does not support the AMSGrad "
+                  "variant either); remove \"amsgrad\" or set it to false");
+    sdk::check_non_negative(p.number("lr"), "lr");
+    const std::vector<double> betas = p.numbers("betas");
+    sdk::check_betas(betas);
+    auto self = std::make_unique<Lamb>();
+    self->beta1 = betas[0];
+    self->beta2 = betas[1];
+    self->eps = p.number("eps");
+    self->weight_decay = p.number("weight_decay");
+    self->max_coeff = p.number("max_coeff");
+    self->min_coeff = p.number("min_coeff");
+    self->bias_correction = p.boolean("bias_correction");
+    self->eps_inside_sqrt = p.boolean("eps_inside_sqrt");
+    sdk::check_non_negative(self->eps, "eps");
+    sdk::check_non_negative(self->weight_decay, "weight_decay");
+    sdk::check_non_negative(self->min_coeff, "min_coeff");
+    if (!(self->max_coeff >= self->min_coeff))
+      throw Error(DSCORE_INVALID_ARGUMENT,
+                  "max_coeff = " + sdk::format_number(self->max_coeff) +
+                      " must be >= min_coeff = " + sdk::format_number(self->min_coeff));
+    *out = reinterpret_cast<dscore_optimizer*>(self.release());
+  });
+}
+
+void destroy(dscore_optimizer* self) {
+  sdk::guard([&] { delete self_of(self); });
+}
+
+const dscore_optimizer_state_slot kExpAvg = {sizeof(dscore_optimizer_state_slot), "exp_avg",
+                                             DSCORE_DTYPE_F32, 1, 0.0};
+const dscore_optimizer_state_slot kExpAvgSq = {sizeof(dscore_optimizer_state_slot), "exp_avg_sq",
+                                               DSCORE_DTYPE_F32, 1, 0.0};
+const dscore_optimizer_state_slot* const kSlots[] = {&kExpAvg, &kExpAvgSq};
+
+dscore_status state_slots(const dscore_optimizer*, const dscore_optimizer_state_slot* const** slots,
+                          size_t* count) {
+  return sdk::guard([&] {
+    *slots = kSlots;
+    *count = 2;
+  });
+}
+
+struct Constants {
+  float beta1, beta2, eps, weight_decay, grad_scale;
+  bool eps_inside_sqrt;
+};
+
+inline float lamb_update(const Constants& k, float p, float m, float v) {
+  const float denom = k.eps_inside_sqrt ? std::sqrt(v + k.eps) : std::sqrt(v) + k.eps;
+  return m / denom + k.weight_decay * p;
+}
+
+// Pass 1 writes the moments and returns |p|^2 and |u|^2 (in double); pass 2
+// recomputes u from the stored moments and the untouched p and applies it.
+template <dscore_dtype G, dscore_dtype P16>
+void lamb_tensor(const Lamb& s, const Constants& k, double step_size, int64_t n, float* param,
+                 const void* grad, float* exp_avg, float* exp_avg_sq, void* out16) {
+  double w_norm_sq = 0, u_norm_sq = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = sdk::load_as_float<G>(grad, i) * k.grad_scale;
+    const float m = k.beta1 * exp_avg[i] + (1.0f - k.beta1) * g;
+    const float v = k.beta2 * exp_avg_sq[i] + (1.0f - k.beta2) * g * g;
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+    const double u = lamb_update(k, param[i], m, v);
+    w_norm_sq += static_cast<double>(param[i]) * param[i];
+    u_norm_sq += u * u;
+  }
+  double ratio = 1.0;
+  if (w_norm_sq != 0 && u_norm_sq != 0) ratio = std::sqrt(w_norm_sq) / std::sqrt(u_norm_sq);
+  ratio = std::clamp(ratio, s.min_coeff, s.max_coeff);  // after the zero-norm rule, as DeepSpeed
+  const float scaled_step = static_cast<float>(step_size * ratio);
+  for (int64_t i = 0; i < n; ++i) {
+    const float p = param[i] - scaled_step * lamb_update(k, param[i], exp_avg[i], exp_avg_sq[i]);
+    param[i] = p;
+    sdk::store_from_float<P16>(out16, i, p);
+  }
+}
+
+dscore_status step(dscore_optimizer* opaque, const dscore_optimizer_step_args* args) {
+  return sdk::guard([&] {
+    const Lamb& self = *self_of(opaque);
+    const sdk::StepHparams h = sdk::read_hparams(args, self.beta1, self.beta2);
+    sdk::check_beta(h.beta1, "hparams->beta1 (scheduler override)");
+    sdk::check_beta(h.beta2, "hparams->beta2 (scheduler override)");
+    if (self.bias_correction && h.step < 1)
+      throw Error(DSCORE_INVALID_ARGUMENT,
+                  "step: hparams->step = " + std::to_string(h.step) + " must be >= 1 (1-based)");
+    const double t = static_cast<double>(h.step);
+    const double step_size = self.bias_correction ? h.lr * std::sqrt(1.0 - std::pow(h.beta2, t)) /
+                                                        (1.0 - std::pow(h.beta1, t))
+                                                  : h.lr;
+    const Constants k{static_cast<float>(h.beta1),
+                      static_cast<float>(h.beta2),
+                      static_cast<float>(self.eps),
+                      static_cast<float>(self.weight_decay * h.weight_decay_multiplier),
+                      static_cast<float>(h.grad_scale),
+                      self.eps_inside_sqrt};
+    sdk::CpuStepTensors tensors(args, 2, "lamb");
+    for (size_t i = 0; i < tensors.count(); ++i) {
+      sdk::with_float_dtype(tensors.grad(i)->dtype, [&](auto g) {
+        sdk::with_output_dtype(tensors.param_16bit_dtype(i), [&](auto o) {
+          lamb_tensor<decltype(g)::value, decltype(o)::value>(
+              self, k, step_size, tensors.numel(i), tensors.param(i), tensors.grad(i)->data,
+              tensors.state(0, i), tensors.state(1, i), tensors.param_16bit_data(i));
+        });
+      });
+    }
+  });
+}
+
+dscore_optimizer_vtable make_vtable() {
+  dscore_optimizer_vtable vt{};
+  vt.struct_size = sizeof vt;
+  vt.create = &create;
+  vt.destroy = &destroy;
+  vt.state_slots = &state_slots;
+  vt.step = &step;
+  return vt;
+}
+const dscore_optimizer_vtable kVtable = make_vtable();
+
+const dscore_plugin_descriptor kLamb = {sizeof(dscore_plugin_descriptor),
+                                        DSCORE_KIND_OPTIMIZER,
+                                        "lamb",
+                                        "0.1.0",
+                                        "LAMB: Adam moments with a per-tensor trust ratio clamped "
+                                        "to [min_coeff, max_coeff] (FusedLamb)",
+                                        DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 |
+                                            DSCORE_CAP_BF16 | DSCORE_CAP_OPTIMIZER_WHOLE_TENSORS,
+                                        kSchema,
+                                        &kVtable};
+const dscore_plugin_descriptor* const kPlugins[] = {&kLamb};
+
+const dscore_plugin_library kLibrary = {sizeof(dscore_plugin_library),
+                                        DSCORE_ABI_VERSION_MAJOR,
+                                        DSCORE_ABI_VERSION_MINOR,
+                                        0,
+                                        "dscore-lamb",
+                                        "0.1.0",
+                                        "dscore",
+                                        &sdk::store_host,
+                                        nullptr,
+                                        1,
+                                        kPlugins};
+
+}  // namespace
+}  // namespace dscore::lamb
+
+extern "C" DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1(void) {
+  return &dscore::lamb::kLibrary;
+}

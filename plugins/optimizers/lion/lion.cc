@@ -1,0 +1,151 @@
+// The "lion" optimizer: DeepSpeed's FusedLion / DeepSpeedCPULion (Chen et
+// al. 2023, "Symbolic Discovery of Optimization Algorithms"). Per element:
+// c = beta1 m + (1 - beta1) g; p = p (1 - lr wd) - lr sign(c) (decoupled
+// decay on the pre-update p; sign(0) = 0); m = beta2 m + (1 - beta2) g. One
+// host-owned fp32 slot, exp_avg. A scheduler's beta overrides (OneCycle)
+// apply, as Lion has betas.
+#include <dscore/optimizer.h>
+#include <dscore/cpp/optimizer.hpp>
+#include <dscore/cpp/plugin.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+DSCORE_PLUGIN_HOST_STORAGE;
+
+namespace dscore::lion {
+namespace {
+
+using sdk::Error;
+
+// DeepSpeed's FusedLion and DeepSpeedCPULion defaults.
+constexpr const char kSchema[] = R"json({
+  "lr": {"type": "number", "default": 0.001, "min": 0, "auto": "default",
+         "doc": "base learning rate; an LR scheduler overrides it per step"},
+  "betas": {"type": "number_array", "length": 2, "default": [0.9, 0.999], "auto": "default",
+            "doc": "[beta1, beta2]: beta1 interpolates the update direction, beta2 the momentum, each in [0, 1)"},
+  "weight_decay": {"type": "number", "default": 0, "min": 0, "auto": "default",
+                   "doc": "decoupled weight decay: p *= 1 - lr * weight_decay"},
+  "max_grad_norm": {"type": "number", "doc": "rejected as in DeepSpeed: use gradient_clipping",
+                    "error": "'max_grad_norm' is not supported as an optimizer parameter, please switch to using the deepspeed parameter 'gradient_clipping' see: https://www.deepspeed.ai/docs/config-json/#gradient-clipping for more details"}
+})json";
+
+struct Lion {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double weight_decay = 0;
+};
+
+Lion* self_of(dscore_optimizer* p) { return reinterpret_cast<Lion*>(p); }
+
+dscore_status create(const dscore_create_args* args, dscore_optimizer** out) {
+  return sdk::guard([&] {
+    sdk::Params p(args);
+    sdk::check_non_negative(p.number("lr"), "lr");
+    const std::vector<double> betas = p.numbers("betas");
+    sdk::check_betas(betas);
+    auto self = std::make_unique<Lion>();
+    self->beta1 = betas[0];
+    self->beta2 = betas[1];
+    self->weight_decay = p.number("weight_decay");
+    sdk::check_non_negative(self->weight_decay, "weight_decay");
+    *out = reinterpret_cast<dscore_optimizer*>(self.release());
+  });
+}
+
+void destroy(dscore_optimizer* self) {
+  sdk::guard([&] { delete self_of(self); });
+}
+
+const dscore_optimizer_state_slot kExpAvg = {sizeof(dscore_optimizer_state_slot), "exp_avg",
+                                             DSCORE_DTYPE_F32, 1, 0.0};
+const dscore_optimizer_state_slot* const kSlots[] = {&kExpAvg};
+
+dscore_status state_slots(const dscore_optimizer*, const dscore_optimizer_state_slot* const** slots,
+                          size_t* count) {
+  return sdk::guard([&] {
+    *slots = kSlots;
+    *count = 1;
+  });
+}
+
+template <dscore_dtype G, dscore_dtype P16>
+void lion_tensor(const Lion& s, const sdk::StepHparams& h, int64_t n, float* param,
+                 const void* grad, float* exp_avg, void* out16) {
+  const float lr = static_cast<float>(h.lr);
+  const float beta1 = static_cast<float>(h.beta1), beta2 = static_cast<float>(h.beta2);
+  const float scale = static_cast<float>(h.grad_scale);
+  const float after_decay =
+      static_cast<float>(1.0 - h.lr * s.weight_decay * h.weight_decay_multiplier);
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = sdk::load_as_float<G>(grad, i) * scale;
+    const float m = exp_avg[i];
+    const float c = beta1 * m + (1.0f - beta1) * g;
+    const float direction = c > 0 ? 1.0f : (c < 0 ? -1.0f : 0.0f);
+    const float p = param[i] * after_decay - lr * direction;
+    exp_avg[i] = beta2 * m + (1.0f - beta2) * g;
+    param[i] = p;
+    sdk::store_from_float<P16>(out16, i, p);
+  }
+}
+
+dscore_status step(dscore_optimizer* opaque, const dscore_optimizer_step_args* args) {
+  return sdk::guard([&] {
+    const Lion& self = *self_of(opaque);
+    const sdk::StepHparams h = sdk::read_hparams(args, self.beta1, self.beta2);
+    sdk::check_beta(h.beta1, "hparams->beta1 (scheduler override)");
+    sdk::check_beta(h.beta2, "hparams->beta2 (scheduler override)");
+    sdk::CpuStepTensors tensors(args, 1, "lion");
+    for (size_t i = 0; i < tensors.count(); ++i) {
+      sdk::with_float_dtype(tensors.grad(i)->dtype, [&](auto g) {
+        sdk::with_output_dtype(tensors.param_16bit_dtype(i), [&](auto o) {
+          lion_tensor<decltype(g)::value, decltype(o)::value>(
+              self, h, tensors.numel(i), tensors.param(i), tensors.grad(i)->data,
+              tensors.state(0, i), tensors.param_16bit_data(i));
+        });
+      });
+    }
+  });
+}
+
+dscore_optimizer_vtable make_vtable() {
+  dscore_optimizer_vtable vt{};
+  vt.struct_size = sizeof vt;
+  vt.create = &create;
+  vt.destroy = &destroy;
+  vt.state_slots = &state_slots;
+  vt.step = &step;
+  return vt;
+}
+const dscore_optimizer_vtable kVtable = make_vtable();
+
+const dscore_plugin_descriptor kLion = {
+    sizeof(dscore_plugin_descriptor),
+    DSCORE_KIND_OPTIMIZER,
+    "lion",
+    "0.1.0",
+    "Lion: sign of interpolated momentum, decoupled weight decay (DeepSpeed FusedLion math)",
+    DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16,
+    kSchema,
+    &kVtable};
+const dscore_plugin_descriptor* const kPlugins[] = {&kLion};
+
+const dscore_plugin_library kLibrary = {sizeof(dscore_plugin_library),
+                                        DSCORE_ABI_VERSION_MAJOR,
+                                        DSCORE_ABI_VERSION_MINOR,
+                                        0,
+                                        "dscore-lion",
+                                        "0.1.0",
+                                        "dscore",
+                                        &sdk::store_host,
+                                        nullptr,
+                                        1,
+                                        kPlugins};
+
+}  // namespace
+}  // namespace dscore::lion
+
+extern "C" DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1(void) {
+  return &dscore::lion::kLibrary;
+}

@@ -1,0 +1,283 @@
+// The "onebitadam" optimizer: DeepSpeed's 1-bit Adam (REFERENCE.md 3.5).
+// Updates 1 .. freeze_step - 1 are the warm-up: the host all-reduces the
+// gradients as usual and the update is Adam WITHOUT bias correction,
+// p -= lr (m / (sqrt(v) + eps) + wd p). From update freeze_step on,
+// wants_reduced_gradients() answers 0, so step() receives this rank's local
+// gradients: v is frozen, m takes the local gradient and is then replaced by
+// the 1-bit compressed average of all ranks' m (compressed_allreduce.h, worker
+// and server error feedback) before the same update rule.
+//
+// Counting: DeepSpeed's FP16 wrapper spends the first step() on an
+// initialisation pass with zero gradients, so its k-th real update sees
+// state step k + 1 and compression starts at real update freeze_step; dscore
+// has no such pass and uses the update number (hparams->step) directly, which
+// gives the same schedule (docs/deepspeed-differences.md).
+//
+// State: exp_avg and exp_avg_sq are host-owned slots. The error-feedback
+// buffers live here, keyed by the parameter's address; like DeepSpeed they
+// are not checkpointed (load_extra_state drops them) — the phase follows
+// from hparams->step, which the host checkpoints.
+#include <dscore/comm.h>
+#include <dscore/optimizer.h>
+#include <dscore/cpp/optimizer.hpp>
+#include <dscore/cpp/plugin.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compressed_allreduce.h"
+
+DSCORE_PLUGIN_HOST_STORAGE;
+
+namespace dscore::onebitadam {
+namespace {
+
+using sdk::Error;
+
+constexpr const char kSchema[] = R"json({
+  "lr": {"type": "number", "default": 0.001, "min": 0, "auto": "default",
+         "doc": "base learning rate; an LR scheduler overrides it per step"},
+  "freeze_step": {"type": "int", "default": 100000, "min": 1,
+                  "doc": "updates before compression: 1 .. freeze_step - 1 are full-precision warm-up"},
+  "betas": {"type": "number_array", "length": 2, "default": [0.9, 0.999], "auto": "default",
+            "doc": "coefficients of the running averages of the gradient and its square, each in [0, 1)"},
+  "eps": {"type": "number", "default": 1e-8, "min": 0, "auto": "default",
+          "doc": "added to sqrt(exp_avg_sq)"},
+  "weight_decay": {"type": "number", "default": 0, "min": 0, "auto": "default",
+                   "doc": "weight_decay * param is added to the update (when > 0)"},
+  "bias_correction": {"type": "bool", "default": true,
+                      "doc": "accepted for DeepSpeed compatibility; 1-bit Adam never bias-corrects"},
+  "eps_inside_sqrt": {"type": "bool", "default": false,
+                      "doc": "accepted for DeepSpeed compatibility; no effect (as in DeepSpeed's 1-bit Adam)"},
+  "amsgrad": {"type": "bool", "default": false,
+              "doc": "must be false: 1-bit Adam does not support AMSGrad"},
+  "cuda_aware": {"type": "bool", "default": false,
+                 "doc": "accepted for DeepSpeed compatibility; dscore uses the job's communicator"},
+  "comm_backend_name": {"type": "string", "default": "nccl", "enum": ["nccl", "mpi", "hccl", "compressed"],
+                        "doc": "accepted for DeepSpeed compatibility; dscore uses the job's communicator"},
+  "max_grad_norm": {"type": "number", "doc": "rejected as in DeepSpeed: use gradient_clipping",
+                    "error": "'max_grad_norm' is not supported as an optimizer parameter, please switch to using the deepspeed parameter 'gradient_clipping' see: https://www.deepspeed.ai/docs/config-json/#gradient-clipping for more details"}
+})json";
+
+constexpr char kStateMagic[8] = {'d', 's', '1', 'b', 'a', 'd', 'm', '1'};
+
+struct OneBitAdam {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+  int64_t freeze_step = 100000;
+  int32_t world_size = 1;
+  bool announced = false;
+  std::map<const void*, ErrorFeedback> errors;  // by parameter address
+};
+
+OneBitAdam* self_of(dscore_optimizer* p) { return reinterpret_cast<OneBitAdam*>(p); }
+const OneBitAdam* self_of(const dscore_optimizer* p) {
+  return reinterpret_cast<const OneBitAdam*>(p);
+}
+
+dscore_status create(const dscore_create_args* args, dscore_optimizer** out) {
+  return sdk::guard([&] {
+    sdk::Params p(args);
+    if (p.boolean("amsgrad"))
+      throw Error(DSCORE_INVALID_ARGUMENT,
+                  "amsgrad is not supported (DeepSpeed's 1-bit Adam does not support the AMSGrad "
+                  "variant either); remove \"amsgrad\" or set it to false");
+    sdk::check_non_negative(p.number("lr"), "lr");
+    const std::vector<double> betas = p.numbers("betas");
+    sdk::check_betas(betas);
+    auto self = std::make_unique<OneBitAdam>();
+    self->beta1 = betas[0];
+    self->beta2 = betas[1];
+    self->eps = p.number("eps");
+    self->weight_decay = p.number("weight_decay");
+    self->freeze_step = p.integer("freeze_step");
+    self->world_size = args->world_size;
+    sdk::check_non_negative(self->eps, "eps");
+    sdk::check_non_negative(self->weight_decay, "weight_decay");
+    if (self->freeze_step < 1)
+      throw Error(DSCORE_INVALID_ARGUMENT,
+                  "freeze_step = " + std::to_string(self->freeze_step) + " must be >= 1");
+    *out = reinterpret_cast<dscore_optimizer*>(self.release());
+  });
+}
+
+void destroy(dscore_optimizer* self) {
+  sdk::guard([&] { delete self_of(self); });
+}
+
+const dscore_optimizer_state_slot kExpAvg = {sizeof(dscore_optimizer_state_slot), "exp_avg",
+                                             DSCORE_DTYPE_F32, 1, 0.0};
+const dscore_optimizer_state_slot kExpAvgSq = {sizeof(dscore_optimizer_state_slot), "exp_avg_sq",
+                                               DSCORE_DTYPE_F32, 1, 0.0};
+const dscore_optimizer_state_slot* const kSlots[] = {&kExpAvg, &kExpAvgSq};
+
+dscore_status state_slots(const dscore_optimizer*, const dscore_optimizer_state_slot* const** slots,
+                          size_t* count) {
+  return sdk::guard([&] {
+    *slots = kSlots;
+    *count = 2;
+  });
+}
+
+int32_t wants_reduced_gradients(const dscore_optimizer* self, int64_t step) {
+  return step < self_of(self)->freeze_step ? 1 : 0;
+}
+
+struct Constants {
+  float lr, beta1, beta2, eps, weight_decay, grad_scale;
+};
+
+// m (and v during warm-up) from the gradient, in place.
+template <dscore_dtype G>
+void update_moments(const Constants& k, bool warmup, int64_t n, const void* grad, float* m,
+                    float* v) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = sdk::load_as_float<G>(grad, i) * k.grad_scale;
+    m[i] = k.beta1 * m[i] + (1.0f - k.beta1) * g;
+    if (warmup) v[i] = k.beta2 * v[i] + (1.0f - k.beta2) * g * g;
+  }
+}
+
+template <dscore_dtype P16>
+void apply_update(const Constants& k, int64_t n, float* param, const float* m, const float* v,
+                  void* out16) {
+  for (int64_t i = 0; i < n; ++i) {
+    float update = m[i] / (std::sqrt(v[i]) + k.eps);
+    if (k.weight_decay > 0) update += k.weight_decay * param[i];
+    param[i] -= k.lr * update;
+    sdk::store_from_float<P16>(out16, i, param[i]);
+  }
+}
+
+const dscore_communicator* job_communicator(const OneBitAdam& self) {
+  const dscore_host_api* host = sdk::host();
+  const dscore_communicator* comm =
+      host != nullptr && host->communicator != nullptr ? host->communicator() : nullptr;
+  if (comm == nullptr && self.world_size > 1)
+    throw Error(DSCORE_FAILED_PRECONDITION,
+                "onebitadam: the compressed phase needs the job's communicator, but the host has "
+                "none (host->communicator() is NULL) in a job of " +
+                    std::to_string(self.world_size) + " ranks");
+  if (comm != nullptr && comm->world_size > 1 &&
+      (comm->vtable == nullptr || comm->vtable->allgather == nullptr))
+    throw Error(DSCORE_FAILED_PRECONDITION, "onebitadam: the communicator has no allgather");
+  return comm != nullptr && comm->world_size > 1 ? comm : nullptr;
+}
+
+dscore_status step(dscore_optimizer* opaque, const dscore_optimizer_step_args* args) {
+  return sdk::guard([&] {
+    OneBitAdam& self = *self_of(opaque);
+    const sdk::StepHparams h = sdk::read_hparams(args, self.beta1, self.beta2);
+    sdk::check_beta(h.beta1, "hparams->beta1 (scheduler override)");
+    sdk::check_beta(h.beta2, "hparams->beta2 (scheduler override)");
+    if (h.step < 1)
+      throw Error(DSCORE_INVALID_ARGUMENT,
+                  "step: hparams->step = " + std::to_string(h.step) + " must be >= 1 (1-based)");
+    const bool warmup = h.step < self.freeze_step;
+    const Constants k{static_cast<float>(h.lr),
+                      static_cast<float>(h.beta1),
+                      static_cast<float>(h.beta2),
+                      static_cast<float>(self.eps),
+                      static_cast<float>(self.weight_decay * h.weight_decay_multiplier),
+                      static_cast<float>(h.grad_scale)};
+    sdk::CpuStepTensors tensors(args, 2, "onebitadam");
+    const dscore_communicator* comm = warmup ? nullptr : job_communicator(self);
+    if (!warmup && !self.announced) {
+      self.announced = true;
+      sdk::log(DSCORE_LOG_INFO, "onebitadam",
+               "update " + std::to_string(h.step) +
+                   ": starting compressed communication (exp_avg_sq frozen, 1-bit momentum)");
+    }
+    for (size_t i = 0; i < tensors.count(); ++i) {
+      float* m = tensors.state(0, i);
+      float* v = tensors.state(1, i);
+      sdk::with_float_dtype(tensors.grad(i)->dtype, [&](auto g) {
+        update_moments<decltype(g)::value>(k, warmup, tensors.numel(i), tensors.grad(i)->data, m,
+                                           v);
+      });
+      if (comm != nullptr)
+        compressed_allreduce(*comm, m, tensors.numel(i), self.errors[tensors.param(i)]);
+      sdk::with_output_dtype(tensors.param_16bit_dtype(i), [&](auto o) {
+        apply_update<decltype(o)::value>(k, tensors.numel(i), tensors.param(i), m, v,
+                                         tensors.param_16bit_data(i));
+      });
+    }
+  });
+}
+
+// Extra state: a marker and freeze_step, so a checkpoint of another
+// optimizer or configuration is noticed. Error feedback is not saved.
+dscore_status save_extra_state(const dscore_optimizer* opaque, dscore_write_fn write, void* ctx) {
+  return sdk::guard([&] {
+    char bytes[sizeof kStateMagic + sizeof(int64_t)];
+    std::memcpy(bytes, kStateMagic, sizeof kStateMagic);
+    std::memcpy(bytes + sizeof kStateMagic, &self_of(opaque)->freeze_step, sizeof(int64_t));
+    sdk::check(write(ctx, bytes, sizeof bytes));
+  });
+}
+
+dscore_status load_extra_state(dscore_optimizer* opaque, const void* data, size_t size) {
+  return sdk::guard([&] {
+    OneBitAdam& self = *self_of(opaque);
+    if (size != sizeof kStateMagic + sizeof(int64_t) ||
+        std::memcmp(data, kStateMagic, sizeof kStateMagic) != 0)
+      throw Error(DSCORE_DATA_LOSS,
+                  "onebitadam: the checkpoint's optimizer extra state is not 1-bit Adam's (" +
+                      std::to_string(size) + " bytes)");
+    int64_t saved_freeze_step = 0;
+    std::memcpy(&saved_freeze_step, static_cast<const char*>(data) + sizeof kStateMagic,
+                sizeof saved_freeze_step);
+    if (saved_freeze_step != self.freeze_step)
+      sdk::log(DSCORE_LOG_WARNING, "onebitadam",
+               "the checkpoint was saved with freeze_step " + std::to_string(saved_freeze_step) +
+                   "; continuing with the configured " + std::to_string(self.freeze_step));
+    self.errors.clear();  // DeepSpeed resets the error feedback on load too
+  });
+}
+
+dscore_optimizer_vtable make_vtable() {
+  dscore_optimizer_vtable vt{};
+  vt.struct_size = sizeof vt;
+  vt.create = &create;
+  vt.destroy = &destroy;
+  vt.state_slots = &state_slots;
+  vt.step = &step;
+  vt.save_extra_state = &save_extra_state;
+  vt.load_extra_state = &load_extra_state;
+  vt.wants_reduced_gradients = &wants_reduced_gradients;
+  return vt;
+}
+const dscore_optimizer_vtable kVtable = make_vtable();
+
+const dscore_plugin_descriptor kOneBitAdam = {
+    sizeof(dscore_plugin_descriptor),
+    DSCORE_KIND_OPTIMIZER,
+    "onebitadam",
+    "0.1.0",
+    "1-bit Adam: Adam warm-up, then frozen variance and 1-bit compressed momentum (DeepSpeed)",
+    DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16 | DSCORE_CAP_MULTI_RANK,
+    kSchema,
+    &kVtable};
+const dscore_plugin_descriptor* const kPlugins[] = {&kOneBitAdam};
+
+const dscore_plugin_library kLibrary = {sizeof(dscore_plugin_library),
+                                        DSCORE_ABI_VERSION_MAJOR,
+                                        DSCORE_ABI_VERSION_MINOR,
+                                        0,
+                                        "dscore-onebitadam",
+                                        "0.1.0",
+                                        "dscore",
+                                        &sdk::store_host,
+                                        nullptr,
+                                        1,
+                                        kPlugins};
+
+}  // namespace
+}  // namespace dscore::onebitadam
+
+extern "C" DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1(void) {
+  return &dscore::onebitadam::kLibrary;
+}
