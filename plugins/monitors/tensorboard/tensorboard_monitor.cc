@@ -1,0 +1,155 @@
+// The built-in "tensorboard" monitor (REFERENCE.md section 7): DeepSpeed's
+// TensorBoardMonitor, which calls SummaryWriter.add_scalar(tag, value,
+// global_samples) for each event and flushes after every batch. One event
+// file per monitor under output_path/job_name, named as torch names its own;
+// TensorBoard (and `wandb sync --sync-tensorboard`) read it as is.
+#include <dscore/monitor.h>
+#include <unistd.h>
+#include <dscore/cpp/plugin.hpp>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <system_error>
+
+#include "event_file.h"
+
+DSCORE_PLUGIN_HOST_STORAGE;
+
+namespace dscore::tensorboard {
+namespace {
+
+using sdk::Error;
+
+constexpr const char kParamsSchema[] = R"json({
+  "output_path": {"type": "string", "default": "",
+                  "doc": "folder holding the job folder; \"\" = the current directory"},
+  "job_name": {"type": "string", "default": "DeepSpeedJobName",
+               "doc": "the event file goes to output_path/job_name"}
+})json";
+
+// Python's os.path.join(a, b) for two POSIX components.
+std::string path_join(const std::string& a, const std::string& b) {
+  if (!b.empty() && b[0] == '/') return b;
+  if (a.empty() || a.back() == '/') return a + b;
+  return a + "/" + b;
+}
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string hostname() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "localhost";
+  return name;
+}
+
+// torch's _global_uid: distinguishes writers created in the same second.
+std::atomic<unsigned> g_next_uid{0};
+
+class TensorBoardMonitor {
+ public:
+  explicit TensorBoardMonitor(const sdk::Params& p) {
+    const std::string log_dir = path_join(p.string("output_path"), p.string("job_name"));
+    const std::string dir = log_dir.empty() ? "." : log_dir;
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec)
+      throw Error(ec.value() == EACCES || ec.value() == EROFS ? DSCORE_PERMISSION_DENIED
+                                                              : DSCORE_INVALID_ARGUMENT,
+                  "cannot create the TensorBoard log directory '" + dir +
+                      "' (output_path + job_name): " + ec.message() +
+                      "; set tensorboard.output_path to a writable directory");
+    const double now = unix_now();
+    const std::string name =
+        event_file_name(now, hostname(), static_cast<long>(::getpid()), g_next_uid++);
+    try {
+      file_ = std::make_unique<EventFile>(path_join(log_dir, name), now);
+    } catch (const Error& e) {
+      throw Error(e.code(),
+                  std::string(e.what()) + "; set tensorboard.output_path to a writable directory");
+    }
+  }
+
+  void write(const dscore_scalar_event& e, bool has_wall_time) {
+    const double wall_time = has_wall_time && e.wall_time > 0 ? e.wall_time : unix_now();
+    file_->append(scalar_event(wall_time, e.step, e.tag != nullptr ? e.tag : "",
+                               static_cast<float>(e.value)));
+  }
+  void flush() { file_->flush(); }
+
+ private:
+  std::unique_ptr<EventFile> file_;
+};
+
+TensorBoardMonitor* self_of(dscore_monitor* p) { return reinterpret_cast<TensorBoardMonitor*>(p); }
+
+dscore_status create(const dscore_create_args* args, dscore_monitor** out) {
+  return sdk::guard([&] {
+    sdk::Params p(args);
+    *out = reinterpret_cast<dscore_monitor*>(new TensorBoardMonitor(p));
+  });
+}
+
+void destroy(dscore_monitor* self) {
+  sdk::guard([&] { delete self_of(self); });
+}
+
+// DeepSpeed flushes the SummaryWriter after every batch of events, so each
+// call ends with a flush: TensorBoard shows a step as soon as it is logged.
+dscore_status write_scalars(dscore_monitor* self, const dscore_scalar_event* const* events,
+                            size_t count) {
+  return sdk::guard([&] {
+    using E = dscore_scalar_event;
+    for (size_t i = 0; i < count; ++i) {
+      const E* e = events[i];
+      if (e == nullptr || !DSCORE_HAS_FIELD(e, E, step))
+        throw Error(DSCORE_INVALID_ARGUMENT,
+                    "event " + std::to_string(i) + " is NULL or too small");
+      self_of(self)->write(*e, DSCORE_HAS_FIELD(e, E, wall_time));
+    }
+    self_of(self)->flush();
+  });
+}
+
+dscore_status flush(dscore_monitor* self) {
+  return sdk::guard([&] { self_of(self)->flush(); });
+}
+
+const dscore_monitor_vtable kVtable = {
+    sizeof(dscore_monitor_vtable), &create, &destroy, &write_scalars, &flush, nullptr};
+
+const dscore_plugin_descriptor kTensorBoard = {
+    sizeof(dscore_plugin_descriptor),
+    DSCORE_KIND_MONITOR,
+    "tensorboard",
+    "0.1.0",
+    "DeepSpeed's TensorBoard monitor: an events.out.tfevents.* file under output_path/job_name",
+    DSCORE_CAP_CPU,
+    kParamsSchema,
+    &kVtable};
+const dscore_plugin_descriptor* const kPlugins[] = {&kTensorBoard};
+
+const dscore_plugin_library kLibrary = {sizeof(dscore_plugin_library),
+                                        DSCORE_ABI_VERSION_MAJOR,
+                                        DSCORE_ABI_VERSION_MINOR,
+                                        0,
+                                        "dscore-tensorboard",
+                                        "0.1.0",
+                                        "dscore",
+                                        &sdk::store_host,
+                                        nullptr,
+                                        1,
+                                        kPlugins};
+
+}  // namespace
+}  // namespace dscore::tensorboard
+
+extern "C" DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1(void) {
+  return &dscore::tensorboard::kLibrary;
+}

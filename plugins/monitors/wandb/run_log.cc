@@ -1,0 +1,129 @@
+// Block framing and CRC of the W&B transaction log (run_log.h).
+#include "run_log.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <dscore/cpp/plugin.hpp>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+
+namespace dscore::wandb {
+namespace {
+
+using sdk::Error;
+
+constexpr std::array<uint32_t, 256> make_crc32_table() {
+  std::array<uint32_t, 256> table{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t crc = i;
+    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ ((crc & 1u) ? 0xEDB88320u : 0u);
+    table[i] = crc;
+  }
+  return table;
+}
+constexpr std::array<uint32_t, 256> kCrc32Table = make_crc32_table();
+
+void put_le(std::string* out, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+}
+
+void put_chunk(std::string* out, std::string_view data, ChunkType type) {
+  const char type_byte = static_cast<char>(type);
+  put_le(out, crc32(data, crc32(std::string_view(&type_byte, 1))), 4);
+  put_le(out, data.size(), 2);
+  out->push_back(type_byte);
+  out->append(data);
+}
+
+dscore_status errno_status(int err) {
+  switch (err) {
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      return DSCORE_PERMISSION_DENIED;
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+      return DSCORE_RESOURCE_EXHAUSTED;
+    default:
+      return DSCORE_UNAVAILABLE;
+  }
+}
+
+}  // namespace
+
+uint32_t crc32(std::string_view data, uint32_t crc) {
+  crc ^= 0xFFFFFFFFu;
+  for (unsigned char c : data) crc = kCrc32Table[(crc ^ c) & 0xFF] ^ (crc >> 8);
+  return crc ^ 0xFFFFFFFFu;
+}
+
+std::string file_header() {
+  std::string out = ":W&B";
+  put_le(&out, 0xBEE1, 2);  // zlib.crc32("Weights & Biases") & 0xffff
+  out.push_back('\0');      // version 0
+  return out;
+}
+
+std::string frame_record(std::string_view payload, uint64_t offset) {
+  constexpr size_t kDataPerBlock = kBlockSize - kRecordHeaderSize;
+  std::string out;
+  size_t space_left = kBlockSize - offset % kBlockSize;
+  if (space_left < kRecordHeaderSize) {
+    out.append(space_left, '\0');
+    space_left = kBlockSize;
+  }
+  if (payload.size() + kRecordHeaderSize <= space_left) {
+    put_chunk(&out, payload, kFull);
+    return out;
+  }
+  // The first chunk fills the block (it may carry no data at all when
+  // exactly a chunk header fits, as in wandb's writer); middles fill whole
+  // blocks; the last carries the rest.
+  size_t used = space_left - kRecordHeaderSize;
+  put_chunk(&out, payload.substr(0, used), kFirst);
+  while (payload.size() - used > kDataPerBlock) {
+    put_chunk(&out, payload.substr(used, kDataPerBlock), kMiddle);
+    used += kDataPerBlock;
+  }
+  put_chunk(&out, payload.substr(used), kLast);
+  return out;
+}
+
+RunLog::RunLog(std::string path) : path_(std::move(path)) {
+  int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) fail("create");
+  file_ = ::fdopen(fd, "wb");
+  if (file_ == nullptr) {
+    int err = errno;
+    ::close(fd);
+    errno = err;
+    fail("open");
+  }
+  put(file_header());
+}
+
+RunLog::~RunLog() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+void RunLog::append(std::string_view record) { put(frame_record(record, offset_)); }
+
+void RunLog::put(std::string_view bytes) {
+  if (std::fwrite(bytes.data(), 1, bytes.size(), file_) != bytes.size()) fail("write");
+  offset_ += bytes.size();
+}
+
+void RunLog::flush() {
+  if (std::fflush(file_) != 0) fail("flush");
+}
+
+void RunLog::fail(const char* what) const {
+  int err = errno;
+  throw Error(errno_status(err), std::string("cannot ") + what + " the wandb run file '" + path_ +
+                                     "': " + std::strerror(err));
+}
+
+}  // namespace dscore::wandb
