@@ -1,11 +1,24 @@
 #!/usr/bin/env bash
 # Set up, build and run every test: the release build (unit, plugin, CLI,
-# install and layering tests), then the ASan+UBSan build of the same tests.
+# install and layering tests), the monitor files checked with TensorBoard's
+# and wandb's own readers (tests/external), then the ASan+UBSan build of the
+# same tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh release
 ctest --preset release
+# The monitors' files loaded by the real tools (TensorBoard's EventAccumulator,
+# wandb's run-file reader and `wandb sync`): needs python3 with venv (setup.sh
+# installs it) and PyPI the first time; a failed install fails the run.
+if [ "${DSCORE_SKIP_EXTERNAL:-0}" = "1" ]; then
+  echo "test.sh: DSCORE_SKIP_EXTERNAL=1: tests/external (TensorBoard/wandb readers) NOT run" >&2
+elif python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+  bash tests/external/run_checks.sh build/release/bin/dscore
+else
+  echo "test.sh: WARNING: python3 with venv not found: tests/external NOT run" \
+       "(apt-get install python3-venv python3-pip, as scripts/setup.sh does)" >&2
+fi
 if [ "${DSCORE_SKIP_SANITIZERS:-0}" != "1" ]; then
   bash scripts/build.sh asan
   ctest --preset asan

@@ -31,7 +31,8 @@ int check(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   InitializeOptions init;
-  init.world_size = world_size;
+  init.job = comm::JobEnv{};
+  init.job->world_size = world_size;  // the batch triad's data-parallel size
   auto setup = prepare(path, init);
   if (!setup.ok()) {
     std::fprintf(stderr, "error: %s\n", setup.status().message().c_str());

@@ -1,5 +1,6 @@
 // dscore: the command-line entry point. A thin dispatcher over the
-// subcommands (run, config, plugins); everything else lives in core/.
+// subcommands (run, config, plugins, lr-schedule); everything else lives in
+// core/.
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -19,6 +20,9 @@ const char* kUsage =
     "  config check F [--world-size N]         validate and print the resolved config\n"
     "  config reference                        print the config key reference (Markdown)\n"
     "  plugins list [--json]                   list the plugins on the search path\n"
+    "  plan --config F [-n RANKS]              memory and communication per rank, before running\n"
+    "  lr-schedule --config F [--steps N] [--csv]\n"
+    "                                          preview the lr (and momentum) of every step\n"
     "\n"
     "  --version                               print the version and plugin ABI\n"
     "  <command> --help                        help for one command\n";
@@ -41,12 +45,16 @@ int main(int argc, char** argv) {
     if (command == "run") return dscore::cli::run_command(args);
     if (command == "config") return dscore::cli::config_command(args);
     if (command == "plugins") return dscore::cli::plugins_command(args);
+    if (command == "lr-schedule") return dscore::cli::lr_schedule_command(args);
+    if (command == "plan") return dscore::cli::plan_command(args);
   } catch (const std::exception& e) {
     // A broken invariant inside dscore: report it rather than abort silently.
     dscore::log_error(std::string("internal error: ") + e.what());
     return dscore::cli::kExitFailure;
   }
-  std::fprintf(stderr, "dscore: unknown command '%s'%s\n\n%s", command.c_str(),
-               dscore::did_you_mean_suffix(command, {"run", "config", "plugins"}).c_str(), kUsage);
+  std::fprintf(
+      stderr, "dscore: unknown command '%s'%s\n\n%s", command.c_str(),
+      dscore::did_you_mean_suffix(command, {"run", "config", "plugins", "lr-schedule", "plan"}).c_str(),
+      kUsage);
   return dscore::cli::kExitUsage;
 }

@@ -1,6 +1,9 @@
 // `dscore run --config F [--steps N] [-n RANKS]`
 #include <unistd.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "core/cli/commands.h"
 #include "core/cli/options.h"
 #include "core/engine/trainer.h"
@@ -36,7 +39,13 @@ int run_command(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   run.ranks = ranks;
-  run.progress_bar = isatty(STDOUT_FILENO) != 0;
+  run.rank_args = {"run", "--config", config_path};
+  if (run.steps) run.rank_args.insert(run.rank_args.end(), {"--steps", std::to_string(*run.steps)});
+  // mpirun gives its ranks a pseudo-terminal, so the process that started
+  // the job decides (its stdout is the user's) and tells the ranks.
+  const char* inherited = std::getenv("DSCORE_PROGRESS_BAR");
+  run.progress_bar = inherited != nullptr ? std::string(inherited) == "1" : isatty(STDOUT_FILENO) != 0;
+  setenv("DSCORE_PROGRESS_BAR", run.progress_bar ? "1" : "0", /*overwrite=*/1);
   return run_training(run);
 }
 

@@ -29,6 +29,10 @@ std::vector<FieldSpec> monitor_sections() {
           optional_string("group", "run group"),
           optional_string("team", "entity"),
           F("project", T::kString, "project name").def("deepspeed"),
+          // dscore only (not a DeepSpeed key): wandb.init's `dir`, since the
+          // monitor writes an offline run folder rather than streaming.
+          optional_string("dir", "dscore only: the offline run goes to dir/wandb/ (default: $WANDB_DIR, "
+                                 "else the current folder, as wandb.init)"),
       },
       "Weights & Biases", {.pydantic = true});
   auto comet = make_object(

@@ -137,6 +137,7 @@ struct TrainingConfig {
   Bf16Config bf16;
   double gradient_clipping = 0.0;  // 0 = off
   std::optional<std::string> communication_data_type;  // fp32 | fp16 | bf16 (lower case)
+  std::optional<std::string> grad_accum_dtype;         // data_types.grad_accum_dtype
   bool prescale_gradients = false;
   double gradient_predivide_factor = 1.0;
   bool wall_clock_breakdown = false;

@@ -150,6 +150,8 @@ TrainingConfig build_training_config(const json::Value& doc, const json::Value& 
   read(doc, "gradient_clipping", &c.gradient_clipping);
   if (at(doc, "communication_data_type").is_string())
     c.communication_data_type = at(doc, "communication_data_type").as_string();
+  if (at(at(doc, "data_types"), "grad_accum_dtype").is_string())
+    c.grad_accum_dtype = at(at(doc, "data_types"), "grad_accum_dtype").as_string();
   read(doc, "prescale_gradients", &c.prescale_gradients);
   read(doc, "gradient_predivide_factor", &c.gradient_predivide_factor);
   read(doc, "wall_clock_breakdown", &c.wall_clock_breakdown);

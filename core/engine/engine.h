@@ -4,13 +4,15 @@
 //   for each micro-batch:  loss = engine->forward_backward(batch);  engine->step();
 //
 // step() is called after EVERY micro-batch, as in DeepSpeed: off the
-// gradient-accumulation boundary it only counts; at the boundary it clips,
-// updates (optimizer plugin over host-owned state), advances the LR schedule
-// and writes monitor events with DeepSpeed's tags and x-axis.
+// gradient-accumulation boundary it only counts; at the boundary it gathers
+// the global gradient norm and overflow flag (one small allgather, combined
+// in rank order), updates the fp16 loss scale, clips, runs the optimizer
+// plugin over this rank's owned part (host-owned state), brings the new
+// parameters back (ZeRO stage strategy), advances the LR schedule and
+// writes DeepSpeed's monitor events on rank 0.
 //
-// This version runs one rank, ZeRO stage 0, fp32: parameters, gradients and
-// every optimizer state slot live in flat buffers sharing one layout
-// (param_layout.h). Multi-rank ZeRO stages and 16-bit training build on it.
+// Where parameters and gradients live and how they move is the ZeRO
+// strategy's job (core/zero: stages 0-2 flat, stage 3 sharded).
 #pragma once
 
 #include <memory>
@@ -19,49 +21,73 @@
 
 #include "core/base/memory.h"
 #include "core/base/status.h"
+#include "core/comm/comm_stream.h"
+#include "core/comm/communicator.h"
 #include "core/config/config.h"
 #include "core/config/training_config.h"
 #include "core/engine/lr_schedule.h"
 #include "core/engine/monitor_hub.h"
-#include "core/engine/param_layout.h"
+#include "core/engine/optimizer_runner.h"
 #include "core/model/model.h"
 #include "core/plugin_host/instances.h"
+#include "core/zero/loss_scaler.h"
+#include "core/zero/param_layout.h"
+#include "core/zero/plan.h"
+#include "core/zero/zero_strategy.h"
 
 namespace dscore {
 
-// What the engine runs, already created (see trainer.h for building these
-// from a config and the plugin registry).
+// Where the time of forward_backward() and step() went, summed since the
+// last reset, in nanoseconds. Engine overhead is what is left:
+// wall - model compute - optimizer - gradient statistics - comm wait.
+struct EngineTiming {
+  int64_t micro_steps = 0;
+  int64_t steps = 0;              // accumulation boundaries
+  int64_t forward_backward_ns = 0;
+  int64_t hooks_ns = 0;           // inside acquire/release/grads_ready
+  int64_t reduce_finish_ns = 0;   // after the model returned: finishing reductions
+  int64_t step_ns = 0;
+  int64_t optimizer_ns = 0;       // the optimizer plugin over the owned space
+  int64_t statistics_ns = 0;      // gradient norm and overflow pass, zeroing
+  int64_t comm_wait_ns = 0;       // blocked on the comm thread (in hooks and in step)
+  int64_t model_ns() const { return forward_backward_ns - hooks_ns - reduce_finish_ns; }
+  int64_t wall_ns() const { return forward_backward_ns + step_ns; }
+  int64_t overhead_ns() const {
+    return wall_ns() - model_ns() - optimizer_ns - statistics_ns - comm_wait_ns;
+  }
+};
+
+// What the engine runs, already created (initialize.h builds these from a
+// config and the plugin registry).
 struct EngineComponents {
   std::unique_ptr<Model> model;
   std::unique_ptr<plugin_host::OptimizerInstance> optimizer;
   double base_lr = 0;  // the optimizer's configured lr
-  std::unique_ptr<plugin_host::SchedulerInstance> scheduler;        // optional
+  std::unique_ptr<plugin_host::SchedulerInstance> scheduler;            // optional
   std::vector<std::unique_ptr<plugin_host::MonitorInstance>> monitors;  // rank 0 only
+  std::unique_ptr<comm::Communicator> comm;                             // required
 };
 
-// Config settings this engine version cannot run yet, each with its JSON
-// path and what to set instead. Engine::create refuses them; `dscore run`
-// reports them as config errors before creating anything.
+// Config settings this engine cannot run yet, each with its JSON path and
+// what to set instead. Engine::create refuses them; `dscore run` reports
+// them as config errors before creating anything.
 std::vector<config::ConfigError> unsupported_features(const config::TrainingConfig& config);
 
 class Engine {
  public:
-  // Checks that the config is one this engine runs (clear error otherwise),
-  // builds the layout, allocates parameters, gradients and optimizer state,
-  // and initialises parameters through the model's init_param.
+  // Collective (every rank). Builds the layout, allocates this rank's part
+  // per the ZeRO stage, and initialises parameters through init_param.
   static Result<std::unique_ptr<Engine>> create(const config::TrainingConfig& config,
                                                 EngineComponents components);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Forward and backward of one micro-batch; gradients accumulate until the
-  // boundary. Returns the micro-batch's mean loss (unscaled).
+  // Forward and backward of one micro-batch. Returns this rank's mean loss
+  // over the micro-batch (unscaled).
   Result<double> forward_backward(const dscore_batch& batch);
-
-  // See the file comment. Returns an error if a plugin failed.
+  // See the file comment. Collective at the boundary.
   Status step();
-
   // True when the next step() call completes an accumulation cycle.
   bool is_gradient_accumulation_boundary() const;
 
@@ -70,27 +96,38 @@ class Engine {
   int64_t micro_steps() const { return micro_steps_; }
   int64_t skipped_steps() const { return skipped_steps_; }
   bool was_step_applied() const { return last_step_applied_; }
-  // Learning rate of each parameter group for the next update.
-  std::vector<double> get_lr() const;
-  // Global gradient norm measured at the last boundary (before clipping).
-  double get_global_grad_norm() const { return last_grad_norm_; }
-  // Mean micro-batch loss of the last completed accumulation cycle.
+  std::vector<double> get_lr() const;  // per parameter group, for the next update
+  double get_global_grad_norm() const { return last_grad_norm_; }  // unscaled, before clipping
+  double loss_scale() const { return scaler_.scale(); }
+  // Mean micro-batch loss of the last completed cycle over all ranks, and
+  // this rank's own (DeepSpeed's train_loss is rank 0's).
   double last_loss() const { return last_loss_; }
+  double last_rank_loss() const { return last_rank_loss_; }
 
+  int rank() const { return comm_->rank(); }
+  int world_size() const { return comm_->world_size(); }
+  comm::Communicator& communicator() { return *comm_; }
   const ParamLayout& layout() const { return layout_; }
   const Model& model() const { return *model_; }
-  // The fp32 parameters, flat in layout order (layout().total_numel()).
-  const float* parameters() const { return static_cast<const float*>(params_.get()); }
-  const float* gradients() const { return static_cast<const float*>(grads_.get()); }
   const config::TrainingConfig& config() const { return config_; }
+
+  // The full model's fp32 master weights in layout order (collective).
+  Status gather_parameters(std::vector<float>* out);
+  // What this rank planned to hold, and what it holds (counted allocations).
+  zero::ZeroPlan plan() const;
+  zero::MemoryPlan measured_memory() const;
+
+  EngineTiming timing() const;
+  void reset_timing();
+
+  // End every rank of the job after a local fatal error.
+  void abort(const std::string& reason);
 
  private:
   explicit Engine(const config::TrainingConfig& config) : config_(config) {}
-  Status allocate_and_initialise();
-  void build_views();
-  Status apply_update(double grad_norm);
-  double compute_grad_norm() const;
-  std::vector<ScalarEvent> boundary_events(double loss, int64_t samples_before) const;
+  Status initialise();
+  Status apply_update(double grad_scale);
+  std::vector<ScalarEvent> boundary_events(int64_t samples_before) const;
 
   // Model hooks (ctx = Engine*).
   static dscore_status hook_acquire(void* ctx, size_t layer, dscore_acquire_mode mode,
@@ -100,36 +137,31 @@ class Engine {
   dscore_status fail_hook(dscore_status code, const std::string& message);
 
   config::TrainingConfig config_;
+  // Declaration order is teardown order in reverse: the strategy (whose
+  // buffers the comm thread touches) goes first, then the stream, then comm.
+  std::unique_ptr<comm::Communicator> comm_;
+  std::unique_ptr<comm::CommStream> stream_;
   std::unique_ptr<Model> model_;
-  std::unique_ptr<plugin_host::OptimizerInstance> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
   MonitorHub monitors_;
   ParamLayout layout_;
+  std::unique_ptr<zero::ZeroStrategy> strategy_;
+  std::unique_ptr<OptimizerRunner> optimizer_;
+  zero::LossScaler scaler_ = zero::LossScaler::fixed(1.0);
 
-  // Flat buffers, all in layout order:
-  CountedBuffer params_;               // (total_numel) fp32
-  CountedBuffer grads_;                // (total_numel) fp32
-  std::vector<CountedBuffer> states_;  // per slot: (total_numel * elements_per_param) slot dtype
-
-  // Tensor views handed to the model and the optimizer.
-  std::vector<dscore_tensor> param_views_, grad_views_;
-  std::vector<const dscore_tensor*> param_view_ptrs_;
-  std::vector<dscore_tensor*> grad_view_ptrs_;
-  std::vector<std::vector<dscore_tensor>> state_views_;  // [slot][param]
-  std::vector<std::vector<int64_t>> state_shapes_;       // [slot * params + param]
-
-  // Per-call hook bookkeeping.
-  std::vector<int> acquired_;  // per layer: outstanding acquires
+  std::vector<int> acquired_;  // per layer: outstanding acquires in this call
+  EngineTiming timing_;
+  int64_t blocked_at_reset_ = 0;
   std::string hook_error_;
 
   int64_t micro_steps_ = 0;
   int64_t global_steps_ = 0;
   int64_t global_samples_ = 0;
   int64_t skipped_steps_ = 0;
-  int64_t applied_steps_ = 0;
   bool last_step_applied_ = false;
-  double loss_accumulator_ = 0;  // sum over the cycle's micro-batches of loss / gas
+  double loss_accumulator_ = 0;  // this rank: sum over the cycle's micro-batches of loss / gas
   double last_loss_ = 0;
+  double last_rank_loss_ = 0;
   double last_grad_norm_ = 0;
 };
 

@@ -9,9 +9,10 @@ namespace {
 
 Result<Setup> finish_prepare(config::LoadedConfig loaded, const std::string& config_dir,
                              const config::ResolveContext& context,
-                             const InitializeOptions& options) {
+                             const InitializeOptions& options, const comm::JobEnv& job) {
   Setup setup;
   setup.options = options;
+  setup.job = job;
   setup.loaded = std::move(loaded);
   if (!setup.loaded.ok()) return setup;
   auto registry = plugin_host::PluginRegistry::open(
@@ -23,9 +24,14 @@ Result<Setup> finish_prepare(config::LoadedConfig loaded, const std::string& con
   return setup;
 }
 
-config::ResolveContext context_of(const InitializeOptions& options) {
+Result<comm::JobEnv> job_of(const InitializeOptions& options) {
+  if (options.job) return *options.job;
+  return comm::detect_job_env();
+}
+
+config::ResolveContext context_of(const InitializeOptions& options, const comm::JobEnv& job) {
   config::ResolveContext context;
-  context.world_size = options.world_size;
+  context.world_size = job.world_size;  // the data-parallel size of the batch triad
   context.train_steps = options.train_steps;
   return context;
 }
@@ -33,16 +39,18 @@ config::ResolveContext context_of(const InitializeOptions& options) {
 }  // namespace
 
 Result<Setup> prepare(const std::string& config_path, const InitializeOptions& options) {
-  const config::ResolveContext context = context_of(options);
+  DSCORE_ASSIGN_OR_RETURN(comm::JobEnv job, job_of(options));
+  const config::ResolveContext context = context_of(options, job);
   const std::string dir = std::filesystem::absolute(config_path).parent_path().string();
-  return finish_prepare(config::load_config_file(config_path, context), dir, context, options);
+  return finish_prepare(config::load_config_file(config_path, context), dir, context, options, job);
 }
 
 Result<Setup> prepare_text(std::string_view config_json, std::string_view source_name,
                            const std::string& config_dir, const InitializeOptions& options) {
-  const config::ResolveContext context = context_of(options);
+  DSCORE_ASSIGN_OR_RETURN(comm::JobEnv job, job_of(options));
+  const config::ResolveContext context = context_of(options, job);
   return finish_prepare(config::load_config_text(config_json, source_name, context), config_dir,
-                        context, options);
+                        context, options, job);
 }
 
 Result<std::unique_ptr<Engine>> build_engine(const Setup& setup, std::unique_ptr<Model> model) {
@@ -51,8 +59,14 @@ Result<std::unique_ptr<Engine>> build_engine(const Setup& setup, std::unique_ptr
   const PluginSelection& selection = setup.selection;
   plugin_host::InstanceContext context;
   context.seed = cfg.seed;
-  context.rank = setup.options.rank;
-  context.world_size = setup.options.world_size;
+  context.rank = setup.job.rank;
+  context.world_size = setup.job.world_size;
+  context.local_rank = setup.job.local_rank;
+  set_log_rank(setup.job.rank, setup.job.world_size);
+
+  // The communicator first: creating it is the job's first collective.
+  DSCORE_ASSIGN_OR_RETURN(auto communicator,
+                          comm::Communicator::create(*setup.registry, cfg.comm, setup.job, cfg.seed));
 
   EngineComponents components;
   if (model) {
@@ -81,12 +95,13 @@ Result<std::unique_ptr<Engine>> build_engine(const Setup& setup, std::unique_ptr
   // Only global rank 0 writes monitor output (DeepSpeed does the same).
   const std::string resolved_json = json::serialize(setup.loaded.resolved);
   for (const SelectedPlugin& m : selection.monitors) {
-    if (setup.options.rank != 0) break;
+    if (setup.job.rank != 0) break;
     DSCORE_ASSIGN_OR_RETURN(auto monitor,
                             plugin_host::MonitorInstance::create(*m.info, m.params, context));
     DSCORE_RETURN_IF_ERROR(monitor->write_config(resolved_json));
     components.monitors.push_back(std::move(monitor));
   }
+  components.comm = std::move(communicator);
   return Engine::create(cfg, std::move(components));
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/base/status.h"
+#include "core/comm/job_env.h"
 #include "core/config/config.h"
 #include "core/engine/engine.h"
 #include "core/engine/plugin_setup.h"
@@ -19,8 +20,9 @@
 namespace dscore {
 
 struct InitializeOptions {
-  int world_size = 1;
-  int rank = 0;
+  // Who this process is; by default from the launcher's environment
+  // (mpirun, srun, torchrun variables; one rank without a launcher).
+  std::optional<comm::JobEnv> job;
   std::optional<int64_t> train_steps;  // overrides "train_steps"
   // True when the caller brings its own Model: the config's "model" section
   // is then optional and ignored.
@@ -29,19 +31,23 @@ struct InitializeOptions {
 
 struct Setup {
   InitializeOptions options;
+  comm::JobEnv job;
   config::LoadedConfig loaded;  // errors here are config errors (print, exit 2)
   std::shared_ptr<plugin_host::PluginRegistry> registry;
   PluginSelection selection;
 };
 
 // Config problems (including unknown plugins and bad plugin params) end up
-// in setup.loaded.errors; a Status error means the plugin search path itself
-// could not be opened (an explicitly named library that is broken).
+// in setup.loaded.errors; a Status error means the launcher environment is
+// malformed or the plugin search path itself could not be opened (an
+// explicitly named library that is broken).
 Result<Setup> prepare(const std::string& config_path, const InitializeOptions& options);
 Result<Setup> prepare_text(std::string_view config_json, std::string_view source_name,
                            const std::string& config_dir, const InitializeOptions& options);
 
-// Requires setup.loaded.ok(). `model` replaces the config's model plugin.
+// Requires setup.loaded.ok(). Collective: creates the communicator (comm
+// backend) and the engine on every rank. `model` replaces the config's
+// model plugin.
 Result<std::unique_ptr<Engine>> build_engine(const Setup& setup, std::unique_ptr<Model> model);
 
 // prepare + build_engine; config errors become one INVALID_ARGUMENT status

@@ -6,6 +6,8 @@
 
 #include "core/base/logging.h"
 #include "core/base/strings.h"
+#include "core/comm/job_env.h"
+#include "core/comm/launcher.h"
 #include "core/data/sampler.h"
 #include "core/data/source.h"
 #include "core/engine/initialize.h"
@@ -65,6 +67,21 @@ void check_run_config(config::LoadedConfig* loaded) {
   }
 }
 
+// memory_breakdown: this rank's plan beside what it actually allocated.
+std::string describe_memory(const Engine& e) {
+  const zero::MemoryPlan planned = e.plan().memory, measured = e.measured_memory();
+  auto row = [](const char* name, int64_t p, int64_t m) {
+    return std::string("\n  ") + name + ": planned " + format_bytes(static_cast<uint64_t>(p)) +
+           ", allocated " + format_bytes(static_cast<uint64_t>(m));
+  };
+  return "memory (model states and buffers)" + row("parameters", planned.parameters, measured.parameters) +
+         row("gradients", planned.gradients, measured.gradients) +
+         row("master weights", planned.master, measured.master) +
+         row("optimizer state", planned.optimizer, measured.optimizer) +
+         row("buffers", planned.buffers, measured.buffers) +
+         row("total", planned.total(), measured.total());
+}
+
 // DeepSpeed's "mom=[...]": the optimizer's betas as a tuple, or its
 // momentum, when it has either.
 std::string momentum_text(const PluginSelection& selection) {
@@ -84,53 +101,69 @@ std::string momentum_text(const PluginSelection& selection) {
 
 int run_training(const RunOptions& options) {
   plugin_host::install_crash_handler();
-  if (options.ranks != 1) {
-    log_error("-n " + std::to_string(options.ranks) +
-              ": this dscore build runs one rank (multi-rank ZeRO arrives with the ZeRO engine); "
-              "use -n 1");
+  auto job = comm::detect_job_env();
+  if (!job.ok()) {
+    log_error(job.status().message());
+    return kExitConfigError;
+  }
+  if (options.ranks > 1 && job->world_size == 1)
+    return fail(comm::exec_under_mpirun(options.ranks, options.rank_args));  // returns on failure only
+  if (options.ranks > 1 && job->world_size != options.ranks) {
+    log_error("-n " + std::to_string(options.ranks) + " but the launcher started " +
+              std::to_string(job->world_size) + " ranks; drop -n when using mpirun or srun");
     return kExitConfigError;
   }
   InitializeOptions init;
-  init.world_size = options.ranks;
+  init.job = *job;
   init.train_steps = options.steps;
   auto setup = prepare(options.config_path, init);
   if (!setup.ok()) return fail(setup.status());
   if (setup->loaded.ok()) check_run_config(&setup->loaded);
   if (!setup->loaded.ok()) return print_config_errors(setup->loaded);
+  const bool leader = job->rank == 0;
   // Libraries on the search path that failed to load, though not needed by
   // this config (a failed lookup already lists them in its error).
-  if (setup->registry) {
+  if (setup->registry && leader) {
     for (const plugin_host::LoadProblem& p : setup->registry->problems())
       log_warning(p.message.find(p.path) == std::string::npos ? p.path + ": " + p.message : p.message);
   }
-  for (const config::ConfigNotice& n : setup->loaded.notices) log_info(n.path + ": " + n.message);
+  if (leader)
+    for (const config::ConfigNotice& n : setup->loaded.notices) log_info(n.path + ": " + n.message);
 
   auto engine = build_engine(*setup, nullptr);
   if (!engine.ok()) return fail(engine.status());
   Engine& e = **engine;
+  // From here a failure on one rank ends every rank at once.
+  auto fail_job = [&](const Status& status) {
+    log_error(status.message());
+    if (e.world_size() > 1) e.abort(status.message());
+    return kExitFailure;
+  };
   const config::TrainingConfig& cfg = e.config();
   auto source = data::make_batch_source(cfg.data, e.model(), cfg.seed);
-  if (!source.ok()) return fail(source.status());
+  if (!source.ok()) return fail_job(source.status());
 
-  log_info("training " + e.model().display_name() + ": " +
-           std::to_string(e.layout().total_numel()) + " parameters, " +
-           std::to_string(cfg.train_steps) + " steps, batch " +
-           std::to_string(cfg.batch.train_batch_size) + " (micro " +
-           std::to_string(cfg.batch.train_micro_batch_size_per_gpu) + " x gas " +
-           std::to_string(cfg.batch.gradient_accumulation_steps) + ")");
+  if (leader)
+    log_info("training " + e.model().display_name() + ": " + std::to_string(e.layout().total_numel()) +
+             " parameters, ZeRO stage " + std::to_string(cfg.zero.stage) + ", " +
+             std::to_string(e.world_size()) + " rank(s), " + std::to_string(cfg.train_steps) +
+             " steps, batch " + std::to_string(cfg.batch.train_batch_size) + " (micro " +
+             std::to_string(cfg.batch.train_micro_batch_size_per_gpu) + " x gas " +
+             std::to_string(cfg.batch.gradient_accumulation_steps) + " x " +
+             std::to_string(e.world_size()) + " ranks)");
 
-  const data::DistributedSampler sampler(cfg.batch, init.world_size, init.rank);
+  const data::DistributedSampler sampler(cfg.batch, e.world_size(), e.rank());
   data::HostBatch batch(e.model().description(), cfg.batch.train_micro_batch_size_per_gpu);
-  ProgressReporter progress(cfg.train_steps, cfg.steps_per_print, options.progress_bar);
+  ProgressReporter progress(cfg.train_steps, cfg.steps_per_print, options.progress_bar && leader);
   const std::string mom = momentum_text(setup->selection);
   ProgressSnapshot snapshot;
   snapshot.total_steps = cfg.train_steps;
   for (int64_t step = 0; step < cfg.train_steps; ++step) {
     for (int64_t micro = 0; micro < cfg.batch.gradient_accumulation_steps; ++micro) {
       if (Status st = (*source)->fill(sampler.micro_batch(step, micro), &batch); !st.ok())
-        return fail(st);
-      if (auto loss = e.forward_backward(batch.view()); !loss.ok()) return fail(loss.status());
-      if (Status st = e.step(); !st.ok()) return fail(st);
+        return fail_job(st);
+      if (auto loss = e.forward_backward(batch.view()); !loss.ok()) return fail_job(loss.status());
+      if (Status st = e.step(); !st.ok()) return fail_job(st);
     }
     snapshot.step = e.global_steps();
     snapshot.loss = e.last_loss();
@@ -138,9 +171,10 @@ int run_training(const RunOptions& options) {
     snapshot.skipped = e.skipped_steps();
     const std::vector<double> lrs = e.get_lr();
     snapshot.lr = lrs.empty() ? 0 : lrs[0];
-    progress.update(snapshot, lrs, mom);
+    if (leader) progress.update(snapshot, lrs, mom);
   }
-  progress.finish(snapshot);
+  if (leader) progress.finish(snapshot);
+  if (cfg.memory_breakdown) log_info(describe_memory(e));
   return 0;
 }
 

@@ -9,14 +9,17 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace dscore {
 
 struct RunOptions {
   std::string config_path;
   std::optional<int64_t> steps;  // overrides train_steps
-  int ranks = 1;                 // -n
+  int ranks = 1;                 // -n: start this many local ranks under mpirun
   bool progress_bar = false;     // redraw one line (stdout is a terminal)
+  // The `run` arguments each rank gets when -n starts them (no -n).
+  std::vector<std::string> rank_args;
 };
 
 int run_training(const RunOptions& options);

@@ -113,6 +113,11 @@ std::string LoadedLibrary::display_name() const {
 Status LoadedLibrary::ensure_initialized() {
   std::lock_guard<std::mutex> lock(init_mutex_);
   if (init_status_) return *init_status_;
+  // From its first use on, the library's code may have started threads
+  // (a TBB pool) that outlive shutdown(); unmapping it under them would
+  // crash, so a used library stays mapped until the process ends. Listed,
+  // never-used libraries still unload normally.
+  if (void* pin = dlopen(path_.c_str(), RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE)) dlclose(pin);
   if (table_->init == nullptr) {
     init_status_ = Status::Ok();
     return *init_status_;

@@ -1,9 +1,11 @@
 // One loaded plugin library: the Boost.DLL handle (RTLD_NOW | RTLD_LOCAL,
 // absolute canonical path), the table its dscore_plugin_library_v1 returned,
 // and the library's lifecycle: init(host_api) once, lazily, before the first
-// create(); shutdown() once when the last reference goes, before unloading.
-// Instances and PluginInfo hold shared_ptr<LoadedLibrary>, so the code stays
-// mapped as long as anything made from it is alive.
+// create(); shutdown() once when the last reference goes. Instances and
+// PluginInfo hold shared_ptr<LoadedLibrary>, so the code stays mapped as long
+// as anything made from it is alive; a library that was used (initialised)
+// is never unmapped at all (RTLD_NODELETE), since threads it started may
+// outlive its shutdown().
 #pragma once
 
 #include <dscore/plugin.h>

@@ -1,4 +1,4 @@
-#include "core/engine/param_layout.h"
+#include "core/zero/param_layout.h"
 
 namespace dscore {
 

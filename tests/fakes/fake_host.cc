@@ -20,6 +20,7 @@ namespace {
 
 thread_local dscore_status t_error_code = DSCORE_OK;
 thread_local std::string t_error_message;
+thread_local const dscore_communicator* t_communicator = nullptr;
 
 }  // namespace
 
@@ -39,7 +40,7 @@ FakeHost::FakeHost() {
   api_.set_error = &FakeHost::set_error_fn;
   api_.alloc = &FakeHost::alloc_fn;
   api_.free = &FakeHost::free_fn;
-  api_.communicator = []() -> const dscore_communicator* { return nullptr; };
+  api_.communicator = []() -> const dscore_communicator* { return t_communicator; };
   api_.kv_set = [](const char*, const void*, size_t) -> dscore_status {
     return set_error_fn(DSCORE_UNAVAILABLE, "the fake host has no key-value store");
   };
@@ -122,6 +123,10 @@ size_t FakeHost::live_bytes() const {
   for (const auto& [p, n] : allocations_) total += n;
   return total;
 }
+void FakeHost::set_thread_communicator(const dscore_communicator* communicator) {
+  t_communicator = communicator;
+}
+
 void FakeHost::set_fail_alloc(bool fail) {
   std::lock_guard<std::mutex> lock(mutex_);
   fail_alloc_ = fail;

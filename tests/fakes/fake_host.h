@@ -46,6 +46,11 @@ class FakeHost {
   // When set, alloc returns NULL (fault injection).
   void set_fail_alloc(bool fail);
 
+  // What api()->communicator() returns ON THE CALLING THREAD (NULL by
+  // default): a test runs W "ranks" as W threads, each with its own
+  // communicator over a shared in-memory exchange. Borrowed.
+  static void set_thread_communicator(const struct dscore_communicator* communicator);
+
  private:
   FakeHost();
   static void log_fn(dscore_log_level level, const char* plugin, const char* message);

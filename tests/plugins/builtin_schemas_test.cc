@@ -19,7 +19,9 @@ namespace {
 TEST(BuiltinSchemasTest, HostParsesEverySchemaAndFillsDefaults) {
   const char* libraries[] = {DSCORE_ADAM_PLUGIN, DSCORE_LR_SCHEDULES_PLUGIN,
                              DSCORE_CSV_MONITOR_PLUGIN, DSCORE_MLP_PLUGIN,
-                             DSCORE_SGD_MOMENTUM_PLUGIN};
+                             DSCORE_SGD_MOMENTUM_PLUGIN, DSCORE_SGD_PLUGIN,
+                             DSCORE_ADAGRAD_PLUGIN, DSCORE_LION_PLUGIN, DSCORE_LAMB_PLUGIN,
+                             DSCORE_ONEBITADAM_PLUGIN};
   size_t checked = 0;
   for (const char* path : libraries) {
     TestPluginLibrary lib(path);
@@ -47,7 +49,9 @@ TEST(BuiltinSchemasTest, HostParsesEverySchemaAndFillsDefaults) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 7u);  // adam, adamw, WarmupLR, WarmupDecayLR, csv_monitor, mlp, sgd_momentum
+  // adam, adamw, 5 LR schedules, csv_monitor, mlp, sgd_momentum, sgd, adagrad,
+  // lion, lamb, onebitadam
+  EXPECT_EQ(checked, 15u);
 }
 
 }  // namespace

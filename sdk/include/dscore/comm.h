@@ -92,8 +92,9 @@ typedef struct dscore_comm_vtable {
   void (*abort)(dscore_comm* self, const char* reason);
 
   /* Required. recv on `root` = op over ranks of send (same numel and dtype);
-   * recv is ignored (may be NULL) on other ranks. ZeRO-1/2 reduce each
-   * gradient bucket into the rank that owns that part of the partition. */
+   * recv is ignored (may be NULL) on other ranks. In place on the root when
+   * send->data == recv->data. ZeRO-1/2 reduce each gradient bucket into the
+   * rank that owns that part of the partition. */
   dscore_status (*reduce)(dscore_comm* self, const dscore_tensor* send, dscore_tensor* recv,
                           dscore_reduce_op op, int32_t root, void* stream);
 

@@ -55,8 +55,10 @@ void train_step(Engine& e) {
   }
 }
 
-std::vector<float> params(const Engine& e) {
-  return {e.parameters(), e.parameters() + e.layout().total_numel()};
+std::vector<float> params(Engine& e) {
+  std::vector<float> out;
+  EXPECT_TRUE(e.gather_parameters(&out).ok());
+  return out;
 }
 
 const char* kSgd = "\"optimizer\": {\"type\": \"fake_sgd\", \"params\": {\"lr\": 1.0}}";
@@ -167,18 +169,19 @@ TEST(Engine, AcquireOfAMissingLayerNamesTheLayerCount) {
       << loss.status().message();
 }
 
-TEST(Engine, UnsupportedStageIsRefusedWithTheFix) {
+TEST(Engine, UnsupportedOffloadIsRefusedWithTheFix) {
   const std::string text = "{" + plugin_paths() + ", \"train_batch_size\": 1, " + kSgd +
-                           ", \"zero_optimization\": {\"stage\": 2}}";
+                           ", \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": "
+                           "{\"device\": \"nvme\", \"nvme_path\": \"/tmp\"}}}";
   InitializeOptions options;
   options.own_model = true;
   auto setup = prepare_text(text, "t.json", ".", options);
-  ASSERT_TRUE(setup.ok() && setup->loaded.ok());
+  ASSERT_TRUE(setup.ok() && setup->loaded.ok()) << format_config_errors(setup->loaded);
   auto engine = build_engine(*setup, std::make_unique<QuadraticModel>(std::vector<float>{0},
                                                                       std::vector<float>{1}));
   ASSERT_FALSE(engine.ok());
   EXPECT_EQ(engine.status().code(), DSCORE_UNIMPLEMENTED);
-  EXPECT_NE(engine.status().message().find("set \"stage\": 0"), std::string::npos);
+  EXPECT_NE(engine.status().message().find("set \"device\": \"none\""), std::string::npos);
 }
 
 std::vector<std::string> read_lines(const fs::path& file) {

@@ -43,7 +43,7 @@ Trace train(int micro, int steps) {
     }
     trace.losses.push_back(e.last_loss());
   }
-  trace.params.assign(e.parameters(), e.parameters() + e.layout().total_numel());
+  EXPECT_TRUE(e.gather_parameters(&trace.params).ok());
   return trace;
 }
 

@@ -2,7 +2,7 @@
 // gaps; layer ranges select each layer's parameters.
 #include <gtest/gtest.h>
 
-#include "core/engine/param_layout.h"
+#include "core/zero/param_layout.h"
 
 namespace dscore {
 namespace {

@@ -1,0 +1,240 @@
+#include "core/comm/communicator.h"
+
+#include <dscore/cpp/dtype.hpp>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+
+#include "core/base/logging.h"
+#include "core/plugin_host/host_api.h"
+#include "core/plugin_host/params.h"
+
+namespace dscore::comm {
+namespace {
+
+// ------------------------------------------------ where a SIGTERM found us
+
+// Written before and after each collective; read by the signal handler,
+// which must not allocate: fixed buffers only.
+char g_where[160] = "";
+char g_prefix[48] = "[dscore] ";
+
+void on_sigterm(int signo) {
+  const char* tail = g_where[0] != '\0' ? g_where : "computing (no collective in flight)";
+  const char* mid =
+      "stopped by SIGTERM: the launcher is ending the job (usually because another rank failed; "
+      "see its message above). This rank was ";
+  (void)!write(STDERR_FILENO, g_prefix, std::strlen(g_prefix));
+  (void)!write(STDERR_FILENO, mid, std::strlen(mid));
+  (void)!write(STDERR_FILENO, tail, std::strlen(tail));
+  (void)!write(STDERR_FILENO, "\n", 1);
+  std::signal(signo, SIG_DFL);
+  raise(signo);
+}
+
+// ---------------------------------- the table plugins get from the host
+
+Communicator* g_active = nullptr;
+
+CommBuffer buffer_of(const dscore_tensor* t) {
+  return t == nullptr ? CommBuffer{} : CommBuffer{t->data, t->dtype, t->numel};
+}
+
+// Plugins call these through host->communicator(): the same counted path.
+dscore_status forward_status(const Status& status) {
+  if (status.ok()) return DSCORE_OK;
+  return plugin_host::host_api()->set_error(status.code(), status.message().c_str());
+}
+dscore_status h_allreduce(dscore_comm*, const dscore_tensor* s, dscore_tensor* r, dscore_reduce_op op,
+                          void*) {
+  return forward_status(g_active->allreduce(buffer_of(s), buffer_of(r), op));
+}
+dscore_status h_reduce_scatter(dscore_comm*, const dscore_tensor* s, dscore_tensor* r,
+                               dscore_reduce_op op, void*) {
+  return forward_status(g_active->reduce_scatter(buffer_of(s), buffer_of(r), op));
+}
+dscore_status h_allgather(dscore_comm*, const dscore_tensor* s, dscore_tensor* r, void*) {
+  return forward_status(g_active->allgather(buffer_of(s), buffer_of(r)));
+}
+dscore_status h_broadcast(dscore_comm*, dscore_tensor* t, int32_t root, void*) {
+  return forward_status(g_active->broadcast(buffer_of(t), root));
+}
+dscore_status h_barrier(dscore_comm*) { return forward_status(g_active->barrier()); }
+dscore_status h_reduce(dscore_comm*, const dscore_tensor* s, dscore_tensor* r, dscore_reduce_op op,
+                       int32_t root, void*) {
+  return forward_status(g_active->reduce(buffer_of(s), buffer_of(r), op, root));
+}
+dscore_status h_unsupported_p2p(dscore_comm*, const dscore_tensor*, int32_t, void*) {
+  return plugin_host::host_api()->set_error(
+      DSCORE_UNIMPLEMENTED, "point-to-point calls are not offered to plugins in this version");
+}
+dscore_status h_unsupported_recv(dscore_comm*, dscore_tensor*, int32_t, void*) {
+  return h_unsupported_p2p(nullptr, nullptr, 0, nullptr);
+}
+
+dscore_comm_vtable make_forwarding_vtable() {
+  dscore_comm_vtable vt{};
+  vt.struct_size = sizeof vt;
+  vt.allreduce = &h_allreduce;
+  vt.reduce_scatter = &h_reduce_scatter;
+  vt.allgather = &h_allgather;
+  vt.broadcast = &h_broadcast;
+  vt.send = &h_unsupported_p2p;
+  vt.recv = &h_unsupported_recv;
+  vt.barrier = &h_barrier;
+  vt.reduce = &h_reduce;
+  return vt;
+}
+const dscore_comm_vtable kForwarding = make_forwarding_vtable();
+
+dscore_tensor view_of(const CommBuffer& b) {
+  dscore_tensor t{};
+  t.struct_size = sizeof t;
+  t.data = b.data;
+  t.dtype = b.dtype;
+  t.device_type = DSCORE_DEVICE_CPU;
+  t.numel = b.numel;
+  return t;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Communicator>> Communicator::create(
+    const plugin_host::PluginRegistry& registry, const config::CommConfig& config,
+    const JobEnv& env, uint64_t seed) {
+  const std::string backend =
+      config.backend == "auto" ? (env.world_size > 1 ? "mpi" : "local") : config.backend;
+  auto info = registry.find(DSCORE_KIND_COMM, backend);
+  if (!info.ok()) {
+    std::string hint = backend == "mpi" ? " (this dscore was built without MPI, or its plugin "
+                                          "failed to load: install OpenMPI (libopenmpi-dev) and "
+                                          "rebuild)"
+                                        : "";
+    return Status(info.status().code(), "comm.backend: " + info.status().message() + hint);
+  }
+  if (env.world_size > 1 && ((*info)->capabilities & DSCORE_CAP_MULTI_RANK) == 0)
+    return invalid_argument("comm.backend \"" + backend + "\" runs one rank, but this job has " +
+                            std::to_string(env.world_size) + "; use \"mpi\" or \"auto\"");
+  json::Value params = json::Value::object();
+  params.set("timeout_ms", config.timeout_ms);
+  std::vector<config::ConfigError> errors;
+  std::vector<config::ConfigNotice> notices;
+  plugin_host::ValidatedParams validated =
+      plugin_host::validate_params(**info, params, "comm", config::AutoResolver(), &errors, &notices);
+  if (!errors.empty()) return invalid_argument((*info)->display() + ": " + errors.front().message);
+  plugin_host::InstanceContext context;
+  context.rank = env.rank;
+  context.world_size = env.world_size;
+  context.local_rank = env.local_rank;
+  context.seed = seed;
+  DSCORE_ASSIGN_OR_RETURN(auto instance, plugin_host::CommInstance::create(**info, validated, context));
+  std::unique_ptr<Communicator> comm(new Communicator(env, std::move(instance)));
+  comm->install_host_table();
+  if (env.world_size > 1) {
+    std::snprintf(g_prefix, sizeof g_prefix, "[dscore rank %d] ", env.rank);
+    std::signal(SIGTERM, &on_sigterm);
+  }
+  return comm;
+}
+
+Communicator::Communicator(JobEnv env, std::unique_ptr<plugin_host::CommInstance> instance)
+    : env_(std::move(env)), instance_(std::move(instance)) {}
+
+Communicator::~Communicator() {
+  if (g_active == this) {
+    plugin_host::set_communicator(nullptr);
+    g_active = nullptr;
+  }
+}
+
+void Communicator::install_host_table() {
+  g_active = this;
+  host_table_.struct_size = sizeof host_table_;
+  host_table_.rank = env_.rank;
+  host_table_.world_size = env_.world_size;
+  host_table_.vtable = &kForwarding;
+  host_table_.comm = instance_->handle();
+  plugin_host::set_communicator(&host_table_);
+}
+
+template <typename Call>
+Status Communicator::counted(const char* op, uint64_t elements, size_t element_size, Call&& call) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    sequence_ += 1;
+    std::snprintf(g_where, sizeof g_where, "in %s #%llu (%llu elements)", op,
+                  static_cast<unsigned long long>(sequence_), static_cast<unsigned long long>(elements));
+  }
+  Status status = call();
+  std::lock_guard<std::mutex> lock(mutex_);
+  g_where[0] = '\0';
+  OpCounter& c = counters_[op];
+  c.calls += 1;
+  c.elements += elements;
+  c.bytes += elements * element_size;
+  return status;
+}
+
+Status Communicator::allreduce(CommBuffer send, CommBuffer recv, dscore_reduce_op op) {
+  return counted("allreduce", static_cast<uint64_t>(send.numel), sdk::dtype_size(send.dtype), [&] {
+    dscore_tensor s = view_of(send), r = view_of(recv);
+    return instance_->allreduce(s, r, op, nullptr);
+  });
+}
+
+Status Communicator::reduce(CommBuffer send, CommBuffer recv, dscore_reduce_op op, int root) {
+  return counted("reduce", static_cast<uint64_t>(send.numel), sdk::dtype_size(send.dtype), [&] {
+    dscore_tensor s = view_of(send), r = view_of(recv);
+    return instance_->reduce(s, recv.data != nullptr ? &r : nullptr, op, root, nullptr);
+  });
+}
+
+Status Communicator::reduce_scatter(CommBuffer send, CommBuffer recv, dscore_reduce_op op) {
+  return counted("reduce_scatter", static_cast<uint64_t>(send.numel), sdk::dtype_size(send.dtype), [&] {
+    dscore_tensor s = view_of(send), r = view_of(recv);
+    return instance_->reduce_scatter(s, r, op, nullptr);
+  });
+}
+
+Status Communicator::allgather(CommBuffer send, CommBuffer recv) {
+  return counted("allgather", static_cast<uint64_t>(recv.numel), sdk::dtype_size(recv.dtype), [&] {
+    dscore_tensor s = view_of(send), r = view_of(recv);
+    return instance_->allgather(s, r, nullptr);
+  });
+}
+
+Status Communicator::broadcast(CommBuffer buffer, int root) {
+  return counted("broadcast", static_cast<uint64_t>(buffer.numel), sdk::dtype_size(buffer.dtype), [&] {
+    dscore_tensor t = view_of(buffer);
+    return instance_->broadcast(t, root, nullptr);
+  });
+}
+
+Status Communicator::barrier() {
+  return counted("barrier", 0, 0, [&] { return instance_->barrier(); });
+}
+
+void Communicator::abort(const std::string& reason) { instance_->abort(reason); }
+
+std::map<std::string, OpCounter> Communicator::counters() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return counters_;
+}
+
+uint64_t Communicator::total_elements() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint64_t total = 0;
+  for (const auto& [op, c] : counters_) total += c.elements;
+  return total;
+}
+
+void Communicator::reset_counters() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  counters_.clear();
+}
+
+Result<dscore_comm_counters> Communicator::wire_counters() const { return instance_->counters(); }
+
+}  // namespace dscore::comm

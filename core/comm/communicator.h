@@ -1,0 +1,89 @@
+// The job's communicator: the comm backend plugin chosen by "comm.backend"
+// ("auto": mpi for a multi-rank job, local for one rank), called through
+// typed methods that count elements and bytes per collective (the ZeRO
+// volume invariants and comms_logger read these), record the collective in
+// flight (so a SIGTERM from the launcher can say where this rank was), and
+// hand plugins that talk (OneBitAdam) the same counted calls through
+// host->communicator(). Calls must not overlap: make them from the
+// CommStream thread, or while it is idle.
+#pragma once
+
+#include <dscore/comm.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "core/base/status.h"
+#include "core/comm/job_env.h"
+#include "core/config/training_config.h"
+#include "core/plugin_host/comm_instance.h"
+#include "core/plugin_host/registry.h"
+
+namespace dscore::comm {
+
+// A dense CPU buffer for a collective.
+struct CommBuffer {
+  void* data = nullptr;
+  dscore_dtype dtype = DSCORE_DTYPE_F32;
+  int64_t numel = 0;
+};
+
+// Per collective: calls, and the elements and bytes of the full
+// (unpartitioned) buffer it moves: allreduce/reduce/broadcast n,
+// reduce_scatter the send buffer (world x chunk), allgather the recv buffer
+// (world x chunk). Summed over a step, ZeRO-1/2 move 2 Psi elements and
+// ZeRO-3 3 Psi.
+struct OpCounter {
+  uint64_t calls = 0;
+  uint64_t elements = 0;
+  uint64_t bytes = 0;
+};
+
+class Communicator {
+ public:
+  // Collective: every rank calls it. Errors name the backend and the fix.
+  static Result<std::unique_ptr<Communicator>> create(const plugin_host::PluginRegistry& registry,
+                                                      const config::CommConfig& config,
+                                                      const JobEnv& env, uint64_t seed);
+  ~Communicator();
+
+  int rank() const { return env_.rank; }
+  int world_size() const { return env_.world_size; }
+  const JobEnv& env() const { return env_; }
+  const std::string& backend() const { return instance_->info().name; }
+
+  Status allreduce(CommBuffer send, CommBuffer recv, dscore_reduce_op op);
+  // recv is only used on `root`.
+  Status reduce(CommBuffer send, CommBuffer recv, dscore_reduce_op op, int root);
+  Status reduce_scatter(CommBuffer send, CommBuffer recv, dscore_reduce_op op);
+  Status allgather(CommBuffer send, CommBuffer recv);
+  Status broadcast(CommBuffer buffer, int root);
+  Status barrier();
+
+  // End every rank of the job now (after a local fatal error).
+  void abort(const std::string& reason);
+
+  std::map<std::string, OpCounter> counters() const;
+  uint64_t total_elements() const;
+  void reset_counters();
+  // What the backend reports it put on and took off the wire.
+  Result<dscore_comm_counters> wire_counters() const;
+
+ private:
+  Communicator(JobEnv env, std::unique_ptr<plugin_host::CommInstance> instance);
+  // Records the op (counters, in-flight record) around a backend call.
+  template <typename Call>
+  Status counted(const char* op, uint64_t elements, size_t element_size, Call&& call);
+  void install_host_table();
+
+  JobEnv env_;
+  std::unique_ptr<plugin_host::CommInstance> instance_;
+  mutable std::mutex mutex_;
+  std::map<std::string, OpCounter> counters_;
+  uint64_t sequence_ = 0;
+  dscore_communicator host_table_{};
+};
+
+}  // namespace dscore::comm

@@ -1,0 +1,60 @@
+// Runs the optimizer plugin over this rank's owned space. Owns the
+// optimizer's declared state slots (host-owned state: one flat buffer per
+// slot, at the owned-space offsets of the ZeRO strategy) and the tensor
+// views step() receives, built once: one group per weight-decay multiplier
+// (parameters the model flags DSCORE_PARAM_NO_WEIGHT_DECAY get 0), each
+// tensor a run of one parameter's elements. Writes the 16-bit model copy
+// in the same pass when the plugin fuses it, else converts after.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/base/memory.h"
+#include "core/base/status.h"
+#include "core/plugin_host/instances.h"
+#include "core/zero/param_layout.h"
+#include "core/zero/plan.h"
+#include "core/zero/zero_strategy.h"
+
+namespace dscore {
+
+class OptimizerRunner {
+ public:
+  // Fails when the optimizer needs whole tensors (LAMB) but the stage
+  // splits them, naming the plugin and the fix.
+  static Result<std::unique_ptr<OptimizerRunner>> create(
+      std::unique_ptr<plugin_host::OptimizerInstance> instance, zero::ZeroStrategy* strategy,
+      const ParamLayout& layout, dscore_dtype model_dtype, dscore_dtype grad_dtype, int stage);
+
+  const plugin_host::OptimizerInstance& instance() const { return *instance_; }
+  std::vector<zero::StateSlot> slots() const;
+
+  // One update with the scheduled point (lr, beta overrides) as update
+  // number `step` (1-based); every gradient is multiplied by grad_scale.
+  Status step(const dscore_schedule_point& point, int64_t step, double grad_scale);
+
+ private:
+  struct Group {
+    double weight_decay_multiplier = 1;
+    std::vector<zero::OwnedSegment> segments;
+    std::vector<std::vector<int64_t>> shapes;  // per segment: {numel}
+    std::vector<std::vector<int64_t>> state_shapes;  // per slot x segment
+    std::vector<dscore_tensor> params, grads, states, params16;  // states: slot-major
+    std::vector<dscore_tensor*> param_ptrs, state_ptrs, p16_ptrs;
+    std::vector<const dscore_tensor*> grad_ptrs;
+  };
+  OptimizerRunner() = default;
+  void build_group(Group* group, double multiplier, const std::vector<zero::OwnedSegment>& segments);
+  void write_16bit_copy();
+
+  std::unique_ptr<plugin_host::OptimizerInstance> instance_;
+  zero::ZeroStrategy* strategy_ = nullptr;
+  dscore_dtype model_dtype_ = DSCORE_DTYPE_F32;
+  dscore_dtype grad_dtype_ = DSCORE_DTYPE_F32;
+  std::vector<CountedBuffer> states_;  // per slot: (owned * elements_per_param) slot dtype
+  std::vector<Group> groups_;
+  bool fuse_16bit_ = true;  // until the plugin says UNIMPLEMENTED
+};
+
+}  // namespace dscore

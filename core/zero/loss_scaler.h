@@ -1,0 +1,50 @@
+// fp16 loss scaling, DeepSpeed's ZeRO variant (DynamicLossScaler,
+// ../shared/REFERENCE.md 4.2-4.3), used at every stage: hysteresis, the
+// scale doubles after `window` consecutive clean iterations, and an
+// overflow at the minimum scale is an error. (DeepSpeed's stage-0
+// FP16_Optimizer has a slightly different rule; dscore uses one rule at
+// every stage so that stages stay equivalent: docs/deepspeed-differences.md.)
+// A static scale (fp16.loss_scale > 0) never changes; bf16 and fp32 use 1.
+#pragma once
+
+#include <cstdint>
+
+#include "core/base/status.h"
+#include "core/config/training_config.h"
+
+namespace dscore::zero {
+
+class LossScaler {
+ public:
+  // From the resolved fp16 section; a disabled fp16 section gives the static
+  // scale 1.
+  static LossScaler from_config(const config::Fp16Config& fp16);
+  static LossScaler dynamic(double initial_scale, int64_t window, double min_scale,
+                            int64_t hysteresis, bool consecutive_hysteresis);
+  static LossScaler fixed(double scale);
+
+  double scale() const { return scale_; }
+  bool is_dynamic() const { return dynamic_; }
+  // One iteration's outcome. FAILED_PRECONDITION when an overflow happens at
+  // the minimum scale (DeepSpeed raises "Current loss scale already at
+  // minimum - cannot decrease scale anymore. Exiting run.").
+  Status update(bool overflow);
+
+  // For checkpoints and tests.
+  int64_t iteration() const { return iteration_; }
+  int64_t last_overflow_iteration() const { return last_overflow_; }
+  int64_t hysteresis_left() const { return hysteresis_left_; }
+
+ private:
+  bool dynamic_ = false;
+  double scale_ = 1;
+  int64_t window_ = 1000;
+  double min_scale_ = 1;
+  int64_t delayed_shift_ = 1;  // the configured hysteresis
+  bool consecutive_ = false;
+  int64_t hysteresis_left_ = 1;
+  int64_t iteration_ = 0;
+  int64_t last_overflow_ = -1;
+};
+
+}  // namespace dscore::zero

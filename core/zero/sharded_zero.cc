@@ -1,0 +1,379 @@
+#include "core/zero/sharded_zero.h"
+
+#include <dscore/cpp/dtype.hpp>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/base/logging.h"
+#include "core/zero/precision.h"
+#include "core/zero/reduction.h"
+
+namespace dscore::zero {
+namespace {
+
+CountedBuffer allocate(int64_t elements, dscore_dtype dtype, const std::string& tag) {
+  CountedBuffer b = make_counted_buffer(
+      static_cast<size_t>(std::max<int64_t>(elements, 1)) * sdk::dtype_size(dtype), DSCORE_MEMORY_HOST, tag);
+  if (!b) throw std::bad_alloc();
+  fill_zero(b.get(), dtype, elements);
+  return b;
+}
+
+dscore_tensor view_of(void* data, dscore_dtype dtype, const ParamEntry& p) {
+  dscore_tensor t{};
+  t.struct_size = sizeof t;
+  t.data = data;
+  t.dtype = dtype;
+  t.device_type = DSCORE_DEVICE_CPU;
+  t.ndim = static_cast<int32_t>(p.shape.size());
+  t.shape = p.shape.data();
+  t.numel = p.numel;
+  t.name = p.name.c_str();
+  return t;
+}
+
+}  // namespace
+
+ShardedZero::ShardedZero(const ZeroContext& context)
+    : ctx_(context), rank_(context.comm->rank()), world_(context.comm->world_size()) {
+  const auto& params = ctx_.layout->params();
+  std::vector<int64_t> numels;
+  for (const ParamEntry& p : params) numels.push_back(p.numel);
+  shards_ = make_sharded_layout(numels, world_);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const int64_t real = shards_.params[i].real_elements(rank_);
+    if (real > 0) segments_.push_back({i, shards_.params[i].local_offset, real});
+  }
+  // Persistence (REFERENCE.md 5.3): small params, while the running total
+  // of persistent elements stays within the model threshold.
+  const config::ZeroConfig& z = ctx_.config->zero;
+  persistent_.assign(params.size(), 0);
+  int64_t persistent_total = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i].numel <= z.param_persistence_threshold &&
+        persistent_total + params[i].numel <= z.model_persistence_threshold) {
+      persistent_[i] = 1;
+      persistent_total += params[i].numel;
+    }
+  }
+  layers_.resize(ctx_.layout->layer_count());
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    LayerState& s = layers_[l];
+    for (size_t p = ctx_.layout->layer_first(l); p < ctx_.layout->layer_end(l); ++p) {
+      s.all_shard_elements += shards_.params[p].shard_size;
+      if (persistent_[p]) continue;
+      s.gathered_params.push_back(p);
+      s.shard_elements += shards_.params[p].shard_size;
+      s.numel += params[p].numel;
+    }
+  }
+}
+
+char* ShardedZero::at(void* base, dscore_dtype dtype, int64_t index) const {
+  return static_cast<char*>(base) + index * static_cast<int64_t>(sdk::dtype_size(dtype));
+}
+
+int64_t ShardedZero::padded(size_t param) const { return shards_.params[param].shard_size * world_; }
+
+float* ShardedZero::owned_master() {
+  return ctx_.model_dtype == DSCORE_DTYPE_F32 ? static_cast<float*>(param_part_.get())
+                                              : static_cast<float*>(master_.get());
+}
+
+void* ShardedZero::owned_params16() {
+  return ctx_.model_dtype == DSCORE_DTYPE_F32 ? nullptr : param_part_.get();
+}
+
+Status ShardedZero::initialise(const Model& model) {
+  const dscore_dtype md = ctx_.model_dtype;
+  const int64_t local = shards_.local_numel;
+  param_part_ = allocate(local, md, std::string("parameters ") + sdk::dtype_name(md));
+  if (md != DSCORE_DTYPE_F32) master_ = allocate(local, DSCORE_DTYPE_F32, "master weights fp32");
+  grad_part_ = allocate(local, ctx_.grad_dtype, "gradient partition");
+  float* master = owned_master();
+  for (const OwnedSegment& s : segments_) {
+    const ParamShard& shard = shards_.params[s.param];
+    DSCORE_RETURN_IF_ERROR(model.init_param(s.param, shard.first_element(rank_), s.numel, master + s.offset));
+    if (md != DSCORE_DTYPE_F32)
+      convert(master + s.offset, DSCORE_DTYPE_F32, at(param_part_.get(), md, s.offset), md, s.numel);
+  }
+  const auto& params = ctx_.layout->params();
+  persistent_full_.resize(params.size());
+  for (size_t p = 0; p < params.size(); ++p)
+    if (persistent_[p]) persistent_full_[p] = allocate(padded(p), md, "persistent parameters");
+  for (const ParamEntry& p : params) {
+    param_views_.push_back(view_of(nullptr, md, p));
+    grad_views_.push_back(view_of(nullptr, ctx_.grad_dtype, p));
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    param_ptrs_.push_back(&param_views_[i]);
+    grad_ptrs_.push_back(&grad_views_[i]);
+    if (persistent_[i]) param_views_[i].data = persistent_full_[i].get();
+  }
+  return gather_persistent();
+}
+
+// --------------------------------------------------------------- gathering
+
+void ShardedZero::start_gather(size_t layer) {
+  LayerState& s = layers_[layer];
+  if (s.residency != Residency::kReleased) return;
+  const dscore_dtype md = ctx_.model_dtype;
+  int64_t full_elements = 0;
+  for (size_t p : s.gathered_params) full_elements += padded(p);
+  s.full = std::make_shared<CountedBuffer>(allocate(full_elements, md, "gathered parameters"));
+  s.residency = Residency::kInFlight;
+  live_elements_ += s.numel;
+  std::shared_ptr<CountedBuffer> full = s.full;
+  const std::vector<size_t> params = s.gathered_params;
+  const int64_t shard_elements = s.shard_elements;
+  s.ticket = ctx_.stream->submit([this, full, params, shard_elements] {
+    const dscore_dtype md = ctx_.model_dtype;
+    const size_t es = sdk::dtype_size(md);
+    // Pack this rank's shards, allgather, unpack rank-major chunks into
+    // full (each param padded to world x shard).
+    std::vector<char> packed(static_cast<size_t>(shard_elements) * es);
+    std::vector<char> gathered(packed.size() * static_cast<size_t>(world_));
+    int64_t offset = 0;
+    for (size_t p : params) {
+      const ParamShard& sh = shards_.params[p];
+      std::memcpy(packed.data() + offset * es, at(param_part_.get(), md, sh.local_offset),
+                  static_cast<size_t>(sh.shard_size) * es);
+      offset += sh.shard_size;
+    }
+    DSCORE_RETURN_IF_ERROR(ctx_.comm->allgather({packed.data(), md, shard_elements},
+                                                {gathered.data(), md, shard_elements * world_}));
+    char* out = static_cast<char*>(full->get());
+    for (int r = 0; r < world_; ++r) {
+      int64_t in_chunk = 0, param_start = 0;
+      for (size_t p : params) {
+        const int64_t shard = shards_.params[p].shard_size;
+        std::memcpy(out + (param_start + r * shard) * static_cast<int64_t>(es),
+                    gathered.data() + (r * shard_elements + in_chunk) * static_cast<int64_t>(es),
+                    static_cast<size_t>(shard) * es);
+        in_chunk += shard;
+        param_start += shard * world_;
+      }
+    }
+    return Status::Ok();
+  });
+}
+
+Status ShardedZero::ensure_gathered(size_t layer) {
+  LayerState& s = layers_[layer];
+  if (s.gathered_params.empty()) return Status::Ok();
+  start_gather(layer);
+  if (s.residency == Residency::kInFlight) {
+    DSCORE_RETURN_IF_ERROR(ctx_.stream->wait(s.ticket));
+    s.ticket.reset();
+    s.residency = Residency::kAvailable;
+  }
+  point_param_views(layer);
+  return Status::Ok();
+}
+
+void ShardedZero::point_param_views(size_t layer) {
+  LayerState& s = layers_[layer];
+  char* base = static_cast<char*>(s.full->get());
+  int64_t offset = 0;
+  for (size_t p : s.gathered_params) {
+    param_views_[p].data = base + offset * static_cast<int64_t>(sdk::dtype_size(ctx_.model_dtype));
+    offset += padded(p);
+  }
+}
+
+void ShardedZero::prefetch_after(size_t position) {
+  const config::ZeroConfig& z = ctx_.config->zero;
+  if (!trace_valid_ || z.prefetch_bucket_size <= 0) return;
+  int64_t fetched = 0;
+  for (size_t i = position; i < trace_.size() && fetched < z.prefetch_bucket_size; ++i) {
+    LayerState& s = layers_[trace_[i].layer];
+    if (s.residency != Residency::kReleased || s.gathered_params.empty()) continue;
+    if (live_elements_ + s.numel > z.max_live_parameters) break;
+    start_gather(trace_[i].layer);
+    fetched += s.numel;
+  }
+}
+
+bool ShardedZero::reused_soon(size_t layer, size_t position) const {
+  if (!trace_valid_) return false;
+  int64_t distance = 0;
+  for (size_t i = position; i < trace_.size(); ++i) {
+    if (trace_[i].layer == layer) return distance <= ctx_.config->zero.max_reuse_distance;
+    distance += layers_[trace_[i].layer].numel;
+    if (distance > ctx_.config->zero.max_reuse_distance) return false;
+  }
+  return false;
+}
+
+void ShardedZero::free_gathered(size_t layer) {
+  LayerState& s = layers_[layer];
+  if (s.residency == Residency::kReleased) return;
+  if (s.residency == Residency::kInFlight) (void)ctx_.stream->wait(s.ticket);
+  s.ticket.reset();
+  s.full.reset();
+  s.residency = Residency::kReleased;
+  live_elements_ -= s.numel;
+}
+
+// ------------------------------------------------------------ micro-steps
+
+void ShardedZero::begin_micro_step(bool) { position_ = 0; }
+
+Status ShardedZero::acquire(size_t layer, dscore_acquire_mode mode, dscore_layer_views* out) {
+  if (recording_) {
+    trace_.push_back({layer, mode});
+  } else if (trace_valid_ && (position_ >= trace_.size() || trace_[position_].layer != layer ||
+                              trace_[position_].mode != mode)) {
+    log_debug("zero-3: the model's acquire order changed; prefetching stops for this run");
+    trace_valid_ = false;
+  }
+  position_ += 1;
+  LayerState& s = layers_[layer];
+  DSCORE_RETURN_IF_ERROR(ensure_gathered(layer));
+  s.acquired += 1;
+  prefetch_after(position_);
+  const size_t first = ctx_.layout->layer_first(layer);
+  out->count = ctx_.layout->layer_end(layer) - first;
+  out->params = param_ptrs_.data() + first;
+  out->grads = nullptr;
+  if (mode == DSCORE_ACQUIRE_BACKWARD) {
+    if (!s.grads) {
+      int64_t elements = 0;
+      for (size_t p = first; p < ctx_.layout->layer_end(layer); ++p) elements += padded(p);
+      s.grads = std::make_shared<CountedBuffer>(allocate(elements, ctx_.grad_dtype, "gradient bucket"));
+      char* base = static_cast<char*>(s.grads->get());
+      int64_t offset = 0;
+      for (size_t p = first; p < ctx_.layout->layer_end(layer); ++p) {
+        grad_views_[p].data = base + offset * static_cast<int64_t>(sdk::dtype_size(ctx_.grad_dtype));
+        offset += padded(p);
+      }
+    }
+    out->grads = grad_ptrs_.data() + first;
+  }
+  return Status::Ok();
+}
+
+Status ShardedZero::release(size_t layer) {
+  LayerState& s = layers_[layer];
+  s.acquired -= 1;
+  if (s.acquired == 0 && !reused_soon(layer, position_)) free_gathered(layer);
+  return Status::Ok();
+}
+
+Status ShardedZero::grads_ready(size_t layer) {
+  LayerState& s = layers_[layer];
+  if (!s.grads) return Status::Ok();
+  std::shared_ptr<CountedBuffer> grads = std::move(s.grads);
+  const size_t first = ctx_.layout->layer_first(layer), end = ctx_.layout->layer_end(layer);
+  const int64_t chunk = s.all_shard_elements;
+  ctx_.stream->submit([this, grads, first, end, chunk] {
+    const dscore_dtype gd = ctx_.grad_dtype;
+    const int64_t es = static_cast<int64_t>(sdk::dtype_size(gd));
+    const Reduction r = plan_reduction(*ctx_.config, world_);
+    // Interleave per rank: chunk r = every param's r-th shard (REFERENCE.md
+    // 5.3 reduce_scatter_coalesced), then one reduce-scatter.
+    std::vector<char> send(static_cast<size_t>(chunk * world_ * es)), recv(static_cast<size_t>(chunk * es));
+    const char* full = static_cast<const char*>(grads->get());
+    for (int rr = 0; rr < world_; ++rr) {
+      int64_t in_chunk = 0, param_start = 0;
+      for (size_t p = first; p < end; ++p) {
+        const int64_t shard = shards_.params[p].shard_size;
+        std::memcpy(send.data() + (rr * chunk + in_chunk) * es, full + (param_start + rr * shard) * es,
+                    static_cast<size_t>(shard * es));
+        in_chunk += shard;
+        param_start += shard * world_;
+      }
+    }
+    scale_in_place(send.data(), gd, chunk * world_, r.pre_factor);
+    DSCORE_RETURN_IF_ERROR(ctx_.comm->reduce_scatter({send.data(), gd, chunk * world_},
+                                                     {recv.data(), gd, chunk}, r.op));
+    scale_in_place(recv.data(), gd, chunk, r.post_factor);
+    int64_t in_chunk = 0;
+    for (size_t p = first; p < end; ++p) {
+      const ParamShard& sh = shards_.params[p];
+      accumulate(at(grad_part_.get(), gd, sh.local_offset), recv.data() + in_chunk * es, gd, sh.shard_size);
+      in_chunk += sh.shard_size;
+    }
+    return Status::Ok();
+  });
+  return Status::Ok();
+}
+
+Status ShardedZero::end_micro_step() {
+  Status status = ctx_.stream->synchronize();
+  if (recording_) {
+    recording_ = false;
+    trace_valid_ = true;
+  }
+  return status;
+}
+
+// ------------------------------------------------------------- the update
+
+Status ShardedZero::after_update() {
+  // Gathered copies hold the old values: drop them; refresh the persistent.
+  for (size_t l = 0; l < layers_.size(); ++l) free_gathered(l);
+  return gather_persistent();
+}
+
+Status ShardedZero::gather_persistent() {
+  std::vector<size_t> params;
+  int64_t shard_elements = 0;
+  for (size_t p = 0; p < persistent_.size(); ++p) {
+    if (!persistent_[p]) continue;
+    params.push_back(p);
+    shard_elements += shards_.params[p].shard_size;
+  }
+  if (params.empty()) return Status::Ok();
+  const dscore_dtype md = ctx_.model_dtype;
+  const size_t es = sdk::dtype_size(md);
+  return ctx_.stream->run([&] {
+    std::vector<char> packed(static_cast<size_t>(shard_elements) * es);
+    std::vector<char> gathered(packed.size() * static_cast<size_t>(world_));
+    int64_t offset = 0;
+    for (size_t p : params) {
+      const ParamShard& sh = shards_.params[p];
+      std::memcpy(packed.data() + offset * es, at(param_part_.get(), md, sh.local_offset),
+                  static_cast<size_t>(sh.shard_size) * es);
+      offset += sh.shard_size;
+    }
+    DSCORE_RETURN_IF_ERROR(ctx_.comm->allgather({packed.data(), md, shard_elements},
+                                                {gathered.data(), md, shard_elements * world_}));
+    for (int r = 0; r < world_; ++r) {
+      int64_t in_chunk = 0;
+      for (size_t p : params) {
+        const int64_t shard = shards_.params[p].shard_size;
+        std::memcpy(static_cast<char*>(persistent_full_[p].get()) + r * shard * static_cast<int64_t>(es),
+                    gathered.data() + (r * shard_elements + in_chunk) * static_cast<int64_t>(es),
+                    static_cast<size_t>(shard) * es);
+        in_chunk += shard;
+      }
+    }
+    return Status::Ok();
+  });
+}
+
+void ShardedZero::zero_grads() { fill_zero(grad_part_.get(), ctx_.grad_dtype, shards_.local_numel); }
+
+Status ShardedZero::gather_master(std::vector<float>* out) {
+  const int64_t local = shards_.local_numel;
+  std::vector<float> all(static_cast<size_t>(local * world_));
+  DSCORE_RETURN_IF_ERROR(ctx_.stream->run([&] {
+    return ctx_.comm->allgather({owned_master(), DSCORE_DTYPE_F32, local},
+                                {all.data(), DSCORE_DTYPE_F32, local * world_});
+  }));
+  out->clear();
+  for (size_t p = 0; p < shards_.params.size(); ++p) {
+    const ParamShard& sh = shards_.params[p];
+    for (int r = 0; r < world_; ++r) {
+      const int64_t real = sh.real_elements(r);
+      const float* src = all.data() + r * local + sh.local_offset;
+      out->insert(out->end(), src, src + real);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace dscore::zero

@@ -1,0 +1,105 @@
+// ZeRO stage 3: every parameter is partitioned on its own (partition.h
+// ShardedLayout); a rank keeps only its shards of the 16-bit parameters,
+// fp32 master weights, gradients and optimizer state.
+//
+//   acquire(layer)     gathers the layer's parameters (one allgather over the
+//                      layer's shards, unpacked into full tensors), unless a
+//                      prefetch already did;
+//   release(layer)     frees them, unless the layer is used again within
+//                      stage3_max_reuse_distance elements of the trace;
+//   grads_ready(layer) reduce-scatters the layer's gradients into the
+//                      owners' shards (one coalesced reduce-scatter).
+// The first forward_backward records the acquire trace; later ones prefetch
+// upcoming layers along it, up to stage3_prefetch_bucket_size elements per
+// fetch while the gathered total stays under stage3_max_live_parameters.
+// Parameters with at most stage3_param_persistence_threshold elements
+// (within stage3_model_persistence_threshold in total) stay gathered and
+// are refreshed after every update.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/base/memory.h"
+#include "core/zero/partition.h"
+#include "core/zero/zero_strategy.h"
+
+namespace dscore::zero {
+
+class ShardedZero final : public ZeroStrategy {
+ public:
+  explicit ShardedZero(const ZeroContext& context);
+
+  Status initialise(const Model& model) override;
+  int64_t owned_numel() const override { return shards_.local_numel; }
+  const std::vector<OwnedSegment>& owned_segments() const override { return segments_; }
+  float* owned_master() override;
+  void* owned_grads() override { return grad_part_.get(); }
+  void* owned_params16() override;
+  std::pair<int64_t, int64_t> norm_range() const override { return {0, owned_numel()}; }
+
+  void begin_micro_step(bool boundary) override;
+  Status acquire(size_t layer, dscore_acquire_mode mode, dscore_layer_views* out) override;
+  Status release(size_t layer) override;
+  Status grads_ready(size_t layer) override;
+  Status end_micro_step() override;
+
+  Status after_update() override;
+  void zero_grads() override;
+  Status gather_master(std::vector<float>* out) override;
+
+  // Elements of non-persistent parameters currently gathered or in flight.
+  int64_t live_elements() const { return live_elements_; }
+
+ private:
+  enum class Residency { kReleased, kInFlight, kAvailable };
+  struct LayerState {
+    std::vector<size_t> gathered_params;  // non-persistent params of the layer
+    int64_t shard_elements = 0;           // sum of their shard sizes
+    int64_t all_shard_elements = 0;       // sum over all the layer's params
+    int64_t numel = 0;                    // real elements of gathered_params
+    Residency residency = Residency::kReleased;
+    std::shared_ptr<CountedBuffer> full;  // gathered params, each padded to world x shard
+    comm::CommStream::Ticket ticket;
+    int acquired = 0;
+    std::shared_ptr<CountedBuffer> grads;  // this micro-step's full gradients, padded
+  };
+  struct TraceEvent {
+    size_t layer;
+    dscore_acquire_mode mode;
+  };
+
+  char* at(void* base, dscore_dtype dtype, int64_t index) const;
+  int64_t padded(size_t param) const;
+  void start_gather(size_t layer);
+  Status ensure_gathered(size_t layer);
+  void prefetch_after(size_t position);
+  bool reused_soon(size_t layer, size_t position) const;
+  void free_gathered(size_t layer);
+  void point_param_views(size_t layer);
+  Status gather_persistent();
+
+  ZeroContext ctx_;
+  int rank_, world_;
+  ShardedLayout shards_;
+  std::vector<OwnedSegment> segments_;
+  std::vector<char> persistent_;
+  std::vector<LayerState> layers_;
+
+  CountedBuffer param_part_;  // (local) model_dtype shards
+  CountedBuffer master_;      // (local) fp32, 16-bit models only
+  CountedBuffer grad_part_;   // (local) grad_dtype
+  std::vector<CountedBuffer> persistent_full_;  // per param (padded), persistent ones only
+
+  std::vector<dscore_tensor> param_views_, grad_views_;
+  std::vector<const dscore_tensor*> param_ptrs_;
+  std::vector<dscore_tensor*> grad_ptrs_;
+
+  std::vector<TraceEvent> trace_;
+  bool recording_ = true;   // the first forward_backward records the trace
+  bool trace_valid_ = false;
+  size_t position_ = 0;     // events seen in this forward_backward
+  int64_t live_elements_ = 0;
+};
+
+}  // namespace dscore::zero

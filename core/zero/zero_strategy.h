@@ -1,0 +1,84 @@
+// What a ZeRO stage implementation gives the engine. The engine owns the
+// model, the optimizer and the schedule; a strategy owns where parameters
+// and gradients live and how they move: FlatZero (stages 0, 1, 2: one flat
+// buffer, partitioned for 1/2) and ShardedZero (stage 3: every parameter
+// partitioned, gathered on acquire).
+//
+// "Owned space" is the part of the model this rank updates: the whole flat
+// buffer in stage 0, the rank's partition in 1/2, its shards in 3. The
+// optimizer's master weights, gradients and state slots all use the same
+// owned-space offsets.
+#pragma once
+
+#include <dscore/model.h>
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/comm/comm_stream.h"
+#include "core/comm/communicator.h"
+#include "core/config/training_config.h"
+#include "core/model/model.h"
+#include "core/zero/param_layout.h"
+
+namespace dscore::zero {
+
+struct ZeroContext {
+  const config::TrainingConfig* config = nullptr;
+  const ParamLayout* layout = nullptr;
+  comm::Communicator* comm = nullptr;
+  comm::CommStream* stream = nullptr;
+  dscore_dtype model_dtype = DSCORE_DTYPE_F32;  // what the model computes on
+  dscore_dtype grad_dtype = DSCORE_DTYPE_F32;   // gradient accumulation and reduction
+};
+
+// A run of one parameter's elements inside the owned space.
+struct OwnedSegment {
+  size_t param = 0;     // index in the ParamLayout
+  int64_t offset = 0;   // in owned space
+  int64_t numel = 0;
+};
+
+class ZeroStrategy {
+ public:
+  virtual ~ZeroStrategy() = default;
+
+  // Allocate, initialise this rank's parameters through the model's
+  // init_param, and make them visible where the model reads them.
+  virtual Status initialise(const Model& model) = 0;
+
+  // --- owned space
+  virtual int64_t owned_numel() const = 0;
+  virtual const std::vector<OwnedSegment>& owned_segments() const = 0;
+  virtual float* owned_master() = 0;     // fp32 master weights (owned_numel)
+  virtual void* owned_grads() = 0;       // grad_dtype (owned_numel), reduced at the boundary
+  virtual void* owned_params16() = 0;    // model_dtype copy to refresh, nullptr for fp32 models
+  // This rank's share of the global gradient norm, as [begin, end) of the
+  // owned gradients: partial sums from all ranks cover every element once.
+  virtual std::pair<int64_t, int64_t> norm_range() const = 0;
+
+  // --- one micro-step (forward_backward of one micro-batch)
+  // `boundary`: this micro-step ends the accumulation cycle.
+  virtual void begin_micro_step(bool boundary) = 0;
+  virtual Status acquire(size_t layer, dscore_acquire_mode mode, dscore_layer_views* out) = 0;
+  virtual Status release(size_t layer) = 0;
+  virtual Status grads_ready(size_t layer) = 0;
+  // After the model returned: every reduction due in this micro-step has
+  // completed (the boundary's reduced gradients are in owned_grads()).
+  virtual Status end_micro_step() = 0;
+
+  // --- the update
+  // After the optimizer updated the owned space: bring the new parameters to
+  // where the model reads them (stage 1/2: allgather).
+  virtual Status after_update() = 0;
+  virtual void zero_grads() = 0;
+
+  // The full model's fp32 master weights in ParamLayout order (collective).
+  virtual Status gather_master(std::vector<float>* out) = 0;
+};
+
+std::unique_ptr<ZeroStrategy> make_zero_strategy(const ZeroContext& context);
+
+}  // namespace dscore::zero

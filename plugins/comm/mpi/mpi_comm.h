@@ -1,0 +1,76 @@
+// State of one MPI comm-backend instance and the helpers its collectives
+// share: the MPI check macro, waiting on requests against the collective
+// deadline, and the heartbeat board that lets a timed-out rank say which
+// peer never arrived.
+#pragma once
+
+#include <dscore/comm.h>
+#include <dscore/cpp/plugin.hpp>
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dscore::mpi_comm {
+
+// One check per MPI call: an MPI error becomes sdk::Error naming the call,
+// file and line, and MPI's own text.
+void throw_mpi_error(int code, const char* call, const char* file, int line);
+#define DSCORE_MPI_CHECK(call)                                                  \
+  do {                                                                          \
+    int _rc = (call);                                                           \
+    if (_rc != MPI_SUCCESS) ::dscore::mpi_comm::throw_mpi_error(_rc, #call, __FILE__, __LINE__); \
+  } while (0)
+
+// Per-rank slot of the heartbeat board: a small shared-memory file
+// (/dev/shm) every rank on this node writes before each collective.
+struct BoardSlot {
+  int64_t pid;
+  uint64_t sequence;  // collectives entered so far
+  uint64_t finished;  // the last one that completed
+  int64_t since_ns;   // CLOCK_MONOTONIC when `sequence` was entered or finished
+  char op[24];
+};
+
+class HeartbeatBoard {
+ public:
+  // Collective (all ranks). Falls back to no board (empty messages) when
+  // /dev/shm is unavailable; never fails the backend.
+  HeartbeatBoard(MPI_Comm comm, int rank, int world, int64_t timeout_ms);
+  ~HeartbeatBoard();
+  void enter(uint64_t sequence, const char* op);
+  void finish(uint64_t sequence);
+  // "rank 1 (pid 42) has not reached it: still in allgather #56 for 5.1 s;
+  // rank 2 (pid 43) is no longer running" — or "" without a board.
+  std::string laggards(uint64_t sequence) const;
+
+ private:
+  BoardSlot* slots_ = nullptr;
+  int rank_ = 0;
+  int world_ = 0;
+  std::string path_;
+};
+
+struct MpiComm {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0;
+  int world = 1;
+  int64_t timeout_ms = 300000;
+  uint64_t sequence = 0;  // collectives issued, the same count on every rank
+  HeartbeatBoard* board = nullptr;
+  // Grow-only scratch, reused across calls (the comm thread calls one
+  // collective at a time).
+  std::vector<unsigned char> scratch_a, scratch_b;
+  std::vector<double> reduce_scratch;
+  dscore_comm_counters counters{};
+
+  // Mark a collective as entered (board + sequence); returns its number.
+  uint64_t begin(const char* op);
+  // Wait for `requests` until the deadline (then marks the collective
+  // finished on the board); on timeout throws
+  // DEADLINE_EXCEEDED naming the op, its number, the bytes and the laggards.
+  void wait(MPI_Request* requests, int count, const char* op, uint64_t sequence, size_t bytes);
+};
+
+}  // namespace dscore::mpi_comm

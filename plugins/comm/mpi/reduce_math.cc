@@ -1,0 +1,93 @@
+#include "reduce_math.h"
+
+#include <dscore/cpp/dtype.hpp>
+#include <dscore/cpp/plugin.hpp>
+
+#include <algorithm>
+#include <string>
+
+namespace dscore::mpi_comm {
+namespace {
+
+using sdk::Error;
+
+template <typename Acc>
+Acc apply(dscore_reduce_op op, Acc a, Acc b) {
+  switch (op) {
+    case DSCORE_REDUCE_SUM:
+    case DSCORE_REDUCE_AVG: return a + b;
+    case DSCORE_REDUCE_PRODUCT: return a * b;
+    case DSCORE_REDUCE_MIN: return std::min(a, b);
+    case DSCORE_REDUCE_MAX: return std::max(a, b);
+    default: throw Error(DSCORE_INVALID_ARGUMENT, "unknown reduce op " + std::to_string(op));
+  }
+}
+
+// Storage type T, accumulated in Acc, rank by rank over the whole chunk so
+// the inner loop vectorises and the association order is fixed.
+template <typename T, typename Acc, typename Load, typename Store>
+void reduce_typed(const T* chunks, int world, int64_t n, dscore_reduce_op op, T* out, Acc* acc,
+                  Load load, Store store) {
+  for (int64_t i = 0; i < n; ++i) acc[i] = load(chunks[i]);
+  for (int r = 1; r < world; ++r) {
+    const T* c = chunks + static_cast<int64_t>(r) * n;
+    if (op == DSCORE_REDUCE_SUM || op == DSCORE_REDUCE_AVG) {
+      for (int64_t i = 0; i < n; ++i) acc[i] = acc[i] + load(c[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i) acc[i] = apply<Acc>(op, acc[i], load(c[i]));
+    }
+  }
+  if (op == DSCORE_REDUCE_AVG) {
+    const Acc w = static_cast<Acc>(world);
+    for (int64_t i = 0; i < n; ++i) acc[i] = acc[i] / w;
+  }
+  for (int64_t i = 0; i < n; ++i) out[i] = store(acc[i]);
+}
+
+}  // namespace
+
+void reduce_chunks(const void* chunks, int world, int64_t n, dscore_dtype dtype,
+                   dscore_reduce_op op, void* out, std::vector<double>* scratch) {
+  // The scratch is double-typed storage; fp32 accumulators use it as floats.
+  scratch->resize(static_cast<size_t>(n));
+  float* facc = reinterpret_cast<float*>(scratch->data());
+  double* dacc = scratch->data();
+  auto same_f = [](float v) { return v; };
+  auto same_d = [](double v) { return v; };
+  switch (dtype) {
+    case DSCORE_DTYPE_F32:
+      reduce_typed(static_cast<const float*>(chunks), world, n, op, static_cast<float*>(out), facc,
+                   same_f, same_f);
+      return;
+    case DSCORE_DTYPE_F64:
+      reduce_typed(static_cast<const double*>(chunks), world, n, op, static_cast<double*>(out),
+                   dacc, same_d, same_d);
+      return;
+    case DSCORE_DTYPE_BF16:
+      reduce_typed(static_cast<const uint16_t*>(chunks), world, n, op, static_cast<uint16_t*>(out),
+                   facc, &sdk::bf16_to_float, &sdk::float_to_bf16);
+      return;
+    case DSCORE_DTYPE_F16:
+      reduce_typed(static_cast<const uint16_t*>(chunks), world, n, op, static_cast<uint16_t*>(out),
+                   facc, &sdk::half_to_float, &sdk::float_to_half);
+      return;
+    case DSCORE_DTYPE_I32:
+      reduce_typed(static_cast<const int32_t*>(chunks), world, n, op, static_cast<int32_t*>(out),
+                   dacc, [](int32_t v) { return static_cast<double>(v); },
+                   [](double v) { return static_cast<int32_t>(v); });
+      return;
+    case DSCORE_DTYPE_I64: {
+      // int64 through an int64 accumulator: exact.
+      std::vector<int64_t> acc(static_cast<size_t>(n));
+      auto same_i = [](int64_t v) { return v; };
+      reduce_typed(static_cast<const int64_t*>(chunks), world, n, op, static_cast<int64_t*>(out),
+                   acc.data(), same_i, same_i);
+      return;
+    }
+    default:
+      throw Error(DSCORE_INVALID_ARGUMENT,
+                  std::string("cannot reduce tensors of dtype ") + sdk::dtype_name(dtype));
+  }
+}
+
+}  // namespace dscore::mpi_comm

@@ -1,0 +1,54 @@
+// `dscore plan` through the real executable: the per-rank memory table and
+// the per-step communication of each stage, before anything is allocated
+// (the numbers themselves are checked against the engine's allocations in
+// tests/multirank/invariants_test.cc); config errors exit 2.
+#include <gtest/gtest.h>
+
+#include "tests/core/cli/process.h"
+#include "tests/core/cli/run_config.h"
+
+namespace dscore::testing {
+namespace {
+
+ProcessResult plan(const std::string& extra, int ranks, TempDir& dir) {
+  MlpRunConfig cfg;
+  cfg.extra = extra;
+  const auto config = dir.write("ds_config.json", cfg.text());
+  return run_dscore({"plan", "--config", config.string(), "-n", std::to_string(ranks)});
+}
+
+TEST(CliPlan, PrintsOneColumnPerRankAndTheCollectivesOfTheStage) {
+  TempDir dir("dscore_cli_plan");
+  ProcessResult r = plan(R"("zero_optimization": {"stage": 2}, "fp16": {"enabled": true})", 4, dir);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.out.find("ZeRO stage 2, 4 rank(s)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("model fp16, gradients fp16"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rank 3"), std::string::npos) << r.out;
+  for (const char* row : {"parameters", "gradients", "master weights (fp32)", "optimizer state", "buffers", "total"})
+    EXPECT_EQ(lines_starting_with(r.out, std::string("  ") + row).size(), 1u) << row << "\n" << r.out;
+  EXPECT_EQ(lines_starting_with(r.out, "    reduce ").size(), 1u) << r.out;
+  EXPECT_EQ(lines_starting_with(r.out, "    allgather   ").size(), 1u) << r.out;  // not "(step statistics)"
+}
+
+TEST(CliPlan, StageThreeReduceScattersAndStageZeroAllreduces) {
+  TempDir dir("dscore_cli_plan");
+  ProcessResult three = plan(R"("zero_optimization": {"stage": 3})", 2, dir);
+  ASSERT_EQ(three.exit_code, 0) << three.describe();
+  EXPECT_EQ(lines_starting_with(three.out, "    reduce_scatter ").size(), 1u) << three.out;
+  ProcessResult zero = plan(R"("zero_optimization": {"stage": 0})", 2, dir);
+  ASSERT_EQ(zero.exit_code, 0) << zero.describe();
+  EXPECT_EQ(lines_starting_with(zero.out, "    allreduce ").size(), 1u) << zero.out;
+}
+
+TEST(CliPlan, ConfigErrorsAreExitTwoWithTheirPath) {
+  TempDir dir("dscore_cli_plan");
+  ProcessResult r = plan(R"("zero_optimization": {"stage": 5})", 2, dir);
+  EXPECT_EQ(r.exit_code, 2) << r.describe();
+  EXPECT_NE(r.err.find("zero_optimization.stage"), std::string::npos) << r.err;
+  TempDir other("dscore_cli_plan");
+  ProcessResult bad = run_dscore({"plan", "--config", (other.path() / "missing.json").string()});
+  EXPECT_EQ(bad.exit_code, 2) << bad.describe();
+}
+
+}  // namespace
+}  // namespace dscore::testing

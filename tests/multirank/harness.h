@@ -1,0 +1,64 @@
+// Multi-rank test harness: writes a training config, runs tests/multirank's
+// zero_worker under a real `mpirun -n W`, and reads back what every rank
+// wrote (losses per step as exact doubles, applied/skipped steps, loss
+// scales, counted memory, communication counters, the final fp32 master
+// weights gathered on rank 0).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tests/core/cli/process.h"
+
+namespace dscore::testing {
+
+// An mlp training config; fields left as they are give a small model.
+struct RunSpec {
+  int world = 2;
+  int stage = 0;
+  std::string precision = "fp32";  // fp32 | fp16 | bf16
+  int train_batch = 16;
+  int gas = 1;
+  int steps = 12;
+  int hidden = 64;
+  int layers = 3;                   // hidden layers
+  double clipping = 0;
+  int64_t reduce_bucket_size = 1000;
+  bool overlap_comm = true;
+  int64_t persistence_threshold = 100;  // stage 3
+  int64_t max_reuse_distance = 0;       // stage 3
+  int64_t prefetch_bucket_size = 5000;  // stage 3
+  int64_t timeout_ms = 60000;
+  std::string extra;  // more top-level JSON members, comma-separated
+  std::string config_json() const;
+};
+
+struct RankReport {
+  int64_t numel = 0;
+  std::vector<double> losses;
+  std::vector<bool> applied;
+  std::vector<double> loss_scales;
+  std::vector<double> grad_norms;  // unscaled, before clipping; -1 on overflow
+  std::map<std::string, std::pair<int64_t, int64_t>> comm;  // op -> (calls, elements)
+  std::vector<int64_t> memory, plan;  // parameters, gradients, master, optimizer, buffers
+};
+
+struct RunResult {
+  ProcessResult process;
+  std::vector<RankReport> ranks;  // one per rank that wrote its report
+  std::vector<float> params;      // gathered fp32 master weights (rank 0)
+  bool ok() const { return process.exited() && process.exit_code == 0; }
+};
+
+// Runs the worker under mpirun; `worker_args` are appended (fault options).
+RunResult run_workers(const RunSpec& spec, const std::vector<std::string>& worker_args = {},
+                      std::chrono::seconds timeout = std::chrono::seconds(240));
+
+// Largest |a - b| / max(|b|, floor) over two equally long vectors.
+double max_relative_difference(const std::vector<double>& a, const std::vector<double>& b,
+                               double floor = 1e-12);
+double max_relative_difference(const std::vector<float>& a, const std::vector<float>& b,
+                               double floor = 1e-6);
+
+}  // namespace dscore::testing

@@ -1,0 +1,107 @@
+// A training worker for the multi-rank tests, run under mpirun: trains from
+// a config through dscore's embedding API (the same pieces `dscore run`
+// uses) and writes what the tests compare, per rank, to <out>.rank<R>:
+//   loss <step> <global mean loss, hex float>
+//   step <step> applied|skipped <loss scale> <global gradient norm>
+//   memory <parameters> <gradients> <master> <optimizer> <buffers>   (bytes, counted)
+//   plan   <parameters> <gradients> <master> <optimizer> <buffers>
+//   comm <op> <calls> <elements>                  (after the first step, over the rest)
+//   numel <Psi>
+// and rank 0 the gathered fp32 master weights to <out>.params (raw floats).
+// Fault injection for the fault tests: --die-rank/--die-step (SIGKILL),
+// --hang-rank/--hang-step (sleep forever), --poison-rank/--poison-step (an
+// Inf in that rank's batch, as an fp16 overflow on one rank only).
+#include <csignal>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "core/data/sampler.h"
+#include "core/data/source.h"
+#include "core/engine/initialize.h"
+
+namespace {
+
+struct Options {
+  std::string config, out;
+  int die_rank = -1, die_step = -1, hang_rank = -1, hang_step = -1, poison_rank = -1, poison_step = -1;
+};
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "zero_worker: %s\n", message.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--config") o.config = v;
+    else if (k == "--out") o.out = v;
+    else if (k == "--die-rank") o.die_rank = std::stoi(v);
+    else if (k == "--die-step") o.die_step = std::stoi(v);
+    else if (k == "--hang-rank") o.hang_rank = std::stoi(v);
+    else if (k == "--hang-step") o.hang_step = std::stoi(v);
+    else if (k == "--poison-rank") o.poison_rank = std::stoi(v);
+    else if (k == "--poison-step") o.poison_step = std::stoi(v);
+    else return fail("unknown option " + k);
+  }
+  auto setup = dscore::prepare(o.config, {});
+  if (!setup.ok()) return fail(setup.status().message());
+  if (!setup->loaded.ok()) return fail(dscore::format_config_errors(setup->loaded));
+  auto engine = dscore::build_engine(*setup, nullptr);
+  if (!engine.ok()) return fail(engine.status().message());
+  dscore::Engine& e = **engine;
+  // As `dscore run` does: a failure on one rank ends every rank.
+  auto fail = [&](const std::string& message) {
+    std::fprintf(stderr, "zero_worker: %s\n", message.c_str());
+    if (e.world_size() > 1) e.abort(message);
+    return 1;
+  };
+  const auto& cfg = e.config();
+  auto source = dscore::data::make_batch_source(cfg.data, e.model(), cfg.seed);
+  if (!source.ok()) return fail(source.status().message());
+  dscore::data::DistributedSampler sampler(cfg.batch, e.world_size(), e.rank());
+  dscore::data::HostBatch batch(e.model().description(), cfg.batch.train_micro_batch_size_per_gpu);
+
+  std::ofstream out(o.out + ".rank" + std::to_string(e.rank()));
+  out << "numel " << e.layout().total_numel() << "\n";
+  for (int64_t step = 0; step < cfg.train_steps; ++step) {
+    if (e.rank() == o.die_rank && step == o.die_step) raise(SIGKILL);
+    if (e.rank() == o.hang_rank && step == o.hang_step)
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    for (int64_t micro = 0; micro < cfg.batch.gradient_accumulation_steps; ++micro) {
+      if (auto st = (*source)->fill(sampler.micro_batch(step, micro), &batch); !st.ok()) return fail(st.message());
+      if (e.rank() == o.poison_rank && step == o.poison_step)
+        static_cast<float*>(batch.tensor(0).data)[0] = INFINITY;
+      if (auto loss = e.forward_backward(batch.view()); !loss.ok()) return fail(loss.status().message());
+      if (auto st = e.step(); !st.ok()) return fail(st.message());
+    }
+    char hex[64];
+    std::snprintf(hex, sizeof hex, "%a", e.last_loss());
+    out << "loss " << step << " " << hex << "\n";
+    out << "step " << step << " " << (e.was_step_applied() ? "applied" : "skipped") << " "
+        << e.loss_scale() << " " << e.get_global_grad_norm() << "\n";
+    if (step == 0) e.communicator().reset_counters();  // volume per step, setup excluded
+  }
+  for (const auto& [op, c] : e.communicator().counters())
+    out << "comm " << op << " " << c.calls << " " << c.elements << "\n";
+  const auto m = e.measured_memory(), p = e.plan().memory;
+  out << "memory " << m.parameters << " " << m.gradients << " " << m.master << " " << m.optimizer << " "
+      << m.buffers << "\n";
+  out << "plan " << p.parameters << " " << p.gradients << " " << p.master << " " << p.optimizer << " "
+      << p.buffers << "\n";
+  std::vector<float> params;
+  if (auto st = e.gather_parameters(&params); !st.ok()) return fail(st.message());
+  if (e.rank() == 0) {
+    std::ofstream raw(o.out + ".params", std::ios::binary);
+    raw.write(reinterpret_cast<const char*>(params.data()), static_cast<std::streamsize>(params.size() * 4));
+  }
+  return 0;
+}
