@@ -22,6 +22,7 @@ LogLevel initial_level() {
 std::atomic<int> g_level{static_cast<int>(initial_level())};
 std::atomic<int> g_rank{-1};
 std::mutex g_mutex;
+LogFormatter g_formatter;  // guarded by g_mutex
 
 const char* level_tag(LogLevel level) {
   switch (level) {
@@ -38,8 +39,22 @@ void set_log_level(LogLevel level) { g_level = static_cast<int>(level); }
 LogLevel log_level() { return static_cast<LogLevel>(g_level.load()); }
 void set_log_rank(int rank, int world_size) { g_rank = world_size > 1 ? rank : -1; }
 
+void set_log_formatter(LogFormatter formatter) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_formatter = std::move(formatter);
+}
+
 void log(LogLevel level, std::string_view message) {
   if (static_cast<int>(level) < g_level.load()) return;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (g_formatter) {
+      std::string line = g_formatter(level, g_rank.load(), message) + "\n";
+      std::fwrite(line.data(), 1, line.size(), stderr);
+      std::fflush(stderr);
+      return;
+    }
+  }
   std::string line = "[dscore";
   if (int rank = g_rank.load(); rank >= 0) line += " rank " + std::to_string(rank);
   line += "] ";

@@ -3,6 +3,8 @@
 // one. Thread-safe.
 #pragma once
 
+#include <functional>
+#include <string>
 #include <string_view>
 
 namespace dscore {
@@ -17,6 +19,12 @@ LogLevel log_level();
 void set_log_rank(int rank, int world_size);
 
 void log(LogLevel level, std::string_view message);
+
+// Replaces the text format (`--log-format json`): returns the whole line,
+// without the newline, for a message at `level` from `rank` (-1 when the
+// job has one rank). An empty function restores the text format.
+using LogFormatter = std::function<std::string(LogLevel level, int rank, std::string_view message)>;
+void set_log_formatter(LogFormatter formatter);
 inline void log_debug(std::string_view m) { log(LogLevel::kDebug, m); }
 inline void log_info(std::string_view m) { log(LogLevel::kInfo, m); }
 inline void log_warning(std::string_view m) { log(LogLevel::kWarning, m); }

@@ -3,6 +3,7 @@
 #include <dscore/cpp/dtype.hpp>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -160,60 +161,91 @@ void Communicator::install_host_table() {
 }
 
 template <typename Call>
-Status Communicator::counted(const char* op, uint64_t elements, size_t element_size, Call&& call) {
+Status Communicator::counted(const char* op, const char* ds_op, uint64_t elements, size_t element_size,
+                             uint64_t message_bytes, Call&& call) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     sequence_ += 1;
     std::snprintf(g_where, sizeof g_where, "in %s #%llu (%llu elements)", op,
                   static_cast<unsigned long long>(sequence_), static_cast<unsigned long long>(elements));
   }
+  const bool profiled = comms_logger_ && comms_logger_->should_profile(ds_op);
+  const auto start = std::chrono::steady_clock::now();
   Status status = call();
+  const double latency_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   std::lock_guard<std::mutex> lock(mutex_);
   g_where[0] = '\0';
   OpCounter& c = counters_[op];
   c.calls += 1;
   c.elements += elements;
   c.bytes += elements * element_size;
+  if (profiled && status.ok()) {
+    auto line = comms_logger_->append(ds_op, comms_logger_->record_name(ds_op, op), latency_ms,
+                                      message_bytes, env_.world_size);
+    if (line.ok() && !line->empty() && env_.rank == 0) log_info("[Rank 0] " + *line);
+  }
   return status;
 }
 
+void Communicator::enable_comms_logger(const observability::CommsLoggerConfig& config) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  comms_logger_ = std::make_unique<observability::CommsLogger>(config);
+}
+
+std::string Communicator::comms_summary() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return comms_logger_ ? comms_logger_->summary() : std::string();
+}
+
 Status Communicator::allreduce(CommBuffer send, CommBuffer recv, dscore_reduce_op op) {
-  return counted("allreduce", static_cast<uint64_t>(send.numel), sdk::dtype_size(send.dtype), [&] {
+  const size_t es = sdk::dtype_size(send.dtype);
+  const uint64_t n = static_cast<uint64_t>(send.numel);
+  return counted("allreduce", "all_reduce", n, es, n * es, [&] {
     dscore_tensor s = view_of(send), r = view_of(recv);
     return instance_->allreduce(s, r, op, nullptr);
   });
 }
 
 Status Communicator::reduce(CommBuffer send, CommBuffer recv, dscore_reduce_op op, int root) {
-  return counted("reduce", static_cast<uint64_t>(send.numel), sdk::dtype_size(send.dtype), [&] {
+  const size_t es = sdk::dtype_size(send.dtype);
+  const uint64_t n = static_cast<uint64_t>(send.numel);
+  return counted("reduce", "reduce", n, es, n * es, [&] {
     dscore_tensor s = view_of(send), r = view_of(recv);
     return instance_->reduce(s, recv.data != nullptr ? &r : nullptr, op, root, nullptr);
   });
 }
 
 Status Communicator::reduce_scatter(CommBuffer send, CommBuffer recv, dscore_reduce_op op) {
-  return counted("reduce_scatter", static_cast<uint64_t>(send.numel), sdk::dtype_size(send.dtype), [&] {
+  const size_t es = sdk::dtype_size(send.dtype);
+  const uint64_t n = static_cast<uint64_t>(send.numel);
+  return counted("reduce_scatter", "reduce_scatter_tensor", n, es, n * es, [&] {
     dscore_tensor s = view_of(send), r = view_of(recv);
     return instance_->reduce_scatter(s, r, op, nullptr);
   });
 }
 
 Status Communicator::allgather(CommBuffer send, CommBuffer recv) {
-  return counted("allgather", static_cast<uint64_t>(recv.numel), sdk::dtype_size(recv.dtype), [&] {
+  const size_t es = sdk::dtype_size(recv.dtype);
+  // DeepSpeed's message size is the input tensor (this rank's chunk).
+  return counted("allgather", "all_gather_into_tensor", static_cast<uint64_t>(recv.numel), es,
+                 static_cast<uint64_t>(send.numel) * es, [&] {
     dscore_tensor s = view_of(send), r = view_of(recv);
     return instance_->allgather(s, r, nullptr);
   });
 }
 
 Status Communicator::broadcast(CommBuffer buffer, int root) {
-  return counted("broadcast", static_cast<uint64_t>(buffer.numel), sdk::dtype_size(buffer.dtype), [&] {
+  const size_t es = sdk::dtype_size(buffer.dtype);
+  const uint64_t n = static_cast<uint64_t>(buffer.numel);
+  return counted("broadcast", "broadcast", n, es, n * es, [&] {
     dscore_tensor t = view_of(buffer);
     return instance_->broadcast(t, root, nullptr);
   });
 }
 
 Status Communicator::barrier() {
-  return counted("barrier", 0, 0, [&] { return instance_->barrier(); });
+  return counted("barrier", "barrier", 0, 0, 0, [&] { return instance_->barrier(); });
 }
 
 void Communicator::abort(const std::string& reason) { instance_->abort(reason); }

@@ -18,6 +18,7 @@
 #include "core/base/status.h"
 #include "core/comm/job_env.h"
 #include "core/config/training_config.h"
+#include "core/observability/comms_logger.h"
 #include "core/plugin_host/comm_instance.h"
 #include "core/plugin_host/registry.h"
 
@@ -71,11 +72,20 @@ class Communicator {
   // What the backend reports it put on and took off the wire.
   Result<dscore_comm_counters> wire_counters() const;
 
+  // DeepSpeed's comms_logger: time every profiled collective (host clock,
+  // around the blocking call) under DeepSpeed's op names; verbose lines are
+  // logged on rank 0. summary() is log_summary's table ("" when off).
+  void enable_comms_logger(const observability::CommsLoggerConfig& config);
+  std::string comms_summary() const;
+
  private:
   Communicator(JobEnv env, std::unique_ptr<plugin_host::CommInstance> instance);
   // Records the op (counters, in-flight record) around a backend call.
+  // `ds_op` is DeepSpeed's function name for the comms logger, and
+  // `message_bytes` its message size S (the input tensor's bytes).
   template <typename Call>
-  Status counted(const char* op, uint64_t elements, size_t element_size, Call&& call);
+  Status counted(const char* op, const char* ds_op, uint64_t elements, size_t element_size,
+                 uint64_t message_bytes, Call&& call);
   void install_host_table();
 
   JobEnv env_;
@@ -84,6 +94,7 @@ class Communicator {
   std::map<std::string, OpCounter> counters_;
   uint64_t sequence_ = 0;
   dscore_communicator host_table_{};
+  std::unique_ptr<observability::CommsLogger> comms_logger_;
 };
 
 }  // namespace dscore::comm

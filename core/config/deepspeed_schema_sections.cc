@@ -90,7 +90,6 @@ std::vector<FieldSpec> engine_sections() {
               "activation checkpointing")),
       F("flops_profiler", T::kObject, "DeepSpeed's flops profiler")
           .nullable()
-          .not_used()
           .object(make_object(
               {
                   F("enabled", T::kBool, "profile one step").def(false),

@@ -97,6 +97,16 @@ struct ActivationCheckpointingConfig {
   bool synchronize_checkpoint_boundary = false;
 };
 
+struct FlopsProfilerConfig {
+  bool enabled = false;
+  int64_t profile_step = 1;
+  int64_t module_depth = -1;
+  int64_t top_modules = 1;
+  bool detailed = true;
+  std::string output_file;  // "" = print
+  double recompute_fwd_factor = 0;
+};
+
 struct CommsLoggerConfig {
   bool present = false;  // DeepSpeed enables the logger by the key's mere presence
   bool enabled = false;
@@ -147,6 +157,7 @@ struct TrainingConfig {
   ActivationCheckpointingConfig activation_checkpointing;
   json::Value aio;                 // the resolved "aio" section (offload plugins' params)
   CommsLoggerConfig comms_logger;
+  FlopsProfilerConfig flops_profiler;
   CheckpointConfig checkpoint;
   // Enabled monitors, one per enabled section ("csv_monitor", "tensorboard",
   // "wandb") plus plugins.monitors; params exclude "enabled".

@@ -169,6 +169,14 @@ TrainingConfig build_training_config(const json::Value& doc, const json::Value& 
   read(ac, "synchronize_checkpoint_boundary", &c.activation_checkpointing.synchronize_checkpoint_boundary);
 
   c.aio = at(doc, "aio");
+  const json::Value& fp = at(doc, "flops_profiler");
+  read(fp, "enabled", &c.flops_profiler.enabled);
+  read(fp, "profile_step", &c.flops_profiler.profile_step);
+  read(fp, "module_depth", &c.flops_profiler.module_depth);
+  read(fp, "top_modules", &c.flops_profiler.top_modules);
+  read(fp, "detailed", &c.flops_profiler.detailed);
+  read(fp, "recompute_fwd_factor", &c.flops_profiler.recompute_fwd_factor);
+  if (at(fp, "output_file").is_string()) c.flops_profiler.output_file = at(fp, "output_file").as_string();
   const json::Value& cl = at(doc, "comms_logger");
   c.comms_logger.present = cl.is_object();
   read(cl, "enabled", &c.comms_logger.enabled);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 
 #include "core/base/logging.h"
 #include "core/base/strings.h"
@@ -81,6 +82,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
                                                   engine->layout_, ctx.model_dtype, ctx.grad_dtype,
                                                   config.zero.stage));
   engine->scaler_ = zero::LossScaler::from_config(config.fp16);
+  if (config.wall_clock_breakdown) engine->phases_ = std::make_unique<PhaseTimers>();
+  if (config.flops_profiler.enabled)
+    engine->flops_ = std::make_unique<FlopsProbe>(config, engine->layout_, engine->comm_->world_size());
   engine->acquired_.assign(engine->layout_.layer_count(), 0);
   return engine;
 }
@@ -108,8 +112,11 @@ dscore_status Engine::hook_acquire(void* ctx, size_t layer, dscore_acquire_mode 
   if (out == nullptr || out->struct_size < offsetof(dscore_layer_views, grads) + sizeof(void*))
     return self->fail_hook(DSCORE_INVALID_ARGUMENT,
                            "acquire: views struct missing or struct_size too small");
+  if (mode == DSCORE_ACQUIRE_BACKWARD && self->phases_) self->phases_->backward_begin();
   Status status = self->strategy_->acquire(layer, mode, out);
   if (!status.ok()) return self->fail_hook(status.code(), status.message());
+  if (mode == DSCORE_ACQUIRE_FORWARD && self->flops_ && self->flops_->profiling(self->global_steps_))
+    self->flops_->forward_acquired(layer);
   self->acquired_[layer] += 1;
   return DSCORE_OK;
 }
@@ -121,6 +128,7 @@ dscore_status Engine::hook_release(void* ctx, size_t layer) {
     return self->fail_hook(DSCORE_FAILED_PRECONDITION,
                            "release(" + std::to_string(layer) + ") without a matching acquire");
   self->acquired_[layer] -= 1;
+  if (self->flops_) self->flops_->released(layer);
   Status status = self->strategy_->release(layer);
   return status.ok() ? DSCORE_OK : self->fail_hook(status.code(), status.message());
 }
@@ -149,9 +157,11 @@ Result<double> Engine::forward_backward(const dscore_batch& batch) {
   hook_error_.clear();
   const int64_t gas = config_.batch.gradient_accumulation_steps;
   strategy_->begin_micro_step(is_gradient_accumulation_boundary());
+  if (phases_) phases_->forward_backward_begin();
   double loss = 0;
   // DeepSpeed divides the loss by gas before backward; fp16 scales it.
   Status status = model_->forward_backward(batch, hooks, scaler_.scale() / static_cast<double>(gas), &loss);
+  if (phases_) phases_->model_returned();
   // Reductions already queued must finish before anything else happens,
   // also when the model failed.
   Status reduced;
@@ -159,6 +169,7 @@ Result<double> Engine::forward_backward(const dscore_batch& batch) {
     Timed finish(&timing_.reduce_finish_ns);
     reduced = strategy_->end_micro_step();
   }
+  if (phases_) phases_->reductions_done();
   if (!hook_error_.empty())
     return Status(DSCORE_INVALID_ARGUMENT,
                   model_->display_name() + " misused the engine's hooks: " + hook_error_);
@@ -184,7 +195,42 @@ Status Engine::step() {
   Timed timed(&timing_.step_ns);
   const bool boundary = is_gradient_accumulation_boundary();
   micro_steps_ += 1;
-  if (!boundary) return Status::Ok();
+  const int64_t samples_before = global_samples_;
+  if (phases_) phases_->step_begin();
+  Status status = boundary ? boundary_step() : Status::Ok();
+  if (phases_) {
+    phases_->step_end();
+    if (rank() == 0) log_info(phases_->micro_log_line());  // DeepSpeed logs these every step()
+  }
+  if (!status.ok() || !boundary) return status;
+  if (flops_ && flops_->profiling(global_steps_ - 1)) {
+    // DeepSpeed profiles the step that starts at global_steps == profile_step.
+    flops_->finish();
+    if (rank() == 0) {
+      auto report = flops_->report(*model_);
+      if (!report.ok()) {
+        log_warning("flops profiler: " + report.status().message());
+      } else if (flops_->output_file().empty()) {
+        log_info("flops profile\n" + *report);
+      } else if (std::ofstream out(flops_->output_file()); out << *report) {
+        log_info("flops profile written to " + flops_->output_file());
+      } else {
+        log_warning("flops profiler: cannot write " + flops_->output_file());
+      }
+    }
+  }
+  std::vector<ScalarEvent> events = boundary_events(samples_before);
+  if (phases_) {
+    const PhaseTimers::Boundary b = phases_->boundary();
+    for (const auto& e : b.events) events.push_back({e.tag, e.value_ms, global_samples_});
+    if (config_.steps_per_print > 0 && global_steps_ % config_.steps_per_print == 0 && rank() == 0)
+      log_info(b.log_line);
+  }
+  monitors_.write(events);
+  return Status::Ok();
+}
+
+Status Engine::boundary_step() {
   timing_.steps += 1;
 
   // This rank's share of the squared norm, the overflow flag and its loss,
@@ -221,8 +267,6 @@ Status Engine::step() {
   last_rank_loss_ = loss_accumulator_;
   last_loss_ = loss_sum / world;
   loss_accumulator_ = 0;
-  const int64_t samples_before = global_samples_;
-
   // fp16: the scale reacts to this step's outcome first (REFERENCE.md 4.4).
   if (config_.fp16.enabled) DSCORE_RETURN_IF_ERROR(scaler_.update(overflow));
   // An overflow (or any non-finite gradient: dscore also skips those in
@@ -251,7 +295,6 @@ Status Engine::step() {
   }
   global_steps_ += 1;
   global_samples_ += config_.batch.train_batch_size;
-  monitors_.write(boundary_events(samples_before));
   return Status::Ok();
 }
 

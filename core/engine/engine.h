@@ -27,7 +27,9 @@
 #include "core/config/training_config.h"
 #include "core/engine/lr_schedule.h"
 #include "core/engine/monitor_hub.h"
+#include "core/engine/flops_probe.h"
 #include "core/engine/optimizer_runner.h"
+#include "core/engine/phase_timers.h"
 #include "core/model/model.h"
 #include "core/plugin_host/instances.h"
 #include "core/zero/loss_scaler.h"
@@ -126,6 +128,7 @@ class Engine {
  private:
   explicit Engine(const config::TrainingConfig& config) : config_(config) {}
   Status initialise();
+  Status boundary_step();  // the accumulation boundary's work
   Status apply_update(double grad_scale);
   std::vector<ScalarEvent> boundary_events(int64_t samples_before) const;
 
@@ -151,6 +154,8 @@ class Engine {
 
   std::vector<int> acquired_;  // per layer: outstanding acquires in this call
   EngineTiming timing_;
+  std::unique_ptr<PhaseTimers> phases_;  // wall_clock_breakdown
+  std::unique_ptr<FlopsProbe> flops_;    // flops_profiler
   int64_t blocked_at_reset_ = 0;
   std::string hook_error_;
 

@@ -67,6 +67,15 @@ Result<std::unique_ptr<Engine>> build_engine(const Setup& setup, std::unique_ptr
   // The communicator first: creating it is the job's first collective.
   DSCORE_ASSIGN_OR_RETURN(auto communicator,
                           comm::Communicator::create(*setup.registry, cfg.comm, setup.job, cfg.seed));
+  // DeepSpeed turns the comms logger on by the key's mere presence.
+  if (cfg.comms_logger.present) {
+    observability::CommsLoggerConfig logger;
+    logger.prof_all = cfg.comms_logger.prof_all;
+    logger.prof_ops = cfg.comms_logger.prof_ops;
+    logger.verbose = cfg.comms_logger.verbose;
+    logger.debug = cfg.comms_logger.debug;
+    communicator->enable_comms_logger(logger);
+  }
 
   EngineComponents components;
   if (model) {

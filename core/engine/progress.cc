@@ -6,15 +6,17 @@
 #include <cstdio>
 
 #include "core/base/strings.h"
+#include "core/observability/json_log.h"
 
 namespace dscore {
 
-ProgressReporter::ProgressReporter(int64_t total_steps, int64_t steps_per_print, bool terminal)
+ProgressReporter::ProgressReporter(int64_t total_steps, int64_t steps_per_print, bool terminal, bool json)
     : total_steps_(total_steps),
       steps_per_print_(steps_per_print),
       // Plain output: about 20 lines per run, and always the first step.
       plain_interval_(std::max<int64_t>(1, total_steps / 20)),
-      terminal_(terminal),
+      terminal_(terminal && !json),
+      json_(json),
       start_(std::chrono::steady_clock::now()) {}
 
 std::string ProgressReporter::line(const ProgressSnapshot& s, double samples_per_second) const {
@@ -32,6 +34,14 @@ void ProgressReporter::update(const ProgressSnapshot& s, const std::vector<doubl
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const double rate = seconds > 0 ? static_cast<double>(s.samples) / seconds : 0;
+  if (json_) {
+    observability::ProgressRecord r{s.step, s.total_steps, s.loss, s.lr, s.samples, rate, s.skipped};
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    std::printf("%s\n", observability::json_progress_line(now, 0, r).c_str());
+    std::fflush(stdout);
+    return;
+  }
   // DeepSpeed prints after the increment when (global_steps + 1) % steps_per_print == 0,
   // naming step global_steps + 1 (engine.py _report_progress); kept as is.
   if (steps_per_print_ > 0 && (s.step + 1) % steps_per_print_ == 0) {
@@ -55,6 +65,7 @@ void ProgressReporter::update(const ProgressSnapshot& s, const std::vector<doubl
 }
 
 void ProgressReporter::finish(const ProgressSnapshot& s) {
+  if (json_) return;  // the last progress record says it all
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   if (terminal_) std::printf("\n");

@@ -1,6 +1,6 @@
 // Progress output of `dscore run`: a one-line bar redrawn in place on a
 // terminal, plain lines otherwise, plus DeepSpeed's `steps_per_print` line
-// ("step=N, skipped=S, lr=[...], mom=[...]").
+// ("step=N, skipped=S, lr=[...], mom=[...]"), or JSON progress records.
 #pragma once
 
 #include <chrono>
@@ -21,7 +21,9 @@ struct ProgressSnapshot {
 
 class ProgressReporter {
  public:
-  ProgressReporter(int64_t total_steps, int64_t steps_per_print, bool terminal);
+  // json: one JSON progress record per step on stdout instead of text
+  // (`dscore run --log-format json`).
+  ProgressReporter(int64_t total_steps, int64_t steps_per_print, bool terminal, bool json = false);
   void update(const ProgressSnapshot& snapshot, const std::vector<double>& lrs,
               const std::string& momentum_text);
   void finish(const ProgressSnapshot& snapshot);
@@ -32,6 +34,7 @@ class ProgressReporter {
   int64_t steps_per_print_;
   int64_t plain_interval_;
   bool terminal_;
+  bool json_;
   std::chrono::steady_clock::time_point start_;
 };
 

@@ -6,7 +6,11 @@
 
 #include "core/base/logging.h"
 #include "core/base/strings.h"
+#include <algorithm>
+#include <chrono>
+
 #include "core/comm/job_env.h"
+#include "core/observability/json_log.h"
 #include "core/comm/launcher.h"
 #include "core/data/sampler.h"
 #include "core/data/source.h"
@@ -101,6 +105,13 @@ std::string momentum_text(const PluginSelection& selection) {
 
 int run_training(const RunOptions& options) {
   plugin_host::install_crash_handler();
+  if (options.log_json) {
+    set_log_formatter([](LogLevel level, int rank, std::string_view message) {
+      const double now =
+          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+      return observability::json_log_line(now, level, std::max(rank, 0), message);
+    });
+  }
   auto job = comm::detect_job_env();
   if (!job.ok()) {
     log_error(job.status().message());
@@ -154,7 +165,8 @@ int run_training(const RunOptions& options) {
 
   const data::DistributedSampler sampler(cfg.batch, e.world_size(), e.rank());
   data::HostBatch batch(e.model().description(), cfg.batch.train_micro_batch_size_per_gpu);
-  ProgressReporter progress(cfg.train_steps, cfg.steps_per_print, options.progress_bar && leader);
+  ProgressReporter progress(cfg.train_steps, cfg.steps_per_print, options.progress_bar && leader,
+                            options.log_json);
   const std::string mom = momentum_text(setup->selection);
   ProgressSnapshot snapshot;
   snapshot.total_steps = cfg.train_steps;
@@ -175,6 +187,7 @@ int run_training(const RunOptions& options) {
   }
   if (leader) progress.finish(snapshot);
   if (cfg.memory_breakdown) log_info(describe_memory(e));
+  if (leader && cfg.comms_logger.present) log_info("comms_logger summary\n" + e.communicator().comms_summary());
   return 0;
 }
 

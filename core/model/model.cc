@@ -6,6 +6,10 @@ Status Model::forward(const dscore_batch&, const dscore_model_hooks&, double*, d
   return unimplemented(display_name() + " has no forward-only pass");
 }
 
+Result<double> Model::layer_flops(size_t, int64_t) const {
+  return unimplemented(display_name() + " does not report its FLOPs");
+}
+
 Status Model::synthetic_batch(uint64_t, int64_t, const dscore_batch&) const {
   return unimplemented(display_name() +
                        " has no synthetic task: set \"data\": {\"type\": \"text\" or \"tokens\", "

@@ -40,6 +40,10 @@ class Model {
   virtual Status forward(const dscore_batch& batch, const dscore_model_hooks& hooks, double* loss,
                          dscore_tensor* output);
 
+  // Forward FLOPs of one layer for `batch_size` samples (multiply-adds count
+  // 2), for the flops profiler; UNIMPLEMENTED when the model cannot say.
+  virtual Result<double> layer_flops(size_t layer, int64_t batch_size) const;
+
   // The model's own deterministic task (synthetic data), if it has one.
   virtual bool has_synthetic_task() const { return false; }
   virtual Status synthetic_batch(uint64_t seed, int64_t first_sample, const dscore_batch& out) const;

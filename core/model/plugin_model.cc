@@ -39,6 +39,10 @@ class PluginModel final : public Model {
     return instance_->forward(batch, hooks, loss, output);
   }
 
+  Result<double> layer_flops(size_t layer, int64_t batch_size) const override {
+    return instance_->layer_flops(layer, batch_size);
+  }
+
   bool has_synthetic_task() const override { return instance_->has_synthetic_task(); }
   Status synthetic_batch(uint64_t seed, int64_t first_sample,
                          const dscore_batch& out) const override {

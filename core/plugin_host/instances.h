@@ -120,6 +120,8 @@ class ModelInstance {
   Status forward(const dscore_batch& batch, const dscore_model_hooks& hooks, double* loss,
                  dscore_tensor* output);
   bool has_synthetic_task() const;
+  // UNIMPLEMENTED when the plugin has no layer_flops.
+  Result<double> layer_flops(size_t layer, int64_t batch_size) const;
   Status synthetic_batch(uint64_t seed, int64_t first_sample, const dscore_batch& out) const;
 
  private:

@@ -162,6 +162,16 @@ Status ModelInstance::forward(const dscore_batch& batch, const dscore_model_hook
                      [&] { return vt->forward(handle_, &batch, &hooks, loss, output); });
 }
 
+Result<double> ModelInstance::layer_flops(size_t layer, int64_t batch_size) const {
+  const auto* vt = vtable_of<dscore_model_vtable>(info_);
+  if (!DSCORE_HAS_FIELD(vt, dscore_model_vtable, layer_flops) || vt->layer_flops == nullptr)
+    return Status(DSCORE_UNIMPLEMENTED, info_.display() + " does not report its FLOPs (layer_flops is NULL)");
+  double flops = 0;
+  DSCORE_RETURN_IF_ERROR(call_plugin(info_.display(), "layer_flops",
+                                     [&] { return vt->layer_flops(handle_, layer, batch_size, &flops); }));
+  return flops;
+}
+
 bool ModelInstance::has_synthetic_task() const {
   const auto* vt = vtable_of<dscore_model_vtable>(info_);
   return DSCORE_HAS_FIELD(vt, dscore_model_vtable, synthetic_batch) &&

@@ -116,54 +116,76 @@ Status ShardedZero::initialise(const Model& model) {
 
 // --------------------------------------------------------------- gathering
 
-void ShardedZero::start_gather(size_t layer) {
-  LayerState& s = layers_[layer];
-  if (s.residency != Residency::kReleased) return;
+void ShardedZero::start_gathers(const std::vector<size_t>& layers) {
   const dscore_dtype md = ctx_.model_dtype;
-  int64_t full_elements = 0;
-  for (size_t p : s.gathered_params) full_elements += padded(p);
-  s.full = std::make_shared<CountedBuffer>(allocate(full_elements, md, "gathered parameters"));
-  s.residency = Residency::kInFlight;
-  live_elements_ += s.numel;
-  std::shared_ptr<CountedBuffer> full = s.full;
-  const std::vector<size_t> params = s.gathered_params;
-  const int64_t shard_elements = s.shard_elements;
-  s.ticket = ctx_.stream->submit([this, full, params, shard_elements] {
-    const dscore_dtype md = ctx_.model_dtype;
-    const size_t es = sdk::dtype_size(md);
-    // Pack this rank's shards, allgather, unpack rank-major chunks into
-    // full (each param padded to world x shard).
-    std::vector<char> packed(static_cast<size_t>(shard_elements) * es);
-    std::vector<char> gathered(packed.size() * static_cast<size_t>(world_));
+  const size_t es = sdk::dtype_size(md);
+  struct Target {
+    std::shared_ptr<CountedBuffer> full;
+    std::vector<size_t> params;
+  };
+  std::vector<Target> targets;
+  int64_t shard_elements = 0;
+  for (size_t layer : layers) {
+    LayerState& s = layers_[layer];
+    if (s.residency != Residency::kReleased || s.gathered_params.empty()) continue;
+    int64_t full_elements = 0;
+    for (size_t p : s.gathered_params) full_elements += padded(p);
+    // Every byte is overwritten by the unpacking (shard padding included).
+    s.full = std::make_shared<CountedBuffer>(make_counted_buffer(
+        static_cast<size_t>(full_elements) * es, DSCORE_MEMORY_HOST, "gathered parameters"));
+    if (!*s.full) throw std::bad_alloc();
+    s.residency = Residency::kInFlight;
+    live_elements_ += s.numel;
+    shard_elements += s.shard_elements;
+    targets.push_back({s.full, s.gathered_params});
+  }
+  if (targets.empty()) return;
+  auto ticket = ctx_.stream->submit([this, targets, shard_elements, es, md] {
+    // Pack this rank's shards of every layer, one allgather, then unpack
+    // each rank's chunk into the full (padded) parameters.
+    CountedBuffer packed = make_counted_buffer(static_cast<size_t>(shard_elements) * es, DSCORE_MEMORY_HOST,
+                                               "gathered parameters");
+    CountedBuffer gathered = make_counted_buffer(static_cast<size_t>(shard_elements * world_) * es,
+                                                 DSCORE_MEMORY_HOST, "gathered parameters");
+    if (!packed || !gathered) return Status(DSCORE_RESOURCE_EXHAUSTED, "zero-3: cannot allocate a gather buffer");
+    char* pk = static_cast<char*>(packed.get());
     int64_t offset = 0;
-    for (size_t p : params) {
-      const ParamShard& sh = shards_.params[p];
-      std::memcpy(packed.data() + offset * es, at(param_part_.get(), md, sh.local_offset),
-                  static_cast<size_t>(sh.shard_size) * es);
-      offset += sh.shard_size;
+    for (const Target& t : targets) {
+      for (size_t p : t.params) {
+        const ParamShard& sh = shards_.params[p];
+        std::memcpy(pk + offset * static_cast<int64_t>(es), at(param_part_.get(), md, sh.local_offset),
+                    static_cast<size_t>(sh.shard_size) * es);
+        offset += sh.shard_size;
+      }
     }
-    DSCORE_RETURN_IF_ERROR(ctx_.comm->allgather({packed.data(), md, shard_elements},
-                                                {gathered.data(), md, shard_elements * world_}));
-    char* out = static_cast<char*>(full->get());
+    DSCORE_RETURN_IF_ERROR(ctx_.comm->allgather({pk, md, shard_elements},
+                                                {gathered.get(), md, shard_elements * world_}));
+    const char* all = static_cast<const char*>(gathered.get());
     for (int r = 0; r < world_; ++r) {
-      int64_t in_chunk = 0, param_start = 0;
-      for (size_t p : params) {
-        const int64_t shard = shards_.params[p].shard_size;
-        std::memcpy(out + (param_start + r * shard) * static_cast<int64_t>(es),
-                    gathered.data() + (r * shard_elements + in_chunk) * static_cast<int64_t>(es),
-                    static_cast<size_t>(shard) * es);
-        in_chunk += shard;
-        param_start += shard * world_;
+      int64_t in_chunk = 0;
+      for (const Target& t : targets) {
+        char* out = static_cast<char*>(t.full->get());
+        int64_t param_start = 0;
+        for (size_t p : t.params) {
+          const int64_t shard = shards_.params[p].shard_size;
+          std::memcpy(out + (param_start + r * shard) * static_cast<int64_t>(es),
+                      all + (r * shard_elements + in_chunk) * static_cast<int64_t>(es),
+                      static_cast<size_t>(shard) * es);
+          in_chunk += shard;
+          param_start += shard * world_;
+        }
       }
     }
     return Status::Ok();
   });
+  for (size_t layer : layers)
+    if (layers_[layer].residency == Residency::kInFlight && !layers_[layer].ticket) layers_[layer].ticket = ticket;
 }
 
 Status ShardedZero::ensure_gathered(size_t layer) {
   LayerState& s = layers_[layer];
   if (s.gathered_params.empty()) return Status::Ok();
-  start_gather(layer);
+  if (s.residency == Residency::kReleased) start_gathers({layer});
   if (s.residency == Residency::kInFlight) {
     DSCORE_RETURN_IF_ERROR(ctx_.stream->wait(s.ticket));
     s.ticket.reset();
@@ -183,28 +205,50 @@ void ShardedZero::point_param_views(size_t layer) {
   }
 }
 
-void ShardedZero::prefetch_after(size_t position) {
-  const config::ZeroConfig& z = ctx_.config->zero;
-  if (!trace_valid_ || z.prefetch_bucket_size <= 0) return;
-  int64_t fetched = 0;
-  for (size_t i = position; i < trace_.size() && fetched < z.prefetch_bucket_size; ++i) {
-    LayerState& s = layers_[trace_[i].layer];
-    if (s.residency != Residency::kReleased || s.gathered_params.empty()) continue;
-    if (live_elements_ + s.numel > z.max_live_parameters) break;
-    start_gather(trace_[i].layer);
-    fetched += s.numel;
+void ShardedZero::finish_trace() {
+  // For each event, where its layer is used next, and the elements gathered
+  // by the events before each index: reuse distances become subtractions.
+  next_use_.assign(trace_.size(), kNever);
+  std::vector<size_t> seen(layers_.size(), kNever);
+  for (size_t i = trace_.size(); i-- > 0;) {
+    next_use_[i] = seen[trace_[i].layer];
+    seen[trace_[i].layer] = i;
   }
+  elements_before_.assign(trace_.size() + 1, 0);
+  for (size_t i = 0; i < trace_.size(); ++i)
+    elements_before_[i + 1] = elements_before_[i] + layers_[trace_[i].layer].numel;
+  recording_ = false;
+  trace_valid_ = true;
 }
 
-bool ShardedZero::reused_soon(size_t layer, size_t position) const {
-  if (!trace_valid_) return false;
-  int64_t distance = 0;
-  for (size_t i = position; i < trace_.size(); ++i) {
-    if (trace_[i].layer == layer) return distance <= ctx_.config->zero.max_reuse_distance;
-    distance += layers_[trace_[i].layer].numel;
-    if (distance > ctx_.config->zero.max_reuse_distance) return false;
+void ShardedZero::prefetch_from(size_t position) {
+  const config::ZeroConfig& z = ctx_.config->zero;
+  if (!trace_valid_ || z.prefetch_bucket_size <= 0) return;
+  // One allgather for the released layers of the next prefetch_bucket_size
+  // elements of the trace, within the live limit. Events before
+  // prefetched_until_ already have their layer gathered or on the way (a
+  // release moves it back: free_gathered).
+  std::vector<size_t> group;
+  int64_t live = live_elements_;
+  size_t i = std::max(position, prefetched_until_);
+  for (; i < trace_.size() && elements_before_[i] - elements_before_[position] < z.prefetch_bucket_size; ++i) {
+    const size_t layer = trace_[i].layer;
+    LayerState& s = layers_[layer];
+    if (s.residency != Residency::kReleased || s.gathered_params.empty()) continue;
+    if (std::find(group.begin(), group.end(), layer) != group.end()) continue;
+    if (live + s.numel > z.max_live_parameters) break;
+    live += s.numel;
+    group.push_back(layer);
   }
-  return false;
+  prefetched_until_ = i;
+  start_gathers(group);
+}
+
+bool ShardedZero::reused_soon(size_t layer) const {
+  if (!trace_valid_) return false;
+  const size_t next = next_use_[layers_[layer].last_event];
+  if (next == kNever || next < position_) return false;
+  return elements_before_[next] - elements_before_[position_] <= ctx_.config->zero.max_reuse_distance;
 }
 
 void ShardedZero::free_gathered(size_t layer) {
@@ -215,11 +259,19 @@ void ShardedZero::free_gathered(size_t layer) {
   s.full.reset();
   s.residency = Residency::kReleased;
   live_elements_ -= s.numel;
+  // Its next use needs a prefetch again.
+  if (trace_valid_ && s.last_event < next_use_.size()) {
+    const size_t next = next_use_[s.last_event];
+    if (next != kNever && next >= position_) prefetched_until_ = std::min(prefetched_until_, next);
+  }
 }
 
 // ------------------------------------------------------------ micro-steps
 
-void ShardedZero::begin_micro_step(bool) { position_ = 0; }
+void ShardedZero::begin_micro_step(bool) {
+  position_ = 0;
+  prefetched_until_ = 0;
+}
 
 Status ShardedZero::acquire(size_t layer, dscore_acquire_mode mode, dscore_layer_views* out) {
   if (recording_) {
@@ -229,11 +281,12 @@ Status ShardedZero::acquire(size_t layer, dscore_acquire_mode mode, dscore_layer
     log_debug("zero-3: the model's acquire order changed; prefetching stops for this run");
     trace_valid_ = false;
   }
-  position_ += 1;
   LayerState& s = layers_[layer];
+  s.last_event = position_;
+  position_ += 1;
   DSCORE_RETURN_IF_ERROR(ensure_gathered(layer));
   s.acquired += 1;
-  prefetch_after(position_);
+  prefetch_from(position_);
   const size_t first = ctx_.layout->layer_first(layer);
   out->count = ctx_.layout->layer_end(layer) - first;
   out->params = param_ptrs_.data() + first;
@@ -258,55 +311,72 @@ Status ShardedZero::acquire(size_t layer, dscore_acquire_mode mode, dscore_layer
 Status ShardedZero::release(size_t layer) {
   LayerState& s = layers_[layer];
   s.acquired -= 1;
-  if (s.acquired == 0 && !reused_soon(layer, position_)) free_gathered(layer);
+  if (s.acquired == 0 && !reused_soon(layer)) free_gathered(layer);
   return Status::Ok();
 }
 
 Status ShardedZero::grads_ready(size_t layer) {
   LayerState& s = layers_[layer];
   if (!s.grads) return Status::Ok();
-  std::shared_ptr<CountedBuffer> grads = std::move(s.grads);
-  const size_t first = ctx_.layout->layer_first(layer), end = ctx_.layout->layer_end(layer);
-  const int64_t chunk = s.all_shard_elements;
-  ctx_.stream->submit([this, grads, first, end, chunk] {
-    const dscore_dtype gd = ctx_.grad_dtype;
-    const int64_t es = static_cast<int64_t>(sdk::dtype_size(gd));
-    const Reduction r = plan_reduction(*ctx_.config, world_);
-    // Interleave per rank: chunk r = every param's r-th shard (REFERENCE.md
-    // 5.3 reduce_scatter_coalesced), then one reduce-scatter.
-    std::vector<char> send(static_cast<size_t>(chunk * world_ * es)), recv(static_cast<size_t>(chunk * es));
-    const char* full = static_cast<const char*>(grads->get());
-    for (int rr = 0; rr < world_; ++rr) {
-      int64_t in_chunk = 0, param_start = 0;
-      for (size_t p = first; p < end; ++p) {
-        const int64_t shard = shards_.params[p].shard_size;
-        std::memcpy(send.data() + (rr * chunk + in_chunk) * es, full + (param_start + rr * shard) * es,
-                    static_cast<size_t>(shard * es));
-        in_chunk += shard;
-        param_start += shard * world_;
-      }
-    }
-    scale_in_place(send.data(), gd, chunk * world_, r.pre_factor);
-    DSCORE_RETURN_IF_ERROR(ctx_.comm->reduce_scatter({send.data(), gd, chunk * world_},
-                                                     {recv.data(), gd, chunk}, r.op));
-    scale_in_place(recv.data(), gd, chunk, r.post_factor);
-    int64_t in_chunk = 0;
-    for (size_t p = first; p < end; ++p) {
-      const ParamShard& sh = shards_.params[p];
-      accumulate(at(grad_part_.get(), gd, sh.local_offset), recv.data() + in_chunk * es, gd, sh.shard_size);
-      in_chunk += sh.shard_size;
-    }
-    return Status::Ok();
-  });
+  pending_grad_elements_ += s.all_shard_elements * world_;
+  pending_grads_.push_back({layer, std::move(s.grads)});
+  if (pending_grad_elements_ >= ctx_.config->zero.reduce_bucket_size) flush_gradients();
   return Status::Ok();
 }
 
+void ShardedZero::flush_gradients() {
+  if (pending_grads_.empty()) return;
+  std::vector<PendingGrads> group = std::move(pending_grads_);
+  pending_grads_.clear();
+  pending_grad_elements_ = 0;
+  ctx_.stream->submit([this, group] {
+    const dscore_dtype gd = ctx_.grad_dtype;
+    const int64_t es = static_cast<int64_t>(sdk::dtype_size(gd));
+    const Reduction r = plan_reduction(*ctx_.config, world_);
+    int64_t chunk = 0;
+    for (const PendingGrads& g : group) chunk += layers_[g.layer].all_shard_elements;
+    // Interleave per rank: chunk r = every param's r-th shard, layer after
+    // layer (REFERENCE.md 5.3 reduce_scatter_coalesced), then one
+    // reduce-scatter.
+    CountedBuffer send = make_counted_buffer(static_cast<size_t>(chunk * world_ * es), DSCORE_MEMORY_HOST,
+                                             "gradient bucket");
+    CountedBuffer recv = make_counted_buffer(static_cast<size_t>(chunk * es), DSCORE_MEMORY_HOST, "gradient bucket");
+    if (!send || !recv) return Status(DSCORE_RESOURCE_EXHAUSTED, "zero-3: cannot allocate a gradient bucket");
+    char* out = static_cast<char*>(send.get());
+    for (int rr = 0; rr < world_; ++rr) {
+      int64_t in_chunk = 0;
+      for (const PendingGrads& g : group) {
+        const char* full = static_cast<const char*>(g.grads->get());
+        int64_t param_start = 0;
+        for (size_t p = ctx_.layout->layer_first(g.layer); p < ctx_.layout->layer_end(g.layer); ++p) {
+          const int64_t shard = shards_.params[p].shard_size;
+          std::memcpy(out + (rr * chunk + in_chunk) * es, full + (param_start + rr * shard) * es,
+                      static_cast<size_t>(shard * es));
+          in_chunk += shard;
+          param_start += shard * world_;
+        }
+      }
+    }
+    scale_in_place(send.get(), gd, chunk * world_, r.pre_factor);
+    DSCORE_RETURN_IF_ERROR(ctx_.comm->reduce_scatter({send.get(), gd, chunk * world_}, {recv.get(), gd, chunk}, r.op));
+    scale_in_place(recv.get(), gd, chunk, r.post_factor);
+    const char* reduced = static_cast<const char*>(recv.get());
+    int64_t in_chunk = 0;
+    for (const PendingGrads& g : group) {
+      for (size_t p = ctx_.layout->layer_first(g.layer); p < ctx_.layout->layer_end(g.layer); ++p) {
+        const ParamShard& sh = shards_.params[p];
+        accumulate(at(grad_part_.get(), gd, sh.local_offset), reduced + in_chunk * es, gd, sh.shard_size);
+        in_chunk += sh.shard_size;
+      }
+    }
+    return Status::Ok();
+  });
+}
+
 Status ShardedZero::end_micro_step() {
+  flush_gradients();
   Status status = ctx_.stream->synchronize();
-  if (recording_) {
-    recording_ = false;
-    trace_valid_ = true;
-  }
+  if (recording_) finish_trace();
   return status;
 }
 

@@ -10,8 +10,10 @@
 //   grads_ready(layer) reduce-scatters the layer's gradients into the
 //                      owners' shards (one coalesced reduce-scatter).
 // The first forward_backward records the acquire trace; later ones prefetch
-// upcoming layers along it, up to stage3_prefetch_bucket_size elements per
-// fetch while the gathered total stays under stage3_max_live_parameters.
+// upcoming layers along it, gathering up to stage3_prefetch_bucket_size
+// elements ahead in one allgather while the gathered total stays under
+// stage3_max_live_parameters. Gradients of finished layers are
+// reduce-scattered together in buckets of reduce_bucket_size elements.
 // Parameters with at most stage3_param_persistence_threshold elements
 // (within stage3_model_persistence_threshold in total) stay gathered and
 // are refreshed after every update.
@@ -62,21 +64,28 @@ class ShardedZero final : public ZeroStrategy {
     std::shared_ptr<CountedBuffer> full;  // gathered params, each padded to world x shard
     comm::CommStream::Ticket ticket;
     int acquired = 0;
+    size_t last_event = 0;                 // trace index of its latest acquire
     std::shared_ptr<CountedBuffer> grads;  // this micro-step's full gradients, padded
   };
   struct TraceEvent {
     size_t layer;
     dscore_acquire_mode mode;
   };
+  static constexpr size_t kNever = static_cast<size_t>(-1);
 
   char* at(void* base, dscore_dtype dtype, int64_t index) const;
   int64_t padded(size_t param) const;
-  void start_gather(size_t layer);
+  // One allgather for all of `layers` (released ones), unpacked per layer.
+  void start_gathers(const std::vector<size_t>& layers);
   Status ensure_gathered(size_t layer);
-  void prefetch_after(size_t position);
-  bool reused_soon(size_t layer, size_t position) const;
+  void prefetch_from(size_t position);
+  bool reused_soon(size_t layer) const;
   void free_gathered(size_t layer);
   void point_param_views(size_t layer);
+  void finish_trace();
+  // Gradients of layers that called grads_ready, reduce-scattered together
+  // once they reach reduce_bucket_size elements (and at the end).
+  void flush_gradients();
   Status gather_persistent();
 
   ZeroContext ctx_;
@@ -98,8 +107,17 @@ class ShardedZero final : public ZeroStrategy {
   std::vector<TraceEvent> trace_;
   bool recording_ = true;   // the first forward_backward records the trace
   bool trace_valid_ = false;
+  std::vector<size_t> next_use_;      // per trace event: index of the layer's next event, or kNever
+  std::vector<int64_t> elements_before_;  // per trace index: gathered elements of the events before it
   size_t position_ = 0;     // events seen in this forward_backward
+  size_t prefetched_until_ = 0;  // trace events before this index need no prefetch now
   int64_t live_elements_ = 0;
+  struct PendingGrads {
+    size_t layer;
+    std::shared_ptr<CountedBuffer> grads;
+  };
+  std::vector<PendingGrads> pending_grads_;
+  int64_t pending_grad_elements_ = 0;
 };
 
 }  // namespace dscore::zero
