@@ -63,6 +63,9 @@ dscore_status h_broadcast(dscore_comm*, dscore_tensor* t, int32_t root, void*) {
   return forward_status(g_active->broadcast(buffer_of(t), root));
 }
 dscore_status h_barrier(dscore_comm*) { return forward_status(g_active->barrier()); }
+dscore_status h_all_to_all(dscore_comm*, const dscore_tensor* s, dscore_tensor* r, void*) {
+  return forward_status(g_active->all_to_all(buffer_of(s), buffer_of(r)));
+}
 dscore_status h_reduce(dscore_comm*, const dscore_tensor* s, dscore_tensor* r, dscore_reduce_op op,
                        int32_t root, void*) {
   return forward_status(g_active->reduce(buffer_of(s), buffer_of(r), op, root));
@@ -85,6 +88,7 @@ dscore_comm_vtable make_forwarding_vtable() {
   vt.send = &h_unsupported_p2p;
   vt.recv = &h_unsupported_recv;
   vt.barrier = &h_barrier;
+  vt.all_to_all = &h_all_to_all;
   vt.reduce = &h_reduce;
   return vt;
 }
@@ -241,6 +245,15 @@ Status Communicator::broadcast(CommBuffer buffer, int root) {
   return counted("broadcast", "broadcast", n, es, n * es, [&] {
     dscore_tensor t = view_of(buffer);
     return instance_->broadcast(t, root, nullptr);
+  });
+}
+
+Status Communicator::all_to_all(CommBuffer send, CommBuffer recv) {
+  const size_t es = sdk::dtype_size(send.dtype);
+  const uint64_t n = static_cast<uint64_t>(send.numel);
+  return counted("all_to_all", "all_to_all_single", n, es, n * es, [&] {
+    dscore_tensor s = view_of(send), r = view_of(recv);
+    return instance_->all_to_all(s, r, nullptr);
   });
 }
 

@@ -61,6 +61,8 @@ class Communicator {
   Status reduce_scatter(CommBuffer send, CommBuffer recv, dscore_reduce_op op);
   Status allgather(CommBuffer send, CommBuffer recv);
   Status broadcast(CommBuffer buffer, int root);
+  // UNIMPLEMENTED when the backend has none.
+  Status all_to_all(CommBuffer send, CommBuffer recv);
   Status barrier();
 
   // End every rank of the job now (after a local fatal error).

@@ -156,7 +156,14 @@ Result<double> Engine::forward_backward(const dscore_batch& batch) {
   hooks.grads_ready = &Engine::hook_grads_ready;
   hook_error_.clear();
   const int64_t gas = config_.batch.gradient_accumulation_steps;
-  strategy_->begin_micro_step(is_gradient_accumulation_boundary());
+  const bool boundary = is_gradient_accumulation_boundary();
+  if (boundary) {
+    // The optimizer may take over gradient communication for this update.
+    DSCORE_ASSIGN_OR_RETURN(const bool reduce,
+                            optimizer_->wants_reduced_gradients(global_steps_ - skipped_steps_ + 1));
+    DSCORE_RETURN_IF_ERROR(strategy_->set_gradient_reduction(reduce));
+  }
+  strategy_->begin_micro_step(boundary);
   if (phases_) phases_->forward_backward_begin();
   double loss = 0;
   // DeepSpeed divides the loss by gas before backward; fp16 scales it.

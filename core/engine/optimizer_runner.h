@@ -30,6 +30,9 @@ class OptimizerRunner {
   const plugin_host::OptimizerInstance& instance() const { return *instance_; }
   std::vector<zero::StateSlot> slots() const;
 
+  // Whether the host averages gradients before update `step` (optimizer.h).
+  Result<bool> wants_reduced_gradients(int64_t step) const { return instance_->wants_reduced_gradients(step); }
+
   // One update with the scheduled point (lr, beta overrides) as update
   // number `step` (1-based); every gradient is multiplied by grad_scale.
   Status step(const dscore_schedule_point& point, int64_t step, double grad_scale);

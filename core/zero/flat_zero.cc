@@ -121,6 +121,12 @@ std::pair<int64_t, int64_t> FlatZero::norm_range() const {
 
 // ------------------------------------------------------------ micro-steps
 
+Status FlatZero::set_gradient_reduction(bool reduce) {
+  if (stage_ != 0) return ZeroStrategy::set_gradient_reduction(reduce);
+  reduce_ = reduce;
+  return Status::Ok();
+}
+
 void FlatZero::begin_micro_step(bool boundary) {
   boundary_ = boundary;
   std::fill(layer_ready_.begin(), layer_ready_.end(), 0);
@@ -154,7 +160,7 @@ Status FlatZero::grads_ready(size_t layer) {
   if (layer_ready_[layer]) return Status::Ok();
   note_layer_ready(layer);
   if (stage_ <= 1) {
-    if (boundary_ && ctx_.config->zero.overlap_comm) submit_ready_grid_buckets(false);
+    if (boundary_ && reduce_ && ctx_.config->zero.overlap_comm) submit_ready_grid_buckets(false);
     return Status::Ok();
   }
   const int b = layer_bucket_[layer];
@@ -170,7 +176,7 @@ Status FlatZero::grads_ready(size_t layer) {
 
 Status FlatZero::end_micro_step() {
   if (stage_ <= 1) {
-    if (!boundary_) return Status::Ok();  // gradients keep accumulating locally
+    if (!boundary_ || !reduce_) return Status::Ok();  // gradients stay local
     submit_ready_grid_buckets(/*all=*/true);
     return ctx_.stream->synchronize();
   }

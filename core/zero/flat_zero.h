@@ -38,6 +38,7 @@ class FlatZero final : public ZeroStrategy {
   void* owned_params16() override;
   std::pair<int64_t, int64_t> norm_range() const override;
 
+  Status set_gradient_reduction(bool reduce) override;
   void begin_micro_step(bool boundary) override;
   Status acquire(size_t layer, dscore_acquire_mode mode, dscore_layer_views* out) override;
   Status release(size_t layer) override;
@@ -98,6 +99,7 @@ class FlatZero final : public ZeroStrategy {
 
   // Per micro-step bookkeeping.
   bool boundary_ = false;
+  bool reduce_ = true;  // stage 0 may hand the optimizer local gradients
   std::vector<char> layer_ready_;
   std::vector<int> layer_bucket_;    // stage 2: which bucket holds the layer, -1 none
   size_t lowest_ready_layer_ = 0;    // layers >= this one are all ready

@@ -59,6 +59,17 @@ class ZeroStrategy {
   // owned gradients: partial sums from all ranks cover every element once.
   virtual std::pair<int64_t, int64_t> norm_range() const = 0;
 
+  // Whether this cycle's gradients are averaged across ranks (an optimizer
+  // such as OneBitAdam communicates them itself: optimizer.h
+  // wants_reduced_gradients). Only stage 0 can hand out local gradients.
+  virtual Status set_gradient_reduction(bool reduce) {
+    if (reduce) return Status::Ok();
+    return failed_precondition(
+        "the optimizer communicates gradients itself (OneBitAdam's compressed phase), which needs "
+        "every rank to hold all gradients: use \"zero_optimization\": {\"stage\": 0} (DeepSpeed "
+        "also rejects 1-bit optimizers with ZeRO)");
+  }
+
   // --- one micro-step (forward_backward of one micro-batch)
   // `boundary`: this micro-step ends the accumulation cycle.
   virtual void begin_micro_step(bool boundary) = 0;

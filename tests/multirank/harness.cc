@@ -15,9 +15,8 @@ std::string RunSpec::config_json() const {
     << "  \"train_batch_size\": " << train_batch << ", \"gradient_accumulation_steps\": " << gas << ",\n"
     << "  \"train_steps\": " << steps << ", \"seed\": 7,\n"
     << "  \"gradient_clipping\": " << clipping << ",\n"
-    << "  \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003, \"weight_decay\": 0.01}},\n"
-    << "  \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_max_lr\": 0.003, "
-       "\"warmup_num_steps\": 5, \"warmup_type\": \"linear\"}},\n"
+    << "  \"optimizer\": " << optimizer << ",\n"
+    << (scheduler.empty() ? std::string() : "  \"scheduler\": " + scheduler + ",\n")
     << "  \"model\": {\"type\": \"mlp\", \"hidden_dim\": " << hidden << ", \"n_hidden_layers\": " << layers
     << "},\n"
     << "  \"comm\": {\"timeout_ms\": " << timeout_ms << "},\n"
@@ -59,6 +58,11 @@ RankReport read_report(const std::filesystem::path& file) {
       r.applied.push_back(what == "applied");
       r.loss_scales.push_back(scale);
       r.grad_norms.push_back(norm);
+    } else if (kind == "wire") {
+      int64_t step;
+      uint64_t sent;
+      words >> step >> sent;
+      r.wire_sent.push_back(sent);
     } else if (kind == "comm") {
       // "comm <op words...> <calls> <elements>"
       std::vector<std::string> parts;
@@ -89,6 +93,7 @@ RunResult run_workers(const RunSpec& spec, const std::vector<std::string>& worke
   argv.insert(argv.end(), worker_args.begin(), worker_args.end());
   ProcessOptions options;
   options.timeout = timeout;
+  options.env = mpi_test_env();
   RunResult result;
   result.process = run_process(argv, options);
   for (int r = 0; r < spec.world; ++r) {

@@ -30,6 +30,8 @@ struct RunSpec {
   int64_t max_reuse_distance = 0;       // stage 3
   int64_t prefetch_bucket_size = 5000;  // stage 3
   int64_t timeout_ms = 60000;
+  std::string optimizer = R"({"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.01}})";
+  std::string scheduler = R"({"type": "WarmupLR", "params": {"warmup_max_lr": 0.003, "warmup_num_steps": 5, "warmup_type": "linear"}})";  // "" = none
   std::string extra;  // more top-level JSON members, comma-separated
   std::string config_json() const;
 };
@@ -40,6 +42,7 @@ struct RankReport {
   std::vector<bool> applied;
   std::vector<double> loss_scales;
   std::vector<double> grad_norms;  // unscaled, before clipping; -1 on overflow
+  std::vector<uint64_t> wire_sent;  // cumulative bytes sent after each step
   std::map<std::string, std::pair<int64_t, int64_t>> comm;  // op -> (calls, elements)
   std::vector<int64_t> memory, plan;  // parameters, gradients, master, optimizer, buffers
 };

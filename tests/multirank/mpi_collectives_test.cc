@@ -17,7 +17,9 @@ TEST_P(MpiCollectives, EveryCollectiveComputesTheExpectedValues) {
   std::vector<std::string> argv = {MPIRUN, "-n", std::to_string(GetParam()), "--oversubscribe", "--bind-to", "none"};
   if (geteuid() == 0) argv.push_back("--allow-run-as-root");
   argv.push_back(WORKER);
-  ProcessResult r = run_process(argv);
+  ProcessOptions options;
+  options.env = mpi_test_env();
+  ProcessResult r = run_process(argv, options);
   EXPECT_EQ(r.exit_code, 0) << r.describe();
   EXPECT_EQ(r.out.rfind("OK ", 0), 0u) << r.describe();
 }

@@ -7,6 +7,7 @@
 //   plan   <parameters> <gradients> <master> <optimizer> <buffers>
 //   comm <op> <calls> <elements>                  (after the first step, over the rest)
 //   numel <Psi>
+//   wire <step> <payload bytes this rank has sent so far (the backend's counter)>
 // and rank 0 the gathered fp32 master weights to <out>.params (raw floats).
 // Fault injection for the fault tests: --die-rank/--die-step (SIGKILL),
 // --hang-rank/--hang-step (sleep forever), --poison-rank/--poison-step (an
@@ -89,6 +90,7 @@ int main(int argc, char** argv) {
     out << "step " << step << " " << (e.was_step_applied() ? "applied" : "skipped") << " "
         << e.loss_scale() << " " << e.get_global_grad_norm() << "\n";
     if (step == 0) e.communicator().reset_counters();  // volume per step, setup excluded
+    if (auto wire = e.communicator().wire_counters(); wire.ok()) out << "wire " << step << " " << wire->bytes_sent << "\n";
   }
   for (const auto& [op, c] : e.communicator().counters())
     out << "comm " << op << " " << c.calls << " " << c.elements << "\n";

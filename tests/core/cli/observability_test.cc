@@ -40,7 +40,10 @@ TEST(CliObservability, CommsLoggerPrintsVerboseLinesAndASummaryOnRankZero) {
   MlpRunConfig cfg;
   cfg.train_steps = 3;
   cfg.extra = R"("zero_optimization": {"stage": 1}, "comms_logger": {"enabled": false, "verbose": true})";
-  ProcessResult r = run_dscore({"run", "-n", "2", "--config", dir.write("ds_config.json", cfg.text()).string()});
+  ProcessOptions options;
+  options.env = mpi_test_env();
+  ProcessResult r =
+      run_dscore({"run", "-n", "2", "--config", dir.write("ds_config.json", cfg.text()).string()}, options);
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   // Enabled by the key's mere presence, as in DeepSpeed (enabled: false is ignored).
   const auto verbose = lines_starting_with(r.err, "[dscore rank 0] [Rank 0] comm op: ");

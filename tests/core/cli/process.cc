@@ -3,6 +3,7 @@
 // deadlock), a deadline, and waitpid for the exit status or signal.
 #include "tests/core/cli/process.h"
 
+#include <cstdlib>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -161,6 +162,12 @@ fs::path TempDir::write(const std::string& name, const std::string& text) const 
   fs::create_directories(file.parent_path());
   std::ofstream(file, std::ios::binary) << text;
   return file;
+}
+
+EnvOverrides mpi_test_env() {
+  const char* current = std::getenv("ASAN_OPTIONS");
+  std::string options = current != nullptr && *current != '\0' ? std::string(current) + ":" : "";
+  return {{"ASAN_OPTIONS", options + "detect_leaks=0"}};
 }
 
 std::string read_text_file(const fs::path& path) {

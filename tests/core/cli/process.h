@@ -45,6 +45,13 @@ ProcessResult run_dscore(const std::vector<std::string>& args, ProcessOptions op
 ProcessResult run_dscore_at(const std::filesystem::path& exe, const std::vector<std::string>& args,
                             ProcessOptions options = {});
 
+// Environment for processes that run MPI (mpirun, `dscore run -n`): the
+// current ASAN_OPTIONS plus detect_leaks=0. OpenMPI 4.1 keeps allocations
+// until exit and unloads its components at MPI_Finalize, so LeakSanitizer
+// sees them with unsymbolised stacks that no suppression can name; ASan and
+// UBSan stay fully on. Harmless in builds without sanitizers.
+EnvOverrides mpi_test_env();
+
 // A fresh folder under $TMPDIR (or /tmp), removed with everything in it.
 class TempDir {
  public:

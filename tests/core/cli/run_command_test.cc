@@ -156,7 +156,9 @@ TEST(CliRun, TwoRanksUnderMpirunTrainWithOneProgressStreamAndOneMonitor) {
   cfg.output_path = dir.path().string();
   cfg.extra = R"("zero_optimization": {"stage": 2})";
   const fs::path config = dir.write("ds_config.json", cfg.text());
-  ProcessResult r = run_dscore({"run", "--config", config.string(), "-n", "2"});
+  ProcessOptions options;
+  options.env = mpi_test_env();
+  ProcessResult r = run_dscore({"run", "--config", config.string(), "-n", "2"}, options);
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   EXPECT_EQ(lines_starting_with(r.out, "done: ").size(), 1u) << r.out;
   EXPECT_EQ(lines_starting_with(r.out, "step=10,").size(), 1u) << r.out;
