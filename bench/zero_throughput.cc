@@ -7,6 +7,8 @@
 //
 //   zero_throughput [--hidden H] [--batch B] [--steps S]
 // starts itself under mpirun -n 2 when no launcher is present.
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -54,8 +56,15 @@ double copy_bandwidth() {
 struct Figures {
   double samples_per_second = 0;
   double overhead_ms = 0, model_ms = 0, comm_wait_ms = 0, optimizer_ms = 0, statistics_ms = 0;
+  double preemptions = 0;  // involuntary context switches of the training thread per step
   int64_t tensors = 0;
 };
+
+long involuntary_switches() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return u.ru_nivcsw;
+}
 
 Figures run_stage(int stage, int hidden, int batch, int steps, double* allgather_gbps) {
   auto setup = dscore::prepare_text(config_text(stage, hidden, batch, steps), "zero_throughput.json", ".", {});
@@ -78,13 +87,15 @@ Figures run_stage(int stage, int hidden, int batch, int steps, double* allgather
     (void)(*source)->fill(sampler.micro_batch(step, 0), &data);
     if (!e.forward_backward(data.view()).ok() || !e.step().ok()) std::exit(1);
   };
+  Figures f;
   train_step(0);  // warm-up: records the stage-3 trace, touches all memory
   e.reset_timing();
+  const long switches_before = involuntary_switches();
   auto start = Clock::now();
   for (int64_t s = 1; s <= steps; ++s) train_step(s);
   const double elapsed = seconds_since(start);
+  f.preemptions = static_cast<double>(involuntary_switches() - switches_before) / steps;
   const dscore::EngineTiming t = e.timing();
-  Figures f;
   f.samples_per_second = steps * cfg.batch.train_batch_size / elapsed;
   const double per_step = 1e-6 / static_cast<double>(steps);
   f.overhead_ms = static_cast<double>(t.overhead_ns()) * per_step;
@@ -136,12 +147,12 @@ int main(int argc, char** argv) {
               static_cast<long long>(figures[0].tensors), hidden, batch, steps);
   std::printf("limits measured now: memcpy %.2f GB/s per rank, allgather between ranks %.2f GB/s\n", copy_gbps,
               allgather_gbps);
-  std::printf("%-7s %12s %10s %10s %10s %10s %10s\n", "stage", "samples/s", "model ms", "comm ms", "optim ms",
-              "stats ms", "engine ms");
+  std::printf("%-7s %12s %10s %10s %10s %10s %10s %12s\n", "stage", "samples/s", "model ms", "comm ms", "optim ms",
+              "stats ms", "engine ms", "preempt/step");
   for (int stage = 0; stage <= 3; ++stage) {
     const Figures& f = figures[static_cast<size_t>(stage)];
-    std::printf("%-7d %12.1f %10.2f %10.2f %10.2f %10.2f %10.3f\n", stage, f.samples_per_second, f.model_ms,
-                f.comm_wait_ms, f.optimizer_ms, f.statistics_ms, f.overhead_ms);
+    std::printf("%-7d %12.1f %10.2f %10.2f %10.2f %10.2f %10.3f %12.1f\n", stage, f.samples_per_second, f.model_ms,
+                f.comm_wait_ms, f.optimizer_ms, f.statistics_ms, f.overhead_ms, f.preemptions);
   }
   const double ratio = figures[3].samples_per_second / figures[0].samples_per_second;
   double worst_overhead = 0;

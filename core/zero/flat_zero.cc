@@ -261,10 +261,11 @@ Status FlatZero::place_in_bucket(size_t layer) {
     bucket->sealed = false;
     bucket_open_ = true;
   }
+  // The bucket's memory is zero here: fresh, or zeroed by its last
+  // reduction task, which finished before the wait above.
   const int64_t window = bucket->hi - bucket_capacity_;  // flat index of memory[0]
   char* base = static_cast<char*>(bucket->memory.get());
   const size_t es = sdk::dtype_size(gd);
-  fill_zero(base + (s - window) * static_cast<int64_t>(es), gd, e - s);
   for (size_t p = first; p < end; ++p) grad_views_[p].data = base + (params[p].offset - window) * static_cast<int64_t>(es);
   bucket->lo = s;
   bucket->pending += 1;
@@ -302,6 +303,8 @@ comm::CommStream::Ticket FlatZero::submit_owner_reduction(char* memory, int64_t 
         accumulate(at(grad_owned_.get(), gd, piece.begin - owned_begin_), send.data, gd, n);
       }
     }
+    // Clean for the next layers placed here, off the compute thread.
+    fill_zero(memory + (lo - window) * es, gd, hi - lo);
     return Status::Ok();
   });
 }

@@ -58,6 +58,7 @@ ShardedZero::ShardedZero(const ZeroContext& context)
     }
   }
   layers_.resize(ctx_.layout->layer_count());
+  grad_slots_.resize(layers_.size());
   for (size_t l = 0; l < layers_.size(); ++l) {
     LayerState& s = layers_[l];
     for (size_t p = ctx_.layout->layer_first(l); p < ctx_.layout->layer_end(l); ++p) {
@@ -221,6 +222,44 @@ void ShardedZero::finish_trace() {
   trace_valid_ = true;
 }
 
+int64_t ShardedZero::padded_layer_elements(size_t layer) const {
+  int64_t elements = 0;
+  for (size_t p = ctx_.layout->layer_first(layer); p < ctx_.layout->layer_end(layer); ++p) elements += padded(p);
+  return elements;
+}
+
+void ShardedZero::prepare_grads(const std::vector<size_t>& layers) {
+  if (layers.empty()) return;
+  std::vector<std::pair<size_t, int64_t>> wanted;
+  for (size_t l : layers) wanted.push_back({l, padded_layer_elements(l)});
+  auto slots = std::make_shared<std::vector<std::shared_ptr<CountedBuffer>>>(layers.size());
+  auto ticket = ctx_.stream->submit([this, wanted, slots] {
+    for (size_t i = 0; i < wanted.size(); ++i)
+      (*slots)[i] = std::make_shared<CountedBuffer>(allocate(wanted[i].second, ctx_.grad_dtype, "gradient bucket"));
+    return Status::Ok();
+  });
+  // Each layer picks its buffer from the shared slots once the task is done.
+  for (size_t i = 0; i < layers.size(); ++i) {
+    LayerState& s = layers_[layers[i]];
+    s.grads_ticket = ticket;
+    s.prepared_grads.reset();
+    grad_slots_[layers[i]] = {slots, i};
+  }
+}
+
+Result<std::shared_ptr<CountedBuffer>> ShardedZero::take_grads(size_t layer) {
+  LayerState& s = layers_[layer];
+  if (s.grads_ticket) {
+    DSCORE_RETURN_IF_ERROR(ctx_.stream->wait(s.grads_ticket));
+    s.grads_ticket.reset();
+    auto& [slots, index] = grad_slots_[layer];
+    std::shared_ptr<CountedBuffer> prepared = std::move((*slots)[index]);
+    slots.reset();
+    if (prepared) return prepared;
+  }
+  return std::make_shared<CountedBuffer>(allocate(padded_layer_elements(layer), ctx_.grad_dtype, "gradient bucket"));
+}
+
 void ShardedZero::prefetch_from(size_t position) {
   const config::ZeroConfig& z = ctx_.config->zero;
   if (!trace_valid_ || z.prefetch_bucket_size <= 0) return;
@@ -228,12 +267,17 @@ void ShardedZero::prefetch_from(size_t position) {
   // elements of the trace, within the live limit. Events before
   // prefetched_until_ already have their layer gathered or on the way (a
   // release moves it back: free_gathered).
-  std::vector<size_t> group;
+  std::vector<size_t> group, grads_for;
   int64_t live = live_elements_;
   size_t i = std::max(position, prefetched_until_);
   for (; i < trace_.size() && elements_before_[i] - elements_before_[position] < z.prefetch_bucket_size; ++i) {
     const size_t layer = trace_[i].layer;
     LayerState& s = layers_[layer];
+    // Zeroed gradient buffers for upcoming backward passes, prepared off
+    // the compute thread (the model adds into them).
+    if (trace_[i].mode == DSCORE_ACQUIRE_BACKWARD && !s.grads && !s.grads_ticket &&
+        std::find(grads_for.begin(), grads_for.end(), layer) == grads_for.end())
+      grads_for.push_back(layer);
     if (s.residency != Residency::kReleased || s.gathered_params.empty()) continue;
     if (std::find(group.begin(), group.end(), layer) != group.end()) continue;
     if (live + s.numel > z.max_live_parameters) break;
@@ -242,6 +286,7 @@ void ShardedZero::prefetch_from(size_t position) {
   }
   prefetched_until_ = i;
   start_gathers(group);
+  prepare_grads(grads_for);
 }
 
 bool ShardedZero::reused_soon(size_t layer) const {
@@ -293,9 +338,7 @@ Status ShardedZero::acquire(size_t layer, dscore_acquire_mode mode, dscore_layer
   out->grads = nullptr;
   if (mode == DSCORE_ACQUIRE_BACKWARD) {
     if (!s.grads) {
-      int64_t elements = 0;
-      for (size_t p = first; p < ctx_.layout->layer_end(layer); ++p) elements += padded(p);
-      s.grads = std::make_shared<CountedBuffer>(allocate(elements, ctx_.grad_dtype, "gradient bucket"));
+      DSCORE_ASSIGN_OR_RETURN(s.grads, take_grads(layer));
       char* base = static_cast<char*>(s.grads->get());
       int64_t offset = 0;
       for (size_t p = first; p < ctx_.layout->layer_end(layer); ++p) {

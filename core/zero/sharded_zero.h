@@ -66,6 +66,10 @@ class ShardedZero final : public ZeroStrategy {
     int acquired = 0;
     size_t last_event = 0;                 // trace index of its latest acquire
     std::shared_ptr<CountedBuffer> grads;  // this micro-step's full gradients, padded
+    // Zeroed gradients prepared on the comm thread for the next BACKWARD
+    // acquire; valid once grads_ticket completed.
+    std::shared_ptr<CountedBuffer> prepared_grads;
+    comm::CommStream::Ticket grads_ticket;
   };
   struct TraceEvent {
     size_t layer;
@@ -81,6 +85,9 @@ class ShardedZero final : public ZeroStrategy {
   void prefetch_from(size_t position);
   bool reused_soon(size_t layer) const;
   void free_gathered(size_t layer);
+  int64_t padded_layer_elements(size_t layer) const;
+  void prepare_grads(const std::vector<size_t>& layers);  // on the comm thread
+  Result<std::shared_ptr<CountedBuffer>> take_grads(size_t layer);
   void point_param_views(size_t layer);
   void finish_trace();
   // Gradients of layers that called grads_ready, reduce-scattered together
@@ -117,6 +124,9 @@ class ShardedZero final : public ZeroStrategy {
     std::shared_ptr<CountedBuffer> grads;
   };
   std::vector<PendingGrads> pending_grads_;
+  // Per layer: where its prepared gradient buffer lands (a slot of a
+  // prepare_grads task's shared result).
+  std::vector<std::pair<std::shared_ptr<std::vector<std::shared_ptr<CountedBuffer>>>, size_t>> grad_slots_;
   int64_t pending_grad_elements_ = 0;
 };
 
