@@ -130,9 +130,7 @@ const dscore_plugin_descriptor kLocal = {
     sizeof(dscore_plugin_descriptor), DSCORE_KIND_COMM, "local", "0.1.0",
     "single-rank backend: collectives are copies", DSCORE_CAP_CPU, kParamsSchema, &kVtable};
 const dscore_plugin_descriptor* const kPlugins[] = {&kLocal};
-const dscore_plugin_library kLibrary = {
-    sizeof(dscore_plugin_library), DSCORE_ABI_VERSION_MAJOR, DSCORE_ABI_VERSION_MINOR, 0,
-    "dscore-comm-local", "0.1.0", "dscore", &sdk::store_host, nullptr, 1, kPlugins};
+const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-comm-local", "0.1.0", "dscore", kPlugins);
 
 }  // namespace
 }  // namespace dscore::local_comm

@@ -148,9 +148,7 @@ const dscore_plugin_descriptor kMpi = {
     DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16 | DSCORE_CAP_MULTI_RANK,
     kParamsSchema, &kVtable};
 const dscore_plugin_descriptor* const kPlugins[] = {&kMpi};
-const dscore_plugin_library kLibrary = {
-    sizeof(dscore_plugin_library), DSCORE_ABI_VERSION_MAJOR, DSCORE_ABI_VERSION_MINOR, 0,
-    "dscore-comm-mpi", "0.1.0", "dscore", &sdk::store_host, nullptr, 1, kPlugins};
+const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-comm-mpi", "0.1.0", "dscore", kPlugins);
 
 }  // namespace
 }  // namespace dscore::mpi_comm

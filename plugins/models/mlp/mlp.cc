@@ -459,9 +459,7 @@ const dscore_plugin_descriptor kMlp = {
     DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16, kParamsSchema, &kVtable};
 const dscore_plugin_descriptor* const kPlugins[] = {&kMlp};
 
-const dscore_plugin_library kLibrary = {
-    sizeof(dscore_plugin_library), DSCORE_ABI_VERSION_MAJOR, DSCORE_ABI_VERSION_MINOR, 0,
-    "dscore-mlp", "0.1.0", "dscore", &sdk::store_host, nullptr, 1, kPlugins};
+const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-mlp", "0.1.0", "dscore", kPlugins);
 
 }  // namespace
 }  // namespace dscore::mlp

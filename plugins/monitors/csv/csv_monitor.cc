@@ -174,9 +174,7 @@ const dscore_plugin_descriptor kCsvMonitor = {
     DSCORE_CAP_CPU, kParamsSchema, &kVtable};
 const dscore_plugin_descriptor* const kPlugins[] = {&kCsvMonitor};
 
-const dscore_plugin_library kLibrary = {
-    sizeof(dscore_plugin_library), DSCORE_ABI_VERSION_MAJOR, DSCORE_ABI_VERSION_MINOR, 0,
-    "dscore-csv-monitor", "0.1.0", "dscore", &sdk::store_host, nullptr, 1, kPlugins};
+const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-csv-monitor", "0.1.0", "dscore", kPlugins);
 
 }  // namespace
 }  // namespace dscore::csv_monitor

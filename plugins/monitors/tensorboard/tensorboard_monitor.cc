@@ -135,17 +135,7 @@ const dscore_plugin_descriptor kTensorBoard = {
     &kVtable};
 const dscore_plugin_descriptor* const kPlugins[] = {&kTensorBoard};
 
-const dscore_plugin_library kLibrary = {sizeof(dscore_plugin_library),
-                                        DSCORE_ABI_VERSION_MAJOR,
-                                        DSCORE_ABI_VERSION_MINOR,
-                                        0,
-                                        "dscore-tensorboard",
-                                        "0.1.0",
-                                        "dscore",
-                                        &sdk::store_host,
-                                        nullptr,
-                                        1,
-                                        kPlugins};
+const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-tensorboard", "0.1.0", "dscore", kPlugins);
 
 }  // namespace
 }  // namespace dscore::tensorboard

@@ -140,17 +140,7 @@ const dscore_plugin_descriptor kAdagrad = {
     &kVtable};
 const dscore_plugin_descriptor* const kPlugins[] = {&kAdagrad};
 
-const dscore_plugin_library kLibrary = {sizeof(dscore_plugin_library),
-                                        DSCORE_ABI_VERSION_MAJOR,
-                                        DSCORE_ABI_VERSION_MINOR,
-                                        0,
-                                        "dscore-adagrad",
-                                        "0.1.0",
-                                        "dscore",
-                                        &sdk::store_host,
-                                        nullptr,
-                                        1,
-                                        kPlugins};
+const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-adagrad", "0.1.0", "dscore", kPlugins);
 
 }  // namespace
 }  // namespace dscore::adagrad

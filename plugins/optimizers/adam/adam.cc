@@ -261,9 +261,7 @@ void shutdown() {
   sdk::guard([] { release_cpu_threads(); });
 }
 
-const dscore_plugin_library kLibrary = {
-    sizeof(dscore_plugin_library), DSCORE_ABI_VERSION_MAJOR, DSCORE_ABI_VERSION_MINOR, 0,
-    "dscore-adam", "0.1.0", "dscore", &init, &shutdown, 2, kPlugins};
+const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-adam", "0.1.0", "dscore", kPlugins, &init, &shutdown);
 
 }  // namespace
 }  // namespace dscore::adam

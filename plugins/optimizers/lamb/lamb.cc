@@ -195,17 +195,7 @@ const dscore_plugin_descriptor kLamb = {sizeof(dscore_plugin_descriptor),
                                         &kVtable};
 const dscore_plugin_descriptor* const kPlugins[] = {&kLamb};
 
-const dscore_plugin_library kLibrary = {sizeof(dscore_plugin_library),
-                                        DSCORE_ABI_VERSION_MAJOR,
-                                        DSCORE_ABI_VERSION_MINOR,
-                                        0,
-                                        "dscore-lamb",
-                                        "0.1.0",
-                                        "dscore",
-                                        &sdk::store_host,
-                                        nullptr,
-                                        1,
-                                        kPlugins};
+const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-lamb", "0.1.0", "dscore", kPlugins);
 
 }  // namespace
 }  // namespace dscore::lamb

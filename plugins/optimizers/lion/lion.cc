@@ -131,17 +131,7 @@ const dscore_plugin_descriptor kLion = {
     &kVtable};
 const dscore_plugin_descriptor* const kPlugins[] = {&kLion};
 
-const dscore_plugin_library kLibrary = {sizeof(dscore_plugin_library),
-                                        DSCORE_ABI_VERSION_MAJOR,
-                                        DSCORE_ABI_VERSION_MINOR,
-                                        0,
-                                        "dscore-lion",
-                                        "0.1.0",
-                                        "dscore",
-                                        &sdk::store_host,
-                                        nullptr,
-                                        1,
-                                        kPlugins};
+const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-lion", "0.1.0", "dscore", kPlugins);
 
 }  // namespace
 }  // namespace dscore::lion

@@ -263,17 +263,7 @@ const dscore_plugin_descriptor kOneBitAdam = {
     &kVtable};
 const dscore_plugin_descriptor* const kPlugins[] = {&kOneBitAdam};
 
-const dscore_plugin_library kLibrary = {sizeof(dscore_plugin_library),
-                                        DSCORE_ABI_VERSION_MAJOR,
-                                        DSCORE_ABI_VERSION_MINOR,
-                                        0,
-                                        "dscore-onebitadam",
-                                        "0.1.0",
-                                        "dscore",
-                                        &sdk::store_host,
-                                        nullptr,
-                                        1,
-                                        kPlugins};
+const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-onebitadam", "0.1.0", "dscore", kPlugins);
 
 }  // namespace
 }  // namespace dscore::onebitadam

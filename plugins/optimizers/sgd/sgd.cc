@@ -157,17 +157,7 @@ const dscore_plugin_descriptor kSgd = {
     &kVtable};
 const dscore_plugin_descriptor* const kPlugins[] = {&kSgd};
 
-const dscore_plugin_library kLibrary = {sizeof(dscore_plugin_library),
-                                        DSCORE_ABI_VERSION_MAJOR,
-                                        DSCORE_ABI_VERSION_MINOR,
-                                        0,
-                                        "dscore-sgd",
-                                        "0.1.0",
-                                        "dscore",
-                                        &sdk::store_host,
-                                        nullptr,
-                                        1,
-                                        kPlugins};
+const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-sgd", "0.1.0", "dscore", kPlugins);
 
 }  // namespace
 }  // namespace dscore::sgd

@@ -16,10 +16,7 @@ const dscore_plugin_descriptor* const kPlugins[] = {
     &kLrRangeTestDescriptor,
 };
 
-const dscore_plugin_library kLibrary = {
-    sizeof(dscore_plugin_library), DSCORE_ABI_VERSION_MAJOR, DSCORE_ABI_VERSION_MINOR, 0,
-    "dscore-lr-schedules", "0.1.0", "dscore", &sdk::store_host, nullptr,
-    sizeof(kPlugins) / sizeof(kPlugins[0]), kPlugins};
+const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-lr-schedules", "0.1.0", "dscore", kPlugins);
 
 }  // namespace
 }  // namespace dscore::lr_schedules

@@ -47,6 +47,18 @@ inline dscore_status store_host(const dscore_host_api* api) {
   return DSCORE_OK;
 }
 
+// The table dscore_plugin_library_v1() returns, for a library built against
+// these headers: init stores the host table unless another is given.
+//   const dscore_plugin_library kLibrary = dscore::sdk::plugin_library("acme-sgd", "1.0", "acme", kPlugins);
+template <size_t N>
+constexpr dscore_plugin_library plugin_library(const char* name, const char* version, const char* vendor,
+                                               const dscore_plugin_descriptor* const (&plugins)[N],
+                                               dscore_status (*init)(const dscore_host_api*) = &store_host,
+                                               void (*shutdown)(void) = nullptr) {
+  return {sizeof(dscore_plugin_library), DSCORE_ABI_VERSION_MAJOR, DSCORE_ABI_VERSION_MINOR, 0, name, version,
+          vendor, init, shutdown, N, plugins};
+}
+
 // An error a plugin throws inside a guard(): becomes (code, message).
 class Error : public std::runtime_error {
  public:
