@@ -3,6 +3,7 @@
 // (tag with '/' and ' ' -> '_', plus ".csv") opened for append, a header row
 // "step,<last tag component>" the first time this process writes a file,
 // rows "<step>,<repr(value)>", lines ended "\r\n" as Python's csv.writer does.
+#include <dscore/cpp/monitor.hpp>
 #include <dscore/cpp/plugin.hpp>
 #include <dscore/monitor.h>
 #include <unistd.h>
@@ -150,13 +151,7 @@ void destroy(dscore_monitor* self) {
 dscore_status write_scalars(dscore_monitor* self, const dscore_scalar_event* const* events,
                             size_t count) {
   return sdk::guard([&] {
-    using E = dscore_scalar_event;
-    for (size_t i = 0; i < count; ++i) {
-      const E* e = events[i];
-      if (e == nullptr || !DSCORE_HAS_FIELD(e, E, step))
-        throw Error(DSCORE_INVALID_ARGUMENT, "event " + std::to_string(i) + " is NULL or too small");
-      self_of(self)->write(*e);
-    }
+    sdk::for_each_event(events, count, [&](const dscore_scalar_event& e, bool) { self_of(self)->write(e); });
     self_of(self)->flush();
   });
 }

@@ -5,6 +5,7 @@
 // TensorBoard (and `wandb sync --sync-tensorboard`) read it as is.
 #include <dscore/monitor.h>
 #include <unistd.h>
+#include <dscore/cpp/monitor.hpp>
 #include <dscore/cpp/plugin.hpp>
 
 #include <atomic>
@@ -105,14 +106,7 @@ void destroy(dscore_monitor* self) {
 dscore_status write_scalars(dscore_monitor* self, const dscore_scalar_event* const* events,
                             size_t count) {
   return sdk::guard([&] {
-    using E = dscore_scalar_event;
-    for (size_t i = 0; i < count; ++i) {
-      const E* e = events[i];
-      if (e == nullptr || !DSCORE_HAS_FIELD(e, E, step))
-        throw Error(DSCORE_INVALID_ARGUMENT,
-                    "event " + std::to_string(i) + " is NULL or too small");
-      self_of(self)->write(*e, DSCORE_HAS_FIELD(e, E, wall_time));
-    }
+    sdk::for_each_event(events, count, [&](const dscore_scalar_event& e, bool has_wall_time) { self_of(self)->write(e, has_wall_time); });
     self_of(self)->flush();
   });
 }

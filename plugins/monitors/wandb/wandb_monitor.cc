@@ -10,6 +10,7 @@
 // value for an earlier step is dropped with a warning, as wandb drops it.
 #include <dscore/monitor.h>
 #include <unistd.h>
+#include <dscore/cpp/monitor.hpp>
 #include <dscore/cpp/plugin.hpp>
 
 #include <chrono>
@@ -174,14 +175,7 @@ void destroy(dscore_monitor* self) {
 dscore_status write_scalars(dscore_monitor* self, const dscore_scalar_event* const* events,
                             size_t count) {
   return sdk::guard([&] {
-    using E = dscore_scalar_event;
-    for (size_t i = 0; i < count; ++i) {
-      const E* e = events[i];
-      if (e == nullptr || !DSCORE_HAS_FIELD(e, E, step))
-        throw Error(DSCORE_INVALID_ARGUMENT,
-                    "event " + std::to_string(i) + " is NULL or too small");
-      self_of(self)->write(*e, DSCORE_HAS_FIELD(e, E, wall_time));
-    }
+    sdk::for_each_event(events, count, [&](const dscore_scalar_event& e, bool has_wall_time) { self_of(self)->write(e, has_wall_time); });
     self_of(self)->flush();
   });
 }

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/fakes/fake_host.h"
+#include "schedule_fixture.h"
 
 namespace dscore::testing {
 namespace {
@@ -21,62 +21,13 @@ namespace {
 // (ln(t+1)/ln(N) vs DeepSpeed's (1/ln N)*ln(t+1)) agree within a few ulps.
 constexpr double kUlpTol = 4e-16;
 
-class WarmupTest : public ::testing::Test {
+class WarmupTest : public ScheduleTest {
  protected:
-  static void SetUpTestSuite() { lib_ = new TestPluginLibrary(DSCORE_LR_SCHEDULES_PLUGIN); }
-  static void TearDownTestSuite() {
-    delete lib_;
-    lib_ = nullptr;
-  }
-  void SetUp() override {
-    FakeHost::instance().clear_error();
-    FakeHost::instance().clear_logs();
-  }
-
-  static const dscore_scheduler_vtable* vt(const char* name) {
-    return lib_->vtable<dscore_scheduler_vtable>(DSCORE_KIND_SCHEDULER, name);
-  }
-  static CreateArgs defaults(const char* name) {
-    return CreateArgs::with_defaults(lib_->find(DSCORE_KIND_SCHEDULER, name));
-  }
-
-  struct Instance {
-    const dscore_scheduler_vtable* vt;
-    dscore_scheduler* s;
-    ~Instance() {
-      if (s) vt->destroy(s);
-    }
-    double lr(int64_t t, size_t group = 0) const {
-      dscore_schedule_point p{};
-      p.struct_size = sizeof p;
-      dscore_status st = vt->point_at(s, t, group, &p);
-      EXPECT_EQ(st, DSCORE_OK) << FakeHost::instance().last_error();
-      EXPECT_EQ(p.set_mask, DSCORE_HPARAM_LR);
-      return p.lr;
-    }
-  };
-
-  // Creates `name` for `groups` parameter groups; fails the test on error.
+  // Creates `name` for `groups` parameter groups of base lr 0.5.
   static std::unique_ptr<Instance> make(const char* name, CreateArgs& args, size_t groups = 1) {
-    std::vector<double> base(groups, 0.5);
-    dscore_scheduler_context ctx{sizeof ctx, groups, base.data(), -1};
-    dscore_scheduler* s = nullptr;
-    dscore_status st = vt(name)->create(args.get(), &ctx, &s);
-    EXPECT_EQ(st, DSCORE_OK) << FakeHost::instance().last_error();
-    return std::make_unique<Instance>(vt(name), s);
+    return ScheduleTest::make(name, args, std::vector<double>(groups, 0.5));
   }
-  static std::string create_error(const char* name, CreateArgs& args, size_t groups) {
-    std::vector<double> base(groups, 0.5);
-    dscore_scheduler_context ctx{sizeof ctx, groups, base.data(), -1};
-    dscore_scheduler* s = nullptr;
-    EXPECT_EQ(vt(name)->create(args.get(), &ctx, &s), DSCORE_INVALID_ARGUMENT);
-    EXPECT_EQ(s, nullptr);
-    return FakeHost::instance().last_error();
-  }
-
-  static TestPluginLibrary* lib_;
 };
-TestPluginLibrary* WarmupTest::lib_ = nullptr;
 
 // REFERENCE.md 2.2: N = max(2, n); t < 0 -> min; gamma = ln(t+1)/ln(N) or t/N
 // below N, else 1 (WarmupLR) or max(0, (T - t)/max(1, T - N)) (2.3).
@@ -91,6 +42,15 @@ double reference_lr(double min, double max, int64_t n, bool log, int64_t t, int6
   else
     gamma = std::max(0.0, double(total - t) / std::max(1.0, double(total - N)));
   return min + (max - min) * gamma;
+}
+
+TEST_F(WarmupTest, WarmupSchedulesSetOnlyTheLr) {
+  for (const char* name : {"WarmupLR", "WarmupDecayLR"}) {
+    CreateArgs args = defaults(name);
+    if (std::string(name) == "WarmupDecayLR") args.integer("total_num_steps", 20);
+    auto s = make(name, args);
+    for (int64_t t = -1; t < 25; ++t) EXPECT_EQ(s->point(t).set_mask, DSCORE_HPARAM_LR) << name << " t=" << t;
+  }
 }
 
 TEST_F(WarmupTest, LogWarmupFollowsTheFormula) {
