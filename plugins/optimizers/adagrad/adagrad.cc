@@ -107,12 +107,10 @@ dscore_status step(dscore_optimizer* opaque, const dscore_optimizer_step_args* a
                   "step: hparams->step = " + std::to_string(h.step) + " must be >= 1 (1-based)");
     sdk::CpuStepTensors tensors(args, 1, "adagrad");
     for (size_t i = 0; i < tensors.count(); ++i) {
-      sdk::with_float_dtype(tensors.grad(i)->dtype, [&](auto g) {
-        sdk::with_output_dtype(tensors.param_16bit_dtype(i), [&](auto o) {
-          adagrad_tensor<decltype(g)::value, decltype(o)::value>(
-              self, h, tensors.numel(i), tensors.param(i), tensors.grad(i)->data,
-              tensors.state(0, i), tensors.param_16bit_data(i));
-        });
+      tensors.with_dtypes(i, [&](auto g, auto o) {
+        adagrad_tensor<decltype(g)::value, decltype(o)::value>(
+            self, h, tensors.numel(i), tensors.param(i), tensors.grad(i)->data,
+            tensors.state(0, i), tensors.param_16bit_data(i));
       });
     }
   });

@@ -161,12 +161,10 @@ dscore_status step(dscore_optimizer* opaque, const dscore_optimizer_step_args* a
                       self.eps_inside_sqrt};
     sdk::CpuStepTensors tensors(args, 2, "lamb");
     for (size_t i = 0; i < tensors.count(); ++i) {
-      sdk::with_float_dtype(tensors.grad(i)->dtype, [&](auto g) {
-        sdk::with_output_dtype(tensors.param_16bit_dtype(i), [&](auto o) {
-          lamb_tensor<decltype(g)::value, decltype(o)::value>(
-              self, k, step_size, tensors.numel(i), tensors.param(i), tensors.grad(i)->data,
-              tensors.state(0, i), tensors.state(1, i), tensors.param_16bit_data(i));
-        });
+      tensors.with_dtypes(i, [&](auto g, auto o) {
+        lamb_tensor<decltype(g)::value, decltype(o)::value>(
+            self, k, step_size, tensors.numel(i), tensors.param(i), tensors.grad(i)->data,
+            tensors.state(0, i), tensors.state(1, i), tensors.param_16bit_data(i));
       });
     }
   });

@@ -98,12 +98,10 @@ dscore_status step(dscore_optimizer* opaque, const dscore_optimizer_step_args* a
     sdk::check_beta(h.beta2, "hparams->beta2 (scheduler override)");
     sdk::CpuStepTensors tensors(args, 1, "lion");
     for (size_t i = 0; i < tensors.count(); ++i) {
-      sdk::with_float_dtype(tensors.grad(i)->dtype, [&](auto g) {
-        sdk::with_output_dtype(tensors.param_16bit_dtype(i), [&](auto o) {
-          lion_tensor<decltype(g)::value, decltype(o)::value>(
-              self, h, tensors.numel(i), tensors.param(i), tensors.grad(i)->data,
-              tensors.state(0, i), tensors.param_16bit_data(i));
-        });
+      tensors.with_dtypes(i, [&](auto g, auto o) {
+        lion_tensor<decltype(g)::value, decltype(o)::value>(
+            self, h, tensors.numel(i), tensors.param(i), tensors.grad(i)->data,
+            tensors.state(0, i), tensors.param_16bit_data(i));
       });
     }
   });

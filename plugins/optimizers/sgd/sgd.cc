@@ -124,12 +124,10 @@ dscore_status step(dscore_optimizer* opaque, const dscore_optimizer_step_args* a
     const bool has_buffer = self.momentum != 0;
     sdk::CpuStepTensors tensors(args, has_buffer ? 1 : 0, "sgd");
     for (size_t i = 0; i < tensors.count(); ++i) {
-      sdk::with_float_dtype(tensors.grad(i)->dtype, [&](auto g) {
-        sdk::with_output_dtype(tensors.param_16bit_dtype(i), [&](auto o) {
-          sgd_tensor<decltype(g)::value, decltype(o)::value>(
-              self, h, h.step == 1, tensors.numel(i), tensors.param(i), tensors.grad(i)->data,
-              has_buffer ? tensors.state(0, i) : nullptr, tensors.param_16bit_data(i));
-        });
+      tensors.with_dtypes(i, [&](auto g, auto o) {
+        sgd_tensor<decltype(g)::value, decltype(o)::value>(
+            self, h, h.step == 1, tensors.numel(i), tensors.param(i), tensors.grad(i)->data,
+            has_buffer ? tensors.state(0, i) : nullptr, tensors.param_16bit_data(i));
       });
     }
   });

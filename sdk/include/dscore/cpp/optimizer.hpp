@@ -246,6 +246,14 @@ class CpuStepTensors {
     const dscore_tensor* t = param_16bit(i);
     return t != nullptr ? t->data : nullptr;
   }
+  // Calls f(G, O) with the DtypeTags of tensor i's gradient and 16-bit copy
+  // (DSCORE_DTYPE_INVALID when none), for kernels templated on both.
+  template <typename F>
+  void with_dtypes(size_t i, F&& f) const {
+    with_float_dtype(grad(i)->dtype, [&](auto g) {
+      with_output_dtype(param_16bit_dtype(i), [&](auto o) { f(g, o); });
+    });
+  }
 
  private:
   const dscore_optimizer_step_args* args_;
