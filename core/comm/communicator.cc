@@ -248,6 +248,21 @@ Status Communicator::broadcast(CommBuffer buffer, int root) {
   });
 }
 
+Status Communicator::send(CommBuffer buffer, int peer) {
+  const size_t es = sdk::dtype_size(buffer.dtype);
+  const uint64_t n = static_cast<uint64_t>(buffer.numel);
+  return counted("send", "send", n, es, n * es, [&] { return instance_->send(view_of(buffer), peer, nullptr); });
+}
+
+Status Communicator::recv(CommBuffer buffer, int peer) {
+  const size_t es = sdk::dtype_size(buffer.dtype);
+  const uint64_t n = static_cast<uint64_t>(buffer.numel);
+  return counted("recv", "recv", n, es, n * es, [&] {
+    dscore_tensor t = view_of(buffer);
+    return instance_->recv(t, peer, nullptr);
+  });
+}
+
 Status Communicator::all_to_all(CommBuffer send, CommBuffer recv) {
   const size_t es = sdk::dtype_size(send.dtype);
   const uint64_t n = static_cast<uint64_t>(send.numel);

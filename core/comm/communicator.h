@@ -61,6 +61,10 @@ class Communicator {
   Status reduce_scatter(CommBuffer send, CommBuffer recv, dscore_reduce_op op);
   Status allgather(CommBuffer send, CommBuffer recv);
   Status broadcast(CommBuffer buffer, int root);
+  // Point to point: the peer makes the matching call. Blocking, within the
+  // backend's timeout.
+  Status send(CommBuffer buffer, int peer);
+  Status recv(CommBuffer buffer, int peer);
   // UNIMPLEMENTED when the backend has none.
   Status all_to_all(CommBuffer send, CommBuffer recv);
   Status barrier();

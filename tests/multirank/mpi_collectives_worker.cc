@@ -100,6 +100,18 @@ int main() {
     check(b[0] == 3.5 && b[1] == -1.0, "broadcast", R);
     check(c.barrier().ok(), "barrier", R);
   }
+  // send/recv around a ring: even ranks send first, odd ranks receive first.
+  {
+    const int next = (R + 1) % W, prev = (R + W - 1) % W;
+    std::vector<int32_t> out(5, R * 10), in(5, -1);
+    auto pass = [&] { return c.send({out.data(), DSCORE_DTYPE_I32, 5}, next); };
+    auto take = [&] { return c.recv({in.data(), DSCORE_DTYPE_I32, 5}, prev); };
+    const bool ok = R % 2 == 0 ? pass().ok() && take().ok() : take().ok() && pass().ok();
+    check(ok, "send/recv calls", R);
+    check(in == std::vector<int32_t>(5, prev * 10), "recv got the previous rank's values", R);
+    check(c.counters().at("send").bytes == 20 && c.counters().at("recv").bytes == 20, "send/recv counters", R);
+    check(c.send({out.data(), DSCORE_DTYPE_I32, 5}, R).code() == DSCORE_OUT_OF_RANGE, "send to self refused", R);
+  }
   // Wire counters: every payload byte this rank sent was received somewhere.
   auto wire = c.wire_counters();
   check(wire.ok() && wire->bytes_sent > 0 && wire->bytes_received > 0, "wire counters", R);
