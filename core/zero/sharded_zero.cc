@@ -58,7 +58,6 @@ ShardedZero::ShardedZero(const ZeroContext& context)
     }
   }
   layers_.resize(ctx_.layout->layer_count());
-  grad_slots_.resize(layers_.size());
   for (size_t l = 0; l < layers_.size(); ++l) {
     LayerState& s = layers_[l];
     for (size_t p = ctx_.layout->layer_first(l); p < ctx_.layout->layer_end(l); ++p) {
@@ -230,20 +229,19 @@ int64_t ShardedZero::padded_layer_elements(size_t layer) const {
 
 void ShardedZero::prepare_grads(const std::vector<size_t>& layers) {
   if (layers.empty()) return;
-  std::vector<std::pair<size_t, int64_t>> wanted;
-  for (size_t l : layers) wanted.push_back({l, padded_layer_elements(l)});
-  auto slots = std::make_shared<std::vector<std::shared_ptr<CountedBuffer>>>(layers.size());
-  auto ticket = ctx_.stream->submit([this, wanted, slots] {
-    for (size_t i = 0; i < wanted.size(); ++i)
-      (*slots)[i] = std::make_shared<CountedBuffer>(allocate(wanted[i].second, ctx_.grad_dtype, "gradient bucket"));
+  std::vector<int64_t> elements;
+  for (size_t l : layers) elements.push_back(padded_layer_elements(l));
+  auto prepared = std::make_shared<std::vector<CountedBuffer>>(layers.size());
+  auto ticket = ctx_.stream->submit([this, elements, prepared] {
+    for (size_t i = 0; i < elements.size(); ++i)
+      (*prepared)[i] = allocate(elements[i], ctx_.grad_dtype, "gradient bucket");
     return Status::Ok();
   });
-  // Each layer picks its buffer from the shared slots once the task is done.
   for (size_t i = 0; i < layers.size(); ++i) {
     LayerState& s = layers_[layers[i]];
     s.grads_ticket = ticket;
-    s.prepared_grads.reset();
-    grad_slots_[layers[i]] = {slots, i};
+    s.prepared = prepared;
+    s.prepared_index = i;
   }
 }
 
@@ -252,10 +250,9 @@ Result<std::shared_ptr<CountedBuffer>> ShardedZero::take_grads(size_t layer) {
   if (s.grads_ticket) {
     DSCORE_RETURN_IF_ERROR(ctx_.stream->wait(s.grads_ticket));
     s.grads_ticket.reset();
-    auto& [slots, index] = grad_slots_[layer];
-    std::shared_ptr<CountedBuffer> prepared = std::move((*slots)[index]);
-    slots.reset();
-    if (prepared) return prepared;
+    CountedBuffer buffer = std::move((*s.prepared)[s.prepared_index]);
+    s.prepared.reset();
+    if (buffer) return std::make_shared<CountedBuffer>(std::move(buffer));
   }
   return std::make_shared<CountedBuffer>(allocate(padded_layer_elements(layer), ctx_.grad_dtype, "gradient bucket"));
 }

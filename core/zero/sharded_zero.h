@@ -67,9 +67,11 @@ class ShardedZero final : public ZeroStrategy {
     size_t last_event = 0;                 // trace index of its latest acquire
     std::shared_ptr<CountedBuffer> grads;  // this micro-step's full gradients, padded
     // Zeroed gradients prepared on the comm thread for the next BACKWARD
-    // acquire; valid once grads_ticket completed.
-    std::shared_ptr<CountedBuffer> prepared_grads;
+    // acquire: entry prepared_index of `prepared`, valid once grads_ticket
+    // completed.
     comm::CommStream::Ticket grads_ticket;
+    std::shared_ptr<std::vector<CountedBuffer>> prepared;
+    size_t prepared_index = 0;
   };
   struct TraceEvent {
     size_t layer;
@@ -124,9 +126,6 @@ class ShardedZero final : public ZeroStrategy {
     std::shared_ptr<CountedBuffer> grads;
   };
   std::vector<PendingGrads> pending_grads_;
-  // Per layer: where its prepared gradient buffer lands (a slot of a
-  // prepare_grads task's shared result).
-  std::vector<std::pair<std::shared_ptr<std::vector<std::shared_ptr<CountedBuffer>>>, size_t>> grad_slots_;
   int64_t pending_grad_elements_ = 0;
 };
 
