@@ -16,6 +16,10 @@ CommStream::~CommStream() {
 }
 
 CommStream::Ticket CommStream::submit(Task task) {
+  // Counted as blocked too: waking the comm thread can hand it this
+  // thread's core (fewer cores than threads), and the caller then waits
+  // here while the comm thread works.
+  const auto start = std::chrono::steady_clock::now();
   auto ticket = std::make_shared<State>();
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -23,6 +27,7 @@ CommStream::Ticket CommStream::submit(Task task) {
     last_ = ticket;
   }
   work_.notify_one();
+  blocked_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
   return ticket;
 }
 

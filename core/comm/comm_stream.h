@@ -37,7 +37,7 @@ class CommStream {
   // submit + wait.
   Status run(Task task) { return wait(submit(std::move(task))); }
   bool idle() const;
-  // Nanoseconds callers have spent blocked in wait/synchronize/run.
+  // Nanoseconds callers have spent in submit/wait/synchronize/run.
   int64_t blocked_ns() const { return blocked_ns_.load(); }
 
  private:

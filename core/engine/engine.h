@@ -51,7 +51,7 @@ struct EngineTiming {
   int64_t step_ns = 0;
   int64_t optimizer_ns = 0;       // the optimizer plugin over the owned space
   int64_t statistics_ns = 0;      // gradient norm and overflow pass, zeroing
-  int64_t comm_wait_ns = 0;       // blocked on the comm thread (in hooks and in step)
+  int64_t comm_wait_ns = 0;       // inside the comm stream's submit/wait (in hooks and in step)
   int64_t model_ns() const { return forward_backward_ns - hooks_ns - reduce_finish_ns; }
   int64_t wall_ns() const { return forward_backward_ns + step_ns; }
   int64_t overhead_ns() const {
