@@ -35,5 +35,6 @@ Status failed_precondition(std::string message) { return {DSCORE_FAILED_PRECONDI
 Status internal_error(std::string message) { return {DSCORE_INTERNAL, std::move(message)}; }
 Status unimplemented(std::string message) { return {DSCORE_UNIMPLEMENTED, std::move(message)}; }
 Status io_error(std::string message) { return {DSCORE_UNAVAILABLE, std::move(message)}; }
+Status data_loss(std::string message) { return {DSCORE_DATA_LOSS, std::move(message)}; }
 
 }  // namespace dscore

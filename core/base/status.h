@@ -43,6 +43,7 @@ Status failed_precondition(std::string message);
 Status internal_error(std::string message);
 Status unimplemented(std::string message);
 Status io_error(std::string message);  // DSCORE_UNAVAILABLE: a file or device failed
+Status data_loss(std::string message);  // DSCORE_DATA_LOSS: corrupt or truncated data
 
 template <typename T>
 class [[nodiscard]] Result {

@@ -219,6 +219,11 @@ std::vector<FieldSpec> dscore_fields() {
           .nullable()
           .min(0),
       F("checkpoint_dir", T::kString, "dscore: where `dscore run` saves checkpoints").nullable(),
+      F("save_interval", T::kInt,
+        "dscore: `dscore run` saves a checkpoint to checkpoint_dir every N optimizer steps and after "
+        "the last one (0 = never)")
+          .def_int(0)
+          .min(0),
       F("seed", T::kInt, "dscore: seeds parameter initialisation and synthetic data").def(42).min(0),
   };
 }

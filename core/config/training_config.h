@@ -170,7 +170,10 @@ struct TrainingConfig {
   CommConfig comm;
   int64_t train_steps = 0;        // optimizer steps `dscore run` performs (0 = not set)
   std::string checkpoint_dir;
+  int64_t save_interval = 0;      // `dscore run` saves every N steps and at the end (0 = off)
   uint64_t seed = 42;             // dscore: seeds parameter init and synthetic data
+
+  json::Value resolved;           // the whole resolved config (checkpoints keep a copy)
 };
 
 }  // namespace dscore::config

@@ -211,6 +211,8 @@ TrainingConfig build_training_config(const json::Value& doc, const json::Value& 
   read(at(doc, "comm"), "timeout_ms", &c.comm.timeout_ms);
   read(doc, "train_steps", &c.train_steps);
   read(doc, "checkpoint_dir", &c.checkpoint_dir);
+  c.save_interval = get(doc, "save_interval", int64_t{0});
+  c.resolved = doc;
   c.seed = static_cast<uint64_t>(get(doc, "seed", int64_t{42}));
   return c;
 }

@@ -17,6 +17,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/base/memory.h"
@@ -24,6 +25,7 @@
 #include "core/comm/comm_stream.h"
 #include "core/comm/communicator.h"
 #include "core/config/config.h"
+#include "core/config/json.h"
 #include "core/config/training_config.h"
 #include "core/engine/lr_schedule.h"
 #include "core/engine/monitor_hub.h"
@@ -75,6 +77,26 @@ struct EngineComponents {
 // them as config errors before creating anything.
 std::vector<config::ConfigError> unsupported_features(const config::TrainingConfig& config);
 
+// Checkpoints (../shared/DESIGN.md section 7, format in core/checkpoint/format.h).
+struct SaveCheckpointOptions {
+  std::string tag;                                   // "" = "global_step<N>"
+  json::Value client_state = json::Value::object();  // the caller's own JSON, returned by load
+  bool save_latest = true;                           // update <dir>/latest
+};
+struct LoadCheckpointOptions {
+  std::string tag;  // "" = the one <dir>/latest names
+  bool load_optimizer_states = true;
+  bool load_lr_scheduler_states = true;
+  bool load_module_only = false;  // weights only: no optimizer state, counters or schedule
+};
+struct LoadedCheckpoint {
+  std::string path;  // <dir>/<tag>
+  std::string tag;
+  int saved_world_size = 0;
+  int saved_zero_stage = 0;
+  json::Value client_state;
+};
+
 class Engine {
  public:
   // Collective (every rank). Builds the layout, allocates this rank's part
@@ -115,6 +137,21 @@ class Engine {
 
   // The full model's fp32 master weights in layout order (collective).
   Status gather_parameters(std::vector<float>* out);
+  // Optimizer state slot `slot` (optimizer_state_slots() order) of the whole
+  // model in layout order, as fp32 (collective; for tests and tools).
+  Status gather_optimizer_state(size_t slot, std::vector<float>* out);
+  std::vector<zero::StateSlot> optimizer_state_slots() const { return optimizer_->slots(); }
+
+  // Collective; call at an accumulation boundary. Writes <dir>/<tag>/ and
+  // then <dir>/latest, crash-safely: until every rank's files are durable
+  // the previous checkpoint and `latest` are untouched. A failure on any
+  // rank (a full disk) fails the save on every rank, leaves the previous
+  // checkpoint as it was, and training can go on.
+  Status save_checkpoint(const std::string& dir, const SaveCheckpointOptions& options = {});
+  // Collective. Loads a checkpoint saved at any world size and ZeRO stage
+  // (re-partitioning), verifying every tensor's checksum. After a failure
+  // the engine's state is undefined: do not train it further.
+  Result<LoadedCheckpoint> load_checkpoint(const std::string& dir, const LoadCheckpointOptions& options = {});
   // What this rank planned to hold, and what it holds (counted allocations).
   zero::ZeroPlan plan() const;
   zero::MemoryPlan measured_memory() const;
@@ -131,6 +168,15 @@ class Engine {
   Status boundary_step();  // the accumulation boundary's work
   Status apply_update(double grad_scale);
   std::vector<ScalarEvent> boundary_events(int64_t samples_before) const;
+  // Checkpoint pieces (engine_checkpoint.cc).
+  Status check_at_boundary(const char* what) const;
+  Result<std::string> agree_on_tag(const std::string& wanted);
+  Status write_checkpoint_files(const std::string& folder, const std::string& tag, const std::string& id,
+                                const json::Value& client_state);
+  json::Value training_state(const json::Value& client_state) const;
+  Result<LoadedCheckpoint> read_checkpoint(const std::string& dir, const LoadCheckpointOptions& options);
+  Status restore_training_state(const json::Value& state, const std::string& folder,
+                                const LoadCheckpointOptions& options, int saved_world);
 
   // Model hooks (ctx = Engine*).
   static dscore_status hook_acquire(void* ctx, size_t layer, dscore_acquire_mode mode,

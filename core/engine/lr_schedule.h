@@ -25,6 +25,7 @@ class LrSchedule {
   int64_t iteration() const { return t_; }
   void set_iteration(int64_t t) { t_ = t; }
   bool has_scheduler() const { return scheduler_ != nullptr; }
+  plugin_host::SchedulerInstance* scheduler() { return scheduler_.get(); }
 
  private:
   std::unique_ptr<plugin_host::SchedulerInstance> scheduler_;

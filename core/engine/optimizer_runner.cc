@@ -153,6 +153,7 @@ Status OptimizerRunner::step(const dscore_schedule_point& point, int64_t step, d
 void OptimizerRunner::write_16bit_copy() {
   float* master = strategy_->owned_master();
   void* p16 = strategy_->owned_params16();
+  if (p16 == nullptr) return;
   for (const Group& g : groups_)
     for (const zero::OwnedSegment& s : g.segments)
       zero::convert(master + s.offset, DSCORE_DTYPE_F32, at(p16, model_dtype_, s.offset), model_dtype_, s.numel);

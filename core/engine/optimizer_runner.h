@@ -28,6 +28,7 @@ class OptimizerRunner {
       const ParamLayout& layout, dscore_dtype model_dtype, dscore_dtype grad_dtype, int stage);
 
   const plugin_host::OptimizerInstance& instance() const { return *instance_; }
+  plugin_host::OptimizerInstance& instance() { return *instance_; }
   std::vector<zero::StateSlot> slots() const;
 
   // Whether the host averages gradients before update `step` (optimizer.h).
@@ -36,6 +37,13 @@ class OptimizerRunner {
   // One update with the scheduled point (lr, beta overrides) as update
   // number `step` (1-based); every gradient is multiplied by grad_scale.
   Status step(const dscore_schedule_point& point, int64_t step, double grad_scale);
+
+  // Slot s's buffer: (owned numel x elements_per_param) values of its dtype,
+  // at the owned-space offsets (checkpoints read and write it).
+  void* slot_data(size_t s) { return states_[s].get(); }
+  // Write the model's 16-bit copy of the owned space from the fp32 master
+  // weights (after a checkpoint replaced them); nothing for fp32 models.
+  void write_16bit_copy();
 
  private:
   struct Group {
@@ -49,7 +57,6 @@ class OptimizerRunner {
   };
   OptimizerRunner() = default;
   void build_group(Group* group, double multiplier, const std::vector<zero::OwnedSegment>& segments);
-  void write_16bit_copy();
 
   std::unique_ptr<plugin_host::OptimizerInstance> instance_;
   zero::ZeroStrategy* strategy_ = nullptr;

@@ -44,7 +44,7 @@ FlatZero::FlatZero(const ZeroContext& context, int stage)
   for (size_t i = 0; i < params.size(); ++i) {
     const int64_t a = std::max(params[i].offset, owned_begin_);
     const int64_t b = std::min(params[i].offset + params[i].numel, owned_end_);
-    if (a < b) segments_.push_back({i, a - owned_begin_, b - a});
+    if (a < b) segments_.push_back({i, a - owned_begin_, b - a, a - params[i].offset});
   }
   bucket_capacity_ = std::clamp<int64_t>(ctx_.config->zero.reduce_bucket_size, 1, partition_.padded_numel);
 }
@@ -338,6 +338,16 @@ Status FlatZero::gather_master(std::vector<float>* out) {
   DSCORE_RETURN_IF_ERROR(ctx_.stream->run([&] { return ctx_.comm->allgather(send, recv); }));
   out->assign(full.begin(), full.begin() + numel);
   return Status::Ok();
+}
+
+
+std::vector<ParamRun> FlatZero::checkpoint_params() {
+  std::vector<ParamRun> runs;
+  if (rank_ != 0) return runs;
+  const auto& params = ctx_.layout->params();
+  for (size_t i = 0; i < params.size(); ++i)
+    runs.push_back({i, 0, params[i].numel, at(params_.get(), ctx_.model_dtype, params[i].offset)});
+  return runs;
 }
 
 }  // namespace dscore::zero

@@ -48,6 +48,7 @@ class FlatZero final : public ZeroStrategy {
   Status after_update() override;
   void zero_grads() override;
   Status gather_master(std::vector<float>* out) override;
+  std::vector<ParamRun> checkpoint_params() override;
 
  private:
   // An IPG bucket (stage 2): a window of the flat space filled from its top

@@ -30,7 +30,23 @@ class LossScaler {
   // minimum - cannot decrease scale anymore. Exiting run.").
   Status update(bool overflow);
 
-  // For checkpoints and tests.
+  // What changes as training runs: checkpoints save and restore it (the
+  // settings come from the config).
+  struct State {
+    double scale = 1;
+    int64_t iteration = 0;
+    int64_t last_overflow = -1;
+    int64_t hysteresis_left = 1;
+  };
+  State state() const { return {scale_, iteration_, last_overflow_, hysteresis_left_}; }
+  void restore(const State& s) {
+    scale_ = s.scale;
+    iteration_ = s.iteration;
+    last_overflow_ = s.last_overflow;
+    hysteresis_left_ = s.hysteresis_left;
+  }
+
+  // For tests.
   int64_t iteration() const { return iteration_; }
   int64_t last_overflow_iteration() const { return last_overflow_; }
   int64_t hysteresis_left() const { return hysteresis_left_; }

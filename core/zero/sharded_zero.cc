@@ -43,7 +43,8 @@ ShardedZero::ShardedZero(const ZeroContext& context)
   shards_ = make_sharded_layout(numels, world_);
   for (size_t i = 0; i < params.size(); ++i) {
     const int64_t real = shards_.params[i].real_elements(rank_);
-    if (real > 0) segments_.push_back({i, shards_.params[i].local_offset, real});
+    if (real > 0)
+      segments_.push_back({i, shards_.params[i].local_offset, real, shards_.params[i].first_element(rank_)});
   }
   // Persistence (REFERENCE.md 5.3): small params, while the running total
   // of persistent elements stays within the model threshold.
@@ -484,6 +485,13 @@ Status ShardedZero::gather_master(std::vector<float>* out) {
     }
   }
   return Status::Ok();
+}
+
+std::vector<ParamRun> ShardedZero::checkpoint_params() {
+  std::vector<ParamRun> runs;
+  for (const OwnedSegment& s : segments_)
+    runs.push_back({s.param, s.element, s.numel, at(param_part_.get(), ctx_.model_dtype, s.offset)});
+  return runs;
 }
 
 }  // namespace dscore::zero

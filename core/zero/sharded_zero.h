@@ -49,6 +49,7 @@ class ShardedZero final : public ZeroStrategy {
   Status after_update() override;
   void zero_grads() override;
   Status gather_master(std::vector<float>* out) override;
+  std::vector<ParamRun> checkpoint_params() override;
 
   // Elements of non-persistent parameters currently gathered or in flight.
   int64_t live_elements() const { return live_elements_; }

@@ -39,6 +39,15 @@ struct OwnedSegment {
   size_t param = 0;     // index in the ParamLayout
   int64_t offset = 0;   // in owned space
   int64_t numel = 0;
+  int64_t element = 0;  // the parameter's element at `offset`
+};
+
+// A run of one parameter's elements in memory, in the model's dtype.
+struct ParamRun {
+  size_t param = 0;
+  int64_t element = 0;  // first element of the parameter
+  int64_t numel = 0;
+  const void* data = nullptr;
 };
 
 class ZeroStrategy {
@@ -88,6 +97,11 @@ class ZeroStrategy {
 
   // The full model's fp32 master weights in ParamLayout order (collective).
   virtual Status gather_master(std::vector<float>* out) = 0;
+
+  // The parameters, as the model reads them, that this rank writes into a
+  // checkpoint's model states: rank 0 all of them in stages 0-2 (it holds
+  // the whole flat copy), every rank its own shards in stage 3.
+  virtual std::vector<ParamRun> checkpoint_params() = 0;
 };
 
 std::unique_ptr<ZeroStrategy> make_zero_strategy(const ZeroContext& context);

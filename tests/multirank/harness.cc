@@ -26,7 +26,8 @@ std::string RunSpec::config_json() const {
     << ", \"stage3_max_reuse_distance\": " << max_reuse_distance
     << ", \"stage3_prefetch_bucket_size\": " << prefetch_bucket_size << "}";
   if (precision == "fp16")
-    c << ",\n  \"fp16\": {\"enabled\": true, \"initial_scale_power\": 12}";
+    c << ",\n  \"fp16\": {\"enabled\": true, \"initial_scale_power\": " << initial_scale_power
+      << (loss_scale_window > 0 ? ", \"loss_scale_window\": " + std::to_string(loss_scale_window) : "") << "}";
   if (precision == "bf16") c << ",\n  \"bf16\": {\"enabled\": true}";
   if (!extra.empty()) c << ",\n  " << extra;
   c << "\n}\n";
@@ -89,6 +90,7 @@ RunResult run_workers(const RunSpec& spec, const std::vector<std::string>& worke
   std::vector<std::string> argv = {MPIRUN, "-n", std::to_string(spec.world), "--oversubscribe",
                                    "--bind-to", "none"};
   if (geteuid() == 0) argv.push_back("--allow-run-as-root");
+  for (const std::string& e : spec.env) argv.insert(argv.end(), {"-x", e});
   argv.insert(argv.end(), {ZERO_WORKER, "--config", config.string(), "--out", out});
   argv.insert(argv.end(), worker_args.begin(), worker_args.end());
   ProcessOptions options;
@@ -106,6 +108,15 @@ RunResult run_workers(const RunSpec& spec, const std::vector<std::string>& worke
     result.params.resize(bytes.size() / 4);
     std::copy(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(result.params.size() * 4),
               reinterpret_cast<char*>(result.params.data()));
+  }
+  std::ifstream state(out + ".state", std::ios::binary);
+  for (std::string name; state >> name;) {
+    size_t count = 0;
+    state >> count;
+    state.get();  // the newline
+    std::vector<float>& values = result.state[name];
+    values.resize(count);
+    state.read(reinterpret_cast<char*>(values.data()), static_cast<std::streamsize>(count * 4));
   }
   return result;
 }

@@ -33,6 +33,9 @@ struct RunSpec {
   std::string optimizer = R"({"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.01}})";
   std::string scheduler = R"({"type": "WarmupLR", "params": {"warmup_max_lr": 0.003, "warmup_num_steps": 5, "warmup_type": "linear"}})";  // "" = none
   std::string extra;  // more top-level JSON members, comma-separated
+  int initial_scale_power = 12;  // fp16
+  int loss_scale_window = 0;     // fp16; 0 = DeepSpeed's default
+  std::vector<std::string> env;  // NAME=value for every rank (mpirun -x)
   std::string config_json() const;
 };
 
@@ -51,6 +54,8 @@ struct RunResult {
   ProcessResult process;
   std::vector<RankReport> ranks;  // one per rank that wrote its report
   std::vector<float> params;      // gathered fp32 master weights (rank 0)
+  // --dump-state: gathered fp32 masters ("fp32") and optimizer slots by name.
+  std::map<std::string, std::vector<float>> state;
   bool ok() const { return process.exited() && process.exit_code == 0; }
 };
 

@@ -12,6 +12,13 @@
 // Fault injection for the fault tests: --die-rank/--die-step (SIGKILL),
 // --hang-rank/--hang-step (sleep forever), --poison-rank/--poison-step (an
 // Inf in that rank's batch, as an fp16 overflow on one rank only).
+// Checkpoints: --load DIR (resume from DIR's latest before training; the
+// loop goes on from the loaded step), --load-weights-only, --save DIR with
+// --save-step K (save once K steps are done) and --stop-after-save (exit
+// at once, as if killed), --save-error-ok (report a failed save and go on);
+// --dump-state: rank 0 writes the gathered fp32 masters and every optimizer
+// slot to <out>.state (at the save with --save, else after loading) as
+// "<name> <count>\n" + raw floats per array.
 #include <csignal>
 #include <cmath>
 #include <cstdio>
@@ -30,7 +37,38 @@ namespace {
 struct Options {
   std::string config, out;
   int die_rank = -1, die_step = -1, hang_rank = -1, hang_step = -1, poison_rank = -1, poison_step = -1;
+  std::string load, save;
+  int save_step = -1;
+  bool load_weights_only = false, stop_after_save = false, save_error_ok = false, dump_state = false;
 };
+
+bool flag(const std::string& k, Options* o) {
+  if (k == "--load-weights-only") o->load_weights_only = true;
+  else if (k == "--stop-after-save") o->stop_after_save = true;
+  else if (k == "--save-error-ok") o->save_error_ok = true;
+  else if (k == "--dump-state") o->dump_state = true;
+  else return false;
+  return true;
+}
+
+// Rank 0 writes the gathered masters and optimizer slots (collective).
+bool dump_state(dscore::Engine& e, const std::string& path) {
+  std::vector<std::pair<std::string, std::vector<float>>> arrays(1);
+  arrays[0].first = "fp32";
+  if (!e.gather_parameters(&arrays[0].second).ok()) return false;
+  const auto slots = e.optimizer_state_slots();
+  for (size_t k = 0; k < slots.size(); ++k) {
+    arrays.emplace_back(slots[k].name, std::vector<float>());
+    if (!e.gather_optimizer_state(k, &arrays.back().second).ok()) return false;
+  }
+  if (e.rank() != 0) return true;
+  std::ofstream raw(path, std::ios::binary);
+  for (const auto& [name, values] : arrays) {
+    raw << name << " " << values.size() << "\n";
+    raw.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * 4));
+  }
+  return static_cast<bool>(raw);
+}
 
 int fail(const std::string& message) {
   std::fprintf(stderr, "zero_worker: %s\n", message.c_str());
@@ -41,9 +79,17 @@ int fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
+    if (flag(argv[i], &o)) {
+      --i;
+      continue;
+    }
+    if (i + 1 >= argc) return fail(std::string("option ") + argv[i] + " needs a value");
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--config") o.config = v;
+    else if (k == "--load") o.load = v;
+    else if (k == "--save") o.save = v;
+    else if (k == "--save-step") o.save_step = std::stoi(v);
     else if (k == "--out") o.out = v;
     else if (k == "--die-rank") o.die_rank = std::stoi(v);
     else if (k == "--die-step") o.die_step = std::stoi(v);
@@ -71,9 +117,22 @@ int main(int argc, char** argv) {
   dscore::data::DistributedSampler sampler(cfg.batch, e.world_size(), e.rank());
   dscore::data::HostBatch batch(e.model().description(), cfg.batch.train_micro_batch_size_per_gpu);
 
+  if (!o.load.empty()) {
+    dscore::LoadCheckpointOptions load;
+    load.load_optimizer_states = !o.load_weights_only;
+    if (auto st = e.load_checkpoint(o.load, load); !st.ok()) return fail(st.status().message());
+  }
+  if (o.dump_state && o.save.empty() && !dump_state(e, o.out + ".state")) return fail("cannot dump the state");
   std::ofstream out(o.out + ".rank" + std::to_string(e.rank()));
   out << "numel " << e.layout().total_numel() << "\n";
-  for (int64_t step = 0; step < cfg.train_steps; ++step) {
+  for (int64_t step = e.global_steps(); step < cfg.train_steps; ++step) {
+    if (step == o.save_step && !o.save.empty()) {
+      const dscore::Status saved = e.save_checkpoint(o.save);
+      if (!saved.ok() && !o.save_error_ok) return fail(saved.message());
+      if (!saved.ok()) std::fprintf(stderr, "zero_worker: save failed, training goes on: %s\n", saved.message().c_str());
+      if (o.dump_state && !dump_state(e, o.out + ".state")) return fail("cannot dump the state");
+      if (o.stop_after_save) return 0;
+    }
     if (e.rank() == o.die_rank && step == o.die_step) raise(SIGKILL);
     if (e.rank() == o.hang_rank && step == o.hang_step)
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));

@@ -1,0 +1,497 @@
+// Engine::save_checkpoint and load_checkpoint: which bytes go where is
+// core/checkpoint/format.h; this file is the protocol between ranks.
+//
+// Save: every rank agrees on rank 0's tag (checkpoint.tag_validation),
+// rank 0 makes <dir>/<tag>.partial/, every rank writes its files there
+// durably, all ranks agree that all succeeded, then rank 0 moves the folder
+// to <dir>/<tag> (exchanging it with an older save of the same tag) and
+// writes <dir>/latest. A crash or a failure anywhere before that leaves
+// the previous checkpoint and `latest` as they were.
+//
+// Load: every rank reads rank 0's model-states file for the training state
+// and layout, then reads, from whichever files hold them, the fragments
+// that cover the parameters it owns now — so any world size and stage can
+// load any other's save. The ranks agree that every read succeeded before
+// the collective refresh of the model's parameters.
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include <dscore/cpp/dtype.hpp>
+
+#include "core/base/failpoint.h"
+#include "core/base/logging.h"
+#include "core/base/strings.h"
+#include "core/checkpoint/checksum.h"
+#include "core/checkpoint/durable_file.h"
+#include "core/checkpoint/format.h"
+#include "core/comm/agreement.h"
+#include "core/engine/engine.h"
+
+#ifndef DSCORE_VERSION
+#define DSCORE_VERSION "unknown"
+#endif
+
+namespace dscore {
+namespace {
+
+namespace ck = checkpoint;
+
+constexpr size_t kMaxTagBytes = 256;
+
+const char* precision_word(dscore_dtype d) {
+  return d == DSCORE_DTYPE_BF16 ? "bf16" : d == DSCORE_DTYPE_F16 ? "fp16" : "fp32";
+}
+
+std::string random_id() {
+  std::random_device device;
+  const uint64_t a = (static_cast<uint64_t>(device()) << 32) ^ device();
+  const uint64_t b = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+  return ck::format_checksum(a ^ (b * 0x9e3779b97f4a7c15ull)).substr(5);
+}
+
+json::Value shape_json(const std::vector<int64_t>& shape) {
+  json::Value v = json::Value::array();
+  for (int64_t d : shape) v.push_back(json::Value(d));
+  return v;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+int64_t int_at(const json::Value& v, const char* key, int64_t fallback) {
+  const json::Value* f = v.is_object() ? v.find(key) : nullptr;
+  return f != nullptr && f->is_integral() ? f->as_int() : fallback;
+}
+
+double number_at(const json::Value& v, const char* key, double fallback) {
+  const json::Value* f = v.is_object() ? v.find(key) : nullptr;
+  return f != nullptr && f->is_number() ? f->as_number() : fallback;
+}
+
+const json::Value& member(const json::Value& v, const char* key) {
+  static const json::Value kNull;
+  const json::Value* f = v.is_object() ? v.find(key) : nullptr;
+  return f != nullptr ? *f : kNull;
+}
+
+std::vector<std::string> strings_at(const json::Value& v) {
+  std::vector<std::string> out;
+  if (v.is_array())
+    for (const json::Value& s : v.items())
+      if (s.is_string()) out.push_back(s.as_string());
+  return out;
+}
+
+Status publish(const std::string& dir, const std::string& tag, const std::string& staging, bool save_latest,
+               int rank) {
+  bool exchanged = false;
+  DSCORE_RETURN_IF_ERROR(ck::rename_or_exchange(staging, dir + "/" + tag, &exchanged));
+  DSCORE_RETURN_IF_ERROR(ck::sync_folder(dir));
+  failpoint("checkpoint.before_latest", rank);
+  if (save_latest) DSCORE_RETURN_IF_ERROR(ck::write_file_durably(dir + "/" + ck::kLatestName, tag));
+  if (exchanged) DSCORE_RETURN_IF_ERROR(ck::remove_tree(staging));  // the older save of this tag
+  return Status::Ok();
+}
+
+// Leftover staging folders of saves that never completed.
+Status prepare_staging(const std::string& dir, const std::string& staging) {
+  DSCORE_RETURN_IF_ERROR(ck::make_folders(dir));
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory() && name.size() > 8 && name.compare(name.size() - 8, 8, ".partial") == 0)
+      DSCORE_RETURN_IF_ERROR(ck::remove_tree(entry.path().string()));
+  }
+  if (ec) return ck::file_error("cannot list", dir, ec.value());
+  return ck::make_folders(staging);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- save
+
+Status Engine::check_at_boundary(const char* what) const {
+  const int64_t gas = config_.batch.gradient_accumulation_steps;
+  if (micro_steps_ % gas == 0) return Status::Ok();
+  return failed_precondition(std::string(what) + " in the middle of a gradient accumulation cycle (micro step " +
+                             std::to_string(micro_steps_ % gas) + " of " + std::to_string(gas) +
+                             "): call it after the step() that completes the cycle");
+}
+
+Result<std::string> Engine::agree_on_tag(const std::string& wanted) {
+  DSCORE_ASSIGN_OR_RETURN(std::string tag, comm::broadcast_string(*comm_, wanted, kMaxTagBytes));
+  const std::string& mode = config_.checkpoint.tag_validation;
+  if (mode != "IGNORE") {
+    const Status mine = tag == wanted ? Status::Ok()
+                                      : invalid_argument("its tag is \"" + wanted + "\", rank 0's \"" + tag + "\"");
+    const Status all = comm::agree(*comm_, mine);
+    if (!all.ok() && mode == "FAIL")
+      return failed_precondition("checkpoint tags differ across ranks (" + all.message() +
+                                 ") and checkpoint.tag_validation is FAIL: pass the same tag on every rank");
+    if (!all.ok() && rank() == 0)
+      log_warning("checkpoint tags differ across ranks (" + all.message() + "); saving under rank 0's tag \"" +
+                  tag + "\" (checkpoint.tag_validation WARN)");
+  }
+  DSCORE_RETURN_IF_ERROR(ck::check_tag(tag));
+  return tag;
+}
+
+Status Engine::save_checkpoint(const std::string& dir, const SaveCheckpointOptions& options) {
+  DSCORE_RETURN_IF_ERROR(check_at_boundary("save_checkpoint"));
+  if (dir.empty()) return invalid_argument("save_checkpoint needs a folder");
+  DSCORE_RETURN_IF_ERROR(stream_->synchronize());
+  DSCORE_ASSIGN_OR_RETURN(
+      std::string tag, agree_on_tag(options.tag.empty() ? ck::default_tag(global_steps_) : options.tag));
+  DSCORE_ASSIGN_OR_RETURN(std::string id, comm::broadcast_string(*comm_, random_id(), 64));
+  const std::string staging = dir + "/" + tag + ".partial";
+  const std::string where = "checkpoint " + tag + " in " + dir;
+  const Status prepared = rank() == 0 ? prepare_staging(dir, staging) : Status::Ok();
+  DSCORE_RETURN_IF_ERROR(comm::agree(*comm_, prepared).with_context("cannot save " + where));
+  const Status written = comm::agree(*comm_, write_checkpoint_files(staging, tag, id, options.client_state));
+  if (!written.ok()) {
+    if (rank() == 0) (void)ck::remove_tree(staging);
+    return Status(written.code(), "cannot save " + where + ": " + written.message() +
+                                      "; the previous checkpoint and " + dir + "/latest are unchanged");
+  }
+  failpoint("checkpoint.before_publish", rank());
+  const Status published = rank() == 0 ? publish(dir, tag, staging, options.save_latest, 0) : Status::Ok();
+  DSCORE_RETURN_IF_ERROR(comm::agree(*comm_, published).with_context("cannot publish " + where));
+  if (rank() == 0) log_info("saved " + where);
+  return Status::Ok();
+}
+
+json::Value Engine::training_state(const json::Value& client_state) const {
+  const bool bf16 = config_.bf16.enabled;
+  const int stage = config_.zero.stage;
+  json::Value s = json::Value::object();
+  s.set("dscore_version", json::Value(DSCORE_VERSION));
+  s.set("model_dtype", json::Value(precision_word(zero::model_dtype_of(config_))));
+  json::Value params = json::Value::array();
+  for (const ParamEntry& p : layout_.params()) {
+    json::Value e = json::Value::object();
+    e.set("name", json::Value(p.name));
+    e.set("shape", shape_json(p.shape));
+    params.push_back(std::move(e));
+  }
+  s.set("params", std::move(params));
+  json::Value files = json::Value::object();
+  json::Value model_files = json::Value::array(), optim_files = json::Value::array();
+  for (int r = 0; r < world_size(); ++r) {
+    if (stage == 3 || r == 0) model_files.push_back(json::Value(ck::model_states_name(stage, r)));
+    optim_files.push_back(json::Value(ck::optim_states_name(bf16, r)));
+  }
+  files.set("model_states", std::move(model_files));
+  files.set("optim_states", std::move(optim_files));
+  s.set("files", std::move(files));
+  json::Value counters = json::Value::object();
+  counters.set("global_steps", json::Value(global_steps_));
+  counters.set("global_samples", json::Value(global_samples_));
+  counters.set("skipped_steps", json::Value(skipped_steps_));
+  counters.set("micro_steps", json::Value(micro_steps_));
+  s.set("counters", std::move(counters));
+  const zero::LossScaler::State ls = scaler_.state();
+  json::Value scaler = json::Value::object();
+  scaler.set("dynamic", json::Value(scaler_.is_dynamic()));
+  scaler.set("scale", json::Value(ls.scale));
+  scaler.set("iteration", json::Value(ls.iteration));
+  scaler.set("last_overflow_iteration", json::Value(ls.last_overflow));
+  scaler.set("hysteresis_left", json::Value(ls.hysteresis_left));
+  s.set("loss_scaler", std::move(scaler));
+  json::Value schedule = json::Value::object();
+  schedule.set("last_batch_iteration", json::Value(schedule_->iteration()));
+  s.set("lr_scheduler", std::move(schedule));
+  json::Value optimizer = json::Value::object();
+  optimizer.set("type", json::Value(optimizer_->instance().info().name));
+  json::Value slots = json::Value::array();
+  for (const zero::StateSlot& slot : optimizer_->slots()) {
+    json::Value e = json::Value::object();
+    e.set("name", json::Value(slot.name));
+    e.set("dtype", json::Value(sdk::dtype_name(slot.dtype)));
+    e.set("elements_per_param", json::Value(static_cast<int64_t>(slot.elements_per_param)));
+    slots.push_back(std::move(e));
+  }
+  optimizer.set("slots", std::move(slots));
+  s.set("optimizer", std::move(optimizer));
+  json::Value sampler = json::Value::object();  // batches are a function of the step (core/data/sampler.h)
+  sampler.set("next_global_step", json::Value(global_steps_));
+  sampler.set("train_batch_size", json::Value(config_.batch.train_batch_size));
+  s.set("data_sampler", std::move(sampler));
+  json::Value rng = json::Value::object();  // every random draw derives from the seed and the step
+  rng.set("seed", json::Value(static_cast<int64_t>(config_.seed)));
+  s.set("rng", std::move(rng));
+  s.set("ds_config", config_.resolved);
+  s.set("client_state", client_state);
+  return s;
+}
+
+Status Engine::write_checkpoint_files(const std::string& folder, const std::string& tag, const std::string& id,
+                                      const json::Value& client_state) {
+  const int stage = config_.zero.stage;
+  const dscore_dtype md = zero::model_dtype_of(config_);
+  const auto& params = layout_.params();
+  ck::FileHeader header;
+  header.tag = tag;
+  header.checkpoint_id = id;
+  header.rank = rank();
+  header.world_size = world_size();
+  header.zero_stage = stage;
+  auto midway = [this] { failpoint("checkpoint.mid_write", rank()); };
+
+  // This rank's optimizer states: fp32 masters and every slot it owns.
+  header.kind = "optim_states";
+  std::vector<ck::TensorData> tensors;
+  auto add = [&](const std::string& slot, const std::string& param, int64_t begin, int64_t numel,
+                 int64_t values, dscore_dtype dtype, const void* data, std::vector<int64_t> shape) {
+    const std::string name = slot == ck::kParamSlot ? param : slot + "/" + param;
+    tensors.push_back({{name, dtype, shape.empty() ? std::vector<int64_t>{values} : std::move(shape)}, data});
+    header.fragments.push_back({name, param, slot, begin, numel});
+  };
+  const float* master = strategy_->owned_master();
+  for (const zero::OwnedSegment& s : strategy_->owned_segments())
+    add(ck::kMasterSlot, params[s.param].name, s.element, s.numel, s.numel, DSCORE_DTYPE_F32, master + s.offset, {});
+  const std::vector<zero::StateSlot> slots = optimizer_->slots();
+  for (size_t k = 0; k < slots.size(); ++k) {
+    const char* base = static_cast<const char*>(optimizer_->slot_data(k));
+    const int64_t epp = slots[k].elements_per_param;
+    for (const zero::OwnedSegment& s : strategy_->owned_segments())
+      add(slots[k].name, params[s.param].name, s.element, s.numel, s.numel * epp, slots[k].dtype,
+          base + static_cast<size_t>(s.offset * epp) * sdk::dtype_size(slots[k].dtype), {});
+  }
+  std::string optimizer_extra;
+  if (optimizer_->instance().has_extra_state()) {
+    DSCORE_ASSIGN_OR_RETURN(optimizer_extra, optimizer_->instance().save_extra_state());
+    tensors.push_back({{ck::kOptimizerExtraTensor, DSCORE_DTYPE_U8, {static_cast<int64_t>(optimizer_extra.size())}},
+                       optimizer_extra.data()});
+  }
+  DSCORE_RETURN_IF_ERROR(ck::write_safetensors(folder + "/" + ck::optim_states_name(config_.bf16.enabled, rank()),
+                                               tensors, ck::header_metadata(header), midway));
+  failpoint("checkpoint.between_files", rank());
+
+  // The model states: the parameters as the model holds them, and the
+  // training state.
+  const std::vector<zero::ParamRun> runs = strategy_->checkpoint_params();
+  if (stage < 3 && rank() != 0) return Status::Ok();
+  header.kind = "model_states";
+  header.fragments.clear();
+  tensors.clear();
+  for (const zero::ParamRun& r : runs) {
+    const ParamEntry& p = params[r.param];
+    add(ck::kParamSlot, p.name, r.element, r.numel, r.numel, md, r.data,
+        r.numel == p.numel ? p.shape : std::vector<int64_t>{r.numel});
+  }
+  std::string scheduler_extra;
+  if (plugin_host::SchedulerInstance* sched = schedule_->scheduler(); sched != nullptr && sched->has_extra_state()) {
+    DSCORE_ASSIGN_OR_RETURN(scheduler_extra, sched->save_extra_state());
+    tensors.push_back({{ck::kSchedulerExtraTensor, DSCORE_DTYPE_U8, {static_cast<int64_t>(scheduler_extra.size())}},
+                       scheduler_extra.data()});
+  }
+  header.state = training_state(client_state);
+  return ck::write_safetensors(folder + "/" + ck::model_states_name(stage, rank()), tensors,
+                               ck::header_metadata(header));
+}
+
+// ---------------------------------------------------------------- load
+
+Result<LoadedCheckpoint> Engine::load_checkpoint(const std::string& dir, const LoadCheckpointOptions& options) {
+  DSCORE_RETURN_IF_ERROR(check_at_boundary("load_checkpoint"));
+  DSCORE_RETURN_IF_ERROR(stream_->synchronize());
+  Result<LoadedCheckpoint> local = read_checkpoint(dir, options);
+  DSCORE_RETURN_IF_ERROR(comm::agree(*comm_, local.status()));
+  // The model's copy of the parameters, from the loaded masters.
+  optimizer_->write_16bit_copy();
+  DSCORE_RETURN_IF_ERROR(strategy_->after_update());
+  if (rank() == 0)
+    log_info("loaded checkpoint " + local->path + " (saved by " + std::to_string(local->saved_world_size) +
+             " rank(s) at ZeRO stage " + std::to_string(local->saved_zero_stage) + ")");
+  return local;
+}
+
+Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir, const LoadCheckpointOptions& options) {
+  LoadedCheckpoint loaded;
+  loaded.tag = options.tag;
+  if (loaded.tag.empty()) {
+    auto latest = ck::read_text_file(dir + "/" + ck::kLatestName, 4096);
+    if (!latest.ok() && latest.status().code() == DSCORE_NOT_FOUND)
+      return not_found("no checkpoint to load in " + dir + ": " + dir + "/latest does not exist (name a tag, or "
+                       "check the folder)");
+    if (!latest.ok()) return latest.status();
+    loaded.tag = *latest;
+    while (!loaded.tag.empty() && std::isspace(static_cast<unsigned char>(loaded.tag.back()))) loaded.tag.pop_back();
+  }
+  DSCORE_RETURN_IF_ERROR(ck::check_tag(loaded.tag));
+  loaded.path = dir + "/" + loaded.tag;
+  if (!ck::is_folder(loaded.path))
+    return not_found((options.tag.empty() ? dir + "/latest names tag " + loaded.tag : "checkpoint tag " + loaded.tag) +
+                     " but " + loaded.path + " does not exist: the save did not complete or the folder was moved; "
+                     "name another tag");
+  // Rank 0's model states: the training state and the saved layout.
+  std::string first = ck::model_states_name(0, 0);
+  if (!ck::path_exists(loaded.path + "/" + first)) first = ck::model_states_name(3, 0);
+  if (!ck::path_exists(loaded.path + "/" + first))
+    return data_loss(loaded.path + " has no " + ck::model_states_name(0, 0) + " or " + first +
+                     ": not a dscore checkpoint, or an incomplete copy of one");
+  DSCORE_ASSIGN_OR_RETURN(ck::SafetensorsReader model0, ck::SafetensorsReader::open(loaded.path + "/" + first));
+  DSCORE_ASSIGN_OR_RETURN(ck::FileHeader header0, ck::parse_header(model0));
+  const json::Value& state = header0.state;
+  if (!state.is_object()) return data_loss(model0.path() + " carries no training state");
+  loaded.saved_world_size = header0.world_size;
+  loaded.saved_zero_stage = header0.zero_stage;
+  loaded.client_state = member(state, "client_state");
+
+  // The saved parameters must be this model's.
+  std::vector<ck::SavedParam> saved;
+  for (const json::Value& p : member(state, "params").items()) {
+    ck::SavedParam sp;
+    sp.name = member(p, "name").is_string() ? member(p, "name").as_string() : "";
+    for (const json::Value& d : member(p, "shape").items()) sp.shape.push_back(d.is_integral() ? d.as_int() : -1);
+    sp.numel = 1;
+    for (int64_t d : sp.shape) sp.numel *= d;
+    saved.push_back(std::move(sp));
+  }
+  const auto& params = layout_.params();
+  for (const ParamEntry& p : params) {
+    auto it = std::find_if(saved.begin(), saved.end(), [&](const ck::SavedParam& s) { return s.name == p.name; });
+    if (it == saved.end())
+      return failed_precondition("checkpoint " + loaded.path + " has no parameter " + p.name +
+                                 ": it was saved from a different model; check the \"model\" section");
+    if (it->shape != p.shape)
+      return failed_precondition("checkpoint " + loaded.path + " has parameter " + p.name + " with shape " +
+                                 shape_text(it->shape) + " but the model's is " + shape_text(p.shape) +
+                                 ": the \"model\" section differs from the one that saved it");
+  }
+  if (saved.size() != params.size())
+    return failed_precondition("checkpoint " + loaded.path + " has " + std::to_string(saved.size()) +
+                               " parameters but the model has " + std::to_string(params.size()) +
+                               ": it was saved from a different model");
+
+  const json::Value& files = member(state, "files");
+  const bool weights_only = options.load_module_only || !options.load_optimizer_states;
+  const std::vector<std::string> names = strings_at(member(files, weights_only ? "model_states" : "optim_states"));
+  for (const std::string& n : names)
+    if (!ck::path_exists(loaded.path + "/" + n))
+      return data_loss("checkpoint " + loaded.path + " is missing " + n + " (it was saved by " +
+                       std::to_string(header0.world_size) + " rank(s) and every rank's file is needed)");
+  DSCORE_ASSIGN_OR_RETURN(ck::FragmentSet set, ck::FragmentSet::open(loaded.path, names));
+  if (set.headers().front().checkpoint_id != header0.checkpoint_id)
+    return data_loss(loaded.path + " mixes files of two saves: restore the folder from one save");
+
+  float* master = strategy_->owned_master();
+  const auto& segments = strategy_->owned_segments();
+  const char* master_slot = weights_only ? ck::kParamSlot : ck::kMasterSlot;
+  DSCORE_RETURN_IF_ERROR(set.check_complete(master_slot, saved));
+  for (const zero::OwnedSegment& s : segments)
+    DSCORE_RETURN_IF_ERROR(set.read(master_slot, params[s.param].name, s.element, s.numel, 1, DSCORE_DTYPE_F32,
+                                    master + s.offset));
+  if (!weights_only) {
+    const std::vector<zero::StateSlot> slots = optimizer_->slots();
+    std::vector<std::string> have, want;
+    for (const json::Value& e : member(member(state, "optimizer"), "slots").items())
+      have.push_back(member(e, "name").is_string() ? member(e, "name").as_string() : "?");
+    for (const zero::StateSlot& slot : slots) want.push_back(slot.name);
+    if (have != want)
+      return failed_precondition("checkpoint " + loaded.path + " has optimizer state [" + join(have, ", ") +
+                                 "] but the configured optimizer declares [" + join(want, ", ") +
+                                 "]: load with load_optimizer_states=false to take only the weights");
+    for (size_t k = 0; k < slots.size(); ++k) {
+      DSCORE_RETURN_IF_ERROR(set.check_complete(slots[k].name, saved));
+      char* base = static_cast<char*>(optimizer_->slot_data(k));
+      const size_t es = sdk::dtype_size(slots[k].dtype);
+      const uint32_t epp = slots[k].elements_per_param;
+      for (const zero::OwnedSegment& s : segments)
+        DSCORE_RETURN_IF_ERROR(set.read(slots[k].name, params[s.param].name, s.element, s.numel, epp, slots[k].dtype,
+                                        base + static_cast<size_t>(s.offset) * epp * es));
+    }
+    if (optimizer_->instance().has_extra_state()) {
+      if (header0.world_size != world_size())
+        return failed_precondition("optimizer " + optimizer_->instance().info().name + " keeps per-rank state that was "
+                                   "saved by " + std::to_string(header0.world_size) + " rank(s) and cannot be split "
+                                   "across " + std::to_string(world_size()) +
+                                   ": load with load_optimizer_states=false, or at the saved world size");
+      const ck::SafetensorsReader& mine = set.files()[static_cast<size_t>(rank())];
+      const ck::TensorInfo* extra = mine.find(ck::kOptimizerExtraTensor);
+      if (extra == nullptr) return data_loss(mine.path() + " has no " + ck::kOptimizerExtraTensor);
+      std::string bytes(extra->bytes, '\0');
+      DSCORE_RETURN_IF_ERROR(mine.read_verified(*extra, bytes.data()));
+      DSCORE_RETURN_IF_ERROR(optimizer_->instance().load_extra_state(bytes));
+    }
+  }
+  if (!options.load_module_only)
+    DSCORE_RETURN_IF_ERROR(restore_training_state(state, loaded.path, options, header0.world_size));
+  if (plugin_host::SchedulerInstance* sched = schedule_->scheduler();
+      !options.load_module_only && options.load_lr_scheduler_states && sched != nullptr && sched->has_extra_state()) {
+    const ck::TensorInfo* extra = model0.find(ck::kSchedulerExtraTensor);
+    if (extra == nullptr) return data_loss(model0.path() + " has no " + ck::kSchedulerExtraTensor);
+    std::string bytes(extra->bytes, '\0');
+    DSCORE_RETURN_IF_ERROR(model0.read_verified(*extra, bytes.data()));
+    DSCORE_RETURN_IF_ERROR(sched->load_extra_state(bytes));
+  }
+  return loaded;
+}
+
+Status Engine::restore_training_state(const json::Value& state, const std::string& folder,
+                                      const LoadCheckpointOptions& options, int saved_world) {
+  const json::Value& counters = member(state, "counters");
+  if (!counters.is_object()) return data_loss(folder + ": the training state has no counters");
+  global_steps_ = int_at(counters, "global_steps", 0);
+  global_samples_ = int_at(counters, "global_samples", 0);
+  skipped_steps_ = int_at(counters, "skipped_steps", 0);
+  micro_steps_ = global_steps_ * config_.batch.gradient_accumulation_steps;
+  const json::Value& ls = member(state, "loss_scaler");
+  if (config_.fp16.enabled && scaler_.is_dynamic() && member(ls, "dynamic").is_bool() && member(ls, "dynamic").as_bool()) {
+    zero::LossScaler::State s;
+    s.scale = number_at(ls, "scale", scaler_.scale());
+    s.iteration = int_at(ls, "iteration", 0);
+    s.last_overflow = int_at(ls, "last_overflow_iteration", -1);
+    s.hysteresis_left = int_at(ls, "hysteresis_left", 1);
+    scaler_.restore(s);
+  }
+  if (options.load_lr_scheduler_states)
+    schedule_->set_iteration(int_at(member(state, "lr_scheduler"), "last_batch_iteration", schedule_->iteration()));
+  const int64_t saved_batch = int_at(member(state, "data_sampler"), "train_batch_size", 0);
+  if (saved_batch != config_.batch.train_batch_size && rank() == 0)
+    log_warning("checkpoint " + folder + " was trained with train_batch_size " + std::to_string(saved_batch) +
+                " (at " + std::to_string(saved_world) + " rank(s)); this run uses " +
+                std::to_string(config_.batch.train_batch_size) + ", so it reads different batches than an "
+                "uninterrupted run would");
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- tools
+
+Status Engine::gather_optimizer_state(size_t slot, std::vector<float>* out) {
+  const std::vector<zero::StateSlot> slots = optimizer_->slots();
+  if (slot >= slots.size()) return invalid_argument("no optimizer state slot " + std::to_string(slot));
+  DSCORE_RETURN_IF_ERROR(stream_->synchronize());
+  const uint32_t epp = slots[slot].elements_per_param;
+  const int64_t total = layout_.total_numel() * epp;
+  std::vector<float> mine(static_cast<size_t>(total), 0.0f);
+  std::vector<uint8_t> owned(static_cast<size_t>(total), 0);
+  const char* base = static_cast<const char*>(optimizer_->slot_data(slot));
+  const size_t es = sdk::dtype_size(slots[slot].dtype);
+  for (const zero::OwnedSegment& s : strategy_->owned_segments()) {
+    const int64_t at = (layout_.params()[s.param].offset + s.element) * epp;
+    DSCORE_RETURN_IF_ERROR(ck::convert_values(base + static_cast<size_t>(s.offset) * epp * es, slots[slot].dtype,
+                                              mine.data() + at, DSCORE_DTYPE_F32, s.numel * epp));
+    std::fill(owned.begin() + at, owned.begin() + at + s.numel * epp, 1);
+  }
+  const int world = world_size();
+  std::vector<float> values(mine.size() * static_cast<size_t>(world));
+  std::vector<uint8_t> masks(owned.size() * static_cast<size_t>(world));
+  DSCORE_RETURN_IF_ERROR(comm_->allgather({mine.data(), DSCORE_DTYPE_F32, total}, {values.data(), DSCORE_DTYPE_F32, total * world}));
+  DSCORE_RETURN_IF_ERROR(comm_->allgather({owned.data(), DSCORE_DTYPE_U8, total}, {masks.data(), DSCORE_DTYPE_U8, total * world}));
+  out->assign(static_cast<size_t>(total), 0.0f);
+  for (int64_t i = 0; i < total; ++i)
+    for (int r = 0; r < world; ++r)
+      if (masks[static_cast<size_t>(r * total + i)]) {
+        (*out)[static_cast<size_t>(i)] = values[static_cast<size_t>(r * total + i)];
+        break;
+      }
+  return Status::Ok();
+}
+
+}  // namespace dscore
