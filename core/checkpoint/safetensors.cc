@@ -308,6 +308,18 @@ Status SafetensorsReader::read_verified(const TensorInfo& tensor, void* dst) con
   return check(tensor, hash.digest());
 }
 
+Status SafetensorsReader::verify(const TensorInfo& tensor) const {
+  ChecksumStream hash;
+  std::vector<char> buffer(static_cast<size_t>(std::min<uint64_t>(tensor.bytes, 8u << 20)));
+  for (uint64_t done = 0; done < tensor.bytes;) {
+    const uint64_t n = std::min<uint64_t>(tensor.bytes - done, buffer.size());
+    DSCORE_RETURN_IF_ERROR(read(tensor, done, n, buffer.data()));
+    hash.update(buffer.data(), n);
+    done += n;
+  }
+  return check(tensor, hash.digest());
+}
+
 Status SafetensorsReader::check(const TensorInfo& tensor, uint64_t computed) const {
   if (!tensor.checksum || *tensor.checksum == computed) return Status::Ok();
   return data_loss(path_ + ": tensor " + tensor.name + " fails its checksum (stored " +

@@ -105,6 +105,8 @@ class SafetensorsReader {
   Status read(const TensorInfo& tensor, uint64_t offset, uint64_t bytes, void* dst) const;
   // The whole tensor into dst, checked against its checksum (when it has one).
   Status read_verified(const TensorInfo& tensor, void* dst) const;
+  // Read the tensor through a small buffer and check its checksum.
+  Status verify(const TensorInfo& tensor) const;
   // DATA_LOSS naming the file and tensor, when `computed` differs from the stored checksum.
   Status check(const TensorInfo& tensor, uint64_t computed) const;
 

@@ -1,5 +1,6 @@
 // dscore: the command-line entry point. A thin dispatcher over the
-// subcommands (run, config, plugins, lr-schedule); everything else lives in
+// subcommands (run, config, plugins, plan, lr-schedule, checkpoint,
+// zero-to-fp32); everything else lives in
 // core/.
 #include <cstdio>
 #include <exception>
@@ -16,13 +17,17 @@ const char* kUsage =
     "usage: dscore <command> [options]\n"
     "\n"
     "commands:\n"
-    "  run --config F [--steps N] [-n RANKS]   train from a ds_config.json\n"
+    "  run --config F [--steps N] [-n RANKS] [--resume DIR]\n"
+    "                                          train from a ds_config.json\n"
     "  config check F [--world-size N]         validate and print the resolved config\n"
     "  config reference                        print the config key reference (Markdown)\n"
     "  plugins list [--json]                   list the plugins on the search path\n"
     "  plan --config F [-n RANKS]              memory and communication per rank, before running\n"
     "  lr-schedule --config F [--steps N] [--csv]\n"
     "                                          preview the lr (and momentum) of every step\n"
+    "  checkpoint inspect DIR [--tag T]        verify a checkpoint and print what it holds\n"
+    "  zero-to-fp32 DIR OUT [--max-shard-size 5GB]\n"
+    "                                          consolidate a checkpoint into model.safetensors\n"
     "\n"
     "  --version                               print the version and plugin ABI\n"
     "  <command> --help                        help for one command\n";
@@ -47,6 +52,8 @@ int main(int argc, char** argv) {
     if (command == "plugins") return dscore::cli::plugins_command(args);
     if (command == "lr-schedule") return dscore::cli::lr_schedule_command(args);
     if (command == "plan") return dscore::cli::plan_command(args);
+    if (command == "checkpoint") return dscore::cli::checkpoint_command(args);
+    if (command == "zero-to-fp32") return dscore::cli::zero_to_fp32_command(args);
   } catch (const std::exception& e) {
     // A broken invariant inside dscore: report it rather than abort silently.
     dscore::log_error(std::string("internal error: ") + e.what());
@@ -54,7 +61,7 @@ int main(int argc, char** argv) {
   }
   std::fprintf(
       stderr, "dscore: unknown command '%s'%s\n\n%s", command.c_str(),
-      dscore::did_you_mean_suffix(command, {"run", "config", "plugins", "lr-schedule", "plan"}).c_str(),
+      dscore::did_you_mean_suffix(command, {"run", "config", "plugins", "lr-schedule", "plan", "checkpoint", "zero-to-fp32"}).c_str(),
       kUsage);
   return dscore::cli::kExitUsage;
 }

@@ -1,4 +1,4 @@
-// `dscore run --config F [--steps N] [-n RANKS] [--log-format text|json]`
+// `dscore run --config F [--steps N] [-n RANKS] [--resume DIR] [--log-format text|json]`
 #include <unistd.h>
 
 #include <cstdlib>
@@ -14,18 +14,20 @@ int run_command(const std::vector<std::string>& args) {
   po::options_description options("run options");
   int64_t steps = 0;
   int ranks = 1;
-  std::string config_path, log_format = "text";
+  std::string config_path, log_format = "text", resume;
   options.add_options()
       ("config,c", po::value<std::string>(&config_path)->required(), "the ds_config.json to train from")
       ("steps", po::value<int64_t>(&steps), "optimizer steps to run (overrides \"train_steps\")")
       ("n,n", po::value<int>(&ranks)->default_value(1), "number of local ranks to start")
+      ("resume", po::value<std::string>(&resume),
+       "continue from the newest checkpoint in this folder (any world size and ZeRO stage)")
       ("log-format", po::value<std::string>(&log_format)->default_value("text"),
        "text, or json: one JSON object per log line and per step");
   po::positional_options_description positional;
   po::variables_map vm;
   int exit_code = kExitOk;
   if (!parse_options(args, options, positional,
-                     "usage: dscore run --config F [--steps N] [-n RANKS] [--log-format text|json]",
+                     "usage: dscore run --config F [--steps N] [-n RANKS] [--resume DIR] [--log-format text|json]",
                      &vm, &exit_code))
     return exit_code;
   RunOptions run;
@@ -49,6 +51,8 @@ int run_command(const std::vector<std::string>& args) {
   run.ranks = ranks;
   run.rank_args = {"run", "--config", config_path, "--log-format", log_format};
   if (run.steps) run.rank_args.insert(run.rank_args.end(), {"--steps", std::to_string(*run.steps)});
+  run.resume_dir = resume;
+  if (!resume.empty()) run.rank_args.insert(run.rank_args.end(), {"--resume", resume});
   // mpirun gives its ranks a pseudo-terminal, so the process that started
   // the job decides (its stdout is the user's) and tells the ranks.
   const char* inherited = std::getenv("DSCORE_PROGRESS_BAR");

@@ -23,6 +23,7 @@
 #include "core/base/failpoint.h"
 #include "core/base/logging.h"
 #include "core/base/strings.h"
+#include "core/checkpoint/checkpoint_info.h"
 #include "core/checkpoint/checksum.h"
 #include "core/checkpoint/durable_file.h"
 #include "core/checkpoint/format.h"
@@ -61,30 +62,6 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
-}
-
-int64_t int_at(const json::Value& v, const char* key, int64_t fallback) {
-  const json::Value* f = v.is_object() ? v.find(key) : nullptr;
-  return f != nullptr && f->is_integral() ? f->as_int() : fallback;
-}
-
-double number_at(const json::Value& v, const char* key, double fallback) {
-  const json::Value* f = v.is_object() ? v.find(key) : nullptr;
-  return f != nullptr && f->is_number() ? f->as_number() : fallback;
-}
-
-const json::Value& member(const json::Value& v, const char* key) {
-  static const json::Value kNull;
-  const json::Value* f = v.is_object() ? v.find(key) : nullptr;
-  return f != nullptr ? *f : kNull;
-}
-
-std::vector<std::string> strings_at(const json::Value& v) {
-  std::vector<std::string> out;
-  if (v.is_array())
-    for (const json::Value& s : v.items())
-      if (s.is_string()) out.push_back(s.as_string());
-  return out;
 }
 
 Status publish(const std::string& dir, const std::string& tag, const std::string& staging, bool save_latest,
@@ -312,47 +289,18 @@ Result<LoadedCheckpoint> Engine::load_checkpoint(const std::string& dir, const L
 }
 
 Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir, const LoadCheckpointOptions& options) {
+  DSCORE_ASSIGN_OR_RETURN(ck::CheckpointInfo info, ck::open_checkpoint(dir, options.tag));
+  const ck::FileHeader& header0 = info.header0;
+  const json::Value& state = info.state();
   LoadedCheckpoint loaded;
-  loaded.tag = options.tag;
-  if (loaded.tag.empty()) {
-    auto latest = ck::read_text_file(dir + "/" + ck::kLatestName, 4096);
-    if (!latest.ok() && latest.status().code() == DSCORE_NOT_FOUND)
-      return not_found("no checkpoint to load in " + dir + ": " + dir + "/latest does not exist (name a tag, or "
-                       "check the folder)");
-    if (!latest.ok()) return latest.status();
-    loaded.tag = *latest;
-    while (!loaded.tag.empty() && std::isspace(static_cast<unsigned char>(loaded.tag.back()))) loaded.tag.pop_back();
-  }
-  DSCORE_RETURN_IF_ERROR(ck::check_tag(loaded.tag));
-  loaded.path = dir + "/" + loaded.tag;
-  if (!ck::is_folder(loaded.path))
-    return not_found((options.tag.empty() ? dir + "/latest names tag " + loaded.tag : "checkpoint tag " + loaded.tag) +
-                     " but " + loaded.path + " does not exist: the save did not complete or the folder was moved; "
-                     "name another tag");
-  // Rank 0's model states: the training state and the saved layout.
-  std::string first = ck::model_states_name(0, 0);
-  if (!ck::path_exists(loaded.path + "/" + first)) first = ck::model_states_name(3, 0);
-  if (!ck::path_exists(loaded.path + "/" + first))
-    return data_loss(loaded.path + " has no " + ck::model_states_name(0, 0) + " or " + first +
-                     ": not a dscore checkpoint, or an incomplete copy of one");
-  DSCORE_ASSIGN_OR_RETURN(ck::SafetensorsReader model0, ck::SafetensorsReader::open(loaded.path + "/" + first));
-  DSCORE_ASSIGN_OR_RETURN(ck::FileHeader header0, ck::parse_header(model0));
-  const json::Value& state = header0.state;
-  if (!state.is_object()) return data_loss(model0.path() + " carries no training state");
+  loaded.tag = info.tag;
+  loaded.path = info.path;
   loaded.saved_world_size = header0.world_size;
   loaded.saved_zero_stage = header0.zero_stage;
-  loaded.client_state = member(state, "client_state");
+  loaded.client_state = ck::member(state, "client_state");
+  const std::vector<ck::SavedParam>& saved = info.params;
 
   // The saved parameters must be this model's.
-  std::vector<ck::SavedParam> saved;
-  for (const json::Value& p : member(state, "params").items()) {
-    ck::SavedParam sp;
-    sp.name = member(p, "name").is_string() ? member(p, "name").as_string() : "";
-    for (const json::Value& d : member(p, "shape").items()) sp.shape.push_back(d.is_integral() ? d.as_int() : -1);
-    sp.numel = 1;
-    for (int64_t d : sp.shape) sp.numel *= d;
-    saved.push_back(std::move(sp));
-  }
   const auto& params = layout_.params();
   for (const ParamEntry& p : params) {
     auto it = std::find_if(saved.begin(), saved.end(), [&](const ck::SavedParam& s) { return s.name == p.name; });
@@ -369,13 +317,8 @@ Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir, const L
                                " parameters but the model has " + std::to_string(params.size()) +
                                ": it was saved from a different model");
 
-  const json::Value& files = member(state, "files");
   const bool weights_only = options.load_module_only || !options.load_optimizer_states;
-  const std::vector<std::string> names = strings_at(member(files, weights_only ? "model_states" : "optim_states"));
-  for (const std::string& n : names)
-    if (!ck::path_exists(loaded.path + "/" + n))
-      return data_loss("checkpoint " + loaded.path + " is missing " + n + " (it was saved by " +
-                       std::to_string(header0.world_size) + " rank(s) and every rank's file is needed)");
+  const std::vector<std::string>& names = weights_only ? info.model_files : info.optim_files;
   DSCORE_ASSIGN_OR_RETURN(ck::FragmentSet set, ck::FragmentSet::open(loaded.path, names));
   if (set.headers().front().checkpoint_id != header0.checkpoint_id)
     return data_loss(loaded.path + " mixes files of two saves: restore the folder from one save");
@@ -390,8 +333,8 @@ Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir, const L
   if (!weights_only) {
     const std::vector<zero::StateSlot> slots = optimizer_->slots();
     std::vector<std::string> have, want;
-    for (const json::Value& e : member(member(state, "optimizer"), "slots").items())
-      have.push_back(member(e, "name").is_string() ? member(e, "name").as_string() : "?");
+    for (const json::Value& e : ck::member(ck::member(state, "optimizer"), "slots").items())
+      have.push_back(ck::member(e, "name").is_string() ? ck::member(e, "name").as_string() : "?");
     for (const zero::StateSlot& slot : slots) want.push_back(slot.name);
     if (have != want)
       return failed_precondition("checkpoint " + loaded.path + " has optimizer state [" + join(have, ", ") +
@@ -424,6 +367,7 @@ Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir, const L
     DSCORE_RETURN_IF_ERROR(restore_training_state(state, loaded.path, options, header0.world_size));
   if (plugin_host::SchedulerInstance* sched = schedule_->scheduler();
       !options.load_module_only && options.load_lr_scheduler_states && sched != nullptr && sched->has_extra_state()) {
+    DSCORE_ASSIGN_OR_RETURN(ck::SafetensorsReader model0, ck::SafetensorsReader::open(info.path + "/" + info.model0_name));
     const ck::TensorInfo* extra = model0.find(ck::kSchedulerExtraTensor);
     if (extra == nullptr) return data_loss(model0.path() + " has no " + ck::kSchedulerExtraTensor);
     std::string bytes(extra->bytes, '\0');
@@ -435,24 +379,27 @@ Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir, const L
 
 Status Engine::restore_training_state(const json::Value& state, const std::string& folder,
                                       const LoadCheckpointOptions& options, int saved_world) {
+  using ck::int_member;
+  using ck::member;
+  using ck::number_member;
   const json::Value& counters = member(state, "counters");
   if (!counters.is_object()) return data_loss(folder + ": the training state has no counters");
-  global_steps_ = int_at(counters, "global_steps", 0);
-  global_samples_ = int_at(counters, "global_samples", 0);
-  skipped_steps_ = int_at(counters, "skipped_steps", 0);
+  global_steps_ = int_member(counters, "global_steps", 0);
+  global_samples_ = int_member(counters, "global_samples", 0);
+  skipped_steps_ = int_member(counters, "skipped_steps", 0);
   micro_steps_ = global_steps_ * config_.batch.gradient_accumulation_steps;
   const json::Value& ls = member(state, "loss_scaler");
   if (config_.fp16.enabled && scaler_.is_dynamic() && member(ls, "dynamic").is_bool() && member(ls, "dynamic").as_bool()) {
     zero::LossScaler::State s;
-    s.scale = number_at(ls, "scale", scaler_.scale());
-    s.iteration = int_at(ls, "iteration", 0);
-    s.last_overflow = int_at(ls, "last_overflow_iteration", -1);
-    s.hysteresis_left = int_at(ls, "hysteresis_left", 1);
+    s.scale = number_member(ls, "scale", scaler_.scale());
+    s.iteration = int_member(ls, "iteration", 0);
+    s.last_overflow = int_member(ls, "last_overflow_iteration", -1);
+    s.hysteresis_left = int_member(ls, "hysteresis_left", 1);
     scaler_.restore(s);
   }
   if (options.load_lr_scheduler_states)
-    schedule_->set_iteration(int_at(member(state, "lr_scheduler"), "last_batch_iteration", schedule_->iteration()));
-  const int64_t saved_batch = int_at(member(state, "data_sampler"), "train_batch_size", 0);
+    schedule_->set_iteration(int_member(member(state, "lr_scheduler"), "last_batch_iteration", schedule_->iteration()));
+  const int64_t saved_batch = int_member(member(state, "data_sampler"), "train_batch_size", 0);
   if (saved_batch != config_.batch.train_batch_size && rank() == 0)
     log_warning("checkpoint " + folder + " was trained with train_batch_size " + std::to_string(saved_batch) +
                 " (at " + std::to_string(saved_world) + " rank(s)); this run uses " +

@@ -65,6 +65,9 @@ void check_run_config(config::LoadedConfig* loaded) {
   if (cfg.train_steps <= 0)
     loaded->errors.push_back({"train_steps", {}, "`dscore run` needs the number of optimizer "
                                                   "steps: set \"train_steps\" or pass --steps N"});
+  if (cfg.save_interval > 0 && cfg.checkpoint_dir.empty())
+    loaded->errors.push_back({"save_interval", {}, "save_interval needs \"checkpoint_dir\": the folder to save "
+                                                    "checkpoints in"});
   for (config::ConfigError& e : unsupported_features(cfg)) {
     e.location = locate(loaded->resolved, e.path);
     loaded->errors.push_back(std::move(e));
@@ -163,6 +166,19 @@ int run_training(const RunOptions& options) {
              std::to_string(cfg.batch.gradient_accumulation_steps) + " x " +
              std::to_string(e.world_size()) + " ranks)");
 
+  if (!options.resume_dir.empty()) {
+    auto resumed = e.load_checkpoint(options.resume_dir);
+    if (!resumed.ok()) return fail_job(resumed.status());
+    if (leader)
+      log_info("resuming at step " + std::to_string(e.global_steps()) + " of " + std::to_string(cfg.train_steps));
+  }
+  // Periodic saves: a failure is reported and training goes on (the
+  // previous checkpoint is intact); only the final save's failure fails the run.
+  Status last_save;
+  auto save = [&] {
+    last_save = e.save_checkpoint(cfg.checkpoint_dir);
+    if (!last_save.ok()) log_error(last_save.message() + (leader ? "; training goes on" : ""));
+  };
   const data::DistributedSampler sampler(cfg.batch, e.world_size(), e.rank());
   data::HostBatch batch(e.model().description(), cfg.batch.train_micro_batch_size_per_gpu);
   ProgressReporter progress(cfg.train_steps, cfg.steps_per_print, options.progress_bar && leader,
@@ -170,7 +186,7 @@ int run_training(const RunOptions& options) {
   const std::string mom = momentum_text(setup->selection);
   ProgressSnapshot snapshot;
   snapshot.total_steps = cfg.train_steps;
-  for (int64_t step = 0; step < cfg.train_steps; ++step) {
+  for (int64_t step = e.global_steps(); step < cfg.train_steps; ++step) {
     for (int64_t micro = 0; micro < cfg.batch.gradient_accumulation_steps; ++micro) {
       if (Status st = (*source)->fill(sampler.micro_batch(step, micro), &batch); !st.ok())
         return fail_job(st);
@@ -184,10 +200,15 @@ int run_training(const RunOptions& options) {
     const std::vector<double> lrs = e.get_lr();
     snapshot.lr = lrs.empty() ? 0 : lrs[0];
     if (leader) progress.update(snapshot, lrs, mom);
+    if (cfg.save_interval > 0 && (e.global_steps() % cfg.save_interval == 0 || step + 1 == cfg.train_steps)) save();
   }
   if (leader) progress.finish(snapshot);
   if (cfg.memory_breakdown) log_info(describe_memory(e));
   if (leader && cfg.comms_logger.present) log_info("comms_logger summary\n" + e.communicator().comms_summary());
+  if (!last_save.ok()) {
+    log_error("the final checkpoint was not saved: " + last_save.message());
+    return kExitFailure;
+  }
   return 0;
 }
 

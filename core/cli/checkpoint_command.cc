@@ -1,0 +1,79 @@
+// Checkpoint tools:
+//   dscore checkpoint inspect DIR [--tag T]
+//   dscore zero-to-fp32 DIR OUT [--tag T] [--max-shard-size 5GB]
+#include <cstdio>
+
+#include "core/checkpoint/consolidate.h"
+#include "core/checkpoint/inspect.h"
+#include "core/cli/commands.h"
+#include "core/cli/options.h"
+
+namespace dscore::cli {
+namespace {
+
+int report_error(const Status& status) {
+  std::fprintf(stderr, "error: %s\n", status.message().c_str());
+  return kExitFailure;
+}
+
+}  // namespace
+
+int checkpoint_command(const std::vector<std::string>& args) {
+  const char* usage = "usage: dscore checkpoint inspect DIR [--tag T]";
+  if (args.empty() || args[0] != "inspect") {
+    if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+      std::printf("%s\n  verify a checkpoint's checksums and completeness and print what it holds\n", usage);
+      return kExitOk;
+    }
+    std::fprintf(stderr, "%s\n", usage);
+    return kExitUsage;
+  }
+  po::options_description options("checkpoint inspect options");
+  std::string dir, tag;
+  options.add_options()
+      ("dir", po::value<std::string>(&dir)->required(), "the checkpoint folder (holding `latest`)")
+      ("tag", po::value<std::string>(&tag), "the tag to inspect (default: the one `latest` names)");
+  po::positional_options_description positional;
+  positional.add("dir", 1);
+  po::variables_map vm;
+  int exit_code = kExitOk;
+  if (!parse_options({args.begin() + 1, args.end()}, options, positional, usage, &vm, &exit_code)) return exit_code;
+  std::string report;
+  const Status status = checkpoint::inspect_checkpoint(dir, tag, &report);
+  std::fputs(report.c_str(), stdout);
+  return status.ok() ? kExitOk : report_error(status);
+}
+
+int zero_to_fp32_command(const std::vector<std::string>& args) {
+  po::options_description options("zero-to-fp32 options");
+  std::string dir, out, tag, max_shard = "5GB";
+  options.add_options()
+      ("dir", po::value<std::string>(&dir)->required(), "the checkpoint folder (holding `latest`)")
+      ("out", po::value<std::string>(&out)->required(), "the output folder")
+      ("tag", po::value<std::string>(&tag), "the tag to convert (default: the one `latest` names)")
+      ("max-shard-size", po::value<std::string>(&max_shard)->default_value("5GB"),
+       "split into model-0000i-of-0000n.safetensors shards past this size (HuggingFace units: 5GB = 5e9 bytes)");
+  po::positional_options_description positional;
+  positional.add("dir", 1).add("out", 1);
+  po::variables_map vm;
+  int exit_code = kExitOk;
+  if (!parse_options(args, options, positional, "usage: dscore zero-to-fp32 DIR OUT [--tag T] [--max-shard-size 5GB]",
+                     &vm, &exit_code))
+    return exit_code;
+  checkpoint::ConsolidateOptions consolidate;
+  consolidate.tag = tag;
+  auto size = checkpoint::parse_size(max_shard);
+  if (!size.ok()) {
+    std::fprintf(stderr, "dscore: --max-shard-size: %s\n", size.status().message().c_str());
+    return kExitUsage;
+  }
+  consolidate.max_shard_bytes = *size;
+  auto result = checkpoint::zero_to_fp32(dir, out, consolidate);
+  if (!result.ok()) return report_error(result.status());
+  std::printf("wrote %zu fp32 tensors (%llu bytes):\n", result->tensors,
+              static_cast<unsigned long long>(result->total_bytes));
+  for (const std::string& f : result->files) std::printf("  %s\n", f.c_str());
+  return kExitOk;
+}
+
+}  // namespace dscore::cli
