@@ -229,13 +229,14 @@ Status Engine::write_checkpoint_files(const std::string& folder, const std::stri
     header.fragments.push_back({name, param, slot, begin, numel});
   };
   const float* master = strategy_->owned_master();
-  for (const zero::OwnedSegment& s : strategy_->owned_segments())
+  const std::vector<zero::OwnedSegment> segments = strategy_->checkpoint_segments();
+  for (const zero::OwnedSegment& s : segments)
     add(ck::kMasterSlot, params[s.param].name, s.element, s.numel, s.numel, DSCORE_DTYPE_F32, master + s.offset, {});
   const std::vector<zero::StateSlot> slots = optimizer_->slots();
   for (size_t k = 0; k < slots.size(); ++k) {
     const char* base = static_cast<const char*>(optimizer_->slot_data(k));
     const int64_t epp = slots[k].elements_per_param;
-    for (const zero::OwnedSegment& s : strategy_->owned_segments())
+    for (const zero::OwnedSegment& s : segments)
       add(slots[k].name, params[s.param].name, s.element, s.numel, s.numel * epp, slots[k].dtype,
           base + static_cast<size_t>(s.offset * epp) * sdk::dtype_size(slots[k].dtype), {});
   }

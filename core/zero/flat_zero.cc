@@ -341,6 +341,18 @@ Status FlatZero::gather_master(std::vector<float>* out) {
 }
 
 
+std::vector<OwnedSegment> FlatZero::checkpoint_segments() const {
+  if (stage_ != 0) return segments_;
+  // Owned space is the flat space here: clip to this rank's partition.
+  std::vector<OwnedSegment> mine;
+  const int64_t lo = partition_.begin(rank_), hi = partition_.end(rank_);
+  for (const OwnedSegment& s : segments_) {
+    const int64_t a = std::max(s.offset, lo), b = std::min(s.offset + s.numel, hi);
+    if (a < b) mine.push_back({s.param, a, b - a, s.element + (a - s.offset)});
+  }
+  return mine;
+}
+
 std::vector<ParamRun> FlatZero::checkpoint_params() {
   std::vector<ParamRun> runs;
   if (rank_ != 0) return runs;

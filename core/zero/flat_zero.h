@@ -49,6 +49,7 @@ class FlatZero final : public ZeroStrategy {
   void zero_grads() override;
   Status gather_master(std::vector<float>* out) override;
   std::vector<ParamRun> checkpoint_params() override;
+  std::vector<OwnedSegment> checkpoint_segments() const override;
 
  private:
   // An IPG bucket (stage 2): a window of the flat space filled from its top

@@ -102,6 +102,11 @@ class ZeroStrategy {
   // checkpoint's model states: rank 0 all of them in stages 0-2 (it holds
   // the whole flat copy), every rank its own shards in stage 3.
   virtual std::vector<ParamRun> checkpoint_params() = 0;
+  // The part of the owned space this rank writes into its optimizer-state
+  // shard: all of it, except in stage 0, where every rank owns everything
+  // and each writes the partition stage 1 would give it (no duplicates, and
+  // the ranks write in parallel).
+  virtual std::vector<OwnedSegment> checkpoint_segments() const { return owned_segments(); }
 };
 
 std::unique_ptr<ZeroStrategy> make_zero_strategy(const ZeroContext& context);

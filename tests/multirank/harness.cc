@@ -80,6 +80,30 @@ RankReport read_report(const std::filesystem::path& file) {
   return r;
 }
 
+// What a run wrote under `prefix`: per-rank reports, gathered parameters, dumped state.
+void read_outputs(const std::string& prefix, int world, RunResult* result) {
+  for (int r = 0; r < world; ++r) {
+    const std::filesystem::path file = prefix + ".rank" + std::to_string(r);
+    if (std::filesystem::exists(file)) result->ranks.push_back(read_report(file));
+  }
+  std::ifstream raw(prefix + ".params", std::ios::binary);
+  if (raw) {
+    std::vector<char> bytes((std::istreambuf_iterator<char>(raw)), std::istreambuf_iterator<char>());
+    result->params.resize(bytes.size() / 4);
+    std::copy(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(result->params.size() * 4),
+              reinterpret_cast<char*>(result->params.data()));
+  }
+  std::ifstream state(prefix + ".state", std::ios::binary);
+  for (std::string name; state >> name;) {
+    size_t count = 0;
+    state >> count;
+    state.get();  // the newline
+    std::vector<float>& values = result->state[name];
+    values.resize(count);
+    state.read(reinterpret_cast<char*>(values.data()), static_cast<std::streamsize>(count * 4));
+  }
+}
+
 }  // namespace
 
 RunResult run_workers(const RunSpec& spec, const std::vector<std::string>& worker_args,
@@ -98,25 +122,10 @@ RunResult run_workers(const RunSpec& spec, const std::vector<std::string>& worke
   options.env = mpi_test_env();
   RunResult result;
   result.process = run_process(argv, options);
-  for (int r = 0; r < spec.world; ++r) {
-    const std::filesystem::path file = out + ".rank" + std::to_string(r);
-    if (std::filesystem::exists(file)) result.ranks.push_back(read_report(file));
-  }
-  std::ifstream raw(out + ".params", std::ios::binary);
-  if (raw) {
-    std::vector<char> bytes((std::istreambuf_iterator<char>(raw)), std::istreambuf_iterator<char>());
-    result.params.resize(bytes.size() / 4);
-    std::copy(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(result.params.size() * 4),
-              reinterpret_cast<char*>(result.params.data()));
-  }
-  std::ifstream state(out + ".state", std::ios::binary);
-  for (std::string name; state >> name;) {
-    size_t count = 0;
-    state >> count;
-    state.get();  // the newline
-    std::vector<float>& values = result.state[name];
-    values.resize(count);
-    state.read(reinterpret_cast<char*>(values.data()), static_cast<std::streamsize>(count * 4));
+  read_outputs(out, spec.world, &result);
+  for (int i = 1; std::filesystem::exists(out + "." + std::to_string(i) + ".rank0"); ++i) {
+    result.more.emplace_back();
+    read_outputs(out + "." + std::to_string(i), spec.world, &result.more.back());
   }
   return result;
 }

@@ -56,6 +56,8 @@ struct RunResult {
   std::vector<float> params;      // gathered fp32 master weights (rank 0)
   // --dump-state: gathered fp32 masters ("fp32") and optimizer slots by name.
   std::map<std::string, std::vector<float>> state;
+  // --load with several folders: the outputs of the 2nd, 3rd, ... runs.
+  std::vector<RunResult> more;
   bool ok() const { return process.exited() && process.exit_code == 0; }
 };
 

@@ -12,8 +12,9 @@
 // Fault injection for the fault tests: --die-rank/--die-step (SIGKILL),
 // --hang-rank/--hang-step (sleep forever), --poison-rank/--poison-step (an
 // Inf in that rank's batch, as an fp16 overflow on one rank only).
-// Checkpoints: --load DIR (resume from DIR's latest before training; the
-// loop goes on from the loaded step), --load-weights-only, --save DIR with
+// Checkpoints: --load DIR[,DIR...] (resume from DIR's latest before
+// training; the loop goes on from the loaded step; several: one run each,
+// reloading into the same engine, outputs of the i-th (i > 0) as <out>.<i>), --load-weights-only, --save DIR with
 // --save-step K (save once K steps are done) and --stop-after-save (exit
 // at once, as if killed), --save-error-ok (report a failed save and go on);
 // --dump-state: rank 0 writes the gathered fp32 masters and every optimizer
@@ -117,52 +118,66 @@ int main(int argc, char** argv) {
   dscore::data::DistributedSampler sampler(cfg.batch, e.world_size(), e.rank());
   dscore::data::HostBatch batch(e.model().description(), cfg.batch.train_micro_batch_size_per_gpu);
 
-  if (!o.load.empty()) {
-    dscore::LoadCheckpointOptions load;
-    load.load_optimizer_states = !o.load_weights_only;
-    if (auto st = e.load_checkpoint(o.load, load); !st.ok()) return fail(st.status().message());
-  }
-  if (o.dump_state && o.save.empty() && !dump_state(e, o.out + ".state")) return fail("cannot dump the state");
-  std::ofstream out(o.out + ".rank" + std::to_string(e.rank()));
-  out << "numel " << e.layout().total_numel() << "\n";
-  for (int64_t step = e.global_steps(); step < cfg.train_steps; ++step) {
-    if (step == o.save_step && !o.save.empty()) {
-      const dscore::Status saved = e.save_checkpoint(o.save);
-      if (!saved.ok() && !o.save_error_ok) return fail(saved.message());
-      if (!saved.ok()) std::fprintf(stderr, "zero_worker: save failed, training goes on: %s\n", saved.message().c_str());
-      if (o.dump_state && !dump_state(e, o.out + ".state")) return fail("cannot dump the state");
-      if (o.stop_after_save) return 0;
+  // One training run per --load entry (comma-separated; outputs of entry i
+  // > 0 go to <out>.<i>.*), each from the checkpoint it loads.
+  auto train = [&](const std::string& load_dir, const std::string& prefix) -> int {
+    if (!load_dir.empty()) {
+      dscore::LoadCheckpointOptions load;
+      load.load_optimizer_states = !o.load_weights_only;
+      if (auto st = e.load_checkpoint(load_dir, load); !st.ok()) return fail(st.status().message());
     }
-    if (e.rank() == o.die_rank && step == o.die_step) raise(SIGKILL);
-    if (e.rank() == o.hang_rank && step == o.hang_step)
-      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-    for (int64_t micro = 0; micro < cfg.batch.gradient_accumulation_steps; ++micro) {
-      if (auto st = (*source)->fill(sampler.micro_batch(step, micro), &batch); !st.ok()) return fail(st.message());
-      if (e.rank() == o.poison_rank && step == o.poison_step)
-        static_cast<float*>(batch.tensor(0).data)[0] = INFINITY;
-      if (auto loss = e.forward_backward(batch.view()); !loss.ok()) return fail(loss.status().message());
-      if (auto st = e.step(); !st.ok()) return fail(st.message());
+    if (o.dump_state && o.save.empty() && !dump_state(e, prefix + ".state")) return fail("cannot dump the state");
+    std::ofstream out(prefix + ".rank" + std::to_string(e.rank()));
+    out << "numel " << e.layout().total_numel() << "\n";
+    for (int64_t step = e.global_steps(); step < cfg.train_steps; ++step) {
+      if (step == o.save_step && !o.save.empty()) {
+        const dscore::Status saved = e.save_checkpoint(o.save);
+        if (!saved.ok() && !o.save_error_ok) return fail(saved.message());
+        if (!saved.ok()) std::fprintf(stderr, "zero_worker: save failed, training goes on: %s\n", saved.message().c_str());
+        if (o.dump_state && !dump_state(e, prefix + ".state")) return fail("cannot dump the state");
+        if (o.stop_after_save) return 0;
+      }
+      if (e.rank() == o.die_rank && step == o.die_step) raise(SIGKILL);
+      if (e.rank() == o.hang_rank && step == o.hang_step)
+        for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+      for (int64_t micro = 0; micro < cfg.batch.gradient_accumulation_steps; ++micro) {
+        if (auto st = (*source)->fill(sampler.micro_batch(step, micro), &batch); !st.ok()) return fail(st.message());
+        if (e.rank() == o.poison_rank && step == o.poison_step)
+          static_cast<float*>(batch.tensor(0).data)[0] = INFINITY;
+        if (auto loss = e.forward_backward(batch.view()); !loss.ok()) return fail(loss.status().message());
+        if (auto st = e.step(); !st.ok()) return fail(st.message());
+      }
+      char hex[64];
+      std::snprintf(hex, sizeof hex, "%a", e.last_loss());
+      out << "loss " << step << " " << hex << "\n";
+      out << "step " << step << " " << (e.was_step_applied() ? "applied" : "skipped") << " "
+          << e.loss_scale() << " " << e.get_global_grad_norm() << "\n";
+      if (step == 0) e.communicator().reset_counters();  // volume per step, setup excluded
+      if (auto wire = e.communicator().wire_counters(); wire.ok()) out << "wire " << step << " " << wire->bytes_sent << "\n";
     }
-    char hex[64];
-    std::snprintf(hex, sizeof hex, "%a", e.last_loss());
-    out << "loss " << step << " " << hex << "\n";
-    out << "step " << step << " " << (e.was_step_applied() ? "applied" : "skipped") << " "
-        << e.loss_scale() << " " << e.get_global_grad_norm() << "\n";
-    if (step == 0) e.communicator().reset_counters();  // volume per step, setup excluded
-    if (auto wire = e.communicator().wire_counters(); wire.ok()) out << "wire " << step << " " << wire->bytes_sent << "\n";
+    for (const auto& [op, c] : e.communicator().counters())
+      out << "comm " << op << " " << c.calls << " " << c.elements << "\n";
+    const auto m = e.measured_memory(), p = e.plan().memory;
+    out << "memory " << m.parameters << " " << m.gradients << " " << m.master << " " << m.optimizer << " "
+        << m.buffers << "\n";
+    out << "plan " << p.parameters << " " << p.gradients << " " << p.master << " " << p.optimizer << " "
+        << p.buffers << "\n";
+    std::vector<float> params;
+    if (auto st = e.gather_parameters(&params); !st.ok()) return fail(st.message());
+    if (e.rank() == 0) {
+      std::ofstream raw(prefix + ".params", std::ios::binary);
+      raw.write(reinterpret_cast<const char*>(params.data()), static_cast<std::streamsize>(params.size() * 4));
+    }
+    return 0;
+  };
+  std::vector<std::string> loads;
+  for (size_t start = 0;;) {
+    const size_t comma = o.load.find(',', start);
+    loads.push_back(o.load.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
   }
-  for (const auto& [op, c] : e.communicator().counters())
-    out << "comm " << op << " " << c.calls << " " << c.elements << "\n";
-  const auto m = e.measured_memory(), p = e.plan().memory;
-  out << "memory " << m.parameters << " " << m.gradients << " " << m.master << " " << m.optimizer << " "
-      << m.buffers << "\n";
-  out << "plan " << p.parameters << " " << p.gradients << " " << p.master << " " << p.optimizer << " "
-      << p.buffers << "\n";
-  std::vector<float> params;
-  if (auto st = e.gather_parameters(&params); !st.ok()) return fail(st.message());
-  if (e.rank() == 0) {
-    std::ofstream raw(o.out + ".params", std::ios::binary);
-    raw.write(reinterpret_cast<const char*>(params.data()), static_cast<std::streamsize>(params.size() * 4));
-  }
+  for (size_t i = 0; i < loads.size(); ++i)
+    if (int rc = train(loads[i], i == 0 ? o.out : o.out + "." + std::to_string(i)); rc != 0) return rc;
   return 0;
 }
