@@ -3,14 +3,16 @@
 // fp32 mlp with Adam (16 bytes per parameter on disk: the model's fp32
 // parameters, the fp32 masters, exp_avg and exp_avg_sq; >= 1 GiB by
 // default), then per round: Engine::save_checkpoint (fsyncs every file),
-// a plain write()+fsync of as many bytes to the same folder (the disk's
-// write limit), a cold read() of that file (the read limit), and a cold
-// Engine::load_checkpoint (checksums verified, parameters refreshed). The
-// best round of each is reported. Last, the real CLI converts the
+// plain write()+fsync of as many bytes to the same folder (the disk's write
+// limit) and a cold read() of that file (the read limit), twice, and a cold
+// Engine::load_checkpoint (checksums verified, parameters refreshed), whose
+// bandwidth counts the bytes it fetched from the disk (/proc/self/io). The
+// best of each series is reported. Last, the real CLI converts the
 // checkpoint to sharded safetensors and its peak RSS is set beside the
 // largest shard it wrote.
 //
 //   checkpoint_io [--params N] [--dir PATH] [--repeat K] [--max-shard-size 256MB]
+// --dir: where to make the run's folder (default /tmp); removed at the end.
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/resource.h>
@@ -45,7 +47,7 @@ constexpr const char* kMeasureChild = "--measure-child";  // internal: see measu
 struct Options {
   int64_t params = 70'000'000;
   std::string base = "/tmp";  // the folder made for the run goes inside
-  int repeat = 2;
+  int repeat = 3;
   std::string max_shard = "256MB";
 };
 
@@ -108,7 +110,7 @@ dscore::Result<double> disk_write_seconds(const std::string& path, uint64_t byte
   if (fd < 0) return errno_error("cannot create", path);
   for (uint64_t done = 0, index = 0; done < bytes; ++index) {
     std::memcpy(chunk.data(), &index, sizeof index);  // no two chunks alike
-    size_t n = static_cast<size_t>(std::min<uint64_t>(kChunkBytes, bytes - done));
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kChunkBytes, bytes - done));
     const ssize_t w = ::write(fd, chunk.data(), n);
     if (w <= 0) {
       ::close(fd);
@@ -141,8 +143,10 @@ dscore::Result<double> disk_read_seconds(const std::string& path) {
 // An mlp of equal-width linear layers (at most 2048 wide) with about
 // `params` parameters.
 std::string config_text(int64_t params, int64_t* width, int64_t* layers) {
-  *width = std::clamp<int64_t>(static_cast<int64_t>(std::sqrt(static_cast<double>(params))), 1, 2048);
-  *layers = std::max<int64_t>(1, std::llround(static_cast<double>(params) / static_cast<double>(*width * (*width + 1))));
+  *width =
+      std::clamp<int64_t>(static_cast<int64_t>(std::sqrt(static_cast<double>(params))), 1, 2048);
+  *layers = std::max<int64_t>(
+      1, std::llround(static_cast<double>(params) / static_cast<double>(*width * (*width + 1))));
   char text[1024];
   std::snprintf(text, sizeof text,
                 R"({"plugins": {"paths": ["%s"]}, "train_batch_size": 1,
@@ -150,21 +154,26 @@ std::string config_text(int64_t params, int64_t* width, int64_t* layers) {
                     "model": {"type": "mlp", "input_dim": %lld, "hidden_dim": %lld, "output_dim": %lld,
                               "n_hidden_layers": %lld},
                     "zero_optimization": {"stage": 1}})",
-                DSCORE_BUILD_PLUGIN_DIR, static_cast<long long>(*width), static_cast<long long>(*width),
-                static_cast<long long>(*width), static_cast<long long>(*layers - 1));
+                DSCORE_BUILD_PLUGIN_DIR, static_cast<long long>(*width),
+                static_cast<long long>(*width), static_cast<long long>(*width),
+                static_cast<long long>(*layers - 1));
   return text;
 }
 
 dscore::Result<std::unique_ptr<dscore::Engine>> trained_engine(const std::string& config) {
   auto setup = dscore::prepare_text(config, "checkpoint_io.json", ".", {});
   if (!setup.ok()) return setup.status();
-  if (!setup->loaded.ok()) return dscore::invalid_argument(dscore::format_config_errors(setup->loaded));
-  DSCORE_ASSIGN_OR_RETURN(std::unique_ptr<dscore::Engine> engine, dscore::build_engine(*setup, nullptr));
+  if (!setup->loaded.ok())
+    return dscore::invalid_argument(dscore::format_config_errors(setup->loaded));
+  DSCORE_ASSIGN_OR_RETURN(std::unique_ptr<dscore::Engine> engine,
+                          dscore::build_engine(*setup, nullptr));
   // One step, so the optimizer state is not all zeros.
   const auto& cfg = engine->config();
-  DSCORE_ASSIGN_OR_RETURN(auto source, dscore::data::make_batch_source(cfg.data, engine->model(), cfg.seed));
+  DSCORE_ASSIGN_OR_RETURN(auto source,
+                          dscore::data::make_batch_source(cfg.data, engine->model(), cfg.seed));
   dscore::data::DistributedSampler sampler(cfg.batch, 1, 0);
-  dscore::data::HostBatch batch(engine->model().description(), cfg.batch.train_micro_batch_size_per_gpu);
+  dscore::data::HostBatch batch(engine->model().description(),
+                                cfg.batch.train_micro_batch_size_per_gpu);
   DSCORE_RETURN_IF_ERROR(source->fill(sampler.micro_batch(0, 0), &batch));
   DSCORE_RETURN_IF_ERROR(engine->forward_backward(batch.view()).status());
   DSCORE_RETURN_IF_ERROR(engine->step());
@@ -205,7 +214,8 @@ int measure_child(int argc, char** argv) {
   rusage usage{};
   if (::wait4(*pid, &status, 0, &usage) != *pid) return 1;
   const double seconds = seconds_since(start);
-  std::printf("%d %ld %.6f\n", WIFEXITED(status) ? WEXITSTATUS(status) : 128, usage.ru_maxrss, seconds);
+  std::printf("%d %ld %.6f\n", WIFEXITED(status) ? WEXITSTATUS(status) : 128, usage.ru_maxrss,
+              seconds);
   return 0;
 }
 
@@ -224,95 +234,174 @@ dscore::Result<ChildFigures> run_measured(const std::vector<std::string>& comman
   std::string text;
   char buffer[256];
   ssize_t n;
-  while ((n = ::read(out[0], buffer, sizeof buffer)) > 0) text.append(buffer, static_cast<size_t>(n));
+  while ((n = ::read(out[0], buffer, sizeof buffer)) > 0)
+    text.append(buffer, static_cast<size_t>(n));
   ::close(out[0]);
   if (!pid.ok()) return pid.status();
   int status = 0;
   ::waitpid(*pid, &status, 0);
   int exit_code = -1;
   ChildFigures f;
-  if (std::sscanf(text.c_str(), "%d %ld %lf", &exit_code, &f.peak_rss_kib, &f.seconds) != 3 || exit_code != 0)
-    return dscore::internal_error(command[0] + " " + command[1] + " failed (exit " + std::to_string(exit_code) + ")");
+  if (std::sscanf(text.c_str(), "%d %ld %lf", &exit_code, &f.peak_rss_kib, &f.seconds) != 3 ||
+      exit_code != 0)
+    return dscore::internal_error(command[0] + " " + command[1] + " failed (exit " +
+                                  std::to_string(exit_code) + ")");
   return f;
 }
 
-double gb_per_s(uint64_t bytes, double seconds) { return static_cast<double>(bytes) / seconds / 1e9; }
+double gb_per_s(uint64_t bytes, double seconds) {
+  return static_cast<double>(bytes) / seconds / 1e9;
+}
 double mib(uint64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+// Bytes this process has had the kernel fetch from storage (page-cache
+// misses), from /proc/self/io.
+dscore::Result<uint64_t> storage_read_bytes() {
+  FILE* f = std::fopen("/proc/self/io", "r");
+  if (f == nullptr) return errno_error("cannot open", "/proc/self/io");
+  char line[128];
+  unsigned long long bytes = 0;
+  bool found = false;
+  while (!found && std::fgets(line, sizeof line, f) != nullptr)
+    found = std::sscanf(line, "read_bytes: %llu", &bytes) == 1;
+  std::fclose(f);
+  if (!found)
+    return dscore::internal_error("/proc/self/io has no read_bytes line (no task I/O accounting)");
+  return static_cast<uint64_t>(bytes);
+}
+
+// The fastest and slowest of a series of timings.
+struct Timings {
+  double best = 1e30, worst = 0;
+  void add(double seconds) {
+    best = std::min(best, seconds);
+    worst = std::max(worst, seconds);
+  }
+};
+
+struct IoFigures {
+  uint64_t checkpoint_bytes = 0;  // every file of one save
+  size_t files = 0;
+  Timings save, load, disk_write, disk_read;
+  uint64_t load_storage_bytes = 0;  // fetched from storage by the fastest load
+};
+
+// K rounds of save, disk probes, load. The disk is a shared virtual one
+// whose speed swings from one file to the next, so each round probes it
+// kProbesPerRound times; every figure is the best of its series.
+dscore::Result<IoFigures> measure_rounds(dscore::Engine& engine, const fs::path& work,
+                                         const std::string& dir, int rounds) {
+  constexpr int kProbesPerRound = 2;
+  const fs::path saved = fs::path(dir) / kTag;
+  const std::string probe = (work / "disk_probe").string();
+  dscore::SaveCheckpointOptions save;
+  save.tag = kTag;
+  IoFigures f;
+  for (int round = 0; round < rounds; ++round) {
+    fs::remove_all(saved);  // a fresh save each round, as with a new tag
+    auto start = Clock::now();
+    DSCORE_RETURN_IF_ERROR(engine.save_checkpoint(dir, save));
+    f.save.add(seconds_since(start));
+    f.checkpoint_bytes = bytes_under(saved);
+    f.files = files_under(saved).size();
+
+    for (int p = 0; p < kProbesPerRound; ++p) {
+      DSCORE_ASSIGN_OR_RETURN(double write_s, disk_write_seconds(probe, f.checkpoint_bytes));
+      DSCORE_ASSIGN_OR_RETURN(double read_s, disk_read_seconds(probe));
+      fs::remove(probe);
+      f.disk_write.add(write_s);
+      f.disk_read.add(read_s);
+    }
+
+    for (const fs::path& file : files_under(dir))
+      DSCORE_RETURN_IF_ERROR(drop_from_cache(file.string()));
+    DSCORE_ASSIGN_OR_RETURN(uint64_t read_before, storage_read_bytes());
+    start = Clock::now();
+    DSCORE_RETURN_IF_ERROR(engine.load_checkpoint(dir).status());
+    const double load_s = seconds_since(start);
+    DSCORE_ASSIGN_OR_RETURN(uint64_t read_after, storage_read_bytes());
+    if (load_s < f.load.best) f.load_storage_bytes = read_after - read_before;
+    f.load.add(load_s);
+  }
+  return f;
+}
+
+struct ConvertFigures {
+  ChildFigures run, idle;  // zero-to-fp32, and `dscore --version` for the floor
+  uint64_t largest_shard = 0, model_bytes = 0;
+  size_t shards = 0;
+};
+
+// zero-to-fp32 through the real CLI (beside this program in bin/), cold.
+dscore::Result<ConvertFigures> measure_convert(const std::string& dir, const std::string& out,
+                                               const std::string& max_shard) {
+  const std::string dscore = (fs::read_symlink("/proc/self/exe").parent_path() / "dscore").string();
+  if (!fs::exists(dscore))
+    return dscore::not_found(dscore + " is missing: build the dscore target");
+  for (const fs::path& f : files_under(dir)) DSCORE_RETURN_IF_ERROR(drop_from_cache(f.string()));
+  ConvertFigures c;
+  DSCORE_ASSIGN_OR_RETURN(
+      c.run, run_measured({dscore, "zero-to-fp32", dir, out, "--max-shard-size", max_shard}));
+  DSCORE_ASSIGN_OR_RETURN(c.idle, run_measured({dscore, "--version"}));
+  for (const fs::path& f : files_under(out)) {
+    if (f.extension() != ".safetensors") continue;
+    c.largest_shard = std::max<uint64_t>(c.largest_shard, fs::file_size(f));
+    c.model_bytes += fs::file_size(f);
+    ++c.shards;
+  }
+  if (c.shards == 0)
+    return dscore::internal_error("zero-to-fp32 wrote no .safetensors file in " + out);
+  return c;
+}
 
 dscore::Status run(const Options& o, const fs::path& work) {
   int64_t width = 0, layers = 0;
   const std::string config = config_text(o.params, &width, &layers);
   DSCORE_ASSIGN_OR_RETURN(std::unique_ptr<dscore::Engine> engine, trained_engine(config));
   const std::string dir = (work / "checkpoints").string();
-  const fs::path saved = fs::path(dir) / kTag;
-  const std::string probe = (work / "disk_probe").string();
-  dscore::SaveCheckpointOptions save;
-  save.tag = kTag;
+  DSCORE_ASSIGN_OR_RETURN(IoFigures io, measure_rounds(*engine, work, dir, o.repeat));
+  DSCORE_ASSIGN_OR_RETURN(ConvertFigures c,
+                          measure_convert(dir, (work / "fp32").string(), o.max_shard));
 
-  double best_save = 1e30, best_load = 1e30, best_write = 1e30, best_read = 1e30;
-  uint64_t bytes = 0;
-  size_t files = 0;
-  for (int round = 0; round < o.repeat; ++round) {
-    fs::remove_all(saved);  // a fresh save each round, as with a new tag
-    auto start = Clock::now();
-    DSCORE_RETURN_IF_ERROR(engine->save_checkpoint(dir, save));
-    best_save = std::min(best_save, seconds_since(start));
-    std::fprintf(stderr, "DEBUG save %.3f\n", seconds_since(start));
-    bytes = bytes_under(saved);
-    files = files_under(saved).size();
-    ::sleep(std::getenv("SETTLE") ? std::atoi(std::getenv("SETTLE")) : 0);
-    DSCORE_ASSIGN_OR_RETURN(double write_s, disk_write_seconds(probe, bytes));
-    DSCORE_ASSIGN_OR_RETURN(double read_s, disk_read_seconds(probe));
-    fs::remove(probe);
-    best_write = std::min(best_write, write_s);
-    best_read = std::min(best_read, read_s);
-
-    for (const fs::path& f : files_under(dir)) DSCORE_RETURN_IF_ERROR(drop_from_cache(f.string()));
-    start = Clock::now();
-    DSCORE_RETURN_IF_ERROR(engine->load_checkpoint(dir).status());
-    best_load = std::min(best_load, seconds_since(start));
-    std::fprintf(stderr, "DEBUG round %d save %.3f write %.3f read %.3f load %.3f\n", round, 0.0, write_s, read_s, seconds_since(start));
-  }
-
-  // zero-to-fp32 through the real CLI, beside this program in bin/.
-  const std::string dscore = (fs::read_symlink("/proc/self/exe").parent_path() / "dscore").string();
-  const std::string out = (work / "fp32").string();
-  for (const fs::path& f : files_under(dir)) DSCORE_RETURN_IF_ERROR(drop_from_cache(f.string()));
-  DSCORE_ASSIGN_OR_RETURN(ChildFigures convert,
-                          run_measured({dscore, "zero-to-fp32", dir, out, "--max-shard-size", o.max_shard}));
-  DSCORE_ASSIGN_OR_RETURN(ChildFigures idle, run_measured({dscore, "--version"}));
-  uint64_t largest_shard = 0, model_bytes = 0;
-  size_t shards = 0;
-  for (const fs::path& f : files_under(out)) {
-    if (f.extension() != ".safetensors") continue;
-    largest_shard = std::max<uint64_t>(largest_shard, fs::file_size(f));
-    model_bytes += fs::file_size(f);
-    ++shards;
-  }
-  if (shards == 0) return dscore::internal_error("zero-to-fp32 wrote no .safetensors file in " + out);
-
-  const double save_gbs = gb_per_s(bytes, best_save), load_gbs = gb_per_s(bytes, best_load);
-  const double write_gbs = gb_per_s(bytes, best_write), read_gbs = gb_per_s(bytes, best_read);
-  const uint64_t rss = static_cast<uint64_t>(convert.peak_rss_kib) << 10;
+  const uint64_t bytes = io.checkpoint_bytes;
+  const double write_gbs = gb_per_s(bytes, io.disk_write.best),
+               read_gbs = gb_per_s(bytes, io.disk_read.best);
+  const double save_gbs = gb_per_s(bytes, io.save.best);
+  const double load_gbs = gb_per_s(io.load_storage_bytes, io.load.best);
   std::printf(
-      "checkpoint_io: mlp %lld linear layers of %lld x %lld, %lld fp32 parameters, Adam, ZeRO-1, 1 rank; best of %d\n",
+      "checkpoint_io: mlp %lld linear layers of %lld x %lld, %lld fp32 parameters, Adam, ZeRO-1, "
+      "1 rank; %d round(s), best (worst) of each\n",
       static_cast<long long>(layers), static_cast<long long>(width), static_cast<long long>(width),
       static_cast<long long>(engine->layout().total_numel()), o.repeat);
-  std::printf("  checkpoint: %.3f GiB in %zu files under %s\n", static_cast<double>(bytes) / (1 << 30), files,
+  std::printf("  checkpoint: %.3f GB (%.3f GiB) in %zu files under %s\n",
+              static_cast<double>(bytes) / 1e9, static_cast<double>(bytes) / (1 << 30), io.files,
               work.c_str());
-  std::printf("  disk write (write + fsync)  %8.3f s  %6.2f GB/s\n", best_write, write_gbs);
-  std::printf("  save_checkpoint             %8.3f s  %6.2f GB/s   %5.1f%% of disk write (target >= 80%%)\n",
-              best_save, save_gbs, 100.0 * save_gbs / write_gbs);
-  std::printf("  disk read (cold read())     %8.3f s  %6.2f GB/s\n", best_read, read_gbs);
-  std::printf("  load_checkpoint (cold)      %8.3f s  %6.2f GB/s   %5.1f%% of disk read (target >= 80%%)\n",
-              best_load, load_gbs, 100.0 * load_gbs / read_gbs);
-  std::printf("  zero-to-fp32 --max-shard-size %s: %.3f s, %zu shard(s)\n", o.max_shard.c_str(), convert.seconds,
-              shards);
-  std::printf("    peak RSS %.1f MiB; largest shard %.1f MiB (RSS %.2fx); model %.1f MiB (RSS %.2fx); "
-              "`dscore --version` alone %.1f MiB\n",
-              mib(rss), mib(largest_shard), static_cast<double>(rss) / static_cast<double>(largest_shard),
-              mib(model_bytes), static_cast<double>(rss) / static_cast<double>(model_bytes),
-              static_cast<double>(idle.peak_rss_kib) / 1024.0);
+  std::printf("  disk write (write + fsync)  %7.3f s (%6.3f)  %5.2f GB/s\n", io.disk_write.best,
+              io.disk_write.worst, write_gbs);
+  std::printf(
+      "  save_checkpoint             %7.3f s (%6.3f)  %5.2f GB/s  %5.1f%% of disk write "
+      "(target >= 80%%)\n",
+      io.save.best, io.save.worst, save_gbs, 100.0 * save_gbs / write_gbs);
+  std::printf("  disk read (cold read())     %7.3f s (%6.3f)  %5.2f GB/s\n", io.disk_read.best,
+              io.disk_read.worst, read_gbs);
+  std::printf(
+      "  load_checkpoint (cold)      %7.3f s (%6.3f)  %5.2f GB/s  %5.1f%% of disk read "
+      "(target >= 80%%)\n",
+      io.load.best, io.load.worst, load_gbs, 100.0 * load_gbs / read_gbs);
+  std::printf(
+      "    GB/s of the %.3f GB the load fetched from disk (/proc/self/io); "
+      "%.2f GB/s of the whole checkpoint\n",
+      static_cast<double>(io.load_storage_bytes) / 1e9, gb_per_s(bytes, io.load.best));
+  const uint64_t rss = static_cast<uint64_t>(c.run.peak_rss_kib) << 10;
+  std::printf("  zero-to-fp32 --max-shard-size %s (cold): %.3f s, %zu shard(s)\n",
+              o.max_shard.c_str(), c.run.seconds, c.shards);
+  std::printf(
+      "    peak RSS %.1f MiB; largest shard %.1f MiB (RSS %.2fx); model %.1f MiB (RSS %.2fx); "
+      "`dscore --version` alone %.1f MiB\n",
+      mib(rss), mib(c.largest_shard),
+      static_cast<double>(rss) / static_cast<double>(c.largest_shard), mib(c.model_bytes),
+      static_cast<double>(rss) / static_cast<double>(c.model_bytes),
+      static_cast<double>(c.idle.peak_rss_kib) / 1024.0);
   return dscore::Status::Ok();
 }
 
@@ -322,12 +411,15 @@ int main(int argc, char** argv) {
   if (argc > 2 && std::strcmp(argv[1], kMeasureChild) == 0) return measure_child(argc, argv);
   Options o;
   if (!parse(argc, argv, &o)) {
-    std::fprintf(stderr, "usage: checkpoint_io [--params N] [--dir PATH] [--repeat K] [--max-shard-size 256MB]\n");
+    std::fprintf(
+        stderr,
+        "usage: checkpoint_io [--params N] [--dir PATH] [--repeat K] [--max-shard-size 256MB]\n");
     return 2;
   }
   std::string pattern = o.base + "/checkpoint_io.XXXXXX";
   if (::mkdtemp(pattern.data()) == nullptr) {
-    std::fprintf(stderr, "checkpoint_io: cannot make a folder in %s: %s\n", o.base.c_str(), std::strerror(errno));
+    std::fprintf(stderr, "checkpoint_io: cannot make a folder in %s: %s\n", o.base.c_str(),
+                 std::strerror(errno));
     return 1;
   }
   const fs::path work = pattern;

@@ -42,6 +42,8 @@ class DurableFile {
   std::string path_, temporary_;
   int fd_ = -1;
   uint64_t size_ = 0;
+  uint64_t written_ = 0;       // bytes handed to the kernel
+  uint64_t writeback_at_ = 0;  // writeback started up to here
   std::vector<char> buffer_;
 };
 
