@@ -41,6 +41,14 @@ std::vector<config::ConfigError> unsupported_features(const config::TrainingConf
   if (config.zero.offload_param && config.zero.offload_param->device != "none")
     out.push_back({"zero_optimization.offload_param.device", {},
                    "parameter offload is not available in this dscore build yet; set \"device\": \"none\""});
+  if (config.checkpoint.load_universal)
+    out.push_back({"checkpoint.load_universal", {},
+                   "dscore checkpoints load at any world size and stage without a universal-checkpoint "
+                   "conversion; remove checkpoint.load_universal (DeepSpeed universal checkpoints are not read)"});
+  if (config.checkpoint.use_node_local_storage)
+    out.push_back({"checkpoint.use_node_local_storage", {},
+                   "checkpoints need one folder every rank sees (a shared filesystem); node-local storage is not "
+                   "available yet: remove checkpoint.use_node_local_storage"});
   if (config.communication_data_type) {
     const std::string grad = sdk::dtype_name(zero::grad_dtype_of(config));
     if (*config.communication_data_type != grad)

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# CI-side checks that the monitor plugins' output loads in the real tools:
+# CI-side checks that dscore's files load in the real tools. Checkpoints: a
+# 2-rank ZeRO-3 bf16 run saves, `dscore zero-to-fp32` consolidates, and the
+# `safetensors` package reads both (check_safetensors.py). Monitors:
 # `dscore run` trains a small model with the tensorboard, wandb and
 # csv_monitor monitors on, then TensorBoard's EventAccumulator and wandb's own
 # run-file reader and `wandb sync` read the files (check_tensorboard.py,
@@ -42,3 +44,11 @@ fi
 "$venv/bin/python" "$here/check_tensorboard.py" "$work/out/tb" "$work/out/csv"
 "$venv/bin/python" "$here/check_wandb.py" "$work/out" "$work/out/csv" "$work/monitors_config.json" \
   dscore-ci dscore ci
+cp "$here/checkpoint_config.json" "$work/"
+if ! (cd "$work" && "$dscore" run --config checkpoint_config.json -n 2 > ck.log 2>&1 &&
+      "$dscore" zero-to-fp32 ck hf --max-shard-size 2KB >> ck.log 2>&1); then
+  cat "$work/ck.log" >&2
+  echo "external checks: FAILED: dscore run with checkpoints, or zero-to-fp32, failed" >&2
+  exit 1
+fi
+"$venv/bin/python" "$here/check_safetensors.py" "$work/ck" "$work/hf"
