@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -177,6 +178,25 @@ TEST(ZeroToFp32, ShardedOutputEqualsTheGatheredMasters) {
   for (const auto& entry : fs::directory_iterator(out)) shards_seen += entry.path().extension() == ".safetensors";
   EXPECT_GT(shards_seen, 1u);
   EXPECT_EQ(offset, master.size());
+}
+
+// load_optimizer_states=false: the weights come from the model states (here
+// fp32, so exactly the masters), the optimizer state stays fresh.
+TEST(WeightsOnly, LoadsTheWeightsAndNotTheOptimizerState) {
+  TempDir dir("dscore_weights_only");
+  const std::string ck = (dir.path() / "ck").string();
+  const RunResult saved = run_workers(small_spec(), {"--save", ck, "--save-step", "3", "--stop-after-save", "--dump-state"});
+  ASSERT_TRUE(saved.ok()) << saved.process.describe();
+  RunSpec other = small_spec();
+  other.world = 1;
+  other.stage = 3;
+  const RunResult loaded = run_workers(other, {"--load", ck, "--load-weights-only", "--dump-state"});
+  ASSERT_TRUE(loaded.ok()) << loaded.process.describe();
+  EXPECT_TRUE(loaded.state.at("fp32") == saved.state.at("fp32"));
+  const std::vector<float>& m = loaded.state.at("exp_avg");
+  EXPECT_TRUE(std::all_of(m.begin(), m.end(), [](float v) { return v == 0.0f; })) << "optimizer state was loaded";
+  EXPECT_FALSE(std::all_of(saved.state.at("exp_avg").begin(), saved.state.at("exp_avg").end(),
+                           [](float v) { return v == 0.0f; }));
 }
 
 std::string run_config(const std::string& ck_dir, int save_interval) {
