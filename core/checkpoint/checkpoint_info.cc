@@ -57,8 +57,9 @@ Result<CheckpointInfo> open_checkpoint(const std::string& dir, const std::string
   if (!path_exists(info.path + "/" + info.model0_name))
     return data_loss(info.path + " has no " + model_states_name(0, 0) + " or " + info.model0_name +
                      ": not a dscore checkpoint, or an incomplete copy of one");
-  DSCORE_ASSIGN_OR_RETURN(SafetensorsReader model0, SafetensorsReader::open(info.path + "/" + info.model0_name));
-  DSCORE_ASSIGN_OR_RETURN(info.header0, parse_header(model0));
+  DSCORE_ASSIGN_OR_RETURN(info.model0, SafetensorsReader::open(info.path + "/" + info.model0_name));
+  DSCORE_ASSIGN_OR_RETURN(info.header0, parse_header(info.model0));
+  const SafetensorsReader& model0 = info.model0;
   const json::Value& state = info.header0.state;
   if (!state.is_object()) return data_loss(model0.path() + " carries no training state");
   for (const json::Value& p : member(state, "params").items()) {

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/checkpoint/checksum.h"
+#include "core/zero/precision.h"
 
 namespace dscore::checkpoint {
 namespace {
@@ -17,27 +18,7 @@ constexpr int64_t kBounceBytes = 8 << 20;
 std::string two_digits(int v) { return (v < 10 ? "0" : "") + std::to_string(v); }
 
 bool is_float(dscore_dtype d) {
-  return d == DSCORE_DTYPE_F32 || d == DSCORE_DTYPE_F16 || d == DSCORE_DTYPE_BF16 || d == DSCORE_DTYPE_F64;
-}
-
-float load_value(const char* p, dscore_dtype d) {
-  uint16_t h;
-  switch (d) {
-    case DSCORE_DTYPE_F16: std::memcpy(&h, p, 2); return sdk::half_to_float(h);
-    case DSCORE_DTYPE_BF16: std::memcpy(&h, p, 2); return sdk::bf16_to_float(h);
-    case DSCORE_DTYPE_F64: { double v; std::memcpy(&v, p, 8); return static_cast<float>(v); }
-    default: { float v; std::memcpy(&v, p, 4); return v; }
-  }
-}
-
-void store_value(char* p, dscore_dtype d, float v) {
-  uint16_t h;
-  switch (d) {
-    case DSCORE_DTYPE_F16: h = sdk::float_to_half(v); std::memcpy(p, &h, 2); return;
-    case DSCORE_DTYPE_BF16: h = sdk::float_to_bf16(v); std::memcpy(p, &h, 2); return;
-    case DSCORE_DTYPE_F64: { const double x = v; std::memcpy(p, &x, 8); return; }
-    default: std::memcpy(p, &v, 4); return;
-  }
+  return d == DSCORE_DTYPE_F32 || d == DSCORE_DTYPE_F16 || d == DSCORE_DTYPE_BF16;
 }
 
 }  // namespace
@@ -65,18 +46,17 @@ Status check_tag(const std::string& tag) {
 }
 
 Status convert_values(const void* src, dscore_dtype from, void* dst, dscore_dtype to, int64_t count) {
-  if (from == to) {
-    std::memcpy(dst, src, static_cast<size_t>(count) * sdk::dtype_size(from));
-    return Status::Ok();
-  }
-  if (!is_float(from) || !is_float(to))
+  if (from != to && (!is_float(from) || !is_float(to)))
     return invalid_argument(std::string("cannot convert ") + sdk::dtype_name(from) + " values to " +
                             sdk::dtype_name(to));
-  const char* s = static_cast<const char*>(src);
-  char* d = static_cast<char*>(dst);
-  const size_t fs = sdk::dtype_size(from), ts = sdk::dtype_size(to);
-  for (int64_t i = 0; i < count; ++i) store_value(d + i * ts, to, load_value(s + i * fs, from));
+  zero::convert(src, from, dst, to, count);
   return Status::Ok();
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
 }
 
 // ---------------------------------------------------------------- headers

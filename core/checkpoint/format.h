@@ -111,7 +111,10 @@ class FragmentSet {
   std::map<std::pair<std::string, std::string>, std::vector<Piece>> pieces_;  // sorted by begin
 };
 
-// Copy `count` values of `from` into `to` (float dtypes convert).
+// "[2, 3]", for messages.
+std::string shape_text(const std::vector<int64_t>& shape);
+
+// Copy `count` values of `from` into `to` (fp32/fp16/bf16 convert).
 Status convert_values(const void* src, dscore_dtype from, void* dst, dscore_dtype to, int64_t count);
 
 }  // namespace dscore::checkpoint

@@ -9,12 +9,6 @@
 namespace dscore::checkpoint {
 namespace {
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 std::string state_summary(const CheckpointInfo& info) {
   const json::Value& s = info.state();
   const json::Value& c = member(s, "counters");

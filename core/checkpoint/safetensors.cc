@@ -8,6 +8,8 @@
 #include <cstring>
 #include <vector>
 
+#include <dscore/cpp/dtype.hpp>
+
 #include "core/checkpoint/checksum.h"
 #include "core/config/json.h"
 
@@ -28,15 +30,6 @@ constexpr DtypeName kDtypes[] = {
     {DSCORE_DTYPE_U32, "U32"}, {DSCORE_DTYPE_U16, "U16"}, {DSCORE_DTYPE_U8, "U8"},
     {DSCORE_DTYPE_BOOL, "BOOL"},
 };
-
-size_t element_size(dscore_dtype dtype) {
-  switch (dtype) {
-    case DSCORE_DTYPE_F64: case DSCORE_DTYPE_I64: case DSCORE_DTYPE_U64: return 8;
-    case DSCORE_DTYPE_F32: case DSCORE_DTYPE_I32: case DSCORE_DTYPE_U32: return 4;
-    case DSCORE_DTYPE_F16: case DSCORE_DTYPE_BF16: case DSCORE_DTYPE_I16: case DSCORE_DTYPE_U16: return 2;
-    default: return 1;
-  }
-}
 
 int64_t product(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -108,7 +101,7 @@ dscore_dtype dtype_from_safetensors(std::string_view name) {
   return DSCORE_DTYPE_INVALID;
 }
 
-uint64_t TensorSpec::bytes() const { return static_cast<uint64_t>(product(shape)) * element_size(dtype); }
+uint64_t TensorSpec::bytes() const { return static_cast<uint64_t>(product(shape)) * sdk::dtype_size(dtype); }
 int64_t TensorInfo::numel() const { return product(shape); }
 
 // ---------------------------------------------------------------- writing
@@ -257,9 +250,9 @@ Result<SafetensorsReader> SafetensorsReader::open(const std::string& path) {
     if (!b.is_integral() || !e.is_integral() || b.as_int() < 0 || e.as_int() < b.as_int())
       return bad("bad data_offsets");
     const uint64_t begin = static_cast<uint64_t>(b.as_int()), end = static_cast<uint64_t>(e.as_int());
-    if (end - begin != static_cast<uint64_t>(t.numel()) * element_size(t.dtype))
+    if (end - begin != static_cast<uint64_t>(t.numel()) * sdk::dtype_size(t.dtype))
       return bad("data_offsets span " + std::to_string(end - begin) + " bytes but the dtype and shape need " +
-                 std::to_string(static_cast<uint64_t>(t.numel()) * element_size(t.dtype)));
+                 std::to_string(static_cast<uint64_t>(t.numel()) * sdk::dtype_size(t.dtype)));
     if (end > data_size)
       return data_loss(path + " is " + std::to_string(r.file_size_) + " bytes but tensor " + t.name +
                        " ends at byte " + std::to_string(data_start + end) + ": the file is truncated");

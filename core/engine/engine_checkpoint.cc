@@ -41,10 +41,6 @@ namespace ck = checkpoint;
 
 constexpr size_t kMaxTagBytes = 256;
 
-const char* precision_word(dscore_dtype d) {
-  return d == DSCORE_DTYPE_BF16 ? "bf16" : d == DSCORE_DTYPE_F16 ? "fp16" : "fp32";
-}
-
 std::string random_id() {
   std::random_device device;
   const uint64_t a = (static_cast<uint64_t>(device()) << 32) ^ device();
@@ -56,12 +52,6 @@ json::Value shape_json(const std::vector<int64_t>& shape) {
   json::Value v = json::Value::array();
   for (int64_t d : shape) v.push_back(json::Value(d));
   return v;
-}
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
 }
 
 Status publish(const std::string& dir, const std::string& tag, const std::string& staging, bool save_latest,
@@ -147,7 +137,7 @@ json::Value Engine::training_state(const json::Value& client_state) const {
   const int stage = config_.zero.stage;
   json::Value s = json::Value::object();
   s.set("dscore_version", json::Value(DSCORE_VERSION));
-  s.set("model_dtype", json::Value(precision_word(zero::model_dtype_of(config_))));
+  s.set("model_dtype", json::Value(sdk::dtype_name(zero::model_dtype_of(config_))));
   json::Value params = json::Value::array();
   for (const ParamEntry& p : layout_.params()) {
     json::Value e = json::Value::object();
@@ -310,7 +300,7 @@ Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir, const L
                                  ": it was saved from a different model; check the \"model\" section");
     if (it->shape != p.shape)
       return failed_precondition("checkpoint " + loaded.path + " has parameter " + p.name + " with shape " +
-                                 shape_text(it->shape) + " but the model's is " + shape_text(p.shape) +
+                                 ck::shape_text(it->shape) + " but the model's is " + ck::shape_text(p.shape) +
                                  ": the \"model\" section differs from the one that saved it");
   }
   if (saved.size() != params.size())
@@ -368,7 +358,7 @@ Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir, const L
     DSCORE_RETURN_IF_ERROR(restore_training_state(state, loaded.path, options, header0.world_size));
   if (plugin_host::SchedulerInstance* sched = schedule_->scheduler();
       !options.load_module_only && options.load_lr_scheduler_states && sched != nullptr && sched->has_extra_state()) {
-    DSCORE_ASSIGN_OR_RETURN(ck::SafetensorsReader model0, ck::SafetensorsReader::open(info.path + "/" + info.model0_name));
+    const ck::SafetensorsReader& model0 = info.model0;
     const ck::TensorInfo* extra = model0.find(ck::kSchedulerExtraTensor);
     if (extra == nullptr) return data_loss(model0.path() + " has no " + ck::kSchedulerExtraTensor);
     std::string bytes(extra->bytes, '\0');
