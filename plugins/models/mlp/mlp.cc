@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "counter_rng.h"
+#include <dscore/cpp/counter_rng.hpp>
 #include "mlp_math.h"
 #include "teacher.h"
 
@@ -131,9 +131,9 @@ class Mlp {
     check_cpu_float(out, count, "init_param output");
     // PyTorch nn.Linear: weight and bias uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)).
     const double bound = 1.0 / std::sqrt(static_cast<double>(p.fan_in));
-    const uint64_t name_hash = hash_name(p.name);
+    const uint64_t name_hash = sdk::hash_name(p.name);
     for (int64_t k = 0; k < count; ++k) {
-      double u = uniform01(hash_key(seed_, name_hash, static_cast<uint64_t>(offset + k)));
+      double u = sdk::uniform01(sdk::hash_key(seed_, name_hash, static_cast<uint64_t>(offset + k)));
       sdk::store_float(out, k, static_cast<float>((2.0 * u - 1.0) * bound));
     }
   }
@@ -146,7 +146,7 @@ class Mlp {
       const uint64_t sample = static_cast<uint64_t>(first_sample + s);
       for (int64_t j = 0; j < input_dim_; ++j) {
         const dscore_tensor* xt = out->tensors[0];
-        sdk::store_float(xt, s * input_dim_ + j, static_cast<float>(normal_at(seed, sample, j)));
+        sdk::store_float(xt, s * input_dim_ + j, static_cast<float>(sdk::normal_at(seed, sample, j)));
         x[j] = sdk::load_float(xt, s * input_dim_ + j);  // the teacher sees the stored x
       }
       teacher_.evaluate(x.data(), y.data());

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "counter_rng.h"
+#include <dscore/cpp/counter_rng.hpp>
 
 namespace dscore::mlp {
 namespace {
@@ -21,15 +21,15 @@ Teacher::Teacher(uint64_t seed, int64_t input_dim, int64_t output_dim)
   // Adam steps (tests/plugins/models/mlp: final loss ~0.03-0.05).
   const double in_scale = 0.5 / std::sqrt(static_cast<double>(input_dim));
   const double hidden_scale = 1.0 / std::sqrt(static_cast<double>(kWidth));
-  for (int64_t k = 0; k < kWidth * input_dim; ++k) w1_.push_back(normal_at(seed, kW1, k) * in_scale);
-  for (int64_t k = 0; k < kWidth; ++k) b1_.push_back(0.5 * normal_at(seed, kB1, k));
+  for (int64_t k = 0; k < kWidth * input_dim; ++k) w1_.push_back(sdk::normal_at(seed, kW1, k) * in_scale);
+  for (int64_t k = 0; k < kWidth; ++k) b1_.push_back(0.5 * sdk::normal_at(seed, kB1, k));
   for (int64_t k = 0; k < output_dim * kWidth; ++k)
-    w2_.push_back(normal_at(seed, kW2, k) * hidden_scale);
+    w2_.push_back(sdk::normal_at(seed, kW2, k) * hidden_scale);
 
   // Normalise each output to unit second moment over probe inputs.
   std::vector<double> x(input_dim), y(output_dim), sum_sq(output_dim, 0.0);
   for (int64_t p = 0; p < kProbeSamples; ++p) {
-    for (int64_t i = 0; i < input_dim; ++i) x[i] = normal_at(seed, kProbe, p * input_dim + i);
+    for (int64_t i = 0; i < input_dim; ++i) x[i] = sdk::normal_at(seed, kProbe, p * input_dim + i);
     raw(x.data(), y.data());
     for (int64_t k = 0; k < output_dim; ++k) sum_sq[k] += y[k] * y[k];
   }

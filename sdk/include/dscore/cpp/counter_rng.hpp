@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string_view>
 
-namespace dscore::mlp {
+namespace dscore::sdk {
 
 inline uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -41,4 +41,4 @@ inline double normal_at(uint64_t a, uint64_t b, uint64_t c) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 
-}  // namespace dscore::mlp
+}  // namespace dscore::sdk

@@ -1,0 +1,199 @@
+// The built-in "gpt" model: a GPT-2-style decoder (token and position
+// embeddings, pre-LayerNorm blocks of causal self-attention and a GELU MLP,
+// final LayerNorm, LM head tied to the token embedding, cross-entropy),
+// forward and backward by hand, through the hooks of model.h.
+// Input "tokens": (B, block_size + 1) int32; forward()'s output is the
+// logits (B, vocab_size) fp32 at each sample's last non-padding position.
+#include <dscore/cpp/plugin.hpp>
+#include <dscore/model.h>
+
+#include <memory>
+#include <string>
+
+#include "compute.h"
+#include "gpt_config.h"
+#include "gpt_params.h"
+#include "tokens.h"
+
+DSCORE_PLUGIN_HOST_STORAGE;
+
+namespace dscore::gpt {
+namespace {
+
+using sdk::Error;
+
+constexpr const char kParamsSchema[] = R"json({
+  "n_layer": {"type": "int", "default": 12, "min": 1, "doc": "transformer blocks"},
+  "n_head": {"type": "int", "default": 12, "min": 1, "doc": "attention heads; must divide n_embd"},
+  "n_embd": {"type": "int", "default": 768, "min": 1, "doc": "embedding width (channels)"},
+  "block_size": {"type": "int", "default": 1024, "min": 1,
+                 "doc": "context length T; each sample is T + 1 tokens"},
+  "vocab_size": {"type": "int", "default": 50257, "min": 1,
+                 "doc": "token ids are 0 .. vocab_size-1 (256 for byte-level text)"},
+  "dropout": {"type": "number", "default": 0.0, "min": 0, "max": 0,
+              "doc": "dropout is not implemented: only 0"},
+  "checkpoint_activations": {"type": "bool", "default": false,
+      "doc": "recompute block activations in backward (set by the config's activation_checkpointing section)"},
+  "number_checkpoints": {"type": "int", "default": -1, "min": -1,
+      "doc": "how many blocks (the first ones) are checkpointed; -1 = all"},
+  "device": {"type": "string", "default": "cpu", "enum": ["cpu", "cuda"],
+             "doc": "where forward and backward run (cuda needs a CUDA build and a GPU)"},
+  "cuda_dtype": {"type": "string", "default": "bf16", "enum": ["bf16", "fp32"],
+                 "doc": "activation and matmul type on CUDA (fp32 accumulation either way)"}
+})json";
+
+GptConfig read_config(const sdk::Params& p) {
+  GptConfig c;
+  c.n_layer = p.integer("n_layer");
+  c.n_head = p.integer("n_head");
+  c.n_embd = p.integer("n_embd");
+  c.block_size = p.integer("block_size");
+  c.vocab_size = p.integer("vocab_size");
+  c.device = p.string("device");
+  c.cuda_dtype = p.string("cuda_dtype");
+  if (c.n_layer < 1 || c.n_head < 1 || c.n_embd < 1 || c.block_size < 1 || c.vocab_size < 1)
+    throw Error(DSCORE_INVALID_ARGUMENT, "n_layer, n_head, n_embd, block_size and vocab_size must be >= 1");
+  if (c.n_embd % c.n_head != 0)
+    throw Error(DSCORE_INVALID_ARGUMENT, "n_embd " + std::to_string(c.n_embd) + " is not divisible by n_head " +
+                                             std::to_string(c.n_head) + ": each head gets n_embd / n_head channels");
+  if (c.vocab_size > INT32_MAX) throw Error(DSCORE_INVALID_ARGUMENT, "vocab_size must fit int32 token ids");
+  if (p.number("dropout") != 0.0)
+    throw Error(DSCORE_INVALID_ARGUMENT, "dropout is not implemented in the gpt model; set it to 0");
+  if (p.boolean("checkpoint_activations")) {
+    const int64_t n = p.integer("number_checkpoints");
+    c.checkpoint_blocks = n < 0 ? c.n_layer : std::min(n, c.n_layer);
+  }
+  return c;
+}
+
+class Gpt {
+ public:
+  Gpt(const sdk::Params& p, uint64_t seed) : config_(read_config(p)), params_(config_, seed) {
+    compute_ = config_.device == "cuda" ? make_cuda_compute(config_, params_) : make_cpu_compute(config_, params_);
+  }
+
+  const GptConfig& config() const { return config_; }
+  const GptParams& params() const { return params_; }
+
+  double forward_backward(const dscore_batch* batch, const dscore_model_hooks& hooks, double loss_scale) {
+    return compute_->forward_backward(split_tokens(batch, config_.block_size, config_.vocab_size), hooks,
+                                      loss_scale);
+  }
+  void forward(const dscore_batch* batch, const dscore_model_hooks& hooks, double* loss, dscore_tensor* output) {
+    const SplitTokens tokens = split_tokens(batch, config_.block_size, config_.vocab_size);
+    float* logits = nullptr;
+    if (output != nullptr) {
+      if (output->data == nullptr || output->dtype != DSCORE_DTYPE_F32 ||
+          output->numel != tokens.batch * config_.vocab_size ||
+          (output->device_type != DSCORE_DEVICE_CPU && output->device_type != DSCORE_DEVICE_CUDA_HOST))
+        throw Error(DSCORE_INVALID_ARGUMENT, "gpt forward: output must be host fp32 of (batch, vocab_size) = (" +
+                                                 std::to_string(tokens.batch) + ", " +
+                                                 std::to_string(config_.vocab_size) + ")");
+      logits = static_cast<float*>(output->data);
+    }
+    compute_->forward(tokens, hooks, loss, logits);
+  }
+
+  // Forward FLOPs (multiply-adds count 2) as the runner computes them:
+  // layer 0 holds the LM head (2 N C V), a block its four matmuls
+  // (2 N 12 C^2) and attention (4 N T C: QK^T and PV over all T positions).
+  double layer_flops(size_t layer, int64_t batch) const {
+    const double N = static_cast<double>(batch * config_.block_size), C = static_cast<double>(config_.n_embd);
+    const double T = static_cast<double>(config_.block_size), V = static_cast<double>(config_.vocab_size);
+    if (layer == 0) return 2.0 * N * C * V;
+    if (static_cast<int64_t>(layer) <= config_.n_layer) return 2.0 * N * 12.0 * C * C + 4.0 * N * T * C;
+    if (static_cast<int64_t>(layer) == config_.final_layer()) return 8.0 * N * C;
+    throw Error(DSCORE_INVALID_ARGUMENT, "no layer " + std::to_string(layer));
+  }
+
+ private:
+  GptConfig config_;
+  GptParams params_;
+  std::unique_ptr<GptCompute> compute_;
+};
+
+Gpt* self_of(dscore_model* m) { return reinterpret_cast<Gpt*>(m); }
+const Gpt* self_of(const dscore_model* m) { return reinterpret_cast<const Gpt*>(m); }
+
+const dscore_model_hooks& checked_hooks(const dscore_model_hooks* hooks, bool backward) {
+  if (hooks == nullptr || hooks->acquire == nullptr || hooks->release == nullptr ||
+      (backward && (!DSCORE_HAS_FIELD(hooks, dscore_model_hooks, grads_ready) || hooks->grads_ready == nullptr)))
+    throw Error(DSCORE_INVALID_ARGUMENT, "model hooks are NULL or incomplete");
+  return *hooks;
+}
+
+dscore_status create(const dscore_create_args* args, dscore_model** out) {
+  return sdk::guard([&] {
+    sdk::Params p(args);
+    *out = reinterpret_cast<dscore_model*>(new Gpt(p, args->seed));
+  });
+}
+
+void destroy(dscore_model* self) {
+  sdk::guard([&] { delete self_of(self); });
+}
+
+dscore_status describe(const dscore_model* self, const dscore_model_description** out) {
+  return sdk::guard([&] { *out = &self_of(self)->params().description(); });
+}
+
+dscore_status init_param(const dscore_model* self, size_t index, int64_t offset, int64_t count,
+                         dscore_tensor* out) {
+  return sdk::guard([&] {
+    const GptParams& params = self_of(self)->params();
+    if (index >= params.param_count())
+      throw Error(DSCORE_OUT_OF_RANGE, "parameter index " + std::to_string(index) + " out of range");
+    const int64_t numel = params.numel(index);
+    if (offset < 0 || count < 0 || offset + count > numel)
+      throw Error(DSCORE_OUT_OF_RANGE, "init_param: slice outside the parameter");
+    if (out == nullptr || out->dtype != DSCORE_DTYPE_F32 || out->numel != count || (count > 0 && out->data == nullptr))
+      throw Error(DSCORE_INVALID_ARGUMENT, "init_param: output must be fp32 with count elements");
+    params.init(index, offset, count, static_cast<float*>(out->data));
+  });
+}
+
+dscore_status forward_backward(dscore_model* self, const dscore_batch* batch, const dscore_model_hooks* hooks,
+                               double loss_scale, double* loss) {
+  return sdk::guard([&] {
+    double value = self_of(self)->forward_backward(batch, checked_hooks(hooks, true), loss_scale);
+    if (loss != nullptr) *loss = value;
+  });
+}
+
+dscore_status forward(dscore_model* self, const dscore_batch* batch, const dscore_model_hooks* hooks,
+                      double* loss, dscore_tensor* output) {
+  return sdk::guard([&] { self_of(self)->forward(batch, checked_hooks(hooks, false), loss, output); });
+}
+
+dscore_status layer_flops(const dscore_model* self, size_t layer, int64_t batch_size, double* forward_flops) {
+  return sdk::guard([&] { *forward_flops = self_of(self)->layer_flops(layer, batch_size); });
+}
+
+dscore_model_vtable make_vtable() {
+  dscore_model_vtable vt{};
+  vt.struct_size = sizeof vt;
+  vt.create = &create;
+  vt.destroy = &destroy;
+  vt.describe = &describe;
+  vt.init_param = &init_param;
+  vt.forward_backward = &forward_backward;
+  vt.forward = &forward;
+  vt.layer_flops = &layer_flops;
+  return vt;  // no synthetic_batch: the gpt model trains on text or token files
+}
+const dscore_model_vtable kVtable = make_vtable();
+
+const dscore_plugin_descriptor kGpt = {
+    sizeof(dscore_plugin_descriptor), DSCORE_KIND_MODEL, "gpt", "0.1.0",
+    "GPT-2-style decoder (byte-level text or llm.c token shards); CPU (BLAS + TBB) and CUDA kernels",
+    DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16, kParamsSchema, &kVtable};
+const dscore_plugin_descriptor* const kPlugins[] = {&kGpt};
+
+const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-gpt", "0.1.0", "dscore", kPlugins);
+
+}  // namespace
+}  // namespace dscore::gpt
+
+extern "C" DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1(void) {
+  return &dscore::gpt::kLibrary;
+}

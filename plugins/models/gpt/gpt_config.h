@@ -1,0 +1,30 @@
+// The GPT model's hyperparameters (the config's "model" section) and the
+// sizes derived from them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace dscore::gpt {
+
+struct GptConfig {
+  int64_t n_layer = 12;
+  int64_t n_head = 12;
+  int64_t n_embd = 768;
+  int64_t block_size = 1024;  // T: positions, and tokens per sample (+1 for the last target)
+  int64_t vocab_size = 50257;
+  // Blocks (the first n) whose activations are recomputed in backward
+  // instead of kept (activation checkpointing); 0 = none.
+  int64_t checkpoint_blocks = 0;
+  std::string device = "cpu";  // cpu | cuda
+  std::string cuda_dtype = "bf16";  // bf16 | fp32: activations and matmul inputs on CUDA
+
+  int64_t head_size() const { return n_embd / n_head; }
+  // Layers: 0 = embeddings (wte, wpe; the tied LM head uses wte), 1..n_layer
+  // = blocks, n_layer + 1 = the final LayerNorm.
+  int64_t layer_count() const { return n_layer + 2; }
+  int64_t final_layer() const { return n_layer + 1; }
+  static constexpr int64_t kParamsPerBlock = 12;
+};
+
+}  // namespace dscore::gpt

@@ -1,0 +1,98 @@
+#include "gpt_params.h"
+
+#include <dscore/cpp/counter_rng.hpp>
+
+#include <cmath>
+
+namespace dscore::gpt {
+
+GptParams::GptParams(const GptConfig& config, uint64_t seed) : config_(config), seed_(seed) {
+  const int64_t C = config.n_embd;
+  add_layer("transformer.embeddings");
+  add_param("transformer.wte.weight", {config.vocab_size, C}, Init::kNormal);
+  add_param("transformer.wpe.weight", {config.block_size, C}, Init::kNormal);
+  for (int64_t l = 0; l < config.n_layer; ++l) {
+    const std::string h = "transformer.h." + std::to_string(l) + ".";
+    add_layer("transformer.h." + std::to_string(l));
+    add_param(h + "ln_1.weight", {C}, Init::kOne);
+    add_param(h + "ln_1.bias", {C}, Init::kZero);
+    add_param(h + "attn.c_attn.weight", {3 * C, C}, Init::kNormal);
+    add_param(h + "attn.c_attn.bias", {3 * C}, Init::kZero);
+    add_param(h + "attn.c_proj.weight", {C, C}, Init::kResidualNormal);
+    add_param(h + "attn.c_proj.bias", {C}, Init::kZero);
+    add_param(h + "ln_2.weight", {C}, Init::kOne);
+    add_param(h + "ln_2.bias", {C}, Init::kZero);
+    add_param(h + "mlp.c_fc.weight", {4 * C, C}, Init::kNormal);
+    add_param(h + "mlp.c_fc.bias", {4 * C}, Init::kZero);
+    add_param(h + "mlp.c_proj.weight", {C, 4 * C}, Init::kResidualNormal);
+    add_param(h + "mlp.c_proj.bias", {C}, Init::kZero);
+  }
+  add_layer("transformer.ln_f");
+  add_param("transformer.ln_f.weight", {C}, Init::kOne);
+  add_param("transformer.ln_f.bias", {C}, Init::kZero);
+
+  for (const auto& layer : layers_) {
+    layer->desc.struct_size = sizeof(dscore_model_layer);
+    layer->desc.name = layer->name.c_str();
+    layer->desc.param_count = layer->params.size();
+    layer->desc.params = layer->params.data();
+    layer_ptrs_.push_back(&layer->desc);
+  }
+  token_shape_ = config.block_size + 1;
+  input_ = {sizeof(dscore_model_input), "tokens", DSCORE_DTYPE_I32, 1, &token_shape_};
+  input_ptr_ = &input_;
+  description_.struct_size = sizeof description_;
+  description_.layer_count = layer_ptrs_.size();
+  description_.layers = layer_ptrs_.data();
+  description_.input_count = 1;
+  description_.inputs = &input_ptr_;
+  description_.hidden_size = C;
+}
+
+void GptParams::add_layer(std::string name) {
+  auto layer = std::make_unique<Layer>();
+  layer->name = std::move(name);
+  layers_.push_back(std::move(layer));
+}
+
+void GptParams::add_param(std::string name, std::vector<int64_t> shape, Init init) {
+  auto p = std::make_unique<Param>();
+  p->name = std::move(name);
+  p->shape = std::move(shape);
+  p->init = init;
+  int64_t numel = 1;
+  for (int64_t d : p->shape) numel *= d;
+  p->desc.struct_size = sizeof(dscore_model_param);
+  p->desc.name = p->name.c_str();
+  p->desc.ndim = static_cast<int32_t>(p->shape.size());
+  p->desc.shape = p->shape.data();
+  p->desc.numel = numel;
+  // nanoGPT's optimizer groups: 1-D tensors (biases, LayerNorm) get no decay.
+  p->desc.flags = p->shape.size() < 2 ? DSCORE_PARAM_NO_WEIGHT_DECAY : 0u;
+  layers_.back()->params.push_back(&p->desc);
+  params_.push_back(std::move(p));
+}
+
+void GptParams::init(size_t index, int64_t offset, int64_t count, float* out) const {
+  const Param& p = *params_.at(index);
+  const uint64_t key = sdk::hash_name(p.name);
+  double stddev = 0.02;
+  if (p.init == Init::kResidualNormal) stddev /= std::sqrt(2.0 * static_cast<double>(config_.n_layer));
+  for (int64_t k = 0; k < count; ++k) {
+    switch (p.init) {
+      case Init::kZero: out[k] = 0.0f; break;
+      case Init::kOne: out[k] = 1.0f; break;
+      default:
+        out[k] = static_cast<float>(stddev * sdk::normal_at(seed_, key, static_cast<uint64_t>(offset + k)));
+    }
+  }
+}
+
+std::vector<int64_t> GptParams::layer_numels(size_t layer) const {
+  std::vector<int64_t> numels;
+  const dscore_model_layer& l = *layer_ptrs_.at(layer);
+  for (size_t i = 0; i < l.param_count; ++i) numels.push_back(l.params[i]->numel);
+  return numels;
+}
+
+}  // namespace dscore::gpt

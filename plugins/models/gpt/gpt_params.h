@@ -1,0 +1,67 @@
+// The GPT model's parameters as model.h describes them (layers of named
+// tensors, nanoGPT's names and nn.Linear's (out, in) shapes) and their
+// initial values: GPT-2's scheme (weights and embeddings N(0, 0.02), the
+// residual projections N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm
+// weights 1), each element a pure function of (seed, name, index).
+#pragma once
+
+#include <dscore/model.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpt_config.h"
+
+namespace dscore::gpt {
+
+// Positions of a block's parameters within its layer.
+enum BlockParam : int {
+  kLn1Weight, kLn1Bias, kAttnWeight, kAttnBias, kAttnProjWeight, kAttnProjBias,
+  kLn2Weight, kLn2Bias, kFcWeight, kFcBias, kFcProjWeight, kFcProjBias,
+};
+enum EmbeddingParam : int { kWte, kWpe };
+enum FinalParam : int { kLnfWeight, kLnfBias };
+
+class GptParams {
+ public:
+  GptParams(const GptConfig& config, uint64_t seed);
+  GptParams(const GptParams&) = delete;
+  GptParams& operator=(const GptParams&) = delete;
+
+  const dscore_model_description& description() const { return description_; }
+  size_t param_count() const { return params_.size(); }
+  int64_t numel(size_t index) const { return params_.at(index)->desc.numel; }
+  // Elements [offset, offset + count) of parameter `index` (layer order).
+  void init(size_t index, int64_t offset, int64_t count, float* out) const;
+  // Element counts of layer `layer`'s parameters, in order.
+  std::vector<int64_t> layer_numels(size_t layer) const;
+
+ private:
+  enum class Init { kNormal, kResidualNormal, kZero, kOne };
+  struct Param {
+    std::string name;
+    std::vector<int64_t> shape;
+    Init init;
+    dscore_model_param desc{};
+  };
+  struct Layer {
+    std::string name;
+    std::vector<const dscore_model_param*> params;
+    dscore_model_layer desc{};
+  };
+  void add_layer(std::string name);
+  void add_param(std::string name, std::vector<int64_t> shape, Init init);
+
+  GptConfig config_;
+  uint64_t seed_;
+  std::vector<std::unique_ptr<Param>> params_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<const dscore_model_layer*> layer_ptrs_;
+  int64_t token_shape_ = 0;
+  dscore_model_input input_{};
+  const dscore_model_input* input_ptr_ = nullptr;
+  dscore_model_description description_{};
+};
+
+}  // namespace dscore::gpt

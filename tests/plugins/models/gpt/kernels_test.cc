@@ -1,0 +1,224 @@
+// Every CPU kernel's backward against central finite differences of its
+// forward, in double precision on tiny shapes. The scalar checked is
+// sum(out * R) for a fixed random R, so d/d(out) = R is what backward gets.
+// Tolerance: |analytic - numeric| <= 1e-6 * max(1, |numeric|) (the
+// differences' truncation error at h = 1e-5 is ~1e-10 relative).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "cpu/gemm.h"
+#include "cpu/kernels.h"
+
+namespace dscore::gpt::cpu {
+namespace {
+
+using Vec = std::vector<double>;
+
+Vec random_vec(size_t n, uint32_t seed, double scale = 1.0) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> dist(0.0, scale);
+  Vec v(n);
+  for (double& x : v) x = dist(rng);
+  return v;
+}
+
+double dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Checks analytic[i] against d f / d x[i] by central differences.
+void expect_gradient(const char* what, Vec* x, const Vec& analytic, const std::function<double()>& f) {
+  ASSERT_EQ(x->size(), analytic.size()) << what;
+  const double h = 1e-5;
+  for (size_t i = 0; i < x->size(); ++i) {
+    const double keep = (*x)[i];
+    (*x)[i] = keep + h;
+    const double up = f();
+    (*x)[i] = keep - h;
+    const double down = f();
+    (*x)[i] = keep;
+    const double numeric = (up - down) / (2 * h);
+    EXPECT_NEAR(analytic[i], numeric, 1e-6 * std::max(1.0, std::abs(numeric))) << what << "[" << i << "]";
+  }
+}
+
+class CpuKernels : public ::testing::Test {
+ protected:
+  void SetUp() override { use_single_threaded_blas(); }
+};
+
+TEST_F(CpuKernels, LayerNormBackwardMatchesFiniteDifferences) {
+  const int64_t N = 3, C = 5;
+  Vec inp = random_vec(N * C, 1), w = random_vec(C, 2), b = random_vec(C, 3), r = random_vec(N * C, 4);
+  auto f = [&] {
+    Vec out(N * C), mean(N), rstd(N);
+    layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+    return dot(out, r);
+  };
+  Vec out(N * C), mean(N), rstd(N);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+  Vec dinp(N * C, 0.0), dw(C, 0.0), db(C, 0.0);
+  layernorm_backward(dinp.data(), dw.data(), db.data(), r.data(), inp.data(), w.data(), mean.data(), rstd.data(), N, C);
+  expect_gradient("dinp", &inp, dinp, f);
+  expect_gradient("dweight", &w, dw, f);
+  expect_gradient("dbias", &b, db, f);
+}
+
+TEST_F(CpuKernels, LayerNormBackwardAccumulatesIntoItsOutputs) {
+  const int64_t N = 2, C = 4;
+  Vec inp = random_vec(N * C, 5), w = random_vec(C, 6), b = random_vec(C, 7), r = random_vec(N * C, 8);
+  Vec out(N * C), mean(N), rstd(N);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+  Vec d0(N * C, 0.0), dw0(C, 0.0), db0(C, 0.0), d1(N * C, 1.0), dw1(C, 2.0), db1(C, 3.0);
+  layernorm_backward(d0.data(), dw0.data(), db0.data(), r.data(), inp.data(), w.data(), mean.data(), rstd.data(), N, C);
+  layernorm_backward(d1.data(), dw1.data(), db1.data(), r.data(), inp.data(), w.data(), mean.data(), rstd.data(), N, C);
+  for (int64_t i = 0; i < N * C; ++i) EXPECT_DOUBLE_EQ(d1[i], d0[i] + 1.0);
+  for (int64_t c = 0; c < C; ++c) {
+    EXPECT_DOUBLE_EQ(dw1[c], dw0[c] + 2.0);
+    EXPECT_DOUBLE_EQ(db1[c], db0[c] + 3.0);
+  }
+}
+
+TEST_F(CpuKernels, MatmulBackwardMatchesFiniteDifferences) {
+  const int64_t N = 4, C = 3, OC = 5;
+  Vec inp = random_vec(N * C, 11), w = random_vec(OC * C, 12), b = random_vec(OC, 13), r = random_vec(N * OC, 14);
+  auto f = [&] {
+    Vec out(N * OC);
+    matmul_forward(out.data(), inp.data(), w.data(), b.data(), N, C, OC);
+    return dot(out, r);
+  };
+  Vec dinp(N * C), dw(OC * C, 0.0), db(OC, 0.0);
+  matmul_backward(dinp.data(), dw.data(), db.data(), r.data(), inp.data(), w.data(), N, C, OC);
+  expect_gradient("dinp", &inp, dinp, f);
+  expect_gradient("dweight", &w, dw, f);
+  expect_gradient("dbias", &b, db, f);
+}
+
+TEST_F(CpuKernels, MatmulSplitAcrossTasksEqualsOneCall) {
+  // Large enough for gemm() to split by row blocks: the result must not
+  // depend on the split (each block is an independent BLAS call).
+  const int64_t N = 300, C = 64, OC = 48;
+  Vec inp = random_vec(N * C, 15), w = random_vec(OC * C, 16);
+  Vec split(N * OC), whole(N * OC, 0.0);
+  matmul_forward(split.data(), inp.data(), w.data(), static_cast<const double*>(nullptr), N, C, OC);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < OC; ++o)
+      for (int64_t c = 0; c < C; ++c) whole[n * OC + o] += inp[n * C + c] * w[o * C + c];
+  for (int64_t i = 0; i < N * OC; ++i) EXPECT_NEAR(split[i], whole[i], 1e-12 * std::max(1.0, std::abs(whole[i])));
+}
+
+TEST_F(CpuKernels, AttentionBackwardMatchesFiniteDifferences) {
+  const int64_t B = 2, Tn = 4, C = 6, NH = 2;
+  Vec qkv = random_vec(B * Tn * 3 * C, 21), r = random_vec(B * Tn * C, 22);
+  auto f = [&] {
+    Vec out(B * Tn * C), att(B * NH * Tn * Tn);
+    attention_forward(out.data(), att.data(), qkv.data(), B, Tn, C, NH);
+    return dot(out, r);
+  };
+  Vec out(B * Tn * C), att(B * NH * Tn * Tn), dqkv(B * Tn * 3 * C);
+  attention_forward(out.data(), att.data(), qkv.data(), B, Tn, C, NH);
+  attention_backward(dqkv.data(), r.data(), qkv.data(), att.data(), B, Tn, C, NH);
+  expect_gradient("dqkv", &qkv, dqkv, f);
+}
+
+TEST_F(CpuKernels, AttentionIsCausal) {
+  const int64_t B = 1, Tn = 5, C = 4, NH = 2;
+  Vec qkv = random_vec(B * Tn * 3 * C, 23);
+  Vec out(B * Tn * C), att(B * NH * Tn * Tn);
+  attention_forward(out.data(), att.data(), qkv.data(), B, Tn, C, NH);
+  const Vec before = out;
+  for (int64_t c = 0; c < 3 * C; ++c) qkv[(Tn - 1) * 3 * C + c] += 1.0;  // change the last position
+  attention_forward(out.data(), att.data(), qkv.data(), B, Tn, C, NH);
+  for (int64_t i = 0; i < (Tn - 1) * C; ++i) EXPECT_EQ(out[i], before[i]) << "position " << i / C;
+  for (int64_t h = 0; h < NH; ++h)
+    for (int64_t t = 0; t < Tn; ++t) {
+      double row = 0;
+      for (int64_t s = 0; s < Tn; ++s) {
+        const double p = att[(h * Tn + t) * Tn + s];
+        if (s > t) {
+          EXPECT_EQ(p, 0.0);
+        }
+        row += p;
+      }
+      EXPECT_NEAR(row, 1.0, 1e-12);
+    }
+}
+
+TEST_F(CpuKernels, GeluBackwardMatchesFiniteDifferences) {
+  const int64_t n = 9;
+  Vec inp = random_vec(n, 31, 2.0), r = random_vec(n, 32);
+  auto f = [&] {
+    Vec out(n);
+    gelu_forward(out.data(), inp.data(), n);
+    return dot(out, r);
+  };
+  Vec d(n);
+  gelu_backward(d.data(), inp.data(), r.data(), n);
+  expect_gradient("dinp", &inp, d, f);
+}
+
+TEST_F(CpuKernels, EncoderBackwardMatchesFiniteDifferences) {
+  const int64_t B = 2, Tn = 3, C = 4, V = 5;
+  const std::vector<int32_t> tokens = {1, 4, 1, 0, -1, 1};  // repeats and a padding id
+  Vec wte = random_vec(V * C, 41), wpe = random_vec(Tn * C, 42), r = random_vec(B * Tn * C, 43);
+  auto f = [&] {
+    Vec out(B * Tn * C);
+    encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, Tn, C);
+    return dot(out, r);
+  };
+  Vec dwte(V * C, 0.0), dwpe(Tn * C, 0.0);
+  encoder_backward(dwte.data(), dwpe.data(), r.data(), tokens.data(), B, Tn, C);
+  expect_gradient("dwte", &wte, dwte, f);
+  expect_gradient("dwpe", &wpe, dwpe, f);
+}
+
+TEST_F(CpuKernels, LmHeadBackwardMatchesFiniteDifferences) {
+  const int64_t N = 5, C = 4, V = 7;
+  const std::vector<int32_t> targets = {3, 0, -1, 6, 3};
+  Vec x = random_vec(N * C, 51), wte = random_vec(V * C, 52);
+  auto f = [&] { return lm_head_forward(x.data(), wte.data(), targets.data(), N, C, V, nullptr, 0, nullptr); };
+  Vec dx(N * C), dwte(V * C, 0.0);
+  const double loss = lm_head_forward_backward(dx.data(), dwte.data(), x.data(), wte.data(), targets.data(), N, C, V, 1.0);
+  EXPECT_NEAR(loss, f(), 1e-12);
+  // The loss by definition: sum over counted rows of logsumexp - target logit.
+  double expected = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    if (targets[n] < 0) continue;
+    std::vector<double> z(V);
+    double mx = -1e300;
+    for (int64_t v = 0; v < V; ++v) {
+      z[v] = 0;
+      for (int64_t c = 0; c < C; ++c) z[v] += x[n * C + c] * wte[v * C + c];
+      mx = std::max(mx, z[v]);
+    }
+    double s = 0;
+    for (double zv : z) s += std::exp(zv - mx);
+    expected += mx + std::log(s) - z[targets[n]];
+  }
+  EXPECT_NEAR(loss, expected, 1e-12);
+  expect_gradient("dx", &x, dx, f);
+  expect_gradient("dwte", &wte, dwte, f);
+  for (int64_t c = 0; c < C; ++c) EXPECT_EQ(dx[2 * C + c], 0.0) << "an ignored row gets no gradient";
+}
+
+TEST_F(CpuKernels, LmHeadLogitsOfChosenRows) {
+  const int64_t N = 3, C = 2, V = 4;
+  Vec x = random_vec(N * C, 61), wte = random_vec(V * C, 62);
+  const int64_t rows[2] = {2, 0};
+  std::vector<float> logits(2 * V);
+  lm_head_forward(x.data(), wte.data(), static_cast<const int32_t*>(nullptr), N, C, V, rows, 2, logits.data());
+  for (int i = 0; i < 2; ++i)
+    for (int64_t v = 0; v < V; ++v) {
+      const double z = x[rows[i] * C] * wte[v * C] + x[rows[i] * C + 1] * wte[v * C + 1];
+      EXPECT_NEAR(logits[i * V + v], z, 1e-6);
+    }
+}
+
+}  // namespace
+}  // namespace dscore::gpt::cpu

@@ -1,0 +1,223 @@
+// The whole GPT model (the runner over the CPU backend) in double
+// precision on a tiny config: every parameter's gradient against central
+// finite differences of the loss, the hook protocol (order, one
+// grads_ready per layer, everything released, also on error), activation
+// checkpointing (the same gradients, bit for bit), and padding.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "cpu/cpu_backend.h"
+#include "cpu/gemm.h"
+#include "gpt_params.h"
+#include "runner.h"
+#include "tests/plugins/models/gpt/fake_layers.h"
+
+DSCORE_PLUGIN_HOST_STORAGE;  // no host attached: the backend allocates with the C allocator
+
+namespace dscore::gpt {
+namespace {
+
+using testing::FakeLayers;
+using Runner = GptRunner<cpu::CpuBackend<double>>;
+
+GptConfig tiny_config() {
+  GptConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 8;
+  c.block_size = 5;
+  c.vocab_size = 11;
+  return c;
+}
+
+// Two samples of block_size + 1 tokens; the second ends in padding.
+SplitTokens tiny_batch(const GptConfig& c) {
+  std::vector<int32_t> tokens = {3, 7, 1, 10, 0, 3, 5, 5, 9, 2, -1, -1};
+  dscore_tensor t{};
+  t.struct_size = sizeof t;
+  t.data = tokens.data();
+  t.dtype = DSCORE_DTYPE_I32;
+  t.device_type = DSCORE_DEVICE_CPU;
+  t.numel = static_cast<int64_t>(tokens.size());
+  const dscore_tensor* tensors[] = {&t};
+  dscore_batch batch{sizeof(dscore_batch), 2, 1, tensors};
+  return split_tokens(&batch, c.block_size, c.vocab_size);
+}
+
+// Parameters from GPT-2's init, then nudged so LayerNorm weights and biases
+// are not 1 and 0 (their gradients would be checked at a special point).
+void init_layers(const GptConfig& c, FakeLayers* layers) {
+  GptParams params(c, 7);
+  size_t index = 0;
+  for (size_t l = 0; l < layers->layer_count(); ++l)
+    for (size_t i = 0; i < layers->param_count(l); ++i, ++index) {
+      std::vector<float> v(static_cast<size_t>(layers->numel(l, i)));
+      params.init(index, 0, layers->numel(l, i), v.data());
+      double* p = layers->param<double>(l, i);
+      for (size_t k = 0; k < v.size(); ++k) p[k] = v[k] * 5.0 + 0.01 * std::sin(static_cast<double>(k + index));
+    }
+}
+
+class GptModel : public ::testing::Test {
+ protected:
+  void SetUp() override { cpu::use_single_threaded_blas(); }
+};
+
+TEST_F(GptModel, EveryParameterGradientMatchesFiniteDifferences) {
+  const GptConfig c = tiny_config();
+  GptParams params(c, 7);
+  FakeLayers layers(params.description(), DSCORE_DTYPE_F64);
+  init_layers(c, &layers);
+  cpu::CpuBackend<double> backend;
+  Runner runner(c, params, backend);
+  const SplitTokens batch = tiny_batch(c);
+  ASSERT_EQ(batch.counted_targets, 5 + 3);
+
+  const double loss = runner.forward_backward(batch, layers.hooks(), 1.0);
+  EXPECT_GT(loss, 0.0);
+  auto loss_at = [&] {
+    double l = 0;
+    runner.forward(batch, layers.hooks(), &l, nullptr);
+    return l;
+  };
+  EXPECT_NEAR(loss_at(), loss, 1e-12);
+  const double h = 1e-5;
+  int checked = 0;
+  for (size_t l = 0; l < layers.layer_count(); ++l)
+    for (size_t i = 0; i < layers.param_count(l); ++i) {
+      const int64_t n = layers.numel(l, i);
+      const int64_t stride = std::max<int64_t>(1, n / 7);  // about 7 elements of each
+      for (int64_t k = 0; k < n; k += stride) {
+        double* p = layers.param<double>(l, i) + k;
+        const double keep = *p;
+        *p = keep + h;
+        const double up = loss_at();
+        *p = keep - h;
+        const double down = loss_at();
+        *p = keep;
+        const double numeric = (up - down) / (2 * h);
+        const double analytic = layers.grad<double>(l, i)[k];
+        EXPECT_NEAR(analytic, numeric, 1e-7 + 1e-5 * std::abs(numeric))
+            << params.description().layers[l]->params[i]->name << "[" << k << "]";
+        ++checked;
+      }
+    }
+  EXPECT_GT(checked, 150);
+}
+
+TEST_F(GptModel, HooksAreCalledInOrderAndEveryAcquireIsReleased) {
+  const GptConfig c = tiny_config();
+  GptParams params(c, 7);
+  FakeLayers layers(params.description(), DSCORE_DTYPE_F64);
+  init_layers(c, &layers);
+  cpu::CpuBackend<double> backend;
+  Runner runner(c, params, backend);
+  runner.forward_backward(tiny_batch(c), layers.hooks(), 1.0);
+  const std::vector<std::string> expected = {
+      "F0", "R0", "F1", "R1", "F2", "R2", "F3", "R3",              // embeddings, blocks, ln_f
+      "B0", "R0",                                                  // LM head (wte gradient, part 1)
+      "B3", "G3", "R3", "B2", "G2", "R2", "B1", "G1", "R1",        // ln_f, blocks in reverse
+      "B0", "G0", "R0"};                                           // embeddings: grads_ready once
+  EXPECT_EQ(layers.events, expected);
+  EXPECT_EQ(layers.outstanding(), 0);
+  for (size_t l = 0; l < layers.layer_count(); ++l) EXPECT_EQ(layers.grads_ready_calls(l), 1) << l;
+}
+
+TEST_F(GptModel, ActivationCheckpointingGivesTheSameGradientsBitForBit) {
+  GptConfig c = tiny_config();
+  GptParams params(c, 7);
+  auto run = [&](int64_t checkpoint_blocks, FakeLayers* layers) {
+    c.checkpoint_blocks = checkpoint_blocks;
+    init_layers(c, layers);
+    cpu::CpuBackend<double> backend;
+    Runner runner(c, params, backend);
+    return runner.forward_backward(tiny_batch(c), layers->hooks(), 1.0);
+  };
+  FakeLayers plain(params.description(), DSCORE_DTYPE_F64);
+  const double loss = run(0, &plain);
+  for (int64_t k : {1, 2}) {
+    FakeLayers recomputed(params.description(), DSCORE_DTYPE_F64);
+    EXPECT_EQ(run(k, &recomputed), loss);
+    for (size_t l = 0; l < plain.layer_count(); ++l)
+      for (size_t i = 0; i < plain.param_count(l); ++i)
+        for (int64_t e = 0; e < plain.numel(l, i); ++e)
+          ASSERT_EQ(recomputed.grad<double>(l, i)[e], plain.grad<double>(l, i)[e]) << "checkpoint_blocks " << k;
+  }
+}
+
+TEST_F(GptModel, LossScaleScalesTheGradientsOnly) {
+  const GptConfig c = tiny_config();
+  GptParams params(c, 7);
+  FakeLayers one(params.description(), DSCORE_DTYPE_F64), scaled(params.description(), DSCORE_DTYPE_F64);
+  init_layers(c, &one);
+  init_layers(c, &scaled);
+  cpu::CpuBackend<double> backend;
+  Runner runner(c, params, backend);
+  const double l1 = runner.forward_backward(tiny_batch(c), one.hooks(), 1.0);
+  const double l2 = runner.forward_backward(tiny_batch(c), scaled.hooks(), 1024.0);
+  EXPECT_EQ(l1, l2);
+  for (size_t l = 0; l < one.layer_count(); ++l)
+    for (size_t i = 0; i < one.param_count(l); ++i)
+      for (int64_t e = 0; e < one.numel(l, i); ++e)
+        EXPECT_NEAR(scaled.grad<double>(l, i)[e], 1024.0 * one.grad<double>(l, i)[e],
+                    1e-9 * std::max(1.0, std::abs(scaled.grad<double>(l, i)[e])));
+}
+
+TEST_F(GptModel, AFailingAcquireReleasesWhatWasAcquired) {
+  const GptConfig c = tiny_config();
+  GptParams params(c, 7);
+  FakeLayers layers(params.description(), DSCORE_DTYPE_F64);
+  init_layers(c, &layers);
+  dscore_model_hooks failing = layers.hooks();
+  static int calls = 0;
+  calls = 0;
+  struct Ctx { const dscore_model_hooks* inner; } ctx{&layers.hooks()};
+  failing.ctx = &ctx;
+  failing.acquire = [](void* x, size_t l, dscore_acquire_mode m, dscore_layer_views* out) -> dscore_status {
+    auto* c2 = static_cast<Ctx*>(x);
+    if (++calls == 6) return DSCORE_UNAVAILABLE;  // the 6th acquire (backward of ln_f) fails
+    return c2->inner->acquire(c2->inner->ctx, l, m, out);
+  };
+  failing.release = [](void* x, size_t l) -> dscore_status {
+    auto* c2 = static_cast<Ctx*>(x);
+    return c2->inner->release(c2->inner->ctx, l);
+  };
+  failing.grads_ready = [](void* x, size_t l) -> dscore_status {
+    auto* c2 = static_cast<Ctx*>(x);
+    return c2->inner->grads_ready(c2->inner->ctx, l);
+  };
+  cpu::CpuBackend<double> backend;
+  Runner runner(c, params, backend);
+  EXPECT_THROW(runner.forward_backward(tiny_batch(c), failing, 1.0), sdk::Reported);
+  EXPECT_EQ(layers.outstanding(), 0);
+}
+
+TEST_F(GptModel, PaddingAfterAPromptDoesNotChangeItsLogits) {
+  const GptConfig c = tiny_config();
+  GptParams params(c, 7);
+  FakeLayers layers(params.description(), DSCORE_DTYPE_F64);
+  init_layers(c, &layers);
+  cpu::CpuBackend<double> backend;
+  Runner runner(c, params, backend);
+  auto logits_of = [&](std::vector<int32_t> tokens) {
+    dscore_tensor t{};
+    t.struct_size = sizeof t;
+    t.data = tokens.data();
+    t.dtype = DSCORE_DTYPE_I32;
+    t.device_type = DSCORE_DEVICE_CPU;
+    t.numel = static_cast<int64_t>(tokens.size());
+    const dscore_tensor* tensors[] = {&t};
+    dscore_batch batch{sizeof(dscore_batch), 1, 1, tensors};
+    std::vector<float> logits(static_cast<size_t>(c.vocab_size));
+    runner.forward(split_tokens(&batch, c.block_size, c.vocab_size), layers.hooks(), nullptr, logits.data());
+    return logits;
+  };
+  // The prompt "4 2" padded two ways: the logits after "2" are the same.
+  EXPECT_EQ(logits_of({4, 2, -1, -1, -1, -1}), logits_of({4, 2, -1, -1, -1, 9}));
+  EXPECT_NE(logits_of({4, 2, -1, -1, -1, -1}), logits_of({4, 3, -1, -1, -1, -1}));
+}
+
+}  // namespace
+}  // namespace dscore::gpt
