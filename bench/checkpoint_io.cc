@@ -170,7 +170,7 @@ dscore::Result<std::unique_ptr<dscore::Engine>> trained_engine(const std::string
   // One step, so the optimizer state is not all zeros.
   const auto& cfg = engine->config();
   DSCORE_ASSIGN_OR_RETURN(auto source,
-                          dscore::data::make_batch_source(cfg.data, engine->model(), cfg.seed));
+                          dscore::data::make_batch_source(cfg, engine->model()));
   dscore::data::DistributedSampler sampler(cfg.batch, 1, 0);
   dscore::data::HostBatch batch(engine->model().description(),
                                 cfg.batch.train_micro_batch_size_per_gpu);

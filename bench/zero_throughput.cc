@@ -80,7 +80,7 @@ Figures run_stage(int stage, int hidden, int batch, int steps, double* allgather
   }
   dscore::Engine& e = **engine;
   const auto& cfg = e.config();
-  auto source = dscore::data::make_batch_source(cfg.data, e.model(), cfg.seed);
+  auto source = dscore::data::make_batch_source(cfg, e.model());
   dscore::data::DistributedSampler sampler(cfg.batch, e.world_size(), e.rank());
   dscore::data::HostBatch data(e.model().description(), cfg.batch.train_micro_batch_size_per_gpu);
   auto train_step = [&](int64_t step) {

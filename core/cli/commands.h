@@ -18,6 +18,7 @@ int lr_schedule_command(const std::vector<std::string>& args);
 int plan_command(const std::vector<std::string>& args);
 int checkpoint_command(const std::vector<std::string>& args);
 int zero_to_fp32_command(const std::vector<std::string>& args);
+int generate_command(const std::vector<std::string>& args);
 
 // Parses `args` with `options` (+ positional), printing usage errors;
 // returns false (and sets *exit_code) when the command should stop.

@@ -1,6 +1,6 @@
 // dscore: the command-line entry point. A thin dispatcher over the
 // subcommands (run, config, plugins, plan, lr-schedule, checkpoint,
-// zero-to-fp32); everything else lives in
+// zero-to-fp32, generate); everything else lives in
 // core/.
 #include <cstdio>
 #include <exception>
@@ -28,6 +28,8 @@ const char* kUsage =
     "  checkpoint inspect DIR [--tag T]        verify a checkpoint and print what it holds\n"
     "  zero-to-fp32 DIR OUT [--max-shard-size 5GB]\n"
     "                                          consolidate a checkpoint into model.safetensors\n"
+    "  generate --checkpoint DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K]\n"
+    "                                          continue a prompt with a trained token model (gpt)\n"
     "\n"
     "  --version                               print the version and plugin ABI\n"
     "  <command> --help                        help for one command\n";
@@ -54,6 +56,7 @@ int main(int argc, char** argv) {
     if (command == "plan") return dscore::cli::plan_command(args);
     if (command == "checkpoint") return dscore::cli::checkpoint_command(args);
     if (command == "zero-to-fp32") return dscore::cli::zero_to_fp32_command(args);
+    if (command == "generate") return dscore::cli::generate_command(args);
   } catch (const std::exception& e) {
     // A broken invariant inside dscore: report it rather than abort silently.
     dscore::log_error(std::string("internal error: ") + e.what());
@@ -61,7 +64,7 @@ int main(int argc, char** argv) {
   }
   std::fprintf(
       stderr, "dscore: unknown command '%s'%s\n\n%s", command.c_str(),
-      dscore::did_you_mean_suffix(command, {"run", "config", "plugins", "lr-schedule", "plan", "checkpoint", "zero-to-fp32"}).c_str(),
+      dscore::did_you_mean_suffix(command, {"run", "config", "plugins", "lr-schedule", "plan", "checkpoint", "zero-to-fp32", "generate"}).c_str(),
       kUsage);
   return dscore::cli::kExitUsage;
 }

@@ -186,12 +186,32 @@ std::vector<FieldSpec> dscore_fields() {
           .def(json::Value::object())
           .object(make_object(
               {
-                  F("type", T::kString, "synthetic (the model's own task), text, or tokens")
+                  F("type", T::kString,
+                    "synthetic: the model's own task; text: every byte of the file(s) is a token 0..255 "
+                    "(set model.vocab_size to 256); tokens: llm.c token shards (a 256 x int32 "
+                    "little-endian header with magic 20240520, version 1 and the token count, then uint16 "
+                    "tokens)")
                       .def("synthetic")
                       .enums({"synthetic", "text", "tokens"}),
-                  F("path", T::kString, "input file for text / tokens").nullable(),
+                  F("path", T::kString,
+                    "text / tokens: a file, or a glob pattern whose matches, sorted, form one dataset "
+                    "(\"data/fineweb_train_*.bin\"); files are memory-mapped, never read into RAM")
+                      .nullable(),
+                  F("shuffle", T::kBool,
+                    "text / tokens: visit the samples of each epoch in a permutation drawn from seed and "
+                    "epoch (false: in file order)")
+                      .def(true),
               },
-              "training data")),
+              "training data. text and tokens need a token model (one int32 input \"tokens\" of "
+              "block_size + 1 tokens, e.g. \"gpt\"): a file of n tokens gives floor((n - 1) / block_size) "
+              "samples, sample k starting at token k * block_size (neighbours share one token, as in "
+              "llm.c), and the files' samples, N in all, form one epoch. Global sample i is entry i mod N "
+              "of epoch i / N's order (file order, or with shuffle a permutation drawn from seed and the "
+              "epoch), so a resumed run and any world size read the same batches. At start-up every file "
+              "is checked: a missing file or a pattern matching nothing, an empty file, a shard with the "
+              "wrong magic or version or a size that does not match its header, a token >= "
+              "model.vocab_size (when given), and data holding fewer than train_batch_size samples are "
+              "errors naming the file and the fix")),
       F("plugins", T::kObject, "dscore: where to find plugins, and extra monitors")
           .nullable()
           .object(make_object(
@@ -224,7 +244,9 @@ std::vector<FieldSpec> dscore_fields() {
         "the last one (0 = never)")
           .def_int(0)
           .min(0),
-      F("seed", T::kInt, "dscore: seeds parameter initialisation and synthetic data").def(42).min(0),
+      F("seed", T::kInt, "dscore: seeds parameter initialisation, synthetic data and the data.shuffle order")
+          .def(42)
+          .min(0),
   };
 }
 

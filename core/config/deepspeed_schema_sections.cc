@@ -74,12 +74,14 @@ std::vector<FieldSpec> monitor_sections() {
 
 std::vector<FieldSpec> engine_sections() {
   return {
-      F("activation_checkpointing", T::kObject, "activation checkpointing")
-          .def(json::Value::object())
+      F("activation_checkpointing", T::kObject,
+        "activation checkpointing; its presence turns recomputation on in models that support it")
+          .nullable()
           .object(make_object(
               {
                   F("partition_activations", T::kBool, "partition checkpointed activations").def(false),
-                  F("number_checkpoints", T::kInt, "checkpoints per model").nullable(),
+                  F("number_checkpoints", T::kInt, "blocks checkpointed (the first ones; absent = all)")
+                      .nullable(),
                   F("contiguous_memory_optimization", T::kBool, "copy checkpoints into one buffer")
                       .def(false),
                   F("cpu_checkpointing", T::kBool, "keep checkpoints in CPU memory").def(false),

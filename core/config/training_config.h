@@ -89,6 +89,7 @@ struct ZeroConfig {
 };
 
 struct ActivationCheckpointingConfig {
+  bool present = false;  // the section is given: models that support it recompute activations
   bool partition_activations = false;
   std::optional<int64_t> number_checkpoints;
   bool contiguous_memory_optimization = false;
@@ -125,8 +126,8 @@ struct CheckpointConfig {
 // dscore's "data" section: where batches come from.
 struct DataConfig {
   std::string type = "synthetic";  // synthetic (the model's own task) | text | tokens
-  std::string path;                // for text / tokens
-  // (issue 4 adds more keys)
+  std::string path;                // for text / tokens: a file or a glob pattern
+  bool shuffle = true;             // text / tokens: a seeded order per epoch, else file order
 };
 
 // dscore's "comm" section.
@@ -171,7 +172,7 @@ struct TrainingConfig {
   int64_t train_steps = 0;        // optimizer steps `dscore run` performs (0 = not set)
   std::string checkpoint_dir;
   int64_t save_interval = 0;      // `dscore run` saves every N steps and at the end (0 = off)
-  uint64_t seed = 42;             // dscore: seeds parameter init and synthetic data
+  uint64_t seed = 42;             // dscore: seeds parameter init, synthetic data, data.shuffle
 
   json::Value resolved;           // the whole resolved config (checkpoints keep a copy)
 };

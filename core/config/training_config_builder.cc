@@ -160,6 +160,7 @@ TrainingConfig build_training_config(const json::Value& doc, const json::Value& 
   c.zero = zero(at(doc, "zero_optimization"));
 
   const json::Value& ac = at(doc, "activation_checkpointing");
+  c.activation_checkpointing.present = ac.is_object();
   read(ac, "partition_activations", &c.activation_checkpointing.partition_activations);
   if (at(ac, "number_checkpoints").is_integral())
     c.activation_checkpointing.number_checkpoints = at(ac, "number_checkpoints").as_int();
@@ -204,6 +205,7 @@ TrainingConfig build_training_config(const json::Value& doc, const json::Value& 
   }
   read(at(doc, "data"), "type", &c.data.type);
   read(at(doc, "data"), "path", &c.data.path);
+  read(at(doc, "data"), "shuffle", &c.data.shuffle);
   if (at(at(doc, "plugins"), "paths").is_array())
     for (const json::Value& p : at(at(doc, "plugins"), "paths").items())
       c.plugin_paths.push_back(p.as_string());

@@ -1,5 +1,7 @@
 #include "core/data/source.h"
 
+#include "core/data/token_source.h"
+
 namespace dscore::data {
 namespace {
 
@@ -18,17 +20,19 @@ class SyntheticSource final : public BatchSource {
 
 }  // namespace
 
-Result<std::unique_ptr<BatchSource>> make_batch_source(const config::DataConfig& data,
-                                                       const Model& model, uint64_t seed) {
+Result<std::unique_ptr<BatchSource>> make_batch_source(const config::TrainingConfig& cfg,
+                                                       const Model& model) {
+  const config::DataConfig& data = cfg.data;
   if (data.type == "synthetic") {
     if (!model.has_synthetic_task())
       return invalid_argument("data.type is \"synthetic\" but " + model.display_name() +
                               " has no synthetic task; give \"data\": {\"type\": \"text\", "
                               "\"path\": ...}");
-    return std::unique_ptr<BatchSource>(new SyntheticSource(model, seed));
+    return std::unique_ptr<BatchSource>(new SyntheticSource(model, cfg.seed));
   }
-  return unimplemented("data.type \"" + data.type +
-                       "\" is not available in this dscore build yet; use \"synthetic\"");
+  if (data.type == "text" || data.type == "tokens") return make_token_source(cfg, model);
+  return invalid_argument("data.type \"" + data.type +
+                          "\" is unknown; use \"synthetic\", \"text\" or \"tokens\"");
 }
 
 }  // namespace dscore::data

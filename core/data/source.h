@@ -1,6 +1,7 @@
 // Where micro-batches come from. The synthetic source asks the model for its
-// own deterministic task (samples are a function of seed and index); file
-// sources (text, llm.c token shards) arrive with the GPT model.
+// own deterministic task; the file sources (text, llm.c token shards:
+// token_source.h) cut token sequences from memory-mapped files. In both a
+// sample is a function of the seed and its global index alone.
 #pragma once
 
 #include <memory>
@@ -20,9 +21,10 @@ class BatchSource {
   virtual Status fill(SampleRange range, HostBatch* batch) = 0;
 };
 
-// Fails with a message naming the data section when the model cannot
-// provide what the config asks for.
-Result<std::unique_ptr<BatchSource>> make_batch_source(const config::DataConfig& data,
-                                                       const Model& model, uint64_t seed);
+// The source cfg.data asks for (reading also cfg.seed, cfg.batch and the
+// model section's "vocab_size"). Fails with a message naming the data
+// section or file and the fix when the model or the data cannot provide it.
+Result<std::unique_ptr<BatchSource>> make_batch_source(const config::TrainingConfig& cfg,
+                                                       const Model& model);
 
 }  // namespace dscore::data

@@ -151,11 +151,7 @@ dscore_status Engine::hook_grads_ready(void* ctx, size_t layer) {
   return status.ok() ? DSCORE_OK : self->fail_hook(status.code(), status.message());
 }
 
-// -------------------------------------------------------------- training
-
-Result<double> Engine::forward_backward(const dscore_batch& batch) {
-  Timed timed(&timing_.forward_backward_ns);
-  timing_.micro_steps += 1;
+dscore_model_hooks Engine::model_hooks() {
   dscore_model_hooks hooks{};
   hooks.struct_size = sizeof hooks;
   hooks.ctx = this;
@@ -163,6 +159,33 @@ Result<double> Engine::forward_backward(const dscore_batch& batch) {
   hooks.release = &Engine::hook_release;
   hooks.grads_ready = &Engine::hook_grads_ready;
   hook_error_.clear();
+  return hooks;
+}
+
+// After the model returned: a hook misuse first, then the model's own
+// error, then a layer left acquired.
+Status Engine::check_model_call(const Status& model_status) {
+  if (!hook_error_.empty())
+    return Status(DSCORE_INVALID_ARGUMENT,
+                  model_->display_name() + " misused the engine's hooks: " + hook_error_);
+  DSCORE_RETURN_IF_ERROR(model_status);
+  for (size_t l = 0; l < acquired_.size(); ++l) {
+    if (acquired_[l] != 0) {
+      acquired_.assign(acquired_.size(), 0);
+      return Status(DSCORE_INVALID_ARGUMENT, model_->display_name() + " returned with layer " +
+                                                 std::to_string(l) + " still acquired; every "
+                                                 "acquire needs a release");
+    }
+  }
+  return Status::Ok();
+}
+
+// -------------------------------------------------------------- training
+
+Result<double> Engine::forward_backward(const dscore_batch& batch) {
+  Timed timed(&timing_.forward_backward_ns);
+  timing_.micro_steps += 1;
+  const dscore_model_hooks hooks = model_hooks();
   const int64_t gas = config_.batch.gradient_accumulation_steps;
   const bool boundary = is_gradient_accumulation_boundary();
   if (boundary) {
@@ -185,21 +208,15 @@ Result<double> Engine::forward_backward(const dscore_batch& batch) {
     reduced = strategy_->end_micro_step();
   }
   if (phases_) phases_->reductions_done();
-  if (!hook_error_.empty())
-    return Status(DSCORE_INVALID_ARGUMENT,
-                  model_->display_name() + " misused the engine's hooks: " + hook_error_);
-  if (!status.ok()) return status;
-  for (size_t l = 0; l < acquired_.size(); ++l) {
-    if (acquired_[l] != 0) {
-      acquired_.assign(acquired_.size(), 0);
-      return Status(DSCORE_INVALID_ARGUMENT, model_->display_name() + " returned with layer " +
-                                                 std::to_string(l) + " still acquired; every "
-                                                 "acquire needs a release");
-    }
-  }
+  DSCORE_RETURN_IF_ERROR(check_model_call(status));
   DSCORE_RETURN_IF_ERROR(reduced);
   loss_accumulator_ += loss / static_cast<double>(gas);
   return loss;
+}
+
+Status Engine::forward(const dscore_batch& batch, dscore_tensor* output, double* loss) {
+  const dscore_model_hooks hooks = model_hooks();
+  return check_model_call(model_->forward(batch, hooks, loss, output));
 }
 
 bool Engine::is_gradient_accumulation_boundary() const {

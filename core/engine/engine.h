@@ -110,6 +110,12 @@ class Engine {
   // Forward and backward of one micro-batch. Returns this rank's mean loss
   // over the micro-batch (unscaled).
   Result<double> forward_backward(const dscore_batch& batch);
+  // Forward only (evaluation, generation): the model's output into `output`
+  // (the gpt model: last-position logits) and the mean loss into `loss`,
+  // each if non-null. Collective under ZeRO-3 (parameters are gathered);
+  // outside the training loop it ends ZeRO-3's trace-based prefetching for
+  // the run.
+  Status forward(const dscore_batch& batch, dscore_tensor* output, double* loss = nullptr);
   // See the file comment. Collective at the boundary.
   Status step();
   // True when the next step() call completes an accumulation cycle.
@@ -179,6 +185,8 @@ class Engine {
                                 const LoadCheckpointOptions& options, int saved_world);
 
   // Model hooks (ctx = Engine*).
+  dscore_model_hooks model_hooks();
+  Status check_model_call(const Status& model_status);
   static dscore_status hook_acquire(void* ctx, size_t layer, dscore_acquire_mode mode,
                                     dscore_layer_views* out);
   static dscore_status hook_release(void* ctx, size_t layer);

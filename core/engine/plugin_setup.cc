@@ -1,6 +1,7 @@
 #include "core/engine/plugin_setup.h"
 
 #include "core/config/auto_rules.h"
+#include "core/config/schema.h"
 
 namespace dscore {
 namespace {
@@ -23,6 +24,33 @@ std::optional<SelectedPlugin> select_one(config::LoadedConfig* loaded,
   return selected;
 }
 
+// DeepSpeed's activation_checkpointing section configures checkpointing
+// that the model itself performs. A model that supports it declares the
+// params "checkpoint_activations" (and "number_checkpoints"): the section's
+// presence turns it on unless the model section sets it itself. For any
+// other model the section has no effect, and a notice says so.
+config::PluginRef with_activation_checkpointing(const config::TrainingConfig& cfg,
+                                                const plugin_host::PluginRegistry& registry,
+                                                config::LoadedConfig* loaded) {
+  config::PluginRef ref = *cfg.model;
+  if (!cfg.activation_checkpointing.present) return ref;
+  auto found = registry.find(DSCORE_KIND_MODEL, ref.type);
+  if (!found.ok()) return ref;  // select_one reports it
+  auto spec = config::parse_params_schema((*found)->params_schema);
+  if (!spec.ok() || spec->find("checkpoint_activations") == nullptr) {
+    loaded->notices.push_back({"activation_checkpointing", "model '" + ref.type +
+                                                               "' does not checkpoint activations; the "
+                                                               "section has no effect"});
+    return ref;
+  }
+  if (ref.params.find("checkpoint_activations") == nullptr)
+    ref.params.set("checkpoint_activations", json::Value(true));
+  const auto& n = cfg.activation_checkpointing.number_checkpoints;
+  if (n && ref.params.find("number_checkpoints") == nullptr && spec->find("number_checkpoints") != nullptr)
+    ref.params.set("number_checkpoints", json::Value(*n));
+  return ref;
+}
+
 }  // namespace
 
 PluginSelection select_plugins(config::LoadedConfig* loaded,
@@ -33,7 +61,8 @@ PluginSelection select_plugins(config::LoadedConfig* loaded,
   const config::TrainingConfig& cfg = *loaded->config;
   const config::AutoResolver resolver = config::make_auto_resolver(context, loaded->resolved);
   if (cfg.model)
-    selection.model = select_one(loaded, registry, resolver, DSCORE_KIND_MODEL, *cfg.model, "model");
+    selection.model = select_one(loaded, registry, resolver, DSCORE_KIND_MODEL,
+                                 with_activation_checkpointing(cfg, registry, loaded), "model");
   if (cfg.optimizer)
     selection.optimizer =
         select_one(loaded, registry, resolver, DSCORE_KIND_OPTIMIZER, *cfg.optimizer, "optimizer");

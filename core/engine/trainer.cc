@@ -21,6 +21,13 @@
 namespace dscore {
 namespace {
 
+// Trained tokens per sample of a token model (one int32 input of T + 1
+// tokens: T predictions); 0 for other models.
+int64_t tokens_per_sample(const dscore_model_description& d) {
+  if (d.input_count != 1 || d.inputs[0]->dtype != DSCORE_DTYPE_I32 || d.inputs[0]->ndim != 1) return 0;
+  return d.inputs[0]->shape[0] - 1;
+}
+
 constexpr int kExitFailure = 1;
 constexpr int kExitConfigError = 2;
 
@@ -154,7 +161,7 @@ int run_training(const RunOptions& options) {
     return kExitFailure;
   };
   const config::TrainingConfig& cfg = e.config();
-  auto source = data::make_batch_source(cfg.data, e.model(), cfg.seed);
+  auto source = data::make_batch_source(cfg, e.model());
   if (!source.ok()) return fail_job(source.status());
 
   if (leader)
@@ -182,7 +189,7 @@ int run_training(const RunOptions& options) {
   const data::DistributedSampler sampler(cfg.batch, e.world_size(), e.rank());
   data::HostBatch batch(e.model().description(), cfg.batch.train_micro_batch_size_per_gpu);
   ProgressReporter progress(cfg.train_steps, cfg.steps_per_print, options.progress_bar && leader,
-                            options.log_json);
+                            options.log_json, tokens_per_sample(e.model().description()), e.global_samples());
   const std::string mom = momentum_text(setup->selection);
   ProgressSnapshot snapshot;
   snapshot.total_steps = cfg.train_steps;

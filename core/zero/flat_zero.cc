@@ -3,6 +3,7 @@
 #include <dscore/cpp/dtype.hpp>
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/base/strings.h"
 #include "core/zero/precision.h"
@@ -169,7 +170,7 @@ Status FlatZero::grads_ready(size_t layer) {
     submit_bucket_if_complete(b);
   } else if (b <= -2) {
     Oversized& o = oversized_[static_cast<size_t>(-2 - b)];
-    submit_owner_reduction(static_cast<char*>(o.memory.get()), o.lo, o.lo, o.hi);
+    if (--o.pending == 0) submit_owner_reduction(static_cast<char*>(o.memory.get()), o.lo, o.lo, o.hi);
   }
   return Status::Ok();
 }
@@ -249,6 +250,10 @@ Status FlatZero::place_in_bucket(size_t layer) {
   }
   Bucket* bucket = &buckets_[current_bucket_];
   if (!bucket_open_ || bucket->lo != e || bucket->hi - s > bucket_capacity_) {
+    // A bucket whose layers are not all ready (a model that comes back to a
+    // layer later, e.g. a tied embedding) moves out; sealing it would let
+    // its memory be reused before it is reduced.
+    if (bucket_open_ && bucket->pending > 0) detach_current_bucket();
     if (bucket_open_) seal_current_bucket();
     const int count = ctx_.config->zero.overlap_comm ? 2 : 1;
     current_bucket_ = bucket_open_ ? (current_bucket_ + 1) % count : current_bucket_;
@@ -271,6 +276,34 @@ Status FlatZero::place_in_bucket(size_t layer) {
   bucket->pending += 1;
   layer_bucket_[layer] = current_bucket_;
   return Status::Ok();
+}
+
+void FlatZero::detach_current_bucket() {
+  Bucket& b = buckets_[current_bucket_];
+  const dscore_dtype gd = ctx_.grad_dtype;
+  const int64_t es = static_cast<int64_t>(sdk::dtype_size(gd));
+  char* base = static_cast<char*>(b.memory.get()) + (b.lo - (b.hi - bucket_capacity_)) * es;
+  Oversized o;
+  o.memory = allocate(b.hi - b.lo, gd, "gradient bucket");
+  o.lo = b.lo;
+  o.hi = b.hi;
+  o.pending = b.pending;
+  char* moved = static_cast<char*>(o.memory.get());
+  std::memcpy(moved, base, static_cast<size_t>((b.hi - b.lo) * es));
+  std::memset(base, 0, static_cast<size_t>((b.hi - b.lo) * es));  // bucket memory is zero when free
+  const auto& params = ctx_.layout->params();
+  const int index = -2 - static_cast<int>(oversized_.size());
+  for (size_t l = 0; l < layer_bucket_.size(); ++l) {
+    const size_t first = ctx_.layout->layer_first(l);
+    if (layer_bucket_[l] != current_bucket_ || params[first].offset < b.lo || params[first].offset >= b.hi) continue;
+    for (size_t p = first; p < ctx_.layout->layer_end(l); ++p)
+      grad_views_[p].data = moved + (params[p].offset - b.lo) * es;
+    layer_bucket_[l] = index;
+  }
+  oversized_.push_back(std::move(o));
+  b.pending = 0;
+  b.lo = b.hi;
+  bucket_open_ = false;
 }
 
 void FlatZero::seal_current_bucket() {

@@ -75,6 +75,7 @@ class FlatZero final : public ZeroStrategy {
   // Stage 2 buckets.
   Status place_in_bucket(size_t layer);
   void seal_current_bucket();
+  void detach_current_bucket();
   void submit_bucket_if_complete(int index);
 
   ZeroContext ctx_;
@@ -107,9 +108,13 @@ class FlatZero final : public ZeroStrategy {
   size_t lowest_ready_layer_ = 0;    // layers >= this one are all ready
   int64_t grid_next_hi_ = 0;         // stages 0/1: top of the next grid bucket to submit
   // Stage 2: layers larger than a bucket, reduced alone from their own memory.
+  // A layer larger than a bucket, or a bucket moved out of the way while
+  // some of its layers' gradients were still to come: reduced on its own
+  // once `pending` reaches 0.
   struct Oversized {
     CountedBuffer memory;
     int64_t lo = 0, hi = 0;  // flat range
+    int pending = 1;
   };
   std::vector<Oversized> oversized_;  // layer_bucket_ = -2 - index
 };

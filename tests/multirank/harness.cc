@@ -17,8 +17,11 @@ std::string RunSpec::config_json() const {
     << "  \"gradient_clipping\": " << clipping << ",\n"
     << "  \"optimizer\": " << optimizer << ",\n"
     << (scheduler.empty() ? std::string() : "  \"scheduler\": " + scheduler + ",\n")
-    << "  \"model\": {\"type\": \"mlp\", \"hidden_dim\": " << hidden << ", \"n_hidden_layers\": " << layers
-    << "},\n"
+    << "  \"model\": "
+    << (model.empty() ? "{\"type\": \"mlp\", \"hidden_dim\": " + std::to_string(hidden) +
+                            ", \"n_hidden_layers\": " + std::to_string(layers) + "}"
+                      : model)
+    << ",\n"
     << "  \"comm\": {\"timeout_ms\": " << timeout_ms << "},\n"
     << "  \"zero_optimization\": {\"stage\": " << stage << ", \"reduce_bucket_size\": " << reduce_bucket_size
     << ", \"overlap_comm\": " << (overlap_comm ? "true" : "false")

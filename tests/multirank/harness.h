@@ -32,6 +32,7 @@ struct RunSpec {
   int64_t timeout_ms = 60000;
   std::string optimizer = R"({"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.01}})";
   std::string scheduler = R"({"type": "WarmupLR", "params": {"warmup_max_lr": 0.003, "warmup_num_steps": 5, "warmup_type": "linear"}})";  // "" = none
+  std::string model;  // the "model" section; "" = the mlp of hidden/layers
   std::string extra;  // more top-level JSON members, comma-separated
   int initial_scale_power = 12;  // fp16
   int loss_scale_window = 0;     // fp16; 0 = DeepSpeed's default

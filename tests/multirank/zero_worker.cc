@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
     return 1;
   };
   const auto& cfg = e.config();
-  auto source = dscore::data::make_batch_source(cfg.data, e.model(), cfg.seed);
+  auto source = dscore::data::make_batch_source(cfg, e.model());
   if (!source.ok()) return fail(source.status().message());
   dscore::data::DistributedSampler sampler(cfg.batch, e.world_size(), e.rank());
   dscore::data::HostBatch batch(e.model().description(), cfg.batch.train_micro_batch_size_per_gpu);

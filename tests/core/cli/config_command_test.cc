@@ -51,12 +51,12 @@ json::Value parse_stdout(const ProcessResult& r) {
 
 TEST(CliConfigCheck, QuickstartIsValidAndPrintsTheResolvedConfig) {
   const std::string quickstart = std::string(DSCORE_SOURCE_DIR) + "/configs/quickstart.json";
-  ProcessResult r = run_dscore({"config", "check", quickstart});
+  ProcessResult r = run_dscore({"config", "check", quickstart, "--world-size", "2"});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   EXPECT_EQ(r.err, "");
   json::Value resolved = parse_stdout(r);
   ASSERT_TRUE(resolved.is_object());
-  // Derived by the batch triad (train 32, micro 32, W 1) and filled defaults
+  // Derived by the batch triad (train 32, micro 16, W 2) and filled defaults
   // the file does not mention (REFERENCE.md 5.1).
   ASSERT_NE(resolved.find("gradient_accumulation_steps"), nullptr);
   EXPECT_EQ(resolved.find("gradient_accumulation_steps")->as_int(), 1);
@@ -69,8 +69,11 @@ TEST(CliConfigCheck, QuickstartIsValidAndPrintsTheResolvedConfig) {
   // The plugin sections come back validated, with the plugin's defaults.
   const json::Value* optimizer = resolved.find("optimizer");
   ASSERT_NE(optimizer, nullptr);
-  EXPECT_EQ(optimizer->find("type")->as_string(), "Adam");
+  EXPECT_EQ(optimizer->find("type")->as_string(), "AdamW");
   EXPECT_EQ(optimizer->find("params")->find("lr")->as_number(), 0.003);
+  const json::Value* model = resolved.find("model");
+  ASSERT_NE(model, nullptr);
+  EXPECT_EQ(model->find("type")->as_string(), "gpt");
 }
 
 TEST(CliConfigCheck, WorldSizeDrivesTheBatchTriad) {

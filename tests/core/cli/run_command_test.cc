@@ -134,18 +134,21 @@ TEST(CliRun, StepsGivesTheCountWhenTheConfigHasNone) {
   EXPECT_EQ(lines_starting_with(r.out, "done: 3 steps").size(), 1u) << r.out;
 }
 
-TEST(CliRun, BundledQuickstartConfigRuns) {
+TEST(CliRun, BundledQuickstartConfigRunsOnTwoRanksAndSavesACheckpoint) {
+  // As the README runs it: from a folder with the repository's configs/
+  // (the corpus path is relative), 2 ranks, ZeRO-2; outputs under ./runs.
   TempDir dir("dscore_cli_run");
+  fs::create_directory_symlink(fs::path(DSCORE_SOURCE_DIR) / "configs", dir.path() / "configs");
   ProcessOptions options;
-  options.cwd = dir.path();  // its csv_monitor writes to ./runs/quickstart
-  ProcessResult r = run_dscore(
-      {"run", "--config", std::string(DSCORE_SOURCE_DIR) + "/configs/quickstart.json", "--steps",
-       "5"},
-      options);
+  options.cwd = dir.path();
+  options.env = mpi_test_env();
+  ProcessResult r = run_dscore({"run", "-n", "2", "--config", "configs/quickstart.json", "--steps", "5"}, options);
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   EXPECT_EQ(lines_starting_with(r.out, "done: 5 steps, 160 samples").size(), 1u) << r.out;
+  EXPECT_NE(r.out.find("tokens/s"), std::string::npos) << r.out;
   EXPECT_EQ(read_csv(dir.path() / "runs/quickstart/Train_Samples_train_loss.csv", "train_loss").size(),
             5u);
+  EXPECT_TRUE(fs::exists(dir.path() / "runs/quickstart/checkpoints/latest"));  // the last step saves
 }
 
 TEST(CliRun, TwoRanksUnderMpirunTrainWithOneProgressStreamAndOneMonitor) {

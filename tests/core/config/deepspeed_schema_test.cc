@@ -164,7 +164,8 @@ TEST(DeepSpeedSchema, SectionDefaults) {
   LoadedConfig c = load_with(
       R"("tensorboard": {}, "csv_monitor": {}, "wandb": {}, "comet": {}, "comms_logger": {},
          "timers": {"throughput": {}}, "flops_profiler": {}, "hybrid_engine": {}, "pipeline": {},
-         "progressive_layer_drop": {}, "nebula": {}, "elasticity": {})");
+         "progressive_layer_drop": {}, "nebula": {}, "elasticity": {},
+         "activation_checkpointing": {})");
   ASSERT_TRUE(c.ok()) << errors_of(c);
   const json::Value& r = c.resolved;
   EXPECT_EQ(at(r, {"tensorboard", "enabled"}), json::Value(false));

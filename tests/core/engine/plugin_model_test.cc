@@ -30,7 +30,7 @@ Trace train(int micro, int steps) {
   EXPECT_TRUE(engine.ok()) << engine.status().message();
   Engine& e = **engine;
   const config::TrainingConfig& cfg = e.config();
-  auto source = data::make_batch_source(cfg.data, e.model(), cfg.seed);
+  auto source = data::make_batch_source(cfg, e.model());
   EXPECT_TRUE(source.ok());
   data::DistributedSampler sampler(cfg.batch, 1, 0);
   data::HostBatch batch(e.model().description(), micro);

@@ -16,7 +16,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "cpu/kernels.h"
+#include "kernels.h"
 
 namespace dscore::gpt::cpu {
 

@@ -1,8 +1,8 @@
 // The CPU compute of the GPT model (float), and the stand-in for
 // make_cuda_compute in builds without CUDA.
-#include "compute.h"
-#include "cpu/cpu_backend.h"
-#include "cpu/gemm.h"
+#include "../compute.h"
+#include "cpu_backend.h"
+#include "gemm.h"
 
 namespace dscore::gpt {
 

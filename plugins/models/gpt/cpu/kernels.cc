@@ -1,4 +1,4 @@
-#include "cpu/kernels.h"
+#include "kernels.h"
 
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
@@ -7,7 +7,7 @@
 #include <cmath>
 #include <vector>
 
-#include "cpu/gemm.h"
+#include "gemm.h"
 
 namespace dscore::gpt::cpu {
 namespace {

@@ -221,3 +221,42 @@ TEST_F(GptModel, PaddingAfterAPromptDoesNotChangeItsLogits) {
 
 }  // namespace
 }  // namespace dscore::gpt
+
+namespace dscore::gpt {
+namespace {
+
+// bf16 parameter and gradient views (a bf16 engine): parameters converted on
+// use give exactly the fp32 computation on the same (bf16-representable)
+// values; gradients land in bf16, so they agree to bf16 rounding (2^-8).
+TEST_F(GptModel, Bf16ViewsComputeLikeFp32OnTheSameValues) {
+  const GptConfig c = tiny_config();
+  GptParams params(c, 7);
+  FakeLayers f32(params.description(), DSCORE_DTYPE_F32), b16(params.description(), DSCORE_DTYPE_BF16);
+  size_t index = 0;
+  for (size_t l = 0; l < f32.layer_count(); ++l)
+    for (size_t i = 0; i < f32.param_count(l); ++i, ++index) {
+      std::vector<float> v(static_cast<size_t>(f32.numel(l, i)));
+      params.init(index, 0, f32.numel(l, i), v.data());
+      for (size_t k = 0; k < v.size(); ++k) {
+        const uint16_t h = sdk::float_to_bf16(v[k] * 5.0f + 0.01f);
+        b16.param<uint16_t>(l, i)[k] = h;
+        f32.param<float>(l, i)[k] = sdk::bf16_to_float(h);
+      }
+    }
+  cpu::CpuBackend<float> backend;
+  GptRunner<cpu::CpuBackend<float>> runner(c, params, backend);
+  const double loss32 = runner.forward_backward(tiny_batch(c), f32.hooks(), 1.0);
+  const double loss16 = runner.forward_backward(tiny_batch(c), b16.hooks(), 1.0);
+  EXPECT_EQ(loss16, loss32);
+  for (size_t l = 0; l < f32.layer_count(); ++l)
+    for (size_t i = 0; i < f32.param_count(l); ++i) {
+      double max_abs = 0;
+      for (int64_t e = 0; e < f32.numel(l, i); ++e) max_abs = std::max(max_abs, std::abs(double(f32.grad<float>(l, i)[e])));
+      for (int64_t e = 0; e < f32.numel(l, i); ++e)
+        EXPECT_NEAR(sdk::bf16_to_float(b16.grad<uint16_t>(l, i)[e]), f32.grad<float>(l, i)[e], max_abs / 128 + 1e-12)
+            << l << "." << i << "[" << e << "]";
+    }
+}
+
+}  // namespace
+}  // namespace dscore::gpt

@@ -1,0 +1,170 @@
+// GPT training throughput on the CPU: tokens/s of a ~10M-parameter gpt
+// (6 layers, 384 wide, T 256, byte-level text) at 1 rank and at 2 ranks,
+// and the achieved FLOP/s (6N + 12 L C T per token, N = parameters without
+// the position embedding, as nanoGPT's MFU) as a fraction of the SGEMM
+// FLOP/s measured in the same run on all cores (target >= 40%). Also the
+// activation memory and the step time with activation checkpointing on.
+//
+//   gpt_train [--steps S] [--micro B]           1 rank here, then 2 ranks under mpirun
+//   gpt_train --ranks 2 ...                     (the 2-rank half; started by the first)
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/base/memory.h"
+#include "core/comm/job_env.h"
+#include "core/comm/launcher.h"
+#include "core/data/sampler.h"
+#include "core/data/source.h"
+#include "core/engine/initialize.h"
+#include "cpu/gemm.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+constexpr int kLayers = 6, kEmbd = 384, kHeads = 6, kBlock = 256, kVocab = 256;
+
+std::string config_text(int micro, int world, int steps, bool checkpointing) {
+  char text[1600];
+  std::snprintf(text, sizeof text,
+                R"({"plugins": {"paths": ["%s"]}, "train_batch_size": %d, "train_micro_batch_size_per_gpu": %d,
+                    "train_steps": %d, "zero_optimization": {"stage": %d},
+                    "optimizer": {"type": "AdamW", "params": {"lr": 0.0006}},
+                    "model": {"type": "gpt", "n_layer": %d, "n_head": %d, "n_embd": %d, "block_size": %d,
+                              "vocab_size": %d},
+                    %s
+                    "data": {"type": "text", "path": "%s/configs/data/quickstart.txt"}})",
+                DSCORE_BUILD_PLUGIN_DIR, micro * world, micro, steps, world > 1 ? 2 : 0, kLayers, kHeads, kEmbd,
+                kBlock, kVocab, checkpointing ? R"("activation_checkpointing": {},)" : "", DSCORE_SOURCE_DIR);
+  return text;
+}
+
+// SGEMM FLOP/s on all cores: square n x n through the same BLAS + TBB path
+// the model's matmuls take.
+double sgemm_flops() {
+  dscore::gpt::cpu::use_single_threaded_blas();
+  const int64_t n = 1536;
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  double best = 0;
+  for (int i = 0; i < 4; ++i) {
+    auto t = Clock::now();
+    dscore::gpt::cpu::gemm<float>(dscore::gpt::cpu::Op::kNone, dscore::gpt::cpu::Op::kTranspose, n, n, n, 1.0f,
+                                  a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    best = std::max(best, 2.0 * n * n * n / seconds_since(t));
+  }
+  return best;
+}
+
+struct Figures {
+  double tokens_per_second = 0;  // all ranks
+  double flops_per_token = 0;
+  int64_t activation_bytes = 0;  // this rank's "gpt activations"
+  int64_t params = 0;
+};
+
+Figures train(int micro, int world, int steps, bool checkpointing) {
+  auto setup = dscore::prepare_text(config_text(micro, world, steps, checkpointing), "gpt_train.json", ".", {});
+  if (!setup.ok() || !setup->loaded.ok()) {
+    std::fprintf(stderr, "config: %s\n", setup.ok() ? dscore::format_config_errors(setup->loaded).c_str()
+                                                    : setup.status().message().c_str());
+    std::exit(1);
+  }
+  auto engine = dscore::build_engine(*setup, nullptr);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "%s\n", engine.status().message().c_str());
+    std::exit(1);
+  }
+  dscore::Engine& e = **engine;
+  const auto& cfg = e.config();
+  auto source = dscore::data::make_batch_source(cfg, e.model());
+  if (!source.ok()) {
+    std::fprintf(stderr, "%s\n", source.status().message().c_str());
+    std::exit(1);
+  }
+  dscore::data::DistributedSampler sampler(cfg.batch, e.world_size(), e.rank());
+  dscore::data::HostBatch batch(e.model().description(), cfg.batch.train_micro_batch_size_per_gpu);
+  auto step = [&](int64_t s) {
+    if (!(*source)->fill(sampler.micro_batch(s, 0), &batch).ok() || !e.forward_backward(batch.view()).ok() ||
+        !e.step().ok())
+      std::exit(1);
+  };
+  step(0);  // warm-up: allocates the activations, touches the memory
+  auto start = Clock::now();
+  for (int64_t s = 1; s <= steps; ++s) step(s);
+  const double elapsed = seconds_since(start);
+  Figures f;
+  f.params = e.layout().total_numel();
+  const double n = static_cast<double>(f.params - kBlock * kEmbd);  // without wpe
+  f.flops_per_token = 6.0 * n + 12.0 * kLayers * kEmbd * kBlock;
+  f.tokens_per_second = static_cast<double>(steps) * cfg.batch.train_batch_size * kBlock / elapsed;
+  f.activation_bytes = static_cast<int64_t>(dscore::memory_by_tag()["gpt activations"]);
+  return f;
+}
+
+void print_line(const char* what, const Figures& f, double sgemm) {
+  const double achieved = f.tokens_per_second * f.flops_per_token;
+  std::printf("%-34s %10.0f tokens/s  %7.2f GFLOP/s  %5.1f%% of SGEMM  activations %6.1f MiB/rank\n", what,
+              f.tokens_per_second, achieved / 1e9, 100.0 * achieved / sgemm,
+              static_cast<double>(f.activation_bytes) / (1 << 20));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int steps = 4, micro = 8, ranks = 1;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    if (k == "--steps") steps = std::stoi(argv[i + 1]);
+    else if (k == "--micro") micro = std::stoi(argv[i + 1]);
+    else if (k == "--ranks") ranks = std::stoi(argv[i + 1]);
+  }
+  auto job = dscore::comm::detect_job_env();
+  if (!job.ok()) return 1;
+  if (ranks == 2 && job->world_size == 1) {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    std::fprintf(stderr, "%s\n", dscore::comm::exec_under_mpirun(2, args).message().c_str());
+    return 1;
+  }
+  const bool leader = job->rank == 0;
+  const double sgemm = sgemm_flops();
+  if (ranks == 2) {
+    const Figures two = train(micro, 2, steps, false);
+    if (leader) {
+      std::printf("SGEMM now (rank 0, while rank 1 also measures): %.2f GFLOP/s\n", sgemm / 1e9);
+      print_line("2 ranks, ZeRO-2", two, sgemm * 2);
+    }
+    return 0;
+  }
+  const unsigned cores = std::thread::hardware_concurrency();
+  const Figures one = train(micro, 1, steps, false);
+  const Figures ckpt = train(micro, 1, steps, true);
+  std::printf("gpt_train: %lld parameters (%d layers, n_embd %d, %d heads, T %d, vocab %d), micro batch %d, %d steps\n",
+              static_cast<long long>(one.params), kLayers, kEmbd, kHeads, kBlock, kVocab, micro, steps);
+  std::printf("limit measured now: SGEMM %.2f GFLOP/s on %u cores (n = 1536, OpenBLAS per thread, TBB across)\n",
+              sgemm / 1e9, cores);
+  std::printf("FLOPs per token: %.3g (6N + 12 L C T)\n", one.flops_per_token);
+  print_line("1 rank", one, sgemm);
+  print_line("1 rank, activation checkpointing", ckpt, sgemm);
+  std::printf("activation checkpointing: %.1f%% of the activation memory, %.2fx the step time\n",
+              100.0 * static_cast<double>(ckpt.activation_bytes) / static_cast<double>(one.activation_bytes),
+              one.tokens_per_second / ckpt.tokens_per_second);
+  std::fflush(stdout);
+  // The 2-rank half in its own processes (mpirun), after this one's output.
+  const pid_t child = fork();
+  if (child == 0) {
+    const std::string s = std::to_string(steps), m = std::to_string(micro);
+    execl("/proc/self/exe", argv[0], "--ranks", "2", "--steps", s.c_str(), "--micro", m.c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}

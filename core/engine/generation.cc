@@ -1,0 +1,134 @@
+#include "core/engine/generation.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/checkpoint/checkpoint_info.h"
+#include "core/config/json.h"
+#include "core/engine/initialize.h"
+
+namespace dscore {
+namespace {
+
+int64_t model_int(const json::Value& model, const char* key) {
+  const json::Value* v = model.find(key);
+  return v != nullptr && v->is_integral() ? v->as_int() : 0;
+}
+
+// The saved training config, turned into a one-rank inference config: the
+// same model, precision and plugins; stage 0, batch 1, no monitors.
+json::Value inference_config(json::Value config) {
+  json::Value zero = json::Value::object();
+  zero.set("stage", json::Value(0));
+  config.set("zero_optimization", std::move(zero));
+  config.set("train_batch_size", json::Value(1));
+  config.set("train_micro_batch_size_per_gpu", json::Value(1));
+  config.set("gradient_accumulation_steps", json::Value(1));
+  for (const char* monitor : {"tensorboard", "csv_monitor", "wandb", "comet", "comms_logger", "flops_profiler"})
+    config.erase(monitor);
+  config.erase("checkpoint_dir");
+  config.erase("save_interval");
+  return config;
+}
+
+}  // namespace
+
+int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& options, std::mt19937_64* rng) {
+  const int32_t vocab = static_cast<int32_t>(logits.size());
+  if (options.temperature <= 0.0)
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  std::vector<int32_t> ids(static_cast<size_t>(vocab));
+  std::iota(ids.begin(), ids.end(), 0);
+  int32_t keep = vocab;
+  if (options.top_k > 0 && options.top_k < vocab) {
+    keep = static_cast<int32_t>(options.top_k);
+    std::partial_sort(ids.begin(), ids.begin() + keep, ids.end(),
+                      [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  }
+  double max_logit = -INFINITY;
+  for (int32_t i = 0; i < keep; ++i) max_logit = std::max(max_logit, static_cast<double>(logits[ids[i]]));
+  std::vector<double> weights(static_cast<size_t>(keep));
+  for (int32_t i = 0; i < keep; ++i)
+    weights[i] = std::exp((static_cast<double>(logits[ids[i]]) - max_logit) / options.temperature);
+  std::discrete_distribution<int32_t> pick(weights.begin(), weights.end());
+  return ids[pick(*rng)];
+}
+
+Result<InferenceModel> open_for_inference(const std::string& dir, const std::string& tag) {
+  DSCORE_ASSIGN_OR_RETURN(checkpoint::CheckpointInfo info, checkpoint::open_checkpoint(dir, tag));
+  const json::Value* saved = info.state().find("ds_config");
+  if (saved == nullptr || !saved->is_object())
+    return Status(DSCORE_DATA_LOSS, info.path + ": the checkpoint holds no ds_config; it was not written by "
+                                                "`dscore run` or Engine::save_checkpoint");
+  const json::Value* model = saved->find("model");
+  if (model == nullptr || !model->is_object())
+    return invalid_argument(info.path + ": the saved config has no \"model\" section to generate with");
+  InferenceModel out;
+  out.block_size = model_int(*model, "block_size");
+  out.vocab_size = model_int(*model, "vocab_size");
+  if (out.block_size <= 0 || out.vocab_size <= 0)
+    return invalid_argument(info.path + ": the saved model has no block_size/vocab_size; `generate` needs a "
+                                        "token model such as \"gpt\"");
+  const json::Value* data = saved->find("data");
+  const json::Value* data_type = data != nullptr ? data->find("type") : nullptr;
+  out.data_type = data_type != nullptr && data_type->is_string() ? data_type->as_string() : "";
+
+  InitializeOptions options;
+  options.job = comm::JobEnv{};  // one rank, whatever launched us
+  DSCORE_ASSIGN_OR_RETURN(Setup setup, prepare_text(json::serialize(inference_config(*saved)),
+                                                    info.path + "/ds_config", dir, options));
+  if (!setup.loaded.ok()) return invalid_argument(format_config_errors(setup.loaded));
+  DSCORE_ASSIGN_OR_RETURN(out.engine, build_engine(setup, nullptr));
+  LoadCheckpointOptions load;
+  load.tag = info.tag;
+  load.load_module_only = true;
+  DSCORE_RETURN_IF_ERROR(out.engine->load_checkpoint(dir, load).status());
+  return out;
+}
+
+Status generate(Engine& engine, int64_t block_size, int64_t vocab_size, std::vector<int32_t>* tokens,
+                int64_t max_new_tokens, const SamplingOptions& options,
+                const std::function<void(int32_t)>& on_token) {
+  if (tokens->empty()) return invalid_argument("the prompt is empty: give at least one token");
+  const dscore_model_description& d = engine.model().description();
+  if (d.input_count != 1 || d.inputs[0]->dtype != DSCORE_DTYPE_I32 || d.inputs[0]->ndim != 1 ||
+      d.inputs[0]->shape[0] != block_size + 1)
+    return invalid_argument(engine.model().display_name() + " does not take block_size + 1 int32 tokens");
+  std::vector<int32_t> window(static_cast<size_t>(block_size + 1));
+  const int64_t shape[2] = {1, block_size + 1};
+  dscore_tensor input{};
+  input.struct_size = sizeof input;
+  input.data = window.data();
+  input.dtype = DSCORE_DTYPE_I32;
+  input.device_type = DSCORE_DEVICE_CPU;
+  input.ndim = 2;
+  input.shape = shape;
+  input.numel = block_size + 1;
+  const dscore_tensor* inputs[] = {&input};
+  const dscore_batch batch{sizeof(dscore_batch), 1, 1, inputs};
+  std::vector<float> logits(static_cast<size_t>(vocab_size));
+  const int64_t out_shape[2] = {1, vocab_size};
+  dscore_tensor output{};
+  output.struct_size = sizeof output;
+  output.data = logits.data();
+  output.dtype = DSCORE_DTYPE_F32;
+  output.device_type = DSCORE_DEVICE_CPU;
+  output.ndim = 2;
+  output.shape = out_shape;
+  output.numel = vocab_size;
+  std::mt19937_64 rng(options.seed);
+  for (int64_t n = 0; n < max_new_tokens; ++n) {
+    // The last block_size tokens, then padding (-1).
+    const size_t context = std::min(tokens->size(), static_cast<size_t>(block_size));
+    std::fill(window.begin(), window.end(), -1);
+    std::copy(tokens->end() - static_cast<std::ptrdiff_t>(context), tokens->end(), window.begin());
+    DSCORE_RETURN_IF_ERROR(engine.forward(batch, &output));
+    const int32_t next = sample_token(logits, options, &rng);
+    tokens->push_back(next);
+    if (on_token) on_token(next);
+  }
+  return Status::Ok();
+}
+
+}  // namespace dscore

@@ -1,0 +1,46 @@
+// Text generation with a token model (one "tokens" input of block_size + 1
+// int32, forward() output = logits at the last position, as the gpt model):
+// open a checkpoint for inference, then sample a continuation token by
+// token, greedy (temperature 0) or with temperature and top-k. Each new
+// token runs a forward over the last block_size tokens (no KV cache).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/engine/engine.h"
+
+namespace dscore {
+
+struct SamplingOptions {
+  double temperature = 0.8;  // 0 = greedy (argmax)
+  int64_t top_k = 0;         // keep the k most likely tokens; 0 = all
+  uint64_t seed = 1337;
+};
+
+// Picks the next token from `logits` (vocab entries). Deterministic for a
+// given rng state.
+int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& options, std::mt19937_64* rng);
+
+// A one-rank, ZeRO stage 0 engine holding the weights of the checkpoint in
+// `dir` (tag "" = latest), built from the config the checkpoint saved.
+struct InferenceModel {
+  std::unique_ptr<Engine> engine;
+  std::string data_type;  // the saved config's data.type ("text": byte-level tokens)
+  int64_t block_size = 0;
+  int64_t vocab_size = 0;
+};
+Result<InferenceModel> open_for_inference(const std::string& dir, const std::string& tag);
+
+// Appends up to `max_new_tokens` tokens to `tokens` (the prompt, not
+// empty), calling on_token after each.
+Status generate(Engine& engine, int64_t block_size, int64_t vocab_size, std::vector<int32_t>* tokens,
+                int64_t max_new_tokens, const SamplingOptions& options,
+                const std::function<void(int32_t)>& on_token);
+
+}  // namespace dscore

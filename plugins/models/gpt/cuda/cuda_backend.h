@@ -1,0 +1,134 @@
+// The CUDA backend of the GPT runner (runner.h lists what a backend
+// provides), for S = float or __nv_bfloat16: activations and parameter
+// copies in device memory as S, LayerNorm statistics and every accumulation
+// in fp32. Parameters are uploaded from the host views at each acquire and
+// converted to S on the device; gradients accumulate in device buffers and
+// commit() adds them into the host views. Matmuls through cuBLAS
+// (cuda_gemm.h), the rest through cuda_kernels.h. Deterministic: no float
+// atomics anywhere, so a step repeats bit for bit on the same GPU.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <dscore/model.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "cuda_context.h"
+
+namespace dscore::gpt::gpu {
+
+// An owning device array of n X, freed into the context's pool.
+template <typename X>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(CudaContext& context, int64_t n, const char* what = "activations")
+      : data_(static_cast<X*>(context.allocate(static_cast<size_t>(n) * sizeof(X), what)), Free{&context}),
+        size_(n) {}
+  X* get() const { return data_.get(); }
+  int64_t size() const { return size_; }
+
+ private:
+  struct Free {
+    CudaContext* context = nullptr;
+    void operator()(X* p) const {
+      if (context != nullptr) context->release(p);
+    }
+  };
+  std::unique_ptr<X, Free> data_;
+  int64_t size_ = 0;
+};
+
+// An acquired layer's parameters on the device as S. The constructor
+// returns once the host views have been read (the layer may be released).
+template <typename S>
+class CudaParams {
+ public:
+  CudaParams(CudaContext& context, const dscore_layer_views& views, const std::vector<int64_t>& numels);
+  const S* operator[](size_t i) const { return buffers_[i].get(); }
+
+ private:
+  std::vector<DeviceBuffer<S>> buffers_;
+};
+
+// Zeroed device gradient accumulators for an acquired layer; commit()
+// downloads them and adds them into the host gradient views (fp32, bf16 or
+// fp16), returning when the views are updated.
+template <typename S>
+class CudaGrads {
+ public:
+  CudaGrads(CudaContext& context, const dscore_layer_views& views, const std::vector<int64_t>& numels);
+  S* operator[](size_t i) const { return buffers_[i].get(); }
+  void commit();
+
+ private:
+  CudaContext* context_;
+  const dscore_layer_views* views_;
+  std::vector<DeviceBuffer<S>> buffers_;
+};
+
+template <typename S>
+class CudaBackend {
+ public:
+  using Scalar = S;
+  using Stat = float;
+  template <typename X>
+  using Buffer = DeviceBuffer<X>;
+  using Params = CudaParams<S>;
+  using Grads = CudaGrads<S>;
+
+  CudaBackend();
+
+  template <typename X>
+  Buffer<X> alloc(int64_t n) { return Buffer<X>(*context_, n); }
+  void zero(S* p, int64_t n);
+  // The first backend call of every pass: also makes the device current.
+  void copy_tokens(int32_t* dst, const int32_t* host, int64_t n);
+  Params load_params(const dscore_layer_views& v, const std::vector<int64_t>& numels) {
+    return Params(*context_, v, numels);
+  }
+  Grads grads(const dscore_layer_views& v, const std::vector<int64_t>& numels) { return Grads(*context_, v, numels); }
+
+  // The kernels of cpu/kernels.h, same arguments and accumulate/overwrite
+  // rules, device pointers.
+  void encoder_forward(S* out, const int32_t* tok, const S* wte, const S* wpe, int64_t B, int64_t Tn, int64_t C);
+  void encoder_backward(S* dwte, S* dwpe, const S* dout, const int32_t* tok, int64_t B, int64_t Tn, int64_t C);
+  void layernorm_forward(S* out, float* mean, float* rstd, const S* inp, const S* w, const S* b, int64_t N,
+                         int64_t C);
+  void layernorm_backward(S* dinp, S* dw, S* db, const S* dout, const S* inp, const S* w, const float* mean,
+                          const float* rstd, int64_t N, int64_t C);
+  void matmul_forward(S* out, const S* inp, const S* w, const S* b, int64_t N, int64_t C, int64_t OC);
+  void matmul_backward(S* dinp, S* dw, S* db, const S* dout, const S* inp, const S* w, int64_t N, int64_t C,
+                       int64_t OC);
+  void attention_forward(S* out, S* att, const S* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH);
+  void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* att, int64_t B, int64_t Tn, int64_t C,
+                          int64_t NH);
+  void gelu_forward(S* out, const S* inp, int64_t n);
+  void gelu_backward(S* dinp, const S* inp, const S* dout, int64_t n);
+  void add(S* out, const S* a, const S* b, int64_t n);
+  // Return the loss sum (one read-back per call); logits_host is host memory.
+  double lm_head_forward_backward(S* dx, S* dwte, const S* x, const S* wte, const int32_t* targets, int64_t N,
+                                  int64_t C, int64_t V, double grad_scale);
+  double lm_head_forward(const S* x, const S* wte, const int32_t* targets, int64_t N, int64_t C, int64_t V,
+                         const int64_t* rows, int64_t n_rows, float* logits_host);
+
+  // Not used by the runner: wait for the enqueued work (tests, benchmarks).
+  void synchronize() { context_->synchronize(); }
+  CudaContext& context() { return *context_; }
+
+ private:
+  std::unique_ptr<CudaContext> context_;  // stable address: buffers point at it
+  std::vector<int32_t> embedding_index_;  // host side of the encoder backward's index
+  std::vector<double> row_loss_;          // host side of the per-row losses
+};
+
+extern template class CudaParams<float>;
+extern template class CudaParams<__nv_bfloat16>;
+extern template class CudaGrads<float>;
+extern template class CudaGrads<__nv_bfloat16>;
+extern template class CudaBackend<float>;
+extern template class CudaBackend<__nv_bfloat16>;
+
+}  // namespace dscore::gpt::gpu

@@ -1,0 +1,35 @@
+// make_cuda_compute (compute.h) in CUDA builds: the runner over the CUDA
+// backend, in bf16 or fp32 per the "cuda_dtype" param, on the current
+// device, once a device is known to be there.
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <dscore/cpp/plugin.hpp>
+
+#include <memory>
+#include <string>
+
+#include "../compute.h"
+#include "cuda_backend.h"
+
+namespace dscore::gpt {
+
+std::unique_ptr<GptCompute> make_cuda_compute(const GptConfig& config, const GptParams& params) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    throw sdk::Error(DSCORE_UNAVAILABLE,
+                     std::string("gpt: \"device\": \"cuda\" but no CUDA device is visible: ") +
+                         (err != cudaSuccess ? std::string(cudaGetErrorString(err)) + " (cudaGetDeviceCount)"
+                                             : std::string("cudaGetDeviceCount found 0 devices")) +
+                         "; check the driver and CUDA_VISIBLE_DEVICES, or set \"device\": \"cpu\"");
+  }
+  if (config.cuda_dtype == "fp32") return std::make_unique<RunnerCompute<gpu::CudaBackend<float>>>(config, params);
+  if (config.cuda_dtype == "bf16")
+    return std::make_unique<RunnerCompute<gpu::CudaBackend<__nv_bfloat16>>>(config, params);
+  throw sdk::Error(DSCORE_INVALID_ARGUMENT,
+                   "gpt: \"cuda_dtype\": \"" + config.cuda_dtype + "\" is not one of \"bf16\", \"fp32\"");
+}
+
+}  // namespace dscore::gpt

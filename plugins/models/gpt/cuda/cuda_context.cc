@@ -1,0 +1,186 @@
+// CudaContext (cuda_context.h): device, stream, cuBLAS handle, memory pool,
+// scratch and pinned staging of one GPT model on CUDA, and the error
+// helpers that turn CUDA/cuBLAS failures into sdk::Error.
+#include "cuda_context.h"
+
+#include <dscore/cpp/plugin.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "cuda_kernels.h"
+
+#ifndef DSCORE_GPT_CUDA_ARCHITECTURES
+#define DSCORE_GPT_CUDA_ARCHITECTURES "unknown"
+#endif
+
+namespace dscore::gpt::gpu {
+namespace {
+
+constexpr size_t kCublasWorkspace = size_t{32} << 20;  // cuBLAS's advice for Hopper
+
+const char* base_name(const char* path) {
+  const char* slash = std::strrchr(path, '/');
+  return slash != nullptr ? slash + 1 : path;
+}
+
+std::string mib(size_t bytes) { return std::to_string((bytes + (size_t{1} << 20) - 1) >> 20) + " MiB"; }
+
+}  // namespace
+
+void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
+  const dscore_status code = err == cudaErrorMemoryAllocation ? DSCORE_RESOURCE_EXHAUSTED
+                             : err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver ||
+                                     err == cudaErrorDevicesUnavailable
+                                 ? DSCORE_UNAVAILABLE
+                                 : DSCORE_INTERNAL;
+  cudaGetLastError();  // clear a non-sticky error so later calls report their own
+  throw sdk::Error(code, std::string("gpt (cuda): ") + call + " failed: " + cudaGetErrorString(err) + " (" +
+                             cudaGetErrorName(err) + ") at " + base_name(file) + ":" + std::to_string(line));
+}
+
+void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
+  throw sdk::Error(status == CUBLAS_STATUS_ALLOC_FAILED ? DSCORE_RESOURCE_EXHAUSTED : DSCORE_INTERNAL,
+                   std::string("gpt (cuda): ") + call + " failed: " + cublasGetStatusString(status) + " at " +
+                       base_name(file) + ":" + std::to_string(line));
+}
+
+CudaContext::CudaContext() {
+  try {
+    DSCORE_GPT_CUDA_CHECK(cudaGetDevice(&device_));
+    int major = 0, minor = 0;
+    DSCORE_GPT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
+    DSCORE_GPT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_));
+    const cudaError_t probe = probe_kernels();
+    if (probe != cudaSuccess) {
+      cudaGetLastError();
+      throw sdk::Error(DSCORE_FAILED_PRECONDITION,
+                       "gpt (cuda): the CUDA kernels were built for CUDA_ARCHITECTURES " DSCORE_GPT_CUDA_ARCHITECTURES
+                       " and device " + std::to_string(device_) + " is sm_" + std::to_string(major) +
+                           std::to_string(minor) + " (" + cudaGetErrorString(probe) +
+                           "); rebuild with -DCMAKE_CUDA_ARCHITECTURES=" + std::to_string(major) +
+                           std::to_string(minor));
+    }
+    if (major < 8)
+      throw sdk::Error(DSCORE_FAILED_PRECONDITION, "gpt (cuda): device " + std::to_string(device_) + " is sm_" +
+                                                       std::to_string(major) + std::to_string(minor) +
+                                                       "; the gpt CUDA kernels need sm_80 or newer (bf16)");
+    DSCORE_GPT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    DSCORE_GPT_CUBLAS_CHECK(cublasCreate(&blas_));
+    DSCORE_GPT_CUBLAS_CHECK(cublasSetStream(blas_, stream_));  // resets the workspace: set it after
+    DSCORE_GPT_CUDA_CHECK(cudaMalloc(&workspace_, kCublasWorkspace));
+    DSCORE_GPT_CUBLAS_CHECK(cublasSetWorkspace(blas_, workspace_, kCublasWorkspace));
+    int pools = 0;
+    DSCORE_GPT_CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device_));
+    if (pools != 0) {
+      cudaMemPoolProps props{};
+      props.allocType = cudaMemAllocationTypePinned;
+      props.handleTypes = cudaMemHandleTypeNone;
+      props.location.type = cudaMemLocationTypeDevice;
+      props.location.id = device_;
+      DSCORE_GPT_CUDA_CHECK(cudaMemPoolCreate(&pool_, &props));
+      uint64_t keep = UINT64_MAX;  // keep freed memory for reuse instead of returning it at each sync
+      DSCORE_GPT_CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &keep));
+    }
+  } catch (...) {
+    destroy();
+    throw;
+  }
+}
+
+CudaContext::~CudaContext() { destroy(); }
+
+void CudaContext::destroy() noexcept {
+  cudaSetDevice(device_);
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  for (Block& b : scratch_) {
+    release(b.data);
+    b = Block{};
+  }
+  if (pinned_.data != nullptr) cudaFreeHost(pinned_.data);
+  pinned_ = Block{};
+  if (blas_ != nullptr) cublasDestroy(blas_);
+  blas_ = nullptr;
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  if (workspace_ != nullptr) cudaFree(workspace_);
+  workspace_ = nullptr;
+  if (pool_ != nullptr) cudaMemPoolDestroy(pool_);
+  pool_ = nullptr;
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  stream_ = nullptr;
+  cudaGetLastError();
+}
+
+void CudaContext::make_current() const { DSCORE_GPT_CUDA_CHECK(cudaSetDevice(device_)); }
+
+void CudaContext::synchronize() const { DSCORE_GPT_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+void* CudaContext::allocate(size_t bytes, const char* what) {
+  if (bytes == 0) return nullptr;
+  void* p = nullptr;
+  const cudaError_t err = pool_ != nullptr ? cudaMallocFromPoolAsync(&p, bytes, pool_, stream_) : cudaMalloc(&p, bytes);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    throw sdk::Error(DSCORE_RESOURCE_EXHAUSTED,
+                     "gpt (cuda): out of GPU memory allocating " + mib(bytes) + " of " + what + " on device " +
+                         std::to_string(device_) + " (" + mib(free_bytes) + " free of " + mib(total_bytes) +
+                         "); lower train_micro_batch_size_per_gpu or block_size, enable activation_checkpointing, "
+                         "or use \"cuda_dtype\": \"bf16\"");
+  }
+  if (err != cudaSuccess) throw_cuda_error(err, pool_ != nullptr ? "cudaMallocFromPoolAsync" : "cudaMalloc", __FILE__, __LINE__);
+  return p;
+}
+
+void CudaContext::release(void* p) noexcept {
+  if (p == nullptr) return;
+  if (pool_ != nullptr) {
+    cudaFreeAsync(p, stream_);
+  } else {
+    cudaStreamSynchronize(stream_);  // cudaFree does not wait for our non-blocking stream
+    cudaFree(p);
+  }
+}
+
+void* CudaContext::scratch(Scratch slot, size_t bytes) {
+  Block& b = scratch_[static_cast<int>(slot)];
+  if (bytes > b.bytes) {
+    release(b.data);
+    b = Block{};
+    b.data = allocate(bytes, "scratch");
+    b.bytes = bytes;
+  }
+  return b.data;
+}
+
+void* CudaContext::pinned(size_t bytes) {
+  if (bytes > pinned_.bytes) {
+    if (pinned_.data != nullptr) cudaFreeHost(pinned_.data);
+    pinned_ = Block{};
+    const cudaError_t err = cudaMallocHost(&pinned_.data, bytes);
+    if (err != cudaSuccess) {
+      pinned_.data = nullptr;
+      cudaGetLastError();
+      throw sdk::Error(DSCORE_RESOURCE_EXHAUSTED, "gpt (cuda): cudaMallocHost of " + mib(bytes) +
+                                                      " of pinned staging for gradients failed: " +
+                                                      cudaGetErrorString(err));
+    }
+    pinned_.bytes = bytes;
+  }
+  return pinned_.data;
+}
+
+void CudaContext::remember_tokens(const int32_t* device, const int32_t* host, int64_t n) {
+  tokens_[device].assign(host, host + n);
+}
+
+const std::vector<int32_t>& CudaContext::host_tokens(const int32_t* device) const {
+  const auto it = tokens_.find(device);
+  if (it == tokens_.end())
+    throw sdk::Error(DSCORE_INTERNAL, "gpt (cuda): encoder_backward got tokens that copy_tokens did not upload");
+  return it->second;
+}
+
+}  // namespace dscore::gpt::gpu

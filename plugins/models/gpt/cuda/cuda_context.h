@@ -1,0 +1,100 @@
+// What the GPT model's CUDA backend owns per model instance: the device it
+// computes on (the current device when the model is created), one stream
+// that every copy, kernel and cuBLAS call goes to in order, a cuBLAS handle
+// with its own workspace, a stream-ordered memory pool (activations and
+// per-layer parameter/gradient copies are reused, not re-allocated), named
+// scratch buffers that grow, and pinned staging for gradient downloads.
+// Not thread-safe: one model, one calling thread (model.h).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+namespace dscore::gpt::gpu {
+
+// Throw sdk::Error naming the call, the CUDA/cuBLAS error and the place.
+[[noreturn]] void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line);
+[[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line);
+
+#define DSCORE_GPT_CUDA_CHECK(call)                                                        \
+  do {                                                                                     \
+    const cudaError_t dscore_err_ = (call);                                                \
+    if (dscore_err_ != cudaSuccess)                                                        \
+      ::dscore::gpt::gpu::throw_cuda_error(dscore_err_, #call, __FILE__, __LINE__);        \
+  } while (0)
+#define DSCORE_GPT_CUBLAS_CHECK(call)                                                      \
+  do {                                                                                     \
+    const cublasStatus_t dscore_status_ = (call);                                          \
+    if (dscore_status_ != CUBLAS_STATUS_SUCCESS)                                           \
+      ::dscore::gpt::gpu::throw_cublas_error(dscore_status_, #call, __FILE__, __LINE__);   \
+  } while (0)
+
+// Scratch buffers by purpose (each grows to the largest request).
+enum class Scratch : int {
+  kParamStaging,    // raw bytes of one uploaded parameter before conversion
+  kScores,          // (NH, T, T) fp32: one sample's attention scores or their gradient
+  kAttentionGrad,   // (NH, T, T) S: the softmax input gradient
+  kLogits,          // (rows, V) fp32: one chunk of LM head logits
+  kLogitGrads,      // (rows, V) S: their gradient, when S is not fp32
+  kHeadWeightGrad,  // (V, C) fp32: wte's LM head gradient, when S is not fp32
+  kColumnPartials,  // column_sum_partials(N, C) fp32
+  kEmbeddingIndex,  // the encoder backward's token -> rows index (int32)
+  kRowLoss,         // (N) fp64 per-row cross-entropy
+  kGatheredRows,    // (rows, C) S: forward()'s last positions
+  kCount
+};
+
+class CudaContext {
+ public:
+  CudaContext();
+  ~CudaContext();
+  CudaContext(const CudaContext&) = delete;
+  CudaContext& operator=(const CudaContext&) = delete;
+
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+  cublasHandle_t blas() const { return blas_; }
+  // Make this context's device current on the calling thread.
+  void make_current() const;
+  void synchronize() const;
+
+  // Device memory, stream-ordered on stream(): usable by work enqueued
+  // after the call; release() makes it reusable by work enqueued after it.
+  // Throws DSCORE_RESOURCE_EXHAUSTED naming the size when the GPU is full.
+  void* allocate(size_t bytes, const char* what);
+  void release(void* p) noexcept;
+  // A scratch buffer of at least `bytes`; valid until the next call for the
+  // same slot (stream order keeps earlier users correct).
+  void* scratch(Scratch slot, size_t bytes);
+  // Pinned host memory of at least `bytes`, for downloads; valid until the
+  // next call.
+  void* pinned(size_t bytes);
+
+  // copy_tokens keeps a host copy of each token array it uploads, keyed by
+  // its device address: the encoder backward builds its index from it.
+  void remember_tokens(const int32_t* device, const int32_t* host, int64_t n);
+  const std::vector<int32_t>& host_tokens(const int32_t* device) const;
+
+ private:
+  void destroy() noexcept;
+
+  struct Block {
+    void* data = nullptr;
+    size_t bytes = 0;
+  };
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  void* workspace_ = nullptr;
+  cudaMemPool_t pool_ = nullptr;  // null where the device has no memory pools: cudaMalloc
+  Block scratch_[static_cast<int>(Scratch::kCount)];
+  Block pinned_;
+  std::unordered_map<const int32_t*, std::vector<int32_t>> tokens_;
+};
+
+}  // namespace dscore::gpt::gpu

@@ -1,0 +1,272 @@
+// The gpt model on "device": "cuda" against "device": "cpu", through the C
+// ABI (fake host, FakeLayers hooks over host parameters and gradients): the
+// same parameters and token batch give the same loss, forward() logits and
+// gradients, within the tolerances below; the CUDA path repeats bit for bit
+// and accumulates into the gradient views. Label `gpu`: each test skips
+// (GTEST_SKIP) where no CUDA device is visible.
+//
+// Tolerances (the CPU fp32 result is the reference):
+//   cuda_dtype fp32: loss |rel| <= 1e-4; logits max|diff| <= 1e-4 max|logit|;
+//     each gradient max|diff| <= 1e-3 max|grad| (fp32 GEMMs, no TF32: the
+//     differences are summation order only).
+//   cuda_dtype bf16: loss |rel| <= 2e-2; logits max|diff| <= 5e-2 max|logit|;
+//     each gradient ||diff|| <= 0.1 ||grad|| and max|diff| <= 0.2 max|grad|
+//     (activations, parameters and per-layer gradients rounded to bf16's 8
+//     mantissa bits; sums like LayerNorm's bias gradient cancel, which
+//     magnifies the relative error of small tensors). A wrong kernel gives
+//     errors of order 1.
+#include <cuda_runtime_api.h>
+#include <dscore/cpp/dtype.hpp>
+#include <dscore/model.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/fakes/fake_host.h"
+#include "tests/plugins/models/gpt/fake_layers.h"
+
+namespace {
+
+namespace fakes = dscore::testing;
+using dscore::gpt::testing::FakeLayers;
+
+constexpr int64_t kBatch = 3, kBlock = 32, kVocab = 203;
+
+bool have_gpu() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+struct Options {
+  std::string device = "cpu";
+  std::string cuda_dtype = "fp32";
+  bool checkpoint = false;
+};
+
+// One gpt model instance created through the vtable.
+class Model {
+ public:
+  Model(const fakes::TestPluginLibrary& lib, const Options& o)
+      : vt_(lib.vtable<dscore_model_vtable>(DSCORE_KIND_MODEL, "gpt")) {
+    fakes::CreateArgs args = fakes::CreateArgs::with_defaults(lib.find(DSCORE_KIND_MODEL, "gpt"));
+    args.integer("n_layer", 2).integer("n_head", 4).integer("n_embd", 64).integer("block_size", kBlock);
+    args.integer("vocab_size", kVocab).string("device", o.device).string("cuda_dtype", o.cuda_dtype).seed(7);
+    if (o.checkpoint) args.boolean("checkpoint_activations", true).integer("number_checkpoints", 1);
+    status_ = vt_->create(args.get(), &self_);
+  }
+  ~Model() {
+    if (self_ != nullptr) vt_->destroy(self_);
+  }
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  dscore_status status() const { return status_; }
+  const dscore_model_vtable* vt() const { return vt_; }
+  dscore_model* self() const { return self_; }
+  const dscore_model_description& description() const {
+    const dscore_model_description* d = nullptr;
+    EXPECT_EQ(vt_->describe(self_, &d), DSCORE_OK);
+    return *d;
+  }
+
+ private:
+  const dscore_model_vtable* vt_;
+  dscore_model* self_ = nullptr;
+  dscore_status status_ = DSCORE_UNKNOWN;
+};
+
+float get(FakeLayers& layers, dscore_dtype dtype, bool grad, size_t l, size_t i, int64_t k) {
+  if (dtype == DSCORE_DTYPE_F32) return grad ? layers.grad<float>(l, i)[k] : layers.param<float>(l, i)[k];
+  const uint16_t bits = grad ? layers.grad<uint16_t>(l, i)[k] : layers.param<uint16_t>(l, i)[k];
+  return dscore::sdk::bf16_to_float(bits);
+}
+
+// The model's initial parameters, perturbed (biases start at 0 and LayerNorm
+// weights at 1; the perturbation exercises their paths), into `layers`.
+void init_layers(const Model& m, FakeLayers& layers, dscore_dtype dtype) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> noise(-0.05f, 0.05f);
+  size_t index = 0;
+  for (size_t l = 0; l < layers.layer_count(); ++l) {
+    for (size_t i = 0; i < layers.param_count(l); ++i, ++index) {
+      const int64_t n = layers.numel(l, i);
+      std::vector<float> v(static_cast<size_t>(n));
+      dscore_tensor t{};
+      t.struct_size = sizeof t;
+      t.data = v.data();
+      t.dtype = DSCORE_DTYPE_F32;
+      t.device_type = DSCORE_DEVICE_CPU;
+      t.ndim = 1;
+      t.numel = n;
+      ASSERT_EQ(m.vt()->init_param(m.self(), index, 0, n, &t), DSCORE_OK);
+      for (int64_t k = 0; k < n; ++k) {
+        const float x = v[static_cast<size_t>(k)] + noise(rng);
+        if (dtype == DSCORE_DTYPE_F32)
+          layers.param<float>(l, i)[k] = x;
+        else
+          layers.param<uint16_t>(l, i)[k] = dscore::sdk::float_to_bf16(x);
+      }
+    }
+  }
+}
+
+// (B, T + 1) tokens; sample 2 ends in 6 padding tokens (-1).
+class Tokens {
+ public:
+  Tokens() : ids_(static_cast<size_t>(kBatch * (kBlock + 1))) {
+    std::mt19937 rng(5);
+    std::uniform_int_distribution<int32_t> token(0, kVocab - 1);
+    for (int32_t& id : ids_) id = token(rng);
+    for (int64_t i = kBlock + 1 - 6; i < kBlock + 1; ++i) ids_[static_cast<size_t>(2 * (kBlock + 1) + i)] = -1;
+    shape_[0] = kBatch;
+    shape_[1] = kBlock + 1;
+    tensor_.struct_size = sizeof tensor_;
+    tensor_.data = ids_.data();
+    tensor_.dtype = DSCORE_DTYPE_I32;
+    tensor_.device_type = DSCORE_DEVICE_CPU;
+    tensor_.ndim = 2;
+    tensor_.shape = shape_;
+    tensor_.numel = kBatch * (kBlock + 1);
+    tensor_.name = "tokens";
+    batch_.struct_size = sizeof batch_;
+    batch_.batch_size = kBatch;
+    batch_.count = 1;
+    batch_.tensors = &pointer_;
+  }
+  const dscore_batch* batch() const { return &batch_; }
+
+ private:
+  std::vector<int32_t> ids_;
+  int64_t shape_[2] = {0, 0};
+  dscore_tensor tensor_{};
+  const dscore_tensor* pointer_ = &tensor_;
+  dscore_batch batch_{};
+};
+
+double train_step(const Model& m, FakeLayers& layers, const Tokens& tokens, double loss_scale) {
+  double loss = 0;
+  EXPECT_EQ(m.vt()->forward_backward(m.self(), tokens.batch(), &layers.hooks(), loss_scale, &loss), DSCORE_OK)
+      << fakes::FakeHost::instance().last_error();
+  EXPECT_EQ(layers.outstanding(), 0);
+  return loss;
+}
+
+struct GradTolerance {
+  double max_rel;   // max|diff| <= max_rel * max|ref|
+  double norm_rel;  // ||diff|| <= norm_rel * ||ref|| (0: not checked)
+};
+
+void expect_grads_near(FakeLayers& ref, FakeLayers& got, dscore_dtype dtype, GradTolerance tol) {
+  for (size_t l = 0; l < ref.layer_count(); ++l) {
+    for (size_t i = 0; i < ref.param_count(l); ++i) {
+      double max_ref = 0, max_diff = 0, norm_ref = 0, norm_diff = 0;
+      for (int64_t k = 0; k < ref.numel(l, i); ++k) {
+        const double r = get(ref, dtype, true, l, i, k), g = get(got, dtype, true, l, i, k);
+        max_ref = std::max(max_ref, std::abs(r));
+        max_diff = std::max(max_diff, std::abs(g - r));
+        norm_ref += r * r;
+        norm_diff += (g - r) * (g - r);
+      }
+      EXPECT_GT(max_ref, 0.0) << "layer " << l << " param " << i << ": the reference gradient is all zero";
+      EXPECT_LE(max_diff, tol.max_rel * max_ref) << "layer " << l << " param " << i << " max|grad| " << max_ref;
+      if (tol.norm_rel > 0) {
+        EXPECT_LE(std::sqrt(norm_diff), tol.norm_rel * std::sqrt(norm_ref))
+            << "layer " << l << " param " << i << " ||grad|| " << std::sqrt(norm_ref);
+      }
+    }
+  }
+}
+
+class GptCuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount): run on the GPU machine";
+    lib_ = std::make_unique<fakes::TestPluginLibrary>(DSCORE_GPT_PLUGIN);
+  }
+
+  // CPU vs CUDA for one configuration: loss, gradients, then forward().
+  void compare(const Options& cuda, dscore_dtype views, double loss_rel, double logits_rel, GradTolerance grads) {
+    Model cpu_model(*lib_, Options{});
+    Model cuda_model(*lib_, cuda);
+    ASSERT_EQ(cpu_model.status(), DSCORE_OK) << fakes::FakeHost::instance().last_error();
+    ASSERT_EQ(cuda_model.status(), DSCORE_OK) << fakes::FakeHost::instance().last_error();
+    FakeLayers cpu_layers(cpu_model.description(), views), cuda_layers(cuda_model.description(), views);
+    init_layers(cpu_model, cpu_layers, views);
+    init_layers(cuda_model, cuda_layers, views);
+    Tokens tokens;
+    const double cpu_loss = train_step(cpu_model, cpu_layers, tokens, 2.0);
+    const double cuda_loss = train_step(cuda_model, cuda_layers, tokens, 2.0);
+    EXPECT_GT(cpu_loss, 1.0);  // about ln(203) = 5.3 at initialisation
+    EXPECT_NEAR(cuda_loss, cpu_loss, loss_rel * cpu_loss);
+    for (size_t l = 0; l < cuda_layers.layer_count(); ++l) EXPECT_EQ(cuda_layers.grads_ready_calls(l), 1);
+    expect_grads_near(cpu_layers, cuda_layers, views, grads);
+
+    fakes::TestTensor cpu_out(DSCORE_DTYPE_F32, {kBatch, kVocab}), cuda_out(DSCORE_DTYPE_F32, {kBatch, kVocab});
+    double cpu_fwd = 0, cuda_fwd = 0;
+    ASSERT_EQ(cpu_model.vt()->forward(cpu_model.self(), tokens.batch(), &cpu_layers.hooks(), &cpu_fwd, cpu_out.view()),
+              DSCORE_OK);
+    ASSERT_EQ(cuda_model.vt()->forward(cuda_model.self(), tokens.batch(), &cuda_layers.hooks(), &cuda_fwd,
+                                       cuda_out.view()),
+              DSCORE_OK)
+        << fakes::FakeHost::instance().last_error();
+    EXPECT_NEAR(cuda_fwd, cpu_fwd, loss_rel * cpu_fwd);
+    double max_logit = 0, max_diff = 0;
+    for (int64_t k = 0; k < kBatch * kVocab; ++k) {
+      max_logit = std::max(max_logit, std::abs(static_cast<double>(cpu_out.get(k))));
+      max_diff = std::max(max_diff, std::abs(static_cast<double>(cuda_out.get(k)) - cpu_out.get(k)));
+    }
+    EXPECT_GT(max_logit, 0.0);
+    EXPECT_LE(max_diff, logits_rel * max_logit);
+  }
+
+  std::unique_ptr<fakes::TestPluginLibrary> lib_;
+};
+
+TEST_F(GptCuda, Fp32MatchesCpu) {
+  compare(Options{"cuda", "fp32", false}, DSCORE_DTYPE_F32, 1e-4, 1e-4, {1e-3, 0});
+}
+
+TEST_F(GptCuda, Fp32WithActivationCheckpointingMatchesCpu) {
+  compare(Options{"cuda", "fp32", true}, DSCORE_DTYPE_F32, 1e-4, 1e-4, {1e-3, 0});
+}
+
+TEST_F(GptCuda, Bf16MatchesCpuWithinBf16Error) {
+  compare(Options{"cuda", "bf16", false}, DSCORE_DTYPE_F32, 2e-2, 5e-2, {0.2, 0.1});
+}
+
+// bf16 host views: the upload converts bf16 -> fp32 on the device, commit()
+// adds into bf16 gradients; the CPU backend reads the same bf16 views.
+TEST_F(GptCuda, Fp32ComputeOnBf16ViewsMatchesCpu) {
+  compare(Options{"cuda", "fp32", false}, DSCORE_DTYPE_BF16, 1e-4, 1e-4, {2e-2, 1e-2});
+}
+
+// Same inputs, same bits; a second call without zeroing doubles the views.
+TEST_F(GptCuda, RepeatsBitForBitAndAccumulates) {
+  for (const char* dtype : {"fp32", "bf16"}) {
+    SCOPED_TRACE(dtype);
+    Model model(*lib_, Options{"cuda", dtype, false});
+    ASSERT_EQ(model.status(), DSCORE_OK) << fakes::FakeHost::instance().last_error();
+    FakeLayers first(model.description(), DSCORE_DTYPE_F32), again(model.description(), DSCORE_DTYPE_F32);
+    init_layers(model, first, DSCORE_DTYPE_F32);
+    init_layers(model, again, DSCORE_DTYPE_F32);
+    Tokens tokens;
+    const double loss1 = train_step(model, first, tokens, 1.0);
+    const double loss2 = train_step(model, again, tokens, 1.0);
+    EXPECT_EQ(loss1, loss2);
+    const double loss3 = train_step(model, again, tokens, 1.0);
+    EXPECT_EQ(loss1, loss3);
+    for (size_t l = 0; l < first.layer_count(); ++l)
+      for (size_t i = 0; i < first.param_count(l); ++i)
+        for (int64_t k = 0; k < first.numel(l, i); ++k)
+          ASSERT_EQ(2.0f * first.grad<float>(l, i)[k], again.grad<float>(l, i)[k])
+              << "layer " << l << " param " << i << " element " << k;
+  }
+}
+
+}  // namespace
