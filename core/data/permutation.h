@@ -8,17 +8,14 @@
 #include <array>
 #include <cstdint>
 
+#include <dscore/cpp/counter_rng.hpp>
+
 #include "core/base/status.h"
 
 namespace dscore::data {
 
-// splitmix64's finaliser: a cheap, well-mixed 64-bit hash.
-inline uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+// splitmix64's finaliser (the sdk's counter-based helpers): a cheap, well-mixed 64-bit hash.
+using sdk::splitmix64;
 
 class IndexPermutation {
  public:
@@ -27,7 +24,7 @@ class IndexPermutation {
     DSCORE_CHECK(n <= (uint64_t{1} << 62), "permutation domain too large");
     while ((uint64_t{1} << (2 * half_bits_)) < n) ++half_bits_;
     mask_ = (uint64_t{1} << half_bits_) - 1;
-    for (int r = 0; r < kRounds; ++r) keys_[r] = mix64(key ^ mix64(static_cast<uint64_t>(r) + 1));
+    for (int r = 0; r < kRounds; ++r) keys_[r] = splitmix64(key ^ splitmix64(static_cast<uint64_t>(r) + 1));
   }
 
   uint64_t size() const { return n_; }
@@ -51,7 +48,7 @@ class IndexPermutation {
   uint64_t encrypt(uint64_t x) const {
     uint64_t left = x >> half_bits_, right = x & mask_;
     for (int r = 0; r < kRounds; ++r) {
-      const uint64_t next = left ^ (mix64(right ^ keys_[r]) & mask_);
+      const uint64_t next = left ^ (splitmix64(right ^ keys_[r]) & mask_);
       left = right;
       right = next;
     }

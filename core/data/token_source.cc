@@ -135,7 +135,7 @@ int64_t SampleOrder::chunk_of(int64_t sample) const {
   if (!shuffle_) return j;
   // A fresh key per (seed, epoch): each epoch is a different order.
   const IndexPermutation perm(static_cast<uint64_t>(chunk_count_),
-                              mix64(mix64(seed_) ^ static_cast<uint64_t>(epoch)));
+                              splitmix64(splitmix64(seed_) ^ static_cast<uint64_t>(epoch)));
   return static_cast<int64_t>(perm(static_cast<uint64_t>(j)));
 }
 
