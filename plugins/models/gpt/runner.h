@@ -19,6 +19,7 @@
 // inside their backward acquire.
 #pragma once
 
+#include <dscore/cpp/model.hpp>
 #include <dscore/cpp/plugin.hpp>
 #include <dscore/model.h>
 
@@ -26,7 +27,6 @@
 #include <string>
 #include <vector>
 
-#include "acquired_layer.h"
 #include "gpt_config.h"
 #include "gpt_params.h"
 #include "tokens.h"
@@ -57,7 +57,7 @@ class GptRunner {
     const int64_t N = B_ * cfg_.block_size, C = cfg_.n_embd;
     double loss_sum = 0;
     {  // LM head and its gradient: dlnf = d loss / d ln_f output
-      AcquiredLayer head(hooks, 0, DSCORE_ACQUIRE_BACKWARD, numels_[0].size());
+      sdk::AcquiredLayer head(hooks, 0, DSCORE_ACQUIRE_BACKWARD, numels_[0].size());
       auto p = backend_.load_params(head.views(), numels_[0]);
       auto g = backend_.grads(head.views(), numels_[0]);
       loss_sum = backend_.lm_head_forward_backward(acts_.dlnf.get(), g[kWte], acts_.lnf.get(), p[kWte],
@@ -68,7 +68,7 @@ class GptRunner {
     }
     {  // final LayerNorm
       const size_t l = static_cast<size_t>(cfg_.final_layer());
-      AcquiredLayer layer(hooks, l, DSCORE_ACQUIRE_BACKWARD, numels_[l].size());
+      sdk::AcquiredLayer layer(hooks, l, DSCORE_ACQUIRE_BACKWARD, numels_[l].size());
       auto p = backend_.load_params(layer.views(), numels_[l]);
       auto g = backend_.grads(layer.views(), numels_[l]);
       T* d = acts_.dresid.get();
@@ -81,7 +81,7 @@ class GptRunner {
     }
     for (int64_t l = cfg_.n_layer - 1; l >= 0; --l) {
       const size_t layer_index = static_cast<size_t>(l + 1);
-      AcquiredLayer layer(hooks, layer_index, DSCORE_ACQUIRE_BACKWARD, numels_[layer_index].size());
+      sdk::AcquiredLayer layer(hooks, layer_index, DSCORE_ACQUIRE_BACKWARD, numels_[layer_index].size());
       auto p = backend_.load_params(layer.views(), numels_[layer_index]);
       auto g = backend_.grads(layer.views(), numels_[layer_index]);
       BlockActs& a = block_acts(l);
@@ -92,7 +92,7 @@ class GptRunner {
       layer.release();
     }
     {  // embeddings: wte gets its second contribution, then grads_ready
-      AcquiredLayer layer(hooks, 0, DSCORE_ACQUIRE_BACKWARD, numels_[0].size());
+      sdk::AcquiredLayer layer(hooks, 0, DSCORE_ACQUIRE_BACKWARD, numels_[0].size());
       auto g = backend_.grads(layer.views(), numels_[0]);
       backend_.encoder_backward(g[kWte], g[kWpe], acts_.dresid.get(), inputs_.get(), B_, cfg_.block_size, C);
       g.commit();
@@ -109,7 +109,7 @@ class GptRunner {
     prepare(tokens);
     forward_blocks(hooks);
     const int64_t N = B_ * cfg_.block_size;
-    AcquiredLayer head(hooks, 0, DSCORE_ACQUIRE_FORWARD, numels_[0].size());
+    sdk::AcquiredLayer head(hooks, 0, DSCORE_ACQUIRE_FORWARD, numels_[0].size());
     auto p = backend_.load_params(head.views(), numels_[0]);
     std::vector<int64_t> rows;
     for (int64_t b = 0; b < B_; ++b) rows.push_back(b * cfg_.block_size + tokens.last_position[b]);
@@ -187,20 +187,20 @@ class GptRunner {
   void forward_blocks(const dscore_model_hooks& hooks) {
     const int64_t N = B_ * cfg_.block_size, C = cfg_.n_embd;
     {
-      AcquiredLayer layer(hooks, 0, DSCORE_ACQUIRE_FORWARD, numels_[0].size());
+      sdk::AcquiredLayer layer(hooks, 0, DSCORE_ACQUIRE_FORWARD, numels_[0].size());
       auto p = backend_.load_params(layer.views(), numels_[0]);
       backend_.encoder_forward(residual(0), inputs_.get(), p[kWte], p[kWpe], B_, cfg_.block_size, C);
       layer.release();
     }
     for (int64_t l = 0; l < cfg_.n_layer; ++l) {
       const size_t layer_index = static_cast<size_t>(l + 1);
-      AcquiredLayer layer(hooks, layer_index, DSCORE_ACQUIRE_FORWARD, numels_[layer_index].size());
+      sdk::AcquiredLayer layer(hooks, layer_index, DSCORE_ACQUIRE_FORWARD, numels_[layer_index].size());
       auto p = backend_.load_params(layer.views(), numels_[layer_index]);
       block_forward(p, residual(l), residual(l + 1), block_acts(l));
       layer.release();
     }
     const size_t l = static_cast<size_t>(cfg_.final_layer());
-    AcquiredLayer layer(hooks, l, DSCORE_ACQUIRE_FORWARD, numels_[l].size());
+    sdk::AcquiredLayer layer(hooks, l, DSCORE_ACQUIRE_FORWARD, numels_[l].size());
     auto p = backend_.load_params(layer.views(), numels_[l]);
     backend_.layernorm_forward(acts_.lnf.get(), acts_.lnf_mean.get(), acts_.lnf_rstd.get(), residual(cfg_.n_layer),
                                p[kLnfWeight], p[kLnfBias], N, C);

@@ -4,6 +4,7 @@
 // through the host hooks exactly as model.h prescribes (acquire/release per
 // layer, reverse-order backward, grads_ready per layer).
 #include <dscore/cpp/dtype.hpp>
+#include <dscore/cpp/model.hpp>
 #include <dscore/cpp/plugin.hpp>
 #include <dscore/model.h>
 
@@ -34,36 +35,6 @@ constexpr const char kParamsSchema[] = R"json({
   "teacher_seed": {"type": "int", "default": 1234, "min": 0,
                    "doc": "seed of the fixed random network that synthetic_batch's targets come from"}
 })json";
-
-// What the host lends for one acquire(); released by the destructor on
-// every path, also when an exception unwinds (model.h: every acquire is
-// matched by a release, also on error).
-class AcquiredLayer {
- public:
-  AcquiredLayer(const dscore_model_hooks* hooks, size_t layer) : hooks_(hooks), layer_(layer) {
-    views_.struct_size = sizeof views_;
-  }
-  ~AcquiredLayer() {
-    if (held_) hooks_->release(hooks_->ctx, layer_);  // error path: the first error wins
-  }
-  dscore_status acquire(dscore_acquire_mode mode) {
-    dscore_status st = hooks_->acquire(hooks_->ctx, layer_, mode, &views_);
-    held_ = st == DSCORE_OK;
-    return st;
-  }
-  dscore_status release() {
-    held_ = false;
-    return hooks_->release(hooks_->ctx, layer_);
-  }
-  const dscore_layer_views& views() const { return views_; }
-
- private:
-  const dscore_model_hooks* hooks_;
-  size_t layer_;
-  dscore_layer_views views_{};
-  bool held_ = false;
-};
-
 
 // The elements of a float tensor as fp32: the tensor's own memory when it
 // is fp32, else a converted copy.
@@ -172,14 +143,13 @@ class Mlp {
     trace->acts[0].assign(x.data(), x.data() + B * input_dim_);
     for (size_t l = 0; l < L; ++l) {
       const int64_t in = dims_[l], out = dims_[l + 1];
-      AcquiredLayer layer(hooks, l);
-      sdk::check(layer.acquire(DSCORE_ACQUIRE_FORWARD));
+      sdk::AcquiredLayer layer(*hooks, l, DSCORE_ACQUIRE_FORWARD, 2);
       check_views(layer.views(), l, false);
       FloatData w(layer.views().params[0], out * in), b(layer.views().params[1], out);
       std::vector<float>& z = trace->pre[l];
       z.resize(static_cast<size_t>(B * out));
       linear_forward(trace->acts[l].data(), w.data(), b.data(), B, in, out, z.data());
-      sdk::check(layer.release());
+      layer.release();
       std::vector<float>& a = trace->acts[l + 1];
       a = z;
       if (l + 1 < L)
@@ -211,8 +181,7 @@ class Mlp {
     std::vector<float> gw, gb, da;
     for (size_t l = L; l-- > 0;) {
       const int64_t in = dims_[l], out = dims_[l + 1];
-      AcquiredLayer layer(hooks, l);
-      sdk::check(layer.acquire(DSCORE_ACQUIRE_BACKWARD));
+      sdk::AcquiredLayer layer(*hooks, l, DSCORE_ACQUIRE_BACKWARD, 2);
       check_views(layer.views(), l, true);
       FloatData w(layer.views().params[0], out * in);
       gw.assign(static_cast<size_t>(out * in), 0.0f);
@@ -222,8 +191,8 @@ class Mlp {
                       l > 0 ? da.data() : nullptr);
       add_into(layer.views().grads[0], gw);
       add_into(layer.views().grads[1], gb);
-      sdk::check(hooks->grads_ready(hooks->ctx, l));
-      sdk::check(layer.release());
+      layer.grads_ready();
+      layer.release();
       if (l > 0) {  // through the previous layer's activation
         const std::vector<float>& z = t.pre[l - 1];
         dz.resize(da.size());
@@ -324,19 +293,14 @@ class Mlp {
       check_cpu_float(batch->tensors[1], batch->batch_size * output_dim_, "batch input \"y\"");
   }
 
+  // Count and presence are checked by sdk::AcquiredLayer; here the shapes
+  // and dtypes.
   void check_views(const dscore_layer_views& v, size_t l, bool backward) const {
-    const std::string where = "layer " + layers_[l]->name;
-    if (v.count != 2 || v.params == nullptr)
-      throw Error(DSCORE_INVALID_ARGUMENT, where + ": acquire lent " + std::to_string(v.count) +
-                                               " parameters, expected 2 (weight, bias)");
     const int64_t numel[2] = {dims_[l + 1] * dims_[l], dims_[l + 1]};
     for (int k = 0; k < 2; ++k) {
       const std::string name = layers_[l]->name + (k ? ".bias" : ".weight");
       check_cpu_float(v.params[k], numel[k], "parameter " + name);
-      if (backward) {
-        if (v.grads == nullptr) throw Error(DSCORE_INVALID_ARGUMENT, where + ": no gradient views in BACKWARD");
-        check_cpu_float(v.grads[k], numel[k], "gradient of " + name);
-      }
+      if (backward) check_cpu_float(v.grads[k], numel[k], "gradient of " + name);
     }
   }
 
