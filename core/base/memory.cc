@@ -1,3 +1,5 @@
+// Counted memory: MemoryLedger records every live allocation by kind and
+// tag; the free functions use the process ledger.
 #include "core/base/memory.h"
 
 #include <sys/mman.h>
@@ -15,69 +17,80 @@ struct Record {
   std::string tag;
 };
 
-struct Ledger {
-  std::mutex mutex;
-  std::unordered_map<void*, Record> records;
-  MemoryUsage usage[3];
-};
-
-Ledger& ledger() {
-  static Ledger* l = new Ledger();  // never destroyed: frees may come during exit
-  return *l;
-}
-
 int kind_index(dscore_memory_kind kind) {
   return (kind >= DSCORE_MEMORY_HOST && kind <= DSCORE_MEMORY_DEVICE) ? kind : 0;
 }
 
 }  // namespace
 
-void* counted_alloc(size_t bytes, size_t alignment, dscore_memory_kind kind, std::string_view tag) {
+struct MemoryLedger::State {
+  mutable std::mutex mutex;
+  std::unordered_map<void*, Record> records;
+  MemoryUsage usage[3];
+};
+
+MemoryLedger::MemoryLedger() : state_(std::make_unique<State>()) {}
+MemoryLedger::~MemoryLedger() = default;
+
+void* MemoryLedger::allocate(size_t bytes, size_t alignment, dscore_memory_kind kind,
+                             std::string_view tag) {
   if (kind == DSCORE_MEMORY_DEVICE) return nullptr;  // no accelerator runtime in this build path
   if (alignment == 0) alignment = 64;
   if ((alignment & (alignment - 1)) != 0 || alignment < sizeof(void*)) return nullptr;
   void* ptr = nullptr;
   if (posix_memalign(&ptr, alignment, bytes == 0 ? alignment : bytes) != 0) return nullptr;
   if (kind == DSCORE_MEMORY_PINNED) (void)mlock(ptr, bytes);  // best effort without CUDA
-  Ledger& l = ledger();
-  std::lock_guard<std::mutex> lock(l.mutex);
-  l.records[ptr] = Record{bytes, kind, std::string(tag.empty() ? "untagged" : tag)};
-  MemoryUsage& u = l.usage[kind_index(kind)];
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->records[ptr] = Record{bytes, kind, std::string(tag.empty() ? "untagged" : tag)};
+  MemoryUsage& u = state_->usage[kind_index(kind)];
   u.current_bytes += bytes;
   if (u.current_bytes > u.peak_bytes) u.peak_bytes = u.current_bytes;
   return ptr;
 }
 
-void counted_free(void* ptr, dscore_memory_kind kind) {
+void MemoryLedger::release(void* ptr) {
   if (ptr == nullptr) return;
-  Ledger& l = ledger();
   size_t bytes = 0;
+  dscore_memory_kind kind = DSCORE_MEMORY_HOST;
   {
-    std::lock_guard<std::mutex> lock(l.mutex);
-    auto it = l.records.find(ptr);
-    if (it == l.records.end()) return;  // not ours: never free what we did not allocate
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    auto it = state_->records.find(ptr);
+    if (it == state_->records.end()) return;  // not ours: never free what we did not allocate
     bytes = it->second.bytes;
     kind = it->second.kind;
-    l.usage[kind_index(kind)].current_bytes -= bytes;
-    l.records.erase(it);
+    state_->usage[kind_index(kind)].current_bytes -= bytes;
+    state_->records.erase(it);
   }
   if (kind == DSCORE_MEMORY_PINNED) (void)munlock(ptr, bytes);
   std::free(ptr);
 }
 
-MemoryUsage memory_usage(dscore_memory_kind kind) {
-  Ledger& l = ledger();
-  std::lock_guard<std::mutex> lock(l.mutex);
-  return l.usage[kind_index(kind)];
+MemoryUsage MemoryLedger::usage(dscore_memory_kind kind) const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->usage[kind_index(kind)];
 }
 
-std::map<std::string, uint64_t> memory_by_tag() {
-  Ledger& l = ledger();
-  std::lock_guard<std::mutex> lock(l.mutex);
+std::map<std::string, uint64_t> MemoryLedger::by_tag() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
   std::map<std::string, uint64_t> out;
-  for (const auto& [ptr, r] : l.records) out[r.tag] += r.bytes;
+  for (const auto& [ptr, r] : state_->records) out[r.tag] += r.bytes;
   return out;
 }
+
+MemoryLedger& process_memory() {
+  static MemoryLedger* ledger = new MemoryLedger();  // never destroyed: frees may come during exit
+  return *ledger;
+}
+
+void* counted_alloc(size_t bytes, size_t alignment, dscore_memory_kind kind, std::string_view tag) {
+  return process_memory().allocate(bytes, alignment, kind, tag);
+}
+
+void counted_free(void* ptr, dscore_memory_kind) { process_memory().release(ptr); }
+
+MemoryUsage memory_usage(dscore_memory_kind kind) { return process_memory().usage(kind); }
+
+std::map<std::string, uint64_t> memory_by_tag() { return process_memory().by_tag(); }
 
 CountedBuffer make_counted_buffer(size_t bytes, dscore_memory_kind kind, std::string_view tag) {
   return CountedBuffer(counted_alloc(bytes, 64, kind, tag), CountedFree{kind});

@@ -18,10 +18,38 @@ struct MemoryUsage {
   uint64_t peak_bytes = 0;
 };
 
-// Allocate `bytes` aligned to `alignment` (power of two; 0 means 64) of the
-// given kind. Returns nullptr on failure. Pinned host memory is ordinary
-// host memory locked best-effort when no accelerator runtime is present;
-// device memory fails without one.
+// A ledger of live allocations by kind and tag. Thread-safe. Each host
+// context (one per engine) keeps one for what its plugins allocate through
+// host->alloc; the engine's own buffers go to the process ledger below.
+class MemoryLedger {
+ public:
+  MemoryLedger();
+  ~MemoryLedger();
+  MemoryLedger(const MemoryLedger&) = delete;
+  MemoryLedger& operator=(const MemoryLedger&) = delete;
+
+  // Allocate `bytes` aligned to `alignment` (power of two; 0 means 64) of
+  // the given kind. Returns nullptr on failure. Pinned host memory is
+  // ordinary host memory locked best-effort when no accelerator runtime is
+  // present; device memory fails without one.
+  void* allocate(size_t bytes, size_t alignment, dscore_memory_kind kind, std::string_view tag);
+  // Frees only what this ledger allocated (anything else is ignored).
+  void release(void* ptr);
+
+  MemoryUsage usage(dscore_memory_kind kind) const;
+  // Current bytes per tag, all kinds together.
+  std::map<std::string, uint64_t> by_tag() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// The process ledger: the engine's own buffers (partitions, buckets,
+// batches). Process-wide because frees may come during exit and from any
+// engine's threads; per-engine attribution of these is future work.
+MemoryLedger& process_memory();
+
 void* counted_alloc(size_t bytes, size_t alignment, dscore_memory_kind kind, std::string_view tag);
 void counted_free(void* ptr, dscore_memory_kind kind);
 

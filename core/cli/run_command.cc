@@ -6,7 +6,7 @@
 
 #include "core/cli/commands.h"
 #include "core/cli/options.h"
-#include "core/engine/trainer.h"
+#include "core/cli/run_training.h"
 
 namespace dscore::cli {
 

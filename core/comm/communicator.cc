@@ -1,81 +1,59 @@
 #include "core/comm/communicator.h"
 
 #include <dscore/cpp/dtype.hpp>
-#include <unistd.h>
-
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <cstring>
 
 #include "core/base/logging.h"
-#include "core/plugin_host/host_api.h"
 #include "core/plugin_host/params.h"
 
 namespace dscore::comm {
 namespace {
 
-// ------------------------------------------------ where a SIGTERM found us
-
-// Written before and after each collective; read by the signal handler,
-// which must not allocate: fixed buffers only.
-char g_where[160] = "";
-char g_prefix[48] = "[dscore] ";
-
-void on_sigterm(int signo) {
-  const char* tail = g_where[0] != '\0' ? g_where : "computing (no collective in flight)";
-  const char* mid =
-      "stopped by SIGTERM: the launcher is ending the job (usually because another rank failed; "
-      "see its message above). This rank was ";
-  (void)!write(STDERR_FILENO, g_prefix, std::strlen(g_prefix));
-  (void)!write(STDERR_FILENO, mid, std::strlen(mid));
-  (void)!write(STDERR_FILENO, tail, std::strlen(tail));
-  (void)!write(STDERR_FILENO, "\n", 1);
-  std::signal(signo, SIG_DFL);
-  raise(signo);
-}
-
 // ---------------------------------- the table plugins get from the host
 
-Communicator* g_active = nullptr;
+// The host table's dscore_comm* is the Communicator itself.
+Communicator* self_of(dscore_comm* comm) { return reinterpret_cast<Communicator*>(comm); }
 
 CommBuffer buffer_of(const dscore_tensor* t) {
   return t == nullptr ? CommBuffer{} : CommBuffer{t->data, t->dtype, t->numel};
 }
 
-// Plugins call these through host->communicator(): the same counted path.
-dscore_status forward_status(const Status& status) {
+// Plugins call these through host->communicator(ctx, group): the same
+// counted path; a failure's message goes to the communicator's context.
+dscore_status forward_status(Communicator* c, const Status& status) {
   if (status.ok()) return DSCORE_OK;
-  return plugin_host::host_api()->set_error(status.code(), status.message().c_str());
+  return c->host().record_error(status.code(), status.message().c_str());
 }
-dscore_status h_allreduce(dscore_comm*, const dscore_tensor* s, dscore_tensor* r, dscore_reduce_op op,
+dscore_status h_allreduce(dscore_comm* c, const dscore_tensor* s, dscore_tensor* r, dscore_reduce_op op,
                           void*) {
-  return forward_status(g_active->allreduce(buffer_of(s), buffer_of(r), op));
+  return forward_status(self_of(c), self_of(c)->allreduce(buffer_of(s), buffer_of(r), op));
 }
-dscore_status h_reduce_scatter(dscore_comm*, const dscore_tensor* s, dscore_tensor* r,
+dscore_status h_reduce_scatter(dscore_comm* c, const dscore_tensor* s, dscore_tensor* r,
                                dscore_reduce_op op, void*) {
-  return forward_status(g_active->reduce_scatter(buffer_of(s), buffer_of(r), op));
+  return forward_status(self_of(c), self_of(c)->reduce_scatter(buffer_of(s), buffer_of(r), op));
 }
-dscore_status h_allgather(dscore_comm*, const dscore_tensor* s, dscore_tensor* r, void*) {
-  return forward_status(g_active->allgather(buffer_of(s), buffer_of(r)));
+dscore_status h_allgather(dscore_comm* c, const dscore_tensor* s, dscore_tensor* r, void*) {
+  return forward_status(self_of(c), self_of(c)->allgather(buffer_of(s), buffer_of(r)));
 }
-dscore_status h_broadcast(dscore_comm*, dscore_tensor* t, int32_t root, void*) {
-  return forward_status(g_active->broadcast(buffer_of(t), root));
+dscore_status h_broadcast(dscore_comm* c, dscore_tensor* t, int32_t root, void*) {
+  return forward_status(self_of(c), self_of(c)->broadcast(buffer_of(t), root));
 }
-dscore_status h_barrier(dscore_comm*) { return forward_status(g_active->barrier()); }
-dscore_status h_all_to_all(dscore_comm*, const dscore_tensor* s, dscore_tensor* r, void*) {
-  return forward_status(g_active->all_to_all(buffer_of(s), buffer_of(r)));
+dscore_status h_barrier(dscore_comm* c) { return forward_status(self_of(c), self_of(c)->barrier()); }
+dscore_status h_all_to_all(dscore_comm* c, const dscore_tensor* s, dscore_tensor* r, void*) {
+  return forward_status(self_of(c), self_of(c)->all_to_all(buffer_of(s), buffer_of(r)));
 }
-dscore_status h_reduce(dscore_comm*, const dscore_tensor* s, dscore_tensor* r, dscore_reduce_op op,
+dscore_status h_reduce(dscore_comm* c, const dscore_tensor* s, dscore_tensor* r, dscore_reduce_op op,
                        int32_t root, void*) {
-  return forward_status(g_active->reduce(buffer_of(s), buffer_of(r), op, root));
+  return forward_status(self_of(c), self_of(c)->reduce(buffer_of(s), buffer_of(r), op, root));
 }
-dscore_status h_unsupported_p2p(dscore_comm*, const dscore_tensor*, int32_t, void*) {
-  return plugin_host::host_api()->set_error(
+dscore_status h_unsupported_p2p(dscore_comm* c, const dscore_tensor*, int32_t, void*) {
+  return self_of(c)->host().record_error(
       DSCORE_UNIMPLEMENTED, "point-to-point calls are not offered to plugins in this version");
 }
-dscore_status h_unsupported_recv(dscore_comm*, dscore_tensor*, int32_t, void*) {
-  return h_unsupported_p2p(nullptr, nullptr, 0, nullptr);
+dscore_status h_unsupported_recv(dscore_comm* c, dscore_tensor*, int32_t, void*) {
+  return h_unsupported_p2p(c, nullptr, 0, nullptr);
 }
 
 dscore_comm_vtable make_forwarding_vtable() {
@@ -108,7 +86,7 @@ dscore_tensor view_of(const CommBuffer& b) {
 
 Result<std::unique_ptr<Communicator>> Communicator::create(
     const plugin_host::PluginRegistry& registry, const config::CommConfig& config,
-    const JobEnv& env, uint64_t seed) {
+    const JobEnv& env, uint64_t seed, std::shared_ptr<plugin_host::HostContext> host) {
   const std::string backend =
       config.backend == "auto" ? (env.world_size > 1 ? "mpi" : "local") : config.backend;
   auto info = registry.find(DSCORE_KIND_COMM, backend);
@@ -134,35 +112,52 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   context.world_size = env.world_size;
   context.local_rank = env.local_rank;
   context.seed = seed;
+  context.host = std::move(host);
   DSCORE_ASSIGN_OR_RETURN(auto instance, plugin_host::CommInstance::create(**info, validated, context));
-  std::unique_ptr<Communicator> comm(new Communicator(env, std::move(instance)));
-  comm->install_host_table();
-  if (env.world_size > 1) {
-    std::snprintf(g_prefix, sizeof g_prefix, "[dscore rank %d] ", env.rank);
-    std::signal(SIGTERM, &on_sigterm);
+  return std::unique_ptr<Communicator>(new Communicator(env, std::move(instance)));
+}
+
+Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
+  if (color < 0 && color != DSCORE_COMM_SPLIT_NONE)
+    return invalid_argument("split: colour " + std::to_string(color) +
+                            " must be >= 0 or DSCORE_COMM_SPLIT_NONE");
+  // Every rank's (colour, key): the new group's rank and size follow from
+  // them by the split rule (key, then rank here), so the host knows them
+  // without asking the backend.
+  std::vector<int32_t> mine = {color, key};
+  std::vector<int32_t> all(static_cast<size_t>(2 * world_size()));
+  DSCORE_RETURN_IF_ERROR(allgather({mine.data(), DSCORE_DTYPE_I32, 2},
+                                   {all.data(), DSCORE_DTYPE_I32, static_cast<int64_t>(all.size())}));
+  DSCORE_ASSIGN_OR_RETURN(auto instance, instance_->split(color, key));
+  if (!instance) return std::unique_ptr<Communicator>();
+  JobEnv group = env_;
+  group.rank = 0;
+  group.world_size = 0;
+  for (int r = 0; r < world_size(); ++r) {
+    if (all[2 * r] != color) continue;
+    group.world_size += 1;
+    const int32_t k = all[2 * r + 1];
+    if (k < key || (k == key && r < rank())) group.rank += 1;
   }
-  return comm;
+  return std::unique_ptr<Communicator>(new Communicator(group, std::move(instance)));
 }
 
 Communicator::Communicator(JobEnv env, std::unique_ptr<plugin_host::CommInstance> instance)
-    : env_(std::move(env)), instance_(std::move(instance)) {}
-
-Communicator::~Communicator() {
-  if (g_active == this) {
-    plugin_host::set_communicator(nullptr);
-    g_active = nullptr;
-  }
-}
-
-void Communicator::install_host_table() {
-  g_active = this;
+    : env_(std::move(env)), instance_(std::move(instance)) {
   host_table_.struct_size = sizeof host_table_;
   host_table_.rank = env_.rank;
   host_table_.world_size = env_.world_size;
   host_table_.vtable = &kForwarding;
-  host_table_.comm = instance_->handle();
-  plugin_host::set_communicator(&host_table_);
+  host_table_.comm = reinterpret_cast<dscore_comm*>(this);
 }
+
+Communicator::~Communicator() {
+  plugin_host::HostContext& h = host();
+  for (dscore_comm_group g : {DSCORE_GROUP_WORLD, DSCORE_GROUP_DATA_PARALLEL})
+    if (h.communicator(g) == &host_table_) h.set_communicator(g, nullptr);
+}
+
+plugin_host::HostContext& Communicator::host() const { return instance_->host(); }
 
 template <typename Call>
 Status Communicator::counted(const char* op, const char* ds_op, uint64_t elements, size_t element_size,
@@ -170,7 +165,7 @@ Status Communicator::counted(const char* op, const char* ds_op, uint64_t element
   {
     std::lock_guard<std::mutex> lock(mutex_);
     sequence_ += 1;
-    std::snprintf(g_where, sizeof g_where, "in %s #%llu (%llu elements)", op,
+    std::snprintf(in_flight_, sizeof in_flight_, "in %s #%llu (%llu elements)", op,
                   static_cast<unsigned long long>(sequence_), static_cast<unsigned long long>(elements));
   }
   const bool profiled = comms_logger_ && comms_logger_->should_profile(ds_op);
@@ -179,7 +174,7 @@ Status Communicator::counted(const char* op, const char* ds_op, uint64_t element
   const double latency_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   std::lock_guard<std::mutex> lock(mutex_);
-  g_where[0] = '\0';
+  in_flight_[0] = '\0';
   OpCounter& c = counters_[op];
   c.calls += 1;
   c.elements += elements;

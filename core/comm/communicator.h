@@ -1,11 +1,13 @@
-// The job's communicator: the comm backend plugin chosen by "comm.backend"
-// ("auto": mpi for a multi-rank job, local for one rank), called through
-// typed methods that count elements and bytes per collective (the ZeRO
-// volume invariants and comms_logger read these), record the collective in
-// flight (so a SIGTERM from the launcher can say where this rank was), and
-// hand plugins that talk (OneBitAdam) the same counted calls through
-// host->communicator(). Calls must not overlap: make them from the
-// CommStream thread, or while it is idle.
+// A communicator: the comm backend plugin chosen by "comm.backend" ("auto":
+// mpi for a multi-rank job, local for one rank), called through typed
+// methods that count elements and bytes per collective (the ZeRO volume
+// invariants and comms_logger read these), record the collective in flight
+// (so the CLI can say where a rank was when the launcher ended it), and
+// offer plugins that talk (OneBitAdam) the same counted calls through
+// host_table(), which the engine installs in its host context as a group.
+// split() forms sub-communicators (data-parallel, pipeline, expert groups).
+// Calls must not overlap: make them from the CommStream thread, or while it
+// is idle.
 #pragma once
 
 #include <dscore/comm.h>
@@ -45,10 +47,26 @@ struct OpCounter {
 class Communicator {
  public:
   // Collective: every rank calls it. Errors name the backend and the fix.
-  static Result<std::unique_ptr<Communicator>> create(const plugin_host::PluginRegistry& registry,
-                                                      const config::CommConfig& config,
-                                                      const JobEnv& env, uint64_t seed);
+  // The backend instance lives in `host` (nullptr: a context of its own).
+  static Result<std::unique_ptr<Communicator>> create(
+      const plugin_host::PluginRegistry& registry, const config::CommConfig& config,
+      const JobEnv& env, uint64_t seed, std::shared_ptr<plugin_host::HostContext> host = nullptr);
   ~Communicator();
+
+  // Collective over this communicator (MPI_Comm_split semantics): ranks
+  // passing the same colour (>= 0) form a new communicator, ranked by key
+  // and then by their rank here; DSCORE_COMM_SPLIT_NONE takes part and gets
+  // nullptr. UNIMPLEMENTED when the backend cannot split. Counters, the
+  // comms logger and the host-table group are the new communicator's own.
+  Result<std::unique_ptr<Communicator>> split(int color, int key);
+
+  // The table plugins receive from host->communicator(ctx, group); install
+  // it with HostContext::set_communicator. Valid while this lives.
+  const dscore_communicator* host_table() const { return &host_table_; }
+  plugin_host::HostContext& host() const;
+  // "in <op> #<n> (<elements> elements)" while a collective runs, else "".
+  // A fixed buffer, readable from a signal handler.
+  const char* in_flight() const { return in_flight_; }
 
   int rank() const { return env_.rank; }
   int world_size() const { return env_.world_size; }
@@ -92,7 +110,6 @@ class Communicator {
   template <typename Call>
   Status counted(const char* op, const char* ds_op, uint64_t elements, size_t element_size,
                  uint64_t message_bytes, Call&& call);
-  void install_host_table();
 
   JobEnv env_;
   std::unique_ptr<plugin_host::CommInstance> instance_;
@@ -100,6 +117,7 @@ class Communicator {
   std::map<std::string, OpCounter> counters_;
   uint64_t sequence_ = 0;
   dscore_communicator host_table_{};
+  char in_flight_[160] = "";
   std::unique_ptr<observability::CommsLogger> comms_logger_;
 };
 

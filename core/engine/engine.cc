@@ -68,8 +68,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   if (!components.optimizer)
     return invalid_argument("the engine needs an optimizer: add an \"optimizer\" section");
   if (!components.comm) return invalid_argument("the engine needs a communicator");
+  if (!components.host) return invalid_argument("the engine needs the host context of its plugins");
   std::unique_ptr<Engine> engine(new Engine(config));
+  engine->host_ = std::move(components.host);
   engine->comm_ = std::move(components.comm);
+  // One data-parallel group spanning the world until model parallelism.
+  engine->host_->set_communicator(DSCORE_GROUP_WORLD, engine->comm_->host_table());
+  engine->host_->set_communicator(DSCORE_GROUP_DATA_PARALLEL, engine->comm_->host_table());
   engine->stream_ = std::make_unique<comm::CommStream>();
   engine->model_ = std::move(components.model);
   engine->schedule_ = std::make_unique<LrSchedule>(std::move(components.scheduler), components.base_lr);

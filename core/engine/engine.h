@@ -70,6 +70,9 @@ struct EngineComponents {
   std::unique_ptr<plugin_host::SchedulerInstance> scheduler;            // optional
   std::vector<std::unique_ptr<plugin_host::MonitorInstance>> monitors;  // rank 0 only
   std::unique_ptr<comm::Communicator> comm;                             // required
+  // The context the plugin instances above live in (one per engine); the
+  // engine installs comm in it as the world and data-parallel group.
+  std::shared_ptr<plugin_host::HostContext> host;                       // required
 };
 
 // Config settings this engine cannot run yet, each with its JSON path and
@@ -195,7 +198,9 @@ class Engine {
 
   config::TrainingConfig config_;
   // Declaration order is teardown order in reverse: the strategy (whose
-  // buffers the comm thread touches) goes first, then the stream, then comm.
+  // buffers the comm thread touches) goes first, then the stream, then comm,
+  // then the host context the plugins live in.
+  std::shared_ptr<plugin_host::HostContext> host_;
   std::unique_ptr<comm::Communicator> comm_;
   std::unique_ptr<comm::CommStream> stream_;
   std::unique_ptr<Model> model_;

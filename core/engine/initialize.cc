@@ -57,16 +57,19 @@ Result<std::unique_ptr<Engine>> build_engine(const Setup& setup, std::unique_ptr
   DSCORE_CHECK(setup.loaded.ok(), "build_engine on a config with errors");
   const config::TrainingConfig& cfg = *setup.loaded.config;
   const PluginSelection& selection = setup.selection;
+  // One host context for everything this engine creates.
+  auto host = std::make_shared<plugin_host::HostContext>(setup.options.kv_store);
   plugin_host::InstanceContext context;
   context.seed = cfg.seed;
   context.rank = setup.job.rank;
   context.world_size = setup.job.world_size;
   context.local_rank = setup.job.local_rank;
+  context.host = host;
   set_log_rank(setup.job.rank, setup.job.world_size);
 
   // The communicator first: creating it is the job's first collective.
-  DSCORE_ASSIGN_OR_RETURN(auto communicator,
-                          comm::Communicator::create(*setup.registry, cfg.comm, setup.job, cfg.seed));
+  DSCORE_ASSIGN_OR_RETURN(auto communicator, comm::Communicator::create(*setup.registry, cfg.comm,
+                                                                        setup.job, cfg.seed, host));
   // DeepSpeed turns the comms logger on by the key's mere presence.
   if (cfg.comms_logger.present) {
     observability::CommsLoggerConfig logger;
@@ -111,6 +114,7 @@ Result<std::unique_ptr<Engine>> build_engine(const Setup& setup, std::unique_ptr
     components.monitors.push_back(std::move(monitor));
   }
   components.comm = std::move(communicator);
+  components.host = std::move(host);
   return Engine::create(cfg, std::move(components));
 }
 

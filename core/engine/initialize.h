@@ -15,6 +15,7 @@
 #include "core/config/config.h"
 #include "core/engine/engine.h"
 #include "core/engine/plugin_setup.h"
+#include "core/plugin_host/host_context.h"
 #include "core/plugin_host/registry.h"
 
 namespace dscore {
@@ -27,6 +28,10 @@ struct InitializeOptions {
   // True when the caller brings its own Model: the config's "model" section
   // is then optional and ignored.
   bool own_model = false;
+  // The job's key-value store, shared by every rank that lives in this
+  // process (ranks as threads, e.g. the loopback comm backend); nullptr: a
+  // store of this engine's own.
+  std::shared_ptr<plugin_host::KvBackend> kv_store;
 };
 
 struct Setup {

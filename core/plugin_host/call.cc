@@ -6,8 +6,9 @@
 
 namespace dscore::plugin_host {
 
-Status status_from_plugin(std::string_view plugin, std::string_view function, dscore_status code) {
-  auto last = take_last_error();
+Status status_from_plugin(HostContext& host, std::string_view plugin, std::string_view function,
+                          dscore_status code) {
+  auto last = host.take_error();
   if (code == DSCORE_OK) return Status::Ok();
   std::string prefix = std::string(plugin) + " " + std::string(function);
   if (code < 0 || code > DSCORE_STATUS_MAX) {
@@ -22,13 +23,14 @@ Status status_from_plugin(std::string_view plugin, std::string_view function, ds
   return Status(code, prefix + ": " + detail);
 }
 
-Status exception_status(std::string_view plugin, std::string_view function, const char* what) {
+Status exception_status(HostContext& host, std::string_view plugin, std::string_view function,
+                        const char* what) {
   std::string message = std::string(plugin) + " threw a C++ exception out of " +
                         std::string(function) +
                         " across the C ABI; its exported functions must catch everything "
                         "(use dscore::sdk::guard from dscore/cpp/plugin.hpp)";
   if (what != nullptr) message += "; the exception said: " + std::string(what);
-  clear_last_error();
+  host.clear_error();
   return Status(DSCORE_INTERNAL, message);
 }
 

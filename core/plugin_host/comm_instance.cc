@@ -17,35 +17,54 @@ Result<std::unique_ptr<CommInstance>> CommInstance::create(const PluginInfo& inf
                                                            const InstanceContext& context) {
   DSCORE_RETURN_IF_ERROR(detail::prepare_create(info, DSCORE_KIND_COMM));
   const auto* vt = vtable_of<dscore_comm_vtable>(info);
-  dscore_create_args args = detail::make_create_args(params, context);
+  std::shared_ptr<HostContext> host = detail::host_of(context);
+  dscore_create_args args = detail::make_create_args(params, context, *host);
   dscore_comm* handle = nullptr;
   DSCORE_RETURN_IF_ERROR(
-      call_plugin(info.display(), "create", [&] { return vt->create(&args, &handle); }));
+      call_plugin(*host, info.display(), "create", [&] { return vt->create(&args, &handle); }));
   if (handle == nullptr) return detail::null_handle_error(info);
-  return std::unique_ptr<CommInstance>(new CommInstance(info, handle));
+  return std::unique_ptr<CommInstance>(new CommInstance(info, handle, host));
 }
 
 CommInstance::~CommInstance() {
-  call_plugin_void(info_.display(), "destroy", [&] { vtable()->destroy(handle_); });
+  call_plugin_void(*host_, info_.display(), "destroy", [&] { vtable()->destroy(handle_); });
+}
+
+Result<std::unique_ptr<CommInstance>> CommInstance::split(int32_t color, int32_t key) {
+  const dscore_comm_vtable* vt = vtable();
+  if (!DSCORE_HAS_FIELD(vt, dscore_comm_vtable, split) || vt->split == nullptr)
+    return Status(DSCORE_UNIMPLEMENTED,
+                  info_.display() + " cannot split a communicator into groups (split is NULL)");
+  dscore_comm* handle = nullptr;
+  DSCORE_RETURN_IF_ERROR(call_plugin(*host_, info_.display(), "split",
+                                     [&] { return vt->split(handle_, color, key, &handle); }));
+  if (color == DSCORE_COMM_SPLIT_NONE) {
+    if (handle != nullptr)
+      return Status(DSCORE_INTERNAL, info_.display() + " split returned a communicator for a rank "
+                                                       "that passed DSCORE_COMM_SPLIT_NONE");
+    return std::unique_ptr<CommInstance>();
+  }
+  if (handle == nullptr) return detail::null_handle_error(info_);
+  return std::unique_ptr<CommInstance>(new CommInstance(info_, handle, host_));
 }
 
 const dscore_comm_vtable* CommInstance::vtable() const { return vtable_of<dscore_comm_vtable>(info_); }
 
 Status CommInstance::allreduce(const dscore_tensor& send, dscore_tensor& recv, dscore_reduce_op op,
                                void* stream) {
-  return call_plugin(info_.display(), "allreduce",
+  return call_plugin(*host_, info_.display(), "allreduce",
                      [&] { return vtable()->allreduce(handle_, &send, &recv, op, stream); });
 }
 
 Status CommInstance::reduce_scatter(const dscore_tensor& send, dscore_tensor& recv,
                                     dscore_reduce_op op, void* stream) {
-  return call_plugin(info_.display(), "reduce_scatter",
+  return call_plugin(*host_, info_.display(), "reduce_scatter",
                      [&] { return vtable()->reduce_scatter(handle_, &send, &recv, op, stream); });
 }
 
 Status CommInstance::reduce(const dscore_tensor& send, dscore_tensor* recv, dscore_reduce_op op,
                             int32_t root, void* stream) {
-  return call_plugin(info_.display(), "reduce",
+  return call_plugin(*host_, info_.display(), "reduce",
                      [&] { return vtable()->reduce(handle_, &send, recv, op, root, stream); });
 }
 
@@ -56,46 +75,46 @@ Result<dscore_comm_counters> CommInstance::counters() const {
   dscore_comm_counters out{};
   out.struct_size = sizeof out;
   DSCORE_RETURN_IF_ERROR(
-      call_plugin(info_.display(), "counters", [&] { return vt->counters(handle_, &out); }));
+      call_plugin(*host_, info_.display(), "counters", [&] { return vt->counters(handle_, &out); }));
   return out;
 }
 
 Status CommInstance::allgather(const dscore_tensor& send, dscore_tensor& recv, void* stream) {
-  return call_plugin(info_.display(), "allgather",
+  return call_plugin(*host_, info_.display(), "allgather",
                      [&] { return vtable()->allgather(handle_, &send, &recv, stream); });
 }
 
 Status CommInstance::broadcast(dscore_tensor& tensor, int32_t root, void* stream) {
-  return call_plugin(info_.display(), "broadcast",
+  return call_plugin(*host_, info_.display(), "broadcast",
                      [&] { return vtable()->broadcast(handle_, &tensor, root, stream); });
 }
 
 Status CommInstance::send(const dscore_tensor& tensor, int32_t peer, void* stream) {
-  return call_plugin(info_.display(), "send",
+  return call_plugin(*host_, info_.display(), "send",
                      [&] { return vtable()->send(handle_, &tensor, peer, stream); });
 }
 
 Status CommInstance::recv(dscore_tensor& tensor, int32_t peer, void* stream) {
-  return call_plugin(info_.display(), "recv",
+  return call_plugin(*host_, info_.display(), "recv",
                      [&] { return vtable()->recv(handle_, &tensor, peer, stream); });
 }
 
 Status CommInstance::barrier() {
-  return call_plugin(info_.display(), "barrier", [&] { return vtable()->barrier(handle_); });
+  return call_plugin(*host_, info_.display(), "barrier", [&] { return vtable()->barrier(handle_); });
 }
 
 Status CommInstance::all_to_all(const dscore_tensor& send, dscore_tensor& recv, void* stream) {
   const dscore_comm_vtable* vt = vtable();
   if (!DSCORE_HAS_FIELD(vt, dscore_comm_vtable, all_to_all) || vt->all_to_all == nullptr)
     return Status(DSCORE_UNIMPLEMENTED, info_.display() + " has no all_to_all");
-  return call_plugin(info_.display(), "all_to_all",
+  return call_plugin(*host_, info_.display(), "all_to_all",
                      [&] { return vt->all_to_all(handle_, &send, &recv, stream); });
 }
 
 void CommInstance::abort(const std::string& reason) {
   const dscore_comm_vtable* vt = vtable();
   if (!DSCORE_HAS_FIELD(vt, dscore_comm_vtable, abort) || vt->abort == nullptr) return;
-  call_plugin_void(info_.display(), "abort", [&] { vt->abort(handle_, reason.c_str()); });
+  call_plugin_void(*host_, info_.display(), "abort", [&] { vt->abort(handle_, reason.c_str()); });
 }
 
 // ----------------------------------------------------------------- offload
@@ -106,13 +125,14 @@ Result<std::unique_ptr<OffloadInstance>> OffloadInstance::create(const PluginInf
   DSCORE_RETURN_IF_ERROR(detail::prepare_create(info, DSCORE_KIND_OFFLOAD));
   const auto* vt = vtable_of<dscore_offload_vtable>(info);
   const std::string who = info.display();
-  dscore_create_args args = detail::make_create_args(params, context);
+  std::shared_ptr<HostContext> host = detail::host_of(context);
+  dscore_create_args args = detail::make_create_args(params, context, *host);
   dscore_offload* handle = nullptr;
-  DSCORE_RETURN_IF_ERROR(call_plugin(who, "create", [&] { return vt->create(&args, &handle); }));
+  DSCORE_RETURN_IF_ERROR(call_plugin(*host, who, "create", [&] { return vt->create(&args, &handle); }));
   if (handle == nullptr) return detail::null_handle_error(info);
-  std::unique_ptr<OffloadInstance> instance(new OffloadInstance(info, handle));
+  std::unique_ptr<OffloadInstance> instance(new OffloadInstance(info, handle, host));
   Result<size_t> alignment =
-      call_plugin_value<size_t>(who, "alignment", [&] { return vt->alignment(handle); });
+      call_plugin_value<size_t>(*host, who, "alignment", [&] { return vt->alignment(handle); });
   if (!alignment.ok()) return alignment.status();
   if (*alignment == 0 || (*alignment & (*alignment - 1)) != 0)
     return Status(DSCORE_INTERNAL, who + " alignment() returned " + std::to_string(*alignment) +
@@ -123,13 +143,13 @@ Result<std::unique_ptr<OffloadInstance>> OffloadInstance::create(const PluginInf
 
 OffloadInstance::~OffloadInstance() {
   const auto* vt = vtable_of<dscore_offload_vtable>(info_);
-  call_plugin_void(info_.display(), "destroy", [&] { vt->destroy(handle_); });
+  call_plugin_void(*host_, info_.display(), "destroy", [&] { vt->destroy(handle_); });
 }
 
 Result<int64_t> OffloadInstance::open_file(const std::string& path, uint32_t flags) {
   const auto* vt = vtable_of<dscore_offload_vtable>(info_);
   int64_t file = -1;
-  DSCORE_RETURN_IF_ERROR(call_plugin(info_.display(), "open_file", [&] {
+  DSCORE_RETURN_IF_ERROR(call_plugin(*host_, info_.display(), "open_file", [&] {
     return vt->open_file(handle_, path.c_str(), flags, &file);
   }));
   return file;
@@ -137,12 +157,12 @@ Result<int64_t> OffloadInstance::open_file(const std::string& path, uint32_t fla
 
 Status OffloadInstance::close_file(int64_t file) {
   const auto* vt = vtable_of<dscore_offload_vtable>(info_);
-  return call_plugin(info_.display(), "close_file", [&] { return vt->close_file(handle_, file); });
+  return call_plugin(*host_, info_.display(), "close_file", [&] { return vt->close_file(handle_, file); });
 }
 
 Status OffloadInstance::sync_file(int64_t file) {
   const auto* vt = vtable_of<dscore_offload_vtable>(info_);
-  return call_plugin(info_.display(), "sync_file", [&] { return vt->sync_file(handle_, file); });
+  return call_plugin(*host_, info_.display(), "sync_file", [&] { return vt->sync_file(handle_, file); });
 }
 
 Status OffloadInstance::submit(const std::vector<dscore_io_request>& requests) {
@@ -153,7 +173,7 @@ Status OffloadInstance::submit(const std::vector<dscore_io_request>& requests) {
     pointers.push_back(&r);
   }
   const auto* vt = vtable_of<dscore_offload_vtable>(info_);
-  return call_plugin(info_.display(), "submit",
+  return call_plugin(*host_, info_.display(), "submit",
                      [&] { return vt->submit(handle_, pointers.data(), pointers.size()); });
 }
 
@@ -167,7 +187,7 @@ Status OffloadInstance::wait(size_t min_count, int64_t timeout_ms, size_t capaci
   }
   size_t count = 0;
   const auto* vt = vtable_of<dscore_offload_vtable>(info_);
-  Status st = call_plugin(info_.display(), "wait", [&] {
+  Status st = call_plugin(*host_, info_.display(), "wait", [&] {
     return vt->wait(handle_, min_count, timeout_ms, pointers.data(), capacity, &count);
   });
   if (count > capacity) {
@@ -186,7 +206,7 @@ Status OffloadInstance::register_buffers(const std::vector<void*>& buffers,
   if (!DSCORE_HAS_FIELD(vt, dscore_offload_vtable, register_buffers) ||
       vt->register_buffers == nullptr)
     return Status::Ok();
-  Status st = call_plugin(info_.display(), "register_buffers", [&] {
+  Status st = call_plugin(*host_, info_.display(), "register_buffers", [&] {
     return vt->register_buffers(handle_, buffers.data(), sizes.data(), buffers.size());
   });
   return st.code() == DSCORE_UNIMPLEMENTED ? Status::Ok() : st;

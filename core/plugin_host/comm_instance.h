@@ -44,11 +44,18 @@ class CommInstance {
   void abort(const std::string& reason);
   // UNIMPLEMENTED when the backend keeps no counters.
   Result<dscore_comm_counters> counters() const;
+  // Collective over this communicator (comm.h split): the new group's
+  // instance, or nullptr for DSCORE_COMM_SPLIT_NONE. UNIMPLEMENTED when the
+  // backend cannot split. The new instance shares this one's host context.
+  Result<std::unique_ptr<CommInstance>> split(int32_t color, int32_t key);
+  HostContext& host() const { return *host_; }
 
  private:
-  CommInstance(PluginInfo info, dscore_comm* handle) : info_(std::move(info)), handle_(handle) {}
+  CommInstance(PluginInfo info, dscore_comm* handle, std::shared_ptr<HostContext> host)
+      : info_(std::move(info)), handle_(handle), host_(std::move(host)) {}
   PluginInfo info_;
   dscore_comm* handle_;
+  std::shared_ptr<HostContext> host_;
 };
 
 class OffloadInstance {
@@ -73,9 +80,11 @@ class OffloadInstance {
   Status register_buffers(const std::vector<void*>& buffers, const std::vector<size_t>& sizes);
 
  private:
-  OffloadInstance(PluginInfo info, dscore_offload* handle) : info_(std::move(info)), handle_(handle) {}
+  OffloadInstance(PluginInfo info, dscore_offload* handle, std::shared_ptr<HostContext> host)
+      : info_(std::move(info)), handle_(handle), host_(std::move(host)) {}
   PluginInfo info_;
   dscore_offload* handle_;
+  std::shared_ptr<HostContext> host_;
   size_t alignment_ = 1;
 };
 

@@ -1,19 +1,14 @@
 // The dscore_host_api functions. Each is a plain function called from plugin
 // code, so none may let an exception out: everything that can allocate sits
 // inside a try block and degrades (a dropped log line, RESOURCE_EXHAUSTED).
+// State lives in the HostContext the caller passes (host_context.h).
 #include "core/plugin_host/host_api.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
-#include <map>
-#include <mutex>
-#include <vector>
 
 #include "core/base/logging.h"
-#include "core/base/memory.h"
 
 #ifndef DSCORE_VERSION
 #define DSCORE_VERSION "unknown"
@@ -22,69 +17,13 @@
 namespace dscore::plugin_host {
 namespace {
 
-struct LastError {
-  bool set = false;
-  dscore_status code = DSCORE_OK;
-  std::string message;
-};
-thread_local LastError t_last_error;
-thread_local std::vector<std::string> t_ranges;
-
-std::atomic<const dscore_communicator*> g_communicator{nullptr};
-
-class InProcessKv : public KvBackend {
- public:
-  Status set(const std::string& key, std::string value) override {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      values_[key] = std::move(value);
-    }
-    changed_.notify_all();
-    return Status::Ok();
-  }
-
-  Result<std::string> get(const std::string& key, int64_t timeout_ms) override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    auto present = [&] { return values_.count(key) != 0; };
-    if (timeout_ms < 0) {
-      changed_.wait(lock, present);
-    } else if (!changed_.wait_for(lock, std::chrono::milliseconds(timeout_ms), present)) {
-      return Status(DSCORE_DEADLINE_EXCEEDED, "key '" + key + "' was not published within " +
-                                                  std::to_string(timeout_ms) + " ms");
-    }
-    return values_.at(key);
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::map<std::string, std::string> values_;
-};
-
-std::mutex g_kv_mutex;
-std::shared_ptr<KvBackend>& kv_slot() {
-  static auto* slot = new std::shared_ptr<KvBackend>(make_in_process_kv());  // never destroyed
-  return *slot;
-}
-std::shared_ptr<KvBackend> kv_backend() {
-  std::lock_guard<std::mutex> lock(g_kv_mutex);
-  return kv_slot();
+dscore_status record_error(dscore_host_context* ctx, dscore_status code, const char* message) noexcept {
+  if (HostContext* c = HostContext::from(ctx)) return c->record_error(code, message);
+  return code;  // no context: nobody reads it (see plugin.h)
 }
 
-dscore_status record_error(dscore_status code, const char* message) noexcept {
-  try {
-    t_last_error.set = true;
-    t_last_error.code = code;
-    t_last_error.message = message != nullptr ? message : "";
-  } catch (...) {
-    t_last_error.message.clear();  // out of memory: keep the code at least
-  }
-  return code;
-}
-
-// ---- the table's functions ----
-
-void host_log(dscore_log_level level, const char* plugin, const char* message) noexcept {
+void host_log(dscore_host_context*, dscore_log_level level, const char* plugin,
+              const char* message) noexcept {
   try {
     LogLevel l = LogLevel::kInfo;
     switch (level) {
@@ -101,68 +40,87 @@ void host_log(dscore_log_level level, const char* plugin, const char* message) n
   }
 }
 
-dscore_status host_set_error(dscore_status code, const char* message) noexcept {
-  return record_error(code, message);
+dscore_status host_set_error(dscore_host_context* ctx, dscore_status code, const char* message) noexcept {
+  return record_error(ctx, code, message);
 }
 
-void* host_alloc(size_t bytes, size_t alignment, dscore_memory_kind kind, const char* tag) noexcept {
+void* host_alloc(dscore_host_context* ctx, size_t bytes, size_t alignment, dscore_memory_kind kind,
+                 const char* tag) noexcept {
   try {
-    void* p = counted_alloc(bytes, alignment, kind, tag != nullptr ? tag : "plugin");
+    HostContext* c = HostContext::from(ctx);
+    if (kind == DSCORE_MEMORY_DEVICE) {
+      record_error(ctx, DSCORE_UNIMPLEMENTED,
+                   "host->alloc: device memory is not available (this host has no accelerator "
+                   "allocator)");
+      return nullptr;
+    }
+    MemoryLedger& ledger = c != nullptr ? c->memory() : process_memory();
+    void* p = ledger.allocate(bytes, alignment, kind, tag != nullptr ? tag : "plugin");
     if (p == nullptr) {
-      std::string what = kind == DSCORE_MEMORY_DEVICE ? "device" : kind == DSCORE_MEMORY_PINNED ? "pinned" : "host";
-      record_error(DSCORE_RESOURCE_EXHAUSTED,
+      std::string what = kind == DSCORE_MEMORY_PINNED ? "pinned" : "host";
+      record_error(ctx, DSCORE_RESOURCE_EXHAUSTED,
                    ("host->alloc could not allocate " + std::to_string(bytes) + " bytes of " + what +
                     " memory (alignment " + std::to_string(alignment) + ")")
                        .c_str());
     }
     return p;
   } catch (...) {
-    record_error(DSCORE_RESOURCE_EXHAUSTED, "host->alloc: out of memory");
+    record_error(ctx, DSCORE_RESOURCE_EXHAUSTED, "host->alloc: out of memory");
     return nullptr;
   }
 }
 
-void host_free(void* ptr, dscore_memory_kind kind) noexcept { counted_free(ptr, kind); }
+void host_free(dscore_host_context* ctx, void* ptr, dscore_memory_kind) noexcept {
+  HostContext* c = HostContext::from(ctx);
+  (c != nullptr ? c->memory() : process_memory()).release(ptr);
+}
 
-const dscore_communicator* host_communicator() noexcept { return g_communicator.load(); }
+const dscore_communicator* host_communicator(dscore_host_context* ctx, dscore_comm_group group) noexcept {
+  HostContext* c = HostContext::from(ctx);
+  return c != nullptr ? c->communicator(group) : nullptr;
+}
 
-dscore_status host_kv_set(const char* key, const void* value, size_t size) noexcept {
+dscore_status host_kv_set(dscore_host_context* ctx, const char* key, const void* value,
+                          size_t size) noexcept {
+  HostContext* c = HostContext::from(ctx);
+  if (c == nullptr) return DSCORE_UNAVAILABLE;
   if (key == nullptr || (value == nullptr && size > 0))
-    return record_error(DSCORE_INVALID_ARGUMENT, "kv_set: key and value must not be NULL");
+    return record_error(ctx, DSCORE_INVALID_ARGUMENT, "kv_set: key and value must not be NULL");
   try {
-    Status st = kv_backend()->set(key, std::string(static_cast<const char*>(value), size));
-    return st.ok() ? DSCORE_OK : record_error(st.code(), st.message().c_str());
+    Status st = c->kv().set(key, std::string(static_cast<const char*>(value), size));
+    return st.ok() ? DSCORE_OK : record_error(ctx, st.code(), st.message().c_str());
   } catch (...) {
-    return record_error(DSCORE_RESOURCE_EXHAUSTED, "kv_set: out of memory");
+    return record_error(ctx, DSCORE_RESOURCE_EXHAUSTED, "kv_set: out of memory");
   }
 }
 
-dscore_status host_kv_get(const char* key, void* buffer, size_t capacity, size_t* size,
-                          int64_t timeout_ms) noexcept {
+dscore_status host_kv_get(dscore_host_context* ctx, const char* key, void* buffer, size_t capacity,
+                          size_t* size, int64_t timeout_ms) noexcept {
+  HostContext* c = HostContext::from(ctx);
+  if (c == nullptr) return DSCORE_UNAVAILABLE;
   if (key == nullptr || size == nullptr || (buffer == nullptr && capacity > 0))
-    return record_error(DSCORE_INVALID_ARGUMENT, "kv_get: key, size and buffer must not be NULL");
+    return record_error(ctx, DSCORE_INVALID_ARGUMENT, "kv_get: key, size and buffer must not be NULL");
   try {
-    Result<std::string> value = kv_backend()->get(key, timeout_ms);
+    Result<std::string> value = c->kv().get(key, timeout_ms);
     if (!value.ok())
-      return record_error(value.status().code(), ("kv_get: " + value.status().message()).c_str());
+      return record_error(ctx, value.status().code(), ("kv_get: " + value.status().message()).c_str());
     *size = value->size();
     if (capacity > 0) std::memcpy(buffer, value->data(), std::min(capacity, value->size()));
     return DSCORE_OK;
   } catch (...) {
-    return record_error(DSCORE_RESOURCE_EXHAUSTED, "kv_get: out of memory");
+    return record_error(ctx, DSCORE_RESOURCE_EXHAUSTED, "kv_get: out of memory");
   }
 }
 
-void host_range_push(const char* name) noexcept {
+void host_range_push(dscore_host_context* ctx, const char* name) noexcept {
   try {
-    t_ranges.emplace_back(name != nullptr ? name : "");
+    if (HostContext* c = HostContext::from(ctx)) c->push_range(name);
   } catch (...) {
   }
 }
 
-void host_range_pop() noexcept {
-  // An unmatched pop is a plugin bug; ignoring it keeps other ranges intact.
-  if (!t_ranges.empty()) t_ranges.pop_back();
+void host_range_pop(dscore_host_context* ctx) noexcept {
+  if (HostContext* c = HostContext::from(ctx)) c->pop_range();
 }
 
 uint64_t host_now_ns() noexcept {
@@ -191,29 +149,5 @@ const dscore_host_api kHostApi = {
 }  // namespace
 
 const dscore_host_api* host_api() { return &kHostApi; }
-
-std::optional<std::pair<dscore_status, std::string>> take_last_error() {
-  if (!t_last_error.set) return std::nullopt;
-  std::pair<dscore_status, std::string> out{t_last_error.code, std::move(t_last_error.message)};
-  clear_last_error();
-  return out;
-}
-
-void clear_last_error() {
-  t_last_error.set = false;
-  t_last_error.code = DSCORE_OK;
-  t_last_error.message.clear();
-}
-
-void set_communicator(const dscore_communicator* communicator) { g_communicator = communicator; }
-
-std::unique_ptr<KvBackend> make_in_process_kv() { return std::make_unique<InProcessKv>(); }
-
-void set_kv_backend(std::shared_ptr<KvBackend> backend) {
-  std::lock_guard<std::mutex> lock(g_kv_mutex);
-  kv_slot() = backend ? std::move(backend) : std::shared_ptr<KvBackend>(make_in_process_kv());
-}
-
-size_t range_depth() { return t_ranges.size(); }
 
 }  // namespace dscore::plugin_host

@@ -16,7 +16,11 @@ namespace dscore::plugin_host::detail {
 // this is the library's first create()).
 Status prepare_create(const PluginInfo& info, dscore_plugin_kind kind);
 
-dscore_create_args make_create_args(const ValidatedParams& params, const InstanceContext& context);
+// The context's host, or a new one when it names none.
+std::shared_ptr<HostContext> host_of(const InstanceContext& context);
+
+dscore_create_args make_create_args(const ValidatedParams& params, const InstanceContext& context,
+                                    HostContext& host);
 
 // INTERNAL: create() returned OK but left the handle NULL.
 Status null_handle_error(const PluginInfo& info);

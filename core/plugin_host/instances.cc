@@ -27,7 +27,12 @@ Status prepare_create(const PluginInfo& info, dscore_plugin_kind kind) {
   return info.library->ensure_initialized();
 }
 
-dscore_create_args make_create_args(const ValidatedParams& params, const InstanceContext& context) {
+std::shared_ptr<HostContext> host_of(const InstanceContext& context) {
+  return context.host ? context.host : std::make_shared<HostContext>();
+}
+
+dscore_create_args make_create_args(const ValidatedParams& params, const InstanceContext& context,
+                                    HostContext& host) {
   dscore_create_args args{};
   args.struct_size = sizeof(dscore_create_args);
   args.params = params.data();
@@ -37,6 +42,7 @@ dscore_create_args make_create_args(const ValidatedParams& params, const Instanc
   args.world_size = context.world_size;
   args.local_rank = context.local_rank;
   args.seed = context.seed;
+  args.context = host.handle();
   return args;
 }
 
@@ -77,16 +83,17 @@ Result<std::unique_ptr<OptimizerInstance>> OptimizerInstance::create(const Plugi
   DSCORE_RETURN_IF_ERROR(detail::prepare_create(info, DSCORE_KIND_OPTIMIZER));
   const auto* vt = vtable_of<dscore_optimizer_vtable>(info);
   const std::string who = info.display();
-  dscore_create_args args = detail::make_create_args(params, context);
+  std::shared_ptr<HostContext> host = detail::host_of(context);
+  dscore_create_args args = detail::make_create_args(params, context, *host);
   dscore_optimizer* handle = nullptr;
-  DSCORE_RETURN_IF_ERROR(call_plugin(who, "create", [&] { return vt->create(&args, &handle); }));
+  DSCORE_RETURN_IF_ERROR(call_plugin(*host, who, "create", [&] { return vt->create(&args, &handle); }));
   if (handle == nullptr) return detail::null_handle_error(info);
-  std::unique_ptr<OptimizerInstance> instance(new OptimizerInstance(info, handle));
+  std::unique_ptr<OptimizerInstance> instance(new OptimizerInstance(info, handle, host));
 
   const dscore_optimizer_state_slot* const* slots = nullptr;
   size_t count = 0;
   DSCORE_RETURN_IF_ERROR(
-      call_plugin(who, "state_slots", [&] { return vt->state_slots(handle, &slots, &count); }));
+      call_plugin(*host, who, "state_slots", [&] { return vt->state_slots(handle, &slots, &count); }));
   if (count > 0 && slots == nullptr)
     return Status(DSCORE_INTERNAL, who + " state_slots returned " + std::to_string(count) +
                                        " slots but a NULL array");
@@ -115,12 +122,12 @@ Result<std::unique_ptr<OptimizerInstance>> OptimizerInstance::create(const Plugi
 
 OptimizerInstance::~OptimizerInstance() {
   const auto* vt = vtable_of<dscore_optimizer_vtable>(info_);
-  call_plugin_void(info_.display(), "destroy", [&] { vt->destroy(handle_); });
+  call_plugin_void(*host_, info_.display(), "destroy", [&] { vt->destroy(handle_); });
 }
 
 Status OptimizerInstance::step(const dscore_optimizer_step_args& args) {
   const auto* vt = vtable_of<dscore_optimizer_vtable>(info_);
-  return call_plugin(info_.display(), "step", [&] { return vt->step(handle_, &args); });
+  return call_plugin(*host_, info_.display(), "step", [&] { return vt->step(handle_, &args); });
 }
 
 Result<bool> OptimizerInstance::wants_reduced_gradients(int64_t step) const {
@@ -128,7 +135,7 @@ Result<bool> OptimizerInstance::wants_reduced_gradients(int64_t step) const {
   if (!DSCORE_HAS_FIELD(vt, dscore_optimizer_vtable, wants_reduced_gradients) ||
       vt->wants_reduced_gradients == nullptr)
     return true;
-  auto answer = call_plugin_value<int32_t>(info_.display(), "wants_reduced_gradients",
+  auto answer = call_plugin_value<int32_t>(*host_, info_.display(), "wants_reduced_gradients",
                                            [&] { return vt->wants_reduced_gradients(handle_, step); });
   if (!answer.ok()) return answer.status();
   return *answer != 0;
@@ -144,7 +151,7 @@ Result<std::string> OptimizerInstance::save_extra_state() const {
   std::string bytes;
   if (!has_extra_state()) return bytes;
   const auto* vt = vtable_of<dscore_optimizer_vtable>(info_);
-  DSCORE_RETURN_IF_ERROR(call_plugin(info_.display(), "save_extra_state", [&] {
+  DSCORE_RETURN_IF_ERROR(call_plugin(*host_, info_.display(), "save_extra_state", [&] {
     return vt->save_extra_state(handle_, detail::append_to_string, &bytes);
   }));
   return bytes;
@@ -155,7 +162,7 @@ Status OptimizerInstance::load_extra_state(std::string_view bytes) {
   if (!DSCORE_HAS_FIELD(vt, dscore_optimizer_vtable, load_extra_state) ||
       vt->load_extra_state == nullptr)
     return bytes.empty() ? Status::Ok() : missing_load_extra(info_);
-  return call_plugin(info_.display(), "load_extra_state",
+  return call_plugin(*host_, info_.display(), "load_extra_state",
                      [&] { return vt->load_extra_state(handle_, bytes.data(), bytes.size()); });
 }
 
@@ -169,7 +176,8 @@ Result<std::unique_ptr<SchedulerInstance>> SchedulerInstance::create(
     return Status(DSCORE_INVALID_ARGUMENT,
                   info.display() + " needs at least one optimizer parameter group (base_lrs is empty)");
   const auto* vt = vtable_of<dscore_scheduler_vtable>(info);
-  dscore_create_args args = detail::make_create_args(params, context);
+  std::shared_ptr<HostContext> host = detail::host_of(context);
+  dscore_create_args args = detail::make_create_args(params, context, *host);
   dscore_scheduler_context sc{};
   sc.struct_size = sizeof sc;
   sc.group_count = base_lrs.size();
@@ -177,14 +185,14 @@ Result<std::unique_ptr<SchedulerInstance>> SchedulerInstance::create(
   sc.total_steps = total_steps;
   dscore_scheduler* handle = nullptr;
   DSCORE_RETURN_IF_ERROR(
-      call_plugin(info.display(), "create", [&] { return vt->create(&args, &sc, &handle); }));
+      call_plugin(*host, info.display(), "create", [&] { return vt->create(&args, &sc, &handle); }));
   if (handle == nullptr) return detail::null_handle_error(info);
-  return std::unique_ptr<SchedulerInstance>(new SchedulerInstance(info, handle));
+  return std::unique_ptr<SchedulerInstance>(new SchedulerInstance(info, handle, host));
 }
 
 SchedulerInstance::~SchedulerInstance() {
   const auto* vt = vtable_of<dscore_scheduler_vtable>(info_);
-  call_plugin_void(info_.display(), "destroy", [&] { vt->destroy(handle_); });
+  call_plugin_void(*host_, info_.display(), "destroy", [&] { vt->destroy(handle_); });
 }
 
 int64_t SchedulerInstance::first_iteration() const {
@@ -192,7 +200,7 @@ int64_t SchedulerInstance::first_iteration() const {
   if (!DSCORE_HAS_FIELD(vt, dscore_scheduler_vtable, first_iteration) ||
       vt->first_iteration == nullptr)
     return -1;
-  Result<int64_t> t = call_plugin_value<int64_t>(info_.display(), "first_iteration",
+  Result<int64_t> t = call_plugin_value<int64_t>(*host_, info_.display(), "first_iteration",
                                                  [&] { return vt->first_iteration(handle_); });
   if (!t.ok()) {
     log_call_failure(t.status());
@@ -206,7 +214,7 @@ Result<dscore_schedule_point> SchedulerInstance::point_at(int64_t t, size_t grou
   dscore_schedule_point point{};
   point.struct_size = sizeof point;
   DSCORE_RETURN_IF_ERROR(
-      call_plugin(info_.display(), "point_at", [&] { return vt->point_at(handle_, t, group, &point); }));
+      call_plugin(*host_, info_.display(), "point_at", [&] { return vt->point_at(handle_, t, group, &point); }));
   const std::string at = info_.display() + " point_at(t=" + std::to_string(t) +
                          ", group=" + std::to_string(group) + ")";
   if ((point.set_mask & DSCORE_HPARAM_LR) == 0)
@@ -232,7 +240,7 @@ Result<std::string> SchedulerInstance::save_extra_state() const {
   std::string bytes;
   if (!has_extra_state()) return bytes;
   const auto* vt = vtable_of<dscore_scheduler_vtable>(info_);
-  DSCORE_RETURN_IF_ERROR(call_plugin(info_.display(), "save_extra_state", [&] {
+  DSCORE_RETURN_IF_ERROR(call_plugin(*host_, info_.display(), "save_extra_state", [&] {
     return vt->save_extra_state(handle_, detail::append_to_string, &bytes);
   }));
   return bytes;
@@ -243,7 +251,7 @@ Status SchedulerInstance::load_extra_state(std::string_view bytes) {
   if (!DSCORE_HAS_FIELD(vt, dscore_scheduler_vtable, load_extra_state) ||
       vt->load_extra_state == nullptr)
     return bytes.empty() ? Status::Ok() : missing_load_extra(info_);
-  return call_plugin(info_.display(), "load_extra_state",
+  return call_plugin(*host_, info_.display(), "load_extra_state",
                      [&] { return vt->load_extra_state(handle_, bytes.data(), bytes.size()); });
 }
 
@@ -254,17 +262,18 @@ Result<std::unique_ptr<MonitorInstance>> MonitorInstance::create(const PluginInf
                                                                  const InstanceContext& context) {
   DSCORE_RETURN_IF_ERROR(detail::prepare_create(info, DSCORE_KIND_MONITOR));
   const auto* vt = vtable_of<dscore_monitor_vtable>(info);
-  dscore_create_args args = detail::make_create_args(params, context);
+  std::shared_ptr<HostContext> host = detail::host_of(context);
+  dscore_create_args args = detail::make_create_args(params, context, *host);
   dscore_monitor* handle = nullptr;
   DSCORE_RETURN_IF_ERROR(
-      call_plugin(info.display(), "create", [&] { return vt->create(&args, &handle); }));
+      call_plugin(*host, info.display(), "create", [&] { return vt->create(&args, &handle); }));
   if (handle == nullptr) return detail::null_handle_error(info);
-  return std::unique_ptr<MonitorInstance>(new MonitorInstance(info, handle));
+  return std::unique_ptr<MonitorInstance>(new MonitorInstance(info, handle, host));
 }
 
 MonitorInstance::~MonitorInstance() {
   const auto* vt = vtable_of<dscore_monitor_vtable>(info_);
-  call_plugin_void(info_.display(), "destroy", [&] { vt->destroy(handle_); });
+  call_plugin_void(*host_, info_.display(), "destroy", [&] { vt->destroy(handle_); });
 }
 
 Status MonitorInstance::write_scalars(const std::vector<dscore_scalar_event>& events) {
@@ -276,7 +285,7 @@ Status MonitorInstance::write_scalars(const std::vector<dscore_scalar_event>& ev
     pointers.push_back(&e);
   }
   const auto* vt = vtable_of<dscore_monitor_vtable>(info_);
-  return call_plugin(info_.display(), "write_scalars", [&] {
+  return call_plugin(*host_, info_.display(), "write_scalars", [&] {
     return vt->write_scalars(handle_, pointers.data(), pointers.size());
   });
 }
@@ -285,14 +294,14 @@ Status MonitorInstance::flush() {
   const auto* vt = vtable_of<dscore_monitor_vtable>(info_);
   if (!DSCORE_HAS_FIELD(vt, dscore_monitor_vtable, flush) || vt->flush == nullptr)
     return Status::Ok();
-  return call_plugin(info_.display(), "flush", [&] { return vt->flush(handle_); });
+  return call_plugin(*host_, info_.display(), "flush", [&] { return vt->flush(handle_); });
 }
 
 Status MonitorInstance::write_config(const std::string& json) {
   const auto* vt = vtable_of<dscore_monitor_vtable>(info_);
   if (!DSCORE_HAS_FIELD(vt, dscore_monitor_vtable, write_config) || vt->write_config == nullptr)
     return Status::Ok();
-  return call_plugin(info_.display(), "write_config",
+  return call_plugin(*host_, info_.display(), "write_config",
                      [&] { return vt->write_config(handle_, json.c_str()); });
 }
 

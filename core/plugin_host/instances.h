@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/base/status.h"
+#include "core/plugin_host/host_context.h"
 #include "core/plugin_host/params.h"
 #include "core/plugin_host/registry.h"
 
@@ -24,12 +25,15 @@ namespace dscore::plugin_host {
 
 // Comm and offload instances: comm_instance.h, offload_instance.h.
 
-// Identity of the process in the job, passed to every create().
+// Identity of the process in the job, passed to every create(), and the
+// host context the instance lives in (its engine's; nullptr gives the
+// instance a context of its own).
 struct InstanceContext {
   int32_t rank = 0;
   int32_t world_size = 1;
   int32_t local_rank = 0;
   uint64_t seed = 42;
+  std::shared_ptr<HostContext> host;
 };
 
 class OptimizerInstance {
@@ -59,9 +63,11 @@ class OptimizerInstance {
   Result<bool> wants_reduced_gradients(int64_t step) const;
 
  private:
-  OptimizerInstance(PluginInfo info, dscore_optimizer* handle) : info_(std::move(info)), handle_(handle) {}
+  OptimizerInstance(PluginInfo info, dscore_optimizer* handle, std::shared_ptr<HostContext> host)
+      : info_(std::move(info)), handle_(handle), host_(std::move(host)) {}
   PluginInfo info_;
   dscore_optimizer* handle_;
+  std::shared_ptr<HostContext> host_;
   std::vector<Slot> slots_;
 };
 
@@ -82,9 +88,11 @@ class SchedulerInstance {
   Status load_extra_state(std::string_view bytes);
 
  private:
-  SchedulerInstance(PluginInfo info, dscore_scheduler* handle) : info_(std::move(info)), handle_(handle) {}
+  SchedulerInstance(PluginInfo info, dscore_scheduler* handle, std::shared_ptr<HostContext> host)
+      : info_(std::move(info)), handle_(handle), host_(std::move(host)) {}
   PluginInfo info_;
   dscore_scheduler* handle_;
+  std::shared_ptr<HostContext> host_;
 };
 
 class MonitorInstance {
@@ -99,9 +107,11 @@ class MonitorInstance {
   Status write_config(const std::string& json);    // OK when the plugin has no write_config
 
  private:
-  MonitorInstance(PluginInfo info, dscore_monitor* handle) : info_(std::move(info)), handle_(handle) {}
+  MonitorInstance(PluginInfo info, dscore_monitor* handle, std::shared_ptr<HostContext> host)
+      : info_(std::move(info)), handle_(handle), host_(std::move(host)) {}
   PluginInfo info_;
   dscore_monitor* handle_;
+  std::shared_ptr<HostContext> host_;
 };
 
 class ModelInstance {
@@ -125,9 +135,11 @@ class ModelInstance {
   Status synthetic_batch(uint64_t seed, int64_t first_sample, const dscore_batch& out) const;
 
  private:
-  ModelInstance(PluginInfo info, dscore_model* handle) : info_(std::move(info)), handle_(handle) {}
+  ModelInstance(PluginInfo info, dscore_model* handle, std::shared_ptr<HostContext> host)
+      : info_(std::move(info)), handle_(handle), host_(std::move(host)) {}
   PluginInfo info_;
   dscore_model* handle_;
+  std::shared_ptr<HostContext> host_;
   const dscore_model_description* description_ = nullptr;
 };
 

@@ -70,8 +70,9 @@ Result<std::shared_ptr<LoadedLibrary>> LoadedLibrary::open(const std::string& ca
                                    " (a plugin must export it; see sdk/examples)");
   }
   auto entry = handle->library.get<const dscore_plugin_library*()>(DSCORE_PLUGIN_ENTRY_SYMBOL);
+  HostContext entry_context;  // the entry symbol may call no host service; this only catches
   Result<const dscore_plugin_library*> table = call_plugin_value<const dscore_plugin_library*>(
-      canonical_path, DSCORE_PLUGIN_ENTRY_SYMBOL, [&] { return entry(); });
+      entry_context, canonical_path, DSCORE_PLUGIN_ENTRY_SYMBOL, [&] { return entry(); });
   if (!table.ok()) return table.status();
   if (*table == nullptr) {
     return Status(DSCORE_FAILED_PRECONDITION,
@@ -94,7 +95,7 @@ LoadedLibrary::~LoadedLibrary() {
     // shutdown() pairs with a successful init() only; a library whose init
     // failed is "unusable" and owes no cleanup call.
     if (init_status_ && init_status_->ok() && table_->shutdown != nullptr) {
-      call_plugin_void("library '" + display_name() + "' (" + path_ + ")", "shutdown",
+      call_plugin_void(context_, "library '" + display_name() + "' (" + path_ + ")", "shutdown",
                        [&] { table_->shutdown(); });
     }
   }
@@ -123,7 +124,7 @@ Status LoadedLibrary::ensure_initialized() {
     return *init_status_;
   }
   std::string who = "library '" + display_name() + "' (" + path_ + ")";
-  Status st = call_plugin(who, "init", [&] { return table_->init(host_api()); });
+  Status st = call_plugin(context_, who, "init", [&] { return table_->init(host_api(), context_.handle()); });
   if (!st.ok()) {
     st = Status(st.code(), st.message() +
                                "; the library cannot be used (its init() failed; fix what the "

@@ -1,6 +1,6 @@
 // One loaded plugin library: the Boost.DLL handle (RTLD_NOW | RTLD_LOCAL,
 // absolute canonical path), the table its dscore_plugin_library_v1 returned,
-// and the library's lifecycle: init(host_api) once, lazily, before the first
+// and the library's lifecycle: init(host_api, library context) once, lazily, before the first
 // create(); shutdown() once when the last reference goes. Instances and
 // PluginInfo hold shared_ptr<LoadedLibrary>, so the code stays mapped as long
 // as anything made from it is alive; a library that was used (initialised)
@@ -16,6 +16,7 @@
 #include <string>
 
 #include "core/base/status.h"
+#include "core/plugin_host/host_context.h"
 
 namespace dscore::plugin_host {
 
@@ -40,7 +41,7 @@ class LoadedLibrary {
   // The table's name, or the file name when the table has none.
   std::string display_name() const;
 
-  // Call the library's init(host_api()) the first time; later calls return
+  // Call the library's init(host_api(), its own context) the first time; later calls return
   // the first outcome. A failure names the library and its path. Thread-safe.
   Status ensure_initialized();
   bool initialized() const;
@@ -54,6 +55,9 @@ class LoadedLibrary {
   const dscore_plugin_library* table_ = nullptr;
   mutable std::mutex init_mutex_;
   std::optional<Status> init_status_;  // set once init() ran (or was absent)
+  // The context of library-level calls (init, shutdown, the entry symbol):
+  // they belong to no engine.
+  HostContext context_;
 };
 
 // True while a LoadedLibrary for `canonical_path` is alive (the file is

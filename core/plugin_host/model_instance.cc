@@ -117,15 +117,16 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create(const PluginInfo& i
   DSCORE_RETURN_IF_ERROR(detail::prepare_create(info, DSCORE_KIND_MODEL));
   const auto* vt = vtable_of<dscore_model_vtable>(info);
   const std::string who = info.display();
-  dscore_create_args args = detail::make_create_args(params, context);
+  std::shared_ptr<HostContext> host = detail::host_of(context);
+  dscore_create_args args = detail::make_create_args(params, context, *host);
   dscore_model* handle = nullptr;
-  DSCORE_RETURN_IF_ERROR(call_plugin(who, "create", [&] { return vt->create(&args, &handle); }));
+  DSCORE_RETURN_IF_ERROR(call_plugin(*host, who, "create", [&] { return vt->create(&args, &handle); }));
   if (handle == nullptr) return detail::null_handle_error(info);
-  std::unique_ptr<ModelInstance> instance(new ModelInstance(info, handle));
+  std::unique_ptr<ModelInstance> instance(new ModelInstance(info, handle, host));
 
   const dscore_model_description* description = nullptr;
   DSCORE_RETURN_IF_ERROR(
-      call_plugin(who, "describe", [&] { return vt->describe(handle, &description); }));
+      call_plugin(*host, who, "describe", [&] { return vt->describe(handle, &description); }));
   DSCORE_RETURN_IF_ERROR(check_description(who, description));
   instance->description_ = description;
   return instance;
@@ -133,20 +134,20 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create(const PluginInfo& i
 
 ModelInstance::~ModelInstance() {
   const auto* vt = vtable_of<dscore_model_vtable>(info_);
-  call_plugin_void(info_.display(), "destroy", [&] { vt->destroy(handle_); });
+  call_plugin_void(*host_, info_.display(), "destroy", [&] { vt->destroy(handle_); });
 }
 
 Status ModelInstance::init_param(size_t param_index, int64_t offset, int64_t count,
                                  dscore_tensor* out) const {
   const auto* vt = vtable_of<dscore_model_vtable>(info_);
-  return call_plugin(info_.display(), "init_param",
+  return call_plugin(*host_, info_.display(), "init_param",
                      [&] { return vt->init_param(handle_, param_index, offset, count, out); });
 }
 
 Status ModelInstance::forward_backward(const dscore_batch& batch, const dscore_model_hooks& hooks,
                                        double loss_scale, double* loss) {
   const auto* vt = vtable_of<dscore_model_vtable>(info_);
-  return call_plugin(info_.display(), "forward_backward", [&] {
+  return call_plugin(*host_, info_.display(), "forward_backward", [&] {
     return vt->forward_backward(handle_, &batch, &hooks, loss_scale, loss);
   });
 }
@@ -158,7 +159,7 @@ Status ModelInstance::forward(const dscore_batch& batch, const dscore_model_hook
     return Status(DSCORE_UNIMPLEMENTED,
                   info_.display() + " has no forward-only pass (forward is NULL); evaluation "
                                     "and generation need a model that provides it");
-  return call_plugin(info_.display(), "forward",
+  return call_plugin(*host_, info_.display(), "forward",
                      [&] { return vt->forward(handle_, &batch, &hooks, loss, output); });
 }
 
@@ -167,7 +168,7 @@ Result<double> ModelInstance::layer_flops(size_t layer, int64_t batch_size) cons
   if (!DSCORE_HAS_FIELD(vt, dscore_model_vtable, layer_flops) || vt->layer_flops == nullptr)
     return Status(DSCORE_UNIMPLEMENTED, info_.display() + " does not report its FLOPs (layer_flops is NULL)");
   double flops = 0;
-  DSCORE_RETURN_IF_ERROR(call_plugin(info_.display(), "layer_flops",
+  DSCORE_RETURN_IF_ERROR(call_plugin(*host_, info_.display(), "layer_flops",
                                      [&] { return vt->layer_flops(handle_, layer, batch_size, &flops); }));
   return flops;
 }
@@ -185,7 +186,7 @@ Status ModelInstance::synthetic_batch(uint64_t seed, int64_t first_sample,
                   info_.display() + " has no synthetic task (synthetic_batch is NULL); give the "
                                     "run a data file in the \"data\" section");
   const auto* vt = vtable_of<dscore_model_vtable>(info_);
-  return call_plugin(info_.display(), "synthetic_batch",
+  return call_plugin(*host_, info_.display(), "synthetic_batch",
                      [&] { return vt->synthetic_batch(handle_, seed, first_sample, &out); });
 }
 

@@ -20,7 +20,12 @@ namespace {
 
 thread_local dscore_status t_error_code = DSCORE_OK;
 thread_local std::string t_error_message;
-thread_local const dscore_communicator* t_communicator = nullptr;
+
+// What a dscore_host_context of the fake host points to.
+struct FakeContext {
+  const dscore_communicator* communicator = nullptr;
+};
+thread_local FakeContext t_context;
 
 }  // namespace
 
@@ -40,15 +45,17 @@ FakeHost::FakeHost() {
   api_.set_error = &FakeHost::set_error_fn;
   api_.alloc = &FakeHost::alloc_fn;
   api_.free = &FakeHost::free_fn;
-  api_.communicator = []() -> const dscore_communicator* { return t_communicator; };
-  api_.kv_set = [](const char*, const void*, size_t) -> dscore_status {
-    return set_error_fn(DSCORE_UNAVAILABLE, "the fake host has no key-value store");
+  api_.communicator = [](dscore_host_context* ctx, dscore_comm_group) -> const dscore_communicator* {
+    return ctx != nullptr ? reinterpret_cast<FakeContext*>(ctx)->communicator : nullptr;
   };
-  api_.kv_get = [](const char*, void*, size_t, size_t*, int64_t) -> dscore_status {
-    return set_error_fn(DSCORE_UNAVAILABLE, "the fake host has no key-value store");
+  api_.kv_set = [](dscore_host_context* ctx, const char*, const void*, size_t) -> dscore_status {
+    return set_error_fn(ctx, DSCORE_UNAVAILABLE, "the fake host has no key-value store");
   };
-  api_.range_push = [](const char*) {};
-  api_.range_pop = []() {};
+  api_.kv_get = [](dscore_host_context* ctx, const char*, void*, size_t, size_t*, int64_t) -> dscore_status {
+    return set_error_fn(ctx, DSCORE_UNAVAILABLE, "the fake host has no key-value store");
+  };
+  api_.range_push = [](dscore_host_context*, const char*) {};
+  api_.range_pop = [](dscore_host_context*) {};
   api_.now_ns = []() -> uint64_t {
     return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                      std::chrono::steady_clock::now().time_since_epoch())
@@ -56,41 +63,43 @@ FakeHost::FakeHost() {
   };
 }
 
-void FakeHost::log_fn(dscore_log_level level, const char* plugin, const char* message) {
+void FakeHost::log_fn(dscore_host_context*, dscore_log_level level, const char* plugin,
+                      const char* message) {
   FakeHost& h = instance();
   std::lock_guard<std::mutex> lock(h.mutex_);
   h.logs_.push_back({level, plugin ? plugin : "", message ? message : ""});
 }
 
-dscore_status FakeHost::set_error_fn(dscore_status code, const char* message) {
+dscore_status FakeHost::set_error_fn(dscore_host_context*, dscore_status code, const char* message) {
   t_error_code = code;
   t_error_message = message ? message : "";
   return code;
 }
 
-void* FakeHost::alloc_fn(size_t bytes, size_t alignment, dscore_memory_kind kind, const char*) {
+void* FakeHost::alloc_fn(dscore_host_context* ctx, size_t bytes, size_t alignment,
+                         dscore_memory_kind kind, const char*) {
   FakeHost& h = instance();
   if (kind == DSCORE_MEMORY_DEVICE) {
-    set_error_fn(DSCORE_RESOURCE_EXHAUSTED, "the fake host has no accelerator");
+    set_error_fn(ctx, DSCORE_RESOURCE_EXHAUSTED, "the fake host has no accelerator");
     return nullptr;
   }
   if (alignment == 0) alignment = 64;
   std::lock_guard<std::mutex> lock(h.mutex_);
   if (h.fail_alloc_) {
-    set_error_fn(DSCORE_RESOURCE_EXHAUSTED, "fake host: allocation failure injected");
+    set_error_fn(ctx, DSCORE_RESOURCE_EXHAUSTED, "fake host: allocation failure injected");
     return nullptr;
   }
   size_t rounded = (bytes + alignment - 1) / alignment * alignment;
   void* p = std::aligned_alloc(alignment, rounded == 0 ? alignment : rounded);
   if (p == nullptr) {
-    set_error_fn(DSCORE_RESOURCE_EXHAUSTED, "fake host: out of memory");
+    set_error_fn(ctx, DSCORE_RESOURCE_EXHAUSTED, "fake host: out of memory");
     return nullptr;
   }
   h.allocations_[p] = bytes;
   return p;
 }
 
-void FakeHost::free_fn(void* ptr, dscore_memory_kind) {
+void FakeHost::free_fn(dscore_host_context*, void* ptr, dscore_memory_kind) {
   if (ptr == nullptr) return;
   FakeHost& h = instance();
   std::lock_guard<std::mutex> lock(h.mutex_);
@@ -124,7 +133,16 @@ size_t FakeHost::live_bytes() const {
   return total;
 }
 void FakeHost::set_thread_communicator(const dscore_communicator* communicator) {
-  t_communicator = communicator;
+  t_context.communicator = communicator;
+}
+
+dscore_host_context* FakeHost::thread_context() {
+  return reinterpret_cast<dscore_host_context*>(&t_context);
+}
+
+dscore_host_context* FakeHost::new_context(const dscore_communicator* communicator) {
+  auto* context = new FakeContext{communicator};  // lives as long as the process
+  return reinterpret_cast<dscore_host_context*>(context);
 }
 
 void FakeHost::set_fail_alloc(bool fail) {
@@ -150,7 +168,7 @@ TestPluginLibrary::TestPluginLibrary(const std::string& path) : path_(path) {
   }
   if (table_->init != nullptr) {
     FakeHost::instance().clear_error();
-    dscore_status st = table_->init(FakeHost::instance().api());
+    dscore_status st = table_->init(FakeHost::instance().api(), FakeHost::thread_context());
     if (st != DSCORE_OK) {
       std::string message = FakeHost::instance().last_error();
       dlclose(handle_);
@@ -321,6 +339,11 @@ CreateArgs& CreateArgs::rank(int32_t rank, int32_t world_size) {
   return *this;
 }
 
+CreateArgs& CreateArgs::context(dscore_host_context* context) {
+  context_ = context;
+  return *this;
+}
+
 const dscore_create_args* CreateArgs::get() {
   values_.assign(entries_.size(), dscore_named_value{});
   pointers_.clear();
@@ -370,6 +393,7 @@ const dscore_create_args* CreateArgs::get() {
   args_.world_size = world_size_;
   args_.local_rank = rank_;
   args_.seed = seed_;
+  args_.context = context_ != nullptr ? context_ : FakeHost::thread_context();
   return &args_;
 }
 

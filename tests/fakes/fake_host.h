@@ -23,9 +23,11 @@ struct LogLine {
   std::string message;
 };
 
-// A process-wide fake host: the ABI's host functions are plain C function
-// pointers with no context argument, so their state has to be global. All
-// functions are thread-safe; the error is thread-local, as the ABI requires.
+// A process-wide fake host for driving one plugin library directly. Its
+// contexts are per thread (thread_context(), which CreateArgs passes to
+// create()): a test runs W "ranks" as W threads, each creating its instance
+// with its own context and communicator. The error is per thread (one call
+// at a time per thread); logs and allocations are counted for the process.
 class FakeHost {
  public:
   static FakeHost& instance();
@@ -46,17 +48,25 @@ class FakeHost {
   // When set, alloc returns NULL (fault injection).
   void set_fail_alloc(bool fail);
 
-  // What api()->communicator() returns ON THE CALLING THREAD (NULL by
-  // default): a test runs W "ranks" as W threads, each with its own
-  // communicator over a shared in-memory exchange. Borrowed.
+  // The communicator of the calling thread's context (NULL by default), as
+  // api()->communicator() returns it for instances created on this thread.
+  // Borrowed.
   static void set_thread_communicator(const struct dscore_communicator* communicator);
+  // The calling thread's context.
+  static dscore_host_context* thread_context();
+  // A context of its own whose communicator is `communicator` (borrowed):
+  // for an instance created on one thread and stepped on another, as a
+  // rank of a threaded test. Lives as long as the process.
+  static dscore_host_context* new_context(const struct dscore_communicator* communicator);
 
  private:
   FakeHost();
-  static void log_fn(dscore_log_level level, const char* plugin, const char* message);
-  static dscore_status set_error_fn(dscore_status code, const char* message);
-  static void* alloc_fn(size_t bytes, size_t alignment, dscore_memory_kind kind, const char* tag);
-  static void free_fn(void* ptr, dscore_memory_kind kind);
+  static void log_fn(dscore_host_context* ctx, dscore_log_level level, const char* plugin,
+                     const char* message);
+  static dscore_status set_error_fn(dscore_host_context* ctx, dscore_status code, const char* message);
+  static void* alloc_fn(dscore_host_context* ctx, size_t bytes, size_t alignment,
+                        dscore_memory_kind kind, const char* tag);
+  static void free_fn(dscore_host_context* ctx, void* ptr, dscore_memory_kind kind);
 
   dscore_host_api api_{};
   mutable std::mutex mutex_;
@@ -147,6 +157,8 @@ class CreateArgs {
   CreateArgs& remove(const std::string& name);
   CreateArgs& seed(uint64_t s);
   CreateArgs& rank(int32_t rank, int32_t world_size);
+  // The context create() receives (default: FakeHost::thread_context()).
+  CreateArgs& context(dscore_host_context* context);
 
   const dscore_create_args* get();
 
@@ -169,6 +181,7 @@ class CreateArgs {
   uint64_t seed_ = 1234;
   int32_t rank_ = 0;
   int32_t world_size_ = 1;
+  dscore_host_context* context_ = nullptr;
 };
 
 }  // namespace dscore::testing

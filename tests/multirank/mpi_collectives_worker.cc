@@ -5,6 +5,7 @@
 #include <dscore/cpp/dtype.hpp>
 
 #include <cmath>
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -117,6 +118,34 @@ int main() {
   check(wire.ok() && wire->bytes_sent > 0 && wire->bytes_received > 0, "wire counters", R);
   // Host-side counters: allreduce counted its full buffer.
   check(c.counters().at("allreduce").calls == 8, "host counters", R);
+
+  // Groups (MPI_Comm_split): neighbours pair up (2 x 2 at W = 4; {0, 1}, {2}
+  // at W = 3) and reduce inside their pair only; then strided groups ranked
+  // by a descending key.
+  {
+    auto pair = c.split(R / 2, R);
+    check(pair.ok() && *pair, "split into pairs", R);
+    if (pair.ok() && *pair) {
+      const int first = R - R % 2, size = std::min(2, W - first);
+      check((*pair)->world_size() == size && (*pair)->rank() == R % 2, "pair rank and size", R);
+      float x = static_cast<float>(R + 1);
+      check((*pair)->allreduce({&x, DSCORE_DTYPE_F32, 1}, {&x, DSCORE_DTYPE_F32, 1}, DSCORE_REDUCE_SUM).ok(),
+            "pair allreduce call", R);
+      float expect = 0;
+      for (int r = first; r < first + size; ++r) expect += static_cast<float>(r + 1);
+      check(x == expect, "pair allreduce stays inside the pair", R);
+    }
+    auto strided = c.split(R % 2, -R);
+    check(strided.ok() && *strided, "strided split", R);
+    if (strided.ok() && *strided) {
+      const int members = (W - R % 2 + 1) / 2;
+      check((*strided)->world_size() == members && (*strided)->rank() == (members - 1) - R / 2,
+            "strided group ranked by key", R);
+      float v = static_cast<float>(R);
+      check((*strided)->broadcast({&v, DSCORE_DTYPE_F32, 1}, 0).ok(), "strided broadcast call", R);
+      check(v == static_cast<float>(R % 2 + 2 * (members - 1)), "strided broadcast from the group's rank 0", R);
+    }
+  }
 
   int bad = failures;
   std::vector<double> all(static_cast<size_t>(W));

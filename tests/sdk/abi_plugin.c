@@ -11,25 +11,27 @@
 
 static const dscore_host_api* g_host;
 
-static dscore_status abi_init(const dscore_host_api* host) {
+static dscore_status abi_init(const dscore_host_api* host, dscore_host_context* library_context) {
+  (void)library_context;
   g_host = host;
   return DSCORE_OK;
 }
 
 struct dscore_optimizer {
-  int unused;
+  dscore_host_context* ctx; /* the instance's context, for every host call */
 };
 
 static dscore_status abi_create(const dscore_create_args* args, dscore_optimizer** out) {
   dscore_optimizer* self;
-  (void)args;
-  self = (dscore_optimizer*)g_host->alloc(sizeof *self, 0, DSCORE_MEMORY_HOST, ABI_PLUGIN_NAME);
+  self = (dscore_optimizer*)g_host->alloc(args->context, sizeof *self, 0, DSCORE_MEMORY_HOST,
+                                          ABI_PLUGIN_NAME);
   if (self == NULL) return DSCORE_RESOURCE_EXHAUSTED;
+  self->ctx = args->context;
   *out = self;
   return DSCORE_OK;
 }
 
-static void abi_destroy(dscore_optimizer* self) { g_host->free(self, DSCORE_MEMORY_HOST); }
+static void abi_destroy(dscore_optimizer* self) { g_host->free(self->ctx, self, DSCORE_MEMORY_HOST); }
 
 static dscore_status abi_state_slots(const dscore_optimizer* self,
                                      const dscore_optimizer_state_slot* const** slots,
@@ -43,12 +45,11 @@ static dscore_status abi_state_slots(const dscore_optimizer* self,
 static dscore_status abi_step(dscore_optimizer* self, const dscore_optimizer_step_args* args) {
   size_t i;
   int64_t j;
-  (void)self;
   for (i = 0; i < args->tensor_count; ++i) {
     float* p = (float*)args->params[i]->data;
     const float* g = (const float*)args->grads[i]->data;
     if (args->params[i]->dtype != DSCORE_DTYPE_F32)
-      return g_host->set_error(DSCORE_INVALID_ARGUMENT, "fp32 only");
+      return g_host->set_error(self->ctx, DSCORE_INVALID_ARGUMENT, "fp32 only");
     for (j = 0; j < args->params[i]->numel; ++j)
       p[j] -= (float)(args->hparams->lr * args->hparams->grad_scale * g[j]);
   }

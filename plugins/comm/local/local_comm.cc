@@ -3,23 +3,22 @@
 // path for every world size; it refuses to run in a multi-rank job.
 #include <dscore/comm.h>
 #include <dscore/cpp/dtype.hpp>
-#include <dscore/cpp/plugin.hpp>
+#include <dscore/cpp/instance.hpp>
 
 #include <cstring>
 #include <string>
-
-DSCORE_PLUGIN_HOST_STORAGE;
 
 namespace dscore::local_comm {
 namespace {
 
 using sdk::Error;
 
-struct LocalComm {
+struct LocalComm : sdk::Instance {
+  LocalComm(sdk::HostRef host, const sdk::Params&) : Instance(host) {}
+  explicit LocalComm(sdk::HostRef host) : Instance(host) {}
   uint64_t operations = 0;
 };
-
-LocalComm* self_of(dscore_comm* c) { return reinterpret_cast<LocalComm*>(c); }
+using S = sdk::Shim<dscore_comm, LocalComm>;
 
 size_t bytes_of(const dscore_tensor* t) {
   return static_cast<size_t>(t->numel) * sdk::dtype_size(t->dtype);
@@ -39,25 +38,22 @@ void check_pair(const dscore_tensor* send, const dscore_tensor* recv, const char
 // One rank: the reduction over ranks of `send` is `send` itself (also for
 // AVG, the sum divided by 1).
 dscore_status copy_op(dscore_comm* c, const dscore_tensor* send, dscore_tensor* recv, const char* op) {
-  return sdk::guard([&] {
+  return S::call(c, [&](LocalComm& self) {
     check_pair(send, recv, op);
     if (send->data != recv->data) std::memcpy(recv->data, send->data, bytes_of(send));
-    self_of(c)->operations += 1;
+    self.operations += 1;
   });
 }
 
 dscore_status create(const dscore_create_args* args, dscore_comm** out) {
-  return sdk::guard([&] {
-    if (args->world_size != 1)
-      throw Error(DSCORE_FAILED_PRECONDITION,
-                  "the local backend runs one rank, but this job has " +
-                      std::to_string(args->world_size) +
-                      " ranks; use \"comm\": {\"backend\": \"mpi\"} (or \"auto\")");
-    *out = reinterpret_cast<dscore_comm*>(new LocalComm());
-  });
+  if (args != nullptr && args->world_size != 1)
+    return sdk::HostRef(args).report(
+        DSCORE_FAILED_PRECONDITION,
+        ("the local backend runs one rank, but this job has " + std::to_string(args->world_size) +
+         " ranks; use \"comm\": {\"backend\": \"mpi\"} (or \"auto\")")
+            .c_str());
+  return S::create(args, out);
 }
-
-void destroy(dscore_comm* c) { delete self_of(c); }
 
 dscore_status allreduce(dscore_comm* c, const dscore_tensor* send, dscore_tensor* recv,
                         dscore_reduce_op, void*) {
@@ -75,28 +71,37 @@ dscore_status all_to_all(dscore_comm* c, const dscore_tensor* send, dscore_tenso
 }
 dscore_status reduce(dscore_comm* c, const dscore_tensor* send, dscore_tensor* recv,
                      dscore_reduce_op, int32_t root, void*) {
-  if (root != 0) return sdk::report(DSCORE_OUT_OF_RANGE, "reduce: root must be 0 in a one-rank job");
+  if (root != 0) return S::self(c).host().report(DSCORE_OUT_OF_RANGE, "reduce: root must be 0 in a one-rank job");
   return copy_op(c, send, recv, "reduce");
 }
 dscore_status broadcast(dscore_comm* c, dscore_tensor*, int32_t root, void*) {
-  if (root != 0) return sdk::report(DSCORE_OUT_OF_RANGE, "broadcast: root must be 0 in a one-rank job");
-  self_of(c)->operations += 1;
+  if (root != 0)
+    return S::self(c).host().report(DSCORE_OUT_OF_RANGE, "broadcast: root must be 0 in a one-rank job");
+  S::self(c).operations += 1;
   return DSCORE_OK;
 }
-dscore_status send(dscore_comm*, const dscore_tensor*, int32_t peer, void*) {
-  return sdk::report(DSCORE_OUT_OF_RANGE,
-                     ("send: no peer " + std::to_string(peer) + " in a one-rank job").c_str());
+dscore_status send(dscore_comm* c, const dscore_tensor*, int32_t peer, void*) {
+  return S::self(c).host().report(DSCORE_OUT_OF_RANGE,
+                                  ("send: no peer " + std::to_string(peer) + " in a one-rank job").c_str());
 }
-dscore_status recv(dscore_comm*, dscore_tensor*, int32_t peer, void*) {
-  return sdk::report(DSCORE_OUT_OF_RANGE,
-                     ("recv: no peer " + std::to_string(peer) + " in a one-rank job").c_str());
+dscore_status recv(dscore_comm* c, dscore_tensor*, int32_t peer, void*) {
+  return S::self(c).host().report(DSCORE_OUT_OF_RANGE,
+                                  ("recv: no peer " + std::to_string(peer) + " in a one-rank job").c_str());
 }
 dscore_status barrier(dscore_comm* c) {
-  self_of(c)->operations += 1;
+  S::self(c).operations += 1;
   return DSCORE_OK;
 }
+// One rank: a colour makes a new one-rank communicator, NONE makes none.
+dscore_status split(dscore_comm* c, int32_t color, int32_t, dscore_comm** out) {
+  return S::call(c, [&](LocalComm& self) {
+    self.operations += 1;
+    *out = color == DSCORE_COMM_SPLIT_NONE ? nullptr
+                                           : reinterpret_cast<dscore_comm*>(new LocalComm(self.host()));
+  });
+}
 dscore_status counters(const dscore_comm* c, dscore_comm_counters* out) {
-  out->operations = reinterpret_cast<const LocalComm*>(c)->operations;
+  out->operations = S::self(c).operations;
   out->bytes_sent = 0;  // nothing leaves the process
   out->bytes_received = 0;
   return DSCORE_OK;
@@ -106,7 +111,7 @@ dscore_comm_vtable make_vtable() {
   dscore_comm_vtable vt{};
   vt.struct_size = sizeof vt;
   vt.create = &create;
-  vt.destroy = &destroy;
+  vt.destroy = &S::destroy;
   vt.allreduce = &allreduce;
   vt.reduce_scatter = &reduce_scatter;
   vt.allgather = &allgather;
@@ -117,6 +122,7 @@ dscore_comm_vtable make_vtable() {
   vt.all_to_all = &all_to_all;
   vt.reduce = &reduce;
   vt.counters = &counters;
+  vt.split = &split;
   return vt;
 }
 const dscore_comm_vtable kVtable = make_vtable();
@@ -135,6 +141,4 @@ const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-comm-local", 
 }  // namespace
 }  // namespace dscore::local_comm
 
-extern "C" DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1(void) {
-  return &dscore::local_comm::kLibrary;
-}
+DSCORE_PLUGIN_ENTRY(dscore::local_comm::kLibrary)

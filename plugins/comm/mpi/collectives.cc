@@ -1,6 +1,6 @@
 // The collectives of the MPI backend. Data moves with MPI's nonblocking
 // primitives (all-to-all, gather, allgather, broadcast); every reduction is
-// then computed locally in rank order (reduce_math.h), so results are
+// then computed locally in rank order (dscore/cpp/ordered_reduce.hpp), so results are
 // deterministic, and bandwidth matches the ring algorithms: a reduce-scatter
 // is one all-to-all, an allreduce a reduce-scatter plus an allgather.
 // Counters record the logical payload that left and reached this rank.
@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "collectives.h"
-#include "reduce_math.h"
+#include <dscore/cpp/ordered_reduce.hpp>
 
 namespace dscore::mpi_comm {
 namespace {
@@ -69,7 +69,7 @@ void reduce_scatter_impl(MpiComm* m, const void* chunks, int64_t c, dscore_dtype
   DSCORE_MPI_CHECK(MPI_Ialltoall(chunks, count_of(c, name), type.get(), gathered,
                                  count_of(c, name), type.get(), m->comm, &request));
   m->wait(&request, 1, name, seq, bytes);
-  reduce_chunks(gathered, m->world, c, dtype, op, out, &m->reduce_scratch);
+  sdk::reduce_chunks(gathered, m->world, c, dtype, op, out, &m->reduce_scratch);
   const uint64_t moved = static_cast<uint64_t>(c) * (m->world - 1) * es;
   m->counters.bytes_sent += moved;
   m->counters.bytes_received += moved;
@@ -143,7 +143,7 @@ void reduce(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv, dscore_r
                                count_of(n, "reduce"), type.get(), root, m->comm, &request));
   m->wait(&request, 1, "reduce", seq, static_cast<size_t>(n) * es);
   if (m->rank == root) {
-    reduce_chunks(gathered, m->world, n, send->dtype, op, recv->data, &m->reduce_scratch);
+    sdk::reduce_chunks(gathered, m->world, n, send->dtype, op, recv->data, &m->reduce_scratch);
     m->counters.bytes_received += static_cast<uint64_t>(n) * (m->world - 1) * es;
   } else {
     m->counters.bytes_sent += static_cast<uint64_t>(n) * es;

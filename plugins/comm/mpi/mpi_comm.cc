@@ -7,10 +7,10 @@
 #include <memory>
 #include <string>
 
+#include <dscore/cpp/instance.hpp>
+
 #include "collectives.h"
 #include "mpi_comm.h"
-
-DSCORE_PLUGIN_HOST_STORAGE;
 
 namespace dscore::mpi_comm {
 namespace {
@@ -29,9 +29,11 @@ void finalize_at_exit() {
 }
 
 dscore_status create(const dscore_create_args* args, dscore_comm** out) {
-  return sdk::guard([&] {
+  sdk::HostRef host(args);
+  return sdk::guard(host, [&] {
     sdk::Params params(args);
     auto m = std::make_unique<MpiComm>();
+    m->host = host;
     m->timeout_ms = params.integer("timeout_ms");
     int initialized = 0;
     DSCORE_MPI_CHECK(MPI_Initialized(&initialized));
@@ -69,45 +71,66 @@ void destroy(dscore_comm* c) {
 }
 
 template <typename Body>
-dscore_status run(Body&& body) {
-  return sdk::guard([&] { body(); });
+dscore_status run(dscore_comm* c, Body&& body) {
+  return sdk::guard(self_of(c)->host, [&] { body(); });
 }
 
 dscore_status v_allreduce(dscore_comm* c, const dscore_tensor* s, dscore_tensor* r,
                           dscore_reduce_op op, void*) {
-  return run([&] { allreduce(self_of(c), s, r, op); });
+  return run(c, [&] { allreduce(self_of(c), s, r, op); });
 }
 dscore_status v_reduce_scatter(dscore_comm* c, const dscore_tensor* s, dscore_tensor* r,
                                dscore_reduce_op op, void*) {
-  return run([&] { reduce_scatter(self_of(c), s, r, op); });
+  return run(c, [&] { reduce_scatter(self_of(c), s, r, op); });
 }
 dscore_status v_reduce(dscore_comm* c, const dscore_tensor* s, dscore_tensor* r, dscore_reduce_op op,
                        int32_t root, void*) {
-  return run([&] { reduce(self_of(c), s, r, op, root); });
+  return run(c, [&] { reduce(self_of(c), s, r, op, root); });
 }
 dscore_status v_allgather(dscore_comm* c, const dscore_tensor* s, dscore_tensor* r, void*) {
-  return run([&] { allgather(self_of(c), s, r); });
+  return run(c, [&] { allgather(self_of(c), s, r); });
 }
 dscore_status v_all_to_all(dscore_comm* c, const dscore_tensor* s, dscore_tensor* r, void*) {
-  return run([&] { all_to_all(self_of(c), s, r); });
+  return run(c, [&] { all_to_all(self_of(c), s, r); });
 }
 dscore_status v_broadcast(dscore_comm* c, dscore_tensor* t, int32_t root, void*) {
-  return run([&] { broadcast(self_of(c), t, root); });
+  return run(c, [&] { broadcast(self_of(c), t, root); });
 }
 dscore_status v_send(dscore_comm* c, const dscore_tensor* t, int32_t peer, void*) {
-  return run([&] { point_to_point(self_of(c), t, peer, true); });
+  return run(c, [&] { point_to_point(self_of(c), t, peer, true); });
 }
 dscore_status v_recv(dscore_comm* c, dscore_tensor* t, int32_t peer, void*) {
-  return run([&] { point_to_point(self_of(c), t, peer, false); });
+  return run(c, [&] { point_to_point(self_of(c), t, peer, false); });
 }
 dscore_status v_barrier(dscore_comm* c) {
-  return run([&] { barrier(self_of(c)); });
+  return run(c, [&] { barrier(self_of(c)); });
 }
 void v_abort(dscore_comm* c, const char* reason) {
   MpiComm* m = self_of(c);
-  sdk::log(DSCORE_LOG_ERROR, "mpi", "rank " + std::to_string(m->rank) + " aborts the job: " +
-                                        std::string(reason != nullptr ? reason : "(no reason)"));
+  m->host.log(DSCORE_LOG_ERROR, "mpi", "rank " + std::to_string(m->rank) + " aborts the job: " +
+                                           std::string(reason != nullptr ? reason : "(no reason)"));
   MPI_Abort(m->comm != MPI_COMM_NULL ? m->comm : MPI_COMM_WORLD, 1);
+}
+// MPI_Comm_split over this communicator; the new one gets its own
+// heartbeat board and keeps this one's deadline.
+dscore_status v_split(dscore_comm* c, int32_t color, int32_t key, dscore_comm** out) {
+  return run(c, [&] {
+    MpiComm* parent = self_of(c);
+    MPI_Comm split = MPI_COMM_NULL;
+    const int mpi_color = color == DSCORE_COMM_SPLIT_NONE ? MPI_UNDEFINED : color;
+    DSCORE_MPI_CHECK(MPI_Comm_split(parent->comm, mpi_color, key, &split));
+    *out = nullptr;
+    if (split == MPI_COMM_NULL) return;
+    auto m = std::make_unique<MpiComm>();
+    m->host = parent->host;
+    m->comm = split;
+    m->timeout_ms = parent->timeout_ms;
+    DSCORE_MPI_CHECK(MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN));
+    DSCORE_MPI_CHECK(MPI_Comm_rank(m->comm, &m->rank));
+    DSCORE_MPI_CHECK(MPI_Comm_size(m->comm, &m->world));
+    m->board = new HeartbeatBoard(m->comm, m->rank, m->world, m->timeout_ms);
+    *out = reinterpret_cast<dscore_comm*>(m.release());
+  });
 }
 dscore_status v_counters(const dscore_comm* c, dscore_comm_counters* out) {
   const MpiComm* m = reinterpret_cast<const MpiComm*>(c);
@@ -133,6 +156,7 @@ dscore_comm_vtable make_vtable() {
   vt.abort = &v_abort;
   vt.reduce = &v_reduce;
   vt.counters = &v_counters;
+  vt.split = &v_split;
   return vt;
 }
 const dscore_comm_vtable kVtable = make_vtable();
@@ -153,6 +177,4 @@ const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-comm-mpi", "0
 }  // namespace
 }  // namespace dscore::mpi_comm
 
-extern "C" DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1(void) {
-  return &dscore::mpi_comm::kLibrary;
-}
+DSCORE_PLUGIN_ENTRY(dscore::mpi_comm::kLibrary)

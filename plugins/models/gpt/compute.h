@@ -43,7 +43,9 @@ class RunnerCompute final : public GptCompute {
   GptRunner<Backend> runner_;
 };
 
-std::unique_ptr<GptCompute> make_cpu_compute(const GptConfig& config, const GptParams& params);
+// Activations are counted in `host`'s ledger.
+std::unique_ptr<GptCompute> make_cpu_compute(const GptConfig& config, const GptParams& params,
+                                             sdk::HostRef host);
 // Defined by cuda/ in CUDA builds; elsewhere it throws, saying so.
 std::unique_ptr<GptCompute> make_cuda_compute(const GptConfig& config, const GptParams& params);
 

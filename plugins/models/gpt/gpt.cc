@@ -4,7 +4,7 @@
 // forward and backward by hand, through the hooks of model.h.
 // Input "tokens": (B, block_size + 1) int32; forward()'s output is the
 // logits (B, vocab_size) fp32 at each sample's last non-padding position.
-#include <dscore/cpp/plugin.hpp>
+#include <dscore/cpp/model_plugin.hpp>
 #include <dscore/model.h>
 
 #include <memory>
@@ -14,8 +14,6 @@
 #include "gpt_config.h"
 #include "gpt_params.h"
 #include "tokens.h"
-
-DSCORE_PLUGIN_HOST_STORAGE;
 
 namespace dscore::gpt {
 namespace {
@@ -66,14 +64,26 @@ GptConfig read_config(const sdk::Params& p) {
   return c;
 }
 
-class Gpt {
+class Gpt : public sdk::Instance {
  public:
-  Gpt(const sdk::Params& p, uint64_t seed) : config_(read_config(p)), params_(config_, seed) {
-    compute_ = config_.device == "cuda" ? make_cuda_compute(config_, params_) : make_cpu_compute(config_, params_);
+  Gpt(sdk::HostRef host, const sdk::Params& p)
+      : Instance(host), config_(read_config(p)), params_(config_, p.args()->seed) {
+    compute_ = config_.device == "cuda" ? make_cuda_compute(config_, params_)
+                                        : make_cpu_compute(config_, params_, host);
   }
 
-  const GptConfig& config() const { return config_; }
-  const GptParams& params() const { return params_; }
+  const dscore_model_description* description() const { return &params_.description(); }
+
+  void init_param(size_t index, int64_t offset, int64_t count, dscore_tensor* out) const {
+    if (index >= params_.param_count())
+      throw Error(DSCORE_OUT_OF_RANGE, "parameter index " + std::to_string(index) + " out of range");
+    const int64_t numel = params_.numel(index);
+    if (offset < 0 || count < 0 || offset + count > numel)
+      throw Error(DSCORE_OUT_OF_RANGE, "init_param: slice outside the parameter");
+    if (out == nullptr || out->dtype != DSCORE_DTYPE_F32 || out->numel != count || (count > 0 && out->data == nullptr))
+      throw Error(DSCORE_INVALID_ARGUMENT, "init_param: output must be fp32 with count elements");
+    params_.init(index, offset, count, static_cast<float*>(out->data));
+  }
 
   double forward_backward(const dscore_batch* batch, const dscore_model_hooks& hooks, double loss_scale) {
     return compute_->forward_backward(split_tokens(batch, config_.block_size, config_.vocab_size), hooks,
@@ -112,81 +122,10 @@ class Gpt {
   std::unique_ptr<GptCompute> compute_;
 };
 
-Gpt* self_of(dscore_model* m) { return reinterpret_cast<Gpt*>(m); }
-const Gpt* self_of(const dscore_model* m) { return reinterpret_cast<const Gpt*>(m); }
-
-const dscore_model_hooks& checked_hooks(const dscore_model_hooks* hooks, bool backward) {
-  if (hooks == nullptr || hooks->acquire == nullptr || hooks->release == nullptr ||
-      (backward && (!DSCORE_HAS_FIELD(hooks, dscore_model_hooks, grads_ready) || hooks->grads_ready == nullptr)))
-    throw Error(DSCORE_INVALID_ARGUMENT, "model hooks are NULL or incomplete");
-  return *hooks;
-}
-
-dscore_status create(const dscore_create_args* args, dscore_model** out) {
-  return sdk::guard([&] {
-    sdk::Params p(args);
-    *out = reinterpret_cast<dscore_model*>(new Gpt(p, args->seed));
-  });
-}
-
-void destroy(dscore_model* self) {
-  sdk::guard([&] { delete self_of(self); });
-}
-
-dscore_status describe(const dscore_model* self, const dscore_model_description** out) {
-  return sdk::guard([&] { *out = &self_of(self)->params().description(); });
-}
-
-dscore_status init_param(const dscore_model* self, size_t index, int64_t offset, int64_t count,
-                         dscore_tensor* out) {
-  return sdk::guard([&] {
-    const GptParams& params = self_of(self)->params();
-    if (index >= params.param_count())
-      throw Error(DSCORE_OUT_OF_RANGE, "parameter index " + std::to_string(index) + " out of range");
-    const int64_t numel = params.numel(index);
-    if (offset < 0 || count < 0 || offset + count > numel)
-      throw Error(DSCORE_OUT_OF_RANGE, "init_param: slice outside the parameter");
-    if (out == nullptr || out->dtype != DSCORE_DTYPE_F32 || out->numel != count || (count > 0 && out->data == nullptr))
-      throw Error(DSCORE_INVALID_ARGUMENT, "init_param: output must be fp32 with count elements");
-    params.init(index, offset, count, static_cast<float*>(out->data));
-  });
-}
-
-dscore_status forward_backward(dscore_model* self, const dscore_batch* batch, const dscore_model_hooks* hooks,
-                               double loss_scale, double* loss) {
-  return sdk::guard([&] {
-    double value = self_of(self)->forward_backward(batch, checked_hooks(hooks, true), loss_scale);
-    if (loss != nullptr) *loss = value;
-  });
-}
-
-dscore_status forward(dscore_model* self, const dscore_batch* batch, const dscore_model_hooks* hooks,
-                      double* loss, dscore_tensor* output) {
-  return sdk::guard([&] { self_of(self)->forward(batch, checked_hooks(hooks, false), loss, output); });
-}
-
-dscore_status layer_flops(const dscore_model* self, size_t layer, int64_t batch_size, double* forward_flops) {
-  return sdk::guard([&] { *forward_flops = self_of(self)->layer_flops(layer, batch_size); });
-}
-
-dscore_model_vtable make_vtable() {
-  dscore_model_vtable vt{};
-  vt.struct_size = sizeof vt;
-  vt.create = &create;
-  vt.destroy = &destroy;
-  vt.describe = &describe;
-  vt.init_param = &init_param;
-  vt.forward_backward = &forward_backward;
-  vt.forward = &forward;
-  vt.layer_flops = &layer_flops;
-  return vt;  // no synthetic_batch: the gpt model trains on text or token files
-}
-const dscore_model_vtable kVtable = make_vtable();
-
-const dscore_plugin_descriptor kGpt = {
-    sizeof(dscore_plugin_descriptor), DSCORE_KIND_MODEL, "gpt", "0.1.0",
+const dscore_plugin_descriptor kGpt = sdk::model_descriptor<Gpt>(
+    "gpt", "0.1.0",
     "GPT-2-style decoder (byte-level text or llm.c token shards); CPU (BLAS + TBB) and CUDA kernels",
-    DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16, kParamsSchema, &kVtable};
+    DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16, kParamsSchema);
 const dscore_plugin_descriptor* const kPlugins[] = {&kGpt};
 
 const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-gpt", "0.1.0", "dscore", kPlugins);
@@ -194,6 +133,4 @@ const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-gpt", "0.1.0"
 }  // namespace
 }  // namespace dscore::gpt
 
-extern "C" DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1(void) {
-  return &dscore::gpt::kLibrary;
-}
+DSCORE_PLUGIN_ENTRY(dscore::gpt::kLibrary)

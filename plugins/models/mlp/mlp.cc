@@ -5,7 +5,7 @@
 // layer, reverse-order backward, grads_ready per layer).
 #include <dscore/cpp/dtype.hpp>
 #include <dscore/cpp/model.hpp>
-#include <dscore/cpp/plugin.hpp>
+#include <dscore/cpp/model_plugin.hpp>
 #include <dscore/model.h>
 
 #include <cmath>
@@ -16,8 +16,6 @@
 #include <dscore/cpp/counter_rng.hpp>
 #include "mlp_math.h"
 #include "teacher.h"
-
-DSCORE_PLUGIN_HOST_STORAGE;
 
 namespace dscore::mlp {
 namespace {
@@ -66,10 +64,11 @@ int64_t integer_at_least(const sdk::Params& p, const char* name, int64_t min) {
   return v;
 }
 
-class Mlp {
+class Mlp : public sdk::Instance {
  public:
-  explicit Mlp(const sdk::Params& p, uint64_t seed)
-      : seed_(seed),
+  Mlp(sdk::HostRef host, const sdk::Params& p)
+      : Instance(host),
+        seed_(p.args()->seed),
         input_dim_(integer_at_least(p, "input_dim", 1)),
         output_dim_(integer_at_least(p, "output_dim", 1)),
         teacher_(static_cast<uint64_t>(p.integer("teacher_seed")), input_dim_, output_dim_) {
@@ -132,8 +131,8 @@ class Mlp {
     std::vector<std::vector<float>> acts;  // acts[l]: (B, dims[l]); acts[L]: predictions
     std::vector<std::vector<float>> pre;   // pre[l]: (B, dims[l+1]) before the activation
   };
-  double forward(const dscore_batch* batch, const dscore_model_hooks* hooks, bool need_loss,
-                 Trace* trace) const {
+  double run_forward(const dscore_batch* batch, const dscore_model_hooks* hooks, bool need_loss,
+                     Trace* trace) const {
     check_batch(batch, need_loss);
     const int64_t B = batch->batch_size;
     const size_t L = layer_count();
@@ -166,10 +165,25 @@ class Mlp {
     return sum / static_cast<double>(B * output_dim_);
   }
 
-  double forward_backward(const dscore_batch* batch, const dscore_model_hooks* hooks,
-                          double loss_scale) const {
+  // output, when given: the predictions, (batch_size, output_dim).
+  void forward(const dscore_batch* batch, const dscore_model_hooks& hooks, double* loss,
+               dscore_tensor* output) const {
+    if (batch == nullptr) throw Error(DSCORE_INVALID_ARGUMENT, "the batch is NULL");
+    if (output != nullptr) check_cpu_float(output, batch->batch_size * output_dim_, "forward output");
     Trace t;
-    const double loss = forward(batch, hooks, true, &t);
+    const double value = run_forward(batch, &hooks, loss != nullptr, &t);
+    if (loss != nullptr) *loss = value;
+    if (output != nullptr) {
+      const std::vector<float>& pred = t.acts[layer_count()];
+      for (size_t k = 0; k < pred.size(); ++k) sdk::store_float(output, static_cast<int64_t>(k), pred[k]);
+    }
+  }
+
+  double forward_backward(const dscore_batch* batch, const dscore_model_hooks& hooks_ref,
+                          double loss_scale) const {
+    const dscore_model_hooks* hooks = &hooks_ref;
+    Trace t;
+    const double loss = run_forward(batch, hooks, true, &t);
     const int64_t B = batch->batch_size;
     const size_t L = layer_count();
     // d(loss_scale * mean((pred - y)^2)) / d pred
@@ -331,96 +345,10 @@ class Mlp {
   dscore_model_description description_{};
 };
 
-Mlp* self_of(dscore_model* m) { return reinterpret_cast<Mlp*>(m); }
-const Mlp* self_of(const dscore_model* m) { return reinterpret_cast<const Mlp*>(m); }
-
-void check_hooks(const dscore_model_hooks* hooks) {
-  if (hooks == nullptr || hooks->acquire == nullptr || hooks->release == nullptr ||
-      !DSCORE_HAS_FIELD(hooks, dscore_model_hooks, grads_ready) || hooks->grads_ready == nullptr)
-    throw Error(DSCORE_INVALID_ARGUMENT, "model hooks are NULL or incomplete");
-}
-
-dscore_status create(const dscore_create_args* args, dscore_model** out) {
-  return sdk::guard([&] {
-    sdk::Params p(args);
-    *out = reinterpret_cast<dscore_model*>(new Mlp(p, args->seed));
-  });
-}
-
-void destroy(dscore_model* self) {
-  sdk::guard([&] { delete self_of(self); });
-}
-
-dscore_status describe(const dscore_model* self, const dscore_model_description** out) {
-  return sdk::guard([&] { *out = self_of(self)->description(); });
-}
-
-dscore_status init_param(const dscore_model* self, size_t param_index, int64_t offset,
-                         int64_t count, dscore_tensor* out) {
-  return sdk::guard([&] { self_of(self)->init_param(param_index, offset, count, out); });
-}
-
-dscore_status forward_backward(dscore_model* self, const dscore_batch* batch,
-                               const dscore_model_hooks* hooks, double loss_scale, double* loss) {
-  return sdk::guard([&] {
-    check_hooks(hooks);
-    double value = self_of(self)->forward_backward(batch, hooks, loss_scale);
-    if (loss != nullptr) *loss = value;
-  });
-}
-
-// output, when given: the predictions, (batch_size, output_dim).
-dscore_status forward(dscore_model* self, const dscore_batch* batch,
-                      const dscore_model_hooks* hooks, double* loss, dscore_tensor* output) {
-  return sdk::guard([&] {
-    if (hooks == nullptr || hooks->acquire == nullptr || hooks->release == nullptr)
-      throw Error(DSCORE_INVALID_ARGUMENT, "model hooks are NULL or incomplete");
-    const Mlp& m = *self_of(self);
-    if (batch == nullptr) throw Error(DSCORE_INVALID_ARGUMENT, "the batch is NULL");
-    if (output != nullptr)
-      Mlp::check_cpu_float(output, batch->batch_size * m.output_dim(), "forward output");
-    Mlp::Trace t;
-    double value = m.forward(batch, hooks, loss != nullptr, &t);
-    if (loss != nullptr) *loss = value;
-    if (output != nullptr) {
-      const std::vector<float>& pred = t.acts[m.layer_count()];
-      for (size_t k = 0; k < pred.size(); ++k)
-        sdk::store_float(output, static_cast<int64_t>(k), pred[k]);
-    }
-  });
-}
-
-dscore_status synthetic_batch(const dscore_model* self, uint64_t seed, int64_t first_sample,
-                              const dscore_batch* out) {
-  return sdk::guard([&] { self_of(self)->synthetic_batch(seed, first_sample, out); });
-}
-
-dscore_status layer_flops(const dscore_model* self, size_t layer, int64_t batch_size,
-                          double* forward_flops) {
-  return sdk::guard([&] { *forward_flops = self_of(self)->layer_flops(layer, batch_size); });
-}
-
-// Value-initialised, then filled (unset functions stay NULL, also fields a
-// later ABI minor appends).
-dscore_model_vtable make_vtable() {
-  dscore_model_vtable vt{};
-  vt.struct_size = sizeof vt;
-  vt.create = &create;
-  vt.destroy = &destroy;
-  vt.describe = &describe;
-  vt.init_param = &init_param;
-  vt.forward_backward = &forward_backward;
-  vt.forward = &forward;
-  vt.synthetic_batch = &synthetic_batch;
-  vt.layer_flops = &layer_flops;
-  return vt;
-}
-const dscore_model_vtable kVtable = make_vtable();
-
-const dscore_plugin_descriptor kMlp = {
-    sizeof(dscore_plugin_descriptor), DSCORE_KIND_MODEL, "mlp", "0.1.0",
+const dscore_plugin_descriptor kMlp = sdk::model_descriptor<Mlp>(
+    "mlp", "0.1.0",
     "multi-layer perceptron with MSE loss on a synthetic teacher task (tests, examples)",
-    DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16, kParamsSchema, &kVtable};
+    DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16, kParamsSchema);
 const dscore_plugin_descriptor* const kPlugins[] = {&kMlp};
 
 const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-mlp", "0.1.0", "dscore", kPlugins);
@@ -428,6 +356,4 @@ const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-mlp", "0.1.0"
 }  // namespace
 }  // namespace dscore::mlp
 
-extern "C" DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1(void) {
-  return &dscore::mlp::kLibrary;
-}
+DSCORE_PLUGIN_ENTRY(dscore::mlp::kLibrary)

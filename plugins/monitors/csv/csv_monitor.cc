@@ -3,7 +3,7 @@
 // (tag with '/' and ' ' -> '_', plus ".csv") opened for append, a header row
 // "step,<last tag component>" the first time this process writes a file,
 // rows "<step>,<repr(value)>", lines ended "\r\n" as Python's csv.writer does.
-#include <dscore/cpp/monitor.hpp>
+#include <dscore/cpp/monitor_plugin.hpp>
 #include <dscore/cpp/plugin.hpp>
 #include <dscore/monitor.h>
 #include <unistd.h>
@@ -17,8 +17,6 @@
 #include <system_error>
 
 #include <dscore/cpp/python_float.hpp>
-
-DSCORE_PLUGIN_HOST_STORAGE;
 
 namespace dscore::csv_monitor {
 namespace {
@@ -58,9 +56,9 @@ std::string csv_field(const std::string& s) {
   return out + "\"";
 }
 
-class CsvMonitor {
+class CsvMonitor : public sdk::Instance {
  public:
-  explicit CsvMonitor(const sdk::Params& p) {
+  CsvMonitor(sdk::HostRef host, const sdk::Params& p) : Instance(host) {
     std::string output_path = p.string("output_path");
     std::string job_name = p.string("job_name");
     log_dir_ = path_join(output_path, job_name);
@@ -84,7 +82,9 @@ class CsvMonitor {
     for (auto& [name, file] : files_) std::fclose(file.handle);
   }
 
-  void write(const dscore_scalar_event& e) {
+  // DeepSpeed closes each file after every event, so rows are visible at
+  // once; the adapter flushes after every write_scalars() for the same effect.
+  void write(const dscore_scalar_event& e, bool /*has_wall_time*/) {
     const std::string tag = e.tag != nullptr ? e.tag : "";
     std::string filename = tag;
     for (char& c : filename)
@@ -133,40 +133,9 @@ class CsvMonitor {
   bool dirty_ = false;
 };
 
-CsvMonitor* self_of(dscore_monitor* p) { return reinterpret_cast<CsvMonitor*>(p); }
-
-dscore_status create(const dscore_create_args* args, dscore_monitor** out) {
-  return sdk::guard([&] {
-    sdk::Params p(args);
-    *out = reinterpret_cast<dscore_monitor*>(new CsvMonitor(p));
-  });
-}
-
-void destroy(dscore_monitor* self) {
-  sdk::guard([&] { delete self_of(self); });
-}
-
-// DeepSpeed closes each file after every event, so rows are visible at once;
-// this flushes at the end of every call for the same effect.
-dscore_status write_scalars(dscore_monitor* self, const dscore_scalar_event* const* events,
-                            size_t count) {
-  return sdk::guard([&] {
-    sdk::for_each_event(events, count, [&](const dscore_scalar_event& e, bool) { self_of(self)->write(e); });
-    self_of(self)->flush();
-  });
-}
-
-dscore_status flush(dscore_monitor* self) {
-  return sdk::guard([&] { self_of(self)->flush(); });
-}
-
-const dscore_monitor_vtable kVtable = {sizeof(dscore_monitor_vtable), &create, &destroy,
-                                       &write_scalars, &flush, nullptr};
-
-const dscore_plugin_descriptor kCsvMonitor = {
-    sizeof(dscore_plugin_descriptor), DSCORE_KIND_MONITOR, "csv_monitor", "0.1.0",
-    "DeepSpeed's CSV monitor: one <tag>.csv file per tag under output_path/job_name",
-    DSCORE_CAP_CPU, kParamsSchema, &kVtable};
+const dscore_plugin_descriptor kCsvMonitor = sdk::monitor_descriptor<CsvMonitor>(
+    "csv_monitor", "0.1.0",
+    "DeepSpeed's CSV monitor: one <tag>.csv file per tag under output_path/job_name", kParamsSchema);
 const dscore_plugin_descriptor* const kPlugins[] = {&kCsvMonitor};
 
 const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-csv-monitor", "0.1.0", "dscore", kPlugins);
@@ -174,6 +143,4 @@ const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-csv-monitor",
 }  // namespace
 }  // namespace dscore::csv_monitor
 
-extern "C" DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1(void) {
-  return &dscore::csv_monitor::kLibrary;
-}
+DSCORE_PLUGIN_ENTRY(dscore::csv_monitor::kLibrary)

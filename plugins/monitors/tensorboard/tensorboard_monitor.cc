@@ -5,7 +5,7 @@
 // TensorBoard (and `wandb sync --sync-tensorboard`) read it as is.
 #include <dscore/monitor.h>
 #include <unistd.h>
-#include <dscore/cpp/monitor.hpp>
+#include <dscore/cpp/monitor_plugin.hpp>
 #include <dscore/cpp/plugin.hpp>
 
 #include <atomic>
@@ -18,8 +18,6 @@
 #include <system_error>
 
 #include "event_file.h"
-
-DSCORE_PLUGIN_HOST_STORAGE;
 
 namespace dscore::tensorboard {
 namespace {
@@ -53,9 +51,9 @@ std::string hostname() {
 // torch's _global_uid: distinguishes writers created in the same second.
 std::atomic<unsigned> g_next_uid{0};
 
-class TensorBoardMonitor {
+class TensorBoardMonitor : public sdk::Instance {
  public:
-  explicit TensorBoardMonitor(const sdk::Params& p) {
+  TensorBoardMonitor(sdk::HostRef host, const sdk::Params& p) : Instance(host) {
     const std::string log_dir = path_join(p.string("output_path"), p.string("job_name"));
     const std::string dir = log_dir.empty() ? "." : log_dir;
     std::error_code ec;
@@ -88,45 +86,10 @@ class TensorBoardMonitor {
   std::unique_ptr<EventFile> file_;
 };
 
-TensorBoardMonitor* self_of(dscore_monitor* p) { return reinterpret_cast<TensorBoardMonitor*>(p); }
-
-dscore_status create(const dscore_create_args* args, dscore_monitor** out) {
-  return sdk::guard([&] {
-    sdk::Params p(args);
-    *out = reinterpret_cast<dscore_monitor*>(new TensorBoardMonitor(p));
-  });
-}
-
-void destroy(dscore_monitor* self) {
-  sdk::guard([&] { delete self_of(self); });
-}
-
-// DeepSpeed flushes the SummaryWriter after every batch of events, so each
-// call ends with a flush: TensorBoard shows a step as soon as it is logged.
-dscore_status write_scalars(dscore_monitor* self, const dscore_scalar_event* const* events,
-                            size_t count) {
-  return sdk::guard([&] {
-    sdk::for_each_event(events, count, [&](const dscore_scalar_event& e, bool has_wall_time) { self_of(self)->write(e, has_wall_time); });
-    self_of(self)->flush();
-  });
-}
-
-dscore_status flush(dscore_monitor* self) {
-  return sdk::guard([&] { self_of(self)->flush(); });
-}
-
-const dscore_monitor_vtable kVtable = {
-    sizeof(dscore_monitor_vtable), &create, &destroy, &write_scalars, &flush, nullptr};
-
-const dscore_plugin_descriptor kTensorBoard = {
-    sizeof(dscore_plugin_descriptor),
-    DSCORE_KIND_MONITOR,
-    "tensorboard",
-    "0.1.0",
+const dscore_plugin_descriptor kTensorBoard = sdk::monitor_descriptor<TensorBoardMonitor>(
+    "tensorboard", "0.1.0",
     "DeepSpeed's TensorBoard monitor: an events.out.tfevents.* file under output_path/job_name",
-    DSCORE_CAP_CPU,
-    kParamsSchema,
-    &kVtable};
+    kParamsSchema);
 const dscore_plugin_descriptor* const kPlugins[] = {&kTensorBoard};
 
 const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-tensorboard", "0.1.0", "dscore", kPlugins);
@@ -134,6 +97,4 @@ const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-tensorboard",
 }  // namespace
 }  // namespace dscore::tensorboard
 
-extern "C" DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1(void) {
-  return &dscore::tensorboard::kLibrary;
-}
+DSCORE_PLUGIN_ENTRY(dscore::tensorboard::kLibrary)

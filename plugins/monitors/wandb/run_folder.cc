@@ -46,7 +46,8 @@ std::string new_run_id() {
   return id;
 }
 
-RunFolder create_run_folder(const std::string& base, const std::string& run_id, double start_time) {
+RunFolder create_run_folder(const sdk::HostRef& host, const std::string& base,
+                            const std::string& run_id, double start_time) {
   const fs::path wandb_dir = base.empty() ? fs::path("wandb") : fs::path(base) / "wandb";
   const std::string name = "offline-run-" + local_timestamp(start_time) + "-" + run_id;
   RunFolder folder;
@@ -66,7 +67,7 @@ RunFolder create_run_folder(const std::string& base, const std::string& run_id, 
     const std::string why = ec.message();
     std::error_code ignored;
     fs::remove(tmp, ignored);
-    sdk::log(DSCORE_LOG_WARNING, "wandb",
+    host.log(DSCORE_LOG_WARNING, "wandb",
              "could not point '" + link.string() + "' at " + name + ": " + why +
                  " (the run itself is complete)");
   }

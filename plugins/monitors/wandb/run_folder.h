@@ -5,6 +5,8 @@
 //   BASE/wandb/latest-run -> offline-run-...
 #pragma once
 
+#include <dscore/cpp/plugin.hpp>
+
 #include <string>
 
 namespace dscore::wandb {
@@ -19,6 +21,7 @@ std::string new_run_id();
 
 // Creates the folders and the latest-run link (a failure to link is only
 // logged). Throws sdk::Error naming the folder that cannot be created.
-RunFolder create_run_folder(const std::string& base, const std::string& run_id, double start_time);
+RunFolder create_run_folder(const sdk::HostRef& host, const std::string& base,
+                            const std::string& run_id, double start_time);
 
 }  // namespace dscore::wandb

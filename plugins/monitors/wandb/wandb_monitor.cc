@@ -10,7 +10,7 @@
 // value for an earlier step is dropped with a warning, as wandb drops it.
 #include <dscore/monitor.h>
 #include <unistd.h>
-#include <dscore/cpp/monitor.hpp>
+#include <dscore/cpp/monitor_plugin.hpp>
 #include <dscore/cpp/plugin.hpp>
 
 #include <chrono>
@@ -23,8 +23,6 @@
 #include "records.h"
 #include "run_folder.h"
 #include "run_log.h"
-
-DSCORE_PLUGIN_HOST_STORAGE;
 
 namespace dscore::wandb {
 namespace {
@@ -63,9 +61,9 @@ void check_project(const std::string& project) {
         "wandb.project '" + project + "' contains one of / \\ # ? % : which W&B does not allow");
 }
 
-class WandbMonitor {
+class WandbMonitor : public sdk::Instance {
  public:
-  explicit WandbMonitor(const sdk::Params& p) {
+  WandbMonitor(sdk::HostRef host, const sdk::Params& p) : Instance(host) {
     run_.project = p.string("project");
     check_project(run_.project);
     run_.entity = p.string("team", "");
@@ -75,7 +73,7 @@ class WandbMonitor {
     run_.start_time = unix_now();
     std::string base = p.string("dir", "");
     if (base.empty() && std::getenv("WANDB_DIR") != nullptr) base = std::getenv("WANDB_DIR");
-    const RunFolder folder = create_run_folder(base, run_.run_id, run_.start_time);
+    const RunFolder folder = create_run_folder(host, base, run_.run_id, run_.start_time);
     try {
       log_ = std::make_unique<RunLog>(folder.run_file);
     } catch (const Error& e) {
@@ -84,7 +82,7 @@ class WandbMonitor {
     log_->append(header_record(++num_, kProducer));
     log_->append(run_record(++num_, run_));
     log_->flush();
-    sdk::log(DSCORE_LOG_INFO, "wandb",
+    host.log(DSCORE_LOG_INFO, "wandb",
              "offline run " + run_.run_id + " in " + folder.run_dir +
                  "; upload it with: wandb sync " + folder.run_dir);
   }
@@ -98,7 +96,7 @@ class WandbMonitor {
     if (e.tag == nullptr) throw Error(DSCORE_INVALID_ARGUMENT, "an event has no tag");
     if (e.step < step_) {
       if (!warned_step_)
-        sdk::log(DSCORE_LOG_WARNING, "wandb",
+        host().log(DSCORE_LOG_WARNING, "wandb",
                  "'" + std::string(e.tag) + "' logged at step " + std::to_string(e.step) +
                      ", before the current step " + std::to_string(step_) +
                      "; W&B steps only increase, so it is dropped (as wandb.log drops it)");
@@ -119,11 +117,19 @@ class WandbMonitor {
 
   void flush() { log_->flush(); }
 
-  // The last row, then the exit record that marks the run finished.
-  void finish() {
-    commit_row();
-    log_->append(exit_record(++num_, 0, static_cast<int32_t>(unix_now() - run_.start_time)));
-    log_->flush();
+  // The last row, then the exit record that marks the run finished. A run
+  // file that cannot be finished is logged (the run still syncs; W&B then
+  // shows it as not finished): destruction cannot fail.
+  ~WandbMonitor() override {
+    try {
+      commit_row();
+      log_->append(exit_record(++num_, 0, static_cast<int32_t>(unix_now() - run_.start_time)));
+      log_->flush();
+    } catch (const std::exception& e) {
+      host().log(DSCORE_LOG_WARNING, "wandb",
+                 std::string("could not finish the run file: ") + e.what());
+    } catch (...) {
+    }
   }
 
  private:
@@ -149,57 +155,10 @@ class WandbMonitor {
   bool warned_step_ = false;
 };
 
-WandbMonitor* self_of(dscore_monitor* p) { return reinterpret_cast<WandbMonitor*>(p); }
-
-dscore_status create(const dscore_create_args* args, dscore_monitor** out) {
-  return sdk::guard([&] {
-    sdk::Params p(args);
-    *out = reinterpret_cast<dscore_monitor*>(new WandbMonitor(p));
-  });
-}
-
-// destroy() cannot fail: a run file that cannot be finished is logged (the
-// run still syncs; W&B then shows it as not finished).
-void destroy(dscore_monitor* self) {
-  WandbMonitor* m = self_of(self);
-  try {
-    m->finish();
-  } catch (const std::exception& e) {
-    sdk::log(DSCORE_LOG_WARNING, "wandb",
-             std::string("could not finish the run file: ") + e.what());
-  } catch (...) {
-  }
-  sdk::guard([&] { delete m; });
-}
-
-dscore_status write_scalars(dscore_monitor* self, const dscore_scalar_event* const* events,
-                            size_t count) {
-  return sdk::guard([&] {
-    sdk::for_each_event(events, count, [&](const dscore_scalar_event& e, bool has_wall_time) { self_of(self)->write(e, has_wall_time); });
-    self_of(self)->flush();
-  });
-}
-
-dscore_status flush(dscore_monitor* self) {
-  return sdk::guard([&] { self_of(self)->flush(); });
-}
-
-dscore_status write_config(dscore_monitor* self, const char* resolved_config_json) {
-  return sdk::guard([&] { self_of(self)->write_config(resolved_config_json); });
-}
-
-const dscore_monitor_vtable kVtable = {
-    sizeof(dscore_monitor_vtable), &create, &destroy, &write_scalars, &flush, &write_config};
-
-const dscore_plugin_descriptor kWandb = {
-    sizeof(dscore_plugin_descriptor),
-    DSCORE_KIND_MONITOR,
-    "wandb",
-    "0.1.0",
+const dscore_plugin_descriptor kWandb = sdk::monitor_descriptor<WandbMonitor>(
+    "wandb", "0.1.0",
     "DeepSpeed's WandB monitor: an offline run folder under dir/wandb for `wandb sync`",
-    DSCORE_CAP_CPU,
-    kParamsSchema,
-    &kVtable};
+    kParamsSchema);
 const dscore_plugin_descriptor* const kPlugins[] = {&kWandb};
 
 const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-wandb", "0.1.0", "dscore", kPlugins);
@@ -207,6 +166,4 @@ const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-wandb", "0.1.
 }  // namespace
 }  // namespace dscore::wandb
 
-extern "C" DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1(void) {
-  return &dscore::wandb::kLibrary;
-}
+DSCORE_PLUGIN_ENTRY(dscore::wandb::kLibrary)

@@ -7,13 +7,12 @@
 // ignored, as DeepSpeed's OneCycle disables momentum cycling for Adagrad.
 #include <dscore/optimizer.h>
 #include <dscore/cpp/optimizer.hpp>
+#include <dscore/cpp/optimizer_plugin.hpp>
 #include <dscore/cpp/plugin.hpp>
 
 #include <cmath>
 #include <memory>
 #include <string>
-
-DSCORE_PLUGIN_HOST_STORAGE;
 
 namespace dscore::adagrad {
 namespace {
@@ -37,46 +36,30 @@ constexpr const char kSchema[] = R"json({
                     "error": "'max_grad_norm' is not supported as an optimizer parameter, please switch to using the deepspeed parameter 'gradient_clipping' see: https://www.deepspeed.ai/docs/config-json/#gradient-clipping for more details"}
 })json";
 
-struct Adagrad {
+class Adagrad : public sdk::OptimizerBase {
+ public:
+  Adagrad(sdk::HostRef host, const sdk::Params& p);
+  void step(const dscore_optimizer_step_args* args) const;
+
   double lr_decay = 0;
   double weight_decay = 0;
   double eps = 0;
   bool maximize = false;
-  dscore_optimizer_state_slot slot{};
-  const dscore_optimizer_state_slot* slots[1] = {&slot};
 };
 
-Adagrad* self_of(dscore_optimizer* p) { return reinterpret_cast<Adagrad*>(p); }
 
-dscore_status create(const dscore_create_args* args, dscore_optimizer** out) {
-  return sdk::guard([&] {
-    sdk::Params p(args);
-    auto self = std::make_unique<Adagrad>();
-    sdk::check_non_negative(p.number("lr"), "lr");
-    self->lr_decay = p.number("lr_decay");
-    self->weight_decay = p.number("weight_decay");
-    self->eps = p.number("eps");
-    self->maximize = p.boolean("maximize");
-    const double initial = p.number("initial_accumulator_value");
-    sdk::check_non_negative(self->lr_decay, "lr_decay");
-    sdk::check_non_negative(self->weight_decay, "weight_decay");
-    sdk::check_non_negative(self->eps, "eps");
-    sdk::check_non_negative(initial, "initial_accumulator_value");
-    self->slot = {sizeof(dscore_optimizer_state_slot), "sum", DSCORE_DTYPE_F32, 1, initial};
-    *out = reinterpret_cast<dscore_optimizer*>(self.release());
-  });
-}
-
-void destroy(dscore_optimizer* self) {
-  sdk::guard([&] { delete self_of(self); });
-}
-
-dscore_status state_slots(const dscore_optimizer* opaque,
-                          const dscore_optimizer_state_slot* const** slots, size_t* count) {
-  return sdk::guard([&] {
-    *slots = reinterpret_cast<const Adagrad*>(opaque)->slots;
-    *count = 1;
-  });
+Adagrad::Adagrad(sdk::HostRef host, const sdk::Params& p) : OptimizerBase(host) {
+  sdk::check_non_negative(p.number("lr"), "lr");
+  lr_decay = p.number("lr_decay");
+  weight_decay = p.number("weight_decay");
+  eps = p.number("eps");
+  maximize = p.boolean("maximize");
+  const double initial = p.number("initial_accumulator_value");
+  sdk::check_non_negative(lr_decay, "lr_decay");
+  sdk::check_non_negative(weight_decay, "weight_decay");
+  sdk::check_non_negative(eps, "eps");
+  sdk::check_non_negative(initial, "initial_accumulator_value");
+  declare_slot("sum", initial);
 }
 
 template <dscore_dtype G, dscore_dtype P16>
@@ -98,44 +81,26 @@ void adagrad_tensor(const Adagrad& s, const sdk::StepHparams& h, int64_t n, floa
   }
 }
 
-dscore_status step(dscore_optimizer* opaque, const dscore_optimizer_step_args* args) {
-  return sdk::guard([&] {
-    const Adagrad& self = *self_of(opaque);
-    const sdk::StepHparams h = sdk::read_hparams(args, 0, 0);
-    if (h.step < 1)
-      throw Error(DSCORE_INVALID_ARGUMENT,
-                  "step: hparams->step = " + std::to_string(h.step) + " must be >= 1 (1-based)");
-    sdk::CpuStepTensors tensors(args, 1, "adagrad");
-    for (size_t i = 0; i < tensors.count(); ++i) {
-      tensors.with_dtypes(i, [&](auto g, auto o) {
-        adagrad_tensor<decltype(g)::value, decltype(o)::value>(
-            self, h, tensors.numel(i), tensors.param(i), tensors.grad(i)->data,
-            tensors.state(0, i), tensors.param_16bit_data(i));
-      });
-    }
-  });
+void Adagrad::step(const dscore_optimizer_step_args* args) const {
+  const Adagrad& self = *this;
+  const sdk::StepHparams h = sdk::read_hparams(args, 0, 0);
+  if (h.step < 1)
+    throw Error(DSCORE_INVALID_ARGUMENT,
+                "step: hparams->step = " + std::to_string(h.step) + " must be >= 1 (1-based)");
+  sdk::CpuStepTensors tensors(args, 1, "adagrad");
+  for (size_t i = 0; i < tensors.count(); ++i) {
+    tensors.with_dtypes(i, [&](auto g, auto o) {
+      adagrad_tensor<decltype(g)::value, decltype(o)::value>(
+          self, h, tensors.numel(i), tensors.param(i), tensors.grad(i)->data,
+          tensors.state(0, i), tensors.param_16bit_data(i));
+    });
+  }
 }
 
-dscore_optimizer_vtable make_vtable() {
-  dscore_optimizer_vtable vt{};
-  vt.struct_size = sizeof vt;
-  vt.create = &create;
-  vt.destroy = &destroy;
-  vt.state_slots = &state_slots;
-  vt.step = &step;
-  return vt;
-}
-const dscore_optimizer_vtable kVtable = make_vtable();
-
-const dscore_plugin_descriptor kAdagrad = {
-    sizeof(dscore_plugin_descriptor),
-    DSCORE_KIND_OPTIMIZER,
-    "adagrad",
-    "0.1.0",
+const dscore_plugin_descriptor kAdagrad = sdk::optimizer_descriptor<Adagrad>(
+    "adagrad", "0.1.0",
     "Adagrad with lr decay, L2 weight decay and an initial accumulator (torch.optim.Adagrad)",
-    DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16,
-    kSchema,
-    &kVtable};
+    DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16, kSchema);
 const dscore_plugin_descriptor* const kPlugins[] = {&kAdagrad};
 
 const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-adagrad", "0.1.0", "dscore", kPlugins);
@@ -143,6 +108,4 @@ const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-adagrad", "0.
 }  // namespace
 }  // namespace dscore::adagrad
 
-extern "C" DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1(void) {
-  return &dscore::adagrad::kLibrary;
-}
+DSCORE_PLUGIN_ENTRY(dscore::adagrad::kLibrary)

@@ -7,6 +7,7 @@
 // parameter element).
 #include <dscore/cpp/dtype.hpp>
 #include <dscore/cpp/optimizer.hpp>
+#include <dscore/cpp/optimizer_plugin.hpp>
 #include <dscore/cpp/plugin.hpp>
 #include <dscore/optimizer.h>
 
@@ -19,8 +20,6 @@
 #if defined(DSCORE_ADAM_WITH_CUDA)
 #include "adam_cuda.h"
 #endif
-
-DSCORE_PLUGIN_HOST_STORAGE;
 
 namespace dscore::adam {
 namespace {
@@ -57,70 +56,47 @@ constexpr const char kParamsSchema[] = R"json({
                     "error": "'max_grad_norm' is not supported as an optimizer parameter, please switch to using the deepspeed parameter 'gradient_clipping' see: https://www.deepspeed.ai/docs/config-json/#gradient-clipping for more details"}
 })json";
 
-struct AdamOptimizer {
-  double beta1;
-  double beta2;
-  double eps;
-  double weight_decay;
-  bool bias_correction;
-  bool adamw;
+class Adam : public sdk::OptimizerBase {
+ public:
+  Adam(sdk::HostRef host, const sdk::Params& p, bool always_adamw = false) : OptimizerBase(host) {
+    if (p.boolean("amsgrad"))
+      throw Error(DSCORE_INVALID_ARGUMENT,
+                  "amsgrad is not supported (DeepSpeed's FusedAdam rejects it too); remove "
+                  "\"amsgrad\" or set it to false");
+    const double lr = p.number("lr");
+    if (!(lr >= 0.0))
+      throw Error(DSCORE_INVALID_ARGUMENT, "lr = " + format_number(lr) + " must be >= 0");
+    const std::vector<double> betas = p.numbers("betas");
+    sdk::check_betas(betas);
+    eps = p.number("eps");
+    if (!(eps >= 0.0))
+      throw Error(DSCORE_INVALID_ARGUMENT, "eps = " + format_number(eps) + " must be >= 0");
+    if (p.boolean("torch_adam"))
+      host.log(DSCORE_LOG_INFO, "adam",
+               "torch_adam has no effect in dscore: the same (FusedAdam) math is used");
+    beta1 = betas[0];
+    beta2 = betas[1];
+    weight_decay = p.number("weight_decay");
+    bias_correction = p.boolean("bias_correction");
+    adamw = always_adamw || p.boolean("adam_w_mode");
+    declare_slot("exp_avg");
+    declare_slot("exp_avg_sq");
+  }
+  void step(const dscore_optimizer_step_args* args) const;
+
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;
+  bool bias_correction = true;
+  bool adamw = true;
 };
 
-AdamOptimizer* self_of(dscore_optimizer* p) { return reinterpret_cast<AdamOptimizer*>(p); }
-
-AdamOptimizer* create_common(const dscore_create_args* args, bool always_adamw) {
-  sdk::Params p(args);
-  if (p.boolean("amsgrad"))
-    throw Error(DSCORE_INVALID_ARGUMENT,
-                "amsgrad is not supported (DeepSpeed's FusedAdam rejects it too); remove "
-                "\"amsgrad\" or set it to false");
-  double lr = p.number("lr");
-  if (!(lr >= 0.0))
-    throw Error(DSCORE_INVALID_ARGUMENT, "lr = " + format_number(lr) + " must be >= 0");
-  std::vector<double> betas = p.numbers("betas");
-  sdk::check_betas(betas);
-  double eps = p.number("eps");
-  if (!(eps >= 0.0))
-    throw Error(DSCORE_INVALID_ARGUMENT, "eps = " + format_number(eps) + " must be >= 0");
-  if (p.boolean("torch_adam"))
-    sdk::log(DSCORE_LOG_INFO, "adam",
-             "torch_adam has no effect in dscore: the same (FusedAdam) math is used");
-
-  auto* self = new AdamOptimizer{};
-  self->beta1 = betas[0];
-  self->beta2 = betas[1];
-  self->eps = eps;
-  self->weight_decay = p.number("weight_decay");
-  self->bias_correction = p.boolean("bias_correction");
-  self->adamw = always_adamw || p.boolean("adam_w_mode");
-  return self;
-}
-
-dscore_status create_adam(const dscore_create_args* args, dscore_optimizer** out) {
-  return sdk::guard([&] { *out = reinterpret_cast<dscore_optimizer*>(create_common(args, false)); });
-}
-
-dscore_status create_adamw(const dscore_create_args* args, dscore_optimizer** out) {
-  return sdk::guard([&] { *out = reinterpret_cast<dscore_optimizer*>(create_common(args, true)); });
-}
-
-void destroy(dscore_optimizer* self) {
-  sdk::guard([&] { delete self_of(self); });
-}
-
-const dscore_optimizer_state_slot kExpAvg = {sizeof(dscore_optimizer_state_slot), "exp_avg",
-                                             DSCORE_DTYPE_F32, 1, 0.0};
-const dscore_optimizer_state_slot kExpAvgSq = {sizeof(dscore_optimizer_state_slot), "exp_avg_sq",
-                                               DSCORE_DTYPE_F32, 1, 0.0};
-const dscore_optimizer_state_slot* const kSlots[] = {&kExpAvg, &kExpAvgSq};
-
-dscore_status state_slots(const dscore_optimizer*, const dscore_optimizer_state_slot* const** slots,
-                          size_t* count) {
-  return sdk::guard([&] {
-    *slots = kSlots;
-    *count = 2;
-  });
-}
+// "adamw": Adam with decoupled weight decay whatever adam_w_mode says.
+class AdamW : public Adam {
+ public:
+  AdamW(sdk::HostRef host, const sdk::Params& p) : Adam(host, p, true) {}
+};
 
 // ---------------------------------------------------------------- step
 
@@ -183,82 +159,62 @@ AdamTensor checked_tensor(const dscore_optimizer_step_args* args, size_t i) {
                     out16 ? out16->dtype : DSCORE_DTYPE_INVALID};
 }
 
-dscore_status step(dscore_optimizer* opaque, const dscore_optimizer_step_args* args) {
-  return sdk::guard([&] {
-    const AdamOptimizer& self = *self_of(opaque);
-    const sdk::StepHparams h = sdk::read_hparams(args, self.beta1, self.beta2);
-    sdk::check_beta(h.beta1, "hparams->beta1 (scheduler override)");
-    sdk::check_beta(h.beta2, "hparams->beta2 (scheduler override)");
-    if (self.bias_correction && h.step < 1)
-      throw Error(DSCORE_INVALID_ARGUMENT,
-                  "step: hparams->step = " + std::to_string(h.step) + " must be >= 1 (1-based)");
-    if (args->slot_count != 2)
-      throw Error(DSCORE_INVALID_ARGUMENT, "step: expected 2 state slots (exp_avg, exp_avg_sq), got " +
-                                               std::to_string(args->slot_count));
+void Adam::step(const dscore_optimizer_step_args* args) const {
+  const Adam& self = *this;
+  const sdk::StepHparams h = sdk::read_hparams(args, self.beta1, self.beta2);
+  sdk::check_beta(h.beta1, "hparams->beta1 (scheduler override)");
+  sdk::check_beta(h.beta2, "hparams->beta2 (scheduler override)");
+  if (self.bias_correction && h.step < 1)
+    throw Error(DSCORE_INVALID_ARGUMENT,
+                "step: hparams->step = " + std::to_string(h.step) + " must be >= 1 (1-based)");
+  if (args->slot_count != 2)
+    throw Error(DSCORE_INVALID_ARGUMENT, "step: expected 2 state slots (exp_avg, exp_avg_sq), got " +
+                                             std::to_string(args->slot_count));
 
-    AdamConstants k{};
-    k.lr = static_cast<float>(h.lr);
-    k.beta1 = static_cast<float>(h.beta1);
-    k.beta2 = static_cast<float>(h.beta2);
-    k.eps = static_cast<float>(self.eps);
-    k.weight_decay = static_cast<float>(self.weight_decay * h.weight_decay_multiplier);
-    // Computed in double and handed to the fp32 math, as FusedAdam does.
-    const double t = static_cast<double>(h.step);
-    k.bias_correction1 = self.bias_correction ? static_cast<float>(1.0 - std::pow(h.beta1, t)) : 1.0f;
-    k.bias_correction2 = self.bias_correction ? static_cast<float>(1.0 - std::pow(h.beta2, t)) : 1.0f;
-    k.grad_scale = static_cast<float>(h.grad_scale);
-    k.adamw = self.adamw;
+  AdamConstants k{};
+  k.lr = static_cast<float>(h.lr);
+  k.beta1 = static_cast<float>(h.beta1);
+  k.beta2 = static_cast<float>(h.beta2);
+  k.eps = static_cast<float>(self.eps);
+  k.weight_decay = static_cast<float>(self.weight_decay * h.weight_decay_multiplier);
+  // Computed in double and handed to the fp32 math, as FusedAdam does.
+  const double t = static_cast<double>(h.step);
+  k.bias_correction1 = self.bias_correction ? static_cast<float>(1.0 - std::pow(h.beta1, t)) : 1.0f;
+  k.bias_correction2 = self.bias_correction ? static_cast<float>(1.0 - std::pow(h.beta2, t)) : 1.0f;
+  k.grad_scale = static_cast<float>(h.grad_scale);
+  k.adamw = self.adamw;
 
-    std::vector<AdamTensor> cpu, cuda;
-    for (size_t i = 0; i < args->tensor_count; ++i) {
-      AdamTensor t = checked_tensor(args, i);
-      (on_cuda(args->params[i]) ? cuda : cpu).push_back(t);
-    }
-    // CUDA work is enqueued first so it overlaps the CPU loop.
+  std::vector<AdamTensor> cpu, cuda;
+  for (size_t i = 0; i < args->tensor_count; ++i) {
+    AdamTensor t = checked_tensor(args, i);
+    (on_cuda(args->params[i]) ? cuda : cpu).push_back(t);
+  }
+  // CUDA work is enqueued first so it overlaps the CPU loop.
 #if defined(DSCORE_ADAM_WITH_CUDA)
-    if (!cuda.empty()) adam_step_cuda(k, cuda.data(), cuda.size(), args->stream);
+  if (!cuda.empty()) adam_step_cuda(k, cuda.data(), cuda.size(), args->stream);
 #endif
-    if (!cpu.empty()) adam_step_cpu(k, cpu.data(), cpu.size(), best_isa());
-  });
+  if (!cpu.empty()) adam_step_cpu(k, cpu.data(), cpu.size(), best_isa());
 }
-
-// Value-initialised, then filled: functions this plugin does not offer stay
-// NULL, also the ones a later ABI minor appends (no aggregate to update).
-dscore_optimizer_vtable make_vtable(dscore_status (*create)(const dscore_create_args*,
-                                                            dscore_optimizer**)) {
-  dscore_optimizer_vtable vt{};
-  vt.struct_size = sizeof vt;
-  vt.create = create;
-  vt.destroy = &destroy;
-  vt.state_slots = &state_slots;
-  vt.step = &step;
-  return vt;
-}
-const dscore_optimizer_vtable kAdamVtable = make_vtable(&create_adam);
-const dscore_optimizer_vtable kAdamWVtable = make_vtable(&create_adamw);
 
 constexpr uint64_t kCaps = DSCORE_CAP_CPU | (kHasCuda ? DSCORE_CAP_CUDA : 0) | DSCORE_CAP_F32 |
                           DSCORE_CAP_F16 | DSCORE_CAP_BF16;
 
-const dscore_plugin_descriptor kAdam = {
-    sizeof(dscore_plugin_descriptor), DSCORE_KIND_OPTIMIZER, "adam", "0.1.0",
+const dscore_plugin_descriptor kAdam = sdk::optimizer_descriptor<Adam>(
+    "adam", "0.1.0",
     "Adam with DeepSpeed semantics: decoupled weight decay (AdamW) unless adam_w_mode is false",
-    kCaps, kParamsSchema, &kAdamVtable};
-const dscore_plugin_descriptor kAdamW = {
-    sizeof(dscore_plugin_descriptor), DSCORE_KIND_OPTIMIZER, "adamw", "0.1.0",
-    "AdamW (decoupled weight decay), DeepSpeed FusedAdam math", kCaps, kParamsSchema,
-    &kAdamWVtable};
+    kCaps, kParamsSchema);
+const dscore_plugin_descriptor kAdamW = sdk::optimizer_descriptor<AdamW>(
+    "adamw", "0.1.0", "AdamW (decoupled weight decay), DeepSpeed FusedAdam math", kCaps,
+    kParamsSchema);
 const dscore_plugin_descriptor* const kPlugins[] = {&kAdam, &kAdamW};
 
-dscore_status init(const dscore_host_api* host) {
-  return sdk::guard([&] {
-    sdk::store_host(host);
-    attach_cpu_threads();
-  });
+dscore_status init(const dscore_host_api* host, dscore_host_context* library_context) {
+  sdk::store_host(host, library_context);
+  return sdk::guard(sdk::HostRef(library_context), [] { attach_cpu_threads(); });
 }
 
 void shutdown() {
-  sdk::guard([] { release_cpu_threads(); });
+  sdk::guard(sdk::HostRef(), [] { release_cpu_threads(); });
 }
 
 const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-adam", "0.1.0", "dscore", kPlugins, &init, &shutdown);
@@ -266,6 +222,4 @@ const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-adam", "0.1.0
 }  // namespace
 }  // namespace dscore::adam
 
-extern "C" DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1(void) {
-  return &dscore::adam::kLibrary;
-}
+DSCORE_PLUGIN_ENTRY(dscore::adam::kLibrary)

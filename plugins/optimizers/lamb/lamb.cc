@@ -8,6 +8,7 @@
 // DSCORE_CAP_OPTIMIZER_WHOLE_TENSORS, so the host never hands it ZeRO slices.
 #include <dscore/optimizer.h>
 #include <dscore/cpp/optimizer.hpp>
+#include <dscore/cpp/optimizer_plugin.hpp>
 #include <dscore/cpp/plugin.hpp>
 
 #include <algorithm>
@@ -15,8 +16,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-DSCORE_PLUGIN_HOST_STORAGE;
 
 namespace dscore::lamb {
 namespace {
@@ -47,60 +46,42 @@ constexpr const char kSchema[] = R"json({
                     "error": "'max_grad_norm' is not supported as an optimizer parameter, please switch to using the deepspeed parameter 'gradient_clipping' see: https://www.deepspeed.ai/docs/config-json/#gradient-clipping for more details"}
 })json";
 
-struct Lamb {
+class Lamb : public sdk::OptimizerBase {
+ public:
+  Lamb(sdk::HostRef host, const sdk::Params& p);
+  void step(const dscore_optimizer_step_args* args) const;
+
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
   double max_coeff = 10, min_coeff = 0.01;
   bool bias_correction = true, eps_inside_sqrt = false;
 };
 
-Lamb* self_of(dscore_optimizer* p) { return reinterpret_cast<Lamb*>(p); }
 
-dscore_status create(const dscore_create_args* args, dscore_optimizer** out) {
-  return sdk::guard([&] {
-    sdk::Params p(args);
-    if (p.boolean("amsgrad"))
-      throw Error(DSCORE_INVALID_ARGUMENT,
-                  "amsgrad is not supported (DeepSpeed's FusedLamb does not support the AMSGrad "
-                  "variant either); remove \"amsgrad\" or set it to false");
-    sdk::check_non_negative(p.number("lr"), "lr");
-    const std::vector<double> betas = p.numbers("betas");
-    sdk::check_betas(betas);
-    auto self = std::make_unique<Lamb>();
-    self->beta1 = betas[0];
-    self->beta2 = betas[1];
-    self->eps = p.number("eps");
-    self->weight_decay = p.number("weight_decay");
-    self->max_coeff = p.number("max_coeff");
-    self->min_coeff = p.number("min_coeff");
-    self->bias_correction = p.boolean("bias_correction");
-    self->eps_inside_sqrt = p.boolean("eps_inside_sqrt");
-    sdk::check_non_negative(self->eps, "eps");
-    sdk::check_non_negative(self->weight_decay, "weight_decay");
-    sdk::check_non_negative(self->min_coeff, "min_coeff");
-    if (!(self->max_coeff >= self->min_coeff))
-      throw Error(DSCORE_INVALID_ARGUMENT,
-                  "max_coeff = " + sdk::format_number(self->max_coeff) +
-                      " must be >= min_coeff = " + sdk::format_number(self->min_coeff));
-    *out = reinterpret_cast<dscore_optimizer*>(self.release());
-  });
-}
-
-void destroy(dscore_optimizer* self) {
-  sdk::guard([&] { delete self_of(self); });
-}
-
-const dscore_optimizer_state_slot kExpAvg = {sizeof(dscore_optimizer_state_slot), "exp_avg",
-                                             DSCORE_DTYPE_F32, 1, 0.0};
-const dscore_optimizer_state_slot kExpAvgSq = {sizeof(dscore_optimizer_state_slot), "exp_avg_sq",
-                                               DSCORE_DTYPE_F32, 1, 0.0};
-const dscore_optimizer_state_slot* const kSlots[] = {&kExpAvg, &kExpAvgSq};
-
-dscore_status state_slots(const dscore_optimizer*, const dscore_optimizer_state_slot* const** slots,
-                          size_t* count) {
-  return sdk::guard([&] {
-    *slots = kSlots;
-    *count = 2;
-  });
+Lamb::Lamb(sdk::HostRef host, const sdk::Params& p) : OptimizerBase(host) {
+  if (p.boolean("amsgrad"))
+    throw Error(DSCORE_INVALID_ARGUMENT,
+                "amsgrad is not supported (DeepSpeed's FusedLamb does not support the AMSGrad "
+                "variant either); remove \"amsgrad\" or set it to false");
+  sdk::check_non_negative(p.number("lr"), "lr");
+  const std::vector<double> betas = p.numbers("betas");
+  sdk::check_betas(betas);
+  beta1 = betas[0];
+  beta2 = betas[1];
+  eps = p.number("eps");
+  weight_decay = p.number("weight_decay");
+  max_coeff = p.number("max_coeff");
+  min_coeff = p.number("min_coeff");
+  bias_correction = p.boolean("bias_correction");
+  eps_inside_sqrt = p.boolean("eps_inside_sqrt");
+  sdk::check_non_negative(eps, "eps");
+  sdk::check_non_negative(weight_decay, "weight_decay");
+  sdk::check_non_negative(min_coeff, "min_coeff");
+  if (!(max_coeff >= min_coeff))
+    throw Error(DSCORE_INVALID_ARGUMENT,
+                "max_coeff = " + sdk::format_number(max_coeff) +
+                    " must be >= min_coeff = " + sdk::format_number(min_coeff));
+  declare_slot("exp_avg");
+  declare_slot("exp_avg_sq");
 }
 
 struct Constants {
@@ -140,57 +121,38 @@ void lamb_tensor(const Lamb& s, const Constants& k, double step_size, int64_t n,
   }
 }
 
-dscore_status step(dscore_optimizer* opaque, const dscore_optimizer_step_args* args) {
-  return sdk::guard([&] {
-    const Lamb& self = *self_of(opaque);
-    const sdk::StepHparams h = sdk::read_hparams(args, self.beta1, self.beta2);
-    sdk::check_beta(h.beta1, "hparams->beta1 (scheduler override)");
-    sdk::check_beta(h.beta2, "hparams->beta2 (scheduler override)");
-    if (self.bias_correction && h.step < 1)
-      throw Error(DSCORE_INVALID_ARGUMENT,
-                  "step: hparams->step = " + std::to_string(h.step) + " must be >= 1 (1-based)");
-    const double t = static_cast<double>(h.step);
-    const double step_size = self.bias_correction ? h.lr * std::sqrt(1.0 - std::pow(h.beta2, t)) /
-                                                        (1.0 - std::pow(h.beta1, t))
-                                                  : h.lr;
-    const Constants k{static_cast<float>(h.beta1),
-                      static_cast<float>(h.beta2),
-                      static_cast<float>(self.eps),
-                      static_cast<float>(self.weight_decay * h.weight_decay_multiplier),
-                      static_cast<float>(h.grad_scale),
-                      self.eps_inside_sqrt};
-    sdk::CpuStepTensors tensors(args, 2, "lamb");
-    for (size_t i = 0; i < tensors.count(); ++i) {
-      tensors.with_dtypes(i, [&](auto g, auto o) {
-        lamb_tensor<decltype(g)::value, decltype(o)::value>(
-            self, k, step_size, tensors.numel(i), tensors.param(i), tensors.grad(i)->data,
-            tensors.state(0, i), tensors.state(1, i), tensors.param_16bit_data(i));
-      });
-    }
-  });
+void Lamb::step(const dscore_optimizer_step_args* args) const {
+  const Lamb& self = *this;
+  const sdk::StepHparams h = sdk::read_hparams(args, self.beta1, self.beta2);
+  sdk::check_beta(h.beta1, "hparams->beta1 (scheduler override)");
+  sdk::check_beta(h.beta2, "hparams->beta2 (scheduler override)");
+  if (self.bias_correction && h.step < 1)
+    throw Error(DSCORE_INVALID_ARGUMENT,
+                "step: hparams->step = " + std::to_string(h.step) + " must be >= 1 (1-based)");
+  const double t = static_cast<double>(h.step);
+  const double step_size = self.bias_correction ? h.lr * std::sqrt(1.0 - std::pow(h.beta2, t)) /
+                                                      (1.0 - std::pow(h.beta1, t))
+                                                : h.lr;
+  const Constants k{static_cast<float>(h.beta1),
+                    static_cast<float>(h.beta2),
+                    static_cast<float>(self.eps),
+                    static_cast<float>(self.weight_decay * h.weight_decay_multiplier),
+                    static_cast<float>(h.grad_scale),
+                    self.eps_inside_sqrt};
+  sdk::CpuStepTensors tensors(args, 2, "lamb");
+  for (size_t i = 0; i < tensors.count(); ++i) {
+    tensors.with_dtypes(i, [&](auto g, auto o) {
+      lamb_tensor<decltype(g)::value, decltype(o)::value>(
+          self, k, step_size, tensors.numel(i), tensors.param(i), tensors.grad(i)->data,
+          tensors.state(0, i), tensors.state(1, i), tensors.param_16bit_data(i));
+    });
+  }
 }
 
-dscore_optimizer_vtable make_vtable() {
-  dscore_optimizer_vtable vt{};
-  vt.struct_size = sizeof vt;
-  vt.create = &create;
-  vt.destroy = &destroy;
-  vt.state_slots = &state_slots;
-  vt.step = &step;
-  return vt;
-}
-const dscore_optimizer_vtable kVtable = make_vtable();
-
-const dscore_plugin_descriptor kLamb = {sizeof(dscore_plugin_descriptor),
-                                        DSCORE_KIND_OPTIMIZER,
-                                        "lamb",
-                                        "0.1.0",
-                                        "LAMB: Adam moments with a per-tensor trust ratio clamped "
-                                        "to [min_coeff, max_coeff] (FusedLamb)",
-                                        DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 |
-                                            DSCORE_CAP_BF16 | DSCORE_CAP_OPTIMIZER_WHOLE_TENSORS,
-                                        kSchema,
-                                        &kVtable};
+const dscore_plugin_descriptor kLamb = sdk::optimizer_descriptor<Lamb>(
+    "lamb", "0.1.0",
+    "LAMB: Adam moments with a per-tensor trust ratio clamped " "to [min_coeff, max_coeff] (FusedLamb)",
+    DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16 | DSCORE_CAP_OPTIMIZER_WHOLE_TENSORS, kSchema);
 const dscore_plugin_descriptor* const kPlugins[] = {&kLamb};
 
 const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-lamb", "0.1.0", "dscore", kPlugins);
@@ -198,6 +160,4 @@ const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-lamb", "0.1.0
 }  // namespace
 }  // namespace dscore::lamb
 
-extern "C" DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1(void) {
-  return &dscore::lamb::kLibrary;
-}
+DSCORE_PLUGIN_ENTRY(dscore::lamb::kLibrary)

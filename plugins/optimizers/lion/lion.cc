@@ -6,13 +6,12 @@
 // apply, as Lion has betas.
 #include <dscore/optimizer.h>
 #include <dscore/cpp/optimizer.hpp>
+#include <dscore/cpp/optimizer_plugin.hpp>
 #include <dscore/cpp/plugin.hpp>
 
 #include <memory>
 #include <string>
 #include <vector>
-
-DSCORE_PLUGIN_HOST_STORAGE;
 
 namespace dscore::lion {
 namespace {
@@ -31,44 +30,24 @@ constexpr const char kSchema[] = R"json({
                     "error": "'max_grad_norm' is not supported as an optimizer parameter, please switch to using the deepspeed parameter 'gradient_clipping' see: https://www.deepspeed.ai/docs/config-json/#gradient-clipping for more details"}
 })json";
 
-struct Lion {
+class Lion : public sdk::OptimizerBase {
+ public:
+  Lion(sdk::HostRef host, const sdk::Params& p) : OptimizerBase(host) {
+    sdk::check_non_negative(p.number("lr"), "lr");
+    const std::vector<double> betas = p.numbers("betas");
+    sdk::check_betas(betas);
+    beta1 = betas[0];
+    beta2 = betas[1];
+    weight_decay = p.number("weight_decay");
+    sdk::check_non_negative(weight_decay, "weight_decay");
+    declare_slot("exp_avg");
+  }
+  void step(const dscore_optimizer_step_args* args) const;
+
   double beta1 = 0.9;
   double beta2 = 0.999;
   double weight_decay = 0;
 };
-
-Lion* self_of(dscore_optimizer* p) { return reinterpret_cast<Lion*>(p); }
-
-dscore_status create(const dscore_create_args* args, dscore_optimizer** out) {
-  return sdk::guard([&] {
-    sdk::Params p(args);
-    sdk::check_non_negative(p.number("lr"), "lr");
-    const std::vector<double> betas = p.numbers("betas");
-    sdk::check_betas(betas);
-    auto self = std::make_unique<Lion>();
-    self->beta1 = betas[0];
-    self->beta2 = betas[1];
-    self->weight_decay = p.number("weight_decay");
-    sdk::check_non_negative(self->weight_decay, "weight_decay");
-    *out = reinterpret_cast<dscore_optimizer*>(self.release());
-  });
-}
-
-void destroy(dscore_optimizer* self) {
-  sdk::guard([&] { delete self_of(self); });
-}
-
-const dscore_optimizer_state_slot kExpAvg = {sizeof(dscore_optimizer_state_slot), "exp_avg",
-                                             DSCORE_DTYPE_F32, 1, 0.0};
-const dscore_optimizer_state_slot* const kSlots[] = {&kExpAvg};
-
-dscore_status state_slots(const dscore_optimizer*, const dscore_optimizer_state_slot* const** slots,
-                          size_t* count) {
-  return sdk::guard([&] {
-    *slots = kSlots;
-    *count = 1;
-  });
-}
 
 template <dscore_dtype G, dscore_dtype P16>
 void lion_tensor(const Lion& s, const sdk::StepHparams& h, int64_t n, float* param,
@@ -90,43 +69,24 @@ void lion_tensor(const Lion& s, const sdk::StepHparams& h, int64_t n, float* par
   }
 }
 
-dscore_status step(dscore_optimizer* opaque, const dscore_optimizer_step_args* args) {
-  return sdk::guard([&] {
-    const Lion& self = *self_of(opaque);
-    const sdk::StepHparams h = sdk::read_hparams(args, self.beta1, self.beta2);
-    sdk::check_beta(h.beta1, "hparams->beta1 (scheduler override)");
-    sdk::check_beta(h.beta2, "hparams->beta2 (scheduler override)");
-    sdk::CpuStepTensors tensors(args, 1, "lion");
-    for (size_t i = 0; i < tensors.count(); ++i) {
-      tensors.with_dtypes(i, [&](auto g, auto o) {
-        lion_tensor<decltype(g)::value, decltype(o)::value>(
-            self, h, tensors.numel(i), tensors.param(i), tensors.grad(i)->data,
-            tensors.state(0, i), tensors.param_16bit_data(i));
-      });
-    }
-  });
+void Lion::step(const dscore_optimizer_step_args* args) const {
+  const sdk::StepHparams h = sdk::read_hparams(args, beta1, beta2);
+  sdk::check_beta(h.beta1, "hparams->beta1 (scheduler override)");
+  sdk::check_beta(h.beta2, "hparams->beta2 (scheduler override)");
+  sdk::CpuStepTensors tensors(args, 1, "lion");
+  for (size_t i = 0; i < tensors.count(); ++i) {
+    tensors.with_dtypes(i, [&](auto g, auto o) {
+      lion_tensor<decltype(g)::value, decltype(o)::value>(
+          *this, h, tensors.numel(i), tensors.param(i), tensors.grad(i)->data,
+          tensors.state(0, i), tensors.param_16bit_data(i));
+    });
+  }
 }
 
-dscore_optimizer_vtable make_vtable() {
-  dscore_optimizer_vtable vt{};
-  vt.struct_size = sizeof vt;
-  vt.create = &create;
-  vt.destroy = &destroy;
-  vt.state_slots = &state_slots;
-  vt.step = &step;
-  return vt;
-}
-const dscore_optimizer_vtable kVtable = make_vtable();
-
-const dscore_plugin_descriptor kLion = {
-    sizeof(dscore_plugin_descriptor),
-    DSCORE_KIND_OPTIMIZER,
-    "lion",
-    "0.1.0",
+const dscore_plugin_descriptor kLion = sdk::optimizer_descriptor<Lion>(
+    "lion", "0.1.0",
     "Lion: sign of interpolated momentum, decoupled weight decay (DeepSpeed FusedLion math)",
-    DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16,
-    kSchema,
-    &kVtable};
+    DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16, kSchema);
 const dscore_plugin_descriptor* const kPlugins[] = {&kLion};
 
 const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-lion", "0.1.0", "dscore", kPlugins);
@@ -134,6 +94,4 @@ const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-lion", "0.1.0
 }  // namespace
 }  // namespace dscore::lion
 
-extern "C" DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1(void) {
-  return &dscore::lion::kLibrary;
-}
+DSCORE_PLUGIN_ENTRY(dscore::lion::kLibrary)

@@ -34,8 +34,8 @@ struct View {
 void check(dscore_status status, const char* collective) {
   if (status == DSCORE_OK) return;
   // The communicator recorded its own message; keep it and say who asked.
-  sdk::log(DSCORE_LOG_ERROR, "onebitadam",
-           std::string("compressed allreduce: ") + collective + " failed");
+  sdk::HostRef().log(DSCORE_LOG_ERROR, "onebitadam",
+                     std::string("compressed allreduce: ") + collective + " failed");
   throw sdk::Reported{status};
 }
 

@@ -20,6 +20,7 @@
 #include <dscore/comm.h>
 #include <dscore/optimizer.h>
 #include <dscore/cpp/optimizer.hpp>
+#include <dscore/cpp/optimizer_plugin.hpp>
 #include <dscore/cpp/plugin.hpp>
 
 #include <cmath>
@@ -30,8 +31,6 @@
 #include <vector>
 
 #include "compressed_allreduce.h"
-
-DSCORE_PLUGIN_HOST_STORAGE;
 
 namespace dscore::onebitadam {
 namespace {
@@ -65,22 +64,9 @@ constexpr const char kSchema[] = R"json({
 
 constexpr char kStateMagic[8] = {'d', 's', '1', 'b', 'a', 'd', 'm', '1'};
 
-struct OneBitAdam {
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
-  int64_t freeze_step = 100000;
-  int32_t world_size = 1;
-  bool announced = false;
-  std::map<const void*, ErrorFeedback> errors;  // by parameter address
-};
-
-OneBitAdam* self_of(dscore_optimizer* p) { return reinterpret_cast<OneBitAdam*>(p); }
-const OneBitAdam* self_of(const dscore_optimizer* p) {
-  return reinterpret_cast<const OneBitAdam*>(p);
-}
-
-dscore_status create(const dscore_create_args* args, dscore_optimizer** out) {
-  return sdk::guard([&] {
-    sdk::Params p(args);
+class OneBitAdam : public sdk::OptimizerBase {
+ public:
+  OneBitAdam(sdk::HostRef host, const sdk::Params& p) : OptimizerBase(host) {
     if (p.boolean("amsgrad"))
       throw Error(DSCORE_INVALID_ARGUMENT,
                   "amsgrad is not supported (DeepSpeed's 1-bit Adam does not support the AMSGrad "
@@ -88,43 +74,34 @@ dscore_status create(const dscore_create_args* args, dscore_optimizer** out) {
     sdk::check_non_negative(p.number("lr"), "lr");
     const std::vector<double> betas = p.numbers("betas");
     sdk::check_betas(betas);
-    auto self = std::make_unique<OneBitAdam>();
-    self->beta1 = betas[0];
-    self->beta2 = betas[1];
-    self->eps = p.number("eps");
-    self->weight_decay = p.number("weight_decay");
-    self->freeze_step = p.integer("freeze_step");
-    self->world_size = args->world_size;
-    sdk::check_non_negative(self->eps, "eps");
-    sdk::check_non_negative(self->weight_decay, "weight_decay");
-    if (self->freeze_step < 1)
+    beta1 = betas[0];
+    beta2 = betas[1];
+    eps = p.number("eps");
+    weight_decay = p.number("weight_decay");
+    freeze_step = p.integer("freeze_step");
+    world_size = p.args()->world_size;
+    sdk::check_non_negative(eps, "eps");
+    sdk::check_non_negative(weight_decay, "weight_decay");
+    if (freeze_step < 1)
       throw Error(DSCORE_INVALID_ARGUMENT,
-                  "freeze_step = " + std::to_string(self->freeze_step) + " must be >= 1");
-    *out = reinterpret_cast<dscore_optimizer*>(self.release());
-  });
-}
+                  "freeze_step = " + std::to_string(freeze_step) + " must be >= 1");
+    declare_slot("exp_avg");
+    declare_slot("exp_avg_sq");
+  }
+  void step(const dscore_optimizer_step_args* args);
+  bool wants_reduced_gradients(int64_t step) const { return step < freeze_step; }
+  std::string save_extra_state() const;
+  void load_extra_state(std::string_view bytes);
 
-void destroy(dscore_optimizer* self) {
-  sdk::guard([&] { delete self_of(self); });
-}
+ private:
+  const dscore_communicator* data_parallel_communicator() const;
 
-const dscore_optimizer_state_slot kExpAvg = {sizeof(dscore_optimizer_state_slot), "exp_avg",
-                                             DSCORE_DTYPE_F32, 1, 0.0};
-const dscore_optimizer_state_slot kExpAvgSq = {sizeof(dscore_optimizer_state_slot), "exp_avg_sq",
-                                               DSCORE_DTYPE_F32, 1, 0.0};
-const dscore_optimizer_state_slot* const kSlots[] = {&kExpAvg, &kExpAvgSq};
-
-dscore_status state_slots(const dscore_optimizer*, const dscore_optimizer_state_slot* const** slots,
-                          size_t* count) {
-  return sdk::guard([&] {
-    *slots = kSlots;
-    *count = 2;
-  });
-}
-
-int32_t wants_reduced_gradients(const dscore_optimizer* self, int64_t step) {
-  return step < self_of(self)->freeze_step ? 1 : 0;
-}
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+  int64_t freeze_step = 100000;
+  int32_t world_size = 1;
+  bool announced = false;
+  std::map<const void*, ErrorFeedback> errors;  // by parameter address
+};
 
 struct Constants {
   float lr, beta1, beta2, eps, weight_decay, grad_scale;
@@ -152,115 +129,84 @@ void apply_update(const Constants& k, int64_t n, float* param, const float* m, c
   }
 }
 
-const dscore_communicator* job_communicator(const OneBitAdam& self) {
-  const dscore_host_api* host = sdk::host();
-  const dscore_communicator* comm =
-      host != nullptr && host->communicator != nullptr ? host->communicator() : nullptr;
-  if (comm == nullptr && self.world_size > 1)
+const dscore_communicator* OneBitAdam::data_parallel_communicator() const {
+  const dscore_communicator* comm = host().communicator(DSCORE_GROUP_DATA_PARALLEL);
+  if (comm == nullptr && world_size > 1)
     throw Error(DSCORE_FAILED_PRECONDITION,
-                "onebitadam: the compressed phase needs the job's communicator, but the host has "
-                "none (host->communicator() is NULL) in a job of " +
-                    std::to_string(self.world_size) + " ranks");
+                "onebitadam: the compressed phase needs the job's communicator (its data-parallel "
+                "group), but the host has none (host->communicator(ctx, "
+                "DSCORE_GROUP_DATA_PARALLEL) is NULL) in a job of " +
+                    std::to_string(world_size) + " ranks");
   if (comm != nullptr && comm->world_size > 1 &&
       (comm->vtable == nullptr || comm->vtable->allgather == nullptr))
     throw Error(DSCORE_FAILED_PRECONDITION, "onebitadam: the communicator has no allgather");
   return comm != nullptr && comm->world_size > 1 ? comm : nullptr;
 }
 
-dscore_status step(dscore_optimizer* opaque, const dscore_optimizer_step_args* args) {
-  return sdk::guard([&] {
-    OneBitAdam& self = *self_of(opaque);
-    const sdk::StepHparams h = sdk::read_hparams(args, self.beta1, self.beta2);
-    sdk::check_beta(h.beta1, "hparams->beta1 (scheduler override)");
-    sdk::check_beta(h.beta2, "hparams->beta2 (scheduler override)");
-    if (h.step < 1)
-      throw Error(DSCORE_INVALID_ARGUMENT,
-                  "step: hparams->step = " + std::to_string(h.step) + " must be >= 1 (1-based)");
-    const bool warmup = h.step < self.freeze_step;
-    const Constants k{static_cast<float>(h.lr),
-                      static_cast<float>(h.beta1),
-                      static_cast<float>(h.beta2),
-                      static_cast<float>(self.eps),
-                      static_cast<float>(self.weight_decay * h.weight_decay_multiplier),
-                      static_cast<float>(h.grad_scale)};
-    sdk::CpuStepTensors tensors(args, 2, "onebitadam");
-    const dscore_communicator* comm = warmup ? nullptr : job_communicator(self);
-    if (!warmup && !self.announced) {
-      self.announced = true;
-      sdk::log(DSCORE_LOG_INFO, "onebitadam",
+void OneBitAdam::step(const dscore_optimizer_step_args* args) {
+  const sdk::StepHparams h = sdk::read_hparams(args, beta1, beta2);
+  sdk::check_beta(h.beta1, "hparams->beta1 (scheduler override)");
+  sdk::check_beta(h.beta2, "hparams->beta2 (scheduler override)");
+  if (h.step < 1)
+    throw Error(DSCORE_INVALID_ARGUMENT,
+                "step: hparams->step = " + std::to_string(h.step) + " must be >= 1 (1-based)");
+  const bool warmup = h.step < freeze_step;
+  const Constants k{static_cast<float>(h.lr),
+                    static_cast<float>(h.beta1),
+                    static_cast<float>(h.beta2),
+                    static_cast<float>(eps),
+                    static_cast<float>(weight_decay * h.weight_decay_multiplier),
+                    static_cast<float>(h.grad_scale)};
+  sdk::CpuStepTensors tensors(args, 2, "onebitadam");
+  const dscore_communicator* comm = warmup ? nullptr : data_parallel_communicator();
+  if (!warmup && !announced) {
+    announced = true;
+    host().log(DSCORE_LOG_INFO, "onebitadam",
                "update " + std::to_string(h.step) +
                    ": starting compressed communication (exp_avg_sq frozen, 1-bit momentum)");
-    }
-    for (size_t i = 0; i < tensors.count(); ++i) {
-      float* m = tensors.state(0, i);
-      float* v = tensors.state(1, i);
-      sdk::with_float_dtype(tensors.grad(i)->dtype, [&](auto g) {
-        update_moments<decltype(g)::value>(k, warmup, tensors.numel(i), tensors.grad(i)->data, m,
-                                           v);
-      });
-      if (comm != nullptr)
-        compressed_allreduce(*comm, m, tensors.numel(i), self.errors[tensors.param(i)]);
-      sdk::with_output_dtype(tensors.param_16bit_dtype(i), [&](auto o) {
-        apply_update<decltype(o)::value>(k, tensors.numel(i), tensors.param(i), m, v,
-                                         tensors.param_16bit_data(i));
-      });
-    }
-  });
+  }
+  for (size_t i = 0; i < tensors.count(); ++i) {
+    float* m = tensors.state(0, i);
+    float* v = tensors.state(1, i);
+    sdk::with_float_dtype(tensors.grad(i)->dtype, [&](auto g) {
+      update_moments<decltype(g)::value>(k, warmup, tensors.numel(i), tensors.grad(i)->data, m, v);
+    });
+    if (comm != nullptr) compressed_allreduce(*comm, m, tensors.numel(i), errors[tensors.param(i)]);
+    sdk::with_output_dtype(tensors.param_16bit_dtype(i), [&](auto o) {
+      apply_update<decltype(o)::value>(k, tensors.numel(i), tensors.param(i), m, v,
+                                       tensors.param_16bit_data(i));
+    });
+  }
 }
 
 // Extra state: a marker and freeze_step, so a checkpoint of another
 // optimizer or configuration is noticed. Error feedback is not saved.
-dscore_status save_extra_state(const dscore_optimizer* opaque, dscore_write_fn write, void* ctx) {
-  return sdk::guard([&] {
-    char bytes[sizeof kStateMagic + sizeof(int64_t)];
-    std::memcpy(bytes, kStateMagic, sizeof kStateMagic);
-    std::memcpy(bytes + sizeof kStateMagic, &self_of(opaque)->freeze_step, sizeof(int64_t));
-    sdk::check(write(ctx, bytes, sizeof bytes));
-  });
+std::string OneBitAdam::save_extra_state() const {
+  std::string bytes(kStateMagic, sizeof kStateMagic);
+  bytes.append(reinterpret_cast<const char*>(&freeze_step), sizeof(int64_t));
+  return bytes;
 }
 
-dscore_status load_extra_state(dscore_optimizer* opaque, const void* data, size_t size) {
-  return sdk::guard([&] {
-    OneBitAdam& self = *self_of(opaque);
-    if (size != sizeof kStateMagic + sizeof(int64_t) ||
-        std::memcmp(data, kStateMagic, sizeof kStateMagic) != 0)
-      throw Error(DSCORE_DATA_LOSS,
-                  "onebitadam: the checkpoint's optimizer extra state is not 1-bit Adam's (" +
-                      std::to_string(size) + " bytes)");
-    int64_t saved_freeze_step = 0;
-    std::memcpy(&saved_freeze_step, static_cast<const char*>(data) + sizeof kStateMagic,
-                sizeof saved_freeze_step);
-    if (saved_freeze_step != self.freeze_step)
-      sdk::log(DSCORE_LOG_WARNING, "onebitadam",
+void OneBitAdam::load_extra_state(std::string_view bytes) {
+  if (bytes.size() != sizeof kStateMagic + sizeof(int64_t) ||
+      std::memcmp(bytes.data(), kStateMagic, sizeof kStateMagic) != 0)
+    throw Error(DSCORE_DATA_LOSS,
+                "onebitadam: the checkpoint's optimizer extra state is not 1-bit Adam's (" +
+                    std::to_string(bytes.size()) + " bytes)");
+  int64_t saved_freeze_step = 0;
+  std::memcpy(&saved_freeze_step, bytes.data() + sizeof kStateMagic, sizeof saved_freeze_step);
+  if (saved_freeze_step != freeze_step)
+    host().log(DSCORE_LOG_WARNING, "onebitadam",
                "the checkpoint was saved with freeze_step " + std::to_string(saved_freeze_step) +
-                   "; continuing with the configured " + std::to_string(self.freeze_step));
-    self.errors.clear();  // DeepSpeed resets the error feedback on load too
-  });
+                   "; continuing with the configured " + std::to_string(freeze_step));
+  errors.clear();  // DeepSpeed resets the error feedback on load too
 }
 
-dscore_optimizer_vtable make_vtable() {
-  dscore_optimizer_vtable vt{};
-  vt.struct_size = sizeof vt;
-  vt.create = &create;
-  vt.destroy = &destroy;
-  vt.state_slots = &state_slots;
-  vt.step = &step;
-  vt.save_extra_state = &save_extra_state;
-  vt.load_extra_state = &load_extra_state;
-  vt.wants_reduced_gradients = &wants_reduced_gradients;
-  return vt;
-}
-const dscore_optimizer_vtable kVtable = make_vtable();
-
-const dscore_plugin_descriptor kOneBitAdam = {
-    sizeof(dscore_plugin_descriptor),
-    DSCORE_KIND_OPTIMIZER,
-    "onebitadam",
-    "0.1.0",
+const dscore_plugin_descriptor kOneBitAdam = sdk::optimizer_descriptor<OneBitAdam>(
+    "onebitadam", "0.1.0",
     "1-bit Adam: Adam warm-up, then frozen variance and 1-bit compressed momentum (DeepSpeed)",
     DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16 | DSCORE_CAP_MULTI_RANK,
-    kSchema,
-    &kVtable};
+    kSchema);
 const dscore_plugin_descriptor* const kPlugins[] = {&kOneBitAdam};
 
 const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-onebitadam", "0.1.0", "dscore", kPlugins);
@@ -268,6 +214,4 @@ const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-onebitadam", 
 }  // namespace
 }  // namespace dscore::onebitadam
 
-extern "C" DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1(void) {
-  return &dscore::onebitadam::kLibrary;
-}
+DSCORE_PLUGIN_ENTRY(dscore::onebitadam::kLibrary)

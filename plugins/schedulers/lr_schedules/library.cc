@@ -3,8 +3,6 @@
 // lives in its own file; this table lists them.
 #include "schedule.h"
 
-DSCORE_PLUGIN_HOST_STORAGE;
-
 namespace dscore::lr_schedules {
 namespace {
 
@@ -21,6 +19,4 @@ const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-lr-schedules"
 }  // namespace
 }  // namespace dscore::lr_schedules
 
-extern "C" DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1(void) {
-  return &dscore::lr_schedules::kLibrary;
-}
+DSCORE_PLUGIN_ENTRY(dscore::lr_schedules::kLibrary)

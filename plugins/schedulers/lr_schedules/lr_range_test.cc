@@ -28,7 +28,7 @@ constexpr const char kSchema[] = R"json({
 class LrRangeTest : public Schedule {
  public:
   LrRangeTest(const sdk::Params& p, const dscore_scheduler_context& context)
-      : Schedule(context.group_count, p.integer("last_batch_iteration")),
+      : Schedule(p.host(), context.group_count, p.integer("last_batch_iteration")),
         min_lrs_(per_group(p, "lr_range_test_min_lr", context.group_count)),
         step_size_(static_cast<double>(p.integer("lr_range_test_step_size"))),
         step_rate_(p.number("lr_range_test_step_rate")),

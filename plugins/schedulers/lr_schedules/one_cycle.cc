@@ -50,7 +50,7 @@ constexpr double kCycledBeta2 = 0.99;
 class OneCycle : public Schedule {
  public:
   OneCycle(const sdk::Params& p, const dscore_scheduler_context& context)
-      : Schedule(context.group_count, p.integer("last_batch_iteration")) {
+      : Schedule(p.host(), context.group_count, p.integer("last_batch_iteration")) {
     const size_t groups = context.group_count;
     const double first = static_cast<double>(p.integer("cycle_first_step_size"));
     const double second = p.has("cycle_second_step_size")

@@ -8,7 +8,7 @@
 namespace dscore::lr_schedules {
 namespace {
 
-const Schedule* self_of(const dscore_scheduler* p) { return reinterpret_cast<const Schedule*>(p); }
+using S = sdk::Shim<dscore_scheduler, Schedule>;
 
 }  // namespace
 
@@ -20,7 +20,7 @@ std::string format_number(double v) {
 
 dscore_status create_schedule(CreateFn create, const dscore_create_args* args,
                               const dscore_scheduler_context* context, dscore_scheduler** out) {
-  return sdk::guard([&] {
+  return sdk::guard(sdk::HostRef(args), [&] {
     if (context == nullptr || context->group_count == 0)
       throw sdk::Error(DSCORE_INVALID_ARGUMENT, "the scheduler context has no parameter groups");
     sdk::Params params(args);
@@ -28,14 +28,11 @@ dscore_status create_schedule(CreateFn create, const dscore_create_args* args,
   });
 }
 
-void destroy_schedule(dscore_scheduler* self) {
-  sdk::guard([&] { delete reinterpret_cast<Schedule*>(self); });
-}
+void destroy_schedule(dscore_scheduler* self) { S::destroy(self); }
 
 dscore_status schedule_point_at(const dscore_scheduler* self, int64_t t, size_t group,
                                 dscore_schedule_point* out) {
-  return sdk::guard([&] {
-    const Schedule& s = *self_of(self);
+  return S::call(self, [&](const Schedule& s) {
     if (group >= s.group_count())
       throw sdk::Error(DSCORE_OUT_OF_RANGE, "group " + std::to_string(group) + " out of range: the "
                                                 "schedule was created for " +
@@ -53,7 +50,7 @@ dscore_status schedule_point_at(const dscore_scheduler* self, int64_t t, size_t 
 }
 
 int64_t schedule_first_iteration(const dscore_scheduler* self) {
-  return self_of(self)->first_iteration();
+  return S::self(self).first_iteration();
 }
 
 std::vector<double> per_group(const sdk::Params& params, const char* name, size_t group_count) {

@@ -5,7 +5,7 @@
 // library.cc.
 #pragma once
 
-#include <dscore/cpp/plugin.hpp>
+#include <dscore/cpp/instance.hpp>
 #include <dscore/scheduler.h>
 
 #include <cstdint>
@@ -14,11 +14,10 @@
 
 namespace dscore::lr_schedules {
 
-class Schedule {
+class Schedule : public sdk::Instance {
  public:
-  Schedule(size_t group_count, int64_t first_iteration)
-      : group_count_(group_count), first_iteration_(first_iteration) {}
-  virtual ~Schedule() = default;
+  Schedule(sdk::HostRef host, size_t group_count, int64_t first_iteration)
+      : Instance(host), group_count_(group_count), first_iteration_(first_iteration) {}
 
   size_t group_count() const { return group_count_; }
   int64_t first_iteration() const { return first_iteration_; }

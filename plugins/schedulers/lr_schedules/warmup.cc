@@ -46,7 +46,7 @@ class Warmup : public Schedule {
   // total_num_steps < 0 means no decay (WarmupLR).
   Warmup(const sdk::Params& p, const dscore_scheduler_context& context, const char* name,
          int64_t total_num_steps)
-      : Schedule(context.group_count, p.integer("last_batch_iteration")),
+      : Schedule(p.host(), context.group_count, p.integer("last_batch_iteration")),
         total_num_steps_(total_num_steps) {
     min_lrs_ = per_group(p, "warmup_min_lr", context.group_count);
     std::vector<double> max_lrs = per_group(p, "warmup_max_lr", context.group_count);
@@ -55,7 +55,7 @@ class Warmup : public Schedule {
     warmup_num_steps_ = requested < 2 ? 2 : requested;
     std::string type = p.string("warmup_type");
     if (type != "log" && type != "linear") {
-      sdk::log(DSCORE_LOG_WARNING, name,
+      host().log(DSCORE_LOG_WARNING, name,
                "Using unknown warmup_type: " + type +
                    ". The increasing function is set to default (log)");
       type = "log";
@@ -63,7 +63,7 @@ class Warmup : public Schedule {
     log_warmup_ = type == "log";
     inverse_log_warm_up_ = 1.0 / std::log(static_cast<double>(warmup_num_steps_));
     if (total_num_steps_ >= 0 && total_num_steps_ < warmup_num_steps_)
-      sdk::log(DSCORE_LOG_WARNING, name,
+      host().log(DSCORE_LOG_WARNING, name,
                "total_num_steps " + std::to_string(total_num_steps_) +
                    " is less than warmup_num_steps " + std::to_string(requested));
   }

@@ -35,7 +35,7 @@ constexpr const char kSchema[] = R"json({
 class WarmupCosine : public Schedule {
  public:
   WarmupCosine(const sdk::Params& p, const dscore_scheduler_context& context)
-      : Schedule(context.group_count, p.integer("last_batch_iteration")),
+      : Schedule(p.host(), context.group_count, p.integer("last_batch_iteration")),
         peak_lrs_(context.base_lrs, context.base_lrs + context.group_count) {
     total_num_steps_ = p.integer("total_num_steps");
     const int64_t requested = p.integer("warmup_num_steps");
@@ -45,7 +45,7 @@ class WarmupCosine : public Schedule {
     log_warmup_ = p.string("warmup_type") == "log";
     inverse_log_warm_up_ = 1.0 / std::log(static_cast<double>(warmup_num_steps_));
     if (total_num_steps_ < warmup_num_steps_)
-      sdk::log(DSCORE_LOG_WARNING, "WarmupCosineLR",
+      host().log(DSCORE_LOG_WARNING, "WarmupCosineLR",
                "total_num_steps " + std::to_string(total_num_steps_) +
                    " is less than warmup_num_steps " + std::to_string(requested) +
                    ": after warm-up the lr drops straight to cos_min_ratio");

@@ -17,14 +17,17 @@
 /* The host services table, kept from init() until shutdown(). */
 static const dscore_host_api* g_host = NULL;
 
-static dscore_status sgd_init(const dscore_host_api* host) {
+static dscore_status sgd_init(const dscore_host_api* host, dscore_host_context* library_context) {
+  (void)library_context;
   g_host = host;
   return DSCORE_OK;
 }
 
-/* Every error goes through the host, which shows it with the plugin's name. */
-static dscore_status fail(dscore_status code, const char* message) {
-  if (g_host != NULL && g_host->set_error != NULL) return g_host->set_error(code, message);
+/* Every error goes through the host, to the context of the instance it
+ * concerns (each engine has its own), and the host shows it with the
+ * plugin's name. */
+static dscore_status fail(dscore_host_context* ctx, dscore_status code, const char* message) {
+  if (g_host != NULL && g_host->set_error != NULL) return g_host->set_error(ctx, code, message);
   return code;
 }
 
@@ -43,6 +46,7 @@ static const char kParamsSchema[] =
     "}";
 
 typedef struct sgd_optimizer {
+  dscore_host_context* ctx; /* from create(): the context of every host call */
   double momentum;
   double weight_decay;
   int nesterov;
@@ -77,21 +81,22 @@ static dscore_status sgd_create(const dscore_create_args* args, dscore_optimizer
   char message[160];
   if (!(lr >= 0.0)) {
     snprintf(message, sizeof message, "Invalid learning rate: %g (must be >= 0)", lr);
-    return fail(DSCORE_INVALID_ARGUMENT, message);
+    return fail(args->context, DSCORE_INVALID_ARGUMENT, message);
   }
   if (!(momentum >= 0.0)) {
     snprintf(message, sizeof message, "Invalid momentum value: %g (must be >= 0)", momentum);
-    return fail(DSCORE_INVALID_ARGUMENT, message);
+    return fail(args->context, DSCORE_INVALID_ARGUMENT, message);
   }
   if (!(weight_decay >= 0.0)) {
     snprintf(message, sizeof message, "Invalid weight_decay value: %g (must be >= 0)", weight_decay);
-    return fail(DSCORE_INVALID_ARGUMENT, message);
+    return fail(args->context, DSCORE_INVALID_ARGUMENT, message);
   }
   if (nesterov && momentum <= 0.0)
-    return fail(DSCORE_INVALID_ARGUMENT, "Nesterov momentum requires a momentum > 0");
+    return fail(args->context, DSCORE_INVALID_ARGUMENT, "Nesterov momentum requires a momentum > 0");
 
   sgd_optimizer* self = (sgd_optimizer*)malloc(sizeof *self);
-  if (self == NULL) return fail(DSCORE_RESOURCE_EXHAUSTED, "out of memory");
+  if (self == NULL) return fail(args->context, DSCORE_RESOURCE_EXHAUSTED, "out of memory");
+  self->ctx = args->context;
   self->momentum = momentum;
   self->weight_decay = weight_decay;
   self->nesterov = nesterov;
@@ -137,9 +142,9 @@ static dscore_status sgd_step(dscore_optimizer* opaque, const dscore_optimizer_s
   const sgd_optimizer* self = (const sgd_optimizer*)opaque;
   const dscore_optimizer_hparams* h = args->hparams;
   char message[200];
-  if (h == NULL) return fail(DSCORE_INVALID_ARGUMENT, "hparams is NULL");
+  if (h == NULL) return fail(self->ctx, DSCORE_INVALID_ARGUMENT, "hparams is NULL");
   if (args->params_16bit != NULL)
-    return fail(DSCORE_UNIMPLEMENTED, "sgd_momentum does not write 16-bit parameter copies");
+    return fail(self->ctx, DSCORE_UNIMPLEMENTED, "sgd_momentum does not write 16-bit parameter copies");
 
   /* Read a field only if the host's struct has it (DSCORE_HAS_FIELD). */
   double momentum = self->momentum;
@@ -155,7 +160,7 @@ static dscore_status sgd_step(dscore_optimizer* opaque, const dscore_optimizer_s
   const float gs = (float)scale;
   const int use_momentum = self->momentum > 0.0;
   if (use_momentum && args->slot_count != 1)
-    return fail(DSCORE_INVALID_ARGUMENT, "expected the momentum_buffer state slot");
+    return fail(self->ctx, DSCORE_INVALID_ARGUMENT, "expected the momentum_buffer state slot");
 
   for (size_t t = 0; t < args->tensor_count; ++t) {
     dscore_tensor* p = args->params[t];
@@ -164,24 +169,24 @@ static dscore_status sgd_step(dscore_optimizer* opaque, const dscore_optimizer_s
     const char* name = p->name != NULL ? p->name : "?";
     if (!on_cpu(p) || !on_cpu(g) || (buf != NULL && !on_cpu(buf))) {
       snprintf(message, sizeof message, "tensor %zu ('%s') is not in CPU memory: sgd_momentum is CPU-only", t, name);
-      return fail(DSCORE_INVALID_ARGUMENT, message);
+      return fail(self->ctx, DSCORE_INVALID_ARGUMENT, message);
     }
     if (p->dtype != DSCORE_DTYPE_F32 || (buf != NULL && buf->dtype != DSCORE_DTYPE_F32)) {
       snprintf(message, sizeof message, "tensor %zu ('%s'): parameters and state must be fp32", t, name);
-      return fail(DSCORE_INVALID_ARGUMENT, message);
+      return fail(self->ctx, DSCORE_INVALID_ARGUMENT, message);
     }
     if (g->dtype == DSCORE_DTYPE_F16) {
       snprintf(message, sizeof message,
                "tensor %zu ('%s'): fp16 gradients are not supported by sgd_momentum (fp32 or bf16 only)", t, name);
-      return fail(DSCORE_UNIMPLEMENTED, message);
+      return fail(self->ctx, DSCORE_UNIMPLEMENTED, message);
     }
     if (g->dtype != DSCORE_DTYPE_F32 && g->dtype != DSCORE_DTYPE_BF16) {
       snprintf(message, sizeof message, "tensor %zu ('%s'): gradient dtype %d is not a float type", t, name, (int)g->dtype);
-      return fail(DSCORE_INVALID_ARGUMENT, message);
+      return fail(self->ctx, DSCORE_INVALID_ARGUMENT, message);
     }
     if (g->numel != p->numel || (buf != NULL && buf->numel != p->numel)) {
       snprintf(message, sizeof message, "tensor %zu ('%s'): gradient/state size differs from the parameter's", t, name);
-      return fail(DSCORE_INVALID_ARGUMENT, message);
+      return fail(self->ctx, DSCORE_INVALID_ARGUMENT, message);
     }
 
     float* pd = (float*)p->data;

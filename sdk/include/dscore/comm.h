@@ -7,9 +7,14 @@
  * ORDERING: all ranks must issue the same collectives, with the same sizes and
  * dtypes, in the same order. The host guarantees that for its own calls.
  *
- * STREAMS: for CUDA tensors a collective is enqueued on `stream` and returns;
- * completion is observed through the stream. For CPU tensors (stream NULL) a
+ * STREAMS (PROVISIONAL, see plugin.h): for CUDA tensors a collective is
+ * enqueued on `stream` and returns; completion is observed through the
+ * stream. For CPU tensors (stream NULL, as every ABI 1.0 host passes) a
  * collective returns when it has completed.
+ *
+ * GROUPS: split() makes a communicator over a subset of the ranks
+ * (MPI_Comm_split / ncclCommSplit): data-parallel, pipeline and expert groups
+ * are communicators of their own, each with its own ranks 0..n-1.
  *
  * TIMEOUTS: no collective may block forever. create() receives the job's
  * collective timeout (params "timeout_ms", filled by the host from the comm
@@ -30,6 +35,9 @@ extern "C" {
 typedef struct dscore_comm dscore_comm;
 struct dscore_comm_counters;
 
+/* split()'s colour for a rank that joins no new communicator. */
+#define DSCORE_COMM_SPLIT_NONE (-1)
+
 /* Reduction operators; values follow DeepSpeed's ReduceOp. AVG is the sum
  * divided by the world size. Backends should reduce in a fixed order (rank
  * 0, 1, ... in fp32 for 16-bit data) so results do not depend on timing. */
@@ -47,7 +55,8 @@ typedef struct dscore_comm_vtable {
 
   /* Required. Collective: every rank calls it. args->rank/world_size/
    * local_rank come from the launcher (mpirun, srun, torchrun variables).
-   * Bootstrap data (an NCCL unique id) goes through host->kv_set/kv_get. */
+   * Bootstrap data (an NCCL unique id) goes through host->kv_set/kv_get on
+   * args->context. */
   dscore_status (*create)(const dscore_create_args* args, dscore_comm** out);
 
   /* Required. Collective where the backend needs it. Never fails. */
@@ -101,6 +110,15 @@ typedef struct dscore_comm_vtable {
   /* Optional. Totals since create(), for the communication-volume checks
    * and comms_logger. The host sets out->struct_size. */
   dscore_status (*counters)(const dscore_comm* self, struct dscore_comm_counters* out);
+
+  /* Optional (UNIMPLEMENTED when absent; the host then cannot form groups).
+   * Collective over self: every rank calls it. The ranks passing the same
+   * `color` (>= 0) form one new communicator, ranked by `key` and then by
+   * their rank in self; a rank passing DSCORE_COMM_SPLIT_NONE takes part but
+   * gets *out = NULL. The new communicator is independent of self (either
+   * may be destroyed first) and is destroyed with destroy(); it keeps self's
+   * timeout. */
+  dscore_status (*split)(dscore_comm* self, int32_t color, int32_t key, dscore_comm** out);
   /* ---- minor 0 ends here ---- */
 } dscore_comm_vtable;
 
@@ -113,16 +131,17 @@ typedef struct dscore_comm_counters {
   uint64_t bytes_received; /* payload bytes this rank received */
 } dscore_comm_counters;
 
-/* The job's communicator as the host hands it to plugins that talk
- * (host->communicator()). The vtable is the HOST's: calls through it are
- * counted (bytes per collective, for comms_logger) and checked, then
- * forwarded to the backend. Use it only from the thread that calls your
- * plugin, and obey the ORDERING rule above. */
+/* A communicator as the host hands it to plugins that talk
+ * (host->communicator(ctx, group)). The vtable is the HOST's: calls through
+ * it are counted (bytes per collective, for comms_logger) and checked, then
+ * forwarded to the backend; create, destroy and split are NULL here. Use it
+ * only from the thread that calls your plugin, and obey the ORDERING rule
+ * above among the ranks of the group. */
 typedef struct dscore_communicator {
   uint32_t struct_size;
   int32_t rank;
   int32_t world_size;
-  const dscore_comm_vtable* vtable; /* create/destroy are NULL here */
+  const dscore_comm_vtable* vtable; /* create/destroy/split are NULL here */
   dscore_comm* comm;                /* the first argument of every vtable call */
 } dscore_communicator;
 

@@ -105,7 +105,7 @@ typedef struct dscore_model_hooks {
    * reducing them while backward goes on. Call once per layer per backward,
    * while the layer is acquired. */
   dscore_status (*grads_ready)(void* ctx, size_t layer);
-  void* stream; /* cudaStream_t when computing on CUDA, else NULL */
+  void* stream; /* PROVISIONAL: cudaStream_t when computing on CUDA, else NULL */
 } dscore_model_hooks;
 
 typedef struct dscore_model_vtable {

@@ -7,6 +7,10 @@
  *
  * Chosen by "offload_optimizer"/"offload_param" {"device": "nvme"} (plugin
  * "nvme") or "cpu" (plugin "cpu"); the "aio" section is its params object.
+ *
+ * PROVISIONAL (see plugin.h): the engine does not offload yet and refuses
+ * offload configs, so nothing consumes this kind. ABI 1.0 does not freeze
+ * this header; the NVMe offload work settles its shape.
  */
 #ifndef DSCORE_OFFLOAD_H_
 #define DSCORE_OFFLOAD_H_

@@ -3,6 +3,8 @@
 // function.
 #include "core/plugin_host/call.h"
 
+#include "core/plugin_host/host_api.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -13,30 +15,36 @@ namespace {
 
 const std::string kPlugin = "optimizer 'x' (/p/libx.so)";
 
+// The instance's context every call here belongs to.
+HostContext& host() {
+  static HostContext* context = new HostContext();
+  return *context;
+}
+
 TEST(PluginCall, OkIsOk) {
-  EXPECT_TRUE(call_plugin(kPlugin, "step", [] { return DSCORE_OK; }).ok());
+  EXPECT_TRUE(call_plugin(host(), kPlugin, "step", [] { return DSCORE_OK; }).ok());
 }
 
 TEST(PluginCall, ErrorCarriesThePluginsMessage) {
-  Status st = call_plugin(kPlugin, "step", [] {
-    return host_api()->set_error(DSCORE_RESOURCE_EXHAUSTED, "state buffer too small");
+  Status st = call_plugin(host(), kPlugin, "step", [] {
+    return host_api()->set_error(host().handle(), DSCORE_RESOURCE_EXHAUSTED, "state buffer too small");
   });
   EXPECT_EQ(st.code(), DSCORE_RESOURCE_EXHAUSTED);
   EXPECT_EQ(st.message(), "optimizer 'x' (/p/libx.so) step: state buffer too small");
-  EXPECT_FALSE(take_last_error());  // consumed
+  EXPECT_FALSE(host().take_error());  // consumed
 }
 
 TEST(PluginCall, ErrorWithoutAMessageSaysTheCode) {
   // A stale message from before the call must not be attributed to it.
-  host_api()->set_error(DSCORE_INTERNAL, "stale");
-  Status st = call_plugin(kPlugin, "create", [] { return DSCORE_NOT_FOUND; });
+  host_api()->set_error(host().handle(), DSCORE_INTERNAL, "stale");
+  Status st = call_plugin(host(), kPlugin, "create", [] { return DSCORE_NOT_FOUND; });
   EXPECT_EQ(st.code(), DSCORE_NOT_FOUND);
   EXPECT_EQ(st.message(), "optimizer 'x' (/p/libx.so) create: failed with NOT_FOUND and no message");
 }
 
 TEST(PluginCall, StatusOutsideTheEnumIsInternal) {
   for (dscore_status garbage : {16, -1, 1234}) {
-    Status st = call_plugin(kPlugin, "step", [&] { return garbage; });
+    Status st = call_plugin(host(), kPlugin, "step", [&] { return garbage; });
     EXPECT_EQ(st.code(), DSCORE_INTERNAL);
     EXPECT_EQ(st.message(), "optimizer 'x' (/p/libx.so) step returned an invalid status " +
                                 std::to_string(garbage) +
@@ -45,29 +53,29 @@ TEST(PluginCall, StatusOutsideTheEnumIsInternal) {
 }
 
 TEST(PluginCall, EscapedExceptionsBecomeInternal) {
-  Status st = call_plugin(kPlugin, "step", []() -> dscore_status { throw std::logic_error("oops"); });
+  Status st = call_plugin(host(), kPlugin, "step", []() -> dscore_status { throw std::logic_error("oops"); });
   EXPECT_EQ(st.code(), DSCORE_INTERNAL);
   EXPECT_EQ(st.message(),
             "optimizer 'x' (/p/libx.so) threw a C++ exception out of step across the C ABI; its "
             "exported functions must catch everything (use dscore::sdk::guard from "
             "dscore/cpp/plugin.hpp); the exception said: oops");
-  Status unknown = call_plugin(kPlugin, "step", []() -> dscore_status { throw 42; });
+  Status unknown = call_plugin(host(), kPlugin, "step", []() -> dscore_status { throw 42; });
   EXPECT_EQ(unknown.code(), DSCORE_INTERNAL);
   EXPECT_EQ(unknown.message().find("the exception said"), std::string::npos);
 }
 
 TEST(PluginCall, ValueCallsReturnTheValueOrTheException) {
-  auto ok = call_plugin_value<int64_t>(kPlugin, "first_iteration", [] { return int64_t{-1}; });
+  auto ok = call_plugin_value<int64_t>(host(), kPlugin, "first_iteration", [] { return int64_t{-1}; });
   ASSERT_TRUE(ok.ok());
   EXPECT_EQ(*ok, -1);
-  auto bad = call_plugin_value<int64_t>(kPlugin, "first_iteration",
+  auto bad = call_plugin_value<int64_t>(host(), kPlugin, "first_iteration",
                                         []() -> int64_t { throw std::runtime_error("no"); });
   EXPECT_EQ(bad.status().code(), DSCORE_INTERNAL);
 }
 
 TEST(PluginCall, VoidCallsLogAnEscapedExceptionInsteadOfThrowing) {
   ::testing::internal::CaptureStderr();
-  call_plugin_void(kPlugin, "destroy", [] { throw std::runtime_error("double free"); });
+  call_plugin_void(host(), kPlugin, "destroy", [] { throw std::runtime_error("double free"); });
   std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("threw a C++ exception out of destroy"), std::string::npos) << err;
 }

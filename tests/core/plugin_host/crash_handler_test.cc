@@ -89,7 +89,8 @@ TEST(CrashHandler, AbortInsideAPluginCallIsReportedAndStillAborts) {
   ChildResult r = run_in_child([] {
     install_crash_handler();
     install_crash_handler();  // idempotent
-    (void)call_plugin("monitor 'm' (/p/libm.so)", "flush", []() -> dscore_status { std::abort(); });
+    HostContext host;
+    (void)call_plugin(host, "monitor 'm' (/p/libm.so)", "flush", []() -> dscore_status { std::abort(); });
   });
   EXPECT_EQ(r.signal, SIGABRT);
   EXPECT_EQ(r.stderr_text, "dscore: fatal signal SIGABRT while running flush of monitor 'm' (/p/libm.so)\n");

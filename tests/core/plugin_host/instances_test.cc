@@ -8,8 +8,12 @@
 #include <gtest/gtest.h>
 #include <link.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "core/base/memory.h"
 #include "core/plugin_host/host_api.h"
@@ -22,17 +26,33 @@ namespace {
 using testing::open_test_registry;
 using testing::test_plugin_file;
 
+// Where the fake plugins record what crossed the ABI (fake_optimizer.cc):
+// set before any plugin is loaded.
+const std::string& record_dir() {
+  static const std::string dir = [] {
+    const std::string d = (std::filesystem::temp_directory_path() /
+                           ("dscore_fake_records_" + std::to_string(::getpid())))
+                              .string();
+    std::filesystem::create_directories(d);
+    ::setenv("DSCORE_FAKE_RECORD_DIR", d.c_str(), 1);
+    return d;
+  }();
+  return dir;
+}
+const std::string& kRecordDir = record_dir();
+
 std::string kv(const std::string& key) {
-  char buffer[1024];
-  size_t size = 0;
-  if (host_api()->kv_get(key.c_str(), buffer, sizeof buffer, &size, 0) != DSCORE_OK) {
-    take_last_error();
-    return "<absent>";
-  }
-  return std::string(buffer, std::min(size, sizeof buffer));
+  std::ifstream in(kRecordDir + "/" + key);
+  if (!in) return "<absent>";
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 void kv_put(const std::string& key, const std::string& value) {
-  ASSERT_EQ(host_api()->kv_set(key.c_str(), value.data(), value.size()), DSCORE_OK);
+  std::ofstream(kRecordDir + "/" + key) << value;
+}
+// A value the instance published in its context's key-value store.
+std::string context_kv(HostContext& host, const std::string& key) {
+  auto value = host.kv().get(key, 0);
+  return value.ok() ? *value : "<absent>";
 }
 
 ValidatedParams params_of(const PluginInfo& info, const std::string& text) {
@@ -275,12 +295,15 @@ TEST(PluginInstances, PluginMemoryComesFromTheCountedHostAllocator) {
   auto registry = open_test_registry({"fake_sgd"});
   ASSERT_TRUE(registry);
   const PluginInfo& info = *registry->find(DSCORE_KIND_OPTIMIZER, "fake_sgd").value();
-  auto before = memory_by_tag();
-  auto opt = OptimizerInstance::create(info, no_params(), InstanceContext{});
+  InstanceContext context;
+  context.host = std::make_shared<HostContext>();
+  auto opt = OptimizerInstance::create(info, no_params(), context);
   ASSERT_TRUE(opt.ok());
-  EXPECT_EQ(memory_by_tag()["fake_sgd"], before["fake_sgd"] + sizeof(double));
+  // FakeSgd: its context pointer and its momentum, in the instance's ledger.
+  EXPECT_EQ(context.host->memory().by_tag()["fake_sgd"], sizeof(void*) + sizeof(double));
+  EXPECT_EQ(memory_by_tag().count("fake_sgd"), 0u);  // not the process ledger
   opt->reset();
-  EXPECT_EQ(memory_by_tag()["fake_sgd"], before["fake_sgd"]);
+  EXPECT_EQ(context.host->memory().by_tag()["fake_sgd"], 0u);
 }
 
 // ------------------------------------------------------- scheduler, monitor
@@ -317,12 +340,14 @@ TEST(PluginInstances, MonitorWritesAndTreatsMissingOptionalFunctionsAsOk) {
   auto registry = open_test_registry({"fake_kinds"});
   ASSERT_TRUE(registry);
   const PluginInfo& info = *registry->find(DSCORE_KIND_MONITOR, "fake_counter").value();
-  auto monitor = MonitorInstance::create(info, no_params(), InstanceContext{});
+  InstanceContext context;
+  context.host = std::make_shared<HostContext>();
+  auto monitor = MonitorInstance::create(info, no_params(), context);
   ASSERT_TRUE(monitor.ok()) << monitor.status().message();
   dscore_scalar_event loss{0, "Train/Samples/train_loss", 2.5, 64, 0};
   dscore_scalar_event lr{0, "Train/Samples/lr", 0.001, 64, 0};  // struct_size filled by the host
   ASSERT_TRUE((*monitor)->write_scalars({loss, lr}).ok());
-  EXPECT_EQ(kv("fake_counter.events"), "2 Train/Samples/lr=0.001@64");
+  EXPECT_EQ(context_kv(*context.host, "fake_counter.events"), "2 Train/Samples/lr=0.001@64");
   EXPECT_TRUE((*monitor)->flush().ok());
   EXPECT_TRUE((*monitor)->write_config("{}").ok());
 }

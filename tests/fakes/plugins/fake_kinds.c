@@ -7,7 +7,9 @@
  * (one 64 KiB in-memory "file", completes I/O at submit; no
  * register_buffers). With FAULT_MODEL_DUP_PARAMS it holds only
  * model 'fake_bad_model', whose description names a parameter twice.
- * Written in C on purpose: a C plugin must work as well as a C++ one. */
+ * Written in C on purpose: a C plugin must work as well as a C++ one.
+ * Each kind has one static instance (the tests create one at a time); it
+ * keeps the context create() was given for its host calls. */
 #include <dscore/comm.h>
 #include <dscore/model.h>
 #include <dscore/monitor.h>
@@ -19,7 +21,8 @@
 
 static const dscore_host_api* g_host;
 
-static dscore_status lib_init(const dscore_host_api* host) {
+static dscore_status lib_init(const dscore_host_api* host, dscore_host_context* library_context) {
+  (void)library_context;
   g_host = host;
   return DSCORE_OK;
 }
@@ -29,6 +32,7 @@ static dscore_status lib_init(const dscore_host_api* host) {
 #if !defined(FAULT_MODEL_DUP_PARAMS)
 
 struct dscore_scheduler {
+  dscore_host_context* ctx;
   double base_lrs[8];
   size_t groups;
 };
@@ -36,8 +40,9 @@ static struct dscore_scheduler g_scheduler;
 
 static dscore_status sched_create(const dscore_create_args* args,
                                   const dscore_scheduler_context* context, dscore_scheduler** out) {
-  (void)args;
-  if (context->group_count > 8) return g_host->set_error(DSCORE_INVALID_ARGUMENT, "at most 8 groups");
+  if (context->group_count > 8)
+    return g_host->set_error(args->context, DSCORE_INVALID_ARGUMENT, "at most 8 groups");
+  g_scheduler.ctx = args->context;
   g_scheduler.groups = context->group_count;
   memcpy(g_scheduler.base_lrs, context->base_lrs, context->group_count * sizeof(double));
   *out = &g_scheduler;
@@ -46,7 +51,7 @@ static dscore_status sched_create(const dscore_create_args* args,
 static void sched_destroy(dscore_scheduler* self) { (void)self; }
 static dscore_status sched_point_at(const dscore_scheduler* self, int64_t t, size_t group,
                                     dscore_schedule_point* out) {
-  if (group >= self->groups) return g_host->set_error(DSCORE_OUT_OF_RANGE, "no such group");
+  if (group >= self->groups) return g_host->set_error(self->ctx, DSCORE_OUT_OF_RANGE, "no such group");
   out->set_mask = DSCORE_HPARAM_LR;
   out->lr = self->base_lrs[group] * (double)(t + 2);
   return DSCORE_OK;
@@ -60,12 +65,13 @@ static const dscore_plugin_descriptor kScheduler = {
 /* -------------------------------------------------------------- monitor */
 
 struct dscore_monitor {
+  dscore_host_context* ctx;
   int events;
 };
 static struct dscore_monitor g_monitor;
 
 static dscore_status mon_create(const dscore_create_args* args, dscore_monitor** out) {
-  (void)args;
+  g_monitor.ctx = args->context;
   g_monitor.events = 0;
   *out = &g_monitor;
   return DSCORE_OK;
@@ -77,12 +83,12 @@ static dscore_status mon_write(dscore_monitor* self, const dscore_scalar_event* 
   size_t i;
   for (i = 0; i < count; ++i) {
     if (events[i]->struct_size < sizeof(dscore_scalar_event))
-      return g_host->set_error(DSCORE_INVALID_ARGUMENT, "event struct_size too small");
+      return g_host->set_error(self->ctx, DSCORE_INVALID_ARGUMENT, "event struct_size too small");
   }
   self->events += (int)count;
   snprintf(text, sizeof text, "%d %s=%g@%lld", self->events, count ? events[count - 1]->tag : "",
            count ? events[count - 1]->value : 0.0, count ? (long long)events[count - 1]->step : 0LL);
-  return g_host->kv_set("fake_counter.events", text, strlen(text));
+  return g_host->kv_set(self->ctx, "fake_counter.events", text, strlen(text));
 }
 static const dscore_monitor_vtable kMonitorVtable = {
     sizeof(dscore_monitor_vtable), mon_create, mon_destroy, mon_write, NULL, NULL};
@@ -94,6 +100,7 @@ static const dscore_plugin_descriptor kMonitor = {
 /* ----------------------------------------------------------------- comm */
 
 struct dscore_comm {
+  dscore_host_context* ctx;
   int32_t rank;
 };
 static struct dscore_comm g_comm;
@@ -103,36 +110,38 @@ static size_t tensor_bytes(const dscore_tensor* t) {
 }
 static dscore_status comm_create(const dscore_create_args* args, dscore_comm** out) {
   if (args->world_size != 1)
-    return g_host->set_error(DSCORE_INVALID_ARGUMENT, "fake_loopback runs one rank only");
+    return g_host->set_error(args->context, DSCORE_INVALID_ARGUMENT, "fake_loopback runs one rank only");
+  g_comm.ctx = args->context;
   g_comm.rank = args->rank;
   *out = &g_comm;
   return DSCORE_OK;
 }
 static void comm_destroy(dscore_comm* self) { (void)self; }
-static dscore_status comm_copy(const dscore_tensor* send, dscore_tensor* recv) {
-  if (send->numel != recv->numel) return g_host->set_error(DSCORE_INVALID_ARGUMENT, "numel differs");
+static dscore_status comm_copy(dscore_comm* self, const dscore_tensor* send, dscore_tensor* recv) {
+  if (send->numel != recv->numel)
+    return g_host->set_error(self->ctx, DSCORE_INVALID_ARGUMENT, "numel differs");
   if (send->data != recv->data) memcpy(recv->data, send->data, tensor_bytes(send));
   return DSCORE_OK;
 }
 static dscore_status comm_allreduce(dscore_comm* self, const dscore_tensor* send, dscore_tensor* recv,
                                     dscore_reduce_op op, void* stream) {
-  (void)self, (void)op, (void)stream;
-  return comm_copy(send, recv);
+  (void)op, (void)stream;
+  return comm_copy(self, send, recv);
 }
 static dscore_status comm_allgather(dscore_comm* self, const dscore_tensor* send, dscore_tensor* recv,
                                     void* stream) {
-  (void)self, (void)stream;
-  return comm_copy(send, recv);
+  (void)stream;
+  return comm_copy(self, send, recv);
 }
 static dscore_status comm_broadcast(dscore_comm* self, dscore_tensor* tensor, int32_t root,
                                     void* stream) {
-  (void)self, (void)tensor, (void)stream;
-  return root == 0 ? DSCORE_OK : g_host->set_error(DSCORE_OUT_OF_RANGE, "root must be 0");
+  (void)tensor, (void)stream;
+  return root == 0 ? DSCORE_OK : g_host->set_error(self->ctx, DSCORE_OUT_OF_RANGE, "root must be 0");
 }
 static dscore_status comm_p2p(dscore_comm* self, const dscore_tensor* tensor, int32_t peer,
                               void* stream) {
-  (void)self, (void)tensor, (void)peer, (void)stream;
-  return g_host->set_error(DSCORE_FAILED_PRECONDITION, "no peers in a one-rank job");
+  (void)tensor, (void)peer, (void)stream;
+  return g_host->set_error(self->ctx, DSCORE_FAILED_PRECONDITION, "no peers in a one-rank job");
 }
 static dscore_status comm_recv(dscore_comm* self, dscore_tensor* tensor, int32_t peer, void* stream) {
   return comm_p2p(self, tensor, peer, stream);
@@ -143,9 +152,9 @@ static dscore_status comm_barrier(dscore_comm* self) {
 }
 static dscore_status comm_reduce(dscore_comm* self, const dscore_tensor* send, dscore_tensor* recv,
                                  dscore_reduce_op op, int32_t root, void* stream) {
-  (void)self, (void)op, (void)stream;
-  if (root != 0) return g_host->set_error(DSCORE_OUT_OF_RANGE, "root must be 0");
-  return comm_copy(send, recv);
+  (void)op, (void)stream;
+  if (root != 0) return g_host->set_error(self->ctx, DSCORE_OUT_OF_RANGE, "root must be 0");
+  return comm_copy(self, send, recv);
 }
 static const dscore_comm_vtable kCommVtable = {.struct_size = sizeof(dscore_comm_vtable),
                                                .create = comm_create,
@@ -165,6 +174,7 @@ static const dscore_plugin_descriptor kComm = {
 /* -------------------------------------------------------------- offload */
 
 struct dscore_offload {
+  dscore_host_context* ctx;
   unsigned char file[65536];
   int open;
   dscore_io_completion done[16];
@@ -173,8 +183,8 @@ struct dscore_offload {
 static struct dscore_offload g_offload;
 
 static dscore_status off_create(const dscore_create_args* args, dscore_offload** out) {
-  (void)args;
   memset(&g_offload, 0, sizeof g_offload);
+  g_offload.ctx = args->context;
   *out = &g_offload;
   return DSCORE_OK;
 }
@@ -190,13 +200,12 @@ static dscore_status off_open(dscore_offload* self, const char* path, uint32_t f
   return DSCORE_OK;
 }
 static dscore_status off_close(dscore_offload* self, int64_t file) {
-  if (file != 7) return g_host->set_error(DSCORE_NOT_FOUND, "no such file handle");
+  if (file != 7) return g_host->set_error(self->ctx, DSCORE_NOT_FOUND, "no such file handle");
   self->open = 0;
   return DSCORE_OK;
 }
 static dscore_status off_sync(dscore_offload* self, int64_t file) {
-  (void)self;
-  return file == 7 ? DSCORE_OK : g_host->set_error(DSCORE_NOT_FOUND, "no such file handle");
+  return file == 7 ? DSCORE_OK : g_host->set_error(self->ctx, DSCORE_NOT_FOUND, "no such file handle");
 }
 static dscore_status off_submit(dscore_offload* self, const dscore_io_request* const* requests,
                                 size_t count) {
@@ -204,7 +213,7 @@ static dscore_status off_submit(dscore_offload* self, const dscore_io_request* c
   for (i = 0; i < count; ++i) {
     const dscore_io_request* r = requests[i];
     dscore_io_completion* c;
-    if (self->done_count == 16) return g_host->set_error(DSCORE_RESOURCE_EXHAUSTED, "queue full");
+    if (self->done_count == 16) return g_host->set_error(self->ctx, DSCORE_RESOURCE_EXHAUSTED, "queue full");
     c = &self->done[self->done_count++];
     c->user_data = r->user_data;
     c->bytes = 0;
@@ -234,7 +243,8 @@ static dscore_status off_wait(dscore_offload* self, size_t min_count, int64_t ti
   self->done_count -= n;
   *count = n;
   return n >= min_count ? DSCORE_OK
-                        : g_host->set_error(DSCORE_DEADLINE_EXCEEDED, "fewer completions than asked");
+                        : g_host->set_error(self->ctx, DSCORE_DEADLINE_EXCEEDED,
+                                            "fewer completions than asked");
 }
 static const dscore_offload_vtable kOffloadVtable = {
     sizeof(dscore_offload_vtable), off_create, off_destroy, off_alignment, off_open, off_close,

@@ -5,14 +5,17 @@
 // returning garbage or a NULL handle, a bad params schema, a failing init(),
 // a segfault in step(). Without a FAULT_* macro it is a well-behaved plugin.
 //
-// To let tests observe what crossed the ABI, the plugin publishes through
-// the host's key-value store: "<name>.init_count", "<name>.shutdown_count"
-// and "<name>.create_args" (rank, world, seed, params_json and every typed
-// param).
+// To let tests observe what crossed the ABI, the plugin records, when the
+// environment names a folder in DSCORE_FAKE_RECORD_DIR, files
+// "<name>.init_count", "<name>.shutdown_count" and "<name>.create_args"
+// (rank, world, seed, params_json and every typed param): library-level
+// calls belong to no engine, so no host context outlives them to read.
 #include <dscore/cpp/plugin.hpp>
 #include <dscore/optimizer.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -37,16 +40,22 @@ namespace {
 using dscore::sdk::host;
 
 struct FakeSgd {
+  dscore_host_context* ctx;
   double momentum;
 };
 
 int g_init_count = 0;
 
-void publish_count(const char* what, int count) {
-  std::string key = std::string(FAKE_NAME) + "." + what;
-  std::string value = std::to_string(count);
-  host()->kv_set(key.c_str(), value.data(), value.size());
+void record(const char* what, const std::string& value) {
+  const char* dir = std::getenv("DSCORE_FAKE_RECORD_DIR");
+  if (dir == nullptr) return;
+  const std::string path = std::string(dir) + "/" + FAKE_NAME + "." + what;
+  if (std::FILE* f = std::fopen(path.c_str(), "w")) {
+    std::fwrite(value.data(), 1, value.size(), f);
+    std::fclose(f);
+  }
 }
+void publish_count(const char* what, int count) { record(what, std::to_string(count)); }
 
 // "lr:DOUBLE:0.5" style summary of one typed param.
 std::string describe(const dscore_named_value* v) {
@@ -67,11 +76,12 @@ std::string describe(const dscore_named_value* v) {
   }
 }
 
-dscore_status fake_init(const dscore_host_api* api) {
-  dscore::sdk::store_host(api);
+dscore_status fake_init(const dscore_host_api* api, dscore_host_context* library_context) {
+  dscore::sdk::store_host(api, library_context);
   publish_count("init_count", ++g_init_count);
 #if defined(FAULT_INIT_FAILS)
-  return api->set_error(DSCORE_FAILED_PRECONDITION, "license file /nonexistent/fake.lic not found");
+  return api->set_error(library_context, DSCORE_FAILED_PRECONDITION,
+                        "license file /nonexistent/fake.lic not found");
 #else
   return DSCORE_OK;
 #endif
@@ -88,12 +98,11 @@ void fake_shutdown(void) { publish_count("shutdown_count", ++g_shutdown_count); 
                         " seed=" + std::to_string(args->seed) + " json=" + args->params_json +
                         " params=";
   for (size_t i = 0; i < args->param_count; ++i) summary += (i ? ";" : "") + describe(args->params[i]);
-  std::string key = std::string(FAKE_NAME) + ".create_args";
-  host()->kv_set(key.c_str(), summary.data(), summary.size());
+  record("create_args", summary);
 
-  void* memory = host()->alloc(sizeof(FakeSgd), 0, DSCORE_MEMORY_HOST, FAKE_NAME);
+  void* memory = host()->alloc(args->context, sizeof(FakeSgd), 0, DSCORE_MEMORY_HOST, FAKE_NAME);
   if (memory == nullptr) return DSCORE_RESOURCE_EXHAUSTED;  // the host recorded why
-  FakeSgd* self = new (memory) FakeSgd{params.number("momentum", 0.0)};
+  FakeSgd* self = new (memory) FakeSgd{args->context, params.number("momentum", 0.0)};
   *out = reinterpret_cast<dscore_optimizer*>(self);
   return DSCORE_OK;
 }
@@ -106,7 +115,8 @@ static dscore_status fake_create(const dscore_create_args* args, dscore_optimize
 #if defined(FAULT_CREATE_INVALID)
   (void)out;
   (void)args;
-  return host()->set_error(DSCORE_INVALID_ARGUMENT, "fake rejects its params: 'lr' must be > 0");
+  return host()->set_error(args->context, DSCORE_INVALID_ARGUMENT,
+                           "fake rejects its params: 'lr' must be > 0");
 #elif defined(FAULT_CREATE_THROWS_RAW)
   // Deliberately no catch: the exception unwinds into the host.
   (void)out;
@@ -115,7 +125,8 @@ static dscore_status fake_create(const dscore_create_args* args, dscore_optimize
 #elif defined(FAULT_CREATE_THROWS_GUARDED)
   (void)out;
   (void)args;
-  return dscore::sdk::guard([&] { throw std::runtime_error("guarded boom from create"); });
+  return dscore::sdk::guard(dscore::sdk::HostRef(args),
+                            [&] { throw std::runtime_error("guarded boom from create"); });
 #elif defined(FAULT_GARBAGE_STATUS)
   (void)out;
   (void)args;
@@ -125,14 +136,15 @@ static dscore_status fake_create(const dscore_create_args* args, dscore_optimize
   (void)args;
   return DSCORE_OK;
 #else
-  return dscore::sdk::guard([&] { return create_impl(args, out); });
+  return dscore::sdk::guard(dscore::sdk::HostRef(args), [&] { return create_impl(args, out); });
 #endif
 }
 
 static void fake_destroy(dscore_optimizer* self) {
   FakeSgd* sgd = reinterpret_cast<FakeSgd*>(self);
+  dscore_host_context* ctx = sgd->ctx;
   sgd->~FakeSgd();
-  host()->free(sgd, DSCORE_MEMORY_HOST);
+  host()->free(ctx, sgd, DSCORE_MEMORY_HOST);
 }
 
 static const dscore_optimizer_state_slot kMomentumSlot = {
@@ -166,7 +178,7 @@ static dscore_status fake_state_slots(const dscore_optimizer* self,
     dscore_tensor* p = args->params[i];
     const dscore_tensor* g = args->grads[i];
     if (p->dtype != DSCORE_DTYPE_F32 || g->dtype != DSCORE_DTYPE_F32)
-      return host()->set_error(DSCORE_INVALID_ARGUMENT, FAKE_NAME " handles fp32 tensors only");
+      return host()->set_error(sgd->ctx, DSCORE_INVALID_ARGUMENT, FAKE_NAME " handles fp32 tensors only");
     float* pd = static_cast<float*>(p->data);
     const float* gd = static_cast<const float*>(g->data);
     float* buf = sgd->momentum > 0 ? static_cast<float*>(args->states[i]->data) : nullptr;

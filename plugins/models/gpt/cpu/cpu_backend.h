@@ -20,41 +20,31 @@
 
 namespace dscore::gpt::cpu {
 
-// Host memory: counted through the host's alloc when a host is attached
-// (the engine's memory report shows it as "gpt activations"), else the C
-// allocator (tests that drive the runner directly).
-class HostMemory {
+// Activation memory: counted in the instance's host context (the engine's
+// memory report shows it as "gpt activations"); with no host attached
+// (tests that drive the runner directly) HostRef uses the C allocator.
+template <typename X>
+class HostBuffer {
  public:
-  static void* allocate(size_t bytes) {
-    const dscore_host_api* h = sdk::host();
-    void* p = h != nullptr ? h->alloc(bytes, 64, DSCORE_MEMORY_HOST, "gpt activations")
-                           : std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  HostBuffer() = default;
+  HostBuffer(sdk::HostRef host, int64_t n) : data_(allocate(host, n), Free{host}), size_(n) {}
+  X* get() const { return data_.get(); }
+  int64_t size() const { return size_; }
+
+ private:
+  static X* allocate(const sdk::HostRef& host, int64_t n) {
+    const size_t bytes = static_cast<size_t>(n) * sizeof(X);
+    void* p = host.alloc(bytes, 64, DSCORE_MEMORY_HOST, "gpt activations");
     if (p == nullptr && bytes > 0)
       throw sdk::Error(DSCORE_RESOURCE_EXHAUSTED,
                        "gpt: out of host memory allocating " + std::to_string(bytes >> 20) +
                            " MiB of activations; lower train_micro_batch_size_per_gpu or "
                            "block_size, or enable activation_checkpointing");
-    return p;
+    return static_cast<X*>(p);
   }
-  static void release(void* p) {
-    const dscore_host_api* h = sdk::host();
-    if (h != nullptr) h->free(p, DSCORE_MEMORY_HOST);
-    else std::free(p);
-  }
-};
-
-template <typename X>
-class HostBuffer {
- public:
-  HostBuffer() = default;
-  explicit HostBuffer(int64_t n)
-      : data_(static_cast<X*>(HostMemory::allocate(static_cast<size_t>(n) * sizeof(X)))), size_(n) {}
-  X* get() const { return data_.get(); }
-  int64_t size() const { return size_; }
-
- private:
   struct Free {
-    void operator()(X* p) const { HostMemory::release(p); }
+    sdk::HostRef host;
+    void operator()(X* p) const { host.free(p, DSCORE_MEMORY_HOST); }
   };
   std::unique_ptr<X, Free> data_;
   int64_t size_ = 0;
@@ -68,8 +58,10 @@ class CpuBackend {
   template <typename X>
   using Buffer = HostBuffer<X>;
 
+  explicit CpuBackend(sdk::HostRef host = {}) : host_(host) {}
+
   template <typename X>
-  Buffer<X> alloc(int64_t n) { return Buffer<X>(n); }
+  Buffer<X> alloc(int64_t n) { return Buffer<X>(host_, n); }
   void zero(T* p, int64_t n) { std::memset(p, 0, static_cast<size_t>(n) * sizeof(T)); }
   void copy_tokens(int32_t* dst, const int32_t* host, int64_t n) {
     std::memcpy(dst, host, static_cast<size_t>(n) * sizeof(int32_t));
@@ -79,7 +71,7 @@ class CpuBackend {
   // are CPU fp32 and T is float, else converted copies.
   class Params {
    public:
-    Params(const dscore_layer_views& views, const std::vector<int64_t>& numels) {
+    Params(sdk::HostRef host, const dscore_layer_views& views, const std::vector<int64_t>& numels) {
       for (size_t i = 0; i < numels.size(); ++i) {
         const dscore_tensor* t = views.params[i];
         check_tensor(t, numels[i], "parameter");
@@ -87,7 +79,7 @@ class CpuBackend {
           ptrs_.push_back(static_cast<const T*>(t->data));
           continue;
         }
-        copies_.emplace_back(numels[i]);
+        copies_.emplace_back(host, numels[i]);
         T* dst = copies_.back().get();
         for (int64_t k = 0; k < numels[i]; ++k) dst[k] = static_cast<T>(sdk::load_float(t, k));
         ptrs_.push_back(dst);
@@ -104,7 +96,8 @@ class CpuBackend {
   // usable in place, else zeroed copies that commit() adds into the views.
   class Grads {
    public:
-    Grads(const dscore_layer_views& views, const std::vector<int64_t>& numels) : views_(views) {
+    Grads(sdk::HostRef host, const dscore_layer_views& views, const std::vector<int64_t>& numels)
+        : views_(views) {
       for (size_t i = 0; i < numels.size(); ++i) {
         dscore_tensor* t = views.grads[i];
         check_tensor(t, numels[i], "gradient");
@@ -114,7 +107,7 @@ class CpuBackend {
           continue;
         }
         copy_index_.push_back(static_cast<int>(copies_.size()));
-        copies_.emplace_back(numels[i]);
+        copies_.emplace_back(host, numels[i]);
         std::memset(copies_.back().get(), 0, static_cast<size_t>(numels[i]) * sizeof(T));
         ptrs_.push_back(copies_.back().get());
       }
@@ -137,8 +130,10 @@ class CpuBackend {
     std::vector<Buffer<T>> copies_;
   };
 
-  Params load_params(const dscore_layer_views& v, const std::vector<int64_t>& numels) { return Params(v, numels); }
-  Grads grads(const dscore_layer_views& v, const std::vector<int64_t>& numels) { return Grads(v, numels); }
+  Params load_params(const dscore_layer_views& v, const std::vector<int64_t>& numels) {
+    return Params(host_, v, numels);
+  }
+  Grads grads(const dscore_layer_views& v, const std::vector<int64_t>& numels) { return Grads(host_, v, numels); }
 
   void encoder_forward(T* out, const int32_t* tok, const T* wte, const T* wpe, int64_t B, int64_t Tn, int64_t C) {
     cpu::encoder_forward(out, tok, wte, wpe, B, Tn, C);
@@ -180,6 +175,7 @@ class CpuBackend {
   }
 
  private:
+  sdk::HostRef host_;
   // fp32 views for T = float; fp64 views (the gradient checks) for T = double.
   static constexpr dscore_dtype kOwnDtype = std::is_same_v<T, float> ? DSCORE_DTYPE_F32 : DSCORE_DTYPE_F64;
   static bool usable_in_place(const dscore_tensor* t) { return t->dtype == kOwnDtype; }

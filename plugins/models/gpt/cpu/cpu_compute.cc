@@ -6,9 +6,10 @@
 
 namespace dscore::gpt {
 
-std::unique_ptr<GptCompute> make_cpu_compute(const GptConfig& config, const GptParams& params) {
+std::unique_ptr<GptCompute> make_cpu_compute(const GptConfig& config, const GptParams& params,
+                                             sdk::HostRef host) {
   cpu::use_single_threaded_blas();
-  return std::make_unique<RunnerCompute<cpu::CpuBackend<float>>>(config, params);
+  return std::make_unique<RunnerCompute<cpu::CpuBackend<float>>>(config, params, host);
 }
 
 #ifndef DSCORE_GPT_WITH_CUDA

@@ -75,7 +75,7 @@ class HookHost {
     auto* h = static_cast<HookHost*>(ctx);
     if (h->record((mode == DSCORE_ACQUIRE_FORWARD ? "acquire F " : "acquire B ") +
                   std::to_string(layer)))
-      return FakeHost::instance().api()->set_error(DSCORE_UNAVAILABLE, "injected acquire failure");
+      return FakeHost::instance().api()->set_error(FakeHost::thread_context(), DSCORE_UNAVAILABLE, "injected acquire failure");
     ++h->held;
     Layer& l = h->layers_[layer];
     out->count = l.params.size();
@@ -87,13 +87,13 @@ class HookHost {
     auto* h = static_cast<HookHost*>(ctx);
     --h->held;
     if (h->record("release " + std::to_string(layer)))
-      return FakeHost::instance().api()->set_error(DSCORE_UNAVAILABLE, "injected release failure");
+      return FakeHost::instance().api()->set_error(FakeHost::thread_context(), DSCORE_UNAVAILABLE, "injected release failure");
     return DSCORE_OK;
   }
   static dscore_status grads_ready(void* ctx, size_t layer) {
     auto* h = static_cast<HookHost*>(ctx);
     if (h->record("grads_ready " + std::to_string(layer)))
-      return FakeHost::instance().api()->set_error(DSCORE_DATA_LOSS, "injected grads_ready failure");
+      return FakeHost::instance().api()->set_error(FakeHost::thread_context(), DSCORE_DATA_LOSS, "injected grads_ready failure");
     return DSCORE_OK;
   }
 

@@ -25,9 +25,11 @@ const dscore_optimizer_vtable* vt() {
 CreateArgs defaults() {
   return CreateArgs::with_defaults(g_lib->find(DSCORE_KIND_OPTIMIZER, "onebitadam"));
 }
-dscore_optimizer* create(int64_t freeze_step, double weight_decay = 0, int world = 1) {
+// `context`: the host context of the instance (default: this thread's).
+dscore_optimizer* create(int64_t freeze_step, double weight_decay = 0, int world = 1,
+                         dscore_host_context* context = nullptr) {
   CreateArgs a = defaults();
-  a.integer("freeze_step", freeze_step).number("weight_decay", weight_decay).rank(0, world);
+  a.integer("freeze_step", freeze_step).number("weight_decay", weight_decay).rank(0, world).context(context);
   dscore_optimizer* opt = nullptr;
   EXPECT_EQ(vt()->create(a.get(), &opt), DSCORE_OK) << FakeHost::instance().last_error();
   return opt;
@@ -156,7 +158,9 @@ void check_compressed_steps(int world, int64_t n, int steps, bool reload_between
       v[r].push_back(0.01f + 0.01f * std::abs(normal(rng)));
     }
   std::vector<dscore_optimizer*> opts(world);
-  for (int r = 0; r < world; ++r) opts[r] = create(1, 0.0, world);
+  // Created here, stepped on each rank's thread: each with its rank's communicator.
+  for (int r = 0; r < world; ++r)
+    opts[r] = create(1, 0.0, world, FakeHost::new_context(exchange.communicator(r)));
   ReferenceCompression reference(world, n);
   for (int s = 1; s <= steps; ++s) {
     for (int r = 0; r < world; ++r) {

@@ -37,7 +37,7 @@ struct ThreadExchange::Rank {
   dscore_status reduce(const dscore_tensor* send, dscore_tensor* recv, dscore_reduce_op op,
                        const char* what, int64_t offset, int64_t n) {
     if (send->dtype != DSCORE_DTYPE_F32 || (op != DSCORE_REDUCE_SUM && op != DSCORE_REDUCE_AVG))
-      return FakeHost::instance().api()->set_error(DSCORE_UNIMPLEMENTED,
+      return FakeHost::instance().api()->set_error(FakeHost::thread_context(), DSCORE_UNIMPLEMENTED,
                                                    "thread exchange: fp32 sum/avg only");
     count(what, send);
     std::vector<float> result(static_cast<size_t>(n), 0.0f);
@@ -109,10 +109,10 @@ dscore_status broadcast(dscore_comm* c, dscore_tensor* tensor, int32_t root, voi
 }
 
 dscore_status point_to_point(dscore_comm*, const dscore_tensor*, int32_t, void*) {
-  return FakeHost::instance().api()->set_error(DSCORE_UNIMPLEMENTED, "thread exchange: no send");
+  return FakeHost::instance().api()->set_error(FakeHost::thread_context(), DSCORE_UNIMPLEMENTED, "thread exchange: no send");
 }
 dscore_status receive(dscore_comm*, dscore_tensor*, int32_t, void*) {
-  return FakeHost::instance().api()->set_error(DSCORE_UNIMPLEMENTED, "thread exchange: no recv");
+  return FakeHost::instance().api()->set_error(FakeHost::thread_context(), DSCORE_UNIMPLEMENTED, "thread exchange: no recv");
 }
 
 dscore_status barrier(dscore_comm* c) {

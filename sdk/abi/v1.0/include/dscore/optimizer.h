@@ -78,7 +78,7 @@ typedef struct dscore_optimizer_step_args {
    * model's 16-bit copy). A plugin that does not fuse this returns
    * DSCORE_UNIMPLEMENTED when it is non-NULL and the host converts instead. */
   dscore_tensor* const* params_16bit;
-  void* stream;                      /* cudaStream_t for CUDA tensors, NULL for CPU */
+  void* stream;                      /* PROVISIONAL: cudaStream_t for CUDA tensors, NULL for CPU */
 } dscore_optimizer_step_args;
 
 typedef struct dscore_optimizer_vtable {
@@ -115,7 +115,8 @@ typedef struct dscore_optimizer_vtable {
    * ranks) the gradients it passes to the update numbered `step` (1-based,
    * as hparams->step). Return 0 when the optimizer communicates gradients
    * itself for that update (OneBitAdam's compressed phase, through
-   * host->communicator()): step() then receives this rank's local gradients.
+   * host->communicator(ctx, DSCORE_GROUP_DATA_PARALLEL)): step() then
+   * receives this rank's local gradients.
    * NULL means always 1. Only meaningful without ZeRO partitioning (stage 0);
    * the host refuses an optimizer that returns 0 under ZeRO stages 1-3. */
   int32_t (*wants_reduced_gradients)(const dscore_optimizer* self, int64_t step);

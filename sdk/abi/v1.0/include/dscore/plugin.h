@@ -23,9 +23,17 @@
  * A library built against minor M loads into a host of minor H when M <= H,
  * or when M > H and the library's min_host_minor <= H. Never an exact match.
  *
+ * Context. Every host service takes the dscore_host_context of the instance
+ * it works for: the `context` of the dscore_create_args that created it (or,
+ * inside init(), the library context init() received). One context belongs
+ * to one engine, so two engines in one process (a trainer and its eval
+ * engine, two tests in one binary) never share a communicator, a memory
+ * ledger, an error slot or a key-value store. Keep the pointer with the
+ * instance; it is valid until the instance is destroyed.
+ *
  * Errors. A fallible function returns dscore_status: DSCORE_OK (0) or one of
  * the codes below. The human-readable message goes through the host:
- * `return host->set_error(DSCORE_INVALID_ARGUMENT, "lr must be > 0");`.
+ * `return host->set_error(ctx, DSCORE_INVALID_ARGUMENT, "lr must be > 0");`.
  * No memory crosses allocators. No C++ exception, longjmp or exit() may leave
  * a plugin function: catch everything at the boundary (the optional C++
  * helpers in dscore/cpp/plugin.hpp do that for you). A feature a plugin does
@@ -42,6 +50,12 @@
  * one instance from one thread at a time (not necessarily the same thread).
  * Different instances may be called concurrently. Host services are
  * thread-safe.
+ *
+ * Provisional. Parts marked PROVISIONAL have no consumer in the engine yet
+ * and are not frozen by ABI 1.0: the offload (swapper) kind, device memory,
+ * the `stream` arguments and the key-value store across processes. Their
+ * shape is settled by the offload and GPU work, which may change them
+ * before a release freezes them. Everything else is frozen at 1.0.
  */
 #ifndef DSCORE_PLUGIN_H_
 #define DSCORE_PLUGIN_H_
@@ -188,14 +202,32 @@ typedef int32_t dscore_memory_kind;
 enum {
   DSCORE_MEMORY_HOST = 0,   /* ordinary CPU memory */
   DSCORE_MEMORY_PINNED = 1, /* page-locked host memory (CUDA pinned if available) */
-  DSCORE_MEMORY_DEVICE = 2  /* accelerator memory of the current device */
+  DSCORE_MEMORY_DEVICE = 2  /* PROVISIONAL: accelerator memory of the current device */
+};
+
+/* The context a plugin instance lives in: one per engine (its communicator
+ * groups, memory ledger, error slots, key-value store). Opaque and owned by
+ * the host; see "Context" above. */
+typedef struct dscore_host_context dscore_host_context;
+
+/* Communicator groups a context may hold (host->communicator). Values are
+ * stable; new groups (pipeline, expert, tensor parallel) are appended when
+ * the engine has them. */
+typedef int32_t dscore_comm_group;
+enum {
+  DSCORE_GROUP_WORLD = 0,        /* every rank of the job */
+  DSCORE_GROUP_DATA_PARALLEL = 1 /* the replicas that reduce gradients together
+                                    (the whole world until model parallelism) */
 };
 
 struct dscore_communicator; /* comm.h */
 
 /* Given to a library's init() and valid until its shutdown() returns.
  * Append-only: fields above each "minor N" marker exist in every host of that
- * minor or later. All functions are thread-safe. */
+ * minor or later. All functions are thread-safe. Each takes the context of
+ * the instance it serves (dscore_create_args.context) or, in init(), the
+ * library context; NULL is tolerated (the call then reaches no engine: log
+ * lines still print, errors and allocations are not attributed). */
 typedef struct dscore_host_api {
   uint32_t struct_size;
   uint32_t abi_major;       /* the host's ABI version */
@@ -203,38 +235,49 @@ typedef struct dscore_host_api {
   const char* host_version; /* dscore release, e.g. "0.1.0" */
 
   /* Log one line under the plugin's name. `message` is copied. */
-  void (*log)(dscore_log_level level, const char* plugin, const char* message);
+  void (*log)(dscore_host_context* ctx, dscore_log_level level, const char* plugin,
+              const char* message);
 
-  /* Record `message` as the error of the current call on this thread and
-   * return `code` unchanged, so `return host->set_error(code, "...")` works.
-   * The host reads it after the plugin function returns non-OK on the same
-   * thread. A plugin that returns an error without calling set_error still
-   * works; the message then says only the code. */
-  dscore_status (*set_error)(dscore_status code, const char* message);
+  /* Record `message` as the error of the current call (this context, this
+   * thread) and return `code` unchanged, so
+   * `return host->set_error(ctx, code, "...")` works. The host reads it
+   * after the plugin function returns non-OK. A plugin that returns an
+   * error without calling set_error still works; the message then says only
+   * the code. */
+  dscore_status (*set_error)(dscore_host_context* ctx, dscore_status code, const char* message);
 
-  /* Counted memory. `alignment` is a power of two (0 = 64). Returns NULL on
-   * failure (and records RESOURCE_EXHAUSTED). `tag` names the use for memory
-   * reports and may be NULL. Free with the same kind. free(NULL) is a no-op.
-   * DSCORE_MEMORY_DEVICE fails when the host has no accelerator. */
-  void* (*alloc)(size_t bytes, size_t alignment, dscore_memory_kind kind, const char* tag);
-  void (*free)(void* ptr, dscore_memory_kind kind);
+  /* Memory counted in the context's ledger. `alignment` is a power of two
+   * (0 = 64). Returns NULL on failure (and records RESOURCE_EXHAUSTED).
+   * `tag` names the use for memory reports and may be NULL. Free with the
+   * same context and kind. free(NULL) is a no-op. DSCORE_MEMORY_DEVICE is
+   * PROVISIONAL: it fails (UNIMPLEMENTED) in hosts without an accelerator
+   * allocator, which in ABI 1.0 is every host. */
+  void* (*alloc)(dscore_host_context* ctx, size_t bytes, size_t alignment,
+                 dscore_memory_kind kind, const char* tag);
+  void (*free)(dscore_host_context* ctx, void* ptr, dscore_memory_kind kind);
 
-  /* The data-parallel communicator of the running job, or NULL when there is
-   * none yet (listing, config check). Borrowed; valid until shutdown. */
-  const struct dscore_communicator* (*communicator)(void);
+  /* The context's communicator for `group`, or NULL when it has none (no
+   * job yet: listing, config check; a group the engine does not form).
+   * Borrowed; valid while the instance that asked lives. */
+  const struct dscore_communicator* (*communicator)(dscore_host_context* ctx,
+                                                    dscore_comm_group group);
 
-  /* Job-wide key-value store (bootstrap of comm backends: an NCCL unique id,
-   * a rendezvous address). kv_set publishes `size` bytes under `key`;
-   * kv_get blocks up to timeout_ms for the key, copies at most `capacity`
-   * bytes into `buffer` and stores the value's full size in *size.
-   * DEADLINE_EXCEEDED on timeout; UNAVAILABLE when the job has no store. */
-  dscore_status (*kv_set)(const char* key, const void* value, size_t size);
-  dscore_status (*kv_get)(const char* key, void* buffer, size_t capacity, size_t* size,
-                          int64_t timeout_ms);
+  /* The job's key-value store (bootstrap of comm backends: an NCCL unique
+   * id, the address of an in-process exchange). kv_set publishes `size`
+   * bytes under `key`; kv_get blocks up to timeout_ms for the key, copies at
+   * most `capacity` bytes into `buffer` and stores the value's full size in
+   * *size. DEADLINE_EXCEEDED on timeout; UNAVAILABLE when the job has no
+   * store. PROVISIONAL beyond one process: ABI 1.0 hosts share the store
+   * between the ranks of one process (ranks as threads); a store spanning
+   * processes arrives with the NCCL backend. */
+  dscore_status (*kv_set)(dscore_host_context* ctx, const char* key, const void* value,
+                          size_t size);
+  dscore_status (*kv_get)(dscore_host_context* ctx, const char* key, void* buffer,
+                          size_t capacity, size_t* size, int64_t timeout_ms);
 
   /* Profiling ranges (nest per thread) and a monotonic clock. */
-  void (*range_push)(const char* name);
-  void (*range_pop)(void);
+  void (*range_push)(dscore_host_context* ctx, const char* name);
+  void (*range_pop)(dscore_host_context* ctx);
   uint64_t (*now_ns)(void);
   /* ---- minor 0 ends here ---- */
 } dscore_host_api;
@@ -261,7 +304,7 @@ enum {
 #define DSCORE_CAP_F32 ((uint64_t)1 << 8)       /* accepts fp32 tensors */
 #define DSCORE_CAP_F16 ((uint64_t)1 << 9)       /* accepts fp16 tensors */
 #define DSCORE_CAP_BF16 ((uint64_t)1 << 10)     /* accepts bf16 tensors */
-#define DSCORE_CAP_MULTI_RANK ((uint64_t)1 << 16) /* uses host->communicator() */
+#define DSCORE_CAP_MULTI_RANK ((uint64_t)1 << 16) /* runs in multi-rank jobs */
 
 /* One plugin: what ds_config.json names. The vtable pointer points at the
  * kind's function table (dscore_optimizer_vtable, ...), which itself begins
@@ -307,10 +350,11 @@ typedef struct dscore_plugin_library {
   const char* vendor;
 
   /* Optional (may be NULL). Called once after the library is chosen for use,
-   * before any create(), with the host services table (borrowed until
-   * shutdown returns). A non-OK return makes the library unusable and its
-   * message is shown to the user. */
-  dscore_status (*init)(const dscore_host_api* host);
+   * before any create(), with the host services table and the library's own
+   * context (for logging and errors outside any instance), both borrowed
+   * until shutdown returns. A non-OK return makes the library unusable and
+   * its message (set_error on library_context) is shown to the user. */
+  dscore_status (*init)(const dscore_host_api* host, dscore_host_context* library_context);
   /* Optional. Called once after the last instance is destroyed, before the
    * library is unloaded. Must not fail. */
   void (*shutdown)(void);
@@ -349,6 +393,9 @@ typedef struct dscore_create_args {
   int32_t world_size;  /* number of ranks (1 when single) */
   int32_t local_rank;  /* rank within this machine */
   uint64_t seed;       /* the job's seed */
+  /* The context of the instance being created: pass it to every host
+   * service the instance calls, for as long as it lives. */
+  dscore_host_context* context;
 } dscore_create_args;
 
 #ifdef __cplusplus

@@ -1,25 +1,34 @@
-#include "reduce_math.h"
+// Optional header-only helper for comm plugins: ordered reductions. Combine
+// W chunks that arrived in rank order, always as ((c0 op c1) op c2) ...,
+// computing in fp32 for 16-bit data, so a result never depends on timing or
+// on the transport's algorithm: what comm.h asks of a backend, and what makes
+// ZeRO stages bitwise comparable at a fixed world size. The mpi and loopback
+// backends share it. Nothing here crosses the ABI.
+#ifndef DSCORE_CPP_ORDERED_REDUCE_HPP_
+#define DSCORE_CPP_ORDERED_REDUCE_HPP_
 
+#include <dscore/comm.h>
 #include <dscore/cpp/dtype.hpp>
 #include <dscore/cpp/plugin.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
+#include <vector>
 
-namespace dscore::mpi_comm {
-namespace {
+namespace dscore::sdk {
 
-using sdk::Error;
+namespace detail {
 
 template <typename Acc>
-Acc apply(dscore_reduce_op op, Acc a, Acc b) {
+inline Acc apply(dscore_reduce_op op, Acc a, Acc b) {
   switch (op) {
     case DSCORE_REDUCE_SUM:
     case DSCORE_REDUCE_AVG: return a + b;
     case DSCORE_REDUCE_PRODUCT: return a * b;
     case DSCORE_REDUCE_MIN: return std::min(a, b);
     case DSCORE_REDUCE_MAX: return std::max(a, b);
-    default: throw Error(DSCORE_INVALID_ARGUMENT, "unknown reduce op " + std::to_string(op));
+    default: throw sdk::Error(DSCORE_INVALID_ARGUMENT, "unknown reduce op " + std::to_string(op));
   }
 }
 
@@ -34,7 +43,7 @@ void reduce_typed(const T* chunks, int world, int64_t n, dscore_reduce_op op, T*
     if (op == DSCORE_REDUCE_SUM || op == DSCORE_REDUCE_AVG) {
       for (int64_t i = 0; i < n; ++i) acc[i] = acc[i] + load(c[i]);
     } else {
-      for (int64_t i = 0; i < n; ++i) acc[i] = apply<Acc>(op, acc[i], load(c[i]));
+      for (int64_t i = 0; i < n; ++i) acc[i] = detail::apply<Acc>(op, acc[i], load(c[i]));
     }
   }
   if (op == DSCORE_REDUCE_AVG) {
@@ -44,9 +53,12 @@ void reduce_typed(const T* chunks, int world, int64_t n, dscore_reduce_op op, T*
   for (int64_t i = 0; i < n; ++i) out[i] = store(acc[i]);
 }
 
-}  // namespace
+}  // namespace detail
 
-void reduce_chunks(const void* chunks, int world, int64_t n, dscore_dtype dtype,
+// chunks: world x n elements of `dtype`, chunk r from rank r. out: n
+// elements. `scratch` is fp32/fp64 working space the function may resize.
+// Throws sdk::Error for a dtype/op it cannot reduce.
+inline void reduce_chunks(const void* chunks, int world, int64_t n, dscore_dtype dtype,
                    dscore_reduce_op op, void* out, std::vector<double>* scratch) {
   // The scratch is double-typed storage; fp32 accumulators use it as floats.
   scratch->resize(static_cast<size_t>(n));
@@ -56,23 +68,23 @@ void reduce_chunks(const void* chunks, int world, int64_t n, dscore_dtype dtype,
   auto same_d = [](double v) { return v; };
   switch (dtype) {
     case DSCORE_DTYPE_F32:
-      reduce_typed(static_cast<const float*>(chunks), world, n, op, static_cast<float*>(out), facc,
+      detail::reduce_typed(static_cast<const float*>(chunks), world, n, op, static_cast<float*>(out), facc,
                    same_f, same_f);
       return;
     case DSCORE_DTYPE_F64:
-      reduce_typed(static_cast<const double*>(chunks), world, n, op, static_cast<double*>(out),
+      detail::reduce_typed(static_cast<const double*>(chunks), world, n, op, static_cast<double*>(out),
                    dacc, same_d, same_d);
       return;
     case DSCORE_DTYPE_BF16:
-      reduce_typed(static_cast<const uint16_t*>(chunks), world, n, op, static_cast<uint16_t*>(out),
+      detail::reduce_typed(static_cast<const uint16_t*>(chunks), world, n, op, static_cast<uint16_t*>(out),
                    facc, &sdk::bf16_to_float, &sdk::float_to_bf16);
       return;
     case DSCORE_DTYPE_F16:
-      reduce_typed(static_cast<const uint16_t*>(chunks), world, n, op, static_cast<uint16_t*>(out),
+      detail::reduce_typed(static_cast<const uint16_t*>(chunks), world, n, op, static_cast<uint16_t*>(out),
                    facc, &sdk::half_to_float, &sdk::float_to_half);
       return;
     case DSCORE_DTYPE_I32:
-      reduce_typed(static_cast<const int32_t*>(chunks), world, n, op, static_cast<int32_t*>(out),
+      detail::reduce_typed(static_cast<const int32_t*>(chunks), world, n, op, static_cast<int32_t*>(out),
                    dacc, [](int32_t v) { return static_cast<double>(v); },
                    [](double v) { return static_cast<int32_t>(v); });
       return;
@@ -80,14 +92,16 @@ void reduce_chunks(const void* chunks, int world, int64_t n, dscore_dtype dtype,
       // int64 through an int64 accumulator: exact.
       std::vector<int64_t> acc(static_cast<size_t>(n));
       auto same_i = [](int64_t v) { return v; };
-      reduce_typed(static_cast<const int64_t*>(chunks), world, n, op, static_cast<int64_t*>(out),
+      detail::reduce_typed(static_cast<const int64_t*>(chunks), world, n, op, static_cast<int64_t*>(out),
                    acc.data(), same_i, same_i);
       return;
     }
     default:
-      throw Error(DSCORE_INVALID_ARGUMENT,
-                  std::string("cannot reduce tensors of dtype ") + sdk::dtype_name(dtype));
+      throw sdk::Error(DSCORE_INVALID_ARGUMENT,
+                       std::string("cannot reduce tensors of dtype ") + sdk::dtype_name(dtype));
   }
 }
 
-}  // namespace dscore::mpi_comm
+}  // namespace dscore::sdk
+
+#endif  // DSCORE_CPP_ORDERED_REDUCE_HPP_

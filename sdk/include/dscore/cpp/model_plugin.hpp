@@ -1,0 +1,125 @@
+// Optional header-only adapter for model plugins written in C++: a class
+// that is its description, initialisation and forward/backward becomes a
+// dscore_model_vtable and a descriptor.
+//
+//   class MyModel : public sdk::Instance {
+//    public:
+//     MyModel(sdk::HostRef host, const sdk::Params& p);
+//     const dscore_model_description* description() const;
+//     void init_param(size_t index, int64_t offset, int64_t count, dscore_tensor* out) const;
+//     double forward_backward(const dscore_batch* batch, const dscore_model_hooks& hooks,
+//                             double loss_scale);                 // returns the loss
+//     // optional:
+//     void forward(const dscore_batch* batch, const dscore_model_hooks& hooks, double* loss,
+//                  dscore_tensor* output);
+//     void synthetic_batch(uint64_t seed, int64_t first_sample, const dscore_batch* out) const;
+//     double layer_flops(size_t layer, int64_t batch_size) const;
+//   };
+//   const dscore_plugin_descriptor kMine = sdk::model_descriptor<MyModel>(
+//       "my_model", "1.0", "one line", DSCORE_CAP_CPU | DSCORE_CAP_F32, kSchema);
+//
+// The hooks are checked before the class sees them (acquire and release,
+// plus grads_ready for forward_backward). Nothing here crosses the ABI.
+#ifndef DSCORE_CPP_MODEL_PLUGIN_HPP_
+#define DSCORE_CPP_MODEL_PLUGIN_HPP_
+
+#include <dscore/cpp/instance.hpp>
+#include <dscore/model.h>
+
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+namespace dscore::sdk {
+
+// The hooks, checked: acquire and release always, grads_ready for backward.
+inline const dscore_model_hooks& checked_hooks(const dscore_model_hooks* hooks, bool backward) {
+  if (hooks == nullptr || hooks->acquire == nullptr || hooks->release == nullptr ||
+      (backward && (!DSCORE_HAS_FIELD(hooks, dscore_model_hooks, grads_ready) ||
+                    hooks->grads_ready == nullptr)))
+    throw Error(DSCORE_INVALID_ARGUMENT, "model hooks are NULL or incomplete");
+  return *hooks;
+}
+
+namespace detail {
+template <typename T, typename = void>
+struct HasForward : std::false_type {};
+template <typename T>
+struct HasForward<T, std::void_t<decltype(std::declval<T&>().forward(
+                         static_cast<const dscore_batch*>(nullptr), std::declval<const dscore_model_hooks&>(),
+                         static_cast<double*>(nullptr), static_cast<dscore_tensor*>(nullptr)))>>
+    : std::true_type {};
+template <typename T, typename = void>
+struct HasSyntheticBatch : std::false_type {};
+template <typename T>
+struct HasSyntheticBatch<T, std::void_t<decltype(std::declval<const T&>().synthetic_batch(
+                                uint64_t{}, int64_t{}, static_cast<const dscore_batch*>(nullptr)))>>
+    : std::true_type {};
+template <typename T, typename = void>
+struct HasLayerFlops : std::false_type {};
+template <typename T>
+struct HasLayerFlops<T, std::void_t<decltype(std::declval<const T&>().layer_flops(size_t{}, int64_t{}))>>
+    : std::true_type {};
+}  // namespace detail
+
+template <typename T>
+struct ModelPlugin {
+  using S = Shim<dscore_model, T>;
+
+  static dscore_status create(const dscore_create_args* args, dscore_model** out) {
+    return S::create(args, out);
+  }
+  static dscore_status describe(const dscore_model* h, const dscore_model_description** out) {
+    return S::call(h, [&](const T& t) { *out = t.description(); });
+  }
+  static dscore_status init_param(const dscore_model* h, size_t index, int64_t offset, int64_t count,
+                                  dscore_tensor* out) {
+    return S::call(h, [&](const T& t) { t.init_param(index, offset, count, out); });
+  }
+  static dscore_status forward_backward(dscore_model* h, const dscore_batch* batch,
+                                        const dscore_model_hooks* hooks, double loss_scale, double* loss) {
+    return S::call(h, [&](T& t) {
+      const double value = t.forward_backward(batch, checked_hooks(hooks, true), loss_scale);
+      if (loss != nullptr) *loss = value;
+    });
+  }
+  static dscore_status forward(dscore_model* h, const dscore_batch* batch, const dscore_model_hooks* hooks,
+                               double* loss, dscore_tensor* output) {
+    return S::call(h, [&](T& t) { t.forward(batch, checked_hooks(hooks, false), loss, output); });
+  }
+  static dscore_status synthetic_batch(const dscore_model* h, uint64_t seed, int64_t first_sample,
+                                       const dscore_batch* out) {
+    return S::call(h, [&](const T& t) { t.synthetic_batch(seed, first_sample, out); });
+  }
+  static dscore_status layer_flops(const dscore_model* h, size_t layer, int64_t batch_size,
+                                   double* forward_flops) {
+    return S::call(h, [&](const T& t) { *forward_flops = t.layer_flops(layer, batch_size); });
+  }
+
+  static dscore_model_vtable make_vtable() {
+    dscore_model_vtable vt{};
+    vt.struct_size = sizeof vt;
+    vt.create = &create;
+    vt.destroy = &S::destroy;
+    vt.describe = &describe;
+    vt.init_param = &init_param;
+    vt.forward_backward = &forward_backward;
+    if constexpr (detail::HasForward<T>::value) vt.forward = &forward;
+    if constexpr (detail::HasSyntheticBatch<T>::value) vt.synthetic_batch = &synthetic_batch;
+    if constexpr (detail::HasLayerFlops<T>::value) vt.layer_flops = &layer_flops;
+    return vt;
+  }
+  static inline const dscore_model_vtable vtable = make_vtable();
+};
+
+// The descriptor of model class T.
+template <typename T>
+dscore_plugin_descriptor model_descriptor(const char* name, const char* version, const char* description,
+                                          uint64_t capabilities, const char* params_schema) {
+  return {sizeof(dscore_plugin_descriptor), DSCORE_KIND_MODEL, name, version, description,
+          capabilities, params_schema, &ModelPlugin<T>::vtable};
+}
+
+}  // namespace dscore::sdk
+
+#endif  // DSCORE_CPP_MODEL_PLUGIN_HPP_

@@ -1,0 +1,98 @@
+// Checkpoints saved and loaded by in-process jobs (tests/fakes/
+// in_process_job.h; ranks as threads on the loopback backend): an exact
+// resume at the same world size and stage, a re-partitioned resume at
+// another world size and stage, and a damaged file refused with a message
+// naming it. The mpirun versions, with crashes and the full matrix, are
+// tests/multirank/checkpoint_test.cc and checkpoint_files_test.cc.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "tests/fakes/in_process_job.h"
+
+namespace dscore {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::InProcessHooks;
+using testing::InProcessResult;
+using testing::run_in_process_job;
+
+std::string config(int stage) {
+  return R"("train_batch_size": 12, "train_steps": 6, "seed": 5,
+  "optimizer": {"type": "Adam", "params": {"lr": 0.002}},
+  "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_max_lr": 0.002, "warmup_num_steps": 2, "total_num_steps": 6}},
+  "model": {"type": "mlp", "hidden_dim": 20, "n_hidden_layers": 2},
+  "zero_optimization": {"stage": )" + std::to_string(stage) + "}";
+}
+
+class CheckpointInProcess : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("dscore_ckpt_in_process_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // The uninterrupted run, saving after its third step.
+  InProcessResult save_after_step_2(int stage, int world) {
+    InProcessHooks save;
+    save.after_each_step = [this](Engine& e, int64_t step) {
+      return step == 2 ? e.save_checkpoint(dir_.string()) : Status::Ok();
+    };
+    return run_in_process_job(config(stage), world, save);
+  }
+  InProcessResult resume(int stage, int world) {
+    InProcessHooks load;
+    load.before_training = [this](Engine& e) { return e.load_checkpoint(dir_.string()).status(); };
+    return run_in_process_job(config(stage), world, load);
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(CheckpointInProcess, ResumeAtTheSameWorldAndStageIsExact) {
+  const InProcessResult full = save_after_step_2(2, 2);
+  ASSERT_EQ(full.error, "");
+  const InProcessResult resumed = resume(2, 2);
+  ASSERT_EQ(resumed.error, "");
+  ASSERT_EQ(resumed.losses.size(), 3u);  // steps 3, 4, 5
+  EXPECT_EQ(resumed.losses, std::vector<double>(full.losses.begin() + 3, full.losses.end()));
+  EXPECT_EQ(resumed.params, full.params);
+}
+
+TEST_F(CheckpointInProcess, AnotherWorldSizeAndStageResumesWithinTolerance) {
+  const InProcessResult full = save_after_step_2(1, 2);
+  ASSERT_EQ(full.error, "");
+  const InProcessResult resumed = resume(3, 3);
+  ASSERT_EQ(resumed.error, "");
+  ASSERT_EQ(resumed.losses.size(), 3u);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_NEAR(resumed.losses[i], full.losses[i + 3], 1e-4 * std::fabs(full.losses[i + 3]));
+  ASSERT_EQ(resumed.params.size(), full.params.size());
+  for (size_t i = 0; i < full.params.size(); ++i)
+    EXPECT_NEAR(resumed.params[i], full.params[i], 1e-4 * std::fabs(full.params[i]) + 1e-6) << i;
+}
+
+TEST_F(CheckpointInProcess, ADamagedFileIsRefusedNamingIt) {
+  ASSERT_EQ(save_after_step_2(0, 1).error, "");
+  fs::path victim;
+  // The optimizer shard holds the fp32 master a resume reads.
+  for (const auto& entry : fs::recursive_directory_iterator(dir_))
+    if (entry.path().filename().string().find("optim_states") != std::string::npos) victim = entry.path();
+  ASSERT_FALSE(victim.empty());
+  {
+    std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-16, std::ios::end);
+    f.write("corrupted bytes!", 16);
+  }
+  const InProcessResult resumed = resume(0, 1);
+  EXPECT_NE(resumed.error.find(victim.filename().string()), std::string::npos) << resumed.error;
+}
+
+}  // namespace
+}  // namespace dscore
