@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "core/checkpoint/checksum.h"
-#include "core/zero/precision.h"
+#include "core/tensor/dtype_ops.h"
 
 namespace dscore::checkpoint {
 namespace {
@@ -49,7 +49,7 @@ Status convert_values(const void* src, dscore_dtype from, void* dst, dscore_dtyp
   if (from != to && (!is_float(from) || !is_float(to)))
     return invalid_argument(std::string("cannot convert ") + sdk::dtype_name(from) + " values to " +
                             sdk::dtype_name(to));
-  zero::convert(src, from, dst, to, count);
+  tensor::convert(src, from, dst, to, count);
   return Status::Ok();
 }
 

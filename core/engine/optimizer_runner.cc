@@ -4,24 +4,16 @@
 
 #include <cstring>
 
-#include "core/base/strings.h"
-#include "core/zero/precision.h"
+#include "core/tensor/dtype_ops.h"
+#include "core/tensor/host_buffer.h"
+#include "core/tensor/tensor_view.h"
 
 namespace dscore {
 namespace {
 
 dscore_tensor flat_view(void* data, dscore_dtype dtype, const std::vector<int64_t>& shape,
                         const char* name) {
-  dscore_tensor t{};
-  t.struct_size = sizeof t;
-  t.data = data;
-  t.dtype = dtype;
-  t.device_type = DSCORE_DEVICE_CPU;
-  t.ndim = 1;
-  t.shape = shape.data();
-  t.numel = shape[0];
-  t.name = name;
-  return t;
+  return tensor::host_view(data, dtype, shape, shape[0], name);
 }
 
 char* at(void* base, dscore_dtype dtype, int64_t index) {
@@ -47,13 +39,8 @@ Result<std::unique_ptr<OptimizerRunner>> OptimizerRunner::create(
   const int64_t owned = strategy->owned_numel();
   for (const auto& slot : runner->instance_->slots()) {
     const int64_t elements = owned * slot.elements_per_param;
-    CountedBuffer buffer = make_counted_buffer(
-        static_cast<size_t>(std::max<int64_t>(elements, 1)) * sdk::dtype_size(slot.dtype),
-        DSCORE_MEMORY_HOST, "optimizer " + slot.name);
-    if (!buffer)
-      return Status(DSCORE_RESOURCE_EXHAUSTED,
-                    "cannot allocate " + format_bytes(static_cast<uint64_t>(elements) * sdk::dtype_size(slot.dtype)) +
-                        " for optimizer state '" + slot.name + "'");
+    DSCORE_ASSIGN_OR_RETURN(CountedBuffer buffer, tensor::allocate_elements(elements, slot.dtype, "optimizer " + slot.name,
+                                                                            tensor::Fill::kUninitialised));
     if (slot.initial_value == 0.0) {
       std::memset(buffer.get(), 0, static_cast<size_t>(elements) * sdk::dtype_size(slot.dtype));
     } else {
@@ -156,7 +143,7 @@ void OptimizerRunner::write_16bit_copy() {
   if (p16 == nullptr) return;
   for (const Group& g : groups_)
     for (const zero::OwnedSegment& s : g.segments)
-      zero::convert(master + s.offset, DSCORE_DTYPE_F32, at(p16, model_dtype_, s.offset), model_dtype_, s.numel);
+      tensor::convert(master + s.offset, DSCORE_DTYPE_F32, at(p16, model_dtype_, s.offset), model_dtype_, s.numel);
 }
 
 }  // namespace dscore

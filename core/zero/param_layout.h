@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/base/status.h"
+#include "core/tensor/tensor_view.h"
 
 namespace dscore {
 
@@ -22,6 +23,11 @@ struct ParamEntry {
   int64_t offset = 0;  // elements from the start of the flat buffer
   uint32_t flags = 0;  // DSCORE_PARAM_*
 };
+
+// A host view of one whole parameter at `data` (the model's shape and name).
+inline dscore_tensor param_view(void* data, dscore_dtype dtype, const ParamEntry& p) {
+  return tensor::host_view(data, dtype, p.shape, p.numel, p.name.c_str());
+}
 
 class ParamLayout {
  public:

@@ -1,7 +1,7 @@
-// Bulk operations on flat buffers of any float dtype (fp32, fp16, bf16):
-// conversion, in-place scaling, accumulation, and the gradient statistics
-// (sum of squares, non-finite check) the boundary step needs. Arithmetic is
-// fp32 for 16-bit data, rounding once per result.
+// The gradient statistics the boundary step needs: a compensated sum of
+// squares and the non-finite check, over a flat buffer of any float dtype
+// (fp32, fp16, bf16). The elementwise buffer operations (conversion,
+// scaling, accumulation) live below in core/tensor/dtype_ops.h.
 #pragma once
 
 #include <dscore/plugin.h>
@@ -9,14 +9,6 @@
 #include <cstdint>
 
 namespace dscore::zero {
-
-void convert(const void* src, dscore_dtype src_dtype, void* dst, dscore_dtype dst_dtype, int64_t n);
-void fill_zero(void* data, dscore_dtype dtype, int64_t n);
-void scale_in_place(void* data, dscore_dtype dtype, int64_t n, double factor);
-// dst += src (same dtype).
-void accumulate(void* dst, const void* src, dscore_dtype dtype, int64_t n);
-// dst[i] = src[i] (same dtype), a plain copy.
-void copy(void* dst, const void* src, dscore_dtype dtype, int64_t n);
 
 // A sum of squares kept as an unevaluated pair hi + lo (TwoSum
 // compensation), so partial sums over different splits of the same

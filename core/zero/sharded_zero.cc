@@ -5,35 +5,15 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/base/logging.h"
-#include "core/zero/precision.h"
+#include "core/tensor/dtype_ops.h"
+#include "core/tensor/host_buffer.h"
+#include "core/zero/rank_chunks.h"
 #include "core/zero/reduction.h"
 
 namespace dscore::zero {
-namespace {
 
-CountedBuffer allocate(int64_t elements, dscore_dtype dtype, const std::string& tag) {
-  CountedBuffer b = make_counted_buffer(
-      static_cast<size_t>(std::max<int64_t>(elements, 1)) * sdk::dtype_size(dtype), DSCORE_MEMORY_HOST, tag);
-  if (!b) throw std::bad_alloc();
-  fill_zero(b.get(), dtype, elements);
-  return b;
-}
-
-dscore_tensor view_of(void* data, dscore_dtype dtype, const ParamEntry& p) {
-  dscore_tensor t{};
-  t.struct_size = sizeof t;
-  t.data = data;
-  t.dtype = dtype;
-  t.device_type = DSCORE_DEVICE_CPU;
-  t.ndim = static_cast<int32_t>(p.shape.size());
-  t.shape = p.shape.data();
-  t.numel = p.numel;
-  t.name = p.name.c_str();
-  return t;
-}
-
-}  // namespace
+using tensor::element_at;
+using tensor::Fill;
 
 ShardedZero::ShardedZero(const ZeroContext& context)
     : ctx_(context), rank_(context.comm->rank()), world_(context.comm->world_size()) {
@@ -71,10 +51,6 @@ ShardedZero::ShardedZero(const ZeroContext& context)
   }
 }
 
-char* ShardedZero::at(void* base, dscore_dtype dtype, int64_t index) const {
-  return static_cast<char*>(base) + index * static_cast<int64_t>(sdk::dtype_size(dtype));
-}
-
 int64_t ShardedZero::padded(size_t param) const { return shards_.params[param].shard_size * world_; }
 
 float* ShardedZero::owned_master() {
@@ -89,23 +65,28 @@ void* ShardedZero::owned_params16() {
 Status ShardedZero::initialise(const Model& model) {
   const dscore_dtype md = ctx_.model_dtype;
   const int64_t local = shards_.local_numel;
-  param_part_ = allocate(local, md, std::string("parameters ") + sdk::dtype_name(md));
-  if (md != DSCORE_DTYPE_F32) master_ = allocate(local, DSCORE_DTYPE_F32, "master weights fp32");
-  grad_part_ = allocate(local, ctx_.grad_dtype, "gradient partition");
+  DSCORE_ASSIGN_OR_RETURN(param_part_,
+                          tensor::allocate_elements(local, md, std::string("parameters ") + sdk::dtype_name(md)));
+  if (md != DSCORE_DTYPE_F32) {
+    DSCORE_ASSIGN_OR_RETURN(master_, tensor::allocate_elements(local, DSCORE_DTYPE_F32, "master weights fp32"));
+  }
+  DSCORE_ASSIGN_OR_RETURN(grad_part_, tensor::allocate_elements(local, ctx_.grad_dtype, "gradient partition"));
   float* master = owned_master();
   for (const OwnedSegment& s : segments_) {
     const ParamShard& shard = shards_.params[s.param];
     DSCORE_RETURN_IF_ERROR(model.init_param(s.param, shard.first_element(rank_), s.numel, master + s.offset));
     if (md != DSCORE_DTYPE_F32)
-      convert(master + s.offset, DSCORE_DTYPE_F32, at(param_part_.get(), md, s.offset), md, s.numel);
+      tensor::convert(master + s.offset, DSCORE_DTYPE_F32, element_at(param_part_.get(), md, s.offset), md, s.numel);
   }
   const auto& params = ctx_.layout->params();
   persistent_full_.resize(params.size());
-  for (size_t p = 0; p < params.size(); ++p)
-    if (persistent_[p]) persistent_full_[p] = allocate(padded(p), md, "persistent parameters");
+  for (size_t p = 0; p < params.size(); ++p) {
+    if (!persistent_[p]) continue;
+    DSCORE_ASSIGN_OR_RETURN(persistent_full_[p], tensor::allocate_elements(padded(p), md, "persistent parameters"));
+  }
   for (const ParamEntry& p : params) {
-    param_views_.push_back(view_of(nullptr, md, p));
-    grad_views_.push_back(view_of(nullptr, ctx_.grad_dtype, p));
+    param_views_.push_back(param_view(nullptr, md, p));
+    grad_views_.push_back(param_view(nullptr, ctx_.grad_dtype, p));
   }
   for (size_t i = 0; i < params.size(); ++i) {
     param_ptrs_.push_back(&param_views_[i]);
@@ -117,76 +98,73 @@ Status ShardedZero::initialise(const Model& model) {
 
 // --------------------------------------------------------------- gathering
 
-void ShardedZero::start_gathers(const std::vector<size_t>& layers) {
+Status ShardedZero::allgather_shards(const std::vector<size_t>& params, const std::vector<char*>& dest) {
+  // Pack this rank's shards, one allgather, then unpack each rank's chunk:
+  // rank r's shard of params[i] goes to element r * shard_size of dest[i].
   const dscore_dtype md = ctx_.model_dtype;
-  const size_t es = sdk::dtype_size(md);
-  struct Target {
-    std::shared_ptr<CountedBuffer> full;
-    std::vector<size_t> params;
-  };
-  std::vector<Target> targets;
-  int64_t shard_elements = 0;
+  const int64_t es = static_cast<int64_t>(sdk::dtype_size(md));
+  std::vector<ShardedRun> runs;
+  for (size_t i = 0; i < params.size(); ++i) runs.push_back({dest[i], shards_.params[params[i]].shard_size});
+  const int64_t shard_elements = chunk_elements(runs);
+  DSCORE_ASSIGN_OR_RETURN(CountedBuffer packed,
+                          tensor::allocate_elements(shard_elements, md, "gathered parameters", Fill::kUninitialised));
+  DSCORE_ASSIGN_OR_RETURN(CountedBuffer gathered, tensor::allocate_elements(shard_elements * world_, md,
+                                                                            "gathered parameters", Fill::kUninitialised));
+  char* pk = static_cast<char*>(packed.get());
+  int64_t offset = 0;
+  for (size_t p : params) {
+    const ParamShard& sh = shards_.params[p];
+    std::memcpy(pk + offset * es, element_at(param_part_.get(), md, sh.local_offset),
+                static_cast<size_t>(sh.shard_size * es));
+    offset += sh.shard_size;
+  }
+  DSCORE_RETURN_IF_ERROR(ctx_.comm->allgather({pk, md, shard_elements}, {gathered.get(), md, shard_elements * world_}));
+  unpack_rank_chunks(static_cast<const char*>(gathered.get()), runs, world_, static_cast<size_t>(es));
+  return Status::Ok();
+}
+
+Status ShardedZero::start_gathers(const std::vector<size_t>& layers) {
+  const dscore_dtype md = ctx_.model_dtype;
+  // Allocate every layer's memory before any layer changes state, so a
+  // failure leaves them all released.
+  std::vector<size_t> starting;
+  std::vector<std::shared_ptr<CountedBuffer>> fulls;
   for (size_t layer : layers) {
     LayerState& s = layers_[layer];
     if (s.residency != Residency::kReleased || s.gathered_params.empty()) continue;
     int64_t full_elements = 0;
     for (size_t p : s.gathered_params) full_elements += padded(p);
     // Every byte is overwritten by the unpacking (shard padding included).
-    s.full = std::make_shared<CountedBuffer>(make_counted_buffer(
-        static_cast<size_t>(full_elements) * es, DSCORE_MEMORY_HOST, "gathered parameters"));
-    if (!*s.full) throw std::bad_alloc();
+    DSCORE_ASSIGN_OR_RETURN(CountedBuffer full,
+                            tensor::allocate_elements(full_elements, md, "gathered parameters", Fill::kUninitialised));
+    fulls.push_back(std::make_shared<CountedBuffer>(std::move(full)));
+    starting.push_back(layer);
+  }
+  if (starting.empty()) return Status::Ok();
+  std::vector<size_t> params;  // in layer order: one allgather for all
+  std::vector<char*> dest;
+  for (size_t i = 0; i < starting.size(); ++i) {
+    LayerState& s = layers_[starting[i]];
+    s.full = fulls[i];
     s.residency = Residency::kInFlight;
     live_elements_ += s.numel;
-    shard_elements += s.shard_elements;
-    targets.push_back({s.full, s.gathered_params});
+    int64_t param_start = 0;
+    for (size_t p : s.gathered_params) {
+      params.push_back(p);
+      dest.push_back(element_at(s.full->get(), md, param_start));
+      param_start += padded(p);
+    }
   }
-  if (targets.empty()) return;
-  auto ticket = ctx_.stream->submit([this, targets, shard_elements, es, md] {
-    // Pack this rank's shards of every layer, one allgather, then unpack
-    // each rank's chunk into the full (padded) parameters.
-    CountedBuffer packed = make_counted_buffer(static_cast<size_t>(shard_elements) * es, DSCORE_MEMORY_HOST,
-                                               "gathered parameters");
-    CountedBuffer gathered = make_counted_buffer(static_cast<size_t>(shard_elements * world_) * es,
-                                                 DSCORE_MEMORY_HOST, "gathered parameters");
-    if (!packed || !gathered) return Status(DSCORE_RESOURCE_EXHAUSTED, "zero-3: cannot allocate a gather buffer");
-    char* pk = static_cast<char*>(packed.get());
-    int64_t offset = 0;
-    for (const Target& t : targets) {
-      for (size_t p : t.params) {
-        const ParamShard& sh = shards_.params[p];
-        std::memcpy(pk + offset * static_cast<int64_t>(es), at(param_part_.get(), md, sh.local_offset),
-                    static_cast<size_t>(sh.shard_size) * es);
-        offset += sh.shard_size;
-      }
-    }
-    DSCORE_RETURN_IF_ERROR(ctx_.comm->allgather({pk, md, shard_elements},
-                                                {gathered.get(), md, shard_elements * world_}));
-    const char* all = static_cast<const char*>(gathered.get());
-    for (int r = 0; r < world_; ++r) {
-      int64_t in_chunk = 0;
-      for (const Target& t : targets) {
-        char* out = static_cast<char*>(t.full->get());
-        int64_t param_start = 0;
-        for (size_t p : t.params) {
-          const int64_t shard = shards_.params[p].shard_size;
-          std::memcpy(out + (param_start + r * shard) * static_cast<int64_t>(es),
-                      all + (r * shard_elements + in_chunk) * static_cast<int64_t>(es),
-                      static_cast<size_t>(shard) * es);
-          in_chunk += shard;
-          param_start += shard * world_;
-        }
-      }
-    }
-    return Status::Ok();
-  });
+  auto ticket = ctx_.stream->submit([this, fulls, params, dest] { return allgather_shards(params, dest); });
   for (size_t layer : layers)
     if (layers_[layer].residency == Residency::kInFlight && !layers_[layer].ticket) layers_[layer].ticket = ticket;
+  return Status::Ok();
 }
 
 Status ShardedZero::ensure_gathered(size_t layer) {
   LayerState& s = layers_[layer];
   if (s.gathered_params.empty()) return Status::Ok();
-  if (s.residency == Residency::kReleased) start_gathers({layer});
+  if (s.residency == Residency::kReleased) DSCORE_RETURN_IF_ERROR(start_gathers({layer}));
   if (s.residency == Residency::kInFlight) {
     DSCORE_RETURN_IF_ERROR(ctx_.stream->wait(s.ticket));
     s.ticket.reset();
@@ -207,19 +185,9 @@ void ShardedZero::point_param_views(size_t layer) {
 }
 
 void ShardedZero::finish_trace() {
-  // For each event, where its layer is used next, and the elements gathered
-  // by the events before each index: reuse distances become subtractions.
-  next_use_.assign(trace_.size(), kNever);
-  std::vector<size_t> seen(layers_.size(), kNever);
-  for (size_t i = trace_.size(); i-- > 0;) {
-    next_use_[i] = seen[trace_[i].layer];
-    seen[trace_[i].layer] = i;
-  }
-  elements_before_.assign(trace_.size() + 1, 0);
-  for (size_t i = 0; i < trace_.size(); ++i)
-    elements_before_[i + 1] = elements_before_[i] + layers_[trace_[i].layer].numel;
-  recording_ = false;
-  trace_valid_ = true;
+  std::vector<int64_t> layer_elements;
+  for (const LayerState& s : layers_) layer_elements.push_back(s.numel);
+  trace_.finish(layer_elements);
 }
 
 int64_t ShardedZero::padded_layer_elements(size_t layer) const {
@@ -234,8 +202,12 @@ void ShardedZero::prepare_grads(const std::vector<size_t>& layers) {
   for (size_t l : layers) elements.push_back(padded_layer_elements(l));
   auto prepared = std::make_shared<std::vector<CountedBuffer>>(layers.size());
   auto ticket = ctx_.stream->submit([this, elements, prepared] {
-    for (size_t i = 0; i < elements.size(); ++i)
-      (*prepared)[i] = allocate(elements[i], ctx_.grad_dtype, "gradient bucket");
+    // A failure leaves the entry empty: take_grads allocates it again on
+    // the compute thread and reports the Status there.
+    for (size_t i = 0; i < elements.size(); ++i) {
+      Result<CountedBuffer> buffer = tensor::allocate_elements(elements[i], ctx_.grad_dtype, "gradient bucket");
+      if (buffer.ok()) (*prepared)[i] = std::move(buffer).value();
+    }
     return Status::Ok();
   });
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -255,12 +227,14 @@ Result<std::shared_ptr<CountedBuffer>> ShardedZero::take_grads(size_t layer) {
     s.prepared.reset();
     if (buffer) return std::make_shared<CountedBuffer>(std::move(buffer));
   }
-  return std::make_shared<CountedBuffer>(allocate(padded_layer_elements(layer), ctx_.grad_dtype, "gradient bucket"));
+  DSCORE_ASSIGN_OR_RETURN(CountedBuffer buffer,
+                          tensor::allocate_elements(padded_layer_elements(layer), ctx_.grad_dtype, "gradient bucket"));
+  return std::make_shared<CountedBuffer>(std::move(buffer));
 }
 
-void ShardedZero::prefetch_from(size_t position) {
+Status ShardedZero::prefetch_from(size_t position) {
   const config::ZeroConfig& z = ctx_.config->zero;
-  if (!trace_valid_ || z.prefetch_bucket_size <= 0) return;
+  if (!trace_.valid() || z.prefetch_bucket_size <= 0) return Status::Ok();
   // One allgather for the released layers of the next prefetch_bucket_size
   // elements of the trace, within the live limit. Events before
   // prefetched_until_ already have their layer gathered or on the way (a
@@ -268,12 +242,12 @@ void ShardedZero::prefetch_from(size_t position) {
   std::vector<size_t> group, grads_for;
   int64_t live = live_elements_;
   size_t i = std::max(position, prefetched_until_);
-  for (; i < trace_.size() && elements_before_[i] - elements_before_[position] < z.prefetch_bucket_size; ++i) {
-    const size_t layer = trace_[i].layer;
+  for (; i < trace_.size() && trace_.elements_between(position, i) < z.prefetch_bucket_size; ++i) {
+    const size_t layer = trace_.event(i).layer;
     LayerState& s = layers_[layer];
     // Zeroed gradient buffers for upcoming backward passes, prepared off
     // the compute thread (the model adds into them).
-    if (trace_[i].mode == DSCORE_ACQUIRE_BACKWARD && !s.grads && !s.grads_ticket &&
+    if (trace_.event(i).mode == DSCORE_ACQUIRE_BACKWARD && !s.grads && !s.grads_ticket &&
         std::find(grads_for.begin(), grads_for.end(), layer) == grads_for.end())
       grads_for.push_back(layer);
     if (s.residency != Residency::kReleased || s.gathered_params.empty()) continue;
@@ -283,15 +257,16 @@ void ShardedZero::prefetch_from(size_t position) {
     group.push_back(layer);
   }
   prefetched_until_ = i;
-  start_gathers(group);
+  DSCORE_RETURN_IF_ERROR(start_gathers(group));
   prepare_grads(grads_for);
+  return Status::Ok();
 }
 
 bool ShardedZero::reused_soon(size_t layer) const {
-  if (!trace_valid_) return false;
-  const size_t next = next_use_[layers_[layer].last_event];
-  if (next == kNever || next < position_) return false;
-  return elements_before_[next] - elements_before_[position_] <= ctx_.config->zero.max_reuse_distance;
+  if (!trace_.valid()) return false;
+  const size_t next = trace_.next_use(layers_[layer].last_event);
+  if (next == AcquireTrace::kNever || next < position_) return false;
+  return trace_.elements_between(position_, next) <= ctx_.config->zero.max_reuse_distance;
 }
 
 void ShardedZero::free_gathered(size_t layer) {
@@ -303,9 +278,9 @@ void ShardedZero::free_gathered(size_t layer) {
   s.residency = Residency::kReleased;
   live_elements_ -= s.numel;
   // Its next use needs a prefetch again.
-  if (trace_valid_ && s.last_event < next_use_.size()) {
-    const size_t next = next_use_[s.last_event];
-    if (next != kNever && next >= position_) prefetched_until_ = std::min(prefetched_until_, next);
+  if (trace_.valid() && s.last_event < trace_.size()) {
+    const size_t next = trace_.next_use(s.last_event);
+    if (next != AcquireTrace::kNever && next >= position_) prefetched_until_ = std::min(prefetched_until_, next);
   }
 }
 
@@ -317,19 +292,13 @@ void ShardedZero::begin_micro_step(bool) {
 }
 
 Status ShardedZero::acquire(size_t layer, dscore_acquire_mode mode, dscore_layer_views* out) {
-  if (recording_) {
-    trace_.push_back({layer, mode});
-  } else if (trace_valid_ && (position_ >= trace_.size() || trace_[position_].layer != layer ||
-                              trace_[position_].mode != mode)) {
-    log_debug("zero-3: the model's acquire order changed; prefetching stops for this run");
-    trace_valid_ = false;
-  }
+  trace_.observe(position_, layer, mode);
   LayerState& s = layers_[layer];
   s.last_event = position_;
   position_ += 1;
   DSCORE_RETURN_IF_ERROR(ensure_gathered(layer));
   s.acquired += 1;
-  prefetch_from(position_);
+  DSCORE_RETURN_IF_ERROR(prefetch_from(position_));
   const size_t first = ctx_.layout->layer_first(layer);
   out->count = ctx_.layout->layer_end(layer) - first;
   out->params = param_ptrs_.data() + first;
@@ -374,39 +343,33 @@ void ShardedZero::flush_gradients() {
     const dscore_dtype gd = ctx_.grad_dtype;
     const int64_t es = static_cast<int64_t>(sdk::dtype_size(gd));
     const Reduction r = plan_reduction(*ctx_.config, world_);
-    int64_t chunk = 0;
-    for (const PendingGrads& g : group) chunk += layers_[g.layer].all_shard_elements;
     // Interleave per rank: chunk r = every param's r-th shard, layer after
     // layer (REFERENCE.md 5.3 reduce_scatter_coalesced), then one
     // reduce-scatter.
-    CountedBuffer send = make_counted_buffer(static_cast<size_t>(chunk * world_ * es), DSCORE_MEMORY_HOST,
-                                             "gradient bucket");
-    CountedBuffer recv = make_counted_buffer(static_cast<size_t>(chunk * es), DSCORE_MEMORY_HOST, "gradient bucket");
-    if (!send || !recv) return Status(DSCORE_RESOURCE_EXHAUSTED, "zero-3: cannot allocate a gradient bucket");
-    char* out = static_cast<char*>(send.get());
-    for (int rr = 0; rr < world_; ++rr) {
-      int64_t in_chunk = 0;
-      for (const PendingGrads& g : group) {
-        const char* full = static_cast<const char*>(g.grads->get());
-        int64_t param_start = 0;
-        for (size_t p = ctx_.layout->layer_first(g.layer); p < ctx_.layout->layer_end(g.layer); ++p) {
-          const int64_t shard = shards_.params[p].shard_size;
-          std::memcpy(out + (rr * chunk + in_chunk) * es, full + (param_start + rr * shard) * es,
-                      static_cast<size_t>(shard * es));
-          in_chunk += shard;
-          param_start += shard * world_;
-        }
+    std::vector<ShardedRun> runs;
+    for (const PendingGrads& g : group) {
+      char* full = static_cast<char*>(g.grads->get());
+      for (size_t p = ctx_.layout->layer_first(g.layer); p < ctx_.layout->layer_end(g.layer); ++p) {
+        const int64_t shard = shards_.params[p].shard_size;
+        runs.push_back({full, shard});
+        full += shard * world_ * es;
       }
     }
-    scale_in_place(send.get(), gd, chunk * world_, r.pre_factor);
+    const int64_t chunk = chunk_elements(runs);
+    DSCORE_ASSIGN_OR_RETURN(CountedBuffer send,
+                            tensor::allocate_elements(chunk * world_, gd, "gradient bucket", Fill::kUninitialised));
+    DSCORE_ASSIGN_OR_RETURN(CountedBuffer recv,
+                            tensor::allocate_elements(chunk, gd, "gradient bucket", Fill::kUninitialised));
+    pack_rank_chunks(runs, world_, static_cast<size_t>(es), static_cast<char*>(send.get()));
+    tensor::scale_in_place(send.get(), gd, chunk * world_, r.pre_factor);
     DSCORE_RETURN_IF_ERROR(ctx_.comm->reduce_scatter({send.get(), gd, chunk * world_}, {recv.get(), gd, chunk}, r.op));
-    scale_in_place(recv.get(), gd, chunk, r.post_factor);
+    tensor::scale_in_place(recv.get(), gd, chunk, r.post_factor);
     const char* reduced = static_cast<const char*>(recv.get());
     int64_t in_chunk = 0;
     for (const PendingGrads& g : group) {
       for (size_t p = ctx_.layout->layer_first(g.layer); p < ctx_.layout->layer_end(g.layer); ++p) {
         const ParamShard& sh = shards_.params[p];
-        accumulate(at(grad_part_.get(), gd, sh.local_offset), reduced + in_chunk * es, gd, sh.shard_size);
+        tensor::accumulate(element_at(grad_part_.get(), gd, sh.local_offset), reduced + in_chunk * es, gd, sh.shard_size);
         in_chunk += sh.shard_size;
       }
     }
@@ -417,7 +380,7 @@ void ShardedZero::flush_gradients() {
 Status ShardedZero::end_micro_step() {
   flush_gradients();
   Status status = ctx_.stream->synchronize();
-  if (recording_) finish_trace();
+  if (trace_.recording()) finish_trace();
   return status;
 }
 
@@ -431,42 +394,17 @@ Status ShardedZero::after_update() {
 
 Status ShardedZero::gather_persistent() {
   std::vector<size_t> params;
-  int64_t shard_elements = 0;
+  std::vector<char*> dest;
   for (size_t p = 0; p < persistent_.size(); ++p) {
     if (!persistent_[p]) continue;
     params.push_back(p);
-    shard_elements += shards_.params[p].shard_size;
+    dest.push_back(static_cast<char*>(persistent_full_[p].get()));
   }
   if (params.empty()) return Status::Ok();
-  const dscore_dtype md = ctx_.model_dtype;
-  const size_t es = sdk::dtype_size(md);
-  return ctx_.stream->run([&] {
-    std::vector<char> packed(static_cast<size_t>(shard_elements) * es);
-    std::vector<char> gathered(packed.size() * static_cast<size_t>(world_));
-    int64_t offset = 0;
-    for (size_t p : params) {
-      const ParamShard& sh = shards_.params[p];
-      std::memcpy(packed.data() + offset * es, at(param_part_.get(), md, sh.local_offset),
-                  static_cast<size_t>(sh.shard_size) * es);
-      offset += sh.shard_size;
-    }
-    DSCORE_RETURN_IF_ERROR(ctx_.comm->allgather({packed.data(), md, shard_elements},
-                                                {gathered.data(), md, shard_elements * world_}));
-    for (int r = 0; r < world_; ++r) {
-      int64_t in_chunk = 0;
-      for (size_t p : params) {
-        const int64_t shard = shards_.params[p].shard_size;
-        std::memcpy(static_cast<char*>(persistent_full_[p].get()) + r * shard * static_cast<int64_t>(es),
-                    gathered.data() + (r * shard_elements + in_chunk) * static_cast<int64_t>(es),
-                    static_cast<size_t>(shard) * es);
-        in_chunk += shard;
-      }
-    }
-    return Status::Ok();
-  });
+  return ctx_.stream->run([&] { return allgather_shards(params, dest); });
 }
 
-void ShardedZero::zero_grads() { fill_zero(grad_part_.get(), ctx_.grad_dtype, shards_.local_numel); }
+void ShardedZero::zero_grads() { tensor::fill_zero(grad_part_.get(), ctx_.grad_dtype, shards_.local_numel); }
 
 Status ShardedZero::gather_master(std::vector<float>* out) {
   const int64_t local = shards_.local_numel;
@@ -490,7 +428,7 @@ Status ShardedZero::gather_master(std::vector<float>* out) {
 std::vector<ParamRun> ShardedZero::checkpoint_params() {
   std::vector<ParamRun> runs;
   for (const OwnedSegment& s : segments_)
-    runs.push_back({s.param, s.element, s.numel, at(param_part_.get(), ctx_.model_dtype, s.offset)});
+    runs.push_back({s.param, s.element, s.numel, element_at(param_part_.get(), ctx_.model_dtype, s.offset)});
   return runs;
 }
 

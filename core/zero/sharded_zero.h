@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/base/memory.h"
+#include "core/zero/acquire_trace.h"
 #include "core/zero/partition.h"
 #include "core/zero/zero_strategy.h"
 
@@ -74,18 +75,14 @@ class ShardedZero final : public ZeroStrategy {
     std::shared_ptr<std::vector<CountedBuffer>> prepared;
     size_t prepared_index = 0;
   };
-  struct TraceEvent {
-    size_t layer;
-    dscore_acquire_mode mode;
-  };
-  static constexpr size_t kNever = static_cast<size_t>(-1);
-
-  char* at(void* base, dscore_dtype dtype, int64_t index) const;
   int64_t padded(size_t param) const;
+  // On the comm thread: one allgather of this rank's shards of `params`,
+  // rank r's shard of params[i] landing at element r * shard_size of dest[i].
+  Status allgather_shards(const std::vector<size_t>& params, const std::vector<char*>& dest);
   // One allgather for all of `layers` (released ones), unpacked per layer.
-  void start_gathers(const std::vector<size_t>& layers);
+  Status start_gathers(const std::vector<size_t>& layers);
   Status ensure_gathered(size_t layer);
-  void prefetch_from(size_t position);
+  Status prefetch_from(size_t position);
   bool reused_soon(size_t layer) const;
   void free_gathered(size_t layer);
   int64_t padded_layer_elements(size_t layer) const;
@@ -114,11 +111,7 @@ class ShardedZero final : public ZeroStrategy {
   std::vector<const dscore_tensor*> param_ptrs_;
   std::vector<dscore_tensor*> grad_ptrs_;
 
-  std::vector<TraceEvent> trace_;
-  bool recording_ = true;   // the first forward_backward records the trace
-  bool trace_valid_ = false;
-  std::vector<size_t> next_use_;      // per trace event: index of the layer's next event, or kNever
-  std::vector<int64_t> elements_before_;  // per trace index: gathered elements of the events before it
+  AcquireTrace trace_;      // recorded by the first forward_backward
   size_t position_ = 0;     // events seen in this forward_backward
   size_t prefetched_until_ = 0;  // trace events before this index need no prefetch now
   int64_t live_elements_ = 0;

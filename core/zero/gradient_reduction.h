@@ -1,0 +1,77 @@
+// How ZeRO stages 0-2 reduce gradients across ranks over one FlatStorage:
+// the gradient memory each stage keeps, where the model's grad views point,
+// and when each reduction is queued on the comm stream. One type per stage:
+//   stage 0  AllreduceGrid    (grid_reduction.h)  allreduce at the boundary
+//   stage 1  OwnerReduceGrid  (grid_reduction.h)  reduce into owners at the boundary
+//   stage 2  IpgBuckets       (ipg_buckets.h)     reduce into owners as buckets fill
+// Every reduction sums in rank order (the comm backend's contract), so for
+// the same gradients the three produce the same bits.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/zero/flat_storage.h"
+#include "core/zero/zero_strategy.h"
+
+namespace dscore::zero {
+
+// Which layers' gradients are final in this micro-step. Backward walks the
+// layers downwards, so "every layer from lowest() up is ready" is what lets
+// the part of the flat space above a layer's first parameter go.
+class ReadyLayers {
+ public:
+  void reset(size_t layer_count) {
+    ready_.assign(layer_count, 0);
+    lowest_ = layer_count;
+  }
+  // Marks `layer` ready; false when it already was.
+  bool mark(size_t layer) {
+    if (ready_[layer]) return false;
+    ready_[layer] = 1;
+    while (lowest_ > 0 && ready_[lowest_ - 1]) --lowest_;
+    return true;
+  }
+  bool ready(size_t layer) const { return ready_[layer] != 0; }
+  size_t lowest() const { return lowest_; }  // layers >= this one are all ready
+  size_t count() const { return ready_.size(); }
+
+ private:
+  std::vector<char> ready_;
+  size_t lowest_ = 0;
+};
+
+class GradientReduction {
+ public:
+  virtual ~GradientReduction() = default;
+
+  // Allocate this stage's gradient memory (zeroed) and point the grad views
+  // that never move.
+  virtual Status allocate() = 0;
+  // (owned) grad_dtype: the reduced gradients the optimizer reads.
+  virtual void* owned_grads() = 0;
+  virtual void zero_grads() = 0;
+
+  // Only a stage whose ranks hold every gradient can skip the reduction (an
+  // optimizer that communicates itself: ZeroStrategy::set_gradient_reduction).
+  virtual bool can_skip_reduction() const { return false; }
+  virtual void set_reduce(bool) {}
+
+  virtual void begin_micro_step(bool boundary) = 0;
+  // A BACKWARD acquire of `layer`: make its grad views point at memory the
+  // model can add into.
+  virtual Status lend(size_t layer) = 0;
+  // `layer` just became ready (`ready` already says so); may queue reductions.
+  virtual void layer_ready(size_t layer, const ReadyLayers& ready) = 0;
+  // After the model returned: every reduction due in this micro-step done.
+  virtual Status end_micro_step(const ReadyLayers& ready) = 0;
+};
+
+// Elements of one reduction bucket: reduce_bucket_size, within [1, padded].
+inline int64_t bucket_elements(const ZeroContext& ctx, const FlatPartition& partition) {
+  return std::clamp<int64_t>(ctx.config->zero.reduce_bucket_size, 1, partition.padded_numel);
+}
+
+}  // namespace dscore::zero

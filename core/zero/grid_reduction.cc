@@ -1,0 +1,92 @@
+#include "core/zero/grid_reduction.h"
+
+#include <dscore/cpp/dtype.hpp>
+
+#include <algorithm>
+#include <string>
+
+#include "core/tensor/dtype_ops.h"
+#include "core/tensor/host_buffer.h"
+
+namespace dscore::zero {
+
+GridReduction::GridReduction(const ZeroContext& context, FlatStorage& storage)
+    : ctx_(context),
+      storage_(storage),
+      bucket_capacity_(bucket_elements(context, storage.partition())) {}
+
+char* GridReduction::grads_at(int64_t flat_index) {
+  return tensor::element_at(grads_.get(), ctx_.grad_dtype, flat_index);
+}
+
+Status GridReduction::allocate() {
+  const dscore_dtype gd = ctx_.grad_dtype;
+  DSCORE_ASSIGN_OR_RETURN(
+      grads_, tensor::allocate_elements(storage_.partition().padded_numel, gd,
+                                        std::string("gradients ") + sdk::dtype_name(gd)));
+  storage_.point_grads(0, storage_.layout().params().size(), grads_.get(), 0);
+  return Status::Ok();
+}
+
+// Stage 1 reduces in place into its own slice of the full gradients.
+void* GridReduction::owned_grads() { return grads_at(storage_.owned_begin()); }
+
+void GridReduction::zero_grads() {
+  tensor::fill_zero(grads_.get(), ctx_.grad_dtype, storage_.partition().padded_numel);
+}
+
+void GridReduction::begin_micro_step(bool boundary) {
+  boundary_ = boundary;
+  next_hi_ = storage_.partition().padded_numel;
+}
+
+void GridReduction::layer_ready(size_t, const ReadyLayers& ready) {
+  if (boundary_ && reduce_ && ctx_.config->zero.overlap_comm) submit_ready(false, ready);
+}
+
+Status GridReduction::end_micro_step(const ReadyLayers& ready) {
+  if (!boundary_ || !reduce_) return Status::Ok();  // gradients stay local
+  submit_ready(/*all=*/true, ready);
+  return ctx_.stream->synchronize();
+}
+
+void GridReduction::submit_ready(bool all, const ReadyLayers& ready) {
+  const ParamLayout& layout = storage_.layout();
+  const int64_t floor = all ? 0
+                            : (ready.lowest() >= layout.layer_count()
+                                   ? layout.total_numel()  // only the padding above the last layer
+                                   : layout.params()[layout.layer_first(ready.lowest())].offset);
+  while (next_hi_ > 0) {
+    const int64_t hi = next_hi_, lo = std::max<int64_t>(0, hi - bucket_capacity_);
+    if (lo < floor) break;
+    next_hi_ = lo;
+    ctx_.stream->submit([this, lo, hi] {
+      const Reduction r = plan_reduction(*ctx_.config, ctx_.comm->world_size());
+      tensor::scale_in_place(grads_at(lo), ctx_.grad_dtype, hi - lo, r.pre_factor);
+      return reduce_bucket(lo, hi, r);
+    });
+  }
+}
+
+Status AllreduceGrid::reduce_bucket(int64_t lo, int64_t hi, const Reduction& r) {
+  void* data = grads_at(lo);
+  comm::CommBuffer buffer{data, ctx_.grad_dtype, hi - lo};
+  DSCORE_RETURN_IF_ERROR(ctx_.comm->allreduce(buffer, buffer, r.op));
+  tensor::scale_in_place(data, ctx_.grad_dtype, hi - lo, r.post_factor);
+  return Status::Ok();
+}
+
+Status OwnerReduceGrid::reduce_bucket(int64_t lo, int64_t hi, const Reduction& r) {
+  const int rank = storage_.rank();
+  for (const OwnedPiece& piece : split_by_owner(storage_.partition(), lo, hi)) {
+    const int64_t n = piece.end - piece.begin;
+    comm::CommBuffer send{grads_at(piece.begin), ctx_.grad_dtype, n};
+    comm::CommBuffer recv;
+    if (piece.rank == rank) recv = send;  // the owner's slice, reduced in place
+    DSCORE_RETURN_IF_ERROR(ctx_.comm->reduce(send, recv, r.op, piece.rank));
+    if (piece.rank == rank) tensor::scale_in_place(recv.data, ctx_.grad_dtype, n, r.post_factor);
+  }
+  return Status::Ok();
+}
+
+}  // namespace dscore::zero

@@ -1,0 +1,68 @@
+// Boundary reductions of stages 0 and 1: the full gradients accumulate
+// locally over the micro-steps of a cycle; at the accumulation boundary the
+// flat space is reduced in a fixed grid of reduce_bucket_size buckets from
+// the top down. With overlap_comm a bucket goes as soon as every layer above
+// its start is ready; otherwise all go after the model returns.
+//   AllreduceGrid (stage 0):   each bucket allreduced, every rank keeps all;
+//   OwnerReduceGrid (stage 1): each bucket's pieces reduced, in place, into
+//                              the rank that owns them.
+#pragma once
+
+#include "core/base/memory.h"
+#include "core/zero/gradient_reduction.h"
+#include "core/zero/reduction.h"
+
+namespace dscore::zero {
+
+class GridReduction : public GradientReduction {
+ public:
+  GridReduction(const ZeroContext& context, FlatStorage& storage);
+
+  Status allocate() override;
+  void* owned_grads() override;
+  void zero_grads() override;
+  void begin_micro_step(bool boundary) override;
+  Status lend(size_t) override { return Status::Ok(); }  // the views point into grads_ for good
+  void layer_ready(size_t layer, const ReadyLayers& ready) override;
+  Status end_micro_step(const ReadyLayers& ready) override;
+
+ protected:
+  // On the comm thread: reduce flat range [lo, hi) of the full gradients,
+  // already multiplied by r.pre_factor.
+  virtual Status reduce_bucket(int64_t lo, int64_t hi, const Reduction& r) = 0;
+  void set_reduce_flag(bool reduce) { reduce_ = reduce; }
+  char* grads_at(int64_t flat_index);
+
+  ZeroContext ctx_;
+  FlatStorage& storage_;
+
+ private:
+  // Queue the grid buckets whose layers are all ready (all: every one left).
+  void submit_ready(bool all, const ReadyLayers& ready);
+
+  int64_t bucket_capacity_ = 0;
+  CountedBuffer grads_;  // (padded) grad_dtype: the full gradients
+  bool boundary_ = false;
+  bool reduce_ = true;
+  int64_t next_hi_ = 0;  // top of the next grid bucket to submit
+};
+
+class AllreduceGrid final : public GridReduction {
+ public:
+  using GridReduction::GridReduction;
+  bool can_skip_reduction() const override { return true; }
+  void set_reduce(bool reduce) override { set_reduce_flag(reduce); }
+
+ protected:
+  Status reduce_bucket(int64_t lo, int64_t hi, const Reduction& r) override;
+};
+
+class OwnerReduceGrid final : public GridReduction {
+ public:
+  using GridReduction::GridReduction;
+
+ protected:
+  Status reduce_bucket(int64_t lo, int64_t hi, const Reduction& r) override;
+};
+
+}  // namespace dscore::zero

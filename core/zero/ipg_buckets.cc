@@ -1,0 +1,195 @@
+#include "core/zero/ipg_buckets.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "core/tensor/dtype_ops.h"
+#include "core/tensor/host_buffer.h"
+#include "core/zero/reduction.h"
+
+namespace dscore::zero {
+
+using tensor::element_at;
+
+IpgBuckets::IpgBuckets(const ZeroContext& context, FlatStorage& storage)
+    : ctx_(context),
+      storage_(storage),
+      capacity_(bucket_elements(context, storage.partition())),
+      bucket_count_(context.config->zero.overlap_comm ? 2 : 1) {}
+
+Status IpgBuckets::allocate() {
+  const dscore_dtype gd = ctx_.grad_dtype;
+  DSCORE_ASSIGN_OR_RETURN(
+      owned_, tensor::allocate_elements(storage_.owned_numel(), gd, "gradient partition"));
+  for (size_t i = 0; i < bucket_count_; ++i) {
+    DSCORE_ASSIGN_OR_RETURN(buckets_[i].memory,
+                            tensor::allocate_elements(capacity_, gd, "gradient bucket"));
+  }
+  placement_.assign(storage_.layout().layer_count(), Placement{});
+  return Status::Ok();
+}
+
+void IpgBuckets::zero_grads() {
+  tensor::fill_zero(owned_.get(), ctx_.grad_dtype, storage_.owned_numel());
+}
+
+void IpgBuckets::begin_micro_step(bool) {
+  std::fill(placement_.begin(), placement_.end(), Placement{});
+  open_ = false;
+  solos_.clear();
+}
+
+Status IpgBuckets::lend(size_t layer) {
+  if (placement_[layer].kind != Placement::Kind::kNotLent)
+    return Status::Ok();  // lent earlier this micro-step
+  return place(layer);
+}
+
+Status IpgBuckets::place_solo(size_t layer) {
+  const auto [s, e] = storage_.layer_range(layer);
+  Solo solo;
+  DSCORE_ASSIGN_OR_RETURN(solo.memory,
+                          tensor::allocate_elements(e - s, ctx_.grad_dtype, "gradient bucket"));
+  solo.lo = s;
+  solo.hi = e;
+  storage_.point_grads(storage_.layout().layer_first(layer), storage_.layout().layer_end(layer),
+                       solo.memory.get(), s);
+  placement_[layer] = {Placement::Kind::kSolo, solos_.size()};
+  solos_.push_back(std::move(solo));
+  return Status::Ok();
+}
+
+Status IpgBuckets::open_bucket(int64_t hi) {
+  Bucket& bucket = buckets_[current_];
+  DSCORE_RETURN_IF_ERROR(ctx_.stream->wait(bucket.ticket));  // its memory is free again
+  bucket.ticket.reset();
+  bucket.hi = hi;
+  bucket.lo = hi;
+  bucket.pending = 0;
+  bucket.sealed = false;
+  open_ = true;
+  return Status::Ok();
+}
+
+Status IpgBuckets::place(size_t layer) {
+  const auto [s, e] = storage_.layer_range(layer);
+  if (e - s > capacity_) return place_solo(layer);
+  Bucket* bucket = &buckets_[current_];
+  if (!open_ || bucket->lo != e || bucket->hi - s > capacity_) {
+    // A bucket whose layers are not all ready (a model that comes back to a
+    // layer later, e.g. a tied embedding) moves out; sealing it would let
+    // its memory be reused before it is reduced.
+    if (open_ && bucket->pending > 0) DSCORE_RETURN_IF_ERROR(detach_current_bucket());
+    if (open_) seal_current_bucket();
+    // A sealed bucket is in flight: fill the other. A detached one is zero
+    // again and is reused.
+    if (open_) current_ = (current_ + 1) % bucket_count_;
+    DSCORE_RETURN_IF_ERROR(open_bucket(e));
+    bucket = &buckets_[current_];
+  }
+  // The bucket's memory is zero here: fresh, or zeroed by its last
+  // reduction task, which finished before open_bucket's wait.
+  storage_.point_grads(storage_.layout().layer_first(layer), storage_.layout().layer_end(layer),
+                       bucket->memory.get(), bucket->hi - capacity_);
+  bucket->lo = s;
+  bucket->pending += 1;
+  placement_[layer] = {Placement::Kind::kBucket, current_};
+  return Status::Ok();
+}
+
+Status IpgBuckets::detach_current_bucket() {
+  Bucket& b = buckets_[current_];
+  const dscore_dtype gd = ctx_.grad_dtype;
+  Solo solo;
+  DSCORE_ASSIGN_OR_RETURN(solo.memory,
+                          tensor::allocate_elements(b.hi - b.lo, gd, "gradient bucket"));
+  solo.lo = b.lo;
+  solo.hi = b.hi;
+  solo.pending = b.pending;
+  char* placed = element_at(b.memory.get(), gd, b.lo - (b.hi - capacity_));
+  const size_t bytes = static_cast<size_t>(b.hi - b.lo) * sdk::dtype_size(gd);
+  std::memcpy(solo.memory.get(), placed, bytes);
+  std::memset(placed, 0, bytes);  // bucket memory is zero when free
+  const ParamLayout& layout = storage_.layout();
+  const size_t index = solos_.size();
+  for (size_t l = 0; l < placement_.size(); ++l) {
+    const int64_t first_offset = layout.params()[layout.layer_first(l)].offset;
+    const Placement& at = placement_[l];
+    if (at.kind != Placement::Kind::kBucket || at.index != current_ || first_offset < b.lo ||
+        first_offset >= b.hi)
+      continue;
+    storage_.point_grads(layout.layer_first(l), layout.layer_end(l), solo.memory.get(), b.lo);
+    placement_[l] = {Placement::Kind::kSolo, index};
+  }
+  solos_.push_back(std::move(solo));
+  b.pending = 0;
+  b.lo = b.hi;
+  open_ = false;
+  return Status::Ok();
+}
+
+void IpgBuckets::seal_current_bucket() {
+  buckets_[current_].sealed = true;
+  submit_bucket_if_complete(current_);
+}
+
+void IpgBuckets::submit_bucket_if_complete(size_t index) {
+  Bucket& b = buckets_[index];
+  if (!b.sealed || b.pending > 0 || b.ticket) return;
+  b.ticket =
+      submit_owner_reduction(static_cast<char*>(b.memory.get()), b.hi - capacity_, b.lo, b.hi);
+  b.sealed = false;
+}
+
+void IpgBuckets::layer_ready(size_t layer, const ReadyLayers&) {
+  const Placement at = placement_[layer];
+  if (at.kind == Placement::Kind::kBucket) {
+    buckets_[at.index].pending -= 1;
+    submit_bucket_if_complete(at.index);
+  } else if (at.kind == Placement::Kind::kSolo) {
+    Solo& solo = solos_[at.index];
+    if (--solo.pending == 0)
+      submit_owner_reduction(static_cast<char*>(solo.memory.get()), solo.lo, solo.lo, solo.hi);
+  }
+}
+
+Status IpgBuckets::end_micro_step(const ReadyLayers& ready) {
+  if (open_) seal_current_bucket();
+  open_ = false;
+  for (size_t l = 0; l < placement_.size(); ++l) {
+    if (placement_[l].kind != Placement::Kind::kNotLent && !ready.ready(l))
+      return invalid_argument("the model lent gradients for layer " + std::to_string(l) +
+                              " but never called grads_ready for it");
+  }
+  Status status = ctx_.stream->synchronize();
+  solos_.clear();
+  return status;
+}
+
+comm::CommStream::Ticket IpgBuckets::submit_owner_reduction(char* memory, int64_t window,
+                                                            int64_t lo, int64_t hi) {
+  return ctx_.stream->submit([this, memory, window, lo, hi] {
+    const Reduction r = plan_reduction(*ctx_.config, ctx_.comm->world_size());
+    const dscore_dtype gd = ctx_.grad_dtype;
+    const int rank = storage_.rank();
+    tensor::scale_in_place(element_at(memory, gd, lo - window), gd, hi - lo, r.pre_factor);
+    for (const OwnedPiece& piece : split_by_owner(storage_.partition(), lo, hi)) {
+      const int64_t n = piece.end - piece.begin;
+      comm::CommBuffer send{element_at(memory, gd, piece.begin - window), gd, n};
+      comm::CommBuffer recv;
+      if (piece.rank == rank) recv = send;  // reduced in place, then added to the partition
+      DSCORE_RETURN_IF_ERROR(ctx_.comm->reduce(send, recv, r.op, piece.rank));
+      if (piece.rank == rank) {
+        tensor::scale_in_place(send.data, gd, n, r.post_factor);
+        tensor::accumulate(element_at(owned_.get(), gd, piece.begin - storage_.owned_begin()),
+                           send.data, gd, n);
+      }
+    }
+    // Clean for the next layers placed here, off the compute thread.
+    tensor::fill_zero(element_at(memory, gd, lo - window), gd, hi - lo);
+    return Status::Ok();
+  });
+}
+
+}  // namespace dscore::zero
