@@ -300,7 +300,8 @@ TEST(CliConfigCheck, UnknownCommBackendPointsAtTheValueAndSuggests) {
 
 TEST(CliConfigCheck, CommBackendAutoAndRealNamesPass) {
   for (const char* backend : {"auto", "local", "LOCAL"}) {
-    auto run = check(std::string("{\"train_batch_size\": 32, \"comm\": {\"backend\": \"") + backend + "\"}}");
+    auto run = check(std::string("{\"train_batch_size\": 32, \"comm\": {\"backend\": \"") +
+                     backend + "\"}}");
     EXPECT_EQ(run->result.exit_code, 0) << backend << ": " << run->result.describe();
     EXPECT_EQ(parse_stdout(run->result).find("comm")->find("backend")->as_string(), backend);
   }

@@ -45,10 +45,12 @@ TEST(PluginNames, UnknownCommBackendNamesThePathTheValueAndTheClosestPlugin) {
   EXPECT_EQ(e.path, "comm.backend");
   EXPECT_EQ(e.location.line, 4);
   EXPECT_EQ(e.location.column, 23);  // the value "locall"
-  EXPECT_EQ(e.message.rfind("no comm plugin named 'locall'; did you mean \"local\"?; available: ", 0), 0u)
+  EXPECT_EQ(
+      e.message.rfind("no comm plugin named 'locall'; did you mean \"local\"?; available: ", 0), 0u)
       << e.message;
   EXPECT_NE(e.message.find(DSCORE_BUILD_PLUGIN_DIR), std::string::npos) << e.message;
-  EXPECT_EQ(config::format_error(e, loaded.source_name).rfind("t.json:4:23: comm.backend: no comm plugin", 0),
+  EXPECT_EQ(config::format_error(e, loaded.source_name)
+                .rfind("t.json:4:23: comm.backend: no comm plugin", 0),
             0u);
 }
 
@@ -58,7 +60,8 @@ TEST(PluginNames, MpiiSuggestsMpi) {
   EXPECT_EQ(e.path, "comm.backend");
   EXPECT_EQ(e.location.line, 4);
   EXPECT_EQ(e.location.column, 23);
-  EXPECT_EQ(e.message.rfind("no comm plugin named 'mpii'; did you mean \"mpi\"?; available: local, mpi. ", 0),
+  EXPECT_EQ(e.message.rfind(
+                "no comm plugin named 'mpii'; did you mean \"mpi\"?; available: local, mpi. ", 0),
             0u)
       << e.message;
 }
@@ -88,7 +91,8 @@ TEST(PluginNames, EveryPluginSectionTypeIsCheckedWithASuggestion) {
   const std::vector<Expected> expected = {
       {"model.type", 4, 12, "no model plugin named 'mlpp'; did you mean \"mlp\"?"},
       {"optimizer.type", 5, 16, "no optimizer plugin named 'adma'; did you mean \"adam\"?"},
-      {"scheduler.type", 6, 16, "no scheduler plugin named 'WarmupLRR'; did you mean \"WarmupLR\"?"},
+      {"scheduler.type", 6, 16,
+       "no scheduler plugin named 'WarmupLRR'; did you mean \"WarmupLR\"?"},
   };
   for (size_t i = 0; i < expected.size(); ++i) {
     const config::ConfigError& e = loaded.errors[i];
@@ -103,15 +107,17 @@ TEST(PluginNames, ExtraMonitorTypeNamesItsListEntry) {
   // The list entry starts on line 3, column 18.
   InitializeOptions options;
   options.job = comm::JobEnv{};
-  const std::string text = "{\n  \"plugins\": {\"paths\": [\"" + std::string(DSCORE_BUILD_PLUGIN_DIR) +
-                           "\"],\n    \"monitors\": [{\"type\": \"csv_monitr\"}]},\n  \"train_batch_size\": 8\n}\n";
+  const std::string text =
+      "{\n  \"plugins\": {\"paths\": [\"" + std::string(DSCORE_BUILD_PLUGIN_DIR) +
+      "\"],\n    \"monitors\": [{\"type\": \"csv_monitr\"}]},\n  \"train_batch_size\": 8\n}\n";
   auto setup = prepare_text(text, "t.json", ".", options);
   ASSERT_TRUE(setup.ok()) << setup.status().message();
   config::ConfigError e = only_error(setup->loaded);
   EXPECT_EQ(e.path, "plugins.monitors[0].type");
   EXPECT_EQ(e.location.line, 3);
   EXPECT_EQ(e.location.column, 18);  // the entry's object
-  EXPECT_EQ(e.message.rfind("no monitor plugin named 'csv_monitr'; did you mean \"csv_monitor\"?", 0), 0u)
+  EXPECT_EQ(
+      e.message.rfind("no monitor plugin named 'csv_monitr'; did you mean \"csv_monitor\"?", 0), 0u)
       << e.message;
 }
 
