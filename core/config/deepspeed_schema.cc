@@ -69,19 +69,36 @@ std::shared_ptr<const ObjectSpec> fp16_spec() {
       {
           F("enabled", T::kBool, "train in fp16 with a loss scaler")
               .def(false)
-              .auto_rule("reduced_precision_off"),
-          F("auto_cast", T::kBool, "cast the model's inputs to fp16").def(false),
-          F("loss_scale", T::kNumber, "0 = dynamic loss scaling; otherwise the static scale").def(0).min(0),
+              .auto_rule("reduced_precision_off")
+              .to(&Fp16Config::enabled),
+          F("auto_cast", T::kBool, "cast the model's inputs to fp16").def(false).to(&Fp16Config::auto_cast),
+          F("loss_scale", T::kNumber, "0 = dynamic loss scaling; otherwise the static scale")
+              .def(0)
+              .min(0)
+              .to(&Fp16Config::loss_scale),
           F("initial_scale_power", T::kInt, "dynamic scaling starts at 2^initial_scale_power")
               .def(16)
-              .range(0, 127),
-          F("loss_scale_window", T::kInt, "clean steps before the scale doubles").def(1000).min(1),
-          F("hysteresis", T::kInt, "overflows tolerated before the scale halves (ZeRO scaler)").def(2).min(1),
-          F("consecutive_hysteresis", T::kBool, "refill hysteresis after each clean step").def(false),
-          F("min_loss_scale", T::kNumber, "lower bound of the dynamic scale").def(1).min(0),
+              .range(0, 127)
+              .to(&Fp16Config::initial_scale_power),
+          F("loss_scale_window", T::kInt, "clean steps before the scale doubles")
+              .def(1000)
+              .min(1)
+              .to(&Fp16Config::loss_scale_window),
+          F("hysteresis", T::kInt, "overflows tolerated before the scale halves (ZeRO scaler)")
+              .def(2)
+              .min(1)
+              .to(&Fp16Config::hysteresis),
+          F("consecutive_hysteresis", T::kBool, "refill hysteresis after each clean step")
+              .def(false)
+              .to(&Fp16Config::consecutive_hysteresis),
+          F("min_loss_scale", T::kNumber, "lower bound of the dynamic scale")
+              .def(1)
+              .min(0)
+              .to(&Fp16Config::min_loss_scale),
           F("fp16_master_weights_and_grads", T::kBool,
             "keep fp16 master weights (ZeRO stage 2 with CPU offload only)")
-              .def(false),
+              .def(false)
+              .to(&Fp16Config::fp16_master_weights_and_grads),
       },
       "fp16 mixed precision (REFERENCE.md 1.3); only read when enabled");
 }
@@ -91,8 +108,11 @@ std::shared_ptr<const ObjectSpec> bf16_spec() {
       {
           F("enabled", T::kBool, "train in bf16 (no loss scaling)")
               .def(false)
-              .auto_rule("reduced_precision_off"),
-          F("immediate_grad_update", T::kBool, "apply bf16 gradients immediately").def(false),
+              .auto_rule("reduced_precision_off")
+              .to(&Bf16Config::enabled),
+          F("immediate_grad_update", T::kBool, "apply bf16 gradients immediately")
+              .def(false)
+              .to(&Bf16Config::immediate_grad_update),
       },
       "bf16 mixed precision (REFERENCE.md 1.3)");
 }
@@ -101,27 +121,49 @@ std::vector<FieldSpec> batch_and_training_fields() {
   return {
       F("train_batch_size", T::kInt, "global batch: micro-batch * accumulation steps * world size")
           .nullable()
-          .auto_rule("batch"),
+          .auto_rule("batch")
+          .to<TrainingConfig>([](TrainingConfig& c) -> auto& { return c.batch.train_batch_size; }),
       F("train_micro_batch_size_per_gpu", T::kInt, "samples per rank per forward/backward")
           .nullable()
-          .auto_rule("batch"),
+          .auto_rule("batch")
+          .to<TrainingConfig>(
+              [](TrainingConfig& c) -> auto& { return c.batch.train_micro_batch_size_per_gpu; }),
       F("gradient_accumulation_steps", T::kInt, "micro-batches per optimizer step")
           .nullable()
-          .auto_rule("batch"),
-      F("steps_per_print", T::kInt, "print a progress line every N steps (unset: never)").nullable().min(1),
-      F("optimizer", T::kObject, "the optimizer plugin and its params").nullable().object(optimizer_spec()),
+          .auto_rule("batch")
+          .to<TrainingConfig>(
+              [](TrainingConfig& c) -> auto& { return c.batch.gradient_accumulation_steps; }),
+      F("steps_per_print", T::kInt, "print a progress line every N steps (unset: never)")
+          .nullable()
+          .min(1)
+          .to(&TrainingConfig::steps_per_print),
+      F("optimizer", T::kObject, "the optimizer plugin and its params")
+          .nullable()
+          .object(optimizer_spec())
+          .read<TrainingConfig>([](const json::Value& v, const std::string& path, TrainingConfig& c) {
+            c.optimizer = plugin_ref(v, path);
+          }),
       F("scheduler", T::kObject, "the LR scheduler plugin and its params")
           .nullable()
-          .object(plugin_section("LR scheduler", "\"WarmupLR\", \"WarmupDecayLR\", \"OneCycle\"")),
+          .object(plugin_section("LR scheduler", "\"WarmupLR\", \"WarmupDecayLR\", \"OneCycle\""))
+          .read<TrainingConfig>([](const json::Value& v, const std::string& path, TrainingConfig& c) {
+            c.scheduler = plugin_ref(v, path);
+          }),
       F("zero_allow_untested_optimizer", T::kBool, "allow ZeRO with an optimizer outside the tested list")
-          .def(false),
+          .def(false)
+          .to(&TrainingConfig::zero_allow_untested_optimizer),
       F("zero_force_ds_cpu_optimizer", T::kBool, "require DeepSpeed's CPU optimizer with ZeRO-Offload")
-          .def(true),
-      F("fp16", T::kObject, "fp16 mixed precision").def(json::Value::object()).object(fp16_spec()),
+          .def(true)
+          .to(&TrainingConfig::zero_force_ds_cpu_optimizer),
+      F("fp16", T::kObject, "fp16 mixed precision")
+          .def(json::Value::object())
+          .object(fp16_spec())
+          .to(&TrainingConfig::fp16),
       F("bf16", T::kObject, "bf16 mixed precision")
           .def(json::Value::object())
           .alias("bfloat16")
-          .object(bf16_spec()),
+          .object(bf16_spec())
+          .to(&TrainingConfig::bf16),
       F("amp", T::kObject, "NVIDIA apex AMP: not implemented by dscore (use fp16 or bf16)")
           .nullable()
           .not_used()
@@ -133,34 +175,45 @@ std::vector<FieldSpec> batch_and_training_fields() {
           .object(make_object({F("grad_accum_dtype", T::kString,
                                  "dtype gradients accumulate in (default: see REFERENCE.md 1.7)")
                                    .nullable()
-                                   .enums({"fp32", "fp16", "bf16"})},
-                              "data types")),
+                                   .enums({"fp32", "fp16", "bf16"})
+                                   .to(&TrainingConfig::grad_accum_dtype)},
+                              "data types"))
+          .flattened_into<TrainingConfig>(),
       F("gradient_clipping", T::kNumber, "clip the global gradient norm to this value (0 = off)")
           .def(0.0)
           .min(0)
-          .auto_rule("hf_max_grad_norm"),
+          .auto_rule("hf_max_grad_norm")
+          .to(&TrainingConfig::gradient_clipping),
       F("communication_data_type", T::kString,
         "dtype of gradient communication (default: the training dtype)")
           .nullable()
           .enums({"fp16", "bf16", "fp32"}, true)
           .enum_message(
-              "Invalid communication_data_type. Supported data types: ['fp16', 'bf16', 'fp32']. Got: {}"),
+              "Invalid communication_data_type. Supported data types: ['fp16', 'bf16', 'fp32']. Got: {}")
+          .to(&TrainingConfig::communication_data_type),
       F("seq_parallel_comm_data_type", T::kString, "sequence-parallel communication dtype")
           .def("fp32")
           .not_used(),
       F("prescale_gradients", T::kBool, "divide gradients by the world size before the all-reduce")
-          .def(false),
-      F("gradient_predivide_factor", T::kNumber, "divide gradients by this before the all-reduce").def(1.0),
+          .def(false)
+          .to(&TrainingConfig::prescale_gradients),
+      F("gradient_predivide_factor", T::kNumber, "divide gradients by this before the all-reduce")
+          .def(1.0)
+          .to(&TrainingConfig::gradient_predivide_factor),
       F("sparse_gradients", T::kBool, "sparse embedding gradients").def(false).not_used(),
       F("disable_allgather", T::kBool, "DeepSpeed internal switch").def(false).not_used(),
       F("dump_state", T::kBool, "print the engine state after initialization").def(false).not_used(),
       F("vocabulary_size", T::kInt, "only a warning in DeepSpeed if not a multiple of 8")
           .nullable()
           .not_used(),
-      F("wall_clock_breakdown", T::kBool, "time forward/backward/step and report them").def(false),
-      F("memory_breakdown", T::kBool, "report memory usage").def(false),
+      F("wall_clock_breakdown", T::kBool, "time forward/backward/step and report them")
+          .def(false)
+          .to(&TrainingConfig::wall_clock_breakdown),
+      F("memory_breakdown", T::kBool, "report memory usage").def(false).to(&TrainingConfig::memory_breakdown),
       F("graph_harvesting", T::kBool, "CUDA graph harvesting").def(false).not_used(),
-      F("dataloader_drop_last", T::kBool, "drop the last incomplete batch").def(false),
+      F("dataloader_drop_last", T::kBool, "drop the last incomplete batch")
+          .def(false)
+          .to(&TrainingConfig::dataloader_drop_last),
       F("use_data_before_expert_parallelism", T::kBool, "MoE data ordering").def(false).not_used(),
       F("sequence_parallel_size", T::kInt, "sequence-parallel size (device mesh)").nullable().not_used(),
       F("data_parallel_size", T::kInt, "data-parallel size (device mesh)").nullable().not_used(),
@@ -181,7 +234,10 @@ std::vector<FieldSpec> dscore_fields() {
           .nullable()
           .object(make_object({F("type", T::kString, "model plugin name (\"mlp\", \"gpt\")").required()},
                               "the model: \"type\" plus the model plugin's own parameters",
-                              {.allow_unknown = true, .quiet_unknown = true})),
+                              {.allow_unknown = true, .quiet_unknown = true}))
+          .read<TrainingConfig>([](const json::Value& v, const std::string& path, TrainingConfig& c) {
+            c.model = model_ref(v, path);
+          }),
       F("data", T::kObject, "dscore: where training batches come from")
           .def(json::Value::object())
           .object(make_object(
@@ -192,15 +248,18 @@ std::vector<FieldSpec> dscore_fields() {
                     "little-endian header with magic 20240520, version 1 and the token count, then uint16 "
                     "tokens)")
                       .def("synthetic")
-                      .enums({"synthetic", "text", "tokens"}),
+                      .enums({"synthetic", "text", "tokens"})
+                      .to(&DataConfig::type),
                   F("path", T::kString,
                     "text / tokens: a file, or a glob pattern whose matches, sorted, form one dataset "
                     "(\"data/fineweb_train_*.bin\"); files are memory-mapped, never read into RAM")
-                      .nullable(),
+                      .nullable()
+                      .to(&DataConfig::path),
                   F("shuffle", T::kBool,
                     "text / tokens: visit the samples of each epoch in a permutation drawn from seed and "
                     "epoch (false: in file order)")
-                      .def(true),
+                      .def(true)
+                      .to(&DataConfig::shuffle),
               },
               "training data. text and tokens need a token model (one int32 input \"tokens\" of "
               "block_size + 1 tokens, e.g. \"gpt\"): a file of n tokens gives floor((n - 1) / block_size) "
@@ -211,42 +270,61 @@ std::vector<FieldSpec> dscore_fields() {
               "is checked: a missing file or a pattern matching nothing, an empty file, a shard with the "
               "wrong magic or version or a size that does not match its header, a token >= "
               "model.vocab_size (when given), and data holding fewer than train_batch_size samples are "
-              "errors naming the file and the fix")),
+              "errors naming the file and the fix"))
+          .to(&TrainingConfig::data),
       F("plugins", T::kObject, "dscore: where to find plugins, and extra monitors")
           .nullable()
           .object(make_object(
               {
                   F("paths", T::kStringArray, "folders or .so files searched for plugins")
-                      .def(json::Value::array()),
+                      .def(json::Value::array())
+                      .to(&TrainingConfig::plugin_paths),
                   F("monitors", T::kObjectArray,
                     "extra monitor plugins: [{\"type\": ..., \"params\": {...}}]")
                       .def(json::Value::array())
-                      .object(monitor),
+                      .object(monitor)
+                      // After the DeepSpeed monitor sections, which come
+                      // earlier in the schema: the order monitors are written.
+                      .read<TrainingConfig>(
+                          [](const json::Value& v, const std::string& path, TrainingConfig& c) {
+                            add_monitor_plugins(v, path, &c.monitors);
+                          }),
               },
-              "plugin search path and extra monitors")),
+              "plugin search path and extra monitors"))
+          .flattened_into<TrainingConfig>(),
       F("comm", T::kObject, "dscore: the communication backend")
           .def(json::Value::object())
           .object(make_object(
               {
-                  F("backend", T::kString, "comm plugin name; \"auto\": mpi with several ranks, else local")
-                      .def("auto"),
+                  F("backend", T::kString,
+                    "comm plugin name, checked against the plugins found (`dscore plugins list`); "
+                    "\"auto\": mpi with several ranks, else local")
+                      .def("auto")
+                      .to(&CommConfig::backend),
                   F("timeout_ms", T::kInt, "deadline of every collective, in milliseconds")
                       .def_int(300000)
-                      .min(1),
+                      .min(1)
+                      .to(&CommConfig::timeout_ms),
               },
-              "communication")),
+              "communication"))
+          .to(&TrainingConfig::comm),
       F("train_steps", T::kInt, "dscore: optimizer steps `dscore run` performs (--steps overrides)")
           .nullable()
-          .min(0),
-      F("checkpoint_dir", T::kString, "dscore: where `dscore run` saves checkpoints").nullable(),
+          .min(0)
+          .to(&TrainingConfig::train_steps),
+      F("checkpoint_dir", T::kString, "dscore: where `dscore run` saves checkpoints")
+          .nullable()
+          .to(&TrainingConfig::checkpoint_dir),
       F("save_interval", T::kInt,
         "dscore: `dscore run` saves a checkpoint to checkpoint_dir every N optimizer steps and after "
         "the last one (0 = never)")
           .def_int(0)
-          .min(0),
+          .min(0)
+          .to(&TrainingConfig::save_interval),
       F("seed", T::kInt, "dscore: seeds parameter initialisation, synthetic data and the data.shuffle order")
           .def(42)
-          .min(0),
+          .min(0)
+          .to(&TrainingConfig::seed),
   };
 }
 
@@ -255,7 +333,8 @@ std::shared_ptr<const ObjectSpec> build_schema() {
   fields.push_back(
       F("zero_optimization", T::kObject, "ZeRO (REFERENCE.md 5.1); the legacy boolean form means stage 1 / 0")
           .def(json::Value::object())
-          .object(zero_optimization_spec()));
+          .object(zero_optimization_spec())
+          .to(&TrainingConfig::zero));
   fields.push_back(F("allgather_size", T::kInt, "only read with the legacy boolean \"zero_optimization\"")
                        .nullable()
                        .min(0)
@@ -263,7 +342,8 @@ std::shared_ptr<const ObjectSpec> build_schema() {
                                    "zero_optimization.allgather_bucket_size"));
   fields.push_back(F("aio", T::kObject, "asynchronous I/O for NVMe offload (REFERENCE.md 5.6)")
                        .def(json::Value::object())
-                       .object(aio_spec()));
+                       .object(aio_spec())
+                       .to(&TrainingConfig::aio));
   add_other_sections(&fields);
   for (FieldSpec& f : dscore_fields()) fields.push_back(std::move(f));
   return make_object(std::move(fields), "ds_config.json");

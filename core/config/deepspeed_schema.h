@@ -1,9 +1,10 @@
 // The schema of ds_config.json: every key DeepSpeed documents
 // (../shared/REFERENCE.md section 1, 5, 7, 8) with its type, default,
-// aliases, deprecations and "auto" rule, plus dscore's own sections (model,
-// data, plugins, comm, train_steps, checkpoint_dir, seed). Unknown keys are
-// errors at every level, top level included (DeepSpeed ignores top-level
-// typos; see docs/deepspeed-differences.md).
+// aliases, deprecations, "auto" rule and the TrainingConfig member it fills
+// (the one place a key and its default are written), plus dscore's own
+// sections (model, data, plugins, comm, train_steps, checkpoint_dir, seed).
+// Unknown keys are errors at every level, top level included (DeepSpeed
+// ignores top-level typos; see docs/deepspeed-differences.md).
 #pragma once
 
 #include "core/config/schema.h"

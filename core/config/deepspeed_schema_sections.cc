@@ -11,7 +11,7 @@ using T = FieldType;
 
 namespace {
 
-FieldSpec optional_string(const std::string& name, const std::string& doc) {
+F optional_string(const std::string& name, const std::string& doc) {
   return F(name, T::kString, doc).nullable();
 }
 
@@ -22,6 +22,10 @@ std::vector<FieldSpec> monitor_sections() {
         F("output_path", T::kString, "parent folder of the output (\"\" = current folder)").def(""),
         F("job_name", T::kString, "subfolder under output_path").def("DeepSpeedJobName"),
     };
+  };
+  // An enabled section is the monitor plugin of the section's name.
+  auto monitor_section = [](const json::Value& v, const std::string& path, TrainingConfig& c) {
+    add_monitor_section(v, path, &c.monitors);
   };
   auto wandb = make_object(
       {
@@ -51,24 +55,42 @@ std::vector<FieldSpec> monitor_sections() {
   return {
       F("tensorboard", T::kObject, "TensorBoard event files (monitor plugin \"tensorboard\")")
           .nullable()
-          .object(make_object(output("TensorBoard event files"), "TensorBoard", {.pydantic = true})),
+          .object(make_object(output("TensorBoard event files"), "TensorBoard", {.pydantic = true}))
+          .read<TrainingConfig>(monitor_section),
       F("csv_monitor", T::kObject, "one CSV file per metric (monitor plugin \"csv_monitor\")")
           .nullable()
-          .object(make_object(output("CSV files"), "CSV monitor", {.pydantic = true})),
-      F("wandb", T::kObject, "Weights & Biases (monitor plugin \"wandb\")").nullable().object(wandb),
-      F("comet", T::kObject, "Comet (monitor plugin \"comet\")").nullable().object(comet),
+          .object(make_object(output("CSV files"), "CSV monitor", {.pydantic = true}))
+          .read<TrainingConfig>(monitor_section),
+      F("wandb", T::kObject, "Weights & Biases (monitor plugin \"wandb\")")
+          .nullable()
+          .object(wandb)
+          .read<TrainingConfig>(monitor_section),
+      F("comet", T::kObject, "Comet (monitor plugin \"comet\")")
+          .nullable()
+          .object(comet)
+          .read<TrainingConfig>(monitor_section),
       F("comms_logger", T::kObject, "communication logging; DeepSpeed enables it by the key's mere presence")
           .nullable()
           .object(make_object(
               {
                   F("enabled", T::kBool, "(DeepSpeed never reads it: presence enables the logger)")
-                      .def(false),
-                  F("prof_all", T::kBool, "profile every collective").def(true),
-                  F("prof_ops", T::kStringArray, "collectives to profile by name").def(json::Value::array()),
-                  F("verbose", T::kBool, "one line per collective").def(false),
-                  F("debug", T::kBool, "add the calling function to record names").def(false),
+                      .def(false)
+                      .to(&CommsLoggerConfig::enabled),
+                  F("prof_all", T::kBool, "profile every collective")
+                      .def(true)
+                      .to(&CommsLoggerConfig::prof_all),
+                  F("prof_ops", T::kStringArray, "collectives to profile by name")
+                      .def(json::Value::array())
+                      .to(&CommsLoggerConfig::prof_ops),
+                  F("verbose", T::kBool, "one line per collective")
+                      .def(false)
+                      .to(&CommsLoggerConfig::verbose),
+                  F("debug", T::kBool, "add the calling function to record names")
+                      .def(false)
+                      .to(&CommsLoggerConfig::debug),
               },
-              "communication logger (REFERENCE.md 8)", {.pydantic = true})),
+              "communication logger (REFERENCE.md 8)", {.pydantic = true}))
+          .to(&TrainingConfig::comms_logger),
   };
 }
 
@@ -79,30 +101,46 @@ std::vector<FieldSpec> engine_sections() {
           .nullable()
           .object(make_object(
               {
-                  F("partition_activations", T::kBool, "partition checkpointed activations").def(false),
+                  F("partition_activations", T::kBool, "partition checkpointed activations")
+                      .def(false)
+                      .to(&ActivationCheckpointingConfig::partition_activations),
                   F("number_checkpoints", T::kInt, "blocks checkpointed (the first ones; absent = all)")
-                      .nullable(),
+                      .nullable()
+                      .to(&ActivationCheckpointingConfig::number_checkpoints),
                   F("contiguous_memory_optimization", T::kBool, "copy checkpoints into one buffer")
-                      .def(false),
-                  F("cpu_checkpointing", T::kBool, "keep checkpoints in CPU memory").def(false),
-                  F("profile", T::kBool, "time checkpoint functions").def(false),
+                      .def(false)
+                      .to(&ActivationCheckpointingConfig::contiguous_memory_optimization),
+                  F("cpu_checkpointing", T::kBool, "keep checkpoints in CPU memory")
+                      .def(false)
+                      .to(&ActivationCheckpointingConfig::cpu_checkpointing),
+                  F("profile", T::kBool, "time checkpoint functions")
+                      .def(false)
+                      .to(&ActivationCheckpointingConfig::profile),
                   F("synchronize_checkpoint_boundary", T::kBool, "synchronize at checkpoint boundaries")
-                      .def(false),
+                      .def(false)
+                      .to(&ActivationCheckpointingConfig::synchronize_checkpoint_boundary),
               },
-              "activation checkpointing")),
+              "activation checkpointing"))
+          .to(&TrainingConfig::activation_checkpointing),
       F("flops_profiler", T::kObject, "DeepSpeed's flops profiler")
           .nullable()
           .object(make_object(
               {
-                  F("enabled", T::kBool, "profile one step").def(false),
-                  F("recompute_fwd_factor", T::kNumber, "forward recomputation factor").def(0.0),
-                  F("profile_step", T::kInt, "step to profile").def(1),
-                  F("module_depth", T::kInt, "depth of the module tree to print").def(-1),
-                  F("top_modules", T::kInt, "modules listed").def(1),
-                  F("detailed", T::kBool, "detailed profile").def(true),
-                  optional_string("output_file", "write the profile here"),
+                  F("enabled", T::kBool, "profile one step").def(false).to(&FlopsProfilerConfig::enabled),
+                  F("recompute_fwd_factor", T::kNumber, "forward recomputation factor")
+                      .def(0.0)
+                      .to(&FlopsProfilerConfig::recompute_fwd_factor),
+                  F("profile_step", T::kInt, "step to profile").def(1).to(&FlopsProfilerConfig::profile_step),
+                  F("module_depth", T::kInt, "depth of the module tree to print")
+                      .def(-1)
+                      .to(&FlopsProfilerConfig::module_depth),
+                  F("top_modules", T::kInt, "modules listed").def(1).to(&FlopsProfilerConfig::top_modules),
+                  F("detailed", T::kBool, "detailed profile").def(true).to(&FlopsProfilerConfig::detailed),
+                  optional_string("output_file", "write the profile here")
+                      .to(&FlopsProfilerConfig::output_file),
               },
-              "flops profiler")),
+              "flops profiler"))
+          .to(&TrainingConfig::flops_profiler),
       F("checkpoint", T::kObject, "checkpoint behaviour")
           .def(json::Value::object())
           .object(make_object(
@@ -112,16 +150,22 @@ std::vector<FieldSpec> engine_sections() {
                       .def("WARN")
                       .enums({"WARN", "IGNORE", "FAIL"}, true)
                       .enum_message("Checkpoint config contains invalid tag_validation value of {}, "
-                                    "expecting one of ['WARN', 'IGNORE', 'FAIL']"),
-                  F("load_universal", T::kBool, "load a universal checkpoint").def(false),
-                  F("use_node_local_storage", T::kBool, "every node writes its own copy").def(false),
+                                    "expecting one of ['WARN', 'IGNORE', 'FAIL']")
+                      .to(&CheckpointConfig::tag_validation),
+                  F("load_universal", T::kBool, "load a universal checkpoint")
+                      .def(false)
+                      .to(&CheckpointConfig::load_universal),
+                  F("use_node_local_storage", T::kBool, "every node writes its own copy")
+                      .def(false)
+                      .to(&CheckpointConfig::use_node_local_storage),
                   F("parallel_write", T::kObject, "parallel checkpoint writing")
                       .nullable()
                       .object(
                           make_object({F("pipeline_stage", T::kBool, "write per pipeline stage").def(false)},
                                       "parallel write")),
               },
-              "checkpoints")),
+              "checkpoints"))
+          .to(&TrainingConfig::checkpoint),
       F("timers", T::kObject, "throughput timer")
           .nullable()
           .object(make_object(

@@ -15,7 +15,8 @@ namespace {
 F device_field(const std::string& what) {
   return F("device", T::kString, "where " + what + " live: none, cpu or nvme")
       .def("none")
-      .enums({"none", "cpu", "nvme"});
+      .enums({"none", "cpu", "nvme"})
+      .to(&OffloadConfig::device);
 }
 
 }  // namespace
@@ -24,13 +25,19 @@ std::shared_ptr<const ObjectSpec> offload_param_spec() {
   return make_object(
       {
           device_field("parameters"),
-          F("nvme_path", T::kString, "NVMe folder for swapped parameters").nullable(),
-          F("buffer_count", T::kInt, "swap buffers").def(5).min(0),
-          F("buffer_size", T::kInt, "elements per swap buffer").def_int(100000000).min(0),
+          F("nvme_path", T::kString, "NVMe folder for swapped parameters")
+              .nullable()
+              .to(&OffloadConfig::nvme_path),
+          F("buffer_count", T::kInt, "swap buffers").def(5).min(0).to(&OffloadConfig::buffer_count),
+          F("buffer_size", T::kInt, "elements per swap buffer")
+              .def_int(100000000)
+              .min(0)
+              .to(&OffloadConfig::buffer_size),
           F("max_in_cpu", T::kInt, "parameter elements kept in pinned CPU memory with nvme")
               .def_int(1000000000)
-              .min(0),
-          F("pin_memory", T::kBool, "page-lock the CPU copies").def(false),
+              .min(0)
+              .to(&OffloadConfig::max_in_cpu),
+          F("pin_memory", T::kBool, "page-lock the CPU copies").def(false).to(&OffloadConfig::pin_memory),
       },
       "parameter offload (ZeRO stage 3 only)", {.pydantic = true});
 }
@@ -39,15 +46,25 @@ std::shared_ptr<const ObjectSpec> offload_optimizer_spec() {
   return make_object(
       {
           device_field("optimizer states"),
-          F("nvme_path", T::kString, "NVMe folder for swapped optimizer state").nullable(),
-          F("buffer_count", T::kInt, "swap buffers (>= tensors per parameter: Adam 4)").def(4).min(0),
-          F("pin_memory", T::kBool, "page-lock the CPU buffers").def(false),
-          F("pipeline_read", T::kBool, "overlap swap-in with the step").def(false),
-          F("pipeline_write", T::kBool, "overlap swap-out with the step").def(false),
-          F("fast_init", T::kBool, "skip the initial swap-out").def(false),
+          F("nvme_path", T::kString, "NVMe folder for swapped optimizer state")
+              .nullable()
+              .to(&OffloadConfig::nvme_path),
+          F("buffer_count", T::kInt, "swap buffers (>= tensors per parameter: Adam 4)")
+              .def(4)
+              .min(0)
+              .to(&OffloadConfig::buffer_count),
+          F("pin_memory", T::kBool, "page-lock the CPU buffers").def(false).to(&OffloadConfig::pin_memory),
+          F("pipeline_read", T::kBool, "overlap swap-in with the step")
+              .def(false)
+              .to(&OffloadConfig::pipeline_read),
+          F("pipeline_write", T::kBool, "overlap swap-out with the step")
+              .def(false)
+              .to(&OffloadConfig::pipeline_write),
+          F("fast_init", T::kBool, "skip the initial swap-out").def(false).to(&OffloadConfig::fast_init),
           F("ratio", T::kNumber, "fraction of sub-groups offloaded (< 1 only with stage 3)")
               .def(1.0)
-              .range(0, 1),
+              .range(0, 1)
+              .to(&OffloadConfig::ratio),
       },
       "optimizer offload (ZeRO-Offload / ZeRO-Infinity)", {.pydantic = true});
 }
@@ -80,62 +97,91 @@ std::shared_ptr<const ObjectSpec> zero_optimization_spec() {
           F("stage", T::kInt, "0 off, 1 optimizer states, 2 + gradients, 3 + parameters")
               .def(0)
               .range(0, 3)
-              .auto_note("DeepSpeed would silently drop it and run ZeRO stage 0; give 0-3"),
+              .auto_note("DeepSpeed would silently drop it and run ZeRO stage 0; give 0-3")
+              .to(&ZeroConfig::stage),
           F("contiguous_gradients", T::kBool, "copy gradients into a contiguous bucket as produced")
-              .def(true),
-          F("reduce_scatter", T::kBool, "reduce gradients with reduce-scatter").def(true),
+              .def(true)
+              .to(&ZeroConfig::contiguous_gradients),
+          F("reduce_scatter", T::kBool, "reduce gradients with reduce-scatter")
+              .def(true)
+              .to(&ZeroConfig::reduce_scatter),
           F("reduce_bucket_size", T::kInt, "elements per gradient-reduction bucket")
               .def_int(500000000)
               .min(0)
-              .auto_rule("hidden_squared"),
-          F("use_multi_rank_bucket_allreduce", T::kBool, "all-reduce whole buckets").def(true),
-          F("allgather_partitions", T::kBool, "all-gather updated partitions").def(true),
+              .auto_rule("hidden_squared")
+              .to(&ZeroConfig::reduce_bucket_size),
+          F("use_multi_rank_bucket_allreduce", T::kBool, "all-reduce whole buckets")
+              .def(true)
+              .to(&ZeroConfig::use_multi_rank_bucket_allreduce),
+          F("allgather_partitions", T::kBool, "all-gather updated partitions")
+              .def(true)
+              .to(&ZeroConfig::allgather_partitions),
           F("allgather_bucket_size", T::kInt, "elements per parameter all-gather (multiple of 2)")
               .def_int(500000000)
-              .min(0),
+              .min(0)
+              .to(&ZeroConfig::allgather_bucket_size),
+          // No default here: config_rules.cc resolves it from the stage.
           F("overlap_comm", T::kBool, "overlap reduction with backward (default: true for stage 3 only)")
-              .nullable(),
-          F("load_from_fp32_weights", T::kBool, "restore fp32 masters from the checkpoint").def(true),
-          F("elastic_checkpoint", T::kBool, "DeepSpeed elastic checkpoint format").def(false),
+              .nullable()
+              .to(&ZeroConfig::overlap_comm),
+          F("load_from_fp32_weights", T::kBool, "restore fp32 masters from the checkpoint")
+              .def(true)
+              .to(&ZeroConfig::load_from_fp32_weights),
+          F("elastic_checkpoint", T::kBool, "DeepSpeed elastic checkpoint format")
+              .def(false)
+              .to(&ZeroConfig::elastic_checkpoint),
           F("offload_param", T::kObject, "offload parameters (stage 3); {} = defaults, absent = off")
               .nullable()
-              .object(offload_param_spec()),
+              .object(offload_param_spec())
+              .to(&ZeroConfig::offload_param),
           F("offload_optimizer", T::kObject, "offload optimizer states; {} = defaults, absent = off")
               .nullable()
-              .object(offload_optimizer_spec()),
+              .object(offload_optimizer_spec())
+              .to(&ZeroConfig::offload_optimizer),
           F("sub_group_size", T::kInt, "elements per optimizer sub-group (stage 3)")
               .def_int(1000000000)
-              .min(0),
+              .min(0)
+              .to(&ZeroConfig::sub_group_size),
           s3("prefetch_bucket_size", T::kInt, "elements prefetched ahead")
               .def_int(50000000)
               .min(0)
-              .auto_rule("hidden_squared_0_9"),
+              .auto_rule("hidden_squared_0_9")
+              .to(&ZeroConfig::prefetch_bucket_size),
           s3("param_persistence_threshold", T::kInt, "parameters this small stay gathered")
               .def_int(100000)
               .min(0)
-              .auto_rule("hidden_x10"),
+              .auto_rule("hidden_x10")
+              .to(&ZeroConfig::param_persistence_threshold),
           s3("model_persistence_threshold", T::kInt, "total elements of persistent parameters")
               .def_int(INT64_MAX)
-              .min(0),
+              .min(0)
+              .to(&ZeroConfig::model_persistence_threshold),
           s3("max_live_parameters", T::kInt, "gathered elements kept at most")
               .def_int(1000000000)
               .min(0)
-              .auto_rule("default"),
+              .auto_rule("default")
+              .to(&ZeroConfig::max_live_parameters),
           s3("max_reuse_distance", T::kInt, "keep a parameter gathered if reused within this many elements")
               .def_int(1000000000)
               .min(0)
-              .auto_rule("default"),
+              .auto_rule("default")
+              .to(&ZeroConfig::max_reuse_distance),
           s3("gather_16bit_weights_on_model_save", T::kBool,
              "gather full 16-bit weights when saving the model")
               .def(false)
-              .auto_rule("default"),
+              .auto_rule("default")
+              .to(&ZeroConfig::gather_16bit_weights_on_model_save),
           s3("module_granularity_threshold", T::kInt, "module fetch granularity").def(0).not_used(),
           s3("use_all_reduce_for_fetch_params", T::kBool, "gather parameters with all-reduce")
               .def(false)
               .not_used(),
-          F("ignore_unused_parameters", T::kBool, "tolerate parameters without gradients").def(true),
+          F("ignore_unused_parameters", T::kBool, "tolerate parameters without gradients")
+              .def(true)
+              .to(&ZeroConfig::ignore_unused_parameters),
           F("legacy_stage1", T::kBool, "removed in DeepSpeed 0.5.9 (true is an error)").def(false),
-          F("round_robin_gradients", T::kBool, "order gradients round-robin across ranks").def(false),
+          F("round_robin_gradients", T::kBool, "order gradients round-robin across ranks")
+              .def(false)
+              .to(&ZeroConfig::round_robin_gradients),
           F("zero_hpz_partition_size", T::kInt, "ZeRO++ hierarchical partition size")
               .def(1)
               .min(0)

@@ -33,6 +33,7 @@ enum class FieldType {
 const char* field_type_name(FieldType type);  // "bool", "int", "number", ...
 
 struct ObjectSpec;
+struct FieldBinding;  // config_binding.h: the TrainingConfig member a DeepSpeed key fills
 
 struct FieldSpec {
   std::string name;
@@ -68,6 +69,9 @@ struct FieldSpec {
   std::string enum_message;
   // DeepSpeed reads it but dscore does not act on it: a notice when given.
   bool not_used = false;
+  // The ds_config.json schema only: the TrainingConfig member this key
+  // fills (build_training_config). Plugin params schemas leave it empty.
+  std::shared_ptr<const FieldBinding> binding;
 };
 
 struct ObjectSpec {

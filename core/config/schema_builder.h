@@ -1,13 +1,16 @@
 // A compact way to write schemas in C++ (private to core/config): the
-// DeepSpeed schema is a few hundred fields and reads best as one line each.
-//   F("stage", FieldType::kInt, "ZeRO stage").def(0).range(0, 3)
+// DeepSpeed schema is a few hundred fields and reads best as one line each,
+// and each line also names the TrainingConfig member the key fills.
+//   F("stage", FieldType::kInt, "ZeRO stage").def(0).range(0, 3).to(&ZeroConfig::stage)
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/config/config_binding.h"
 #include "core/config/schema.h"
 
 namespace dscore::config {
@@ -47,9 +50,30 @@ class F {
   F& error(std::string message) { s_.error = std::move(message); return *this; }
   F& object(std::shared_ptr<const ObjectSpec> spec) { s_.object = std::move(spec); return *this; }
   F& not_used() { s_.not_used = true; return *this; }
+  // The TrainingConfig member the key fills (config_binding.h): a value, or
+  // for an object field the struct its own fields fill.
+  template <typename S, typename M>
+  F& to(M S::*member) { return bind(bind_member(member)); }
+  // A member reached through an accessor: .to<TrainingConfig>([](TrainingConfig& c)
+  // -> auto& { return c.batch.train_batch_size; }).
+  template <typename S, typename Get>
+    requires std::invocable<Get, S&>
+  F& to(Get get) { return bind(bind_accessor<S>(std::move(get))); }
+  // A conversion that is more than a copy: read(value, path, struct).
+  template <typename S>
+  F& read(std::function<void(const json::Value&, const std::string&, S&)> reader) {
+    return bind(bind_reader<S>(std::move(reader)));
+  }
+  // An object field whose own fields fill S itself (no struct of its own).
+  template <typename S>
+  F& flattened_into() { return bind(bind_flattened<S>()); }
   operator FieldSpec() const& { return s_; }  // NOLINT: a builder converts implicitly
 
  private:
+  F& bind(FieldBinding binding) {
+    s_.binding = std::make_shared<const FieldBinding>(std::move(binding));
+    return *this;
+  }
   FieldSpec s_;
 };
 

@@ -2,8 +2,10 @@
 // the plugin host and the CLI read. Built by load_config() (config.h) from
 // the JSON after schema validation, deprecation mapping, alias
 // canonicalisation, "auto" resolution and the batch-triad derivation.
-// Field names follow DeepSpeed's keys; defaults are DeepSpeed's
-// (../shared/REFERENCE.md section 1) unless a comment says otherwise.
+// Field names follow DeepSpeed's keys. Defaults live in the schema alone
+// (deepspeed_schema*.cc, which also binds each key to its member here): the
+// members below are only zero-initialised, so a value of 0 / "" / nullopt
+// means the key is unset where the schema gives it no default.
 #pragma once
 
 #include <cstdint>
@@ -18,145 +20,148 @@ namespace dscore::config {
 // A section that names a plugin: {"type": ..., "params": {...}} (optimizer,
 // scheduler), a monitor section, or the "model" section.
 struct PluginRef {
-  std::string type;               // the plugin name as written (matched case-insensitively)
-  json::Value params;             // an object: the params as written, "auto" NOT yet resolved
+  std::string type;  // the plugin name as written (matched case-insensitively)
+  json::Value params;  // an object: the params as written, "auto" NOT yet resolved
                                   // (the plugin's own schema resolves it)
-  std::string params_path;        // JSON path of params for messages: "optimizer.params"
-  json::Location location;        // where the section starts
+  std::string params_path;  // JSON path of params for messages: "optimizer.params"
+  json::Location location;  // where the section starts
 };
 
 struct BatchConfig {
-  int64_t train_batch_size = 0;
-  int64_t train_micro_batch_size_per_gpu = 0;
-  int64_t gradient_accumulation_steps = 0;
+  int64_t train_batch_size{};
+  int64_t train_micro_batch_size_per_gpu{};
+  int64_t gradient_accumulation_steps{};
 };
 
 struct Fp16Config {
-  bool enabled = false;
-  bool auto_cast = false;
-  double loss_scale = 0;          // 0 = dynamic
-  int64_t initial_scale_power = 16;
-  int64_t loss_scale_window = 1000;
-  int64_t hysteresis = 2;
-  bool consecutive_hysteresis = false;
-  double min_loss_scale = 1;
-  bool fp16_master_weights_and_grads = false;
+  bool enabled{};
+  bool auto_cast{};
+  double loss_scale{};  // 0 = dynamic
+  int64_t initial_scale_power{};
+  int64_t loss_scale_window{};
+  int64_t hysteresis{};
+  bool consecutive_hysteresis{};
+  double min_loss_scale{};
+  bool fp16_master_weights_and_grads{};
   // True when at least one of the five dynamic-scaling keys was given; when
   // false each loss scaler uses its own defaults (REFERENCE.md 4.2).
-  bool dynamic_args_given = false;
+  bool dynamic_args_given{};
 };
 
 struct Bf16Config {
-  bool enabled = false;
-  bool immediate_grad_update = false;
+  bool enabled{};
+  bool immediate_grad_update{};
 };
 
+// offload_param and offload_optimizer share this struct; a key only one of
+// them has stays 0 in the other (buffer_size and max_in_cpu: offload_param;
+// pipeline_read, pipeline_write, fast_init and ratio: offload_optimizer).
 struct OffloadConfig {
-  std::string device = "none";    // none | cpu | nvme
+  std::string device;  // none | cpu | nvme
   std::string nvme_path;
-  int64_t buffer_count = 4;       // offload_param: 5
-  int64_t buffer_size = 100000000;
-  int64_t max_in_cpu = 1000000000;
-  bool pin_memory = false;
-  bool pipeline_read = false;
-  bool pipeline_write = false;
-  bool fast_init = false;
-  double ratio = 1.0;
+  int64_t buffer_count{};
+  int64_t buffer_size{};
+  int64_t max_in_cpu{};
+  bool pin_memory{};
+  bool pipeline_read{};
+  bool pipeline_write{};
+  bool fast_init{};
+  double ratio{};
 };
 
 struct ZeroConfig {
-  int stage = 0;
-  bool contiguous_gradients = true;
-  bool reduce_scatter = true;
-  int64_t reduce_bucket_size = 500000000;   // elements
-  bool use_multi_rank_bucket_allreduce = true;
-  bool allgather_partitions = true;
-  int64_t allgather_bucket_size = 500000000;
-  bool overlap_comm = false;                // resolved: True for stage 3 when not given
-  bool load_from_fp32_weights = true;
-  bool elastic_checkpoint = false;
+  int stage{};
+  bool contiguous_gradients{};
+  bool reduce_scatter{};
+  int64_t reduce_bucket_size{};  // elements
+  bool use_multi_rank_bucket_allreduce{};
+  bool allgather_partitions{};
+  int64_t allgather_bucket_size{};
+  bool overlap_comm{};  // resolved: True for stage 3 when not given
+  bool load_from_fp32_weights{};
+  bool elastic_checkpoint{};
   std::optional<OffloadConfig> offload_param;
   std::optional<OffloadConfig> offload_optimizer;
-  int64_t sub_group_size = 1000000000;
-  int64_t prefetch_bucket_size = 50000000;
-  int64_t param_persistence_threshold = 100000;
-  int64_t model_persistence_threshold = INT64_MAX;
-  int64_t max_live_parameters = 1000000000;
-  int64_t max_reuse_distance = 1000000000;
-  bool gather_16bit_weights_on_model_save = false;
-  bool ignore_unused_parameters = true;
-  bool round_robin_gradients = false;
+  int64_t sub_group_size{};
+  int64_t prefetch_bucket_size{};
+  int64_t param_persistence_threshold{};
+  int64_t model_persistence_threshold{};
+  int64_t max_live_parameters{};
+  int64_t max_reuse_distance{};
+  bool gather_16bit_weights_on_model_save{};
+  bool ignore_unused_parameters{};
+  bool round_robin_gradients{};
 };
 
 struct ActivationCheckpointingConfig {
-  bool present = false;  // the section is given: models that support it recompute activations
-  bool partition_activations = false;
+  bool present{};  // the section is given: models that support it recompute activations
+  bool partition_activations{};
   std::optional<int64_t> number_checkpoints;
-  bool contiguous_memory_optimization = false;
-  bool cpu_checkpointing = false;
-  bool profile = false;
-  bool synchronize_checkpoint_boundary = false;
+  bool contiguous_memory_optimization{};
+  bool cpu_checkpointing{};
+  bool profile{};
+  bool synchronize_checkpoint_boundary{};
 };
 
 struct FlopsProfilerConfig {
-  bool enabled = false;
-  int64_t profile_step = 1;
-  int64_t module_depth = -1;
-  int64_t top_modules = 1;
-  bool detailed = true;
+  bool enabled{};
+  int64_t profile_step{};
+  int64_t module_depth{};
+  int64_t top_modules{};
+  bool detailed{};
   std::string output_file;  // "" = print
-  double recompute_fwd_factor = 0;
+  double recompute_fwd_factor{};
 };
 
 struct CommsLoggerConfig {
-  bool present = false;  // DeepSpeed enables the logger by the key's mere presence
-  bool enabled = false;
-  bool prof_all = true;
+  bool present{};  // DeepSpeed enables the logger by the key's mere presence
+  bool enabled{};
+  bool prof_all{};
   std::vector<std::string> prof_ops;
-  bool verbose = false;
-  bool debug = false;
+  bool verbose{};
+  bool debug{};
 };
 
 struct CheckpointConfig {
-  std::string tag_validation = "WARN";  // WARN | IGNORE | FAIL (upper-cased)
-  bool load_universal = false;
-  bool use_node_local_storage = false;
+  std::string tag_validation;  // WARN | IGNORE | FAIL (upper-cased)
+  bool load_universal{};
+  bool use_node_local_storage{};
 };
 
 // dscore's "data" section: where batches come from.
 struct DataConfig {
-  std::string type = "synthetic";  // synthetic (the model's own task) | text | tokens
-  std::string path;                // for text / tokens: a file or a glob pattern
-  bool shuffle = true;             // text / tokens: a seeded order per epoch, else file order
+  std::string type;  // synthetic (the model's own task) | text | tokens
+  std::string path;  // for text / tokens: a file or a glob pattern
+  bool shuffle{};  // text / tokens: a seeded order per epoch, else file order
 };
 
 // dscore's "comm" section.
 struct CommConfig {
-  std::string backend = "auto";    // auto: "mpi" when launched with several ranks, else "local"
-  int64_t timeout_ms = 300000;     // every collective's deadline
+  std::string backend;  // auto: "mpi" when launched with several ranks, else "local"
+  int64_t timeout_ms{};  // every collective's deadline
 };
 
 struct TrainingConfig {
   // --- DeepSpeed keys
   BatchConfig batch;
-  int64_t steps_per_print = 0;     // 0 = DeepSpeed's None: no step lines
+  int64_t steps_per_print{};  // 0 = DeepSpeed's None: no step lines
   std::optional<PluginRef> optimizer;
   std::optional<PluginRef> scheduler;
-  bool zero_allow_untested_optimizer = false;
-  bool zero_force_ds_cpu_optimizer = true;
+  bool zero_allow_untested_optimizer{};
+  bool zero_force_ds_cpu_optimizer{};
   Fp16Config fp16;
   Bf16Config bf16;
-  double gradient_clipping = 0.0;  // 0 = off
+  double gradient_clipping{};  // 0 = off
   std::optional<std::string> communication_data_type;  // fp32 | fp16 | bf16 (lower case)
-  std::optional<std::string> grad_accum_dtype;         // data_types.grad_accum_dtype
-  bool prescale_gradients = false;
-  double gradient_predivide_factor = 1.0;
-  bool wall_clock_breakdown = false;
-  bool memory_breakdown = false;
-  bool dataloader_drop_last = false;
+  std::optional<std::string> grad_accum_dtype;  // data_types.grad_accum_dtype
+  bool prescale_gradients{};
+  double gradient_predivide_factor{};
+  bool wall_clock_breakdown{};
+  bool memory_breakdown{};
+  bool dataloader_drop_last{};
   ZeroConfig zero;
   ActivationCheckpointingConfig activation_checkpointing;
-  json::Value aio;                 // the resolved "aio" section (offload plugins' params)
+  json::Value aio;  // the resolved "aio" section (offload plugins' params)
   CommsLoggerConfig comms_logger;
   FlopsProfilerConfig flops_profiler;
   CheckpointConfig checkpoint;
@@ -169,12 +174,12 @@ struct TrainingConfig {
   DataConfig data;
   std::vector<std::string> plugin_paths;  // "plugins": {"paths": [...]}
   CommConfig comm;
-  int64_t train_steps = 0;        // optimizer steps `dscore run` performs (0 = not set)
+  int64_t train_steps{};  // optimizer steps `dscore run` performs (0 = not set)
   std::string checkpoint_dir;
-  int64_t save_interval = 0;      // `dscore run` saves every N steps and at the end (0 = off)
-  uint64_t seed = 42;             // dscore: seeds parameter init, synthetic data, data.shuffle
+  int64_t save_interval{};  // `dscore run` saves every N steps and at the end (0 = off)
+  uint64_t seed{};  // dscore: seeds parameter init, synthetic data, data.shuffle
 
-  json::Value resolved;           // the whole resolved config (checkpoints keep a copy)
+  json::Value resolved;  // the whole resolved config (checkpoints keep a copy)
 };
 
 }  // namespace dscore::config

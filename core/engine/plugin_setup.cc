@@ -24,6 +24,22 @@ std::optional<SelectedPlugin> select_one(config::LoadedConfig* loaded,
   return selected;
 }
 
+// comm.backend names a comm plugin ("auto" picks one when the job starts).
+// Only the name is checked here: the backend is created, with its params,
+// by Communicator::create when the job starts.
+void check_comm_backend(config::LoadedConfig* loaded, const plugin_host::PluginRegistry& registry) {
+  const std::string& backend = loaded->config->comm.backend;
+  if (backend == "auto") return;
+  auto found = registry.find(DSCORE_KIND_COMM, backend);
+  if (found.ok()) return;
+  // The value's own position; the validated document keeps it.
+  json::Location where;
+  const json::Value* comm = loaded->resolved.find("comm");
+  const json::Value* value = comm != nullptr ? comm->find("backend") : nullptr;
+  if (value != nullptr) where = value->location;
+  loaded->errors.push_back({"comm.backend", where, found.status().message()});
+}
+
 // DeepSpeed's activation_checkpointing section configures checkpointing
 // that the model itself performs. A model that supports it declares the
 // params "checkpoint_activations" (and "number_checkpoints"): the section's
@@ -70,11 +86,15 @@ PluginSelection select_plugins(config::LoadedConfig* loaded,
     selection.scheduler =
         select_one(loaded, registry, resolver, DSCORE_KIND_SCHEDULER, *cfg.scheduler, "scheduler");
   for (const config::PluginRef& monitor : cfg.monitors) {
-    // The section name is the JSON path's first component ("csv_monitor.output_path").
-    std::string section = monitor.params_path.substr(0, monitor.params_path.find('.'));
+    // The section is where the params sit: "csv_monitor" (its keys are the
+    // params) or "plugins.monitors[1]" (params under "params").
+    std::string section = monitor.params_path;
+    const std::string params_suffix = ".params";
+    if (section.ends_with(params_suffix)) section.resize(section.size() - params_suffix.size());
     if (auto selected = select_one(loaded, registry, resolver, DSCORE_KIND_MONITOR, monitor, section))
       selection.monitors.push_back(std::move(*selected));
   }
+  check_comm_backend(loaded, registry);
   return selection;
 }
 

@@ -1,7 +1,8 @@
-// Finds every plugin a config names (model, optimizer, scheduler, monitors)
-// in the registry and validates each one's params against the plugin's own
-// schema. A missing plugin or a bad param is a config error (JSON path +
-// line:column) like any other, so `dscore config check` reports it too.
+// Finds every plugin a config names (model, optimizer, scheduler, monitors,
+// comm.backend) in the registry and validates each one's params against the
+// plugin's own schema. A missing plugin (with a did-you-mean from the
+// plugins found) or a bad param is a config error (JSON path + line:column)
+// like any other, so `dscore config check` reports it too.
 #pragma once
 
 #include <optional>

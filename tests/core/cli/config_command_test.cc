@@ -5,6 +5,8 @@
 // messages (REFERENCE.md 1.4, worked examples at W = 2).
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "core/config/json.h"
 #include "tests/core/cli/process.h"
 
@@ -277,6 +279,32 @@ TEST(CliConfigCheck, UnknownOptimizerTypeSuggestsAndListsWhatExists) {
             0u) << line;
   EXPECT_NE(line.find(DSCORE_BUILD_PLUGIN_DIR), std::string::npos) << line;
   EXPECT_NE(line.find("DSCORE_PLUGIN_PATH"), std::string::npos) << line;
+}
+
+// comm.backend names a plugin like optimizer.type does: a typo is a config
+// error at the value, with a suggestion from the comm plugins found, not a
+// failure when the job starts.
+TEST(CliConfigCheck, UnknownCommBackendPointsAtTheValueAndSuggests) {
+  if (!std::filesystem::exists(std::string(DSCORE_BUILD_PLUGIN_DIR) + "/libdscore_comm_mpi.so"))
+    GTEST_SKIP() << "this build has no mpi comm plugin to suggest";
+  std::string line = only_error_line("{\n"
+                                     "  \"train_batch_size\": 32,\n"
+                                     "  \"comm\": {\"backend\": \"mpii\"}\n"
+                                     "}\n");
+  EXPECT_EQ(line.rfind("error: F:3:23: comm.backend: no comm plugin named 'mpii'; did you mean "
+                       "\"mpi\"?; available: local, mpi. Searched: ",
+                       0),
+            0u) << line;
+  EXPECT_NE(line.find(DSCORE_BUILD_PLUGIN_DIR), std::string::npos) << line;
+}
+
+TEST(CliConfigCheck, CommBackendAutoAndRealNamesPass) {
+  for (const char* backend : {"auto", "local", "LOCAL"}) {
+    auto run = check(std::string("{\"train_batch_size\": 32, \"comm\": {\"backend\": \"") +
+                     backend + "\"}}");
+    EXPECT_EQ(run->result.exit_code, 0) << backend << ": " << run->result.describe();
+    EXPECT_EQ(parse_stdout(run->result).find("comm")->find("backend")->as_string(), backend);
+  }
 }
 
 TEST(CliConfigCheck, EveryErrorIsReportedOnItsOwnLine) {

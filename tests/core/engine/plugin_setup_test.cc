@@ -1,0 +1,125 @@
+// Tests for core/engine/plugin_setup.cc: every config field that names a
+// plugin (model.type, optimizer.type, scheduler.type, plugins.monitors[i].type,
+// the DeepSpeed monitor sections, comm.backend) is looked up among the plugins
+// actually found on the search path when the config is prepared, i.e. by
+// `dscore config check`, and a name that is not there is one config error
+// with its JSON path, line:column and a did-you-mean from the plugins found.
+#include "core/engine/plugin_setup.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "core/engine/initialize.h"
+
+namespace dscore {
+namespace {
+
+// `lines` are top-level members after "plugins" (line 2, the build's plugin
+// folder) and "train_batch_size" (line 3): member k sits on line k + 4.
+config::LoadedConfig prepared(const std::vector<std::string>& lines) {
+  std::string text = "{\n  \"plugins\": {\"paths\": [\"" + std::string(DSCORE_BUILD_PLUGIN_DIR) +
+                     "\"]},\n  \"train_batch_size\": 8";
+  for (const std::string& line : lines) text += ",\n  " + line;
+  text += "\n}\n";
+  InitializeOptions options;
+  options.job = comm::JobEnv{};
+  auto setup = prepare_text(text, "t.json", ".", options);
+  EXPECT_TRUE(setup.ok()) << setup.status().message();
+  return setup.ok() ? setup->loaded : config::LoadedConfig{};
+}
+
+// The one error of `loaded` (a failure when there is not exactly one).
+config::ConfigError only_error(const config::LoadedConfig& loaded) {
+  EXPECT_EQ(loaded.errors.size(), 1u) << format_config_errors(loaded);
+  return loaded.errors.empty() ? config::ConfigError{} : loaded.errors.front();
+}
+
+bool has_mpi_plugin() {
+  return std::filesystem::exists(std::string(DSCORE_BUILD_PLUGIN_DIR) + "/libdscore_comm_mpi.so");
+}
+
+TEST(PluginNames, UnknownCommBackendNamesThePathTheValueAndTheClosestPlugin) {
+  config::LoadedConfig loaded = prepared({R"("comm": {"backend": "locall"})"});
+  config::ConfigError e = only_error(loaded);
+  EXPECT_EQ(e.path, "comm.backend");
+  EXPECT_EQ(e.location.line, 4);
+  EXPECT_EQ(e.location.column, 23);  // the value "locall"
+  EXPECT_EQ(
+      e.message.rfind("no comm plugin named 'locall'; did you mean \"local\"?; available: ", 0), 0u)
+      << e.message;
+  EXPECT_NE(e.message.find(DSCORE_BUILD_PLUGIN_DIR), std::string::npos) << e.message;
+  EXPECT_EQ(config::format_error(e, loaded.source_name)
+                .rfind("t.json:4:23: comm.backend: no comm plugin", 0),
+            0u);
+}
+
+TEST(PluginNames, MpiiSuggestsMpi) {
+  if (!has_mpi_plugin()) GTEST_SKIP() << "this build has no mpi comm plugin";
+  config::ConfigError e = only_error(prepared({R"("comm": {"backend": "mpii"})"}));
+  EXPECT_EQ(e.path, "comm.backend");
+  EXPECT_EQ(e.location.line, 4);
+  EXPECT_EQ(e.location.column, 23);
+  EXPECT_EQ(e.message.rfind(
+                "no comm plugin named 'mpii'; did you mean \"mpi\"?; available: local, mpi. ", 0),
+            0u)
+      << e.message;
+}
+
+TEST(PluginNames, AutoAndEveryFoundBackendAreAccepted) {
+  std::vector<std::string> backends = {"auto", "local", "Local"};
+  if (has_mpi_plugin()) backends.push_back("mpi");
+  for (const std::string& backend : backends) {
+    config::LoadedConfig loaded = prepared({"\"comm\": {\"backend\": \"" + backend + "\"}"});
+    EXPECT_TRUE(loaded.ok()) << backend << ": " << format_config_errors(loaded);
+  }
+}
+
+TEST(PluginNames, EveryPluginSectionTypeIsCheckedWithASuggestion) {
+  config::LoadedConfig loaded = prepared({
+      R"("model": {"type": "mlpp"})",
+      R"("optimizer": {"type": "adma"})",
+      R"("scheduler": {"type": "WarmupLRR"})",
+  });
+  ASSERT_EQ(loaded.errors.size(), 3u) << format_config_errors(loaded);
+  struct Expected {
+    std::string path;
+    int line;
+    int column;  // where the section's object starts
+    std::string message_start;
+  };
+  const std::vector<Expected> expected = {
+      {"model.type", 4, 12, "no model plugin named 'mlpp'; did you mean \"mlp\"?"},
+      {"optimizer.type", 5, 16, "no optimizer plugin named 'adma'; did you mean \"adam\"?"},
+      {"scheduler.type", 6, 16,
+       "no scheduler plugin named 'WarmupLRR'; did you mean \"WarmupLR\"?"},
+  };
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const config::ConfigError& e = loaded.errors[i];
+    EXPECT_EQ(e.path, expected[i].path);
+    EXPECT_EQ(e.location.line, expected[i].line) << e.path;
+    EXPECT_EQ(e.location.column, expected[i].column) << e.path;
+    EXPECT_EQ(e.message.rfind(expected[i].message_start, 0), 0u) << e.message;
+  }
+}
+
+TEST(PluginNames, ExtraMonitorTypeNamesItsListEntry) {
+  // The list entry starts on line 3, column 18.
+  InitializeOptions options;
+  options.job = comm::JobEnv{};
+  const std::string text =
+      "{\n  \"plugins\": {\"paths\": [\"" + std::string(DSCORE_BUILD_PLUGIN_DIR) +
+      "\"],\n    \"monitors\": [{\"type\": \"csv_monitr\"}]},\n  \"train_batch_size\": 8\n}\n";
+  auto setup = prepare_text(text, "t.json", ".", options);
+  ASSERT_TRUE(setup.ok()) << setup.status().message();
+  config::ConfigError e = only_error(setup->loaded);
+  EXPECT_EQ(e.path, "plugins.monitors[0].type");
+  EXPECT_EQ(e.location.line, 3);
+  EXPECT_EQ(e.location.column, 18);  // the entry's object
+  EXPECT_EQ(
+      e.message.rfind("no monitor plugin named 'csv_monitr'; did you mean \"csv_monitor\"?", 0), 0u)
+      << e.message;
+}
+
+}  // namespace
+}  // namespace dscore
