@@ -1,5 +1,6 @@
 // The schema of ds_config.json: every key DeepSpeed documents
-// (../shared/REFERENCE.md section 1, 5, 7, 8) with its type, default,
+// (docs/deepspeed-reference.md: configuration, ZeRO, monitors, comms logger)
+// with its type, default,
 // aliases, deprecations and "auto" rule, plus dscore's own sections (model,
 // data, plugins, comm, train_steps, checkpoint_dir, seed). Unknown keys are
 // errors at every level, top level included (DeepSpeed ignores top-level

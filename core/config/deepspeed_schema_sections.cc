@@ -1,8 +1,7 @@
-// The remaining DeepSpeed sections: activation checkpointing, flops
-// profiler, monitors (REFERENCE.md 7), comms_logger (8), checkpoint,
-// timers, hybrid_engine, pipeline, progressive_layer_drop, elasticity,
-// nebula, and the sections DeepSpeed only names (accepted with any keys,
-// reported as not used by dscore).
+// The remaining DeepSpeed sections: activation checkpointing, flops profiler, monitors
+// (docs/deepspeed-reference.md#monitors), comms_logger (#comms-logger), checkpoint, timers,
+// hybrid_engine, pipeline, progressive_layer_drop, elasticity, nebula, and the sections DeepSpeed
+// only names (accepted with any keys, reported as not used by dscore).
 #include "core/config/schema_builder.h"
 
 namespace dscore::config {
@@ -68,7 +67,7 @@ std::vector<FieldSpec> monitor_sections() {
                   F("verbose", T::kBool, "one line per collective").def(false),
                   F("debug", T::kBool, "add the calling function to record names").def(false),
               },
-              "communication logger (REFERENCE.md 8)", {.pydantic = true})),
+              "communication logger (docs/deepspeed-reference.md#comms-logger)", {.pydantic = true})),
   };
 }
 

@@ -3,7 +3,7 @@
 // the JSON after schema validation, deprecation mapping, alias
 // canonicalisation, "auto" resolution and the batch-triad derivation.
 // Field names follow DeepSpeed's keys; defaults are DeepSpeed's
-// (../shared/REFERENCE.md section 1) unless a comment says otherwise.
+// (docs/deepspeed-reference.md#configuration) unless a comment says otherwise.
 #pragma once
 
 #include <cstdint>
@@ -41,8 +41,8 @@ struct Fp16Config {
   bool consecutive_hysteresis = false;
   double min_loss_scale = 1;
   bool fp16_master_weights_and_grads = false;
-  // True when at least one of the five dynamic-scaling keys was given; when
-  // false each loss scaler uses its own defaults (REFERENCE.md 4.2).
+  // True when at least one of the five dynamic-scaling keys was given; when false each loss scaler
+  // uses its own defaults (docs/deepspeed-reference.md#loss-scaler-defaults).
   bool dynamic_args_given = false;
 };
 

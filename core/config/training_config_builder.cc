@@ -107,8 +107,8 @@ Fp16Config fp16(const json::Value& f, const json::Value& written) {
   read(f, "consecutive_hysteresis", &c.consecutive_hysteresis);
   read(f, "min_loss_scale", &c.min_loss_scale);
   read(f, "fp16_master_weights_and_grads", &c.fp16_master_weights_and_grads);
-  // REFERENCE.md 1.3: the scalers use their own defaults unless at least
-  // one dynamic key is written.
+  // docs/deepspeed-reference.md#precision-sections: the scalers use their own defaults unless at
+  // least one dynamic key is written.
   const json::Value& w = at(written, "fp16");
   for (const char* k :
        {"initial_scale_power", "loss_scale_window", "min_loss_scale", "hysteresis", "consecutive_hysteresis"})

@@ -46,7 +46,7 @@ ShardedZero::ShardedZero(const ZeroContext& context)
     if (real > 0)
       segments_.push_back({i, shards_.params[i].local_offset, real, shards_.params[i].first_element(rank_)});
   }
-  // Persistence (REFERENCE.md 5.3): small params, while the running total
+  // Persistence (docs/deepspeed-reference.md#stage-3-layout): small params, while the running total
   // of persistent elements stays within the model threshold.
   const config::ZeroConfig& z = ctx_.config->zero;
   persistent_.assign(params.size(), 0);
@@ -377,7 +377,7 @@ void ShardedZero::flush_gradients() {
     int64_t chunk = 0;
     for (const PendingGrads& g : group) chunk += layers_[g.layer].all_shard_elements;
     // Interleave per rank: chunk r = every param's r-th shard, layer after
-    // layer (REFERENCE.md 5.3 reduce_scatter_coalesced), then one
+    // layer (docs/deepspeed-reference.md#stage-3-layout reduce_scatter_coalesced), then one
     // reduce-scatter.
     CountedBuffer send = make_counted_buffer(static_cast<size_t>(chunk * world_ * es), DSCORE_MEMORY_HOST,
                                              "gradient bucket");
