@@ -22,7 +22,7 @@
 
 namespace dscore::plugin_host {
 
-// Comm and offload instances: comm_instance.h, offload_instance.h.
+// Comm and offload instances: comm_instance.h.
 
 // Identity of the process in the job, passed to every create().
 struct InstanceContext {
