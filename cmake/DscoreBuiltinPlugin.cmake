@@ -22,7 +22,7 @@ function(dscore_check_plugin_links)
     foreach(lib IN LISTS libs)
       if(lib MATCHES "^dscore(::|_)" AND NOT lib MATCHES "^dscore(::|_)sdk$")
         message(FATAL_ERROR "plugin ${p} links ${lib}: plugins may link only dscore::sdk "
-                            "and their own third-party libraries (DESIGN.md section 1)")
+                            "and their own third-party libraries (docs/architecture.md#layers)")
       endif()
     endforeach()
   endforeach()

@@ -1,7 +1,7 @@
 # dscore_core_library(<name> SOURCES ... [DEPS <core libs>] [EXTERNAL <targets>])
 # One static library per core/ folder. DEPS lists the other core libraries it
 # may include (by short name: base, config, ...); the layering check
-# (tools/check_layering.py) verifies every `#include "core/<x>/..."` against
+# (tests/layering/layering_test.cc) verifies every `#include "core/<x>/..."` against
 # this list, using the manifest written by dscore_write_layering_manifest().
 function(dscore_core_library name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;EXTERNAL" ${ARGN})

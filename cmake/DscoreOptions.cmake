@@ -1,9 +1,10 @@
 # Build options, warnings, ccache and detection of the optional accelerator
 # and transport libraries (CUDA, MPI, NCCL). Each option is AUTO (use it when
-# found), ON (required) or OFF.
+# found), ON (required) or OFF. NCCL is only detected and reported in the
+# summary: no NCCL comm plugin exists yet (plugins/comm has mpi and local).
 set(DSCORE_WITH_CUDA AUTO CACHE STRING "Build CUDA code: AUTO, ON or OFF")
 set(DSCORE_WITH_MPI AUTO CACHE STRING "Build the MPI comm plugin: AUTO, ON or OFF")
-set(DSCORE_WITH_NCCL AUTO CACHE STRING "Build the NCCL comm plugin: AUTO, ON or OFF")
+set(DSCORE_WITH_NCCL AUTO CACHE STRING "Detect NCCL (no NCCL comm plugin is built yet): AUTO, ON or OFF")
 option(DSCORE_WERROR "Treat warnings as errors" OFF)
 
 find_program(DSCORE_CCACHE ccache)

@@ -1,5 +1,5 @@
 // dscore's checkpoint format: DeepSpeed's folder shape with safetensors
-// files (../shared/DESIGN.md section 7, ../shared/REFERENCE.md section 6).
+// files (docs/architecture.md#checkpoint, docs/deepspeed-reference.md#checkpoints).
 //
 //   <dir>/latest                         the tag of the newest complete save
 //   <dir>/<tag>/mp_rank_00_model_states.safetensors            stages 0-2: rank 0, every parameter

@@ -1,7 +1,7 @@
-// The batch triad, as DeepSpeed's _set_batch_related_parameters and
-// _batch_assertion (REFERENCE.md 1.4): derive with Python floor division in
-// a fixed order, then assert train > 0, micro > 0, gas > 0 and
-// train == micro * gas * W, in that order, with DeepSpeed's messages.
+// The batch triad, as DeepSpeed's _set_batch_related_parameters and _batch_assertion
+// (docs/deepspeed-reference.md#batch-size-triad): derive with Python floor division in a fixed
+// order, then assert train > 0, micro > 0, gas > 0 and train == micro * gas * W, in that order,
+// with DeepSpeed's messages.
 //
 // dscore's "auto" rule for these keys: "auto" counts as not provided, so the
 // other keys determine it; when that leaves neither train_batch_size nor the

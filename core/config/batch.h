@@ -1,6 +1,6 @@
 // The batch-size triad: train_batch_size = micro-batch * accumulation steps
 // * data-parallel world size, derived and checked exactly as DeepSpeed does
-// (REFERENCE.md 1.4), with DeepSpeed's messages.
+// (docs/deepspeed-reference.md#batch-size-triad), with DeepSpeed's messages.
 #pragma once
 
 #include <optional>

@@ -1,5 +1,5 @@
 // Loading a ds_config.json: parse, validate against the schema (every
-// DeepSpeed key of ../shared/REFERENCE.md section 1 plus dscore's own
+// DeepSpeed key of docs/deepspeed-reference.md#configuration plus dscore's own
 // sections), map deprecated keys, canonicalise aliases, resolve "auto",
 // derive the batch triad, and build the typed TrainingConfig. Every problem
 // becomes one ConfigError with the JSON path and line:column; nothing stops

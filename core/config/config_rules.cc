@@ -1,5 +1,6 @@
-// DeepSpeed's rules that span keys (REFERENCE.md 1.1, 1.3, 1.6, 4.5, 5.1),
-// with DeepSpeed's own messages where it has one. Each error names the key
+// DeepSpeed's rules that span keys (docs/deepspeed-reference.md#configuration,
+// #gradient-averaging, #zero-optimization-keys), with DeepSpeed's own
+// messages where it has one. Each error names the key
 // it is about, with that key's position in the file.
 //
 // Deliberate difference: a "scheduler" without "params" is accepted (the
@@ -137,7 +138,7 @@ class Rules {
                                                                   std::to_string(s) + " (as in DeepSpeed)"});
 
     // ZeRO-2/3 reduce-scatter the averaged gradients and cannot apply a
-    // predivide factor or prescaling (REFERENCE.md 4.5).
+    // predivide factor or prescaling (docs/deepspeed-reference.md#gradient-averaging).
     if ((s == 2 || s == 3) && flag(doc_, {"zero_optimization", "reduce_scatter"})) {
       const std::string zero_name = s == 2 ? "ZeRO-2" : "ZeRO-3";
       json::Value* predivide = get(doc_, {"gradient_predivide_factor"});

@@ -1,6 +1,6 @@
 // The top level of the ds_config.json schema: the batch keys, optimizer and
 // scheduler, precision sections, the plain top-level switches of
-// REFERENCE.md 1.2, and dscore's own sections. ZeRO lives in
+// docs/deepspeed-reference.md#top-level-keys, and dscore's own sections. ZeRO lives in
 // deepspeed_schema_zero.cc, the remaining sections in
 // deepspeed_schema_sections.cc.
 #include "core/config/deepspeed_schema.h"
@@ -100,7 +100,7 @@ std::shared_ptr<const ObjectSpec> fp16_spec() {
               .def(false)
               .to(&Fp16Config::fp16_master_weights_and_grads),
       },
-      "fp16 mixed precision (REFERENCE.md 1.3); only read when enabled");
+      "fp16 mixed precision (docs/deepspeed-reference.md#precision-sections); only read when enabled");
 }
 
 std::shared_ptr<const ObjectSpec> bf16_spec() {
@@ -114,7 +114,7 @@ std::shared_ptr<const ObjectSpec> bf16_spec() {
               .def(false)
               .to(&Bf16Config::immediate_grad_update),
       },
-      "bf16 mixed precision (REFERENCE.md 1.3)");
+      "bf16 mixed precision (docs/deepspeed-reference.md#precision-sections)");
 }
 
 std::vector<FieldSpec> batch_and_training_fields() {
@@ -173,7 +173,7 @@ std::vector<FieldSpec> batch_and_training_fields() {
       F("data_types", T::kObject, "gradient accumulation dtype")
           .nullable()
           .object(make_object({F("grad_accum_dtype", T::kString,
-                                 "dtype gradients accumulate in (default: see REFERENCE.md 1.7)")
+                                 "dtype gradients accumulate in (default: see docs/deepspeed-reference.md#derived-settings)")
                                    .nullable()
                                    .enums({"fp32", "fp16", "bf16"})
                                    .to(&TrainingConfig::grad_accum_dtype)},
@@ -331,7 +331,7 @@ std::vector<FieldSpec> dscore_fields() {
 std::shared_ptr<const ObjectSpec> build_schema() {
   std::vector<FieldSpec> fields = batch_and_training_fields();
   fields.push_back(
-      F("zero_optimization", T::kObject, "ZeRO (REFERENCE.md 5.1); the legacy boolean form means stage 1 / 0")
+      F("zero_optimization", T::kObject, "ZeRO (docs/deepspeed-reference.md#zero-optimization-keys); the legacy boolean form means stage 1 / 0")
           .def(json::Value::object())
           .object(zero_optimization_spec())
           .to(&TrainingConfig::zero));
@@ -340,7 +340,7 @@ std::shared_ptr<const ObjectSpec> build_schema() {
                        .min(0)
                        .deprecated("deprecated: only read with the legacy boolean \"zero_optimization\"; use "
                                    "zero_optimization.allgather_bucket_size"));
-  fields.push_back(F("aio", T::kObject, "asynchronous I/O for NVMe offload (REFERENCE.md 5.6)")
+  fields.push_back(F("aio", T::kObject, "asynchronous I/O for NVMe offload (docs/deepspeed-reference.md#aio)")
                        .def(json::Value::object())
                        .object(aio_spec())
                        .to(&TrainingConfig::aio));

@@ -1,5 +1,5 @@
 // The schema of ds_config.json: every key DeepSpeed documents
-// (../shared/REFERENCE.md section 1, 5, 7, 8) with its type, default,
+// (docs/deepspeed-reference.md: configuration, ZeRO, monitors, comms logger) with its type, default,
 // aliases, deprecations, "auto" rule and the TrainingConfig member it fills
 // (the one place a key and its default are written), plus dscore's own
 // sections (model, data, plugins, comm, train_steps, checkpoint_dir, seed).

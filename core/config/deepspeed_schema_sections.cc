@@ -1,5 +1,5 @@
 // The remaining DeepSpeed sections: activation checkpointing, flops
-// profiler, monitors (REFERENCE.md 7), comms_logger (8), checkpoint,
+// profiler, monitors (docs/deepspeed-reference.md#monitors), comms_logger (#comms-logger), checkpoint,
 // timers, hybrid_engine, pipeline, progressive_layer_drop, elasticity,
 // nebula, and the sections DeepSpeed only names (accepted with any keys,
 // reported as not used by dscore).
@@ -89,7 +89,7 @@ std::vector<FieldSpec> monitor_sections() {
                       .def(false)
                       .to(&CommsLoggerConfig::debug),
               },
-              "communication logger (REFERENCE.md 8)", {.pydantic = true}))
+              "communication logger (docs/deepspeed-reference.md#comms-logger)", {.pydantic = true}))
           .to(&TrainingConfig::comms_logger),
   };
 }

@@ -1,5 +1,6 @@
-// The ZeRO part of the schema: zero_optimization (REFERENCE.md 5.1, 1.6),
-// offload_param / offload_optimizer (5.5) and aio (5.6). These sections are
+// The ZeRO part of the schema: zero_optimization
+// (docs/deepspeed-reference.md#zero-optimization-keys, #deprecated-keys-and-aliases),
+// offload_param / offload_optimizer (#offload) and aio (#aio). These sections are
 // pydantic models in DeepSpeed, which silently drops "auto" in them; dscore
 // rejects it unless the key has an HF-style rule.
 #include <cstdint>
@@ -198,8 +199,8 @@ std::shared_ptr<const ObjectSpec> zero_optimization_spec() {
           F("pipeline_loading_checkpoint", T::kBool, "pipeline checkpoint loading").def(false).not_used(),
           F("override_module_apply", T::kBool, "override torch Module.apply").def(true).not_used(),
           F("log_trace_cache_warnings", T::kBool, "log trace cache warnings").def(false).not_used(),
-          // Deprecated keys (REFERENCE.md 1.6); config_rules.cc maps the
-          // ones that change type.
+          // Deprecated keys (docs/deepspeed-reference.md#deprecated-keys-and-aliases);
+          // config_rules.cc maps the ones that change type.
           F("cpu_offload", T::kBool, "deprecated: true = offload_optimizer {device: cpu}")
               .nullable()
               .replaced_by("offload_optimizer", false)
@@ -217,7 +218,7 @@ std::shared_ptr<const ObjectSpec> zero_optimization_spec() {
               .replaced_by("gather_16bit_weights_on_model_save", true)
               .deprecated("deprecated: use \"gather_16bit_weights_on_model_save\""),
       },
-      "ZeRO redundancy optimizer (REFERENCE.md 5.1)", {.pydantic = true});
+      "ZeRO redundancy optimizer (docs/deepspeed-reference.md#zero-optimization-keys)", {.pydantic = true});
 }
 
 }  // namespace dscore::config

@@ -1,7 +1,7 @@
 // The config reference (docs/config-reference.md), generated from the schema
 // so the documentation cannot drift from what the validator accepts. A test
 // compares the checked-in file with this text; regenerate with
-//   build/<dir>/bin/dscore_config_reference > docs/config-reference.md
+//   build/<dir>/bin/dscore config reference > docs/config-reference.md
 #pragma once
 
 #include <string>

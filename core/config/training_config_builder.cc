@@ -92,7 +92,7 @@ void add_monitor_plugins(const json::Value& list, const std::string& path,
 TrainingConfig build_training_config(const json::Value& doc, const json::Value& written) {
   TrainingConfig c;
   bind_object(doc, deepspeed_schema(), "", typeid(TrainingConfig), &c);
-  // REFERENCE.md 1.3: the scalers use their own defaults unless at least
+  // docs/deepspeed-reference.md#loss-scaler-defaults: the scalers use their own defaults unless at least
   // one dynamic key is written (which keys were written, not their values).
   const json::Value* fp16 = written.is_object() ? written.find("fp16") : nullptr;
   if (fp16 && fp16->is_object())

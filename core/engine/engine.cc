@@ -304,15 +304,16 @@ Status Engine::boundary_step() {
   last_rank_loss_ = loss_accumulator_;
   last_loss_ = loss_sum / world;
   loss_accumulator_ = 0;
-  // fp16: the scale reacts to this step's outcome first (REFERENCE.md 4.4).
+  // fp16: the scale reacts to this step's outcome first
+  // (docs/deepspeed-reference.md#overflow-handling).
   if (config_.fp16.enabled) DSCORE_RETURN_IF_ERROR(scaler_.update(overflow));
   // An overflow (or any non-finite gradient: dscore also skips those in
   // fp32/bf16, see docs/deepspeed-differences.md) skips the update and the
   // schedule on every rank, since every rank computed the same flag.
   last_step_applied_ = !overflow;
   if (last_step_applied_) {
-    // Clipping (REFERENCE.md 4.6): combined = S * max(1, (N/S + 1e-6) / c)
-    // folds unscaling and clipping into one factor.
+    // Clipping (docs/deepspeed-reference.md#gradient-clipping):
+    // combined = S * max(1, (N/S + 1e-6) / c) folds unscaling and clipping into one factor.
     double combined = scale;
     if (config_.gradient_clipping > 0)
       combined = scale * std::max(1.0, (scaled_norm / scale + 1e-6) / config_.gradient_clipping);
@@ -347,7 +348,7 @@ Status Engine::apply_update(double grad_scale) {
 std::vector<ScalarEvent> Engine::boundary_events(int64_t samples_before) const {
   // DeepSpeed: train_loss (rank 0's) at the pre-increment global_samples,
   // lr after the scheduler step and the fp16 loss scale at the
-  // post-increment value (REFERENCE.md section 7).
+  // post-increment value (docs/deepspeed-reference.md#monitors).
   std::vector<ScalarEvent> events;
   events.push_back({"Train/Samples/train_loss", last_rank_loss_, samples_before});
   const std::vector<double> lr = get_lr();

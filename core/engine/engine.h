@@ -80,7 +80,7 @@ struct EngineComponents {
 // them as config errors before creating anything.
 std::vector<config::ConfigError> unsupported_features(const config::TrainingConfig& config);
 
-// Checkpoints (../shared/DESIGN.md section 7, format in core/checkpoint/format.h).
+// Checkpoints (docs/architecture.md#checkpoint, format in core/checkpoint/format.h).
 struct SaveCheckpointOptions {
   std::string tag;                                   // "" = "global_step<N>"
   json::Value client_state = json::Value::object();  // the caller's own JSON, returned by load

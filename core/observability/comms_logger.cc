@@ -73,7 +73,7 @@ Result<Bandwidth> comm_bandwidth(std::string_view op, uint64_t message_bytes, do
     return invalid_argument(
         "comms_logger: no bandwidth formula for collective '" + std::string(op) +
         "' (DeepSpeed: \"wrong comm_op specified\"); profile only the collectives "
-        "listed in REFERENCE.md section 8");
+        "listed in docs/deepspeed-reference.md#comms-logger");
   }
   // bytes/ms -> Gbit/s, in DeepSpeed's two steps.
   tput *= 8;

@@ -1,4 +1,4 @@
-// DeepSpeed's comms_logger (REFERENCE.md section 8;
+// DeepSpeed's comms_logger (docs/deepspeed-reference.md#comms-logger;
 // deepspeed/utils/comms_logging.py): which collectives are profiled, the
 // algbw/busbw of each timed collective, the verbose per-op line and the
 // log_summary table. Pure bookkeeping: the comm layer times each op (after

@@ -1,6 +1,6 @@
 // DeepSpeed's wall_clock_breakdown timers (deepspeed/utils/timer.py
 // SynchronizedWallClockTimer with host timing; engine.py's timer names and
-// monitor events, REFERENCE.md section 7). The engine starts/stops the named
+// monitor events, docs/deepspeed-reference.md#monitors). The engine starts/stops the named
 // timers around forward, backward (inner and allreduce parts) and step —
 // after synchronising the device, which is what makes host timing honest —
 // and asks for the log line and the monitor events at the boundary.

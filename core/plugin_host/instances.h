@@ -23,7 +23,7 @@
 
 namespace dscore::plugin_host {
 
-// Comm and offload instances: comm_instance.h, offload_instance.h.
+// Comm and offload instances: comm_instance.h.
 
 // Identity of the process in the job, passed to every create(), and the
 // host context the instance lives in (its engine's; nullptr gives the

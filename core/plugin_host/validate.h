@@ -1,4 +1,4 @@
-// Validation of a plugin library's static table (DESIGN.md section 2): the
+// Validation of a plugin library's static table (docs/architecture.md#the-plugin-abi): the
 // struct sizes, the ABI major/minor rule, the descriptors (kind, name,
 // vtable size, every required function non-NULL) and each params schema.
 // Reads static data only: no plugin function is called.

@@ -1,5 +1,5 @@
 // fp16 loss scaling, DeepSpeed's ZeRO variant (DynamicLossScaler,
-// ../shared/REFERENCE.md 4.2-4.3), used at every stage: hysteresis, the
+// docs/deepspeed-reference.md#loss-scaler-update-rules), used at every stage: hysteresis, the
 // scale doubles after `window` consecutive clean iterations, and an
 // overflow at the minimum scale is an error. (DeepSpeed's stage-0
 // FP16_Optimizer has a slightly different rule; dscore uses one rule at

@@ -17,7 +17,7 @@ FlatPartition make_flat_partition(int64_t numel, int world) {
 
 int64_t FlatPartition::padding(int rank) const {
   // P if the whole partition is past the real data, the overhang if it
-  // straddles the end, else 0 (REFERENCE.md 5.2).
+  // straddles the end, else 0 (docs/deepspeed-reference.md#stage-1-and-2-layout).
   const int64_t b = begin(rank), e = end(rank);
   if (b >= numel) return partition_size;
   return e > numel ? e - numel : 0;

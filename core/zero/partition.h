@@ -1,4 +1,5 @@
-// Partition layouts (../shared/REFERENCE.md 5.2, 5.3), as offset arithmetic.
+// Partition layouts (docs/deepspeed-reference.md#stage-1-and-2-layout and
+// docs/deepspeed-reference.md#stage-3-layout), as offset arithmetic.
 //
 // Stages 1/2 (FlatPartition): all parameters back to back in layout order
 // in one flat buffer, zero-padded at the end to a multiple of 2·W elements

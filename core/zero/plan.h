@@ -50,7 +50,7 @@ struct ZeroPlan {
   int64_t comm_total() const;
 };
 
-// Dtypes a config trains with (REFERENCE.md 1.7): the model's, and the
+// Dtypes a config trains with (docs/deepspeed-reference.md#derived-settings): the model's, and the
 // gradient accumulation's (data_types.grad_accum_dtype, else fp32 for bf16
 // at stage 0, else the model's).
 dscore_dtype model_dtype_of(const config::TrainingConfig& config);

@@ -1,5 +1,5 @@
-// How gradients are averaged across ranks (REFERENCE.md 4.5), one rule for
-// every stage so stages stay bitwise comparable:
+// How gradients are averaged across ranks (docs/deepspeed-reference.md#gradient-averaging), one
+// rule for every stage so stages stay bitwise comparable:
 //   default:                 AVG (sum in rank order, divided by W, rounded once)
 //   prescale_gradients:      g /= W before, then SUM
 //   gradient_predivide_factor f != 1: g /= f before, SUM, then g *= f / W

@@ -26,7 +26,7 @@ ShardedZero::ShardedZero(const ZeroContext& context)
     if (real > 0)
       segments_.push_back({i, shards_.params[i].local_offset, real, shards_.params[i].first_element(rank_)});
   }
-  // Persistence (REFERENCE.md 5.3): small params, while the running total
+  // Persistence (docs/deepspeed-reference.md#stage-3-layout): small params, while the running total
   // of persistent elements stays within the model threshold.
   const config::ZeroConfig& z = ctx_.config->zero;
   persistent_.assign(params.size(), 0);
@@ -344,7 +344,7 @@ void ShardedZero::flush_gradients() {
     const int64_t es = static_cast<int64_t>(sdk::dtype_size(gd));
     const Reduction r = plan_reduction(*ctx_.config, world_);
     // Interleave per rank: chunk r = every param's r-th shard, layer after
-    // layer (REFERENCE.md 5.3 reduce_scatter_coalesced), then one
+    // layer (docs/deepspeed-reference.md#stage-3-layout reduce_scatter_coalesced), then one
     // reduce-scatter.
     std::vector<ShardedRun> runs;
     for (const PendingGrads& g : group) {

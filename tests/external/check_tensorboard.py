@@ -5,7 +5,7 @@ Usage: check_tensorboard.py LOGDIR CSV_DIR
 
 LOGDIR is output_path/job_name of the "tensorboard" section; CSV_DIR the
 csv_monitor folder of the same `dscore run`, whose rows are the reference
-values (REFERENCE.md section 7: one file per tag, rows "global_samples,value").
+values (docs/deepspeed-reference.md#monitors: one file per tag, rows "global_samples,value").
 Checks, with tensorboard's EventAccumulator:
   - the event file is named events.out.tfevents.<10-digit seconds>.<host>.<pid>.<uid>;
   - it declares file_version brain.Event:2;

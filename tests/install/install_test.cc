@@ -1,5 +1,5 @@
-// The vendor path of DESIGN.md (user 3), end to end: `cmake --install` this
-// build into a temporary prefix; configure and build the out-of-tree example
+// The vendor path (docs/architecture.md#who-uses-dscore, user 3), end to end:
+// `cmake --install` this build into a temporary prefix; configure and build the out-of-tree example
 // sdk/examples/sgd_momentum against that prefix only (a copy of its folder,
 // as a vendor's checkout, so any path back into this source tree is a leak);
 // check the plugin exports nothing but dscore_plugin_library_v1; then train

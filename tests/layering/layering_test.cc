@@ -1,4 +1,4 @@
-// The layering rules of DESIGN.md section 1, checked mechanically over the
+// The layering rules of docs/architecture.md#layers, checked mechanically over the
 // source tree:
 //  - sdk/include/dscore/*.h include only <stdint.h>, <stddef.h> and each other;
 //  - core/ never includes anything under plugins/ (or tests/);
@@ -90,7 +90,7 @@ TEST(Layering, PluginsIncludeOnlySdkTheirOwnFilesAndSystemHeaders) {
     for (const Include& inc : includes_of(f)) {
       const bool core_or_tests = inc.target.rfind("core/", 0) == 0 || inc.target.rfind("tests/", 0) == 0;
       EXPECT_FALSE(core_or_tests) << where(f, inc.line) << " includes " << inc.target
-                                  << ": a plugin includes only sdk/ (DESIGN.md section 1)";
+                                  << ": a plugin includes only sdk/ (docs/architecture.md#layers)";
       if (!inc.angle) {
         // A quoted include must be a file of the plugin's own folder.
         const fs::path resolved = fs::weakly_canonical(f.parent_path() / inc.target);

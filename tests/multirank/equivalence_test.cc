@@ -1,4 +1,4 @@
-// The ZeRO equivalence invariant (issue 3, DESIGN.md section 5), with real
+// The ZeRO equivalence invariant (issue 3, docs/architecture.md#zero-strategies), with real
 // processes under mpirun: for the same seed and global batch, stages 0-3
 // give the same loss at every step and the same final parameters.
 //  - Bitwise where the reduction order is the same: every stage at one world
@@ -50,7 +50,8 @@ TEST_P(EveryStage, StagesAreBitwiseEqualAtOneWorldSizeWithClippingActive) {
   spec.precision = precision;
   spec.clipping = 0.05;  // below the gradient norm of this model: clipping acts every step
   // DeepSpeed accumulates bf16 gradients in fp32 at stage 0 only
-  // (REFERENCE.md 1.7); pin the dtype so every stage does the same math.
+  // (docs/deepspeed-reference.md#derived-settings); pin the dtype so every stage does the same
+  // math.
   if (precision == "bf16") spec.extra = R"("data_types": {"grad_accum_dtype": "bf16"})";
   std::vector<RunResult> runs;
   for (int stage = 0; stage <= 3; ++stage) {

@@ -1,5 +1,5 @@
 // Teacher network construction and evaluation (teacher.h). All draws are
-// counter-based (counter_rng.h), keyed by teacher_seed and a stream number.
+// counter-based (<dscore/cpp/counter_rng.hpp>), keyed by teacher_seed and a stream number.
 #include "teacher.h"
 
 #include <cmath>

@@ -1,4 +1,4 @@
-// The built-in "csv_monitor" (REFERENCE.md section 7), byte-compatible with
+// The built-in "csv_monitor" (docs/deepspeed-reference.md#monitors), byte-compatible with
 // DeepSpeed's csvMonitor: directory output_path/job_name, one file per tag
 // (tag with '/' and ' ' -> '_', plus ".csv") opened for append, a header row
 // "step,<last tag component>" the first time this process writes a file,

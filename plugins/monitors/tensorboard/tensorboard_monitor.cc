@@ -1,4 +1,4 @@
-// The built-in "tensorboard" monitor (REFERENCE.md section 7): DeepSpeed's
+// The built-in "tensorboard" monitor (docs/deepspeed-reference.md#monitors): DeepSpeed's
 // TensorBoardMonitor, which calls SummaryWriter.add_scalar(tag, value,
 // global_samples) for each event and flushes after every batch. One event
 // file per monitor under output_path/job_name, named as torch names its own;

@@ -1,4 +1,4 @@
-// The built-in "wandb" monitor (REFERENCE.md section 7): DeepSpeed's
+// The built-in "wandb" monitor (docs/deepspeed-reference.md#monitors): DeepSpeed's
 // WandbMonitor calls wandb.init(project, group, entity=team) and then
 // wandb.log({tag: value}, step=global_samples). This plugin writes what the
 // wandb client writes in offline mode — an offline run folder with the

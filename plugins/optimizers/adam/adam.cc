@@ -1,5 +1,6 @@
 // The built-in Adam optimizers, "adam" and "adamw", with DeepSpeed's
-// semantics (REFERENCE.md 3.1-3.3): "adam" is AdamW unless adam_w_mode is
+// semantics (docs/deepspeed-reference.md#optimizer-names, #fusedadam): "adam"
+// is AdamW unless adam_w_mode is
 // false, "adamw" always decouples weight decay; the math is FusedAdam's
 // (adam_update.h). CPU tensors run the vectorised multi-core loop
 // (adam_cpu.h), CUDA tensors the multi-tensor kernel (adam_cuda.h, when
@@ -33,7 +34,7 @@ constexpr bool kHasCuda = true;
 constexpr bool kHasCuda = false;
 #endif
 
-// Shared by "adam" and "adamw". Defaults are FusedAdam's (REFERENCE.md 3.2);
+// Shared by "adam" and "adamw". Defaults are FusedAdam's (docs/deepspeed-reference.md#fusedadam);
 // the host fills them, so create() reads every parameter without fallbacks.
 constexpr const char kParamsSchema[] = R"json({
   "lr": {"type": "number", "default": 0.001, "min": 0, "auto": "default",

@@ -1,5 +1,5 @@
 // The Adam/AdamW element update: DeepSpeed FusedAdam's per-element math
-// (REFERENCE.md 3.2) in fp32, one pass over param, grad, exp_avg, exp_avg_sq
+// (docs/deepspeed-reference.md#fusedadam) in fp32, one pass over param, grad, exp_avg, exp_avg_sq
 // and the optional 16-bit parameter copy. This is the readable reference
 // path. The vectorised path (adam_avx2.cc) and the CUDA kernel
 // (adam_cuda.cu) perform the SAME operations in the same order, fused

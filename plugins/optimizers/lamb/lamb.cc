@@ -1,4 +1,4 @@
-// The "lamb" optimizer: DeepSpeed's FusedLamb (REFERENCE.md 3.4). Per
+// The "lamb" optimizer: DeepSpeed's FusedLamb (docs/deepspeed-reference.md#fusedlamb). Per
 // parameter TENSOR: Adam moments without bias correction inside, update
 // u = m / (sqrt(v) + eps) + wd p (eps inside the sqrt when eps_inside_sqrt),
 // trust ratio r = |p| / |u| (1 when either norm is 0) clamped to
@@ -22,7 +22,7 @@ namespace {
 
 using sdk::Error;
 
-// FusedLamb's defaults (REFERENCE.md 3.4).
+// FusedLamb's defaults (docs/deepspeed-reference.md#fusedlamb).
 constexpr const char kSchema[] = R"json({
   "lr": {"type": "number", "default": 0.001, "min": 0, "auto": "default",
          "doc": "base learning rate; an LR scheduler overrides it per step"},

@@ -1,5 +1,5 @@
 // 1-bit compressed allreduce with worker and server error feedback, as
-// DeepSpeed's NcclBackend.compressed_allreduce (REFERENCE.md 3.5), over the
+// DeepSpeed's NcclBackend.compressed_allreduce (docs/deepspeed-reference.md#onebitadam), over the
 // host's communicator (comm.h): each rank sends the signs of its momentum
 // (1 bit per element) plus one fp32 scale, so about 1/32 of the bytes of an
 // fp32 allreduce cross the wire (exactly (1 + 1/W)/32 of them, plus scales).

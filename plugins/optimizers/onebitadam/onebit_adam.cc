@@ -1,4 +1,4 @@
-// The "onebitadam" optimizer: DeepSpeed's 1-bit Adam (REFERENCE.md 3.5).
+// The "onebitadam" optimizer: DeepSpeed's 1-bit Adam (docs/deepspeed-reference.md#onebitadam).
 // Updates 1 .. freeze_step - 1 are the warm-up: the host all-reduces the
 // gradients as usual and the update is Adam WITHOUT bias correction,
 // p -= lr (m / (sqrt(v) + eps) + wd p). From update freeze_step on,

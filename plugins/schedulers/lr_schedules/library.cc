@@ -1,5 +1,5 @@
 // The dscore-lr-schedules library: DeepSpeed's LR schedules
-// (deepspeed/runtime/lr_schedules.py, REFERENCE.md section 2). Each schedule
+// (deepspeed/runtime/lr_schedules.py, docs/deepspeed-reference.md#lr-schedules). Each schedule
 // lives in its own file; this table lists them.
 #include "schedule.h"
 

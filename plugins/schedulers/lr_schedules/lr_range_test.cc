@@ -1,4 +1,4 @@
-// LRRangeTest (REFERENCE.md 2.6): the lr grows from lr_range_test_min_lr
+// LRRangeTest (docs/deepspeed-reference.md#lrrangetest): the lr grows from lr_range_test_min_lr
 // by lr_range_test_step_rate per lr_range_test_step_size iterations,
 // continuously or in stairs: lr = min * (1 + rate * i), i = (t + 1) / size
 // or floor of it. The constructor value (t = -1) is min, which the formula

@@ -1,4 +1,4 @@
-// OneCycle (REFERENCE.md 2.5): one triangular cycle of the lr between
+// OneCycle (docs/deepspeed-reference.md#onecycle): one triangular cycle of the lr between
 // cycle_min_lr and cycle_max_lr over S = first + second step sizes, with
 // beta1 cycled inversely between cycle_max_mom and cycle_min_mom and beta2
 // forced to 0.99; after the cycle a continuous (never staircase) decay of the

@@ -1,4 +1,5 @@
-// WarmupLR and WarmupDecayLR (REFERENCE.md 2.2-2.3): a log or linear
+// WarmupLR and WarmupDecayLR (docs/deepspeed-reference.md#warmuplr and
+// docs/deepspeed-reference.md#warmupdecaylr): a log or linear
 // warm-up from warmup_min_lr to warmup_max_lr over N = max(2,
 // warmup_num_steps) iterations, then constant (WarmupLR) or a linear decay
 // back to warmup_min_lr at total_num_steps (WarmupDecayLR). The arithmetic

@@ -1,4 +1,4 @@
-// WarmupCosineLR (REFERENCE.md 2.4): the optimizer's own lr (context
+// WarmupCosineLR (docs/deepspeed-reference.md#warmupcosinelr): the optimizer's own lr (context
 // base_lrs, DeepSpeed's org_lr) times a ratio that warms up (log or linear)
 // from warmup_min_ratio to 1 over N = max(2, warmup_num_steps) iterations,
 // then follows a half cosine down to cos_min_ratio at total_num_steps.

@@ -2,7 +2,7 @@
 // executable: a valid config prints the resolved JSON on stdout; every bad
 // input of issue 2 is exit 2 with one "error: <file>:<line>:<col>: <path>:
 // <message>" line per problem; the batch triad uses DeepSpeed's exact
-// messages (REFERENCE.md 1.4, worked examples at W = 2).
+// messages (docs/deepspeed-reference.md#batch-size-triad, worked examples at W = 2).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -59,7 +59,7 @@ TEST(CliConfigCheck, QuickstartIsValidAndPrintsTheResolvedConfig) {
   json::Value resolved = parse_stdout(r);
   ASSERT_TRUE(resolved.is_object());
   // Derived by the batch triad (train 32, micro 16, W 2) and filled defaults
-  // the file does not mention (REFERENCE.md 5.1).
+  // the file does not mention (docs/deepspeed-reference.md#zero-optimization-keys).
   ASSERT_NE(resolved.find("gradient_accumulation_steps"), nullptr);
   EXPECT_EQ(resolved.find("gradient_accumulation_steps")->as_int(), 1);
   const json::Value* zero = resolved.find("zero_optimization");
@@ -79,7 +79,8 @@ TEST(CliConfigCheck, QuickstartIsValidAndPrintsTheResolvedConfig) {
 }
 
 TEST(CliConfigCheck, WorldSizeDrivesTheBatchTriad) {
-  // {train 32, micro 4} at W = 2 -> gas = (32 // 4) // 2 = 4 (REFERENCE.md 1.4).
+  // {train 32, micro 4} at W = 2 -> gas = (32 // 4) // 2 = 4
+  // (docs/deepspeed-reference.md#batch-size-triad).
   auto run = check("{\"train_batch_size\": 32, \"train_micro_batch_size_per_gpu\": 4}", 2);
   ASSERT_EQ(run->result.exit_code, 0) << run->result.describe();
   json::Value resolved = parse_stdout(run->result);
@@ -180,8 +181,8 @@ TEST(CliConfigCheck, AutoWhereAllowedIsResolvedAndANoteSaysSo) {
   EXPECT_EQ(resolved.find("gradient_clipping")->as_number(), 1.0);
 }
 
-// The batch triad at --world-size 2: REFERENCE.md 1.4's worked examples and
-// DeepSpeed's assertion texts, verbatim.
+// The batch triad at --world-size 2: docs/deepspeed-reference.md#batch-size-triad's worked examples
+// and DeepSpeed's assertion texts, verbatim.
 struct TriadCase {
   const char* name;
   const char* config;

@@ -1,10 +1,9 @@
-// `dscore lr-schedule` (core/cli/lr_schedule_command.cc) through the real
-// executable: the CSV values are exactly what training applies at each
-// optimizer step (update k uses the scheduler point at t = k - 2: the
-// constructor value, then one scheduler step after every update, REFERENCE.md
-// 2.1), momentum columns for OneCycle, the optimizer's lr without a scheduler
-// and as WarmupCosineLR's peak, "auto" resolved against --steps, the default
-// table and plot, and config errors reported like `dscore config check`.
+// `dscore lr-schedule` (core/cli/lr_schedule_command.cc) through the real executable: the CSV
+// values are exactly what training applies at each optimizer step (update k uses the scheduler
+// point at t = k - 2: the constructor value, then one scheduler step after every update,
+// docs/deepspeed-reference.md#how-the-engine-drives-schedulers), momentum columns for OneCycle, the
+// optimizer's lr without a scheduler and as WarmupCosineLR's peak, "auto" resolved against --steps,
+// the default table and plot, and config errors reported like `dscore config check`.
 #include <gtest/gtest.h>
 
 #include <cmath>

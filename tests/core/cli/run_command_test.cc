@@ -1,6 +1,6 @@
 // `dscore run` (core/cli/run_command.cc over core/engine/trainer.cc) through
 // the real executable: a short mlp run trains (the loss falls), prints
-// progress, writes DeepSpeed's csv_monitor files (REFERENCE.md section 7);
+// progress, writes DeepSpeed's csv_monitor files (docs/deepspeed-reference.md#monitors);
 // --steps overrides train_steps; what this build cannot do yet is a clear
 // one-line error with the right exit code, never a silent fallback.
 #include <gtest/gtest.h>
@@ -259,7 +259,8 @@ TEST(CliRun, Fp16TrainsAndLogsTheLossScale) {
   const auto rows = split_lines(read_text_file(dir.path() / "job" / "Train_Samples_loss_scale.csv"));
   ASSERT_GE(rows.size(), 2u);
   EXPECT_EQ(rows[0], "step,loss_scale");
-  EXPECT_EQ(rows[1], "32,1024.0");  // post-increment x, scale after the update (REFERENCE.md 7)
+  // Post-increment x, scale after the update (docs/deepspeed-reference.md#monitors).
+  EXPECT_EQ(rows[1], "32,1024.0");
 }
 
 TEST(CliRun, MissingConfigFileIsNamed) {

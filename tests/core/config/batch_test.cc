@@ -1,8 +1,7 @@
-// Tests for core/config/batch.cc. Golden source: REFERENCE.md 1.4 (rules,
-// messages and worked examples, W = 2) and 9 (DeepSpeed's
-// tests/unit/runtime/test_ds_config_dict.py batch matrix at W = 2, and
-// test_ds_config_model.py's {"train_batch_size": 64} at W = 1). Exact
-// integers and exact message text: no tolerance.
+// Tests for core/config/batch.cc. Golden source: docs/deepspeed-reference.md#batch-size-triad
+// (rules, messages and worked examples, W = 2) and #deepspeed-unit-tests (the batch matrix at
+// W = 2 of DeepSpeed's tests/unit/runtime/test_ds_config_dict.py, and test_ds_config_model.py's
+// {"train_batch_size": 64} at W = 1). Exact integers and exact message text: no tolerance.
 #include "core/config/batch.h"
 
 #include <gtest/gtest.h>
@@ -30,7 +29,8 @@ std::string mismatch(int t, int m, int g, int w) {
          std::to_string(t) + " != " + std::to_string(m) + " * " + std::to_string(g) + " * " + std::to_string(w);
 }
 
-// REFERENCE.md 9: (train, micro, gas) at W = 2 with all three, pairs, singles.
+// docs/deepspeed-reference.md#deepspeed-unit-tests: (train, micro, gas) at W = 2 with all three,
+// pairs, singles.
 TEST(BatchTriad, DeepSpeedMatrixSucceeding) {
   // (32, 16, 1)
   expect_ok(derive(32, 16, 1, 2), 32, 16, 1);
@@ -60,7 +60,7 @@ TEST(BatchTriad, DeepSpeedMatrixFailing) {
             "Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided");
 }
 
-// REFERENCE.md 1.4 worked examples, W = 2.
+// docs/deepspeed-reference.md#batch-size-triad worked examples, W = 2.
 TEST(BatchTriad, WorkedExamples) {
   expect_ok(derive(32, kNone, kNone, 2), 32, 16, 1);
   expect_ok(derive(kNone, 4, kNone, 2), 8, 4, 1);

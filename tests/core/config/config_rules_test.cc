@@ -1,5 +1,6 @@
 // Tests for core/config/config_rules.cc: DeepSpeed's cross-key rules with
-// DeepSpeed's messages (REFERENCE.md 1.1, 1.3, 1.6, 4.5, 5.1, 9), each
+// DeepSpeed's messages (docs/deepspeed-reference.md#configuration,
+// #gradient-averaging, #zero-optimization-keys, #deepspeed-unit-tests), each
 // reported with the key's path and position.
 #include "core/config/config_rules.h"
 
@@ -23,7 +24,7 @@ std::string only_error(const LoadedConfig& c) {
   return format_error(c.errors[0], c.source_name);
 }
 
-// REFERENCE.md 1.3.
+// docs/deepspeed-reference.md#precision-sections.
 TEST(ConfigRules, Fp16AndBf16Together) {
   EXPECT_EQ(only_error(load_with(R"("fp16": {"enabled": true}, "bf16": {"enabled": true})")),
             "ds.json:1:72: bf16.enabled: bfloat16 and fp16 modes cannot be simultaneously enabled");
@@ -41,7 +42,7 @@ TEST(ConfigRules, Fp16MasterWeightsNeedStage2WithOffload) {
                   .ok());
 }
 
-// REFERENCE.md 1.6.
+// docs/deepspeed-reference.md#deprecated-keys-and-aliases.
 TEST(ConfigRules, LegacyStage1IsDeepSpeedsError) {
   EXPECT_EQ(only_error(load_with(R"("zero_optimization": {"legacy_stage1": true})")),
             "ds.json:1:64: zero_optimization.legacy_stage1: The deprecated version of ZeRO Stage 1 is not supported "
@@ -50,7 +51,7 @@ TEST(ConfigRules, LegacyStage1IsDeepSpeedsError) {
   EXPECT_TRUE(load_with(R"("zero_optimization": {"legacy_stage1": false})").ok());
 }
 
-// REFERENCE.md 1.1.
+// docs/deepspeed-reference.md#config-loading.
 TEST(ConfigRules, MaxGradNormInOptimizerParams) {
   EXPECT_EQ(only_error(load_with(R"("optimizer": {"type": "Adam", "params": {"lr": 1e-3, "max_grad_norm": 1.0}})")),
             "ds.json:1:78: optimizer.params.max_grad_norm: 'max_grad_norm' is not supported as an optimizer "
@@ -58,7 +59,8 @@ TEST(ConfigRules, MaxGradNormInOptimizerParams) {
             "https://www.deepspeed.ai/docs/config-json/#gradient-clipping for more details");
 }
 
-// REFERENCE.md 5.1 / test_zero_config.py: overlap_comm False for 0-2, True for 3.
+// docs/deepspeed-reference.md#zero-optimization-keys / test_zero_config.py: overlap_comm False for
+// 0-2, True for 3.
 TEST(ConfigRules, OverlapCommDefaultFollowsTheStage) {
   for (int stage = 0; stage <= 3; ++stage) {
     LoadedConfig c = load_with("\"zero_optimization\": {\"stage\": " + std::to_string(stage) + "}");
@@ -70,7 +72,7 @@ TEST(ConfigRules, OverlapCommDefaultFollowsTheStage) {
   EXPECT_TRUE(load_with(R"("zero_optimization": {"stage": 1, "overlap_comm": true})").config->zero.overlap_comm);
 }
 
-// REFERENCE.md 5.1 validator.
+// docs/deepspeed-reference.md#zero-optimization-keys validator.
 TEST(ConfigRules, PartialOffloadNeedsStage3) {
   EXPECT_EQ(only_error(load_with(R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.5}})")),
             "ds.json:1:107: zero_optimization.offload_optimizer.ratio: Partial offloading only supported for ZeRO "
@@ -78,7 +80,8 @@ TEST(ConfigRules, PartialOffloadNeedsStage3) {
   EXPECT_TRUE(load_with(R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.5}})").ok());
 }
 
-// REFERENCE.md 5.1 / TestIncorectAllgatherBucketSize: 1000 ok, 1001 fails (stage 1/2).
+// docs/deepspeed-reference.md#zero-optimization-keys / TestIncorectAllgatherBucketSize: 1000 ok,
+// 1001 fails (stage 1/2).
 TEST(ConfigRules, AllgatherBucketSizeMultipleOfTwo) {
   EXPECT_TRUE(load_with(R"("zero_optimization": {"stage": 2, "allgather_bucket_size": 1000})").ok());
   EXPECT_EQ(only_error(load_with(R"("zero_optimization": {"stage": 2, "allgather_bucket_size": 1001})")),
@@ -89,7 +92,7 @@ TEST(ConfigRules, AllgatherBucketSizeMultipleOfTwo) {
   EXPECT_TRUE(load_with(R"("zero_optimization": {"stage": 3, "allgather_bucket_size": 1001})").ok());
 }
 
-// REFERENCE.md 4.5.
+// docs/deepspeed-reference.md#gradient-averaging.
 TEST(ConfigRules, PredivideAndPrescaleWithReduceScatter) {
   EXPECT_EQ(only_error(load_with(R"("gradient_predivide_factor": 2.0, "zero_optimization": {"stage": 2})")),
             "ds.json:1:54: gradient_predivide_factor: gradient_predivide_factor != 1.0 is not yet supported with "

@@ -1,6 +1,6 @@
 // Tests for the ds_config.json schema (core/config/deepspeed_schema*.cc),
 // through load_config_text: DeepSpeed's defaults (spot-checked against the
-// REFERENCE.md table named in each test), aliases, deprecated keys,
+// docs/deepspeed-reference.md table named in each test), aliases, deprecated keys,
 // unknown keys at every level, wrong types, and which keys take "auto".
 #include "core/config/deepspeed_schema.h"
 
@@ -42,7 +42,7 @@ bool has_notice(const LoadedConfig& c, const std::string& path, const std::strin
   return false;
 }
 
-// REFERENCE.md 1.2 (top-level defaults).
+// docs/deepspeed-reference.md#top-level-keys (top-level defaults).
 TEST(DeepSpeedSchema, TopLevelDefaults) {
   LoadedConfig c = load_with("");
   ASSERT_TRUE(c.ok()) << errors_of(c);
@@ -57,7 +57,8 @@ TEST(DeepSpeedSchema, TopLevelDefaults) {
   EXPECT_EQ(r.find("steps_per_print"), nullptr);  // None since v0.15.2
   EXPECT_EQ(r.find("communication_data_type"), nullptr);
   EXPECT_EQ(r.find("optimizer"), nullptr);
-  EXPECT_EQ(r.find("comms_logger"), nullptr);  // presence matters (REFERENCE.md 8)
+  // Presence matters (docs/deepspeed-reference.md#comms-logger).
+  EXPECT_EQ(r.find("comms_logger"), nullptr);
   // dscore's own sections.
   EXPECT_EQ(at(r, {"seed"}), json::Value(42));
   EXPECT_EQ(at(r, {"data", "type"}), json::Value("synthetic"));
@@ -65,7 +66,7 @@ TEST(DeepSpeedSchema, TopLevelDefaults) {
   EXPECT_EQ(at(r, {"comm", "timeout_ms"}), json::Value(300000));
 }
 
-// REFERENCE.md 1.3.
+// docs/deepspeed-reference.md#precision-sections.
 TEST(DeepSpeedSchema, PrecisionDefaults) {
   LoadedConfig c = load_with("");
   const json::Value& fp16 = at(c.resolved, {"fp16"});
@@ -82,7 +83,8 @@ TEST(DeepSpeedSchema, PrecisionDefaults) {
   EXPECT_EQ(at(c.resolved, {"bf16", "immediate_grad_update"}), json::Value(false));
 }
 
-// REFERENCE.md 5.1 (verified pydantic defaults), 13 in section 10.
+// docs/deepspeed-reference.md#zero-optimization-keys (verified pydantic defaults), and item 13
+// of docs/deepspeed-reference.md#common-mistakes.
 TEST(DeepSpeedSchema, ZeroDefaults) {
   LoadedConfig c = load_with("");
   const json::Value& z = at(c.resolved, {"zero_optimization"});
@@ -116,7 +118,8 @@ TEST(DeepSpeedSchema, ZeroDefaults) {
   EXPECT_EQ(at(z, {"override_module_apply"}), json::Value(true));
 }
 
-// REFERENCE.md 5.5; test_zero_config.py: {} builds defaults, absent/null stays None.
+// docs/deepspeed-reference.md#offload; test_zero_config.py: {} builds defaults, absent/null stays
+// None.
 TEST(DeepSpeedSchema, OffloadDefaults) {
   LoadedConfig c = load_with(R"("zero_optimization": {"stage": 3, "offload_param": {}, "offload_optimizer": {}})");
   ASSERT_TRUE(c.ok()) << errors_of(c);
@@ -141,7 +144,8 @@ TEST(DeepSpeedSchema, OffloadDefaults) {
   EXPECT_EQ(at(null_offload.resolved, {"zero_optimization"}).find("offload_optimizer"), nullptr);
 }
 
-// REFERENCE.md 5.6 and 1.6 (thread_count renamed in 0.16.4).
+// docs/deepspeed-reference.md#aio and #deprecated-keys-and-aliases (thread_count renamed in
+// 0.16.4).
 TEST(DeepSpeedSchema, AioDefaultsAndThreadCount) {
   LoadedConfig c = load_with("");
   const json::Value& aio = at(c.resolved, {"aio"});
@@ -159,7 +163,7 @@ TEST(DeepSpeedSchema, AioDefaultsAndThreadCount) {
   EXPECT_TRUE(has_notice(old, "aio.thread_count", "intra_op_parallelism"));
 }
 
-// REFERENCE.md 1.2 (sections) and 7, 8.
+// docs/deepspeed-reference.md#top-level-keys (sections), #monitors and #comms-logger.
 TEST(DeepSpeedSchema, SectionDefaults) {
   LoadedConfig c = load_with(
       R"("tensorboard": {}, "csv_monitor": {}, "wandb": {}, "comet": {}, "comms_logger": {},
@@ -200,7 +204,8 @@ TEST(DeepSpeedSchema, SectionDefaults) {
   EXPECT_FALSE(has_notice(c, "flops_profiler", "not used by dscore"));  // the engine profiles
 }
 
-// REFERENCE.md 1.6 / test_ds_config_dict.py: bf16 and bfloat16 are equivalent.
+// docs/deepspeed-reference.md#deprecated-keys-and-aliases / test_ds_config_dict.py: bf16 and
+// bfloat16 are equivalent.
 TEST(DeepSpeedSchema, Bfloat16IsBf16) {
   LoadedConfig a = load_with(R"("bf16": {"enabled": true})");
   LoadedConfig b = load_with(R"("bfloat16": {"enabled": true})");
@@ -212,7 +217,8 @@ TEST(DeepSpeedSchema, Bfloat16IsBf16) {
             "ds.json:1:52: bfloat16: \"bf16\" and \"bfloat16\" are two spellings of the same key; give only one\n");
 }
 
-// REFERENCE.md 1.6: stage3_ aliases, both spellings an error.
+// docs/deepspeed-reference.md#deprecated-keys-and-aliases: stage3_ aliases, both spellings an
+// error.
 TEST(DeepSpeedSchema, Stage3Aliases) {
   LoadedConfig c = load_with(
       R"("zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": 1, "stage3_param_persistence_threshold": 2,
@@ -237,7 +243,8 @@ TEST(DeepSpeedSchema, Stage3Aliases) {
             "\"stage3_max_live_parameters\" are two spellings of the same key; give only one\n");
 }
 
-// REFERENCE.md 1.6 / test_zero_config.py: deprecated keys and their mapping.
+// docs/deepspeed-reference.md#deprecated-keys-and-aliases / test_zero_config.py: deprecated keys
+// and their mapping.
 TEST(DeepSpeedSchema, DeprecatedZeroKeysMap) {
   LoadedConfig c = load_with(R"("zero_optimization": {"stage": 3, "cpu_offload": true, "cpu_offload_param": true,
                                 "cpu_offload_use_pin_memory": true, "stage3_gather_fp16_weights_on_model_save": true})");
@@ -275,7 +282,7 @@ TEST(DeepSpeedSchema, DeprecatedTogetherWithReplacementIsDeepSpeedsError) {
             "'gather_16bit_weights_on_model_save' together\n");
 }
 
-// REFERENCE.md 1.6: zero_optimization: true|false.
+// docs/deepspeed-reference.md#deprecated-keys-and-aliases: zero_optimization: true|false.
 TEST(DeepSpeedSchema, LegacyBooleanZero) {
   LoadedConfig on = load_with(R"("zero_optimization": true, "allgather_size": 1000)");
   ASSERT_TRUE(on.ok()) << errors_of(on);
@@ -328,7 +335,8 @@ TEST(DeepSpeedSchema, WrongTypesAndBounds) {
   EXPECT_EQ(fraction.errors.at(0).message, "expected an int, got number 250000000.5");
 }
 
-// REFERENCE.md 1.2: checkpoint.tag_validation and communication_data_type.
+// docs/deepspeed-reference.md#top-level-keys: checkpoint.tag_validation and
+// communication_data_type.
 TEST(DeepSpeedSchema, CaseInsensitiveEnumsWithDeepSpeedsMessages) {
   LoadedConfig ok = load_with(R"("checkpoint": {"tag_validation": "fail"}, "communication_data_type": "BF16")");
   ASSERT_TRUE(ok.ok()) << errors_of(ok);

@@ -1,5 +1,5 @@
 // Tests for core/config/json.cc: locations of values and keys, duplicate
-// keys at any depth (DeepSpeed rejects them too: REFERENCE.md 1.1),
+// keys at any depth (DeepSpeed rejects them too: docs/deepspeed-reference.md#config-loading),
 // comments and trailing commas, syntax-error positions, numbers, and the
 // serializer's round trip.
 #include "core/config/json.h"

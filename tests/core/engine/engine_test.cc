@@ -1,9 +1,9 @@
-// Engine behaviour a user notices: DeepSpeed's step()/boundary semantics,
-// gradient accumulation, clipping (REFERENCE.md 4.6), the LR schedule
-// timing (REFERENCE.md 2.1: the k-th update uses t = k - 2), skipped
-// non-finite steps, monitor x-axis (REFERENCE.md 7), and clear errors when a
-// model misuses the hooks. Driven through dscore::prepare_text/build_engine
-// with a C++ test model and the fake_sgd plugin (p -= lr * grad_scale * g).
+// Engine behaviour a user notices: DeepSpeed's step()/boundary semantics, gradient accumulation,
+// clipping (docs/deepspeed-reference.md#gradient-clipping), the LR schedule timing
+// (docs/deepspeed-reference.md#how-the-engine-drives-schedulers: the k-th update uses t = k - 2),
+// skipped non-finite steps, monitor x-axis (docs/deepspeed-reference.md#monitors), and clear errors
+// when a model misuses the hooks. Driven through dscore::prepare_text/build_engine with a C++ test
+// model and the fake_sgd plugin (p -= lr * grad_scale * g).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -73,7 +73,8 @@ TEST(Engine, UnclippedSgdStepMovesByTheGradient) {
 }
 
 TEST(Engine, ClippingScalesByClipOverNormPlusEpsilon) {
-  // N = 5, c = 1: combined factor max(1, (5 + 1e-6) / 1) (REFERENCE.md 4.6).
+  // N = 5, c = 1: combined factor max(1, (5 + 1e-6) / 1)
+  // (docs/deepspeed-reference.md#gradient-clipping).
   Built b = build(std::string("\"train_batch_size\": 1, \"gradient_clipping\": 1.0, ") + kSgd);
   train_step(*b.engine);
   const double factor = 1.0 / (5.0 + 1e-6);
@@ -112,8 +113,8 @@ TEST(Engine, AccumulationUpdatesOnlyAtTheBoundaryWithTheMeanGradient) {
 }
 
 TEST(Engine, WarmupScheduleFirstTwoUpdatesUseTheMinimumLr) {
-  // WarmupLR linear 0 -> 1 over 4 steps: lr(t) = t / 4; the constructor
-  // applies t = -1 (min). Update k uses t = k - 2 (REFERENCE.md 2.1).
+  // WarmupLR linear 0 -> 1 over 4 steps: lr(t) = t / 4; the constructor applies t = -1 (min).
+  // Update k uses t = k - 2 (docs/deepspeed-reference.md#how-the-engine-drives-schedulers).
   Built b = build(std::string("\"train_batch_size\": 1, ") + kSgd +
                   ", \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0, "
                   "\"warmup_max_lr\": 1.0, \"warmup_num_steps\": 4, \"warmup_type\": \"linear\"}}");

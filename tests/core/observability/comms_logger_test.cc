@@ -1,5 +1,5 @@
 // Tests of core/observability/comms_logger: DeepSpeed's comms_logger
-// (REFERENCE.md section 8; deepspeed/utils/comms_logging.py) — bandwidth
+// (docs/deepspeed-reference.md#comms-logger; deepspeed/utils/comms_logging.py) — bandwidth
 // formulas per op family with fixed sizes and latencies (no timing), the
 // Gbps conversion, prof_all/prof_ops filtering, records keyed by (name,
 // size), the verbose line, log_summary's table with 10% trimmed means, and

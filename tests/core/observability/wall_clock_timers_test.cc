@@ -2,7 +2,7 @@
 // SynchronizedWallClockTimer semantics (deepspeed/utils/timer.py) on a fake
 // clock — accumulation, elapsed() draining even without reset, a running
 // timer read mid-interval, trimmed means, the "time (ms) | name: x.xx" log
-// line, and the elapsed_time_ms_* monitor events (REFERENCE.md section 7).
+// line, and the elapsed_time_ms_* monitor events (docs/deepspeed-reference.md#monitors).
 #include "core/observability/wall_clock_timers.h"
 
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// The ABI version rule of DESIGN.md section 2 (core/plugin_host/validate.cc):
+// The ABI version rule of docs/architecture.md#the-plugin-abi (core/plugin_host/validate.cc):
 // plugin minor <= host minor loads; a newer plugin loads when its declared
 // minimum host minor is met; never an exact-match check.
 #include "core/plugin_host/validate.h"

@@ -1,6 +1,8 @@
-// DeepSpeed's ZeRO DynamicLossScaler rules (REFERENCE.md 4.2-4.3) and the
-// traces of runtime/half_precision/test_dynamic_loss_scale.py (REFERENCE.md
-// section 9), applied to dscore's one scaler.
+// DeepSpeed's ZeRO DynamicLossScaler rules
+// (docs/deepspeed-reference.md#loss-scaler-defaults, #loss-scaler-update-rules)
+// and the traces of runtime/half_precision/test_dynamic_loss_scale.py
+// (docs/deepspeed-reference.md#deepspeed-unit-tests), applied to dscore's one
+// scaler.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,4 +1,5 @@
-// Partition layouts against REFERENCE.md 5.2/5.3 examples: params of
+// Partition layouts against the examples of
+// docs/deepspeed-reference.md#stage-1-and-2-layout and #stage-3-layout: params of
 // 12,12,12,12,5 elements (53 total) and 53-element stage-3 shards.
 #include <gtest/gtest.h>
 
@@ -8,7 +9,7 @@ namespace dscore::zero {
 namespace {
 
 TEST(FlatPartition, DeepSpeedExampleTwoRanks) {
-  // W=2 -> pad to 56, P=28, paddings [0, 3] (REFERENCE.md 5.2).
+  // W=2 -> pad to 56, P=28, paddings [0, 3] (docs/deepspeed-reference.md#stage-1-and-2-layout).
   FlatPartition p = make_flat_partition(53, 2);
   EXPECT_EQ(p.padded_numel, 56);
   EXPECT_EQ(p.partition_size, 28);
@@ -52,7 +53,8 @@ TEST(FlatPartition, SplitByOwnerCoversARangeInRankOrder) {
 }
 
 TEST(ShardedLayout, DeepSpeedExampleFiftyThreeElementsFourRanks) {
-  // 53 elements, W=4: shard 14, rank 3 holds 11 real + 3 padding (REFERENCE.md 5.3).
+  // 53 elements, W=4: shard 14, rank 3 holds 11 real + 3 padding
+  // (docs/deepspeed-reference.md#stage-3-layout).
   ShardedLayout s = make_sharded_layout({53}, 4);
   ASSERT_EQ(s.params.size(), 1u);
   EXPECT_EQ(s.params[0].shard_size, 14);

@@ -1,5 +1,5 @@
 // Tests of plugins/monitors/csv through the C ABI: the files DeepSpeed's
-// csvMonitor would write (REFERENCE.md section 7) — names, header once per
+// csvMonitor would write (docs/deepspeed-reference.md#monitors) — names, header once per
 // process, append with a second header after a restart, Python repr values,
 // CRLF lines — and errors that name the path.
 #include <dscore/monitor.h>

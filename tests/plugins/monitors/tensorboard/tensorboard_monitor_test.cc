@@ -2,7 +2,7 @@
 // read back with a TFRecord reader written here (length, masked CRC32C of
 // the length, data, masked CRC32C of the data; bitwise CRC, independent of
 // the plugin's table) and a protobuf decode of tensorflow.Event, and checked
-// against what was written (REFERENCE.md section 7: SummaryWriter.add_scalar
+// against what was written (docs/deepspeed-reference.md#monitors: SummaryWriter.add_scalar
 // at global_samples, flushed after every batch). TensorBoard's own reader
 // checks the same files in tests/external/check_tensorboard.py.
 #include <dscore/monitor.h>

@@ -3,7 +3,7 @@
 // read back with the reader in run_file_reader.h (block framing, CRCs,
 // Record decode): run metadata (project/entity=team/group), history rows
 // with _step = global_samples merged per step as wandb.log merges them
-// (REFERENCE.md section 7), summaries, config and the exit record. wandb's
+// (docs/deepspeed-reference.md#monitors), summaries, config and the exit record. wandb's
 // own reader checks the same files in tests/external/check_wandb.py.
 #include <dscore/monitor.h>
 #include <gtest/gtest.h>
@@ -126,7 +126,8 @@ TEST_F(WandbMonitorTest, DefaultsLeaveEntityAndGroupToWandb) {
   vt()->destroy(m);
   std::vector<WandbRecord> r = records();
   ASSERT_GE(r.size(), 2u);
-  EXPECT_EQ(string_field(r[1].body, 3), "deepspeed");  // REFERENCE.md 7: project "deepspeed"
+  // docs/deepspeed-reference.md#monitors: project "deepspeed".
+  EXPECT_EQ(string_field(r[1].body, 3), "deepspeed");
   EXPECT_TRUE(fields_of(r[1].body, 2).empty());
   EXPECT_TRUE(fields_of(r[1].body, 6).empty());
 }

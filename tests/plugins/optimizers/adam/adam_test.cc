@@ -1,5 +1,5 @@
 // Tests of plugins/optimizers/adam through the C ABI: the update against a
-// straightforward double-precision implementation of REFERENCE.md 3.2
+// straightforward double-precision implementation of docs/deepspeed-reference.md#fusedadam
 // (FusedAdam) written here, for every mode and dtype the plugin accepts, and
 // the errors a user sees for bad params or tensors.
 #include <dscore/cpp/dtype.hpp>
@@ -30,7 +30,7 @@ constexpr double kExpAvgSqTol = 4e-6;
 
 const std::vector<int64_t> kSizes = {1, 7, 4097, (1 << 20) + 3};
 
-// The reference: REFERENCE.md 3.2 in double. FusedAdam's kernel receives
+// The reference: docs/deepspeed-reference.md#fusedadam in double. FusedAdam's kernel receives
 // lr, betas, eps and weight decay as fp32 values (and 1 - beta is then exact),
 // so the reference rounds those hyper-parameters to fp32 first: otherwise
 // 1 - 0.999f alone differs from 0.001 by 1.3e-5 relative. Bias corrections
@@ -208,8 +208,8 @@ void run_case(const dscore_optimizer_vtable* vt, CreateArgs args, const Case& c)
 }
 
 TEST_F(AdamTest, MatchesDoubleReferenceInEveryMode) {
-  // expect_adamw is the DeepSpeed table (REFERENCE.md 3.1): AdamW iff type is
-  // adamw or adam_w_mode.
+  // expect_adamw is the DeepSpeed table (docs/deepspeed-reference.md#optimizer-names): AdamW iff
+  // type is adamw or adam_w_mode.
   const Case cases[] = {
       {"adam defaults (AdamW)"},
       {"adam, adam_w_mode, weight decay", "adam", true, 0.1},

@@ -1,5 +1,5 @@
 // Tests of plugins/optimizers/lamb through the C ABI against a
-// double-precision transcription of REFERENCE.md 3.4 (FusedLamb) written
+// double-precision transcription of docs/deepspeed-reference.md#fusedlamb (FusedLamb) written
 // here: per-tensor trust ratio |p| / |u| clamped to [min_coeff, max_coeff]
 // (1 when a norm is 0), bias correction folded into the step size,
 // eps inside or outside the sqrt; every size and dtype; WHOLE_TENSORS.

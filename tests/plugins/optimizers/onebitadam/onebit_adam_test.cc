@@ -3,7 +3,7 @@
 // a communicator over a shared in-memory exchange (thread_exchange.h):
 // the warm-up equals Adam without bias correction (double reference);
 // compression moves ~1/32 of the fp32 bytes; the compressed allreduce equals
-// a straightforward dense reference of REFERENCE.md 3.5 bit for bit, error
+// a straightforward dense reference of docs/deepspeed-reference.md#onebitadam bit for bit, error
 // feedback included; training a quadratic converges with every rank in
 // lockstep; errors are dropped on checkpoint load; bad params are refused.
 // (The multi-process test over the real comm backends lives with the engine.)
@@ -89,7 +89,7 @@ void run_ranks(ThreadExchange& exchange, const std::function<void(int)>& body) {
   for (std::thread& t : threads) t.join();
 }
 
-// Adam without bias correction (REFERENCE.md 3.5 warm-up), in double.
+// Adam without bias correction (docs/deepspeed-reference.md#onebitadam warm-up), in double.
 RefStep warmup_reference(double weight_decay) {
   return [weight_decay](RefTensor& t, const std::vector<double>& grad,
                         const dscore_optimizer_hparams& h) {

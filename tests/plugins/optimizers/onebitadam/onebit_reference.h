@@ -1,5 +1,5 @@
 // A straightforward dense model of DeepSpeed's 1-bit compressed allreduce
-// (REFERENCE.md 3.5), for the OneBitAdam tests: all W workers' momenta in
+// (docs/deepspeed-reference.md#onebitadam), for the OneBitAdam tests: all W workers' momenta in
 // one place, signs as floats (no bit packing, no communication), padding to
 // a multiple of W * lcm(W, 8), worker and server error feedback kept between
 // calls. The fp32 operations follow the plugin's order, so the result is

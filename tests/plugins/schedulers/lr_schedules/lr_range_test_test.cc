@@ -1,8 +1,8 @@
-// LRRangeTest (plugins/schedulers/lr_schedules/lr_range_test.cc) through the
-// C ABI: hand-derived continuous and staircase values (REFERENCE.md 2.6),
-// per-group minimums, and DeepSpeed's TestLrRange properties (REFERENCE.md
-// section 9: lr recorded before each step, first == min, equal within each
-// stair, strictly increasing when continuous).
+// LRRangeTest (plugins/schedulers/lr_schedules/lr_range_test.cc) through the C ABI: hand-derived
+// continuous and staircase values (docs/deepspeed-reference.md#lrrangetest), per-group minimums,
+// and DeepSpeed's TestLrRange properties (docs/deepspeed-reference.md#deepspeed-unit-tests: lr
+// recorded before each step, first == min, equal within each stair, strictly increasing when
+// continuous).
 #include <string>
 #include <tuple>
 #include <vector>

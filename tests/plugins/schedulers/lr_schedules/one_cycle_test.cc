@@ -1,8 +1,8 @@
-// OneCycle (plugins/schedulers/lr_schedules/one_cycle.cc) through the C ABI:
-// hand-derived lr and momentum values from REFERENCE.md 2.5, the constructor
-// value (lr = min, betas = (cycle_min_mom, 0.99)), the decay phase, the
-// unused stair counts, and DeepSpeed's TestOneCycle test_lr / test_mom
-// properties (REFERENCE.md section 9, compared exactly where DeepSpeed does).
+// OneCycle (plugins/schedulers/lr_schedules/one_cycle.cc) through the C ABI: hand-derived lr and
+// momentum values from docs/deepspeed-reference.md#onecycle, the constructor value (lr = min,
+// betas = (cycle_min_mom, 0.99)), the decay phase, the unused stair counts, and DeepSpeed's
+// TestOneCycle test_lr / test_mom properties (docs/deepspeed-reference.md#deepspeed-unit-tests,
+// compared exactly where DeepSpeed does).
 #include <string>
 #include <tuple>
 #include <vector>

@@ -1,7 +1,7 @@
 // WarmupCosineLR (plugins/schedulers/lr_schedules/warmup_cosine.cc) through
 // the C ABI: hand-derived values and an independent formula from
-// REFERENCE.md 2.4 at many t, DeepSpeed's TestWarmupCosineLR properties
-// (REFERENCE.md section 9), and dscore's documented differences (clamped
+// docs/deepspeed-reference.md#warmupcosinelr at many t, DeepSpeed's TestWarmupCosineLR properties
+// (docs/deepspeed-reference.md#deepspeed-unit-tests), and dscore's documented differences (clamped
 // after total_num_steps, every group 0 at construction, T <= N).
 #include <cmath>
 #include <numbers>
@@ -15,8 +15,8 @@ namespace {
 
 constexpr double kUlpTol = 1e-17;  // values here are ~1e-3: a few ulps
 
-// REFERENCE.md 2.4 written independently (ln(t+1)/ln N, and the cosine held
-// at its end value past T as dscore documents).
+// docs/deepspeed-reference.md#warmupcosinelr written independently (ln(t+1)/ln N, and the cosine
+// held at its end value past T as dscore documents).
 double reference_lr(double peak, int64_t T, int64_t n, double cmr, double wmr, bool log,
                     int64_t t) {
   const int64_t N = std::max<int64_t>(2, n);

@@ -1,7 +1,8 @@
 // Tests of WarmupLR and WarmupDecayLR (plugins/schedulers/lr_schedules/
-// warmup.cc) through the C ABI: values from the REFERENCE.md 2.2/2.3
-// formulas, written out independently here, at many t; DeepSpeed's
-// TestLrSchedule properties (REFERENCE.md section 9, compared with ==
+// warmup.cc) through the C ABI: values from the formulas of
+// docs/deepspeed-reference.md#warmuplr and #warmupdecaylr, written out
+// independently here, at many t; DeepSpeed's TestLrSchedule properties
+// (docs/deepspeed-reference.md#deepspeed-unit-tests, compared with ==
 // exactly as DeepSpeed's test does); per-group lists; errors and warnings.
 #include <dscore/scheduler.h>
 #include <gtest/gtest.h>
@@ -29,7 +30,7 @@ class WarmupTest : public ScheduleTest {
   }
 };
 
-// REFERENCE.md 2.2: N = max(2, n); t < 0 -> min; gamma = ln(t+1)/ln(N) or t/N
+// docs/deepspeed-reference.md#warmuplr: N = max(2, n); t < 0 -> min; gamma = ln(t+1)/ln(N) or t/N
 // below N, else 1 (WarmupLR) or max(0, (T - t)/max(1, T - N)) (2.3).
 double reference_lr(double min, double max, int64_t n, bool log, int64_t t, int64_t total = -1) {
   const int64_t N = std::max<int64_t>(2, n);
