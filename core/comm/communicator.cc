@@ -3,6 +3,7 @@
 #include <dscore/cpp/dtype.hpp>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -17,13 +18,69 @@ namespace {
 
 // ------------------------------------------------ where a SIGTERM found us
 
-// Written before and after each collective; read by the signal handler,
-// which must not allocate: fixed buffers only.
-char g_where[160] = "";
+// Set before and after each collective by the thread that runs it (the comm
+// thread), read by the handler on whichever thread the signal lands: a
+// handler may not lock or allocate, so the fields are lock-free atomics
+// under a version that is odd while they change (a seqlock), and the
+// handler formats the numbers itself. (A plain char buffer written with
+// snprintf here was a data race with the handler; the TSan tests found it.)
+struct Where {
+  std::atomic<uint64_t> version{0};
+  std::atomic<const char*> op{nullptr};  // a string literal; nullptr: no collective in flight
+  std::atomic<uint64_t> sequence{0};
+  std::atomic<uint64_t> elements{0};
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free &&
+                  std::atomic<const char*>::is_always_lock_free,
+              "the SIGTERM handler reads these");
+Where g_where;
 char g_prefix[48] = "[dscore] ";
 
+void set_where(const char* op, uint64_t sequence, uint64_t elements) {
+  g_where.version.fetch_add(1);
+  g_where.op.store(op);
+  g_where.sequence.store(sequence);
+  g_where.elements.store(elements);
+  g_where.version.fetch_add(1);
+}
+
+// Async-signal-safe: decimal digits of `value` into `out`, returns the end.
+char* append_decimal(char* out, uint64_t value) {
+  char digits[20];
+  int n = 0;
+  do {
+    digits[n++] = static_cast<char>('0' + value % 10);
+    value /= 10;
+  } while (value != 0);
+  while (n > 0) *out++ = digits[--n];
+  return out;
+}
+
+char* append_text(char* out, const char* text) {
+  while (*text != '\0') *out++ = *text++;
+  return out;
+}
+
 void on_sigterm(int signo) {
-  const char* tail = g_where[0] != '\0' ? g_where : "computing (no collective in flight)";
+  // A few tries for a consistent snapshot; the last one is printed anyway.
+  const char* op = nullptr;
+  uint64_t sequence = 0, elements = 0;
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    const uint64_t before = g_where.version.load();
+    op = g_where.op.load();
+    sequence = g_where.sequence.load();
+    elements = g_where.elements.load();
+    if (before % 2 == 0 && g_where.version.load() == before) break;
+  }
+  char where[160];
+  const char* tail = "computing (no collective in flight)";
+  if (op != nullptr) {  // "in <op> #<sequence> (<elements> elements)"; op is at most ~20 chars
+    char* end = append_text(append_text(where, "in "), op);
+    end = append_decimal(append_text(end, " #"), sequence);
+    end = append_text(append_decimal(append_text(end, " ("), elements), " elements)");
+    *end = '\0';
+    tail = where;
+  }
   const char* mid =
       "stopped by SIGTERM: the launcher is ending the job (usually because another rank failed; "
       "see its message above). This rank was ";
@@ -170,8 +227,7 @@ Status Communicator::counted(const char* op, const char* ds_op, uint64_t element
   {
     std::lock_guard<std::mutex> lock(mutex_);
     sequence_ += 1;
-    std::snprintf(g_where, sizeof g_where, "in %s #%llu (%llu elements)", op,
-                  static_cast<unsigned long long>(sequence_), static_cast<unsigned long long>(elements));
+    set_where(op, sequence_, elements);
   }
   const bool profiled = comms_logger_ && comms_logger_->should_profile(ds_op);
   const auto start = std::chrono::steady_clock::now();
@@ -179,7 +235,7 @@ Status Communicator::counted(const char* op, const char* ds_op, uint64_t element
   const double latency_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   std::lock_guard<std::mutex> lock(mutex_);
-  g_where[0] = '\0';
+  set_where(nullptr, 0, 0);
   OpCounter& c = counters_[op];
   c.calls += 1;
   c.elements += elements;
