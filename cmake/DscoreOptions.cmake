@@ -30,6 +30,19 @@ if(DSCORE_SANITIZE)
   add_compile_options(-fsanitize=${DSCORE_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
   add_link_options(-fsanitize=${DSCORE_SANITIZE})
 endif()
+set(DSCORE_TSAN OFF)
+if(DSCORE_SANITIZE MATCHES "(^|,)thread(,|$)")
+  set(DSCORE_TSAN ON)
+endif()
+
+# dscore_tsan_runtime(<executable>): in a TSan build, link tests/tsan's
+# serial-TBB object into an executable so TBB's uninstrumented worker
+# hand-offs do not drown dscore's own races; nothing otherwise.
+function(dscore_tsan_runtime target)
+  if(DSCORE_TSAN)
+    target_link_libraries(${target} PRIVATE dscore_tsan_serial_tbb)
+  endif()
+endfunction()
 
 function(_dscore_resolve_option name found)
   if(${name} STREQUAL "ON" AND NOT ${found})

@@ -2,7 +2,9 @@
 # Set up, build and run every test: the release build (unit, plugin, CLI,
 # install and layering tests), the monitor files checked with TensorBoard's
 # and wandb's own readers (tests/external), then the ASan+UBSan build of the
-# same tests.
+# same tests, then the TSan build of the multi-threaded tests only (ctest
+# label tsan: the comm stream, the engine, mpirun ranks with overlap_comm and
+# the fault paths; see dscore_tsan_test in tests/CMakeLists.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -22,4 +24,7 @@ fi
 if [ "${DSCORE_SKIP_SANITIZERS:-0}" != "1" ]; then
   bash scripts/build.sh asan
   ctest --preset asan
+  cmake --preset tsan >/dev/null
+  cmake --build --preset tsan --target dscore_tsan_tests
+  ctest --preset tsan
 fi

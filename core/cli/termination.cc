@@ -1,6 +1,7 @@
-// The SIGTERM report (termination.h). The handler may not allocate: it
-// writes a fixed prefix, a fixed sentence and the communicator's fixed
-// in-flight buffer, then re-raises with the default action.
+// The SIGTERM report (termination.h). The handler may not lock or allocate:
+// it reads the communicator's lock-free in-flight record, formats it with
+// its own digit writer, writes with write(2), then re-raises with the
+// default action.
 #include "core/cli/termination.h"
 
 #include <unistd.h>
@@ -17,10 +18,35 @@ namespace {
 std::atomic<const comm::Communicator*> g_reported{nullptr};
 char g_prefix[48] = "[dscore] ";
 
+// Async-signal-safe: decimal digits of `value` into `out`, returns the end.
+char* append_decimal(char* out, uint64_t value) {
+  char digits[20];
+  int n = 0;
+  do {
+    digits[n++] = static_cast<char>('0' + value % 10);
+    value /= 10;
+  } while (value != 0);
+  while (n > 0) *out++ = digits[--n];
+  return out;
+}
+
+char* append_text(char* out, const char* text) {
+  while (*text != '\0') *out++ = *text++;
+  return out;
+}
+
 void on_sigterm(int signo) {
   const comm::Communicator* c = g_reported.load();
-  const char* where = c != nullptr ? c->in_flight() : "";
-  const char* tail = where[0] != '\0' ? where : "computing (no collective in flight)";
+  const comm::Communicator::InFlight now = c != nullptr ? c->in_flight() : comm::Communicator::InFlight{};
+  char where[160];
+  const char* tail = "computing (no collective in flight)";
+  if (now.op != nullptr) {  // "in <op> #<sequence> (<elements> elements)"; op is a short literal
+    char* end = append_text(append_text(where, "in "), now.op);
+    end = append_decimal(append_text(end, " #"), now.sequence);
+    end = append_text(append_decimal(append_text(end, " ("), now.elements), " elements)");
+    *end = '\0';
+    tail = where;
+  }
   const char* mid =
       "stopped by SIGTERM: the launcher is ending the job (usually because another rank failed; "
       "see its message above). This rank was ";

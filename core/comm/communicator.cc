@@ -159,14 +159,34 @@ Communicator::~Communicator() {
 
 plugin_host::HostContext& Communicator::host() const { return instance_->host(); }
 
+// A seqlock: the version is odd while the fields change.
+void Communicator::record_in_flight(const char* op, uint64_t sequence, uint64_t elements) {
+  in_flight_.version.fetch_add(1);
+  in_flight_.op.store(op);
+  in_flight_.sequence.store(sequence);
+  in_flight_.elements.store(elements);
+  in_flight_.version.fetch_add(1);
+}
+
+Communicator::InFlight Communicator::in_flight() const {
+  InFlight out;
+  for (int attempt = 0; attempt < 4; ++attempt) {  // a few tries for a consistent snapshot
+    const uint64_t before = in_flight_.version.load();
+    out.op = in_flight_.op.load();
+    out.sequence = in_flight_.sequence.load();
+    out.elements = in_flight_.elements.load();
+    if (before % 2 == 0 && in_flight_.version.load() == before) break;
+  }
+  return out;
+}
+
 template <typename Call>
 Status Communicator::counted(const char* op, const char* ds_op, uint64_t elements, size_t element_size,
                              uint64_t message_bytes, Call&& call) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     sequence_ += 1;
-    std::snprintf(in_flight_, sizeof in_flight_, "in %s #%llu (%llu elements)", op,
-                  static_cast<unsigned long long>(sequence_), static_cast<unsigned long long>(elements));
+    record_in_flight(op, sequence_, elements);
   }
   const bool profiled = comms_logger_ && comms_logger_->should_profile(ds_op);
   const auto start = std::chrono::steady_clock::now();
@@ -174,7 +194,7 @@ Status Communicator::counted(const char* op, const char* ds_op, uint64_t element
   const double latency_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   std::lock_guard<std::mutex> lock(mutex_);
-  in_flight_[0] = '\0';
+  record_in_flight(nullptr, 0, 0);
   OpCounter& c = counters_[op];
   c.calls += 1;
   c.elements += elements;

@@ -12,6 +12,7 @@
 
 #include <dscore/comm.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -64,9 +65,15 @@ class Communicator {
   // it with HostContext::set_communicator. Valid while this lives.
   const dscore_communicator* host_table() const { return &host_table_; }
   plugin_host::HostContext& host() const;
-  // "in <op> #<n> (<elements> elements)" while a collective runs, else "".
-  // A fixed buffer, readable from a signal handler.
-  const char* in_flight() const { return in_flight_; }
+  // The collective running now (op nullptr when none). Async-signal-safe:
+  // lock-free atomics under a seqlock, so the CLI's SIGTERM report can read
+  // it on any thread while the comm thread updates it.
+  struct InFlight {
+    const char* op = nullptr;  // a string literal
+    uint64_t sequence = 0;
+    uint64_t elements = 0;
+  };
+  InFlight in_flight() const;
 
   int rank() const { return env_.rank; }
   int world_size() const { return env_.world_size; }
@@ -117,7 +124,16 @@ class Communicator {
   std::map<std::string, OpCounter> counters_;
   uint64_t sequence_ = 0;
   dscore_communicator host_table_{};
-  char in_flight_[160] = "";
+  void record_in_flight(const char* op, uint64_t sequence, uint64_t elements);
+  struct InFlightRecord {
+    std::atomic<uint64_t> version{0};
+    std::atomic<const char*> op{nullptr};
+    std::atomic<uint64_t> sequence{0};
+    std::atomic<uint64_t> elements{0};
+  };
+  static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<const char*>::is_always_lock_free,
+                "the SIGTERM report reads these from a signal handler");
+  InFlightRecord in_flight_;
   std::unique_ptr<observability::CommsLogger> comms_logger_;
 };
 
