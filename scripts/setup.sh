@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(build-essential cmake ninja-build ccache git python3 python3-venv python3-pip
           libboost-dev libboost-program-options-dev rapidjson-dev libtbb-dev
-          libgtest-dev googletest openmpi-bin libopenmpi-dev clang libxxhash-dev
+          libgtest-dev googletest openmpi-bin libopenmpi-dev clang clang-format libxxhash-dev
           libopenblas-dev pkg-config)
 missing=()
 for p in "${packages[@]}"; do

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up, build and run every test: the release build (unit, plugin, CLI,
+# Set up, check the formatting (.clang-format), build and run every test:
+# the release build (unit, plugin, CLI,
 # install and layering tests), the monitor files checked with TensorBoard's
 # and wandb's own readers (tests/external), then the ASan+UBSan build of the
 # same tests, then the TSan build of the multi-threaded tests only (ctest
@@ -8,6 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/check_format.sh
 bash scripts/build.sh release
 ctest --preset release
 # The monitors' files loaded by the real tools (TensorBoard's EventAccumulator,

@@ -1,6 +1,6 @@
 #include "core/cli/run_training.h"
 
-#include "core/cli/termination.h"
+#include "core/comm/sigterm_report.h"
 
 #include <cstdio>
 
@@ -156,9 +156,9 @@ int run_training(const RunOptions& options) {
   auto engine = build_engine(*setup, nullptr);
   if (!engine.ok()) return fail(engine.status());
   Engine& e = **engine;
-  if (e.world_size() > 1) cli::install_sigterm_report(e.communicator());
+  if (e.world_size() > 1) comm::install_sigterm_report(e.communicator());
   struct Uninstall {
-    ~Uninstall() { cli::uninstall_sigterm_report(); }
+    ~Uninstall() { comm::uninstall_sigterm_report(); }
   } uninstall;
   // From here a failure on one rank ends every rank at once.
   auto fail_job = [&](const Status& status) {

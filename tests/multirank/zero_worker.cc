@@ -29,6 +29,7 @@
 #include <string>
 #include <thread>
 
+#include "core/comm/sigterm_report.h"
 #include "core/data/sampler.h"
 #include "core/data/source.h"
 #include "core/engine/initialize.h"
@@ -106,6 +107,7 @@ int main(int argc, char** argv) {
   auto engine = dscore::build_engine(*setup, nullptr);
   if (!engine.ok()) return fail(engine.status().message());
   dscore::Engine& e = **engine;
+  if (e.world_size() > 1) dscore::comm::install_sigterm_report(e.communicator());  // as `dscore run` does
   // As `dscore run` does: a failure on one rank ends every rank.
   auto fail = [&](const std::string& message) {
     std::fprintf(stderr, "zero_worker: %s\n", message.c_str());

@@ -9,7 +9,7 @@
 // several engines in one process.
 #include <dscore/comm.h>
 #include <dscore/cpp/dtype.hpp>
-#include <dscore/cpp/instance.hpp>
+#include <dscore/cpp/comm_plugin.hpp>
 #include <dscore/cpp/ordered_reduce.hpp>
 
 #include <algorithm>
@@ -130,7 +130,11 @@ class LoopbackComm : public sdk::Instance {
     return new LoopbackComm(host(), std::move(group), new_rank, timeout_ms_);
   }
   void abort(const char* reason) { exchange_->abort(reason != nullptr ? reason : "aborted"); }
-  uint64_t operations() const { return operations_; }
+  void counters(dscore_comm_counters* out) const {
+    out->operations = operations_;
+    out->bytes_sent = 0;  // nothing leaves the process
+    out->bytes_received = 0;
+  }
 
  private:
   int world() const { return exchange_->world(); }
@@ -235,64 +239,16 @@ class LoopbackComm : public sdk::Instance {
   uint64_t operations_ = 0;
 };
 
-using S = sdk::Shim<dscore_comm, LoopbackComm>;
-
-dscore_comm_vtable make_vtable() {
-  dscore_comm_vtable vt{};
-  vt.struct_size = sizeof vt;
-  vt.create = [](const dscore_create_args* a, dscore_comm** out) { return S::create(a, out); };
-  vt.destroy = &S::destroy;
-  vt.allreduce = [](dscore_comm* c, const dscore_tensor* s, dscore_tensor* r, dscore_reduce_op op, void*) {
-    return S::call(c, [&](LoopbackComm& t) { t.allreduce(s, r, op); });
-  };
-  vt.reduce_scatter = [](dscore_comm* c, const dscore_tensor* s, dscore_tensor* r, dscore_reduce_op op,
-                         void*) { return S::call(c, [&](LoopbackComm& t) { t.reduce_scatter(s, r, op); }); };
-  vt.allgather = [](dscore_comm* c, const dscore_tensor* s, dscore_tensor* r, void*) {
-    return S::call(c, [&](LoopbackComm& t) { t.allgather(s, r); });
-  };
-  vt.broadcast = [](dscore_comm* c, dscore_tensor* t, int32_t root, void*) {
-    return S::call(c, [&](LoopbackComm& self) { self.broadcast(t, root); });
-  };
-  vt.send = [](dscore_comm* c, const dscore_tensor* t, int32_t peer, void*) {
-    return S::call(c, [&](LoopbackComm& self) { self.send(t, peer); });
-  };
-  vt.recv = [](dscore_comm* c, dscore_tensor* t, int32_t peer, void*) {
-    return S::call(c, [&](LoopbackComm& self) { self.recv(t, peer); });
-  };
-  vt.barrier = [](dscore_comm* c) { return S::call(c, [&](LoopbackComm& t) { t.barrier(); }); };
-  vt.all_to_all = [](dscore_comm* c, const dscore_tensor* s, dscore_tensor* r, void*) {
-    return S::call(c, [&](LoopbackComm& t) { t.all_to_all(s, r); });
-  };
-  vt.abort = [](dscore_comm* c, const char* reason) { S::self(c).abort(reason); };
-  vt.reduce = [](dscore_comm* c, const dscore_tensor* s, dscore_tensor* r, dscore_reduce_op op, int32_t root,
-                 void*) { return S::call(c, [&](LoopbackComm& t) { t.reduce(s, r, op, root); }); };
-  vt.counters = [](const dscore_comm* c, dscore_comm_counters* out) -> dscore_status {
-    out->operations = S::self(c).operations();
-    out->bytes_sent = 0;  // nothing leaves the process
-    out->bytes_received = 0;
-    return DSCORE_OK;
-  };
-  vt.split = [](dscore_comm* c, int32_t color, int32_t key, dscore_comm** out) {
-    return S::call(c, [&](LoopbackComm& t) { *out = reinterpret_cast<dscore_comm*>(t.split(color, key)); });
-  };
-  return vt;
-}
-const dscore_comm_vtable kVtable = make_vtable();
-
 constexpr const char kParamsSchema[] = R"json({
   "timeout_ms": {"type": "int", "default": 300000, "min": 1,
                  "doc": "collective deadline: a rank that does not arrive in time is named"}
 })json";
 
-const dscore_plugin_descriptor kLoopback = {
-    sizeof(dscore_plugin_descriptor), DSCORE_KIND_COMM, "loopback", "0.1.0",
-    "ranks as threads of one process (in-process tests, several engines per process)",
-    DSCORE_CAP_CPU | DSCORE_CAP_MULTI_RANK, kParamsSchema, &kVtable};
-const dscore_plugin_descriptor* const kPlugins[] = {&kLoopback};
-const dscore_plugin_library kLibrary =
-    sdk::plugin_library("dscore-comm-loopback", "0.1.0", "dscore", kPlugins);
+const dscore_plugin_descriptor kLoopback = sdk::comm_descriptor<LoopbackComm>(
+    "loopback", "0.1.0", "ranks as threads of one process (in-process tests, several engines per process)",
+    DSCORE_CAP_CPU | DSCORE_CAP_MULTI_RANK, kParamsSchema);
 
 }  // namespace
 }  // namespace dscore::loopback
 
-DSCORE_PLUGIN_ENTRY(dscore::loopback::kLibrary)
+DSCORE_PLUGIN_LIBRARY("dscore-comm-loopback", "0.1.0", "dscore", &dscore::loopback::kLoopback)

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include <dscore/cpp/instance.hpp>
+#include <dscore/cpp/comm_plugin.hpp>
 
 #include "collectives.h"
 #include "mpi_comm.h"
@@ -16,8 +16,6 @@ namespace dscore::mpi_comm {
 namespace {
 
 using sdk::Error;
-
-MpiComm* self_of(dscore_comm* c) { return reinterpret_cast<MpiComm*>(c); }
 
 // MPI can be initialised once per process and never again after
 // MPI_Finalize, while a process may create several communicators (one per
@@ -28,153 +26,106 @@ void finalize_at_exit() {
   if (MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Finalize();
 }
 
-dscore_status create(const dscore_create_args* args, dscore_comm** out) {
-  sdk::HostRef host(args);
-  return sdk::guard(host, [&] {
-    sdk::Params params(args);
-    auto m = std::make_unique<MpiComm>();
-    m->host = host;
-    m->timeout_ms = params.integer("timeout_ms");
-    int initialized = 0;
-    DSCORE_MPI_CHECK(MPI_Initialized(&initialized));
-    if (!initialized) {
-      int provided = 0;
-      // SERIALIZED: the host calls from its comm thread and, at start and
-      // end, from the main thread, never two at once.
-      DSCORE_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided));
-      std::atexit(&finalize_at_exit);
-      if (provided < MPI_THREAD_SERIALIZED)
-        throw Error(DSCORE_FAILED_PRECONDITION,
-                    "this MPI library does not support MPI_THREAD_SERIALIZED; dscore's comm "
-                    "thread needs it");
-    }
-    DSCORE_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &m->comm));
-    DSCORE_MPI_CHECK(MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN));
-    DSCORE_MPI_CHECK(MPI_Comm_rank(m->comm, &m->rank));
-    DSCORE_MPI_CHECK(MPI_Comm_size(m->comm, &m->world));
-    if (m->rank != args->rank || m->world != args->world_size)
+void init_mpi_once() {
+  int initialized = 0;
+  DSCORE_MPI_CHECK(MPI_Initialized(&initialized));
+  if (initialized) return;
+  int provided = 0;
+  // SERIALIZED: the host calls from its comm thread and, at start and end,
+  // from the main thread, never two at once.
+  DSCORE_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided));
+  std::atexit(&finalize_at_exit);
+  if (provided < MPI_THREAD_SERIALIZED)
+    throw Error(DSCORE_FAILED_PRECONDITION,
+                "this MPI library does not support MPI_THREAD_SERIALIZED; dscore's comm thread "
+                "needs it");
+}
+
+// One instance: an MPI communicator of its own (a dup of the world, or a
+// split of another instance's), its heartbeat board and its deadline.
+class MpiBackend : public sdk::Instance {
+ public:
+  MpiBackend(sdk::HostRef host, const sdk::Params& params) : Instance(host) {
+    m_.timeout_ms = params.integer("timeout_ms");
+    init_mpi_once();
+    int rank = 0, world = 1;
+    DSCORE_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    DSCORE_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
+    const dscore_create_args* args = params.args();
+    if (rank != args->rank || world != args->world_size)
       throw Error(DSCORE_FAILED_PRECONDITION,
-                  "MPI says rank " + std::to_string(m->rank) + " of " + std::to_string(m->world) +
+                  "MPI says rank " + std::to_string(rank) + " of " + std::to_string(world) +
                       " but the launcher environment says rank " + std::to_string(args->rank) +
                       " of " + std::to_string(args->world_size) +
                       ": start the job with mpirun or srun (or `dscore run -n N`)");
-    m->board = new HeartbeatBoard(m->comm, m->rank, m->world, m->timeout_ms);
-    *out = reinterpret_cast<dscore_comm*>(m.release());
-  });
-}
+    MPI_Comm dup = MPI_COMM_NULL;
+    DSCORE_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+    adopt(dup);
+  }
+  // A group made by split(): keeps the parent's deadline.
+  MpiBackend(const MpiBackend& parent, MPI_Comm group) : Instance(parent.host()) {
+    m_.timeout_ms = parent.m_.timeout_ms;
+    adopt(group);
+  }
+  ~MpiBackend() override {
+    delete m_.board;
+    if (m_.comm != MPI_COMM_NULL) MPI_Comm_free(&m_.comm);
+  }
 
-void destroy(dscore_comm* c) {
-  MpiComm* m = self_of(c);
-  delete m->board;
-  if (m->comm != MPI_COMM_NULL) MPI_Comm_free(&m->comm);
-  delete m;
-}
+  void allreduce(const dscore_tensor* s, dscore_tensor* r, dscore_reduce_op op) { mpi_comm::allreduce(&m_, s, r, op); }
+  void reduce_scatter(const dscore_tensor* s, dscore_tensor* r, dscore_reduce_op op) {
+    mpi_comm::reduce_scatter(&m_, s, r, op);
+  }
+  void reduce(const dscore_tensor* s, dscore_tensor* r, dscore_reduce_op op, int root) {
+    mpi_comm::reduce(&m_, s, r, op, root);
+  }
+  void allgather(const dscore_tensor* s, dscore_tensor* r) { mpi_comm::allgather(&m_, s, r); }
+  void all_to_all(const dscore_tensor* s, dscore_tensor* r) { mpi_comm::all_to_all(&m_, s, r); }
+  void broadcast(dscore_tensor* t, int root) { mpi_comm::broadcast(&m_, t, root); }
+  void send(const dscore_tensor* t, int peer) { point_to_point(&m_, t, peer, true); }
+  void recv(dscore_tensor* t, int peer) { point_to_point(&m_, t, peer, false); }
+  void barrier() { mpi_comm::barrier(&m_); }
+  void abort(const char* reason) {
+    host().log(DSCORE_LOG_ERROR, "mpi", "rank " + std::to_string(m_.rank) + " aborts the job: " +
+                                            std::string(reason != nullptr ? reason : "(no reason)"));
+    MPI_Abort(m_.comm != MPI_COMM_NULL ? m_.comm : MPI_COMM_WORLD, 1);
+  }
+  void counters(dscore_comm_counters* out) const {
+    out->operations = m_.counters.operations;
+    out->bytes_sent = m_.counters.bytes_sent;
+    out->bytes_received = m_.counters.bytes_received;
+  }
+  // MPI_Comm_split over this communicator; the group gets its own heartbeat
+  // board.
+  MpiBackend* split(int32_t color, int32_t key) {
+    MPI_Comm group = MPI_COMM_NULL;
+    DSCORE_MPI_CHECK(MPI_Comm_split(m_.comm, color == DSCORE_COMM_SPLIT_NONE ? MPI_UNDEFINED : color,
+                                    key, &group));
+    return group == MPI_COMM_NULL ? nullptr : new MpiBackend(*this, group);
+  }
 
-template <typename Body>
-dscore_status run(dscore_comm* c, Body&& body) {
-  return sdk::guard(self_of(c)->host, [&] { body(); });
-}
-
-dscore_status v_allreduce(dscore_comm* c, const dscore_tensor* s, dscore_tensor* r,
-                          dscore_reduce_op op, void*) {
-  return run(c, [&] { allreduce(self_of(c), s, r, op); });
-}
-dscore_status v_reduce_scatter(dscore_comm* c, const dscore_tensor* s, dscore_tensor* r,
-                               dscore_reduce_op op, void*) {
-  return run(c, [&] { reduce_scatter(self_of(c), s, r, op); });
-}
-dscore_status v_reduce(dscore_comm* c, const dscore_tensor* s, dscore_tensor* r, dscore_reduce_op op,
-                       int32_t root, void*) {
-  return run(c, [&] { reduce(self_of(c), s, r, op, root); });
-}
-dscore_status v_allgather(dscore_comm* c, const dscore_tensor* s, dscore_tensor* r, void*) {
-  return run(c, [&] { allgather(self_of(c), s, r); });
-}
-dscore_status v_all_to_all(dscore_comm* c, const dscore_tensor* s, dscore_tensor* r, void*) {
-  return run(c, [&] { all_to_all(self_of(c), s, r); });
-}
-dscore_status v_broadcast(dscore_comm* c, dscore_tensor* t, int32_t root, void*) {
-  return run(c, [&] { broadcast(self_of(c), t, root); });
-}
-dscore_status v_send(dscore_comm* c, const dscore_tensor* t, int32_t peer, void*) {
-  return run(c, [&] { point_to_point(self_of(c), t, peer, true); });
-}
-dscore_status v_recv(dscore_comm* c, dscore_tensor* t, int32_t peer, void*) {
-  return run(c, [&] { point_to_point(self_of(c), t, peer, false); });
-}
-dscore_status v_barrier(dscore_comm* c) {
-  return run(c, [&] { barrier(self_of(c)); });
-}
-void v_abort(dscore_comm* c, const char* reason) {
-  MpiComm* m = self_of(c);
-  m->host.log(DSCORE_LOG_ERROR, "mpi", "rank " + std::to_string(m->rank) + " aborts the job: " +
-                                           std::string(reason != nullptr ? reason : "(no reason)"));
-  MPI_Abort(m->comm != MPI_COMM_NULL ? m->comm : MPI_COMM_WORLD, 1);
-}
-// MPI_Comm_split over this communicator; the new one gets its own
-// heartbeat board and keeps this one's deadline.
-dscore_status v_split(dscore_comm* c, int32_t color, int32_t key, dscore_comm** out) {
-  return run(c, [&] {
-    MpiComm* parent = self_of(c);
-    MPI_Comm split = MPI_COMM_NULL;
-    const int mpi_color = color == DSCORE_COMM_SPLIT_NONE ? MPI_UNDEFINED : color;
-    DSCORE_MPI_CHECK(MPI_Comm_split(parent->comm, mpi_color, key, &split));
-    *out = nullptr;
-    if (split == MPI_COMM_NULL) return;
-    auto m = std::make_unique<MpiComm>();
-    m->host = parent->host;
-    m->comm = split;
-    m->timeout_ms = parent->timeout_ms;
-    DSCORE_MPI_CHECK(MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN));
-    DSCORE_MPI_CHECK(MPI_Comm_rank(m->comm, &m->rank));
-    DSCORE_MPI_CHECK(MPI_Comm_size(m->comm, &m->world));
-    m->board = new HeartbeatBoard(m->comm, m->rank, m->world, m->timeout_ms);
-    *out = reinterpret_cast<dscore_comm*>(m.release());
-  });
-}
-dscore_status v_counters(const dscore_comm* c, dscore_comm_counters* out) {
-  const MpiComm* m = reinterpret_cast<const MpiComm*>(c);
-  out->operations = m->counters.operations;
-  out->bytes_sent = m->counters.bytes_sent;
-  out->bytes_received = m->counters.bytes_received;
-  return DSCORE_OK;
-}
-
-dscore_comm_vtable make_vtable() {
-  dscore_comm_vtable vt{};
-  vt.struct_size = sizeof vt;
-  vt.create = &create;
-  vt.destroy = &destroy;
-  vt.allreduce = &v_allreduce;
-  vt.reduce_scatter = &v_reduce_scatter;
-  vt.allgather = &v_allgather;
-  vt.broadcast = &v_broadcast;
-  vt.send = &v_send;
-  vt.recv = &v_recv;
-  vt.barrier = &v_barrier;
-  vt.all_to_all = &v_all_to_all;
-  vt.abort = &v_abort;
-  vt.reduce = &v_reduce;
-  vt.counters = &v_counters;
-  vt.split = &v_split;
-  return vt;
-}
-const dscore_comm_vtable kVtable = make_vtable();
+ private:
+  void adopt(MPI_Comm comm) {
+    m_.comm = comm;
+    DSCORE_MPI_CHECK(MPI_Comm_set_errhandler(m_.comm, MPI_ERRORS_RETURN));
+    DSCORE_MPI_CHECK(MPI_Comm_rank(m_.comm, &m_.rank));
+    DSCORE_MPI_CHECK(MPI_Comm_size(m_.comm, &m_.world));
+    m_.board = new HeartbeatBoard(m_.comm, m_.rank, m_.world, m_.timeout_ms);
+  }
+  MpiComm m_;
+};
 
 constexpr const char kParamsSchema[] = R"json({
   "timeout_ms": {"type": "int", "default": 300000, "min": 1,
                  "doc": "deadline of every collective; a rank that does not arrive in time ends the job with a message naming it"}
 })json";
 
-const dscore_plugin_descriptor kMpi = {
-    sizeof(dscore_plugin_descriptor), DSCORE_KIND_COMM, "mpi", "0.1.0",
-    "MPI backend for CPU tensors: deterministic reductions, per-collective deadlines",
+const dscore_plugin_descriptor kMpi = sdk::comm_descriptor<MpiBackend>(
+    "mpi", "0.1.0", "MPI backend for CPU tensors: deterministic reductions, per-collective deadlines",
     DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16 | DSCORE_CAP_MULTI_RANK,
-    kParamsSchema, &kVtable};
-const dscore_plugin_descriptor* const kPlugins[] = {&kMpi};
-const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-comm-mpi", "0.1.0", "dscore", kPlugins);
+    kParamsSchema);
 
 }  // namespace
 }  // namespace dscore::mpi_comm
 
-DSCORE_PLUGIN_ENTRY(dscore::mpi_comm::kLibrary)
+DSCORE_PLUGIN_LIBRARY("dscore-comm-mpi", "0.1.0", "dscore", &dscore::mpi_comm::kMpi)

@@ -53,7 +53,6 @@ class HeartbeatBoard {
 };
 
 struct MpiComm {
-  sdk::HostRef host;  // the instance's context: errors and log lines go there
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0;
   int world = 1;

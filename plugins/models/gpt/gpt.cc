@@ -126,11 +126,8 @@ const dscore_plugin_descriptor kGpt = sdk::model_descriptor<Gpt>(
     "gpt", "0.1.0",
     "GPT-2-style decoder (byte-level text or llm.c token shards); CPU (BLAS + TBB) and CUDA kernels",
     DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16, kParamsSchema);
-const dscore_plugin_descriptor* const kPlugins[] = {&kGpt};
-
-const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-gpt", "0.1.0", "dscore", kPlugins);
 
 }  // namespace
 }  // namespace dscore::gpt
 
-DSCORE_PLUGIN_ENTRY(dscore::gpt::kLibrary)
+DSCORE_PLUGIN_LIBRARY("dscore-gpt", "0.1.0", "dscore", &dscore::gpt::kGpt)

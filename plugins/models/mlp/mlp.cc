@@ -349,11 +349,8 @@ const dscore_plugin_descriptor kMlp = sdk::model_descriptor<Mlp>(
     "mlp", "0.1.0",
     "multi-layer perceptron with MSE loss on a synthetic teacher task (tests, examples)",
     DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16, kParamsSchema);
-const dscore_plugin_descriptor* const kPlugins[] = {&kMlp};
-
-const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-mlp", "0.1.0", "dscore", kPlugins);
 
 }  // namespace
 }  // namespace dscore::mlp
 
-DSCORE_PLUGIN_ENTRY(dscore::mlp::kLibrary)
+DSCORE_PLUGIN_LIBRARY("dscore-mlp", "0.1.0", "dscore", &dscore::mlp::kMlp)

@@ -4,6 +4,7 @@
 // "step,<last tag component>" the first time this process writes a file,
 // rows "<step>,<repr(value)>", lines ended "\r\n" as Python's csv.writer does.
 #include <dscore/cpp/monitor_plugin.hpp>
+#include <dscore/cpp/file_io.hpp>
 #include <dscore/cpp/plugin.hpp>
 #include <dscore/monitor.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@ namespace dscore::csv_monitor {
 namespace {
 
 using sdk::Error;
+using sdk::errno_status;
 
 constexpr const char kParamsSchema[] = R"json({
   "output_path": {"type": "string", "default": "",
@@ -29,14 +31,6 @@ constexpr const char kParamsSchema[] = R"json({
   "job_name": {"type": "string", "default": "DeepSpeedJobName",
                "doc": "the CSV files go to output_path/job_name"}
 })json";
-
-dscore_status errno_status(int err) {
-  switch (err) {
-    case EACCES: case EPERM: case EROFS: return DSCORE_PERMISSION_DENIED;
-    case ENOSPC: case EDQUOT: case EFBIG: return DSCORE_RESOURCE_EXHAUSTED;
-    default: return DSCORE_UNAVAILABLE;
-  }
-}
 
 // Python's os.path.join(a, b) for two POSIX components.
 std::string path_join(const std::string& a, const std::string& b) {
@@ -136,11 +130,8 @@ class CsvMonitor : public sdk::Instance {
 const dscore_plugin_descriptor kCsvMonitor = sdk::monitor_descriptor<CsvMonitor>(
     "csv_monitor", "0.1.0",
     "DeepSpeed's CSV monitor: one <tag>.csv file per tag under output_path/job_name", kParamsSchema);
-const dscore_plugin_descriptor* const kPlugins[] = {&kCsvMonitor};
-
-const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-csv-monitor", "0.1.0", "dscore", kPlugins);
 
 }  // namespace
 }  // namespace dscore::csv_monitor
 
-DSCORE_PLUGIN_ENTRY(dscore::csv_monitor::kLibrary)
+DSCORE_PLUGIN_LIBRARY("dscore-csv-monitor", "0.1.0", "dscore", &dscore::csv_monitor::kCsvMonitor)

@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+#include <dscore/cpp/file_io.hpp>
 #include <dscore/cpp/plugin.hpp>
 
 #include <array>
@@ -15,21 +16,8 @@ namespace dscore::tensorboard {
 namespace {
 
 using sdk::Error;
-
-constexpr std::array<uint32_t, 256> make_crc32c_table() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t crc = i;
-    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ ((crc & 1u) ? 0x82F63B78u : 0u);
-    table[i] = crc;
-  }
-  return table;
-}
-constexpr std::array<uint32_t, 256> kCrc32cTable = make_crc32c_table();
-
-void put_le(std::string* out, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-}
+using sdk::errno_status;
+using sdk::put_le;
 
 void put_varint(std::string* out, uint64_t v) {
   while (v >= 0x80) {
@@ -74,28 +62,9 @@ constexpr uint32_t kSummaryValue = 1;      // repeated Summary.Value
 constexpr uint32_t kValueTag = 1;          // string
 constexpr uint32_t kValueSimpleValue = 2;  // float
 
-dscore_status errno_status(int err) {
-  switch (err) {
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      return DSCORE_PERMISSION_DENIED;
-    case ENOSPC:
-    case EDQUOT:
-    case EFBIG:
-      return DSCORE_RESOURCE_EXHAUSTED;
-    default:
-      return DSCORE_UNAVAILABLE;
-  }
-}
-
 }  // namespace
 
-uint32_t crc32c(std::string_view data) {
-  uint32_t crc = 0xFFFFFFFFu;
-  for (unsigned char c : data) crc = kCrc32cTable[(crc ^ c) & 0xFF] ^ (crc >> 8);
-  return crc ^ 0xFFFFFFFFu;
-}
+uint32_t crc32c(std::string_view data) { return sdk::crc32_reflected<0x82F63B78u>(data); }
 
 uint32_t mask_crc(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 

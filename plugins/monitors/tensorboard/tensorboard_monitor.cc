@@ -90,11 +90,8 @@ const dscore_plugin_descriptor kTensorBoard = sdk::monitor_descriptor<TensorBoar
     "tensorboard", "0.1.0",
     "DeepSpeed's TensorBoard monitor: an events.out.tfevents.* file under output_path/job_name",
     kParamsSchema);
-const dscore_plugin_descriptor* const kPlugins[] = {&kTensorBoard};
-
-const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-tensorboard", "0.1.0", "dscore", kPlugins);
 
 }  // namespace
 }  // namespace dscore::tensorboard
 
-DSCORE_PLUGIN_ENTRY(dscore::tensorboard::kLibrary)
+DSCORE_PLUGIN_LIBRARY("dscore-tensorboard", "0.1.0", "dscore", &dscore::tensorboard::kTensorBoard)

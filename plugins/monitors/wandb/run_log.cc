@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+#include <dscore/cpp/file_io.hpp>
 #include <dscore/cpp/plugin.hpp>
 
 #include <array>
@@ -13,21 +14,8 @@ namespace dscore::wandb {
 namespace {
 
 using sdk::Error;
-
-constexpr std::array<uint32_t, 256> make_crc32_table() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t crc = i;
-    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ ((crc & 1u) ? 0xEDB88320u : 0u);
-    table[i] = crc;
-  }
-  return table;
-}
-constexpr std::array<uint32_t, 256> kCrc32Table = make_crc32_table();
-
-void put_le(std::string* out, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-}
+using sdk::errno_status;
+using sdk::put_le;
 
 void put_chunk(std::string* out, std::string_view data, ChunkType type) {
   const char type_byte = static_cast<char>(type);
@@ -37,28 +25,9 @@ void put_chunk(std::string* out, std::string_view data, ChunkType type) {
   out->append(data);
 }
 
-dscore_status errno_status(int err) {
-  switch (err) {
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      return DSCORE_PERMISSION_DENIED;
-    case ENOSPC:
-    case EDQUOT:
-    case EFBIG:
-      return DSCORE_RESOURCE_EXHAUSTED;
-    default:
-      return DSCORE_UNAVAILABLE;
-  }
-}
-
 }  // namespace
 
-uint32_t crc32(std::string_view data, uint32_t crc) {
-  crc ^= 0xFFFFFFFFu;
-  for (unsigned char c : data) crc = kCrc32Table[(crc ^ c) & 0xFF] ^ (crc >> 8);
-  return crc ^ 0xFFFFFFFFu;
-}
+uint32_t crc32(std::string_view data, uint32_t crc) { return sdk::crc32_reflected<0xEDB88320u>(data, crc); }
 
 std::string file_header() {
   std::string out = ":W&B";

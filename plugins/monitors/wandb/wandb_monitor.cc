@@ -159,11 +159,8 @@ const dscore_plugin_descriptor kWandb = sdk::monitor_descriptor<WandbMonitor>(
     "wandb", "0.1.0",
     "DeepSpeed's WandB monitor: an offline run folder under dir/wandb for `wandb sync`",
     kParamsSchema);
-const dscore_plugin_descriptor* const kPlugins[] = {&kWandb};
-
-const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-wandb", "0.1.0", "dscore", kPlugins);
 
 }  // namespace
 }  // namespace dscore::wandb
 
-DSCORE_PLUGIN_ENTRY(dscore::wandb::kLibrary)
+DSCORE_PLUGIN_LIBRARY("dscore-wandb", "0.1.0", "dscore", &dscore::wandb::kWandb)

@@ -101,11 +101,8 @@ const dscore_plugin_descriptor kAdagrad = sdk::optimizer_descriptor<Adagrad>(
     "adagrad", "0.1.0",
     "Adagrad with lr decay, L2 weight decay and an initial accumulator (torch.optim.Adagrad)",
     DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16, kSchema);
-const dscore_plugin_descriptor* const kPlugins[] = {&kAdagrad};
-
-const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-adagrad", "0.1.0", "dscore", kPlugins);
 
 }  // namespace
 }  // namespace dscore::adagrad
 
-DSCORE_PLUGIN_ENTRY(dscore::adagrad::kLibrary)
+DSCORE_PLUGIN_LIBRARY("dscore-adagrad", "0.1.0", "dscore", &dscore::adagrad::kAdagrad)

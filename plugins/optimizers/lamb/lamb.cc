@@ -153,11 +153,8 @@ const dscore_plugin_descriptor kLamb = sdk::optimizer_descriptor<Lamb>(
     "lamb", "0.1.0",
     "LAMB: Adam moments with a per-tensor trust ratio clamped " "to [min_coeff, max_coeff] (FusedLamb)",
     DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16 | DSCORE_CAP_OPTIMIZER_WHOLE_TENSORS, kSchema);
-const dscore_plugin_descriptor* const kPlugins[] = {&kLamb};
-
-const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-lamb", "0.1.0", "dscore", kPlugins);
 
 }  // namespace
 }  // namespace dscore::lamb
 
-DSCORE_PLUGIN_ENTRY(dscore::lamb::kLibrary)
+DSCORE_PLUGIN_LIBRARY("dscore-lamb", "0.1.0", "dscore", &dscore::lamb::kLamb)

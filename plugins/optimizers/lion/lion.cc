@@ -87,11 +87,8 @@ const dscore_plugin_descriptor kLion = sdk::optimizer_descriptor<Lion>(
     "lion", "0.1.0",
     "Lion: sign of interpolated momentum, decoupled weight decay (DeepSpeed FusedLion math)",
     DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16, kSchema);
-const dscore_plugin_descriptor* const kPlugins[] = {&kLion};
-
-const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-lion", "0.1.0", "dscore", kPlugins);
 
 }  // namespace
 }  // namespace dscore::lion
 
-DSCORE_PLUGIN_ENTRY(dscore::lion::kLibrary)
+DSCORE_PLUGIN_LIBRARY("dscore-lion", "0.1.0", "dscore", &dscore::lion::kLion)

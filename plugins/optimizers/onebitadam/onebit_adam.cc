@@ -207,11 +207,8 @@ const dscore_plugin_descriptor kOneBitAdam = sdk::optimizer_descriptor<OneBitAda
     "1-bit Adam: Adam warm-up, then frozen variance and 1-bit compressed momentum (DeepSpeed)",
     DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16 | DSCORE_CAP_MULTI_RANK,
     kSchema);
-const dscore_plugin_descriptor* const kPlugins[] = {&kOneBitAdam};
-
-const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-onebitadam", "0.1.0", "dscore", kPlugins);
 
 }  // namespace
 }  // namespace dscore::onebitadam
 
-DSCORE_PLUGIN_ENTRY(dscore::onebitadam::kLibrary)
+DSCORE_PLUGIN_LIBRARY("dscore-onebitadam", "0.1.0", "dscore", &dscore::onebitadam::kOneBitAdam)

@@ -112,11 +112,8 @@ const dscore_plugin_descriptor kSgd = sdk::optimizer_descriptor<Sgd>(
     "sgd", "0.1.0",
     "SGD with momentum, dampening, Nesterov and L2 weight decay (torch.optim.SGD semantics)",
     DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16, kSchema);
-const dscore_plugin_descriptor* const kPlugins[] = {&kSgd};
-
-const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-sgd", "0.1.0", "dscore", kPlugins);
 
 }  // namespace
 }  // namespace dscore::sgd
 
-DSCORE_PLUGIN_ENTRY(dscore::sgd::kLibrary)
+DSCORE_PLUGIN_LIBRARY("dscore-sgd", "0.1.0", "dscore", &dscore::sgd::kSgd)

@@ -3,20 +3,7 @@
 // lives in its own file; this table lists them.
 #include "schedule.h"
 
-namespace dscore::lr_schedules {
-namespace {
-
-const dscore_plugin_descriptor* const kPlugins[] = {
-    &kWarmupLrDescriptor,
-    &kWarmupDecayLrDescriptor,
-    &kWarmupCosineLrDescriptor,
-    &kOneCycleDescriptor,
-    &kLrRangeTestDescriptor,
-};
-
-const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-lr-schedules", "0.1.0", "dscore", kPlugins);
-
-}  // namespace
-}  // namespace dscore::lr_schedules
-
-DSCORE_PLUGIN_ENTRY(dscore::lr_schedules::kLibrary)
+namespace ls = dscore::lr_schedules;
+DSCORE_PLUGIN_LIBRARY("dscore-lr-schedules", "0.1.0", "dscore", &ls::kWarmupLrDescriptor,
+                      &ls::kWarmupDecayLrDescriptor, &ls::kWarmupCosineLrDescriptor,
+                      &ls::kOneCycleDescriptor, &ls::kLrRangeTestDescriptor)

@@ -293,7 +293,7 @@ TEST(CliConfigCheck, UnknownCommBackendPointsAtTheValueAndSuggests) {
                                      "  \"comm\": {\"backend\": \"mpii\"}\n"
                                      "}\n");
   EXPECT_EQ(line.rfind("error: F:3:23: comm.backend: no comm plugin named 'mpii'; did you mean "
-                       "\"mpi\"?; available: local, mpi. Searched: ",
+                       "\"mpi\"?; available: local, loopback, mpi. Searched: ",
                        0),
             0u) << line;
   EXPECT_NE(line.find(DSCORE_BUILD_PLUGIN_DIR), std::string::npos) << line;

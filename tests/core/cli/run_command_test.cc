@@ -1,4 +1,4 @@
-// `dscore run` (core/cli/run_command.cc over core/engine/trainer.cc) through
+// `dscore run` (core/cli/run_command.cc over core/cli/run_training.cc) through
 // the real executable: a short mlp run trains (the loss falls), prints
 // progress, writes DeepSpeed's csv_monitor files (docs/deepspeed-reference.md#monitors);
 // --steps overrides train_steps; what this build cannot do yet is a clear

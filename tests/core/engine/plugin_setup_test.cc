@@ -61,7 +61,7 @@ TEST(PluginNames, MpiiSuggestsMpi) {
   EXPECT_EQ(e.location.line, 4);
   EXPECT_EQ(e.location.column, 23);
   EXPECT_EQ(e.message.rfind(
-                "no comm plugin named 'mpii'; did you mean \"mpi\"?; available: local, mpi. ", 0),
+                "no comm plugin named 'mpii'; did you mean \"mpi\"?; available: local, loopback, mpi. ", 0),
             0u)
       << e.message;
 }

@@ -84,4 +84,19 @@ struct Shim {
     return &(library);                                                                   \
   }
 
+// The line that ends a plugin library: a library table named `name` holding
+// the given descriptors (their addresses), whose init stores the host table,
+// with the entry symbol and the host-table storage. Once per library, at
+// global scope:
+//   DSCORE_PLUGIN_LIBRARY("acme-sgd", "1.0", "acme", &acme::kSgd)
+// A library with its own init/shutdown builds its table with
+// sdk::plugin_library and uses DSCORE_PLUGIN_ENTRY.
+#define DSCORE_PLUGIN_LIBRARY(name, version, vendor, ...)                                    \
+  namespace {                                                                                \
+  const dscore_plugin_descriptor* const dscore_library_plugins[] = {__VA_ARGS__};           \
+  const dscore_plugin_library dscore_library =                                              \
+      ::dscore::sdk::plugin_library(name, version, vendor, dscore_library_plugins);          \
+  }                                                                                          \
+  DSCORE_PLUGIN_ENTRY(dscore_library)
+
 #endif  // DSCORE_CPP_INSTANCE_HPP_

@@ -1,8 +1,8 @@
-// The SIGTERM report (termination.h). The handler may not lock or allocate:
+// The SIGTERM report (sigterm_report.h). The handler may not lock or allocate:
 // it reads the communicator's lock-free in-flight record, formats it with
 // its own digit writer, writes with write(2), then re-raises with the
 // default action.
-#include "core/cli/termination.h"
+#include "core/comm/sigterm_report.h"
 
 #include <unistd.h>
 
@@ -11,11 +11,11 @@
 #include <cstdio>
 #include <cstring>
 
-namespace dscore::cli {
+namespace dscore::comm {
 namespace {
 
-// The one process-global of the CLI: a signal handler can reach nothing else.
-std::atomic<const comm::Communicator*> g_reported{nullptr};
+// Process-global because a signal handler can reach nothing else.
+std::atomic<const Communicator*> g_reported{nullptr};
 char g_prefix[48] = "[dscore] ";
 
 // Async-signal-safe: decimal digits of `value` into `out`, returns the end.
@@ -36,8 +36,8 @@ char* append_text(char* out, const char* text) {
 }
 
 void on_sigterm(int signo) {
-  const comm::Communicator* c = g_reported.load();
-  const comm::Communicator::InFlight now = c != nullptr ? c->in_flight() : comm::Communicator::InFlight{};
+  const Communicator* c = g_reported.load();
+  const Communicator::InFlight now = c != nullptr ? c->in_flight() : Communicator::InFlight{};
   char where[160];
   const char* tail = "computing (no collective in flight)";
   if (now.op != nullptr) {  // "in <op> #<sequence> (<elements> elements)"; op is a short literal
@@ -60,7 +60,7 @@ void on_sigterm(int signo) {
 
 }  // namespace
 
-void install_sigterm_report(const comm::Communicator& communicator) {
+void install_sigterm_report(const Communicator& communicator) {
   std::snprintf(g_prefix, sizeof g_prefix, "[dscore rank %d] ", communicator.rank());
   g_reported.store(&communicator);
   std::signal(SIGTERM, &on_sigterm);
@@ -71,4 +71,4 @@ void uninstall_sigterm_report() {
   g_reported.store(nullptr);
 }
 
-}  // namespace dscore::cli
+}  // namespace dscore::comm
