@@ -169,8 +169,7 @@ dscore::Result<std::unique_ptr<dscore::Engine>> trained_engine(const std::string
                           dscore::build_engine(*setup, nullptr));
   // One step, so the optimizer state is not all zeros.
   const auto& cfg = engine->config();
-  DSCORE_ASSIGN_OR_RETURN(auto source,
-                          dscore::data::make_batch_source(cfg, engine->model()));
+  DSCORE_ASSIGN_OR_RETURN(auto source, dscore::data::make_batch_source(cfg, engine->model()));
   dscore::data::DistributedSampler sampler(cfg.batch, 1, 0);
   dscore::data::HostBatch batch(engine->model().description(),
                                 cfg.batch.train_micro_batch_size_per_gpu);

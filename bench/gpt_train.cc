@@ -27,22 +27,26 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 constexpr int kLayers = 6, kEmbd = 384, kHeads = 6, kBlock = 256, kVocab = 256;
 
 std::string config_text(int micro, int world, int steps, bool checkpointing) {
   char text[1600];
-  std::snprintf(text, sizeof text,
-                R"({"plugins": {"paths": ["%s"]}, "train_batch_size": %d, "train_micro_batch_size_per_gpu": %d,
+  std::snprintf(
+      text, sizeof text,
+      R"({"plugins": {"paths": ["%s"]}, "train_batch_size": %d, "train_micro_batch_size_per_gpu": %d,
                     "train_steps": %d, "zero_optimization": {"stage": %d},
                     "optimizer": {"type": "AdamW", "params": {"lr": 0.0006}},
                     "model": {"type": "gpt", "n_layer": %d, "n_head": %d, "n_embd": %d, "block_size": %d,
                               "vocab_size": %d},
                     %s
                     "data": {"type": "text", "path": "%s/configs/data/quickstart.txt"}})",
-                DSCORE_BUILD_PLUGIN_DIR, micro * world, micro, steps, world > 1 ? 2 : 0, kLayers, kHeads, kEmbd,
-                kBlock, kVocab, checkpointing ? R"("activation_checkpointing": {},)" : "", DSCORE_SOURCE_DIR);
+      DSCORE_BUILD_PLUGIN_DIR, micro * world, micro, steps, world > 1 ? 2 : 0, kLayers, kHeads,
+      kEmbd, kBlock, kVocab, checkpointing ? R"("activation_checkpointing": {},)" : "",
+      DSCORE_SOURCE_DIR);
   return text;
 }
 
@@ -55,8 +59,8 @@ double sgemm_flops() {
   double best = 0;
   for (int i = 0; i < 4; ++i) {
     auto t = Clock::now();
-    dscore::gpt::cpu::gemm<float>(dscore::gpt::cpu::Op::kNone, dscore::gpt::cpu::Op::kTranspose, n, n, n, 1.0f,
-                                  a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    dscore::gpt::cpu::gemm<float>(dscore::gpt::cpu::Op::kNone, dscore::gpt::cpu::Op::kTranspose, n,
+                                  n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
     best = std::max(best, 2.0 * n * n * n / seconds_since(t));
   }
   return best;
@@ -70,10 +74,12 @@ struct Figures {
 };
 
 Figures train(int micro, int world, int steps, bool checkpointing) {
-  auto setup = dscore::prepare_text(config_text(micro, world, steps, checkpointing), "gpt_train.json", ".", {});
+  auto setup = dscore::prepare_text(config_text(micro, world, steps, checkpointing),
+                                    "gpt_train.json", ".", {});
   if (!setup.ok() || !setup->loaded.ok()) {
-    std::fprintf(stderr, "config: %s\n", setup.ok() ? dscore::format_config_errors(setup->loaded).c_str()
-                                                    : setup.status().message().c_str());
+    std::fprintf(stderr, "config: %s\n",
+                 setup.ok() ? dscore::format_config_errors(setup->loaded).c_str()
+                            : setup.status().message().c_str());
     std::exit(1);
   }
   auto engine = dscore::build_engine(*setup, nullptr);
@@ -91,8 +97,8 @@ Figures train(int micro, int world, int steps, bool checkpointing) {
   dscore::data::DistributedSampler sampler(cfg.batch, e.world_size(), e.rank());
   dscore::data::HostBatch batch(e.model().description(), cfg.batch.train_micro_batch_size_per_gpu);
   auto step = [&](int64_t s) {
-    if (!(*source)->fill(sampler.micro_batch(s, 0), &batch).ok() || !e.forward_backward(batch.view()).ok() ||
-        !e.step().ok())
+    if (!(*source)->fill(sampler.micro_batch(s, 0), &batch).ok() ||
+        !e.forward_backward(batch.view()).ok() || !e.step().ok())
       std::exit(1);
   };
   step(0);  // warm-up: allocates the activations, touches the memory
@@ -110,9 +116,10 @@ Figures train(int micro, int world, int steps, bool checkpointing) {
 
 void print_line(const char* what, const Figures& f, double sgemm) {
   const double achieved = f.tokens_per_second * f.flops_per_token;
-  std::printf("%-34s %10.0f tokens/s  %7.2f GFLOP/s  %5.1f%% of SGEMM  activations %6.1f MiB/rank\n", what,
-              f.tokens_per_second, achieved / 1e9, 100.0 * achieved / sgemm,
-              static_cast<double>(f.activation_bytes) / (1 << 20));
+  std::printf(
+      "%-34s %10.0f tokens/s  %7.2f GFLOP/s  %5.1f%% of SGEMM  activations %6.1f MiB/rank\n", what,
+      f.tokens_per_second, achieved / 1e9, 100.0 * achieved / sgemm,
+      static_cast<double>(f.activation_bytes) / (1 << 20));
 }
 
 }  // namespace
@@ -121,9 +128,12 @@ int main(int argc, char** argv) {
   int steps = 4, micro = 8, ranks = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
-    if (k == "--steps") steps = std::stoi(argv[i + 1]);
-    else if (k == "--micro") micro = std::stoi(argv[i + 1]);
-    else if (k == "--ranks") ranks = std::stoi(argv[i + 1]);
+    if (k == "--steps")
+      steps = std::stoi(argv[i + 1]);
+    else if (k == "--micro")
+      micro = std::stoi(argv[i + 1]);
+    else if (k == "--ranks")
+      ranks = std::stoi(argv[i + 1]);
   }
   auto job = dscore::comm::detect_job_env();
   if (!job.ok()) return 1;
@@ -147,15 +157,20 @@ int main(int argc, char** argv) {
   const unsigned cores = std::thread::hardware_concurrency();
   const Figures one = train(micro, 1, steps, false);
   const Figures ckpt = train(micro, 1, steps, true);
-  std::printf("gpt_train: %lld parameters (%d layers, n_embd %d, %d heads, T %d, vocab %d), micro batch %d, %d steps\n",
-              static_cast<long long>(one.params), kLayers, kEmbd, kHeads, kBlock, kVocab, micro, steps);
-  std::printf("limit measured now: SGEMM %.2f GFLOP/s on %u cores (n = 1536, OpenBLAS per thread, TBB across)\n",
-              sgemm / 1e9, cores);
+  std::printf(
+      "gpt_train: %lld parameters (%d layers, n_embd %d, %d heads, T %d, vocab %d), micro batch "
+      "%d, %d steps\n",
+      static_cast<long long>(one.params), kLayers, kEmbd, kHeads, kBlock, kVocab, micro, steps);
+  std::printf(
+      "limit measured now: SGEMM %.2f GFLOP/s on %u cores (n = 1536, OpenBLAS per thread, TBB "
+      "across)\n",
+      sgemm / 1e9, cores);
   std::printf("FLOPs per token: %.3g (6N + 12 L C T)\n", one.flops_per_token);
   print_line("1 rank", one, sgemm);
   print_line("1 rank, activation checkpointing", ckpt, sgemm);
   std::printf("activation checkpointing: %.1f%% of the activation memory, %.2fx the step time\n",
-              100.0 * static_cast<double>(ckpt.activation_bytes) / static_cast<double>(one.activation_bytes),
+              100.0 * static_cast<double>(ckpt.activation_bytes) /
+                  static_cast<double>(one.activation_bytes),
               one.tokens_per_second / ckpt.tokens_per_second);
   std::fflush(stdout);
   // The 2-rank half in its own processes (mpirun), after this one's output.

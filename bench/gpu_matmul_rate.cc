@@ -14,10 +14,12 @@ namespace dscore::bench {
 namespace {
 
 void check(cudaError_t err, const char* call) {
-  if (err != cudaSuccess) throw std::runtime_error(std::string(call) + ": " + cudaGetErrorString(err));
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string(call) + ": " + cudaGetErrorString(err));
 }
 void check(cublasStatus_t status, const char* call) {
-  if (status != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string(call) + ": " + cublasGetStatusString(status));
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string(call) + ": " + cublasGetStatusString(status));
 }
 #define BENCH_CHECK(call) check((call), #call)
 
@@ -69,8 +71,9 @@ double tflops(Device& d, int64_t n, int iterations, bool bf16) {
   const float alpha = 1.0f, beta = 0.0f;
   const int m = static_cast<int>(n);
   auto gemm = [&] {
-    BENCH_CHECK(cublasGemmEx(d.blas, CUBLAS_OP_T, CUBLAS_OP_N, m, m, m, &alpha, d.a, type, m, d.b, type, m, &beta,
-                             d.c, type, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    BENCH_CHECK(cublasGemmEx(d.blas, CUBLAS_OP_T, CUBLAS_OP_N, m, m, m, &alpha, d.a, type, m, d.b,
+                             type, m, &beta, d.c, type, m, CUBLAS_COMPUTE_32F,
+                             CUBLAS_GEMM_DEFAULT));
   };
   for (int i = 0; i < 3; ++i) gemm();
   BENCH_CHECK(cudaEventRecord(d.start, d.stream));
@@ -79,14 +82,15 @@ double tflops(Device& d, int64_t n, int iterations, bool bf16) {
   BENCH_CHECK(cudaEventSynchronize(d.stop));
   float ms = 0;
   BENCH_CHECK(cudaEventElapsedTime(&ms, d.start, d.stop));
-  return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) * iterations / (ms * 1e-3) /
-         1e12;
+  return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) *
+         iterations / (ms * 1e-3) / 1e12;
 }
 
 }  // namespace
 
 GpuMatmulRate measure_gpu_matmul_rate(int64_t n, int iterations) {
-  if (n <= 0 || n > 46340 || iterations <= 0) throw std::runtime_error("measure_gpu_matmul_rate: bad n or iterations");
+  if (n <= 0 || n > 46340 || iterations <= 0)
+    throw std::runtime_error("measure_gpu_matmul_rate: bad n or iterations");
   GpuMatmulRate rate;
   rate.n = n;
   int device = 0;

@@ -10,8 +10,8 @@
 namespace dscore::bench {
 
 struct GpuMatmulRate {
-  std::string device;  // cudaDeviceProp::name of the current device
-  int64_t n = 0;       // square n x n x n products
+  std::string device;      // cudaDeviceProp::name of the current device
+  int64_t n = 0;           // square n x n x n products
   double bf16_tflops = 0;  // bf16 inputs and output, fp32 accumulation (tensor cores)
   double fp32_tflops = 0;  // fp32 throughout, no TF32 (what "cuda_dtype": "fp32" runs)
 };

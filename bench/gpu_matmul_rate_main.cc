@@ -26,9 +26,10 @@ int main(int argc, char** argv) {
   }
   try {
     const dscore::bench::GpuMatmulRate r = dscore::bench::measure_gpu_matmul_rate(n, iterations);
-    std::printf("gpu_matmul_rate: %s, cuBLAS GEMM %lld x %lld x %lld, %d iterations after 3 warm-up\n",
-                r.device.c_str(), static_cast<long long>(r.n), static_cast<long long>(r.n),
-                static_cast<long long>(r.n), iterations);
+    std::printf(
+        "gpu_matmul_rate: %s, cuBLAS GEMM %lld x %lld x %lld, %d iterations after 3 warm-up\n",
+        r.device.c_str(), static_cast<long long>(r.n), static_cast<long long>(r.n),
+        static_cast<long long>(r.n), iterations);
     std::printf("  bf16 (fp32 accumulation)  %8.1f TFLOP/s\n", r.bf16_tflops);
     std::printf("  fp32 (no TF32)            %8.1f TFLOP/s\n", r.fp32_tflops);
   } catch (const std::exception& e) {

@@ -25,7 +25,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 std::string config_text(int stage, int hidden, int batch, int steps) {
   char text[1024];
@@ -67,10 +69,12 @@ long involuntary_switches() {
 }
 
 Figures run_stage(int stage, int hidden, int batch, int steps, double* allgather_gbps) {
-  auto setup = dscore::prepare_text(config_text(stage, hidden, batch, steps), "zero_throughput.json", ".", {});
+  auto setup = dscore::prepare_text(config_text(stage, hidden, batch, steps),
+                                    "zero_throughput.json", ".", {});
   if (!setup.ok() || !setup->loaded.ok()) {
-    std::fprintf(stderr, "config: %s\n", setup.ok() ? dscore::format_config_errors(setup->loaded).c_str()
-                                                    : setup.status().message().c_str());
+    std::fprintf(stderr, "config: %s\n",
+                 setup.ok() ? dscore::format_config_errors(setup->loaded).c_str()
+                            : setup.status().message().c_str());
     std::exit(1);
   }
   auto engine = dscore::build_engine(*setup, nullptr);
@@ -126,9 +130,12 @@ int main(int argc, char** argv) {
   int hidden = 96, batch = 64, steps = 6;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
-    if (k == "--hidden") hidden = std::stoi(argv[i + 1]);
-    else if (k == "--batch") batch = std::stoi(argv[i + 1]);
-    else if (k == "--steps") steps = std::stoi(argv[i + 1]);
+    if (k == "--hidden")
+      hidden = std::stoi(argv[i + 1]);
+    else if (k == "--batch")
+      batch = std::stoi(argv[i + 1]);
+    else if (k == "--steps")
+      steps = std::stoi(argv[i + 1]);
   }
   auto job = dscore::comm::detect_job_env();
   if (job.ok() && job->world_size == 1) {
@@ -141,18 +148,22 @@ int main(int argc, char** argv) {
   double allgather_gbps = 0;
   std::vector<Figures> figures;
   for (int stage = 0; stage <= 3; ++stage)
-    figures.push_back(run_stage(stage, hidden, batch, steps, stage == 0 ? &allgather_gbps : nullptr));
+    figures.push_back(
+        run_stage(stage, hidden, batch, steps, stage == 0 ? &allgather_gbps : nullptr));
   if (!leader) return 0;
-  std::printf("zero_throughput: mlp, %lld parameter tensors, hidden %d, global batch %d, 2 ranks, %d steps\n",
-              static_cast<long long>(figures[0].tensors), hidden, batch, steps);
-  std::printf("limits measured now: memcpy %.2f GB/s per rank, allgather between ranks %.2f GB/s\n", copy_gbps,
-              allgather_gbps);
-  std::printf("%-7s %12s %10s %10s %10s %10s %10s %12s\n", "stage", "samples/s", "model ms", "comm ms", "optim ms",
-              "stats ms", "engine ms", "preempt/step");
+  std::printf(
+      "zero_throughput: mlp, %lld parameter tensors, hidden %d, global batch %d, 2 ranks, %d "
+      "steps\n",
+      static_cast<long long>(figures[0].tensors), hidden, batch, steps);
+  std::printf("limits measured now: memcpy %.2f GB/s per rank, allgather between ranks %.2f GB/s\n",
+              copy_gbps, allgather_gbps);
+  std::printf("%-7s %12s %10s %10s %10s %10s %10s %12s\n", "stage", "samples/s", "model ms",
+              "comm ms", "optim ms", "stats ms", "engine ms", "preempt/step");
   for (int stage = 0; stage <= 3; ++stage) {
     const Figures& f = figures[static_cast<size_t>(stage)];
-    std::printf("%-7d %12.1f %10.2f %10.2f %10.2f %10.2f %10.3f %12.1f\n", stage, f.samples_per_second, f.model_ms,
-                f.comm_wait_ms, f.optimizer_ms, f.statistics_ms, f.overhead_ms, f.preemptions);
+    std::printf("%-7d %12.1f %10.2f %10.2f %10.2f %10.2f %10.3f %12.1f\n", stage,
+                f.samples_per_second, f.model_ms, f.comm_wait_ms, f.optimizer_ms, f.statistics_ms,
+                f.overhead_ms, f.preemptions);
   }
   const double ratio = figures[3].samples_per_second / figures[0].samples_per_second;
   double worst_overhead = 0;

@@ -26,10 +26,14 @@ LogFormatter g_formatter;  // guarded by g_mutex
 
 const char* level_tag(LogLevel level) {
   switch (level) {
-    case LogLevel::kDebug: return "debug: ";
-    case LogLevel::kWarning: return "warning: ";
-    case LogLevel::kError: return "error: ";
-    default: return "";
+    case LogLevel::kDebug:
+      return "debug: ";
+    case LogLevel::kWarning:
+      return "warning: ";
+    case LogLevel::kError:
+      return "error: ";
+    default:
+      return "";
   }
 }
 

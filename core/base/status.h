@@ -42,14 +42,14 @@ Status not_found(std::string message);
 Status failed_precondition(std::string message);
 Status internal_error(std::string message);
 Status unimplemented(std::string message);
-Status io_error(std::string message);  // DSCORE_UNAVAILABLE: a file or device failed
+Status io_error(std::string message);   // DSCORE_UNAVAILABLE: a file or device failed
 Status data_loss(std::string message);  // DSCORE_DATA_LOSS: corrupt or truncated data
 
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : data_(std::move(value)) {}         // NOLINT: implicit by design
-  Result(Status status) : data_(std::move(status)) {   // NOLINT
+  Result(T value) : data_(std::move(value)) {}        // NOLINT: implicit by design
+  Result(Status status) : data_(std::move(status)) {  // NOLINT
     if (std::get<Status>(data_).ok())
       throw std::logic_error("Result constructed from an OK status without a value");
   }
@@ -76,25 +76,24 @@ class [[nodiscard]] Result {
 };
 
 // Broken invariant inside core: a bug, not a user error.
-#define DSCORE_CHECK(cond, message)                                                     \
-  do {                                                                                  \
-    if (!(cond))                                                                        \
+#define DSCORE_CHECK(cond, message)                                                   \
+  do {                                                                                \
+    if (!(cond))                                                                      \
       throw std::logic_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + \
-                             ": check failed: " #cond ": " + (message));               \
+                             ": check failed: " #cond ": " + (message));              \
   } while (0)
 
-#define DSCORE_RETURN_IF_ERROR(expr)      \
-  do {                                    \
-    ::dscore::Status _st = (expr);        \
-    if (!_st.ok()) return _st;            \
+#define DSCORE_RETURN_IF_ERROR(expr) \
+  do {                               \
+    ::dscore::Status _st = (expr);   \
+    if (!_st.ok()) return _st;       \
   } while (0)
 
 #define DSCORE_CONCAT_INNER(a, b) a##b
 #define DSCORE_CONCAT(a, b) DSCORE_CONCAT_INNER(a, b)
-#define DSCORE_ASSIGN_OR_RETURN(lhs, expr)                                 \
-  auto DSCORE_CONCAT(_result_, __LINE__) = (expr);                         \
-  if (!DSCORE_CONCAT(_result_, __LINE__).ok())                             \
-    return DSCORE_CONCAT(_result_, __LINE__).status();                     \
+#define DSCORE_ASSIGN_OR_RETURN(lhs, expr)                                                        \
+  auto DSCORE_CONCAT(_result_, __LINE__) = (expr);                                                \
+  if (!DSCORE_CONCAT(_result_, __LINE__).ok()) return DSCORE_CONCAT(_result_, __LINE__).status(); \
   lhs = std::move(DSCORE_CONCAT(_result_, __LINE__)).value()
 
 }  // namespace dscore

@@ -79,8 +79,10 @@ std::string format_bytes(uint64_t bytes) {
     ++unit;
   }
   char buf[32];
-  if (unit == 0) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
-  else std::snprintf(buf, sizeof buf, "%.2f %s", value, kUnits[unit]);
+  if (unit == 0)
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
+  else
+    std::snprintf(buf, sizeof buf, "%.2f %s", value, kUnits[unit]);
   return buf;
 }
 

@@ -44,14 +44,17 @@ Result<CheckpointInfo> open_checkpoint(const std::string& dir, const std::string
                        " does not exist (name a tag, or check the folder)");
     if (!latest.ok()) return latest.status();
     info.tag = *latest;
-    while (!info.tag.empty() && std::isspace(static_cast<unsigned char>(info.tag.back()))) info.tag.pop_back();
+    while (!info.tag.empty() && std::isspace(static_cast<unsigned char>(info.tag.back())))
+      info.tag.pop_back();
   }
   DSCORE_RETURN_IF_ERROR(check_tag(info.tag));
   info.path = dir + "/" + info.tag;
   if (!is_folder(info.path))
-    return not_found((tag.empty() ? dir + "/latest names tag " + info.tag : "checkpoint tag " + info.tag) + " but " +
-                     info.path + " does not exist: the save did not complete or the folder was moved; name "
-                     "another tag");
+    return not_found(
+        (tag.empty() ? dir + "/latest names tag " + info.tag : "checkpoint tag " + info.tag) +
+        " but " + info.path +
+        " does not exist: the save did not complete or the folder was moved; name "
+        "another tag");
   info.model0_name = model_states_name(0, 0);
   if (!path_exists(info.path + "/" + info.model0_name)) info.model0_name = model_states_name(3, 0);
   if (!path_exists(info.path + "/" + info.model0_name))
@@ -69,7 +72,8 @@ Result<CheckpointInfo> open_checkpoint(const std::string& dir, const std::string
     sp.name = name.as_string();
     sp.numel = 1;
     for (const json::Value& d : member(p, "shape").items()) {
-      if (!d.is_integral() || d.as_int() < 0) return data_loss(model0.path() + ": parameter " + sp.name + " has a bad shape");
+      if (!d.is_integral() || d.as_int() < 0)
+        return data_loss(model0.path() + ": parameter " + sp.name + " has a bad shape");
       sp.shape.push_back(d.as_int());
       sp.numel *= d.as_int();
     }
@@ -84,7 +88,8 @@ Result<CheckpointInfo> open_checkpoint(const std::string& dir, const std::string
     for (const std::string& n : *names)
       if (!path_exists(info.path + "/" + n))
         return data_loss("checkpoint " + info.path + " is missing " + n + " (it was saved by " +
-                         std::to_string(info.header0.world_size) + " rank(s) and every rank's file is needed)");
+                         std::to_string(info.header0.world_size) +
+                         " rank(s) and every rank's file is needed)");
   return info;
 }
 

@@ -14,10 +14,10 @@ namespace dscore::checkpoint {
 
 struct CheckpointInfo {
   std::string dir, tag;
-  std::string path;         // dir/tag
-  std::string model0_name;  // rank 0's model-states file
-  SafetensorsReader model0; // open
-  FileHeader header0;       // its header; .state is the training state
+  std::string path;          // dir/tag
+  std::string model0_name;   // rank 0's model-states file
+  SafetensorsReader model0;  // open
+  FileHeader header0;        // its header; .state is the training state
   std::vector<SavedParam> params;
   std::vector<std::string> model_files, optim_files;  // names inside `path`
   const json::Value& state() const { return header0.state; }

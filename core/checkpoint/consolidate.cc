@@ -20,7 +20,9 @@ std::string shard_name(size_t index, size_t count) {
 
 Result<uint64_t> parse_size(const std::string& text) {
   size_t digits = 0;
-  while (digits < text.size() && (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.')) ++digits;
+  while (digits < text.size() &&
+         (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.'))
+    ++digits;
   const std::string number = text.substr(0, digits);
   std::string unit = text.substr(digits);
   for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -30,17 +32,20 @@ Result<uint64_t> parse_size(const std::string& text) {
     value = std::stod(number, &used);
     if (used != number.size()) throw std::invalid_argument(number);
   } catch (const std::exception&) {
-    return invalid_argument("size \"" + text + "\" is not a number with an optional unit (e.g. 5GB, 500MB)");
+    return invalid_argument("size \"" + text +
+                            "\" is not a number with an optional unit (e.g. 5GB, 500MB)");
   }
-  const std::pair<const char*, double> units[] = {{"", 1},          {"B", 1},          {"KB", 1e3},
-                                                  {"MB", 1e6},      {"GB", 1e9},       {"TB", 1e12},
-                                                  {"KIB", 1024.0},  {"MIB", 1048576.0}, {"GIB", 1073741824.0}};
+  const std::pair<const char*, double> units[] = {
+      {"", 1},      {"B", 1},        {"KB", 1e3},        {"MB", 1e6},          {"GB", 1e9},
+      {"TB", 1e12}, {"KIB", 1024.0}, {"MIB", 1048576.0}, {"GIB", 1073741824.0}};
   for (const auto& [name, scale] : units)
     if (unit == name) {
-      if (value * scale < 1) return invalid_argument("size \"" + text + "\" must be at least one byte");
+      if (value * scale < 1)
+        return invalid_argument("size \"" + text + "\" must be at least one byte");
       return static_cast<uint64_t>(value * scale);
     }
-  return invalid_argument("size \"" + text + "\" has an unknown unit (use B, KB, MB, GB, TB, KiB, MiB or GiB)");
+  return invalid_argument("size \"" + text +
+                          "\" has an unknown unit (use B, KB, MB, GB, TB, KiB, MiB or GiB)");
 }
 
 Result<ConsolidateResult> zero_to_fp32(const std::string& dir, const std::string& out_dir,
@@ -66,16 +71,20 @@ Result<ConsolidateResult> zero_to_fp32(const std::string& dir, const std::string
   json::Value weight_map = json::Value::object();
   std::vector<float> tensor;
   for (size_t s = 0; s < shards.size(); ++s) {
-    const std::string name = shards.size() == 1 ? "model.safetensors" : shard_name(s, shards.size());
+    const std::string name =
+        shards.size() == 1 ? "model.safetensors" : shard_name(s, shards.size());
     std::vector<TensorSpec> specs;
-    for (size_t i : shards[s]) specs.push_back({info.params[i].name, DSCORE_DTYPE_F32, info.params[i].shape});
-    DSCORE_ASSIGN_OR_RETURN(SafetensorsWriter writer,
-                            SafetensorsWriter::create(out_dir + "/" + name, std::move(specs), {{"format", "pt"}}));
+    for (size_t i : shards[s])
+      specs.push_back({info.params[i].name, DSCORE_DTYPE_F32, info.params[i].shape});
+    DSCORE_ASSIGN_OR_RETURN(
+        SafetensorsWriter writer,
+        SafetensorsWriter::create(out_dir + "/" + name, std::move(specs), {{"format", "pt"}}));
     for (size_t i : shards[s]) {
       const SavedParam& p = info.params[i];
       tensor.assign(static_cast<size_t>(p.numel), 0.0f);
       tensor.shrink_to_fit();
-      DSCORE_RETURN_IF_ERROR(set.read(kMasterSlot, p.name, 0, p.numel, 1, DSCORE_DTYPE_F32, tensor.data()));
+      DSCORE_RETURN_IF_ERROR(
+          set.read(kMasterSlot, p.name, 0, p.numel, 1, DSCORE_DTYPE_F32, tensor.data()));
       DSCORE_RETURN_IF_ERROR(writer.append(tensor.data(), tensor.size() * sizeof(float)));
       weight_map.set(p.name, json::Value(name));
       result.total_bytes += tensor.size() * sizeof(float);
@@ -91,7 +100,8 @@ Result<ConsolidateResult> zero_to_fp32(const std::string& dir, const std::string
     index.set("metadata", std::move(metadata));
     index.set("weight_map", std::move(weight_map));
     const std::string path = out_dir + "/model.safetensors.index.json";
-    DSCORE_RETURN_IF_ERROR(write_file_durably(path, json::serialize(index, /*pretty=*/true) + "\n"));
+    DSCORE_RETURN_IF_ERROR(
+        write_file_durably(path, json::serialize(index, /*pretty=*/true) + "\n"));
     result.files.push_back(path);
   }
   return result;

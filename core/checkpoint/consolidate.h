@@ -15,7 +15,7 @@
 namespace dscore::checkpoint {
 
 struct ConsolidateOptions {
-  std::string tag;                             // "" = latest
+  std::string tag;                              // "" = latest
   uint64_t max_shard_bytes = 5'000'000'000ull;  // HuggingFace's "5GB"
 };
 

@@ -13,8 +13,8 @@
 namespace dscore::checkpoint {
 namespace {
 
-constexpr size_t kBufferBytes = 4u << 20;   // small writes gather here
-constexpr size_t kDirectBytes = 256u << 10;  // larger ones go straight to the file
+constexpr size_t kBufferBytes = 4u << 20;        // small writes gather here
+constexpr size_t kDirectBytes = 256u << 10;      // larger ones go straight to the file
 constexpr uint64_t kWritebackBytes = 32u << 20;  // start writeback every this many bytes
 
 std::string folder_of(const std::string& path) {
@@ -77,8 +77,8 @@ Status DurableFile::write_fully(const char* data, size_t bytes) {
   // Let the disk start on what is written while the caller prepares more,
   // so commit()'s fsync has little left to wait for.
   if (written_ - writeback_at_ >= kWritebackBytes) {
-    (void)::sync_file_range(fd_, static_cast<off_t>(writeback_at_), static_cast<off_t>(written_ - writeback_at_),
-                            SYNC_FILE_RANGE_WRITE);
+    (void)::sync_file_range(fd_, static_cast<off_t>(writeback_at_),
+                            static_cast<off_t>(written_ - writeback_at_), SYNC_FILE_RANGE_WRITE);
     writeback_at_ = written_;
   }
   return Status::Ok();
@@ -192,7 +192,8 @@ Result<std::string> read_text_file(const std::string& path, size_t max_bytes) {
     text.append(chunk, static_cast<size_t>(n));
     if (text.size() > max_bytes) {
       ::close(fd);
-      return data_loss(path + " is larger than " + std::to_string(max_bytes) + " bytes: not a file dscore wrote");
+      return data_loss(path + " is larger than " + std::to_string(max_bytes) +
+                       " bytes: not a file dscore wrote");
     }
   }
   ::close(fd);

@@ -33,19 +33,24 @@ std::string optim_states_name(bool bf16, int rank) {
          two_digits(0) + "_optim_states.safetensors";
 }
 
-std::string default_tag(int64_t global_steps) { return "global_step" + std::to_string(global_steps); }
+std::string default_tag(int64_t global_steps) {
+  return "global_step" + std::to_string(global_steps);
+}
 
 Status check_tag(const std::string& tag) {
-  if (tag.empty() || tag == "." || tag == ".." || tag.size() > 200 || tag.find('/') != std::string::npos ||
-      tag.find('\0') != std::string::npos || tag.front() == '.' || tag == kLatestName ||
-      tag.find(".partial") != std::string::npos)
-    return invalid_argument("checkpoint tag \"" + tag + "\" cannot name a folder: use letters, digits, "
-                            "'_', '-' or '.', not starting with '.', without '/', at most 200 characters "
-                            "(and not \"latest\" or containing \".partial\")");
+  if (tag.empty() || tag == "." || tag == ".." || tag.size() > 200 ||
+      tag.find('/') != std::string::npos || tag.find('\0') != std::string::npos ||
+      tag.front() == '.' || tag == kLatestName || tag.find(".partial") != std::string::npos)
+    return invalid_argument(
+        "checkpoint tag \"" + tag +
+        "\" cannot name a folder: use letters, digits, "
+        "'_', '-' or '.', not starting with '.', without '/', at most 200 characters "
+        "(and not \"latest\" or containing \".partial\")");
   return Status::Ok();
 }
 
-Status convert_values(const void* src, dscore_dtype from, void* dst, dscore_dtype to, int64_t count) {
+Status convert_values(const void* src, dscore_dtype from, void* dst, dscore_dtype to,
+                      int64_t count) {
   if (from != to && (!is_float(from) || !is_float(to)))
     return invalid_argument(std::string("cannot convert ") + sdk::dtype_name(from) + " values to " +
                             sdk::dtype_name(to));
@@ -93,13 +98,15 @@ Result<FileHeader> parse_header(const SafetensorsReader& file) {
   auto text = meta.find(kStateKey);
   auto sum = meta.find(kStateChecksumKey);
   if (text == meta.end() || sum == meta.end())
-    return data_loss(file.path() + " has no dscore checkpoint metadata: it was not written by dscore's "
+    return data_loss(file.path() +
+                     " has no dscore checkpoint metadata: it was not written by dscore's "
                      "save_checkpoint (a consolidated model.safetensors is not a checkpoint)");
   const auto stored = parse_checksum(sum->second);
   const uint64_t computed = checksum(text->second.data(), text->second.size());
   if (!stored || *stored != computed)
-    return data_loss(file.path() + ": the checkpoint metadata fails its checksum (stored " + sum->second +
-                     ", computed " + format_checksum(computed) + "): the file is corrupt");
+    return data_loss(file.path() + ": the checkpoint metadata fails its checksum (stored " +
+                     sum->second + ", computed " + format_checksum(computed) +
+                     "): the file is corrupt");
   DSCORE_ASSIGN_OR_RETURN(json::Value v, json::parse(text->second, file.path()));
   auto bad = [&](const std::string& what) {
     return data_loss(file.path() + ": checkpoint metadata: " + what);
@@ -119,25 +126,27 @@ Result<FileHeader> parse_header(const SafetensorsReader& file) {
   int version = 0;
   if (!integer("format_version", &version)) return bad("no format_version");
   if (version > kFormatVersion)
-    return failed_precondition(file.path() + " has checkpoint format version " + std::to_string(version) +
-                               " but this dscore reads up to " + std::to_string(kFormatVersion) +
-                               ": load it with a newer dscore");
+    return failed_precondition(file.path() + " has checkpoint format version " +
+                               std::to_string(version) + " but this dscore reads up to " +
+                               std::to_string(kFormatVersion) + ": load it with a newer dscore");
   FileHeader h;
   if (!str("kind", &h.kind) || !str("tag", &h.tag) || !str("checkpoint_id", &h.checkpoint_id) ||
-      !integer("rank", &h.rank) || !integer("world_size", &h.world_size) || !integer("zero_stage", &h.zero_stage))
+      !integer("rank", &h.rank) || !integer("world_size", &h.world_size) ||
+      !integer("zero_stage", &h.zero_stage))
     return bad("kind, tag, checkpoint_id, rank, world_size or zero_stage is missing");
   const json::Value* fragments = v.find("fragments");
   if (fragments == nullptr || !fragments->is_array()) return bad("no fragments list");
   for (const json::Value& e : fragments->items()) {
-    const json::Value *t = e.find("tensor"), *p = e.find("param"), *s = e.find("slot"), *b = e.find("begin"),
-                      *n = e.find("numel");
-    if (t == nullptr || p == nullptr || s == nullptr || b == nullptr || n == nullptr || !t->is_string() ||
-        !p->is_string() || !s->is_string() || !b->is_integral() || !n->is_integral() || b->as_int() < 0 ||
-        n->as_int() < 0)
+    const json::Value *t = e.find("tensor"), *p = e.find("param"), *s = e.find("slot"),
+                      *b = e.find("begin"), *n = e.find("numel");
+    if (t == nullptr || p == nullptr || s == nullptr || b == nullptr || n == nullptr ||
+        !t->is_string() || !p->is_string() || !s->is_string() || !b->is_integral() ||
+        !n->is_integral() || b->as_int() < 0 || n->as_int() < 0)
       return bad("a fragment entry is malformed");
     const TensorInfo* tensor = file.find(t->as_string());
     if (tensor == nullptr) return bad("fragment tensor " + t->as_string() + " is not in the file");
-    h.fragments.push_back({t->as_string(), p->as_string(), s->as_string(), b->as_int(), n->as_int()});
+    h.fragments.push_back(
+        {t->as_string(), p->as_string(), s->as_string(), b->as_int(), n->as_int()});
   }
   if (const json::Value* state = v.find("state")) h.state = *state;
   return h;
@@ -145,7 +154,8 @@ Result<FileHeader> parse_header(const SafetensorsReader& file) {
 
 // ---------------------------------------------------------------- fragments
 
-Result<FragmentSet> FragmentSet::open(const std::string& folder, const std::vector<std::string>& names) {
+Result<FragmentSet> FragmentSet::open(const std::string& folder,
+                                      const std::vector<std::string>& names) {
   FragmentSet set;
   for (const std::string& name : names) {
     auto file = SafetensorsReader::open(folder + "/" + name);
@@ -156,7 +166,8 @@ Result<FragmentSet> FragmentSet::open(const std::string& folder, const std::vect
     DSCORE_ASSIGN_OR_RETURN(FileHeader h, parse_header(file));
     if (!set.headers_.empty() && h.checkpoint_id != set.headers_[0].checkpoint_id)
       return data_loss(file.path() + " comes from a different save than " + set.files_[0].path() +
-                       " (checkpoint ids " + h.checkpoint_id + " and " + set.headers_[0].checkpoint_id +
+                       " (checkpoint ids " + h.checkpoint_id + " and " +
+                       set.headers_[0].checkpoint_id +
                        "): the folder mixes files of two saves; restore the folder from one save");
     set.headers_.push_back(std::move(h));
   }
@@ -171,7 +182,8 @@ Result<FragmentSet> FragmentSet::open(const std::string& folder, const std::vect
     }
   }
   for (auto& [key, pieces] : set.pieces_)
-    std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.begin < b.begin; });
+    std::sort(pieces.begin(), pieces.end(),
+              [](const Piece& a, const Piece& b) { return a.begin < b.begin; });
   return set;
 }
 
@@ -187,7 +199,8 @@ dscore_dtype FragmentSet::dtype_of(const std::string& slot, const std::string& p
   return it->second.front().tensor->dtype;
 }
 
-Status FragmentSet::check_complete(const std::string& slot, const std::vector<SavedParam>& params) const {
+Status FragmentSet::check_complete(const std::string& slot,
+                                   const std::vector<SavedParam>& params) const {
   auto where = [&]() {
     std::string files;
     for (const SafetensorsReader& f : files_) files += (files.empty() ? "" : ", ") + f.path();
@@ -199,23 +212,26 @@ Status FragmentSet::check_complete(const std::string& slot, const std::vector<Sa
     if (it != pieces_.end()) {
       for (const Piece& piece : it->second) {
         if (piece.begin != next)
-          return data_loss("checkpoint is missing or repeats elements [" + std::to_string(std::min(next, piece.begin)) +
-                           ", " + std::to_string(std::max(next, piece.begin)) + ") of " + slot + " of parameter " +
-                           p.name + where());
+          return data_loss("checkpoint is missing or repeats elements [" +
+                           std::to_string(std::min(next, piece.begin)) + ", " +
+                           std::to_string(std::max(next, piece.begin)) + ") of " + slot +
+                           " of parameter " + p.name + where());
         next = piece.begin + piece.numel;
       }
     }
     if (next != p.numel)
-      return data_loss("checkpoint has elements [0, " + std::to_string(next) + ") of " + slot + " of parameter " +
-                       p.name + " but the parameter has " + std::to_string(p.numel) + where());
+      return data_loss("checkpoint has elements [0, " + std::to_string(next) + ") of " + slot +
+                       " of parameter " + p.name + " but the parameter has " +
+                       std::to_string(p.numel) + where());
   }
   return Status::Ok();
 }
 
-Status FragmentSet::read(const std::string& slot, const std::string& param, int64_t begin, int64_t count,
-                         uint32_t epp, dscore_dtype dst_dtype, void* dst) {
+Status FragmentSet::read(const std::string& slot, const std::string& param, int64_t begin,
+                         int64_t count, uint32_t epp, dscore_dtype dst_dtype, void* dst) {
   auto it = pieces_.find({slot, param});
-  if (it == pieces_.end()) return not_found("the checkpoint has no " + slot + " for parameter " + param);
+  if (it == pieces_.end())
+    return not_found("the checkpoint has no " + slot + " for parameter " + param);
   char* out = static_cast<char*>(dst);
   const size_t es = sdk::dtype_size(dst_dtype);
   const int64_t end = begin + count;
@@ -228,13 +244,15 @@ Status FragmentSet::read(const std::string& slot, const std::string& param, int6
   return Status::Ok();
 }
 
-Status FragmentSet::read_piece(Piece& piece, int64_t from, int64_t count, uint32_t epp, dscore_dtype dst_dtype,
-                               char* dst) {
+Status FragmentSet::read_piece(Piece& piece, int64_t from, int64_t count, uint32_t epp,
+                               dscore_dtype dst_dtype, char* dst) {
   const SafetensorsReader& file = files_[piece.file];
   const TensorInfo& t = *piece.tensor;
   if (t.numel() != piece.numel * epp)
-    return data_loss(file.path() + ": tensor " + t.name + " has " + std::to_string(t.numel()) + " values but its "
-                     "fragment needs " + std::to_string(piece.numel * epp));
+    return data_loss(file.path() + ": tensor " + t.name + " has " + std::to_string(t.numel()) +
+                     " values but its "
+                     "fragment needs " +
+                     std::to_string(piece.numel * epp));
   const size_t src_size = sdk::dtype_size(t.dtype);
   const int64_t values_from = from * epp, values = count * epp;
   // Whole tensor, same dtype: straight into place, checked on the way.
@@ -252,14 +270,15 @@ Status FragmentSet::read_piece(Piece& piece, int64_t from, int64_t count, uint32
   ChecksumStream hash;
   for (int64_t v = scan_begin; v < scan_end; v += chunk) {
     const int64_t n = std::min(chunk, scan_end - v);
-    DSCORE_RETURN_IF_ERROR(file.read(t, static_cast<uint64_t>(v) * src_size, static_cast<uint64_t>(n) * src_size,
-                                     bounce.data()));
+    DSCORE_RETURN_IF_ERROR(file.read(t, static_cast<uint64_t>(v) * src_size,
+                                     static_cast<uint64_t>(n) * src_size, bounce.data()));
     if (!piece.verified) hash.update(bounce.data(), static_cast<size_t>(n) * src_size);
     const int64_t a = std::max(v, values_from), b = std::min(v + n, values_from + values);
     if (a < b)
-      DSCORE_RETURN_IF_ERROR(convert_values(bounce.data() + static_cast<size_t>(a - v) * src_size, t.dtype,
-                                            dst + static_cast<size_t>(a - values_from) * sdk::dtype_size(dst_dtype),
-                                            dst_dtype, b - a));
+      DSCORE_RETURN_IF_ERROR(
+          convert_values(bounce.data() + static_cast<size_t>(a - v) * src_size, t.dtype,
+                         dst + static_cast<size_t>(a - values_from) * sdk::dtype_size(dst_dtype),
+                         dst_dtype, b - a));
   }
   if (!piece.verified) {
     DSCORE_RETURN_IF_ERROR(file.check(t, hash.digest()));

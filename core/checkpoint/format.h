@@ -53,14 +53,14 @@ struct Fragment {
 
 // What every file says about itself (its "dscore" metadata).
 struct FileHeader {
-  std::string kind;            // "model_states" | "optim_states"
+  std::string kind;  // "model_states" | "optim_states"
   std::string tag;
-  std::string checkpoint_id;   // the same in every file of one save
+  std::string checkpoint_id;  // the same in every file of one save
   int rank = 0;
   int world_size = 1;
   int zero_stage = 0;
   std::vector<Fragment> fragments;
-  json::Value state;           // model-states files: the training state; else null
+  json::Value state;  // model-states files: the training state; else null
 };
 
 std::map<std::string, std::string> header_metadata(const FileHeader& header);
@@ -115,6 +115,7 @@ class FragmentSet {
 std::string shape_text(const std::vector<int64_t>& shape);
 
 // Copy `count` values of `from` into `to` (fp32/fp16/bf16 convert).
-Status convert_values(const void* src, dscore_dtype from, void* dst, dscore_dtype to, int64_t count);
+Status convert_values(const void* src, dscore_dtype from, void* dst, dscore_dtype to,
+                      int64_t count);
 
 }  // namespace dscore::checkpoint

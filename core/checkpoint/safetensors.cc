@@ -24,10 +24,10 @@ struct DtypeName {
   const char* name;
 };
 constexpr DtypeName kDtypes[] = {
-    {DSCORE_DTYPE_F64, "F64"}, {DSCORE_DTYPE_F32, "F32"}, {DSCORE_DTYPE_F16, "F16"},
+    {DSCORE_DTYPE_F64, "F64"},   {DSCORE_DTYPE_F32, "F32"}, {DSCORE_DTYPE_F16, "F16"},
     {DSCORE_DTYPE_BF16, "BF16"}, {DSCORE_DTYPE_I64, "I64"}, {DSCORE_DTYPE_I32, "I32"},
-    {DSCORE_DTYPE_I16, "I16"}, {DSCORE_DTYPE_I8, "I8"}, {DSCORE_DTYPE_U64, "U64"},
-    {DSCORE_DTYPE_U32, "U32"}, {DSCORE_DTYPE_U16, "U16"}, {DSCORE_DTYPE_U8, "U8"},
+    {DSCORE_DTYPE_I16, "I16"},   {DSCORE_DTYPE_I8, "I8"},   {DSCORE_DTYPE_U64, "U64"},
+    {DSCORE_DTYPE_U32, "U32"},   {DSCORE_DTYPE_U16, "U16"}, {DSCORE_DTYPE_U8, "U8"},
     {DSCORE_DTYPE_BOOL, "BOOL"},
 };
 
@@ -45,7 +45,8 @@ std::string build_header(const std::vector<TensorSpec>& tensors,
   json::Value meta = json::Value::object();
   for (const auto& [k, v] : metadata) meta.set(k, json::Value(v));
   json::Value sums = json::Value::object();
-  for (size_t i = 0; i < tensors.size(); ++i) sums.set(tensors[i].name, json::Value(format_checksum(checksums[i])));
+  for (size_t i = 0; i < tensors.size(); ++i)
+    sums.set(tensors[i].name, json::Value(format_checksum(checksums[i])));
   meta.set(kChecksumsKey, json::Value(json::serialize(sums)));
   root.set("__metadata__", std::move(meta));
   uint64_t offset = 0;
@@ -101,7 +102,9 @@ dscore_dtype dtype_from_safetensors(std::string_view name) {
   return DSCORE_DTYPE_INVALID;
 }
 
-uint64_t TensorSpec::bytes() const { return static_cast<uint64_t>(product(shape)) * sdk::dtype_size(dtype); }
+uint64_t TensorSpec::bytes() const {
+  return static_cast<uint64_t>(product(shape)) * sdk::dtype_size(dtype);
+}
 int64_t TensorInfo::numel() const { return product(shape); }
 
 // ---------------------------------------------------------------- writing
@@ -111,21 +114,24 @@ struct SafetensorsWriter::Hasher {
 };
 
 SafetensorsWriter::SafetensorsWriter(DurableFile file, std::vector<TensorSpec> tensors,
-                                     std::map<std::string, std::string> metadata, uint64_t header_bytes)
+                                     std::map<std::string, std::string> metadata,
+                                     uint64_t header_bytes)
     : file_(std::move(file)),
       tensors_(std::move(tensors)),
       metadata_(std::move(metadata)),
       header_bytes_(header_bytes) {}
 
-Result<SafetensorsWriter> SafetensorsWriter::create(const std::string& path, std::vector<TensorSpec> tensors,
-                                                    const std::map<std::string, std::string>& metadata) {
+Result<SafetensorsWriter> SafetensorsWriter::create(
+    const std::string& path, std::vector<TensorSpec> tensors,
+    const std::map<std::string, std::string>& metadata) {
   for (const TensorSpec& t : tensors) {
     if (safetensors_dtype_name(t.dtype) == nullptr)
       return invalid_argument("tensor " + t.name + " has a dtype safetensors cannot store");
     if (t.name.empty() || t.name == "__metadata__")
       return invalid_argument("a safetensors tensor cannot be named \"" + t.name + "\"");
   }
-  const std::string header = build_header(tensors, metadata, std::vector<uint64_t>(tensors.size(), 0));
+  const std::string header =
+      build_header(tensors, metadata, std::vector<uint64_t>(tensors.size(), 0));
   DSCORE_ASSIGN_OR_RETURN(DurableFile file, DurableFile::create(path));
   char length[8];
   put_u64_le(header.size(), length);
@@ -167,7 +173,8 @@ Status SafetensorsWriter::commit() {
                           std::to_string(current_left_) + " bytes");
   const std::string header = build_header(tensors_, metadata_, checksums_);
   if (8 + header.size() != header_bytes_)
-    return internal_error(file_.path() + ": the header changed length when its checksums were filled in");
+    return internal_error(file_.path() +
+                          ": the header changed length when its checksums were filled in");
   DSCORE_RETURN_IF_ERROR(file_.write_at(8, header.data(), header.size()));
   return file_.commit();
 }
@@ -178,7 +185,8 @@ Status write_safetensors(const std::string& path, const std::vector<TensorData>&
   std::vector<TensorSpec> specs;
   specs.reserve(tensors.size());
   for (const TensorData& t : tensors) specs.push_back(t.spec);
-  DSCORE_ASSIGN_OR_RETURN(SafetensorsWriter writer, SafetensorsWriter::create(path, std::move(specs), metadata));
+  DSCORE_ASSIGN_OR_RETURN(SafetensorsWriter writer,
+                          SafetensorsWriter::create(path, std::move(specs), metadata));
   for (size_t i = 0; i < tensors.size(); ++i) {
     DSCORE_RETURN_IF_ERROR(writer.append(tensors[i].data, tensors[i].spec.bytes()));
     if (i == 0 && midway) midway();
@@ -203,7 +211,9 @@ Result<SafetensorsReader> SafetensorsReader::open(const std::string& path) {
   struct stat st;
   if (::fstat(raw, &st) != 0) return file_error("cannot stat", path, errno);
   r.file_size_ = static_cast<uint64_t>(st.st_size);
-  if (r.file_size_ < 8) return data_loss(path + " is " + std::to_string(r.file_size_) + " bytes: too short for a safetensors file (truncated?)");
+  if (r.file_size_ < 8)
+    return data_loss(path + " is " + std::to_string(r.file_size_) +
+                     " bytes: too short for a safetensors file (truncated?)");
   unsigned char length[8];
   DSCORE_RETURN_IF_ERROR(pread_fully(raw, path, 0, 8, length));
   uint64_t header_size = 0;
@@ -215,8 +225,10 @@ Result<SafetensorsReader> SafetensorsReader::open(const std::string& path) {
   std::string text(header_size, '\0');
   DSCORE_RETURN_IF_ERROR(pread_fully(raw, path, 8, header_size, text.data()));
   auto parsed = json::parse(text, path);
-  if (!parsed.ok()) return data_loss("the safetensors header is corrupt: " + parsed.status().message());
-  if (!parsed->is_object()) return data_loss(path + ": the safetensors header is not a JSON object");
+  if (!parsed.ok())
+    return data_loss("the safetensors header is corrupt: " + parsed.status().message());
+  if (!parsed->is_object())
+    return data_loss(path + ": the safetensors header is not a JSON object");
   const uint64_t data_start = 8 + header_size;
   const uint64_t data_size = r.file_size_ - data_start;
   std::map<std::string, uint64_t> sums;
@@ -224,7 +236,8 @@ Result<SafetensorsReader> SafetensorsReader::open(const std::string& path) {
     if (m.key == "__metadata__") {
       if (!m.value.is_object()) return data_loss(path + ": __metadata__ is not an object");
       for (const json::Member& e : m.value.members()) {
-        if (!e.value.is_string()) return data_loss(path + ": __metadata__." + e.key + " is not a string");
+        if (!e.value.is_string())
+          return data_loss(path + ": __metadata__." + e.key + " is not a string");
         r.metadata_[e.key] = e.value.as_string();
       }
       continue;
@@ -233,7 +246,9 @@ Result<SafetensorsReader> SafetensorsReader::open(const std::string& path) {
     const json::Value* dtype = v.is_object() ? v.find("dtype") : nullptr;
     const json::Value* shape = v.is_object() ? v.find("shape") : nullptr;
     const json::Value* offsets = v.is_object() ? v.find("data_offsets") : nullptr;
-    auto bad = [&](const std::string& what) { return data_loss(path + ": tensor " + m.key + ": " + what); };
+    auto bad = [&](const std::string& what) {
+      return data_loss(path + ": tensor " + m.key + ": " + what);
+    };
     if (dtype == nullptr || !dtype->is_string() || shape == nullptr || !shape->is_array() ||
         offsets == nullptr || !offsets->is_array() || offsets->items().size() != 2)
       return bad("needs dtype, shape and data_offsets [begin, end]");
@@ -249,13 +264,16 @@ Result<SafetensorsReader> SafetensorsReader::open(const std::string& path) {
     const json::Value& e = offsets->items()[1];
     if (!b.is_integral() || !e.is_integral() || b.as_int() < 0 || e.as_int() < b.as_int())
       return bad("bad data_offsets");
-    const uint64_t begin = static_cast<uint64_t>(b.as_int()), end = static_cast<uint64_t>(e.as_int());
+    const uint64_t begin = static_cast<uint64_t>(b.as_int()),
+                   end = static_cast<uint64_t>(e.as_int());
     if (end - begin != static_cast<uint64_t>(t.numel()) * sdk::dtype_size(t.dtype))
-      return bad("data_offsets span " + std::to_string(end - begin) + " bytes but the dtype and shape need " +
+      return bad("data_offsets span " + std::to_string(end - begin) +
+                 " bytes but the dtype and shape need " +
                  std::to_string(static_cast<uint64_t>(t.numel()) * sdk::dtype_size(t.dtype)));
     if (end > data_size)
-      return data_loss(path + " is " + std::to_string(r.file_size_) + " bytes but tensor " + t.name +
-                       " ends at byte " + std::to_string(data_start + end) + ": the file is truncated");
+      return data_loss(path + " is " + std::to_string(r.file_size_) + " bytes but tensor " +
+                       t.name + " ends at byte " + std::to_string(data_start + end) +
+                       ": the file is truncated");
     t.offset = data_start + begin;
     t.bytes = end - begin;
     r.tensors_.push_back(std::move(t));
@@ -266,7 +284,8 @@ Result<SafetensorsReader> SafetensorsReader::open(const std::string& path) {
       return data_loss(path + ": the " + std::string(kChecksumsKey) + " metadata is corrupt");
     for (const json::Member& s : sums_json->members()) {
       const auto value = s.value.is_string() ? parse_checksum(s.value.as_string()) : std::nullopt;
-      if (!value) return data_loss(path + ": the checksum of " + s.key + " is not xxh3:<16 hex digits>");
+      if (!value)
+        return data_loss(path + ": the checksum of " + s.key + " is not xxh3:<16 hex digits>");
       sums[s.key] = *value;
     }
     for (TensorInfo& t : r.tensors_) {
@@ -284,8 +303,10 @@ const TensorInfo* SafetensorsReader::find(std::string_view name) const {
   return nullptr;
 }
 
-Status SafetensorsReader::read(const TensorInfo& tensor, uint64_t offset, uint64_t bytes, void* dst) const {
-  if (offset + bytes > tensor.bytes) return internal_error("read past the end of tensor " + tensor.name);
+Status SafetensorsReader::read(const TensorInfo& tensor, uint64_t offset, uint64_t bytes,
+                               void* dst) const {
+  if (offset + bytes > tensor.bytes)
+    return internal_error("read past the end of tensor " + tensor.name);
   return pread_fully(*fd_, path_, tensor.offset + offset, bytes, dst);
 }
 
@@ -315,9 +336,10 @@ Status SafetensorsReader::verify(const TensorInfo& tensor) const {
 
 Status SafetensorsReader::check(const TensorInfo& tensor, uint64_t computed) const {
   if (!tensor.checksum || *tensor.checksum == computed) return Status::Ok();
-  return data_loss(path_ + ": tensor " + tensor.name + " fails its checksum (stored " +
-                   format_checksum(*tensor.checksum) + ", computed " + format_checksum(computed) +
-                   "): the file is corrupt; restore it from a copy or load an earlier checkpoint tag");
+  return data_loss(
+      path_ + ": tensor " + tensor.name + " fails its checksum (stored " +
+      format_checksum(*tensor.checksum) + ", computed " + format_checksum(computed) +
+      "): the file is corrupt; restore it from a copy or load an earlier checkpoint tag");
 }
 
 }  // namespace dscore::checkpoint

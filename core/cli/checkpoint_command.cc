@@ -22,7 +22,9 @@ int checkpoint_command(const std::vector<std::string>& args) {
   const char* usage = "usage: dscore checkpoint inspect DIR [--tag T]";
   if (args.empty() || args[0] != "inspect") {
     if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
-      std::printf("%s\n  verify a checkpoint's checksums and completeness and print what it holds\n", usage);
+      std::printf(
+          "%s\n  verify a checkpoint's checksums and completeness and print what it holds\n",
+          usage);
       return kExitOk;
     }
     std::fprintf(stderr, "%s\n", usage);
@@ -30,14 +32,15 @@ int checkpoint_command(const std::vector<std::string>& args) {
   }
   po::options_description options("checkpoint inspect options");
   std::string dir, tag;
-  options.add_options()
-      ("dir", po::value<std::string>(&dir)->required(), "the checkpoint folder (holding `latest`)")
-      ("tag", po::value<std::string>(&tag), "the tag to inspect (default: the one `latest` names)");
+  options.add_options()("dir", po::value<std::string>(&dir)->required(),
+                        "the checkpoint folder (holding `latest`)")(
+      "tag", po::value<std::string>(&tag), "the tag to inspect (default: the one `latest` names)");
   po::positional_options_description positional;
   positional.add("dir", 1);
   po::variables_map vm;
   int exit_code = kExitOk;
-  if (!parse_options({args.begin() + 1, args.end()}, options, positional, usage, &vm, &exit_code)) return exit_code;
+  if (!parse_options({args.begin() + 1, args.end()}, options, positional, usage, &vm, &exit_code))
+    return exit_code;
   std::string report;
   const Status status = checkpoint::inspect_checkpoint(dir, tag, &report);
   std::fputs(report.c_str(), stdout);
@@ -47,18 +50,20 @@ int checkpoint_command(const std::vector<std::string>& args) {
 int zero_to_fp32_command(const std::vector<std::string>& args) {
   po::options_description options("zero-to-fp32 options");
   std::string dir, out, tag, max_shard = "5GB";
-  options.add_options()
-      ("dir", po::value<std::string>(&dir)->required(), "the checkpoint folder (holding `latest`)")
-      ("out", po::value<std::string>(&out)->required(), "the output folder")
-      ("tag", po::value<std::string>(&tag), "the tag to convert (default: the one `latest` names)")
-      ("max-shard-size", po::value<std::string>(&max_shard)->default_value("5GB"),
-       "split into model-0000i-of-0000n.safetensors shards past this size (HuggingFace units: 5GB = 5e9 bytes)");
+  options.add_options()("dir", po::value<std::string>(&dir)->required(),
+                        "the checkpoint folder (holding `latest`)")(
+      "out", po::value<std::string>(&out)->required(), "the output folder")(
+      "tag", po::value<std::string>(&tag), "the tag to convert (default: the one `latest` names)")(
+      "max-shard-size", po::value<std::string>(&max_shard)->default_value("5GB"),
+      "split into model-0000i-of-0000n.safetensors shards past this size (HuggingFace units: 5GB = "
+      "5e9 bytes)");
   po::positional_options_description positional;
   positional.add("dir", 1).add("out", 1);
   po::variables_map vm;
   int exit_code = kExitOk;
-  if (!parse_options(args, options, positional, "usage: dscore zero-to-fp32 DIR OUT [--tag T] [--max-shard-size 5GB]",
-                     &vm, &exit_code))
+  if (!parse_options(args, options, positional,
+                     "usage: dscore zero-to-fp32 DIR OUT [--tag T] [--max-shard-size 5GB]", &vm,
+                     &exit_code))
     return exit_code;
   checkpoint::ConsolidateOptions consolidate;
   consolidate.tag = tag;

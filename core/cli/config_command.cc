@@ -15,16 +15,16 @@ int check(const std::vector<std::string>& args) {
   po::options_description options("config check options");
   std::string path;
   int world_size = 1;
-  options.add_options()
-      ("file", po::value<std::string>(&path)->required(), "the ds_config.json to check")
-      ("world-size", po::value<int>(&world_size)->default_value(1),
-       "data-parallel world size used for the batch triad");
+  options.add_options()("file", po::value<std::string>(&path)->required(),
+                        "the ds_config.json to check")(
+      "world-size", po::value<int>(&world_size)->default_value(1),
+      "data-parallel world size used for the batch triad");
   po::positional_options_description positional;
   positional.add("file", 1);
   po::variables_map vm;
   int exit_code = kExitOk;
-  if (!parse_options(args, options, positional, "usage: dscore config check F [--world-size N]", &vm,
-                     &exit_code))
+  if (!parse_options(args, options, positional, "usage: dscore config check F [--world-size N]",
+                     &vm, &exit_code))
     return exit_code;
   if (world_size < 1) {
     std::fprintf(stderr, "dscore: --world-size must be at least 1\n");

@@ -14,7 +14,8 @@ namespace dscore::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: dscore generate --checkpoint DIR (--prompt TEXT | --prompt-tokens 1,2,3) [--max-new-tokens 200]\n"
+    "usage: dscore generate --checkpoint DIR (--prompt TEXT | --prompt-tokens 1,2,3) "
+    "[--max-new-tokens 200]\n"
     "                       [--temperature 0.8] [--top-k 0] [--seed 1337] [--tag T]";
 
 bool parse_token_list(const std::string& text, std::vector<int32_t>* out) {
@@ -40,21 +41,25 @@ int generate_command(const std::vector<std::string>& args) {
   std::string dir, tag, prompt, prompt_tokens;
   int64_t max_new = 200;
   SamplingOptions sampling;
-  options.add_options()
-      ("checkpoint", po::value<std::string>(&dir)->required(), "the checkpoint folder (holding `latest`)")
-      ("tag", po::value<std::string>(&tag), "the tag to load (default: the one `latest` names)")
-      ("prompt", po::value<std::string>(&prompt), "prompt text (byte-level models)")
-      ("prompt-tokens", po::value<std::string>(&prompt_tokens), "prompt token ids, comma-separated")
-      ("max-new-tokens", po::value<int64_t>(&max_new)->default_value(200), "tokens to generate")
-      ("temperature", po::value<double>(&sampling.temperature)->default_value(0.8), "0 = greedy")
-      ("top-k", po::value<int64_t>(&sampling.top_k)->default_value(0), "sample from the k most likely; 0 = all")
-      ("seed", po::value<uint64_t>(&sampling.seed)->default_value(1337), "sampling seed");
+  options.add_options()("checkpoint", po::value<std::string>(&dir)->required(),
+                        "the checkpoint folder (holding `latest`)")(
+      "tag", po::value<std::string>(&tag), "the tag to load (default: the one `latest` names)")(
+      "prompt", po::value<std::string>(&prompt), "prompt text (byte-level models)")(
+      "prompt-tokens", po::value<std::string>(&prompt_tokens), "prompt token ids, comma-separated")(
+      "max-new-tokens", po::value<int64_t>(&max_new)->default_value(200), "tokens to generate")(
+      "temperature", po::value<double>(&sampling.temperature)->default_value(0.8), "0 = greedy")(
+      "top-k", po::value<int64_t>(&sampling.top_k)->default_value(0),
+      "sample from the k most likely; 0 = all")(
+      "seed", po::value<uint64_t>(&sampling.seed)->default_value(1337), "sampling seed");
   po::variables_map vm;
   int exit_code = kExitOk;
   if (!parse_options(args, options, {}, kUsage, &vm, &exit_code)) return exit_code;
-  if (prompt.empty() == prompt_tokens.empty() || max_new < 0 || sampling.temperature < 0 || sampling.top_k < 0) {
-    std::fprintf(stderr, "dscore generate: give exactly one of --prompt and --prompt-tokens; "
-                         "--max-new-tokens, --temperature and --top-k must be >= 0\n%s\n", kUsage);
+  if (prompt.empty() == prompt_tokens.empty() || max_new < 0 || sampling.temperature < 0 ||
+      sampling.top_k < 0) {
+    std::fprintf(stderr,
+                 "dscore generate: give exactly one of --prompt and --prompt-tokens; "
+                 "--max-new-tokens, --temperature and --top-k must be >= 0\n%s\n",
+                 kUsage);
     return kExitUsage;
   }
   auto model = open_for_inference(dir, tag);
@@ -66,8 +71,10 @@ int generate_command(const std::vector<std::string>& args) {
   std::vector<int32_t> tokens;
   if (text) {
     if (model->data_type != "text") {
-      std::fprintf(stderr, "error: this model was trained on data.type \"%s\", not byte-level text; "
-                           "give the prompt as --prompt-tokens\n", model->data_type.c_str());
+      std::fprintf(stderr,
+                   "error: this model was trained on data.type \"%s\", not byte-level text; "
+                   "give the prompt as --prompt-tokens\n",
+                   model->data_type.c_str());
       return kExitUsage;
     }
     for (unsigned char c : prompt) tokens.push_back(c);
@@ -81,13 +88,17 @@ int generate_command(const std::vector<std::string>& args) {
                    static_cast<long long>(model->vocab_size));
       return kExitUsage;
     }
-  if (text) std::fwrite(prompt.data(), 1, prompt.size(), stdout);
-  else std::fputs(prompt_tokens.c_str(), stdout);
+  if (text)
+    std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+  else
+    std::fputs(prompt_tokens.c_str(), stdout);
   std::fflush(stdout);
-  const Status status = generate(*model->engine, model->block_size, model->vocab_size, &tokens, max_new, sampling,
-                                 [&](int32_t token) {
-                                   if (text) std::fputc(token, stdout);
-                                   else std::printf(",%d", token);
+  const Status status = generate(*model->engine, model->block_size, model->vocab_size, &tokens,
+                                 max_new, sampling, [&](int32_t token) {
+                                   if (text)
+                                     std::fputc(token, stdout);
+                                   else
+                                     std::printf(",%d", token);
                                    std::fflush(stdout);
                                  });
   std::fputc('\n', stdout);

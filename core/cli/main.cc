@@ -64,7 +64,9 @@ int main(int argc, char** argv) {
   }
   std::fprintf(
       stderr, "dscore: unknown command '%s'%s\n\n%s", command.c_str(),
-      dscore::did_you_mean_suffix(command, {"run", "config", "plugins", "lr-schedule", "plan", "checkpoint", "zero-to-fp32", "generate"}).c_str(),
+      dscore::did_you_mean_suffix(command, {"run", "config", "plugins", "lr-schedule", "plan",
+                                            "checkpoint", "zero-to-fp32", "generate"})
+          .c_str(),
       kUsage);
   return dscore::cli::kExitUsage;
 }

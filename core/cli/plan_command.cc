@@ -14,13 +14,15 @@ int plan_command(const std::vector<std::string>& args) {
   po::options_description options("plan options");
   std::string path;
   int ranks = 1;
-  options.add_options()
-      ("config,c", po::value<std::string>(&path)->required(), "the ds_config.json to plan")
-      ("n,n", po::value<int>(&ranks)->default_value(1), "number of ranks (data-parallel world size)");
+  options.add_options()("config,c", po::value<std::string>(&path)->required(),
+                        "the ds_config.json to plan")("n,n",
+                                                      po::value<int>(&ranks)->default_value(1),
+                                                      "number of ranks (data-parallel world size)");
   po::positional_options_description positional;
   po::variables_map vm;
   int exit_code = kExitOk;
-  if (!parse_options(args, options, positional, "usage: dscore plan --config F [-n RANKS]", &vm, &exit_code))
+  if (!parse_options(args, options, positional, "usage: dscore plan --config F [-n RANKS]", &vm,
+                     &exit_code))
     return exit_code;
   if (ranks < 1) {
     std::fprintf(stderr, "dscore: -n must be at least 1\n");
@@ -36,7 +38,8 @@ int plan_command(const std::vector<std::string>& args) {
   }
   if (!setup->loaded.ok()) {
     for (const config::ConfigError& e : setup->loaded.errors)
-      std::fprintf(stderr, "error: %s\n", config::format_error(e, setup->loaded.source_name).c_str());
+      std::fprintf(stderr, "error: %s\n",
+                   config::format_error(e, setup->loaded.source_name).c_str());
     return kExitUsage;
   }
   auto plans = plan_job(*setup, ranks);

@@ -74,8 +74,8 @@ int plugins_command(const std::vector<std::string>& args) {
   // path only when one does not, so no line shows the path twice.
   for (const plugin_host::LoadProblem& p : (*registry)->problems()) {
     const bool names_path = p.message.find(p.path) != std::string::npos;
-    std::fprintf(stderr, "warning: %s%s%s\n", names_path ? "" : p.path.c_str(), names_path ? "" : ": ",
-                 p.message.c_str());
+    std::fprintf(stderr, "warning: %s%s%s\n", names_path ? "" : p.path.c_str(),
+                 names_path ? "" : ": ", p.message.c_str());
   }
   return (*registry)->problems().empty() ? kExitOk : kExitFailure;
 }

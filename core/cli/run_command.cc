@@ -15,19 +15,20 @@ int run_command(const std::vector<std::string>& args) {
   int64_t steps = 0;
   int ranks = 1;
   std::string config_path, log_format = "text", resume;
-  options.add_options()
-      ("config,c", po::value<std::string>(&config_path)->required(), "the ds_config.json to train from")
-      ("steps", po::value<int64_t>(&steps), "optimizer steps to run (overrides \"train_steps\")")
-      ("n,n", po::value<int>(&ranks)->default_value(1), "number of local ranks to start")
-      ("resume", po::value<std::string>(&resume),
-       "continue from the newest checkpoint in this folder (any world size and ZeRO stage)")
-      ("log-format", po::value<std::string>(&log_format)->default_value("text"),
-       "text, or json: one JSON object per log line and per step");
+  options.add_options()("config,c", po::value<std::string>(&config_path)->required(),
+                        "the ds_config.json to train from")(
+      "steps", po::value<int64_t>(&steps), "optimizer steps to run (overrides \"train_steps\")")(
+      "n,n", po::value<int>(&ranks)->default_value(1), "number of local ranks to start")(
+      "resume", po::value<std::string>(&resume),
+      "continue from the newest checkpoint in this folder (any world size and ZeRO stage)")(
+      "log-format", po::value<std::string>(&log_format)->default_value("text"),
+      "text, or json: one JSON object per log line and per step");
   po::positional_options_description positional;
   po::variables_map vm;
   int exit_code = kExitOk;
   if (!parse_options(args, options, positional,
-                     "usage: dscore run --config F [--steps N] [-n RANKS] [--resume DIR] [--log-format text|json]",
+                     "usage: dscore run --config F [--steps N] [-n RANKS] [--resume DIR] "
+                     "[--log-format text|json]",
                      &vm, &exit_code))
     return exit_code;
   RunOptions run;
@@ -44,7 +45,8 @@ int run_command(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   if (log_format != "text" && log_format != "json") {
-    std::fprintf(stderr, "dscore: --log-format must be text or json, not '%s'\n", log_format.c_str());
+    std::fprintf(stderr, "dscore: --log-format must be text or json, not '%s'\n",
+                 log_format.c_str());
     return kExitUsage;
   }
   run.log_json = log_format == "json";
@@ -56,7 +58,8 @@ int run_command(const std::vector<std::string>& args) {
   // mpirun gives its ranks a pseudo-terminal, so the process that started
   // the job decides (its stdout is the user's) and tells the ranks.
   const char* inherited = std::getenv("DSCORE_PROGRESS_BAR");
-  run.progress_bar = inherited != nullptr ? std::string(inherited) == "1" : isatty(STDOUT_FILENO) != 0;
+  run.progress_bar =
+      inherited != nullptr ? std::string(inherited) == "1" : isatty(STDOUT_FILENO) != 0;
   setenv("DSCORE_PROGRESS_BAR", run.progress_bar ? "1" : "0", /*overwrite=*/1);
   return run_training(run);
 }

@@ -6,18 +6,18 @@
 
 #include <dscore/cpp/python_float.hpp>
 
-#include "core/base/logging.h"
-#include "core/base/strings.h"
 #include <algorithm>
 #include <chrono>
+#include "core/base/logging.h"
+#include "core/base/strings.h"
 
 #include "core/comm/job_env.h"
-#include "core/observability/json_log.h"
 #include "core/comm/launcher.h"
 #include "core/data/sampler.h"
 #include "core/data/source.h"
 #include "core/engine/initialize.h"
 #include "core/engine/progress.h"
+#include "core/observability/json_log.h"
 #include "core/plugin_host/crash_handler.h"
 
 namespace dscore {
@@ -26,7 +26,8 @@ namespace {
 // Trained tokens per sample of a token model (one int32 input of T + 1
 // tokens: T predictions); 0 for other models.
 int64_t tokens_per_sample(const dscore_model_description& d) {
-  if (d.input_count != 1 || d.inputs[0]->dtype != DSCORE_DTYPE_I32 || d.inputs[0]->ndim != 1) return 0;
+  if (d.input_count != 1 || d.inputs[0]->dtype != DSCORE_DTYPE_I32 || d.inputs[0]->ndim != 1)
+    return 0;
   return d.inputs[0]->shape[0] - 1;
 }
 
@@ -50,7 +51,8 @@ json::Location locate(const json::Value& root, const std::string& path) {
   size_t start = 0;
   while (v != nullptr && start <= path.size()) {
     const size_t dot = path.find('.', start);
-    const std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    const std::string key =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     const json::Member* m = v->is_object() ? v->find_member(key) : nullptr;
     if (m == nullptr) return {};
     if (dot == std::string::npos) return m->key_location;
@@ -65,18 +67,26 @@ json::Location locate(const json::Value& root, const std::string& path) {
 void check_run_config(config::LoadedConfig* loaded) {
   const config::TrainingConfig& cfg = *loaded->config;
   if (!cfg.model)
-    loaded->errors.push_back({"model", {}, "`dscore run` needs a \"model\" section, e.g. "
-                                            "\"model\": {\"type\": \"mlp\"}"});
+    loaded->errors.push_back({"model",
+                              {},
+                              "`dscore run` needs a \"model\" section, e.g. "
+                              "\"model\": {\"type\": \"mlp\"}"});
   if (!cfg.optimizer)
-    loaded->errors.push_back({"optimizer", {}, "`dscore run` needs an \"optimizer\" section, "
-                                                "e.g. \"optimizer\": {\"type\": \"Adam\", "
-                                                "\"params\": {\"lr\": 0.001}}"});
+    loaded->errors.push_back({"optimizer",
+                              {},
+                              "`dscore run` needs an \"optimizer\" section, "
+                              "e.g. \"optimizer\": {\"type\": \"Adam\", "
+                              "\"params\": {\"lr\": 0.001}}"});
   if (cfg.train_steps <= 0)
-    loaded->errors.push_back({"train_steps", {}, "`dscore run` needs the number of optimizer "
-                                                  "steps: set \"train_steps\" or pass --steps N"});
+    loaded->errors.push_back({"train_steps",
+                              {},
+                              "`dscore run` needs the number of optimizer "
+                              "steps: set \"train_steps\" or pass --steps N"});
   if (cfg.save_interval > 0 && cfg.checkpoint_dir.empty())
-    loaded->errors.push_back({"save_interval", {}, "save_interval needs \"checkpoint_dir\": the folder to save "
-                                                    "checkpoints in"});
+    loaded->errors.push_back({"save_interval",
+                              {},
+                              "save_interval needs \"checkpoint_dir\": the folder to save "
+                              "checkpoints in"});
   for (config::ConfigError& e : unsupported_features(cfg)) {
     e.location = locate(loaded->resolved, e.path);
     loaded->errors.push_back(std::move(e));
@@ -90,7 +100,8 @@ std::string describe_memory(const Engine& e) {
     return std::string("\n  ") + name + ": planned " + format_bytes(static_cast<uint64_t>(p)) +
            ", allocated " + format_bytes(static_cast<uint64_t>(m));
   };
-  return "memory (model states and buffers)" + row("parameters", planned.parameters, measured.parameters) +
+  return "memory (model states and buffers)" +
+         row("parameters", planned.parameters, measured.parameters) +
          row("gradients", planned.gradients, measured.gradients) +
          row("master weights", planned.master, measured.master) +
          row("optimizer state", planned.optimizer, measured.optimizer) +
@@ -105,7 +116,8 @@ std::string momentum_text(const PluginSelection& selection) {
   const json::Value& params = selection.optimizer->params.values();
   if (const json::Value* betas = params.find("betas"); betas != nullptr && betas->is_array()) {
     std::vector<std::string> parts;
-    for (const json::Value& b : betas->items()) parts.push_back(sdk::python_float_repr(b.as_number()));
+    for (const json::Value& b : betas->items())
+      parts.push_back(sdk::python_float_repr(b.as_number()));
     return "(" + join(parts, ", ") + ")";
   }
   if (const json::Value* m = params.find("momentum"); m != nullptr && m->is_number())
@@ -120,7 +132,8 @@ int run_training(const RunOptions& options) {
   if (options.log_json) {
     set_log_formatter([](LogLevel level, int rank, std::string_view message) {
       const double now =
-          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+              .count();
       return observability::json_log_line(now, level, std::max(rank, 0), message);
     });
   }
@@ -130,7 +143,8 @@ int run_training(const RunOptions& options) {
     return kExitConfigError;
   }
   if (options.ranks > 1 && job->world_size == 1)
-    return fail(comm::exec_under_mpirun(options.ranks, options.rank_args));  // returns on failure only
+    return fail(
+        comm::exec_under_mpirun(options.ranks, options.rank_args));  // returns on failure only
   if (options.ranks > 1 && job->world_size != options.ranks) {
     log_error("-n " + std::to_string(options.ranks) + " but the launcher started " +
               std::to_string(job->world_size) + " ranks; drop -n when using mpirun or srun");
@@ -148,7 +162,8 @@ int run_training(const RunOptions& options) {
   // this config (a failed lookup already lists them in its error).
   if (setup->registry && leader) {
     for (const plugin_host::LoadProblem& p : setup->registry->problems())
-      log_warning(p.message.find(p.path) == std::string::npos ? p.path + ": " + p.message : p.message);
+      log_warning(p.message.find(p.path) == std::string::npos ? p.path + ": " + p.message
+                                                              : p.message);
   }
   if (leader)
     for (const config::ConfigNotice& n : setup->loaded.notices) log_info(n.path + ": " + n.message);
@@ -171,10 +186,11 @@ int run_training(const RunOptions& options) {
   if (!source.ok()) return fail_job(source.status());
 
   if (leader)
-    log_info("training " + e.model().display_name() + ": " + std::to_string(e.layout().total_numel()) +
-             " parameters, ZeRO stage " + std::to_string(cfg.zero.stage) + ", " +
-             std::to_string(e.world_size()) + " rank(s), " + std::to_string(cfg.train_steps) +
-             " steps, batch " + std::to_string(cfg.batch.train_batch_size) + " (micro " +
+    log_info("training " + e.model().display_name() + ": " +
+             std::to_string(e.layout().total_numel()) + " parameters, ZeRO stage " +
+             std::to_string(cfg.zero.stage) + ", " + std::to_string(e.world_size()) + " rank(s), " +
+             std::to_string(cfg.train_steps) + " steps, batch " +
+             std::to_string(cfg.batch.train_batch_size) + " (micro " +
              std::to_string(cfg.batch.train_micro_batch_size_per_gpu) + " x gas " +
              std::to_string(cfg.batch.gradient_accumulation_steps) + " x " +
              std::to_string(e.world_size()) + " ranks)");
@@ -183,7 +199,8 @@ int run_training(const RunOptions& options) {
     auto resumed = e.load_checkpoint(options.resume_dir);
     if (!resumed.ok()) return fail_job(resumed.status());
     if (leader)
-      log_info("resuming at step " + std::to_string(e.global_steps()) + " of " + std::to_string(cfg.train_steps));
+      log_info("resuming at step " + std::to_string(e.global_steps()) + " of " +
+               std::to_string(cfg.train_steps));
   }
   // Periodic saves: a failure is reported and training goes on (the
   // previous checkpoint is intact); only the final save's failure fails the run.
@@ -195,7 +212,8 @@ int run_training(const RunOptions& options) {
   const data::DistributedSampler sampler(cfg.batch, e.world_size(), e.rank());
   data::HostBatch batch(e.model().description(), cfg.batch.train_micro_batch_size_per_gpu);
   ProgressReporter progress(cfg.train_steps, cfg.steps_per_print, options.progress_bar && leader,
-                            options.log_json, tokens_per_sample(e.model().description()), e.global_samples());
+                            options.log_json, tokens_per_sample(e.model().description()),
+                            e.global_samples());
   const std::string mom = momentum_text(setup->selection);
   ProgressSnapshot snapshot;
   snapshot.total_steps = cfg.train_steps;
@@ -213,11 +231,14 @@ int run_training(const RunOptions& options) {
     const std::vector<double> lrs = e.get_lr();
     snapshot.lr = lrs.empty() ? 0 : lrs[0];
     if (leader) progress.update(snapshot, lrs, mom);
-    if (cfg.save_interval > 0 && (e.global_steps() % cfg.save_interval == 0 || step + 1 == cfg.train_steps)) save();
+    if (cfg.save_interval > 0 &&
+        (e.global_steps() % cfg.save_interval == 0 || step + 1 == cfg.train_steps))
+      save();
   }
   if (leader) progress.finish(snapshot);
   if (cfg.memory_breakdown) log_info(describe_memory(e));
-  if (leader && cfg.comms_logger.present) log_info("comms_logger summary\n" + e.communicator().comms_summary());
+  if (leader && cfg.comms_logger.present)
+    log_info("comms_logger summary\n" + e.communicator().comms_summary());
   if (!last_save.ok()) {
     log_error("the final checkpoint was not saved: " + last_save.message());
     return kExitFailure;

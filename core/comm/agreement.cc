@@ -21,8 +21,9 @@ Status agree(Communicator& comm, const Status& local) {
   std::memcpy(mine.data() + 4, &length, 4);
   std::memcpy(mine.data() + 8, message.data(), length);
   std::vector<char> all(kSlotBytes * static_cast<size_t>(world));
-  DSCORE_RETURN_IF_ERROR(comm.allgather({mine.data(), DSCORE_DTYPE_U8, static_cast<int64_t>(kSlotBytes)},
-                                        {all.data(), DSCORE_DTYPE_U8, static_cast<int64_t>(all.size())}));
+  DSCORE_RETURN_IF_ERROR(
+      comm.allgather({mine.data(), DSCORE_DTYPE_U8, static_cast<int64_t>(kSlotBytes)},
+                     {all.data(), DSCORE_DTYPE_U8, static_cast<int64_t>(all.size())}));
   for (int r = 0; r < world; ++r) {
     const char* slot = all.data() + kSlotBytes * static_cast<size_t>(r);
     int32_t c;
@@ -31,12 +32,14 @@ Status agree(Communicator& comm, const Status& local) {
     std::memcpy(&n, slot + 4, 4);
     if (c == DSCORE_OK) continue;
     n = std::min<uint32_t>(n, kSlotBytes - 8);
-    return Status(static_cast<StatusCode>(c), "rank " + std::to_string(r) + ": " + std::string(slot + 8, n));
+    return Status(static_cast<StatusCode>(c),
+                  "rank " + std::to_string(r) + ": " + std::string(slot + 8, n));
   }
   return Status::Ok();
 }
 
-Result<std::string> broadcast_string(Communicator& comm, const std::string& value, size_t max_bytes) {
+Result<std::string> broadcast_string(Communicator& comm, const std::string& value,
+                                     size_t max_bytes) {
   Status local = comm.rank() == 0 && value.size() > max_bytes
                      ? invalid_argument("\"" + value.substr(0, 64) + "...\" is longer than " +
                                         std::to_string(max_bytes) + " bytes")
@@ -49,7 +52,8 @@ Result<std::string> broadcast_string(Communicator& comm, const std::string& valu
     std::memcpy(buffer.data(), &n, 8);
     std::memcpy(buffer.data() + 8, value.data(), value.size());
   }
-  DSCORE_RETURN_IF_ERROR(comm.broadcast({buffer.data(), DSCORE_DTYPE_U8, static_cast<int64_t>(buffer.size())}, 0));
+  DSCORE_RETURN_IF_ERROR(
+      comm.broadcast({buffer.data(), DSCORE_DTYPE_U8, static_cast<int64_t>(buffer.size())}, 0));
   uint64_t n;
   std::memcpy(&n, buffer.data(), 8);
   return std::string(buffer.data() + 8, std::min<uint64_t>(n, max_bytes));

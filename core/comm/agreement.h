@@ -17,6 +17,7 @@ Status agree(Communicator& comm, const Status& local);
 
 // Rank 0's `value` on every rank (INVALID_ARGUMENT on rank 0 when it is
 // longer than max_bytes).
-Result<std::string> broadcast_string(Communicator& comm, const std::string& value, size_t max_bytes);
+Result<std::string> broadcast_string(Communicator& comm, const std::string& value,
+                                     size_t max_bytes);
 
 }  // namespace dscore::comm

@@ -27,7 +27,9 @@ CommStream::Ticket CommStream::submit(Task task) {
     last_ = ticket;
   }
   work_.notify_one();
-  blocked_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+  blocked_ns_ +=
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count();
   return ticket;
 }
 
@@ -36,7 +38,9 @@ Status CommStream::wait(const Ticket& ticket) {
   const auto start = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lock(mutex_);
   done_.wait(lock, [&] { return ticket->done; });
-  blocked_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+  blocked_ns_ +=
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count();
   return ticket->status;
 }
 

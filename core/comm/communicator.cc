@@ -1,9 +1,9 @@
 #include "core/comm/communicator.h"
 
-#include <dscore/cpp/dtype.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <dscore/cpp/dtype.hpp>
 
 #include "core/base/logging.h"
 #include "core/plugin_host/params.h"
@@ -26,8 +26,8 @@ dscore_status forward_status(Communicator* c, const Status& status) {
   if (status.ok()) return DSCORE_OK;
   return c->host().record_error(status.code(), status.message().c_str());
 }
-dscore_status h_allreduce(dscore_comm* c, const dscore_tensor* s, dscore_tensor* r, dscore_reduce_op op,
-                          void*) {
+dscore_status h_allreduce(dscore_comm* c, const dscore_tensor* s, dscore_tensor* r,
+                          dscore_reduce_op op, void*) {
   return forward_status(self_of(c), self_of(c)->allreduce(buffer_of(s), buffer_of(r), op));
 }
 dscore_status h_reduce_scatter(dscore_comm* c, const dscore_tensor* s, dscore_tensor* r,
@@ -40,12 +40,14 @@ dscore_status h_allgather(dscore_comm* c, const dscore_tensor* s, dscore_tensor*
 dscore_status h_broadcast(dscore_comm* c, dscore_tensor* t, int32_t root, void*) {
   return forward_status(self_of(c), self_of(c)->broadcast(buffer_of(t), root));
 }
-dscore_status h_barrier(dscore_comm* c) { return forward_status(self_of(c), self_of(c)->barrier()); }
+dscore_status h_barrier(dscore_comm* c) {
+  return forward_status(self_of(c), self_of(c)->barrier());
+}
 dscore_status h_all_to_all(dscore_comm* c, const dscore_tensor* s, dscore_tensor* r, void*) {
   return forward_status(self_of(c), self_of(c)->all_to_all(buffer_of(s), buffer_of(r)));
 }
-dscore_status h_reduce(dscore_comm* c, const dscore_tensor* s, dscore_tensor* r, dscore_reduce_op op,
-                       int32_t root, void*) {
+dscore_status h_reduce(dscore_comm* c, const dscore_tensor* s, dscore_tensor* r,
+                       dscore_reduce_op op, int32_t root, void*) {
   return forward_status(self_of(c), self_of(c)->reduce(buffer_of(s), buffer_of(r), op, root));
 }
 dscore_status h_unsupported_p2p(dscore_comm* c, const dscore_tensor*, int32_t, void*) {
@@ -104,8 +106,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   params.set("timeout_ms", config.timeout_ms);
   std::vector<config::ConfigError> errors;
   std::vector<config::ConfigNotice> notices;
-  plugin_host::ValidatedParams validated =
-      plugin_host::validate_params(**info, params, "comm", config::AutoResolver(), &errors, &notices);
+  plugin_host::ValidatedParams validated = plugin_host::validate_params(
+      **info, params, "comm", config::AutoResolver(), &errors, &notices);
   if (!errors.empty()) return invalid_argument((*info)->display() + ": " + errors.front().message);
   plugin_host::InstanceContext context;
   context.rank = env.rank;
@@ -113,7 +115,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   context.local_rank = env.local_rank;
   context.seed = seed;
   context.host = std::move(host);
-  DSCORE_ASSIGN_OR_RETURN(auto instance, plugin_host::CommInstance::create(**info, validated, context));
+  DSCORE_ASSIGN_OR_RETURN(auto instance,
+                          plugin_host::CommInstance::create(**info, validated, context));
   return std::unique_ptr<Communicator>(new Communicator(env, std::move(instance)));
 }
 
@@ -126,8 +129,9 @@ Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
   // without asking the backend.
   std::vector<int32_t> mine = {color, key};
   std::vector<int32_t> all(static_cast<size_t>(2 * world_size()));
-  DSCORE_RETURN_IF_ERROR(allgather({mine.data(), DSCORE_DTYPE_I32, 2},
-                                   {all.data(), DSCORE_DTYPE_I32, static_cast<int64_t>(all.size())}));
+  DSCORE_RETURN_IF_ERROR(
+      allgather({mine.data(), DSCORE_DTYPE_I32, 2},
+                {all.data(), DSCORE_DTYPE_I32, static_cast<int64_t>(all.size())}));
   DSCORE_ASSIGN_OR_RETURN(auto instance, instance_->split(color, key));
   if (!instance) return std::unique_ptr<Communicator>();
   JobEnv group = env_;
@@ -181,8 +185,8 @@ Communicator::InFlight Communicator::in_flight() const {
 }
 
 template <typename Call>
-Status Communicator::counted(const char* op, const char* ds_op, uint64_t elements, size_t element_size,
-                             uint64_t message_bytes, Call&& call) {
+Status Communicator::counted(const char* op, const char* ds_op, uint64_t elements,
+                             size_t element_size, uint64_t message_bytes, Call&& call) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     sequence_ += 1;
@@ -249,9 +253,9 @@ Status Communicator::allgather(CommBuffer send, CommBuffer recv) {
   // DeepSpeed's message size is the input tensor (this rank's chunk).
   return counted("allgather", "all_gather_into_tensor", static_cast<uint64_t>(recv.numel), es,
                  static_cast<uint64_t>(send.numel) * es, [&] {
-    dscore_tensor s = view_of(send), r = view_of(recv);
-    return instance_->allgather(s, r, nullptr);
-  });
+                   dscore_tensor s = view_of(send), r = view_of(recv);
+                   return instance_->allgather(s, r, nullptr);
+                 });
 }
 
 Status Communicator::broadcast(CommBuffer buffer, int root) {
@@ -266,7 +270,8 @@ Status Communicator::broadcast(CommBuffer buffer, int root) {
 Status Communicator::send(CommBuffer buffer, int peer) {
   const size_t es = sdk::dtype_size(buffer.dtype);
   const uint64_t n = static_cast<uint64_t>(buffer.numel);
-  return counted("send", "send", n, es, n * es, [&] { return instance_->send(view_of(buffer), peer, nullptr); });
+  return counted("send", "send", n, es, n * es,
+                 [&] { return instance_->send(view_of(buffer), peer, nullptr); });
 }
 
 Status Communicator::recv(CommBuffer buffer, int peer) {

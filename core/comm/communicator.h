@@ -131,7 +131,8 @@ class Communicator {
     std::atomic<uint64_t> sequence{0};
     std::atomic<uint64_t> elements{0};
   };
-  static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<const char*>::is_always_lock_free,
+  static_assert(std::atomic<uint64_t>::is_always_lock_free &&
+                    std::atomic<const char*>::is_always_lock_free,
                 "the SIGTERM report reads these from a signal handler");
   InFlightRecord in_flight_;
   std::unique_ptr<observability::CommsLogger> comms_logger_;

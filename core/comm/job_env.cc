@@ -43,8 +43,8 @@ Result<JobEnv> detect_job_env() {
       return invalid_argument(std::string("the launcher environment sets ") +
                               (rank ? s.rank : s.world) + " but not " + (rank ? s.world : s.rank));
     if (*world < 1 || *rank >= *world)
-      return invalid_argument(std::string(s.rank) + "=" + std::to_string(*rank) + " is not a rank of " +
-                              s.world + "=" + std::to_string(*world));
+      return invalid_argument(std::string(s.rank) + "=" + std::to_string(*rank) +
+                              " is not a rank of " + s.world + "=" + std::to_string(*world));
     DSCORE_ASSIGN_OR_RETURN(std::optional<int> local, env_int(s.local_rank));
     JobEnv env;
     env.rank = *rank;

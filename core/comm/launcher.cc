@@ -28,7 +28,8 @@ Status exec_under_mpirun(int ranks, const std::vector<std::string>& args) {
   execvp(c_argv[0], c_argv.data());
   const int err = errno;
   return Status(DSCORE_UNAVAILABLE,
-                "-n " + std::to_string(ranks) + ": cannot start " + mpirun + " (" + std::strerror(err) +
+                "-n " + std::to_string(ranks) + ": cannot start " + mpirun + " (" +
+                    std::strerror(err) +
                     "); install OpenMPI (apt-get install openmpi-bin) or start the ranks yourself "
                     "with mpirun or srun");
 }

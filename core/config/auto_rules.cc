@@ -11,9 +11,10 @@
 //   optimizer_lr           optimizer.params.lr, else 1e-3          HF Trainer (warmup_max_lr)
 //   hidden_squared         hidden_size^2                           HF reduce_bucket_size
 //   hidden_squared_0_9     int(0.9 * hidden_size * hidden_size)    HF stage3_prefetch_bucket_size
-//   hidden_x10             10 * hidden_size                        HF stage3_param_persistence_threshold
-//   hf_max_grad_norm       1.0                                     HF Trainer's default max_grad_norm
-//   reduced_precision_off  false                                   dscore: fp16/bf16 only when asked
+//   hidden_x10             10 * hidden_size                        HF
+//   stage3_param_persistence_threshold hf_max_grad_norm       1.0 HF Trainer's default
+//   max_grad_norm reduced_precision_off  false                                   dscore: fp16/bf16
+//   only when asked
 //
 // The hidden_* rules take hidden_size from the ResolveContext (the model
 // plugin's answer) or else from "model.hidden_size" in the file; when neither
@@ -29,13 +30,17 @@ const std::vector<AutoRuleInfo>& auto_rules() {
   static const std::vector<AutoRuleInfo> kRules = {
       {"default", "the key's default (left unset when it has none)"},
       {"batch",
-       "derived from the other batch keys by the batch-size rule (train = micro * gas * world size)"},
+       "derived from the other batch keys by the batch-size rule (train = micro * gas * world "
+       "size)"},
       {"train_steps",
        "`dscore run --steps N`, else the file's \"train_steps\"; an error when neither is set"},
-      {"optimizer_lr", "the optimizer's \"lr\" (optimizer.params.lr), else 1e-3, the optimizers' default"},
-      {"hidden_squared", "hidden_size * hidden_size (the field's default when the hidden size is unknown)"},
+      {"optimizer_lr",
+       "the optimizer's \"lr\" (optimizer.params.lr), else 1e-3, the optimizers' default"},
+      {"hidden_squared",
+       "hidden_size * hidden_size (the field's default when the hidden size is unknown)"},
       {"hidden_squared_0_9",
-       "int(0.9 * hidden_size * hidden_size) (the field's default when the hidden size is unknown)"},
+       "int(0.9 * hidden_size * hidden_size) (the field's default when the hidden size is "
+       "unknown)"},
       {"hidden_x10", "10 * hidden_size (the field's default when the hidden size is unknown)"},
       {"hf_max_grad_norm", "1.0, the HuggingFace Trainer's default max_grad_norm"},
       {"reduced_precision_off", "false: dscore enables reduced precision only when asked"},
@@ -69,16 +74,19 @@ AutoResolution field_default(const FieldSpec& field, std::string why) {
 
 class Resolver {
  public:
-  Resolver(const ResolveContext& context, const json::Value& config) : context_(context), config_(config) {}
+  Resolver(const ResolveContext& context, const json::Value& config)
+      : context_(context), config_(config) {}
 
-  AutoResolution operator()(const std::string& rule, const FieldSpec& field, const std::string&) const {
+  AutoResolution operator()(const std::string& rule, const FieldSpec& field,
+                            const std::string&) const {
     if (rule == "default") return field_default(field, "the default");
     if (rule == "batch") return {};  // batch.cc derives and reports it
     if (rule == "train_steps") return train_steps();
     if (rule == "optimizer_lr") return optimizer_lr();
     if (rule == "hidden_squared" || rule == "hidden_squared_0_9" || rule == "hidden_x10")
       return hidden(rule, field);
-    if (rule == "hf_max_grad_norm") return {json::Value(1.0), "HuggingFace's default max_grad_norm", ""};
+    if (rule == "hf_max_grad_norm")
+      return {json::Value(1.0), "HuggingFace's default max_grad_norm", ""};
     if (rule == "reduced_precision_off")
       return {json::Value(false), "dscore enables reduced precision only when asked", ""};
     return {std::nullopt, "", "unknown auto rule \"" + rule + "\" (a bug in the schema)"};
@@ -88,7 +96,8 @@ class Resolver {
   AutoResolution train_steps() const {
     if (context_.train_steps) return {json::Value(*context_.train_steps), "from --steps", ""};
     const json::Value* steps = config_.find("train_steps");
-    if (steps && steps->is_integral()) return {json::Value(steps->as_int()), "from \"train_steps\"", ""};
+    if (steps && steps->is_integral())
+      return {json::Value(steps->as_int()), "from \"train_steps\"", ""};
     return {std::nullopt, "", "set \"train_steps\" or pass --steps"};
   }
 
@@ -115,10 +124,11 @@ class Resolver {
     const std::string hs = std::to_string(h);
     if (h > 3037000499) return {std::nullopt, "", known->second + " " + hs + " is too large"};
     if (rule == "hidden_squared")
-      return {json::Value(h * h), "hidden_size^2 = " + hs + "^2, hidden_size from " + known->second, ""};
-    if (rule == "hidden_x10")
-      return {json::Value(10 * h), "10 * hidden_size = 10 * " + hs + ", hidden_size from " + known->second,
+      return {json::Value(h * h), "hidden_size^2 = " + hs + "^2, hidden_size from " + known->second,
               ""};
+    if (rule == "hidden_x10")
+      return {json::Value(10 * h),
+              "10 * hidden_size = 10 * " + hs + ", hidden_size from " + known->second, ""};
     // HF computes 0.9 * h * h in floating point, left to right, then int().
     const double v = 0.9 * static_cast<double>(h) * static_cast<double>(h);
     return {json::Value(static_cast<int64_t>(v)),

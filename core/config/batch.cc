@@ -66,7 +66,8 @@ BatchOutcome derive_batch(const BatchInput& given, int64_t world_size) {
     auto q = per_micro ? floor_div(*per_micro, w) : std::optional<int64_t>();
     if (m != 0 && !q) return overflow(kGas);
     g = q.value_or(0);  // m == 0: the micro-batch assertion reports it
-    out.derivations.push_back({kGas, "(train " + s(t) + " // micro " + s(m) + ") // world size " + s(w)});
+    out.derivations.push_back(
+        {kGas, "(train " + s(t) + " // micro " + s(m) + ") // world size " + s(w)});
   } else if (train && gas) {
     t = *train, g = *gas;
     auto per_rank = floor_div(t, w);
@@ -75,13 +76,15 @@ BatchOutcome derive_batch(const BatchInput& given, int64_t world_size) {
     auto q = floor_div(*per_rank, g == 0 ? 1 : g);
     if (!q) return overflow(kMicro);
     m = *q;
-    out.derivations.push_back({kMicro, "(train " + s(t) + " // world size " + s(w) + ") // gas " + s(g)});
+    out.derivations.push_back(
+        {kMicro, "(train " + s(t) + " // world size " + s(w) + ") // gas " + s(g)});
   } else if (micro && gas) {
     m = *micro, g = *gas;
     auto p = product(m, g, w);
     if (!p) return overflow(kTrain);
     t = *p;
-    out.derivations.push_back({kTrain, "micro " + s(m) + " * gas " + s(g) + " * world size " + s(w)});
+    out.derivations.push_back(
+        {kTrain, "micro " + s(m) + " * gas " + s(g) + " * world size " + s(w)});
   } else if (train) {
     t = *train, g = 1;
     m = *floor_div(t, w);
@@ -166,7 +169,8 @@ void resolve_batch(const json::Value& written, json::Value* resolved, int64_t wo
 
   // The three keys go first, in schema order, so the printed config reads
   // like the file.
-  const int64_t values[] = {outcome.batch.train_batch_size, outcome.batch.train_micro_batch_size_per_gpu,
+  const int64_t values[] = {outcome.batch.train_batch_size,
+                            outcome.batch.train_micro_batch_size_per_gpu,
                             outcome.batch.gradient_accumulation_steps};
   std::vector<json::Member> members;
   for (int i = 0; i < 3; ++i) {
@@ -174,7 +178,8 @@ void resolve_batch(const json::Value& written, json::Value* resolved, int64_t wo
     const json::Member* old = resolved->find_member(keys[i]);
     const json::Member* w = written.is_object() ? written.find_member(keys[i]) : nullptr;
     v.location = old ? old->value.location : (w ? w->value.location : json::Location{});
-    members.push_back({keys[i], old ? old->key_location : (w ? w->key_location : json::Location{}), v});
+    members.push_back(
+        {keys[i], old ? old->key_location : (w ? w->key_location : json::Location{}), v});
   }
   for (json::Member& m : resolved->members())
     if (m.key != kTrain && m.key != kMicro && m.key != kGas) members.push_back(std::move(m));
@@ -186,9 +191,10 @@ void resolve_batch(const json::Value& written, json::Value* resolved, int64_t wo
     for (const auto& [key, text] : outcome.derivations)
       if (key == keys[i]) how = text;
     if (i == 1 && micro_defaulted) {
-      notices->push_back({keys[i], std::string(w && w->is_auto() ? "\"auto\" -> 1" : "set to 1") +
-                                       " (neither train_batch_size nor a micro-batch size is given: one "
-                                       "sample per rank per micro-batch)"});
+      notices->push_back(
+          {keys[i], std::string(w && w->is_auto() ? "\"auto\" -> 1" : "set to 1") +
+                        " (neither train_batch_size nor a micro-batch size is given: one "
+                        "sample per rank per micro-batch)"});
     } else if (w && w->is_auto()) {
       notices->push_back({keys[i], "\"auto\" -> " + s(values[i]) + " (" + how + ")"});
     }

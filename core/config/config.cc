@@ -43,8 +43,8 @@ LoadedConfig load_config_text(std::string_view text, std::string_view source_nam
     return out;
   }
   if (!written.is_object()) {
-    out.errors.push_back(
-        {"", written.location, "a ds_config.json holds a JSON object, got " + describe_value(written)});
+    out.errors.push_back({"", written.location,
+                          "a ds_config.json holds a JSON object, got " + describe_value(written)});
     return out;
   }
   if (context.world_size < 1) {
@@ -64,12 +64,14 @@ LoadedConfig load_config_text(std::string_view text, std::string_view source_nam
     const json::Value* file_steps = resolved.find("train_steps");
     if (file_steps && file_steps->is_int() && file_steps->as_int() != *context.train_steps)
       out.notices.push_back({"train_steps", "--steps " + std::to_string(*context.train_steps) +
-                                                " overrides " + std::to_string(file_steps->as_int())});
+                                                " overrides " +
+                                                std::to_string(file_steps->as_int())});
     if (*context.train_steps < 0)
       out.errors.push_back(
           {"train_steps", {}, "--steps must be >= 0, got " + std::to_string(*context.train_steps)});
     else
-      set_in_schema_order(&resolved, deepspeed_schema(), "train_steps", json::Value(*context.train_steps));
+      set_in_schema_order(&resolved, deepspeed_schema(), "train_steps",
+                          json::Value(*context.train_steps));
   }
 
   sort_errors(&out.errors);
@@ -93,7 +95,9 @@ LoadedConfig load_config_file(const std::string& path, const ResolveContext& con
     LoadedConfig out;
     out.source_name = path;
     out.errors.push_back(
-        {"", {}, std::string("cannot read config file: ") + (err ? std::strerror(err) : "read failed")});
+        {"",
+         {},
+         std::string("cannot read config file: ") + (err ? std::strerror(err) : "read failed")});
     return out;
   }
   return load_config_text(content.str(), path, context);

@@ -18,9 +18,9 @@ namespace dscore::config {
 // Inputs to "auto" resolution and the batch triad that come from outside
 // the file.
 struct ResolveContext {
-  int world_size = 1;                     // data-parallel size
-  std::optional<int64_t> train_steps;     // `dscore run --steps N` (overrides the file)
-  std::optional<int64_t> hidden_size;     // the model's hidden size, when known
+  int world_size = 1;                  // data-parallel size
+  std::optional<int64_t> train_steps;  // `dscore run --steps N` (overrides the file)
+  std::optional<int64_t> hidden_size;  // the model's hidden size, when known
 };
 
 struct ConfigError {
@@ -38,10 +38,10 @@ struct ConfigNotice {
 };
 
 struct LoadedConfig {
-  std::string source_name;            // the path, or the name given to load_config_text
+  std::string source_name;               // the path, or the name given to load_config_text
   std::optional<TrainingConfig> config;  // set when errors is empty
-  json::Value resolved;               // the full config: defaults filled, aliases and
-                                      // deprecated keys mapped, "auto" resolved
+  json::Value resolved;                  // the full config: defaults filled, aliases and
+                                         // deprecated keys mapped, "auto" resolved
   std::vector<ConfigError> errors;
   std::vector<ConfigNotice> notices;
   bool ok() const { return errors.empty(); }

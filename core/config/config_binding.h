@@ -53,13 +53,13 @@ inline void assign_json(const json::Value& v, std::vector<std::string>* out) {
   for (const json::Value& item : v.items()) out->push_back(item.as_string());
 }
 template <typename T>
-  requires requires(const json::Value& v, T* t) { assign_json(v, t); }
-void assign_json(const json::Value& v, std::optional<T>* out) {
-  assign_json(v, &out->emplace());
-}
+requires requires(const json::Value& v, T* t) { assign_json(v, t); }
+void assign_json(const json::Value& v, std::optional<T>* out) { assign_json(v, &out->emplace()); }
 
 template <typename M>
-concept JsonValued = requires(const json::Value& v, M* m) { assign_json(v, m); };
+concept JsonValued = requires(const json::Value& v, M* m) {
+  assign_json(v, m);
+};
 
 template <typename M>
 struct OptionalOf {
@@ -105,8 +105,7 @@ FieldBinding bind_member(M S::*member) {
 // A member reached through an accessor: `[](TrainingConfig& c) -> auto& {
 // return c.batch.train_batch_size; }` (a top-level key kept in a sub-struct).
 template <typename S, typename Get>
-  requires std::invocable<Get, S&>
-FieldBinding bind_accessor(Get get) {
+requires std::invocable<Get, S&> FieldBinding bind_accessor(Get get) {
   FieldBinding b;
   b.owner = typeid(S);
   b.assign = [get](const json::Value& v, const std::string&, void* owner) {

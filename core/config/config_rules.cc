@@ -92,16 +92,16 @@ class Rules {
       const char* old_key;
       const char* new_key;
     };
-    for (Mapping m :
-         {Mapping{"cpu_offload", "offload_optimizer"}, Mapping{"cpu_offload_param", "offload_param"}}) {
+    for (Mapping m : {Mapping{"cpu_offload", "offload_optimizer"},
+                      Mapping{"cpu_offload_param", "offload_param"}}) {
       json::Value* old_value = zero->find(m.old_key);
       if (!old_value) continue;
       if (old_value->is_bool() && old_value->as_bool() && !zero->find(m.new_key)) {
         json::Value written = json::Value::object();
         written.set("device", json::Value("cpu"));
         json::Value mapped = validate_object(written, *child_spec(*zero_spec, m.new_key),
-                                             join_path("zero_optimization", m.new_key), AutoResolver(),
-                                             ValidationSink{errors_, notices_});
+                                             join_path("zero_optimization", m.new_key),
+                                             AutoResolver(), ValidationSink{errors_, notices_});
         mapped.location = old_value->location;
         set_in_schema_order(zero, *zero_spec, m.new_key, std::move(mapped));
       }
@@ -115,12 +115,14 @@ class Rules {
     if (!zero || !zero->is_object()) return;
     const int64_t s = stage();
     if (flag(doc_, {"zero_optimization", "legacy_stage1"}))
-      error_at({"zero_optimization", "legacy_stage1"},
-               "The deprecated version of ZeRO Stage 1 is not supported in deepspeed >= 0.5.9. Please "
-               "downgrade to a version less than 0.5.9 if you need to use this deprecated version of ZeRO.");
+      error_at(
+          {"zero_optimization", "legacy_stage1"},
+          "The deprecated version of ZeRO Stage 1 is not supported in deepspeed >= 0.5.9. Please "
+          "downgrade to a version less than 0.5.9 if you need to use this deprecated version of "
+          "ZeRO.");
     if (!zero->find("overlap_comm"))
-      set_in_schema_order(zero, *child_spec(deepspeed_schema(), "zero_optimization"), "overlap_comm",
-                          json::Value(s == 3));
+      set_in_schema_order(zero, *child_spec(deepspeed_schema(), "zero_optimization"),
+                          "overlap_comm", json::Value(s == 3));
 
     json::Value* ratio = get(doc_, {"zero_optimization", "offload_optimizer", "ratio"});
     if (ratio && ratio->is_number() && ratio->as_number() < 1.0 && s != 3)
@@ -134,8 +136,9 @@ class Rules {
 
     json::Value* param_device = get(doc_, {"zero_optimization", "offload_param", "device"});
     if (s != 3 && param_device && param_device->is_string() && param_device->as_string() != "none")
-      notices_->push_back({"zero_optimization.offload_param", "only used by ZeRO stage 3; ignored at stage " +
-                                                                  std::to_string(s) + " (as in DeepSpeed)"});
+      notices_->push_back(
+          {"zero_optimization.offload_param", "only used by ZeRO stage 3; ignored at stage " +
+                                                  std::to_string(s) + " (as in DeepSpeed)"});
 
     // ZeRO-2/3 reduce-scatter the averaged gradients and cannot apply a
     // predivide factor or prescaling (docs/deepspeed-reference.md#gradient-averaging).
@@ -147,18 +150,19 @@ class Rules {
                  "gradient_predivide_factor != 1.0 is not yet supported with " + zero_name +
                      " with reduce scatter enabled");
       if (flag(doc_, {"prescale_gradients"}))
-        error_at({"prescale_gradients"}, "pre-scale gradients is not yet supported with " + zero_name +
-                                             " with reduce scatter enabled");
+        error_at({"prescale_gradients"}, "pre-scale gradients is not yet supported with " +
+                                             zero_name + " with reduce scatter enabled");
     }
   }
 
   void optimizer() {
     if (get(doc_, {"optimizer", "params", "max_grad_norm"}))
-      error_at({"optimizer", "params", "max_grad_norm"},
-               "'max_grad_norm' is not supported as an optimizer parameter, please switch to using the "
-               "deepspeed parameter 'gradient_clipping' see: "
-               "https://www.deepspeed.ai/docs/config-json/#gradient-clipping for more details",
-               /*at_key=*/true);
+      error_at(
+          {"optimizer", "params", "max_grad_norm"},
+          "'max_grad_norm' is not supported as an optimizer parameter, please switch to using the "
+          "deepspeed parameter 'gradient_clipping' see: "
+          "https://www.deepspeed.ai/docs/config-json/#gradient-clipping for more details",
+          /*at_key=*/true);
   }
 
   void unsupported() {
@@ -191,11 +195,13 @@ void apply_legacy_forms(json::Value* document, std::vector<ConfigNotice>* notice
   const json::Value* allgather = document->find("allgather_size");
   int64_t bucket = allgather && allgather->is_integral() ? allgather->as_int() : 500000000;
   json::Value bucket_value(bucket);
-  bucket_value.location = allgather && allgather->is_integral() ? allgather->location : zero->location;
+  bucket_value.location =
+      allgather && allgather->is_integral() ? allgather->location : zero->location;
   mapped.set("allgather_bucket_size", bucket_value);
-  notices->push_back({"zero_optimization",
-                      std::string("the boolean form is deprecated: read as {\"stage\": ") + (on ? "1" : "0") +
-                          ", \"allgather_bucket_size\": " + std::to_string(bucket) + "}"});
+  notices->push_back(
+      {"zero_optimization", std::string("the boolean form is deprecated: read as {\"stage\": ") +
+                                (on ? "1" : "0") +
+                                ", \"allgather_bucket_size\": " + std::to_string(bucket) + "}"});
   *zero = std::move(mapped);
 }
 

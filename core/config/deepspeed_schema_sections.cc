@@ -1,8 +1,7 @@
 // The remaining DeepSpeed sections: activation checkpointing, flops
-// profiler, monitors (docs/deepspeed-reference.md#monitors), comms_logger (#comms-logger), checkpoint,
-// timers, hybrid_engine, pipeline, progressive_layer_drop, elasticity,
-// nebula, and the sections DeepSpeed only names (accepted with any keys,
-// reported as not used by dscore).
+// profiler, monitors (docs/deepspeed-reference.md#monitors), comms_logger (#comms-logger),
+// checkpoint, timers, hybrid_engine, pipeline, progressive_layer_drop, elasticity, nebula, and the
+// sections DeepSpeed only names (accepted with any keys, reported as not used by dscore).
 #include "core/config/schema_builder.h"
 
 namespace dscore::config {
@@ -35,14 +34,17 @@ std::vector<FieldSpec> monitor_sections() {
           F("project", T::kString, "project name").def("deepspeed"),
           // dscore only (not a DeepSpeed key): wandb.init's `dir`, since the
           // monitor writes an offline run folder rather than streaming.
-          optional_string("dir", "dscore only: the offline run goes to dir/wandb/ (default: $WANDB_DIR, "
-                                 "else the current folder, as wandb.init)"),
+          optional_string("dir",
+                          "dscore only: the offline run goes to dir/wandb/ (default: $WANDB_DIR, "
+                          "else the current folder, as wandb.init)"),
       },
       "Weights & Biases", {.pydantic = true});
   auto comet = make_object(
       {
           F("enabled", T::kBool, "log to Comet").def(false),
-          F("samples_log_interval", T::kInt, "samples between logs of the same metric").def(100).min(0),
+          F("samples_log_interval", T::kInt, "samples between logs of the same metric")
+              .def(100)
+              .min(0),
           optional_string("project", "project"),
           optional_string("workspace", "workspace"),
           optional_string("api_key", "API key"),
@@ -69,7 +71,8 @@ std::vector<FieldSpec> monitor_sections() {
           .nullable()
           .object(comet)
           .read<TrainingConfig>(monitor_section),
-      F("comms_logger", T::kObject, "communication logging; DeepSpeed enables it by the key's mere presence")
+      F("comms_logger", T::kObject,
+        "communication logging; DeepSpeed enables it by the key's mere presence")
           .nullable()
           .object(make_object(
               {
@@ -89,7 +92,8 @@ std::vector<FieldSpec> monitor_sections() {
                       .def(false)
                       .to(&CommsLoggerConfig::debug),
               },
-              "communication logger (docs/deepspeed-reference.md#comms-logger)", {.pydantic = true}))
+              "communication logger (docs/deepspeed-reference.md#comms-logger)",
+              {.pydantic = true}))
           .to(&TrainingConfig::comms_logger),
   };
 }
@@ -104,7 +108,8 @@ std::vector<FieldSpec> engine_sections() {
                   F("partition_activations", T::kBool, "partition checkpointed activations")
                       .def(false)
                       .to(&ActivationCheckpointingConfig::partition_activations),
-                  F("number_checkpoints", T::kInt, "blocks checkpointed (the first ones; absent = all)")
+                  F("number_checkpoints", T::kInt,
+                    "blocks checkpointed (the first ones; absent = all)")
                       .nullable()
                       .to(&ActivationCheckpointingConfig::number_checkpoints),
                   F("contiguous_memory_optimization", T::kBool, "copy checkpoints into one buffer")
@@ -116,7 +121,8 @@ std::vector<FieldSpec> engine_sections() {
                   F("profile", T::kBool, "time checkpoint functions")
                       .def(false)
                       .to(&ActivationCheckpointingConfig::profile),
-                  F("synchronize_checkpoint_boundary", T::kBool, "synchronize at checkpoint boundaries")
+                  F("synchronize_checkpoint_boundary", T::kBool,
+                    "synchronize at checkpoint boundaries")
                       .def(false)
                       .to(&ActivationCheckpointingConfig::synchronize_checkpoint_boundary),
               },
@@ -126,16 +132,24 @@ std::vector<FieldSpec> engine_sections() {
           .nullable()
           .object(make_object(
               {
-                  F("enabled", T::kBool, "profile one step").def(false).to(&FlopsProfilerConfig::enabled),
+                  F("enabled", T::kBool, "profile one step")
+                      .def(false)
+                      .to(&FlopsProfilerConfig::enabled),
                   F("recompute_fwd_factor", T::kNumber, "forward recomputation factor")
                       .def(0.0)
                       .to(&FlopsProfilerConfig::recompute_fwd_factor),
-                  F("profile_step", T::kInt, "step to profile").def(1).to(&FlopsProfilerConfig::profile_step),
+                  F("profile_step", T::kInt, "step to profile")
+                      .def(1)
+                      .to(&FlopsProfilerConfig::profile_step),
                   F("module_depth", T::kInt, "depth of the module tree to print")
                       .def(-1)
                       .to(&FlopsProfilerConfig::module_depth),
-                  F("top_modules", T::kInt, "modules listed").def(1).to(&FlopsProfilerConfig::top_modules),
-                  F("detailed", T::kBool, "detailed profile").def(true).to(&FlopsProfilerConfig::detailed),
+                  F("top_modules", T::kInt, "modules listed")
+                      .def(1)
+                      .to(&FlopsProfilerConfig::top_modules),
+                  F("detailed", T::kBool, "detailed profile")
+                      .def(true)
+                      .to(&FlopsProfilerConfig::detailed),
                   optional_string("output_file", "write the profile here")
                       .to(&FlopsProfilerConfig::output_file),
               },
@@ -149,8 +163,9 @@ std::vector<FieldSpec> engine_sections() {
                     "check tags agree across ranks: WARN, IGNORE or FAIL (any case)")
                       .def("WARN")
                       .enums({"WARN", "IGNORE", "FAIL"}, true)
-                      .enum_message("Checkpoint config contains invalid tag_validation value of {}, "
-                                    "expecting one of ['WARN', 'IGNORE', 'FAIL']")
+                      .enum_message(
+                          "Checkpoint config contains invalid tag_validation value of {}, "
+                          "expecting one of ['WARN', 'IGNORE', 'FAIL']")
                       .to(&CheckpointConfig::tag_validation),
                   F("load_universal", T::kBool, "load a universal checkpoint")
                       .def(false)
@@ -160,9 +175,9 @@ std::vector<FieldSpec> engine_sections() {
                       .to(&CheckpointConfig::use_node_local_storage),
                   F("parallel_write", T::kObject, "parallel checkpoint writing")
                       .nullable()
-                      .object(
-                          make_object({F("pipeline_stage", T::kBool, "write per pipeline stage").def(false)},
-                                      "parallel write")),
+                      .object(make_object(
+                          {F("pipeline_stage", T::kBool, "write per pipeline stage").def(false)},
+                          "parallel write")),
               },
               "checkpoints"))
           .to(&TrainingConfig::checkpoint),
@@ -174,7 +189,8 @@ std::vector<FieldSpec> engine_sections() {
                    .object(make_object(
                        {
                            F("enabled", T::kBool, "measure throughput").def(true),
-                           F("synchronized", T::kBool, "synchronize the device before timing").def(true),
+                           F("synchronized", T::kBool, "synchronize the device before timing")
+                               .def(true),
                        },
                        "throughput timer", {.pydantic = true}))},
               "timers", {.pydantic = true})),
@@ -197,7 +213,8 @@ std::vector<FieldSpec> unused_sections() {
                   F("enabled", T::kBool, "enable").def(false),
                   F("max_out_tokens", T::kInt, "generation length").def(512),
                   F("inference_tp_size", T::kInt, "inference tensor parallelism").def(1),
-                  F("release_inference_cache", T::kBool, "free the KV cache after generation").def(false),
+                  F("release_inference_cache", T::kBool, "free the KV cache after generation")
+                      .def(false),
                   F("pin_parameters", T::kBool, "pin parameters").def(true),
                   F("tp_gather_partition_size", T::kInt, "gather partition size").def(8),
               },
@@ -225,7 +242,8 @@ std::vector<FieldSpec> unused_sections() {
                   F("gamma", T::kNumber, "decay rate").def(0.001),
               },
               "progressive layer drop")),
-      F("elasticity", T::kObject, "elastic training (enabled is an error: dscore does not implement it)")
+      F("elasticity", T::kObject,
+        "elastic training (enabled is an error: dscore does not implement it)")
           .nullable()
           .not_used()
           .object(make_object(
@@ -245,7 +263,8 @@ std::vector<FieldSpec> unused_sections() {
                   F("num_gpus_per_node", T::kInt, "GPUs per node").def(1),
                   F("model_parallel_size", T::kInt, "model-parallel size").def(1),
               },
-              "elasticity (other DeepSpeed keys such as \"version\" are accepted)", {.allow_unknown = true})),
+              "elasticity (other DeepSpeed keys such as \"version\" are accepted)",
+              {.allow_unknown = true})),
       F("nebula", T::kObject, "Azure Nebula checkpointing")
           .nullable()
           .not_used()

@@ -38,7 +38,9 @@ std::shared_ptr<const ObjectSpec> offload_param_spec() {
               .def_int(1000000000)
               .min(0)
               .to(&OffloadConfig::max_in_cpu),
-          F("pin_memory", T::kBool, "page-lock the CPU copies").def(false).to(&OffloadConfig::pin_memory),
+          F("pin_memory", T::kBool, "page-lock the CPU copies")
+              .def(false)
+              .to(&OffloadConfig::pin_memory),
       },
       "parameter offload (ZeRO stage 3 only)", {.pydantic = true});
 }
@@ -54,14 +56,18 @@ std::shared_ptr<const ObjectSpec> offload_optimizer_spec() {
               .def(4)
               .min(0)
               .to(&OffloadConfig::buffer_count),
-          F("pin_memory", T::kBool, "page-lock the CPU buffers").def(false).to(&OffloadConfig::pin_memory),
+          F("pin_memory", T::kBool, "page-lock the CPU buffers")
+              .def(false)
+              .to(&OffloadConfig::pin_memory),
           F("pipeline_read", T::kBool, "overlap swap-in with the step")
               .def(false)
               .to(&OffloadConfig::pipeline_read),
           F("pipeline_write", T::kBool, "overlap swap-out with the step")
               .def(false)
               .to(&OffloadConfig::pipeline_write),
-          F("fast_init", T::kBool, "skip the initial swap-out").def(false).to(&OffloadConfig::fast_init),
+          F("fast_init", T::kBool, "skip the initial swap-out")
+              .def(false)
+              .to(&OffloadConfig::fast_init),
           F("ratio", T::kNumber, "fraction of sub-groups offloaded (< 1 only with stage 3)")
               .def(1.0)
               .range(0, 1)
@@ -79,8 +85,9 @@ std::shared_ptr<const ObjectSpec> aio_spec() {
           F("thread_count", T::kInt, "old name of intra_op_parallelism")
               .min(1)
               .replaced_by("intra_op_parallelism", true)
-              .deprecated("deprecated: renamed to \"intra_op_parallelism\" in DeepSpeed 0.16.4 (which now "
-                          "ignores \"thread_count\"); dscore uses it as intra_op_parallelism"),
+              .deprecated(
+                  "deprecated: renamed to \"intra_op_parallelism\" in DeepSpeed 0.16.4 (which now "
+                  "ignores \"thread_count\"); dscore uses it as intra_op_parallelism"),
           F("single_submit", T::kBool, "submit requests one at a time").def(false),
           F("overlap_events", T::kBool, "overlap submission and completion").def(true),
           F("use_gds", T::kBool, "NVIDIA GPUDirect Storage (needs CUDA)").def(false),
@@ -122,7 +129,8 @@ std::shared_ptr<const ObjectSpec> zero_optimization_spec() {
               .min(0)
               .to(&ZeroConfig::allgather_bucket_size),
           // No default here: config_rules.cc resolves it from the stage.
-          F("overlap_comm", T::kBool, "overlap reduction with backward (default: true for stage 3 only)")
+          F("overlap_comm", T::kBool,
+            "overlap reduction with backward (default: true for stage 3 only)")
               .nullable()
               .to(&ZeroConfig::overlap_comm),
           F("load_from_fp32_weights", T::kBool, "restore fp32 masters from the checkpoint")
@@ -131,11 +139,13 @@ std::shared_ptr<const ObjectSpec> zero_optimization_spec() {
           F("elastic_checkpoint", T::kBool, "DeepSpeed elastic checkpoint format")
               .def(false)
               .to(&ZeroConfig::elastic_checkpoint),
-          F("offload_param", T::kObject, "offload parameters (stage 3); {} = defaults, absent = off")
+          F("offload_param", T::kObject,
+            "offload parameters (stage 3); {} = defaults, absent = off")
               .nullable()
               .object(offload_param_spec())
               .to(&ZeroConfig::offload_param),
-          F("offload_optimizer", T::kObject, "offload optimizer states; {} = defaults, absent = off")
+          F("offload_optimizer", T::kObject,
+            "offload optimizer states; {} = defaults, absent = off")
               .nullable()
               .object(offload_optimizer_spec())
               .to(&ZeroConfig::offload_optimizer),
@@ -162,7 +172,8 @@ std::shared_ptr<const ObjectSpec> zero_optimization_spec() {
               .min(0)
               .auto_rule("default")
               .to(&ZeroConfig::max_live_parameters),
-          s3("max_reuse_distance", T::kInt, "keep a parameter gathered if reused within this many elements")
+          s3("max_reuse_distance", T::kInt,
+             "keep a parameter gathered if reused within this many elements")
               .def_int(1000000000)
               .min(0)
               .auto_rule("default")
@@ -191,12 +202,20 @@ std::shared_ptr<const ObjectSpec> zero_optimization_spec() {
           F("zero_quantized_nontrainable_weights", T::kBool, "ZeRO++ quantized frozen weights")
               .def(false)
               .not_used(),
-          F("zero_quantized_gradients", T::kBool, "ZeRO++ quantized gradients").def(false).not_used(),
+          F("zero_quantized_gradients", T::kBool, "ZeRO++ quantized gradients")
+              .def(false)
+              .not_used(),
           F("zeropp_loco_param", T::kJson, "ZeRO++ LoCo parameters").nullable().not_used(),
           F("mics_shard_size", T::kInt, "MiCS shard size").def(-1).not_used(),
-          F("mics_hierarchical_params_gather", T::kBool, "MiCS hierarchical gather").def(false).not_used(),
-          F("memory_efficient_linear", T::kBool, "DeepSpeed's memory-efficient linear").def(true).not_used(),
-          F("pipeline_loading_checkpoint", T::kBool, "pipeline checkpoint loading").def(false).not_used(),
+          F("mics_hierarchical_params_gather", T::kBool, "MiCS hierarchical gather")
+              .def(false)
+              .not_used(),
+          F("memory_efficient_linear", T::kBool, "DeepSpeed's memory-efficient linear")
+              .def(true)
+              .not_used(),
+          F("pipeline_loading_checkpoint", T::kBool, "pipeline checkpoint loading")
+              .def(false)
+              .not_used(),
           F("override_module_apply", T::kBool, "override torch Module.apply").def(true).not_used(),
           F("log_trace_cache_warnings", T::kBool, "log trace cache warnings").def(false).not_used(),
           // Deprecated keys (docs/deepspeed-reference.md#deprecated-keys-and-aliases);
@@ -218,7 +237,8 @@ std::shared_ptr<const ObjectSpec> zero_optimization_spec() {
               .replaced_by("gather_16bit_weights_on_model_save", true)
               .deprecated("deprecated: use \"gather_16bit_weights_on_model_save\""),
       },
-      "ZeRO redundancy optimizer (docs/deepspeed-reference.md#zero-optimization-keys)", {.pydantic = true});
+      "ZeRO redundancy optimizer (docs/deepspeed-reference.md#zero-optimization-keys)",
+      {.pydantic = true});
 }
 
 }  // namespace dscore::config

@@ -118,7 +118,8 @@ bool too_big(std::string_view number) {
 // one over whitespace, comments, separators and closing brackets.
 class Builder : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Builder> {
  public:
-  Builder(std::string_view text, const TextStream& stream) : text_(text), stream_(stream), lines_(text) {}
+  Builder(std::string_view text, const TextStream& stream)
+      : text_(text), stream_(stream), lines_(text) {}
 
   bool Null() { return add(Value()); }
   bool Bool(bool b) { return add(Value(b)); }
@@ -133,7 +134,8 @@ class Builder : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Builder> 
     double d = 0;
     auto [dbl_end, dbl_err] = std::from_chars(s, end, d);
     if (dbl_err == std::errc() && dbl_end == end) return add(Value(d));
-    if (!too_big(std::string_view(s, n))) return add(Value(s[0] == '-' ? -0.0 : 0.0));  // 1e-400 is 0
+    if (!too_big(std::string_view(s, n)))
+      return add(Value(s[0] == '-' ? -0.0 : 0.0));  // 1e-400 is 0
     error_location_ = token_start();
     error_ = "Number too big to be stored in double.";
     return false;
@@ -151,8 +153,8 @@ class Builder : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Builder> 
     for (const Member& m : stack_.back().members()) {
       if (m.key == key) {
         error_location_ = where;
-        error_ = "duplicate key \"" + key + "\" (first at " + std::to_string(m.key_location.line) + ":" +
-                 std::to_string(m.key_location.column) + ")";
+        error_ = "duplicate key \"" + key + "\" (first at " + std::to_string(m.key_location.line) +
+                 ":" + std::to_string(m.key_location.column) + ")";
         return false;
       }
     }
@@ -176,7 +178,8 @@ class Builder : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Builder> 
       char c = text_[i];
       // Closers too: the iterative reader reports the end of a container
       // before consuming its '}' or ']'.
-      if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == ',' || c == ':' || c == '}' || c == ']') {
+      if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == ',' || c == ':' || c == '}' ||
+          c == ']') {
         ++i;
       } else if (c == '/' && i + 1 < text_.size() && text_[i + 1] == '/') {
         while (i < text_.size() && text_[i] != '\n') ++i;
@@ -218,7 +221,8 @@ class Builder : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Builder> 
     container.location = lines_.at(offset);
     if (static_cast<int>(stack_.size()) >= kMaxNestingDepth) {
       error_location_ = container.location;
-      error_ = "objects and arrays nest deeper than " + std::to_string(kMaxNestingDepth) + " levels";
+      error_ =
+          "objects and arrays nest deeper than " + std::to_string(kMaxNestingDepth) + " levels";
       return false;
     }
     last_end_ = offset + 1;
@@ -255,7 +259,8 @@ class Builder : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Builder> 
 // Comments and trailing commas as DeepSpeed's hjson loader tolerates them;
 // NaN/Infinity stay rejected (not JSON, and not meaningful in a config).
 constexpr unsigned kParseFlags = rapidjson::kParseIterativeFlag | rapidjson::kParseCommentsFlag |
-                                 rapidjson::kParseTrailingCommasFlag | rapidjson::kParseValidateEncodingFlag |
+                                 rapidjson::kParseTrailingCommasFlag |
+                                 rapidjson::kParseValidateEncodingFlag |
                                  rapidjson::kParseNumbersAsStringsFlag;
 
 }  // namespace
@@ -312,7 +317,8 @@ Result<Value> parse_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     int err = errno;
-    return not_found("cannot read config file " + path + ": " + (err ? std::strerror(err) : "cannot open"));
+    return not_found("cannot read config file " + path + ": " +
+                     (err ? std::strerror(err) : "cannot open"));
   }
   std::ostringstream content;
   content << in.rdbuf();
@@ -335,9 +341,15 @@ std::string double_text(double d) {
 template <typename Writer>
 void write(Writer& w, const Value& v) {
   switch (v.type()) {
-    case Type::kNull: w.Null(); break;
-    case Type::kBool: w.Bool(v.as_bool()); break;
-    case Type::kInt: w.Int64(v.as_int()); break;
+    case Type::kNull:
+      w.Null();
+      break;
+    case Type::kBool:
+      w.Bool(v.as_bool());
+      break;
+    case Type::kInt:
+      w.Int64(v.as_int());
+      break;
     case Type::kDouble: {
       double d = v.as_number();
       if (!std::isfinite(d)) {

@@ -23,7 +23,8 @@ struct Location {
 
 enum class Type { kNull, kBool, kInt, kDouble, kString, kArray, kObject };
 
-const char* type_name(Type type);  // "null", "bool", "integer", "number", "string", "array", "object"
+const char* type_name(
+    Type type);  // "null", "bool", "integer", "number", "string", "array", "object"
 
 struct Member;
 
@@ -57,8 +58,8 @@ class Value {
 
   // Accessors throw std::logic_error on a type mismatch (check first).
   bool as_bool() const;
-  int64_t as_int() const;     // int, or an integral double
-  double as_number() const;   // int or double
+  int64_t as_int() const;    // int, or an integral double
+  double as_number() const;  // int or double
   const std::string& as_string() const;
 
   const std::vector<Value>& items() const;

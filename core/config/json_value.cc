@@ -10,13 +10,20 @@ namespace dscore::json {
 
 const char* type_name(Type type) {
   switch (type) {
-    case Type::kNull: return "null";
-    case Type::kBool: return "bool";
-    case Type::kInt: return "integer";
-    case Type::kDouble: return "number";
-    case Type::kString: return "string";
-    case Type::kArray: return "array";
-    case Type::kObject: return "object";
+    case Type::kNull:
+      return "null";
+    case Type::kBool:
+      return "bool";
+    case Type::kInt:
+      return "integer";
+    case Type::kDouble:
+      return "number";
+    case Type::kString:
+      return "string";
+    case Type::kArray:
+      return "array";
+    case Type::kObject:
+      return "object";
   }
   return "?";
 }
@@ -37,13 +44,15 @@ Value Value::object() {
 
 bool Value::is_integral() const {
   if (type_ == Type::kInt) return true;
-  if (type_ != Type::kDouble || !std::isfinite(double_) || std::trunc(double_) != double_) return false;
+  if (type_ != Type::kDouble || !std::isfinite(double_) || std::trunc(double_) != double_)
+    return false;
   // [-2^63, 2^63): the doubles that convert to int64 exactly.
   return double_ >= -9223372036854775808.0 && double_ < 9223372036854775808.0;
 }
 
 static std::logic_error type_mismatch(const char* wanted, Type got) {
-  return std::logic_error(std::string("json::Value: expected ") + wanted + ", have " + type_name(got));
+  return std::logic_error(std::string("json::Value: expected ") + wanted + ", have " +
+                          type_name(got));
 }
 
 bool Value::as_bool() const {
@@ -128,12 +137,18 @@ bool Value::erase(std::string_view key) {
 bool operator==(const Value& a, const Value& b) {
   if (a.type() != b.type()) return false;
   switch (a.type()) {
-    case Type::kNull: return true;
-    case Type::kBool: return a.as_bool() == b.as_bool();
-    case Type::kInt: return a.as_int() == b.as_int();
-    case Type::kDouble: return a.as_number() == b.as_number();
-    case Type::kString: return a.as_string() == b.as_string();
-    case Type::kArray: return a.items() == b.items();
+    case Type::kNull:
+      return true;
+    case Type::kBool:
+      return a.as_bool() == b.as_bool();
+    case Type::kInt:
+      return a.as_int() == b.as_int();
+    case Type::kDouble:
+      return a.as_number() == b.as_number();
+    case Type::kString:
+      return a.as_string() == b.as_string();
+    case Type::kArray:
+      return a.items() == b.items();
     case Type::kObject: {
       const auto& am = a.members();
       const auto& bm = b.members();

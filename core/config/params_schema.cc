@@ -41,7 +41,8 @@ bool numeric(FieldType t) {
 }
 
 bool is_array_type(FieldType t) {
-  return t == FieldType::kNumberArray || t == FieldType::kNumberOrArray || t == FieldType::kStringArray;
+  return t == FieldType::kNumberArray || t == FieldType::kNumberOrArray ||
+         t == FieldType::kStringArray;
 }
 
 Status bad(const std::string& param, const std::string& what) {
@@ -50,7 +51,8 @@ Status bad(const std::string& param, const std::string& what) {
 
 Result<FieldSpec> parse_field(const std::string& name, const json::Value& attrs) {
   if (!attrs.is_object())
-    return bad(name, "expected an object such as {\"type\": \"number\"}, got " + describe_value(attrs));
+    return bad(name,
+               "expected an object such as {\"type\": \"number\"}, got " + describe_value(attrs));
   FieldSpec f;
   f.name = name;
   const json::Value* type = attrs.find("type");
@@ -72,7 +74,8 @@ Result<FieldSpec> parse_field(const std::string& name, const json::Value& attrs)
       if (!v.is_bool()) return bad(name, "\"required\" must be true or false");
       f.required = v.as_bool();
     } else if (a == "min" || a == "max") {
-      if (!v.is_number()) return bad(name, "\"" + a + "\" must be a number, got " + describe_value(v));
+      if (!v.is_number())
+        return bad(name, "\"" + a + "\" must be a number, got " + describe_value(v));
       if (!numeric(f.type)) return bad(name, "\"" + a + "\" applies only to numeric types");
       (a == "min" ? f.min : f.max) = v.as_number();
     } else if (a == "enum") {
@@ -86,7 +89,8 @@ Result<FieldSpec> parse_field(const std::string& name, const json::Value& attrs)
       }
     } else if (a == "length") {
       if (!is_array_type(f.type)) return bad(name, "\"length\" applies only to arrays");
-      if (!v.is_integral() || v.as_int() < 0) return bad(name, "\"length\" must be a non-negative int");
+      if (!v.is_integral() || v.as_int() < 0)
+        return bad(name, "\"length\" must be a non-negative int");
       f.length = static_cast<size_t>(v.as_int());
     } else if (a == "auto") {
       if (!v.is_string() || !is_known_auto_rule(v.as_string())) {
@@ -101,7 +105,8 @@ Result<FieldSpec> parse_field(const std::string& name, const json::Value& attrs)
       if (!v.is_string()) return bad(name, "\"" + a + "\" must be a string");
       (a == "error" ? f.error : f.doc) = v.as_string();
     } else {
-      return bad(name, "unknown schema attribute \"" + a + "\"" + did_you_mean_suffix(a, attribute_names()));
+      return bad(name, "unknown schema attribute \"" + a + "\"" +
+                           did_you_mean_suffix(a, attribute_names()));
     }
   }
   if (f.min && f.max && *f.min > *f.max) return bad(name, "\"min\" is greater than \"max\"");
@@ -130,7 +135,8 @@ Result<FieldSpec> parse_field(const std::string& name, const json::Value& attrs)
 
 Result<ObjectSpec> parse_params_schema(std::string_view schema_json) {
   auto parsed = json::parse(schema_json, "params_schema");
-  if (!parsed.ok()) return invalid_argument("params_schema is not valid JSON: " + parsed.status().message());
+  if (!parsed.ok())
+    return invalid_argument("params_schema is not valid JSON: " + parsed.status().message());
   const json::Value& root = *parsed;
   if (!root.is_object())
     return invalid_argument(

@@ -30,16 +30,26 @@ std::string cell(std::string text) {
 
 std::string type_text(const FieldSpec& f) {
   switch (f.type) {
-    case FieldType::kBool: return "bool";
-    case FieldType::kInt: return "int";
-    case FieldType::kNumber: return "number";
-    case FieldType::kString: return "string";
-    case FieldType::kNumberArray: return "list of numbers";
-    case FieldType::kNumberOrArray: return "number or list of numbers";
-    case FieldType::kStringArray: return "list of strings";
-    case FieldType::kObject: return "object";
-    case FieldType::kJson: return "any JSON";
-    case FieldType::kObjectArray: return "list of objects";
+    case FieldType::kBool:
+      return "bool";
+    case FieldType::kInt:
+      return "int";
+    case FieldType::kNumber:
+      return "number";
+    case FieldType::kString:
+      return "string";
+    case FieldType::kNumberArray:
+      return "list of numbers";
+    case FieldType::kNumberOrArray:
+      return "number or list of numbers";
+    case FieldType::kStringArray:
+      return "list of strings";
+    case FieldType::kObject:
+      return "object";
+    case FieldType::kJson:
+      return "any JSON";
+    case FieldType::kObjectArray:
+      return "list of objects";
   }
   return "?";
 }
@@ -55,7 +65,8 @@ std::string notes(const FieldSpec& f) {
   else if (f.max)
     parts.push_back("<= " + number_text(*f.max));
   if (!f.enum_values.empty())
-    parts.push_back("one of " + join(f.enum_values, ", ") + (f.enum_case_insensitive ? " (any case)" : ""));
+    parts.push_back("one of " + join(f.enum_values, ", ") +
+                    (f.enum_case_insensitive ? " (any case)" : ""));
   if (f.length) parts.push_back("exactly " + std::to_string(*f.length) + " items");
   for (const std::string& a : f.aliases) parts.push_back("also spelled `" + a + "`");
   if (!f.deprecated.empty()) parts.push_back("*" + f.deprecated + "*");
@@ -67,18 +78,23 @@ std::string notes(const FieldSpec& f) {
 class Writer {
  public:
   std::string run() {
-    out_
-        << "# ds_config.json reference\n\n"
-        << "<!-- Generated from the schema (core/config/deepspeed_schema*.cc) by `dscore config reference`;\n"
-        << "     do not edit by hand. A test fails when this file and the schema disagree. -->\n\n"
-        << "Every key dscore reads, with its type and default. Defaults and meanings are DeepSpeed's\n"
-        << "(v0.16) unless the notes say otherwise. Unlike DeepSpeed, **an unknown key is an error at\n"
-        << "every level**, with a did-you-mean suggestion. The \"auto\" column names the rule that resolves\n"
-        << "`\"auto\"` for that key (see the table at the end and docs/config-auto.md); a key without a\n"
-        << "rule rejects `\"auto\"`. Ints accept integral floats (`5e8`).\n";
+    out_ << "# ds_config.json reference\n\n"
+         << "<!-- Generated from the schema (core/config/deepspeed_schema*.cc) by `dscore config "
+            "reference`;\n"
+         << "     do not edit by hand. A test fails when this file and the schema disagree. -->\n\n"
+         << "Every key dscore reads, with its type and default. Defaults and meanings are "
+            "DeepSpeed's\n"
+         << "(v0.16) unless the notes say otherwise. Unlike DeepSpeed, **an unknown key is an "
+            "error at\n"
+         << "every level**, with a did-you-mean suggestion. The \"auto\" column names the rule "
+            "that resolves\n"
+         << "`\"auto\"` for that key (see the table at the end and docs/config-auto.md); a key "
+            "without a\n"
+         << "rule rejects `\"auto\"`. Ints accept integral floats (`5e8`).\n";
     section("Top level", "", deepspeed_schema());
     out_ << "\n## \"auto\" rules\n\n| rule | value |\n|---|---|\n";
-    for (const AutoRuleInfo& r : auto_rules()) out_ << "| `" << r.name << "` | " << cell(r.summary) << " |\n";
+    for (const AutoRuleInfo& r : auto_rules())
+      out_ << "| `" << r.name << "` | " << cell(r.summary) << " |\n";
     return out_.str();
   }
 
@@ -96,16 +112,18 @@ class Writer {
           def += "`";
         }
         std::string rule = f.auto_rule.empty() ? "—" : "`" + f.auto_rule + "`";
-        out_ << "| `" << f.name << "` | " << type_text(f) << " | " << cell(def) << " | " << rule << " | "
-             << cell(notes(f)) << " |\n";
+        out_ << "| `" << f.name << "` | " << type_text(f) << " | " << cell(def) << " | " << rule
+             << " | " << cell(notes(f)) << " |\n";
       }
     }
     if (spec.allow_unknown)
       out_ << "\nOther keys are accepted"
-           << (spec.quiet_unknown ? " and passed on as written" : " and reported as not used by dscore")
+           << (spec.quiet_unknown ? " and passed on as written"
+                                  : " and reported as not used by dscore")
            << ".\n";
     for (const FieldSpec& f : spec.fields) {
-      if (!f.object || (f.type != FieldType::kObject && f.type != FieldType::kObjectArray)) continue;
+      if (!f.object || (f.type != FieldType::kObject && f.type != FieldType::kObjectArray))
+        continue;
       std::string child = join_path(path, f.name) + (f.type == FieldType::kObjectArray ? "[]" : "");
       section("`" + child + "`", child, *f.object);
     }

@@ -14,16 +14,26 @@ namespace dscore::config {
 
 const char* field_type_name(FieldType type) {
   switch (type) {
-    case FieldType::kBool: return "bool";
-    case FieldType::kInt: return "int";
-    case FieldType::kNumber: return "number";
-    case FieldType::kString: return "string";
-    case FieldType::kNumberArray: return "number_array";
-    case FieldType::kNumberOrArray: return "number_or_array";
-    case FieldType::kStringArray: return "string_array";
-    case FieldType::kObject: return "object";
-    case FieldType::kJson: return "json";
-    case FieldType::kObjectArray: return "object_array";
+    case FieldType::kBool:
+      return "bool";
+    case FieldType::kInt:
+      return "int";
+    case FieldType::kNumber:
+      return "number";
+    case FieldType::kString:
+      return "string";
+    case FieldType::kNumberArray:
+      return "number_array";
+    case FieldType::kNumberOrArray:
+      return "number_or_array";
+    case FieldType::kStringArray:
+      return "string_array";
+    case FieldType::kObject:
+      return "object";
+    case FieldType::kJson:
+      return "json";
+    case FieldType::kObjectArray:
+      return "object_array";
   }
   return "?";
 }
@@ -67,16 +77,26 @@ std::string number_text(double value) {
 
 std::string expected_phrase(const FieldSpec& field) {
   switch (field.type) {
-    case FieldType::kBool: return "a bool (true or false)";
-    case FieldType::kInt: return "an int";
-    case FieldType::kNumber: return "a number";
-    case FieldType::kString: return "a string";
-    case FieldType::kNumberArray: return "a list of numbers";
-    case FieldType::kNumberOrArray: return "a number or a list of numbers";
-    case FieldType::kStringArray: return "a list of strings";
-    case FieldType::kObject: return "an object";
-    case FieldType::kJson: return "any JSON value";
-    case FieldType::kObjectArray: return "a list of objects";
+    case FieldType::kBool:
+      return "a bool (true or false)";
+    case FieldType::kInt:
+      return "an int";
+    case FieldType::kNumber:
+      return "a number";
+    case FieldType::kString:
+      return "a string";
+    case FieldType::kNumberArray:
+      return "a list of numbers";
+    case FieldType::kNumberOrArray:
+      return "a number or a list of numbers";
+    case FieldType::kStringArray:
+      return "a list of strings";
+    case FieldType::kObject:
+      return "an object";
+    case FieldType::kJson:
+      return "any JSON value";
+    case FieldType::kObjectArray:
+      return "a list of objects";
   }
   return "?";
 }
@@ -123,7 +143,8 @@ std::string quoted_list(const std::vector<std::string>& values) {
 
 std::string bounds_message(const FieldSpec& f, double x) {
   std::string got = ", got " + number_text(x);
-  if (f.min && f.max) return "must be between " + number_text(*f.min) + " and " + number_text(*f.max) + got;
+  if (f.min && f.max)
+    return "must be between " + number_text(*f.min) + " and " + number_text(*f.max) + got;
   if (f.min) return "must be >= " + number_text(*f.min) + got;
   return "must be <= " + number_text(*f.max) + got;
 }
@@ -143,12 +164,17 @@ class Validator {
     if (sink_.notices) sink_.notices->push_back(ConfigNotice{path, std::move(message)});
   }
 
-  std::optional<json::Value> field(const json::Value& v, const FieldSpec& f, const std::string& path);
-  std::optional<json::Value> resolve(const json::Value& v, const FieldSpec& f, const std::string& path);
-  std::optional<json::Value> check(const json::Value& v, const FieldSpec& f, const std::string& path);
+  std::optional<json::Value> field(const json::Value& v, const FieldSpec& f,
+                                   const std::string& path);
+  std::optional<json::Value> resolve(const json::Value& v, const FieldSpec& f,
+                                     const std::string& path);
+  std::optional<json::Value> check(const json::Value& v, const FieldSpec& f,
+                                   const std::string& path);
   bool number_ok(const json::Value& v, const FieldSpec& f, const std::string& path);
-  std::optional<json::Value> number_array(const json::Value& v, const FieldSpec& f, const std::string& path);
-  std::optional<json::Value> enum_value(const json::Value& v, const FieldSpec& f, const std::string& path);
+  std::optional<json::Value> number_array(const json::Value& v, const FieldSpec& f,
+                                          const std::string& path);
+  std::optional<json::Value> enum_value(const json::Value& v, const FieldSpec& f,
+                                        const std::string& path);
   void type_error(const json::Value& v, const FieldSpec& f, const std::string& path) {
     error(path, v.location, "expected " + expected_phrase(f) + ", got " + describe_value(v));
   }
@@ -157,7 +183,8 @@ class Validator {
   ValidationSink sink_;
 };
 
-json::Value Validator::object(const json::Value& value, const ObjectSpec& spec, const std::string& path) {
+json::Value Validator::object(const json::Value& value, const ObjectSpec& spec,
+                              const std::string& path) {
   json::Value out = json::Value::object();
   out.location = value.location;
   static const json::Value kEmpty = json::Value::object();
@@ -262,7 +289,8 @@ std::optional<json::Value> Validator::field(const json::Value& v, const FieldSpe
   }
   // "auto" is a literal where it is the default (comm.backend) or where any
   // JSON goes; elsewhere it asks for the field's rule.
-  const bool literal = f.type == FieldType::kJson || (f.default_value && f.default_value->is_auto());
+  const bool literal =
+      f.type == FieldType::kJson || (f.default_value && f.default_value->is_auto());
   if (v.is_auto() && !literal) return resolve(v, f, path);
   return check(v, f, path);
 }
@@ -275,7 +303,8 @@ std::optional<json::Value> Validator::resolve(const json::Value& v, const FieldS
     return std::nullopt;
   }
   if (!resolve_auto_) {
-    error(path, v.location, "\"auto\" cannot be resolved here (no resolver); give " + expected_phrase(f));
+    error(path, v.location,
+          "\"auto\" cannot be resolved here (no resolver); give " + expected_phrase(f));
     return std::nullopt;
   }
   AutoResolution r = resolve_auto_(f.auto_rule, f, path);
@@ -309,8 +338,9 @@ std::optional<json::Value> Validator::number_array(const json::Value& v, const F
   bool ok = true;
   const auto& items = v.items();
   if (f.length && items.size() != *f.length) {
-    error(path, v.location,
-          "expected " + std::to_string(*f.length) + " numbers, got " + std::to_string(items.size()));
+    error(
+        path, v.location,
+        "expected " + std::to_string(*f.length) + " numbers, got " + std::to_string(items.size()));
     ok = false;
   }
   for (size_t i = 0; i < items.size(); ++i) {
@@ -372,7 +402,8 @@ std::optional<json::Value> Validator::check(const json::Value& v, const FieldSpe
       if (!v.is_array()) break;
       return number_array(v, f, path);
     case FieldType::kNumberOrArray:
-      if (v.is_number()) return number_ok(v, f, path) ? std::optional<json::Value>(v) : std::nullopt;
+      if (v.is_number())
+        return number_ok(v, f, path) ? std::optional<json::Value>(v) : std::nullopt;
       if (!v.is_array()) break;
       return number_array(v, f, path);
     case FieldType::kStringArray: {
@@ -383,7 +414,8 @@ std::optional<json::Value> Validator::check(const json::Value& v, const FieldSpe
       const auto& items = v.items();
       if (f.length && items.size() != *f.length) {
         error(path, v.location,
-              "expected " + std::to_string(*f.length) + " strings, got " + std::to_string(items.size()));
+              "expected " + std::to_string(*f.length) + " strings, got " +
+                  std::to_string(items.size()));
         ok = false;
       }
       for (size_t i = 0; i < items.size(); ++i) {
@@ -411,14 +443,16 @@ std::optional<json::Value> Validator::check(const json::Value& v, const FieldSpe
       for (size_t i = 0; i < items.size(); ++i) {
         const std::string item_path = join_path(path, index_key(i));
         if (!items[i].is_object()) {
-          error(item_path, items[i].location, "expected an object, got " + describe_value(items[i]));
+          error(item_path, items[i].location,
+                "expected an object, got " + describe_value(items[i]));
         } else {
           out.push_back(f.object ? object(items[i], *f.object, item_path) : items[i]);
         }
       }
       return out;
     }
-    case FieldType::kJson: return v;
+    case FieldType::kJson:
+      return v;
   }
   type_error(v, f, path);
   return std::nullopt;
@@ -426,8 +460,9 @@ std::optional<json::Value> Validator::check(const json::Value& v, const FieldSpe
 
 }  // namespace
 
-json::Value validate_object(const json::Value& value, const ObjectSpec& spec, const std::string& path,
-                            const AutoResolver& resolve_auto, ValidationSink sink) {
+json::Value validate_object(const json::Value& value, const ObjectSpec& spec,
+                            const std::string& path, const AutoResolver& resolve_auto,
+                            ValidationSink sink) {
   Validator validator(resolve_auto, sink);
   if (!value.is_null() && !value.is_object() && sink.errors) {
     sink.errors->push_back(

@@ -19,15 +19,15 @@ namespace dscore::config {
 
 enum class FieldType {
   kBool,
-  kInt,            // JSON integer, or a float with an integral value (5e8)
-  kNumber,         // int or float
+  kInt,     // JSON integer, or a float with an integral value (5e8)
+  kNumber,  // int or float
   kString,
   kNumberArray,
   kNumberOrArray,  // a number, or a list of numbers (per param group)
   kStringArray,
-  kObject,         // validated by `object`
-  kJson,           // anything, not validated ("auto" included: it is kept as written)
-  kObjectArray,    // a list of objects, each validated by `object`
+  kObject,       // validated by `object`
+  kJson,         // anything, not validated ("auto" included: it is kept as written)
+  kObjectArray,  // a list of objects, each validated by `object`
 };
 
 const char* field_type_name(FieldType type);  // "bool", "int", "number", ...
@@ -40,17 +40,17 @@ struct FieldSpec {
   FieldType type = FieldType::kJson;
   std::optional<json::Value> default_value;  // filled when absent (nullopt: stays absent)
   bool required = false;
-  bool nullable = false;                     // null accepted and treated as absent
-  std::optional<double> min, max;            // inclusive bounds (int, number, arrays' items)
-  std::vector<std::string> enum_values;      // allowed strings
-  bool enum_case_insensitive = false;        // matched ignoring case, stored as listed
-  std::optional<size_t> length;              // exact array length
-  std::string auto_rule;                     // "" = "auto" rejected; else a rule name (auto_rules.h).
-                                             // A kJson field, or one whose default is "auto",
-                                             // takes "auto" literally instead.
-  std::string error;                         // non-empty: the key is rejected with this message
-  std::vector<std::string> aliases;          // other spellings; giving two of them is an error
-  std::string deprecated;                    // non-empty: deprecation message (the key still works)
+  bool nullable = false;                 // null accepted and treated as absent
+  std::optional<double> min, max;        // inclusive bounds (int, number, arrays' items)
+  std::vector<std::string> enum_values;  // allowed strings
+  bool enum_case_insensitive = false;    // matched ignoring case, stored as listed
+  std::optional<size_t> length;          // exact array length
+  std::string auto_rule;                 // "" = "auto" rejected; else a rule name (auto_rules.h).
+                                         // A kJson field, or one whose default is "auto",
+                                         // takes "auto" literally instead.
+  std::string error;                     // non-empty: the key is rejected with this message
+  std::vector<std::string> aliases;      // other spellings; giving two of them is an error
+  std::string deprecated;                // non-empty: deprecation message (the key still works)
   std::shared_ptr<const ObjectSpec> object;  // for kObject and kObjectArray
   std::string doc;                           // one line for the reference and messages
 

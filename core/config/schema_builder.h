@@ -22,24 +22,64 @@ class F {
     s_.type = type;
     s_.doc = std::move(doc);
   }
-  F& def(json::Value v) { s_.default_value = std::move(v); return *this; }
-  F& def_int(int64_t v) { s_.default_value = json::Value(v); return *this; }
-  F& nullable() { s_.nullable = true; return *this; }
-  F& required() { s_.required = true; return *this; }
-  F& min(double v) { s_.min = v; return *this; }
-  F& max(double v) { s_.max = v; return *this; }
-  F& range(double lo, double hi) { s_.min = lo; s_.max = hi; return *this; }
+  F& def(json::Value v) {
+    s_.default_value = std::move(v);
+    return *this;
+  }
+  F& def_int(int64_t v) {
+    s_.default_value = json::Value(v);
+    return *this;
+  }
+  F& nullable() {
+    s_.nullable = true;
+    return *this;
+  }
+  F& required() {
+    s_.required = true;
+    return *this;
+  }
+  F& min(double v) {
+    s_.min = v;
+    return *this;
+  }
+  F& max(double v) {
+    s_.max = v;
+    return *this;
+  }
+  F& range(double lo, double hi) {
+    s_.min = lo;
+    s_.max = hi;
+    return *this;
+  }
   F& enums(std::vector<std::string> values, bool case_insensitive = false) {
     s_.enum_values = std::move(values);
     s_.enum_case_insensitive = case_insensitive;
     return *this;
   }
-  F& length(size_t n) { s_.length = n; return *this; }
-  F& enum_message(std::string m) { s_.enum_message = std::move(m); return *this; }
-  F& auto_rule(std::string r) { s_.auto_rule = std::move(r); return *this; }
-  F& auto_note(std::string n) { s_.auto_note = std::move(n); return *this; }
-  F& alias(std::string a) { s_.aliases.push_back(std::move(a)); return *this; }
-  F& deprecated(std::string message) { s_.deprecated = std::move(message); return *this; }
+  F& length(size_t n) {
+    s_.length = n;
+    return *this;
+  }
+  F& enum_message(std::string m) {
+    s_.enum_message = std::move(m);
+    return *this;
+  }
+  F& auto_rule(std::string r) {
+    s_.auto_rule = std::move(r);
+    return *this;
+  }
+  F& auto_note(std::string n) {
+    s_.auto_note = std::move(n);
+    return *this;
+  }
+  F& alias(std::string a) {
+    s_.aliases.push_back(std::move(a));
+    return *this;
+  }
+  F& deprecated(std::string message) {
+    s_.deprecated = std::move(message);
+    return *this;
+  }
   // Deprecated and replaced by `replacement` (giving both is an error);
   // `rename`: the value moves to the replacement as is.
   F& replaced_by(std::string replacement, bool rename) {
@@ -47,18 +87,28 @@ class F {
     s_.rename = rename;
     return *this;
   }
-  F& error(std::string message) { s_.error = std::move(message); return *this; }
-  F& object(std::shared_ptr<const ObjectSpec> spec) { s_.object = std::move(spec); return *this; }
-  F& not_used() { s_.not_used = true; return *this; }
+  F& error(std::string message) {
+    s_.error = std::move(message);
+    return *this;
+  }
+  F& object(std::shared_ptr<const ObjectSpec> spec) {
+    s_.object = std::move(spec);
+    return *this;
+  }
+  F& not_used() {
+    s_.not_used = true;
+    return *this;
+  }
   // The TrainingConfig member the key fills (config_binding.h): a value, or
   // for an object field the struct its own fields fill.
   template <typename S, typename M>
-  F& to(M S::*member) { return bind(bind_member(member)); }
+  F& to(M S::*member) {
+    return bind(bind_member(member));
+  }
   // A member reached through an accessor: .to<TrainingConfig>([](TrainingConfig& c)
   // -> auto& { return c.batch.train_batch_size; }).
   template <typename S, typename Get>
-    requires std::invocable<Get, S&>
-  F& to(Get get) { return bind(bind_accessor<S>(std::move(get))); }
+  requires std::invocable<Get, S&> F& to(Get get) { return bind(bind_accessor<S>(std::move(get))); }
   // A conversion that is more than a copy: read(value, path, struct).
   template <typename S>
   F& read(std::function<void(const json::Value&, const std::string&, S&)> reader) {
@@ -66,7 +116,9 @@ class F {
   }
   // An object field whose own fields fill S itself (no struct of its own).
   template <typename S>
-  F& flattened_into() { return bind(bind_flattened<S>()); }
+  F& flattened_into() {
+    return bind(bind_flattened<S>());
+  }
   operator FieldSpec() const& { return s_; }  // NOLINT: a builder converts implicitly
 
  private:

@@ -20,9 +20,9 @@ namespace dscore::config {
 // A section that names a plugin: {"type": ..., "params": {...}} (optimizer,
 // scheduler), a monitor section, or the "model" section.
 struct PluginRef {
-  std::string type;  // the plugin name as written (matched case-insensitively)
-  json::Value params;  // an object: the params as written, "auto" NOT yet resolved
-                                  // (the plugin's own schema resolves it)
+  std::string type;         // the plugin name as written (matched case-insensitively)
+  json::Value params;       // an object: the params as written, "auto" NOT yet resolved
+                            // (the plugin's own schema resolves it)
   std::string params_path;  // JSON path of params for messages: "optimizer.params"
   json::Location location;  // where the section starts
 };
@@ -44,7 +44,8 @@ struct Fp16Config {
   double min_loss_scale{};
   bool fp16_master_weights_and_grads{};
   // True when at least one of the five dynamic-scaling keys was given; when
-  // false each loss scaler uses its own defaults (docs/deepspeed-reference.md#loss-scaler-defaults).
+  // false each loss scaler uses its own defaults
+  // (docs/deepspeed-reference.md#loss-scaler-defaults).
   bool dynamic_args_given{};
 };
 
@@ -132,12 +133,12 @@ struct CheckpointConfig {
 struct DataConfig {
   std::string type;  // synthetic (the model's own task) | text | tokens
   std::string path;  // for text / tokens: a file or a glob pattern
-  bool shuffle{};  // text / tokens: a seeded order per epoch, else file order
+  bool shuffle{};    // text / tokens: a seeded order per epoch, else file order
 };
 
 // dscore's "comm" section.
 struct CommConfig {
-  std::string backend;  // auto: "mpi" when launched with several ranks, else "local"
+  std::string backend;   // auto: "mpi" when launched with several ranks, else "local"
   int64_t timeout_ms{};  // every collective's deadline
 };
 
@@ -151,9 +152,9 @@ struct TrainingConfig {
   bool zero_force_ds_cpu_optimizer{};
   Fp16Config fp16;
   Bf16Config bf16;
-  double gradient_clipping{};  // 0 = off
+  double gradient_clipping{};                          // 0 = off
   std::optional<std::string> communication_data_type;  // fp32 | fp16 | bf16 (lower case)
-  std::optional<std::string> grad_accum_dtype;  // data_types.grad_accum_dtype
+  std::optional<std::string> grad_accum_dtype;         // data_types.grad_accum_dtype
   bool prescale_gradients{};
   double gradient_predivide_factor{};
   bool wall_clock_breakdown{};
@@ -170,14 +171,14 @@ struct TrainingConfig {
   std::vector<PluginRef> monitors;
 
   // --- dscore keys
-  std::optional<PluginRef> model; // "model": {"type": ..., params...}
+  std::optional<PluginRef> model;  // "model": {"type": ..., params...}
   DataConfig data;
   std::vector<std::string> plugin_paths;  // "plugins": {"paths": [...]}
   CommConfig comm;
   int64_t train_steps{};  // optimizer steps `dscore run` performs (0 = not set)
   std::string checkpoint_dir;
   int64_t save_interval{};  // `dscore run` saves every N steps and at the end (0 = off)
-  uint64_t seed{};  // dscore: seeds parameter init, synthetic data, data.shuffle
+  uint64_t seed{};          // dscore: seeds parameter init, synthetic data, data.shuffle
 
   json::Value resolved;  // the whole resolved config (checkpoints keep a copy)
 };

@@ -92,12 +92,12 @@ void add_monitor_plugins(const json::Value& list, const std::string& path,
 TrainingConfig build_training_config(const json::Value& doc, const json::Value& written) {
   TrainingConfig c;
   bind_object(doc, deepspeed_schema(), "", typeid(TrainingConfig), &c);
-  // docs/deepspeed-reference.md#loss-scaler-defaults: the scalers use their own defaults unless at least
-  // one dynamic key is written (which keys were written, not their values).
+  // docs/deepspeed-reference.md#loss-scaler-defaults: the scalers use their own defaults unless at
+  // least one dynamic key is written (which keys were written, not their values).
   const json::Value* fp16 = written.is_object() ? written.find("fp16") : nullptr;
   if (fp16 && fp16->is_object())
-    for (const char* k : {"initial_scale_power", "loss_scale_window", "min_loss_scale", "hysteresis",
-                          "consecutive_hysteresis"})
+    for (const char* k : {"initial_scale_power", "loss_scale_window", "min_loss_scale",
+                          "hysteresis", "consecutive_hysteresis"})
       if (fp16->find(k)) c.fp16.dynamic_args_given = true;
   c.resolved = doc;
   return c;

@@ -24,7 +24,8 @@ class IndexPermutation {
     DSCORE_CHECK(n <= (uint64_t{1} << 62), "permutation domain too large");
     while ((uint64_t{1} << (2 * half_bits_)) < n) ++half_bits_;
     mask_ = (uint64_t{1} << half_bits_) - 1;
-    for (int r = 0; r < kRounds; ++r) keys_[r] = splitmix64(key ^ splitmix64(static_cast<uint64_t>(r) + 1));
+    for (int r = 0; r < kRounds; ++r)
+      keys_[r] = splitmix64(key ^ splitmix64(static_cast<uint64_t>(r) + 1));
   }
 
   uint64_t size() const { return n_; }

@@ -23,9 +23,9 @@ class DistributedSampler {
 
   SampleRange micro_batch(int64_t global_step, int64_t micro_step) const {
     const int64_t micro = batch_.train_micro_batch_size_per_gpu;
-    return {global_step * batch_.train_batch_size + micro_step * micro * world_size_ +
-                rank_ * micro,
-            micro};
+    return {
+        global_step * batch_.train_batch_size + micro_step * micro * world_size_ + rank_ * micro,
+        micro};
   }
 
  private:

@@ -36,26 +36,37 @@ class Timed {
 std::vector<config::ConfigError> unsupported_features(const config::TrainingConfig& config) {
   std::vector<config::ConfigError> out;
   if (config.zero.offload_optimizer && config.zero.offload_optimizer->device != "none")
-    out.push_back({"zero_optimization.offload_optimizer.device", {},
-                   "optimizer offload is not available in this dscore build yet; set \"device\": \"none\""});
+    out.push_back(
+        {"zero_optimization.offload_optimizer.device",
+         {},
+         "optimizer offload is not available in this dscore build yet; set \"device\": \"none\""});
   if (config.zero.offload_param && config.zero.offload_param->device != "none")
-    out.push_back({"zero_optimization.offload_param.device", {},
-                   "parameter offload is not available in this dscore build yet; set \"device\": \"none\""});
+    out.push_back(
+        {"zero_optimization.offload_param.device",
+         {},
+         "parameter offload is not available in this dscore build yet; set \"device\": \"none\""});
   if (config.checkpoint.load_universal)
-    out.push_back({"checkpoint.load_universal", {},
-                   "dscore checkpoints load at any world size and stage without a universal-checkpoint "
-                   "conversion; remove checkpoint.load_universal (DeepSpeed universal checkpoints are not read)"});
+    out.push_back(
+        {"checkpoint.load_universal",
+         {},
+         "dscore checkpoints load at any world size and stage without a universal-checkpoint "
+         "conversion; remove checkpoint.load_universal (DeepSpeed universal checkpoints are not "
+         "read)"});
   if (config.checkpoint.use_node_local_storage)
-    out.push_back({"checkpoint.use_node_local_storage", {},
-                   "checkpoints need one folder every rank sees (a shared filesystem); node-local storage is not "
+    out.push_back({"checkpoint.use_node_local_storage",
+                   {},
+                   "checkpoints need one folder every rank sees (a shared filesystem); node-local "
+                   "storage is not "
                    "available yet: remove checkpoint.use_node_local_storage"});
   if (config.communication_data_type) {
     const std::string grad = sdk::dtype_name(zero::grad_dtype_of(config));
     if (*config.communication_data_type != grad)
-      out.push_back({"communication_data_type", {},
+      out.push_back({"communication_data_type",
+                     {},
                      "dscore reduces gradients in their accumulation dtype (" + grad +
                          " here); remove communication_data_type or set "
-                         "data_types.grad_accum_dtype to \"" + *config.communication_data_type + "\""});
+                         "data_types.grad_accum_dtype to \"" +
+                         *config.communication_data_type + "\""});
   }
   return out;
 }
@@ -77,7 +88,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   engine->host_->set_communicator(DSCORE_GROUP_DATA_PARALLEL, engine->comm_->host_table());
   engine->stream_ = std::make_unique<comm::CommStream>();
   engine->model_ = std::move(components.model);
-  engine->schedule_ = std::make_unique<LrSchedule>(std::move(components.scheduler), components.base_lr);
+  engine->schedule_ =
+      std::make_unique<LrSchedule>(std::move(components.scheduler), components.base_lr);
   engine->monitors_ = MonitorHub(std::move(components.monitors));
   DSCORE_ASSIGN_OR_RETURN(engine->layout_,
                           ParamLayout::from_description(engine->model_->description()));
@@ -90,14 +102,15 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   ctx.grad_dtype = zero::grad_dtype_of(config);
   engine->strategy_ = zero::make_zero_strategy(ctx);
   DSCORE_RETURN_IF_ERROR(engine->strategy_->initialise(*engine->model_));
-  DSCORE_ASSIGN_OR_RETURN(engine->optimizer_,
-                          OptimizerRunner::create(std::move(components.optimizer), engine->strategy_.get(),
-                                                  engine->layout_, ctx.model_dtype, ctx.grad_dtype,
-                                                  config.zero.stage));
+  DSCORE_ASSIGN_OR_RETURN(
+      engine->optimizer_,
+      OptimizerRunner::create(std::move(components.optimizer), engine->strategy_.get(),
+                              engine->layout_, ctx.model_dtype, ctx.grad_dtype, config.zero.stage));
   engine->scaler_ = zero::LossScaler::from_config(config.fp16);
   if (config.wall_clock_breakdown) engine->phases_ = std::make_unique<PhaseTimers>();
   if (config.flops_profiler.enabled)
-    engine->flops_ = std::make_unique<FlopsProbe>(config, engine->layout_, engine->comm_->world_size());
+    engine->flops_ =
+        std::make_unique<FlopsProbe>(config, engine->layout_, engine->comm_->world_size());
   engine->acquired_.assign(engine->layout_.layer_count(), 0);
   return engine;
 }
@@ -128,7 +141,8 @@ dscore_status Engine::hook_acquire(void* ctx, size_t layer, dscore_acquire_mode 
   if (mode == DSCORE_ACQUIRE_BACKWARD && self->phases_) self->phases_->backward_begin();
   Status status = self->strategy_->acquire(layer, mode, out);
   if (!status.ok()) return self->fail_hook(status.code(), status.message());
-  if (mode == DSCORE_ACQUIRE_FORWARD && self->flops_ && self->flops_->profiling(self->global_steps_))
+  if (mode == DSCORE_ACQUIRE_FORWARD && self->flops_ &&
+      self->flops_->profiling(self->global_steps_))
     self->flops_->forward_acquired(layer);
   self->acquired_[layer] += 1;
   return DSCORE_OK;
@@ -178,7 +192,8 @@ Status Engine::check_model_call(const Status& model_status) {
     if (acquired_[l] != 0) {
       acquired_.assign(acquired_.size(), 0);
       return Status(DSCORE_INVALID_ARGUMENT, model_->display_name() + " returned with layer " +
-                                                 std::to_string(l) + " still acquired; every "
+                                                 std::to_string(l) +
+                                                 " still acquired; every "
                                                  "acquire needs a release");
     }
   }
@@ -195,15 +210,16 @@ Result<double> Engine::forward_backward(const dscore_batch& batch) {
   const bool boundary = is_gradient_accumulation_boundary();
   if (boundary) {
     // The optimizer may take over gradient communication for this update.
-    DSCORE_ASSIGN_OR_RETURN(const bool reduce,
-                            optimizer_->wants_reduced_gradients(global_steps_ - skipped_steps_ + 1));
+    DSCORE_ASSIGN_OR_RETURN(
+        const bool reduce, optimizer_->wants_reduced_gradients(global_steps_ - skipped_steps_ + 1));
     DSCORE_RETURN_IF_ERROR(strategy_->set_gradient_reduction(reduce));
   }
   strategy_->begin_micro_step(boundary);
   if (phases_) phases_->forward_backward_begin();
   double loss = 0;
   // DeepSpeed divides the loss by gas before backward; fp16 scales it.
-  Status status = model_->forward_backward(batch, hooks, scaler_.scale() / static_cast<double>(gas), &loss);
+  Status status =
+      model_->forward_backward(batch, hooks, scaler_.scale() / static_cast<double>(gas), &loss);
   if (phases_) phases_->model_returned();
   // Reductions already queued must finish before anything else happens,
   // also when the model failed.
@@ -277,9 +293,9 @@ Status Engine::boundary_step() {
   zero::SquareSum local;
   {
     Timed statistics(&timing_.statistics_ns);
-    local = zero::sum_squares(
-        static_cast<char*>(strategy_->owned_grads()) + begin * static_cast<int64_t>(sdk::dtype_size(gd)), gd,
-        end - begin);
+    local = zero::sum_squares(static_cast<char*>(strategy_->owned_grads()) +
+                                  begin * static_cast<int64_t>(sdk::dtype_size(gd)),
+                              gd, end - begin);
   }
   const int world = comm_->world_size();
   double mine[4] = {local.hi, local.lo, local.non_finite ? 1.0 : 0.0, loss_accumulator_};
@@ -322,10 +338,11 @@ Status Engine::boundary_step() {
   } else {
     skipped_steps_ += 1;
     if (rank() == 0)
-      log_warning("step " + std::to_string(global_steps_ + 1) +
-                  (config_.fp16.enabled ? ": fp16 gradient overflow" : ": non-finite gradients") +
-                  "; the update is skipped" +
-                  (config_.fp16.enabled ? ", loss scale now " + format_double(scaler_.scale()) : ""));
+      log_warning(
+          "step " + std::to_string(global_steps_ + 1) +
+          (config_.fp16.enabled ? ": fp16 gradient overflow" : ": non-finite gradients") +
+          "; the update is skipped" +
+          (config_.fp16.enabled ? ", loss scale now " + format_double(scaler_.scale()) : ""));
   }
   {
     Timed statistics(&timing_.statistics_ns);
@@ -353,7 +370,8 @@ std::vector<ScalarEvent> Engine::boundary_events(int64_t samples_before) const {
   events.push_back({"Train/Samples/train_loss", last_rank_loss_, samples_before});
   const std::vector<double> lr = get_lr();
   events.push_back({"Train/Samples/lr", lr.empty() ? 0.0 : lr[0], global_samples_});
-  if (config_.fp16.enabled) events.push_back({"Train/Samples/loss_scale", scaler_.scale(), global_samples_});
+  if (config_.fp16.enabled)
+    events.push_back({"Train/Samples/loss_scale", scaler_.scale(), global_samples_});
   return events;
 }
 
@@ -373,11 +391,16 @@ zero::MemoryPlan Engine::measured_memory() const {
   zero::MemoryPlan m;
   for (const auto& [tag, bytes] : memory_by_tag()) {
     const int64_t b = static_cast<int64_t>(bytes);
-    if (tag.rfind("parameters ", 0) == 0) m.parameters += b;
-    else if (tag.rfind("gradients ", 0) == 0 || tag == "gradient partition") m.gradients += b;
-    else if (tag == "master weights fp32") m.master += b;
-    else if (tag.rfind("optimizer ", 0) == 0) m.optimizer += b;
-    else if (tag == "gradient bucket" || tag == "gathered parameters" || tag == "persistent parameters")
+    if (tag.rfind("parameters ", 0) == 0)
+      m.parameters += b;
+    else if (tag.rfind("gradients ", 0) == 0 || tag == "gradient partition")
+      m.gradients += b;
+    else if (tag == "master weights fp32")
+      m.master += b;
+    else if (tag.rfind("optimizer ", 0) == 0)
+      m.optimizer += b;
+    else if (tag == "gradient bucket" || tag == "gathered parameters" ||
+             tag == "persistent parameters")
       m.buffers += b;
   }
   return m;

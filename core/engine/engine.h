@@ -27,9 +27,9 @@
 #include "core/config/config.h"
 #include "core/config/json.h"
 #include "core/config/training_config.h"
+#include "core/engine/flops_probe.h"
 #include "core/engine/lr_schedule.h"
 #include "core/engine/monitor_hub.h"
-#include "core/engine/flops_probe.h"
 #include "core/engine/optimizer_runner.h"
 #include "core/engine/phase_timers.h"
 #include "core/model/model.h"
@@ -46,14 +46,14 @@ namespace dscore {
 // wall - model compute - optimizer - gradient statistics - comm wait.
 struct EngineTiming {
   int64_t micro_steps = 0;
-  int64_t steps = 0;              // accumulation boundaries
+  int64_t steps = 0;  // accumulation boundaries
   int64_t forward_backward_ns = 0;
-  int64_t hooks_ns = 0;           // inside acquire/release/grads_ready
-  int64_t reduce_finish_ns = 0;   // after the model returned: finishing reductions
+  int64_t hooks_ns = 0;          // inside acquire/release/grads_ready
+  int64_t reduce_finish_ns = 0;  // after the model returned: finishing reductions
   int64_t step_ns = 0;
-  int64_t optimizer_ns = 0;       // the optimizer plugin over the owned space
-  int64_t statistics_ns = 0;      // gradient norm and overflow pass, zeroing
-  int64_t comm_wait_ns = 0;       // inside the comm stream's submit/wait (in hooks and in step)
+  int64_t optimizer_ns = 0;   // the optimizer plugin over the owned space
+  int64_t statistics_ns = 0;  // gradient norm and overflow pass, zeroing
+  int64_t comm_wait_ns = 0;   // inside the comm stream's submit/wait (in hooks and in step)
   int64_t model_ns() const { return forward_backward_ns - hooks_ns - reduce_finish_ns; }
   int64_t wall_ns() const { return forward_backward_ns + step_ns; }
   int64_t overhead_ns() const {
@@ -66,13 +66,13 @@ struct EngineTiming {
 struct EngineComponents {
   std::unique_ptr<Model> model;
   std::unique_ptr<plugin_host::OptimizerInstance> optimizer;
-  double base_lr = 0;  // the optimizer's configured lr
-  std::unique_ptr<plugin_host::SchedulerInstance> scheduler;            // optional
+  double base_lr = 0;                                         // the optimizer's configured lr
+  std::unique_ptr<plugin_host::SchedulerInstance> scheduler;  // optional
   std::vector<std::unique_ptr<plugin_host::MonitorInstance>> monitors;  // rank 0 only
   std::unique_ptr<comm::Communicator> comm;                             // required
   // The context the plugin instances above live in (one per engine); the
   // engine installs comm in it as the world and data-parallel group.
-  std::shared_ptr<plugin_host::HostContext> host;                       // required
+  std::shared_ptr<plugin_host::HostContext> host;  // required
 };
 
 // Config settings this engine cannot run yet, each with its JSON path and
@@ -160,7 +160,8 @@ class Engine {
   // Collective. Loads a checkpoint saved at any world size and ZeRO stage
   // (re-partitioning), verifying every tensor's checksum. After a failure
   // the engine's state is undefined: do not train it further.
-  Result<LoadedCheckpoint> load_checkpoint(const std::string& dir, const LoadCheckpointOptions& options = {});
+  Result<LoadedCheckpoint> load_checkpoint(const std::string& dir,
+                                           const LoadCheckpointOptions& options = {});
   // What this rank planned to hold, and what it holds (counted allocations).
   zero::ZeroPlan plan() const;
   zero::MemoryPlan measured_memory() const;
@@ -180,10 +181,11 @@ class Engine {
   // Checkpoint pieces (engine_checkpoint.cc).
   Status check_at_boundary(const char* what) const;
   Result<std::string> agree_on_tag(const std::string& wanted);
-  Status write_checkpoint_files(const std::string& folder, const std::string& tag, const std::string& id,
-                                const json::Value& client_state);
+  Status write_checkpoint_files(const std::string& folder, const std::string& tag,
+                                const std::string& id, const json::Value& client_state);
   json::Value training_state(const json::Value& client_state) const;
-  Result<LoadedCheckpoint> read_checkpoint(const std::string& dir, const LoadCheckpointOptions& options);
+  Result<LoadedCheckpoint> read_checkpoint(const std::string& dir,
+                                           const LoadCheckpointOptions& options);
   Status restore_training_state(const json::Value& state, const std::string& folder,
                                 const LoadCheckpointOptions& options, int saved_world);
 

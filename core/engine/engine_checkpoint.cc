@@ -44,7 +44,8 @@ constexpr size_t kMaxTagBytes = 256;
 std::string random_id() {
   std::random_device device;
   const uint64_t a = (static_cast<uint64_t>(device()) << 32) ^ device();
-  const uint64_t b = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+  const uint64_t b =
+      static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
   return ck::format_checksum(a ^ (b * 0x9e3779b97f4a7c15ull)).substr(5);
 }
 
@@ -54,8 +55,8 @@ json::Value shape_json(const std::vector<int64_t>& shape) {
   return v;
 }
 
-Status publish(const std::string& dir, const std::string& tag, const std::string& staging, bool save_latest,
-               int rank) {
+Status publish(const std::string& dir, const std::string& tag, const std::string& staging,
+               bool save_latest, int rank) {
   bool exchanged = false;
   DSCORE_RETURN_IF_ERROR(ck::rename_or_exchange(staging, dir + "/" + tag, &exchanged));
   DSCORE_RETURN_IF_ERROR(ck::sync_folder(dir));
@@ -71,7 +72,8 @@ Status prepare_staging(const std::string& dir, const std::string& staging) {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (entry.is_directory() && name.size() > 8 && name.compare(name.size() - 8, 8, ".partial") == 0)
+    if (entry.is_directory() && name.size() > 8 &&
+        name.compare(name.size() - 8, 8, ".partial") == 0)
       DSCORE_RETURN_IF_ERROR(ck::remove_tree(entry.path().string()));
   }
   if (ec) return ck::file_error("cannot list", dir, ec.value());
@@ -85,7 +87,8 @@ Status prepare_staging(const std::string& dir, const std::string& staging) {
 Status Engine::check_at_boundary(const char* what) const {
   const int64_t gas = config_.batch.gradient_accumulation_steps;
   if (micro_steps_ % gas == 0) return Status::Ok();
-  return failed_precondition(std::string(what) + " in the middle of a gradient accumulation cycle (micro step " +
+  return failed_precondition(std::string(what) +
+                             " in the middle of a gradient accumulation cycle (micro step " +
                              std::to_string(micro_steps_ % gas) + " of " + std::to_string(gas) +
                              "): call it after the step() that completes the cycle");
 }
@@ -94,15 +97,17 @@ Result<std::string> Engine::agree_on_tag(const std::string& wanted) {
   DSCORE_ASSIGN_OR_RETURN(std::string tag, comm::broadcast_string(*comm_, wanted, kMaxTagBytes));
   const std::string& mode = config_.checkpoint.tag_validation;
   if (mode != "IGNORE") {
-    const Status mine = tag == wanted ? Status::Ok()
-                                      : invalid_argument("its tag is \"" + wanted + "\", rank 0's \"" + tag + "\"");
+    const Status mine =
+        tag == wanted ? Status::Ok()
+                      : invalid_argument("its tag is \"" + wanted + "\", rank 0's \"" + tag + "\"");
     const Status all = comm::agree(*comm_, mine);
     if (!all.ok() && mode == "FAIL")
-      return failed_precondition("checkpoint tags differ across ranks (" + all.message() +
-                                 ") and checkpoint.tag_validation is FAIL: pass the same tag on every rank");
+      return failed_precondition(
+          "checkpoint tags differ across ranks (" + all.message() +
+          ") and checkpoint.tag_validation is FAIL: pass the same tag on every rank");
     if (!all.ok() && rank() == 0)
-      log_warning("checkpoint tags differ across ranks (" + all.message() + "); saving under rank 0's tag \"" +
-                  tag + "\" (checkpoint.tag_validation WARN)");
+      log_warning("checkpoint tags differ across ranks (" + all.message() +
+                  "); saving under rank 0's tag \"" + tag + "\" (checkpoint.tag_validation WARN)");
   }
   DSCORE_RETURN_IF_ERROR(ck::check_tag(tag));
   return tag;
@@ -113,20 +118,24 @@ Status Engine::save_checkpoint(const std::string& dir, const SaveCheckpointOptio
   if (dir.empty()) return invalid_argument("save_checkpoint needs a folder");
   DSCORE_RETURN_IF_ERROR(stream_->synchronize());
   DSCORE_ASSIGN_OR_RETURN(
-      std::string tag, agree_on_tag(options.tag.empty() ? ck::default_tag(global_steps_) : options.tag));
+      std::string tag,
+      agree_on_tag(options.tag.empty() ? ck::default_tag(global_steps_) : options.tag));
   DSCORE_ASSIGN_OR_RETURN(std::string id, comm::broadcast_string(*comm_, random_id(), 64));
   const std::string staging = dir + "/" + tag + ".partial";
   const std::string where = "checkpoint " + tag + " in " + dir;
   const Status prepared = rank() == 0 ? prepare_staging(dir, staging) : Status::Ok();
   DSCORE_RETURN_IF_ERROR(comm::agree(*comm_, prepared).with_context("cannot save " + where));
-  const Status written = comm::agree(*comm_, write_checkpoint_files(staging, tag, id, options.client_state));
+  const Status written =
+      comm::agree(*comm_, write_checkpoint_files(staging, tag, id, options.client_state));
   if (!written.ok()) {
     if (rank() == 0) (void)ck::remove_tree(staging);
     return Status(written.code(), "cannot save " + where + ": " + written.message() +
-                                      "; the previous checkpoint and " + dir + "/latest are unchanged");
+                                      "; the previous checkpoint and " + dir +
+                                      "/latest are unchanged");
   }
   failpoint("checkpoint.before_publish", rank());
-  const Status published = rank() == 0 ? publish(dir, tag, staging, options.save_latest, 0) : Status::Ok();
+  const Status published =
+      rank() == 0 ? publish(dir, tag, staging, options.save_latest, 0) : Status::Ok();
   DSCORE_RETURN_IF_ERROR(comm::agree(*comm_, published).with_context("cannot publish " + where));
   if (rank() == 0) log_info("saved " + where);
   return Status::Ok();
@@ -184,7 +193,8 @@ json::Value Engine::training_state(const json::Value& client_state) const {
   }
   optimizer.set("slots", std::move(slots));
   s.set("optimizer", std::move(optimizer));
-  json::Value sampler = json::Value::object();  // batches are a function of the step (core/data/sampler.h)
+  json::Value sampler =
+      json::Value::object();  // batches are a function of the step (core/data/sampler.h)
   sampler.set("next_global_step", json::Value(global_steps_));
   sampler.set("train_batch_size", json::Value(config_.batch.train_batch_size));
   s.set("data_sampler", std::move(sampler));
@@ -196,8 +206,8 @@ json::Value Engine::training_state(const json::Value& client_state) const {
   return s;
 }
 
-Status Engine::write_checkpoint_files(const std::string& folder, const std::string& tag, const std::string& id,
-                                      const json::Value& client_state) {
+Status Engine::write_checkpoint_files(const std::string& folder, const std::string& tag,
+                                      const std::string& id, const json::Value& client_state) {
   const int stage = config_.zero.stage;
   const dscore_dtype md = zero::model_dtype_of(config_);
   const auto& params = layout_.params();
@@ -215,13 +225,15 @@ Status Engine::write_checkpoint_files(const std::string& folder, const std::stri
   auto add = [&](const std::string& slot, const std::string& param, int64_t begin, int64_t numel,
                  int64_t values, dscore_dtype dtype, const void* data, std::vector<int64_t> shape) {
     const std::string name = slot == ck::kParamSlot ? param : slot + "/" + param;
-    tensors.push_back({{name, dtype, shape.empty() ? std::vector<int64_t>{values} : std::move(shape)}, data});
+    tensors.push_back(
+        {{name, dtype, shape.empty() ? std::vector<int64_t>{values} : std::move(shape)}, data});
     header.fragments.push_back({name, param, slot, begin, numel});
   };
   const float* master = strategy_->owned_master();
   const std::vector<zero::OwnedSegment> segments = strategy_->checkpoint_segments();
   for (const zero::OwnedSegment& s : segments)
-    add(ck::kMasterSlot, params[s.param].name, s.element, s.numel, s.numel, DSCORE_DTYPE_F32, master + s.offset, {});
+    add(ck::kMasterSlot, params[s.param].name, s.element, s.numel, s.numel, DSCORE_DTYPE_F32,
+        master + s.offset, {});
   const std::vector<zero::StateSlot> slots = optimizer_->slots();
   for (size_t k = 0; k < slots.size(); ++k) {
     const char* base = static_cast<const char*>(optimizer_->slot_data(k));
@@ -233,11 +245,14 @@ Status Engine::write_checkpoint_files(const std::string& folder, const std::stri
   std::string optimizer_extra;
   if (optimizer_->instance().has_extra_state()) {
     DSCORE_ASSIGN_OR_RETURN(optimizer_extra, optimizer_->instance().save_extra_state());
-    tensors.push_back({{ck::kOptimizerExtraTensor, DSCORE_DTYPE_U8, {static_cast<int64_t>(optimizer_extra.size())}},
+    tensors.push_back({{ck::kOptimizerExtraTensor,
+                        DSCORE_DTYPE_U8,
+                        {static_cast<int64_t>(optimizer_extra.size())}},
                        optimizer_extra.data()});
   }
-  DSCORE_RETURN_IF_ERROR(ck::write_safetensors(folder + "/" + ck::optim_states_name(config_.bf16.enabled, rank()),
-                                               tensors, ck::header_metadata(header), midway));
+  DSCORE_RETURN_IF_ERROR(
+      ck::write_safetensors(folder + "/" + ck::optim_states_name(config_.bf16.enabled, rank()),
+                            tensors, ck::header_metadata(header), midway));
   failpoint("checkpoint.between_files", rank());
 
   // The model states: the parameters as the model holds them, and the
@@ -253,9 +268,12 @@ Status Engine::write_checkpoint_files(const std::string& folder, const std::stri
         r.numel == p.numel ? p.shape : std::vector<int64_t>{r.numel});
   }
   std::string scheduler_extra;
-  if (plugin_host::SchedulerInstance* sched = schedule_->scheduler(); sched != nullptr && sched->has_extra_state()) {
+  if (plugin_host::SchedulerInstance* sched = schedule_->scheduler();
+      sched != nullptr && sched->has_extra_state()) {
     DSCORE_ASSIGN_OR_RETURN(scheduler_extra, sched->save_extra_state());
-    tensors.push_back({{ck::kSchedulerExtraTensor, DSCORE_DTYPE_U8, {static_cast<int64_t>(scheduler_extra.size())}},
+    tensors.push_back({{ck::kSchedulerExtraTensor,
+                        DSCORE_DTYPE_U8,
+                        {static_cast<int64_t>(scheduler_extra.size())}},
                        scheduler_extra.data()});
   }
   header.state = training_state(client_state);
@@ -265,7 +283,8 @@ Status Engine::write_checkpoint_files(const std::string& folder, const std::stri
 
 // ---------------------------------------------------------------- load
 
-Result<LoadedCheckpoint> Engine::load_checkpoint(const std::string& dir, const LoadCheckpointOptions& options) {
+Result<LoadedCheckpoint> Engine::load_checkpoint(const std::string& dir,
+                                                 const LoadCheckpointOptions& options) {
   DSCORE_RETURN_IF_ERROR(check_at_boundary("load_checkpoint"));
   DSCORE_RETURN_IF_ERROR(stream_->synchronize());
   Result<LoadedCheckpoint> local = read_checkpoint(dir, options);
@@ -274,12 +293,14 @@ Result<LoadedCheckpoint> Engine::load_checkpoint(const std::string& dir, const L
   optimizer_->write_16bit_copy();
   DSCORE_RETURN_IF_ERROR(strategy_->after_update());
   if (rank() == 0)
-    log_info("loaded checkpoint " + local->path + " (saved by " + std::to_string(local->saved_world_size) +
-             " rank(s) at ZeRO stage " + std::to_string(local->saved_zero_stage) + ")");
+    log_info("loaded checkpoint " + local->path + " (saved by " +
+             std::to_string(local->saved_world_size) + " rank(s) at ZeRO stage " +
+             std::to_string(local->saved_zero_stage) + ")");
   return local;
 }
 
-Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir, const LoadCheckpointOptions& options) {
+Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir,
+                                                 const LoadCheckpointOptions& options) {
   DSCORE_ASSIGN_OR_RETURN(ck::CheckpointInfo info, ck::open_checkpoint(dir, options.tag));
   const ck::FileHeader& header0 = info.header0;
   const json::Value& state = info.state();
@@ -294,18 +315,22 @@ Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir, const L
   // The saved parameters must be this model's.
   const auto& params = layout_.params();
   for (const ParamEntry& p : params) {
-    auto it = std::find_if(saved.begin(), saved.end(), [&](const ck::SavedParam& s) { return s.name == p.name; });
+    auto it = std::find_if(saved.begin(), saved.end(),
+                           [&](const ck::SavedParam& s) { return s.name == p.name; });
     if (it == saved.end())
-      return failed_precondition("checkpoint " + loaded.path + " has no parameter " + p.name +
-                                 ": it was saved from a different model; check the \"model\" section");
+      return failed_precondition(
+          "checkpoint " + loaded.path + " has no parameter " + p.name +
+          ": it was saved from a different model; check the \"model\" section");
     if (it->shape != p.shape)
-      return failed_precondition("checkpoint " + loaded.path + " has parameter " + p.name + " with shape " +
-                                 ck::shape_text(it->shape) + " but the model's is " + ck::shape_text(p.shape) +
+      return failed_precondition("checkpoint " + loaded.path + " has parameter " + p.name +
+                                 " with shape " + ck::shape_text(it->shape) +
+                                 " but the model's is " + ck::shape_text(p.shape) +
                                  ": the \"model\" section differs from the one that saved it");
   }
   if (saved.size() != params.size())
-    return failed_precondition("checkpoint " + loaded.path + " has " + std::to_string(saved.size()) +
-                               " parameters but the model has " + std::to_string(params.size()) +
+    return failed_precondition("checkpoint " + loaded.path + " has " +
+                               std::to_string(saved.size()) + " parameters but the model has " +
+                               std::to_string(params.size()) +
                                ": it was saved from a different model");
 
   const bool weights_only = options.load_module_only || !options.load_optimizer_states;
@@ -319,8 +344,8 @@ Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir, const L
   const char* master_slot = weights_only ? ck::kParamSlot : ck::kMasterSlot;
   DSCORE_RETURN_IF_ERROR(set.check_complete(master_slot, saved));
   for (const zero::OwnedSegment& s : segments)
-    DSCORE_RETURN_IF_ERROR(set.read(master_slot, params[s.param].name, s.element, s.numel, 1, DSCORE_DTYPE_F32,
-                                    master + s.offset));
+    DSCORE_RETURN_IF_ERROR(set.read(master_slot, params[s.param].name, s.element, s.numel, 1,
+                                    DSCORE_DTYPE_F32, master + s.offset));
   if (!weights_only) {
     const std::vector<zero::StateSlot> slots = optimizer_->slots();
     std::vector<std::string> have, want;
@@ -328,24 +353,31 @@ Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir, const L
       have.push_back(ck::member(e, "name").is_string() ? ck::member(e, "name").as_string() : "?");
     for (const zero::StateSlot& slot : slots) want.push_back(slot.name);
     if (have != want)
-      return failed_precondition("checkpoint " + loaded.path + " has optimizer state [" + join(have, ", ") +
-                                 "] but the configured optimizer declares [" + join(want, ", ") +
-                                 "]: load with load_optimizer_states=false to take only the weights");
+      return failed_precondition(
+          "checkpoint " + loaded.path + " has optimizer state [" + join(have, ", ") +
+          "] but the configured optimizer declares [" + join(want, ", ") +
+          "]: load with load_optimizer_states=false to take only the weights");
     for (size_t k = 0; k < slots.size(); ++k) {
       DSCORE_RETURN_IF_ERROR(set.check_complete(slots[k].name, saved));
       char* base = static_cast<char*>(optimizer_->slot_data(k));
       const size_t es = sdk::dtype_size(slots[k].dtype);
       const uint32_t epp = slots[k].elements_per_param;
       for (const zero::OwnedSegment& s : segments)
-        DSCORE_RETURN_IF_ERROR(set.read(slots[k].name, params[s.param].name, s.element, s.numel, epp, slots[k].dtype,
+        DSCORE_RETURN_IF_ERROR(set.read(slots[k].name, params[s.param].name, s.element, s.numel,
+                                        epp, slots[k].dtype,
                                         base + static_cast<size_t>(s.offset) * epp * es));
     }
     if (optimizer_->instance().has_extra_state()) {
       if (header0.world_size != world_size())
-        return failed_precondition("optimizer " + optimizer_->instance().info().name + " keeps per-rank state that was "
-                                   "saved by " + std::to_string(header0.world_size) + " rank(s) and cannot be split "
-                                   "across " + std::to_string(world_size()) +
-                                   ": load with load_optimizer_states=false, or at the saved world size");
+        return failed_precondition(
+            "optimizer " + optimizer_->instance().info().name +
+            " keeps per-rank state that was "
+            "saved by " +
+            std::to_string(header0.world_size) +
+            " rank(s) and cannot be split "
+            "across " +
+            std::to_string(world_size()) +
+            ": load with load_optimizer_states=false, or at the saved world size");
       const ck::SafetensorsReader& mine = set.files()[static_cast<size_t>(rank())];
       const ck::TensorInfo* extra = mine.find(ck::kOptimizerExtraTensor);
       if (extra == nullptr) return data_loss(mine.path() + " has no " + ck::kOptimizerExtraTensor);
@@ -357,7 +389,8 @@ Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir, const L
   if (!options.load_module_only)
     DSCORE_RETURN_IF_ERROR(restore_training_state(state, loaded.path, options, header0.world_size));
   if (plugin_host::SchedulerInstance* sched = schedule_->scheduler();
-      !options.load_module_only && options.load_lr_scheduler_states && sched != nullptr && sched->has_extra_state()) {
+      !options.load_module_only && options.load_lr_scheduler_states && sched != nullptr &&
+      sched->has_extra_state()) {
     const ck::SafetensorsReader& model0 = info.model0;
     const ck::TensorInfo* extra = model0.find(ck::kSchedulerExtraTensor);
     if (extra == nullptr) return data_loss(model0.path() + " has no " + ck::kSchedulerExtraTensor);
@@ -380,7 +413,8 @@ Status Engine::restore_training_state(const json::Value& state, const std::strin
   skipped_steps_ = int_member(counters, "skipped_steps", 0);
   micro_steps_ = global_steps_ * config_.batch.gradient_accumulation_steps;
   const json::Value& ls = member(state, "loss_scaler");
-  if (config_.fp16.enabled && scaler_.is_dynamic() && member(ls, "dynamic").is_bool() && member(ls, "dynamic").as_bool()) {
+  if (config_.fp16.enabled && scaler_.is_dynamic() && member(ls, "dynamic").is_bool() &&
+      member(ls, "dynamic").as_bool()) {
     zero::LossScaler::State s;
     s.scale = number_member(ls, "scale", scaler_.scale());
     s.iteration = int_member(ls, "iteration", 0);
@@ -389,12 +423,14 @@ Status Engine::restore_training_state(const json::Value& state, const std::strin
     scaler_.restore(s);
   }
   if (options.load_lr_scheduler_states)
-    schedule_->set_iteration(int_member(member(state, "lr_scheduler"), "last_batch_iteration", schedule_->iteration()));
+    schedule_->set_iteration(
+        int_member(member(state, "lr_scheduler"), "last_batch_iteration", schedule_->iteration()));
   const int64_t saved_batch = int_member(member(state, "data_sampler"), "train_batch_size", 0);
   if (saved_batch != config_.batch.train_batch_size && rank() == 0)
-    log_warning("checkpoint " + folder + " was trained with train_batch_size " + std::to_string(saved_batch) +
-                " (at " + std::to_string(saved_world) + " rank(s)); this run uses " +
-                std::to_string(config_.batch.train_batch_size) + ", so it reads different batches than an "
+    log_warning("checkpoint " + folder + " was trained with train_batch_size " +
+                std::to_string(saved_batch) + " (at " + std::to_string(saved_world) +
+                " rank(s)); this run uses " + std::to_string(config_.batch.train_batch_size) +
+                ", so it reads different batches than an "
                 "uninterrupted run would");
   return Status::Ok();
 }
@@ -403,7 +439,8 @@ Status Engine::restore_training_state(const json::Value& state, const std::strin
 
 Status Engine::gather_optimizer_state(size_t slot, std::vector<float>* out) {
   const std::vector<zero::StateSlot> slots = optimizer_->slots();
-  if (slot >= slots.size()) return invalid_argument("no optimizer state slot " + std::to_string(slot));
+  if (slot >= slots.size())
+    return invalid_argument("no optimizer state slot " + std::to_string(slot));
   DSCORE_RETURN_IF_ERROR(stream_->synchronize());
   const uint32_t epp = slots[slot].elements_per_param;
   const int64_t total = layout_.total_numel() * epp;
@@ -413,15 +450,18 @@ Status Engine::gather_optimizer_state(size_t slot, std::vector<float>* out) {
   const size_t es = sdk::dtype_size(slots[slot].dtype);
   for (const zero::OwnedSegment& s : strategy_->owned_segments()) {
     const int64_t at = (layout_.params()[s.param].offset + s.element) * epp;
-    DSCORE_RETURN_IF_ERROR(ck::convert_values(base + static_cast<size_t>(s.offset) * epp * es, slots[slot].dtype,
-                                              mine.data() + at, DSCORE_DTYPE_F32, s.numel * epp));
+    DSCORE_RETURN_IF_ERROR(ck::convert_values(base + static_cast<size_t>(s.offset) * epp * es,
+                                              slots[slot].dtype, mine.data() + at, DSCORE_DTYPE_F32,
+                                              s.numel * epp));
     std::fill(owned.begin() + at, owned.begin() + at + s.numel * epp, 1);
   }
   const int world = world_size();
   std::vector<float> values(mine.size() * static_cast<size_t>(world));
   std::vector<uint8_t> masks(owned.size() * static_cast<size_t>(world));
-  DSCORE_RETURN_IF_ERROR(comm_->allgather({mine.data(), DSCORE_DTYPE_F32, total}, {values.data(), DSCORE_DTYPE_F32, total * world}));
-  DSCORE_RETURN_IF_ERROR(comm_->allgather({owned.data(), DSCORE_DTYPE_U8, total}, {masks.data(), DSCORE_DTYPE_U8, total * world}));
+  DSCORE_RETURN_IF_ERROR(comm_->allgather({mine.data(), DSCORE_DTYPE_F32, total},
+                                          {values.data(), DSCORE_DTYPE_F32, total * world}));
+  DSCORE_RETURN_IF_ERROR(comm_->allgather({owned.data(), DSCORE_DTYPE_U8, total},
+                                          {masks.data(), DSCORE_DTYPE_U8, total * world}));
   out->assign(static_cast<size_t>(total), 0.0f);
   for (int64_t i = 0; i < total; ++i)
     for (int r = 0; r < world; ++r)

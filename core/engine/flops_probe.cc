@@ -4,7 +4,8 @@
 
 namespace dscore {
 
-FlopsProbe::FlopsProbe(const config::TrainingConfig& config, const ParamLayout& layout, int world_size)
+FlopsProbe::FlopsProbe(const config::TrainingConfig& config, const ParamLayout& layout,
+                       int world_size)
     : config_(config.flops_profiler),
       layout_(layout),
       world_size_(world_size),
@@ -38,7 +39,8 @@ Result<std::string> FlopsProbe::report(const Model& model) {
   for (size_t l = 0; l < layout_.layer_count(); ++l) {
     observability::LayerProfile layer;
     layer.name = d.layers[l]->name != nullptr ? d.layers[l]->name : "layer " + std::to_string(l);
-    for (size_t p = layout_.layer_first(l); p < layout_.layer_end(l); ++p) layer.params += layout_.params()[p].numel;
+    for (size_t p = layout_.layer_first(l); p < layout_.layer_end(l); ++p)
+      layer.params += layout_.params()[p].numel;
     DSCORE_ASSIGN_OR_RETURN(layer.forward_flops, model.layer_flops(l, micro_batch_));
     layer.forward_seconds = forward_seconds_[l] / static_cast<double>(micro_steps_);
     input.layers.push_back(std::move(layer));

@@ -21,7 +21,9 @@ class FlopsProbe {
   FlopsProbe(const config::TrainingConfig& config, const ParamLayout& layout, int world_size);
 
   // Whether the micro-steps of the step numbered `global_steps` are timed.
-  bool profiling(int64_t global_steps) const { return global_steps == config_.profile_step && !done_; }
+  bool profiling(int64_t global_steps) const {
+    return global_steps == config_.profile_step && !done_;
+  }
   void forward_acquired(size_t layer);
   void released(size_t layer);
   // At the profiled step's boundary: the report (rank 0 prints or writes it).
@@ -36,9 +38,9 @@ class FlopsProbe {
   int world_size_;
   int64_t micro_batch_;
   int64_t micro_steps_;
-  std::vector<double> forward_seconds_;        // per layer, summed over micro-steps
-  std::vector<Clock::time_point> started_;     // per layer, while in forward
-  std::vector<char> timing_;                   // per layer: a FORWARD acquire is open
+  std::vector<double> forward_seconds_;     // per layer, summed over micro-steps
+  std::vector<Clock::time_point> started_;  // per layer, while in forward
+  std::vector<char> timing_;                // per layer: a FORWARD acquire is open
   bool done_ = false;
 };
 

@@ -25,7 +25,8 @@ json::Value inference_config(json::Value config) {
   config.set("train_batch_size", json::Value(1));
   config.set("train_micro_batch_size_per_gpu", json::Value(1));
   config.set("gradient_accumulation_steps", json::Value(1));
-  for (const char* monitor : {"tensorboard", "csv_monitor", "wandb", "comet", "comms_logger", "flops_profiler"})
+  for (const char* monitor :
+       {"tensorboard", "csv_monitor", "wandb", "comet", "comms_logger", "flops_profiler"})
     config.erase(monitor);
   config.erase("checkpoint_dir");
   config.erase("save_interval");
@@ -34,7 +35,8 @@ json::Value inference_config(json::Value config) {
 
 }  // namespace
 
-int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& options, std::mt19937_64* rng) {
+int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& options,
+                     std::mt19937_64* rng) {
   const int32_t vocab = static_cast<int32_t>(logits.size());
   if (options.temperature <= 0.0)
     return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
@@ -43,11 +45,13 @@ int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& op
   int32_t keep = vocab;
   if (options.top_k > 0 && options.top_k < vocab) {
     keep = static_cast<int32_t>(options.top_k);
-    std::partial_sort(ids.begin(), ids.begin() + keep, ids.end(),
-                      [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    std::partial_sort(ids.begin(), ids.begin() + keep, ids.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
   }
   double max_logit = -INFINITY;
-  for (int32_t i = 0; i < keep; ++i) max_logit = std::max(max_logit, static_cast<double>(logits[ids[i]]));
+  for (int32_t i = 0; i < keep; ++i)
+    max_logit = std::max(max_logit, static_cast<double>(logits[ids[i]]));
   std::vector<double> weights(static_cast<size_t>(keep));
   for (int32_t i = 0; i < keep; ++i)
     weights[i] = std::exp((static_cast<double>(logits[ids[i]]) - max_logit) / options.temperature);
@@ -59,17 +63,21 @@ Result<InferenceModel> open_for_inference(const std::string& dir, const std::str
   DSCORE_ASSIGN_OR_RETURN(checkpoint::CheckpointInfo info, checkpoint::open_checkpoint(dir, tag));
   const json::Value* saved = info.state().find("ds_config");
   if (saved == nullptr || !saved->is_object())
-    return Status(DSCORE_DATA_LOSS, info.path + ": the checkpoint holds no ds_config; it was not written by "
-                                                "`dscore run` or Engine::save_checkpoint");
+    return Status(DSCORE_DATA_LOSS,
+                  info.path +
+                      ": the checkpoint holds no ds_config; it was not written by "
+                      "`dscore run` or Engine::save_checkpoint");
   const json::Value* model = saved->find("model");
   if (model == nullptr || !model->is_object())
-    return invalid_argument(info.path + ": the saved config has no \"model\" section to generate with");
+    return invalid_argument(info.path +
+                            ": the saved config has no \"model\" section to generate with");
   InferenceModel out;
   out.block_size = model_int(*model, "block_size");
   out.vocab_size = model_int(*model, "vocab_size");
   if (out.block_size <= 0 || out.vocab_size <= 0)
-    return invalid_argument(info.path + ": the saved model has no block_size/vocab_size; `generate` needs a "
-                                        "token model such as \"gpt\"");
+    return invalid_argument(info.path +
+                            ": the saved model has no block_size/vocab_size; `generate` needs a "
+                            "token model such as \"gpt\"");
   const json::Value* data = saved->find("data");
   const json::Value* data_type = data != nullptr ? data->find("type") : nullptr;
   out.data_type = data_type != nullptr && data_type->is_string() ? data_type->as_string() : "";
@@ -87,14 +95,15 @@ Result<InferenceModel> open_for_inference(const std::string& dir, const std::str
   return out;
 }
 
-Status generate(Engine& engine, int64_t block_size, int64_t vocab_size, std::vector<int32_t>* tokens,
-                int64_t max_new_tokens, const SamplingOptions& options,
-                const std::function<void(int32_t)>& on_token) {
+Status generate(Engine& engine, int64_t block_size, int64_t vocab_size,
+                std::vector<int32_t>* tokens, int64_t max_new_tokens,
+                const SamplingOptions& options, const std::function<void(int32_t)>& on_token) {
   if (tokens->empty()) return invalid_argument("the prompt is empty: give at least one token");
   const dscore_model_description& d = engine.model().description();
   if (d.input_count != 1 || d.inputs[0]->dtype != DSCORE_DTYPE_I32 || d.inputs[0]->ndim != 1 ||
       d.inputs[0]->shape[0] != block_size + 1)
-    return invalid_argument(engine.model().display_name() + " does not take block_size + 1 int32 tokens");
+    return invalid_argument(engine.model().display_name() +
+                            " does not take block_size + 1 int32 tokens");
   std::vector<int32_t> window(static_cast<size_t>(block_size + 1));
   const int64_t shape[2] = {1, block_size + 1};
   dscore_tensor input{};

@@ -25,7 +25,8 @@ struct SamplingOptions {
 
 // Picks the next token from `logits` (vocab entries). Deterministic for a
 // given rng state.
-int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& options, std::mt19937_64* rng);
+int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& options,
+                     std::mt19937_64* rng);
 
 // A one-rank, ZeRO stage 0 engine holding the weights of the checkpoint in
 // `dir` (tag "" = latest), built from the config the checkpoint saved.
@@ -39,8 +40,8 @@ Result<InferenceModel> open_for_inference(const std::string& dir, const std::str
 
 // Appends up to `max_new_tokens` tokens to `tokens` (the prompt, not
 // empty), calling on_token after each.
-Status generate(Engine& engine, int64_t block_size, int64_t vocab_size, std::vector<int32_t>* tokens,
-                int64_t max_new_tokens, const SamplingOptions& options,
-                const std::function<void(int32_t)>& on_token);
+Status generate(Engine& engine, int64_t block_size, int64_t vocab_size,
+                std::vector<int32_t>* tokens, int64_t max_new_tokens,
+                const SamplingOptions& options, const std::function<void(int32_t)>& on_token);
 
 }  // namespace dscore

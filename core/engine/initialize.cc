@@ -85,18 +85,21 @@ Result<std::unique_ptr<Engine>> build_engine(const Setup& setup, std::unique_ptr
     components.model = std::move(model);
   } else {
     if (!selection.model)
-      return invalid_argument("no model: add a \"model\" section (e.g. {\"type\": \"mlp\"}) or "
-                              "pass a Model to initialize()");
-    DSCORE_ASSIGN_OR_RETURN(auto instance, plugin_host::ModelInstance::create(
-                                               *selection.model->info, selection.model->params, context));
+      return invalid_argument(
+          "no model: add a \"model\" section (e.g. {\"type\": \"mlp\"}) or "
+          "pass a Model to initialize()");
+    DSCORE_ASSIGN_OR_RETURN(auto instance,
+                            plugin_host::ModelInstance::create(*selection.model->info,
+                                                               selection.model->params, context));
     components.model = make_plugin_model(std::move(instance));
   }
   if (!selection.optimizer)
-    return invalid_argument("no optimizer: add an \"optimizer\" section, e.g. \"optimizer\": "
-                            "{\"type\": \"Adam\", \"params\": {\"lr\": 0.001}}");
+    return invalid_argument(
+        "no optimizer: add an \"optimizer\" section, e.g. \"optimizer\": "
+        "{\"type\": \"Adam\", \"params\": {\"lr\": 0.001}}");
   DSCORE_ASSIGN_OR_RETURN(components.optimizer,
-                          plugin_host::OptimizerInstance::create(*selection.optimizer->info,
-                                                                 selection.optimizer->params, context));
+                          plugin_host::OptimizerInstance::create(
+                              *selection.optimizer->info, selection.optimizer->params, context));
   components.base_lr = optimizer_base_lr(*selection.optimizer);
   if (selection.scheduler) {
     DSCORE_ASSIGN_OR_RETURN(components.scheduler,
@@ -119,7 +122,8 @@ Result<std::unique_ptr<Engine>> build_engine(const Setup& setup, std::unique_ptr
 }
 
 Result<std::unique_ptr<Engine>> initialize(const std::string& config_path,
-                                           std::unique_ptr<Model> model, InitializeOptions options) {
+                                           std::unique_ptr<Model> model,
+                                           InitializeOptions options) {
   options.own_model = options.own_model || model != nullptr;
   DSCORE_ASSIGN_OR_RETURN(Setup setup, prepare(config_path, options));
   if (!setup.loaded.ok()) return invalid_argument(format_config_errors(setup.loaded));

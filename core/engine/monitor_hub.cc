@@ -43,7 +43,8 @@ void MonitorHub::flush() {
 }
 
 void MonitorHub::disable(size_t i, const Status& status) {
-  log_warning(status.message() + "; this monitor is disabled for the rest of the run, training goes on");
+  log_warning(status.message() +
+              "; this monitor is disabled for the rest of the run, training goes on");
   monitors_.erase(monitors_.begin() + static_cast<std::ptrdiff_t>(i));
 }
 

@@ -39,14 +39,17 @@ Result<std::unique_ptr<OptimizerRunner>> OptimizerRunner::create(
   const int64_t owned = strategy->owned_numel();
   for (const auto& slot : runner->instance_->slots()) {
     const int64_t elements = owned * slot.elements_per_param;
-    DSCORE_ASSIGN_OR_RETURN(CountedBuffer buffer, tensor::allocate_elements(elements, slot.dtype, "optimizer " + slot.name,
-                                                                            tensor::Fill::kUninitialised));
+    DSCORE_ASSIGN_OR_RETURN(
+        CountedBuffer buffer,
+        tensor::allocate_elements(elements, slot.dtype, "optimizer " + slot.name,
+                                  tensor::Fill::kUninitialised));
     if (slot.initial_value == 0.0) {
       std::memset(buffer.get(), 0, static_cast<size_t>(elements) * sdk::dtype_size(slot.dtype));
     } else {
       const std::vector<int64_t> shape = {elements};
       dscore_tensor view = flat_view(buffer.get(), slot.dtype, shape, nullptr);
-      for (int64_t i = 0; i < elements; ++i) sdk::store_float(&view, i, static_cast<float>(slot.initial_value));
+      for (int64_t i = 0; i < elements; ++i)
+        sdk::store_float(&view, i, static_cast<float>(slot.initial_value));
     }
     runner->states_.push_back(std::move(buffer));
   }
@@ -76,17 +79,20 @@ void OptimizerRunner::build_group(Group* g, double multiplier,
     const zero::OwnedSegment& s = segments[i];
     g->shapes[i] = {s.numel};
     g->params.push_back(flat_view(master + s.offset, DSCORE_DTYPE_F32, g->shapes[i], nullptr));
-    g->grads.push_back(flat_view(at(grads, grad_dtype_, s.offset), grad_dtype_, g->shapes[i], nullptr));
+    g->grads.push_back(
+        flat_view(at(grads, grad_dtype_, s.offset), grad_dtype_, g->shapes[i], nullptr));
     if (p16 != nullptr)
-      g->params16.push_back(flat_view(at(p16, model_dtype_, s.offset), model_dtype_, g->shapes[i], nullptr));
+      g->params16.push_back(
+          flat_view(at(p16, model_dtype_, s.offset), model_dtype_, g->shapes[i], nullptr));
   }
   for (size_t k = 0; k < slots.size(); ++k) {
     for (size_t i = 0; i < n; ++i) {
       const zero::OwnedSegment& s = segments[i];
       const int64_t epp = slots[k].elements_per_param;
       g->state_shapes[k * n + i] = {s.numel * epp};
-      g->states.push_back(flat_view(at(states_[k].get(), slots[k].dtype, s.offset * epp), slots[k].dtype,
-                                    g->state_shapes[k * n + i], slots[k].name.c_str()));
+      g->states.push_back(flat_view(at(states_[k].get(), slots[k].dtype, s.offset * epp),
+                                    slots[k].dtype, g->state_shapes[k * n + i],
+                                    slots[k].name.c_str()));
     }
   }
   for (auto& t : g->params) g->param_ptrs.push_back(&t);
@@ -143,7 +149,8 @@ void OptimizerRunner::write_16bit_copy() {
   if (p16 == nullptr) return;
   for (const Group& g : groups_)
     for (const zero::OwnedSegment& s : g.segments)
-      tensor::convert(master + s.offset, DSCORE_DTYPE_F32, at(p16, model_dtype_, s.offset), model_dtype_, s.numel);
+      tensor::convert(master + s.offset, DSCORE_DTYPE_F32, at(p16, model_dtype_, s.offset),
+                      model_dtype_, s.numel);
 }
 
 }  // namespace dscore

@@ -32,7 +32,9 @@ class OptimizerRunner {
   std::vector<zero::StateSlot> slots() const;
 
   // Whether the host averages gradients before update `step` (optimizer.h).
-  Result<bool> wants_reduced_gradients(int64_t step) const { return instance_->wants_reduced_gradients(step); }
+  Result<bool> wants_reduced_gradients(int64_t step) const {
+    return instance_->wants_reduced_gradients(step);
+  }
 
   // One update with the scheduled point (lr, beta overrides) as update
   // number `step` (1-based); every gradient is multiplied by grad_scale.
@@ -49,14 +51,15 @@ class OptimizerRunner {
   struct Group {
     double weight_decay_multiplier = 1;
     std::vector<zero::OwnedSegment> segments;
-    std::vector<std::vector<int64_t>> shapes;  // per segment: {numel}
-    std::vector<std::vector<int64_t>> state_shapes;  // per slot x segment
+    std::vector<std::vector<int64_t>> shapes;                    // per segment: {numel}
+    std::vector<std::vector<int64_t>> state_shapes;              // per slot x segment
     std::vector<dscore_tensor> params, grads, states, params16;  // states: slot-major
     std::vector<dscore_tensor*> param_ptrs, state_ptrs, p16_ptrs;
     std::vector<const dscore_tensor*> grad_ptrs;
   };
   OptimizerRunner() = default;
-  void build_group(Group* group, double multiplier, const std::vector<zero::OwnedSegment>& segments);
+  void build_group(Group* group, double multiplier,
+                   const std::vector<zero::OwnedSegment>& segments);
 
   std::unique_ptr<plugin_host::OptimizerInstance> instance_;
   zero::ZeroStrategy* strategy_ = nullptr;

@@ -54,15 +54,17 @@ config::PluginRef with_activation_checkpointing(const config::TrainingConfig& cf
   if (!found.ok()) return ref;  // select_one reports it
   auto spec = config::parse_params_schema((*found)->params_schema);
   if (!spec.ok() || spec->find("checkpoint_activations") == nullptr) {
-    loaded->notices.push_back({"activation_checkpointing", "model '" + ref.type +
-                                                               "' does not checkpoint activations; the "
-                                                               "section has no effect"});
+    loaded->notices.push_back(
+        {"activation_checkpointing", "model '" + ref.type +
+                                         "' does not checkpoint activations; the "
+                                         "section has no effect"});
     return ref;
   }
   if (ref.params.find("checkpoint_activations") == nullptr)
     ref.params.set("checkpoint_activations", json::Value(true));
   const auto& n = cfg.activation_checkpointing.number_checkpoints;
-  if (n && ref.params.find("number_checkpoints") == nullptr && spec->find("number_checkpoints") != nullptr)
+  if (n && ref.params.find("number_checkpoints") == nullptr &&
+      spec->find("number_checkpoints") != nullptr)
     ref.params.set("number_checkpoints", json::Value(*n));
   return ref;
 }
@@ -91,7 +93,8 @@ PluginSelection select_plugins(config::LoadedConfig* loaded,
     std::string section = monitor.params_path;
     const std::string params_suffix = ".params";
     if (section.ends_with(params_suffix)) section.resize(section.size() - params_suffix.size());
-    if (auto selected = select_one(loaded, registry, resolver, DSCORE_KIND_MONITOR, monitor, section))
+    if (auto selected =
+            select_one(loaded, registry, resolver, DSCORE_KIND_MONITOR, monitor, section))
       selection.monitors.push_back(std::move(*selected));
   }
   check_comm_backend(loaded, registry);

@@ -10,8 +10,8 @@
 
 namespace dscore {
 
-ProgressReporter::ProgressReporter(int64_t total_steps, int64_t steps_per_print, bool terminal, bool json,
-                                   int64_t tokens_per_sample, int64_t start_samples)
+ProgressReporter::ProgressReporter(int64_t total_steps, int64_t steps_per_print, bool terminal,
+                                   bool json, int64_t tokens_per_sample, int64_t start_samples)
     : total_steps_(total_steps),
       steps_per_print_(steps_per_print),
       // Plain output: about 20 lines per run, and always the first step.
@@ -25,10 +25,11 @@ ProgressReporter::ProgressReporter(int64_t total_steps, int64_t steps_per_print,
 std::string ProgressReporter::line(const ProgressSnapshot& s, double samples_per_second) const {
   char buf[256];
   const bool tokens = tokens_per_sample_ > 0;
-  std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.6f | lr %.4e | %.1f %s/s",
-                static_cast<long long>(s.step), static_cast<long long>(s.total_steps), s.loss,
-                s.lr, tokens ? samples_per_second * static_cast<double>(tokens_per_sample_) : samples_per_second,
-                tokens ? "tokens" : "samples");
+  std::snprintf(
+      buf, sizeof buf, "step %lld/%lld | loss %.6f | lr %.4e | %.1f %s/s",
+      static_cast<long long>(s.step), static_cast<long long>(s.total_steps), s.loss, s.lr,
+      tokens ? samples_per_second * static_cast<double>(tokens_per_sample_) : samples_per_second,
+      tokens ? "tokens" : "samples");
   std::string out = buf;
   if (s.skipped > 0) out += " | skipped " + std::to_string(s.skipped);
   return out;
@@ -44,7 +45,8 @@ void ProgressReporter::update(const ProgressSnapshot& s, const std::vector<doubl
                               const std::string& momentum_text) {
   const double rate = samples_per_second(s);
   if (json_) {
-    observability::ProgressRecord r{s.step, s.total_steps, s.loss, s.lr, s.samples, rate, s.skipped};
+    observability::ProgressRecord r{s.step,    s.total_steps, s.loss,   s.lr,
+                                    s.samples, rate,          s.skipped};
     const double now =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     std::printf("%s\n", observability::json_progress_line(now, 0, r).c_str());
@@ -78,9 +80,10 @@ void ProgressReporter::finish(const ProgressSnapshot& s) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   if (terminal_) std::printf("\n");
-  std::printf("done: %lld steps, %lld samples in %.2f s, final loss %.6f", static_cast<long long>(s.step),
-              static_cast<long long>(s.samples), seconds, s.loss);
-  if (tokens_per_sample_ > 0) std::printf(", %.0f tokens/s", samples_per_second(s) * static_cast<double>(tokens_per_sample_));
+  std::printf("done: %lld steps, %lld samples in %.2f s, final loss %.6f",
+              static_cast<long long>(s.step), static_cast<long long>(s.samples), seconds, s.loss);
+  if (tokens_per_sample_ > 0)
+    std::printf(", %.0f tokens/s", samples_per_second(s) * static_cast<double>(tokens_per_sample_));
   std::printf("\n");
   std::fflush(stdout);
 }

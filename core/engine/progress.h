@@ -11,11 +11,11 @@
 namespace dscore {
 
 struct ProgressSnapshot {
-  int64_t step = 0;        // optimizer steps done
+  int64_t step = 0;  // optimizer steps done
   int64_t total_steps = 0;
   double loss = 0;
   double lr = 0;
-  int64_t samples = 0;     // global samples so far
+  int64_t samples = 0;  // global samples so far
   int64_t skipped = 0;
 };
 

@@ -30,7 +30,8 @@ class Model {
 
   // Initial values of elements [offset, offset + count) of parameter
   // `param_index` (layer order) into `out` (fp32, count elements).
-  virtual Status init_param(size_t param_index, int64_t offset, int64_t count, float* out) const = 0;
+  virtual Status init_param(size_t param_index, int64_t offset, int64_t count,
+                            float* out) const = 0;
 
   // Mean loss into *loss; ADDS d(loss_scale * loss)/d(param) into the
   // gradient views the hooks lend.
@@ -46,7 +47,8 @@ class Model {
 
   // The model's own deterministic task (synthetic data), if it has one.
   virtual bool has_synthetic_task() const { return false; }
-  virtual Status synthetic_batch(uint64_t seed, int64_t first_sample, const dscore_batch& out) const;
+  virtual Status synthetic_batch(uint64_t seed, int64_t first_sample,
+                                 const dscore_batch& out) const;
 };
 
 std::unique_ptr<Model> make_plugin_model(std::unique_ptr<plugin_host::ModelInstance> instance);

@@ -12,9 +12,7 @@ class PluginModel final : public Model {
       : instance_(std::move(instance)) {}
 
   std::string display_name() const override { return instance_->info().display(); }
-  const dscore_model_description& description() const override {
-    return instance_->description();
-  }
+  const dscore_model_description& description() const override { return instance_->description(); }
 
   Status init_param(size_t param_index, int64_t offset, int64_t count, float* out) const override {
     const int64_t shape[1] = {count};

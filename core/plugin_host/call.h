@@ -1,9 +1,9 @@
 // The one way core calls into plugin code. Every call: marks the thread as
 // running "<function> of <plugin>" for the crash handler, clears the
-// calling thread's error slot in the instance's host context, calls, catches any C++ exception that escaped the
-// plugin (a bug in the plugin: exports must catch everything), and turns the
-// returned dscore_status plus the plugin's set_error message into a Status
-// that names the plugin and the function.
+// calling thread's error slot in the instance's host context, calls, catches any C++ exception that
+// escaped the plugin (a bug in the plugin: exports must catch everything), and turns the returned
+// dscore_status plus the plugin's set_error message into a Status that names the plugin and the
+// function.
 #pragma once
 
 #include <dscore/plugin.h>
@@ -72,7 +72,8 @@ Result<T> call_plugin_value(HostContext& host, std::string_view plugin, std::str
 // exception is logged as an error, never propagated.
 void log_call_failure(const Status& status);
 template <typename Fn>
-void call_plugin_void(HostContext& host, std::string_view plugin, std::string_view function, Fn&& fn) {
+void call_plugin_void(HostContext& host, std::string_view plugin, std::string_view function,
+                      Fn&& fn) {
   PluginCallScope scope(plugin, function);
   host.clear_error();
   try {

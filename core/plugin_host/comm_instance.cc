@@ -40,15 +40,18 @@ Result<std::unique_ptr<CommInstance>> CommInstance::split(int32_t color, int32_t
                                      [&] { return vt->split(handle_, color, key, &handle); }));
   if (color == DSCORE_COMM_SPLIT_NONE) {
     if (handle != nullptr)
-      return Status(DSCORE_INTERNAL, info_.display() + " split returned a communicator for a rank "
-                                                       "that passed DSCORE_COMM_SPLIT_NONE");
+      return Status(DSCORE_INTERNAL, info_.display() +
+                                         " split returned a communicator for a rank "
+                                         "that passed DSCORE_COMM_SPLIT_NONE");
     return std::unique_ptr<CommInstance>();
   }
   if (handle == nullptr) return detail::null_handle_error(info_);
   return std::unique_ptr<CommInstance>(new CommInstance(info_, handle, host_));
 }
 
-const dscore_comm_vtable* CommInstance::vtable() const { return vtable_of<dscore_comm_vtable>(info_); }
+const dscore_comm_vtable* CommInstance::vtable() const {
+  return vtable_of<dscore_comm_vtable>(info_);
+}
 
 Status CommInstance::allreduce(const dscore_tensor& send, dscore_tensor& recv, dscore_reduce_op op,
                                void* stream) {
@@ -74,8 +77,8 @@ Result<dscore_comm_counters> CommInstance::counters() const {
     return Status(DSCORE_UNIMPLEMENTED, info_.display() + " keeps no traffic counters");
   dscore_comm_counters out{};
   out.struct_size = sizeof out;
-  DSCORE_RETURN_IF_ERROR(
-      call_plugin(*host_, info_.display(), "counters", [&] { return vt->counters(handle_, &out); }));
+  DSCORE_RETURN_IF_ERROR(call_plugin(*host_, info_.display(), "counters",
+                                     [&] { return vt->counters(handle_, &out); }));
   return out;
 }
 
@@ -100,7 +103,8 @@ Status CommInstance::recv(dscore_tensor& tensor, int32_t peer, void* stream) {
 }
 
 Status CommInstance::barrier() {
-  return call_plugin(*host_, info_.display(), "barrier", [&] { return vtable()->barrier(handle_); });
+  return call_plugin(*host_, info_.display(), "barrier",
+                     [&] { return vtable()->barrier(handle_); });
 }
 
 Status CommInstance::all_to_all(const dscore_tensor& send, dscore_tensor& recv, void* stream) {
@@ -128,7 +132,8 @@ Result<std::unique_ptr<OffloadInstance>> OffloadInstance::create(const PluginInf
   std::shared_ptr<HostContext> host = detail::host_of(context);
   dscore_create_args args = detail::make_create_args(params, context, *host);
   dscore_offload* handle = nullptr;
-  DSCORE_RETURN_IF_ERROR(call_plugin(*host, who, "create", [&] { return vt->create(&args, &handle); }));
+  DSCORE_RETURN_IF_ERROR(
+      call_plugin(*host, who, "create", [&] { return vt->create(&args, &handle); }));
   if (handle == nullptr) return detail::null_handle_error(info);
   std::unique_ptr<OffloadInstance> instance(new OffloadInstance(info, handle, host));
   Result<size_t> alignment =
@@ -157,12 +162,14 @@ Result<int64_t> OffloadInstance::open_file(const std::string& path, uint32_t fla
 
 Status OffloadInstance::close_file(int64_t file) {
   const auto* vt = vtable_of<dscore_offload_vtable>(info_);
-  return call_plugin(*host_, info_.display(), "close_file", [&] { return vt->close_file(handle_, file); });
+  return call_plugin(*host_, info_.display(), "close_file",
+                     [&] { return vt->close_file(handle_, file); });
 }
 
 Status OffloadInstance::sync_file(int64_t file) {
   const auto* vt = vtable_of<dscore_offload_vtable>(info_);
-  return call_plugin(*host_, info_.display(), "sync_file", [&] { return vt->sync_file(handle_, file); });
+  return call_plugin(*host_, info_.display(), "sync_file",
+                     [&] { return vt->sync_file(handle_, file); });
 }
 
 Status OffloadInstance::submit(const std::vector<dscore_io_request>& requests) {

@@ -28,7 +28,8 @@ class CommInstance {
   const dscore_comm_vtable* vtable() const;
   dscore_comm* handle() const { return handle_; }
 
-  Status allreduce(const dscore_tensor& send, dscore_tensor& recv, dscore_reduce_op op, void* stream);
+  Status allreduce(const dscore_tensor& send, dscore_tensor& recv, dscore_reduce_op op,
+                   void* stream);
   Status reduce_scatter(const dscore_tensor& send, dscore_tensor& recv, dscore_reduce_op op,
                         void* stream);
   Status allgather(const dscore_tensor& send, dscore_tensor& recv, void* stream);

@@ -17,7 +17,8 @@
 namespace dscore::plugin_host {
 namespace {
 
-dscore_status record_error(dscore_host_context* ctx, dscore_status code, const char* message) noexcept {
+dscore_status record_error(dscore_host_context* ctx, dscore_status code,
+                           const char* message) noexcept {
   if (HostContext* c = HostContext::from(ctx)) return c->record_error(code, message);
   return code;  // no context: nobody reads it (see plugin.h)
 }
@@ -27,10 +28,17 @@ void host_log(dscore_host_context*, dscore_log_level level, const char* plugin,
   try {
     LogLevel l = LogLevel::kInfo;
     switch (level) {
-      case DSCORE_LOG_DEBUG: l = LogLevel::kDebug; break;
-      case DSCORE_LOG_WARNING: l = LogLevel::kWarning; break;
-      case DSCORE_LOG_ERROR: l = LogLevel::kError; break;
-      default: break;
+      case DSCORE_LOG_DEBUG:
+        l = LogLevel::kDebug;
+        break;
+      case DSCORE_LOG_WARNING:
+        l = LogLevel::kWarning;
+        break;
+      case DSCORE_LOG_ERROR:
+        l = LogLevel::kError;
+        break;
+      default:
+        break;
     }
     std::string line = plugin != nullptr ? plugin : "plugin";
     line += ": ";
@@ -40,7 +48,8 @@ void host_log(dscore_host_context*, dscore_log_level level, const char* plugin,
   }
 }
 
-dscore_status host_set_error(dscore_host_context* ctx, dscore_status code, const char* message) noexcept {
+dscore_status host_set_error(dscore_host_context* ctx, dscore_status code,
+                             const char* message) noexcept {
   return record_error(ctx, code, message);
 }
 
@@ -59,8 +68,8 @@ void* host_alloc(dscore_host_context* ctx, size_t bytes, size_t alignment, dscor
     if (p == nullptr) {
       std::string what = kind == DSCORE_MEMORY_PINNED ? "pinned" : "host";
       record_error(ctx, DSCORE_RESOURCE_EXHAUSTED,
-                   ("host->alloc could not allocate " + std::to_string(bytes) + " bytes of " + what +
-                    " memory (alignment " + std::to_string(alignment) + ")")
+                   ("host->alloc could not allocate " + std::to_string(bytes) + " bytes of " +
+                    what + " memory (alignment " + std::to_string(alignment) + ")")
                        .c_str());
     }
     return p;
@@ -75,7 +84,8 @@ void host_free(dscore_host_context* ctx, void* ptr, dscore_memory_kind) noexcept
   (c != nullptr ? c->memory() : process_memory()).release(ptr);
 }
 
-const dscore_communicator* host_communicator(dscore_host_context* ctx, dscore_comm_group group) noexcept {
+const dscore_communicator* host_communicator(dscore_host_context* ctx,
+                                             dscore_comm_group group) noexcept {
   HostContext* c = HostContext::from(ctx);
   return c != nullptr ? c->communicator(group) : nullptr;
 }
@@ -99,11 +109,13 @@ dscore_status host_kv_get(dscore_host_context* ctx, const char* key, void* buffe
   HostContext* c = HostContext::from(ctx);
   if (c == nullptr) return DSCORE_UNAVAILABLE;
   if (key == nullptr || size == nullptr || (buffer == nullptr && capacity > 0))
-    return record_error(ctx, DSCORE_INVALID_ARGUMENT, "kv_get: key, size and buffer must not be NULL");
+    return record_error(ctx, DSCORE_INVALID_ARGUMENT,
+                        "kv_get: key, size and buffer must not be NULL");
   try {
     Result<std::string> value = c->kv().get(key, timeout_ms);
     if (!value.ok())
-      return record_error(ctx, value.status().code(), ("kv_get: " + value.status().message()).c_str());
+      return record_error(ctx, value.status().code(),
+                          ("kv_get: " + value.status().message()).c_str());
     *size = value->size();
     if (capacity > 0) std::memcpy(buffer, value->data(), std::min(capacity, value->size()));
     return DSCORE_OK;

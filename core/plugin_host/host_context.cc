@@ -78,7 +78,8 @@ void HostContext::clear_error() {
   errors_.erase(std::this_thread::get_id());
 }
 
-void HostContext::set_communicator(dscore_comm_group group, const dscore_communicator* communicator) {
+void HostContext::set_communicator(dscore_comm_group group,
+                                   const dscore_communicator* communicator) {
   if (group >= 0 && static_cast<size_t>(group) < kGroups) communicators_[group].store(communicator);
 }
 

@@ -69,31 +69,32 @@ using detail::vtable_of;
 
 Status missing_load_extra(const PluginInfo& info) {
   return Status(DSCORE_FAILED_PRECONDITION,
-                info.display() + " has no load_extra_state, but the checkpoint holds extra state "
-                                 "for it; was the checkpoint written by another plugin version?");
+                info.display() +
+                    " has no load_extra_state, but the checkpoint holds extra state "
+                    "for it; was the checkpoint written by another plugin version?");
 }
 
 }  // namespace
 
 // --------------------------------------------------------------- optimizer
 
-Result<std::unique_ptr<OptimizerInstance>> OptimizerInstance::create(const PluginInfo& info,
-                                                                     const ValidatedParams& params,
-                                                                     const InstanceContext& context) {
+Result<std::unique_ptr<OptimizerInstance>> OptimizerInstance::create(
+    const PluginInfo& info, const ValidatedParams& params, const InstanceContext& context) {
   DSCORE_RETURN_IF_ERROR(detail::prepare_create(info, DSCORE_KIND_OPTIMIZER));
   const auto* vt = vtable_of<dscore_optimizer_vtable>(info);
   const std::string who = info.display();
   std::shared_ptr<HostContext> host = detail::host_of(context);
   dscore_create_args args = detail::make_create_args(params, context, *host);
   dscore_optimizer* handle = nullptr;
-  DSCORE_RETURN_IF_ERROR(call_plugin(*host, who, "create", [&] { return vt->create(&args, &handle); }));
+  DSCORE_RETURN_IF_ERROR(
+      call_plugin(*host, who, "create", [&] { return vt->create(&args, &handle); }));
   if (handle == nullptr) return detail::null_handle_error(info);
   std::unique_ptr<OptimizerInstance> instance(new OptimizerInstance(info, handle, host));
 
   const dscore_optimizer_state_slot* const* slots = nullptr;
   size_t count = 0;
-  DSCORE_RETURN_IF_ERROR(
-      call_plugin(*host, who, "state_slots", [&] { return vt->state_slots(handle, &slots, &count); }));
+  DSCORE_RETURN_IF_ERROR(call_plugin(*host, who, "state_slots",
+                                     [&] { return vt->state_slots(handle, &slots, &count); }));
   if (count > 0 && slots == nullptr)
     return Status(DSCORE_INTERNAL, who + " state_slots returned " + std::to_string(count) +
                                        " slots but a NULL array");
@@ -135,8 +136,9 @@ Result<bool> OptimizerInstance::wants_reduced_gradients(int64_t step) const {
   if (!DSCORE_HAS_FIELD(vt, dscore_optimizer_vtable, wants_reduced_gradients) ||
       vt->wants_reduced_gradients == nullptr)
     return true;
-  auto answer = call_plugin_value<int32_t>(*host_, info_.display(), "wants_reduced_gradients",
-                                           [&] { return vt->wants_reduced_gradients(handle_, step); });
+  auto answer = call_plugin_value<int32_t>(*host_, info_.display(), "wants_reduced_gradients", [&] {
+    return vt->wants_reduced_gradients(handle_, step);
+  });
   if (!answer.ok()) return answer.status();
   return *answer != 0;
 }
@@ -173,8 +175,9 @@ Result<std::unique_ptr<SchedulerInstance>> SchedulerInstance::create(
     const std::vector<double>& base_lrs, int64_t total_steps) {
   DSCORE_RETURN_IF_ERROR(detail::prepare_create(info, DSCORE_KIND_SCHEDULER));
   if (base_lrs.empty())
-    return Status(DSCORE_INVALID_ARGUMENT,
-                  info.display() + " needs at least one optimizer parameter group (base_lrs is empty)");
+    return Status(
+        DSCORE_INVALID_ARGUMENT,
+        info.display() + " needs at least one optimizer parameter group (base_lrs is empty)");
   const auto* vt = vtable_of<dscore_scheduler_vtable>(info);
   std::shared_ptr<HostContext> host = detail::host_of(context);
   dscore_create_args args = detail::make_create_args(params, context, *host);
@@ -184,8 +187,8 @@ Result<std::unique_ptr<SchedulerInstance>> SchedulerInstance::create(
   sc.base_lrs = base_lrs.data();
   sc.total_steps = total_steps;
   dscore_scheduler* handle = nullptr;
-  DSCORE_RETURN_IF_ERROR(
-      call_plugin(*host, info.display(), "create", [&] { return vt->create(&args, &sc, &handle); }));
+  DSCORE_RETURN_IF_ERROR(call_plugin(*host, info.display(), "create",
+                                     [&] { return vt->create(&args, &sc, &handle); }));
   if (handle == nullptr) return detail::null_handle_error(info);
   return std::unique_ptr<SchedulerInstance>(new SchedulerInstance(info, handle, host));
 }
@@ -213,8 +216,8 @@ Result<dscore_schedule_point> SchedulerInstance::point_at(int64_t t, size_t grou
   const auto* vt = vtable_of<dscore_scheduler_vtable>(info_);
   dscore_schedule_point point{};
   point.struct_size = sizeof point;
-  DSCORE_RETURN_IF_ERROR(
-      call_plugin(*host_, info_.display(), "point_at", [&] { return vt->point_at(handle_, t, group, &point); }));
+  DSCORE_RETURN_IF_ERROR(call_plugin(*host_, info_.display(), "point_at",
+                                     [&] { return vt->point_at(handle_, t, group, &point); }));
   const std::string at = info_.display() + " point_at(t=" + std::to_string(t) +
                          ", group=" + std::to_string(group) + ")";
   if ((point.set_mask & DSCORE_HPARAM_LR) == 0)
@@ -285,9 +288,8 @@ Status MonitorInstance::write_scalars(const std::vector<dscore_scalar_event>& ev
     pointers.push_back(&e);
   }
   const auto* vt = vtable_of<dscore_monitor_vtable>(info_);
-  return call_plugin(*host_, info_.display(), "write_scalars", [&] {
-    return vt->write_scalars(handle_, pointers.data(), pointers.size());
-  });
+  return call_plugin(*host_, info_.display(), "write_scalars",
+                     [&] { return vt->write_scalars(handle_, pointers.data(), pointers.size()); });
 }
 
 Status MonitorInstance::flush() {

@@ -103,8 +103,8 @@ class MonitorInstance {
   ~MonitorInstance();
   const PluginInfo& info() const { return info_; }
   Status write_scalars(const std::vector<dscore_scalar_event>& events);
-  Status flush();                                  // OK when the plugin has no flush
-  Status write_config(const std::string& json);    // OK when the plugin has no write_config
+  Status flush();                                // OK when the plugin has no flush
+  Status write_config(const std::string& json);  // OK when the plugin has no write_config
 
  private:
   MonitorInstance(PluginInfo info, dscore_monitor* handle, std::shared_ptr<HostContext> host)

@@ -124,7 +124,8 @@ Status LoadedLibrary::ensure_initialized() {
     return *init_status_;
   }
   std::string who = "library '" + display_name() + "' (" + path_ + ")";
-  Status st = call_plugin(context_, who, "init", [&] { return table_->init(host_api(), context_.handle()); });
+  Status st = call_plugin(context_, who, "init",
+                          [&] { return table_->init(host_api(), context_.handle()); });
   if (!st.ok()) {
     st = Status(st.code(), st.message() +
                                "; the library cannot be used (its init() failed; fix what the "

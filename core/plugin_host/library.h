@@ -48,7 +48,8 @@ class LoadedLibrary {
 
  private:
   struct Handle;  // the Boost.DLL object, kept out of this header
-  LoadedLibrary(std::string path, std::unique_ptr<Handle> handle, const dscore_plugin_library* table);
+  LoadedLibrary(std::string path, std::unique_ptr<Handle> handle,
+                const dscore_plugin_library* table);
 
   std::string path_;
   std::unique_ptr<Handle> handle_;

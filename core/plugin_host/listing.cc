@@ -50,7 +50,8 @@ json::Value list_json(const PluginRegistry& registry) {
     p.set("version", info->version);
     p.set("description", info->description);
     json::Value caps = json::Value::array();
-    for (std::string& c : capability_names(info->kind, info->capabilities)) caps.push_back(std::move(c));
+    for (std::string& c : capability_names(info->kind, info->capabilities))
+      caps.push_back(std::move(c));
     p.set("capabilities", std::move(caps));
     p.set("abi", std::to_string(info->abi_major) + "." + std::to_string(info->abi_minor));
     p.set("min_host_minor", static_cast<int64_t>(info->min_host_minor));
@@ -62,7 +63,8 @@ json::Value list_json(const PluginRegistry& registry) {
     p.set("library", std::move(library));
     json::Value schema;  // null: the plugin accepts any params object
     if (!info->params_schema.empty()) {
-      Result<json::Value> parsed = json::parse(info->params_schema, info->display() + " params_schema");
+      Result<json::Value> parsed =
+          json::parse(info->params_schema, info->display() + " params_schema");
       // Validated at load, so this parses; keep the text if it somehow does not.
       schema = parsed.ok() ? std::move(parsed).value() : json::Value(info->params_schema);
     }

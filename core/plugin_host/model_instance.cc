@@ -52,8 +52,8 @@ Status check_description(const std::string& who, const dscore_model_description*
     return bad("dscore_model_description.struct_size " + std::to_string(d->struct_size) +
                " is smaller than ABI 1.0's");
   if (d->layer_count == 0) return bad("the model has no layers (layer_count is 0)");
-  if (d->layers == nullptr) return bad("layer_count is " + std::to_string(d->layer_count) +
-                                       " but layers is NULL");
+  if (d->layers == nullptr)
+    return bad("layer_count is " + std::to_string(d->layer_count) + " but layers is NULL");
   if (d->hidden_size < 0) return bad("hidden_size is negative");
   std::set<std::string> param_names;
   size_t total_params = 0;
@@ -82,14 +82,15 @@ Status check_description(const std::string& who, const dscore_model_description*
                    "' is used twice (names must be unique in the model: they key checkpoints)");
       std::string why;
       if (param->numel < 1) return bad(pat + ": numel is " + std::to_string(param->numel));
-      if (!shape_matches(param->ndim, param->shape, param->numel, &why)) return bad(pat + ": " + why);
+      if (!shape_matches(param->ndim, param->shape, param->numel, &why))
+        return bad(pat + ": " + why);
       ++total_params;
     }
   }
   if (total_params == 0) return bad("no layer has parameters; there is nothing to train");
   if (d->input_count == 0) return bad("the model declares no inputs (input_count is 0)");
-  if (d->inputs == nullptr) return bad("input_count is " + std::to_string(d->input_count) +
-                                       " but inputs is NULL");
+  if (d->inputs == nullptr)
+    return bad("input_count is " + std::to_string(d->input_count) + " but inputs is NULL");
   std::set<std::string> input_names;
   for (size_t i = 0; i < d->input_count; ++i) {
     const dscore_model_input* input = d->inputs[i];
@@ -120,7 +121,8 @@ Result<std::unique_ptr<ModelInstance>> ModelInstance::create(const PluginInfo& i
   std::shared_ptr<HostContext> host = detail::host_of(context);
   dscore_create_args args = detail::make_create_args(params, context, *host);
   dscore_model* handle = nullptr;
-  DSCORE_RETURN_IF_ERROR(call_plugin(*host, who, "create", [&] { return vt->create(&args, &handle); }));
+  DSCORE_RETURN_IF_ERROR(
+      call_plugin(*host, who, "create", [&] { return vt->create(&args, &handle); }));
   if (handle == nullptr) return detail::null_handle_error(info);
   std::unique_ptr<ModelInstance> instance(new ModelInstance(info, handle, host));
 
@@ -157,8 +159,9 @@ Status ModelInstance::forward(const dscore_batch& batch, const dscore_model_hook
   const auto* vt = vtable_of<dscore_model_vtable>(info_);
   if (!DSCORE_HAS_FIELD(vt, dscore_model_vtable, forward) || vt->forward == nullptr)
     return Status(DSCORE_UNIMPLEMENTED,
-                  info_.display() + " has no forward-only pass (forward is NULL); evaluation "
-                                    "and generation need a model that provides it");
+                  info_.display() +
+                      " has no forward-only pass (forward is NULL); evaluation "
+                      "and generation need a model that provides it");
   return call_plugin(*host_, info_.display(), "forward",
                      [&] { return vt->forward(handle_, &batch, &hooks, loss, output); });
 }
@@ -166,10 +169,12 @@ Status ModelInstance::forward(const dscore_batch& batch, const dscore_model_hook
 Result<double> ModelInstance::layer_flops(size_t layer, int64_t batch_size) const {
   const auto* vt = vtable_of<dscore_model_vtable>(info_);
   if (!DSCORE_HAS_FIELD(vt, dscore_model_vtable, layer_flops) || vt->layer_flops == nullptr)
-    return Status(DSCORE_UNIMPLEMENTED, info_.display() + " does not report its FLOPs (layer_flops is NULL)");
+    return Status(DSCORE_UNIMPLEMENTED,
+                  info_.display() + " does not report its FLOPs (layer_flops is NULL)");
   double flops = 0;
-  DSCORE_RETURN_IF_ERROR(call_plugin(*host_, info_.display(), "layer_flops",
-                                     [&] { return vt->layer_flops(handle_, layer, batch_size, &flops); }));
+  DSCORE_RETURN_IF_ERROR(call_plugin(*host_, info_.display(), "layer_flops", [&] {
+    return vt->layer_flops(handle_, layer, batch_size, &flops);
+  }));
   return flops;
 }
 
@@ -183,8 +188,9 @@ Status ModelInstance::synthetic_batch(uint64_t seed, int64_t first_sample,
                                       const dscore_batch& out) const {
   if (!has_synthetic_task())
     return Status(DSCORE_UNIMPLEMENTED,
-                  info_.display() + " has no synthetic task (synthetic_batch is NULL); give the "
-                                    "run a data file in the \"data\" section");
+                  info_.display() +
+                      " has no synthetic task (synthetic_batch is NULL); give the "
+                      "run a data file in the \"data\" section");
   const auto* vt = vtable_of<dscore_model_vtable>(info_);
   return call_plugin(*host_, info_.display(), "synthetic_batch",
                      [&] { return vt->synthetic_batch(handle_, seed, first_sample, &out); });

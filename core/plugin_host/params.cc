@@ -76,14 +76,14 @@ void ValidatedParams::add_view(const std::string& name, const json::Value& value
   const FieldType declared = field != nullptr ? field->type : FieldType::kJson;
   if (value.is_null()) {
     v->type = DSCORE_VALUE_NULL;
-  } else if (field != nullptr && (declared == FieldType::kJson || declared == FieldType::kObject ||
-                                  declared == FieldType::kObjectArray ||
-                                  declared == FieldType::kStringArray)) {
+  } else if (field != nullptr &&
+             (declared == FieldType::kJson || declared == FieldType::kObject ||
+              declared == FieldType::kObjectArray || declared == FieldType::kStringArray)) {
     // Declared as structured data: always JSON text, so the plugin parses
     // one representation whatever the user wrote.
     set_string(json::serialize(value), DSCORE_VALUE_JSON);
-  } else if (field != nullptr && (declared == FieldType::kNumber ||
-                                  declared == FieldType::kNumberOrArray) &&
+  } else if (field != nullptr &&
+             (declared == FieldType::kNumber || declared == FieldType::kNumberOrArray) &&
              value.is_number()) {
     v->type = DSCORE_VALUE_DOUBLE;  // "number": a double even when written as 1
     v->d = value.as_number();

@@ -34,8 +34,8 @@ class ValidatedParams {
   static ValidatedParams from_object(const json::Value& normalised, const json::Value& as_written,
                                      const config::ObjectSpec* spec = nullptr);
 
-  const json::Value& values() const { return values_; }         // normalised object
-  const std::string& raw_json() const { return raw_json_; }     // as the user wrote it
+  const json::Value& values() const { return values_; }      // normalised object
+  const std::string& raw_json() const { return raw_json_; }  // as the user wrote it
   const dscore_named_value* const* data() const { return pointers_.data(); }
   size_t size() const { return pointers_.size(); }
 

@@ -23,9 +23,12 @@ struct KindName {
   const char* plural;
 };
 constexpr KindName kKinds[] = {
-    {DSCORE_KIND_OPTIMIZER, "optimizer", "optimizers"}, {DSCORE_KIND_SCHEDULER, "scheduler", "schedulers"},
-    {DSCORE_KIND_OFFLOAD, "offload", "offloads"},       {DSCORE_KIND_COMM, "comm", "comms"},
-    {DSCORE_KIND_MONITOR, "monitor", "monitors"},       {DSCORE_KIND_MODEL, "model", "models"},
+    {DSCORE_KIND_OPTIMIZER, "optimizer", "optimizers"},
+    {DSCORE_KIND_SCHEDULER, "scheduler", "schedulers"},
+    {DSCORE_KIND_OFFLOAD, "offload", "offloads"},
+    {DSCORE_KIND_COMM, "comm", "comms"},
+    {DSCORE_KIND_MONITOR, "monitor", "monitors"},
+    {DSCORE_KIND_MODEL, "model", "models"},
 };
 
 bool is_shared_library_name(const fs::path& p) { return p.extension() == ".so"; }
@@ -109,7 +112,8 @@ Result<std::shared_ptr<PluginRegistry>> PluginRegistry::open(const SearchPath& p
       std::vector<fs::path> files;
       for (const fs::directory_entry& e : fs::directory_iterator(entry, ec)) {
         std::error_code file_ec;
-        if (is_shared_library_name(e.path()) && e.is_regular_file(file_ec)) files.push_back(e.path());
+        if (is_shared_library_name(e.path()) && e.is_regular_file(file_ec))
+          files.push_back(e.path());
       }
       if (ec) {
         registry->problems_.push_back(
@@ -141,15 +145,16 @@ Result<std::shared_ptr<PluginRegistry>> PluginRegistry::open(const SearchPath& p
                             ? "both in " + info.library_path
                             : "in " + first.library_path + " and in " + info.library_path;
     return Status(DSCORE_ALREADY_EXISTS,
-                  std::string("two ") + kind_name(info.kind) + " plugins are named '" +
-                      first.name + "'" + (first.name != info.name ? " / '" + info.name + "'" : "") +
+                  std::string("two ") + kind_name(info.kind) + " plugins are named '" + first.name +
+                      "'" + (first.name != info.name ? " / '" + info.name + "'" : "") +
                       " (names match ignoring case), " + where +
                       "; remove one of them from the plugin search path");
   }
   return registry;
 }
 
-Result<const PluginInfo*> PluginRegistry::find(dscore_plugin_kind kind, std::string_view name) const {
+Result<const PluginInfo*> PluginRegistry::find(dscore_plugin_kind kind,
+                                               std::string_view name) const {
   std::vector<std::string> names;
   for (const PluginInfo& info : plugins_) {
     if (info.kind != kind) continue;
@@ -169,8 +174,9 @@ Result<const PluginInfo*> PluginRegistry::find(dscore_plugin_kind kind, std::str
     for (const LoadProblem& p : problems_) failed.push_back(p.message);
     message += ". Libraries that failed to load: " + join(failed, "; ");
   }
-  message += ". Add the folder holding the plugin to DSCORE_PLUGIN_PATH or \"plugins\": "
-             "{\"paths\": [...]} in the config";
+  message +=
+      ". Add the folder holding the plugin to DSCORE_PLUGIN_PATH or \"plugins\": "
+      "{\"paths\": [...]} in the config";
   return Status(DSCORE_NOT_FOUND, message);
 }
 

@@ -31,11 +31,11 @@ struct PluginInfo {
   std::string version;
   std::string description;
   uint64_t capabilities = 0;
-  std::string params_schema;                  // "" when the plugin validates nothing
+  std::string params_schema;  // "" when the plugin validates nothing
   const dscore_plugin_descriptor* descriptor = nullptr;
-  std::shared_ptr<LoadedLibrary> library;     // keeps the code mapped
+  std::shared_ptr<LoadedLibrary> library;  // keeps the code mapped
   // Copied from the library table, for listing and messages:
-  std::string library_path;                   // absolute
+  std::string library_path;  // absolute
   std::string library_name;
   std::string library_version;
   std::string vendor;

@@ -44,16 +44,19 @@ struct KindSpec {
 
 const std::vector<KindSpec>& kind_specs() {
   static const std::vector<KindSpec> specs = {
-      {DSCORE_KIND_OPTIMIZER, "dscore_optimizer_vtable",
+      {DSCORE_KIND_OPTIMIZER,
+       "dscore_optimizer_vtable",
        {DSCORE_REQUIRED(dscore_optimizer_vtable, create),
         DSCORE_REQUIRED(dscore_optimizer_vtable, destroy),
         DSCORE_REQUIRED(dscore_optimizer_vtable, state_slots),
         DSCORE_REQUIRED(dscore_optimizer_vtable, step)}},
-      {DSCORE_KIND_SCHEDULER, "dscore_scheduler_vtable",
+      {DSCORE_KIND_SCHEDULER,
+       "dscore_scheduler_vtable",
        {DSCORE_REQUIRED(dscore_scheduler_vtable, create),
         DSCORE_REQUIRED(dscore_scheduler_vtable, destroy),
         DSCORE_REQUIRED(dscore_scheduler_vtable, point_at)}},
-      {DSCORE_KIND_OFFLOAD, "dscore_offload_vtable",
+      {DSCORE_KIND_OFFLOAD,
+       "dscore_offload_vtable",
        {DSCORE_REQUIRED(dscore_offload_vtable, create),
         DSCORE_REQUIRED(dscore_offload_vtable, destroy),
         DSCORE_REQUIRED(dscore_offload_vtable, alignment),
@@ -62,7 +65,8 @@ const std::vector<KindSpec>& kind_specs() {
         DSCORE_REQUIRED(dscore_offload_vtable, sync_file),
         DSCORE_REQUIRED(dscore_offload_vtable, submit),
         DSCORE_REQUIRED(dscore_offload_vtable, wait)}},
-      {DSCORE_KIND_COMM, "dscore_comm_vtable",
+      {DSCORE_KIND_COMM,
+       "dscore_comm_vtable",
        {DSCORE_REQUIRED(dscore_comm_vtable, create), DSCORE_REQUIRED(dscore_comm_vtable, destroy),
         DSCORE_REQUIRED(dscore_comm_vtable, allreduce),
         DSCORE_REQUIRED(dscore_comm_vtable, reduce_scatter),
@@ -70,11 +74,13 @@ const std::vector<KindSpec>& kind_specs() {
         DSCORE_REQUIRED(dscore_comm_vtable, broadcast), DSCORE_REQUIRED(dscore_comm_vtable, send),
         DSCORE_REQUIRED(dscore_comm_vtable, recv), DSCORE_REQUIRED(dscore_comm_vtable, barrier),
         DSCORE_REQUIRED(dscore_comm_vtable, reduce)}},
-      {DSCORE_KIND_MONITOR, "dscore_monitor_vtable",
+      {DSCORE_KIND_MONITOR,
+       "dscore_monitor_vtable",
        {DSCORE_REQUIRED(dscore_monitor_vtable, create),
         DSCORE_REQUIRED(dscore_monitor_vtable, destroy),
         DSCORE_REQUIRED(dscore_monitor_vtable, write_scalars)}},
-      {DSCORE_KIND_MODEL, "dscore_model_vtable",
+      {DSCORE_KIND_MODEL,
+       "dscore_model_vtable",
        {DSCORE_REQUIRED(dscore_model_vtable, create), DSCORE_REQUIRED(dscore_model_vtable, destroy),
         DSCORE_REQUIRED(dscore_model_vtable, describe),
         DSCORE_REQUIRED(dscore_model_vtable, init_param),
@@ -118,8 +124,8 @@ std::optional<std::string> abi_version_problem(const std::string& library, uint3
     return library + " was built against plugin ABI " + version_text(abi_major, abi_minor) +
            " and needs a host of ABI " + version_text(abi_major, min_host_minor) +
            " or later; this dscore is ABI " + host + ": upgrade dscore to ABI " +
-           version_text(abi_major, min_host_minor) + " or later or rebuild the plugin against sdk " +
-           host;
+           version_text(abi_major, min_host_minor) +
+           " or later or rebuild the plugin against sdk " + host;
   }
   return std::nullopt;
 }
@@ -153,8 +159,7 @@ Result<ValidatedLibrary> validate_library(const std::shared_ptr<LoadedLibrary>& 
   if (table->plugin_count > kMaxPluginsPerLibrary)
     return fail(who + ": plugin_count " + std::to_string(table->plugin_count) +
                 " is implausible (the table is corrupt)");
-  if (table->plugin_count == 0)
-    return fail(who + ": holds no plugins (plugin_count is 0)");
+  if (table->plugin_count == 0) return fail(who + ": holds no plugins (plugin_count is 0)");
 
   ValidatedLibrary out;
   for (size_t i = 0; i < table->plugin_count; ++i) {
@@ -205,8 +210,8 @@ Result<ValidatedLibrary> validate_library(const std::shared_ptr<LoadedLibrary>& 
     if (vtable_size < needed)
       return fail(plugin + ": " + kind->vtable_type + ".struct_size is " +
                   std::to_string(vtable_size) + " but its required functions need at least " +
-                  std::to_string(needed) + " bytes; set struct_size = sizeof(" +
-                  kind->vtable_type + ")");
+                  std::to_string(needed) + " bytes; set struct_size = sizeof(" + kind->vtable_type +
+                  ")");
     for (const RequiredFunction& f : kind->required) {
       void (*fn)() = nullptr;
       std::memcpy(&fn, static_cast<const char*>(d->vtable) + f.offset, sizeof fn);
@@ -216,8 +221,7 @@ Result<ValidatedLibrary> validate_library(const std::shared_ptr<LoadedLibrary>& 
     }
     if (!info.params_schema.empty()) {
       Result<config::ObjectSpec> spec = config::parse_params_schema(info.params_schema);
-      if (!spec.ok())
-        return fail(plugin + ": invalid params_schema: " + spec.status().message());
+      if (!spec.ok()) return fail(plugin + ": invalid params_schema: " + spec.status().message());
     }
     out.plugins.push_back(std::move(info));
   }

@@ -12,8 +12,9 @@ LossScaler LossScaler::from_config(const config::Fp16Config& fp16) {
     // None of the five dynamic keys given: DynamicLossScaler()'s own defaults, 2^32, window 1000,
     // min 1, hysteresis 1 (docs/deepspeed-reference.md#loss-scaler-defaults).
     return dynamic(std::ldexp(1.0, 32), 1000, 1.0, 1, false);
-  return dynamic(std::ldexp(1.0, static_cast<int>(fp16.initial_scale_power)), fp16.loss_scale_window,
-                 fp16.min_loss_scale, fp16.hysteresis, fp16.consecutive_hysteresis);
+  return dynamic(std::ldexp(1.0, static_cast<int>(fp16.initial_scale_power)),
+                 fp16.loss_scale_window, fp16.min_loss_scale, fp16.hysteresis,
+                 fp16.consecutive_hysteresis);
 }
 
 LossScaler LossScaler::dynamic(double initial_scale, int64_t window, double min_scale,

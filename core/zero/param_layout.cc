@@ -18,7 +18,8 @@ Result<ParamLayout> ParamLayout::from_description(const dscore_model_description
       entry.flags = param->flags;
       if (entry.numel <= 0)
         return invalid_argument("model parameter '" + entry.name + "' has " +
-                                std::to_string(entry.numel) + " elements; every parameter needs at least one");
+                                std::to_string(entry.numel) +
+                                " elements; every parameter needs at least one");
       entry.offset = offset;
       offset += entry.numel;
       layout.params_.push_back(std::move(entry));

@@ -62,7 +62,8 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
     m.parameters = bytes(flat.padded_numel, md);
     m.gradients = bytes(plan.stage <= 1 ? flat.padded_numel : flat.partition_size, gd);
     if (plan.stage == 2) {
-      const int64_t bucket = std::clamp<int64_t>(config.zero.reduce_bucket_size, 1, flat.padded_numel);
+      const int64_t bucket =
+          std::clamp<int64_t>(config.zero.reduce_bucket_size, 1, flat.padded_numel);
       const int count = config.zero.overlap_comm ? 2 : 1;
       m.buffers = bytes(bucket, gd) * count;
     }
@@ -113,9 +114,10 @@ std::string format_plans(const std::vector<ZeroPlan>& plans) {
   const ZeroPlan& p0 = plans.front();
   std::string out;
   char line[256];
-  std::snprintf(line, sizeof line, "ZeRO stage %d, %d rank(s), %lld parameters (Psi), model %s, gradients %s\n",
-                p0.stage, p0.world, static_cast<long long>(p0.numel), sdk::dtype_name(p0.model_dtype),
-                sdk::dtype_name(p0.grad_dtype));
+  std::snprintf(line, sizeof line,
+                "ZeRO stage %d, %d rank(s), %lld parameters (Psi), model %s, gradients %s\n",
+                p0.stage, p0.world, static_cast<long long>(p0.numel),
+                sdk::dtype_name(p0.model_dtype), sdk::dtype_name(p0.grad_dtype));
   out += line;
   auto row = [&](const char* name, auto get) {
     std::snprintf(line, sizeof line, "  %-24s", name);
@@ -136,9 +138,10 @@ std::string format_plans(const std::vector<ZeroPlan>& plans) {
   row("total", [](const ZeroPlan& p) { return format_bytes(p.memory.total()); });
   out += "  communication per optimizer step (elements of the full buffer of each collective):\n";
   for (const auto& [op, elements] : p0.comm_elements) {
-    std::snprintf(line, sizeof line, "    %-28s %16lld  (%.3f Psi)\n", op.c_str(),
-                  static_cast<long long>(elements),
-                  p0.numel > 0 ? static_cast<double>(elements) / static_cast<double>(p0.numel) : 0.0);
+    std::snprintf(
+        line, sizeof line, "    %-28s %16lld  (%.3f Psi)\n", op.c_str(),
+        static_cast<long long>(elements),
+        p0.numel > 0 ? static_cast<double>(elements) / static_cast<double>(p0.numel) : 0.0);
     out += line;
   }
   return out;

@@ -40,7 +40,7 @@ struct ZeroPlan {
   int stage = 0;
   int world = 1;
   int rank = 0;
-  int64_t numel = 0;             // Psi
+  int64_t numel = 0;  // Psi
   dscore_dtype model_dtype = DSCORE_DTYPE_F32;
   dscore_dtype grad_dtype = DSCORE_DTYPE_F32;
   MemoryPlan memory;

@@ -38,8 +38,9 @@ SquareSum sum_squares(const void* data, dscore_dtype dtype, int64_t n) {
     if (dtype == DSCORE_DTYPE_F32) {
       values = static_cast<const float*>(data) + start;
     } else {
-      tensor::convert(static_cast<const char*>(data) + start * static_cast<int64_t>(sdk::dtype_size(dtype)), dtype,
-              block, DSCORE_DTYPE_F32, count);
+      tensor::convert(
+          static_cast<const char*>(data) + start * static_cast<int64_t>(sdk::dtype_size(dtype)),
+          dtype, block, DSCORE_DTYPE_F32, count);
       values = block;
     }
     int64_t i = 0;

@@ -24,7 +24,8 @@ ShardedZero::ShardedZero(const ZeroContext& context)
   for (size_t i = 0; i < params.size(); ++i) {
     const int64_t real = shards_.params[i].real_elements(rank_);
     if (real > 0)
-      segments_.push_back({i, shards_.params[i].local_offset, real, shards_.params[i].first_element(rank_)});
+      segments_.push_back(
+          {i, shards_.params[i].local_offset, real, shards_.params[i].first_element(rank_)});
   }
   // Persistence (docs/deepspeed-reference.md#stage-3-layout): small params, while the running total
   // of persistent elements stays within the model threshold.
@@ -51,7 +52,9 @@ ShardedZero::ShardedZero(const ZeroContext& context)
   }
 }
 
-int64_t ShardedZero::padded(size_t param) const { return shards_.params[param].shard_size * world_; }
+int64_t ShardedZero::padded(size_t param) const {
+  return shards_.params[param].shard_size * world_;
+}
 
 float* ShardedZero::owned_master() {
   return ctx_.model_dtype == DSCORE_DTYPE_F32 ? static_cast<float*>(param_part_.get())
@@ -65,24 +68,30 @@ void* ShardedZero::owned_params16() {
 Status ShardedZero::initialise(const Model& model) {
   const dscore_dtype md = ctx_.model_dtype;
   const int64_t local = shards_.local_numel;
-  DSCORE_ASSIGN_OR_RETURN(param_part_,
-                          tensor::allocate_elements(local, md, std::string("parameters ") + sdk::dtype_name(md)));
+  DSCORE_ASSIGN_OR_RETURN(
+      param_part_,
+      tensor::allocate_elements(local, md, std::string("parameters ") + sdk::dtype_name(md)));
   if (md != DSCORE_DTYPE_F32) {
-    DSCORE_ASSIGN_OR_RETURN(master_, tensor::allocate_elements(local, DSCORE_DTYPE_F32, "master weights fp32"));
+    DSCORE_ASSIGN_OR_RETURN(
+        master_, tensor::allocate_elements(local, DSCORE_DTYPE_F32, "master weights fp32"));
   }
-  DSCORE_ASSIGN_OR_RETURN(grad_part_, tensor::allocate_elements(local, ctx_.grad_dtype, "gradient partition"));
+  DSCORE_ASSIGN_OR_RETURN(grad_part_,
+                          tensor::allocate_elements(local, ctx_.grad_dtype, "gradient partition"));
   float* master = owned_master();
   for (const OwnedSegment& s : segments_) {
     const ParamShard& shard = shards_.params[s.param];
-    DSCORE_RETURN_IF_ERROR(model.init_param(s.param, shard.first_element(rank_), s.numel, master + s.offset));
+    DSCORE_RETURN_IF_ERROR(
+        model.init_param(s.param, shard.first_element(rank_), s.numel, master + s.offset));
     if (md != DSCORE_DTYPE_F32)
-      tensor::convert(master + s.offset, DSCORE_DTYPE_F32, element_at(param_part_.get(), md, s.offset), md, s.numel);
+      tensor::convert(master + s.offset, DSCORE_DTYPE_F32,
+                      element_at(param_part_.get(), md, s.offset), md, s.numel);
   }
   const auto& params = ctx_.layout->params();
   persistent_full_.resize(params.size());
   for (size_t p = 0; p < params.size(); ++p) {
     if (!persistent_[p]) continue;
-    DSCORE_ASSIGN_OR_RETURN(persistent_full_[p], tensor::allocate_elements(padded(p), md, "persistent parameters"));
+    DSCORE_ASSIGN_OR_RETURN(persistent_full_[p],
+                            tensor::allocate_elements(padded(p), md, "persistent parameters"));
   }
   for (const ParamEntry& p : params) {
     param_views_.push_back(param_view(nullptr, md, p));
@@ -98,18 +107,22 @@ Status ShardedZero::initialise(const Model& model) {
 
 // --------------------------------------------------------------- gathering
 
-Status ShardedZero::allgather_shards(const std::vector<size_t>& params, const std::vector<char*>& dest) {
+Status ShardedZero::allgather_shards(const std::vector<size_t>& params,
+                                     const std::vector<char*>& dest) {
   // Pack this rank's shards, one allgather, then unpack each rank's chunk:
   // rank r's shard of params[i] goes to element r * shard_size of dest[i].
   const dscore_dtype md = ctx_.model_dtype;
   const int64_t es = static_cast<int64_t>(sdk::dtype_size(md));
   std::vector<ShardedRun> runs;
-  for (size_t i = 0; i < params.size(); ++i) runs.push_back({dest[i], shards_.params[params[i]].shard_size});
+  for (size_t i = 0; i < params.size(); ++i)
+    runs.push_back({dest[i], shards_.params[params[i]].shard_size});
   const int64_t shard_elements = chunk_elements(runs);
-  DSCORE_ASSIGN_OR_RETURN(CountedBuffer packed,
-                          tensor::allocate_elements(shard_elements, md, "gathered parameters", Fill::kUninitialised));
-  DSCORE_ASSIGN_OR_RETURN(CountedBuffer gathered, tensor::allocate_elements(shard_elements * world_, md,
-                                                                            "gathered parameters", Fill::kUninitialised));
+  DSCORE_ASSIGN_OR_RETURN(
+      CountedBuffer packed,
+      tensor::allocate_elements(shard_elements, md, "gathered parameters", Fill::kUninitialised));
+  DSCORE_ASSIGN_OR_RETURN(CountedBuffer gathered,
+                          tensor::allocate_elements(shard_elements * world_, md,
+                                                    "gathered parameters", Fill::kUninitialised));
   char* pk = static_cast<char*>(packed.get());
   int64_t offset = 0;
   for (size_t p : params) {
@@ -118,8 +131,10 @@ Status ShardedZero::allgather_shards(const std::vector<size_t>& params, const st
                 static_cast<size_t>(sh.shard_size * es));
     offset += sh.shard_size;
   }
-  DSCORE_RETURN_IF_ERROR(ctx_.comm->allgather({pk, md, shard_elements}, {gathered.get(), md, shard_elements * world_}));
-  unpack_rank_chunks(static_cast<const char*>(gathered.get()), runs, world_, static_cast<size_t>(es));
+  DSCORE_RETURN_IF_ERROR(ctx_.comm->allgather({pk, md, shard_elements},
+                                              {gathered.get(), md, shard_elements * world_}));
+  unpack_rank_chunks(static_cast<const char*>(gathered.get()), runs, world_,
+                     static_cast<size_t>(es));
   return Status::Ok();
 }
 
@@ -135,8 +150,9 @@ Status ShardedZero::start_gathers(const std::vector<size_t>& layers) {
     int64_t full_elements = 0;
     for (size_t p : s.gathered_params) full_elements += padded(p);
     // Every byte is overwritten by the unpacking (shard padding included).
-    DSCORE_ASSIGN_OR_RETURN(CountedBuffer full,
-                            tensor::allocate_elements(full_elements, md, "gathered parameters", Fill::kUninitialised));
+    DSCORE_ASSIGN_OR_RETURN(
+        CountedBuffer full,
+        tensor::allocate_elements(full_elements, md, "gathered parameters", Fill::kUninitialised));
     fulls.push_back(std::make_shared<CountedBuffer>(std::move(full)));
     starting.push_back(layer);
   }
@@ -155,9 +171,11 @@ Status ShardedZero::start_gathers(const std::vector<size_t>& layers) {
       param_start += padded(p);
     }
   }
-  auto ticket = ctx_.stream->submit([this, fulls, params, dest] { return allgather_shards(params, dest); });
+  auto ticket =
+      ctx_.stream->submit([this, fulls, params, dest] { return allgather_shards(params, dest); });
   for (size_t layer : layers)
-    if (layers_[layer].residency == Residency::kInFlight && !layers_[layer].ticket) layers_[layer].ticket = ticket;
+    if (layers_[layer].residency == Residency::kInFlight && !layers_[layer].ticket)
+      layers_[layer].ticket = ticket;
   return Status::Ok();
 }
 
@@ -192,7 +210,8 @@ void ShardedZero::finish_trace() {
 
 int64_t ShardedZero::padded_layer_elements(size_t layer) const {
   int64_t elements = 0;
-  for (size_t p = ctx_.layout->layer_first(layer); p < ctx_.layout->layer_end(layer); ++p) elements += padded(p);
+  for (size_t p = ctx_.layout->layer_first(layer); p < ctx_.layout->layer_end(layer); ++p)
+    elements += padded(p);
   return elements;
 }
 
@@ -205,7 +224,8 @@ void ShardedZero::prepare_grads(const std::vector<size_t>& layers) {
     // A failure leaves the entry empty: take_grads allocates it again on
     // the compute thread and reports the Status there.
     for (size_t i = 0; i < elements.size(); ++i) {
-      Result<CountedBuffer> buffer = tensor::allocate_elements(elements[i], ctx_.grad_dtype, "gradient bucket");
+      Result<CountedBuffer> buffer =
+          tensor::allocate_elements(elements[i], ctx_.grad_dtype, "gradient bucket");
       if (buffer.ok()) (*prepared)[i] = std::move(buffer).value();
     }
     return Status::Ok();
@@ -227,8 +247,9 @@ Result<std::shared_ptr<CountedBuffer>> ShardedZero::take_grads(size_t layer) {
     s.prepared.reset();
     if (buffer) return std::make_shared<CountedBuffer>(std::move(buffer));
   }
-  DSCORE_ASSIGN_OR_RETURN(CountedBuffer buffer,
-                          tensor::allocate_elements(padded_layer_elements(layer), ctx_.grad_dtype, "gradient bucket"));
+  DSCORE_ASSIGN_OR_RETURN(
+      CountedBuffer buffer,
+      tensor::allocate_elements(padded_layer_elements(layer), ctx_.grad_dtype, "gradient bucket"));
   return std::make_shared<CountedBuffer>(std::move(buffer));
 }
 
@@ -280,7 +301,8 @@ void ShardedZero::free_gathered(size_t layer) {
   // Its next use needs a prefetch again.
   if (trace_.valid() && s.last_event < trace_.size()) {
     const size_t next = trace_.next_use(s.last_event);
-    if (next != AcquireTrace::kNever && next >= position_) prefetched_until_ = std::min(prefetched_until_, next);
+    if (next != AcquireTrace::kNever && next >= position_)
+      prefetched_until_ = std::min(prefetched_until_, next);
   }
 }
 
@@ -309,7 +331,8 @@ Status ShardedZero::acquire(size_t layer, dscore_acquire_mode mode, dscore_layer
       char* base = static_cast<char*>(s.grads->get());
       int64_t offset = 0;
       for (size_t p = first; p < ctx_.layout->layer_end(layer); ++p) {
-        grad_views_[p].data = base + offset * static_cast<int64_t>(sdk::dtype_size(ctx_.grad_dtype));
+        grad_views_[p].data =
+            base + offset * static_cast<int64_t>(sdk::dtype_size(ctx_.grad_dtype));
         offset += padded(p);
       }
     }
@@ -356,20 +379,24 @@ void ShardedZero::flush_gradients() {
       }
     }
     const int64_t chunk = chunk_elements(runs);
-    DSCORE_ASSIGN_OR_RETURN(CountedBuffer send,
-                            tensor::allocate_elements(chunk * world_, gd, "gradient bucket", Fill::kUninitialised));
-    DSCORE_ASSIGN_OR_RETURN(CountedBuffer recv,
-                            tensor::allocate_elements(chunk, gd, "gradient bucket", Fill::kUninitialised));
+    DSCORE_ASSIGN_OR_RETURN(
+        CountedBuffer send,
+        tensor::allocate_elements(chunk * world_, gd, "gradient bucket", Fill::kUninitialised));
+    DSCORE_ASSIGN_OR_RETURN(
+        CountedBuffer recv,
+        tensor::allocate_elements(chunk, gd, "gradient bucket", Fill::kUninitialised));
     pack_rank_chunks(runs, world_, static_cast<size_t>(es), static_cast<char*>(send.get()));
     tensor::scale_in_place(send.get(), gd, chunk * world_, r.pre_factor);
-    DSCORE_RETURN_IF_ERROR(ctx_.comm->reduce_scatter({send.get(), gd, chunk * world_}, {recv.get(), gd, chunk}, r.op));
+    DSCORE_RETURN_IF_ERROR(
+        ctx_.comm->reduce_scatter({send.get(), gd, chunk * world_}, {recv.get(), gd, chunk}, r.op));
     tensor::scale_in_place(recv.get(), gd, chunk, r.post_factor);
     const char* reduced = static_cast<const char*>(recv.get());
     int64_t in_chunk = 0;
     for (const PendingGrads& g : group) {
       for (size_t p = ctx_.layout->layer_first(g.layer); p < ctx_.layout->layer_end(g.layer); ++p) {
         const ParamShard& sh = shards_.params[p];
-        tensor::accumulate(element_at(grad_part_.get(), gd, sh.local_offset), reduced + in_chunk * es, gd, sh.shard_size);
+        tensor::accumulate(element_at(grad_part_.get(), gd, sh.local_offset),
+                           reduced + in_chunk * es, gd, sh.shard_size);
         in_chunk += sh.shard_size;
       }
     }
@@ -404,7 +431,9 @@ Status ShardedZero::gather_persistent() {
   return ctx_.stream->run([&] { return allgather_shards(params, dest); });
 }
 
-void ShardedZero::zero_grads() { tensor::fill_zero(grad_part_.get(), ctx_.grad_dtype, shards_.local_numel); }
+void ShardedZero::zero_grads() {
+  tensor::fill_zero(grad_part_.get(), ctx_.grad_dtype, shards_.local_numel);
+}
 
 Status ShardedZero::gather_master(std::vector<float>* out) {
   const int64_t local = shards_.local_numel;
@@ -428,7 +457,8 @@ Status ShardedZero::gather_master(std::vector<float>* out) {
 std::vector<ParamRun> ShardedZero::checkpoint_params() {
   std::vector<ParamRun> runs;
   for (const OwnedSegment& s : segments_)
-    runs.push_back({s.param, s.element, s.numel, element_at(param_part_.get(), ctx_.model_dtype, s.offset)});
+    runs.push_back(
+        {s.param, s.element, s.numel, element_at(param_part_.get(), ctx_.model_dtype, s.offset)});
   return runs;
 }
 

@@ -102,17 +102,17 @@ class ShardedZero final : public ZeroStrategy {
   std::vector<char> persistent_;
   std::vector<LayerState> layers_;
 
-  CountedBuffer param_part_;  // (local) model_dtype shards
-  CountedBuffer master_;      // (local) fp32, 16-bit models only
-  CountedBuffer grad_part_;   // (local) grad_dtype
+  CountedBuffer param_part_;                    // (local) model_dtype shards
+  CountedBuffer master_;                        // (local) fp32, 16-bit models only
+  CountedBuffer grad_part_;                     // (local) grad_dtype
   std::vector<CountedBuffer> persistent_full_;  // per param (padded), persistent ones only
 
   std::vector<dscore_tensor> param_views_, grad_views_;
   std::vector<const dscore_tensor*> param_ptrs_;
   std::vector<dscore_tensor*> grad_ptrs_;
 
-  AcquireTrace trace_;      // recorded by the first forward_backward
-  size_t position_ = 0;     // events seen in this forward_backward
+  AcquireTrace trace_;           // recorded by the first forward_backward
+  size_t position_ = 0;          // events seen in this forward_backward
   size_t prefetched_until_ = 0;  // trace events before this index need no prefetch now
   int64_t live_elements_ = 0;
   struct PendingGrads {

@@ -36,8 +36,8 @@ struct ZeroContext {
 
 // A run of one parameter's elements inside the owned space.
 struct OwnedSegment {
-  size_t param = 0;     // index in the ParamLayout
-  int64_t offset = 0;   // in owned space
+  size_t param = 0;    // index in the ParamLayout
+  int64_t offset = 0;  // in owned space
   int64_t numel = 0;
   int64_t element = 0;  // the parameter's element at `offset`
 };
@@ -61,9 +61,9 @@ class ZeroStrategy {
   // --- owned space
   virtual int64_t owned_numel() const = 0;
   virtual const std::vector<OwnedSegment>& owned_segments() const = 0;
-  virtual float* owned_master() = 0;     // fp32 master weights (owned_numel)
-  virtual void* owned_grads() = 0;       // grad_dtype (owned_numel), reduced at the boundary
-  virtual void* owned_params16() = 0;    // model_dtype copy to refresh, nullptr for fp32 models
+  virtual float* owned_master() = 0;   // fp32 master weights (owned_numel)
+  virtual void* owned_grads() = 0;     // grad_dtype (owned_numel), reduced at the boundary
+  virtual void* owned_params16() = 0;  // model_dtype copy to refresh, nullptr for fp32 models
   // This rank's share of the global gradient norm, as [begin, end) of the
   // owned gradients: partial sums from all ranks cover every element once.
   virtual std::pair<int64_t, int64_t> norm_range() const = 0;

@@ -45,13 +45,15 @@ FakeHost::FakeHost() {
   api_.set_error = &FakeHost::set_error_fn;
   api_.alloc = &FakeHost::alloc_fn;
   api_.free = &FakeHost::free_fn;
-  api_.communicator = [](dscore_host_context* ctx, dscore_comm_group) -> const dscore_communicator* {
+  api_.communicator = [](dscore_host_context* ctx,
+                         dscore_comm_group) -> const dscore_communicator* {
     return ctx != nullptr ? reinterpret_cast<FakeContext*>(ctx)->communicator : nullptr;
   };
   api_.kv_set = [](dscore_host_context* ctx, const char*, const void*, size_t) -> dscore_status {
     return set_error_fn(ctx, DSCORE_UNAVAILABLE, "the fake host has no key-value store");
   };
-  api_.kv_get = [](dscore_host_context* ctx, const char*, void*, size_t, size_t*, int64_t) -> dscore_status {
+  api_.kv_get = [](dscore_host_context* ctx, const char*, void*, size_t, size_t*,
+                   int64_t) -> dscore_status {
     return set_error_fn(ctx, DSCORE_UNAVAILABLE, "the fake host has no key-value store");
   };
   api_.range_push = [](dscore_host_context*, const char*) {};
@@ -70,7 +72,8 @@ void FakeHost::log_fn(dscore_host_context*, dscore_log_level level, const char* 
   h.logs_.push_back({level, plugin ? plugin : "", message ? message : ""});
 }
 
-dscore_status FakeHost::set_error_fn(dscore_host_context*, dscore_status code, const char* message) {
+dscore_status FakeHost::set_error_fn(dscore_host_context*, dscore_status code,
+                                     const char* message) {
   t_error_code = code;
   t_error_message = message ? message : "";
   return code;
@@ -363,10 +366,18 @@ const dscore_create_args* CreateArgs::get() {
     pointers_.push_back(&v);
 
     switch (e.type) {
-      case DSCORE_VALUE_BOOL: params.set(name, e.b); break;
-      case DSCORE_VALUE_INT: params.set(name, e.i); break;
-      case DSCORE_VALUE_DOUBLE: params.set(name, e.d); break;
-      case DSCORE_VALUE_STRING: params.set(name, e.s); break;
+      case DSCORE_VALUE_BOOL:
+        params.set(name, e.b);
+        break;
+      case DSCORE_VALUE_INT:
+        params.set(name, e.i);
+        break;
+      case DSCORE_VALUE_DOUBLE:
+        params.set(name, e.d);
+        break;
+      case DSCORE_VALUE_STRING:
+        params.set(name, e.s);
+        break;
       case DSCORE_VALUE_JSON: {
         auto parsed = json::parse(e.s, name);
         if (!parsed.ok()) throw std::runtime_error(parsed.status().message());
@@ -379,7 +390,8 @@ const dscore_create_args* CreateArgs::get() {
         params.set(name, std::move(array));
         break;
       }
-      default: params.set(name, nullptr);
+      default:
+        params.set(name, nullptr);
     }
   }
   params_json_ = json::serialize(params);

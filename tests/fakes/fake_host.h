@@ -63,7 +63,8 @@ class FakeHost {
   FakeHost();
   static void log_fn(dscore_host_context* ctx, dscore_log_level level, const char* plugin,
                      const char* message);
-  static dscore_status set_error_fn(dscore_host_context* ctx, dscore_status code, const char* message);
+  static dscore_status set_error_fn(dscore_host_context* ctx, dscore_status code,
+                                    const char* message);
   static void* alloc_fn(dscore_host_context* ctx, size_t bytes, size_t alignment,
                         dscore_memory_kind kind, const char* tag);
   static void free_fn(dscore_host_context* ctx, void* ptr, dscore_memory_kind kind);
@@ -109,7 +110,7 @@ struct SchemaField {
   std::string type;          // "bool", "int", "number", "string", ...
   std::string default_json;  // the default as JSON text, "" when none
   bool required = false;
-  std::string auto_rule;     // "" when "auto" is not accepted
+  std::string auto_rule;  // "" when "auto" is not accepted
   std::string doc;
 };
 

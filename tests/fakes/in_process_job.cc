@@ -13,12 +13,10 @@
 namespace dscore::testing {
 namespace {
 
-Status train(Engine& e, int rank, const InProcessHooks& hooks,
-             InProcessResult* result);
+Status train(Engine& e, int rank, const InProcessHooks& hooks, InProcessResult* result);
 
 Status train_rank(const std::string& text, int rank, int world,
-                  const std::shared_ptr<plugin_host::KvBackend>& store,
-                  const InProcessHooks& hooks,
+                  const std::shared_ptr<plugin_host::KvBackend>& store, const InProcessHooks& hooks,
                   InProcessResult* result) {
   InitializeOptions options;
   comm::JobEnv job;
@@ -37,8 +35,7 @@ Status train_rank(const std::string& text, int rank, int world,
   return st;
 }
 
-Status train(Engine& e, int rank, const InProcessHooks& hooks,
-             InProcessResult* result) {
+Status train(Engine& e, int rank, const InProcessHooks& hooks, InProcessResult* result) {
   const config::TrainingConfig& cfg = e.config();
   DSCORE_ASSIGN_OR_RETURN(auto source, data::make_batch_source(cfg, e.model()));
   const data::DistributedSampler sampler(cfg.batch, e.world_size(), e.rank());

@@ -9,8 +9,10 @@
 
 namespace dscore::config {
 
-inline std::string check_loaded(const LoadedConfig& c, const std::string& text, const ResolveContext& ctx) {
-  if (c.ok() != c.config.has_value()) return "a config must be built exactly when there are no errors";
+inline std::string check_loaded(const LoadedConfig& c, const std::string& text,
+                                const ResolveContext& ctx) {
+  if (c.ok() != c.config.has_value())
+    return "a config must be built exactly when there are no errors";
   for (const ConfigError& e : c.errors) {
     if (e.message.empty()) return "an error without a message at " + e.path;
     std::string line = format_error(e, c.source_name);
@@ -22,10 +24,12 @@ inline std::string check_loaded(const LoadedConfig& c, const std::string& text, 
   const std::string printed = json::serialize(c.resolved, true);
   LoadedConfig again = load_config_text(printed, "resolved.json", ctx);
   if (!again.ok())
-    return "the resolved config does not reload: " + format_error(again.errors[0], again.source_name) +
-           "\nresolved:\n" + printed + "\ninput:\n" + text;
+    return "the resolved config does not reload: " +
+           format_error(again.errors[0], again.source_name) + "\nresolved:\n" + printed +
+           "\ninput:\n" + text;
   if (!(again.resolved == c.resolved))
-    return "reloading the resolved config changes it:\n" + printed + "\nvs\n" + json::serialize(again.resolved, true);
+    return "reloading the resolved config changes it:\n" + printed + "\nvs\n" +
+           json::serialize(again.resolved, true);
   return "";
 }
 

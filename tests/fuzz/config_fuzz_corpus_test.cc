@@ -34,7 +34,8 @@ std::vector<Seed> read_corpus() {
     s << in.rdbuf();
     seeds.push_back({entry.path().filename().string(), s.str()});
   }
-  std::sort(seeds.begin(), seeds.end(), [](const Seed& a, const Seed& b) { return a.name < b.name; });
+  std::sort(seeds.begin(), seeds.end(),
+            [](const Seed& a, const Seed& b) { return a.name < b.name; });
   return seeds;
 }
 
@@ -54,10 +55,36 @@ TEST(ConfigFuzzCorpus, SeedsBehaveAsNamed) {
 
 // Tokens that steer mutants into interesting corners of the grammar and
 // the schema.
-const char* const kTokens[] = {"{", "}", "[", "]", ",", ":", "\"", "\\", "\"auto\"", "null", "true", "false",
-                               "0", "-1", "1e400", "2.5", "9223372036854775808", "-9223372036854775809",
-                               "5e8", "\"stage\"", "\"zero_optimization\"", "\"train_batch_size\"",
-                               "//", "/*", "*/", "\n", "\xc3\xa9", "\xff", "\\u0000", "{\"a\":1}"};
+const char* const kTokens[] = {"{",
+                               "}",
+                               "[",
+                               "]",
+                               ",",
+                               ":",
+                               "\"",
+                               "\\",
+                               "\"auto\"",
+                               "null",
+                               "true",
+                               "false",
+                               "0",
+                               "-1",
+                               "1e400",
+                               "2.5",
+                               "9223372036854775808",
+                               "-9223372036854775809",
+                               "5e8",
+                               "\"stage\"",
+                               "\"zero_optimization\"",
+                               "\"train_batch_size\"",
+                               "//",
+                               "/*",
+                               "*/",
+                               "\n",
+                               "\xc3\xa9",
+                               "\xff",
+                               "\\u0000",
+                               "{\"a\":1}"};
 
 std::string mutate(const std::string& base, const std::vector<Seed>& seeds, std::mt19937_64& rng) {
   std::string s = base;
@@ -120,7 +147,8 @@ TEST(ConfigFuzzCorpus, TwentyThousandMutantsNeitherCrashNorMisreport) {
     } catch (const std::exception& e) {
       problem = std::string("exception: ") + e.what();
     }
-    ASSERT_EQ(problem, "") << "mutant " << i << " of " << seed.name << " (seed 20250221):\n" << text;
+    ASSERT_EQ(problem, "") << "mutant " << i << " of " << seed.name << " (seed 20250221):\n"
+                           << text;
   }
   // The mutants must exercise both outcomes, or the loop tests nothing.
   EXPECT_GT(loaded, 200u);

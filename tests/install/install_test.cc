@@ -84,23 +84,26 @@ TEST(Install, VendorPluginBuildsAgainstTheInstalledSdkAndTrainsWithTheInstalledD
   const fs::path plugin_build = root.path() / "example-build";
 
   // (a) install this build.
-  ProcessResult r = run_tool({DSCORE_CMAKE_COMMAND, "--install", build_dir, "--prefix", prefix.string()});
+  ProcessResult r =
+      run_tool({DSCORE_CMAKE_COMMAND, "--install", build_dir, "--prefix", prefix.string()});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   const fs::path installed_dscore = prefix / "bin" / "dscore";
   const fs::path installed_plugins = prefix / DSCORE_INSTALLED_PLUGIN_SUBDIR;
-  for (const fs::path& p : {installed_dscore, installed_plugins / "libdscore_adam.so",
-                            installed_plugins / "libdscore_mlp.so", prefix / "include/dscore/plugin.h",
-                            prefix / "include/dscore/optimizer.h",
-                            prefix / DSCORE_INSTALLED_LIBDIR / "cmake/dscore/dscoreConfig.cmake",
-                            prefix / DSCORE_INSTALLED_LIBDIR / "cmake/dscore/dscore_plugin.map"})
+  for (const fs::path& p :
+       {installed_dscore, installed_plugins / "libdscore_adam.so",
+        installed_plugins / "libdscore_mlp.so", prefix / "include/dscore/plugin.h",
+        prefix / "include/dscore/optimizer.h",
+        prefix / DSCORE_INSTALLED_LIBDIR / "cmake/dscore/dscoreConfig.cmake",
+        prefix / DSCORE_INSTALLED_LIBDIR / "cmake/dscore/dscore_plugin.map"})
     EXPECT_TRUE(fs::exists(p)) << p << " not installed";
   ASSERT_TRUE(fs::exists(installed_dscore));
 
   // (b) the example, copied out of the tree, built against the prefix.
-  fs::copy(fs::path(source_dir) / "sdk/examples/sgd_momentum", plugin_src, fs::copy_options::recursive);
+  fs::copy(fs::path(source_dir) / "sdk/examples/sgd_momentum", plugin_src,
+           fs::copy_options::recursive);
   std::vector<std::string> configure = {
-      DSCORE_CMAKE_COMMAND, "-S", plugin_src.string(), "-B", plugin_build.string(),
-      "-G", DSCORE_CMAKE_GENERATOR, "-DCMAKE_C_COMPILER=" + std::string(DSCORE_C_COMPILER),
+      DSCORE_CMAKE_COMMAND, "-S", plugin_src.string(), "-B", plugin_build.string(), "-G",
+      DSCORE_CMAKE_GENERATOR, "-DCMAKE_C_COMPILER=" + std::string(DSCORE_C_COMPILER),
       "-DCMAKE_PREFIX_PATH=" + prefix.string(), "-DCMAKE_BUILD_TYPE=Release",
       "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON",
       // The example must be warning-free under its own -Wall -Wextra -Wpedantic.
@@ -122,7 +125,8 @@ TEST(Install, VendorPluginBuildsAgainstTheInstalledSdkAndTrainsWithTheInstalledD
   const std::string cache = read_text_file(plugin_build / "CMakeCache.txt");
   const std::string commands = read_text_file(plugin_build / "compile_commands.json");
   const std::string cmake_dir = (prefix / DSCORE_INSTALLED_LIBDIR / "cmake/dscore").string();
-  EXPECT_TRUE(contains(cache, "dscore_DIR:PATH=" + cmake_dir + "\n")) << "dscore_DIR is not " << cmake_dir;
+  EXPECT_TRUE(contains(cache, "dscore_DIR:PATH=" + cmake_dir + "\n"))
+      << "dscore_DIR is not " << cmake_dir;
   EXPECT_TRUE(contains(commands, (prefix / "include").string())) << commands;
   for (const auto& entry : fs::recursive_directory_iterator(plugin_build)) {
     if (!entry.is_regular_file() || entry.path().extension() == ".so" ||
@@ -154,7 +158,8 @@ TEST(Install, VendorPluginBuildsAgainstTheInstalledSdkAndTrainsWithTheInstalledD
   EXPECT_TRUE(contains(r.out, "done: 100 steps")) << r.out;
   // The installed binary loads the installed built-in plugins, not the build tree's.
   EXPECT_TRUE(contains(r.err, "training model 'mlp' (" +
-                                  fs::canonical(installed_plugins / "libdscore_mlp.so").string() + ")"))
+                                  fs::canonical(installed_plugins / "libdscore_mlp.so").string() +
+                                  ")"))
       << r.err;
   std::vector<CsvRow> loss = read_loss_csv(root.path() / "runs/sgd/Train_Samples_train_loss.csv");
   ASSERT_EQ(loss.size(), 100u);
@@ -183,7 +188,8 @@ TEST(Install, VendorPluginBuildsAgainstTheInstalledSdkAndTrainsWithTheInstalledD
   EXPECT_TRUE(listed) << r.out;
 
   // Installed into dscore's own prefix, the plugin is found with no setup at all.
-  r = run_tool({DSCORE_CMAKE_COMMAND, "--install", plugin_build.string(), "--prefix", prefix.string()});
+  r = run_tool(
+      {DSCORE_CMAKE_COMMAND, "--install", plugin_build.string(), "--prefix", prefix.string()});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   r = run_dscore_at(installed_dscore, {"plugins", "list"});
   ASSERT_EQ(r.exit_code, 0) << r.describe();

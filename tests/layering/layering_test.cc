@@ -49,9 +49,8 @@ std::vector<fs::path> sources_under(const fs::path& dir) {
   if (!fs::exists(dir)) return out;
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
     const std::string ext = e.path().extension().string();
-    if (e.is_regular_file() &&
-        (ext == ".h" || ext == ".hpp" || ext == ".c" || ext == ".cc" || ext == ".cpp" ||
-         ext == ".cu" || ext == ".cuh"))
+    if (e.is_regular_file() && (ext == ".h" || ext == ".hpp" || ext == ".c" || ext == ".cc" ||
+                                ext == ".cpp" || ext == ".cu" || ext == ".cuh"))
       out.push_back(e.path());
   }
   return out;
@@ -70,10 +69,12 @@ TEST(Layering, SdkHeadersIncludeOnlyStdintStddefAndEachOther) {
   for (const std::string& h : sdk_headers) {
     for (const Include& inc : includes_of(dir / h)) {
       const bool std_ok = inc.angle && (inc.target == "stdint.h" || inc.target == "stddef.h");
-      const bool sibling = sdk_headers.count(inc.target) ||
-                           (inc.target.rfind("dscore/", 0) == 0 && sdk_headers.count(inc.target.substr(7)));
-      EXPECT_TRUE(std_ok || sibling) << where(dir / h, inc.line) << " includes " << inc.target
-                                     << ": sdk headers may include only <stdint.h>, <stddef.h> and each other";
+      const bool sibling =
+          sdk_headers.count(inc.target) ||
+          (inc.target.rfind("dscore/", 0) == 0 && sdk_headers.count(inc.target.substr(7)));
+      EXPECT_TRUE(std_ok || sibling)
+          << where(dir / h, inc.line) << " includes " << inc.target
+          << ": sdk headers may include only <stdint.h>, <stddef.h> and each other";
     }
   }
 }
@@ -82,13 +83,15 @@ TEST(Layering, CoreNeverIncludesPluginsOrTests) {
   for (const fs::path& f : sources_under(kSource / "core"))
     for (const Include& inc : includes_of(f))
       EXPECT_TRUE(inc.target.rfind("plugins/", 0) != 0 && inc.target.rfind("tests/", 0) != 0)
-          << where(f, inc.line) << " includes " << inc.target << ": core never depends on plugins or tests";
+          << where(f, inc.line) << " includes " << inc.target
+          << ": core never depends on plugins or tests";
 }
 
 TEST(Layering, PluginsIncludeOnlySdkTheirOwnFilesAndSystemHeaders) {
   for (const fs::path& f : sources_under(kSource / "plugins")) {
     for (const Include& inc : includes_of(f)) {
-      const bool core_or_tests = inc.target.rfind("core/", 0) == 0 || inc.target.rfind("tests/", 0) == 0;
+      const bool core_or_tests =
+          inc.target.rfind("core/", 0) == 0 || inc.target.rfind("tests/", 0) == 0;
       EXPECT_FALSE(core_or_tests) << where(f, inc.line) << " includes " << inc.target
                                   << ": a plugin includes only sdk/ (docs/architecture.md#layers)";
       if (!inc.angle) {

@@ -33,15 +33,16 @@ class DamagedCheckpoint : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     source_ = new TempDir("dscore_damage_src");
-    const RunResult r = run_workers(small_spec(), {"--save", (source_->path() / "ck").string(), "--save-step", "3",
-                                                   "--stop-after-save"});
+    const RunResult r = run_workers(small_spec(), {"--save", (source_->path() / "ck").string(),
+                                                   "--save-step", "3", "--stop-after-save"});
     ASSERT_TRUE(r.ok()) << r.process.describe();
   }
   static void TearDownTestSuite() { delete source_; }
   void SetUp() override { fs::copy(source_->path() / "ck", ck(), fs::copy_options::recursive); }
   fs::path ck() const { return dir_.path() / "ck"; }
   fs::path shard(int rank) const {
-    return ck() / "global_step3" / ("zero_pp_rank_" + std::to_string(rank) + "_mp_rank_00_optim_states.safetensors");
+    return ck() / "global_step3" /
+           ("zero_pp_rank_" + std::to_string(rank) + "_mp_rank_00_optim_states.safetensors");
   }
   // Loads the copy at 2 ranks; returns everything the job printed.
   std::string load_error() const {
@@ -83,7 +84,9 @@ TEST_F(DamagedCheckpoint, FlippedHeaderByteIsDetected) {
   flip_byte(shard(0), 40);  // inside the JSON header
   const std::string err = load_error();
   EXPECT_NE(err.find(shard(0).filename().string()), std::string::npos) << err;
-  EXPECT_TRUE(err.find("corrupt") != std::string::npos || err.find("truncated") != std::string::npos) << err;
+  EXPECT_TRUE(err.find("corrupt") != std::string::npos ||
+              err.find("truncated") != std::string::npos)
+      << err;
 }
 
 TEST_F(DamagedCheckpoint, TruncatedShardIsReported) {
@@ -143,7 +146,8 @@ TEST(ZeroToFp32, ShardedOutputEqualsTheGatheredMasters) {
   const std::string ck = (dir.path() / "ck").string();
   RunSpec spec = small_spec();
   spec.stage = 3;
-  const RunResult r = run_workers(spec, {"--save", ck, "--save-step", "3", "--stop-after-save", "--dump-state"});
+  const RunResult r =
+      run_workers(spec, {"--save", ck, "--save-step", "3", "--stop-after-save", "--dump-state"});
   ASSERT_TRUE(r.ok()) << r.process.describe();
   const std::vector<float>& master = r.state.at("fp32");
   const fs::path out = dir.path() / "hf";
@@ -167,15 +171,18 @@ TEST(ZeroToFp32, ShardedOutputEqualsTheGatheredMasters) {
       EXPECT_EQ(t->shape, p.shape) << p.name;
       std::vector<float> values(static_cast<size_t>(t->numel()));
       ASSERT_TRUE(file->read_verified(*t, values.data()).ok());
-      EXPECT_TRUE(std::equal(values.begin(), values.end(), master.begin() + static_cast<std::ptrdiff_t>(offset)))
+      EXPECT_TRUE(std::equal(values.begin(), values.end(),
+                             master.begin() + static_cast<std::ptrdiff_t>(offset)))
           << p.name;
-      EXPECT_NE(index.find("\"" + p.name + "\": \"" + entry.path().filename().string() + "\""), std::string::npos)
+      EXPECT_NE(index.find("\"" + p.name + "\": \"" + entry.path().filename().string() + "\""),
+                std::string::npos)
           << index;
     }
     EXPECT_TRUE(found) << p.name;
     offset += static_cast<size_t>(p.numel);
   }
-  for (const auto& entry : fs::directory_iterator(out)) shards_seen += entry.path().extension() == ".safetensors";
+  for (const auto& entry : fs::directory_iterator(out))
+    shards_seen += entry.path().extension() == ".safetensors";
   EXPECT_GT(shards_seen, 1u);
   EXPECT_EQ(offset, master.size());
 }
@@ -185,16 +192,19 @@ TEST(ZeroToFp32, ShardedOutputEqualsTheGatheredMasters) {
 TEST(WeightsOnly, LoadsTheWeightsAndNotTheOptimizerState) {
   TempDir dir("dscore_weights_only");
   const std::string ck = (dir.path() / "ck").string();
-  const RunResult saved = run_workers(small_spec(), {"--save", ck, "--save-step", "3", "--stop-after-save", "--dump-state"});
+  const RunResult saved = run_workers(
+      small_spec(), {"--save", ck, "--save-step", "3", "--stop-after-save", "--dump-state"});
   ASSERT_TRUE(saved.ok()) << saved.process.describe();
   RunSpec other = small_spec();
   other.world = 1;
   other.stage = 3;
-  const RunResult loaded = run_workers(other, {"--load", ck, "--load-weights-only", "--dump-state"});
+  const RunResult loaded =
+      run_workers(other, {"--load", ck, "--load-weights-only", "--dump-state"});
   ASSERT_TRUE(loaded.ok()) << loaded.process.describe();
   EXPECT_TRUE(loaded.state.at("fp32") == saved.state.at("fp32"));
   const std::vector<float>& m = loaded.state.at("exp_avg");
-  EXPECT_TRUE(std::all_of(m.begin(), m.end(), [](float v) { return v == 0.0f; })) << "optimizer state was loaded";
+  EXPECT_TRUE(std::all_of(m.begin(), m.end(), [](float v) { return v == 0.0f; }))
+      << "optimizer state was loaded";
   EXPECT_FALSE(std::all_of(saved.state.at("exp_avg").begin(), saved.state.at("exp_avg").end(),
                            [](float v) { return v == 0.0f; }));
 }
@@ -202,7 +212,8 @@ TEST(WeightsOnly, LoadsTheWeightsAndNotTheOptimizerState) {
 std::string run_config(const std::string& ck_dir, int save_interval) {
   RunSpec spec = small_spec();
   spec.steps = 8;
-  spec.extra = "\"checkpoint_dir\": \"" + ck_dir + "\", \"save_interval\": " + std::to_string(save_interval);
+  spec.extra =
+      "\"checkpoint_dir\": \"" + ck_dir + "\", \"save_interval\": " + std::to_string(save_interval);
   return spec.config_json();
 }
 
@@ -218,11 +229,14 @@ TEST(RunResume, ResumedRunEndsWhereTheUninterruptedOneDoes) {
   ProcessResult full = run_dscore({"run", "--config", config_a.string(), "-n", "2"}, mpi);
   ASSERT_EQ(full.exit_code, 0) << full.describe();
   EXPECT_TRUE(fs::exists(fs::path(a) / "global_step4") && fs::exists(fs::path(a) / "global_step8"));
-  ProcessResult part = run_dscore({"run", "--config", config_b.string(), "-n", "2", "--steps", "4"}, mpi);
+  ProcessResult part =
+      run_dscore({"run", "--config", config_b.string(), "-n", "2", "--steps", "4"}, mpi);
   ASSERT_EQ(part.exit_code, 0) << part.describe();
-  ProcessResult rest = run_dscore({"run", "--config", config_b.string(), "-n", "2", "--resume", b}, mpi);
+  ProcessResult rest =
+      run_dscore({"run", "--config", config_b.string(), "-n", "2", "--resume", b}, mpi);
   ASSERT_EQ(rest.exit_code, 0) << rest.describe();
-  EXPECT_NE(rest.out.find("resuming at step 4 of 8") + rest.err.find("resuming at step 4 of 8"), 2 * std::string::npos)
+  EXPECT_NE(rest.out.find("resuming at step 4 of 8") + rest.err.find("resuming at step 4 of 8"),
+            2 * std::string::npos)
       << rest.describe();
   for (const std::string& d : {a, b}) {
     ProcessResult z = run_dscore({"zero-to-fp32", d, d + "_hf"});
@@ -242,7 +256,8 @@ TEST(RunResume, ResumedRunEndsWhereTheUninterruptedOneDoes) {
 // save failed, and the first checkpoint still loads.
 TEST(DiskFull, SaveFailsCleanlyAndTrainingGoesOn) {
   if (std::system("unshare -rm true >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "unshare -rm (a private mount namespace for a small tmpfs) is not permitted here";
+    GTEST_SKIP()
+        << "unshare -rm (a private mount namespace for a small tmpfs) is not permitted here";
   TempDir dir("dscore_full");
   const fs::path mount = dir.path() / "disk";
   fs::create_directories(mount);
@@ -252,15 +267,17 @@ TEST(DiskFull, SaveFailsCleanlyAndTrainingGoesOn) {
   spec.steps = 6;
   spec.extra = "\"checkpoint_dir\": \"" + mount.string() + "/ck\", \"save_interval\": 2";
   const fs::path config = dir.write("full.json", spec.config_json());
-  const std::string script = "mount -t tmpfs -o size=600k none " + mount.string() + " && " + DSCORE_EXE +
-                             " run --config " + config.string() + " && exit 0; rc=$?; " + DSCORE_EXE +
-                             " checkpoint inspect " + mount.string() + "/ck; exit $rc";
+  const std::string script = "mount -t tmpfs -o size=600k none " + mount.string() + " && " +
+                             DSCORE_EXE + " run --config " + config.string() +
+                             " && exit 0; rc=$?; " + DSCORE_EXE + " checkpoint inspect " +
+                             mount.string() + "/ck; exit $rc";
   ProcessResult r = run_process({"/usr/bin/unshare", "-rm", "/bin/sh", "-c", script});
   const std::string all = r.out + r.err;
   EXPECT_EQ(r.exit_code, 1) << r.describe();
   EXPECT_NE(all.find("the disk is full"), std::string::npos) << all;
   EXPECT_NE(all.find("training goes on"), std::string::npos) << all;
-  EXPECT_NE(all.find("step 6/6"), std::string::npos) << "training must reach the last step\n" << all;
+  EXPECT_NE(all.find("step 6/6"), std::string::npos) << "training must reach the last step\n"
+                                                     << all;
   EXPECT_NE(all.find("the final checkpoint was not saved"), std::string::npos) << all;
   EXPECT_NE(all.find("tag global_step2; latest: global_step2"), std::string::npos) << all;
   EXPECT_NE(all.find("every checksum matches"), std::string::npos) << all;

@@ -46,7 +46,8 @@ TEST_P(ExactResume, StoppedAndResumedEqualsUninterruptedBitwise) {
   const std::string ck = (dir.path() / "ck").string();
   const RunResult full = run_workers(spec);
   ASSERT_TRUE(full.ok()) << full.process.describe();
-  const RunResult first = run_workers(spec, {"--save", ck, "--save-step", "6", "--stop-after-save"});
+  const RunResult first =
+      run_workers(spec, {"--save", ck, "--save-step", "6", "--stop-after-save"});
   ASSERT_TRUE(first.ok()) << first.process.describe();
   EXPECT_EQ(latest_of(ck), "global_step6");
   const RunResult second = run_workers(spec, {"--load", ck});
@@ -65,7 +66,8 @@ TEST_P(ExactResume, StoppedAndResumedEqualsUninterruptedBitwise) {
   EXPECT_EQ(losses, f.losses);
   EXPECT_EQ(scales, f.loss_scales);
   EXPECT_EQ(applied, f.applied);
-  EXPECT_TRUE(std::count(f.applied.begin(), f.applied.end(), false) > 0) << "fp16 overflow skips must be in play";
+  EXPECT_TRUE(std::count(f.applied.begin(), f.applied.end(), false) > 0)
+      << "fp16 overflow skips must be in play";
   EXPECT_TRUE(std::count(b.applied.begin(), b.applied.end(), true) > 0);
   ASSERT_FALSE(full.params.empty());
   EXPECT_EQ(second.params, full.params) << "final parameters differ from the uninterrupted run";
@@ -95,9 +97,12 @@ TEST(Repartition, EverySaveLoadsAtEveryWorldSizeAndStage) {
     for (int s : stages) {
       spec.world = n;
       spec.stage = s;
-      Saved saved{n, s, (dir.path() / ("ck_" + std::to_string(n) + "_" + std::to_string(s))).string(), {}};
-      const RunResult r = run_workers(spec, {"--save", saved.ck, "--save-step", "4", "--stop-after-save", "--dump-state"});
-      ASSERT_TRUE(r.ok()) << "save at " << n << " ranks, stage " << s << ": " << r.process.describe();
+      Saved saved{
+          n, s, (dir.path() / ("ck_" + std::to_string(n) + "_" + std::to_string(s))).string(), {}};
+      const RunResult r = run_workers(
+          spec, {"--save", saved.ck, "--save-step", "4", "--stop-after-save", "--dump-state"});
+      ASSERT_TRUE(r.ok()) << "save at " << n << " ranks, stage " << s << ": "
+                          << r.process.describe();
       ASSERT_EQ(r.state.count("fp32"), 1u);
       ASSERT_EQ(r.state.count("exp_avg_sq"), 1u);
       saved.state = r.state;
@@ -112,20 +117,25 @@ TEST(Repartition, EverySaveLoadsAtEveryWorldSizeAndStage) {
       spec.world = m;
       spec.stage = s2;
       const RunResult r = run_workers(spec, {"--load", all, "--dump-state"});
-      ASSERT_TRUE(r.ok()) << "loading at " << m << " ranks, stage " << s2 << ": " << r.process.describe();
+      ASSERT_TRUE(r.ok()) << "loading at " << m << " ranks, stage " << s2 << ": "
+                          << r.process.describe();
       ASSERT_EQ(r.more.size() + 1, saves.size());
       for (size_t i = 0; i < saves.size(); ++i) {
         const RunResult& loaded = i == 0 ? r : r.more[i - 1];
         const std::string what = "save (" + std::to_string(saves[i].world) + " ranks, stage " +
-                                 std::to_string(saves[i].stage) + ") loaded at (" + std::to_string(m) +
-                                 " ranks, stage " + std::to_string(s2) + ")";
+                                 std::to_string(saves[i].stage) + ") loaded at (" +
+                                 std::to_string(m) + " ranks, stage " + std::to_string(s2) + ")";
         for (const auto& [name, values] : saves[i].state) {
           ASSERT_EQ(loaded.state.count(name), 1u) << what << ": no " << name;
-          EXPECT_TRUE(loaded.state.at(name) == values) << what << ": " << name << " differs from the saved one";
+          EXPECT_TRUE(loaded.state.at(name) == values)
+              << what << ": " << name << " differs from the saved one";
         }
         ASSERT_EQ(loaded.ranks.at(0).losses.size(), 2u) << what;
-        if (s2 == 0) reference[i] = loaded.ranks.at(0).losses;
-        else EXPECT_EQ(loaded.ranks.at(0).losses, reference[i]) << what << ": losses differ from stage 0's";
+        if (s2 == 0)
+          reference[i] = loaded.ranks.at(0).losses;
+        else
+          EXPECT_EQ(loaded.ranks.at(0).losses, reference[i])
+              << what << ": losses differ from stage 0's";
       }
     }
   }
@@ -141,7 +151,8 @@ void expect_save_crash_is_harmless(const std::string& point, int rank) {
   spec.stage = 2;
   spec.steps = 8;
   spec.timeout_ms = 4000;
-  const RunResult first = run_workers(spec, {"--save", ck, "--save-step", "3", "--stop-after-save", "--dump-state"});
+  const RunResult first =
+      run_workers(spec, {"--save", ck, "--save-step", "3", "--stop-after-save", "--dump-state"});
   ASSERT_TRUE(first.ok()) << first.process.describe();
   ASSERT_EQ(latest_of(ck), "global_step3");
   RunSpec crashing = spec;
@@ -153,15 +164,24 @@ void expect_save_crash_is_harmless(const std::string& point, int rank) {
   EXPECT_EQ(latest_of(ck), "global_step3") << "latest must still name the previous checkpoint";
   const RunResult reloaded = run_workers(spec, {"--load", ck, "--dump-state"});
   ASSERT_TRUE(reloaded.ok()) << reloaded.process.describe();
-  for (const auto& [name, values] : first.state) EXPECT_TRUE(reloaded.state.at(name) == values) << name;
+  for (const auto& [name, values] : first.state)
+    EXPECT_TRUE(reloaded.state.at(name) == values) << name;
 }
 
-TEST(CrashSafety, KilledWhileWritingItsShard) { expect_save_crash_is_harmless("checkpoint.mid_write", 1); }
-TEST(CrashSafety, KilledBetweenItsFiles) { expect_save_crash_is_harmless("checkpoint.between_files", 0); }
+TEST(CrashSafety, KilledWhileWritingItsShard) {
+  expect_save_crash_is_harmless("checkpoint.mid_write", 1);
+}
+TEST(CrashSafety, KilledBetweenItsFiles) {
+  expect_save_crash_is_harmless("checkpoint.between_files", 0);
+}
 // (Once every rank's files are durable, only rank 0 has work left: a
 // rank > 0 dying then cannot stop a complete checkpoint from being published.)
-TEST(CrashSafety, KilledBeforeThePublish) { expect_save_crash_is_harmless("checkpoint.before_publish", 0); }
-TEST(CrashSafety, KilledBeforeLatestIsWritten) { expect_save_crash_is_harmless("checkpoint.before_latest", 0); }
+TEST(CrashSafety, KilledBeforeThePublish) {
+  expect_save_crash_is_harmless("checkpoint.before_publish", 0);
+}
+TEST(CrashSafety, KilledBeforeLatestIsWritten) {
+  expect_save_crash_is_harmless("checkpoint.before_latest", 0);
+}
 
 // A real SIGKILL from outside while rank 1 writes a large shard.
 TEST(CrashSafety, ExternalKillDuringALargeSave) {
@@ -173,7 +193,8 @@ TEST(CrashSafety, ExternalKillDuringALargeSave) {
   spec.hidden = 768;  // ~1.8M parameters: the shard takes a while to write
   spec.layers = 3;
   spec.timeout_ms = 4000;
-  const RunResult first = run_workers(spec, {"--save", ck, "--save-step", "2", "--stop-after-save", "--dump-state"});
+  const RunResult first =
+      run_workers(spec, {"--save", ck, "--save-step", "2", "--stop-after-save", "--dump-state"});
   ASSERT_TRUE(first.ok()) << first.process.describe();
   // Saves every step from step 3 on, until killed: the killer watches for a
   // temporary file of a later save and kills whichever rank writes it.
@@ -193,7 +214,8 @@ TEST(CrashSafety, ExternalKillDuringALargeSave) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   });
-  const RunResult crashed = run_workers(spec, {"--load", ck, "--save", ck, "--save-step", "3"}, std::chrono::seconds(90));
+  const RunResult crashed =
+      run_workers(spec, {"--load", ck, "--save", ck, "--save-step", "3"}, std::chrono::seconds(90));
   killer.join();
   ASSERT_TRUE(killed) << "no save was caught mid-write";
   EXPECT_FALSE(crashed.ok());
@@ -201,7 +223,8 @@ TEST(CrashSafety, ExternalKillDuringALargeSave) {
   EXPECT_EQ(latest_of(ck), "global_step2");
   const RunResult reloaded = run_workers(spec, {"--load", ck, "--dump-state"});
   ASSERT_TRUE(reloaded.ok()) << reloaded.process.describe();
-  for (const auto& [name, values] : first.state) EXPECT_TRUE(reloaded.state.at(name) == values) << name;
+  for (const auto& [name, values] : first.state)
+    EXPECT_TRUE(reloaded.state.at(name) == values) << name;
 }
 
 }  // namespace

@@ -18,7 +18,8 @@ namespace {
 
 RunResult run_ok(const RunSpec& spec) {
   RunResult r = run_workers(spec);
-  EXPECT_TRUE(r.ok()) << "stage " << spec.stage << " W=" << spec.world << " " << spec.precision << "\n"
+  EXPECT_TRUE(r.ok()) << "stage " << spec.stage << " W=" << spec.world << " " << spec.precision
+                      << "\n"
                       << r.process.describe();
   EXPECT_EQ(r.ranks.size(), static_cast<size_t>(spec.world));
   EXPECT_EQ(r.ranks.empty() ? 0u : r.ranks[0].losses.size(), static_cast<size_t>(spec.steps));
@@ -59,8 +60,9 @@ TEST_P(EveryStage, StagesAreBitwiseEqualAtOneWorldSizeWithClippingActive) {
     runs.push_back(run_ok(spec));
   }
   for (int stage = 1; stage <= 3; ++stage)
-    expect_bitwise(runs[static_cast<size_t>(stage)], runs[0],
-                   "stage " + std::to_string(stage) + " vs 0, W=" + std::to_string(world) + " " + precision);
+    expect_bitwise(
+        runs[static_cast<size_t>(stage)], runs[0],
+        "stage " + std::to_string(stage) + " vs 0, W=" + std::to_string(world) + " " + precision);
   // Clipping really acted: every step's gradient norm was above the limit.
   for (double norm : runs[0].ranks[0].grad_norms) EXPECT_GT(norm, spec.clipping);
 }
@@ -71,7 +73,8 @@ INSTANTIATE_TEST_SUITE_P(Zero, EveryStage,
                                            std::make_tuple(2, std::string("bf16")),
                                            std::make_tuple(2, std::string("fp16"))),
                          [](const auto& info) {
-                           return "W" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
+                           return "W" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  std::get<1>(info.param);
                          });
 
 TEST(ZeroEquivalence, AccumulationOrdersAgreeBitwiseWithinAndCloselyAcross) {
@@ -98,8 +101,9 @@ TEST(ZeroEquivalence, WorldSizesOneTwoFourAgreeWithinTolerance) {
     for (int stage : {1, 3}) {
       spec.world = world;
       spec.stage = stage;
-      expect_close(run_ok(spec), reference,
-                   "W=" + std::to_string(world) + " stage " + std::to_string(stage) + " vs W=1 stage 0");
+      expect_close(
+          run_ok(spec), reference,
+          "W=" + std::to_string(world) + " stage " + std::to_string(stage) + " vs W=1 stage 0");
     }
   }
 }
@@ -113,7 +117,8 @@ TEST(ZeroEquivalence, Bf16AndFp16StayCloseToFp32) {
   for (const char* precision : {"bf16", "fp16"}) {
     spec.precision = precision;
     RunResult low = run_ok(spec);
-    EXPECT_LT(max_relative_difference(low.ranks[0].losses, fp32.ranks[0].losses), 0.05) << precision;
+    EXPECT_LT(max_relative_difference(low.ranks[0].losses, fp32.ranks[0].losses), 0.05)
+        << precision;
   }
 }
 

@@ -28,8 +28,8 @@ TEST(Faults, KilledRankEndsTheJobAndIsNamed) {
   // mpirun names the dead rank; the survivor says which collective it was in
   // (or, if its deadline came first, which rank is gone).
   EXPECT_NE(all.find("rank 1"), std::string::npos) << all;
-  EXPECT_TRUE(all.find("allgather") != std::string::npos || all.find("reduce") != std::string::npos ||
-              all.find("allreduce") != std::string::npos)
+  EXPECT_TRUE(all.find("allgather") != std::string::npos ||
+              all.find("reduce") != std::string::npos || all.find("allreduce") != std::string::npos)
       << all;
 }
 
@@ -38,7 +38,8 @@ TEST(Faults, HungRankIsNamedByTheRankThatTimedOut) {
   spec.steps = 40;
   spec.timeout_ms = 3000;
   const auto start = Clock::now();
-  RunResult r = run_workers(spec, {"--hang-rank", "1", "--hang-step", "2"}, std::chrono::seconds(60));
+  RunResult r =
+      run_workers(spec, {"--hang-rank", "1", "--hang-step", "2"}, std::chrono::seconds(60));
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   EXPECT_FALSE(r.ok());
   EXPECT_FALSE(r.process.timed_out) << "the job hung instead of ending";

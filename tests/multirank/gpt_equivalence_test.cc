@@ -21,7 +21,8 @@ namespace {
 
 RunSpec gpt_spec() {
   RunSpec spec;
-  spec.model = R"({"type": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16, "vocab_size": 256})";
+  spec.model =
+      R"({"type": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16, "vocab_size": 256})";
   spec.extra = std::string(R"("data": {"type": "text", "path": ")") + DSCORE_SOURCE_DIR +
                R"(/configs/data/quickstart.txt"})";
   spec.train_batch = 8;
@@ -35,7 +36,8 @@ RunSpec gpt_spec() {
 RunResult run_ok(const RunSpec& spec, const std::string& what) {
   RunResult r = run_workers(spec);
   EXPECT_TRUE(r.ok()) << what << "\n" << r.process.describe();
-  EXPECT_EQ(r.ranks.empty() ? 0u : r.ranks[0].losses.size(), static_cast<size_t>(spec.steps)) << what;
+  EXPECT_EQ(r.ranks.empty() ? 0u : r.ranks[0].losses.size(), static_cast<size_t>(spec.steps))
+      << what;
   return r;
 }
 
@@ -57,11 +59,13 @@ TEST(GptZeroEquivalence, StagesAreBitwiseEqualAtTwoRanks) {
     runs.push_back(run_ok(spec, "stage " + std::to_string(stage)));
   }
   for (int stage = 1; stage <= 3; ++stage)
-    expect_bitwise(runs[static_cast<size_t>(stage)], runs[0], "stage " + std::to_string(stage) + " vs 0");
+    expect_bitwise(runs[static_cast<size_t>(stage)], runs[0],
+                   "stage " + std::to_string(stage) + " vs 0");
   for (double norm : runs[0].ranks[0].grad_norms) EXPECT_GT(norm, spec.clipping);
   spec.stage = 2;
   spec.overlap_comm = false;  // one bucket buffer: the embedding's bucket must not be reused early
-  expect_bitwise(run_ok(spec, "stage 2, overlap_comm off"), runs[0], "stage 2 one buffer vs stage 0");
+  expect_bitwise(run_ok(spec, "stage 2, overlap_comm off"), runs[0],
+                 "stage 2 one buffer vs stage 0");
 }
 
 TEST(GptZeroEquivalence, WorldSizesOneAndTwoAgreeWithinTolerance) {

@@ -12,7 +12,8 @@ namespace dscore::testing {
 std::string RunSpec::config_json() const {
   std::ostringstream c;
   c << "{\n  \"plugins\": {\"paths\": [\"" << DSCORE_BUILD_PLUGIN_DIR << "\"]},\n"
-    << "  \"train_batch_size\": " << train_batch << ", \"gradient_accumulation_steps\": " << gas << ",\n"
+    << "  \"train_batch_size\": " << train_batch << ", \"gradient_accumulation_steps\": " << gas
+    << ",\n"
     << "  \"train_steps\": " << steps << ", \"seed\": 7,\n"
     << "  \"gradient_clipping\": " << clipping << ",\n"
     << "  \"optimizer\": " << optimizer << ",\n"
@@ -23,14 +24,17 @@ std::string RunSpec::config_json() const {
                       : model)
     << ",\n"
     << "  \"comm\": {\"timeout_ms\": " << timeout_ms << "},\n"
-    << "  \"zero_optimization\": {\"stage\": " << stage << ", \"reduce_bucket_size\": " << reduce_bucket_size
+    << "  \"zero_optimization\": {\"stage\": " << stage
+    << ", \"reduce_bucket_size\": " << reduce_bucket_size
     << ", \"overlap_comm\": " << (overlap_comm ? "true" : "false")
     << ", \"stage3_param_persistence_threshold\": " << persistence_threshold
     << ", \"stage3_max_reuse_distance\": " << max_reuse_distance
     << ", \"stage3_prefetch_bucket_size\": " << prefetch_bucket_size << "}";
   if (precision == "fp16")
     c << ",\n  \"fp16\": {\"enabled\": true, \"initial_scale_power\": " << initial_scale_power
-      << (loss_scale_window > 0 ? ", \"loss_scale_window\": " + std::to_string(loss_scale_window) : "") << "}";
+      << (loss_scale_window > 0 ? ", \"loss_scale_window\": " + std::to_string(loss_scale_window)
+                                : "")
+      << "}";
   if (precision == "bf16") c << ",\n  \"bf16\": {\"enabled\": true}";
   if (!extra.empty()) c << ",\n  " << extra;
   c << "\n}\n";
@@ -91,7 +95,8 @@ void read_outputs(const std::string& prefix, int world, RunResult* result) {
   }
   std::ifstream raw(prefix + ".params", std::ios::binary);
   if (raw) {
-    std::vector<char> bytes((std::istreambuf_iterator<char>(raw)), std::istreambuf_iterator<char>());
+    std::vector<char> bytes((std::istreambuf_iterator<char>(raw)),
+                            std::istreambuf_iterator<char>());
     result->params.resize(bytes.size() / 4);
     std::copy(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(result->params.size() * 4),
               reinterpret_cast<char*>(result->params.data()));
@@ -114,8 +119,8 @@ RunResult run_workers(const RunSpec& spec, const std::vector<std::string>& worke
   TempDir dir("dscore_multirank");
   const std::filesystem::path config = dir.write("ds_config.json", spec.config_json());
   const std::string out = (dir.path() / "report").string();
-  std::vector<std::string> argv = {MPIRUN, "-n", std::to_string(spec.world), "--oversubscribe",
-                                   "--bind-to", "none"};
+  std::vector<std::string> argv = {
+      MPIRUN, "-n", std::to_string(spec.world), "--oversubscribe", "--bind-to", "none"};
   if (geteuid() == 0) argv.push_back("--allow-run-as-root");
   for (const std::string& e : spec.env) argv.insert(argv.end(), {"-x", e});
   argv.insert(argv.end(), {ZERO_WORKER, "--config", config.string(), "--out", out});
@@ -133,14 +138,16 @@ RunResult run_workers(const RunSpec& spec, const std::vector<std::string>& worke
   return result;
 }
 
-double max_relative_difference(const std::vector<double>& a, const std::vector<double>& b, double floor) {
+double max_relative_difference(const std::vector<double>& a, const std::vector<double>& b,
+                               double floor) {
   double worst = a.size() == b.size() ? 0.0 : INFINITY;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
     worst = std::max(worst, std::abs(a[i] - b[i]) / std::max(std::abs(b[i]), floor));
   return worst;
 }
 
-double max_relative_difference(const std::vector<float>& a, const std::vector<float>& b, double floor) {
+double max_relative_difference(const std::vector<float>& a, const std::vector<float>& b,
+                               double floor) {
   std::vector<double> da(a.begin(), a.end()), db(b.begin(), b.end());
   return max_relative_difference(da, db, floor);
 }

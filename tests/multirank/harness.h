@@ -22,7 +22,7 @@ struct RunSpec {
   int gas = 1;
   int steps = 12;
   int hidden = 64;
-  int layers = 3;                   // hidden layers
+  int layers = 3;  // hidden layers
   double clipping = 0;
   int64_t reduce_bucket_size = 1000;
   bool overlap_comm = true;
@@ -31,9 +31,10 @@ struct RunSpec {
   int64_t prefetch_bucket_size = 5000;  // stage 3
   int64_t timeout_ms = 60000;
   std::string optimizer = R"({"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.01}})";
-  std::string scheduler = R"({"type": "WarmupLR", "params": {"warmup_max_lr": 0.003, "warmup_num_steps": 5, "warmup_type": "linear"}})";  // "" = none
-  std::string model;  // the "model" section; "" = the mlp of hidden/layers
-  std::string extra;  // more top-level JSON members, comma-separated
+  std::string scheduler =
+      R"({"type": "WarmupLR", "params": {"warmup_max_lr": 0.003, "warmup_num_steps": 5, "warmup_type": "linear"}})";  // "" = none
+  std::string model;             // the "model" section; "" = the mlp of hidden/layers
+  std::string extra;             // more top-level JSON members, comma-separated
   int initial_scale_power = 12;  // fp16
   int loss_scale_window = 0;     // fp16; 0 = DeepSpeed's default
   std::vector<std::string> env;  // NAME=value for every rank (mpirun -x)
@@ -45,7 +46,7 @@ struct RankReport {
   std::vector<double> losses;
   std::vector<bool> applied;
   std::vector<double> loss_scales;
-  std::vector<double> grad_norms;  // unscaled, before clipping; -1 on overflow
+  std::vector<double> grad_norms;   // unscaled, before clipping; -1 on overflow
   std::vector<uint64_t> wire_sent;  // cumulative bytes sent after each step
   std::map<std::string, std::pair<int64_t, int64_t>> comm;  // op -> (calls, elements)
   std::vector<int64_t> memory, plan;  // parameters, gradients, master, optimizer, buffers

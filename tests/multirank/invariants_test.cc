@@ -20,10 +20,14 @@ double formula_bytes(int stage, int world, int64_t psi, bool fp16) {
   const double p = static_cast<double>(psi), n = world;
   const double b = fp16 ? 2 : 4, k = fp16 ? 12 : 8;  // param/grad bytes, optimizer-state bytes
   switch (stage) {
-    case 0: return (b + b + k) * p;
-    case 1: return b * p + b * p + k * p / n;
-    case 2: return b * p + (b + k) * p / n;
-    default: return (b + b + k) * p / n;
+    case 0:
+      return (b + b + k) * p;
+    case 1:
+      return b * p + b * p + k * p / n;
+    case 2:
+      return b * p + (b + k) * p / n;
+    default:
+      return (b + b + k) * p / n;
   }
 }
 
@@ -45,7 +49,8 @@ TEST_P(Memory, ModelStatesFollowTheZeroFormula) {
   ASSERT_EQ(r.ranks.size(), static_cast<size_t>(world));
   for (const RankReport& rank : r.ranks) {
     ASSERT_EQ(rank.memory.size(), 5u);
-    const double measured = static_cast<double>(std::accumulate(rank.memory.begin(), rank.memory.end(), int64_t{0}));
+    const double measured =
+        static_cast<double>(std::accumulate(rank.memory.begin(), rank.memory.end(), int64_t{0}));
     const double formula = formula_bytes(stage, world, rank.numel, precision == "fp16");
     EXPECT_GE(measured, formula * 0.999) << "stage " << stage << " W=" << world;
     EXPECT_LE(measured, formula * 1.10) << "stage " << stage << " W=" << world << " measured "
@@ -60,10 +65,12 @@ TEST_P(Memory, ModelStatesFollowTheZeroFormula) {
 
 INSTANTIATE_TEST_SUITE_P(Zero, Memory,
                          ::testing::Combine(::testing::Values(0, 1, 2, 3), ::testing::Values(2, 4),
-                                            ::testing::Values(std::string("fp16"), std::string("fp32"))),
+                                            ::testing::Values(std::string("fp16"),
+                                                              std::string("fp32"))),
                          [](const auto& info) {
                            return "stage" + std::to_string(std::get<0>(info.param)) + "_W" +
-                                  std::to_string(std::get<1>(info.param)) + "_" + std::get<2>(info.param);
+                                  std::to_string(std::get<1>(info.param)) + "_" +
+                                  std::get<2>(info.param);
                          });
 
 class Communication : public ::testing::TestWithParam<std::tuple<int, int>> {};

@@ -14,7 +14,8 @@ namespace {
 class MpiCollectives : public ::testing::TestWithParam<int> {};
 
 TEST_P(MpiCollectives, EveryCollectiveComputesTheExpectedValues) {
-  std::vector<std::string> argv = {MPIRUN, "-n", std::to_string(GetParam()), "--oversubscribe", "--bind-to", "none"};
+  std::vector<std::string> argv = {
+      MPIRUN, "-n", std::to_string(GetParam()), "--oversubscribe", "--bind-to", "none"};
   if (geteuid() == 0) argv.push_back("--allow-run-as-root");
   argv.push_back(WORKER);
   ProcessOptions options;

@@ -4,8 +4,8 @@
 // first mismatch, and exits non-zero.
 #include <dscore/cpp/dtype.hpp>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -31,8 +31,8 @@ float value(int rank, int64_t i) { return static_cast<float>((rank + 1) * 0.25 +
 
 int main() {
   auto env = dscore::comm::detect_job_env();
-  auto registry = dscore::plugin_host::PluginRegistry::open(
-      {{DSCORE_BUILD_PLUGIN_DIR}, {true}, {"test"}});
+  auto registry =
+      dscore::plugin_host::PluginRegistry::open({{DSCORE_BUILD_PLUGIN_DIR}, {true}, {"test"}});
   if (!env.ok() || !registry.ok()) return 2;
   dscore::config::CommConfig config;
   config.backend = "mpi";
@@ -49,14 +49,18 @@ int main() {
     // allreduce SUM and AVG, out of place and in place.
     std::vector<float> send(static_cast<size_t>(n)), recv(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) send[static_cast<size_t>(i)] = value(R, i);
-    check(c.allreduce({send.data(), DSCORE_DTYPE_F32, n}, {recv.data(), DSCORE_DTYPE_F32, n}, DSCORE_REDUCE_SUM).ok(),
+    check(c.allreduce({send.data(), DSCORE_DTYPE_F32, n}, {recv.data(), DSCORE_DTYPE_F32, n},
+                      DSCORE_REDUCE_SUM)
+              .ok(),
           "allreduce call", R);
     for (int64_t i = 0; i < n; ++i) {
       float expect = 0;
       for (int r = 0; r < W; ++r) expect += value(r, i);  // rank order
       check(recv[static_cast<size_t>(i)] == expect, "allreduce sum n=" + std::to_string(n), R);
     }
-    check(c.allreduce({send.data(), DSCORE_DTYPE_F32, n}, {send.data(), DSCORE_DTYPE_F32, n}, DSCORE_REDUCE_AVG).ok(),
+    check(c.allreduce({send.data(), DSCORE_DTYPE_F32, n}, {send.data(), DSCORE_DTYPE_F32, n},
+                      DSCORE_REDUCE_AVG)
+              .ok(),
           "allreduce in place", R);
     for (int64_t i = 0; i < n; ++i) {
       float expect = 0;
@@ -68,14 +72,18 @@ int main() {
       std::vector<float> buf(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) buf[static_cast<size_t>(i)] = value(R, i);
       CommBuffer b{buf.data(), DSCORE_DTYPE_F32, n};
-      check(c.reduce(b, R == root ? b : CommBuffer{}, DSCORE_REDUCE_MAX, root).ok(), "reduce call", R);
+      check(c.reduce(b, R == root ? b : CommBuffer{}, DSCORE_REDUCE_MAX, root).ok(), "reduce call",
+            R);
       if (R == root)
-        for (int64_t i = 0; i < n; ++i) check(buf[static_cast<size_t>(i)] == value(W - 1, i), "reduce max", R);
+        for (int64_t i = 0; i < n; ++i)
+          check(buf[static_cast<size_t>(i)] == value(W - 1, i), "reduce max", R);
     }
     // allgather: chunk r comes from rank r; in place from the own chunk.
     std::vector<float> gathered(static_cast<size_t>(n * W));
     for (int64_t i = 0; i < n; ++i) gathered[static_cast<size_t>(R * n + i)] = value(R, i);
-    check(c.allgather({gathered.data() + R * n, DSCORE_DTYPE_F32, n}, {gathered.data(), DSCORE_DTYPE_F32, n * W}).ok(),
+    check(c.allgather({gathered.data() + R * n, DSCORE_DTYPE_F32, n},
+                      {gathered.data(), DSCORE_DTYPE_F32, n * W})
+              .ok(),
           "allgather call", R);
     for (int r = 0; r < W; ++r)
       for (int64_t i = 0; i < n; ++i)
@@ -85,13 +93,18 @@ int main() {
   {
     const int64_t chunk = 33;
     std::vector<uint16_t> send(static_cast<size_t>(chunk * W)), recv(static_cast<size_t>(chunk));
-    for (int64_t i = 0; i < chunk * W; ++i) send[static_cast<size_t>(i)] = dscore::sdk::float_to_bf16(value(R, i));
-    check(c.reduce_scatter({send.data(), DSCORE_DTYPE_BF16, chunk * W}, {recv.data(), DSCORE_DTYPE_BF16, chunk},
-                           DSCORE_REDUCE_SUM).ok(), "reduce_scatter call", R);
+    for (int64_t i = 0; i < chunk * W; ++i)
+      send[static_cast<size_t>(i)] = dscore::sdk::float_to_bf16(value(R, i));
+    check(c.reduce_scatter({send.data(), DSCORE_DTYPE_BF16, chunk * W},
+                           {recv.data(), DSCORE_DTYPE_BF16, chunk}, DSCORE_REDUCE_SUM)
+              .ok(),
+          "reduce_scatter call", R);
     for (int64_t i = 0; i < chunk; ++i) {
       float expect = 0;
-      for (int r = 0; r < W; ++r) expect += dscore::sdk::bf16_to_float(dscore::sdk::float_to_bf16(value(r, R * chunk + i)));
-      check(recv[static_cast<size_t>(i)] == dscore::sdk::float_to_bf16(expect), "reduce_scatter bf16", R);
+      for (int r = 0; r < W; ++r)
+        expect += dscore::sdk::bf16_to_float(dscore::sdk::float_to_bf16(value(r, R * chunk + i)));
+      check(recv[static_cast<size_t>(i)] == dscore::sdk::float_to_bf16(expect),
+            "reduce_scatter bf16", R);
     }
   }
   // broadcast from the last rank; barrier.
@@ -110,8 +123,10 @@ int main() {
     const bool ok = R % 2 == 0 ? pass().ok() && take().ok() : take().ok() && pass().ok();
     check(ok, "send/recv calls", R);
     check(in == std::vector<int32_t>(5, prev * 10), "recv got the previous rank's values", R);
-    check(c.counters().at("send").bytes == 20 && c.counters().at("recv").bytes == 20, "send/recv counters", R);
-    check(c.send({out.data(), DSCORE_DTYPE_I32, 5}, R).code() == DSCORE_OUT_OF_RANGE, "send to self refused", R);
+    check(c.counters().at("send").bytes == 20 && c.counters().at("recv").bytes == 20,
+          "send/recv counters", R);
+    check(c.send({out.data(), DSCORE_DTYPE_I32, 5}, R).code() == DSCORE_OUT_OF_RANGE,
+          "send to self refused", R);
   }
   // Wire counters: every payload byte this rank sent was received somewhere.
   auto wire = c.wire_counters();
@@ -129,7 +144,9 @@ int main() {
       const int first = R - R % 2, size = std::min(2, W - first);
       check((*pair)->world_size() == size && (*pair)->rank() == R % 2, "pair rank and size", R);
       float x = static_cast<float>(R + 1);
-      check((*pair)->allreduce({&x, DSCORE_DTYPE_F32, 1}, {&x, DSCORE_DTYPE_F32, 1}, DSCORE_REDUCE_SUM).ok(),
+      check((*pair)
+                ->allreduce({&x, DSCORE_DTYPE_F32, 1}, {&x, DSCORE_DTYPE_F32, 1}, DSCORE_REDUCE_SUM)
+                .ok(),
             "pair allreduce call", R);
       float expect = 0;
       for (int r = first; r < first + size; ++r) expect += static_cast<float>(r + 1);
@@ -143,7 +160,8 @@ int main() {
             "strided group ranked by key", R);
       float v = static_cast<float>(R);
       check((*strided)->broadcast({&v, DSCORE_DTYPE_F32, 1}, 0).ok(), "strided broadcast call", R);
-      check(v == static_cast<float>(R % 2 + 2 * (members - 1)), "strided broadcast from the group's rank 0", R);
+      check(v == static_cast<float>(R % 2 + 2 * (members - 1)),
+            "strided broadcast from the group's rank 0", R);
     }
   }
 

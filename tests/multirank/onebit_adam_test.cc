@@ -64,7 +64,8 @@ TEST(OneBitAdam, ZeroStagesAreRefusedAtTheCompressedPhase) {
   spec.optimizer = R"({"type": "OneBitAdam", "params": {"lr": 0.003, "freeze_step": 3}})";
   RunResult r = run_workers(spec);
   EXPECT_FALSE(r.ok());
-  EXPECT_NE((r.process.out + r.process.err).find("\"stage\": 0"), std::string::npos) << r.process.describe();
+  EXPECT_NE((r.process.out + r.process.err).find("\"stage\": 0"), std::string::npos)
+      << r.process.describe();
 }
 
 }  // namespace

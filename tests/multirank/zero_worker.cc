@@ -14,14 +14,15 @@
 // Inf in that rank's batch, as an fp16 overflow on one rank only).
 // Checkpoints: --load DIR[,DIR...] (resume from DIR's latest before
 // training; the loop goes on from the loaded step; several: one run each,
-// reloading into the same engine, outputs of the i-th (i > 0) as <out>.<i>), --load-weights-only, --save DIR with
+// reloading into the same engine, outputs of the i-th (i > 0) as <out>.<i>), --load-weights-only,
+// --save DIR with
 // --save-step K (save once K steps are done) and --stop-after-save (exit
 // at once, as if killed), --save-error-ok (report a failed save and go on);
 // --dump-state: rank 0 writes the gathered fp32 masters and every optimizer
 // slot to <out>.state (at the save with --save, else after loading) as
 // "<name> <count>\n" + raw floats per array.
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -38,18 +39,25 @@ namespace {
 
 struct Options {
   std::string config, out;
-  int die_rank = -1, die_step = -1, hang_rank = -1, hang_step = -1, poison_rank = -1, poison_step = -1;
+  int die_rank = -1, die_step = -1, hang_rank = -1, hang_step = -1, poison_rank = -1,
+      poison_step = -1;
   std::string load, save;
   int save_step = -1;
-  bool load_weights_only = false, stop_after_save = false, save_error_ok = false, dump_state = false;
+  bool load_weights_only = false, stop_after_save = false, save_error_ok = false,
+       dump_state = false;
 };
 
 bool flag(const std::string& k, Options* o) {
-  if (k == "--load-weights-only") o->load_weights_only = true;
-  else if (k == "--stop-after-save") o->stop_after_save = true;
-  else if (k == "--save-error-ok") o->save_error_ok = true;
-  else if (k == "--dump-state") o->dump_state = true;
-  else return false;
+  if (k == "--load-weights-only")
+    o->load_weights_only = true;
+  else if (k == "--stop-after-save")
+    o->stop_after_save = true;
+  else if (k == "--save-error-ok")
+    o->save_error_ok = true;
+  else if (k == "--dump-state")
+    o->dump_state = true;
+  else
+    return false;
   return true;
 }
 
@@ -67,7 +75,8 @@ bool dump_state(dscore::Engine& e, const std::string& path) {
   std::ofstream raw(path, std::ios::binary);
   for (const auto& [name, values] : arrays) {
     raw << name << " " << values.size() << "\n";
-    raw.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * 4));
+    raw.write(reinterpret_cast<const char*>(values.data()),
+              static_cast<std::streamsize>(values.size() * 4));
   }
   return static_cast<bool>(raw);
 }
@@ -88,18 +97,30 @@ int main(int argc, char** argv) {
     }
     if (i + 1 >= argc) return fail(std::string("option ") + argv[i] + " needs a value");
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--config") o.config = v;
-    else if (k == "--load") o.load = v;
-    else if (k == "--save") o.save = v;
-    else if (k == "--save-step") o.save_step = std::stoi(v);
-    else if (k == "--out") o.out = v;
-    else if (k == "--die-rank") o.die_rank = std::stoi(v);
-    else if (k == "--die-step") o.die_step = std::stoi(v);
-    else if (k == "--hang-rank") o.hang_rank = std::stoi(v);
-    else if (k == "--hang-step") o.hang_step = std::stoi(v);
-    else if (k == "--poison-rank") o.poison_rank = std::stoi(v);
-    else if (k == "--poison-step") o.poison_step = std::stoi(v);
-    else return fail("unknown option " + k);
+    if (k == "--config")
+      o.config = v;
+    else if (k == "--load")
+      o.load = v;
+    else if (k == "--save")
+      o.save = v;
+    else if (k == "--save-step")
+      o.save_step = std::stoi(v);
+    else if (k == "--out")
+      o.out = v;
+    else if (k == "--die-rank")
+      o.die_rank = std::stoi(v);
+    else if (k == "--die-step")
+      o.die_step = std::stoi(v);
+    else if (k == "--hang-rank")
+      o.hang_rank = std::stoi(v);
+    else if (k == "--hang-step")
+      o.hang_step = std::stoi(v);
+    else if (k == "--poison-rank")
+      o.poison_rank = std::stoi(v);
+    else if (k == "--poison-step")
+      o.poison_step = std::stoi(v);
+    else
+      return fail("unknown option " + k);
   }
   auto setup = dscore::prepare(o.config, {});
   if (!setup.ok()) return fail(setup.status().message());
@@ -107,7 +128,8 @@ int main(int argc, char** argv) {
   auto engine = dscore::build_engine(*setup, nullptr);
   if (!engine.ok()) return fail(engine.status().message());
   dscore::Engine& e = **engine;
-  if (e.world_size() > 1) dscore::comm::install_sigterm_report(e.communicator());  // as `dscore run` does
+  if (e.world_size() > 1)
+    dscore::comm::install_sigterm_report(e.communicator());  // as `dscore run` does
   // As `dscore run` does: a failure on one rank ends every rank.
   auto fail = [&](const std::string& message) {
     std::fprintf(stderr, "zero_worker: %s\n", message.c_str());
@@ -128,14 +150,17 @@ int main(int argc, char** argv) {
       load.load_optimizer_states = !o.load_weights_only;
       if (auto st = e.load_checkpoint(load_dir, load); !st.ok()) return fail(st.status().message());
     }
-    if (o.dump_state && o.save.empty() && !dump_state(e, prefix + ".state")) return fail("cannot dump the state");
+    if (o.dump_state && o.save.empty() && !dump_state(e, prefix + ".state"))
+      return fail("cannot dump the state");
     std::ofstream out(prefix + ".rank" + std::to_string(e.rank()));
     out << "numel " << e.layout().total_numel() << "\n";
     for (int64_t step = e.global_steps(); step < cfg.train_steps; ++step) {
       if (step == o.save_step && !o.save.empty()) {
         const dscore::Status saved = e.save_checkpoint(o.save);
         if (!saved.ok() && !o.save_error_ok) return fail(saved.message());
-        if (!saved.ok()) std::fprintf(stderr, "zero_worker: save failed, training goes on: %s\n", saved.message().c_str());
+        if (!saved.ok())
+          std::fprintf(stderr, "zero_worker: save failed, training goes on: %s\n",
+                       saved.message().c_str());
         if (o.dump_state && !dump_state(e, prefix + ".state")) return fail("cannot dump the state");
         if (o.stop_after_save) return 0;
       }
@@ -143,10 +168,12 @@ int main(int argc, char** argv) {
       if (e.rank() == o.hang_rank && step == o.hang_step)
         for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
       for (int64_t micro = 0; micro < cfg.batch.gradient_accumulation_steps; ++micro) {
-        if (auto st = (*source)->fill(sampler.micro_batch(step, micro), &batch); !st.ok()) return fail(st.message());
+        if (auto st = (*source)->fill(sampler.micro_batch(step, micro), &batch); !st.ok())
+          return fail(st.message());
         if (e.rank() == o.poison_rank && step == o.poison_step)
           static_cast<float*>(batch.tensor(0).data)[0] = INFINITY;
-        if (auto loss = e.forward_backward(batch.view()); !loss.ok()) return fail(loss.status().message());
+        if (auto loss = e.forward_backward(batch.view()); !loss.ok())
+          return fail(loss.status().message());
         if (auto st = e.step(); !st.ok()) return fail(st.message());
       }
       char hex[64];
@@ -155,31 +182,35 @@ int main(int argc, char** argv) {
       out << "step " << step << " " << (e.was_step_applied() ? "applied" : "skipped") << " "
           << e.loss_scale() << " " << e.get_global_grad_norm() << "\n";
       if (step == 0) e.communicator().reset_counters();  // volume per step, setup excluded
-      if (auto wire = e.communicator().wire_counters(); wire.ok()) out << "wire " << step << " " << wire->bytes_sent << "\n";
+      if (auto wire = e.communicator().wire_counters(); wire.ok())
+        out << "wire " << step << " " << wire->bytes_sent << "\n";
     }
     for (const auto& [op, c] : e.communicator().counters())
       out << "comm " << op << " " << c.calls << " " << c.elements << "\n";
     const auto m = e.measured_memory(), p = e.plan().memory;
-    out << "memory " << m.parameters << " " << m.gradients << " " << m.master << " " << m.optimizer << " "
-        << m.buffers << "\n";
-    out << "plan " << p.parameters << " " << p.gradients << " " << p.master << " " << p.optimizer << " "
-        << p.buffers << "\n";
+    out << "memory " << m.parameters << " " << m.gradients << " " << m.master << " " << m.optimizer
+        << " " << m.buffers << "\n";
+    out << "plan " << p.parameters << " " << p.gradients << " " << p.master << " " << p.optimizer
+        << " " << p.buffers << "\n";
     std::vector<float> params;
     if (auto st = e.gather_parameters(&params); !st.ok()) return fail(st.message());
     if (e.rank() == 0) {
       std::ofstream raw(prefix + ".params", std::ios::binary);
-      raw.write(reinterpret_cast<const char*>(params.data()), static_cast<std::streamsize>(params.size() * 4));
+      raw.write(reinterpret_cast<const char*>(params.data()),
+                static_cast<std::streamsize>(params.size() * 4));
     }
     return 0;
   };
   std::vector<std::string> loads;
   for (size_t start = 0;;) {
     const size_t comma = o.load.find(',', start);
-    loads.push_back(o.load.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    loads.push_back(
+        o.load.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
   for (size_t i = 0; i < loads.size(); ++i)
-    if (int rc = train(loads[i], i == 0 ? o.out : o.out + "." + std::to_string(i)); rc != 0) return rc;
+    if (int rc = train(loads[i], i == 0 ? o.out : o.out + "." + std::to_string(i)); rc != 0)
+      return rc;
   return 0;
 }

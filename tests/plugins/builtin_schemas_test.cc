@@ -17,11 +17,11 @@ namespace dscore::testing {
 namespace {
 
 TEST(BuiltinSchemasTest, HostParsesEverySchemaAndFillsDefaults) {
-  const char* libraries[] = {DSCORE_ADAM_PLUGIN, DSCORE_LR_SCHEDULES_PLUGIN,
-                             DSCORE_CSV_MONITOR_PLUGIN, DSCORE_MLP_PLUGIN,
+  const char* libraries[] = {DSCORE_ADAM_PLUGIN,         DSCORE_LR_SCHEDULES_PLUGIN,
+                             DSCORE_CSV_MONITOR_PLUGIN,  DSCORE_MLP_PLUGIN,
                              DSCORE_SGD_MOMENTUM_PLUGIN, DSCORE_SGD_PLUGIN,
-                             DSCORE_ADAGRAD_PLUGIN, DSCORE_LION_PLUGIN, DSCORE_LAMB_PLUGIN,
-                             DSCORE_ONEBITADAM_PLUGIN};
+                             DSCORE_ADAGRAD_PLUGIN,      DSCORE_LION_PLUGIN,
+                             DSCORE_LAMB_PLUGIN,         DSCORE_ONEBITADAM_PLUGIN};
   size_t checked = 0;
   for (const char* path : libraries) {
     TestPluginLibrary lib(path);
@@ -32,16 +32,17 @@ TEST(BuiltinSchemasTest, HostParsesEverySchemaAndFillsDefaults) {
       auto spec = config::parse_params_schema(d->params_schema);
       ASSERT_TRUE(spec.ok()) << spec.status().message();
       std::vector<config::ConfigError> errors;
-      config::validate_object(json::Value::object(), *spec, "params",
-                              config::AutoResolver(), config::ValidationSink{&errors, nullptr});
+      config::validate_object(json::Value::object(), *spec, "params", config::AutoResolver(),
+                              config::ValidationSink{&errors, nullptr});
       std::vector<std::string> required;
       for (const config::FieldSpec& f : spec->fields)
         if (f.required) required.push_back(f.name);
       EXPECT_EQ(errors.size(), required.size());
       for (const config::ConfigError& e : errors) {
         bool names_required = false;
-        for (const std::string& r : required) names_required |= e.path.find(r) != std::string::npos ||
-                                                                e.message.find(r) != std::string::npos;
+        for (const std::string& r : required)
+          names_required |=
+              e.path.find(r) != std::string::npos || e.message.find(r) != std::string::npos;
         EXPECT_TRUE(names_required) << e.path << ": " << e.message;
       }
       for (const config::FieldSpec& f : spec->fields)

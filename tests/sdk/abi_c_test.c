@@ -13,13 +13,13 @@
 
 static int g_failures = 0;
 
-#define EXPECT(cond, ...)                        \
-  do {                                           \
-    if (!(cond)) {                               \
-      fprintf(stderr, "FAIL: " __VA_ARGS__);     \
-      fprintf(stderr, "\n");                     \
-      ++g_failures;                              \
-    }                                            \
+#define EXPECT(cond, ...)                    \
+  do {                                       \
+    if (!(cond)) {                           \
+      fprintf(stderr, "FAIL: " __VA_ARGS__); \
+      fprintf(stderr, "\n");                 \
+      ++g_failures;                          \
+    }                                        \
   } while (0)
 
 static const dscore_abi_entry* find(const dscore_abi_entry* entries, size_t count,
@@ -51,7 +51,8 @@ static void compare(const char* frozen_name, const dscore_abi_entry* frozen, siz
              "%s: %s.%s moved or resized: offset %llu size %zu, now offset %llu size %zu",
              frozen_name, f->type, f->field, f->value, f->size, c->value, c->size);
       if (strcmp(f->field, "struct_size") == 0)
-        EXPECT(c->value == 0 && c->size == 4, "%s does not begin with uint32_t struct_size", f->type);
+        EXPECT(c->value == 0 && c->size == 4, "%s does not begin with uint32_t struct_size",
+               f->type);
     }
   }
 }
@@ -78,6 +79,7 @@ int main(void) {
   EXPECT(DSCORE_HAS_FIELD(&slot, dscore_optimizer_state_slot, initial_value),
          "DSCORE_HAS_FIELD misses the last field at full size");
 
-  if (g_failures == 0) printf("sdk ABI: %zu v1.0 entries match the current headers\n", frozen_count);
+  if (g_failures == 0)
+    printf("sdk ABI: %zu v1.0 entries match the current headers\n", frozen_count);
   return g_failures == 0 ? 0 : 1;
 }

@@ -43,7 +43,8 @@ TEST(AbiCompat, PluginBuiltAgainstFrozenHeadersLoadsCreatesAndSteps) {
     ASSERT_TRUE(info.ok()) << info.status().message();
     EXPECT_EQ((*info)->abi_major, 1u);
 
-    ValidatedParams params = ValidatedParams::from_object(json::Value::object(), json::Value::object());
+    ValidatedParams params =
+        ValidatedParams::from_object(json::Value::object(), json::Value::object());
     auto optimizer = OptimizerInstance::create(**info, params, InstanceContext{});
     ASSERT_TRUE(optimizer.ok()) << optimizer.status().message();
     EXPECT_TRUE((*optimizer)->slots().empty());
@@ -51,15 +52,23 @@ TEST(AbiCompat, PluginBuiltAgainstFrozenHeadersLoadsCreatesAndSteps) {
     float p[3] = {1, 2, 3};
     float g[3] = {1, 1, 1};
     int64_t shape[1] = {3};
-    dscore_tensor param{sizeof(dscore_tensor), p, DSCORE_DTYPE_F32, DSCORE_DEVICE_CPU, 0, 1, shape,
-                        nullptr, 3, "w"};
+    dscore_tensor param{sizeof(dscore_tensor),
+                        p,
+                        DSCORE_DTYPE_F32,
+                        DSCORE_DEVICE_CPU,
+                        0,
+                        1,
+                        shape,
+                        nullptr,
+                        3,
+                        "w"};
     dscore_tensor grad = param;
     grad.data = g;
     dscore_tensor* params_list[] = {&param};
     const dscore_tensor* grads_list[] = {&grad};
     dscore_optimizer_hparams hp{sizeof hp, 0.5, 0, 0.9, 0.999, 1.0, 1, 1.0};
-    dscore_optimizer_step_args args{sizeof args, &hp, 1, params_list, grads_list, 0, nullptr,
-                                    nullptr, nullptr};
+    dscore_optimizer_step_args args{sizeof args, &hp,     1,       params_list, grads_list,
+                                    0,           nullptr, nullptr, nullptr};
     ASSERT_TRUE((*optimizer)->step(args).ok());
     EXPECT_FLOAT_EQ(p[0], 0.5f);
     EXPECT_FLOAT_EQ(p[1], 1.5f);

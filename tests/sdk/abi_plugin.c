@@ -31,7 +31,9 @@ static dscore_status abi_create(const dscore_create_args* args, dscore_optimizer
   return DSCORE_OK;
 }
 
-static void abi_destroy(dscore_optimizer* self) { g_host->free(self->ctx, self, DSCORE_MEMORY_HOST); }
+static void abi_destroy(dscore_optimizer* self) {
+  g_host->free(self->ctx, self, DSCORE_MEMORY_HOST);
+}
 
 static dscore_status abi_state_slots(const dscore_optimizer* self,
                                      const dscore_optimizer_state_slot* const** slots,
@@ -63,13 +65,28 @@ static const dscore_optimizer_vtable kVtable = {.struct_size = sizeof(dscore_opt
                                                 .step = abi_step};
 
 static const dscore_plugin_descriptor kDescriptor = {
-    sizeof(dscore_plugin_descriptor), DSCORE_KIND_OPTIMIZER, ABI_PLUGIN_NAME, "1.0",
-    "SGD built against a frozen copy of the sdk headers", DSCORE_CAP_CPU | DSCORE_CAP_F32,
-    "{\"lr\": {\"type\": \"number\", \"default\": 0.1}}", &kVtable};
+    sizeof(dscore_plugin_descriptor),
+    DSCORE_KIND_OPTIMIZER,
+    ABI_PLUGIN_NAME,
+    "1.0",
+    "SGD built against a frozen copy of the sdk headers",
+    DSCORE_CAP_CPU | DSCORE_CAP_F32,
+    "{\"lr\": {\"type\": \"number\", \"default\": 0.1}}",
+    &kVtable};
 static const dscore_plugin_descriptor* const kPlugins[] = {&kDescriptor};
 
-static const dscore_plugin_library kLibrary = {
-    sizeof(dscore_plugin_library), DSCORE_ABI_VERSION_MAJOR, DSCORE_ABI_VERSION_MINOR, 0,
-    "lib-" ABI_PLUGIN_NAME, "1.0", "dscore tests", abi_init, NULL, 1, kPlugins};
+static const dscore_plugin_library kLibrary = {sizeof(dscore_plugin_library),
+                                               DSCORE_ABI_VERSION_MAJOR,
+                                               DSCORE_ABI_VERSION_MINOR,
+                                               0,
+                                               "lib-" ABI_PLUGIN_NAME,
+                                               "1.0",
+                                               "dscore tests",
+                                               abi_init,
+                                               NULL,
+                                               1,
+                                               kPlugins};
 
-DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1(void) { return &kLibrary; }
+DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1(void) {
+  return &kLibrary;
+}

@@ -2,8 +2,8 @@
 // is a copy (or nothing, in place). It exists so the engine has one code
 // path for every world size; it refuses to run in a multi-rank job.
 #include <dscore/comm.h>
-#include <dscore/cpp/dtype.hpp>
 #include <dscore/cpp/comm_plugin.hpp>
+#include <dscore/cpp/dtype.hpp>
 
 #include <cstring>
 #include <string>
@@ -21,15 +21,18 @@ void check_pair(const dscore_tensor* send, const dscore_tensor* recv, const char
                 std::string(op) + ": send and recv differ in dtype or numel (" +
                     std::to_string(send->numel) + " vs " + std::to_string(recv->numel) + ")");
   if (send->device_type != DSCORE_DEVICE_CPU && send->device_type != DSCORE_DEVICE_CUDA_HOST)
-    throw Error(DSCORE_INVALID_ARGUMENT, std::string(op) + ": the local backend moves CPU tensors only");
+    throw Error(DSCORE_INVALID_ARGUMENT,
+                std::string(op) + ": the local backend moves CPU tensors only");
 }
 
 void check_root(int root, const char* op) {
-  if (root != 0) throw Error(DSCORE_OUT_OF_RANGE, std::string(op) + ": root must be 0 in a one-rank job");
+  if (root != 0)
+    throw Error(DSCORE_OUT_OF_RANGE, std::string(op) + ": root must be 0 in a one-rank job");
 }
 
 [[noreturn]] void no_peer(int peer, const char* op) {
-  throw Error(DSCORE_OUT_OF_RANGE, std::string(op) + ": no peer " + std::to_string(peer) + " in a one-rank job");
+  throw Error(DSCORE_OUT_OF_RANGE,
+              std::string(op) + ": no peer " + std::to_string(peer) + " in a one-rank job");
 }
 
 // One rank: the reduction over ranks of `send` is `send` itself (also for
@@ -45,7 +48,9 @@ class LocalComm : public sdk::Instance {
   }
   explicit LocalComm(sdk::HostRef host) : Instance(host) {}
 
-  void allreduce(const dscore_tensor* s, dscore_tensor* r, dscore_reduce_op) { copy(s, r, "allreduce"); }
+  void allreduce(const dscore_tensor* s, dscore_tensor* r, dscore_reduce_op) {
+    copy(s, r, "allreduce");
+  }
   void reduce_scatter(const dscore_tensor* s, dscore_tensor* r, dscore_reduce_op) {
     copy(s, r, "reduce_scatter");
   }
@@ -77,7 +82,8 @@ class LocalComm : public sdk::Instance {
   void copy(const dscore_tensor* send, dscore_tensor* recv, const char* op) {
     check_pair(send, recv, op);
     if (send->data != recv->data)
-      std::memcpy(recv->data, send->data, static_cast<size_t>(send->numel) * sdk::dtype_size(send->dtype));
+      std::memcpy(recv->data, send->data,
+                  static_cast<size_t>(send->numel) * sdk::dtype_size(send->dtype));
     operations_ += 1;
   }
   uint64_t operations_ = 0;

@@ -28,12 +28,14 @@ dscore_status Exchange::meet(int rank, const char* what, int64_t timeout_ms, std
     return DSCORE_OK;
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  const bool met = changed_.wait_until(lock, deadline, [&] { return generation_ != generation || aborted_; });
+  const bool met =
+      changed_.wait_until(lock, deadline, [&] { return generation_ != generation || aborted_; });
   if (met && generation_ != generation) return DSCORE_OK;
   if (!met) {
     std::string missing;
     for (int r = 0; r < world_; ++r)
-      if (!arrived_[static_cast<size_t>(r)]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      if (!arrived_[static_cast<size_t>(r)])
+        missing += (missing.empty() ? "" : ", ") + std::to_string(r);
     *message = std::string(what) + ": rank(s) " + missing + " did not arrive within " +
                std::to_string(timeout_ms) + " ms (comm.timeout_ms)";
     aborted_ = true;

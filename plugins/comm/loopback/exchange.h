@@ -25,7 +25,7 @@ struct Posted {
   void* recv = nullptr;
   int64_t numel = 0;
   dscore_dtype dtype = DSCORE_DTYPE_INVALID;
-  int32_t color = 0, key = 0;          // split
+  int32_t color = 0, key = 0;            // split
   std::shared_ptr<class Exchange> made;  // split: the group the leader formed
 };
 

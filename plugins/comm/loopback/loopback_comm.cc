@@ -8,8 +8,8 @@
 // stages, checkpoints and communicator groups, and by programs that run
 // several engines in one process.
 #include <dscore/comm.h>
-#include <dscore/cpp/dtype.hpp>
 #include <dscore/cpp/comm_plugin.hpp>
+#include <dscore/cpp/dtype.hpp>
 #include <dscore/cpp/ordered_reduce.hpp>
 
 #include <algorithm>
@@ -64,7 +64,8 @@ class LoopbackComm : public sdk::Instance {
       if (rank_ == root) gather_chunks(n, 0);
     });
     if (rank_ == root)
-      sdk::reduce_chunks(scratch_.data(), world(), n, send->dtype, op, recv->data, &reduce_scratch_);
+      sdk::reduce_chunks(scratch_.data(), world(), n, send->dtype, op, recv->data,
+                         &reduce_scratch_);
   }
   void allgather(const dscore_tensor* send, dscore_tensor* recv) {
     const int64_t n = send->numel;
@@ -95,7 +96,8 @@ class LoopbackComm : public sdk::Instance {
   void barrier() { meet("barrier"); }
   void send(const dscore_tensor* tensor, int peer) {
     check_rank(peer, "send");
-    exchange_->send(rank_, peer, tensor->data, static_cast<size_t>(tensor->numel) * element_size(tensor));
+    exchange_->send(rank_, peer, tensor->data,
+                    static_cast<size_t>(tensor->numel) * element_size(tensor));
     operations_ += 1;
   }
   void recv(dscore_tensor* tensor, int peer) {
@@ -116,17 +118,20 @@ class LoopbackComm : public sdk::Instance {
     meet("split");
     std::vector<int> members;
     for (int r = 0; r < world(); ++r)
-      if (color != DSCORE_COMM_SPLIT_NONE && exchange_->slot(r).color == color) members.push_back(r);
+      if (color != DSCORE_COMM_SPLIT_NONE && exchange_->slot(r).color == color)
+        members.push_back(r);
     std::stable_sort(members.begin(), members.end(),
                      [&](int a, int b) { return exchange_->slot(a).key < exchange_->slot(b).key; });
     if (!members.empty() && members.front() == rank_)
       mine.made = std::make_shared<Exchange>(static_cast<int>(members.size()));
     meet("split");
-    std::shared_ptr<Exchange> group = members.empty() ? nullptr : exchange_->slot(members.front()).made;
+    std::shared_ptr<Exchange> group =
+        members.empty() ? nullptr : exchange_->slot(members.front()).made;
     meet("split");  // the leader's slot is reused only after everyone took the group
     operations_ += 1;
     if (!group) return nullptr;
-    const int new_rank = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+    const int new_rank =
+        static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
     return new LoopbackComm(host(), std::move(group), new_rank, timeout_ms_);
   }
   void abort(const char* reason) { exchange_->abort(reason != nullptr ? reason : "aborted"); }
@@ -159,8 +164,8 @@ class LoopbackComm : public sdk::Instance {
     } else if (api->kv_get(ctx, key.c_str(), &invitation, sizeof invitation, &size, timeout_ms_) !=
                DSCORE_OK) {
       throw Error(DSCORE_DEADLINE_EXCEEDED,
-                  "loopback rank " + std::to_string(rank_) + ": rank 0 did not open the exchange within " +
-                      std::to_string(timeout_ms_) +
+                  "loopback rank " + std::to_string(rank_) +
+                      ": rank 0 did not open the exchange within " + std::to_string(timeout_ms_) +
                       " ms. The loopback backend runs the ranks of a job as threads of one process "
                       "whose engines share one key-value store (InitializeOptions::kv_store); for "
                       "ranks in separate processes use \"comm\": {\"backend\": \"mpi\"}");
@@ -195,8 +200,9 @@ class LoopbackComm : public sdk::Instance {
         throw Error(DSCORE_INVALID_ARGUMENT,
                     std::string(what) + ": rank " + std::to_string(r) + " passed " +
                         std::to_string(theirs.numel) + " " + sdk::dtype_name(theirs.dtype) +
-                        " elements, rank " + std::to_string(rank_) + " " + std::to_string(mine.numel) +
-                        " " + sdk::dtype_name(mine.dtype) + " (every rank must pass the same)");
+                        " elements, rank " + std::to_string(rank_) + " " +
+                        std::to_string(mine.numel) + " " + sdk::dtype_name(mine.dtype) +
+                        " (every rank must pass the same)");
     }
     read();
     meet(what);
@@ -209,14 +215,16 @@ class LoopbackComm : public sdk::Instance {
     const size_t bytes = static_cast<size_t>(n) * es;
     scratch_.resize(bytes * static_cast<size_t>(world()));
     for (int r = 0; r < world(); ++r)
-      std::memcpy(scratch_.data() + static_cast<size_t>(r) * bytes,
-                  static_cast<const char*>(exchange_->slot(r).send) + static_cast<size_t>(offset) * es,
-                  bytes);
+      std::memcpy(
+          scratch_.data() + static_cast<size_t>(r) * bytes,
+          static_cast<const char*>(exchange_->slot(r).send) + static_cast<size_t>(offset) * es,
+          bytes);
   }
   int64_t chunk_of(const dscore_tensor* t, const char* what) const {
     if (t == nullptr || t->numel % world() != 0)
-      throw Error(DSCORE_INVALID_ARGUMENT, std::string(what) + ": the send tensor's size is not a "
-                                                               "multiple of the world size");
+      throw Error(DSCORE_INVALID_ARGUMENT, std::string(what) +
+                                               ": the send tensor's size is not a "
+                                               "multiple of the world size");
     return t->numel / world();
   }
   static void check_numel(const dscore_tensor* t, int64_t numel, const char* what) {
@@ -245,7 +253,8 @@ constexpr const char kParamsSchema[] = R"json({
 })json";
 
 const dscore_plugin_descriptor kLoopback = sdk::comm_descriptor<LoopbackComm>(
-    "loopback", "0.1.0", "ranks as threads of one process (in-process tests, several engines per process)",
+    "loopback", "0.1.0",
+    "ranks as threads of one process (in-process tests, several engines per process)",
     DSCORE_CAP_CPU | DSCORE_CAP_MULTI_RANK, kParamsSchema);
 
 }  // namespace

@@ -8,8 +8,8 @@
 
 #include <cstring>
 
-#include "collectives.h"
 #include <dscore/cpp/ordered_reduce.hpp>
+#include "collectives.h"
 
 namespace dscore::mpi_comm {
 namespace {
@@ -26,7 +26,8 @@ void check_cpu(const dscore_tensor* t, const char* op) {
   if (t == nullptr) throw Error(DSCORE_INVALID_ARGUMENT, std::string(op) + ": NULL tensor");
   if (t->device_type != DSCORE_DEVICE_CPU && t->device_type != DSCORE_DEVICE_CUDA_HOST)
     throw Error(DSCORE_INVALID_ARGUMENT,
-                std::string(op) + ": the mpi backend moves CPU tensors only (use \"nccl\" for GPU tensors)");
+                std::string(op) +
+                    ": the mpi backend moves CPU tensors only (use \"nccl\" for GPU tensors)");
 }
 
 // An MPI datatype of one element, so counts stay element counts.
@@ -66,8 +67,8 @@ void reduce_scatter_impl(MpiComm* m, const void* chunks, int64_t c, dscore_dtype
   ElementType type(es);
   const uint64_t seq = m->begin(name);
   MPI_Request request;
-  DSCORE_MPI_CHECK(MPI_Ialltoall(chunks, count_of(c, name), type.get(), gathered,
-                                 count_of(c, name), type.get(), m->comm, &request));
+  DSCORE_MPI_CHECK(MPI_Ialltoall(chunks, count_of(c, name), type.get(), gathered, count_of(c, name),
+                                 type.get(), m->comm, &request));
   m->wait(&request, 1, name, seq, bytes);
   sdk::reduce_chunks(gathered, m->world, c, dtype, op, out, &m->reduce_scratch);
   const uint64_t moved = static_cast<uint64_t>(c) * (m->world - 1) * es;
@@ -75,13 +76,15 @@ void reduce_scatter_impl(MpiComm* m, const void* chunks, int64_t c, dscore_dtype
   m->counters.bytes_received += moved;
 }
 
-void allgather_impl(MpiComm* m, const void* send, int64_t n, size_t es, void* recv, const char* name) {
+void allgather_impl(MpiComm* m, const void* send, int64_t n, size_t es, void* recv,
+                    const char* name) {
   ElementType type(es);
   const uint64_t seq = m->begin(name);
-  const bool in_place = send == static_cast<unsigned char*>(recv) + static_cast<size_t>(m->rank) * n * es;
+  const bool in_place =
+      send == static_cast<unsigned char*>(recv) + static_cast<size_t>(m->rank) * n * es;
   MPI_Request request;
-  DSCORE_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, count_of(n, name), type.get(), recv,
-                                  count_of(n, name), type.get(), m->comm, &request));
+  DSCORE_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, count_of(n, name), type.get(),
+                                  recv, count_of(n, name), type.get(), m->comm, &request));
   m->wait(&request, 1, name, seq, static_cast<size_t>(n) * m->world * es);
   const uint64_t moved = static_cast<uint64_t>(n) * (m->world - 1) * es;
   m->counters.bytes_sent += moved;
@@ -111,7 +114,8 @@ void allreduce(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv, dscor
   m->counters.operations += 1;
 }
 
-void reduce_scatter(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv, dscore_reduce_op op) {
+void reduce_scatter(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv,
+                    dscore_reduce_op op) {
   check_cpu(send, "reduce_scatter");
   check_cpu(recv, "reduce_scatter");
   if (send->dtype != recv->dtype || send->numel != recv->numel * m->world)
@@ -123,7 +127,8 @@ void reduce_scatter(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv, 
   m->counters.operations += 1;
 }
 
-void reduce(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv, dscore_reduce_op op, int root) {
+void reduce(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv, dscore_reduce_op op,
+            int root) {
   check_cpu(send, "reduce");
   if (root < 0 || root >= m->world)
     throw Error(DSCORE_OUT_OF_RANGE, "reduce: root " + std::to_string(root) + " is not a rank");
@@ -165,8 +170,9 @@ void all_to_all(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv) {
   check_cpu(send, "all_to_all");
   check_cpu(recv, "all_to_all");
   if (send->dtype != recv->dtype || send->numel != recv->numel || send->numel % m->world != 0)
-    throw Error(DSCORE_INVALID_ARGUMENT,
-                "all_to_all: send and recv need the same dtype and numel, a multiple of world_size");
+    throw Error(
+        DSCORE_INVALID_ARGUMENT,
+        "all_to_all: send and recv need the same dtype and numel, a multiple of world_size");
   const size_t es = element_size(send);
   const int64_t c = send->numel / m->world;
   ElementType type(es);
@@ -193,8 +199,10 @@ void broadcast(MpiComm* m, dscore_tensor* tensor, int root) {
                               m->comm, &request));
   m->wait(&request, 1, "broadcast", seq, static_cast<size_t>(tensor->numel) * es);
   const uint64_t bytes = static_cast<uint64_t>(tensor->numel) * es;
-  if (m->rank == root) m->counters.bytes_sent += bytes * (m->world - 1);
-  else m->counters.bytes_received += bytes;
+  if (m->rank == root)
+    m->counters.bytes_sent += bytes * (m->world - 1);
+  else
+    m->counters.bytes_received += bytes;
   m->counters.operations += 1;
 }
 

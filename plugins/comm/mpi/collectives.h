@@ -7,8 +7,10 @@
 namespace dscore::mpi_comm {
 
 void allreduce(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv, dscore_reduce_op op);
-void reduce_scatter(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv, dscore_reduce_op op);
-void reduce(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv, dscore_reduce_op op, int root);
+void reduce_scatter(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv,
+                    dscore_reduce_op op);
+void reduce(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv, dscore_reduce_op op,
+            int root);
 void allgather(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv);
 void all_to_all(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv);
 void broadcast(MpiComm* m, dscore_tensor* tensor, int root);

@@ -72,7 +72,9 @@ class MpiBackend : public sdk::Instance {
     if (m_.comm != MPI_COMM_NULL) MPI_Comm_free(&m_.comm);
   }
 
-  void allreduce(const dscore_tensor* s, dscore_tensor* r, dscore_reduce_op op) { mpi_comm::allreduce(&m_, s, r, op); }
+  void allreduce(const dscore_tensor* s, dscore_tensor* r, dscore_reduce_op op) {
+    mpi_comm::allreduce(&m_, s, r, op);
+  }
   void reduce_scatter(const dscore_tensor* s, dscore_tensor* r, dscore_reduce_op op) {
     mpi_comm::reduce_scatter(&m_, s, r, op);
   }
@@ -86,8 +88,9 @@ class MpiBackend : public sdk::Instance {
   void recv(dscore_tensor* t, int peer) { point_to_point(&m_, t, peer, false); }
   void barrier() { mpi_comm::barrier(&m_); }
   void abort(const char* reason) {
-    host().log(DSCORE_LOG_ERROR, "mpi", "rank " + std::to_string(m_.rank) + " aborts the job: " +
-                                            std::string(reason != nullptr ? reason : "(no reason)"));
+    host().log(DSCORE_LOG_ERROR, "mpi",
+               "rank " + std::to_string(m_.rank) +
+                   " aborts the job: " + std::string(reason != nullptr ? reason : "(no reason)"));
     MPI_Abort(m_.comm != MPI_COMM_NULL ? m_.comm : MPI_COMM_WORLD, 1);
   }
   void counters(dscore_comm_counters* out) const {
@@ -99,8 +102,8 @@ class MpiBackend : public sdk::Instance {
   // board.
   MpiBackend* split(int32_t color, int32_t key) {
     MPI_Comm group = MPI_COMM_NULL;
-    DSCORE_MPI_CHECK(MPI_Comm_split(m_.comm, color == DSCORE_COMM_SPLIT_NONE ? MPI_UNDEFINED : color,
-                                    key, &group));
+    DSCORE_MPI_CHECK(MPI_Comm_split(
+        m_.comm, color == DSCORE_COMM_SPLIT_NONE ? MPI_UNDEFINED : color, key, &group));
     return group == MPI_COMM_NULL ? nullptr : new MpiBackend(*this, group);
   }
 
@@ -121,7 +124,8 @@ constexpr const char kParamsSchema[] = R"json({
 })json";
 
 const dscore_plugin_descriptor kMpi = sdk::comm_descriptor<MpiBackend>(
-    "mpi", "0.1.0", "MPI backend for CPU tensors: deterministic reductions, per-collective deadlines",
+    "mpi", "0.1.0",
+    "MPI backend for CPU tensors: deterministic reductions, per-collective deadlines",
     DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16 | DSCORE_CAP_MULTI_RANK,
     kParamsSchema);
 

@@ -5,8 +5,8 @@
 #pragma once
 
 #include <dscore/comm.h>
-#include <dscore/cpp/plugin.hpp>
 #include <mpi.h>
+#include <dscore/cpp/plugin.hpp>
 
 #include <cstdint>
 #include <string>
@@ -17,9 +17,9 @@ namespace dscore::mpi_comm {
 // One check per MPI call: an MPI error becomes sdk::Error naming the call,
 // file and line, and MPI's own text.
 void throw_mpi_error(int code, const char* call, const char* file, int line);
-#define DSCORE_MPI_CHECK(call)                                                  \
-  do {                                                                          \
-    int _rc = (call);                                                           \
+#define DSCORE_MPI_CHECK(call)                                                                   \
+  do {                                                                                           \
+    int _rc = (call);                                                                            \
     if (_rc != MPI_SUCCESS) ::dscore::mpi_comm::throw_mpi_error(_rc, #call, __FILE__, __LINE__); \
   } while (0)
 

@@ -37,9 +37,9 @@ void throw_mpi_error(int code, const char* call, const char* file, int line) {
   int length = 0;
   if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) length = 0;
   const char* base = std::strrchr(file, '/');
-  throw sdk::Error(DSCORE_UNAVAILABLE, std::string(call) + " failed at " + (base ? base + 1 : file) +
-                                           ":" + std::to_string(line) + ": " +
-                                           std::string(text, static_cast<size_t>(length)));
+  throw sdk::Error(DSCORE_UNAVAILABLE, std::string(call) + " failed at " +
+                                           (base ? base + 1 : file) + ":" + std::to_string(line) +
+                                           ": " + std::string(text, static_cast<size_t>(length)));
 }
 
 HeartbeatBoard::HeartbeatBoard(MPI_Comm comm, int rank, int world, int64_t timeout_ms)
@@ -54,7 +54,8 @@ HeartbeatBoard::HeartbeatBoard(MPI_Comm comm, int rank, int world, int64_t timeo
   waiter.timeout_ms = timeout_ms;
   waiter.wait(&request, 1, "bootstrap broadcast", 0, sizeof id);
   char name[64];
-  std::snprintf(name, sizeof name, "/dev/shm/dscore-comm-%016llx", static_cast<unsigned long long>(id));
+  std::snprintf(name, sizeof name, "/dev/shm/dscore-comm-%016llx",
+                static_cast<unsigned long long>(id));
   path_ = name;
   const size_t bytes = sizeof(BoardSlot) * static_cast<size_t>(world);
   int fd = open(name, O_RDWR | O_CREAT, 0600);
@@ -103,19 +104,25 @@ std::string HeartbeatBoard::laggards(uint64_t sequence) const {
     if (pid <= 0) {
       what = "rank " + std::to_string(r) + " runs on another node (no heartbeat here)";
     } else if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
-      what = "rank " + std::to_string(r) + " (pid " + std::to_string(pid) + ") is no longer running";
+      what =
+          "rank " + std::to_string(r) + " (pid " + std::to_string(pid) + ") is no longer running";
     } else if (seq < sequence) {
       char op[sizeof slots_[r].op + 1] = {};
       std::memcpy(op, slots_[r].op, sizeof slots_[r].op);
       const uint64_t finished = __atomic_load_n(&slots_[r].finished, __ATOMIC_ACQUIRE);
-      const std::string since = seconds(now - __atomic_load_n(&slots_[r].since_ns, __ATOMIC_RELAXED));
+      const std::string since =
+          seconds(now - __atomic_load_n(&slots_[r].since_ns, __ATOMIC_RELAXED));
       std::string state;
-      if (seq == 0) state = "it has entered no collective yet";
+      if (seq == 0)
+        state = "it has entered no collective yet";
       else if (finished == seq)
-        state = "its last collective, " + std::string(op) + " #" + std::to_string(seq) + ", finished " +
-                since + " ago (it is busy or stuck outside communication)";
-      else state = "it is still in " + std::string(op) + " #" + std::to_string(seq) + " after " + since;
-      what = "rank " + std::to_string(r) + " (pid " + std::to_string(pid) + ") has not reached it: " + state;
+        state = "its last collective, " + std::string(op) + " #" + std::to_string(seq) +
+                ", finished " + since + " ago (it is busy or stuck outside communication)";
+      else
+        state =
+            "it is still in " + std::string(op) + " #" + std::to_string(seq) + " after " + since;
+      what = "rank " + std::to_string(r) + " (pid " + std::to_string(pid) +
+             ") has not reached it: " + state;
     }
     if (!what.empty()) out += (out.empty() ? "" : "; ") + what;
   }

@@ -4,8 +4,8 @@
 // forward and backward by hand, through the hooks of model.h.
 // Input "tokens": (B, block_size + 1) int32; forward()'s output is the
 // logits (B, vocab_size) fp32 at each sample's last non-padding position.
-#include <dscore/cpp/model_plugin.hpp>
 #include <dscore/model.h>
+#include <dscore/cpp/model_plugin.hpp>
 
 #include <memory>
 #include <string>
@@ -50,13 +50,17 @@ GptConfig read_config(const sdk::Params& p) {
   c.device = p.string("device");
   c.cuda_dtype = p.string("cuda_dtype");
   if (c.n_layer < 1 || c.n_head < 1 || c.n_embd < 1 || c.block_size < 1 || c.vocab_size < 1)
-    throw Error(DSCORE_INVALID_ARGUMENT, "n_layer, n_head, n_embd, block_size and vocab_size must be >= 1");
+    throw Error(DSCORE_INVALID_ARGUMENT,
+                "n_layer, n_head, n_embd, block_size and vocab_size must be >= 1");
   if (c.n_embd % c.n_head != 0)
-    throw Error(DSCORE_INVALID_ARGUMENT, "n_embd " + std::to_string(c.n_embd) + " is not divisible by n_head " +
-                                             std::to_string(c.n_head) + ": each head gets n_embd / n_head channels");
-  if (c.vocab_size > INT32_MAX) throw Error(DSCORE_INVALID_ARGUMENT, "vocab_size must fit int32 token ids");
+    throw Error(DSCORE_INVALID_ARGUMENT,
+                "n_embd " + std::to_string(c.n_embd) + " is not divisible by n_head " +
+                    std::to_string(c.n_head) + ": each head gets n_embd / n_head channels");
+  if (c.vocab_size > INT32_MAX)
+    throw Error(DSCORE_INVALID_ARGUMENT, "vocab_size must fit int32 token ids");
   if (p.number("dropout") != 0.0)
-    throw Error(DSCORE_INVALID_ARGUMENT, "dropout is not implemented in the gpt model; set it to 0");
+    throw Error(DSCORE_INVALID_ARGUMENT,
+                "dropout is not implemented in the gpt model; set it to 0");
   if (p.boolean("checkpoint_activations")) {
     const int64_t n = p.integer("number_checkpoints");
     c.checkpoint_blocks = n < 0 ? c.n_layer : std::min(n, c.n_layer);
@@ -76,29 +80,35 @@ class Gpt : public sdk::Instance {
 
   void init_param(size_t index, int64_t offset, int64_t count, dscore_tensor* out) const {
     if (index >= params_.param_count())
-      throw Error(DSCORE_OUT_OF_RANGE, "parameter index " + std::to_string(index) + " out of range");
+      throw Error(DSCORE_OUT_OF_RANGE,
+                  "parameter index " + std::to_string(index) + " out of range");
     const int64_t numel = params_.numel(index);
     if (offset < 0 || count < 0 || offset + count > numel)
       throw Error(DSCORE_OUT_OF_RANGE, "init_param: slice outside the parameter");
-    if (out == nullptr || out->dtype != DSCORE_DTYPE_F32 || out->numel != count || (count > 0 && out->data == nullptr))
+    if (out == nullptr || out->dtype != DSCORE_DTYPE_F32 || out->numel != count ||
+        (count > 0 && out->data == nullptr))
       throw Error(DSCORE_INVALID_ARGUMENT, "init_param: output must be fp32 with count elements");
     params_.init(index, offset, count, static_cast<float*>(out->data));
   }
 
-  double forward_backward(const dscore_batch* batch, const dscore_model_hooks& hooks, double loss_scale) {
-    return compute_->forward_backward(split_tokens(batch, config_.block_size, config_.vocab_size), hooks,
-                                      loss_scale);
+  double forward_backward(const dscore_batch* batch, const dscore_model_hooks& hooks,
+                          double loss_scale) {
+    return compute_->forward_backward(split_tokens(batch, config_.block_size, config_.vocab_size),
+                                      hooks, loss_scale);
   }
-  void forward(const dscore_batch* batch, const dscore_model_hooks& hooks, double* loss, dscore_tensor* output) {
+  void forward(const dscore_batch* batch, const dscore_model_hooks& hooks, double* loss,
+               dscore_tensor* output) {
     const SplitTokens tokens = split_tokens(batch, config_.block_size, config_.vocab_size);
     float* logits = nullptr;
     if (output != nullptr) {
       if (output->data == nullptr || output->dtype != DSCORE_DTYPE_F32 ||
           output->numel != tokens.batch * config_.vocab_size ||
-          (output->device_type != DSCORE_DEVICE_CPU && output->device_type != DSCORE_DEVICE_CUDA_HOST))
-        throw Error(DSCORE_INVALID_ARGUMENT, "gpt forward: output must be host fp32 of (batch, vocab_size) = (" +
-                                                 std::to_string(tokens.batch) + ", " +
-                                                 std::to_string(config_.vocab_size) + ")");
+          (output->device_type != DSCORE_DEVICE_CPU &&
+           output->device_type != DSCORE_DEVICE_CUDA_HOST))
+        throw Error(DSCORE_INVALID_ARGUMENT,
+                    "gpt forward: output must be host fp32 of (batch, vocab_size) = (" +
+                        std::to_string(tokens.batch) + ", " + std::to_string(config_.vocab_size) +
+                        ")");
       logits = static_cast<float*>(output->data);
     }
     compute_->forward(tokens, hooks, loss, logits);
@@ -108,10 +118,13 @@ class Gpt : public sdk::Instance {
   // layer 0 holds the LM head (2 N C V), a block its four matmuls
   // (2 N 12 C^2) and attention (4 N T C: QK^T and PV over all T positions).
   double layer_flops(size_t layer, int64_t batch) const {
-    const double N = static_cast<double>(batch * config_.block_size), C = static_cast<double>(config_.n_embd);
-    const double T = static_cast<double>(config_.block_size), V = static_cast<double>(config_.vocab_size);
+    const double N = static_cast<double>(batch * config_.block_size),
+                 C = static_cast<double>(config_.n_embd);
+    const double T = static_cast<double>(config_.block_size),
+                 V = static_cast<double>(config_.vocab_size);
     if (layer == 0) return 2.0 * N * C * V;
-    if (static_cast<int64_t>(layer) <= config_.n_layer) return 2.0 * N * 12.0 * C * C + 4.0 * N * T * C;
+    if (static_cast<int64_t>(layer) <= config_.n_layer)
+      return 2.0 * N * 12.0 * C * C + 4.0 * N * T * C;
     if (static_cast<int64_t>(layer) == config_.final_layer()) return 8.0 * N * C;
     throw Error(DSCORE_INVALID_ARGUMENT, "no layer " + std::to_string(layer));
   }
@@ -124,7 +137,8 @@ class Gpt : public sdk::Instance {
 
 const dscore_plugin_descriptor kGpt = sdk::model_descriptor<Gpt>(
     "gpt", "0.1.0",
-    "GPT-2-style decoder (byte-level text or llm.c token shards); CPU (BLAS + TBB) and CUDA kernels",
+    "GPT-2-style decoder (byte-level text or llm.c token shards); CPU (BLAS + TBB) and CUDA "
+    "kernels",
     DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16, kParamsSchema);
 
 }  // namespace

@@ -16,7 +16,7 @@ struct GptConfig {
   // Blocks (the first n) whose activations are recomputed in backward
   // instead of kept (activation checkpointing); 0 = none.
   int64_t checkpoint_blocks = 0;
-  std::string device = "cpu";  // cpu | cuda
+  std::string device = "cpu";       // cpu | cuda
   std::string cuda_dtype = "bf16";  // bf16 | fp32: activations and matmul inputs on CUDA
 
   int64_t head_size() const { return n_embd / n_head; }

@@ -77,13 +77,19 @@ void GptParams::init(size_t index, int64_t offset, int64_t count, float* out) co
   const Param& p = *params_.at(index);
   const uint64_t key = sdk::hash_name(p.name);
   double stddev = 0.02;
-  if (p.init == Init::kResidualNormal) stddev /= std::sqrt(2.0 * static_cast<double>(config_.n_layer));
+  if (p.init == Init::kResidualNormal)
+    stddev /= std::sqrt(2.0 * static_cast<double>(config_.n_layer));
   for (int64_t k = 0; k < count; ++k) {
     switch (p.init) {
-      case Init::kZero: out[k] = 0.0f; break;
-      case Init::kOne: out[k] = 1.0f; break;
+      case Init::kZero:
+        out[k] = 0.0f;
+        break;
+      case Init::kOne:
+        out[k] = 1.0f;
+        break;
       default:
-        out[k] = static_cast<float>(stddev * sdk::normal_at(seed_, key, static_cast<uint64_t>(offset + k)));
+        out[k] = static_cast<float>(stddev *
+                                    sdk::normal_at(seed_, key, static_cast<uint64_t>(offset + k)));
     }
   }
 }

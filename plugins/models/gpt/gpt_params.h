@@ -17,8 +17,18 @@ namespace dscore::gpt {
 
 // Positions of a block's parameters within its layer.
 enum BlockParam : int {
-  kLn1Weight, kLn1Bias, kAttnWeight, kAttnBias, kAttnProjWeight, kAttnProjBias,
-  kLn2Weight, kLn2Bias, kFcWeight, kFcBias, kFcProjWeight, kFcProjBias,
+  kLn1Weight,
+  kLn1Bias,
+  kAttnWeight,
+  kAttnBias,
+  kAttnProjWeight,
+  kAttnProjBias,
+  kLn2Weight,
+  kLn2Bias,
+  kFcWeight,
+  kFcBias,
+  kFcProjWeight,
+  kFcProjBias,
 };
 enum EmbeddingParam : int { kWte, kWpe };
 enum FinalParam : int { kLnfWeight, kLnfBias };

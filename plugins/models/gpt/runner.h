@@ -2,13 +2,12 @@
 // compute backend (cpu/cpu_backend.h; cuda/cuda_backend.h). The runner owns
 // the order of work and the activations; a backend owns memory and kernels:
 //
-//   using Scalar, Stat;                         activation/parameter type, LayerNorm statistics type
-//   template <class X> using Buffer;            owning; X* get()
-//   Buffer<X> alloc<X>(n);  zero(p, n);  copy_tokens(dst, host, n)
-//   Params load_params(views, numels)           params[i] -> const Scalar*
-//   Grads grads(views, numels)                  grads[i] -> Scalar* (+=); commit() into the views
-//   the kernels of cpu/kernels.h with the same arguments (lm_head_forward
-//   writes host logits)
+//   using Scalar, Stat;                         activation/parameter type, LayerNorm statistics
+//   type template <class X> using Buffer;            owning; X* get() Buffer<X> alloc<X>(n);
+//   zero(p, n);  copy_tokens(dst, host, n) Params load_params(views, numels)           params[i] ->
+//   const Scalar* Grads grads(views, numels)                  grads[i] -> Scalar* (+=); commit()
+//   into the views the kernels of cpu/kernels.h with the same arguments (lm_head_forward writes
+//   host logits)
 //
 // Layers: 0 = embeddings (wte, wpe), 1..L = blocks, L+1 = final LayerNorm.
 // The tied LM head needs wte after the last block, so layer 0 is acquired
@@ -19,9 +18,9 @@
 // inside their backward acquire.
 #pragma once
 
+#include <dscore/model.h>
 #include <dscore/cpp/model.hpp>
 #include <dscore/cpp/plugin.hpp>
-#include <dscore/model.h>
 
 #include <optional>
 #include <string>
@@ -49,9 +48,11 @@ class GptRunner {
 
   // Mean loss over the counted targets; adds d(loss_scale * loss)/d(param)
   // into the gradient views.
-  double forward_backward(const SplitTokens& tokens, const dscore_model_hooks& hooks, double loss_scale) {
+  double forward_backward(const SplitTokens& tokens, const dscore_model_hooks& hooks,
+                          double loss_scale) {
     if (tokens.counted_targets == 0)
-      throw sdk::Error(DSCORE_INVALID_ARGUMENT, "gpt: the batch has no targets (every token is padding)");
+      throw sdk::Error(DSCORE_INVALID_ARGUMENT,
+                       "gpt: the batch has no targets (every token is padding)");
     prepare(tokens);
     forward_blocks(hooks);
     const int64_t N = B_ * cfg_.block_size, C = cfg_.n_embd;
@@ -60,9 +61,9 @@ class GptRunner {
       sdk::AcquiredLayer head(hooks, 0, DSCORE_ACQUIRE_BACKWARD, numels_[0].size());
       auto p = backend_.load_params(head.views(), numels_[0]);
       auto g = backend_.grads(head.views(), numels_[0]);
-      loss_sum = backend_.lm_head_forward_backward(acts_.dlnf.get(), g[kWte], acts_.lnf.get(), p[kWte],
-                                                   targets_.get(), N, C, cfg_.vocab_size,
-                                                   loss_scale / static_cast<double>(tokens.counted_targets));
+      loss_sum = backend_.lm_head_forward_backward(
+          acts_.dlnf.get(), g[kWte], acts_.lnf.get(), p[kWte], targets_.get(), N, C,
+          cfg_.vocab_size, loss_scale / static_cast<double>(tokens.counted_targets));
       g.commit();
       head.release();
     }
@@ -73,15 +74,17 @@ class GptRunner {
       auto g = backend_.grads(layer.views(), numels_[l]);
       T* d = acts_.dresid.get();
       backend_.zero(d, N * C);
-      backend_.layernorm_backward(d, g[kLnfWeight], g[kLnfBias], acts_.dlnf.get(), residual(cfg_.n_layer),
-                                  p[kLnfWeight], acts_.lnf_mean.get(), acts_.lnf_rstd.get(), N, C);
+      backend_.layernorm_backward(d, g[kLnfWeight], g[kLnfBias], acts_.dlnf.get(),
+                                  residual(cfg_.n_layer), p[kLnfWeight], acts_.lnf_mean.get(),
+                                  acts_.lnf_rstd.get(), N, C);
       g.commit();
       layer.grads_ready();
       layer.release();
     }
     for (int64_t l = cfg_.n_layer - 1; l >= 0; --l) {
       const size_t layer_index = static_cast<size_t>(l + 1);
-      sdk::AcquiredLayer layer(hooks, layer_index, DSCORE_ACQUIRE_BACKWARD, numels_[layer_index].size());
+      sdk::AcquiredLayer layer(hooks, layer_index, DSCORE_ACQUIRE_BACKWARD,
+                               numels_[layer_index].size());
       auto p = backend_.load_params(layer.views(), numels_[layer_index]);
       auto g = backend_.grads(layer.views(), numels_[layer_index]);
       BlockActs& a = block_acts(l);
@@ -94,7 +97,8 @@ class GptRunner {
     {  // embeddings: wte gets its second contribution, then grads_ready
       sdk::AcquiredLayer layer(hooks, 0, DSCORE_ACQUIRE_BACKWARD, numels_[0].size());
       auto g = backend_.grads(layer.views(), numels_[0]);
-      backend_.encoder_backward(g[kWte], g[kWpe], acts_.dresid.get(), inputs_.get(), B_, cfg_.block_size, C);
+      backend_.encoder_backward(g[kWte], g[kWpe], acts_.dresid.get(), inputs_.get(), B_,
+                                cfg_.block_size, C);
       g.commit();
       layer.grads_ready();
       layer.release();
@@ -105,7 +109,8 @@ class GptRunner {
   // Forward only: the mean loss over counted targets if `loss` is set, and
   // the logits (B, V) at each sample's last input position into `logits`
   // (host fp32) if non-null.
-  void forward(const SplitTokens& tokens, const dscore_model_hooks& hooks, double* loss, float* logits) {
+  void forward(const SplitTokens& tokens, const dscore_model_hooks& hooks, double* loss,
+               float* logits) {
     prepare(tokens);
     forward_blocks(hooks);
     const int64_t N = B_ * cfg_.block_size;
@@ -114,11 +119,12 @@ class GptRunner {
     std::vector<int64_t> rows;
     for (int64_t b = 0; b < B_; ++b) rows.push_back(b * cfg_.block_size + tokens.last_position[b]);
     const bool want_loss = loss != nullptr && tokens.counted_targets > 0;
-    const double sum = backend_.lm_head_forward(acts_.lnf.get(), p[kWte], want_loss ? targets_.get() : nullptr, N,
-                                                cfg_.n_embd, cfg_.vocab_size, rows.data(),
-                                                logits != nullptr ? B_ : 0, logits);
+    const double sum = backend_.lm_head_forward(
+        acts_.lnf.get(), p[kWte], want_loss ? targets_.get() : nullptr, N, cfg_.n_embd,
+        cfg_.vocab_size, rows.data(), logits != nullptr ? B_ : 0, logits);
     head.release();
-    if (loss != nullptr) *loss = want_loss ? sum / static_cast<double>(tokens.counted_targets) : 0.0;
+    if (loss != nullptr)
+      *loss = want_loss ? sum / static_cast<double>(tokens.counted_targets) : 0.0;
   }
 
  private:
@@ -137,9 +143,12 @@ class GptRunner {
 
   bool checkpointed(int64_t l) const { return l < cfg_.checkpoint_blocks; }
   BlockActs& block_acts(int64_t l) {
-    return checkpointed(l) ? acts_.blocks.back() : acts_.blocks[static_cast<size_t>(l - cfg_.checkpoint_blocks)];
+    return checkpointed(l) ? acts_.blocks.back()
+                           : acts_.blocks[static_cast<size_t>(l - cfg_.checkpoint_blocks)];
   }
-  T* residual(int64_t l) const { return acts_.resid.get() + l * B_ * cfg_.block_size * cfg_.n_embd; }
+  T* residual(int64_t l) const {
+    return acts_.resid.get() + l * B_ * cfg_.block_size * cfg_.n_embd;
+  }
 
   void alloc_block(BlockActs& a) {
     const int64_t N = B_ * cfg_.block_size, C = cfg_.n_embd, Tn = cfg_.block_size;
@@ -169,7 +178,8 @@ class GptRunner {
       acts_.dresid = backend_.template alloc<T>(N * C);
       acts_.lnf_mean = backend_.template alloc<S>(N);
       acts_.lnf_rstd = backend_.template alloc<S>(N);
-      const int64_t kept = cfg_.n_layer - cfg_.checkpoint_blocks + (cfg_.checkpoint_blocks > 0 ? 1 : 0);
+      const int64_t kept =
+          cfg_.n_layer - cfg_.checkpoint_blocks + (cfg_.checkpoint_blocks > 0 ? 1 : 0);
       acts_.blocks.resize(static_cast<size_t>(kept));
       for (BlockActs& a : acts_.blocks) alloc_block(a);
       acts_.dfch_gelu = backend_.template alloc<T>(N * 4 * C);
@@ -189,12 +199,14 @@ class GptRunner {
     {
       sdk::AcquiredLayer layer(hooks, 0, DSCORE_ACQUIRE_FORWARD, numels_[0].size());
       auto p = backend_.load_params(layer.views(), numels_[0]);
-      backend_.encoder_forward(residual(0), inputs_.get(), p[kWte], p[kWpe], B_, cfg_.block_size, C);
+      backend_.encoder_forward(residual(0), inputs_.get(), p[kWte], p[kWpe], B_, cfg_.block_size,
+                               C);
       layer.release();
     }
     for (int64_t l = 0; l < cfg_.n_layer; ++l) {
       const size_t layer_index = static_cast<size_t>(l + 1);
-      sdk::AcquiredLayer layer(hooks, layer_index, DSCORE_ACQUIRE_FORWARD, numels_[layer_index].size());
+      sdk::AcquiredLayer layer(hooks, layer_index, DSCORE_ACQUIRE_FORWARD,
+                               numels_[layer_index].size());
       auto p = backend_.load_params(layer.views(), numels_[layer_index]);
       block_forward(p, residual(l), residual(l + 1), block_acts(l));
       layer.release();
@@ -202,8 +214,8 @@ class GptRunner {
     const size_t l = static_cast<size_t>(cfg_.final_layer());
     sdk::AcquiredLayer layer(hooks, l, DSCORE_ACQUIRE_FORWARD, numels_[l].size());
     auto p = backend_.load_params(layer.views(), numels_[l]);
-    backend_.layernorm_forward(acts_.lnf.get(), acts_.lnf_mean.get(), acts_.lnf_rstd.get(), residual(cfg_.n_layer),
-                               p[kLnfWeight], p[kLnfBias], N, C);
+    backend_.layernorm_forward(acts_.lnf.get(), acts_.lnf_mean.get(), acts_.lnf_rstd.get(),
+                               residual(cfg_.n_layer), p[kLnfWeight], p[kLnfBias], N, C);
     layer.release();
   }
 
@@ -212,14 +224,17 @@ class GptRunner {
   template <class P>
   void block_forward(const P& p, const T* x, T* out, BlockActs& a) {
     const int64_t N = B_ * cfg_.block_size, C = cfg_.n_embd;
-    backend_.layernorm_forward(a.ln1.get(), a.mean1.get(), a.rstd1.get(), x, p[kLn1Weight], p[kLn1Bias], N, C);
+    backend_.layernorm_forward(a.ln1.get(), a.mean1.get(), a.rstd1.get(), x, p[kLn1Weight],
+                               p[kLn1Bias], N, C);
     backend_.matmul_forward(a.qkv.get(), a.ln1.get(), p[kAttnWeight], p[kAttnBias], N, C, 3 * C);
-    backend_.attention_forward(a.atty.get(), a.att.get(), a.qkv.get(), B_, cfg_.block_size, C, cfg_.n_head);
+    backend_.attention_forward(a.atty.get(), a.att.get(), a.qkv.get(), B_, cfg_.block_size, C,
+                               cfg_.n_head);
     // The attention projection goes through ln2's buffer (overwritten next).
-    backend_.matmul_forward(a.ln2.get(), a.atty.get(), p[kAttnProjWeight], p[kAttnProjBias], N, C, C);
+    backend_.matmul_forward(a.ln2.get(), a.atty.get(), p[kAttnProjWeight], p[kAttnProjBias], N, C,
+                            C);
     backend_.add(a.x2.get(), x, a.ln2.get(), N * C);
-    backend_.layernorm_forward(a.ln2.get(), a.mean2.get(), a.rstd2.get(), a.x2.get(), p[kLn2Weight], p[kLn2Bias],
-                               N, C);
+    backend_.layernorm_forward(a.ln2.get(), a.mean2.get(), a.rstd2.get(), a.x2.get(), p[kLn2Weight],
+                               p[kLn2Bias], N, C);
     backend_.matmul_forward(a.fch.get(), a.ln2.get(), p[kFcWeight], p[kFcBias], N, C, 4 * C);
     backend_.gelu_forward(a.fch_gelu.get(), a.fch.get(), N * 4 * C);
     if (out == nullptr) return;
@@ -231,21 +246,21 @@ class GptRunner {
   template <class P, class G>
   void block_backward(const P& p, G& g, const T* x, const BlockActs& a, T* d) {
     const int64_t N = B_ * cfg_.block_size, C = cfg_.n_embd;
-    backend_.matmul_backward(acts_.dfch_gelu.get(), g[kFcProjWeight], g[kFcProjBias], d, a.fch_gelu.get(),
-                             p[kFcProjWeight], N, 4 * C, C);
+    backend_.matmul_backward(acts_.dfch_gelu.get(), g[kFcProjWeight], g[kFcProjBias], d,
+                             a.fch_gelu.get(), p[kFcProjWeight], N, 4 * C, C);
     backend_.gelu_backward(acts_.dfch.get(), a.fch.get(), acts_.dfch_gelu.get(), N * 4 * C);
-    backend_.matmul_backward(acts_.dln.get(), g[kFcWeight], g[kFcBias], acts_.dfch.get(), a.ln2.get(),
-                             p[kFcWeight], N, C, 4 * C);
-    backend_.layernorm_backward(d, g[kLn2Weight], g[kLn2Bias], acts_.dln.get(), a.x2.get(), p[kLn2Weight],
-                                a.mean2.get(), a.rstd2.get(), N, C);
-    backend_.matmul_backward(acts_.datty.get(), g[kAttnProjWeight], g[kAttnProjBias], d, a.atty.get(),
-                             p[kAttnProjWeight], N, C, C);
+    backend_.matmul_backward(acts_.dln.get(), g[kFcWeight], g[kFcBias], acts_.dfch.get(),
+                             a.ln2.get(), p[kFcWeight], N, C, 4 * C);
+    backend_.layernorm_backward(d, g[kLn2Weight], g[kLn2Bias], acts_.dln.get(), a.x2.get(),
+                                p[kLn2Weight], a.mean2.get(), a.rstd2.get(), N, C);
+    backend_.matmul_backward(acts_.datty.get(), g[kAttnProjWeight], g[kAttnProjBias], d,
+                             a.atty.get(), p[kAttnProjWeight], N, C, C);
     backend_.attention_backward(acts_.dqkv.get(), acts_.datty.get(), a.qkv.get(), a.att.get(), B_,
                                 cfg_.block_size, C, cfg_.n_head);
-    backend_.matmul_backward(acts_.dln.get(), g[kAttnWeight], g[kAttnBias], acts_.dqkv.get(), a.ln1.get(),
-                             p[kAttnWeight], N, C, 3 * C);
-    backend_.layernorm_backward(d, g[kLn1Weight], g[kLn1Bias], acts_.dln.get(), x, p[kLn1Weight], a.mean1.get(),
-                                a.rstd1.get(), N, C);
+    backend_.matmul_backward(acts_.dln.get(), g[kAttnWeight], g[kAttnBias], acts_.dqkv.get(),
+                             a.ln1.get(), p[kAttnWeight], N, C, 3 * C);
+    backend_.layernorm_backward(d, g[kLn1Weight], g[kLn1Bias], acts_.dln.get(), x, p[kLn1Weight],
+                                a.mean1.get(), a.rstd1.get(), N, C);
   }
 
   GptConfig cfg_;

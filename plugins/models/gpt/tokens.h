@@ -4,8 +4,8 @@
 // sample's text ends (generation sends prompts shorter than T this way).
 #pragma once
 
-#include <dscore/cpp/plugin.hpp>
 #include <dscore/model.h>
+#include <dscore/cpp/plugin.hpp>
 
 #include <cstdint>
 #include <string>
@@ -15,22 +15,23 @@ namespace dscore::gpt {
 
 struct SplitTokens {
   int64_t batch = 0;
-  std::vector<int32_t> inputs;          // (B, T)
-  std::vector<int32_t> targets;         // (B, T), -1 = not counted
-  std::vector<int64_t> last_position;   // per sample: the last input position that is not padding
+  std::vector<int32_t> inputs;         // (B, T)
+  std::vector<int32_t> targets;        // (B, T), -1 = not counted
+  std::vector<int64_t> last_position;  // per sample: the last input position that is not padding
   int64_t counted_targets = 0;
 };
 
 inline SplitTokens split_tokens(const dscore_batch* batch, int64_t block_size, int64_t vocab_size) {
   if (batch == nullptr || batch->batch_size <= 0 || batch->count < 1 || batch->tensors == nullptr)
-    throw sdk::Error(DSCORE_INVALID_ARGUMENT, "gpt: the batch is empty; it needs the \"tokens\" input");
+    throw sdk::Error(DSCORE_INVALID_ARGUMENT,
+                     "gpt: the batch is empty; it needs the \"tokens\" input");
   const dscore_tensor* t = batch->tensors[0];
   const int64_t B = batch->batch_size, width = block_size + 1;
   if (t == nullptr || t->data == nullptr || t->dtype != DSCORE_DTYPE_I32 || t->numel != B * width ||
       (t->device_type != DSCORE_DEVICE_CPU && t->device_type != DSCORE_DEVICE_CUDA_HOST))
-    throw sdk::Error(DSCORE_INVALID_ARGUMENT,
-                     "gpt: \"tokens\" must be host int32 of shape (" + std::to_string(B) + ", " +
-                         std::to_string(width) + ") (block_size + 1 tokens per sample)");
+    throw sdk::Error(DSCORE_INVALID_ARGUMENT, "gpt: \"tokens\" must be host int32 of shape (" +
+                                                  std::to_string(B) + ", " + std::to_string(width) +
+                                                  ") (block_size + 1 tokens per sample)");
   const int32_t* tok = static_cast<const int32_t*>(t->data);
   SplitTokens s;
   s.batch = B;

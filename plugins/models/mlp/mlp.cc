@@ -3,10 +3,10 @@
 // test model: small, exact, deterministic, and it drives forward/backward
 // through the host hooks exactly as model.h prescribes (acquire/release per
 // layer, reverse-order backward, grads_ready per layer).
+#include <dscore/model.h>
 #include <dscore/cpp/dtype.hpp>
 #include <dscore/cpp/model.hpp>
 #include <dscore/cpp/model_plugin.hpp>
-#include <dscore/model.h>
 
 #include <cmath>
 #include <memory>
@@ -75,10 +75,15 @@ class Mlp : public sdk::Instance {
     int64_t hidden = integer_at_least(p, "hidden_dim", 1);
     int64_t n_hidden = integer_at_least(p, "n_hidden_layers", 0);
     std::string act = p.string("activation");
-    if (act == "tanh") activation_ = Activation::kTanh;
-    else if (act == "relu") activation_ = Activation::kRelu;
-    else if (act == "gelu") activation_ = Activation::kGelu;
-    else throw Error(DSCORE_INVALID_ARGUMENT, "activation \"" + act + "\" is not one of tanh, relu, gelu");
+    if (act == "tanh")
+      activation_ = Activation::kTanh;
+    else if (act == "relu")
+      activation_ = Activation::kRelu;
+    else if (act == "gelu")
+      activation_ = Activation::kGelu;
+    else
+      throw Error(DSCORE_INVALID_ARGUMENT,
+                  "activation \"" + act + "\" is not one of tanh, relu, gelu");
     dims_.push_back(input_dim_);
     for (int64_t l = 0; l < n_hidden; ++l) dims_.push_back(hidden);
     dims_.push_back(output_dim_);
@@ -116,7 +121,8 @@ class Mlp : public sdk::Instance {
       const uint64_t sample = static_cast<uint64_t>(first_sample + s);
       for (int64_t j = 0; j < input_dim_; ++j) {
         const dscore_tensor* xt = out->tensors[0];
-        sdk::store_float(xt, s * input_dim_ + j, static_cast<float>(sdk::normal_at(seed, sample, j)));
+        sdk::store_float(xt, s * input_dim_ + j,
+                         static_cast<float>(sdk::normal_at(seed, sample, j)));
         x[j] = sdk::load_float(xt, s * input_dim_ + j);  // the teacher sees the stored x
       }
       teacher_.evaluate(x.data(), y.data());
@@ -169,13 +175,15 @@ class Mlp : public sdk::Instance {
   void forward(const dscore_batch* batch, const dscore_model_hooks& hooks, double* loss,
                dscore_tensor* output) const {
     if (batch == nullptr) throw Error(DSCORE_INVALID_ARGUMENT, "the batch is NULL");
-    if (output != nullptr) check_cpu_float(output, batch->batch_size * output_dim_, "forward output");
+    if (output != nullptr)
+      check_cpu_float(output, batch->batch_size * output_dim_, "forward output");
     Trace t;
     const double value = run_forward(batch, &hooks, loss != nullptr, &t);
     if (loss != nullptr) *loss = value;
     if (output != nullptr) {
       const std::vector<float>& pred = t.acts[layer_count()];
-      for (size_t k = 0; k < pred.size(); ++k) sdk::store_float(output, static_cast<int64_t>(k), pred[k]);
+      for (size_t k = 0; k < pred.size(); ++k)
+        sdk::store_float(output, static_cast<int64_t>(k), pred[k]);
     }
   }
 
@@ -188,7 +196,8 @@ class Mlp : public sdk::Instance {
     const size_t L = layer_count();
     // d(loss_scale * mean((pred - y)^2)) / d pred
     FloatData y(batch->tensors[1], B * output_dim_);
-    const float factor = static_cast<float>(2.0 * loss_scale / static_cast<double>(B * output_dim_));
+    const float factor =
+        static_cast<float>(2.0 * loss_scale / static_cast<double>(B * output_dim_));
     std::vector<float> dz(static_cast<size_t>(B * output_dim_));
     for (int64_t k = 0; k < B * output_dim_; ++k) dz[k] = factor * (t.acts[L][k] - y.data()[k]);
 
@@ -231,10 +240,12 @@ class Mlp : public sdk::Instance {
     if (t == nullptr || (t->data == nullptr && numel > 0))
       throw Error(DSCORE_INVALID_ARGUMENT, what + " is NULL");
     if (t->device_type != DSCORE_DEVICE_CPU && t->device_type != DSCORE_DEVICE_CUDA_HOST)
-      throw Error(DSCORE_INVALID_ARGUMENT, what + " is not in CPU memory: the mlp model computes on CPU");
-    if (t->dtype != DSCORE_DTYPE_F32 && t->dtype != DSCORE_DTYPE_BF16 && t->dtype != DSCORE_DTYPE_F16)
-      throw Error(DSCORE_INVALID_ARGUMENT, what + " is " + sdk::dtype_name(t->dtype) +
-                                               ": expected fp32, bf16 or fp16");
+      throw Error(DSCORE_INVALID_ARGUMENT,
+                  what + " is not in CPU memory: the mlp model computes on CPU");
+    if (t->dtype != DSCORE_DTYPE_F32 && t->dtype != DSCORE_DTYPE_BF16 &&
+        t->dtype != DSCORE_DTYPE_F16)
+      throw Error(DSCORE_INVALID_ARGUMENT,
+                  what + " is " + sdk::dtype_name(t->dtype) + ": expected fp32, bf16 or fp16");
     if (t->numel != numel || t->strides != nullptr)
       throw Error(DSCORE_INVALID_ARGUMENT, what + " has " + std::to_string(t->numel) +
                                                " elements (dense expected), expected " +

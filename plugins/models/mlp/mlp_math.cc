@@ -13,8 +13,10 @@ constexpr float kGeluCoeff = 0.044715f;
 
 float activate(Activation a, float z) {
   switch (a) {
-    case Activation::kTanh: return std::tanh(z);
-    case Activation::kRelu: return z > 0 ? z : 0.0f;
+    case Activation::kTanh:
+      return std::tanh(z);
+    case Activation::kRelu:
+      return z > 0 ? z : 0.0f;
     case Activation::kGelu:
       return 0.5f * z * (1.0f + std::tanh(kSqrt2OverPi * (z + kGeluCoeff * z * z * z)));
   }
@@ -27,7 +29,8 @@ float activate_grad(Activation a, float z) {
       float t = std::tanh(z);
       return 1.0f - t * t;
     }
-    case Activation::kRelu: return z > 0 ? 1.0f : 0.0f;
+    case Activation::kRelu:
+      return z > 0 ? 1.0f : 0.0f;
     case Activation::kGelu: {
       float u = kSqrt2OverPi * (z + kGeluCoeff * z * z * z);
       float t = std::tanh(u);

@@ -21,7 +21,8 @@ Teacher::Teacher(uint64_t seed, int64_t input_dim, int64_t output_dim)
   // Adam steps (tests/plugins/models/mlp: final loss ~0.03-0.05).
   const double in_scale = 0.5 / std::sqrt(static_cast<double>(input_dim));
   const double hidden_scale = 1.0 / std::sqrt(static_cast<double>(kWidth));
-  for (int64_t k = 0; k < kWidth * input_dim; ++k) w1_.push_back(sdk::normal_at(seed, kW1, k) * in_scale);
+  for (int64_t k = 0; k < kWidth * input_dim; ++k)
+    w1_.push_back(sdk::normal_at(seed, kW1, k) * in_scale);
   for (int64_t k = 0; k < kWidth; ++k) b1_.push_back(0.5 * sdk::normal_at(seed, kB1, k));
   for (int64_t k = 0; k < output_dim * kWidth; ++k)
     w2_.push_back(sdk::normal_at(seed, kW2, k) * hidden_scale);

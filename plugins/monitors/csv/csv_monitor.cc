@@ -3,11 +3,11 @@
 // (tag with '/' and ' ' -> '_', plus ".csv") opened for append, a header row
 // "step,<last tag component>" the first time this process writes a file,
 // rows "<step>,<repr(value)>", lines ended "\r\n" as Python's csv.writer does.
-#include <dscore/cpp/monitor_plugin.hpp>
-#include <dscore/cpp/file_io.hpp>
-#include <dscore/cpp/plugin.hpp>
 #include <dscore/monitor.h>
 #include <unistd.h>
+#include <dscore/cpp/file_io.hpp>
+#include <dscore/cpp/monitor_plugin.hpp>
+#include <dscore/cpp/plugin.hpp>
 
 #include <cerrno>
 #include <cstdio>
@@ -22,8 +22,8 @@
 namespace dscore::csv_monitor {
 namespace {
 
-using sdk::Error;
 using sdk::errno_status;
+using sdk::Error;
 
 constexpr const char kParamsSchema[] = R"json({
   "output_path": {"type": "string", "default": "",
@@ -89,7 +89,8 @@ class CsvMonitor : public sdk::Instance {
       std::FILE* f = std::fopen(path.c_str(), "a");
       if (f == nullptr) {
         int err = errno;
-        throw Error(errno_status(err), "cannot open '" + path + "' for append: " + std::strerror(err));
+        throw Error(errno_status(err),
+                    "cannot open '" + path + "' for append: " + std::strerror(err));
       }
       it = files_.emplace(filename, File{f, path}).first;
       size_t slash = tag.rfind('/');
@@ -115,8 +116,8 @@ class CsvMonitor : public sdk::Instance {
 
   [[noreturn]] static void fail(const File& file, const char* what) {
     int err = errno;
-    throw Error(errno_status(err), std::string("cannot ") + what + " '" + file.path + "': " +
-                                       std::strerror(err));
+    throw Error(errno_status(err),
+                std::string("cannot ") + what + " '" + file.path + "': " + std::strerror(err));
   }
   static void put(const File& file, const std::string& line) {
     if (std::fwrite(line.data(), 1, line.size(), file.handle) != line.size()) fail(file, "write");
@@ -129,7 +130,8 @@ class CsvMonitor : public sdk::Instance {
 
 const dscore_plugin_descriptor kCsvMonitor = sdk::monitor_descriptor<CsvMonitor>(
     "csv_monitor", "0.1.0",
-    "DeepSpeed's CSV monitor: one <tag>.csv file per tag under output_path/job_name", kParamsSchema);
+    "DeepSpeed's CSV monitor: one <tag>.csv file per tag under output_path/job_name",
+    kParamsSchema);
 
 }  // namespace
 }  // namespace dscore::csv_monitor

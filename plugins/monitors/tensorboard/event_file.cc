@@ -15,8 +15,8 @@
 namespace dscore::tensorboard {
 namespace {
 
-using sdk::Error;
 using sdk::errno_status;
+using sdk::Error;
 using sdk::put_le;
 
 void put_varint(std::string* out, uint64_t v) {

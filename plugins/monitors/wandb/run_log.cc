@@ -13,8 +13,8 @@
 namespace dscore::wandb {
 namespace {
 
-using sdk::Error;
 using sdk::errno_status;
+using sdk::Error;
 using sdk::put_le;
 
 void put_chunk(std::string* out, std::string_view data, ChunkType type) {
@@ -27,7 +27,9 @@ void put_chunk(std::string* out, std::string_view data, ChunkType type) {
 
 }  // namespace
 
-uint32_t crc32(std::string_view data, uint32_t crc) { return sdk::crc32_reflected<0xEDB88320u>(data, crc); }
+uint32_t crc32(std::string_view data, uint32_t crc) {
+  return sdk::crc32_reflected<0xEDB88320u>(data, crc);
+}
 
 std::string file_header() {
   std::string out = ":W&B";

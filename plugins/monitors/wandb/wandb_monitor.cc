@@ -97,9 +97,9 @@ class WandbMonitor : public sdk::Instance {
     if (e.step < step_) {
       if (!warned_step_)
         host().log(DSCORE_LOG_WARNING, "wandb",
-                 "'" + std::string(e.tag) + "' logged at step " + std::to_string(e.step) +
-                     ", before the current step " + std::to_string(step_) +
-                     "; W&B steps only increase, so it is dropped (as wandb.log drops it)");
+                   "'" + std::string(e.tag) + "' logged at step " + std::to_string(e.step) +
+                       ", before the current step " + std::to_string(step_) +
+                       "; W&B steps only increase, so it is dropped (as wandb.log drops it)");
       warned_step_ = true;
       return;
     }

@@ -47,7 +47,6 @@ class Adagrad : public sdk::OptimizerBase {
   bool maximize = false;
 };
 
-
 Adagrad::Adagrad(sdk::HostRef host, const sdk::Params& p) : OptimizerBase(host) {
   sdk::check_non_negative(p.number("lr"), "lr");
   lr_decay = p.number("lr_decay");
@@ -91,8 +90,8 @@ void Adagrad::step(const dscore_optimizer_step_args* args) const {
   for (size_t i = 0; i < tensors.count(); ++i) {
     tensors.with_dtypes(i, [&](auto g, auto o) {
       adagrad_tensor<decltype(g)::value, decltype(o)::value>(
-          self, h, tensors.numel(i), tensors.param(i), tensors.grad(i)->data,
-          tensors.state(0, i), tensors.param_16bit_data(i));
+          self, h, tensors.numel(i), tensors.param(i), tensors.grad(i)->data, tensors.state(0, i),
+          tensors.param_16bit_data(i));
     });
   }
 }

@@ -6,11 +6,11 @@
 // (adam_cpu.h), CUDA tensors the multi-tensor kernel (adam_cuda.h, when
 // built with CUDA). State is host-owned (exp_avg, exp_avg_sq: fp32, one per
 // parameter element).
+#include <dscore/optimizer.h>
 #include <dscore/cpp/dtype.hpp>
 #include <dscore/cpp/optimizer.hpp>
 #include <dscore/cpp/optimizer_plugin.hpp>
 #include <dscore/cpp/plugin.hpp>
-#include <dscore/optimizer.h>
 
 #include <cmath>
 #include <string>
@@ -151,12 +151,19 @@ AdamTensor checked_tensor(const dscore_optimizer_step_args* args, size_t i) {
   dscore_tensor* out16 = args->params_16bit != nullptr ? args->params_16bit[i] : nullptr;
   if (out16 != nullptr) check_tensor(out16, "params_16bit", i, numel, param);
   if (!sdk::is_float_dtype(grad->dtype) || (out16 != nullptr && !sdk::is_float_dtype(out16->dtype)))
-    throw Error(DSCORE_INVALID_ARGUMENT,
-                sdk::tensor_label(grad, "grad", i) + " is " + sdk::dtype_name(grad->dtype) +
-                    (out16 ? std::string(" with a ") + sdk::dtype_name(out16->dtype) + " params_16bit" : "") +
-                    ": adam accepts fp32/bf16/fp16 gradients and bf16/fp16/fp32 16-bit copies");
-  return AdamTensor{static_cast<float*>(param->data), grad->data, static_cast<float*>(m->data),
-                    static_cast<float*>(v->data), out16 ? out16->data : nullptr, numel, grad->dtype,
+    throw Error(
+        DSCORE_INVALID_ARGUMENT,
+        sdk::tensor_label(grad, "grad", i) + " is " + sdk::dtype_name(grad->dtype) +
+            (out16 ? std::string(" with a ") + sdk::dtype_name(out16->dtype) + " params_16bit"
+                   : "") +
+            ": adam accepts fp32/bf16/fp16 gradients and bf16/fp16/fp32 16-bit copies");
+  return AdamTensor{static_cast<float*>(param->data),
+                    grad->data,
+                    static_cast<float*>(m->data),
+                    static_cast<float*>(v->data),
+                    out16 ? out16->data : nullptr,
+                    numel,
+                    grad->dtype,
                     out16 ? out16->dtype : DSCORE_DTYPE_INVALID};
 }
 
@@ -169,8 +176,9 @@ void Adam::step(const dscore_optimizer_step_args* args) const {
     throw Error(DSCORE_INVALID_ARGUMENT,
                 "step: hparams->step = " + std::to_string(h.step) + " must be >= 1 (1-based)");
   if (args->slot_count != 2)
-    throw Error(DSCORE_INVALID_ARGUMENT, "step: expected 2 state slots (exp_avg, exp_avg_sq), got " +
-                                             std::to_string(args->slot_count));
+    throw Error(DSCORE_INVALID_ARGUMENT,
+                "step: expected 2 state slots (exp_avg, exp_avg_sq), got " +
+                    std::to_string(args->slot_count));
 
   AdamConstants k{};
   k.lr = static_cast<float>(h.lr);
@@ -198,7 +206,7 @@ void Adam::step(const dscore_optimizer_step_args* args) const {
 }
 
 constexpr uint64_t kCaps = DSCORE_CAP_CPU | (kHasCuda ? DSCORE_CAP_CUDA : 0) | DSCORE_CAP_F32 |
-                          DSCORE_CAP_F16 | DSCORE_CAP_BF16;
+                           DSCORE_CAP_F16 | DSCORE_CAP_BF16;
 
 const dscore_plugin_descriptor kAdam = sdk::optimizer_descriptor<Adam>(
     "adam", "0.1.0",
@@ -218,7 +226,8 @@ void shutdown() {
   sdk::guard(sdk::HostRef(), [] { release_cpu_threads(); });
 }
 
-const dscore_plugin_library kLibrary = sdk::plugin_library("dscore-adam", "0.1.0", "dscore", kPlugins, &init, &shutdown);
+const dscore_plugin_library kLibrary =
+    sdk::plugin_library("dscore-adam", "0.1.0", "dscore", kPlugins, &init, &shutdown);
 
 }  // namespace
 }  // namespace dscore::adam

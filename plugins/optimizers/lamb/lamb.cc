@@ -56,7 +56,6 @@ class Lamb : public sdk::OptimizerBase {
   bool bias_correction = true, eps_inside_sqrt = false;
 };
 
-
 Lamb::Lamb(sdk::HostRef host, const sdk::Params& p) : OptimizerBase(host) {
   if (p.boolean("amsgrad"))
     throw Error(DSCORE_INVALID_ARGUMENT,
@@ -149,10 +148,13 @@ void Lamb::step(const dscore_optimizer_step_args* args) const {
   }
 }
 
-const dscore_plugin_descriptor kLamb = sdk::optimizer_descriptor<Lamb>(
-    "lamb", "0.1.0",
-    "LAMB: Adam moments with a per-tensor trust ratio clamped " "to [min_coeff, max_coeff] (FusedLamb)",
-    DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16 | DSCORE_CAP_OPTIMIZER_WHOLE_TENSORS, kSchema);
+const dscore_plugin_descriptor kLamb =
+    sdk::optimizer_descriptor<Lamb>("lamb", "0.1.0",
+                                    "LAMB: Adam moments with a per-tensor trust ratio clamped "
+                                    "to [min_coeff, max_coeff] (FusedLamb)",
+                                    DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 |
+                                        DSCORE_CAP_BF16 | DSCORE_CAP_OPTIMIZER_WHOLE_TENSORS,
+                                    kSchema);
 
 }  // namespace
 }  // namespace dscore::lamb

@@ -77,8 +77,8 @@ void Lion::step(const dscore_optimizer_step_args* args) const {
   for (size_t i = 0; i < tensors.count(); ++i) {
     tensors.with_dtypes(i, [&](auto g, auto o) {
       lion_tensor<decltype(g)::value, decltype(o)::value>(
-          *this, h, tensors.numel(i), tensors.param(i), tensors.grad(i)->data,
-          tensors.state(0, i), tensors.param_16bit_data(i));
+          *this, h, tensors.numel(i), tensors.param(i), tensors.grad(i)->data, tensors.state(0, i),
+          tensors.param_16bit_data(i));
     });
   }
 }

@@ -34,7 +34,8 @@ dscore_status schedule_point_at(const dscore_scheduler* self, int64_t t, size_t 
                                 dscore_schedule_point* out) {
   return S::call(self, [&](const Schedule& s) {
     if (group >= s.group_count())
-      throw sdk::Error(DSCORE_OUT_OF_RANGE, "group " + std::to_string(group) + " out of range: the "
+      throw sdk::Error(DSCORE_OUT_OF_RANGE, "group " + std::to_string(group) +
+                                                " out of range: the "
                                                 "schedule was created for " +
                                                 std::to_string(s.group_count()) + " groups");
     using P = dscore_schedule_point;

@@ -5,8 +5,8 @@
 // library.cc.
 #pragma once
 
-#include <dscore/cpp/instance.hpp>
 #include <dscore/scheduler.h>
+#include <dscore/cpp/instance.hpp>
 
 #include <cstdint>
 #include <string>
@@ -55,9 +55,13 @@ dscore_status create_with(const dscore_create_args* args, const dscore_scheduler
 // The vtable of a schedule whose create function is F.
 template <CreateFn F>
 constexpr dscore_scheduler_vtable make_vtable() {
-  return dscore_scheduler_vtable{sizeof(dscore_scheduler_vtable), &create_with<F>,
-                                 &destroy_schedule, &schedule_point_at,
-                                 &schedule_first_iteration, nullptr, nullptr};
+  return dscore_scheduler_vtable{sizeof(dscore_scheduler_vtable),
+                                 &create_with<F>,
+                                 &destroy_schedule,
+                                 &schedule_point_at,
+                                 &schedule_first_iteration,
+                                 nullptr,
+                                 nullptr};
 }
 
 // A parameter that is either one number (same for every group) or a list
@@ -69,10 +73,10 @@ std::vector<double> per_group(const sdk::Params& params, const char* name, size_
 std::string format_number(double v);
 
 // The descriptors, one per schedule file; library.cc lists them.
-extern const dscore_plugin_descriptor kWarmupLrDescriptor;      // warmup.cc
-extern const dscore_plugin_descriptor kWarmupDecayLrDescriptor; // warmup.cc
-extern const dscore_plugin_descriptor kWarmupCosineLrDescriptor; // warmup_cosine.cc
-extern const dscore_plugin_descriptor kOneCycleDescriptor;       // one_cycle.cc
-extern const dscore_plugin_descriptor kLrRangeTestDescriptor;    // lr_range_test.cc
+extern const dscore_plugin_descriptor kWarmupLrDescriptor;        // warmup.cc
+extern const dscore_plugin_descriptor kWarmupDecayLrDescriptor;   // warmup.cc
+extern const dscore_plugin_descriptor kWarmupCosineLrDescriptor;  // warmup_cosine.cc
+extern const dscore_plugin_descriptor kOneCycleDescriptor;        // one_cycle.cc
+extern const dscore_plugin_descriptor kLrRangeTestDescriptor;     // lr_range_test.cc
 
 }  // namespace dscore::lr_schedules

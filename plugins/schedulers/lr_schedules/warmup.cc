@@ -57,16 +57,16 @@ class Warmup : public Schedule {
     std::string type = p.string("warmup_type");
     if (type != "log" && type != "linear") {
       host().log(DSCORE_LOG_WARNING, name,
-               "Using unknown warmup_type: " + type +
-                   ". The increasing function is set to default (log)");
+                 "Using unknown warmup_type: " + type +
+                     ". The increasing function is set to default (log)");
       type = "log";
     }
     log_warmup_ = type == "log";
     inverse_log_warm_up_ = 1.0 / std::log(static_cast<double>(warmup_num_steps_));
     if (total_num_steps_ >= 0 && total_num_steps_ < warmup_num_steps_)
       host().log(DSCORE_LOG_WARNING, name,
-               "total_num_steps " + std::to_string(total_num_steps_) +
-                   " is less than warmup_num_steps " + std::to_string(requested));
+                 "total_num_steps " + std::to_string(total_num_steps_) +
+                     " is less than warmup_num_steps " + std::to_string(requested));
   }
 
   double lr(int64_t t, size_t group) const override {
@@ -116,13 +116,23 @@ constexpr dscore_scheduler_vtable kWarmupDecayLrVtable = make_vtable<&create_war
 }  // namespace
 
 const dscore_plugin_descriptor kWarmupLrDescriptor = {
-    sizeof(dscore_plugin_descriptor), DSCORE_KIND_SCHEDULER, "WarmupLR", "0.1.0",
+    sizeof(dscore_plugin_descriptor),
+    DSCORE_KIND_SCHEDULER,
+    "WarmupLR",
+    "0.1.0",
     "log or linear warm-up from warmup_min_lr to warmup_max_lr, then constant (DeepSpeed WarmupLR)",
-    0, kWarmupLrSchema, &kWarmupLrVtable};
+    0,
+    kWarmupLrSchema,
+    &kWarmupLrVtable};
 
 const dscore_plugin_descriptor kWarmupDecayLrDescriptor = {
-    sizeof(dscore_plugin_descriptor), DSCORE_KIND_SCHEDULER, "WarmupDecayLR", "0.1.0",
+    sizeof(dscore_plugin_descriptor),
+    DSCORE_KIND_SCHEDULER,
+    "WarmupDecayLR",
+    "0.1.0",
     "WarmupLR, then linear decay to warmup_min_lr at total_num_steps (DeepSpeed WarmupDecayLR)",
-    0, kWarmupDecayLrSchema, &kWarmupDecayLrVtable};
+    0,
+    kWarmupDecayLrSchema,
+    &kWarmupDecayLrVtable};
 
 }  // namespace dscore::lr_schedules

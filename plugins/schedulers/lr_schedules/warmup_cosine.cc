@@ -46,9 +46,9 @@ class WarmupCosine : public Schedule {
     inverse_log_warm_up_ = 1.0 / std::log(static_cast<double>(warmup_num_steps_));
     if (total_num_steps_ < warmup_num_steps_)
       host().log(DSCORE_LOG_WARNING, "WarmupCosineLR",
-               "total_num_steps " + std::to_string(total_num_steps_) +
-                   " is less than warmup_num_steps " + std::to_string(requested) +
-                   ": after warm-up the lr drops straight to cos_min_ratio");
+                 "total_num_steps " + std::to_string(total_num_steps_) +
+                     " is less than warmup_num_steps " + std::to_string(requested) +
+                     ": after warm-up the lr drops straight to cos_min_ratio");
   }
 
   double lr(int64_t t, size_t group) const override {

@@ -88,11 +88,13 @@ static dscore_status sgd_create(const dscore_create_args* args, dscore_optimizer
     return fail(args->context, DSCORE_INVALID_ARGUMENT, message);
   }
   if (!(weight_decay >= 0.0)) {
-    snprintf(message, sizeof message, "Invalid weight_decay value: %g (must be >= 0)", weight_decay);
+    snprintf(message, sizeof message, "Invalid weight_decay value: %g (must be >= 0)",
+             weight_decay);
     return fail(args->context, DSCORE_INVALID_ARGUMENT, message);
   }
   if (nesterov && momentum <= 0.0)
-    return fail(args->context, DSCORE_INVALID_ARGUMENT, "Nesterov momentum requires a momentum > 0");
+    return fail(args->context, DSCORE_INVALID_ARGUMENT,
+                "Nesterov momentum requires a momentum > 0");
 
   sgd_optimizer* self = (sgd_optimizer*)malloc(sizeof *self);
   if (self == NULL) return fail(args->context, DSCORE_RESOURCE_EXHAUSTED, "out of memory");
@@ -144,15 +146,17 @@ static dscore_status sgd_step(dscore_optimizer* opaque, const dscore_optimizer_s
   char message[200];
   if (h == NULL) return fail(self->ctx, DSCORE_INVALID_ARGUMENT, "hparams is NULL");
   if (args->params_16bit != NULL)
-    return fail(self->ctx, DSCORE_UNIMPLEMENTED, "sgd_momentum does not write 16-bit parameter copies");
+    return fail(self->ctx, DSCORE_UNIMPLEMENTED,
+                "sgd_momentum does not write 16-bit parameter copies");
 
   /* Read a field only if the host's struct has it (DSCORE_HAS_FIELD). */
   double momentum = self->momentum;
   if (DSCORE_HAS_FIELD(h, dscore_optimizer_hparams, override_mask) &&
       (h->override_mask & DSCORE_HPARAM_BETA1) && momentum > 0.0)
     momentum = h->beta1; /* a momentum-cycling scheduler (OneCycle) */
-  double wd_multiplier =
-      DSCORE_HAS_FIELD(h, dscore_optimizer_hparams, weight_decay_multiplier) ? h->weight_decay_multiplier : 1.0;
+  double wd_multiplier = DSCORE_HAS_FIELD(h, dscore_optimizer_hparams, weight_decay_multiplier)
+                             ? h->weight_decay_multiplier
+                             : 1.0;
   double scale = DSCORE_HAS_FIELD(h, dscore_optimizer_hparams, grad_scale) ? h->grad_scale : 1.0;
   const float lr = (float)h->lr;
   const float mu = (float)momentum;
@@ -168,24 +172,30 @@ static dscore_status sgd_step(dscore_optimizer* opaque, const dscore_optimizer_s
     dscore_tensor* buf = use_momentum ? args->states[t] : NULL;
     const char* name = p->name != NULL ? p->name : "?";
     if (!on_cpu(p) || !on_cpu(g) || (buf != NULL && !on_cpu(buf))) {
-      snprintf(message, sizeof message, "tensor %zu ('%s') is not in CPU memory: sgd_momentum is CPU-only", t, name);
+      snprintf(message, sizeof message,
+               "tensor %zu ('%s') is not in CPU memory: sgd_momentum is CPU-only", t, name);
       return fail(self->ctx, DSCORE_INVALID_ARGUMENT, message);
     }
     if (p->dtype != DSCORE_DTYPE_F32 || (buf != NULL && buf->dtype != DSCORE_DTYPE_F32)) {
-      snprintf(message, sizeof message, "tensor %zu ('%s'): parameters and state must be fp32", t, name);
+      snprintf(message, sizeof message, "tensor %zu ('%s'): parameters and state must be fp32", t,
+               name);
       return fail(self->ctx, DSCORE_INVALID_ARGUMENT, message);
     }
     if (g->dtype == DSCORE_DTYPE_F16) {
-      snprintf(message, sizeof message,
-               "tensor %zu ('%s'): fp16 gradients are not supported by sgd_momentum (fp32 or bf16 only)", t, name);
+      snprintf(
+          message, sizeof message,
+          "tensor %zu ('%s'): fp16 gradients are not supported by sgd_momentum (fp32 or bf16 only)",
+          t, name);
       return fail(self->ctx, DSCORE_UNIMPLEMENTED, message);
     }
     if (g->dtype != DSCORE_DTYPE_F32 && g->dtype != DSCORE_DTYPE_BF16) {
-      snprintf(message, sizeof message, "tensor %zu ('%s'): gradient dtype %d is not a float type", t, name, (int)g->dtype);
+      snprintf(message, sizeof message, "tensor %zu ('%s'): gradient dtype %d is not a float type",
+               t, name, (int)g->dtype);
       return fail(self->ctx, DSCORE_INVALID_ARGUMENT, message);
     }
     if (g->numel != p->numel || (buf != NULL && buf->numel != p->numel)) {
-      snprintf(message, sizeof message, "tensor %zu ('%s'): gradient/state size differs from the parameter's", t, name);
+      snprintf(message, sizeof message,
+               "tensor %zu ('%s'): gradient/state size differs from the parameter's", t, name);
       return fail(self->ctx, DSCORE_INVALID_ARGUMENT, message);
     }
 
@@ -237,4 +247,6 @@ static const dscore_plugin_library kLibrary = {
     1,
     kPlugins};
 
-DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1(void) { return &kLibrary; }
+DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1(void) {
+  return &kLibrary;
+}

@@ -65,8 +65,7 @@ typedef struct dscore_scheduler_vtable {
   int64_t (*first_iteration)(const dscore_scheduler* self);
 
   /* Optional, as in optimizer.h: opaque extra state for checkpoints. */
-  dscore_status (*save_extra_state)(const dscore_scheduler* self, dscore_write_fn write,
-                                    void* ctx);
+  dscore_status (*save_extra_state)(const dscore_scheduler* self, dscore_write_fn write, void* ctx);
   dscore_status (*load_extra_state)(dscore_scheduler* self, const void* data, size_t size);
   /* ---- minor 0 ends here ---- */
 } dscore_scheduler_vtable;

@@ -25,7 +25,8 @@ std::string config(int stage) {
   "optimizer": {"type": "Adam", "params": {"lr": 0.002}},
   "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_max_lr": 0.002, "warmup_num_steps": 2, "total_num_steps": 6}},
   "model": {"type": "mlp", "hidden_dim": 20, "n_hidden_layers": 2},
-  "zero_optimization": {"stage": )" + std::to_string(stage) + "}";
+  "zero_optimization": {"stage": )" +
+         std::to_string(stage) + "}";
 }
 
 class CheckpointInProcess : public ::testing::Test {
@@ -83,7 +84,8 @@ TEST_F(CheckpointInProcess, ADamagedFileIsRefusedNamingIt) {
   fs::path victim;
   // The optimizer shard holds the fp32 master a resume reads.
   for (const auto& entry : fs::recursive_directory_iterator(dir_))
-    if (entry.path().filename().string().find("optim_states") != std::string::npos) victim = entry.path();
+    if (entry.path().filename().string().find("optim_states") != std::string::npos)
+      victim = entry.path();
   ASSERT_FALSE(victim.empty());
   {
     std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);

@@ -104,8 +104,9 @@ TEST(CliConfigCheck, WorldSizeBelowOneIsAUsageError) {
 TEST(CliConfigCheck, MissingFileNamesIt) {
   ProcessResult r = run_dscore({"config", "check", "/nonexistent/ds_config.json"});
   EXPECT_EQ(r.exit_code, 2) << r.describe();
-  EXPECT_EQ(r.err, "error: /nonexistent/ds_config.json: cannot read config file: No such file or "
-                   "directory\n");
+  EXPECT_EQ(r.err,
+            "error: /nonexistent/ds_config.json: cannot read config file: No such file or "
+            "directory\n");
 }
 
 TEST(CliConfigCheck, MalformedJsonPointsAtLineAndColumn) {
@@ -156,20 +157,23 @@ TEST(CliConfigCheck, OutOfRangeStage) {
 }
 
 TEST(CliConfigCheck, AutoWhereNotAllowedIsRejectedSayingWhatDeepSpeedWouldDo) {
-  std::string line = only_error_line("{\n"
-                                     "  \"train_batch_size\": 32,\n"
-                                     "  \"zero_optimization\": {\"stage\": \"auto\"}\n"
-                                     "}\n");
+  std::string line = only_error_line(
+      "{\n"
+      "  \"train_batch_size\": 32,\n"
+      "  \"zero_optimization\": {\"stage\": \"auto\"}\n"
+      "}\n");
   EXPECT_EQ(line.rfind("error: F:3:34: zero_optimization.stage: \"auto\" is not accepted here", 0),
-            0u) << line;
+            0u)
+      << line;
   EXPECT_NE(line.find("stage 0"), std::string::npos) << line;
 }
 
 TEST(CliConfigCheck, AutoWhereAllowedIsResolvedAndANoteSaysSo) {
-  auto run = check("{\n"
-                   "  \"train_batch_size\": 32,\n"
-                   "  \"gradient_clipping\": \"auto\"\n"
-                   "}\n");
+  auto run = check(
+      "{\n"
+      "  \"train_batch_size\": 32,\n"
+      "  \"gradient_clipping\": \"auto\"\n"
+      "}\n");
   const ProcessResult& r = run->result;
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   std::vector<std::string> notes = lines_starting_with(r.err, "note: ");
@@ -208,7 +212,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "error: F:2:23: train_batch_size: Check batch related parameters. "
                   "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * "
                   "world_size 33 != 8 * 2 * 2"},
-        TriadCase{"Train0", "{\n  \"train_batch_size\": 0,\n  \"train_micro_batch_size_per_gpu\": 4\n}\n",
+        TriadCase{"Train0",
+                  "{\n  \"train_batch_size\": 0,\n  \"train_micro_batch_size_per_gpu\": 4\n}\n",
                   "error: F:2:23: train_batch_size: Train batch size: 0 has to be greater than 0"},
         TriadCase{"Train1", "{\n  \"train_batch_size\": 1\n}\n",
                   "error: F:2:23: train_micro_batch_size_per_gpu: Micro batch size per gpu: 0 has "
@@ -233,13 +238,14 @@ TEST(CliConfigCheck, DuplicateKeyNamesBothPlaces) {
 }
 
 TEST(CliConfigCheck, DeprecatedKeyWithItsReplacementIsDeepSpeedsError) {
-  EXPECT_EQ(only_error_line("{\n"
-                            "  \"train_batch_size\": 32,\n"
-                            "  \"zero_optimization\": {\"stage\": 2, \"cpu_offload\": true,\n"
-                            "                        \"offload_optimizer\": {\"device\": \"cpu\"}}\n"
-                            "}\n"),
-            "error: F:3:37: zero_optimization.cpu_offload: Cannot provide deprecated parameter "
-            "'cpu_offload' and replacing parameter 'offload_optimizer' together");
+  EXPECT_EQ(
+      only_error_line("{\n"
+                      "  \"train_batch_size\": 32,\n"
+                      "  \"zero_optimization\": {\"stage\": 2, \"cpu_offload\": true,\n"
+                      "                        \"offload_optimizer\": {\"device\": \"cpu\"}}\n"
+                      "}\n"),
+      "error: F:3:37: zero_optimization.cpu_offload: Cannot provide deprecated parameter "
+      "'cpu_offload' and replacing parameter 'offload_optimizer' together");
 }
 
 TEST(CliConfigCheck, UnknownOptimizerParamIsCheckedAgainstThePluginsSchema) {
@@ -251,11 +257,12 @@ TEST(CliConfigCheck, UnknownOptimizerParamIsCheckedAgainstThePluginsSchema) {
 }
 
 TEST(CliConfigCheck, WrongOptimizerParamTypeAndDeepSpeedsMaxGradNormError) {
-  EXPECT_EQ(only_error_line("{\n"
-                            "  \"train_batch_size\": 32,\n"
-                            "  \"optimizer\": {\"type\": \"adam\", \"params\": {\"lr\": \"fast\"}}\n"
-                            "}\n"),
-            "error: F:3:50: optimizer.params.lr: expected a number, got string \"fast\"");
+  EXPECT_EQ(
+      only_error_line("{\n"
+                      "  \"train_batch_size\": 32,\n"
+                      "  \"optimizer\": {\"type\": \"adam\", \"params\": {\"lr\": \"fast\"}}\n"
+                      "}\n"),
+      "error: F:3:50: optimizer.params.lr: expected a number, got string \"fast\"");
   std::string line = only_error_line(
       "{\n"
       "  \"train_batch_size\": 32,\n"
@@ -265,19 +272,23 @@ TEST(CliConfigCheck, WrongOptimizerParamTypeAndDeepSpeedsMaxGradNormError) {
                        "supported as an optimizer parameter, please switch to using the deepspeed "
                        "parameter 'gradient_clipping'",
                        0),
-            0u) << line;
+            0u)
+      << line;
 }
 
 TEST(CliConfigCheck, UnknownOptimizerTypeSuggestsAndListsWhatExists) {
-  std::string line = only_error_line("{\n"
-                                     "  \"train_batch_size\": 32,\n"
-                                     "  \"optimizer\": {\"type\": \"adma\", \"params\": {\"lr\": 0.1}}\n"
-                                     "}\n");
-  EXPECT_EQ(line.rfind("error: F:3:16: optimizer.type: no optimizer plugin named 'adma'; did you "
-                       "mean \"adam\"?; available: adagrad, adam, adamw, lamb, lion, onebitadam, sgd. "
-                       "Searched: ",
-                       0),
-            0u) << line;
+  std::string line = only_error_line(
+      "{\n"
+      "  \"train_batch_size\": 32,\n"
+      "  \"optimizer\": {\"type\": \"adma\", \"params\": {\"lr\": 0.1}}\n"
+      "}\n");
+  EXPECT_EQ(
+      line.rfind("error: F:3:16: optimizer.type: no optimizer plugin named 'adma'; did you "
+                 "mean \"adam\"?; available: adagrad, adam, adamw, lamb, lion, onebitadam, sgd. "
+                 "Searched: ",
+                 0),
+      0u)
+      << line;
   EXPECT_NE(line.find(DSCORE_BUILD_PLUGIN_DIR), std::string::npos) << line;
   EXPECT_NE(line.find("DSCORE_PLUGIN_PATH"), std::string::npos) << line;
 }
@@ -288,14 +299,16 @@ TEST(CliConfigCheck, UnknownOptimizerTypeSuggestsAndListsWhatExists) {
 TEST(CliConfigCheck, UnknownCommBackendPointsAtTheValueAndSuggests) {
   if (!std::filesystem::exists(std::string(DSCORE_BUILD_PLUGIN_DIR) + "/libdscore_comm_mpi.so"))
     GTEST_SKIP() << "this build has no mpi comm plugin to suggest";
-  std::string line = only_error_line("{\n"
-                                     "  \"train_batch_size\": 32,\n"
-                                     "  \"comm\": {\"backend\": \"mpii\"}\n"
-                                     "}\n");
+  std::string line = only_error_line(
+      "{\n"
+      "  \"train_batch_size\": 32,\n"
+      "  \"comm\": {\"backend\": \"mpii\"}\n"
+      "}\n");
   EXPECT_EQ(line.rfind("error: F:3:23: comm.backend: no comm plugin named 'mpii'; did you mean "
                        "\"mpi\"?; available: local, loopback, mpi. Searched: ",
                        0),
-            0u) << line;
+            0u)
+      << line;
   EXPECT_NE(line.find(DSCORE_BUILD_PLUGIN_DIR), std::string::npos) << line;
 }
 
@@ -309,11 +322,12 @@ TEST(CliConfigCheck, CommBackendAutoAndRealNamesPass) {
 }
 
 TEST(CliConfigCheck, EveryErrorIsReportedOnItsOwnLine) {
-  auto run = check("{\n"
-                   "  \"train_batch_size\": 32,\n"
-                   "  \"zero_optimisation\": {\"stage\": 0},\n"
-                   "  \"fp16\": {\"enabled\": \"yes\"}\n"
-                   "}\n");
+  auto run = check(
+      "{\n"
+      "  \"train_batch_size\": 32,\n"
+      "  \"zero_optimisation\": {\"stage\": 0},\n"
+      "  \"fp16\": {\"enabled\": \"yes\"}\n"
+      "}\n");
   const ProcessResult& r = run->result;
   EXPECT_EQ(r.exit_code, 2) << r.describe();
   std::vector<std::string> lines = split_lines(r.err);
@@ -321,8 +335,9 @@ TEST(CliConfigCheck, EveryErrorIsReportedOnItsOwnLine) {
   EXPECT_EQ(lines[0], "error: " + run->file +
                           ":3:3: zero_optimisation: unknown key \"zero_optimisation\"; did you "
                           "mean \"zero_optimization\"?");
-  EXPECT_EQ(lines[1], "error: " + run->file +
-                          ":4:23: fp16.enabled: expected a bool (true or false), got string \"yes\"");
+  EXPECT_EQ(lines[1],
+            "error: " + run->file +
+                ":4:23: fp16.enabled: expected a bool (true or false), got string \"yes\"");
 }
 
 TEST(CliConfigReference, PrintsEveryTopLevelKey) {

@@ -26,8 +26,10 @@ class GenerateCommand : public ::testing::Test {
       "train_batch_size": 8, "train_steps": 60, "seed": 3,
       "optimizer": {"type": "Adam", "params": {"lr": 0.01}},
       "model": {"type": "gpt", "n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 16, "vocab_size": 256},
-      "data": {"type": "text", "path": ")" + (dir_->path() / "corpus.txt").string() + R"("},
-      "checkpoint_dir": ")" + (dir_->path() / "ckpt").string() + R"(", "save_interval": 60})";
+      "data": {"type": "text", "path": ")" +
+                               (dir_->path() / "corpus.txt").string() + R"("},
+      "checkpoint_dir": ")" + (dir_->path() / "ckpt").string() +
+                               R"(", "save_interval": 60})";
     const fs::path file = dir_->write("ds_config.json", config);
     trained_ = new ProcessResult(run_dscore({"run", "--config", file.string()}));
   }
@@ -44,8 +46,8 @@ ProcessResult* GenerateCommand::trained_ = nullptr;
 
 TEST_F(GenerateCommand, GreedyContinuationFollowsTheLearnedCycle) {
   ASSERT_EQ(trained_->exit_code, 0) << trained_->describe();
-  ProcessResult r = run_dscore({"generate", "--checkpoint", checkpoint(), "--prompt", "abcd", "--temperature", "0",
-                                "--max-new-tokens", "12"});
+  ProcessResult r = run_dscore({"generate", "--checkpoint", checkpoint(), "--prompt", "abcd",
+                                "--temperature", "0", "--max-new-tokens", "12"});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   EXPECT_EQ(r.out, "abcdefg abcdefg \n") << r.describe();
 }
@@ -53,38 +55,45 @@ TEST_F(GenerateCommand, GreedyContinuationFollowsTheLearnedCycle) {
 TEST_F(GenerateCommand, SamplingIsRepeatableWithASeedAndTopKOneIsGreedy) {
   ASSERT_EQ(trained_->exit_code, 0) << trained_->describe();
   auto sample = [&](const std::string& seed, const std::string& top_k) {
-    return run_dscore({"generate", "--checkpoint", checkpoint(), "--prompt", "ab", "--temperature", "1.5",
-                       "--top-k", top_k, "--seed", seed, "--max-new-tokens", "30"});
+    return run_dscore({"generate", "--checkpoint", checkpoint(), "--prompt", "ab", "--temperature",
+                       "1.5", "--top-k", top_k, "--seed", seed, "--max-new-tokens", "30"});
   };
   ProcessResult a = sample("5", "0"), b = sample("5", "0"), greedy_k1 = sample("9", "1");
   ASSERT_EQ(a.exit_code, 0) << a.describe();
   EXPECT_EQ(a.out, b.out);
   EXPECT_EQ(a.out.size(), 2u + 30u + 1u);
-  ProcessResult greedy = run_dscore({"generate", "--checkpoint", checkpoint(), "--prompt", "ab", "--temperature",
-                                     "0", "--max-new-tokens", "30"});
+  ProcessResult greedy = run_dscore({"generate", "--checkpoint", checkpoint(), "--prompt", "ab",
+                                     "--temperature", "0", "--max-new-tokens", "30"});
   EXPECT_EQ(greedy_k1.out, greedy.out);
 }
 
 TEST_F(GenerateCommand, TokenIdsInAndOut) {
   ASSERT_EQ(trained_->exit_code, 0) << trained_->describe();
   // 97 98 99 = "abc": greedy continues with d e f.
-  ProcessResult r = run_dscore({"generate", "--checkpoint", checkpoint(), "--prompt-tokens", "97,98,99",
-                                "--temperature", "0", "--max-new-tokens", "3"});
+  ProcessResult r = run_dscore({"generate", "--checkpoint", checkpoint(), "--prompt-tokens",
+                                "97,98,99", "--temperature", "0", "--max-new-tokens", "3"});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   EXPECT_EQ(r.out, "97,98,99,100,101,102\n");
 }
 
 TEST_F(GenerateCommand, UsageErrorsExitTwo) {
   EXPECT_EQ(run_dscore({"generate", "--checkpoint", checkpoint()}).exit_code, 2);  // no prompt
-  EXPECT_EQ(run_dscore({"generate", "--checkpoint", checkpoint(), "--prompt", "a", "--prompt-tokens", "1"}).exit_code, 2);
-  EXPECT_EQ(run_dscore({"generate", "--checkpoint", checkpoint(), "--prompt-tokens", "1,x"}).exit_code, 2);
-  ProcessResult big = run_dscore({"generate", "--checkpoint", checkpoint(), "--prompt-tokens", "300"});
+  EXPECT_EQ(run_dscore(
+                {"generate", "--checkpoint", checkpoint(), "--prompt", "a", "--prompt-tokens", "1"})
+                .exit_code,
+            2);
+  EXPECT_EQ(
+      run_dscore({"generate", "--checkpoint", checkpoint(), "--prompt-tokens", "1,x"}).exit_code,
+      2);
+  ProcessResult big =
+      run_dscore({"generate", "--checkpoint", checkpoint(), "--prompt-tokens", "300"});
   EXPECT_EQ(big.exit_code, 2);
   EXPECT_NE(big.err.find("vocab_size 256"), std::string::npos) << big.describe();
 }
 
 TEST_F(GenerateCommand, AMissingCheckpointSaysWhere) {
-  ProcessResult r = run_dscore({"generate", "--checkpoint", (dir_->path() / "nowhere").string(), "--prompt", "a"});
+  ProcessResult r = run_dscore(
+      {"generate", "--checkpoint", (dir_->path() / "nowhere").string(), "--prompt", "a"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("nowhere"), std::string::npos) << r.describe();
 }

@@ -22,7 +22,8 @@ TEST(CliMain, VersionNamesTheReleaseAndThePluginAbi) {
 TEST(CliMain, HelpListsEveryCommandOnStdout) {
   ProcessResult r = run_dscore({"--help"});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
-  for (const char* command : {"run --config F", "config check F", "config reference", "plugins list"})
+  for (const char* command :
+       {"run --config F", "config check F", "config reference", "plugins list"})
     EXPECT_NE(r.out.find(command), std::string::npos) << command << "\n" << r.out;
   EXPECT_EQ(r.err, "");
 }
@@ -94,7 +95,8 @@ INSTANTIATE_TEST_SUITE_P(
                  "usage: dscore config check F [--world-size N]",
                  {"--world-size", "--help"}},
         HelpCase{{"config", "--help"}, "usage: dscore config check F", {"config reference"}},
-        HelpCase{{"plugins", "list", "--help"}, "usage: dscore plugins list [--json]",
+        HelpCase{{"plugins", "list", "--help"},
+                 "usage: dscore plugins list [--json]",
                  {"--json", "--help"}},
         HelpCase{{"plugins", "--help"}, "usage: dscore plugins list [--json]", {}}),
     // Test names from the arguments: "run_help", "config_check_help", ...

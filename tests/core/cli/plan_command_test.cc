@@ -24,10 +24,13 @@ TEST(CliPlan, PrintsOneColumnPerRankAndTheCollectivesOfTheStage) {
   EXPECT_NE(r.out.find("ZeRO stage 2, 4 rank(s)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("model fp16, gradients fp16"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("rank 3"), std::string::npos) << r.out;
-  for (const char* row : {"parameters", "gradients", "master weights (fp32)", "optimizer state", "buffers", "total"})
-    EXPECT_EQ(lines_starting_with(r.out, std::string("  ") + row).size(), 1u) << row << "\n" << r.out;
+  for (const char* row :
+       {"parameters", "gradients", "master weights (fp32)", "optimizer state", "buffers", "total"})
+    EXPECT_EQ(lines_starting_with(r.out, std::string("  ") + row).size(), 1u) << row << "\n"
+                                                                              << r.out;
   EXPECT_EQ(lines_starting_with(r.out, "    reduce ").size(), 1u) << r.out;
-  EXPECT_EQ(lines_starting_with(r.out, "    allgather   ").size(), 1u) << r.out;  // not "(step statistics)"
+  EXPECT_EQ(lines_starting_with(r.out, "    allgather   ").size(), 1u)
+      << r.out;  // not "(step statistics)"
 }
 
 TEST(CliPlan, StageThreeReduceScattersAndStageZeroAllreduces) {

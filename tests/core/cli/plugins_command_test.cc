@@ -69,7 +69,8 @@ std::vector<Row> parse_json_list(const std::string& out) {
   return rows;
 }
 
-const Row* find_row(const std::vector<Row>& rows, const std::string& kind, const std::string& name) {
+const Row* find_row(const std::vector<Row>& rows, const std::string& kind,
+                    const std::string& name) {
   for (const Row& r : rows)
     if (r.kind == kind && r.name == name) return &r;
   return nullptr;

@@ -3,7 +3,6 @@
 // deadlock), a deadline, and waitpid for the exit status or signal.
 #include "tests/core/cli/process.h"
 
-#include <cstdlib>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -11,6 +10,7 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <cstdlib>
 
 #include <cerrno>
 #include <cstring>
@@ -34,8 +34,10 @@ std::vector<std::string> merged_environment(const EnvOverrides& overrides) {
     env[entry.substr(0, eq)] = entry.substr(eq + 1);
   }
   for (const auto& [name, value] : overrides) {
-    if (value) env[name] = *value;
-    else env.erase(name);
+    if (value)
+      env[name] = *value;
+    else
+      env.erase(name);
   }
   std::vector<std::string> out;
   for (const auto& [name, value] : env) out.push_back(name + "=" + value);
@@ -52,7 +54,7 @@ std::vector<char*> c_strings(std::vector<std::string>& strings) {
 }  // namespace
 
 std::string ProcessResult::describe() const {
-  std::string how = timed_out ? "timed out"
+  std::string how = timed_out     ? "timed out"
                     : signal != 0 ? "killed by signal " + std::to_string(signal)
                                   : "exit " + std::to_string(exit_code);
   return how + "\n--- stdout:\n" + out + "\n--- stderr:\n" + err;
@@ -145,8 +147,8 @@ ProcessResult run_dscore(const std::vector<std::string>& args, ProcessOptions op
 
 TempDir::TempDir(const std::string& prefix) {
   const char* base = std::getenv("TMPDIR");
-  std::string pattern = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/" +
-                        prefix + "_XXXXXX";
+  std::string pattern =
+      std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/" + prefix + "_XXXXXX";
   if (mkdtemp(pattern.data()) == nullptr)
     throw std::runtime_error("mkdtemp " + pattern + ": " + std::strerror(errno));
   path_ = pattern;

@@ -14,10 +14,10 @@
 namespace dscore::testing {
 
 struct ProcessResult {
-  std::string out;       // everything written to stdout
-  std::string err;       // everything written to stderr
-  int exit_code = -1;    // the exit status; -1 if it did not exit normally
-  int signal = 0;        // the signal that killed it; 0 if it exited
+  std::string out;     // everything written to stdout
+  std::string err;     // everything written to stderr
+  int exit_code = -1;  // the exit status; -1 if it did not exit normally
+  int signal = 0;      // the signal that killed it; 0 if it exited
   bool timed_out = false;
   bool exited() const { return signal == 0 && exit_code >= 0 && !timed_out; }
   // "exit 2" / "killed by signal 11" / "timed out", plus both streams: for
@@ -30,7 +30,7 @@ using EnvOverrides = std::map<std::string, std::optional<std::string>>;
 
 struct ProcessOptions {
   EnvOverrides env;
-  std::filesystem::path cwd;  // empty = the test's own working directory
+  std::filesystem::path cwd;          // empty = the test's own working directory
   std::chrono::seconds timeout{120};  // then SIGKILL and timed_out = true
 };
 

@@ -39,8 +39,10 @@ std::vector<CsvRow> read_csv(const fs::path& file, const std::string& name) {
   return rows;
 }
 
-double mean_value(std::vector<CsvRow>::const_iterator begin, std::vector<CsvRow>::const_iterator end) {
-  double sum = std::accumulate(begin, end, 0.0, [](double s, const CsvRow& r) { return s + r.value; });
+double mean_value(std::vector<CsvRow>::const_iterator begin,
+                  std::vector<CsvRow>::const_iterator end) {
+  double sum =
+      std::accumulate(begin, end, 0.0, [](double s, const CsvRow& r) { return s + r.value; });
   return sum / static_cast<double>(end - begin);
 }
 
@@ -121,7 +123,8 @@ TEST(CliRun, StepsOverridesTrainStepsAndSaysSo) {
   EXPECT_EQ(lines_starting_with(r.out, "done: 7 steps, 224 samples in ").size(), 1u) << r.out;
   EXPECT_EQ(lines_starting_with(r.out, "step 7/7 | loss ").size(), 1u) << r.out;
   EXPECT_EQ(only_line(r, "[dscore] train_steps:"), "[dscore] train_steps: --steps 7 overrides 100");
-  EXPECT_EQ(read_csv(dir.path() / "runs/job/Train_Samples_train_loss.csv", "train_loss").size(), 7u);
+  EXPECT_EQ(read_csv(dir.path() / "runs/job/Train_Samples_train_loss.csv", "train_loss").size(),
+            7u);
 }
 
 TEST(CliRun, StepsGivesTheCountWhenTheConfigHasNone) {
@@ -142,13 +145,16 @@ TEST(CliRun, BundledQuickstartConfigRunsOnTwoRanksAndSavesACheckpoint) {
   ProcessOptions options;
   options.cwd = dir.path();
   options.env = mpi_test_env();
-  ProcessResult r = run_dscore({"run", "-n", "2", "--config", "configs/quickstart.json", "--steps", "5"}, options);
+  ProcessResult r = run_dscore(
+      {"run", "-n", "2", "--config", "configs/quickstart.json", "--steps", "5"}, options);
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   EXPECT_EQ(lines_starting_with(r.out, "done: 5 steps, 160 samples").size(), 1u) << r.out;
   EXPECT_NE(r.out.find("tokens/s"), std::string::npos) << r.out;
-  EXPECT_EQ(read_csv(dir.path() / "runs/quickstart/Train_Samples_train_loss.csv", "train_loss").size(),
-            5u);
-  EXPECT_TRUE(fs::exists(dir.path() / "runs/quickstart/checkpoints/latest"));  // the last step saves
+  EXPECT_EQ(
+      read_csv(dir.path() / "runs/quickstart/Train_Samples_train_loss.csv", "train_loss").size(),
+      5u);
+  EXPECT_TRUE(
+      fs::exists(dir.path() / "runs/quickstart/checkpoints/latest"));  // the last step saves
 }
 
 TEST(CliRun, TwoRanksUnderMpirunTrainWithOneProgressStreamAndOneMonitor) {
@@ -166,7 +172,8 @@ TEST(CliRun, TwoRanksUnderMpirunTrainWithOneProgressStreamAndOneMonitor) {
   EXPECT_EQ(lines_starting_with(r.out, "done: ").size(), 1u) << r.out;
   EXPECT_EQ(lines_starting_with(r.out, "step=10,").size(), 1u) << r.out;
   EXPECT_NE(r.err.find("ZeRO stage 2, 2 rank(s)"), std::string::npos) << r.err;
-  const auto rows = split_lines(read_text_file(dir.path() / "job" / "Train_Samples_train_loss.csv"));
+  const auto rows =
+      split_lines(read_text_file(dir.path() / "job" / "Train_Samples_train_loss.csv"));
   EXPECT_EQ(rows.size(), 101u) << "one header, one row per step, from rank 0 only";
 }
 
@@ -201,17 +208,19 @@ TEST(CliRun, MissingTrainStepsIsAConfigErrorSayingHowToFixIt) {
 
 TEST(CliRun, MissingModelSectionIsAConfigError) {
   TempDir dir("dscore_cli_run");
-  const fs::path config = dir.write(
-      "ds_config.json",
-      R"({"train_batch_size": 8, "optimizer": {"type": "adam"}, "train_steps": 2})");
+  const fs::path config =
+      dir.write("ds_config.json",
+                R"({"train_batch_size": 8, "optimizer": {"type": "adam"}, "train_steps": 2})");
   ProcessResult r = run_dscore({"run", "--config", config.string()});
   EXPECT_EQ(r.exit_code, 2) << r.describe();
   std::vector<std::string> lines = split_lines(r.err);
   ASSERT_EQ(lines.size(), 1u) << r.err;
-  EXPECT_EQ(lines[0].rfind("error: " + config.string() + ": model: `dscore run` needs a \"model\" "
-                           "section",
+  EXPECT_EQ(lines[0].rfind("error: " + config.string() +
+                               ": model: `dscore run` needs a \"model\" "
+                               "section",
                            0),
-            0u) << lines[0];
+            0u)
+      << lines[0];
 }
 
 TEST(CliRun, ConfigErrorsAreReportedAsByConfigCheck) {
@@ -256,7 +265,8 @@ TEST(CliRun, Fp16TrainsAndLogsTheLossScale) {
   const fs::path config = dir.write("ds_config.json", cfg.text());
   ProcessResult r = run_dscore({"run", "--config", config.string()});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
-  const auto rows = split_lines(read_text_file(dir.path() / "job" / "Train_Samples_loss_scale.csv"));
+  const auto rows =
+      split_lines(read_text_file(dir.path() / "job" / "Train_Samples_loss_scale.csv"));
   ASSERT_GE(rows.size(), 2u);
   EXPECT_EQ(rows[0], "step,loss_scale");
   // Post-increment x, scale after the update (docs/deepspeed-reference.md#monitors).
@@ -266,8 +276,9 @@ TEST(CliRun, Fp16TrainsAndLogsTheLossScale) {
 TEST(CliRun, MissingConfigFileIsNamed) {
   ProcessResult r = run_dscore({"run", "--config", "/nonexistent/ds_config.json"});
   EXPECT_EQ(r.exit_code, 2) << r.describe();
-  EXPECT_EQ(r.err, "error: /nonexistent/ds_config.json: cannot read config file: No such file or "
-                   "directory\n");
+  EXPECT_EQ(r.err,
+            "error: /nonexistent/ds_config.json: cannot read config file: No such file or "
+            "directory\n");
 }
 
 }  // namespace

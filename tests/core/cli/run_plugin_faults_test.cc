@@ -36,7 +36,8 @@ std::string display(const std::string& name) {
 // preset set), so a sanitizer runtime never takes over a fatal signal.
 void append_sanitizer_option(EnvOverrides* env, const char* variable, const std::string& option) {
   const char* current = std::getenv(variable);
-  (*env)[variable] = (current != nullptr && *current != '\0' ? std::string(current) + ":" : "") + option;
+  (*env)[variable] =
+      (current != nullptr && *current != '\0' ? std::string(current) + ":" : "") + option;
 }
 
 class CliPluginFaults : public ::testing::Test {
@@ -105,9 +106,10 @@ TEST_F(CliPluginFaults, AWellBehavedPluginFromARelativeConfigPathTrains) {
 
 TEST_F(CliPluginFaults, NameNotFoundSuggestsAndListsWhatExistsAndWhereItLooked) {
   std::string m = config_error(run(optimizer("fake_sdg"), test_plugin_dir("fake_sgd")));
-  EXPECT_EQ(m.rfind("no optimizer plugin named 'fake_sdg'; did you mean \"fake_sgd\"?; available: ",
-                    0),
-            0u) << m;
+  EXPECT_EQ(
+      m.rfind("no optimizer plugin named 'fake_sdg'; did you mean \"fake_sgd\"?; available: ", 0),
+      0u)
+      << m;
   for (const char* name : {"adam", "adamw", "fake_sgd"})
     EXPECT_NE(m.find(name), std::string::npos) << name << " not listed: " << m;
   EXPECT_NE(m.find("Searched: " + test_plugin_dir("fake_sgd")), std::string::npos) << m;
@@ -116,8 +118,9 @@ TEST_F(CliPluginFaults, NameNotFoundSuggestsAndListsWhatExistsAndWhereItLooked) 
 
 TEST_F(CliPluginFaults, ExplicitlyNamedLibraryWithoutTheEntrySymbolIsFatal) {
   const std::string file = test_plugin_file("fake_not_a_plugin");
-  const std::string expected = file + ": not a dscore plugin: no symbol dscore_plugin_library_v1 "
-                                      "(a plugin must export it; see sdk/examples)";
+  const std::string expected = file +
+                               ": not a dscore plugin: no symbol dscore_plugin_library_v1 "
+                               "(a plugin must export it; see sdk/examples)";
   ProcessResult r = run(optimizer("adam"), "", "\"plugins\": {\"paths\": [\"" + file + "\"]}");
   EXPECT_EQ(runtime_error(r), expected);
   EXPECT_EQ(r.out, "") << "nothing trained";
@@ -132,10 +135,12 @@ TEST_F(CliPluginFaults, ExplicitlyNamedLibraryWithoutTheEntrySymbolIsFatal) {
 }
 
 TEST_F(CliPluginFaults, ScannedLibraryWithoutTheEntrySymbolIsNamedWhenTheLookupFails) {
-  std::string m = config_error(run(optimizer("nothing_here"), test_plugin_dir("fake_not_a_plugin")));
+  std::string m =
+      config_error(run(optimizer("nothing_here"), test_plugin_dir("fake_not_a_plugin")));
   EXPECT_NE(m.find("Libraries that failed to load: " + test_plugin_file("fake_not_a_plugin") +
                    ": not a dscore plugin: no symbol dscore_plugin_library_v1"),
-            std::string::npos) << m;
+            std::string::npos)
+      << m;
 }
 
 TEST_F(CliPluginFaults, AbiMajorMismatchNamesBothMajorsAndTheFix) {
@@ -143,13 +148,15 @@ TEST_F(CliPluginFaults, AbiMajorMismatchNamesBothMajorsAndTheFix) {
   EXPECT_NE(m.find("library 'lib-fake_major2' (" + test_plugin_file("fake_major2") +
                    ") was built against dscore plugin ABI major 2 (2.0), but this dscore speaks "
                    "ABI major 1 (1.0): rebuild the plugin against this dscore's sdk"),
-            std::string::npos) << m;
+            std::string::npos)
+      << m;
 
   // Named as a file in plugins.paths, the same problem stops the run at once.
   ProcessResult r = run(optimizer("fake_major2"), "",
                         "\"plugins\": {\"paths\": [\"" + test_plugin_file("fake_major2") + "\"]}");
   EXPECT_NE(runtime_error(r).find("was built against dscore plugin ABI major 2 (2.0)"),
-            std::string::npos) << r.err;
+            std::string::npos)
+      << r.err;
 }
 
 TEST_F(CliPluginFaults, NewerMinorNeedingANewerHostNamesBothVersions) {
@@ -158,7 +165,8 @@ TEST_F(CliPluginFaults, NewerMinorNeedingANewerHostNamesBothVersions) {
                    ") was built against plugin ABI 1.99 and needs a host of ABI 1.99 or later; "
                    "this dscore is ABI 1.0: upgrade dscore to ABI 1.99 or later or rebuild the "
                    "plugin against sdk 1.0"),
-            std::string::npos) << m;
+            std::string::npos)
+      << m;
 }
 
 TEST_F(CliPluginFaults, NewerMinorWhoseMinimumHostIsMetTrains) {
@@ -170,12 +178,14 @@ TEST_F(CliPluginFaults, NullRequiredFunctionNamesTheField) {
   std::string m = config_error(run(optimizer("fake_null_step"), test_plugin_dir("fake_null_step")));
   EXPECT_NE(m.find(display("fake_null_step") +
                    ": required function 'step' is NULL (dscore_optimizer_vtable.step must be set)"),
-            std::string::npos) << m;
+            std::string::npos)
+      << m;
 }
 
 TEST_F(CliPluginFaults, CreateReturningAnErrorShowsThePluginsMessage) {
-  EXPECT_EQ(runtime_error(run(optimizer("fake_create_invalid"), test_plugin_dir("fake_create_invalid"))),
-            display("fake_create_invalid") + " create: fake rejects its params: 'lr' must be > 0");
+  EXPECT_EQ(
+      runtime_error(run(optimizer("fake_create_invalid"), test_plugin_dir("fake_create_invalid"))),
+      display("fake_create_invalid") + " create: fake rejects its params: 'lr' must be > 0");
 }
 
 TEST_F(CliPluginFaults, ExceptionThroughTheAbiIsConvertedNotACrash) {
@@ -189,15 +199,17 @@ TEST_F(CliPluginFaults, ExceptionThroughTheAbiIsConvertedNotACrash) {
 }
 
 TEST_F(CliPluginFaults, ExceptionCaughtBySdkGuardBecomesThePluginsError) {
-  EXPECT_EQ(runtime_error(run(optimizer("fake_throws_guarded"), test_plugin_dir("fake_throws_guarded"))),
-            display("fake_throws_guarded") + " create: guarded boom from create");
+  EXPECT_EQ(
+      runtime_error(run(optimizer("fake_throws_guarded"), test_plugin_dir("fake_throws_guarded"))),
+      display("fake_throws_guarded") + " create: guarded boom from create");
 }
 
 TEST_F(CliPluginFaults, GarbageStatusAndNullHandleAreRejected) {
-  EXPECT_EQ(runtime_error(run(optimizer("fake_garbage_status"), test_plugin_dir("fake_garbage_status"))),
-            display("fake_garbage_status") +
-                " create returned an invalid status 1234 (not a dscore_status code; a bug in the "
-                "plugin)");
+  EXPECT_EQ(
+      runtime_error(run(optimizer("fake_garbage_status"), test_plugin_dir("fake_garbage_status"))),
+      display("fake_garbage_status") +
+          " create returned an invalid status 1234 (not a dscore_status code; a bug in the "
+          "plugin)");
   EXPECT_EQ(runtime_error(run(optimizer("fake_null_handle"), test_plugin_dir("fake_null_handle"))),
             display("fake_null_handle") +
                 " create returned OK but no instance (the handle is NULL); a bug in the plugin");
@@ -209,7 +221,8 @@ TEST_F(CliPluginFaults, FailingInitNamesTheLibraryAndItsMessage) {
   EXPECT_EQ(m.rfind("library 'lib-fake_init_fails' (" + test_plugin_file("fake_init_fails") +
                         ") init: license file /nonexistent/fake.lic not found",
                     0),
-            0u) << m;
+            0u)
+      << m;
 }
 
 TEST_F(CliPluginFaults, SegfaultInStepKillsTheProcessAfterNamingThePluginAndFunction) {

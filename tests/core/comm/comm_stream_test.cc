@@ -45,7 +45,8 @@ TEST(CommStream, WaitReturnsThatTasksStatusAndOverlapsTheCaller) {
 TEST(CommStream, FirstFailureIsStickyAndLaterTasksDoNotRun) {
   CommStream stream;
   bool ran_after = false;
-  auto failing = stream.submit([] { return Status(DSCORE_DEADLINE_EXCEEDED, "allreduce #3 timed out"); });
+  auto failing =
+      stream.submit([] { return Status(DSCORE_DEADLINE_EXCEEDED, "allreduce #3 timed out"); });
   auto later = stream.submit([&] {
     ran_after = true;
     return Status::Ok();

@@ -44,7 +44,9 @@ void run_ranks(int world, const std::function<void(Communicator&)>& body) {
   for (std::thread& t : threads) t.join();
 }
 
-CommBuffer f32(std::vector<float>& v) { return {v.data(), DSCORE_DTYPE_F32, static_cast<int64_t>(v.size())}; }
+CommBuffer f32(std::vector<float>& v) {
+  return {v.data(), DSCORE_DTYPE_F32, static_cast<int64_t>(v.size())};
+}
 
 TEST(CommunicatorGroups, FourRanksSplitIntoTwoPairsEachReducingAlone) {
   run_ranks(4, [](Communicator& world) {
@@ -83,7 +85,8 @@ TEST(CommunicatorGroups, StridedGroupsAreRankedByKey) {
     EXPECT_EQ(g.rank(), r < 2 ? 1 : 0);
     std::vector<float> v = {static_cast<float>(r)};
     ASSERT_TRUE(g.broadcast(f32(v), /*root=*/0).ok());
-    EXPECT_EQ(v[0], static_cast<float>(r + (r < 2 ? 2 : 0)));  // the group's rank 0 is the higher rank
+    EXPECT_EQ(v[0],
+              static_cast<float>(r + (r < 2 ? 2 : 0)));  // the group's rank 0 is the higher rank
     std::vector<float> chunks = {static_cast<float>(r), static_cast<float>(10 * r)}, out(1);
     ASSERT_TRUE(g.reduce_scatter(f32(chunks), f32(out), DSCORE_REDUCE_SUM).ok());
     const float other = static_cast<float>(r < 2 ? r + 2 : r - 2);

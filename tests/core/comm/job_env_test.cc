@@ -13,9 +13,10 @@ class JobEnvTest : public ::testing::Test {
   void SetUp() override { clear(); }
   void TearDown() override { clear(); }
   static void clear() {
-    for (const char* v : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                          "PMI_RANK", "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
-                          "RANK", "WORLD_SIZE", "LOCAL_RANK", "MPI_LOCALRANKID"})
+    for (const char* v :
+         {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK",
+          "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "RANK", "WORLD_SIZE",
+          "LOCAL_RANK", "MPI_LOCALRANKID"})
       unsetenv(v);
   }
 };
@@ -65,7 +66,8 @@ TEST_F(JobEnvTest, InconsistentVariablesNameThemselves) {
   EXPECT_NE(detect_job_env().status().message().find("OMPI_COMM_WORLD_RANK"), std::string::npos);
   clear();
   setenv("WORLD_SIZE", "2", 1);
-  EXPECT_NE(detect_job_env().status().message().find("sets WORLD_SIZE but not RANK"), std::string::npos);
+  EXPECT_NE(detect_job_env().status().message().find("sets WORLD_SIZE but not RANK"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -13,8 +13,8 @@ namespace {
 
 FieldSpec int_field(int64_t def) { return F("x", FieldType::kInt, "").def_int(def); }
 
-AutoResolution resolve(const std::string& rule, const ResolveContext& ctx, const char* config_text = "{}",
-                       const FieldSpec& field = int_field(7)) {
+AutoResolution resolve(const std::string& rule, const ResolveContext& ctx,
+                       const char* config_text = "{}", const FieldSpec& field = int_field(7)) {
   json::Value config = *json::parse(config_text, "c");
   return make_auto_resolver(ctx, config)(rule, field, "x");
 }
@@ -64,12 +64,14 @@ TEST(AutoRules, TrainStepsPrefersTheCommandLine) {
 }
 
 TEST(AutoRules, OptimizerLr) {
-  AutoResolution given = resolve("optimizer_lr", {}, R"({"optimizer": {"type": "Adam", "params": {"lr": 3e-4}}})");
+  AutoResolution given =
+      resolve("optimizer_lr", {}, R"({"optimizer": {"type": "Adam", "params": {"lr": 3e-4}}})");
   EXPECT_EQ(given.value->as_number(), 3e-4);
   AutoResolution missing = resolve("optimizer_lr", {}, R"({"optimizer": {"type": "Adam"}})");
   EXPECT_EQ(missing.value->as_number(), 1e-3);
   EXPECT_NE(missing.explanation.find("1e-3"), std::string::npos);
-  AutoResolution auto_lr = resolve("optimizer_lr", {}, R"({"optimizer": {"params": {"lr": "auto"}}})");
+  AutoResolution auto_lr =
+      resolve("optimizer_lr", {}, R"({"optimizer": {"params": {"lr": "auto"}}})");
   EXPECT_EQ(auto_lr.value->as_number(), 1e-3);
 }
 

@@ -26,7 +26,8 @@ void expect_ok(const BatchOutcome& o, int64_t train, int64_t micro, int64_t gas)
 std::string mismatch(int t, int m, int g, int w) {
   return "Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * "
          "gradient_acc_step * world_size " +
-         std::to_string(t) + " != " + std::to_string(m) + " * " + std::to_string(g) + " * " + std::to_string(w);
+         std::to_string(t) + " != " + std::to_string(m) + " * " + std::to_string(g) + " * " +
+         std::to_string(w);
 }
 
 // docs/deepspeed-reference.md#deepspeed-unit-tests: (train, micro, gas) at W = 2 with all three,
@@ -49,13 +50,15 @@ TEST(BatchTriad, DeepSpeedMatrixSucceeding) {
 TEST(BatchTriad, DeepSpeedMatrixFailing) {
   // (33, 17, 2)
   EXPECT_EQ(derive(33, 17, 2, 2).error, mismatch(33, 17, 2, 2));
-  EXPECT_EQ(derive(33, 17, kNone, 2).error, "Gradient accumulation steps: 0 has to be greater than 0");
+  EXPECT_EQ(derive(33, 17, kNone, 2).error,
+            "Gradient accumulation steps: 0 has to be greater than 0");
   EXPECT_EQ(derive(33, kNone, 2, 2).error, mismatch(33, 8, 2, 2));
   EXPECT_EQ(derive(kNone, kNone, 2, 2).error,
             "Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided");
   // (32, 18, 1)
   EXPECT_EQ(derive(32, 18, 1, 2).error, mismatch(32, 18, 1, 2));
-  EXPECT_EQ(derive(32, 18, kNone, 2).error, "Gradient accumulation steps: 0 has to be greater than 0");
+  EXPECT_EQ(derive(32, 18, kNone, 2).error,
+            "Gradient accumulation steps: 0 has to be greater than 0");
   EXPECT_EQ(derive(kNone, kNone, 1, 2).error,
             "Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided");
 }
@@ -95,12 +98,14 @@ TEST(BatchTriad, AssertionOrderAndZeroValues) {
   EXPECT_EQ(derive(kNone, -2, kNone, 2).error, "Train batch size: -4 has to be greater than 0");
   // Where DeepSpeed divides by zero, dscore reports the key's assertion.
   EXPECT_EQ(derive(32, 0, kNone, 2).error, "Micro batch size per gpu: 0 has to be greater than 0");
-  EXPECT_EQ(derive(32, kNone, 0, 2).error, "Gradient accumulation steps: 0 has to be greater than 0");
+  EXPECT_EQ(derive(32, kNone, 0, 2).error,
+            "Gradient accumulation steps: 0 has to be greater than 0");
 }
 
 TEST(BatchTriad, FloorDivisionRoundsDownLikePython) {
   // (33 // 2) // -5 = 16 // -5 = -4 in Python (C++ truncation would give -3).
-  EXPECT_EQ(derive(33, kNone, -5, 2).error, "Micro batch size per gpu: -4 has to be greater than 0");
+  EXPECT_EQ(derive(33, kNone, -5, 2).error,
+            "Micro batch size per gpu: -4 has to be greater than 0");
 }
 
 TEST(BatchTriad, OverflowIsAnErrorNotUndefinedBehaviour) {
@@ -128,16 +133,19 @@ Resolved resolve(const char* written_text, const char* resolved_text, int64_t wo
 }
 
 TEST(ResolveBatch, WritesAllThreeKeysFirst) {
-  Resolved r = resolve(R"({"seed": 1, "train_batch_size": 32})", R"({"seed": 1, "train_batch_size": 32})", 2);
+  Resolved r = resolve(R"({"seed": 1, "train_batch_size": 32})",
+                       R"({"seed": 1, "train_batch_size": 32})", 2);
   ASSERT_TRUE(r.errors.empty());
-  EXPECT_EQ(json::serialize(r.doc),
-            R"({"train_batch_size":32,"train_micro_batch_size_per_gpu":16,"gradient_accumulation_steps":1,"seed":1})");
+  EXPECT_EQ(
+      json::serialize(r.doc),
+      R"({"train_batch_size":32,"train_micro_batch_size_per_gpu":16,"gradient_accumulation_steps":1,"seed":1})");
   EXPECT_TRUE(r.notices.empty());  // nothing was "auto"
 }
 
 TEST(ResolveBatch, AutoCountsAsNotProvided) {
-  Resolved r = resolve(R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2})",
-                       R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2})", 2);
+  Resolved r = resolve(
+      R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2})",
+      R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2})", 2);
   ASSERT_TRUE(r.errors.empty());
   EXPECT_EQ(r.doc.find("train_batch_size")->as_int(), 16);
   ASSERT_EQ(r.notices.size(), 1u);
@@ -155,7 +163,8 @@ TEST(ResolveBatch, AllAutoMeansOneSamplePerRank) {
   EXPECT_EQ(r.doc.find("gradient_accumulation_steps")->as_int(), 1);
   ASSERT_EQ(r.notices.size(), 3u);
   EXPECT_EQ(r.notices[1].message,
-            "\"auto\" -> 1 (neither train_batch_size nor a micro-batch size is given: one sample per rank per "
+            "\"auto\" -> 1 (neither train_batch_size nor a micro-batch size is given: one sample "
+            "per rank per "
             "micro-batch)");
 }
 
@@ -171,7 +180,8 @@ TEST(ResolveBatch, NothingGivenIsDeepSpeedsError) {
   Resolved r = resolve("{}", "{}", 1);
   ASSERT_EQ(r.errors.size(), 1u);
   EXPECT_EQ(r.errors[0].path, "");
-  EXPECT_EQ(r.errors[0].message, "Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided");
+  EXPECT_EQ(r.errors[0].message,
+            "Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided");
 }
 
 TEST(ResolveBatch, ErrorsPointAtTheKey) {
@@ -191,7 +201,8 @@ TEST(ResolveBatch, DerivedKeyErrorsPointAtTheFirstGivenKeyAndSayHow) {
   EXPECT_EQ(r.errors[0].path, "gradient_accumulation_steps");
   EXPECT_EQ(r.errors[0].location.column, 22);
   EXPECT_EQ(r.errors[0].message,
-            "Gradient accumulation steps: 0 has to be greater than 0 (gradient_accumulation_steps derived as "
+            "Gradient accumulation steps: 0 has to be greater than 0 (gradient_accumulation_steps "
+            "derived as "
             "(train 33 // micro 17) // world size 2)");
 }
 

@@ -34,9 +34,11 @@ TEST(ConfigRules, Fp16AndBf16Together) {
 }
 
 TEST(ConfigRules, Fp16MasterWeightsNeedStage2WithOffload) {
-  EXPECT_NE(only_error(load_with(R"("fp16": {"enabled": true, "fp16_master_weights_and_grads": true})"))
-                .find("fp16.fp16_master_weights_and_grads: fp16_master_weights_and_grads needs ZeRO stage 2"),
-            std::string::npos);
+  EXPECT_NE(
+      only_error(load_with(R"("fp16": {"enabled": true, "fp16_master_weights_and_grads": true})"))
+          .find("fp16.fp16_master_weights_and_grads: fp16_master_weights_and_grads needs ZeRO "
+                "stage 2"),
+      std::string::npos);
   EXPECT_TRUE(load_with(R"("fp16": {"enabled": true, "fp16_master_weights_and_grads": true},
                            "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}})")
                   .ok());
@@ -45,16 +47,20 @@ TEST(ConfigRules, Fp16MasterWeightsNeedStage2WithOffload) {
 // docs/deepspeed-reference.md#deprecated-keys-and-aliases.
 TEST(ConfigRules, LegacyStage1IsDeepSpeedsError) {
   EXPECT_EQ(only_error(load_with(R"("zero_optimization": {"legacy_stage1": true})")),
-            "ds.json:1:64: zero_optimization.legacy_stage1: The deprecated version of ZeRO Stage 1 is not supported "
-            "in deepspeed >= 0.5.9. Please downgrade to a version less than 0.5.9 if you need to use this deprecated "
+            "ds.json:1:64: zero_optimization.legacy_stage1: The deprecated version of ZeRO Stage 1 "
+            "is not supported "
+            "in deepspeed >= 0.5.9. Please downgrade to a version less than 0.5.9 if you need to "
+            "use this deprecated "
             "version of ZeRO.");
   EXPECT_TRUE(load_with(R"("zero_optimization": {"legacy_stage1": false})").ok());
 }
 
 // docs/deepspeed-reference.md#config-loading.
 TEST(ConfigRules, MaxGradNormInOptimizerParams) {
-  EXPECT_EQ(only_error(load_with(R"("optimizer": {"type": "Adam", "params": {"lr": 1e-3, "max_grad_norm": 1.0}})")),
-            "ds.json:1:78: optimizer.params.max_grad_norm: 'max_grad_norm' is not supported as an optimizer "
+  EXPECT_EQ(only_error(load_with(
+                R"("optimizer": {"type": "Adam", "params": {"lr": 1e-3, "max_grad_norm": 1.0}})")),
+            "ds.json:1:78: optimizer.params.max_grad_norm: 'max_grad_norm' is not supported as an "
+            "optimizer "
             "parameter, please switch to using the deepspeed parameter 'gradient_clipping' see: "
             "https://www.deepspeed.ai/docs/config-json/#gradient-clipping for more details");
 }
@@ -68,57 +74,82 @@ TEST(ConfigRules, OverlapCommDefaultFollowsTheStage) {
     EXPECT_EQ(c.config->zero.overlap_comm, stage == 3) << stage;
     EXPECT_EQ(*c.resolved.find("zero_optimization")->find("overlap_comm"), json::Value(stage == 3));
   }
-  EXPECT_FALSE(load_with(R"("zero_optimization": {"stage": 3, "overlap_comm": false})").config->zero.overlap_comm);
-  EXPECT_TRUE(load_with(R"("zero_optimization": {"stage": 1, "overlap_comm": true})").config->zero.overlap_comm);
+  EXPECT_FALSE(load_with(R"("zero_optimization": {"stage": 3, "overlap_comm": false})")
+                   .config->zero.overlap_comm);
+  EXPECT_TRUE(load_with(R"("zero_optimization": {"stage": 1, "overlap_comm": true})")
+                  .config->zero.overlap_comm);
 }
 
 // docs/deepspeed-reference.md#zero-optimization-keys validator.
 TEST(ConfigRules, PartialOffloadNeedsStage3) {
-  EXPECT_EQ(only_error(load_with(R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.5}})")),
-            "ds.json:1:107: zero_optimization.offload_optimizer.ratio: Partial offloading only supported for ZeRO "
-            "Stage 3.");
-  EXPECT_TRUE(load_with(R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.5}})").ok());
+  EXPECT_EQ(
+      only_error(load_with(
+          R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.5}})")),
+      "ds.json:1:107: zero_optimization.offload_optimizer.ratio: Partial offloading only supported "
+      "for ZeRO "
+      "Stage 3.");
+  EXPECT_TRUE(
+      load_with(
+          R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.5}})")
+          .ok());
 }
 
 // docs/deepspeed-reference.md#zero-optimization-keys / TestIncorectAllgatherBucketSize: 1000 ok,
 // 1001 fails (stage 1/2).
 TEST(ConfigRules, AllgatherBucketSizeMultipleOfTwo) {
-  EXPECT_TRUE(load_with(R"("zero_optimization": {"stage": 2, "allgather_bucket_size": 1000})").ok());
-  EXPECT_EQ(only_error(load_with(R"("zero_optimization": {"stage": 2, "allgather_bucket_size": 1001})")),
-            "ds.json:1:84: zero_optimization.allgather_bucket_size: allgather_bucket_size must be a multiple of "
-            "nccl_start_alignment_factor, 2");
-  EXPECT_FALSE(load_with(R"("zero_optimization": {"stage": 1, "allgather_bucket_size": 1001})").ok());
+  EXPECT_TRUE(
+      load_with(R"("zero_optimization": {"stage": 2, "allgather_bucket_size": 1000})").ok());
+  EXPECT_EQ(
+      only_error(load_with(R"("zero_optimization": {"stage": 2, "allgather_bucket_size": 1001})")),
+      "ds.json:1:84: zero_optimization.allgather_bucket_size: allgather_bucket_size must be a "
+      "multiple of "
+      "nccl_start_alignment_factor, 2");
+  EXPECT_FALSE(
+      load_with(R"("zero_optimization": {"stage": 1, "allgather_bucket_size": 1001})").ok());
   // Only the stage 1/2 optimizer asserts it.
-  EXPECT_TRUE(load_with(R"("zero_optimization": {"stage": 3, "allgather_bucket_size": 1001})").ok());
+  EXPECT_TRUE(
+      load_with(R"("zero_optimization": {"stage": 3, "allgather_bucket_size": 1001})").ok());
 }
 
 // docs/deepspeed-reference.md#gradient-averaging.
 TEST(ConfigRules, PredivideAndPrescaleWithReduceScatter) {
-  EXPECT_EQ(only_error(load_with(R"("gradient_predivide_factor": 2.0, "zero_optimization": {"stage": 2})")),
-            "ds.json:1:54: gradient_predivide_factor: gradient_predivide_factor != 1.0 is not yet supported with "
+  EXPECT_EQ(only_error(load_with(
+                R"("gradient_predivide_factor": 2.0, "zero_optimization": {"stage": 2})")),
+            "ds.json:1:54: gradient_predivide_factor: gradient_predivide_factor != 1.0 is not yet "
+            "supported with "
             "ZeRO-2 with reduce scatter enabled");
-  EXPECT_EQ(only_error(load_with(R"("prescale_gradients": true, "zero_optimization": {"stage": 3})")),
-            "ds.json:1:47: prescale_gradients: pre-scale gradients is not yet supported with ZeRO-3 with reduce "
-            "scatter enabled");
-  EXPECT_TRUE(load_with(R"("prescale_gradients": true, "zero_optimization": {"stage": 2, "reduce_scatter": false})").ok());
-  EXPECT_TRUE(load_with(R"("gradient_predivide_factor": 2.0, "zero_optimization": {"stage": 1})").ok());
+  EXPECT_EQ(
+      only_error(load_with(R"("prescale_gradients": true, "zero_optimization": {"stage": 3})")),
+      "ds.json:1:47: prescale_gradients: pre-scale gradients is not yet supported with ZeRO-3 with "
+      "reduce "
+      "scatter enabled");
+  EXPECT_TRUE(
+      load_with(
+          R"("prescale_gradients": true, "zero_optimization": {"stage": 2, "reduce_scatter": false})")
+          .ok());
+  EXPECT_TRUE(
+      load_with(R"("gradient_predivide_factor": 2.0, "zero_optimization": {"stage": 1})").ok());
 }
 
 TEST(ConfigRules, AmpAndElasticityAreNotImplemented) {
   EXPECT_EQ(only_error(load_with(R"("amp": {"enabled": true, "opt_level": "O1"})")),
-            "ds.json:1:44: amp.enabled: dscore does not implement NVIDIA apex AMP; use \"fp16\" or \"bf16\" instead");
+            "ds.json:1:44: amp.enabled: dscore does not implement NVIDIA apex AMP; use \"fp16\" or "
+            "\"bf16\" instead");
   EXPECT_TRUE(load_with(R"("amp": {"enabled": false})").ok());
-  EXPECT_NE(only_error(load_with(R"("elasticity": {"enabled": true})")).find("elasticity is not supported by dscore"),
+  EXPECT_NE(only_error(load_with(R"("elasticity": {"enabled": true})"))
+                .find("elasticity is not supported by dscore"),
             std::string::npos);
   EXPECT_TRUE(load_with(R"("elasticity": {"enabled": false, "version": 0.2})").ok());
 }
 
 TEST(ConfigRules, OffloadParamBelowStage3IsIgnoredWithANotice) {
-  LoadedConfig c = load_with(R"("zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}})");
+  LoadedConfig c =
+      load_with(R"("zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}})");
   ASSERT_TRUE(c.ok());
   bool found = false;
   for (const ConfigNotice& n : c.notices)
-    found |= n.path == "zero_optimization.offload_param" && n.message.find("ignored at stage 2") != std::string::npos;
+    found |= n.path == "zero_optimization.offload_param" &&
+             n.message.find("ignored at stage 2") != std::string::npos;
   EXPECT_TRUE(found);
 }
 

@@ -56,16 +56,20 @@ TEST(ConfigErrors, MalformedJson) {
 }
 
 TEST(ConfigErrors, UnknownKeyTopLevel) {
-  EXPECT_EQ(messages(load("{\n  \"train_batch_size\": 8,\n  \"zero_optimisation\": {\"stage\": 2}\n}")),
-            Lines{"ds_config.json:3:3: zero_optimisation: unknown key \"zero_optimisation\"; did you mean "
-                  "\"zero_optimization\"?"});
+  EXPECT_EQ(
+      messages(load("{\n  \"train_batch_size\": 8,\n  \"zero_optimisation\": {\"stage\": 2}\n}")),
+      Lines{
+          "ds_config.json:3:3: zero_optimisation: unknown key \"zero_optimisation\"; did you mean "
+          "\"zero_optimization\"?"});
 }
 
 TEST(ConfigErrors, UnknownKeyNested) {
-  EXPECT_EQ(messages(load("{\n  \"train_batch_size\": 8,\n  \"zero_optimization\": {\n    \"stage\": 2,\n"
-                          "    \"overlap_com\": true\n  }\n}")),
-            Lines{"ds_config.json:5:5: zero_optimization.overlap_com: unknown key \"overlap_com\"; did you mean "
-                  "\"overlap_comm\"?"});
+  EXPECT_EQ(
+      messages(load("{\n  \"train_batch_size\": 8,\n  \"zero_optimization\": {\n    \"stage\": 2,\n"
+                    "    \"overlap_com\": true\n  }\n}")),
+      Lines{"ds_config.json:5:5: zero_optimization.overlap_com: unknown key \"overlap_com\"; did "
+            "you mean "
+            "\"overlap_comm\"?"});
 }
 
 TEST(ConfigErrors, WrongType) {
@@ -74,49 +78,62 @@ TEST(ConfigErrors, WrongType) {
 }
 
 TEST(ConfigErrors, AutoWhereNotAllowed) {
-  EXPECT_EQ(messages(load("{\n  \"train_batch_size\": 8,\n  \"zero_optimization\": {\"stage\": \"auto\"}\n}")),
-            Lines{"ds_config.json:3:34: zero_optimization.stage: \"auto\" is not accepted here; DeepSpeed would "
-                  "silently drop it and run ZeRO stage 0; give 0-3"});
+  EXPECT_EQ(
+      messages(
+          load("{\n  \"train_batch_size\": 8,\n  \"zero_optimization\": {\"stage\": \"auto\"}\n}")),
+      Lines{"ds_config.json:3:34: zero_optimization.stage: \"auto\" is not accepted here; "
+            "DeepSpeed would "
+            "silently drop it and run ZeRO stage 0; give 0-3"});
 }
 
 TEST(ConfigErrors, BatchTriadViolation) {
   ResolveContext w2;
   w2.world_size = 2;
-  EXPECT_EQ(messages(load("{\n  \"train_batch_size\": 30,\n  \"train_micro_batch_size_per_gpu\": 4\n}", w2)),
-            Lines{"ds_config.json:2:23: train_batch_size: Check batch related parameters. train_batch_size is not "
+  EXPECT_EQ(messages(load(
+                "{\n  \"train_batch_size\": 30,\n  \"train_micro_batch_size_per_gpu\": 4\n}", w2)),
+            Lines{"ds_config.json:2:23: train_batch_size: Check batch related parameters. "
+                  "train_batch_size is not "
                   "equal to micro_batch_per_gpu * gradient_acc_step * world_size 30 != 4 * 3 * 2"});
   EXPECT_EQ(messages(load("{\"gradient_accumulation_steps\": 2}", w2)),
-            Lines{"ds_config.json:1:1: Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided"});
+            Lines{"ds_config.json:1:1: Either train_batch_size or train_micro_batch_size_per_gpu "
+                  "needs to be provided"});
   EXPECT_EQ(messages(load("{\"train_batch_size\": 1}", w2)),
-            Lines{"ds_config.json:1:22: train_micro_batch_size_per_gpu: Micro batch size per gpu: 0 has to be greater "
+            Lines{"ds_config.json:1:22: train_micro_batch_size_per_gpu: Micro batch size per gpu: "
+                  "0 has to be greater "
                   "than 0 (train_micro_batch_size_per_gpu derived as train 1 // world size 2)"});
 }
 
 TEST(ConfigErrors, DuplicateKey) {
-  EXPECT_EQ(messages(load("{\n  \"train_batch_size\": 8,\n  \"zero_optimization\": {\"stage\": 1, \"stage\": 2}\n}")),
+  EXPECT_EQ(messages(load("{\n  \"train_batch_size\": 8,\n  \"zero_optimization\": {\"stage\": 1, "
+                          "\"stage\": 2}\n}")),
             Lines{"ds_config.json:3:37: duplicate key \"stage\" (first at 3:25)"});
 }
 
 TEST(ConfigErrors, DeprecatedTogetherWithNewKey) {
-  EXPECT_EQ(messages(load("{\n  \"train_batch_size\": 8,\n  \"zero_optimization\": {\n    \"cpu_offload\": true,\n"
-                          "    \"offload_optimizer\": {\"device\": \"cpu\"}\n  }\n}")),
-            Lines{"ds_config.json:4:5: zero_optimization.cpu_offload: Cannot provide deprecated parameter "
-                  "'cpu_offload' and replacing parameter 'offload_optimizer' together"});
+  EXPECT_EQ(
+      messages(load(
+          "{\n  \"train_batch_size\": 8,\n  \"zero_optimization\": {\n    \"cpu_offload\": true,\n"
+          "    \"offload_optimizer\": {\"device\": \"cpu\"}\n  }\n}")),
+      Lines{
+          "ds_config.json:4:5: zero_optimization.cpu_offload: Cannot provide deprecated parameter "
+          "'cpu_offload' and replacing parameter 'offload_optimizer' together"});
 }
 
 // ------------------------------------------------------ whole-load behaviour
 
 TEST(ConfigLoad, CollectsEveryErrorInFileOrder) {
   LoadedConfig c = load(
-      "{\n  \"zero_optimization\": {\"stage\": 5},\n  \"train_batch_size\": \"x\",\n  \"fp16\": {\"enabled\": 1},\n"
+      "{\n  \"zero_optimization\": {\"stage\": 5},\n  \"train_batch_size\": \"x\",\n  \"fp16\": "
+      "{\"enabled\": 1},\n"
       "  \"steps_per_prnt\": 1\n}");
-  EXPECT_EQ(messages(c), (Lines{
-                             "ds_config.json:2:34: zero_optimization.stage: must be between 0 and 3, got 5",
-                             "ds_config.json:3:23: train_batch_size: expected an int, got string \"x\"",
-                             "ds_config.json:4:23: fp16.enabled: expected a bool (true or false), got integer 1",
-                             "ds_config.json:5:3: steps_per_prnt: unknown key \"steps_per_prnt\"; did you mean "
-                             "\"steps_per_print\"?",
-                         }));
+  EXPECT_EQ(messages(c),
+            (Lines{
+                "ds_config.json:2:34: zero_optimization.stage: must be between 0 and 3, got 5",
+                "ds_config.json:3:23: train_batch_size: expected an int, got string \"x\"",
+                "ds_config.json:4:23: fp16.enabled: expected a bool (true or false), got integer 1",
+                "ds_config.json:5:3: steps_per_prnt: unknown key \"steps_per_prnt\"; did you mean "
+                "\"steps_per_print\"?",
+            }));
   EXPECT_FALSE(c.config);
 }
 
@@ -134,7 +151,8 @@ TEST(ConfigLoad, WorldSizeMustBePositive) {
 
 TEST(ConfigLoad, FileErrors) {
   LoadedConfig missing = load_config_file("/nonexistent/ds.json", {});
-  EXPECT_EQ(messages(missing), Lines{"/nonexistent/ds.json: cannot read config file: No such file or directory"});
+  EXPECT_EQ(messages(missing),
+            Lines{"/nonexistent/ds.json: cannot read config file: No such file or directory"});
   LoadedConfig dir = load_config_file(std::filesystem::temp_directory_path().string(), {});
   ASSERT_EQ(dir.errors.size(), 1u);
   EXPECT_NE(dir.errors[0].message.find("Is a directory"), std::string::npos);
@@ -193,7 +211,8 @@ TEST(ConfigLoad, ShippedConfigsAreValid) {
     if (entry.path().extension() != ".json") continue;
     LoadedConfig c = load_config_file(entry.path().string(), ResolveContext{});
     for (const ConfigError& e : c.errors)
-      EXPECT_EQ(e.message.rfind("Check batch related parameters", 0), 0u) << format_error(e, c.source_name);
+      EXPECT_EQ(e.message.rfind("Check batch related parameters", 0), 0u)
+          << format_error(e, c.source_name);
     ++checked;
   }
   EXPECT_GT(checked, 0u);
@@ -232,7 +251,8 @@ TEST(TrainingConfigBuild, ReadsEverySection) {
   ASSERT_TRUE(t.optimizer);
   EXPECT_EQ(t.optimizer->type, "Adam");
   EXPECT_EQ(t.optimizer->params_path, "optimizer.params");
-  EXPECT_TRUE(t.optimizer->params.find("weight_decay")->is_auto());  // the plugin's schema resolves it
+  EXPECT_TRUE(
+      t.optimizer->params.find("weight_decay")->is_auto());  // the plugin's schema resolves it
   EXPECT_EQ(t.optimizer->params.find("lr")->location.line, 3);
   EXPECT_EQ(t.optimizer->location.line, 3);
   ASSERT_TRUE(t.scheduler);
@@ -265,7 +285,8 @@ TEST(TrainingConfigBuild, ReadsEverySection) {
 
   ASSERT_EQ(t.monitors.size(), 3u);
   EXPECT_EQ(t.monitors[0].type, "tensorboard");
-  EXPECT_EQ(json::serialize(t.monitors[0].params), R"({"output_path":"tb","job_name":"DeepSpeedJobName"})");
+  EXPECT_EQ(json::serialize(t.monitors[0].params),
+            R"({"output_path":"tb","job_name":"DeepSpeedJobName"})");
   EXPECT_EQ(t.monitors[0].params_path, "tensorboard");
   EXPECT_EQ(t.monitors[1].type, "csv_monitor");
   EXPECT_EQ(t.monitors[1].params.find("job_name")->as_string(), "run1");
@@ -362,7 +383,7 @@ TEST(TrainingConfigBuild, EachOffloadSectionGetsItsOwnDefaults) {
 TEST(TrainingConfigBuild, EveryKeyIsBoundOrDeliberatelyUnread) {
   std::vector<std::string> unbound;
   std::function<void(const ObjectSpec&, const std::string&)> walk = [&](const ObjectSpec& spec,
-                                                                       const std::string& path) {
+                                                                        const std::string& path) {
     for (const FieldSpec& f : spec.fields) {
       const std::string p = path.empty() ? f.name : path + "." + f.name;
       if (f.not_used || !f.replaced_by.empty() || !f.deprecated.empty()) continue;
@@ -376,8 +397,8 @@ TEST(TrainingConfigBuild, EveryKeyIsBoundOrDeliberatelyUnread) {
   walk(deepspeed_schema(), "");
   EXPECT_EQ(unbound, (std::vector<std::string>{
                          "zero_optimization.legacy_stage1",  // true is an error (config_rules.cc)
-                         "checkpoint.parallel_write",        // accepted; no pipeline stages to write
-                         "timers",                           // accepted; step timing ignores it
+                         "checkpoint.parallel_write",  // accepted; no pipeline stages to write
+                         "timers",                     // accepted; step timing ignores it
                      }));
 }
 

@@ -121,7 +121,8 @@ TEST(DeepSpeedSchema, ZeroDefaults) {
 // docs/deepspeed-reference.md#offload; test_zero_config.py: {} builds defaults, absent/null stays
 // None.
 TEST(DeepSpeedSchema, OffloadDefaults) {
-  LoadedConfig c = load_with(R"("zero_optimization": {"stage": 3, "offload_param": {}, "offload_optimizer": {}})");
+  LoadedConfig c = load_with(
+      R"("zero_optimization": {"stage": 3, "offload_param": {}, "offload_optimizer": {}})");
   ASSERT_TRUE(c.ok()) << errors_of(c);
   const json::Value& p = at(c.resolved, {"zero_optimization", "offload_param"});
   EXPECT_EQ(at(p, {"device"}), json::Value("none"));
@@ -214,7 +215,8 @@ TEST(DeepSpeedSchema, Bfloat16IsBf16) {
   EXPECT_TRUE(b.config->bf16.enabled);
   LoadedConfig both = load_with(R"("bf16": {"enabled": true}, "bfloat16": {"enabled": false})");
   EXPECT_EQ(errors_of(both),
-            "ds.json:1:52: bfloat16: \"bf16\" and \"bfloat16\" are two spellings of the same key; give only one\n");
+            "ds.json:1:52: bfloat16: \"bf16\" and \"bfloat16\" are two spellings of the same key; "
+            "give only one\n");
 }
 
 // docs/deepspeed-reference.md#deprecated-keys-and-aliases: stage3_ aliases, both spellings an
@@ -237,16 +239,19 @@ TEST(DeepSpeedSchema, Stage3Aliases) {
   EXPECT_EQ(at(z, {"use_all_reduce_for_fetch_params"}), json::Value(true));
   EXPECT_EQ(c.config->zero.prefetch_bucket_size, 1);
 
-  LoadedConfig both = load_with(R"("zero_optimization": {"max_live_parameters": 1, "stage3_max_live_parameters": 2})");
-  EXPECT_EQ(errors_of(both),
-            "ds.json:1:73: zero_optimization.stage3_max_live_parameters: \"max_live_parameters\" and "
-            "\"stage3_max_live_parameters\" are two spellings of the same key; give only one\n");
+  LoadedConfig both = load_with(
+      R"("zero_optimization": {"max_live_parameters": 1, "stage3_max_live_parameters": 2})");
+  EXPECT_EQ(
+      errors_of(both),
+      "ds.json:1:73: zero_optimization.stage3_max_live_parameters: \"max_live_parameters\" and "
+      "\"stage3_max_live_parameters\" are two spellings of the same key; give only one\n");
 }
 
 // docs/deepspeed-reference.md#deprecated-keys-and-aliases / test_zero_config.py: deprecated keys
 // and their mapping.
 TEST(DeepSpeedSchema, DeprecatedZeroKeysMap) {
-  LoadedConfig c = load_with(R"("zero_optimization": {"stage": 3, "cpu_offload": true, "cpu_offload_param": true,
+  LoadedConfig c =
+      load_with(R"("zero_optimization": {"stage": 3, "cpu_offload": true, "cpu_offload_param": true,
                                 "cpu_offload_use_pin_memory": true, "stage3_gather_fp16_weights_on_model_save": true})");
   ASSERT_TRUE(c.ok()) << errors_of(c);
   const json::Value& z = at(c.resolved, {"zero_optimization"});
@@ -270,14 +275,17 @@ TEST(DeepSpeedSchema, DeprecatedZeroKeysMap) {
 }
 
 TEST(DeepSpeedSchema, DeprecatedTogetherWithReplacementIsDeepSpeedsError) {
-  LoadedConfig c = load_with(R"("zero_optimization": {"cpu_offload": true, "offload_optimizer": {"device": "cpu"}})");
+  LoadedConfig c = load_with(
+      R"("zero_optimization": {"cpu_offload": true, "offload_optimizer": {"device": "cpu"}})");
   EXPECT_EQ(errors_of(c),
-            "ds.json:1:47: zero_optimization.cpu_offload: Cannot provide deprecated parameter 'cpu_offload' and "
+            "ds.json:1:47: zero_optimization.cpu_offload: Cannot provide deprecated parameter "
+            "'cpu_offload' and "
             "replacing parameter 'offload_optimizer' together\n");
   LoadedConfig gather = load_with(
       R"("zero_optimization": {"stage3_gather_fp16_weights_on_model_save": true, "stage3_gather_16bit_weights_on_model_save": true})");
   EXPECT_EQ(errors_of(gather),
-            "ds.json:1:47: zero_optimization.stage3_gather_fp16_weights_on_model_save: Cannot provide deprecated "
+            "ds.json:1:47: zero_optimization.stage3_gather_fp16_weights_on_model_save: Cannot "
+            "provide deprecated "
             "parameter 'stage3_gather_fp16_weights_on_model_save' and replacing parameter "
             "'gather_16bit_weights_on_model_save' together\n");
 }
@@ -292,19 +300,25 @@ TEST(DeepSpeedSchema, LegacyBooleanZero) {
   LoadedConfig off = load_with(R"("zero_optimization": false)");
   ASSERT_TRUE(off.ok());
   EXPECT_EQ(at(off.resolved, {"zero_optimization", "stage"}), json::Value(0));
-  EXPECT_EQ(at(off.resolved, {"zero_optimization", "allgather_bucket_size"}), json::Value(int64_t{500000000}));
+  EXPECT_EQ(at(off.resolved, {"zero_optimization", "allgather_bucket_size"}),
+            json::Value(int64_t{500000000}));
 }
 
 TEST(DeepSpeedSchema, UnknownKeysAtEveryLevel) {
-  LoadedConfig top = load("{\n  \"train_batch_size\": 8,\n  \"zero_optimisation\": {\"stage\": 2}\n}");
+  LoadedConfig top =
+      load("{\n  \"train_batch_size\": 8,\n  \"zero_optimisation\": {\"stage\": 2}\n}");
   EXPECT_EQ(errors_of(top),
-            "ds.json:3:3: zero_optimisation: unknown key \"zero_optimisation\"; did you mean \"zero_optimization\"?\n");
+            "ds.json:3:3: zero_optimisation: unknown key \"zero_optimisation\"; did you mean "
+            "\"zero_optimization\"?\n");
   LoadedConfig typo = load_with(R"("train_batch_sise": 4)");
   EXPECT_EQ(errors_of(typo),
-            "ds.json:1:25: train_batch_sise: unknown key \"train_batch_sise\"; did you mean \"train_batch_size\"?\n");
-  LoadedConfig nested = load_with(R"("zero_optimization": {"offload_optimizer": {"devcie": "cpu"}})");
+            "ds.json:1:25: train_batch_sise: unknown key \"train_batch_sise\"; did you mean "
+            "\"train_batch_size\"?\n");
+  LoadedConfig nested =
+      load_with(R"("zero_optimization": {"offload_optimizer": {"devcie": "cpu"}})");
   EXPECT_EQ(errors_of(nested),
-            "ds.json:1:69: zero_optimization.offload_optimizer.devcie: unknown key \"devcie\"; did you mean "
+            "ds.json:1:69: zero_optimization.offload_optimizer.devcie: unknown key \"devcie\"; did "
+            "you mean "
             "\"device\"?\n");
   // Plain-dict sections in DeepSpeed (fp16, aio, ...) are checked too.
   LoadedConfig fp16 = load_with(R"("fp16": {"enabled": true, "loss_scale_windw": 100})");
@@ -314,19 +328,22 @@ TEST(DeepSpeedSchema, UnknownKeysAtEveryLevel) {
 }
 
 TEST(DeepSpeedSchema, WrongTypesAndBounds) {
-  LoadedConfig c = load_with(R"("zero_optimization": {"stage": "2", "offload_optimizer": {"device": "gpu"}},
+  LoadedConfig c =
+      load_with(R"("zero_optimization": {"stage": "2", "offload_optimizer": {"device": "gpu"}},
                               "gradient_clipping": "1.0", "fp16": {"enabled": 1})");
   ASSERT_EQ(c.errors.size(), 4u) << errors_of(c);
   EXPECT_EQ(format_error(c.errors[0], "ds.json"),
             "ds.json:1:56: zero_optimization.stage: expected an int, got string \"2\"");
   EXPECT_EQ(format_error(c.errors[1], "ds.json"),
-            "ds.json:1:93: zero_optimization.offload_optimizer.device: expected one of \"none\", \"cpu\", "
+            "ds.json:1:93: zero_optimization.offload_optimizer.device: expected one of \"none\", "
+            "\"cpu\", "
             "\"nvme\", got \"gpu\"; did you mean \"cpu\"?");
   EXPECT_EQ(c.errors[2].path, "gradient_clipping");
   EXPECT_EQ(c.errors[3].path, "fp16.enabled");
   LoadedConfig stage4 = load_with(R"("zero_optimization": {"stage": 4})");
   EXPECT_EQ(stage4.errors.at(0).message, "must be between 0 and 3, got 4");
-  LoadedConfig big = load_with(R"("zero_optimization": {"reduce_bucket_size": 5e8, "allgather_bucket_size": 2.5e8})");
+  LoadedConfig big = load_with(
+      R"("zero_optimization": {"reduce_bucket_size": 5e8, "allgather_bucket_size": 2.5e8})");
   ASSERT_TRUE(big.ok()) << errors_of(big);
   EXPECT_EQ(big.config->zero.reduce_bucket_size, 500000000);
   LoadedConfig half = load_with(R"("zero_optimization": {"reduce_bucket_size": 2.5e8})");
@@ -338,16 +355,20 @@ TEST(DeepSpeedSchema, WrongTypesAndBounds) {
 // docs/deepspeed-reference.md#top-level-keys: checkpoint.tag_validation and
 // communication_data_type.
 TEST(DeepSpeedSchema, CaseInsensitiveEnumsWithDeepSpeedsMessages) {
-  LoadedConfig ok = load_with(R"("checkpoint": {"tag_validation": "fail"}, "communication_data_type": "BF16")");
+  LoadedConfig ok =
+      load_with(R"("checkpoint": {"tag_validation": "fail"}, "communication_data_type": "BF16")");
   ASSERT_TRUE(ok.ok()) << errors_of(ok);
   EXPECT_EQ(ok.config->checkpoint.tag_validation, "FAIL");
   EXPECT_EQ(*ok.config->communication_data_type, "bf16");
-  LoadedConfig bad = load_with(R"("checkpoint": {"tag_validation": "foo"}, "communication_data_type": "int8")");
+  LoadedConfig bad =
+      load_with(R"("checkpoint": {"tag_validation": "foo"}, "communication_data_type": "int8")");
   ASSERT_EQ(bad.errors.size(), 2u);
   EXPECT_EQ(bad.errors[0].message,
-            "Checkpoint config contains invalid tag_validation value of foo, expecting one of ['WARN', 'IGNORE', 'FAIL']");
-  EXPECT_EQ(bad.errors[1].message,
-            "Invalid communication_data_type. Supported data types: ['fp16', 'bf16', 'fp32']. Got: int8");
+            "Checkpoint config contains invalid tag_validation value of foo, expecting one of "
+            "['WARN', 'IGNORE', 'FAIL']");
+  EXPECT_EQ(
+      bad.errors[1].message,
+      "Invalid communication_data_type. Supported data types: ['fp16', 'bf16', 'fp32']. Got: int8");
 }
 
 TEST(DeepSpeedSchema, AutoAcceptedWhereARuleExists) {
@@ -363,7 +384,8 @@ TEST(DeepSpeedSchema, AutoAcceptedWhereARuleExists) {
   ASSERT_TRUE(c.ok()) << errors_of(c);
   const json::Value& z = at(c.resolved, {"zero_optimization"});
   EXPECT_EQ(at(z, {"reduce_bucket_size"}), json::Value(int64_t{1048576}));
-  EXPECT_EQ(at(z, {"prefetch_bucket_size"}), json::Value(int64_t{943718}));  // int(0.9 * 1024 * 1024)
+  EXPECT_EQ(at(z, {"prefetch_bucket_size"}),
+            json::Value(int64_t{943718}));  // int(0.9 * 1024 * 1024)
   EXPECT_EQ(at(z, {"param_persistence_threshold"}), json::Value(int64_t{10240}));
   EXPECT_EQ(at(z, {"max_live_parameters"}), json::Value(int64_t{1000000000}));
   EXPECT_EQ(at(z, {"max_reuse_distance"}), json::Value(int64_t{1000000000}));
@@ -381,14 +403,17 @@ TEST(DeepSpeedSchema, AutoAcceptedWhereARuleExists) {
 TEST(DeepSpeedSchema, AutoRejectedElsewhereSayingWhatDeepSpeedWouldDo) {
   LoadedConfig stage = load_with(R"("zero_optimization": {"stage": "auto"})");
   EXPECT_EQ(errors_of(stage),
-            "ds.json:1:56: zero_optimization.stage: \"auto\" is not accepted here; DeepSpeed would silently drop it "
+            "ds.json:1:56: zero_optimization.stage: \"auto\" is not accepted here; DeepSpeed would "
+            "silently drop it "
             "and run ZeRO stage 0; give 0-3\n");
   LoadedConfig bucket = load_with(R"("zero_optimization": {"allgather_bucket_size": "auto"})");
   EXPECT_EQ(bucket.errors.at(0).message,
-            "\"auto\" is not accepted here; DeepSpeed would silently drop it and use the default 500000000; give an int");
+            "\"auto\" is not accepted here; DeepSpeed would silently drop it and use the default "
+            "500000000; give an int");
   LoadedConfig spp = load_with(R"("steps_per_print": "auto")");
   EXPECT_EQ(spp.errors.at(0).message, "\"auto\" is not accepted here; give an int");
-  LoadedConfig device = load_with(R"("zero_optimization": {"offload_optimizer": {"device": "auto"}})");
+  LoadedConfig device =
+      load_with(R"("zero_optimization": {"offload_optimizer": {"device": "auto"}})");
   EXPECT_EQ(device.errors.at(0).path, "zero_optimization.offload_optimizer.device");
   EXPECT_NE(device.errors.at(0).message.find("\"auto\" is not accepted here"), std::string::npos);
 }
@@ -405,19 +430,23 @@ TEST(DeepSpeedSchema, DscoreSections) {
   // Model params are the model plugin's: kept as written, no notice.
   EXPECT_TRUE(at(c.resolved, {"model", "hidden_size"}).is_auto());
   EXPECT_FALSE(has_notice(c, "model.n_layer", ""));
-  LoadedConfig bad = load_with(R"("model": {"n_layer": 2}, "data": {"type": "txt"}, "comm": {"timeout_ms": 0},
+  LoadedConfig bad =
+      load_with(R"("model": {"n_layer": 2}, "data": {"type": "txt"}, "comm": {"timeout_ms": 0},
                                   "plugins": {"monitors": [{"params": {}}]}, "seed": -1)");
   ASSERT_EQ(bad.errors.size(), 5u) << errors_of(bad);
   EXPECT_EQ(bad.errors[0].path, "model.type");
   EXPECT_EQ(bad.errors[0].message, "missing required key \"type\"");
-  EXPECT_EQ(bad.errors[1].message, "expected one of \"synthetic\", \"text\", \"tokens\", got \"txt\"; did you mean \"text\"?");
+  EXPECT_EQ(
+      bad.errors[1].message,
+      "expected one of \"synthetic\", \"text\", \"tokens\", got \"txt\"; did you mean \"text\"?");
   EXPECT_EQ(bad.errors[2].path, "comm.timeout_ms");
   EXPECT_EQ(bad.errors[3].path, "plugins.monitors[0].type");
   EXPECT_EQ(bad.errors[4].path, "seed");
 }
 
 TEST(DeepSpeedSchema, NamedOnlySectionsAcceptAnyKeys) {
-  LoadedConfig c = load_with(R"("autotuning": {"enabled": false, "anything": [1]}, "sparse_attention": {"mode": "fixed"},
+  LoadedConfig c = load_with(
+      R"("autotuning": {"enabled": false, "anything": [1]}, "sparse_attention": {"mode": "fixed"},
                                 "amp": {"enabled": false, "opt_level": "O1"})");
   ASSERT_TRUE(c.ok()) << errors_of(c);
   EXPECT_TRUE(has_notice(c, "autotuning", "not used by dscore"));
@@ -426,7 +455,8 @@ TEST(DeepSpeedSchema, NamedOnlySectionsAcceptAnyKeys) {
 
 TEST(DeepSpeedSchema, EveryFieldIsDocumentedAndDefaultsPassTheirOwnChecks) {
   // A default that fails its own field's checks would make every config invalid.
-  std::function<void(const ObjectSpec&, const std::string&)> walk = [&](const ObjectSpec& spec, const std::string& path) {
+  std::function<void(const ObjectSpec&, const std::string&)> walk = [&](const ObjectSpec& spec,
+                                                                        const std::string& path) {
     for (const FieldSpec& f : spec.fields) {
       const std::string p = path.empty() ? f.name : path + "." + f.name;
       EXPECT_FALSE(f.doc.empty()) << p;

@@ -77,8 +77,10 @@ TEST(JsonParse, SyntaxErrorsPointAtTheProblem) {
             "t.json:3:3: Missing a comma or '}' after an object member.");
   EXPECT_EQ(parse_error("{\"a\": tru}"), "t.json:1:10: Invalid value.");  // where RapidJSON stops
   EXPECT_EQ(parse_error(""), "t.json:1:1: The document is empty.");
-  EXPECT_EQ(parse_error("{\"a\": 1} x"), "t.json:1:10: The document root must not be followed by other values.");
-  EXPECT_EQ(parse_error("{\"a\": \"abc"), "t.json:1:11: Missing a closing quotation mark in string.");
+  EXPECT_EQ(parse_error("{\"a\": 1} x"),
+            "t.json:1:10: The document root must not be followed by other values.");
+  EXPECT_EQ(parse_error("{\"a\": \"abc"),
+            "t.json:1:11: Missing a closing quotation mark in string.");
 }
 
 TEST(JsonParse, NanAndInfinityAreRejected) {
@@ -101,8 +103,9 @@ TEST(JsonParse, DeepNestingIsAnErrorNotACrash) {
 }
 
 TEST(JsonParse, IntegersThatFitInt64AreInts) {
-  Value doc = parse_ok("{\"a\": 5, \"b\": -9223372036854775808, \"c\": 9223372036854775807,"
-                       " \"d\": 9223372036854775808, \"e\": 5e8, \"f\": 2.5}");
+  Value doc = parse_ok(
+      "{\"a\": 5, \"b\": -9223372036854775808, \"c\": 9223372036854775807,"
+      " \"d\": 9223372036854775808, \"e\": 5e8, \"f\": 2.5}");
   EXPECT_TRUE(doc.find("a")->is_int());
   EXPECT_EQ(doc.find("b")->as_int(), INT64_MIN);
   EXPECT_EQ(doc.find("c")->as_int(), INT64_MAX);
@@ -115,8 +118,9 @@ TEST(JsonParse, IntegersThatFitInt64AreInts) {
 }
 
 TEST(JsonParse, NumbersAreExactlyRoundedAndRangeChecked) {
-  Value doc = parse_ok("{\"a\": 0.30000000000000004, \"b\": 0e97, \"c\": 1e-400, \"d\": -1e-400,"
-                       " \"e\": 2.2250738585072014e-308, \"f\": 1.7976931348623157e308, \"g\": -0}");
+  Value doc = parse_ok(
+      "{\"a\": 0.30000000000000004, \"b\": 0e97, \"c\": 1e-400, \"d\": -1e-400,"
+      " \"e\": 2.2250738585072014e-308, \"f\": 1.7976931348623157e308, \"g\": -0}");
   EXPECT_EQ(doc.find("a")->as_number(), 0.30000000000000004);
   EXPECT_EQ(doc.find("b")->as_number(), 0.0);
   EXPECT_EQ(doc.find("c")->as_number(), 0.0);  // underflow is zero, as in Python
@@ -125,10 +129,12 @@ TEST(JsonParse, NumbersAreExactlyRoundedAndRangeChecked) {
   EXPECT_EQ(doc.find("f")->as_number(), 1.7976931348623157e308);
   EXPECT_TRUE(doc.find("g")->is_int());
   EXPECT_EQ(parse_error("{\"a\": 1e400}"), "t.json:1:7: Number too big to be stored in double.");
-  EXPECT_EQ(parse_error("{\"a\": -123.5e307}"), "t.json:1:7: Number too big to be stored in double.");
+  EXPECT_EQ(parse_error("{\"a\": -123.5e307}"),
+            "t.json:1:7: Number too big to be stored in double.");
   EXPECT_EQ(parse_ok("{\"a\": 123456789e-400}").find("a")->as_number(), 0.0);
   EXPECT_EQ(parse_ok("{\"a\": 0.0000001e309}").find("a")->as_number(), 1e302);
-  EXPECT_EQ(parse_error("{\"a\": 0.001e99999999999999999999999}"), "t.json:1:7: Number too big to be stored in double.");
+  EXPECT_EQ(parse_error("{\"a\": 0.001e99999999999999999999999}"),
+            "t.json:1:7: Number too big to be stored in double.");
 }
 
 TEST(JsonParse, InvalidUtf8IsRejected) {
@@ -139,7 +145,8 @@ TEST(JsonParse, InvalidUtf8IsRejected) {
 TEST(JsonParse, FileErrorsNameThePath) {
   auto r = parse_file("/nonexistent/ds_config.json");
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().message(), "cannot read config file /nonexistent/ds_config.json: No such file or directory");
+  EXPECT_EQ(r.status().message(),
+            "cannot read config file /nonexistent/ds_config.json: No such file or directory");
 
   auto path = std::filesystem::temp_directory_path() / "dscore_json_test.json";
   std::ofstream(path) << "{\n\"a\": }";
@@ -151,7 +158,8 @@ TEST(JsonParse, FileErrorsNameThePath) {
 
 TEST(JsonSerialize, RoundTripPreservesValuesAndTypes) {
   const char* text =
-      "{\"i\": 42, \"neg\": -7, \"d\": 0.1, \"tiny\": 1e-08, \"big\": 5e8, \"one\": 1.0, \"s\": \"q\\\"\\n\\u00e9\","
+      "{\"i\": 42, \"neg\": -7, \"d\": 0.1, \"tiny\": 1e-08, \"big\": 5e8, \"one\": 1.0, \"s\": "
+      "\"q\\\"\\n\\u00e9\","
       " \"b\": false, \"n\": null, \"arr\": [1, 2.5, [], {}], \"obj\": {\"z\": 1, \"a\": 2}}";
   Value doc = parse_ok(text);
   for (bool pretty : {false, true}) {

@@ -49,16 +49,18 @@ TEST(ParamsSchema, ParsesEveryAttribute) {
 TEST(ParamsSchema, ValidatesParamsThroughTheSameValidator) {
   auto spec = parse_params_schema(kAdamSchema);
   ASSERT_TRUE(spec.ok());
-  auto params = json::parse(R"({"lr": "auto", "betaz": [0.9, 0.99], "total_num_steps": "auto", "max_grad_norm": 1})",
-                            "t.json");
+  auto params = json::parse(
+      R"({"lr": "auto", "betaz": [0.9, 0.99], "total_num_steps": "auto", "max_grad_norm": 1})",
+      "t.json");
   ASSERT_TRUE(params.ok());
   json::Value config = *json::parse(R"({"optimizer": {"params": {"lr": 0.0003}}})", "c");
   ResolveContext context;
   context.train_steps = 500;
   std::vector<ConfigError> errors;
   std::vector<ConfigNotice> notices;
-  json::Value out = validate_object(*params, *spec, "scheduler.params", make_auto_resolver(context, config),
-                                    ValidationSink{&errors, &notices});
+  json::Value out =
+      validate_object(*params, *spec, "scheduler.params", make_auto_resolver(context, config),
+                      ValidationSink{&errors, &notices});
   ASSERT_EQ(errors.size(), 2u);
   EXPECT_EQ(errors[0].path, "scheduler.params.betaz");
   EXPECT_EQ(errors[0].message, "unknown key \"betaz\"; did you mean \"betas\"?");
@@ -74,8 +76,8 @@ TEST(ParamsSchema, StringDefaultAutoIsLiteral) {
   auto spec = parse_params_schema(R"({"backend": {"type": "string", "default": "auto"}})");
   ASSERT_TRUE(spec.ok()) << spec.status().message();
   std::vector<ConfigError> errors;
-  json::Value out = validate_object(*json::parse(R"({"backend": "auto"})", "t"), *spec, "comm", AutoResolver(),
-                                    ValidationSink{&errors, nullptr});
+  json::Value out = validate_object(*json::parse(R"({"backend": "auto"})", "t"), *spec, "comm",
+                                    AutoResolver(), ValidationSink{&errors, nullptr});
   EXPECT_TRUE(errors.empty());
   EXPECT_EQ(out.find("backend")->as_string(), "auto");
 }
@@ -93,33 +95,49 @@ struct BadSchema {
 
 TEST(ParamsSchema, MalformedSchemasAreRejectedClearly) {
   const BadSchema cases[] = {
-      {"{", "params_schema is not valid JSON: params_schema:1:2: Missing a name for object member."},
-      {"[1]", "params_schema must be a JSON object mapping each parameter to its description, got array [1]"},
-      {R"({"lr": 1})", "params_schema: parameter \"lr\": expected an object such as {\"type\": \"number\"}, got integer 1"},
+      {"{",
+       "params_schema is not valid JSON: params_schema:1:2: Missing a name for object member."},
+      {"[1]",
+       "params_schema must be a JSON object mapping each parameter to its description, got array "
+       "[1]"},
+      {R"({"lr": 1})",
+       "params_schema: parameter \"lr\": expected an object such as {\"type\": \"number\"}, got "
+       "integer 1"},
       {R"({"lr": {"default": 1}})", "params_schema: parameter \"lr\": missing \"type\""},
       {R"({"lr": {"type": "numbr"}})",
-       "params_schema: parameter \"lr\": unknown type \"numbr\" (one of bool, int, json, number, number_array, "
+       "params_schema: parameter \"lr\": unknown type \"numbr\" (one of bool, int, json, number, "
+       "number_array, "
        "number_or_array, string, string_array); did you mean \"number\"?"},
       {R"({"lr": {"type": "number", "defualt": 1}})",
-       "params_schema: parameter \"lr\": unknown schema attribute \"defualt\"; did you mean \"default\"?"},
+       "params_schema: parameter \"lr\": unknown schema attribute \"defualt\"; did you mean "
+       "\"default\"?"},
       {R"({"lr": {"type": "number", "default": "x"}})",
-       "params_schema: parameter \"lr\": default \"x\" is invalid: expected a number, got string \"x\""},
+       "params_schema: parameter \"lr\": default \"x\" is invalid: expected a number, got string "
+       "\"x\""},
       {R"({"n": {"type": "int", "default": 2.5}})",
        "params_schema: parameter \"n\": default 2.5 is invalid: expected an int, got number 2.5"},
       {R"({"n": {"type": "int", "default": 0, "min": 1}})",
        "params_schema: parameter \"n\": default 0 is invalid: must be >= 1, got 0"},
       {R"({"m": {"type": "string", "enum": ["linear"], "default": "b"}})",
-       "params_schema: parameter \"m\": default \"b\" is invalid: expected one of \"linear\", got \"b\""},
-      {R"({"s": {"type": "string", "min": 1}})", "params_schema: parameter \"s\": \"min\" applies only to numeric types"},
-      {R"({"n": {"type": "int", "enum": ["a"]}})", "params_schema: parameter \"n\": \"enum\" applies only to strings"},
-      {R"({"n": {"type": "int", "length": 2}})", "params_schema: parameter \"n\": \"length\" applies only to arrays"},
-      {R"({"n": {"type": "int", "min": 3, "max": 1}})", "params_schema: parameter \"n\": \"min\" is greater than \"max\""},
+       "params_schema: parameter \"m\": default \"b\" is invalid: expected one of \"linear\", got "
+       "\"b\""},
+      {R"({"s": {"type": "string", "min": 1}})",
+       "params_schema: parameter \"s\": \"min\" applies only to numeric types"},
+      {R"({"n": {"type": "int", "enum": ["a"]}})",
+       "params_schema: parameter \"n\": \"enum\" applies only to strings"},
+      {R"({"n": {"type": "int", "length": 2}})",
+       "params_schema: parameter \"n\": \"length\" applies only to arrays"},
+      {R"({"n": {"type": "int", "min": 3, "max": 1}})",
+       "params_schema: parameter \"n\": \"min\" is greater than \"max\""},
       {R"({"n": {"type": "int", "required": true, "default": 1}})",
        "params_schema: parameter \"n\": a required parameter cannot have a default"},
       {R"({"n": {"type": "int", "default": "auto"}})",
-       "params_schema: parameter \"n\": default \"auto\" is invalid: expected an int, got string \"auto\""},
-      {R"({"n": {"type": "int", "required": "yes"}})", "params_schema: parameter \"n\": \"required\" must be true or false"},
-      {R"({"n": {"type": "int", "doc": 3}})", "params_schema: parameter \"n\": \"doc\" must be a string"},
+       "params_schema: parameter \"n\": default \"auto\" is invalid: expected an int, got string "
+       "\"auto\""},
+      {R"({"n": {"type": "int", "required": "yes"}})",
+       "params_schema: parameter \"n\": \"required\" must be true or false"},
+      {R"({"n": {"type": "int", "doc": 3}})",
+       "params_schema: parameter \"n\": \"doc\" must be a string"},
   };
   for (const BadSchema& c : cases) {
     auto spec = parse_params_schema(c.text);

@@ -22,17 +22,19 @@ TEST(ConfigReference, CheckedInFileMatchesTheSchema) {
   std::stringstream content;
   content << in.rdbuf();
   EXPECT_TRUE(content.str() == config_reference_markdown())
-      << path << " is out of date with the schema (core/config/deepspeed_schema*.cc). Regenerate it:\n"
+      << path
+      << " is out of date with the schema (core/config/deepspeed_schema*.cc). Regenerate it:\n"
       << "  <build>/bin/dscore config reference > docs/config-reference.md";
 }
 
 TEST(ConfigReference, CoversEveryKeyAliasAndRule) {
   const std::string text = config_reference_markdown();
   std::function<void(const ObjectSpec&, const std::string&)> walk = [&](const ObjectSpec& spec,
-                                                                       const std::string& path) {
+                                                                        const std::string& path) {
     for (const FieldSpec& f : spec.fields) {
       EXPECT_NE(text.find("| `" + f.name + "` |"), std::string::npos) << path << f.name;
-      for (const std::string& a : f.aliases) EXPECT_NE(text.find("`" + a + "`"), std::string::npos) << a;
+      for (const std::string& a : f.aliases)
+        EXPECT_NE(text.find("`" + a + "`"), std::string::npos) << a;
       if (f.object) {
         const std::string child = path + f.name + (f.type == FieldType::kObjectArray ? "[]" : "");
         EXPECT_NE(text.find("## `" + child + "`"), std::string::npos) << child;
@@ -41,7 +43,8 @@ TEST(ConfigReference, CoversEveryKeyAliasAndRule) {
     }
   };
   walk(deepspeed_schema(), "");
-  for (const AutoRuleInfo& r : auto_rules()) EXPECT_NE(text.find("| `" + std::string(r.name) + "` |"), std::string::npos);
+  for (const AutoRuleInfo& r : auto_rules())
+    EXPECT_NE(text.find("| `" + std::string(r.name) + "` |"), std::string::npos);
   EXPECT_EQ(text, config_reference_markdown());  // deterministic
 }
 

@@ -21,8 +21,8 @@ struct Outcome {
   std::string error_text(size_t i = 0) const {
     if (i >= errors.size()) return "<no error>";
     const ConfigError& e = errors[i];
-    return e.path + "@" + std::to_string(e.location.line) + ":" + std::to_string(e.location.column) + ": " +
-           e.message;
+    return e.path + "@" + std::to_string(e.location.line) + ":" +
+           std::to_string(e.location.column) + ": " + e.message;
   }
 };
 
@@ -34,7 +34,8 @@ json::Value parse(std::string_view text) {
 
 Outcome validate(std::string_view text, const ObjectSpec& spec, AutoResolver resolver = {}) {
   Outcome run;
-  AutoResolver recording = [&](const std::string& rule, const FieldSpec& f, const std::string& path) {
+  AutoResolver recording = [&](const std::string& rule, const FieldSpec& f,
+                               const std::string& path) {
     run.resolver_calls.push_back(rule + " " + path);
     return resolver(rule, f, path);
   };
@@ -52,7 +53,8 @@ TEST(SchemaValidator, UnknownKeyIsAnErrorWithSuggestionAndKeyLocation) {
   Outcome r = validate("{\n  \"zero_optimisation\": {}\n}", s);
   ASSERT_EQ(r.errors.size(), 1u);
   EXPECT_EQ(r.error_text(),
-            "zero_optimisation@2:3: unknown key \"zero_optimisation\"; did you mean \"zero_optimization\"?");
+            "zero_optimisation@2:3: unknown key \"zero_optimisation\"; did you mean "
+            "\"zero_optimization\"?");
   // Nothing plausible: no suggestion.
   Outcome far = validate("{\"banana\": 1}", s);
   EXPECT_EQ(far.error_text(), "banana@1:2: unknown key \"banana\"");
@@ -84,8 +86,9 @@ TEST(SchemaValidator, AllowUnknownKeepsKeysWithANoticeUnlessQuiet) {
 }
 
 TEST(SchemaValidator, WrongTypeNamesExpectedAndGot) {
-  ObjectSpec s = spec({F("n", T::kInt, ""), F("b", T::kBool, ""), F("s", T::kString, ""),
-                       F("o", T::kObject, "").object(make_object({}, "o")), F("x", T::kNumber, "")});
+  ObjectSpec s =
+      spec({F("n", T::kInt, ""), F("b", T::kBool, ""), F("s", T::kString, ""),
+            F("o", T::kObject, "").object(make_object({}, "o")), F("x", T::kNumber, "")});
   Outcome r = validate("{\"n\": \"5e8\", \"b\": 1, \"s\": 3, \"o\": [], \"x\": true}", s);
   ASSERT_EQ(r.errors.size(), 5u);
   EXPECT_EQ(r.error_text(0), "n@1:7: expected an int, got string \"5e8\"");
@@ -131,8 +134,10 @@ TEST(SchemaValidator, EnumsExactCaseInsensitiveAndCustomMessage) {
   Outcome bad = validate("{\"device\": \"CPU\", \"tag\": \"foo\", \"dtype\": \"fp8\"}", s);
   ASSERT_EQ(bad.errors.size(), 3u);
   EXPECT_EQ(bad.error_text(0),
-            "device@1:12: expected one of \"none\", \"cpu\", \"nvme\", got \"CPU\"; did you mean \"cpu\"?");
-  EXPECT_EQ(bad.error_text(1), "tag@1:26: expected one of \"WARN\", \"IGNORE\", \"FAIL\", got \"foo\"");
+            "device@1:12: expected one of \"none\", \"cpu\", \"nvme\", got \"CPU\"; did you mean "
+            "\"cpu\"?");
+  EXPECT_EQ(bad.error_text(1),
+            "tag@1:26: expected one of \"WARN\", \"IGNORE\", \"FAIL\", got \"foo\"");
   EXPECT_EQ(bad.error_text(2), "dtype@1:42: Bad dtype. Got: fp8");
 }
 
@@ -157,13 +162,16 @@ TEST(SchemaValidator, ArraysCheckItemsLengthAndBounds) {
 }
 
 TEST(SchemaValidator, AutoWithoutRuleIsRejectedWithTheNote) {
-  ObjectSpec s = spec({F("a", T::kInt, ""),
-                       F("stage", T::kInt, "").auto_note("DeepSpeed would silently drop it and run ZeRO stage 0; give 0-3")});
+  ObjectSpec s =
+      spec({F("a", T::kInt, ""),
+            F("stage", T::kInt, "")
+                .auto_note("DeepSpeed would silently drop it and run ZeRO stage 0; give 0-3")});
   Outcome r = validate("{\"a\": \"auto\", \"stage\": \"auto\"}", s);
   ASSERT_EQ(r.errors.size(), 2u);
   EXPECT_EQ(r.error_text(0), "a@1:7: \"auto\" is not accepted here; give an int");
   EXPECT_EQ(r.error_text(1),
-            "stage@1:24: \"auto\" is not accepted here; DeepSpeed would silently drop it and run ZeRO stage 0; give 0-3");
+            "stage@1:24: \"auto\" is not accepted here; DeepSpeed would silently drop it and run "
+            "ZeRO stage 0; give 0-3");
 }
 
 TEST(SchemaValidator, AutoWithRuleCallsTheResolverAndNotes) {
@@ -183,16 +191,19 @@ TEST(SchemaValidator, AutoWithRuleCallsTheResolverAndNotes) {
 }
 
 TEST(SchemaValidator, AutoResolverErrorsAndAbsentResults) {
-  ObjectSpec s = spec({F("steps", T::kInt, "").auto_rule("train_steps"), F("b", T::kInt, "").auto_rule("batch"),
-                       F("c", T::kInt, "").min(10).auto_rule("x")});
+  ObjectSpec s =
+      spec({F("steps", T::kInt, "").auto_rule("train_steps"),
+            F("b", T::kInt, "").auto_rule("batch"), F("c", T::kInt, "").min(10).auto_rule("x")});
   AutoResolver resolver = [](const std::string& rule, const FieldSpec&, const std::string&) {
-    if (rule == "train_steps") return AutoResolution{std::nullopt, "", "set \"train_steps\" or pass --steps"};
+    if (rule == "train_steps")
+      return AutoResolution{std::nullopt, "", "set \"train_steps\" or pass --steps"};
     if (rule == "x") return AutoResolution{json::Value(1), "one", ""};
     return AutoResolution{};
   };
   Outcome r = validate("{\"steps\": \"auto\", \"b\": \"auto\", \"c\": \"auto\"}", s, resolver);
   ASSERT_EQ(r.errors.size(), 2u);
-  EXPECT_EQ(r.error_text(0), "steps@1:11: \"auto\" cannot be resolved: set \"train_steps\" or pass --steps");
+  EXPECT_EQ(r.error_text(0),
+            "steps@1:11: \"auto\" cannot be resolved: set \"train_steps\" or pass --steps");
   // A resolved value still goes through the field's checks.
   EXPECT_EQ(r.error_text(1), "c@1:37: must be >= 10, got 1");
   EXPECT_EQ(r.out.find("b"), nullptr);  // left for the batch rule
@@ -207,7 +218,8 @@ TEST(SchemaValidator, JsonFieldsKeepAutoAsWritten) {
 }
 
 TEST(SchemaValidator, AliasesCanonicaliseAndTwoSpellingsAreAnError) {
-  ObjectSpec s = spec({F("prefetch_bucket_size", T::kInt, "").alias("stage3_prefetch_bucket_size").def(5)});
+  ObjectSpec s =
+      spec({F("prefetch_bucket_size", T::kInt, "").alias("stage3_prefetch_bucket_size").def(5)});
   Outcome r = validate("{\"stage3_prefetch_bucket_size\": 7}", s);
   EXPECT_TRUE(r.errors.empty());
   EXPECT_EQ(r.out.find("prefetch_bucket_size")->as_int(), 7);
@@ -216,7 +228,8 @@ TEST(SchemaValidator, AliasesCanonicaliseAndTwoSpellingsAreAnError) {
   Outcome both = validate("{\"prefetch_bucket_size\": 1,\n \"stage3_prefetch_bucket_size\": 2}", s);
   ASSERT_EQ(both.errors.size(), 1u);
   EXPECT_EQ(both.error_text(),
-            "stage3_prefetch_bucket_size@2:2: \"prefetch_bucket_size\" and \"stage3_prefetch_bucket_size\" are two "
+            "stage3_prefetch_bucket_size@2:2: \"prefetch_bucket_size\" and "
+            "\"stage3_prefetch_bucket_size\" are two "
             "spellings of the same key; give only one");
 }
 
@@ -230,7 +243,9 @@ TEST(SchemaValidator, ErrorFieldsRejectWithTheirMessage) {
 TEST(SchemaValidator, DeprecatedKeysNoticeRenameAndTogetherError) {
   ObjectSpec s = spec({
       F("intra_op_parallelism", T::kInt, "").def(1).min(1),
-      F("thread_count", T::kInt, "").replaced_by("intra_op_parallelism", true).deprecated("renamed"),
+      F("thread_count", T::kInt, "")
+          .replaced_by("intra_op_parallelism", true)
+          .deprecated("renamed"),
       F("offload", T::kObject, "").nullable().object(make_object({}, "o")),
       F("cpu_offload", T::kBool, "").replaced_by("offload", false).deprecated("use offload"),
   });
@@ -242,7 +257,8 @@ TEST(SchemaValidator, DeprecatedKeysNoticeRenameAndTogetherError) {
   EXPECT_EQ(renamed.notices[0].path, "thread_count");
   EXPECT_EQ(renamed.notices[0].message, "renamed");
   // The renamed key is checked against its replacement's bounds.
-  EXPECT_EQ(validate("{\"thread_count\": 0}", s).error_text(), "thread_count@1:18: must be >= 1, got 0");
+  EXPECT_EQ(validate("{\"thread_count\": 0}", s).error_text(),
+            "thread_count@1:18: must be >= 1, got 0");
 
   Outcome kept = validate("{\"cpu_offload\": true}", s);
   EXPECT_TRUE(kept.errors.empty());
@@ -250,7 +266,8 @@ TEST(SchemaValidator, DeprecatedKeysNoticeRenameAndTogetherError) {
 
   Outcome both = validate("{\"cpu_offload\": true, \"offload\": {}}", s);
   EXPECT_EQ(both.error_text(),
-            "cpu_offload@1:2: Cannot provide deprecated parameter 'cpu_offload' and replacing parameter 'offload' "
+            "cpu_offload@1:2: Cannot provide deprecated parameter 'cpu_offload' and replacing "
+            "parameter 'offload' "
             "together");
   Outcome both_renamed = validate("{\"thread_count\": 2, \"intra_op_parallelism\": 3}", s);
   EXPECT_EQ(both_renamed.errors.size(), 1u);
@@ -266,7 +283,8 @@ TEST(SchemaValidator, NullableNullIsAbsentOtherNullIsAnError) {
 
 TEST(SchemaValidator, DefaultsAreFilledIncludingNestedObjects) {
   auto inner = make_object({F("x", T::kInt, "").def(7), F("y", T::kString, "")}, "inner");
-  ObjectSpec s = spec({F("a", T::kBool, "").def(false), F("inner", T::kObject, "").def(json::Value::object()).object(inner),
+  ObjectSpec s = spec({F("a", T::kBool, "").def(false),
+                       F("inner", T::kObject, "").def(json::Value::object()).object(inner),
                        F("absent", T::kObject, "").nullable().object(inner)});
   Outcome r = validate("{}", s);
   EXPECT_TRUE(r.errors.empty());

@@ -92,7 +92,8 @@ TEST(Engine, ClippingInactiveBelowThreshold) {
 
 TEST(Engine, AccumulationUpdatesOnlyAtTheBoundaryWithTheMeanGradient) {
   // gas 4: four micro-batches, each adding (w - c) / 4.
-  Built b = build(std::string("\"train_batch_size\": 8, \"train_micro_batch_size_per_gpu\": 2, ") + kSgd);
+  Built b =
+      build(std::string("\"train_batch_size\": 8, \"train_micro_batch_size_per_gpu\": 2, ") + kSgd);
   Engine& e = *b.engine;
   ASSERT_EQ(e.config().batch.gradient_accumulation_steps, 4);
   for (int m = 0; m < 3; ++m) {
@@ -123,10 +124,10 @@ TEST(Engine, WarmupScheduleFirstTwoUpdatesUseTheMinimumLr) {
   train_step(e);  // lr 0
   EXPECT_EQ(params(e), (std::vector<float>{0, 0}));
   EXPECT_EQ(e.get_lr(), std::vector<double>{0.0});  // t = 0
-  train_step(e);  // lr 0
+  train_step(e);                                    // lr 0
   EXPECT_EQ(params(e), (std::vector<float>{0, 0}));
   EXPECT_EQ(e.get_lr(), std::vector<double>{0.25});  // t = 1
-  train_step(e);  // lr 0.25: w += 0.25 * (c - w)
+  train_step(e);                                     // lr 0.25: w += 0.25 * (c - w)
   EXPECT_EQ(params(e), (std::vector<float>{0.75f, 1.0f}));
   EXPECT_EQ(e.get_lr(), std::vector<double>{0.5});
 }
@@ -166,7 +167,8 @@ TEST(Engine, AcquireOfAMissingLayerNamesTheLayerCount) {
   b.model->acquire_out_of_range = true;
   auto loss = b.engine->forward_backward(kEmptyBatch);
   ASSERT_FALSE(loss.ok());
-  EXPECT_NE(loss.status().message().find("acquire(7): the model has only 1 layers"), std::string::npos)
+  EXPECT_NE(loss.status().message().find("acquire(7): the model has only 1 layers"),
+            std::string::npos)
       << loss.status().message();
 }
 
@@ -178,8 +180,8 @@ TEST(Engine, UnsupportedOffloadIsRefusedWithTheFix) {
   options.own_model = true;
   auto setup = prepare_text(text, "t.json", ".", options);
   ASSERT_TRUE(setup.ok() && setup->loaded.ok()) << format_config_errors(setup->loaded);
-  auto engine = build_engine(*setup, std::make_unique<QuadraticModel>(std::vector<float>{0},
-                                                                      std::vector<float>{1}));
+  auto engine = build_engine(
+      *setup, std::make_unique<QuadraticModel>(std::vector<float>{0}, std::vector<float>{1}));
   ASSERT_FALSE(engine.ok());
   EXPECT_EQ(engine.status().code(), DSCORE_UNIMPLEMENTED);
   EXPECT_NE(engine.status().message().find("set \"device\": \"none\""), std::string::npos);
@@ -196,12 +198,14 @@ std::vector<std::string> read_lines(const fs::path& file) {
 }
 
 TEST(Engine, MonitorEventsUseDeepSpeedTagsAndXAxis) {
-  const fs::path dir = fs::temp_directory_path() / ("dscore_engine_monitor_" + std::to_string(getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("dscore_engine_monitor_" + std::to_string(getpid()));
   fs::remove_all(dir);
   {
-    Built b = build(std::string("\"train_batch_size\": 4, \"train_micro_batch_size_per_gpu\": 2, ") +
-                    kSgd + ", \"csv_monitor\": {\"enabled\": true, \"output_path\": \"" +
-                    dir.string() + "\", \"job_name\": \"job\"}");
+    Built b =
+        build(std::string("\"train_batch_size\": 4, \"train_micro_batch_size_per_gpu\": 2, ") +
+              kSgd + ", \"csv_monitor\": {\"enabled\": true, \"output_path\": \"" + dir.string() +
+              "\", \"job_name\": \"job\"}");
     train_step(*b.engine);
     train_step(*b.engine);
   }

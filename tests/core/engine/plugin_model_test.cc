@@ -21,9 +21,11 @@ struct Trace {
 Trace train(int micro, int steps) {
   const std::string text =
       std::string("{\"plugins\": {\"paths\": [\"") + DSCORE_BUILD_PLUGIN_DIR +
-      "\"]}, \"train_batch_size\": 32, \"train_micro_batch_size_per_gpu\": " + std::to_string(micro) +
+      "\"]}, \"train_batch_size\": 32, \"train_micro_batch_size_per_gpu\": " +
+      std::to_string(micro) +
       ", \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003, \"weight_decay\": 0.01}},"
-      " \"gradient_clipping\": 1.0, \"model\": {\"type\": \"mlp\", \"hidden_dim\": 32}, \"seed\": 7}";
+      " \"gradient_clipping\": 1.0, \"model\": {\"type\": \"mlp\", \"hidden_dim\": 32}, \"seed\": "
+      "7}";
   auto setup = prepare_text(text, "plugin_model_test.json", ".", {});
   EXPECT_TRUE(setup.ok() && setup->loaded.ok()) << format_config_errors(setup->loaded);
   auto engine = build_engine(*setup, nullptr);

@@ -60,9 +60,11 @@ TEST(PluginNames, MpiiSuggestsMpi) {
   EXPECT_EQ(e.path, "comm.backend");
   EXPECT_EQ(e.location.line, 4);
   EXPECT_EQ(e.location.column, 23);
-  EXPECT_EQ(e.message.rfind(
-                "no comm plugin named 'mpii'; did you mean \"mpi\"?; available: local, loopback, mpi. ", 0),
-            0u)
+  EXPECT_EQ(
+      e.message.rfind(
+          "no comm plugin named 'mpii'; did you mean \"mpi\"?; available: local, loopback, mpi. ",
+          0),
+      0u)
       << e.message;
 }
 

@@ -52,12 +52,14 @@ class QuadraticModel : public Model {
     ++forward_backward_calls;
     dscore_layer_views views{};
     views.struct_size = sizeof views;
-    if (dscore_status st = hooks.acquire(hooks.ctx, acquire_out_of_range ? 7 : 0,
-                                         DSCORE_ACQUIRE_FORWARD, &views); st != DSCORE_OK)
+    if (dscore_status st =
+            hooks.acquire(hooks.ctx, acquire_out_of_range ? 7 : 0, DSCORE_ACQUIRE_FORWARD, &views);
+        st != DSCORE_OK)
       return Status(st, "acquire failed");
     const float* w = static_cast<const float*>(views.params[0]->data);
     double sum = 0;
-    for (size_t i = 0; i < target_.size(); ++i) sum += 0.5 * (w[i] - target_[i]) * (w[i] - target_[i]);
+    for (size_t i = 0; i < target_.size(); ++i)
+      sum += 0.5 * (w[i] - target_[i]) * (w[i] - target_[i]);
     *loss = sum;
     if (forget_release) return Status::Ok();
     hooks.release(hooks.ctx, 0);

@@ -44,7 +44,7 @@ TEST(TwoEngines, RunAtOnceEachAsItRunsAlone) {
   b.join();
   expect_same(zero2_together, zero2_alone, "the ZeRO-2 job");
   expect_same(zero0_together, zero0_alone, "the ZeRO-0 job");
-  EXPECT_NE(zero2_alone.losses, zero0_alone.losses);  // two different jobs
+  EXPECT_NE(zero2_alone.losses, zero0_alone.losses);                 // two different jobs
   EXPECT_LT(zero2_alone.losses.back(), zero2_alone.losses.front());  // and they train
 }
 

@@ -27,7 +27,8 @@ TEST(PluginCall, OkIsOk) {
 
 TEST(PluginCall, ErrorCarriesThePluginsMessage) {
   Status st = call_plugin(host(), kPlugin, "step", [] {
-    return host_api()->set_error(host().handle(), DSCORE_RESOURCE_EXHAUSTED, "state buffer too small");
+    return host_api()->set_error(host().handle(), DSCORE_RESOURCE_EXHAUSTED,
+                                 "state buffer too small");
   });
   EXPECT_EQ(st.code(), DSCORE_RESOURCE_EXHAUSTED);
   EXPECT_EQ(st.message(), "optimizer 'x' (/p/libx.so) step: state buffer too small");
@@ -39,7 +40,8 @@ TEST(PluginCall, ErrorWithoutAMessageSaysTheCode) {
   host_api()->set_error(host().handle(), DSCORE_INTERNAL, "stale");
   Status st = call_plugin(host(), kPlugin, "create", [] { return DSCORE_NOT_FOUND; });
   EXPECT_EQ(st.code(), DSCORE_NOT_FOUND);
-  EXPECT_EQ(st.message(), "optimizer 'x' (/p/libx.so) create: failed with NOT_FOUND and no message");
+  EXPECT_EQ(st.message(),
+            "optimizer 'x' (/p/libx.so) create: failed with NOT_FOUND and no message");
 }
 
 TEST(PluginCall, StatusOutsideTheEnumIsInternal) {
@@ -53,7 +55,8 @@ TEST(PluginCall, StatusOutsideTheEnumIsInternal) {
 }
 
 TEST(PluginCall, EscapedExceptionsBecomeInternal) {
-  Status st = call_plugin(host(), kPlugin, "step", []() -> dscore_status { throw std::logic_error("oops"); });
+  Status st = call_plugin(host(), kPlugin, "step",
+                          []() -> dscore_status { throw std::logic_error("oops"); });
   EXPECT_EQ(st.code(), DSCORE_INTERNAL);
   EXPECT_EQ(st.message(),
             "optimizer 'x' (/p/libx.so) threw a C++ exception out of step across the C ABI; its "
@@ -65,7 +68,8 @@ TEST(PluginCall, EscapedExceptionsBecomeInternal) {
 }
 
 TEST(PluginCall, ValueCallsReturnTheValueOrTheException) {
-  auto ok = call_plugin_value<int64_t>(host(), kPlugin, "first_iteration", [] { return int64_t{-1}; });
+  auto ok =
+      call_plugin_value<int64_t>(host(), kPlugin, "first_iteration", [] { return int64_t{-1}; });
   ASSERT_TRUE(ok.ok());
   EXPECT_EQ(*ok, -1);
   auto bad = call_plugin_value<int64_t>(host(), kPlugin, "first_iteration",
@@ -92,10 +96,12 @@ TEST(PluginCall, CrashRecordNamesTheInnermostCallAndIsRestored) {
     {
       // A model's hook calling into a comm plugin: the inner call is the one running.
       PluginCallScope inner("comm 'mpi' (/p/libmpi.so)", "allgather");
-      EXPECT_EQ(crash_message_for_test(SIGSEGV, buffer, sizeof buffer),
-                "dscore: fatal signal SIGSEGV while running allgather of comm 'mpi' (/p/libmpi.so)\n");
+      EXPECT_EQ(
+          crash_message_for_test(SIGSEGV, buffer, sizeof buffer),
+          "dscore: fatal signal SIGSEGV while running allgather of comm 'mpi' (/p/libmpi.so)\n");
     }
-    EXPECT_NE(std::string(crash_message_for_test(SIGSEGV, buffer, sizeof buffer)).find("forward_backward"),
+    EXPECT_NE(std::string(crash_message_for_test(SIGSEGV, buffer, sizeof buffer))
+                  .find("forward_backward"),
               std::string::npos);
   }
   EXPECT_EQ(crash_message_for_test(SIGFPE, buffer, sizeof buffer),

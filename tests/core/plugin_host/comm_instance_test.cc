@@ -17,8 +17,16 @@ ValidatedParams no_params() {
 }
 
 dscore_tensor fp32_view(float* data, int64_t* shape) {
-  return dscore_tensor{sizeof(dscore_tensor), data, DSCORE_DTYPE_F32, DSCORE_DEVICE_CPU, 0, 1, shape,
-                       nullptr, shape[0], nullptr};
+  return dscore_tensor{sizeof(dscore_tensor),
+                       data,
+                       DSCORE_DTYPE_F32,
+                       DSCORE_DEVICE_CPU,
+                       0,
+                       1,
+                       shape,
+                       nullptr,
+                       shape[0],
+                       nullptr};
 }
 
 TEST(PluginCommInstance, CollectivesReachTheBackendAndOptionalOnesAreUnimplemented) {

@@ -22,7 +22,7 @@ namespace {
 
 struct ChildResult {
   std::string stderr_text;
-  int signal = 0;     // the signal that ended it, 0 if it exited
+  int signal = 0;  // the signal that ended it, 0 if it exited
   int exit_code = -1;
 };
 
@@ -55,24 +55,27 @@ ChildResult run_in_child(const std::function<void()>& body) {
 }
 
 TEST(CrashHandler, SegfaultInsideAPluginNamesThePluginAndFunctionAndStillKills) {
-  const std::string display = "optimizer 'fake_segv' (" + testing::test_plugin_file("fake_segv") + ")";
+  const std::string display =
+      "optimizer 'fake_segv' (" + testing::test_plugin_file("fake_segv") + ")";
   ChildResult r = run_in_child([] {
     install_crash_handler();
     auto registry = PluginRegistry::open(testing::folders_of({"fake_segv"}));
     if (!registry.ok()) _exit(10);
     auto info = (*registry)->find(DSCORE_KIND_OPTIMIZER, "fake_segv");
     if (!info.ok()) _exit(11);
-    auto opt = OptimizerInstance::create(**info,
-                                         ValidatedParams::from_object(json::Value::object(), json::Value::object()),
-                                         InstanceContext{});
+    auto opt = OptimizerInstance::create(
+        **info, ValidatedParams::from_object(json::Value::object(), json::Value::object()),
+        InstanceContext{});
     if (!opt.ok()) _exit(12);
     dscore_optimizer_hparams hp{sizeof hp, 0.1, 0, 0, 0, 1, 1, 1};
-    dscore_optimizer_step_args args{sizeof args, &hp, 0, nullptr, nullptr, 0, nullptr, nullptr, nullptr};
+    dscore_optimizer_step_args args{sizeof args, &hp,     0,       nullptr, nullptr,
+                                    0,           nullptr, nullptr, nullptr};
     (void)(*opt)->step(args);
   });
   EXPECT_EQ(r.signal, SIGSEGV) << "exit code " << r.exit_code << ", stderr: " << r.stderr_text;
-  EXPECT_NE(r.stderr_text.find("dscore: fatal signal SIGSEGV while running step of " + display + "\n"),
-            std::string::npos)
+  EXPECT_NE(
+      r.stderr_text.find("dscore: fatal signal SIGSEGV while running step of " + display + "\n"),
+      std::string::npos)
       << r.stderr_text;
 }
 
@@ -90,10 +93,12 @@ TEST(CrashHandler, AbortInsideAPluginCallIsReportedAndStillAborts) {
     install_crash_handler();
     install_crash_handler();  // idempotent
     HostContext host;
-    (void)call_plugin(host, "monitor 'm' (/p/libm.so)", "flush", []() -> dscore_status { std::abort(); });
+    (void)call_plugin(host, "monitor 'm' (/p/libm.so)", "flush",
+                      []() -> dscore_status { std::abort(); });
   });
   EXPECT_EQ(r.signal, SIGABRT);
-  EXPECT_EQ(r.stderr_text, "dscore: fatal signal SIGABRT while running flush of monitor 'm' (/p/libm.so)\n");
+  EXPECT_EQ(r.stderr_text,
+            "dscore: fatal signal SIGABRT while running flush of monitor 'm' (/p/libm.so)\n");
 }
 
 TEST(CrashHandler, StackOverflowIsReportedFromTheAlternateStack) {

@@ -33,7 +33,8 @@ TEST_F(HostApi, DescribesItsVersion) {
 }
 
 TEST_F(HostApi, SetErrorIsPerThreadAndReturnsTheCode) {
-  EXPECT_EQ(api()->set_error(ctx(), DSCORE_INVALID_ARGUMENT, "main thread"), DSCORE_INVALID_ARGUMENT);
+  EXPECT_EQ(api()->set_error(ctx(), DSCORE_INVALID_ARGUMENT, "main thread"),
+            DSCORE_INVALID_ARGUMENT);
   std::optional<std::pair<dscore_status, std::string>> other;
   std::thread t([&] {
     EXPECT_FALSE(host_.take_error());  // the main thread's error is not visible here

@@ -60,8 +60,8 @@ ValidatedParams params_of(const PluginInfo& info, const std::string& text) {
   EXPECT_TRUE(parsed.ok()) << parsed.status().message();
   std::vector<config::ConfigError> errors;
   std::vector<config::ConfigNotice> notices;
-  ValidatedParams p = validate_params(info, *parsed, "optimizer.params", config::AutoResolver(),
-                                      &errors, &notices);
+  ValidatedParams p =
+      validate_params(info, *parsed, "optimizer.params", config::AutoResolver(), &errors, &notices);
   for (const auto& e : errors) ADD_FAILURE() << e.path << ": " << e.message;
   return p;
 }
@@ -86,9 +86,18 @@ bool is_mapped(const std::string& path) {
 }
 
 struct Fp32 {
-  explicit Fp32(std::vector<float> v) : values(std::move(v)), shape{static_cast<int64_t>(values.size())} {
-    tensor = dscore_tensor{sizeof(dscore_tensor), values.data(), DSCORE_DTYPE_F32, DSCORE_DEVICE_CPU,
-                           0, 1, shape, nullptr, shape[0], nullptr};
+  explicit Fp32(std::vector<float> v)
+      : values(std::move(v)), shape{static_cast<int64_t>(values.size())} {
+    tensor = dscore_tensor{sizeof(dscore_tensor),
+                           values.data(),
+                           DSCORE_DTYPE_F32,
+                           DSCORE_DEVICE_CPU,
+                           0,
+                           1,
+                           shape,
+                           nullptr,
+                           shape[0],
+                           nullptr};
   }
   std::vector<float> values;
   int64_t shape[1];
@@ -100,8 +109,9 @@ Status sgd_step(OptimizerInstance& opt, Fp32& param, Fp32& grad, double lr, Fp32
   const dscore_tensor* grads[] = {&grad.tensor};
   dscore_tensor* states[] = {state != nullptr ? &state->tensor : nullptr};
   dscore_optimizer_hparams hp{sizeof hp, lr, 0, 0.9, 0.999, 1.0, 1, 1.0};
-  dscore_optimizer_step_args args{sizeof args, &hp, 1, params, grads, state ? 1u : 0u,
-                                  state ? states : nullptr, nullptr, nullptr};
+  dscore_optimizer_step_args args{
+      sizeof args, &hp,    1, params, grads, state ? 1u : 0u, state ? states : nullptr,
+      nullptr,     nullptr};
   return opt.step(args);
 }
 
@@ -181,17 +191,19 @@ Status create_fault(const std::string& name) {
 TEST(PluginInstances, CreateReturningAnErrorCarriesThePluginsMessage) {
   Status st = create_fault("fake_create_invalid");
   EXPECT_EQ(st.code(), DSCORE_INVALID_ARGUMENT);
-  EXPECT_EQ(st.message(), "optimizer 'fake_create_invalid' (" + test_plugin_file("fake_create_invalid") +
+  EXPECT_EQ(st.message(), "optimizer 'fake_create_invalid' (" +
+                              test_plugin_file("fake_create_invalid") +
                               ") create: fake rejects its params: 'lr' must be > 0");
 }
 
 TEST(PluginInstances, RawCppExceptionEscapingCreateIsCaughtAtTheBoundary) {
   Status st = create_fault("fake_throws_raw");
   EXPECT_EQ(st.code(), DSCORE_INTERNAL);
-  EXPECT_EQ(st.message(), "optimizer 'fake_throws_raw' (" + test_plugin_file("fake_throws_raw") +
-                              ") threw a C++ exception out of create across the C ABI; its exported "
-                              "functions must catch everything (use dscore::sdk::guard from "
-                              "dscore/cpp/plugin.hpp); the exception said: raw boom from create");
+  EXPECT_EQ(st.message(),
+            "optimizer 'fake_throws_raw' (" + test_plugin_file("fake_throws_raw") +
+                ") threw a C++ exception out of create across the C ABI; its exported "
+                "functions must catch everything (use dscore::sdk::guard from "
+                "dscore/cpp/plugin.hpp); the exception said: raw boom from create");
 }
 
 TEST(PluginInstances, ExceptionInsideTheSdkGuardBecomesAStatusWithItsMessage) {
@@ -224,7 +236,8 @@ TEST(PluginInstances, FailingInitMakesTheLibraryUnusableAndRunsOnce) {
   auto registry = open_test_registry({"fake_init_fails"});
   ASSERT_TRUE(registry);
   const PluginInfo& info = *registry->find(DSCORE_KIND_OPTIMIZER, "fake_init_fails").value();
-  const std::string expected = "library 'lib-fake_init_fails' (" + test_plugin_file("fake_init_fails") +
+  const std::string expected = "library 'lib-fake_init_fails' (" +
+                               test_plugin_file("fake_init_fails") +
                                ") init: license file /nonexistent/fake.lic not found; the library "
                                "cannot be used (its init() failed; fix what the message says or "
                                "remove the library from the plugin path)";
@@ -244,7 +257,8 @@ TEST(PluginInstances, WrongKindIsRejectedBeforeAnyPluginCode) {
   auto opt = OptimizerInstance::create(info, no_params(), InstanceContext{});
   ASSERT_FALSE(opt.ok());
   EXPECT_EQ(opt.status().code(), DSCORE_INVALID_ARGUMENT);
-  EXPECT_EQ(opt.status().message(), info.display() + " is a scheduler plugin, not a optimizer plugin");
+  EXPECT_EQ(opt.status().message(),
+            info.display() + " is a scheduler plugin, not a optimizer plugin");
   EXPECT_FALSE(info.library->initialized());
 }
 
@@ -275,8 +289,8 @@ TEST(PluginInstances, AnInstanceKeepsItsLibraryLoadedAfterTheRegistryIsGone) {
   {
     auto registry = open_test_registry({"fake_sgd"});
     ASSERT_TRUE(registry);
-    auto created = OptimizerInstance::create(*registry->find(DSCORE_KIND_OPTIMIZER, "fake_sgd").value(),
-                                             no_params(), InstanceContext{});
+    auto created = OptimizerInstance::create(
+        *registry->find(DSCORE_KIND_OPTIMIZER, "fake_sgd").value(), no_params(), InstanceContext{});
     ASSERT_TRUE(created.ok()) << created.status().message();
     opt = std::move(created).value();
   }
@@ -427,9 +441,10 @@ TEST(PluginInstances, ModelWithADuplicateParameterNameIsRejectedNamingLayerAndPa
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().code(), DSCORE_INTERNAL);
   EXPECT_EQ(model.status().message(),
-            info.display() + " describe: layer 0 ('fc') param 'fc.weight': the parameter name "
-                             "'fc.weight' is used twice (names must be unique in the model: they "
-                             "key checkpoints) (a bug in the model plugin)");
+            info.display() +
+                " describe: layer 0 ('fc') param 'fc.weight': the parameter name "
+                "'fc.weight' is used twice (names must be unique in the model: they "
+                "key checkpoints) (a bug in the model plugin)");
 }
 
 }  // namespace

@@ -49,9 +49,11 @@ TEST(PluginListing, ListsPluginsSortedByKindThenNameWithProblems) {
 }
 
 TEST(PluginListing, CapabilityNamesKnowKindSpecificAndUnknownBits) {
-  EXPECT_EQ(capability_names(DSCORE_KIND_OPTIMIZER, DSCORE_CAP_CUDA | DSCORE_CAP_OPTIMIZER_WHOLE_TENSORS),
-            (std::vector<std::string>{"cuda", "whole_tensors"}));
-  EXPECT_EQ(capability_names(DSCORE_KIND_MONITOR, DSCORE_CAP_OPTIMIZER_WHOLE_TENSORS | (uint64_t{1} << 40)),
+  EXPECT_EQ(
+      capability_names(DSCORE_KIND_OPTIMIZER, DSCORE_CAP_CUDA | DSCORE_CAP_OPTIMIZER_WHOLE_TENSORS),
+      (std::vector<std::string>{"cuda", "whole_tensors"}));
+  EXPECT_EQ(capability_names(DSCORE_KIND_MONITOR,
+                             DSCORE_CAP_OPTIMIZER_WHOLE_TENSORS | (uint64_t{1} << 40)),
             (std::vector<std::string>{"bit24", "bit40"}));
   EXPECT_TRUE(capability_names(DSCORE_KIND_MODEL, 0).empty());
 }

@@ -47,7 +47,8 @@ Outcome validate(const std::string& text, const PluginInfo& info = plugin(),
   Outcome out;
   auto parsed = json::parse(text, "ds_config.json");
   EXPECT_TRUE(parsed.ok()) << parsed.status().message();
-  out.params = validate_params(info, *parsed, "optimizer.params", resolver, &out.errors, &out.notices);
+  out.params =
+      validate_params(info, *parsed, "optimizer.params", resolver, &out.errors, &out.notices);
   return out;
 }
 
@@ -56,7 +57,8 @@ TEST(PluginParams, UnknownKeyHasItsPathLocationAndASuggestion) {
   ASSERT_EQ(o.errors.size(), 1u);
   EXPECT_EQ(o.errors[0].path, "optimizer.params.lrr");
   EXPECT_EQ(o.errors[0].location.line, 2);
-  EXPECT_NE(o.errors[0].message.find("did you mean \"lr\""), std::string::npos) << o.errors[0].message;
+  EXPECT_NE(o.errors[0].message.find("did you mean \"lr\""), std::string::npos)
+      << o.errors[0].message;
 }
 
 TEST(PluginParams, WrongTypesAndBoundsAreErrors) {
@@ -108,7 +110,9 @@ TEST(PluginParams, ValuesTakeTheSchemasTypeNotTheSpelling) {
   // The raw text is the object as written: no defaults, no conversions.
   auto raw = json::parse(o.params.raw_json(), "raw");
   ASSERT_TRUE(raw.ok()) << o.params.raw_json();
-  EXPECT_EQ(*raw, *json::parse(R"({"lr": 1, "steps": 5e3, "per_group": 0.5, "extra": {"a": [1, "x"]}})", "x"));
+  EXPECT_EQ(
+      *raw,
+      *json::parse(R"({"lr": 1, "steps": 5e3, "per_group": 0.5, "extra": {"a": [1, "x"]}})", "x"));
   EXPECT_EQ(o.params.raw_json().find("nesterov"), std::string::npos);
 }
 
@@ -184,8 +188,10 @@ TEST(PluginParams, NullParamsMeanAnEmptyObject) {
 TEST(PluginParams, AnInvalidSchemaIsAnErrorNamingThePlugin) {
   Outcome o = validate("{}", plugin(R"({"lr": {"type": "float"}})"));
   ASSERT_EQ(o.errors.size(), 1u);
-  EXPECT_EQ(o.errors[0].message.rfind("optimizer 'sgd' (/p/libsgd.so) has an invalid params_schema", 0),
-            0u) << o.errors[0].message;
+  EXPECT_EQ(
+      o.errors[0].message.rfind("optimizer 'sgd' (/p/libsgd.so) has an invalid params_schema", 0),
+      0u)
+      << o.errors[0].message;
 }
 
 TEST(PluginParams, ViewsStayValidWhenTheParamsAreMoved) {

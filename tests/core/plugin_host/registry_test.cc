@@ -73,11 +73,13 @@ TEST(PluginRegistry, NotFoundSuggestsListsAndNamesWhereItLooked) {
   ASSERT_EQ(found.status().code(), DSCORE_NOT_FOUND);
   const std::string& m = found.status().message();
   EXPECT_NE(m.find("no optimizer plugin named 'fake_sdg'; did you mean \"fake_sgd\"?"),
-            std::string::npos) << m;
+            std::string::npos)
+      << m;
   EXPECT_NE(m.find("available: fake_sgd"), std::string::npos) << m;
   EXPECT_NE(m.find("Searched: " + test_plugin_dir("fake_sgd")), std::string::npos) << m;
   EXPECT_NE(m.find("Libraries that failed to load: " + test_plugin_file("fake_not_a_plugin")),
-            std::string::npos) << m;
+            std::string::npos)
+      << m;
   EXPECT_NE(m.find("DSCORE_PLUGIN_PATH"), std::string::npos) << m;
 }
 
@@ -144,7 +146,8 @@ TEST(PluginRegistry, UnparsableParamsSchemaNamesThePlugin) {
   EXPECT_EQ(m.rfind("optimizer 'fake_bad_schema' (" + test_plugin_file("fake_bad_schema") +
                         "): invalid params_schema: ",
                     0),
-            0u) << m;
+            0u)
+      << m;
 }
 
 TEST(PluginRegistry, DuplicateNameAcrossLibrariesIsAnErrorNamingBothFiles) {
@@ -207,7 +210,8 @@ TEST(PluginRegistry, ScansOnlySharedLibrariesAndReportsCorruptOnes) {
   auto registry = PluginRegistry::open(path);
   ASSERT_TRUE(registry.ok()) << registry.status().message();
   ASSERT_EQ((*registry)->plugins().size(), 1u);
-  EXPECT_EQ((*registry)->plugins()[0].library_path, fs::canonical(dir.path() / "libcopy.so").string());
+  EXPECT_EQ((*registry)->plugins()[0].library_path,
+            fs::canonical(dir.path() / "libcopy.so").string());
   ASSERT_EQ((*registry)->problems().size(), 1u);
   const LoadProblem& p = (*registry)->problems()[0];
   EXPECT_EQ(p.path, fs::canonical(dir.path() / "libjunk.so").string());
@@ -256,8 +260,10 @@ class EnvGuard {
     if (const char* v = getenv(name)) saved_ = v;
   }
   ~EnvGuard() {
-    if (saved_) setenv(name_, saved_->c_str(), 1);
-    else unsetenv(name_);
+    if (saved_)
+      setenv(name_, saved_->c_str(), 1);
+    else
+      unsetenv(name_);
   }
 
  private:
@@ -298,7 +304,8 @@ TEST(PluginRegistry, DiscoversEveryLibraryInTheBuildsPluginFolder) {
     ++libraries;
     EXPECT_TRUE(with_plugins.count(fs::canonical(e.path()).string())) << e.path();
   }
-  EXPECT_GT(libraries, 0u) << "the build's plugin folder " << DSCORE_BUILD_PLUGIN_DIR << " is empty";
+  EXPECT_GT(libraries, 0u) << "the build's plugin folder " << DSCORE_BUILD_PLUGIN_DIR
+                           << " is empty";
   EXPECT_EQ(with_plugins.size(), libraries);
 }
 

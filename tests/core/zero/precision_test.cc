@@ -21,7 +21,8 @@ std::vector<float> random_values(size_t n, uint32_t seed) {
 
 TEST(SquareSum, SplitsOfTheSameElementsGiveTheSameDouble) {
   std::vector<float> v = random_values(100003, 7);
-  const double whole = sum_squares(v.data(), DSCORE_DTYPE_F32, static_cast<int64_t>(v.size())).value();
+  const double whole =
+      sum_squares(v.data(), DSCORE_DTYPE_F32, static_cast<int64_t>(v.size())).value();
   for (size_t parts : {2u, 3u, 4u, 7u, 64u}) {
     SquareSum total;
     const size_t chunk = (v.size() + parts - 1) / parts;

@@ -19,16 +19,19 @@ using testing::InProcessResult;
 using testing::run_in_process_job;
 
 std::string config(int stage, int gas, const std::string& precision = "fp32") {
-  std::string c = R"("train_batch_size": 24, "gradient_accumulation_steps": )" + std::to_string(gas) +
+  std::string c = R"("train_batch_size": 24, "gradient_accumulation_steps": )" +
+                  std::to_string(gas) +
                   R"(, "train_steps": 6, "seed": 7, "gradient_clipping": 1.0,
   "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.01}},
   "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.003, "warmup_num_steps": 3}},
   "model": {"type": "mlp", "hidden_dim": 24, "n_hidden_layers": 2},
-  "zero_optimization": {"stage": )" + std::to_string(stage) +
+  "zero_optimization": {"stage": )" +
+                  std::to_string(stage) +
                   R"(, "reduce_bucket_size": 300, "stage3_param_persistence_threshold": 20})";
   // DeepSpeed accumulates bf16 gradients in fp32 at stage 0 only; pin the
   // dtype so every stage does the same math (as the mpirun test does).
-  if (precision == "bf16") c += R"(, "bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "bf16"})";
+  if (precision == "bf16")
+    c += R"(, "bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "bf16"})";
   return c;
 }
 
@@ -51,10 +54,12 @@ void expect_bitwise(const InProcessResult& a, const InProcessResult& b, const st
 void expect_close(const InProcessResult& a, const InProcessResult& b, const std::string& what) {
   ASSERT_EQ(a.losses.size(), b.losses.size()) << what;
   for (size_t i = 0; i < a.losses.size(); ++i)
-    EXPECT_NEAR(a.losses[i], b.losses[i], 1e-4 * std::fabs(b.losses[i]) + 1e-6) << what << " step " << i;
+    EXPECT_NEAR(a.losses[i], b.losses[i], 1e-4 * std::fabs(b.losses[i]) + 1e-6)
+        << what << " step " << i;
   ASSERT_EQ(a.params.size(), b.params.size()) << what;
   for (size_t i = 0; i < a.params.size(); ++i)
-    EXPECT_NEAR(a.params[i], b.params[i], 1e-4 * std::fabs(b.params[i]) + 1e-6) << what << " param " << i;
+    EXPECT_NEAR(a.params[i], b.params[i], 1e-4 * std::fabs(b.params[i]) + 1e-6)
+        << what << " param " << i;
 }
 
 TEST(ZeroStagesInProcess, EveryStageGivesTheSameBitsAtOneMicroBatchPerStep) {
@@ -69,7 +74,8 @@ TEST(ZeroStagesInProcess, EveryStageGivesTheSameBitsAtOneMicroBatchPerStep) {
 TEST(ZeroStagesInProcess, Bf16StagesAgreeBitwise) {
   std::vector<InProcessResult> runs = all_stages(2, 1, "bf16");
   for (int stage = 1; stage <= 3; ++stage)
-    expect_bitwise(runs[static_cast<size_t>(stage)], runs[0], "bf16 W=2 stage " + std::to_string(stage));
+    expect_bitwise(runs[static_cast<size_t>(stage)], runs[0],
+                   "bf16 W=2 stage " + std::to_string(stage));
 }
 
 TEST(ZeroStagesInProcess, WithAccumulationStagesPairUpByWhenTheyReduce) {
@@ -90,7 +96,8 @@ TEST(ZeroStagesInProcess, WorldSizesAgreeWithinTolerance) {
     for (int stage : {1, 3}) {
       const InProcessResult r = run_in_process_job(config(stage, 1), world);
       ASSERT_EQ(r.error, "");
-      expect_close(r, one, "W=" + std::to_string(world) + " stage " + std::to_string(stage) + " vs W=1");
+      expect_close(r, one,
+                   "W=" + std::to_string(world) + " stage " + std::to_string(stage) + " vs W=1");
     }
 }
 

@@ -51,16 +51,22 @@ static dscore_status sched_create(const dscore_create_args* args,
 static void sched_destroy(dscore_scheduler* self) { (void)self; }
 static dscore_status sched_point_at(const dscore_scheduler* self, int64_t t, size_t group,
                                     dscore_schedule_point* out) {
-  if (group >= self->groups) return g_host->set_error(self->ctx, DSCORE_OUT_OF_RANGE, "no such group");
+  if (group >= self->groups)
+    return g_host->set_error(self->ctx, DSCORE_OUT_OF_RANGE, "no such group");
   out->set_mask = DSCORE_HPARAM_LR;
   out->lr = self->base_lrs[group] * (double)(t + 2);
   return DSCORE_OK;
 }
 static const dscore_scheduler_vtable kSchedulerVtable = {
     sizeof(dscore_scheduler_vtable), sched_create, sched_destroy, sched_point_at, NULL, NULL, NULL};
-static const dscore_plugin_descriptor kScheduler = {
-    sizeof(dscore_plugin_descriptor), DSCORE_KIND_SCHEDULER, "fake_const", "1.0",
-    "lr = base * (t + 2)", 0, "{}", &kSchedulerVtable};
+static const dscore_plugin_descriptor kScheduler = {sizeof(dscore_plugin_descriptor),
+                                                    DSCORE_KIND_SCHEDULER,
+                                                    "fake_const",
+                                                    "1.0",
+                                                    "lr = base * (t + 2)",
+                                                    0,
+                                                    "{}",
+                                                    &kSchedulerVtable};
 
 /* -------------------------------------------------------------- monitor */
 
@@ -87,15 +93,20 @@ static dscore_status mon_write(dscore_monitor* self, const dscore_scalar_event* 
   }
   self->events += (int)count;
   snprintf(text, sizeof text, "%d %s=%g@%lld", self->events, count ? events[count - 1]->tag : "",
-           count ? events[count - 1]->value : 0.0, count ? (long long)events[count - 1]->step : 0LL);
+           count ? events[count - 1]->value : 0.0,
+           count ? (long long)events[count - 1]->step : 0LL);
   return g_host->kv_set(self->ctx, "fake_counter.events", text, strlen(text));
 }
 static const dscore_monitor_vtable kMonitorVtable = {
     sizeof(dscore_monitor_vtable), mon_create, mon_destroy, mon_write, NULL, NULL};
-static const dscore_plugin_descriptor kMonitor = {
-    sizeof(dscore_plugin_descriptor), DSCORE_KIND_MONITOR, "fake_counter", "1.0",
-    "counts scalar events", 0, NULL, &kMonitorVtable};
-
+static const dscore_plugin_descriptor kMonitor = {sizeof(dscore_plugin_descriptor),
+                                                  DSCORE_KIND_MONITOR,
+                                                  "fake_counter",
+                                                  "1.0",
+                                                  "counts scalar events",
+                                                  0,
+                                                  NULL,
+                                                  &kMonitorVtable};
 
 /* ----------------------------------------------------------------- comm */
 
@@ -106,11 +117,14 @@ struct dscore_comm {
 static struct dscore_comm g_comm;
 
 static size_t tensor_bytes(const dscore_tensor* t) {
-  return (size_t)t->numel * (t->dtype == DSCORE_DTYPE_F64 ? 8 : t->dtype == DSCORE_DTYPE_F32 ? 4 : 2);
+  return (size_t)t->numel * (t->dtype == DSCORE_DTYPE_F64   ? 8
+                             : t->dtype == DSCORE_DTYPE_F32 ? 4
+                                                            : 2);
 }
 static dscore_status comm_create(const dscore_create_args* args, dscore_comm** out) {
   if (args->world_size != 1)
-    return g_host->set_error(args->context, DSCORE_INVALID_ARGUMENT, "fake_loopback runs one rank only");
+    return g_host->set_error(args->context, DSCORE_INVALID_ARGUMENT,
+                             "fake_loopback runs one rank only");
   g_comm.ctx = args->context;
   g_comm.rank = args->rank;
   *out = &g_comm;
@@ -123,27 +137,29 @@ static dscore_status comm_copy(dscore_comm* self, const dscore_tensor* send, dsc
   if (send->data != recv->data) memcpy(recv->data, send->data, tensor_bytes(send));
   return DSCORE_OK;
 }
-static dscore_status comm_allreduce(dscore_comm* self, const dscore_tensor* send, dscore_tensor* recv,
-                                    dscore_reduce_op op, void* stream) {
+static dscore_status comm_allreduce(dscore_comm* self, const dscore_tensor* send,
+                                    dscore_tensor* recv, dscore_reduce_op op, void* stream) {
   (void)op, (void)stream;
   return comm_copy(self, send, recv);
 }
-static dscore_status comm_allgather(dscore_comm* self, const dscore_tensor* send, dscore_tensor* recv,
-                                    void* stream) {
+static dscore_status comm_allgather(dscore_comm* self, const dscore_tensor* send,
+                                    dscore_tensor* recv, void* stream) {
   (void)stream;
   return comm_copy(self, send, recv);
 }
 static dscore_status comm_broadcast(dscore_comm* self, dscore_tensor* tensor, int32_t root,
                                     void* stream) {
   (void)tensor, (void)stream;
-  return root == 0 ? DSCORE_OK : g_host->set_error(self->ctx, DSCORE_OUT_OF_RANGE, "root must be 0");
+  return root == 0 ? DSCORE_OK
+                   : g_host->set_error(self->ctx, DSCORE_OUT_OF_RANGE, "root must be 0");
 }
 static dscore_status comm_p2p(dscore_comm* self, const dscore_tensor* tensor, int32_t peer,
                               void* stream) {
   (void)tensor, (void)peer, (void)stream;
   return g_host->set_error(self->ctx, DSCORE_FAILED_PRECONDITION, "no peers in a one-rank job");
 }
-static dscore_status comm_recv(dscore_comm* self, dscore_tensor* tensor, int32_t peer, void* stream) {
+static dscore_status comm_recv(dscore_comm* self, dscore_tensor* tensor, int32_t peer,
+                               void* stream) {
   return comm_p2p(self, tensor, peer, stream);
 }
 static dscore_status comm_barrier(dscore_comm* self) {
@@ -167,9 +183,14 @@ static const dscore_comm_vtable kCommVtable = {.struct_size = sizeof(dscore_comm
                                                .recv = comm_recv,
                                                .barrier = comm_barrier,
                                                .reduce = comm_reduce};
-static const dscore_plugin_descriptor kComm = {
-    sizeof(dscore_plugin_descriptor), DSCORE_KIND_COMM, "fake_loopback", "1.0",
-    "single-rank loopback", DSCORE_CAP_CPU, NULL, &kCommVtable};
+static const dscore_plugin_descriptor kComm = {sizeof(dscore_plugin_descriptor),
+                                               DSCORE_KIND_COMM,
+                                               "fake_loopback",
+                                               "1.0",
+                                               "single-rank loopback",
+                                               DSCORE_CAP_CPU,
+                                               NULL,
+                                               &kCommVtable};
 
 /* -------------------------------------------------------------- offload */
 
@@ -193,7 +214,8 @@ static size_t off_alignment(const dscore_offload* self) {
   (void)self;
   return 4096;
 }
-static dscore_status off_open(dscore_offload* self, const char* path, uint32_t flags, int64_t* file) {
+static dscore_status off_open(dscore_offload* self, const char* path, uint32_t flags,
+                              int64_t* file) {
   (void)path, (void)flags;
   self->open = 1;
   *file = 7;
@@ -205,7 +227,8 @@ static dscore_status off_close(dscore_offload* self, int64_t file) {
   return DSCORE_OK;
 }
 static dscore_status off_sync(dscore_offload* self, int64_t file) {
-  return file == 7 ? DSCORE_OK : g_host->set_error(self->ctx, DSCORE_NOT_FOUND, "no such file handle");
+  return file == 7 ? DSCORE_OK
+                   : g_host->set_error(self->ctx, DSCORE_NOT_FOUND, "no such file handle");
 }
 static dscore_status off_submit(dscore_offload* self, const dscore_io_request* const* requests,
                                 size_t count) {
@@ -213,7 +236,8 @@ static dscore_status off_submit(dscore_offload* self, const dscore_io_request* c
   for (i = 0; i < count; ++i) {
     const dscore_io_request* r = requests[i];
     dscore_io_completion* c;
-    if (self->done_count == 16) return g_host->set_error(self->ctx, DSCORE_RESOURCE_EXHAUSTED, "queue full");
+    if (self->done_count == 16)
+      return g_host->set_error(self->ctx, DSCORE_RESOURCE_EXHAUSTED, "queue full");
     c = &self->done[self->done_count++];
     c->user_data = r->user_data;
     c->bytes = 0;
@@ -246,12 +270,24 @@ static dscore_status off_wait(dscore_offload* self, size_t min_count, int64_t ti
                         : g_host->set_error(self->ctx, DSCORE_DEADLINE_EXCEEDED,
                                             "fewer completions than asked");
 }
-static const dscore_offload_vtable kOffloadVtable = {
-    sizeof(dscore_offload_vtable), off_create, off_destroy, off_alignment, off_open, off_close,
-    off_sync, off_submit, off_wait, NULL};
-static const dscore_plugin_descriptor kOffload = {
-    sizeof(dscore_plugin_descriptor), DSCORE_KIND_OFFLOAD, "fake_ram_swapper", "1.0",
-    "one in-memory file", DSCORE_CAP_CPU, NULL, &kOffloadVtable};
+static const dscore_offload_vtable kOffloadVtable = {sizeof(dscore_offload_vtable),
+                                                     off_create,
+                                                     off_destroy,
+                                                     off_alignment,
+                                                     off_open,
+                                                     off_close,
+                                                     off_sync,
+                                                     off_submit,
+                                                     off_wait,
+                                                     NULL};
+static const dscore_plugin_descriptor kOffload = {sizeof(dscore_plugin_descriptor),
+                                                  DSCORE_KIND_OFFLOAD,
+                                                  "fake_ram_swapper",
+                                                  "1.0",
+                                                  "one in-memory file",
+                                                  DSCORE_CAP_CPU,
+                                                  NULL,
+                                                  &kOffloadVtable};
 
 #endif /* !FAULT_MODEL_DUP_PARAMS */
 
@@ -259,13 +295,14 @@ static const dscore_plugin_descriptor kOffload = {
 
 static const int64_t kWeightShape[] = {3, 2};
 static const int64_t kBiasShape[] = {2};
-static const dscore_model_param kWeight = {sizeof(dscore_model_param), "fc.weight", 2, kWeightShape, 6, 0};
+static const dscore_model_param kWeight = {
+    sizeof(dscore_model_param), "fc.weight", 2, kWeightShape, 6, 0};
 #if defined(FAULT_MODEL_DUP_PARAMS)
-static const dscore_model_param kBias = {sizeof(dscore_model_param), "fc.weight", 1, kBiasShape, 2,
+static const dscore_model_param kBias = {sizeof(dscore_model_param),  "fc.weight", 1, kBiasShape, 2,
                                          DSCORE_PARAM_NO_WEIGHT_DECAY};
 #define MODEL_NAME "fake_bad_model"
 #else
-static const dscore_model_param kBias = {sizeof(dscore_model_param), "fc.bias", 1, kBiasShape, 2,
+static const dscore_model_param kBias = {sizeof(dscore_model_param),  "fc.bias", 1, kBiasShape, 2,
                                          DSCORE_PARAM_NO_WEIGHT_DECAY};
 #define MODEL_NAME "fake_linear"
 #endif
@@ -274,8 +311,10 @@ static const dscore_model_layer kLayer = {sizeof(dscore_model_layer), "fc", 2, k
 static const dscore_model_layer* const kLayers[] = {&kLayer};
 static const int64_t kXShape[] = {3};
 static const int64_t kYShape[] = {2};
-static const dscore_model_input kX = {sizeof(dscore_model_input), "x", DSCORE_DTYPE_F32, 1, kXShape};
-static const dscore_model_input kY = {sizeof(dscore_model_input), "y", DSCORE_DTYPE_F32, 1, kYShape};
+static const dscore_model_input kX = {sizeof(dscore_model_input), "x", DSCORE_DTYPE_F32, 1,
+                                      kXShape};
+static const dscore_model_input kY = {sizeof(dscore_model_input), "y", DSCORE_DTYPE_F32, 1,
+                                      kYShape};
 static const dscore_model_input* const kInputs[] = {&kX, &kY};
 static const dscore_model_description kDescription = {
     sizeof(dscore_model_description), 1, kLayers, 2, kInputs, 2};
@@ -291,7 +330,8 @@ static dscore_status model_create(const dscore_create_args* args, dscore_model**
   return DSCORE_OK;
 }
 static void model_destroy(dscore_model* self) { (void)self; }
-static dscore_status model_describe(const dscore_model* self, const dscore_model_description** out) {
+static dscore_status model_describe(const dscore_model* self,
+                                    const dscore_model_description** out) {
   (void)self;
   *out = &kDescription;
   return DSCORE_OK;
@@ -327,7 +367,8 @@ static dscore_status model_forward_backward(dscore_model* self, const dscore_bat
   st = hooks->acquire(hooks->ctx, 0, DSCORE_ACQUIRE_BACKWARD, &views);
   if (st != DSCORE_OK) return st;
   for (p = 0; p < views.count; ++p)
-    for (j = 0; j < views.grads[p]->numel; ++j) ((float*)views.grads[p]->data)[j] += (float)loss_scale;
+    for (j = 0; j < views.grads[p]->numel; ++j)
+      ((float*)views.grads[p]->data)[j] += (float)loss_scale;
   st = hooks->grads_ready(hooks->ctx, 0);
   if (st != DSCORE_OK) {
     hooks->release(hooks->ctx, 0);
@@ -336,14 +377,19 @@ static dscore_status model_forward_backward(dscore_model* self, const dscore_bat
   return hooks->release(hooks->ctx, 0);
 }
 static const dscore_model_vtable kModelVtable = {.struct_size = sizeof(dscore_model_vtable),
-                                                  .create = model_create,
-                                                  .destroy = model_destroy,
-                                                  .describe = model_describe,
-                                                  .init_param = model_init_param,
-                                                  .forward_backward = model_forward_backward};
+                                                 .create = model_create,
+                                                 .destroy = model_destroy,
+                                                 .describe = model_describe,
+                                                 .init_param = model_init_param,
+                                                 .forward_backward = model_forward_backward};
 static const dscore_plugin_descriptor kModel = {
-    sizeof(dscore_plugin_descriptor), DSCORE_KIND_MODEL, MODEL_NAME, "1.0",
-    "a linear layer whose loss is the sum of its parameters", DSCORE_CAP_CPU | DSCORE_CAP_F32, NULL,
+    sizeof(dscore_plugin_descriptor),
+    DSCORE_KIND_MODEL,
+    MODEL_NAME,
+    "1.0",
+    "a linear layer whose loss is the sum of its parameters",
+    DSCORE_CAP_CPU | DSCORE_CAP_F32,
+    NULL,
     &kModelVtable};
 
 /* -------------------------------------------------------------- library */
@@ -353,13 +399,22 @@ static const dscore_plugin_descriptor* const kPlugins[] = {&kModel};
 #define LIBRARY_NAME "lib-fake_bad_model"
 #else
 static const dscore_plugin_descriptor* const kPlugins[] = {&kScheduler, &kMonitor, &kModel, &kComm,
-                                                          &kOffload};
+                                                           &kOffload};
 #define LIBRARY_NAME "lib-fake_kinds"
 #endif
 
-static const dscore_plugin_library kLibrary = {
-    sizeof(dscore_plugin_library), DSCORE_ABI_VERSION_MAJOR, DSCORE_ABI_VERSION_MINOR, 0,
-    LIBRARY_NAME, "0.0.1", "dscore tests", lib_init, NULL,
-    sizeof(kPlugins) / sizeof(kPlugins[0]), kPlugins};
+static const dscore_plugin_library kLibrary = {sizeof(dscore_plugin_library),
+                                               DSCORE_ABI_VERSION_MAJOR,
+                                               DSCORE_ABI_VERSION_MINOR,
+                                               0,
+                                               LIBRARY_NAME,
+                                               "0.0.1",
+                                               "dscore tests",
+                                               lib_init,
+                                               NULL,
+                                               sizeof(kPlugins) / sizeof(kPlugins[0]),
+                                               kPlugins};
 
-DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1(void) { return &kLibrary; }
+DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1(void) {
+  return &kLibrary;
+}

@@ -10,8 +10,8 @@
 // "<name>.init_count", "<name>.shutdown_count" and "<name>.create_args"
 // (rank, world, seed, params_json and every typed param): library-level
 // calls belong to no engine, so no host context outlives them to read.
-#include <dscore/cpp/plugin.hpp>
 #include <dscore/optimizer.h>
+#include <dscore/cpp/plugin.hpp>
 
 #include <cstdint>
 #include <cstdio>
@@ -61,18 +61,25 @@ void publish_count(const char* what, int count) { record(what, std::to_string(co
 std::string describe(const dscore_named_value* v) {
   std::string out = std::string(v->name) + ":";
   switch (v->type) {
-    case DSCORE_VALUE_NULL: return out + "NULL";
-    case DSCORE_VALUE_BOOL: return out + "BOOL:" + (v->b ? "true" : "false");
-    case DSCORE_VALUE_INT: return out + "INT:" + std::to_string(v->i);
-    case DSCORE_VALUE_DOUBLE: return out + "DOUBLE:" + std::to_string(v->d);
-    case DSCORE_VALUE_STRING: return out + "STRING:" + v->s;
-    case DSCORE_VALUE_JSON: return out + "JSON:" + v->s;
+    case DSCORE_VALUE_NULL:
+      return out + "NULL";
+    case DSCORE_VALUE_BOOL:
+      return out + "BOOL:" + (v->b ? "true" : "false");
+    case DSCORE_VALUE_INT:
+      return out + "INT:" + std::to_string(v->i);
+    case DSCORE_VALUE_DOUBLE:
+      return out + "DOUBLE:" + std::to_string(v->d);
+    case DSCORE_VALUE_STRING:
+      return out + "STRING:" + v->s;
+    case DSCORE_VALUE_JSON:
+      return out + "JSON:" + v->s;
     case DSCORE_VALUE_DOUBLE_ARRAY: {
       out += "DOUBLE_ARRAY:";
       for (size_t i = 0; i < v->count; ++i) out += (i ? "," : "") + std::to_string(v->doubles[i]);
       return out;
     }
-    default: return out + "?";
+    default:
+      return out + "?";
   }
 }
 
@@ -92,12 +99,12 @@ void fake_shutdown(void) { publish_count("shutdown_count", ++g_shutdown_count); 
 
 [[maybe_unused]] dscore_status create_impl(const dscore_create_args* args, dscore_optimizer** out) {
   dscore::sdk::Params params(args);
-  std::string summary = "rank=" + std::to_string(args->rank) +
-                        " world=" + std::to_string(args->world_size) +
-                        " local=" + std::to_string(args->local_rank) +
-                        " seed=" + std::to_string(args->seed) + " json=" + args->params_json +
-                        " params=";
-  for (size_t i = 0; i < args->param_count; ++i) summary += (i ? ";" : "") + describe(args->params[i]);
+  std::string summary =
+      "rank=" + std::to_string(args->rank) + " world=" + std::to_string(args->world_size) +
+      " local=" + std::to_string(args->local_rank) + " seed=" + std::to_string(args->seed) +
+      " json=" + args->params_json + " params=";
+  for (size_t i = 0; i < args->param_count; ++i)
+    summary += (i ? ";" : "") + describe(args->params[i]);
   record("create_args", summary);
 
   void* memory = host()->alloc(args->context, sizeof(FakeSgd), 0, DSCORE_MEMORY_HOST, FAKE_NAME);
@@ -160,7 +167,8 @@ static dscore_status fake_state_slots(const dscore_optimizer* self,
   return DSCORE_OK;
 }
 
-[[maybe_unused]] static dscore_status fake_step(dscore_optimizer* self, const dscore_optimizer_step_args* args) {
+[[maybe_unused]] static dscore_status fake_step(dscore_optimizer* self,
+                                                const dscore_optimizer_step_args* args) {
 #if defined(FAULT_SEGV_IN_STEP)
   (void)self;
   (void)args;
@@ -178,7 +186,8 @@ static dscore_status fake_state_slots(const dscore_optimizer* self,
     dscore_tensor* p = args->params[i];
     const dscore_tensor* g = args->grads[i];
     if (p->dtype != DSCORE_DTYPE_F32 || g->dtype != DSCORE_DTYPE_F32)
-      return host()->set_error(sgd->ctx, DSCORE_INVALID_ARGUMENT, FAKE_NAME " handles fp32 tensors only");
+      return host()->set_error(sgd->ctx, DSCORE_INVALID_ARGUMENT,
+                               FAKE_NAME " handles fp32 tensors only");
     float* pd = static_cast<float*>(p->data);
     const float* gd = static_cast<const float*>(g->data);
     float* buf = sgd->momentum > 0 ? static_cast<float*>(args->states[i]->data) : nullptr;
@@ -244,9 +253,14 @@ const dscore_plugin_descriptor kDescriptor = {
 #if defined(FAKE_EXTRA_FUTURE_KIND)
 // A plugin of a kind this host does not know (as a newer minor might add).
 const int kFutureVtable[4] = {sizeof(kFutureVtable), 0, 0, 0};
-const dscore_plugin_descriptor kFutureDescriptor = {
-    sizeof(dscore_plugin_descriptor), 99, "from_the_future", "1.0", "a kind from ABI 1.1",
-    0, nullptr, kFutureVtable};
+const dscore_plugin_descriptor kFutureDescriptor = {sizeof(dscore_plugin_descriptor),
+                                                    99,
+                                                    "from_the_future",
+                                                    "1.0",
+                                                    "a kind from ABI 1.1",
+                                                    0,
+                                                    nullptr,
+                                                    kFutureVtable};
 const dscore_plugin_descriptor* const kPlugins[] = {&kFutureDescriptor, &kDescriptor};
 #else
 const dscore_plugin_descriptor* const kPlugins[] = {&kDescriptor};

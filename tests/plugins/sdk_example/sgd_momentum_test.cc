@@ -2,9 +2,9 @@
 // (plain C) through the ABI: its update against a double-precision
 // implementation of torch.optim.SGD (dampening 0) written here, its state
 // slot, and the errors it reports through the host.
-#include <dscore/cpp/dtype.hpp>
 #include <dscore/optimizer.h>
 #include <gtest/gtest.h>
+#include <dscore/cpp/dtype.hpp>
 
 #include <cmath>
 #include <random>
@@ -49,7 +49,9 @@ class SgdMomentumExampleTest : public ::testing::Test {
 TestPluginLibrary* SgdMomentumExampleTest::lib_ = nullptr;
 
 void run(const dscore_optimizer_vtable* vt, CreateArgs args, const SgdCase& s) {
-  args.number("lr", s.lr).number("momentum", s.momentum).number("weight_decay", s.weight_decay)
+  args.number("lr", s.lr)
+      .number("momentum", s.momentum)
+      .number("weight_decay", s.weight_decay)
       .boolean("nesterov", s.nesterov);
   dscore_optimizer* opt = nullptr;
   ASSERT_EQ(vt->create(args.get(), &opt), DSCORE_OK) << FakeHost::instance().last_error();
@@ -75,10 +77,12 @@ void run(const dscore_optimizer_vtable* vt, CreateArgs args, const SgdCase& s) {
   dscore_tensor* states[1] = {buf.view()};
   for (int64_t step = 1; step <= 5; ++step) {
     for (int64_t i = 0; i < n; ++i) g.set(i, normal(rng));
-    dscore_optimizer_hparams h{sizeof h,         s.lr, s.override_momentum ? DSCORE_HPARAM_BETA1 : 0u,
-                               0.5,              0.0,  s.wd_multiplier,
-                               step,             s.grad_scale};
-    dscore_optimizer_step_args a{sizeof a, &h, 1, params, grads, slot_count, states, nullptr, nullptr};
+    dscore_optimizer_hparams h{
+        sizeof h, s.lr,        s.override_momentum ? DSCORE_HPARAM_BETA1 : 0u,
+        0.5,      0.0,         s.wd_multiplier,
+        step,     s.grad_scale};
+    dscore_optimizer_step_args a{sizeof a,   &h,     1,       params, grads,
+                                 slot_count, states, nullptr, nullptr};
     ASSERT_EQ(vt->step(opt, &a), DSCORE_OK) << FakeHost::instance().last_error();
     // torch.optim.SGD: d = g + wd p; buf = mu buf + d; d = nesterov ? d + mu buf : buf.
     for (int64_t i = 0; i < n; ++i) {
@@ -99,27 +103,51 @@ void run(const dscore_optimizer_vtable* vt, CreateArgs args, const SgdCase& s) {
 
 TEST_F(SgdMomentumExampleTest, MatchesTorchSgdInDouble) {
   SgdCase base;
-  { SCOPED_TRACE("momentum"); run(vt(), defaults(), base); }
+  {
+    SCOPED_TRACE("momentum");
+    run(vt(), defaults(), base);
+  }
   SgdCase s = base;
   s.nesterov = true;
-  { SCOPED_TRACE("nesterov"); run(vt(), defaults(), s); }
+  {
+    SCOPED_TRACE("nesterov");
+    run(vt(), defaults(), s);
+  }
   s = base;
   s.momentum = 0;
-  { SCOPED_TRACE("plain SGD, no state"); run(vt(), defaults(), s); }
+  {
+    SCOPED_TRACE("plain SGD, no state");
+    run(vt(), defaults(), s);
+  }
   s = base;
   s.weight_decay = 0.01;
-  { SCOPED_TRACE("weight decay"); run(vt(), defaults(), s); }
+  {
+    SCOPED_TRACE("weight decay");
+    run(vt(), defaults(), s);
+  }
   s.wd_multiplier = 0;
-  { SCOPED_TRACE("no-decay parameter"); run(vt(), defaults(), s); }
+  {
+    SCOPED_TRACE("no-decay parameter");
+    run(vt(), defaults(), s);
+  }
   s = base;
   s.grad_scale = 1.0 / 3;
-  { SCOPED_TRACE("grad_scale"); run(vt(), defaults(), s); }
+  {
+    SCOPED_TRACE("grad_scale");
+    run(vt(), defaults(), s);
+  }
   s = base;
   s.grad_dtype = DSCORE_DTYPE_BF16;
-  { SCOPED_TRACE("bf16 grads"); run(vt(), defaults(), s); }
+  {
+    SCOPED_TRACE("bf16 grads");
+    run(vt(), defaults(), s);
+  }
   s = base;
   s.override_momentum = true;
-  { SCOPED_TRACE("momentum from hparams beta1"); run(vt(), defaults(), s); }
+  {
+    SCOPED_TRACE("momentum from hparams beta1");
+    run(vt(), defaults(), s);
+  }
 }
 
 TEST_F(SgdMomentumExampleTest, DescriptorAndSchema) {

@@ -5,9 +5,9 @@
 // kernels.h.
 #pragma once
 
+#include <dscore/model.h>
 #include <dscore/cpp/dtype.hpp>
 #include <dscore/cpp/plugin.hpp>
-#include <dscore/model.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -61,7 +61,9 @@ class CpuBackend {
   explicit CpuBackend(sdk::HostRef host = {}) : host_(host) {}
 
   template <typename X>
-  Buffer<X> alloc(int64_t n) { return Buffer<X>(host_, n); }
+  Buffer<X> alloc(int64_t n) {
+    return Buffer<X>(host_, n);
+  }
   void zero(T* p, int64_t n) { std::memset(p, 0, static_cast<size_t>(n) * sizeof(T)); }
   void copy_tokens(int32_t* dst, const int32_t* host, int64_t n) {
     std::memcpy(dst, host, static_cast<size_t>(n) * sizeof(int32_t));
@@ -133,66 +135,78 @@ class CpuBackend {
   Params load_params(const dscore_layer_views& v, const std::vector<int64_t>& numels) {
     return Params(host_, v, numels);
   }
-  Grads grads(const dscore_layer_views& v, const std::vector<int64_t>& numels) { return Grads(host_, v, numels); }
+  Grads grads(const dscore_layer_views& v, const std::vector<int64_t>& numels) {
+    return Grads(host_, v, numels);
+  }
 
-  void encoder_forward(T* out, const int32_t* tok, const T* wte, const T* wpe, int64_t B, int64_t Tn, int64_t C) {
+  void encoder_forward(T* out, const int32_t* tok, const T* wte, const T* wpe, int64_t B,
+                       int64_t Tn, int64_t C) {
     cpu::encoder_forward(out, tok, wte, wpe, B, Tn, C);
   }
-  void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tok, int64_t B, int64_t Tn, int64_t C) {
+  void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tok, int64_t B, int64_t Tn,
+                        int64_t C) {
     cpu::encoder_backward(dwte, dwpe, dout, tok, B, Tn, C);
   }
-  void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t N, int64_t C) {
+  void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t N,
+                         int64_t C) {
     cpu::layernorm_forward(out, mean, rstd, inp, w, b, N, C);
   }
-  void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean,
-                          const T* rstd, int64_t N, int64_t C) {
+  void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
+                          const T* mean, const T* rstd, int64_t N, int64_t C) {
     cpu::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   }
-  void matmul_forward(T* out, const T* inp, const T* w, const T* b, int64_t N, int64_t C, int64_t OC) {
+  void matmul_forward(T* out, const T* inp, const T* w, const T* b, int64_t N, int64_t C,
+                      int64_t OC) {
     cpu::matmul_forward(out, inp, w, b, N, C, OC);
   }
-  void matmul_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, int64_t N, int64_t C,
-                       int64_t OC) {
+  void matmul_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, int64_t N,
+                       int64_t C, int64_t OC) {
     cpu::matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
   }
-  void attention_forward(T* out, T* att, const T* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
+  void attention_forward(T* out, T* att, const T* qkv, int64_t B, int64_t Tn, int64_t C,
+                         int64_t NH) {
     cpu::attention_forward(out, att, qkv, B, Tn, C, NH);
   }
-  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int64_t B, int64_t Tn, int64_t C,
-                          int64_t NH) {
+  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int64_t B, int64_t Tn,
+                          int64_t C, int64_t NH) {
     cpu::attention_backward(dqkv, dout, qkv, att, B, Tn, C, NH);
   }
   void gelu_forward(T* out, const T* inp, int64_t n) { cpu::gelu_forward(out, inp, n); }
-  void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) { cpu::gelu_backward(dinp, inp, dout, n); }
+  void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
+    cpu::gelu_backward(dinp, inp, dout, n);
+  }
   void add(T* out, const T* a, const T* b, int64_t n) { cpu::add(out, a, b, n); }
-  double lm_head_forward_backward(T* dx, T* dwte, const T* x, const T* wte, const int32_t* targets, int64_t N,
-                                  int64_t C, int64_t V, double grad_scale) {
+  double lm_head_forward_backward(T* dx, T* dwte, const T* x, const T* wte, const int32_t* targets,
+                                  int64_t N, int64_t C, int64_t V, double grad_scale) {
     return cpu::lm_head_forward_backward(dx, dwte, x, wte, targets, N, C, V, grad_scale);
   }
-  double lm_head_forward(const T* x, const T* wte, const int32_t* targets, int64_t N, int64_t C, int64_t V,
-                         const int64_t* rows, int64_t n_rows, float* logits_host) {
+  double lm_head_forward(const T* x, const T* wte, const int32_t* targets, int64_t N, int64_t C,
+                         int64_t V, const int64_t* rows, int64_t n_rows, float* logits_host) {
     return cpu::lm_head_forward(x, wte, targets, N, C, V, rows, n_rows, logits_host);
   }
 
  private:
   sdk::HostRef host_;
   // fp32 views for T = float; fp64 views (the gradient checks) for T = double.
-  static constexpr dscore_dtype kOwnDtype = std::is_same_v<T, float> ? DSCORE_DTYPE_F32 : DSCORE_DTYPE_F64;
+  static constexpr dscore_dtype kOwnDtype =
+      std::is_same_v<T, float> ? DSCORE_DTYPE_F32 : DSCORE_DTYPE_F64;
   static bool usable_in_place(const dscore_tensor* t) { return t->dtype == kOwnDtype; }
   static void check_tensor(const dscore_tensor* t, int64_t numel, const char* what) {
     if (t == nullptr || t->data == nullptr)
       throw sdk::Error(DSCORE_INVALID_ARGUMENT, std::string("gpt: a ") + what + " view is NULL");
     if (t->device_type != DSCORE_DEVICE_CPU && t->device_type != DSCORE_DEVICE_CUDA_HOST)
-      throw sdk::Error(DSCORE_INVALID_ARGUMENT, std::string("gpt: a ") + what +
-                                                    " view is not in host memory (the CPU backend reads host views)");
+      throw sdk::Error(DSCORE_INVALID_ARGUMENT,
+                       std::string("gpt: a ") + what +
+                           " view is not in host memory (the CPU backend reads host views)");
     if (t->dtype != kOwnDtype && t->dtype != DSCORE_DTYPE_F32 && t->dtype != DSCORE_DTYPE_BF16 &&
         t->dtype != DSCORE_DTYPE_F16)
       throw sdk::Error(DSCORE_INVALID_ARGUMENT, std::string("gpt: a ") + what + " view is " +
-                                                    sdk::dtype_name(t->dtype) + "; expected fp32, bf16 or fp16");
+                                                    sdk::dtype_name(t->dtype) +
+                                                    "; expected fp32, bf16 or fp16");
     if (t->numel != numel || t->strides != nullptr)
-      throw sdk::Error(DSCORE_INVALID_ARGUMENT, std::string("gpt: a ") + what + " view has " +
-                                                    std::to_string(t->numel) + " elements, expected " +
-                                                    std::to_string(numel) + " (dense)");
+      throw sdk::Error(DSCORE_INVALID_ARGUMENT,
+                       std::string("gpt: a ") + what + " view has " + std::to_string(t->numel) +
+                           " elements, expected " + std::to_string(numel) + " (dense)");
   }
 };
 

@@ -76,7 +76,7 @@ template void gemm<double>(Op, Op, int64_t, int64_t, int64_t, double, const doub
                            const double*, int64_t, double, double*, int64_t);
 template void gemm_serial<float>(Op, Op, int64_t, int64_t, int64_t, float, const float*, int64_t,
                                  const float*, int64_t, float, float*, int64_t);
-template void gemm_serial<double>(Op, Op, int64_t, int64_t, int64_t, double, const double*,
-                                  int64_t, const double*, int64_t, double, double*, int64_t);
+template void gemm_serial<double>(Op, Op, int64_t, int64_t, int64_t, double, const double*, int64_t,
+                                  const double*, int64_t, double, double*, int64_t);
 
 }  // namespace dscore::gpt::cpu

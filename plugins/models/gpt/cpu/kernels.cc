@@ -21,17 +21,18 @@ void for_blocks(int64_t n, int64_t block, Fn&& fn) {
     if (n > 0) fn(int64_t{0}, n);
     return;
   }
-  tbb::parallel_for(int64_t{0}, blocks, [&](int64_t b) {
-    fn(b * block, std::min(n, (b + 1) * block));
-  });
+  tbb::parallel_for(int64_t{0}, blocks,
+                    [&](int64_t b) { fn(b * block, std::min(n, (b + 1) * block)); });
 }
 
-constexpr int64_t kRowBlock = 16;     // rows per task for row-wise kernels
+constexpr int64_t kRowBlock = 16;  // rows per task for row-wise kernels
 constexpr int64_t kElementBlock = 1 << 14;
 constexpr double kLayerNormEps = 1e-5;
 
 template <typename T>
-T gelu_scale() { return static_cast<T>(0.7978845608028654); }  // sqrt(2/pi)
+T gelu_scale() {
+  return static_cast<T>(0.7978845608028654);
+}  // sqrt(2/pi)
 
 }  // namespace
 
@@ -50,8 +51,8 @@ void encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, 
 }
 
 template <typename T>
-void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int64_t B,
-                      int64_t Tn, int64_t C) {
+void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int64_t B, int64_t Tn,
+                      int64_t C) {
   // Parallel over channel blocks: each task owns its columns of dwte and
   // dwpe, and adds rows in order (no races, fixed order).
   for_blocks(C, 64, [&](int64_t c0, int64_t c1) {
@@ -90,8 +91,8 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
 }
 
 template <typename T>
-void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
-                        const T* weight, const T* mean, const T* rstd, int64_t N, int64_t C) {
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                        const T* mean, const T* rstd, int64_t N, int64_t C) {
   // Per block of rows: dinp, and partial weight/bias sums; the partials are
   // then added block after block (a fixed order).
   const int64_t blocks = (N + kRowBlock - 1) / kRowBlock;
@@ -157,8 +158,7 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
 }
 
 template <typename T>
-void attention_forward(T* out, T* att, const T* qkv, int64_t B, int64_t Tn, int64_t C,
-                       int64_t NH) {
+void attention_forward(T* out, T* att, const T* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
   const int64_t hs = C / NH, ld = 3 * C;
   const T scale = static_cast<T>(1) / std::sqrt(static_cast<T>(hs));
   tbb::parallel_for(int64_t{0}, B * NH, [&](int64_t bh) {
@@ -244,7 +244,8 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
       const T th = std::tanh(u);
       const T sech2 = static_cast<T>(1) - th * th;
       const T du = s * (static_cast<T>(1) + static_cast<T>(3 * 0.044715) * x * x);
-      const T grad = static_cast<T>(0.5) * (static_cast<T>(1) + th) + static_cast<T>(0.5) * x * sech2 * du;
+      const T grad =
+          static_cast<T>(0.5) * (static_cast<T>(1) + th) + static_cast<T>(0.5) * x * sech2 * du;
       dinp[i] = grad * dout[i];
     }
   });
@@ -261,7 +262,8 @@ namespace {
 
 // Rows of logits per block: about 4M logits (16 MiB in fp32) at a time.
 int64_t lm_rows_per_block(int64_t N, int64_t V) {
-  return std::clamp<int64_t>((int64_t{1} << 22) / std::max<int64_t>(V, 1), 16, std::max<int64_t>(N, 16));
+  return std::clamp<int64_t>((int64_t{1} << 22) / std::max<int64_t>(V, 1), 16,
+                             std::max<int64_t>(N, 16));
 }
 
 // Softmax of each row of logits (rows x V) in place; returns per-row
@@ -297,8 +299,8 @@ double lm_head_forward_backward(T* dx, T* dwte, const T* x, const T* wte, const 
   double loss = 0;
   for (int64_t r0 = 0; r0 < N; r0 += rb) {
     const int64_t rows = std::min(rb, N - r0);
-    gemm<T>(Op::kNone, Op::kTranspose, rows, V, C, T{1}, x + r0 * C, C, wte, C, T{0},
-            logits.data(), V);
+    gemm<T>(Op::kNone, Op::kTranspose, rows, V, C, T{1}, x + r0 * C, C, wte, C, T{0}, logits.data(),
+            V);
     // Target logit before the softmax overwrites it.
     for (int64_t r = 0; r < rows; ++r) {
       const int32_t y = targets[r0 + r];

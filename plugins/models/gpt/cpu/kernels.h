@@ -16,8 +16,8 @@ template <typename T>
 void encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,
                      int64_t Tn, int64_t C);
 template <typename T>
-void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int64_t B,
-                      int64_t Tn, int64_t C);
+void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int64_t B, int64_t Tn,
+                      int64_t C);
 
 // LayerNorm over the last dimension, eps 1e-5 (PyTorch's default).
 template <typename T>
@@ -25,8 +25,8 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
                        int64_t N, int64_t C);
 // dinp is ACCUMULATED (the residual stream's gradient flows through).
 template <typename T>
-void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
-                        const T* weight, const T* mean, const T* rstd, int64_t N, int64_t C);
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                        const T* mean, const T* rstd, int64_t N, int64_t C);
 
 // out (N, OC) = inp (N, C) * weight(OC, C)^T + bias (bias may be null).
 template <typename T>

@@ -13,30 +13,36 @@
 namespace dscore::gpt::gpu {
 
 template <typename S>
-void CudaBackend<S>::attention_forward(S* out, S* att, const S* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
+void CudaBackend<S>::attention_forward(S* out, S* att, const S* qkv, int64_t B, int64_t Tn,
+                                       int64_t C, int64_t NH) {
   const int64_t hs = C / NH, ld = 3 * C, TT = Tn * Tn;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  auto* scores = static_cast<float*>(context_->scratch(Scratch::kScores, static_cast<size_t>(NH * TT) * sizeof(float)));
+  auto* scores = static_cast<float*>(
+      context_->scratch(Scratch::kScores, static_cast<size_t>(NH * TT) * sizeof(float)));
   for (int64_t b = 0; b < B; ++b) {
     const S* q = qkv + b * Tn * ld;
     const S* k = q + C;
     const S* v = q + 2 * C;
     S* p = att + b * NH * TT;
     // scores[h] (T, T) row-major = scale Q_h K_h^T: cuBLAS (T x T) = K_h (op T) Q_h^T.
-    gemm(*context_, Op::kT, Op::kN, Tn, Tn, hs, scale, k, ld, q, ld, 0.0f, scores, Tn, NH, hs, hs, TT);
+    gemm(*context_, Op::kT, Op::kN, Tn, Tn, hs, scale, k, ld, q, ld, 0.0f, scores, Tn, NH, hs, hs,
+         TT);
     DSCORE_GPT_CUDA_CHECK(causal_softmax_forward(p, scores, NH * Tn, Tn, context_->stream()));
     // out_h (T, hs) row-major, row stride C = P_h V_h: cuBLAS (hs x T) = V_h^T P_h^T.
-    gemm(*context_, Op::kN, Op::kN, hs, Tn, Tn, 1.0f, v, ld, p, Tn, 0.0f, out + b * Tn * C, C, NH, hs, TT, hs);
+    gemm(*context_, Op::kN, Op::kN, hs, Tn, Tn, 1.0f, v, ld, p, Tn, 0.0f, out + b * Tn * C, C, NH,
+         hs, TT, hs);
   }
 }
 
 template <typename S>
-void CudaBackend<S>::attention_backward(S* dqkv, const S* dout, const S* qkv, const S* att, int64_t B, int64_t Tn,
-                                        int64_t C, int64_t NH) {
+void CudaBackend<S>::attention_backward(S* dqkv, const S* dout, const S* qkv, const S* att,
+                                        int64_t B, int64_t Tn, int64_t C, int64_t NH) {
   const int64_t hs = C / NH, ld = 3 * C, TT = Tn * Tn;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  auto* datt = static_cast<float*>(context_->scratch(Scratch::kScores, static_cast<size_t>(NH * TT) * sizeof(float)));
-  auto* ds = static_cast<S*>(context_->scratch(Scratch::kAttentionGrad, static_cast<size_t>(NH * TT) * sizeof(S)));
+  auto* datt = static_cast<float*>(
+      context_->scratch(Scratch::kScores, static_cast<size_t>(NH * TT) * sizeof(float)));
+  auto* ds = static_cast<S*>(
+      context_->scratch(Scratch::kAttentionGrad, static_cast<size_t>(NH * TT) * sizeof(S)));
   for (int64_t b = 0; b < B; ++b) {
     const S* q = qkv + b * Tn * ld;
     const S* k = q + C;
@@ -58,10 +64,11 @@ void CudaBackend<S>::attention_backward(S* dqkv, const S* dout, const S* qkv, co
   }
 }
 
-#define DSCORE_GPT_INSTANTIATE(S)                                                                              \
-  template void CudaBackend<S>::attention_forward(S*, S*, const S*, int64_t, int64_t, int64_t, int64_t);        \
-  template void CudaBackend<S>::attention_backward(S*, const S*, const S*, const S*, int64_t, int64_t, int64_t, \
-                                                   int64_t);
+#define DSCORE_GPT_INSTANTIATE(S)                                                              \
+  template void CudaBackend<S>::attention_forward(S*, S*, const S*, int64_t, int64_t, int64_t, \
+                                                  int64_t);                                    \
+  template void CudaBackend<S>::attention_backward(S*, const S*, const S*, const S*, int64_t,  \
+                                                   int64_t, int64_t, int64_t);
 DSCORE_GPT_INSTANTIATE(float)
 DSCORE_GPT_INSTANTIATE(__nv_bfloat16)
 #undef DSCORE_GPT_INSTANTIATE

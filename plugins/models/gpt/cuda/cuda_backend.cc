@@ -3,10 +3,10 @@
 // head are in cuda_attention.cc and cuda_lm_head.cc.
 #include "cuda_backend.h"
 
-#include <dscore/cpp/dtype.hpp>
-#include <dscore/cpp/plugin.hpp>
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+#include <dscore/cpp/dtype.hpp>
+#include <dscore/cpp/plugin.hpp>
 
 #include <algorithm>
 #include <numeric>
@@ -25,21 +25,26 @@ void check_view(const dscore_tensor* t, int64_t numel, const char* what) {
     throw sdk::Error(DSCORE_INVALID_ARGUMENT, std::string("gpt: a ") + what + " view is NULL");
   if (t->device_type != DSCORE_DEVICE_CPU && t->device_type != DSCORE_DEVICE_CUDA_HOST)
     throw sdk::Error(DSCORE_INVALID_ARGUMENT,
-                     std::string("gpt: a ") + what + " view is not in host memory (the CUDA backend uploads host views)");
+                     std::string("gpt: a ") + what +
+                         " view is not in host memory (the CUDA backend uploads host views)");
   if (t->dtype != DSCORE_DTYPE_F32 && t->dtype != DSCORE_DTYPE_BF16 && t->dtype != DSCORE_DTYPE_F16)
     throw sdk::Error(DSCORE_INVALID_ARGUMENT, std::string("gpt: a ") + what + " view is " +
-                                                  sdk::dtype_name(t->dtype) + "; expected fp32, bf16 or fp16");
+                                                  sdk::dtype_name(t->dtype) +
+                                                  "; expected fp32, bf16 or fp16");
   if (t->numel != numel || t->strides != nullptr)
-    throw sdk::Error(DSCORE_INVALID_ARGUMENT, std::string("gpt: a ") + what + " view has " +
-                                                  std::to_string(t->numel) + " elements, expected " +
-                                                  std::to_string(numel) + " (dense)");
+    throw sdk::Error(DSCORE_INVALID_ARGUMENT,
+                     std::string("gpt: a ") + what + " view has " + std::to_string(t->numel) +
+                         " elements, expected " + std::to_string(numel) + " (dense)");
 }
 
 template <typename S>
-constexpr dscore_dtype kStorageDtype = std::is_same_v<S, float> ? DSCORE_DTYPE_F32 : DSCORE_DTYPE_BF16;
+constexpr dscore_dtype kStorageDtype =
+    std::is_same_v<S, float> ? DSCORE_DTYPE_F32 : DSCORE_DTYPE_BF16;
 
 HostType host_type(dscore_dtype dtype) {
-  return dtype == DSCORE_DTYPE_F32 ? HostType::kF32 : dtype == DSCORE_DTYPE_BF16 ? HostType::kBf16 : HostType::kF16;
+  return dtype == DSCORE_DTYPE_F32    ? HostType::kF32
+         : dtype == DSCORE_DTYPE_BF16 ? HostType::kBf16
+                                      : HostType::kF16;
 }
 
 template <typename S>
@@ -69,7 +74,8 @@ void add_into_view(dscore_tensor* view, const S* src) {
 }  // namespace
 
 template <typename S>
-CudaParams<S>::CudaParams(CudaContext& context, const dscore_layer_views& views, const std::vector<int64_t>& numels) {
+CudaParams<S>::CudaParams(CudaContext& context, const dscore_layer_views& views,
+                          const std::vector<int64_t>& numels) {
   buffers_.reserve(numels.size());
   for (size_t i = 0; i < numels.size(); ++i) {
     const dscore_tensor* t = views.params[i];
@@ -78,11 +84,13 @@ CudaParams<S>::CudaParams(CudaContext& context, const dscore_layer_views& views,
     S* dst = buffers_.back().get();
     const size_t bytes = static_cast<size_t>(numels[i]) * sdk::dtype_size(t->dtype);
     if (t->dtype == kStorageDtype<S>) {
-      DSCORE_GPT_CUDA_CHECK(cudaMemcpyAsync(dst, t->data, bytes, cudaMemcpyHostToDevice, context.stream()));
+      DSCORE_GPT_CUDA_CHECK(
+          cudaMemcpyAsync(dst, t->data, bytes, cudaMemcpyHostToDevice, context.stream()));
       continue;
     }
     void* staging = context.scratch(Scratch::kParamStaging, bytes);
-    DSCORE_GPT_CUDA_CHECK(cudaMemcpyAsync(staging, t->data, bytes, cudaMemcpyHostToDevice, context.stream()));
+    DSCORE_GPT_CUDA_CHECK(
+        cudaMemcpyAsync(staging, t->data, bytes, cudaMemcpyHostToDevice, context.stream()));
     DSCORE_GPT_CUDA_CHECK(convert(dst, staging, host_type(t->dtype), numels[i], context.stream()));
   }
   // Pinned sources are read asynchronously: wait, so the layer may be released.
@@ -90,14 +98,15 @@ CudaParams<S>::CudaParams(CudaContext& context, const dscore_layer_views& views,
 }
 
 template <typename S>
-CudaGrads<S>::CudaGrads(CudaContext& context, const dscore_layer_views& views, const std::vector<int64_t>& numels)
+CudaGrads<S>::CudaGrads(CudaContext& context, const dscore_layer_views& views,
+                        const std::vector<int64_t>& numels)
     : context_(&context), views_(&views) {
   buffers_.reserve(numels.size());
   for (size_t i = 0; i < numels.size(); ++i) {
     check_view(views.grads[i], numels[i], "gradient");
     buffers_.emplace_back(context, numels[i], "gradients");
-    DSCORE_GPT_CUDA_CHECK(cudaMemsetAsync(buffers_.back().get(), 0, static_cast<size_t>(numels[i]) * sizeof(S),
-                                          context.stream()));
+    DSCORE_GPT_CUDA_CHECK(cudaMemsetAsync(
+        buffers_.back().get(), 0, static_cast<size_t>(numels[i]) * sizeof(S), context.stream()));
   }
 }
 
@@ -109,8 +118,8 @@ void CudaGrads<S>::commit() {
   size_t offset = 0;
   for (const DeviceBuffer<S>& b : buffers_) {
     const size_t bytes = static_cast<size_t>(b.size()) * sizeof(S);
-    DSCORE_GPT_CUDA_CHECK(
-        cudaMemcpyAsync(staging + offset, b.get(), bytes, cudaMemcpyDeviceToHost, context_->stream()));
+    DSCORE_GPT_CUDA_CHECK(cudaMemcpyAsync(staging + offset, b.get(), bytes, cudaMemcpyDeviceToHost,
+                                          context_->stream()));
     offset += bytes;
   }
   context_->synchronize();
@@ -126,26 +135,27 @@ CudaBackend<S>::CudaBackend() : context_(std::make_unique<CudaContext>()) {}
 
 template <typename S>
 void CudaBackend<S>::zero(S* p, int64_t n) {
-  DSCORE_GPT_CUDA_CHECK(cudaMemsetAsync(p, 0, static_cast<size_t>(n) * sizeof(S), context_->stream()));
+  DSCORE_GPT_CUDA_CHECK(
+      cudaMemsetAsync(p, 0, static_cast<size_t>(n) * sizeof(S), context_->stream()));
 }
 
 template <typename S>
 void CudaBackend<S>::copy_tokens(int32_t* dst, const int32_t* host, int64_t n) {
   context_->make_current();
-  DSCORE_GPT_CUDA_CHECK(cudaMemcpyAsync(dst, host, static_cast<size_t>(n) * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                        context_->stream()));
+  DSCORE_GPT_CUDA_CHECK(cudaMemcpyAsync(dst, host, static_cast<size_t>(n) * sizeof(int32_t),
+                                        cudaMemcpyHostToDevice, context_->stream()));
   context_->remember_tokens(dst, host, n);
 }
 
 template <typename S>
-void CudaBackend<S>::encoder_forward(S* out, const int32_t* tok, const S* wte, const S* wpe, int64_t B, int64_t Tn,
-                                     int64_t C) {
+void CudaBackend<S>::encoder_forward(S* out, const int32_t* tok, const S* wte, const S* wpe,
+                                     int64_t B, int64_t Tn, int64_t C) {
   DSCORE_GPT_CUDA_CHECK(gpu::encoder_forward(out, tok, wte, wpe, B, Tn, C, context_->stream()));
 }
 
 template <typename S>
-void CudaBackend<S>::encoder_backward(S* dwte, S* dwpe, const S* dout, const int32_t* tok, int64_t B, int64_t Tn,
-                                      int64_t C) {
+void CudaBackend<S>::encoder_backward(S* dwte, S* dwpe, const S* dout, const int32_t* tok,
+                                      int64_t B, int64_t Tn, int64_t C) {
   DSCORE_GPT_CUDA_CHECK(encoder_dwpe(dwpe, dout, B, Tn, C, context_->stream()));
   // The index [token | start | rows]: rows grouped by token (padding embeds
   // token 0), each group in increasing row order.
@@ -154,7 +164,8 @@ void CudaBackend<S>::encoder_backward(S* dwte, S* dwpe, const S* dout, const int
   std::vector<int32_t> rows(static_cast<size_t>(N));
   std::iota(rows.begin(), rows.end(), 0);
   auto token_of = [&](int32_t r) { return std::max<int32_t>(tokens[static_cast<size_t>(r)], 0); };
-  std::stable_sort(rows.begin(), rows.end(), [&](int32_t a, int32_t b) { return token_of(a) < token_of(b); });
+  std::stable_sort(rows.begin(), rows.end(),
+                   [&](int32_t a, int32_t b) { return token_of(a) < token_of(b); });
   std::vector<int32_t> bucket_token, bucket_start;
   for (int64_t i = 0; i < N; ++i) {
     const int32_t token = token_of(rows[static_cast<size_t>(i)]);
@@ -170,46 +181,52 @@ void CudaBackend<S>::encoder_backward(S* dwte, S* dwpe, const S* dout, const int
   const size_t bytes = embedding_index_.size() * sizeof(int32_t);
   auto* index = static_cast<int32_t*>(context_->scratch(Scratch::kEmbeddingIndex, bytes));
   // Pageable source: staged before the call returns.
-  DSCORE_GPT_CUDA_CHECK(
-      cudaMemcpyAsync(index, embedding_index_.data(), bytes, cudaMemcpyHostToDevice, context_->stream()));
-  DSCORE_GPT_CUDA_CHECK(
-      encoder_dwte(dwte, dout, index, static_cast<int64_t>(bucket_token.size()), C, context_->stream()));
+  DSCORE_GPT_CUDA_CHECK(cudaMemcpyAsync(index, embedding_index_.data(), bytes,
+                                        cudaMemcpyHostToDevice, context_->stream()));
+  DSCORE_GPT_CUDA_CHECK(encoder_dwte(dwte, dout, index, static_cast<int64_t>(bucket_token.size()),
+                                     C, context_->stream()));
 }
 
 template <typename S>
-void CudaBackend<S>::layernorm_forward(S* out, float* mean, float* rstd, const S* inp, const S* w, const S* b,
-                                       int64_t N, int64_t C) {
-  DSCORE_GPT_CUDA_CHECK(gpu::layernorm_forward(out, mean, rstd, inp, w, b, N, C, context_->stream()));
+void CudaBackend<S>::layernorm_forward(S* out, float* mean, float* rstd, const S* inp, const S* w,
+                                       const S* b, int64_t N, int64_t C) {
+  DSCORE_GPT_CUDA_CHECK(
+      gpu::layernorm_forward(out, mean, rstd, inp, w, b, N, C, context_->stream()));
 }
 
 template <typename S>
-void CudaBackend<S>::layernorm_backward(S* dinp, S* dw, S* db, const S* dout, const S* inp, const S* w,
-                                        const float* mean, const float* rstd, int64_t N, int64_t C) {
-  DSCORE_GPT_CUDA_CHECK(layernorm_backward_input(dinp, dout, inp, w, mean, rstd, N, C, context_->stream()));
-  auto* partials = static_cast<float*>(
-      context_->scratch(Scratch::kColumnPartials, static_cast<size_t>(column_sum_partials(N, C)) * sizeof(float)));
-  DSCORE_GPT_CUDA_CHECK(column_sums(db, dw, dout, inp, mean, rstd, N, C, partials, context_->stream()));
+void CudaBackend<S>::layernorm_backward(S* dinp, S* dw, S* db, const S* dout, const S* inp,
+                                        const S* w, const float* mean, const float* rstd, int64_t N,
+                                        int64_t C) {
+  DSCORE_GPT_CUDA_CHECK(
+      layernorm_backward_input(dinp, dout, inp, w, mean, rstd, N, C, context_->stream()));
+  auto* partials = static_cast<float*>(context_->scratch(
+      Scratch::kColumnPartials, static_cast<size_t>(column_sum_partials(N, C)) * sizeof(float)));
+  DSCORE_GPT_CUDA_CHECK(
+      column_sums(db, dw, dout, inp, mean, rstd, N, C, partials, context_->stream()));
 }
 
 // out (N, OC) = inp (N, C) w (OC, C)^T + b: cuBLAS's (OC x N) = w^T-as-stored
 // (op T) times inp (op N), onto the bias rows (beta 1: one rounding).
 template <typename S>
-void CudaBackend<S>::matmul_forward(S* out, const S* inp, const S* w, const S* b, int64_t N, int64_t C, int64_t OC) {
+void CudaBackend<S>::matmul_forward(S* out, const S* inp, const S* w, const S* b, int64_t N,
+                                    int64_t C, int64_t OC) {
   if (b != nullptr) DSCORE_GPT_CUDA_CHECK(broadcast_rows(out, b, N, OC, context_->stream()));
-  gemm(*context_, Op::kT, Op::kN, OC, N, C, 1.0f, w, C, inp, C, b != nullptr ? 1.0f : 0.0f, out, OC);
+  gemm(*context_, Op::kT, Op::kN, OC, N, C, 1.0f, w, C, inp, C, b != nullptr ? 1.0f : 0.0f, out,
+       OC);
 }
 
 // dinp (N, C) = dout w; dw (OC, C) += dout^T inp; db (OC) += column sums of dout.
 template <typename S>
-void CudaBackend<S>::matmul_backward(S* dinp, S* dw, S* db, const S* dout, const S* inp, const S* w, int64_t N,
-                                     int64_t C, int64_t OC) {
+void CudaBackend<S>::matmul_backward(S* dinp, S* dw, S* db, const S* dout, const S* inp, const S* w,
+                                     int64_t N, int64_t C, int64_t OC) {
   gemm(*context_, Op::kN, Op::kN, C, N, OC, 1.0f, w, C, dout, OC, 0.0f, dinp, C);
   gemm(*context_, Op::kN, Op::kT, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dw, C);
   if (db == nullptr) return;
-  auto* partials = static_cast<float*>(
-      context_->scratch(Scratch::kColumnPartials, static_cast<size_t>(column_sum_partials(N, OC)) * sizeof(float)));
-  DSCORE_GPT_CUDA_CHECK(column_sums<S>(db, nullptr, dout, nullptr, nullptr, nullptr, N, OC, partials,
-                                       context_->stream()));
+  auto* partials = static_cast<float*>(context_->scratch(
+      Scratch::kColumnPartials, static_cast<size_t>(column_sum_partials(N, OC)) * sizeof(float)));
+  DSCORE_GPT_CUDA_CHECK(column_sums<S>(db, nullptr, dout, nullptr, nullptr, nullptr, N, OC,
+                                       partials, context_->stream()));
 }
 
 template <typename S>

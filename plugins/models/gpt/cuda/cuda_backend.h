@@ -25,7 +25,8 @@ class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   DeviceBuffer(CudaContext& context, int64_t n, const char* what = "activations")
-      : data_(static_cast<X*>(context.allocate(static_cast<size_t>(n) * sizeof(X), what)), Free{&context}),
+      : data_(static_cast<X*>(context.allocate(static_cast<size_t>(n) * sizeof(X), what)),
+              Free{&context}),
         size_(n) {}
   X* get() const { return data_.get(); }
   int64_t size() const { return size_; }
@@ -46,7 +47,8 @@ class DeviceBuffer {
 template <typename S>
 class CudaParams {
  public:
-  CudaParams(CudaContext& context, const dscore_layer_views& views, const std::vector<int64_t>& numels);
+  CudaParams(CudaContext& context, const dscore_layer_views& views,
+             const std::vector<int64_t>& numels);
   const S* operator[](size_t i) const { return buffers_[i].get(); }
 
  private:
@@ -59,7 +61,8 @@ class CudaParams {
 template <typename S>
 class CudaGrads {
  public:
-  CudaGrads(CudaContext& context, const dscore_layer_views& views, const std::vector<int64_t>& numels);
+  CudaGrads(CudaContext& context, const dscore_layer_views& views,
+            const std::vector<int64_t>& numels);
   S* operator[](size_t i) const { return buffers_[i].get(); }
   void commit();
 
@@ -82,37 +85,45 @@ class CudaBackend {
   CudaBackend();
 
   template <typename X>
-  Buffer<X> alloc(int64_t n) { return Buffer<X>(*context_, n); }
+  Buffer<X> alloc(int64_t n) {
+    return Buffer<X>(*context_, n);
+  }
   void zero(S* p, int64_t n);
   // The first backend call of every pass: also makes the device current.
   void copy_tokens(int32_t* dst, const int32_t* host, int64_t n);
   Params load_params(const dscore_layer_views& v, const std::vector<int64_t>& numels) {
     return Params(*context_, v, numels);
   }
-  Grads grads(const dscore_layer_views& v, const std::vector<int64_t>& numels) { return Grads(*context_, v, numels); }
+  Grads grads(const dscore_layer_views& v, const std::vector<int64_t>& numels) {
+    return Grads(*context_, v, numels);
+  }
 
   // The kernels of cpu/kernels.h, same arguments and accumulate/overwrite
   // rules, device pointers.
-  void encoder_forward(S* out, const int32_t* tok, const S* wte, const S* wpe, int64_t B, int64_t Tn, int64_t C);
-  void encoder_backward(S* dwte, S* dwpe, const S* dout, const int32_t* tok, int64_t B, int64_t Tn, int64_t C);
-  void layernorm_forward(S* out, float* mean, float* rstd, const S* inp, const S* w, const S* b, int64_t N,
-                         int64_t C);
-  void layernorm_backward(S* dinp, S* dw, S* db, const S* dout, const S* inp, const S* w, const float* mean,
-                          const float* rstd, int64_t N, int64_t C);
-  void matmul_forward(S* out, const S* inp, const S* w, const S* b, int64_t N, int64_t C, int64_t OC);
-  void matmul_backward(S* dinp, S* dw, S* db, const S* dout, const S* inp, const S* w, int64_t N, int64_t C,
-                       int64_t OC);
-  void attention_forward(S* out, S* att, const S* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH);
-  void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* att, int64_t B, int64_t Tn, int64_t C,
-                          int64_t NH);
+  void encoder_forward(S* out, const int32_t* tok, const S* wte, const S* wpe, int64_t B,
+                       int64_t Tn, int64_t C);
+  void encoder_backward(S* dwte, S* dwpe, const S* dout, const int32_t* tok, int64_t B, int64_t Tn,
+                        int64_t C);
+  void layernorm_forward(S* out, float* mean, float* rstd, const S* inp, const S* w, const S* b,
+                         int64_t N, int64_t C);
+  void layernorm_backward(S* dinp, S* dw, S* db, const S* dout, const S* inp, const S* w,
+                          const float* mean, const float* rstd, int64_t N, int64_t C);
+  void matmul_forward(S* out, const S* inp, const S* w, const S* b, int64_t N, int64_t C,
+                      int64_t OC);
+  void matmul_backward(S* dinp, S* dw, S* db, const S* dout, const S* inp, const S* w, int64_t N,
+                       int64_t C, int64_t OC);
+  void attention_forward(S* out, S* att, const S* qkv, int64_t B, int64_t Tn, int64_t C,
+                         int64_t NH);
+  void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* att, int64_t B, int64_t Tn,
+                          int64_t C, int64_t NH);
   void gelu_forward(S* out, const S* inp, int64_t n);
   void gelu_backward(S* dinp, const S* inp, const S* dout, int64_t n);
   void add(S* out, const S* a, const S* b, int64_t n);
   // Return the loss sum (one read-back per call); logits_host is host memory.
-  double lm_head_forward_backward(S* dx, S* dwte, const S* x, const S* wte, const int32_t* targets, int64_t N,
-                                  int64_t C, int64_t V, double grad_scale);
-  double lm_head_forward(const S* x, const S* wte, const int32_t* targets, int64_t N, int64_t C, int64_t V,
-                         const int64_t* rows, int64_t n_rows, float* logits_host);
+  double lm_head_forward_backward(S* dx, S* dwte, const S* x, const S* wte, const int32_t* targets,
+                                  int64_t N, int64_t C, int64_t V, double grad_scale);
+  double lm_head_forward(const S* x, const S* wte, const int32_t* targets, int64_t N, int64_t C,
+                         int64_t V, const int64_t* rows, int64_t n_rows, float* logits_host);
 
   // Not used by the runner: wait for the enqueued work (tests, benchmarks).
   void synchronize() { context_->synchronize(); }

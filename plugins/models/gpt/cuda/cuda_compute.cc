@@ -19,17 +19,19 @@ std::unique_ptr<GptCompute> make_cuda_compute(const GptConfig& config, const Gpt
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
     cudaGetLastError();
-    throw sdk::Error(DSCORE_UNAVAILABLE,
-                     std::string("gpt: \"device\": \"cuda\" but no CUDA device is visible: ") +
-                         (err != cudaSuccess ? std::string(cudaGetErrorString(err)) + " (cudaGetDeviceCount)"
-                                             : std::string("cudaGetDeviceCount found 0 devices")) +
-                         "; check the driver and CUDA_VISIBLE_DEVICES, or set \"device\": \"cpu\"");
+    throw sdk::Error(
+        DSCORE_UNAVAILABLE,
+        std::string("gpt: \"device\": \"cuda\" but no CUDA device is visible: ") +
+            (err != cudaSuccess ? std::string(cudaGetErrorString(err)) + " (cudaGetDeviceCount)"
+                                : std::string("cudaGetDeviceCount found 0 devices")) +
+            "; check the driver and CUDA_VISIBLE_DEVICES, or set \"device\": \"cpu\"");
   }
-  if (config.cuda_dtype == "fp32") return std::make_unique<RunnerCompute<gpu::CudaBackend<float>>>(config, params);
+  if (config.cuda_dtype == "fp32")
+    return std::make_unique<RunnerCompute<gpu::CudaBackend<float>>>(config, params);
   if (config.cuda_dtype == "bf16")
     return std::make_unique<RunnerCompute<gpu::CudaBackend<__nv_bfloat16>>>(config, params);
-  throw sdk::Error(DSCORE_INVALID_ARGUMENT,
-                   "gpt: \"cuda_dtype\": \"" + config.cuda_dtype + "\" is not one of \"bf16\", \"fp32\"");
+  throw sdk::Error(DSCORE_INVALID_ARGUMENT, "gpt: \"cuda_dtype\": \"" + config.cuda_dtype +
+                                                "\" is not one of \"bf16\", \"fp32\"");
 }
 
 }  // namespace dscore::gpt

@@ -25,7 +25,9 @@ const char* base_name(const char* path) {
   return slash != nullptr ? slash + 1 : path;
 }
 
-std::string mib(size_t bytes) { return std::to_string((bytes + (size_t{1} << 20) - 1) >> 20) + " MiB"; }
+std::string mib(size_t bytes) {
+  return std::to_string((bytes + (size_t{1} << 20) - 1) >> 20) + " MiB";
+}
 
 }  // namespace
 
@@ -36,36 +38,42 @@ void throw_cuda_error(cudaError_t err, const char* call, const char* file, int l
                                  ? DSCORE_UNAVAILABLE
                                  : DSCORE_INTERNAL;
   cudaGetLastError();  // clear a non-sticky error so later calls report their own
-  throw sdk::Error(code, std::string("gpt (cuda): ") + call + " failed: " + cudaGetErrorString(err) + " (" +
-                             cudaGetErrorName(err) + ") at " + base_name(file) + ":" + std::to_string(line));
+  throw sdk::Error(code, std::string("gpt (cuda): ") + call +
+                             " failed: " + cudaGetErrorString(err) + " (" + cudaGetErrorName(err) +
+                             ") at " + base_name(file) + ":" + std::to_string(line));
 }
 
 void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
-  throw sdk::Error(status == CUBLAS_STATUS_ALLOC_FAILED ? DSCORE_RESOURCE_EXHAUSTED : DSCORE_INTERNAL,
-                   std::string("gpt (cuda): ") + call + " failed: " + cublasGetStatusString(status) + " at " +
-                       base_name(file) + ":" + std::to_string(line));
+  throw sdk::Error(
+      status == CUBLAS_STATUS_ALLOC_FAILED ? DSCORE_RESOURCE_EXHAUSTED : DSCORE_INTERNAL,
+      std::string("gpt (cuda): ") + call + " failed: " + cublasGetStatusString(status) + " at " +
+          base_name(file) + ":" + std::to_string(line));
 }
 
 CudaContext::CudaContext() {
   try {
     DSCORE_GPT_CUDA_CHECK(cudaGetDevice(&device_));
     int major = 0, minor = 0;
-    DSCORE_GPT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
-    DSCORE_GPT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_));
+    DSCORE_GPT_CUDA_CHECK(
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
+    DSCORE_GPT_CUDA_CHECK(
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_));
     const cudaError_t probe = probe_kernels();
     if (probe != cudaSuccess) {
       cudaGetLastError();
       throw sdk::Error(DSCORE_FAILED_PRECONDITION,
-                       "gpt (cuda): the CUDA kernels were built for CUDA_ARCHITECTURES " DSCORE_GPT_CUDA_ARCHITECTURES
-                       " and device " + std::to_string(device_) + " is sm_" + std::to_string(major) +
+                       "gpt (cuda): the CUDA kernels were built for "
+                       "CUDA_ARCHITECTURES " DSCORE_GPT_CUDA_ARCHITECTURES " and device " +
+                           std::to_string(device_) + " is sm_" + std::to_string(major) +
                            std::to_string(minor) + " (" + cudaGetErrorString(probe) +
                            "); rebuild with -DCMAKE_CUDA_ARCHITECTURES=" + std::to_string(major) +
                            std::to_string(minor));
     }
     if (major < 8)
-      throw sdk::Error(DSCORE_FAILED_PRECONDITION, "gpt (cuda): device " + std::to_string(device_) + " is sm_" +
-                                                       std::to_string(major) + std::to_string(minor) +
-                                                       "; the gpt CUDA kernels need sm_80 or newer (bf16)");
+      throw sdk::Error(DSCORE_FAILED_PRECONDITION,
+                       "gpt (cuda): device " + std::to_string(device_) + " is sm_" +
+                           std::to_string(major) + std::to_string(minor) +
+                           "; the gpt CUDA kernels need sm_80 or newer (bf16)");
     DSCORE_GPT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     DSCORE_GPT_CUBLAS_CHECK(cublasCreate(&blas_));
     DSCORE_GPT_CUBLAS_CHECK(cublasSetStream(blas_, stream_));  // resets the workspace: set it after
@@ -80,7 +88,8 @@ CudaContext::CudaContext() {
       props.location.type = cudaMemLocationTypeDevice;
       props.location.id = device_;
       DSCORE_GPT_CUDA_CHECK(cudaMemPoolCreate(&pool_, &props));
-      uint64_t keep = UINT64_MAX;  // keep freed memory for reuse instead of returning it at each sync
+      uint64_t keep =
+          UINT64_MAX;  // keep freed memory for reuse instead of returning it at each sync
       DSCORE_GPT_CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &keep));
     }
   } catch (...) {
@@ -119,18 +128,23 @@ void CudaContext::synchronize() const { DSCORE_GPT_CUDA_CHECK(cudaStreamSynchron
 void* CudaContext::allocate(size_t bytes, const char* what) {
   if (bytes == 0) return nullptr;
   void* p = nullptr;
-  const cudaError_t err = pool_ != nullptr ? cudaMallocFromPoolAsync(&p, bytes, pool_, stream_) : cudaMalloc(&p, bytes);
+  const cudaError_t err =
+      pool_ != nullptr ? cudaMallocFromPoolAsync(&p, bytes, pool_, stream_) : cudaMalloc(&p, bytes);
   if (err == cudaErrorMemoryAllocation) {
     cudaGetLastError();
     size_t free_bytes = 0, total_bytes = 0;
     cudaMemGetInfo(&free_bytes, &total_bytes);
     throw sdk::Error(DSCORE_RESOURCE_EXHAUSTED,
-                     "gpt (cuda): out of GPU memory allocating " + mib(bytes) + " of " + what + " on device " +
-                         std::to_string(device_) + " (" + mib(free_bytes) + " free of " + mib(total_bytes) +
-                         "); lower train_micro_batch_size_per_gpu or block_size, enable activation_checkpointing, "
+                     "gpt (cuda): out of GPU memory allocating " + mib(bytes) + " of " + what +
+                         " on device " + std::to_string(device_) + " (" + mib(free_bytes) +
+                         " free of " + mib(total_bytes) +
+                         "); lower train_micro_batch_size_per_gpu or block_size, enable "
+                         "activation_checkpointing, "
                          "or use \"cuda_dtype\": \"bf16\"");
   }
-  if (err != cudaSuccess) throw_cuda_error(err, pool_ != nullptr ? "cudaMallocFromPoolAsync" : "cudaMalloc", __FILE__, __LINE__);
+  if (err != cudaSuccess)
+    throw_cuda_error(err, pool_ != nullptr ? "cudaMallocFromPoolAsync" : "cudaMalloc", __FILE__,
+                     __LINE__);
   return p;
 }
 
@@ -163,9 +177,9 @@ void* CudaContext::pinned(size_t bytes) {
     if (err != cudaSuccess) {
       pinned_.data = nullptr;
       cudaGetLastError();
-      throw sdk::Error(DSCORE_RESOURCE_EXHAUSTED, "gpt (cuda): cudaMallocHost of " + mib(bytes) +
-                                                      " of pinned staging for gradients failed: " +
-                                                      cudaGetErrorString(err));
+      throw sdk::Error(DSCORE_RESOURCE_EXHAUSTED,
+                       "gpt (cuda): cudaMallocHost of " + mib(bytes) +
+                           " of pinned staging for gradients failed: " + cudaGetErrorString(err));
     }
     pinned_.bytes = bytes;
   }
@@ -179,7 +193,8 @@ void CudaContext::remember_tokens(const int32_t* device, const int32_t* host, in
 const std::vector<int32_t>& CudaContext::host_tokens(const int32_t* device) const {
   const auto it = tokens_.find(device);
   if (it == tokens_.end())
-    throw sdk::Error(DSCORE_INTERNAL, "gpt (cuda): encoder_backward got tokens that copy_tokens did not upload");
+    throw sdk::Error(DSCORE_INTERNAL,
+                     "gpt (cuda): encoder_backward got tokens that copy_tokens did not upload");
   return it->second;
 }
 

@@ -19,19 +19,20 @@ namespace dscore::gpt::gpu {
 
 // Throw sdk::Error naming the call, the CUDA/cuBLAS error and the place.
 [[noreturn]] void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line);
-[[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line);
+[[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file,
+                                     int line);
 
-#define DSCORE_GPT_CUDA_CHECK(call)                                                        \
-  do {                                                                                     \
-    const cudaError_t dscore_err_ = (call);                                                \
-    if (dscore_err_ != cudaSuccess)                                                        \
-      ::dscore::gpt::gpu::throw_cuda_error(dscore_err_, #call, __FILE__, __LINE__);        \
+#define DSCORE_GPT_CUDA_CHECK(call)                                                 \
+  do {                                                                              \
+    const cudaError_t dscore_err_ = (call);                                         \
+    if (dscore_err_ != cudaSuccess)                                                 \
+      ::dscore::gpt::gpu::throw_cuda_error(dscore_err_, #call, __FILE__, __LINE__); \
   } while (0)
-#define DSCORE_GPT_CUBLAS_CHECK(call)                                                      \
-  do {                                                                                     \
-    const cublasStatus_t dscore_status_ = (call);                                          \
-    if (dscore_status_ != CUBLAS_STATUS_SUCCESS)                                           \
-      ::dscore::gpt::gpu::throw_cublas_error(dscore_status_, #call, __FILE__, __LINE__);   \
+#define DSCORE_GPT_CUBLAS_CHECK(call)                                                    \
+  do {                                                                                   \
+    const cublasStatus_t dscore_status_ = (call);                                        \
+    if (dscore_status_ != CUBLAS_STATUS_SUCCESS)                                         \
+      ::dscore::gpt::gpu::throw_cublas_error(dscore_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // Scratch buffers by purpose (each grows to the largest request).

@@ -54,7 +54,9 @@ cudaError_t layernorm_backward_input(S* dinp, const S* dout, const S* inp, const
 // sum_r dout[r, c]; with inp (LayerNorm), also dnorm[c] += sum_r dout[r, c] *
 // (inp[r, c] - mean[r]) * rstd[r]. `partials` is scratch of
 // column_sum_partials(N, C) floats.
-inline int64_t column_sum_rows_per_chunk(int64_t N) { return std::max<int64_t>(64, (N + 511) / 512); }
+inline int64_t column_sum_rows_per_chunk(int64_t N) {
+  return std::max<int64_t>(64, (N + 511) / 512);
+}
 inline int64_t column_sum_partials(int64_t N, int64_t C) {
   const int64_t rows = column_sum_rows_per_chunk(N);
   return (N + rows - 1) / rows * 2 * C;
@@ -88,8 +90,8 @@ cudaError_t causal_softmax_forward(S* att, const float* scores, int64_t rows, in
 // ds[r, s] = att[r, s] * (datt[r, s] - sum_s' att[r, s'] datt[r, s']) for
 // s <= t, 0 above the diagonal.
 template <typename S>
-cudaError_t causal_softmax_backward(S* ds, const S* att, const float* datt, int64_t rows,
-                                    int64_t T, cudaStream_t stream);
+cudaError_t causal_softmax_backward(S* ds, const S* att, const float* datt, int64_t rows, int64_t T,
+                                    cudaStream_t stream);
 
 // Cross-entropy over `rows` rows of V fp32 logits; one block per row.
 // row_loss[r] = logsumexp(logits[r]) - logits[r, targets[r]], or 0 when
@@ -97,8 +99,7 @@ cudaError_t causal_softmax_backward(S* ds, const S* att, const float* datt, int6
 // non-null: dlogits[r] = grad_scale * (softmax(logits[r]) - onehot), 0 for
 // ignored rows. For S = float dlogits may be `logits` itself (in place).
 template <typename S>
-cudaError_t cross_entropy(S* dlogits, double* row_loss, const float* logits,
-                          const int32_t* targets, int64_t rows, int64_t V, float grad_scale,
-                          cudaStream_t stream);
+cudaError_t cross_entropy(S* dlogits, double* row_loss, const float* logits, const int32_t* targets,
+                          int64_t rows, int64_t V, float grad_scale, cudaStream_t stream);
 
 }  // namespace dscore::gpt::gpu

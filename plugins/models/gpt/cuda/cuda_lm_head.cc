@@ -16,7 +16,8 @@ namespace {
 constexpr int64_t kLogitsPerChunk = int64_t{1} << 25;
 
 int64_t rows_per_chunk(int64_t N, int64_t V) {
-  return std::clamp<int64_t>(kLogitsPerChunk / std::max<int64_t>(V, 1), 16, std::max<int64_t>(N, 16));
+  return std::clamp<int64_t>(kLogitsPerChunk / std::max<int64_t>(V, 1), 16,
+                             std::max<int64_t>(N, 16));
 }
 
 double sum_in_order(const std::vector<double>& v) {
@@ -28,12 +29,14 @@ double sum_in_order(const std::vector<double>& v) {
 }  // namespace
 
 template <typename S>
-double CudaBackend<S>::lm_head_forward_backward(S* dx, S* dwte, const S* x, const S* wte, const int32_t* targets,
-                                                int64_t N, int64_t C, int64_t V, double grad_scale) {
+double CudaBackend<S>::lm_head_forward_backward(S* dx, S* dwte, const S* x, const S* wte,
+                                                const int32_t* targets, int64_t N, int64_t C,
+                                                int64_t V, double grad_scale) {
   constexpr bool kFloat = std::is_same_v<S, float>;
   const cudaStream_t stream = context_->stream();
   const int64_t rb = rows_per_chunk(N, V);
-  auto* logits = static_cast<float*>(context_->scratch(Scratch::kLogits, static_cast<size_t>(rb * V) * sizeof(float)));
+  auto* logits = static_cast<float*>(
+      context_->scratch(Scratch::kLogits, static_cast<size_t>(rb * V) * sizeof(float)));
   // fp32: the gradient overwrites the logits in place, and wte's gradient
   // accumulates straight into dwte. bf16: both get their own buffers, and
   // wte's gradient sums over the chunks in fp32, rounded into dwte once.
@@ -43,10 +46,13 @@ double CudaBackend<S>::lm_head_forward_backward(S* dx, S* dwte, const S* x, cons
     dlogits = logits;
     dwte_sum = dwte;
   } else {
-    dlogits = static_cast<S*>(context_->scratch(Scratch::kLogitGrads, static_cast<size_t>(rb * V) * sizeof(S)));
-    dwte_sum = static_cast<float*>(context_->scratch(Scratch::kHeadWeightGrad, static_cast<size_t>(V * C) * sizeof(float)));
+    dlogits = static_cast<S*>(
+        context_->scratch(Scratch::kLogitGrads, static_cast<size_t>(rb * V) * sizeof(S)));
+    dwte_sum = static_cast<float*>(
+        context_->scratch(Scratch::kHeadWeightGrad, static_cast<size_t>(V * C) * sizeof(float)));
   }
-  auto* row_loss = static_cast<double*>(context_->scratch(Scratch::kRowLoss, static_cast<size_t>(N) * sizeof(double)));
+  auto* row_loss = static_cast<double*>(
+      context_->scratch(Scratch::kRowLoss, static_cast<size_t>(N) * sizeof(double)));
   for (int64_t r0 = 0; r0 < N; r0 += rb) {
     const int64_t rows = std::min(rb, N - r0);
     // logits (rows, V) = x wte^T: cuBLAS (V x rows) = wte (op T) x^T.
@@ -61,41 +67,49 @@ double CudaBackend<S>::lm_head_forward_backward(S* dx, S* dwte, const S* x, cons
   }
   if constexpr (!kFloat) DSCORE_GPT_CUDA_CHECK(add_float(dwte, dwte_sum, V * C, stream));
   row_loss_.resize(static_cast<size_t>(N));
-  DSCORE_GPT_CUDA_CHECK(cudaMemcpyAsync(row_loss_.data(), row_loss, static_cast<size_t>(N) * sizeof(double),
+  DSCORE_GPT_CUDA_CHECK(cudaMemcpyAsync(row_loss_.data(), row_loss,
+                                        static_cast<size_t>(N) * sizeof(double),
                                         cudaMemcpyDeviceToHost, stream));
   context_->synchronize();
   return sum_in_order(row_loss_);
 }
 
 template <typename S>
-double CudaBackend<S>::lm_head_forward(const S* x, const S* wte, const int32_t* targets, int64_t N, int64_t C,
-                                       int64_t V, const int64_t* rows, int64_t n_rows, float* logits_host) {
+double CudaBackend<S>::lm_head_forward(const S* x, const S* wte, const int32_t* targets, int64_t N,
+                                       int64_t C, int64_t V, const int64_t* rows, int64_t n_rows,
+                                       float* logits_host) {
   const cudaStream_t stream = context_->stream();
   const int64_t rb = rows_per_chunk(N, V);
-  auto* logits = static_cast<float*>(context_->scratch(Scratch::kLogits, static_cast<size_t>(rb * V) * sizeof(float)));
+  auto* logits = static_cast<float*>(
+      context_->scratch(Scratch::kLogits, static_cast<size_t>(rb * V) * sizeof(float)));
   double loss = 0;
   if (targets != nullptr) {
-    auto* row_loss = static_cast<double*>(context_->scratch(Scratch::kRowLoss, static_cast<size_t>(N) * sizeof(double)));
+    auto* row_loss = static_cast<double*>(
+        context_->scratch(Scratch::kRowLoss, static_cast<size_t>(N) * sizeof(double)));
     for (int64_t r0 = 0; r0 < N; r0 += rb) {
       const int64_t count = std::min(rb, N - r0);
       gemm(*context_, Op::kT, Op::kN, V, count, C, 1.0f, wte, C, x + r0 * C, C, 0.0f, logits, V);
-      DSCORE_GPT_CUDA_CHECK(cross_entropy<S>(nullptr, row_loss + r0, logits, targets + r0, count, V, 0.0f, stream));
+      DSCORE_GPT_CUDA_CHECK(
+          cross_entropy<S>(nullptr, row_loss + r0, logits, targets + r0, count, V, 0.0f, stream));
     }
     row_loss_.resize(static_cast<size_t>(N));
-    DSCORE_GPT_CUDA_CHECK(cudaMemcpyAsync(row_loss_.data(), row_loss, static_cast<size_t>(N) * sizeof(double),
+    DSCORE_GPT_CUDA_CHECK(cudaMemcpyAsync(row_loss_.data(), row_loss,
+                                          static_cast<size_t>(N) * sizeof(double),
                                           cudaMemcpyDeviceToHost, stream));
   }
   if (logits_host != nullptr && n_rows > 0) {
     // The wanted rows of x gathered into (count, C), their logits, downloaded.
-    auto* gathered = static_cast<S*>(
-        context_->scratch(Scratch::kGatheredRows, static_cast<size_t>(std::min(rb, n_rows) * C) * sizeof(S)));
+    auto* gathered = static_cast<S*>(context_->scratch(
+        Scratch::kGatheredRows, static_cast<size_t>(std::min(rb, n_rows) * C) * sizeof(S)));
     for (int64_t i0 = 0; i0 < n_rows; i0 += rb) {
       const int64_t count = std::min(rb, n_rows - i0);
       for (int64_t i = 0; i < count; ++i)
-        DSCORE_GPT_CUDA_CHECK(cudaMemcpyAsync(gathered + i * C, x + rows[i0 + i] * C, static_cast<size_t>(C) * sizeof(S),
+        DSCORE_GPT_CUDA_CHECK(cudaMemcpyAsync(gathered + i * C, x + rows[i0 + i] * C,
+                                              static_cast<size_t>(C) * sizeof(S),
                                               cudaMemcpyDeviceToDevice, stream));
       gemm(*context_, Op::kT, Op::kN, V, count, C, 1.0f, wte, C, gathered, C, 0.0f, logits, V);
-      DSCORE_GPT_CUDA_CHECK(cudaMemcpyAsync(logits_host + i0 * V, logits, static_cast<size_t>(count * V) * sizeof(float),
+      DSCORE_GPT_CUDA_CHECK(cudaMemcpyAsync(logits_host + i0 * V, logits,
+                                            static_cast<size_t>(count * V) * sizeof(float),
                                             cudaMemcpyDeviceToHost, stream));
     }
   }
@@ -104,11 +118,12 @@ double CudaBackend<S>::lm_head_forward(const S* x, const S* wte, const int32_t* 
   return loss;
 }
 
-#define DSCORE_GPT_INSTANTIATE(S)                                                                                 \
-  template double CudaBackend<S>::lm_head_forward_backward(S*, S*, const S*, const S*, const int32_t*, int64_t,    \
-                                                           int64_t, int64_t, double);                              \
-  template double CudaBackend<S>::lm_head_forward(const S*, const S*, const int32_t*, int64_t, int64_t, int64_t, \
-                                                  const int64_t*, int64_t, float*);
+#define DSCORE_GPT_INSTANTIATE(S)                                                              \
+  template double CudaBackend<S>::lm_head_forward_backward(                                    \
+      S*, S*, const S*, const S*, const int32_t*, int64_t, int64_t, int64_t, double);          \
+  template double CudaBackend<S>::lm_head_forward(const S*, const S*, const int32_t*, int64_t, \
+                                                  int64_t, int64_t, const int64_t*, int64_t,   \
+                                                  float*);
 DSCORE_GPT_INSTANTIATE(float)
 DSCORE_GPT_INSTANTIATE(__nv_bfloat16)
 #undef DSCORE_GPT_INSTANTIATE

@@ -4,8 +4,8 @@
 // maps move 16 bytes per load where the buffers allow.
 #include <cuda_fp16.h>
 
-#include "device_math.cuh"
 #include "cuda_kernels.h"
+#include "device_math.cuh"
 
 namespace dscore::gpt::gpu {
 namespace {
@@ -34,7 +34,8 @@ __global__ void map_kernel(S* out, const S* a, const S* b, int64_t n, bool vecto
       const Pack<S> y = b != nullptr ? reinterpret_cast<const Pack<S>*>(b)[p] : x;
       Pack<S> r;
 #pragma unroll
-      for (int j = 0; j < kN; ++j) r.v[j] = from_float<S>(op(to_float(x.v[j]), b != nullptr ? to_float(y.v[j]) : 0.0f));
+      for (int j = 0; j < kN; ++j)
+        r.v[j] = from_float<S>(op(to_float(x.v[j]), b != nullptr ? to_float(y.v[j]) : 0.0f));
       reinterpret_cast<Pack<S>*>(out)[p] = r;
     }
     tail = packs * kN;
@@ -125,7 +126,8 @@ __global__ void encoder_dwte_kernel(S* dwte, const S* dout, const int32_t* index
   const int32_t* start = index + buckets;
   const int32_t* rows = index + 2 * buckets + 1;
   float acc = 0.0f;
-  for (int32_t j = start[k]; j < start[k + 1]; ++j) acc += to_float(dout[static_cast<int64_t>(rows[j]) * C + c]);
+  for (int32_t j = start[k]; j < start[k + 1]; ++j)
+    acc += to_float(dout[static_cast<int64_t>(rows[j]) * C + c]);
   dwte[token * C + c] = from_float<S>(to_float(dwte[token * C + c]) + acc);
 }
 
@@ -154,12 +156,14 @@ template <typename S>
 cudaError_t encoder_forward(S* out, const int32_t* tokens, const S* wte, const S* wpe, int64_t B,
                             int64_t T, int64_t C, cudaStream_t stream) {
   if (B * T * C <= 0) return launched();
-  encoder_forward_kernel<<<grid_for(B * T * C, kThreads), kThreads, 0, stream>>>(out, tokens, wte, wpe, B * T, T, C);
+  encoder_forward_kernel<<<grid_for(B * T * C, kThreads), kThreads, 0, stream>>>(out, tokens, wte,
+                                                                                 wpe, B * T, T, C);
   return launched();
 }
 
 template <typename S>
-cudaError_t encoder_dwpe(S* dwpe, const S* dout, int64_t B, int64_t T, int64_t C, cudaStream_t stream) {
+cudaError_t encoder_dwpe(S* dwpe, const S* dout, int64_t B, int64_t T, int64_t C,
+                         cudaStream_t stream) {
   if (T * C <= 0) return launched();
   encoder_dwpe_kernel<<<grid_for(T * C, kThreads), kThreads, 0, stream>>>(dwpe, dout, B, T, C);
   return launched();
@@ -170,7 +174,8 @@ cudaError_t encoder_dwte(S* dwte, const S* dout, const int32_t* index, int64_t b
                          cudaStream_t stream) {
   if (buckets <= 0 || C <= 0) return launched();
   constexpr int kColumns = 128;
-  const dim3 grid(static_cast<unsigned int>(buckets), static_cast<unsigned int>((C + kColumns - 1) / kColumns));
+  const dim3 grid(static_cast<unsigned int>(buckets),
+                  static_cast<unsigned int>((C + kColumns - 1) / kColumns));
   encoder_dwte_kernel<<<grid, kColumns, 0, stream>>>(dwte, dout, index, buckets, C);
   return launched();
 }
@@ -204,16 +209,17 @@ cudaError_t add_float(S* dst, const float* src, int64_t n, cudaStream_t stream) 
   return launched();
 }
 
-#define DSCORE_GPT_INSTANTIATE(S)                                                                  \
-  template cudaError_t convert<S>(S*, const void*, HostType, int64_t, cudaStream_t);               \
-  template cudaError_t encoder_forward<S>(S*, const int32_t*, const S*, const S*, int64_t, int64_t, \
-                                          int64_t, cudaStream_t);                                   \
-  template cudaError_t encoder_dwpe<S>(S*, const S*, int64_t, int64_t, int64_t, cudaStream_t);      \
-  template cudaError_t encoder_dwte<S>(S*, const S*, const int32_t*, int64_t, int64_t, cudaStream_t); \
-  template cudaError_t broadcast_rows<S>(S*, const S*, int64_t, int64_t, cudaStream_t);             \
-  template cudaError_t gelu_forward<S>(S*, const S*, int64_t, cudaStream_t);                        \
-  template cudaError_t gelu_backward<S>(S*, const S*, const S*, int64_t, cudaStream_t);             \
-  template cudaError_t add<S>(S*, const S*, const S*, int64_t, cudaStream_t);                       \
+#define DSCORE_GPT_INSTANTIATE(S)                                                              \
+  template cudaError_t convert<S>(S*, const void*, HostType, int64_t, cudaStream_t);           \
+  template cudaError_t encoder_forward<S>(S*, const int32_t*, const S*, const S*, int64_t,     \
+                                          int64_t, int64_t, cudaStream_t);                     \
+  template cudaError_t encoder_dwpe<S>(S*, const S*, int64_t, int64_t, int64_t, cudaStream_t); \
+  template cudaError_t encoder_dwte<S>(S*, const S*, const int32_t*, int64_t, int64_t,         \
+                                       cudaStream_t);                                          \
+  template cudaError_t broadcast_rows<S>(S*, const S*, int64_t, int64_t, cudaStream_t);        \
+  template cudaError_t gelu_forward<S>(S*, const S*, int64_t, cudaStream_t);                   \
+  template cudaError_t gelu_backward<S>(S*, const S*, const S*, int64_t, cudaStream_t);        \
+  template cudaError_t add<S>(S*, const S*, const S*, int64_t, cudaStream_t);                  \
   template cudaError_t add_float<S>(S*, const float*, int64_t, cudaStream_t);
 
 DSCORE_GPT_INSTANTIATE(float)

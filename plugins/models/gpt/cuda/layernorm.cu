@@ -3,8 +3,8 @@
 // layer's bias gradient. One warp per row with fp32 statistics; column sums
 // in two passes over fixed row chunks (partials, then their sum in chunk
 // order), so every result is the same from run to run.
-#include "device_math.cuh"
 #include "cuda_kernels.h"
+#include "device_math.cuh"
 
 namespace dscore::gpt::gpu {
 namespace {
@@ -38,8 +38,9 @@ __global__ void layernorm_forward_kernel(S* out, float* mean, float* rstd, const
 }
 
 template <typename S>
-__global__ void layernorm_backward_input_kernel(S* dinp, const S* dout, const S* inp, const S* weight,
-                                                const float* mean, const float* rstd, int64_t N, int C) {
+__global__ void layernorm_backward_input_kernel(S* dinp, const S* dout, const S* inp,
+                                                const S* weight, const float* mean,
+                                                const float* rstd, int64_t N, int C) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= N) return;
@@ -69,8 +70,9 @@ constexpr int kRowLanes = 8;     // rows read in parallel per block
 // d * norm] over its rows for its 32 columns. Thread (tx, ty) reads rows ty,
 // ty + 8, ...; the 8 lanes' sums are added in lane order.
 template <typename S, bool kNorm>
-__global__ void column_partials_kernel(float* partials, const S* dout, const S* inp, const float* mean,
-                                       const float* rstd, int64_t N, int C, int64_t rows_per_chunk) {
+__global__ void column_partials_kernel(float* partials, const S* dout, const S* inp,
+                                       const float* mean, const float* rstd, int64_t N, int C,
+                                       int64_t rows_per_chunk) {
   __shared__ float sums[kRowLanes][kColumnTile];
   __shared__ float norm_sums[kRowLanes][kColumnTile];
   const int c = blockIdx.x * kColumnTile + threadIdx.x;
@@ -99,7 +101,8 @@ __global__ void column_partials_kernel(float* partials, const S* dout, const S* 
 }
 
 template <typename S>
-__global__ void column_finish_kernel(S* dsum, S* dnorm, const float* partials, int64_t chunks, int C) {
+__global__ void column_finish_kernel(S* dsum, S* dnorm, const float* partials, int64_t chunks,
+                                     int C) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   float a = 0.0f, b = 0.0f;
@@ -121,8 +124,8 @@ template <typename S>
 cudaError_t layernorm_forward(S* out, float* mean, float* rstd, const S* inp, const S* weight,
                               const S* bias, int64_t N, int64_t C, cudaStream_t stream) {
   if (N <= 0 || C <= 0) return launched();
-  layernorm_forward_kernel<<<row_blocks(N), kRowThreads, 0, stream>>>(out, mean, rstd, inp, weight, bias, N,
-                                                                      static_cast<int>(C));
+  layernorm_forward_kernel<<<row_blocks(N), kRowThreads, 0, stream>>>(out, mean, rstd, inp, weight,
+                                                                      bias, N, static_cast<int>(C));
   return launched();
 }
 
@@ -131,39 +134,41 @@ cudaError_t layernorm_backward_input(S* dinp, const S* dout, const S* inp, const
                                      const float* mean, const float* rstd, int64_t N, int64_t C,
                                      cudaStream_t stream) {
   if (N <= 0 || C <= 0) return launched();
-  layernorm_backward_input_kernel<<<row_blocks(N), kRowThreads, 0, stream>>>(dinp, dout, inp, weight, mean,
-                                                                             rstd, N, static_cast<int>(C));
+  layernorm_backward_input_kernel<<<row_blocks(N), kRowThreads, 0, stream>>>(
+      dinp, dout, inp, weight, mean, rstd, N, static_cast<int>(C));
   return launched();
 }
 
 template <typename S>
 cudaError_t column_sums(S* dsum, S* dnorm, const S* dout, const S* inp, const float* mean,
-                        const float* rstd, int64_t N, int64_t C, float* partials, cudaStream_t stream) {
+                        const float* rstd, int64_t N, int64_t C, float* partials,
+                        cudaStream_t stream) {
   if (N <= 0 || C <= 0) return launched();
   const int64_t rows = column_sum_rows_per_chunk(N);
   const int64_t chunks = (N + rows - 1) / rows;  // <= 512
-  const dim3 grid(static_cast<unsigned int>((C + kColumnTile - 1) / kColumnTile), static_cast<unsigned int>(chunks));
+  const dim3 grid(static_cast<unsigned int>((C + kColumnTile - 1) / kColumnTile),
+                  static_cast<unsigned int>(chunks));
   const dim3 block(kColumnTile, kRowLanes);
   if (inp != nullptr)
-    column_partials_kernel<S, true><<<grid, block, 0, stream>>>(partials, dout, inp, mean, rstd, N,
-                                                                static_cast<int>(C), rows);
+    column_partials_kernel<S, true>
+        <<<grid, block, 0, stream>>>(partials, dout, inp, mean, rstd, N, static_cast<int>(C), rows);
   else
-    column_partials_kernel<S, false><<<grid, block, 0, stream>>>(partials, dout, inp, mean, rstd, N,
-                                                                 static_cast<int>(C), rows);
+    column_partials_kernel<S, false>
+        <<<grid, block, 0, stream>>>(partials, dout, inp, mean, rstd, N, static_cast<int>(C), rows);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  column_finish_kernel<<<static_cast<unsigned int>((C + 255) / 256), 256, 0, stream>>>(dsum, dnorm, partials,
-                                                                                      chunks, static_cast<int>(C));
+  column_finish_kernel<<<static_cast<unsigned int>((C + 255) / 256), 256, 0, stream>>>(
+      dsum, dnorm, partials, chunks, static_cast<int>(C));
   return launched();
 }
 
-#define DSCORE_GPT_INSTANTIATE(S)                                                                     \
-  template cudaError_t layernorm_forward<S>(S*, float*, float*, const S*, const S*, const S*, int64_t, \
-                                            int64_t, cudaStream_t);                                    \
-  template cudaError_t layernorm_backward_input<S>(S*, const S*, const S*, const S*, const float*,     \
-                                                   const float*, int64_t, int64_t, cudaStream_t);      \
-  template cudaError_t column_sums<S>(S*, S*, const S*, const S*, const float*, const float*, int64_t, \
-                                      int64_t, float*, cudaStream_t);
+#define DSCORE_GPT_INSTANTIATE(S)                                                                  \
+  template cudaError_t layernorm_forward<S>(S*, float*, float*, const S*, const S*, const S*,      \
+                                            int64_t, int64_t, cudaStream_t);                       \
+  template cudaError_t layernorm_backward_input<S>(S*, const S*, const S*, const S*, const float*, \
+                                                   const float*, int64_t, int64_t, cudaStream_t);  \
+  template cudaError_t column_sums<S>(S*, S*, const S*, const S*, const float*, const float*,      \
+                                      int64_t, int64_t, float*, cudaStream_t);
 
 DSCORE_GPT_INSTANTIATE(float)
 DSCORE_GPT_INSTANTIATE(__nv_bfloat16)

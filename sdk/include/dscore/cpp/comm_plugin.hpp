@@ -41,13 +41,15 @@ namespace detail {
 template <typename T, typename = void>
 struct HasAllToAll : std::false_type {};
 template <typename T>
-struct HasAllToAll<T, std::void_t<decltype(std::declval<T&>().all_to_all(
-                          static_cast<const dscore_tensor*>(nullptr), static_cast<dscore_tensor*>(nullptr)))>>
+struct HasAllToAll<
+    T, std::void_t<decltype(std::declval<T&>().all_to_all(
+           static_cast<const dscore_tensor*>(nullptr), static_cast<dscore_tensor*>(nullptr)))>>
     : std::true_type {};
 template <typename T, typename = void>
 struct HasAbort : std::false_type {};
 template <typename T>
-struct HasAbort<T, std::void_t<decltype(std::declval<T&>().abort(static_cast<const char*>(nullptr)))>>
+struct HasAbort<T,
+                std::void_t<decltype(std::declval<T&>().abort(static_cast<const char*>(nullptr)))>>
     : std::true_type {};
 template <typename T, typename = void>
 struct HasCounters : std::false_type {};
@@ -57,7 +59,8 @@ struct HasCounters<T, std::void_t<decltype(std::declval<const T&>().counters(
 template <typename T, typename = void>
 struct HasSplit : std::false_type {};
 template <typename T>
-struct HasSplit<T, std::void_t<decltype(std::declval<T&>().split(int32_t{}, int32_t{}))>> : std::true_type {};
+struct HasSplit<T, std::void_t<decltype(std::declval<T&>().split(int32_t{}, int32_t{}))>>
+    : std::true_type {};
 }  // namespace detail
 
 template <typename T>
@@ -68,15 +71,16 @@ struct CommPlugin {
   static dscore_status create(const dscore_create_args* args, dscore_comm** out) {
     return S::create(args, out);
   }
-  static dscore_status allreduce(dscore_comm* c, Tensor s, dscore_tensor* r, dscore_reduce_op op, void*) {
+  static dscore_status allreduce(dscore_comm* c, Tensor s, dscore_tensor* r, dscore_reduce_op op,
+                                 void*) {
     return S::call(c, [&](T& t) { t.allreduce(s, r, op); });
   }
-  static dscore_status reduce_scatter(dscore_comm* c, Tensor s, dscore_tensor* r, dscore_reduce_op op,
-                                      void*) {
+  static dscore_status reduce_scatter(dscore_comm* c, Tensor s, dscore_tensor* r,
+                                      dscore_reduce_op op, void*) {
     return S::call(c, [&](T& t) { t.reduce_scatter(s, r, op); });
   }
-  static dscore_status reduce(dscore_comm* c, Tensor s, dscore_tensor* r, dscore_reduce_op op, int32_t root,
-                              void*) {
+  static dscore_status reduce(dscore_comm* c, Tensor s, dscore_tensor* r, dscore_reduce_op op,
+                              int32_t root, void*) {
     return S::call(c, [&](T& t) { t.reduce(s, r, op, root); });
   }
   static dscore_status allgather(dscore_comm* c, Tensor s, dscore_tensor* r, void*) {
@@ -129,10 +133,17 @@ struct CommPlugin {
 
 // The descriptor of comm backend class T.
 template <typename T>
-dscore_plugin_descriptor comm_descriptor(const char* name, const char* version, const char* description,
-                                         uint64_t capabilities, const char* params_schema) {
-  return {sizeof(dscore_plugin_descriptor), DSCORE_KIND_COMM, name, version, description,
-          capabilities, params_schema, &CommPlugin<T>::vtable};
+dscore_plugin_descriptor comm_descriptor(const char* name, const char* version,
+                                         const char* description, uint64_t capabilities,
+                                         const char* params_schema) {
+  return {sizeof(dscore_plugin_descriptor),
+          DSCORE_KIND_COMM,
+          name,
+          version,
+          description,
+          capabilities,
+          params_schema,
+          &CommPlugin<T>::vtable};
 }
 
 }  // namespace dscore::sdk

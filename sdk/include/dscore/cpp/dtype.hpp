@@ -15,30 +15,58 @@ namespace dscore::sdk {
 // Bytes per element of a dtype, 0 for DSCORE_DTYPE_INVALID or unknown values.
 inline size_t dtype_size(dscore_dtype dtype) {
   switch (dtype) {
-    case DSCORE_DTYPE_F64: case DSCORE_DTYPE_I64: case DSCORE_DTYPE_U64: return 8;
-    case DSCORE_DTYPE_F32: case DSCORE_DTYPE_I32: case DSCORE_DTYPE_U32: return 4;
-    case DSCORE_DTYPE_F16: case DSCORE_DTYPE_BF16: case DSCORE_DTYPE_I16: case DSCORE_DTYPE_U16: return 2;
-    case DSCORE_DTYPE_I8: case DSCORE_DTYPE_U8: case DSCORE_DTYPE_BOOL: return 1;
-    default: return 0;
+    case DSCORE_DTYPE_F64:
+    case DSCORE_DTYPE_I64:
+    case DSCORE_DTYPE_U64:
+      return 8;
+    case DSCORE_DTYPE_F32:
+    case DSCORE_DTYPE_I32:
+    case DSCORE_DTYPE_U32:
+      return 4;
+    case DSCORE_DTYPE_F16:
+    case DSCORE_DTYPE_BF16:
+    case DSCORE_DTYPE_I16:
+    case DSCORE_DTYPE_U16:
+      return 2;
+    case DSCORE_DTYPE_I8:
+    case DSCORE_DTYPE_U8:
+    case DSCORE_DTYPE_BOOL:
+      return 1;
+    default:
+      return 0;
   }
 }
 
 inline const char* dtype_name(dscore_dtype dtype) {
   switch (dtype) {
-    case DSCORE_DTYPE_F32: return "fp32";
-    case DSCORE_DTYPE_F16: return "fp16";
-    case DSCORE_DTYPE_BF16: return "bf16";
-    case DSCORE_DTYPE_F64: return "fp64";
-    case DSCORE_DTYPE_I8: return "int8";
-    case DSCORE_DTYPE_U8: return "uint8";
-    case DSCORE_DTYPE_I16: return "int16";
-    case DSCORE_DTYPE_U16: return "uint16";
-    case DSCORE_DTYPE_I32: return "int32";
-    case DSCORE_DTYPE_U32: return "uint32";
-    case DSCORE_DTYPE_I64: return "int64";
-    case DSCORE_DTYPE_U64: return "uint64";
-    case DSCORE_DTYPE_BOOL: return "bool";
-    default: return "invalid";
+    case DSCORE_DTYPE_F32:
+      return "fp32";
+    case DSCORE_DTYPE_F16:
+      return "fp16";
+    case DSCORE_DTYPE_BF16:
+      return "bf16";
+    case DSCORE_DTYPE_F64:
+      return "fp64";
+    case DSCORE_DTYPE_I8:
+      return "int8";
+    case DSCORE_DTYPE_U8:
+      return "uint8";
+    case DSCORE_DTYPE_I16:
+      return "int16";
+    case DSCORE_DTYPE_U16:
+      return "uint16";
+    case DSCORE_DTYPE_I32:
+      return "int32";
+    case DSCORE_DTYPE_U32:
+      return "uint32";
+    case DSCORE_DTYPE_I64:
+      return "int64";
+    case DSCORE_DTYPE_U64:
+      return "uint64";
+    case DSCORE_DTYPE_BOOL:
+      return "bool";
+    default:
+      return "invalid";
   }
 }
 
@@ -94,10 +122,12 @@ inline uint16_t float_to_half(float f) {
   std::memcpy(&bits, &f, sizeof bits);
   uint32_t sign = (bits >> 16) & 0x8000u;
   uint32_t abs = bits & 0x7fffffffu;
-  if (abs >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));
+  if (abs >= 0x7f800000u)
+    return static_cast<uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds past 65504
   if (abs < 0x38800000u) {  // subnormal or zero in half
-    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);  // below half of the smallest subnormal
+    if (abs < 0x33000000u)
+      return static_cast<uint16_t>(sign);  // below half of the smallest subnormal
     uint32_t exp = abs >> 23;
     uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
     uint32_t shift = 126 - exp;  // 14 + (113 - exp): aligns to 2^-24 units
@@ -114,22 +144,36 @@ inline uint16_t float_to_half(float f) {
 // Element i of a float tensor (f32, f16, bf16, f64) as float.
 inline float load_float(const dscore_tensor* t, int64_t i) {
   switch (t->dtype) {
-    case DSCORE_DTYPE_F32: return static_cast<const float*>(t->data)[i];
-    case DSCORE_DTYPE_F16: return half_to_float(static_cast<const uint16_t*>(t->data)[i]);
-    case DSCORE_DTYPE_BF16: return bf16_to_float(static_cast<const uint16_t*>(t->data)[i]);
-    case DSCORE_DTYPE_F64: return static_cast<float>(static_cast<const double*>(t->data)[i]);
-    default: throw std::invalid_argument("tensor is not a floating-point tensor");
+    case DSCORE_DTYPE_F32:
+      return static_cast<const float*>(t->data)[i];
+    case DSCORE_DTYPE_F16:
+      return half_to_float(static_cast<const uint16_t*>(t->data)[i]);
+    case DSCORE_DTYPE_BF16:
+      return bf16_to_float(static_cast<const uint16_t*>(t->data)[i]);
+    case DSCORE_DTYPE_F64:
+      return static_cast<float>(static_cast<const double*>(t->data)[i]);
+    default:
+      throw std::invalid_argument("tensor is not a floating-point tensor");
   }
 }
 
 // Writes through t->data; the view itself may be const (a borrowed batch).
 inline void store_float(const dscore_tensor* t, int64_t i, float v) {
   switch (t->dtype) {
-    case DSCORE_DTYPE_F32: static_cast<float*>(t->data)[i] = v; return;
-    case DSCORE_DTYPE_F16: static_cast<uint16_t*>(t->data)[i] = float_to_half(v); return;
-    case DSCORE_DTYPE_BF16: static_cast<uint16_t*>(t->data)[i] = float_to_bf16(v); return;
-    case DSCORE_DTYPE_F64: static_cast<double*>(t->data)[i] = v; return;
-    default: throw std::invalid_argument("tensor is not a floating-point tensor");
+    case DSCORE_DTYPE_F32:
+      static_cast<float*>(t->data)[i] = v;
+      return;
+    case DSCORE_DTYPE_F16:
+      static_cast<uint16_t*>(t->data)[i] = float_to_half(v);
+      return;
+    case DSCORE_DTYPE_BF16:
+      static_cast<uint16_t*>(t->data)[i] = float_to_bf16(v);
+      return;
+    case DSCORE_DTYPE_F64:
+      static_cast<double*>(t->data)[i] = v;
+      return;
+    default:
+      throw std::invalid_argument("tensor is not a floating-point tensor");
   }
 }
 

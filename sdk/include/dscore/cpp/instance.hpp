@@ -77,11 +77,10 @@ struct Shim {
 // dscore_plugin_library, e.g. from sdk::plugin_library()) and the library's
 // host-table storage (DSCORE_PLUGIN_HOST_STORAGE). Once per library, at
 // global scope.
-#define DSCORE_PLUGIN_ENTRY(library)                                                       \
-  DSCORE_PLUGIN_HOST_STORAGE                                                               \
-  extern "C" DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1( \
-      void) {                                                                            \
-    return &(library);                                                                   \
+#define DSCORE_PLUGIN_ENTRY(library)                                                            \
+  DSCORE_PLUGIN_HOST_STORAGE                                                                    \
+  extern "C" DSCORE_PLUGIN_EXPORT const dscore_plugin_library* dscore_plugin_library_v1(void) { \
+    return &(library);                                                                          \
   }
 
 // The line that ends a plugin library: a library table named `name` holding
@@ -91,12 +90,12 @@ struct Shim {
 //   DSCORE_PLUGIN_LIBRARY("acme-sgd", "1.0", "acme", &acme::kSgd)
 // A library with its own init/shutdown builds its table with
 // sdk::plugin_library and uses DSCORE_PLUGIN_ENTRY.
-#define DSCORE_PLUGIN_LIBRARY(name, version, vendor, ...)                                    \
-  namespace {                                                                                \
-  const dscore_plugin_descriptor* const dscore_library_plugins[] = {__VA_ARGS__};           \
-  const dscore_plugin_library dscore_library =                                              \
-      ::dscore::sdk::plugin_library(name, version, vendor, dscore_library_plugins);          \
-  }                                                                                          \
+#define DSCORE_PLUGIN_LIBRARY(name, version, vendor, ...)                           \
+  namespace {                                                                       \
+  const dscore_plugin_descriptor* const dscore_library_plugins[] = {__VA_ARGS__};   \
+  const dscore_plugin_library dscore_library =                                      \
+      ::dscore::sdk::plugin_library(name, version, vendor, dscore_library_plugins); \
+  }                                                                                 \
   DSCORE_PLUGIN_ENTRY(dscore_library)
 
 #endif  // DSCORE_CPP_INSTANCE_HPP_

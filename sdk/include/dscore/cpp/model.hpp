@@ -6,8 +6,8 @@
 // throws sdk::Reported (the host already holds its message).
 #pragma once
 
-#include <dscore/cpp/plugin.hpp>
 #include <dscore/model.h>
+#include <dscore/cpp/plugin.hpp>
 
 #include <string>
 
@@ -23,10 +23,13 @@ class AcquiredLayer {
     held_ = true;
     if (views_.count != expected_params || views_.params == nullptr ||
         (mode == DSCORE_ACQUIRE_BACKWARD && views_.grads == nullptr))
-      throw Error(DSCORE_INVALID_ARGUMENT,
-                  "acquire(" + std::to_string(layer) + ") lent " + std::to_string(views_.count) + " parameters" +
-                      (mode == DSCORE_ACQUIRE_BACKWARD && views_.grads == nullptr ? " and no gradients" : "") +
-                      "; the model declared " + std::to_string(expected_params));
+      throw Error(
+          DSCORE_INVALID_ARGUMENT,
+          "acquire(" + std::to_string(layer) + ") lent " + std::to_string(views_.count) +
+              " parameters" +
+              (mode == DSCORE_ACQUIRE_BACKWARD && views_.grads == nullptr ? " and no gradients"
+                                                                          : "") +
+              "; the model declared " + std::to_string(expected_params));
   }
   ~AcquiredLayer() {
     if (held_) hooks_.release(hooks_.ctx, layer_);  // error path: the first error wins

@@ -23,8 +23,8 @@
 #ifndef DSCORE_CPP_MODEL_PLUGIN_HPP_
 #define DSCORE_CPP_MODEL_PLUGIN_HPP_
 
-#include <dscore/cpp/instance.hpp>
 #include <dscore/model.h>
+#include <dscore/cpp/instance.hpp>
 
 #include <cstdint>
 #include <type_traits>
@@ -45,9 +45,10 @@ namespace detail {
 template <typename T, typename = void>
 struct HasForward : std::false_type {};
 template <typename T>
-struct HasForward<T, std::void_t<decltype(std::declval<T&>().forward(
-                         static_cast<const dscore_batch*>(nullptr), std::declval<const dscore_model_hooks&>(),
-                         static_cast<double*>(nullptr), static_cast<dscore_tensor*>(nullptr)))>>
+struct HasForward<
+    T, std::void_t<decltype(std::declval<T&>().forward(
+           static_cast<const dscore_batch*>(nullptr), std::declval<const dscore_model_hooks&>(),
+           static_cast<double*>(nullptr), static_cast<dscore_tensor*>(nullptr)))>>
     : std::true_type {};
 template <typename T, typename = void>
 struct HasSyntheticBatch : std::false_type {};
@@ -58,7 +59,8 @@ struct HasSyntheticBatch<T, std::void_t<decltype(std::declval<const T&>().synthe
 template <typename T, typename = void>
 struct HasLayerFlops : std::false_type {};
 template <typename T>
-struct HasLayerFlops<T, std::void_t<decltype(std::declval<const T&>().layer_flops(size_t{}, int64_t{}))>>
+struct HasLayerFlops<
+    T, std::void_t<decltype(std::declval<const T&>().layer_flops(size_t{}, int64_t{}))>>
     : std::true_type {};
 }  // namespace detail
 
@@ -72,19 +74,21 @@ struct ModelPlugin {
   static dscore_status describe(const dscore_model* h, const dscore_model_description** out) {
     return S::call(h, [&](const T& t) { *out = t.description(); });
   }
-  static dscore_status init_param(const dscore_model* h, size_t index, int64_t offset, int64_t count,
-                                  dscore_tensor* out) {
+  static dscore_status init_param(const dscore_model* h, size_t index, int64_t offset,
+                                  int64_t count, dscore_tensor* out) {
     return S::call(h, [&](const T& t) { t.init_param(index, offset, count, out); });
   }
   static dscore_status forward_backward(dscore_model* h, const dscore_batch* batch,
-                                        const dscore_model_hooks* hooks, double loss_scale, double* loss) {
+                                        const dscore_model_hooks* hooks, double loss_scale,
+                                        double* loss) {
     return S::call(h, [&](T& t) {
       const double value = t.forward_backward(batch, checked_hooks(hooks, true), loss_scale);
       if (loss != nullptr) *loss = value;
     });
   }
-  static dscore_status forward(dscore_model* h, const dscore_batch* batch, const dscore_model_hooks* hooks,
-                               double* loss, dscore_tensor* output) {
+  static dscore_status forward(dscore_model* h, const dscore_batch* batch,
+                               const dscore_model_hooks* hooks, double* loss,
+                               dscore_tensor* output) {
     return S::call(h, [&](T& t) { t.forward(batch, checked_hooks(hooks, false), loss, output); });
   }
   static dscore_status synthetic_batch(const dscore_model* h, uint64_t seed, int64_t first_sample,
@@ -114,10 +118,17 @@ struct ModelPlugin {
 
 // The descriptor of model class T.
 template <typename T>
-dscore_plugin_descriptor model_descriptor(const char* name, const char* version, const char* description,
-                                          uint64_t capabilities, const char* params_schema) {
-  return {sizeof(dscore_plugin_descriptor), DSCORE_KIND_MODEL, name, version, description,
-          capabilities, params_schema, &ModelPlugin<T>::vtable};
+dscore_plugin_descriptor model_descriptor(const char* name, const char* version,
+                                          const char* description, uint64_t capabilities,
+                                          const char* params_schema) {
+  return {sizeof(dscore_plugin_descriptor),
+          DSCORE_KIND_MODEL,
+          name,
+          version,
+          description,
+          capabilities,
+          params_schema,
+          &ModelPlugin<T>::vtable};
 }
 
 }  // namespace dscore::sdk

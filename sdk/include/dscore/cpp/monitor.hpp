@@ -4,8 +4,8 @@
 #ifndef DSCORE_CPP_MONITOR_HPP_
 #define DSCORE_CPP_MONITOR_HPP_
 
-#include <dscore/cpp/plugin.hpp>
 #include <dscore/monitor.h>
+#include <dscore/cpp/plugin.hpp>
 
 #include <string>
 

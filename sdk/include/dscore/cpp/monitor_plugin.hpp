@@ -18,9 +18,9 @@
 #ifndef DSCORE_CPP_MONITOR_PLUGIN_HPP_
 #define DSCORE_CPP_MONITOR_PLUGIN_HPP_
 
+#include <dscore/monitor.h>
 #include <dscore/cpp/instance.hpp>
 #include <dscore/cpp/monitor.hpp>
-#include <dscore/monitor.h>
 
 #include <type_traits>
 #include <utility>
@@ -31,8 +31,9 @@ namespace detail {
 template <typename T, typename = void>
 struct HasWriteConfig : std::false_type {};
 template <typename T>
-struct HasWriteConfig<T, std::void_t<decltype(std::declval<T&>().write_config(
-                             static_cast<const char*>(nullptr)))>> : std::true_type {};
+struct HasWriteConfig<
+    T, std::void_t<decltype(std::declval<T&>().write_config(static_cast<const char*>(nullptr)))>>
+    : std::true_type {};
 }  // namespace detail
 
 template <typename T>
@@ -45,8 +46,9 @@ struct MonitorPlugin {
   static dscore_status write_scalars(dscore_monitor* h, const dscore_scalar_event* const* events,
                                      size_t count) {
     return S::call(h, [&](T& t) {
-      for_each_event(events, count,
-                     [&](const dscore_scalar_event& e, bool has_wall_time) { t.write(e, has_wall_time); });
+      for_each_event(events, count, [&](const dscore_scalar_event& e, bool has_wall_time) {
+        t.write(e, has_wall_time);
+      });
       t.flush();
     });
   }
@@ -74,8 +76,14 @@ struct MonitorPlugin {
 template <typename T>
 dscore_plugin_descriptor monitor_descriptor(const char* name, const char* version,
                                             const char* description, const char* params_schema) {
-  return {sizeof(dscore_plugin_descriptor), DSCORE_KIND_MONITOR, name, version, description,
-          DSCORE_CAP_CPU, params_schema, &MonitorPlugin<T>::vtable};
+  return {sizeof(dscore_plugin_descriptor),
+          DSCORE_KIND_MONITOR,
+          name,
+          version,
+          description,
+          DSCORE_CAP_CPU,
+          params_schema,
+          &MonitorPlugin<T>::vtable};
 }
 
 }  // namespace dscore::sdk

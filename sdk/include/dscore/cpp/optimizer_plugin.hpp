@@ -20,8 +20,8 @@
 #ifndef DSCORE_CPP_OPTIMIZER_PLUGIN_HPP_
 #define DSCORE_CPP_OPTIMIZER_PLUGIN_HPP_
 
-#include <dscore/cpp/instance.hpp>
 #include <dscore/optimizer.h>
+#include <dscore/cpp/instance.hpp>
 
 #include <cstdint>
 #include <string>
@@ -44,8 +44,8 @@ class OptimizerBase : public Instance {
   // `name` must outlive the instance (a string literal).
   void declare_slot(const char* name, double initial_value = 0.0,
                     dscore_dtype dtype = DSCORE_DTYPE_F32, uint32_t elements_per_param = 1) {
-    slots_.push_back({sizeof(dscore_optimizer_state_slot), name, dtype, elements_per_param,
-                      initial_value});
+    slots_.push_back(
+        {sizeof(dscore_optimizer_state_slot), name, dtype, elements_per_param, initial_value});
     pointers_.clear();
     for (const dscore_optimizer_state_slot& s : slots_) pointers_.push_back(&s);
   }
@@ -59,14 +59,16 @@ namespace detail {
 template <typename T, typename = void>
 struct HasExtraState : std::false_type {};
 template <typename T>
-struct HasExtraState<T, std::void_t<decltype(std::declval<const T&>().save_extra_state()),
-                                    decltype(std::declval<T&>().load_extra_state(
-                                        std::string_view()))>> : std::true_type {};
+struct HasExtraState<T,
+                     std::void_t<decltype(std::declval<const T&>().save_extra_state()),
+                                 decltype(std::declval<T&>().load_extra_state(std::string_view()))>>
+    : std::true_type {};
 template <typename T, typename = void>
 struct HasWantsReduced : std::false_type {};
 template <typename T>
-struct HasWantsReduced<T, std::void_t<decltype(std::declval<const T&>().wants_reduced_gradients(
-                              int64_t{}))>> : std::true_type {};
+struct HasWantsReduced<
+    T, std::void_t<decltype(std::declval<const T&>().wants_reduced_gradients(int64_t{}))>>
+    : std::true_type {};
 }  // namespace detail
 
 template <typename T>
@@ -78,7 +80,8 @@ struct OptimizerPlugin {
     return S::create(args, out);
   }
   static dscore_status state_slots(const dscore_optimizer* h,
-                                   const dscore_optimizer_state_slot* const** slots, size_t* count) {
+                                   const dscore_optimizer_state_slot* const** slots,
+                                   size_t* count) {
     return S::call(h, [&](const T& t) {
       *slots = t.slot_table();
       *count = t.slot_count();
@@ -87,7 +90,8 @@ struct OptimizerPlugin {
   static dscore_status step(dscore_optimizer* h, const dscore_optimizer_step_args* args) {
     return S::call(h, [&](T& t) { t.step(args); });
   }
-  static dscore_status save_extra_state(const dscore_optimizer* h, dscore_write_fn write, void* ctx) {
+  static dscore_status save_extra_state(const dscore_optimizer* h, dscore_write_fn write,
+                                        void* ctx) {
     return S::call(h, [&](const T& t) {
       const std::string bytes = t.save_extra_state();
       return bytes.empty() ? DSCORE_OK : write(ctx, bytes.data(), bytes.size());
@@ -113,7 +117,8 @@ struct OptimizerPlugin {
       vt.save_extra_state = &save_extra_state;
       vt.load_extra_state = &load_extra_state;
     }
-    if constexpr (detail::HasWantsReduced<T>::value) vt.wants_reduced_gradients = &wants_reduced_gradients;
+    if constexpr (detail::HasWantsReduced<T>::value)
+      vt.wants_reduced_gradients = &wants_reduced_gradients;
     return vt;
   }
   static inline const dscore_optimizer_vtable vtable = make_vtable();
@@ -124,8 +129,14 @@ template <typename T>
 dscore_plugin_descriptor optimizer_descriptor(const char* name, const char* version,
                                               const char* description, uint64_t capabilities,
                                               const char* params_schema) {
-  return {sizeof(dscore_plugin_descriptor), DSCORE_KIND_OPTIMIZER, name, version, description,
-          capabilities, params_schema, &OptimizerPlugin<T>::vtable};
+  return {sizeof(dscore_plugin_descriptor),
+          DSCORE_KIND_OPTIMIZER,
+          name,
+          version,
+          description,
+          capabilities,
+          params_schema,
+          &OptimizerPlugin<T>::vtable};
 }
 
 }  // namespace dscore::sdk

@@ -24,11 +24,16 @@ template <typename Acc>
 inline Acc apply(dscore_reduce_op op, Acc a, Acc b) {
   switch (op) {
     case DSCORE_REDUCE_SUM:
-    case DSCORE_REDUCE_AVG: return a + b;
-    case DSCORE_REDUCE_PRODUCT: return a * b;
-    case DSCORE_REDUCE_MIN: return std::min(a, b);
-    case DSCORE_REDUCE_MAX: return std::max(a, b);
-    default: throw sdk::Error(DSCORE_INVALID_ARGUMENT, "unknown reduce op " + std::to_string(op));
+    case DSCORE_REDUCE_AVG:
+      return a + b;
+    case DSCORE_REDUCE_PRODUCT:
+      return a * b;
+    case DSCORE_REDUCE_MIN:
+      return std::min(a, b);
+    case DSCORE_REDUCE_MAX:
+      return std::max(a, b);
+    default:
+      throw sdk::Error(DSCORE_INVALID_ARGUMENT, "unknown reduce op " + std::to_string(op));
   }
 }
 
@@ -59,7 +64,7 @@ void reduce_typed(const T* chunks, int world, int64_t n, dscore_reduce_op op, T*
 // elements. `scratch` is fp32/fp64 working space the function may resize.
 // Throws sdk::Error for a dtype/op it cannot reduce.
 inline void reduce_chunks(const void* chunks, int world, int64_t n, dscore_dtype dtype,
-                   dscore_reduce_op op, void* out, std::vector<double>* scratch) {
+                          dscore_reduce_op op, void* out, std::vector<double>* scratch) {
   // The scratch is double-typed storage; fp32 accumulators use it as floats.
   scratch->resize(static_cast<size_t>(n));
   float* facc = reinterpret_cast<float*>(scratch->data());
@@ -68,32 +73,35 @@ inline void reduce_chunks(const void* chunks, int world, int64_t n, dscore_dtype
   auto same_d = [](double v) { return v; };
   switch (dtype) {
     case DSCORE_DTYPE_F32:
-      detail::reduce_typed(static_cast<const float*>(chunks), world, n, op, static_cast<float*>(out), facc,
-                   same_f, same_f);
+      detail::reduce_typed(static_cast<const float*>(chunks), world, n, op,
+                           static_cast<float*>(out), facc, same_f, same_f);
       return;
     case DSCORE_DTYPE_F64:
-      detail::reduce_typed(static_cast<const double*>(chunks), world, n, op, static_cast<double*>(out),
-                   dacc, same_d, same_d);
+      detail::reduce_typed(static_cast<const double*>(chunks), world, n, op,
+                           static_cast<double*>(out), dacc, same_d, same_d);
       return;
     case DSCORE_DTYPE_BF16:
-      detail::reduce_typed(static_cast<const uint16_t*>(chunks), world, n, op, static_cast<uint16_t*>(out),
-                   facc, &sdk::bf16_to_float, &sdk::float_to_bf16);
+      detail::reduce_typed(static_cast<const uint16_t*>(chunks), world, n, op,
+                           static_cast<uint16_t*>(out), facc, &sdk::bf16_to_float,
+                           &sdk::float_to_bf16);
       return;
     case DSCORE_DTYPE_F16:
-      detail::reduce_typed(static_cast<const uint16_t*>(chunks), world, n, op, static_cast<uint16_t*>(out),
-                   facc, &sdk::half_to_float, &sdk::float_to_half);
+      detail::reduce_typed(static_cast<const uint16_t*>(chunks), world, n, op,
+                           static_cast<uint16_t*>(out), facc, &sdk::half_to_float,
+                           &sdk::float_to_half);
       return;
     case DSCORE_DTYPE_I32:
-      detail::reduce_typed(static_cast<const int32_t*>(chunks), world, n, op, static_cast<int32_t*>(out),
-                   dacc, [](int32_t v) { return static_cast<double>(v); },
-                   [](double v) { return static_cast<int32_t>(v); });
+      detail::reduce_typed(
+          static_cast<const int32_t*>(chunks), world, n, op, static_cast<int32_t*>(out), dacc,
+          [](int32_t v) { return static_cast<double>(v); },
+          [](double v) { return static_cast<int32_t>(v); });
       return;
     case DSCORE_DTYPE_I64: {
       // int64 through an int64 accumulator: exact.
       std::vector<int64_t> acc(static_cast<size_t>(n));
       auto same_i = [](int64_t v) { return v; };
-      detail::reduce_typed(static_cast<const int64_t*>(chunks), world, n, op, static_cast<int64_t*>(out),
-                   acc.data(), same_i, same_i);
+      detail::reduce_typed(static_cast<const int64_t*>(chunks), world, n, op,
+                           static_cast<int64_t*>(out), acc.data(), same_i, same_i);
       return;
     }
     default:

@@ -17,17 +17,17 @@
 #define DSCORE_CPP_PLUGIN_HPP_
 
 #include <dscore/comm.h>
-#include <dscore/cpp/dtype.hpp>
 #include <dscore/plugin.h>
+#include <dscore/cpp/dtype.hpp>
 
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <new>
 #include <stdexcept>
-#include <type_traits>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace dscore::sdk {
@@ -38,10 +38,10 @@ namespace dscore::sdk {
 // DSCORE_PLUGIN_HOST_STORAGE.
 const dscore_host_api*& host_slot();
 
-#define DSCORE_PLUGIN_HOST_STORAGE                  \
+#define DSCORE_PLUGIN_HOST_STORAGE                   \
   const dscore_host_api*& dscore::sdk::host_slot() { \
-    static const dscore_host_api* host = nullptr;   \
-    return host;                                    \
+    static const dscore_host_api* host = nullptr;    \
+    return host;                                     \
   }
 
 inline const dscore_host_api* host() { return host_slot(); }
@@ -54,15 +54,25 @@ inline dscore_status store_host(const dscore_host_api* api, dscore_host_context*
 
 // The table dscore_plugin_library_v1() returns, for a library built against
 // these headers: init stores the host table unless another is given.
-//   const dscore_plugin_library kLibrary = dscore::sdk::plugin_library("acme-sgd", "1.0", "acme", kPlugins);
+//   const dscore_plugin_library kLibrary = dscore::sdk::plugin_library("acme-sgd", "1.0", "acme",
+//   kPlugins);
 template <size_t N>
 constexpr dscore_plugin_library plugin_library(
     const char* name, const char* version, const char* vendor,
     const dscore_plugin_descriptor* const (&plugins)[N],
     dscore_status (*init)(const dscore_host_api*, dscore_host_context*) = &store_host,
     void (*shutdown)(void) = nullptr) {
-  return {sizeof(dscore_plugin_library), DSCORE_ABI_VERSION_MAJOR, DSCORE_ABI_VERSION_MINOR, 0, name, version,
-          vendor, init, shutdown, N, plugins};
+  return {sizeof(dscore_plugin_library),
+          DSCORE_ABI_VERSION_MAJOR,
+          DSCORE_ABI_VERSION_MINOR,
+          0,
+          name,
+          version,
+          vendor,
+          init,
+          shutdown,
+          N,
+          plugins};
 }
 
 // The host as one instance sees it: the stored table plus the instance's

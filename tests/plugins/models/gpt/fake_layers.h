@@ -48,9 +48,13 @@ class FakeLayers {
   size_t param_count(size_t l) const { return layers_[l].numel.size(); }
   int64_t numel(size_t l, size_t i) const { return layers_[l].numel[i]; }
   template <typename X>
-  X* param(size_t l, size_t i) { return reinterpret_cast<X*>(layers_[l].param_data[i].data()); }
+  X* param(size_t l, size_t i) {
+    return reinterpret_cast<X*>(layers_[l].param_data[i].data());
+  }
   template <typename X>
-  X* grad(size_t l, size_t i) { return reinterpret_cast<X*>(layers_[l].grad_data[i].data()); }
+  X* grad(size_t l, size_t i) {
+    return reinterpret_cast<X*>(layers_[l].grad_data[i].data());
+  }
   void zero_grads() {
     for (Layer& l : layers_)
       for (auto& g : l.grad_data) std::fill(g.begin(), g.end(), 0);
@@ -86,7 +90,8 @@ class FakeLayers {
     t.numel = numel;
     return t;
   }
-  static dscore_status acquire(void* ctx, size_t l, dscore_acquire_mode mode, dscore_layer_views* out) {
+  static dscore_status acquire(void* ctx, size_t l, dscore_acquire_mode mode,
+                               dscore_layer_views* out) {
     auto* self = static_cast<FakeLayers*>(ctx);
     if (l >= self->layers_.size()) return DSCORE_OUT_OF_RANGE;
     Layer& layer = self->layers_[l];
@@ -99,14 +104,16 @@ class FakeLayers {
   }
   static dscore_status release(void* ctx, size_t l) {
     auto* self = static_cast<FakeLayers*>(ctx);
-    if (l >= self->layers_.size() || self->layers_[l].acquired == 0) return DSCORE_FAILED_PRECONDITION;
+    if (l >= self->layers_.size() || self->layers_[l].acquired == 0)
+      return DSCORE_FAILED_PRECONDITION;
     self->layers_[l].acquired -= 1;
     self->events.push_back("R" + std::to_string(l));
     return DSCORE_OK;
   }
   static dscore_status grads_ready(void* ctx, size_t l) {
     auto* self = static_cast<FakeLayers*>(ctx);
-    if (l >= self->layers_.size() || self->layers_[l].acquired == 0) return DSCORE_FAILED_PRECONDITION;
+    if (l >= self->layers_.size() || self->layers_[l].acquired == 0)
+      return DSCORE_FAILED_PRECONDITION;
     self->layers_[l].ready_calls += 1;
     self->events.push_back("G" + std::to_string(l));
     return DSCORE_OK;

@@ -11,8 +11,8 @@
 // 1e-3 (bf16: logits are fp32 from the same bf16 inputs on both sides).
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
-#include <dscore/cpp/dtype.hpp>
 #include <gtest/gtest.h>
+#include <dscore/cpp/dtype.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -46,7 +46,8 @@ std::vector<float> random_values(int64_t n, float scale, uint32_t seed, float of
   return v;
 }
 
-void expect_close(const std::vector<float>& ref, const std::vector<float>& got, double tol, const std::string& what) {
+void expect_close(const std::vector<float>& ref, const std::vector<float>& got, double tol,
+                  const std::string& what) {
   ASSERT_EQ(ref.size(), got.size()) << what;
   double scale = 0, diff = 0;
   size_t worst = 0;
@@ -56,8 +57,8 @@ void expect_close(const std::vector<float>& ref, const std::vector<float>& got, 
     if (d > diff) diff = d, worst = i;
   }
   EXPECT_GT(scale, 0.0) << what << ": the reference is all zero";
-  EXPECT_LE(diff, tol * scale) << what << ": element " << worst << " is " << got[worst] << ", expected "
-                               << ref[worst] << " (max|ref| " << scale << ")";
+  EXPECT_LE(diff, tol * scale) << what << ": element " << worst << " is " << got[worst]
+                               << ", expected " << ref[worst] << " (max|ref| " << scale << ")";
 }
 
 template <typename S>
@@ -94,7 +95,9 @@ class GptCudaKernels : public ::testing::Test {
       src = bits.data();
     }
     const cudaStream_t stream = backend_->context().stream();
-    EXPECT_EQ(cudaMemcpyAsync(buffer.get(), src, v.size() * sizeof(X), cudaMemcpyHostToDevice, stream), cudaSuccess);
+    EXPECT_EQ(
+        cudaMemcpyAsync(buffer.get(), src, v.size() * sizeof(X), cudaMemcpyHostToDevice, stream),
+        cudaSuccess);
     backend_->synchronize();
     return buffer;
   }
@@ -105,10 +108,13 @@ class GptCudaKernels : public ::testing::Test {
     std::vector<float> out(static_cast<size_t>(n));
     const cudaStream_t stream = backend_->context().stream();
     if constexpr (std::is_same_v<X, float>) {
-      EXPECT_EQ(cudaMemcpyAsync(out.data(), p, out.size() * sizeof(float), cudaMemcpyDeviceToHost, stream), cudaSuccess);
+      EXPECT_EQ(cudaMemcpyAsync(out.data(), p, out.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                                stream),
+                cudaSuccess);
     } else {
       std::vector<uint16_t> bits(out.size());
-      EXPECT_EQ(cudaMemcpyAsync(bits.data(), p, bits.size() * 2, cudaMemcpyDeviceToHost, stream), cudaSuccess);
+      EXPECT_EQ(cudaMemcpyAsync(bits.data(), p, bits.size() * 2, cudaMemcpyDeviceToHost, stream),
+                cudaSuccess);
       backend_->synchronize();
       for (size_t i = 0; i < bits.size(); ++i) out[i] = dscore::sdk::bf16_to_float(bits[i]);
     }
@@ -121,7 +127,8 @@ class GptCudaKernels : public ::testing::Test {
   }
 
   DeviceBuffer<int32_t> tokens(const std::vector<int32_t>& ids) {
-    DeviceBuffer<int32_t> buffer = backend_->template alloc<int32_t>(static_cast<int64_t>(ids.size()));
+    DeviceBuffer<int32_t> buffer =
+        backend_->template alloc<int32_t>(static_cast<int64_t>(ids.size()));
     backend_->copy_tokens(buffer.get(), ids.data(), static_cast<int64_t>(ids.size()));
     return buffer;
   }
@@ -155,22 +162,28 @@ TYPED_TEST(GptCudaKernels, EmbeddingForwardAndBackward) {
 
 TYPED_TEST(GptCudaKernels, LayerNormForwardAndBackward) {
   const int64_t N = 37, C = 80;
-  const auto inp = this->random(N * C, 1.0f, 1, 0.5f), w = this->random(C, 0.1f, 2, 1.0f), b = this->random(C, 0.1f, 3);
+  const auto inp = this->random(N * C, 1.0f, 1, 0.5f), w = this->random(C, 0.1f, 2, 1.0f),
+             b = this->random(C, 0.1f, 3);
   const auto dout = this->random(N * C, 1.0f, 4), dinp0 = this->random(N * C, 1.0f, 5),
              dw0 = this->random(C, 1.0f, 6), db0 = this->random(C, 1.0f, 7);
-  std::vector<float> out(static_cast<size_t>(N * C)), mean(static_cast<size_t>(N)), rstd(static_cast<size_t>(N));
+  std::vector<float> out(static_cast<size_t>(N * C)), mean(static_cast<size_t>(N)),
+      rstd(static_cast<size_t>(N));
   std::vector<float> dinp = dinp0, dw = dw0, db = db0;
-  cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
-  cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(),
-                          rstd.data(), N, C);
+  cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N,
+                         C);
+  cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(),
+                          mean.data(), rstd.data(), N, C);
 
-  auto d_inp = this->upload(inp), d_w = this->upload(w), d_b = this->upload(b), d_dout = this->upload(dout);
+  auto d_inp = this->upload(inp), d_w = this->upload(w), d_b = this->upload(b),
+       d_dout = this->upload(dout);
   auto d_dinp = this->upload(dinp0), d_dw = this->upload(dw0), d_db = this->upload(db0);
   auto d_out = this->backend_->template alloc<TypeParam>(N * C);
-  auto d_mean = this->backend_->template alloc<float>(N), d_rstd = this->backend_->template alloc<float>(N);
-  this->backend_->layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_inp.get(), d_w.get(), d_b.get(), N, C);
-  this->backend_->layernorm_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(), d_w.get(),
-                                     d_mean.get(), d_rstd.get(), N, C);
+  auto d_mean = this->backend_->template alloc<float>(N),
+       d_rstd = this->backend_->template alloc<float>(N);
+  this->backend_->layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_inp.get(), d_w.get(),
+                                    d_b.get(), N, C);
+  this->backend_->layernorm_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(),
+                                     d_inp.get(), d_w.get(), d_mean.get(), d_rstd.get(), N, C);
   expect_close(out, this->download(d_out), this->kTol, "out");
   expect_close(mean, this->download(d_mean), 1e-5, "mean (fp32 statistics)");
   expect_close(rstd, this->download(d_rstd), 1e-5, "rstd (fp32 statistics)");
@@ -181,21 +194,28 @@ TYPED_TEST(GptCudaKernels, LayerNormForwardAndBackward) {
 
 TYPED_TEST(GptCudaKernels, MatmulForwardAndBackward) {
   const int64_t N = 45, C = 72, OC = 56;
-  const auto inp = this->random(N * C, 1.0f, 1), w = this->random(OC * C, 0.2f, 2), b = this->random(OC, 1.0f, 3);
-  const auto dout = this->random(N * OC, 1.0f, 4), dw0 = this->random(OC * C, 1.0f, 5), db0 = this->random(OC, 1.0f, 6);
-  std::vector<float> out(static_cast<size_t>(N * OC)), out_nobias(out.size()), dinp(static_cast<size_t>(N * C));
+  const auto inp = this->random(N * C, 1.0f, 1), w = this->random(OC * C, 0.2f, 2),
+             b = this->random(OC, 1.0f, 3);
+  const auto dout = this->random(N * OC, 1.0f, 4), dw0 = this->random(OC * C, 1.0f, 5),
+             db0 = this->random(OC, 1.0f, 6);
+  std::vector<float> out(static_cast<size_t>(N * OC)), out_nobias(out.size()),
+      dinp(static_cast<size_t>(N * C));
   std::vector<float> dw = dw0, db = db0;
   cpu::matmul_forward(out.data(), inp.data(), w.data(), b.data(), N, C, OC);
   cpu::matmul_forward<float>(out_nobias.data(), inp.data(), w.data(), nullptr, N, C, OC);
-  cpu::matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+  cpu::matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C,
+                       OC);
 
-  auto d_inp = this->upload(inp), d_w = this->upload(w), d_b = this->upload(b), d_dout = this->upload(dout);
+  auto d_inp = this->upload(inp), d_w = this->upload(w), d_b = this->upload(b),
+       d_dout = this->upload(dout);
   auto d_dw = this->upload(dw0), d_db = this->upload(db0);
   auto d_dinp = this->upload(this->random(N * C, 5.0f, 7));  // overwritten
-  auto d_out = this->upload(this->random(N * OC, 5.0f, 8)), d_out_nobias = this->upload(this->random(N * OC, 5.0f, 9));
+  auto d_out = this->upload(this->random(N * OC, 5.0f, 8)),
+       d_out_nobias = this->upload(this->random(N * OC, 5.0f, 9));
   this->backend_->matmul_forward(d_out.get(), d_inp.get(), d_w.get(), d_b.get(), N, C, OC);
   this->backend_->matmul_forward(d_out_nobias.get(), d_inp.get(), d_w.get(), nullptr, N, C, OC);
-  this->backend_->matmul_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(), d_w.get(), N, C, OC);
+  this->backend_->matmul_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(),
+                                  d_w.get(), N, C, OC);
   expect_close(out, this->download(d_out), this->kTol, "out");
   expect_close(out_nobias, this->download(d_out_nobias), this->kTol, "out without bias");
   expect_close(dinp, this->download(d_dinp), this->kTol, "dinp");
@@ -213,10 +233,12 @@ TYPED_TEST(GptCudaKernels, CausalAttentionForwardAndBackward) {
 
   auto d_qkv = this->upload(qkv), d_dout = this->upload(dout);
   auto d_out = this->backend_->template alloc<TypeParam>(B * T * C);
-  auto d_att = this->upload(this->random(B * NH * T * T, 1.0f, 3));  // zeros above the diagonal get written
+  auto d_att =
+      this->upload(this->random(B * NH * T * T, 1.0f, 3));  // zeros above the diagonal get written
   auto d_dqkv = this->upload(this->random(B * T * 3 * C, 1.0f, 4));  // overwritten
   this->backend_->attention_forward(d_out.get(), d_att.get(), d_qkv.get(), B, T, C, NH);
-  this->backend_->attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_att.get(), B, T, C, NH);
+  this->backend_->attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_att.get(), B, T, C,
+                                     NH);
   expect_close(out, this->download(d_out), this->kTol, "out");
   expect_close(att, this->download(d_att), this->kTol, "att (B, NH, T, T)");
   expect_close(dqkv, this->download(d_dqkv), this->kTol, "dqkv");
@@ -234,15 +256,20 @@ TYPED_TEST(GptCudaKernels, GeluAndAdd) {
     cpu::gelu_backward(dinp.data() + shift, inp.data() + shift, dout.data() + shift, n);
     cpu::add(sum.data() + shift, inp.data() + shift, dout.data() + shift, n);
     auto d_inp = this->upload(inp), d_dout = this->upload(dout);
-    auto d_out = this->upload(std::vector<float>(inp.size(), 0.0f)), d_dinp = this->upload(std::vector<float>(inp.size(), 0.0f));
+    auto d_out = this->upload(std::vector<float>(inp.size(), 0.0f)),
+         d_dinp = this->upload(std::vector<float>(inp.size(), 0.0f));
     auto d_sum = this->upload(std::vector<float>(inp.size(), 0.0f)), d_acc = this->upload(inp);
     this->backend_->gelu_forward(d_out.get() + shift, d_inp.get() + shift, n);
-    this->backend_->gelu_backward(d_dinp.get() + shift, d_inp.get() + shift, d_dout.get() + shift, n);
+    this->backend_->gelu_backward(d_dinp.get() + shift, d_inp.get() + shift, d_dout.get() + shift,
+                                  n);
     this->backend_->add(d_sum.get() + shift, d_inp.get() + shift, d_dout.get() + shift, n);
-    this->backend_->add(d_acc.get() + shift, d_acc.get() + shift, d_dout.get() + shift, n);  // in place
+    this->backend_->add(d_acc.get() + shift, d_acc.get() + shift, d_dout.get() + shift,
+                        n);  // in place
     std::vector<float> in_place = sum;
-    if (shift == 1) in_place[0] = inp[0];
-    else in_place[n] = inp[static_cast<size_t>(n)];
+    if (shift == 1)
+      in_place[0] = inp[0];
+    else
+      in_place[n] = inp[static_cast<size_t>(n)];
     expect_close(out, this->download(d_out), this->kTol, "gelu");
     expect_close(dinp, this->download(d_dinp), this->kTol, "gelu backward");
     expect_close(sum, this->download(d_sum), this->kTol, "add");
@@ -265,14 +292,14 @@ TYPED_TEST(GptCudaKernels, LmHeadForwardBackward) {
     for (size_t i = 0; i < targets.size(); ++i)
       targets[i] = i % 7 == 3 ? -1 : static_cast<int32_t>(rng() % static_cast<uint32_t>(s.V));
     std::vector<float> dx(static_cast<size_t>(s.N * s.C)), dwte = dwte0;
-    const double loss = cpu::lm_head_forward_backward(dx.data(), dwte.data(), x.data(), wte.data(), targets.data(),
-                                                      s.N, s.C, s.V, 0.37);
+    const double loss = cpu::lm_head_forward_backward(dx.data(), dwte.data(), x.data(), wte.data(),
+                                                      targets.data(), s.N, s.C, s.V, 0.37);
 
     auto tok = this->tokens(targets);
     auto d_x = this->upload(x), d_wte = this->upload(wte), d_dwte = this->upload(dwte0);
     auto d_dx = this->upload(this->random(s.N * s.C, 1.0f, 5));  // overwritten
-    const double got = this->backend_->lm_head_forward_backward(d_dx.get(), d_dwte.get(), d_x.get(), d_wte.get(),
-                                                                tok.get(), s.N, s.C, s.V, 0.37);
+    const double got = this->backend_->lm_head_forward_backward(
+        d_dx.get(), d_dwte.get(), d_x.get(), d_wte.get(), tok.get(), s.N, s.C, s.V, 0.37);
     EXPECT_NEAR(got, loss, this->kLossTol * loss);
     expect_close(dx, this->download(d_dx), this->kTol, "dx");
     expect_close(dwte, this->download(d_dwte), this->kTol, "dwte (accumulated)");
@@ -283,20 +310,25 @@ TYPED_TEST(GptCudaKernels, LmHeadForwardLossAndLogits) {
   const int64_t N = 48, C = 32, V = 500;
   const auto x = this->random(N * C, 1.0f, 1), wte = this->random(V * C, 0.5f, 2);
   std::vector<int32_t> targets(static_cast<size_t>(N));
-  for (size_t i = 0; i < targets.size(); ++i) targets[i] = i % 5 == 0 ? -1 : static_cast<int32_t>((i * 37) % V);
+  for (size_t i = 0; i < targets.size(); ++i)
+    targets[i] = i % 5 == 0 ? -1 : static_cast<int32_t>((i * 37) % V);
   const std::vector<int64_t> rows = {0, 17, 47};
   std::vector<float> logits(rows.size() * V), got_logits(logits.size(), -1.0f);
-  const double loss = cpu::lm_head_forward(x.data(), wte.data(), targets.data(), N, C, V, rows.data(),
-                                           static_cast<int64_t>(rows.size()), logits.data());
+  const double loss =
+      cpu::lm_head_forward(x.data(), wte.data(), targets.data(), N, C, V, rows.data(),
+                           static_cast<int64_t>(rows.size()), logits.data());
 
   auto tok = this->tokens(targets);
   auto d_x = this->upload(x), d_wte = this->upload(wte);
-  const double got = this->backend_->lm_head_forward(d_x.get(), d_wte.get(), tok.get(), N, C, V, rows.data(),
-                                                     static_cast<int64_t>(rows.size()), got_logits.data());
+  const double got =
+      this->backend_->lm_head_forward(d_x.get(), d_wte.get(), tok.get(), N, C, V, rows.data(),
+                                      static_cast<int64_t>(rows.size()), got_logits.data());
   EXPECT_NEAR(got, loss, this->kLossTol * loss);
   // The logits are fp32 products of the same (S-rounded) inputs on both sides.
   expect_close(logits, got_logits, 1e-4, "logits");
-  EXPECT_EQ(this->backend_->lm_head_forward(d_x.get(), d_wte.get(), nullptr, N, C, V, rows.data(), 0, nullptr), 0.0);
+  EXPECT_EQ(this->backend_->lm_head_forward(d_x.get(), d_wte.get(), nullptr, N, C, V, rows.data(),
+                                            0, nullptr),
+            0.0);
 }
 
 }  // namespace

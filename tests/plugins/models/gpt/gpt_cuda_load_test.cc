@@ -37,7 +37,8 @@ TEST(GptCudaLoad, CudaDeviceWithoutGpuIsAClearError) {
   EXPECT_EQ(vt->create(args.get(), &model), DSCORE_UNAVAILABLE);
   EXPECT_EQ(model, nullptr);
   const std::string error = fakes::FakeHost::instance().last_error();
-  EXPECT_NE(error.find("\"device\": \"cuda\" but no CUDA device is visible"), std::string::npos) << error;
+  EXPECT_NE(error.find("\"device\": \"cuda\" but no CUDA device is visible"), std::string::npos)
+      << error;
   EXPECT_NE(error.find("\"device\": \"cpu\""), std::string::npos) << error;
 }
 

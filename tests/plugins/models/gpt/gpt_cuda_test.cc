@@ -16,9 +16,9 @@
 //     magnifies the relative error of small tensors). A wrong kernel gives
 //     errors of order 1.
 #include <cuda_runtime_api.h>
-#include <dscore/cpp/dtype.hpp>
 #include <dscore/model.h>
 #include <gtest/gtest.h>
+#include <dscore/cpp/dtype.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -55,8 +55,14 @@ class Model {
   Model(const fakes::TestPluginLibrary& lib, const Options& o)
       : vt_(lib.vtable<dscore_model_vtable>(DSCORE_KIND_MODEL, "gpt")) {
     fakes::CreateArgs args = fakes::CreateArgs::with_defaults(lib.find(DSCORE_KIND_MODEL, "gpt"));
-    args.integer("n_layer", 2).integer("n_head", 4).integer("n_embd", 64).integer("block_size", kBlock);
-    args.integer("vocab_size", kVocab).string("device", o.device).string("cuda_dtype", o.cuda_dtype).seed(7);
+    args.integer("n_layer", 2)
+        .integer("n_head", 4)
+        .integer("n_embd", 64)
+        .integer("block_size", kBlock);
+    args.integer("vocab_size", kVocab)
+        .string("device", o.device)
+        .string("cuda_dtype", o.cuda_dtype)
+        .seed(7);
     if (o.checkpoint) args.boolean("checkpoint_activations", true).integer("number_checkpoints", 1);
     status_ = vt_->create(args.get(), &self_);
   }
@@ -82,7 +88,8 @@ class Model {
 };
 
 float get(FakeLayers& layers, dscore_dtype dtype, bool grad, size_t l, size_t i, int64_t k) {
-  if (dtype == DSCORE_DTYPE_F32) return grad ? layers.grad<float>(l, i)[k] : layers.param<float>(l, i)[k];
+  if (dtype == DSCORE_DTYPE_F32)
+    return grad ? layers.grad<float>(l, i)[k] : layers.param<float>(l, i)[k];
   const uint16_t bits = grad ? layers.grad<uint16_t>(l, i)[k] : layers.param<uint16_t>(l, i)[k];
   return dscore::sdk::bf16_to_float(bits);
 }
@@ -123,7 +130,8 @@ class Tokens {
     std::mt19937 rng(5);
     std::uniform_int_distribution<int32_t> token(0, kVocab - 1);
     for (int32_t& id : ids_) id = token(rng);
-    for (int64_t i = kBlock + 1 - 6; i < kBlock + 1; ++i) ids_[static_cast<size_t>(2 * (kBlock + 1) + i)] = -1;
+    for (int64_t i = kBlock + 1 - 6; i < kBlock + 1; ++i)
+      ids_[static_cast<size_t>(2 * (kBlock + 1) + i)] = -1;
     shape_[0] = kBatch;
     shape_[1] = kBlock + 1;
     tensor_.struct_size = sizeof tensor_;
@@ -151,7 +159,8 @@ class Tokens {
 
 double train_step(const Model& m, FakeLayers& layers, const Tokens& tokens, double loss_scale) {
   double loss = 0;
-  EXPECT_EQ(m.vt()->forward_backward(m.self(), tokens.batch(), &layers.hooks(), loss_scale, &loss), DSCORE_OK)
+  EXPECT_EQ(m.vt()->forward_backward(m.self(), tokens.batch(), &layers.hooks(), loss_scale, &loss),
+            DSCORE_OK)
       << fakes::FakeHost::instance().last_error();
   EXPECT_EQ(layers.outstanding(), 0);
   return loss;
@@ -173,8 +182,10 @@ void expect_grads_near(FakeLayers& ref, FakeLayers& got, dscore_dtype dtype, Gra
         norm_ref += r * r;
         norm_diff += (g - r) * (g - r);
       }
-      EXPECT_GT(max_ref, 0.0) << "layer " << l << " param " << i << ": the reference gradient is all zero";
-      EXPECT_LE(max_diff, tol.max_rel * max_ref) << "layer " << l << " param " << i << " max|grad| " << max_ref;
+      EXPECT_GT(max_ref, 0.0) << "layer " << l << " param " << i
+                              << ": the reference gradient is all zero";
+      EXPECT_LE(max_diff, tol.max_rel * max_ref)
+          << "layer " << l << " param " << i << " max|grad| " << max_ref;
       if (tol.norm_rel > 0) {
         EXPECT_LE(std::sqrt(norm_diff), tol.norm_rel * std::sqrt(norm_ref))
             << "layer " << l << " param " << i << " ||grad|| " << std::sqrt(norm_ref);
@@ -191,12 +202,14 @@ class GptCuda : public ::testing::Test {
   }
 
   // CPU vs CUDA for one configuration: loss, gradients, then forward().
-  void compare(const Options& cuda, dscore_dtype views, double loss_rel, double logits_rel, GradTolerance grads) {
+  void compare(const Options& cuda, dscore_dtype views, double loss_rel, double logits_rel,
+               GradTolerance grads) {
     Model cpu_model(*lib_, Options{});
     Model cuda_model(*lib_, cuda);
     ASSERT_EQ(cpu_model.status(), DSCORE_OK) << fakes::FakeHost::instance().last_error();
     ASSERT_EQ(cuda_model.status(), DSCORE_OK) << fakes::FakeHost::instance().last_error();
-    FakeLayers cpu_layers(cpu_model.description(), views), cuda_layers(cuda_model.description(), views);
+    FakeLayers cpu_layers(cpu_model.description(), views),
+        cuda_layers(cuda_model.description(), views);
     init_layers(cpu_model, cpu_layers, views);
     init_layers(cuda_model, cuda_layers, views);
     Tokens tokens;
@@ -204,22 +217,26 @@ class GptCuda : public ::testing::Test {
     const double cuda_loss = train_step(cuda_model, cuda_layers, tokens, 2.0);
     EXPECT_GT(cpu_loss, 1.0);  // about ln(203) = 5.3 at initialisation
     EXPECT_NEAR(cuda_loss, cpu_loss, loss_rel * cpu_loss);
-    for (size_t l = 0; l < cuda_layers.layer_count(); ++l) EXPECT_EQ(cuda_layers.grads_ready_calls(l), 1);
+    for (size_t l = 0; l < cuda_layers.layer_count(); ++l)
+      EXPECT_EQ(cuda_layers.grads_ready_calls(l), 1);
     expect_grads_near(cpu_layers, cuda_layers, views, grads);
 
-    fakes::TestTensor cpu_out(DSCORE_DTYPE_F32, {kBatch, kVocab}), cuda_out(DSCORE_DTYPE_F32, {kBatch, kVocab});
+    fakes::TestTensor cpu_out(DSCORE_DTYPE_F32, {kBatch, kVocab}),
+        cuda_out(DSCORE_DTYPE_F32, {kBatch, kVocab});
     double cpu_fwd = 0, cuda_fwd = 0;
-    ASSERT_EQ(cpu_model.vt()->forward(cpu_model.self(), tokens.batch(), &cpu_layers.hooks(), &cpu_fwd, cpu_out.view()),
+    ASSERT_EQ(cpu_model.vt()->forward(cpu_model.self(), tokens.batch(), &cpu_layers.hooks(),
+                                      &cpu_fwd, cpu_out.view()),
               DSCORE_OK);
-    ASSERT_EQ(cuda_model.vt()->forward(cuda_model.self(), tokens.batch(), &cuda_layers.hooks(), &cuda_fwd,
-                                       cuda_out.view()),
+    ASSERT_EQ(cuda_model.vt()->forward(cuda_model.self(), tokens.batch(), &cuda_layers.hooks(),
+                                       &cuda_fwd, cuda_out.view()),
               DSCORE_OK)
         << fakes::FakeHost::instance().last_error();
     EXPECT_NEAR(cuda_fwd, cpu_fwd, loss_rel * cpu_fwd);
     double max_logit = 0, max_diff = 0;
     for (int64_t k = 0; k < kBatch * kVocab; ++k) {
       max_logit = std::max(max_logit, std::abs(static_cast<double>(cpu_out.get(k))));
-      max_diff = std::max(max_diff, std::abs(static_cast<double>(cuda_out.get(k)) - cpu_out.get(k)));
+      max_diff =
+          std::max(max_diff, std::abs(static_cast<double>(cuda_out.get(k)) - cpu_out.get(k)));
     }
     EXPECT_GT(max_logit, 0.0);
     EXPECT_LE(max_diff, logits_rel * max_logit);
@@ -252,7 +269,8 @@ TEST_F(GptCuda, RepeatsBitForBitAndAccumulates) {
     SCOPED_TRACE(dtype);
     Model model(*lib_, Options{"cuda", dtype, false});
     ASSERT_EQ(model.status(), DSCORE_OK) << fakes::FakeHost::instance().last_error();
-    FakeLayers first(model.description(), DSCORE_DTYPE_F32), again(model.description(), DSCORE_DTYPE_F32);
+    FakeLayers first(model.description(), DSCORE_DTYPE_F32),
+        again(model.description(), DSCORE_DTYPE_F32);
     init_layers(model, first, DSCORE_DTYPE_F32);
     init_layers(model, again, DSCORE_DTYPE_F32);
     Tokens tokens;

@@ -33,7 +33,8 @@ double dot(const Vec& a, const Vec& b) {
 }
 
 // Checks analytic[i] against d f / d x[i] by central differences.
-void expect_gradient(const char* what, Vec* x, const Vec& analytic, const std::function<double()>& f) {
+void expect_gradient(const char* what, Vec* x, const Vec& analytic,
+                     const std::function<double()>& f) {
   ASSERT_EQ(x->size(), analytic.size()) << what;
   const double h = 1e-5;
   for (size_t i = 0; i < x->size(); ++i) {
@@ -44,7 +45,8 @@ void expect_gradient(const char* what, Vec* x, const Vec& analytic, const std::f
     const double down = f();
     (*x)[i] = keep;
     const double numeric = (up - down) / (2 * h);
-    EXPECT_NEAR(analytic[i], numeric, 1e-6 * std::max(1.0, std::abs(numeric))) << what << "[" << i << "]";
+    EXPECT_NEAR(analytic[i], numeric, 1e-6 * std::max(1.0, std::abs(numeric)))
+        << what << "[" << i << "]";
   }
 }
 
@@ -55,7 +57,8 @@ class CpuKernels : public ::testing::Test {
 
 TEST_F(CpuKernels, LayerNormBackwardMatchesFiniteDifferences) {
   const int64_t N = 3, C = 5;
-  Vec inp = random_vec(N * C, 1), w = random_vec(C, 2), b = random_vec(C, 3), r = random_vec(N * C, 4);
+  Vec inp = random_vec(N * C, 1), w = random_vec(C, 2), b = random_vec(C, 3),
+      r = random_vec(N * C, 4);
   auto f = [&] {
     Vec out(N * C), mean(N), rstd(N);
     layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
@@ -64,7 +67,8 @@ TEST_F(CpuKernels, LayerNormBackwardMatchesFiniteDifferences) {
   Vec out(N * C), mean(N), rstd(N);
   layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
   Vec dinp(N * C, 0.0), dw(C, 0.0), db(C, 0.0);
-  layernorm_backward(dinp.data(), dw.data(), db.data(), r.data(), inp.data(), w.data(), mean.data(), rstd.data(), N, C);
+  layernorm_backward(dinp.data(), dw.data(), db.data(), r.data(), inp.data(), w.data(), mean.data(),
+                     rstd.data(), N, C);
   expect_gradient("dinp", &inp, dinp, f);
   expect_gradient("dweight", &w, dw, f);
   expect_gradient("dbias", &b, db, f);
@@ -72,12 +76,15 @@ TEST_F(CpuKernels, LayerNormBackwardMatchesFiniteDifferences) {
 
 TEST_F(CpuKernels, LayerNormBackwardAccumulatesIntoItsOutputs) {
   const int64_t N = 2, C = 4;
-  Vec inp = random_vec(N * C, 5), w = random_vec(C, 6), b = random_vec(C, 7), r = random_vec(N * C, 8);
+  Vec inp = random_vec(N * C, 5), w = random_vec(C, 6), b = random_vec(C, 7),
+      r = random_vec(N * C, 8);
   Vec out(N * C), mean(N), rstd(N);
   layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
   Vec d0(N * C, 0.0), dw0(C, 0.0), db0(C, 0.0), d1(N * C, 1.0), dw1(C, 2.0), db1(C, 3.0);
-  layernorm_backward(d0.data(), dw0.data(), db0.data(), r.data(), inp.data(), w.data(), mean.data(), rstd.data(), N, C);
-  layernorm_backward(d1.data(), dw1.data(), db1.data(), r.data(), inp.data(), w.data(), mean.data(), rstd.data(), N, C);
+  layernorm_backward(d0.data(), dw0.data(), db0.data(), r.data(), inp.data(), w.data(), mean.data(),
+                     rstd.data(), N, C);
+  layernorm_backward(d1.data(), dw1.data(), db1.data(), r.data(), inp.data(), w.data(), mean.data(),
+                     rstd.data(), N, C);
   for (int64_t i = 0; i < N * C; ++i) EXPECT_DOUBLE_EQ(d1[i], d0[i] + 1.0);
   for (int64_t c = 0; c < C; ++c) {
     EXPECT_DOUBLE_EQ(dw1[c], dw0[c] + 2.0);
@@ -87,7 +94,8 @@ TEST_F(CpuKernels, LayerNormBackwardAccumulatesIntoItsOutputs) {
 
 TEST_F(CpuKernels, MatmulBackwardMatchesFiniteDifferences) {
   const int64_t N = 4, C = 3, OC = 5;
-  Vec inp = random_vec(N * C, 11), w = random_vec(OC * C, 12), b = random_vec(OC, 13), r = random_vec(N * OC, 14);
+  Vec inp = random_vec(N * C, 11), w = random_vec(OC * C, 12), b = random_vec(OC, 13),
+      r = random_vec(N * OC, 14);
   auto f = [&] {
     Vec out(N * OC);
     matmul_forward(out.data(), inp.data(), w.data(), b.data(), N, C, OC);
@@ -110,7 +118,8 @@ TEST_F(CpuKernels, MatmulSplitAcrossTasksEqualsOneCall) {
   for (int64_t n = 0; n < N; ++n)
     for (int64_t o = 0; o < OC; ++o)
       for (int64_t c = 0; c < C; ++c) whole[n * OC + o] += inp[n * C + c] * w[o * C + c];
-  for (int64_t i = 0; i < N * OC; ++i) EXPECT_NEAR(split[i], whole[i], 1e-12 * std::max(1.0, std::abs(whole[i])));
+  for (int64_t i = 0; i < N * OC; ++i)
+    EXPECT_NEAR(split[i], whole[i], 1e-12 * std::max(1.0, std::abs(whole[i])));
 }
 
 TEST_F(CpuKernels, AttentionBackwardMatchesFiniteDifferences) {
@@ -182,9 +191,12 @@ TEST_F(CpuKernels, LmHeadBackwardMatchesFiniteDifferences) {
   const int64_t N = 5, C = 4, V = 7;
   const std::vector<int32_t> targets = {3, 0, -1, 6, 3};
   Vec x = random_vec(N * C, 51), wte = random_vec(V * C, 52);
-  auto f = [&] { return lm_head_forward(x.data(), wte.data(), targets.data(), N, C, V, nullptr, 0, nullptr); };
+  auto f = [&] {
+    return lm_head_forward(x.data(), wte.data(), targets.data(), N, C, V, nullptr, 0, nullptr);
+  };
   Vec dx(N * C), dwte(V * C, 0.0);
-  const double loss = lm_head_forward_backward(dx.data(), dwte.data(), x.data(), wte.data(), targets.data(), N, C, V, 1.0);
+  const double loss = lm_head_forward_backward(dx.data(), dwte.data(), x.data(), wte.data(),
+                                               targets.data(), N, C, V, 1.0);
   EXPECT_NEAR(loss, f(), 1e-12);
   // The loss by definition: sum over counted rows of logsumexp - target logit.
   double expected = 0;
@@ -204,7 +216,8 @@ TEST_F(CpuKernels, LmHeadBackwardMatchesFiniteDifferences) {
   EXPECT_NEAR(loss, expected, 1e-12);
   expect_gradient("dx", &x, dx, f);
   expect_gradient("dwte", &wte, dwte, f);
-  for (int64_t c = 0; c < C; ++c) EXPECT_EQ(dx[2 * C + c], 0.0) << "an ignored row gets no gradient";
+  for (int64_t c = 0; c < C; ++c)
+    EXPECT_EQ(dx[2 * C + c], 0.0) << "an ignored row gets no gradient";
 }
 
 TEST_F(CpuKernels, LmHeadLogitsOfChosenRows) {
@@ -212,7 +225,8 @@ TEST_F(CpuKernels, LmHeadLogitsOfChosenRows) {
   Vec x = random_vec(N * C, 61), wte = random_vec(V * C, 62);
   const int64_t rows[2] = {2, 0};
   std::vector<float> logits(2 * V);
-  lm_head_forward(x.data(), wte.data(), static_cast<const int32_t*>(nullptr), N, C, V, rows, 2, logits.data());
+  lm_head_forward(x.data(), wte.data(), static_cast<const int32_t*>(nullptr), N, C, V, rows, 2,
+                  logits.data());
   for (int i = 0; i < 2; ++i)
     for (int64_t v = 0; v < V; ++v) {
       const double z = x[rows[i] * C] * wte[v * C] + x[rows[i] * C + 1] * wte[v * C + 1];

@@ -56,7 +56,8 @@ void init_layers(const GptConfig& c, FakeLayers* layers) {
       std::vector<float> v(static_cast<size_t>(layers->numel(l, i)));
       params.init(index, 0, layers->numel(l, i), v.data());
       double* p = layers->param<double>(l, i);
-      for (size_t k = 0; k < v.size(); ++k) p[k] = v[k] * 5.0 + 0.01 * std::sin(static_cast<double>(k + index));
+      for (size_t k = 0; k < v.size(); ++k)
+        p[k] = v[k] * 5.0 + 0.01 * std::sin(static_cast<double>(k + index));
     }
 }
 
@@ -116,10 +117,10 @@ TEST_F(GptModel, HooksAreCalledInOrderAndEveryAcquireIsReleased) {
   Runner runner(c, params, backend);
   runner.forward_backward(tiny_batch(c), layers.hooks(), 1.0);
   const std::vector<std::string> expected = {
-      "F0", "R0", "F1", "R1", "F2", "R2", "F3", "R3",              // embeddings, blocks, ln_f
-      "B0", "R0",                                                  // LM head (wte gradient, part 1)
-      "B3", "G3", "R3", "B2", "G2", "R2", "B1", "G1", "R1",        // ln_f, blocks in reverse
-      "B0", "G0", "R0"};                                           // embeddings: grads_ready once
+      "F0", "R0", "F1", "R1", "F2", "R2", "F3", "R3",        // embeddings, blocks, ln_f
+      "B0", "R0",                                            // LM head (wte gradient, part 1)
+      "B3", "G3", "R3", "B2", "G2", "R2", "B1", "G1", "R1",  // ln_f, blocks in reverse
+      "B0", "G0", "R0"};                                     // embeddings: grads_ready once
   EXPECT_EQ(layers.events, expected);
   EXPECT_EQ(layers.outstanding(), 0);
   for (size_t l = 0; l < layers.layer_count(); ++l) EXPECT_EQ(layers.grads_ready_calls(l), 1) << l;
@@ -143,14 +144,16 @@ TEST_F(GptModel, ActivationCheckpointingGivesTheSameGradientsBitForBit) {
     for (size_t l = 0; l < plain.layer_count(); ++l)
       for (size_t i = 0; i < plain.param_count(l); ++i)
         for (int64_t e = 0; e < plain.numel(l, i); ++e)
-          ASSERT_EQ(recomputed.grad<double>(l, i)[e], plain.grad<double>(l, i)[e]) << "checkpoint_blocks " << k;
+          ASSERT_EQ(recomputed.grad<double>(l, i)[e], plain.grad<double>(l, i)[e])
+              << "checkpoint_blocks " << k;
   }
 }
 
 TEST_F(GptModel, LossScaleScalesTheGradientsOnly) {
   const GptConfig c = tiny_config();
   GptParams params(c, 7);
-  FakeLayers one(params.description(), DSCORE_DTYPE_F64), scaled(params.description(), DSCORE_DTYPE_F64);
+  FakeLayers one(params.description(), DSCORE_DTYPE_F64),
+      scaled(params.description(), DSCORE_DTYPE_F64);
   init_layers(c, &one);
   init_layers(c, &scaled);
   cpu::CpuBackend<double> backend;
@@ -173,9 +176,12 @@ TEST_F(GptModel, AFailingAcquireReleasesWhatWasAcquired) {
   dscore_model_hooks failing = layers.hooks();
   static int calls = 0;
   calls = 0;
-  struct Ctx { const dscore_model_hooks* inner; } ctx{&layers.hooks()};
+  struct Ctx {
+    const dscore_model_hooks* inner;
+  } ctx{&layers.hooks()};
   failing.ctx = &ctx;
-  failing.acquire = [](void* x, size_t l, dscore_acquire_mode m, dscore_layer_views* out) -> dscore_status {
+  failing.acquire = [](void* x, size_t l, dscore_acquire_mode m,
+                       dscore_layer_views* out) -> dscore_status {
     auto* c2 = static_cast<Ctx*>(x);
     if (++calls == 6) return DSCORE_UNAVAILABLE;  // the 6th acquire (backward of ln_f) fails
     return c2->inner->acquire(c2->inner->ctx, l, m, out);
@@ -211,7 +217,8 @@ TEST_F(GptModel, PaddingAfterAPromptDoesNotChangeItsLogits) {
     const dscore_tensor* tensors[] = {&t};
     dscore_batch batch{sizeof(dscore_batch), 1, 1, tensors};
     std::vector<float> logits(static_cast<size_t>(c.vocab_size));
-    runner.forward(split_tokens(&batch, c.block_size, c.vocab_size), layers.hooks(), nullptr, logits.data());
+    runner.forward(split_tokens(&batch, c.block_size, c.vocab_size), layers.hooks(), nullptr,
+                   logits.data());
     return logits;
   };
   // The prompt "4 2" padded two ways: the logits after "2" are the same.
@@ -231,7 +238,8 @@ namespace {
 TEST_F(GptModel, Bf16ViewsComputeLikeFp32OnTheSameValues) {
   const GptConfig c = tiny_config();
   GptParams params(c, 7);
-  FakeLayers f32(params.description(), DSCORE_DTYPE_F32), b16(params.description(), DSCORE_DTYPE_BF16);
+  FakeLayers f32(params.description(), DSCORE_DTYPE_F32),
+      b16(params.description(), DSCORE_DTYPE_BF16);
   size_t index = 0;
   for (size_t l = 0; l < f32.layer_count(); ++l)
     for (size_t i = 0; i < f32.param_count(l); ++i, ++index) {
@@ -251,9 +259,11 @@ TEST_F(GptModel, Bf16ViewsComputeLikeFp32OnTheSameValues) {
   for (size_t l = 0; l < f32.layer_count(); ++l)
     for (size_t i = 0; i < f32.param_count(l); ++i) {
       double max_abs = 0;
-      for (int64_t e = 0; e < f32.numel(l, i); ++e) max_abs = std::max(max_abs, std::abs(double(f32.grad<float>(l, i)[e])));
       for (int64_t e = 0; e < f32.numel(l, i); ++e)
-        EXPECT_NEAR(sdk::bf16_to_float(b16.grad<uint16_t>(l, i)[e]), f32.grad<float>(l, i)[e], max_abs / 128 + 1e-12)
+        max_abs = std::max(max_abs, std::abs(double(f32.grad<float>(l, i)[e])));
+      for (int64_t e = 0; e < f32.numel(l, i); ++e)
+        EXPECT_NEAR(sdk::bf16_to_float(b16.grad<uint16_t>(l, i)[e]), f32.grad<float>(l, i)[e],
+                    max_abs / 128 + 1e-12)
             << l << "." << i << "[" << e << "]";
     }
 }

@@ -3,10 +3,10 @@
 // model.h prescribes, loss-scale linearity, 16-bit views, deterministic and
 // sliceable init_param / synthetic_batch, and that the synthetic task is
 // learnable with the adam plugin.
-#include <dscore/cpp/dtype.hpp>
 #include <dscore/model.h>
 #include <dscore/optimizer.h>
 #include <gtest/gtest.h>
+#include <dscore/cpp/dtype.hpp>
 
 #include <cmath>
 #include <memory>
@@ -24,7 +24,8 @@ namespace {
 class HookHost {
  public:
   HookHost(const dscore_model_vtable* vt, const dscore_model* model,
-           dscore_dtype param_dtype = DSCORE_DTYPE_F32, dscore_dtype grad_dtype = DSCORE_DTYPE_F32) {
+           dscore_dtype param_dtype = DSCORE_DTYPE_F32,
+           dscore_dtype grad_dtype = DSCORE_DTYPE_F32) {
     const dscore_model_description* d = nullptr;
     EXPECT_EQ(vt->describe(model, &d), DSCORE_OK);
     size_t index = 0;
@@ -34,8 +35,10 @@ class HookHost {
         const dscore_model_param* p = d->layers[l]->params[k];
         TestTensor init(DSCORE_DTYPE_F32, p->numel);
         EXPECT_EQ(vt->init_param(model, index, 0, p->numel, init.view()), DSCORE_OK);
-        layers_[l].params.emplace_back(param_dtype, std::vector<int64_t>(p->shape, p->shape + p->ndim));
-        layers_[l].grads.emplace_back(grad_dtype, std::vector<int64_t>(p->shape, p->shape + p->ndim));
+        layers_[l].params.emplace_back(param_dtype,
+                                       std::vector<int64_t>(p->shape, p->shape + p->ndim));
+        layers_[l].grads.emplace_back(grad_dtype,
+                                      std::vector<int64_t>(p->shape, p->shape + p->ndim));
         for (int64_t e = 0; e < p->numel; ++e) layers_[l].params.back().set(e, init.get(e));
       }
     }
@@ -75,7 +78,8 @@ class HookHost {
     auto* h = static_cast<HookHost*>(ctx);
     if (h->record((mode == DSCORE_ACQUIRE_FORWARD ? "acquire F " : "acquire B ") +
                   std::to_string(layer)))
-      return FakeHost::instance().api()->set_error(FakeHost::thread_context(), DSCORE_UNAVAILABLE, "injected acquire failure");
+      return FakeHost::instance().api()->set_error(FakeHost::thread_context(), DSCORE_UNAVAILABLE,
+                                                   "injected acquire failure");
     ++h->held;
     Layer& l = h->layers_[layer];
     out->count = l.params.size();
@@ -87,13 +91,15 @@ class HookHost {
     auto* h = static_cast<HookHost*>(ctx);
     --h->held;
     if (h->record("release " + std::to_string(layer)))
-      return FakeHost::instance().api()->set_error(FakeHost::thread_context(), DSCORE_UNAVAILABLE, "injected release failure");
+      return FakeHost::instance().api()->set_error(FakeHost::thread_context(), DSCORE_UNAVAILABLE,
+                                                   "injected release failure");
     return DSCORE_OK;
   }
   static dscore_status grads_ready(void* ctx, size_t layer) {
     auto* h = static_cast<HookHost*>(ctx);
     if (h->record("grads_ready " + std::to_string(layer)))
-      return FakeHost::instance().api()->set_error(FakeHost::thread_context(), DSCORE_DATA_LOSS, "injected grads_ready failure");
+      return FakeHost::instance().api()->set_error(FakeHost::thread_context(), DSCORE_DATA_LOSS,
+                                                   "injected grads_ready failure");
     return DSCORE_OK;
   }
 
@@ -139,8 +145,11 @@ class MlpTest : public ::testing::Test {
   }
   static CreateArgs tiny(const char* activation) {
     CreateArgs a = defaults();
-    a.integer("input_dim", 3).integer("hidden_dim", 5).integer("output_dim", 2)
-        .integer("n_hidden_layers", 2).string("activation", activation);
+    a.integer("input_dim", 3)
+        .integer("hidden_dim", 5)
+        .integer("output_dim", 2)
+        .integer("n_hidden_layers", 2)
+        .string("activation", activation);
     return a;
   }
   static double loss_of(dscore_model* m, HookHost& host, Batch& b) {
@@ -237,9 +246,9 @@ TEST_F(MlpTest, HooksAreCalledInTheDocumentedOrder) {
   double loss;
   ASSERT_EQ(vt()->forward_backward(m.get(), &b.batch, host.hooks(), 1.0, &loss), DSCORE_OK);
   const std::vector<std::string> expected = {
-      "acquire F 0", "release 0",     "acquire F 1", "release 1",     "acquire F 2",
-      "release 2",   "acquire B 2",   "grads_ready 2", "release 2",   "acquire B 1",
-      "grads_ready 1", "release 1",   "acquire B 0", "grads_ready 0", "release 0"};
+      "acquire F 0",   "release 0",   "acquire F 1",   "release 1",     "acquire F 2",
+      "release 2",     "acquire B 2", "grads_ready 2", "release 2",     "acquire B 1",
+      "grads_ready 1", "release 1",   "acquire B 0",   "grads_ready 0", "release 0"};
   EXPECT_EQ(host.events, expected);
   EXPECT_EQ(host.held, 0);
 }
@@ -380,7 +389,8 @@ TEST_F(MlpTest, SyntheticBatchIsDeterministicAndSliceable) {
   EXPECT_EQ(whole.y.values(), again.y.values());
   EXPECT_NE(whole.x.values(), reseeded.x.values());
   for (int64_t s = 0; s < 4; ++s) {
-    for (int64_t j = 0; j < 16; ++j) ASSERT_EQ(part.x.get(s * 16 + j), whole.x.get((5 + s) * 16 + j));
+    for (int64_t j = 0; j < 16; ++j)
+      ASSERT_EQ(part.x.get(s * 16 + j), whole.x.get((5 + s) * 16 + j));
     for (int64_t j = 0; j < 4; ++j) ASSERT_EQ(part.y.get(s * 4 + j), whole.y.get((5 + s) * 4 + j));
   }
   // x ~ N(0, 1); y has roughly unit second moment.
@@ -426,7 +436,8 @@ TEST_F(MlpTest, RejectsBadParams) {
   CreateArgs a = defaults();
   a.integer("input_dim", 0);
   EXPECT_EQ(vt()->create(a.get(), &m), DSCORE_INVALID_ARGUMENT);
-  EXPECT_NE(FakeHost::instance().last_error().find("input_dim = 0 must be >= 1"), std::string::npos);
+  EXPECT_NE(FakeHost::instance().last_error().find("input_dim = 0 must be >= 1"),
+            std::string::npos);
   a = defaults();
   a.string("activation", "swish");
   EXPECT_EQ(vt()->create(a.get(), &m), DSCORE_INVALID_ARGUMENT);
@@ -471,8 +482,9 @@ TEST_F(MlpTest, SyntheticTaskIsLearnableWithAdam) {
     ASSERT_EQ(vt()->forward_backward(m.get(), &b.batch, host.hooks(), 1.0, &loss), DSCORE_OK);
     losses.push_back(loss);
     dscore_optimizer_hparams h{sizeof h, 1e-3, 0, 0, 0, 1.0, step, 1.0};
-    dscore_optimizer_step_args a{sizeof a, &h, params.size(), params.data(), grads.data(), 2,
-                                 states.data(), nullptr, nullptr};
+    dscore_optimizer_step_args a{sizeof a,      &h,           params.size(),
+                                 params.data(), grads.data(), 2,
+                                 states.data(), nullptr,      nullptr};
     ASSERT_EQ(adam->step(opt, &a), DSCORE_OK) << FakeHost::instance().last_error();
   }
   adam->destroy(opt);

@@ -76,9 +76,9 @@ TEST_F(CsvMonitorTest, OneFilePerTagWithHeaderOnce) {
   ASSERT_EQ(write(m, {{"Train/Samples/train_loss", 2.5}}, 0), DSCORE_OK);
   ASSERT_EQ(write(m, {{"Train/Samples/lr", 1e-05}, {"Train/Samples/loss_scale", 65536.0}}, 32),
             DSCORE_OK);
-  ASSERT_EQ(write(m, {{"Train/Samples/train_loss", 1.25}, {"Train/Samples/elapsed time ms", 12.0}},
-                  32),
-            DSCORE_OK);
+  ASSERT_EQ(
+      write(m, {{"Train/Samples/train_loss", 1.25}, {"Train/Samples/elapsed time ms", 12.0}}, 32),
+      DSCORE_OK);
   // Visible before destroy: every call flushes, as DeepSpeed closes each file.
   const fs::path job = dir_ / "job";
   EXPECT_EQ(read_file(job / "Train_Samples_train_loss.csv"),

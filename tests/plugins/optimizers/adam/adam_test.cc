@@ -2,9 +2,9 @@
 // straightforward double-precision implementation of docs/deepspeed-reference.md#fusedadam
 // (FusedAdam) written here, for every mode and dtype the plugin accepts, and
 // the errors a user sees for bad params or tensors.
-#include <dscore/cpp/dtype.hpp>
 #include <dscore/optimizer.h>
 #include <gtest/gtest.h>
+#include <dscore/cpp/dtype.hpp>
 
 #include <cmath>
 #include <cstring>
@@ -21,8 +21,8 @@ namespace {
 // Tolerances, max relative error |x - ref| / max(|ref|, floor) against the
 // double reference: the plugin computes in fp32 (as FusedAdam), so a few fp32
 // roundings per element per step are expected.
-constexpr double kParamTol = 3e-6;    // floor 1e-2 (params are ~N(0,1))
-constexpr double kExpAvgTol = 3e-5;   // floor 1e-2 (terms of exp_avg cancel)
+constexpr double kParamTol = 3e-6;   // floor 1e-2 (params are ~N(0,1))
+constexpr double kExpAvgTol = 3e-5;  // floor 1e-2 (terms of exp_avg cancel)
 // floor 1e-12 (all terms positive). In L2 mode the decayed gradient
 // s*g + wd*p is formed in fp32 and can nearly cancel; among 1M+3 random
 // elements a few do, so its square carries ~30 fp32 ulps of error.
@@ -165,7 +165,8 @@ void run_case(const dscore_optimizer_vtable* vt, CreateArgs args, const Case& c)
     // Gradients of varying magnitude, so eps and the scale both matter.
     std::vector<std::vector<float>> gvals(n);
     for (size_t i = 0; i < n; ++i) {
-      for (int64_t j = 0; j < kSizes[i]; ++j) grads[i].set(j, normal(rng) * (j % 3 == 0 ? 1e-3f : 2.0f));
+      for (int64_t j = 0; j < kSizes[i]; ++j)
+        grads[i].set(j, normal(rng) * (j % 3 == 0 ? 1e-3f : 2.0f));
       for (int64_t j = 0; j < kSizes[i]; ++j) gvals[i].push_back(grads[i].get(j));  // as stored
     }
     dscore_optimizer_hparams h{};
@@ -228,8 +229,8 @@ TEST_F(AdamTest, MatchesDoubleReferenceInEveryMode) {
       {"fp16 grads, scaled", "adam", true, 0.01, true, 0.5, 1, false, DSCORE_DTYPE_F16},
       {"bf16 params_16bit", "adam", true, 0.01, true, 1, 1, false, DSCORE_DTYPE_F32,
        DSCORE_DTYPE_BF16},
-      {"fp16 params_16bit, bf16 grads", "adamw", true, 0.01, true, 1, 1, false,
-       DSCORE_DTYPE_BF16, DSCORE_DTYPE_F16},
+      {"fp16 params_16bit, bf16 grads", "adamw", true, 0.01, true, 1, 1, false, DSCORE_DTYPE_BF16,
+       DSCORE_DTYPE_F16},
   };
   for (const Case& c : cases) run_case(vt(c.plugin), defaults(c.plugin), c);
 }
@@ -256,8 +257,8 @@ TEST_F(AdamTest, SchemaDeclaresDeepSpeedDefaults) {
   for (const char* name : {"adam", "adamw"}) {
     const dscore_plugin_descriptor* d = lib_->find(DSCORE_KIND_OPTIMIZER, name);
 #if defined(DSCORE_ADAM_WITH_CUDA)
-    EXPECT_EQ(d->capabilities, DSCORE_CAP_CPU | DSCORE_CAP_CUDA | DSCORE_CAP_F32 | DSCORE_CAP_F16 |
-                                   DSCORE_CAP_BF16);
+    EXPECT_EQ(d->capabilities,
+              DSCORE_CAP_CPU | DSCORE_CAP_CUDA | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16);
 #else
     EXPECT_EQ(d->capabilities, DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16);
 #endif
@@ -323,8 +324,8 @@ struct OneTensorStep {
   const dscore_tensor* grads[1] = {g.view()};
   dscore_tensor* states[2] = {m.view(), v.view()};
   dscore_optimizer_hparams h{sizeof(dscore_optimizer_hparams), 1e-3, 0, 0, 0, 1, 1, 1};
-  dscore_optimizer_step_args a{sizeof(dscore_optimizer_step_args), &h, 1, params, grads, 2, states,
-                               nullptr, nullptr};
+  dscore_optimizer_step_args a{
+      sizeof(dscore_optimizer_step_args), &h, 1, params, grads, 2, states, nullptr, nullptr};
 };
 
 TEST_F(AdamTest, RejectsTensorsItCannotUpdate) {

@@ -29,7 +29,10 @@ CreateArgs defaults() {
 dscore_optimizer* create(int64_t freeze_step, double weight_decay = 0, int world = 1,
                          dscore_host_context* context = nullptr) {
   CreateArgs a = defaults();
-  a.integer("freeze_step", freeze_step).number("weight_decay", weight_decay).rank(0, world).context(context);
+  a.integer("freeze_step", freeze_step)
+      .number("weight_decay", weight_decay)
+      .rank(0, world)
+      .context(context);
   dscore_optimizer* opt = nullptr;
   EXPECT_EQ(vt()->create(a.get(), &opt), DSCORE_OK) << FakeHost::instance().last_error();
   return opt;

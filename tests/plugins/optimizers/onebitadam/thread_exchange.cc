@@ -109,10 +109,12 @@ dscore_status broadcast(dscore_comm* c, dscore_tensor* tensor, int32_t root, voi
 }
 
 dscore_status point_to_point(dscore_comm*, const dscore_tensor*, int32_t, void*) {
-  return FakeHost::instance().api()->set_error(FakeHost::thread_context(), DSCORE_UNIMPLEMENTED, "thread exchange: no send");
+  return FakeHost::instance().api()->set_error(FakeHost::thread_context(), DSCORE_UNIMPLEMENTED,
+                                               "thread exchange: no send");
 }
 dscore_status receive(dscore_comm*, dscore_tensor*, int32_t, void*) {
-  return FakeHost::instance().api()->set_error(FakeHost::thread_context(), DSCORE_UNIMPLEMENTED, "thread exchange: no recv");
+  return FakeHost::instance().api()->set_error(FakeHost::thread_context(), DSCORE_UNIMPLEMENTED,
+                                               "thread exchange: no recv");
 }
 
 dscore_status barrier(dscore_comm* c) {

@@ -50,7 +50,8 @@ TEST_F(WarmupTest, WarmupSchedulesSetOnlyTheLr) {
     CreateArgs args = defaults(name);
     if (std::string(name) == "WarmupDecayLR") args.integer("total_num_steps", 20);
     auto s = make(name, args);
-    for (int64_t t = -1; t < 25; ++t) EXPECT_EQ(s->point(t).set_mask, DSCORE_HPARAM_LR) << name << " t=" << t;
+    for (int64_t t = -1; t < 25; ++t)
+      EXPECT_EQ(s->point(t).set_mask, DSCORE_HPARAM_LR) << name << " t=" << t;
   }
 }
 
@@ -71,7 +72,9 @@ TEST_F(WarmupTest, LogWarmupFollowsTheFormula) {
 
 TEST_F(WarmupTest, LinearWarmupReachesMaxOneStepLater) {
   CreateArgs args = defaults("WarmupLR");
-  args.number("warmup_min_lr", 0.0).number("warmup_max_lr", 1.0).integer("warmup_num_steps", 8)
+  args.number("warmup_min_lr", 0.0)
+      .number("warmup_max_lr", 1.0)
+      .integer("warmup_num_steps", 8)
       .string("warmup_type", "linear");
   auto s = make("WarmupLR", args);
   EXPECT_EQ(s->lr(0), 0.0);
@@ -89,7 +92,9 @@ TEST_F(WarmupTest, WarmupStepsBelowTwoAreTreatedAsTwo) {
     for (const char* type : {"log", "linear"}) {
       SCOPED_TRACE(std::string(type) + " n=" + std::to_string(n));
       CreateArgs args = defaults("WarmupLR");
-      args.number("warmup_min_lr", 0.2).number("warmup_max_lr", 0.6).integer("warmup_num_steps", n)
+      args.number("warmup_min_lr", 0.2)
+          .number("warmup_max_lr", 0.6)
+          .integer("warmup_num_steps", n)
           .string("warmup_type", type);
       auto s = make("WarmupLR", args);
       EXPECT_EQ(s->lr(0), 0.2);
@@ -104,8 +109,10 @@ TEST_F(WarmupTest, WarmupStepsBelowTwoAreTreatedAsTwo) {
 
 TEST_F(WarmupTest, PerGroupListsAndScalarsBroadcast) {
   CreateArgs args = defaults("WarmupLR");
-  args.numbers("warmup_min_lr", {0.0, 0.1, 0.2}).number("warmup_max_lr", 1.0)
-      .integer("warmup_num_steps", 4).string("warmup_type", "linear");
+  args.numbers("warmup_min_lr", {0.0, 0.1, 0.2})
+      .number("warmup_max_lr", 1.0)
+      .integer("warmup_num_steps", 4)
+      .string("warmup_type", "linear");
   auto s = make("WarmupLR", args, 3);
   for (size_t g = 0; g < 3; ++g) {
     double min = 0.1 * static_cast<double>(g);
@@ -158,8 +165,11 @@ TEST_F(WarmupTest, DefaultsAndFirstIteration) {
 
 TEST_F(WarmupTest, WarmupDecayDecaysToMinNotZero) {
   CreateArgs args = defaults("WarmupDecayLR");
-  args.number("warmup_min_lr", 0.1).number("warmup_max_lr", 0.5).integer("warmup_num_steps", 5)
-      .integer("total_num_steps", 15).string("warmup_type", "linear");
+  args.number("warmup_min_lr", 0.1)
+      .number("warmup_max_lr", 0.5)
+      .integer("warmup_num_steps", 5)
+      .integer("total_num_steps", 15)
+      .string("warmup_type", "linear");
   auto s = make("WarmupDecayLR", args);
   EXPECT_NEAR(s->lr(5), 0.5, 1e-16);
   EXPECT_NEAR(s->lr(10), 0.1 + 0.4 * 0.5, 1e-16);  // (15-10)/(15-5)
@@ -176,13 +186,15 @@ TEST_F(WarmupTest, WarmupDecayDecaysToMinNotZero) {
 
 TEST_F(WarmupTest, WarmupDecayWithTotalBelowWarmupWarns) {
   CreateArgs args = defaults("WarmupDecayLR");
-  args.number("warmup_min_lr", 0.0).number("warmup_max_lr", 1.0).integer("warmup_num_steps", 10)
+  args.number("warmup_min_lr", 0.0)
+      .number("warmup_max_lr", 1.0)
+      .integer("warmup_num_steps", 10)
       .integer("total_num_steps", 4);
   auto s = make("WarmupDecayLR", args);
   bool warned = false;
   for (const LogLine& l : FakeHost::instance().logs())
-    warned |= l.message.find("total_num_steps 4 is less than warmup_num_steps 10") !=
-              std::string::npos;
+    warned |=
+        l.message.find("total_num_steps 4 is less than warmup_num_steps 10") != std::string::npos;
   EXPECT_TRUE(warned);
   EXPECT_EQ(s->lr(10), 0.0);  // max(0, (4 - 10) / max(1, -6))
   // T == N: the span is clamped to 1, so the lr falls to min right at N.
@@ -205,7 +217,9 @@ TEST_F(WarmupTest, DeepSpeedTestLrScheduleProperties) {
     for (const char* type : {"log", "linear"}) {
       SCOPED_TRACE(std::string(type) + " W=" + std::to_string(W));
       CreateArgs args = defaults("WarmupLR");
-      args.number("warmup_min_lr", 0.1).number("warmup_max_lr", 0.2).integer("warmup_num_steps", W)
+      args.number("warmup_min_lr", 0.1)
+          .number("warmup_max_lr", 0.2)
+          .integer("warmup_num_steps", W)
           .string("warmup_type", type);
       auto warm = make("WarmupLR", args);
       std::vector<double> lrs;
@@ -215,8 +229,10 @@ TEST_F(WarmupTest, DeepSpeedTestLrScheduleProperties) {
       for (int64_t i = W; i < 2 * W; ++i) EXPECT_EQ(lrs[i], 0.2);
 
       CreateArgs dargs = defaults("WarmupDecayLR");
-      dargs.number("warmup_min_lr", 0.1).number("warmup_max_lr", 0.2)
-          .integer("warmup_num_steps", W).integer("total_num_steps", 2 * W)
+      dargs.number("warmup_min_lr", 0.1)
+          .number("warmup_max_lr", 0.2)
+          .integer("warmup_num_steps", W)
+          .integer("total_num_steps", 2 * W)
           .string("warmup_type", type);
       auto decay = make("WarmupDecayLR", dargs);
       lrs.clear();

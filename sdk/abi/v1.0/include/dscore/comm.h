@@ -69,8 +69,8 @@ typedef struct dscore_comm_vtable {
 
   /* Required. send has world_size * n elements, recv n: rank r receives the
    * reduction of chunk r of every rank's send. */
-  dscore_status (*reduce_scatter)(dscore_comm* self, const dscore_tensor* send,
-                                  dscore_tensor* recv, dscore_reduce_op op, void* stream);
+  dscore_status (*reduce_scatter)(dscore_comm* self, const dscore_tensor* send, dscore_tensor* recv,
+                                  dscore_reduce_op op, void* stream);
 
   /* Required. send has n elements, recv world_size * n: chunk r of recv is
    * rank r's send. In place allowed when send->data is recv's chunk `rank`. */
@@ -78,13 +78,11 @@ typedef struct dscore_comm_vtable {
                              void* stream);
 
   /* Required. tensor on `root` is copied to every rank's tensor. */
-  dscore_status (*broadcast)(dscore_comm* self, dscore_tensor* tensor, int32_t root,
-                             void* stream);
+  dscore_status (*broadcast)(dscore_comm* self, dscore_tensor* tensor, int32_t root, void* stream);
 
   /* Required. Point-to-point; a send on rank a to b must be matched by a
    * recv on b from a, in the same order. */
-  dscore_status (*send)(dscore_comm* self, const dscore_tensor* tensor, int32_t peer,
-                        void* stream);
+  dscore_status (*send)(dscore_comm* self, const dscore_tensor* tensor, int32_t peer, void* stream);
   dscore_status (*recv)(dscore_comm* self, dscore_tensor* tensor, int32_t peer, void* stream);
 
   /* Required. Returns when every rank has entered it (or times out). */

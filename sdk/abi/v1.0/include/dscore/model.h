@@ -12,7 +12,7 @@
  * A forward_backward() call looks like:
  *   for each layer l in order:    hooks->acquire(l, FORWARD) ... compute ... hooks->release(l)
  *   loss
- *   for each layer l in reverse:  hooks->acquire(l, BACKWARD) ... add grads ... 
+ *   for each layer l in reverse:  hooks->acquire(l, BACKWARD) ... add grads ...
  *                                 hooks->grads_ready(l); hooks->release(l)
  * A layer may be acquired more than once (recomputation); every acquire is
  * matched by a release before forward_backward returns, also on error.
@@ -33,11 +33,11 @@ typedef struct dscore_model dscore_model;
 
 typedef struct dscore_model_param {
   uint32_t struct_size;
-  const char* name;     /* unique in the model, e.g. "h.3.attn.c_attn.weight" */
+  const char* name; /* unique in the model, e.g. "h.3.attn.c_attn.weight" */
   int32_t ndim;
   const int64_t* shape; /* ndim entries */
   int64_t numel;
-  uint32_t flags;       /* DSCORE_PARAM_* */
+  uint32_t flags; /* DSCORE_PARAM_* */
 } dscore_model_param;
 
 typedef struct dscore_model_layer {
@@ -50,7 +50,7 @@ typedef struct dscore_model_layer {
 /* One input tensor of a batch; the leading (batch) dimension is implied. */
 typedef struct dscore_model_input {
   uint32_t struct_size;
-  const char* name;     /* "x", "tokens" */
+  const char* name; /* "x", "tokens" */
   dscore_dtype dtype;
   int32_t ndim;         /* dimensions per sample */
   const int64_t* shape; /* per-sample shape */

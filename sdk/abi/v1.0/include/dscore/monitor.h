@@ -28,7 +28,7 @@ typedef struct dscore_monitor dscore_monitor;
 
 typedef struct dscore_scalar_event {
   uint32_t struct_size;
-  const char* tag;  /* "Train/Samples/train_loss" */
+  const char* tag; /* "Train/Samples/train_loss" */
   double value;
   int64_t step;     /* the x-axis value: global_samples, as DeepSpeed */
   double wall_time; /* seconds since the Unix epoch when the value was taken */

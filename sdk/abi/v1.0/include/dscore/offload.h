@@ -26,7 +26,7 @@ typedef struct dscore_offload dscore_offload;
 /* open_file flags */
 #define DSCORE_OPEN_READ (1u << 0)
 #define DSCORE_OPEN_WRITE (1u << 1)
-#define DSCORE_OPEN_CREATE (1u << 2)   /* create if missing */
+#define DSCORE_OPEN_CREATE (1u << 2) /* create if missing */
 #define DSCORE_OPEN_TRUNCATE (1u << 3)
 
 typedef int32_t dscore_io_op;
@@ -38,8 +38,8 @@ enum { DSCORE_IO_READ = 1, DSCORE_IO_WRITE = 2 };
 typedef struct dscore_io_request {
   uint32_t struct_size;
   dscore_io_op op;
-  int64_t file;       /* a handle from open_file */
-  uint64_t offset;    /* bytes from the start of the file */
+  int64_t file;    /* a handle from open_file */
+  uint64_t offset; /* bytes from the start of the file */
   void* buffer;
   size_t bytes;
   uint64_t user_data; /* echoed in the completion */
@@ -65,8 +65,7 @@ typedef struct dscore_offload_vtable {
   size_t (*alignment)(const dscore_offload* self);
 
   /* Required. Open `path` with DSCORE_OPEN_* flags; *file receives a handle. */
-  dscore_status (*open_file)(dscore_offload* self, const char* path, uint32_t flags,
-                             int64_t* file);
+  dscore_status (*open_file)(dscore_offload* self, const char* path, uint32_t flags, int64_t* file);
   /* Required. Waits for the file's I/O, then closes it. */
   dscore_status (*close_file)(dscore_offload* self, int64_t file);
   /* Required. Make completed writes to `file` durable (fsync). */
@@ -88,8 +87,8 @@ typedef struct dscore_offload_vtable {
 
   /* Optional. Pre-register buffers for faster I/O (io_uring fixed buffers).
    * NULL or UNIMPLEMENTED: the host just does not register. */
-  dscore_status (*register_buffers)(dscore_offload* self, void* const* buffers,
-                                    const size_t* sizes, size_t count);
+  dscore_status (*register_buffers)(dscore_offload* self, void* const* buffers, const size_t* sizes,
+                                    size_t count);
   /* ---- minor 0 ends here ---- */
 } dscore_offload_vtable;
 

@@ -47,9 +47,9 @@ typedef struct dscore_optimizer_state_slot {
 /* Hyper-parameters of one step() call (one parameter group). */
 typedef struct dscore_optimizer_hparams {
   uint32_t struct_size;
-  double lr;                      /* the scheduled learning rate for this update */
-  uint32_t override_mask;         /* DSCORE_HPARAM_BETA1/BETA2: use beta1/beta2 below
-                                     instead of the configured values (OneCycle) */
+  double lr;              /* the scheduled learning rate for this update */
+  uint32_t override_mask; /* DSCORE_HPARAM_BETA1/BETA2: use beta1/beta2 below
+                             instead of the configured values (OneCycle) */
   double beta1;
   double beta2;
   double weight_decay_multiplier; /* 1 normally; 0 for parameters the model marks
@@ -78,7 +78,7 @@ typedef struct dscore_optimizer_step_args {
    * model's 16-bit copy). A plugin that does not fuse this returns
    * DSCORE_UNIMPLEMENTED when it is non-NULL and the host converts instead. */
   dscore_tensor* const* params_16bit;
-  void* stream;                      /* PROVISIONAL: cudaStream_t for CUDA tensors, NULL for CPU */
+  void* stream; /* PROVISIONAL: cudaStream_t for CUDA tensors, NULL for CPU */
 } dscore_optimizer_step_args;
 
 typedef struct dscore_optimizer_vtable {
@@ -95,8 +95,7 @@ typedef struct dscore_optimizer_vtable {
    * array and strings stay valid until destroy(). May depend on params (SGD
    * without momentum declares none: *count = 0). */
   dscore_status (*state_slots)(const dscore_optimizer* self,
-                               const dscore_optimizer_state_slot* const** slots,
-                               size_t* count);
+                               const dscore_optimizer_state_slot* const** slots, size_t* count);
 
   /* Required. Apply one update. Called once per parameter group per applied
    * update, from one thread at a time; the plugin may use threads inside.
@@ -107,8 +106,7 @@ typedef struct dscore_optimizer_vtable {
   /* Optional. State that is not per-element (e.g. a phase flag) for
    * checkpoints: write opaque bytes through `write`, read them back in
    * load_extra_state. NULL when the optimizer keeps no such state. */
-  dscore_status (*save_extra_state)(const dscore_optimizer* self, dscore_write_fn write,
-                                    void* ctx);
+  dscore_status (*save_extra_state)(const dscore_optimizer* self, dscore_write_fn write, void* ctx);
   dscore_status (*load_extra_state)(dscore_optimizer* self, const void* data, size_t size);
 
   /* Optional. Whether the host should reduce (average across data-parallel

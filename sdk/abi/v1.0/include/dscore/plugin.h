@@ -96,19 +96,19 @@ enum {
   DSCORE_OK = 0,
   DSCORE_CANCELLED = 1,
   DSCORE_UNKNOWN = 2,
-  DSCORE_INVALID_ARGUMENT = 3,   /* bad parameter value or shape */
-  DSCORE_DEADLINE_EXCEEDED = 4,  /* a timeout (e.g. a collective) expired */
-  DSCORE_NOT_FOUND = 5,          /* a named thing does not exist */
+  DSCORE_INVALID_ARGUMENT = 3,  /* bad parameter value or shape */
+  DSCORE_DEADLINE_EXCEEDED = 4, /* a timeout (e.g. a collective) expired */
+  DSCORE_NOT_FOUND = 5,         /* a named thing does not exist */
   DSCORE_ALREADY_EXISTS = 6,
   DSCORE_PERMISSION_DENIED = 7,
-  DSCORE_RESOURCE_EXHAUSTED = 8, /* out of memory, disk full */
-  DSCORE_FAILED_PRECONDITION = 9,/* called in the wrong state */
+  DSCORE_RESOURCE_EXHAUSTED = 8,  /* out of memory, disk full */
+  DSCORE_FAILED_PRECONDITION = 9, /* called in the wrong state */
   DSCORE_ABORTED = 10,
   DSCORE_OUT_OF_RANGE = 11,
-  DSCORE_UNIMPLEMENTED = 12,     /* optional feature not offered */
-  DSCORE_INTERNAL = 13,          /* a bug or broken invariant */
-  DSCORE_UNAVAILABLE = 14,       /* a peer or device went away */
-  DSCORE_DATA_LOSS = 15          /* corrupt or truncated data */
+  DSCORE_UNIMPLEMENTED = 12, /* optional feature not offered */
+  DSCORE_INTERNAL = 13,      /* a bug or broken invariant */
+  DSCORE_UNAVAILABLE = 14,   /* a peer or device went away */
+  DSCORE_DATA_LOSS = 15      /* corrupt or truncated data */
 };
 #define DSCORE_STATUS_MAX 15
 
@@ -191,12 +191,7 @@ typedef struct dscore_named_value {
 /* --------------------------------------------------------- host services */
 
 typedef int32_t dscore_log_level;
-enum {
-  DSCORE_LOG_DEBUG = 0,
-  DSCORE_LOG_INFO = 1,
-  DSCORE_LOG_WARNING = 2,
-  DSCORE_LOG_ERROR = 3
-};
+enum { DSCORE_LOG_DEBUG = 0, DSCORE_LOG_INFO = 1, DSCORE_LOG_WARNING = 2, DSCORE_LOG_ERROR = 3 };
 
 typedef int32_t dscore_memory_kind;
 enum {
@@ -230,7 +225,7 @@ struct dscore_communicator; /* comm.h */
  * lines still print, errors and allocations are not attributed). */
 typedef struct dscore_host_api {
   uint32_t struct_size;
-  uint32_t abi_major;       /* the host's ABI version */
+  uint32_t abi_major; /* the host's ABI version */
   uint32_t abi_minor;
   const char* host_version; /* dscore release, e.g. "0.1.0" */
 
@@ -252,8 +247,8 @@ typedef struct dscore_host_api {
    * same context and kind. free(NULL) is a no-op. DSCORE_MEMORY_DEVICE is
    * PROVISIONAL: it fails (UNIMPLEMENTED) in hosts without an accelerator
    * allocator, which in ABI 1.0 is every host. */
-  void* (*alloc)(dscore_host_context* ctx, size_t bytes, size_t alignment,
-                 dscore_memory_kind kind, const char* tag);
+  void* (*alloc)(dscore_host_context* ctx, size_t bytes, size_t alignment, dscore_memory_kind kind,
+                 const char* tag);
   void (*free)(dscore_host_context* ctx, void* ptr, dscore_memory_kind kind);
 
   /* The context's communicator for `group`, or NULL when it has none (no
@@ -272,8 +267,8 @@ typedef struct dscore_host_api {
    * processes arrives with the NCCL backend. */
   dscore_status (*kv_set)(dscore_host_context* ctx, const char* key, const void* value,
                           size_t size);
-  dscore_status (*kv_get)(dscore_host_context* ctx, const char* key, void* buffer,
-                          size_t capacity, size_t* size, int64_t timeout_ms);
+  dscore_status (*kv_get)(dscore_host_context* ctx, const char* key, void* buffer, size_t capacity,
+                          size_t* size, int64_t timeout_ms);
 
   /* Profiling ranges (nest per thread) and a monotonic clock. */
   void (*range_push)(dscore_host_context* ctx, const char* name);
@@ -299,11 +294,11 @@ enum {
  * that the engine's tensors suit the plugin; MULTI_RANK of any kind. Schedulers
  * and monitors touch no tensors and may declare 0. DSCORE_DEVICE_CUDA_HOST
  * (pinned) memory is CPU-addressable: a CAP_CPU plugin must accept it. */
-#define DSCORE_CAP_CPU ((uint64_t)1 << 0)       /* works on CPU tensors */
-#define DSCORE_CAP_CUDA ((uint64_t)1 << 1)      /* works on CUDA tensors */
-#define DSCORE_CAP_F32 ((uint64_t)1 << 8)       /* accepts fp32 tensors */
-#define DSCORE_CAP_F16 ((uint64_t)1 << 9)       /* accepts fp16 tensors */
-#define DSCORE_CAP_BF16 ((uint64_t)1 << 10)     /* accepts bf16 tensors */
+#define DSCORE_CAP_CPU ((uint64_t)1 << 0)         /* works on CPU tensors */
+#define DSCORE_CAP_CUDA ((uint64_t)1 << 1)        /* works on CUDA tensors */
+#define DSCORE_CAP_F32 ((uint64_t)1 << 8)         /* accepts fp32 tensors */
+#define DSCORE_CAP_F16 ((uint64_t)1 << 9)         /* accepts fp16 tensors */
+#define DSCORE_CAP_BF16 ((uint64_t)1 << 10)       /* accepts bf16 tensors */
 #define DSCORE_CAP_MULTI_RANK ((uint64_t)1 << 16) /* runs in multi-rank jobs */
 
 /* One plugin: what ds_config.json names. The vtable pointer points at the
@@ -389,10 +384,10 @@ typedef struct dscore_create_args {
   size_t param_count;
   /* The same object as JSON text exactly as the user wrote it ("{}" if none). */
   const char* params_json;
-  int32_t rank;        /* global rank of this process (0 when single) */
-  int32_t world_size;  /* number of ranks (1 when single) */
-  int32_t local_rank;  /* rank within this machine */
-  uint64_t seed;       /* the job's seed */
+  int32_t rank;       /* global rank of this process (0 when single) */
+  int32_t world_size; /* number of ranks (1 when single) */
+  int32_t local_rank; /* rank within this machine */
+  uint64_t seed;      /* the job's seed */
   /* The context of the instance being created: pass it to every host
    * service the instance calls, for as long as it lives. */
   dscore_host_context* context;
