@@ -22,6 +22,7 @@
 
 #include "core/base/memory.h"
 #include "core/base/status.h"
+#include "core/checkpoint/training_state.h"
 #include "core/comm/comm_stream.h"
 #include "core/comm/communicator.h"
 #include "core/config/config.h"
@@ -182,9 +183,9 @@ class Engine {
   Result<std::string> agree_on_tag(const std::string& wanted);
   Status write_checkpoint_files(const std::string& folder, const std::string& tag, const std::string& id,
                                 const json::Value& client_state);
-  json::Value training_state(const json::Value& client_state) const;
+  checkpoint::TrainingState training_state(const json::Value& client_state) const;
   Result<LoadedCheckpoint> read_checkpoint(const std::string& dir, const LoadCheckpointOptions& options);
-  Status restore_training_state(const json::Value& state, const std::string& folder,
+  Status restore_training_state(const checkpoint::TrainingState& state, const std::string& folder,
                                 const LoadCheckpointOptions& options, int saved_world);
 
   // Model hooks (ctx = Engine*).
