@@ -272,14 +272,10 @@ Status Engine::boundary_step() {
 
   // This rank's share of the squared norm, the overflow flag and its loss,
   // gathered from every rank and combined in rank order: identical on all.
-  const auto [begin, end] = strategy_->norm_range();
-  const dscore_dtype gd = zero::grad_dtype_of(config_);
   zero::SquareSum local;
   {
     Timed statistics(&timing_.statistics_ns);
-    local = zero::sum_squares(
-        static_cast<char*>(strategy_->owned_grads()) + begin * static_cast<int64_t>(sdk::dtype_size(gd)), gd,
-        end - begin);
+    local = strategy_->gradient_statistics();
   }
   const int world = comm_->world_size();
   double mine[4] = {local.hi, local.lo, local.non_finite ? 1.0 : 0.0, loss_accumulator_};
