@@ -365,17 +365,15 @@ zero::ZeroPlan Engine::plan() const {
 }
 
 zero::MemoryPlan Engine::measured_memory() const {
-  // The tags the strategy and the optimizer runner allocate under.
+  // What the strategy and the optimizer runner allocated, by the use they gave.
+  const MemoryByUse bytes = memory_by_use();
+  auto of = [&](MemoryUse use) { return static_cast<int64_t>(bytes[static_cast<size_t>(use)]); };
   zero::MemoryPlan m;
-  for (const auto& [tag, bytes] : memory_by_tag()) {
-    const int64_t b = static_cast<int64_t>(bytes);
-    if (tag.rfind("parameters ", 0) == 0) m.parameters += b;
-    else if (tag.rfind("gradients ", 0) == 0 || tag == "gradient partition") m.gradients += b;
-    else if (tag == "master weights fp32") m.master += b;
-    else if (tag.rfind("optimizer ", 0) == 0) m.optimizer += b;
-    else if (tag == "gradient bucket" || tag == "gathered parameters" || tag == "persistent parameters")
-      m.buffers += b;
-  }
+  m.parameters = of(MemoryUse::kParameters);
+  m.gradients = of(MemoryUse::kGradients);
+  m.master = of(MemoryUse::kMaster);
+  m.optimizer = of(MemoryUse::kOptimizerState);
+  m.buffers = of(MemoryUse::kBuffers);
   return m;
 }
 

@@ -34,6 +34,7 @@
 #include "core/engine/optimizer_runner.h"
 #include "core/engine/phase_timers.h"
 #include "core/model/model.h"
+#include "core/plugin_host/host_context.h"
 #include "core/plugin_host/instances.h"
 #include "core/zero/loss_scaler.h"
 #include "core/zero/param_layout.h"
@@ -165,6 +166,9 @@ class Engine {
   // What this rank planned to hold, and what it holds (counted allocations).
   zero::ZeroPlan plan() const;
   zero::MemoryPlan measured_memory() const;
+  // What this engine's plugins hold through host->alloc (by tag: the gpt
+  // model's "gpt activations"); the ABI gives no use, so all of it is kOther.
+  const MemoryLedger& plugin_memory() const { return host_->memory(); }
 
   EngineTiming timing() const;
   void reset_timing();
