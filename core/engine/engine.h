@@ -28,6 +28,7 @@
 #include "core/config/config.h"
 #include "core/config/json.h"
 #include "core/config/training_config.h"
+#include "core/engine/engine_timing.h"
 #include "core/engine/lr_schedule.h"
 #include "core/engine/monitor_hub.h"
 #include "core/engine/flops_probe.h"
@@ -42,26 +43,6 @@
 #include "core/zero/zero_strategy.h"
 
 namespace dscore {
-
-// Where the time of forward_backward() and step() went, summed since the
-// last reset, in nanoseconds. Engine overhead is what is left:
-// wall - model compute - optimizer - gradient statistics - comm wait.
-struct EngineTiming {
-  int64_t micro_steps = 0;
-  int64_t steps = 0;              // accumulation boundaries
-  int64_t forward_backward_ns = 0;
-  int64_t hooks_ns = 0;           // inside acquire/release/grads_ready
-  int64_t reduce_finish_ns = 0;   // after the model returned: finishing reductions
-  int64_t step_ns = 0;
-  int64_t optimizer_ns = 0;       // the optimizer plugin over the owned space
-  int64_t statistics_ns = 0;      // gradient norm and overflow pass, zeroing
-  int64_t comm_wait_ns = 0;       // inside the comm stream's submit/wait (in hooks and in step)
-  int64_t model_ns() const { return forward_backward_ns - hooks_ns - reduce_finish_ns; }
-  int64_t wall_ns() const { return forward_backward_ns + step_ns; }
-  int64_t overhead_ns() const {
-    return wall_ns() - model_ns() - optimizer_ns - statistics_ns - comm_wait_ns;
-  }
-};
 
 // What the engine runs, already created (initialize.h builds these from a
 // config and the plugin registry).
@@ -146,13 +127,6 @@ class Engine {
   const Model& model() const { return *model_; }
   const config::TrainingConfig& config() const { return config_; }
 
-  // The full model's fp32 master weights in layout order (collective).
-  Status gather_parameters(std::vector<float>* out);
-  // Optimizer state slot `slot` (optimizer_state_slots() order) of the whole
-  // model in layout order, as fp32 (collective; for tests and tools).
-  Status gather_optimizer_state(size_t slot, std::vector<float>* out);
-  std::vector<zero::StateSlot> optimizer_state_slots() const { return optimizer_->slots(); }
-
   // Collective; call at an accumulation boundary. Writes <dir>/<tag>/ and
   // then <dir>/latest, crash-safely: until every rank's files are durable
   // the previous checkpoint and `latest` are untouched. A failure on any
@@ -170,15 +144,16 @@ class Engine {
   // model's "gpt activations"); the ABI gives no use, so all of it is kOther.
   const MemoryLedger& plugin_memory() const { return host_->memory(); }
 
-  EngineTiming timing() const;
-  void reset_timing();
-
   // End every rank of the job after a local fatal error.
   void abort(const std::string& reason);
 
  private:
+  friend struct EngineTesting;  // engine_testing.h: gathers and timing for tests and benches
   explicit Engine(const config::TrainingConfig& config) : config_(config) {}
-  Status initialise();
+  Status gather_parameters(std::vector<float>* out);
+  Status gather_optimizer_state(size_t slot, std::vector<float>* out);
+  EngineTiming timing() const;
+  void reset_timing();
   Status boundary_step();  // the accumulation boundary's work
   Status apply_update(double grad_scale);
   std::vector<ScalarEvent> boundary_events(int64_t samples_before) const;

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "core/data/batch.h"
+#include "core/engine/engine_testing.h"
 #include "core/engine/initialize.h"
 #include "tests/core/engine/quadratic_model.h"
 
@@ -57,7 +58,7 @@ void train_step(Engine& e) {
 
 std::vector<float> params(Engine& e) {
   std::vector<float> out;
-  EXPECT_TRUE(e.gather_parameters(&out).ok());
+  EXPECT_TRUE(EngineTesting::gather_parameters(e, &out).ok());
   return out;
 }
 
