@@ -9,7 +9,9 @@
 // in rank order), updates the fp16 loss scale, clips, runs the optimizer
 // plugin over this rank's owned part (host-owned state), brings the new
 // parameters back (ZeRO stage strategy), advances the LR schedule and
-// writes DeepSpeed's monitor events on rank 0.
+// writes DeepSpeed's monitor events on rank 0. What watches the step from
+// outside (wall-clock timers, flops profiler, time accounting, progress)
+// hangs off the StepObserver interface (step_observer.h).
 //
 // Where parameters and gradients live and how they move is the ZeRO
 // strategy's job (core/zero: stages 0-2 flat, stage 3 sharded).
@@ -31,9 +33,8 @@
 #include "core/engine/engine_timing.h"
 #include "core/engine/lr_schedule.h"
 #include "core/engine/monitor_hub.h"
-#include "core/engine/flops_probe.h"
 #include "core/engine/optimizer_runner.h"
-#include "core/engine/phase_timers.h"
+#include "core/engine/step_observer.h"
 #include "core/model/model.h"
 #include "core/plugin_host/host_context.h"
 #include "core/plugin_host/instances.h"
@@ -147,6 +148,12 @@ class Engine {
   // End every rank of the job after a local fatal error.
   void abort(const std::string& reason);
 
+  // Called after the engine's own observers (time accounting, flops
+  // profiler, wall-clock timers), in the order added. Not owned: it must
+  // outlive the training calls made while it is added.
+  void add_observer(StepObserver* observer);
+  void remove_observer(StepObserver* observer);
+
  private:
   friend struct EngineTesting;  // engine_testing.h: gathers and timing for tests and benches
   explicit Engine(const config::TrainingConfig& config) : config_(config) {}
@@ -156,7 +163,8 @@ class Engine {
   void reset_timing();
   Status boundary_step();  // the accumulation boundary's work
   Status apply_update(double grad_scale);
-  std::vector<ScalarEvent> boundary_events(int64_t samples_before) const;
+  StepReport step_report(int64_t samples_before) const;
+  std::vector<ScalarEvent> boundary_events(const StepReport& report) const;
   // Checkpoint pieces (engine_checkpoint.cc).
   Status check_at_boundary(const char* what) const;
   Result<std::string> agree_on_tag(const std::string& wanted);
@@ -192,11 +200,11 @@ class Engine {
   zero::LossScaler scaler_ = zero::LossScaler::fixed(1.0);
 
   std::vector<int> acquired_;  // per layer: outstanding acquires in this call
-  EngineTiming timing_;
-  std::unique_ptr<PhaseTimers> phases_;  // wall_clock_breakdown
-  std::unique_ptr<FlopsProbe> flops_;    // flops_profiler
-  int64_t blocked_at_reset_ = 0;
   std::string hook_error_;
+  // Declared after what they read (stream, model, layout, counters), so they go first.
+  std::vector<std::unique_ptr<StepObserver>> own_observers_;  // clock, flops_profiler, wall_clock_breakdown
+  std::vector<StepObserver*> observers_;                      // those, then add_observer's
+  EngineClock* clock_ = nullptr;
 
   int64_t micro_steps_ = 0;
   int64_t global_steps_ = 0;

@@ -1,10 +1,15 @@
 // EngineTiming: where forward_backward() and step() spent their time, as the
 // engine counts it for benchmarks (bench/zero_throughput.cc reads it through
-// engine_testing.h). Engine overhead is what is left:
+// engine_testing.h), and EngineClock, the step observer that counts it.
+// Engine overhead is what is left:
 // wall - model compute - optimizer - gradient statistics - comm wait.
 #pragma once
 
+#include <array>
 #include <cstdint>
+
+#include "core/comm/comm_stream.h"
+#include "core/engine/step_observer.h"
 
 namespace dscore {
 
@@ -24,6 +29,26 @@ struct EngineTiming {
   int64_t overhead_ns() const {
     return wall_ns() - model_ns() - optimizer_ns - statistics_ns - comm_wait_ns;
   }
+};
+
+// Every engine has one, first among its observers.
+class EngineClock final : public StepObserver {
+ public:
+  explicit EngineClock(const comm::CommStream& stream) : stream_(stream), blocked_at_reset_(stream.blocked_ns()) {}
+
+  void on_phase_begin(StepPhase phase) override;
+  void on_phase_end(StepPhase phase) override;
+  void on_boundary(const StepReport&, std::vector<ScalarEvent>*) override { timing_.steps += 1; }
+
+  EngineTiming timing() const;
+  void reset();
+
+ private:
+  int64_t* counter(StepPhase phase);
+  const comm::CommStream& stream_;
+  EngineTiming timing_;
+  std::array<int64_t, kStepPhaseCount> started_{};
+  int64_t blocked_at_reset_ = 0;
 };
 
 }  // namespace dscore
