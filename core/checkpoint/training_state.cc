@@ -20,7 +20,8 @@ class Reader {
  public:
   explicit Reader(std::string where) : where_(std::move(where)) {}
 
-  const json::Value& field(const json::Value& object, const std::string& path, const char* key, json::Type type) {
+  const json::Value& field(const json::Value& object, const std::string& path, const char* key,
+                           json::Type type) {
     const std::string name = path.empty() ? key : path + "." + key;
     const json::Value* v = object.is_object() ? object.find(key) : nullptr;
     if (v == nullptr) return fail(name + " is missing");
@@ -49,7 +50,8 @@ class Reader {
   const json::Value& object(const json::Value& o, const std::string& path, const char* key) {
     return field(o, path, key, json::Type::kObject);
   }
-  const std::vector<json::Value>& array(const json::Value& o, const std::string& path, const char* key) {
+  const std::vector<json::Value>& array(const json::Value& o, const std::string& path,
+                                        const char* key) {
     static const std::vector<json::Value> kEmpty;
     const json::Value& v = field(o, path, key, json::Type::kArray);
     return v.is_array() ? v.items() : kEmpty;
@@ -75,7 +77,9 @@ class Reader {
 
  private:
   static const char* article(json::Type type) {
-    return type == json::Type::kInt || type == json::Type::kArray || type == json::Type::kObject ? "an " : "a ";
+    return type == json::Type::kInt || type == json::Type::kArray || type == json::Type::kObject
+               ? "an "
+               : "a ";
   }
   std::string where_;
   Status error_;
@@ -185,13 +189,15 @@ Result<TrainingState> training_state_from_json(const json::Value& v, const std::
   t.loss_scaler.iteration = r.integer(ls, "loss_scaler", "iteration");
   t.loss_scaler.last_overflow_iteration = r.integer(ls, "loss_scaler", "last_overflow_iteration");
   t.loss_scaler.hysteresis_left = r.integer(ls, "loss_scaler", "hysteresis_left");
-  t.lr_last_batch_iteration = r.integer(r.object(v, "", "lr_scheduler"), "lr_scheduler", "last_batch_iteration");
+  t.lr_last_batch_iteration =
+      r.integer(r.object(v, "", "lr_scheduler"), "lr_scheduler", "last_batch_iteration");
   const json::Value& opt = r.object(v, "", "optimizer");
   t.optimizer_type = r.string(opt, "optimizer", "type");
   const std::vector<json::Value>& slots = r.array(opt, "optimizer", "slots");
   for (size_t i = 0; i < slots.size() && r.error().ok(); ++i) {
     const std::string path = "optimizer.slots[" + std::to_string(i) + "]";
-    t.optimizer_slots.push_back({r.string(slots[i], path, "name"), r.string(slots[i], path, "dtype"),
+    t.optimizer_slots.push_back({r.string(slots[i], path, "name"),
+                                 r.string(slots[i], path, "dtype"),
                                  r.integer(slots[i], path, "elements_per_param")});
   }
   const json::Value& sampler = r.object(v, "", "data_sampler");
@@ -199,8 +205,10 @@ Result<TrainingState> training_state_from_json(const json::Value& v, const std::
   t.train_batch_size = r.integer(sampler, "data_sampler", "train_batch_size");
   t.seed = r.integer(r.object(v, "", "rng"), "rng", "seed");
   t.ds_config = r.object(v, "", "ds_config");
-  if (const json::Value* client = v.find("client_state")) t.client_state = *client;
-  else r.fail("client_state is missing");
+  if (const json::Value* client = v.find("client_state"))
+    t.client_state = *client;
+  else
+    r.fail("client_state is missing");
   DSCORE_RETURN_IF_ERROR(r.error());
   return t;
 }

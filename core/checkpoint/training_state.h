@@ -25,8 +25,8 @@ struct SavedSlot {
 
 struct TrainingState {
   std::string dscore_version;
-  std::string model_dtype;             // sdk dtype_name of what the model computes on
-  std::vector<SavedParam> params;      // the layout, in order (numel derived from shape)
+  std::string model_dtype;         // sdk dtype_name of what the model computes on
+  std::vector<SavedParam> params;  // the layout, in order (numel derived from shape)
   std::vector<std::string> model_files, optim_files;  // names inside the tag folder
 
   struct Counters {

@@ -16,13 +16,20 @@ int64_t now_ns() {
 
 int64_t* EngineClock::counter(StepPhase phase) {
   switch (phase) {
-    case StepPhase::kForwardBackward: return &timing_.forward_backward_ns;
-    case StepPhase::kHook: return &timing_.hooks_ns;
-    case StepPhase::kFinishReductions: return &timing_.reduce_finish_ns;
-    case StepPhase::kStepCall: return &timing_.step_ns;
-    case StepPhase::kStatistics: return &timing_.statistics_ns;
-    case StepPhase::kOptimizer: return &timing_.optimizer_ns;
-    case StepPhase::kStep: return nullptr;  // inside kStepCall
+    case StepPhase::kForwardBackward:
+      return &timing_.forward_backward_ns;
+    case StepPhase::kHook:
+      return &timing_.hooks_ns;
+    case StepPhase::kFinishReductions:
+      return &timing_.reduce_finish_ns;
+    case StepPhase::kStepCall:
+      return &timing_.step_ns;
+    case StepPhase::kStatistics:
+      return &timing_.statistics_ns;
+    case StepPhase::kOptimizer:
+      return &timing_.optimizer_ns;
+    case StepPhase::kStep:
+      return nullptr;  // inside kStepCall
   }
   return nullptr;
 }

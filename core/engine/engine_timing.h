@@ -16,14 +16,14 @@ namespace dscore {
 // Summed since the last reset, in nanoseconds.
 struct EngineTiming {
   int64_t micro_steps = 0;
-  int64_t steps = 0;              // accumulation boundaries
+  int64_t steps = 0;  // accumulation boundaries
   int64_t forward_backward_ns = 0;
-  int64_t hooks_ns = 0;           // inside acquire/release/grads_ready
-  int64_t reduce_finish_ns = 0;   // after the model returned: finishing reductions
+  int64_t hooks_ns = 0;          // inside acquire/release/grads_ready
+  int64_t reduce_finish_ns = 0;  // after the model returned: finishing reductions
   int64_t step_ns = 0;
-  int64_t optimizer_ns = 0;       // the optimizer plugin over the owned space
-  int64_t statistics_ns = 0;      // gradient norm and overflow pass, zeroing
-  int64_t comm_wait_ns = 0;       // inside the comm stream's submit/wait (in hooks and in step)
+  int64_t optimizer_ns = 0;   // the optimizer plugin over the owned space
+  int64_t statistics_ns = 0;  // gradient norm and overflow pass, zeroing
+  int64_t comm_wait_ns = 0;   // inside the comm stream's submit/wait (in hooks and in step)
   int64_t model_ns() const { return forward_backward_ns - hooks_ns - reduce_finish_ns; }
   int64_t wall_ns() const { return forward_backward_ns + step_ns; }
   int64_t overhead_ns() const {
@@ -34,7 +34,8 @@ struct EngineTiming {
 // Every engine has one, first among its observers.
 class EngineClock final : public StepObserver {
  public:
-  explicit EngineClock(const comm::CommStream& stream) : stream_(stream), blocked_at_reset_(stream.blocked_ns()) {}
+  explicit EngineClock(const comm::CommStream& stream)
+      : stream_(stream), blocked_at_reset_(stream.blocked_ns()) {}
 
   void on_phase_begin(StepPhase phase) override;
   void on_phase_end(StepPhase phase) override;

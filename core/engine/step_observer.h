@@ -23,7 +23,15 @@ namespace dscore {
 //     kStep            the accumulation boundary's work (DeepSpeed's "step" timer; empty off it)
 //       kStatistics    gradient statistics, zeroing the gradients
 //       kOptimizer     the optimizer plugin over the owned space
-enum class StepPhase { kForwardBackward, kHook, kFinishReductions, kStepCall, kStep, kStatistics, kOptimizer };
+enum class StepPhase {
+  kForwardBackward,
+  kHook,
+  kFinishReductions,
+  kStepCall,
+  kStep,
+  kStatistics,
+  kOptimizer
+};
 inline constexpr size_t kStepPhaseCount = 7;
 
 // A completed accumulation boundary, as every rank agrees on it.
@@ -32,12 +40,12 @@ struct StepReport {
   int64_t global_samples = 0;  // after this step
   int64_t samples_before = 0;  // global_samples before it
   int64_t skipped_steps = 0;
-  bool applied = false;        // false: overflow or non-finite gradients skipped the update
-  double loss = 0;             // mean micro-batch loss over all ranks
-  double rank_loss = 0;        // this rank's
-  double grad_norm = 0;        // unscaled, before clipping; -1 on overflow
-  double loss_scale = 1;       // after this step's update
-  std::vector<double> lr;      // per parameter group, for the next update
+  bool applied = false;    // false: overflow or non-finite gradients skipped the update
+  double loss = 0;         // mean micro-batch loss over all ranks
+  double rank_loss = 0;    // this rank's
+  double grad_norm = 0;    // unscaled, before clipping; -1 on overflow
+  double loss_scale = 1;   // after this step's update
+  std::vector<double> lr;  // per parameter group, for the next update
 };
 
 // Every method has an empty default; an observer overrides what it needs.

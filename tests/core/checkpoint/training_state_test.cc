@@ -76,17 +76,26 @@ TEST(TrainingState, RoundTripKeepsEveryField) {
 // wrote it by hand (core/engine/engine_checkpoint.cc before TrainingState).
 TEST(TrainingState, JsonIsTheOnDiskFormat) {
   const std::string text = json::serialize(to_json(sample()));
-  EXPECT_EQ(text,
-            "{\"dscore_version\":\"0.test\",\"model_dtype\":\"bf16\",\"params\":[{\"name\":\"wte\",\"shape\":[8,4]},"
-            "{\"name\":\"ln.bias\",\"shape\":[4]}],\"files\":{\"model_states\":[\"mp_rank_00_model_states.safetensors\"],"
-            "\"optim_states\":[\"bf16_zero_pp_rank_0_mp_rank_00_optim_states.safetensors\","
-            "\"bf16_zero_pp_rank_1_mp_rank_00_optim_states.safetensors\"]},\"counters\":{\"global_steps\":7,"
-            "\"global_samples\":56,\"skipped_steps\":1,\"micro_steps\":14},\"loss_scaler\":{\"dynamic\":true,"
-            "\"scale\":32768.0,\"iteration\":7,\"last_overflow_iteration\":3,\"hysteresis_left\":2},"
-            "\"lr_scheduler\":{\"last_batch_iteration\":6},\"optimizer\":{\"type\":\"adamw\",\"slots\":[{\"name\":"
-            "\"exp_avg\",\"dtype\":\"fp32\",\"elements_per_param\":1},{\"name\":\"exp_avg_sq\",\"dtype\":\"fp32\","
-            "\"elements_per_param\":1}]},\"data_sampler\":{\"next_global_step\":7,\"train_batch_size\":8},"
-            "\"rng\":{\"seed\":1234},\"ds_config\":{\"train_batch_size\":8},\"client_state\":{\"epoch\":2}}");
+  EXPECT_EQ(
+      text,
+      "{\"dscore_version\":\"0.test\",\"model_dtype\":\"bf16\",\"params\":[{\"name\":\"wte\","
+      "\"shape\":[8,4]},"
+      "{\"name\":\"ln.bias\",\"shape\":[4]}],\"files\":{\"model_states\":[\"mp_rank_00_model_"
+      "states.safetensors\"],"
+      "\"optim_states\":[\"bf16_zero_pp_rank_0_mp_rank_00_optim_states.safetensors\","
+      "\"bf16_zero_pp_rank_1_mp_rank_00_optim_states.safetensors\"]},\"counters\":{\"global_"
+      "steps\":7,"
+      "\"global_samples\":56,\"skipped_steps\":1,\"micro_steps\":14},\"loss_scaler\":{\"dynamic\":"
+      "true,"
+      "\"scale\":32768.0,\"iteration\":7,\"last_overflow_iteration\":3,\"hysteresis_left\":2},"
+      "\"lr_scheduler\":{\"last_batch_iteration\":6},\"optimizer\":{\"type\":\"adamw\",\"slots\":[{"
+      "\"name\":"
+      "\"exp_avg\",\"dtype\":\"fp32\",\"elements_per_param\":1},{\"name\":\"exp_avg_sq\",\"dtype\":"
+      "\"fp32\","
+      "\"elements_per_param\":1}]},\"data_sampler\":{\"next_global_step\":7,\"train_batch_size\":8}"
+      ","
+      "\"rng\":{\"seed\":1234},\"ds_config\":{\"train_batch_size\":8},\"client_state\":{\"epoch\":"
+      "2}}");
 }
 
 Status parse_without(const char* section, const char* key) {
@@ -101,15 +110,18 @@ TEST(TrainingState, MissingFieldIsDataLossNamingIt) {
   const Status counters = parse_without("counters", "global_samples");
   EXPECT_EQ(counters.code(), DSCORE_DATA_LOSS);
   EXPECT_NE(counters.message().find("ckpt/model_states"), std::string::npos) << counters.message();
-  EXPECT_NE(counters.message().find("counters.global_samples is missing"), std::string::npos) << counters.message();
+  EXPECT_NE(counters.message().find("counters.global_samples is missing"), std::string::npos)
+      << counters.message();
 
   const Status scaler = parse_without("loss_scaler", "hysteresis_left");
   EXPECT_EQ(scaler.code(), DSCORE_DATA_LOSS);
-  EXPECT_NE(scaler.message().find("loss_scaler.hysteresis_left"), std::string::npos) << scaler.message();
+  EXPECT_NE(scaler.message().find("loss_scaler.hysteresis_left"), std::string::npos)
+      << scaler.message();
 
   const Status section = parse_without("", "lr_scheduler");
   EXPECT_EQ(section.code(), DSCORE_DATA_LOSS);
-  EXPECT_NE(section.message().find("lr_scheduler is missing"), std::string::npos) << section.message();
+  EXPECT_NE(section.message().find("lr_scheduler is missing"), std::string::npos)
+      << section.message();
 
   const Status client = parse_without("", "client_state");
   EXPECT_EQ(client.code(), DSCORE_DATA_LOSS);
@@ -121,13 +133,15 @@ TEST(TrainingState, MistypedFieldIsDataLossNamingIt) {
   v.find("counters")->set("global_steps", json::Value("seven"));
   Status s = training_state_from_json(v, "ckpt").status();
   EXPECT_EQ(s.code(), DSCORE_DATA_LOSS);
-  EXPECT_NE(s.message().find("counters.global_steps is not an integer"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("counters.global_steps is not an integer"), std::string::npos)
+      << s.message();
 
   v = to_json(sample());
   v.find("optimizer")->find("slots")->items()[1].set("name", json::Value(3));
   s = training_state_from_json(v, "ckpt").status();
   EXPECT_EQ(s.code(), DSCORE_DATA_LOSS);
-  EXPECT_NE(s.message().find("optimizer.slots[1].name is not a string"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("optimizer.slots[1].name is not a string"), std::string::npos)
+      << s.message();
 
   v = to_json(sample());
   v.find("params")->items()[0].find("shape")->items()[1] = json::Value(-1);
