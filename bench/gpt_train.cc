@@ -110,7 +110,7 @@ Figures train(int micro, int world, int steps, bool checkpointing) {
   const double n = static_cast<double>(f.params - kBlock * kEmbd);  // without wpe
   f.flops_per_token = 6.0 * n + 12.0 * kLayers * kEmbd * kBlock;
   f.tokens_per_second = static_cast<double>(steps) * cfg.batch.train_batch_size * kBlock / elapsed;
-  f.activation_bytes = static_cast<int64_t>(dscore::memory_by_tag()["gpt activations"]);
+  f.activation_bytes = static_cast<int64_t>(e.plugin_memory().by_tag()["gpt activations"]);
   return f;
 }
 

@@ -19,6 +19,7 @@
 #include "core/comm/launcher.h"
 #include "core/data/sampler.h"
 #include "core/data/source.h"
+#include "core/engine/engine_testing.h"
 #include "core/engine/initialize.h"
 
 namespace {
@@ -93,13 +94,13 @@ Figures run_stage(int stage, int hidden, int batch, int steps, double* allgather
   };
   Figures f;
   train_step(0);  // warm-up: records the stage-3 trace, touches all memory
-  e.reset_timing();
+  dscore::EngineTesting::reset_timing(e);
   const long switches_before = involuntary_switches();
   auto start = Clock::now();
   for (int64_t s = 1; s <= steps; ++s) train_step(s);
   const double elapsed = seconds_since(start);
   f.preemptions = static_cast<double>(involuntary_switches() - switches_before) / steps;
-  const dscore::EngineTiming t = e.timing();
+  const dscore::EngineTiming t = dscore::EngineTesting::timing(e);
   f.samples_per_second = steps * cfg.batch.train_batch_size / elapsed;
   const double per_step = 1e-6 / static_cast<double>(steps);
   f.overhead_ms = static_cast<double>(t.overhead_ns()) * per_step;

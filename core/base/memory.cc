@@ -1,5 +1,5 @@
-// Counted memory: MemoryLedger records every live allocation by kind and
-// tag; the free functions use the process ledger.
+// Counted memory: MemoryLedger records every live allocation by kind, use
+// and tag; the free functions use the process ledger.
 #include "core/base/memory.h"
 
 #include <sys/mman.h>
@@ -14,6 +14,7 @@ namespace {
 struct Record {
   size_t bytes;
   dscore_memory_kind kind;
+  MemoryUse use;
   std::string tag;
 };
 
@@ -22,6 +23,26 @@ int kind_index(dscore_memory_kind kind) {
 }
 
 }  // namespace
+
+const char* memory_use_name(MemoryUse use) {
+  switch (use) {
+    case MemoryUse::kParameters:
+      return "parameters";
+    case MemoryUse::kGradients:
+      return "gradients";
+    case MemoryUse::kMaster:
+      return "master weights";
+    case MemoryUse::kOptimizerState:
+      return "optimizer state";
+    case MemoryUse::kBuffers:
+      return "buffers";
+    case MemoryUse::kActivations:
+      return "activations";
+    case MemoryUse::kOther:
+      return "other";
+  }
+  return "other";
+}
 
 struct MemoryLedger::State {
   mutable std::mutex mutex;
@@ -32,7 +53,7 @@ struct MemoryLedger::State {
 MemoryLedger::MemoryLedger() : state_(std::make_unique<State>()) {}
 MemoryLedger::~MemoryLedger() = default;
 
-void* MemoryLedger::allocate(size_t bytes, size_t alignment, dscore_memory_kind kind,
+void* MemoryLedger::allocate(size_t bytes, size_t alignment, dscore_memory_kind kind, MemoryUse use,
                              std::string_view tag) {
   if (kind == DSCORE_MEMORY_DEVICE) return nullptr;  // no accelerator runtime in this build path
   if (alignment == 0) alignment = 64;
@@ -41,7 +62,7 @@ void* MemoryLedger::allocate(size_t bytes, size_t alignment, dscore_memory_kind 
   if (posix_memalign(&ptr, alignment, bytes == 0 ? alignment : bytes) != 0) return nullptr;
   if (kind == DSCORE_MEMORY_PINNED) (void)mlock(ptr, bytes);  // best effort without CUDA
   std::lock_guard<std::mutex> lock(state_->mutex);
-  state_->records[ptr] = Record{bytes, kind, std::string(tag.empty() ? "untagged" : tag)};
+  state_->records[ptr] = Record{bytes, kind, use, std::string(tag.empty() ? "untagged" : tag)};
   MemoryUsage& u = state_->usage[kind_index(kind)];
   u.current_bytes += bytes;
   if (u.current_bytes > u.peak_bytes) u.peak_bytes = u.current_bytes;
@@ -77,13 +98,21 @@ std::map<std::string, uint64_t> MemoryLedger::by_tag() const {
   return out;
 }
 
+MemoryByUse MemoryLedger::by_use() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  MemoryByUse out{};
+  for (const auto& [ptr, r] : state_->records) out[static_cast<size_t>(r.use)] += r.bytes;
+  return out;
+}
+
 MemoryLedger& process_memory() {
   static MemoryLedger* ledger = new MemoryLedger();  // never destroyed: frees may come during exit
   return *ledger;
 }
 
-void* counted_alloc(size_t bytes, size_t alignment, dscore_memory_kind kind, std::string_view tag) {
-  return process_memory().allocate(bytes, alignment, kind, tag);
+void* counted_alloc(size_t bytes, size_t alignment, dscore_memory_kind kind, MemoryUse use,
+                    std::string_view tag) {
+  return process_memory().allocate(bytes, alignment, kind, use, tag);
 }
 
 void counted_free(void* ptr, dscore_memory_kind) { process_memory().release(ptr); }
@@ -92,8 +121,11 @@ MemoryUsage memory_usage(dscore_memory_kind kind) { return process_memory().usag
 
 std::map<std::string, uint64_t> memory_by_tag() { return process_memory().by_tag(); }
 
-CountedBuffer make_counted_buffer(size_t bytes, dscore_memory_kind kind, std::string_view tag) {
-  return CountedBuffer(counted_alloc(bytes, 64, kind, tag), CountedFree{kind});
+MemoryByUse memory_by_use() { return process_memory().by_use(); }
+
+CountedBuffer make_counted_buffer(size_t bytes, dscore_memory_kind kind, MemoryUse use,
+                                  std::string_view tag) {
+  return CountedBuffer(counted_alloc(bytes, 64, kind, use, tag), CountedFree{kind});
 }
 
 }  // namespace dscore

@@ -1,10 +1,12 @@
 // Counted memory: every buffer the engine or a plugin (through host->alloc)
-// takes is recorded by kind and tag, so a run can report what it holds and
-// the ZeRO memory formulas can be checked against what was really allocated.
+// takes is recorded by kind, use and tag, so a run can report what it holds
+// and the ZeRO memory formulas can be checked against what was really
+// allocated. The use is given at allocation; the tag is for people.
 #pragma once
 
 #include <dscore/plugin.h>
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -18,7 +20,23 @@ struct MemoryUsage {
   uint64_t peak_bytes = 0;
 };
 
-// A ledger of live allocations by kind and tag. Thread-safe. Each host
+// What a buffer is for, in the rows of the ZeRO memory plan (zero/plan.h).
+// Plugins allocate through host->alloc, whose ABI carries no use: their
+// buffers are kOther, told apart by tag ("gpt activations").
+enum class MemoryUse {
+  kParameters,      // the model's parameters, as the model reads them
+  kGradients,       // accumulated and reduced gradients
+  kMaster,          // fp32 master weights
+  kOptimizerState,  // the optimizer's state slots
+  kBuffers,         // communication buckets, gathered parameters
+  kActivations,
+  kOther,  // batches, staging, plugin allocations
+};
+inline constexpr size_t kMemoryUseCount = 7;
+const char* memory_use_name(MemoryUse use);                 // "parameters", "optimizer state", ...
+using MemoryByUse = std::array<uint64_t, kMemoryUseCount>;  // current bytes, indexed by the use
+
+// A ledger of live allocations by kind, use and tag. Thread-safe. Each host
 // context (one per engine) keeps one for what its plugins allocate through
 // host->alloc; the engine's own buffers go to the process ledger below.
 class MemoryLedger {
@@ -29,16 +47,19 @@ class MemoryLedger {
   MemoryLedger& operator=(const MemoryLedger&) = delete;
 
   // Allocate `bytes` aligned to `alignment` (power of two; 0 means 64) of
-  // the given kind. Returns nullptr on failure. Pinned host memory is
+  // the given kind, for `use`. Returns nullptr on failure. Pinned host memory is
   // ordinary host memory locked best-effort when no accelerator runtime is
   // present; device memory fails without one.
-  void* allocate(size_t bytes, size_t alignment, dscore_memory_kind kind, std::string_view tag);
+  void* allocate(size_t bytes, size_t alignment, dscore_memory_kind kind, MemoryUse use,
+                 std::string_view tag);
   // Frees only what this ledger allocated (anything else is ignored).
   void release(void* ptr);
 
   MemoryUsage usage(dscore_memory_kind kind) const;
   // Current bytes per tag, all kinds together.
   std::map<std::string, uint64_t> by_tag() const;
+  // Current bytes per use, all kinds together.
+  MemoryByUse by_use() const;
 
  private:
   struct State;
@@ -50,12 +71,14 @@ class MemoryLedger {
 // engine's threads; per-engine attribution of these is future work.
 MemoryLedger& process_memory();
 
-void* counted_alloc(size_t bytes, size_t alignment, dscore_memory_kind kind, std::string_view tag);
+void* counted_alloc(size_t bytes, size_t alignment, dscore_memory_kind kind, MemoryUse use,
+                    std::string_view tag);
 void counted_free(void* ptr, dscore_memory_kind kind);
 
 MemoryUsage memory_usage(dscore_memory_kind kind);
 // Current bytes per tag, all kinds together.
 std::map<std::string, uint64_t> memory_by_tag();
+MemoryByUse memory_by_use();
 
 // Owning handle for a counted buffer.
 struct CountedFree {
@@ -63,6 +86,7 @@ struct CountedFree {
   void operator()(void* p) const { counted_free(p, kind); }
 };
 using CountedBuffer = std::unique_ptr<void, CountedFree>;
-CountedBuffer make_counted_buffer(size_t bytes, dscore_memory_kind kind, std::string_view tag);
+CountedBuffer make_counted_buffer(size_t bytes, dscore_memory_kind kind, MemoryUse use,
+                                  std::string_view tag);
 
 }  // namespace dscore

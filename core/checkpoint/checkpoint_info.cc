@@ -5,33 +5,6 @@
 #include "core/checkpoint/durable_file.h"
 
 namespace dscore::checkpoint {
-namespace {
-
-std::vector<std::string> strings_of(const json::Value& v) {
-  std::vector<std::string> out;
-  if (v.is_array())
-    for (const json::Value& s : v.items())
-      if (s.is_string()) out.push_back(s.as_string());
-  return out;
-}
-
-}  // namespace
-
-const json::Value& member(const json::Value& object, const char* key) {
-  static const json::Value kNull;
-  const json::Value* f = object.is_object() ? object.find(key) : nullptr;
-  return f != nullptr ? *f : kNull;
-}
-
-int64_t int_member(const json::Value& object, const char* key, int64_t fallback) {
-  const json::Value& v = member(object, key);
-  return v.is_integral() ? v.as_int() : fallback;
-}
-
-double number_member(const json::Value& object, const char* key, double fallback) {
-  const json::Value& v = member(object, key);
-  return v.is_number() ? v.as_number() : fallback;
-}
 
 Result<CheckpointInfo> open_checkpoint(const std::string& dir, const std::string& tag) {
   CheckpointInfo info;
@@ -63,28 +36,8 @@ Result<CheckpointInfo> open_checkpoint(const std::string& dir, const std::string
   DSCORE_ASSIGN_OR_RETURN(info.model0, SafetensorsReader::open(info.path + "/" + info.model0_name));
   DSCORE_ASSIGN_OR_RETURN(info.header0, parse_header(info.model0));
   const SafetensorsReader& model0 = info.model0;
-  const json::Value& state = info.header0.state;
-  if (!state.is_object()) return data_loss(model0.path() + " carries no training state");
-  for (const json::Value& p : member(state, "params").items()) {
-    SavedParam sp;
-    const json::Value& name = member(p, "name");
-    if (!name.is_string()) return data_loss(model0.path() + ": a saved parameter has no name");
-    sp.name = name.as_string();
-    sp.numel = 1;
-    for (const json::Value& d : member(p, "shape").items()) {
-      if (!d.is_integral() || d.as_int() < 0)
-        return data_loss(model0.path() + ": parameter " + sp.name + " has a bad shape");
-      sp.shape.push_back(d.as_int());
-      sp.numel *= d.as_int();
-    }
-    info.params.push_back(std::move(sp));
-  }
-  const json::Value& files = member(state, "files");
-  info.model_files = strings_of(member(files, "model_states"));
-  info.optim_files = strings_of(member(files, "optim_states"));
-  if (info.model_files.empty() || info.optim_files.empty())
-    return data_loss(model0.path() + ": the training state lists no files");
-  for (const auto* names : {&info.model_files, &info.optim_files})
+  DSCORE_ASSIGN_OR_RETURN(info.state, training_state_from_json(info.header0.state, model0.path()));
+  for (const auto* names : {&info.state.model_files, &info.state.optim_files})
     for (const std::string& n : *names)
       if (!path_exists(info.path + "/" + n))
         return data_loss("checkpoint " + info.path + " is missing " + n + " (it was saved by " +

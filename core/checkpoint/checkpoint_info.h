@@ -9,6 +9,7 @@
 
 #include "core/base/status.h"
 #include "core/checkpoint/format.h"
+#include "core/checkpoint/training_state.h"
 
 namespace dscore::checkpoint {
 
@@ -17,19 +18,13 @@ struct CheckpointInfo {
   std::string path;          // dir/tag
   std::string model0_name;   // rank 0's model-states file
   SafetensorsReader model0;  // open
-  FileHeader header0;        // its header; .state is the training state
-  std::vector<SavedParam> params;
-  std::vector<std::string> model_files, optim_files;  // names inside `path`
-  const json::Value& state() const { return header0.state; }
+  FileHeader header0;        // its header (.state: the training state as JSON)
+  TrainingState state;       // header0.state, read
 };
 
 // tag "" means the one <dir>/latest names. Errors name what is missing and
-// what to do; every listed file must exist.
+// what to do; the training state must be complete (DATA_LOSS naming the
+// field) and every file it lists must exist.
 Result<CheckpointInfo> open_checkpoint(const std::string& dir, const std::string& tag);
-
-// Helpers for reading the training state.
-const json::Value& member(const json::Value& object, const char* key);
-int64_t int_member(const json::Value& object, const char* key, int64_t fallback);
-double number_member(const json::Value& object, const char* key, double fallback);
 
 }  // namespace dscore::checkpoint

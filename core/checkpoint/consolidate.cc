@@ -51,14 +51,14 @@ Result<uint64_t> parse_size(const std::string& text) {
 Result<ConsolidateResult> zero_to_fp32(const std::string& dir, const std::string& out_dir,
                                        const ConsolidateOptions& options) {
   DSCORE_ASSIGN_OR_RETURN(CheckpointInfo info, open_checkpoint(dir, options.tag));
-  DSCORE_ASSIGN_OR_RETURN(FragmentSet set, FragmentSet::open(info.path, info.optim_files));
-  DSCORE_RETURN_IF_ERROR(set.check_complete(kMasterSlot, info.params));
+  DSCORE_ASSIGN_OR_RETURN(FragmentSet set, FragmentSet::open(info.path, info.state.optim_files));
+  DSCORE_RETURN_IF_ERROR(set.check_complete(kMasterSlot, info.state.params));
 
   // Shards: parameters in order, a new shard when the next would pass the limit.
   std::vector<std::vector<size_t>> shards(1);
   uint64_t in_shard = 0;
-  for (size_t i = 0; i < info.params.size(); ++i) {
-    const uint64_t bytes = static_cast<uint64_t>(info.params[i].numel) * 4;
+  for (size_t i = 0; i < info.state.params.size(); ++i) {
+    const uint64_t bytes = static_cast<uint64_t>(info.state.params[i].numel) * 4;
     if (!shards.back().empty() && in_shard + bytes > options.max_shard_bytes) {
       shards.emplace_back();
       in_shard = 0;
@@ -75,12 +75,12 @@ Result<ConsolidateResult> zero_to_fp32(const std::string& dir, const std::string
         shards.size() == 1 ? "model.safetensors" : shard_name(s, shards.size());
     std::vector<TensorSpec> specs;
     for (size_t i : shards[s])
-      specs.push_back({info.params[i].name, DSCORE_DTYPE_F32, info.params[i].shape});
+      specs.push_back({info.state.params[i].name, DSCORE_DTYPE_F32, info.state.params[i].shape});
     DSCORE_ASSIGN_OR_RETURN(
         SafetensorsWriter writer,
         SafetensorsWriter::create(out_dir + "/" + name, std::move(specs), {{"format", "pt"}}));
     for (size_t i : shards[s]) {
-      const SavedParam& p = info.params[i];
+      const SavedParam& p = info.state.params[i];
       tensor.assign(static_cast<size_t>(p.numel), 0.0f);
       tensor.shrink_to_fit();
       DSCORE_RETURN_IF_ERROR(

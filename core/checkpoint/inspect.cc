@@ -10,30 +10,20 @@ namespace dscore::checkpoint {
 namespace {
 
 std::string state_summary(const CheckpointInfo& info) {
-  const json::Value& s = info.state();
-  const json::Value& c = member(s, "counters");
-  const json::Value& ls = member(s, "loss_scaler");
-  std::string text =
-      "  saved by " + std::to_string(info.header0.world_size) + " rank(s), ZeRO stage " +
-      std::to_string(info.header0.zero_stage) + ", model dtype " +
-      (member(s, "model_dtype").is_string() ? member(s, "model_dtype").as_string() : "?") +
-      ", dscore " +
-      (member(s, "dscore_version").is_string() ? member(s, "dscore_version").as_string() : "?") +
-      "\n";
-  text += "  global_steps " + std::to_string(int_member(c, "global_steps", -1)) +
-          ", global_samples " + std::to_string(int_member(c, "global_samples", -1)) +
-          ", skipped_steps " + std::to_string(int_member(c, "skipped_steps", -1)) +
-          ", loss scale " + json::serialize(member(ls, "scale")) + ", lr schedule t=" +
-          std::to_string(int_member(member(s, "lr_scheduler"), "last_batch_iteration", 0)) + "\n";
-  const json::Value& opt = member(s, "optimizer");
-  text += "  optimizer " +
-          (member(opt, "type").is_string() ? member(opt, "type").as_string() : "?") +
-          ", state slots:";
-  for (const json::Value& slot : member(opt, "slots").items())
-    text += " " + (member(slot, "name").is_string() ? member(slot, "name").as_string() : "?");
+  const TrainingState& s = info.state;
+  std::string text = "  saved by " + std::to_string(info.header0.world_size) +
+                     " rank(s), ZeRO stage " + std::to_string(info.header0.zero_stage) +
+                     ", model dtype " + s.model_dtype + ", dscore " + s.dscore_version + "\n";
+  text += "  global_steps " + std::to_string(s.counters.global_steps) + ", global_samples " +
+          std::to_string(s.counters.global_samples) + ", skipped_steps " +
+          std::to_string(s.counters.skipped_steps) + ", loss scale " +
+          json::serialize(json::Value(s.loss_scaler.scale)) +
+          ", lr schedule t=" + std::to_string(s.lr_last_batch_iteration) + "\n";
+  text += "  optimizer " + s.optimizer_type + ", state slots:";
+  for (const SavedSlot& slot : s.optimizer_slots) text += " " + slot.name;
   int64_t elements = 0;
-  for (const SavedParam& p : info.params) elements += p.numel;
-  text += "\n  " + std::to_string(info.params.size()) + " parameters, " + std::to_string(elements) +
+  for (const SavedParam& p : s.params) elements += p.numel;
+  text += "\n  " + std::to_string(s.params.size()) + " parameters, " + std::to_string(elements) +
           " elements\n";
   return text;
 }
@@ -48,8 +38,9 @@ Status inspect_checkpoint(const std::string& dir, const std::string& tag, std::s
   *report += state_summary(info);
   size_t tensors = 0;
   uint64_t bytes = 0;
-  std::vector<std::string> all = info.model_files;
-  all.insert(all.end(), info.optim_files.begin(), info.optim_files.end());
+  const TrainingState& state = info.state;
+  std::vector<std::string> all = state.model_files;
+  all.insert(all.end(), state.optim_files.begin(), state.optim_files.end());
   for (const std::string& name : all) {
     DSCORE_ASSIGN_OR_RETURN(SafetensorsReader file,
                             SafetensorsReader::open(info.path + "/" + name));
@@ -66,14 +57,13 @@ Status inspect_checkpoint(const std::string& dir, const std::string& tag, std::s
       bytes += t.bytes;
     }
   }
-  for (const auto* names : {&info.model_files, &info.optim_files}) {
+  for (const auto* names : {&state.model_files, &state.optim_files}) {
     DSCORE_ASSIGN_OR_RETURN(FragmentSet set, FragmentSet::open(info.path, *names));
-    std::vector<std::string> slots = {names == &info.model_files ? kParamSlot : kMasterSlot};
-    if (names == &info.optim_files)
-      for (const json::Value& slot : member(member(info.state(), "optimizer"), "slots").items())
-        if (member(slot, "name").is_string()) slots.push_back(member(slot, "name").as_string());
+    std::vector<std::string> slots = {names == &state.model_files ? kParamSlot : kMasterSlot};
+    if (names == &state.optim_files)
+      for (const SavedSlot& slot : state.optimizer_slots) slots.push_back(slot.name);
     for (const std::string& slot : slots)
-      DSCORE_RETURN_IF_ERROR(set.check_complete(slot, info.params));
+      DSCORE_RETURN_IF_ERROR(set.check_complete(slot, state.params));
   }
   *report += "verified " + std::to_string(all.size()) + " files, " + std::to_string(tensors) +
              " tensors, " + std::to_string(bytes) +

@@ -211,12 +211,11 @@ int run_training(const RunOptions& options) {
   };
   const data::DistributedSampler sampler(cfg.batch, e.world_size(), e.rank());
   data::HostBatch batch(e.model().description(), cfg.batch.train_micro_batch_size_per_gpu);
-  ProgressReporter progress(cfg.train_steps, cfg.steps_per_print, options.progress_bar && leader,
+  // Outlives every training call below (the engine is destroyed after it, untouched).
+  ProgressObserver progress(cfg.train_steps, cfg.steps_per_print, options.progress_bar && leader,
                             options.log_json, tokens_per_sample(e.model().description()),
-                            e.global_samples());
-  const std::string mom = momentum_text(setup->selection);
-  ProgressSnapshot snapshot;
-  snapshot.total_steps = cfg.train_steps;
+                            e.global_samples(), momentum_text(setup->selection));
+  if (leader) e.add_observer(&progress);
   for (int64_t step = e.global_steps(); step < cfg.train_steps; ++step) {
     for (int64_t micro = 0; micro < cfg.batch.gradient_accumulation_steps; ++micro) {
       if (Status st = (*source)->fill(sampler.micro_batch(step, micro), &batch); !st.ok())
@@ -224,18 +223,12 @@ int run_training(const RunOptions& options) {
       if (auto loss = e.forward_backward(batch.view()); !loss.ok()) return fail_job(loss.status());
       if (Status st = e.step(); !st.ok()) return fail_job(st);
     }
-    snapshot.step = e.global_steps();
-    snapshot.loss = e.last_loss();
-    snapshot.samples = e.global_samples();
-    snapshot.skipped = e.skipped_steps();
-    const std::vector<double> lrs = e.get_lr();
-    snapshot.lr = lrs.empty() ? 0 : lrs[0];
-    if (leader) progress.update(snapshot, lrs, mom);
     if (cfg.save_interval > 0 &&
         (e.global_steps() % cfg.save_interval == 0 || step + 1 == cfg.train_steps))
       save();
   }
-  if (leader) progress.finish(snapshot);
+  if (leader) progress.finish();
+  e.remove_observer(&progress);
   if (cfg.memory_breakdown) log_info(describe_memory(e));
   if (leader && cfg.comms_logger.present)
     log_info("comms_logger summary\n" + e.communicator().comms_summary());

@@ -18,7 +18,7 @@ HostBatch::HostBatch(const dscore_model_description& description, int64_t batch_
       numel *= input->shape[d];
     }
     const size_t bytes = static_cast<size_t>(numel) * sdk::dtype_size(input->dtype);
-    buffers_.push_back(make_counted_buffer(bytes, DSCORE_MEMORY_HOST, "batch"));
+    buffers_.push_back(make_counted_buffer(bytes, DSCORE_MEMORY_HOST, MemoryUse::kOther, "batch"));
     dscore_tensor& t = tensors_[i];
     t.struct_size = sizeof t;
     t.data = buffers_.back().get();

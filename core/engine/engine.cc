@@ -1,34 +1,39 @@
+// Engine: creation, the model's hooks, forward_backward, and step() with
+// its accumulation-boundary work (norm, loss scale, clipping, update). The
+// step's observers (step_observer.h) are told each phase; checkpoints are
+// engine_checkpoint.cc.
 #include "core/engine/engine.h"
 
 #include <dscore/cpp/dtype.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <fstream>
 
 #include "core/base/logging.h"
 #include "core/base/strings.h"
+#include "core/engine/flops_probe.h"
+#include "core/engine/phase_timers.h"
 #include "core/zero/precision.h"
 
 namespace dscore {
 namespace {
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-// Adds the time since construction to a counter.
-class Timed {
+// Tells every observer that `phase` begins now and ends with the scope.
+class PhaseScope {
  public:
-  explicit Timed(int64_t* counter) : counter_(counter), start_(now_ns()) {}
-  ~Timed() { *counter_ += now_ns() - start_; }
+  PhaseScope(const std::vector<StepObserver*>& observers, StepPhase phase)
+      : observers_(observers), phase_(phase) {
+    for (StepObserver* o : observers_) o->on_phase_begin(phase_);
+  }
+  ~PhaseScope() {
+    for (StepObserver* o : observers_) o->on_phase_end(phase_);
+  }
+  PhaseScope(const PhaseScope&) = delete;
+  PhaseScope& operator=(const PhaseScope&) = delete;
 
  private:
-  int64_t* counter_;
-  int64_t start_;
+  const std::vector<StepObserver*>& observers_;
+  StepPhase phase_;
 };
 
 }  // namespace
@@ -107,10 +112,18 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
       OptimizerRunner::create(std::move(components.optimizer), engine->strategy_.get(),
                               engine->layout_, ctx.model_dtype, ctx.grad_dtype, config.zero.stage));
   engine->scaler_ = zero::LossScaler::from_config(config.fp16);
-  if (config.wall_clock_breakdown) engine->phases_ = std::make_unique<PhaseTimers>();
+  auto clock = std::make_unique<EngineClock>(*engine->stream_);
+  engine->clock_ = clock.get();
+  engine->own_observers_.push_back(std::move(clock));
+  // The flops report is logged before the wall-clock timers' boundary line.
   if (config.flops_profiler.enabled)
-    engine->flops_ =
-        std::make_unique<FlopsProbe>(config, engine->layout_, engine->comm_->world_size());
+    engine->own_observers_.push_back(
+        std::make_unique<FlopsProbe>(config, engine->layout_, engine->world_size(), engine->rank(),
+                                     *engine->model_, &engine->global_steps_));
+  if (config.wall_clock_breakdown)
+    engine->own_observers_.push_back(
+        std::make_unique<PhaseTimers>(engine->rank(), config.steps_per_print));
+  for (const auto& o : engine->own_observers_) engine->observers_.push_back(o.get());
   engine->acquired_.assign(engine->layout_.layer_count(), 0);
   return engine;
 }
@@ -130,7 +143,7 @@ dscore_status Engine::fail_hook(dscore_status code, const std::string& message) 
 dscore_status Engine::hook_acquire(void* ctx, size_t layer, dscore_acquire_mode mode,
                                    dscore_layer_views* out) {
   Engine* self = static_cast<Engine*>(ctx);
-  Timed timed(&self->timing_.hooks_ns);
+  PhaseScope hook(self->observers_, StepPhase::kHook);
   if (layer >= self->layout_.layer_count())
     return self->fail_hook(DSCORE_INVALID_ARGUMENT,
                            "acquire(" + std::to_string(layer) + "): the model has only " +
@@ -138,31 +151,29 @@ dscore_status Engine::hook_acquire(void* ctx, size_t layer, dscore_acquire_mode 
   if (out == nullptr || out->struct_size < offsetof(dscore_layer_views, grads) + sizeof(void*))
     return self->fail_hook(DSCORE_INVALID_ARGUMENT,
                            "acquire: views struct missing or struct_size too small");
-  if (mode == DSCORE_ACQUIRE_BACKWARD && self->phases_) self->phases_->backward_begin();
+  for (StepObserver* o : self->observers_) o->on_acquire(layer, mode);
   Status status = self->strategy_->acquire(layer, mode, out);
   if (!status.ok()) return self->fail_hook(status.code(), status.message());
-  if (mode == DSCORE_ACQUIRE_FORWARD && self->flops_ &&
-      self->flops_->profiling(self->global_steps_))
-    self->flops_->forward_acquired(layer);
+  for (StepObserver* o : self->observers_) o->on_acquired(layer, mode);
   self->acquired_[layer] += 1;
   return DSCORE_OK;
 }
 
 dscore_status Engine::hook_release(void* ctx, size_t layer) {
   Engine* self = static_cast<Engine*>(ctx);
-  Timed timed(&self->timing_.hooks_ns);
+  PhaseScope hook(self->observers_, StepPhase::kHook);
   if (layer >= self->layout_.layer_count() || self->acquired_[layer] == 0)
     return self->fail_hook(DSCORE_FAILED_PRECONDITION,
                            "release(" + std::to_string(layer) + ") without a matching acquire");
   self->acquired_[layer] -= 1;
-  if (self->flops_) self->flops_->released(layer);
+  for (StepObserver* o : self->observers_) o->on_release(layer);
   Status status = self->strategy_->release(layer);
   return status.ok() ? DSCORE_OK : self->fail_hook(status.code(), status.message());
 }
 
 dscore_status Engine::hook_grads_ready(void* ctx, size_t layer) {
   Engine* self = static_cast<Engine*>(ctx);
-  Timed timed(&self->timing_.hooks_ns);
+  PhaseScope hook(self->observers_, StepPhase::kHook);
   if (layer >= self->layout_.layer_count() || self->acquired_[layer] == 0)
     return self->fail_hook(DSCORE_FAILED_PRECONDITION,
                            "grads_ready(" + std::to_string(layer) + ") on a layer not acquired");
@@ -203,8 +214,7 @@ Status Engine::check_model_call(const Status& model_status) {
 // -------------------------------------------------------------- training
 
 Result<double> Engine::forward_backward(const dscore_batch& batch) {
-  Timed timed(&timing_.forward_backward_ns);
-  timing_.micro_steps += 1;
+  PhaseScope scope(observers_, StepPhase::kForwardBackward);
   const dscore_model_hooks hooks = model_hooks();
   const int64_t gas = config_.batch.gradient_accumulation_steps;
   const bool boundary = is_gradient_accumulation_boundary();
@@ -215,20 +225,17 @@ Result<double> Engine::forward_backward(const dscore_batch& batch) {
     DSCORE_RETURN_IF_ERROR(strategy_->set_gradient_reduction(reduce));
   }
   strategy_->begin_micro_step(boundary);
-  if (phases_) phases_->forward_backward_begin();
   double loss = 0;
   // DeepSpeed divides the loss by gas before backward; fp16 scales it.
   Status status =
       model_->forward_backward(batch, hooks, scaler_.scale() / static_cast<double>(gas), &loss);
-  if (phases_) phases_->model_returned();
   // Reductions already queued must finish before anything else happens,
   // also when the model failed.
   Status reduced;
   {
-    Timed finish(&timing_.reduce_finish_ns);
+    PhaseScope finish(observers_, StepPhase::kFinishReductions);
     reduced = strategy_->end_micro_step();
   }
-  if (phases_) phases_->reductions_done();
   DSCORE_RETURN_IF_ERROR(check_model_call(status));
   DSCORE_RETURN_IF_ERROR(reduced);
   loss_accumulator_ += loss / static_cast<double>(gas);
@@ -245,57 +252,31 @@ bool Engine::is_gradient_accumulation_boundary() const {
 }
 
 Status Engine::step() {
-  Timed timed(&timing_.step_ns);
+  PhaseScope call(observers_, StepPhase::kStepCall);
   const bool boundary = is_gradient_accumulation_boundary();
   micro_steps_ += 1;
   const int64_t samples_before = global_samples_;
-  if (phases_) phases_->step_begin();
-  Status status = boundary ? boundary_step() : Status::Ok();
-  if (phases_) {
-    phases_->step_end();
-    if (rank() == 0) log_info(phases_->micro_log_line());  // DeepSpeed logs these every step()
+  Status status = Status::Ok();
+  {
+    PhaseScope work(observers_, StepPhase::kStep);
+    if (boundary) status = boundary_step();
   }
   if (!status.ok() || !boundary) return status;
-  if (flops_ && flops_->profiling(global_steps_ - 1)) {
-    // DeepSpeed profiles the step that starts at global_steps == profile_step.
-    flops_->finish();
-    if (rank() == 0) {
-      auto report = flops_->report(*model_);
-      if (!report.ok()) {
-        log_warning("flops profiler: " + report.status().message());
-      } else if (flops_->output_file().empty()) {
-        log_info("flops profile\n" + *report);
-      } else if (std::ofstream out(flops_->output_file()); out << *report) {
-        log_info("flops profile written to " + flops_->output_file());
-      } else {
-        log_warning("flops profiler: cannot write " + flops_->output_file());
-      }
-    }
-  }
-  std::vector<ScalarEvent> events = boundary_events(samples_before);
-  if (phases_) {
-    const PhaseTimers::Boundary b = phases_->boundary();
-    for (const auto& e : b.events) events.push_back({e.tag, e.value_ms, global_samples_});
-    if (config_.steps_per_print > 0 && global_steps_ % config_.steps_per_print == 0 && rank() == 0)
-      log_info(b.log_line);
-  }
+  const StepReport report = step_report(samples_before);
+  std::vector<ScalarEvent> events = boundary_events(report);
+  for (StepObserver* o : observers_) o->on_boundary(report, &events);
   monitors_.write(events);
+  for (StepObserver* o : observers_) o->on_step_end(report);
   return Status::Ok();
 }
 
 Status Engine::boundary_step() {
-  timing_.steps += 1;
-
   // This rank's share of the squared norm, the overflow flag and its loss,
   // gathered from every rank and combined in rank order: identical on all.
-  const auto [begin, end] = strategy_->norm_range();
-  const dscore_dtype gd = zero::grad_dtype_of(config_);
   zero::SquareSum local;
   {
-    Timed statistics(&timing_.statistics_ns);
-    local = zero::sum_squares(static_cast<char*>(strategy_->owned_grads()) +
-                                  begin * static_cast<int64_t>(sdk::dtype_size(gd)),
-                              gd, end - begin);
+    PhaseScope statistics(observers_, StepPhase::kStatistics);
+    local = strategy_->gradient_statistics();
   }
   const int world = comm_->world_size();
   double mine[4] = {local.hi, local.lo, local.non_finite ? 1.0 : 0.0, loss_accumulator_};
@@ -345,7 +326,7 @@ Status Engine::boundary_step() {
           (config_.fp16.enabled ? ", loss scale now " + format_double(scaler_.scale()) : ""));
   }
   {
-    Timed statistics(&timing_.statistics_ns);
+    PhaseScope statistics(observers_, StepPhase::kStatistics);
     strategy_->zero_grads();
   }
   global_steps_ += 1;
@@ -356,22 +337,36 @@ Status Engine::boundary_step() {
 Status Engine::apply_update(double grad_scale) {
   DSCORE_ASSIGN_OR_RETURN(dscore_schedule_point point, schedule_->current());
   {
-    Timed optimizer(&timing_.optimizer_ns);
+    PhaseScope optimizer(observers_, StepPhase::kOptimizer);
     DSCORE_RETURN_IF_ERROR(optimizer_->step(point, global_steps_ - skipped_steps_ + 1, grad_scale));
   }
   return strategy_->after_update();
 }
 
-std::vector<ScalarEvent> Engine::boundary_events(int64_t samples_before) const {
+StepReport Engine::step_report(int64_t samples_before) const {
+  StepReport r;
+  r.global_steps = global_steps_;
+  r.global_samples = global_samples_;
+  r.samples_before = samples_before;
+  r.skipped_steps = skipped_steps_;
+  r.applied = last_step_applied_;
+  r.loss = last_loss_;
+  r.rank_loss = last_rank_loss_;
+  r.grad_norm = last_grad_norm_;
+  r.loss_scale = scaler_.scale();
+  r.lr = get_lr();
+  return r;
+}
+
+std::vector<ScalarEvent> Engine::boundary_events(const StepReport& r) const {
   // DeepSpeed: train_loss (rank 0's) at the pre-increment global_samples,
   // lr after the scheduler step and the fp16 loss scale at the
   // post-increment value (docs/deepspeed-reference.md#monitors).
   std::vector<ScalarEvent> events;
-  events.push_back({"Train/Samples/train_loss", last_rank_loss_, samples_before});
-  const std::vector<double> lr = get_lr();
-  events.push_back({"Train/Samples/lr", lr.empty() ? 0.0 : lr[0], global_samples_});
+  events.push_back({"Train/Samples/train_loss", r.rank_loss, r.samples_before});
+  events.push_back({"Train/Samples/lr", r.lr.empty() ? 0.0 : r.lr[0], r.global_samples});
   if (config_.fp16.enabled)
-    events.push_back({"Train/Samples/loss_scale", scaler_.scale(), global_samples_});
+    events.push_back({"Train/Samples/loss_scale", r.loss_scale, r.global_samples});
   return events;
 }
 
@@ -387,34 +382,26 @@ zero::ZeroPlan Engine::plan() const {
 }
 
 zero::MemoryPlan Engine::measured_memory() const {
-  // The tags the strategy and the optimizer runner allocate under.
+  // What the strategy and the optimizer runner allocated, by the use they gave.
+  const MemoryByUse bytes = memory_by_use();
+  auto of = [&](MemoryUse use) { return static_cast<int64_t>(bytes[static_cast<size_t>(use)]); };
   zero::MemoryPlan m;
-  for (const auto& [tag, bytes] : memory_by_tag()) {
-    const int64_t b = static_cast<int64_t>(bytes);
-    if (tag.rfind("parameters ", 0) == 0)
-      m.parameters += b;
-    else if (tag.rfind("gradients ", 0) == 0 || tag == "gradient partition")
-      m.gradients += b;
-    else if (tag == "master weights fp32")
-      m.master += b;
-    else if (tag.rfind("optimizer ", 0) == 0)
-      m.optimizer += b;
-    else if (tag == "gradient bucket" || tag == "gathered parameters" ||
-             tag == "persistent parameters")
-      m.buffers += b;
-  }
+  m.parameters = of(MemoryUse::kParameters);
+  m.gradients = of(MemoryUse::kGradients);
+  m.master = of(MemoryUse::kMaster);
+  m.optimizer = of(MemoryUse::kOptimizerState);
+  m.buffers = of(MemoryUse::kBuffers);
   return m;
 }
 
-EngineTiming Engine::timing() const {
-  EngineTiming t = timing_;
-  t.comm_wait_ns = stream_->blocked_ns() - blocked_at_reset_;
-  return t;
-}
+EngineTiming Engine::timing() const { return clock_->timing(); }
 
-void Engine::reset_timing() {
-  timing_ = EngineTiming{};
-  blocked_at_reset_ = stream_->blocked_ns();
+void Engine::reset_timing() { clock_->reset(); }
+
+void Engine::add_observer(StepObserver* observer) { observers_.push_back(observer); }
+
+void Engine::remove_observer(StepObserver* observer) {
+  observers_.erase(std::remove(observers_.begin(), observers_.end(), observer), observers_.end());
 }
 
 void Engine::abort(const std::string& reason) {

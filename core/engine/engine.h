@@ -9,7 +9,9 @@
 // in rank order), updates the fp16 loss scale, clips, runs the optimizer
 // plugin over this rank's owned part (host-owned state), brings the new
 // parameters back (ZeRO stage strategy), advances the LR schedule and
-// writes DeepSpeed's monitor events on rank 0.
+// writes DeepSpeed's monitor events on rank 0. What watches the step from
+// outside (wall-clock timers, flops profiler, time accounting, progress)
+// hangs off the StepObserver interface (step_observer.h).
 //
 // Where parameters and gradients live and how they move is the ZeRO
 // strategy's job (core/zero: stages 0-2 flat, stage 3 sharded).
@@ -22,17 +24,19 @@
 
 #include "core/base/memory.h"
 #include "core/base/status.h"
+#include "core/checkpoint/training_state.h"
 #include "core/comm/comm_stream.h"
 #include "core/comm/communicator.h"
 #include "core/config/config.h"
 #include "core/config/json.h"
 #include "core/config/training_config.h"
-#include "core/engine/flops_probe.h"
+#include "core/engine/engine_timing.h"
 #include "core/engine/lr_schedule.h"
 #include "core/engine/monitor_hub.h"
 #include "core/engine/optimizer_runner.h"
-#include "core/engine/phase_timers.h"
+#include "core/engine/step_observer.h"
 #include "core/model/model.h"
+#include "core/plugin_host/host_context.h"
 #include "core/plugin_host/instances.h"
 #include "core/zero/loss_scaler.h"
 #include "core/zero/param_layout.h"
@@ -40,26 +44,6 @@
 #include "core/zero/zero_strategy.h"
 
 namespace dscore {
-
-// Where the time of forward_backward() and step() went, summed since the
-// last reset, in nanoseconds. Engine overhead is what is left:
-// wall - model compute - optimizer - gradient statistics - comm wait.
-struct EngineTiming {
-  int64_t micro_steps = 0;
-  int64_t steps = 0;  // accumulation boundaries
-  int64_t forward_backward_ns = 0;
-  int64_t hooks_ns = 0;          // inside acquire/release/grads_ready
-  int64_t reduce_finish_ns = 0;  // after the model returned: finishing reductions
-  int64_t step_ns = 0;
-  int64_t optimizer_ns = 0;   // the optimizer plugin over the owned space
-  int64_t statistics_ns = 0;  // gradient norm and overflow pass, zeroing
-  int64_t comm_wait_ns = 0;   // inside the comm stream's submit/wait (in hooks and in step)
-  int64_t model_ns() const { return forward_backward_ns - hooks_ns - reduce_finish_ns; }
-  int64_t wall_ns() const { return forward_backward_ns + step_ns; }
-  int64_t overhead_ns() const {
-    return wall_ns() - model_ns() - optimizer_ns - statistics_ns - comm_wait_ns;
-  }
-};
 
 // What the engine runs, already created (initialize.h builds these from a
 // config and the plugin registry).
@@ -144,13 +128,6 @@ class Engine {
   const Model& model() const { return *model_; }
   const config::TrainingConfig& config() const { return config_; }
 
-  // The full model's fp32 master weights in layout order (collective).
-  Status gather_parameters(std::vector<float>* out);
-  // Optimizer state slot `slot` (optimizer_state_slots() order) of the whole
-  // model in layout order, as fp32 (collective; for tests and tools).
-  Status gather_optimizer_state(size_t slot, std::vector<float>* out);
-  std::vector<zero::StateSlot> optimizer_state_slots() const { return optimizer_->slots(); }
-
   // Collective; call at an accumulation boundary. Writes <dir>/<tag>/ and
   // then <dir>/latest, crash-safely: until every rank's files are durable
   // the previous checkpoint and `latest` are untouched. A failure on any
@@ -165,28 +142,39 @@ class Engine {
   // What this rank planned to hold, and what it holds (counted allocations).
   zero::ZeroPlan plan() const;
   zero::MemoryPlan measured_memory() const;
-
-  EngineTiming timing() const;
-  void reset_timing();
+  // What this engine's plugins hold through host->alloc (by tag: the gpt
+  // model's "gpt activations"); the ABI gives no use, so all of it is kOther.
+  const MemoryLedger& plugin_memory() const { return host_->memory(); }
 
   // End every rank of the job after a local fatal error.
   void abort(const std::string& reason);
 
+  // Called after the engine's own observers (time accounting, flops
+  // profiler, wall-clock timers), in the order added. Not owned: it must
+  // outlive the training calls made while it is added.
+  void add_observer(StepObserver* observer);
+  void remove_observer(StepObserver* observer);
+
  private:
+  friend struct EngineTesting;  // engine_testing.h: gathers and timing for tests and benches
   explicit Engine(const config::TrainingConfig& config) : config_(config) {}
-  Status initialise();
+  Status gather_parameters(std::vector<float>* out);
+  Status gather_optimizer_state(size_t slot, std::vector<float>* out);
+  EngineTiming timing() const;
+  void reset_timing();
   Status boundary_step();  // the accumulation boundary's work
   Status apply_update(double grad_scale);
-  std::vector<ScalarEvent> boundary_events(int64_t samples_before) const;
+  StepReport step_report(int64_t samples_before) const;
+  std::vector<ScalarEvent> boundary_events(const StepReport& report) const;
   // Checkpoint pieces (engine_checkpoint.cc).
   Status check_at_boundary(const char* what) const;
   Result<std::string> agree_on_tag(const std::string& wanted);
   Status write_checkpoint_files(const std::string& folder, const std::string& tag,
                                 const std::string& id, const json::Value& client_state);
-  json::Value training_state(const json::Value& client_state) const;
+  checkpoint::TrainingState training_state(const json::Value& client_state) const;
   Result<LoadedCheckpoint> read_checkpoint(const std::string& dir,
                                            const LoadCheckpointOptions& options);
-  Status restore_training_state(const json::Value& state, const std::string& folder,
+  Status restore_training_state(const checkpoint::TrainingState& state, const std::string& folder,
                                 const LoadCheckpointOptions& options, int saved_world);
 
   // Model hooks (ctx = Engine*).
@@ -214,11 +202,12 @@ class Engine {
   zero::LossScaler scaler_ = zero::LossScaler::fixed(1.0);
 
   std::vector<int> acquired_;  // per layer: outstanding acquires in this call
-  EngineTiming timing_;
-  std::unique_ptr<PhaseTimers> phases_;  // wall_clock_breakdown
-  std::unique_ptr<FlopsProbe> flops_;    // flops_profiler
-  int64_t blocked_at_reset_ = 0;
   std::string hook_error_;
+  // Declared after what they read (stream, model, layout, counters), so they go first.
+  std::vector<std::unique_ptr<StepObserver>>
+      own_observers_;                     // clock, flops_profiler, wall_clock_breakdown
+  std::vector<StepObserver*> observers_;  // those, then add_observer's
+  EngineClock* clock_ = nullptr;
 
   int64_t micro_steps_ = 0;
   int64_t global_steps_ = 0;

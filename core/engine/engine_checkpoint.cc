@@ -27,6 +27,7 @@
 #include "core/checkpoint/checksum.h"
 #include "core/checkpoint/durable_file.h"
 #include "core/checkpoint/format.h"
+#include "core/checkpoint/training_state.h"
 #include "core/comm/agreement.h"
 #include "core/engine/engine.h"
 
@@ -47,12 +48,6 @@ std::string random_id() {
   const uint64_t b =
       static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
   return ck::format_checksum(a ^ (b * 0x9e3779b97f4a7c15ull)).substr(5);
-}
-
-json::Value shape_json(const std::vector<int64_t>& shape) {
-  json::Value v = json::Value::array();
-  for (int64_t d : shape) v.push_back(json::Value(d));
-  return v;
 }
 
 Status publish(const std::string& dir, const std::string& tag, const std::string& staging,
@@ -141,68 +136,30 @@ Status Engine::save_checkpoint(const std::string& dir, const SaveCheckpointOptio
   return Status::Ok();
 }
 
-json::Value Engine::training_state(const json::Value& client_state) const {
-  const bool bf16 = config_.bf16.enabled;
+ck::TrainingState Engine::training_state(const json::Value& client_state) const {
   const int stage = config_.zero.stage;
-  json::Value s = json::Value::object();
-  s.set("dscore_version", json::Value(DSCORE_VERSION));
-  s.set("model_dtype", json::Value(sdk::dtype_name(zero::model_dtype_of(config_))));
-  json::Value params = json::Value::array();
-  for (const ParamEntry& p : layout_.params()) {
-    json::Value e = json::Value::object();
-    e.set("name", json::Value(p.name));
-    e.set("shape", shape_json(p.shape));
-    params.push_back(std::move(e));
-  }
-  s.set("params", std::move(params));
-  json::Value files = json::Value::object();
-  json::Value model_files = json::Value::array(), optim_files = json::Value::array();
+  ck::TrainingState s;
+  s.dscore_version = DSCORE_VERSION;
+  s.model_dtype = sdk::dtype_name(zero::model_dtype_of(config_));
+  for (const ParamEntry& p : layout_.params()) s.params.push_back({p.name, p.shape, p.numel});
   for (int r = 0; r < world_size(); ++r) {
-    if (stage == 3 || r == 0) model_files.push_back(json::Value(ck::model_states_name(stage, r)));
-    optim_files.push_back(json::Value(ck::optim_states_name(bf16, r)));
+    if (stage == 3 || r == 0) s.model_files.push_back(ck::model_states_name(stage, r));
+    s.optim_files.push_back(ck::optim_states_name(config_.bf16.enabled, r));
   }
-  files.set("model_states", std::move(model_files));
-  files.set("optim_states", std::move(optim_files));
-  s.set("files", std::move(files));
-  json::Value counters = json::Value::object();
-  counters.set("global_steps", json::Value(global_steps_));
-  counters.set("global_samples", json::Value(global_samples_));
-  counters.set("skipped_steps", json::Value(skipped_steps_));
-  counters.set("micro_steps", json::Value(micro_steps_));
-  s.set("counters", std::move(counters));
+  s.counters = {global_steps_, global_samples_, skipped_steps_, micro_steps_};
   const zero::LossScaler::State ls = scaler_.state();
-  json::Value scaler = json::Value::object();
-  scaler.set("dynamic", json::Value(scaler_.is_dynamic()));
-  scaler.set("scale", json::Value(ls.scale));
-  scaler.set("iteration", json::Value(ls.iteration));
-  scaler.set("last_overflow_iteration", json::Value(ls.last_overflow));
-  scaler.set("hysteresis_left", json::Value(ls.hysteresis_left));
-  s.set("loss_scaler", std::move(scaler));
-  json::Value schedule = json::Value::object();
-  schedule.set("last_batch_iteration", json::Value(schedule_->iteration()));
-  s.set("lr_scheduler", std::move(schedule));
-  json::Value optimizer = json::Value::object();
-  optimizer.set("type", json::Value(optimizer_->instance().info().name));
-  json::Value slots = json::Value::array();
-  for (const zero::StateSlot& slot : optimizer_->slots()) {
-    json::Value e = json::Value::object();
-    e.set("name", json::Value(slot.name));
-    e.set("dtype", json::Value(sdk::dtype_name(slot.dtype)));
-    e.set("elements_per_param", json::Value(static_cast<int64_t>(slot.elements_per_param)));
-    slots.push_back(std::move(e));
-  }
-  optimizer.set("slots", std::move(slots));
-  s.set("optimizer", std::move(optimizer));
-  json::Value sampler =
-      json::Value::object();  // batches are a function of the step (core/data/sampler.h)
-  sampler.set("next_global_step", json::Value(global_steps_));
-  sampler.set("train_batch_size", json::Value(config_.batch.train_batch_size));
-  s.set("data_sampler", std::move(sampler));
-  json::Value rng = json::Value::object();  // every random draw derives from the seed and the step
-  rng.set("seed", json::Value(static_cast<int64_t>(config_.seed)));
-  s.set("rng", std::move(rng));
-  s.set("ds_config", config_.resolved);
-  s.set("client_state", client_state);
+  s.loss_scaler = {scaler_.is_dynamic(), ls.scale, ls.iteration, ls.last_overflow,
+                   ls.hysteresis_left};
+  s.lr_last_batch_iteration = schedule_->iteration();
+  s.optimizer_type = optimizer_->instance().info().name;
+  for (const zero::StateSlot& slot : optimizer_->slots())
+    s.optimizer_slots.push_back(
+        {slot.name, sdk::dtype_name(slot.dtype), static_cast<int64_t>(slot.elements_per_param)});
+  s.sampler_next_global_step = global_steps_;
+  s.train_batch_size = config_.batch.train_batch_size;
+  s.seed = static_cast<int64_t>(config_.seed);
+  s.ds_config = config_.resolved;
+  s.client_state = client_state;
   return s;
 }
 
@@ -276,7 +233,7 @@ Status Engine::write_checkpoint_files(const std::string& folder, const std::stri
                         {static_cast<int64_t>(scheduler_extra.size())}},
                        scheduler_extra.data()});
   }
-  header.state = training_state(client_state);
+  header.state = ck::to_json(training_state(client_state));
   return ck::write_safetensors(folder + "/" + ck::model_states_name(stage, rank()), tensors,
                                ck::header_metadata(header));
 }
@@ -303,14 +260,14 @@ Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir,
                                                  const LoadCheckpointOptions& options) {
   DSCORE_ASSIGN_OR_RETURN(ck::CheckpointInfo info, ck::open_checkpoint(dir, options.tag));
   const ck::FileHeader& header0 = info.header0;
-  const json::Value& state = info.state();
+  const ck::TrainingState& state = info.state;
   LoadedCheckpoint loaded;
   loaded.tag = info.tag;
   loaded.path = info.path;
   loaded.saved_world_size = header0.world_size;
   loaded.saved_zero_stage = header0.zero_stage;
-  loaded.client_state = ck::member(state, "client_state");
-  const std::vector<ck::SavedParam>& saved = info.params;
+  loaded.client_state = state.client_state;
+  const std::vector<ck::SavedParam>& saved = state.params;
 
   // The saved parameters must be this model's.
   const auto& params = layout_.params();
@@ -334,7 +291,7 @@ Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir,
                                ": it was saved from a different model");
 
   const bool weights_only = options.load_module_only || !options.load_optimizer_states;
-  const std::vector<std::string>& names = weights_only ? info.model_files : info.optim_files;
+  const std::vector<std::string>& names = weights_only ? state.model_files : state.optim_files;
   DSCORE_ASSIGN_OR_RETURN(ck::FragmentSet set, ck::FragmentSet::open(loaded.path, names));
   if (set.headers().front().checkpoint_id != header0.checkpoint_id)
     return data_loss(loaded.path + " mixes files of two saves: restore the folder from one save");
@@ -348,9 +305,8 @@ Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir,
                                     DSCORE_DTYPE_F32, master + s.offset));
   if (!weights_only) {
     const std::vector<zero::StateSlot> slots = optimizer_->slots();
-    std::vector<std::string> have, want;
-    for (const json::Value& e : ck::member(ck::member(state, "optimizer"), "slots").items())
-      have.push_back(ck::member(e, "name").is_string() ? ck::member(e, "name").as_string() : "?");
+    const std::vector<std::string> have = state.optimizer_slot_names();
+    std::vector<std::string> want;
     for (const zero::StateSlot& slot : slots) want.push_back(slot.name);
     if (have != want)
       return failed_precondition(
@@ -401,31 +357,18 @@ Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir,
   return loaded;
 }
 
-Status Engine::restore_training_state(const json::Value& state, const std::string& folder,
+Status Engine::restore_training_state(const ck::TrainingState& state, const std::string& folder,
                                       const LoadCheckpointOptions& options, int saved_world) {
-  using ck::int_member;
-  using ck::member;
-  using ck::number_member;
-  const json::Value& counters = member(state, "counters");
-  if (!counters.is_object()) return data_loss(folder + ": the training state has no counters");
-  global_steps_ = int_member(counters, "global_steps", 0);
-  global_samples_ = int_member(counters, "global_samples", 0);
-  skipped_steps_ = int_member(counters, "skipped_steps", 0);
+  global_steps_ = state.counters.global_steps;
+  global_samples_ = state.counters.global_samples;
+  skipped_steps_ = state.counters.skipped_steps;
   micro_steps_ = global_steps_ * config_.batch.gradient_accumulation_steps;
-  const json::Value& ls = member(state, "loss_scaler");
-  if (config_.fp16.enabled && scaler_.is_dynamic() && member(ls, "dynamic").is_bool() &&
-      member(ls, "dynamic").as_bool()) {
-    zero::LossScaler::State s;
-    s.scale = number_member(ls, "scale", scaler_.scale());
-    s.iteration = int_member(ls, "iteration", 0);
-    s.last_overflow = int_member(ls, "last_overflow_iteration", -1);
-    s.hysteresis_left = int_member(ls, "hysteresis_left", 1);
-    scaler_.restore(s);
+  if (config_.fp16.enabled && scaler_.is_dynamic() && state.loss_scaler.dynamic) {
+    const auto& ls = state.loss_scaler;
+    scaler_.restore({ls.scale, ls.iteration, ls.last_overflow_iteration, ls.hysteresis_left});
   }
-  if (options.load_lr_scheduler_states)
-    schedule_->set_iteration(
-        int_member(member(state, "lr_scheduler"), "last_batch_iteration", schedule_->iteration()));
-  const int64_t saved_batch = int_member(member(state, "data_sampler"), "train_batch_size", 0);
+  if (options.load_lr_scheduler_states) schedule_->set_iteration(state.lr_last_batch_iteration);
+  const int64_t saved_batch = state.train_batch_size;
   if (saved_batch != config_.batch.train_batch_size && rank() == 0)
     log_warning("checkpoint " + folder + " was trained with train_batch_size " +
                 std::to_string(saved_batch) + " (at " + std::to_string(saved_world) +

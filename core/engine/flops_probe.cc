@@ -1,14 +1,20 @@
 #include "core/engine/flops_probe.h"
 
+#include <fstream>
+
+#include "core/base/logging.h"
 #include "core/observability/flops_profile.h"
 
 namespace dscore {
 
 FlopsProbe::FlopsProbe(const config::TrainingConfig& config, const ParamLayout& layout,
-                       int world_size)
+                       int world_size, int rank, const Model& model, const int64_t* global_steps)
     : config_(config.flops_profiler),
       layout_(layout),
       world_size_(world_size),
+      rank_(rank),
+      model_(model),
+      global_steps_(global_steps),
       micro_batch_(config.batch.train_micro_batch_size_per_gpu),
       micro_steps_(config.batch.gradient_accumulation_steps),
       forward_seconds_(layout.layer_count(), 0.0),
@@ -24,6 +30,22 @@ void FlopsProbe::released(size_t layer) {
   if (!timing_[layer]) return;
   forward_seconds_[layer] += std::chrono::duration<double>(Clock::now() - started_[layer]).count();
   timing_[layer] = 0;
+}
+
+void FlopsProbe::on_boundary(const StepReport& r, std::vector<ScalarEvent>*) {
+  if (!profiling(r.global_steps - 1)) return;
+  finish();
+  if (rank_ != 0) return;
+  auto text = report(model_);
+  if (!text.ok()) {
+    log_warning("flops profiler: " + text.status().message());
+  } else if (output_file().empty()) {
+    log_info("flops profile\n" + *text);
+  } else if (std::ofstream out(output_file()); out << *text) {
+    log_info("flops profile written to " + output_file());
+  } else {
+    log_warning("flops profiler: cannot write " + output_file());
+  }
 }
 
 Result<std::string> FlopsProbe::report(const Model& model) {

@@ -61,12 +61,7 @@ int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& op
 
 Result<InferenceModel> open_for_inference(const std::string& dir, const std::string& tag) {
   DSCORE_ASSIGN_OR_RETURN(checkpoint::CheckpointInfo info, checkpoint::open_checkpoint(dir, tag));
-  const json::Value* saved = info.state().find("ds_config");
-  if (saved == nullptr || !saved->is_object())
-    return Status(DSCORE_DATA_LOSS,
-                  info.path +
-                      ": the checkpoint holds no ds_config; it was not written by "
-                      "`dscore run` or Engine::save_checkpoint");
+  const json::Value* saved = &info.state.ds_config;  // an object: open_checkpoint checked
   const json::Value* model = saved->find("model");
   if (model == nullptr || !model->is_object())
     return invalid_argument(info.path +

@@ -41,8 +41,8 @@ Result<std::unique_ptr<OptimizerRunner>> OptimizerRunner::create(
     const int64_t elements = owned * slot.elements_per_param;
     DSCORE_ASSIGN_OR_RETURN(
         CountedBuffer buffer,
-        tensor::allocate_elements(elements, slot.dtype, "optimizer " + slot.name,
-                                  tensor::Fill::kUninitialised));
+        tensor::allocate_elements(elements, slot.dtype, MemoryUse::kOptimizerState,
+                                  "optimizer " + slot.name, tensor::Fill::kUninitialised));
     if (slot.initial_value == 0.0) {
       std::memset(buffer.get(), 0, static_cast<size_t>(elements) * sdk::dtype_size(slot.dtype));
     } else {

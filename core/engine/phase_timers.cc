@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "core/base/logging.h"
+
 namespace dscore {
 
 namespace o = observability;
@@ -42,6 +44,27 @@ void PhaseTimers::reductions_done() {
   stop(o::kBackwardReduceMicroTimer, o::kBackwardReduceGlobalTimer);
   stop(o::kBackwardMicroTimer, o::kBackwardGlobalTimer);
   in_backward_ = false;
+}
+
+void PhaseTimers::on_phase_begin(StepPhase phase) {
+  if (phase == StepPhase::kForwardBackward) forward_backward_begin();
+  if (phase == StepPhase::kFinishReductions) model_returned();
+  if (phase == StepPhase::kStep) step_begin();
+}
+
+void PhaseTimers::on_phase_end(StepPhase phase) {
+  if (phase == StepPhase::kFinishReductions) reductions_done();
+  if (phase == StepPhase::kStep) {
+    step_end();
+    if (rank_ == 0) log_info(micro_log_line());  // DeepSpeed logs these every step()
+  }
+}
+
+void PhaseTimers::on_boundary(const StepReport& report, std::vector<ScalarEvent>* events) {
+  const Boundary b = boundary();
+  for (const auto& e : b.events) events->push_back({e.tag, e.value_ms, report.global_samples});
+  if (steps_per_print_ > 0 && report.global_steps % steps_per_print_ == 0 && rank_ == 0)
+    log_info(b.log_line);
 }
 
 void PhaseTimers::step_begin() { start(o::kStepMicroTimer, o::kStepGlobalTimer); }

@@ -6,7 +6,10 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "core/engine/step_observer.h"
 
 namespace dscore {
 
@@ -43,6 +46,32 @@ class ProgressReporter {
   int64_t tokens_per_sample_;
   int64_t start_samples_;
   std::chrono::steady_clock::time_point start_;
+};
+
+// The reporter fed from the engine's boundaries (Engine::add_observer).
+class ProgressObserver final : public StepObserver {
+ public:
+  // As ProgressReporter's; momentum_text is DeepSpeed's "mom=[...]" content.
+  ProgressObserver(int64_t total_steps, int64_t steps_per_print, bool terminal, bool json,
+                   int64_t tokens_per_sample, int64_t start_samples, std::string momentum_text)
+      : reporter_(total_steps, steps_per_print, terminal, json, tokens_per_sample, start_samples),
+        momentum_text_(std::move(momentum_text)) {
+    snapshot_.total_steps = total_steps;
+  }
+  void on_step_end(const StepReport& r) override {
+    snapshot_.step = r.global_steps;
+    snapshot_.loss = r.loss;
+    snapshot_.samples = r.global_samples;
+    snapshot_.skipped = r.skipped_steps;
+    snapshot_.lr = r.lr.empty() ? 0 : r.lr[0];
+    reporter_.update(snapshot_, r.lr, momentum_text_);
+  }
+  void finish() { reporter_.finish(snapshot_); }
+
+ private:
+  ProgressReporter reporter_;
+  std::string momentum_text_;
+  ProgressSnapshot snapshot_;
 };
 
 }  // namespace dscore

@@ -64,7 +64,8 @@ void* host_alloc(dscore_host_context* ctx, size_t bytes, size_t alignment, dscor
       return nullptr;
     }
     MemoryLedger& ledger = c != nullptr ? c->memory() : process_memory();
-    void* p = ledger.allocate(bytes, alignment, kind, tag != nullptr ? tag : "plugin");
+    void* p =
+        ledger.allocate(bytes, alignment, kind, MemoryUse::kOther, tag != nullptr ? tag : "plugin");
     if (p == nullptr) {
       std::string what = kind == DSCORE_MEMORY_PINNED ? "pinned" : "host";
       record_error(ctx, DSCORE_RESOURCE_EXHAUSTED,

@@ -19,15 +19,15 @@ Status exhausted(const std::string& size, std::string_view name) {
 
 }  // namespace
 
-Result<CountedBuffer> allocate_bytes(size_t bytes, std::string_view name) {
-  CountedBuffer buffer = make_counted_buffer(bytes, DSCORE_MEMORY_HOST, name);
+Result<CountedBuffer> allocate_bytes(size_t bytes, MemoryUse use, std::string_view name) {
+  CountedBuffer buffer = make_counted_buffer(bytes, DSCORE_MEMORY_HOST, use, name);
   if (!buffer)
     return exhausted(std::to_string(bytes) + " bytes (" + format_bytes(bytes) + ")", name);
   return buffer;
 }
 
-Result<CountedBuffer> allocate_elements(int64_t elements, dscore_dtype dtype, std::string_view name,
-                                        Fill fill) {
+Result<CountedBuffer> allocate_elements(int64_t elements, dscore_dtype dtype, MemoryUse use,
+                                        std::string_view name, Fill fill) {
   const size_t es = sdk::dtype_size(dtype);
   const uint64_t count = static_cast<uint64_t>(std::max<int64_t>(elements, 1));
   if (es == 0 || count > std::numeric_limits<size_t>::max() / es)
@@ -35,7 +35,7 @@ Result<CountedBuffer> allocate_elements(int64_t elements, dscore_dtype dtype, st
                          " (more bytes than the address space holds)",
                      name);
   const size_t bytes = static_cast<size_t>(count) * es;
-  DSCORE_ASSIGN_OR_RETURN(CountedBuffer buffer, allocate_bytes(bytes, name));
+  DSCORE_ASSIGN_OR_RETURN(CountedBuffer buffer, allocate_bytes(bytes, use, name));
   if (fill == Fill::kZero) std::memset(buffer.get(), 0, bytes);  // +0 in every float format
   return buffer;
 }

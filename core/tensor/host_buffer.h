@@ -22,14 +22,14 @@ enum class Fill {
 };
 
 // A host buffer of max(elements, 1) elements of `dtype`, recorded in the
-// memory ledger under `name`. Fails with RESOURCE_EXHAUSTED
+// memory ledger as `use` under `name`. Fails with RESOURCE_EXHAUSTED
 // "could not allocate <bytes> bytes (<human>) for <name>" when the memory is
 // not there or the size does not fit in size_t. Thread-safe.
-Result<CountedBuffer> allocate_elements(int64_t elements, dscore_dtype dtype, std::string_view name,
-                                        Fill fill = Fill::kZero);
+Result<CountedBuffer> allocate_elements(int64_t elements, dscore_dtype dtype, MemoryUse use,
+                                        std::string_view name, Fill fill = Fill::kZero);
 
 // The same for a byte count (raw staging memory).
-Result<CountedBuffer> allocate_bytes(size_t bytes, std::string_view name);
+Result<CountedBuffer> allocate_bytes(size_t bytes, MemoryUse use, std::string_view name);
 
 // Byte address of element `index` of a flat buffer of `dtype`.
 inline char* element_at(void* base, dscore_dtype dtype, int64_t index) {

@@ -33,11 +33,12 @@ FlatStorage::FlatStorage(const ParamLayout& layout, dscore_dtype model_dtype,
 Status FlatStorage::allocate() {
   const dscore_dtype md = model_dtype_;
   DSCORE_ASSIGN_OR_RETURN(
-      params_, tensor::allocate_elements(partition_.padded_numel, md,
+      params_, tensor::allocate_elements(partition_.padded_numel, md, MemoryUse::kParameters,
                                          std::string("parameters ") + sdk::dtype_name(md)));
   if (md != DSCORE_DTYPE_F32) {
     DSCORE_ASSIGN_OR_RETURN(
-        master_, tensor::allocate_elements(owned_numel(), DSCORE_DTYPE_F32, "master weights fp32"));
+        master_, tensor::allocate_elements(owned_numel(), DSCORE_DTYPE_F32, MemoryUse::kMaster,
+                                           "master weights fp32"));
   }
   const auto& params = layout_->params();
   param_views_.clear();

@@ -21,9 +21,9 @@ char* GridReduction::grads_at(int64_t flat_index) {
 
 Status GridReduction::allocate() {
   const dscore_dtype gd = ctx_.grad_dtype;
-  DSCORE_ASSIGN_OR_RETURN(
-      grads_, tensor::allocate_elements(storage_.partition().padded_numel, gd,
-                                        std::string("gradients ") + sdk::dtype_name(gd)));
+  DSCORE_ASSIGN_OR_RETURN(grads_, tensor::allocate_elements(
+                                      storage_.partition().padded_numel, gd, MemoryUse::kGradients,
+                                      std::string("gradients ") + sdk::dtype_name(gd)));
   storage_.point_grads(0, storage_.layout().params().size(), grads_.get(), 0);
   return Status::Ok();
 }

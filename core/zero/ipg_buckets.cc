@@ -21,10 +21,12 @@ IpgBuckets::IpgBuckets(const ZeroContext& context, FlatStorage& storage)
 Status IpgBuckets::allocate() {
   const dscore_dtype gd = ctx_.grad_dtype;
   DSCORE_ASSIGN_OR_RETURN(
-      owned_, tensor::allocate_elements(storage_.owned_numel(), gd, "gradient partition"));
+      owned_, tensor::allocate_elements(storage_.owned_numel(), gd, MemoryUse::kGradients,
+                                        "gradient partition"));
   for (size_t i = 0; i < bucket_count_; ++i) {
-    DSCORE_ASSIGN_OR_RETURN(buckets_[i].memory,
-                            tensor::allocate_elements(capacity_, gd, "gradient bucket"));
+    DSCORE_ASSIGN_OR_RETURN(
+        buckets_[i].memory,
+        tensor::allocate_elements(capacity_, gd, MemoryUse::kBuffers, "gradient bucket"));
   }
   placement_.assign(storage_.layout().layer_count(), Placement{});
   return Status::Ok();
@@ -49,8 +51,9 @@ Status IpgBuckets::lend(size_t layer) {
 Status IpgBuckets::place_solo(size_t layer) {
   const auto [s, e] = storage_.layer_range(layer);
   Solo solo;
-  DSCORE_ASSIGN_OR_RETURN(solo.memory,
-                          tensor::allocate_elements(e - s, ctx_.grad_dtype, "gradient bucket"));
+  DSCORE_ASSIGN_OR_RETURN(
+      solo.memory,
+      tensor::allocate_elements(e - s, ctx_.grad_dtype, MemoryUse::kBuffers, "gradient bucket"));
   solo.lo = s;
   solo.hi = e;
   storage_.point_grads(storage_.layout().layer_first(layer), storage_.layout().layer_end(layer),
@@ -102,8 +105,9 @@ Status IpgBuckets::detach_current_bucket() {
   Bucket& b = buckets_[current_];
   const dscore_dtype gd = ctx_.grad_dtype;
   Solo solo;
-  DSCORE_ASSIGN_OR_RETURN(solo.memory,
-                          tensor::allocate_elements(b.hi - b.lo, gd, "gradient bucket"));
+  DSCORE_ASSIGN_OR_RETURN(
+      solo.memory,
+      tensor::allocate_elements(b.hi - b.lo, gd, MemoryUse::kBuffers, "gradient bucket"));
   solo.lo = b.lo;
   solo.hi = b.hi;
   solo.pending = b.pending;

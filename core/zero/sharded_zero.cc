@@ -69,14 +69,16 @@ Status ShardedZero::initialise(const Model& model) {
   const dscore_dtype md = ctx_.model_dtype;
   const int64_t local = shards_.local_numel;
   DSCORE_ASSIGN_OR_RETURN(
-      param_part_,
-      tensor::allocate_elements(local, md, std::string("parameters ") + sdk::dtype_name(md)));
+      param_part_, tensor::allocate_elements(local, md, MemoryUse::kParameters,
+                                             std::string("parameters ") + sdk::dtype_name(md)));
   if (md != DSCORE_DTYPE_F32) {
-    DSCORE_ASSIGN_OR_RETURN(
-        master_, tensor::allocate_elements(local, DSCORE_DTYPE_F32, "master weights fp32"));
+    DSCORE_ASSIGN_OR_RETURN(master_,
+                            tensor::allocate_elements(local, DSCORE_DTYPE_F32, MemoryUse::kMaster,
+                                                      "master weights fp32"));
   }
   DSCORE_ASSIGN_OR_RETURN(grad_part_,
-                          tensor::allocate_elements(local, ctx_.grad_dtype, "gradient partition"));
+                          tensor::allocate_elements(local, ctx_.grad_dtype, MemoryUse::kGradients,
+                                                    "gradient partition"));
   float* master = owned_master();
   for (const OwnedSegment& s : segments_) {
     const ParamShard& shard = shards_.params[s.param];
@@ -90,8 +92,9 @@ Status ShardedZero::initialise(const Model& model) {
   persistent_full_.resize(params.size());
   for (size_t p = 0; p < params.size(); ++p) {
     if (!persistent_[p]) continue;
-    DSCORE_ASSIGN_OR_RETURN(persistent_full_[p],
-                            tensor::allocate_elements(padded(p), md, "persistent parameters"));
+    DSCORE_ASSIGN_OR_RETURN(
+        persistent_full_[p],
+        tensor::allocate_elements(padded(p), md, MemoryUse::kBuffers, "persistent parameters"));
   }
   for (const ParamEntry& p : params) {
     param_views_.push_back(param_view(nullptr, md, p));
@@ -117,12 +120,13 @@ Status ShardedZero::allgather_shards(const std::vector<size_t>& params,
   for (size_t i = 0; i < params.size(); ++i)
     runs.push_back({dest[i], shards_.params[params[i]].shard_size});
   const int64_t shard_elements = chunk_elements(runs);
-  DSCORE_ASSIGN_OR_RETURN(
-      CountedBuffer packed,
-      tensor::allocate_elements(shard_elements, md, "gathered parameters", Fill::kUninitialised));
-  DSCORE_ASSIGN_OR_RETURN(CountedBuffer gathered,
-                          tensor::allocate_elements(shard_elements * world_, md,
+  DSCORE_ASSIGN_OR_RETURN(CountedBuffer packed,
+                          tensor::allocate_elements(shard_elements, md, MemoryUse::kBuffers,
                                                     "gathered parameters", Fill::kUninitialised));
+  DSCORE_ASSIGN_OR_RETURN(
+      CountedBuffer gathered,
+      tensor::allocate_elements(shard_elements * world_, md, MemoryUse::kBuffers,
+                                "gathered parameters", Fill::kUninitialised));
   char* pk = static_cast<char*>(packed.get());
   int64_t offset = 0;
   for (size_t p : params) {
@@ -150,9 +154,9 @@ Status ShardedZero::start_gathers(const std::vector<size_t>& layers) {
     int64_t full_elements = 0;
     for (size_t p : s.gathered_params) full_elements += padded(p);
     // Every byte is overwritten by the unpacking (shard padding included).
-    DSCORE_ASSIGN_OR_RETURN(
-        CountedBuffer full,
-        tensor::allocate_elements(full_elements, md, "gathered parameters", Fill::kUninitialised));
+    DSCORE_ASSIGN_OR_RETURN(CountedBuffer full,
+                            tensor::allocate_elements(full_elements, md, MemoryUse::kBuffers,
+                                                      "gathered parameters", Fill::kUninitialised));
     fulls.push_back(std::make_shared<CountedBuffer>(std::move(full)));
     starting.push_back(layer);
   }
@@ -224,8 +228,8 @@ void ShardedZero::prepare_grads(const std::vector<size_t>& layers) {
     // A failure leaves the entry empty: take_grads allocates it again on
     // the compute thread and reports the Status there.
     for (size_t i = 0; i < elements.size(); ++i) {
-      Result<CountedBuffer> buffer =
-          tensor::allocate_elements(elements[i], ctx_.grad_dtype, "gradient bucket");
+      Result<CountedBuffer> buffer = tensor::allocate_elements(
+          elements[i], ctx_.grad_dtype, MemoryUse::kBuffers, "gradient bucket");
       if (buffer.ok()) (*prepared)[i] = std::move(buffer).value();
     }
     return Status::Ok();
@@ -247,9 +251,9 @@ Result<std::shared_ptr<CountedBuffer>> ShardedZero::take_grads(size_t layer) {
     s.prepared.reset();
     if (buffer) return std::make_shared<CountedBuffer>(std::move(buffer));
   }
-  DSCORE_ASSIGN_OR_RETURN(
-      CountedBuffer buffer,
-      tensor::allocate_elements(padded_layer_elements(layer), ctx_.grad_dtype, "gradient bucket"));
+  DSCORE_ASSIGN_OR_RETURN(CountedBuffer buffer,
+                          tensor::allocate_elements(padded_layer_elements(layer), ctx_.grad_dtype,
+                                                    MemoryUse::kBuffers, "gradient bucket"));
   return std::make_shared<CountedBuffer>(std::move(buffer));
 }
 
@@ -379,12 +383,12 @@ void ShardedZero::flush_gradients() {
       }
     }
     const int64_t chunk = chunk_elements(runs);
-    DSCORE_ASSIGN_OR_RETURN(
-        CountedBuffer send,
-        tensor::allocate_elements(chunk * world_, gd, "gradient bucket", Fill::kUninitialised));
-    DSCORE_ASSIGN_OR_RETURN(
-        CountedBuffer recv,
-        tensor::allocate_elements(chunk, gd, "gradient bucket", Fill::kUninitialised));
+    DSCORE_ASSIGN_OR_RETURN(CountedBuffer send,
+                            tensor::allocate_elements(chunk * world_, gd, MemoryUse::kBuffers,
+                                                      "gradient bucket", Fill::kUninitialised));
+    DSCORE_ASSIGN_OR_RETURN(CountedBuffer recv,
+                            tensor::allocate_elements(chunk, gd, MemoryUse::kBuffers,
+                                                      "gradient bucket", Fill::kUninitialised));
     pack_rank_chunks(runs, world_, static_cast<size_t>(es), static_cast<char*>(send.get()));
     tensor::scale_in_place(send.get(), gd, chunk * world_, r.pre_factor);
     DSCORE_RETURN_IF_ERROR(
@@ -429,6 +433,11 @@ Status ShardedZero::gather_persistent() {
   }
   if (params.empty()) return Status::Ok();
   return ctx_.stream->run([&] { return allgather_shards(params, dest); });
+}
+
+SquareSum ShardedZero::gradient_statistics() {
+  // The whole local part: the ranks' shards are disjoint and cover every parameter.
+  return sum_squares(grad_part_.get(), ctx_.grad_dtype, shards_.local_numel);
 }
 
 void ShardedZero::zero_grads() {

@@ -39,7 +39,7 @@ class ShardedZero final : public ZeroStrategy {
   float* owned_master() override;
   void* owned_grads() override { return grad_part_.get(); }
   void* owned_params16() override;
-  std::pair<int64_t, int64_t> norm_range() const override { return {0, owned_numel()}; }
+  SquareSum gradient_statistics() override;
 
   void begin_micro_step(bool boundary) override;
   Status acquire(size_t layer, dscore_acquire_mode mode, dscore_layer_views* out) override;

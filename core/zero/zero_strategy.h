@@ -13,7 +13,6 @@
 #include <dscore/model.h>
 
 #include <memory>
-#include <utility>
 #include <vector>
 
 #include "core/base/status.h"
@@ -22,6 +21,7 @@
 #include "core/config/training_config.h"
 #include "core/model/model.h"
 #include "core/zero/param_layout.h"
+#include "core/zero/precision.h"
 
 namespace dscore::zero {
 
@@ -64,9 +64,12 @@ class ZeroStrategy {
   virtual float* owned_master() = 0;   // fp32 master weights (owned_numel)
   virtual void* owned_grads() = 0;     // grad_dtype (owned_numel), reduced at the boundary
   virtual void* owned_params16() = 0;  // model_dtype copy to refresh, nullptr for fp32 models
-  // This rank's share of the global gradient norm, as [begin, end) of the
-  // owned gradients: partial sums from all ranks cover every element once.
-  virtual std::pair<int64_t, int64_t> norm_range() const = 0;
+  // This rank's share of the global gradient statistics, over the reduced
+  // owned gradients (after the boundary's end_micro_step): their sum of
+  // squares and whether any is Inf/NaN. The shares of all ranks cover every
+  // gradient element exactly once, so merging them in rank order gives the
+  // same total on every rank at every stage and world size.
+  virtual SquareSum gradient_statistics() = 0;
 
   // Whether this cycle's gradients are averaged across ranks (an optimizer
   // such as OneBitAdam communicates them itself: optimizer.h

@@ -158,7 +158,7 @@ TEST(ZeroToFp32, ShardedOutputEqualsTheGatheredMasters) {
   ASSERT_TRUE(info.ok()) << info.status().message();
   const std::string index = read_text_file(out / "model.safetensors.index.json");
   size_t offset = 0, shards_seen = 0;
-  for (const checkpoint::SavedParam& p : info->params) {
+  for (const checkpoint::SavedParam& p : info->state.params) {
     // The index maps the name to its shard; find it among the shards.
     bool found = false;
     for (const auto& entry : fs::directory_iterator(out)) {

@@ -33,6 +33,7 @@
 #include "core/comm/sigterm_report.h"
 #include "core/data/sampler.h"
 #include "core/data/source.h"
+#include "core/engine/engine_testing.h"
 #include "core/engine/initialize.h"
 
 namespace {
@@ -65,11 +66,12 @@ bool flag(const std::string& k, Options* o) {
 bool dump_state(dscore::Engine& e, const std::string& path) {
   std::vector<std::pair<std::string, std::vector<float>>> arrays(1);
   arrays[0].first = "fp32";
-  if (!e.gather_parameters(&arrays[0].second).ok()) return false;
-  const auto slots = e.optimizer_state_slots();
+  if (!dscore::EngineTesting::gather_parameters(e, &arrays[0].second).ok()) return false;
+  const auto slots = dscore::EngineTesting::optimizer_state_slots(e);
   for (size_t k = 0; k < slots.size(); ++k) {
     arrays.emplace_back(slots[k].name, std::vector<float>());
-    if (!e.gather_optimizer_state(k, &arrays.back().second).ok()) return false;
+    if (!dscore::EngineTesting::gather_optimizer_state(e, k, &arrays.back().second).ok())
+      return false;
   }
   if (e.rank() != 0) return true;
   std::ofstream raw(path, std::ios::binary);
@@ -193,7 +195,8 @@ int main(int argc, char** argv) {
     out << "plan " << p.parameters << " " << p.gradients << " " << p.master << " " << p.optimizer
         << " " << p.buffers << "\n";
     std::vector<float> params;
-    if (auto st = e.gather_parameters(&params); !st.ok()) return fail(st.message());
+    if (auto st = dscore::EngineTesting::gather_parameters(e, &params); !st.ok())
+      return fail(st.message());
     if (e.rank() == 0) {
       std::ofstream raw(prefix + ".params", std::ios::binary);
       raw.write(reinterpret_cast<const char*>(params.data()),

@@ -6,11 +6,13 @@
 // model and the fake_sgd plugin (p -= lr * grad_scale * g).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 
 #include "core/data/batch.h"
+#include "core/engine/engine_testing.h"
 #include "core/engine/initialize.h"
 #include "tests/core/engine/quadratic_model.h"
 
@@ -57,7 +59,7 @@ void train_step(Engine& e) {
 
 std::vector<float> params(Engine& e) {
   std::vector<float> out;
-  EXPECT_TRUE(e.gather_parameters(&out).ok());
+  EXPECT_TRUE(EngineTesting::gather_parameters(e, &out).ok());
   return out;
 }
 
@@ -220,6 +222,62 @@ TEST(Engine, MonitorEventsUseDeepSpeedTagsAndXAxis) {
   EXPECT_EQ(lr[1], "4,1.0");
   EXPECT_EQ(lr[2], "8,1.0");
   fs::remove_all(dir);
+}
+
+// Counts what a StepObserver is told; phases must nest and close.
+class RecordingObserver : public StepObserver {
+ public:
+  void on_phase_begin(StepPhase p) override {
+    open[static_cast<size_t>(p)] += 1;
+    begun[static_cast<size_t>(p)] += 1;
+  }
+  void on_phase_end(StepPhase p) override { open[static_cast<size_t>(p)] -= 1; }
+  void on_acquired(size_t, dscore_acquire_mode) override { acquired += 1; }
+  void on_boundary(const StepReport& r, std::vector<ScalarEvent>* events) override {
+    boundaries += 1;
+    tags_at_boundary = events->size();
+    events->push_back({"Test/observer", 1.0, r.global_samples});
+  }
+  void on_step_end(const StepReport& r) override { reports.push_back(r); }
+
+  std::array<int, kStepPhaseCount> open{}, begun{};
+  int acquired = 0, boundaries = 0;
+  size_t tags_at_boundary = 0;
+  std::vector<StepReport> reports;
+};
+
+TEST(Engine, StepObserversSeeEveryPhaseAndEachBoundaryReport) {
+  Built b =
+      build(std::string("\"train_batch_size\": 2, \"train_micro_batch_size_per_gpu\": 1, ") + kSgd);
+  Engine& e = *b.engine;
+  RecordingObserver seen;
+  e.add_observer(&seen);
+  EngineTesting::reset_timing(e);
+  train_step(e);
+  train_step(e);
+  for (size_t p = 0; p < kStepPhaseCount; ++p)
+    EXPECT_EQ(seen.open[p], 0) << "phase " << p << " left open";
+  EXPECT_EQ(seen.begun[static_cast<size_t>(StepPhase::kForwardBackward)], 4);
+  EXPECT_EQ(seen.begun[static_cast<size_t>(StepPhase::kStepCall)], 4);
+  EXPECT_EQ(seen.begun[static_cast<size_t>(StepPhase::kStep)], 4);
+  EXPECT_EQ(seen.begun[static_cast<size_t>(StepPhase::kOptimizer)], 2);
+  EXPECT_GT(seen.acquired, 0);
+  EXPECT_EQ(seen.boundaries, 2);
+  EXPECT_EQ(seen.tags_at_boundary, 2u);  // train_loss and lr (no fp16 loss scale)
+  ASSERT_EQ(seen.reports.size(), 2u);
+  EXPECT_EQ(seen.reports[1].global_steps, e.global_steps());
+  EXPECT_EQ(seen.reports[1].global_samples, e.global_samples());
+  EXPECT_EQ(seen.reports[1].samples_before, 2);
+  EXPECT_EQ(seen.reports[1].loss, e.last_loss());
+  EXPECT_EQ(seen.reports[1].grad_norm, e.get_global_grad_norm());
+  EXPECT_EQ(seen.reports[1].lr, e.get_lr());
+  EXPECT_TRUE(seen.reports[1].applied);
+  // The engine's own accounting is an observer too.
+  EXPECT_EQ(EngineTesting::timing(e).micro_steps, 4);
+  EXPECT_EQ(EngineTesting::timing(e).steps, 2);
+  e.remove_observer(&seen);
+  train_step(e);
+  EXPECT_EQ(seen.reports.size(), 2u);
 }
 
 }  // namespace

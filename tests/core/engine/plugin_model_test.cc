@@ -8,6 +8,7 @@
 
 #include "core/data/sampler.h"
 #include "core/data/source.h"
+#include "core/engine/engine_testing.h"
 #include "core/engine/initialize.h"
 
 namespace dscore {
@@ -45,7 +46,7 @@ Trace train(int micro, int steps) {
     }
     trace.losses.push_back(e.last_loss());
   }
-  EXPECT_TRUE(e.gather_parameters(&trace.params).ok());
+  EXPECT_TRUE(EngineTesting::gather_parameters(e, &trace.params).ok());
   return trace;
 }
 

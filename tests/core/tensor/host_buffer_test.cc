@@ -18,7 +18,8 @@ namespace dscore::tensor {
 namespace {
 
 TEST(HostBuffer, ZeroedAndCountedUnderItsName) {
-  auto buffer = allocate_elements(10, DSCORE_DTYPE_BF16, "host_buffer_test zeroed");
+  auto buffer =
+      allocate_elements(10, DSCORE_DTYPE_BF16, MemoryUse::kOther, "host_buffer_test zeroed");
   ASSERT_TRUE(buffer.ok()) << buffer.status().message();
   const auto* bytes = static_cast<const unsigned char*>(buffer->get());
   for (int i = 0; i < 20; ++i) EXPECT_EQ(bytes[i], 0) << i;
@@ -27,8 +28,20 @@ TEST(HostBuffer, ZeroedAndCountedUnderItsName) {
   EXPECT_EQ(memory_by_tag().count("host_buffer_test zeroed"), 0u);
 }
 
+TEST(HostBuffer, CountedUnderTheUseGivenAtAllocation) {
+  const MemoryByUse before = memory_by_use();
+  auto buffer =
+      allocate_elements(6, DSCORE_DTYPE_F32, MemoryUse::kOptimizerState, "host_buffer_test state");
+  ASSERT_TRUE(buffer.ok()) << buffer.status().message();
+  const size_t slot = static_cast<size_t>(MemoryUse::kOptimizerState);
+  EXPECT_EQ(memory_by_use()[slot] - before[slot], 24u);
+  buffer->reset();
+  EXPECT_EQ(memory_by_use()[slot], before[slot]);
+  EXPECT_STREQ(memory_use_name(MemoryUse::kOptimizerState), "optimizer state");
+}
+
 TEST(HostBuffer, EmptyBufferStillHasOneElement) {
-  auto buffer = allocate_elements(0, DSCORE_DTYPE_F32, "host_buffer_test empty");
+  auto buffer = allocate_elements(0, DSCORE_DTYPE_F32, MemoryUse::kOther, "host_buffer_test empty");
   ASSERT_TRUE(buffer.ok());
   EXPECT_NE(buffer->get(), nullptr);
   EXPECT_EQ(memory_by_tag()["host_buffer_test empty"], 4u);
@@ -42,7 +55,8 @@ TEST(HostBuffer, ElementAtAddressesByDtype) {
 
 TEST(HostBuffer, MoreThanTheMachineHasIsResourceExhaustedNamingTheBuffer) {
   // 2^48 fp32 elements: 1 PiB, more than any address space here.
-  auto buffer = allocate_elements(int64_t{1} << 48, DSCORE_DTYPE_F32, "gradient bucket");
+  auto buffer =
+      allocate_elements(int64_t{1} << 48, DSCORE_DTYPE_F32, MemoryUse::kBuffers, "gradient bucket");
   ASSERT_FALSE(buffer.ok());
   EXPECT_EQ(buffer.status().code(), DSCORE_RESOURCE_EXHAUSTED);
   EXPECT_EQ(buffer.status().message(),
@@ -51,7 +65,7 @@ TEST(HostBuffer, MoreThanTheMachineHasIsResourceExhaustedNamingTheBuffer) {
 
 TEST(HostBuffer, SizeBeyondSizeTIsResourceExhaustedToo) {
   auto buffer = allocate_elements(std::numeric_limits<int64_t>::max(), DSCORE_DTYPE_F32,
-                                  "master weights fp32");
+                                  MemoryUse::kMaster, "master weights fp32");
   ASSERT_FALSE(buffer.ok());
   EXPECT_EQ(buffer.status().code(), DSCORE_RESOURCE_EXHAUSTED);
   const std::string& message = buffer.status().message();
@@ -60,7 +74,8 @@ TEST(HostBuffer, SizeBeyondSizeTIsResourceExhaustedToo) {
 }
 
 TEST(HostBuffer, BytesVariantNamesTheBufferToo) {
-  auto buffer = allocate_bytes(std::numeric_limits<size_t>::max() / 2, "staging");
+  auto buffer =
+      allocate_bytes(std::numeric_limits<size_t>::max() / 2, MemoryUse::kOther, "staging");
   ASSERT_FALSE(buffer.ok());
   EXPECT_EQ(buffer.status().code(), DSCORE_RESOURCE_EXHAUSTED);
   EXPECT_NE(buffer.status().message().find("for staging"), std::string::npos);
