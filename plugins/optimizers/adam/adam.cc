@@ -60,24 +60,15 @@ constexpr const char kParamsSchema[] = R"json({
 class Adam : public sdk::OptimizerBase {
  public:
   Adam(sdk::HostRef host, const sdk::Params& p, bool always_adamw = false) : OptimizerBase(host) {
-    if (p.boolean("amsgrad"))
-      throw Error(DSCORE_INVALID_ARGUMENT,
-                  "amsgrad is not supported (DeepSpeed's FusedAdam rejects it too); remove "
-                  "\"amsgrad\" or set it to false");
-    const double lr = p.number("lr");
-    if (!(lr >= 0.0))
-      throw Error(DSCORE_INVALID_ARGUMENT, "lr = " + format_number(lr) + " must be >= 0");
-    const std::vector<double> betas = p.numbers("betas");
-    sdk::check_betas(betas);
-    eps = p.number("eps");
-    if (!(eps >= 0.0))
-      throw Error(DSCORE_INVALID_ARGUMENT, "eps = " + format_number(eps) + " must be >= 0");
+    const sdk::AdamFamilyParams a =
+        sdk::read_adam_family(p, "DeepSpeed's FusedAdam rejects it too");
     if (p.boolean("torch_adam"))
       host.log(DSCORE_LOG_INFO, "adam",
                "torch_adam has no effect in dscore: the same (FusedAdam) math is used");
-    beta1 = betas[0];
-    beta2 = betas[1];
-    weight_decay = p.number("weight_decay");
+    beta1 = a.beta1;
+    beta2 = a.beta2;
+    eps = a.eps;
+    weight_decay = a.weight_decay;
     bias_correction = p.boolean("bias_correction");
     adamw = always_adamw || p.boolean("adam_w_mode");
     declare_slot("exp_avg");
@@ -169,12 +160,8 @@ AdamTensor checked_tensor(const dscore_optimizer_step_args* args, size_t i) {
 
 void Adam::step(const dscore_optimizer_step_args* args) const {
   const Adam& self = *this;
-  const sdk::StepHparams h = sdk::read_hparams(args, self.beta1, self.beta2);
-  sdk::check_beta(h.beta1, "hparams->beta1 (scheduler override)");
-  sdk::check_beta(h.beta2, "hparams->beta2 (scheduler override)");
-  if (self.bias_correction && h.step < 1)
-    throw Error(DSCORE_INVALID_ARGUMENT,
-                "step: hparams->step = " + std::to_string(h.step) + " must be >= 1 (1-based)");
+  const sdk::StepHparams h =
+      sdk::read_checked_hparams(args, self.beta1, self.beta2, self.bias_correction);
   if (args->slot_count != 2)
     throw Error(DSCORE_INVALID_ARGUMENT,
                 "step: expected 2 state slots (exp_avg, exp_avg_sq), got " +

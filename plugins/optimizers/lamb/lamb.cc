@@ -57,22 +57,16 @@ class Lamb : public sdk::OptimizerBase {
 };
 
 Lamb::Lamb(sdk::HostRef host, const sdk::Params& p) : OptimizerBase(host) {
-  if (p.boolean("amsgrad"))
-    throw Error(DSCORE_INVALID_ARGUMENT,
-                "amsgrad is not supported (DeepSpeed's FusedLamb does not support the AMSGrad "
-                "variant either); remove \"amsgrad\" or set it to false");
-  sdk::check_non_negative(p.number("lr"), "lr");
-  const std::vector<double> betas = p.numbers("betas");
-  sdk::check_betas(betas);
-  beta1 = betas[0];
-  beta2 = betas[1];
-  eps = p.number("eps");
-  weight_decay = p.number("weight_decay");
+  const sdk::AdamFamilyParams a =
+      sdk::read_adam_family(p, "DeepSpeed's FusedLamb does not support the AMSGrad variant either");
+  beta1 = a.beta1;
+  beta2 = a.beta2;
+  eps = a.eps;
+  weight_decay = a.weight_decay;
   max_coeff = p.number("max_coeff");
   min_coeff = p.number("min_coeff");
   bias_correction = p.boolean("bias_correction");
   eps_inside_sqrt = p.boolean("eps_inside_sqrt");
-  sdk::check_non_negative(eps, "eps");
   sdk::check_non_negative(weight_decay, "weight_decay");
   sdk::check_non_negative(min_coeff, "min_coeff");
   if (!(max_coeff >= min_coeff))
@@ -122,12 +116,8 @@ void lamb_tensor(const Lamb& s, const Constants& k, double step_size, int64_t n,
 
 void Lamb::step(const dscore_optimizer_step_args* args) const {
   const Lamb& self = *this;
-  const sdk::StepHparams h = sdk::read_hparams(args, self.beta1, self.beta2);
-  sdk::check_beta(h.beta1, "hparams->beta1 (scheduler override)");
-  sdk::check_beta(h.beta2, "hparams->beta2 (scheduler override)");
-  if (self.bias_correction && h.step < 1)
-    throw Error(DSCORE_INVALID_ARGUMENT,
-                "step: hparams->step = " + std::to_string(h.step) + " must be >= 1 (1-based)");
+  const sdk::StepHparams h =
+      sdk::read_checked_hparams(args, self.beta1, self.beta2, self.bias_correction);
   const double t = static_cast<double>(h.step);
   const double step_size = self.bias_correction ? h.lr * std::sqrt(1.0 - std::pow(h.beta2, t)) /
                                                       (1.0 - std::pow(h.beta1, t))

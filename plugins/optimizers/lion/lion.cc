@@ -70,9 +70,7 @@ void lion_tensor(const Lion& s, const sdk::StepHparams& h, int64_t n, float* par
 }
 
 void Lion::step(const dscore_optimizer_step_args* args) const {
-  const sdk::StepHparams h = sdk::read_hparams(args, beta1, beta2);
-  sdk::check_beta(h.beta1, "hparams->beta1 (scheduler override)");
-  sdk::check_beta(h.beta2, "hparams->beta2 (scheduler override)");
+  const sdk::StepHparams h = sdk::read_checked_hparams(args, beta1, beta2, /*one_based=*/false);
   sdk::CpuStepTensors tensors(args, 1, "lion");
   for (size_t i = 0; i < tensors.count(); ++i) {
     tensors.with_dtypes(i, [&](auto g, auto o) {

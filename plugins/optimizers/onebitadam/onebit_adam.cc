@@ -67,20 +67,14 @@ constexpr char kStateMagic[8] = {'d', 's', '1', 'b', 'a', 'd', 'm', '1'};
 class OneBitAdam : public sdk::OptimizerBase {
  public:
   OneBitAdam(sdk::HostRef host, const sdk::Params& p) : OptimizerBase(host) {
-    if (p.boolean("amsgrad"))
-      throw Error(DSCORE_INVALID_ARGUMENT,
-                  "amsgrad is not supported (DeepSpeed's 1-bit Adam does not support the AMSGrad "
-                  "variant either); remove \"amsgrad\" or set it to false");
-    sdk::check_non_negative(p.number("lr"), "lr");
-    const std::vector<double> betas = p.numbers("betas");
-    sdk::check_betas(betas);
-    beta1 = betas[0];
-    beta2 = betas[1];
-    eps = p.number("eps");
-    weight_decay = p.number("weight_decay");
+    const sdk::AdamFamilyParams a = sdk::read_adam_family(
+        p, "DeepSpeed's 1-bit Adam does not support the AMSGrad variant either");
+    beta1 = a.beta1;
+    beta2 = a.beta2;
+    eps = a.eps;
+    weight_decay = a.weight_decay;
     freeze_step = p.integer("freeze_step");
     world_size = p.args()->world_size;
-    sdk::check_non_negative(eps, "eps");
     sdk::check_non_negative(weight_decay, "weight_decay");
     if (freeze_step < 1)
       throw Error(DSCORE_INVALID_ARGUMENT,
@@ -144,12 +138,7 @@ const dscore_communicator* OneBitAdam::data_parallel_communicator() const {
 }
 
 void OneBitAdam::step(const dscore_optimizer_step_args* args) {
-  const sdk::StepHparams h = sdk::read_hparams(args, beta1, beta2);
-  sdk::check_beta(h.beta1, "hparams->beta1 (scheduler override)");
-  sdk::check_beta(h.beta2, "hparams->beta2 (scheduler override)");
-  if (h.step < 1)
-    throw Error(DSCORE_INVALID_ARGUMENT,
-                "step: hparams->step = " + std::to_string(h.step) + " must be >= 1 (1-based)");
+  const sdk::StepHparams h = sdk::read_checked_hparams(args, beta1, beta2, /*one_based=*/true);
   const bool warmup = h.step < freeze_step;
   const Constants k{static_cast<float>(h.lr),
                     static_cast<float>(h.beta1),

@@ -83,6 +83,44 @@ inline StepHparams read_hparams(const dscore_optimizer_step_args* args, double c
   return out;
 }
 
+// A step's hyper-parameters with the scheduler's beta overrides checked
+// (each in [0, 1)) and, when `one_based` (the step count enters the math,
+// as bias correction does), hparams->step >= 1.
+inline StepHparams read_checked_hparams(const dscore_optimizer_step_args* args,
+                                        double configured_beta1, double configured_beta2,
+                                        bool one_based) {
+  const StepHparams h = read_hparams(args, configured_beta1, configured_beta2);
+  check_beta(h.beta1, "hparams->beta1 (scheduler override)");
+  check_beta(h.beta2, "hparams->beta2 (scheduler override)");
+  if (one_based && h.step < 1)
+    throw Error(DSCORE_INVALID_ARGUMENT,
+                "step: hparams->step = " + std::to_string(h.step) + " must be >= 1 (1-based)");
+  return h;
+}
+
+// The parameters every Adam-family optimizer (Adam, LAMB, 1-bit Adam) reads
+// the same way: amsgrad refused (`amsgrad_why` says why, in DeepSpeed's
+// terms), lr >= 0, betas in [0, 1), eps >= 0, weight_decay.
+struct AdamFamilyParams {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+};
+template <typename Params>
+AdamFamilyParams read_adam_family(const Params& p, const std::string& amsgrad_why) {
+  if (p.boolean("amsgrad"))
+    throw Error(DSCORE_INVALID_ARGUMENT, "amsgrad is not supported (" + amsgrad_why +
+                                             "); remove \"amsgrad\" or set it to false");
+  check_non_negative(p.number("lr"), "lr");
+  const std::vector<double> betas = p.numbers("betas");
+  check_betas(betas);
+  AdamFamilyParams out;
+  out.beta1 = betas[0];
+  out.beta2 = betas[1];
+  out.eps = p.number("eps");
+  check_non_negative(out.eps, "eps");
+  out.weight_decay = p.number("weight_decay");
+  return out;
+}
+
 // "param 3 ('h.0.weight')": how messages name a tensor of a step() call.
 inline std::string tensor_label(const dscore_tensor* t, const char* role, size_t i) {
   std::string label = std::string(role) + " " + std::to_string(i);
