@@ -112,15 +112,9 @@ std::string event_file_name(double unix_seconds, std::string_view hostname, long
 }
 
 EventFile::EventFile(std::string path, double wall_time) : path_(std::move(path)) {
-  int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) fail("create");
-  file_ = ::fdopen(fd, "wb");
-  if (file_ == nullptr) {
-    int err = errno;
-    ::close(fd);
-    errno = err;
-    fail("open");
-  }
+  const char* step = nullptr;
+  file_ = sdk::create_new_file(path_, &step);
+  if (file_ == nullptr) fail(step);
   append(file_version_event(wall_time));
   flush();
 }

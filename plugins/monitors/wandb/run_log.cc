@@ -64,15 +64,9 @@ std::string frame_record(std::string_view payload, uint64_t offset) {
 }
 
 RunLog::RunLog(std::string path) : path_(std::move(path)) {
-  int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) fail("create");
-  file_ = ::fdopen(fd, "wb");
-  if (file_ == nullptr) {
-    int err = errno;
-    ::close(fd);
-    errno = err;
-    fail("open");
-  }
+  const char* step = nullptr;
+  file_ = sdk::create_new_file(path_, &step);
+  if (file_ == nullptr) fail(step);
   put(file_header());
 }
 

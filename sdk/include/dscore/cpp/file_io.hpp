@@ -7,9 +7,13 @@
 
 #include <dscore/plugin.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <array>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <string_view>
 
@@ -30,6 +34,23 @@ inline dscore_status errno_status(int err) {
     default:
       return DSCORE_UNAVAILABLE;
   }
+}
+
+// A new file at `path` (never an existing one: O_EXCL), open for writing
+// with stdio buffering, or nullptr with errno set; *step says which step
+// failed ("create" or "open") for the caller's message.
+inline std::FILE* create_new_file(const std::string& path, const char** step) {
+  *step = "create";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return nullptr;
+  *step = "open";
+  std::FILE* file = ::fdopen(fd, "wb");
+  if (file == nullptr) {
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+  }
+  return file;
 }
 
 // Append the low `bytes` bytes of v, least significant first.
