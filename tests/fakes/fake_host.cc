@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <stdexcept>
 
 #include "core/config/json.h"
@@ -144,8 +145,11 @@ dscore_host_context* FakeHost::thread_context() {
 }
 
 dscore_host_context* FakeHost::new_context(const dscore_communicator* communicator) {
-  auto* context = new FakeContext{communicator};  // lives as long as the process
-  return reinterpret_cast<dscore_host_context*>(context);
+  static std::mutex mutex;
+  static std::deque<FakeContext> contexts;  // stable addresses, kept for the process
+  std::lock_guard<std::mutex> lock(mutex);
+  contexts.push_back(FakeContext{communicator});
+  return reinterpret_cast<dscore_host_context*>(&contexts.back());
 }
 
 void FakeHost::set_fail_alloc(bool fail) {
