@@ -16,6 +16,7 @@ void pack_rank_chunks(const std::vector<ShardedRun>& runs, int world, size_t ele
   for (int r = 0; r < world; ++r) {
     int64_t in_chunk = 0;
     for (const ShardedRun& run : runs) {
+      if (run.shard == 0) continue;  // an empty shard may have no buffer at all
       std::memcpy(chunks + (r * chunk + in_chunk) * es, run.full + r * run.shard * es,
                   static_cast<size_t>(run.shard * es));
       in_chunk += run.shard;
@@ -29,6 +30,7 @@ void unpack_rank_chunks(const char* chunks, const std::vector<ShardedRun>& runs,
   for (int r = 0; r < world; ++r) {
     int64_t in_chunk = 0;
     for (const ShardedRun& run : runs) {
+      if (run.shard == 0) continue;  // an empty shard may have no buffer at all
       std::memcpy(run.full + r * run.shard * es, chunks + (r * chunk + in_chunk) * es,
                   static_cast<size_t>(run.shard * es));
       in_chunk += run.shard;
