@@ -13,7 +13,9 @@ namespace dscore::zero {
 GridReduction::GridReduction(const ZeroContext& context, FlatStorage& storage)
     : ctx_(context),
       storage_(storage),
-      bucket_capacity_(bucket_elements(context, storage.partition())) {}
+      bucket_capacity_(bucket_elements(context, storage.partition())),
+      every_micro_step_(context.config->batch.gradient_accumulation_steps > 1 &&
+                        context.comm->world_size() > 1) {}
 
 char* GridReduction::grads_at(int64_t flat_index) {
   return tensor::element_at(grads_.get(), ctx_.grad_dtype, flat_index);
@@ -25,14 +27,24 @@ Status GridReduction::allocate() {
                                       storage_.partition().padded_numel, gd, MemoryUse::kGradients,
                                       std::string("gradients ") + sdk::dtype_name(gd)));
   storage_.point_grads(0, storage_.layout().params().size(), grads_.get(), 0);
+  if (every_micro_step_) {
+    DSCORE_ASSIGN_OR_RETURN(
+        accumulated_,
+        tensor::allocate_elements(storage_.owned_numel(), gd, MemoryUse::kGradients,
+                                  std::string("accumulated gradients ") + sdk::dtype_name(gd)));
+  }
   return Status::Ok();
 }
 
 // Stage 1 reduces in place into its own slice of the full gradients.
-void* GridReduction::owned_grads() { return grads_at(storage_.owned_begin()); }
+void* GridReduction::owned_grads() {
+  return reduces_every_micro_step() ? accumulated_.get() : grads_at(storage_.owned_begin());
+}
 
 void GridReduction::zero_grads() {
   tensor::fill_zero(grads_.get(), ctx_.grad_dtype, storage_.partition().padded_numel);
+  if (every_micro_step_)
+    tensor::fill_zero(accumulated_.get(), ctx_.grad_dtype, storage_.owned_numel());
 }
 
 void GridReduction::begin_micro_step(bool boundary) {
@@ -40,14 +52,25 @@ void GridReduction::begin_micro_step(bool boundary) {
   next_hi_ = storage_.partition().padded_numel;
 }
 
+bool GridReduction::reduces_now() const {
+  return reduce_ && (boundary_ || reduces_every_micro_step());
+}
+
 void GridReduction::layer_ready(size_t, const ReadyLayers& ready) {
-  if (boundary_ && reduce_ && ctx_.config->zero.overlap_comm) submit_ready(false, ready);
+  if (reduces_now() && ctx_.config->zero.overlap_comm) submit_ready(false, ready);
 }
 
 Status GridReduction::end_micro_step(const ReadyLayers& ready) {
-  if (!boundary_ || !reduce_) return Status::Ok();  // gradients stay local
+  if (!reduces_now()) return Status::Ok();  // gradients stay local
   submit_ready(/*all=*/true, ready);
-  return ctx_.stream->synchronize();
+  DSCORE_RETURN_IF_ERROR(ctx_.stream->synchronize());
+  if (!reduces_every_micro_step()) return Status::Ok();
+  // This micro-step's mean joins the sum; the model adds into zeros again.
+  const dscore_dtype gd = ctx_.grad_dtype;
+  tensor::accumulate(accumulated_.get(), grads_at(storage_.owned_begin()), gd,
+                     storage_.owned_numel());
+  tensor::fill_zero(grads_.get(), gd, storage_.partition().padded_numel);
+  return Status::Ok();
 }
 
 void GridReduction::submit_ready(bool all, const ReadyLayers& ready) {

@@ -61,6 +61,11 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
     owned = plan.stage == 0 ? flat.padded_numel : flat.partition_size;
     m.parameters = bytes(flat.padded_numel, md);
     m.gradients = bytes(plan.stage <= 1 ? flat.padded_numel : flat.partition_size, gd);
+    // Stages 0/1 reduce every micro-step when they accumulate across ranks
+    // (grid_reduction.h), into a buffer of what they own.
+    const bool every_micro_step = plan.stage <= 1 && gas > 1 && world > 1;
+    if (every_micro_step) m.gradients += bytes(owned, gd);
+    const int64_t reductions = plan.stage == 2 || every_micro_step ? gas : 1;
     if (plan.stage == 2) {
       const int64_t bucket =
           std::clamp<int64_t>(config.zero.reduce_bucket_size, 1, flat.padded_numel);
@@ -68,9 +73,9 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
       m.buffers = bytes(bucket, gd) * count;
     }
     if (plan.stage == 0) {
-      plan.comm_elements["allreduce"] = flat.padded_numel;
+      plan.comm_elements["allreduce"] = flat.padded_numel * reductions;
     } else {
-      plan.comm_elements["reduce"] = flat.padded_numel * (plan.stage == 2 ? gas : 1);
+      plan.comm_elements["reduce"] = flat.padded_numel * reductions;
       plan.comm_elements["allgather"] = flat.padded_numel;
     }
   } else {
