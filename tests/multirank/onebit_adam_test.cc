@@ -32,9 +32,11 @@ TEST_P(OneBit, WarmupIsAdamWithoutBiasCorrectionThenCompressedTrainingConverges)
   const auto& b = adam.ranks[0].losses;
   ASSERT_EQ(a.size(), 60u);
   // Warm-up: updates 1..14 are Adam without bias correction (the losses of
-  // steps 0..14 see those updates). Tolerance: 1e-6 relative (same math, the
-  // operations may be grouped differently).
-  for (size_t i = 0; i <= 14; ++i) EXPECT_NEAR(a[i], b[i], 1e-6 * std::abs(b[i])) << "step " << i;
+  // steps 0..14 see those updates). Tolerance: 2e-5 relative. The same math,
+  // except that each plugin rounds 1 - beta as its DeepSpeed counterpart
+  // does: OnebitAdam in double then fp32 (1 - 0.999 -> 0.001f), FusedAdam in
+  // fp32 (1 - 0.999f), 1.3e-5 apart; the losses drift ~4e-6 by step 14.
+  for (size_t i = 0; i <= 14; ++i) EXPECT_NEAR(a[i], b[i], 2e-5 * std::abs(b[i])) << "step " << i;
   // Compressed phase: still learns.
   double first = 0, last = 0;
   for (size_t i = 0; i < 5; ++i) first += a[i] / 5;

@@ -173,10 +173,10 @@ void Adam::step(const dscore_optimizer_step_args* args) const {
   k.beta2 = static_cast<float>(h.beta2);
   k.eps = static_cast<float>(self.eps);
   k.weight_decay = static_cast<float>(self.weight_decay * h.weight_decay_multiplier);
-  // Computed in double and handed to the fp32 math, as FusedAdam does.
-  const double t = static_cast<double>(h.step);
-  k.bias_correction1 = self.bias_correction ? static_cast<float>(1.0 - std::pow(h.beta1, t)) : 1.0f;
-  k.bias_correction2 = self.bias_correction ? static_cast<float>(1.0 - std::pow(h.beta2, t)) : 1.0f;
+  // From the fp32 betas, raised in double and rounded once, as FusedAdam's
+  // kernel computes them (docs/deepspeed-reference.md#fusedadam).
+  k.bias_correction1 = self.bias_correction ? sdk::fp32_bias_correction(k.beta1, h.step) : 1.0f;
+  k.bias_correction2 = self.bias_correction ? sdk::fp32_bias_correction(k.beta2, h.step) : 1.0f;
   k.grad_scale = static_cast<float>(h.grad_scale);
   k.adamw = self.adamw;
 

@@ -90,7 +90,7 @@ inline float lamb_update(const Constants& k, float p, float m, float v) {
 // Pass 1 writes the moments and returns |p|^2 and |u|^2 (in double); pass 2
 // recomputes u from the stored moments and the untouched p and applies it.
 template <dscore_dtype G, dscore_dtype P16>
-void lamb_tensor(const Lamb& s, const Constants& k, double step_size, int64_t n, float* param,
+void lamb_tensor(const Lamb& s, const Constants& k, float step_size, int64_t n, float* param,
                  const void* grad, float* exp_avg, float* exp_avg_sq, void* out16) {
   double w_norm_sq = 0, u_norm_sq = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -118,12 +118,15 @@ void Lamb::step(const dscore_optimizer_step_args* args) const {
   const Lamb& self = *this;
   const sdk::StepHparams h =
       sdk::read_checked_hparams(args, self.beta1, self.beta2, self.bias_correction);
-  const double t = static_cast<double>(h.step);
-  const double step_size = self.bias_correction ? h.lr * std::sqrt(1.0 - std::pow(h.beta2, t)) /
-                                                      (1.0 - std::pow(h.beta1, t))
-                                                : h.lr;
-  const Constants k{static_cast<float>(h.beta1),
-                    static_cast<float>(h.beta2),
+  // FusedLamb's arithmetic: corrections from the fp32 betas, the step size in fp32.
+  const float beta1 = static_cast<float>(h.beta1), beta2 = static_cast<float>(h.beta2);
+  const float lr = static_cast<float>(h.lr);
+  const float step_size = self.bias_correction
+                              ? lr * std::sqrt(sdk::fp32_bias_correction(beta2, h.step)) /
+                                    sdk::fp32_bias_correction(beta1, h.step)
+                              : lr;
+  const Constants k{beta1,
+                    beta2,
                     static_cast<float>(self.eps),
                     static_cast<float>(self.weight_decay * h.weight_decay_multiplier),
                     static_cast<float>(h.grad_scale),

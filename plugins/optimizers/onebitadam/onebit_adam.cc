@@ -97,8 +97,10 @@ class OneBitAdam : public sdk::OptimizerBase {
   std::map<const void*, ErrorFeedback> errors;  // by parameter address
 };
 
+// one_minus_beta1/2: 1 - beta in double, rounded once, as DeepSpeed's
+// OnebitAdam passes `1 - beta1` from Python to torch's fp32 kernels.
 struct Constants {
-  float lr, beta1, beta2, eps, weight_decay, grad_scale;
+  float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, eps, weight_decay, grad_scale;
 };
 
 // m (and v during warm-up) from the gradient, in place.
@@ -107,8 +109,8 @@ void update_moments(const Constants& k, bool warmup, int64_t n, const void* grad
                     float* v) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = sdk::load_as_float<G>(grad, i) * k.grad_scale;
-    m[i] = k.beta1 * m[i] + (1.0f - k.beta1) * g;
-    if (warmup) v[i] = k.beta2 * v[i] + (1.0f - k.beta2) * g * g;
+    m[i] = k.beta1 * m[i] + k.one_minus_beta1 * g;
+    if (warmup) v[i] = k.beta2 * v[i] + k.one_minus_beta2 * g * g;
   }
 }
 
@@ -143,6 +145,8 @@ void OneBitAdam::step(const dscore_optimizer_step_args* args) {
   const Constants k{static_cast<float>(h.lr),
                     static_cast<float>(h.beta1),
                     static_cast<float>(h.beta2),
+                    static_cast<float>(1.0 - h.beta1),
+                    static_cast<float>(1.0 - h.beta2),
                     static_cast<float>(eps),
                     static_cast<float>(weight_decay * h.weight_decay_multiplier),
                     static_cast<float>(h.grad_scale)};

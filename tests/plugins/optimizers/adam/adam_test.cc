@@ -34,7 +34,8 @@ const std::vector<int64_t> kSizes = {1, 7, 4097, (1 << 20) + 3};
 // lr, betas, eps and weight decay as fp32 values (and 1 - beta is then exact),
 // so the reference rounds those hyper-parameters to fp32 first: otherwise
 // 1 - 0.999f alone differs from 0.001 by 1.3e-5 relative. Bias corrections
-// are computed from the configured (double) betas, as FusedAdam's Python does.
+// are computed from those fp32 betas (raised in double, rounded to fp32), as
+// FusedAdam's kernel launcher does.
 struct RefConfig {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
   bool bias_correction = true, adamw = true;
@@ -45,9 +46,9 @@ struct RefState {
 void reference_step(const RefConfig& c, RefState& s, const std::vector<float>& grad, double lr,
                     double beta1, double beta2, double wd_multiplier, int64_t t,
                     double grad_scale) {
-  double bc1 = c.bias_correction ? 1 - std::pow(beta1, t) : 1;
-  double bc2 = c.bias_correction ? 1 - std::pow(beta2, t) : 1;
   auto f32 = [](double x) { return static_cast<double>(static_cast<float>(x)); };
+  double bc1 = c.bias_correction ? f32(1 - std::pow(f32(beta1), t)) : 1;
+  double bc2 = c.bias_correction ? f32(1 - std::pow(f32(beta2), t)) : 1;
   double wd = f32(c.weight_decay * wd_multiplier);
   lr = f32(lr);
   beta1 = f32(beta1);

@@ -46,13 +46,16 @@ RefStep lamb_reference(const LambConfig& c) {
     w_norm = std::sqrt(w_norm), u_norm = std::sqrt(u_norm);
     double r = (w_norm != 0 && u_norm != 0) ? w_norm / u_norm : 1.0;
     r = std::min(std::max(r, c.min_coeff), c.max_coeff);
-    // The step size is computed in double from the configured betas.
+    // FusedLamb's step size: corrections from the fp32 betas (raised in
+    // double, rounded to fp32), the step size in fp32.
     const double t_ = static_cast<double>(h.step);
-    const double cb1 = (h.override_mask & DSCORE_HPARAM_BETA1) ? h.beta1 : 0.9;
-    const double cb2 = (h.override_mask & DSCORE_HPARAM_BETA2) ? h.beta2 : 0.999;
-    const double step_size = c.bias_correction
-                                 ? h.lr * std::sqrt(1 - std::pow(cb2, t_)) / (1 - std::pow(cb1, t_))
-                                 : h.lr;
+    const float cb1 = static_cast<float>((h.override_mask & DSCORE_HPARAM_BETA1) ? h.beta1 : 0.9);
+    const float cb2 = static_cast<float>((h.override_mask & DSCORE_HPARAM_BETA2) ? h.beta2 : 0.999);
+    const float bc1 = static_cast<float>(1 - std::pow(static_cast<double>(cb1), t_));
+    const float bc2 = static_cast<float>(1 - std::pow(static_cast<double>(cb2), t_));
+    const double step_size =
+        c.bias_correction ? static_cast<float>(static_cast<float>(h.lr) * std::sqrt(bc2) / bc1)
+                          : h.lr;
     for (size_t i = 0; i < n; ++i) t.p[i] -= step_size * r * u[i];
   };
 }

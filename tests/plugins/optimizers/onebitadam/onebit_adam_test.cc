@@ -96,13 +96,15 @@ void run_ranks(ThreadExchange& exchange, const std::function<void(int)>& body) {
 RefStep warmup_reference(double weight_decay) {
   return [weight_decay](RefTensor& t, const std::vector<double>& grad,
                         const dscore_optimizer_hparams& h) {
-    const double b1 = f32(0.9), b2 = f32(0.999), eps = f32(1e-8);  // as the kernel gets them
+    // As the kernel gets them: DeepSpeed passes 1 - beta from Python (double), then fp32.
+    const double b1 = f32(0.9), b2 = f32(0.999), eps = f32(1e-8);
+    const double c1 = f32(1 - 0.9), c2 = f32(1 - 0.999);
     for (size_t i = 0; i < t.p.size(); ++i) {
       const double g = grad[i] * h.grad_scale;
       double& m = t.state[0][i];
       double& v = t.state[1][i];
-      m = b1 * m + (1 - b1) * g;
-      v = b2 * v + (1 - b2) * g * g;
+      m = b1 * m + c1 * g;
+      v = b2 * v + c2 * g * g;
       double update = m / (std::sqrt(v) + eps);
       if (weight_decay > 0) update += weight_decay * t.p[i];
       t.p[i] -= h.lr * update;
@@ -174,7 +176,8 @@ void check_compressed_steps(int world, int64_t n, int steps, bool reload_between
     // forms it in fp32, then the dense compressed average.
     std::vector<std::vector<float>> local(world);
     for (int r = 0; r < world; ++r)
-      for (int64_t i = 0; i < n; ++i) local[r].push_back(0.9f * m[r][i] + (1.0f - 0.9f) * g[r][i]);
+      for (int64_t i = 0; i < n; ++i)
+        local[r].push_back(0.9f * m[r][i] + static_cast<float>(1 - 0.9) * g[r][i]);
     const std::vector<float> expected = reference.allreduce(local);
     std::vector<std::vector<float>> p_before = p;
     exchange.reset_counters();
