@@ -3,7 +3,7 @@
 // so the stage logic runs in milliseconds and without MPI. For the same seed
 // and global batch, at one world size, stages 0-3 give the same bits with or
 // without gradient accumulation (every stage reduces each micro-step's
-// gradients when it accumulates across ranks: docs/zero.md#equivalence);
+// gradients when it accumulates across ranks: docs/zero.md#determinism);
 // across world sizes the results agree within a stated tolerance. The same
 // checks run on real processes under mpirun in
 // tests/multirank/equivalence_test.cc.
