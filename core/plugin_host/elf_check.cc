@@ -103,8 +103,8 @@ Status check_elf_file(const std::string& path) {
     return Status::Ok();
 
   std::vector<Elf64_Phdr> segments;
-  if (Status s = read_table(fd.get(), file_size, "program headers end", eh.e_phoff, eh.e_phnum,
-                            &segments);
+  if (Status s =
+          read_table(fd.get(), file_size, "program headers end", eh.e_phoff, eh.e_phnum, &segments);
       !s.ok())
     return s;
 
@@ -120,8 +120,8 @@ Status check_elf_file(const std::string& path) {
       if (Status s = read_at(fd.get(), eh.e_shoff, &first, sizeof first); !s.ok()) return s;
       count = first.sh_size;
     }
-    if (Status s = read_table(fd.get(), file_size, "section headers end", eh.e_shoff, count,
-                              &sections);
+    if (Status s =
+            read_table(fd.get(), file_size, "section headers end", eh.e_shoff, count, &sections);
         !s.ok())
       return s;
   }
@@ -134,8 +134,7 @@ Status check_elf_file(const std::string& path) {
   for (size_t i = 0; i < sections.size(); ++i) {
     if (sections[i].sh_type == SHT_NOBITS || sections[i].sh_size == 0) continue;
     const uint64_t end = table_end(sections[i].sh_offset, 1, sections[i].sh_size);
-    if (end > file_size)
-      return truncated("section " + std::to_string(i) + " ends", end, file_size);
+    if (end > file_size) return truncated("section " + std::to_string(i) + " ends", end, file_size);
   }
   return Status::Ok();
 }

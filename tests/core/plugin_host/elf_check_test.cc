@@ -71,9 +71,9 @@ TEST_F(ElfCheck, ACopyCutShortNamesTheSectionHeadersAndBothSizes) {
 }
 
 TEST_F(ElfCheck, AHeaderCutShortIsNamed) {
-  EXPECT_EQ(message(write(library_, 40)),
-            std::string("truncated ELF: the ELF header ends at byte 64 but the file has 40") +
-                kFix);
+  EXPECT_EQ(
+      message(write(library_, 40)),
+      std::string("truncated ELF: the ELF header ends at byte 64 but the file has 40") + kFix);
   const uint64_t ph_end = header_.e_phoff + uint64_t{header_.e_phnum} * header_.e_phentsize;
   EXPECT_EQ(message(write(library_, ph_end - 8)),
             "truncated ELF: program headers end at byte " + std::to_string(ph_end) +
