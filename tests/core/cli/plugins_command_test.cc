@@ -180,7 +180,7 @@ TEST(CliPluginsList, TruncatedLibraryIsNamedAndSkippedNotACrash) {
   TempDir dir("dscore_cli_plugins");
   const std::string full = read_text_file(build_plugin("libdscore_adam.so"));
   ASSERT_GT(full.size(), 3000u);
-  const fs::path cut = dir.write("plugins/libdscore_adam.so", full.substr(0, 3000));
+  const fs::path cut = dir.write("on_path/libdscore_adam.so", full.substr(0, 3000));
   const std::string warning_start = "warning: " + fs::canonical(cut).string() +
                                     ": cannot be loaded: truncated ELF: section headers end at "
                                     "byte ";
@@ -188,7 +188,7 @@ TEST(CliPluginsList, TruncatedLibraryIsNamedAndSkippedNotACrash) {
       " but the file has 3000 bytes; reinstall or rebuild it (an interrupted copy or a full disk "
       "leaves a file like this)";
   ProcessOptions options;
-  options.env["DSCORE_PLUGIN_PATH"] = (dir.path() / "plugins").string();
+  options.env["DSCORE_PLUGIN_PATH"] = (dir.path() / "on_path").string();
 
   ProcessResult list = run_dscore({"plugins", "list"}, options);
   EXPECT_EQ(list.signal, 0) << list.describe();
