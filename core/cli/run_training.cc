@@ -198,7 +198,12 @@ int run_training(const RunOptions& options) {
   if (!options.resume_dir.empty()) {
     auto resumed = e.load_checkpoint(options.resume_dir);
     if (!resumed.ok()) return fail_job(resumed.status());
-    if (leader)
+    if (leader && e.global_steps() >= cfg.train_steps)
+      log_info("the checkpoint in " + options.resume_dir + " is already at step " +
+               std::to_string(e.global_steps()) + " of train_steps " +
+               std::to_string(cfg.train_steps) +
+               ": nothing to train (raise train_steps or pass --steps N to train further)");
+    else if (leader)
       log_info("resuming at step " + std::to_string(e.global_steps()) + " of " +
                std::to_string(cfg.train_steps));
   }
@@ -214,7 +219,7 @@ int run_training(const RunOptions& options) {
   // Outlives every training call below (the engine is destroyed after it, untouched).
   ProgressObserver progress(cfg.train_steps, cfg.steps_per_print, options.progress_bar && leader,
                             options.log_json, tokens_per_sample(e.model().description()),
-                            e.global_samples(), momentum_text(setup->selection));
+                            e.global_samples(), e.global_steps(), momentum_text(setup->selection));
   if (leader) e.add_observer(&progress);
   for (int64_t step = e.global_steps(); step < cfg.train_steps; ++step) {
     for (int64_t micro = 0; micro < cfg.batch.gradient_accumulation_steps; ++micro) {

@@ -272,7 +272,9 @@ std::vector<FieldSpec> dscore_fields() {
                   F("path", T::kString,
                     "text / tokens: a file, or a glob pattern whose matches, sorted, form one "
                     "dataset "
-                    "(\"data/fineweb_train_*.bin\"); files are memory-mapped, never read into RAM")
+                    "(\"data/fineweb_train_*.bin\"); files are read a sample at a time, never "
+                    "whole "
+                    "into RAM, and must not change while a run reads them")
                       .nullable()
                       .to(&DataConfig::path),
                   F("shuffle", T::kBool,

@@ -1,6 +1,6 @@
 // Where micro-batches come from. The synthetic source asks the model for its
 // own deterministic task; the file sources (text, llm.c token shards:
-// token_source.h) cut token sequences from memory-mapped files. In both a
+// token_source.h) read token sequences from files, never whole. In both a
 // sample is a function of the seed and its global index alone.
 #pragma once
 

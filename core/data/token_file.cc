@@ -1,9 +1,9 @@
-// mmap, llm.c header checks and the vocabulary scan of token_file.h.
+// pread with change detection, llm.c header checks and the vocabulary scan
+// of token_file.h.
 #include "core/data/token_file.h"
 
 #include <fcntl.h>
 #include <glob.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -65,11 +65,19 @@ int32_t max_token(const uint8_t* tokens, int64_t begin, int64_t end) {
   return m;
 }
 
+// Token k of raw file bytes of a format.
+int32_t raw_token(TokenFormat format, const uint8_t* raw, int64_t k) {
+  if (format == TokenFormat::kBytes) return raw[k];
+  uint16_t u;
+  std::memcpy(&u, raw + 2 * k, sizeof u);
+  return u;
+}
+
 }  // namespace
 
-// ---- MappedFile
+// ---- DataFile
 
-Result<MappedFile> MappedFile::open(const std::string& path) {
+Result<DataFile> DataFile::open(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
@@ -101,50 +109,84 @@ Result<MappedFile> MappedFile::open(const std::string& path) {
         "data file " + quoted(path) +
         " is empty (0 bytes); point data.path at a file that holds training data");
   }
-  const auto size = static_cast<uint64_t>(st.st_size);
-  void* addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int err = errno;
-  ::close(fd);  // the mapping keeps the file alive
-  if (addr == MAP_FAILED)
-    return io_error("cannot memory-map data file " + quoted(path) + ": " + std::strerror(err));
-  return MappedFile(path, static_cast<const uint8_t*>(addr), size);
+  return DataFile(path, fd, static_cast<uint64_t>(st.st_size), st.st_mtim);
 }
 
-MappedFile::MappedFile(MappedFile&& other) noexcept
+DataFile::DataFile(DataFile&& other) noexcept
     : path_(std::move(other.path_)),
-      data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)) {}
+      fd_(std::exchange(other.fd_, -1)),
+      size_(std::exchange(other.size_, 0)),
+      mtime_(other.mtime_) {}
 
-MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+DataFile& DataFile::operator=(DataFile&& other) noexcept {
   if (this != &other) {
-    if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+    if (fd_ >= 0) ::close(fd_);
     path_ = std::move(other.path_);
-    data_ = std::exchange(other.data_, nullptr);
+    fd_ = std::exchange(other.fd_, -1);
     size_ = std::exchange(other.size_, 0);
+    mtime_ = other.mtime_;
   }
   return *this;
 }
 
-MappedFile::~MappedFile() {
-  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+DataFile::~DataFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status DataFile::changed(const std::string& what) const {
+  return data_loss("data file " + quoted(path_) +
+                   " changed while this run was reading it: " + what +
+                   ". A run's samples must stay as they were when it started; restore the "
+                   "file (or point data.path at a copy nothing writes to) and resume from the "
+                   "last checkpoint");
+}
+
+Status DataFile::read(uint64_t offset, uint64_t count, void* out) const {
+  DSCORE_CHECK(offset <= size_ && count <= size_ - offset, "read past the end of the file");
+  // Same size and modification time as at open: not rewritten since (a
+  // truncation after this check shows as a short read below).
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0)
+    return io_error("cannot stat data file " + quoted(path_) + ": " + std::strerror(errno));
+  const auto now_size = static_cast<uint64_t>(st.st_size);
+  if (now_size != size_)
+    return changed("it had " + std::to_string(size_) + " bytes when the run opened it and has " +
+                   std::to_string(now_size) + " now");
+  if (st.st_mtim.tv_sec != mtime_.tv_sec || st.st_mtim.tv_nsec != mtime_.tv_nsec)
+    return changed("it has the size it had when the run opened it (" + std::to_string(size_) +
+                   " bytes) but another modification time: it was rewritten in place (or touched)");
+
+  auto* p = static_cast<uint8_t*>(out);
+  uint64_t done = 0;
+  while (done < count) {
+    const ssize_t n = ::pread(fd_, p + done, count - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      return io_error("cannot read data file " + quoted(path_) + " at byte " +
+                      std::to_string(offset + done) + ": " + std::strerror(errno));
+    if (n == 0)
+      return changed("it ends at byte " + std::to_string(offset + done) + " now, but had " +
+                     std::to_string(size_) + " bytes when the run opened it (truncated)");
+    done += static_cast<uint64_t>(n);
+  }
+  return Status::Ok();
 }
 
 // ---- TokenFile
 
 Result<TokenFile> TokenFile::open(const std::string& path, TokenFormat format) {
-  DSCORE_ASSIGN_OR_RETURN(MappedFile file, MappedFile::open(path));
+  DSCORE_ASSIGN_OR_RETURN(DataFile file, DataFile::open(path));
   const uint64_t size = file.size();
-  if (format == TokenFormat::kBytes) {
-    const uint8_t* data = file.data();
-    return TokenFile(std::move(file), format, data, static_cast<int64_t>(size));
-  }
+  if (format == TokenFormat::kBytes)
+    return TokenFile(std::move(file), format, 0, static_cast<int64_t>(size));
 
   const std::string name = quoted(path);
   if (size < static_cast<uint64_t>(kLlmcHeaderBytes))
     return invalid_argument(name + " is not an llm.c token shard: it has " + std::to_string(size) +
                             " bytes, fewer than the " + std::to_string(kLlmcHeaderBytes) +
                             "-byte header. " + kTokensHint);
-  const uint8_t* header = file.data();
+  uint8_t header[12];  // magic, version, token count
+  DSCORE_RETURN_IF_ERROR(file.read(0, sizeof header, header));
   const int32_t magic = read_i32(header);
   const int32_t version = read_i32(header + 4);
   const int32_t count = read_i32(header + 8);
@@ -174,66 +216,97 @@ Result<TokenFile> TokenFile::open(const std::string& path, TokenFormat format) {
                      " bytes but its header says " + std::to_string(count) + " tokens (" +
                      std::to_string(expected) +
                      " bytes with the header): the file is corrupt; regenerate it");
-  const uint8_t* tokens = header + kLlmcHeaderBytes;
-  return TokenFile(std::move(file), format, tokens, count);
+  return TokenFile(std::move(file), format, static_cast<uint64_t>(kLlmcHeaderBytes), count);
 }
 
-int32_t TokenFile::token(int64_t i) const {
-  DSCORE_CHECK(i >= 0 && i < count_, "token index out of range");
-  if (format_ == TokenFormat::kBytes) return tokens_[i];
-  uint16_t u;
-  std::memcpy(&u, tokens_ + 2 * i, sizeof u);
-  return u;
-}
-
-void TokenFile::copy(int64_t first, int64_t count, int32_t* out) const {
+Status TokenFile::read_raw(int64_t first, int64_t count, uint8_t* out) const {
   DSCORE_CHECK(first >= 0 && count >= 0 && first + count <= count_, "token range out of the file");
-  if (format_ == TokenFormat::kBytes) {
-    for (int64_t k = 0; k < count; ++k) out[k] = tokens_[first + k];
-    return;
-  }
-  const uint8_t* p = tokens_ + 2 * first;
-  for (int64_t k = 0; k < count; ++k) {
-    uint16_t u;
-    std::memcpy(&u, p + 2 * k, sizeof u);
-    out[k] = u;
-  }
+  return file_.read(byte_offset(first), width() * static_cast<uint64_t>(count), out);
+}
+
+Status TokenFile::copy(int64_t first, int64_t count, int32_t* out) const {
+  // The raw tokens land at the start of out, then widen in place from the
+  // last one down: out[k] (bytes 4k..4k+3) only overwrites raw tokens >= k,
+  // already widened, since a raw token is at most 4 bytes wide.
+  auto* raw = reinterpret_cast<uint8_t*>(out);
+  DSCORE_RETURN_IF_ERROR(read_raw(first, count, raw));
+  for (int64_t k = count - 1; k >= 0; --k) out[k] = raw_token(format_, raw, k);
+  return Status::Ok();
 }
 
 uint64_t TokenFile::byte_offset(int64_t i) const {
-  const uint64_t width = format_ == TokenFormat::kBytes ? 1 : 2;
-  return static_cast<uint64_t>(tokens_ - file_.data()) + width * static_cast<uint64_t>(i);
+  return first_byte_ + width() * static_cast<uint64_t>(i);
+}
+
+namespace {
+
+// Tokens per read of the vocabulary scan: 1-2 MiB buffers.
+constexpr int64_t kScanBlock = int64_t{1} << 20;
+
+int32_t max_raw_token(TokenFormat format, const uint8_t* raw, int64_t count) {
+  return format == TokenFormat::kBytes ? max_token<TokenFormat::kBytes>(raw, 0, count)
+                                       : max_token<TokenFormat::kLlmcShard>(raw, 0, count);
+}
+
+}  // namespace
+
+Result<int64_t> TokenFile::first_token_at_least(int64_t vocab_size) const {
+  std::vector<uint8_t> raw(static_cast<size_t>(kScanBlock * 2));
+  for (int64_t begin = 0; begin < count_; begin += kScanBlock) {
+    const int64_t n = std::min(kScanBlock, count_ - begin);
+    DSCORE_RETURN_IF_ERROR(read_raw(begin, n, raw.data()));
+    for (int64_t k = 0; k < n; ++k)
+      if (raw_token(format_, raw.data(), k) >= vocab_size) return begin + k;
+  }
+  return int64_t{-1};
 }
 
 Status TokenFile::check_vocab(int64_t vocab_size) const {
   const bool bytes = format_ == TokenFormat::kBytes;
   if (vocab_size >= (bytes ? 256 : 65536)) return Status::Ok();  // no token can reach it
 
-  const uint8_t* tokens = tokens_;
-  const int32_t largest = tbb::parallel_reduce(
-      tbb::blocked_range<int64_t>(0, count_, int64_t{1} << 20), int32_t{0},
-      [&](const tbb::blocked_range<int64_t>& r, int32_t m) {
-        const int32_t part = bytes ? max_token<TokenFormat::kBytes>(tokens, r.begin(), r.end())
-                                   : max_token<TokenFormat::kLlmcShard>(tokens, r.begin(), r.end());
-        return std::max(m, part);
+  // Per block: its largest token, or the block's read error.
+  struct Scan {
+    int32_t largest = 0;
+    Status error;
+  };
+  const Scan scan = tbb::parallel_reduce(
+      tbb::blocked_range<int64_t>(0, count_, kScanBlock), Scan{},
+      [&](const tbb::blocked_range<int64_t>& r, Scan acc) {
+        if (!acc.error.ok()) return acc;
+        std::vector<uint8_t> raw(static_cast<size_t>(r.size()) * width());
+        if (Status st = read_raw(r.begin(), static_cast<int64_t>(r.size()), raw.data()); !st.ok())
+          return Scan{acc.largest, st};
+        acc.largest = std::max(acc.largest,
+                               max_raw_token(format_, raw.data(), static_cast<int64_t>(r.size())));
+        return acc;
       },
-      [](int32_t a, int32_t b) { return std::max(a, b); });
+      [](Scan a, const Scan& b) {
+        a.largest = std::max(a.largest, b.largest);
+        if (a.error.ok()) a.error = b.error;
+        return a;
+      });
+  DSCORE_RETURN_IF_ERROR(scan.error);
+  const int32_t largest = scan.largest;
   if (largest < vocab_size) return Status::Ok();
 
-  int64_t first = 0;
-  while (token(first) < vocab_size) ++first;  // exists: largest >= vocab_size
+  DSCORE_ASSIGN_OR_RETURN(const int64_t first, first_token_at_least(vocab_size));
+  // The file is unchanged (every read checks), so the scan's token is there.
+  DSCORE_CHECK(first >= 0, "a token >= vocab_size was seen in the scan");
+  int32_t value = 0;
+  DSCORE_RETURN_IF_ERROR(copy(first, 1, &value));
   const std::string where = "position " + std::to_string(first) + " (byte offset " +
                             std::to_string(byte_offset(first)) + ")";
   if (bytes)
     return invalid_argument(
         "data file " + quoted(path()) + ": the byte at " + where + " has value " +
-        std::to_string(token(first)) + ", not below model.vocab_size " +
-        std::to_string(vocab_size) + " (the largest byte is " + std::to_string(largest) +
+        std::to_string(value) + ", not below model.vocab_size " + std::to_string(vocab_size) +
+        " (the largest byte is " + std::to_string(largest) +
         "). data.type \"text\" reads every byte as a token 0..255: set model.vocab_size "
         "to 256");
   return invalid_argument(
       "llm.c token shard " + quoted(path()) + ": the token at " + where + " is " +
-      std::to_string(token(first)) + ", not below model.vocab_size " + std::to_string(vocab_size) +
+      std::to_string(value) + ", not below model.vocab_size " + std::to_string(vocab_size) +
       " (the largest token in the shard is " + std::to_string(largest) +
       "). Set model.vocab_size to at least " + std::to_string(largest + 1) +
       " (GPT-2's tokenizer needs 50257), or use shards tokenized for this model");

@@ -1,9 +1,12 @@
-// One data file, memory-mapped read-only and seen as a sequence of tokens:
+// One data file, read where a sample lies and seen as a sequence of tokens:
 // any file as byte tokens (data.type "text"), or an llm.c token shard
 // (data.type "tokens": a 256 x int32 little-endian header {20240520, 1,
 // token count, 0...}, then that many uint16 tokens). Opening checks the
-// format; check_vocab scans every token once. Nothing is read into RAM.
+// format; check_vocab scans every token once. Nothing is read into RAM whole.
 #pragma once
+
+#include <sys/types.h>
+#include <time.h>
 
 #include <cstdint>
 #include <string>
@@ -14,30 +17,41 @@
 
 namespace dscore::data {
 
-// A read-only private mapping of a whole regular, non-empty file.
-// Move-only; unmaps on destruction.
-class MappedFile {
+// A regular, non-empty file held open read-only and read with pread(2).
+// Its size and modification time at open are kept, and every read checks
+// them: a file rewritten or truncated under a running job fails that read
+// with DATA_LOSS naming the file and what changed (through a memory mapping
+// the same truncation kills the process with SIGBUS). A file replaced by
+// rename is read as it was when opened: the descriptor holds the old one.
+// Move-only; closes on destruction; read() is thread-safe.
+class DataFile {
  public:
   // NOT_FOUND for a missing file; INVALID_ARGUMENT for a directory or an
-  // empty file; UNAVAILABLE when open/mmap fail otherwise.
-  static Result<MappedFile> open(const std::string& path);
+  // empty file; UNAVAILABLE when open/stat fail otherwise.
+  static Result<DataFile> open(const std::string& path);
 
-  MappedFile(MappedFile&& other) noexcept;
-  MappedFile& operator=(MappedFile&& other) noexcept;
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  ~MappedFile();
+  DataFile(DataFile&& other) noexcept;
+  DataFile& operator=(DataFile&& other) noexcept;
+  DataFile(const DataFile&) = delete;
+  DataFile& operator=(const DataFile&) = delete;
+  ~DataFile();
 
   const std::string& path() const { return path_; }
-  const uint8_t* data() const { return data_; }
-  uint64_t size() const { return size_; }
+  uint64_t size() const { return size_; }  // at open
+
+  // Bytes [offset, offset + count) of the file as opened into out. DATA_LOSS
+  // when the file changed since open (size or modification time) or is now
+  // too short; UNAVAILABLE when the read fails (an I/O error).
+  Status read(uint64_t offset, uint64_t count, void* out) const;
 
  private:
-  MappedFile(std::string path, const uint8_t* data, uint64_t size)
-      : path_(std::move(path)), data_(data), size_(size) {}
+  DataFile(std::string path, int fd, uint64_t size, timespec mtime)
+      : path_(std::move(path)), fd_(fd), size_(size), mtime_(mtime) {}
+  Status changed(const std::string& what) const;
   std::string path_;
-  const uint8_t* data_ = nullptr;
+  int fd_ = -1;
   uint64_t size_ = 0;
+  timespec mtime_{};
 };
 
 enum class TokenFormat {
@@ -62,24 +76,29 @@ class TokenFile {
   TokenFormat format() const { return format_; }
   int64_t token_count() const { return count_; }
 
-  // Tokens [first, first + count) as int32 into out (count values).
-  void copy(int64_t first, int64_t count, int32_t* out) const;
-  int32_t token(int64_t i) const;
+  // Tokens [first, first + count) as int32 into out (count values). Fails
+  // as DataFile::read when the file changed since open.
+  Status copy(int64_t first, int64_t count, int32_t* out) const;
   // Where token i starts in the file, for messages.
   uint64_t byte_offset(int64_t i) const;
 
   // INVALID_ARGUMENT naming the first token >= vocab_size (its position,
   // byte offset and value, the largest token, and the fix). One linear scan
-  // of the mapping (parallel), skipped when no token of the format can reach
+  // of the file (parallel), skipped when no token of the format can reach
   // vocab_size.
   Status check_vocab(int64_t vocab_size) const;
 
  private:
-  TokenFile(MappedFile file, TokenFormat format, const uint8_t* tokens, int64_t count)
-      : file_(std::move(file)), format_(format), tokens_(tokens), count_(count) {}
-  MappedFile file_;
+  TokenFile(DataFile file, TokenFormat format, uint64_t first_byte, int64_t count)
+      : file_(std::move(file)), format_(format), first_byte_(first_byte), count_(count) {}
+  uint64_t width() const { return format_ == TokenFormat::kBytes ? 1 : 2; }  // bytes per token
+  // Tokens [first, first + count) as they are in the file.
+  Status read_raw(int64_t first, int64_t count, uint8_t* out) const;
+  // The index of the first token >= vocab_size, or -1.
+  Result<int64_t> first_token_at_least(int64_t vocab_size) const;
+  DataFile file_;
   TokenFormat format_;
-  const uint8_t* tokens_;  // first token byte inside file_
+  uint64_t first_byte_;  // where token 0 starts in the file
   int64_t count_;
 };
 

@@ -80,14 +80,14 @@ class TokenDataset {
     return n;
   }
 
-  // Chunk c's T+1 tokens into out.
-  void read_chunk(int64_t c, int32_t* out) const {
+  // Chunk c's T+1 tokens into out; fails when its file changed since open.
+  Status read_chunk(int64_t c, int32_t* out) const {
     DSCORE_CHECK(c >= 0 && c < chunk_count(), "chunk out of range");
     // Last shard whose first chunk is <= c (shards without chunks share a
     // start with the next one, which upper_bound skips past).
     const auto it = std::upper_bound(chunk_starts_.begin(), chunk_starts_.end(), c);
     const auto shard = static_cast<size_t>(it - chunk_starts_.begin() - 1);
-    files_[shard].copy((c - chunk_starts_[shard]) * block_, block_ + 1, out);
+    return files_[shard].copy((c - chunk_starts_[shard]) * block_, block_ + 1, out);
   }
 
  private:
@@ -111,7 +111,8 @@ class TokenSource final : public BatchSource {
                  "tokens tensor shape mismatch");
     auto* out = static_cast<int32_t*>(t.data);  // (batch, T+1)
     for (int64_t b = 0; b < range.count; ++b)
-      dataset_.read_chunk(order_.chunk_of(range.first + b), out + b * width);
+      DSCORE_RETURN_IF_ERROR(
+          dataset_.read_chunk(order_.chunk_of(range.first + b), out + b * width));
     return Status::Ok();
   }
 

@@ -1,5 +1,5 @@
 // The "text" and "tokens" data sources: samples of T+1 consecutive tokens
-// (T = the model's block size) cut from memory-mapped files, in an order
+// (T = the model's block size) read from the data files, in an order
 // that is a function of (seed, sample index) alone. Shard s of n_s tokens
 // gives floor((n_s - 1) / T) chunks, chunk k starting at token k*T (llm.c's
 // one-token overlap); chunks are numbered across shards in order.

@@ -11,7 +11,8 @@
 namespace dscore {
 
 ProgressReporter::ProgressReporter(int64_t total_steps, int64_t steps_per_print, bool terminal,
-                                   bool json, int64_t tokens_per_sample, int64_t start_samples)
+                                   bool json, int64_t tokens_per_sample, int64_t start_samples,
+                                   int64_t start_step)
     : total_steps_(total_steps),
       steps_per_print_(steps_per_print),
       // Plain output: about 20 lines per run, and always the first step.
@@ -20,6 +21,7 @@ ProgressReporter::ProgressReporter(int64_t total_steps, int64_t steps_per_print,
       json_(json),
       tokens_per_sample_(tokens_per_sample),
       start_samples_(start_samples),
+      start_step_(start_step),
       start_(std::chrono::steady_clock::now()) {}
 
 std::string ProgressReporter::line(const ProgressSnapshot& s, double samples_per_second) const {
@@ -80,6 +82,12 @@ void ProgressReporter::finish(const ProgressSnapshot& s) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   if (terminal_) std::printf("\n");
+  if (s.step <= start_step_) {  // no step trained: no time, loss or rate to report
+    std::printf("done: nothing trained, already at step %lld of %lld\n",
+                static_cast<long long>(s.step), static_cast<long long>(s.total_steps));
+    std::fflush(stdout);
+    return;
+  }
   std::printf("done: %lld steps, %lld samples in %.2f s, final loss %.6f",
               static_cast<long long>(s.step), static_cast<long long>(s.samples), seconds, s.loss);
   if (tokens_per_sample_ > 0)

@@ -27,10 +27,13 @@ class ProgressReporter {
   // json: one JSON progress record per step on stdout instead of text
   // (`dscore run --log-format json`).
   // tokens_per_sample > 0 (token models): the rate is shown in tokens/s.
-  // start_samples: global samples already done (a resumed run), left out
-  // of the rate.
+  // start_samples, start_step: global samples and optimizer steps already
+  // done (a resumed run), left out of the rate; a run that trains no step
+  // past start_step (a checkpoint already at total_steps) says so and
+  // shows no rate.
   ProgressReporter(int64_t total_steps, int64_t steps_per_print, bool terminal, bool json = false,
-                   int64_t tokens_per_sample = 0, int64_t start_samples = 0);
+                   int64_t tokens_per_sample = 0, int64_t start_samples = 0,
+                   int64_t start_step = 0);
   void update(const ProgressSnapshot& snapshot, const std::vector<double>& lrs,
               const std::string& momentum_text);
   void finish(const ProgressSnapshot& snapshot);
@@ -45,6 +48,7 @@ class ProgressReporter {
   bool json_;
   int64_t tokens_per_sample_;
   int64_t start_samples_;
+  int64_t start_step_;
   std::chrono::steady_clock::time_point start_;
 };
 
@@ -53,10 +57,15 @@ class ProgressObserver final : public StepObserver {
  public:
   // As ProgressReporter's; momentum_text is DeepSpeed's "mom=[...]" content.
   ProgressObserver(int64_t total_steps, int64_t steps_per_print, bool terminal, bool json,
-                   int64_t tokens_per_sample, int64_t start_samples, std::string momentum_text)
-      : reporter_(total_steps, steps_per_print, terminal, json, tokens_per_sample, start_samples),
+                   int64_t tokens_per_sample, int64_t start_samples, int64_t start_step,
+                   std::string momentum_text)
+      : reporter_(total_steps, steps_per_print, terminal, json, tokens_per_sample, start_samples,
+                  start_step),
         momentum_text_(std::move(momentum_text)) {
+    // Where a run that trains nothing ends: where it started.
+    snapshot_.step = start_step;
     snapshot_.total_steps = total_steps;
+    snapshot_.samples = start_samples;
   }
   void on_step_end(const StepReport& r) override {
     snapshot_.step = r.global_steps;

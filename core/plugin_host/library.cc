@@ -12,6 +12,7 @@
 #include <map>
 
 #include "core/plugin_host/call.h"
+#include "core/plugin_host/elf_check.h"
 #include "core/plugin_host/host_api.h"
 
 namespace dscore::plugin_host {
@@ -55,6 +56,11 @@ Result<std::shared_ptr<LoadedLibrary>> LoadedLibrary::open(const std::string& ca
     if (auto existing = it->second.lock()) return existing;
   }
 
+  // Before dlopen: it maps the file, and a truncated one faults (SIGBUS)
+  // instead of failing.
+  if (Status damaged = check_elf_file(canonical_path); !damaged.ok())
+    return Status(DSCORE_FAILED_PRECONDITION,
+                  canonical_path + ": cannot be loaded: " + damaged.message());
   auto handle = std::make_unique<Handle>();
   boost::dll::fs::error_code ec;
   dlerror();  // clear a stale message so loader_error() reads this load's

@@ -28,6 +28,8 @@ class LoadedLibrary {
   // object, so init()/shutdown() run once per load however many registries
   // see the file. Errors (FAILED_PRECONDITION) start with the path:
   //   "<path>: cannot be loaded: <dlerror text>"
+  //   "<path>: cannot be loaded: truncated ELF: ..." (elf_check.h; checked
+  //     before the loader maps the file, which would fault on it)
   //   "<path>: not a dscore plugin: no symbol dscore_plugin_library_v1 (...)"
   //   "<path>: dscore_plugin_library_v1 returned NULL (...)"
   static Result<std::shared_ptr<LoadedLibrary>> open(const std::string& canonical_path);

@@ -12,6 +12,7 @@
 
 #include "core/config/json.h"
 #include "tests/core/cli/process.h"
+#include "tests/core/cli/run_config.h"
 
 namespace dscore::testing {
 namespace {
@@ -169,6 +170,45 @@ TEST(CliPluginsList, LibraryWithoutTheEntrySymbolIsNamedOnStderrAndExits1) {
   EXPECT_EQ(r.exit_code, 1) << r.describe();
   EXPECT_FALSE(parse_json_list(r.out).empty());
   EXPECT_EQ(split_lines(r.err).size(), 1u) << r.err;
+}
+
+// The first 3000 bytes of libdscore_adam.so in a folder on the plugin path
+// (an interrupted copy, a full disk) used to kill every command with SIGBUS
+// inside the loader; it is one warning naming the file and what is cut off,
+// and `dscore run` still trains with the intact built-in adam.
+TEST(CliPluginsList, TruncatedLibraryIsNamedAndSkippedNotACrash) {
+  TempDir dir("dscore_cli_plugins");
+  const std::string full = read_text_file(build_plugin("libdscore_adam.so"));
+  ASSERT_GT(full.size(), 3000u);
+  const fs::path cut = dir.write("on_path/libdscore_adam.so", full.substr(0, 3000));
+  const std::string warning_start = "warning: " + fs::canonical(cut).string() +
+                                    ": cannot be loaded: truncated ELF: section headers end at "
+                                    "byte ";
+  const std::string warning_end =
+      " but the file has 3000 bytes; reinstall or rebuild it (an interrupted copy or a full disk "
+      "leaves a file like this)";
+  ProcessOptions options;
+  options.env["DSCORE_PLUGIN_PATH"] = (dir.path() / "on_path").string();
+
+  ProcessResult list = run_dscore({"plugins", "list"}, options);
+  EXPECT_EQ(list.signal, 0) << list.describe();
+  EXPECT_EQ(list.exit_code, 1) << list.describe();
+  EXPECT_NE(find_row(parse_table(list.out), "optimizer", "adam"), nullptr) << list.out;
+  std::vector<std::string> lines = split_lines(list.err);
+  ASSERT_EQ(lines.size(), 1u) << list.err;
+  EXPECT_EQ(lines[0].rfind(warning_start, 0), 0u) << lines[0];
+  EXPECT_NE(lines[0].find(warning_end), std::string::npos) << lines[0];
+
+  MlpRunConfig cfg;
+  cfg.train_steps = 3;
+  const fs::path config = dir.write("ds_config.json", cfg.text());
+  ProcessResult run = run_dscore({"run", "--config", config.string()}, options);
+  EXPECT_EQ(run.signal, 0) << run.describe();
+  ASSERT_EQ(run.exit_code, 0) << run.describe();
+  EXPECT_EQ(lines_starting_with(run.out, "done: 3 steps").size(), 1u) << run.out;
+  lines = lines_starting_with(run.err, "[dscore] " + warning_start);
+  ASSERT_EQ(lines.size(), 1u) << run.err;
+  EXPECT_NE(lines[0].find(warning_end), std::string::npos) << lines[0];
 }
 
 TEST(CliPluginsList, AbiMismatchAndMissingFolderAreEachOneLine) {

@@ -273,6 +273,27 @@ TEST(CliRun, Fp16TrainsAndLogsTheLossScale) {
   EXPECT_EQ(rows[1], "32,1024.0");
 }
 
+// --resume from a checkpoint already at train_steps trains nothing, says so,
+// and prints no rate (it used to print "0 steps ... -301011210 tokens/s").
+TEST(CliRun, ResumeAtTrainStepsTrainsNothingAndSaysSo) {
+  TempDir dir("dscore_cli_run");
+  const std::string ck = (dir.path() / "ck").string();
+  MlpRunConfig cfg;
+  cfg.train_steps = 4;
+  cfg.extra = "\"checkpoint_dir\": \"" + ck + "\", \"save_interval\": 2";
+  const fs::path config = dir.write("ds_config.json", cfg.text());
+  ASSERT_EQ(run_dscore({"run", "--config", config.string()}).exit_code, 0);
+
+  ProcessResult r = run_dscore({"run", "--config", config.string(), "--resume", ck});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_EQ(r.out, "done: nothing trained, already at step 4 of 4\n") << r.describe();
+  EXPECT_EQ(only_line(r, "[dscore] the checkpoint in "),
+            "[dscore] the checkpoint in " + ck +
+                " is already at step 4 of train_steps 4: nothing to train (raise train_steps or "
+                "pass --steps N to train further)");
+  EXPECT_TRUE(lines_starting_with(r.err, "[dscore] error").empty()) << r.err;
+}
+
 TEST(CliRun, MissingConfigFileIsNamed) {
   ProcessResult r = run_dscore({"run", "--config", "/nonexistent/ds_config.json"});
   EXPECT_EQ(r.exit_code, 2) << r.describe();

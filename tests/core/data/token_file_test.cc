@@ -1,10 +1,14 @@
 // Tests for core/data/token_file.cc: text files read as bytes, llm.c shards
-// read after their header, data.path globbing, and every bad file giving an
-// error that names the file and what is wrong.
+// read after their header, data.path globbing, every bad file giving an
+// error that names the file and what is wrong, and a file truncated or
+// rewritten after it was opened failing the read (not a SIGBUS).
 #include "core/data/token_file.h"
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <filesystem>
 
 #include "tests/core/data/token_test_util.h"
@@ -19,7 +23,7 @@ using ::dscore::testing::write_shard;
 
 std::vector<int32_t> all_tokens(const TokenFile& f) {
   std::vector<int32_t> out(static_cast<size_t>(f.token_count()));
-  f.copy(0, f.token_count(), out.data());
+  EXPECT_TRUE(f.copy(0, f.token_count(), out.data()).ok());
   return out;
 }
 
@@ -44,8 +48,60 @@ TEST(TokenFile, LlmcShardTokensFollowTheHeader) {
   EXPECT_EQ(all_tokens(*f), (std::vector<int32_t>{50256, 0, 1, 65535, 300, 7}));
   EXPECT_EQ(f->byte_offset(3), 1024u + 6u);
   std::vector<int32_t> mid(2);
-  f->copy(2, 2, mid.data());
+  ASSERT_TRUE(f->copy(2, 2, mid.data()).ok());
   EXPECT_EQ(mid, (std::vector<int32_t>{1, 65535}));
+}
+
+TEST(TokenFile, ReadAfterTheFileWasTruncatedFailsNamingTheFile) {
+  ScratchDir dir;
+  const std::string path = dir.file("corpus.txt");
+  write_bytes(path, std::string(65536, 'a'));
+  Result<TokenFile> f = TokenFile::open(path, TokenFormat::kBytes);
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  std::vector<int32_t> out(10);
+  ASSERT_TRUE(f->copy(60000, 10, out.data()).ok());
+  ASSERT_EQ(::truncate(path.c_str(), 100), 0);
+  const Status s = f->copy(60000, 10, out.data());
+  EXPECT_EQ(s.code(), DSCORE_DATA_LOSS);
+  EXPECT_EQ(s.message(),
+            "data file '" + path +
+                "' changed while this run was reading it: it had 65536 bytes when the run "
+                "opened it and has 100 now. A run's samples must stay as they were when it "
+                "started; restore the file (or point data.path at a copy nothing writes to) and "
+                "resume from the last checkpoint");
+  // Also where the bytes are still there: the data is no longer the run's.
+  EXPECT_EQ(f->copy(0, 10, out.data()).code(), DSCORE_DATA_LOSS);
+}
+
+TEST(TokenFile, ReadAfterASameSizeRewriteFailsNamingTheFile) {
+  ScratchDir dir;
+  const std::string path = dir.file("s.bin");
+  write_shard(path, {1, 2, 3, 4});
+  Result<TokenFile> f = TokenFile::open(path, TokenFormat::kLlmcShard);
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  write_shard(path, {5, 6, 7, 8});
+  // A later modification time than at open (file times can be coarser than
+  // the time this test takes).
+  std::filesystem::last_write_time(
+      path, std::filesystem::last_write_time(path) + std::chrono::seconds(5));
+  std::vector<int32_t> out(4);
+  const Status s = f->copy(0, 4, out.data());
+  EXPECT_EQ(s.code(), DSCORE_DATA_LOSS);
+  EXPECT_CONTAINS(s.message(), "data file '" + path +
+                                   "' changed while this run was reading it: it has the size it "
+                                   "had when the run opened it (1032 bytes) but another "
+                                   "modification time: it was rewritten in place (or touched)");
+}
+
+TEST(TokenFile, AFileReplacedByRenameIsReadAsOpened) {
+  ScratchDir dir;
+  const std::string path = dir.file("corpus.txt");
+  write_bytes(path, "abcdef");
+  Result<TokenFile> f = TokenFile::open(path, TokenFormat::kBytes);
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  write_bytes(dir.file("new.txt"), "xy");
+  std::filesystem::rename(dir.file("new.txt"), path);
+  EXPECT_EQ(all_tokens(*f), (std::vector<int32_t>{'a', 'b', 'c', 'd', 'e', 'f'}));
 }
 
 Status open_error(const std::string& path, TokenFormat format) {

@@ -1,14 +1,20 @@
 // Tests for core/data/token_source.cc through make_batch_source: the text
 // and llm.c sources fill the "tokens" input with the file's tokens for the
 // given sample indices, in a seeded order any slice of which is computable
-// alone, and refuse a non-token model, a bad vocabulary and too little data.
+// alone, and refuse a non-token model, a bad vocabulary and too little data;
+// a file truncated under a running reader fails fill() naming the file.
 #include "core/data/token_source.h"
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <numeric>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "core/config/config.h"
@@ -193,6 +199,41 @@ TEST(TokenSourceErrors, FileProblemsNameTheFile) {
   EXPECT_CONTAINS(open_error(token_config("tokens", dir.file("abc.txt"), true), model),
                   "abc.txt' is not an llm.c token shard");
   EXPECT_CONTAINS(open_error(token_config("text", "", true), model), "data.path is not set");
+}
+
+// A data file truncated while training reads it (rewritten in place) used
+// to end the process with SIGBUS on the memory mapping; the reader's next
+// fill() fails instead, naming the file, and the process goes on.
+TEST(TokenSourceErrors, FileTruncatedUnderARunningReaderFailsTheFillNamingTheFile) {
+  ScratchDir dir;
+  const std::string path = dir.file("corpus.txt");
+  std::string text(1 << 20, ' ');
+  for (size_t i = 0; i < text.size(); ++i) text[i] = kAlphabet[i % kAlphabet.size()];
+  write_bytes(path, text);
+  TokenModel model(64);
+  auto source = open_source(token_config("text", path, true, 8), model);
+  ASSERT_TRUE(source);
+
+  std::atomic<int64_t> fills{0};
+  std::atomic<bool> stopped{false};
+  Status error;
+  std::thread reader([&] {
+    HostBatch batch(model.description(), 8);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (int64_t first = 0; std::chrono::steady_clock::now() < deadline; first += 8) {
+      error = source->fill({first, 8}, &batch);
+      if (!error.ok()) break;
+      fills.fetch_add(1);
+    }
+    stopped = true;
+  });
+  while (fills.load() < 10 && !stopped.load()) std::this_thread::yield();
+  EXPECT_GE(fills.load(), 10) << "the reader stopped before the truncation: " << error.message();
+  EXPECT_EQ(::truncate(path.c_str(), 1000), 0);
+  reader.join();
+  EXPECT_EQ(error.code(), DSCORE_DATA_LOSS) << error.message();
+  EXPECT_CONTAINS(error.message(),
+                  "data file '" + path + "' changed while this run was reading it");
 }
 
 TEST(TokenSourceConfig, DataSectionFromTheConfigFile) {

@@ -218,6 +218,43 @@ TEST(PluginRegistry, ScansOnlySharedLibrariesAndReportsCorruptOnes) {
   EXPECT_EQ(p.message.rfind(p.path + ": cannot be loaded: ", 0), 0u) << p.message;
 }
 
+// A library cut short (the first 3000 bytes of a copy) used to kill the
+// process with SIGBUS inside dlopen; it is reported and skipped like any
+// other unloadable file, and is an error when named explicitly.
+TEST(PluginRegistry, ATruncatedLibraryIsReportedAndSkippedNotMapped) {
+  TempDir dir;
+  fs::copy_file(test_plugin_file("fake_sgd"), dir.path() / "libgood.so");
+  {
+    std::ifstream in(test_plugin_file("fake_sgd"), std::ios::binary);
+    std::string head(3000, '\0');
+    in.read(head.data(), 3000);
+    std::ofstream(dir.path() / "libcut.so", std::ios::binary) << head;
+  }
+  const std::string cut = fs::canonical(dir.path() / "libcut.so").string();
+  SearchPath path;
+  path.add(dir.path().string(), true, "plugins.paths");
+  auto registry = PluginRegistry::open(path);
+  ASSERT_TRUE(registry.ok()) << registry.status().message();
+  ASSERT_EQ((*registry)->plugins().size(), 1u);
+  ASSERT_EQ((*registry)->problems().size(), 1u);
+  const LoadProblem& p = (*registry)->problems()[0];
+  EXPECT_EQ(p.path, cut);
+  EXPECT_EQ(
+      p.message.rfind(cut + ": cannot be loaded: truncated ELF: section headers end at byte ", 0),
+      0u)
+      << p.message;
+  EXPECT_NE(p.message.find(" but the file has 3000 bytes; reinstall or rebuild it"),
+            std::string::npos)
+      << p.message;
+  EXPECT_FALSE(library_is_open(cut));
+
+  SearchPath named;
+  named.add(cut, true, "plugins.paths");
+  auto refused = PluginRegistry::open(named);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(), p.message);
+}
+
 TEST(PluginRegistry, TheSameFileReachedTwiceIsScannedOnce) {
   TempDir dir;
   fs::create_directory_symlink(test_plugin_dir("fake_sgd"), dir.path() / "link");
