@@ -83,7 +83,7 @@ std::vector<double> optimizer_lrs(const dscore_scheduler_context& context, const
 
 // warmup_type: true for "log", false for "linear"; any other value logs
 // DeepSpeed's warning and means "log" (WarmupLR, WarmupDecayLR and, since
-// DeepSpeed 0.18, WarmupCosineLR).
+// DeepSpeed 0.19.4, WarmupCosineLR).
 bool log_warmup(const sdk::Params& params, const char* schedule);
 
 // Shortest round-trip text of a number, for messages.

@@ -2,7 +2,7 @@
 // base_lrs, DeepSpeed's org_lr) times a ratio that warms up (log or linear)
 // from warmup_min_ratio to 1 over N = max(2, warmup_num_steps) iterations,
 // then follows a half cosine down to cos_min_ratio at total_num_steps and
-// stays there (DeepSpeed 0.18 on clamps the cosine's progress to 1). Every
+// stays there (DeepSpeed 0.19.3 on clamps the cosine's progress to 1). Every
 // group is 0 at construction and an unknown warmup_type warns and means
 // "log", as in DeepSpeed 0.19. Expression order follows DeepSpeed's
 // get_lr_ratio so the values match it bit for bit.

@@ -105,7 +105,7 @@ TEST_F(WarmupCosineTest, PeakIsEachGroupsOptimizerLr) {
   EXPECT_EQ(s->point(0).set_mask, DSCORE_HPARAM_LR);
 }
 
-// DeepSpeed 0.18 on holds the end value after T (0.16's cosine rose again:
+// DeepSpeed 0.19.3 on holds the end value after T (0.16's cosine rose again:
 // at t = T - 1 + R / 2 it was back at the midpoint).
 TEST_F(WarmupCosineTest, HoldsCosMinRatioAfterTotalNumSteps) {
   auto s = make_cosine(100, 10, 0.1, 0.2);
@@ -166,7 +166,7 @@ TEST_F(WarmupCosineTest, MatchesDeepSpeedExactly) {
                 0.0014999999999999998, 0.00045, 0.00045, 0.00045, 0.00045});
 }
 
-// DeepSpeed 0.18 on: an unknown warmup_type warns and means "log" (0.16 failed
+// DeepSpeed 0.19.4 on: an unknown warmup_type warns and means "log" (0.16 failed
 // with an unbound variable during warm-up). Second group of (0.4, 0.02), T 12, N 5.
 TEST_F(WarmupCosineTest, UnknownWarmupTypeWarnsAndUsesLog) {
   auto s = make_cosine(12, 5, 0.0001, 0.0, "cosine", {0.4, 0.02});
