@@ -2,8 +2,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <string>
 
 namespace dscore::zero {
+namespace {
+
+std::string format_scale(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", v);
+  return text;
+}
+
+}  // namespace
 
 LossScaler LossScaler::from_config(const config::Fp16Config& fp16) {
   if (!fp16.enabled) return fixed(1.0);
@@ -44,9 +55,9 @@ Status LossScaler::update(bool overflow) {
       if (scale_ == min_scale_)
         return failed_precondition(
             "fp16 gradient overflow with the loss scale already at its minimum (" +
-            std::to_string(min_scale_) +
-            "): cannot decrease the scale any further. Lower the learning rate, check the data, "
-            "or lower fp16.min_loss_scale");
+            format_scale(min_scale_) +
+            ", fp16.min_loss_scale): cannot decrease the scale any further. Lower the learning "
+            "rate or check the data");
       scale_ = std::max(scale_ / 2, min_scale_);
     } else {
       hysteresis_left_ -= 1;
