@@ -15,6 +15,7 @@ int run_command(const std::vector<std::string>& args);
 int config_command(const std::vector<std::string>& args);
 int plugins_command(const std::vector<std::string>& args);
 int lr_schedule_command(const std::vector<std::string>& args);
+int loss_scale_command(const std::vector<std::string>& args);
 int plan_command(const std::vector<std::string>& args);
 int checkpoint_command(const std::vector<std::string>& args);
 int zero_to_fp32_command(const std::vector<std::string>& args);

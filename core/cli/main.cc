@@ -1,6 +1,6 @@
 // dscore: the command-line entry point. A thin dispatcher over the
-// subcommands (run, config, plugins, plan, lr-schedule, checkpoint,
-// zero-to-fp32, generate); everything else lives in
+// subcommands (run, config, plugins, plan, lr-schedule, loss-scale,
+// checkpoint, zero-to-fp32, generate); everything else lives in
 // core/.
 #include <cstdio>
 #include <exception>
@@ -25,6 +25,7 @@ const char* kUsage =
     "  plan --config F [-n RANKS]              memory and communication per rank, before running\n"
     "  lr-schedule --config F [--steps N] [--csv]\n"
     "                                          preview the lr (and momentum) of every step\n"
+    "  loss-scale --config F --overflows OOCC  the fp16 loss scale after each step of a pattern\n"
     "  checkpoint inspect DIR [--tag T]        verify a checkpoint and print what it holds\n"
     "  zero-to-fp32 DIR OUT [--max-shard-size 5GB]\n"
     "                                          consolidate a checkpoint into model.safetensors\n"
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
     if (command == "config") return dscore::cli::config_command(args);
     if (command == "plugins") return dscore::cli::plugins_command(args);
     if (command == "lr-schedule") return dscore::cli::lr_schedule_command(args);
+    if (command == "loss-scale") return dscore::cli::loss_scale_command(args);
     if (command == "plan") return dscore::cli::plan_command(args);
     if (command == "checkpoint") return dscore::cli::checkpoint_command(args);
     if (command == "zero-to-fp32") return dscore::cli::zero_to_fp32_command(args);
@@ -64,8 +66,8 @@ int main(int argc, char** argv) {
   }
   std::fprintf(
       stderr, "dscore: unknown command '%s'%s\n\n%s", command.c_str(),
-      dscore::did_you_mean_suffix(command, {"run", "config", "plugins", "lr-schedule", "plan",
-                                            "checkpoint", "zero-to-fp32", "generate"})
+      dscore::did_you_mean_suffix(command, {"run", "config", "plugins", "lr-schedule", "loss-scale",
+                                            "plan", "checkpoint", "zero-to-fp32", "generate"})
           .c_str(),
       kUsage);
   return dscore::cli::kExitUsage;

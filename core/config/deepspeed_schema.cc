@@ -97,9 +97,10 @@ std::shared_ptr<const ObjectSpec> fp16_spec() {
           F("consecutive_hysteresis", T::kBool, "refill hysteresis after each clean step")
               .def(false)
               .to(&Fp16Config::consecutive_hysteresis),
-          F("min_loss_scale", T::kNumber, "lower bound of the dynamic scale")
+          // DeepSpeed 0.19 takes an integer and refuses <= 0 for a dynamic scale.
+          F("min_loss_scale", T::kInt, "lower bound of the dynamic scale")
               .def(1)
-              .min(0)
+              .min(1)
               .to(&Fp16Config::min_loss_scale),
           F("fp16_master_weights_and_grads", T::kBool,
             "keep fp16 master weights (ZeRO stage 2 with CPU offload only)")

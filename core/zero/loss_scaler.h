@@ -1,9 +1,10 @@
 // fp16 loss scaling, DeepSpeed's ZeRO variant (DynamicLossScaler,
 // docs/deepspeed-reference.md#loss-scaler-update-rules), used at every stage: hysteresis, the
-// scale doubles after `window` consecutive clean iterations, and an
-// overflow at the minimum scale is an error. (DeepSpeed's stage-0
-// FP16_Optimizer has a slightly different rule; dscore uses one rule at
-// every stage so that stages stay equivalent: docs/deepspeed-differences.md.)
+// scale doubles once `window` clean iterations have followed the first clean
+// one after the last overflow (window + 1 in a row), and an overflow at the
+// minimum scale is an error. (DeepSpeed's stage-0 FP16_Optimizer has no
+// hysteresis and never fails at the minimum; dscore uses one rule at every
+// stage so that stages stay equivalent: docs/deepspeed-differences.md.)
 // A static scale (fp16.loss_scale > 0) never changes; bf16 and fp32 use 1.
 #pragma once
 

@@ -16,7 +16,7 @@ constexpr const char kSchema[] = R"json({
   "lr_range_test_min_lr": {"type": "number_or_array", "default": 0.001,
                            "doc": "lr at the first iteration; a list gives one value per parameter group"},
   "lr_range_test_step_size": {"type": "int", "default": 2000, "min": 1,
-                              "doc": "iterations per unit of increase"},
+                              "doc": "iterations per unit of increase, >= 1 (DeepSpeed raises ValueError below 1)"},
   "lr_range_test_step_rate": {"type": "number", "default": 1.0,
                               "doc": "increase per step_size: lr = min * (1 + rate * iterations / step_size)"},
   "lr_range_test_staircase": {"type": "bool", "default": false,
@@ -49,10 +49,7 @@ class LrRangeTest : public Schedule {
 };
 
 Schedule* create_lr_range_test(const sdk::Params& p, const dscore_scheduler_context& context) {
-  if (p.integer("lr_range_test_step_size") < 1)
-    throw sdk::Error(DSCORE_INVALID_ARGUMENT,
-                     "lr_range_test_step_size = " +
-                         std::to_string(p.integer("lr_range_test_step_size")) + " must be >= 1");
+  integer_at_least(p, "lr_range_test_step_size", 1);  // DeepSpeed: ValueError below 1
   return new LrRangeTest(p, context);
 }
 

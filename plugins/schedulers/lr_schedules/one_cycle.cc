@@ -2,10 +2,11 @@
 // cycle_min_lr and cycle_max_lr over S = first + second step sizes, with
 // beta1 cycled inversely between cycle_max_mom and cycle_min_mom and beta2
 // forced to 0.99; after the cycle a continuous (never staircase) decay of the
-// lr and a growth of beta1. The constructor value (t < 0) is lr = min and
-// betas = (cycle_min_mom, 0.99), as DeepSpeed's constructor sets them. The
-// stair counts are accepted and unused, as in DeepSpeed. Expression order
-// follows DeepSpeed so the values match it bit for bit.
+// lr and a growth of beta1. Stair counts hold the cycle's lr and beta1 flat
+// over equal parts of each half (DeepSpeed 0.19). The constructor value
+// (t < 0) is lr = min and betas = (cycle_min_mom, 0.99), as DeepSpeed's
+// constructor sets them. Expression order follows DeepSpeed so the values
+// match it bit for bit.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -23,13 +24,13 @@ constexpr const char kSchema[] = R"json({
   "decay_lr_rate": {"type": "number", "default": 0.0,
                     "doc": "after the cycle: lr = cycle_min_lr / (1 + decay_lr_rate * d / decay_step_size); 0 = constant"},
   "cycle_first_step_size": {"type": "int", "default": 2000, "min": 1,
-                            "doc": "iterations of the increasing half of the cycle"},
-  "cycle_second_step_size": {"type": "int", "min": 1,
-                             "doc": "iterations of the decreasing half (default: cycle_first_step_size)"},
-  "cycle_first_stair_count": {"type": "int", "default": 0,
-                              "doc": "accepted for DeepSpeed compatibility; unused there and here"},
-  "cycle_second_stair_count": {"type": "int",
-                               "doc": "accepted for DeepSpeed compatibility; unused there and here"},
+                            "doc": "iterations of the increasing half of the cycle (DeepSpeed raises ValueError below 1)"},
+  "cycle_second_step_size": {"type": "int", "min": 0,
+                             "doc": "iterations of the decreasing half, >= 0 (default: cycle_first_step_size)"},
+  "cycle_first_stair_count": {"type": "int", "default": 0, "min": 0,
+                              "doc": "stairs in the increasing half: lr and momentum change only this many times; 0 = every iteration"},
+  "cycle_second_stair_count": {"type": "int", "min": 0,
+                               "doc": "stairs in the decreasing half (default: cycle_first_stair_count)"},
   "decay_step_size": {"type": "int", "default": 0, "min": 0,
                       "doc": "iterations per unit of decay after the cycle; 0 = no decay"},
   "cycle_momentum": {"type": "bool", "default": true,
@@ -52,12 +53,15 @@ class OneCycle : public Schedule {
   OneCycle(const sdk::Params& p, const dscore_scheduler_context& context)
       : Schedule(p.host(), context.group_count, p.integer("last_batch_iteration")) {
     const size_t groups = context.group_count;
-    const double first = static_cast<double>(p.integer("cycle_first_step_size"));
-    const double second = p.has("cycle_second_step_size")
-                              ? static_cast<double>(p.integer("cycle_second_step_size"))
-                              : first;
-    total_size_ = first + second;
-    step_ratio_ = first / total_size_;
+    first_step_size_ = static_cast<double>(p.integer("cycle_first_step_size"));
+    second_step_size_ = p.has("cycle_second_step_size")
+                            ? static_cast<double>(p.integer("cycle_second_step_size"))
+                            : first_step_size_;
+    total_size_ = first_step_size_ + second_step_size_;
+    step_ratio_ = first_step_size_ / total_size_;
+    first_stair_count_ = p.integer("cycle_first_stair_count");
+    second_stair_count_ = p.has("cycle_second_stair_count") ? p.integer("cycle_second_stair_count")
+                                                            : first_stair_count_;
     min_lrs_ = per_group(p, "cycle_min_lr", groups);
     max_lrs_ = per_group(p, "cycle_max_lr", groups);
     decay_lr_rate_ = p.number("decay_lr_rate");
@@ -100,16 +104,38 @@ class OneCycle : public Schedule {
     const double batch_iteration = static_cast<double>(t + 1);
     const double cycle = std::floor(1 + batch_iteration / total_size_);
     const double x = 1. + batch_iteration / total_size_ - cycle;
-    if (x <= step_ratio_) return x / step_ratio_;
-    return (x - 1) / (step_ratio_ - 1);
+    double scale;
+    int64_t stair_count;
+    if (x <= step_ratio_) {
+      scale = x / step_ratio_;
+      stair_count = first_stair_count_;
+    } else {
+      scale = (x - 1) / (step_ratio_ - 1);
+      stair_count = second_stair_count_;
+    }
+    if (stair_count <= 0) return scale;
+    // Stairs are counted from the integer position in the cycle, not from
+    // `scale` (whose rounding at a half's end could drop a whole stair), as
+    // DeepSpeed does; the half is the one `x` chose for the count.
+    const double cycle_iteration = std::fmod(batch_iteration, total_size_);
+    const double stairs = static_cast<double>(stair_count);
+    const double stair_position =
+        cycle_iteration <= first_step_size_
+            ? cycle_iteration * stairs / first_step_size_
+            : (total_size_ - cycle_iteration) * stairs / second_step_size_;
+    return std::floor(stair_position) / stairs;
   }
   double decay_interval(int64_t t) const {
     const double decay_batch_iteration = static_cast<double>(t) - total_size_ + 1;
     return decay_batch_iteration / static_cast<double>(decay_step_size_);
   }
 
+  double first_step_size_ = 0;
+  double second_step_size_ = 0;
   double total_size_ = 0;
   double step_ratio_ = 0;
+  int64_t first_stair_count_ = 0;
+  int64_t second_stair_count_ = 0;
   std::vector<double> min_lrs_, max_lrs_, min_moms_, max_moms_;
   double decay_lr_rate_ = 0;
   int64_t decay_step_size_ = 0;
@@ -124,13 +150,12 @@ Schedule* create_one_cycle(const sdk::Params& p, const dscore_scheduler_context&
     if (!p.has(required))
       throw sdk::Error(DSCORE_INVALID_ARGUMENT,
                        std::string("OneCycle needs \"") + required + "\" (the cycle's lr bounds)");
-  for (const char* positive : {"cycle_first_step_size", "cycle_second_step_size"})
-    if (p.has(positive) && p.integer(positive) < 1)
-      throw sdk::Error(
-          DSCORE_INVALID_ARGUMENT,
-          std::string(positive) + " = " + std::to_string(p.integer(positive)) + " must be >= 1");
-  if (p.integer("decay_step_size") < 0)
-    throw sdk::Error(DSCORE_INVALID_ARGUMENT, "decay_step_size must be >= 0 (0 = no decay)");
+  // DeepSpeed 0.19 raises ValueError for a first half <= 0 and a second half < 0; dscore also
+  // refuses negative stair counts and decay_step_size (docs/deepspeed-differences.md).
+  integer_at_least(p, "cycle_first_step_size", 1);
+  for (const char* name : {"cycle_second_step_size", "cycle_first_stair_count",
+                           "cycle_second_stair_count", "decay_step_size"})
+    if (p.has(name)) integer_at_least(p, name, 0);
   return new OneCycle(p, context);
 }
 

@@ -54,6 +54,33 @@ int64_t schedule_first_iteration(const dscore_scheduler* self) {
   return S::self(self).first_iteration();
 }
 
+int64_t integer_at_least(const sdk::Params& params, const char* name, int64_t min) {
+  const int64_t value = params.integer(name);
+  if (value < min)
+    throw sdk::Error(DSCORE_INVALID_ARGUMENT,
+                     std::string(name) + " = " + std::to_string(value) +
+                         " is out of range: it must be an integer >= " + std::to_string(min));
+  return value;
+}
+
+std::vector<double> optimizer_lrs(const dscore_scheduler_context& context, const char* schedule,
+                                  const char* param) {
+  if (context.base_lrs == nullptr)
+    throw sdk::Error(DSCORE_INVALID_ARGUMENT,
+                     std::string(schedule) + " without \"" + param +
+                         "\" uses the optimizer's lr, but the scheduler context has no base_lrs");
+  return std::vector<double>(context.base_lrs, context.base_lrs + context.group_count);
+}
+
+bool log_warmup(const sdk::Params& params, const char* schedule) {
+  const std::string type = params.string("warmup_type");
+  if (type == "log" || type == "linear") return type == "log";
+  params.host().log(
+      DSCORE_LOG_WARNING, schedule,
+      "Using unknown warmup_type: " + type + ". The increasing function is set to default (log)");
+  return true;
+}
+
 std::vector<double> per_group(const sdk::Params& params, const char* name, size_t group_count) {
   std::vector<double> values = params.numbers(name);
   const dscore_named_value* v = params.find(name);

@@ -69,6 +69,23 @@ constexpr dscore_scheduler_vtable make_vtable() {
 // Throws INVALID_ARGUMENT naming the parameter when the length is wrong.
 std::vector<double> per_group(const sdk::Params& params, const char* name, size_t group_count);
 
+// The integer parameter `name`, which must be >= `min`; otherwise throws
+// INVALID_ARGUMENT naming the parameter, its value and the valid range (the
+// same bound the schema's "min" enforces at config time, checked again for
+// hosts that skip validation).
+int64_t integer_at_least(const sdk::Params& params, const char* name, int64_t min);
+
+// The optimizer's lr of every group (the context's base_lrs), for a schedule
+// whose `param` defaults to it; throws INVALID_ARGUMENT when the context has
+// none.
+std::vector<double> optimizer_lrs(const dscore_scheduler_context& context, const char* schedule,
+                                  const char* param);
+
+// warmup_type: true for "log", false for "linear"; any other value logs
+// DeepSpeed's warning and means "log" (WarmupLR, WarmupDecayLR and, since
+// DeepSpeed 0.19.4, WarmupCosineLR).
+bool log_warmup(const sdk::Params& params, const char* schedule);
+
 // Shortest round-trip text of a number, for messages.
 std::string format_number(double v);
 

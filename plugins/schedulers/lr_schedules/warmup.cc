@@ -2,8 +2,10 @@
 // docs/deepspeed-reference.md#warmupdecaylr): a log or linear
 // warm-up from warmup_min_lr to warmup_max_lr over N = max(2,
 // warmup_num_steps) iterations, then constant (WarmupLR) or a linear decay
-// back to warmup_min_lr at total_num_steps (WarmupDecayLR). The arithmetic
-// follows DeepSpeed's expression order so the values match it bit for bit.
+// back to warmup_min_lr at total_num_steps (WarmupDecayLR). WarmupLR's
+// warmup_max_lr defaults to each group's optimizer lr, WarmupDecayLR's to
+// 0.001 (DeepSpeed 0.19). The arithmetic follows DeepSpeed's expression
+// order so the values match it bit for bit.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -13,15 +15,15 @@
 namespace dscore::lr_schedules {
 namespace {
 
-// The WarmupDecayLR schema is WarmupLR's plus total_num_steps; the test
-// checks that the shared entries agree.
+// The two schemas differ only in warmup_max_lr's default and in
+// total_num_steps; the test checks that the shared entries agree.
 constexpr const char kWarmupLrSchema[] = R"json({
   "warmup_min_lr": {"type": "number_or_array", "default": 0.0, "auto": "default",
                     "doc": "lr at and before the first iteration; a list gives one value per parameter group"},
-  "warmup_max_lr": {"type": "number_or_array", "default": 0.001, "auto": "default",
-                    "doc": "lr at the end of warm-up (the optimizer's own lr is ignored, as in DeepSpeed)"},
-  "warmup_num_steps": {"type": "int", "default": 1000, "auto": "default",
-                       "doc": "warm-up length N; values below 2 are treated as 2"},
+  "warmup_max_lr": {"type": "number_or_array", "auto": "default",
+                    "doc": "lr at the end of warm-up; default: each parameter group's optimizer lr"},
+  "warmup_num_steps": {"type": "int", "default": 1000, "min": 1, "auto": "default",
+                       "doc": "warm-up length N (DeepSpeed raises ValueError below 1); 1 is treated as 2"},
   "warmup_type": {"type": "string", "default": "log",
                   "doc": "\"log\" or \"linear\"; any other value warns and uses \"log\", as DeepSpeed"},
   "last_batch_iteration": {"type": "int", "default": -1,
@@ -30,15 +32,15 @@ constexpr const char kWarmupLrSchema[] = R"json({
 constexpr const char kWarmupDecayLrSchema[] = R"json({
   "warmup_min_lr": {"type": "number_or_array", "default": 0.0, "auto": "default",
                     "doc": "lr at and before the first iteration; a list gives one value per parameter group"},
-  "warmup_max_lr": {"type": "number_or_array", "default": 0.001, "auto": "default",
-                    "doc": "lr at the end of warm-up (the optimizer's own lr is ignored, as in DeepSpeed)"},
-  "warmup_num_steps": {"type": "int", "default": 1000, "auto": "default",
-                       "doc": "warm-up length N; values below 2 are treated as 2"},
+  "warmup_max_lr": {"type": "number_or_array", "default": 0.001, "auto": "optimizer_lr",
+                    "doc": "lr at the end of warm-up (not the optimizer's lr, as in DeepSpeed; \"auto\": the optimizer's lr, as HF means it)"},
+  "warmup_num_steps": {"type": "int", "default": 1000, "min": 1, "auto": "default",
+                       "doc": "warm-up length N (DeepSpeed raises ValueError below 1); 1 is treated as 2"},
   "warmup_type": {"type": "string", "default": "log",
                   "doc": "\"log\" or \"linear\"; any other value warns and uses \"log\", as DeepSpeed"},
   "last_batch_iteration": {"type": "int", "default": -1,
                            "doc": "the iteration counter at construction (-1 = not started)"},
-  "total_num_steps": {"type": "int", "required": true, "auto": "train_steps",
+  "total_num_steps": {"type": "int", "required": true, "min": 0, "auto": "train_steps",
                       "doc": "iteration at which the lr has decayed back to warmup_min_lr"}
 })json";
 
@@ -49,19 +51,15 @@ class Warmup : public Schedule {
          int64_t total_num_steps)
       : Schedule(p.host(), context.group_count, p.integer("last_batch_iteration")),
         total_num_steps_(total_num_steps) {
+    const int64_t requested = integer_at_least(p, "warmup_num_steps", 1);
     min_lrs_ = per_group(p, "warmup_min_lr", context.group_count);
-    std::vector<double> max_lrs = per_group(p, "warmup_max_lr", context.group_count);
+    // WarmupLR without warmup_max_lr warms up to each group's optimizer lr.
+    std::vector<double> max_lrs = p.has("warmup_max_lr")
+                                      ? per_group(p, "warmup_max_lr", context.group_count)
+                                      : optimizer_lrs(context, name, "warmup_max_lr");
     for (size_t g = 0; g < max_lrs.size(); ++g) delta_lrs_.push_back(max_lrs[g] - min_lrs_[g]);
-    int64_t requested = p.integer("warmup_num_steps");
     warmup_num_steps_ = requested < 2 ? 2 : requested;
-    std::string type = p.string("warmup_type");
-    if (type != "log" && type != "linear") {
-      host().log(DSCORE_LOG_WARNING, name,
-                 "Using unknown warmup_type: " + type +
-                     ". The increasing function is set to default (log)");
-      type = "log";
-    }
-    log_warmup_ = type == "log";
+    log_warmup_ = log_warmup(p, name);
     inverse_log_warm_up_ = 1.0 / std::log(static_cast<double>(warmup_num_steps_));
     if (total_num_steps_ >= 0 && total_num_steps_ < warmup_num_steps_)
       host().log(DSCORE_LOG_WARNING, name,
@@ -103,11 +101,9 @@ Schedule* create_warmup_decay_lr(const sdk::Params& p, const dscore_scheduler_co
     throw sdk::Error(DSCORE_INVALID_ARGUMENT,
                      "WarmupDecayLR needs \"total_num_steps\" (the iteration at which the lr is "
                      "back at warmup_min_lr); set it or use \"auto\" for the run's train_steps");
-  int64_t total = p.integer("total_num_steps");
-  if (total < 0)
-    throw sdk::Error(DSCORE_INVALID_ARGUMENT,
-                     "total_num_steps = " + std::to_string(total) + " must be >= 0");
-  return new Warmup(p, context, "WarmupDecayLR", total);
+  // DeepSpeed accepts a negative total (the lr drops to warmup_min_lr after warm-up); dscore
+  // refuses it (docs/deepspeed-differences.md).
+  return new Warmup(p, context, "WarmupDecayLR", integer_at_least(p, "total_num_steps", 0));
 }
 
 constexpr dscore_scheduler_vtable kWarmupLrVtable = make_vtable<&create_warmup_lr>();

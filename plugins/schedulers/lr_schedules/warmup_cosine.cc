@@ -1,11 +1,11 @@
 // WarmupCosineLR (docs/deepspeed-reference.md#warmupcosinelr): the optimizer's own lr (context
 // base_lrs, DeepSpeed's org_lr) times a ratio that warms up (log or linear)
 // from warmup_min_ratio to 1 over N = max(2, warmup_num_steps) iterations,
-// then follows a half cosine down to cos_min_ratio at total_num_steps.
-// Three deliberate differences (docs/deepspeed-differences.md): the ratio
-// stays at cos_min_ratio after total_num_steps instead of rising again, the
-// constructor value 0 applies to every group (DeepSpeed: group 0 only), and
-// warmup_type must be "log" or "linear" (DeepSpeed: a NameError later).
+// then follows a half cosine down to cos_min_ratio at total_num_steps and
+// stays there (DeepSpeed 0.19.3 on clamps the cosine's progress to 1). Every
+// group is 0 at construction and an unknown warmup_type warns and means
+// "log", as in DeepSpeed 0.19. Expression order follows DeepSpeed's
+// get_lr_ratio so the values match it bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <numbers>
@@ -22,12 +22,12 @@ constexpr const char kSchema[] = R"json({
                       "doc": "iteration at which the cosine reaches cos_min_ratio (the lr stays there afterwards)"},
   "warmup_min_ratio": {"type": "number", "default": 0.0, "min": 0, "auto": "default",
                        "doc": "lr / optimizer lr at the first iteration"},
-  "warmup_num_steps": {"type": "int", "default": 1000, "auto": "default",
-                       "doc": "warm-up length N; values below 2 are treated as 2"},
+  "warmup_num_steps": {"type": "int", "default": 1000, "min": 1, "auto": "default",
+                       "doc": "warm-up length N (DeepSpeed raises ValueError below 1); 1 is treated as 2"},
   "cos_min_ratio": {"type": "number", "default": 0.0001, "min": 0, "auto": "default",
                     "doc": "lr / optimizer lr at total_num_steps"},
-  "warmup_type": {"type": "string", "default": "log", "enum": ["log", "linear"],
-                  "doc": "\"log\" or \"linear\" warm-up"},
+  "warmup_type": {"type": "string", "default": "log",
+                  "doc": "\"log\" or \"linear\"; any other value warns and uses \"log\", as DeepSpeed"},
   "last_batch_iteration": {"type": "int", "default": -1,
                            "doc": "the iteration counter at construction (-1 = not started)"}
 })json";
@@ -38,11 +38,11 @@ class WarmupCosine : public Schedule {
       : Schedule(p.host(), context.group_count, p.integer("last_batch_iteration")),
         peak_lrs_(context.base_lrs, context.base_lrs + context.group_count) {
     total_num_steps_ = p.integer("total_num_steps");
-    const int64_t requested = p.integer("warmup_num_steps");
+    const int64_t requested = integer_at_least(p, "warmup_num_steps", 1);
     warmup_num_steps_ = std::max<int64_t>(2, requested);
     warmup_min_ratio_ = p.number("warmup_min_ratio");
     cos_min_ratio_ = p.number("cos_min_ratio");
-    log_warmup_ = p.string("warmup_type") == "log";
+    log_warmup_ = log_warmup(p, "WarmupCosineLR");
     inverse_log_warm_up_ = 1.0 / std::log(static_cast<double>(warmup_num_steps_));
     if (total_num_steps_ < warmup_num_steps_)
       host().log(DSCORE_LOG_WARNING, "WarmupCosineLR",
@@ -52,7 +52,7 @@ class WarmupCosine : public Schedule {
   }
 
   double lr(int64_t t, size_t group) const override {
-    if (t < 0) return 0.0;  // what the constructor applies (DeepSpeed: group 0 only)
+    if (t < 0) return 0.0;  // what the constructor applies to every group
     return peak_lrs_[group] * ratio(t);
   }
 
@@ -65,14 +65,13 @@ class WarmupCosine : public Schedule {
                            : static_cast<double>(t) / static_cast<double>(warmup_num_steps_);
       return warmup_min_ratio_ + w * (1.0 - warmup_min_ratio_);
     }
-    const int64_t real_total_steps = total_num_steps_ - warmup_num_steps_;
-    // Past total_num_steps (and when there is no cosine phase at all) the
-    // ratio stays at its end value instead of following the cosine back up.
-    if (real_total_steps <= 0) return std::max(0.0, cos_min_ratio_);
-    const int64_t real_last_step = std::min(t - warmup_num_steps_ + 1, real_total_steps);
-    const double cosine = (1 + std::cos(std::numbers::pi * static_cast<double>(real_last_step) /
-                                        static_cast<double>(real_total_steps))) /
-                          2;
+    // Past total_num_steps the progress is held at 1 (the ratio stays at
+    // cos_min_ratio); with total_num_steps <= N every step after warm-up is there.
+    const double real_last_step = static_cast<double>(t - warmup_num_steps_ + 1);
+    const double real_total_steps =
+        static_cast<double>(std::max<int64_t>(1, total_num_steps_ - warmup_num_steps_));
+    const double cosine_progress = std::min(1.0, real_last_step / real_total_steps);
+    const double cosine = (1 + std::cos(std::numbers::pi * cosine_progress)) / 2;
     return std::max(0.0, cos_min_ratio_ + (1.0 - cos_min_ratio_) * cosine);
   }
 

@@ -136,6 +136,22 @@ TEST(CliLrSchedule, AutoTotalStepsFollowsSteps) {
   EXPECT_NEAR(csv.rows[19][1], 0.1 * 2.0 / 16.0, 1e-17);
 }
 
+// DeepSpeed 0.19's WarmupLR warms up to the optimizer's lr when warmup_max_lr
+// is not given; "auto" (HF Trainer configs) means the optimizer's lr for both.
+TEST(CliLrSchedule, WarmupMaxLrDefaultsAndAutoFollowTheOptimizer) {
+  for (const char* params :
+       {R"("type": "WarmupLR", "params": {"warmup_num_steps": 2})",
+        R"("type": "WarmupLR", "params": {"warmup_num_steps": 2, "warmup_max_lr": "auto"})",
+        R"("type": "WarmupDecayLR", "params": {"warmup_num_steps": 2, "warmup_max_lr": "auto",
+           "total_num_steps": 100})"}) {
+    SCOPED_TRACE(params);
+    Csv csv = csv_of(std::string(kAdam) + R"(, "scheduler": {)" + params + "}", {"--steps", "4"});
+    ASSERT_EQ(csv.rows.size(), 4u);
+    EXPECT_EQ(csv.rows[0][1], 0.0);
+    EXPECT_EQ(csv.rows[2][1], 0.0015);  // t = 1 = N - 1: log warm-up done
+  }
+}
+
 TEST(CliLrSchedule, DefaultOutputIsATableAndAPlot) {
   auto p = preview(std::string(kAdam) + R"(, "scheduler": {"type": "WarmupLR", "params":
       {"warmup_max_lr": 0.01, "warmup_num_steps": 8}}, "train_steps": 12)",
@@ -167,15 +183,50 @@ TEST(CliLrSchedule, ConfigErrorsExitTwo) {
   expect_config_error(std::string(kAdam) + R"(, "scheduler": {"type": "WarmupLR", "params":
       {"warmup_max_lrr": 0.1}})",
                       {"--steps", "3"}, "scheduler.params.warmup_max_lrr");
+  // DeepSpeed 0.19's ValueErrors for step sizes and warm-up lengths, refused at config time
+  // with the key, the value and the valid range.
   expect_config_error(std::string(kAdam) + R"(, "scheduler": {"type": "WarmupCosineLR", "params":
-      {"total_num_steps": 10, "warmup_type": "cosine"}})",
-                      {"--steps", "3"}, "scheduler.params.warmup_type");
+      {"total_num_steps": 10, "warmup_num_steps": 0}})",
+                      {"--steps", "3"}, "scheduler.params.warmup_num_steps: must be >= 1, got 0");
+  expect_config_error(std::string(kAdam) + R"(, "scheduler": {"type": "WarmupLR", "params":
+      {"warmup_num_steps": -5}})",
+                      {"--steps", "3"}, "scheduler.params.warmup_num_steps: must be >= 1, got -5");
+  expect_config_error(std::string(kAdam) + R"(, "scheduler": {"type": "OneCycle", "params":
+      {"cycle_min_lr": 0.1, "cycle_max_lr": 0.2, "cycle_second_step_size": -1}})",
+                      {"--steps", "3"},
+                      "scheduler.params.cycle_second_step_size: must be >= 0, got -1");
+  expect_config_error(std::string(kAdam) + R"(, "scheduler": {"type": "LRRangeTest", "params":
+      {"lr_range_test_step_size": 0}})",
+                      {"--steps", "3"},
+                      "scheduler.params.lr_range_test_step_size: must be >= 1, got 0");
   expect_config_error(std::string(kAdam) + R"(, "scheduler": {"type": "WarmupLR"})", {},
                       "train_steps");
   expect_config_error(R"("scheduler": {"type": "WarmupLR"})", {"--steps", "3"}, "optimizer");
   expect_config_error(std::string(kAdam) + R"(, "scheduler": {"type": "OneCycle", "params":
       {"cycle_min_lr": 0.1, "cycle_max_lr": 0.2, "cycle_first_step_size": 0}})",
-                      {"--steps", "3"}, "scheduler.params.cycle_first_step_size");
+                      {"--steps", "3"},
+                      "scheduler.params.cycle_first_step_size: must be >= 1, got 0");
+}
+
+// The CSV prints each value as Python's repr() does (shortest round trip), so a
+// schedule can be compared with DeepSpeed's text to the last digit. Expected
+// rows: DeepSpeed 0.19.8's WarmupCosineLR on a torch Adam with lr 0.0015
+// (/work/ds-venv/bin/python; the constructor value, then one step() per
+// update, each printed with repr()). "cosine" is not a warm-up type: DeepSpeed
+// and dscore warn and use "log".
+TEST(CliLrSchedule, CsvMatchesDeepSpeedToTheLastDigit) {
+  auto p = preview(std::string(kAdam) + R"(, "scheduler": {"type": "WarmupCosineLR", "params":
+      {"total_num_steps": 10, "warmup_num_steps": 3, "warmup_type": "cosine"}})",
+                   {"--steps", "12", "--csv"});
+  ASSERT_EQ(p->result.exit_code, 0) << p->result.describe();
+  EXPECT_NE(p->result.err.find("Using unknown warmup_type: cosine"), std::string::npos)
+      << p->result.err;
+  EXPECT_EQ(split_lines(p->result.out),
+            (std::vector<std::string>{
+                "step,lr", "1,0.0", "2,0.0", "3,0.000946394630357186", "4,0.0015",
+                "5,0.0014257340782617217", "6,0.0012176455896589107", "7,0.000916949011397189",
+                "8,0.000583200988602811", "9,0.0002825044103410893", "10,7.441592173827842e-05",
+                "11,1.5000000000000002e-07", "12,1.5000000000000002e-07"}));
 }
 
 TEST(CliLrSchedule, UsageErrors) {

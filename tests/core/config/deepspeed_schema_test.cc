@@ -352,6 +352,20 @@ TEST(DeepSpeedSchema, WrongTypesAndBounds) {
   EXPECT_EQ(fraction.errors.at(0).message, "expected an int, got number 250000000.5");
 }
 
+// DeepSpeed 0.19 (precision_config.py) refuses a dynamic loss scaler whose
+// window or minimum scale is <= 0, and takes min_loss_scale as an integer.
+TEST(DeepSpeedSchema, LossScalerBoundsFollowDeepSpeed) {
+  LoadedConfig zero_min = load_with(R"("fp16": {"enabled": true, "min_loss_scale": 0})");
+  EXPECT_EQ(errors_of(zero_min), "ds.json:1:69: fp16.min_loss_scale: must be >= 1, got 0\n");
+  LoadedConfig fraction = load_with(R"("fp16": {"enabled": true, "min_loss_scale": 0.25})");
+  EXPECT_EQ(fraction.errors.at(0).message, "expected an int, got number 0.25");
+  LoadedConfig window = load_with(R"("fp16": {"enabled": true, "loss_scale_window": 0})");
+  EXPECT_EQ(window.errors.at(0).message, "must be >= 1, got 0");
+  LoadedConfig ok = load_with(R"("fp16": {"enabled": true, "min_loss_scale": 4})");
+  ASSERT_TRUE(ok.ok()) << errors_of(ok);
+  EXPECT_EQ(ok.config->fp16.min_loss_scale, 4.0);
+}
+
 // docs/deepspeed-reference.md#top-level-keys: checkpoint.tag_validation and
 // communication_data_type.
 TEST(DeepSpeedSchema, CaseInsensitiveEnumsWithDeepSpeedsMessages) {

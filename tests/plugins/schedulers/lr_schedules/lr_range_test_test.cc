@@ -86,7 +86,9 @@ TEST_F(LrRangeTestTest, DefaultsAndErrors) {
   EXPECT_EQ(s->lr(-1), 0.001);
   EXPECT_EQ(s->lr(1999), 0.002);
   args.integer("lr_range_test_step_size", 0);
-  EXPECT_NE(create_error("LRRangeTest", args).find("lr_range_test_step_size = 0 must be >= 1"),
+  // DeepSpeed 0.19: "ValueError: lr_range_test_step_size must be a positive integer, got 0".
+  EXPECT_NE(create_error("LRRangeTest", args)
+                .find("lr_range_test_step_size = 0 is out of range: it must be an integer >= 1"),
             std::string::npos);
 }
 

@@ -1,8 +1,9 @@
 // OneCycle (plugins/schedulers/lr_schedules/one_cycle.cc) through the C ABI: hand-derived lr and
 // momentum values from docs/deepspeed-reference.md#onecycle, the constructor value (lr = min,
-// betas = (cycle_min_mom, 0.99)), the decay phase, the unused stair counts, and DeepSpeed's
-// TestOneCycle test_lr / test_mom properties (docs/deepspeed-reference.md#deepspeed-unit-tests,
-// compared exactly where DeepSpeed does).
+// betas = (cycle_min_mom, 0.99)), the decay phase, DeepSpeed's TestOneCycle test_lr / test_mom
+// properties (docs/deepspeed-reference.md#deepspeed-unit-tests, compared exactly where DeepSpeed
+// does), and exact values from DeepSpeed 0.19.8 for stair counts, an empty second half and
+// per-group lists.
 #include <string>
 #include <tuple>
 #include <vector>
@@ -81,12 +82,81 @@ TEST_F(OneCycleTest, DecayPhaseIsContinuousAndMomentumGrows) {
   EXPECT_EQ(s->point(11).beta2, 0.99);
 }
 
-TEST_F(OneCycleTest, StairCountsAreAcceptedAndUnused) {
+// The traces below are DeepSpeed 0.19.8's own OneCycle
+// (deepspeed/runtime/lr_schedules.py) on a torch Adam with the given group
+// lrs: /work/ds-venv/bin/python, lr and betas[0] read from the optimizer after
+// the constructor (t = -1) and after each step(), printed with repr().
+
+TEST_F(OneCycleTest, StairCountsHoldLrAndMomentumFlatMatchingDeepSpeed) {
   CreateArgs args = defaults("OneCycle");
-  auto plain = cycle(args, 0.001, 0.01, 10);
-  args.integer("cycle_first_stair_count", 3).integer("cycle_second_stair_count", 5);
-  auto stairs = cycle(args, 0.001, 0.01, 10);
-  for (int64_t t = -1; t < 40; ++t) EXPECT_EQ(stairs->lr(t), plain->lr(t)) << t;
+  args.integer("cycle_first_stair_count", 3);  // the second half defaults to 3 stairs too
+  auto s = cycle(args, 0.001, 0.01, 10);
+  expect_trace(
+      *s,
+      {0.001, 0.001, 0.001, 0.001, 0.004, 0.004, 0.004, 0.007, 0.007, 0.007, 0.010000000000000002,
+       0.007, 0.007, 0.007, 0.004, 0.004, 0.004, 0.001, 0.001, 0.001, 0.001, 0.001,
+       0.001, 0.001, 0.001});
+  expect_trace(*s,
+               {0.8,
+                0.9,
+                0.9,
+                0.9,
+                0.8666666666666667,
+                0.8666666666666667,
+                0.8666666666666667,
+                0.8333333333333334,
+                0.8333333333333334,
+                0.8333333333333334,
+                0.8,
+                0.8333333333333334,
+                0.8333333333333334,
+                0.8333333333333334,
+                0.8666666666666667,
+                0.8666666666666667,
+                0.8666666666666667,
+                0.9,
+                0.9,
+                0.9,
+                0.9,
+                0.9,
+                0.9,
+                0.9,
+                0.9},
+               0, /*beta1=*/true);
+
+  // Uneven halves (4 up, 6 down) with 2 and 3 stairs.
+  CreateArgs uneven = defaults("OneCycle");
+  uneven.integer("cycle_second_step_size", 6)
+      .integer("cycle_first_stair_count", 2)
+      .integer("cycle_second_stair_count", 3);
+  expect_trace(*cycle(uneven, 0.0, 1.0, 4),
+               {0.0, 0.0, 0.5, 0.5, 1.0, 0.6666666666666666, 0.6666666666666666, 0.3333333333333333,
+                0.3333333333333333, 0.0, 0.0, 0.0, 0.0});
+
+  // Stairs only in the second half, then the continuous decay phase.
+  CreateArgs decay = defaults("OneCycle");
+  decay.integer("cycle_second_step_size", 7)
+      .integer("cycle_second_stair_count", 2)
+      .number("decay_lr_rate", 0.5)
+      .integer("decay_step_size", 2);
+  expect_trace(*cycle(decay, 0.001, 0.01, 3),
+               {0.001, 0.0040000000000000036, 0.006999999999999999, 0.010000000000000002,
+                0.0055000000000000005, 0.0055000000000000005, 0.0055000000000000005, 0.001, 0.001,
+                0.001, 0.001, 0.0008, 0.0006666666666666666, 0.0005714285714285715, 0.0005});
+}
+
+// DeepSpeed 0.19 accepts an empty second half (cycle_second_step_size 0): the
+// lr only climbs, then drops back to the minimum.
+TEST_F(OneCycleTest, EmptySecondHalfMatchesDeepSpeed) {
+  CreateArgs args = defaults("OneCycle");
+  args.integer("cycle_second_step_size", 0);
+  auto s = cycle(args, 0.001, 0.01, 5);
+  expect_trace(*s, {0.001, 0.0027999999999999995, 0.0046, 0.006400000000000001,
+                    0.008200000000000002, 0.001, 0.001, 0.001, 0.001});
+  expect_trace(
+      *s,
+      {0.8, 0.88, 0.8600000000000001, 0.8400000000000001, 0.8200000000000001, 0.9, 0.9, 0.9, 0.9},
+      0, /*beta1=*/true);
 }
 
 TEST_F(OneCycleTest, WithoutMomentumCyclingOnlyTheLrIsSet) {
@@ -94,6 +164,19 @@ TEST_F(OneCycleTest, WithoutMomentumCyclingOnlyTheLrIsSet) {
   args.boolean("cycle_momentum", false);
   auto s = cycle(args, 0.001, 0.01, 4);
   for (int64_t t = -1; t < 12; ++t) EXPECT_EQ(s->point(t).set_mask, DSCORE_HPARAM_LR) << t;
+}
+
+TEST_F(OneCycleTest, PerGroupListsWithStairsMatchDeepSpeed) {
+  // DeepSpeed implements the per-group lists since #8201 (master after v0.19.5; in 0.19.8).
+  CreateArgs args = defaults("OneCycle");
+  args.numbers("cycle_min_lr", {0.0, 0.1})
+      .numbers("cycle_max_lr", {1.0, 0.2})
+      .numbers("cycle_min_mom", {0.5, 0.6})
+      .integer("cycle_first_step_size", 2)
+      .integer("cycle_first_stair_count", 1);
+  auto s = make("OneCycle", args, {1.0, 1.0});
+  expect_trace(*s, {0.1, 0.1, 0.2, 0.1, 0.1, 0.1, 0.1}, 1);
+  expect_trace(*s, {0.6, 0.9, 0.6, 0.9, 0.9, 0.9, 0.9}, 1, /*beta1=*/true);
 }
 
 TEST_F(OneCycleTest, PerGroupBounds) {
@@ -179,9 +262,18 @@ TEST_F(OneCycleTest, DefaultsAndErrors) {
   CreateArgs args = defaults("OneCycle");
   args.number("cycle_max_lr", 0.1);
   EXPECT_NE(create_error("OneCycle", args).find("cycle_min_lr"), std::string::npos);
+  // DeepSpeed 0.19: ValueError for a first half <= 0 or a second half < 0.
   args.number("cycle_min_lr", 0.01).integer("cycle_first_step_size", 0);
-  EXPECT_NE(create_error("OneCycle", args).find("cycle_first_step_size = 0 must be >= 1"),
+  EXPECT_NE(create_error("OneCycle", args)
+                .find("cycle_first_step_size = 0 is out of range: it must be an integer >= 1"),
             std::string::npos);
+  args.integer("cycle_first_step_size", 5).integer("cycle_second_step_size", -1);
+  EXPECT_NE(create_error("OneCycle", args)
+                .find("cycle_second_step_size = -1 is out of range: it must be an integer >= 0"),
+            std::string::npos);
+  args.remove("cycle_second_step_size").integer("cycle_first_stair_count", -1);
+  EXPECT_NE(create_error("OneCycle", args).find("cycle_first_stair_count = -1"), std::string::npos);
+  args.integer("cycle_first_stair_count", 0);
   args.integer("cycle_first_step_size", 5).numbers("cycle_max_lr", {0.1, 0.2});
   EXPECT_NE(create_error("OneCycle", args, 3).find("cycle_max_lr has 2 values"), std::string::npos);
 }

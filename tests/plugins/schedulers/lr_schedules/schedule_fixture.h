@@ -71,6 +71,17 @@ class ScheduleTest : public ::testing::Test {
     EXPECT_EQ(s, nullptr);
     return FakeHost::instance().last_error();
   }
+  // Expects the lr (or beta1) of `group` at t = -1, 0, 1, ... to equal
+  // `expected` exactly: expected[i] is the value at t = i - 1, as a value
+  // read from the optimizer after the constructor and after each step().
+  static void expect_trace(const Instance& s, const std::vector<double>& expected, size_t group = 0,
+                           bool beta1 = false) {
+    for (size_t i = 0; i < expected.size(); ++i) {
+      const int64_t t = static_cast<int64_t>(i) - 1;
+      const dscore_schedule_point p = s.point(t, group);
+      EXPECT_EQ(beta1 ? p.beta1 : p.lr, expected[i]) << (beta1 ? "beta1" : "lr") << " at t=" << t;
+    }
+  }
   static bool logged(const std::string& text) {
     for (const LogLine& l : FakeHost::instance().logs())
       if (l.message.find(text) != std::string::npos) return true;

@@ -3,7 +3,8 @@
 // docs/deepspeed-reference.md#warmuplr and #warmupdecaylr, written out
 // independently here, at many t; DeepSpeed's TestLrSchedule properties
 // (docs/deepspeed-reference.md#deepspeed-unit-tests, compared with ==
-// exactly as DeepSpeed's test does); per-group lists; errors and warnings.
+// exactly as DeepSpeed's test does); exact values from DeepSpeed 0.19.8;
+// per-group lists; errors and warnings.
 #include <dscore/scheduler.h>
 #include <gtest/gtest.h>
 
@@ -87,24 +88,67 @@ TEST_F(WarmupTest, LinearWarmupReachesMaxOneStepLater) {
     EXPECT_NEAR(s->lr(t), reference_lr(0.0, 1.0, 8, false, t), kUlpTol) << "t=" << t;
 }
 
-TEST_F(WarmupTest, WarmupStepsBelowTwoAreTreatedAsTwo) {
-  for (int64_t n : {1, 0, -5}) {
-    for (const char* type : {"log", "linear"}) {
-      SCOPED_TRACE(std::string(type) + " n=" + std::to_string(n));
-      CreateArgs args = defaults("WarmupLR");
-      args.number("warmup_min_lr", 0.2)
-          .number("warmup_max_lr", 0.6)
-          .integer("warmup_num_steps", n)
-          .string("warmup_type", type);
-      auto s = make("WarmupLR", args);
-      EXPECT_EQ(s->lr(0), 0.2);
-      if (std::string(type) == "log")
-        EXPECT_NEAR(s->lr(1), 0.6, 1e-15);  // ln 2 / ln 2
-      else
-        EXPECT_EQ(s->lr(1), 0.2 + (0.6 - 0.2) * 0.5);  // 1/2, not yet max
-      EXPECT_EQ(s->lr(2), 0.6);
+TEST_F(WarmupTest, OneWarmupStepIsTreatedAsTwo) {
+  for (const char* type : {"log", "linear"}) {
+    SCOPED_TRACE(type);
+    CreateArgs args = defaults("WarmupLR");
+    args.number("warmup_min_lr", 0.2)
+        .number("warmup_max_lr", 0.6)
+        .integer("warmup_num_steps", 1)
+        .string("warmup_type", type);
+    auto s = make("WarmupLR", args);
+    EXPECT_EQ(s->lr(0), 0.2);
+    if (std::string(type) == "log")
+      EXPECT_NEAR(s->lr(1), 0.6, 1e-15);  // ln 2 / ln 2
+    else
+      EXPECT_EQ(s->lr(1), 0.2 + (0.6 - 0.2) * 0.5);  // 1/2, not yet max
+    EXPECT_EQ(s->lr(2), 0.6);
+  }
+}
+
+// DeepSpeed 0.19 raises "ValueError: warmup_num_steps must be a positive
+// integer, got 0" (WarmupLR, WarmupDecayLR, WarmupCosineLR); dscore refuses the
+// same values at config time (schema "min": 1) and again at create.
+TEST_F(WarmupTest, WarmupStepsBelowOneAreRefused) {
+  for (int64_t n : {0, -5}) {
+    for (const char* name : {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"}) {
+      SCOPED_TRACE(std::string(name) + " n=" + std::to_string(n));
+      CreateArgs args = defaults(name);
+      if (std::string(name) != "WarmupLR") args.integer("total_num_steps", 20);
+      args.integer("warmup_num_steps", n);
+      const std::string m = create_error(name, args);
+      EXPECT_NE(m.find("warmup_num_steps = " + std::to_string(n) +
+                       " is out of range: it must be an integer >= 1"),
+                std::string::npos)
+          << m;
     }
   }
+}
+
+// Values from DeepSpeed 0.19.8's own WarmupLR / WarmupDecayLR
+// (deepspeed/runtime/lr_schedules.py) driving a torch Adam with the given
+// group lrs: /work/ds-venv/bin/python, the lr read from the optimizer after
+// the constructor (t = -1) and after each step(), printed with repr().
+TEST_F(WarmupTest, MatchesDeepSpeedExactly) {
+  // warmup_min_lr 0.01, 10 log steps, no warmup_max_lr, group lrs 0.5 and 0.02.
+  CreateArgs args = defaults("WarmupLR");
+  args.number("warmup_min_lr", 0.01).integer("warmup_num_steps", 10);
+  auto s = ScheduleTest::make("WarmupLR", args, {0.5, 0.02});
+  expect_trace(*s, {0.01, 0.01, 0.15750469787535076, 0.24378941481263458, 0.3050093957507015,
+                    0.35249530212464913, 0.3912941126879853, 0.4240980396069858, 0.4525140936260522,
+                    0.47757882962526915, 0.49999999999999994, 0.5, 0.5});
+  expect_trace(*s,
+               {0.01, 0.01, 0.013010299956639812, 0.014771212547196624, 0.016020599913279622,
+                0.016989700043360187, 0.017781512503836437, 0.018450980400142567,
+                0.019030899869919432, 0.01954242509439325, 0.019999999999999997, 0.02, 0.02},
+               1);
+  // WarmupDecayLR T 15, N 5, class defaults (0 -> 0.001; the optimizer's 0.5 is ignored).
+  CreateArgs decay = defaults("WarmupDecayLR");
+  decay.integer("total_num_steps", 15).integer("warmup_num_steps", 5);
+  expect_trace(*make("WarmupDecayLR", decay),
+               {0.0, 0.0, 0.00043067655807339306, 0.0006826061944859854, 0.0008613531161467861,
+                0.001, 0.001, 0.0009000000000000001, 0.0008, 0.0007, 0.0006, 0.0005, 0.0004, 0.0003,
+                0.0002, 0.0001, 0.0, 0.0});
 }
 
 TEST_F(WarmupTest, PerGroupListsAndScalarsBroadcast) {
@@ -147,17 +191,17 @@ TEST_F(WarmupTest, UnknownWarmupTypeWarnsAndUsesLog) {
               l.message.find("Using unknown warmup_type: cosine") != std::string::npos;
   EXPECT_TRUE(warned);
   for (int64_t t = 0; t < 12; ++t)
-    EXPECT_NEAR(s->lr(t), reference_lr(0.0, 0.001, 10, true, t), kUlpTol);
+    EXPECT_NEAR(s->lr(t), reference_lr(0.0, 0.5, 10, true, t), kUlpTol);  // max: optimizer lr
 }
 
 TEST_F(WarmupTest, DefaultsAndFirstIteration) {
   CreateArgs args = defaults("WarmupLR");
   auto s = make("WarmupLR", args);
   EXPECT_EQ(vt("WarmupLR")->first_iteration(s->s), -1);
-  // DeepSpeed defaults: 0 -> 0.001 over 1000 log steps.
+  // DeepSpeed 0.19 defaults: 0 -> the optimizer's lr (0.5 here) over 1000 log steps.
   EXPECT_EQ(s->lr(-1), 0.0);
-  EXPECT_NEAR(s->lr(999), 0.001, 1e-18);
-  EXPECT_EQ(s->lr(1000), 0.001);
+  EXPECT_NEAR(s->lr(999), 0.5, 1e-15);
+  EXPECT_EQ(s->lr(1000), 0.5);
   args.integer("last_batch_iteration", 41);
   auto resumed = make("WarmupLR", args);
   EXPECT_EQ(vt("WarmupLR")->first_iteration(resumed->s), 41);
@@ -254,8 +298,11 @@ TEST_F(WarmupTest, SchemaMatchesDeepSpeedDefaults) {
       by_name[f.name] = f;
     }
     EXPECT_EQ(by_name.at("warmup_min_lr").default_json, "0.0");
-    EXPECT_EQ(by_name.at("warmup_max_lr").default_json, "0.001");
-    EXPECT_EQ(by_name.at("warmup_max_lr").auto_rule, "default");
+    // WarmupLR: the optimizer's lr (no fixed default); WarmupDecayLR: 0.001.
+    EXPECT_EQ(by_name.at("warmup_max_lr").default_json,
+              std::string(name) == "WarmupLR" ? "" : "0.001");
+    EXPECT_EQ(by_name.at("warmup_max_lr").auto_rule,
+              std::string(name) == "WarmupLR" ? "default" : "optimizer_lr");
     EXPECT_EQ(by_name.at("warmup_num_steps").default_json, "1000");
     EXPECT_EQ(by_name.at("warmup_type").default_json, "\"log\"");
     EXPECT_EQ(by_name.at("last_batch_iteration").default_json, "-1");
