@@ -22,9 +22,10 @@
 // Counting: DeepSpeed's first step() is an initialisation pass and its
 // phase test follows the update, so its k-th real update sees state step
 // k + 1; the rules above are its rules rewritten in k. State: slots
-// exp_avg, exp_avg_sq, exp_avg_sq_fresh; per tensor (by name, in the extra
-// state) lamb_coeff_freeze, last_factor, scaling_coeff. The error feedback
-// is not saved, as in DeepSpeed.
+// exp_avg, exp_avg_sq, exp_avg_sq_fresh; per tensor (in the extra state)
+// lamb_coeff_freeze, last_factor, scaling_coeff, by the tensor's position:
+// the host calls step() once per parameter group, in the same order every
+// update. The error feedback is not saved, as in DeepSpeed.
 #include <dscore/comm.h>
 #include <dscore/optimizer.h>
 #include <dscore/cpp/optimizer.hpp>
@@ -114,13 +115,13 @@ class OneBitLamb : public sdk::OptimizerBase {
     factor_max = p.number("factor_max"), factor_min = p.number("factor_min");
     factor_threshold = p.number("factor_threshold");
     if (!(max_coeff >= min_coeff))
-      throw Error(DSCORE_INVALID_ARGUMENT, "max_coeff = " + sdk::format_number(max_coeff) +
-                                               " must be >= min_coeff = " +
-                                               sdk::format_number(min_coeff));
+      throw Error(DSCORE_INVALID_ARGUMENT,
+                  "max_coeff = " + sdk::format_number(max_coeff) +
+                      " must be >= min_coeff = " + sdk::format_number(min_coeff));
     if (!(factor_max >= factor_min))
-      throw Error(DSCORE_INVALID_ARGUMENT, "factor_max = " + sdk::format_number(factor_max) +
-                                               " must be >= factor_min = " +
-                                               sdk::format_number(factor_min));
+      throw Error(DSCORE_INVALID_ARGUMENT,
+                  "factor_max = " + sdk::format_number(factor_max) +
+                      " must be >= factor_min = " + sdk::format_number(factor_min));
     world_size = p.args()->world_size;
     declare_slot("exp_avg");
     declare_slot("exp_avg_sq");
@@ -135,9 +136,9 @@ class OneBitLamb : public sdk::OptimizerBase {
  private:
   const dscore_communicator* data_parallel_communicator() const;
   void warmup(const sdk::CpuStepTensors& t, const sdk::StepHparams& h, float wd,
-              const std::vector<std::string>& keys);
+              std::vector<TensorScalars>& s);
   void compressed_step(const sdk::CpuStepTensors& t, const sdk::StepHparams& h, float wd,
-                       const std::vector<std::string>& keys);
+                       std::vector<TensorScalars>& s, ErrorFeedback& errors);
   double factor_of(TensorScalars& s, const float* p, const float* m, const float* v,
                    const float* fresh, int64_t n, float wd) const;
 
@@ -146,14 +147,12 @@ class OneBitLamb : public sdk::OptimizerBase {
   double factor_max = 4, factor_min = 0.5, factor_threshold = 0.1;
   int64_t freeze_step = 100000;
   int32_t world_size = 1;
-  std::map<std::string, TensorScalars> scalars;  // by tensor name
-  std::map<std::string, ErrorFeedback> errors;   // by the name of a step() call's first tensor
+  // By step() call within an update (parameter group), then tensor.
+  std::vector<std::vector<TensorScalars>> scalars;
+  std::map<size_t, ErrorFeedback> errors;  // by step() call within an update
+  int64_t current_update = 0;
+  size_t call = 0;  // of step() within current_update
 };
-
-std::string key_of(const dscore_tensor* t, size_t i) {
-  return t->name != nullptr && t->name[0] != '\0' ? std::string(t->name)
-                                                  : "#" + std::to_string(i);
-}
 
 const dscore_communicator* OneBitLamb::data_parallel_communicator() const {
   const dscore_communicator* comm = host().communicator(DSCORE_GROUP_DATA_PARALLEL);
@@ -188,7 +187,7 @@ void write_16bit(const sdk::CpuStepTensors& t, size_t i) {
 }
 
 void OneBitLamb::warmup(const sdk::CpuStepTensors& t, const sdk::StepHparams& h, float wd,
-                        const std::vector<std::string>& keys) {
+                        std::vector<TensorScalars>& scalars) {
   const float b1 = static_cast<float>(h.beta1), b2 = static_cast<float>(h.beta2),
               e = static_cast<float>(eps);
   for (size_t i = 0; i < t.count(); ++i) {
@@ -207,7 +206,7 @@ void OneBitLamb::warmup(const sdk::CpuStepTensors& t, const sdk::StepHparams& h,
     }
     const double weight_norm = norm(p, n), update_norm = norm(update.data(), n);
     double coeff = 1.0;
-    TensorScalars& s = scalars[keys[i]];
+    TensorScalars& s = scalars[i];
     if (weight_norm != 0 && update_norm != 0) {
       coeff = std::clamp(weight_norm / update_norm, min_coeff, max_coeff);
     }
@@ -244,13 +243,13 @@ double OneBitLamb::factor_of(TensorScalars& s, const float* p, const float* m, c
   return factor;
 }
 
-void OneBitLamb::compressed_step(const sdk::CpuStepTensors& t, const sdk::StepHparams& h,
-                                 float wd, const std::vector<std::string>& keys) {
+void OneBitLamb::compressed_step(const sdk::CpuStepTensors& t, const sdk::StepHparams& h, float wd,
+                                 std::vector<TensorScalars>& scalars, ErrorFeedback& errors) {
   const float b1 = static_cast<float>(h.beta1), b2 = static_cast<float>(h.beta2),
               e = static_cast<float>(eps);
   const size_t count = t.count();
   std::vector<TensorScalars*> s(count);
-  for (size_t i = 0; i < count; ++i) s[i] = &scalars[keys[i]];
+  for (size_t i = 0; i < count; ++i) s[i] = &scalars[i];
   if (count > 0 && s[0]->scaling_coeff == 0.0) {  // fixed once, from the warm-up's momenta
     std::vector<double> scales(count);
     double united = 0;
@@ -276,7 +275,7 @@ void OneBitLamb::compressed_step(const sdk::CpuStepTensors& t, const sdk::StepHp
     }
   }
   if (const dscore_communicator* comm = data_parallel_communicator(); comm != nullptr && total > 0)
-    onebit::compressed_allreduce(*comm, flat.data(), total, errors[keys[0]]);
+    onebit::compressed_allreduce(*comm, flat.data(), total, errors);
   for (size_t i = 0, at = 0; i < count; at += t.numel(i), ++i) {
     const int64_t n = t.numel(i);
     float *p = t.param(i), *m = t.state(0, i), *v = t.state(1, i), *fresh = t.state(2, i);
@@ -301,14 +300,17 @@ void OneBitLamb::step(const dscore_optimizer_step_args* args) {
   const sdk::StepHparams h = sdk::read_checked_hparams(args, beta1, beta2, /*one_based=*/true);
   const float wd = static_cast<float>(weight_decay * h.weight_decay_multiplier);
   sdk::CpuStepTensors tensors(args, 3, "onebitlamb");
-  std::vector<std::string> keys;
-  for (size_t i = 0; i < tensors.count(); ++i) keys.push_back(key_of(args->params[i], i));
-  if (!compressed(h.step)) return warmup(tensors, h, wd, keys);
+  call = h.step == current_update ? call + 1 : 0;
+  current_update = h.step;
+  if (scalars.size() <= call) scalars.resize(call + 1);
+  std::vector<TensorScalars>& s = scalars[call];
+  if (s.size() != tensors.count()) s.resize(tensors.count());
+  if (!compressed(h.step)) return warmup(tensors, h, wd, s);
   if (h.step == std::max<int64_t>(freeze_step, 2))
     host().log(DSCORE_LOG_INFO, "onebitlamb",
                "update " + std::to_string(h.step) +
                    ": starting compressed communication (exp_avg_sq frozen, 1-bit momentum)");
-  compressed_step(tensors, h, wd, keys);
+  compressed_step(tensors, h, wd, s, errors[call]);
 }
 
 template <typename T>
@@ -316,34 +318,37 @@ void put(std::string& bytes, const T& value) {
   bytes.append(reinterpret_cast<const char*>(&value), sizeof value);
 }
 
-// Extra state: a marker, freeze_step, and each tensor's scalars by name.
-// The error feedback is not saved (DeepSpeed drops it on load too).
+// Extra state: a marker, freeze_step, and the tensors' scalars per step()
+// call. The error feedback is not saved (DeepSpeed drops it on load too).
 std::string OneBitLamb::save_extra_state() const {
   std::string bytes(kStateMagic, sizeof kStateMagic);
   put(bytes, freeze_step);
   put(bytes, static_cast<uint64_t>(scalars.size()));
-  for (const auto& [name, s] : scalars) {
-    put(bytes, static_cast<uint64_t>(name.size()));
-    bytes += name;
-    put(bytes, s.lamb_coeff_freeze);
-    put(bytes, s.last_factor);
-    put(bytes, s.scaling_coeff);
+  for (const std::vector<TensorScalars>& group : scalars) {
+    put(bytes, static_cast<uint64_t>(group.size()));
+    for (const TensorScalars& s : group) {
+      put(bytes, s.lamb_coeff_freeze);
+      put(bytes, s.last_factor);
+      put(bytes, s.scaling_coeff);
+    }
   }
   return bytes;
 }
 
 void OneBitLamb::load_extra_state(std::string_view bytes) {
   size_t at = 0;
-  auto take = [&](void* out, size_t size) {
+  auto check_left = [&](uint64_t size) {
     if (bytes.size() - at < size)
       throw Error(DSCORE_DATA_LOSS,
                   "onebitlamb: the checkpoint's optimizer extra state is truncated (" +
                       std::to_string(bytes.size()) + " bytes)");
+  };
+  auto take = [&](void* out, size_t size) {
+    check_left(size);
     std::memcpy(out, bytes.data() + at, size);
     at += size;
   };
   char magic[sizeof kStateMagic];
-  if (bytes.size() < sizeof magic) take(magic, sizeof magic);  // reports the truncation
   take(magic, sizeof magic);
   if (std::memcmp(magic, kStateMagic, sizeof magic) != 0)
     throw Error(DSCORE_DATA_LOSS,
@@ -353,17 +358,17 @@ void OneBitLamb::load_extra_state(std::string_view bytes) {
   uint64_t count = 0;
   take(&saved_freeze, sizeof saved_freeze);
   take(&count, sizeof count);
-  std::map<std::string, TensorScalars> loaded;
-  for (uint64_t i = 0; i < count; ++i) {
-    uint64_t length = 0;
-    take(&length, sizeof length);
-    std::string name(std::min<uint64_t>(length, bytes.size()), '\0');
-    take(name.data(), name.size());
-    TensorScalars s;
-    take(&s.lamb_coeff_freeze, sizeof(double));
-    take(&s.last_factor, sizeof(double));
-    take(&s.scaling_coeff, sizeof(double));
-    loaded[name] = s;
+  std::vector<std::vector<TensorScalars>> loaded;
+  for (uint64_t c = 0; c < count; ++c) {
+    uint64_t tensors = 0;
+    take(&tensors, sizeof tensors);
+    check_left(tensors > bytes.size() ? bytes.size() + 1 : tensors * 3 * sizeof(double));
+    std::vector<TensorScalars>& group = loaded.emplace_back(tensors);
+    for (TensorScalars& s : group) {
+      take(&s.lamb_coeff_freeze, sizeof(double));
+      take(&s.last_factor, sizeof(double));
+      take(&s.scaling_coeff, sizeof(double));
+    }
   }
   if (at != bytes.size())
     throw Error(DSCORE_DATA_LOSS, "onebitlamb: the checkpoint's optimizer extra state has " +
@@ -374,6 +379,7 @@ void OneBitLamb::load_extra_state(std::string_view bytes) {
                    "; continuing with the configured " + std::to_string(freeze_step));
   scalars = std::move(loaded);
   errors.clear();
+  current_update = 0;
 }
 
 const dscore_plugin_descriptor kOneBitLamb = sdk::optimizer_descriptor<OneBitLamb>(

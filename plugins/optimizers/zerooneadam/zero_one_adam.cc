@@ -290,5 +290,4 @@ const dscore_plugin_descriptor kZeroOneAdam = sdk::optimizer_descriptor<ZeroOneA
 }  // namespace
 }  // namespace dscore::zerooneadam
 
-DSCORE_PLUGIN_LIBRARY("dscore-zerooneadam", "0.1.0", "dscore",
-                      &dscore::zerooneadam::kZeroOneAdam)
+DSCORE_PLUGIN_LIBRARY("dscore-zerooneadam", "0.1.0", "dscore", &dscore::zerooneadam::kZeroOneAdam)
