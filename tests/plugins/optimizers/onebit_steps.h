@@ -43,8 +43,9 @@ struct HandTensors {
     for (size_t i = 0; i < n; ++i) params.push_back(view(p[i], i)), grads.push_back(view(g[i], i));
     for (auto& slot : state)
       for (size_t i = 0; i < n; ++i) states.push_back(view(slot[i], i));
-    dscore_optimizer_step_args a{sizeof a,   &h,        n, params.data(), grads.data(),
-                                 state.size(), states.data(), nullptr, nullptr};
+    dscore_optimizer_step_args a{sizeof a,      &h,           n,
+                                 params.data(), grads.data(), state.size(),
+                                 states.data(), nullptr,      nullptr};
     return vt->step(opt, &a);
   }
 };
