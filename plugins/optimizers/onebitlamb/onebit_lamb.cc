@@ -39,7 +39,7 @@
 #include <string>
 #include <vector>
 
-#include "compressed_allreduce.h"  // plugins/optimizers/onebit_common
+#include "../onebit_common/compressed_allreduce.h"
 
 namespace dscore::onebitlamb {
 namespace {
