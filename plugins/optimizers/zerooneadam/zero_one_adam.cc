@@ -80,7 +80,7 @@ constexpr char kStateMagic[8] = {'d', 's', '0', '1', 'a', 'd', 'm', '1'};
 
 // The two interval policies before update k (1-based), advanced update by
 // update from the last point asked for (restarted when asked for an earlier
-// one, as after a checkpoint load).
+// one, as after a checkpoint load): O(1) per update in training.
 class Schedule {
  public:
   struct Point {
@@ -158,6 +158,7 @@ class ZeroOneAdam : public sdk::OptimizerBase {
   // synchronisation, this update's included; `lrs_update` is that update.
   double lrs = 0;
   int64_t lrs_update = 0;
+  bool lrs_update_synced = false;  // whether update lrs_update synchronised
   bool errors_reset_for_local_steps = false;
   std::map<const void*, ErrorFeedback> errors;  // by parameter address
 };
@@ -182,9 +183,10 @@ const dscore_communicator* ZeroOneAdam::data_parallel_communicator() const {
 // then compresses accumulated momentum instead of gradients).
 void ZeroOneAdam::begin_update(int64_t k, double lr) {
   if (k == lrs_update) return;
-  if (lrs_update > 0 && schedule.frozen(lrs_update) && schedule.full_update(lrs_update)) lrs = 0;
+  if (lrs_update_synced) lrs = 0;
   if (schedule.frozen(k)) lrs += lr;
   lrs_update = k;
+  lrs_update_synced = schedule.frozen(k) && schedule.full_update(k);
   if (schedule.frozen(k) && !errors_reset_for_local_steps) {
     errors.clear();
     errors_reset_for_local_steps = true;
@@ -278,6 +280,7 @@ void ZeroOneAdam::load_extra_state(std::string_view bytes) {
                    "; continuing with the configured " + std::to_string(var_freeze_step));
   errors.clear();
   errors_reset_for_local_steps = lrs_update > 0 && schedule.frozen(lrs_update);
+  lrs_update_synced = errors_reset_for_local_steps && schedule.full_update(lrs_update);
 }
 
 const dscore_plugin_descriptor kZeroOneAdam = sdk::optimizer_descriptor<ZeroOneAdam>(

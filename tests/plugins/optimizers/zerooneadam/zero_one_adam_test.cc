@@ -7,6 +7,7 @@
 // the accumulated steps, both equal to the dense reference bit for bit;
 // a checkpoint (slots + extra state) resumes exactly; bad params are
 // refused.
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -172,6 +173,26 @@ TEST_F(ZeroOneAdamTest, LocalStepIntervalDoublesUpToTheClipper) {
   }
   EXPECT_EQ(synced, (std::vector<int64_t>{1, 2, 3, 7, 11, 15}));
   EXPECT_EQ(t.state[1][0], (std::vector<float>{0.01f, 0.02f, 0.03f})) << "variance frozen";
+  vt()->destroy(opt);
+}
+
+// The schedule is advanced update by update, not recomputed from update 1
+// (which would make a run quadratic in its length): 300000 updates of a
+// one-element tensor across both phases take well under a second (10 s
+// leaves room for a loaded machine; the quadratic version takes minutes).
+TEST_F(ZeroOneAdamTest, LongRunsCostTheSamePerUpdate) {
+  dscore_optimizer* opt = create(defaults().integer("var_freeze_step", 100000));
+  HandTensors t({{0.5f}}, 3);
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t k = 1; k <= 300000; ++k) {
+    vt()->wants_reduced_gradients(opt, k);
+    t.g[0][0] = k % 2 ? 0.1f : -0.1f;
+    ASSERT_EQ(t.step(vt(), opt, hparams(1e-6, k)), DSCORE_OK);
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 10.0);
+  EXPECT_TRUE(std::isfinite(t.p[0][0]));
   vt()->destroy(opt);
 }
 
