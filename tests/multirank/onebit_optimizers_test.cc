@@ -3,7 +3,8 @@
 // counterparts (Adam without bias correction; LAMB without bias
 // correction), then they communicate 1-bit compressed data through the
 // host's communicator themselves (wants_reduced_gradients) at about 1/32 of
-// the fp32 bytes, and training still converges on every rank.
+// the fp32 bytes, and training still converges on every rank. ZeRO stages
+// above 0 are refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -92,6 +93,25 @@ TEST_P(OneBitLamb, WarmupIsLambWithoutBiasCorrectionThenCompressedTrainingConver
   const double compressed = static_cast<double>(sent[40] - sent[39]);
   EXPECT_NEAR(compressed / warmup, 1.0 / 32, 0.25 / 32)
       << "warm-up " << warmup << " bytes, compressed " << compressed << " bytes per step";
+}
+
+// As DeepSpeed, no ZeRO partitioning: refused, with the fix, when the
+// optimizer first asks for local gradients (update 3 here).
+TEST(OneBitOptimizers, ZeroStagesAreRefused) {
+  for (const char* optimizer :
+       {R"({"type": "ZeroOneAdam", "params": {"lr": 0.003, "var_freeze_step": 2}})",
+        R"({"type": "OneBitLamb", "params": {"lr": 0.003, "freeze_step": 3}})"}) {
+    SCOPED_TRACE(optimizer);
+    RunSpec spec;
+    spec.stage = 2;
+    spec.steps = 8;
+    spec.scheduler = "";
+    spec.optimizer = optimizer;
+    RunResult r = run_workers(spec);
+    EXPECT_FALSE(r.ok());
+    EXPECT_NE((r.process.out + r.process.err).find("\"stage\": 0"), std::string::npos)
+        << r.process.describe();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, ZeroOneAdam, ::testing::Values(2),
