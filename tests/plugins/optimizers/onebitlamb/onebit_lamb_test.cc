@@ -6,6 +6,7 @@
 // step() call as one buffer, equal to the dense reference bit for bit, and
 // the ranks stay identical; a checkpoint (slots + extra state) resumes
 // exactly; bad params and extra state are refused.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -120,6 +121,40 @@ TEST_F(OneBitLambTest, OneRankMatchesDeepSpeed) {
       }
   }
   vt()->destroy(opt);
+}
+
+// The warm-up on every gradient and copy dtype: LAMB without bias
+// correction (double reference); the fresh variance is not touched before
+// update freeze_step - 1.
+TEST_F(OneBitLambTest, WarmupIsLambWithoutBiasCorrectionOnEveryDtype) {
+  const RefStep reference = [](RefTensor& t, const std::vector<double>& grad,
+                               const dscore_optimizer_hparams& h) {
+    const double b1 = f32(0.9), b2 = f32(0.999), eps = f32(1e-8), wd = f32(0.01);
+    std::vector<double> u(t.p.size());
+    double p_sq = 0, u_sq = 0;
+    for (size_t i = 0; i < t.p.size(); ++i) {
+      const double g = grad[i] * h.grad_scale;
+      double& m = t.state[0][i];
+      double& v = t.state[1][i];
+      m = b1 * m + (1 - b1) * g;
+      v = b2 * v + (1 - b2) * g * g;
+      u[i] = m / (std::sqrt(v) + eps) + wd * t.p[i];
+      p_sq += t.p[i] * t.p[i], u_sq += u[i] * u[i];
+    }
+    const double ratio =
+        p_sq != 0 && u_sq != 0 ? std::clamp(std::sqrt(p_sq / u_sq), 0.01, 10.0) : 1.0;
+    for (size_t i = 0; i < t.p.size(); ++i) t.p[i] -= h.lr * ratio * u[i];
+  };
+  const Tolerance tol{2e-6, 1.0, {1e-6, 1e-6, 0.0}, {1.0, 1e-12, 1.0}};
+  for (dscore_dtype g : grad_dtypes())
+    for (dscore_dtype out : copy_dtypes()) {
+      dscore_optimizer* opt =
+          create(defaults().number("weight_decay", 0.01).integer("freeze_step", 100));
+      OptimizerHarness run(vt(), opt);
+      run.setup({7, 4097}, g, out, 5, [](size_t slot) { return slot == 1 ? 0.01 : 0.05; });
+      for (int64_t k = 1; k <= 3; ++k) run.step(hparams(1e-3, k, 0.5), reference, tol);
+      vt()->destroy(opt);
+    }
 }
 
 TEST_F(OneBitLambTest, PhasesFollowFreezeStepAsDeepSpeed) {

@@ -128,6 +128,35 @@ TEST_F(ZeroOneAdamTest, OneRankMatchesDeepSpeed) {
   vt()->destroy(opt);
 }
 
+// Variance updates on every gradient and copy dtype: Adam without bias
+// correction (double reference); the accumulator is not touched.
+TEST_F(ZeroOneAdamTest, VarianceUpdatesAreAdamWithoutBiasCorrectionOnEveryDtype) {
+  const RefStep reference = [](RefTensor& t, const std::vector<double>& grad,
+                               const dscore_optimizer_hparams& h) {
+    const double b1 = f32(0.9), b2 = f32(0.999), eps = f32(1e-8), wd = f32(0.01);
+    for (size_t i = 0; i < t.p.size(); ++i) {
+      const double g = grad[i] * h.grad_scale;
+      double& m = t.state[0][i];
+      double& v = t.state[1][i];
+      m = b1 * m + (1 - b1) * g;
+      v = b2 * v + (1 - b2) * g * g;
+      t.p[i] -= h.lr * (m / (std::sqrt(v) + eps) + wd * t.p[i]);
+    }
+  };
+  const Tolerance tol{1e-6, 1.0, {1e-6, 1e-6, 0.0}, {1.0, 1e-12, 1.0}};
+  for (dscore_dtype g : grad_dtypes())
+    for (dscore_dtype out : copy_dtypes()) {
+      dscore_optimizer* opt = create(defaults()
+                                         .number("weight_decay", 0.01)
+                                         .integer("var_freeze_step", 100)
+                                         .integer("var_update_scaler", 100));
+      OptimizerHarness run(vt(), opt);
+      run.setup({7, 4097}, g, out, 5, [](size_t slot) { return slot == 1 ? 0.01 : 0.05; });
+      for (int64_t k = 1; k <= 3; ++k) run.step(hparams(1e-3, k, 0.5), reference, tol);
+      vt()->destroy(opt);
+    }
+}
+
 // The updates (1-based) for which wants_reduced_gradients answers 1.
 std::vector<int64_t> reduced_updates(dscore_optimizer* opt, int64_t last) {
   std::vector<int64_t> out;
