@@ -238,9 +238,11 @@ void ZeroOneAdam::step(const dscore_optimizer_step_args* args) {
         u[i] *= std::sqrt(v[i]) + e;
       }
       if (comm != nullptr) onebit::compressed_allreduce(*comm, u, n, errors[p]);
+      // Local steps all at lr 0 (a warm-up from 0) moved nothing: m stays
+      // (DeepSpeed's -u / lrs would be 0 / 0).
       const float rates = static_cast<float>(lrs);
       for (int64_t i = 0; i < n; ++i) {
-        m[i] = -(u[i] / rates);
+        if (rates != 0.0f) m[i] = -(u[i] / rates);
         p[i] += u[i] / (std::sqrt(v[i]) + e);
         u[i] = 0.0f;
       }

@@ -201,6 +201,11 @@ TEST_F(ZeroOneAdamTest, LocalStepIntervalDoublesUpToTheClipper) {
     if (t.state[2][0] == std::vector<float>(3, 0.0f)) synced.push_back(k);
   }
   EXPECT_EQ(synced, (std::vector<int64_t>{1, 2, 3, 7, 11, 15}));
+  // Syncs at 19 and 23 (interval 4); updates 17-23 at lr 0, so the sync at
+  // 23 follows only local steps at lr 0: the momentum is kept (no 0 / 0).
+  for (int64_t k = 17; k <= 23; ++k) ASSERT_EQ(t.step(vt(), opt, hparams(0.0, k)), DSCORE_OK);
+  EXPECT_EQ(t.state[2][0], std::vector<float>(3, 0.0f)) << "synchronised at 23";
+  for (float x : t.state[0][0]) EXPECT_TRUE(std::isfinite(x)) << "exp_avg after a sync at lr 0";
   EXPECT_EQ(t.state[1][0], (std::vector<float>{0.01f, 0.02f, 0.03f})) << "variance frozen";
   vt()->destroy(opt);
 }
