@@ -153,6 +153,15 @@ Result<std::shared_ptr<PluginRegistry>> PluginRegistry::open(const SearchPath& p
   return registry;
 }
 
+std::string_view PluginRegistry::optimizer_alias(std::string_view name) {
+  // DeepSpeed's fused implementations by class name: its "Adam" and "Lamb"
+  // configs build FusedAdam and FusedLamb, which dscore's adam and lamb
+  // plugins implement (docs/deepspeed-reference.md#fusedadam).
+  if (iequals(name, "FusedAdam")) return "adam";
+  if (iequals(name, "FusedLamb")) return "lamb";
+  return {};
+}
+
 Result<const PluginInfo*> PluginRegistry::find(dscore_plugin_kind kind,
                                                std::string_view name) const {
   std::vector<std::string> names;
@@ -160,6 +169,12 @@ Result<const PluginInfo*> PluginRegistry::find(dscore_plugin_kind kind,
     if (info.kind != kind) continue;
     if (iequals(info.name, name)) return &info;
     names.push_back(info.name);
+  }
+  // A plugin of the alias's own name (above) wins over the alias.
+  if (const std::string_view alias = optimizer_alias(name);
+      kind == DSCORE_KIND_OPTIMIZER && !alias.empty()) {
+    for (const PluginInfo& info : plugins_)
+      if (info.kind == kind && info.name == alias) return &info;
   }
   std::sort(names.begin(), names.end());
   std::string message = std::string("no ") + kind_name(kind) + " plugin named '" +

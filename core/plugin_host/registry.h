@@ -88,10 +88,15 @@ class PluginRegistry {
   const std::vector<LoadProblem>& problems() const { return problems_; }
   const SearchPath& search_path() const { return search_path_; }
 
-  // Case-insensitive lookup. NOT_FOUND lists the plugins of that kind that
+  // Case-insensitive lookup. An optimizer name with no plugin of its own
+  // may be one of DeepSpeed's class names for a built-in implementation
+  // (optimizer_alias). NOT_FOUND lists the plugins of that kind that
   // exist, a did-you-mean suggestion, the searched folders and any
   // libraries that failed to load.
   Result<const PluginInfo*> find(dscore_plugin_kind kind, std::string_view name) const;
+  // The plugin an optimizer alias stands for ("FusedAdam" -> "adam",
+  // "FusedLamb" -> "lamb", ignoring case), or "" when `name` is no alias.
+  static std::string_view optimizer_alias(std::string_view name);
 
  private:
   std::vector<PluginInfo> plugins_;

@@ -30,9 +30,12 @@
 #include <string>
 #include <vector>
 
-#include "compressed_allreduce.h"
+#include "../onebit_common/compressed_allreduce.h"
 
 namespace dscore::onebitadam {
+
+using onebit::compressed_allreduce;
+using onebit::ErrorFeedback;
 namespace {
 
 using sdk::Error;

@@ -93,6 +93,8 @@ TEST(CliPluginsList, ShowsEveryBuiltInPluginWithKindNameVersionAbiAndPath) {
   const std::vector<std::tuple<std::string, std::string, std::string>> expected = {
       {"optimizer", "adam", "libdscore_adam.so"},
       {"optimizer", "adamw", "libdscore_adam.so"},
+      {"optimizer", "zerooneadam", "libdscore_zerooneadam.so"},
+      {"optimizer", "onebitlamb", "libdscore_onebitlamb.so"},
       {"scheduler", "WarmupLR", "libdscore_lr_schedules.so"},
       {"scheduler", "WarmupDecayLR", "libdscore_lr_schedules.so"},
       {"monitor", "csv_monitor", "libdscore_csv_monitor.so"},

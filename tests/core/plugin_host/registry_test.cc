@@ -66,6 +66,27 @@ TEST(PluginRegistry, FindIgnoresCase) {
   EXPECT_EQ(registry->find(DSCORE_KIND_SCHEDULER, "fake_sgd").status().code(), DSCORE_NOT_FOUND);
 }
 
+// DeepSpeed's class names FusedAdam / FusedLamb find the plugins named
+// adam / lamb (any case), for optimizers only, unless a plugin carries the
+// alias's own name.
+TEST(PluginRegistry, FusedOptimizerNamesFindTheirPluginsUnlessOneHasThatName) {
+  auto registry = open_test_registry({"fake_named_adam"});
+  ASSERT_TRUE(registry);
+  auto found = registry->find(DSCORE_KIND_OPTIMIZER, "FUSEDadam");
+  ASSERT_TRUE(found.ok()) << found.status().message();
+  EXPECT_EQ((*found)->name, "adam");
+  EXPECT_EQ(registry->find(DSCORE_KIND_SCHEDULER, "FusedAdam").status().code(), DSCORE_NOT_FOUND);
+  EXPECT_EQ(registry->find(DSCORE_KIND_OPTIMIZER, "FusedLamb").status().code(), DSCORE_NOT_FOUND)
+      << "no plugin named lamb here";
+  registry = open_test_registry({"fake_named_adam", "fake_named_fusedadam"});
+  ASSERT_TRUE(registry);
+  found = registry->find(DSCORE_KIND_OPTIMIZER, "fusedadam");
+  ASSERT_TRUE(found.ok()) << found.status().message();
+  EXPECT_EQ((*found)->name, "FusedAdam");
+  EXPECT_EQ(PluginRegistry::optimizer_alias("fusedLAMB"), "lamb");
+  EXPECT_EQ(PluginRegistry::optimizer_alias("adam"), "");
+}
+
 TEST(PluginRegistry, NotFoundSuggestsListsAndNamesWhereItLooked) {
   auto registry = open_test_registry({"fake_sgd", "fake_not_a_plugin"});
   ASSERT_TRUE(registry);

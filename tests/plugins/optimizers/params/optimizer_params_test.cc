@@ -26,7 +26,12 @@ const Case kCases[] = {{"Adam", "adam", true},
                        {"SGD", "sgd", false},
                        {"Adagrad", "adagrad", false},
                        {"Lion", "lion", true},
-                       {"OneBitAdam", "onebitadam", true}};
+                       {"OneBitAdam", "onebitadam", true},
+                       {"ZeroOneAdam", "zerooneadam", true},
+                       {"OneBitLamb", "onebitlamb", true},
+                       // DeepSpeed's class names of the fused implementations
+                       {"FusedAdam", "adam", true},
+                       {"FusedLamb", "lamb", true}};
 
 Setup prepare_params(const std::string& type, const std::string& params) {
   const std::string text = R"({"train_batch_size": 1, "optimizer": {"type": ")" + type +

@@ -1,3 +1,4 @@
+// Shared by the 1-bit optimizers (onebitadam, zerooneadam, onebitlamb).
 // 1-bit compressed allreduce with worker and server error feedback, as
 // DeepSpeed's NcclBackend.compressed_allreduce (docs/deepspeed-reference.md#onebitadam), over the
 // host's communicator (comm.h): each rank sends the signs of its momentum
@@ -12,7 +13,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace dscore::onebitadam {
+namespace dscore::onebit {
 
 // Elements of one tensor's buffers once padded so that every rank's server
 // chunk is a whole number of bytes of signs: a multiple of W * lcm(W, 8).
@@ -46,4 +47,4 @@ void compressed_allreduce(const dscore_communicator& comm, float* m, int64_t num
 // allgathers of one fp32 scale.
 int64_t compressed_bytes(int64_t numel, int world_size);
 
-}  // namespace dscore::onebitadam
+}  // namespace dscore::onebit

@@ -12,7 +12,7 @@
 #include <numeric>
 #include <string>
 
-namespace dscore::onebitadam {
+namespace dscore::onebit {
 namespace {
 
 // A 1-D view of `numel` elements of `dtype` for a communicator call.
@@ -27,14 +27,14 @@ struct View {
     tensor.ndim = 1;
     tensor.shape = shape;
     tensor.numel = numel;
-    tensor.name = "onebitadam";
+    tensor.name = "onebit compressed allreduce";
   }
 };
 
 void check(dscore_status status, const char* collective) {
   if (status == DSCORE_OK) return;
   // The communicator recorded its own message; keep it and say who asked.
-  sdk::HostRef().log(DSCORE_LOG_ERROR, "onebitadam",
+  sdk::HostRef().log(DSCORE_LOG_ERROR, "onebit",
                      std::string("compressed allreduce: ") + collective + " failed");
   throw sdk::Reported{status};
 }
@@ -145,4 +145,4 @@ void compressed_allreduce(const dscore_communicator& comm, float* m, int64_t num
     m[i] = server_scales[i / chunk] * sign_of(all_server_signs.data(), i);
 }
 
-}  // namespace dscore::onebitadam
+}  // namespace dscore::onebit
