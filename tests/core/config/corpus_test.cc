@@ -74,8 +74,8 @@ std::string classify(const LoadedConfig& loaded) {
 std::string all_errors(const LoadedConfig& loaded) {
   std::string out;
   for (const ConfigError& e : loaded.errors)
-    out += "\n  [" + std::string(error_kind_name(e.kind)) + "] " +
-           format_error(e, loaded.source_name);
+    out +=
+        "\n  [" + std::string(error_kind_name(e.kind)) + "] " + format_error(e, loaded.source_name);
   return out;
 }
 
@@ -88,8 +88,8 @@ TEST(ConfigCorpus, EveryFileHasItsStatedClass) {
     const LoadedConfig loaded = load_config_file(path.string(), context(false));
     const std::string got = classify(loaded);
     ++counts[got];
-    EXPECT_EQ(got, entry.expected) << "manifest.tsv:" << entry.line << ": " << entry.file
-                                   << all_errors(loaded);
+    EXPECT_EQ(got, entry.expected)
+        << "manifest.tsv:" << entry.line << ": " << entry.file << all_errors(loaded);
   }
   std::string summary;
   for (const auto& [kind, count] : counts) summary += " " + kind + "=" + std::to_string(count);
