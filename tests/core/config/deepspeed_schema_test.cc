@@ -125,6 +125,37 @@ TEST(DeepSpeedSchema, ZeroDefaults) {
 
 // docs/deepspeed-reference.md#offload; test_zero_config.py: {} builds defaults, absent/null stays
 // None.
+// docs/config-auto.md#offload-and-aio-sizes: "auto" in the offload and aio
+// sizes gives DeepSpeed's default, and says so.
+TEST(DeepSpeedSchema, OffloadAndAioAutoGiveTheDefault) {
+  LoadedConfig c = load_with(R"("zero_optimization": {"stage": 3, "sub_group_size": "auto",
+      "stage3_model_persistence_threshold": "auto",
+      "offload_param": {"device": "cpu", "buffer_count": "auto", "buffer_size": "auto",
+                        "max_in_cpu": "auto", "pin_memory": "auto"},
+      "offload_optimizer": {"device": "cpu", "buffer_count": "auto", "pin_memory": "auto"}},
+      "aio": {"block_size": "auto", "queue_depth": "auto", "intra_op_parallelism": "auto",
+              "single_submit": "auto", "overlap_events": "auto"})");
+  ASSERT_TRUE(c.ok()) << errors_of(c);
+  const json::Value& z = at(c.resolved, {"zero_optimization"});
+  EXPECT_EQ(at(z, {"sub_group_size"}), json::Value(int64_t{1000000000}));
+  EXPECT_EQ(at(z, {"model_persistence_threshold"}), json::Value(INT64_MAX));
+  EXPECT_EQ(at(z, {"offload_param", "buffer_count"}), json::Value(5));
+  EXPECT_EQ(at(z, {"offload_param", "buffer_size"}), json::Value(int64_t{100000000}));
+  EXPECT_EQ(at(z, {"offload_param", "max_in_cpu"}), json::Value(int64_t{1000000000}));
+  EXPECT_EQ(at(z, {"offload_param", "pin_memory"}), json::Value(false));
+  EXPECT_EQ(at(z, {"offload_optimizer", "buffer_count"}), json::Value(4));
+  EXPECT_EQ(at(z, {"offload_optimizer", "pin_memory"}), json::Value(false));
+  EXPECT_EQ(at(c.resolved, {"aio", "block_size"}), json::Value(1048576));
+  EXPECT_EQ(at(c.resolved, {"aio", "queue_depth"}), json::Value(8));
+  EXPECT_EQ(at(c.resolved, {"aio", "intra_op_parallelism"}), json::Value(1));
+  EXPECT_EQ(at(c.resolved, {"aio", "single_submit"}), json::Value(false));
+  EXPECT_EQ(at(c.resolved, {"aio", "overlap_events"}), json::Value(true));
+  EXPECT_TRUE(has_notice(c, "zero_optimization.offload_param.buffer_size",
+                         "\"auto\" -> 100000000"));
+  // Where no rule exists, "auto" is still refused.
+  EXPECT_FALSE(load_with(R"("zero_optimization": {"offload_optimizer": {"ratio": "auto"}})").ok());
+}
+
 TEST(DeepSpeedSchema, OffloadDefaults) {
   LoadedConfig c = load_with(
       R"("zero_optimization": {"stage": 3, "offload_param": {}, "offload_optimizer": {}})");
