@@ -187,15 +187,10 @@ std::vector<FieldSpec> batch_and_training_fields() {
           .alias("bfloat16")
           .object(bf16_spec())
           .to(&TrainingConfig::bf16),
-      F("amp", T::kObject, "NVIDIA apex AMP: not implemented by dscore (use fp16 or bf16)")
+      F("amp", T::kObject, "NVIDIA apex AMP (removed from DeepSpeed: an error)")
           .nullable()
-          .not_used()
           .removed("NVIDIA Apex AMP", "remove the block and use \"fp16\" or \"bf16\"")
-          .object(make_object({F("enabled", T::kBool, "enable apex AMP (an error in dscore)")
-                                   .def(false)
-                                   .auto_rule("reduced_precision_off")},
-                              "apex amp: enabled plus apex's own arguments",
-                              {.allow_unknown = true, .quiet_unknown = true})),
+          .object(make_object({}, "apex amp", {.allow_unknown = true, .quiet_unknown = true})),
       F("data_types", T::kObject, "gradient accumulation dtype")
           .nullable()
           .object(make_object(

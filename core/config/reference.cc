@@ -71,6 +71,12 @@ std::string notes(const FieldSpec& f) {
   for (const std::string& a : f.aliases) parts.push_back("also spelled `" + a + "`");
   if (!f.deprecated.empty()) parts.push_back("*" + f.deprecated + "*");
   if (!f.error.empty()) parts.push_back("rejected: " + f.error);
+  if (!f.unsupported_what.empty())
+    parts.push_back(std::string("not implemented by dscore: an error when ") +
+                    (f.switch_key.empty()
+                         ? (f.type == FieldType::kObject ? "given" : "not the default")
+                         : "`" + f.switch_key + "` is true") +
+                    " (a warning with --allow-unsupported)");
   if (f.not_used) parts.push_back("accepted, not used by dscore");
   return join(parts, "; ");
 }
