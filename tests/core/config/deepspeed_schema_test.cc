@@ -150,8 +150,8 @@ TEST(DeepSpeedSchema, OffloadAndAioAutoGiveTheDefault) {
   EXPECT_EQ(at(c.resolved, {"aio", "intra_op_parallelism"}), json::Value(1));
   EXPECT_EQ(at(c.resolved, {"aio", "single_submit"}), json::Value(false));
   EXPECT_EQ(at(c.resolved, {"aio", "overlap_events"}), json::Value(true));
-  EXPECT_TRUE(has_notice(c, "zero_optimization.offload_param.buffer_size",
-                         "\"auto\" -> 100000000"));
+  EXPECT_TRUE(
+      has_notice(c, "zero_optimization.offload_param.buffer_size", "\"auto\" -> 100000000"));
   // Where no rule exists, "auto" is still refused.
   EXPECT_FALSE(load_with(R"("zero_optimization": {"offload_optimizer": {"ratio": "auto"}})").ok());
 }
