@@ -279,7 +279,7 @@ std::vector<FieldSpec> unused_sections() {
       gone("curriculum_learning", "legacy curriculum learning",
            "Legacy top-level curriculum learning",
            "remove the block (DeepSpeed's replacement, data_efficiency.data_sampling."
-           "curriculum_learning, is not implemented by dscore either)"),
+           "curriculum_learning, is among the features dscore lacks)"),
       gone("quantize_training", "MoQ quantization", "Mixture-of-Quantization (MoQ)",
            "remove the block"),
       named("tensor_parallel", "tensor parallelism",
