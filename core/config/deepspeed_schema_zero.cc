@@ -119,7 +119,12 @@ std::shared_ptr<const ObjectSpec> aio_spec() {
           F("overlap_events", T::kBool, "overlap submission and completion")
               .def(true)
               .auto_rule("default"),
-          F("use_gds", T::kBool, "NVIDIA GPUDirect Storage (needs CUDA)").def(false),
+          F("use_gds", T::kBool, "NVIDIA GPUDirect Storage (needs CUDA)")
+              .def(false)
+              .unsupported("\"use_gds\" makes DeepSpeed move NVMe offload data straight "
+                           "between the drive and GPU memory with NVIDIA GPUDirect Storage",
+                           "Remove it: dscore's NVMe offload reads and writes through host "
+                           "memory"),
       },
       "asynchronous I/O for NVMe offload");
 }
