@@ -282,10 +282,16 @@ std::vector<FieldSpec> unused_sections() {
            "curriculum_learning, is among the features dscore lacks)"),
       gone("quantize_training", "MoQ quantization", "Mixture-of-Quantization (MoQ)",
            "remove the block"),
-      named("tensor_parallel", "tensor parallelism",
-            "\"tensor_parallel\" turns on DeepSpeed's automatic tensor parallelism (AutoTP), "
-            "which splits linear layers across ranks",
-            "Remove the section: dscore shards with ZeRO, not tensor parallelism", ""),
+      F("tensor_parallel", T::kObject, "tensor parallelism, accepted with any keys")
+          .nullable()
+          .not_used()
+          .unsupported("\"tensor_parallel\" with autotp_size > 1 turns on DeepSpeed's automatic "
+                       "tensor parallelism (AutoTP), which splits linear layers across ranks",
+                       "Remove the section: dscore shards with ZeRO, not tensor parallelism",
+                       "autotp_size")
+          .object(make_object(
+              {F("autotp_size", T::kInt, "AutoTP degree (> 1 turns it on)").def(0).min(0)},
+              "tensor parallelism", {.allow_unknown = true, .quiet_unknown = true})),
       named("expert_parallel", "expert parallelism",
             "\"expert_parallel\" turns on DeepSpeed's automatic expert parallelism for MoE "
             "layers (AutoEP)",

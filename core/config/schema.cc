@@ -155,6 +155,7 @@ bool feature_on(const FieldSpec& f, const json::Value& v) {
   if (v.is_null()) return false;
   if (!f.switch_key.empty()) {
     const json::Value* on = v.is_object() ? v.find(f.switch_key) : nullptr;
+    if (on && on->is_number()) return on->as_number() > 1;  // a degree: autotp_size
     return on && !on->is_null() && !(on->is_bool() && !on->as_bool());
   }
   if (f.type == FieldType::kObject || !f.default_value) return true;

@@ -76,7 +76,8 @@ struct FieldSpec {
   // A DeepSpeed feature dscore does not implement: when the key turns it on,
   // an ErrorKind::kUnsupported error saying what the feature does in
   // DeepSpeed and what to do instead. The feature is on when `switch_key`
-  // (a member of the object: "enabled") is true; for an object without one,
+  // (a member of the object: "enabled") is true, or for a numeric switch (a
+  // parallel degree: "autotp_size") above 1; for an object without one,
   // when the object is given; for a scalar, when it differs from its
   // default (or is given at all, without a default).
   std::string unsupported_what;  // "DeepSpeed's 1-bit compression of ..."
