@@ -90,8 +90,14 @@ LoadedConfig load_config_text(std::string_view text, std::string_view source_nam
 
   if (context.allow_unsupported) {
     auto unsupported = [](const ConfigError& e) { return e.kind == ErrorKind::kUnsupported; };
-    for (const ConfigError& e : out.errors)
-      if (unsupported(e)) out.notices.push_back({e.path, "warning: " + e.message});
+    for (const ConfigError& e : out.errors) {
+      if (!unsupported(e)) continue;
+      std::string message = e.message;
+      if (message.ends_with(kUnsupportedHint))
+        message.replace(message.size() - kUnsupportedHint.size(), kUnsupportedHint.size(),
+                        kUnsupportedAllowed);
+      out.notices.push_back({e.path, "warning: " + message});
+    }
     std::erase_if(out.errors, unsupported);
   }
   sort_errors(&out.errors);

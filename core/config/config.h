@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/config/json.h"
@@ -37,6 +38,13 @@ enum class ErrorKind {
   kRemoved,           // a block of a feature DeepSpeed has removed (amp, elasticity, ...),
                       // which DeepSpeed now rejects: remove it (the message says what instead)
 };
+
+// How an ErrorKind::kUnsupported message ends, and what replaces that end
+// when allow_unsupported makes it a warning.
+inline constexpr std::string_view kUnsupportedHint =
+    " (or run with --allow-unsupported to train without it)";
+inline constexpr std::string_view kUnsupportedAllowed =
+    " (--allow-unsupported: training without it)";
 
 // "invalid", "unsupported", "deepspeed_rejects", "removed"
 const char* error_kind_name(ErrorKind kind);

@@ -164,7 +164,7 @@ bool feature_on(const FieldSpec& f, const json::Value& v) {
 
 std::string unsupported_message(const FieldSpec& f) {
   return "not implemented by dscore: " + f.unsupported_what + ". " + f.unsupported_fix +
-         " (or run with --allow-unsupported to train without it)";
+         std::string(kUnsupportedHint);
 }
 
 class Validator {

@@ -183,6 +183,11 @@ TEST(ConfigRules, UnsupportedFeaturesAreErrorsUnlessAllowed) {
   for (const ConfigNotice& n : lenient.notices)
     if (n.message.rfind("warning: not implemented by dscore: ", 0) == 0) ++warnings;
   EXPECT_EQ(warnings, 2);
+  for (const ConfigNotice& n : lenient.notices) {
+    if (n.message.rfind("warning: ", 0) == 0) {
+      EXPECT_TRUE(n.message.ends_with(" (--allow-unsupported: training without it)")) << n.message;
+    }
+  }
   // Off (enabled false, or the default value): accepted, a notice only.
   EXPECT_TRUE(load_with(R"("autotuning": {"enabled": false},
                            "zero_optimization": {"zero_quantized_weights": false})")
