@@ -1,4 +1,4 @@
-// `dscore config check F [--world-size N]` and `dscore config reference`.
+// `dscore config check F [--world-size N] [--allow-unsupported]` and `dscore config reference`.
 #include <cstdio>
 
 #include "core/base/strings.h"
@@ -15,16 +15,21 @@ int check(const std::vector<std::string>& args) {
   po::options_description options("config check options");
   std::string path;
   int world_size = 1;
+  bool allow_unsupported = false;
   options.add_options()("file", po::value<std::string>(&path)->required(),
                         "the ds_config.json to check")(
       "world-size", po::value<int>(&world_size)->default_value(1),
-      "data-parallel world size used for the batch triad");
+      "data-parallel world size used for the batch triad")(
+      "allow-unsupported", po::bool_switch(&allow_unsupported),
+      "report DeepSpeed features dscore does not implement as warnings, as `dscore run "
+      "--allow-unsupported` would");
   po::positional_options_description positional;
   positional.add("file", 1);
   po::variables_map vm;
   int exit_code = kExitOk;
-  if (!parse_options(args, options, positional, "usage: dscore config check F [--world-size N]",
-                     &vm, &exit_code))
+  if (!parse_options(args, options, positional,
+                     "usage: dscore config check F [--world-size N] [--allow-unsupported]", &vm,
+                     &exit_code))
     return exit_code;
   if (world_size < 1) {
     std::fprintf(stderr, "dscore: --world-size must be at least 1\n");
@@ -33,6 +38,7 @@ int check(const std::vector<std::string>& args) {
   InitializeOptions init;
   init.job = comm::JobEnv{};
   init.job->world_size = world_size;  // the batch triad's data-parallel size
+  init.allow_unsupported = allow_unsupported;
   auto setup = prepare(path, init);
   if (!setup.ok()) {
     std::fprintf(stderr, "error: %s\n", setup.status().message().c_str());
@@ -51,7 +57,8 @@ int check(const std::vector<std::string>& args) {
 }
 
 const char* kConfigUsage =
-    "usage: dscore config check F [--world-size N]   validate F and print the resolved config\n"
+    "usage: dscore config check F [--world-size N] [--allow-unsupported]\n"
+    "                                                validate F and print the resolved config\n"
     "       dscore config reference                  print every config key (Markdown)\n";
 
 }  // namespace

@@ -1,4 +1,5 @@
-// `dscore run --config F [--steps N] [-n RANKS] [--resume DIR] [--log-format text|json]`
+// `dscore run --config F [--steps N] [-n RANKS] [--resume DIR] [--log-format text|json]
+// [--allow-unsupported]`
 #include <unistd.h>
 
 #include <cstdlib>
@@ -15,6 +16,7 @@ int run_command(const std::vector<std::string>& args) {
   int64_t steps = 0;
   int ranks = 1;
   std::string config_path, log_format = "text", resume;
+  bool allow_unsupported = false;
   options.add_options()("config,c", po::value<std::string>(&config_path)->required(),
                         "the ds_config.json to train from")(
       "steps", po::value<int64_t>(&steps), "optimizer steps to run (overrides \"train_steps\")")(
@@ -22,13 +24,16 @@ int run_command(const std::vector<std::string>& args) {
       "resume", po::value<std::string>(&resume),
       "continue from the newest checkpoint in this folder (any world size and ZeRO stage)")(
       "log-format", po::value<std::string>(&log_format)->default_value("text"),
-      "text, or json: one JSON object per log line and per step");
+      "text, or json: one JSON object per log line and per step")(
+      "allow-unsupported", po::bool_switch(&allow_unsupported),
+      "train without the DeepSpeed features dscore does not implement (their keys become "
+      "warnings instead of errors)");
   po::positional_options_description positional;
   po::variables_map vm;
   int exit_code = kExitOk;
   if (!parse_options(args, options, positional,
                      "usage: dscore run --config F [--steps N] [-n RANKS] [--resume DIR] "
-                     "[--log-format text|json]",
+                     "[--log-format text|json] [--allow-unsupported]",
                      &vm, &exit_code))
     return exit_code;
   RunOptions run;
@@ -53,6 +58,8 @@ int run_command(const std::vector<std::string>& args) {
   run.ranks = ranks;
   run.rank_args = {"run", "--config", config_path, "--log-format", log_format};
   if (run.steps) run.rank_args.insert(run.rank_args.end(), {"--steps", std::to_string(*run.steps)});
+  run.allow_unsupported = allow_unsupported;
+  if (allow_unsupported) run.rank_args.push_back("--allow-unsupported");
   run.resume_dir = resume;
   if (!resume.empty()) run.rank_args.insert(run.rank_args.end(), {"--resume", resume});
   // mpirun gives its ranks a pseudo-terminal, so the process that started

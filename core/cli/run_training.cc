@@ -153,6 +153,7 @@ int run_training(const RunOptions& options) {
   InitializeOptions init;
   init.job = *job;
   init.train_steps = options.steps;
+  init.allow_unsupported = options.allow_unsupported;
   auto setup = prepare(options.config_path, init);
   if (!setup.ok()) return fail(setup.status());
   if (setup->loaded.ok()) check_run_config(&setup->loaded);
@@ -165,8 +166,7 @@ int run_training(const RunOptions& options) {
       log_warning(p.message.find(p.path) == std::string::npos ? p.path + ": " + p.message
                                                               : p.message);
   }
-  if (leader)
-    for (const config::ConfigNotice& n : setup->loaded.notices) log_info(n.path + ": " + n.message);
+  if (leader) log_config_notices(setup->loaded);
 
   auto engine = build_engine(*setup, nullptr);
   if (!engine.ok()) return fail(engine.status());

@@ -18,11 +18,12 @@ namespace dscore {
 
 struct RunOptions {
   std::string config_path;
-  std::optional<int64_t> steps;  // overrides train_steps
-  int ranks = 1;                 // -n: start this many local ranks under mpirun
-  bool progress_bar = false;     // redraw one line (stdout is a terminal)
-  bool log_json = false;         // --log-format json: JSON log lines and progress records
-  std::string resume_dir;        // --resume: load the newest checkpoint there first
+  std::optional<int64_t> steps;    // overrides train_steps
+  int ranks = 1;                   // -n: start this many local ranks under mpirun
+  bool progress_bar = false;       // redraw one line (stdout is a terminal)
+  bool log_json = false;           // --log-format json: JSON log lines and progress records
+  std::string resume_dir;          // --resume: load the newest checkpoint there first
+  bool allow_unsupported = false;  // --allow-unsupported (InitializeOptions)
   // The `run` arguments each rank gets when -n starts them (no -n).
   std::vector<std::string> rank_args;
 };

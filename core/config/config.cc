@@ -32,6 +32,20 @@ void sort_errors(std::vector<ConfigError>* errors) {
 
 }  // namespace
 
+const char* error_kind_name(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kInvalid:
+      return "invalid";
+    case ErrorKind::kUnsupported:
+      return "unsupported";
+    case ErrorKind::kDeepSpeedRejects:
+      return "deepspeed_rejects";
+    case ErrorKind::kRemoved:
+      return "removed";
+  }
+  return "?";
+}
+
 LoadedConfig load_config_text(std::string_view text, std::string_view source_name,
                               const ResolveContext& context) {
   LoadedConfig out;
@@ -74,6 +88,18 @@ LoadedConfig load_config_text(std::string_view text, std::string_view source_nam
                           json::Value(*context.train_steps));
   }
 
+  if (context.allow_unsupported) {
+    auto unsupported = [](const ConfigError& e) { return e.kind == ErrorKind::kUnsupported; };
+    for (const ConfigError& e : out.errors) {
+      if (!unsupported(e)) continue;
+      std::string message = e.message;
+      if (message.ends_with(kUnsupportedHint))
+        message.replace(message.size() - kUnsupportedHint.size(), kUnsupportedHint.size(),
+                        kUnsupportedAllowed);
+      out.notices.push_back({e.path, "warning: " + message});
+    }
+    std::erase_if(out.errors, unsupported);
+  }
   sort_errors(&out.errors);
   if (out.errors.empty()) out.config = build_training_config(resolved, written);
   out.resolved = std::move(resolved);

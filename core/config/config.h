@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/config/json.h"
@@ -21,12 +22,38 @@ struct ResolveContext {
   int world_size = 1;                  // data-parallel size
   std::optional<int64_t> train_steps;  // `dscore run --steps N` (overrides the file)
   std::optional<int64_t> hidden_size;  // the model's hidden size, when known
+  // Report keys of DeepSpeed features dscore does not implement
+  // (ErrorKind::kUnsupported) as notices and train without them
+  // (`dscore run --allow-unsupported`, InitializeOptions::allow_unsupported).
+  bool allow_unsupported = false;
 };
+
+// What kind of problem a ConfigError is; the three call for different fixes.
+enum class ErrorKind {
+  kInvalid,           // a typo, a wrong type or value, a broken rule: fix the file
+  kUnsupported,       // a real DeepSpeed feature dscore does not implement: drop it, or
+                      // run with --allow-unsupported to train without it
+  kDeepSpeedRejects,  // a form DeepSpeed itself rejects but whose meaning is plain
+                      // (aio inside zero_optimization): the message names the fix
+  kRemoved,           // a block of a feature DeepSpeed has removed (amp, elasticity, ...),
+                      // which DeepSpeed now rejects: remove it (the message says what instead)
+};
+
+// How an ErrorKind::kUnsupported message ends, and what replaces that end
+// when allow_unsupported makes it a warning.
+inline constexpr std::string_view kUnsupportedHint =
+    " (or run with --allow-unsupported to train without it)";
+inline constexpr std::string_view kUnsupportedAllowed =
+    " (--allow-unsupported: training without it)";
+
+// "invalid", "unsupported", "deepspeed_rejects", "removed"
+const char* error_kind_name(ErrorKind kind);
 
 struct ConfigError {
   std::string path;         // JSON path: "zero_optimization.stage", "" for the document
   json::Location location;  // where in the file, when known
   std::string message;      // what is wrong and how to fix it
+  ErrorKind kind = ErrorKind::kInvalid;
 };
 
 // Something the user should see but that is not an error: an "auto" value

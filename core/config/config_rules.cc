@@ -40,14 +40,14 @@ class Rules {
     zero_deprecated();
     zero_checks();
     optimizer();
-    unsupported();
   }
 
  private:
   // An error about the value at `keys` (or the nearest enclosing value that
   // has a position, when the value is a default); `at_key`: about the key
   // itself, so point at the key.
-  void error_at(std::initializer_list<const char*> keys, std::string message, bool at_key = false) {
+  void error_at(std::initializer_list<const char*> keys, std::string message, bool at_key = false,
+                ErrorKind kind = ErrorKind::kInvalid) {
     std::string path;
     json::Location where = doc_->location;
     json::Value* v = doc_;
@@ -60,7 +60,7 @@ class Rules {
       else if (v && v->location.known())
         where = v->location;
     }
-    errors_->push_back(ConfigError{path, where, std::move(message)});
+    errors_->push_back(ConfigError{path, where, std::move(message), kind});
   }
 
   void precision() {
@@ -162,17 +162,7 @@ class Rules {
           "'max_grad_norm' is not supported as an optimizer parameter, please switch to using the "
           "deepspeed parameter 'gradient_clipping' see: "
           "https://www.deepspeed.ai/docs/config-json/#gradient-clipping for more details",
-          /*at_key=*/true);
-  }
-
-  void unsupported() {
-    if (flag(doc_, {"amp", "enabled"}))
-      error_at({"amp", "enabled"},
-               "dscore does not implement NVIDIA apex AMP; use \"fp16\" or \"bf16\" instead");
-    if (flag(doc_, {"elasticity", "enabled"}))
-      error_at({"elasticity", "enabled"},
-               "elasticity is not supported by dscore; set the batch keys (train_batch_size, "
-               "train_micro_batch_size_per_gpu, gradient_accumulation_steps) instead");
+          /*at_key=*/true, ErrorKind::kDeepSpeedRejects);
   }
 
   json::Value* doc_;

@@ -121,6 +121,22 @@ std::shared_ptr<const ObjectSpec> bf16_spec() {
           F("immediate_grad_update", T::kBool, "apply bf16 gradients immediately")
               .def(false)
               .to(&Bf16Config::immediate_grad_update),
+          F("check_grad_overflow", T::kBool,
+            "check bf16 gradients for inf/nan (DeepSpeed's default: true)")
+              .def(true)
+              .not_used(),
+          F("bf16_master_weights_and_grads", T::kBool, "keep bf16 master weights and gradients")
+              .def(false)
+              .not_used()
+              .unsupported("\"bf16_master_weights_and_grads\" makes DeepSpeed's ZeRO keep the "
+                           "optimizer's master weights and gradients in bf16 instead of fp32",
+                           "Remove it (dscore keeps fp32 masters)"),
+          F("bf16_optimizer_states", T::kBool, "keep optimizer states in bf16")
+              .def(false)
+              .not_used()
+              .unsupported("\"bf16_optimizer_states\" makes DeepSpeed's ZeRO keep the "
+                           "optimizer states in bf16",
+                           "Remove it (dscore keeps fp32 optimizer states)"),
       },
       "bf16 mixed precision (docs/deepspeed-reference.md#precision-sections)");
 }
@@ -172,22 +188,30 @@ std::vector<FieldSpec> batch_and_training_fields() {
           .alias("bfloat16")
           .object(bf16_spec())
           .to(&TrainingConfig::bf16),
-      F("amp", T::kObject, "NVIDIA apex AMP: not implemented by dscore (use fp16 or bf16)")
+      F("amp", T::kObject, "NVIDIA apex AMP (removed from DeepSpeed: an error)")
           .nullable()
-          .not_used()
-          .object(make_object(
-              {F("enabled", T::kBool, "enable apex AMP (an error in dscore)").def(false)},
-              "apex amp: enabled plus apex's own arguments",
-              {.allow_unknown = true, .quiet_unknown = true})),
+          .removed("NVIDIA Apex AMP", "remove the block and use \"fp16\" or \"bf16\"")
+          .object(make_object({}, "apex amp", {.allow_unknown = true, .quiet_unknown = true})),
       F("data_types", T::kObject, "gradient accumulation dtype")
           .nullable()
-          .object(make_object({F("grad_accum_dtype", T::kString,
-                                 "dtype gradients accumulate in (default: see "
-                                 "docs/deepspeed-reference.md#derived-settings)")
-                                   .nullable()
-                                   .enums({"fp32", "fp16", "bf16"})
-                                   .to(&TrainingConfig::grad_accum_dtype)},
-                              "data types"))
+          .object(make_object(
+              {F("grad_accum_dtype", T::kString,
+                 "dtype gradients accumulate in (default: see "
+                 "docs/deepspeed-reference.md#derived-settings)")
+                   .nullable()
+                   .enums({"fp32", "fp16", "bf16"})
+                   .to(&TrainingConfig::grad_accum_dtype),
+               F("param_dtype", T::kString, "dtype of the model's parameters under ZeRO-3")
+                   .nullable()
+                   .unsupported("\"data_types.param_dtype\" makes DeepSpeed hold the "
+                                "model's parameters in this dtype, apart from fp16/bf16",
+                                "Remove it; the precision sections set the training dtype"),
+               F("buffer_dtype", T::kString, "dtype of the model's buffers")
+                   .nullable()
+                   .unsupported("\"data_types.buffer_dtype\" makes DeepSpeed cast the model's "
+                                "buffers to this dtype",
+                                "Remove it; the precision sections set the training dtype")},
+              "data types"))
           .flattened_into<TrainingConfig>(),
       F("gradient_clipping", T::kNumber, "clip the global gradient norm to this value (0 = off)")
           .def(0.0)
@@ -201,16 +225,40 @@ std::vector<FieldSpec> batch_and_training_fields() {
           .enum_message("Invalid communication_data_type. Supported data types: ['fp16', 'bf16', "
                         "'fp32']. Got: {}")
           .to(&TrainingConfig::communication_data_type),
-      F("seq_parallel_comm_data_type", T::kString, "sequence-parallel communication dtype")
-          .def("fp32")
+      F("seq_parallel_communication_data_type", T::kString, "sequence-parallel communication dtype")
+          .nullable()
           .not_used(),
+      F("seq_parallel_comm_data_type", T::kString,
+        "old name of seq_parallel_communication_data_type")
+          .nullable()
+          .not_used()
+          .deprecated("renamed to \"seq_parallel_communication_data_type\" after DeepSpeed 0.16.0; "
+                      "DeepSpeed no longer reads this name"),
+      F("managed_gradient_accumulation", T::kBool,
+        "the engine counts micro-batches to find accumulation boundaries")
+          .def(true)
+          .unsupported("\"managed_gradient_accumulation\": false makes DeepSpeed leave "
+                       "gradient-accumulation boundaries to the caller's own loop",
+                       "Remove it: dscore's engine always counts micro-batches "
+                       "(gradient_accumulation_steps)"),
+      F("gradient_allreduce_op", T::kString, "how gradients combine across ranks: mean or sum")
+          .def("mean")
+          .enums({"mean", "sum"}, true)
+          .unsupported("\"gradient_allreduce_op\": \"sum\" makes DeepSpeed sum gradients "
+                       "across data-parallel ranks instead of averaging them",
+                       "Remove it (dscore averages), and scale the learning rate by the world "
+                       "size if you relied on summed gradients"),
+      F("log_level", T::kString, "DeepSpeed's logger level").nullable().not_used(),
       F("prescale_gradients", T::kBool, "divide gradients by the world size before the all-reduce")
           .def(false)
           .to(&TrainingConfig::prescale_gradients),
       F("gradient_predivide_factor", T::kNumber, "divide gradients by this before the all-reduce")
           .def(1.0)
           .to(&TrainingConfig::gradient_predivide_factor),
-      F("sparse_gradients", T::kBool, "sparse embedding gradients").def(false).not_used(),
+      F("sparse_gradients", T::kBool, "sparse embedding gradients")
+          .nullable()
+          .removed("Sparse reduction of embedding gradients",
+                   "remove the key (dscore reduces dense gradients)"),
       F("disable_allgather", T::kBool, "DeepSpeed internal switch").def(false).not_used(),
       F("dump_state", T::kBool, "print the engine state after initialization")
           .def(false)
@@ -224,7 +272,9 @@ std::vector<FieldSpec> batch_and_training_fields() {
       F("memory_breakdown", T::kBool, "report memory usage")
           .def(false)
           .to(&TrainingConfig::memory_breakdown),
-      F("graph_harvesting", T::kBool, "CUDA graph harvesting").def(false).not_used(),
+      F("graph_harvesting", T::kBool, "CUDA graph harvesting")
+          .nullable()
+          .removed("Graph harvesting", "remove the key"),
       F("dataloader_drop_last", T::kBool, "drop the last incomplete batch")
           .def(false)
           .to(&TrainingConfig::dataloader_drop_last),

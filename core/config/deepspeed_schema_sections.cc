@@ -198,16 +198,37 @@ std::vector<FieldSpec> engine_sections() {
 }
 
 std::vector<FieldSpec> unused_sections() {
-  auto named = [](const std::string& name, const std::string& doc) {
+  // A DeepSpeed section dscore only names: any keys; `what` and `fix` for
+  // the unsupported-feature error when `switch_key` turns it on (empty: the
+  // section's presence does).
+  auto named = [](const std::string& name, const std::string& doc, const std::string& what,
+                  const std::string& fix, const std::string& switch_key) {
+    std::vector<FieldSpec> fields;
+    if (!switch_key.empty())
+      fields.push_back(F(switch_key, T::kBool, "turns the feature on").def(false));
     return F(name, T::kObject, doc + ", accepted with any keys")
         .nullable()
         .not_used()
+        .unsupported(what, fix, switch_key)
+        .object(
+            make_object(std::move(fields), doc, {.allow_unknown = true, .quiet_unknown = true}));
+  };
+  const std::string kRemove = "Remove the section (or set \"enabled\": false)";
+  // A section of a feature DeepSpeed has removed: rejected when given at all.
+  auto gone = [](const std::string& name, const std::string& doc, const std::string& what,
+                 const std::string& instead) {
+    return F(name, T::kObject, doc + " (removed from DeepSpeed: an error)")
+        .nullable()
+        .removed(what, instead)
         .object(make_object({}, doc, {.allow_unknown = true, .quiet_unknown = true}));
   };
   return {
       F("hybrid_engine", T::kObject, "RLHF hybrid engine")
           .nullable()
           .not_used()
+          .unsupported("\"hybrid_engine\" switches a DeepSpeed-Chat RLHF actor between training "
+                       "and inference kernels for generation",
+                       kRemove, "enabled")
           .object(make_object(
               {
                   F("enabled", T::kBool, "enable").def(false),
@@ -222,6 +243,9 @@ std::vector<FieldSpec> unused_sections() {
       F("pipeline", T::kObject, "pipeline parallelism")
           .nullable()
           .not_used()
+          .unsupported("\"pipeline\" configures DeepSpeed's pipeline parallelism (a PipelineModule "
+                       "split into stages)",
+                       "Remove the section: dscore trains data-parallel with ZeRO only")
           .object(make_object(
               {
                   F("stages", T::kJson, "pipeline stages: an int or \"auto\"").def("auto"),
@@ -232,60 +256,63 @@ std::vector<FieldSpec> unused_sections() {
                   F("grad_partitioned", T::kBool, "partition pipeline gradients").def(true),
               },
               "pipeline")),
-      F("progressive_layer_drop", T::kObject, "progressive layer dropping")
+      gone("progressive_layer_drop", "progressive layer dropping", "Progressive Layer Dropping",
+           "remove the block"),
+      gone("elasticity", "elastic training", "Elastic training",
+           "remove the block and set train_batch_size / train_micro_batch_size_per_gpu / "
+           "gradient_accumulation_steps yourself"),
+      gone("nebula", "Azure Nebula checkpointing", "Nebula checkpointing",
+           "remove the block; checkpoints go to checkpoint_dir"),
+      gone("sparse_attention", "sparse attention", "DeepSpeed Sparse Attention",
+           "remove the block: a dscore model plugin chooses its own attention"),
+      gone("eigenvalue", "eigenvalue computation", "Eigenvalue-based MoQ", "remove the block"),
+      named("autotuning", "DeepSpeed autotuning",
+            "\"autotuning\" drives DeepSpeed's autotuner (deepspeed --autotuning), which searches "
+            "ZeRO stages and micro-batch sizes with trial runs",
+            kRemove + "; choose the ZeRO stage and batch keys yourself", "enabled"),
+      gone("compression_training", "compression training", "The DeepSpeed compression library",
+           "remove the block (the model trains unquantized)"),
+      named("data_efficiency", "data efficiency",
+            "\"data_efficiency\" turns on DeepSpeed's data sampling (curriculum learning by a "
+            "difficulty metric) and data routing (random layerwise token dropping)",
+            kRemove, "enabled"),
+      gone("curriculum_learning", "legacy curriculum learning",
+           "Legacy top-level curriculum learning",
+           "remove the block (DeepSpeed's replacement, data_efficiency.data_sampling."
+           "curriculum_learning, is among the features dscore lacks)"),
+      gone("quantize_training", "MoQ quantization", "Mixture-of-Quantization (MoQ)",
+           "remove the block"),
+      F("tensor_parallel", T::kObject, "tensor parallelism, accepted with any keys")
           .nullable()
           .not_used()
+          .unsupported("\"tensor_parallel\" with autotp_size > 1 turns on DeepSpeed's automatic "
+                       "tensor parallelism (AutoTP), which splits linear layers across ranks",
+                       "Remove the section: dscore shards with ZeRO, not tensor parallelism",
+                       "autotp_size")
           .object(make_object(
-              {
-                  F("enabled", T::kBool, "enable").def(false),
-                  F("theta", T::kNumber, "final keep probability").def(1.0),
-                  F("gamma", T::kNumber, "decay rate").def(0.001),
-              },
-              "progressive layer drop")),
-      F("elasticity", T::kObject,
-        "elastic training (enabled is an error: dscore does not implement it)")
-          .nullable()
+              {F("autotp_size", T::kInt, "AutoTP degree (> 1 turns it on)").def(0).min(0)},
+              "tensor parallelism", {.allow_unknown = true, .quiet_unknown = true})),
+      named("expert_parallel", "expert parallelism",
+            "\"expert_parallel\" turns on DeepSpeed's automatic expert parallelism for MoE "
+            "layers (AutoEP)",
+            kRemove, "enabled"),
+      named("weight_quantization", "weight quantization",
+            "\"weight_quantization\" quantizes weights for ZeRO-Inference", "Remove the section",
+            ""),
+      named("torch_autocast", "torch autocast",
+            "\"torch_autocast\" runs the forward pass under torch.autocast in a lower "
+            "precision",
+            "Use \"bf16\" or \"fp16\" mixed precision instead, or set \"enabled\": false",
+            "enabled"),
+      named("compile", "torch.compile / DeepCompile",
+            "\"compile\" configures DeepSpeed's DeepCompile compiler passes for torch.compile",
+            "Remove the section (or set \"deepcompile\": false)", "deepcompile"),
+      F("datastates_ckpt", T::kJson, "DataStates-LLM asynchronous checkpointing")
+          .def(false)
           .not_used()
-          .object(make_object(
-              {
-                  F("enabled", T::kBool, "enable (an error in dscore)").def(false),
-                  F("max_train_batch_size", T::kInt, "largest global batch").def(2000),
-                  F("micro_batch_sizes", T::kNumberArray, "acceptable micro-batch sizes").def([] {
-                    json::Value a = json::Value::array();
-                    for (int v : {2, 4, 6}) a.push_back(json::Value(v));
-                    return a;
-                  }()),
-                  F("min_gpus", T::kInt, "fewest GPUs").def(1),
-                  F("max_gpus", T::kInt, "most GPUs").def(10000),
-                  F("min_time", T::kInt, "minimum run time").def(0),
-                  F("prefer_larger_batch", T::kBool, "prefer the larger batch").def(true),
-                  F("ignore_non_elastic_batch_info", T::kBool, "ignore the batch keys").def(false),
-                  F("num_gpus_per_node", T::kInt, "GPUs per node").def(1),
-                  F("model_parallel_size", T::kInt, "model-parallel size").def(1),
-              },
-              "elasticity (other DeepSpeed keys such as \"version\" are accepted)",
-              {.allow_unknown = true})),
-      F("nebula", T::kObject, "Azure Nebula checkpointing")
-          .nullable()
-          .not_used()
-          .object(make_object(
-              {
-                  F("enabled", T::kBool, "enable").def(false),
-                  F("enable_nebula_load", T::kBool, "load through nebula").def(true),
-                  optional_string("nebula_load_path", "load path"),
-                  optional_string("persistent_storage_path", "storage path"),
-                  F("persistent_time_interval", T::kInt, "seconds between persists").def(100),
-                  F("num_of_version_in_retention", T::kInt, "versions kept").def(2),
-              },
-              "nebula")),
-      named("sparse_attention", "sparse attention"),
-      named("eigenvalue", "eigenvalue computation"),
-      named("autotuning", "DeepSpeed autotuning"),
-      named("compression_training", "compression training"),
-      named("data_efficiency", "data efficiency"),
-      named("curriculum_learning", "legacy curriculum learning"),
-      named("tensor_parallel", "tensor parallelism"),
-      named("weight_quantization", "weight quantization"),
+          .unsupported("\"datastates_ckpt\" hands DeepSpeed's checkpoints to the DataStates-LLM "
+                       "asynchronous checkpoint engine",
+                       "Remove the key; dscore writes its own checkpoints (checkpoint_dir)"),
   };
 }
 

@@ -29,17 +29,24 @@ std::shared_ptr<const ObjectSpec> offload_param_spec() {
           F("nvme_path", T::kString, "NVMe folder for swapped parameters")
               .nullable()
               .to(&OffloadConfig::nvme_path),
-          F("buffer_count", T::kInt, "swap buffers").def(5).min(0).to(&OffloadConfig::buffer_count),
+          F("buffer_count", T::kInt, "swap buffers")
+              .def(5)
+              .min(0)
+              .auto_rule("default")
+              .to(&OffloadConfig::buffer_count),
           F("buffer_size", T::kInt, "elements per swap buffer")
               .def_int(100000000)
               .min(0)
+              .auto_rule("default")
               .to(&OffloadConfig::buffer_size),
           F("max_in_cpu", T::kInt, "parameter elements kept in pinned CPU memory with nvme")
               .def_int(1000000000)
               .min(0)
+              .auto_rule("default")
               .to(&OffloadConfig::max_in_cpu),
           F("pin_memory", T::kBool, "page-lock the CPU copies")
               .def(false)
+              .auto_rule("default")
               .to(&OffloadConfig::pin_memory),
       },
       "parameter offload (ZeRO stage 3 only)", {.pydantic = true});
@@ -55,9 +62,11 @@ std::shared_ptr<const ObjectSpec> offload_optimizer_spec() {
           F("buffer_count", T::kInt, "swap buffers (>= tensors per parameter: Adam 4)")
               .def(4)
               .min(0)
+              .auto_rule("default")
               .to(&OffloadConfig::buffer_count),
           F("pin_memory", T::kBool, "page-lock the CPU buffers")
               .def(false)
+              .auto_rule("default")
               .to(&OffloadConfig::pin_memory),
           F("pipeline_read", T::kBool, "overlap swap-in with the step")
               .def(false)
@@ -72,6 +81,16 @@ std::shared_ptr<const ObjectSpec> offload_optimizer_spec() {
               .def(1.0)
               .range(0, 1)
               .to(&OffloadConfig::ratio),
+          F("super_offload", T::kBool, "SuperOffload for Superchips (stage 3)")
+              .def(false)
+              .not_used()
+              .unsupported("\"super_offload\" turns on DeepSpeed's SuperOffload, CPU offload "
+                           "tuned for GPU-CPU Superchips (GH200, GB200)",
+                           "Remove it; dscore's offload runs the optimizer on the CPU already"),
+          F("cpuadam_cores_perc", T::kNumber, "share of CPU cores for CPU Adam (super_offload)")
+              .def(0.8)
+              .range(0, 1)
+              .not_used(),
       },
       "optimizer offload (ZeRO-Offload / ZeRO-Infinity)", {.pydantic = true});
 }
@@ -79,18 +98,33 @@ std::shared_ptr<const ObjectSpec> offload_optimizer_spec() {
 std::shared_ptr<const ObjectSpec> aio_spec() {
   return make_object(
       {
-          F("block_size", T::kInt, "bytes per I/O request").def_int(1048576).min(1),
-          F("queue_depth", T::kInt, "requests in flight").def(8).min(1),
-          F("intra_op_parallelism", T::kInt, "I/O threads per operation").def(1).min(1),
+          F("block_size", T::kInt, "bytes per I/O request")
+              .def_int(1048576)
+              .min(1)
+              .auto_rule("default"),
+          F("queue_depth", T::kInt, "requests in flight").def(8).min(1).auto_rule("default"),
+          F("intra_op_parallelism", T::kInt, "I/O threads per operation")
+              .def(1)
+              .min(1)
+              .auto_rule("default"),
           F("thread_count", T::kInt, "old name of intra_op_parallelism")
               .min(1)
               .replaced_by("intra_op_parallelism", true)
               .deprecated(
                   "deprecated: renamed to \"intra_op_parallelism\" in DeepSpeed 0.16.4 (which now "
                   "ignores \"thread_count\"); dscore uses it as intra_op_parallelism"),
-          F("single_submit", T::kBool, "submit requests one at a time").def(false),
-          F("overlap_events", T::kBool, "overlap submission and completion").def(true),
-          F("use_gds", T::kBool, "NVIDIA GPUDirect Storage (needs CUDA)").def(false),
+          F("single_submit", T::kBool, "submit requests one at a time")
+              .def(false)
+              .auto_rule("default"),
+          F("overlap_events", T::kBool, "overlap submission and completion")
+              .def(true)
+              .auto_rule("default"),
+          F("use_gds", T::kBool, "NVIDIA GPUDirect Storage (needs CUDA)")
+              .def(false)
+              .unsupported("\"use_gds\" makes DeepSpeed move NVMe offload data straight "
+                           "between the drive and GPU memory with NVIDIA GPUDirect Storage",
+                           "Remove it: dscore's NVMe offload reads and writes through host "
+                           "memory"),
       },
       "asynchronous I/O for NVMe offload");
 }
@@ -115,7 +149,7 @@ std::shared_ptr<const ObjectSpec> zero_optimization_spec() {
               .to(&ZeroConfig::reduce_scatter),
           F("reduce_bucket_size", T::kInt, "elements per gradient-reduction bucket")
               .def_int(500000000)
-              .min(0)
+              .min(1)
               .auto_rule("hidden_squared")
               .to(&ZeroConfig::reduce_bucket_size),
           F("use_multi_rank_bucket_allreduce", T::kBool, "all-reduce whole buckets")
@@ -152,6 +186,7 @@ std::shared_ptr<const ObjectSpec> zero_optimization_spec() {
           F("sub_group_size", T::kInt, "elements per optimizer sub-group (stage 3)")
               .def_int(1000000000)
               .min(0)
+              .auto_rule("default")
               .to(&ZeroConfig::sub_group_size),
           s3("prefetch_bucket_size", T::kInt, "elements prefetched ahead")
               .def_int(50000000)
@@ -166,6 +201,7 @@ std::shared_ptr<const ObjectSpec> zero_optimization_spec() {
           s3("model_persistence_threshold", T::kInt, "total elements of persistent parameters")
               .def_int(INT64_MAX)
               .min(0)
+              .auto_rule("default")
               .to(&ZeroConfig::model_persistence_threshold),
           s3("max_live_parameters", T::kInt, "gathered elements kept at most")
               .def_int(1000000000)
@@ -197,19 +233,73 @@ std::shared_ptr<const ObjectSpec> zero_optimization_spec() {
           F("zero_hpz_partition_size", T::kInt, "ZeRO++ hierarchical partition size")
               .def(1)
               .min(0)
-              .not_used(),
-          F("zero_quantized_weights", T::kBool, "ZeRO++ quantized weights").def(false).not_used(),
+              .not_used()
+              .unsupported(
+                  "\"zero_hpz_partition_size\" turns on a ZeRO++ communication optimization in "
+                  "DeepSpeed (quantized or hierarchical collectives)",
+                  "Remove it: dscore's ZeRO communicates full-precision, flat"),
+          F("zero_quantized_weights", T::kBool, "ZeRO++ quantized weights")
+              .def(false)
+              .not_used()
+              .unsupported(
+                  "\"zero_quantized_weights\" turns on a ZeRO++ communication optimization in "
+                  "DeepSpeed (quantized or hierarchical collectives)",
+                  "Remove it: dscore's ZeRO communicates full-precision, flat"),
           F("zero_quantized_nontrainable_weights", T::kBool, "ZeRO++ quantized frozen weights")
               .def(false)
-              .not_used(),
+              .not_used()
+              .unsupported("\"zero_quantized_nontrainable_weights\" turns on a ZeRO++ "
+                           "communication optimization in "
+                           "DeepSpeed (quantized or hierarchical collectives)",
+                           "Remove it: dscore's ZeRO communicates full-precision, flat"),
           F("zero_quantized_gradients", T::kBool, "ZeRO++ quantized gradients")
               .def(false)
-              .not_used(),
-          F("zeropp_loco_param", T::kJson, "ZeRO++ LoCo parameters").nullable().not_used(),
-          F("mics_shard_size", T::kInt, "MiCS shard size").def(-1).not_used(),
+              .not_used()
+              .unsupported(
+                  "\"zero_quantized_gradients\" turns on a ZeRO++ communication optimization in "
+                  "DeepSpeed (quantized or hierarchical collectives)",
+                  "Remove it: dscore's ZeRO communicates full-precision, flat"),
+          F("zeropp_loco_param", T::kJson, "ZeRO++ LoCo parameters")
+              .nullable()
+              .removed("LoCo-Zero++", "remove the key"),
+          F("mics_shard_size", T::kInt, "MiCS shard size")
+              .nullable()
+              .removed("MiCS ZeRO-3 sharding", "remove the key (dscore shards across all ranks)"),
           F("mics_hierarchical_params_gather", T::kBool, "MiCS hierarchical gather")
+              .nullable()
+              .removed("MiCS ZeRO-3 sharding", "remove the key"),
+          F("compute_grad_norm", T::kBool,
+            "compute the global gradient norm at ZeRO stage 1/2 steps (false: only without "
+            "clipping)")
+              .def(true)
+              .not_used(),
+          F("parameter_alignment", T::kBool, "pad stage 1/2 flat buffers to 16-byte alignment")
               .def(false)
               .not_used(),
+          F("zenflow", T::kObject, "ZenFlow stall-free offloading")
+              .nullable()
+              .not_used()
+              .unsupported("\"zenflow\" turns on DeepSpeed's ZenFlow, which updates the "
+                           "most important gradients on the GPU and the rest asynchronously on "
+                           "the CPU",
+                           "Remove it; use offload_optimizer {\"device\": \"cpu\"} for CPU "
+                           "offload")
+              .object(make_object({}, "ZenFlow", {.allow_unknown = true, .quiet_unknown = true})),
+          s3("allgather_sequential", T::kBool, "gather parameters one by one, without buckets")
+              .def(false)
+              .not_used(),
+          F("enable_sanity_checks", T::kBool, "DeepSpeed's internal ZeRO-3 sanity checks")
+              .def(false)
+              .not_used(),
+          F("leaf_module", T::kObject, "modules ZeRO-3 treats as leaves (classes, names)")
+              .nullable()
+              .not_used()
+              .object(make_object({}, "ZeRO-3 leaf modules",
+                                  {.allow_unknown = true, .quiet_unknown = true})),
+          F("aio", T::kObject, "misplaced: \"aio\" is a top-level section")
+              .rejected_form("\"aio\" belongs at the top level of the config, not inside "
+                             "\"zero_optimization\" (DeepSpeed rejects it here: extra fields not "
+                             "permitted); move the \"aio\" object out of \"zero_optimization\""),
           F("memory_efficient_linear", T::kBool, "DeepSpeed's memory-efficient linear")
               .def(true)
               .not_used(),

@@ -71,6 +71,16 @@ std::string notes(const FieldSpec& f) {
   for (const std::string& a : f.aliases) parts.push_back("also spelled `" + a + "`");
   if (!f.deprecated.empty()) parts.push_back("*" + f.deprecated + "*");
   if (!f.error.empty()) parts.push_back("rejected: " + f.error);
+  if (!f.unsupported_what.empty()) {
+    std::string when = f.type == FieldType::kObject ? "given" : "not the default";
+    if (!f.switch_key.empty()) {
+      const FieldSpec* sw = f.object ? f.object->find(f.switch_key) : nullptr;
+      const bool degree = sw && sw->type != FieldType::kBool;
+      when = "`" + f.switch_key + "` is " + (degree ? "above 1" : "true");
+    }
+    parts.push_back("not implemented by dscore: an error when " + when +
+                    " (a warning with --allow-unsupported)");
+  }
   if (f.not_used) parts.push_back("accepted, not used by dscore");
   return join(parts, "; ");
 }

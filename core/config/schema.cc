@@ -149,6 +149,24 @@ std::string bounds_message(const FieldSpec& f, double x) {
   return "must be <= " + number_text(*f.max) + got;
 }
 
+// Whether a validated value of an unsupported-feature key turns the feature
+// on (FieldSpec::switch_key).
+bool feature_on(const FieldSpec& f, const json::Value& v) {
+  if (v.is_null()) return false;
+  if (!f.switch_key.empty()) {
+    const json::Value* on = v.is_object() ? v.find(f.switch_key) : nullptr;
+    if (on && on->is_number()) return on->as_number() > 1;  // a degree: autotp_size
+    return on && !on->is_null() && !(on->is_bool() && !on->as_bool());
+  }
+  if (f.type == FieldType::kObject || !f.default_value) return true;
+  return json::serialize(v) != json::serialize(*f.default_value);
+}
+
+std::string unsupported_message(const FieldSpec& f) {
+  return "not implemented by dscore: " + f.unsupported_what + ". " + f.unsupported_fix +
+         std::string(kUnsupportedHint);
+}
+
 class Validator {
  public:
   Validator(const AutoResolver& resolve_auto, ValidationSink sink)
@@ -157,8 +175,9 @@ class Validator {
   json::Value object(const json::Value& value, const ObjectSpec& spec, const std::string& path);
 
  private:
-  void error(const std::string& path, json::Location where, std::string message) {
-    if (sink_.errors) sink_.errors->push_back(ConfigError{path, where, std::move(message)});
+  void error(const std::string& path, json::Location where, std::string message,
+             ErrorKind kind = ErrorKind::kInvalid) {
+    if (sink_.errors) sink_.errors->push_back(ConfigError{path, where, std::move(message), kind});
   }
   void notice(const std::string& path, std::string message) {
     if (sink_.notices) sink_.notices->push_back(ConfigNotice{path, std::move(message)});
@@ -266,13 +285,16 @@ json::Value Validator::object(const json::Value& value, const ObjectSpec& spec,
     const json::Member& m = *slot.member;
     const std::string given_path = join_path(path, m.key);
     if (!slot.via->error.empty()) {
-      error(given_path, m.key_location, slot.via->error);
+      error(given_path, m.key_location, slot.via->error, slot.via->error_kind);
       continue;
     }
     if (!slot.via->deprecated.empty()) notice(given_path, slot.via->deprecated);
-    if (slot.via->not_used) notice(given_path, "accepted but not used by dscore");
     // A renamed key validates against its replacement's spec.
     std::optional<json::Value> v = field(m.value, f, given_path);
+    if (v && !slot.via->unsupported_what.empty() && feature_on(*slot.via, *v))
+      error(given_path, m.key_location, unsupported_message(*slot.via), ErrorKind::kUnsupported);
+    else if (slot.via->not_used)
+      notice(given_path, "accepted but not used by dscore");
     if (v) out.members().push_back({f.name, m.key_location, std::move(*v)});
   }
 

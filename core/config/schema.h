@@ -49,8 +49,9 @@ struct FieldSpec {
                                          // A kJson field, or one whose default is "auto",
                                          // takes "auto" literally instead.
   std::string error;                     // non-empty: the key is rejected with this message
-  std::vector<std::string> aliases;      // other spellings; giving two of them is an error
-  std::string deprecated;                // non-empty: deprecation message (the key still works)
+  ErrorKind error_kind = ErrorKind::kInvalid;  // the kind of that rejection
+  std::vector<std::string> aliases;            // other spellings; giving two of them is an error
+  std::string deprecated;                    // non-empty: deprecation message (the key still works)
   std::shared_ptr<const ObjectSpec> object;  // for kObject and kObjectArray
   std::string doc;                           // one line for the reference and messages
 
@@ -72,6 +73,16 @@ struct FieldSpec {
   // The ds_config.json schema only: the TrainingConfig member this key
   // fills (build_training_config). Plugin params schemas leave it empty.
   std::shared_ptr<const FieldBinding> binding;
+  // A DeepSpeed feature dscore does not implement: when the key turns it on,
+  // an ErrorKind::kUnsupported error saying what the feature does in
+  // DeepSpeed and what to do instead. The feature is on when `switch_key`
+  // (a member of the object: "enabled") is true, or for a numeric switch (a
+  // parallel degree: "autotp_size") above 1; for an object without one,
+  // when the object is given; for a scalar, when it differs from its
+  // default (or is given at all, without a default).
+  std::string unsupported_what;  // "DeepSpeed's 1-bit compression of ..."
+  std::string unsupported_fix;   // "remove the section", "use fp16 or bf16"
+  std::string switch_key;
 };
 
 struct ObjectSpec {

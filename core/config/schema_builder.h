@@ -91,6 +91,29 @@ class F {
     s_.error = std::move(message);
     return *this;
   }
+  // A form DeepSpeed itself rejects but whose meaning is plain: an
+  // ErrorKind::kDeepSpeedRejects error naming the fix.
+  F& rejected_form(std::string message) {
+    s_.error = std::move(message);
+    s_.error_kind = ErrorKind::kDeepSpeedRejects;
+    return *this;
+  }
+  // A block of a feature DeepSpeed has removed and now rejects when given
+  // at all: an ErrorKind::kRemoved error. `what` names the feature, `instead`
+  // what to do.
+  F& removed(const std::string& what, const std::string& instead) {
+    s_.error = what + " was removed from DeepSpeed, which now rejects \"" + s_.name +
+               "\" (DeepSpeed 0.19.8, deepspeedai/DeepSpeed#8489); " + instead;
+    s_.error_kind = ErrorKind::kRemoved;
+    return *this;
+  }
+  // A DeepSpeed feature dscore does not implement (FieldSpec::unsupported_what).
+  F& unsupported(std::string what, std::string fix, std::string switch_key = "") {
+    s_.unsupported_what = std::move(what);
+    s_.unsupported_fix = std::move(fix);
+    s_.switch_key = std::move(switch_key);
+    return *this;
+  }
   F& object(std::shared_ptr<const ObjectSpec> spec) {
     s_.object = std::move(spec);
     return *this;

@@ -33,6 +33,7 @@ config::ResolveContext context_of(const InitializeOptions& options, const comm::
   config::ResolveContext context;
   context.world_size = job.world_size;  // the data-parallel size of the batch triad
   context.train_steps = options.train_steps;
+  context.allow_unsupported = options.allow_unsupported;
   return context;
 }
 
@@ -127,8 +128,18 @@ Result<std::unique_ptr<Engine>> initialize(const std::string& config_path,
   options.own_model = options.own_model || model != nullptr;
   DSCORE_ASSIGN_OR_RETURN(Setup setup, prepare(config_path, options));
   if (!setup.loaded.ok()) return invalid_argument(format_config_errors(setup.loaded));
-  for (const config::ConfigNotice& n : setup.loaded.notices) log_info(n.path + ": " + n.message);
+  log_config_notices(setup.loaded);
   return build_engine(setup, std::move(model));
+}
+
+void log_config_notices(const config::LoadedConfig& loaded) {
+  const std::string kWarning = "warning: ";
+  for (const config::ConfigNotice& n : loaded.notices) {
+    if (n.message.rfind(kWarning, 0) == 0)
+      log_warning(n.path + ": " + n.message.substr(kWarning.size()));
+    else
+      log_info(n.path + ": " + n.message);
+  }
 }
 
 std::string format_config_errors(const config::LoadedConfig& loaded) {

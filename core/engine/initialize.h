@@ -32,6 +32,10 @@ struct InitializeOptions {
   // process (ranks as threads, e.g. the loopback comm backend); nullptr: a
   // store of this engine's own.
   std::shared_ptr<plugin_host::KvBackend> kv_store;
+  // Keys of DeepSpeed features dscore does not implement become warnings
+  // (notices starting "warning: ") instead of errors, and training runs
+  // without them: `dscore run --allow-unsupported` (config::ErrorKind).
+  bool allow_unsupported = false;
 };
 
 struct Setup {
@@ -62,6 +66,10 @@ Result<std::unique_ptr<Engine>> initialize(const std::string& config_path,
                                            InitializeOptions options = {});
 
 // "<file>:<line>:<col>: <path>: <message>" lines of every config error.
+// Logs the loader's notices: those starting "warning: " (an unsupported
+// feature allowed by allow_unsupported) as warnings, the rest as info.
+void log_config_notices(const config::LoadedConfig& loaded);
+
 std::string format_config_errors(const config::LoadedConfig& loaded);
 
 }  // namespace dscore

@@ -89,11 +89,11 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         HelpCase{{"run", "--help"},
                  "usage: dscore run --config F [--steps N] [-n RANKS]",
-                 {"--config", "--steps", "-n", "--help"}},
+                 {"--config", "--steps", "-n", "--allow-unsupported", "--help"}},
         HelpCase{{"run", "-h"}, "usage: dscore run --config F", {"--config"}},
         HelpCase{{"config", "check", "--help"},
                  "usage: dscore config check F [--world-size N]",
-                 {"--world-size", "--help"}},
+                 {"--world-size", "--allow-unsupported", "--help"}},
         HelpCase{{"config", "--help"}, "usage: dscore config check F", {"config reference"}},
         HelpCase{{"plugins", "list", "--help"},
                  "usage: dscore plugins list [--json]",

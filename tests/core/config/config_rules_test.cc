@@ -131,15 +131,84 @@ TEST(ConfigRules, PredivideAndPrescaleWithReduceScatter) {
       load_with(R"("gradient_predivide_factor": 2.0, "zero_optimization": {"stage": 1})").ok());
 }
 
-TEST(ConfigRules, AmpAndElasticityAreNotImplemented) {
+// Blocks of features DeepSpeed has removed are rejected when given at all,
+// as DeepSpeed 0.19.8 does, with their own kind (not a typo, not lifted by
+// allow_unsupported).
+TEST(ConfigRules, RemovedFeaturesAreRejected) {
   EXPECT_EQ(only_error(load_with(R"("amp": {"enabled": true, "opt_level": "O1"})")),
-            "ds.json:1:44: amp.enabled: dscore does not implement NVIDIA apex AMP; use \"fp16\" or "
-            "\"bf16\" instead");
-  EXPECT_TRUE(load_with(R"("amp": {"enabled": false})").ok());
-  EXPECT_NE(only_error(load_with(R"("elasticity": {"enabled": true})"))
-                .find("elasticity is not supported by dscore"),
-            std::string::npos);
-  EXPECT_TRUE(load_with(R"("elasticity": {"enabled": false, "version": 0.2})").ok());
+            "ds.json:1:25: amp: NVIDIA Apex AMP was removed from DeepSpeed, which now rejects "
+            "\"amp\" (DeepSpeed 0.19.8, deepspeedai/DeepSpeed#8489); remove the block and use "
+            "\"fp16\" or \"bf16\"");
+  for (const char* text :
+       {R"("amp": {"enabled": false})", R"("elasticity": {"enabled": false})", R"("nebula": {})",
+        R"("sparse_gradients": false)", R"("curriculum_learning": {})",
+        R"("compression_training": {})", R"("quantize_training": {"enabled": true})",
+        R"("eigenvalue": {})", R"("sparse_attention": {"mode": "fixed"})",
+        R"("progressive_layer_drop": {"enabled": true})", R"("graph_harvesting": true)",
+        R"("zero_optimization": {"mics_shard_size": 8})",
+        R"("zero_optimization": {"zeropp_loco_param": {"err_beta": 0.8}})"}) {
+    LoadedConfig c = load_with(text);
+    ASSERT_EQ(c.errors.size(), 1u) << text;
+    EXPECT_EQ(c.errors[0].kind, ErrorKind::kRemoved) << text;
+    EXPECT_NE(c.errors[0].message.find("was removed from DeepSpeed"), std::string::npos) << text;
+    ResolveContext lenient;
+    lenient.allow_unsupported = true;
+    EXPECT_FALSE(
+        load_config_text(std::string("{\"train_batch_size\": 1, ") + text + "}", "ds.json", lenient)
+            .ok())
+        << text;
+  }
+}
+
+// A key of a DeepSpeed feature dscore does not implement is an error of its
+// own kind when it turns the feature on, and a warning with allow_unsupported.
+TEST(ConfigRules, UnsupportedFeaturesAreErrorsUnlessAllowed) {
+  const std::string text =
+      R"({"train_batch_size": 1, "autotuning": {"enabled": true},
+          "zero_optimization": {"zero_quantized_weights": true}})";
+  LoadedConfig strict = load_config_text(text, "ds.json", ResolveContext{});
+  ASSERT_EQ(strict.errors.size(), 2u);
+  for (const ConfigError& e : strict.errors) {
+    EXPECT_EQ(e.kind, ErrorKind::kUnsupported) << e.message;
+    EXPECT_NE(e.message.find("not implemented by dscore: "), std::string::npos);
+    EXPECT_NE(e.message.find("--allow-unsupported"), std::string::npos);
+  }
+  EXPECT_EQ(format_error(strict.errors[0], "ds.json").rfind("ds.json:1:25: autotuning: ", 0), 0u)
+      << strict.errors[0].message;
+  ResolveContext allow;
+  allow.allow_unsupported = true;
+  LoadedConfig lenient = load_config_text(text, "ds.json", allow);
+  ASSERT_TRUE(lenient.ok()) << lenient.errors[0].message;
+  int warnings = 0;
+  for (const ConfigNotice& n : lenient.notices)
+    if (n.message.rfind("warning: not implemented by dscore: ", 0) == 0) ++warnings;
+  EXPECT_EQ(warnings, 2);
+  for (const ConfigNotice& n : lenient.notices) {
+    if (n.message.rfind("warning: ", 0) == 0) {
+      EXPECT_TRUE(n.message.ends_with(" (--allow-unsupported: training without it)")) << n.message;
+    }
+  }
+  // Off (enabled false, or the default value): accepted, a notice only.
+  EXPECT_TRUE(load_with(R"("autotuning": {"enabled": false},
+                           "zero_optimization": {"zero_quantized_weights": false})")
+                  .ok());
+  // allow_unsupported lifts nothing else.
+  LoadedConfig typo =
+      load_config_text(R"({"train_batch_size": 1, "autotunnig": {}})", "ds.json", allow);
+  ASSERT_EQ(typo.errors.size(), 1u);
+  EXPECT_EQ(typo.errors[0].kind, ErrorKind::kInvalid);
+}
+
+// The HF guide's NVMe example nests "aio" in "zero_optimization", which
+// DeepSpeed rejects; the meaning is plain, so the message names the move.
+TEST(ConfigRules, AioInsideZeroNamesTheFix) {
+  LoadedConfig c = load_with(R"("zero_optimization": {"stage": 3, "aio": {"block_size": 262144}})");
+  ASSERT_EQ(c.errors.size(), 1u);
+  EXPECT_EQ(c.errors[0].kind, ErrorKind::kDeepSpeedRejects);
+  EXPECT_EQ(c.errors[0].path, "zero_optimization.aio");
+  EXPECT_NE(c.errors[0].message.find("move the \"aio\" object out of \"zero_optimization\""),
+            std::string::npos)
+      << c.errors[0].message;
 }
 
 TEST(ConfigRules, OffloadParamBelowStage3IsIgnoredWithANotice) {

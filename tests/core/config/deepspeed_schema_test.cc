@@ -52,7 +52,10 @@ TEST(DeepSpeedSchema, TopLevelDefaults) {
   EXPECT_EQ(at(r, {"zero_force_ds_cpu_optimizer"}), json::Value(true));
   EXPECT_EQ(at(r, {"prescale_gradients"}), json::Value(false));
   EXPECT_EQ(at(r, {"gradient_predivide_factor"}), json::Value(1.0));
-  EXPECT_EQ(at(r, {"seq_parallel_comm_data_type"}), json::Value("fp32"));
+  EXPECT_EQ(r.find("seq_parallel_comm_data_type"), nullptr);           // renamed after 0.16.0
+  EXPECT_EQ(r.find("seq_parallel_communication_data_type"), nullptr);  // None in 0.19
+  EXPECT_EQ(at(r, {"managed_gradient_accumulation"}), json::Value(true));
+  EXPECT_EQ(at(r, {"gradient_allreduce_op"}), json::Value("mean"));
   EXPECT_EQ(at(r, {"wall_clock_breakdown"}), json::Value(false));
   EXPECT_EQ(r.find("steps_per_print"), nullptr);  // None since v0.15.2
   EXPECT_EQ(r.find("communication_data_type"), nullptr);
@@ -113,13 +116,46 @@ TEST(DeepSpeedSchema, ZeroDefaults) {
   EXPECT_EQ(at(z, {"legacy_stage1"}), json::Value(false));
   EXPECT_EQ(at(z, {"round_robin_gradients"}), json::Value(false));
   EXPECT_EQ(at(z, {"zero_hpz_partition_size"}), json::Value(1));
-  EXPECT_EQ(at(z, {"mics_shard_size"}), json::Value(-1));
+  EXPECT_EQ(z.find("mics_shard_size"), nullptr);  // removed from DeepSpeed: an error
+  EXPECT_EQ(at(z, {"compute_grad_norm"}), json::Value(true));
+  EXPECT_EQ(at(z, {"parameter_alignment"}), json::Value(false));
   EXPECT_EQ(at(z, {"memory_efficient_linear"}), json::Value(true));
   EXPECT_EQ(at(z, {"override_module_apply"}), json::Value(true));
 }
 
 // docs/deepspeed-reference.md#offload; test_zero_config.py: {} builds defaults, absent/null stays
 // None.
+// docs/config-auto.md#offload-and-aio-sizes: "auto" in the offload and aio
+// sizes gives DeepSpeed's default, and says so.
+TEST(DeepSpeedSchema, OffloadAndAioAutoGiveTheDefault) {
+  LoadedConfig c = load_with(R"("zero_optimization": {"stage": 3, "sub_group_size": "auto",
+      "stage3_model_persistence_threshold": "auto",
+      "offload_param": {"device": "cpu", "buffer_count": "auto", "buffer_size": "auto",
+                        "max_in_cpu": "auto", "pin_memory": "auto"},
+      "offload_optimizer": {"device": "cpu", "buffer_count": "auto", "pin_memory": "auto"}},
+      "aio": {"block_size": "auto", "queue_depth": "auto", "intra_op_parallelism": "auto",
+              "single_submit": "auto", "overlap_events": "auto"})");
+  ASSERT_TRUE(c.ok()) << errors_of(c);
+  const json::Value& z = at(c.resolved, {"zero_optimization"});
+  EXPECT_EQ(at(z, {"sub_group_size"}), json::Value(int64_t{1000000000}));
+  EXPECT_EQ(at(z, {"model_persistence_threshold"}), json::Value(INT64_MAX));
+  EXPECT_EQ(at(z, {"offload_param", "buffer_count"}), json::Value(5));
+  EXPECT_EQ(at(z, {"offload_param", "buffer_size"}), json::Value(int64_t{100000000}));
+  EXPECT_EQ(at(z, {"offload_param", "max_in_cpu"}), json::Value(int64_t{1000000000}));
+  EXPECT_EQ(at(z, {"offload_param", "pin_memory"}), json::Value(false));
+  EXPECT_EQ(at(z, {"offload_optimizer", "buffer_count"}), json::Value(4));
+  EXPECT_EQ(at(z, {"offload_optimizer", "pin_memory"}), json::Value(false));
+  EXPECT_EQ(at(c.resolved, {"aio", "block_size"}), json::Value(1048576));
+  EXPECT_EQ(at(c.resolved, {"aio", "queue_depth"}), json::Value(8));
+  EXPECT_EQ(at(c.resolved, {"aio", "intra_op_parallelism"}), json::Value(1));
+  EXPECT_EQ(at(c.resolved, {"aio", "single_submit"}), json::Value(false));
+  EXPECT_EQ(at(c.resolved, {"aio", "overlap_events"}), json::Value(true));
+  EXPECT_TRUE(
+      has_notice(c, "zero_optimization.offload_param.buffer_size", "\"auto\" -> 100000000"));
+  // Where no rule exists, "auto" is still refused.
+  EXPECT_FALSE(load_with(R"("zero_optimization": {"offload_optimizer": {"ratio": "auto"}})").ok());
+}
+
 TEST(DeepSpeedSchema, OffloadDefaults) {
   LoadedConfig c = load_with(
       R"("zero_optimization": {"stage": 3, "offload_param": {}, "offload_optimizer": {}})");
@@ -168,8 +204,7 @@ TEST(DeepSpeedSchema, AioDefaultsAndThreadCount) {
 TEST(DeepSpeedSchema, SectionDefaults) {
   LoadedConfig c = load_with(
       R"("tensorboard": {}, "csv_monitor": {}, "wandb": {}, "comet": {}, "comms_logger": {},
-         "timers": {"throughput": {}}, "flops_profiler": {}, "hybrid_engine": {}, "pipeline": {},
-         "progressive_layer_drop": {}, "nebula": {}, "elasticity": {},
+         "timers": {"throughput": {}}, "flops_profiler": {}, "hybrid_engine": {},
          "activation_checkpointing": {})");
   ASSERT_TRUE(c.ok()) << errors_of(c);
   const json::Value& r = c.resolved;
@@ -190,18 +225,12 @@ TEST(DeepSpeedSchema, SectionDefaults) {
   EXPECT_EQ(at(r, {"flops_profiler", "detailed"}), json::Value(true));
   EXPECT_EQ(at(r, {"hybrid_engine", "max_out_tokens"}), json::Value(512));
   EXPECT_EQ(at(r, {"hybrid_engine", "tp_gather_partition_size"}), json::Value(8));
-  EXPECT_EQ(at(r, {"pipeline", "stages"}), json::Value("auto"));
-  EXPECT_EQ(at(r, {"pipeline", "partition"}), json::Value("best"));
-  EXPECT_EQ(at(r, {"progressive_layer_drop", "gamma"}), json::Value(0.001));
-  EXPECT_EQ(at(r, {"nebula", "persistent_time_interval"}), json::Value(100));
-  EXPECT_EQ(json::serialize(at(r, {"elasticity", "micro_batch_sizes"})), "[2,4,6]");
-  EXPECT_EQ(at(r, {"elasticity", "max_train_batch_size"}), json::Value(2000));
   EXPECT_EQ(at(r, {"checkpoint", "tag_validation"}), json::Value("WARN"));
   EXPECT_EQ(at(r, {"checkpoint", "load_universal"}), json::Value(false));
   EXPECT_EQ(at(r, {"activation_checkpointing", "partition_activations"}), json::Value(false));
   EXPECT_EQ(at(r, {"activation_checkpointing"}).find("number_checkpoints"), nullptr);
   // Sections dscore does not act on say so.
-  EXPECT_TRUE(has_notice(c, "pipeline", "not used by dscore"));
+  EXPECT_TRUE(has_notice(c, "hybrid_engine", "not used by dscore"));
   EXPECT_FALSE(has_notice(c, "flops_profiler", "not used by dscore"));  // the engine profiles
 }
 
@@ -460,8 +489,8 @@ TEST(DeepSpeedSchema, DscoreSections) {
 
 TEST(DeepSpeedSchema, NamedOnlySectionsAcceptAnyKeys) {
   LoadedConfig c = load_with(
-      R"("autotuning": {"enabled": false, "anything": [1]}, "sparse_attention": {"mode": "fixed"},
-                                "amp": {"enabled": false, "opt_level": "O1"})");
+      R"("autotuning": {"enabled": false, "anything": [1]},
+                                "data_efficiency": {"enabled": false, "seed": 1234})");
   ASSERT_TRUE(c.ok()) << errors_of(c);
   EXPECT_TRUE(has_notice(c, "autotuning", "not used by dscore"));
   EXPECT_EQ(at(c.resolved, {"autotuning", "anything"}).items().size(), 1u);
