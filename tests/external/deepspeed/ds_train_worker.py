@@ -3,7 +3,13 @@ DeepSpeed's CPU accelerator with gloo. Started by check_training.py with
 RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT and DS_ACCELERATOR=cpu
 set; rank 0 writes the result as JSON.
 
-Usage: ds_train_worker.py <ds_config.json with dscore's "model"/"seed"/"train_steps"> <result.json>
+Usage: ds_train_worker.py <result.json> <config.json>...
+Each config is a ds_config.json with dscore's "model", "seed" and
+"train_steps"; the runs go one after another in this process, each with a
+fresh engine. (DeepSpeed's CPU FusedAdam keeps its step counter in one
+process-wide C++ optimizer; a new engine's step 1 resets its beta powers
+through std::pow(beta, 1) == beta, and later steps take the running
+product again, so the arithmetic is that of a fresh process.)
 """
 import json
 import os
@@ -20,16 +26,12 @@ DSCORE_ONLY = {"model", "data", "train_steps", "seed", "csv_monitor", "plugins",
                "checkpoint_dir"}
 
 
-def main():
-    config_path, result_path = sys.argv[1], sys.argv[2]
+def train(config_path):
     with open(config_path) as f:
         config = json.load(f)
     model_cfg, seed, steps = config["model"], config["seed"], config["train_steps"]
     ds_config = {k: v for k, v in config.items() if k not in DSCORE_ONLY}
-
-    deepspeed.init_distributed(dist_backend="gloo")
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    torch.set_num_threads(1)
     teacher = dscore_mlp.Teacher(model_cfg["teacher_seed"], model_cfg["input_dim"], model_cfg["output_dim"])
     model = dscore_mlp.Mlp(seed, model_cfg["input_dim"], model_cfg["hidden_dim"], model_cfg["output_dim"],
                            model_cfg["n_hidden_layers"])
@@ -51,12 +53,21 @@ def main():
             engine.step()
         losses.append(rank_loss)
         lrs_after.append(engine.get_lr()[0])  # the monitor's Train/Samples/lr
-    basic = engine.basic_optimizer if hasattr(engine, "basic_optimizer") else engine.optimizer
-    if rank == 0:
+    basic = getattr(engine, "basic_optimizer", None) or engine.optimizer
+    result = {"losses": losses, "lrs_applied": lrs_applied, "lrs_after": lrs_after,
+              "optimizer": type(basic).__name__, "wrapper": type(engine.optimizer).__name__, "gas": gas}
+    engine.destroy()
+    return result
+
+
+def main():
+    result_path, config_paths = sys.argv[1], sys.argv[2:]
+    deepspeed.init_distributed(dist_backend="gloo", verbose=False)
+    torch.set_num_threads(1)
+    results = {path: train(path) for path in config_paths}
+    if torch.distributed.get_rank() == 0:
         with open(result_path, "w") as f:
-            json.dump({"losses": losses, "lrs_applied": lrs_applied, "lrs_after": lrs_after,
-                       "optimizer": type(basic).__name__, "gas": gas,
-                       "deepspeed": deepspeed.__version__, "torch": torch.__version__}, f)
+            json.dump({"runs": results, "deepspeed": deepspeed.__version__, "torch": torch.__version__}, f)
     torch.distributed.barrier()
 
 
