@@ -35,7 +35,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!loaded.config->fp16.enabled) {
-    std::fprintf(stderr, "%s: fp16.enabled is not true: there is no loss scale to trace\n", argv[1]);
+    std::fprintf(stderr, "%s: fp16.enabled is not true: there is no loss scale to trace\n",
+                 argv[1]);
     return 2;
   }
   dscore::zero::LossScaler scaler = dscore::zero::LossScaler::from_config(loaded.config->fp16);
