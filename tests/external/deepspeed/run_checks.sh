@@ -25,7 +25,7 @@ trace="$(dirname "$dscore")/dscore_loss_scale_trace"
 
 if [ -n "${DSCORE_ORACLE_VENV:-}" ]; then
   venv="$DSCORE_ORACLE_VENV"
-  "$venv/bin/python" -c 'import deepspeed, torch' ||
+  "$venv/bin/python" -c 'import deepspeed, torch' >/dev/null 2>&1 ||
     { echo "deepspeed checks: FAILED: DSCORE_ORACLE_VENV=$venv has no deepspeed/torch" >&2; exit 1; }
 else
   venv="$root/build/deepspeed-venv"
