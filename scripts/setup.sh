@@ -2,7 +2,7 @@
 # Install what dscore needs to build and test on Debian 12 (run as root).
 # CUDA and NCCL are optional: the build detects them (nvcc on PATH).
 set -euo pipefail
-packages=(build-essential cmake ninja-build ccache git python3 python3-venv python3-pip
+packages=(build-essential cmake ninja-build ccache git python3 python3-venv python3-pip python3-dev
           libboost-dev libboost-program-options-dev rapidjson-dev libtbb-dev
           libgtest-dev googletest openmpi-bin libopenmpi-dev clang clang-format libxxhash-dev
           libopenblas-dev pkg-config)

@@ -1,0 +1,196 @@
+"""DeepSpeed as the oracle: the same mlp problem trained by DeepSpeed and by
+`dscore run`, at ZeRO stages 0-3 on 1 and 2 ranks.
+
+The reference run (issue 13), in fp32 and in bf16: train_batch_size 16, micro-batch 4 (gas 4 on
+one rank, 2 on two), mlp 16-64x3-4 tanh with teacher_seed 1234, Adam lr 1e-3,
+gradient_clipping 1.0, WarmupLR 0 -> 1e-3 over 10 steps (log), seed 42, 20
+steps. DeepSpeed runs on its CPU accelerator (DS_ACCELERATOR=cpu, gloo;
+FusedAdam there is its CPU Adam, csrc/includes/cpu_adam.h) with the model
+and data of dscore_mlp.py, whose init, batches and float32 kernels are
+dscore's bit for bit. The loss compared is rank 0's mean over its
+micro-batches of the step (dscore's csv_monitor train_loss, full precision).
+
+What must hold:
+- the lr is equal at every update, exactly: the lr each update applies
+  (DeepSpeed's param group before the step; `dscore lr-schedule --csv`) and
+  the monitor's lr after the scheduler step (DeepSpeed's get_lr() after
+  engine.step(); dscore's Train/Samples/lr);
+- fp32: every step's loss agrees to a relative 1e-7. Why that bound:
+  the model, the data, the gradient accumulation, the averaging over ranks
+  (sums of two, divided by two) and the lr are identical, and the first
+  steps' losses are bitwise equal. What is left is how the two Adams
+  arrange the same float32 arithmetic: DeepSpeed's CPU Adam computes
+  m / (sqrt(v) * (1/sqrt(1 - beta2^t)) + eps) * (-lr / (1 - beta1^t)) with
+  FMAs in its own order, dscore FusedAdam's (m / bc1) / (sqrt(v / bc2) + eps),
+  and the clip coefficient max_norm / (norm + 1e-6) comes from a float32
+  norm in DeepSpeed and a double one in dscore (Adam's m / sqrt(v) cancels a
+  common gradient scale, so that one is nearly invisible). Each update then
+  differs in the last bit of some elements: with DeepSpeed's bias
+  corrections, the 8 runs differ by 4e-8 relative at most over 20 steps
+  (below one float32 ulp of the loss, 6e-8 to 1.2e-7). Bias corrections
+  from beta^t in double instead of DeepSpeed's running float32 product
+  (beta1_t *= beta1 per step, 1 - beta1_t in float32) show up at 4.5e-6,
+  and float(pow(double(float beta), t)) at 3.6e-7: both are caught.
+- bf16: a relative 2e-2. bf16 weights keep 8 significant bits, and an update
+  of lr 1e-3 on weights of 0.1-0.25 is about half a bf16 step, so which
+  weights move to the next bf16 value turns on the last bits of the fp32
+  master (the fp32 differences above) and on where the 16-bit gradients
+  are rounded (dscore adds each float32 micro-batch gradient into the bf16
+  buffer with one rounding; DeepSpeed rounds autograd's gradient first).
+  Measured: 8.6e-4 at stages 1-3 and 6.8e-3 at stage 0 (DeepSpeed's
+  FP16_Optimizer path for bf16), so 2e-2 leaves a 3x margin; the first three
+  steps are bitwise equal here too.
+
+Usage: check_training.py <dscore binary>   (DeepSpeed's python is this one)
+"""
+import copy
+import csv
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LOSS_RTOL = {"fp32": 1e-7, "bf16": 2e-2}
+STAGES = (0, 1, 2, 3)
+DTYPES = ("fp32", "bf16")
+WORLDS = (1, 2)
+
+REFERENCE = {
+    "train_batch_size": 16,
+    "train_micro_batch_size_per_gpu": 4,
+    "gradient_clipping": 1.0,
+    "optimizer": {"type": "Adam", "params": {"lr": 0.001}},
+    "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": 0.001,
+                                                 "warmup_num_steps": 10, "warmup_type": "log"}},
+    "model": {"type": "mlp", "input_dim": 16, "hidden_dim": 64, "output_dim": 4, "n_hidden_layers": 3,
+              "activation": "tanh", "teacher_seed": 1234},
+    "train_steps": 20,
+    "seed": 42,
+}
+
+
+def config_for(dtype, stage):
+    c = copy.deepcopy(REFERENCE)
+    if dtype == "bf16":
+        c["bf16"] = {"enabled": True}
+    c["zero_optimization"] = {"stage": stage}
+    if stage == 3:  # partition every parameter, the biases too
+        c["zero_optimization"]["stage3_param_persistence_threshold"] = 0
+    return c
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_deepspeed(world, configs, folder):
+    """Starts the DeepSpeed ranks of one world size; returns (processes, result path, log paths)."""
+    result = os.path.join(folder, f"deepspeed_w{world}.json")
+    port, procs, logs = free_port(), [], []
+    for rank in range(world):
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+                   LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   DS_ACCELERATOR="cpu", PYTHONPATH=HERE, OMP_NUM_THREADS="1")
+        log = os.path.join(folder, f"deepspeed_w{world}_r{rank}.log")
+        logs.append(log)
+        with open(log, "w") as out:
+            procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "ds_train_worker.py"), result]
+                                          + configs, env=env, stdout=out, stderr=subprocess.STDOUT))
+    return procs, result, logs
+
+
+def read_csv(path, column):
+    with open(path) as f:
+        return [float(row[column]) for row in csv.DictReader(f)]
+
+
+def run_dscore(dscore, run, world, config_path, folder):
+    dtype, stage = run
+    work = os.path.join(folder, f"dscore_{dtype}_s{stage}_w{world}")
+    os.makedirs(work)
+    with open(config_path) as f:
+        config = json.load(f)
+    config["csv_monitor"] = {"enabled": True, "output_path": "out", "job_name": "csv"}
+    with open(os.path.join(work, "config.json"), "w") as f:
+        json.dump(config, f)
+    out = subprocess.run([dscore, "run", "--config", "config.json", "-n", str(world)], cwd=work,
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"check_training: FAILED: dscore run ({dtype}, stage {stage}, {world} ranks):\n{out.stdout}{out.stderr}")
+    return (read_csv(os.path.join(work, "out/csv/Train_Samples_train_loss.csv"), "train_loss"),
+            read_csv(os.path.join(work, "out/csv/Train_Samples_lr.csv"), "lr"))
+
+
+def dscore_applied_lrs(dscore, config_path):
+    out = subprocess.run([dscore, "lr-schedule", "--config", config_path, "--csv"], capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"check_training: FAILED: dscore lr-schedule: {out.stderr.strip()}")
+    return [float(row["lr"]) for row in csv.DictReader(out.stdout.splitlines())]
+
+
+def main():
+    dscore = os.path.abspath(sys.argv[1])
+    failures = []
+    with tempfile.TemporaryDirectory() as folder:
+        paths = {}
+        for dtype in DTYPES:
+            for stage in STAGES:
+                paths[(dtype, stage)] = os.path.join(folder, f"{dtype}_stage{stage}.json")
+                with open(paths[(dtype, stage)], "w") as f:
+                    json.dump(config_for(dtype, stage), f)
+        runs = list(paths)
+        started = time.time()
+        # Both world sizes' DeepSpeed ranks at once; dscore runs meanwhile.
+        jobs = {w: start_deepspeed(w, [paths[r] for r in runs], folder) for w in WORLDS}
+        mine = {(r, w): run_dscore(dscore, r, w, paths[r], folder) for w in WORLDS for r in runs}
+        applied = dscore_applied_lrs(dscore, paths[("fp32", 0)])
+        deepspeed = {}
+        for w, (procs, result, logs) in jobs.items():
+            codes = [p.wait() for p in procs]
+            if any(codes):
+                for log in logs:
+                    print(open(log).read()[-4000:], file=sys.stderr)
+                sys.exit(f"check_training: FAILED: a DeepSpeed rank of the {w}-rank runs exited with {codes}")
+            with open(result) as f:
+                deepspeed[w] = json.load(f)
+        print(f"check_training: DeepSpeed {deepspeed[1]['deepspeed']} (torch {deepspeed[1]['torch']}, CPU "
+              f"accelerator) and dscore, {len(runs) * len(WORLDS)} runs in {time.time() - started:.0f} s")
+        for w in WORLDS:
+            for dtype, s in runs:
+                ds = deepspeed[w]["runs"][paths[(dtype, s)]]
+                losses, lrs_after = mine[((dtype, s), w)]
+                rtol = LOSS_RTOL[dtype]
+                name = (f"{dtype} stage {s}, {w} rank{'s' if w > 1 else ''} "
+                        f"(gas {ds['gas']}, {ds['wrapper']}/{ds['optimizer']})")
+                if len(losses) != len(ds["losses"]):
+                    failures.append(f"{name}: dscore logged {len(losses)} losses, DeepSpeed {len(ds['losses'])}")
+                    continue
+                diffs = [abs(a - b) for a, b in zip(ds["losses"], losses)]
+                rels = [d / abs(a) for d, a in zip(diffs, ds["losses"])]
+                worst = max(range(len(rels)), key=rels.__getitem__)
+                exact = next((k for k, d in enumerate(diffs) if d != 0), len(diffs))
+                lr_ok = ds["lrs_applied"] == applied[:len(ds["lrs_applied"])] and ds["lrs_after"] == lrs_after
+                print(f"check_training: {name}: max |dloss| {max(diffs):.3g}, max rel {max(rels):.3g} "
+                      f"(step {worst + 1}), first {exact} steps bitwise equal, lr "
+                      f"{'equal at every update' if lr_ok else 'DIFFERENT'}")
+                if max(rels) > rtol:
+                    failures.append(f"{name}: step {worst + 1} loss DeepSpeed {ds['losses'][worst]!r}, dscore "
+                                    f"{losses[worst]!r}: relative difference {rels[worst]:.3g} > {rtol}")
+                if not lr_ok:
+                    failures.append(f"{name}: lr per update DeepSpeed {ds['lrs_applied']} / after "
+                                    f"{ds['lrs_after']}, dscore {applied[:len(ds['lrs_applied'])]} / "
+                                    f"after {lrs_after}")
+    for f in failures:
+        print(f"check_training: MISMATCH: {f}", file=sys.stderr)
+    if failures:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
