@@ -213,8 +213,10 @@ std::vector<FieldSpec> batch_and_training_fields() {
                                 "Remove it; the precision sections set the training dtype")},
               "data types"))
           .flattened_into<TrainingConfig>(),
-      F("gradient_clipping", T::kNumber, "clip the global gradient norm to this value (0 = off)")
-          .def(0.0)
+      F("gradient_clipping", T::kNumber,
+        "clip the global gradient norm to this value (0 = off; DeepSpeed's default is 1.0 since "
+        "0.19.3)")
+          .def(1.0)
           .min(0)
           .auto_rule("hf_max_grad_norm")
           .to(&TrainingConfig::gradient_clipping),

@@ -47,7 +47,7 @@ TEST(DeepSpeedSchema, TopLevelDefaults) {
   LoadedConfig c = load_with("");
   ASSERT_TRUE(c.ok()) << errors_of(c);
   const json::Value& r = c.resolved;
-  EXPECT_EQ(at(r, {"gradient_clipping"}), json::Value(0.0));
+  EXPECT_EQ(at(r, {"gradient_clipping"}), json::Value(1.0));
   EXPECT_EQ(at(r, {"zero_allow_untested_optimizer"}), json::Value(false));
   EXPECT_EQ(at(r, {"zero_force_ds_cpu_optimizer"}), json::Value(true));
   EXPECT_EQ(at(r, {"prescale_gradients"}), json::Value(false));

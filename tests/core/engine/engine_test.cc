@@ -66,7 +66,7 @@ std::vector<float> params(Engine& e) {
 const char* kSgd = "\"optimizer\": {\"type\": \"fake_sgd\", \"params\": {\"lr\": 1.0}}";
 
 TEST(Engine, UnclippedSgdStepMovesByTheGradient) {
-  Built b = build(std::string("\"train_batch_size\": 1, ") + kSgd);
+  Built b = build(std::string("\"gradient_clipping\": 0, \"train_batch_size\": 1, ") + kSgd);
   train_step(*b.engine);
   EXPECT_EQ(params(*b.engine), (std::vector<float>{3, 4}));
   EXPECT_DOUBLE_EQ(b.engine->get_global_grad_norm(), 5.0);
@@ -94,8 +94,9 @@ TEST(Engine, ClippingInactiveBelowThreshold) {
 
 TEST(Engine, AccumulationUpdatesOnlyAtTheBoundaryWithTheMeanGradient) {
   // gas 4: four micro-batches, each adding (w - c) / 4.
-  Built b =
-      build(std::string("\"train_batch_size\": 8, \"train_micro_batch_size_per_gpu\": 2, ") + kSgd);
+  Built b = build(std::string("\"gradient_clipping\": 0, \"train_batch_size\": 8, "
+                              "\"train_micro_batch_size_per_gpu\": 2, ") +
+                  kSgd);
   Engine& e = *b.engine;
   ASSERT_EQ(e.config().batch.gradient_accumulation_steps, 4);
   for (int m = 0; m < 3; ++m) {
@@ -118,7 +119,7 @@ TEST(Engine, AccumulationUpdatesOnlyAtTheBoundaryWithTheMeanGradient) {
 TEST(Engine, WarmupScheduleFirstTwoUpdatesUseTheMinimumLr) {
   // WarmupLR linear 0 -> 1 over 4 steps: lr(t) = t / 4; the constructor applies t = -1 (min).
   // Update k uses t = k - 2 (docs/deepspeed-reference.md#how-the-engine-drives-schedulers).
-  Built b = build(std::string("\"train_batch_size\": 1, ") + kSgd +
+  Built b = build(std::string("\"gradient_clipping\": 0, \"train_batch_size\": 1, ") + kSgd +
                   ", \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0, "
                   "\"warmup_max_lr\": 1.0, \"warmup_num_steps\": 4, \"warmup_type\": \"linear\"}}");
   Engine& e = *b.engine;

@@ -4,11 +4,11 @@ For each fp16 section below and each overflow pattern, DeepSpeed's scaler
 is built the way its ZeRO optimizers build it (DeepSpeedFP16Config from the
 section, then CreateLossScaler(torch.half, loss_scale, loss_scale == 0,
 dynamic_loss_scale_args())) and driven with update_scale(overflow); dscore's
-is the engine's LossScaler::from_config, driven by the
-dscore_loss_scale_trace tool. The scale after every iteration, and the
+is the engine's (LossScaler::from_config), driven by `dscore loss-scale`.
+The scale after every iteration, and the
 iteration where an overflow at the minimum scale raises, must be equal.
 
-Usage: check_loss_scaler.py <dscore_loss_scale_trace binary>
+Usage: check_loss_scaler.py <dscore binary>
 """
 import json
 import os
@@ -68,18 +68,26 @@ def deepspeed_trace(section, pattern):
     return lines
 
 
-def dscore_trace(tool, section, pattern, folder):
+def dscore_trace(dscore, section, pattern, folder):
+    """`dscore loss-scale`'s CSV trace in deepspeed_trace's line format."""
     path = os.path.join(folder, "fp16.json")
     with open(path, "w") as f:
         json.dump({"train_batch_size": 1, "fp16": section}, f)
-    out = subprocess.run([tool, path, pattern], capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.exit(f"check_loss_scaler: FAILED: {tool} {path} ...: {out.stderr.strip()}")
-    return out.stdout.split("\n")[:-1]
+    overflows = pattern.replace("1", "O").replace("0", "C")
+    out = subprocess.run([dscore, "loss-scale", "--config", path, "--overflows", overflows],
+                         capture_output=True, text=True)
+    rows = [r.split(",") for r in out.stdout.split("\n")[1:] if r]
+    if not rows or (out.returncode != 0 and "minimum" not in out.stderr):
+        sys.exit(f"check_loss_scaler: FAILED: dscore loss-scale --config {path} ...: {out.stderr.strip()}")
+    lines = [f"initial {rows[0][2]}"]
+    lines += [f"{int(r[0]) - 1} {r[1]} {r[2]}" for r in rows[1:]]
+    if out.returncode != 0:  # an overflow at the minimum scale: the update after the last row
+        lines.append(f"error {len(rows) - 1}")
+    return lines
 
 
 def main():
-    tool = sys.argv[1]
+    dscore = sys.argv[1]
     # update_scale asks deepspeed.comm for the rank only to decide who logs;
     # answering 0 spares a process group (and DeepSpeed's JIT-built shm op).
     loss_scaler.dist = types.SimpleNamespace(get_rank=lambda: 0)
@@ -87,7 +95,7 @@ def main():
     with tempfile.TemporaryDirectory() as folder:
         for name, section in SECTIONS.items():
             for pname, pattern in patterns().items():
-                ds, mine = deepspeed_trace(section, pattern), dscore_trace(tool, section, pattern, folder)
+                ds, mine = deepspeed_trace(section, pattern), dscore_trace(dscore, section, pattern, folder)
                 compared += 1
                 if ds != mine:
                     at = next((k for k, (a, b) in enumerate(zip(ds, mine)) if a != b), min(len(ds), len(mine)))

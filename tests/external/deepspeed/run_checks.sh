@@ -2,8 +2,8 @@
 # DeepSpeed itself as the oracle (CPU accelerator, gloo): the same mlp
 # problem trained by DeepSpeed and `dscore run` at ZeRO stages 0-3 on 1 and
 # 2 ranks (check_training.py), the fp16 loss-scale trace against DeepSpeed's
-# DynamicLossScaler (check_loss_scaler.py, with the dscore_loss_scale_trace
-# tool built beside the dscore binary), and every LR scheduler against
+# DynamicLossScaler (check_loss_scaler.py, through `dscore loss-scale`), and
+# every LR scheduler against
 # DeepSpeed's classes (check_lr_schedules.py).
 #
 # The venv (torch + deepspeed, pinned in requirements.txt, installed with
@@ -20,8 +20,6 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../../.." && pwd)"
 [ $# -eq 1 ] || { echo "usage: $0 <dscore binary>" >&2; exit 2; }
 dscore="$(realpath "$1")"
-trace="$(dirname "$dscore")/dscore_loss_scale_trace"
-[ -x "$trace" ] || { echo "deepspeed checks: FAILED: $trace is missing (build the target dscore_loss_scale_trace)" >&2; exit 1; }
 
 if [ -n "${DSCORE_ORACLE_VENV:-}" ]; then
   venv="$DSCORE_ORACLE_VENV"
@@ -53,12 +51,8 @@ export CUDA_VISIBLE_DEVICES="" PYTHONWARNINGS=ignore
 failed=0
 for check in check_lr_schedules.py check_loss_scaler.py check_training.py; do
   start=$SECONDS
-  case $check in
-    check_loss_scaler.py) arg="$trace" ;;
-    *) arg="$dscore" ;;
-  esac
   log="$(mktemp)"
-  if ! "$venv/bin/python" "$here/$check" "$arg" > "$log" 2>&1; then
+  if ! "$venv/bin/python" "$here/$check" "$dscore" > "$log" 2>&1; then
     grep -v -E "^\[[0-9-]+ [0-9:,]+\] \[(INFO|WARNING)\]|^W[0-9]{4} " "$log" >&2 || true
     rm -f "$log"
     echo "deepspeed checks: FAILED: $check ($((SECONDS - start)) s)" >&2
