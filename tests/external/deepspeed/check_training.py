@@ -15,22 +15,27 @@ What must hold:
   (DeepSpeed's param group before the step; `dscore lr-schedule --csv`) and
   the monitor's lr after the scheduler step (DeepSpeed's get_lr() after
   engine.step(); dscore's Train/Samples/lr);
-- fp32: every step's loss agrees to a relative 1e-7. Why that bound:
+- fp32: every step's loss agrees to a relative 2e-6. Why that bound:
   the model, the data, the gradient accumulation, the averaging over ranks
   (sums of two, divided by two) and the lr are identical, and the first
-  steps' losses are bitwise equal. What is left is how the two Adams
-  arrange the same float32 arithmetic: DeepSpeed's CPU Adam computes
-  m / (sqrt(v) * (1/sqrt(1 - beta2^t)) + eps) * (-lr / (1 - beta1^t)) with
-  FMAs in its own order, dscore FusedAdam's (m / bc1) / (sqrt(v / bc2) + eps),
-  and the clip coefficient max_norm / (norm + 1e-6) comes from a float32
-  norm in DeepSpeed and a double one in dscore (Adam's m / sqrt(v) cancels a
-  common gradient scale, so that one is nearly invisible). Each update then
-  differs in the last bit of some elements: with DeepSpeed's bias
-  corrections, the 8 runs differ by 4e-8 relative at most over 20 steps
-  (below one float32 ulp of the loss, 6e-8 to 1.2e-7). Bias corrections
-  from beta^t in double instead of DeepSpeed's running float32 product
-  (beta1_t *= beta1 per step, 1 - beta1_t in float32) show up at 4.5e-6,
-  and float(pow(double(float beta), t)) at 3.6e-7: both are caught.
+  steps' losses are bitwise equal. What is left is the two Adams:
+  * dscore's adam is FusedAdam's arithmetic (the GPU kernel DeepSpeed runs
+    on CUDA): (m / bc1) / (sqrt(v / bc2) + eps) with bc = 1 - pow(beta, t)
+    from the float32 beta, raised in double and rounded to float32 once.
+  * DeepSpeed's CPU accelerator runs its CPU Adam instead:
+    m / (sqrt(v) * (1/sqrt(bc2)) + eps) * (-lr / bc1), with FMAs in its own
+    order, and beta^t kept as a running float32 product (beta_t *= beta
+    each step), which is off by up to t/2 float32 ulps; at t = 20,
+    bc2 = 1 - 0.999^t is ~0.02, so bc2 is off by up to ~3e-5 relative.
+  * The clip coefficient max_norm / (norm + 1e-6) comes from a float32
+    norm in DeepSpeed and a double one in dscore (Adam's m / sqrt(v)
+    cancels a common gradient scale, so that one is nearly invisible).
+  Measured: 6.9e-7 to 7.5e-7 relative at step 18 over the 8 fp32 runs
+  (DeepSpeed 0.19.8); with DeepSpeed's running-product bias corrections
+  copied into dscore it was 4e-8, so the rest is the arithmetic
+  arrangement. The bias corrections of the old bug (beta^t from the double
+  beta) show up at 4.5e-6 to 5e-6: 2e-6 sits between, with a 2.7x margin
+  above what is measured and 2.2x below the bug.
 - bf16: a relative 2e-2. bf16 weights keep 8 significant bits, and an update
   of lr 1e-3 on weights of 0.1-0.25 is about half a bf16 step, so which
   weights move to the next bf16 value turns on the last bits of the fp32
@@ -54,7 +59,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-LOSS_RTOL = {"fp32": 1e-7, "bf16": 2e-2}
+LOSS_RTOL = {"fp32": 2e-6, "bf16": 2e-2}
 STAGES = (0, 1, 2, 3)
 DTYPES = ("fp32", "bf16")
 WORLDS = (1, 2)
