@@ -101,7 +101,7 @@ LoadedConfig load_config_text(std::string_view text, std::string_view source_nam
     std::erase_if(out.errors, unsupported);
   }
   sort_errors(&out.errors);
-  if (out.errors.empty()) out.config = build_training_config(resolved, written);
+  if (out.errors.empty()) out.config = build_training_config(resolved);
   out.resolved = std::move(resolved);
   return out;
 }

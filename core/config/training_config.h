@@ -43,10 +43,6 @@ struct Fp16Config {
   bool consecutive_hysteresis{};
   double min_loss_scale{};
   bool fp16_master_weights_and_grads{};
-  // True when at least one of the five dynamic-scaling keys was given; when
-  // false each loss scaler uses its own defaults
-  // (docs/deepspeed-reference.md#loss-scaler-defaults).
-  bool dynamic_args_given{};
 };
 
 struct Bf16Config {

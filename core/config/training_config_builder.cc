@@ -1,7 +1,7 @@
 // The normalised ds_config.json -> TrainingConfig, by the schema's bindings
 // (config_binding.h): every value read here has been validated and
 // defaulted by the schema already, so this file holds no default and names
-// no key beyond the shape of plugin sections and fp16's written-keys rule.
+// no key beyond the shape of plugin sections.
 // An absent section without a default fills its struct from the section's
 // own schema defaults, as if it were written as {}.
 #include "core/config/training_config_builder.h"
@@ -89,16 +89,9 @@ void add_monitor_plugins(const json::Value& list, const std::string& path,
     monitors->push_back(plugin_ref(list.items()[i], path + "[" + std::to_string(i) + "]"));
 }
 
-TrainingConfig build_training_config(const json::Value& doc, const json::Value& written) {
+TrainingConfig build_training_config(const json::Value& doc) {
   TrainingConfig c;
   bind_object(doc, deepspeed_schema(), "", typeid(TrainingConfig), &c);
-  // docs/deepspeed-reference.md#loss-scaler-defaults: the scalers use their own defaults unless at
-  // least one dynamic key is written (which keys were written, not their values).
-  const json::Value* fp16 = written.is_object() ? written.find("fp16") : nullptr;
-  if (fp16 && fp16->is_object())
-    for (const char* k : {"initial_scale_power", "loss_scale_window", "min_loss_scale",
-                          "hysteresis", "consecutive_hysteresis"})
-      if (fp16->find(k)) c.fp16.dynamic_args_given = true;
   c.resolved = doc;
   return c;
 }

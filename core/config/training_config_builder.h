@@ -7,9 +7,7 @@
 
 namespace dscore::config {
 
-// `resolved`: validated, rules applied, batch derived. `written`: the
-// document as the user wrote it (fp16's "dynamic args given" depends on
-// which keys were written, not on the defaults).
-TrainingConfig build_training_config(const json::Value& resolved, const json::Value& written);
+// `resolved`: validated, rules applied, batch derived.
+TrainingConfig build_training_config(const json::Value& resolved);
 
 }  // namespace dscore::config

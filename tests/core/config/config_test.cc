@@ -260,7 +260,6 @@ TEST(TrainingConfigBuild, ReadsEverySection) {
   EXPECT_EQ(t.scheduler->params_path, "scheduler.params");
 
   EXPECT_TRUE(t.fp16.enabled);
-  EXPECT_TRUE(t.fp16.dynamic_args_given);
   EXPECT_EQ(t.fp16.loss_scale_window, 500);
   EXPECT_EQ(t.fp16.initial_scale_power, 16);
   EXPECT_FALSE(t.bf16.enabled);
@@ -316,7 +315,6 @@ TEST(TrainingConfigBuild, DefaultsComeFromTheSchema) {
   const TrainingConfig& t = *c.config;
   EXPECT_EQ(t.steps_per_print, 0);
   EXPECT_FALSE(t.optimizer);
-  EXPECT_FALSE(t.fp16.dynamic_args_given);
   EXPECT_EQ(t.fp16.loss_scale_window, schema_default({"fp16", "loss_scale_window"}).as_int());
   EXPECT_EQ(t.zero.reduce_bucket_size,
             schema_default({"zero_optimization", "reduce_bucket_size"}).as_int());

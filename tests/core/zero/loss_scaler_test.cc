@@ -48,7 +48,6 @@ TEST(LossScaler, NoDynamicKeysUsesTheSectionDefaults) {
   // DeepSpeed 0.19: the fp16 section's defaults reach the ZeRO scaler too
   // (0.16 started it at 2^32 with hysteresis 1 when no dynamic key was written).
   config::Fp16Config fp16 = fp16_defaults();
-  fp16.dynamic_args_given = false;
   LossScaler s = LossScaler::from_config(fp16);
   EXPECT_TRUE(s.is_dynamic());
   EXPECT_EQ(s.scale(), 65536);
@@ -61,7 +60,6 @@ TEST(LossScaler, NoDynamicKeysUsesTheSectionDefaults) {
 
 TEST(LossScaler, DynamicKeysUseInitialScalePowerAndHysteresis) {
   config::Fp16Config fp16 = fp16_defaults();
-  fp16.dynamic_args_given = true;
   fp16.initial_scale_power = 8;
   fp16.hysteresis = 3;
   LossScaler s = LossScaler::from_config(fp16);

@@ -6,9 +6,8 @@
 # every LR scheduler against
 # DeepSpeed's classes (check_lr_schedules.py).
 #
-# The venv (torch + deepspeed, pinned in requirements.txt, installed with
-# --no-deps so that no CUDA package comes along) is kept in
-# build/deepspeed-venv and reused while requirements.txt is unchanged;
+# The venv (torch + deepspeed and everything they pull, ~5 GB, pinned in
+# requirements.txt) is kept in build/deepspeed-venv and reused while requirements.txt is unchanged;
 # DSCORE_ORACLE_VENV=<venv> uses an existing one instead (nothing is
 # installed into it). DeepSpeed JIT-compiles its CPU Adam the first time
 # (a few minutes): the build is kept in build/deepspeed-torch-extensions.
@@ -33,7 +32,7 @@ else
     start=$SECONDS
     rm -rf "$venv"
     python3 -m venv "$venv"
-    if ! "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps -r "$here/requirements.txt"; then
+    if ! "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements.txt"; then
       rm -rf "$venv"
       echo "deepspeed checks: FAILED: pip could not install tests/external/deepspeed/requirements.txt" \
            "(no network or no PyPI access?); these checks are part of the test suite" >&2
