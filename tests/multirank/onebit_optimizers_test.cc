@@ -48,10 +48,12 @@ TEST_P(ZeroOneAdam, FullUpdatesAreAdamThenOneBitPhasesConverge) {
   RunResult adam = run_workers(spec);
   ASSERT_TRUE(adam.ok()) << adam.process.describe();
   // Updates 1-4 update the variance from averaged gradients: Adam without
-  // bias correction (the losses of steps 0..4 see them).
+  // bias correction (the losses of steps 0..4 see them). 2e-5 relative: each
+  // plugin rounds 1 - beta as its DeepSpeed counterpart (0/1 Adam from the
+  // double, FusedAdam in fp32: 1.3e-5 apart for beta2 = 0.999).
   for (size_t i = 0; i <= 4; ++i)
     EXPECT_NEAR(zero_one.ranks[0].losses[i], adam.ranks[0].losses[i],
-                1e-6 * std::abs(adam.ranks[0].losses[i]))
+                2e-5 * std::abs(adam.ranks[0].losses[i]))
         << "step " << i;
   expect_converges_with_finite_params(zero_one);
   // Update 6 (between variance updates) and the synchronisation of update
@@ -82,10 +84,11 @@ TEST_P(OneBitLamb, WarmupIsLambWithoutBiasCorrectionThenCompressedTrainingConver
   spec.optimizer = R"({"type": "Lamb", "params": {"lr": 0.01, "bias_correction": false}})";
   RunResult lamb = run_workers(spec);
   ASSERT_TRUE(lamb.ok()) << lamb.process.describe();
-  // Warm-up: updates 1..14 (the losses of steps 0..14).
+  // Warm-up: updates 1..14 (the losses of steps 0..14). 2e-5 relative: 1-bit
+  // LAMB rounds 1 - beta from the double, FusedLamb in fp32 (as DeepSpeed).
   for (size_t i = 0; i <= 14; ++i)
     EXPECT_NEAR(onebit.ranks[0].losses[i], lamb.ranks[0].losses[i],
-                1e-6 * std::abs(lamb.ranks[0].losses[i]))
+                2e-5 * std::abs(lamb.ranks[0].losses[i]))
         << "step " << i;
   expect_converges_with_finite_params(onebit);
   const auto& sent = onebit.ranks[0].wire_sent;

@@ -190,13 +190,15 @@ void OneBitLamb::warmup(const sdk::CpuStepTensors& t, const sdk::StepHparams& h,
                         std::vector<TensorScalars>& scalars) {
   const float b1 = static_cast<float>(h.beta1), b2 = static_cast<float>(h.beta2),
               e = static_cast<float>(eps);
+  // 1 - beta from the double, rounded once: DeepSpeed's torch ops take it as a Python scalar.
+  const float c1 = static_cast<float>(1.0 - h.beta1), c2 = static_cast<float>(1.0 - h.beta2);
   for (size_t i = 0; i < t.count(); ++i) {
     const int64_t n = t.numel(i);
     float *p = t.param(i), *m = t.state(0, i), *v = t.state(1, i), *fresh = t.state(2, i);
     const std::vector<float> g = gradient(t, i, h.grad_scale);
     for (int64_t j = 0; j < n; ++j) {
-      m[j] = b1 * m[j] + (1.0f - b1) * g[j];
-      v[j] = b2 * v[j] + (1.0f - b2) * g[j] * g[j];
+      m[j] = b1 * m[j] + c1 * g[j];
+      v[j] = b2 * v[j] + c2 * g[j] * g[j];
     }
     if (h.step + 1 == freeze_step) std::copy_n(v, n, fresh);
     std::vector<float> update(static_cast<size_t>(n));
@@ -247,6 +249,8 @@ void OneBitLamb::compressed_step(const sdk::CpuStepTensors& t, const sdk::StepHp
                                  std::vector<TensorScalars>& scalars, ErrorFeedback& errors) {
   const float b1 = static_cast<float>(h.beta1), b2 = static_cast<float>(h.beta2),
               e = static_cast<float>(eps);
+  // 1 - beta from the double, rounded once: DeepSpeed's torch ops take it as a Python scalar.
+  const float c1 = static_cast<float>(1.0 - h.beta1), c2 = static_cast<float>(1.0 - h.beta2);
   const size_t count = t.count();
   std::vector<TensorScalars*> s(count);
   for (size_t i = 0; i < count; ++i) s[i] = &scalars[i];
@@ -271,7 +275,7 @@ void OneBitLamb::compressed_step(const sdk::CpuStepTensors& t, const sdk::StepHp
     const float c = static_cast<float>(s[i]->scaling_coeff);
     for (int64_t j = 0; j < t.numel(i); ++j) {
       previous[at + j] = m[j];
-      flat[at + j] = (b1 * m[j] + (1.0f - b1) * g[j]) * c;
+      flat[at + j] = (b1 * m[j] + c1 * g[j]) * c;
     }
   }
   if (const dscore_communicator* comm = data_parallel_communicator(); comm != nullptr && total > 0)
@@ -282,8 +286,8 @@ void OneBitLamb::compressed_step(const sdk::CpuStepTensors& t, const sdk::StepHp
     const float c = static_cast<float>(s[i]->scaling_coeff);
     for (int64_t j = 0; j < n; ++j) {
       m[j] = flat[at + j] / c;
-      const float g = (m[j] - previous[at + j] * b1) / (1.0f - b1);
-      fresh[j] = b2 * fresh[j] + (1.0f - b2) * g * g;
+      const float g = (m[j] - previous[at + j] * b1) / c1;
+      fresh[j] = b2 * fresh[j] + c2 * g * g;
     }
     const double factor = factor_of(*s[i], p, m, v, fresh, n, wd);
     const float step = static_cast<float>(h.lr * s[i]->lamb_coeff_freeze * factor);

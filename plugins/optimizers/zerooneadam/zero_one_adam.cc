@@ -205,6 +205,8 @@ void ZeroOneAdam::step(const dscore_optimizer_step_args* args) {
               b2 = static_cast<float>(h.beta2), e = static_cast<float>(eps),
               wd = static_cast<float>(weight_decay * h.weight_decay_multiplier),
               scale = static_cast<float>(h.grad_scale);
+  // 1 - beta from the double, rounded once: DeepSpeed's torch ops take it as a Python scalar.
+  const float c1 = static_cast<float>(1.0 - h.beta1), c2 = static_cast<float>(1.0 - h.beta2);
   const bool needs_comm = (!local_steps && !full) || (local_steps && full);
   const dscore_communicator* comm = needs_comm ? data_parallel_communicator() : nullptr;
   sdk::CpuStepTensors tensors(args, 3, "zerooneadam");
@@ -220,11 +222,11 @@ void ZeroOneAdam::step(const dscore_optimizer_step_args* args) {
     });
     // The momentum (and, on variance updates, the variance).
     if (!local_steps && full) {
-      for (int64_t i = 0; i < n; ++i) v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+      for (int64_t i = 0; i < n; ++i) v[i] = b2 * v[i] + c2 * g[i] * g[i];
     } else if (comm != nullptr && !local_steps) {  // 1-bit average of the gradients
       onebit::compressed_allreduce(*comm, g.data(), n, errors[p]);
     }
-    for (int64_t i = 0; i < n; ++i) m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+    for (int64_t i = 0; i < n; ++i) m[i] = b1 * m[i] + c1 * g[i];
     // The step.
     for (int64_t i = 0; i < n; ++i) {
       float update = m[i] / (std::sqrt(v[i]) + e);

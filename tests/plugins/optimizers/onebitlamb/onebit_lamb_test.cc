@@ -130,14 +130,16 @@ TEST_F(OneBitLambTest, WarmupIsLambWithoutBiasCorrectionOnEveryDtype) {
   const RefStep reference = [](RefTensor& t, const std::vector<double>& grad,
                                const dscore_optimizer_hparams& h) {
     const double b1 = f32(0.9), b2 = f32(0.999), eps = f32(1e-8), wd = f32(0.01);
+    // DeepSpeed's 1 - beta: from the double, rounded to fp32 once.
+    const double c1 = f32(1 - 0.9), c2 = f32(1 - 0.999);
     std::vector<double> u(t.p.size());
     double p_sq = 0, u_sq = 0;
     for (size_t i = 0; i < t.p.size(); ++i) {
       const double g = grad[i] * h.grad_scale;
       double& m = t.state[0][i];
       double& v = t.state[1][i];
-      m = b1 * m + (1 - b1) * g;
-      v = b2 * v + (1 - b2) * g * g;
+      m = b1 * m + c1 * g;
+      v = b2 * v + c2 * g * g;
       u[i] = m / (std::sqrt(v) + eps) + wd * t.p[i];
       p_sq += t.p[i] * t.p[i], u_sq += u[i] * u[i];
     }
@@ -245,8 +247,9 @@ TEST_F(OneBitLambTest, TwoRanksAverageAllMomentaAsOneBufferBitForBit) {
       for (int r = 0; r < world; ++r)
         for (size_t i = 0; i < sizes.size(); ++i)
           for (int64_t j = 0; j < sizes[i]; ++j)
-            flat[r].push_back((b1 * t[r].state[0][i][j] + (1 - b1) * t[r].g[i][j]) *
-                              static_cast<float>(scaling[i]));
+            flat[r].push_back(
+                (b1 * t[r].state[0][i][j] + static_cast<float>(1 - 0.9) * t[r].g[i][j]) *
+                static_cast<float>(scaling[i]));
       const std::vector<float> avg = reference.allreduce(flat);
       for (size_t i = 0, at = 0; i < sizes.size(); ++i)
         for (int64_t j = 0; j < sizes[i]; ++j, ++at)

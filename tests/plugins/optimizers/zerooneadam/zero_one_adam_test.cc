@@ -134,12 +134,14 @@ TEST_F(ZeroOneAdamTest, VarianceUpdatesAreAdamWithoutBiasCorrectionOnEveryDtype)
   const RefStep reference = [](RefTensor& t, const std::vector<double>& grad,
                                const dscore_optimizer_hparams& h) {
     const double b1 = f32(0.9), b2 = f32(0.999), eps = f32(1e-8), wd = f32(0.01);
+    // DeepSpeed's 1 - beta: from the double, rounded to fp32 once.
+    const double c1 = f32(1 - 0.9), c2 = f32(1 - 0.999);
     for (size_t i = 0; i < t.p.size(); ++i) {
       const double g = grad[i] * h.grad_scale;
       double& m = t.state[0][i];
       double& v = t.state[1][i];
-      m = b1 * m + (1 - b1) * g;
-      v = b2 * v + (1 - b2) * g * g;
+      m = b1 * m + c1 * g;
+      v = b2 * v + c2 * g * g;
       t.p[i] -= h.lr * (m / (std::sqrt(v) + eps) + wd * t.p[i]);
     }
   };
@@ -283,13 +285,13 @@ TEST_F(ZeroOneAdamTest, TwoRanksCompressGradientsThenLocalStepsBitForBit) {
       const std::vector<float> avg = reference.allreduce({t[0].g[0], t[1].g[0]});
       for (int r = 0; r < world; ++r)
         for (int64_t i = 0; i < n; ++i)
-          expected_m[r][i] = b1 * t[r].state[0][0][i] + (1 - b1) * avg[i];
+          expected_m[r][i] = b1 * t[r].state[0][0][i] + static_cast<float>(1 - 0.9) * avg[i];
     } else if (k >= 4) {                     // one local step, then the synchronisation
       if (k == 4) reference.reset_errors();  // local steps start with fresh errors
       std::vector<std::vector<float>> u(world, std::vector<float>(n));
       for (int r = 0; r < world; ++r)
         for (int64_t i = 0; i < n; ++i) {
-          const float m = b1 * t[r].state[0][0][i] + (1 - b1) * t[r].g[0][i];
+          const float m = b1 * t[r].state[0][0][i] + static_cast<float>(1 - 0.9) * t[r].g[0][i];
           const float update = m / (std::sqrt(v0[i]) + eps);
           float p = t[r].p[0][i] - lr * update;
           const float acc = 0.0f + -lr * update;
