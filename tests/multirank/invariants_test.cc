@@ -102,5 +102,33 @@ INSTANTIATE_TEST_SUITE_P(Zero, Communication,
                                   std::to_string(std::get<1>(info.param));
                          });
 
+// With gradient accumulation across ranks, stages 0/1 reduce every
+// micro-step into an accumulation buffer (core/zero/grid_reduction.h): the
+// plan counts the buffer, and the reductions per step are gas times Psi.
+TEST(AccumulatingStages, AllocateAndReduceWhatThePlanSays) {
+  for (int stage : {0, 1}) {
+    RunSpec spec;
+    spec.stage = stage;
+    spec.world = 2;
+    spec.gas = 2;
+    spec.hidden = 128;
+    spec.steps = 3;
+    RunResult r = run_workers(spec);
+    ASSERT_TRUE(r.ok()) << r.process.describe();
+    const RankReport& rank = r.ranks.at(0);
+    ASSERT_EQ(rank.memory.size(), 5u);
+    EXPECT_EQ(rank.memory[1], rank.plan[1]) << "stage " << stage << ": gradients";
+    const double psi = static_cast<double>(rank.numel);
+    // Stage 0: the full gradients plus a buffer of them; stage 1: plus its partition.
+    const double buffer = stage == 0 ? psi : psi / spec.world;
+    EXPECT_NEAR(static_cast<double>(rank.memory[1]), 4 * (psi + buffer), 0.01 * 4 * psi)
+        << "stage " << stage;
+    const char* op = stage == 0 ? "allreduce" : "reduce";
+    ASSERT_EQ(rank.comm.count(op), 1u) << "stage " << stage;
+    const double reduced = static_cast<double>(rank.comm.at(op).second) / (spec.steps - 1);
+    EXPECT_NEAR(reduced, spec.gas * psi, 0.01 * psi) << "stage " << stage << ": " << op;
+  }
+}
+
 }  // namespace
 }  // namespace dscore::testing
