@@ -21,8 +21,7 @@ int checkpoint_command(const std::vector<std::string>& args);
 int zero_to_fp32_command(const std::vector<std::string>& args);
 int generate_command(const std::vector<std::string>& args);
 
-// Parses `args` with `options` (+ positional), printing usage errors;
-// returns false (and sets *exit_code) when the command should stop.
+// What `dscore --version` prints: "dscore 0.1.0 (plugin ABI 1.0)".
 std::string version_text();
 
 }  // namespace dscore::cli

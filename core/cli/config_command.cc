@@ -39,17 +39,9 @@ int check(const std::vector<std::string>& args) {
   init.job = comm::JobEnv{};
   init.job->world_size = world_size;  // the batch triad's data-parallel size
   init.allow_unsupported = allow_unsupported;
-  auto setup = prepare(path, init);
-  if (!setup.ok()) {
-    std::fprintf(stderr, "error: %s\n", setup.status().message().c_str());
-    return kExitUsage;
-  }
+  const std::optional<Setup> setup = prepare_or_report(path, init);
+  if (!setup) return kExitUsage;
   const config::LoadedConfig& loaded = setup->loaded;
-  if (!loaded.ok()) {
-    for (const config::ConfigError& e : loaded.errors)
-      std::fprintf(stderr, "error: %s\n", config::format_error(e, loaded.source_name).c_str());
-    return kExitUsage;
-  }
   for (const config::ConfigNotice& n : loaded.notices)
     std::fprintf(stderr, "note: %s: %s\n", n.path.c_str(), n.message.c_str());
   std::printf("%s\n", json::serialize(loaded.resolved, /*pretty=*/true).c_str());

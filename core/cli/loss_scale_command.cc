@@ -45,17 +45,9 @@ int loss_scale_command(const std::vector<std::string>& args) {
     }
   InitializeOptions init;
   init.own_model = true;  // the model does not shape the scale
-  auto setup = prepare(config_path, init);
-  if (!setup.ok()) {
-    std::fprintf(stderr, "error: %s\n", setup.status().message().c_str());
-    return kExitUsage;
-  }
+  const std::optional<Setup> setup = prepare_or_report(config_path, init);
+  if (!setup) return kExitUsage;
   const config::LoadedConfig& loaded = setup->loaded;
-  if (!loaded.ok()) {
-    for (const config::ConfigError& e : loaded.errors)
-      std::fprintf(stderr, "error: %s\n", config::format_error(e, loaded.source_name).c_str());
-    return kExitUsage;
-  }
   if (!loaded.config->fp16.enabled) {
     std::fprintf(stderr,
                  "error: %s: fp16: the loss scale is 1 and never changes without fp16; set "

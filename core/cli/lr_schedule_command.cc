@@ -93,12 +93,6 @@ void print_plot(const std::vector<Row>& rows) {
   std::printf("%*s  1%*s\n", static_cast<int>(margin), "", std::max(1, width - 1), last.c_str());
 }
 
-int config_errors(const config::LoadedConfig& loaded) {
-  for (const config::ConfigError& e : loaded.errors)
-    std::fprintf(stderr, "error: %s\n", config::format_error(e, loaded.source_name).c_str());
-  return kExitUsage;
-}
-
 }  // namespace
 
 int lr_schedule_command(const std::vector<std::string>& args) {
@@ -122,13 +116,9 @@ int lr_schedule_command(const std::vector<std::string>& args) {
     init.train_steps = steps;  // as `dscore run --steps N`: "auto" resolves against it
   }
   init.own_model = true;  // the model does not shape the schedule
-  auto setup = prepare(config_path, init);
-  if (!setup.ok()) {
-    std::fprintf(stderr, "error: %s\n", setup.status().message().c_str());
-    return kExitUsage;
-  }
+  const std::optional<Setup> setup = prepare_or_report(config_path, init);
+  if (!setup) return kExitUsage;
   const config::LoadedConfig& loaded = setup->loaded;
-  if (!loaded.ok()) return config_errors(loaded);
   const config::TrainingConfig& cfg = *loaded.config;
   const int64_t count = cfg.train_steps;
   if (count <= 0) {

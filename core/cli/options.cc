@@ -1,5 +1,6 @@
 #include "core/cli/options.h"
 
+#include <cstdio>
 #include <iostream>
 
 #include "core/cli/commands.h"
@@ -25,6 +26,22 @@ bool parse_options(const std::vector<std::string>& args, const po::options_descr
     return false;
   }
   return true;
+}
+
+std::optional<Setup> prepare_or_report(const std::string& config_path,
+                                       const InitializeOptions& init) {
+  Result<Setup> setup = prepare(config_path, init);
+  if (!setup.ok()) {
+    std::fprintf(stderr, "error: %s\n", setup.status().message().c_str());
+    return std::nullopt;
+  }
+  const config::LoadedConfig& loaded = setup->loaded;
+  if (!loaded.ok()) {
+    for (const config::ConfigError& e : loaded.errors)
+      std::fprintf(stderr, "error: %s\n", config::format_error(e, loaded.source_name).c_str());
+    return std::nullopt;
+  }
+  return std::move(setup).value();
 }
 
 }  // namespace dscore::cli

@@ -4,8 +4,11 @@
 
 #include <boost/program_options.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "core/engine/initialize.h"
 
 namespace dscore::cli {
 
@@ -17,5 +20,11 @@ namespace po = boost::program_options;
 bool parse_options(const std::vector<std::string>& args, const po::options_description& options,
                    const po::positional_options_description& positional, const std::string& usage,
                    po::variables_map* vm, int* exit_code);
+
+// prepare(config_path, init) for a command that reads a config: a setup
+// failure and every config error are printed ("error: ..."), and nullopt
+// comes back (the command then exits kExitUsage).
+std::optional<Setup> prepare_or_report(const std::string& config_path,
+                                       const InitializeOptions& init);
 
 }  // namespace dscore::cli

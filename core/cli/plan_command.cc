@@ -31,17 +31,8 @@ int plan_command(const std::vector<std::string>& args) {
   InitializeOptions init;
   init.job = comm::JobEnv{};
   init.job->world_size = ranks;
-  auto setup = prepare(path, init);
-  if (!setup.ok()) {
-    std::fprintf(stderr, "error: %s\n", setup.status().message().c_str());
-    return kExitUsage;
-  }
-  if (!setup->loaded.ok()) {
-    for (const config::ConfigError& e : setup->loaded.errors)
-      std::fprintf(stderr, "error: %s\n",
-                   config::format_error(e, setup->loaded.source_name).c_str());
-    return kExitUsage;
-  }
+  const std::optional<Setup> setup = prepare_or_report(path, init);
+  if (!setup) return kExitUsage;
   auto plans = plan_job(*setup, ranks);
   if (!plans.ok()) {
     std::fprintf(stderr, "error: %s\n", plans.status().message().c_str());
