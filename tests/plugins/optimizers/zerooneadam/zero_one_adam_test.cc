@@ -7,7 +7,6 @@
 // the accumulated steps, both equal to the dense reference bit for bit;
 // a checkpoint (slots + extra state) resumes exactly; bad params are
 // refused.
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -212,23 +211,22 @@ TEST_F(ZeroOneAdamTest, LocalStepIntervalDoublesUpToTheClipper) {
   vt()->destroy(opt);
 }
 
-// The schedule is advanced update by update, not recomputed from update 1
-// (which would make a run quadratic in its length): 300000 updates of a
-// one-element tensor across both phases take well under a second (10 s
-// leaves room for a loaded machine; the quadratic version takes minutes).
-TEST_F(ZeroOneAdamTest, LongRunsCostTheSamePerUpdate) {
+// A long run through both phases (var_freeze_step 100000, then local steps
+// whose interval doubles up to local_step_clipper) stays finite. The
+// schedule is advanced update by update, not recomputed from update 1: a
+// quadratic schedule would make this run take minutes instead of a fraction
+// of a second (not asserted here: timings belong to bench/, and the
+// sanitizer builds run this on loaded machines).
+TEST_F(ZeroOneAdamTest, LongRunsThroughBothPhasesStayFinite) {
   dscore_optimizer* opt = create(defaults().integer("var_freeze_step", 100000));
   HandTensors t({{0.5f}}, 3);
-  const auto start = std::chrono::steady_clock::now();
-  for (int64_t k = 1; k <= 300000; ++k) {
+  for (int64_t k = 1; k <= 150000; ++k) {
     vt()->wants_reduced_gradients(opt, k);
     t.g[0][0] = k % 2 ? 0.1f : -0.1f;
-    ASSERT_EQ(t.step(vt(), opt, hparams(1e-6, k)), DSCORE_OK);
+    ASSERT_EQ(t.step(vt(), opt, hparams(1e-6, k)), DSCORE_OK) << "update " << k;
   }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_LT(seconds, 10.0);
   EXPECT_TRUE(std::isfinite(t.p[0][0]));
+  for (float x : t.state[0][0]) EXPECT_TRUE(std::isfinite(x)) << "exp_avg";
   vt()->destroy(opt);
 }
 
