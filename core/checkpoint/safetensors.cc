@@ -17,7 +17,8 @@ namespace dscore::checkpoint {
 namespace {
 
 constexpr uint64_t kMaxHeaderBytes = 100u << 20;
-constexpr size_t kHashPiece = 1u << 20;  // hash and write in cache-sized pieces
+constexpr size_t kHashPiece = 1u << 20;       // hash and write in cache-sized pieces
+constexpr uint64_t kStreamPiece = 64u << 20;  // bytes asked of a streamed tensor at once
 
 struct DtypeName {
   dscore_dtype dtype;
@@ -187,8 +188,21 @@ Status write_safetensors(const std::string& path, const std::vector<TensorData>&
   for (const TensorData& t : tensors) specs.push_back(t.spec);
   DSCORE_ASSIGN_OR_RETURN(SafetensorsWriter writer,
                           SafetensorsWriter::create(path, std::move(specs), metadata));
+  std::vector<char> piece;  // for streamed tensors
   for (size_t i = 0; i < tensors.size(); ++i) {
-    DSCORE_RETURN_IF_ERROR(writer.append(tensors[i].data, tensors[i].spec.bytes()));
+    const TensorData& t = tensors[i];
+    if (!t.source) {
+      DSCORE_RETURN_IF_ERROR(writer.append(t.data, t.spec.bytes()));
+    } else {
+      const uint64_t total = t.spec.bytes();
+      piece.resize(static_cast<size_t>(std::min<uint64_t>(total, kStreamPiece)));
+      for (uint64_t done = 0; done < total;) {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(total - done, kStreamPiece));
+        DSCORE_RETURN_IF_ERROR(t.source(done, piece.data(), n));
+        DSCORE_RETURN_IF_ERROR(writer.append(piece.data(), n));
+        done += n;
+      }
+    }
     if (i == 0 && midway) midway();
   }
   return writer.commit();

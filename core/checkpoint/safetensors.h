@@ -68,10 +68,13 @@ class SafetensorsWriter {
   std::vector<uint64_t> checksums_;
 };
 
-// One tensor to write from memory.
+// One tensor to write: from memory (`data`), or streamed from `source`,
+// which fills dst with the tensor's bytes [offset, offset + bytes) (state
+// kept on NVMe; write_safetensors asks for pieces of a bounded size).
 struct TensorData {
   TensorSpec spec;
   const void* data = nullptr;
+  std::function<Status(uint64_t offset, void* dst, size_t bytes)> source = nullptr;
 };
 // Write a whole file. `midway` (optional) runs once after the first tensor
 // is on disk (the crash tests' hook).

@@ -9,9 +9,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include <unistd.h>
+
 #include "core/base/logging.h"
 #include "core/base/strings.h"
 #include "core/engine/flops_probe.h"
+#include "core/engine/nvme_state.h"
 #include "core/engine/phase_timers.h"
 #include "core/zero/precision.h"
 
@@ -40,16 +43,19 @@ class PhaseScope {
 
 std::vector<config::ConfigError> unsupported_features(const config::TrainingConfig& config) {
   std::vector<config::ConfigError> out;
-  if (config.zero.offload_optimizer && config.zero.offload_optimizer->device != "none")
-    out.push_back(
-        {"zero_optimization.offload_optimizer.device",
-         {},
-         "optimizer offload is not available in this dscore build yet; set \"device\": \"none\""});
-  if (config.zero.offload_param && config.zero.offload_param->device != "none")
-    out.push_back(
-        {"zero_optimization.offload_param.device",
-         {},
-         "parameter offload is not available in this dscore build yet; set \"device\": \"none\""});
+  if (config.zero.offload_optimizer && config.zero.offload_optimizer->device == "nvme" &&
+      config.zero.stage == 0)
+    out.push_back({"zero_optimization.offload_optimizer.device",
+                   {},
+                   "optimizer offload partitions the optimizer state, which ZeRO stage 0 does "
+                   "not: use \"stage\": 1, 2 or 3 with \"device\": \"nvme\" (DeepSpeed "
+                   "also needs stage >= 1)"});
+  if (config.zero.offload_param && config.zero.offload_param->device == "nvme" &&
+      config.zero.stage == 3)
+    out.push_back({"zero_optimization.offload_param.device",
+                   {},
+                   "parameters on NVMe are not available in this dscore build yet; set \"device\": "
+                   "\"none\" or \"cpu\" (on a CPU run the parameters are in host memory already)"});
   if (config.checkpoint.load_universal)
     out.push_back(
         {"checkpoint.load_universal",
@@ -105,12 +111,23 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   ctx.stream = engine->stream_.get();
   ctx.model_dtype = zero::model_dtype_of(config);
   ctx.grad_dtype = zero::grad_dtype_of(config);
+  ctx.master_elsewhere =
+      config.zero.offload_optimizer && config.zero.offload_optimizer->device == "nvme";
+  if (config.zero.offload_param && config.zero.offload_param->device == "cpu" &&
+      config.zero.stage == 3 && engine->rank() == 0)
+    log_info(
+        "offload_param.device \"cpu\": the parameters are in host memory already (this run "
+        "computes on the CPU)");
   engine->strategy_ = zero::make_zero_strategy(ctx);
   DSCORE_RETURN_IF_ERROR(engine->strategy_->initialise(*engine->model_));
   DSCORE_ASSIGN_OR_RETURN(
+      std::unique_ptr<OwnedState> state,
+      engine->make_owned_state(*components.optimizer, std::move(components.swapper)));
+  DSCORE_ASSIGN_OR_RETURN(
       engine->optimizer_,
       OptimizerRunner::create(std::move(components.optimizer), engine->strategy_.get(),
-                              engine->layout_, ctx.model_dtype, ctx.grad_dtype, config.zero.stage));
+                              std::move(state), engine->layout_, ctx.model_dtype, ctx.grad_dtype,
+                              config.zero.stage));
   engine->scaler_ = zero::LossScaler::from_config(config.fp16);
   auto clock = std::make_unique<EngineClock>(*engine->stream_);
   engine->clock_ = clock.get();
@@ -375,7 +392,56 @@ std::vector<double> Engine::get_lr() const {
   return {point.ok() ? point->lr : std::nan("")};
 }
 
-Status Engine::gather_parameters(std::vector<float>* out) { return strategy_->gather_master(out); }
+Status Engine::gather_parameters(std::vector<float>* out) {
+  if (strategy_->owned_master() != nullptr) return strategy_->gather_master(out);
+  // The master weights are on NVMe: read this rank's, then gather.
+  std::vector<float> owned(static_cast<size_t>(strategy_->owned_numel()));
+  DSCORE_RETURN_IF_ERROR(
+      optimizer_->state().read(kMasterState, 0, strategy_->owned_numel(), owned.data()));
+  return strategy_->gather_owned(owned.data(), out);
+}
+
+Result<std::unique_ptr<OwnedState>> Engine::make_owned_state(
+    const plugin_host::OptimizerInstance& optimizer, std::unique_ptr<offload::Swapper> swapper) {
+  std::vector<zero::StateSlot> slots;
+  std::vector<double> initial;
+  for (const auto& s : optimizer.slots()) {
+    slots.push_back({s.name, s.dtype, s.elements_per_param});
+    initial.push_back(s.initial_value);
+  }
+  const std::optional<config::OffloadConfig>& offload = config_.zero.offload_optimizer;
+  const std::string device = offload ? offload->device : "none";
+  if (device != "nvme") {
+    if (device == "cpu" && rank() == 0)
+      log_info(
+          "offload_optimizer.device \"cpu\": the optimizer state is in host memory already "
+          "(this run computes on the CPU)");
+    DSCORE_ASSIGN_OR_RETURN(
+        auto state,
+        InMemoryState::create(slots, initial, strategy_->owned_numel(), strategy_->owned_master()));
+    return std::unique_ptr<OwnedState>(std::move(state));
+  }
+  if (!swapper)
+    return failed_precondition(
+        "offload_optimizer.device \"nvme\" needs the \"nvme\" swapper plugin: pass "
+        "EngineComponents::swapper, or create the engine with dscore::initialize()");
+  // One folder per job (rank 0's process id, the same on every rank) and rank.
+  int64_t job = static_cast<int64_t>(::getpid());
+  DSCORE_RETURN_IF_ERROR(comm_->broadcast({&job, DSCORE_DTYPE_I64, 1}, 0));
+  NvmeStateOptions options;
+  options.folder =
+      offload->nvme_path + "/dscore-job" + std::to_string(job) + "/rank" + std::to_string(rank());
+  options.sub_group_size = config_.zero.sub_group_size;
+  options.pipeline_read = offload->pipeline_read;
+  options.pipeline_write = offload->pipeline_write;
+  const bool fp32 = zero::model_dtype_of(config_) == DSCORE_DTYPE_F32;
+  DSCORE_ASSIGN_OR_RETURN(auto state, NvmeState::create(std::move(swapper), options, slots, initial,
+                                                        strategy_->owned_numel(),
+                                                        fp32 ? strategy_->owned_master() : nullptr,
+                                                        *model_, strategy_->owned_segments()));
+  log_info("rank " + std::to_string(rank()) + ": optimizer state " + state->describe());
+  return std::unique_ptr<OwnedState>(std::move(state));
+}
 
 zero::ZeroPlan Engine::plan() const {
   return zero::make_plan(config_, layout_, optimizer_->slots(), comm_->world_size(), comm_->rank());

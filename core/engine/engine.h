@@ -36,6 +36,7 @@
 #include "core/engine/optimizer_runner.h"
 #include "core/engine/step_observer.h"
 #include "core/model/model.h"
+#include "core/offload/swapper.h"
 #include "core/plugin_host/host_context.h"
 #include "core/plugin_host/instances.h"
 #include "core/zero/loss_scaler.h"
@@ -57,6 +58,9 @@ struct EngineComponents {
   // The context the plugin instances above live in (one per engine); the
   // engine installs comm in it as the world and data-parallel group.
   std::shared_ptr<plugin_host::HostContext> host;  // required
+  // Required with "offload_optimizer": {"device": "nvme"}: the I/O of the
+  // "nvme" swapper plugin (initialize() loads it with the "aio" section).
+  std::unique_ptr<offload::Swapper> swapper;
 };
 
 // Config settings this engine cannot run yet, each with its JSON path and
@@ -160,6 +164,9 @@ class Engine {
   explicit Engine(const config::TrainingConfig& config) : config_(config) {}
   Status gather_parameters(std::vector<float>* out);
   Status gather_optimizer_state(size_t slot, std::vector<float>* out);
+  // Where the optimizer state lives (offload_optimizer): memory or NVMe.
+  Result<std::unique_ptr<OwnedState>> make_owned_state(
+      const plugin_host::OptimizerInstance& optimizer, std::unique_ptr<offload::Swapper> swapper);
   EngineTiming timing() const;
   void reset_timing();
   Status boundary_step();  // the accumulation boundary's work

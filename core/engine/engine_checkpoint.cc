@@ -186,19 +186,26 @@ Status Engine::write_checkpoint_files(const std::string& folder, const std::stri
         {{name, dtype, shape.empty() ? std::vector<int64_t>{values} : std::move(shape)}, data});
     header.fragments.push_back({name, param, slot, begin, numel});
   };
-  const float* master = strategy_->owned_master();
+  // The optimizer state is streamed from where it lives (memory or NVMe):
+  // `state` values from `first` on, piece by piece.
+  OwnedState& owned = optimizer_->state();
+  auto add_state = [&](const std::string& slot, int state, const zero::OwnedSegment& s, int64_t epp,
+                       dscore_dtype dtype) {
+    add(slot, params[s.param].name, s.element, s.numel, s.numel * epp, dtype, nullptr, {});
+    const size_t es = sdk::dtype_size(dtype);
+    const int64_t first = s.offset * epp;
+    tensors.back().source = [&owned, state, first, es](uint64_t offset, void* dst, size_t bytes) {
+      return owned.read(state, first + static_cast<int64_t>(offset / es),
+                        static_cast<int64_t>(bytes / es), dst);
+    };
+  };
   const std::vector<zero::OwnedSegment> segments = strategy_->checkpoint_segments();
   for (const zero::OwnedSegment& s : segments)
-    add(ck::kMasterSlot, params[s.param].name, s.element, s.numel, s.numel, DSCORE_DTYPE_F32,
-        master + s.offset, {});
+    add_state(ck::kMasterSlot, kMasterState, s, 1, DSCORE_DTYPE_F32);
   const std::vector<zero::StateSlot> slots = optimizer_->slots();
-  for (size_t k = 0; k < slots.size(); ++k) {
-    const char* base = static_cast<const char*>(optimizer_->slot_data(k));
-    const int64_t epp = slots[k].elements_per_param;
+  for (size_t k = 0; k < slots.size(); ++k)
     for (const zero::OwnedSegment& s : segments)
-      add(slots[k].name, params[s.param].name, s.element, s.numel, s.numel * epp, slots[k].dtype,
-          base + static_cast<size_t>(s.offset * epp) * sdk::dtype_size(slots[k].dtype), {});
-  }
+      add_state(slots[k].name, static_cast<int>(k), s, slots[k].elements_per_param, slots[k].dtype);
   std::string optimizer_extra;
   if (optimizer_->instance().has_extra_state()) {
     DSCORE_ASSIGN_OR_RETURN(optimizer_extra, optimizer_->instance().save_extra_state());
@@ -247,7 +254,7 @@ Result<LoadedCheckpoint> Engine::load_checkpoint(const std::string& dir,
   Result<LoadedCheckpoint> local = read_checkpoint(dir, options);
   DSCORE_RETURN_IF_ERROR(comm::agree(*comm_, local.status()));
   // The model's copy of the parameters, from the loaded masters.
-  optimizer_->write_16bit_copy();
+  DSCORE_RETURN_IF_ERROR(optimizer_->write_16bit_copy());
   DSCORE_RETURN_IF_ERROR(strategy_->after_update());
   if (rank() == 0)
     log_info("loaded checkpoint " + local->path + " (saved by " +
@@ -296,15 +303,11 @@ Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir,
   if (set.headers().front().checkpoint_id != header0.checkpoint_id)
     return data_loss(loaded.path + " mixes files of two saves: restore the folder from one save");
 
-  float* master = strategy_->owned_master();
   const auto& segments = strategy_->owned_segments();
   const char* master_slot = weights_only ? ck::kParamSlot : ck::kMasterSlot;
   DSCORE_RETURN_IF_ERROR(set.check_complete(master_slot, saved));
-  for (const zero::OwnedSegment& s : segments)
-    DSCORE_RETURN_IF_ERROR(set.read(master_slot, params[s.param].name, s.element, s.numel, 1,
-                                    DSCORE_DTYPE_F32, master + s.offset));
+  const std::vector<zero::StateSlot> slots = optimizer_->slots();
   if (!weights_only) {
-    const std::vector<zero::StateSlot> slots = optimizer_->slots();
     const std::vector<std::string> have = state.optimizer_slot_names();
     std::vector<std::string> want;
     for (const zero::StateSlot& slot : slots) want.push_back(slot.name);
@@ -313,16 +316,34 @@ Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir,
           "checkpoint " + loaded.path + " has optimizer state [" + join(have, ", ") +
           "] but the configured optimizer declares [" + join(want, ", ") +
           "]: load with load_optimizer_states=false to take only the weights");
-    for (size_t k = 0; k < slots.size(); ++k) {
-      DSCORE_RETURN_IF_ERROR(set.check_complete(slots[k].name, saved));
-      char* base = static_cast<char*>(optimizer_->slot_data(k));
-      const size_t es = sdk::dtype_size(slots[k].dtype);
-      const uint32_t epp = slots[k].elements_per_param;
-      for (const zero::OwnedSegment& s : segments)
-        DSCORE_RETURN_IF_ERROR(set.read(slots[k].name, params[s.param].name, s.element, s.numel,
-                                        epp, slots[k].dtype,
-                                        base + static_cast<size_t>(s.offset) * epp * es));
-    }
+    for (const zero::StateSlot& slot : slots)
+      DSCORE_RETURN_IF_ERROR(set.check_complete(slot.name, saved));
+  }
+  // Tile by tile into wherever the state lives (memory or NVMe): each
+  // segment's part inside the tile.
+  DSCORE_RETURN_IF_ERROR(
+      optimizer_->state().for_each_tile(TileAccess::kUpdate, [&](const StateTile& tile) -> Status {
+        for (const zero::OwnedSegment& s : segments) {
+          const int64_t a = std::max(s.offset, tile.begin);
+          const int64_t b = std::min(s.offset + s.numel, tile.end);
+          if (a >= b) continue;
+          const int64_t element = s.element + (a - s.offset);
+          const std::string& name = params[s.param].name;
+          DSCORE_RETURN_IF_ERROR(set.read(master_slot, name, element, b - a, 1, DSCORE_DTYPE_F32,
+                                          tile.master + (a - tile.begin)));
+          if (weights_only) continue;
+          for (size_t k = 0; k < slots.size(); ++k) {
+            const size_t es = sdk::dtype_size(slots[k].dtype);
+            const uint32_t epp = slots[k].elements_per_param;
+            DSCORE_RETURN_IF_ERROR(set.read(slots[k].name, name, element, b - a, epp,
+                                            slots[k].dtype,
+                                            static_cast<char*>(tile.slots[k]) +
+                                                static_cast<size_t>(a - tile.begin) * epp * es));
+          }
+        }
+        return Status::Ok();
+      }));
+  if (!weights_only) {
     if (optimizer_->instance().has_extra_state()) {
       if (header0.world_size != world_size())
         return failed_precondition(
@@ -389,13 +410,15 @@ Status Engine::gather_optimizer_state(size_t slot, std::vector<float>* out) {
   const int64_t total = layout_.total_numel() * epp;
   std::vector<float> mine(static_cast<size_t>(total), 0.0f);
   std::vector<uint8_t> owned(static_cast<size_t>(total), 0);
-  const char* base = static_cast<const char*>(optimizer_->slot_data(slot));
   const size_t es = sdk::dtype_size(slots[slot].dtype);
+  std::vector<char> values_of_segment;
   for (const zero::OwnedSegment& s : strategy_->owned_segments()) {
     const int64_t at = (layout_.params()[s.param].offset + s.element) * epp;
-    DSCORE_RETURN_IF_ERROR(ck::convert_values(base + static_cast<size_t>(s.offset) * epp * es,
-                                              slots[slot].dtype, mine.data() + at, DSCORE_DTYPE_F32,
-                                              s.numel * epp));
+    values_of_segment.resize(static_cast<size_t>(s.numel * epp) * es);
+    DSCORE_RETURN_IF_ERROR(optimizer_->state().read(static_cast<int>(slot), s.offset * epp,
+                                                    s.numel * epp, values_of_segment.data()));
+    DSCORE_RETURN_IF_ERROR(ck::convert_values(values_of_segment.data(), slots[slot].dtype,
+                                              mine.data() + at, DSCORE_DTYPE_F32, s.numel * epp));
     std::fill(owned.begin() + at, owned.begin() + at + s.numel * epp, 1);
   }
   const int world = world_size();

@@ -1,17 +1,19 @@
-// Runs the optimizer plugin over this rank's owned space. Owns the
-// optimizer's declared state slots (host-owned state: one flat buffer per
-// slot, at the owned-space offsets of the ZeRO strategy) and the tensor
-// views step() receives, built once: one group per weight-decay multiplier
+// Runs the optimizer plugin over this rank's owned space, tile by tile of
+// its OwnedState (owned_state.h: the master weights and the optimizer's
+// declared slots, in memory or streamed from NVMe). For each tile, the
+// tensor views step() receives: one group per weight-decay multiplier
 // (parameters the model flags DSCORE_PARAM_NO_WEIGHT_DECAY get 0), each
-// tensor a run of one parameter's elements. Writes the 16-bit model copy
-// in the same pass when the plugin fuses it, else converts after.
+// tensor a run of one parameter's elements within the tile. The optimizers
+// the stages accept are elementwise, so any tiling gives the same bits.
+// Writes the 16-bit model copy in the same pass when the plugin fuses it,
+// else converts after.
 #pragma once
 
 #include <memory>
 #include <vector>
 
-#include "core/base/memory.h"
 #include "core/base/status.h"
+#include "core/engine/owned_state.h"
 #include "core/plugin_host/instances.h"
 #include "core/zero/param_layout.h"
 #include "core/zero/plan.h"
@@ -25,7 +27,8 @@ class OptimizerRunner {
   // splits them, naming the plugin and the fix.
   static Result<std::unique_ptr<OptimizerRunner>> create(
       std::unique_ptr<plugin_host::OptimizerInstance> instance, zero::ZeroStrategy* strategy,
-      const ParamLayout& layout, dscore_dtype model_dtype, dscore_dtype grad_dtype, int stage);
+      std::unique_ptr<OwnedState> state, const ParamLayout& layout, dscore_dtype model_dtype,
+      dscore_dtype grad_dtype, int stage);
 
   const plugin_host::OptimizerInstance& instance() const { return *instance_; }
   plugin_host::OptimizerInstance& instance() { return *instance_; }
@@ -40,17 +43,16 @@ class OptimizerRunner {
   // number `step` (1-based); every gradient is multiplied by grad_scale.
   Status step(const dscore_schedule_point& point, int64_t step, double grad_scale);
 
-  // Slot s's buffer: (owned numel x elements_per_param) values of its dtype,
-  // at the owned-space offsets (checkpoints read and write it).
-  void* slot_data(size_t s) { return states_[s].get(); }
+  // Where the master weights and slots live (checkpoints read and write it).
+  OwnedState& state() { return *state_; }
   // Write the model's 16-bit copy of the owned space from the fp32 master
   // weights (after a checkpoint replaced them); nothing for fp32 models.
-  void write_16bit_copy();
+  Status write_16bit_copy();
 
  private:
   struct Group {
     double weight_decay_multiplier = 1;
-    std::vector<zero::OwnedSegment> segments;
+    std::vector<zero::OwnedSegment> segments;                    // clipped to the tile
     std::vector<std::vector<int64_t>> shapes;                    // per segment: {numel}
     std::vector<std::vector<int64_t>> state_shapes;              // per slot x segment
     std::vector<dscore_tensor> params, grads, states, params16;  // states: slot-major
@@ -58,16 +60,18 @@ class OptimizerRunner {
     std::vector<const dscore_tensor*> grad_ptrs;
   };
   OptimizerRunner() = default;
-  void build_group(Group* group, double multiplier,
-                   const std::vector<zero::OwnedSegment>& segments);
+  // The tile's part of `segments`, with views into the tile.
+  void build_group(Group* group, double multiplier, const std::vector<zero::OwnedSegment>& segments,
+                   const StateTile& tile);
+  Status step_tile(const StateTile& tile, dscore_optimizer_hparams* hparams);
 
   std::unique_ptr<plugin_host::OptimizerInstance> instance_;
   zero::ZeroStrategy* strategy_ = nullptr;
   dscore_dtype model_dtype_ = DSCORE_DTYPE_F32;
   dscore_dtype grad_dtype_ = DSCORE_DTYPE_F32;
-  std::vector<CountedBuffer> states_;  // per slot: (owned * elements_per_param) slot dtype
-  std::vector<Group> groups_;
-  bool fuse_16bit_ = true;  // until the plugin says UNIMPLEMENTED
+  std::unique_ptr<OwnedState> state_;
+  std::vector<zero::OwnedSegment> decay_, no_decay_;  // owned segments by weight decay
+  bool fuse_16bit_ = true;                            // until the plugin says UNIMPLEMENTED
 };
 
 }  // namespace dscore

@@ -13,12 +13,14 @@ namespace dscore::zero {
 using tensor::element_at;
 
 FlatStorage::FlatStorage(const ParamLayout& layout, dscore_dtype model_dtype,
-                         dscore_dtype grad_dtype, int rank, int world, Ownership ownership)
+                         dscore_dtype grad_dtype, int rank, int world, Ownership ownership,
+                         bool master_elsewhere)
     : layout_(&layout),
       model_dtype_(model_dtype),
       grad_dtype_(grad_dtype),
       rank_(rank),
-      ownership_(ownership) {
+      ownership_(ownership),
+      master_elsewhere_(master_elsewhere && model_dtype != DSCORE_DTYPE_F32) {
   partition_ = make_flat_partition(layout.total_numel(), world);
   owned_begin_ = replicated() ? 0 : partition_.begin(rank_);
   owned_end_ = replicated() ? partition_.padded_numel : partition_.end(rank_);
@@ -35,7 +37,7 @@ Status FlatStorage::allocate() {
   DSCORE_ASSIGN_OR_RETURN(
       params_, tensor::allocate_elements(partition_.padded_numel, md, MemoryUse::kParameters,
                                          std::string("parameters ") + sdk::dtype_name(md)));
-  if (md != DSCORE_DTYPE_F32) {
+  if (md != DSCORE_DTYPE_F32 && !master_elsewhere_) {
     DSCORE_ASSIGN_OR_RETURN(
         master_, tensor::allocate_elements(owned_numel(), DSCORE_DTYPE_F32, MemoryUse::kMaster,
                                            "master weights fp32"));
@@ -62,11 +64,9 @@ Status FlatStorage::initialise_owned(const Model& model) {
   for (const OwnedSegment& s : segments_) {
     const ParamEntry& p = params[s.param];
     const int64_t offset_in_param = owned_begin_ + s.offset - p.offset;
-    DSCORE_RETURN_IF_ERROR(model.init_param(s.param, offset_in_param, s.numel, master + s.offset));
-    if (model_dtype_ != DSCORE_DTYPE_F32)
-      tensor::convert(master + s.offset, DSCORE_DTYPE_F32,
-                      element_at(params_.get(), model_dtype_, owned_begin_ + s.offset),
-                      model_dtype_, s.numel);
+    DSCORE_RETURN_IF_ERROR(init_owned(
+        model, s.param, offset_in_param, s.numel, master == nullptr ? nullptr : master + s.offset,
+        element_at(params_.get(), model_dtype_, owned_begin_ + s.offset), model_dtype_));
   }
   return Status::Ok();
 }
@@ -91,6 +91,7 @@ std::pair<int64_t, int64_t> FlatStorage::norm_range() const {
 }
 
 float* FlatStorage::owned_master() {
+  if (master_elsewhere_) return nullptr;
   return model_dtype_ == DSCORE_DTYPE_F32
              ? reinterpret_cast<float*>(element_at(params_.get(), DSCORE_DTYPE_F32, owned_begin_))
              : static_cast<float*>(master_.get());
@@ -103,7 +104,7 @@ void* FlatStorage::owned_params16() {
 
 const float* FlatStorage::full_master() const {
   if (model_dtype_ == DSCORE_DTYPE_F32) return static_cast<const float*>(params_.get());
-  return replicated() ? static_cast<const float*>(master_.get()) : nullptr;
+  return replicated() && !master_elsewhere_ ? static_cast<const float*>(master_.get()) : nullptr;
 }
 
 void FlatStorage::point_grads(size_t first, size_t end, void* memory, int64_t window) {

@@ -27,8 +27,9 @@ enum class Ownership {
 
 class FlatStorage {
  public:
+  // `master_elsewhere`: keep no fp32 master (zero_strategy.h ZeroContext).
   FlatStorage(const ParamLayout& layout, dscore_dtype model_dtype, dscore_dtype grad_dtype,
-              int rank, int world, Ownership ownership);
+              int rank, int world, Ownership ownership, bool master_elsewhere = false);
   FlatStorage(const FlatStorage&) = delete;
   FlatStorage& operator=(const FlatStorage&) = delete;
 
@@ -83,6 +84,7 @@ class FlatStorage {
   dscore_dtype model_dtype_, grad_dtype_;
   int rank_;
   Ownership ownership_;
+  bool master_elsewhere_ = false;
   FlatPartition partition_;
   int64_t owned_begin_ = 0, owned_end_ = 0;
   std::vector<OwnedSegment> segments_;

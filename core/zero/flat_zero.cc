@@ -25,7 +25,8 @@ FlatZero::FlatZero(const ZeroContext& context, int stage)
     : ctx_(context),
       storage_(*context.layout, context.model_dtype, context.grad_dtype, context.comm->rank(),
                context.comm->world_size(),
-               stage == 0 ? Ownership::kReplicated : Ownership::kPartitioned),
+               stage == 0 ? Ownership::kReplicated : Ownership::kPartitioned,
+               context.master_elsewhere),
       reduction_(reduction_for(stage, ctx_, storage_)) {}
 
 Status FlatZero::initialise(const Model& model) {
@@ -90,10 +91,19 @@ Status FlatZero::gather_master(std::vector<float>* out) {
     out->assign(full, full + numel);
     return Status::Ok();
   }
+  return gather_owned(storage_.owned_master(), out);
+}
+
+Status FlatZero::gather_owned(const float* owned, std::vector<float>* out) {
+  const int64_t numel = ctx_.layout->total_numel();
+  if (storage_.replicated()) {  // every rank owns everything
+    out->assign(owned, owned + numel);
+    return Status::Ok();
+  }
   // Gathered straight into `out`, padding included, then trimmed.
   const FlatPartition& partition = storage_.partition();
   out->resize(static_cast<size_t>(partition.padded_numel));
-  comm::CommBuffer send{storage_.owned_master(), DSCORE_DTYPE_F32, partition.partition_size};
+  comm::CommBuffer send{const_cast<float*>(owned), DSCORE_DTYPE_F32, partition.partition_size};
   comm::CommBuffer recv{out->data(), DSCORE_DTYPE_F32, partition.padded_numel};
   DSCORE_RETURN_IF_ERROR(ctx_.stream->run([&] { return ctx_.comm->allgather(send, recv); }));
   out->resize(static_cast<size_t>(numel));

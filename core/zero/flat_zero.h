@@ -41,6 +41,7 @@ class FlatZero final : public ZeroStrategy {
   Status after_update() override;
   void zero_grads() override { reduction_->zero_grads(); }
   Status gather_master(std::vector<float>* out) override;
+  Status gather_owned(const float* owned, std::vector<float>* out) override;
   std::vector<ParamRun> checkpoint_params() override;
   std::vector<OwnedSegment> checkpoint_segments() const override {
     return storage_.checkpoint_segments();

@@ -57,6 +57,7 @@ int64_t ShardedZero::padded(size_t param) const {
 }
 
 float* ShardedZero::owned_master() {
+  if (ctx_.master_elsewhere && ctx_.model_dtype != DSCORE_DTYPE_F32) return nullptr;
   return ctx_.model_dtype == DSCORE_DTYPE_F32 ? static_cast<float*>(param_part_.get())
                                               : static_cast<float*>(master_.get());
 }
@@ -71,7 +72,7 @@ Status ShardedZero::initialise(const Model& model) {
   DSCORE_ASSIGN_OR_RETURN(
       param_part_, tensor::allocate_elements(local, md, MemoryUse::kParameters,
                                              std::string("parameters ") + sdk::dtype_name(md)));
-  if (md != DSCORE_DTYPE_F32) {
+  if (md != DSCORE_DTYPE_F32 && !ctx_.master_elsewhere) {
     DSCORE_ASSIGN_OR_RETURN(master_,
                             tensor::allocate_elements(local, DSCORE_DTYPE_F32, MemoryUse::kMaster,
                                                       "master weights fp32"));
@@ -82,11 +83,9 @@ Status ShardedZero::initialise(const Model& model) {
   float* master = owned_master();
   for (const OwnedSegment& s : segments_) {
     const ParamShard& shard = shards_.params[s.param];
-    DSCORE_RETURN_IF_ERROR(
-        model.init_param(s.param, shard.first_element(rank_), s.numel, master + s.offset));
-    if (md != DSCORE_DTYPE_F32)
-      tensor::convert(master + s.offset, DSCORE_DTYPE_F32,
-                      element_at(param_part_.get(), md, s.offset), md, s.numel);
+    DSCORE_RETURN_IF_ERROR(init_owned(model, s.param, shard.first_element(rank_), s.numel,
+                                      master == nullptr ? nullptr : master + s.offset,
+                                      element_at(param_part_.get(), md, s.offset), md));
   }
   const auto& params = ctx_.layout->params();
   persistent_full_.resize(params.size());
@@ -445,10 +444,14 @@ void ShardedZero::zero_grads() {
 }
 
 Status ShardedZero::gather_master(std::vector<float>* out) {
+  return gather_owned(owned_master(), out);
+}
+
+Status ShardedZero::gather_owned(const float* owned, std::vector<float>* out) {
   const int64_t local = shards_.local_numel;
   std::vector<float> all(static_cast<size_t>(local * world_));
   DSCORE_RETURN_IF_ERROR(ctx_.stream->run([&] {
-    return ctx_.comm->allgather({owned_master(), DSCORE_DTYPE_F32, local},
+    return ctx_.comm->allgather({const_cast<float*>(owned), DSCORE_DTYPE_F32, local},
                                 {all.data(), DSCORE_DTYPE_F32, local * world_});
   }));
   out->clear();

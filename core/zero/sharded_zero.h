@@ -50,6 +50,7 @@ class ShardedZero final : public ZeroStrategy {
   Status after_update() override;
   void zero_grads() override;
   Status gather_master(std::vector<float>* out) override;
+  Status gather_owned(const float* owned, std::vector<float>* out) override;
   std::vector<ParamRun> checkpoint_params() override;
 
   // Elements of non-persistent parameters currently gathered or in flight.

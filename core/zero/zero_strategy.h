@@ -32,6 +32,10 @@ struct ZeroContext {
   comm::CommStream* stream = nullptr;
   dscore_dtype model_dtype = DSCORE_DTYPE_F32;  // what the model computes on
   dscore_dtype grad_dtype = DSCORE_DTYPE_F32;   // gradient accumulation and reduction
+  // The fp32 master weights of a 16-bit model live outside the strategy
+  // (on NVMe: core/engine/nvme_state.h): it keeps none, owned_master() is
+  // nullptr, and initialise() writes only the 16-bit parameters.
+  bool master_elsewhere = false;
 };
 
 // A run of one parameter's elements inside the owned space.
@@ -61,7 +65,7 @@ class ZeroStrategy {
   // --- owned space
   virtual int64_t owned_numel() const = 0;
   virtual const std::vector<OwnedSegment>& owned_segments() const = 0;
-  virtual float* owned_master() = 0;   // fp32 master weights (owned_numel)
+  virtual float* owned_master() = 0;   // fp32 master weights (owned_numel); see master_elsewhere
   virtual void* owned_grads() = 0;     // grad_dtype (owned_numel), reduced at the boundary
   virtual void* owned_params16() = 0;  // model_dtype copy to refresh, nullptr for fp32 models
   // This rank's share of the global gradient statistics, over the reduced
@@ -100,6 +104,9 @@ class ZeroStrategy {
 
   // The full model's fp32 master weights in ParamLayout order (collective).
   virtual Status gather_master(std::vector<float>* out) = 0;
+  // The same from `owned` (owned_numel fp32 values of this rank's owned
+  // space) instead of the strategy's master (which may be elsewhere).
+  virtual Status gather_owned(const float* owned, std::vector<float>* out) = 0;
 
   // The parameters, as the model reads them, that this rank writes into a
   // checkpoint's model states: rank 0 all of them in stages 0-2 (it holds
@@ -113,5 +120,12 @@ class ZeroStrategy {
 };
 
 std::unique_ptr<ZeroStrategy> make_zero_strategy(const ZeroContext& context);
+
+// Initialise elements [element, element + numel) of `param` through the
+// model's init_param: into `master` (fp32) when given, and into `params16`
+// (model_dtype) when it is 16-bit; without a master, through a bounded
+// fp32 staging buffer.
+Status init_owned(const Model& model, size_t param, int64_t element, int64_t numel, float* master,
+                  void* params16, dscore_dtype model_dtype);
 
 }  // namespace dscore::zero

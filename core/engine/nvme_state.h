@@ -1,0 +1,94 @@
+// Optimizer state on NVMe (ZeRO-Infinity, "offload_optimizer": {"device":
+// "nvme"}): the owned space's fp32 master weights (16-bit models only; an
+// fp32 model's master is the parameters it reads, which stay in memory)
+// and every optimizer slot live in files under nvme_path/<job>/rank<R>/,
+// one file per state. They are processed in tiles of sub_group_size
+// elements through 1 + pipeline_read + pipeline_write tile buffers: while
+// the optimizer updates tile k, tile k+1 is read (pipeline_read) and tile
+// k-1 written (pipeline_write). With both off, tiles go read, update,
+// write, one after the other.
+//
+// File layout: state s's values for elements [e, e + n) sit at byte
+// e * elements_per_param * dtype size; every file is sized for
+// round_up(owned, kTileGranularity) elements, so every tile's transfer is
+// aligned for O_DIRECT.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/engine/owned_state.h"
+#include "core/offload/swapper.h"
+
+namespace dscore {
+
+// Tiles are multiples of this many elements (a 4 KiB-aligned transfer at
+// any dtype size).
+inline constexpr int64_t kTileGranularity = 4096;
+
+struct NvmeStateOptions {
+  std::string folder;  // nvme_path/<job>/rank<R>: created, removed at the end
+  int64_t sub_group_size = 0;
+  bool pipeline_read = false;
+  bool pipeline_write = false;
+};
+
+// Elements per tile for `owned` elements (the plan counts the same).
+int64_t nvme_tile_elements(int64_t sub_group_size, int64_t owned);
+
+class NvmeState final : public OwnedState {
+ public:
+  // Creates the files and writes the initial state: the master weights
+  // through the model's init_param over `segments` (16-bit models; for fp32
+  // models `fp32_master` is the strategy's parameters), the slots their
+  // declared initial values.
+  static Result<std::unique_ptr<NvmeState>> create(
+      std::unique_ptr<offload::Swapper> swapper, const NvmeStateOptions& options,
+      const std::vector<zero::StateSlot>& slots, const std::vector<double>& initial_values,
+      int64_t owned, float* fp32_master, const Model& model,
+      const std::vector<zero::OwnedSegment>& segments);
+  ~NvmeState() override;
+
+  Status for_each_tile(TileAccess access,
+                       const std::function<Status(const StateTile&)>& visit) override;
+  Status read(int state, int64_t first, int64_t count, void* dst) override;
+  std::string describe() const override;
+
+  int64_t tile_elements() const { return tile_; }
+  const offload::Swapper& swapper() const { return *swapper_; }
+
+ private:
+  struct File {
+    std::string path;
+    int number = -1;
+    size_t value_bytes = 0;  // elements_per_param x dtype size: bytes per owned element
+    int state = kMasterState;
+  };
+  struct Buffer {
+    CountedBuffer memory;
+    std::vector<char*> parts;  // per file: tile_ elements' values
+    std::vector<offload::Swapper::Ticket> pending;
+  };
+  NvmeState() = default;
+  int64_t tile_count() const { return (owned_ + tile_ - 1) / tile_; }
+  StateTile view(int64_t tile, Buffer& buffer) const;
+  // Queue the reads (or writes) of `tile`'s values of every file.
+  Status transfer(int64_t tile, Buffer& buffer, bool write);
+  Status settle(Buffer& buffer);
+  Status settle_all();
+  // The walk; `fill` skips the reads (the visitor writes every value).
+  Status walk(bool read_tiles, bool write_tiles,
+              const std::function<Status(const StateTile&)>& visit);
+
+  std::unique_ptr<offload::Swapper> swapper_;
+  NvmeStateOptions options_;
+  std::vector<zero::StateSlot> slots_;
+  std::vector<File> files_;  // the master's first when it is on disk, then the slots
+  std::vector<Buffer> buffers_;
+  int64_t owned_ = 0;
+  int64_t tile_ = 0;
+  float* fp32_master_ = nullptr;  // fp32 models: the strategy's parameters
+};
+
+}  // namespace dscore

@@ -1,0 +1,81 @@
+// Where this rank's optimizer state lives: the fp32 master weights of the
+// owned space (zero_strategy.h) and the optimizer's declared state slots.
+// The optimizer, checkpoints and the 16-bit refresh reach it in tiles, so
+// the same code runs whether it is all in memory (InMemoryState: one tile)
+// or streamed through NVMe files a few tiles at a time (nvme_state.h).
+//
+// Master weights: for fp32 models the master IS the parameters the model
+// reads (the strategy's memory) and every store points into it; for 16-bit
+// models the store holds it (InMemoryState borrows the strategy's buffer,
+// NvmeState keeps it in a file).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/base/memory.h"
+#include "core/base/status.h"
+#include "core/model/model.h"
+#include "core/zero/plan.h"
+#include "core/zero/zero_strategy.h"
+
+namespace dscore {
+
+// The owned-space elements [begin, end) of every state.
+struct StateTile {
+  int64_t begin = 0;
+  int64_t end = 0;
+  float* master = nullptr;   // master element `begin`
+  std::vector<void*> slots;  // slot k's value begin * elements_per_param
+};
+
+enum class TileAccess {
+  kRead,    // the tiles are read; changes are not kept
+  kUpdate,  // read, changed by the visitor, kept
+};
+
+// Which state read() addresses: the master weights or slot k (0-based).
+inline constexpr int kMasterState = -1;
+
+class OwnedState {
+ public:
+  virtual ~OwnedState() = default;
+
+  // Visit every tile in owned-space order. A tile's pointers are valid only
+  // during its call; an error from the visitor stops the walk.
+  virtual Status for_each_tile(TileAccess access,
+                               const std::function<Status(const StateTile&)>& visit) = 0;
+  // Values [first, first + count) of a state (slot values count
+  // elements_per_param per element) into dst, in the state's dtype.
+  virtual Status read(int state, int64_t first, int64_t count, void* dst) = 0;
+  // One line for the log: where the state lives.
+  virtual std::string describe() const = 0;
+};
+
+// Everything in memory: the strategy's master, one buffer per slot.
+class InMemoryState final : public OwnedState {
+ public:
+  // Allocates the slots (initial values as declared); `master` is the
+  // strategy's owned master.
+  static Result<std::unique_ptr<InMemoryState>> create(const std::vector<zero::StateSlot>& slots,
+                                                       const std::vector<double>& initial_values,
+                                                       int64_t owned, float* master);
+  Status for_each_tile(TileAccess access,
+                       const std::function<Status(const StateTile&)>& visit) override;
+  Status read(int state, int64_t first, int64_t count, void* dst) override;
+  std::string describe() const override { return "in host memory"; }
+
+ private:
+  InMemoryState() = default;
+  std::vector<zero::StateSlot> slots_;
+  std::vector<CountedBuffer> buffers_;
+  int64_t owned_ = 0;
+  float* master_ = nullptr;
+};
+
+// Fill `count` values of `dtype` at dst with `value` (slot initial values).
+void fill_value(void* dst, dscore_dtype dtype, int64_t count, double value);
+
+}  // namespace dscore
