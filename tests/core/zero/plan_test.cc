@@ -14,9 +14,7 @@ namespace {
 // Two layers: 3000 and 2001 elements (Psi = 5001).
 class TwoLayers {
  public:
-  TwoLayers() {
-    layout_ = ParamLayout::from_description(description_).value();
-  }
+  TwoLayers() { layout_ = ParamLayout::from_description(description_).value(); }
   const ParamLayout& layout() const { return layout_; }
 
  private:
@@ -28,8 +26,8 @@ class TwoLayers {
   dscore_model_layer l0_{sizeof(dscore_model_layer), "a", 1, l0p_};
   dscore_model_layer l1_{sizeof(dscore_model_layer), "b", 1, l1p_};
   const dscore_model_layer* layers_[2] = {&l0_, &l1_};
-  dscore_model_description description_{sizeof(dscore_model_description), 2, layers_, 0, nullptr,
-                                        0};
+  dscore_model_description description_{
+      sizeof(dscore_model_description), 2, layers_, 0, nullptr, 0};
   ParamLayout layout_;
 };
 
@@ -39,8 +37,8 @@ const std::vector<StateSlot> kAdam = {{"exp_avg", DSCORE_DTYPE_F32, 1},
 config::TrainingConfig load(const std::string& zero, const std::string& precision, int world) {
   config::ResolveContext context;
   context.world_size = world;
-  const std::string text = R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": )" +
-                           zero + (precision.empty() ? "" : ", " + precision) + "}";
+  const std::string text = R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": )" + zero +
+                           (precision.empty() ? "" : ", " + precision) + "}";
   config::LoadedConfig loaded = config::load_config_text(text, "test.json", context);
   EXPECT_TRUE(loaded.ok()) << (loaded.errors.empty() ? "" : loaded.errors.front().message);
   return *loaded.config;
@@ -49,8 +47,7 @@ config::TrainingConfig load(const std::string& zero, const std::string& precisio
 std::string nvme_zero(int stage, const std::string& offload_extra = "",
                       const std::string& zero_extra = "") {
   return R"({"stage": )" + std::to_string(stage) + zero_extra +
-         R"(, "offload_optimizer": {"device": "nvme", "nvme_path": "/swap")" + offload_extra +
-         "}}";
+         R"(, "offload_optimizer": {"device": "nvme", "nvme_path": "/swap")" + offload_extra + "}}";
 }
 
 TEST(OffloadPlan, Fp32ModelSwapsOnlyTheSlotsAndKeepsItsParameters) {
@@ -60,8 +57,8 @@ TEST(OffloadPlan, Fp32ModelSwapsOnlyTheSlotsAndKeepsItsParameters) {
       SCOPED_TRACE("stage " + std::to_string(stage) + ", " + std::to_string(world) + " rank(s)");
       const auto cfg = load(nvme_zero(stage), "", world);
       const ZeroPlan in_ram =
-          make_plan(load(R"({"stage": )" + std::to_string(stage) + "}", "", world),
-                    model.layout(), kAdam, world, world - 1);
+          make_plan(load(R"({"stage": )" + std::to_string(stage) + "}", "", world), model.layout(),
+                    kAdam, world, world - 1);
       const ZeroPlan plan = make_plan(cfg, model.layout(), kAdam, world, world - 1);
       // Owned: the flat partition (5002 / 5004 padded) or stage 3's shards
       // (1500 + 1001 at two ranks); files round up to 1024 elements.
@@ -98,13 +95,12 @@ TEST(OffloadPlan, SixteenBitModelSwapsTheMasterToo) {
     for (int world : {1, 2}) {
       SCOPED_TRACE("stage " + std::to_string(stage) + ", " + std::to_string(world) + " rank(s)");
       const std::string bf16 = R"("bf16": {"enabled": true})";
-      const ZeroPlan in_ram = make_plan(load(R"({"stage": )" + std::to_string(stage) + "}", bf16,
-                                             world),
-                                        model.layout(), kAdam, world, 0);
-      const ZeroPlan plan =
-          make_plan(load(nvme_zero(stage, R"(, "pipeline_read": true, "pipeline_write": true)"),
-                         bf16, world),
+      const ZeroPlan in_ram =
+          make_plan(load(R"({"stage": )" + std::to_string(stage) + "}", bf16, world),
                     model.layout(), kAdam, world, 0);
+      const ZeroPlan plan = make_plan(
+          load(nvme_zero(stage, R"(, "pipeline_read": true, "pipeline_write": true)"), bf16, world),
+          model.layout(), kAdam, world, 0);
       const int64_t owned = stage < 3 ? (world == 1 ? 5002 : 2502) : (world == 1 ? 5001 : 2501);
       const int64_t file = world == 1 ? 5120 : 3072;
       EXPECT_EQ(in_ram.memory.master, owned * 4);
@@ -142,9 +138,8 @@ TEST(OffloadPlan, TilesAreWholeKibiElementsAndNoLargerThanThePartition) {
   EXPECT_EQ(tile("2048", R"(, "pipeline_write": true)").buffers, 2);
   // A slot of another dtype and width counts with its own size.
   const std::vector<StateSlot> mixed = {{"m", DSCORE_DTYPE_BF16, 2}};
-  const ZeroPlan plan =
-      make_plan(load(nvme_zero(2, "", R"(, "sub_group_size": 1024)"), "", 1), model.layout(),
-                mixed, 1, 0);
+  const ZeroPlan plan = make_plan(load(nvme_zero(2, "", R"(, "sub_group_size": 1024)"), "", 1),
+                                  model.layout(), mixed, 1, 0);
   EXPECT_EQ(plan.swap->tile_bytes, 1024 * 2 * 2);
   EXPECT_EQ(plan.memory.disk_optimizer, 5120 * 2 * 2);
 }
@@ -152,9 +147,9 @@ TEST(OffloadPlan, TilesAreWholeKibiElementsAndNoLargerThanThePartition) {
 TEST(OffloadPlan, CpuDeviceMovesNothingAndSaysSo) {
   TwoLayers model;
   const ZeroPlan in_ram = make_plan(load(R"({"stage": 2})", "", 2), model.layout(), kAdam, 2, 0);
-  const ZeroPlan cpu = make_plan(
-      load(R"({"stage": 2, "offload_optimizer": {"device": "cpu"}})", "", 2), model.layout(),
-      kAdam, 2, 0);
+  const ZeroPlan cpu =
+      make_plan(load(R"({"stage": 2, "offload_optimizer": {"device": "cpu"}})", "", 2),
+                model.layout(), kAdam, 2, 0);
   EXPECT_EQ(cpu.optimizer_device, "cpu");
   EXPECT_FALSE(cpu.swap.has_value());
   EXPECT_EQ(cpu.memory.total(), in_ram.memory.total());
@@ -167,8 +162,8 @@ TEST(OffloadPlan, CpuDeviceMovesNothingAndSaysSo) {
 TEST(OffloadPlan, TableShowsTileBuffersAndDiskPerRank) {
   TwoLayers model;
   const auto cfg = load(nvme_zero(2), R"("bf16": {"enabled": true})", 2);
-  const std::string table = format_plans({make_plan(cfg, model.layout(), kAdam, 2, 0),
-                                          make_plan(cfg, model.layout(), kAdam, 2, 1)});
+  const std::string table = format_plans(
+      {make_plan(cfg, model.layout(), kAdam, 2, 0), make_plan(cfg, model.layout(), kAdam, 2, 1)});
   for (const char* row : {"  offload tile buffers", "  disk master (fp32)",
                           "  disk optimizer state", "  disk total", "  total"})
     EXPECT_NE(table.find(row), std::string::npos) << row << "\n" << table;
@@ -186,10 +181,9 @@ TEST(OffloadPlan, ConfigErrorsNameTheKeyToChange) {
   EXPECT_EQ(few[0].path, "zero_optimization.offload_optimizer.buffer_count");
   EXPECT_NE(few[0].message.find("buffer_count 2 is fewer than the 3"), std::string::npos)
       << few[0].message;
-  EXPECT_TRUE(
-      offload_plan_errors(load(nvme_zero(1, R"(, "buffer_count": 2, "pipeline_read": true)"), "",
-                               1))
-          .empty());
+  EXPECT_TRUE(offload_plan_errors(
+                  load(nvme_zero(1, R"(, "buffer_count": 2, "pipeline_read": true)"), "", 1))
+                  .empty());
   auto stage0 = offload_plan_errors(load(nvme_zero(0), "", 1));
   ASSERT_EQ(stage0.size(), 1u);
   EXPECT_EQ(stage0[0].path, "zero_optimization.offload_optimizer.device");
@@ -241,8 +235,8 @@ TEST(FitCheck, ShortRamNamesTheNumbersAndTheSettings) {
 
 TEST(FitCheck, ShortDiskNamesTheNvmePath) {
   TwoLayers model;
-  const ZeroPlan plan = make_plan(load(nvme_zero(1), R"("fp16": {"enabled": true})", 2),
-                                  model.layout(), kAdam, 2, 0);
+  const ZeroPlan plan =
+      make_plan(load(nvme_zero(1), R"("fp16": {"enabled": true})", 2), model.layout(), kAdam, 2, 0);
   NodeCapacity node;
   node.local_ranks = 2;
   node.ram_available = int64_t{1} << 40;
