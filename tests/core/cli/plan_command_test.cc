@@ -58,7 +58,7 @@ TEST(CliPlan, NvmeOffloadShowsTileBuffersInRamAndSwapFilesOnDiskAndWhetherThisMa
   const auto master = lines_starting_with(r.out, "  master weights (fp32)");
   ASSERT_EQ(master.size(), 1u);
   EXPECT_NE(master[0].find("0 B             0 B"), std::string::npos) << "on disk instead\n"
-                                                                        << r.out;
+                                                                      << r.out;
   EXPECT_NE(r.out.find("2 tile buffer(s)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("this machine (2 rank(s)): RAM available"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("disk free at nvme_path"), std::string::npos) << r.out;

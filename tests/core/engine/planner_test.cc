@@ -26,8 +26,8 @@ class OneParameter {
   const dscore_model_param* params_[1] = {&param_};
   dscore_model_layer layer_{sizeof(dscore_model_layer), "l", 1, params_};
   const dscore_model_layer* layers_[1] = {&layer_};
-  dscore_model_description description_{sizeof(dscore_model_description), 1, layers_, 0, nullptr,
-                                        0};
+  dscore_model_description description_{
+      sizeof(dscore_model_description), 1, layers_, 0, nullptr, 0};
   ParamLayout layout_;
 };
 
@@ -65,17 +65,15 @@ TEST(CheckJobFits, ReadsThisMachinesRamAndTheDiskAboveAMissingNvmePath) {
   EXPECT_GT(*node.ram_available, 0);
   ASSERT_TRUE(node.disk_available.has_value()) << "the nearest existing folder's file system";
   EXPECT_GT(*node.disk_available, 0);
-  EXPECT_FALSE(read_node_capacity(zero::make_plan(load(R"({"stage": 1})"), model.layout(), kAdam,
-                                                  1, 0),
-                                  1)
-                   .disk_available.has_value());
+  EXPECT_FALSE(
+      read_node_capacity(zero::make_plan(load(R"({"stage": 1})"), model.layout(), kAdam, 1, 0), 1)
+          .disk_available.has_value());
 }
 
 TEST(CheckJobFits, TooFewBuffersIsAnInvalidArgumentNamingBufferCount) {
   OneParameter model(4096);
-  const Status s = check_job_fits(
-      load(nvme(R"(, "buffer_count": 1, "pipeline_read": true)")), model.layout(), kAdam,
-      comm::JobEnv{});
+  const Status s = check_job_fits(load(nvme(R"(, "buffer_count": 1, "pipeline_read": true)")),
+                                  model.layout(), kAdam, comm::JobEnv{});
   EXPECT_EQ(s.code(), DSCORE_INVALID_ARGUMENT);
   EXPECT_NE(s.message().find("offload_optimizer.buffer_count"), std::string::npos) << s.message();
 }
