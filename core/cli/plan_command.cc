@@ -1,8 +1,12 @@
 // `dscore plan --config F -n N`: bytes per rank for parameters, gradients,
 // master weights, optimizer state and buffers, and elements communicated per
-// step, computed before anything is allocated.
+// step, computed before anything is allocated; with NVMe optimizer offload
+// the tile buffers in RAM and the swap files on disk. Ends with whether the
+// ranks on this machine fit its available RAM and disk.
+#include <algorithm>
 #include <cstdio>
 
+#include "core/base/strings.h"
 #include "core/cli/commands.h"
 #include "core/cli/options.h"
 #include "core/config/config.h"
@@ -14,18 +18,21 @@ int plan_command(const std::vector<std::string>& args) {
   po::options_description options("plan options");
   std::string path;
   int ranks = 1;
+  int per_node = 0;
   options.add_options()("config,c", po::value<std::string>(&path)->required(),
                         "the ds_config.json to plan")("n,n",
                                                       po::value<int>(&ranks)->default_value(1),
-                                                      "number of ranks (data-parallel world size)");
+                                                      "number of ranks (data-parallel world size)")(
+      "ranks-per-node", po::value<int>(&per_node)->default_value(0),
+      "ranks sharing this machine's RAM and disk (default: all of them)");
   po::positional_options_description positional;
   po::variables_map vm;
   int exit_code = kExitOk;
   if (!parse_options(args, options, positional, "usage: dscore plan --config F [-n RANKS]", &vm,
                      &exit_code))
     return exit_code;
-  if (ranks < 1) {
-    std::fprintf(stderr, "dscore: -n must be at least 1\n");
+  if (ranks < 1 || per_node < 0 || per_node > ranks) {
+    std::fprintf(stderr, "dscore: -n must be at least 1 and --ranks-per-node at most -n\n");
     return kExitUsage;
   }
   InitializeOptions init;
@@ -33,12 +40,36 @@ int plan_command(const std::vector<std::string>& args) {
   init.job->world_size = ranks;
   const std::optional<Setup> setup = prepare_or_report(path, init);
   if (!setup) return kExitUsage;
+  if (auto errors = zero::offload_plan_errors(*setup->loaded.config); !errors.empty()) {
+    for (const config::ConfigError& e : errors)
+      std::fprintf(stderr, "error: %s\n",
+                   config::format_error(e, setup->loaded.source_name).c_str());
+    return kExitUsage;
+  }
   auto plans = plan_job(*setup, ranks);
   if (!plans.ok()) {
     std::fprintf(stderr, "error: %s\n", plans.status().message().c_str());
     return kExitFailure;
   }
   std::fputs(zero::format_plans(*plans).c_str(), stdout);
+  // Every rank's plan is within padding of rank 0's; the largest is checked.
+  const zero::ZeroPlan& largest = *std::max_element(
+      plans->begin(), plans->end(), [](const zero::ZeroPlan& a, const zero::ZeroPlan& b) {
+        return a.memory.total() + a.memory.disk() < b.memory.total() + b.memory.disk();
+      });
+  const int local = per_node > 0 ? per_node : ranks;
+  const zero::NodeCapacity node = read_node_capacity(largest, local);
+  std::string machine = "this machine (" + std::to_string(local) + " rank(s)):";
+  if (node.ram_available)
+    machine += " RAM available " + format_bytes(static_cast<uint64_t>(*node.ram_available)) +
+               ", needed " + format_bytes(static_cast<uint64_t>(largest.memory.total() * local));
+  if (node.disk_available)
+    machine += "; disk free at nvme_path " +
+               format_bytes(static_cast<uint64_t>(*node.disk_available)) + ", needed " +
+               format_bytes(static_cast<uint64_t>(largest.memory.disk() * local));
+  const Status fits = zero::check_fits(largest, node);
+  std::printf("%s\n  %s\n", machine.c_str(),
+              fits.ok() ? "fits" : ("does not fit: " + fits.message()).c_str());
   return kExitOk;
 }
 

@@ -87,6 +87,10 @@ void check_run_config(config::LoadedConfig* loaded) {
                               {},
                               "save_interval needs \"checkpoint_dir\": the folder to save "
                               "checkpoints in"});
+  for (config::ConfigError& e : zero::offload_plan_errors(cfg)) {
+    e.location = locate(loaded->resolved, e.path);
+    loaded->errors.push_back(std::move(e));
+  }
   for (config::ConfigError& e : unsupported_features(cfg)) {
     e.location = locate(loaded->resolved, e.path);
     loaded->errors.push_back(std::move(e));

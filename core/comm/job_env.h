@@ -13,6 +13,10 @@ struct JobEnv {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  // Ranks on this node (sharing its RAM and disk); 0 when the launcher does
+  // not say: then every rank is taken to be on this node.
+  int local_world_size = 0;
+  int ranks_on_node() const { return local_world_size > 0 ? local_world_size : world_size; }
   std::string launcher = "none";  // "mpirun", "pmi", "srun", "torchrun", "none"
 };
 

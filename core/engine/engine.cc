@@ -16,6 +16,7 @@
 #include "core/engine/flops_probe.h"
 #include "core/engine/nvme_state.h"
 #include "core/engine/phase_timers.h"
+#include "core/engine/planner.h"
 #include "core/zero/precision.h"
 
 namespace dscore {
@@ -104,6 +105,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   engine->monitors_ = MonitorHub(std::move(components.monitors));
   DSCORE_ASSIGN_OR_RETURN(engine->layout_,
                           ParamLayout::from_description(engine->model_->description()));
+  // Before anything is allocated: the plan must fit this node's RAM and disk.
+  DSCORE_RETURN_IF_ERROR(check_job_fits(
+      config, engine->layout_, state_slots_of(*components.optimizer), engine->comm_->env()));
   zero::ZeroContext ctx;
   ctx.config = &engine->config_;
   ctx.layout = &engine->layout_;

@@ -21,6 +21,42 @@ int64_t bytes(int64_t elements, dscore_dtype dtype) {
   return elements * static_cast<int64_t>(sdk::dtype_size(dtype));
 }
 
+// Swap files and tiles are whole multiples of this many elements.
+constexpr int64_t kSwapAlign = 1024;
+
+int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
+
+const config::OffloadConfig* nvme_optimizer(const config::TrainingConfig& config) {
+  const auto& o = config.zero.offload_optimizer;
+  return o && o->device == "nvme" ? &*o : nullptr;
+}
+
+// Moves the owned master and slots of `plan` from RAM to swap files.
+void plan_optimizer_swap(const config::OffloadConfig& offload, int64_t sub_group_size,
+                         const std::vector<StateSlot>& slots, int64_t owned, ZeroPlan* plan) {
+  OptimizerSwapPlan swap;
+  swap.nvme_path = offload.nvme_path;
+  swap.file_elements = round_up(owned, kSwapAlign);
+  swap.tile_elements =
+      std::min(std::max(sub_group_size / kSwapAlign * kSwapAlign, kSwapAlign), swap.file_elements);
+  swap.buffers = offload_tile_buffers(offload);
+  MemoryPlan& m = plan->memory;
+  if (plan->model_dtype != DSCORE_DTYPE_F32) {
+    swap.files.push_back({"fp32 master", bytes(swap.file_elements, DSCORE_DTYPE_F32)});
+    swap.tile_bytes += bytes(swap.tile_elements, DSCORE_DTYPE_F32);
+    m.disk_master = swap.files.back().bytes;
+  }
+  for (const StateSlot& s : slots) {
+    swap.files.push_back({s.name, bytes(swap.file_elements * s.elements_per_param, s.dtype)});
+    swap.tile_bytes += bytes(swap.tile_elements * s.elements_per_param, s.dtype);
+    m.disk_optimizer += swap.files.back().bytes;
+  }
+  m.master = 0;
+  m.optimizer = 0;
+  m.offload_tiles = swap.tile_bytes * swap.buffers;
+  plan->swap = std::move(swap);
+}
+
 }  // namespace
 
 dscore_dtype model_dtype_of(const config::TrainingConfig& config) {
@@ -110,8 +146,111 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
   }
   if (md != DSCORE_DTYPE_F32) m.master = bytes(owned, DSCORE_DTYPE_F32);
   for (const StateSlot& s : slots) m.optimizer += bytes(owned * s.elements_per_param, s.dtype);
+  if (const auto& o = config.zero.offload_optimizer; o && !o->device.empty())
+    plan.optimizer_device = o->device;
+  if (const config::OffloadConfig* nvme = nvme_optimizer(config); nvme && plan.stage > 0)
+    plan_optimizer_swap(*nvme, config.zero.sub_group_size, slots, owned, &plan);
+  if (plan.optimizer_device == "cpu")
+    plan.notes.push_back(
+        "offload_optimizer.device \"cpu\": the optimizer state is already in host memory on "
+        "this CPU-only runtime; nothing moves");
+  if (const auto& p = config.zero.offload_param; p && p->device != "none" && plan.stage == 3)
+    plan.notes.push_back("offload_param.device \"" + p->device +
+                         "\": parameters are counted in RAM (parameter offload is not planned)");
+  plan.notes.push_back("activations and the model's own workspace are not counted");
   plan.comm_elements["allgather (step statistics)"] = 4 * world;
   return plan;
+}
+
+int64_t offload_tile_buffers(const config::OffloadConfig& offload) {
+  return 1 + (offload.pipeline_read ? 1 : 0) + (offload.pipeline_write ? 1 : 0);
+}
+
+std::vector<config::ConfigError> offload_plan_errors(const config::TrainingConfig& config) {
+  std::vector<config::ConfigError> out;
+  const config::OffloadConfig* nvme = nvme_optimizer(config);
+  if (nvme == nullptr) return out;
+  const std::string key = "zero_optimization.offload_optimizer.";
+  if (config.zero.stage == 0)
+    out.push_back({key + "device",
+                   {},
+                   "optimizer offload to NVMe needs ZeRO stage 1, 2 or 3 (it swaps the partition "
+                   "a rank owns): set zero_optimization.stage to 1 or more, or \"device\": "
+                   "\"none\""});
+  if (nvme->nvme_path.empty())
+    out.push_back({key + "nvme_path",
+                   {},
+                   "\"device\": \"nvme\" needs \"nvme_path\": a folder on a fast local disk "
+                   "for the swap files"});
+  const int64_t needed = offload_tile_buffers(*nvme);
+  if (nvme->buffer_count < needed)
+    out.push_back({key + "buffer_count",
+                   {},
+                   "buffer_count " + std::to_string(nvme->buffer_count) + " is fewer than the " +
+                       std::to_string(needed) +
+                       " tile buffers the swap pipeline uses (1 + pipeline_read + "
+                       "pipeline_write): set buffer_count to " +
+                       std::to_string(needed) + " or more, or turn a pipeline flag off"});
+  return out;
+}
+
+namespace {
+
+std::string per_rank_and_node(int64_t per_rank, int local_ranks) {
+  std::string s = format_bytes(static_cast<uint64_t>(per_rank)) + " per rank";
+  if (local_ranks > 1)
+    s += " (" + format_bytes(static_cast<uint64_t>(per_rank * local_ranks)) + " for the " +
+         std::to_string(local_ranks) + " ranks on this node)";
+  return s;
+}
+
+std::string available_text(int64_t available, int local_ranks) {
+  std::string s = format_bytes(static_cast<uint64_t>(available));
+  if (local_ranks > 1)
+    s += " (" + format_bytes(static_cast<uint64_t>(available / local_ranks)) + " per rank)";
+  return s;
+}
+
+}  // namespace
+
+Status check_fits(const ZeroPlan& plan, const NodeCapacity& node) {
+  const int local = std::max(node.local_ranks, 1);
+  std::vector<std::string> problems;
+  const int64_t ram = plan.memory.total();
+  if (node.ram_available && ram * local > *node.ram_available) {
+    std::string fix;
+    if (!plan.swap)
+      fix +=
+          "move the optimizer state to disk (zero_optimization.offload_optimizer.device "
+          "\"nvme\" with an nvme_path), ";
+    else if (plan.memory.offload_tiles > 0)
+      fix += "use a smaller zero_optimization.sub_group_size (the tile buffers take " +
+             format_bytes(static_cast<uint64_t>(plan.memory.offload_tiles)) +
+             " per rank) or turn off pipeline_read/pipeline_write, ";
+    if (plan.stage < 3)
+      fix += "use a higher ZeRO stage (zero_optimization.stage is " + std::to_string(plan.stage) +
+             "; stage 3 partitions the parameters too), ";
+    fix += "or run more ranks spread over more nodes";
+    problems.push_back("RAM: the model states and buffers need " + per_rank_and_node(ram, local) +
+                       " but this node has " + available_text(*node.ram_available, local) +
+                       " available (MemAvailable); to fit, " + fix +
+                       ". Activations are not counted, so leave room for them");
+  }
+  if (plan.swap && node.disk_available && plan.memory.disk() * local > *node.disk_available) {
+    problems.push_back(
+        "disk: the optimizer swap files need " + per_rank_and_node(plan.memory.disk(), local) +
+        " at zero_optimization.offload_optimizer.nvme_path \"" + plan.swap->nvme_path +
+        "\" but its file system has " + available_text(*node.disk_available, local) +
+        " free; to fit, set nvme_path to a folder on a disk with more free space, or run more "
+        "ranks spread over more nodes (each rank swaps only the partition it owns)");
+  }
+  if (problems.empty()) return Status::Ok();
+  std::string message = "rank " + std::to_string(plan.rank) + " of " + std::to_string(plan.world) +
+                        " (ZeRO stage " + std::to_string(plan.stage) +
+                        ") does not fit on this node: ";
+  for (size_t i = 0; i < problems.size(); ++i) message += (i ? "; " : "") + problems[i];
+  message += " (`dscore plan` prints the whole plan)";
+  return Status(DSCORE_RESOURCE_EXHAUSTED, message);
 }
 
 std::string format_plans(const std::vector<ZeroPlan>& plans) {
@@ -133,14 +272,29 @@ std::string format_plans(const std::vector<ZeroPlan>& plans) {
     }
     out += "\n";
   };
-  row("", [](const ZeroPlan& p) { return "rank " + std::to_string(p.rank); });
+  row("in RAM", [](const ZeroPlan& p) { return "rank " + std::to_string(p.rank); });
   row("parameters", [](const ZeroPlan& p) { return format_bytes(p.memory.parameters); });
   row("gradients", [](const ZeroPlan& p) { return format_bytes(p.memory.gradients); });
   row("master weights (fp32)", [](const ZeroPlan& p) { return format_bytes(p.memory.master); });
   row("optimizer state", [](const ZeroPlan& p) { return format_bytes(p.memory.optimizer); });
   row("model states", [](const ZeroPlan& p) { return format_bytes(p.memory.model_states()); });
   row("buffers", [](const ZeroPlan& p) { return format_bytes(p.memory.buffers); });
+  if (p0.swap)
+    row("offload tile buffers",
+        [](const ZeroPlan& p) { return format_bytes(p.memory.offload_tiles); });
   row("total", [](const ZeroPlan& p) { return format_bytes(p.memory.total()); });
+  if (p0.swap) {
+    std::snprintf(line, sizeof line,
+                  "  on disk (offload_optimizer nvme_path \"%s\"; %lld tile buffer(s) of %lld "
+                  "parameters in RAM):\n",
+                  p0.swap->nvme_path.c_str(), static_cast<long long>(p0.swap->buffers),
+                  static_cast<long long>(p0.swap->tile_elements));
+    out += line;
+    row("disk master (fp32)", [](const ZeroPlan& p) { return format_bytes(p.memory.disk_master); });
+    row("disk optimizer state",
+        [](const ZeroPlan& p) { return format_bytes(p.memory.disk_optimizer); });
+    row("disk total", [](const ZeroPlan& p) { return format_bytes(p.memory.disk()); });
+  }
   out += "  communication per optimizer step (elements of the full buffer of each collective):\n";
   for (const auto& [op, elements] : p0.comm_elements) {
     std::snprintf(
@@ -149,6 +303,7 @@ std::string format_plans(const std::vector<ZeroPlan>& plans) {
         p0.numel > 0 ? static_cast<double>(elements) / static_cast<double>(p0.numel) : 0.0);
     out += line;
   }
+  for (const std::string& note : p0.notes) out += "  note: " + note + "\n";
   return out;
 }
 

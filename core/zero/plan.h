@@ -6,15 +6,20 @@
 // Adam (K = 12: fp32 master + m + v), stage 0 holds (2+2+K)Psi, stage 1
 // 2Psi + 2Psi + K Psi/N, stage 2 2Psi + (2+K)Psi/N, stage 3 (2+2+K)Psi/N,
 // plus buffers; in fp32, 4-byte parameters and gradients and no master copy.
+// With offload_optimizer.device "nvme" the owned master weights and state
+// slots live in swap files (disk) and RAM holds tile buffers instead.
 #pragma once
 
 #include <dscore/plugin.h>
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/base/status.h"
+#include "core/config/config.h"
 #include "core/config/training_config.h"
 #include "core/zero/param_layout.h"
 
@@ -27,13 +32,36 @@ struct StateSlot {
 };
 
 struct MemoryPlan {
-  int64_t parameters = 0;  // model-dtype parameters held (full, or shards in stage 3)
-  int64_t gradients = 0;   // full gradients (stages 0/1) or the partition (2/3)
-  int64_t master = 0;      // fp32 master weights of 16-bit models
-  int64_t optimizer = 0;   // declared state slots
-  int64_t buffers = 0;     // buckets, gathered layers, persistent parameters
+  int64_t parameters = 0;      // model-dtype parameters held (full, or shards in stage 3)
+  int64_t gradients = 0;       // full gradients (stages 0/1) or the partition (2/3)
+  int64_t master = 0;          // fp32 master weights of 16-bit models
+  int64_t optimizer = 0;       // declared state slots
+  int64_t buffers = 0;         // buckets, gathered layers, persistent parameters
+  int64_t offload_tiles = 0;   // tile buffers of NVMe optimizer offload (RAM)
+  int64_t disk_master = 0;     // swap file of the fp32 master weights (NVMe)
+  int64_t disk_optimizer = 0;  // swap files of the state slots (NVMe)
+  // RAM: model states held in memory, and everything in memory.
   int64_t model_states() const { return parameters + gradients + master + optimizer; }
-  int64_t total() const { return model_states() + buffers; }
+  int64_t total() const { return model_states() + buffers + offload_tiles; }
+  int64_t disk() const { return disk_master + disk_optimizer; }
+};
+
+// How offload_optimizer with device "nvme" processes the owned partition:
+// one swap file per state under nvme_path/<job>/rank<R>/ (the fp32 master
+// for 16-bit models, then one per slot), each file_elements x
+// elements_per_param elements, streamed through `buffers` tile buffers of
+// tile_elements parameters each.
+struct OptimizerSwapPlan {
+  std::string nvme_path;
+  int64_t file_elements = 0;  // round_up(owned, 1024)
+  int64_t tile_elements = 0;  // min(round_down(sub_group_size, 1024) >= 1024, file_elements)
+  int64_t buffers = 0;        // 1 + pipeline_read + pipeline_write
+  int64_t tile_bytes = 0;     // one tile buffer: master (16-bit models) and every slot
+  struct File {
+    std::string state;  // "fp32 master" or the slot's name
+    int64_t bytes = 0;
+  };
+  std::vector<File> files;
 };
 
 struct ZeroPlan {
@@ -44,6 +72,9 @@ struct ZeroPlan {
   dscore_dtype model_dtype = DSCORE_DTYPE_F32;
   dscore_dtype grad_dtype = DSCORE_DTYPE_F32;
   MemoryPlan memory;
+  std::string optimizer_device = "none";  // offload_optimizer.device: none, cpu or nvme
+  std::optional<OptimizerSwapPlan> swap;  // with device "nvme"
+  std::vector<std::string> notes;         // printed under the table
   // Elements moved per optimizer step, by collective (the communicator's
   // counting: the full buffer of each call).
   std::map<std::string, int64_t> comm_elements;
@@ -58,6 +89,30 @@ dscore_dtype grad_dtype_of(const config::TrainingConfig& config);
 
 ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layout,
                    const std::vector<StateSlot>& slots, int world, int rank);
+
+// The tile buffers NVMe optimizer offload needs: 1 + pipeline_read +
+// pipeline_write.
+int64_t offload_tile_buffers(const config::OffloadConfig& offload);
+
+// What the plan cannot count on: offload_optimizer with device "nvme" at
+// stage 0, without an nvme_path, or with fewer buffer_count than tile
+// buffers. Paths are config keys, as config::ConfigError's.
+std::vector<config::ConfigError> offload_plan_errors(const config::TrainingConfig& config);
+
+// What one node offers the ranks it runs: read from the machine
+// (read_node_capacity in core/engine/planner.h) or given by tests. An
+// unknown capacity is not checked.
+struct NodeCapacity {
+  std::optional<int64_t> ram_available;   // bytes (MemAvailable)
+  std::optional<int64_t> disk_available;  // bytes free at the plan's nvme_path
+  int local_ranks = 1;                    // ranks sharing this RAM and disk
+};
+
+// OK when `local_ranks` ranks with this rank's plan fit in the node's RAM
+// and, with NVMe offload, on its disk; else RESOURCE_EXHAUSTED naming the
+// bytes needed and available (per rank and for the node) and the settings
+// that lower them. Activations are not in the plan.
+Status check_fits(const ZeroPlan& plan, const NodeCapacity& node);
 
 // A table: one column per rank (or plan vs measured), bytes in KiB/MiB/GiB.
 std::string format_plans(const std::vector<ZeroPlan>& plans);

@@ -43,6 +43,44 @@ TEST(CliPlan, StageThreeReduceScattersAndStageZeroAllreduces) {
   EXPECT_EQ(lines_starting_with(zero.out, "    allreduce ").size(), 1u) << zero.out;
 }
 
+TEST(CliPlan, NvmeOffloadShowsTileBuffersInRamAndSwapFilesOnDiskAndWhetherThisMachineFits) {
+  TempDir dir("dscore_cli_plan");
+  const std::string swap = (dir.path() / "swap").string();
+  ProcessResult r = plan(R"("bf16": {"enabled": true}, "zero_optimization": {"stage": 2, )"
+                         R"("offload_optimizer": {"device": "nvme", "nvme_path": ")" +
+                             swap + R"(", "pipeline_read": true}})",
+                         2, dir);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  for (const char* row :
+       {"  in RAM", "  master weights (fp32)", "  offload tile buffers", "  total",
+        "  disk master (fp32)", "  disk optimizer state", "  disk total"})
+    EXPECT_EQ(lines_starting_with(r.out, row).size(), 1u) << row << "\n" << r.out;
+  const auto master = lines_starting_with(r.out, "  master weights (fp32)");
+  ASSERT_EQ(master.size(), 1u);
+  EXPECT_NE(master[0].find("0 B             0 B"), std::string::npos) << "on disk instead\n"
+                                                                      << r.out;
+  EXPECT_NE(r.out.find("2 tile buffer(s)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("this machine (2 rank(s)): RAM available"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("disk free at nvme_path"), std::string::npos) << r.out;
+  EXPECT_EQ(lines_starting_with(r.out, "  fits").size(), 1u) << r.out;
+}
+
+TEST(CliPlan, CpuOffloadIsANoteAndTooFewBuffersIsAConfigError) {
+  TempDir dir("dscore_cli_plan");
+  ProcessResult cpu =
+      plan(R"("zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}})", 1, dir);
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.describe();
+  EXPECT_NE(cpu.out.find("already in host memory"), std::string::npos) << cpu.out;
+  EXPECT_EQ(cpu.out.find("disk total"), std::string::npos) << cpu.out;
+  ProcessResult few =
+      plan(R"("zero_optimization": {"stage": 1, "offload_optimizer": {"device": "nvme", )"
+           R"("nvme_path": "/tmp", "buffer_count": 1, "pipeline_write": true}})",
+           1, dir);
+  EXPECT_EQ(few.exit_code, 2) << few.describe();
+  EXPECT_NE(few.err.find("zero_optimization.offload_optimizer.buffer_count"), std::string::npos)
+      << few.err;
+}
+
 TEST(CliPlan, ConfigErrorsAreExitTwoWithTheirPath) {
   TempDir dir("dscore_cli_plan");
   ProcessResult r = plan(R"("zero_optimization": {"stage": 5})", 2, dir);

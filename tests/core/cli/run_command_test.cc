@@ -292,6 +292,23 @@ TEST(CliRun, CpuOptimizerOffloadTrainsAndSaysTheStateIsInHostMemory) {
   EXPECT_GT(lines_starting_with(r.out, "step ").size(), 0u) << r.describe();
 }
 
+TEST(CliRun, NvmeOffloadWithTooFewBuffersIsAConfigErrorNamingBufferCount) {
+  TempDir dir("dscore_cli_run");
+  MlpRunConfig cfg;
+  cfg.extra = R"("zero_optimization": {"stage": 1, "offload_optimizer": {"device": "nvme", )"
+              R"("nvme_path": ")" +
+              dir.path().string() + R"(", "buffer_count": 1, "pipeline_read": true}})";
+  const fs::path config = dir.write("ds_config.json", cfg.text());
+  ProcessResult r = run_dscore({"run", "--config", config.string()});
+  EXPECT_EQ(r.exit_code, 2) << r.describe();
+  EXPECT_GE(lines_starting_with(r.err, "error: " + config.string()).size(), 1u) << r.describe();
+  EXPECT_NE(r.err.find("zero_optimization.offload_optimizer.buffer_count: buffer_count 1 is fewer "
+                       "than the 2 tile buffers"),
+            std::string::npos)
+      << r.describe();
+  EXPECT_EQ(lines_starting_with(r.out, "step ").size(), 0u) << "no training happened";
+}
+
 TEST(CliRun, Fp16TrainsAndLogsTheLossScale) {
   TempDir dir("dscore_cli_run");
   MlpRunConfig cfg;

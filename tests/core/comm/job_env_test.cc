@@ -16,7 +16,8 @@ class JobEnvTest : public ::testing::Test {
     for (const char* v :
          {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK",
           "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "RANK", "WORLD_SIZE",
-          "LOCAL_RANK", "MPI_LOCALRANKID"})
+          "LOCAL_RANK", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+          "LOCAL_WORLD_SIZE", "SLURM_TASKS_PER_NODE", "SLURM_NODEID"})
       unsetenv(v);
   }
 };
@@ -27,6 +28,28 @@ TEST_F(JobEnvTest, NoLauncherIsOneRank) {
   EXPECT_EQ(env->world_size, 1);
   EXPECT_EQ(env->rank, 0);
   EXPECT_EQ(env->launcher, "none");
+  EXPECT_EQ(env->ranks_on_node(), 1);
+}
+
+TEST_F(JobEnvTest, RanksOnThisNodeFromTheLauncher) {
+  setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "8", 1);
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4", 1);
+  EXPECT_EQ(detect_job_env()->ranks_on_node(), 4);
+  clear();
+  setenv("RANK", "1", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  EXPECT_EQ(detect_job_env()->ranks_on_node(), 2) << "unknown: every rank on this node";
+  setenv("LOCAL_WORLD_SIZE", "1", 1);
+  EXPECT_EQ(detect_job_env()->ranks_on_node(), 1);
+  clear();
+  setenv("SLURM_PROCID", "5", 1);
+  setenv("SLURM_NTASKS", "7", 1);
+  setenv("SLURM_TASKS_PER_NODE", "2(x3),1", 1);
+  setenv("SLURM_NODEID", "2", 1);
+  EXPECT_EQ(detect_job_env()->ranks_on_node(), 2);
+  setenv("SLURM_NODEID", "3", 1);
+  EXPECT_EQ(detect_job_env()->ranks_on_node(), 1);
 }
 
 TEST_F(JobEnvTest, MpirunVariables) {

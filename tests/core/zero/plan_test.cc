@@ -1,0 +1,257 @@
+// The memory plan with optimizer offload: swap files on disk and tile
+// buffers in RAM for offload_optimizer.device "nvme" (fp32 and bf16 models,
+// stages 1-3, 1 and 2 ranks), the tile size's edge cases, buffer_count, and
+// the fit check against injected node capacities.
+#include <gtest/gtest.h>
+
+#include "core/base/strings.h"
+#include "core/config/config.h"
+#include "core/zero/plan.h"
+
+namespace dscore::zero {
+namespace {
+
+// Two layers: 3000 and 2001 elements (Psi = 5001).
+class TwoLayers {
+ public:
+  TwoLayers() { layout_ = ParamLayout::from_description(description_).value(); }
+  const ParamLayout& layout() const { return layout_; }
+
+ private:
+  int64_t s0_[2] = {30, 100}, s1_[1] = {2001};
+  dscore_model_param p0_{sizeof(dscore_model_param), "a.w", 2, s0_, 3000, 0};
+  dscore_model_param p1_{sizeof(dscore_model_param), "b.w", 1, s1_, 2001, 0};
+  const dscore_model_param* l0p_[1] = {&p0_};
+  const dscore_model_param* l1p_[1] = {&p1_};
+  dscore_model_layer l0_{sizeof(dscore_model_layer), "a", 1, l0p_};
+  dscore_model_layer l1_{sizeof(dscore_model_layer), "b", 1, l1p_};
+  const dscore_model_layer* layers_[2] = {&l0_, &l1_};
+  dscore_model_description description_{
+      sizeof(dscore_model_description), 2, layers_, 0, nullptr, 0};
+  ParamLayout layout_;
+};
+
+const std::vector<StateSlot> kAdam = {{"exp_avg", DSCORE_DTYPE_F32, 1},
+                                      {"exp_avg_sq", DSCORE_DTYPE_F32, 1}};
+
+config::TrainingConfig load(const std::string& zero, const std::string& precision, int world) {
+  config::ResolveContext context;
+  context.world_size = world;
+  const std::string text = R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": )" + zero +
+                           (precision.empty() ? "" : ", " + precision) + "}";
+  config::LoadedConfig loaded = config::load_config_text(text, "test.json", context);
+  EXPECT_TRUE(loaded.ok()) << (loaded.errors.empty() ? "" : loaded.errors.front().message);
+  return *loaded.config;
+}
+
+std::string nvme_zero(int stage, const std::string& offload_extra = "",
+                      const std::string& zero_extra = "") {
+  return R"({"stage": )" + std::to_string(stage) + zero_extra +
+         R"(, "offload_optimizer": {"device": "nvme", "nvme_path": "/swap")" + offload_extra + "}}";
+}
+
+TEST(OffloadPlan, Fp32ModelSwapsOnlyTheSlotsAndKeepsItsParameters) {
+  TwoLayers model;
+  for (int stage : {1, 2, 3}) {
+    for (int world : {1, 2}) {
+      SCOPED_TRACE("stage " + std::to_string(stage) + ", " + std::to_string(world) + " rank(s)");
+      const auto cfg = load(nvme_zero(stage), "", world);
+      const ZeroPlan in_ram =
+          make_plan(load(R"({"stage": )" + std::to_string(stage) + "}", "", world), model.layout(),
+                    kAdam, world, world - 1);
+      const ZeroPlan plan = make_plan(cfg, model.layout(), kAdam, world, world - 1);
+      // Owned: the flat partition (5002 / 5004 padded) or stage 3's shards
+      // (1500 + 1001 at two ranks); files round up to 1024 elements.
+      const int64_t owned = stage < 3 ? (world == 1 ? 5002 : 2502) : (world == 1 ? 5001 : 2501);
+      const int64_t file = world == 1 ? 5120 : 3072;
+      EXPECT_EQ(in_ram.memory.optimizer, owned * 8);
+      ASSERT_TRUE(plan.swap.has_value());
+      EXPECT_EQ(plan.optimizer_device, "nvme");
+      EXPECT_EQ(plan.swap->file_elements, file);
+      ASSERT_EQ(plan.swap->files.size(), 2u);  // no master: fp32 parameters are the master
+      EXPECT_EQ(plan.swap->files[0].state, "exp_avg");
+      EXPECT_EQ(plan.swap->files[1].bytes, file * 4);
+      EXPECT_EQ(plan.memory.disk_master, 0);
+      EXPECT_EQ(plan.memory.disk_optimizer, 2 * file * 4);
+      EXPECT_EQ(plan.memory.disk(), 2 * file * 4);
+      // RAM: the parameters, gradients and buffers stay; the state becomes
+      // one tile buffer of the whole (rounded) partition.
+      EXPECT_EQ(plan.memory.master, 0);
+      EXPECT_EQ(plan.memory.optimizer, 0);
+      EXPECT_EQ(plan.memory.parameters, in_ram.memory.parameters);
+      EXPECT_EQ(plan.memory.gradients, in_ram.memory.gradients);
+      EXPECT_EQ(plan.memory.buffers, in_ram.memory.buffers);
+      EXPECT_EQ(plan.swap->tile_elements, file);
+      EXPECT_EQ(plan.swap->buffers, 1);
+      EXPECT_EQ(plan.memory.offload_tiles, file * 8);
+      EXPECT_EQ(plan.memory.total(), in_ram.memory.total() - owned * 8 + file * 8);
+    }
+  }
+}
+
+TEST(OffloadPlan, SixteenBitModelSwapsTheMasterToo) {
+  TwoLayers model;
+  for (int stage : {1, 2, 3}) {
+    for (int world : {1, 2}) {
+      SCOPED_TRACE("stage " + std::to_string(stage) + ", " + std::to_string(world) + " rank(s)");
+      const std::string bf16 = R"("bf16": {"enabled": true})";
+      const ZeroPlan in_ram =
+          make_plan(load(R"({"stage": )" + std::to_string(stage) + "}", bf16, world),
+                    model.layout(), kAdam, world, 0);
+      const ZeroPlan plan = make_plan(
+          load(nvme_zero(stage, R"(, "pipeline_read": true, "pipeline_write": true)"), bf16, world),
+          model.layout(), kAdam, world, 0);
+      const int64_t owned = stage < 3 ? (world == 1 ? 5002 : 2502) : (world == 1 ? 5001 : 2501);
+      const int64_t file = world == 1 ? 5120 : 3072;
+      EXPECT_EQ(in_ram.memory.master, owned * 4);
+      ASSERT_TRUE(plan.swap.has_value());
+      ASSERT_EQ(plan.swap->files.size(), 3u);
+      EXPECT_EQ(plan.swap->files[0].state, "fp32 master");
+      EXPECT_EQ(plan.memory.disk_master, file * 4);
+      EXPECT_EQ(plan.memory.disk_optimizer, 2 * file * 4);
+      EXPECT_EQ(plan.memory.master, 0);
+      EXPECT_EQ(plan.memory.optimizer, 0);
+      EXPECT_EQ(plan.memory.parameters, in_ram.memory.parameters);  // bf16 stays in RAM
+      EXPECT_EQ(plan.swap->buffers, 3);  // 1 + pipeline_read + pipeline_write
+      EXPECT_EQ(plan.swap->tile_bytes, file * 12);
+      EXPECT_EQ(plan.memory.offload_tiles, 3 * file * 12);
+    }
+  }
+}
+
+TEST(OffloadPlan, TilesAreWholeKibiElementsAndNoLargerThanThePartition) {
+  TwoLayers model;
+  auto tile = [&](const std::string& sub_group, const std::string& offload) {
+    const ZeroPlan plan =
+        make_plan(load(nvme_zero(1, offload, R"(, "sub_group_size": )" + sub_group), "", 1),
+                  model.layout(), kAdam, 1, 0);
+    return *plan.swap;
+  };
+  EXPECT_EQ(tile("100", "").tile_elements, 1024) << "below 1024: one kibi-element";
+  EXPECT_EQ(tile("0", "").tile_elements, 1024);
+  EXPECT_EQ(tile("2500", "").tile_elements, 2048) << "rounded down";
+  EXPECT_EQ(tile("4096", "").tile_elements, 4096);
+  EXPECT_EQ(tile("1000000000", "").tile_elements, 5120) << "the rounded partition";
+  const OptimizerSwapPlan read_only = tile("2048", R"(, "pipeline_read": true)");
+  EXPECT_EQ(read_only.buffers, 2);
+  EXPECT_EQ(read_only.tile_bytes, 2048 * 8);
+  EXPECT_EQ(tile("2048", R"(, "pipeline_write": true)").buffers, 2);
+  // A slot of another dtype and width counts with its own size.
+  const std::vector<StateSlot> mixed = {{"m", DSCORE_DTYPE_BF16, 2}};
+  const ZeroPlan plan = make_plan(load(nvme_zero(2, "", R"(, "sub_group_size": 1024)"), "", 1),
+                                  model.layout(), mixed, 1, 0);
+  EXPECT_EQ(plan.swap->tile_bytes, 1024 * 2 * 2);
+  EXPECT_EQ(plan.memory.disk_optimizer, 5120 * 2 * 2);
+}
+
+TEST(OffloadPlan, CpuDeviceMovesNothingAndSaysSo) {
+  TwoLayers model;
+  const ZeroPlan in_ram = make_plan(load(R"({"stage": 2})", "", 2), model.layout(), kAdam, 2, 0);
+  const ZeroPlan cpu =
+      make_plan(load(R"({"stage": 2, "offload_optimizer": {"device": "cpu"}})", "", 2),
+                model.layout(), kAdam, 2, 0);
+  EXPECT_EQ(cpu.optimizer_device, "cpu");
+  EXPECT_FALSE(cpu.swap.has_value());
+  EXPECT_EQ(cpu.memory.total(), in_ram.memory.total());
+  EXPECT_EQ(cpu.memory.disk(), 0);
+  const std::string table = format_plans({cpu});
+  EXPECT_NE(table.find("already in host memory"), std::string::npos) << table;
+  EXPECT_EQ(table.find("disk total"), std::string::npos) << table;
+}
+
+TEST(OffloadPlan, TableShowsTileBuffersAndDiskPerRank) {
+  TwoLayers model;
+  const auto cfg = load(nvme_zero(2), R"("bf16": {"enabled": true})", 2);
+  const std::string table = format_plans(
+      {make_plan(cfg, model.layout(), kAdam, 2, 0), make_plan(cfg, model.layout(), kAdam, 2, 1)});
+  for (const char* row : {"  offload tile buffers", "  disk master (fp32)",
+                          "  disk optimizer state", "  disk total", "  total"})
+    EXPECT_NE(table.find(row), std::string::npos) << row << "\n" << table;
+  EXPECT_NE(table.find("nvme_path \"/swap\""), std::string::npos) << table;
+  EXPECT_NE(table.find("36.00 KiB"), std::string::npos) << table;  // 3072 x 12 bytes
+  EXPECT_NE(table.find("activations"), std::string::npos) << table;
+}
+
+TEST(OffloadPlan, ConfigErrorsNameTheKeyToChange) {
+  EXPECT_TRUE(offload_plan_errors(load(nvme_zero(1), "", 1)).empty());
+  auto few = offload_plan_errors(
+      load(nvme_zero(1, R"(, "buffer_count": 2, "pipeline_read": true, "pipeline_write": true)"),
+           "", 1));
+  ASSERT_EQ(few.size(), 1u);
+  EXPECT_EQ(few[0].path, "zero_optimization.offload_optimizer.buffer_count");
+  EXPECT_NE(few[0].message.find("buffer_count 2 is fewer than the 3"), std::string::npos)
+      << few[0].message;
+  EXPECT_TRUE(offload_plan_errors(
+                  load(nvme_zero(1, R"(, "buffer_count": 2, "pipeline_read": true)"), "", 1))
+                  .empty());
+  auto stage0 = offload_plan_errors(load(nvme_zero(0), "", 1));
+  ASSERT_EQ(stage0.size(), 1u);
+  EXPECT_EQ(stage0[0].path, "zero_optimization.offload_optimizer.device");
+  auto no_path =
+      offload_plan_errors(load(R"({"stage": 1, "offload_optimizer": {"device": "nvme"}})", "", 1));
+  ASSERT_EQ(no_path.size(), 1u);
+  EXPECT_EQ(no_path[0].path, "zero_optimization.offload_optimizer.nvme_path");
+}
+
+TEST(FitCheck, FitsWhenEveryRankOnTheNodeFits) {
+  TwoLayers model;
+  const ZeroPlan plan = make_plan(load(nvme_zero(2), "", 2), model.layout(), kAdam, 2, 0);
+  NodeCapacity node;
+  node.local_ranks = 2;
+  node.ram_available = 2 * plan.memory.total();
+  node.disk_available = 2 * plan.memory.disk();
+  EXPECT_TRUE(check_fits(plan, node).ok());
+  EXPECT_TRUE(check_fits(plan, NodeCapacity{}).ok()) << "unknown capacity is not checked";
+}
+
+TEST(FitCheck, ShortRamNamesTheNumbersAndTheSettings) {
+  TwoLayers model;
+  const ZeroPlan plan = make_plan(load(R"({"stage": 1})", "", 4), model.layout(), kAdam, 4, 1);
+  NodeCapacity node;
+  node.local_ranks = 4;
+  node.ram_available = 4 * plan.memory.total() - 1;
+  const Status s = check_fits(plan, node);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), DSCORE_RESOURCE_EXHAUSTED);
+  const std::string& m = s.message();
+  for (const std::string& part :
+       {std::string("rank 1 of 4"), format_bytes(plan.memory.total()) + " per rank",
+        format_bytes(4 * plan.memory.total()) + " for the 4 ranks on this node",
+        format_bytes(*node.ram_available) + " (", std::string("offload_optimizer.device \"nvme\""),
+        std::string("zero_optimization.stage is 1"), std::string("more ranks"),
+        std::string("Activations are not counted")})
+    EXPECT_NE(m.find(part), std::string::npos) << part << "\n" << m;
+  EXPECT_EQ(m.find("disk: "), std::string::npos) << m;
+  // Already offloaded at stage 3: the tiles and more ranks are what is left.
+  const ZeroPlan swapped = make_plan(load(nvme_zero(3, R"(, "pipeline_read": true)"), "", 1),
+                                     model.layout(), kAdam, 1, 0);
+  NodeCapacity one;
+  one.ram_available = swapped.memory.total() / 2;
+  const std::string m3 = check_fits(swapped, one).message();
+  EXPECT_NE(m3.find("sub_group_size"), std::string::npos) << m3;
+  EXPECT_EQ(m3.find("higher ZeRO stage"), std::string::npos) << m3;
+  EXPECT_EQ(m3.find("\"nvme\" with"), std::string::npos) << m3;
+}
+
+TEST(FitCheck, ShortDiskNamesTheNvmePath) {
+  TwoLayers model;
+  const ZeroPlan plan =
+      make_plan(load(nvme_zero(1), R"("fp16": {"enabled": true})", 2), model.layout(), kAdam, 2, 0);
+  NodeCapacity node;
+  node.local_ranks = 2;
+  node.ram_available = int64_t{1} << 40;
+  node.disk_available = plan.memory.disk();  // room for one rank only
+  const Status s = check_fits(plan, node);
+  ASSERT_FALSE(s.ok());
+  const std::string& m = s.message();
+  for (const std::string& part :
+       {std::string("disk: the optimizer swap files need"),
+        format_bytes(plan.memory.disk()) + " per rank",
+        format_bytes(2 * plan.memory.disk()) + " for the 2 ranks",
+        std::string("nvme_path \"/swap\""), std::string("more free space")})
+    EXPECT_NE(m.find(part), std::string::npos) << part << "\n" << m;
+  EXPECT_EQ(m.find("RAM:"), std::string::npos) << m;
+}
+
+}  // namespace
+}  // namespace dscore::zero
