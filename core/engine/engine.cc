@@ -44,13 +44,6 @@ class PhaseScope {
 
 std::vector<config::ConfigError> unsupported_features(const config::TrainingConfig& config) {
   std::vector<config::ConfigError> out;
-  if (config.zero.offload_optimizer && config.zero.offload_optimizer->device == "nvme" &&
-      config.zero.stage == 0)
-    out.push_back({"zero_optimization.offload_optimizer.device",
-                   {},
-                   "optimizer offload partitions the optimizer state, which ZeRO stage 0 does "
-                   "not: use \"stage\": 1, 2 or 3 with \"device\": \"nvme\" (DeepSpeed "
-                   "also needs stage >= 1)"});
   if (config.zero.offload_param && config.zero.offload_param->device == "nvme" &&
       config.zero.stage == 3)
     out.push_back({"zero_optimization.offload_param.device",

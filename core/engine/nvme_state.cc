@@ -24,11 +24,6 @@ std::string human_bytes(int64_t bytes) {
 
 }  // namespace
 
-int64_t nvme_tile_elements(int64_t sub_group_size, int64_t owned) {
-  const int64_t wanted = std::max(sub_group_size / kTileGranularity, int64_t{1}) * kTileGranularity;
-  return std::min(wanted, round_up(std::max(owned, int64_t{1}), kTileGranularity));
-}
-
 Result<std::unique_ptr<NvmeState>> NvmeState::create(
     std::unique_ptr<offload::Swapper> swapper, const NvmeStateOptions& options,
     const std::vector<zero::StateSlot>& slots, const std::vector<double>& initial_values,
@@ -39,13 +34,13 @@ Result<std::unique_ptr<NvmeState>> NvmeState::create(
   s->options_ = options;
   s->slots_ = slots;
   s->owned_ = owned;
-  s->tile_ = nvme_tile_elements(options.sub_group_size, owned);
+  s->tile_ = zero::nvme_tile_elements(options.sub_group_size, owned);
   s->fp32_master_ = fp32_master;
   const size_t alignment = s->swapper_->alignment();
-  if (static_cast<size_t>(kTileGranularity) % alignment != 0)
+  if (static_cast<size_t>(zero::kTileGranularity) % alignment != 0)
     return failed_precondition("the offload plugin needs " + std::to_string(alignment) +
                                "-byte alignment; dscore's NVMe tiles are aligned to " +
-                               std::to_string(kTileGranularity) + " bytes");
+                               std::to_string(zero::kTileGranularity) + " bytes");
   std::error_code ec;
   std::filesystem::create_directories(options.folder, ec);
   if (ec)
@@ -118,7 +113,7 @@ NvmeState::~NvmeState() {
 
 std::string NvmeState::describe() const {
   int64_t bytes = 0;
-  for (const File& f : files_) bytes += round_up(owned_, kTileGranularity) * f.value_bytes;
+  for (const File& f : files_) bytes += round_up(owned_, zero::kTileGranularity) * f.value_bytes;
   return "on NVMe in " + options_.folder + " (" + human_bytes(bytes) + ", " +
          std::to_string(tile_count()) + " tile(s) of " + std::to_string(tile_) + " elements, " +
          std::to_string(buffers_.size()) + " tile buffer(s), " + swapper_->backend() + ")";
@@ -141,7 +136,7 @@ StateTile NvmeState::view(int64_t tile, Buffer& buffer) const {
 
 Status NvmeState::transfer(int64_t tile, Buffer& buffer, bool write) {
   const int64_t begin = tile * tile_;
-  const int64_t elements = round_up(std::min(begin + tile_, owned_) - begin, kTileGranularity);
+  const int64_t elements = round_up(std::min(begin + tile_, owned_) - begin, zero::kTileGranularity);
   for (size_t f = 0; f < files_.size(); ++f) {
     const uint64_t offset = static_cast<uint64_t>(begin) * files_[f].value_bytes;
     const size_t bytes = static_cast<size_t>(elements) * files_[f].value_bytes;
@@ -226,7 +221,7 @@ Status NvmeState::read(int state, int64_t first, int64_t count, void* dst) {
   DSCORE_RETURN_IF_ERROR(settle_all());
   Buffer& bounce = buffers_[0];
   const uint64_t capacity = static_cast<uint64_t>(tile_) * files_[f].value_bytes;
-  const uint64_t align = kTileGranularity;
+  const uint64_t align = zero::kTileGranularity;
   uint64_t begin = static_cast<uint64_t>(first) * value_size;
   const uint64_t end = begin + static_cast<uint64_t>(count) * value_size;
   char* out = static_cast<char*>(dst);

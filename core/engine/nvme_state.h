@@ -10,8 +10,9 @@
 //
 // File layout: state s's values for elements [e, e + n) sit at byte
 // e * elements_per_param * dtype size; every file is sized for
-// round_up(owned, kTileGranularity) elements, so every tile's transfer is
-// aligned for O_DIRECT.
+// round_up(owned, zero::kTileGranularity) elements, so every tile's
+// transfer is aligned for O_DIRECT. The plan (core/zero/plan.h) counts the
+// same files and tile buffers.
 #pragma once
 
 #include <memory>
@@ -23,19 +24,12 @@
 
 namespace dscore {
 
-// Tiles are multiples of this many elements (a 4 KiB-aligned transfer at
-// any dtype size).
-inline constexpr int64_t kTileGranularity = 4096;
-
 struct NvmeStateOptions {
   std::string folder;  // nvme_path/<job>/rank<R>: created, removed at the end
   int64_t sub_group_size = 0;
   bool pipeline_read = false;
   bool pipeline_write = false;
 };
-
-// Elements per tile for `owned` elements (the plan counts the same).
-int64_t nvme_tile_elements(int64_t sub_group_size, int64_t owned);
 
 class NvmeState final : public OwnedState {
  public:

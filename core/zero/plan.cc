@@ -21,8 +21,7 @@ int64_t bytes(int64_t elements, dscore_dtype dtype) {
   return elements * static_cast<int64_t>(sdk::dtype_size(dtype));
 }
 
-// Swap files and tiles are whole multiples of this many elements.
-constexpr int64_t kSwapAlign = 1024;
+constexpr int64_t kSwapAlign = kTileGranularity;
 
 int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
@@ -37,8 +36,7 @@ void plan_optimizer_swap(const config::OffloadConfig& offload, int64_t sub_group
   OptimizerSwapPlan swap;
   swap.nvme_path = offload.nvme_path;
   swap.file_elements = round_up(owned, kSwapAlign);
-  swap.tile_elements =
-      std::min(std::max(sub_group_size / kSwapAlign * kSwapAlign, kSwapAlign), swap.file_elements);
+  swap.tile_elements = nvme_tile_elements(sub_group_size, owned);
   swap.buffers = offload_tile_buffers(offload);
   MemoryPlan& m = plan->memory;
   if (plan->model_dtype != DSCORE_DTYPE_F32) {
@@ -160,6 +158,11 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
   plan.notes.push_back("activations and the model's own workspace are not counted");
   plan.comm_elements["allgather (step statistics)"] = 4 * world;
   return plan;
+}
+
+int64_t nvme_tile_elements(int64_t sub_group_size, int64_t owned) {
+  const int64_t wanted = std::max(sub_group_size / kTileGranularity, int64_t{1}) * kTileGranularity;
+  return std::min(wanted, round_up(std::max(owned, int64_t{1}), kTileGranularity));
 }
 
 int64_t offload_tile_buffers(const config::OffloadConfig& offload) {

@@ -53,8 +53,8 @@ struct MemoryPlan {
 // tile_elements parameters each.
 struct OptimizerSwapPlan {
   std::string nvme_path;
-  int64_t file_elements = 0;  // round_up(owned, 1024)
-  int64_t tile_elements = 0;  // min(round_down(sub_group_size, 1024) >= 1024, file_elements)
+  int64_t file_elements = 0;  // round_up(owned, kTileGranularity)
+  int64_t tile_elements = 0;  // nvme_tile_elements()
   int64_t buffers = 0;        // 1 + pipeline_read + pipeline_write
   int64_t tile_bytes = 0;     // one tile buffer: master (16-bit models) and every slot
   struct File {
@@ -89,6 +89,13 @@ dscore_dtype grad_dtype_of(const config::TrainingConfig& config);
 
 ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layout,
                    const std::vector<StateSlot>& slots, int world, int rank);
+
+// Swap files and tiles of NVMe optimizer offload are whole multiples of
+// this many elements (a 4 KiB-aligned transfer at any dtype size).
+inline constexpr int64_t kTileGranularity = 4096;
+// Elements per tile: sub_group_size rounded down to the granularity (at
+// least one granule), at most the owned space rounded up.
+int64_t nvme_tile_elements(int64_t sub_group_size, int64_t owned);
 
 // The tile buffers NVMe optimizer offload needs: 1 + pipeline_read +
 // pipeline_write.

@@ -61,9 +61,9 @@ TEST(OffloadPlan, Fp32ModelSwapsOnlyTheSlotsAndKeepsItsParameters) {
                     kAdam, world, world - 1);
       const ZeroPlan plan = make_plan(cfg, model.layout(), kAdam, world, world - 1);
       // Owned: the flat partition (5002 / 5004 padded) or stage 3's shards
-      // (1500 + 1001 at two ranks); files round up to 1024 elements.
+      // (1500 + 1001 at two ranks); files round up to 4096 elements.
       const int64_t owned = stage < 3 ? (world == 1 ? 5002 : 2502) : (world == 1 ? 5001 : 2501);
-      const int64_t file = world == 1 ? 5120 : 3072;
+      const int64_t file = world == 1 ? 8192 : 4096;
       EXPECT_EQ(in_ram.memory.optimizer, owned * 8);
       ASSERT_TRUE(plan.swap.has_value());
       EXPECT_EQ(plan.optimizer_device, "nvme");
@@ -102,7 +102,7 @@ TEST(OffloadPlan, SixteenBitModelSwapsTheMasterToo) {
           load(nvme_zero(stage, R"(, "pipeline_read": true, "pipeline_write": true)"), bf16, world),
           model.layout(), kAdam, world, 0);
       const int64_t owned = stage < 3 ? (world == 1 ? 5002 : 2502) : (world == 1 ? 5001 : 2501);
-      const int64_t file = world == 1 ? 5120 : 3072;
+      const int64_t file = world == 1 ? 8192 : 4096;
       EXPECT_EQ(in_ram.memory.master, owned * 4);
       ASSERT_TRUE(plan.swap.has_value());
       ASSERT_EQ(plan.swap->files.size(), 3u);
@@ -119,7 +119,7 @@ TEST(OffloadPlan, SixteenBitModelSwapsTheMasterToo) {
   }
 }
 
-TEST(OffloadPlan, TilesAreWholeKibiElementsAndNoLargerThanThePartition) {
+TEST(OffloadPlan, TilesAreWholeGranulesAndNoLargerThanThePartition) {
   TwoLayers model;
   auto tile = [&](const std::string& sub_group, const std::string& offload) {
     const ZeroPlan plan =
@@ -127,21 +127,21 @@ TEST(OffloadPlan, TilesAreWholeKibiElementsAndNoLargerThanThePartition) {
                   model.layout(), kAdam, 1, 0);
     return *plan.swap;
   };
-  EXPECT_EQ(tile("100", "").tile_elements, 1024) << "below 1024: one kibi-element";
-  EXPECT_EQ(tile("0", "").tile_elements, 1024);
-  EXPECT_EQ(tile("2500", "").tile_elements, 2048) << "rounded down";
-  EXPECT_EQ(tile("4096", "").tile_elements, 4096);
-  EXPECT_EQ(tile("1000000000", "").tile_elements, 5120) << "the rounded partition";
-  const OptimizerSwapPlan read_only = tile("2048", R"(, "pipeline_read": true)");
+  EXPECT_EQ(tile("100", "").tile_elements, 4096) << "below 4096: one granule";
+  EXPECT_EQ(tile("0", "").tile_elements, 4096);
+  EXPECT_EQ(tile("6000", "").tile_elements, 4096) << "rounded down";
+  EXPECT_EQ(tile("8192", "").tile_elements, 8192);
+  EXPECT_EQ(tile("1000000000", "").tile_elements, 8192) << "the rounded partition";
+  const OptimizerSwapPlan read_only = tile("4096", R"(, "pipeline_read": true)");
   EXPECT_EQ(read_only.buffers, 2);
-  EXPECT_EQ(read_only.tile_bytes, 2048 * 8);
-  EXPECT_EQ(tile("2048", R"(, "pipeline_write": true)").buffers, 2);
+  EXPECT_EQ(read_only.tile_bytes, 4096 * 8);
+  EXPECT_EQ(tile("4096", R"(, "pipeline_write": true)").buffers, 2);
   // A slot of another dtype and width counts with its own size.
   const std::vector<StateSlot> mixed = {{"m", DSCORE_DTYPE_BF16, 2}};
-  const ZeroPlan plan = make_plan(load(nvme_zero(2, "", R"(, "sub_group_size": 1024)"), "", 1),
+  const ZeroPlan plan = make_plan(load(nvme_zero(2, "", R"(, "sub_group_size": 4096)"), "", 1),
                                   model.layout(), mixed, 1, 0);
-  EXPECT_EQ(plan.swap->tile_bytes, 1024 * 2 * 2);
-  EXPECT_EQ(plan.memory.disk_optimizer, 5120 * 2 * 2);
+  EXPECT_EQ(plan.swap->tile_bytes, 4096 * 2 * 2);
+  EXPECT_EQ(plan.memory.disk_optimizer, 8192 * 2 * 2);
 }
 
 TEST(OffloadPlan, CpuDeviceMovesNothingAndSaysSo) {
@@ -168,7 +168,7 @@ TEST(OffloadPlan, TableShowsTileBuffersAndDiskPerRank) {
                           "  disk optimizer state", "  disk total", "  total"})
     EXPECT_NE(table.find(row), std::string::npos) << row << "\n" << table;
   EXPECT_NE(table.find("nvme_path \"/swap\""), std::string::npos) << table;
-  EXPECT_NE(table.find("36.00 KiB"), std::string::npos) << table;  // 3072 x 12 bytes
+  EXPECT_NE(table.find("48.00 KiB"), std::string::npos) << table;  // 4096 x 12 bytes
   EXPECT_NE(table.find("activations"), std::string::npos) << table;
 }
 
