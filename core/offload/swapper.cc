@@ -6,7 +6,6 @@
 // sticky: queued jobs fail with it and new ones are refused.
 #include "core/offload/swapper.h"
 
-
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -57,9 +56,9 @@ struct Swapper::Impl {
   size_t alignment = 1;
 
   mutable std::mutex mu;
-  std::condition_variable wake;      // the I/O thread
-  std::condition_variable finished;  // callers waiting for jobs and commands
-  std::deque<File> files;  // stable addresses: path() hands out references
+  std::condition_variable wake;                 // the I/O thread
+  std::condition_variable finished;             // callers waiting for jobs and commands
+  std::deque<File> files;                       // stable addresses: path() hands out references
   std::map<Ticket, std::unique_ptr<Job>> jobs;  // until wait()ed
   std::deque<Job*> queue;                       // not yet fully issued
   std::deque<Command*> commands;
@@ -93,9 +92,8 @@ void Swapper::Impl::run() {
   std::vector<dscore_io_completion> done;
   std::unique_lock<std::mutex> lock(mu);
   for (;;) {
-    wake.wait(lock, [&] {
-      return stopping || !commands.empty() || !pieces.empty() || can_issue(true);
-    });
+    wake.wait(lock,
+              [&] { return stopping || !commands.empty() || !pieces.empty() || can_issue(true); });
     while (!commands.empty()) {
       Command* c = commands.front();
       commands.pop_front();
@@ -150,8 +148,7 @@ std::vector<dscore_io_request> Swapper::Impl::issue() {
   const bool batch_open = pieces.empty();
   while (can_issue(batch_open)) {
     Job* j = queue.front();
-    const size_t n =
-        std::min(static_cast<size_t>(settings.block_size), j->bytes - j->issued);
+    const size_t n = std::min(static_cast<size_t>(settings.block_size), j->bytes - j->issued);
     const uint64_t id = next_piece++;
     pieces[id] = Piece{j, j->offset + j->issued, n};
     batch.push_back(dscore_io_request{sizeof(dscore_io_request), j->op, files[j->file].handle,
@@ -172,8 +169,13 @@ void Swapper::Impl::complete(const dscore_io_completion& c) {
   j->outstanding -= 1;
   (j->op == DSCORE_IO_READ ? bytes_read : bytes_written) += std::min(c.bytes, p.bytes);
   if (c.status != DSCORE_OK || c.bytes != p.bytes) {
-    IoFailure f{j->op == DSCORE_IO_WRITE, files[j->file].path, p.offset, p.bytes,
-                std::min(c.bytes, p.bytes), c.status, c.os_error};
+    IoFailure f{j->op == DSCORE_IO_WRITE,
+                files[j->file].path,
+                p.offset,
+                p.bytes,
+                std::min(c.bytes, p.bytes),
+                c.status,
+                c.os_error};
     fail_job(j, io_error(f));
     return;
   }
@@ -195,7 +197,8 @@ void Swapper::Impl::fail_queued() {
     Job* j = queue.front();
     queue.pop_front();
     if (j->status.ok())
-      j->status = Status(failure.code(), "not done, an earlier transfer failed: " + failure.message());
+      j->status =
+          Status(failure.code(), "not done, an earlier transfer failed: " + failure.message());
     j->issued = j->bytes;
     finish_if_done(j);
   }
@@ -242,8 +245,8 @@ Result<Swapper::Ticket> Swapper::Impl::enqueue(dscore_io_op op, int file, uint64
   const auto address = reinterpret_cast<uintptr_t>(buffer);
   if (address % alignment != 0 || offset % alignment != 0 || bytes % alignment != 0)
     return invalid_argument(std::string(op == DSCORE_IO_READ ? "reading " : "writing ") +
-                            files[file].path + " at byte offset " + std::to_string(offset) +
-                            " (" + std::to_string(bytes) + " bytes, buffer at 0x" +
+                            files[file].path + " at byte offset " + std::to_string(offset) + " (" +
+                            std::to_string(bytes) + " bytes, buffer at 0x" +
                             [&] {
                               char hex[32];
                               std::snprintf(hex, sizeof hex, "%zx", static_cast<size_t>(address));
