@@ -108,9 +108,10 @@ TEST(SwapperFault, AnEnospcFromThePluginNamesTheFileSystem) {
   ASSERT_TRUE(w.ok());
   Status st = swapper->wait(*w);
   EXPECT_EQ(st.code(), DSCORE_RESOURCE_EXHAUSTED);
-  EXPECT_NE(st.message().find("No space left on device (ENOSPC); free space on " +
-                              offload::mount_point_of(dir.path()) + " or point nvme_path elsewhere"),
-            std::string::npos)
+  EXPECT_NE(
+      st.message().find("No space left on device (ENOSPC); free space on " +
+                        offload::mount_point_of(dir.path()) + " or point nvme_path elsewhere"),
+      std::string::npos)
       << st.message();
 }
 

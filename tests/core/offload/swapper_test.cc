@@ -50,9 +50,9 @@ class Swapper : public ::testing::TestWithParam<std::string> {
     s.intra_op_parallelism = 3;
     return s;
   }
-#define MAKE_OR_SKIP(var, ...)                                                       \
-  auto var = make(__VA_ARGS__);                                                      \
-  if (HasFailure()) return;                                                          \
+#define MAKE_OR_SKIP(var, ...)                                                        \
+  auto var = make(__VA_ARGS__);                                                       \
+  if (HasFailure()) return;                                                           \
   if (var == nullptr) GTEST_SKIP() << "io_uring is unavailable here: " << GetParam(); \
   static_assert(true)
 
@@ -144,7 +144,8 @@ TEST_P(Swapper, HundredsOfConcurrentTicketsOverSeveralFiles) {
   std::shuffle(order.begin(), order.end(), rng);
   for (int i : order) {
     ASSERT_TRUE(swapper->wait(slots[i].ticket).ok());
-    expect_same(slots[i].out.get(), slots[i].in.get(), slots[i].bytes, "ticket " + std::to_string(i));
+    expect_same(slots[i].out.get(), slots[i].in.get(), slots[i].bytes,
+                "ticket " + std::to_string(i));
   }
 }
 
@@ -243,7 +244,8 @@ TEST_P(Swapper, AReadPastTheEndIsDataLoss) {
   ASSERT_TRUE(t.ok());
   Status st = swapper->wait(*t);
   EXPECT_EQ(st.code(), DSCORE_DATA_LOSS) << st.message();
-  EXPECT_NE(st.message().find("reading " + path + " at byte offset 0 (65536 bytes) failed: end of "
+  EXPECT_NE(st.message().find("reading " + path +
+                              " at byte offset 0 (65536 bytes) failed: end of "
                               "file after 8192 of 65536 bytes"),
             std::string::npos)
       << st.message();

@@ -59,10 +59,9 @@ class FaultySwapper : public dscore::sdk::Instance {
         done_.push_back(c);
         continue;
       }
-      const ssize_t n =
-          r.op == DSCORE_IO_READ
-              ? ::pread(fd, r.buffer, r.bytes, static_cast<off_t>(r.offset))
-              : ::pwrite(fd, r.buffer, r.bytes, static_cast<off_t>(r.offset));
+      const ssize_t n = r.op == DSCORE_IO_READ
+                            ? ::pread(fd, r.buffer, r.bytes, static_cast<off_t>(r.offset))
+                            : ::pwrite(fd, r.buffer, r.bytes, static_cast<off_t>(r.offset));
       if (n < 0) {
         c.status = DSCORE_INTERNAL;
         c.os_error = errno;
