@@ -63,6 +63,8 @@ struct Swapper::Impl {
   std::deque<Job*> queue;                       // not yet fully issued
   std::deque<Command*> commands;
   std::unordered_map<uint64_t, Piece> pieces;  // by request user_data
+  size_t undone = 0;                           // jobs not done, in all
+  std::unordered_map<int, size_t> undone_in;   // per file
   uint64_t next_piece = 1;
   Ticket next_ticket = 1;
   Status failure;  // sticky
@@ -207,6 +209,8 @@ void Swapper::Impl::fail_queued() {
 void Swapper::Impl::finish_if_done(Job* job) {
   if (job->issued == job->bytes && job->outstanding == 0 && !job->done) {
     job->done = true;
+    undone -= 1;
+    undone_in[job->file] -= 1;
     finished.notify_all();
   }
 }
@@ -223,11 +227,7 @@ Status Swapper::Impl::post(std::function<Status()> fn) {
 }
 
 void Swapper::Impl::wait_for_file(std::unique_lock<std::mutex>& lock, int file) {
-  finished.wait(lock, [&] {
-    for (const auto& [t, j] : jobs)
-      if (j->file == file && !j->done) return false;
-    return true;
-  });
+  finished.wait(lock, [&] { return undone_in[file] == 0; });
 }
 
 Status Swapper::Impl::check_file(int file) const {
@@ -267,6 +267,8 @@ Result<Swapper::Ticket> Swapper::Impl::enqueue(dscore_io_op op, int file, uint64
   if (bytes == 0) {
     j->done = true;
   } else {
+    undone += 1;
+    undone_in[file] += 1;
     queue.push_back(j);
     wake.notify_one();
   }
@@ -365,11 +367,7 @@ Status Swapper::sync(int file) {
 Status Swapper::register_buffers(const std::vector<std::pair<void*, size_t>>& buffers) {
   {
     std::unique_lock<std::mutex> lock(impl_->mu);
-    impl_->finished.wait(lock, [&] {
-      for (const auto& [t, j] : impl_->jobs)
-        if (!j->done) return false;
-      return true;
-    });
+    impl_->finished.wait(lock, [&] { return impl_->undone == 0; });
   }
   std::vector<void*> addresses;
   std::vector<size_t> sizes;
@@ -406,11 +404,7 @@ Status Swapper::wait(Ticket ticket) {
 
 Status Swapper::wait_all() {
   std::unique_lock<std::mutex> lock(impl_->mu);
-  impl_->finished.wait(lock, [&] {
-    for (const auto& [t, j] : impl_->jobs)
-      if (!j->done) return false;
-    return true;
-  });
+  impl_->finished.wait(lock, [&] { return impl_->undone == 0; });
   Status first = impl_->failure;
   for (const auto& [t, j] : impl_->jobs)
     if (first.ok() && !j->status.ok()) first = j->status;
