@@ -3,8 +3,15 @@
 // queue, registered buffers, every completion's status, bytes and os_error
 // (end of file, a full tmpfs), and the refusals of bad requests.
 #include <gtest/gtest.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 
 #include <cerrno>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -50,10 +57,10 @@ class NvmeSwapper : public ::testing::TestWithParam<std::string> {
     EXPECT_TRUE(instance.ok()) << instance.status().message();
     return instance.ok() ? std::move(*instance) : nullptr;
   }
-#define MAKE_OR_SKIP(var, ...)                          \
-  auto var = make(__VA_ARGS__);                         \
-  if (HasFailure()) return;                             \
-  if (var == nullptr) GTEST_SKIP() << skip_;            \
+#define MAKE_OR_SKIP(var, ...)               \
+  auto var = make(__VA_ARGS__);              \
+  if (HasFailure()) return;                  \
+  if (var == nullptr) GTEST_SKIP() << skip_; \
   static_assert(true)
 
   std::shared_ptr<PluginRegistry> registry_;
@@ -169,6 +176,49 @@ TEST(NvmeSwapperEnv, AnUnknownBackendNameIsRefused) {
                 "DSCORE_NVME_BACKEND=libaio is not a backend; use io_uring, threads or auto"),
             std::string::npos)
       << instance.status().message();
+}
+
+// Make io_uring_setup fail with EPERM in this process, as a container's
+// seccomp profile does.
+bool forbid_io_uring() {
+  struct sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog program = {static_cast<unsigned short>(sizeof filter / sizeof filter[0]),
+                               filter};
+  return ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+         ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) == 0;
+}
+
+// In a child process (a fresh one: the fallback is logged once per process).
+void fall_back_when_io_uring_is_forbidden() {
+  if (!forbid_io_uring()) {
+    std::fprintf(stderr, "cannot install the seccomp filter\n");
+    std::exit(2);
+  }
+  auto registry = offload::testing::swapper_registry();
+  const PluginInfo& info = *registry->find(DSCORE_KIND_OFFLOAD, "nvme").value();
+  auto instance = OffloadInstance::create(info, aio(4), InstanceContext{});
+  if (!instance.ok() || (*instance)->backend() != "threads") std::exit(3);
+  TempDir dir;
+  auto f = (*instance)->open_file(dir.file("x.swp"), kCreate);
+  Buffer b = random_buffer(8192, 1);
+  std::vector<dscore_io_completion> done;
+  if (!f.ok() || !(*instance)->submit({request(DSCORE_IO_WRITE, *f, 0, b.get(), 8192, 1)}).ok() ||
+      !(*instance)->wait(1, -1, 1, &done).ok() || done[0].status != DSCORE_OK)
+    std::exit(4);
+  std::exit(0);
+}
+
+TEST(NvmeSwapperFallback, ForbiddenIoUringFallsBackToThreadsAndSaysWhy) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(fall_back_when_io_uring_is_forbidden(), ::testing::ExitedWithCode(0),
+              "io_uring_queue_init failed: Operation not permitted \\(forbidden: "
+              "kernel.io_uring_disabled or a seccomp filter\\); falling back to 2 pread/pwrite "
+              "thread");
 }
 
 }  // namespace
