@@ -412,6 +412,11 @@ Status Swapper::wait_all() {
   return first;
 }
 
+Status Swapper::failure() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->failure;
+}
+
 uint64_t Swapper::bytes_read() const { return impl_->bytes_read.load(); }
 uint64_t Swapper::bytes_written() const { return impl_->bytes_written.load(); }
 

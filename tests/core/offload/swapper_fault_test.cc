@@ -37,6 +37,7 @@ TEST(SwapperFault, EioFailsItsTicketNamesTheRequestAndSticks) {
   auto swapper = faulty(*registry, 3, "eio");
   ASSERT_TRUE(swapper);
   EXPECT_EQ(swapper->backend(), "fake");
+  EXPECT_TRUE(swapper->failure().ok());
   TempDir dir;
   const std::string path = dir.file("eio.swp");
   auto f = swapper->open(path, kCreate);
@@ -63,6 +64,7 @@ TEST(SwapperFault, EioFailsItsTicketNamesTheRequestAndSticks) {
   } else {
     EXPECT_EQ(t3.status().message(), st.message());
   }
+  EXPECT_EQ(swapper->failure().message(), st.message());
   // Sticky, though the plugin would work again.
   Buffer in = aligned(4096);
   auto later = swapper->read(*f, 0, in.get(), 4096);
