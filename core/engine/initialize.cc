@@ -117,6 +117,11 @@ Result<std::unique_ptr<Engine>> build_engine(const Setup& setup, std::unique_ptr
     DSCORE_RETURN_IF_ERROR(monitor->write_config(resolved_json));
     components.monitors.push_back(std::move(monitor));
   }
+  if (cfg.zero.offload_optimizer && cfg.zero.offload_optimizer->device == "nvme") {
+    DSCORE_ASSIGN_OR_RETURN(offload::AioSettings aio, offload::aio_settings_from(cfg.aio));
+    DSCORE_ASSIGN_OR_RETURN(components.swapper,
+                            offload::make_swapper(*setup.registry, aio, context));
+  }
   components.comm = std::move(communicator);
   components.host = std::move(host);
   return Engine::create(cfg, std::move(components));

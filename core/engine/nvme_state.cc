@@ -1,7 +1,7 @@
 #include "core/engine/nvme_state.h"
 
-#include <dscore/cpp/dtype.hpp>
 #include <dscore/offload.h>
+#include <dscore/cpp/dtype.hpp>
 
 #include <algorithm>
 #include <cstring>
@@ -45,17 +45,19 @@ Result<std::unique_ptr<NvmeState>> NvmeState::create(
   std::filesystem::create_directories(options.folder, ec);
   if (ec)
     return failed_precondition("cannot create the NVMe offload folder " + options.folder + ": " +
-                               ec.message() + "; check zero_optimization.offload_optimizer.nvme_path");
-  if (fp32_master == nullptr) s->files_.push_back({options.folder + "/master_fp32.swp", -1, 4, kMasterState});
+                               ec.message() +
+                               "; check zero_optimization.offload_optimizer.nvme_path");
+  if (fp32_master == nullptr)
+    s->files_.push_back({options.folder + "/master_fp32.swp", -1, 4, kMasterState});
   for (size_t k = 0; k < slots.size(); ++k)
-    s->files_.push_back({options.folder + "/" + slots[k].name + ".swp", -1,
-                         static_cast<size_t>(slots[k].elements_per_param) *
-                             sdk::dtype_size(slots[k].dtype),
-                         static_cast<int>(k)});
+    s->files_.push_back(
+        {options.folder + "/" + slots[k].name + ".swp", -1,
+         static_cast<size_t>(slots[k].elements_per_param) * sdk::dtype_size(slots[k].dtype),
+         static_cast<int>(k)});
   for (File& f : s->files_) {
-    DSCORE_ASSIGN_OR_RETURN(f.number,
-                            s->swapper_->open(f.path, DSCORE_OPEN_READ | DSCORE_OPEN_WRITE |
-                                                          DSCORE_OPEN_CREATE | DSCORE_OPEN_TRUNCATE));
+    DSCORE_ASSIGN_OR_RETURN(
+        f.number, s->swapper_->open(f.path, DSCORE_OPEN_READ | DSCORE_OPEN_WRITE |
+                                                DSCORE_OPEN_CREATE | DSCORE_OPEN_TRUNCATE));
   }
   const size_t buffer_count =
       1 + (options.pipeline_read ? 1 : 0) + (options.pipeline_write ? 1 : 0);
@@ -63,12 +65,13 @@ Result<std::unique_ptr<NvmeState>> NvmeState::create(
   for (const File& f : s->files_) tile_bytes += static_cast<size_t>(s->tile_) * f.value_bytes;
   for (size_t b = 0; b < buffer_count; ++b) {
     Buffer buffer;
-    void* memory = counted_alloc(std::max<size_t>(tile_bytes, alignment), alignment,
-                                 DSCORE_MEMORY_HOST, MemoryUse::kOptimizerState, "nvme tile buffer");
+    void* memory =
+        counted_alloc(std::max<size_t>(tile_bytes, alignment), alignment, DSCORE_MEMORY_HOST,
+                      MemoryUse::kOptimizerState, "nvme tile buffer");
     if (memory == nullptr)
       return Status(DSCORE_RESOURCE_EXHAUSTED, "cannot allocate an NVMe tile buffer of " +
-                                human_bytes(static_cast<int64_t>(tile_bytes)) +
-                                ": lower zero_optimization.sub_group_size");
+                                                   human_bytes(static_cast<int64_t>(tile_bytes)) +
+                                                   ": lower zero_optimization.sub_group_size");
     buffer.memory = CountedBuffer(memory, CountedFree{DSCORE_MEMORY_HOST});
     char* at = static_cast<char*>(memory);
     for (const File& f : s->files_) {
@@ -136,13 +139,15 @@ StateTile NvmeState::view(int64_t tile, Buffer& buffer) const {
 
 Status NvmeState::transfer(int64_t tile, Buffer& buffer, bool write) {
   const int64_t begin = tile * tile_;
-  const int64_t elements = round_up(std::min(begin + tile_, owned_) - begin, zero::kTileGranularity);
+  const int64_t elements =
+      round_up(std::min(begin + tile_, owned_) - begin, zero::kTileGranularity);
   for (size_t f = 0; f < files_.size(); ++f) {
     const uint64_t offset = static_cast<uint64_t>(begin) * files_[f].value_bytes;
     const size_t bytes = static_cast<size_t>(elements) * files_[f].value_bytes;
     DSCORE_ASSIGN_OR_RETURN(offload::Swapper::Ticket ticket,
-                            write ? swapper_->write(files_[f].number, offset, buffer.parts[f], bytes)
-                                  : swapper_->read(files_[f].number, offset, buffer.parts[f], bytes));
+                            write
+                                ? swapper_->write(files_[f].number, offset, buffer.parts[f], bytes)
+                                : swapper_->read(files_[f].number, offset, buffer.parts[f], bytes));
     buffer.pending.push_back(ticket);
   }
   return Status::Ok();
@@ -176,7 +181,9 @@ Status NvmeState::walk(bool read_tiles, bool write_tiles,
                        const std::function<Status(const StateTile&)>& visit) {
   const int64_t tiles = tile_count();
   const size_t count = buffers_.size();
-  auto buffer_of = [&](int64_t tile) -> Buffer& { return buffers_[static_cast<size_t>(tile) % count]; };
+  auto buffer_of = [&](int64_t tile) -> Buffer& {
+    return buffers_[static_cast<size_t>(tile) % count];
+  };
   auto fail = [&](Status status) {
     (void)settle_all();
     return status;
@@ -216,8 +223,9 @@ Status NvmeState::read(int state, int64_t first, int64_t count, void* dst) {
   if (f == files_.size()) return invalid_argument("no optimizer state " + std::to_string(state));
   // Values, not elements: a slot may hold several per element. Through
   // buffer 0's part for this file, in aligned pieces.
-  const size_t value_size =
-      state == kMasterState ? sizeof(float) : sdk::dtype_size(slots_[static_cast<size_t>(state)].dtype);
+  const size_t value_size = state == kMasterState
+                                ? sizeof(float)
+                                : sdk::dtype_size(slots_[static_cast<size_t>(state)].dtype);
   DSCORE_RETURN_IF_ERROR(settle_all());
   Buffer& bounce = buffers_[0];
   const uint64_t capacity = static_cast<uint64_t>(tile_) * files_[f].value_bytes;

@@ -37,11 +37,13 @@ class NvmeState final : public OwnedState {
   // through the model's init_param over `segments` (16-bit models; for fp32
   // models `fp32_master` is the strategy's parameters), the slots their
   // declared initial values.
-  static Result<std::unique_ptr<NvmeState>> create(
-      std::unique_ptr<offload::Swapper> swapper, const NvmeStateOptions& options,
-      const std::vector<zero::StateSlot>& slots, const std::vector<double>& initial_values,
-      int64_t owned, float* fp32_master, const Model& model,
-      const std::vector<zero::OwnedSegment>& segments);
+  static Result<std::unique_ptr<NvmeState>> create(std::unique_ptr<offload::Swapper> swapper,
+                                                   const NvmeStateOptions& options,
+                                                   const std::vector<zero::StateSlot>& slots,
+                                                   const std::vector<double>& initial_values,
+                                                   int64_t owned, float* fp32_master,
+                                                   const Model& model,
+                                                   const std::vector<zero::OwnedSegment>& segments);
   ~NvmeState() override;
 
   Status for_each_tile(TileAccess access,

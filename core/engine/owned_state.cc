@@ -28,11 +28,10 @@ Result<std::unique_ptr<InMemoryState>> InMemoryState::create(
   state->master_ = master;
   for (size_t k = 0; k < slots.size(); ++k) {
     const int64_t values = owned * slots[k].elements_per_param;
-    DSCORE_ASSIGN_OR_RETURN(CountedBuffer buffer,
-                            tensor::allocate_elements(values, slots[k].dtype,
-                                                      MemoryUse::kOptimizerState,
-                                                      "optimizer " + slots[k].name,
-                                                      tensor::Fill::kUninitialised));
+    DSCORE_ASSIGN_OR_RETURN(
+        CountedBuffer buffer,
+        tensor::allocate_elements(values, slots[k].dtype, MemoryUse::kOptimizerState,
+                                  "optimizer " + slots[k].name, tensor::Fill::kUninitialised));
     fill_value(buffer.get(), slots[k].dtype, values, initial_values[k]);
     state->buffers_.push_back(std::move(buffer));
   }
@@ -55,7 +54,8 @@ Status InMemoryState::read(int state, int64_t first, int64_t count, void* dst) {
     return Status::Ok();
   }
   const size_t es = sdk::dtype_size(slots_[static_cast<size_t>(state)].dtype);
-  std::memcpy(dst, static_cast<const char*>(buffers_[static_cast<size_t>(state)].get()) + first * es,
+  std::memcpy(dst,
+              static_cast<const char*>(buffers_[static_cast<size_t>(state)].get()) + first * es,
               static_cast<size_t>(count) * es);
   return Status::Ok();
 }

@@ -192,9 +192,9 @@ TEST(Engine, UnsupportedOffloadIsRefusedWithTheFix) {
     ASSERT_FALSE(engine.ok()) << zero;
     // Stage 0 is a config error (plan.h offload_plan_errors); NVMe
     // parameters are a feature not built yet.
-    EXPECT_EQ(engine.status().code(),
-              zero.find("stage\": 0") != std::string::npos ? DSCORE_INVALID_ARGUMENT
-                                                            : DSCORE_UNIMPLEMENTED)
+    EXPECT_EQ(engine.status().code(), zero.find("stage\": 0") != std::string::npos
+                                          ? DSCORE_INVALID_ARGUMENT
+                                          : DSCORE_UNIMPLEMENTED)
         << zero;
     EXPECT_NE(engine.status().message().find("\"device\""), std::string::npos)
         << engine.status().message();
