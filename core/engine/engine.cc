@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 
 #include <unistd.h>
 
@@ -422,12 +423,14 @@ Result<std::unique_ptr<OwnedState>> Engine::make_owned_state(
     return failed_precondition(
         "offload_optimizer.device \"nvme\" needs the \"nvme\" swapper plugin: pass "
         "EngineComponents::swapper, or create the engine with dscore::initialize()");
-  // One folder per job (rank 0's process id, the same on every rank) and rank.
-  int64_t job = static_cast<int64_t>(::getpid());
-  DSCORE_RETURN_IF_ERROR(comm_->broadcast({&job, DSCORE_DTYPE_I64, 1}, 0));
+  // One folder per job (rank 0's process id and a random tag, the same on
+  // every rank: engines of one process differ too) and rank.
+  int64_t job[2] = {static_cast<int64_t>(::getpid()),
+                    static_cast<int64_t>(std::random_device{}() & 0xffffff)};
+  DSCORE_RETURN_IF_ERROR(comm_->broadcast({job, DSCORE_DTYPE_I64, 2}, 0));
   NvmeStateOptions options;
-  options.folder =
-      offload->nvme_path + "/dscore-job" + std::to_string(job) + "/rank" + std::to_string(rank());
+  options.folder = offload->nvme_path + "/dscore-job" + std::to_string(job[0]) + "-" +
+                   std::to_string(job[1]) + "/rank" + std::to_string(rank());
   options.sub_group_size = config_.zero.sub_group_size;
   options.pipeline_read = offload->pipeline_read;
   options.pipeline_write = offload->pipeline_write;
