@@ -30,12 +30,15 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-std::string errno_text(int err) { return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")"; }
+std::string errno_text(int err) {
+  return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")";
+}
 
-Status request_error(const std::string& path, bool write, uint64_t offset, uint64_t bytes, int err) {
+Status request_error(const std::string& path, bool write, uint64_t offset, uint64_t bytes,
+                     int err) {
   std::string message = std::string(write ? "write" : "read") + " of " + std::to_string(bytes) +
-                        " bytes at offset " + std::to_string(offset) + " of " + path + " failed: " +
-                        errno_text(err);
+                        " bytes at offset " + std::to_string(offset) + " of " + path +
+                        " failed: " + errno_text(err);
   if (err == ENOSPC) message += "; free space in the folder or probe a smaller size";
   return io_error(message);
 }
@@ -125,7 +128,8 @@ Status io_uring_pass(io_uring* ring, const Pass& p, bool fixed) {
     do {
       ret = io_uring_submit_and_wait(ring, in_flight > 0 ? 1 : 0);
     } while (ret == -EINTR);
-    if (ret < 0) return io_error("io_uring_submit_and_wait on " + *p.path + ": " + errno_text(-ret));
+    if (ret < 0)
+      return io_error("io_uring_submit_and_wait on " + *p.path + ": " + errno_text(-ret));
     io_uring_cqe* cqe;
     unsigned head, reaped = 0;
     io_uring_for_each_cqe(ring, head, cqe) {
@@ -228,7 +232,9 @@ Result<DiskProbeResult> probe_disk(const DiskProbeOptions& options) {
   const size_t buffer_bytes = static_cast<size_t>(depth) * options.block_size;
   std::unique_ptr<char, FreeDeleter> buffers(
       static_cast<char*>(std::aligned_alloc(kAlignment, buffer_bytes)));
-  if (!buffers) return io_error("cannot allocate " + std::to_string(buffer_bytes) + " bytes for the disk probe");
+  if (!buffers)
+    return io_error("cannot allocate " + std::to_string(buffer_bytes) +
+                    " bytes for the disk probe");
   // Non-zero, non-repeating bytes: nothing on the way can shortcut zeros.
   uint64_t x = 0x9E3779B97F4A7C15ull;
   for (size_t i = 0; i + 8 <= buffer_bytes; i += 8) {
@@ -262,7 +268,8 @@ Result<DiskProbeResult> probe_disk(const DiskProbeOptions& options) {
   };
   auto start = std::chrono::steady_clock::now();
   DSCORE_RETURN_IF_ERROR(run(true));
-  if (::fdatasync(file.fd()) != 0) return io_error("fdatasync of " + file.path() + ": " + errno_text(errno));
+  if (::fdatasync(file.fd()) != 0)
+    return io_error("fdatasync of " + file.path() + ": " + errno_text(errno));
   result.write_seconds = seconds_since(start);
   start = std::chrono::steady_clock::now();
   DSCORE_RETURN_IF_ERROR(run(false));

@@ -13,12 +13,12 @@
 namespace dscore::offload {
 
 struct DiskProbeOptions {
-  std::string folder;                 // where the probe file is created (and removed)
-  uint64_t file_bytes = 1ull << 30;   // rounded up to a multiple of 4096
-  uint64_t block_size = 8ull << 20;   // bytes per request, a multiple of 4096
-  int queue_depth = 32;               // requests in flight
+  std::string folder;                // where the probe file is created (and removed)
+  uint64_t file_bytes = 1ull << 30;  // rounded up to a multiple of 4096
+  uint64_t block_size = 8ull << 20;  // bytes per request, a multiple of 4096
+  int queue_depth = 32;              // requests in flight
   enum class Backend { kAuto, kIoUring, kThreads } backend = Backend::kAuto;
-  bool preallocate = true;            // fallocate first, as fio does
+  bool preallocate = true;  // fallocate first, as fio does
 };
 
 struct DiskProbeResult {

@@ -72,8 +72,7 @@ TEST(DiskProbe, AMissingFolderIsNamed) {
   const auto missing = dir.path() / "no_such_folder";
   Result<DiskProbeResult> r = probe_disk(small(missing, Backend::kAuto));
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find(missing.string()), std::string::npos)
-      << r.status().message();
+  EXPECT_NE(r.status().message().find(missing.string()), std::string::npos) << r.status().message();
   EXPECT_NE(r.status().message().find("exists and is writable"), std::string::npos);
 }
 
