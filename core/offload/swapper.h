@@ -13,15 +13,21 @@
 // the same message: nothing half-written is ever reported as done.
 //
 // Only the I/O thread calls the plugin, so plugins need no locking.
+// With aio.overlap_events false the I/O thread submits a batch of up to
+// queue_depth requests only once the previous batch completed.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/base/status.h"
 #include "core/config/json.h"
 #include "core/plugin_host/comm_instance.h"
+#include "core/plugin_host/instances.h"
+#include "core/plugin_host/registry.h"
 
 namespace dscore::offload {
 
@@ -33,12 +39,16 @@ struct AioSettings {
   bool single_submit = false;
   bool overlap_events = true;
 };
+// Null or an object; absent keys and "auto" take the defaults above.
+// INVALID_ARGUMENT (naming "aio.<key>") for a wrong type or a value < 1.
 Result<AioSettings> aio_settings_from(const json::Value& aio);
 
 class Swapper {
  public:
   using Ticket = uint64_t;  // 0 is never a ticket
 
+  // INVALID_ARGUMENT when block_size is not a multiple of the plugin's
+  // alignment.
   static Result<std::unique_ptr<Swapper>> create(
       std::unique_ptr<plugin_host::OffloadInstance> plugin, const AioSettings& settings);
   ~Swapper();  // waits for every queued transfer, closes the files
@@ -48,15 +58,26 @@ class Swapper {
   // Addresses, offsets and sizes of transfers must be multiples of this.
   size_t alignment() const;
   const std::string& backend() const;  // "io_uring" or "threads", as the plugin says
+  const AioSettings& settings() const;
 
   // Opens (DSCORE_OPEN_* flags) and returns a small file number.
   Result<int> open(const std::string& path, uint32_t flags);
   Status close(int file);  // waits for the file's transfers first
-  Status sync(int file);   // waits for its transfers, then fsync
+  Status sync(int file);   // waits for its transfers, then fsync; the failure after one
+  const std::string& path(int file) const;  // as given to open()
+
+  // Replace the set of buffers the plugin may pre-register (io_uring fixed
+  // buffers; an empty list clears it). Waits for every transfer first.
+  // Each buffer must stay allocated until the set is replaced or the
+  // Swapper is destroyed. OK when the plugin does not register.
+  Status register_buffers(const std::vector<std::pair<void*, size_t>>& buffers);
 
   // `buffer` must stay valid and untouched until wait() returned.
   Result<Ticket> read(int file, uint64_t offset, void* buffer, size_t bytes);
   Result<Ticket> write(int file, uint64_t offset, const void* buffer, size_t bytes);
+  // A ticket is waited for once; INVALID_ARGUMENT for one that is not
+  // pending. wait_all() waits for every transfer and forgets every ticket;
+  // it returns the first failure (or the sticky one).
   Status wait(Ticket ticket);
   Status wait_all();
 
@@ -69,5 +90,14 @@ class Swapper {
   explicit Swapper(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// The swapper plugin `plugin` from the registry, created with `settings` as
+// its params (plus `extra_params`, for plugins that take more), in
+// `context` (rank, the engine's host context), driven by a new Swapper.
+Result<std::unique_ptr<Swapper>> make_swapper(const plugin_host::PluginRegistry& registry,
+                                              const AioSettings& settings,
+                                              const plugin_host::InstanceContext& context,
+                                              const std::string& plugin = "nvme",
+                                              const json::Value& extra_params = json::Value());
 
 }  // namespace dscore::offload

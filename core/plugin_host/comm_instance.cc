@@ -143,6 +143,12 @@ Result<std::unique_ptr<OffloadInstance>> OffloadInstance::create(const PluginInf
     return Status(DSCORE_INTERNAL, who + " alignment() returned " + std::to_string(*alignment) +
                                        "; it must be a power of two");
   instance->alignment_ = *alignment;
+  if (DSCORE_HAS_FIELD(vt, dscore_offload_vtable, backend) && vt->backend != nullptr) {
+    Result<const char*> backend =
+        call_plugin_value<const char*>(*host, who, "backend", [&] { return vt->backend(handle); });
+    if (!backend.ok()) return backend.status();
+    if (*backend != nullptr && **backend != '\0') instance->backend_ = *backend;
+  }
   return instance;
 }
 

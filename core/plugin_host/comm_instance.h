@@ -68,12 +68,16 @@ class OffloadInstance {
   const PluginInfo& info() const { return info_; }
 
   size_t alignment() const { return alignment_; }  // read once at creation; a power of two
+  // The plugin's I/O mechanism ("io_uring", "threads"), read once at
+  // creation; "unknown" when the plugin does not say.
+  const std::string& backend() const { return backend_; }
   Result<int64_t> open_file(const std::string& path, uint32_t flags);
   Status close_file(int64_t file);
   Status sync_file(int64_t file);
   Status submit(const std::vector<dscore_io_request>& requests);
   // Reaps at most `capacity` completions into *out (replacing its
-  // contents). DEADLINE_EXCEEDED when fewer than min_count completed within
+  // contents). os_error is 0 in completions from a plugin built before the
+  // field existed. DEADLINE_EXCEEDED when fewer than min_count completed within
   // timeout_ms; *out still holds those that did.
   Status wait(size_t min_count, int64_t timeout_ms, size_t capacity,
               std::vector<dscore_io_completion>* out);
@@ -87,6 +91,7 @@ class OffloadInstance {
   dscore_offload* handle_;
   std::shared_ptr<HostContext> host_;
   size_t alignment_ = 1;
+  std::string backend_ = "unknown";
 };
 
 }  // namespace dscore::plugin_host

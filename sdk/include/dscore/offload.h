@@ -8,9 +8,15 @@
  * Chosen by "offload_optimizer"/"offload_param" {"device": "nvme"} (plugin
  * "nvme") or "cpu" (plugin "cpu"); the "aio" section is its params object.
  *
- * PROVISIONAL (see plugin.h): the engine does not offload yet and refuses
- * offload configs, so nothing consumes this kind. ABI 1.0 does not freeze
- * this header; the NVMe offload work settles its shape.
+ * The engine consumes this kind through core/offload/swapper.h (NVMe
+ * offload of optimizer state): one I/O thread per rank alone calls the
+ * instance, splits transfers into requests of at most the "aio" block_size
+ * and keeps up to queue_depth of them submitted. The built-in plugin is
+ * plugins/offload/nvme (io_uring, or a pread/pwrite thread pool where
+ * io_uring is unavailable). Structs grow at the end like every other kind's
+ * (DSCORE_HAS_FIELD); ABI 1.0 did not freeze this header, so the fields
+ * after `bytes` in dscore_io_completion and `backend` in the vtable are
+ * read only when struct_size covers them.
  */
 #ifndef DSCORE_OFFLOAD_H_
 #define DSCORE_OFFLOAD_H_
@@ -45,12 +51,21 @@ typedef struct dscore_io_request {
   uint64_t user_data; /* echoed in the completion */
 } dscore_io_request;
 
-/* Filled by the plugin in wait(); the host sets struct_size. */
+/* Filled by the plugin in wait(); the host sets struct_size, and the plugin
+ * fills only the fields struct_size covers. A transfer either completes in
+ * full (status OK, bytes == the request's bytes) or fails: the plugin
+ * retries short transfers itself, so a short count is only ever reported
+ * with an error. Statuses: RESOURCE_EXHAUSTED for a full disk or quota
+ * (ENOSPC, EDQUOT), DATA_LOSS for a read that met the end of the file,
+ * INTERNAL (EIO) or another fitting code for the rest. */
 typedef struct dscore_io_completion {
   uint32_t struct_size;
   uint64_t user_data;
-  dscore_status status; /* RESOURCE_EXHAUSTED for a full disk, DATA_LOSS for a short read */
-  size_t bytes;         /* bytes transferred */
+  dscore_status status;
+  size_t bytes; /* bytes transferred (all of them on success) */
+  /* The errno of a failed transfer (0 on success, and for a read that met
+   * the end of the file). Default when not covered: 0. */
+  int32_t os_error;
 } dscore_io_completion;
 
 typedef struct dscore_offload_vtable {
@@ -89,6 +104,10 @@ typedef struct dscore_offload_vtable {
    * NULL or UNIMPLEMENTED: the host just does not register. */
   dscore_status (*register_buffers)(dscore_offload* self, void* const* buffers, const size_t* sizes,
                                     size_t count);
+
+  /* Optional. The I/O mechanism this instance uses ("io_uring", "threads"),
+   * a static string, for logs and reports. NULL: the host shows "unknown". */
+  const char* (*backend)(const dscore_offload* self);
   /* ---- minor 0 ends here ---- */
 } dscore_offload_vtable;
 

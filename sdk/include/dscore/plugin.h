@@ -52,10 +52,12 @@
  * thread-safe.
  *
  * Provisional. Parts marked PROVISIONAL have no consumer in the engine yet
- * and are not frozen by ABI 1.0: the offload (swapper) kind, device memory,
- * the `stream` arguments and the key-value store across processes. Their
- * shape is settled by the offload and GPU work, which may change them
- * before a release freezes them. Everything else is frozen at 1.0.
+ * and are not frozen by ABI 1.0: device memory, the `stream` arguments and
+ * the key-value store across processes. Their shape is settled by the GPU
+ * work, which may change them before a release freezes them. The offload
+ * (swapper) kind, not frozen by 1.0 either, now has its consumer (NVMe
+ * offload, offload.h) and only grows at the end. Everything else is frozen
+ * at 1.0.
  */
 #ifndef DSCORE_PLUGIN_H_
 #define DSCORE_PLUGIN_H_

@@ -73,6 +73,7 @@ TEST(PluginOffloadInstance, WritesAndReadsBackThroughSubmitAndWait) {
   auto swapper = OffloadInstance::create(info, no_params(), InstanceContext{});
   ASSERT_TRUE(swapper.ok()) << swapper.status().message();
   EXPECT_EQ((*swapper)->alignment(), 4096u);
+  EXPECT_EQ((*swapper)->backend(), "ram");
   auto file = (*swapper)->open_file("/tmp/state.swp", DSCORE_OPEN_READ | DSCORE_OPEN_WRITE);
   ASSERT_TRUE(file.ok());
 
@@ -87,6 +88,7 @@ TEST(PluginOffloadInstance, WritesAndReadsBackThroughSubmitAndWait) {
   ASSERT_EQ(done.size(), 2u);
   EXPECT_EQ(done[0].user_data, 11u);
   EXPECT_EQ(done[1].bytes, sizeof in);
+  EXPECT_EQ(done[1].os_error, 0);
   EXPECT_EQ(in[100], 'x');
 
   // Fewer than asked: DEADLINE_EXCEEDED, and what did complete is kept.

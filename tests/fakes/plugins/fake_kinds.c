@@ -270,6 +270,10 @@ static dscore_status off_wait(dscore_offload* self, size_t min_count, int64_t ti
                         : g_host->set_error(self->ctx, DSCORE_DEADLINE_EXCEEDED,
                                             "fewer completions than asked");
 }
+static const char* off_backend(const dscore_offload* self) {
+  (void)self;
+  return "ram";
+}
 static const dscore_offload_vtable kOffloadVtable = {sizeof(dscore_offload_vtable),
                                                      off_create,
                                                      off_destroy,
@@ -279,7 +283,8 @@ static const dscore_offload_vtable kOffloadVtable = {sizeof(dscore_offload_vtabl
                                                      off_sync,
                                                      off_submit,
                                                      off_wait,
-                                                     NULL};
+                                                     NULL,
+                                                     off_backend};
 static const dscore_plugin_descriptor kOffload = {sizeof(dscore_plugin_descriptor),
                                                   DSCORE_KIND_OFFLOAD,
                                                   "fake_ram_swapper",
