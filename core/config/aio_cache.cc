@@ -33,12 +33,10 @@ std::string fs_type_name(uint64_t magic) {
     const char* name;
   };
   static const Known kKnown[] = {
-      {0xEF53, "ext4"},       {0x58465342, "xfs"},   {0x9123683E, "btrfs"},
-      {0xF2F52010, "f2fs"},   {0x2FC12FC1, "zfs"},   {0x01021994, "tmpfs"},
-      {0x794C7630, "overlay"}, {0x6969, "nfs"},      {0xFF534D42, "cifs"},
-      {0x65735546, "fuse"},   {0x5346544E, "ntfs"},  {0x4D44, "vfat"},
-      {0x858458F6, "ramfs"},  {0x7461636F, "ocfs2"}, {0x47504653, "gpfs"},
-      {0x0BD00BD0, "lustre"},
+      {0xEF53, "ext4"},      {0x58465342, "xfs"},   {0x9123683E, "btrfs"},   {0xF2F52010, "f2fs"},
+      {0x2FC12FC1, "zfs"},   {0x01021994, "tmpfs"}, {0x794C7630, "overlay"}, {0x6969, "nfs"},
+      {0xFF534D42, "cifs"},  {0x65735546, "fuse"},  {0x5346544E, "ntfs"},    {0x4D44, "vfat"},
+      {0x858458F6, "ramfs"}, {0x7461636F, "ocfs2"}, {0x47504653, "gpfs"},    {0x0BD00BD0, "lustre"},
   };
   for (const Known& k : kKnown)
     if (k.magic == magic) return k.name;
@@ -66,7 +64,8 @@ Result<int64_t> positive_int(const json::Value& v, const char* key) {
 
 Result<bool> boolean(const json::Value& v, const char* key) {
   const json::Value* x = v.find(key);
-  if (!x || !x->is_bool()) return invalid_argument(std::string("\"") + key + "\" is missing or not true/false");
+  if (!x || !x->is_bool())
+    return invalid_argument(std::string("\"") + key + "\" is missing or not true/false");
   return x->as_bool();
 }
 

@@ -24,6 +24,7 @@
 // is known they fall back to the field's default and say so.
 #include "core/config/auto_rules.h"
 
+#include <cstdio>
 #include <memory>
 
 #include "core/base/strings.h"
@@ -91,6 +92,12 @@ std::optional<std::string> nvme_path_of(const json::Value& config) {
   return std::nullopt;
 }
 
+std::string gbps(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f", v);
+  return text;
+}
+
 // The aio cache entry for the config's nvme_path, looked up once per config
 // (the five aio keys share it) and explained in full once.
 struct AioMeasurement {
@@ -131,8 +138,8 @@ struct AioMeasurement {
         return {std::move(v),
                 "measured by `dscore io-bench " + m.path + "` on " + m.measured_at +
                     " for the device of " + *nvme_path + " (" + device->text() + "): read " +
-                    format_double(m.read_gbps) + " GB/s, write " + format_double(m.write_gbps) +
-                    " GB/s; from " + lookup.file,
+                    gbps(m.read_gbps) + " GB/s, write " + gbps(m.write_gbps) + " GB/s; from " +
+                    lookup.file,
                 ""};
       }
     }

@@ -266,6 +266,11 @@ Result<DiskProbeResult> probe_disk(const DiskProbeOptions& options) {
     pass.write = write;
     return have_ring ? io_uring_pass(&ring, pass, fixed) : threads_pass(pass);
   };
+  if (options.overwrite) {
+    DSCORE_RETURN_IF_ERROR(run(true));
+    if (::fdatasync(file.fd()) != 0)
+      return io_error("fdatasync of " + file.path() + ": " + errno_text(errno));
+  }
   auto start = std::chrono::steady_clock::now();
   DSCORE_RETURN_IF_ERROR(run(true));
   if (::fdatasync(file.fd()) != 0)

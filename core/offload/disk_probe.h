@@ -19,11 +19,17 @@ struct DiskProbeOptions {
   int queue_depth = 32;              // requests in flight
   enum class Backend { kAuto, kIoUring, kThreads } backend = Backend::kAuto;
   bool preallocate = true;  // fallocate first, as fio does
+  // Write the file once untimed, then time a second write over it: the
+  // steady state of a swap file, which training overwrites in place every
+  // step (a first write into new or fallocated blocks also pays for the
+  // file system's allocation, ext4's unwritten-extent conversion).
+  bool overwrite = true;
 };
 
 struct DiskProbeResult {
   uint64_t bytes = 0;          // written, then read
-  double write_seconds = 0;    // first submit to the last completion + fdatasync
+  double write_seconds = 0;    // first submit to the last completion + fdatasync (of the
+                               // second write with `overwrite`)
   double read_seconds = 0;     // first submit to the last completion
   std::string backend;         // "io_uring" or "threads"
   std::string backend_reason;  // why "threads" under kAuto ("io_uring_queue_init: ...")

@@ -51,8 +51,8 @@ TEST(AioCache, ADeviceIsItsNumberAndFileSystem) {
   EXPECT_EQ(here->major, major(st.st_dev));
   EXPECT_EQ(here->minor, minor(st.st_dev));
   EXPECT_FALSE(here->fs_type.empty());
-  EXPECT_EQ(here->text(), std::to_string(here->major) + ":" + std::to_string(here->minor) + " " +
-                              here->fs_type);
+  EXPECT_EQ(here->text(),
+            std::to_string(here->major) + ":" + std::to_string(here->minor) + " " + here->fs_type);
   EXPECT_EQ(here->file_name(), std::to_string(here->major) + "-" + std::to_string(here->minor) +
                                    "-" + here->fs_type + ".json");
   // An nvme_path the run has yet to create: the device of its nearest parent.
