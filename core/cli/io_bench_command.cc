@@ -11,9 +11,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <sstream>
@@ -128,12 +128,12 @@ class Bench {
 };
 
 void print_row(const Point& p) {
-  std::printf("  %6s %5lld %6lld %6s %6s %8.2f %8.2f   %s\n", size_text(p.settings.block_size).c_str(),
-              static_cast<long long>(p.settings.queue_depth),
-              static_cast<long long>(p.settings.intra_op_parallelism),
-              p.settings.single_submit ? "yes" : "no", p.settings.overlap_events ? "yes" : "no",
-              p.measured.write_gbps(), p.measured.read_gbps(),
-              format_bytes(p.measured.bytes).c_str());
+  std::printf(
+      "  %6s %5lld %6lld %6s %6s %8.2f %8.2f   %s\n", size_text(p.settings.block_size).c_str(),
+      static_cast<long long>(p.settings.queue_depth),
+      static_cast<long long>(p.settings.intra_op_parallelism),
+      p.settings.single_submit ? "yes" : "no", p.settings.overlap_events ? "yes" : "no",
+      p.measured.write_gbps(), p.measured.read_gbps(), format_bytes(p.measured.bytes).c_str());
   std::fflush(stdout);
 }
 
@@ -203,8 +203,10 @@ int io_bench_command(const std::vector<std::string>& args) {
   }
   std::error_code ec;
   if (!fs::is_directory(path, ec)) {
-    std::fprintf(stderr, "dscore io-bench: %s is not a folder; give an existing folder on the disk to measure\n",
-                 path.c_str());
+    std::fprintf(
+        stderr,
+        "dscore io-bench: %s is not a folder; give an existing folder on the disk to measure\n",
+        path.c_str());
     return kExitUsage;
   }
   const auto started = std::chrono::steady_clock::now();
@@ -226,10 +228,10 @@ int io_bench_command(const std::vector<std::string>& args) {
   std::printf("dscore io-bench %s (device %s): O_DIRECT through the Swapper (nvme plugin)\n",
               path.c_str(), device->text().c_str());
   auto print_probe = [&](const char* when, const offload::DiskProbeResult& p) {
-    std::printf("  limit, %s: disk probe, %s sequential (overwrite), 8M blocks, queue 32, %s: "
-                "write %.2f GB/s, read %.2f GB/s\n",
-                when, format_bytes(p.bytes).c_str(), p.backend.c_str(), p.write_gbps(),
-                p.read_gbps());
+    std::printf(
+        "  limit, %s: disk probe, %s sequential (overwrite), 8M blocks, queue 32, %s: "
+        "write %.2f GB/s, read %.2f GB/s\n",
+        when, format_bytes(p.bytes).c_str(), p.backend.c_str(), p.write_gbps(), p.read_gbps());
   };
   print_probe("before", *probe);
 
@@ -244,11 +246,13 @@ int io_bench_command(const std::vector<std::string>& args) {
     AioSettings lay;
     lay.block_size = 8 << 20;
     lay.queue_depth = 16;
-    auto laid = bench.measure(lay, (largest + lay.block_size - 1) / lay.block_size * lay.block_size);
+    auto laid =
+        bench.measure(lay, (largest + lay.block_size - 1) / lay.block_size * lay.block_size);
     if (!laid.ok()) return fail(laid.status());
   }
-  std::printf("  backend %s\n   block queue intra single overlap  write GB/s read GB/s  per point\n",
-              bench.backend().c_str());
+  std::printf(
+      "  backend %s\n   block queue intra single overlap  write GB/s read GB/s  per point\n",
+      bench.backend().c_str());
   std::vector<Point> points;
   auto run_point = [&](const AioSettings& s) -> Status {
     auto m = bench.measure(s, point_bytes(sweep, s));
@@ -287,11 +291,11 @@ int io_bench_command(const std::vector<std::string>& args) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::printf("best (the highest read + write, as DeepSpeed's ds_nvme_tune picks):\n%s\n",
               aio_json(best.settings).c_str());
-  std::printf("  write %.2f GB/s = %.1f%% of the probe's best %.2f; read %.2f GB/s = %.1f%% of the "
-              "probe's best %.2f\n",
-              best.measured.write_gbps(), 100 * best.measured.write_gbps() / limit_write,
-              limit_write, best.measured.read_gbps(), 100 * best.measured.read_gbps() / limit_read,
-              limit_read);
+  std::printf(
+      "  write %.2f GB/s = %.1f%% of the probe's best %.2f; read %.2f GB/s = %.1f%% of the "
+      "probe's best %.2f\n",
+      best.measured.write_gbps(), 100 * best.measured.write_gbps() / limit_write, limit_write,
+      best.measured.read_gbps(), 100 * best.measured.read_gbps() / limit_read, limit_read);
   std::printf("took %.1f s (%zu points)\n", seconds, points.size());
   if (no_cache) return kExitOk;
   config::MeasuredAio cached;

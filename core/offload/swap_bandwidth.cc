@@ -35,8 +35,8 @@ Status pass(Swapper& swapper, int file, bool write, uint64_t bytes, const SwapRi
     if (pending[slot] != 0) DSCORE_RETURN_IF_ERROR(swapper.wait(pending[slot]));
     char* buffer = buffers + slot * ring.transfer_bytes;
     const size_t len = std::min(ring.transfer_bytes, bytes - offset);
-    Result<Swapper::Ticket> ticket = write ? swapper.write(file, offset, buffer, len)
-                                           : swapper.read(file, offset, buffer, len);
+    Result<Swapper::Ticket> ticket =
+        write ? swapper.write(file, offset, buffer, len) : swapper.read(file, offset, buffer, len);
     if (!ticket.ok()) return ticket.status();
     pending[slot] = *ticket;
   }
@@ -47,17 +47,20 @@ Status pass(Swapper& swapper, int file, bool write, uint64_t bytes, const SwapRi
 
 SwapRing swap_ring_for(const AioSettings& settings, uint64_t file_bytes) {
   const uint64_t block = static_cast<uint64_t>(std::max<int64_t>(settings.block_size, 1));
-  const uint64_t in_flight = block * static_cast<uint64_t>(std::max<int64_t>(settings.queue_depth, 1));
+  const uint64_t in_flight =
+      block * static_cast<uint64_t>(std::max<int64_t>(settings.queue_depth, 1));
   SwapRing ring;
   ring.transfer_bytes = std::max(block, kMinTransfer / block * block);
-  ring.slots = std::max<uint64_t>(2, (2 * in_flight + ring.transfer_bytes - 1) / ring.transfer_bytes);
+  ring.slots =
+      std::max<uint64_t>(2, (2 * in_flight + ring.transfer_bytes - 1) / ring.transfer_bytes);
   // A small file needs no more memory than itself.
   const uint64_t transfers = (file_bytes + ring.transfer_bytes - 1) / ring.transfer_bytes;
   ring.slots = std::max<uint64_t>(1, std::min(ring.slots, transfers));
   return ring;
 }
 
-Result<SwapBandwidth> measure_swap(Swapper& swapper, const std::string& path, uint64_t bytes) {
+Result<SwapBandwidth> measure_swap(Swapper& swapper, const std::string& path, uint64_t bytes,
+                                   bool overwrite) {
   const uint64_t alignment = swapper.alignment();
   if (bytes == 0 || bytes % alignment != 0)
     return invalid_argument("swap measurement size " + std::to_string(bytes) +
@@ -66,7 +69,8 @@ Result<SwapBandwidth> measure_swap(Swapper& swapper, const std::string& path, ui
   const SwapRing ring = swap_ring_for(swapper.settings(), bytes);
   std::unique_ptr<char, FreeDeleter> buffers(
       static_cast<char*>(std::aligned_alloc(std::max<uint64_t>(alignment, 4096), ring.bytes())));
-  if (!buffers) return io_error("cannot allocate " + std::to_string(ring.bytes()) + " bytes of swap buffers");
+  if (!buffers)
+    return io_error("cannot allocate " + std::to_string(ring.bytes()) + " bytes of swap buffers");
   // Non-zero, non-repeating bytes: nothing on the way can shortcut zeros.
   uint64_t x = 0x243F6A8885A308D3ull;
   for (uint64_t i = 0; i + 8 <= ring.bytes(); i += 8) {
@@ -79,6 +83,10 @@ Result<SwapBandwidth> measure_swap(Swapper& swapper, const std::string& path, ui
   SwapBandwidth out;
   out.bytes = bytes;
   Status st = [&]() -> Status {
+    if (overwrite) {
+      DSCORE_RETURN_IF_ERROR(pass(swapper, *file, true, bytes, ring, buffers.get()));
+      DSCORE_RETURN_IF_ERROR(swapper.sync(*file));
+    }
     auto start = std::chrono::steady_clock::now();
     DSCORE_RETURN_IF_ERROR(pass(swapper, *file, true, bytes, ring, buffers.get()));
     DSCORE_RETURN_IF_ERROR(swapper.sync(*file));

@@ -32,8 +32,12 @@ SwapRing swap_ring_for(const AioSettings& settings, uint64_t file_bytes);
 
 // Writes `bytes` (a multiple of swapper.alignment()) at the start of `path`
 // (created or overwritten) through `swapper`, syncs it, reads it back, and
-// closes it. Uses swap_ring_for()'s bytes of aligned host memory, registered
-// with the swapper. Errors are the Swapper's (file, offset, size, errno).
-Result<SwapBandwidth> measure_swap(Swapper& swapper, const std::string& path, uint64_t bytes);
+// closes it. With `overwrite`, a first write of the whole range (untimed)
+// lays the file down, so the timed write overwrites allocated blocks as the
+// disk probe's does (DiskProbeOptions::overwrite). Uses swap_ring_for()'s
+// bytes of aligned host memory, registered with the swapper. Errors are the
+// Swapper's (file, offset, size, errno).
+Result<SwapBandwidth> measure_swap(Swapper& swapper, const std::string& path, uint64_t bytes,
+                                   bool overwrite = false);
 
 }  // namespace dscore::offload

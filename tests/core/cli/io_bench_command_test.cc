@@ -12,10 +12,9 @@
 namespace dscore::testing {
 namespace {
 
-const std::vector<std::string> kTiny = {"--block-sizes",       "128KiB,1MiB", "--queue-depths",
-                                        "2,4",                 "--bytes-per-point", "1MiB",
-                                        "--max-bytes-per-point", "2MiB",      "--probe-bytes",
-                                        "2MiB"};
+const std::vector<std::string> kTiny = {
+    "--block-sizes",         "128KiB,1MiB", "--queue-depths", "2,4", "--bytes-per-point", "1MiB",
+    "--max-bytes-per-point", "2MiB",        "--probe-bytes",  "2MiB"};
 
 ProcessResult io_bench(const TempDir& dir, std::vector<std::string> extra = {}) {
   std::vector<std::string> args = {"io-bench", (dir.path() / "disk").string()};
@@ -35,7 +34,8 @@ TEST(CliIoBench, MeasuresPrintsTheBestSettingsAndCachesThemForTheDevice) {
   EXPECT_EQ(lines_starting_with(r.out, "  limit, after: disk probe").size(), 1u) << r.out;
   // 2 block sizes x 2 depths, then the three switches at the best of them.
   EXPECT_EQ(lines_starting_with(r.out, "    128K ").size(), 2u) << r.out;
-  EXPECT_EQ(lines_starting_with(r.out, "      1M ").size() + lines_starting_with(r.out, "    128K ").size(),
+  EXPECT_EQ(lines_starting_with(r.out, "      1M ").size() +
+                lines_starting_with(r.out, "    128K ").size(),
             7u)
       << r.out;
   ASSERT_EQ(lines_starting_with(r.out, "{\"aio\": ").size(), 1u) << r.out;
@@ -63,12 +63,12 @@ TEST(CliIoBench, MeasuresPrintsTheBestSettingsAndCachesThemForTheDevice) {
       << r.out;
 
   // ... and "auto" in a config whose nvme_path is on that device resolves to them.
-  const auto config = dir.write(
-      "ds_config.json",
-      R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_optimizer": )"
-      R"({"device": "nvme", "nvme_path": ")" +
-          (dir.path() / "disk" / "swap").string() +
-          R"("}}, "aio": {"block_size": "auto", "queue_depth": "auto"}})");
+  const auto config =
+      dir.write("ds_config.json",
+                R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_optimizer": )"
+                R"({"device": "nvme", "nvme_path": ")" +
+                    (dir.path() / "disk" / "swap").string() +
+                    R"("}}, "aio": {"block_size": "auto", "queue_depth": "auto"}})");
   ProcessOptions options;
   options.env["XDG_CACHE_HOME"] = (dir.path() / "cache").string();
   ProcessResult check = run_dscore({"config", "check", config.string()}, options);
