@@ -7,8 +7,7 @@ namespace {
 Status read_int(const json::Value& aio, const char* key, int64_t* out) {
   const json::Value* v = aio.find(key);
   if (v == nullptr || v->is_null() || v->is_auto()) return Status::Ok();
-  if (!v->is_integral())
-    return invalid_argument(std::string("aio.") + key + " must be an integer");
+  if (!v->is_integral()) return invalid_argument(std::string("aio.") + key + " must be an integer");
   if (v->as_int() < 1)
     return invalid_argument(std::string("aio.") + key + " must be at least 1, not " +
                             std::to_string(v->as_int()));

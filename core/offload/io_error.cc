@@ -30,8 +30,8 @@ namespace {
 std::string errno_text(int e) {
   if (e == 0) return "";
   const char* name = strerrorname_np(e);
-  return std::string(std::strerror(e)) + " (" + (name != nullptr ? name : "errno " + std::to_string(e)) +
-         ")";
+  return std::string(std::strerror(e)) + " (" +
+         (name != nullptr ? name : "errno " + std::to_string(e)) + ")";
 }
 
 std::string fix_for(const IoFailure& f) {
@@ -71,8 +71,8 @@ Status io_error(const IoFailure& f) {
   if (f.os_error != 0) {
     why = errno_text(f.os_error);
   } else if (!f.write) {
-    why = "end of file after " + std::to_string(f.done) + " of " + std::to_string(f.bytes) +
-          " bytes";
+    why =
+        "end of file after " + std::to_string(f.done) + " of " + std::to_string(f.bytes) + " bytes";
   } else {
     why = "short write: " + std::to_string(f.done) + " of " + std::to_string(f.bytes) + " bytes";
   }

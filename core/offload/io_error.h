@@ -14,9 +14,9 @@ namespace dscore::offload {
 struct IoFailure {
   bool write = false;
   std::string path;
-  uint64_t offset = 0;  // of the failed request
-  size_t bytes = 0;     // the request's size
-  size_t done = 0;      // bytes it moved before failing
+  uint64_t offset = 0;               // of the failed request
+  size_t bytes = 0;                  // the request's size
+  size_t done = 0;                   // bytes it moved before failing
   dscore_status status = DSCORE_OK;  // the plugin's; OK with done < bytes is a short transfer
   int os_error = 0;
 };

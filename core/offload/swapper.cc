@@ -6,7 +6,6 @@
 // sticky: queued jobs fail with it and new ones are refused.
 #include "core/offload/swapper.h"
 
-
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -57,13 +56,15 @@ struct Swapper::Impl {
   size_t alignment = 1;
 
   mutable std::mutex mu;
-  std::condition_variable wake;      // the I/O thread
-  std::condition_variable finished;  // callers waiting for jobs and commands
-  std::deque<File> files;  // stable addresses: path() hands out references
+  std::condition_variable wake;                 // the I/O thread
+  std::condition_variable finished;             // callers waiting for jobs and commands
+  std::deque<File> files;                       // stable addresses: path() hands out references
   std::map<Ticket, std::unique_ptr<Job>> jobs;  // until wait()ed
   std::deque<Job*> queue;                       // not yet fully issued
   std::deque<Command*> commands;
   std::unordered_map<uint64_t, Piece> pieces;  // by request user_data
+  size_t undone = 0;                           // jobs not done, in all
+  std::unordered_map<int, size_t> undone_in;   // per file
   uint64_t next_piece = 1;
   Ticket next_ticket = 1;
   Status failure;  // sticky
@@ -93,9 +94,8 @@ void Swapper::Impl::run() {
   std::vector<dscore_io_completion> done;
   std::unique_lock<std::mutex> lock(mu);
   for (;;) {
-    wake.wait(lock, [&] {
-      return stopping || !commands.empty() || !pieces.empty() || can_issue(true);
-    });
+    wake.wait(lock,
+              [&] { return stopping || !commands.empty() || !pieces.empty() || can_issue(true); });
     while (!commands.empty()) {
       Command* c = commands.front();
       commands.pop_front();
@@ -150,8 +150,7 @@ std::vector<dscore_io_request> Swapper::Impl::issue() {
   const bool batch_open = pieces.empty();
   while (can_issue(batch_open)) {
     Job* j = queue.front();
-    const size_t n =
-        std::min(static_cast<size_t>(settings.block_size), j->bytes - j->issued);
+    const size_t n = std::min(static_cast<size_t>(settings.block_size), j->bytes - j->issued);
     const uint64_t id = next_piece++;
     pieces[id] = Piece{j, j->offset + j->issued, n};
     batch.push_back(dscore_io_request{sizeof(dscore_io_request), j->op, files[j->file].handle,
@@ -172,8 +171,13 @@ void Swapper::Impl::complete(const dscore_io_completion& c) {
   j->outstanding -= 1;
   (j->op == DSCORE_IO_READ ? bytes_read : bytes_written) += std::min(c.bytes, p.bytes);
   if (c.status != DSCORE_OK || c.bytes != p.bytes) {
-    IoFailure f{j->op == DSCORE_IO_WRITE, files[j->file].path, p.offset, p.bytes,
-                std::min(c.bytes, p.bytes), c.status, c.os_error};
+    IoFailure f{j->op == DSCORE_IO_WRITE,
+                files[j->file].path,
+                p.offset,
+                p.bytes,
+                std::min(c.bytes, p.bytes),
+                c.status,
+                c.os_error};
     fail_job(j, io_error(f));
     return;
   }
@@ -195,7 +199,8 @@ void Swapper::Impl::fail_queued() {
     Job* j = queue.front();
     queue.pop_front();
     if (j->status.ok())
-      j->status = Status(failure.code(), "not done, an earlier transfer failed: " + failure.message());
+      j->status =
+          Status(failure.code(), "not done, an earlier transfer failed: " + failure.message());
     j->issued = j->bytes;
     finish_if_done(j);
   }
@@ -204,6 +209,8 @@ void Swapper::Impl::fail_queued() {
 void Swapper::Impl::finish_if_done(Job* job) {
   if (job->issued == job->bytes && job->outstanding == 0 && !job->done) {
     job->done = true;
+    undone -= 1;
+    undone_in[job->file] -= 1;
     finished.notify_all();
   }
 }
@@ -220,11 +227,7 @@ Status Swapper::Impl::post(std::function<Status()> fn) {
 }
 
 void Swapper::Impl::wait_for_file(std::unique_lock<std::mutex>& lock, int file) {
-  finished.wait(lock, [&] {
-    for (const auto& [t, j] : jobs)
-      if (j->file == file && !j->done) return false;
-    return true;
-  });
+  finished.wait(lock, [&] { return undone_in[file] == 0; });
 }
 
 Status Swapper::Impl::check_file(int file) const {
@@ -242,8 +245,8 @@ Result<Swapper::Ticket> Swapper::Impl::enqueue(dscore_io_op op, int file, uint64
   const auto address = reinterpret_cast<uintptr_t>(buffer);
   if (address % alignment != 0 || offset % alignment != 0 || bytes % alignment != 0)
     return invalid_argument(std::string(op == DSCORE_IO_READ ? "reading " : "writing ") +
-                            files[file].path + " at byte offset " + std::to_string(offset) +
-                            " (" + std::to_string(bytes) + " bytes, buffer at 0x" +
+                            files[file].path + " at byte offset " + std::to_string(offset) + " (" +
+                            std::to_string(bytes) + " bytes, buffer at 0x" +
                             [&] {
                               char hex[32];
                               std::snprintf(hex, sizeof hex, "%zx", static_cast<size_t>(address));
@@ -264,6 +267,8 @@ Result<Swapper::Ticket> Swapper::Impl::enqueue(dscore_io_op op, int file, uint64
   if (bytes == 0) {
     j->done = true;
   } else {
+    undone += 1;
+    undone_in[file] += 1;
     queue.push_back(j);
     wake.notify_one();
   }
@@ -362,11 +367,7 @@ Status Swapper::sync(int file) {
 Status Swapper::register_buffers(const std::vector<std::pair<void*, size_t>>& buffers) {
   {
     std::unique_lock<std::mutex> lock(impl_->mu);
-    impl_->finished.wait(lock, [&] {
-      for (const auto& [t, j] : impl_->jobs)
-        if (!j->done) return false;
-      return true;
-    });
+    impl_->finished.wait(lock, [&] { return impl_->undone == 0; });
   }
   std::vector<void*> addresses;
   std::vector<size_t> sizes;
@@ -403,16 +404,17 @@ Status Swapper::wait(Ticket ticket) {
 
 Status Swapper::wait_all() {
   std::unique_lock<std::mutex> lock(impl_->mu);
-  impl_->finished.wait(lock, [&] {
-    for (const auto& [t, j] : impl_->jobs)
-      if (!j->done) return false;
-    return true;
-  });
+  impl_->finished.wait(lock, [&] { return impl_->undone == 0; });
   Status first = impl_->failure;
   for (const auto& [t, j] : impl_->jobs)
     if (first.ok() && !j->status.ok()) first = j->status;
   impl_->jobs.clear();
   return first;
+}
+
+Status Swapper::failure() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->failure;
 }
 
 uint64_t Swapper::bytes_read() const { return impl_->bytes_read.load(); }

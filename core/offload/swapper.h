@@ -63,7 +63,9 @@ class Swapper {
   // Opens (DSCORE_OPEN_* flags) and returns a small file number.
   Result<int> open(const std::string& path, uint32_t flags);
   Status close(int file);  // waits for the file's transfers first
-  Status sync(int file);   // waits for its transfers, then fsync; the failure after one
+  // Waits for the file's transfers, then fsync; after a failure, that
+  // failure instead.
+  Status sync(int file);
   const std::string& path(int file) const;  // as given to open()
 
   // Replace the set of buffers the plugin may pre-register (io_uring fixed
@@ -80,6 +82,9 @@ class Swapper {
   // it returns the first failure (or the sticky one).
   Status wait(Ticket ticket);
   Status wait_all();
+
+  // The sticky failure (OK while none happened).
+  Status failure() const;
 
   // Bytes moved since creation (for the plan's report and the benches).
   uint64_t bytes_read() const;

@@ -77,7 +77,8 @@ class NvmeSwapper : public sdk::Instance {
   const char* backend_name() const { return backend_->name(); }
 
   int64_t open_file(const char* path, uint32_t flags) {
-    if (path == nullptr || *path == '\0') throw Error(DSCORE_INVALID_ARGUMENT, "open_file: no path");
+    if (path == nullptr || *path == '\0')
+      throw Error(DSCORE_INVALID_ARGUMENT, "open_file: no path");
     int mode = O_CLOEXEC;
     const bool r = (flags & DSCORE_OPEN_READ) != 0, w = (flags & DSCORE_OPEN_WRITE) != 0;
     if (!r && !w)
@@ -221,7 +222,8 @@ dscore_status submit(dscore_offload* h, const dscore_io_request* const* requests
 dscore_status wait(dscore_offload* h, size_t min_count, int64_t timeout_ms,
                    dscore_io_completion* const* out, size_t capacity, size_t* count) {
   *count = 0;
-  return S::call(h, [&](NvmeSwapper& s) { return s.wait(min_count, timeout_ms, out, capacity, count); });
+  return S::call(
+      h, [&](NvmeSwapper& s) { return s.wait(min_count, timeout_ms, out, capacity, count); });
 }
 dscore_status register_buffers(dscore_offload* h, void* const* buffers, const size_t* sizes,
                                size_t count) {

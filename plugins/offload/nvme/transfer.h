@@ -20,8 +20,8 @@ struct Transfer {
   char* buffer = nullptr;
   size_t bytes = 0;
   uint64_t user_data = 0;
-  size_t done = 0;        // bytes moved so far
-  int fixed_index = -1;   // io_uring registered buffer holding it, or -1
+  size_t done = 0;       // bytes moved so far
+  int fixed_index = -1;  // io_uring registered buffer holding it, or -1
 };
 
 struct Completion {

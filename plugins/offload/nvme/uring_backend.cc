@@ -17,8 +17,8 @@
 namespace dscore::nvme {
 namespace {
 
-constexpr size_t kMaxSqeBytes = size_t{1} << 30;       // one SQE moves at most this
-constexpr size_t kMaxFixedBuffer = size_t{1} << 30;    // the kernel's limit per buffer
+constexpr size_t kMaxSqeBytes = size_t{1} << 30;     // one SQE moves at most this
+constexpr size_t kMaxFixedBuffer = size_t{1} << 30;  // the kernel's limit per buffer
 
 class UringBackend : public Backend {
  public:
@@ -211,9 +211,9 @@ std::unique_ptr<Backend> make_uring_backend(const BackendOptions& options, std::
   auto backend = std::make_unique<UringBackend>(options);
   if (const int e = backend->init_error(); e != 0) {
     *why = std::string("io_uring_queue_init failed: ") + std::strerror(e) +
-           (e == ENOSYS   ? " (the kernel has no io_uring)"
-            : e == EPERM  ? " (forbidden: kernel.io_uring_disabled or a seccomp filter)"
-                          : "");
+           (e == ENOSYS  ? " (the kernel has no io_uring)"
+            : e == EPERM ? " (forbidden: kernel.io_uring_disabled or a seccomp filter)"
+                         : "");
     return nullptr;
   }
   return backend;

@@ -101,7 +101,11 @@ typedef struct dscore_offload_vtable {
                         dscore_io_completion* const* out, size_t capacity, size_t* count);
 
   /* Optional. Pre-register buffers for faster I/O (io_uring fixed buffers).
-   * NULL or UNIMPLEMENTED: the host just does not register. */
+   * Each call REPLACES the registered set (count 0 clears it); the host
+   * calls it with no transfer in flight, and keeps every buffer allocated
+   * until the set is replaced or the instance destroyed. Failing to
+   * register is not an error for the plugin (it then uses the buffers
+   * unregistered). NULL or UNIMPLEMENTED: the host just does not register. */
   dscore_status (*register_buffers)(dscore_offload* self, void* const* buffers, const size_t* sizes,
                                     size_t count);
 
