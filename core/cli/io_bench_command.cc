@@ -266,6 +266,8 @@ int io_bench_command(const std::vector<std::string>& args) {
       AioSettings s;
       s.block_size = static_cast<int64_t>(b);
       s.queue_depth = q;
+      // The thread fallback runs intra_op_parallelism requests at once.
+      if (bench.backend() == "threads") s.intra_op_parallelism = std::min<int64_t>(q, 32);
       if (Status st = run_point(s); !st.ok()) return fail(st);
     }
   // Then the switches, one at a time, at the best block size and depth.
@@ -274,13 +276,18 @@ int io_bench_command(const std::vector<std::string>& args) {
                              [](const Point& a, const Point& b) { return a.score() < b.score(); });
   };
   const AioSettings centre = best_of().settings;
-  for (int variant = 0; variant < 3; ++variant) {
-    AioSettings s = centre;
-    if (variant == 0) s.intra_op_parallelism = 2;
-    if (variant == 1) s.single_submit = true;
-    if (variant == 2) s.overlap_events = false;
-    if (Status st = run_point(s); !st.ok()) return fail(st);
+  // intra_op_parallelism sizes the nvme plugin's thread fallback only
+  // (docs/offload.md#backends): with io_uring it changes nothing.
+  const bool threads = bench.backend() == "threads";
+  std::vector<AioSettings> variants(2, centre);
+  variants[0].single_submit = true;
+  variants[1].overlap_events = false;
+  if (threads) {
+    variants.push_back(centre);
+    variants.back().intra_op_parallelism = std::max<int64_t>(1, centre.intra_op_parallelism / 2);
   }
+  for (const AioSettings& s : variants)
+    if (Status st = run_point(s); !st.ok()) return fail(st);
   const Point best = best_of();
   Result<offload::DiskProbeResult> after = offload::probe_disk(probe_options);
   if (!after.ok()) return fail(after.status());
