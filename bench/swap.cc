@@ -92,7 +92,8 @@ AioSettings choose_settings(const Options& o, const std::string& folder, std::st
   Result<dscore::config::DeviceId> device = dscore::config::device_of(folder);
   if (device.ok()) {
     dscore::config::AioCacheLookup cached = dscore::config::read_aio_cache(*device);
-    if (!cached.warning.empty()) std::fprintf(stderr, "swap: warning: %s\n", cached.warning.c_str());
+    if (!cached.warning.empty())
+      std::fprintf(stderr, "swap: warning: %s\n", cached.warning.c_str());
     if (cached.measured) {
       s.block_size = cached.measured->block_size;
       s.queue_depth = cached.measured->queue_depth;
@@ -162,7 +163,8 @@ int main(int argc, char** argv) {
                  o.bytes.c_str());
     return 2;
   }
-  const uint64_t bytes = (*parsed + (8u << 20) - 1) / (8u << 20) * (8u << 20);  // whole probe blocks
+  const uint64_t bytes =
+      (*parsed + (8u << 20) - 1) / (8u << 20) * (8u << 20);  // whole probe blocks
   std::string pattern = o.base + "/swap.XXXXXX";
   if (::mkdtemp(pattern.data()) == nullptr) {
     std::fprintf(stderr, "swap: cannot make a folder in %s: %s\n", o.base.c_str(),
@@ -187,15 +189,17 @@ int main(int argc, char** argv) {
   }
   const Result<dscore::config::DeviceId> device = dscore::config::device_of(o.base);
   const double gb = static_cast<double>(bytes) / 1e9;
-  std::printf("swap: %.3f GB (%.2f GiB) through the Swapper (nvme plugin, %s) in %s (device %s); "
-              "%d round(s), best (worst) of each\n",
-              gb, bytes / double(1ull << 30), f.swap_backend.c_str(), work.c_str(),
-              device.ok() ? device->text().c_str() : "?", o.repeat);
-  std::printf("  aio: block_size %lld, queue_depth %lld, intra_op_parallelism %lld, single_submit "
-              "%s, overlap_events %s\n    %s\n",
-              static_cast<long long>(used.block_size), static_cast<long long>(used.queue_depth),
-              static_cast<long long>(used.intra_op_parallelism), used.single_submit ? "true" : "false",
-              used.overlap_events ? "true" : "false", source.c_str());
+  std::printf(
+      "swap: %.3f GB (%.2f GiB) through the Swapper (nvme plugin, %s) in %s (device %s); "
+      "%d round(s), best (worst) of each\n",
+      gb, bytes / double(1ull << 30), f.swap_backend.c_str(), work.c_str(),
+      device.ok() ? device->text().c_str() : "?", o.repeat);
+  std::printf(
+      "  aio: block_size %lld, queue_depth %lld, intra_op_parallelism %lld, single_submit "
+      "%s, overlap_events %s\n    %s\n",
+      static_cast<long long>(used.block_size), static_cast<long long>(used.queue_depth),
+      static_cast<long long>(used.intra_op_parallelism), used.single_submit ? "true" : "false",
+      used.overlap_events ? "true" : "false", source.c_str());
   auto line = [&](const char* what, const Series& s, const Series* limit, const char* limit_name) {
     std::printf("  %-38s %7.3f s (%7.3f)  %5.2f GB/s", what, s.best, s.worst, gb / s.best);
     if (limit)
