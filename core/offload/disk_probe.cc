@@ -45,9 +45,10 @@ Status request_error(const std::string& path, bool write, uint64_t offset, uint6
 
 Status short_transfer(const std::string& path, bool write, uint64_t offset, uint64_t bytes,
                       uint64_t done) {
-  return io_error(std::string("short ") + (write ? "write" : "read") + " at offset " +
-                  std::to_string(offset) + " of " + path + ": " + std::to_string(done) + " of " +
-                  std::to_string(bytes) + " bytes" + (write ? " (is the disk full?)" : ""));
+  return io_error(
+      std::string("short ") + (write ? "write" : "read") + " at offset " + std::to_string(offset) +
+      " of " + path + ": " + std::to_string(done) + " of " + std::to_string(bytes) + " bytes" +
+      (write ? " (a full disk?); free space in the folder or probe a smaller size" : ""));
 }
 
 // The probe file: created under a unique name, always removed.

@@ -7,7 +7,7 @@
 
 #include <filesystem>
 
-#include "tests/core/cli/process.h"
+#include "tests/core/offload/swapper_test_util.h"
 
 namespace dscore::offload {
 namespace {
@@ -29,7 +29,7 @@ bool folder_is_empty(const std::filesystem::path& folder) {
 }
 
 TEST(DiskProbe, ThreadsWriteAndReadTheWholeFileAndRemoveIt) {
-  testing::TempDir dir("dscore_disk_probe");
+  testing::TempDir dir;
   Result<DiskProbeResult> r = probe_disk(small(dir.path(), Backend::kThreads));
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->backend, "threads");
@@ -42,7 +42,7 @@ TEST(DiskProbe, ThreadsWriteAndReadTheWholeFileAndRemoveIt) {
 }
 
 TEST(DiskProbe, IoUringWhereTheKernelAllowsIt) {
-  testing::TempDir dir("dscore_disk_probe");
+  testing::TempDir dir;
   Result<DiskProbeResult> r = probe_disk(small(dir.path(), Backend::kIoUring));
   if (!r.ok() && r.status().code() == DSCORE_UNIMPLEMENTED)
     GTEST_SKIP() << "io_uring unavailable here: " << r.status().message();
@@ -59,7 +59,7 @@ TEST(DiskProbe, IoUringWhereTheKernelAllowsIt) {
 }
 
 TEST(DiskProbe, RoundsTheSizeUpToTheDirectIoAlignment) {
-  testing::TempDir dir("dscore_disk_probe");
+  testing::TempDir dir;
   DiskProbeOptions o = small(dir.path(), Backend::kAuto);
   o.file_bytes = 5000;
   Result<DiskProbeResult> r = probe_disk(o);
@@ -68,8 +68,8 @@ TEST(DiskProbe, RoundsTheSizeUpToTheDirectIoAlignment) {
 }
 
 TEST(DiskProbe, AMissingFolderIsNamed) {
-  testing::TempDir dir("dscore_disk_probe");
-  const auto missing = dir.path() / "no_such_folder";
+  testing::TempDir dir;
+  const auto missing = std::filesystem::path(dir.path()) / "no_such_folder";
   Result<DiskProbeResult> r = probe_disk(small(missing, Backend::kAuto));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find(missing.string()), std::string::npos) << r.status().message();
@@ -77,7 +77,7 @@ TEST(DiskProbe, AMissingFolderIsNamed) {
 }
 
 TEST(DiskProbe, RefusesUnalignedBlocksAndNoQueue) {
-  testing::TempDir dir("dscore_disk_probe");
+  testing::TempDir dir;
   DiskProbeOptions o = small(dir.path(), Backend::kAuto);
   o.block_size = 1000;
   Result<DiskProbeResult> r = probe_disk(o);
@@ -86,6 +86,36 @@ TEST(DiskProbe, RefusesUnalignedBlocksAndNoQueue) {
   o = small(dir.path(), Backend::kAuto);
   o.queue_depth = 0;
   EXPECT_FALSE(probe_disk(o).ok());
+}
+
+TEST(DiskProbe, AFullDiskNamesTheFileTheRequestAndTheFix) {
+  testing::TinyTmpfs tmpfs("256k");
+  if (!tmpfs.mounted()) GTEST_SKIP() << tmpfs.why();
+  for (Backend backend : {Backend::kIoUring, Backend::kThreads}) {
+    DiskProbeOptions o = small(tmpfs.path(), backend);
+    // fallocate refuses first...
+    Result<DiskProbeResult> r = probe_disk(o);
+    if (!r.ok() && r.status().code() == DSCORE_UNIMPLEMENTED) continue;  // no io_uring here
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find(tmpfs.path() + "/.dscore_disk_probe."), std::string::npos)
+        << r.status().message();
+    EXPECT_NE(r.status().message().find("free space in the folder"), std::string::npos)
+        << r.status().message();
+    // ... and without it, the write that runs out.
+    o.preallocate = false;
+    r = probe_disk(o);
+    ASSERT_FALSE(r.ok());
+    const std::string m = r.status().message();
+    if (m.find("O_DIRECT") != std::string::npos) GTEST_SKIP() << "tmpfs here refuses O_DIRECT";
+    // ENOSPC, or (tmpfs) a write cut short at the last free page.
+    EXPECT_NE(m.find(" at offset "), std::string::npos) << m;
+    EXPECT_NE(m.find(tmpfs.path() + "/.dscore_disk_probe."), std::string::npos) << m;
+    EXPECT_TRUE(m.find("No space left on device") != std::string::npos ||
+                m.find("short write") != std::string::npos)
+        << m;
+    EXPECT_NE(m.find("free space in the folder"), std::string::npos) << m;
+    EXPECT_TRUE(folder_is_empty(tmpfs.path())) << "the probe file was left behind";
+  }
 }
 
 }  // namespace
