@@ -1,6 +1,6 @@
 // dscore: the command-line entry point. A thin dispatcher over the
 // subcommands (run, config, plugins, plan, lr-schedule, loss-scale,
-// checkpoint, zero-to-fp32, generate); everything else lives in
+// checkpoint, zero-to-fp32, generate, io-bench); everything else lives in
 // core/.
 #include <cstdio>
 #include <exception>
@@ -32,6 +32,8 @@ const char* kUsage =
     "                                          consolidate a checkpoint into model.safetensors\n"
     "  generate --checkpoint DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K]\n"
     "                                          continue a prompt with a trained token model (gpt)\n"
+    "  io-bench PATH                           measure a folder's disk through the NVMe swapper;\n"
+    "                                          cache the best \"aio\" settings for \"auto\"\n"
     "\n"
     "  --version                               print the version and plugin ABI\n"
     "  <command> --help                        help for one command\n";
@@ -60,16 +62,17 @@ int main(int argc, char** argv) {
     if (command == "checkpoint") return dscore::cli::checkpoint_command(args);
     if (command == "zero-to-fp32") return dscore::cli::zero_to_fp32_command(args);
     if (command == "generate") return dscore::cli::generate_command(args);
+    if (command == "io-bench") return dscore::cli::io_bench_command(args);
   } catch (const std::exception& e) {
     // A broken invariant inside dscore: report it rather than abort silently.
     dscore::log_error(std::string("internal error: ") + e.what());
     return dscore::cli::kExitFailure;
   }
-  std::fprintf(
-      stderr, "dscore: unknown command '%s'%s\n\n%s", command.c_str(),
-      dscore::did_you_mean_suffix(command, {"run", "config", "plugins", "lr-schedule", "loss-scale",
-                                            "plan", "checkpoint", "zero-to-fp32", "generate"})
-          .c_str(),
-      kUsage);
+  std::fprintf(stderr, "dscore: unknown command '%s'%s\n\n%s", command.c_str(),
+               dscore::did_you_mean_suffix(
+                   command, {"run", "config", "plugins", "lr-schedule", "loss-scale", "plan",
+                             "checkpoint", "zero-to-fp32", "generate", "io-bench"})
+                   .c_str(),
+               kUsage);
   return dscore::cli::kExitUsage;
 }

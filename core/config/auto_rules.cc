@@ -15,13 +15,20 @@
 //   stage3_param_persistence_threshold hf_max_grad_norm       1.0 HF Trainer's default
 //   max_grad_norm reduced_precision_off  false                                   dscore: fp16/bf16
 //   only when asked
+//   aio_measured           the value `dscore io-bench` cached for      dscore (DeepSpeed:
+//   ds_nvme_tune,
+//                          the device of nvme_path, else the default   by hand)
 //
 // The hidden_* rules take hidden_size from the ResolveContext (the model
 // plugin's answer) or else from "model.hidden_size" in the file; when neither
 // is known they fall back to the field's default and say so.
 #include "core/config/auto_rules.h"
 
+#include <cstdio>
+#include <memory>
+
 #include "core/base/strings.h"
+#include "core/config/aio_cache.h"
 #include "core/config/schema_util.h"
 
 namespace dscore::config {
@@ -44,6 +51,9 @@ const std::vector<AutoRuleInfo>& auto_rules() {
       {"hidden_x10", "10 * hidden_size (the field's default when the hidden size is unknown)"},
       {"hf_max_grad_norm", "1.0, the HuggingFace Trainer's default max_grad_norm"},
       {"reduced_precision_off", "false: dscore enables reduced precision only when asked"},
+      {"aio_measured",
+       "what `dscore io-bench` measured for the device of the run's nvme_path (cached per "
+       "device), else the key's default"},
   };
   return kRules;
 }
@@ -72,13 +82,89 @@ AutoResolution field_default(const FieldSpec& field, std::string why) {
   return r;
 }
 
+// The run's nvme_path: the optimizer's, else the parameters' (the same
+// device in every config seen so far; the optimizer moves more bytes).
+std::optional<std::string> nvme_path_of(const json::Value& config) {
+  for (const char* section : {"offload_optimizer", "offload_param"}) {
+    const json::Value* p = lookup(config, {"zero_optimization", section, "nvme_path"});
+    if (p && p->is_string() && !p->as_string().empty()) return p->as_string();
+  }
+  return std::nullopt;
+}
+
+std::string gbps(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f", v);
+  return text;
+}
+
+// The aio cache entry for the config's nvme_path, looked up once per config
+// (the five aio keys share it) and explained in full once.
+struct AioMeasurement {
+  std::optional<std::string> nvme_path;
+  std::optional<DeviceId> device;
+  AioCacheLookup lookup;
+  std::string device_error;
+  std::string explained_at;  // the first key whose notice says it all
+
+  explicit AioMeasurement(const json::Value& config) : nvme_path(nvme_path_of(config)) {
+    if (!nvme_path) return;
+    Result<DeviceId> id = device_of(*nvme_path);
+    if (!id.ok()) {
+      device_error = id.status().message();
+      return;
+    }
+    device = *id;
+    lookup = read_aio_cache(*device);
+  }
+
+  std::optional<json::Value> value_of(const std::string& key) const {
+    const MeasuredAio& m = *lookup.measured;
+    if (key == "block_size") return json::Value(m.block_size);
+    if (key == "queue_depth") return json::Value(m.queue_depth);
+    if (key == "intra_op_parallelism") return json::Value(m.intra_op_parallelism);
+    if (key == "single_submit") return json::Value(m.single_submit);
+    if (key == "overlap_events") return json::Value(m.overlap_events);
+    return std::nullopt;
+  }
+
+  AutoResolution resolve(const FieldSpec& field, const std::string& path) {
+    const bool first = explained_at.empty();
+    if (first) explained_at = path;
+    if (lookup.measured) {
+      if (std::optional<json::Value> v = value_of(field.name)) {
+        const MeasuredAio& m = *lookup.measured;
+        if (!first) return {std::move(v), "measured with " + explained_at, ""};
+        return {std::move(v),
+                "measured by `dscore io-bench " + m.path + "` on " + m.measured_at +
+                    " for the device of " + *nvme_path + " (" + device->text() + "): read " +
+                    gbps(m.read_gbps) + " GB/s, write " + gbps(m.write_gbps) + " GB/s; from " +
+                    lookup.file,
+                ""};
+      }
+    }
+    if (!first) return field_default(field, "the default, as " + explained_at);
+    if (!nvme_path) return field_default(field, "no nvme_path to measure: the default");
+    std::string why;
+    if (!lookup.warning.empty())
+      why = "warning: " + lookup.warning + "; ";
+    else if (!device_error.empty())
+      why = device_error + "; ";
+    else
+      why = "no measurement for the device of " + *nvme_path + " (" + device->text() + ")" +
+            (lookup.file.empty() ? "" : " in " + lookup.file) + ": ";
+    return field_default(field, why + "the default; run `dscore io-bench " + *nvme_path +
+                                    "` to measure the disk and cache its best settings");
+  }
+};
+
 class Resolver {
  public:
   Resolver(const ResolveContext& context, const json::Value& config)
-      : context_(context), config_(config) {}
+      : context_(context), config_(config), aio_(std::make_shared<AioSlot>()) {}
 
   AutoResolution operator()(const std::string& rule, const FieldSpec& field,
-                            const std::string&) const {
+                            const std::string& path) const {
     if (rule == "default") return field_default(field, "the default");
     if (rule == "batch") return {};  // batch.cc derives and reports it
     if (rule == "train_steps") return train_steps();
@@ -89,6 +175,10 @@ class Resolver {
       return {json::Value(1.0), "HuggingFace's default max_grad_norm", ""};
     if (rule == "reduced_precision_off")
       return {json::Value(false), "dscore enables reduced precision only when asked", ""};
+    if (rule == "aio_measured") {
+      if (!aio_->measurement) aio_->measurement = std::make_unique<AioMeasurement>(config_);
+      return aio_->measurement->resolve(field, path);
+    }
     return {std::nullopt, "", "unknown auto rule \"" + rule + "\" (a bug in the schema)"};
   }
 
@@ -137,6 +227,12 @@ class Resolver {
 
   ResolveContext context_;
   json::Value config_;
+  // Shared by the copies of one resolver (std::function copies it); filled
+  // on first use, so configs without "auto" in "aio" never touch the cache.
+  struct AioSlot {
+    std::unique_ptr<AioMeasurement> measurement;
+  };
+  std::shared_ptr<AioSlot> aio_;
 };
 
 }  // namespace

@@ -6,7 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+
+#include "core/config/aio_cache.h"
+#include "core/config/config.h"
 #include "core/config/schema_builder.h"
+#include "tests/core/config/temp_cache_home.h"
 
 namespace dscore::config {
 namespace {
@@ -126,6 +131,107 @@ TEST(AutoRules, ResolverOwnsItsInputs) {
   }
   EXPECT_EQ(resolver("hidden_squared", int_field(1), "x").value->as_int(), 256);
   EXPECT_EQ(resolver("train_steps", int_field(1), "x").value->as_int(), 9);
+}
+
+// "aio_measured": the aio keys take what `dscore io-bench` cached for the
+// device of the run's nvme_path.
+MeasuredAio measured_for(const std::string& path) {
+  MeasuredAio m;
+  m.block_size = 4 << 20;
+  m.queue_depth = 32;
+  m.intra_op_parallelism = 2;
+  m.single_submit = true;
+  m.overlap_events = false;
+  m.read_gbps = 2.5;
+  m.write_gbps = 2;
+  m.path = path;
+  m.measured_at = "2026-11-24T05:00:00Z";
+  return m;
+}
+
+std::string nvme_config(const std::string& section, const std::string& path) {
+  return R"({"zero_optimization": {")" + section + R"(": {"device": "nvme", "nvme_path": ")" +
+         path + R"("}}})";
+}
+
+FieldSpec block_size_field() { return F("block_size", FieldType::kInt, "").def_int(1048576); }
+
+TEST(AutoRules, AioMeasuredTakesTheCachedValuesForTheDeviceOfNvmePath) {
+  testing::TempCacheHome home;
+  const std::string disk = home.disk().string();
+  const std::string file = *write_aio_cache(*device_of(disk), measured_for(disk));
+  // A folder the run will create, on the same device; the parameters' path counts too.
+  for (const char* section : {"offload_optimizer", "offload_param"}) {
+    json::Value config = *json::parse(nvme_config(section, disk + "/job"), "c");
+    AutoResolver resolver = make_auto_resolver({}, config);
+    AutoResolution bs = resolver("aio_measured", block_size_field(), "aio.block_size");
+    ASSERT_TRUE(bs.value) << bs.explanation;
+    EXPECT_EQ(bs.value->as_int(), 4 << 20);
+    EXPECT_NE(bs.explanation.find("dscore io-bench " + disk), std::string::npos) << bs.explanation;
+    EXPECT_NE(bs.explanation.find(file), std::string::npos) << bs.explanation;
+    AutoResolution qd =
+        resolver("aio_measured", F("queue_depth", FieldType::kInt, "").def(8), "aio.queue_depth");
+    EXPECT_EQ(qd.value->as_int(), 32);
+    EXPECT_EQ(qd.explanation, "measured with aio.block_size");  // said in full once
+    EXPECT_EQ(
+        *resolver("aio_measured", F("single_submit", FieldType::kBool, "").def(false), "s").value,
+        json::Value(true));
+  }
+}
+
+TEST(AutoRules, AioMeasuredWithoutAMeasurementIsTheDefaultAndSaysHowToMeasure) {
+  testing::TempCacheHome home;
+  const std::string disk = home.disk().string();
+  json::Value config = *json::parse(nvme_config("offload_optimizer", disk), "c");
+  AutoResolution r = make_auto_resolver({}, config)("aio_measured", block_size_field(), "a");
+  EXPECT_EQ(r.value->as_int(), 1048576);
+  EXPECT_NE(r.explanation.find("run `dscore io-bench " + disk + "`"), std::string::npos)
+      << r.explanation;
+  // No nvme_path at all: nothing to measure, nothing to suggest.
+  AutoResolution none = resolve("aio_measured", {}, "{}", block_size_field());
+  EXPECT_EQ(none.value->as_int(), 1048576);
+  EXPECT_EQ(none.explanation, "no nvme_path to measure: the default");
+}
+
+TEST(AutoRules, AioMeasuredIgnoresACorruptCacheAndNamesIt) {
+  testing::TempCacheHome home;
+  const std::string disk = home.disk().string();
+  const std::string file = *write_aio_cache(*device_of(disk), measured_for(disk));
+  std::ofstream(file) << "{\"version\": 1, \"aio\": ";
+  json::Value config = *json::parse(nvme_config("offload_optimizer", disk), "c");
+  AutoResolution r = make_auto_resolver({}, config)("aio_measured", block_size_field(), "a");
+  EXPECT_EQ(r.value->as_int(), 1048576);
+  EXPECT_NE(r.explanation.find("warning: corrupt aio cache " + file), std::string::npos)
+      << r.explanation;
+}
+
+TEST(AutoRules, AioAutoInAConfigResolvesThroughTheCache) {
+  testing::TempCacheHome home;
+  const std::string disk = home.disk().string();
+  ASSERT_TRUE(write_aio_cache(*device_of(disk), measured_for(disk)).ok());
+  const std::string text =
+      R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_optimizer": )"
+      R"({"device": "nvme", "nvme_path": ")" +
+      disk +
+      R"("}}, "aio": {"block_size": "auto", "queue_depth": "auto", "intra_op_parallelism": "auto",)"
+      R"( "single_submit": "auto", "overlap_events": "auto"}})";
+  LoadedConfig loaded = load_config_text(text, "ds_config.json", {});
+  ASSERT_TRUE(loaded.ok()) << loaded.errors[0].message;
+  const json::Value& aio = *loaded.resolved.find("aio");
+  EXPECT_EQ(aio.find("block_size")->as_int(), 4 << 20);
+  EXPECT_EQ(aio.find("queue_depth")->as_int(), 32);
+  EXPECT_EQ(aio.find("intra_op_parallelism")->as_int(), 2);
+  EXPECT_EQ(*aio.find("single_submit"), json::Value(true));
+  EXPECT_EQ(*aio.find("overlap_events"), json::Value(false));
+  int aio_notices = 0;
+  for (const ConfigNotice& n : loaded.notices)
+    if (n.path.rfind("aio.", 0) == 0) ++aio_notices;
+  EXPECT_EQ(aio_notices, 5);
+  // Without "auto" the written values stand, cache or not.
+  LoadedConfig fixed = load_config_text(R"({"train_batch_size": 8, "aio": {"block_size": 131072}})",
+                                        "ds_config.json", {});
+  ASSERT_TRUE(fixed.ok());
+  EXPECT_EQ(fixed.resolved.find("aio")->find("block_size")->as_int(), 131072);
 }
 
 }  // namespace
