@@ -1,0 +1,242 @@
+// Optimizer state on NVMe ("offload_optimizer": {"device": "nvme"}, core/
+// engine/nvme_state.h) against the same run in memory, in process (ranks
+// are threads on the loopback backend: tests/fakes/in_process_job.h):
+// - bitwise the same losses and final parameters at stages 1-3, 1 and 2
+//   ranks, fp32 and bf16, every pipeline_read/pipeline_write combination,
+//   on both swapper backends (DSCORE_NVME_BACKEND, read each time a swapper
+//   is created, so each run picks its own);
+// - checkpoints saved with offload load without it and the reverse, and
+//   across world sizes;
+// - a full disk (a small tmpfs) and an unusable nvme_path end the run with
+//   an error naming the file or folder, and an earlier checkpoint still
+//   loads as saved;
+// - the swap files live under nvme_path/dscore-job*/rank<R>/ during the run
+//   and are gone after it.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <linux/falloc.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/engine/engine_testing.h"
+#include "tests/fakes/in_process_job.h"
+
+namespace dscore {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::InProcessHooks;
+using testing::InProcessResult;
+using testing::run_in_process_job;
+
+constexpr int kSteps = 6;
+
+// 7 -> 150 -> 150 -> 150 -> 3: 1,200 + 2 x 22,650 + 453 = 46,953 parameters.
+// With sub_group_size 4096 a rank owns 12 (1 rank) or 6 (2 ranks) tiles, and
+// tiles cut through the 22,650-element layers.
+constexpr int64_t kParams = 46953;
+
+struct Offload {
+  std::string nvme_path;  // "" = no offload
+  bool pipeline_read = false;
+  bool pipeline_write = false;
+};
+
+// `world` ranks with micro-batches of 3 and `gas` accumulation steps.
+std::string config(int stage, int world, const std::string& precision, const Offload& offload,
+                   int gas = 1) {
+  std::string c = R"("train_micro_batch_size_per_gpu": 3, "train_batch_size": )" +
+                  std::to_string(3 * world * gas) + R"(, "gradient_accumulation_steps": )" +
+                  std::to_string(gas) + R"(, "train_steps": )" + std::to_string(kSteps) +
+                  R"(, "seed": 7, "gradient_clipping": 1.0,
+  "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.01}},
+  "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.003, "warmup_num_steps": 3}},
+  "model": {"type": "mlp", "input_dim": 7, "hidden_dim": 150, "output_dim": 3, "n_hidden_layers": 3},
+  "zero_optimization": {"stage": )" +
+                  std::to_string(stage) + R"(, "reduce_bucket_size": 5000, "sub_group_size": 4096)";
+  if (!offload.nvme_path.empty()) {
+    const int buffers = 1 + (offload.pipeline_read ? 1 : 0) + (offload.pipeline_write ? 1 : 0);
+    c += R"(, "offload_optimizer": {"device": "nvme", "nvme_path": ")" + offload.nvme_path +
+         R"(", "pipeline_read": )" + (offload.pipeline_read ? "true" : "false") +
+         R"(, "pipeline_write": )" + (offload.pipeline_write ? "true" : "false") +
+         R"(, "buffer_count": )" + std::to_string(buffers) + "}";
+  }
+  c += "}";
+  // As in the stage tests: bf16 gradients accumulate in bf16 at every stage.
+  if (precision == "bf16")
+    c += R"(, "bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "bf16"})";
+  return c;
+}
+
+// DSCORE_NVME_BACKEND for the runs in its scope (each swapper reads it when
+// it is created; no job runs while it changes).
+class BackendScope {
+ public:
+  explicit BackendScope(const std::string& backend) {
+    ::setenv("DSCORE_NVME_BACKEND", backend.c_str(), 1);
+  }
+  ~BackendScope() { ::unsetenv("DSCORE_NVME_BACKEND"); }
+};
+
+InProcessResult run_with(const std::string& backend, const std::string& body, int world,
+                         const InProcessHooks& hooks = {}) {
+  BackendScope scope(backend);
+  return run_in_process_job(body, world, hooks);
+}
+
+// The dscore-job* folders under `nvme_path`.
+std::vector<fs::path> job_folders(const std::string& nvme_path) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(nvme_path, ec))
+    if (e.path().filename().string().rfind("dscore-job", 0) == 0) out.push_back(e.path());
+  return out;
+}
+
+// From after_each_step: this rank's swap files exist, sized for its part.
+Status check_swap_files(const std::string& nvme_path, int rank, bool master_on_disk) {
+  const std::vector<fs::path> jobs = job_folders(nvme_path);
+  if (jobs.size() != 1)
+    return internal_error("expected one dscore-job* folder under " + nvme_path + ", found " +
+                          std::to_string(jobs.size()));
+  const fs::path folder = jobs[0] / ("rank" + std::to_string(rank));
+  std::error_code ec;
+  int files = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(folder, ec)) {
+    if (e.path().extension() != ".swp" || e.file_size() == 0)
+      return internal_error("unexpected swap file " + e.path().string());
+    ++files;
+  }
+  const int expected = 2 + (master_on_disk ? 1 : 0);  // AdamW: exp_avg, exp_avg_sq
+  if (ec || files != expected)
+    return internal_error(folder.string() + " holds " + std::to_string(files) +
+                          " swap files, expected " + std::to_string(expected));
+  return Status::Ok();
+}
+
+// The gathered parameters and every optimizer state slot (collective).
+struct Snapshot {
+  std::vector<float> params;
+  std::vector<std::vector<float>> slots;
+};
+
+[[maybe_unused]] Status snapshot(Engine& e, Snapshot* out) {
+  DSCORE_RETURN_IF_ERROR(EngineTesting::gather_parameters(e, &out->params));
+  out->slots.resize(EngineTesting::optimizer_state_slots(e).size());
+  for (size_t k = 0; k < out->slots.size(); ++k)
+    DSCORE_RETURN_IF_ERROR(EngineTesting::gather_optimizer_state(e, k, &out->slots[k]));
+  return Status::Ok();
+}
+
+// The last `n` losses of a run.
+[[maybe_unused]] std::vector<double> tail(const std::vector<double>& losses, size_t n) {
+  return std::vector<double>(losses.end() - static_cast<std::ptrdiff_t>(n), losses.end());
+}
+
+// A scratch folder per test, and tmpfs mounts in it, removed at the end.
+class NvmeOffload : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (fs::temp_directory_path() / "dscore-nvme-test-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr) << std::strerror(errno);
+    root_ = pattern;
+  }
+  void TearDown() override {
+    for (const std::string& m : mounts_) ::umount2(m.c_str(), MNT_DETACH);
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+  std::string dir(const std::string& name) {
+    const fs::path p = root_ / name;
+    fs::create_directories(p);
+    return p.string();
+  }
+  // A tmpfs of `options` at root/name; "" with the reason in *why when the
+  // test cannot mount (not root, no CAP_SYS_ADMIN).
+  std::string tmpfs(const std::string& name, const std::string& options, std::string* why) {
+    const std::string path = dir(name);
+    if (::mount("tmpfs", path.c_str(), "tmpfs", 0, options.c_str()) != 0) {
+      *why = "cannot mount a tmpfs at " + path + " (" + std::strerror(errno) +
+             "): this test needs root or CAP_SYS_ADMIN";
+      return "";
+    }
+    mounts_.push_back(path);
+    return path;
+  }
+  // Whether io_uring works here: one short offloaded run asks for it.
+  bool io_uring_available(std::string* why) {
+    std::string body = config(1, 1, "fp32", {dir("probe")});
+    body.replace(body.find(R"("train_steps": 6)"), 16, R"("train_steps": 1)");
+    const InProcessResult r = run_with("io_uring", body, 1);
+    if (r.error.empty()) return true;
+    *why = r.error;
+    EXPECT_NE(r.error.find("DSCORE_NVME_BACKEND=io_uring, but"), std::string::npos) << r.error;
+    return false;
+  }
+  std::vector<std::string> backends() {
+    std::string why;
+    if (io_uring_available(&why)) return {"io_uring", "threads"};
+    std::cout << "[  NOTE    ] io_uring is unavailable here, only the threads backend runs: "
+              << why << "\n";
+    return {"threads"};
+  }
+
+  fs::path root_;
+  std::vector<std::string> mounts_;
+};
+
+// Every stage, world size and precision, on both backends; the four
+// pipeline_read/pipeline_write combinations rotate over the cases so each
+// meets both backends and both precisions.
+TEST_F(NvmeOffload, TrainsBitwiseAsInMemory) {
+  const std::vector<std::string> kinds = backends();
+  int index = 0;
+  for (int stage = 1; stage <= 3; ++stage)
+    for (int world : {1, 2})
+      for (const std::string precision : {"fp32", "bf16"}) {
+        const InProcessResult memory =
+            run_in_process_job(config(stage, world, precision, {}), world);
+        ASSERT_EQ(memory.error, "");
+        ASSERT_EQ(memory.losses.size(), static_cast<size_t>(kSteps));
+        ASSERT_EQ(memory.params.size(), static_cast<size_t>(kParams));
+        for (const std::string& backend : kinds) {
+          const int combo = index++ % 4;
+          Offload offload{dir("swap" + std::to_string(index)), (combo & 1) != 0,
+                          (combo & 2) != 0};
+          const std::string what = "stage " + std::to_string(stage) + " W=" +
+                                   std::to_string(world) + " " + precision + " " + backend +
+                                   " pipeline_read " + std::to_string(offload.pipeline_read) +
+                                   " pipeline_write " + std::to_string(offload.pipeline_write);
+          InProcessHooks hooks;
+          std::mutex mutex;
+          int checked = 0;
+          hooks.after_each_step = [&](Engine& e, int64_t) -> Status {
+            DSCORE_RETURN_IF_ERROR(
+                check_swap_files(offload.nvme_path, e.rank(), precision != "fp32"));
+            std::lock_guard<std::mutex> lock(mutex);
+            ++checked;
+            return Status::Ok();
+          };
+          const InProcessResult nvme =
+              run_with(backend, config(stage, world, precision, offload), world, hooks);
+          ASSERT_EQ(nvme.error, "") << what;
+          EXPECT_EQ(checked, kSteps * world) << what;
+          EXPECT_EQ(nvme.losses, memory.losses) << what;
+          EXPECT_EQ(nvme.params, memory.params) << what;
+          EXPECT_TRUE(job_folders(offload.nvme_path).empty()) << what << ": swap files left";
+        }
+      }
+}
+
+}  // namespace
+}  // namespace dscore
