@@ -130,7 +130,7 @@ struct Snapshot {
   std::vector<std::vector<float>> slots;
 };
 
-[[maybe_unused]] Status snapshot(Engine& e, Snapshot* out) {
+Status snapshot(Engine& e, Snapshot* out) {
   DSCORE_RETURN_IF_ERROR(EngineTesting::gather_parameters(e, &out->params));
   out->slots.resize(EngineTesting::optimizer_state_slots(e).size());
   for (size_t k = 0; k < out->slots.size(); ++k)
@@ -139,8 +139,52 @@ struct Snapshot {
 }
 
 // The last `n` losses of a run.
-[[maybe_unused]] std::vector<double> tail(const std::vector<double>& losses, size_t n) {
+std::vector<double> tail(const std::vector<double>& losses, size_t n) {
   return std::vector<double>(losses.end() - static_cast<std::ptrdiff_t>(n), losses.end());
+}
+
+// Saves a checkpoint into `dir` after step `at` (global step at + 1) and
+// keeps rank 0's snapshot of what it saved.
+InProcessHooks save_at(int64_t at, const std::string& dir, Snapshot* saved) {
+  InProcessHooks hooks;
+  hooks.after_each_step = [=](Engine& e, int64_t step) -> Status {
+    if (step != at) return Status::Ok();
+    DSCORE_RETURN_IF_ERROR(e.save_checkpoint(dir));
+    Snapshot s;
+    DSCORE_RETURN_IF_ERROR(snapshot(e, &s));
+    if (e.rank() == 0) *saved = std::move(s);
+    return Status::Ok();
+  };
+  return hooks;
+}
+
+// Loads `dir` before training and keeps rank 0's snapshot of what it loaded.
+InProcessHooks load_from(const std::string& dir, Snapshot* loaded) {
+  InProcessHooks hooks;
+  hooks.before_training = [=](Engine& e) -> Status {
+    DSCORE_RETURN_IF_ERROR(e.load_checkpoint(dir).status());
+    Snapshot s;
+    DSCORE_RETURN_IF_ERROR(snapshot(e, &s));
+    if (e.rank() == 0) *loaded = std::move(s);
+    return Status::Ok();
+  };
+  return hooks;
+}
+
+void expect_same_state(const Snapshot& a, const Snapshot& b, const std::string& what) {
+  ASSERT_EQ(a.params.size(), static_cast<size_t>(kParams)) << what;
+  EXPECT_EQ(a.params, b.params) << what;
+  ASSERT_EQ(a.slots.size(), 2u) << what;
+  EXPECT_EQ(a.slots, b.slots) << what;
+}
+
+// Relative 1e-4 with a 1e-6 floor (the stage tests' tolerance across world
+// sizes: the same math, other reduction orders).
+void expect_close(const std::vector<double>& a, const std::vector<double>& b,
+                  const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_NEAR(a[i], b[i], 1e-4 * std::fabs(b[i]) + 1e-6) << what << " value " << i;
 }
 
 // A scratch folder per test, and tmpfs mounts in it, removed at the end.
@@ -186,8 +230,8 @@ class NvmeOffload : public ::testing::Test {
   std::vector<std::string> backends() {
     std::string why;
     if (io_uring_available(&why)) return {"io_uring", "threads"};
-    std::cout << "[  NOTE    ] io_uring is unavailable here, only the threads backend runs: "
-              << why << "\n";
+    std::cout << "[  NOTE    ] io_uring is unavailable here, only the threads backend runs: " << why
+              << "\n";
     return {"threads"};
   }
 
@@ -211,10 +255,9 @@ TEST_F(NvmeOffload, TrainsBitwiseAsInMemory) {
         ASSERT_EQ(memory.params.size(), static_cast<size_t>(kParams));
         for (const std::string& backend : kinds) {
           const int combo = index++ % 4;
-          Offload offload{dir("swap" + std::to_string(index)), (combo & 1) != 0,
-                          (combo & 2) != 0};
-          const std::string what = "stage " + std::to_string(stage) + " W=" +
-                                   std::to_string(world) + " " + precision + " " + backend +
+          Offload offload{dir("swap" + std::to_string(index)), (combo & 1) != 0, (combo & 2) != 0};
+          const std::string what = "stage " + std::to_string(stage) +
+                                   " W=" + std::to_string(world) + " " + precision + " " + backend +
                                    " pipeline_read " + std::to_string(offload.pipeline_read) +
                                    " pipeline_write " + std::to_string(offload.pipeline_write);
           InProcessHooks hooks;
@@ -236,6 +279,61 @@ TEST_F(NvmeOffload, TrainsBitwiseAsInMemory) {
           EXPECT_TRUE(job_folders(offload.nvme_path).empty()) << what << ": swap files left";
         }
       }
+}
+
+// Stage 3, bf16 (the master weights on disk too), 2 ranks: saved after step
+// 3 of 6 with offload and resumed without it, and the reverse, each equal to
+// the uninterrupted run; resumed on 1 rank (offloaded both times), bitwise
+// as the same resume without offload, and within the world-size tolerance
+// of the uninterrupted run.
+TEST_F(NvmeOffload, CheckpointsMoveBetweenOffloadedAndInMemoryRuns) {
+  constexpr int64_t kSaveAfter = 2;
+  constexpr size_t kResumed = kSteps - kSaveAfter - 1;
+  const Offload offload{dir("swap"), true, true};
+  const std::string with_nvme = config(3, 2, "bf16", offload);
+  const std::string in_memory = config(3, 2, "bf16", {});
+  const std::string memory_ckpt = dir("ckpt_memory"), nvme_ckpt = dir("ckpt_nvme");
+
+  Snapshot saved_memory, saved_nvme, loaded;
+  const InProcessResult whole =
+      run_in_process_job(in_memory, 2, save_at(kSaveAfter, memory_ckpt, &saved_memory));
+  ASSERT_EQ(whole.error, "");
+  const InProcessResult nvme_whole =
+      run_with("auto", with_nvme, 2, save_at(kSaveAfter, nvme_ckpt, &saved_nvme));
+  ASSERT_EQ(nvme_whole.error, "");
+  EXPECT_EQ(nvme_whole.losses, whole.losses);
+  expect_same_state(saved_nvme, saved_memory, "the state saved with and without offload");
+
+  // Offloaded -> in memory.
+  InProcessResult r = run_in_process_job(in_memory, 2, load_from(nvme_ckpt, &loaded));
+  ASSERT_EQ(r.error, "");
+  expect_same_state(loaded, saved_nvme, "loaded without offload");
+  EXPECT_EQ(r.losses, tail(whole.losses, kResumed));
+  EXPECT_EQ(r.params, whole.params);
+
+  // In memory -> offloaded.
+  r = run_with("auto", with_nvme, 2, load_from(memory_ckpt, &loaded));
+  ASSERT_EQ(r.error, "");
+  expect_same_state(loaded, saved_memory, "loaded with offload");
+  EXPECT_EQ(r.losses, tail(whole.losses, kResumed));
+  EXPECT_EQ(r.params, whole.params);
+  EXPECT_TRUE(job_folders(offload.nvme_path).empty());
+
+  // 2 ranks -> 1 (the same global batch: 2 micro-batches per step).
+  const Offload one_rank{dir("swap1"), false, true};
+  const InProcessResult nvme_one =
+      run_with("auto", config(3, 1, "bf16", one_rank, 2), 1, load_from(nvme_ckpt, &loaded));
+  ASSERT_EQ(nvme_one.error, "");
+  expect_same_state(loaded, saved_nvme, "loaded on 1 rank with offload");
+  const InProcessResult memory_one =
+      run_in_process_job(config(3, 1, "bf16", {}, 2), 1, load_from(memory_ckpt, &loaded));
+  ASSERT_EQ(memory_one.error, "");
+  EXPECT_EQ(nvme_one.losses, memory_one.losses);
+  EXPECT_EQ(nvme_one.params, memory_one.params);
+  expect_close(nvme_one.losses, tail(whole.losses, kResumed), "losses on 1 rank vs 2");
+  std::vector<double> one(nvme_one.params.begin(), nvme_one.params.end());
+  std::vector<double> two(whole.params.begin(), whole.params.end());
+  expect_close(one, two, "parameters on 1 rank vs 2");
 }
 
 }  // namespace
