@@ -187,6 +187,37 @@ void expect_close(const std::vector<double>& a, const std::vector<double>& b,
     EXPECT_NEAR(a[i], b[i], 1e-4 * std::fabs(b[i]) + 1e-6) << what << " value " << i;
 }
 
+// Takes the disk away under a running job: frees the pages of every swap
+// file under `nvme_path` (as a copy-on-write file system such as btrfs or
+// ZFS needs new blocks for every overwrite) and fills the file system with
+// another file, so the next swap write meets ENOSPC.
+Status fill_disk_under(const std::string& nvme_path) {
+  for (const fs::directory_entry& e : fs::recursive_directory_iterator(nvme_path)) {
+    if (e.path().extension() != ".swp") continue;
+    const int fd = ::open(e.path().c_str(), O_RDWR);
+    if (fd < 0) return internal_error("open " + e.path().string() + ": " + std::strerror(errno));
+    const int rc = ::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+                               static_cast<off_t>(e.file_size()));
+    const int error = errno;
+    ::close(fd);
+    if (rc != 0) return internal_error("punch " + e.path().string() + ": " + std::strerror(error));
+  }
+  const std::string filler = nvme_path + "/filler";
+  const int fd = ::open(filler.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return internal_error("open " + filler + ": " + std::strerror(errno));
+  const std::vector<char> chunk(4096, 'x');
+  while (::write(fd, chunk.data(), chunk.size()) > 0) {
+  }
+  const int error = errno;
+  ::close(fd);
+  if (error != ENOSPC) return internal_error("filling " + filler + ": " + std::strerror(error));
+  return Status::Ok();
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
 // A scratch folder per test, and tmpfs mounts in it, removed at the end.
 class NvmeOffload : public ::testing::Test {
  protected:
@@ -334,6 +365,80 @@ TEST_F(NvmeOffload, CheckpointsMoveBetweenOffloadedAndInMemoryRuns) {
   std::vector<double> one(nvme_one.params.begin(), nvme_one.params.end());
   std::vector<double> two(whole.params.begin(), whole.params.end());
   expect_close(one, two, "parameters on 1 rank vs 2");
+}
+
+// A tmpfs too small for the swap files (1 rank, fp32: 2 AdamW slots of
+// 49,152 x 4 bytes = 384 KiB): refused before anything is allocated, with
+// the numbers, the folder and the setting to change.
+TEST_F(NvmeOffload, ADiskTooSmallIsRefusedBeforeTheRunStarts) {
+  std::string why;
+  const std::string small = tmpfs("small", "size=128k", &why);
+  if (small.empty()) GTEST_SKIP() << why;
+  const InProcessResult r = run_with("auto", config(1, 1, "fp32", {small}), 1);
+  EXPECT_TRUE(contains(r.error, "does not fit")) << r.error;
+  EXPECT_TRUE(contains(r.error, "nvme_path \"" + small + "\"")) << r.error;
+  EXPECT_TRUE(contains(r.error, "384.00 KiB")) << r.error;
+  EXPECT_TRUE(job_folders(small).empty());
+  EXPECT_TRUE(r.losses.empty());
+}
+
+// The plan fits, then the disk fills during the run (after step 2 of 6): the
+// run ends with ENOSPC naming the swap file and what to do, the swap files
+// are removed, and the checkpoint saved after step 1 (in another folder)
+// loads as it was saved and resumes as the uninterrupted run.
+TEST_F(NvmeOffload, ADiskFillingUpEndsTheRunAndKeepsTheLastCheckpoint) {
+  std::string why;
+  const std::string disk = tmpfs("disk", "size=2m", &why);
+  if (disk.empty()) GTEST_SKIP() << why;
+  const std::string ckpt = dir("ckpt");
+  const InProcessResult whole = run_in_process_job(config(2, 2, "bf16", {}), 2);
+  ASSERT_EQ(whole.error, "");
+
+  Snapshot saved;
+  InProcessHooks hooks = save_at(0, ckpt, &saved);
+  const auto save = hooks.after_each_step;
+  hooks.after_each_step = [&](Engine& e, int64_t step) -> Status {
+    DSCORE_RETURN_IF_ERROR(save(e, step));
+    return step == 1 && e.rank() == 0 ? fill_disk_under(disk) : Status::Ok();
+  };
+  const InProcessResult failed = run_with("auto", config(2, 2, "bf16", {disk}), 2, hooks);
+  EXPECT_TRUE(contains(failed.error, "ENOSPC")) << failed.error;
+  EXPECT_TRUE(contains(failed.error, disk + "/dscore-job")) << failed.error;  // the file
+  EXPECT_TRUE(contains(failed.error, "nvme_path")) << failed.error;           // the fix
+  EXPECT_TRUE(job_folders(disk).empty()) << "swap files left after the failure";
+
+  Snapshot loaded;
+  const InProcessResult resumed =
+      run_with("auto", config(2, 2, "bf16", {dir("swap")}), 2, load_from(ckpt, &loaded));
+  ASSERT_EQ(resumed.error, "");
+  expect_same_state(loaded, saved, "the checkpoint saved before the disk filled");
+  EXPECT_EQ(resumed.losses, tail(whole.losses, kSteps - 1));
+  EXPECT_EQ(resumed.params, whole.params);
+}
+
+// nvme_path where no folder can be made: the error names the folder and
+// the setting. A missing folder is created (as DeepSpeed's swapper does).
+TEST_F(NvmeOffload, AnUnusableNvmePathIsNamed) {
+  std::string why;
+  const std::string read_only = tmpfs("read_only", "size=1m", &why);
+  if (read_only.empty()) GTEST_SKIP() << why;
+  ASSERT_EQ(::mount("tmpfs", read_only.c_str(), "tmpfs", MS_REMOUNT | MS_RDONLY, "size=1m"), 0)
+      << std::strerror(errno);
+  InProcessResult r = run_with("auto", config(1, 1, "fp32", {read_only + "/swap"}), 1);
+  EXPECT_TRUE(contains(r.error, read_only + "/swap/dscore-job")) << r.error;
+  EXPECT_TRUE(contains(r.error, "offload_optimizer.nvme_path")) << r.error;
+
+  const std::string file = dir("x") + "/a_file";
+  std::ofstream(file) << "not a folder";
+  r = run_with("auto", config(1, 1, "fp32", {file + "/swap"}), 1);
+  EXPECT_TRUE(contains(r.error, file + "/swap")) << r.error;
+  EXPECT_TRUE(contains(r.error, "nvme_path")) << r.error;
+
+  const std::string missing = (root_ / "missing" / "swap").string();
+  r = run_with("auto", config(1, 1, "fp32", {missing}), 1);
+  EXPECT_EQ(r.error, "");
+  EXPECT_TRUE(fs::is_directory(missing));
+  EXPECT_TRUE(job_folders(missing).empty());
 }
 
 }  // namespace
