@@ -75,6 +75,8 @@ std::string config(int stage, int world, const std::string& precision, const Off
   // As in the stage tests: bf16 gradients accumulate in bf16 at every stage.
   if (precision == "bf16")
     c += R"(, "bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "bf16"})";
+  // A loss scale of 2^40 overflows: the first steps are skipped.
+  if (precision == "fp16") c += R"(, "fp16": {"enabled": true, "initial_scale_power": 40})";
   return c;
 }
 
@@ -439,6 +441,27 @@ TEST_F(NvmeOffload, AnUnusableNvmePathIsNamed) {
   EXPECT_EQ(r.error, "");
   EXPECT_TRUE(fs::is_directory(missing));
   EXPECT_TRUE(job_folders(missing).empty());
+}
+
+// fp16 with a loss scale that overflows at first: the skipped steps leave
+// the swapped state alone, as they leave it in memory, with accumulation.
+TEST_F(NvmeOffload, Fp16SkippedStepsAreBitwiseAsInMemory) {
+  for (int stage : {1, 3}) {
+    const InProcessResult memory = run_in_process_job(config(stage, 2, "fp16", {}, 2), 2);
+    ASSERT_EQ(memory.error, "");
+    double scale = 0;
+    InProcessHooks hooks;
+    hooks.after_each_step = [&](Engine& e, int64_t step) {
+      if (e.rank() == 0 && step == kSteps - 1) scale = e.loss_scale();
+      return Status::Ok();
+    };
+    const Offload offload{dir("swap" + std::to_string(stage)), true};
+    const InProcessResult nvme = run_with("auto", config(stage, 2, "fp16", offload, 2), 2, hooks);
+    ASSERT_EQ(nvme.error, "");
+    EXPECT_LT(scale, std::ldexp(1.0, 40)) << "no step overflowed";
+    EXPECT_EQ(nvme.losses, memory.losses) << "stage " << stage;
+    EXPECT_EQ(nvme.params, memory.params) << "stage " << stage;
+  }
 }
 
 }  // namespace
