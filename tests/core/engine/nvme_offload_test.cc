@@ -464,5 +464,43 @@ TEST_F(NvmeOffload, Fp16SkippedStepsAreBitwiseAsInMemory) {
   }
 }
 
+// Partial loads into an offloaded run (the weights only; the weights and
+// the schedule without the optimizer state) give what they give in memory:
+// the master on disk takes the loaded 16-bit weights, the slots start afresh.
+TEST_F(NvmeOffload, PartialLoadsAreBitwiseAsInMemory) {
+  const std::string ckpt = dir("ckpt");
+  Snapshot saved;
+  ASSERT_EQ(run_in_process_job(config(2, 2, "bf16", {}), 2, save_at(1, ckpt, &saved)).error, "");
+  for (const bool module_only : {true, false}) {
+    InProcessHooks hooks;
+    std::vector<float> loaded;  // the master weights after the load (on disk when offloaded)
+    hooks.before_training = [&](Engine& e) -> Status {
+      LoadCheckpointOptions options;
+      options.load_module_only = module_only;
+      options.load_optimizer_states = false;
+      DSCORE_RETURN_IF_ERROR(e.load_checkpoint(ckpt, options).status());
+      std::vector<float> params;
+      DSCORE_RETURN_IF_ERROR(EngineTesting::gather_parameters(e, &params));
+      if (e.rank() == 0) loaded = std::move(params);
+      return Status::Ok();
+    };
+    const InProcessResult memory = run_in_process_job(config(2, 2, "bf16", {}), 2, hooks);
+    ASSERT_EQ(memory.error, "");
+    const std::vector<float> loaded_in_memory = loaded;
+    loaded.clear();
+    const InProcessResult nvme = run_with(
+        "auto", config(2, 2, "bf16", {dir("swap" + std::to_string(module_only))}), 2, hooks);
+    ASSERT_EQ(nvme.error, "");
+    // Without the optimizer state the master restarts from the 16-bit weights.
+    ASSERT_EQ(loaded.size(), static_cast<size_t>(kParams));
+    EXPECT_EQ(loaded, loaded_in_memory) << "module only " << module_only;
+    EXPECT_NE(loaded, saved.params);
+    for (size_t i = 0; i < loaded.size(); ++i)
+      ASSERT_NEAR(loaded[i], saved.params[i], std::fabs(saved.params[i]) / 128) << i;
+    EXPECT_EQ(nvme.losses, memory.losses) << "module only " << module_only;
+    EXPECT_EQ(nvme.params, memory.params) << "module only " << module_only;
+  }
+}
+
 }  // namespace
 }  // namespace dscore
