@@ -314,45 +314,51 @@ TEST_F(NvmeOffload, TrainsBitwiseAsInMemory) {
       }
 }
 
-// Stage 3, bf16 (the master weights on disk too), 2 ranks: saved after step
-// 3 of 6 with offload and resumed without it, and the reverse, each equal to
-// the uninterrupted run; resumed on 1 rank (offloaded both times), bitwise
-// as the same resume without offload, and within the world-size tolerance
-// of the uninterrupted run.
+// Stage 3, bf16 (the master weights on disk too), and stage 1, fp32 (only
+// the slots on disk), 2 ranks: saved after step 3 of 6 with offload and
+// resumed without it, and the reverse, each equal to the uninterrupted run;
+// then the stage-3 checkpoints resumed on 1 rank (offloaded both times),
+// bitwise as the same resume without offload, and within the world-size
+// tolerance of the uninterrupted run.
 TEST_F(NvmeOffload, CheckpointsMoveBetweenOffloadedAndInMemoryRuns) {
   constexpr int64_t kSaveAfter = 2;
   constexpr size_t kResumed = kSteps - kSaveAfter - 1;
-  const Offload offload{dir("swap"), true, true};
-  const std::string with_nvme = config(3, 2, "bf16", offload);
-  const std::string in_memory = config(3, 2, "bf16", {});
-  const std::string memory_ckpt = dir("ckpt_memory"), nvme_ckpt = dir("ckpt_nvme");
-
+  InProcessResult whole;
+  std::string memory_ckpt, nvme_ckpt;
   Snapshot saved_memory, saved_nvme, loaded;
-  const InProcessResult whole =
-      run_in_process_job(in_memory, 2, save_at(kSaveAfter, memory_ckpt, &saved_memory));
-  ASSERT_EQ(whole.error, "");
-  const InProcessResult nvme_whole =
-      run_with("auto", with_nvme, 2, save_at(kSaveAfter, nvme_ckpt, &saved_nvme));
-  ASSERT_EQ(nvme_whole.error, "");
-  EXPECT_EQ(nvme_whole.losses, whole.losses);
-  expect_same_state(saved_nvme, saved_memory, "the state saved with and without offload");
+  for (const auto& [stage, precision] : {std::pair{1, "fp32"}, std::pair{3, "bf16"}}) {
+    const std::string what = "stage " + std::to_string(stage) + " " + precision;
+    const Offload offload{dir("swap" + what), true, true};
+    const std::string with_nvme = config(stage, 2, precision, offload);
+    const std::string in_memory = config(stage, 2, precision, {});
+    memory_ckpt = dir("ckpt_memory" + what);
+    nvme_ckpt = dir("ckpt_nvme" + what);
+    whole = run_in_process_job(in_memory, 2, save_at(kSaveAfter, memory_ckpt, &saved_memory));
+    ASSERT_EQ(whole.error, "") << what;
+    const InProcessResult nvme_whole =
+        run_with("auto", with_nvme, 2, save_at(kSaveAfter, nvme_ckpt, &saved_nvme));
+    ASSERT_EQ(nvme_whole.error, "") << what;
+    EXPECT_EQ(nvme_whole.losses, whole.losses) << what;
+    expect_same_state(saved_nvme, saved_memory, what + ": saved with and without offload");
 
-  // Offloaded -> in memory.
-  InProcessResult r = run_in_process_job(in_memory, 2, load_from(nvme_ckpt, &loaded));
-  ASSERT_EQ(r.error, "");
-  expect_same_state(loaded, saved_nvme, "loaded without offload");
-  EXPECT_EQ(r.losses, tail(whole.losses, kResumed));
-  EXPECT_EQ(r.params, whole.params);
+    // Offloaded -> in memory.
+    InProcessResult r = run_in_process_job(in_memory, 2, load_from(nvme_ckpt, &loaded));
+    ASSERT_EQ(r.error, "") << what;
+    expect_same_state(loaded, saved_nvme, what + ": loaded without offload");
+    EXPECT_EQ(r.losses, tail(whole.losses, kResumed)) << what;
+    EXPECT_EQ(r.params, whole.params) << what;
 
-  // In memory -> offloaded.
-  r = run_with("auto", with_nvme, 2, load_from(memory_ckpt, &loaded));
-  ASSERT_EQ(r.error, "");
-  expect_same_state(loaded, saved_memory, "loaded with offload");
-  EXPECT_EQ(r.losses, tail(whole.losses, kResumed));
-  EXPECT_EQ(r.params, whole.params);
-  EXPECT_TRUE(job_folders(offload.nvme_path).empty());
+    // In memory -> offloaded.
+    r = run_with("auto", with_nvme, 2, load_from(memory_ckpt, &loaded));
+    ASSERT_EQ(r.error, "") << what;
+    expect_same_state(loaded, saved_memory, what + ": loaded with offload");
+    EXPECT_EQ(r.losses, tail(whole.losses, kResumed)) << what;
+    EXPECT_EQ(r.params, whole.params) << what;
+    EXPECT_TRUE(job_folders(offload.nvme_path).empty()) << what;
+  }
 
-  // 2 ranks -> 1 (the same global batch: 2 micro-batches per step).
+  // Stage 3 bf16, 2 ranks -> 1 (the same global batch: 2 micro-batches per
+  // step on the one rank).
   const Offload one_rank{dir("swap1"), false, true};
   const InProcessResult nvme_one =
       run_with("auto", config(3, 1, "bf16", one_rank, 2), 1, load_from(nvme_ckpt, &loaded));
@@ -418,21 +424,13 @@ TEST_F(NvmeOffload, ADiskFillingUpEndsTheRunAndKeepsTheLastCheckpoint) {
   EXPECT_EQ(resumed.params, whole.params);
 }
 
-// nvme_path where no folder can be made: the error names the folder and
-// the setting. A missing folder is created (as DeepSpeed's swapper does).
+// nvme_path where no folder can be made (a file in the way, a read-only
+// file system): the error names the folder and the setting. A missing
+// folder is created (as DeepSpeed's swapper does).
 TEST_F(NvmeOffload, AnUnusableNvmePathIsNamed) {
-  std::string why;
-  const std::string read_only = tmpfs("read_only", "size=1m", &why);
-  if (read_only.empty()) GTEST_SKIP() << why;
-  ASSERT_EQ(::mount("tmpfs", read_only.c_str(), "tmpfs", MS_REMOUNT | MS_RDONLY, "size=1m"), 0)
-      << std::strerror(errno);
-  InProcessResult r = run_with("auto", config(1, 1, "fp32", {read_only + "/swap"}), 1);
-  EXPECT_TRUE(contains(r.error, read_only + "/swap/dscore-job")) << r.error;
-  EXPECT_TRUE(contains(r.error, "offload_optimizer.nvme_path")) << r.error;
-
   const std::string file = dir("x") + "/a_file";
   std::ofstream(file) << "not a folder";
-  r = run_with("auto", config(1, 1, "fp32", {file + "/swap"}), 1);
+  InProcessResult r = run_with("auto", config(1, 1, "fp32", {file + "/swap"}), 1);
   EXPECT_TRUE(contains(r.error, file + "/swap")) << r.error;
   EXPECT_TRUE(contains(r.error, "nvme_path")) << r.error;
 
@@ -441,6 +439,16 @@ TEST_F(NvmeOffload, AnUnusableNvmePathIsNamed) {
   EXPECT_EQ(r.error, "");
   EXPECT_TRUE(fs::is_directory(missing));
   EXPECT_TRUE(job_folders(missing).empty());
+
+  // A read-only file system (last: it needs root).
+  std::string why;
+  const std::string read_only = tmpfs("read_only", "size=1m", &why);
+  if (read_only.empty()) GTEST_SKIP() << why;
+  ASSERT_EQ(::mount("tmpfs", read_only.c_str(), "tmpfs", MS_REMOUNT | MS_RDONLY, "size=1m"), 0)
+      << std::strerror(errno);
+  r = run_with("auto", config(1, 1, "fp32", {read_only + "/swap"}), 1);
+  EXPECT_TRUE(contains(r.error, read_only + "/swap/dscore-job")) << r.error;
+  EXPECT_TRUE(contains(r.error, "offload_optimizer.nvme_path")) << r.error;
 }
 
 // fp16 with a loss scale that overflows at first: the skipped steps leave
