@@ -510,5 +510,22 @@ TEST_F(NvmeOffload, PartialLoadsAreBitwiseAsInMemory) {
   }
 }
 
+// Settings that cannot work are refused before anything runs, naming the
+// setting: too few buffers for the pipeline, no nvme_path, stage 0.
+TEST_F(NvmeOffload, ImpossibleSettingsAreRefusedByName) {
+  std::string body = config(2, 1, "fp32", {dir("swap"), true, true});
+  body.replace(body.find(R"("buffer_count": 3)"), 17, R"("buffer_count": 2)");
+  InProcessResult r = run_in_process_job(body, 1);
+  EXPECT_TRUE(contains(r.error, "offload_optimizer.buffer_count")) << r.error;
+  EXPECT_TRUE(contains(r.error, "set buffer_count to 3")) << r.error;
+  body = config(2, 1, "fp32", {"-"});
+  body.replace(body.find(R"("nvme_path": "-", )"), 18, "");
+  r = run_in_process_job(body, 1);
+  EXPECT_TRUE(contains(r.error, "offload_optimizer.nvme_path")) << r.error;
+  r = run_in_process_job(config(0, 1, "fp32", {dir("swap0")}), 1);
+  EXPECT_TRUE(contains(r.error, "needs ZeRO stage 1, 2 or 3")) << r.error;
+  EXPECT_TRUE(job_folders(dir("swap0")).empty());
+}
+
 }  // namespace
 }  // namespace dscore
