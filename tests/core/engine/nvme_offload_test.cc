@@ -527,5 +527,20 @@ TEST_F(NvmeOffload, ImpossibleSettingsAreRefusedByName) {
   EXPECT_TRUE(job_folders(dir("swap0")).empty());
 }
 
+// The tile size (sub_group_size, rounded to 4096 elements, at least 4096,
+// at most the owned partition) changes how the state moves, not the bits.
+TEST_F(NvmeOffload, EveryTileSizeGivesTheSameBits) {
+  const InProcessResult memory = run_in_process_job(config(2, 2, "bf16", {}), 2);
+  ASSERT_EQ(memory.error, "");
+  for (const std::string size : {"1000", "10000", "1000000000"}) {
+    std::string body = config(2, 2, "bf16", {dir("swap" + size), true, false});
+    body.replace(body.find(R"("sub_group_size": 4096)"), 22, R"("sub_group_size": )" + size);
+    const InProcessResult nvme = run_with("auto", body, 2);
+    ASSERT_EQ(nvme.error, "") << "sub_group_size " << size;
+    EXPECT_EQ(nvme.losses, memory.losses) << "sub_group_size " << size;
+    EXPECT_EQ(nvme.params, memory.params) << "sub_group_size " << size;
+  }
+}
+
 }  // namespace
 }  // namespace dscore
