@@ -9,6 +9,9 @@
 //    summed in another grouping): relative 1e-5 on losses and 1e-4 on
 //    parameters (floor 1e-3).
 #include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
 
 #include "tests/multirank/harness.h"
 
@@ -124,6 +127,33 @@ TEST(ZeroEquivalence, Bf16AndFp16StayCloseToFp32) {
     EXPECT_LT(max_relative_difference(low.ranks[0].losses, fp32.ranks[0].losses), 0.05)
         << precision;
   }
+}
+
+// Optimizer state on NVMe under mpirun (the in-process cases:
+// tests/core/engine/nvme_offload_test.cc): stage 3, bf16, the master weights
+// and AdamW's state in swap files read and written in 4096-element tiles
+// through a 3-buffer pipeline, bitwise as the same run in memory.
+TEST(ZeroEquivalence, NvmeOptimizerOffloadIsBitwiseAsInMemory) {
+  std::string folder = (std::filesystem::temp_directory_path() / "dscore-nvme-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(folder.data()), nullptr);
+  RunSpec spec;
+  spec.stage = 3;
+  spec.precision = "bf16";
+  spec.hidden = 100;  // 22,304 parameters: 3 tiles per rank, cutting through layers
+  spec.clipping = 0.05;
+  spec.steps = 6;
+  spec.extra = R"("data_types": {"grad_accum_dtype": "bf16"})";
+  const RunResult memory = run_ok(spec);
+  spec.zero_extra =
+      R"("sub_group_size": 4096, "offload_optimizer": {"device": "nvme", "nvme_path": ")" + folder +
+      R"(", "pipeline_read": true, "pipeline_write": true, "buffer_count": 3})";
+  const RunResult nvme = run_ok(spec);
+  expect_bitwise(nvme, memory, "stage 3 bf16 W=2 with the optimizer state on NVMe");
+  const std::string log = nvme.process.out + nvme.process.err;
+  EXPECT_NE(log.find("optimizer state on NVMe in " + folder), std::string::npos) << log;
+  EXPECT_NE(log.find("3 tile(s) of 4096 elements, 3 tile buffer(s)"), std::string::npos) << log;
+  EXPECT_TRUE(std::filesystem::is_empty(folder)) << "swap files left in " << folder;
+  std::filesystem::remove_all(folder);
 }
 
 }  // namespace

@@ -29,7 +29,8 @@ std::string RunSpec::config_json() const {
     << ", \"overlap_comm\": " << (overlap_comm ? "true" : "false")
     << ", \"stage3_param_persistence_threshold\": " << persistence_threshold
     << ", \"stage3_max_reuse_distance\": " << max_reuse_distance
-    << ", \"stage3_prefetch_bucket_size\": " << prefetch_bucket_size << "}";
+    << ", \"stage3_prefetch_bucket_size\": " << prefetch_bucket_size
+    << (zero_extra.empty() ? "" : ", " + zero_extra) << "}";
   if (precision == "fp16")
     c << ",\n  \"fp16\": {\"enabled\": true, \"initial_scale_power\": " << initial_scale_power
       << (loss_scale_window > 0 ? ", \"loss_scale_window\": " + std::to_string(loss_scale_window)

@@ -35,6 +35,7 @@ struct RunSpec {
       R"({"type": "WarmupLR", "params": {"warmup_max_lr": 0.003, "warmup_num_steps": 5, "warmup_type": "linear"}})";  // "" = none
   std::string model;             // the "model" section; "" = the mlp of hidden/layers
   std::string extra;             // more top-level JSON members, comma-separated
+  std::string zero_extra;        // more "zero_optimization" members, comma-separated
   int initial_scale_power = 12;  // fp16
   int loss_scale_window = 0;     // fp16; 0 = DeepSpeed's default
   std::vector<std::string> env;  // NAME=value for every rank (mpirun -x)
