@@ -144,15 +144,17 @@ dscore::Status run(const Options& o) {
   // slower of the two directions; one after the other is the looser one.
   const double read_s = disk / (read_gbps * 1e9), write_s = disk / (write_gbps * 1e9);
   const double limit = std::max(read_s, write_s);
-  std::printf("disk probe (%s, best of before/after): read %.2f GB/s (%.2f, %.2f), write %.2f GB/s "
-              "(%.2f, %.2f)\n",
-              before.backend.c_str(), read_gbps, before.read_gbps(), after.read_gbps(),
-              write_gbps, before.write_gbps(), after.write_gbps());
+  std::printf(
+      "disk probe (%s, best of before/after): read %.2f GB/s (%.2f, %.2f), write %.2f GB/s "
+      "(%.2f, %.2f)\n",
+      before.backend.c_str(), read_gbps, before.read_gbps(), after.read_gbps(), write_gbps,
+      before.write_gbps(), after.write_gbps());
   std::printf("moving %.2f GiB each way at those rates: %.2f s reading, %.2f s writing\n",
               disk / (1 << 30), read_s, write_s);
-  std::printf("optimizer step (best) %.2f s vs the disk limit %.2f s (the slower direction; %.2f s "
-              "one after the other): %.2fx (target <= 1.2x)\n",
-              best_step, limit, read_s + write_s, best_step / limit);
+  std::printf(
+      "optimizer step (best) %.2f s vs the disk limit %.2f s (the slower direction; %.2f s "
+      "one after the other): %.2fx (target <= 1.2x)\n",
+      best_step, limit, read_s + write_s, best_step / limit);
   return dscore::Status::Ok();
 }
 

@@ -46,11 +46,12 @@ class PhaseScope {
 std::vector<config::ConfigError> unsupported_features(const config::TrainingConfig& config) {
   std::vector<config::ConfigError> out;
   if (config.zero.offload_param && config.zero.offload_param->device == "nvme" &&
-      config.zero.stage == 3)
+      config.zero.stage == 3 && zero::model_dtype_of(config) == DSCORE_DTYPE_F32)
     out.push_back({"zero_optimization.offload_param.device",
                    {},
-                   "parameters on NVMe are not available in this dscore build yet; set \"device\": "
-                   "\"none\" or \"cpu\" (on a CPU run the parameters are in host memory already)"});
+                   "parameters on NVMe need a 16-bit model: an fp32 model's parameters are its "
+                   "master weights, which the optimizer updates in memory; enable \"bf16\" (or "
+                   "\"fp16\"), or set \"device\": \"none\""});
   if (config.checkpoint.load_universal)
     out.push_back(
         {"checkpoint.load_universal",
@@ -111,6 +112,19 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   ctx.grad_dtype = zero::grad_dtype_of(config);
   ctx.master_elsewhere =
       config.zero.offload_optimizer && config.zero.offload_optimizer->device == "nvme";
+  const bool params_on_nvme = config.zero.stage == 3 && config.zero.offload_param &&
+                              config.zero.offload_param->device == "nvme";
+  engine->swapper_ = std::move(components.swapper);
+  if ((ctx.master_elsewhere || params_on_nvme) && !engine->swapper_)
+    return failed_precondition(
+        "NVMe offload needs the \"nvme\" swapper plugin: pass EngineComponents::swapper, or "
+        "create the engine with dscore::initialize()");
+  if (params_on_nvme) {
+    ctx.param_swapper = engine->swapper_.get();
+    DSCORE_ASSIGN_OR_RETURN(ctx.param_swap_folder,
+                            engine->swap_folder(config.zero.offload_param->nvme_path));
+    ctx.param_max_in_cpu = config.zero.offload_param->max_in_cpu;
+  }
   if (config.zero.offload_param && config.zero.offload_param->device == "cpu" &&
       config.zero.stage == 3 && engine->rank() == 0)
     log_info(
@@ -118,9 +132,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
         "computes on the CPU)");
   engine->strategy_ = zero::make_zero_strategy(ctx);
   DSCORE_RETURN_IF_ERROR(engine->strategy_->initialise(*engine->model_));
-  DSCORE_ASSIGN_OR_RETURN(
-      std::unique_ptr<OwnedState> state,
-      engine->make_owned_state(*components.optimizer, std::move(components.swapper)));
+  DSCORE_ASSIGN_OR_RETURN(std::unique_ptr<OwnedState> state,
+                          engine->make_owned_state(*components.optimizer));
   DSCORE_ASSIGN_OR_RETURN(
       engine->optimizer_,
       OptimizerRunner::create(std::move(components.optimizer), engine->strategy_.get(),
@@ -399,8 +412,20 @@ Status Engine::gather_parameters(std::vector<float>* out) {
   return strategy_->gather_owned(owned.data(), out);
 }
 
+Result<std::string> Engine::swap_folder(const std::string& nvme_path) {
+  // One folder per job (rank 0's process id and a random tag, the same on
+  // every rank: engines of one process differ too) and rank.
+  if (job_name_.empty()) {
+    int64_t job[2] = {static_cast<int64_t>(::getpid()),
+                      static_cast<int64_t>(std::random_device{}() & 0xffffff)};
+    DSCORE_RETURN_IF_ERROR(comm_->broadcast({job, DSCORE_DTYPE_I64, 2}, 0));
+    job_name_ = "dscore-job" + std::to_string(job[0]) + "-" + std::to_string(job[1]);
+  }
+  return nvme_path + "/" + job_name_ + "/rank" + std::to_string(rank());
+}
+
 Result<std::unique_ptr<OwnedState>> Engine::make_owned_state(
-    const plugin_host::OptimizerInstance& optimizer, std::unique_ptr<offload::Swapper> swapper) {
+    const plugin_host::OptimizerInstance& optimizer) {
   std::vector<zero::StateSlot> slots;
   std::vector<double> initial;
   for (const auto& s : optimizer.slots()) {
@@ -419,23 +444,13 @@ Result<std::unique_ptr<OwnedState>> Engine::make_owned_state(
         InMemoryState::create(slots, initial, strategy_->owned_numel(), strategy_->owned_master()));
     return std::unique_ptr<OwnedState>(std::move(state));
   }
-  if (!swapper)
-    return failed_precondition(
-        "offload_optimizer.device \"nvme\" needs the \"nvme\" swapper plugin: pass "
-        "EngineComponents::swapper, or create the engine with dscore::initialize()");
-  // One folder per job (rank 0's process id and a random tag, the same on
-  // every rank: engines of one process differ too) and rank.
-  int64_t job[2] = {static_cast<int64_t>(::getpid()),
-                    static_cast<int64_t>(std::random_device{}() & 0xffffff)};
-  DSCORE_RETURN_IF_ERROR(comm_->broadcast({job, DSCORE_DTYPE_I64, 2}, 0));
   NvmeStateOptions options;
-  options.folder = offload->nvme_path + "/dscore-job" + std::to_string(job[0]) + "-" +
-                   std::to_string(job[1]) + "/rank" + std::to_string(rank());
+  DSCORE_ASSIGN_OR_RETURN(options.folder, swap_folder(offload->nvme_path));
   options.sub_group_size = config_.zero.sub_group_size;
   options.pipeline_read = offload->pipeline_read;
   options.pipeline_write = offload->pipeline_write;
   const bool fp32 = zero::model_dtype_of(config_) == DSCORE_DTYPE_F32;
-  DSCORE_ASSIGN_OR_RETURN(auto state, NvmeState::create(std::move(swapper), options, slots, initial,
+  DSCORE_ASSIGN_OR_RETURN(auto state, NvmeState::create(swapper_.get(), options, slots, initial,
                                                         strategy_->owned_numel(),
                                                         fp32 ? strategy_->owned_master() : nullptr,
                                                         *model_, strategy_->owned_segments()));

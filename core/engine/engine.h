@@ -166,7 +166,9 @@ class Engine {
   Status gather_optimizer_state(size_t slot, std::vector<float>* out);
   // Where the optimizer state lives (offload_optimizer): memory or NVMe.
   Result<std::unique_ptr<OwnedState>> make_owned_state(
-      const plugin_host::OptimizerInstance& optimizer, std::unique_ptr<offload::Swapper> swapper);
+      const plugin_host::OptimizerInstance& optimizer);
+  // nvme_path/dscore-job<pid>-<tag>/rank<R> (collective: rank 0 names the job).
+  Result<std::string> swap_folder(const std::string& nvme_path);
   EngineTiming timing() const;
   void reset_timing();
   Status boundary_step();  // the accumulation boundary's work
@@ -204,6 +206,8 @@ class Engine {
   std::unique_ptr<LrSchedule> schedule_;
   MonitorHub monitors_;
   ParamLayout layout_;
+  std::unique_ptr<offload::Swapper> swapper_;  // NVMe offload; outlives the strategy and state
+  std::string job_name_;                       // of the swap folders (swap_folder)
   std::unique_ptr<zero::ZeroStrategy> strategy_;
   std::unique_ptr<OptimizerRunner> optimizer_;
   zero::LossScaler scaler_ = zero::LossScaler::fixed(1.0);

@@ -230,6 +230,12 @@ Status Engine::write_checkpoint_files(const std::string& folder, const std::stri
     const ParamEntry& p = params[r.param];
     add(ck::kParamSlot, p.name, r.element, r.numel, r.numel, md, r.data,
         r.numel == p.numel ? p.shape : std::vector<int64_t>{r.numel});
+    if (r.data == nullptr) {  // on NVMe: streamed
+      const size_t es = sdk::dtype_size(md);
+      tensors.back().source = [read = r.read, es](uint64_t offset, void* dst, size_t bytes) {
+        return read(static_cast<int64_t>(offset / es), static_cast<int64_t>(bytes / es), dst);
+      };
+    }
   }
   std::string scheduler_extra;
   if (plugin_host::SchedulerInstance* sched = schedule_->scheduler();

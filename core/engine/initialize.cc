@@ -117,7 +117,10 @@ Result<std::unique_ptr<Engine>> build_engine(const Setup& setup, std::unique_ptr
     DSCORE_RETURN_IF_ERROR(monitor->write_config(resolved_json));
     components.monitors.push_back(std::move(monitor));
   }
-  if (cfg.zero.offload_optimizer && cfg.zero.offload_optimizer->device == "nvme") {
+  const bool params_on_nvme =
+      cfg.zero.stage == 3 && cfg.zero.offload_param && cfg.zero.offload_param->device == "nvme";
+  if ((cfg.zero.offload_optimizer && cfg.zero.offload_optimizer->device == "nvme") ||
+      params_on_nvme) {
     DSCORE_ASSIGN_OR_RETURN(offload::AioSettings aio, offload::aio_settings_from(cfg.aio));
     DSCORE_ASSIGN_OR_RETURN(components.swapper,
                             offload::make_swapper(*setup.registry, aio, context));

@@ -25,12 +25,12 @@ std::string human_bytes(int64_t bytes) {
 }  // namespace
 
 Result<std::unique_ptr<NvmeState>> NvmeState::create(
-    std::unique_ptr<offload::Swapper> swapper, const NvmeStateOptions& options,
+    offload::Swapper* swapper, const NvmeStateOptions& options,
     const std::vector<zero::StateSlot>& slots, const std::vector<double>& initial_values,
     int64_t owned, float* fp32_master, const Model& model,
     const std::vector<zero::OwnedSegment>& segments) {
   std::unique_ptr<NvmeState> s(new NvmeState());
-  s->swapper_ = std::move(swapper);
+  s->swapper_ = swapper;
   s->options_ = options;
   s->slots_ = slots;
   s->owned_ = owned;
@@ -106,7 +106,6 @@ NvmeState::~NvmeState() {
   (void)swapper_->wait_all();
   for (const File& f : files_)
     if (f.number >= 0) (void)swapper_->close(f.number);
-  swapper_.reset();
   // Scratch files: the state that matters is in checkpoints.
   std::error_code ec;
   for (const File& f : files_) std::filesystem::remove(f.path, ec);

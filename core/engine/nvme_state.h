@@ -37,7 +37,7 @@ class NvmeState final : public OwnedState {
   // through the model's init_param over `segments` (16-bit models; for fp32
   // models `fp32_master` is the strategy's parameters), the slots their
   // declared initial values.
-  static Result<std::unique_ptr<NvmeState>> create(std::unique_ptr<offload::Swapper> swapper,
+  static Result<std::unique_ptr<NvmeState>> create(offload::Swapper* swapper,
                                                    const NvmeStateOptions& options,
                                                    const std::vector<zero::StateSlot>& slots,
                                                    const std::vector<double>& initial_values,
@@ -77,7 +77,7 @@ class NvmeState final : public OwnedState {
   Status walk(bool read_tiles, bool write_tiles,
               const std::function<Status(const StateTile&)>& visit);
 
-  std::unique_ptr<offload::Swapper> swapper_;
+  offload::Swapper* swapper_ = nullptr;  // the engine's; outlives this
   NvmeStateOptions options_;
   std::vector<zero::StateSlot> slots_;
   std::vector<File> files_;  // the master's first when it is on disk, then the slots

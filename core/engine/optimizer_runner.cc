@@ -103,9 +103,13 @@ Status OptimizerRunner::step(const dscore_schedule_point& point, int64_t step, d
   hparams.beta2 = point.beta2;
   hparams.step = step;
   hparams.grad_scale = grad_scale;
-  DSCORE_RETURN_IF_ERROR(state_->for_each_tile(
-      TileAccess::kUpdate, [&](const StateTile& tile) { return step_tile(tile, &hparams); }));
-  if (model_dtype_ != DSCORE_DTYPE_F32 && !fuse_16bit_) return write_16bit_copy();
+  const bool elsewhere = strategy_->params16_elsewhere();
+  DSCORE_RETURN_IF_ERROR(
+      state_->for_each_tile(TileAccess::kUpdate, [&](const StateTile& tile) -> Status {
+        DSCORE_RETURN_IF_ERROR(step_tile(tile, &hparams));
+        return elsewhere ? write_16bit_tile(tile) : Status::Ok();
+      }));
+  if (model_dtype_ != DSCORE_DTYPE_F32 && !fuse_16bit_ && !elsewhere) return write_16bit_copy();
   return Status::Ok();
 }
 
@@ -124,7 +128,8 @@ Status OptimizerRunner::step_tile(const StateTile& tile, dscore_optimizer_hparam
     args.grads = g.grad_ptrs.data();
     args.slot_count = tile.slots.size();
     args.states = g.state_ptrs.empty() ? nullptr : g.state_ptrs.data();
-    args.params_16bit = has_16bit && fuse_16bit_ ? g.p16_ptrs.data() : nullptr;
+    args.params_16bit =
+        has_16bit && fuse_16bit_ && !g.p16_ptrs.empty() ? g.p16_ptrs.data() : nullptr;
     Status status = instance_->step(args);
     if (status.code() == DSCORE_UNIMPLEMENTED && args.params_16bit != nullptr) {
       // The plugin does not write the 16-bit copy; it must not have touched
@@ -139,9 +144,14 @@ Status OptimizerRunner::step_tile(const StateTile& tile, dscore_optimizer_hparam
 }
 
 Status OptimizerRunner::write_16bit_copy() {
-  void* p16 = strategy_->owned_params16();
-  if (p16 == nullptr) return Status::Ok();
-  return state_->for_each_tile(TileAccess::kRead, [&](const StateTile& tile) {
+  if (model_dtype_ == DSCORE_DTYPE_F32) return Status::Ok();
+  return state_->for_each_tile(TileAccess::kRead,
+                               [&](const StateTile& tile) { return write_16bit_tile(tile); });
+}
+
+Status OptimizerRunner::write_16bit_tile(const StateTile& tile) {
+  if (model_dtype_ == DSCORE_DTYPE_F32) return Status::Ok();
+  if (void* p16 = strategy_->owned_params16()) {
     for (const auto* segments : {&decay_, &no_decay_})
       for (const zero::OwnedSegment& s : *segments) {
         const int64_t a = std::max(s.offset, tile.begin);
@@ -151,7 +161,19 @@ Status OptimizerRunner::write_16bit_copy() {
                           at(p16, model_dtype_, a), model_dtype_, b - a);
       }
     return Status::Ok();
-  });
+  }
+  // The 16-bit parameters are elsewhere (stage 3 on NVMe): the whole tile,
+  // padding included, in pieces that start on a granule.
+  constexpr int64_t kPiece = int64_t{1} << 22;  // a multiple of zero::kTileGranularity
+  std::vector<char> staging(static_cast<size_t>(std::min(kPiece, tile.end - tile.begin)) *
+                            sdk::dtype_size(model_dtype_));
+  for (int64_t a = tile.begin; a < tile.end; a += kPiece) {
+    const int64_t b = std::min(a + kPiece, tile.end);
+    tensor::convert(tile.master + (a - tile.begin), DSCORE_DTYPE_F32, staging.data(), model_dtype_,
+                    b - a);
+    DSCORE_RETURN_IF_ERROR(strategy_->store_params16(a, b - a, staging.data()));
+  }
+  return Status::Ok();
 }
 
 }  // namespace dscore

@@ -64,6 +64,9 @@ class OptimizerRunner {
   void build_group(Group* group, double multiplier, const std::vector<zero::OwnedSegment>& segments,
                    const StateTile& tile);
   Status step_tile(const StateTile& tile, dscore_optimizer_hparams* hparams);
+  // The tile's 16-bit parameters from its master weights, in memory or
+  // through the strategy's store_params16.
+  Status write_16bit_tile(const StateTile& tile);
 
   std::unique_ptr<plugin_host::OptimizerInstance> instance_;
   zero::ZeroStrategy* strategy_ = nullptr;

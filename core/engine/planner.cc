@@ -45,8 +45,7 @@ zero::NodeCapacity read_node_capacity(const zero::ZeroPlan& plan, int local_rank
   zero::NodeCapacity node;
   node.local_ranks = local_ranks;
   node.ram_available = mem_available();
-  if (plan.swap && !plan.swap->nvme_path.empty())
-    node.disk_available = disk_free(plan.swap->nvme_path);
+  if (!plan.disk_path().empty()) node.disk_available = disk_free(plan.disk_path());
   return node;
 }
 

@@ -152,9 +152,19 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
     plan.notes.push_back(
         "offload_optimizer.device \"cpu\": the optimizer state is already in host memory on "
         "this CPU-only runtime; nothing moves");
-  if (const auto& p = config.zero.offload_param; p && p->device != "none" && plan.stage == 3)
-    plan.notes.push_back("offload_param.device \"" + p->device +
-                         "\": parameters are counted in RAM (parameter offload is not planned)");
+  if (const auto& p = config.zero.offload_param;
+      p && p->device == "nvme" && plan.stage == 3 && md != DSCORE_DTYPE_F32) {
+    // param_swap.h: the shards in a file, the first max_in_cpu elements in RAM.
+    const int64_t resident =
+        p->max_in_cpu >= owned ? owned : p->max_in_cpu / kTileGranularity * kTileGranularity;
+    m.parameters = bytes(resident, md);
+    m.disk_parameters = bytes(round_up(std::max<int64_t>(owned, 1), kTileGranularity), md);
+    plan.param_nvme_path = p->nvme_path;
+  } else if (p && p->device == "cpu" && plan.stage == 3) {
+    plan.notes.push_back(
+        "offload_param.device \"cpu\": the parameters are already in host memory on this "
+        "CPU-only runtime; nothing moves");
+  }
   plan.notes.push_back("activations and the model's own workspace are not counted");
   plan.comm_elements["allgather (step statistics)"] = 4 * world;
   return plan;
@@ -239,11 +249,12 @@ Status check_fits(const ZeroPlan& plan, const NodeCapacity& node) {
                        " available (MemAvailable); to fit, " + fix +
                        ". Activations are not counted, so leave room for them");
   }
-  if (plan.swap && node.disk_available && plan.memory.disk() * local > *node.disk_available) {
+  if (plan.memory.disk() > 0 && node.disk_available &&
+      plan.memory.disk() * local > *node.disk_available) {
     problems.push_back(
-        "disk: the optimizer swap files need " + per_rank_and_node(plan.memory.disk(), local) +
-        " at zero_optimization.offload_optimizer.nvme_path \"" + plan.swap->nvme_path +
-        "\" but its file system has " + available_text(*node.disk_available, local) +
+        "disk: the swap files need " + per_rank_and_node(plan.memory.disk(), local) +
+        " at nvme_path \"" + plan.disk_path() + "\" but its file system has " +
+        available_text(*node.disk_available, local) +
         " free; to fit, set nvme_path to a folder on a disk with more free space, or run more "
         "ranks spread over more nodes (each rank swaps only the partition it owns)");
   }
@@ -296,8 +307,14 @@ std::string format_plans(const std::vector<ZeroPlan>& plans) {
     row("disk master (fp32)", [](const ZeroPlan& p) { return format_bytes(p.memory.disk_master); });
     row("disk optimizer state",
         [](const ZeroPlan& p) { return format_bytes(p.memory.disk_optimizer); });
-    row("disk total", [](const ZeroPlan& p) { return format_bytes(p.memory.disk()); });
   }
+  if (p0.memory.disk_parameters > 0) {
+    out += "  on disk (offload_param nvme_path \"" + p0.param_nvme_path + "\"):\n";
+    row("disk parameters",
+        [](const ZeroPlan& p) { return format_bytes(p.memory.disk_parameters); });
+  }
+  if (p0.memory.disk() > 0)
+    row("disk total", [](const ZeroPlan& p) { return format_bytes(p.memory.disk()); });
   out += "  communication per optimizer step (elements of the full buffer of each collective):\n";
   for (const auto& [op, elements] : p0.comm_elements) {
     std::snprintf(

@@ -43,7 +43,8 @@ struct MemoryPlan {
   // RAM: model states held in memory, and everything in memory.
   int64_t model_states() const { return parameters + gradients + master + optimizer; }
   int64_t total() const { return model_states() + buffers + offload_tiles; }
-  int64_t disk() const { return disk_master + disk_optimizer; }
+  int64_t disk_parameters = 0;  // stage 3 shards on NVMe (offload_param)
+  int64_t disk() const { return disk_master + disk_optimizer + disk_parameters; }
 };
 
 // How offload_optimizer with device "nvme" processes the owned partition:
@@ -74,7 +75,11 @@ struct ZeroPlan {
   MemoryPlan memory;
   std::string optimizer_device = "none";  // offload_optimizer.device: none, cpu or nvme
   std::optional<OptimizerSwapPlan> swap;  // with device "nvme"
-  std::vector<std::string> notes;         // printed under the table
+  std::string param_nvme_path;            // offload_param nvme (stage 3): where the shards go
+  // The folder the swap files need space at (the optimizer's, else the
+  // parameters'); empty when nothing goes to disk.
+  std::string disk_path() const { return swap ? swap->nvme_path : param_nvme_path; }
+  std::vector<std::string> notes;  // printed under the table
   // Elements moved per optimizer step, by collective (the communicator's
   // counting: the full buffer of each call).
   std::map<std::string, int64_t> comm_elements;

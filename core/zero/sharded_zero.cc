@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/base/logging.h"
 #include "core/tensor/dtype_ops.h"
 #include "core/tensor/host_buffer.h"
 #include "core/zero/rank_chunks.h"
@@ -63,15 +64,30 @@ float* ShardedZero::owned_master() {
 }
 
 void* ShardedZero::owned_params16() {
-  return ctx_.model_dtype == DSCORE_DTYPE_F32 ? nullptr : param_part_.get();
+  return ctx_.model_dtype == DSCORE_DTYPE_F32 ? nullptr : param_part_.get();  // null when swapped
+}
+
+Status ShardedZero::store_params16(int64_t begin, int64_t count, const void* values) {
+  if (!param_swap_) return ZeroStrategy::store_params16(begin, count, values);
+  return param_swap_->store(begin, count, values);
 }
 
 Status ShardedZero::initialise(const Model& model) {
   const dscore_dtype md = ctx_.model_dtype;
   const int64_t local = shards_.local_numel;
-  DSCORE_ASSIGN_OR_RETURN(
-      param_part_, tensor::allocate_elements(local, md, MemoryUse::kParameters,
-                                             std::string("parameters ") + sdk::dtype_name(md)));
+  if (ctx_.param_swapper != nullptr) {
+    if (md == DSCORE_DTYPE_F32)
+      return invalid_argument(
+          "parameters on NVMe need a 16-bit model (bf16 or fp16): an fp32 model's parameters are "
+          "its master weights");
+    DSCORE_ASSIGN_OR_RETURN(param_swap_,
+                            ParamSwap::create(ctx_.param_swapper, ctx_.param_swap_folder, local, md,
+                                              ctx_.param_max_in_cpu));
+  } else {
+    DSCORE_ASSIGN_OR_RETURN(
+        param_part_, tensor::allocate_elements(local, md, MemoryUse::kParameters,
+                                               std::string("parameters ") + sdk::dtype_name(md)));
+  }
   if (md != DSCORE_DTYPE_F32 && !ctx_.master_elsewhere) {
     DSCORE_ASSIGN_OR_RETURN(master_,
                             tensor::allocate_elements(local, DSCORE_DTYPE_F32, MemoryUse::kMaster,
@@ -81,11 +97,15 @@ Status ShardedZero::initialise(const Model& model) {
                           tensor::allocate_elements(local, ctx_.grad_dtype, MemoryUse::kGradients,
                                                     "gradient partition"));
   float* master = owned_master();
-  for (const OwnedSegment& s : segments_) {
-    const ParamShard& shard = shards_.params[s.param];
-    DSCORE_RETURN_IF_ERROR(init_owned(model, s.param, shard.first_element(rank_), s.numel,
-                                      master == nullptr ? nullptr : master + s.offset,
-                                      element_at(param_part_.get(), md, s.offset), md));
+  if (param_swap_) {
+    DSCORE_RETURN_IF_ERROR(initialise_swapped(model));
+  } else {
+    for (const OwnedSegment& s : segments_) {
+      const ParamShard& shard = shards_.params[s.param];
+      DSCORE_RETURN_IF_ERROR(init_owned(model, s.param, shard.first_element(rank_), s.numel,
+                                        master == nullptr ? nullptr : master + s.offset,
+                                        element_at(param_part_.get(), md, s.offset), md));
+    }
   }
   const auto& params = ctx_.layout->params();
   persistent_full_.resize(params.size());
@@ -105,6 +125,60 @@ Status ShardedZero::initialise(const Model& model) {
     if (persistent_[i]) param_views_[i].data = persistent_full_[i].get();
   }
   return gather_persistent();
+}
+
+Status ShardedZero::initialise_swapped(const Model& model) {
+  // Piece by piece of the local space (whole granules), front to back, so
+  // the file gets every granule once.
+  const dscore_dtype md = ctx_.model_dtype;
+  const int64_t local = shards_.local_numel;
+  const int64_t piece = 1 << 22;  // a multiple of kTileGranularity
+  float* master = owned_master();
+  DSCORE_ASSIGN_OR_RETURN(
+      CountedBuffer staging,
+      tensor::allocate_elements(std::min(piece, std::max<int64_t>(local, 1)), md,
+                                MemoryUse::kBuffers, "nvme parameter staging"));
+  for (int64_t a = 0; a < local; a += piece) {
+    const int64_t b = std::min(a + piece, local);
+    tensor::fill_zero(staging.get(), md, b - a);  // shard padding
+    for (const OwnedSegment& s : segments_) {
+      const int64_t lo = std::max(s.offset, a), hi = std::min(s.offset + s.numel, b);
+      if (lo >= hi) continue;
+      const ParamShard& shard = shards_.params[s.param];
+      DSCORE_RETURN_IF_ERROR(init_owned(
+          model, s.param, shard.first_element(rank_) + (lo - s.offset), hi - lo,
+          master == nullptr ? nullptr : master + lo, element_at(staging.get(), md, lo - a), md));
+    }
+    DSCORE_RETURN_IF_ERROR(param_swap_->store(a, b - a, staging.get()));
+  }
+  log_info("rank " + std::to_string(rank_) + ": parameters " + param_swap_->describe());
+  return Status::Ok();
+}
+
+Status ShardedZero::pack_shards(const std::vector<size_t>& params, char* packed) {
+  const dscore_dtype md = ctx_.model_dtype;
+  const int64_t es = static_cast<int64_t>(sdk::dtype_size(md));
+  int64_t offset = 0;
+  for (size_t i = 0; i < params.size();) {
+    // A run of params whose shards follow each other in the local space.
+    const ParamShard& first = shards_.params[params[i]];
+    int64_t count = first.shard_size;
+    size_t j = i + 1;
+    while (j < params.size() &&
+           shards_.params[params[j]].local_offset == first.local_offset + count) {
+      count += shards_.params[params[j]].shard_size;
+      ++j;
+    }
+    if (param_swap_) {
+      DSCORE_RETURN_IF_ERROR(param_swap_->load(first.local_offset, count, packed + offset * es));
+    } else {
+      std::memcpy(packed + offset * es, element_at(param_part_.get(), md, first.local_offset),
+                  static_cast<size_t>(count * es));
+    }
+    offset += count;
+    i = j;
+  }
+  return Status::Ok();
 }
 
 // --------------------------------------------------------------- gathering
@@ -127,13 +201,7 @@ Status ShardedZero::allgather_shards(const std::vector<size_t>& params,
       tensor::allocate_elements(shard_elements * world_, md, MemoryUse::kBuffers,
                                 "gathered parameters", Fill::kUninitialised));
   char* pk = static_cast<char*>(packed.get());
-  int64_t offset = 0;
-  for (size_t p : params) {
-    const ParamShard& sh = shards_.params[p];
-    std::memcpy(pk + offset * es, element_at(param_part_.get(), md, sh.local_offset),
-                static_cast<size_t>(sh.shard_size * es));
-    offset += sh.shard_size;
-  }
+  DSCORE_RETURN_IF_ERROR(pack_shards(params, pk));
   DSCORE_RETURN_IF_ERROR(ctx_.comm->allgather({pk, md, shard_elements},
                                               {gathered.get(), md, shard_elements * world_}));
   unpack_rank_chunks(static_cast<const char*>(gathered.get()), runs, world_,
@@ -468,9 +536,19 @@ Status ShardedZero::gather_owned(const float* owned, std::vector<float>* out) {
 
 std::vector<ParamRun> ShardedZero::checkpoint_params() {
   std::vector<ParamRun> runs;
-  for (const OwnedSegment& s : segments_)
+  for (const OwnedSegment& s : segments_) {
+    if (!param_swap_) {
+      runs.push_back(
+          {s.param, s.element, s.numel, element_at(param_part_.get(), ctx_.model_dtype, s.offset)});
+      continue;
+    }
+    ParamSwap* swap = param_swap_.get();
+    const int64_t at = s.offset;
     runs.push_back(
-        {s.param, s.element, s.numel, element_at(param_part_.get(), ctx_.model_dtype, s.offset)});
+        {s.param, s.element, s.numel, nullptr, [swap, at](int64_t first, int64_t count, void* dst) {
+           return swap->load(at + first, count, dst);
+         }});
+  }
   return runs;
 }
 

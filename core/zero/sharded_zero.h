@@ -24,6 +24,7 @@
 
 #include "core/base/memory.h"
 #include "core/zero/acquire_trace.h"
+#include "core/zero/param_swap.h"
 #include "core/zero/partition.h"
 #include "core/zero/zero_strategy.h"
 
@@ -39,6 +40,8 @@ class ShardedZero final : public ZeroStrategy {
   float* owned_master() override;
   void* owned_grads() override { return grad_part_.get(); }
   void* owned_params16() override;
+  bool params16_elsewhere() const override { return param_swap_ != nullptr; }
+  Status store_params16(int64_t begin, int64_t count, const void* values) override;
   SquareSum gradient_statistics() override;
 
   void begin_micro_step(bool boundary) override;
@@ -95,6 +98,10 @@ class ShardedZero final : public ZeroStrategy {
   // once they reach reduce_bucket_size elements (and at the end).
   void flush_gradients();
   Status gather_persistent();
+  // This rank's shards of `params` packed back to back into `packed`,
+  // from memory or the swap file (contiguous shards in one read).
+  Status pack_shards(const std::vector<size_t>& params, char* packed);
+  Status initialise_swapped(const Model& model);
 
   ZeroContext ctx_;
   int rank_, world_;
@@ -103,7 +110,8 @@ class ShardedZero final : public ZeroStrategy {
   std::vector<char> persistent_;
   std::vector<LayerState> layers_;
 
-  CountedBuffer param_part_;                    // (local) model_dtype shards
+  CountedBuffer param_part_;                    // (local) model_dtype shards, unless swapped
+  std::unique_ptr<ParamSwap> param_swap_;       // offload_param nvme: the shards' file
   CountedBuffer master_;                        // (local) fp32, 16-bit models only
   CountedBuffer grad_part_;                     // (local) grad_dtype
   std::vector<CountedBuffer> persistent_full_;  // per param (padded), persistent ones only

@@ -12,7 +12,9 @@
 
 #include <dscore/model.h>
 
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/base/status.h"
@@ -20,6 +22,7 @@
 #include "core/comm/communicator.h"
 #include "core/config/training_config.h"
 #include "core/model/model.h"
+#include "core/offload/swapper.h"
 #include "core/zero/param_layout.h"
 #include "core/zero/precision.h"
 
@@ -36,6 +39,12 @@ struct ZeroContext {
   // (on NVMe: core/engine/nvme_state.h): it keeps none, owned_master() is
   // nullptr, and initialise() writes only the 16-bit parameters.
   bool master_elsewhere = false;
+  // Stage 3 parameters on NVMe (offload_param nvme, 16-bit models): the
+  // swapper, the rank's folder and the elements kept in memory
+  // (param_swap.h). Null: in memory.
+  offload::Swapper* param_swapper = nullptr;
+  std::string param_swap_folder;
+  int64_t param_max_in_cpu = 0;
 };
 
 // A run of one parameter's elements inside the owned space.
@@ -52,6 +61,9 @@ struct ParamRun {
   int64_t element = 0;  // first element of the parameter
   int64_t numel = 0;
   const void* data = nullptr;
+  // When the run is not in memory (data null): elements [first, first +
+  // count) of the run into dst.
+  std::function<Status(int64_t first, int64_t count, void* dst)> read = nullptr;
 };
 
 class ZeroStrategy {
@@ -65,9 +77,19 @@ class ZeroStrategy {
   // --- owned space
   virtual int64_t owned_numel() const = 0;
   virtual const std::vector<OwnedSegment>& owned_segments() const = 0;
-  virtual float* owned_master() = 0;   // fp32 master weights (owned_numel); see master_elsewhere
-  virtual void* owned_grads() = 0;     // grad_dtype (owned_numel), reduced at the boundary
-  virtual void* owned_params16() = 0;  // model_dtype copy to refresh, nullptr for fp32 models
+  virtual float* owned_master() = 0;  // fp32 master weights (owned_numel); see master_elsewhere
+  virtual void* owned_grads() = 0;    // grad_dtype (owned_numel), reduced at the boundary
+  // model_dtype copy to refresh; nullptr for fp32 models and when the
+  // 16-bit parameters are elsewhere (store_params16).
+  virtual void* owned_params16() = 0;
+  // 16-bit parameters kept outside memory (stage 3 on NVMe): the optimizer
+  // hands new values for owned elements [begin, begin + count) here;
+  // `begin` is a multiple of kTileGranularity (plan.h).
+  virtual bool params16_elsewhere() const { return false; }
+  virtual Status store_params16(int64_t begin, int64_t count, const void* values) {
+    (void)begin, (void)count, (void)values;
+    return internal_error("store_params16 on a strategy that keeps its parameters in memory");
+  }
   // This rank's share of the global gradient statistics, over the reduced
   // owned gradients (after the boundary's end_micro_step): their sum of
   // squares and whether any is Inf/NaN. The shares of all ranks cover every

@@ -26,6 +26,7 @@
 #include <fstream>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/engine/engine_testing.h"
@@ -47,9 +48,18 @@ constexpr int kSteps = 6;
 constexpr int64_t kParams = 46953;
 
 struct Offload {
-  std::string nvme_path;  // "" = no offload
-  bool pipeline_read = false;
-  bool pipeline_write = false;
+  Offload(std::string path = "", bool read = false, bool write = false, std::string params = "",
+          int64_t in_cpu = 0)
+      : nvme_path(std::move(path)),
+        pipeline_read(read),
+        pipeline_write(write),
+        param_path(std::move(params)),
+        max_in_cpu(in_cpu) {}
+  std::string nvme_path;  // "" = no optimizer offload
+  bool pipeline_read;
+  bool pipeline_write;
+  std::string param_path;  // "" = parameters in memory; else offload_param nvme (stage 3)
+  int64_t max_in_cpu;      // offload_param.max_in_cpu
 };
 
 // `world` ranks with micro-batches of 3 and `gas` accumulation steps.
@@ -71,6 +81,9 @@ std::string config(int stage, int world, const std::string& precision, const Off
          R"(, "pipeline_write": )" + (offload.pipeline_write ? "true" : "false") +
          R"(, "buffer_count": )" + std::to_string(buffers) + "}";
   }
+  if (!offload.param_path.empty())
+    c += R"(, "offload_param": {"device": "nvme", "nvme_path": ")" + offload.param_path +
+         R"(", "max_in_cpu": )" + std::to_string(offload.max_in_cpu) + "}";
   c += "}";
   // As in the stage tests: bf16 gradients accumulate in bf16 at every stage.
   if (precision == "bf16")
@@ -540,6 +553,79 @@ TEST_F(NvmeOffload, EveryTileSizeGivesTheSameBits) {
     EXPECT_EQ(nvme.losses, memory.losses) << "sub_group_size " << size;
     EXPECT_EQ(nvme.params, memory.params) << "sub_group_size " << size;
   }
+}
+
+}  // namespace
+}  // namespace dscore
+
+namespace dscore {
+namespace {
+
+// Stage 3 parameters on NVMe (core/zero/param_swap.h), bf16: alone and with
+// the optimizer state on NVMe too, none or part of the shards resident
+// (max_in_cpu), 1 and 2 ranks, both backends: bitwise as in memory; a
+// checkpoint saved with the parameters on NVMe resumes in memory and the
+// reverse.
+TEST_F(NvmeOffload, ParametersOnNvmeTrainBitwiseAsInMemory) {
+  const std::vector<std::string> kinds = backends();
+  int index = 0;
+  for (int world : {1, 2}) {
+    const InProcessResult memory = run_in_process_job(config(3, world, "bf16", {}), world);
+    ASSERT_EQ(memory.error, "");
+    for (const bool with_optimizer : {false, true})
+      for (const int64_t max_in_cpu : {int64_t{0}, int64_t{10000}}) {
+        const std::string backend = kinds[static_cast<size_t>(index++) % kinds.size()];
+        Offload offload;
+        if (with_optimizer) offload = Offload(dir("opt" + std::to_string(index)), true, true);
+        offload.param_path = dir("params" + std::to_string(index));
+        offload.max_in_cpu = max_in_cpu;
+        const std::string what = "W=" + std::to_string(world) + " optimizer on NVMe " +
+                                 std::to_string(with_optimizer) + " max_in_cpu " +
+                                 std::to_string(max_in_cpu) + " " + backend;
+        std::mutex mutex;
+        int files = 0;
+        InProcessHooks hooks;
+        hooks.after_each_step = [&](Engine& e, int64_t) -> Status {
+          const std::vector<fs::path> jobs = job_folders(offload.param_path);
+          if (jobs.size() != 1) return internal_error("no parameter swap folder");
+          const fs::path file = jobs[0] / ("rank" + std::to_string(e.rank())) / "params_bf16.swp";
+          if (!fs::exists(file)) return internal_error("missing " + file.string());
+          std::lock_guard<std::mutex> lock(mutex);
+          ++files;
+          return Status::Ok();
+        };
+        const InProcessResult nvme =
+            run_with(backend, config(3, world, "bf16", offload), world, hooks);
+        ASSERT_EQ(nvme.error, "") << what;
+        EXPECT_EQ(files, kSteps * world) << what;
+        EXPECT_EQ(nvme.losses, memory.losses) << what;
+        EXPECT_EQ(nvme.params, memory.params) << what;
+        EXPECT_TRUE(job_folders(offload.param_path).empty()) << what << ": swap files left";
+      }
+  }
+  // Checkpoints: saved with the parameters (and state) on NVMe, resumed in
+  // memory, and the reverse; the model states stream from the swap file.
+  constexpr int64_t kSaveAfter = 2;
+  Offload offload{dir("ckopt"), true, false, dir("ckparams"), 0};
+  const std::string with_nvme = config(3, 2, "bf16", offload);
+  const std::string in_memory = config(3, 2, "bf16", {});
+  Snapshot saved_memory, saved_nvme, loaded;
+  const std::string memory_ckpt = dir("ck_memory"), nvme_ckpt = dir("ck_nvme");
+  const InProcessResult whole =
+      run_in_process_job(in_memory, 2, save_at(kSaveAfter, memory_ckpt, &saved_memory));
+  ASSERT_EQ(whole.error, "");
+  const InProcessResult nvme_whole =
+      run_with("auto", with_nvme, 2, save_at(kSaveAfter, nvme_ckpt, &saved_nvme));
+  ASSERT_EQ(nvme_whole.error, "");
+  expect_same_state(saved_nvme, saved_memory, "saved with parameters on NVMe");
+  InProcessResult r = run_in_process_job(in_memory, 2, load_from(nvme_ckpt, &loaded));
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.losses, tail(whole.losses, kSteps - kSaveAfter - 1));
+  EXPECT_EQ(r.params, whole.params);
+  r = run_with("auto", with_nvme, 2, load_from(memory_ckpt, &loaded));
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.losses, tail(whole.losses, kSteps - kSaveAfter - 1));
+  EXPECT_EQ(r.params, whole.params);
 }
 
 }  // namespace

@@ -1,0 +1,156 @@
+#include "core/zero/param_swap.h"
+
+#include <dscore/cpp/dtype.hpp>
+#include <dscore/offload.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include "core/tensor/host_buffer.h"
+#include "core/zero/plan.h"
+
+namespace dscore::zero {
+namespace {
+
+int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
+
+// Staging for unaligned pieces: aligned memory of `bytes`.
+struct Staging {
+  CountedBuffer memory;
+  static Result<Staging> make(size_t bytes, size_t alignment) {
+    void* p = counted_alloc(std::max(bytes, alignment), alignment, DSCORE_MEMORY_HOST,
+                            MemoryUse::kBuffers, "nvme parameter staging");
+    if (p == nullptr)
+      return Status(DSCORE_RESOURCE_EXHAUSTED,
+                    "cannot allocate " + std::to_string(bytes) +
+                        " bytes of staging for parameters on NVMe");
+    return Staging{CountedBuffer(p, CountedFree{DSCORE_MEMORY_HOST})};
+  }
+};
+
+}  // namespace
+
+Result<std::unique_ptr<ParamSwap>> ParamSwap::create(offload::Swapper* swapper,
+                                                     const std::string& folder,
+                                                     int64_t local_numel, dscore_dtype dtype,
+                                                     int64_t max_in_cpu) {
+  std::unique_ptr<ParamSwap> s(new ParamSwap());
+  s->swapper_ = swapper;
+  s->folder_ = folder;
+  s->dtype_ = dtype;
+  s->element_size_ = sdk::dtype_size(dtype);
+  s->local_ = local_numel;
+  // The resident part ends on a granule, so file transfers stay aligned.
+  s->resident_ = std::min(local_numel, max_in_cpu / kTileGranularity * kTileGranularity);
+  if (max_in_cpu >= local_numel) s->resident_ = local_numel;
+  s->file_elements_ = round_up(std::max<int64_t>(local_numel, 1), kTileGranularity);
+  if (s->resident_ > 0) {
+    DSCORE_ASSIGN_OR_RETURN(s->resident_memory_,
+                            tensor::allocate_elements(s->resident_, dtype, MemoryUse::kParameters,
+                                                      "parameters (resident of offload_param)"));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  if (ec)
+    return failed_precondition("cannot create the NVMe parameter folder " + folder + ": " +
+                               ec.message() + "; check zero_optimization.offload_param.nvme_path");
+  s->path_ = folder + "/params_" + sdk::dtype_name(dtype) + ".swp";
+  DSCORE_ASSIGN_OR_RETURN(s->file_, swapper->open(s->path_, DSCORE_OPEN_READ | DSCORE_OPEN_WRITE |
+                                                                DSCORE_OPEN_CREATE |
+                                                                DSCORE_OPEN_TRUNCATE));
+  return s;
+}
+
+ParamSwap::~ParamSwap() {
+  if (file_ >= 0) (void)swapper_->close(file_);
+  std::error_code ec;
+  std::filesystem::remove(path_, ec);
+  std::filesystem::remove(folder_, ec);  // only when empty
+  std::filesystem::remove(std::filesystem::path(folder_).parent_path(), ec);
+}
+
+std::string ParamSwap::describe() const {
+  char text[160];
+  std::snprintf(text, sizeof text, "%.1f MiB on NVMe in %s, %.1f MiB resident (max_in_cpu)",
+                static_cast<double>((local_ - resident_) * static_cast<int64_t>(element_size_)) /
+                    (1 << 20),
+                path_.c_str(),
+                static_cast<double>(resident_ * static_cast<int64_t>(element_size_)) / (1 << 20));
+  return text;
+}
+
+Status ParamSwap::read_span(int64_t begin, int64_t count, void* dst) {
+  // [begin, begin + count) lies at or past resident_: read the aligned span.
+  const int64_t granule = kTileGranularity;
+  const int64_t lo = begin / granule * granule;
+  const int64_t hi = round_up(begin + count, granule);
+  const size_t es = element_size_;
+  DSCORE_ASSIGN_OR_RETURN(Staging staging,
+                          Staging::make(static_cast<size_t>(hi - lo) * es, swapper_->alignment()));
+  DSCORE_ASSIGN_OR_RETURN(offload::Swapper::Ticket t,
+                          swapper_->read(file_, static_cast<uint64_t>(lo) * es,
+                                         staging.memory.get(), static_cast<size_t>(hi - lo) * es));
+  DSCORE_RETURN_IF_ERROR(swapper_->wait(t));
+  std::memcpy(dst, static_cast<const char*>(staging.memory.get()) + (begin - lo) * es,
+              static_cast<size_t>(count) * es);
+  return Status::Ok();
+}
+
+Status ParamSwap::load(int64_t begin, int64_t count, void* dst) {
+  char* out = static_cast<char*>(dst);
+  const size_t es = element_size_;
+  if (begin < resident_) {
+    const int64_t n = std::min(count, resident_ - begin);
+    std::memcpy(out, static_cast<const char*>(resident_memory_.get()) + begin * es,
+                static_cast<size_t>(n) * es);
+    begin += n;
+    count -= n;
+    out += n * es;
+  }
+  if (count <= 0) return Status::Ok();
+  return read_span(begin, count, out);
+}
+
+Status ParamSwap::store(int64_t begin, int64_t count, const void* src) {
+  const char* in = static_cast<const char*>(src);
+  const size_t es = element_size_;
+  if (begin < resident_) {
+    const int64_t n = std::min(count, resident_ - begin);
+    std::memcpy(static_cast<char*>(resident_memory_.get()) + begin * es, in,
+                static_cast<size_t>(n) * es);
+    begin += n;
+    count -= n;
+    in += n * es;
+  }
+  if (count <= 0) return Status::Ok();
+  // Read-modify-write of the aligned span: a piece that starts or ends
+  // inside a granule keeps its neighbours' values.
+  const int64_t granule = kTileGranularity;
+  const int64_t lo = begin / granule * granule;
+  const int64_t hi = round_up(begin + count, granule);
+  DSCORE_ASSIGN_OR_RETURN(Staging staging,
+                          Staging::make(static_cast<size_t>(hi - lo) * es, swapper_->alignment()));
+  char* span = static_cast<char*>(staging.memory.get());
+  // The padding after the last element needs no reading; the file has
+  // every granule once initialise wrote it front to back.
+  const bool partial_head = lo != begin;
+  const bool partial_tail = hi != begin + count && begin + count < local_;
+  if (partial_head || partial_tail) {
+    DSCORE_ASSIGN_OR_RETURN(offload::Swapper::Ticket r,
+                            swapper_->read(file_, static_cast<uint64_t>(lo) * es, span,
+                                           static_cast<size_t>(hi - lo) * es));
+    DSCORE_RETURN_IF_ERROR(swapper_->wait(r));
+  } else if (hi != begin + count) {
+    std::memset(span + (begin + count - lo) * es, 0, static_cast<size_t>(hi - begin - count) * es);
+  }
+  std::memcpy(span + (begin - lo) * es, in, static_cast<size_t>(count) * es);
+  DSCORE_ASSIGN_OR_RETURN(offload::Swapper::Ticket w,
+                          swapper_->write(file_, static_cast<uint64_t>(lo) * es, span,
+                                          static_cast<size_t>(hi - lo) * es));
+  return swapper_->wait(w);
+}
+
+Status ParamSwap::flush() { return swapper_->wait_all(); }
+
+}  // namespace dscore::zero

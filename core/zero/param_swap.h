@@ -1,0 +1,60 @@
+// Stage 3 parameters on NVMe ("offload_param": {"device": "nvme"}): a
+// rank's 16-bit shards (its local space, partition.h ShardedLayout) live in
+// one swap file, `<folder>/params_<dtype>.swp`, instead of memory. The
+// first max_in_cpu local elements stay in memory (DeepSpeed's max_in_cpu);
+// the rest are read when a gather needs them, which ShardedZero does on
+// the comm thread as part of the prefetch along the acquire trace, so a
+// layer's shards are fetched before the model asks for it. New values are
+// written back tile by tile after each update (store()).
+//
+// Transfers are aligned: the file holds round_up(local, kTileGranularity)
+// elements, and reads cover the aligned span around what is asked.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/base/memory.h"
+#include "core/base/status.h"
+#include "core/offload/swapper.h"
+
+namespace dscore::zero {
+
+class ParamSwap {
+ public:
+  // Creates the folder and the file (sized, zero) and the resident part.
+  static Result<std::unique_ptr<ParamSwap>> create(offload::Swapper* swapper,
+                                                   const std::string& folder, int64_t local_numel,
+                                                   dscore_dtype dtype, int64_t max_in_cpu);
+  ~ParamSwap();
+  ParamSwap(const ParamSwap&) = delete;
+  ParamSwap& operator=(const ParamSwap&) = delete;
+
+  // Local elements [begin, begin + count) into dst (any thread).
+  Status load(int64_t begin, int64_t count, void* dst);
+  // Local elements [begin, begin + count) from src. Writes to the file
+  // need `begin` a multiple of kTileGranularity unless the range lies in
+  // the resident part or ends the local space.
+  Status store(int64_t begin, int64_t count, const void* src);
+  // Every transfer done and durable in the page cache's view.
+  Status flush();
+
+  int64_t resident_elements() const { return resident_; }
+  int64_t file_elements() const { return file_elements_; }
+  std::string describe() const;
+
+ private:
+  ParamSwap() = default;
+  Status read_span(int64_t begin, int64_t count, void* dst);
+
+  offload::Swapper* swapper_ = nullptr;
+  std::string folder_, path_;
+  int file_ = -1;
+  dscore_dtype dtype_ = DSCORE_DTYPE_BF16;
+  size_t element_size_ = 2;
+  int64_t local_ = 0, resident_ = 0, file_elements_ = 0;
+  CountedBuffer resident_memory_;  // elements [0, resident_)
+};
+
+}  // namespace dscore::zero
