@@ -1,7 +1,7 @@
 #include "core/zero/param_swap.h"
 
-#include <dscore/cpp/dtype.hpp>
 #include <dscore/offload.h>
+#include <dscore/cpp/dtype.hpp>
 
 #include <algorithm>
 #include <cstring>
@@ -22,9 +22,8 @@ struct Staging {
     void* p = counted_alloc(std::max(bytes, alignment), alignment, DSCORE_MEMORY_HOST,
                             MemoryUse::kBuffers, "nvme parameter staging");
     if (p == nullptr)
-      return Status(DSCORE_RESOURCE_EXHAUSTED,
-                    "cannot allocate " + std::to_string(bytes) +
-                        " bytes of staging for parameters on NVMe");
+      return Status(DSCORE_RESOURCE_EXHAUSTED, "cannot allocate " + std::to_string(bytes) +
+                                                   " bytes of staging for parameters on NVMe");
     return Staging{CountedBuffer(p, CountedFree{DSCORE_MEMORY_HOST})};
   }
 };
@@ -32,9 +31,8 @@ struct Staging {
 }  // namespace
 
 Result<std::unique_ptr<ParamSwap>> ParamSwap::create(offload::Swapper* swapper,
-                                                     const std::string& folder,
-                                                     int64_t local_numel, dscore_dtype dtype,
-                                                     int64_t max_in_cpu) {
+                                                     const std::string& folder, int64_t local_numel,
+                                                     dscore_dtype dtype, int64_t max_in_cpu) {
   std::unique_ptr<ParamSwap> s(new ParamSwap());
   s->swapper_ = swapper;
   s->folder_ = folder;
@@ -56,9 +54,9 @@ Result<std::unique_ptr<ParamSwap>> ParamSwap::create(offload::Swapper* swapper,
     return failed_precondition("cannot create the NVMe parameter folder " + folder + ": " +
                                ec.message() + "; check zero_optimization.offload_param.nvme_path");
   s->path_ = folder + "/params_" + sdk::dtype_name(dtype) + ".swp";
-  DSCORE_ASSIGN_OR_RETURN(s->file_, swapper->open(s->path_, DSCORE_OPEN_READ | DSCORE_OPEN_WRITE |
-                                                                DSCORE_OPEN_CREATE |
-                                                                DSCORE_OPEN_TRUNCATE));
+  DSCORE_ASSIGN_OR_RETURN(
+      s->file_, swapper->open(s->path_, DSCORE_OPEN_READ | DSCORE_OPEN_WRITE | DSCORE_OPEN_CREATE |
+                                            DSCORE_OPEN_TRUNCATE));
   return s;
 }
 
@@ -72,11 +70,11 @@ ParamSwap::~ParamSwap() {
 
 std::string ParamSwap::describe() const {
   char text[160];
-  std::snprintf(text, sizeof text, "%.1f MiB on NVMe in %s, %.1f MiB resident (max_in_cpu)",
-                static_cast<double>((local_ - resident_) * static_cast<int64_t>(element_size_)) /
-                    (1 << 20),
-                path_.c_str(),
-                static_cast<double>(resident_ * static_cast<int64_t>(element_size_)) / (1 << 20));
+  std::snprintf(
+      text, sizeof text, "%.1f MiB on NVMe in %s, %.1f MiB resident (max_in_cpu)",
+      static_cast<double>((local_ - resident_) * static_cast<int64_t>(element_size_)) / (1 << 20),
+      path_.c_str(),
+      static_cast<double>(resident_ * static_cast<int64_t>(element_size_)) / (1 << 20));
   return text;
 }
 

@@ -253,7 +253,8 @@ Status check_fits(const ZeroPlan& plan, const NodeCapacity& node) {
       plan.memory.disk() * local > *node.disk_available) {
     problems.push_back(
         "disk: the swap files need " + per_rank_and_node(plan.memory.disk(), local) +
-        " at nvme_path \"" + plan.disk_path() + "\" but its file system has " +
+        " at zero_optimization." + (plan.swap ? "offload_optimizer" : "offload_param") +
+        ".nvme_path \"" + plan.disk_path() + "\" but its file system has " +
         available_text(*node.disk_available, local) +
         " free; to fit, set nvme_path to a folder on a disk with more free space, or run more "
         "ranks spread over more nodes (each rank swaps only the partition it owns)");

@@ -95,7 +95,7 @@ TEST(CheckJobFits, RefusesSwapFilesBeyondTheDisk) {
   const std::vector<zero::StateSlot> wide = {{"wide", DSCORE_DTYPE_F32, 1u << 16}};
   const Status s = check_job_fits(load(nvme()), model.layout(), wide, comm::JobEnv{});
   EXPECT_EQ(s.code(), DSCORE_RESOURCE_EXHAUSTED);
-  EXPECT_NE(s.message().find("disk: the optimizer swap files need 8.00 TiB"), std::string::npos)
+  EXPECT_NE(s.message().find("disk: the swap files need 8.00 TiB"), std::string::npos)
       << s.message();
   EXPECT_EQ(s.message().find("RAM:"), std::string::npos) << s.message();
 }

@@ -245,8 +245,7 @@ TEST(FitCheck, ShortDiskNamesTheNvmePath) {
   ASSERT_FALSE(s.ok());
   const std::string& m = s.message();
   for (const std::string& part :
-       {std::string("disk: the optimizer swap files need"),
-        format_bytes(plan.memory.disk()) + " per rank",
+       {std::string("disk: the swap files need"), format_bytes(plan.memory.disk()) + " per rank",
         format_bytes(2 * plan.memory.disk()) + " for the 2 ranks",
         std::string("nvme_path \"/swap\""), std::string("more free space")})
     EXPECT_NE(m.find(part), std::string::npos) << part << "\n" << m;
