@@ -472,6 +472,13 @@ zero::MemoryPlan Engine::measured_memory() const {
   m.master = of(MemoryUse::kMaster);
   m.optimizer = of(MemoryUse::kOptimizerState);
   m.buffers = of(MemoryUse::kBuffers);
+  // With the state on NVMe, what the optimizer state holds in memory is the
+  // tile buffers (nvme_state.h), a row of its own in the plan.
+  if (config_.zero.stage > 0 && config_.zero.offload_optimizer &&
+      config_.zero.offload_optimizer->device == "nvme") {
+    m.offload_tiles = m.optimizer;
+    m.optimizer = 0;
+  }
   return m;
 }
 

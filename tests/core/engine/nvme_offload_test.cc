@@ -628,5 +628,27 @@ TEST_F(NvmeOffload, ParametersOnNvmeTrainBitwiseAsInMemory) {
   EXPECT_EQ(r.params, whole.params);
 }
 
+// What an offloaded engine holds in memory is what the plan says: no
+// master or state, the tile buffers, the resident part of the parameters.
+TEST_F(NvmeOffload, MemoryIsWhatThePlanSays) {
+  const Offload offload(dir("opt"), true, true, dir("params"), 8192);
+  InProcessHooks hooks;
+  std::string report;
+  hooks.before_training = [&](Engine& e) -> Status {
+    const zero::MemoryPlan planned = e.plan().memory, held = e.measured_memory();
+    if (held.master != 0 || held.optimizer != 0 || held.offload_tiles != planned.offload_tiles ||
+        held.parameters != planned.parameters || planned.parameters != 8192 * 2 ||
+        planned.offload_tiles == 0)
+      report = "planned " + zero::format_plans({e.plan()}) + "held parameters " +
+               std::to_string(held.parameters) + ", master " + std::to_string(held.master) +
+               ", optimizer " + std::to_string(held.optimizer) + ", tiles " +
+               std::to_string(held.offload_tiles);
+    return Status::Ok();
+  };
+  const InProcessResult r = run_with("auto", config(3, 1, "bf16", offload), 1, hooks);
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(report, "");
+}
+
 }  // namespace
 }  // namespace dscore
