@@ -62,10 +62,30 @@ std::string ProcessResult::describe() const {
 
 ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOptions& options) {
   if (argv.empty()) throw std::invalid_argument("run_process: empty argv");
+  // Open MPI 4's mpirun makes its session folder <tmp>/ompi.<host>.<uid>
+  // with a check-then-mkdir that fails ("File exists") when two mpiruns
+  // start at once, as ctest -j starts them: each child gets its own base.
+  EnvOverrides overrides = options.env;
+  std::string session_base;
+  if (!overrides.count("OMPI_MCA_orte_tmpdir_base") &&
+      std::getenv("OMPI_MCA_orte_tmpdir_base") == nullptr) {
+    std::string pattern = (fs::temp_directory_path() / "dscore-ompi-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) != nullptr) {
+      session_base = pattern;
+      overrides["OMPI_MCA_orte_tmpdir_base"] = session_base;
+    }
+  }
+  struct RemoveBase {
+    const std::string& path;
+    ~RemoveBase() {
+      std::error_code ec;
+      if (!path.empty()) fs::remove_all(path, ec);
+    }
+  } remove_base{session_base};
   // Everything the child needs is built before fork(): after it, only
   // async-signal-safe calls.
   std::vector<std::string> args = argv;
-  std::vector<std::string> env = merged_environment(options.env);
+  std::vector<std::string> env = merged_environment(overrides);
   std::vector<char*> c_args = c_strings(args);
   std::vector<char*> c_env = c_strings(env);
   const std::string cwd = options.cwd.string();
