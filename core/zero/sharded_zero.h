@@ -16,7 +16,9 @@
 // reduce-scattered together in buckets of reduce_bucket_size elements.
 // Parameters with at most stage3_param_persistence_threshold elements
 // (within stage3_model_persistence_threshold in total) stay gathered and
-// are refreshed after every update.
+// are refreshed after every update. With offload_param nvme the shards
+// live in a swap file (param_swap.h): gathers read them on the comm thread,
+// and the optimizer writes new values through store_params16.
 #pragma once
 
 #include <memory>
