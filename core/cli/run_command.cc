@@ -1,5 +1,5 @@
-// `dscore run --config F [--steps N] [-n RANKS] [--resume DIR] [--log-format text|json]
-// [--allow-unsupported]`
+// `dscore run --config F [--steps N] [-n RANKS] [--threads N] [--resume DIR]
+// [--log-format text|json] [--allow-unsupported]`
 #include <unistd.h>
 
 #include <cstdlib>
@@ -14,13 +14,16 @@ namespace dscore::cli {
 int run_command(const std::vector<std::string>& args) {
   po::options_description options("run options");
   int64_t steps = 0;
-  int ranks = 1;
+  int ranks = 1, threads = 0;
   std::string config_path, log_format = "text", resume;
   bool allow_unsupported = false;
   options.add_options()("config,c", po::value<std::string>(&config_path)->required(),
                         "the ds_config.json to train from")(
       "steps", po::value<int64_t>(&steps), "optimizer steps to run (overrides \"train_steps\")")(
       "n,n", po::value<int>(&ranks)->default_value(1), "number of local ranks to start")(
+      "threads", po::value<int>(&threads),
+      "compute threads per rank (default: OMP_NUM_THREADS, else this machine's CPUs shared "
+      "by the ranks on it)")(
       "resume", po::value<std::string>(&resume),
       "continue from the newest checkpoint in this folder (any world size and ZeRO stage)")(
       "log-format", po::value<std::string>(&log_format)->default_value("text"),
@@ -32,8 +35,8 @@ int run_command(const std::vector<std::string>& args) {
   po::variables_map vm;
   int exit_code = kExitOk;
   if (!parse_options(args, options, positional,
-                     "usage: dscore run --config F [--steps N] [-n RANKS] [--resume DIR] "
-                     "[--log-format text|json] [--allow-unsupported]",
+                     "usage: dscore run --config F [--steps N] [-n RANKS] [--threads N] "
+                     "[--resume DIR] [--log-format text|json] [--allow-unsupported]",
                      &vm, &exit_code))
     return exit_code;
   RunOptions run;
@@ -54,10 +57,18 @@ int run_command(const std::vector<std::string>& args) {
                  log_format.c_str());
     return kExitUsage;
   }
+  if (vm.count("threads") && threads < 1) {
+    std::fprintf(stderr, "dscore: --threads must be at least 1\n");
+    return kExitUsage;
+  }
   run.log_json = log_format == "json";
   run.ranks = ranks;
   run.rank_args = {"run", "--config", config_path, "--log-format", log_format};
   if (run.steps) run.rank_args.insert(run.rank_args.end(), {"--steps", std::to_string(*run.steps)});
+  if (vm.count("threads")) {
+    run.threads = threads;
+    run.rank_args.insert(run.rank_args.end(), {"--threads", std::to_string(threads)});
+  }
   run.allow_unsupported = allow_unsupported;
   if (allow_unsupported) run.rank_args.push_back("--allow-unsupported");
   run.resume_dir = resume;

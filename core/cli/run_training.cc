@@ -158,6 +158,7 @@ int run_training(const RunOptions& options) {
   init.job = *job;
   init.train_steps = options.steps;
   init.allow_unsupported = options.allow_unsupported;
+  init.compute_threads = options.threads;
   auto setup = prepare(options.config_path, init);
   if (!setup.ok()) return fail(setup.status());
   if (setup->loaded.ok()) check_run_config(&setup->loaded);

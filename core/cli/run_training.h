@@ -20,6 +20,7 @@ struct RunOptions {
   std::string config_path;
   std::optional<int64_t> steps;    // overrides train_steps
   int ranks = 1;                   // -n: start this many local ranks under mpirun
+  std::optional<int> threads;      // --threads: compute threads per rank (InitializeOptions)
   bool progress_bar = false;       // redraw one line (stdout is a terminal)
   bool log_json = false;           // --log-format json: JSON log lines and progress records
   std::string resume_dir;          // --resume: load the newest checkpoint there first

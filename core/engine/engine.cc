@@ -115,6 +115,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   const bool params_on_nvme = config.zero.stage == 3 && config.zero.offload_param &&
                               config.zero.offload_param->device == "nvme";
   engine->swapper_ = std::move(components.swapper);
+  engine->threads_ = std::move(components.threads);
   if ((ctx.master_elsewhere || params_on_nvme) && !engine->swapper_)
     return failed_precondition(
         "NVMe offload needs the \"nvme\" swapper plugin: pass EngineComponents::swapper, or "

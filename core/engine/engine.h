@@ -30,6 +30,7 @@
 #include "core/config/config.h"
 #include "core/config/json.h"
 #include "core/config/training_config.h"
+#include "core/engine/compute_threads.h"
 #include "core/engine/engine_timing.h"
 #include "core/engine/lr_schedule.h"
 #include "core/engine/monitor_hub.h"
@@ -61,6 +62,9 @@ struct EngineComponents {
   // Required with "offload_optimizer": {"device": "nvme"}: the I/O of the
   // "nvme" swapper plugin (initialize() loads it with the "aio" section).
   std::unique_ptr<offload::Swapper> swapper;
+  // Optional: the rank's thread budget, held for the engine's lifetime
+  // (initialize() sets it; compute_threads.h).
+  std::unique_ptr<ComputeThreads> threads;
 };
 
 // Config settings this engine cannot run yet, each with its JSON path and
@@ -200,6 +204,7 @@ class Engine {
   // buffers the comm thread touches) goes first, then the stream, then comm,
   // then the host context the plugins live in.
   std::shared_ptr<plugin_host::HostContext> host_;
+  std::unique_ptr<ComputeThreads> threads_;
   std::unique_ptr<comm::Communicator> comm_;
   std::unique_ptr<comm::CommStream> stream_;
   std::unique_ptr<Model> model_;

@@ -125,6 +125,13 @@ Result<std::unique_ptr<Engine>> build_engine(const Setup& setup, std::unique_ptr
     DSCORE_ASSIGN_OR_RETURN(components.swapper,
                             offload::make_swapper(*setup.registry, aio, context));
   }
+  if (setup.options.compute_threads.value_or(-1) != 0) {
+    DSCORE_ASSIGN_OR_RETURN(ThreadBudget budget,
+                            thread_budget(setup.options.compute_threads, setup.job));
+    components.threads = std::make_unique<ComputeThreads>(budget.threads);
+    log_info("compute threads: " + std::to_string(budget.threads) + " (" + budget.reason +
+             "; dscore run --threads N or OMP_NUM_THREADS=N sets it)");
+  }
   components.comm = std::move(communicator);
   components.host = std::move(host);
   return Engine::create(cfg, std::move(components));

@@ -36,6 +36,10 @@ struct InitializeOptions {
   // (notices starting "warning: ") instead of errors, and training runs
   // without them: `dscore run --allow-unsupported` (config::ErrorKind).
   bool allow_unsupported = false;
+  // Threads this rank computes with (compute_threads.h): unset, the budget
+  // (OMP_NUM_THREADS, else this node's CPUs shared by its ranks); 0, leave
+  // TBB's pool as the process has it (a trainer that manages its threads).
+  std::optional<int> compute_threads;
 };
 
 struct Setup {

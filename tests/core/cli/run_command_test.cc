@@ -177,6 +177,38 @@ TEST(CliRun, TwoRanksUnderMpirunTrainWithOneProgressStreamAndOneMonitor) {
   EXPECT_EQ(rows.size(), 101u) << "one header, one row per step, from rank 0 only";
 }
 
+TEST(CliRun, EachRankSaysItsComputeThreadsAndAMalformedOmpNumThreadsIsNamed) {
+  // --threads reaches every rank under mpirun, and each says what it uses.
+  TempDir dir("dscore_cli_run");
+  MlpRunConfig cfg;
+  cfg.output_path = dir.path().string();
+  const fs::path config = dir.write("ds_config.json", cfg.text());
+  ProcessOptions options;
+  options.env = mpi_test_env();
+  ProcessResult r = run_dscore(
+      {"run", "--config", config.string(), "-n", "2", "--threads", "1", "--steps", "2"}, options);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  for (const char* rank : {"[dscore rank 0] compute threads: 1 (requested",
+                           "[dscore rank 1] compute threads: 1 (requested"})
+    EXPECT_NE(r.err.find(rank), std::string::npos) << rank << "\n" << r.err;
+
+  // Without --threads, OMP_NUM_THREADS decides, as it does for PyTorch.
+  options.env["OMP_NUM_THREADS"] = "1";
+  r = run_dscore({"run", "--config", config.string(), "--steps", "2"}, options);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.err.find("compute threads: 1 (OMP_NUM_THREADS"), std::string::npos) << r.err;
+
+  options.env["OMP_NUM_THREADS"] = "four";
+  r = run_dscore({"run", "--config", config.string(), "--steps", "2"}, options);
+  EXPECT_EQ(r.exit_code, 1) << r.describe();
+  EXPECT_NE(r.err.find("OMP_NUM_THREADS='four' is not a positive whole number"), std::string::npos)
+      << r.err;
+
+  r = run_dscore({"run", "--config", config.string(), "--threads", "0"});
+  EXPECT_EQ(r.exit_code, 2) << r.describe();
+  EXPECT_NE(r.err.find("--threads must be at least 1"), std::string::npos) << r.err;
+}
+
 // DeepSpeed optimizer names a config may give: FusedAdam and FusedLamb
 // (DeepSpeed's class names, dscore's adam and lamb), ZeroOneAdam and
 // OneBitLamb (1-bit communication; on one rank, and on two for the 1-bit

@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "gemm.h"
+#include "vector_math.h"
 
 namespace dscore::gpt::cpu {
 namespace {
@@ -137,12 +139,17 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
 template <typename T>
 void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C,
                     int64_t OC) {
-  gemm<T>(Op::kNone, Op::kTranspose, N, OC, C, T{1}, inp, C, weight, C, T{0}, out, OC);
-  if (bias == nullptr) return;
+  if (bias == nullptr) {
+    gemm<T>(Op::kNone, Op::kTranspose, N, OC, C, T{1}, inp, C, weight, C, T{0}, out, OC);
+    return;
+  }
+  // The bias first, then the product added to it (beta 1): one pass over
+  // `out` fewer than zeroing it (BLAS does that for beta 0) and adding the
+  // bias after.
   for_blocks(N, kRowBlock, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t o = 0; o < OC; ++o) out[r * OC + o] += bias[o];
+    for (int64_t r = r0; r < r1; ++r) std::copy(bias, bias + OC, out + r * OC);
   });
+  gemm<T>(Op::kNone, Op::kTranspose, N, OC, C, T{1}, inp, C, weight, C, T{1}, out, OC);
 }
 
 template <typename T>
@@ -224,6 +231,11 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int6
 
 template <typename T>
 void gelu_forward(T* out, const T* inp, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    for_blocks(n, kElementBlock,
+               [&](int64_t i0, int64_t i1) { gelu_forward_f32(out + i0, inp + i0, i1 - i0); });
+    return;
+  }
   const T s = gelu_scale<T>();
   for_blocks(n, kElementBlock, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
@@ -236,6 +248,12 @@ void gelu_forward(T* out, const T* inp, int64_t n) {
 
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    for_blocks(n, kElementBlock, [&](int64_t i0, int64_t i1) {
+      gelu_backward_f32(dinp + i0, inp + i0, dout + i0, i1 - i0);
+    });
+    return;
+  }
   const T s = gelu_scale<T>();
   for_blocks(n, kElementBlock, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
