@@ -46,9 +46,9 @@ Result<ThreadBudget> thread_budget(std::optional<int> requested, const comm::Job
     return ThreadBudget{mask, std::to_string(mask) + " of " + std::to_string(online) +
                                   " CPUs in this rank's affinity mask"};
   const int ranks = std::max(1, job.ranks_on_node());
-  return ThreadBudget{std::max(1, mask / ranks),
-                      std::to_string(mask) + " CPUs / " + std::to_string(ranks) +
-                          " rank(s) on this node"};
+  return ThreadBudget{
+      std::max(1, mask / ranks),
+      std::to_string(mask) + " CPUs / " + std::to_string(ranks) + " rank(s) on this node"};
 }
 
 }  // namespace dscore

@@ -43,15 +43,15 @@ struct Tail {
   }
 };
 
-#define DSCORE_VECTOR_KERNEL(NAME, TARGET, W, BODY)                                   \
-  TARGET void NAME(float* out, const float* a, const float* b, int64_t n) {          \
-    int64_t i = 0;                                                                    \
-    for (; i + (W) <= n; i += (W)) BODY(out + i, a + i, b == nullptr ? b : b + i);    \
-    const int64_t rest = n - i;                                                       \
-    if (rest == 0) return;                                                            \
-    Tail<W> t(a + i, b == nullptr ? b : b + i, rest);                                 \
-    BODY(t.out, t.a, b == nullptr ? b : t.b);                                         \
-    std::memcpy(out + i, t.out, static_cast<size_t>(rest) * sizeof(float));           \
+#define DSCORE_VECTOR_KERNEL(NAME, TARGET, W, BODY)                                \
+  TARGET void NAME(float* out, const float* a, const float* b, int64_t n) {        \
+    int64_t i = 0;                                                                 \
+    for (; i + (W) <= n; i += (W)) BODY(out + i, a + i, b == nullptr ? b : b + i); \
+    const int64_t rest = n - i;                                                    \
+    if (rest == 0) return;                                                         \
+    Tail<W> t(a + i, b == nullptr ? b : b + i, rest);                              \
+    BODY(t.out, t.a, b == nullptr ? b : t.b);                                      \
+    std::memcpy(out + i, t.out, static_cast<size_t>(rest) * sizeof(float));        \
   }
 
 DSCORE_AVX2 inline void gelu8(float* o, const float* in, const float*) {
@@ -124,8 +124,10 @@ VectorIsa detect() {
   } else if (want == "avx2") {
     limit = VectorIsa::kAvx2;
   } else if (want != "avx512") {
-    std::fprintf(stderr, "[dscore] gpt: DSCORE_CPU_ISA=%s is not one of avx512, avx2, scalar; "
-                 "ignored\n", cap);
+    std::fprintf(stderr,
+                 "[dscore] gpt: DSCORE_CPU_ISA=%s is not one of avx512, avx2, scalar; "
+                 "ignored\n",
+                 cap);
   }
   return limit < best ? limit : best;
 }
@@ -139,27 +141,36 @@ VectorIsa vector_isa() {
 
 const char* vector_isa_name(VectorIsa isa) {
   switch (isa) {
-    case VectorIsa::kAvx512: return "avx512";
-    case VectorIsa::kAvx2: return "avx2";
-    case VectorIsa::kScalar: break;
+    case VectorIsa::kAvx512:
+      return "avx512";
+    case VectorIsa::kAvx2:
+      return "avx2";
+    case VectorIsa::kScalar:
+      break;
   }
   return "scalar";
 }
 
 void gelu_forward_f32(float* out, const float* inp, int64_t n, VectorIsa isa) {
   switch (isa) {
-    case VectorIsa::kAvx512: return gelu_forward_avx512(out, inp, nullptr, n);
-    case VectorIsa::kAvx2: return gelu_forward_avx2(out, inp, nullptr, n);
-    case VectorIsa::kScalar: break;
+    case VectorIsa::kAvx512:
+      return gelu_forward_avx512(out, inp, nullptr, n);
+    case VectorIsa::kAvx2:
+      return gelu_forward_avx2(out, inp, nullptr, n);
+    case VectorIsa::kScalar:
+      break;
   }
   for (int64_t i = 0; i < n; ++i) out[i] = gelu_scalar(inp[i]);
 }
 
 void gelu_backward_f32(float* dinp, const float* inp, const float* dout, int64_t n, VectorIsa isa) {
   switch (isa) {
-    case VectorIsa::kAvx512: return gelu_backward_avx512(dinp, inp, dout, n);
-    case VectorIsa::kAvx2: return gelu_backward_avx2(dinp, inp, dout, n);
-    case VectorIsa::kScalar: break;
+    case VectorIsa::kAvx512:
+      return gelu_backward_avx512(dinp, inp, dout, n);
+    case VectorIsa::kAvx2:
+      return gelu_backward_avx2(dinp, inp, dout, n);
+    case VectorIsa::kScalar:
+      break;
   }
   for (int64_t i = 0; i < n; ++i) dinp[i] = gelu_grad_scalar(inp[i]) * dout[i];
 }

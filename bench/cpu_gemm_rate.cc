@@ -1,0 +1,84 @@
+#include "cpu_gemm_rate.h"
+
+#include <cblas.h>
+#include <sched.h>
+
+#include <oneapi/tbb/global_control.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "cpu/gemm.h"
+
+namespace dscore::bench {
+namespace {
+
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
+
+template <typename Fn>
+double best_gflops(int64_t n, int repeats, Fn&& multiply) {
+  multiply();  // warm-up: page faults, OpenBLAS's thread start
+  double best = 0;
+  for (int i = 0; i < repeats; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    multiply();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::max(best, 2.0 * static_cast<double>(n) * n * n / s / 1e9);
+  }
+  return best;
+}
+
+}  // namespace
+
+CpuGemmRate measure_cpu_gemm_rate(int64_t n, int repeats, int threads) {
+  CpuGemmRate rate;
+  rate.n = n;
+  rate.threads = threads > 0 ? threads : usable_cpus();
+  rate.cpu_has_bf16 = __builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16");
+  std::vector<float> a(static_cast<size_t>(n * n)), b(a.size()), c(a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<float>(i % 17) * 0.03f - 0.2f;
+    b[i] = static_cast<float>(i % 13) * 0.05f - 0.3f;
+  }
+  const int blas_n = static_cast<int>(n);
+  openblas_set_num_threads(rate.threads);
+  rate.openblas_gflops = best_gflops(n, repeats, [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blas_n, blas_n, blas_n, 1.0f, a.data(),
+                blas_n, b.data(), blas_n, 0.0f, c.data(), blas_n);
+  });
+  openblas_set_num_threads(1);
+  {
+    tbb::global_control cores(tbb::global_control::max_allowed_parallelism,
+                              static_cast<size_t>(rate.threads));
+    rate.blocked_gflops = best_gflops(n, repeats, [&] {
+      gpt::cpu::gemm<float>(gpt::cpu::Op::kNone, gpt::cpu::Op::kTranspose, n, n, n, 1.0f,
+                            a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    });
+  }
+  const bool blocked_wins = rate.blocked_gflops > rate.openblas_gflops;
+  rate.fp32_gflops = std::max(rate.blocked_gflops, rate.openblas_gflops);
+  rate.fp32_how = blocked_wins ? "the gpt plugin's blocks over TBB" : "one OpenBLAS call";
+  return rate;
+}
+
+std::string describe(const CpuGemmRate& rate) {
+  char text[400];
+  std::snprintf(text, sizeof text,
+                "limit measured now: fp32 GEMM %.1f GFLOP/s on %d cores (n = %lld; one OpenBLAS "
+                "call %.1f, the gpt plugin's blocks %.1f); bf16 GEMM: %s",
+                rate.fp32_gflops, rate.threads, static_cast<long long>(rate.n),
+                rate.openblas_gflops, rate.blocked_gflops,
+                rate.cpu_has_bf16 ? "none in this build (the CPU has bf16 instructions)"
+                                  : "none (no bf16 instructions on this CPU)");
+  return text;
+}
+
+}  // namespace dscore::bench
