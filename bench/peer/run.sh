@@ -14,7 +14,7 @@
 # are JIT-built once into build/deepspeed-torch-extensions.
 #
 # Usage: bench/peer/run.sh [--dscore build/release/bin/dscore] [--steps 5] [--warmup 2]
-#                          [--rows z0-1,z0-2,z3-2,bf16-z0-1,bf16-z3-2] [--gemm-n 2048] [--keep]
+#                          [--rows z0-1,z0-2,z3-2,bf16-z0-1,bf16-z3-2] [--repeat 1] [--gemm-n 2048] [--keep]
 # Needs: the release build of `dscore` and its plugins
 #   (cmake --build --preset release --target dscore dscore_plugins), mpirun for -n 2.
 set -euo pipefail
