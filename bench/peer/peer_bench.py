@@ -63,8 +63,11 @@ def write_config(folder, name, ranks, stage, bf16, steps, dscore):
         "zero_optimization": {"stage": stage},
         "model": MODEL,
         "data": {"type": "text", "path": os.path.join(ROOT, "configs/data/quickstart.txt")},
-        "plugins": {"paths": [os.path.join(os.path.dirname(os.path.dirname(dscore)), "lib/dscore/plugins")]},
     }
+    # A build tree's plugins (dscore also looks beside itself and in DSCORE_PLUGIN_PATH).
+    plugins = os.path.join(os.path.dirname(os.path.dirname(dscore)), "lib/dscore/plugins")
+    if os.path.isdir(plugins):
+        config["plugins"] = {"paths": [plugins]}
     if bf16:
         config["bf16"] = {"enabled": True}
     path = os.path.join(folder, f"{name}.json")
