@@ -1,0 +1,256 @@
+"""dscore's GPT against PyTorch + DeepSpeed: the same model, config and machine, in one run.
+
+Started by run.sh with the venv's python and DS_ACCELERATOR=cpu. For each row it
+writes one ds_config.json into a temporary folder, runs `dscore run -n N
+--config <it> --log-format json` and `torchrun --nproc_per_node N ds_gpt.py
+--config <it>` one after the other (alternating which goes first), and prints
+tokens/s of both, their ratio, and the achieved FLOP/s of each beside torch's
+own fp32 GEMM rate (torch.mm, n x n, all cores) measured before and after the
+rows. Both sides time the steps after the same warm-up.
+"""
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+# The GPT of bench/gpt_train.cc.
+MODEL = {"type": "gpt", "n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256, "vocab_size": 256}
+MICRO, LR = 8, 6e-4
+# name: (ranks, ZeRO stage, bf16)
+ROWS = {"z0-1": (1, 0, False), "z0-2": (2, 0, False), "z3-2": (2, 3, False),
+        "bf16-z0-1": (1, 0, True), "bf16-z3-2": (2, 3, True)}
+LN_VOCAB = math.log(MODEL["vocab_size"])
+
+
+def cpu_flags():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def gemm_rate(n, dtype, repeat=4):
+    """Best FLOP/s of torch.mm on n x n matrices, all cores."""
+    torch.set_num_threads(os.cpu_count())
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    torch.mm(a, b)
+    best = 0.0
+    for _ in range(repeat):
+        t = time.perf_counter()
+        torch.mm(a, b)
+        best = max(best, 2.0 * n ** 3 / (time.perf_counter() - t))
+    return best
+
+
+def write_config(folder, name, ranks, stage, bf16, steps, dscore):
+    config = {
+        "train_batch_size": MICRO * ranks, "train_micro_batch_size_per_gpu": MICRO,
+        "gradient_accumulation_steps": 1, "steps_per_print": 1000000, "train_steps": steps, "seed": 42,
+        "optimizer": {"type": "AdamW", "params": {"lr": LR}},
+        "zero_optimization": {"stage": stage},
+        "model": MODEL,
+        "data": {"type": "text", "path": os.path.join(ROOT, "configs/data/quickstart.txt")},
+    }
+    # A build tree's plugins (dscore also looks beside itself and in DSCORE_PLUGIN_PATH).
+    plugins = os.path.join(os.path.dirname(os.path.dirname(dscore)), "lib/dscore/plugins")
+    if os.path.isdir(plugins):
+        config["plugins"] = {"paths": [plugins]}
+    if bf16:
+        config["bf16"] = {"enabled": True}
+    path = os.path.join(folder, f"{name}.json")
+    with open(path, "w") as f:
+        json.dump(config, f, indent=1)
+    return path
+
+
+def run_logged(cmd, env, log_path, what):
+    with open(log_path, "w") as log:
+        rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=os.path.dirname(log_path)).returncode
+    if rc != 0:
+        with open(log_path) as f:
+            tail = f.read()[-4000:]
+        sys.exit(f"peer bench: FAILED: {what} exited {rc} (log {log_path}):\n{tail}")
+    with open(log_path) as f:
+        return f.read()
+
+
+def run_dscore(dscore, config, ranks, warmup, env, folder, name):
+    out = run_logged([dscore, "run", "-n", str(ranks), "--config", config, "--log-format", "json"], env,
+                     os.path.join(folder, f"{name}.dscore.log"), f"dscore run ({name})")
+    records, params = [], None
+    for line in out.splitlines():
+        if not line.startswith("{"):
+            continue
+        r = json.loads(line)
+        if r.get("type") == "progress":
+            records.append(r)
+        elif r.get("type") == "log" and params is None:
+            m = re.search(r"^training .*: (\d+) parameters", r.get("message", ""))
+            params = int(m.group(1)) if m else None
+    if params is None or len(records) <= warmup:
+        sys.exit(f"peer bench: FAILED: no parameter count or too few progress records in {folder}/{name}.dscore.log")
+    # Each record's rate is samples so far over the seconds since training
+    # began, so samples / rate is its time: the timed window is the steps after warm-up.
+    t = [r["samples"] / r["samples_per_second"] for r in records]
+    tokens = (records[-1]["samples"] - records[warmup - 1]["samples"]) * MODEL["block_size"]
+    return {"tokens_per_s": tokens / (t[-1] - t[warmup - 1]), "params": params, "losses": [r["loss"] for r in records]}
+
+
+def run_peer(venv_bin, config, ranks, warmup, env, folder, name):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = run_logged([os.path.join(venv_bin, "torchrun"), "--nproc_per_node", str(ranks), "--master_addr",
+                      "127.0.0.1", "--master_port", str(port), os.path.join(HERE, "ds_gpt.py"), "--config", config,
+                      "--warmup", str(warmup)], env, os.path.join(folder, f"{name}.peer.log"), f"ds_gpt.py ({name})")
+    for line in out.splitlines():
+        if line.startswith("peer_result "):
+            return json.loads(line[len("peer_result "):])
+    sys.exit(f"peer bench: FAILED: no peer_result line in {folder}/{name}.peer.log")
+
+
+def flops_per_token(params):
+    # 6N + 12 L C T, N without the position embedding (as bench/gpt_train.cc).
+    L, C, T = MODEL["n_layer"], MODEL["n_embd"], MODEL["block_size"]
+    return 6.0 * (params - T * C) + 12.0 * L * C * T
+
+
+def check_losses(name, side, losses):
+    """Both sides must start near ln(vocab) and fall: else the models differ."""
+    if abs(losses[0] - LN_VOCAB) > 0.5:
+        sys.exit(f"peer bench: FAILED: {name}: {side}'s first loss {losses[0]:.3f} is not near ln(256) = {LN_VOCAB:.3f}")
+    if not min(losses[-2:]) < losses[0] - 0.5:
+        sys.exit(f"peer bench: FAILED: {name}: {side}'s loss does not fall: {losses}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dscore", default=os.path.join(ROOT, "build/release/bin/dscore"))
+    ap.add_argument("--steps", type=int, default=5, help="timed steps per run (default 5)")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
+    ap.add_argument("--rows", help=f"comma-separated, of {', '.join(ROWS)} (default: all; the bf16 rows "
+                    "only where the CPU has avx512_bf16 or amx_bf16)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs per side and row, alternating; the best tokens/s counts (default 1)")
+    ap.add_argument("--gemm-n", type=int, default=2048, help="square size of the torch.mm limit (default 2048)")
+    ap.add_argument("--keep", action="store_true", help="keep the folder of configs and logs")
+    args = ap.parse_args()
+    dscore = os.path.realpath(args.dscore)
+    if not os.access(dscore, os.X_OK):
+        sys.exit(f"peer bench: {dscore} is not built: cmake --build --preset release --target dscore dscore_plugins")
+    if args.steps < 1 or args.warmup < 1 or args.repeat < 1:
+        sys.exit("peer bench: --steps, --warmup and --repeat must be at least 1 (the first step allocates and JIT-loads: it is never timed)")
+    cores, flags = os.cpu_count(), cpu_flags()
+    bf16_isa = sorted(flags & {"avx512_bf16", "amx_bf16"})
+    if args.rows:
+        rows = args.rows.split(",")
+        for r in rows:
+            if r not in ROWS:
+                sys.exit(f"peer bench: unknown row '{r}'; the rows are {', '.join(ROWS)}")
+    else:
+        # Without bf16 instructions torch's bf16 matmuls take a slow path
+        # (about 15x slower than fp32 on an AVX2 host): a bf16 row then
+        # measures that path and takes minutes. Ask for them by name.
+        rows = [r for r in ROWS if bf16_isa or not ROWS[r][2]]
+        if len(rows) < len(ROWS):
+            print("peer bench: bf16 rows left out: this CPU has no avx512_bf16/amx_bf16 "
+                  "(--rows bf16-z0-1,bf16-z3-2 runs them anyway)")
+    folder = tempfile.mkdtemp(prefix="peer_bench.")
+    venv_bin = os.path.dirname(sys.executable)
+    print(f"peer bench: {cores} cores, CPU bf16 instructions: {', '.join(bf16_isa) or 'none (AVX2 only)'}; "
+          f"torch {torch.__version__}; configs and logs in {folder}")
+    print(f"model: gpt {MODEL['n_layer']} layers, n_embd {MODEL['n_embd']}, {MODEL['n_head']} heads, "
+          f"T {MODEL['block_size']}, vocab {MODEL['vocab_size']}; micro batch {MICRO}, AdamW lr {LR}; "
+          f"{args.warmup} warm-up + {args.steps} timed steps per run, {args.repeat} run(s) per side and row")
+    gemm = {"fp32 before": gemm_rate(args.gemm_n, torch.float32)}
+    if bf16_isa:
+        gemm["bf16 before"] = gemm_rate(args.gemm_n, torch.bfloat16)
+
+    results = []
+    for i, name in enumerate(rows):
+        ranks, stage, bf16 = ROWS[name]
+        config = write_config(folder, name, ranks, stage, bf16, args.warmup + args.steps, dscore)
+        threads = max(1, cores // ranks)
+        # The same environment for both sides; torchrun would set OMP_NUM_THREADS=1 itself.
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+        sides = [("dscore", lambda: run_dscore(dscore, config, ranks, args.warmup, env, folder, name)),
+                 ("peer", lambda: run_peer(venv_bin, config, ranks, args.warmup, env, folder, name))]
+        got = {}
+        for k in range(args.repeat):  # the best tokens/s of each side; the losses of its first run
+            for side, run in (sides if (i + k) % 2 == 0 else sides[::-1]):
+                r = run()
+                print(f"  {name:<10} {side:<6} {r['tokens_per_s']:8.0f} tokens/s  "
+                      f"loss {r['losses'][0]:.3f} -> {r['losses'][-1]:.3f}", flush=True)
+                if side not in got:
+                    got[side] = r
+                got[side]["tokens_per_s"] = max(got[side]["tokens_per_s"], r["tokens_per_s"])
+        d, p = got["dscore"], got["peer"]
+        if d["params"] != p["params"]:
+            sys.exit(f"peer bench: FAILED: {name}: dscore has {d['params']} parameters, the peer {p['params']}: "
+                     "the models differ")
+        check_losses(name, "dscore", d["losses"])
+        check_losses(name, "peer", p["losses"])
+        results.append((name, ranks, stage, bf16, threads, d, p))
+
+    gemm["fp32 after"] = gemm_rate(args.gemm_n, torch.float32)
+    if bf16_isa:
+        gemm["bf16 after"] = gemm_rate(args.gemm_n, torch.bfloat16)
+    sgemm = max(gemm["fp32 before"], gemm["fp32 after"])
+    bgemm = max(gemm["bf16 before"], gemm["bf16 after"]) if bf16_isa else None
+
+    params = results[0][5]["params"] if results else 0
+    fpt = flops_per_token(params)
+    print()
+    print(f"parameters: {params} on both sides; FLOPs per token {fpt:.3g} (6N + 12 L C T, N without wpe)")
+    print("torch sgemm GFLOP/s (torch.mm n={}, {} threads, best of 4): {:.1f} before, {:.1f} after".format(
+        args.gemm_n, cores, gemm["fp32 before"] / 1e9, gemm["fp32 after"] / 1e9))
+    if bf16_isa:
+        print("torch bf16 gemm GFLOP/s: {:.1f} before, {:.1f} after".format(
+            gemm["bf16 before"] / 1e9, gemm["bf16 after"] / 1e9))
+    else:
+        print("torch bf16 gemm: not measured (no avx512_bf16/amx_bf16: bf16 rows are read against the fp32 limit)")
+    print("dscore threads per rank: its own default (the issue's per-rank budget is not in yet); "
+          "peer: OMP_NUM_THREADS = cores / ranks")
+    print()
+    hdr = "| row | ranks | ZeRO | dtype | peer threads/rank | dscore tokens/s | peer tokens/s | dscore / peer " \
+          "| dscore GFLOP/s (% of limit) | peer GFLOP/s (% of limit) | loss dscore | loss peer |"
+    print(hdr)
+    print("|" + "---|" * (hdr.count("|") - 1))
+    for name, ranks, stage, bf16, threads, d, p in results:
+        limit = bgemm if (bf16 and bgemm) else sgemm
+        cells = [name, str(ranks), str(stage), "bf16" if bf16 else "fp32", str(threads),
+                 f"{d['tokens_per_s']:.0f}", f"{p['tokens_per_s']:.0f}", f"{d['tokens_per_s'] / p['tokens_per_s']:.2f}"]
+        for side in (d, p):
+            achieved = side["tokens_per_s"] * fpt
+            cells.append(f"{achieved / 1e9:.1f} ({100 * achieved / limit:.0f}%)")
+        for side in (d, p):
+            cells.append(f"{side['losses'][0]:.2f} -> {side['losses'][-1]:.2f}")
+        print("| " + " | ".join(cells) + " |")
+    print()
+    for name, ranks, stage, bf16, threads, d, p in results:  # machine-readable
+        print("peer_bench_row " + json.dumps({
+            "row": name, "ranks": ranks, "zero_stage": stage, "bf16": bf16, "params": params,
+            "dscore_tokens_per_s": round(d["tokens_per_s"], 1), "peer_tokens_per_s": round(p["tokens_per_s"], 1),
+            "flops_per_token": fpt, "torch_sgemm_flops": round(sgemm), "torch_bf16_gemm_flops": bgemm and round(bgemm),
+            "dscore_losses": d["losses"], "peer_losses": p["losses"]}))
+    if args.keep:
+        print(f"\nconfigs and logs kept in {folder}")
+    else:
+        shutil.rmtree(folder)
+
+
+if __name__ == "__main__":
+    main()
