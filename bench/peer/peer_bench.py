@@ -4,9 +4,9 @@ Started by run.sh with the venv's python and DS_ACCELERATOR=cpu. For each row it
 writes one ds_config.json into a temporary folder, runs `dscore run -n N
 --config <it> --log-format json` and `torchrun --nproc_per_node N ds_gpt.py
 --config <it>` one after the other (alternating which goes first), and prints
-tokens/s of both, their ratio, and the achieved FLOP/s of each beside torch's
-own fp32 GEMM rate (torch.mm, n x n, all cores) measured before and after the
-rows. Both sides time the steps after the same warm-up.
+tokens/s of both, their ratio, and the achieved FLOP/s of each beside the
+machine's best fp32 GEMM rate (torch.mm and dscore's cpu_gemm_rate, n x n,
+all cores) measured before and after the rows. Both sides time the steps after the same warm-up.
 """
 import argparse
 import json
@@ -53,6 +53,18 @@ def gemm_rate(n, dtype, repeat=4):
         torch.mm(a, b)
         best = max(best, 2.0 * n ** 3 / (time.perf_counter() - t))
     return best
+
+
+def dscore_gemm_rate(dscore, n):
+    """dscore's own limit (bench/cpu_gemm_rate: the best fp32 GEMM of its
+    build on all cores), from the binary beside dscore; 0 if not built."""
+    tool = os.path.join(os.path.dirname(dscore), "cpu_gemm_rate")
+    if not os.access(tool, os.X_OK):
+        print(f"peer bench: {tool} not built (cmake --build --preset release --target cpu_gemm_rate): "
+              "the limit is torch.mm's alone")
+        return 0.0
+    out = subprocess.run([tool, "--n", str(n)], capture_output=True, text=True, check=True).stdout
+    return float(out.split("fp32_gflops")[-1]) * 1e9
 
 
 def write_config(folder, name, ranks, stage, bf16, steps, dscore):
@@ -175,7 +187,8 @@ def main():
     print(f"model: gpt {MODEL['n_layer']} layers, n_embd {MODEL['n_embd']}, {MODEL['n_head']} heads, "
           f"T {MODEL['block_size']}, vocab {MODEL['vocab_size']}; micro batch {MICRO}, AdamW lr {LR}; "
           f"{args.warmup} warm-up + {args.steps} timed steps per run, {args.repeat} run(s) per side and row")
-    gemm = {"fp32 before": gemm_rate(args.gemm_n, torch.float32)}
+    gemm = {"fp32 before": gemm_rate(args.gemm_n, torch.float32),
+            "dscore before": dscore_gemm_rate(dscore, args.gemm_n)}
     if bf16_isa:
         gemm["bf16 before"] = gemm_rate(args.gemm_n, torch.bfloat16)
 
@@ -206,9 +219,11 @@ def main():
         results.append((name, ranks, stage, bf16, threads, d, p))
 
     gemm["fp32 after"] = gemm_rate(args.gemm_n, torch.float32)
+    gemm["dscore after"] = dscore_gemm_rate(dscore, args.gemm_n)
     if bf16_isa:
         gemm["bf16 after"] = gemm_rate(args.gemm_n, torch.bfloat16)
-    sgemm = max(gemm["fp32 before"], gemm["fp32 after"])
+    # The limit: the machine's best fp32 GEMM, torch's (MKL/oneDNN) or dscore's build's (OpenBLAS).
+    sgemm = max(gemm["fp32 before"], gemm["fp32 after"], gemm["dscore before"], gemm["dscore after"])
     bgemm = max(gemm["bf16 before"], gemm["bf16 after"]) if bf16_isa else None
 
     params = results[0][5]["params"] if results else 0
@@ -217,13 +232,14 @@ def main():
     print(f"parameters: {params} on both sides; FLOPs per token {fpt:.3g} (6N + 12 L C T, N without wpe)")
     print("torch sgemm GFLOP/s (torch.mm n={}, {} threads, best of 4): {:.1f} before, {:.1f} after".format(
         args.gemm_n, cores, gemm["fp32 before"] / 1e9, gemm["fp32 after"] / 1e9))
+    print("dscore cpu_gemm_rate GFLOP/s (n={}, all cores): {:.1f} before, {:.1f} after; the limit is the best: {:.1f}".format(
+        args.gemm_n, gemm["dscore before"] / 1e9, gemm["dscore after"] / 1e9, sgemm / 1e9))
     if bf16_isa:
         print("torch bf16 gemm GFLOP/s: {:.1f} before, {:.1f} after".format(
             gemm["bf16 before"] / 1e9, gemm["bf16 after"] / 1e9))
     else:
         print("torch bf16 gemm: not measured (no avx512_bf16/amx_bf16: bf16 rows are read against the fp32 limit)")
-    print("dscore threads per rank: its own default (the issue's per-rank budget is not in yet); "
-          "peer: OMP_NUM_THREADS = cores / ranks")
+    print("threads per rank, both sides: OMP_NUM_THREADS = cores / ranks (dscore reads it as PyTorch does)")
     print()
     hdr = "| row | ranks | ZeRO | dtype | peer threads/rank | dscore tokens/s | peer tokens/s | dscore / peer " \
           "| dscore GFLOP/s (% of limit) | peer GFLOP/s (% of limit) | loss dscore | loss peer |"
@@ -244,7 +260,7 @@ def main():
         print("peer_bench_row " + json.dumps({
             "row": name, "ranks": ranks, "zero_stage": stage, "bf16": bf16, "params": params,
             "dscore_tokens_per_s": round(d["tokens_per_s"], 1), "peer_tokens_per_s": round(p["tokens_per_s"], 1),
-            "flops_per_token": fpt, "torch_sgemm_flops": round(sgemm), "torch_bf16_gemm_flops": bgemm and round(bgemm),
+            "flops_per_token": fpt, "gemm_limit_flops": round(sgemm), "torch_bf16_gemm_flops": bgemm and round(bgemm),
             "dscore_losses": d["losses"], "peer_losses": p["losses"]}))
     if args.keep:
         print(f"\nconfigs and logs kept in {folder}")
