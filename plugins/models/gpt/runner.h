@@ -2,12 +2,18 @@
 // compute backend (cpu/cpu_backend.h; cuda/cuda_backend.h). The runner owns
 // the order of work and the activations; a backend owns memory and kernels:
 //
-//   using Scalar, Stat;                         activation/parameter type, LayerNorm statistics
-//   type template <class X> using Buffer;            owning; X* get() Buffer<X> alloc<X>(n);
-//   zero(p, n);  copy_tokens(dst, host, n) Params load_params(views, numels)           params[i] ->
-//   const Scalar* Grads grads(views, numels)                  grads[i] -> Scalar* (+=); commit()
-//   into the views the kernels of cpu/kernels.h with the same arguments (lm_head_forward writes
-//   host logits)
+//   Scalar, Stat             activation/parameter type; LayerNorm statistics type
+//   Buffer<X>, alloc<X>(n)   owning memory of n X; X* get()
+//   zero(p, n), copy_tokens(dst, host, n)
+//   load_params(views, numels) -> params[i] as const Scalar*
+//   grads(views, numels)       -> grads[i] as Scalar* (+=); commit() adds them into the views
+//   attention_state_elements(B, T, NH): what attention_forward keeps for
+//     attention_backward (CPU: a logsumexp per query row; CUDA: the T x T
+//     probabilities), so the state's layout is the backend's decision
+//   the kernels of cpu/kernels.h and cpu/attention.h with the same arguments
+//     (lm_head_forward writes host logits)
+//
+// Every activation size comes from activation_elements (activations.h).
 //
 // Layers: 0 = embeddings (wte, wpe), 1..L = blocks, L+1 = final LayerNorm.
 // The tied LM head needs wte after the last block, so layer 0 is acquired
@@ -26,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "activations.h"
 #include "gpt_config.h"
 #include "gpt_params.h"
 #include "tokens.h"
@@ -129,7 +136,9 @@ class GptRunner {
 
  private:
   struct BlockActs {
-    Buffer<T> ln1, qkv, atty, att, x2, ln2, fch, fch_gelu;
+    // attention_state: what the backend's attention keeps for backward
+    // (CPU: a logsumexp per query row; CUDA: the T x T probabilities).
+    Buffer<T> ln1, qkv, atty, attention_state, x2, ln2, fch, fch_gelu;
     Buffer<S> mean1, rstd1, mean2, rstd2;
   };
   struct Activations {
@@ -150,45 +159,46 @@ class GptRunner {
     return acts_.resid.get() + l * B_ * cfg_.block_size * cfg_.n_embd;
   }
 
-  void alloc_block(BlockActs& a) {
-    const int64_t N = B_ * cfg_.block_size, C = cfg_.n_embd, Tn = cfg_.block_size;
-    a.ln1 = backend_.template alloc<T>(N * C);
-    a.qkv = backend_.template alloc<T>(N * 3 * C);
-    a.atty = backend_.template alloc<T>(N * C);
-    a.att = backend_.template alloc<T>(B_ * cfg_.n_head * Tn * Tn);
-    a.x2 = backend_.template alloc<T>(N * C);
-    a.ln2 = backend_.template alloc<T>(N * C);
-    a.fch = backend_.template alloc<T>(N * 4 * C);
-    a.fch_gelu = backend_.template alloc<T>(N * 4 * C);
-    a.mean1 = backend_.template alloc<S>(N);
-    a.rstd1 = backend_.template alloc<S>(N);
-    a.mean2 = backend_.template alloc<S>(N);
-    a.rstd2 = backend_.template alloc<S>(N);
+  // Every size from activation_elements (activations.h), so a memory
+  // estimate and the allocation cannot drift apart.
+  void alloc_block(BlockActs& a, const ActivationElements::Block& e) {
+    a.ln1 = backend_.template alloc<T>(e.ln1);
+    a.qkv = backend_.template alloc<T>(e.qkv);
+    a.atty = backend_.template alloc<T>(e.atty);
+    a.attention_state = backend_.template alloc<T>(e.attention_state);
+    a.x2 = backend_.template alloc<T>(e.x2);
+    a.ln2 = backend_.template alloc<T>(e.ln2);
+    a.fch = backend_.template alloc<T>(e.fch);
+    a.fch_gelu = backend_.template alloc<T>(e.fch_gelu);
+    a.mean1 = backend_.template alloc<S>(e.stat);
+    a.rstd1 = backend_.template alloc<S>(e.stat);
+    a.mean2 = backend_.template alloc<S>(e.stat);
+    a.rstd2 = backend_.template alloc<S>(e.stat);
   }
 
   // Tokens into backend memory; activations (re)allocated when B changes.
   void prepare(const SplitTokens& tokens) {
-    const int64_t N = tokens.batch * cfg_.block_size, C = cfg_.n_embd;
+    const int64_t N = tokens.batch * cfg_.block_size;
     if (tokens.batch != B_) {
       B_ = tokens.batch;
+      const ActivationElements e = activation_elements(
+          cfg_, B_, backend_.attention_state_elements(B_, cfg_.block_size, cfg_.n_head));
       acts_ = Activations{};
-      acts_.resid = backend_.template alloc<T>((cfg_.n_layer + 1) * N * C);
-      acts_.lnf = backend_.template alloc<T>(N * C);
-      acts_.dlnf = backend_.template alloc<T>(N * C);
-      acts_.dresid = backend_.template alloc<T>(N * C);
-      acts_.lnf_mean = backend_.template alloc<S>(N);
-      acts_.lnf_rstd = backend_.template alloc<S>(N);
-      const int64_t kept =
-          cfg_.n_layer - cfg_.checkpoint_blocks + (cfg_.checkpoint_blocks > 0 ? 1 : 0);
-      acts_.blocks.resize(static_cast<size_t>(kept));
-      for (BlockActs& a : acts_.blocks) alloc_block(a);
-      acts_.dfch_gelu = backend_.template alloc<T>(N * 4 * C);
-      acts_.dfch = backend_.template alloc<T>(N * 4 * C);
-      acts_.dln = backend_.template alloc<T>(N * C);
-      acts_.datty = backend_.template alloc<T>(N * C);
-      acts_.dqkv = backend_.template alloc<T>(N * 3 * C);
-      inputs_ = backend_.template alloc<int32_t>(N);
-      targets_ = backend_.template alloc<int32_t>(N);
+      acts_.resid = backend_.template alloc<T>(e.resid);
+      acts_.lnf = backend_.template alloc<T>(e.lnf);
+      acts_.dlnf = backend_.template alloc<T>(e.dlnf);
+      acts_.dresid = backend_.template alloc<T>(e.dresid);
+      acts_.lnf_mean = backend_.template alloc<S>(e.lnf_stat);
+      acts_.lnf_rstd = backend_.template alloc<S>(e.lnf_stat);
+      acts_.blocks.resize(static_cast<size_t>(e.kept_blocks));
+      for (BlockActs& a : acts_.blocks) alloc_block(a, e.block);
+      acts_.dfch_gelu = backend_.template alloc<T>(e.dfch_gelu);
+      acts_.dfch = backend_.template alloc<T>(e.dfch);
+      acts_.dln = backend_.template alloc<T>(e.dln);
+      acts_.datty = backend_.template alloc<T>(e.datty);
+      acts_.dqkv = backend_.template alloc<T>(e.dqkv);
+      inputs_ = backend_.template alloc<int32_t>(e.tokens);
+      targets_ = backend_.template alloc<int32_t>(e.tokens);
     }
     backend_.copy_tokens(inputs_.get(), tokens.inputs.data(), N);
     backend_.copy_tokens(targets_.get(), tokens.targets.data(), N);
@@ -227,8 +237,8 @@ class GptRunner {
     backend_.layernorm_forward(a.ln1.get(), a.mean1.get(), a.rstd1.get(), x, p[kLn1Weight],
                                p[kLn1Bias], N, C);
     backend_.matmul_forward(a.qkv.get(), a.ln1.get(), p[kAttnWeight], p[kAttnBias], N, C, 3 * C);
-    backend_.attention_forward(a.atty.get(), a.att.get(), a.qkv.get(), B_, cfg_.block_size, C,
-                               cfg_.n_head);
+    backend_.attention_forward(a.atty.get(), a.attention_state.get(), a.qkv.get(), B_,
+                               cfg_.block_size, C, cfg_.n_head);
     // The attention projection goes through ln2's buffer (overwritten next).
     backend_.matmul_forward(a.ln2.get(), a.atty.get(), p[kAttnProjWeight], p[kAttnProjBias], N, C,
                             C);
@@ -255,8 +265,8 @@ class GptRunner {
                                 p[kLn2Weight], a.mean2.get(), a.rstd2.get(), N, C);
     backend_.matmul_backward(acts_.datty.get(), g[kAttnProjWeight], g[kAttnProjBias], d,
                              a.atty.get(), p[kAttnProjWeight], N, C, C);
-    backend_.attention_backward(acts_.dqkv.get(), acts_.datty.get(), a.qkv.get(), a.att.get(), B_,
-                                cfg_.block_size, C, cfg_.n_head);
+    backend_.attention_backward(acts_.dqkv.get(), acts_.datty.get(), a.qkv.get(), a.atty.get(),
+                                a.attention_state.get(), B_, cfg_.block_size, C, cfg_.n_head);
     backend_.matmul_backward(acts_.dln.get(), g[kAttnWeight], g[kAttnBias], acts_.dqkv.get(),
                              a.ln1.get(), p[kAttnWeight], N, C, 3 * C);
     backend_.layernorm_backward(d, g[kLn1Weight], g[kLn1Bias], acts_.dln.get(), x, p[kLn1Weight],

@@ -163,13 +163,17 @@ class CpuBackend {
                        int64_t C, int64_t OC) {
     cpu::matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
   }
-  void attention_forward(T* out, T* att, const T* qkv, int64_t B, int64_t Tn, int64_t C,
-                         int64_t NH) {
-    cpu::attention_forward(out, att, qkv, B, Tn, C, NH);
+  // The tiled kernels of attention.h: the state is each row's logsumexp.
+  int64_t attention_state_elements(int64_t B, int64_t Tn, int64_t NH) const {
+    return cpu::attention_state_elements(B, Tn, NH);
   }
-  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int64_t B, int64_t Tn,
-                          int64_t C, int64_t NH) {
-    cpu::attention_backward(dqkv, dout, qkv, att, B, Tn, C, NH);
+  void attention_forward(T* out, T* state, const T* qkv, int64_t B, int64_t Tn, int64_t C,
+                         int64_t NH) {
+    cpu::attention_forward(out, state, qkv, B, Tn, C, NH);
+  }
+  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* state,
+                          int64_t B, int64_t Tn, int64_t C, int64_t NH) {
+    cpu::attention_backward(dqkv, dout, qkv, out, state, B, Tn, C, NH);
   }
   void gelu_forward(T* out, const T* inp, int64_t n) { cpu::gelu_forward(out, inp, n); }
   void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {

@@ -1,6 +1,5 @@
 #include "kernels.h"
 
-#include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
@@ -161,71 +160,6 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
   for_blocks(OC, 64, [&](int64_t o0, int64_t o1) {
     for (int64_t r = 0; r < N; ++r)
       for (int64_t o = o0; o < o1; ++o) dbias[o] += dout[r * OC + o];
-  });
-}
-
-template <typename T>
-void attention_forward(T* out, T* att, const T* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
-  const int64_t hs = C / NH, ld = 3 * C;
-  const T scale = static_cast<T>(1) / std::sqrt(static_cast<T>(hs));
-  tbb::parallel_for(int64_t{0}, B * NH, [&](int64_t bh) {
-    const int64_t b = bh / NH, h = bh % NH;
-    const T* q = qkv + b * Tn * ld + h * hs;
-    const T* k = q + C;
-    const T* v = q + 2 * C;
-    T* p = att + bh * Tn * Tn;
-    gemm_serial<T>(Op::kNone, Op::kTranspose, Tn, Tn, hs, scale, q, ld, k, ld, T{0}, p, Tn);
-    for (int64_t t = 0; t < Tn; ++t) {  // causal softmax of row t over [0, t]
-      T* row = p + t * Tn;
-      T mx = row[0];
-      for (int64_t s = 1; s <= t; ++s) mx = std::max(mx, row[s]);
-      T sum = 0;
-      for (int64_t s = 0; s <= t; ++s) {
-        row[s] = std::exp(row[s] - mx);
-        sum += row[s];
-      }
-      const T inv = static_cast<T>(1) / sum;
-      for (int64_t s = 0; s <= t; ++s) row[s] *= inv;
-      for (int64_t s = t + 1; s < Tn; ++s) row[s] = 0;
-    }
-    gemm_serial<T>(Op::kNone, Op::kNone, Tn, hs, Tn, T{1}, p, Tn, v, ld, T{0},
-                   out + b * Tn * C + h * hs, C);
-  });
-}
-
-template <typename T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int64_t B, int64_t Tn,
-                        int64_t C, int64_t NH) {
-  const int64_t hs = C / NH, ld = 3 * C;
-  const T scale = static_cast<T>(1) / std::sqrt(static_cast<T>(hs));
-  tbb::enumerable_thread_specific<std::vector<T>> scratch;
-  tbb::parallel_for(int64_t{0}, B * NH, [&](int64_t bh) {
-    const int64_t b = bh / NH, h = bh % NH;
-    const T* q = qkv + b * Tn * ld + h * hs;
-    const T* k = q + C;
-    const T* v = q + 2 * C;
-    T* dq = dqkv + b * Tn * ld + h * hs;
-    T* dk = dq + C;
-    T* dv = dq + 2 * C;
-    const T* p = att + bh * Tn * Tn;
-    const T* dy = dout + b * Tn * C + h * hs;
-    std::vector<T>& ds_buffer = scratch.local();
-    ds_buffer.resize(static_cast<size_t>(Tn * Tn));
-    T* ds = ds_buffer.data();
-    // dP = dY V^T, dV = P^T dY
-    gemm_serial<T>(Op::kNone, Op::kTranspose, Tn, Tn, hs, T{1}, dy, C, v, ld, T{0}, ds, Tn);
-    gemm_serial<T>(Op::kTranspose, Op::kNone, Tn, hs, Tn, T{1}, p, Tn, dy, C, T{0}, dv, ld);
-    for (int64_t t = 0; t < Tn; ++t) {  // softmax backward, row by row
-      const T* prow = p + t * Tn;
-      T* row = ds + t * Tn;
-      T dot = 0;
-      for (int64_t s = 0; s <= t; ++s) dot += prow[s] * row[s];
-      for (int64_t s = 0; s <= t; ++s) row[s] = prow[s] * (row[s] - dot);
-      for (int64_t s = t + 1; s < Tn; ++s) row[s] = 0;
-    }
-    // dQ = scale dS K, dK = scale dS^T Q
-    gemm_serial<T>(Op::kNone, Op::kNone, Tn, hs, Tn, scale, ds, Tn, k, ld, T{0}, dq, ld);
-    gemm_serial<T>(Op::kTranspose, Op::kNone, Tn, hs, Tn, scale, ds, Tn, q, ld, T{0}, dk, ld);
   });
 }
 
@@ -391,9 +325,6 @@ double lm_head_forward(const T* x, const T* wte, const int32_t* targets, int64_t
   template void matmul_forward<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t);    \
   template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t,     \
                                    int64_t);                                                       \
-  template void attention_forward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t);        \
-  template void attention_backward<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t, \
-                                      int64_t);                                                    \
   template void gelu_forward<T>(T*, const T*, int64_t);                                            \
   template void gelu_backward<T>(T*, const T*, const T*, int64_t);                                 \
   template void add<T>(T*, const T*, const T*, int64_t);                                           \

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "attention.h"  // causal self-attention, tiled
+
 namespace dscore::gpt::cpu {
 
 // out[b,t,:] = wte[tokens[b,t]] + wpe[t]; a token id < 0 (padding) embeds as 0.
@@ -35,15 +37,6 @@ void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int64_
 template <typename T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                      int64_t N, int64_t C, int64_t OC);
-
-// Causal multi-head self-attention over qkv (B, T, 3C) = [q | k | v], heads
-// of C / NH channels. out (B, T, C); att (B, NH, T, T) keeps the softmax
-// probabilities for backward (zero above the diagonal).
-template <typename T>
-void attention_forward(T* out, T* att, const T* qkv, int64_t B, int64_t Tn, int64_t C, int64_t NH);
-template <typename T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int64_t B, int64_t Tn,
-                        int64_t C, int64_t NH);
 
 // GPT-2's GELU (tanh approximation).
 template <typename T>

@@ -1,6 +1,7 @@
 // Causal self-attention of the CUDA backend (cuda_backend.h), one sample at
 // a time: the NH heads' scores by one strided-batched GEMM into fp32
-// scratch, the causal softmax into att (B, NH, T, T) as the runner keeps it,
+// scratch, the causal softmax into att (B, NH, T, T), kept by the runner as
+// this backend's attention state (the CPU backend's kernel is tiled instead),
 // then att V. Backward mirrors it: dP = dY V^T, dV = P^T dY, the softmax
 // gradient, dQ = scale dS K, dK = scale dS^T Q. qkv rows are [q | k | v] of
 // 3C channels; head h owns channels h*hs .. (h+1)*hs of each.
@@ -35,8 +36,9 @@ void CudaBackend<S>::attention_forward(S* out, S* att, const S* qkv, int64_t B, 
 }
 
 template <typename S>
-void CudaBackend<S>::attention_backward(S* dqkv, const S* dout, const S* qkv, const S* att,
-                                        int64_t B, int64_t Tn, int64_t C, int64_t NH) {
+void CudaBackend<S>::attention_backward(S* dqkv, const S* dout, const S* qkv, const S* /*out*/,
+                                        const S* att, int64_t B, int64_t Tn, int64_t C,
+                                        int64_t NH) {
   const int64_t hs = C / NH, ld = 3 * C, TT = Tn * Tn;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   auto* datt = static_cast<float*>(
@@ -67,8 +69,8 @@ void CudaBackend<S>::attention_backward(S* dqkv, const S* dout, const S* qkv, co
 #define DSCORE_GPT_INSTANTIATE(S)                                                              \
   template void CudaBackend<S>::attention_forward(S*, S*, const S*, int64_t, int64_t, int64_t, \
                                                   int64_t);                                    \
-  template void CudaBackend<S>::attention_backward(S*, const S*, const S*, const S*, int64_t,  \
-                                                   int64_t, int64_t, int64_t);
+  template void CudaBackend<S>::attention_backward(S*, const S*, const S*, const S*, const S*, \
+                                                   int64_t, int64_t, int64_t, int64_t);
 DSCORE_GPT_INSTANTIATE(float)
 DSCORE_GPT_INSTANTIATE(__nv_bfloat16)
 #undef DSCORE_GPT_INSTANTIATE

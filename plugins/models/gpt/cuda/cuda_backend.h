@@ -98,8 +98,8 @@ class CudaBackend {
     return Grads(*context_, v, numels);
   }
 
-  // The kernels of cpu/kernels.h, same arguments and accumulate/overwrite
-  // rules, device pointers.
+  // The kernels of cpu/kernels.h and cpu/attention.h, same arguments and
+  // accumulate/overwrite rules, device pointers.
   void encoder_forward(S* out, const int32_t* tok, const S* wte, const S* wpe, int64_t B,
                        int64_t Tn, int64_t C);
   void encoder_backward(S* dwte, S* dwpe, const S* dout, const int32_t* tok, int64_t B, int64_t Tn,
@@ -112,10 +112,15 @@ class CudaBackend {
                       int64_t OC);
   void matmul_backward(S* dinp, S* dw, S* db, const S* dout, const S* inp, const S* w, int64_t N,
                        int64_t C, int64_t OC);
+  // The attention state is the softmax probabilities att (B, NH, T, T), zero
+  // above the diagonal (not tiled as the CPU's); backward does not read out.
+  int64_t attention_state_elements(int64_t B, int64_t Tn, int64_t NH) const {
+    return B * NH * Tn * Tn;
+  }
   void attention_forward(S* out, S* att, const S* qkv, int64_t B, int64_t Tn, int64_t C,
                          int64_t NH);
-  void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* att, int64_t B, int64_t Tn,
-                          int64_t C, int64_t NH);
+  void attention_backward(S* dqkv, const S* dout, const S* qkv, const S* out, const S* att,
+                          int64_t B, int64_t Tn, int64_t C, int64_t NH);
   void gelu_forward(S* out, const S* inp, int64_t n);
   void gelu_backward(S* dinp, const S* inp, const S* dout, int64_t n);
   void add(S* out, const S* a, const S* b, int64_t n);

@@ -223,22 +223,39 @@ TYPED_TEST(GptCudaKernels, MatmulForwardAndBackward) {
   expect_close(db, this->download(d_db), this->kTol, "dbias (accumulated)");
 }
 
+// The CUDA backend keeps the probabilities; the CPU's tiled kernel keeps each
+// row's logsumexp, from which the expected probabilities are rebuilt here.
 TYPED_TEST(GptCudaKernels, CausalAttentionForwardAndBackward) {
-  const int64_t B = 2, T = 37, C = 48, NH = 4;
+  const int64_t B = 2, T = 37, C = 48, NH = 4, hs = C / NH;
   const auto qkv = this->random(B * T * 3 * C, 1.0f, 1), dout = this->random(B * T * C, 1.0f, 2);
-  std::vector<float> out(static_cast<size_t>(B * T * C)), att(static_cast<size_t>(B * NH * T * T)),
+  std::vector<float> out(static_cast<size_t>(B * T * C)),
+      lse(static_cast<size_t>(cpu::attention_state_elements(B, T, NH))),
       dqkv(static_cast<size_t>(B * T * 3 * C));
-  cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+  cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C,
+                          NH);
+  std::vector<float> att(static_cast<size_t>(B * NH * T * T), 0.0f);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < NH; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t s = 0; s <= t; ++s) {
+          double score = 0;
+          for (int64_t c = 0; c < hs; ++c)
+            score += static_cast<double>(qkv[(b * T + t) * 3 * C + h * hs + c]) *
+                     qkv[(b * T + s) * 3 * C + C + h * hs + c];
+          att[((b * NH + h) * T + t) * T + s] =
+              static_cast<float>(std::exp(score * scale - lse[(b * NH + h) * T + t]));
+        }
 
   auto d_qkv = this->upload(qkv), d_dout = this->upload(dout);
   auto d_out = this->backend_->template alloc<TypeParam>(B * T * C);
-  auto d_att =
-      this->upload(this->random(B * NH * T * T, 1.0f, 3));  // zeros above the diagonal get written
+  auto d_att = this->upload(this->random(this->backend_->attention_state_elements(B, T, NH), 1.0f,
+                                         3));  // zeros above the diagonal get written
   auto d_dqkv = this->upload(this->random(B * T * 3 * C, 1.0f, 4));  // overwritten
   this->backend_->attention_forward(d_out.get(), d_att.get(), d_qkv.get(), B, T, C, NH);
-  this->backend_->attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_att.get(), B, T, C,
-                                     NH);
+  this->backend_->attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(),
+                                     d_att.get(), B, T, C, NH);
   expect_close(out, this->download(d_out), this->kTol, "out");
   expect_close(att, this->download(d_att), this->kTol, "att (B, NH, T, T)");
   expect_close(dqkv, this->download(d_dqkv), this->kTol, "dqkv");

@@ -1,6 +1,7 @@
-// Every CPU kernel's backward against central finite differences of its
-// forward, in double precision on tiny shapes. The scalar checked is
-// sum(out * R) for a fixed random R, so d/d(out) = R is what backward gets.
+// Every CPU kernel's backward (attention's: attention_test.cc) against
+// central finite differences of its forward, in double precision on tiny
+// shapes. The scalar checked is sum(out * R) for a fixed random R, so
+// d/d(out) = R is what backward gets.
 // Tolerance: |analytic - numeric| <= 1e-6 * max(1, |numeric|) (the
 // differences' truncation error at h = 1e-5 is ~1e-10 relative).
 #include <gtest/gtest.h>
@@ -120,43 +121,6 @@ TEST_F(CpuKernels, MatmulSplitAcrossTasksEqualsOneCall) {
       for (int64_t c = 0; c < C; ++c) whole[n * OC + o] += inp[n * C + c] * w[o * C + c];
   for (int64_t i = 0; i < N * OC; ++i)
     EXPECT_NEAR(split[i], whole[i], 1e-12 * std::max(1.0, std::abs(whole[i])));
-}
-
-TEST_F(CpuKernels, AttentionBackwardMatchesFiniteDifferences) {
-  const int64_t B = 2, Tn = 4, C = 6, NH = 2;
-  Vec qkv = random_vec(B * Tn * 3 * C, 21), r = random_vec(B * Tn * C, 22);
-  auto f = [&] {
-    Vec out(B * Tn * C), att(B * NH * Tn * Tn);
-    attention_forward(out.data(), att.data(), qkv.data(), B, Tn, C, NH);
-    return dot(out, r);
-  };
-  Vec out(B * Tn * C), att(B * NH * Tn * Tn), dqkv(B * Tn * 3 * C);
-  attention_forward(out.data(), att.data(), qkv.data(), B, Tn, C, NH);
-  attention_backward(dqkv.data(), r.data(), qkv.data(), att.data(), B, Tn, C, NH);
-  expect_gradient("dqkv", &qkv, dqkv, f);
-}
-
-TEST_F(CpuKernels, AttentionIsCausal) {
-  const int64_t B = 1, Tn = 5, C = 4, NH = 2;
-  Vec qkv = random_vec(B * Tn * 3 * C, 23);
-  Vec out(B * Tn * C), att(B * NH * Tn * Tn);
-  attention_forward(out.data(), att.data(), qkv.data(), B, Tn, C, NH);
-  const Vec before = out;
-  for (int64_t c = 0; c < 3 * C; ++c) qkv[(Tn - 1) * 3 * C + c] += 1.0;  // change the last position
-  attention_forward(out.data(), att.data(), qkv.data(), B, Tn, C, NH);
-  for (int64_t i = 0; i < (Tn - 1) * C; ++i) EXPECT_EQ(out[i], before[i]) << "position " << i / C;
-  for (int64_t h = 0; h < NH; ++h)
-    for (int64_t t = 0; t < Tn; ++t) {
-      double row = 0;
-      for (int64_t s = 0; s < Tn; ++s) {
-        const double p = att[(h * Tn + t) * Tn + s];
-        if (s > t) {
-          EXPECT_EQ(p, 0.0);
-        }
-        row += p;
-      }
-      EXPECT_NEAR(row, 1.0, 1e-12);
-    }
 }
 
 TEST_F(CpuKernels, GeluBackwardMatchesFiniteDifferences) {

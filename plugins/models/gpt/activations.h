@@ -1,0 +1,82 @@
+// The size of every activation buffer GptRunner (runner.h) allocates for a
+// micro-batch of B samples, in elements, computed in one place: the runner
+// allocates from it, and a memory estimate can add it up. The attention
+// state is the backend's choice (attention_state_elements: the CPU keeps a
+// logsumexp per query row, CUDA the T x T probabilities), so it is passed in.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "gpt_config.h"
+
+namespace dscore::gpt {
+
+struct ActivationElements {
+  // Per kept block, in the backend's Scalar (N = B * T rows, C channels).
+  struct Block {
+    int64_t ln1 = 0;              // (N, C)
+    int64_t qkv = 0;              // (N, 3C)
+    int64_t atty = 0;             // (N, C) attention output, before the projection
+    int64_t attention_state = 0;  // the backend's attention_state_elements(B, T, NH)
+    int64_t x2 = 0;               // (N, C) residual after attention
+    int64_t ln2 = 0;              // (N, C)
+    int64_t fch = 0;              // (N, 4C)
+    int64_t fch_gelu = 0;         // (N, 4C)
+    int64_t stat = 0;             // (N) each of mean1, rstd1, mean2, rstd2, in the backend's Stat
+    int64_t scalars() const {
+      return ln1 + qkv + atty + attention_state + x2 + ln2 + fch + fch_gelu;
+    }
+  };
+  Block block;
+  // Blocks with their own activations: those not checkpointed, plus one
+  // set shared by the checkpointed blocks (recomputed there in turn).
+  int64_t kept_blocks = 0;
+  // Shared by all blocks, in Scalar.
+  int64_t resid = 0;  // (L + 1, N, C): every block's input, then the last output
+  int64_t lnf = 0, dlnf = 0, dresid = 0;  // (N, C) each
+  int64_t lnf_stat = 0;                   // (N) each of mean, rstd, in Stat
+  // Backward scratch, in Scalar.
+  int64_t dfch_gelu = 0, dfch = 0;  // (N, 4C) each
+  int64_t dln = 0, datty = 0;       // (N, C) each
+  int64_t dqkv = 0;                 // (N, 3C)
+  int64_t tokens = 0;               // (N) each of inputs and targets, int32
+
+  int64_t scalars() const {
+    return kept_blocks * block.scalars() + resid + lnf + dlnf + dresid + dfch_gelu + dfch + dln +
+           datty + dqkv;
+  }
+  int64_t stats() const { return kept_blocks * 4 * block.stat + 2 * lnf_stat; }
+  // All of it, for Scalar and Stat of these sizes.
+  int64_t bytes(size_t scalar_bytes, size_t stat_bytes) const {
+    return scalars() * static_cast<int64_t>(scalar_bytes) +
+           stats() * static_cast<int64_t>(stat_bytes) + 2 * tokens * 4;
+  }
+};
+
+// attention_state: the backend's attention_state_elements(B, block_size, n_head).
+inline ActivationElements activation_elements(const GptConfig& cfg, int64_t B,
+                                              int64_t attention_state) {
+  const int64_t N = B * cfg.block_size, C = cfg.n_embd;
+  ActivationElements e;
+  e.block.ln1 = N * C;
+  e.block.qkv = N * 3 * C;
+  e.block.atty = N * C;
+  e.block.attention_state = attention_state;
+  e.block.x2 = N * C;
+  e.block.ln2 = N * C;
+  e.block.fch = N * 4 * C;
+  e.block.fch_gelu = N * 4 * C;
+  e.block.stat = N;
+  e.kept_blocks = cfg.n_layer - cfg.checkpoint_blocks + (cfg.checkpoint_blocks > 0 ? 1 : 0);
+  e.resid = (cfg.n_layer + 1) * N * C;
+  e.lnf = e.dlnf = e.dresid = N * C;
+  e.lnf_stat = N;
+  e.dfch_gelu = e.dfch = N * 4 * C;
+  e.dln = e.datty = N * C;
+  e.dqkv = N * 3 * C;
+  e.tokens = N;
+  return e;
+}
+
+}  // namespace dscore::gpt
