@@ -37,6 +37,21 @@ TEST(SquareSum, SplitsOfTheSameElementsGiveTheSameDouble) {
   EXPECT_NEAR(whole, naive, 1e-12 * naive);
 }
 
+TEST(SquareSum, LargeInputsSummedInParallelGiveTheSameDoubleAndSeeEveryChunk) {
+  // Above 2^18 elements the sum runs in parallel chunks.
+  std::vector<float> v = random_values(600001, 11);
+  const double whole =
+      sum_squares(v.data(), DSCORE_DTYPE_F32, static_cast<int64_t>(v.size())).value();
+  SquareSum halves = sum_squares(v.data(), DSCORE_DTYPE_F32, 300000);
+  halves.merge(sum_squares(v.data() + 300000, DSCORE_DTYPE_F32, 300001));
+  EXPECT_EQ(halves.value(), whole);
+  double naive = 0;
+  for (float x : v) naive += static_cast<double>(x) * x;
+  EXPECT_NEAR(whole, naive, 1e-12 * naive);
+  v[550000] = NAN;  // in the last chunk
+  EXPECT_TRUE(sum_squares(v.data(), DSCORE_DTYPE_F32, static_cast<int64_t>(v.size())).non_finite);
+}
+
 TEST(SquareSum, NonFiniteIsReported) {
   std::vector<float> v = {1, 2, INFINITY, 3};
   EXPECT_TRUE(sum_squares(v.data(), DSCORE_DTYPE_F32, 4).non_finite);
