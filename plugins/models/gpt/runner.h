@@ -168,32 +168,40 @@ class GptRunner {
 
   // Tokens into backend memory; activations (re)allocated when B changes.
   void prepare(const SplitTokens& tokens) {
-    const int64_t N = tokens.batch * cfg_.block_size, C = cfg_.n_embd;
-    if (tokens.batch != B_) {
-      B_ = tokens.batch;
-      acts_ = Activations{};
-      acts_.resid = backend_.template alloc<T>((cfg_.n_layer + 1) * N * C);
-      acts_.lnf = backend_.template alloc<T>(N * C);
-      acts_.dlnf = backend_.template alloc<T>(N * C);
-      acts_.dresid = backend_.template alloc<T>(N * C);
-      acts_.lnf_mean = backend_.template alloc<S>(N);
-      acts_.lnf_rstd = backend_.template alloc<S>(N);
-      const int64_t kept =
-          cfg_.n_layer - cfg_.checkpoint_blocks + (cfg_.checkpoint_blocks > 0 ? 1 : 0);
-      acts_.blocks.resize(static_cast<size_t>(kept));
-      for (BlockActs& a : acts_.blocks) alloc_block(a);
-      acts_.dfch_gelu = backend_.template alloc<T>(N * 4 * C);
-      acts_.dfch = backend_.template alloc<T>(N * 4 * C);
-      acts_.dln = backend_.template alloc<T>(N * C);
-      acts_.datty = backend_.template alloc<T>(N * C);
-      acts_.dqkv = backend_.template alloc<T>(N * 3 * C);
-      inputs_ = backend_.template alloc<int32_t>(N);
-      targets_ = backend_.template alloc<int32_t>(N);
-    }
+    const int64_t N = tokens.batch * cfg_.block_size;
+    if (tokens.batch != B_) allocate(tokens.batch);
     backend_.copy_tokens(inputs_.get(), tokens.inputs.data(), N);
     backend_.copy_tokens(targets_.get(), tokens.targets.data(), N);
   }
 
+ public:
+  // Every buffer a pass over `batch` samples uses, allocated once and kept
+  // while the batch size stays. activation_bytes() (below) counts these same
+  // calls, so what the model declares is what it allocates.
+  void allocate(int64_t batch) {
+    const int64_t N = batch * cfg_.block_size, C = cfg_.n_embd;
+    B_ = batch;
+    acts_ = Activations{};
+    acts_.resid = backend_.template alloc<T>((cfg_.n_layer + 1) * N * C);
+    acts_.lnf = backend_.template alloc<T>(N * C);
+    acts_.dlnf = backend_.template alloc<T>(N * C);
+    acts_.dresid = backend_.template alloc<T>(N * C);
+    acts_.lnf_mean = backend_.template alloc<S>(N);
+    acts_.lnf_rstd = backend_.template alloc<S>(N);
+    const int64_t kept =
+        cfg_.n_layer - cfg_.checkpoint_blocks + (cfg_.checkpoint_blocks > 0 ? 1 : 0);
+    acts_.blocks.resize(static_cast<size_t>(kept));
+    for (BlockActs& a : acts_.blocks) alloc_block(a);
+    acts_.dfch_gelu = backend_.template alloc<T>(N * 4 * C);
+    acts_.dfch = backend_.template alloc<T>(N * 4 * C);
+    acts_.dln = backend_.template alloc<T>(N * C);
+    acts_.datty = backend_.template alloc<T>(N * C);
+    acts_.dqkv = backend_.template alloc<T>(N * 3 * C);
+    inputs_ = backend_.template alloc<int32_t>(N);
+    targets_ = backend_.template alloc<int32_t>(N);
+  }
+
+ private:
   void forward_blocks(const dscore_model_hooks& hooks) {
     const int64_t N = B_ * cfg_.block_size, C = cfg_.n_embd;
     {
@@ -270,5 +278,33 @@ class GptRunner {
   Activations acts_;
   Buffer<int32_t> inputs_, targets_;
 };
+
+// A backend that counts what the runner allocates instead of allocating it.
+template <class Scalar_, class Stat_>
+struct CountingBackend {
+  using Scalar = Scalar_;
+  using Stat = Stat_;
+  template <typename X>
+  struct Buffer {
+    X* get() const { return nullptr; }
+  };
+  template <typename X>
+  Buffer<X> alloc(int64_t n) {
+    bytes += static_cast<uint64_t>(n) * sizeof(X);
+    return {};
+  }
+  uint64_t bytes = 0;
+};
+
+// Bytes GptRunner::allocate(batch) takes over a backend of these types:
+// the model's declared activation memory (model.h activation_bytes), from
+// the same code path.
+template <class Scalar, class Stat>
+uint64_t runner_activation_bytes(const GptConfig& config, const GptParams& params, int64_t batch) {
+  using Counter = CountingBackend<Scalar, Stat>;
+  Counter counter;
+  GptRunner<Counter>(config, params, counter).allocate(batch);
+  return counter.bytes;
+}
 
 }  // namespace dscore::gpt

@@ -103,7 +103,7 @@ TEST(CliPluginsList, ShowsEveryBuiltInPluginWithKindNameVersionAbiAndPath) {
   for (const auto& [kind, name, file] : expected) {
     const Row* row = find_row(rows, kind, name);
     ASSERT_NE(row, nullptr) << kind << " " << name << " missing from\n" << r.out;
-    EXPECT_EQ(row->abi, "1.0") << *row;
+    EXPECT_EQ(row->abi, "1.1") << *row;
     EXPECT_FALSE(row->version.empty()) << *row;
     EXPECT_TRUE(fs::path(row->path).is_absolute()) << *row;
     EXPECT_EQ(row->path, build_plugin(file)) << *row;
@@ -150,7 +150,7 @@ TEST(CliPluginsList, PluginOnDscorePluginPathIsListedWithItsPath) {
   std::vector<Row> rows = parse_table(r.out);
   const Row* row = find_row(rows, "optimizer", "fake_sgd");
   ASSERT_NE(row, nullptr) << r.out;
-  EXPECT_EQ(*row, (Row{"optimizer", "fake_sgd", "1.2.3", "1.0", test_plugin_file("fake_sgd")}));
+  EXPECT_EQ(*row, (Row{"optimizer", "fake_sgd", "1.2.3", "1.1", test_plugin_file("fake_sgd")}));
   EXPECT_NE(find_row(rows, "optimizer", "adam"), nullptr) << "built-ins are still listed";
 }
 

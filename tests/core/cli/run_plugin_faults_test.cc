@@ -163,7 +163,7 @@ TEST_F(CliPluginFaults, NewerMinorNeedingANewerHostNamesBothVersions) {
   std::string m = config_error(run(optimizer("fake_minor99"), test_plugin_dir("fake_minor99")));
   EXPECT_NE(m.find("library 'lib-fake_minor99' (" + test_plugin_file("fake_minor99") +
                    ") was built against plugin ABI 1.99 and needs a host of ABI 1.99 or later; "
-                   "this dscore is ABI 1.0: upgrade dscore to ABI 1.99 or later or rebuild the "
+                   "this dscore is ABI 1.1: upgrade dscore to ABI 1.99 or later or rebuild the "
                    "plugin against sdk 1.0"),
             std::string::npos)
       << m;

@@ -142,7 +142,7 @@ TEST(PluginRegistry, NewerMinorNeedingANewerHostIsRejectedWithBothVersionsAndThe
   EXPECT_EQ(only_problem("fake_minor99"),
             "library 'lib-fake_minor99' (" + test_plugin_file("fake_minor99") +
                 ") was built against plugin ABI 1.99 and needs a host of ABI 1.99 or later; this "
-                "dscore is ABI 1.0: upgrade dscore to ABI 1.99 or later or rebuild the plugin "
+                "dscore is ABI 1.1: upgrade dscore to ABI 1.99 or later or rebuild the plugin "
                 "against sdk 1.0");
 }
 
@@ -189,7 +189,7 @@ TEST(PluginRegistry, UnknownKindFromANewerMinorIsSkippedWithANote) {
   ASSERT_EQ(registry->problems().size(), 1u);
   EXPECT_EQ(registry->problems()[0].message,
             "library 'lib-fake_future' (" + test_plugin_file("fake_future_kind") +
-                "): plugins[0] ('from_the_future') has kind 99, which this dscore (ABI 1.0) does "
+                "): plugins[0] ('from_the_future') has kind 99, which this dscore (ABI 1.1) does "
                 "not know; skipped (it needs a newer dscore)");
 }
 
