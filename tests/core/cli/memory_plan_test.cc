@@ -44,7 +44,8 @@ struct RankPeak {
 std::map<int, RankPeak> run_peaks(const std::string& out) {
   std::map<int, RankPeak> peaks;
   static const std::regex header(R"(^\[dscore(?: rank ([0-9]+))?\] memory$)");
-  static const std::regex peak(R"(^  peak: planned ([0-9]+) bytes, peak RSS \(VmHWM\) ([0-9]+) bytes)");
+  static const std::regex peak(
+      R"(^  peak: planned ([0-9]+) bytes, peak RSS \(VmHWM\) ([0-9]+) bytes)");
   int rank = -1;
   for (const std::string& line : split_lines(out)) {
     std::smatch m;
@@ -69,15 +70,14 @@ std::string quickstart_config() {
 // bench/gpt_train.cc's model and batch: ZeRO-0 at 1 rank, ZeRO-2 at 2.
 std::string bench_gpt_config(int ranks) {
   char text[1024];
-  std::snprintf(
-      text, sizeof text,
-      R"({"train_batch_size": %d, "train_micro_batch_size_per_gpu": 8, "train_steps": 1,
+  std::snprintf(text, sizeof text,
+                R"({"train_batch_size": %d, "train_micro_batch_size_per_gpu": 8, "train_steps": 1,
           "zero_optimization": {"stage": %d}, "memory_breakdown": true,
           "optimizer": {"type": "AdamW", "params": {"lr": 0.0006}},
           "model": {"type": "gpt", "n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256,
                     "vocab_size": 256},
           "data": {"type": "text", "path": "configs/data/quickstart.txt"}})",
-      8 * ranks, ranks > 1 ? 2 : 0);
+                8 * ranks, ranks > 1 ? 2 : 0);
   return text;
 }
 

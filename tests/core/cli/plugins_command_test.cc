@@ -222,8 +222,8 @@ TEST(CliPluginsList, AbiMismatchAndMissingFolderAreEachOneLine) {
   std::vector<std::string> lines = split_lines(r.err);
   ASSERT_EQ(lines.size(), 2u) << r.err;
   EXPECT_EQ(lines[0], "warning: library 'lib-fake_major2' (" + test_plugin_file("fake_major2") +
-                          ") was built against dscore plugin ABI major 2 (2.0), but this dscore "
-                          "speaks ABI major 1 (1.0): rebuild the plugin against this dscore's sdk");
+                          ") was built against dscore plugin ABI major 2 (2.1), but this dscore "
+                          "speaks ABI major 1 (1.1): rebuild the plugin against this dscore's sdk");
   EXPECT_EQ(lines[1],
             "warning: DSCORE_PLUGIN_PATH entry /nonexistent/dscore/plugins does not exist");
   EXPECT_EQ(find_row(parse_table(r.out), "optimizer", "fake_major2"), nullptr);
