@@ -16,6 +16,7 @@
 #include "core/data/sampler.h"
 #include "core/data/source.h"
 #include "core/engine/initialize.h"
+#include "core/engine/planner.h"
 #include "core/engine/progress.h"
 #include "core/observability/json_log.h"
 #include "core/plugin_host/crash_handler.h"
@@ -104,13 +105,27 @@ std::string describe_memory(const Engine& e) {
     return std::string("\n  ") + name + ": planned " + format_bytes(static_cast<uint64_t>(p)) +
            ", allocated " + format_bytes(static_cast<uint64_t>(m));
   };
-  return "memory (model states and buffers)" +
-         row("parameters", planned.parameters, measured.parameters) +
-         row("gradients", planned.gradients, measured.gradients) +
-         row("master weights", planned.master, measured.master) +
-         row("optimizer state", planned.optimizer, measured.optimizer) +
-         row("buffers", planned.buffers, measured.buffers) +
-         row("total", planned.total(), measured.total());
+  int64_t plugins = 0;  // the model's activations and what other plugins allocate
+  for (const auto& [tag, bytes] : e.plugin_memory().by_tag())
+    plugins += static_cast<int64_t>(bytes);
+  const std::optional<int64_t> peak = peak_resident_bytes();
+  std::string text = "memory" + row("parameters", planned.parameters, measured.parameters) +
+                     row("gradients", planned.gradients, measured.gradients) +
+                     row("master weights", planned.master, measured.master) +
+                     row("optimizer state", planned.optimizer, measured.optimizer) +
+                     row("buffers", planned.buffers, measured.buffers) +
+                     row("activations", planned.activations, plugins) +
+                     "\n  process and allocator: planned " +
+                     format_bytes(static_cast<uint64_t>(planned.process));
+  // One line per rank that `dscore plan` can be checked against.
+  text += "\n  peak: planned " + std::to_string(planned.total()) + " bytes, peak RSS (VmHWM) " +
+          (peak ? std::to_string(*peak) + " bytes" : std::string("unknown"));
+  if (peak && *peak > 0)
+    text += " (plan/measured " +
+            std::to_string(static_cast<double>(planned.total()) / static_cast<double>(*peak))
+                .substr(0, 5) +
+            ")";
+  return text;
 }
 
 // DeepSpeed's "mom=[...]": the optimizer's betas as a tuple, or its

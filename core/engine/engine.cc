@@ -101,8 +101,16 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   DSCORE_ASSIGN_OR_RETURN(engine->layout_,
                           ParamLayout::from_description(engine->model_->description()));
   // Before anything is allocated: the plan must fit this node's RAM and disk.
-  DSCORE_RETURN_IF_ERROR(check_job_fits(
-      config, engine->layout_, state_slots_of(*components.optimizer), engine->comm_->env()));
+  const Model& model = *engine->model_;
+  engine->process_memory_ = measure_process_memory(
+      config, model.display_name(),
+      [&](bool checkpointing) {
+        return model.activation_bytes(config.batch.train_micro_batch_size_per_gpu, checkpointing);
+      },
+      engine->comm_->world_size(), /*in_job=*/true);
+  DSCORE_RETURN_IF_ERROR(check_job_fits(config, engine->layout_,
+                                        state_slots_of(*components.optimizer), engine->comm_->env(),
+                                        engine->process_memory_));
   zero::ZeroContext ctx;
   ctx.config = &engine->config_;
   ctx.layout = &engine->layout_;
@@ -460,7 +468,10 @@ Result<std::unique_ptr<OwnedState>> Engine::make_owned_state(
 }
 
 zero::ZeroPlan Engine::plan() const {
-  return zero::make_plan(config_, layout_, optimizer_->slots(), comm_->world_size(), comm_->rank());
+  zero::ZeroPlan plan =
+      zero::make_plan(config_, layout_, optimizer_->slots(), comm_->world_size(), comm_->rank());
+  zero::add_process_memory(process_memory_, &plan);
+  return plan;
 }
 
 zero::MemoryPlan Engine::measured_memory() const {

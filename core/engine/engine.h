@@ -211,6 +211,7 @@ class Engine {
   std::unique_ptr<LrSchedule> schedule_;
   MonitorHub monitors_;
   ParamLayout layout_;
+  zero::ProcessMemory process_memory_;         // activations and the process, measured at create
   std::unique_ptr<offload::Swapper> swapper_;  // NVMe offload; outlives the strategy and state
   std::string job_name_;                       // of the swap folders (swap_folder)
   std::unique_ptr<zero::ZeroStrategy> strategy_;

@@ -33,7 +33,66 @@ std::optional<int64_t> disk_free(const std::string& path) {
   return static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize);
 }
 
+std::optional<int64_t> status_kib(const char* key) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    std::istringstream fields(line);
+    std::string name;
+    int64_t kib = 0;
+    if (fields >> name >> kib && name == key) return kib * 1024;
+  }
+  return std::nullopt;
+}
+
+// The process's memory beyond what it holds when the plan is made (its
+// VmRSS then, with dscore, its libraries and the plugins loaded), measured on
+// the reference machine (2 cores; Debian 12: glibc 2.36, TBB 2021.8, OpenBLAS
+// 0.3.21 pthread, Open MPI 4.1.4) from the peak RSS (VmHWM) that `dscore
+// run` reports with memory_breakdown, for the quickstart and the bench GPT
+// (bench/gpt_train.cc) at 1 and 2 ranks; tests/core/cli/memory_plan_test.cc
+// holds the plan within 10% of it.
+// - An MPI rank holds about 10 MiB more than a plain process after
+//   MPI_Init (Open MPI's shared-memory transport, progress thread and
+//   buffers: 163 -> 173 MiB). `dscore plan` does not start MPI, so it adds
+//   this for world > 1; a rank measures it itself (in_job).
+constexpr int64_t kMpiRankBytes = int64_t{10} << 20;
+// - glibc malloc's slack over what the rank allocates (page rounding of large
+//   mmap'd blocks, freed kernel scratch kept in per-thread arenas) and the
+//   compute threads' stacks: under 1% of the bytes allocated in every run
+//   above, so 1%.
+constexpr double kAllocatorSlack = 0.01;
+
 }  // namespace
+
+std::optional<int64_t> resident_bytes() { return status_kib("VmRSS:"); }
+std::optional<int64_t> peak_resident_bytes() { return status_kib("VmHWM:"); }
+
+bool checkpoints_activations(const config::TrainingConfig& config) {
+  if (config.activation_checkpointing.present) return true;
+  if (!config.model) return false;
+  const json::Value* own = config.model->params.find("checkpoint_activations");
+  return own != nullptr && own->is_bool() && own->as_bool();
+}
+
+zero::ProcessMemory measure_process_memory(const config::TrainingConfig& config,
+                                           const std::string& model_name,
+                                           const ActivationQuery& activations, int world_size,
+                                           bool in_job) {
+  zero::ProcessMemory process;
+  process.model = model_name;
+  process.checkpointing = checkpoints_activations(config);
+  auto as_int = [](const Result<uint64_t>& r) -> std::optional<int64_t> {
+    if (!r.ok()) return std::nullopt;
+    return static_cast<int64_t>(*r);
+  };
+  process.activations = as_int(activations(process.checkpointing));
+  if (process.activations) process.checkpointed = as_int(activations(!process.checkpointing));
+  process.baseline = resident_bytes().value_or(0);
+  if (world_size > 1 && !in_job) process.baseline += kMpiRankBytes;
+  process.allocator_slack = kAllocatorSlack;
+  return process;
+}
 
 std::vector<zero::StateSlot> state_slots_of(const plugin_host::OptimizerInstance& optimizer) {
   std::vector<zero::StateSlot> slots;
@@ -50,10 +109,12 @@ zero::NodeCapacity read_node_capacity(const zero::ZeroPlan& plan, int local_rank
 }
 
 Status check_job_fits(const config::TrainingConfig& config, const ParamLayout& layout,
-                      const std::vector<zero::StateSlot>& slots, const comm::JobEnv& job) {
+                      const std::vector<zero::StateSlot>& slots, const comm::JobEnv& job,
+                      const std::optional<zero::ProcessMemory>& process) {
   if (auto errors = zero::offload_plan_errors(config); !errors.empty())
     return invalid_argument(errors.front().path + ": " + errors.front().message);
-  const zero::ZeroPlan plan = zero::make_plan(config, layout, slots, job.world_size, job.rank);
+  zero::ZeroPlan plan = zero::make_plan(config, layout, slots, job.world_size, job.rank);
+  if (process) zero::add_process_memory(*process, &plan);
   return zero::check_fits(plan, read_node_capacity(plan, job.ranks_on_node()));
 }
 
@@ -77,9 +138,17 @@ Result<std::vector<zero::ZeroPlan>> plan_job(const Setup& setup, int world_size)
                                               setup.selection.optimizer->params, context));
   DSCORE_ASSIGN_OR_RETURN(ParamLayout layout, ParamLayout::from_description(model->description()));
   const std::vector<zero::StateSlot> slots = state_slots_of(*optimizer);
+  // Measured now: this process has loaded the plugins a rank loads.
+  const int64_t micro = cfg.batch.train_micro_batch_size_per_gpu;
+  const zero::ProcessMemory process = measure_process_memory(
+      cfg, model->info().display(),
+      [&](bool checkpointing) { return model->activation_bytes(micro, checkpointing); }, world_size,
+      /*in_job=*/false);
   std::vector<zero::ZeroPlan> plans;
-  for (int rank = 0; rank < world_size; ++rank)
+  for (int rank = 0; rank < world_size; ++rank) {
     plans.push_back(zero::make_plan(cfg, layout, slots, world_size, rank));
+    zero::add_process_memory(process, &plans.back());
+  }
   return plans;
 }
 

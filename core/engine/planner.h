@@ -4,6 +4,8 @@
 // parameters, no communicator.
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,11 +24,37 @@ std::vector<zero::StateSlot> state_slots_of(const plugin_host::OptimizerInstance
 // be read stays unknown (and unchecked).
 zero::NodeCapacity read_node_capacity(const zero::ZeroPlan& plan, int local_ranks);
 
+// This process's resident memory (VmRSS) and its peak so far (VmHWM), from
+// /proc/self/status; nullopt where unreadable.
+std::optional<int64_t> resident_bytes();
+std::optional<int64_t> peak_resident_bytes();
+
+// Whether the config's model checkpoints activations: DeepSpeed's
+// activation_checkpointing section, or the model's own
+// "checkpoint_activations" param.
+bool checkpoints_activations(const config::TrainingConfig& config);
+
+// A model's activation memory for one micro-batch: with checkpointing off
+// (false) or on (true); UNIMPLEMENTED when the model does not declare it.
+using ActivationQuery = std::function<Result<uint64_t>(bool checkpointing)>;
+
+// What a rank holds beyond its model states and buffers (zero::ProcessMemory):
+// the model's activations, and the process measured now plus what this
+// process does not hold yet. `in_job`: this process is the rank itself,
+// its communicator already started (Engine::create); false for
+// `dscore plan`, which adds what an MPI rank holds beyond a plain process.
+zero::ProcessMemory measure_process_memory(const config::TrainingConfig& config,
+                                           const std::string& model_name,
+                                           const ActivationQuery& activations, int world_size,
+                                           bool in_job);
+
 // Engine::create, before anything is allocated: the offload settings the
-// plan needs (invalid argument), then this rank's plan against this node's
-// RAM and disk, shared by `job.ranks_on_node()` ranks (zero::check_fits).
+// plan needs (invalid argument), then this rank's plan (with `process`:
+// activations and the process included) against this node's RAM and disk,
+// shared by `job.ranks_on_node()` ranks (zero::check_fits).
 Status check_job_fits(const config::TrainingConfig& config, const ParamLayout& layout,
-                      const std::vector<zero::StateSlot>& slots, const comm::JobEnv& job);
+                      const std::vector<zero::StateSlot>& slots, const comm::JobEnv& job,
+                      const std::optional<zero::ProcessMemory>& process = std::nullopt);
 
 // Config problems come back in setup->loaded.errors (print them like
 // `config check`); other failures as a Status.

@@ -10,6 +10,10 @@ Result<double> Model::layer_flops(size_t, int64_t) const {
   return unimplemented(display_name() + " does not report its FLOPs");
 }
 
+Result<uint64_t> Model::activation_bytes(int64_t, bool) const {
+  return unimplemented(display_name() + " does not declare its activation memory");
+}
+
 Status Model::synthetic_batch(uint64_t, int64_t, const dscore_batch&) const {
   return unimplemented(display_name() +
                        " has no synthetic task: set \"data\": {\"type\": \"text\" or \"tokens\", "

@@ -45,6 +45,11 @@ class Model {
   // 2), for the flops profiler; UNIMPLEMENTED when the model cannot say.
   virtual Result<double> layer_flops(size_t layer, int64_t batch_size) const;
 
+  // Peak bytes of activations and backward scratch of one forward_backward
+  // over `micro_batch` samples, without or with activation checkpointing
+  // (model.h activation_bytes); UNIMPLEMENTED when the model cannot say.
+  virtual Result<uint64_t> activation_bytes(int64_t micro_batch, bool checkpointing) const;
+
   // The model's own deterministic task (synthetic data), if it has one.
   virtual bool has_synthetic_task() const { return false; }
   virtual Status synthetic_batch(uint64_t seed, int64_t first_sample,

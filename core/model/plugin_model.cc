@@ -41,6 +41,10 @@ class PluginModel final : public Model {
     return instance_->layer_flops(layer, batch_size);
   }
 
+  Result<uint64_t> activation_bytes(int64_t micro_batch, bool checkpointing) const override {
+    return instance_->activation_bytes(micro_batch, checkpointing);
+  }
+
   bool has_synthetic_task() const override { return instance_->has_synthetic_task(); }
   Status synthetic_batch(uint64_t seed, int64_t first_sample,
                          const dscore_batch& out) const override {

@@ -132,6 +132,9 @@ class ModelInstance {
   bool has_synthetic_task() const;
   // UNIMPLEMENTED when the plugin has no layer_flops.
   Result<double> layer_flops(size_t layer, int64_t batch_size) const;
+  // UNIMPLEMENTED when the plugin has no activation_bytes (or is older than
+  // ABI 1.1).
+  Result<uint64_t> activation_bytes(int64_t micro_batch, bool checkpointing) const;
   Status synthetic_batch(uint64_t seed, int64_t first_sample, const dscore_batch& out) const;
 
  private:

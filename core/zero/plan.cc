@@ -55,7 +55,41 @@ void plan_optimizer_swap(const config::OffloadConfig& offload, int64_t sub_group
   plan->swap = std::move(swap);
 }
 
+constexpr const char* kNotCounted =
+    "activations and the process's own memory are not counted (make_plan alone)";
+
+std::string mib(int64_t bytes) { return format_bytes(static_cast<uint64_t>(bytes)); }
+
 }  // namespace
+
+void add_process_memory(const ProcessMemory& process, ZeroPlan* plan) {
+  MemoryPlan& m = plan->memory;
+  auto& notes = plan->notes;
+  notes.erase(std::remove(notes.begin(), notes.end(), kNotCounted), notes.end());
+  m.activations = process.activations.value_or(0);
+  plan->activations_counted = process.activations.has_value();
+  const int64_t allocated =
+      m.model_states() + m.buffers + m.offload_tiles + m.comm_scratch + m.activations;
+  const auto slack = static_cast<int64_t>(static_cast<double>(allocated) * process.allocator_slack);
+  m.process = process.baseline + slack;
+  if (!process.activations) {
+    notes.push_back("activations are not counted: " + process.model +
+                    " does not declare them (activation_bytes in sdk/include/dscore/model.h); "
+                    "leave room for them");
+  } else if (process.checkpointed && *process.checkpointed != *process.activations) {
+    notes.push_back(process.checkpointing
+                        ? "activations with activation_checkpointing: " + mib(m.activations) +
+                              " per micro-batch (" + mib(*process.checkpointed) + " without)"
+                        : "activations: " + mib(m.activations) + " per micro-batch (" +
+                              mib(*process.checkpointed) + " with activation_checkpointing)");
+  }
+  char slack_text[32];
+  std::snprintf(slack_text, sizeof slack_text, "%.0f%%", 100.0 * process.allocator_slack);
+  notes.push_back("process: " + mib(process.baseline) +
+                  " measured (dscore, its libraries and plugins, MPI) plus the allocator's "
+                  "slack, " +
+                  slack_text + " of what the rank allocates (" + mib(slack) + ")");
+}
 
 dscore_dtype model_dtype_of(const config::TrainingConfig& config) {
   if (config.fp16.enabled) return DSCORE_DTYPE_F16;
@@ -106,6 +140,10 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
       const int count = config.zero.overlap_comm ? 2 : 1;
       m.buffers = bytes(bucket, gd) * count;
     }
+    if (world > 1) {  // the largest reduction's staging in the mpi backend
+      const int64_t n = std::clamp<int64_t>(config.zero.reduce_bucket_size, 1, flat.padded_numel);
+      m.comm_scratch = bytes(n, gd) * (plan.stage == 0 ? 3 : world);
+    }
     if (plan.stage == 0) {
       plan.comm_elements["allreduce"] = flat.padded_numel * reductions;
     } else {
@@ -137,6 +175,7 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
       largest_layer = std::max(largest_layer, layer);
     }
     m.buffers = bytes(2 * largest_layer + persistent, md) + bytes(largest_layer, gd);
+    if (world > 1) m.comm_scratch = bytes(largest_layer, gd);  // reduce_scatter's gathered copy
     // Forward and backward each gather once per micro-step (when layers are
     // released in between); gradients are reduce-scattered once.
     plan.comm_elements["allgather"] = 2 * gathered_per_pass * gas + persistent;
@@ -165,7 +204,7 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
         "offload_param.device \"cpu\": the parameters are already in host memory on this "
         "CPU-only runtime; nothing moves");
   }
-  plan.notes.push_back("activations and the model's own workspace are not counted");
+  plan.notes.push_back(kNotCounted);
   plan.comm_elements["allgather (step statistics)"] = 4 * world;
   return plan;
 }
@@ -244,10 +283,18 @@ Status check_fits(const ZeroPlan& plan, const NodeCapacity& node) {
       fix += "use a higher ZeRO stage (zero_optimization.stage is " + std::to_string(plan.stage) +
              "; stage 3 partitions the parameters too), ";
     fix += "or run more ranks spread over more nodes";
-    problems.push_back("RAM: the model states and buffers need " + per_rank_and_node(ram, local) +
-                       " but this node has " + available_text(*node.ram_available, local) +
-                       " available (MemAvailable); to fit, " + fix +
-                       ". Activations are not counted, so leave room for them");
+    if (plan.activations_counted && plan.memory.activations > 0)
+      fix =
+          "lower train_micro_batch_size_per_gpu or turn on activation_checkpointing "
+          "(activations take " +
+          mib(plan.memory.activations) + " per rank), " + fix;
+    problems.push_back(
+        std::string("RAM: the ") +
+        (plan.activations_counted ? "model states, buffers, activations and the process need "
+                                  : "model states and buffers need ") +
+        per_rank_and_node(ram, local) + " but this node has " +
+        available_text(*node.ram_available, local) + " available (MemAvailable); to fit, " + fix +
+        (plan.activations_counted ? "" : ". Activations are not counted, so leave room for them"));
   }
   if (plan.memory.disk() > 0 && node.disk_available &&
       plan.memory.disk() * local > *node.disk_available) {
@@ -297,7 +344,14 @@ std::string format_plans(const std::vector<ZeroPlan>& plans) {
   if (p0.swap)
     row("offload tile buffers",
         [](const ZeroPlan& p) { return format_bytes(p.memory.offload_tiles); });
-  row("total", [](const ZeroPlan& p) { return format_bytes(p.memory.total()); });
+  if (p0.memory.comm_scratch > 0)
+    row("comm scratch (mpi)",
+        [](const ZeroPlan& p) { return format_bytes(p.memory.comm_scratch); });
+  if (p0.activations_counted)
+    row("activations", [](const ZeroPlan& p) { return format_bytes(p.memory.activations); });
+  if (p0.memory.process > 0)
+    row("process and allocator", [](const ZeroPlan& p) { return format_bytes(p.memory.process); });
+  row("total (peak)", [](const ZeroPlan& p) { return format_bytes(p.memory.total()); });
   if (p0.swap) {
     std::snprintf(line, sizeof line,
                   "  on disk (offload_optimizer nvme_path \"%s\"; %lld tile buffer(s) of %lld "

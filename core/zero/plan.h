@@ -40,11 +40,33 @@ struct MemoryPlan {
   int64_t offload_tiles = 0;   // tile buffers of NVMe optimizer offload (RAM)
   int64_t disk_master = 0;     // swap file of the fp32 master weights (NVMe)
   int64_t disk_optimizer = 0;  // swap files of the state slots (NVMe)
-  // RAM: model states held in memory, and everything in memory.
+  // Staging of the mpi comm backend (plugins/comm/mpi/collectives.cc) for
+  // the largest gradient reduction, kept for the run: a reduce gathers every
+  // rank's copy at the root (world x n), an allreduce holds 3 x n.
+  int64_t comm_scratch = 0;
+  int64_t activations = 0;  // the model's, for one micro-batch (add_process_memory)
+  int64_t process = 0;      // the process itself and the allocator's slack (add_process_memory)
+  // RAM: model states held in memory, and everything in memory at the peak.
   int64_t model_states() const { return parameters + gradients + master + optimizer; }
-  int64_t total() const { return model_states() + buffers + offload_tiles; }
+  int64_t total() const {
+    return model_states() + buffers + offload_tiles + comm_scratch + activations + process;
+  }
   int64_t disk_parameters = 0;  // stage 3 shards on NVMe (offload_param)
   int64_t disk() const { return disk_master + disk_optimizer + disk_parameters; }
+};
+
+// What a rank holds beyond the model states and buffers make_plan counts:
+// the model's activations (declared by the model, model.h activation_bytes)
+// and the process's own memory (measured; core/engine/planner.h).
+struct ProcessMemory {
+  std::string model;                    // the model's display name, for the note
+  std::optional<int64_t> activations;   // one micro-batch as configured; nullopt: unknown
+  std::optional<int64_t> checkpointed;  // the same with activation checkpointing on
+  bool checkpointing = false;           // the config's activation_checkpointing is on
+  int64_t baseline = 0;                 // RSS of the process before it allocates for training
+  // The allocator's slack on the bytes the rank allocates (model states,
+  // buffers, activations): a fraction of them.
+  double allocator_slack = 0;
 };
 
 // How offload_optimizer with device "nvme" processes the owned partition:
@@ -79,7 +101,8 @@ struct ZeroPlan {
   // The folder the swap files need space at (the optimizer's, else the
   // parameters'); empty when nothing goes to disk.
   std::string disk_path() const { return swap ? swap->nvme_path : param_nvme_path; }
-  std::vector<std::string> notes;  // printed under the table
+  bool activations_counted = false;  // add_process_memory had the model's declaration
+  std::vector<std::string> notes;    // printed under the table
   // Elements moved per optimizer step, by collective (the communicator's
   // counting: the full buffer of each call).
   std::map<std::string, int64_t> comm_elements;
@@ -94,6 +117,10 @@ dscore_dtype grad_dtype_of(const config::TrainingConfig& config);
 
 ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layout,
                    const std::vector<StateSlot>& slots, int world, int rank);
+
+// Adds the activations and the process to `plan`'s memory (and its peak,
+// total()), with a note saying what was counted and what was not.
+void add_process_memory(const ProcessMemory& process, ZeroPlan* plan);
 
 // Swap files and tiles of NVMe optimizer offload are whole multiples of
 // this many elements (a 4 KiB-aligned transfer at any dtype size).
@@ -123,7 +150,8 @@ struct NodeCapacity {
 // OK when `local_ranks` ranks with this rank's plan fit in the node's RAM
 // and, with NVMe offload, on its disk; else RESOURCE_EXHAUSTED naming the
 // bytes needed and available (per rank and for the node) and the settings
-// that lower them. Activations are not in the plan.
+// that lower them. The RAM counted is the plan's peak, total(): with
+// add_process_memory, activations and the process included.
 Status check_fits(const ZeroPlan& plan, const NodeCapacity& node);
 
 // A table: one column per rank (or plan vs measured), bytes in KiB/MiB/GiB.

@@ -7,6 +7,7 @@
 #include <dscore/model.h>
 #include <dscore/cpp/model_plugin.hpp>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -127,6 +128,30 @@ class Gpt : public sdk::Instance {
       return 2.0 * N * 12.0 * C * C + 4.0 * N * T * C;
     if (static_cast<int64_t>(layer) == config_.final_layer()) return 8.0 * N * C;
     throw Error(DSCORE_INVALID_ARGUMENT, "no layer " + std::to_string(layer));
+  }
+
+  // Host memory of one micro-batch's pass on the CPU: every buffer the
+  // runner allocates (GptRunner::allocate, counted by the same code) plus the
+  // LM head's block of logits and row statistics the CPU kernels hold while
+  // it runs (cpu/kernels.cc lm_rows_per_block: about 4M logits at a time).
+  // With checkpointing, the blocks the config checkpoints (all when it does
+  // not say) keep only their inputs.
+  uint64_t activation_bytes(int64_t micro_batch, bool checkpointing) const {
+    if (config_.device != "cpu")
+      throw Error(DSCORE_UNIMPLEMENTED,
+                  "gpt on \"device\": \"cuda\" keeps its activations in GPU memory, which the "
+                  "memory plan does not count");
+    if (micro_batch < 1) throw Error(DSCORE_INVALID_ARGUMENT, "micro_batch must be >= 1");
+    GptConfig c = config_;
+    c.checkpoint_blocks = !checkpointing                  ? 0
+                          : config_.checkpoint_blocks > 0 ? config_.checkpoint_blocks
+                                                          : config_.n_layer;
+    const int64_t N = micro_batch * c.block_size, V = c.vocab_size;
+    const int64_t head_rows =
+        std::clamp<int64_t>((int64_t{1} << 22) / V, 16, std::max<int64_t>(N, 16));
+    const uint64_t head =
+        static_cast<uint64_t>(head_rows) * (V * sizeof(float) + 2 * sizeof(double));
+    return runner_activation_bytes<float, float>(c, params_, micro_batch) + head;
   }
 
  private:

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "activations.h"
+#include "cpu/attention.h"
 #include "gpt_config.h"
 #include "gpt_params.h"
 #include "tokens.h"
@@ -179,31 +180,38 @@ class GptRunner {
   // Tokens into backend memory; activations (re)allocated when B changes.
   void prepare(const SplitTokens& tokens) {
     const int64_t N = tokens.batch * cfg_.block_size;
-    if (tokens.batch != B_) {
-      B_ = tokens.batch;
-      const ActivationElements e = activation_elements(
-          cfg_, B_, backend_.attention_state_elements(B_, cfg_.block_size, cfg_.n_head));
-      acts_ = Activations{};
-      acts_.resid = backend_.template alloc<T>(e.resid);
-      acts_.lnf = backend_.template alloc<T>(e.lnf);
-      acts_.dlnf = backend_.template alloc<T>(e.dlnf);
-      acts_.dresid = backend_.template alloc<T>(e.dresid);
-      acts_.lnf_mean = backend_.template alloc<S>(e.lnf_stat);
-      acts_.lnf_rstd = backend_.template alloc<S>(e.lnf_stat);
-      acts_.blocks.resize(static_cast<size_t>(e.kept_blocks));
-      for (BlockActs& a : acts_.blocks) alloc_block(a, e.block);
-      acts_.dfch_gelu = backend_.template alloc<T>(e.dfch_gelu);
-      acts_.dfch = backend_.template alloc<T>(e.dfch);
-      acts_.dln = backend_.template alloc<T>(e.dln);
-      acts_.datty = backend_.template alloc<T>(e.datty);
-      acts_.dqkv = backend_.template alloc<T>(e.dqkv);
-      inputs_ = backend_.template alloc<int32_t>(e.tokens);
-      targets_ = backend_.template alloc<int32_t>(e.tokens);
-    }
+    if (tokens.batch != B_) allocate(tokens.batch);
     backend_.copy_tokens(inputs_.get(), tokens.inputs.data(), N);
     backend_.copy_tokens(targets_.get(), tokens.targets.data(), N);
   }
 
+ public:
+  // Every buffer a pass over `batch` samples uses, allocated once and kept
+  // while the batch size stays. activation_bytes() (below) counts these same
+  // calls, so what the model declares is what it allocates.
+  void allocate(int64_t batch) {
+    B_ = batch;
+    const ActivationElements e = activation_elements(
+        cfg_, B_, backend_.attention_state_elements(B_, cfg_.block_size, cfg_.n_head));
+    acts_ = Activations{};
+    acts_.resid = backend_.template alloc<T>(e.resid);
+    acts_.lnf = backend_.template alloc<T>(e.lnf);
+    acts_.dlnf = backend_.template alloc<T>(e.dlnf);
+    acts_.dresid = backend_.template alloc<T>(e.dresid);
+    acts_.lnf_mean = backend_.template alloc<S>(e.lnf_stat);
+    acts_.lnf_rstd = backend_.template alloc<S>(e.lnf_stat);
+    acts_.blocks.resize(static_cast<size_t>(e.kept_blocks));
+    for (BlockActs& a : acts_.blocks) alloc_block(a, e.block);
+    acts_.dfch_gelu = backend_.template alloc<T>(e.dfch_gelu);
+    acts_.dfch = backend_.template alloc<T>(e.dfch);
+    acts_.dln = backend_.template alloc<T>(e.dln);
+    acts_.datty = backend_.template alloc<T>(e.datty);
+    acts_.dqkv = backend_.template alloc<T>(e.dqkv);
+    inputs_ = backend_.template alloc<int32_t>(e.tokens);
+    targets_ = backend_.template alloc<int32_t>(e.tokens);
+  }
+
+ private:
   void forward_blocks(const dscore_model_hooks& hooks) {
     const int64_t N = B_ * cfg_.block_size, C = cfg_.n_embd;
     {
@@ -280,5 +288,37 @@ class GptRunner {
   Activations acts_;
   Buffer<int32_t> inputs_, targets_;
 };
+
+// A backend that counts what the runner allocates instead of allocating it,
+// keeping for attention what the CPU backend keeps.
+template <class Scalar_, class Stat_>
+struct CountingBackend {
+  using Scalar = Scalar_;
+  using Stat = Stat_;
+  int64_t attention_state_elements(int64_t B, int64_t Tn, int64_t NH) const {
+    return cpu::attention_state_elements(B, Tn, NH);
+  }
+  template <typename X>
+  struct Buffer {
+    X* get() const { return nullptr; }
+  };
+  template <typename X>
+  Buffer<X> alloc(int64_t n) {
+    bytes += static_cast<uint64_t>(n) * sizeof(X);
+    return {};
+  }
+  uint64_t bytes = 0;
+};
+
+// Bytes GptRunner::allocate(batch) takes over a backend of these types:
+// the model's declared activation memory (model.h activation_bytes), from
+// the same code path.
+template <class Scalar, class Stat>
+uint64_t runner_activation_bytes(const GptConfig& config, const GptParams& params, int64_t batch) {
+  using Counter = CountingBackend<Scalar, Stat>;
+  Counter counter;
+  GptRunner<Counter>(config, params, counter).allocate(batch);
+  return counter.bytes;
+}
 
 }  // namespace dscore::gpt

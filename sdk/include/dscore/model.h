@@ -157,6 +157,21 @@ typedef struct dscore_model_vtable {
   dscore_status (*layer_flops)(const dscore_model* self, size_t layer, int64_t batch_size,
                                double* forward_flops);
   /* ---- minor 0 ends here ---- */
+
+  /* Optional (ABI 1.1). The most bytes of activations and backward scratch
+   * the model holds at once during one forward_backward() of a micro-batch
+   * of `micro_batch` samples, into *peak_bytes: everything it allocates for
+   * the pass beyond the parameters and gradients the host lends (kept
+   * activations, recomputation and gradient buffers, the loss head's
+   * workspace). checkpointing = 0: every activation is kept; non-zero: with
+   * activation checkpointing as this instance's parameters set it (every
+   * layer it can checkpoint when they do not say). The host adds it to the
+   * memory plan (`dscore plan`, and the check that a run fits its node).
+   * UNIMPLEMENTED (or NULL) when unknown: the plan then says activations are
+   * not counted. */
+  dscore_status (*activation_bytes)(const dscore_model* self, int64_t micro_batch,
+                                    int32_t checkpointing, uint64_t* peak_bytes);
+  /* ---- minor 1 ends here ---- */
 } dscore_model_vtable;
 
 #ifdef __cplusplus

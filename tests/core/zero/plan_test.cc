@@ -252,5 +252,56 @@ TEST(FitCheck, ShortDiskNamesTheNvmePath) {
   EXPECT_EQ(m.find("RAM:"), std::string::npos) << m;
 }
 
+TEST(ProcessMemory, ActivationsAndTheProcessAreInThePeakAndTheFitCheck) {
+  TwoLayers model;
+  ZeroPlan plan = make_plan(load(R"({"stage": 1})", "", 4), model.layout(), kAdam, 4, 1);
+  const int64_t states = plan.memory.total();
+  ProcessMemory process;
+  process.model = "model 'two_layers'";
+  process.activations = int64_t{3} << 20;
+  process.checkpointed = int64_t{1} << 20;
+  process.baseline = int64_t{100} << 20;
+  process.allocator_slack = 0.01;
+  add_process_memory(process, &plan);
+  const int64_t allocated = states + (int64_t{3} << 20);
+  EXPECT_EQ(plan.memory.activations, int64_t{3} << 20);
+  EXPECT_EQ(plan.memory.process,
+            (int64_t{100} << 20) + static_cast<int64_t>(static_cast<double>(allocated) * 0.01));
+  EXPECT_EQ(plan.memory.total(), allocated + plan.memory.process);
+  const std::string table = format_plans({plan});
+  for (const char* row : {"  activations  ", "  process and allocator", "  total (peak)"})
+    EXPECT_NE(table.find(row), std::string::npos) << row << "\n" << table;
+  EXPECT_NE(table.find("3.00 MiB per micro-batch (1.00 MiB with activation_checkpointing)"),
+            std::string::npos)
+      << table;
+  EXPECT_EQ(table.find("not counted"), std::string::npos) << table;
+
+  NodeCapacity node;
+  node.local_ranks = 4;
+  node.ram_available = 4 * plan.memory.total() - 1;
+  const std::string m = check_fits(plan, node).message();
+  for (const char* part : {"activations and the process need", "train_micro_batch_size_per_gpu",
+                           "activation_checkpointing"})
+    EXPECT_NE(m.find(part), std::string::npos) << part << "\n" << m;
+  EXPECT_EQ(m.find("Activations are not counted"), std::string::npos) << m;
+  node.ram_available = 4 * plan.memory.total();
+  EXPECT_TRUE(check_fits(plan, node).ok());
+}
+
+TEST(ProcessMemory, AModelThatDoesNotDeclareActivationsIsNamed) {
+  TwoLayers model;
+  ZeroPlan plan = make_plan(load(R"({"stage": 0})", "", 1), model.layout(), kAdam, 1, 0);
+  ProcessMemory process;
+  process.model = "model 'two_layers'";
+  process.baseline = 1 << 20;
+  add_process_memory(process, &plan);
+  EXPECT_EQ(plan.memory.activations, 0);
+  const std::string table = format_plans({plan});
+  EXPECT_NE(table.find("activations are not counted: model 'two_layers' does not declare them"),
+            std::string::npos)
+      << table;
+  EXPECT_EQ(table.find("  activations  "), std::string::npos) << table;
+}
+
 }  // namespace
 }  // namespace dscore::zero

@@ -14,6 +14,7 @@
 //                  dscore_tensor* output);
 //     void synthetic_batch(uint64_t seed, int64_t first_sample, const dscore_batch* out) const;
 //     double layer_flops(size_t layer, int64_t batch_size) const;
+//     uint64_t activation_bytes(int64_t micro_batch, bool checkpointing) const;
 //   };
 //   const dscore_plugin_descriptor kMine = sdk::model_descriptor<MyModel>(
 //       "my_model", "1.0", "one line", DSCORE_CAP_CPU | DSCORE_CAP_F32, kSchema);
@@ -62,6 +63,12 @@ template <typename T>
 struct HasLayerFlops<
     T, std::void_t<decltype(std::declval<const T&>().layer_flops(size_t{}, int64_t{}))>>
     : std::true_type {};
+template <typename T, typename = void>
+struct HasActivationBytes : std::false_type {};
+template <typename T>
+struct HasActivationBytes<
+    T, std::void_t<decltype(std::declval<const T&>().activation_bytes(int64_t{}, bool{}))>>
+    : std::true_type {};
 }  // namespace detail
 
 template <typename T>
@@ -100,6 +107,12 @@ struct ModelPlugin {
     return S::call(h, [&](const T& t) { *forward_flops = t.layer_flops(layer, batch_size); });
   }
 
+  static dscore_status activation_bytes(const dscore_model* h, int64_t micro_batch,
+                                        int32_t checkpointing, uint64_t* peak_bytes) {
+    return S::call(
+        h, [&](const T& t) { *peak_bytes = t.activation_bytes(micro_batch, checkpointing != 0); });
+  }
+
   static dscore_model_vtable make_vtable() {
     dscore_model_vtable vt{};
     vt.struct_size = sizeof vt;
@@ -111,6 +124,7 @@ struct ModelPlugin {
     if constexpr (detail::HasForward<T>::value) vt.forward = &forward;
     if constexpr (detail::HasSyntheticBatch<T>::value) vt.synthetic_batch = &synthetic_batch;
     if constexpr (detail::HasLayerFlops<T>::value) vt.layer_flops = &layer_flops;
+    if constexpr (detail::HasActivationBytes<T>::value) vt.activation_bytes = &activation_bytes;
     return vt;
   }
   static inline const dscore_model_vtable vtable = make_vtable();

@@ -268,5 +268,43 @@ TEST_F(GptModel, Bf16ViewsComputeLikeFp32OnTheSameValues) {
     }
 }
 
+// The CPU backend, counting the bytes the runner allocates through it.
+struct CountedCpuBackend : cpu::CpuBackend<double> {
+  template <typename X>
+  Buffer<X> alloc(int64_t n) {
+    bytes += static_cast<uint64_t>(n) * sizeof(X);
+    return cpu::CpuBackend<double>::alloc<X>(n);
+  }
+  uint64_t bytes = 0;
+};
+
+TEST_F(GptModel, DeclaredActivationBytesAreWhatAPassAllocates) {
+  // What the model declares (model.h activation_bytes) comes from the
+  // runner's own allocation code: a real pass allocates exactly that, with
+  // and without checkpointing, and nothing more on a second pass.
+  GptConfig c = tiny_config();
+  GptParams params(c, 7);
+  uint64_t previous = 0;
+  for (int64_t checkpoint_blocks : {0, 1, 2}) {
+    c.checkpoint_blocks = checkpoint_blocks;
+    FakeLayers layers(params.description(), DSCORE_DTYPE_F64);
+    init_layers(c, &layers);
+    CountedCpuBackend backend;
+    GptRunner<CountedCpuBackend> runner(c, params, backend);
+    runner.forward_backward(tiny_batch(c), layers.hooks(), 1.0);
+    runner.forward_backward(tiny_batch(c), layers.hooks(), 1.0);
+    const uint64_t declared = runner_activation_bytes<double, double>(c, params, 2);
+    EXPECT_EQ(backend.bytes, declared) << "checkpoint_blocks " << checkpoint_blocks;
+    // Checkpointed blocks share one set of block activations: 2 layers with
+    // 1 checkpointed keep as many as with none; with both, one set fewer.
+    if (checkpoint_blocks == 1) {
+      EXPECT_EQ(declared, previous);
+    } else if (checkpoint_blocks == 2) {
+      EXPECT_LT(declared, previous);
+    }
+    previous = declared;
+  }
+}
+
 }  // namespace
 }  // namespace dscore::gpt

@@ -1,0 +1,131 @@
+// The memory plan against the memory a run really takes: `dscore plan`'s
+// per-rank peak (model states, buffers, comm staging, the model's declared
+// activations and the measured process) within 10% of each rank's peak RSS
+// (VmHWM) that `dscore run` reports with memory_breakdown at the end of
+// training, for the README's quickstart and the bench GPT (bench/gpt_train.cc)
+// at 1 and 2 ranks. The peak is read before teardown: unloading the gpt
+// plugin's CUDA libraries at exit touches pages no training step does.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <regex>
+
+#include "core/config/json.h"
+#include "tests/core/cli/process.h"
+
+namespace dscore::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+// "741.67 MiB" -> bytes.
+double parse_bytes(const std::string& number, const std::string& unit) {
+  const std::map<std::string, double> scale = {
+      {"B", 1.0}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+  return std::stod(number) * scale.at(unit);
+}
+
+// The "total (peak)" row of `dscore plan`: one figure per rank.
+std::vector<double> plan_peaks(const std::string& out) {
+  std::vector<double> peaks;
+  const auto rows = lines_starting_with(out, "  total (peak)");
+  if (rows.size() != 1) return peaks;
+  static const std::regex figure(R"(([0-9.]+) (B|KiB|MiB|GiB))");
+  for (std::sregex_iterator it(rows[0].begin(), rows[0].end(), figure), end; it != end; ++it)
+    peaks.push_back(parse_bytes((*it)[1], (*it)[2]));
+  return peaks;
+}
+
+// Each rank's "peak: planned X bytes, peak RSS (VmHWM) Y bytes" line, by rank.
+struct RankPeak {
+  double planned = 0, measured = 0;
+};
+std::map<int, RankPeak> run_peaks(const std::string& out) {
+  std::map<int, RankPeak> peaks;
+  static const std::regex header(R"(^\[dscore(?: rank ([0-9]+))?\] memory$)");
+  static const std::regex peak(
+      R"(^  peak: planned ([0-9]+) bytes, peak RSS \(VmHWM\) ([0-9]+) bytes)");
+  int rank = -1;
+  for (const std::string& line : split_lines(out)) {
+    std::smatch m;
+    if (std::regex_match(line, m, header)) rank = m[1].matched ? std::stoi(m[1]) : 0;
+    if (rank >= 0 && std::regex_search(line, m, peak)) {
+      peaks[rank] = {std::stod(m[1]), std::stod(m[2])};
+      rank = -1;
+    }
+  }
+  return peaks;
+}
+
+// The quickstart as README runs it, with memory_breakdown on.
+std::string quickstart_config() {
+  auto value =
+      json::parse(read_text_file(fs::path(DSCORE_SOURCE_DIR) / "configs/quickstart.json"), "qs");
+  if (!value.ok()) return "";
+  value->set("memory_breakdown", json::Value(true));
+  return json::serialize(*value);
+}
+
+// bench/gpt_train.cc's model and batch: ZeRO-0 at 1 rank, ZeRO-2 at 2.
+std::string bench_gpt_config(int ranks) {
+  char text[1024];
+  std::snprintf(text, sizeof text,
+                R"({"train_batch_size": %d, "train_micro_batch_size_per_gpu": 8, "train_steps": 1,
+          "zero_optimization": {"stage": %d}, "memory_breakdown": true,
+          "optimizer": {"type": "AdamW", "params": {"lr": 0.0006}},
+          "model": {"type": "gpt", "n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256,
+                    "vocab_size": 256},
+          "data": {"type": "text", "path": "configs/data/quickstart.txt"}})",
+                8 * ranks, ranks > 1 ? 2 : 0);
+  return text;
+}
+
+void expect_plan_within_10_percent(const std::string& config_text, int ranks, int steps) {
+  TempDir dir("dscore_memory_plan");
+  fs::create_directory_symlink(fs::path(DSCORE_SOURCE_DIR) / "configs", dir.path() / "configs");
+  const fs::path config = dir.write("ds_config.json", config_text);
+  ProcessOptions options;
+  options.cwd = dir.path();
+  options.env = mpi_test_env();
+  const std::string n = std::to_string(ranks);
+  const ProcessResult plan = run_dscore({"plan", "--config", config.string(), "-n", n}, options);
+  ASSERT_EQ(plan.exit_code, 0) << plan.describe();
+  const std::vector<double> planned = plan_peaks(plan.out);
+  ASSERT_EQ(planned.size(), static_cast<size_t>(ranks)) << plan.out;
+  EXPECT_NE(plan.out.find("  activations  "), std::string::npos) << "counted\n" << plan.out;
+
+  const ProcessResult run = run_dscore(
+      {"run", "--config", config.string(), "-n", n, "--steps", std::to_string(steps)}, options);
+  ASSERT_EQ(run.exit_code, 0) << run.describe();
+  const std::map<int, RankPeak> peaks = run_peaks(run.out + run.err);
+  ASSERT_EQ(peaks.size(), static_cast<size_t>(ranks)) << run.out << run.err;
+  for (const auto& [rank, peak] : peaks) {
+    ASSERT_LT(rank, ranks);
+    const double ratio = planned[static_cast<size_t>(rank)] / peak.measured;
+    EXPECT_NEAR(ratio, 1.0, 0.10) << "rank " << rank << ": `dscore plan` " << planned[rank]
+                                  << " bytes, peak RSS " << peak.measured << " bytes\n"
+                                  << plan.out;
+    // The rank's own plan (its process measured in the job) agrees too.
+    EXPECT_NEAR(peak.planned / peak.measured, 1.0, 0.10) << "rank " << rank;
+  }
+}
+
+TEST(MemoryPlan, QuickstartPeakWithinTenPercentOnOneRank) {
+  expect_plan_within_10_percent(quickstart_config(), 1, 2);
+}
+
+TEST(MemoryPlan, QuickstartPeakWithinTenPercentOnTwoRanks) {
+  expect_plan_within_10_percent(quickstart_config(), 2, 2);
+}
+
+TEST(MemoryPlan, BenchGptPeakWithinTenPercentOnOneRank) {
+  expect_plan_within_10_percent(bench_gpt_config(1), 1, 1);
+}
+
+TEST(MemoryPlan, BenchGptPeakWithinTenPercentOnTwoRanks) {
+  expect_plan_within_10_percent(bench_gpt_config(2), 2, 1);
+}
+
+}  // namespace
+}  // namespace dscore::testing
