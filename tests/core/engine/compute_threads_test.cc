@@ -8,34 +8,13 @@
 
 #include <oneapi/tbb/global_control.h>
 
-#include <cstdlib>
 #include <optional>
 #include <string>
 
+#include "tests/fakes/scoped_env.h"
+
 namespace dscore {
 namespace {
-
-// Sets (or unsets) an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value)
-      setenv(name, value->c_str(), 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      setenv(name_, old_->c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 comm::JobEnv job_with_local_ranks(int ranks) {
   comm::JobEnv job;

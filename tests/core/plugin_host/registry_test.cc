@@ -14,6 +14,7 @@
 
 #include "core/plugin_host/library.h"
 #include "tests/core/plugin_host/test_plugins.h"
+#include "tests/fakes/scoped_env.h"
 
 namespace dscore::plugin_host {
 namespace {
@@ -312,26 +313,8 @@ TEST(PluginRegistry, KindNamesParseBothWays) {
 
 // --- the standard search path and the build's own plugins
 
-class EnvGuard {
- public:
-  explicit EnvGuard(const char* name) : name_(name) {
-    if (const char* v = getenv(name)) saved_ = v;
-  }
-  ~EnvGuard() {
-    if (saved_)
-      setenv(name_, saved_->c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> saved_;
-};
-
 TEST(PluginRegistry, StandardSearchPathOrderAndOrigins) {
-  EnvGuard guard("DSCORE_PLUGIN_PATH");
-  setenv("DSCORE_PLUGIN_PATH", "/env/a::/env/b", 1);
+  ScopedEnv env("DSCORE_PLUGIN_PATH", "/env/a::/env/b");
   SearchPath path = SearchPath::standard({"rel/plugins", "/abs/plugins"}, "/cfg");
   const std::string build_dir = fs::canonical(DSCORE_BUILD_PLUGIN_DIR).string();
   // The test binary runs from the build tree, whose plugin folder exists, so
@@ -349,8 +332,7 @@ TEST(PluginRegistry, StandardSearchPathOrderAndOrigins) {
 }
 
 TEST(PluginRegistry, DiscoversEveryLibraryInTheBuildsPluginFolder) {
-  EnvGuard guard("DSCORE_PLUGIN_PATH");
-  unsetenv("DSCORE_PLUGIN_PATH");
+  ScopedEnv env("DSCORE_PLUGIN_PATH", std::nullopt);
   auto registry = PluginRegistry::open(SearchPath::standard({}, ""));
   ASSERT_TRUE(registry.ok()) << registry.status().message();
   for (const LoadProblem& p : (*registry)->problems()) ADD_FAILURE() << p.path << ": " << p.message;
