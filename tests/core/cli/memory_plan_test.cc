@@ -19,6 +19,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Under ASan the resident memory is ASan's too (shadow memory, redzones, the
+// quarantine of freed blocks), so the peak is compared in the other builds
+// (the release suite); the plan and the per-rank peak lines are still
+// checked here.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kPeakIsTheProgramsOwn = false;
+#else
+constexpr bool kPeakIsTheProgramsOwn = true;
+#endif
+
 // "741.67 MiB" -> bytes.
 double parse_bytes(const std::string& number, const std::string& unit) {
   const std::map<std::string, double> scale = {
@@ -100,6 +110,9 @@ void expect_plan_within_10_percent(const std::string& config_text, int ranks, in
   ASSERT_EQ(run.exit_code, 0) << run.describe();
   const std::map<int, RankPeak> peaks = run_peaks(run.out + run.err);
   ASSERT_EQ(peaks.size(), static_cast<size_t>(ranks)) << run.out << run.err;
+  if (!kPeakIsTheProgramsOwn)
+    GTEST_SKIP() << "plan and peak lines read; the 10% comparison is not made under ASan, whose "
+                    "own memory is in the RSS (the release build makes it)";
   for (const auto& [rank, peak] : peaks) {
     ASSERT_LT(rank, ranks);
     const double ratio = planned[static_cast<size_t>(rank)] / peak.measured;
