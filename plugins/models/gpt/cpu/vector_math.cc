@@ -32,7 +32,7 @@ inline float gelu_grad_scalar(float x) {
 }
 
 // Each kernel below handles full vectors, then the tail through a padded
-// copy (pad_tail), so every element takes the vector path. Written without
+// copy (Tail), so every element takes the vector path. Written without
 // lambdas: a lambda does not inherit its function's target attribute.
 template <int W>
 struct Tail {
