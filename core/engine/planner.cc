@@ -87,7 +87,7 @@ zero::ProcessMemory measure_process_memory(const config::TrainingConfig& config,
     return static_cast<int64_t>(*r);
   };
   process.activations = as_int(activations(process.checkpointing));
-  if (process.activations) process.checkpointed = as_int(activations(!process.checkpointing));
+  if (process.activations) process.other_setting = as_int(activations(!process.checkpointing));
   process.baseline = resident_bytes().value_or(0);
   if (world_size > 1 && !in_job) process.baseline += kMpiRankBytes;
   process.allocator_slack = kAllocatorSlack;

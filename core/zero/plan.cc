@@ -68,20 +68,20 @@ void add_process_memory(const ProcessMemory& process, ZeroPlan* plan) {
   notes.erase(std::remove(notes.begin(), notes.end(), kNotCounted), notes.end());
   m.activations = process.activations.value_or(0);
   plan->activations_counted = process.activations.has_value();
-  const int64_t allocated =
-      m.model_states() + m.buffers + m.offload_tiles + m.comm_scratch + m.activations;
+  m.process = 0;
+  const int64_t allocated = m.total();  // everything but the process itself
   const auto slack = static_cast<int64_t>(static_cast<double>(allocated) * process.allocator_slack);
   m.process = process.baseline + slack;
   if (!process.activations) {
     notes.push_back("activations are not counted: " + process.model +
                     " does not declare them (activation_bytes in sdk/include/dscore/model.h); "
                     "leave room for them");
-  } else if (process.checkpointed && *process.checkpointed != *process.activations) {
+  } else if (process.other_setting && *process.other_setting != *process.activations) {
     notes.push_back(process.checkpointing
                         ? "activations with activation_checkpointing: " + mib(m.activations) +
-                              " per micro-batch (" + mib(*process.checkpointed) + " without)"
+                              " per micro-batch (" + mib(*process.other_setting) + " without)"
                         : "activations: " + mib(m.activations) + " per micro-batch (" +
-                              mib(*process.checkpointed) + " with activation_checkpointing)");
+                              mib(*process.other_setting) + " with activation_checkpointing)");
   }
   char slack_text[32];
   std::snprintf(slack_text, sizeof slack_text, "%.0f%%", 100.0 * process.allocator_slack);

@@ -59,11 +59,11 @@ struct MemoryPlan {
 // the model's activations (declared by the model, model.h activation_bytes)
 // and the process's own memory (measured; core/engine/planner.h).
 struct ProcessMemory {
-  std::string model;                    // the model's display name, for the note
-  std::optional<int64_t> activations;   // one micro-batch as configured; nullopt: unknown
-  std::optional<int64_t> checkpointed;  // the same with activation checkpointing on
-  bool checkpointing = false;           // the config's activation_checkpointing is on
-  int64_t baseline = 0;                 // RSS of the process before it allocates for training
+  std::string model;                     // the model's display name, for the note
+  std::optional<int64_t> activations;    // one micro-batch as configured; nullopt: unknown
+  std::optional<int64_t> other_setting;  // the same with activation checkpointing flipped
+  bool checkpointing = false;            // the config's activation_checkpointing is on
+  int64_t baseline = 0;                  // RSS of the process before it allocates for training
   // The allocator's slack on the bytes the rank allocates (model states,
   // buffers, activations): a fraction of them.
   double allocator_slack = 0;

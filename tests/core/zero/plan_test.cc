@@ -259,7 +259,7 @@ TEST(ProcessMemory, ActivationsAndTheProcessAreInThePeakAndTheFitCheck) {
   ProcessMemory process;
   process.model = "model 'two_layers'";
   process.activations = int64_t{3} << 20;
-  process.checkpointed = int64_t{1} << 20;
+  process.other_setting = int64_t{1} << 20;
   process.baseline = int64_t{100} << 20;
   process.allocator_slack = 0.01;
   add_process_memory(process, &plan);
