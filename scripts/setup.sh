@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(build-essential cmake ninja-build ccache git python3 python3-venv python3-pip python3-dev
           libboost-dev libboost-program-options-dev rapidjson-dev libtbb-dev
           libgtest-dev googletest openmpi-bin libopenmpi-dev clang clang-format libxxhash-dev
-          libopenblas-dev pkg-config liburing-dev)
+          libopenblas-dev pkg-config liburing-dev libpcre2-dev libsentencepiece-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

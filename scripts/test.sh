@@ -26,6 +26,9 @@ elif python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
     echo "test.sh: DSCORE_SKIP_DEEPSPEED=1: tests/external/deepspeed NOT run" >&2
   else
     bash tests/external/deepspeed/run_checks.sh build/release/bin/dscore
+    # Hugging Face's libraries (same venv): from_pretrained, export-hf and
+    # the tokenizers against transformers, tokenizers and sentencepiece.
+    bash tests/external/hf/run_checks.sh build/release/bin/dscore
   fi
 else
   echo "test.sh: WARNING: python3 with venv not found: tests/external NOT run" \
