@@ -1,8 +1,15 @@
-"""dscore's GPT against PyTorch + DeepSpeed: the same model, config and machine, in one run.
+"""dscore against PyTorch + DeepSpeed: the same model, config and machine, in one run.
+
+--model gpt (default): the GPT of bench/gpt_train.cc, built by hand on both
+sides from the same hyperparameters. --model llama: fine-tuning a ~100M
+Llama-shaped model (12 layers, hidden 768, 12 heads, 4 key/value heads,
+SwiGLU 2048, vocab 32000, tied embeddings): transformers creates it with
+random weights and saves it with save_pretrained into the run's folder, and
+both sides start from that folder ("from_pretrained").
 
 Started by run.sh with the venv's python and DS_ACCELERATOR=cpu. For each row it
 writes one ds_config.json into a temporary folder, runs `dscore run -n N
---config <it> --log-format json` and `torchrun --nproc_per_node N ds_gpt.py
+--config <it> --log-format json` and `torchrun --nproc_per_node N ds_train.py
 --config <it>` one after the other (alternating which goes first), and prints
 tokens/s of both, their ratio, and the achieved FLOP/s of each beside the
 machine's best fp32 GEMM rate (torch.mm and dscore's cpu_gemm_rate, n x n,
@@ -26,12 +33,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 # The GPT of bench/gpt_train.cc.
-MODEL = {"type": "gpt", "n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256, "vocab_size": 256}
+GPT = {"type": "gpt", "n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256, "vocab_size": 256}
+# The Llama of --model llama, as transformers' LlamaConfig (about 100M parameters).
+LLAMA = {"vocab_size": 32000, "hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 12,
+         "num_attention_heads": 12, "num_key_value_heads": 4, "max_position_embeddings": 1024,
+         "rope_theta": 10000.0, "tie_word_embeddings": True}
+LLAMA_T = 256
+MODEL = dict(GPT)  # the model of this run (main() sets it)
 MICRO, LR = 8, 6e-4
 # name: (ranks, ZeRO stage, bf16)
 ROWS = {"z0-1": (1, 0, False), "z0-2": (2, 0, False), "z3-2": (2, 3, False),
         "bf16-z0-1": (1, 0, True), "bf16-z3-2": (2, 3, True)}
-LN_VOCAB = math.log(MODEL["vocab_size"])
 
 
 def cpu_flags():
@@ -126,8 +138,8 @@ def run_peer(venv_bin, config, ranks, warmup, env, folder, name):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = run_logged([os.path.join(venv_bin, "torchrun"), "--nproc_per_node", str(ranks), "--master_addr",
-                      "127.0.0.1", "--master_port", str(port), os.path.join(HERE, "ds_gpt.py"), "--config", config,
-                      "--warmup", str(warmup)], env, os.path.join(folder, f"{name}.peer.log"), f"ds_gpt.py ({name})")
+                      "127.0.0.1", "--master_port", str(port), os.path.join(HERE, "ds_train.py"), "--config", config,
+                      "--warmup", str(warmup)], env, os.path.join(folder, f"{name}.peer.log"), f"ds_train.py ({name})")
     for line in out.splitlines():
         if line.startswith("peer_result "):
             return json.loads(line[len("peer_result "):])
@@ -135,22 +147,49 @@ def run_peer(venv_bin, config, ranks, warmup, env, folder, name):
 
 
 def flops_per_token(params):
-    # 6N + 12 L C T, N without the position embedding (as bench/gpt_train.cc).
-    L, C, T = MODEL["n_layer"], MODEL["n_embd"], MODEL["block_size"]
-    return 6.0 * (params - T * C) + 12.0 * L * C * T
+    """6N + 12 L C T, N the parameters a token multiplies: without gpt's
+    position embedding (as bench/gpt_train.cc), without an untied input
+    embedding (a lookup)."""
+    T = MODEL["block_size"]
+    if MODEL["type"] == "gpt":
+        L, C = MODEL["n_layer"], MODEL["n_embd"]
+        return 6.0 * (params - T * C) + 12.0 * L * C * T
+    L, C = LLAMA["num_hidden_layers"], LLAMA["hidden_size"]
+    lookup = 0 if LLAMA["tie_word_embeddings"] else LLAMA["vocab_size"] * C
+    return 6.0 * (params - lookup) + 12.0 * L * C * T
+
+
+def vocab_size():
+    return MODEL["vocab_size"] if MODEL["type"] == "gpt" else LLAMA["vocab_size"]
+
+
+def make_llama_folder(folder):
+    """The --model llama starting point: random weights (seed 0) saved as a
+    Hugging Face folder, as a user's downloaded checkpoint would be."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    path = os.path.join(folder, "llama-100m")
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(**LLAMA)).save_pretrained(path)
+    return path
 
 
 def check_losses(name, side, losses):
     """Both sides must start near ln(vocab) and fall: else the models differ."""
-    if abs(losses[0] - LN_VOCAB) > 0.5:
-        sys.exit(f"peer bench: FAILED: {name}: {side}'s first loss {losses[0]:.3f} is not near ln(256) = {LN_VOCAB:.3f}")
+    ln_vocab = math.log(vocab_size())
+    if abs(losses[0] - ln_vocab) > 0.5:
+        sys.exit(f"peer bench: FAILED: {name}: {side}'s first loss {losses[0]:.3f} is not near "
+                 f"ln({vocab_size()}) = {ln_vocab:.3f}")
     if not min(losses[-2:]) < losses[0] - 0.5:
         sys.exit(f"peer bench: FAILED: {name}: {side}'s loss does not fall: {losses}")
 
 
 def main():
+    global MODEL, MICRO
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dscore", default=os.path.join(ROOT, "build/release/bin/dscore"))
+    ap.add_argument("--model", choices=["gpt", "llama"], default="gpt",
+                    help="gpt: bench/gpt_train.cc's GPT; llama: fine-tune a ~100M Llama from a Hugging Face folder")
+    ap.add_argument("--micro-batch", type=int, help=f"micro batch per rank (default {MICRO}; 4 for --model llama)")
     ap.add_argument("--steps", type=int, default=5, help="timed steps per run (default 5)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
     ap.add_argument("--rows", help=f"comma-separated, of {', '.join(ROWS)} (default: all; the bf16 rows "
@@ -181,11 +220,18 @@ def main():
             print("peer bench: bf16 rows left out: this CPU has no avx512_bf16/amx_bf16 "
                   "(--rows bf16-z0-1,bf16-z3-2 runs them anyway)")
     folder = tempfile.mkdtemp(prefix="peer_bench.")
+    if args.model == "llama":
+        MODEL = {"type": "llama", "from_pretrained": make_llama_folder(folder), "block_size": LLAMA_T}
+        MICRO = 4
+    if args.micro_batch:
+        MICRO = args.micro_batch
     venv_bin = os.path.dirname(sys.executable)
     print(f"peer bench: {cores} cores, CPU bf16 instructions: {', '.join(bf16_isa) or 'none (AVX2 only)'}; "
           f"torch {torch.__version__}; configs and logs in {folder}")
-    print(f"model: gpt {MODEL['n_layer']} layers, n_embd {MODEL['n_embd']}, {MODEL['n_head']} heads, "
-          f"T {MODEL['block_size']}, vocab {MODEL['vocab_size']}; micro batch {MICRO}, AdamW lr {LR}; "
+    shape = (f"gpt {MODEL['n_layer']} layers, n_embd {MODEL['n_embd']}, {MODEL['n_head']} heads, vocab "
+             f"{MODEL['vocab_size']}" if args.model == "gpt" else
+             "llama " + ", ".join(f"{k} {v}" for k, v in LLAMA.items()) + f" (from {MODEL['from_pretrained']})")
+    print(f"model: {shape}; T {MODEL['block_size']}; micro batch {MICRO}, AdamW lr {LR}; "
           f"{args.warmup} warm-up + {args.steps} timed steps per run, {args.repeat} run(s) per side and row")
     gemm = {"fp32 before": gemm_rate(args.gemm_n, torch.float32),
             "dscore before": dscore_gemm_rate(dscore, args.gemm_n)}

@@ -2,7 +2,7 @@
 # dscore's GPT against PyTorch + DeepSpeed on the same model, config and
 # machine, in one run (bench/README.md#peer). For each row (1 rank ZeRO-0,
 # 2 ranks ZeRO-0, 2 ranks ZeRO-3, bf16 at 1 rank ZeRO-0 and 2 ranks ZeRO-3)
-# one ds_config.json is written and both `dscore run` and ds_gpt.py (under
+# one ds_config.json is written and both `dscore run` and ds_train.py (under
 # torchrun, DeepSpeed's CPU accelerator, gloo) train from it; a table of
 # tokens/s, their ratio and the achieved FLOP/s against the machine's best
 # fp32 GEMM rate measured in the same run follows.
@@ -12,7 +12,10 @@
 # ops (FusedAdam, shm comm) are JIT-built once into
 # build/deepspeed-torch-extensions.
 #
-# Usage: bench/peer/run.sh [--dscore build/release/bin/dscore] [--steps 5] [--warmup 2]
+# --model llama fine-tunes a ~100M Llama-shaped model from a Hugging Face
+# folder that transformers writes first (random weights) instead.
+#
+# Usage: bench/peer/run.sh [--model gpt|llama] [--dscore build/release/bin/dscore] [--steps 5] [--warmup 2]
 #                          [--rows z0-1,z0-2,z3-2,bf16-z0-1,bf16-z3-2] [--repeat 1] [--gemm-n 2048] [--keep]
 # Needs: the release build of `dscore` and its plugins
 #   (cmake --build --preset release --target dscore dscore_plugins), mpirun for -n 2.

@@ -1,18 +1,23 @@
-"""The peer of dscore's GPT bench: the same GPT in PyTorch, trained by DeepSpeed.
+"""The peer of dscore's benches: the same model in PyTorch, trained by DeepSpeed.
 
 One rank of a `torchrun --nproc_per_node N` job on DeepSpeed's CPU
 accelerator (DS_ACCELERATOR=cpu) with gloo. It reads the same ds_config.json
-that `dscore run` reads (bench/peer/run.sh writes one per row), builds the
-model of its "model" section exactly as the `gpt` plugin does
-(plugins/models/gpt: GPT-2 layout, pre-LayerNorm blocks, tanh GELU, tied LM
-head, learned position embeddings, biases everywhere, LayerNorm eps 1e-5,
-GPT-2's initialisation), trains train_steps steps on random (T + 1)-byte
-windows of the config's text file, and times the steps after --warmup.
+that `dscore run` reads (bench/peer/run.sh writes one per row) and builds the
+model of its "model" section:
+  - "type": "gpt": exactly as the `gpt` plugin does (plugins/models/gpt:
+    GPT-2 layout, pre-LayerNorm blocks, tanh GELU, tied LM head, learned
+    position embeddings, biases everywhere, LayerNorm eps 1e-5, GPT-2's
+    initialisation);
+  - "from_pretrained": DIR (types "llama" and "gpt2"): transformers'
+    AutoModelForCausalLM.from_pretrained(DIR) in fp32, SDPA attention,
+    fine-tuned from those weights as `dscore run` does.
+It trains train_steps steps on random (T + 1)-byte windows of the config's
+text file (T = the model section's block_size), and times the steps after --warmup.
 
 Rank 0 prints one machine-readable line:
   peer_result {"tokens_per_s": ..., "params": ..., "losses": [...], ...}
 
-Usage (from run.sh): torchrun --nproc_per_node N ds_gpt.py --config F [--warmup W]
+Usage (from run.sh): torchrun --nproc_per_node N ds_train.py --config F [--warmup W]
 """
 import argparse
 import json
@@ -91,6 +96,21 @@ class Gpt(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), targets.reshape(-1))
 
 
+class Pretrained(nn.Module):
+    """A Hugging Face causal LM from a folder, fp32, with the loss taken as
+    the gpt model's: cross-entropy of the logits at every position against
+    the next token (the batch already holds inputs and targets apart)."""
+
+    def __init__(self, folder):
+        super().__init__()
+        from transformers import AutoModelForCausalLM
+        self.hf = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="sdpa")
+
+    def forward(self, idx, targets):
+        logits = self.hf(input_ids=idx).logits
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), targets.reshape(-1))
+
+
 def param_groups(model):
     # As the gpt plugin flags them: 1-D tensors (biases, LayerNorm) get no weight decay.
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -106,11 +126,12 @@ def main():
     with open(args.config) as f:
         config = json.load(f)
     m = config["model"]
-    if m.get("type") != "gpt":
-        raise SystemExit(f"ds_gpt.py: {args.config}: model.type is {m.get('type')!r}; only 'gpt' is built here")
+    if m.get("type") != "gpt" and "from_pretrained" not in m:
+        raise SystemExit(f"ds_train.py: {args.config}: model.type is {m.get('type')!r}: only 'gpt' or a "
+                         "model section with from_pretrained is built here")
     steps = int(config["train_steps"])
     if steps <= args.warmup:
-        raise SystemExit(f"ds_gpt.py: train_steps {steps} must exceed --warmup {args.warmup}")
+        raise SystemExit(f"ds_train.py: train_steps {steps} must exceed --warmup {args.warmup}")
     ds_config = {k: v for k, v in config.items() if k not in DSCORE_ONLY}
 
     deepspeed.init_distributed(dist_backend="gloo", verbose=False)
@@ -118,11 +139,14 @@ def main():
     threads = int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads()))
     torch.set_num_threads(threads)
     torch.manual_seed(int(config.get("seed", 42)))
-    T, V = int(m["block_size"]), int(m["vocab_size"])
-    model = Gpt(int(m["n_layer"]), int(m["n_head"]), int(m["n_embd"]), T, V)
-    params = sum(p.numel() for p in model.parameters())  # wte once: it is tied
+    T = int(m["block_size"])
+    if "from_pretrained" in m:
+        model = Pretrained(m["from_pretrained"])
+    else:
+        model = Gpt(int(m["n_layer"]), int(m["n_head"]), int(m["n_embd"]), T, int(m["vocab_size"]))
+    params = sum(p.numel() for p in model.parameters())  # a tied embedding once
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=param_groups(model), config=ds_config)
-    if engine.zero_optimization_stage() == 3:
+    if engine.zero_optimization_stage() == 3 and isinstance(model, Gpt):
         # The LM head reads wte's weight outside wte's own forward: ZeRO-3
         # must gather it for the parent module too.
         deepspeed.zero.register_external_parameter(engine.module, engine.module.transformer.wte.weight)
@@ -130,7 +154,7 @@ def main():
     with open(config["data"]["path"], "rb") as f:
         text = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).to(torch.long)
     if text.numel() <= T + 1:
-        raise SystemExit(f"ds_gpt.py: {config['data']['path']} holds {text.numel()} bytes; need more than {T + 1}")
+        raise SystemExit(f"ds_train.py: {config['data']['path']} holds {text.numel()} bytes; need more than {T + 1}")
     micro = engine.train_micro_batch_size_per_gpu()
     gen = torch.Generator().manual_seed(1000 + rank)
     offsets = torch.arange(T + 1)
