@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "cpu/gemm.h"
+#include "common/cpu/gemm.h"
 #include "cpu/kernels.h"
 
 namespace dscore::gpt::cpu {
@@ -53,7 +53,7 @@ void expect_gradient(const char* what, Vec* x, const Vec& analytic,
 
 class CpuKernels : public ::testing::Test {
  protected:
-  void SetUp() override { use_single_threaded_blas(); }
+  void SetUp() override { transformer::cpu::use_single_threaded_blas(); }
 };
 
 TEST_F(CpuKernels, LayerNormBackwardMatchesFiniteDifferences) {

@@ -8,8 +8,8 @@
 #include <cmath>
 #include <vector>
 
+#include "common/cpu/gemm.h"
 #include "cpu/cpu_backend.h"
-#include "cpu/gemm.h"
 #include "gpt_params.h"
 #include "runner.h"
 #include "tests/plugins/models/gpt/fake_layers.h"
@@ -63,7 +63,7 @@ void init_layers(const GptConfig& c, FakeLayers* layers) {
 
 class GptModel : public ::testing::Test {
  protected:
-  void SetUp() override { cpu::use_single_threaded_blas(); }
+  void SetUp() override { transformer::cpu::use_single_threaded_blas(); }
 };
 
 TEST_F(GptModel, EveryParameterGradientMatchesFiniteDifferences) {

@@ -1,7 +1,7 @@
 // The vectorised fp32 GELU against a double-precision reference, on every
 // ISA this CPU has, with tails of every length; and position independence:
 // an element's result does not depend on where it lies in the array.
-#include "cpu/vector_math.h"
+#include "common/cpu/vector_math.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-namespace dscore::gpt::cpu {
+namespace dscore::transformer::cpu {
 namespace {
 
 double gelu_ref(double x) {
@@ -72,4 +72,4 @@ TEST(VectorMath, AnElementsResultDoesNotDependOnItsPosition) {
 }
 
 }  // namespace
-}  // namespace dscore::gpt::cpu
+}  // namespace dscore::transformer::cpu

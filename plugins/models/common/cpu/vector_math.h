@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-namespace dscore::gpt::cpu {
+namespace dscore::transformer::cpu {
 
 enum class VectorIsa { kScalar, kAvx2, kAvx512 };
 
@@ -26,4 +26,4 @@ void gelu_forward_f32(float* out, const float* inp, int64_t n, VectorIsa isa = v
 void gelu_backward_f32(float* dinp, const float* inp, const float* dout, int64_t n,
                        VectorIsa isa = vector_isa());
 
-}  // namespace dscore::gpt::cpu
+}  // namespace dscore::transformer::cpu

@@ -15,7 +15,7 @@ extern "C" __m512 _ZGVeN16v_tanhf(__m512);
 #define DSCORE_AVX2 __attribute__((target("avx2,fma")))
 #define DSCORE_AVX512 __attribute__((target("avx512f")))
 
-namespace dscore::gpt::cpu {
+namespace dscore::transformer::cpu {
 namespace {
 
 constexpr float kScale = 0.7978845608028654f;  // sqrt(2/pi)
@@ -175,4 +175,4 @@ void gelu_backward_f32(float* dinp, const float* inp, const float* dout, int64_t
   for (int64_t i = 0; i < n; ++i) dinp[i] = gelu_grad_scalar(inp[i]) * dout[i];
 }
 
-}  // namespace dscore::gpt::cpu
+}  // namespace dscore::transformer::cpu
