@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "activations.h"
-#include "cpu/attention.h"
+#include "common/counting_backend.h"
 #include "gpt_config.h"
 #include "gpt_params.h"
 #include "tokens.h"
@@ -289,33 +289,12 @@ class GptRunner {
   Buffer<int32_t> inputs_, targets_;
 };
 
-// A backend that counts what the runner allocates instead of allocating it,
-// keeping for attention what the CPU backend keeps.
-template <class Scalar_, class Stat_>
-struct CountingBackend {
-  using Scalar = Scalar_;
-  using Stat = Stat_;
-  int64_t attention_state_elements(int64_t B, int64_t Tn, int64_t NH) const {
-    return cpu::attention_state_elements(B, Tn, NH);
-  }
-  template <typename X>
-  struct Buffer {
-    X* get() const { return nullptr; }
-  };
-  template <typename X>
-  Buffer<X> alloc(int64_t n) {
-    bytes += static_cast<uint64_t>(n) * sizeof(X);
-    return {};
-  }
-  uint64_t bytes = 0;
-};
-
 // Bytes GptRunner::allocate(batch) takes over a backend of these types:
 // the model's declared activation memory (model.h activation_bytes), from
 // the same code path.
 template <class Scalar, class Stat>
 uint64_t runner_activation_bytes(const GptConfig& config, const GptParams& params, int64_t batch) {
-  using Counter = CountingBackend<Scalar, Stat>;
+  using Counter = transformer::CountingBackend<Scalar, Stat>;
   Counter counter;
   GptRunner<Counter>(config, params, counter).allocate(batch);
   return counter.bytes;

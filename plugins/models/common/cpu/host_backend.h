@@ -37,7 +37,8 @@ class HostBuffer {
     void* p = host.alloc(bytes, 64, DSCORE_MEMORY_HOST, tag);
     if (p == nullptr && bytes > 0)
       throw sdk::Error(DSCORE_RESOURCE_EXHAUSTED,
-                       std::string(model) + ": out of host memory allocating " + std::to_string(bytes >> 20) +
+                       std::string(model) + ": out of host memory allocating " +
+                           std::to_string(bytes >> 20) +
                            " MiB of activations; lower train_micro_batch_size_per_gpu or "
                            "block_size, or enable activation_checkpointing");
     return static_cast<X*>(p);
@@ -154,7 +155,8 @@ class HostBackend {
   static bool usable_in_place(const dscore_tensor* t) { return t->dtype == kOwnDtype; }
   void check_tensor(const dscore_tensor* t, int64_t numel, const char* what) const {
     if (t == nullptr || t->data == nullptr)
-      throw sdk::Error(DSCORE_INVALID_ARGUMENT, std::string(model_) + ": a " + what + " view is NULL");
+      throw sdk::Error(DSCORE_INVALID_ARGUMENT,
+                       std::string(model_) + ": a " + what + " view is NULL");
     if (t->device_type != DSCORE_DEVICE_CPU && t->device_type != DSCORE_DEVICE_CUDA_HOST)
       throw sdk::Error(DSCORE_INVALID_ARGUMENT,
                        std::string(model_) + ": a " + what +
@@ -165,9 +167,10 @@ class HostBackend {
                                                     sdk::dtype_name(t->dtype) +
                                                     "; expected fp32, bf16 or fp16");
     if (t->numel != numel || t->strides != nullptr)
-      throw sdk::Error(DSCORE_INVALID_ARGUMENT,
-                       std::string(model_) + ": a " + what + " view has " + std::to_string(t->numel) +
-                           " elements, expected " + std::to_string(numel) + " (dense)");
+      throw sdk::Error(DSCORE_INVALID_ARGUMENT, std::string(model_) + ": a " + what + " view has " +
+                                                    std::to_string(t->numel) +
+                                                    " elements, expected " + std::to_string(numel) +
+                                                    " (dense)");
   }
 };
 

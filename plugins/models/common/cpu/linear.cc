@@ -110,8 +110,8 @@ double lm_head_forward_backward(T* dx, T* dw, const T* x, const T* w, const int3
     for (int64_t r = 0; r < rows; ++r)
       if (targets[r0 + r] >= 0) loss += row_loss[r] + lse[r];
     gemm<T>(Op::kNone, Op::kNone, rows, C, V, T{1}, logits.data(), V, w, C, T{0}, dx + r0 * C, C);
-    gemm<T>(Op::kTranspose, Op::kNone, V, C, rows, T{1}, logits.data(), V, x + r0 * C, C, T{1},
-            dw, C);
+    gemm<T>(Op::kTranspose, Op::kNone, V, C, rows, T{1}, logits.data(), V, x + r0 * C, C, T{1}, dw,
+            C);
   }
   return loss;
 }

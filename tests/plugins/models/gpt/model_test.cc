@@ -12,14 +12,14 @@
 #include "cpu/cpu_backend.h"
 #include "gpt_params.h"
 #include "runner.h"
-#include "tests/plugins/models/gpt/fake_layers.h"
+#include "tests/plugins/models/common/fake_layers.h"
 
 DSCORE_PLUGIN_HOST_STORAGE;  // no host attached: the backend allocates with the C allocator
 
 namespace dscore::gpt {
 namespace {
 
-using testing::FakeLayers;
+using transformer::testing::FakeLayers;
 using Runner = GptRunner<cpu::CpuBackend<double>>;
 
 GptConfig tiny_config() {
