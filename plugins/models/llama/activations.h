@@ -69,7 +69,8 @@ inline ActivationElements activation_elements(const LlamaConfig& cfg, int64_t B,
   e.block.x2 = e.block.ln2 = N * C;
   e.block.gate = e.block.up = e.block.h = N * I;
   e.block.stat = N;
-  e.kept_blocks = cfg.num_hidden_layers - cfg.checkpoint_blocks + (cfg.checkpoint_blocks > 0 ? 1 : 0);
+  e.kept_blocks =
+      cfg.num_hidden_layers - cfg.checkpoint_blocks + (cfg.checkpoint_blocks > 0 ? 1 : 0);
   e.resid = (cfg.num_hidden_layers + 1) * N * C;
   e.lnf = e.dlnf = e.dresid = N * C;
   e.lnf_stat = N;

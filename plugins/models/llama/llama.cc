@@ -13,6 +13,7 @@
 #include <string>
 
 #include "common/cpu/gemm.h"
+#include "common/model_io.h"
 #include "common/tokens.h"
 #include "cpu/cpu_backend.h"
 #include "llama_config_reader.h"
@@ -78,16 +79,10 @@ class Llama : public sdk::Instance {
   const dscore_model_description* description() const { return &params_.description(); }
 
   void init_param(size_t index, int64_t offset, int64_t count, dscore_tensor* out) const {
-    if (index >= params_.param_count())
-      throw Error(DSCORE_OUT_OF_RANGE,
-                  "parameter index " + std::to_string(index) + " out of range");
-    const int64_t numel = params_.numel(index);
-    if (offset < 0 || count < 0 || offset + count > numel)
-      throw Error(DSCORE_OUT_OF_RANGE, "init_param: slice outside the parameter");
-    if (out == nullptr || out->dtype != DSCORE_DTYPE_F32 || out->numel != count ||
-        (count > 0 && out->data == nullptr))
-      throw Error(DSCORE_INVALID_ARGUMENT, "init_param: output must be fp32 with count elements");
-    params_.init(index, offset, count, static_cast<float*>(out->data));
+    float* data = transformer::init_param_output(
+        index, params_.param_count(), index < params_.param_count() ? params_.numel(index) : 0,
+        offset, count, out);
+    params_.init(index, offset, count, data);
   }
 
   double forward_backward(const dscore_batch* batch, const dscore_model_hooks& hooks,
@@ -97,18 +92,7 @@ class Llama : public sdk::Instance {
   void forward(const dscore_batch* batch, const dscore_model_hooks& hooks, double* loss,
                dscore_tensor* output) {
     const SplitTokens tokens = split(batch);
-    float* logits = nullptr;
-    if (output != nullptr) {
-      if (output->data == nullptr || output->dtype != DSCORE_DTYPE_F32 ||
-          output->numel != tokens.batch * config_.vocab_size ||
-          (output->device_type != DSCORE_DEVICE_CPU &&
-           output->device_type != DSCORE_DEVICE_CUDA_HOST))
-        throw Error(DSCORE_INVALID_ARGUMENT,
-                    "llama forward: output must be host fp32 of (batch, vocab_size) = (" +
-                        std::to_string(tokens.batch) + ", " + std::to_string(config_.vocab_size) +
-                        ")");
-      logits = static_cast<float*>(output->data);
-    }
+    float* logits = transformer::logits_output(output, tokens.batch, config_.vocab_size, "llama");
     runner_.forward(tokens, hooks, loss, logits);
   }
 
@@ -147,8 +131,9 @@ class Llama : public sdk::Instance {
                                                           : config_.num_hidden_layers;
     const int64_t head_rows =
         transformer::cpu::lm_rows_per_block(micro_batch * c.block_size, c.vocab_size);
-    const uint64_t head = static_cast<uint64_t>(head_rows) *
-                          (static_cast<uint64_t>(c.vocab_size) * sizeof(float) + 2 * sizeof(double));
+    const uint64_t head =
+        static_cast<uint64_t>(head_rows) *
+        (static_cast<uint64_t>(c.vocab_size) * sizeof(float) + 2 * sizeof(double));
     return runner_activation_bytes<float, float>(c, params_, micro_batch) + head;
   }
 

@@ -26,9 +26,10 @@ std::map<std::string, std::string> flat_object(const std::string& text) {
     while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
   };
   auto fail = [&] {
-    return invalid("llama: rope_scaling must be null or a flat object such as "
-                   "{\"rope_type\": \"llama3\", \"factor\": 8.0, ...}; got " +
-                   text);
+    return invalid(
+        "llama: rope_scaling must be null or a flat object such as "
+        "{\"rope_type\": \"llama3\", \"factor\": 8.0, ...}; got " +
+        text);
   };
   auto string_at = [&] {
     if (i >= text.size() || text[i] != '"') throw fail();
@@ -128,9 +129,8 @@ LlamaConfig read_config(const sdk::Params& p) {
   c.tie_word_embeddings = p.boolean("tie_word_embeddings");
   c.initializer_range = p.number("initializer_range");
   c.device = p.string("device");
-  if (c.vocab_size < 1 || c.hidden_size < 1 || c.intermediate_size < 1 ||
-      c.num_hidden_layers < 1 || c.num_attention_heads < 1 || c.num_key_value_heads < 1 ||
-      c.block_size < 1)
+  if (c.vocab_size < 1 || c.hidden_size < 1 || c.intermediate_size < 1 || c.num_hidden_layers < 1 ||
+      c.num_attention_heads < 1 || c.num_key_value_heads < 1 || c.block_size < 1)
     throw invalid(
         "llama: vocab_size, hidden_size, intermediate_size, num_hidden_layers, "
         "num_attention_heads, num_key_value_heads and block_size must be >= 1");

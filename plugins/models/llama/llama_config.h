@@ -36,7 +36,7 @@ struct LlamaConfig {
   int64_t checkpoint_blocks = 0;
   std::string device = "cpu";
 
-  int64_t q_dim() const { return num_attention_heads * head_dim; }    // Q
+  int64_t q_dim() const { return num_attention_heads * head_dim; }   // Q
   int64_t kv_dim() const { return num_key_value_heads * head_dim; }  // KV
   // Layers: 0 = embeddings (model.embed_tokens; also the LM head when tied),
   // 1..L = blocks, L + 1 = the final RMSNorm (and lm_head when untied).

@@ -34,6 +34,7 @@
 
 #include "activations.h"
 #include "common/counting_backend.h"
+#include "common/layer_pass.h"
 #include "common/tokens.h"
 #include "llama_config.h"
 #include "llama_params.h"
@@ -41,6 +42,10 @@
 
 namespace dscore::llama {
 
+using transformer::backward_layer;
+using transformer::backward_layer_grads;
+using transformer::forward_layer;
+using transformer::GradsReady;
 using transformer::SplitTokens;
 
 template <class Backend>
@@ -70,53 +75,36 @@ class LlamaRunner {
     const double grad_scale = loss_scale / static_cast<double>(tokens.counted_targets);
     double loss_sum = 0;
     auto head = [&](const T* w, T* dw) {
-      loss_sum = backend_.lm_head_forward_backward(acts_.dlnf.get(), dw, acts_.lnf.get(), w,
-                                                   targets_.get(), N, C, cfg_.vocab_size,
-                                                   grad_scale);
+      loss_sum =
+          backend_.lm_head_forward_backward(acts_.dlnf.get(), dw, acts_.lnf.get(), w,
+                                            targets_.get(), N, C, cfg_.vocab_size, grad_scale);
     };
-    if (cfg_.tie_word_embeddings) {  // the head's gradient, first part of the embedding's
-      sdk::AcquiredLayer layer(hooks, 0, DSCORE_ACQUIRE_BACKWARD, numels_[0].size());
-      auto p = backend_.load_params(layer.views(), numels_[0]);
-      auto g = backend_.grads(layer.views(), numels_[0]);
-      head(p[kEmbedTokens], g[kEmbedTokens]);
-      g.commit();
-      layer.release();
-    }
-    {  // final RMSNorm (and the untied head)
-      const size_t l = static_cast<size_t>(cfg_.final_layer());
-      sdk::AcquiredLayer layer(hooks, l, DSCORE_ACQUIRE_BACKWARD, numels_[l].size());
-      auto p = backend_.load_params(layer.views(), numels_[l]);
-      auto g = backend_.grads(layer.views(), numels_[l]);
-      if (!cfg_.tie_word_embeddings) head(p[kLmHead], g[kLmHead]);
-      T* d = acts_.dresid.get();
-      backend_.zero(d, N * C);
-      backend_.rmsnorm_backward(d, g[kFinalNorm], acts_.dlnf.get(),
-                                residual(cfg_.num_hidden_layers), p[kFinalNorm],
-                                acts_.lnf_rstd.get(), N, C);
-      g.commit();
-      layer.grads_ready();
-      layer.release();
-    }
+    if (cfg_.tie_word_embeddings)  // the head's gradient, first part of the embedding's
+      backward_layer(hooks, 0, numels_[0], backend_, GradsReady::kNo,
+                     [&](const auto& p, auto& g) { head(p[kEmbedTokens], g[kEmbedTokens]); });
+    const size_t final_layer = static_cast<size_t>(cfg_.final_layer());
+    backward_layer(hooks, final_layer, numels_[final_layer], backend_, GradsReady::kYes,
+                   [&](const auto& p, auto& g) {  // final RMSNorm (and the untied head)
+                     if (!cfg_.tie_word_embeddings) head(p[kLmHead], g[kLmHead]);
+                     T* d = acts_.dresid.get();
+                     backend_.zero(d, N * C);
+                     backend_.rmsnorm_backward(d, g[kFinalNorm], acts_.dlnf.get(),
+                                               residual(cfg_.num_hidden_layers), p[kFinalNorm],
+                                               acts_.lnf_rstd.get(), N, C);
+                   });
     for (int64_t l = cfg_.num_hidden_layers - 1; l >= 0; --l) {
       const size_t index = static_cast<size_t>(l + 1);
-      sdk::AcquiredLayer layer(hooks, index, DSCORE_ACQUIRE_BACKWARD, numels_[index].size());
-      auto p = backend_.load_params(layer.views(), numels_[index]);
-      auto g = backend_.grads(layer.views(), numels_[index]);
-      BlockActs& a = block_acts(l);
-      if (checkpointed(l)) block_forward(p, residual(l), nullptr, a);  // recompute
-      block_backward(p, g, residual(l), a, acts_.dresid.get());
-      g.commit();
-      layer.grads_ready();
-      layer.release();
+      backward_layer(hooks, index, numels_[index], backend_, GradsReady::kYes,
+                     [&](const auto& p, auto& g) {
+                       BlockActs& a = block_acts(l);
+                       if (checkpointed(l)) block_forward(p, residual(l), nullptr, a);  // recompute
+                       block_backward(p, g, residual(l), a, acts_.dresid.get());
+                     });
     }
-    {  // embeddings: the input side of the embedding's gradient, then grads_ready
-      sdk::AcquiredLayer layer(hooks, 0, DSCORE_ACQUIRE_BACKWARD, numels_[0].size());
-      auto g = backend_.grads(layer.views(), numels_[0]);
+    // embeddings: the input side of the embedding's gradient, then grads_ready
+    backward_layer_grads(hooks, 0, numels_[0], backend_, GradsReady::kYes, [&](auto& g) {
       backend_.embedding_backward(g[kEmbedTokens], acts_.dresid.get(), inputs_.get(), N, C);
-      g.commit();
-      layer.grads_ready();
-      layer.release();
-    }
+    });
     return loss_sum / static_cast<double>(tokens.counted_targets);
   }
 
@@ -138,10 +126,7 @@ class LlamaRunner {
     };
     if (cfg_.tie_word_embeddings) {
       forward_blocks(hooks, nullptr);
-      sdk::AcquiredLayer layer(hooks, 0, DSCORE_ACQUIRE_FORWARD, numels_[0].size());
-      auto p = backend_.load_params(layer.views(), numels_[0]);
-      head(p[kEmbedTokens]);
-      layer.release();
+      forward_layer(hooks, 0, numels_[0], backend_, [&](const auto& p) { head(p[kEmbedTokens]); });
     } else {
       forward_blocks(hooks, head);
     }
@@ -219,8 +204,7 @@ class LlamaRunner {
   void prepare(const SplitTokens& tokens) {
     if (tokens.batch != B_) {
       allocate(tokens.batch);
-      backend_.rope_tables(acts_.rope_cos.get(), acts_.rope_sin.get(), inv_freq_,
-                           cfg_.block_size);
+      backend_.rope_tables(acts_.rope_cos.get(), acts_.rope_sin.get(), inv_freq_, cfg_.block_size);
     }
     backend_.copy_tokens(inputs_.get(), tokens.inputs.data(), rows());
     backend_.copy_tokens(targets_.get(), tokens.targets.data(), rows());
@@ -228,8 +212,14 @@ class LlamaRunner {
 
   transformer::cpu::AttentionShape attention_shape() const {
     const int64_t Q = cfg_.q_dim(), KV = cfg_.kv_dim();
-    return {B_, cfg_.block_size, cfg_.num_attention_heads, cfg_.num_key_value_heads,
-            cfg_.head_dim, Q, KV, Q};
+    return {B_,
+            cfg_.block_size,
+            cfg_.num_attention_heads,
+            cfg_.num_key_value_heads,
+            cfg_.head_dim,
+            Q,
+            KV,
+            Q};
   }
 
   // The embeddings, every block, and the final norm; `final_head`, when
@@ -238,27 +228,22 @@ class LlamaRunner {
   template <class Head>
   void forward_blocks(const dscore_model_hooks& hooks, const Head& final_head) {
     const int64_t N = rows(), C = cfg_.hidden_size;
-    {
-      sdk::AcquiredLayer layer(hooks, 0, DSCORE_ACQUIRE_FORWARD, numels_[0].size());
-      auto p = backend_.load_params(layer.views(), numels_[0]);
+    forward_layer(hooks, 0, numels_[0], backend_, [&](const auto& p) {
       backend_.embedding_forward(residual(0), inputs_.get(), p[kEmbedTokens], N, C);
-      layer.release();
-    }
+    });
     for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
       const size_t index = static_cast<size_t>(l + 1);
-      sdk::AcquiredLayer layer(hooks, index, DSCORE_ACQUIRE_FORWARD, numels_[index].size());
-      auto p = backend_.load_params(layer.views(), numels_[index]);
-      block_forward(p, residual(l), residual(l + 1), block_acts(l));
-      layer.release();
+      forward_layer(hooks, index, numels_[index], backend_, [&](const auto& p) {
+        block_forward(p, residual(l), residual(l + 1), block_acts(l));
+      });
     }
     const size_t l = static_cast<size_t>(cfg_.final_layer());
-    sdk::AcquiredLayer layer(hooks, l, DSCORE_ACQUIRE_FORWARD, numels_[l].size());
-    auto p = backend_.load_params(layer.views(), numels_[l]);
-    backend_.rmsnorm_forward(acts_.lnf.get(), acts_.lnf_rstd.get(),
-                             residual(cfg_.num_hidden_layers), p[kFinalNorm], N, C,
-                             cfg_.rms_norm_eps);
-    if constexpr (!std::is_same_v<Head, std::nullptr_t>) final_head(p[kLmHead]);
-    layer.release();
+    forward_layer(hooks, l, numels_[l], backend_, [&](const auto& p) {
+      backend_.rmsnorm_forward(acts_.lnf.get(), acts_.lnf_rstd.get(),
+                               residual(cfg_.num_hidden_layers), p[kFinalNorm], N, C,
+                               cfg_.rms_norm_eps);
+      if constexpr (!std::is_same_v<Head, std::nullptr_t>) final_head(p[kLmHead]);
+    });
   }
 
   // x: the block's input; out: its output (null when recomputing: only the
@@ -300,8 +285,8 @@ class LlamaRunner {
     backend_.matmul_backward(dh, g[kDownProj], nullptr, d, a.h.get(), p[kDownProj], N, I, C);
     backend_.swiglu_backward(acts_.dgate.get(), acts_.dup.get(), dh, a.gate.get(), a.up.get(),
                              N * I);
-    backend_.matmul_backward(acts_.dln.get(), g[kGateProj], nullptr, acts_.dgate.get(),
-                             a.ln2.get(), p[kGateProj], N, C, I);
+    backend_.matmul_backward(acts_.dln.get(), g[kGateProj], nullptr, acts_.dgate.get(), a.ln2.get(),
+                             p[kGateProj], N, C, I);
     backend_.matmul_backward(acts_.dln.get(), g[kUpProj], nullptr, acts_.dup.get(), a.ln2.get(),
                              p[kUpProj], N, C, I, true);
     backend_.rmsnorm_backward(d, g[kPostAttentionNorm], acts_.dln.get(), a.x2.get(),
@@ -321,8 +306,8 @@ class LlamaRunner {
                              p[kKProj], N, C, KV, true);
     backend_.matmul_backward(acts_.dln.get(), g[kVProj], nullptr, acts_.dv.get(), a.ln1.get(),
                              p[kVProj], N, C, KV, true);
-    backend_.rmsnorm_backward(d, g[kInputNorm], acts_.dln.get(), x, p[kInputNorm], a.rstd1.get(),
-                              N, C);
+    backend_.rmsnorm_backward(d, g[kInputNorm], acts_.dln.get(), x, p[kInputNorm], a.rstd1.get(), N,
+                              C);
   }
 
   LlamaConfig cfg_;

@@ -161,17 +161,17 @@ void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up
   });
 }
 
-#define DSCORE_LLAMA_INSTANTIATE(T)                                                                \
-  template void embedding_forward<T>(T*, const int32_t*, const T*, int64_t, int64_t);              \
-  template void embedding_backward<T>(T*, const T*, const int32_t*, int64_t, int64_t);             \
-  template void rmsnorm_forward<T>(T*, T*, const T*, const T*, int64_t, int64_t, double);          \
-  template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t,       \
-                                    int64_t);                                                      \
-  template void rope_forward<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,        \
-                                int64_t);                                                          \
-  template void rope_backward<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,       \
-                                 int64_t);                                                         \
-  template void swiglu_forward<T>(T*, const T*, const T*, int64_t);                                \
+#define DSCORE_LLAMA_INSTANTIATE(T)                                                          \
+  template void embedding_forward<T>(T*, const int32_t*, const T*, int64_t, int64_t);        \
+  template void embedding_backward<T>(T*, const T*, const int32_t*, int64_t, int64_t);       \
+  template void rmsnorm_forward<T>(T*, T*, const T*, const T*, int64_t, int64_t, double);    \
+  template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t, \
+                                    int64_t);                                                \
+  template void rope_forward<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,  \
+                                int64_t);                                                    \
+  template void rope_backward<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, \
+                                 int64_t);                                                   \
+  template void swiglu_forward<T>(T*, const T*, const T*, int64_t);                          \
   template void swiglu_backward<T>(T*, T*, const T*, const T*, const T*, int64_t);
 
 DSCORE_LLAMA_INSTANTIATE(float)

@@ -73,9 +73,8 @@ void naive_attention(Vec* out, Vec* lse, const Inputs<float>& x, const Attention
 }
 
 std::string describe(const AttentionShape& s) {
-  return "B " + std::to_string(s.B) + " T " + std::to_string(s.Tn) + " NH " +
-         std::to_string(s.NH) + " NKV " + std::to_string(s.NKV) + " hd " +
-         std::to_string(s.head_dim);
+  return "B " + std::to_string(s.B) + " T " + std::to_string(s.Tn) + " NH " + std::to_string(s.NH) +
+         " NKV " + std::to_string(s.NKV) + " hd " + std::to_string(s.head_dim);
 }
 
 class GqaAttention : public ::testing::Test {

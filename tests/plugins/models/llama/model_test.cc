@@ -16,12 +16,15 @@
 #include "llama_params.h"
 #include "runner.h"
 #include "tests/plugins/models/common/fake_layers.h"
+#include "tests/plugins/models/common/model_checks.h"
 
 DSCORE_PLUGIN_HOST_STORAGE;  // no host attached: the backend allocates with the C allocator
 
 namespace dscore::llama {
 namespace {
 
+using transformer::testing::expect_same_grads;
+using transformer::testing::expect_scaled_grads;
 using transformer::testing::FakeLayers;
 using Runner = LlamaRunner<cpu::CpuBackend<double>>;
 
@@ -178,9 +181,10 @@ TEST_F(LlamaModel, HooksAreCalledInOrderAndEveryAcquireIsReleased) {
     Runner runner(c, params, backend);
     runner.forward_backward(tiny_batch(c), layers.hooks(), 1.0);
     std::vector<std::string> expected = {"F0", "R0", "F1", "R1", "F2", "R2", "F3", "R3"};
-    if (tied) expected.insert(expected.end(), {"B0", "R0"});  // the head: embedding gradient, part 1
-    expected.insert(expected.end(), {"B3", "G3", "R3", "B2", "G2", "R2", "B1", "G1", "R1", "B0",
-                                     "G0", "R0"});
+    if (tied)
+      expected.insert(expected.end(), {"B0", "R0"});  // the head: embedding gradient, part 1
+    expected.insert(expected.end(),
+                    {"B3", "G3", "R3", "B2", "G2", "R2", "B1", "G1", "R1", "B0", "G0", "R0"});
     EXPECT_EQ(layers.events, expected) << (tied ? "tied" : "untied");
     EXPECT_EQ(layers.outstanding(), 0);
     for (size_t l = 0; l < layers.layer_count(); ++l) EXPECT_EQ(layers.grads_ready_calls(l), 1);
@@ -202,11 +206,7 @@ TEST_F(LlamaModel, ActivationCheckpointingGivesTheSameGradientsBitForBit) {
   for (int64_t k : {1, 2}) {
     FakeLayers recomputed(params.description(), DSCORE_DTYPE_F64);
     EXPECT_EQ(run(k, &recomputed), loss);
-    for (size_t l = 0; l < plain.layer_count(); ++l)
-      for (size_t i = 0; i < plain.param_count(l); ++i)
-        for (int64_t e = 0; e < plain.numel(l, i); ++e)
-          ASSERT_EQ(recomputed.grad<double>(l, i)[e], plain.grad<double>(l, i)[e])
-              << "checkpoint_blocks " << k;
+    expect_same_grads(recomputed, plain, "checkpoint_blocks " + std::to_string(k));
   }
 }
 
@@ -222,11 +222,7 @@ TEST_F(LlamaModel, LossScaleScalesTheGradientsOnly) {
   const double l1 = runner.forward_backward(tiny_batch(c), one.hooks(), 1.0);
   const double l2 = runner.forward_backward(tiny_batch(c), scaled.hooks(), 1024.0);
   EXPECT_EQ(l1, l2);
-  for (size_t l = 0; l < one.layer_count(); ++l)
-    for (size_t i = 0; i < one.param_count(l); ++i)
-      for (int64_t e = 0; e < one.numel(l, i); ++e)
-        EXPECT_NEAR(scaled.grad<double>(l, i)[e], 1024.0 * one.grad<double>(l, i)[e],
-                    1e-9 * std::max(1.0, std::abs(scaled.grad<double>(l, i)[e])));
+  expect_scaled_grads(scaled, one, 1024.0);
 }
 
 TEST_F(LlamaModel, PaddingAfterAPromptDoesNotChangeItsLogits) {
@@ -247,15 +243,7 @@ TEST_F(LlamaModel, PaddingAfterAPromptDoesNotChangeItsLogits) {
   }
 }
 
-// The CPU backend, counting the bytes the runner allocates through it.
-struct CountedCpuBackend : cpu::CpuBackend<double> {
-  template <typename X>
-  Buffer<X> alloc(int64_t n) {
-    bytes += static_cast<uint64_t>(n) * sizeof(X);
-    return cpu::CpuBackend<double>::alloc<X>(n);
-  }
-  uint64_t bytes = 0;
-};
+using CountedCpuBackend = transformer::testing::CountedBackend<cpu::CpuBackend<double>>;
 
 TEST_F(LlamaModel, DeclaredActivationBytesAreWhatAPassAllocates) {
   LlamaConfig c = tiny_config(false);
