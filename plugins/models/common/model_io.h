@@ -37,7 +37,8 @@ inline float* logits_output(dscore_tensor* output, int64_t batch, int64_t vocab_
       output->numel != batch * vocab_size ||
       (output->device_type != DSCORE_DEVICE_CPU && output->device_type != DSCORE_DEVICE_CUDA_HOST))
     throw sdk::Error(DSCORE_INVALID_ARGUMENT,
-                     std::string(model) + " forward: output must be host fp32 of (batch, vocab_size) = (" +
+                     std::string(model) +
+                         " forward: output must be host fp32 of (batch, vocab_size) = (" +
                          std::to_string(batch) + ", " + std::to_string(vocab_size) + ")");
   return static_cast<float*>(output->data);
 }
