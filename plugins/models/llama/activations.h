@@ -22,10 +22,10 @@ struct ActivationElements {
     int64_t x2 = 0;               // (N, C) residual after attention
     int64_t ln2 = 0;              // (N, C) post_attention_layernorm's output
     int64_t gate = 0, up = 0;     // (N, I) each
-    int64_t h = 0;                // (N, I) silu(gate) * up, down_proj's input
+    int64_t swiglu = 0;           // (N, I) silu(gate) * up, down_proj's input
     int64_t stat = 0;             // (N) each of rstd1, rstd2, in Stat
     int64_t scalars() const {
-      return ln1 + q + k + v + atty + attention_state + x2 + ln2 + gate + up + h;
+      return ln1 + q + k + v + atty + attention_state + x2 + ln2 + gate + up + swiglu;
     }
   };
   Block block;
@@ -38,7 +38,7 @@ struct ActivationElements {
   int64_t lnf_stat = 0;                   // (N) rstd, in Stat
   int64_t rope = 0;                       // (T, hd / 2) each of cos, sin
   // Backward scratch, in Scalar.
-  int64_t dgate = 0, dup = 0;  // (N, I) each; dgate also holds d(h)
+  int64_t dgate = 0, dup = 0;  // (N, I) each; dgate also holds d(swiglu)
   int64_t dln = 0;             // (N, C)
   int64_t datty = 0, dq = 0;   // (N, Q) each
   int64_t dk = 0, dv = 0;      // (N, KV) each
@@ -67,7 +67,7 @@ inline ActivationElements activation_elements(const LlamaConfig& cfg, int64_t B,
   e.block.atty = N * Q;
   e.block.attention_state = attention_state;
   e.block.x2 = e.block.ln2 = N * C;
-  e.block.gate = e.block.up = e.block.h = N * I;
+  e.block.gate = e.block.up = e.block.swiglu = N * I;
   e.block.stat = N;
   e.kept_blocks =
       cfg.num_hidden_layers - cfg.checkpoint_blocks + (cfg.checkpoint_blocks > 0 ? 1 : 0);

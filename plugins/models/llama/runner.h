@@ -164,7 +164,7 @@ class LlamaRunner {
 
  private:
   struct BlockActs {
-    Buffer<T> ln1, q, k, v, atty, attention_state, x2, ln2, gate, up, h;
+    Buffer<T> ln1, q, k, v, atty, attention_state, x2, ln2, gate, up, swiglu;
     Buffer<S> rstd1, rstd2;
   };
   struct Activations {
@@ -195,7 +195,7 @@ class LlamaRunner {
     a.ln2 = backend_.template alloc<T>(e.ln2);
     a.gate = backend_.template alloc<T>(e.gate);
     a.up = backend_.template alloc<T>(e.up);
-    a.h = backend_.template alloc<T>(e.h);
+    a.swiglu = backend_.template alloc<T>(e.swiglu);
     a.rstd1 = backend_.template alloc<S>(e.stat);
     a.rstd2 = backend_.template alloc<S>(e.stat);
   }
@@ -270,9 +270,9 @@ class LlamaRunner {
                              eps);
     backend_.matmul_forward(a.gate.get(), a.ln2.get(), p[kGateProj], nullptr, N, C, I);
     backend_.matmul_forward(a.up.get(), a.ln2.get(), p[kUpProj], nullptr, N, C, I);
-    backend_.swiglu_forward(a.h.get(), a.gate.get(), a.up.get(), N * I);
+    backend_.swiglu_forward(a.swiglu.get(), a.gate.get(), a.up.get(), N * I);
     if (out == nullptr) return;
-    backend_.matmul_forward(out, a.h.get(), p[kDownProj], nullptr, N, I, C);
+    backend_.matmul_forward(out, a.swiglu.get(), p[kDownProj], nullptr, N, I, C);
     backend_.add(out, out, a.x2.get(), N * C);
   }
 
@@ -281,9 +281,10 @@ class LlamaRunner {
   void block_backward(const P& p, G& g, const T* x, const BlockActs& a, T* d) {
     const int64_t N = rows(), C = cfg_.hidden_size, I = cfg_.intermediate_size;
     const int64_t Q = cfg_.q_dim(), KV = cfg_.kv_dim(), hd = cfg_.head_dim, Tn = cfg_.block_size;
-    T* dh = acts_.dgate.get();  // d(h), then d(gate) in place
-    backend_.matmul_backward(dh, g[kDownProj], nullptr, d, a.h.get(), p[kDownProj], N, I, C);
-    backend_.swiglu_backward(acts_.dgate.get(), acts_.dup.get(), dh, a.gate.get(), a.up.get(),
+    T* dswiglu = acts_.dgate.get();  // d(swiglu), then d(gate) in place
+    backend_.matmul_backward(dswiglu, g[kDownProj], nullptr, d, a.swiglu.get(), p[kDownProj], N, I,
+                             C);
+    backend_.swiglu_backward(acts_.dgate.get(), acts_.dup.get(), dswiglu, a.gate.get(), a.up.get(),
                              N * I);
     backend_.matmul_backward(acts_.dln.get(), g[kGateProj], nullptr, acts_.dgate.get(), a.ln2.get(),
                              p[kGateProj], N, C, I);

@@ -60,12 +60,12 @@ TEST_F(LlamaRun, OneRankLearnsARepeatingTextAndCheckpointingGivesTheSameLosses) 
   EXPECT_GT(losses.front(), 5.0);  // about ln(256) at the start
   EXPECT_LT(losses.back(), 0.25 * losses.front()) << plain.out;
 
-  ProcessResult checkpointed =
-      run_dscore({"run", "--config",
-                  dir_.write("checkpointed.json",
-                             llama_config(corpus_, model,
-                                          R"(, "activation_checkpointing": {"number_checkpoints": 1})"))
-                      .string()});
+  ProcessResult checkpointed = run_dscore(
+      {"run", "--config",
+       dir_.write("checkpointed.json",
+                  llama_config(corpus_, model,
+                               R"(, "activation_checkpointing": {"number_checkpoints": 1})"))
+           .string()});
   ASSERT_EQ(checkpointed.exit_code, 0) << checkpointed.describe();
   EXPECT_EQ(step_losses(checkpointed.out), losses);
 }
