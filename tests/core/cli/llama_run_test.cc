@@ -86,6 +86,26 @@ TEST_F(LlamaRun, TwoRanksUnderZeroStage3Train) {
   EXPECT_LT(losses.back(), 0.25 * losses.front()) << r.out;
 }
 
+// layer_flops through DeepSpeed's flops profiler: micro-batch 8 x 24
+// positions (N = 192), C = Q = 32, KV = 16, I = 88, V = 256. A block:
+// 2 N (2 C Q + 2 C KV + 3 C I) + 4 N T Q = 4,423,680 + 589,824 flops =
+// 2.51 MMACs; the final layer (untied head): 4 N C + 2 N C V = 1.59 MMACs.
+TEST_F(LlamaRun, TheFlopsProfilerReportsTheModelsLayerFlops) {
+  ProcessResult r = run_dscore(
+      {"run", "--config",
+       dir_.write("flops.json",
+                  llama_config(corpus_, "",
+                               R"(, "flops_profiler": {"enabled": true, "profile_step": 1})"))
+           .string(),
+       "--steps", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const std::string all = r.out + r.err;
+  EXPECT_NE(all.find("(model.layers.0): 11.58 K = "), std::string::npos) << all;
+  EXPECT_NE(all.find("2.51 MMACs = "), std::string::npos) << all;
+  EXPECT_NE(all.find("(model.norm): "), std::string::npos) << all;
+  EXPECT_NE(all.find("1.59 MMACs = "), std::string::npos) << all;
+}
+
 TEST_F(LlamaRun, AnUnsupportedSettingIsNamed) {
   ProcessResult r = run_dscore(
       {"run", "--config",
