@@ -206,7 +206,7 @@ VectorIsa detect() {
     limit = VectorIsa::kAvx2;
   } else if (want != "avx512") {
     std::fprintf(stderr,
-                 "[dscore] gpt: DSCORE_CPU_ISA=%s is not one of avx512, avx2, scalar; "
+                 "[dscore] cpu kernels: DSCORE_CPU_ISA=%s is not one of avx512, avx2, scalar; "
                  "ignored\n",
                  cap);
   }
