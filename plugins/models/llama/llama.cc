@@ -3,19 +3,20 @@
 // causal self-attention with rotary embeddings and a SwiGLU MLP, final
 // RMSNorm, LM head tied to the embedding or not, no biases,
 // cross-entropy), forward and backward by hand through the hooks of
-// model.h, on the CPU.
+// model.h, on the CPU or, in CUDA builds, the GPU.
 // Input "tokens": (B, block_size + 1) int32; forward()'s output is the
 // logits (B, vocab_size) fp32 at each sample's last non-padding position.
 #include <dscore/model.h>
 #include <dscore/cpp/model_plugin.hpp>
 
 #include <algorithm>
+#include <memory>
 #include <string>
 
-#include "common/cpu/gemm.h"
+#include "common/cpu/linear.h"
 #include "common/model_io.h"
 #include "common/tokens.h"
-#include "cpu/cpu_backend.h"
+#include "compute.h"
 #include "llama_config_reader.h"
 #include "llama_params.h"
 #include "runner.h"
@@ -55,10 +56,10 @@ constexpr const char kParamsSchema[] = R"json({
   "number_checkpoints": {"type": "int", "default": -1, "min": -1,
       "doc": "how many blocks (the first ones) are checkpointed; -1 = all"},
   "device": {"type": "string", "default": "cpu", "enum": ["cpu", "cuda"],
-             "doc": "where forward and backward run (this build's llama computes on the CPU only)"}
+             "doc": "where forward and backward run (cuda needs a CUDA build and a GPU)"},
+  "cuda_dtype": {"type": "string", "default": "bf16", "enum": ["bf16", "fp32"],
+                 "doc": "activation and matmul type on CUDA (fp32 accumulation either way)"}
 })json";
-
-using Backend = cpu::CpuBackend<float>;
 
 class Llama : public sdk::Instance {
  public:
@@ -66,15 +67,8 @@ class Llama : public sdk::Instance {
       : Instance(host),
         config_(read_config(p)),
         params_(config_, p.args()->seed),
-        backend_(host),
-        runner_(config_, params_, backend_) {
-    if (config_.device != "cpu")
-      throw Error(DSCORE_UNIMPLEMENTED,
-                  "llama: \"device\": \"" + config_.device +
-                      "\" is not implemented; the llama model computes on the CPU: set "
-                      "\"device\": \"cpu\"");
-    transformer::cpu::use_single_threaded_blas();
-  }
+        compute_(config_.device == "cuda" ? make_cuda_compute(config_, params_)
+                                          : make_cpu_compute(config_, params_, host)) {}
 
   const dscore_model_description* description() const { return &params_.description(); }
 
@@ -87,13 +81,13 @@ class Llama : public sdk::Instance {
 
   double forward_backward(const dscore_batch* batch, const dscore_model_hooks& hooks,
                           double loss_scale) {
-    return runner_.forward_backward(split(batch), hooks, loss_scale);
+    return compute_->forward_backward(split(batch), hooks, loss_scale);
   }
   void forward(const dscore_batch* batch, const dscore_model_hooks& hooks, double* loss,
                dscore_tensor* output) {
     const SplitTokens tokens = split(batch);
     float* logits = transformer::logits_output(output, tokens.batch, config_.vocab_size, "llama");
-    runner_.forward(tokens, hooks, loss, logits);
+    compute_->forward(tokens, hooks, loss, logits);
   }
 
   // Forward FLOPs (multiply-adds count 2) as the runner computes them: the
@@ -124,6 +118,10 @@ class Llama : public sdk::Instance {
   // blocks the config checkpoints (all when it does not say) keep only
   // their inputs.
   uint64_t activation_bytes(int64_t micro_batch, bool checkpointing) const {
+    if (config_.device != "cpu")
+      throw Error(DSCORE_UNIMPLEMENTED,
+                  "llama on \"device\": \"cuda\" keeps its activations in GPU memory, which the "
+                  "memory plan does not count");
     if (micro_batch < 1) throw Error(DSCORE_INVALID_ARGUMENT, "micro_batch must be >= 1");
     LlamaConfig c = config_;
     c.checkpoint_blocks = !checkpointing                  ? 0
@@ -144,14 +142,14 @@ class Llama : public sdk::Instance {
 
   LlamaConfig config_;
   LlamaParams params_;
-  Backend backend_;
-  LlamaRunner<Backend> runner_;
+  std::unique_ptr<transformer::Compute> compute_;
 };
 
 const dscore_plugin_descriptor kLlama = sdk::model_descriptor<Llama>(
     "llama", "0.1.0",
     "Llama-family decoder (RMSNorm, rotary embeddings incl. Llama 3 scaling, SwiGLU, "
-    "grouped-query attention; transformers' LlamaForCausalLM names); CPU (BLAS + TBB)",
+    "grouped-query attention; transformers' LlamaForCausalLM names); CPU (BLAS + TBB) and CUDA "
+    "kernels",
     DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16, kParamsSchema);
 
 }  // namespace

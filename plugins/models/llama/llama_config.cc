@@ -129,6 +129,7 @@ LlamaConfig read_config(const sdk::Params& p) {
   c.tie_word_embeddings = p.boolean("tie_word_embeddings");
   c.initializer_range = p.number("initializer_range");
   c.device = p.string("device");
+  c.cuda_dtype = p.string("cuda_dtype");
   if (c.vocab_size < 1 || c.hidden_size < 1 || c.intermediate_size < 1 || c.num_hidden_layers < 1 ||
       c.num_attention_heads < 1 || c.num_key_value_heads < 1 || c.block_size < 1)
     throw invalid(

@@ -34,7 +34,8 @@ struct LlamaConfig {
   double initializer_range = 0.02;
   // Blocks (the first n) whose activations are recomputed in backward; 0 = none.
   int64_t checkpoint_blocks = 0;
-  std::string device = "cpu";
+  std::string device = "cpu";       // cpu | cuda
+  std::string cuda_dtype = "bf16";  // bf16 | fp32: activations and matmul inputs on CUDA
 
   int64_t q_dim() const { return num_attention_heads * head_dim; }   // Q
   int64_t kv_dim() const { return num_key_value_heads * head_dim; }  // KV

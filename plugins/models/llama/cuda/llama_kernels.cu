@@ -65,14 +65,26 @@ __global__ void rmsnorm_backward_weight_kernel(S* dweight, const S* dout, const 
 }
 
 template <typename S>
-__global__ void rope_kernel(S* x, const float* cos, const float* sin, int64_t rows, int64_t T,
+__global__ void embedding_forward_kernel(S* out, const int32_t* tokens, const S* embed, int64_t N,
+                                         int64_t C) {
+  const int64_t n = N * C, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+       k += stride) {
+    const int64_t r = k / C;
+    const int32_t token = tokens[r] < 0 ? 0 : tokens[r];
+    out[k] = embed[token * C + k % C];
+  }
+}
+
+template <typename S>
+__global__ void rope_kernel(S* x, const S* cos, const S* sin, int64_t rows, int64_t T,
                             int64_t heads, int64_t head_dim, int64_t ld, float sign) {
   const int64_t half = head_dim / 2, n = rows * heads * half;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
        k += stride) {
     const int64_t i = k % half, h = (k / half) % heads, r = k / (half * heads);
-    const float c = cos[(r % T) * half + i], s = sign * sin[(r % T) * half + i];
+    const float c = to_float(cos[(r % T) * half + i]), s = sign * to_float(sin[(r % T) * half + i]);
     S* lo = x + r * ld + h * head_dim + i;
     S* hi = lo + half;
     const float a = to_float(*lo), b = to_float(*hi);
@@ -112,6 +124,15 @@ unsigned int row_blocks(int64_t N) {
 }  // namespace
 
 template <typename S>
+cudaError_t embedding_forward(S* out, const int32_t* tokens, const S* embed, int64_t N, int64_t C,
+                              cudaStream_t stream) {
+  if (N * C <= 0) return launched();
+  embedding_forward_kernel<<<grid_for(N * C, kThreads), kThreads, 0, stream>>>(out, tokens, embed,
+                                                                               N, C);
+  return launched();
+}
+
+template <typename S>
 cudaError_t rmsnorm_forward(S* out, float* rstd, const S* inp, const S* weight, int64_t N,
                             int64_t C, float eps, cudaStream_t stream) {
   if (N <= 0) return launched();
@@ -138,7 +159,7 @@ cudaError_t rmsnorm_backward_weight(S* dweight, const S* dout, const S* inp, con
 }
 
 template <typename S>
-cudaError_t rope(S* x, const float* cos, const float* sin, int64_t B, int64_t T, int64_t heads,
+cudaError_t rope(S* x, const S* cos, const S* sin, int64_t B, int64_t T, int64_t heads,
                  int64_t head_dim, int64_t ld, bool transpose, cudaStream_t stream) {
   const int64_t n = B * T * heads * (head_dim / 2);
   if (n <= 0) return launched();
@@ -170,7 +191,9 @@ cudaError_t swiglu_backward(S* dgate, S* dup, const S* dout, const S* gate, cons
                                                  int64_t, int64_t, cudaStream_t);                  \
   template cudaError_t rmsnorm_backward_weight<S>(S*, const S*, const S*, const float*, int64_t,   \
                                                   int64_t, cudaStream_t);                          \
-  template cudaError_t rope<S>(S*, const float*, const float*, int64_t, int64_t, int64_t, int64_t, \
+  template cudaError_t embedding_forward<S>(S*, const int32_t*, const S*, int64_t, int64_t,        \
+                                            cudaStream_t);                                         \
+  template cudaError_t rope<S>(S*, const S*, const S*, int64_t, int64_t, int64_t, int64_t,         \
                                int64_t, bool, cudaStream_t);                                       \
   template cudaError_t swiglu_forward<S>(S*, const S*, const S*, int64_t, cudaStream_t);           \
   template cudaError_t swiglu_backward<S>(S*, S*, const S*, const S*, const S*, int64_t,           \
