@@ -37,9 +37,13 @@ void CudaBackend<S>::rope_tables(S* cos, S* sin, const std::vector<double>& inv_
       ss[i] = __float2bfloat16_rn(s[i]);
     }
   }
-  this->context().make_current();
-  DSCORE_GPT_CUDA_CHECK(cudaMemcpy(cos, cs.data(), n * sizeof(S), cudaMemcpyHostToDevice));
-  DSCORE_GPT_CUDA_CHECK(cudaMemcpy(sin, ss.data(), n * sizeof(S), cudaMemcpyHostToDevice));
+  auto& context = this->context();
+  context.make_current();
+  DSCORE_GPT_CUDA_CHECK(
+      cudaMemcpyAsync(cos, cs.data(), n * sizeof(S), cudaMemcpyHostToDevice, context.stream()));
+  DSCORE_GPT_CUDA_CHECK(
+      cudaMemcpyAsync(sin, ss.data(), n * sizeof(S), cudaMemcpyHostToDevice, context.stream()));
+  context.synchronize();  // the host tables go out of scope
 }
 
 template <typename S>
