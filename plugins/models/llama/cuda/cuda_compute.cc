@@ -16,17 +16,7 @@ namespace dscore::llama {
 
 std::unique_ptr<transformer::Compute> make_cuda_compute(const LlamaConfig& config,
                                                         const LlamaParams& params) {
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess || count == 0) {
-    cudaGetLastError();
-    throw sdk::Error(
-        DSCORE_UNAVAILABLE,
-        std::string("llama: \"device\": \"cuda\" but no CUDA device is visible: ") +
-            (err != cudaSuccess ? std::string(cudaGetErrorString(err)) + " (cudaGetDeviceCount)"
-                                : std::string("cudaGetDeviceCount found 0 devices")) +
-            "; check the driver and CUDA_VISIBLE_DEVICES, or set \"device\": \"cpu\"");
-  }
+  gpt::gpu::require_cuda_device("llama");
   if (config.cuda_dtype == "fp32")
     return std::make_unique<RunnerCompute<gpu::CudaBackend<float>>>(config, params);
   return std::make_unique<RunnerCompute<gpu::CudaBackend<__nv_bfloat16>>>(config, params);
