@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "cpu/gemm.h"
+#include "common/cpu/gemm.h"
 
 namespace dscore::bench {
 namespace {
@@ -59,8 +59,8 @@ CpuGemmRate measure_cpu_gemm_rate(int64_t n, int repeats, int threads) {
     tbb::global_control cores(tbb::global_control::max_allowed_parallelism,
                               static_cast<size_t>(rate.threads));
     rate.blocked_gflops = best_gflops(n, repeats, [&] {
-      gpt::cpu::gemm<float>(gpt::cpu::Op::kNone, gpt::cpu::Op::kTranspose, n, n, n, 1.0f, a.data(),
-                            n, b.data(), n, 0.0f, c.data(), n);
+      transformer::cpu::gemm<float>(transformer::cpu::Op::kNone, transformer::cpu::Op::kTranspose,
+                                    n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
     });
   }
   const bool blocked_wins = rate.blocked_gflops > rate.openblas_gflops;

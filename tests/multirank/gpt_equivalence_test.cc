@@ -14,6 +14,7 @@
 //  - Loss decreases: a tiny gpt on the quickstart text at 2 ranks, ZeRO-2.
 #include <gtest/gtest.h>
 
+#include "tests/multirank/equivalence_checks.h"
 #include "tests/multirank/harness.h"
 
 namespace dscore::testing {
@@ -31,23 +32,6 @@ RunSpec gpt_spec() {
   spec.persistence_threshold = 40;
   spec.prefetch_bucket_size = 4000;
   return spec;
-}
-
-RunResult run_ok(const RunSpec& spec, const std::string& what) {
-  RunResult r = run_workers(spec);
-  EXPECT_TRUE(r.ok()) << what << "\n" << r.process.describe();
-  EXPECT_EQ(r.ranks.empty() ? 0u : r.ranks[0].losses.size(), static_cast<size_t>(spec.steps))
-      << what;
-  return r;
-}
-
-void expect_bitwise(const RunResult& a, const RunResult& b, const std::string& what) {
-  ASSERT_FALSE(a.ranks.empty());
-  ASSERT_FALSE(b.ranks.empty());
-  EXPECT_EQ(a.ranks[0].losses, b.ranks[0].losses) << what;
-  ASSERT_EQ(a.params.size(), b.params.size()) << what;
-  EXPECT_TRUE(a.params == b.params) << what << ": parameters differ (max rel "
-                                    << max_relative_difference(a.params, b.params) << ")";
 }
 
 TEST(GptZeroEquivalence, StagesAreBitwiseEqualAtTwoRanks) {

@@ -21,7 +21,8 @@ TEST(BuiltinSchemasTest, HostParsesEverySchemaAndFillsDefaults) {
       DSCORE_ADAM_PLUGIN,       DSCORE_LR_SCHEDULES_PLUGIN, DSCORE_CSV_MONITOR_PLUGIN,
       DSCORE_MLP_PLUGIN,        DSCORE_SGD_MOMENTUM_PLUGIN, DSCORE_SGD_PLUGIN,
       DSCORE_ADAGRAD_PLUGIN,    DSCORE_LION_PLUGIN,         DSCORE_LAMB_PLUGIN,
-      DSCORE_ONEBITADAM_PLUGIN, DSCORE_ZEROONEADAM_PLUGIN,  DSCORE_ONEBITLAMB_PLUGIN};
+      DSCORE_ONEBITADAM_PLUGIN, DSCORE_ZEROONEADAM_PLUGIN,  DSCORE_ONEBITLAMB_PLUGIN,
+      DSCORE_LLAMA_PLUGIN};
   size_t checked = 0;
   for (const char* path : libraries) {
     TestPluginLibrary lib(path);
@@ -51,8 +52,8 @@ TEST(BuiltinSchemasTest, HostParsesEverySchemaAndFillsDefaults) {
     }
   }
   // adam, adamw, 5 LR schedules, csv_monitor, mlp, sgd_momentum, sgd, adagrad,
-  // lion, lamb, onebitadam, zerooneadam, onebitlamb
-  EXPECT_EQ(checked, 17u);
+  // lion, lamb, onebitadam, zerooneadam, onebitlamb, llama
+  EXPECT_EQ(checked, 18u);
 }
 
 }  // namespace

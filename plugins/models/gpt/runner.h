@@ -33,12 +33,18 @@
 #include <vector>
 
 #include "activations.h"
-#include "cpu/attention.h"
+#include "common/counting_backend.h"
+#include "common/layer_pass.h"
 #include "gpt_config.h"
 #include "gpt_params.h"
 #include "tokens.h"
 
 namespace dscore::gpt {
+
+using transformer::backward_layer;
+using transformer::backward_layer_grads;
+using transformer::forward_layer;
+using transformer::GradsReady;
 
 template <class Backend>
 class GptRunner {
@@ -65,52 +71,35 @@ class GptRunner {
     forward_blocks(hooks);
     const int64_t N = B_ * cfg_.block_size, C = cfg_.n_embd;
     double loss_sum = 0;
-    {  // LM head and its gradient: dlnf = d loss / d ln_f output
-      sdk::AcquiredLayer head(hooks, 0, DSCORE_ACQUIRE_BACKWARD, numels_[0].size());
-      auto p = backend_.load_params(head.views(), numels_[0]);
-      auto g = backend_.grads(head.views(), numels_[0]);
+    // LM head and its gradient: dlnf = d loss / d ln_f output
+    backward_layer(hooks, 0, numels_[0], backend_, GradsReady::kNo, [&](const auto& p, auto& g) {
       loss_sum = backend_.lm_head_forward_backward(
           acts_.dlnf.get(), g[kWte], acts_.lnf.get(), p[kWte], targets_.get(), N, C,
           cfg_.vocab_size, loss_scale / static_cast<double>(tokens.counted_targets));
-      g.commit();
-      head.release();
-    }
-    {  // final LayerNorm
-      const size_t l = static_cast<size_t>(cfg_.final_layer());
-      sdk::AcquiredLayer layer(hooks, l, DSCORE_ACQUIRE_BACKWARD, numels_[l].size());
-      auto p = backend_.load_params(layer.views(), numels_[l]);
-      auto g = backend_.grads(layer.views(), numels_[l]);
-      T* d = acts_.dresid.get();
-      backend_.zero(d, N * C);
-      backend_.layernorm_backward(d, g[kLnfWeight], g[kLnfBias], acts_.dlnf.get(),
-                                  residual(cfg_.n_layer), p[kLnfWeight], acts_.lnf_mean.get(),
-                                  acts_.lnf_rstd.get(), N, C);
-      g.commit();
-      layer.grads_ready();
-      layer.release();
-    }
+    });
+    const size_t final_layer = static_cast<size_t>(cfg_.final_layer());
+    backward_layer(hooks, final_layer, numels_[final_layer], backend_, GradsReady::kYes,
+                   [&](const auto& p, auto& g) {
+                     T* d = acts_.dresid.get();
+                     backend_.zero(d, N * C);
+                     backend_.layernorm_backward(d, g[kLnfWeight], g[kLnfBias], acts_.dlnf.get(),
+                                                 residual(cfg_.n_layer), p[kLnfWeight],
+                                                 acts_.lnf_mean.get(), acts_.lnf_rstd.get(), N, C);
+                   });
     for (int64_t l = cfg_.n_layer - 1; l >= 0; --l) {
-      const size_t layer_index = static_cast<size_t>(l + 1);
-      sdk::AcquiredLayer layer(hooks, layer_index, DSCORE_ACQUIRE_BACKWARD,
-                               numels_[layer_index].size());
-      auto p = backend_.load_params(layer.views(), numels_[layer_index]);
-      auto g = backend_.grads(layer.views(), numels_[layer_index]);
-      BlockActs& a = block_acts(l);
-      if (checkpointed(l)) block_forward(p, residual(l), nullptr, a);  // recompute
-      block_backward(p, g, residual(l), a, acts_.dresid.get());
-      g.commit();
-      layer.grads_ready();
-      layer.release();
+      const size_t index = static_cast<size_t>(l + 1);
+      backward_layer(hooks, index, numels_[index], backend_, GradsReady::kYes,
+                     [&](const auto& p, auto& g) {
+                       BlockActs& a = block_acts(l);
+                       if (checkpointed(l)) block_forward(p, residual(l), nullptr, a);  // recompute
+                       block_backward(p, g, residual(l), a, acts_.dresid.get());
+                     });
     }
-    {  // embeddings: wte gets its second contribution, then grads_ready
-      sdk::AcquiredLayer layer(hooks, 0, DSCORE_ACQUIRE_BACKWARD, numels_[0].size());
-      auto g = backend_.grads(layer.views(), numels_[0]);
+    // embeddings: wte gets its second contribution, then grads_ready
+    backward_layer_grads(hooks, 0, numels_[0], backend_, GradsReady::kYes, [&](auto& g) {
       backend_.encoder_backward(g[kWte], g[kWpe], acts_.dresid.get(), inputs_.get(), B_,
                                 cfg_.block_size, C);
-      g.commit();
-      layer.grads_ready();
-      layer.release();
-    }
+    });
     return loss_sum / static_cast<double>(tokens.counted_targets);
   }
 
@@ -122,15 +111,15 @@ class GptRunner {
     prepare(tokens);
     forward_blocks(hooks);
     const int64_t N = B_ * cfg_.block_size;
-    sdk::AcquiredLayer head(hooks, 0, DSCORE_ACQUIRE_FORWARD, numels_[0].size());
-    auto p = backend_.load_params(head.views(), numels_[0]);
     std::vector<int64_t> rows;
     for (int64_t b = 0; b < B_; ++b) rows.push_back(b * cfg_.block_size + tokens.last_position[b]);
     const bool want_loss = loss != nullptr && tokens.counted_targets > 0;
-    const double sum = backend_.lm_head_forward(
-        acts_.lnf.get(), p[kWte], want_loss ? targets_.get() : nullptr, N, cfg_.n_embd,
-        cfg_.vocab_size, rows.data(), logits != nullptr ? B_ : 0, logits);
-    head.release();
+    double sum = 0;
+    forward_layer(hooks, 0, numels_[0], backend_, [&](const auto& p) {
+      sum = backend_.lm_head_forward(acts_.lnf.get(), p[kWte], want_loss ? targets_.get() : nullptr,
+                                     N, cfg_.n_embd, cfg_.vocab_size, rows.data(),
+                                     logits != nullptr ? B_ : 0, logits);
+    });
     if (loss != nullptr)
       *loss = want_loss ? sum / static_cast<double>(tokens.counted_targets) : 0.0;
   }
@@ -214,27 +203,21 @@ class GptRunner {
  private:
   void forward_blocks(const dscore_model_hooks& hooks) {
     const int64_t N = B_ * cfg_.block_size, C = cfg_.n_embd;
-    {
-      sdk::AcquiredLayer layer(hooks, 0, DSCORE_ACQUIRE_FORWARD, numels_[0].size());
-      auto p = backend_.load_params(layer.views(), numels_[0]);
+    forward_layer(hooks, 0, numels_[0], backend_, [&](const auto& p) {
       backend_.encoder_forward(residual(0), inputs_.get(), p[kWte], p[kWpe], B_, cfg_.block_size,
                                C);
-      layer.release();
-    }
+    });
     for (int64_t l = 0; l < cfg_.n_layer; ++l) {
-      const size_t layer_index = static_cast<size_t>(l + 1);
-      sdk::AcquiredLayer layer(hooks, layer_index, DSCORE_ACQUIRE_FORWARD,
-                               numels_[layer_index].size());
-      auto p = backend_.load_params(layer.views(), numels_[layer_index]);
-      block_forward(p, residual(l), residual(l + 1), block_acts(l));
-      layer.release();
+      const size_t index = static_cast<size_t>(l + 1);
+      forward_layer(hooks, index, numels_[index], backend_, [&](const auto& p) {
+        block_forward(p, residual(l), residual(l + 1), block_acts(l));
+      });
     }
     const size_t l = static_cast<size_t>(cfg_.final_layer());
-    sdk::AcquiredLayer layer(hooks, l, DSCORE_ACQUIRE_FORWARD, numels_[l].size());
-    auto p = backend_.load_params(layer.views(), numels_[l]);
-    backend_.layernorm_forward(acts_.lnf.get(), acts_.lnf_mean.get(), acts_.lnf_rstd.get(),
-                               residual(cfg_.n_layer), p[kLnfWeight], p[kLnfBias], N, C);
-    layer.release();
+    forward_layer(hooks, l, numels_[l], backend_, [&](const auto& p) {
+      backend_.layernorm_forward(acts_.lnf.get(), acts_.lnf_mean.get(), acts_.lnf_rstd.get(),
+                                 residual(cfg_.n_layer), p[kLnfWeight], p[kLnfBias], N, C);
+    });
   }
 
   // x: the block's input; out: its output (null when recomputing: only the
@@ -289,33 +272,12 @@ class GptRunner {
   Buffer<int32_t> inputs_, targets_;
 };
 
-// A backend that counts what the runner allocates instead of allocating it,
-// keeping for attention what the CPU backend keeps.
-template <class Scalar_, class Stat_>
-struct CountingBackend {
-  using Scalar = Scalar_;
-  using Stat = Stat_;
-  int64_t attention_state_elements(int64_t B, int64_t Tn, int64_t NH) const {
-    return cpu::attention_state_elements(B, Tn, NH);
-  }
-  template <typename X>
-  struct Buffer {
-    X* get() const { return nullptr; }
-  };
-  template <typename X>
-  Buffer<X> alloc(int64_t n) {
-    bytes += static_cast<uint64_t>(n) * sizeof(X);
-    return {};
-  }
-  uint64_t bytes = 0;
-};
-
 // Bytes GptRunner::allocate(batch) takes over a backend of these types:
 // the model's declared activation memory (model.h activation_bytes), from
 // the same code path.
 template <class Scalar, class Stat>
 uint64_t runner_activation_bytes(const GptConfig& config, const GptParams& params, int64_t batch) {
-  using Counter = CountingBackend<Scalar, Stat>;
+  using Counter = transformer::CountingBackend<Scalar, Stat>;
   Counter counter;
   GptRunner<Counter>(config, params, counter).allocate(batch);
   return counter.bytes;

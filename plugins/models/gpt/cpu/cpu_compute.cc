@@ -1,14 +1,14 @@
 // The CPU compute of the GPT model (float), and the stand-in for
 // make_cuda_compute in builds without CUDA.
 #include "../compute.h"
+#include "common/cpu/gemm.h"
 #include "cpu_backend.h"
-#include "gemm.h"
 
 namespace dscore::gpt {
 
 std::unique_ptr<GptCompute> make_cpu_compute(const GptConfig& config, const GptParams& params,
                                              sdk::HostRef host) {
-  cpu::use_single_threaded_blas();
+  transformer::cpu::use_single_threaded_blas();
   return std::make_unique<RunnerCompute<cpu::CpuBackend<float>>>(config, params, host);
 }
 

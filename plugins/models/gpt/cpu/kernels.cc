@@ -1,33 +1,22 @@
 #include "kernels.h"
 
-#include <tbb/parallel_for.h>
-
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
 #include <vector>
 
-#include "gemm.h"
-#include "vector_math.h"
+#include "common/cpu/parallel.h"
+#include "common/cpu/vector_math.h"
 
 namespace dscore::gpt::cpu {
 namespace {
 
-// Calls fn(begin, end) for fixed blocks of [0, n) in parallel. Fixed blocks
-// keep every reduction order independent of the thread count.
-template <typename Fn>
-void for_blocks(int64_t n, int64_t block, Fn&& fn) {
-  const int64_t blocks = (n + block - 1) / block;
-  if (blocks <= 1) {
-    if (n > 0) fn(int64_t{0}, n);
-    return;
-  }
-  tbb::parallel_for(int64_t{0}, blocks,
-                    [&](int64_t b) { fn(b * block, std::min(n, (b + 1) * block)); });
-}
+using transformer::cpu::for_blocks;
+using transformer::cpu::gelu_backward_f32;
+using transformer::cpu::gelu_forward_f32;
+using transformer::cpu::kElementBlock;
+using transformer::cpu::kRowBlock;
 
-constexpr int64_t kRowBlock = 16;  // rows per task for row-wise kernels
-constexpr int64_t kElementBlock = 1 << 14;
 constexpr double kLayerNormEps = 1e-5;
 
 template <typename T>
@@ -136,34 +125,6 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
 }
 
 template <typename T>
-void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int64_t C,
-                    int64_t OC) {
-  if (bias == nullptr) {
-    gemm<T>(Op::kNone, Op::kTranspose, N, OC, C, T{1}, inp, C, weight, C, T{0}, out, OC);
-    return;
-  }
-  // The bias first, then the product added to it (beta 1): one pass over
-  // `out` fewer than zeroing it (BLAS does that for beta 0) and adding the
-  // bias after.
-  for_blocks(N, kRowBlock, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) std::copy(bias, bias + OC, out + r * OC);
-  });
-  gemm<T>(Op::kNone, Op::kTranspose, N, OC, C, T{1}, inp, C, weight, C, T{1}, out, OC);
-}
-
-template <typename T>
-void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                     int64_t N, int64_t C, int64_t OC) {
-  gemm<T>(Op::kNone, Op::kNone, N, C, OC, T{1}, dout, OC, weight, C, T{0}, dinp, C);
-  gemm<T>(Op::kTranspose, Op::kNone, OC, C, N, T{1}, dout, OC, inp, C, T{1}, dweight, C);
-  if (dbias == nullptr) return;
-  for_blocks(OC, 64, [&](int64_t o0, int64_t o1) {
-    for (int64_t r = 0; r < N; ++r)
-      for (int64_t o = o0; o < o1; ++o) dbias[o] += dout[r * OC + o];
-  });
-}
-
-template <typename T>
 void gelu_forward(T* out, const T* inp, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
     for_blocks(n, kElementBlock,
@@ -203,135 +164,15 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
   });
 }
 
-template <typename T>
-void add(T* out, const T* a, const T* b, int64_t n) {
-  for_blocks(n, kElementBlock, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) out[i] = a[i] + b[i];
-  });
-}
-
-namespace {
-
-// Rows of logits per block: about 4M logits (16 MiB in fp32) at a time.
-int64_t lm_rows_per_block(int64_t N, int64_t V) {
-  return std::clamp<int64_t>((int64_t{1} << 22) / std::max<int64_t>(V, 1), 16,
-                             std::max<int64_t>(N, 16));
-}
-
-// Softmax of each row of logits (rows x V) in place; returns per-row
-// log-sum-exp through lse.
-template <typename T>
-void softmax_rows(T* logits, int64_t rows, int64_t V, double* lse) {
-  for_blocks(rows, 4, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      T* z = logits + r * V;
-      T mx = z[0];
-      for (int64_t v = 1; v < V; ++v) mx = std::max(mx, z[v]);
-      T sum = 0;
-      for (int64_t v = 0; v < V; ++v) {
-        z[v] = std::exp(z[v] - mx);
-        sum += z[v];
-      }
-      const T inv = static_cast<T>(1) / sum;
-      for (int64_t v = 0; v < V; ++v) z[v] *= inv;
-      lse[r] = static_cast<double>(mx) + std::log(static_cast<double>(sum));
-    }
-  });
-}
-
-}  // namespace
-
-template <typename T>
-double lm_head_forward_backward(T* dx, T* dwte, const T* x, const T* wte, const int32_t* targets,
-                                int64_t N, int64_t C, int64_t V, double grad_scale) {
-  const int64_t rb = lm_rows_per_block(N, V);
-  std::vector<T> logits(static_cast<size_t>(rb * V));
-  std::vector<double> lse(static_cast<size_t>(rb));
-  std::vector<double> row_loss(static_cast<size_t>(rb));
-  double loss = 0;
-  for (int64_t r0 = 0; r0 < N; r0 += rb) {
-    const int64_t rows = std::min(rb, N - r0);
-    gemm<T>(Op::kNone, Op::kTranspose, rows, V, C, T{1}, x + r0 * C, C, wte, C, T{0}, logits.data(),
-            V);
-    // Target logit before the softmax overwrites it.
-    for (int64_t r = 0; r < rows; ++r) {
-      const int32_t y = targets[r0 + r];
-      row_loss[r] = y < 0 ? 0.0 : -static_cast<double>(logits[r * V + y]);
-    }
-    softmax_rows(logits.data(), rows, V, lse.data());
-    for_blocks(rows, 4, [&](int64_t a, int64_t b) {  // dlogits = scale * (p - onehot)
-      for (int64_t r = a; r < b; ++r) {
-        T* z = logits.data() + r * V;
-        const int32_t y = targets[r0 + r];
-        if (y < 0) {
-          std::fill(z, z + V, T{0});
-          continue;
-        }
-        const T g = static_cast<T>(grad_scale);
-        for (int64_t v = 0; v < V; ++v) z[v] *= g;
-        z[y] -= g;
-      }
-    });
-    for (int64_t r = 0; r < rows; ++r)
-      if (targets[r0 + r] >= 0) loss += row_loss[r] + lse[r];
-    gemm<T>(Op::kNone, Op::kNone, rows, C, V, T{1}, logits.data(), V, wte, C, T{0}, dx + r0 * C, C);
-    gemm<T>(Op::kTranspose, Op::kNone, V, C, rows, T{1}, logits.data(), V, x + r0 * C, C, T{1},
-            dwte, C);
-  }
-  return loss;
-}
-
-template <typename T>
-double lm_head_forward(const T* x, const T* wte, const int32_t* targets, int64_t N, int64_t C,
-                       int64_t V, const int64_t* rows, int64_t n_rows, float* logits_out) {
-  double loss = 0;
-  std::vector<T> logits;
-  if (targets != nullptr) {
-    const int64_t rb = lm_rows_per_block(N, V);
-    logits.resize(static_cast<size_t>(rb * V));
-    std::vector<double> lse(static_cast<size_t>(rb));
-    for (int64_t r0 = 0; r0 < N; r0 += rb) {
-      const int64_t count = std::min(rb, N - r0);
-      gemm<T>(Op::kNone, Op::kTranspose, count, V, C, T{1}, x + r0 * C, C, wte, C, T{0},
-              logits.data(), V);
-      std::vector<double> target_logit(static_cast<size_t>(count));
-      for (int64_t r = 0; r < count; ++r) {
-        const int32_t y = targets[r0 + r];
-        target_logit[r] = y < 0 ? 0.0 : static_cast<double>(logits[r * V + y]);
-      }
-      softmax_rows(logits.data(), count, V, lse.data());
-      for (int64_t r = 0; r < count; ++r)
-        if (targets[r0 + r] >= 0) loss += lse[r] - target_logit[r];
-    }
-  }
-  if (logits_out != nullptr) {
-    logits.resize(static_cast<size_t>(V));
-    for (int64_t i = 0; i < n_rows; ++i) {
-      gemm<T>(Op::kNone, Op::kTranspose, 1, V, C, T{1}, x + rows[i] * C, C, wte, C, T{0},
-              logits.data(), V);
-      for (int64_t v = 0; v < V; ++v) logits_out[i * V + v] = static_cast<float>(logits[v]);
-    }
-  }
-  return loss;
-}
-
-#define DSCORE_GPT_INSTANTIATE(T)                                                                  \
-  template void encoder_forward<T>(T*, const int32_t*, const T*, const T*, int64_t, int64_t,       \
-                                   int64_t);                                                       \
-  template void encoder_backward<T>(T*, T*, const T*, const int32_t*, int64_t, int64_t, int64_t);  \
-  template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t);  \
-  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,          \
-                                      const T*, int64_t, int64_t);                                 \
-  template void matmul_forward<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t);    \
-  template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t,     \
-                                   int64_t);                                                       \
-  template void gelu_forward<T>(T*, const T*, int64_t);                                            \
-  template void gelu_backward<T>(T*, const T*, const T*, int64_t);                                 \
-  template void add<T>(T*, const T*, const T*, int64_t);                                           \
-  template double lm_head_forward_backward<T>(T*, T*, const T*, const T*, const int32_t*, int64_t, \
-                                              int64_t, int64_t, double);                           \
-  template double lm_head_forward<T>(const T*, const T*, const int32_t*, int64_t, int64_t,         \
-                                     int64_t, const int64_t*, int64_t, float*);
+#define DSCORE_GPT_INSTANTIATE(T)                                                                 \
+  template void encoder_forward<T>(T*, const int32_t*, const T*, const T*, int64_t, int64_t,      \
+                                   int64_t);                                                      \
+  template void encoder_backward<T>(T*, T*, const T*, const int32_t*, int64_t, int64_t, int64_t); \
+  template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t); \
+  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,         \
+                                      const T*, int64_t, int64_t);                                \
+  template void gelu_forward<T>(T*, const T*, int64_t);                                           \
+  template void gelu_backward<T>(T*, const T*, const T*, int64_t);
 
 DSCORE_GPT_INSTANTIATE(float)
 DSCORE_GPT_INSTANTIATE(double)

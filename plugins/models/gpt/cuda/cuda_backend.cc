@@ -157,10 +157,15 @@ template <typename S>
 void CudaBackend<S>::encoder_backward(S* dwte, S* dwpe, const S* dout, const int32_t* tok,
                                       int64_t B, int64_t Tn, int64_t C) {
   DSCORE_GPT_CUDA_CHECK(encoder_dwpe(dwpe, dout, B, Tn, C, context_->stream()));
+  embedding_backward(dwte, dout, tok, B * Tn, C);
+}
+
+template <typename S>
+void CudaBackend<S>::embedding_backward(S* dwte, const S* dout, const int32_t* tok, int64_t N,
+                                        int64_t C) {
   // The index [token | start | rows]: rows grouped by token (padding embeds
   // token 0), each group in increasing row order.
   const std::vector<int32_t>& tokens = context_->host_tokens(tok);
-  const int64_t N = B * Tn;
   std::vector<int32_t> rows(static_cast<size_t>(N));
   std::iota(rows.begin(), rows.end(), 0);
   auto token_of = [&](int32_t r) { return std::max<int32_t>(tokens[static_cast<size_t>(r)], 0); };

@@ -104,6 +104,9 @@ class CudaBackend {
                        int64_t Tn, int64_t C);
   void encoder_backward(S* dwte, S* dwpe, const S* dout, const int32_t* tok, int64_t B, int64_t Tn,
                         int64_t C);
+  // dwte[token] += the rows of dout (N, C) that embed it (the token part of
+  // encoder_backward; also the llama model's embedding gradient).
+  void embedding_backward(S* dwte, const S* dout, const int32_t* tok, int64_t N, int64_t C);
   void layernorm_forward(S* out, float* mean, float* rstd, const S* inp, const S* w, const S* b,
                          int64_t N, int64_t C);
   void layernorm_backward(S* dinp, S* dw, S* db, const S* dout, const S* inp, const S* w,

@@ -15,17 +15,7 @@
 namespace dscore::gpt {
 
 std::unique_ptr<GptCompute> make_cuda_compute(const GptConfig& config, const GptParams& params) {
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess || count == 0) {
-    cudaGetLastError();
-    throw sdk::Error(
-        DSCORE_UNAVAILABLE,
-        std::string("gpt: \"device\": \"cuda\" but no CUDA device is visible: ") +
-            (err != cudaSuccess ? std::string(cudaGetErrorString(err)) + " (cudaGetDeviceCount)"
-                                : std::string("cudaGetDeviceCount found 0 devices")) +
-            "; check the driver and CUDA_VISIBLE_DEVICES, or set \"device\": \"cpu\"");
-  }
+  gpu::require_cuda_device("gpt");
   if (config.cuda_dtype == "fp32")
     return std::make_unique<RunnerCompute<gpu::CudaBackend<float>>>(config, params);
   if (config.cuda_dtype == "bf16")

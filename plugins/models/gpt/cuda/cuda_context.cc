@@ -31,6 +31,19 @@ std::string mib(size_t bytes) {
 
 }  // namespace
 
+void require_cuda_device(const char* model) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err == cudaSuccess && count > 0) return;
+  cudaGetLastError();
+  throw sdk::Error(
+      DSCORE_UNAVAILABLE,
+      std::string(model) + ": \"device\": \"cuda\" but no CUDA device is visible: " +
+          (err != cudaSuccess ? std::string(cudaGetErrorString(err)) + " (cudaGetDeviceCount)"
+                              : std::string("cudaGetDeviceCount found 0 devices")) +
+          "; check the driver and CUDA_VISIBLE_DEVICES, or set \"device\": \"cpu\"");
+}
+
 void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
   const dscore_status code = err == cudaErrorMemoryAllocation ? DSCORE_RESOURCE_EXHAUSTED
                              : err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver ||

@@ -19,6 +19,10 @@ namespace dscore::gpt::gpu {
 
 // Throw sdk::Error naming the call, the CUDA/cuBLAS error and the place.
 [[noreturn]] void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line);
+
+// Throws UNAVAILABLE, naming `model` (its "device": "cuda") and why, when
+// no CUDA device is visible.
+void require_cuda_device(const char* model);
 [[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file,
                                      int line);
 

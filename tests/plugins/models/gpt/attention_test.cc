@@ -1,4 +1,5 @@
-// The tiled causal attention of the CPU backend (cpu/attention.cc): its
+// The tiled causal attention of the CPU backend (plugins/models/common/cpu/attention.cc,
+// on GPT's packed qkv through cpu/attention.h): its
 // backward against central finite differences in double (tolerance as
 // kernels_test.cc: 1e-6 relative), its forward against a plain softmax
 // attention written out below (fp32 within 2e-5 relative), on shapes that
@@ -11,8 +12,8 @@
 #include <random>
 #include <vector>
 
+#include "common/cpu/gemm.h"
 #include "cpu/attention.h"
-#include "cpu/gemm.h"
 
 namespace dscore::gpt::cpu {
 namespace {
@@ -73,7 +74,7 @@ void naive_attention(std::vector<double>* out, std::vector<double>* lse,
 
 class CpuAttention : public ::testing::Test {
  protected:
-  void SetUp() override { use_single_threaded_blas(); }
+  void SetUp() override { transformer::cpu::use_single_threaded_blas(); }
 };
 
 TEST_F(CpuAttention, TiledForwardEqualsPlainSoftmaxAttention) {

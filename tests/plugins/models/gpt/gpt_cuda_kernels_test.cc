@@ -23,7 +23,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "cpu/gemm.h"
+#include "common/cpu/gemm.h"
 #include "cpu/kernels.h"
 #include "cuda/cuda_backend.h"
 
@@ -70,7 +70,7 @@ class GptCudaKernels : public ::testing::Test {
 
   void SetUp() override {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount): run on the GPU machine";
-    cpu::use_single_threaded_blas();
+    dscore::transformer::cpu::use_single_threaded_blas();
     backend_ = std::make_unique<CudaBackend<S>>();
   }
 

@@ -29,12 +29,12 @@
 #include <vector>
 
 #include "tests/fakes/fake_host.h"
-#include "tests/plugins/models/gpt/fake_layers.h"
+#include "tests/plugins/models/common/fake_layers.h"
 
 namespace {
 
 namespace fakes = dscore::testing;
-using dscore::gpt::testing::FakeLayers;
+using dscore::transformer::testing::FakeLayers;
 
 constexpr int64_t kBatch = 3, kBlock = 32, kVocab = 203;
 

@@ -1,9 +1,6 @@
 // Every CPU kernel's backward (attention's: attention_test.cc) against
 // central finite differences of its forward, in double precision on tiny
-// shapes. The scalar checked is sum(out * R) for a fixed random R, so
-// d/d(out) = R is what backward gets.
-// Tolerance: |analytic - numeric| <= 1e-6 * max(1, |numeric|) (the
-// differences' truncation error at h = 1e-5 is ~1e-10 relative).
+// shapes (the check and its tolerance: tests/plugins/models/common/gradient_check.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,49 +8,21 @@
 #include <random>
 #include <vector>
 
-#include "cpu/gemm.h"
+#include "common/cpu/gemm.h"
 #include "cpu/kernels.h"
+#include "tests/plugins/models/common/gradient_check.h"
 
 namespace dscore::gpt::cpu {
 namespace {
 
-using Vec = std::vector<double>;
-
-Vec random_vec(size_t n, uint32_t seed, double scale = 1.0) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> dist(0.0, scale);
-  Vec v(n);
-  for (double& x : v) x = dist(rng);
-  return v;
-}
-
-double dot(const Vec& a, const Vec& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
-// Checks analytic[i] against d f / d x[i] by central differences.
-void expect_gradient(const char* what, Vec* x, const Vec& analytic,
-                     const std::function<double()>& f) {
-  ASSERT_EQ(x->size(), analytic.size()) << what;
-  const double h = 1e-5;
-  for (size_t i = 0; i < x->size(); ++i) {
-    const double keep = (*x)[i];
-    (*x)[i] = keep + h;
-    const double up = f();
-    (*x)[i] = keep - h;
-    const double down = f();
-    (*x)[i] = keep;
-    const double numeric = (up - down) / (2 * h);
-    EXPECT_NEAR(analytic[i], numeric, 1e-6 * std::max(1.0, std::abs(numeric)))
-        << what << "[" << i << "]";
-  }
-}
+using transformer::testing::dot;
+using transformer::testing::expect_gradient;
+using transformer::testing::random_vec;
+using transformer::testing::Vec;
 
 class CpuKernels : public ::testing::Test {
  protected:
-  void SetUp() override { use_single_threaded_blas(); }
+  void SetUp() override { transformer::cpu::use_single_threaded_blas(); }
 };
 
 TEST_F(CpuKernels, LayerNormBackwardMatchesFiniteDifferences) {

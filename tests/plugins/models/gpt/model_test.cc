@@ -8,18 +8,21 @@
 #include <cmath>
 #include <vector>
 
+#include "common/cpu/gemm.h"
 #include "cpu/cpu_backend.h"
-#include "cpu/gemm.h"
 #include "gpt_params.h"
 #include "runner.h"
-#include "tests/plugins/models/gpt/fake_layers.h"
+#include "tests/plugins/models/common/fake_layers.h"
+#include "tests/plugins/models/common/model_checks.h"
 
 DSCORE_PLUGIN_HOST_STORAGE;  // no host attached: the backend allocates with the C allocator
 
 namespace dscore::gpt {
 namespace {
 
-using testing::FakeLayers;
+using transformer::testing::expect_same_grads;
+using transformer::testing::expect_scaled_grads;
+using transformer::testing::FakeLayers;
 using Runner = GptRunner<cpu::CpuBackend<double>>;
 
 GptConfig tiny_config() {
@@ -63,7 +66,7 @@ void init_layers(const GptConfig& c, FakeLayers* layers) {
 
 class GptModel : public ::testing::Test {
  protected:
-  void SetUp() override { cpu::use_single_threaded_blas(); }
+  void SetUp() override { transformer::cpu::use_single_threaded_blas(); }
 };
 
 TEST_F(GptModel, EveryParameterGradientMatchesFiniteDifferences) {
@@ -141,11 +144,7 @@ TEST_F(GptModel, ActivationCheckpointingGivesTheSameGradientsBitForBit) {
   for (int64_t k : {1, 2}) {
     FakeLayers recomputed(params.description(), DSCORE_DTYPE_F64);
     EXPECT_EQ(run(k, &recomputed), loss);
-    for (size_t l = 0; l < plain.layer_count(); ++l)
-      for (size_t i = 0; i < plain.param_count(l); ++i)
-        for (int64_t e = 0; e < plain.numel(l, i); ++e)
-          ASSERT_EQ(recomputed.grad<double>(l, i)[e], plain.grad<double>(l, i)[e])
-              << "checkpoint_blocks " << k;
+    expect_same_grads(recomputed, plain, "checkpoint_blocks " + std::to_string(k));
   }
 }
 
@@ -161,11 +160,7 @@ TEST_F(GptModel, LossScaleScalesTheGradientsOnly) {
   const double l1 = runner.forward_backward(tiny_batch(c), one.hooks(), 1.0);
   const double l2 = runner.forward_backward(tiny_batch(c), scaled.hooks(), 1024.0);
   EXPECT_EQ(l1, l2);
-  for (size_t l = 0; l < one.layer_count(); ++l)
-    for (size_t i = 0; i < one.param_count(l); ++i)
-      for (int64_t e = 0; e < one.numel(l, i); ++e)
-        EXPECT_NEAR(scaled.grad<double>(l, i)[e], 1024.0 * one.grad<double>(l, i)[e],
-                    1e-9 * std::max(1.0, std::abs(scaled.grad<double>(l, i)[e])));
+  expect_scaled_grads(scaled, one, 1024.0);
 }
 
 TEST_F(GptModel, AFailingAcquireReleasesWhatWasAcquired) {
@@ -268,15 +263,7 @@ TEST_F(GptModel, Bf16ViewsComputeLikeFp32OnTheSameValues) {
     }
 }
 
-// The CPU backend, counting the bytes the runner allocates through it.
-struct CountedCpuBackend : cpu::CpuBackend<double> {
-  template <typename X>
-  Buffer<X> alloc(int64_t n) {
-    bytes += static_cast<uint64_t>(n) * sizeof(X);
-    return cpu::CpuBackend<double>::alloc<X>(n);
-  }
-  uint64_t bytes = 0;
-};
+using CountedCpuBackend = transformer::testing::CountedBackend<cpu::CpuBackend<double>>;
 
 TEST_F(GptModel, DeclaredActivationBytesAreWhatAPassAllocates) {
   // What the model declares (model.h activation_bytes) comes from the

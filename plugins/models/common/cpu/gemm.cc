@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <mutex>
 
-namespace dscore::gpt::cpu {
+namespace dscore::transformer::cpu {
 namespace {
 
 // Below this many multiply-adds a split costs more than it gains.
@@ -90,4 +90,4 @@ template void gemm_serial<float>(Op, Op, int64_t, int64_t, int64_t, float, const
 template void gemm_serial<double>(Op, Op, int64_t, int64_t, int64_t, double, const double*, int64_t,
                                   const double*, int64_t, double, double*, int64_t);
 
-}  // namespace dscore::gpt::cpu
+}  // namespace dscore::transformer::cpu

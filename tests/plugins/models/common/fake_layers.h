@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace dscore::gpt::testing {
+namespace dscore::transformer::testing {
 
 class FakeLayers {
  public:
@@ -124,4 +124,4 @@ class FakeLayers {
   dscore_model_hooks hooks_{};
 };
 
-}  // namespace dscore::gpt::testing
+}  // namespace dscore::transformer::testing

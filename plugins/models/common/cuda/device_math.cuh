@@ -1,4 +1,4 @@
-// Device helpers shared by the GPT model's .cu files: fp32 loads and
+// Device helpers shared by the decoder models' .cu files (gpt, llama): fp32 loads and
 // rounded stores of the storage type, warp and block reductions in a fixed
 // order (results never depend on scheduling), and launch-size helpers.
 #pragma once
@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-namespace dscore::gpt::gpu {
+namespace dscore::transformer::gpu {
 
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
@@ -66,4 +66,4 @@ inline unsigned int grid_for(int64_t n, int threads) {
 // Launch status for launchers that enqueue nothing for empty inputs.
 inline cudaError_t launched() { return cudaGetLastError(); }
 
-}  // namespace dscore::gpt::gpu
+}  // namespace dscore::transformer::gpu

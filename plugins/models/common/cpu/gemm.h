@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-namespace dscore::gpt::cpu {
+namespace dscore::transformer::cpu {
 
 enum class Op { kNone, kTranspose };
 
@@ -25,4 +25,4 @@ template <typename T>
 void gemm_serial(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
                  int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
 
-}  // namespace dscore::gpt::cpu
+}  // namespace dscore::transformer::cpu

@@ -1,8 +1,8 @@
 // Elementwise fp32 kernels vectorised for the CPU at hand, chosen once at
 // run time: AVX-512 where the CPU has it, else AVX2 + FMA, else scalar.
-// tanh comes from glibc's vector math library (libmvec), whose AVX2 tanhf
-// is about 15x faster than the scalar one and within 2 ulp of it; GELU
-// spent a fifth of a GPT training step in scalar tanhf.
+// tanh and exp come from glibc's vector math library (libmvec), whose AVX2
+// tanhf is about 15x faster than the scalar one and within 2 ulp of it;
+// GELU spent a fifth of a GPT training step in scalar tanhf.
 //
 // Every element goes through the same instruction sequence (the tail is
 // padded into a full vector), so a value's result does not depend on where
@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-namespace dscore::gpt::cpu {
+namespace dscore::transformer::cpu {
 
 enum class VectorIsa { kScalar, kAvx2, kAvx512 };
 
@@ -26,4 +26,11 @@ void gelu_forward_f32(float* out, const float* inp, int64_t n, VectorIsa isa = v
 void gelu_backward_f32(float* dinp, const float* inp, const float* dout, int64_t n,
                        VectorIsa isa = vector_isa());
 
-}  // namespace dscore::gpt::cpu
+// Llama's SwiGLU pieces, SiLU(x) = x sigmoid(x): out = silu(x) * m, and
+// out = silu'(x) * m. out may alias m.
+void silu_mul_f32(float* out, const float* x, const float* m, int64_t n,
+                  VectorIsa isa = vector_isa());
+void silu_grad_mul_f32(float* out, const float* x, const float* m, int64_t n,
+                       VectorIsa isa = vector_isa());
+
+}  // namespace dscore::transformer::cpu

@@ -8,14 +8,16 @@
 #include <cstring>
 #include <string>
 
-// glibc's libmvec (2.35+): tanhf on 8 (AVX2) and 16 (AVX-512) lanes.
+// glibc's libmvec (2.35+): tanhf and expf on 8 (AVX2) and 16 (AVX-512) lanes.
 extern "C" __m256 _ZGVdN8v_tanhf(__m256);
 extern "C" __m512 _ZGVeN16v_tanhf(__m512);
+extern "C" __m256 _ZGVdN8v_expf(__m256);
+extern "C" __m512 _ZGVeN16v_expf(__m512);
 
 #define DSCORE_AVX2 __attribute__((target("avx2,fma")))
 #define DSCORE_AVX512 __attribute__((target("avx512f")))
 
-namespace dscore::gpt::cpu {
+namespace dscore::transformer::cpu {
 namespace {
 
 constexpr float kScale = 0.7978845608028654f;  // sqrt(2/pi)
@@ -29,6 +31,16 @@ inline float gelu_grad_scalar(float x) {
   const float th = std::tanh(kScale * (x + kCubic * x * x * x));
   const float du = kScale * (1.0f + 3.0f * kCubic * x * x);
   return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
+}
+
+// SiLU, x sigmoid(x), and its derivative s (1 + x (1 - s)), s = sigmoid(x),
+// with sigmoid(x) = 1 / (1 + exp(-x)): exp(-x) = inf (x below about -88)
+// gives s = 0 and silu = -0, no NaN.
+inline float sigmoid_scalar(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+inline float silu_scalar(float x) { return x * sigmoid_scalar(x); }
+inline float silu_grad_scalar(float x) {
+  const float s = sigmoid_scalar(x);
+  return s * (1.0f + x * (1.0f - s));
 }
 
 // Each kernel below handles full vectors, then the tail through a padded
@@ -106,10 +118,79 @@ DSCORE_AVX512 inline void gelu_grad16(float* o, const float* in, const float* d)
   _mm512_storeu_ps(o, _mm512_mul_ps(grad, _mm512_loadu_ps(d)));
 }
 
+DSCORE_AVX2 inline __m256 sigmoid8(__m256 x) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 e = _ZGVdN8v_expf(_mm256_sub_ps(_mm256_setzero_ps(), x));
+  return _mm256_div_ps(one, _mm256_add_ps(one, e));
+}
+DSCORE_AVX2 inline void silu_mul8(float* o, const float* in, const float* m) {
+  const __m256 x = _mm256_loadu_ps(in);
+  _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_mul_ps(x, sigmoid8(x)), _mm256_loadu_ps(m)));
+}
+DSCORE_AVX2 inline void silu_grad_mul8(float* o, const float* in, const float* m) {
+  const __m256 x = _mm256_loadu_ps(in), s = sigmoid8(x), one = _mm256_set1_ps(1.0f);
+  const __m256 grad = _mm256_mul_ps(s, _mm256_fmadd_ps(x, _mm256_sub_ps(one, s), one));
+  _mm256_storeu_ps(o, _mm256_mul_ps(grad, _mm256_loadu_ps(m)));
+}
+DSCORE_AVX512 inline __m512 sigmoid16(__m512 x) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 e = _ZGVeN16v_expf(_mm512_sub_ps(_mm512_setzero_ps(), x));
+  return _mm512_div_ps(one, _mm512_add_ps(one, e));
+}
+DSCORE_AVX512 inline void silu_mul16(float* o, const float* in, const float* m) {
+  const __m512 x = _mm512_loadu_ps(in);
+  _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_mul_ps(x, sigmoid16(x)), _mm512_loadu_ps(m)));
+}
+DSCORE_AVX512 inline void silu_grad_mul16(float* o, const float* in, const float* m) {
+  const __m512 x = _mm512_loadu_ps(in), s = sigmoid16(x), one = _mm512_set1_ps(1.0f);
+  const __m512 grad = _mm512_mul_ps(s, _mm512_fmadd_ps(x, _mm512_sub_ps(one, s), one));
+  _mm512_storeu_ps(o, _mm512_mul_ps(grad, _mm512_loadu_ps(m)));
+}
+
 DSCORE_VECTOR_KERNEL(gelu_forward_avx2, DSCORE_AVX2, 8, gelu8)
 DSCORE_VECTOR_KERNEL(gelu_backward_avx2, DSCORE_AVX2, 8, gelu_grad8)
 DSCORE_VECTOR_KERNEL(gelu_forward_avx512, DSCORE_AVX512, 16, gelu16)
 DSCORE_VECTOR_KERNEL(gelu_backward_avx512, DSCORE_AVX512, 16, gelu_grad16)
+DSCORE_VECTOR_KERNEL(silu_mul_avx2, DSCORE_AVX2, 8, silu_mul8)
+DSCORE_VECTOR_KERNEL(silu_grad_mul_avx2, DSCORE_AVX2, 8, silu_grad_mul8)
+DSCORE_VECTOR_KERNEL(silu_mul_avx512, DSCORE_AVX512, 16, silu_mul16)
+DSCORE_VECTOR_KERNEL(silu_grad_mul_avx512, DSCORE_AVX512, 16, silu_grad_mul16)
+
+// The scalar paths, in the vector kernels' form.
+void gelu_forward_scalar(float* out, const float* a, const float*, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gelu_scalar(a[i]);
+}
+void gelu_backward_scalar(float* out, const float* a, const float* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gelu_grad_scalar(a[i]) * b[i];
+}
+void silu_mul_scalar(float* out, const float* a, const float* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = silu_scalar(a[i]) * b[i];
+}
+void silu_grad_mul_scalar(float* out, const float* a, const float* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = silu_grad_scalar(a[i]) * b[i];
+}
+
+// One kernel on each ISA.
+struct IsaKernels {
+  void (*avx512)(float*, const float*, const float*, int64_t);
+  void (*avx2)(float*, const float*, const float*, int64_t);
+  void (*scalar)(float*, const float*, const float*, int64_t);
+  void operator()(VectorIsa isa, float* out, const float* a, const float* b, int64_t n) const {
+    switch (isa) {
+      case VectorIsa::kAvx512:
+        return avx512(out, a, b, n);
+      case VectorIsa::kAvx2:
+        return avx2(out, a, b, n);
+      case VectorIsa::kScalar:
+        break;
+    }
+    scalar(out, a, b, n);
+  }
+};
+constexpr IsaKernels kGeluForward{gelu_forward_avx512, gelu_forward_avx2, gelu_forward_scalar};
+constexpr IsaKernels kGeluBackward{gelu_backward_avx512, gelu_backward_avx2, gelu_backward_scalar};
+constexpr IsaKernels kSiluMul{silu_mul_avx512, silu_mul_avx2, silu_mul_scalar};
+constexpr IsaKernels kSiluGradMul{silu_grad_mul_avx512, silu_grad_mul_avx2, silu_grad_mul_scalar};
 
 VectorIsa detect() {
   VectorIsa best = VectorIsa::kScalar;
@@ -125,7 +206,7 @@ VectorIsa detect() {
     limit = VectorIsa::kAvx2;
   } else if (want != "avx512") {
     std::fprintf(stderr,
-                 "[dscore] gpt: DSCORE_CPU_ISA=%s is not one of avx512, avx2, scalar; "
+                 "[dscore] cpu kernels: DSCORE_CPU_ISA=%s is not one of avx512, avx2, scalar; "
                  "ignored\n",
                  cap);
   }
@@ -152,27 +233,19 @@ const char* vector_isa_name(VectorIsa isa) {
 }
 
 void gelu_forward_f32(float* out, const float* inp, int64_t n, VectorIsa isa) {
-  switch (isa) {
-    case VectorIsa::kAvx512:
-      return gelu_forward_avx512(out, inp, nullptr, n);
-    case VectorIsa::kAvx2:
-      return gelu_forward_avx2(out, inp, nullptr, n);
-    case VectorIsa::kScalar:
-      break;
-  }
-  for (int64_t i = 0; i < n; ++i) out[i] = gelu_scalar(inp[i]);
+  kGeluForward(isa, out, inp, nullptr, n);
 }
 
 void gelu_backward_f32(float* dinp, const float* inp, const float* dout, int64_t n, VectorIsa isa) {
-  switch (isa) {
-    case VectorIsa::kAvx512:
-      return gelu_backward_avx512(dinp, inp, dout, n);
-    case VectorIsa::kAvx2:
-      return gelu_backward_avx2(dinp, inp, dout, n);
-    case VectorIsa::kScalar:
-      break;
-  }
-  for (int64_t i = 0; i < n; ++i) dinp[i] = gelu_grad_scalar(inp[i]) * dout[i];
+  kGeluBackward(isa, dinp, inp, dout, n);
 }
 
-}  // namespace dscore::gpt::cpu
+void silu_mul_f32(float* out, const float* x, const float* m, int64_t n, VectorIsa isa) {
+  kSiluMul(isa, out, x, m, n);
+}
+
+void silu_grad_mul_f32(float* out, const float* x, const float* m, int64_t n, VectorIsa isa) {
+  kSiluGradMul(isa, out, x, m, n);
+}
+
+}  // namespace dscore::transformer::cpu

@@ -1,0 +1,33 @@
+// A model runner's backend that counts what the runner allocates instead of
+// allocating it, keeping for attention what the CPU kernels keep: running
+// a runner's allocate() over it gives the bytes a real pass allocates, so
+// a model's declared activation memory (model.h activation_bytes) comes
+// from the same code as the allocation.
+#pragma once
+
+#include <cstdint>
+
+#include "common/cpu/attention.h"
+
+namespace dscore::transformer {
+
+template <class Scalar_, class Stat_>
+struct CountingBackend {
+  using Scalar = Scalar_;
+  using Stat = Stat_;
+  int64_t attention_state_elements(int64_t B, int64_t Tn, int64_t NH) const {
+    return cpu::attention_state_elements(B, Tn, NH);
+  }
+  template <typename X>
+  struct Buffer {
+    X* get() const { return nullptr; }
+  };
+  template <typename X>
+  Buffer<X> alloc(int64_t n) {
+    bytes += static_cast<uint64_t>(n) * sizeof(X);
+    return {};
+  }
+  uint64_t bytes = 0;
+};
+
+}  // namespace dscore::transformer

@@ -1,0 +1,193 @@
+#include "attention.h"
+
+#include <tbb/enumerable_thread_specific.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "gemm.h"
+
+namespace dscore::transformer::cpu {
+namespace {
+
+constexpr int64_t kQb = kAttentionQueryBlock, kKb = kAttentionKeyBlock;
+
+int64_t blocks_of(int64_t n, int64_t block) { return (n + block - 1) / block; }
+
+// exp(x) for x <= 0 (scores minus their row max or logsumexp), written so
+// the compiler vectorizes the loops calling it (std::exp is a libm call per
+// element): 2^n e^r with n = round(x / ln 2), |r| <= ln 2 / 2 and e^r by its
+// Taylor series to degree 6 (relative error below 3e-7, 2 ulp). x below -87
+// (and -inf, NaN) is taken as -87, about 2^-126: nothing next to the row's
+// largest term, 1. The clamp compares the bits as unsigned integers (every
+// float above -87 has smaller bits), as a float compare would stop GCC from
+// vectorizing the loop under its default -ftrapping-math. double (the
+// gradient checks) uses std::exp.
+inline float exp_nonpositive(float x) {
+  x = std::bit_cast<float>(std::min(std::bit_cast<uint32_t>(x), std::bit_cast<uint32_t>(-87.0f)));
+  constexpr float kLog2e = 1.44269504f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const float n = (x * kLog2e + kRound) - kRound;
+  const float r = (x - n * kLn2Hi) - n * kLn2Lo;
+  float p = 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+}
+inline double exp_nonpositive(double x) { return std::exp(x); }
+
+}  // namespace
+
+template <typename T>
+void attention_forward(T* out, T* lse, const T* q_all, const T* k_all, const T* v_all,
+                       const AttentionShape& shape) {
+  const int64_t Tn = shape.Tn, NH = shape.NH, hs = shape.head_dim, q_blocks = blocks_of(Tn, kQb);
+  const int64_t group = NH / shape.NKV, q_ld = shape.q_ld, kv_ld = shape.kv_ld, o_ld = shape.out_ld;
+  const T scale = static_cast<T>(1) / std::sqrt(static_cast<T>(hs));
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  // Per task: scores (kQb, kKb), then the running max and sum of each row.
+  tbb::enumerable_thread_specific<std::vector<T>> scratch(static_cast<size_t>(kQb * kKb + 2 * kQb),
+                                                          T{0});
+  tbb::parallel_for(int64_t{0}, shape.B * NH * q_blocks, [&](int64_t task) {
+    const int64_t bh = task / q_blocks, i0 = (task % q_blocks) * kQb;
+    const int64_t b = bh / NH, h = bh % NH, rows = std::min(kQb, Tn - i0);
+    const T* q = q_all + (b * Tn + i0) * q_ld + h * hs;
+    const T* k = k_all + b * Tn * kv_ld + (h / group) * hs;
+    const T* v = v_all + b * Tn * kv_ld + (h / group) * hs;
+    T* o = out + (b * Tn + i0) * o_ld + h * hs;  // the output accumulates in place
+    T* s = scratch.local().data();
+    T* row_max = s + kQb * kKb;
+    T* row_sum = row_max + kQb;
+    std::fill(row_max, row_max + rows, neg_inf);
+    std::fill(row_sum, row_sum + rows, T{0});
+    // Key blocks up to the last query row: the ones above the diagonal are skipped.
+    for (int64_t j0 = 0; j0 < i0 + rows; j0 += kKb) {
+      const int64_t cols = std::min(kKb, i0 + rows - j0);
+      gemm_serial<T>(Op::kNone, Op::kTranspose, rows, cols, hs, scale, q, q_ld, k + j0 * kv_ld,
+                     kv_ld, T{0}, s, cols);
+      for (int64_t r = 0; r < rows; ++r) {
+        // Keys j0 .. i0 + r are visible to query i0 + r; key block 0 always
+        // holds one, so the running max is finite from the first block on.
+        const int64_t visible = std::clamp<int64_t>(i0 + r - j0 + 1, 0, cols);
+        T* p = s + r * cols;
+        T mx = row_max[r];
+        for (int64_t c = 0; c < visible; ++c) mx = std::max(mx, p[c]);
+        for (int64_t c = 0; c < visible; ++c) p[c] = exp_nonpositive(p[c] - mx);
+        T sum = 0;
+        for (int64_t c = 0; c < visible; ++c) sum += p[c];
+        std::fill(p + visible, p + cols, T{0});
+        if (j0 > 0) {  // rescale what earlier key blocks added
+          const T correction = exp_nonpositive(row_max[r] - mx);
+          T* orow = o + r * o_ld;
+          for (int64_t c = 0; c < hs; ++c) orow[c] *= correction;
+          row_sum[r] = row_sum[r] * correction + sum;
+        } else {
+          row_sum[r] = sum;
+        }
+        row_max[r] = mx;
+      }
+      gemm_serial<T>(Op::kNone, Op::kNone, rows, hs, cols, T{1}, s, cols, v + j0 * kv_ld, kv_ld,
+                     j0 == 0 ? T{0} : T{1}, o, o_ld);
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const T inv = static_cast<T>(1) / row_sum[r];
+      T* orow = o + r * o_ld;
+      for (int64_t c = 0; c < hs; ++c) orow[c] *= inv;
+      lse[bh * Tn + i0 + r] = row_max[r] + std::log(row_sum[r]);
+    }
+  });
+}
+
+template <typename T>
+void attention_backward(T* dq_all, T* dk_all, T* dv_all, const T* dout, const T* q_all,
+                        const T* k_all, const T* v_all, const T* out, const T* lse,
+                        const AttentionShape& shape) {
+  const int64_t Tn = shape.Tn, NH = shape.NH, NKV = shape.NKV, hs = shape.head_dim;
+  const int64_t group = NH / NKV, q_ld = shape.q_ld, kv_ld = shape.kv_ld, o_ld = shape.out_ld;
+  const T scale = static_cast<T>(1) / std::sqrt(static_cast<T>(hs));
+  // Per task: probabilities and their gradient (kQb, kKb) each, then
+  // D (T) = rowsum(dout * out), the softmax backward's row term.
+  tbb::enumerable_thread_specific<std::vector<T>> scratch;
+  tbb::parallel_for(int64_t{0}, shape.B * NKV, [&](int64_t bg) {
+    const int64_t b = bg / NKV, g = bg % NKV;
+    const T* k_head = k_all + b * Tn * kv_ld + g * hs;
+    const T* v_head = v_all + b * Tn * kv_ld + g * hs;
+    T* dk = dk_all + b * Tn * kv_ld + g * hs;
+    T* dv = dv_all + b * Tn * kv_ld + g * hs;
+    std::vector<T>& buffer = scratch.local();
+    buffer.resize(static_cast<size_t>(2 * kQb * kKb + Tn));
+    T* p = buffer.data();
+    T* dp = p + kQb * kKb;
+    T* d = dp + kQb * kKb;
+    for (int64_t t = 0; t < Tn; ++t) {
+      std::fill(dk + t * kv_ld, dk + t * kv_ld + hs, T{0});
+      std::fill(dv + t * kv_ld, dv + t * kv_ld + hs, T{0});
+    }
+    for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+      const T* q_head = q_all + b * Tn * q_ld + h * hs;
+      T* dq = dq_all + b * Tn * q_ld + h * hs;
+      const T* dy = dout + b * Tn * o_ld + h * hs;
+      const T* y = out + b * Tn * o_ld + h * hs;
+      const T* row_lse = lse + (b * NH + h) * Tn;
+      for (int64_t t = 0; t < Tn; ++t) {
+        T sum = 0;
+        for (int64_t c = 0; c < hs; ++c) sum += dy[t * o_ld + c] * y[t * o_ld + c];
+        d[t] = sum;
+        std::fill(dq + t * q_ld, dq + t * q_ld + hs, T{0});
+      }
+      for (int64_t i0 = 0; i0 < Tn; i0 += kQb) {
+        const int64_t rows = std::min(kQb, Tn - i0);
+        const T* q = q_head + i0 * q_ld;
+        const T* dyi = dy + i0 * o_ld;
+        for (int64_t j0 = 0; j0 < i0 + rows; j0 += kKb) {
+          const int64_t cols = std::min(kKb, i0 + rows - j0);
+          const T* k = k_head + j0 * kv_ld;
+          const T* v = v_head + j0 * kv_ld;
+          // P = exp(scale Q K^T - lse), zero above the diagonal.
+          gemm_serial<T>(Op::kNone, Op::kTranspose, rows, cols, hs, scale, q, q_ld, k, kv_ld, T{0},
+                         p, cols);
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t visible = std::clamp<int64_t>(i0 + r - j0 + 1, 0, cols);
+            T* prow = p + r * cols;
+            const T m = row_lse[i0 + r];
+            for (int64_t c = 0; c < visible; ++c) prow[c] = exp_nonpositive(prow[c] - m);
+            std::fill(prow + visible, prow + cols, T{0});
+          }
+          // dV += P^T dY; dP = dY V^T; dS = P (dP - D); dQ += scale dS K; dK += scale dS^T Q.
+          gemm_serial<T>(Op::kTranspose, Op::kNone, cols, hs, rows, T{1}, p, cols, dyi, o_ld, T{1},
+                         dv + j0 * kv_ld, kv_ld);
+          gemm_serial<T>(Op::kNone, Op::kTranspose, rows, cols, hs, T{1}, dyi, o_ld, v, kv_ld, T{0},
+                         dp, cols);
+          for (int64_t r = 0; r < rows; ++r) {
+            const T di = d[i0 + r];
+            const T* prow = p + r * cols;
+            T* row = dp + r * cols;
+            for (int64_t c = 0; c < cols; ++c) row[c] = prow[c] * (row[c] - di);
+          }
+          gemm_serial<T>(Op::kNone, Op::kNone, rows, hs, cols, scale, dp, cols, k, kv_ld, T{1},
+                         dq + i0 * q_ld, q_ld);
+          gemm_serial<T>(Op::kTranspose, Op::kNone, cols, hs, rows, scale, dp, cols, q, q_ld, T{1},
+                         dk + j0 * kv_ld, kv_ld);
+        }
+      }
+    }
+  });
+}
+
+#define DSCORE_ATTENTION_INSTANTIATE(T)                                                            \
+  template void attention_forward<T>(T*, T*, const T*, const T*, const T*, const AttentionShape&); \
+  template void attention_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,          \
+                                      const T*, const T*, const AttentionShape&);
+DSCORE_ATTENTION_INSTANTIATE(float)
+DSCORE_ATTENTION_INSTANTIATE(double)
+#undef DSCORE_ATTENTION_INSTANTIATE
+
+}  // namespace dscore::transformer::cpu

@@ -1,0 +1,57 @@
+// One layer's turn in a model runner's pass through the host hooks
+// (model.h): acquire it, lend its parameters (and gradient accumulators) to
+// the work, add the gradients into the views, say grads_ready when this is
+// the layer's last backward acquire, release. Written once for the gpt and
+// llama runners; an exception releases the layer (sdk::AcquiredLayer).
+#pragma once
+
+#include <dscore/model.h>
+#include <dscore/cpp/model.hpp>
+
+#include <cstdint>
+#include <vector>
+
+namespace dscore::transformer {
+
+// fn(params) with layer `index` acquired for forward.
+template <class Backend, class Fn>
+void forward_layer(const dscore_model_hooks& hooks, size_t index,
+                   const std::vector<int64_t>& numels, Backend& backend, Fn&& fn) {
+  sdk::AcquiredLayer layer(hooks, index, DSCORE_ACQUIRE_FORWARD, numels.size());
+  const auto params = backend.load_params(layer.views(), numels);
+  fn(params);
+  layer.release();
+}
+
+enum class GradsReady : bool { kNo = false, kYes = true };
+
+// fn(params, grads) with layer `index` acquired for backward; the
+// gradients are committed after fn, then grads_ready when `ready`.
+template <class Backend, class Fn>
+void backward_layer(const dscore_model_hooks& hooks, size_t index,
+                    const std::vector<int64_t>& numels, Backend& backend, GradsReady ready,
+                    Fn&& fn) {
+  sdk::AcquiredLayer layer(hooks, index, DSCORE_ACQUIRE_BACKWARD, numels.size());
+  const auto params = backend.load_params(layer.views(), numels);
+  auto grads = backend.grads(layer.views(), numels);
+  fn(params, grads);
+  grads.commit();
+  if (ready == GradsReady::kYes) layer.grads_ready();
+  layer.release();
+}
+
+// The same without reading the parameters (fn(grads)): an embedding's
+// last backward turn needs only its gradient.
+template <class Backend, class Fn>
+void backward_layer_grads(const dscore_model_hooks& hooks, size_t index,
+                          const std::vector<int64_t>& numels, Backend& backend, GradsReady ready,
+                          Fn&& fn) {
+  sdk::AcquiredLayer layer(hooks, index, DSCORE_ACQUIRE_BACKWARD, numels.size());
+  auto grads = backend.grads(layer.views(), numels);
+  fn(grads);
+  grads.commit();
+  if (ready == GradsReady::kYes) layer.grads_ready();
+  layer.release();
+}
+
+}  // namespace dscore::transformer

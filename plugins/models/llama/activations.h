@@ -1,0 +1,86 @@
+// The size of every activation buffer LlamaRunner (runner.h) allocates for
+// a micro-batch of B samples, in elements, computed in one place: the
+// runner allocates from it, and the declared activation memory adds it up
+// (through the counting backend). The attention state is the backend's
+// choice (attention_state_elements), so it is passed in.
+#pragma once
+
+#include <cstdint>
+
+#include "llama_config.h"
+
+namespace dscore::llama {
+
+struct ActivationElements {
+  // Per kept block, in Scalar (N = B * T rows; C, Q, KV, I as llama_config.h).
+  struct Block {
+    int64_t ln1 = 0;              // (N, C) input_layernorm's output
+    int64_t q = 0;                // (N, Q) after RoPE
+    int64_t k = 0, v = 0;         // (N, KV) each; k after RoPE
+    int64_t atty = 0;             // (N, Q) attention output, before o_proj
+    int64_t attention_state = 0;  // the backend's attention_state_elements(B, T, NH)
+    int64_t x2 = 0;               // (N, C) residual after attention
+    int64_t ln2 = 0;              // (N, C) post_attention_layernorm's output
+    int64_t gate = 0, up = 0;     // (N, I) each
+    int64_t swiglu = 0;           // (N, I) silu(gate) * up, down_proj's input
+    int64_t stat = 0;             // (N) each of rstd1, rstd2, in Stat
+    int64_t scalars() const {
+      return ln1 + q + k + v + atty + attention_state + x2 + ln2 + gate + up + swiglu;
+    }
+  };
+  Block block;
+  // Blocks with their own activations: those not checkpointed, plus one
+  // set shared by the checkpointed blocks (recomputed there in turn).
+  int64_t kept_blocks = 0;
+  // Shared by all blocks, in Scalar.
+  int64_t resid = 0;  // (L + 1, N, C): every block's input, then the last output
+  int64_t lnf = 0, dlnf = 0, dresid = 0;  // (N, C) each
+  int64_t lnf_stat = 0;                   // (N) rstd, in Stat
+  int64_t rope = 0;                       // (T, hd / 2) each of cos, sin
+  // Backward scratch, in Scalar.
+  int64_t dgate = 0, dup = 0;  // (N, I) each; dgate also holds d(swiglu)
+  int64_t dln = 0;             // (N, C)
+  int64_t datty = 0, dq = 0;   // (N, Q) each
+  int64_t dk = 0, dv = 0;      // (N, KV) each
+  int64_t tokens = 0;          // (N) each of inputs and targets, int32
+
+  int64_t scalars() const {
+    return kept_blocks * block.scalars() + resid + lnf + dlnf + dresid + 2 * rope + dgate + dup +
+           dln + datty + dq + dk + dv;
+  }
+  int64_t stats() const { return kept_blocks * 2 * block.stat + lnf_stat; }
+  int64_t bytes(size_t scalar_bytes, size_t stat_bytes) const {
+    return scalars() * static_cast<int64_t>(scalar_bytes) +
+           stats() * static_cast<int64_t>(stat_bytes) + 2 * tokens * 4;
+  }
+};
+
+// attention_state: the backend's attention_state_elements(B, block_size, NH).
+inline ActivationElements activation_elements(const LlamaConfig& cfg, int64_t B,
+                                              int64_t attention_state) {
+  const int64_t N = B * cfg.block_size, C = cfg.hidden_size, I = cfg.intermediate_size;
+  const int64_t Q = cfg.q_dim(), KV = cfg.kv_dim();
+  ActivationElements e;
+  e.block.ln1 = N * C;
+  e.block.q = N * Q;
+  e.block.k = e.block.v = N * KV;
+  e.block.atty = N * Q;
+  e.block.attention_state = attention_state;
+  e.block.x2 = e.block.ln2 = N * C;
+  e.block.gate = e.block.up = e.block.swiglu = N * I;
+  e.block.stat = N;
+  e.kept_blocks =
+      cfg.num_hidden_layers - cfg.checkpoint_blocks + (cfg.checkpoint_blocks > 0 ? 1 : 0);
+  e.resid = (cfg.num_hidden_layers + 1) * N * C;
+  e.lnf = e.dlnf = e.dresid = N * C;
+  e.lnf_stat = N;
+  e.rope = cfg.block_size * (cfg.head_dim / 2);
+  e.dgate = e.dup = N * I;
+  e.dln = N * C;
+  e.datty = e.dq = N * Q;
+  e.dk = e.dv = N * KV;
+  e.tokens = N;
+  return e;
+}
+
+}  // namespace dscore::llama

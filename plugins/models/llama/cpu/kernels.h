@@ -1,0 +1,50 @@
+// The llama model's own CPU kernels, forward and backward, for T = float
+// (the plugin) and T = double (the finite-difference gradient checks):
+// token embedding, RMSNorm, rotary embeddings and SwiGLU. The rest (nn.Linear,
+// attention, the LM head) are the kernels shared with gpt in
+// plugins/models/common/cpu. Row-major activations (N = B*T rows); weight
+// gradients ACCUMULATE (+=). Parallel over fixed blocks with TBB, so
+// results do not depend on the number of threads.
+#pragma once
+
+#include <cstdint>
+
+namespace dscore::llama::cpu {
+
+// out[r] = embed[tokens[r]] (N, C); a token id < 0 (padding) embeds as 0.
+template <typename T>
+void embedding_forward(T* out, const int32_t* tokens, const T* embed, int64_t N, int64_t C);
+template <typename T>
+void embedding_backward(T* dembed, const T* dout, const int32_t* tokens, int64_t N, int64_t C);
+
+// RMSNorm as transformers' LlamaRMSNorm: out = x * rsqrt(mean(x^2) + eps)
+// * weight, keeping rstd (N) for backward.
+template <typename T>
+void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int64_t N, int64_t C,
+                     double eps);
+// dinp is ACCUMULATED (the residual stream's gradient flows through).
+template <typename T>
+void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
+                      const T* rstd, int64_t N, int64_t C);
+
+// Rotary embeddings in place on x: (B, T) rows of stride ld, `heads` heads
+// of head_dim channels from each row's start; channel i < head_dim / 2
+// pairs with i + head_dim / 2 (transformers' rotate_half):
+// x_i' = x_i cos - x_{i+h} sin, x_{i+h}' = x_{i+h} cos + x_i sin, with
+// cos/sin (T, head_dim / 2) from rope_tables (rope.h). Backward rotates a
+// gradient back (the transpose), also in place.
+template <typename T>
+void rope_forward(T* x, const T* cos, const T* sin, int64_t B, int64_t Tn, int64_t heads,
+                  int64_t head_dim, int64_t ld);
+template <typename T>
+void rope_backward(T* dx, const T* cos, const T* sin, int64_t B, int64_t Tn, int64_t heads,
+                   int64_t head_dim, int64_t ld);
+
+// SwiGLU's gate: out = silu(gate) * up, silu(x) = x sigmoid(x) (n elements).
+template <typename T>
+void swiglu_forward(T* out, const T* gate, const T* up, int64_t n);
+// dgate and dup from dout (dgate may alias dout).
+template <typename T>
+void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n);
+
+}  // namespace dscore::llama::cpu

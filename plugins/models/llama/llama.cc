@@ -1,0 +1,158 @@
+// The built-in "llama" model: a Llama-family decoder as transformers'
+// LlamaForCausalLM (token embedding, pre-RMSNorm blocks of grouped-query
+// causal self-attention with rotary embeddings and a SwiGLU MLP, final
+// RMSNorm, LM head tied to the embedding or not, no biases,
+// cross-entropy), forward and backward by hand through the hooks of
+// model.h, on the CPU or, in CUDA builds, the GPU.
+// Input "tokens": (B, block_size + 1) int32; forward()'s output is the
+// logits (B, vocab_size) fp32 at each sample's last non-padding position.
+#include <dscore/model.h>
+#include <dscore/cpp/model_plugin.hpp>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "common/cpu/linear.h"
+#include "common/model_io.h"
+#include "common/tokens.h"
+#include "compute.h"
+#include "llama_config_reader.h"
+#include "llama_params.h"
+#include "runner.h"
+
+namespace dscore::llama {
+namespace {
+
+using sdk::Error;
+
+constexpr const char kParamsSchema[] = R"json({
+  "vocab_size": {"type": "int", "default": 32000, "min": 1, "doc": "token ids are 0 .. vocab_size-1"},
+  "hidden_size": {"type": "int", "default": 4096, "min": 1, "doc": "model width C"},
+  "intermediate_size": {"type": "int", "default": 11008, "min": 1, "doc": "the SwiGLU MLP's width"},
+  "num_hidden_layers": {"type": "int", "default": 32, "min": 1, "doc": "transformer blocks"},
+  "num_attention_heads": {"type": "int", "default": 32, "min": 1, "doc": "query heads"},
+  "num_key_value_heads": {"type": "int", "default": -1, "min": -1,
+      "doc": "key/value heads (grouped-query attention; must divide num_attention_heads); -1 = num_attention_heads"},
+  "head_dim": {"type": "int", "default": -1, "min": -1,
+      "doc": "channels per head (even); -1 = hidden_size / num_attention_heads"},
+  "max_position_embeddings": {"type": "int", "default": 2048, "min": 1,
+      "doc": "the longest context the model is meant for (block_size may not exceed it)"},
+  "block_size": {"type": "int", "default": -1, "min": -1,
+      "doc": "context length T of a training sample (each is T + 1 tokens); -1 = max_position_embeddings"},
+  "rms_norm_eps": {"type": "number", "default": 1e-6, "doc": "RMSNorm's epsilon"},
+  "rope_theta": {"type": "number", "default": 10000.0, "doc": "rotary embeddings' base"},
+  "rope_scaling": {"type": "json",
+      "doc": "null (absent) or Llama 3's {\"rope_type\": \"llama3\", \"factor\", \"low_freq_factor\", \"high_freq_factor\", \"original_max_position_embeddings\"}"},
+  "tie_word_embeddings": {"type": "bool", "default": false,
+      "doc": "the LM head reuses model.embed_tokens.weight (no lm_head.weight)"},
+  "initializer_range": {"type": "number", "default": 0.02, "min": 0,
+      "doc": "standard deviation of the initial linear and embedding weights"},
+  "hidden_act": {"type": "string", "default": "silu", "doc": "only \"silu\" (SwiGLU)"},
+  "attention_bias": {"type": "bool", "default": false, "doc": "must be false: no biases"},
+  "mlp_bias": {"type": "bool", "default": false, "doc": "must be false: no biases"},
+  "checkpoint_activations": {"type": "bool", "default": false,
+      "doc": "recompute block activations in backward (set by the config's activation_checkpointing section)"},
+  "number_checkpoints": {"type": "int", "default": -1, "min": -1,
+      "doc": "how many blocks (the first ones) are checkpointed; -1 = all"},
+  "device": {"type": "string", "default": "cpu", "enum": ["cpu", "cuda"],
+             "doc": "where forward and backward run (cuda needs a CUDA build and a GPU)"},
+  "cuda_dtype": {"type": "string", "default": "bf16", "enum": ["bf16", "fp32"],
+                 "doc": "activation and matmul type on CUDA (fp32 accumulation either way)"}
+})json";
+
+class Llama : public sdk::Instance {
+ public:
+  Llama(sdk::HostRef host, const sdk::Params& p)
+      : Instance(host),
+        config_(read_config(p)),
+        params_(config_, p.args()->seed),
+        compute_(config_.device == "cuda" ? make_cuda_compute(config_, params_)
+                                          : make_cpu_compute(config_, params_, host)) {}
+
+  const dscore_model_description* description() const { return &params_.description(); }
+
+  void init_param(size_t index, int64_t offset, int64_t count, dscore_tensor* out) const {
+    float* data = transformer::init_param_output(
+        index, params_.param_count(), index < params_.param_count() ? params_.numel(index) : 0,
+        offset, count, out);
+    params_.init(index, offset, count, data);
+  }
+
+  double forward_backward(const dscore_batch* batch, const dscore_model_hooks& hooks,
+                          double loss_scale) {
+    return compute_->forward_backward(split(batch), hooks, loss_scale);
+  }
+  void forward(const dscore_batch* batch, const dscore_model_hooks& hooks, double* loss,
+               dscore_tensor* output) {
+    const SplitTokens tokens = split(batch);
+    float* logits = transformer::logits_output(output, tokens.batch, config_.vocab_size, "llama");
+    compute_->forward(tokens, hooks, loss, logits);
+  }
+
+  // Forward FLOPs (multiply-adds count 2) as the runner computes them: the
+  // LM head (2 N C V) in layer 0 when tied, else in the final layer beside
+  // the norm; a block its seven projections 2 N (2 C Q + 2 C KV + 3 C I)
+  // and attention (4 N T Q: QK^T and PV over all T positions).
+  double layer_flops(size_t layer, int64_t batch) const {
+    const double N = static_cast<double>(batch * config_.block_size),
+                 C = static_cast<double>(config_.hidden_size),
+                 T = static_cast<double>(config_.block_size),
+                 V = static_cast<double>(config_.vocab_size),
+                 I = static_cast<double>(config_.intermediate_size),
+                 Q = static_cast<double>(config_.q_dim()),
+                 KV = static_cast<double>(config_.kv_dim());
+    const double head = 2.0 * N * C * V;
+    if (layer == 0) return config_.tie_word_embeddings ? head : 0.0;
+    if (static_cast<int64_t>(layer) <= config_.num_hidden_layers)
+      return 2.0 * N * (2.0 * C * Q + 2.0 * C * KV + 3.0 * C * I) + 4.0 * N * T * Q;
+    if (static_cast<int64_t>(layer) == config_.final_layer())
+      return 4.0 * N * C + (config_.tie_word_embeddings ? 0.0 : head);
+    throw Error(DSCORE_INVALID_ARGUMENT, "no layer " + std::to_string(layer));
+  }
+
+  // Host memory of one micro-batch's pass: every buffer the runner
+  // allocates (LlamaRunner::allocate, counted by the same code) plus the LM
+  // head's block of logits and row statistics the CPU kernels hold while
+  // it runs (transformer::cpu::lm_rows_per_block). With checkpointing, the
+  // blocks the config checkpoints (all when it does not say) keep only
+  // their inputs.
+  uint64_t activation_bytes(int64_t micro_batch, bool checkpointing) const {
+    if (config_.device != "cpu")
+      throw Error(DSCORE_UNIMPLEMENTED,
+                  "llama on \"device\": \"cuda\" keeps its activations in GPU memory, which the "
+                  "memory plan does not count");
+    if (micro_batch < 1) throw Error(DSCORE_INVALID_ARGUMENT, "micro_batch must be >= 1");
+    LlamaConfig c = config_;
+    c.checkpoint_blocks = !checkpointing                  ? 0
+                          : config_.checkpoint_blocks > 0 ? config_.checkpoint_blocks
+                                                          : config_.num_hidden_layers;
+    const int64_t head_rows =
+        transformer::cpu::lm_rows_per_block(micro_batch * c.block_size, c.vocab_size);
+    const uint64_t head =
+        static_cast<uint64_t>(head_rows) *
+        (static_cast<uint64_t>(c.vocab_size) * sizeof(float) + 2 * sizeof(double));
+    return runner_activation_bytes<float, float>(c, params_, micro_batch) + head;
+  }
+
+ private:
+  SplitTokens split(const dscore_batch* batch) const {
+    return transformer::split_tokens(batch, config_.block_size, config_.vocab_size, "llama");
+  }
+
+  LlamaConfig config_;
+  LlamaParams params_;
+  std::unique_ptr<transformer::Compute> compute_;
+};
+
+const dscore_plugin_descriptor kLlama = sdk::model_descriptor<Llama>(
+    "llama", "0.1.0",
+    "Llama-family decoder (RMSNorm, rotary embeddings incl. Llama 3 scaling, SwiGLU, "
+    "grouped-query attention; transformers' LlamaForCausalLM names); CPU (BLAS + TBB) and CUDA "
+    "kernels",
+    DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16, kParamsSchema);
+
+}  // namespace
+}  // namespace dscore::llama
+
+DSCORE_PLUGIN_LIBRARY("dscore-llama", "0.1.0", "dscore", &dscore::llama::kLlama)

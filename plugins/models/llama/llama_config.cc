@@ -1,0 +1,174 @@
+#include "llama_config_reader.h"
+
+#include <dscore/cpp/plugin.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <string>
+
+namespace dscore::llama {
+namespace {
+
+using sdk::Error;
+
+Error invalid(const std::string& message) { return Error(DSCORE_INVALID_ARGUMENT, message); }
+
+// rope_scaling's JSON text (the host serialises the object) as key -> the
+// value's text: a flat object of numbers, strings, booleans and nulls,
+// which is all transformers writes there.
+std::map<std::string, std::string> flat_object(const std::string& text) {
+  std::map<std::string, std::string> out;
+  size_t i = 0;
+  auto skip = [&] {
+    while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+  };
+  auto fail = [&] {
+    return invalid(
+        "llama: rope_scaling must be null or a flat object such as "
+        "{\"rope_type\": \"llama3\", \"factor\": 8.0, ...}; got " +
+        text);
+  };
+  auto string_at = [&] {
+    if (i >= text.size() || text[i] != '"') throw fail();
+    const size_t end = text.find('"', i + 1);
+    if (end == std::string::npos) throw fail();
+    std::string s = text.substr(i + 1, end - i - 1);
+    i = end + 1;
+    return s;
+  };
+  skip();
+  if (i >= text.size() || text[i++] != '{') throw fail();
+  skip();
+  if (i < text.size() && text[i] == '}') return out;
+  while (true) {
+    skip();
+    const std::string key = string_at();
+    skip();
+    if (i >= text.size() || text[i++] != ':') throw fail();
+    skip();
+    if (i < text.size() && text[i] == '"') {
+      out[key] = string_at();
+    } else {
+      const size_t end = text.find_first_of(",}", i);
+      if (end == std::string::npos) throw fail();
+      std::string v = text.substr(i, end - i);
+      while (!v.empty() && std::isspace(static_cast<unsigned char>(v.back()))) v.pop_back();
+      if (v.empty() || v[0] == '{' || v[0] == '[') throw fail();
+      out[key] = v;
+      i = end;
+    }
+    skip();
+    if (i < text.size() && text[i] == ',') {
+      ++i;
+      continue;
+    }
+    if (i < text.size() && text[i] == '}') return out;
+    throw fail();
+  }
+}
+
+double number_of(const std::map<std::string, std::string>& o, const std::string& key) {
+  const auto it = o.find(key);
+  if (it == o.end())
+    throw invalid("llama: rope_scaling of rope_type \"llama3\" needs \"" + key +
+                  "\" (factor, low_freq_factor, high_freq_factor, "
+                  "original_max_position_embeddings)");
+  char* end = nullptr;
+  const double v = std::strtod(it->second.c_str(), &end);
+  if (end == it->second.c_str() || *end != '\0')
+    throw invalid("llama: rope_scaling." + key + " must be a number, got " + it->second);
+  return v;
+}
+
+RopeScaling read_rope_scaling(const std::string& text) {
+  const std::map<std::string, std::string> o = flat_object(text);
+  // transformers writes "rope_type"; configs from before 4.45 say "type".
+  auto type = o.find("rope_type");
+  if (type == o.end()) type = o.find("type");
+  const std::string kind = type == o.end() ? "" : type->second;
+  if (kind == "default") return {};  // no scaling
+  if (kind != "llama3")
+    throw invalid("llama: rope_scaling rope_type \"" + kind +
+                  "\" is not supported; the llama model implements none (null) and \"llama3\"");
+  RopeScaling s;
+  s.llama3 = true;
+  s.factor = number_of(o, "factor");
+  s.low_freq_factor = number_of(o, "low_freq_factor");
+  s.high_freq_factor = number_of(o, "high_freq_factor");
+  s.original_max_position_embeddings =
+      static_cast<int64_t>(number_of(o, "original_max_position_embeddings"));
+  if (!(s.factor > 0) || !(s.low_freq_factor > 0) || !(s.high_freq_factor > s.low_freq_factor) ||
+      s.original_max_position_embeddings < 1)
+    throw invalid(
+        "llama: rope_scaling (llama3) needs factor > 0, 0 < low_freq_factor < high_freq_factor "
+        "and original_max_position_embeddings >= 1");
+  return s;
+}
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+}  // namespace
+
+LlamaConfig read_config(const sdk::Params& p) {
+  LlamaConfig c;
+  c.vocab_size = p.integer("vocab_size");
+  c.hidden_size = p.integer("hidden_size");
+  c.intermediate_size = p.integer("intermediate_size");
+  c.num_hidden_layers = p.integer("num_hidden_layers");
+  c.num_attention_heads = p.integer("num_attention_heads");
+  const int64_t kv = p.integer("num_key_value_heads");
+  c.num_key_value_heads = kv < 0 ? c.num_attention_heads : kv;
+  c.max_position_embeddings = p.integer("max_position_embeddings");
+  const int64_t block = p.integer("block_size");
+  c.block_size = block < 0 ? c.max_position_embeddings : block;
+  c.rms_norm_eps = p.number("rms_norm_eps");
+  c.rope_theta = p.number("rope_theta");
+  c.tie_word_embeddings = p.boolean("tie_word_embeddings");
+  c.initializer_range = p.number("initializer_range");
+  c.device = p.string("device");
+  c.cuda_dtype = p.string("cuda_dtype");
+  if (c.vocab_size < 1 || c.hidden_size < 1 || c.intermediate_size < 1 || c.num_hidden_layers < 1 ||
+      c.num_attention_heads < 1 || c.num_key_value_heads < 1 || c.block_size < 1)
+    throw invalid(
+        "llama: vocab_size, hidden_size, intermediate_size, num_hidden_layers, "
+        "num_attention_heads, num_key_value_heads and block_size must be >= 1");
+  const int64_t hd = p.integer("head_dim");
+  if (hd < 0 && c.hidden_size % c.num_attention_heads != 0)
+    throw invalid("llama: hidden_size " + str(c.hidden_size) +
+                  " is not divisible by num_attention_heads " + str(c.num_attention_heads) +
+                  ": set head_dim");
+  c.head_dim = hd < 0 ? c.hidden_size / c.num_attention_heads : hd;
+  if (c.head_dim < 2 || c.head_dim % 2 != 0)
+    throw invalid("llama: head_dim " + str(c.head_dim) +
+                  " must be even (rotary embeddings pair its halves)");
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    throw invalid("llama: num_attention_heads " + str(c.num_attention_heads) +
+                  " is not a multiple of num_key_value_heads " + str(c.num_key_value_heads) +
+                  ": each key/value head serves a whole group of query heads");
+  if (c.block_size > c.max_position_embeddings)
+    throw invalid("llama: block_size " + str(c.block_size) + " exceeds max_position_embeddings " +
+                  str(c.max_position_embeddings));
+  if (c.vocab_size > INT32_MAX) throw invalid("llama: vocab_size must fit int32 token ids");
+  if (!(c.rms_norm_eps > 0) || !(c.rope_theta > 0))
+    throw invalid("llama: rms_norm_eps and rope_theta must be > 0");
+  if (p.boolean("attention_bias") || p.boolean("mlp_bias"))
+    throw invalid(
+        "llama: attention_bias and mlp_bias are not implemented (Llama has no biases); set "
+        "them to false");
+  if (p.string("hidden_act") != "silu")
+    throw invalid("llama: hidden_act \"" + p.string("hidden_act") +
+                  "\" is not supported; the llama model's MLP is SwiGLU (\"silu\")");
+  if (const dscore_named_value* v = p.find("rope_scaling");
+      v != nullptr && v->type != DSCORE_VALUE_NULL)
+    c.rope_scaling = read_rope_scaling(v->s != nullptr ? v->s : "");
+  if (p.boolean("checkpoint_activations")) {
+    const int64_t n = p.integer("number_checkpoints");
+    c.checkpoint_blocks = n < 0 ? c.num_hidden_layers : std::min(n, c.num_hidden_layers);
+  }
+  return c;
+}
+
+}  // namespace dscore::llama

@@ -1,0 +1,48 @@
+// The llama model's hyperparameters (the config's "model" section, named as
+// transformers' LlamaConfig) and the sizes derived from them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace dscore::llama {
+
+// rope_scaling: none, or Llama 3's ("rope_type": "llama3"), which divides
+// the low frequencies by `factor` and blends the middle ones.
+struct RopeScaling {
+  bool llama3 = false;
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+struct LlamaConfig {
+  int64_t vocab_size = 32000;
+  int64_t hidden_size = 4096;         // C
+  int64_t intermediate_size = 11008;  // I: the MLP's width
+  int64_t num_hidden_layers = 32;     // L
+  int64_t num_attention_heads = 32;   // NH
+  int64_t num_key_value_heads = 32;   // NKV: NH % NKV == 0 (grouped-query attention)
+  int64_t head_dim = 128;             // hd
+  int64_t max_position_embeddings = 2048;
+  int64_t block_size = 1024;  // T: positions per sample (each sample is T + 1 tokens)
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  double initializer_range = 0.02;
+  // Blocks (the first n) whose activations are recomputed in backward; 0 = none.
+  int64_t checkpoint_blocks = 0;
+  std::string device = "cpu";       // cpu | cuda
+  std::string cuda_dtype = "bf16";  // bf16 | fp32: activations and matmul inputs on CUDA
+
+  int64_t q_dim() const { return num_attention_heads * head_dim; }   // Q
+  int64_t kv_dim() const { return num_key_value_heads * head_dim; }  // KV
+  // Layers: 0 = embeddings (model.embed_tokens; also the LM head when tied),
+  // 1..L = blocks, L + 1 = the final RMSNorm (and lm_head when untied).
+  int64_t layer_count() const { return num_hidden_layers + 2; }
+  int64_t final_layer() const { return num_hidden_layers + 1; }
+};
+
+}  // namespace dscore::llama

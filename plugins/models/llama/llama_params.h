@@ -1,0 +1,51 @@
+// The llama model's parameters as model.h describes them: layers of named
+// tensors in transformers' LlamaForCausalLM names and nn.Linear's (out, in)
+// shapes, so a state_dict exported from them loads into transformers as
+// is. Initial values as transformers' LlamaPreTrainedModel: linear and
+// embedding weights normal(0, initializer_range), RMSNorm weights 1; each
+// element a pure function of (seed, name, index).
+#pragma once
+
+#include <dscore/model.h>
+
+#include <vector>
+
+#include "common/model_description.h"
+#include "llama_config.h"
+
+namespace dscore::llama {
+
+// Positions of a block's parameters within its layer.
+enum BlockParam : int {
+  kInputNorm,
+  kQProj,
+  kKProj,
+  kVProj,
+  kOProj,
+  kPostAttentionNorm,
+  kGateProj,
+  kUpProj,
+  kDownProj,
+};
+enum EmbeddingParam : int { kEmbedTokens };
+enum FinalParam : int { kFinalNorm, kLmHead };  // kLmHead only when untied
+
+class LlamaParams {
+ public:
+  LlamaParams(const LlamaConfig& config, uint64_t seed);
+
+  const dscore_model_description& description() const { return table_.description(); }
+  size_t param_count() const { return table_.param_count(); }
+  int64_t numel(size_t index) const { return table_.numel(index); }
+  // Elements [offset, offset + count) of parameter `index` (layer order).
+  void init(size_t index, int64_t offset, int64_t count, float* out) const;
+  std::vector<int64_t> layer_numels(size_t layer) const { return table_.layer_numels(layer); }
+
+ private:
+  LlamaConfig config_;
+  uint64_t seed_;
+  transformer::ModelDescription table_;
+  std::vector<bool> ones_;  // per parameter: an RMSNorm weight (starts at 1)
+};
+
+}  // namespace dscore::llama

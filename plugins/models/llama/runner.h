@@ -1,0 +1,334 @@
+// Llama forward and backward through the host hooks, written once over a
+// compute backend (cpu/cpu_backend.h). The runner owns the order of work
+// and the activations; a backend owns memory and kernels:
+//
+//   Scalar, Stat             activation/parameter type; RMSNorm statistics type
+//   Buffer<X>, alloc<X>(n)   owning memory of n X; X* get()
+//   zero(p, n), copy_tokens(dst, host, n), rope_tables(cos, sin, inv_freq, T)
+//   load_params(views, numels) -> params[i] as const Scalar*
+//   grads(views, numels)       -> grads[i] as Scalar* (+=); commit() adds them into the views
+//   attention_state_elements(B, T, NH): what attention_forward keeps for backward
+//   the kernels of cpu/kernels.h and plugins/models/common/cpu with the same arguments
+//
+// Every activation size comes from activation_elements (activations.h).
+//
+// Layers: 0 = embeddings, 1..L = blocks, L+1 = final RMSNorm (+ lm_head
+// when untied). A tied LM head needs the embedding after the last block,
+// so then layer 0 is acquired twice per pass as in the gpt model: a
+// BACKWARD acquire right after the final norm runs the head and its
+// gradient (the N x V logits are never all alive), and the last acquire of
+// backward adds the embedding gradient and calls grads_ready. An untied
+// head runs inside the final layer's backward acquire. Blocks under
+// activation checkpointing keep only their input and recompute the rest
+// inside their backward acquire.
+#pragma once
+
+#include <dscore/model.h>
+#include <dscore/cpp/model.hpp>
+#include <dscore/cpp/plugin.hpp>
+
+#include <cstddef>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "activations.h"
+#include "common/counting_backend.h"
+#include "common/layer_pass.h"
+#include "common/tokens.h"
+#include "llama_config.h"
+#include "llama_params.h"
+#include "rope.h"
+
+namespace dscore::llama {
+
+using transformer::backward_layer;
+using transformer::backward_layer_grads;
+using transformer::forward_layer;
+using transformer::GradsReady;
+using transformer::SplitTokens;
+
+template <class Backend>
+class LlamaRunner {
+ public:
+  using T = typename Backend::Scalar;
+  using S = typename Backend::Stat;
+  template <typename X>
+  using Buffer = typename Backend::template Buffer<X>;
+
+  LlamaRunner(const LlamaConfig& config, const LlamaParams& params, Backend& backend)
+      : cfg_(config), backend_(backend), inv_freq_(rope_inv_freq(config)) {
+    for (size_t l = 0; l < static_cast<size_t>(config.layer_count()); ++l)
+      numels_.push_back(params.layer_numels(l));
+  }
+
+  // Mean loss over the counted targets; adds d(loss_scale * loss)/d(param)
+  // into the gradient views.
+  double forward_backward(const SplitTokens& tokens, const dscore_model_hooks& hooks,
+                          double loss_scale) {
+    if (tokens.counted_targets == 0)
+      throw sdk::Error(DSCORE_INVALID_ARGUMENT,
+                       "llama: the batch has no targets (every token is padding)");
+    prepare(tokens);
+    forward_blocks(hooks, nullptr);
+    const int64_t N = rows(), C = cfg_.hidden_size;
+    const double grad_scale = loss_scale / static_cast<double>(tokens.counted_targets);
+    double loss_sum = 0;
+    auto head = [&](const T* w, T* dw) {
+      loss_sum =
+          backend_.lm_head_forward_backward(acts_.dlnf.get(), dw, acts_.lnf.get(), w,
+                                            targets_.get(), N, C, cfg_.vocab_size, grad_scale);
+    };
+    if (cfg_.tie_word_embeddings)  // the head's gradient, first part of the embedding's
+      backward_layer(hooks, 0, numels_[0], backend_, GradsReady::kNo,
+                     [&](const auto& p, auto& g) { head(p[kEmbedTokens], g[kEmbedTokens]); });
+    const size_t final_layer = static_cast<size_t>(cfg_.final_layer());
+    backward_layer(hooks, final_layer, numels_[final_layer], backend_, GradsReady::kYes,
+                   [&](const auto& p, auto& g) {  // final RMSNorm (and the untied head)
+                     if (!cfg_.tie_word_embeddings) head(p[kLmHead], g[kLmHead]);
+                     T* d = acts_.dresid.get();
+                     backend_.zero(d, N * C);
+                     backend_.rmsnorm_backward(d, g[kFinalNorm], acts_.dlnf.get(),
+                                               residual(cfg_.num_hidden_layers), p[kFinalNorm],
+                                               acts_.lnf_rstd.get(), N, C);
+                   });
+    for (int64_t l = cfg_.num_hidden_layers - 1; l >= 0; --l) {
+      const size_t index = static_cast<size_t>(l + 1);
+      backward_layer(hooks, index, numels_[index], backend_, GradsReady::kYes,
+                     [&](const auto& p, auto& g) {
+                       BlockActs& a = block_acts(l);
+                       if (checkpointed(l)) block_forward(p, residual(l), nullptr, a);  // recompute
+                       block_backward(p, g, residual(l), a, acts_.dresid.get());
+                     });
+    }
+    // embeddings: the input side of the embedding's gradient, then grads_ready
+    backward_layer_grads(hooks, 0, numels_[0], backend_, GradsReady::kYes, [&](auto& g) {
+      backend_.embedding_backward(g[kEmbedTokens], acts_.dresid.get(), inputs_.get(), N, C);
+    });
+    return loss_sum / static_cast<double>(tokens.counted_targets);
+  }
+
+  // Forward only: the mean loss over counted targets if `loss` is set, and
+  // the logits (B, V) at each sample's last input position into `logits`
+  // (host fp32) if non-null.
+  void forward(const SplitTokens& tokens, const dscore_model_hooks& hooks, double* loss,
+               float* logits) {
+    prepare(tokens);
+    std::vector<int64_t> last_rows;
+    for (int64_t b = 0; b < B_; ++b)
+      last_rows.push_back(b * cfg_.block_size + tokens.last_position[static_cast<size_t>(b)]);
+    const bool want_loss = loss != nullptr && tokens.counted_targets > 0;
+    double sum = 0;
+    auto head = [&](const T* w) {
+      sum = backend_.lm_head_forward(acts_.lnf.get(), w, want_loss ? targets_.get() : nullptr,
+                                     rows(), cfg_.hidden_size, cfg_.vocab_size, last_rows.data(),
+                                     logits != nullptr ? B_ : 0, logits);
+    };
+    if (cfg_.tie_word_embeddings) {
+      forward_blocks(hooks, nullptr);
+      forward_layer(hooks, 0, numels_[0], backend_, [&](const auto& p) { head(p[kEmbedTokens]); });
+    } else {
+      forward_blocks(hooks, head);
+    }
+    if (loss != nullptr)
+      *loss = want_loss ? sum / static_cast<double>(tokens.counted_targets) : 0.0;
+  }
+
+  // Every buffer a pass over `batch` samples uses, allocated once and kept
+  // while the batch size stays. The declared activation memory
+  // (runner_activation_bytes below) counts these same calls.
+  void allocate(int64_t batch) {
+    B_ = batch;
+    const ActivationElements e = activation_elements(
+        cfg_, B_, backend_.attention_state_elements(B_, cfg_.block_size, cfg_.num_attention_heads));
+    acts_ = Activations{};
+    acts_.resid = backend_.template alloc<T>(e.resid);
+    acts_.lnf = backend_.template alloc<T>(e.lnf);
+    acts_.dlnf = backend_.template alloc<T>(e.dlnf);
+    acts_.dresid = backend_.template alloc<T>(e.dresid);
+    acts_.lnf_rstd = backend_.template alloc<S>(e.lnf_stat);
+    acts_.rope_cos = backend_.template alloc<T>(e.rope);
+    acts_.rope_sin = backend_.template alloc<T>(e.rope);
+    acts_.blocks.resize(static_cast<size_t>(e.kept_blocks));
+    for (BlockActs& a : acts_.blocks) alloc_block(a, e.block);
+    acts_.dgate = backend_.template alloc<T>(e.dgate);
+    acts_.dup = backend_.template alloc<T>(e.dup);
+    acts_.dln = backend_.template alloc<T>(e.dln);
+    acts_.datty = backend_.template alloc<T>(e.datty);
+    acts_.dq = backend_.template alloc<T>(e.dq);
+    acts_.dk = backend_.template alloc<T>(e.dk);
+    acts_.dv = backend_.template alloc<T>(e.dv);
+    inputs_ = backend_.template alloc<int32_t>(e.tokens);
+    targets_ = backend_.template alloc<int32_t>(e.tokens);
+  }
+
+ private:
+  struct BlockActs {
+    Buffer<T> ln1, q, k, v, atty, attention_state, x2, ln2, gate, up, swiglu;
+    Buffer<S> rstd1, rstd2;
+  };
+  struct Activations {
+    Buffer<T> resid;  // (L + 1) x N x C: the input of every block, then the last block's output
+    Buffer<T> lnf, dlnf, dresid;
+    Buffer<S> lnf_rstd;
+    Buffer<T> rope_cos, rope_sin;   // (T, hd / 2)
+    std::vector<BlockActs> blocks;  // one per kept block, plus one shared by checkpointed blocks
+    Buffer<T> dgate, dup, dln, datty, dq, dk, dv;  // backward scratch
+  };
+
+  int64_t rows() const { return B_ * cfg_.block_size; }
+  bool checkpointed(int64_t l) const { return l < cfg_.checkpoint_blocks; }
+  BlockActs& block_acts(int64_t l) {
+    return checkpointed(l) ? acts_.blocks.back()
+                           : acts_.blocks[static_cast<size_t>(l - cfg_.checkpoint_blocks)];
+  }
+  T* residual(int64_t l) const { return acts_.resid.get() + l * rows() * cfg_.hidden_size; }
+
+  void alloc_block(BlockActs& a, const ActivationElements::Block& e) {
+    a.ln1 = backend_.template alloc<T>(e.ln1);
+    a.q = backend_.template alloc<T>(e.q);
+    a.k = backend_.template alloc<T>(e.k);
+    a.v = backend_.template alloc<T>(e.v);
+    a.atty = backend_.template alloc<T>(e.atty);
+    a.attention_state = backend_.template alloc<T>(e.attention_state);
+    a.x2 = backend_.template alloc<T>(e.x2);
+    a.ln2 = backend_.template alloc<T>(e.ln2);
+    a.gate = backend_.template alloc<T>(e.gate);
+    a.up = backend_.template alloc<T>(e.up);
+    a.swiglu = backend_.template alloc<T>(e.swiglu);
+    a.rstd1 = backend_.template alloc<S>(e.stat);
+    a.rstd2 = backend_.template alloc<S>(e.stat);
+  }
+
+  // Tokens into backend memory; activations (re)allocated when B changes.
+  void prepare(const SplitTokens& tokens) {
+    if (tokens.batch != B_) {
+      allocate(tokens.batch);
+      backend_.rope_tables(acts_.rope_cos.get(), acts_.rope_sin.get(), inv_freq_, cfg_.block_size);
+    }
+    backend_.copy_tokens(inputs_.get(), tokens.inputs.data(), rows());
+    backend_.copy_tokens(targets_.get(), tokens.targets.data(), rows());
+  }
+
+  transformer::cpu::AttentionShape attention_shape() const {
+    const int64_t Q = cfg_.q_dim(), KV = cfg_.kv_dim();
+    return {B_,
+            cfg_.block_size,
+            cfg_.num_attention_heads,
+            cfg_.num_key_value_heads,
+            cfg_.head_dim,
+            Q,
+            KV,
+            Q};
+  }
+
+  // The embeddings, every block, and the final norm; `final_head`, when
+  // set, runs with the final layer's parameters still acquired (forward
+  // only, untied head).
+  template <class Head>
+  void forward_blocks(const dscore_model_hooks& hooks, const Head& final_head) {
+    const int64_t N = rows(), C = cfg_.hidden_size;
+    forward_layer(hooks, 0, numels_[0], backend_, [&](const auto& p) {
+      backend_.embedding_forward(residual(0), inputs_.get(), p[kEmbedTokens], N, C);
+    });
+    for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
+      const size_t index = static_cast<size_t>(l + 1);
+      forward_layer(hooks, index, numels_[index], backend_, [&](const auto& p) {
+        block_forward(p, residual(l), residual(l + 1), block_acts(l));
+      });
+    }
+    const size_t l = static_cast<size_t>(cfg_.final_layer());
+    forward_layer(hooks, l, numels_[l], backend_, [&](const auto& p) {
+      backend_.rmsnorm_forward(acts_.lnf.get(), acts_.lnf_rstd.get(),
+                               residual(cfg_.num_hidden_layers), p[kFinalNorm], N, C,
+                               cfg_.rms_norm_eps);
+      if constexpr (!std::is_same_v<Head, std::nullptr_t>) final_head(p[kLmHead]);
+    });
+  }
+
+  // x: the block's input; out: its output (null when recomputing: only the
+  // activations are wanted, the output already exists).
+  template <class P>
+  void block_forward(const P& p, const T* x, T* out, BlockActs& a) {
+    const int64_t N = rows(), C = cfg_.hidden_size, I = cfg_.intermediate_size;
+    const int64_t Q = cfg_.q_dim(), KV = cfg_.kv_dim(), hd = cfg_.head_dim, Tn = cfg_.block_size;
+    const double eps = cfg_.rms_norm_eps;
+    backend_.rmsnorm_forward(a.ln1.get(), a.rstd1.get(), x, p[kInputNorm], N, C, eps);
+    backend_.matmul_forward(a.q.get(), a.ln1.get(), p[kQProj], nullptr, N, C, Q);
+    backend_.matmul_forward(a.k.get(), a.ln1.get(), p[kKProj], nullptr, N, C, KV);
+    backend_.matmul_forward(a.v.get(), a.ln1.get(), p[kVProj], nullptr, N, C, KV);
+    const T* cos = acts_.rope_cos.get();
+    const T* sin = acts_.rope_sin.get();
+    backend_.rope_forward(a.q.get(), cos, sin, B_, Tn, cfg_.num_attention_heads, hd, Q);
+    backend_.rope_forward(a.k.get(), cos, sin, B_, Tn, cfg_.num_key_value_heads, hd, KV);
+    backend_.attention_forward(a.atty.get(), a.attention_state.get(), a.q.get(), a.k.get(),
+                               a.v.get(), attention_shape());
+    // o_proj goes through ln2's buffer (overwritten next).
+    backend_.matmul_forward(a.ln2.get(), a.atty.get(), p[kOProj], nullptr, N, Q, C);
+    backend_.add(a.x2.get(), x, a.ln2.get(), N * C);
+    backend_.rmsnorm_forward(a.ln2.get(), a.rstd2.get(), a.x2.get(), p[kPostAttentionNorm], N, C,
+                             eps);
+    backend_.matmul_forward(a.gate.get(), a.ln2.get(), p[kGateProj], nullptr, N, C, I);
+    backend_.matmul_forward(a.up.get(), a.ln2.get(), p[kUpProj], nullptr, N, C, I);
+    backend_.swiglu_forward(a.swiglu.get(), a.gate.get(), a.up.get(), N * I);
+    if (out == nullptr) return;
+    backend_.matmul_forward(out, a.swiglu.get(), p[kDownProj], nullptr, N, I, C);
+    backend_.add(out, out, a.x2.get(), N * C);
+  }
+
+  // d: the gradient at the block's output on entry, at its input on return.
+  template <class P, class G>
+  void block_backward(const P& p, G& g, const T* x, const BlockActs& a, T* d) {
+    const int64_t N = rows(), C = cfg_.hidden_size, I = cfg_.intermediate_size;
+    const int64_t Q = cfg_.q_dim(), KV = cfg_.kv_dim(), hd = cfg_.head_dim, Tn = cfg_.block_size;
+    T* dswiglu = acts_.dgate.get();  // d(swiglu), then d(gate) in place
+    backend_.matmul_backward(dswiglu, g[kDownProj], nullptr, d, a.swiglu.get(), p[kDownProj], N, I,
+                             C);
+    backend_.swiglu_backward(acts_.dgate.get(), acts_.dup.get(), dswiglu, a.gate.get(), a.up.get(),
+                             N * I);
+    backend_.matmul_backward(acts_.dln.get(), g[kGateProj], nullptr, acts_.dgate.get(), a.ln2.get(),
+                             p[kGateProj], N, C, I);
+    backend_.matmul_backward(acts_.dln.get(), g[kUpProj], nullptr, acts_.dup.get(), a.ln2.get(),
+                             p[kUpProj], N, C, I, true);
+    backend_.rmsnorm_backward(d, g[kPostAttentionNorm], acts_.dln.get(), a.x2.get(),
+                              p[kPostAttentionNorm], a.rstd2.get(), N, C);
+    backend_.matmul_backward(acts_.datty.get(), g[kOProj], nullptr, d, a.atty.get(), p[kOProj], N,
+                             Q, C);
+    backend_.attention_backward(acts_.dq.get(), acts_.dk.get(), acts_.dv.get(), acts_.datty.get(),
+                                a.q.get(), a.k.get(), a.v.get(), a.atty.get(),
+                                a.attention_state.get(), attention_shape());
+    const T* cos = acts_.rope_cos.get();
+    const T* sin = acts_.rope_sin.get();
+    backend_.rope_backward(acts_.dq.get(), cos, sin, B_, Tn, cfg_.num_attention_heads, hd, Q);
+    backend_.rope_backward(acts_.dk.get(), cos, sin, B_, Tn, cfg_.num_key_value_heads, hd, KV);
+    backend_.matmul_backward(acts_.dln.get(), g[kQProj], nullptr, acts_.dq.get(), a.ln1.get(),
+                             p[kQProj], N, C, Q);
+    backend_.matmul_backward(acts_.dln.get(), g[kKProj], nullptr, acts_.dk.get(), a.ln1.get(),
+                             p[kKProj], N, C, KV, true);
+    backend_.matmul_backward(acts_.dln.get(), g[kVProj], nullptr, acts_.dv.get(), a.ln1.get(),
+                             p[kVProj], N, C, KV, true);
+    backend_.rmsnorm_backward(d, g[kInputNorm], acts_.dln.get(), x, p[kInputNorm], a.rstd1.get(), N,
+                              C);
+  }
+
+  LlamaConfig cfg_;
+  Backend& backend_;
+  std::vector<double> inv_freq_;
+  std::vector<std::vector<int64_t>> numels_;
+  int64_t B_ = 0;
+  Activations acts_;
+  Buffer<int32_t> inputs_, targets_;
+};
+
+// Bytes LlamaRunner::allocate(batch) takes over a backend of these types:
+// the model's declared activation memory, from the same code path.
+template <class Scalar, class Stat>
+uint64_t runner_activation_bytes(const LlamaConfig& config, const LlamaParams& params,
+                                 int64_t batch) {
+  using Counter = transformer::CountingBackend<Scalar, Stat>;
+  Counter counter;
+  LlamaRunner<Counter>(config, params, counter).allocate(batch);
+  return counter.bytes;
+}
+
+}  // namespace dscore::llama

@@ -1,0 +1,45 @@
+// Checks shared by the decoder models' runner tests (gpt, llama): two sets
+// of FakeLayers gradients equal bit for bit, or one a multiple of the
+// other, and a CPU backend that counts what the runner allocates through it.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "tests/plugins/models/common/fake_layers.h"
+
+namespace dscore::transformer::testing {
+
+inline void expect_same_grads(FakeLayers& got, FakeLayers& want, const std::string& what) {
+  for (size_t l = 0; l < want.layer_count(); ++l)
+    for (size_t i = 0; i < want.param_count(l); ++i)
+      for (int64_t e = 0; e < want.numel(l, i); ++e)
+        ASSERT_EQ(got.grad<double>(l, i)[e], want.grad<double>(l, i)[e])
+            << what << ": layer " << l << " param " << i << " [" << e << "]";
+}
+
+// scaled == factor * one, to 1e-9 relative.
+inline void expect_scaled_grads(FakeLayers& scaled, FakeLayers& one, double factor) {
+  for (size_t l = 0; l < one.layer_count(); ++l)
+    for (size_t i = 0; i < one.param_count(l); ++i)
+      for (int64_t e = 0; e < one.numel(l, i); ++e)
+        EXPECT_NEAR(scaled.grad<double>(l, i)[e], factor * one.grad<double>(l, i)[e],
+                    1e-9 * std::max(1.0, std::abs(scaled.grad<double>(l, i)[e])));
+}
+
+// A CPU backend counting the bytes the runner allocates through it.
+template <class Base>
+struct CountedBackend : Base {
+  template <typename X>
+  typename Base::template Buffer<X> alloc(int64_t n) {
+    bytes += static_cast<uint64_t>(n) * sizeof(X);
+    return Base::template alloc<X>(n);
+  }
+  uint64_t bytes = 0;
+};
+
+}  // namespace dscore::transformer::testing

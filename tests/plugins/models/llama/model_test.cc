@@ -1,0 +1,272 @@
+// The whole llama model (the runner over the CPU backend) in double
+// precision on tiny configs (grouped-query attention, tied and untied
+// heads, Llama 3 rope scaling): every parameter's gradient against central
+// finite differences of the loss (tolerance 1e-7 + 1e-5 relative, as the
+// gpt model's), the hook protocol, activation checkpointing (the same
+// gradients, bit for bit), declared activation bytes against what a pass
+// allocates, padding, and loss scaling.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "common/cpu/gemm.h"
+#include "cpu/cpu_backend.h"
+#include "llama_params.h"
+#include "runner.h"
+#include "tests/plugins/models/common/fake_layers.h"
+#include "tests/plugins/models/common/model_checks.h"
+
+DSCORE_PLUGIN_HOST_STORAGE;  // no host attached: the backend allocates with the C allocator
+
+namespace dscore::llama {
+namespace {
+
+using transformer::testing::expect_same_grads;
+using transformer::testing::expect_scaled_grads;
+using transformer::testing::FakeLayers;
+using Runner = LlamaRunner<cpu::CpuBackend<double>>;
+
+LlamaConfig tiny_config(bool tied) {
+  LlamaConfig c;
+  c.vocab_size = 11;
+  c.hidden_size = 8;
+  c.intermediate_size = 12;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 4;  // Q = 16 != C: o_proj is not square
+  c.max_position_embeddings = 5;
+  c.block_size = 5;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 10.0;  // large angles at 5 positions
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
+transformer::SplitTokens batch_of(std::vector<int32_t> tokens, int64_t samples,
+                                  const LlamaConfig& c) {
+  dscore_tensor t{};
+  t.struct_size = sizeof t;
+  t.data = tokens.data();
+  t.dtype = DSCORE_DTYPE_I32;
+  t.device_type = DSCORE_DEVICE_CPU;
+  t.numel = static_cast<int64_t>(tokens.size());
+  const dscore_tensor* tensors[] = {&t};
+  dscore_batch batch{sizeof(dscore_batch), samples, 1, tensors};
+  return transformer::split_tokens(&batch, c.block_size, c.vocab_size, "llama");
+}
+
+// Two samples of block_size + 1 tokens; the second ends in padding.
+transformer::SplitTokens tiny_batch(const LlamaConfig& c) {
+  return batch_of({3, 7, 1, 10, 0, 3, 5, 5, 9, 2, -1, -1}, 2, c);
+}
+
+// Parameters from the model's init, scaled up and nudged so the norms'
+// weights are not all 1 and the activations are not tiny.
+void init_layers(const LlamaConfig& c, FakeLayers* layers) {
+  LlamaParams params(c, 7);
+  size_t index = 0;
+  for (size_t l = 0; l < layers->layer_count(); ++l)
+    for (size_t i = 0; i < layers->param_count(l); ++i, ++index) {
+      std::vector<float> v(static_cast<size_t>(layers->numel(l, i)));
+      params.init(index, 0, layers->numel(l, i), v.data());
+      double* p = layers->param<double>(l, i);
+      for (size_t k = 0; k < v.size(); ++k)
+        p[k] = v[k] * 15.0 + 0.05 * std::sin(static_cast<double>(k + 3 * index));
+    }
+}
+
+class LlamaModel : public ::testing::Test {
+ protected:
+  void SetUp() override { transformer::cpu::use_single_threaded_blas(); }
+};
+
+void check_every_gradient(const LlamaConfig& c) {
+  LlamaParams params(c, 7);
+  FakeLayers layers(params.description(), DSCORE_DTYPE_F64);
+  init_layers(c, &layers);
+  cpu::CpuBackend<double> backend;
+  Runner runner(c, params, backend);
+  const auto batch = tiny_batch(c);
+  ASSERT_EQ(batch.counted_targets, 5 + 3);
+  const double loss = runner.forward_backward(batch, layers.hooks(), 1.0);
+  EXPECT_GT(loss, 0.0);
+  auto loss_at = [&] {
+    double l = 0;
+    runner.forward(batch, layers.hooks(), &l, nullptr);
+    return l;
+  };
+  EXPECT_NEAR(loss_at(), loss, 1e-12);
+  const double h = 1e-6;  // the scaled-up weights curve the loss: 1e-5 leaves 6e-5 truncation error
+  int checked = 0;
+  for (size_t l = 0; l < layers.layer_count(); ++l)
+    for (size_t i = 0; i < layers.param_count(l); ++i) {
+      const int64_t n = layers.numel(l, i);
+      const int64_t stride = std::max<int64_t>(1, n / 9);  // about 9 elements of each
+      double largest = 0;
+      for (int64_t k = 0; k < n; k += stride) {
+        double* p = layers.param<double>(l, i) + k;
+        const double keep = *p;
+        *p = keep + h;
+        const double up = loss_at();
+        *p = keep - h;
+        const double down = loss_at();
+        *p = keep;
+        const double numeric = (up - down) / (2 * h);
+        const double analytic = layers.grad<double>(l, i)[k];
+        EXPECT_NEAR(analytic, numeric, 1e-7 + 1e-5 * std::abs(numeric))
+            << params.description().layers[l]->params[i]->name << "[" << k << "]";
+        largest = std::max(largest, std::abs(numeric));
+        ++checked;
+      }
+      EXPECT_GT(largest, 1e-4) << params.description().layers[l]->params[i]->name
+                               << ": its gradient is (nearly) zero, so the check says little";
+    }
+  EXPECT_GT(checked, 150);
+}
+
+TEST_F(LlamaModel, EveryParameterGradientMatchesFiniteDifferencesUntied) {
+  check_every_gradient(tiny_config(false));
+}
+
+TEST_F(LlamaModel, EveryParameterGradientMatchesFiniteDifferencesTied) {
+  check_every_gradient(tiny_config(true));
+}
+
+TEST_F(LlamaModel, EveryParameterGradientMatchesFiniteDifferencesWithLlama3Rope) {
+  LlamaConfig c = tiny_config(false);
+  c.rope_scaling.llama3 = true;
+  c.rope_scaling.factor = 4.0;
+  c.rope_scaling.original_max_position_embeddings = 16;  // wavelengths 6 .. 60 straddle 4 and 16
+  check_every_gradient(c);
+}
+
+TEST_F(LlamaModel, ParameterNamesAndShapesAreLlamaForCausalLMs) {
+  const LlamaConfig c = tiny_config(false);
+  LlamaParams params(c, 7);
+  const dscore_model_description& d = params.description();
+  ASSERT_EQ(d.layer_count, 4u);
+  auto shape_of = [&](size_t l, size_t i) {
+    const dscore_model_param* p = d.layers[l]->params[i];
+    return std::string(p->name) + " " + std::to_string(p->shape[0]) +
+           (p->ndim == 2 ? "x" + std::to_string(p->shape[1]) : "");
+  };
+  EXPECT_EQ(shape_of(0, 0), "model.embed_tokens.weight 11x8");
+  const std::vector<std::string> block = {"model.layers.1.input_layernorm.weight 8",
+                                          "model.layers.1.self_attn.q_proj.weight 16x8",
+                                          "model.layers.1.self_attn.k_proj.weight 8x8",
+                                          "model.layers.1.self_attn.v_proj.weight 8x8",
+                                          "model.layers.1.self_attn.o_proj.weight 8x16",
+                                          "model.layers.1.post_attention_layernorm.weight 8",
+                                          "model.layers.1.mlp.gate_proj.weight 12x8",
+                                          "model.layers.1.mlp.up_proj.weight 12x8",
+                                          "model.layers.1.mlp.down_proj.weight 8x12"};
+  ASSERT_EQ(d.layers[2]->param_count, block.size());
+  for (size_t i = 0; i < block.size(); ++i) EXPECT_EQ(shape_of(2, i), block[i]);
+  EXPECT_EQ(shape_of(3, 0), "model.norm.weight 8");
+  EXPECT_EQ(shape_of(3, 1), "lm_head.weight 11x8");
+  LlamaParams tied(tiny_config(true), 7);
+  EXPECT_EQ(tied.description().layers[3]->param_count, 1u);  // no lm_head.weight
+}
+
+TEST_F(LlamaModel, HooksAreCalledInOrderAndEveryAcquireIsReleased) {
+  for (bool tied : {true, false}) {
+    const LlamaConfig c = tiny_config(tied);
+    LlamaParams params(c, 7);
+    FakeLayers layers(params.description(), DSCORE_DTYPE_F64);
+    init_layers(c, &layers);
+    cpu::CpuBackend<double> backend;
+    Runner runner(c, params, backend);
+    runner.forward_backward(tiny_batch(c), layers.hooks(), 1.0);
+    std::vector<std::string> expected = {"F0", "R0", "F1", "R1", "F2", "R2", "F3", "R3"};
+    if (tied)
+      expected.insert(expected.end(), {"B0", "R0"});  // the head: embedding gradient, part 1
+    expected.insert(expected.end(),
+                    {"B3", "G3", "R3", "B2", "G2", "R2", "B1", "G1", "R1", "B0", "G0", "R0"});
+    EXPECT_EQ(layers.events, expected) << (tied ? "tied" : "untied");
+    EXPECT_EQ(layers.outstanding(), 0);
+    for (size_t l = 0; l < layers.layer_count(); ++l) EXPECT_EQ(layers.grads_ready_calls(l), 1);
+  }
+}
+
+TEST_F(LlamaModel, ActivationCheckpointingGivesTheSameGradientsBitForBit) {
+  LlamaConfig c = tiny_config(false);
+  LlamaParams params(c, 7);
+  auto run = [&](int64_t checkpoint_blocks, FakeLayers* layers) {
+    c.checkpoint_blocks = checkpoint_blocks;
+    init_layers(c, layers);
+    cpu::CpuBackend<double> backend;
+    Runner runner(c, params, backend);
+    return runner.forward_backward(tiny_batch(c), layers->hooks(), 1.0);
+  };
+  FakeLayers plain(params.description(), DSCORE_DTYPE_F64);
+  const double loss = run(0, &plain);
+  for (int64_t k : {1, 2}) {
+    FakeLayers recomputed(params.description(), DSCORE_DTYPE_F64);
+    EXPECT_EQ(run(k, &recomputed), loss);
+    expect_same_grads(recomputed, plain, "checkpoint_blocks " + std::to_string(k));
+  }
+}
+
+TEST_F(LlamaModel, LossScaleScalesTheGradientsOnly) {
+  const LlamaConfig c = tiny_config(true);
+  LlamaParams params(c, 7);
+  FakeLayers one(params.description(), DSCORE_DTYPE_F64),
+      scaled(params.description(), DSCORE_DTYPE_F64);
+  init_layers(c, &one);
+  init_layers(c, &scaled);
+  cpu::CpuBackend<double> backend;
+  Runner runner(c, params, backend);
+  const double l1 = runner.forward_backward(tiny_batch(c), one.hooks(), 1.0);
+  const double l2 = runner.forward_backward(tiny_batch(c), scaled.hooks(), 1024.0);
+  EXPECT_EQ(l1, l2);
+  expect_scaled_grads(scaled, one, 1024.0);
+}
+
+TEST_F(LlamaModel, PaddingAfterAPromptDoesNotChangeItsLogits) {
+  for (bool tied : {true, false}) {
+    const LlamaConfig c = tiny_config(tied);
+    LlamaParams params(c, 7);
+    FakeLayers layers(params.description(), DSCORE_DTYPE_F64);
+    init_layers(c, &layers);
+    cpu::CpuBackend<double> backend;
+    Runner runner(c, params, backend);
+    auto logits_of = [&](std::vector<int32_t> tokens) {
+      std::vector<float> logits(static_cast<size_t>(c.vocab_size));
+      runner.forward(batch_of(std::move(tokens), 1, c), layers.hooks(), nullptr, logits.data());
+      return logits;
+    };
+    EXPECT_EQ(logits_of({4, 2, -1, -1, -1, -1}), logits_of({4, 2, -1, -1, -1, 9}));
+    EXPECT_NE(logits_of({4, 2, -1, -1, -1, -1}), logits_of({4, 3, -1, -1, -1, -1}));
+  }
+}
+
+using CountedCpuBackend = transformer::testing::CountedBackend<cpu::CpuBackend<double>>;
+
+TEST_F(LlamaModel, DeclaredActivationBytesAreWhatAPassAllocates) {
+  LlamaConfig c = tiny_config(false);
+  LlamaParams params(c, 7);
+  uint64_t previous = 0;
+  for (int64_t checkpoint_blocks : {0, 1, 2}) {
+    c.checkpoint_blocks = checkpoint_blocks;
+    FakeLayers layers(params.description(), DSCORE_DTYPE_F64);
+    init_layers(c, &layers);
+    CountedCpuBackend backend;
+    LlamaRunner<CountedCpuBackend> runner(c, params, backend);
+    runner.forward_backward(tiny_batch(c), layers.hooks(), 1.0);
+    runner.forward_backward(tiny_batch(c), layers.hooks(), 1.0);
+    const uint64_t declared = runner_activation_bytes<double, double>(c, params, 2);
+    EXPECT_EQ(backend.bytes, declared) << "checkpoint_blocks " << checkpoint_blocks;
+    if (checkpoint_blocks == 1) {
+      EXPECT_EQ(declared, previous);  // one checkpointed block shares the one set it frees
+    } else if (checkpoint_blocks == 2) {
+      EXPECT_LT(declared, previous);
+    }
+    previous = declared;
+  }
+}
+
+}  // namespace
+}  // namespace dscore::llama
