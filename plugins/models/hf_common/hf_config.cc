@@ -94,8 +94,8 @@ std::string write_config_json(const std::string& base,
     rapidjson::Document value(&alloc);
     value.Parse(text.c_str(), text.size());
     if (value.HasParseError())
-      throw sdk::Error(DSCORE_INTERNAL, "write_config_json: the value of " + key +
-                                            " is not JSON: " + text);
+      throw sdk::Error(DSCORE_INTERNAL,
+                       "write_config_json: the value of " + key + " is not JSON: " + text);
     rapidjson::Value copy(value, alloc);
     auto it = doc.FindMember(key.c_str());
     if (it != doc.MemberEnd()) {

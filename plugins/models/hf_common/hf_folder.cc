@@ -30,9 +30,9 @@ constexpr uint64_t kBandPiece = 4u << 20;         // bytes read at once for a tr
 // Bytes per element of a safetensors dtype name; 0 when unknown.
 uint64_t element_bytes(const std::string& dtype) {
   static const std::pair<const char*, uint64_t> kSizes[] = {
-      {"F64", 8}, {"I64", 8}, {"U64", 8},    {"F32", 4},     {"I32", 4},      {"U32", 4},
-      {"F16", 2}, {"BF16", 2}, {"I16", 2},   {"U16", 2},     {"I8", 1},       {"U8", 1},
-      {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+      {"F64", 8}, {"I64", 8}, {"U64", 8},  {"F32", 4},     {"I32", 4},
+      {"U32", 4}, {"F16", 2}, {"BF16", 2}, {"I16", 2},     {"U16", 2},
+      {"I8", 1},  {"U8", 1},  {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
   for (const auto& [name, size] : kSizes)
     if (dtype == name) return size;
   return 0;
@@ -41,9 +41,9 @@ uint64_t element_bytes(const std::string& dtype) {
 std::string read_text_file(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
-    throw Error(DSCORE_NOT_FOUND, what + " " + path + " does not exist or cannot be read" +
-                                      (errno != 0 ? std::string(" (") + std::strerror(errno) + ")"
-                                                  : std::string()));
+    throw Error(DSCORE_NOT_FOUND,
+                what + " " + path + " does not exist or cannot be read" +
+                    (errno != 0 ? std::string(" (") + std::strerror(errno) + ")" : std::string()));
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
@@ -127,12 +127,12 @@ std::shared_ptr<const HfFolder> HfFolder::open(const std::string& dir) {
   const std::string text = read_text_file(index, "index file");
   doc.Parse(text.c_str(), text.size());
   if (doc.HasParseError() || !doc.IsObject())
-    throw Error(DSCORE_DATA_LOSS, index + " is not a JSON object (" +
-                                      (doc.HasParseError()
-                                           ? std::string(rapidjson::GetParseError_En(
-                                                 doc.GetParseError()))
-                                           : std::string("wrong type")) +
-                                      ")");
+    throw Error(
+        DSCORE_DATA_LOSS,
+        index + " is not a JSON object (" +
+            (doc.HasParseError() ? std::string(rapidjson::GetParseError_En(doc.GetParseError()))
+                                 : std::string("wrong type")) +
+            ")");
   auto map = doc.FindMember("weight_map");
   if (map == doc.MemberEnd() || !map->value.IsObject())
     throw Error(DSCORE_DATA_LOSS, index + " has no \"weight_map\" object");
@@ -145,8 +145,8 @@ std::shared_ptr<const HfFolder> HfFolder::open(const std::string& dir) {
                   index + ": weight_map[\"" + m.name.GetString() + "\"] is not a file name");
     const std::string file = m.value.GetString();
     if (file.find('/') != std::string::npos)
-      throw Error(DSCORE_DATA_LOSS, index + ": weight_map names " + file +
-                                        ", which is not a file of the folder");
+      throw Error(DSCORE_DATA_LOSS,
+                  index + ": weight_map names " + file + ", which is not a file of the folder");
     wanted[m.name.GetString()] = dir + "/" + file;
     if (seen.insert(file).second) order.push_back(file);
   }
@@ -202,10 +202,10 @@ void HfFolder::open_file(const std::string& path) {
       return Error(DSCORE_DATA_LOSS, path + ": tensor " + name + ": " + what);
     };
     const rapidjson::Value& v = m.value;
-    if (!v.IsObject() || !v.HasMember("dtype") || !v["dtype"].IsString() ||
-        !v.HasMember("shape") || !v["shape"].IsArray() || !v.HasMember("data_offsets") ||
-        !v["data_offsets"].IsArray() || v["data_offsets"].Size() != 2 ||
-        !v["data_offsets"][0].IsUint64() || !v["data_offsets"][1].IsUint64())
+    if (!v.IsObject() || !v.HasMember("dtype") || !v["dtype"].IsString() || !v.HasMember("shape") ||
+        !v["shape"].IsArray() || !v.HasMember("data_offsets") || !v["data_offsets"].IsArray() ||
+        v["data_offsets"].Size() != 2 || !v["data_offsets"][0].IsUint64() ||
+        !v["data_offsets"][1].IsUint64())
       throw bad("the header entry needs dtype, shape and data_offsets [begin, end]");
     HfTensor t;
     t.name = name;
@@ -220,8 +220,8 @@ void HfFolder::open_file(const std::string& path) {
     if (end < begin) throw bad("data_offsets end before they begin");
     const uint64_t size = element_bytes(t.dtype);
     if (size != 0 && end - begin != static_cast<uint64_t>(t.numel()) * size)
-      throw bad("data_offsets span " + std::to_string(end - begin) + " bytes but " + t.dtype +
-                " " + shape_text(t.shape) + " needs " +
+      throw bad("data_offsets span " + std::to_string(end - begin) + " bytes but " + t.dtype + " " +
+                shape_text(t.shape) + " needs " +
                 std::to_string(static_cast<uint64_t>(t.numel()) * size));
     if (data_start + end > file->size)
       throw Error(DSCORE_DATA_LOSS, path + " is " + std::to_string(file->size) +
@@ -231,8 +231,8 @@ void HfFolder::open_file(const std::string& path) {
     t.offset = data_start + begin;
     t.bytes = end - begin;
     if (!tensors_.emplace(name, std::move(t)).second)
-      throw Error(DSCORE_DATA_LOSS, "tensor " + name + " is in " + path +
-                                        " and in another weight file of " + dir_);
+      throw Error(DSCORE_DATA_LOSS,
+                  "tensor " + name + " is in " + path + " and in another weight file of " + dir_);
   }
   files_.push_back(std::move(file));
 }
@@ -248,8 +248,7 @@ const HfTensor* HfFolder::find(const std::string& name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
-const HfTensor& HfFolder::tensor(const std::string& name,
-                                 const std::vector<int64_t>& shape) const {
+const HfTensor& HfFolder::tensor(const std::string& name, const std::vector<int64_t>& shape) const {
   const HfTensor* t = find(name);
   if (t == nullptr) {
     std::string where = index_path_.empty() ? files_.front()->path : index_path_ + " (files:";
@@ -262,9 +261,9 @@ const HfTensor& HfFolder::tensor(const std::string& name,
                                       "describes");
   }
   if (t->shape != shape)
-    throw Error(DSCORE_INVALID_ARGUMENT,
-                "tensor " + name + " in " + t->file + " has shape " + shape_text(t->shape) +
-                    " but config.json's model needs " + shape_text(shape));
+    throw Error(DSCORE_INVALID_ARGUMENT, "tensor " + name + " in " + t->file + " has shape " +
+                                             shape_text(t->shape) +
+                                             " but config.json's model needs " + shape_text(shape));
   if (t->dtype != "F32" && t->dtype != "BF16" && t->dtype != "F16")
     throw Error(DSCORE_UNIMPLEMENTED, "tensor " + name + " in " + t->file + " has dtype " +
                                           t->dtype + ": dscore reads F32, BF16 and F16 weights");
@@ -282,7 +281,8 @@ void HfFolder::pread_exact(const File& f, uint64_t offset, uint64_t bytes, void*
   while (bytes > 0) {
     const ssize_t n = ::pread(f.fd, p, bytes, static_cast<off_t>(offset));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw Error(DSCORE_UNAVAILABLE, "cannot read " + f.path + ": " + std::strerror(errno));
+    if (n < 0)
+      throw Error(DSCORE_UNAVAILABLE, "cannot read " + f.path + ": " + std::strerror(errno));
     if (n == 0)
       throw Error(DSCORE_DATA_LOSS, f.path + " ends at byte " + std::to_string(offset) +
                                         " but more data was expected: the file is truncated");
@@ -295,8 +295,8 @@ void HfFolder::pread_exact(const File& f, uint64_t offset, uint64_t bytes, void*
 void HfFolder::read(const HfTensor& t, int64_t offset, int64_t count, float* out) const {
   if (offset < 0 || count < 0 || offset + count > t.numel())
     throw Error(DSCORE_OUT_OF_RANGE, "read of elements [" + std::to_string(offset) + ", " +
-                                         std::to_string(offset + count) + ") of tensor " +
-                                         t.name + " " + shape_text(t.shape));
+                                         std::to_string(offset + count) + ") of tensor " + t.name +
+                                         " " + shape_text(t.shape));
   const uint64_t size = element_bytes(t.dtype);
   std::vector<unsigned char> raw;
   constexpr int64_t kPiece = 1 << 20;  // elements converted at once
@@ -314,11 +314,10 @@ void HfFolder::read(const HfTensor& t, int64_t offset, int64_t count, float* out
   }
 }
 
-void HfFolder::read_transposed(const HfTensor& t, int64_t offset, int64_t count,
-                               float* out) const {
+void HfFolder::read_transposed(const HfTensor& t, int64_t offset, int64_t count, float* out) const {
   if (t.shape.size() != 2)
-    throw Error(DSCORE_INTERNAL, "read_transposed of tensor " + t.name + " " +
-                                     shape_text(t.shape) + ", which is not 2-D");
+    throw Error(DSCORE_INTERNAL, "read_transposed of tensor " + t.name + " " + shape_text(t.shape) +
+                                     ", which is not 2-D");
   if (offset < 0 || count < 0 || offset + count > t.numel())
     throw Error(DSCORE_OUT_OF_RANGE, "read of elements [" + std::to_string(offset) + ", " +
                                          std::to_string(offset + count) + ") of the transpose of " +
@@ -334,8 +333,8 @@ void HfFolder::read_transposed(const HfTensor& t, int64_t offset, int64_t count,
   // contiguous read), else one band piece per row.
   const bool whole_rows = band * 2 >= K;
   const int64_t width = whole_rows ? K : band;
-  const int64_t rows_per_piece =
-      std::max<int64_t>(1, static_cast<int64_t>(kBandPiece / (static_cast<uint64_t>(width) * size)));
+  const int64_t rows_per_piece = std::max<int64_t>(
+      1, static_cast<int64_t>(kBandPiece / (static_cast<uint64_t>(width) * size)));
   std::vector<unsigned char> raw;
   std::vector<float> values;
   for (int64_t r0 = 0; r0 < R; r0 += rows_per_piece) {

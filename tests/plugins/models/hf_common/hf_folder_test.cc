@@ -44,9 +44,9 @@ void write_safetensors(const fs::path& path, const std::vector<Tensor>& tensors)
         data.append(reinterpret_cast<const char*>(&h), 2);
       }
     }
-    header += ", \"" + t.name + "\": {\"dtype\": \"" + t.dtype + "\", \"shape\": " +
-              shape_text(t.shape) + ", \"data_offsets\": [" + std::to_string(begin) + ", " +
-              std::to_string(data.size()) + "]}";
+    header += ", \"" + t.name + "\": {\"dtype\": \"" + t.dtype +
+              "\", \"shape\": " + shape_text(t.shape) + ", \"data_offsets\": [" +
+              std::to_string(begin) + ", " + std::to_string(data.size()) + "]}";
   }
   header += "}";
   header.append((8 - header.size() % 8) % 8, ' ');
@@ -65,8 +65,9 @@ std::vector<float> iota(int64_t n, float scale = 0.25f) {
 class HfFolderTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("dscore_hf_folder_test_" + std::to_string(::getpid()) +
-                                        "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("dscore_hf_folder_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     std::ofstream(dir_ / "config.json") << R"({"model_type": "gpt2", "n_embd": 6, "eps": 1e-5,
@@ -92,8 +93,7 @@ class HfFolderTest : public ::testing::Test {
 
 TEST_F(HfFolderTest, ReadsConfigAndAnySliceOfASingleFile) {
   const std::vector<float> w = iota(4 * 6), b = iota(6);
-  write_safetensors(dir_ / "model.safetensors",
-                    {{"w", "F32", {4, 6}, w}, {"b", "F32", {6}, b}});
+  write_safetensors(dir_ / "model.safetensors", {{"w", "F32", {4, 6}, w}, {"b", "F32", {6}, b}});
   auto f = HfFolder::open(dir());
   EXPECT_EQ(f->config().integer("n_embd"), 6);
   EXPECT_EQ(f->config().string("model_type"), "gpt2");
@@ -103,8 +103,9 @@ TEST_F(HfFolderTest, ReadsConfigAndAnySliceOfASingleFile) {
   EXPECT_EQ(f->config().integer("nothing", 3), 3);  // null reads as absent
   EXPECT_NE(error_of([&] { f->config().integer("name"); }).find("\"name\" must be an integer"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { f->config().integer("n_layer"); }).find("config.json has no \"n_layer\""),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { f->config().integer("n_layer"); }).find("config.json has no \"n_layer\""),
+      std::string::npos);
 
   const HfTensor& t = f->tensor("w", {4, 6});
   for (int64_t offset : {0, 1, 5, 13}) {
@@ -134,7 +135,8 @@ TEST_F(HfFolderTest, TransposedSlicesReadTheColumnBand) {
       std::vector<float> out(static_cast<size_t>(count));
       f->read_transposed(t, offset, count, out.data());
       for (int64_t k = 0; k < count; ++k) {
-        const int64_t i = (offset + k) / R, j = (offset + k) % R;  // transpose (i, j) = stored (j, i)
+        const int64_t i = (offset + k) / R,
+                      j = (offset + k) % R;  // transpose (i, j) = stored (j, i)
         EXPECT_EQ(out[k], w[j * K + i]) << "offset " << offset << " count " << count;
       }
     }
@@ -234,7 +236,8 @@ TEST_F(HfFolderTest, MissingTensorWrongShapeAndUnknownDtypeAreNamed) {
             std::string::npos)
       << missing;
   const std::string shape = error_of([&] { f->tensor("w", {6, 4}); });
-  EXPECT_NE(shape.find("tensor w in " + file + " has shape [4, 6] but config.json's model needs "
+  EXPECT_NE(shape.find("tensor w in " + file +
+                       " has shape [4, 6] but config.json's model needs "
                        "[6, 4]"),
             std::string::npos)
       << shape;
@@ -245,10 +248,11 @@ TEST_F(HfFolderTest, MissingTensorWrongShapeAndUnknownDtypeAreNamed) {
 }
 
 TEST_F(HfFolderTest, ExportConfigKeepsTheOriginalKeysAndSetsTheModelsValues) {
-  const std::string text = write_config_json(
-      R"({"model_type": "gpt2", "n_embd": 4, "bos_token_id": 7})",
-      {{"n_embd", "64"}, {"architectures", "[\"GPT2LMHeadModel\"]"},
-       {"torch_dtype", json_string("float32")}});
+  const std::string text =
+      write_config_json(R"({"model_type": "gpt2", "n_embd": 4, "bos_token_id": 7})",
+                        {{"n_embd", "64"},
+                         {"architectures", "[\"GPT2LMHeadModel\"]"},
+                         {"torch_dtype", json_string("float32")}});
   HfConfig c(text, "out/config.json");
   EXPECT_EQ(c.integer("n_embd"), 64);
   EXPECT_EQ(c.integer("bos_token_id"), 7);
