@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "core/checkpoint/checkpoint_info.h"
+#include "core/checkpoint/durable_file.h"
 #include "core/config/json.h"
 #include "core/engine/initialize.h"
 
@@ -16,8 +17,8 @@ int64_t model_int(const json::Value& model, const char* key) {
   return v != nullptr && v->is_integral() ? v->as_int() : 0;
 }
 
-// The saved training config, turned into a one-rank inference config: the
-// same model, precision and plugins; stage 0, batch 1, no monitors.
+}  // namespace
+
 json::Value inference_config(json::Value config) {
   json::Value zero = json::Value::object();
   zero.set("stage", json::Value(0));
@@ -32,8 +33,6 @@ json::Value inference_config(json::Value config) {
   config.erase("save_interval");
   return config;
 }
-
-}  // namespace
 
 int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& options,
                      std::mt19937_64* rng) {
@@ -59,6 +58,50 @@ int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& op
   return ids[pick(*rng)];
 }
 
+namespace {
+
+// The model's block size and vocabulary: the model section's, else (a model
+// read from_pretrained) its input's width and the folder's config.json.
+Status resolve_token_sizes(const json::Value& model, const std::string& where,
+                           InferenceModel* out) {
+  out->block_size = model_int(model, "block_size");
+  out->vocab_size = model_int(model, "vocab_size");
+  const dscore_model_description& d = out->engine->model().description();
+  if (out->block_size <= 0 && d.input_count == 1 && d.inputs[0]->ndim == 1)
+    out->block_size = d.inputs[0]->shape[0] - 1;
+  const json::Value* folder = model.find("from_pretrained");
+  if (out->vocab_size <= 0 && folder != nullptr && folder->is_string()) {
+    const std::string path = folder->as_string() + "/config.json";
+    DSCORE_ASSIGN_OR_RETURN(std::string text, checkpoint::read_text_file(path, 64u << 20));
+    DSCORE_ASSIGN_OR_RETURN(json::Value hf, json::parse(text, path));
+    out->vocab_size = model_int(hf, "vocab_size");
+  }
+  if (out->block_size <= 0 || out->vocab_size <= 0)
+    return invalid_argument(where +
+                            ": the model has no block_size/vocab_size; `generate` needs a "
+                            "token model such as \"gpt\"");
+  return Status::Ok();
+}
+
+void read_data_type(const json::Value& config, InferenceModel* out) {
+  const json::Value* data = config.find("data");
+  const json::Value* data_type = data != nullptr ? data->find("type") : nullptr;
+  out->data_type = data_type != nullptr && data_type->is_string() ? data_type->as_string() : "";
+}
+
+Result<std::unique_ptr<Engine>> inference_engine(const json::Value& config,
+                                                 const std::string& source,
+                                                 const std::string& base_dir) {
+  InitializeOptions options;
+  options.job = comm::JobEnv{};  // one rank, whatever launched us
+  DSCORE_ASSIGN_OR_RETURN(Setup setup, prepare_text(json::serialize(inference_config(config)),
+                                                    source, base_dir, options));
+  if (!setup.loaded.ok()) return invalid_argument(format_config_errors(setup.loaded));
+  return build_engine(setup, nullptr);
+}
+
+}  // namespace
+
 Result<InferenceModel> open_for_inference(const std::string& dir, const std::string& tag) {
   DSCORE_ASSIGN_OR_RETURN(checkpoint::CheckpointInfo info, checkpoint::open_checkpoint(dir, tag));
   const json::Value* saved = &info.state.ds_config;  // an object: open_checkpoint checked
@@ -67,26 +110,30 @@ Result<InferenceModel> open_for_inference(const std::string& dir, const std::str
     return invalid_argument(info.path +
                             ": the saved config has no \"model\" section to generate with");
   InferenceModel out;
-  out.block_size = model_int(*model, "block_size");
-  out.vocab_size = model_int(*model, "vocab_size");
-  if (out.block_size <= 0 || out.vocab_size <= 0)
-    return invalid_argument(info.path +
-                            ": the saved model has no block_size/vocab_size; `generate` needs a "
-                            "token model such as \"gpt\"");
-  const json::Value* data = saved->find("data");
-  const json::Value* data_type = data != nullptr ? data->find("type") : nullptr;
-  out.data_type = data_type != nullptr && data_type->is_string() ? data_type->as_string() : "";
-
-  InitializeOptions options;
-  options.job = comm::JobEnv{};  // one rank, whatever launched us
-  DSCORE_ASSIGN_OR_RETURN(Setup setup, prepare_text(json::serialize(inference_config(*saved)),
-                                                    info.path + "/ds_config", dir, options));
-  if (!setup.loaded.ok()) return invalid_argument(format_config_errors(setup.loaded));
-  DSCORE_ASSIGN_OR_RETURN(out.engine, build_engine(setup, nullptr));
+  read_data_type(*saved, &out);
+  DSCORE_ASSIGN_OR_RETURN(out.engine, inference_engine(*saved, info.path + "/ds_config", dir));
+  DSCORE_RETURN_IF_ERROR(resolve_token_sizes(*model, info.path, &out));
   LoadCheckpointOptions load;
   load.tag = info.tag;
   load.load_module_only = true;
   DSCORE_RETURN_IF_ERROR(out.engine->load_checkpoint(dir, load).status());
+  return out;
+}
+
+Result<InferenceModel> open_config_for_inference(const std::string& config_path) {
+  DSCORE_ASSIGN_OR_RETURN(std::string text, checkpoint::read_text_file(config_path, 64u << 20));
+  DSCORE_ASSIGN_OR_RETURN(json::Value config, json::parse(text, config_path));
+  const json::Value* model = config.is_object() ? config.find("model") : nullptr;
+  if (model == nullptr || !model->is_object())
+    return invalid_argument(config_path + " has no \"model\" section");
+  InferenceModel out;
+  read_data_type(config, &out);
+  const size_t slash = config_path.rfind('/');
+  DSCORE_ASSIGN_OR_RETURN(
+      out.engine,
+      inference_engine(config, config_path,
+                       slash == std::string::npos ? "." : config_path.substr(0, slash)));
+  DSCORE_RETURN_IF_ERROR(resolve_token_sizes(*model, config_path, &out));
   return out;
 }
 
