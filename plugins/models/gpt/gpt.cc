@@ -13,11 +13,11 @@
 #include <memory>
 #include <string>
 
+#include "../hf_common/hf_config.h"
 #include "compute.h"
 #include "gpt2_hf.h"
 #include "gpt_config.h"
 #include "gpt_params.h"
-#include "hf_config.h"
 #include "tokens.h"
 
 namespace dscore::gpt {

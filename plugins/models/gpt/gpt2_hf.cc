@@ -5,7 +5,7 @@
 #include <cmath>
 #include <vector>
 
-#include "hf_config.h"
+#include "../hf_common/hf_config.h"
 
 namespace dscore::gpt {
 namespace {
@@ -34,14 +34,16 @@ GptConfig gpt2_config(const hf::HfConfig& c, int64_t block_size) {
     throw unsupported(c, "activation_function \"" + act + "\"",
                       "its MLP computes GELU's tanh approximation (gelu_new, gelu_pytorch_tanh)");
   if (!c.boolean("scale_attn_weights", true))
-    throw unsupported(c, "scale_attn_weights false", "attention scores are always scaled by "
-                                                    "1/sqrt(head size)");
+    throw unsupported(c, "scale_attn_weights false",
+                      "attention scores are always scaled by "
+                      "1/sqrt(head size)");
   if (c.boolean("scale_attn_by_inverse_layer_idx", false))
     throw unsupported(c, "scale_attn_by_inverse_layer_idx true",
                       "attention scores are not scaled by the layer index");
   if (c.boolean("reorder_and_upcast_attn", false))
-    throw unsupported(c, "reorder_and_upcast_attn true", "the Mistral-style attention "
-                                                        "reordering is not implemented");
+    throw unsupported(c, "reorder_and_upcast_attn true",
+                      "the Mistral-style attention "
+                      "reordering is not implemented");
   if (c.boolean("add_cross_attention", false))
     throw unsupported(c, "add_cross_attention true", "it is a decoder-only model");
   if (!c.boolean("tie_word_embeddings", true))
@@ -80,8 +82,8 @@ GptConfig gpt2_config(const hf::HfConfig& c, int64_t block_size) {
 }
 
 bool gpt2_transposed(const std::string& name) {
-  for (const char* suffix : {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight",
-                             ".mlp.c_proj.weight"}) {
+  for (const char* suffix :
+       {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"}) {
     const std::string s = suffix;
     if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0)
       return true;

@@ -13,8 +13,8 @@
 #include <memory>
 #include <string>
 
+#include "../hf_common/hf_folder.h"
 #include "gpt_config.h"
-#include "hf_folder.h"
 
 namespace dscore::gpt {
 
@@ -41,7 +41,6 @@ class Gpt2Weights {
 // config.json for an export of `config` with weights of `dtype`: the
 // original folder's config.json with the model's values set over it, or
 // GPT-2's keys alone (base = nullptr: a model trained from scratch).
-std::string gpt2_config_json(const GptConfig& config, dscore_dtype dtype,
-                             const hf::HfConfig* base);
+std::string gpt2_config_json(const GptConfig& config, dscore_dtype dtype, const hf::HfConfig* base);
 
 }  // namespace dscore::gpt
