@@ -13,10 +13,13 @@
 namespace dscore {
 
 const std::vector<std::string>& hf_side_files() {
-  static const std::vector<std::string> kFiles = {
-      "tokenizer.json",  "tokenizer_config.json", "special_tokens_map.json",
-      "tokenizer.model", "vocab.json",            "merges.txt",
-      "generation_config.json"};
+  static const std::vector<std::string> kFiles = {"tokenizer.json",
+                                                  "tokenizer_config.json",
+                                                  "special_tokens_map.json",
+                                                  "tokenizer.model",
+                                                  "vocab.json",
+                                                  "merges.txt",
+                                                  "generation_config.json"};
   return kFiles;
 }
 
@@ -33,18 +36,17 @@ Result<HfExportResult> export_hf(const std::string& checkpoint_dir, const std::s
   // weights are not initialised: only its names and config are asked).
   InitializeOptions init;
   init.job = comm::JobEnv{};
-  DSCORE_ASSIGN_OR_RETURN(Setup setup,
-                          prepare_text(json::serialize(inference_config(saved)),
-                                       info.path + "/ds_config", checkpoint_dir, init));
+  DSCORE_ASSIGN_OR_RETURN(
+      Setup setup, prepare_text(json::serialize(inference_config(saved)), info.path + "/ds_config",
+                                checkpoint_dir, init));
   if (!setup.loaded.ok()) return invalid_argument(format_config_errors(setup.loaded));
   if (!setup.selection.model)
     return invalid_argument(info.path + ": the saved config names no model plugin");
   plugin_host::InstanceContext context;
   context.seed = setup.loaded.config->seed;
-  DSCORE_ASSIGN_OR_RETURN(auto model,
-                          plugin_host::ModelInstance::create(*setup.selection.model->info,
-                                                             setup.selection.model->params,
-                                                             context));
+  DSCORE_ASSIGN_OR_RETURN(
+      auto model, plugin_host::ModelInstance::create(*setup.selection.model->info,
+                                                     setup.selection.model->params, context));
   HfExportResult result;
   result.model = model->info().display();
   if (!model->has_hf_export())

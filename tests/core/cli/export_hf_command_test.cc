@@ -127,8 +127,8 @@ TEST_F(ExportHfCommand, ShardsAndBf16OnRequest) {
   ProcessResult r = run_dscore(
       {"export-hf", checkpoint(), path("hf_bf16"), "--max-shard-size", "4KB", "--dtype", "bf16"});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
-  auto index = json::parse(read_text_file(path("hf_bf16") + "/model.safetensors.index.json"),
-                           "index");
+  auto index =
+      json::parse(read_text_file(path("hf_bf16") + "/model.safetensors.index.json"), "index");
   ASSERT_TRUE(index.ok()) << index.status().message();
   const json::Value* map = index->find("weight_map");
   ASSERT_NE(map, nullptr);
@@ -137,8 +137,8 @@ TEST_F(ExportHfCommand, ShardsAndBf16OnRequest) {
   EXPECT_NE(file.find("-of-"), std::string::npos) << file;
   std::vector<int64_t> shape;
   dscore_dtype dtype = DSCORE_DTYPE_INVALID;
-  const std::vector<float> bf16 = tensor(path("hf_bf16") + "/" + file,
-                                         "transformer.h.0.mlp.c_proj.weight", &shape, &dtype);
+  const std::vector<float> bf16 =
+      tensor(path("hf_bf16") + "/" + file, "transformer.h.0.mlp.c_proj.weight", &shape, &dtype);
   EXPECT_EQ(dtype, DSCORE_DTYPE_BF16);
   EXPECT_EQ(shape, (std::vector<int64_t>{64, 16}));  // (in 4C, out C)
   const std::vector<float> fp32 =
@@ -155,7 +155,8 @@ TEST_F(ExportHfCommand, ShardsAndBf16OnRequest) {
 TEST_F(ExportHfCommand, AModelWithoutAHuggingFaceFormIsRefusedNamingZeroToFp32) {
   const std::string config = R"({"train_batch_size": 4, "train_steps": 1,
       "optimizer": {"type": "SGD", "params": {"lr": 0.1}}, "model": {"type": "mlp"},
-      "checkpoint_dir": ")" + path("mlp_ckpt") + R"(", "save_interval": 1})";
+      "checkpoint_dir": ")" + path("mlp_ckpt") +
+                             R"(", "save_interval": 1})";
   ProcessResult trained = run_dscore({"run", "--config", dir_->write("mlp.json", config).string()});
   ASSERT_EQ(trained.exit_code, 0) << trained.describe();
   ProcessResult r = run_dscore({"export-hf", path("mlp_ckpt"), path("mlp_hf")});
@@ -175,7 +176,8 @@ TEST_F(ExportHfCommand, UsageErrorsExitTwo) {
 }
 
 TEST_F(ExportHfCommand, ForwardPrintsLossAndLogitsPerPrompt) {
-  ProcessResult r = run_dscore({"forward", "--checkpoint", checkpoint(), "--tokens", "97,98,99;100"});
+  ProcessResult r =
+      run_dscore({"forward", "--checkpoint", checkpoint(), "--tokens", "97,98,99;100"});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   const std::vector<std::string> lines = split_lines(r.out);
   ASSERT_EQ(lines.size(), 2u) << r.out;
