@@ -23,21 +23,8 @@ bool parse_prompts(const std::string& text, std::vector<std::vector<int32_t>>* o
   std::stringstream prompts(text);
   std::string prompt;
   while (std::getline(prompts, prompt, ';')) {
-    std::vector<int32_t> ids;
-    std::stringstream in(prompt);
-    std::string item;
-    while (std::getline(in, item, ',')) {
-      try {
-        size_t used = 0;
-        const long long v = std::stoll(item, &used);
-        if (used != item.size() || v < 0 || v > INT32_MAX) return false;
-        ids.push_back(static_cast<int32_t>(v));
-      } catch (const std::exception&) {
-        return false;
-      }
-    }
-    if (ids.empty()) return false;
-    out->push_back(std::move(ids));
+    out->emplace_back();
+    if (!parse_token_list(prompt, &out->back())) return false;
   }
   return !out->empty();
 }
@@ -71,28 +58,11 @@ int forward_command(const std::vector<std::string>& args) {
     return kExitFailure;
   }
   const int64_t T = model->block_size, V = model->vocab_size;
-  std::vector<int32_t> window(static_cast<size_t>(T + 1));
-  const int64_t shape[2] = {1, T + 1};
-  dscore_tensor input{};
-  input.struct_size = sizeof input;
-  input.data = window.data();
-  input.dtype = DSCORE_DTYPE_I32;
-  input.device_type = DSCORE_DEVICE_CPU;
-  input.ndim = 2;
-  input.shape = shape;
-  input.numel = T + 1;
-  const dscore_tensor* inputs[] = {&input};
-  const dscore_batch batch{sizeof(dscore_batch), 1, 1, inputs};
-  std::vector<float> logits(static_cast<size_t>(V));
-  const int64_t out_shape[2] = {1, V};
-  dscore_tensor output{};
-  output.struct_size = sizeof output;
-  output.data = logits.data();
-  output.dtype = DSCORE_DTYPE_F32;
-  output.device_type = DSCORE_DEVICE_CPU;
-  output.ndim = 2;
-  output.shape = out_shape;
-  output.numel = V;
+  auto step = TokenForward::create(*model->engine, T, V);
+  if (!step.ok()) {
+    std::fprintf(stderr, "error: %s\n", step.status().message().c_str());
+    return kExitFailure;
+  }
   for (size_t i = 0; i < prompts.size(); ++i) {
     const std::vector<int32_t>& p = prompts[i];
     if (static_cast<int64_t>(p.size()) > T) {
@@ -106,14 +76,13 @@ int forward_command(const std::vector<std::string>& args) {
                      t, static_cast<long long>(V));
         return kExitUsage;
       }
-    std::fill(window.begin(), window.end(), -1);  // -1 = padding
-    std::copy(p.begin(), p.end(), window.begin());
     double loss = 0;
-    const Status status = model->engine->forward(batch, &output, &loss);
+    const Status status = step->run(p, &loss);
     if (!status.ok()) {
       std::fprintf(stderr, "error: %s\n", status.message().c_str());
       return kExitFailure;
     }
+    const std::vector<float>& logits = step->logits();
     std::string line = "{\"prompt\": " + std::to_string(i) + ", \"loss\": ";
     char number[32];
     if (p.size() >= 2 && std::isfinite(loss)) {

@@ -137,45 +137,64 @@ Result<InferenceModel> open_config_for_inference(const std::string& config_path)
   return out;
 }
 
-Status generate(Engine& engine, int64_t block_size, int64_t vocab_size,
-                std::vector<int32_t>* tokens, int64_t max_new_tokens,
-                const SamplingOptions& options, const std::function<void(int32_t)>& on_token) {
-  if (tokens->empty()) return invalid_argument("the prompt is empty: give at least one token");
+Result<TokenForward> TokenForward::create(Engine& engine, int64_t block_size, int64_t vocab_size) {
   const dscore_model_description& d = engine.model().description();
   if (d.input_count != 1 || d.inputs[0]->dtype != DSCORE_DTYPE_I32 || d.inputs[0]->ndim != 1 ||
       d.inputs[0]->shape[0] != block_size + 1)
     return invalid_argument(engine.model().display_name() +
                             " does not take block_size + 1 int32 tokens");
-  std::vector<int32_t> window(static_cast<size_t>(block_size + 1));
-  const int64_t shape[2] = {1, block_size + 1};
+  return TokenForward(engine, block_size, vocab_size);
+}
+
+TokenForward::TokenForward(Engine& engine, int64_t block_size, int64_t vocab_size)
+    : engine_(&engine),
+      block_size_(block_size),
+      window_(static_cast<size_t>(block_size + 1)),
+      logits_(static_cast<size_t>(vocab_size)) {}
+
+Status TokenForward::run(const std::vector<int32_t>& tokens, double* loss) {
+  if (tokens.empty() || static_cast<int64_t>(tokens.size()) > block_size_)
+    return invalid_argument("a forward pass takes 1 to block_size " + std::to_string(block_size_) +
+                            " tokens, not " + std::to_string(tokens.size()));
+  std::fill(window_.begin(), window_.end(), -1);  // -1 = padding
+  std::copy(tokens.begin(), tokens.end(), window_.begin());
+  const int64_t shape[2] = {1, block_size_ + 1};
   dscore_tensor input{};
   input.struct_size = sizeof input;
-  input.data = window.data();
+  input.data = window_.data();
   input.dtype = DSCORE_DTYPE_I32;
   input.device_type = DSCORE_DEVICE_CPU;
   input.ndim = 2;
   input.shape = shape;
-  input.numel = block_size + 1;
+  input.numel = block_size_ + 1;
   const dscore_tensor* inputs[] = {&input};
   const dscore_batch batch{sizeof(dscore_batch), 1, 1, inputs};
-  std::vector<float> logits(static_cast<size_t>(vocab_size));
-  const int64_t out_shape[2] = {1, vocab_size};
+  const int64_t vocab = static_cast<int64_t>(logits_.size());
+  const int64_t out_shape[2] = {1, vocab};
   dscore_tensor output{};
   output.struct_size = sizeof output;
-  output.data = logits.data();
+  output.data = logits_.data();
   output.dtype = DSCORE_DTYPE_F32;
   output.device_type = DSCORE_DEVICE_CPU;
   output.ndim = 2;
   output.shape = out_shape;
-  output.numel = vocab_size;
+  output.numel = vocab;
+  return engine_->forward(batch, &output, loss);
+}
+
+Status generate(Engine& engine, int64_t block_size, int64_t vocab_size,
+                std::vector<int32_t>* tokens, int64_t max_new_tokens,
+                const SamplingOptions& options, const std::function<void(int32_t)>& on_token) {
+  if (tokens->empty()) return invalid_argument("the prompt is empty: give at least one token");
+  DSCORE_ASSIGN_OR_RETURN(TokenForward step, TokenForward::create(engine, block_size, vocab_size));
   std::mt19937_64 rng(options.seed);
+  std::vector<int32_t> context;
   for (int64_t n = 0; n < max_new_tokens; ++n) {
-    // The last block_size tokens, then padding (-1).
-    const size_t context = std::min(tokens->size(), static_cast<size_t>(block_size));
-    std::fill(window.begin(), window.end(), -1);
-    std::copy(tokens->end() - static_cast<std::ptrdiff_t>(context), tokens->end(), window.begin());
-    DSCORE_RETURN_IF_ERROR(engine.forward(batch, &output));
-    const int32_t next = sample_token(logits, options, &rng);
+    // The last block_size tokens.
+    const size_t length = std::min(tokens->size(), static_cast<size_t>(block_size));
+    context.assign(tokens->end() - static_cast<std::ptrdiff_t>(length), tokens->end());
+    DSCORE_RETURN_IF_ERROR(step.run(context));
+    const int32_t next = sample_token(step.logits(), options, &rng);
     tokens->push_back(next);
     if (on_token) on_token(next);
   }

@@ -49,6 +49,24 @@ Result<InferenceModel> open_for_inference(const std::string& dir, const std::str
 // initialises (a "from_pretrained" folder's, or the seed's).
 Result<InferenceModel> open_config_for_inference(const std::string& config_path);
 
+// One forward pass of a token model over a prompt of 1 to block_size tokens
+// (then padding): the logits at its last token and, when asked, the mean
+// next-token loss over it. Generation's step and `dscore forward`'s.
+class TokenForward {
+ public:
+  // INVALID_ARGUMENT when the model does not take block_size + 1 int32 tokens.
+  static Result<TokenForward> create(Engine& engine, int64_t block_size, int64_t vocab_size);
+  Status run(const std::vector<int32_t>& tokens, double* loss = nullptr);
+  const std::vector<float>& logits() const { return logits_; }  // after run(): vocab_size
+
+ private:
+  TokenForward(Engine& engine, int64_t block_size, int64_t vocab_size);
+  Engine* engine_;
+  int64_t block_size_;
+  std::vector<int32_t> window_;  // block_size + 1 tokens, -1 = padding
+  std::vector<float> logits_;
+};
+
 // Appends up to `max_new_tokens` tokens to `tokens` (the prompt, not
 // empty), calling on_token after each.
 Status generate(Engine& engine, int64_t block_size, int64_t vocab_size,

@@ -192,6 +192,13 @@ Result<uint64_t> ModelInstance::activation_bytes(int64_t micro_batch, bool check
   return bytes;
 }
 
+namespace {
+Status no_hf_export(const PluginInfo& info) {
+  return Status(DSCORE_UNIMPLEMENTED,
+                info.display() + " has no Hugging Face form (hf_tensor/hf_config are NULL)");
+}
+}  // namespace
+
 bool ModelInstance::has_hf_export() const {
   const auto* vt = vtable_of<dscore_model_vtable>(info_);
   return DSCORE_HAS_FIELD(vt, dscore_model_vtable, hf_config) && vt->hf_tensor != nullptr &&
@@ -199,10 +206,7 @@ bool ModelInstance::has_hf_export() const {
 }
 
 Result<ModelInstance::HfTensor> ModelInstance::hf_tensor(size_t param_index) const {
-  if (!has_hf_export())
-    return Status(DSCORE_UNIMPLEMENTED, info_.display() +
-                                            " has no Hugging Face form (hf_tensor/hf_config "
-                                            "are NULL)");
+  if (!has_hf_export()) return no_hf_export(info_);
   const auto* vt = vtable_of<dscore_model_vtable>(info_);
   dscore_hf_tensor out{};
   out.struct_size = sizeof out;
@@ -215,10 +219,7 @@ Result<ModelInstance::HfTensor> ModelInstance::hf_tensor(size_t param_index) con
 }
 
 Result<std::string> ModelInstance::hf_config(dscore_dtype dtype) const {
-  if (!has_hf_export())
-    return Status(DSCORE_UNIMPLEMENTED, info_.display() +
-                                            " has no Hugging Face form (hf_tensor/hf_config "
-                                            "are NULL)");
+  if (!has_hf_export()) return no_hf_export(info_);
   const auto* vt = vtable_of<dscore_model_vtable>(info_);
   std::string text(4096, '\0');
   for (int attempt = 0; attempt < 2; ++attempt) {

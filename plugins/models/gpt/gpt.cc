@@ -25,16 +25,8 @@ namespace {
 
 using sdk::Error;
 
-constexpr const char kParamsSchema[] = R"json({
-  "n_layer": {"type": "int", "default": 12, "min": 1, "doc": "transformer blocks"},
-  "n_head": {"type": "int", "default": 12, "min": 1, "doc": "attention heads; must divide n_embd"},
-  "n_embd": {"type": "int", "default": 768, "min": 1, "doc": "embedding width (channels)"},
-  "block_size": {"type": "int", "default": 1024, "min": 1,
-                 "doc": "context length T; each sample is T + 1 tokens"},
-  "vocab_size": {"type": "int", "default": 50257, "min": 1,
-                 "doc": "token ids are 0 .. vocab_size-1 (256 for byte-level text)"},
-  "dropout": {"type": "number", "default": 0.0, "min": 0, "max": 0,
-              "doc": "dropout is not implemented: only 0"},
+// The params gpt and gpt2 share (read_run_options), closing each schema.
+constexpr const char kRunOptionsSchema[] = R"json(
   "checkpoint_activations": {"type": "bool", "default": false,
       "doc": "recompute block activations in backward (set by the config's activation_checkpointing section)"},
   "number_checkpoints": {"type": "int", "default": -1, "min": -1,
@@ -45,20 +37,24 @@ constexpr const char kParamsSchema[] = R"json({
                  "doc": "activation and matmul type on CUDA (fp32 accumulation either way)"}
 })json";
 
-constexpr const char kGpt2Schema[] = R"json({
+const std::string kParamsSchema = std::string(R"json({
+  "n_layer": {"type": "int", "default": 12, "min": 1, "doc": "transformer blocks"},
+  "n_head": {"type": "int", "default": 12, "min": 1, "doc": "attention heads; must divide n_embd"},
+  "n_embd": {"type": "int", "default": 768, "min": 1, "doc": "embedding width (channels)"},
+  "block_size": {"type": "int", "default": 1024, "min": 1,
+                 "doc": "context length T; each sample is T + 1 tokens"},
+  "vocab_size": {"type": "int", "default": 50257, "min": 1,
+                 "doc": "token ids are 0 .. vocab_size-1 (256 for byte-level text)"},
+  "dropout": {"type": "number", "default": 0.0, "min": 0, "max": 0,
+              "doc": "dropout is not implemented: only 0"},)json") +
+                                  kRunOptionsSchema;
+
+const std::string kGpt2Schema = std::string(R"json({
   "from_pretrained": {"type": "string", "required": true,
       "doc": "a Hugging Face GPT-2 folder (config.json and model.safetensors or its shards); each rank reads the slices it owns"},
   "block_size": {"type": "int", "default": 0, "min": 0,
-                 "doc": "context length T of the training samples (T + 1 tokens each); 0 = config.json's n_positions; at most n_positions"},
-  "checkpoint_activations": {"type": "bool", "default": false,
-      "doc": "recompute block activations in backward (set by the config's activation_checkpointing section)"},
-  "number_checkpoints": {"type": "int", "default": -1, "min": -1,
-      "doc": "how many blocks (the first ones) are checkpointed; -1 = all"},
-  "device": {"type": "string", "default": "cpu", "enum": ["cpu", "cuda"],
-             "doc": "where forward and backward run (cuda needs a CUDA build and a GPU)"},
-  "cuda_dtype": {"type": "string", "default": "bf16", "enum": ["bf16", "fp32"],
-                 "doc": "activation and matmul type on CUDA (fp32 accumulation either way)"}
-})json";
+                 "doc": "context length T of the training samples (T + 1 tokens each); 0 = config.json's n_positions; at most n_positions"},)json") +
+                                kRunOptionsSchema;
 
 // The options gpt and gpt2 share: device and activation checkpointing.
 void read_run_options(const sdk::Params& p, GptConfig* c) {
@@ -243,13 +239,13 @@ const dscore_plugin_descriptor kGpt = sdk::model_descriptor<Gpt>(
     "gpt", "0.1.0",
     "GPT-2-style decoder (byte-level text or llm.c token shards); CPU (BLAS + TBB) and CUDA "
     "kernels",
-    DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16, kParamsSchema);
+    DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16, kParamsSchema.c_str());
 
 const dscore_plugin_descriptor kGpt2 = sdk::model_descriptor<Gpt2>(
     "gpt2", "0.1.0",
     "GPT-2 from a Hugging Face folder (from_pretrained): the gpt model with config.json's "
     "hyperparameters and the folder's weights",
-    DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16, kGpt2Schema);
+    DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16, kGpt2Schema.c_str());
 
 }  // namespace
 }  // namespace dscore::gpt
