@@ -48,9 +48,8 @@ TEST(Gpt2Config, ReadsTheHyperparametersAndBlockSize) {
   const GptConfig shorter = gpt2_config(hf::HfConfig(kConfig, "c.json"), 16);
   EXPECT_EQ(shorter.block_size, 16);
   EXPECT_EQ(shorter.positions(), 64);  // wpe keeps every row for the export
-  EXPECT_NO_THROW(gpt2_config(hf::HfConfig(with("activation_function", "\"gelu_pytorch_tanh\""),
-                                           "c.json"),
-                              0));
+  EXPECT_NO_THROW(
+      gpt2_config(hf::HfConfig(with("activation_function", "\"gelu_pytorch_tanh\""), "c.json"), 0));
   EXPECT_NO_THROW(gpt2_config(hf::HfConfig(with("n_inner", "256"), "c.json"), 0));
 }
 
@@ -84,12 +83,13 @@ TEST(Gpt2Config, UnsupportedOptionsAreNamedWithTheFile) {
 }
 
 TEST(Gpt2Hf, Conv1DWeightsAreTheTransposedOnes) {
-  for (const char* name : {"transformer.h.0.attn.c_attn.weight", "transformer.h.11.attn.c_proj.weight",
-                           "transformer.h.2.mlp.c_fc.weight", "transformer.h.2.mlp.c_proj.weight"})
+  for (const char* name :
+       {"transformer.h.0.attn.c_attn.weight", "transformer.h.11.attn.c_proj.weight",
+        "transformer.h.2.mlp.c_fc.weight", "transformer.h.2.mlp.c_proj.weight"})
     EXPECT_TRUE(gpt2_transposed(name)) << name;
-  for (const char* name : {"transformer.wte.weight", "transformer.wpe.weight",
-                           "transformer.h.0.attn.c_attn.bias", "transformer.h.0.ln_1.weight",
-                           "transformer.ln_f.weight"})
+  for (const char* name :
+       {"transformer.wte.weight", "transformer.wpe.weight", "transformer.h.0.attn.c_attn.bias",
+        "transformer.h.0.ln_1.weight", "transformer.ln_f.weight"})
     EXPECT_FALSE(gpt2_transposed(name)) << name;
 }
 
