@@ -16,6 +16,7 @@ Then:
       folder; export-hf (single, sharded, bf16); AutoModelForCausalLM loads
       each, its logits equal `dscore forward --checkpoint`'s (fp32: 2e-5;
       bf16 weights: 0.05), stages 2 and 3 agree, tokenizer side files copied;
+      dscore's own "gpt" trained from scratch exports and loads the same way;
   (d) bad folders: missing config.json, a truncated safetensors file, a
       tensor of the wrong shape, unsupported config options: each a non-zero
       exit and a message naming the file, tensor or option.
@@ -214,6 +215,24 @@ def check_training(folder, model):
                         "bf16 export")
 
 
+def check_scratch_gpt():
+    # dscore's own "gpt" (random init, no folder) exports to a GPT-2 too.
+    tokens = torch.randint(0, VOCAB, (8 * 16 + 1,)).tolist()
+    token_shard(path("scratch.bin"), tokens)
+    cfg = {"train_batch_size": 4, "train_steps": 2, "seed": 3,
+           "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
+           "model": {"type": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16,
+                     "vocab_size": VOCAB},
+           "data": {"type": "tokens", "path": path("scratch.bin")},
+           "checkpoint_dir": path("scratch_ckpt"), "save_interval": 2}
+    write_json(path("scratch.json"), cfg)
+    run(["run", "--config", path("scratch.json")], cwd=SCRATCH)
+    run(["export-hf", path("scratch_ckpt"), path("scratch_export")])
+    loaded = AutoModelForCausalLM.from_pretrained(path("scratch_export"), dtype=torch.float32)
+    check_prefix_logits(loaded.eval(), [tokens[:16]], ["--checkpoint", path("scratch_ckpt")],
+                        LOGIT_TOL, "gpt (from scratch) export")
+
+
 def expect_error(name, folder, needles):
     write_json(path("bad.json"), forward_config(folder))
     r = run(["forward", "--config", path("bad.json"), "--tokens", "1,2"], ok=False)
@@ -294,6 +313,7 @@ def main():
 
     check_gradients(model, folder)
     check_training(folder, model)
+    check_scratch_gpt()
     check_bad_folders(folder)
     print("check_gpt2: all passed")
 
