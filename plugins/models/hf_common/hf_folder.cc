@@ -329,9 +329,10 @@ void HfFolder::read_transposed(const HfTensor& t, int64_t offset, int64_t count,
   const int64_t R = t.shape[0], K = t.shape[1];
   const int64_t c0 = offset / R, c1 = (offset + count - 1) / R, band = c1 - c0 + 1;
   const uint64_t size = element_bytes(t.dtype);
-  // Stored rows per read: whole rows when the band is most of a row (one
-  // contiguous read), else one band piece per row.
-  const bool whole_rows = band * 2 >= K;
+  // Stored rows per read: whole rows when the band is the whole row (one
+  // contiguous read), else the band of each row, so a rank reads only the
+  // bytes of its slice.
+  const bool whole_rows = band == K;
   const int64_t width = whole_rows ? K : band;
   const int64_t rows_per_piece = std::max<int64_t>(
       1, static_cast<int64_t>(kBandPiece / (static_cast<uint64_t>(width) * size)));

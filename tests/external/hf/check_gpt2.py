@@ -16,6 +16,7 @@ Then:
       folder; export-hf (single, sharded, bf16); AutoModelForCausalLM loads
       each, its logits equal `dscore forward --checkpoint`'s (fp32: 2e-5;
       bf16 weights: 0.05), stages 2 and 3 agree, tokenizer side files copied;
+      each rank of a ZeRO-3 run reads only its shards (strace, when present);
       dscore's own "gpt" trained from scratch exports and loads the same way;
   (d) bad folders: missing config.json, a truncated safetensors file, a
       tensor of the wrong shape, unsupported config options: each a non-zero
@@ -215,6 +216,42 @@ def check_training(folder, model):
                         "bf16 export")
 
 
+def check_stage3_reads(folder):
+    # Each rank of a ZeRO-3 run reads only its shard of every parameter from
+    # the safetensors file (plus the header): counted with strace's pread64.
+    if shutil.which("strace") is None:
+        print("check_gpt2_stage3_reads: skipped (no strace)")
+        return
+    write_json(path("reads.json"),
+               train_config(folder, path("train.bin"), path("reads_ckpt"),
+                            {"type": "SGD", "params": {"lr": 0.0}}, 1, 3, 4))
+    traces = path("reads_trace")
+    os.makedirs(traces)
+    r = subprocess.run(["strace", "-ff", "-y", "-qq", "-e", "trace=pread64", "-o",
+                        os.path.join(traces, "t"), DSCORE, "run", "--config", path("reads.json"),
+                        "-n", "2"], capture_output=True, text=True, cwd=SCRATCH)
+    if r.returncode != 0:
+        fail("dscore run under strace exited %d:\n%s" % (r.returncode, r.stderr))
+    weights = os.path.join(folder, "model.safetensors")
+    size = os.path.getsize(weights)
+    per_thread = {}
+    for trace in os.listdir(traces):
+        total = 0
+        for line in open(os.path.join(traces, trace)):
+            if weights + ">" in line and ") = " in line:
+                total += int(line.rsplit("= ", 1)[1])
+        if total:
+            per_thread[trace] = total
+    # One trace per thread: together the two ranks read the file about once
+    # (each its shard and the header); reading whole tensors would be twice.
+    whole = sum(per_thread.values())
+    if not per_thread or whole > size * 1.05 + 4096:
+        fail("a ZeRO-3 run at 2 ranks read %d bytes of the %d-byte %s: more than the file once"
+             % (whole, size, weights))
+    print("check_gpt2_stage3_reads: 2 ranks read %d bytes of the %d-byte model.safetensors "
+          "together (each its shard, plus the header)" % (whole, size))
+
+
 def check_scratch_gpt():
     # dscore's own "gpt" (random init, no folder) exports to a GPT-2 too.
     tokens = torch.randint(0, VOCAB, (8 * 16 + 1,)).tolist()
@@ -313,6 +350,7 @@ def main():
 
     check_gradients(model, folder)
     check_training(folder, model)
+    check_stage3_reads(folder)
     check_scratch_gpt()
     check_bad_folders(folder)
     print("check_gpt2: all passed")
