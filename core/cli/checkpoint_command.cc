@@ -1,12 +1,14 @@
 // Checkpoint tools:
 //   dscore checkpoint inspect DIR [--tag T]
 //   dscore zero-to-fp32 DIR OUT [--tag T] [--max-shard-size 5GB]
+//   dscore export-hf DIR OUT [--tag T] [--max-shard-size 5GB] [--dtype fp32|bf16|fp16]
 #include <cstdio>
 
 #include "core/checkpoint/consolidate.h"
 #include "core/checkpoint/inspect.h"
 #include "core/cli/commands.h"
 #include "core/cli/options.h"
+#include "core/engine/hf_export.h"
 
 namespace dscore::cli {
 namespace {
@@ -78,6 +80,54 @@ int zero_to_fp32_command(const std::vector<std::string>& args) {
   std::printf("wrote %zu fp32 tensors (%llu bytes):\n", result->tensors,
               static_cast<unsigned long long>(result->total_bytes));
   for (const std::string& f : result->files) std::printf("  %s\n", f.c_str());
+  return kExitOk;
+}
+
+int export_hf_command(const std::vector<std::string>& args) {
+  po::options_description options("export-hf options");
+  std::string dir, out, tag, max_shard = "5GB", dtype = "fp32";
+  options.add_options()("dir", po::value<std::string>(&dir)->required(),
+                        "the checkpoint folder (holding `latest`)")(
+      "out", po::value<std::string>(&out)->required(), "the Hugging Face folder to write")(
+      "tag", po::value<std::string>(&tag), "the tag to export (default: the one `latest` names)")(
+      "max-shard-size", po::value<std::string>(&max_shard)->default_value("5GB"),
+      "split into model-0000i-of-0000n.safetensors shards past this size (5GB = 5e9 bytes)")(
+      "dtype", po::value<std::string>(&dtype)->default_value("fp32"),
+      "the weights' dtype: fp32, bf16 or fp16");
+  po::positional_options_description positional;
+  positional.add("dir", 1).add("out", 1);
+  po::variables_map vm;
+  int exit_code = kExitOk;
+  const char* usage =
+      "usage: dscore export-hf CHECKPOINT OUT [--tag T] [--max-shard-size 5GB] "
+      "[--dtype fp32|bf16|fp16]";
+  if (!parse_options(args, options, positional, usage, &vm, &exit_code)) return exit_code;
+  HfExportOptions export_options;
+  export_options.tag = tag;
+  auto size = checkpoint::parse_size(max_shard);
+  if (!size.ok()) {
+    std::fprintf(stderr, "dscore: --max-shard-size: %s\n", size.status().message().c_str());
+    return kExitUsage;
+  }
+  export_options.max_shard_bytes = *size;
+  if (dtype == "fp32") {
+    export_options.dtype = DSCORE_DTYPE_F32;
+  } else if (dtype == "bf16") {
+    export_options.dtype = DSCORE_DTYPE_BF16;
+  } else if (dtype == "fp16") {
+    export_options.dtype = DSCORE_DTYPE_F16;
+  } else {
+    std::fprintf(stderr, "dscore: --dtype must be fp32, bf16 or fp16, not \"%s\"\n%s\n",
+                 dtype.c_str(), usage);
+    return kExitUsage;
+  }
+  auto result = export_hf(dir, out, export_options);
+  if (!result.ok()) return report_error(result.status());
+  std::printf("exported %s: %zu %s tensors (%llu bytes):\n", result->model.c_str(),
+              result->weights.tensors, dtype.c_str(),
+              static_cast<unsigned long long>(result->weights.total_bytes));
+  for (const std::string& f : result->weights.files) std::printf("  %s\n", f.c_str());
+  for (const std::string& f : result->copied) std::printf("  %s (copied)\n", f.c_str());
   return kExitOk;
 }
 

@@ -20,9 +20,11 @@ int plan_command(const std::vector<std::string>& args);
 int checkpoint_command(const std::vector<std::string>& args);
 int zero_to_fp32_command(const std::vector<std::string>& args);
 int generate_command(const std::vector<std::string>& args);
+int export_hf_command(const std::vector<std::string>& args);
+int forward_command(const std::vector<std::string>& args);
 int io_bench_command(const std::vector<std::string>& args);
 
-// What `dscore --version` prints: "dscore 0.1.0 (plugin ABI 1.1)".
+// What `dscore --version` prints: "dscore 0.1.0 (plugin ABI 1.2)".
 std::string version_text();
 
 }  // namespace dscore::cli

@@ -18,22 +18,6 @@ constexpr const char* kUsage =
     "[--max-new-tokens 200]\n"
     "                       [--temperature 0.8] [--top-k 0] [--seed 1337] [--tag T]";
 
-bool parse_token_list(const std::string& text, std::vector<int32_t>* out) {
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    try {
-      size_t used = 0;
-      const long long v = std::stoll(item, &used);
-      if (used != item.size() || v < 0 || v > INT32_MAX) return false;
-      out->push_back(static_cast<int32_t>(v));
-    } catch (const std::exception&) {
-      return false;
-    }
-  }
-  return !out->empty();
-}
-
 }  // namespace
 
 int generate_command(const std::vector<std::string>& args) {

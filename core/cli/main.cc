@@ -1,6 +1,6 @@
 // dscore: the command-line entry point. A thin dispatcher over the
 // subcommands (run, config, plugins, plan, lr-schedule, loss-scale,
-// checkpoint, zero-to-fp32, generate, io-bench); everything else lives in
+// checkpoint, zero-to-fp32, export-hf, generate, forward, io-bench); everything else lives in
 // core/.
 #include <cstdio>
 #include <exception>
@@ -30,8 +30,13 @@ const char* kUsage =
     "  checkpoint inspect DIR [--tag T]        verify a checkpoint and print what it holds\n"
     "  zero-to-fp32 DIR OUT [--max-shard-size 5GB]\n"
     "                                          consolidate a checkpoint into model.safetensors\n"
+    "  export-hf DIR OUT [--max-shard-size 5GB] [--dtype fp32|bf16|fp16]\n"
+    "                                          a checkpoint as a Hugging Face folder (gpt, gpt2)\n"
     "  generate --checkpoint DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K]\n"
     "                                          continue a prompt with a trained token model (gpt)\n"
+    "  forward (--checkpoint DIR | --config F) --tokens 1,2,3[;4,5]\n"
+    "                                          a token model's loss and last-token logits per "
+    "prompt\n"
     "  io-bench PATH                           measure a folder's disk through the NVMe swapper;\n"
     "                                          cache the best \"aio\" settings for \"auto\"\n"
     "\n"
@@ -62,17 +67,20 @@ int main(int argc, char** argv) {
     if (command == "checkpoint") return dscore::cli::checkpoint_command(args);
     if (command == "zero-to-fp32") return dscore::cli::zero_to_fp32_command(args);
     if (command == "generate") return dscore::cli::generate_command(args);
+    if (command == "export-hf") return dscore::cli::export_hf_command(args);
+    if (command == "forward") return dscore::cli::forward_command(args);
     if (command == "io-bench") return dscore::cli::io_bench_command(args);
   } catch (const std::exception& e) {
     // A broken invariant inside dscore: report it rather than abort silently.
     dscore::log_error(std::string("internal error: ") + e.what());
     return dscore::cli::kExitFailure;
   }
-  std::fprintf(stderr, "dscore: unknown command '%s'%s\n\n%s", command.c_str(),
-               dscore::did_you_mean_suffix(
-                   command, {"run", "config", "plugins", "lr-schedule", "loss-scale", "plan",
-                             "checkpoint", "zero-to-fp32", "generate", "io-bench"})
-                   .c_str(),
-               kUsage);
+  std::fprintf(
+      stderr, "dscore: unknown command '%s'%s\n\n%s", command.c_str(),
+      dscore::did_you_mean_suffix(
+          command, {"run", "config", "plugins", "lr-schedule", "loss-scale", "plan", "checkpoint",
+                    "zero-to-fp32", "export-hf", "generate", "forward", "io-bench"})
+          .c_str(),
+      kUsage);
   return dscore::cli::kExitUsage;
 }

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <sstream>
 
 #include "core/cli/commands.h"
 
@@ -42,6 +43,22 @@ std::optional<Setup> prepare_or_report(const std::string& config_path,
     return std::nullopt;
   }
   return std::move(setup).value();
+}
+
+bool parse_token_list(const std::string& text, std::vector<int32_t>* out) {
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    try {
+      size_t used = 0;
+      const long long v = std::stoll(item, &used);
+      if (used != item.size() || v < 0 || v > INT32_MAX) return false;
+      out->push_back(static_cast<int32_t>(v));
+    } catch (const std::exception&) {
+      return false;
+    }
+  }
+  return !out->empty();
 }
 
 }  // namespace dscore::cli

@@ -4,6 +4,7 @@
 
 #include <boost/program_options.hpp>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,5 +27,9 @@ bool parse_options(const std::vector<std::string>& args, const po::options_descr
 // comes back (the command then exits kExitUsage).
 std::optional<Setup> prepare_or_report(const std::string& config_path,
                                        const InitializeOptions& init);
+
+// "1,2,3" -> {1, 2, 3} appended to *out: token ids in [0, INT32_MAX]; false
+// on anything else or an empty list.
+bool parse_token_list(const std::string& text, std::vector<int32_t>* out);
 
 }  // namespace dscore::cli

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/base/status.h"
+#include "core/config/json.h"
 #include "core/engine/engine.h"
 
 namespace dscore {
@@ -28,15 +29,43 @@ struct SamplingOptions {
 int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& options,
                      std::mt19937_64* rng);
 
+// A saved training config turned into a one-rank inference config: the same
+// model, precision and plugins; stage 0, batch 1, no monitors or saving.
+json::Value inference_config(json::Value config);
+
 // A one-rank, ZeRO stage 0 engine holding the weights of the checkpoint in
 // `dir` (tag "" = latest), built from the config the checkpoint saved.
 struct InferenceModel {
   std::unique_ptr<Engine> engine;
   std::string data_type;  // the saved config's data.type ("text": byte-level tokens)
+  // The model section's block_size and vocab_size; a model without them
+  // (gpt2, from_pretrained) has block_size + 1 tokens as its input and
+  // the folder's config.json vocab_size.
   int64_t block_size = 0;
   int64_t vocab_size = 0;
 };
 Result<InferenceModel> open_for_inference(const std::string& dir, const std::string& tag);
+// The same from a training config file, with the weights the model
+// initialises (a "from_pretrained" folder's, or the seed's).
+Result<InferenceModel> open_config_for_inference(const std::string& config_path);
+
+// One forward pass of a token model over a prompt of 1 to block_size tokens
+// (then padding): the logits at its last token and, when asked, the mean
+// next-token loss over it. Generation's step and `dscore forward`'s.
+class TokenForward {
+ public:
+  // INVALID_ARGUMENT when the model does not take block_size + 1 int32 tokens.
+  static Result<TokenForward> create(Engine& engine, int64_t block_size, int64_t vocab_size);
+  Status run(const std::vector<int32_t>& tokens, double* loss = nullptr);
+  const std::vector<float>& logits() const { return logits_; }  // after run(): vocab_size
+
+ private:
+  TokenForward(Engine& engine, int64_t block_size, int64_t vocab_size);
+  Engine* engine_;
+  int64_t block_size_;
+  std::vector<int32_t> window_;  // block_size + 1 tokens, -1 = padding
+  std::vector<float> logits_;
+};
 
 // Appends up to `max_new_tokens` tokens to `tokens` (the prompt, not
 // empty), calling on_token after each.

@@ -135,6 +135,17 @@ class ModelInstance {
   // UNIMPLEMENTED when the plugin has no activation_bytes (or is older than
   // ABI 1.1).
   Result<uint64_t> activation_bytes(int64_t micro_batch, bool checkpointing) const;
+  // Hugging Face export (ABI 1.2): UNIMPLEMENTED when the plugin has no
+  // hf_tensor/hf_config (or is older). The name of parameter `param_index`
+  // in a Hugging Face folder, and whether its 2-D transpose is stored.
+  struct HfTensor {
+    std::string name;
+    bool transpose = false;
+  };
+  bool has_hf_export() const;
+  Result<HfTensor> hf_tensor(size_t param_index) const;
+  // config.json's text for weights of `dtype`.
+  Result<std::string> hf_config(dscore_dtype dtype) const;
   Status synthetic_batch(uint64_t seed, int64_t first_sample, const dscore_batch& out) const;
 
  private:

@@ -192,6 +192,50 @@ Result<uint64_t> ModelInstance::activation_bytes(int64_t micro_batch, bool check
   return bytes;
 }
 
+namespace {
+Status no_hf_export(const PluginInfo& info) {
+  return Status(DSCORE_UNIMPLEMENTED,
+                info.display() + " has no Hugging Face form (hf_tensor/hf_config are NULL)");
+}
+}  // namespace
+
+bool ModelInstance::has_hf_export() const {
+  const auto* vt = vtable_of<dscore_model_vtable>(info_);
+  return DSCORE_HAS_FIELD(vt, dscore_model_vtable, hf_config) && vt->hf_tensor != nullptr &&
+         vt->hf_config != nullptr;
+}
+
+Result<ModelInstance::HfTensor> ModelInstance::hf_tensor(size_t param_index) const {
+  if (!has_hf_export()) return no_hf_export(info_);
+  const auto* vt = vtable_of<dscore_model_vtable>(info_);
+  dscore_hf_tensor out{};
+  out.struct_size = sizeof out;
+  DSCORE_RETURN_IF_ERROR(call_plugin(*host_, info_.display(), "hf_tensor",
+                                     [&] { return vt->hf_tensor(handle_, param_index, &out); }));
+  if (out.name == nullptr || out.name[0] == '\0')
+    return internal_error(info_.display() + ": hf_tensor gave parameter " +
+                          std::to_string(param_index) + " no name");
+  return HfTensor{out.name, out.transpose != 0};
+}
+
+Result<std::string> ModelInstance::hf_config(dscore_dtype dtype) const {
+  if (!has_hf_export()) return no_hf_export(info_);
+  const auto* vt = vtable_of<dscore_model_vtable>(info_);
+  std::string text(4096, '\0');
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    size_t length = 0;
+    DSCORE_RETURN_IF_ERROR(call_plugin(*host_, info_.display(), "hf_config", [&] {
+      return vt->hf_config(handle_, dtype, text.data(), text.size(), &length);
+    }));
+    if (length < text.size()) {
+      text.resize(length);
+      return text;
+    }
+    text.assign(length + 1, '\0');
+  }
+  return internal_error(info_.display() + ": hf_config's length changed between calls");
+}
+
 bool ModelInstance::has_synthetic_task() const {
   const auto* vt = vtable_of<dscore_model_vtable>(info_);
   return DSCORE_HAS_FIELD(vt, dscore_model_vtable, synthetic_batch) &&

@@ -178,7 +178,7 @@ TEST(Install, VendorPluginBuildsAgainstTheInstalledSdkAndTrainsWithTheInstalledD
     if (name == "sgd_momentum") {
       listed = true;
       EXPECT_EQ(kind, "optimizer") << line;
-      EXPECT_EQ(abi, "1.1") << line;
+      EXPECT_EQ(abi, "1.2") << line;
       EXPECT_EQ(path, fs::canonical(plugin).string()) << line;
     }
     if (name == "adam") {

@@ -1,5 +1,5 @@
-/* The ABI checked from C: (1) every field and constant of the frozen v1.0
- * headers has the same offset, size and value in the current headers
+/* The ABI checked from C: (1) every field and constant of each frozen
+ * v1.N's headers has the same offset, size and value in the current headers
  * (structs only grow at the end), (2) every struct starts with struct_size,
  * (3) DSCORE_HAS_FIELD reads struct_size as documented. Exit status 0 = pass;
  * each failure prints one line. */
@@ -64,6 +64,8 @@ int main(void) {
   dscore_optimizer_state_slot slot;
 
   compare("v1.0", frozen, frozen_count, current, current_count);
+  frozen = dscore_abi_layout_frozen_v1_1(&frozen_count);
+  compare("v1.1", frozen, frozen_count, current, current_count);
 
   EXPECT(sizeof(dscore_status) == 4, "dscore_status is %zu bytes, not 4", sizeof(dscore_status));
   EXPECT(DSCORE_STATUS_MAX == DSCORE_DATA_LOSS, "DSCORE_STATUS_MAX is not the last code");

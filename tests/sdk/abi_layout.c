@@ -1,4 +1,5 @@
-/* Records the layout of every ABI 1.0 struct field and constant for the
+/* Records the layout of every ABI 1.x struct field and constant (1.0's, and
+ * each later frozen minor's additions the headers have) for the
  * headers on this translation unit's include path (the frozen copy or the
  * current sdk; CMake compiles it once per set, naming the function with
  * DSCORE_ABI_LAYOUT_FN). */
@@ -19,6 +20,9 @@
 
 static const dscore_abi_entry kEntries[] = {
 #include "abi_v1_0_layout.inc"
+#if DSCORE_ABI_VERSION_MINOR >= 1
+#include "abi_v1_1_layout.inc"
+#endif
 };
 
 const dscore_abi_entry* DSCORE_ABI_LAYOUT_FN(size_t* count) {

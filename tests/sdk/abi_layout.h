@@ -13,8 +13,10 @@ typedef struct dscore_abi_entry {
   size_t size;              /* sizeof the field or the struct; 0 for constants */
 } dscore_abi_entry;
 
-/* The headers of sdk/abi/v1.0 and of sdk/include, each through the v1.0 list. */
+/* The headers of sdk/abi/v1.N and of sdk/include, each through the lists of
+ * the minors it has. */
 const dscore_abi_entry* dscore_abi_layout_frozen_v1_0(size_t* count);
+const dscore_abi_entry* dscore_abi_layout_frozen_v1_1(size_t* count);
 const dscore_abi_entry* dscore_abi_layout_current(size_t* count);
 
 #endif

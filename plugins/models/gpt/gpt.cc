@@ -4,6 +4,8 @@
 // forward and backward by hand, through the hooks of model.h.
 // Input "tokens": (B, block_size + 1) int32; forward()'s output is the
 // logits (B, vocab_size) fp32 at each sample's last non-padding position.
+// "gpt2" is the same model read from a Hugging Face GPT-2 folder
+// (from_pretrained); both export to one (gpt2_hf.h).
 #include <dscore/model.h>
 #include <dscore/cpp/model_plugin.hpp>
 
@@ -11,7 +13,9 @@
 #include <memory>
 #include <string>
 
+#include "../hf_common/hf_config.h"
 #include "compute.h"
+#include "gpt2_hf.h"
 #include "gpt_config.h"
 #include "gpt_params.h"
 #include "tokens.h"
@@ -21,16 +25,8 @@ namespace {
 
 using sdk::Error;
 
-constexpr const char kParamsSchema[] = R"json({
-  "n_layer": {"type": "int", "default": 12, "min": 1, "doc": "transformer blocks"},
-  "n_head": {"type": "int", "default": 12, "min": 1, "doc": "attention heads; must divide n_embd"},
-  "n_embd": {"type": "int", "default": 768, "min": 1, "doc": "embedding width (channels)"},
-  "block_size": {"type": "int", "default": 1024, "min": 1,
-                 "doc": "context length T; each sample is T + 1 tokens"},
-  "vocab_size": {"type": "int", "default": 50257, "min": 1,
-                 "doc": "token ids are 0 .. vocab_size-1 (256 for byte-level text)"},
-  "dropout": {"type": "number", "default": 0.0, "min": 0, "max": 0,
-              "doc": "dropout is not implemented: only 0"},
+// The params gpt and gpt2 share (read_run_options), closing each schema.
+constexpr const char kRunOptionsSchema[] = R"json(
   "checkpoint_activations": {"type": "bool", "default": false,
       "doc": "recompute block activations in backward (set by the config's activation_checkpointing section)"},
   "number_checkpoints": {"type": "int", "default": -1, "min": -1,
@@ -41,6 +37,35 @@ constexpr const char kParamsSchema[] = R"json({
                  "doc": "activation and matmul type on CUDA (fp32 accumulation either way)"}
 })json";
 
+const std::string kParamsSchema = std::string(R"json({
+  "n_layer": {"type": "int", "default": 12, "min": 1, "doc": "transformer blocks"},
+  "n_head": {"type": "int", "default": 12, "min": 1, "doc": "attention heads; must divide n_embd"},
+  "n_embd": {"type": "int", "default": 768, "min": 1, "doc": "embedding width (channels)"},
+  "block_size": {"type": "int", "default": 1024, "min": 1,
+                 "doc": "context length T; each sample is T + 1 tokens"},
+  "vocab_size": {"type": "int", "default": 50257, "min": 1,
+                 "doc": "token ids are 0 .. vocab_size-1 (256 for byte-level text)"},
+  "dropout": {"type": "number", "default": 0.0, "min": 0, "max": 0,
+              "doc": "dropout is not implemented: only 0"},)json") +
+                                  kRunOptionsSchema;
+
+const std::string kGpt2Schema = std::string(R"json({
+  "from_pretrained": {"type": "string", "required": true,
+      "doc": "a Hugging Face GPT-2 folder (config.json and model.safetensors or its shards); each rank reads the slices it owns"},
+  "block_size": {"type": "int", "default": 0, "min": 0,
+                 "doc": "context length T of the training samples (T + 1 tokens each); 0 = config.json's n_positions; at most n_positions"},)json") +
+                                kRunOptionsSchema;
+
+// The options gpt and gpt2 share: device and activation checkpointing.
+void read_run_options(const sdk::Params& p, GptConfig* c) {
+  c->device = p.string("device");
+  c->cuda_dtype = p.string("cuda_dtype");
+  if (p.boolean("checkpoint_activations")) {
+    const int64_t n = p.integer("number_checkpoints");
+    c->checkpoint_blocks = n < 0 ? c->n_layer : std::min(n, c->n_layer);
+  }
+}
+
 GptConfig read_config(const sdk::Params& p) {
   GptConfig c;
   c.n_layer = p.integer("n_layer");
@@ -48,8 +73,6 @@ GptConfig read_config(const sdk::Params& p) {
   c.n_embd = p.integer("n_embd");
   c.block_size = p.integer("block_size");
   c.vocab_size = p.integer("vocab_size");
-  c.device = p.string("device");
-  c.cuda_dtype = p.string("cuda_dtype");
   if (c.n_layer < 1 || c.n_head < 1 || c.n_embd < 1 || c.block_size < 1 || c.vocab_size < 1)
     throw Error(DSCORE_INVALID_ARGUMENT,
                 "n_layer, n_head, n_embd, block_size and vocab_size must be >= 1");
@@ -62,17 +85,38 @@ GptConfig read_config(const sdk::Params& p) {
   if (p.number("dropout") != 0.0)
     throw Error(DSCORE_INVALID_ARGUMENT,
                 "dropout is not implemented in the gpt model; set it to 0");
-  if (p.boolean("checkpoint_activations")) {
-    const int64_t n = p.integer("number_checkpoints");
-    c.checkpoint_blocks = n < 0 ? c.n_layer : std::min(n, c.n_layer);
-  }
+  read_run_options(p, &c);
   return c;
+}
+
+// A gpt2 model's folder and the hyperparameters its config.json gives.
+struct Pretrained {
+  std::shared_ptr<const hf::HfFolder> folder;
+  GptConfig config;
+};
+
+Pretrained read_pretrained(const sdk::Params& p) {
+  const std::string dir = p.string("from_pretrained");
+  if (dir.empty())
+    throw Error(DSCORE_INVALID_ARGUMENT,
+                "model type \"gpt2\" needs \"from_pretrained\": a Hugging Face GPT-2 folder; "
+                "to train a GPT-2 from scratch use type \"gpt\" (same names, and it exports "
+                "with dscore export-hf too)");
+  Pretrained out;
+  out.folder = hf::HfFolder::open(dir);
+  out.config = gpt2_config(out.folder->config(), p.integer("block_size"));
+  read_run_options(p, &out.config);
+  return out;
 }
 
 class Gpt : public sdk::Instance {
  public:
-  Gpt(sdk::HostRef host, const sdk::Params& p)
-      : Instance(host), config_(read_config(p)), params_(config_, p.args()->seed) {
+  Gpt(sdk::HostRef host, const sdk::Params& p) : Gpt(host, {nullptr, read_config(p)}, p) {}
+
+  Gpt(sdk::HostRef host, Pretrained pretrained, const sdk::Params& p)
+      : Instance(host), config_(pretrained.config), params_(config_, p.args()->seed) {
+    if (pretrained.folder)
+      weights_ = std::make_unique<Gpt2Weights>(std::move(pretrained.folder), params_.description());
     compute_ = config_.device == "cuda" ? make_cuda_compute(config_, params_)
                                         : make_cpu_compute(config_, params_, host);
   }
@@ -89,7 +133,23 @@ class Gpt : public sdk::Instance {
     if (out == nullptr || out->dtype != DSCORE_DTYPE_F32 || out->numel != count ||
         (count > 0 && out->data == nullptr))
       throw Error(DSCORE_INVALID_ARGUMENT, "init_param: output must be fp32 with count elements");
-    params_.init(index, offset, count, static_cast<float*>(out->data));
+    if (weights_) {
+      weights_->read(*param_at(index), offset, count, static_cast<float*>(out->data));
+    } else {
+      params_.init(index, offset, count, static_cast<float*>(out->data));
+    }
+  }
+
+  // Hugging Face GPT-2: the same names, Conv1D weights transposed.
+  dscore_hf_tensor hf_tensor(size_t index) const {
+    if (index >= params_.param_count())
+      throw Error(DSCORE_OUT_OF_RANGE,
+                  "parameter index " + std::to_string(index) + " out of range");
+    const dscore_model_param* p = param_at(index);
+    return {sizeof(dscore_hf_tensor), p->name, gpt2_transposed(p->name) ? 1 : 0};
+  }
+  std::string hf_config(dscore_dtype dtype) const {
+    return gpt2_config_json(config_, dtype, weights_ ? &weights_->folder().config() : nullptr);
   }
 
   double forward_backward(const dscore_batch* batch, const dscore_model_hooks& hooks,
@@ -155,18 +215,39 @@ class Gpt : public sdk::Instance {
   }
 
  private:
+  const dscore_model_param* param_at(size_t index) const {
+    const dscore_model_description& d = params_.description();
+    for (size_t l = 0; l < d.layer_count; ++l) {
+      if (index < d.layers[l]->param_count) return d.layers[l]->params[index];
+      index -= d.layers[l]->param_count;
+    }
+    throw Error(DSCORE_OUT_OF_RANGE, "parameter index out of range");
+  }
+
   GptConfig config_;
   GptParams params_;
+  std::unique_ptr<Gpt2Weights> weights_;  // gpt2: the from_pretrained folder
   std::unique_ptr<GptCompute> compute_;
+};
+
+class Gpt2 : public Gpt {
+ public:
+  Gpt2(sdk::HostRef host, const sdk::Params& p) : Gpt(host, read_pretrained(p), p) {}
 };
 
 const dscore_plugin_descriptor kGpt = sdk::model_descriptor<Gpt>(
     "gpt", "0.1.0",
     "GPT-2-style decoder (byte-level text or llm.c token shards); CPU (BLAS + TBB) and CUDA "
     "kernels",
-    DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16, kParamsSchema);
+    DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16, kParamsSchema.c_str());
+
+const dscore_plugin_descriptor kGpt2 = sdk::model_descriptor<Gpt2>(
+    "gpt2", "0.1.0",
+    "GPT-2 from a Hugging Face folder (from_pretrained): the gpt model with config.json's "
+    "hyperparameters and the folder's weights",
+    DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16, kGpt2Schema.c_str());
 
 }  // namespace
 }  // namespace dscore::gpt
 
-DSCORE_PLUGIN_LIBRARY("dscore-gpt", "0.1.0", "dscore", &dscore::gpt::kGpt)
+DSCORE_PLUGIN_LIBRARY("dscore-gpt", "0.1.0", "dscore", &dscore::gpt::kGpt, &dscore::gpt::kGpt2)

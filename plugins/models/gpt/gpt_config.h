@@ -13,6 +13,9 @@ struct GptConfig {
   int64_t n_embd = 768;
   int64_t block_size = 1024;  // T: positions, and tokens per sample (+1 for the last target)
   int64_t vocab_size = 50257;
+  // Rows of the position embedding wpe; 0 = block_size. A Hugging Face
+  // GPT-2 keeps its n_positions rows when trained on shorter samples.
+  int64_t n_positions = 0;
   // Blocks (the first n) whose activations are recomputed in backward
   // instead of kept (activation checkpointing); 0 = none.
   int64_t checkpoint_blocks = 0;
@@ -20,6 +23,7 @@ struct GptConfig {
   std::string cuda_dtype = "bf16";  // bf16 | fp32: activations and matmul inputs on CUDA
 
   int64_t head_size() const { return n_embd / n_head; }
+  int64_t positions() const { return n_positions > 0 ? n_positions : block_size; }
   // Layers: 0 = embeddings (wte, wpe; the tied LM head uses wte), 1..n_layer
   // = blocks, n_layer + 1 = the final LayerNorm.
   int64_t layer_count() const { return n_layer + 2; }

@@ -10,7 +10,7 @@ GptParams::GptParams(const GptConfig& config, uint64_t seed) : config_(config), 
   const int64_t C = config.n_embd;
   add_layer("transformer.embeddings");
   add_param("transformer.wte.weight", {config.vocab_size, C}, Init::kNormal);
-  add_param("transformer.wpe.weight", {config.block_size, C}, Init::kNormal);
+  add_param("transformer.wpe.weight", {config.positions(), C}, Init::kNormal);
   for (int64_t l = 0; l < config.n_layer; ++l) {
     const std::string h = "transformer.h." + std::to_string(l) + ".";
     add_layer("transformer.h." + std::to_string(l));

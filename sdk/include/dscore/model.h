@@ -108,6 +108,16 @@ typedef struct dscore_model_hooks {
   void* stream; /* PROVISIONAL: cudaStream_t when computing on CUDA, else NULL */
 } dscore_model_hooks;
 
+/* How one parameter is stored in a Hugging Face model folder (the names and
+ * layouts transformers uses), for `dscore export-hf`. Filled by the model's
+ * hf_tensor(); the caller sets struct_size. */
+typedef struct dscore_hf_tensor {
+  uint32_t struct_size;
+  const char* name;  /* the Hugging Face tensor name; valid until destroy() */
+  int32_t transpose; /* non-zero: stored as the 2-D transpose of the parameter
+                        (e.g. GPT-2's Conv1D weights, (in, out)) */
+} dscore_hf_tensor;
+
 typedef struct dscore_model_vtable {
   uint32_t struct_size;
 
@@ -172,6 +182,22 @@ typedef struct dscore_model_vtable {
   dscore_status (*activation_bytes)(const dscore_model* self, int64_t micro_batch,
                                     int32_t checkpointing, uint64_t* peak_bytes);
   /* ---- minor 1 ends here ---- */
+
+  /* Optional (ABI 1.2), with hf_config: the model can be exported as a
+   * Hugging Face folder (`dscore export-hf`) that transformers loads. The
+   * Hugging Face name and layout of parameter `param_index` into *out (the
+   * caller sets out->struct_size). Every parameter must have one; the
+   * exported tensor's dtype is the export's (fp32 unless asked otherwise).
+   * UNIMPLEMENTED (or NULL) when the model has no Hugging Face form. */
+  dscore_status (*hf_tensor)(const dscore_model* self, size_t param_index, dscore_hf_tensor* out);
+  /* Optional (ABI 1.2). The export's config.json text (UTF-8 JSON, the keys
+   * transformers reads for this architecture), with `dtype` (F32, BF16 or
+   * F16) as the weights' dtype, written into buffer (capacity bytes,
+   * NUL-terminated when it fits); *length = its length without the NUL. The
+   * host calls again with a larger buffer when capacity <= *length. */
+  dscore_status (*hf_config)(const dscore_model* self, dscore_dtype dtype, char* buffer,
+                             size_t capacity, size_t* length);
+  /* ---- minor 2 ends here ---- */
 } dscore_model_vtable;
 
 #ifdef __cplusplus

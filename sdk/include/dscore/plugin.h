@@ -72,7 +72,7 @@ extern "C" {
 /* ------------------------------------------------------------------ versions */
 
 #define DSCORE_ABI_VERSION_MAJOR 1
-#define DSCORE_ABI_VERSION_MINOR 1
+#define DSCORE_ABI_VERSION_MINOR 2
 
 /* The entry symbol of ABI major 1. A new major gets a new symbol name, so a
  * host can look for every major it speaks. */

@@ -14,7 +14,7 @@ TEST(CliMain, VersionNamesTheReleaseAndThePluginAbi) {
   for (const char* flag : {"--version", "version"}) {
     ProcessResult r = run_dscore({flag});
     ASSERT_EQ(r.exit_code, 0) << r.describe();
-    EXPECT_EQ(r.out, std::string("dscore ") + DSCORE_VERSION_TEXT + " (plugin ABI 1.1)\n");
+    EXPECT_EQ(r.out, std::string("dscore ") + DSCORE_VERSION_TEXT + " (plugin ABI 1.2)\n");
     EXPECT_EQ(r.err, "");
   }
 }

@@ -103,7 +103,7 @@ TEST(CliPluginsList, ShowsEveryBuiltInPluginWithKindNameVersionAbiAndPath) {
   for (const auto& [kind, name, file] : expected) {
     const Row* row = find_row(rows, kind, name);
     ASSERT_NE(row, nullptr) << kind << " " << name << " missing from\n" << r.out;
-    EXPECT_EQ(row->abi, "1.1") << *row;
+    EXPECT_EQ(row->abi, "1.2") << *row;
     EXPECT_FALSE(row->version.empty()) << *row;
     EXPECT_TRUE(fs::path(row->path).is_absolute()) << *row;
     EXPECT_EQ(row->path, build_plugin(file)) << *row;
@@ -150,7 +150,7 @@ TEST(CliPluginsList, PluginOnDscorePluginPathIsListedWithItsPath) {
   std::vector<Row> rows = parse_table(r.out);
   const Row* row = find_row(rows, "optimizer", "fake_sgd");
   ASSERT_NE(row, nullptr) << r.out;
-  EXPECT_EQ(*row, (Row{"optimizer", "fake_sgd", "1.2.3", "1.1", test_plugin_file("fake_sgd")}));
+  EXPECT_EQ(*row, (Row{"optimizer", "fake_sgd", "1.2.3", "1.2", test_plugin_file("fake_sgd")}));
   EXPECT_NE(find_row(rows, "optimizer", "adam"), nullptr) << "built-ins are still listed";
 }
 
@@ -222,8 +222,8 @@ TEST(CliPluginsList, AbiMismatchAndMissingFolderAreEachOneLine) {
   std::vector<std::string> lines = split_lines(r.err);
   ASSERT_EQ(lines.size(), 2u) << r.err;
   EXPECT_EQ(lines[0], "warning: library 'lib-fake_major2' (" + test_plugin_file("fake_major2") +
-                          ") was built against dscore plugin ABI major 2 (2.1), but this dscore "
-                          "speaks ABI major 1 (1.1): rebuild the plugin against this dscore's sdk");
+                          ") was built against dscore plugin ABI major 2 (2.2), but this dscore "
+                          "speaks ABI major 1 (1.2): rebuild the plugin against this dscore's sdk");
   EXPECT_EQ(lines[1],
             "warning: DSCORE_PLUGIN_PATH entry /nonexistent/dscore/plugins does not exist");
   EXPECT_EQ(find_row(parse_table(r.out), "optimizer", "fake_major2"), nullptr);

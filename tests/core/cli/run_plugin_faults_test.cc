@@ -146,15 +146,15 @@ TEST_F(CliPluginFaults, ScannedLibraryWithoutTheEntrySymbolIsNamedWhenTheLookupF
 TEST_F(CliPluginFaults, AbiMajorMismatchNamesBothMajorsAndTheFix) {
   std::string m = config_error(run(optimizer("fake_major2"), test_plugin_dir("fake_major2")));
   EXPECT_NE(m.find("library 'lib-fake_major2' (" + test_plugin_file("fake_major2") +
-                   ") was built against dscore plugin ABI major 2 (2.1), but this dscore speaks "
-                   "ABI major 1 (1.1): rebuild the plugin against this dscore's sdk"),
+                   ") was built against dscore plugin ABI major 2 (2.2), but this dscore speaks "
+                   "ABI major 1 (1.2): rebuild the plugin against this dscore's sdk"),
             std::string::npos)
       << m;
 
   // Named as a file in plugins.paths, the same problem stops the run at once.
   ProcessResult r = run(optimizer("fake_major2"), "",
                         "\"plugins\": {\"paths\": [\"" + test_plugin_file("fake_major2") + "\"]}");
-  EXPECT_NE(runtime_error(r).find("was built against dscore plugin ABI major 2 (2.1)"),
+  EXPECT_NE(runtime_error(r).find("was built against dscore plugin ABI major 2 (2.2)"),
             std::string::npos)
       << r.err;
 }
@@ -163,8 +163,8 @@ TEST_F(CliPluginFaults, NewerMinorNeedingANewerHostNamesBothVersions) {
   std::string m = config_error(run(optimizer("fake_minor99"), test_plugin_dir("fake_minor99")));
   EXPECT_NE(m.find("library 'lib-fake_minor99' (" + test_plugin_file("fake_minor99") +
                    ") was built against plugin ABI 1.99 and needs a host of ABI 1.99 or later; "
-                   "this dscore is ABI 1.1: upgrade dscore to ABI 1.99 or later or rebuild the "
-                   "plugin against sdk 1.1"),
+                   "this dscore is ABI 1.2: upgrade dscore to ABI 1.99 or later or rebuild the "
+                   "plugin against sdk 1.2"),
             std::string::npos)
       << m;
 }

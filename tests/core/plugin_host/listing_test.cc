@@ -26,7 +26,7 @@ TEST(PluginListing, ListsPluginsSortedByKindThenNameWithProblems) {
 
   const json::Value& sgd = plugins->items()[0];
   EXPECT_EQ(sgd.find("version")->as_string(), "1.2.3");
-  EXPECT_EQ(sgd.find("abi")->as_string(), "1.1");
+  EXPECT_EQ(sgd.find("abi")->as_string(), "1.2");
   EXPECT_EQ(sgd.find("min_host_minor")->as_int(), 0);
   EXPECT_EQ(json::serialize(*sgd.find("capabilities")), R"(["cpu","f32"])");
   const json::Value* library = sgd.find("library");

@@ -50,7 +50,7 @@ TEST(PluginRegistry, ListsAGoodPluginWithItsMetadataWithoutRunningIt) {
   EXPECT_EQ(info.library_name, "lib-fake_sgd");
   EXPECT_EQ(info.vendor, "dscore tests");
   EXPECT_EQ(info.abi_major, 1u);
-  EXPECT_EQ(info.abi_minor, 1u);
+  EXPECT_EQ(info.abi_minor, 2u);
   EXPECT_FALSE(info.params_schema.empty());
   EXPECT_EQ(info.display(), "optimizer 'fake_sgd' (" + test_plugin_file("fake_sgd") + ")");
   // Listing and validating never run plugin code beyond the entry symbol.
@@ -135,16 +135,16 @@ TEST(PluginRegistry, ExplicitlyNamedGoodFileLoads) {
 TEST(PluginRegistry, AbiMajorMismatchNamesBothMajorsAndTheFix) {
   EXPECT_EQ(only_problem("fake_major2"),
             "library 'lib-fake_major2' (" + test_plugin_file("fake_major2") +
-                ") was built against dscore plugin ABI major 2 (2.1), but this dscore speaks ABI "
-                "major 1 (1.1): rebuild the plugin against this dscore's sdk");
+                ") was built against dscore plugin ABI major 2 (2.2), but this dscore speaks ABI "
+                "major 1 (1.2): rebuild the plugin against this dscore's sdk");
 }
 
 TEST(PluginRegistry, NewerMinorNeedingANewerHostIsRejectedWithBothVersionsAndTheFix) {
   EXPECT_EQ(only_problem("fake_minor99"),
             "library 'lib-fake_minor99' (" + test_plugin_file("fake_minor99") +
                 ") was built against plugin ABI 1.99 and needs a host of ABI 1.99 or later; this "
-                "dscore is ABI 1.1: upgrade dscore to ABI 1.99 or later or rebuild the plugin "
-                "against sdk 1.1");
+                "dscore is ABI 1.2: upgrade dscore to ABI 1.99 or later or rebuild the plugin "
+                "against sdk 1.2");
 }
 
 TEST(PluginRegistry, NewerMinorLoadsWhenItsMinimumHostMinorIsMet) {
@@ -190,7 +190,7 @@ TEST(PluginRegistry, UnknownKindFromANewerMinorIsSkippedWithANote) {
   ASSERT_EQ(registry->problems().size(), 1u);
   EXPECT_EQ(registry->problems()[0].message,
             "library 'lib-fake_future' (" + test_plugin_file("fake_future_kind") +
-                "): plugins[0] ('from_the_future') has kind 99, which this dscore (ABI 1.1) does "
+                "): plugins[0] ('from_the_future') has kind 99, which this dscore (ABI 1.2) does "
                 "not know; skipped (it needs a newer dscore)");
 }
 

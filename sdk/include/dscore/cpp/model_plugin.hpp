@@ -15,6 +15,10 @@
 //     void synthetic_batch(uint64_t seed, int64_t first_sample, const dscore_batch* out) const;
 //     double layer_flops(size_t layer, int64_t batch_size) const;
 //     uint64_t activation_bytes(int64_t micro_batch, bool checkpointing) const;
+//     // Hugging Face export (both or neither): the name (alive until destroy)
+//     // and layout of a parameter, and config.json's text.
+//     dscore_hf_tensor hf_tensor(size_t index) const;
+//     std::string hf_config(dscore_dtype dtype) const;
 //   };
 //   const dscore_plugin_descriptor kMine = sdk::model_descriptor<MyModel>(
 //       "my_model", "1.0", "one line", DSCORE_CAP_CPU | DSCORE_CAP_F32, kSchema);
@@ -28,6 +32,8 @@
 #include <dscore/cpp/instance.hpp>
 
 #include <cstdint>
+#include <cstring>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -68,6 +74,12 @@ struct HasActivationBytes : std::false_type {};
 template <typename T>
 struct HasActivationBytes<
     T, std::void_t<decltype(std::declval<const T&>().activation_bytes(int64_t{}, bool{}))>>
+    : std::true_type {};
+template <typename T, typename = void>
+struct HasHfExport : std::false_type {};
+template <typename T>
+struct HasHfExport<T, std::void_t<decltype(std::declval<const T&>().hf_tensor(size_t{})),
+                                  decltype(std::declval<const T&>().hf_config(dscore_dtype{}))>>
     : std::true_type {};
 }  // namespace detail
 
@@ -113,6 +125,26 @@ struct ModelPlugin {
         h, [&](const T& t) { *peak_bytes = t.activation_bytes(micro_batch, checkpointing != 0); });
   }
 
+  static dscore_status hf_tensor(const dscore_model* h, size_t index, dscore_hf_tensor* out) {
+    return S::call(h, [&](const T& t) {
+      if (out == nullptr) throw Error(DSCORE_INVALID_ARGUMENT, "hf_tensor: out is NULL");
+      const dscore_hf_tensor value = t.hf_tensor(index);
+      // Only the fields the caller's struct has.
+      if (DSCORE_HAS_FIELD(out, dscore_hf_tensor, name)) out->name = value.name;
+      if (DSCORE_HAS_FIELD(out, dscore_hf_tensor, transpose)) out->transpose = value.transpose;
+    });
+  }
+  static dscore_status hf_config(const dscore_model* h, dscore_dtype dtype, char* buffer,
+                                 size_t capacity, size_t* length) {
+    return S::call(h, [&](const T& t) {
+      if (length == nullptr || (buffer == nullptr && capacity > 0))
+        throw Error(DSCORE_INVALID_ARGUMENT, "hf_config: length or buffer is NULL");
+      const std::string text = t.hf_config(dtype);
+      *length = text.size();
+      if (capacity > text.size()) std::memcpy(buffer, text.c_str(), text.size() + 1);
+    });
+  }
+
   static dscore_model_vtable make_vtable() {
     dscore_model_vtable vt{};
     vt.struct_size = sizeof vt;
@@ -125,6 +157,10 @@ struct ModelPlugin {
     if constexpr (detail::HasSyntheticBatch<T>::value) vt.synthetic_batch = &synthetic_batch;
     if constexpr (detail::HasLayerFlops<T>::value) vt.layer_flops = &layer_flops;
     if constexpr (detail::HasActivationBytes<T>::value) vt.activation_bytes = &activation_bytes;
+    if constexpr (detail::HasHfExport<T>::value) {
+      vt.hf_tensor = &hf_tensor;
+      vt.hf_config = &hf_config;
+    }
     return vt;
   }
   static inline const dscore_model_vtable vtable = make_vtable();

@@ -1,0 +1,181 @@
+/* dscore plugin ABI v1: models (DSCORE_KIND_MODEL).
+ *
+ * A model describes itself as an ordered list of LAYERS, each holding named
+ * parameter tensors, and runs forward/backward through host hooks, so the
+ * engine can gather a layer's parameters just before it runs and free them
+ * after (ZeRO-3), and reduce a layer's gradients as soon as they are ready
+ * (overlap with the rest of backward). The model never owns parameters,
+ * gradients or optimizer state: it computes on views the host lends it.
+ *
+ * Named in ds_config.json as {"model": {"type": "<name>", ...params}}.
+ *
+ * A forward_backward() call looks like:
+ *   for each layer l in order:    hooks->acquire(l, FORWARD) ... compute ... hooks->release(l)
+ *   loss
+ *   for each layer l in reverse:  hooks->acquire(l, BACKWARD) ... add grads ...
+ *                                 hooks->grads_ready(l); hooks->release(l)
+ * A layer may be acquired more than once (recomputation); every acquire is
+ * matched by a release before forward_backward returns, also on error.
+ */
+#ifndef DSCORE_MODEL_H_
+#define DSCORE_MODEL_H_
+
+#include "plugin.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dscore_model dscore_model;
+
+/* dscore_model_param.flags */
+#define DSCORE_PARAM_NO_WEIGHT_DECAY (1u << 0) /* biases, norms: weight decay multiplier 0 */
+
+typedef struct dscore_model_param {
+  uint32_t struct_size;
+  const char* name; /* unique in the model, e.g. "h.3.attn.c_attn.weight" */
+  int32_t ndim;
+  const int64_t* shape; /* ndim entries */
+  int64_t numel;
+  uint32_t flags; /* DSCORE_PARAM_* */
+} dscore_model_param;
+
+typedef struct dscore_model_layer {
+  uint32_t struct_size;
+  const char* name;
+  size_t param_count;
+  const dscore_model_param* const* params;
+} dscore_model_layer;
+
+/* One input tensor of a batch; the leading (batch) dimension is implied. */
+typedef struct dscore_model_input {
+  uint32_t struct_size;
+  const char* name; /* "x", "tokens" */
+  dscore_dtype dtype;
+  int32_t ndim;         /* dimensions per sample */
+  const int64_t* shape; /* per-sample shape */
+} dscore_model_input;
+
+/* Everything the engine plans from. Parameters are numbered 0, 1, ... in
+ * layer order, then in each layer's order: that index is init_param's. */
+typedef struct dscore_model_description {
+  uint32_t struct_size;
+  size_t layer_count;
+  const dscore_model_layer* const* layers;
+  size_t input_count;
+  const dscore_model_input* const* inputs;
+  int64_t hidden_size; /* for "auto" bucket sizes; 0 if not meaningful */
+} dscore_model_description;
+
+/* A batch: one tensor per declared input, in declaration order, each with
+ * leading dimension batch_size. Borrowed for the call. */
+typedef struct dscore_batch {
+  uint32_t struct_size;
+  int64_t batch_size;
+  size_t count;
+  const dscore_tensor* const* tensors;
+} dscore_batch;
+
+typedef int32_t dscore_acquire_mode;
+enum { DSCORE_ACQUIRE_FORWARD = 0, DSCORE_ACQUIRE_BACKWARD = 1 };
+
+/* What acquire() lends: the layer's parameters in declaration order (full
+ * tensors, in the engine's compute dtype: fp32, bf16 or fp16 — convert on
+ * use), and in BACKWARD mode gradient tensors of the same shapes into which
+ * backward ADDS its gradient (the host zeroes them when it wants a fresh
+ * gradient). grads is NULL in FORWARD mode. Valid until release(). */
+typedef struct dscore_layer_views {
+  uint32_t struct_size; /* set by the model (caller); the host fills the rest */
+  size_t count;
+  const dscore_tensor* const* params;
+  dscore_tensor* const* grads;
+} dscore_layer_views;
+
+/* Host hooks for one forward_backward/forward call; `ctx` is the host's and
+ * is passed back unchanged. Errors from a hook must be returned by the model
+ * (after releasing what it acquired). Call only from the thread that called
+ * the model. */
+typedef struct dscore_model_hooks {
+  uint32_t struct_size;
+  void* ctx;
+  dscore_status (*acquire)(void* ctx, size_t layer, dscore_acquire_mode mode,
+                           dscore_layer_views* out);
+  dscore_status (*release)(void* ctx, size_t layer);
+  /* The layer's gradients for this call are complete: the engine may start
+   * reducing them while backward goes on. Call once per layer per backward,
+   * while the layer is acquired. */
+  dscore_status (*grads_ready)(void* ctx, size_t layer);
+  void* stream; /* PROVISIONAL: cudaStream_t when computing on CUDA, else NULL */
+} dscore_model_hooks;
+
+typedef struct dscore_model_vtable {
+  uint32_t struct_size;
+
+  /* Required. params is the "model" section without "type". */
+  dscore_status (*create)(const dscore_create_args* args, dscore_model** out);
+  /* Required. */
+  void (*destroy)(dscore_model* self);
+
+  /* Required. The description stays valid (and unchanged) until destroy(). */
+  dscore_status (*describe)(const dscore_model* self, const dscore_model_description** out);
+
+  /* Required. Write the initial values of elements [offset, offset + count)
+   * of parameter `param_index` (flattened row-major) into `out`, an fp32
+   * tensor of `count` elements. Must be a deterministic function of the
+   * seed, the parameter and the element index only, so each rank can
+   * initialise just its own shard and every world size gets the same model.
+   * May be called concurrently for different parameters. */
+  dscore_status (*init_param)(const dscore_model* self, size_t param_index, int64_t offset,
+                              int64_t count, dscore_tensor* out);
+
+  /* Required. Mean loss over the batch's samples into *loss (unscaled), and
+   * ADD d(loss_scale * loss)/d(param) into the gradient views of every layer
+   * through the hooks. */
+  dscore_status (*forward_backward)(dscore_model* self, const dscore_batch* batch,
+                                    const dscore_model_hooks* hooks, double loss_scale,
+                                    double* loss);
+
+  /* Optional. Forward only (evaluation, generation): mean loss into *loss if
+   * non-NULL; the model's output for the batch (e.g. logits at the last
+   * position, shape documented by the model) into *output if non-NULL. */
+  dscore_status (*forward)(dscore_model* self, const dscore_batch* batch,
+                           const dscore_model_hooks* hooks, double* loss, dscore_tensor* output);
+
+  /* Optional. A deterministic synthetic task: fill out's tensors (allocated
+   * by the host per the declared inputs, out->batch_size samples; the views
+   * are const but their data is the plugin's to write) with
+   * samples first_sample, first_sample + 1, ... Sample i must depend only on
+   * (seed, i), so any rank can produce any slice of any global batch.
+   * UNIMPLEMENTED (or NULL) when the model needs a data file. */
+  dscore_status (*synthetic_batch)(const dscore_model* self, uint64_t seed, int64_t first_sample,
+                                   const dscore_batch* out);
+
+  /* Optional. Floating-point operations of layer `layer`'s forward pass for
+   * a batch of `batch_size` samples (multiply-adds count 2), into
+   * *forward_flops; backward is taken as twice that. For the flops profiler
+   * and throughput figures. UNIMPLEMENTED (or NULL) when unknown. */
+  dscore_status (*layer_flops)(const dscore_model* self, size_t layer, int64_t batch_size,
+                               double* forward_flops);
+  /* ---- minor 0 ends here ---- */
+
+  /* Optional (ABI 1.1). The most bytes of activations and backward scratch
+   * the model holds at once during one forward_backward() of a micro-batch
+   * of `micro_batch` samples, into *peak_bytes: everything it allocates for
+   * the pass beyond the parameters and gradients the host lends (kept
+   * activations, recomputation and gradient buffers, the loss head's
+   * workspace). checkpointing = 0: every activation is kept; non-zero: with
+   * activation checkpointing as this instance's parameters set it (every
+   * layer it can checkpoint when they do not say). The host adds it to the
+   * memory plan (`dscore plan`, and the check that a run fits its node).
+   * UNIMPLEMENTED (or NULL) when unknown: the plan then says activations are
+   * not counted. */
+  dscore_status (*activation_bytes)(const dscore_model* self, int64_t micro_batch,
+                                    int32_t checkpointing, uint64_t* peak_bytes);
+  /* ---- minor 1 ends here ---- */
+} dscore_model_vtable;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DSCORE_MODEL_H_ */
