@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "common/cpu/gemm.h"
+#include "transformer_common/cpu/gemm.h"
 
 namespace dscore::bench {
 namespace {

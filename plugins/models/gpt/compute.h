@@ -1,13 +1,13 @@
 // Where the GPT model computes: a runner (runner.h) over the CPU backend or,
 // in CUDA builds, the CUDA backend, behind one interface
-// (plugins/models/common/compute.h) so gpt.cc picks by the "device" param.
+// (plugins/models/transformer_common/compute.h) so gpt.cc picks by the "device" param.
 #pragma once
 
 #include <dscore/model.h>
 
 #include <memory>
 
-#include "common/compute.h"
+#include "../transformer_common/compute.h"
 #include "gpt_config.h"
 #include "gpt_params.h"
 #include "runner.h"

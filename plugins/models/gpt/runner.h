@@ -32,9 +32,9 @@
 #include <string>
 #include <vector>
 
+#include "../transformer_common/counting_backend.h"
+#include "../transformer_common/layer_pass.h"
 #include "activations.h"
-#include "common/counting_backend.h"
-#include "common/layer_pass.h"
 #include "gpt_config.h"
 #include "gpt_params.h"
 #include "tokens.h"

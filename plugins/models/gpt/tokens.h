@@ -1,8 +1,8 @@
-// GPT's batches: the shared token split (plugins/models/common/tokens.h)
+// GPT's batches: the shared token split (plugins/models/transformer_common/tokens.h)
 // with errors that name the gpt model.
 #pragma once
 
-#include "common/tokens.h"
+#include "../transformer_common/tokens.h"
 
 namespace dscore::gpt {
 

@@ -1,13 +1,13 @@
 // Where the llama model computes: its runner (runner.h) over the CPU
 // backend or, in CUDA builds, the CUDA backend, behind one interface
-// (plugins/models/common/compute.h) so llama.cc picks by "device".
+// (plugins/models/transformer_common/compute.h) so llama.cc picks by "device".
 #pragma once
 
 #include <dscore/cpp/plugin.hpp>
 
 #include <memory>
 
-#include "common/compute.h"
+#include "../transformer_common/compute.h"
 #include "llama_config.h"
 #include "llama_params.h"
 #include "runner.h"

@@ -13,9 +13,9 @@
 #include <memory>
 #include <string>
 
-#include "common/cpu/linear.h"
-#include "common/model_io.h"
-#include "common/tokens.h"
+#include "../transformer_common/cpu/linear.h"
+#include "../transformer_common/model_io.h"
+#include "../transformer_common/tokens.h"
 #include "compute.h"
 #include "llama_config_reader.h"
 #include "llama_params.h"

@@ -10,7 +10,7 @@
 
 #include <vector>
 
-#include "common/model_description.h"
+#include "../transformer_common/model_description.h"
 #include "llama_config.h"
 
 namespace dscore::llama {

@@ -8,7 +8,7 @@
 //   load_params(views, numels) -> params[i] as const Scalar*
 //   grads(views, numels)       -> grads[i] as Scalar* (+=); commit() adds them into the views
 //   attention_state_elements(B, T, NH): what attention_forward keeps for backward
-//   the kernels of cpu/kernels.h and plugins/models/common/cpu with the same arguments
+//   the kernels of cpu/kernels.h and plugins/models/transformer_common/cpu with the same arguments
 //
 // Every activation size comes from activation_elements (activations.h).
 //
@@ -32,10 +32,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "../transformer_common/counting_backend.h"
+#include "../transformer_common/layer_pass.h"
+#include "../transformer_common/tokens.h"
 #include "activations.h"
-#include "common/counting_backend.h"
-#include "common/layer_pass.h"
-#include "common/tokens.h"
 #include "llama_config.h"
 #include "llama_params.h"
 #include "rope.h"

@@ -1,11 +1,11 @@
 // GPT's causal multi-head self-attention on packed q|k|v rows: the shared
-// tiled kernels (plugins/models/common/cpu/attention.h) with as many
+// tiled kernels (plugins/models/transformer_common/cpu/attention.h) with as many
 // key/value heads as query heads.
 #pragma once
 
 #include <cstdint>
 
-#include "common/cpu/attention.h"
+#include "../../transformer_common/cpu/attention.h"
 
 namespace dscore::gpt::cpu {
 

@@ -1,11 +1,11 @@
 // The CPU backend of the GPT runner (runner.h lists what a backend
 // provides): host buffers and parameter/gradient views as
-// plugins/models/common/cpu/host_backend.h, and the kernels of kernels.h.
+// plugins/models/transformer_common/cpu/host_backend.h, and the kernels of kernels.h.
 #pragma once
 
 #include <cstdint>
 
-#include "common/cpu/host_backend.h"
+#include "../../transformer_common/cpu/host_backend.h"
 #include "kernels.h"
 
 namespace dscore::gpt::cpu {

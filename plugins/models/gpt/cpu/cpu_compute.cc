@@ -1,7 +1,7 @@
 // The CPU compute of the GPT model (float), and the stand-in for
 // make_cuda_compute in builds without CUDA.
+#include "../../transformer_common/cpu/gemm.h"
 #include "../compute.h"
-#include "common/cpu/gemm.h"
 #include "cpu_backend.h"
 
 namespace dscore::gpt {

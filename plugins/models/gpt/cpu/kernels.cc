@@ -5,8 +5,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "common/cpu/parallel.h"
-#include "common/cpu/vector_math.h"
+#include "../../transformer_common/cpu/parallel.h"
+#include "../../transformer_common/cpu/vector_math.h"
 
 namespace dscore::gpt::cpu {
 namespace {

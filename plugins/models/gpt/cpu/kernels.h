@@ -1,7 +1,7 @@
 // The GPT model's CPU kernels, forward and backward, for T = float (the
 // plugin) and T = double (the finite-difference gradient checks): its own
 // (embeddings with positions, LayerNorm, GELU) and, named into this
-// namespace, the ones it shares with the llama model (plugins/models/common/cpu:
+// namespace, the ones it shares with the llama model (plugins/models/transformer_common/cpu:
 // nn.Linear, the residual add, the LM head, attention). Layout is
 // row-major: activations (N = B*T rows, C channels), weights as PyTorch's
 // nn.Linear (out, in). Everything is parallel over fixed blocks with TBB,
@@ -12,8 +12,8 @@
 
 #include <cstdint>
 
+#include "../../transformer_common/cpu/linear.h"
 #include "attention.h"  // causal self-attention on packed qkv, tiled
-#include "common/cpu/linear.h"
 
 namespace dscore::gpt::cpu {
 

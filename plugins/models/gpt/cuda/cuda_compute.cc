@@ -9,8 +9,8 @@
 #include <memory>
 #include <string>
 
+#include "../../transformer_common/cuda/cuda_backend.h"
 #include "../compute.h"
-#include "cuda_backend.h"
 
 namespace dscore::gpt {
 

@@ -1,17 +1,17 @@
 // The CPU backend of the llama runner (runner.h lists what a backend
 // provides): host buffers and parameter/gradient views as
-// plugins/models/common/cpu/host_backend.h, llama's kernels (kernels.h)
-// and the ones it shares with gpt (plugins/models/common/cpu).
+// plugins/models/transformer_common/cpu/host_backend.h, llama's kernels (kernels.h)
+// and the ones it shares with gpt (plugins/models/transformer_common/cpu).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "common/cpu/attention.h"
-#include "common/cpu/host_backend.h"
-#include "common/cpu/linear.h"
+#include "../../transformer_common/cpu/attention.h"
+#include "../../transformer_common/cpu/host_backend.h"
+#include "../../transformer_common/cpu/linear.h"
+#include "../rope.h"
 #include "kernels.h"
-#include "rope.h"
 
 namespace dscore::llama::cpu {
 

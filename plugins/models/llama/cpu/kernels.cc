@@ -4,8 +4,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "common/cpu/parallel.h"
-#include "common/cpu/vector_math.h"
+#include "../../transformer_common/cpu/parallel.h"
+#include "../../transformer_common/cpu/vector_math.h"
 
 namespace dscore::llama::cpu {
 namespace {

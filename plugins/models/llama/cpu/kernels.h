@@ -2,7 +2,7 @@
 // (the plugin) and T = double (the finite-difference gradient checks):
 // token embedding, RMSNorm, rotary embeddings and SwiGLU. The rest (nn.Linear,
 // attention, the LM head) are the kernels shared with gpt in
-// plugins/models/common/cpu. Row-major activations (N = B*T rows); weight
+// plugins/models/transformer_common/cpu. Row-major activations (N = B*T rows); weight
 // gradients ACCUMULATE (+=). Parallel over fixed blocks with TBB, so
 // results do not depend on the number of threads.
 #pragma once

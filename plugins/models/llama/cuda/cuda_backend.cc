@@ -11,10 +11,10 @@
 #include <cmath>
 #include <type_traits>
 
-#include "gpt/cuda/cuda_gemm.h"
-#include "gpt/cuda/cuda_kernels.h"
+#include "../../transformer_common/cuda/cuda_gemm.h"
+#include "../../transformer_common/cuda/cuda_kernels.h"
+#include "../rope.h"
 #include "llama_cuda_kernels.h"
-#include "rope.h"
 
 namespace dscore::llama::gpu {
 

@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/cpu/attention.h"
-#include "gpt/cuda/cuda_backend.h"
+#include "../../transformer_common/cpu/attention.h"
+#include "../../transformer_common/cuda/cuda_backend.h"
 
 namespace dscore::llama::gpu {
 

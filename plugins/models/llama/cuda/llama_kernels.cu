@@ -1,7 +1,7 @@
 // The llama model's CUDA kernels (llama_cuda_kernels.h): RMSNorm, rotary
 // embeddings and SwiGLU, forward and backward, fp32 arithmetic on S
 // storage.
-#include "common/cuda/device_math.cuh"
+#include "../../transformer_common/cuda/device_math.cuh"
 #include "llama_cuda_kernels.h"
 
 namespace dscore::llama::gpu {

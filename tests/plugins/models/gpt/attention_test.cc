@@ -1,6 +1,6 @@
-// The tiled causal attention of the CPU backend (plugins/models/common/cpu/attention.cc,
-// on GPT's packed qkv through cpu/attention.h): its
-// backward against central finite differences in double (tolerance as
+// The tiled causal attention of the CPU backend
+// (plugins/models/transformer_common/cpu/attention.cc, on GPT's packed qkv through
+// cpu/attention.h): its backward against central finite differences in double (tolerance as
 // kernels_test.cc: 1e-6 relative), its forward against a plain softmax
 // attention written out below (fp32 within 2e-5 relative), on shapes that
 // cross the tile edges, and its results bitwise equal at 1 and 2 threads.
@@ -12,8 +12,8 @@
 #include <random>
 #include <vector>
 
-#include "common/cpu/gemm.h"
 #include "cpu/attention.h"
+#include "transformer_common/cpu/gemm.h"
 
 namespace dscore::gpt::cpu {
 namespace {

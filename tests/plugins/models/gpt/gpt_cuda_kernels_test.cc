@@ -1,4 +1,4 @@
-// Each step of the gpt model's CUDA backend (plugins/models/gpt/cuda)
+// Each step of the gpt model's CUDA backend (plugins/models/transformer_common/cuda)
 // against the CPU kernel with the same arguments (cpu/kernels.h, the
 // reference), for S = fp32 and bf16, on random inputs rounded to S first so
 // both sides see the same values. Outputs that accumulate (+=) start from
@@ -23,9 +23,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "common/cpu/gemm.h"
 #include "cpu/kernels.h"
-#include "cuda/cuda_backend.h"
+#include "transformer_common/cpu/gemm.h"
+#include "transformer_common/cuda/cuda_backend.h"
 
 namespace {
 

@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "tests/fakes/fake_host.h"
-#include "tests/plugins/models/common/fake_layers.h"
+#include "tests/plugins/models/transformer_common/fake_layers.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // Every CPU kernel's backward (attention's: attention_test.cc) against
 // central finite differences of its forward, in double precision on tiny
-// shapes (the check and its tolerance: tests/plugins/models/common/gradient_check.h).
+// shapes (the check and its tolerance: tests/plugins/models/transformer_common/gradient_check.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,9 +8,9 @@
 #include <random>
 #include <vector>
 
-#include "common/cpu/gemm.h"
 #include "cpu/kernels.h"
-#include "tests/plugins/models/common/gradient_check.h"
+#include "tests/plugins/models/transformer_common/gradient_check.h"
+#include "transformer_common/cpu/gemm.h"
 
 namespace dscore::gpt::cpu {
 namespace {

@@ -12,10 +12,10 @@
 #include <numbers>
 #include <vector>
 
-#include "common/cpu/gemm.h"
 #include "llama_config.h"
 #include "rope.h"
-#include "tests/plugins/models/common/gradient_check.h"
+#include "tests/plugins/models/transformer_common/gradient_check.h"
+#include "transformer_common/cpu/gemm.h"
 
 namespace dscore::llama::cpu {
 namespace {

@@ -14,13 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "common/cpu/gemm.h"
 #include "compute.h"
 #include "cpu/cpu_backend.h"
 #include "cuda/cuda_backend.h"
 #include "llama_params.h"
 #include "runner.h"
-#include "tests/plugins/models/common/fake_layers.h"
+#include "tests/plugins/models/transformer_common/fake_layers.h"
+#include "transformer_common/cpu/gemm.h"
 
 DSCORE_PLUGIN_HOST_STORAGE;  // no host attached: the CPU backend allocates with the C allocator
 

@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "common/cpu/gemm.h"
 #include "cpu/cpu_backend.h"
 #include "llama_params.h"
 #include "runner.h"
-#include "tests/plugins/models/common/fake_layers.h"
-#include "tests/plugins/models/common/model_checks.h"
+#include "tests/plugins/models/transformer_common/fake_layers.h"
+#include "tests/plugins/models/transformer_common/model_checks.h"
+#include "transformer_common/cpu/gemm.h"
 
 DSCORE_PLUGIN_HOST_STORAGE;  // no host attached: the backend allocates with the C allocator
 

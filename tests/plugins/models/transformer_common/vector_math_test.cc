@@ -1,7 +1,7 @@
 // The vectorised fp32 GELU and SiLU products against double-precision
 // references, on every ISA this CPU has, with tails of every length; and position independence:
 // an element's result does not depend on where it lies in the array.
-#include "common/cpu/vector_math.h"
+#include "transformer_common/cpu/vector_math.h"
 
 #include <gtest/gtest.h>
 

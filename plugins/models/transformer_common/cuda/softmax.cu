@@ -3,8 +3,8 @@
 // head's cross-entropy with its gradient (one block per row of V logits).
 // Scores and logits arrive in fp32 from cuBLAS; reductions run in a fixed
 // order, so results repeat exactly.
-#include "common/cuda/device_math.cuh"
 #include "cuda_kernels.h"
+#include "device_math.cuh"
 
 namespace dscore::gpt::gpu {
 

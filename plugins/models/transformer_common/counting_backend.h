@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "common/cpu/attention.h"
+#include "cpu/attention.h"
 
 namespace dscore::transformer {
 

@@ -1,11 +1,11 @@
 // The shared tiled attention with grouped-query heads (NKV < NH) and
-// separate q, k, v buffers (plugins/models/common/cpu/attention.cc): its
+// separate q, k, v buffers (plugins/models/transformer_common/cpu/attention.cc): its
 // forward against a plain softmax attention where query head h reads
 // key/value head h / (NH / NKV) (transformers' repeat_kv), fp32 within
 // 2e-5 relative; its backward against central finite differences in
 // double (gradient_check.h's tolerance), on shapes that cross the tiles;
 // and one thread and two giving the same bits.
-#include "common/cpu/attention.h"
+#include "transformer_common/cpu/attention.h"
 
 #include <gtest/gtest.h>
 #include <tbb/global_control.h>
@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "common/cpu/gemm.h"
-#include "tests/plugins/models/common/gradient_check.h"
+#include "tests/plugins/models/transformer_common/gradient_check.h"
+#include "transformer_common/cpu/gemm.h"
 
 namespace dscore::transformer::cpu {
 namespace {

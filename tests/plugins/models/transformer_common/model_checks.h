@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-#include "tests/plugins/models/common/fake_layers.h"
+#include "tests/plugins/models/transformer_common/fake_layers.h"
 
 namespace dscore::transformer::testing {
 

@@ -7,7 +7,7 @@
 
 #include <utility>
 
-#include "common/tokens.h"
+#include "tokens.h"
 
 namespace dscore::transformer {
 

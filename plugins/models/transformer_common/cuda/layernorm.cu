@@ -3,8 +3,8 @@
 // layer's bias gradient. One warp per row with fp32 statistics; column sums
 // in two passes over fixed row chunks (partials, then their sum in chunk
 // order), so every result is the same from run to run.
-#include "common/cuda/device_math.cuh"
 #include "cuda_kernels.h"
+#include "device_math.cuh"
 
 namespace dscore::gpt::gpu {
 

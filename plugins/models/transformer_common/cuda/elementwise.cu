@@ -4,8 +4,8 @@
 // maps move 16 bytes per load where the buffers allow.
 #include <cuda_fp16.h>
 
-#include "common/cuda/device_math.cuh"
 #include "cuda_kernels.h"
+#include "device_math.cuh"
 
 namespace dscore::gpt::gpu {
 
