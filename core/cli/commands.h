@@ -21,6 +21,7 @@ int checkpoint_command(const std::vector<std::string>& args);
 int zero_to_fp32_command(const std::vector<std::string>& args);
 int generate_command(const std::vector<std::string>& args);
 int io_bench_command(const std::vector<std::string>& args);
+int tokenize_command(const std::vector<std::string>& args);
 
 // What `dscore --version` prints: "dscore 0.1.0 (plugin ABI 1.1)".
 std::string version_text();

@@ -1,6 +1,6 @@
 // dscore: the command-line entry point. A thin dispatcher over the
 // subcommands (run, config, plugins, plan, lr-schedule, loss-scale,
-// checkpoint, zero-to-fp32, generate, io-bench); everything else lives in
+// checkpoint, zero-to-fp32, generate, io-bench, tokenize); everything else lives in
 // core/.
 #include <cstdio>
 #include <exception>
@@ -32,6 +32,8 @@ const char* kUsage =
     "                                          consolidate a checkpoint into model.safetensors\n"
     "  generate --checkpoint DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K]\n"
     "                                          continue a prompt with a trained token model (gpt)\n"
+    "  tokenize --tokenizer DIR --out PREFIX TEXT...\n"
+    "                                          tokenize text files into token shards\n"
     "  io-bench PATH                           measure a folder's disk through the NVMe swapper;\n"
     "                                          cache the best \"aio\" settings for \"auto\"\n"
     "\n"
@@ -63,6 +65,7 @@ int main(int argc, char** argv) {
     if (command == "zero-to-fp32") return dscore::cli::zero_to_fp32_command(args);
     if (command == "generate") return dscore::cli::generate_command(args);
     if (command == "io-bench") return dscore::cli::io_bench_command(args);
+    if (command == "tokenize") return dscore::cli::tokenize_command(args);
   } catch (const std::exception& e) {
     // A broken invariant inside dscore: report it rather than abort silently.
     dscore::log_error(std::string("internal error: ") + e.what());
@@ -71,7 +74,7 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "dscore: unknown command '%s'%s\n\n%s", command.c_str(),
                dscore::did_you_mean_suffix(
                    command, {"run", "config", "plugins", "lr-schedule", "loss-scale", "plan",
-                             "checkpoint", "zero-to-fp32", "generate", "io-bench"})
+                             "checkpoint", "zero-to-fp32", "generate", "io-bench", "tokenize"})
                    .c_str(),
                kUsage);
   return dscore::cli::kExitUsage;

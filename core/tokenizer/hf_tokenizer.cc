@@ -265,16 +265,16 @@ Status read_pre_tokenizer(const Fields& f, const json::Value& p, const std::stri
     }
   } else if (type == "Split") {
     const json::Value* pattern = p.find("pattern");
-    const json::Value* regex = pattern != nullptr && pattern->is_object() ? pattern->find("Regex")
-                                                                          : nullptr;
+    const json::Value* regex =
+        pattern != nullptr && pattern->is_object() ? pattern->find("Regex") : nullptr;
     const json::Value* literal =
         pattern != nullptr && pattern->is_object() ? pattern->find("String") : nullptr;
     const json::Value* text = regex != nullptr ? regex : literal;
     if (text == nullptr || !text->is_string())
       return f.error(field + ".pattern", "must be {\"Regex\": \"...\"} or {\"String\": \"...\"}");
-    DSCORE_ASSIGN_OR_RETURN(
-        RegexSplitter s, RegexSplitter::compile(text->as_string(), regex == nullptr,
-                                                f.path() + ": " + field + ".pattern"));
+    DSCORE_ASSIGN_OR_RETURN(RegexSplitter s,
+                            RegexSplitter::compile(text->as_string(), regex == nullptr,
+                                                   f.path() + ": " + field + ".pattern"));
     step.splitter = std::make_shared<RegexSplitter>(std::move(s));
     const json::Value* behavior = p.find("behavior");
     const std::string b = behavior != nullptr && behavior->is_string() ? behavior->as_string() : "";
@@ -375,14 +375,14 @@ Status read_template(const Fields& f, const json::Value& p, const std::string& f
       continue;
     }
     const json::Value* special = item.is_object() ? item.find("SpecialToken") : nullptr;
-    const json::Value* name = special != nullptr && special->is_object() ? special->find("id")
-                                                                         : nullptr;
+    const json::Value* name =
+        special != nullptr && special->is_object() ? special->find("id") : nullptr;
     if (name == nullptr || !name->is_string())
       return f.error(where, "must be {\"Sequence\": ...} or {\"SpecialToken\": {\"id\": ...}}");
     const json::Value* entry =
         specials != nullptr && specials->is_object() ? specials->find(name->as_string()) : nullptr;
-    const json::Value* entry_ids = entry != nullptr && entry->is_object() ? entry->find("ids")
-                                                                          : nullptr;
+    const json::Value* entry_ids =
+        entry != nullptr && entry->is_object() ? entry->find("ids") : nullptr;
     if (entry_ids == nullptr || !entry_ids->is_array())
       return f.error(field + ".special_tokens", "has no ids for \"" + name->as_string() + "\"");
     for (const json::Value& id : entry_ids->items()) {
@@ -432,16 +432,17 @@ Result<std::unique_ptr<Tokenizer>> load_hf_tokenizer(const std::string& path,
   for (const char* key : {"truncation", "padding"}) {
     const json::Value* v = root.find(key);
     if (v != nullptr && !v->is_null())
-      return f.unsupported(key, "set", std::string("tokenizer.json files with \"") + key +
-                                           "\": null (dscore encodes whole texts)");
+      return f.unsupported(key, "set",
+                           std::string("tokenizer.json files with \"") + key +
+                               "\": null (dscore encodes whole texts)");
   }
+  int64_t entries = 0;  // the model first: its kind is the first thing to report
+  DSCORE_ASSIGN_OR_RETURN(Bpe bpe, read_model(f, root, &entries));
   DSCORE_ASSIGN_OR_RETURN(std::vector<AddedToken> added, read_added(f, root));
   DSCORE_RETURN_IF_ERROR(read_normalizer(f, root));
   std::vector<PreTokenStep> steps;
   if (const json::Value* p = root.find("pre_tokenizer"))
     DSCORE_RETURN_IF_ERROR(read_pre_tokenizer(f, *p, "pre_tokenizer", &steps));
-  int64_t entries = 0;
-  DSCORE_ASSIGN_OR_RETURN(Bpe bpe, read_model(f, root, &entries));
   std::vector<int32_t> prefix, suffix;
   if (const json::Value* p = root.find("post_processor"))
     DSCORE_RETURN_IF_ERROR(read_post_processor(f, *p, "post_processor", &prefix, &suffix));
@@ -449,8 +450,8 @@ Result<std::unique_ptr<Tokenizer>> load_hf_tokenizer(const std::string& path,
 
   auto tokenizer = std::make_unique<HfTokenizer>(std::move(bpe), std::move(added), std::move(steps),
                                                  prefix, suffix, byte_level_decoder);
-  const std::string description = "the BPE tokenizer " + path + " (" +
-                                  std::to_string(tokenizer->vocab_size()) + " ids)";
+  const std::string description =
+      "the BPE tokenizer " + path + " (" + std::to_string(tokenizer->vocab_size()) + " ids)";
   SpecialTokens special;
   auto resolve = [&](const std::optional<std::string>& name, const char* key,
                      std::optional<int32_t>* out) -> Status {

@@ -24,8 +24,9 @@ Result<RegexSplitter> RegexSplitter::compile(const std::string& pattern, bool li
   if (code == nullptr) {
     PCRE2_UCHAR text[256];
     pcre2_get_error_message(error, text, sizeof text);
-    return invalid_argument(where + ": the pattern \"" + pattern + "\" does not compile (at offset " +
-                            std::to_string(offset) + ": " + reinterpret_cast<char*>(text) +
+    return invalid_argument(where + ": the pattern \"" + pattern +
+                            "\" does not compile (at offset " + std::to_string(offset) + ": " +
+                            reinterpret_cast<char*>(text) +
                             "); dscore runs these patterns with PCRE2");
   }
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter on failure

@@ -16,8 +16,8 @@ class SentencePieceTokenizer final : public Tokenizer {
     special_ = special;
     add_bos_ = add_bos && special.bos;
     add_eos_ = add_eos && special.eos;
-    description_ = "the SentencePiece tokenizer " + path_ + " (" +
-                   std::to_string(vocab_size()) + " ids)";
+    description_ =
+        "the SentencePiece tokenizer " + path_ + " (" + std::to_string(vocab_size()) + " ids)";
   }
 
   Result<std::vector<int32_t>> encode(std::string_view text,
@@ -25,8 +25,8 @@ class SentencePieceTokenizer final : public Tokenizer {
     std::vector<int> pieces;
     const auto status = sp_->Encode(text, &pieces);
     if (!status.ok())
-      return invalid_argument("SentencePiece (" + path_ + ") cannot encode the text: " +
-                              status.ToString());
+      return invalid_argument("SentencePiece (" + path_ +
+                              ") cannot encode the text: " + status.ToString());
     std::vector<int32_t> ids;
     ids.reserve(pieces.size() + 2);
     if (add_special_tokens && add_bos_) ids.push_back(*special_.bos);
@@ -35,9 +35,9 @@ class SentencePieceTokenizer final : public Tokenizer {
     return ids;
   }
 
-  Result<std::string> decode(const std::vector<int32_t>& ids,
-                             bool /*skip_special_tokens: control pieces decode to nothing*/)
-      const override {
+  Result<std::string> decode(
+      const std::vector<int32_t>& ids,
+      bool /*skip_special_tokens: control pieces decode to nothing*/) const override {
     std::vector<int> pieces;
     pieces.reserve(ids.size());
     for (int32_t id : ids) {

@@ -1,11 +1,11 @@
 // tokenizer_config.json / special_tokens_map.json reading (special_tokens.h).
 #include "core/tokenizer/special_tokens.h"
 
+#include <sys/stat.h>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
-#include <sys/stat.h>
 
 namespace dscore::tokenizer {
 

@@ -11,7 +11,7 @@
 namespace dscore::tokenizer {
 
 struct SpecialTokenNames {
-  std::optional<std::string> bos, eos;  // token texts ("<s>", "<|endoftext|>")
+  std::optional<std::string> bos, eos;   // token texts ("<s>", "<|endoftext|>")
   std::optional<bool> add_bos, add_eos;  // tokenizer_config.json's add_bos_token, add_eos_token
 };
 

@@ -27,8 +27,16 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dir) {
   DSCORE_ASSIGN_OR_RETURN(const SpecialTokenNames names, read_special_token_names(dir));
   const std::string json_path = dir + "/tokenizer.json";
   const std::string model_path = dir + "/tokenizer.model";
-  if (is_file(json_path)) return load_hf_tokenizer(json_path, names);
-  if (is_file(model_path)) return load_sentencepiece_tokenizer(model_path, names);
+  const bool has_model = is_file(model_path);
+  if (is_file(json_path)) {
+    auto hf = load_hf_tokenizer(json_path, names);
+    // Llama 2 folders ship a tokenizer.json converted from their
+    // tokenizer.model, of a kind dscore does not read: use the original.
+    if (!hf.ok() && hf.status().code() == DSCORE_UNIMPLEMENTED && has_model)
+      return load_sentencepiece_tokenizer(model_path, names);
+    return hf;
+  }
+  if (has_model) return load_sentencepiece_tokenizer(model_path, names);
   return not_found("tokenizer folder '" + dir +
                    "' holds neither tokenizer.json (Hugging Face tokenizers) nor tokenizer.model "
                    "(SentencePiece); give the folder a model's tokenizer was saved to "

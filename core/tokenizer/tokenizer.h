@@ -57,7 +57,8 @@ class Tokenizer {
 };
 
 // The tokenizer in folder `dir`: tokenizer.json when present, else
-// tokenizer.model. BOS/EOS come from tokenizer_config.json or
+// tokenizer.model; also tokenizer.model when tokenizer.json is of a kind
+// dscore does not read (Llama 2 folders hold both). BOS/EOS come from tokenizer_config.json or
 // special_tokens_map.json ("bos_token", "eos_token") when present, else from
 // the tokenizer file itself. NOT_FOUND when the folder holds neither file.
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dir);
