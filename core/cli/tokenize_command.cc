@@ -62,8 +62,9 @@ Result<std::optional<int32_t>> separator_of(const tokenizer::Tokenizer& tok,
     auto id = tok.token_id(option);
     if (!id)
       return invalid_argument("--separator \"" + option + "\" is not a token of " +
-                              tok.description() + "; give a token text such as \"<|endoftext|>\", "
-                                                  "or none");
+                              tok.description() +
+                              "; give a token text such as \"<|endoftext|>\", "
+                              "or none");
     return id;
   }
   DSCORE_ASSIGN_OR_RETURN(const std::vector<int32_t> empty, tok.encode("", special));
@@ -152,8 +153,7 @@ int tokenize_command(const std::vector<std::string>& args) {
   std::printf("wrote %lld tokens (uint%d, vocab %lld, %s) to %zu shard(s):\n",
               static_cast<long long>(writer->tokens_written()), writer->tokens_width() * 8,
               static_cast<long long>((*tok)->vocab_size()),
-              sep ? ("separator " + std::to_string(*sep)).c_str() : "no separator",
-              files->size());
+              sep ? ("separator " + std::to_string(*sep)).c_str() : "no separator", files->size());
   for (const std::string& f : *files) std::printf("  %s\n", f.c_str());
   return kExitOk;
 }

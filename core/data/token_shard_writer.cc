@@ -12,7 +12,8 @@ namespace dscore::data {
 static_assert(std::endian::native == std::endian::little, "token shards are little-endian");
 
 Result<TokenShardWriter> TokenShardWriter::create(Options options) {
-  if (options.prefix.empty()) return invalid_argument("the token shards need a name prefix (--out)");
+  if (options.prefix.empty())
+    return invalid_argument("the token shards need a name prefix (--out)");
   if (options.vocab_size <= 0 || options.vocab_size > (int64_t{1} << 32))
     return invalid_argument("vocab_size " + std::to_string(options.vocab_size) +
                             " cannot be written as llm.c token shards (1 to 2^32 ids)");
@@ -27,8 +28,7 @@ Result<TokenShardWriter> TokenShardWriter::create(Options options) {
 }
 
 int64_t TokenShardWriter::capacity() const {
-  return shard_index_ == 0 && options_.val_tokens > 0 ? options_.val_tokens
-                                                      : options_.shard_tokens;
+  return shard_index_ == 0 && options_.val_tokens > 0 ? options_.val_tokens : options_.shard_tokens;
 }
 
 Status TokenShardWriter::append(const std::vector<int32_t>& ids) {

@@ -21,8 +21,8 @@ namespace dscore::data {
 class TokenShardWriter {
  public:
   struct Options {
-    std::string prefix;               // PREFIX of the file names (may hold a folder)
-    int64_t vocab_size = 0;           // ids lie in [0, vocab_size): picks the token width
+    std::string prefix;                // PREFIX of the file names (may hold a folder)
+    int64_t vocab_size = 0;            // ids lie in [0, vocab_size): picks the token width
     int64_t shard_tokens = 100000000;  // per shard, at most INT32_MAX (llm.c's default 1e8)
     int64_t val_tokens = 0;            // > 0: a validation shard of these first tokens
   };

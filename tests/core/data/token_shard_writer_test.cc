@@ -62,8 +62,8 @@ TEST(TokenShardWriter, WideVocabularyWritesUint32ShardsThatCheckVocabReads) {
   ASSERT_TRUE(w->append({128000, 5, 70000, 128255, 3}).ok());
   Result<std::vector<std::string>> files = w->finish();
   ASSERT_TRUE(files.ok());
-  ASSERT_EQ(*files,
-            (std::vector<std::string>{dir.file("w_val_000000.bin"), dir.file("w_train_000001.bin")}));
+  ASSERT_EQ(*files, (std::vector<std::string>{dir.file("w_val_000000.bin"),
+                                              dir.file("w_train_000001.bin")}));
   EXPECT_EQ(header_int((*files)[1], 0), kLlmcWideMagic);
   EXPECT_EQ(header_int((*files)[1], 1), kLlmcWideVersion);
   EXPECT_EQ(read_all((*files)[0]), (std::vector<int32_t>{128000, 5}));
@@ -74,7 +74,9 @@ TEST(TokenShardWriter, WideVocabularyWritesUint32ShardsThatCheckVocabReads) {
   EXPECT_TRUE(f->check_vocab(128256).ok());
   Status s = f->check_vocab(100000);
   EXPECT_EQ(s.code(), DSCORE_INVALID_ARGUMENT);
-  EXPECT_CONTAINS(s.message(), "the token at position 1 (byte offset 1028) is 128255, not below model.vocab_size 100000");
+  EXPECT_CONTAINS(
+      s.message(),
+      "the token at position 1 (byte offset 1028) is 128255, not below model.vocab_size 100000");
   EXPECT_CONTAINS(s.message(), "the largest token in the shard is 128255");
 }
 
