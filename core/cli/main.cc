@@ -30,7 +30,7 @@ const char* kUsage =
     "  checkpoint inspect DIR [--tag T]        verify a checkpoint and print what it holds\n"
     "  zero-to-fp32 DIR OUT [--max-shard-size 5GB]\n"
     "                                          consolidate a checkpoint into model.safetensors\n"
-    "  generate --checkpoint DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K]\n"
+    "  generate --checkpoint DIR --prompt TEXT [--tokenizer DIR] [--max-new-tokens N] [...]\n"
     "                                          continue a prompt with a trained token model (gpt)\n"
     "  tokenize --tokenizer DIR --out PREFIX TEXT...\n"
     "                                          tokenize text files into token shards\n"

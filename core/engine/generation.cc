@@ -76,6 +76,9 @@ Result<InferenceModel> open_for_inference(const std::string& dir, const std::str
   const json::Value* data = saved->find("data");
   const json::Value* data_type = data != nullptr ? data->find("type") : nullptr;
   out.data_type = data_type != nullptr && data_type->is_string() ? data_type->as_string() : "";
+  const json::Value* from_pretrained = model->find("from_pretrained");
+  if (from_pretrained != nullptr && from_pretrained->is_string())
+    out.from_pretrained = from_pretrained->as_string();
 
   InitializeOptions options;
   options.job = comm::JobEnv{};  // one rank, whatever launched us
@@ -92,7 +95,7 @@ Result<InferenceModel> open_for_inference(const std::string& dir, const std::str
 
 Status generate(Engine& engine, int64_t block_size, int64_t vocab_size,
                 std::vector<int32_t>* tokens, int64_t max_new_tokens,
-                const SamplingOptions& options, const std::function<void(int32_t)>& on_token) {
+                const SamplingOptions& options, const std::function<bool(int32_t)>& on_token) {
   if (tokens->empty()) return invalid_argument("the prompt is empty: give at least one token");
   const dscore_model_description& d = engine.model().description();
   if (d.input_count != 1 || d.inputs[0]->dtype != DSCORE_DTYPE_I32 || d.inputs[0]->ndim != 1 ||
@@ -130,7 +133,7 @@ Status generate(Engine& engine, int64_t block_size, int64_t vocab_size,
     DSCORE_RETURN_IF_ERROR(engine.forward(batch, &output));
     const int32_t next = sample_token(logits, options, &rng);
     tokens->push_back(next);
-    if (on_token) on_token(next);
+    if (on_token && !on_token(next)) break;
   }
   return Status::Ok();
 }

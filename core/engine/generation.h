@@ -32,16 +32,18 @@ int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& op
 // `dir` (tag "" = latest), built from the config the checkpoint saved.
 struct InferenceModel {
   std::unique_ptr<Engine> engine;
-  std::string data_type;  // the saved config's data.type ("text": byte-level tokens)
+  std::string data_type;        // the saved config's data.type ("text": byte-level tokens)
+  std::string from_pretrained;  // the saved model section's "from_pretrained" folder, if any
   int64_t block_size = 0;
   int64_t vocab_size = 0;
 };
 Result<InferenceModel> open_for_inference(const std::string& dir, const std::string& tag);
 
 // Appends up to `max_new_tokens` tokens to `tokens` (the prompt, not
-// empty), calling on_token after each.
+// empty), calling on_token after each; generation stops early when it
+// returns false (an end-of-sequence token).
 Status generate(Engine& engine, int64_t block_size, int64_t vocab_size,
                 std::vector<int32_t>* tokens, int64_t max_new_tokens,
-                const SamplingOptions& options, const std::function<void(int32_t)>& on_token);
+                const SamplingOptions& options, const std::function<bool(int32_t)>& on_token);
 
 }  // namespace dscore

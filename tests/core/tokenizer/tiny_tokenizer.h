@@ -43,9 +43,9 @@ inline std::string tiny_json_string(const std::string& s) {
 // Merges in rank order; the merged tokens get ids 256.. in this order.
 inline const std::vector<std::pair<std::string, std::string>>& tiny_merges() {
   static const std::vector<std::pair<std::string, std::string>> m = {
-      {"h", "e"},  {"l", "l"},  {"he", "ll"}, {"hell", "o"},
-      {"\xC4\xA0", "w"},  // "Ġw": a space then w
-      {"a", "a"},  {"aa", "aa"}};
+      {"h", "e"},    {"l", "l"},        {"he", "ll"},
+      {"hell", "o"}, {"\xC4\xA0", "w"},  // "Ġw": a space then w
+      {"a", "a"},    {"aa", "aa"}};
   return m;
 }
 constexpr int32_t kTinyEndOfText = 263;
@@ -58,7 +58,8 @@ constexpr int32_t kTinyAaaa = 262;
 
 struct TinyTokenizer {
   std::string model_type = "BPE";
-  std::string pre_tokenizer = R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})";
+  std::string pre_tokenizer =
+      R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})";
   std::string normalizer = "null";
   std::string post_processor = R"({"type": "ByteLevel"})";
   std::string decoder = R"({"type": "ByteLevel"})";
@@ -86,17 +87,17 @@ struct TinyTokenizer {
   "added_tokens": [{"id": 263, "content": "<|endoftext|>", "single_word": false, "lstrip": false,
                     "rstrip": false, "normalized": false, "special": true})" +
            extra_added + R"(],
-  "normalizer": )" + normalizer +
-           R"(, "pre_tokenizer": )" + pre_tokenizer + R"(, "post_processor": )" + post_processor +
-           R"(, "decoder": )" + decoder + R"(,
+  "normalizer": )" +
+           normalizer + R"(, "pre_tokenizer": )" + pre_tokenizer + R"(, "post_processor": )" +
+           post_processor + R"(, "decoder": )" + decoder + R"(,
   "model": {"type": ")" +
            model_type +
            R"(", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
             "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
             "ignore_merges": )" +
            (ignore_merges ? "true" : "false") + R"(, "vocab": {)" + vocab + R"(},
-            "merges": [)" + merges +
-           "]}}";
+            "merges": [)" +
+           merges + "]}}";
   }
 
   void write(const std::string& dir) const {

@@ -63,9 +63,9 @@ class TokenizerTest : public ::testing::Test {
 using Ids = std::vector<int32_t>;
 
 TEST(ByteLevel, Gpt2AlphabetRoundTripsEveryByte) {
-  EXPECT_EQ(bytes_to_unicode(" "), "\xC4\xA0");   // U+0120 'Ġ'
-  EXPECT_EQ(bytes_to_unicode("\n"), "\xC4\x8A");  // U+010A 'Ċ'
-  EXPECT_EQ(bytes_to_unicode("\xAD"), "\xC5\x83");  // U+0143, the last one
+  EXPECT_EQ(bytes_to_unicode(" "), "\xC4\xA0");         // U+0120 'Ġ'
+  EXPECT_EQ(bytes_to_unicode("\n"), "\xC4\x8A");        // U+010A 'Ċ'
+  EXPECT_EQ(bytes_to_unicode("\xAD"), "\xC5\x83");      // U+0143, the last one
   EXPECT_EQ(bytes_to_unicode("a~\xA1"), "a~\xC2\xA1");  // printable bytes stand for themselves
   std::string all;
   for (int b = 0; b < 256; ++b) all.push_back(static_cast<char>(b));
@@ -123,8 +123,8 @@ TEST_F(TokenizerTest, SpecialTokensAreSplitOutBeforePreTokenizing) {
   EXPECT_EQ(tok->token_id("<|endoftext|>"), testing::kTinyEndOfText);
   EXPECT_EQ(tok->token_id("\xC4\xA0w"), testing::kTinySpaceW);
   const Ids ids = encode(*tok, "hi<|endoftext|>hello<|endoftext|>");
-  EXPECT_EQ(ids, (Ids{'h', 'i', testing::kTinyEndOfText, testing::kTinyHello,
-                      testing::kTinyEndOfText}));
+  EXPECT_EQ(ids,
+            (Ids{'h', 'i', testing::kTinyEndOfText, testing::kTinyHello, testing::kTinyEndOfText}));
   EXPECT_EQ(decode(*tok, ids), "hi<|endoftext|>hello<|endoftext|>");
   EXPECT_EQ(decode(*tok, ids, /*skip=*/true), "hihello");
   // Nothing is added to a GPT-2-style encoding.
