@@ -167,25 +167,33 @@ class HfTokenizer final : public Tokenizer {
   }
 
   // Text with no added token: the pre-tokenizer steps, then BPE per word.
+  // Each piece goes through the remaining steps before the next one, so
+  // memory holds the ids, not every word of the text.
   Status encode_plain(std::string_view text, std::vector<int32_t>* ids) const {
-    if (text.empty()) return Status::Ok();
-    std::vector<std::string> words{std::string(text)};
-    for (const PreTokenStep& step : steps_) {
-      std::vector<std::string> next;
-      for (std::string& word : words) {
-        if (step.byte_level && step.add_prefix_space && word[0] != ' ') word.insert(0, " ");
-        std::vector<std::string_view> pieces;
-        if (step.splitter)
-          pieces = step.splitter->split(word, step.keep_matches, true);
-        else
-          pieces.push_back(word);
-        for (std::string_view piece : pieces)
-          next.push_back(step.byte_level ? bytes_to_unicode(piece) : std::string(piece));
-      }
-      words = std::move(next);
+    return pre_tokenize(text, 0, ids);
+  }
+
+  Status pre_tokenize(std::string_view piece, size_t step_index, std::vector<int32_t>* ids) const {
+    if (piece.empty()) return Status::Ok();
+    if (step_index == steps_.size()) return bpe_.encode_word(piece, ids);
+    const PreTokenStep& step = steps_[step_index];
+    std::string prefixed;
+    if (step.byte_level && step.add_prefix_space && piece[0] != ' ') {
+      prefixed = " " + std::string(piece);
+      piece = prefixed;
     }
-    for (const std::string& word : words)
-      if (!word.empty()) DSCORE_RETURN_IF_ERROR(bpe_.encode_word(word, ids));
+    std::vector<std::string_view> parts;
+    if (step.splitter)
+      parts = step.splitter->split(piece, step.keep_matches, true);
+    else
+      parts.push_back(piece);
+    for (std::string_view part : parts) {
+      if (step.byte_level) {
+        DSCORE_RETURN_IF_ERROR(pre_tokenize(bytes_to_unicode(part), step_index + 1, ids));
+      } else {
+        DSCORE_RETURN_IF_ERROR(pre_tokenize(part, step_index + 1, ids));
+      }
+    }
     return Status::Ok();
   }
 

@@ -38,19 +38,22 @@ class TokenizeCommand : public ::testing::Test {
     fs::create_directories(tokenizer_dir());
     TinyTokenizer{}.write(tokenizer_dir());
     dir_->write("tok/tokenizer_config.json", R"({"eos_token": "<|endoftext|>"})");
-    std::vector<std::string> args = {"tokenize", "--tokenizer", tokenizer_dir(), "--out",
+    std::vector<std::string> args = {"tokenize",
+                                     "--tokenizer",
+                                     tokenizer_dir(),
+                                     "--out",
                                      (dir_->path() / "shards" / "docs").string(),
-                                     "--shard-tokens", "600"};
+                                     "--shard-tokens",
+                                     "600"};
     fs::create_directories(dir_->path() / "shards");
     for (int i = 0; i < 100; ++i)
       args.push_back(
           dir_->write("doc" + std::to_string(i) + ".txt", "hello world hello world").string());
     tokenized_ = new ProcessResult(run_dscore(args));
     const fs::path config = dir_->write(
-        "ds_config.json",
-        gpt_config(dir_->path(), "shards/docs_*.bin", kTinyVocabSize, 150,
-                   ", \"checkpoint_dir\": \"" + (dir_->path() / "ckpt").string() +
-                       "\", \"save_interval\": 150"));
+        "ds_config.json", gpt_config(dir_->path(), "shards/docs_*.bin", kTinyVocabSize, 150,
+                                     ", \"checkpoint_dir\": \"" + (dir_->path() / "ckpt").string() +
+                                         "\", \"save_interval\": 150"));
     trained_ = new ProcessResult(run_dscore({"run", "--config", config.string()}));
   }
   static void TearDownTestSuite() {
@@ -82,10 +85,9 @@ TEST_F(TokenizeCommand, RunTrainsOnTheShardsAndGenerateSpeaksText) {
   ASSERT_EQ(trained_->exit_code, 0) << trained_->describe();
   // Greedy: after one "hello world" the documents go on with " hello world",
   // after the second comes <|endoftext|>, where generation stops.
-  ProcessResult r = run_dscore({"generate", "--checkpoint", (dir_->path() / "ckpt").string(),
-                                "--tokenizer", tokenizer_dir(), "--prompt",
-                                "<|endoftext|>hello world", "--temperature", "0",
-                                "--max-new-tokens", "30"});
+  ProcessResult r = run_dscore(
+      {"generate", "--checkpoint", (dir_->path() / "ckpt").string(), "--tokenizer", tokenizer_dir(),
+       "--prompt", "<|endoftext|>hello world", "--temperature", "0", "--max-new-tokens", "30"});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   EXPECT_EQ(r.out, "<|endoftext|>hello world hello world\n") << r.describe();
 
@@ -141,12 +143,12 @@ TEST_F(TokenizeCommand, UsageAndTokenizerErrors) {
   const fs::path text = dir_->write("e.txt", "hello");
   EXPECT_EQ(run_dscore({"tokenize", "--tokenizer", tokenizer_dir(), text.string()}).exit_code,
             2);  // no --out, --print or --decode
-  ProcessResult r = run_dscore({"tokenize", "--tokenizer", (dir_->path() / "none").string(),
-                                "--print", text.string()});
+  ProcessResult r = run_dscore(
+      {"tokenize", "--tokenizer", (dir_->path() / "none").string(), "--print", text.string()});
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("tokenizer folder '" + (dir_->path() / "none").string() +
-                       "' does not exist"),
-            std::string::npos)
+  EXPECT_NE(
+      r.err.find("tokenizer folder '" + (dir_->path() / "none").string() + "' does not exist"),
+      std::string::npos)
       << r.describe();
   r = run_dscore({"tokenize", "--tokenizer", tokenizer_dir(), "--out",
                   (dir_->path() / "x").string(), "--separator", "<nope>", text.string()});

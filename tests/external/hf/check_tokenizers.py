@@ -160,6 +160,21 @@ def compare(dscore, scratch, name, folder, texts, hf_encode, hf_decode):
     return files
 
 
+def compare_long(dscore, scratch, name, folder, hf_encode):
+    """One long text (~120 kB): many pre-tokens, the word cache, long runs."""
+    text = "".join(random_texts(3000, seed=2024)) + CORPUS * 30
+    path = os.path.join(scratch, f"{name}_long.txt")
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        f.write(text)
+    got = run(dscore, "tokenize", "--tokenizer", folder, "--print", path).stdout.decode()
+    got = [int(x) for x in got.strip().split(",")]
+    want = hf_encode(text)
+    first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
+    check(f"{name}_long_text_ids_equal_hf", got == want,
+          f"({len(want)} ids)" if got == want else f"lengths {len(got)}/{len(want)}, first "
+                                                   f"difference at {first}")
+
+
 def check_shards(dscore, scratch, name, folder, files, expected, width):
     prefix = os.path.join(scratch, f"{name}_shards", "data")
     os.makedirs(os.path.dirname(prefix))
@@ -191,6 +206,7 @@ def main():
     texts = TEXTS + [SPECIAL_TEXTS["gpt2"], CORPUS] + random_texts(40)
     files = compare(dscore, scratch, "gpt2", gpt2, texts, lambda t: hf(t)["input_ids"],
                     lambda ids: hf.decode(ids))
+    compare_long(dscore, scratch, "gpt2", gpt2, lambda t: hf(t)["input_ids"])
     eot = hf.convert_tokens_to_ids("<|endoftext|>")
     # llm.c's GPT-2 shards: <|endoftext|> before every document.
     expected = [x for t in texts for x in [eot] + hf(t)["input_ids"]]
@@ -202,6 +218,7 @@ def main():
     texts = TEXTS + [SPECIAL_TEXTS["llama3"], CORPUS] + random_texts(40, seed=99)
     files = compare(dscore, scratch, "llama3", llama3, texts, lambda t: hf3(t)["input_ids"],
                     lambda ids: hf3.decode(ids))
+    compare_long(dscore, scratch, "llama3", llama3, lambda t: hf3(t)["input_ids"])
     expected = [x for t in texts for x in hf3(t)["input_ids"]]  # BOS starts each document
     check_shards(dscore, scratch, "llama3", llama3, files, expected, 2)
 
@@ -209,6 +226,7 @@ def main():
     sp = spm.SentencePieceProcessor(model_file=os.path.join(sp_dir, "tokenizer.model"))
     compare(dscore, scratch, "sentencepiece", sp_dir, TEXTS + [CORPUS] + random_texts(20, seed=7),
             lambda t: [sp.bos_id()] + sp.encode(t), lambda ids: sp.decode(ids))
+    compare_long(dscore, scratch, "sentencepiece", sp_dir, lambda t: [sp.bos_id()] + sp.encode(t))
 
     # A kind dscore does not read: WordPiece.
     wp = BertWordPieceTokenizer()
