@@ -17,8 +17,9 @@ Result<RegexSplitter> RegexSplitter::compile(const std::string& pattern, bool li
                                              const std::string& where) {
   int error = 0;
   PCRE2_SIZE offset = 0;
+  // (PCRE2_LITERAL allows no PCRE2_UCP, which a literal does not need.)
   const uint32_t flags =
-      PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : 0u);
+      PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
                                    flags, &error, &offset, nullptr);
   if (code == nullptr) {

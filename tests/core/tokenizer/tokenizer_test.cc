@@ -157,6 +157,23 @@ TEST_F(TokenizerTest, Llama3SplitPatternTemplateAndIgnoreMerges) {
   EXPECT_EQ(encode(*tok2, "xyz", false), (Ids{'x', 'y', 'z'}));
 }
 
+TEST_F(TokenizerTest, SplitOnAPlainStringRemovingTheMatches) {
+  TinyTokenizer t;
+  t.pre_tokenizer = R"({"type": "Sequence", "pretokenizers": [
+      {"type": "Split", "pattern": {"String": "l"}, "behavior": "Removed", "invert": false},
+      {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]})";
+  auto tok = load(t);
+  ASSERT_TRUE(tok);
+  // "hello" -> "he", "o" (the l's removed): "he" is merge 256.
+  EXPECT_EQ(encode(*tok, "hello"), (Ids{256, 'o'}));
+  // A literal pattern: "." is a dot, not any character.
+  t.pre_tokenizer = R"({"type": "Split", "pattern": {"String": "."}, "behavior": "Isolated",
+                        "invert": false})";
+  auto dot = load(t);
+  ASSERT_TRUE(dot);
+  EXPECT_EQ(encode(*dot, "a.b"), (Ids{'a', '.', 'b'}));
+}
+
 TEST_F(TokenizerTest, LongWordsMergeInReasonableTime) {
   auto tok = load(TinyTokenizer{});
   ASSERT_TRUE(tok);

@@ -212,6 +212,24 @@ def main():
     expected = [x for t in texts for x in [eot] + hf(t)["input_ids"]]
     check_shards(dscore, scratch, "gpt2", gpt2, files, expected, 2)
 
+    # Pre-tokenizer variants on the same vocabulary: a prefix space (added to
+    # every piece between special tokens, as Hugging Face does), and a Split
+    # on a plain string whose matches are removed.
+    variants = {
+        "gpt2_prefix_space": pre_tokenizers.ByteLevel(add_prefix_space=True),
+        "split_removed": pre_tokenizers.Sequence([
+            pre_tokenizers.Split("o", behavior="removed"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]),
+    }
+    for name, pre in variants.items():
+        tok = Tokenizer.from_file(os.path.join(gpt2, "tokenizer.json"))
+        tok.pre_tokenizer = pre
+        folder = os.path.join(scratch, name)
+        os.makedirs(folder)
+        tok.save(os.path.join(folder, "tokenizer.json"))
+        compare(dscore, scratch, name, folder, TEXTS + [SPECIAL_TEXTS["gpt2"]] + random_texts(20),
+                lambda t: tok.encode(t).ids, lambda ids: tok.decode(ids, skip_special_tokens=False))
+
     llama3 = build_llama3(scratch, corpus)
     hf3 = PreTrainedTokenizerFast.from_pretrained(llama3)
     check("llama3_hf_adds_bos", hf3("x")["input_ids"][0] == hf3.bos_token_id)
