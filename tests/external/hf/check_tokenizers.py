@@ -6,6 +6,7 @@ Builds, offline, from text this script writes:
   - llama3: a BPE with Llama 3's pipeline (Split with Llama 3's pattern,
     ByteLevel without regex, ignore_merges, <|begin_of_text|> added by a
     TemplateProcessing), saved with save_pretrained;
+  - wide: a byte-level BPE of 70000 ids, whose shards are uint32;
   - sentencepiece: a SentencePiece BPE model (byte fallback, as Llama 2's)
     as tokenizer.model. The reference is the sentencepiece library with BOS
     first, what Hugging Face's LlamaTokenizer gives by default
@@ -125,6 +126,28 @@ def build_llama3(scratch, corpus):
     return out
 
 
+def build_wide(scratch):
+    """A byte-level BPE of 70000 ids (past uint16), trained on random words."""
+    import random
+    rng = random.Random(5)
+    letters = "abcdefghijklmnopqrstuvwxyzéèàüößñ東京日本"
+    words = ["".join(rng.choice(letters) for _ in range(rng.randint(4, 9)))
+             for _ in range(120000)]
+    corpus = os.path.join(scratch, "wide_corpus.txt")
+    with open(corpus, "w", encoding="utf-8") as f:
+        f.write(" ".join(words + words))
+    tok = Tokenizer(models.BPE(ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=70000, min_frequency=1,
+                                  special_tokens=["<|end_of_text|>"], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train([corpus], trainer)
+    out = os.path.join(scratch, "wide")
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|end_of_text|>").save_pretrained(out)
+    return out, words
+
+
 def build_sentencepiece(scratch, corpus):
     out = os.path.join(scratch, "sentencepiece")
     os.makedirs(out)
@@ -135,7 +158,7 @@ def build_sentencepiece(scratch, corpus):
     return out
 
 
-def compare(dscore, scratch, name, folder, texts, hf_encode, hf_decode):
+def compare(dscore, scratch, name, folder, texts, hf_encode, hf_decode, decode_count=None):
     files = []
     for i, t in enumerate(texts):
         path = os.path.join(scratch, f"{name}_text{i}.txt")
@@ -148,7 +171,7 @@ def compare(dscore, scratch, name, folder, texts, hf_encode, hf_decode):
     check(f"{name}_ids_equal_hf", not bad,
           f"({len(texts)} texts)" if not bad else f"first mismatch {bad[0]!r}")
     bad = []
-    for t in texts:
+    for t in texts[:decode_count]:  # one dscore process each
         ids = hf_encode(t)
         if not ids:
             continue
@@ -239,6 +262,16 @@ def main():
     compare_long(dscore, scratch, "llama3", llama3, lambda t: hf3(t)["input_ids"])
     expected = [x for t in texts for x in hf3(t)["input_ids"]]  # BOS starts each document
     check_shards(dscore, scratch, "llama3", llama3, files, expected, 2)
+
+    wide, words = build_wide(scratch)
+    hfw = PreTrainedTokenizerFast.from_pretrained(wide)
+    check("wide_vocabulary_past_uint16", len(hfw) > 65536, f"({len(hfw)} ids)")
+    texts = TEXTS + [" ".join(words[i:i + 50]) for i in range(0, 2000, 50)]
+    files = compare(dscore, scratch, "wide", wide, texts, lambda t: hfw(t)["input_ids"],
+                    lambda ids: hfw.decode(ids), decode_count=16)
+    eos = hfw.convert_tokens_to_ids("<|end_of_text|>")
+    expected = [x for t in texts for x in [eos] + hfw(t)["input_ids"]]
+    check_shards(dscore, scratch, "wide", wide, files, expected, 4)
 
     sp_dir = build_sentencepiece(scratch, corpus)
     sp = spm.SentencePieceProcessor(model_file=os.path.join(sp_dir, "tokenizer.model"))
