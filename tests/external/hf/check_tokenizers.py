@@ -183,6 +183,15 @@ def compare(dscore, scratch, name, folder, texts, hf_encode, hf_decode, decode_c
     return files
 
 
+def compare_without_special(dscore, name, folder, files, texts, hf_encode_plain):
+    """--no-special-tokens is add_special_tokens=False."""
+    lines = run(dscore, "tokenize", "--tokenizer", folder, "--print", "--no-special-tokens",
+                *files).stdout.decode()
+    got = [[int(x) for x in line.split(",") if x] for line in lines.split("\n")[:len(texts)]]
+    check(f"{name}_without_special_tokens_equal_hf",
+          got == [hf_encode_plain(t) for t in texts], f"({len(texts)} texts)")
+
+
 def compare_long(dscore, scratch, name, folder, hf_encode):
     """One long text (~120 kB): many pre-tokens, the word cache, long runs."""
     text = "".join(random_texts(3000, seed=2024)) + CORPUS * 30
@@ -260,6 +269,8 @@ def main():
     files = compare(dscore, scratch, "llama3", llama3, texts, lambda t: hf3(t)["input_ids"],
                     lambda ids: hf3.decode(ids))
     compare_long(dscore, scratch, "llama3", llama3, lambda t: hf3(t)["input_ids"])
+    compare_without_special(dscore, "llama3", llama3, files, texts,
+                            lambda t: hf3(t, add_special_tokens=False)["input_ids"])
     expected = [x for t in texts for x in hf3(t)["input_ids"]]  # BOS starts each document
     check_shards(dscore, scratch, "llama3", llama3, files, expected, 2)
 
@@ -275,8 +286,10 @@ def main():
 
     sp_dir = build_sentencepiece(scratch, corpus)
     sp = spm.SentencePieceProcessor(model_file=os.path.join(sp_dir, "tokenizer.model"))
-    compare(dscore, scratch, "sentencepiece", sp_dir, TEXTS + [CORPUS] + random_texts(20, seed=7),
-            lambda t: [sp.bos_id()] + sp.encode(t), lambda ids: sp.decode(ids))
+    texts = TEXTS + [CORPUS] + random_texts(20, seed=7)
+    files = compare(dscore, scratch, "sentencepiece", sp_dir, texts,
+                    lambda t: [sp.bos_id()] + sp.encode(t), lambda ids: sp.decode(ids))
+    compare_without_special(dscore, "sentencepiece", sp_dir, files, texts, sp.encode)
     compare_long(dscore, scratch, "sentencepiece", sp_dir, lambda t: [sp.bos_id()] + sp.encode(t))
 
     # A kind dscore does not read: WordPiece.
