@@ -1,6 +1,7 @@
 // Shard cutting, naming and the llm.c header of token_shard_writer.h.
 #include "core/data/token_shard_writer.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstdio>
 #include <cstring>
@@ -31,51 +32,63 @@ int64_t TokenShardWriter::capacity() const {
   return shard_index_ == 0 && options_.val_tokens > 0 ? options_.val_tokens : options_.shard_tokens;
 }
 
-Status TokenShardWriter::append(const std::vector<int32_t>& ids) {
-  for (int32_t id : ids) {
-    if (id < 0 || id >= options_.vocab_size)
-      return invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                              std::to_string(options_.vocab_size) + ")");
-    pending_.push_back(id);
-    ++total_;
-    if (static_cast<int64_t>(pending_.size()) == capacity()) DSCORE_RETURN_IF_ERROR(flush_shard());
-  }
-  return Status::Ok();
-}
-
-Status TokenShardWriter::flush_shard() {
-  if (pending_.empty()) return Status::Ok();
+Status TokenShardWriter::open_shard() {
   const char* split = options_.val_tokens <= 0 ? "" : shard_index_ == 0 ? "_val" : "_train";
   char number[16];
   std::snprintf(number, sizeof number, "_%06d.bin", shard_index_);
-  const std::string path = options_.prefix + split + number;
+  DSCORE_ASSIGN_OR_RETURN(checkpoint::DurableFile file,
+                          checkpoint::DurableFile::create(options_.prefix + split + number));
+  shard_.emplace(std::move(file));
+  in_shard_ = 0;
+  const std::vector<int32_t> header(static_cast<size_t>(kLlmcHeaderInts), 0);  // count: at commit
+  return shard_->write(header.data(), header.size() * sizeof(int32_t));
+}
 
-  std::vector<int32_t> header(static_cast<size_t>(kLlmcHeaderInts), 0);
-  header[0] = wide_ ? kLlmcWideMagic : kLlmcMagic;
-  header[1] = wide_ ? kLlmcWideVersion : kLlmcVersion;
-  header[2] = static_cast<int32_t>(pending_.size());
-  std::vector<uint8_t> body(pending_.size() * (wide_ ? 4 : 2));
-  for (size_t i = 0; i < pending_.size(); ++i) {
-    if (wide_) {
-      const auto v = static_cast<uint32_t>(pending_[i]);
-      std::memcpy(body.data() + 4 * i, &v, 4);
-    } else {
-      const auto v = static_cast<uint16_t>(pending_[i]);
-      std::memcpy(body.data() + 2 * i, &v, 2);
-    }
-  }
-  DSCORE_ASSIGN_OR_RETURN(checkpoint::DurableFile file, checkpoint::DurableFile::create(path));
-  DSCORE_RETURN_IF_ERROR(file.write(header.data(), header.size() * sizeof(int32_t)));
-  DSCORE_RETURN_IF_ERROR(file.write(body.data(), body.size()));
-  DSCORE_RETURN_IF_ERROR(file.commit());
-  written_.push_back(path);
-  pending_.clear();
+Status TokenShardWriter::commit_shard() {
+  const int32_t header[3] = {wide_ ? kLlmcWideMagic : kLlmcMagic,
+                             wide_ ? kLlmcWideVersion : kLlmcVersion,
+                             static_cast<int32_t>(in_shard_)};
+  DSCORE_RETURN_IF_ERROR(shard_->write_at(0, header, sizeof header));
+  DSCORE_RETURN_IF_ERROR(shard_->commit());
+  written_.push_back(shard_->path());
+  shard_.reset();
   ++shard_index_;
   return Status::Ok();
 }
 
+Status TokenShardWriter::append(const std::vector<int32_t>& ids) {
+  const size_t width = wide_ ? 4 : 2;
+  for (size_t i = 0; i < ids.size();) {
+    if (!shard_) DSCORE_RETURN_IF_ERROR(open_shard());
+    // As many tokens as the shard still takes, encoded little-endian.
+    const size_t n = std::min(ids.size() - i, static_cast<size_t>(capacity() - in_shard_));
+    chunk_.resize(n * width);
+    for (size_t k = 0; k < n; ++k) {
+      const int32_t id = ids[i + k];
+      if (id < 0 || id >= options_.vocab_size)
+        return invalid_argument("token id " + std::to_string(id) +
+                                " is outside the vocabulary [0, " +
+                                std::to_string(options_.vocab_size) + ")");
+      if (wide_) {
+        const auto v = static_cast<uint32_t>(id);
+        std::memcpy(chunk_.data() + 4 * k, &v, 4);
+      } else {
+        const auto v = static_cast<uint16_t>(id);
+        std::memcpy(chunk_.data() + 2 * k, &v, 2);
+      }
+    }
+    DSCORE_RETURN_IF_ERROR(shard_->write(chunk_.data(), chunk_.size()));
+    in_shard_ += static_cast<int64_t>(n);
+    total_ += static_cast<int64_t>(n);
+    i += n;
+    if (in_shard_ == capacity()) DSCORE_RETURN_IF_ERROR(commit_shard());
+  }
+  return Status::Ok();
+}
+
 Result<std::vector<std::string>> TokenShardWriter::finish() {
-  DSCORE_RETURN_IF_ERROR(flush_shard());
+  if (shard_ && in_shard_ > 0) DSCORE_RETURN_IF_ERROR(commit_shard());
+  shard_.reset();  // an empty shard's temporary is removed
   return written_;
 }
 

@@ -3,9 +3,11 @@
 // otherwise uint32 (magic 20240801, version 7). Tokens are cut into shards
 // of at most shard_tokens; optionally the first val_tokens go to a
 // validation shard first, llm.c's naming: PREFIX_val_000000.bin, then
-// PREFIX_train_000001.bin, ...; without one, PREFIX_000000.bin, ... Each
-// shard is written durably (temporary name, fsync, rename) when it is full,
-// so memory holds one shard at most. Not thread-safe.
+// PREFIX_train_000001.bin, ...; without one, PREFIX_000000.bin, ... Tokens
+// stream into the open shard's temporary file; a full shard gets its
+// header's count and is committed durably (fsync, rename), so a crash never
+// leaves a partial shard under a final name, and memory holds a write
+// buffer, not a shard. Not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -39,12 +41,15 @@ class TokenShardWriter {
  private:
   explicit TokenShardWriter(Options options)
       : options_(std::move(options)), wide_(options_.vocab_size > 65536) {}
-  Status flush_shard();
+  Status open_shard();
+  Status commit_shard();
   int64_t capacity() const;  // of the shard being filled
 
   Options options_;
   bool wide_;
-  std::vector<int32_t> pending_;  // the shard being filled
+  std::optional<checkpoint::DurableFile> shard_;  // the shard being filled
+  int64_t in_shard_ = 0;                          // its tokens so far
+  std::vector<uint8_t> chunk_;                    // tokens encoded for one write
   int shard_index_ = 0;
   int64_t total_ = 0;
   std::vector<std::string> written_;
