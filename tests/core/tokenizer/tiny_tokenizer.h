@@ -64,6 +64,8 @@ struct TinyTokenizer {
   std::string post_processor = R"({"type": "ByteLevel"})";
   std::string decoder = R"({"type": "ByteLevel"})";
   bool ignore_merges = false;
+  std::string unk_token = "null";  // JSON: null or a token text such as "\"xyz\""
+  bool fuse_unk = false;
   bool merges_as_strings = false;  // "a b" (older files) instead of ["a", "b"]
   std::string extra_added;         // more added_tokens entries, e.g. for a wide vocabulary
   std::string extra_merge;         // one more merges entry (JSON), e.g. a bad one
@@ -91,9 +93,10 @@ struct TinyTokenizer {
            normalizer + R"(, "pre_tokenizer": )" + pre_tokenizer + R"(, "post_processor": )" +
            post_processor + R"(, "decoder": )" + decoder + R"(,
   "model": {"type": ")" +
-           model_type +
-           R"(", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
-            "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
+           model_type + R"(", "dropout": null, "unk_token": )" + unk_token +
+           R"(, "continuing_subword_prefix": null,
+            "end_of_word_suffix": null, "fuse_unk": )" +
+           (fuse_unk ? "true" : "false") + R"(, "byte_fallback": false,
             "ignore_merges": )" +
            (ignore_merges ? "true" : "false") + R"(, "vocab": {)" + vocab + R"(},
             "merges": [)" +

@@ -174,6 +174,36 @@ TEST_F(TokenizerTest, SplitOnAPlainStringRemovingTheMatches) {
   EXPECT_EQ(encode(*dot, "a.b"), (Ids{'a', '.', 'b'}));
 }
 
+TEST_F(TokenizerTest, CharactersOutsideTheVocabularyWithoutByteLevel) {
+  // No ByteLevel step: characters are looked up as they are, and '東' is not
+  // in the vocabulary (its bytes are, as byte-level characters).
+  TinyTokenizer t;
+  t.pre_tokenizer = "null";
+  t.decoder = "null";
+  auto tok = load(t);
+  ASSERT_TRUE(tok);
+  const std::string text =
+      "a\xE6\x9D\xB1\xE6\x9D\xB1"
+      "b";
+  auto ids = tok->encode(text, false);
+  ASSERT_FALSE(ids.ok());
+  EXPECT_NE(ids.status().message().find("the character \"\xE6\x9D\xB1\" of the word \"" + text +
+                                        "\" is not in model.vocab and the model has no unk_token"),
+            std::string::npos)
+      << ids.status().message();
+  // With an unk token each unknown character is one unk; fuse_unk joins runs.
+  t.unk_token = "\"xyz\"";
+  auto unk = load(t);
+  ASSERT_TRUE(unk);
+  EXPECT_EQ(encode(*unk, text), (Ids{'a', testing::kTinyXyz, testing::kTinyXyz, 'b'}));
+  t.fuse_unk = true;
+  auto fused = load(t);
+  ASSERT_TRUE(fused);
+  EXPECT_EQ(encode(*fused, text), (Ids{'a', testing::kTinyXyz, 'b'}));
+  // Without a decoder Hugging Face joins the tokens with spaces.
+  EXPECT_EQ(decode(*fused, {'a', testing::kTinyHello}), "a hello");
+}
+
 TEST_F(TokenizerTest, LongWordsMergeInReasonableTime) {
   auto tok = load(TinyTokenizer{});
   ASSERT_TRUE(tok);
