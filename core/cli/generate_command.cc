@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "core/checkpoint/checkpoint_info.h"
 #include "core/cli/commands.h"
 #include "core/cli/options.h"
 #include "core/engine/generation.h"
@@ -22,6 +23,16 @@ constexpr const char* kUsage =
     "[--tokenizer DIR]\n"
     "                       [--max-new-tokens 200] [--temperature 0.8] [--top-k 0] [--seed 1337] "
     "[--tag T]";
+
+// The saved model section's "from_pretrained" folder (a model read from a
+// Hugging Face folder, whose tokenizer lies beside it), or "".
+std::string from_pretrained_of(const std::string& dir, const std::string& tag) {
+  auto info = checkpoint::open_checkpoint(dir, tag);
+  if (!info.ok()) return "";
+  const json::Value* model = info->state.ds_config.find("model");
+  const json::Value* folder = model != nullptr ? model->find("from_pretrained") : nullptr;
+  return folder != nullptr && folder->is_string() ? folder->as_string() : "";
+}
 
 bool parse_token_list(const std::string& text, std::vector<int32_t>* out) {
   std::stringstream in(text);
@@ -77,7 +88,7 @@ int generate_command(const std::vector<std::string>& args) {
   }
   const bool text = !prompt.empty();  // text in, text out; ids in, ids out
   if (text && tokenizer_dir.empty() && model->data_type != "text")
-    tokenizer_dir = model->from_pretrained;
+    tokenizer_dir = from_pretrained_of(dir, tag);
   std::unique_ptr<tokenizer::Tokenizer> tok;
   std::vector<int32_t> tokens;
   if (text && !tokenizer_dir.empty()) {

@@ -76,9 +76,6 @@ Result<InferenceModel> open_for_inference(const std::string& dir, const std::str
   const json::Value* data = saved->find("data");
   const json::Value* data_type = data != nullptr ? data->find("type") : nullptr;
   out.data_type = data_type != nullptr && data_type->is_string() ? data_type->as_string() : "";
-  const json::Value* from_pretrained = model->find("from_pretrained");
-  if (from_pretrained != nullptr && from_pretrained->is_string())
-    out.from_pretrained = from_pretrained->as_string();
 
   InitializeOptions options;
   options.job = comm::JobEnv{};  // one rank, whatever launched us

@@ -32,8 +32,7 @@ int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& op
 // `dir` (tag "" = latest), built from the config the checkpoint saved.
 struct InferenceModel {
   std::unique_ptr<Engine> engine;
-  std::string data_type;        // the saved config's data.type ("text": byte-level tokens)
-  std::string from_pretrained;  // the saved model section's "from_pretrained" folder, if any
+  std::string data_type;  // the saved config's data.type ("text": byte-level tokens)
   int64_t block_size = 0;
   int64_t vocab_size = 0;
 };
