@@ -432,6 +432,35 @@ Result<bool> read_decoder(const Fields& f, const json::Value& root) {
 
 }  // namespace
 
+namespace {
+
+// BOS/EOS by name (tokenizer_config.json), else the template's first token.
+Result<std::unique_ptr<Tokenizer>> with_special_tokens(std::unique_ptr<HfTokenizer> tokenizer,
+                                                       const SpecialTokenNames& names,
+                                                       const std::vector<int32_t>& prefix,
+                                                       const std::string& path) {
+  const std::string description =
+      "the BPE tokenizer " + path + " (" + std::to_string(tokenizer->vocab_size()) + " ids)";
+  SpecialTokens special;
+  auto resolve = [&](const std::optional<std::string>& name, const char* key,
+                     std::optional<int32_t>* out) -> Status {
+    if (!name) return Status::Ok();
+    *out = tokenizer->token_id(*name);
+    if (!*out)
+      return invalid_argument(key + std::string(" \"") + *name +
+                              "\" (tokenizer_config.json or special_tokens_map.json beside " +
+                              path + ") is not a token of " + path);
+    return Status::Ok();
+  };
+  DSCORE_RETURN_IF_ERROR(resolve(names.bos, "bos_token", &special.bos));
+  DSCORE_RETURN_IF_ERROR(resolve(names.eos, "eos_token", &special.eos));
+  if (!special.bos && !prefix.empty()) special.bos = prefix.front();
+  tokenizer->set(special, description);
+  return std::unique_ptr<Tokenizer>(std::move(tokenizer));
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Tokenizer>> load_hf_tokenizer(const std::string& path,
                                                      const SpecialTokenNames& names) {
   DSCORE_ASSIGN_OR_RETURN(const json::Value root, read_json_file(path));
@@ -458,24 +487,61 @@ Result<std::unique_ptr<Tokenizer>> load_hf_tokenizer(const std::string& path,
 
   auto tokenizer = std::make_unique<HfTokenizer>(std::move(bpe), std::move(added), std::move(steps),
                                                  prefix, suffix, byte_level_decoder);
-  const std::string description =
-      "the BPE tokenizer " + path + " (" + std::to_string(tokenizer->vocab_size()) + " ids)";
-  SpecialTokens special;
-  auto resolve = [&](const std::optional<std::string>& name, const char* key,
-                     std::optional<int32_t>* out) -> Status {
-    if (!name) return Status::Ok();
-    *out = tokenizer->token_id(*name);
-    if (!*out)
-      return invalid_argument(key + std::string(" \"") + *name +
-                              "\" (tokenizer_config.json or special_tokens_map.json beside " +
-                              path + ") is not a token of " + path);
-    return Status::Ok();
-  };
-  DSCORE_RETURN_IF_ERROR(resolve(names.bos, "bos_token", &special.bos));
-  DSCORE_RETURN_IF_ERROR(resolve(names.eos, "eos_token", &special.eos));
-  if (!special.bos && !prefix.empty()) special.bos = prefix.front();
-  tokenizer->set(special, description);
-  return std::unique_ptr<Tokenizer>(std::move(tokenizer));
+  return with_special_tokens(std::move(tokenizer), names, prefix, path);
+}
+
+Result<std::unique_ptr<Tokenizer>> load_gpt2_vocab_merges(const std::string& dir,
+                                                          const SpecialTokenNames& names) {
+  const std::string vocab_path = dir + "/vocab.json", merges_path = dir + "/merges.txt";
+  DSCORE_ASSIGN_OR_RETURN(const json::Value vocab, read_json_file(vocab_path));
+  if (!vocab.is_object())
+    return invalid_argument(vocab_path + " must hold an object of token -> id");
+  std::unordered_map<std::string, int32_t> ids;
+  ids.reserve(vocab.members().size());
+  for (const json::Member& e : vocab.members()) {
+    if (!e.value.is_int() || e.value.as_int() < 0 || e.value.as_int() > INT32_MAX)
+      return invalid_argument(vocab_path + ": \"" + e.key + "\" must map to an id >= 0");
+    ids.emplace(e.key, static_cast<int32_t>(e.value.as_int()));
+  }
+  DSCORE_ASSIGN_OR_RETURN(const std::string text, read_whole_file(merges_path));
+  std::vector<std::pair<std::string, std::string>> merges;
+  size_t line_number = 0;
+  for (size_t at = 0; at < text.size();) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(at, end - at);
+    at = end + 1;
+    ++line_number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || (line_number == 1 && line.rfind("#version", 0) == 0)) continue;
+    const size_t space = line.find(' ');
+    if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos)
+      return invalid_argument(merges_path + ":" + std::to_string(line_number) + ": \"" + line +
+                              "\" must be two tokens separated by one space");
+    merges.emplace_back(line.substr(0, space), line.substr(space + 1));
+  }
+  DSCORE_ASSIGN_OR_RETURN(Bpe bpe, Bpe::create(std::move(ids), merges, {}, merges_path));
+  // GPT-2's slow tokenizer keeps its special tokens whole in the text.
+  std::vector<AddedToken> added;
+  for (const auto* name : {&names.bos, &names.eos})
+    if (*name) {
+      auto it = bpe.vocab().find(**name);
+      if (it != bpe.vocab().end() &&
+          std::none_of(added.begin(), added.end(),
+                       [&](const AddedToken& t) { return t.content == **name; }))
+        added.push_back(AddedToken{**name, it->second, true});
+    }
+  PreTokenStep step;
+  step.byte_level = true;
+  DSCORE_ASSIGN_OR_RETURN(RegexSplitter s,
+                          RegexSplitter::compile(kGpt2Pattern, false, "GPT-2's pattern"));
+  step.splitter = std::make_shared<RegexSplitter>(std::move(s));
+  std::vector<PreTokenStep> steps;
+  steps.push_back(std::move(step));
+  auto tokenizer =
+      std::make_unique<HfTokenizer>(std::move(bpe), std::move(added), std::move(steps),
+                                    std::vector<int32_t>{}, std::vector<int32_t>{}, true);
+  return with_special_tokens(std::move(tokenizer), names, {}, vocab_path);
 }
 
 }  // namespace dscore::tokenizer

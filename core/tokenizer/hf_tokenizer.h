@@ -20,4 +20,10 @@ namespace dscore::tokenizer {
 Result<std::unique_ptr<Tokenizer>> load_hf_tokenizer(const std::string& path,
                                                      const SpecialTokenNames& names);
 
+// GPT-2's older files, DIR/vocab.json and DIR/merges.txt (what the slow
+// GPT2Tokenizer reads): the same byte-level BPE with GPT-2's pattern; the
+// bos/eos tokens of tokenizer_config.json stay whole in the text.
+Result<std::unique_ptr<Tokenizer>> load_gpt2_vocab_merges(const std::string& dir,
+                                                          const SpecialTokenNames& names);
+
 }  // namespace dscore::tokenizer

@@ -37,10 +37,12 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dir) {
     return hf;
   }
   if (has_model) return load_sentencepiece_tokenizer(model_path, names);
+  if (is_file(dir + "/vocab.json") && is_file(dir + "/merges.txt"))
+    return load_gpt2_vocab_merges(dir, names);
   return not_found("tokenizer folder '" + dir +
-                   "' holds neither tokenizer.json (Hugging Face tokenizers) nor tokenizer.model "
-                   "(SentencePiece); give the folder a model's tokenizer was saved to "
-                   "(save_pretrained)");
+                   "' holds neither tokenizer.json (Hugging Face tokenizers), tokenizer.model "
+                   "(SentencePiece) nor vocab.json with merges.txt (GPT-2); give the folder a "
+                   "model's tokenizer was saved to (save_pretrained)");
 }
 
 }  // namespace dscore::tokenizer

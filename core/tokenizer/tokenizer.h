@@ -57,10 +57,11 @@ class Tokenizer {
 };
 
 // The tokenizer in folder `dir`: tokenizer.json when present, else
-// tokenizer.model; also tokenizer.model when tokenizer.json is of a kind
-// dscore does not read (Llama 2 folders hold both). BOS/EOS come from tokenizer_config.json or
+// tokenizer.model, else GPT-2's vocab.json + merges.txt; also
+// tokenizer.model when tokenizer.json is of a kind dscore does not read
+// (Llama 2 folders hold both). BOS/EOS come from tokenizer_config.json or
 // special_tokens_map.json ("bos_token", "eos_token") when present, else from
-// the tokenizer file itself. NOT_FOUND when the folder holds neither file.
+// the tokenizer file itself. NOT_FOUND when the folder holds none of these.
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dir);
 
 }  // namespace dscore::tokenizer

@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 import sentencepiece as spm  # noqa: E402
 from tokenizers import (ByteLevelBPETokenizer, BertWordPieceTokenizer, Regex,  # noqa: E402
                         Tokenizer, decoders, models, pre_tokenizers, processors, trainers)
-from transformers import PreTrainedTokenizerFast  # noqa: E402
+from transformers import GPT2Tokenizer, PreTrainedTokenizerFast  # noqa: E402
 
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                   r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -243,6 +243,18 @@ def main():
     # llm.c's GPT-2 shards: <|endoftext|> before every document.
     expected = [x for t in texts for x in [eot] + hf(t)["input_ids"]]
     check_shards(dscore, scratch, "gpt2", gpt2, files, expected, 2)
+
+    # GPT-2's older files: vocab.json + merges.txt and a tokenizer_config.json,
+    # read by transformers' GPT2Tokenizer.
+    old = os.path.join(scratch, "gpt2_vocab_merges")
+    os.makedirs(old)
+    Tokenizer.from_file(os.path.join(gpt2, "tokenizer.json")).model.save(old)
+    with open(os.path.join(old, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "GPT2Tokenizer", "bos_token": "<|endoftext|>",
+                   "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>"}, f)
+    hf_old = GPT2Tokenizer.from_pretrained(old)
+    compare(dscore, scratch, "gpt2_vocab_merges", old, TEXTS + [SPECIAL_TEXTS["gpt2"]],
+            lambda t: hf_old(t)["input_ids"], lambda ids: hf_old.decode(ids))
 
     # Pre-tokenizer variants on the same vocabulary: a prefix space (added to
     # every piece between special tokens, as Hugging Face does), and a Split
