@@ -263,6 +263,36 @@ TEST_F(TokenizerTest, BrokenFilesAreErrorsNamingTheField) {
   EXPECT_NE(s.message().find("eos_token \"</s>\""), std::string::npos) << s.message();
 }
 
+TEST_F(TokenizerTest, Gpt2VocabAndMergesFiles) {
+  std::string vocab = "{";
+  for (int b = 0; b < 256; ++b)
+    vocab += (b ? ", " : "") + testing::tiny_json_string(testing::tiny_byte_char(b)) + ": " +
+             std::to_string(b);
+  std::string merges = "#version: 0.2\n";
+  int id = 256;
+  for (const auto& [a, b] : testing::tiny_merges()) {
+    vocab += ", " + testing::tiny_json_string(a + b) + ": " + std::to_string(id++);
+    merges += a + " " + b + "\n";
+  }
+  write("vocab.json", vocab + ", \"<|endoftext|>\": 263}");
+  write("merges.txt", merges);
+  write("tokenizer_config.json", R"({"eos_token": "<|endoftext|>"})");
+  auto tok = load_tokenizer(dir_.string());
+  ASSERT_TRUE(tok.ok()) << tok.status().message();
+  EXPECT_EQ((*tok)->special().eos, testing::kTinyEndOfText);
+  const Ids ids = encode(**tok, "hello world<|endoftext|>aaaaa");
+  EXPECT_EQ(ids, (Ids{testing::kTinyHello, testing::kTinySpaceW, 'o', 'r', 'l', 'd',
+                      testing::kTinyEndOfText, testing::kTinyAaaa, 'a'}));
+  EXPECT_EQ(decode(**tok, ids), "hello world<|endoftext|>aaaaa");
+
+  write("merges.txt", "#version: 0.2\nh e\nl l l\n");
+  auto bad = load_tokenizer(dir_.string());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("merges.txt:3: \"l l l\" must be two tokens"),
+            std::string::npos)
+      << bad.status().message();
+}
+
 TEST_F(TokenizerTest, FoldersWithoutATokenizerAreNotFound) {
   auto missing = load_tokenizer((dir_ / "nope").string());
   ASSERT_FALSE(missing.ok());
