@@ -1,34 +1,53 @@
 // dscore generate --checkpoint DIR (--prompt TEXT | --prompt-tokens IDS)
-//                 [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
+//                 [--tokenizer DIR] [--max-new-tokens N] [--temperature T]
+//                 [--top-k K] [--seed S]
 // Prints a continuation of the prompt from a saved token model (gpt).
-// A text prompt (byte-level models, trained on data.type "text") prints
-// text; a token-id prompt prints token ids.
+// A text prompt prints text: bytes as tokens for byte-level models (trained
+// on data.type "text"), else through a tokenizer (--tokenizer, or the
+// model's "from_pretrained" folder), stopping at its end-of-sequence token.
+// A token-id prompt prints token ids.
 #include <cstdio>
 #include <sstream>
 
+#include "core/checkpoint/checkpoint_info.h"
 #include "core/cli/commands.h"
 #include "core/cli/options.h"
 #include "core/engine/generation.h"
+#include "core/tokenizer/tokenizer.h"
 
 namespace dscore::cli {
 namespace {
 
 constexpr const char* kUsage =
     "usage: dscore generate --checkpoint DIR (--prompt TEXT | --prompt-tokens 1,2,3) "
-    "[--max-new-tokens 200]\n"
-    "                       [--temperature 0.8] [--top-k 0] [--seed 1337] [--tag T]";
+    "[--tokenizer DIR]\n"
+    "                       [--max-new-tokens 200] [--temperature 0.8] [--top-k 0] [--seed 1337] "
+    "[--tag T]";
+
+// The saved model section's "from_pretrained" folder (a model read from a
+// Hugging Face folder, whose tokenizer lies beside it), or "".
+std::string from_pretrained_of(const std::string& dir, const std::string& tag) {
+  auto info = checkpoint::open_checkpoint(dir, tag);
+  if (!info.ok()) return "";
+  const json::Value* model = info->state.ds_config.find("model");
+  const json::Value* folder = model != nullptr ? model->find("from_pretrained") : nullptr;
+  return folder != nullptr && folder->is_string() ? folder->as_string() : "";
+}
 
 }  // namespace
 
 int generate_command(const std::vector<std::string>& args) {
   po::options_description options("generate options");
-  std::string dir, tag, prompt, prompt_tokens;
+  std::string dir, tag, prompt, prompt_tokens, tokenizer_dir;
   int64_t max_new = 200;
   SamplingOptions sampling;
   options.add_options()("checkpoint", po::value<std::string>(&dir)->required(),
                         "the checkpoint folder (holding `latest`)")(
       "tag", po::value<std::string>(&tag), "the tag to load (default: the one `latest` names)")(
-      "prompt", po::value<std::string>(&prompt), "prompt text (byte-level models)")(
+      "prompt", po::value<std::string>(&prompt),
+      "prompt text (byte-level models, or through the tokenizer)")(
+      "tokenizer", po::value<std::string>(&tokenizer_dir),
+      "folder with tokenizer.json or tokenizer.model (default: the model's from_pretrained)")(
       "prompt-tokens", po::value<std::string>(&prompt_tokens), "prompt token ids, comma-separated")(
       "max-new-tokens", po::value<int64_t>(&max_new)->default_value(200), "tokens to generate")(
       "temperature", po::value<double>(&sampling.temperature)->default_value(0.8), "0 = greedy")(
@@ -52,12 +71,34 @@ int generate_command(const std::vector<std::string>& args) {
     return kExitFailure;
   }
   const bool text = !prompt.empty();  // text in, text out; ids in, ids out
+  if (text && tokenizer_dir.empty() && model->data_type != "text")
+    tokenizer_dir = from_pretrained_of(dir, tag);
+  std::unique_ptr<tokenizer::Tokenizer> tok;
   std::vector<int32_t> tokens;
-  if (text) {
+  if (text && !tokenizer_dir.empty()) {
+    auto loaded = tokenizer::load_tokenizer(tokenizer_dir);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "error: %s\n", loaded.status().message().c_str());
+      return kExitFailure;
+    }
+    tok = std::move(*loaded);
+    if (tok->vocab_size() > model->vocab_size) {
+      std::fprintf(stderr, "error: %s has more ids than the model's vocab_size %lld\n",
+                   tok->description().c_str(), static_cast<long long>(model->vocab_size));
+      return kExitUsage;
+    }
+    auto ids = tok->encode(prompt, /*add_special_tokens=*/true);
+    if (!ids.ok()) {
+      std::fprintf(stderr, "error: %s\n", ids.status().message().c_str());
+      return kExitFailure;
+    }
+    tokens = std::move(*ids);
+  } else if (text) {
     if (model->data_type != "text") {
       std::fprintf(stderr,
                    "error: this model was trained on data.type \"%s\", not byte-level text; "
-                   "give the prompt as --prompt-tokens\n",
+                   "give the tokenizer's folder as --tokenizer DIR, or the prompt as "
+                   "--prompt-tokens\n",
                    model->data_type.c_str());
       return kExitUsage;
     }
@@ -77,14 +118,41 @@ int generate_command(const std::vector<std::string>& args) {
   else
     std::fputs(prompt_tokens.c_str(), stdout);
   std::fflush(stdout);
-  const Status status = generate(*model->engine, model->block_size, model->vocab_size, &tokens,
-                                 max_new, sampling, [&](int32_t token) {
-                                   if (text)
-                                     std::fputc(token, stdout);
-                                   else
-                                     std::printf(",%d", token);
-                                   std::fflush(stdout);
-                                 });
+  // With a tokenizer the whole sequence is decoded again after each token
+  // and the new bytes printed: a character may span tokens, and
+  // SentencePiece decodes a piece differently at the start of a text.
+  size_t printed = 0;
+  Status decode_error;
+  if (tok) {
+    auto head = tok->decode(tokens, /*skip_special_tokens=*/true);
+    if (head.ok()) printed = head->size();
+  }
+  const Status status =
+      generate(*model->engine, model->block_size, model->vocab_size, &tokens, max_new, sampling,
+               [&](int32_t token) {
+                 if (!text) {
+                   std::printf(",%d", token);
+                 } else if (!tok) {
+                   std::fputc(token, stdout);
+                 } else {
+                   if (token == tok->special().eos) return false;
+                   auto all = tok->decode(tokens, true);
+                   if (!all.ok()) {
+                     decode_error = all.status();
+                     return false;
+                   }
+                   if (all->size() > printed)
+                     std::fwrite(all->data() + printed, 1, all->size() - printed, stdout);
+                   printed = std::max(printed, all->size());
+                 }
+                 std::fflush(stdout);
+                 return true;
+               });
+  if (!decode_error.ok()) {
+    std::fputc('\n', stdout);
+    std::fprintf(stderr, "error: %s\n", decode_error.message().c_str());
+    return kExitFailure;
+  }
   std::fputc('\n', stdout);
   if (!status.ok()) {
     std::fprintf(stderr, "error: %s\n", status.message().c_str());

@@ -1,7 +1,7 @@
 // dscore: the command-line entry point. A thin dispatcher over the
 // subcommands (run, config, plugins, plan, lr-schedule, loss-scale,
-// checkpoint, zero-to-fp32, export-hf, generate, forward, io-bench); everything else lives in
-// core/.
+// checkpoint, zero-to-fp32, export-hf, generate, forward, io-bench, tokenize); everything else
+// lives in core/.
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -31,12 +31,15 @@ const char* kUsage =
     "  zero-to-fp32 DIR OUT [--max-shard-size 5GB]\n"
     "                                          consolidate a checkpoint into model.safetensors\n"
     "  export-hf DIR OUT [--max-shard-size 5GB] [--dtype fp32|bf16|fp16]\n"
-    "                                          a checkpoint as a Hugging Face folder (gpt, gpt2)\n"
-    "  generate --checkpoint DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K]\n"
-    "                                          continue a prompt with a trained token model (gpt)\n"
+    "                                          a checkpoint as a Hugging Face folder (gpt, gpt2, "
+    "llama)\n"
+    "  generate --checkpoint DIR --prompt TEXT [--tokenizer DIR] [--max-new-tokens N] [...]\n"
+    "                                          continue a prompt with a trained token model\n"
     "  forward (--checkpoint DIR | --config F) --tokens 1,2,3[;4,5]\n"
     "                                          a token model's loss and last-token logits per "
     "prompt\n"
+    "  tokenize --tokenizer DIR --out PREFIX TEXT...\n"
+    "                                          tokenize text files into token shards\n"
     "  io-bench PATH                           measure a folder's disk through the NVMe swapper;\n"
     "                                          cache the best \"aio\" settings for \"auto\"\n"
     "\n"
@@ -70,6 +73,7 @@ int main(int argc, char** argv) {
     if (command == "export-hf") return dscore::cli::export_hf_command(args);
     if (command == "forward") return dscore::cli::forward_command(args);
     if (command == "io-bench") return dscore::cli::io_bench_command(args);
+    if (command == "tokenize") return dscore::cli::tokenize_command(args);
   } catch (const std::exception& e) {
     // A broken invariant inside dscore: report it rather than abort silently.
     dscore::log_error(std::string("internal error: ") + e.what());
@@ -79,7 +83,7 @@ int main(int argc, char** argv) {
       stderr, "dscore: unknown command '%s'%s\n\n%s", command.c_str(),
       dscore::did_you_mean_suffix(
           command, {"run", "config", "plugins", "lr-schedule", "loss-scale", "plan", "checkpoint",
-                    "zero-to-fp32", "export-hf", "generate", "forward", "io-bench"})
+                    "zero-to-fp32", "export-hf", "generate", "forward", "io-bench", "tokenize"})
           .c_str(),
       kUsage);
   return dscore::cli::kExitUsage;

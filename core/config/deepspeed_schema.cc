@@ -317,8 +317,8 @@ std::vector<FieldSpec> dscore_fields() {
                     "0..255 "
                     "(set model.vocab_size to 256); tokens: llm.c token shards (a 256 x int32 "
                     "little-endian header with magic 20240520, version 1 and the token count, then "
-                    "uint16 "
-                    "tokens)")
+                    "uint16 tokens; or magic 20240801, version 7, uint32 tokens), as `dscore "
+                    "tokenize` writes")
                       .def("synthetic")
                       .enums({"synthetic", "text", "tokens"})
                       .to(&DataConfig::type),

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <unordered_map>
 
 #include "core/base/strings.h"
 
@@ -41,14 +42,25 @@ class LineIndex {
     size_t line = static_cast<size_t>(it - line_starts_.begin());
     size_t start = line_starts_[line - 1];
     int column = 1;
+    // The parser asks in increasing order: count on from the last answer
+    // when it is on the same line, so a one-line file stays linear.
+    if (line == last_line_ && offset >= last_offset_) {
+      start = last_offset_;
+      column = last_column_;
+    }
     for (size_t i = start; i < offset; ++i)
       if ((static_cast<unsigned char>(text_[i]) & 0xC0) != 0x80) ++column;
+    last_line_ = line;
+    last_offset_ = offset;
+    last_column_ = column;
     return Location{static_cast<int>(line), column};
   }
 
  private:
   std::string_view text_;
   std::vector<size_t> line_starts_;
+  mutable size_t last_line_ = 0, last_offset_ = 0;  // the last answer (line 0: none)
+  mutable int last_column_ = 1;
 };
 
 // The input stream RapidJSON reads. Unlike rapidjson::StringStream it has no
@@ -150,13 +162,26 @@ class Builder : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Builder> 
   bool Key(const char* s, rapidjson::SizeType n, bool) {
     Location where = token_start();
     std::string key(s, n);
-    for (const Member& m : stack_.back().members()) {
-      if (m.key == key) {
-        error_location_ = where;
-        error_ = "duplicate key \"" + key + "\" (first at " + std::to_string(m.key_location.line) +
-                 ":" + std::to_string(m.key_location.column) + ")";
-        return false;
-      }
+    // Small objects are scanned; large ones (a tokenizer's vocabulary of
+    // 128k tokens) get a key index, so parsing stays linear.
+    const std::vector<Member>& members = stack_.back().members();
+    std::unordered_map<std::string, size_t>& index = key_index_.back();
+    const Member* first = nullptr;
+    if (members.size() < kIndexedKeys) {
+      for (const Member& m : members)
+        if (m.key == key) first = &m;
+    } else {
+      if (index.empty())
+        for (size_t i = 0; i < members.size(); ++i) index.emplace(members[i].key, i);
+      auto [it, inserted] = index.emplace(key, members.size());
+      if (!inserted) first = &members[it->second];
+    }
+    if (first != nullptr) {
+      error_location_ = where;
+      error_ = "duplicate key \"" + key + "\" (first at " +
+               std::to_string(first->key_location.line) + ":" +
+               std::to_string(first->key_location.column) + ")";
+      return false;
     }
     pending_key_ = std::move(key);
     pending_key_location_ = where;
@@ -230,6 +255,7 @@ class Builder : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Builder> 
     keys_.push_back({std::move(pending_key_), pending_key_location_});
     pending_key_.clear();
     stack_.push_back(std::move(container));
+    key_index_.emplace_back();
     return true;
   }
 
@@ -237,6 +263,7 @@ class Builder : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Builder> 
     mark_end();
     Value done = std::move(stack_.back());
     stack_.pop_back();
+    key_index_.pop_back();
     pending_key_ = std::move(keys_.back().first);
     pending_key_location_ = keys_.back().second;
     keys_.pop_back();
@@ -248,6 +275,8 @@ class Builder : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Builder> 
   LineIndex lines_;
   size_t last_end_ = 0;
   std::vector<Value> stack_;
+  static constexpr size_t kIndexedKeys = 64;
+  std::vector<std::unordered_map<std::string, size_t>> key_index_;  // per stack_ entry
   std::vector<std::pair<std::string, Location>> keys_;
   std::string pending_key_;
   Location pending_key_location_;

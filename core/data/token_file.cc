@@ -46,30 +46,35 @@ int32_t read_i32(const uint8_t* p) {
   return v;
 }
 
-// The largest token in [begin, end) of a format; a tight loop the compiler
-// vectorises.
-template <TokenFormat kFormat>
-int32_t max_token(const uint8_t* tokens, int64_t begin, int64_t end) {
-  int32_t m = 0;
-  for (int64_t i = begin; i < end; ++i) {
-    int32_t v;
-    if constexpr (kFormat == TokenFormat::kBytes) {
-      v = tokens[i];
-    } else {
-      uint16_t u;
-      std::memcpy(&u, tokens + 2 * i, sizeof u);
-      v = u;
-    }
-    m = std::max(m, v);
+// The largest token in [0, count) of raw tokens `width` bytes wide; tight
+// loops the compiler vectorises. uint32 tokens compare as int64.
+template <typename T>
+int64_t max_token(const uint8_t* raw, int64_t count) {
+  int64_t m = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    T v;
+    std::memcpy(&v, raw + sizeof(T) * i, sizeof v);
+    m = std::max<int64_t>(m, v);
   }
   return m;
 }
 
-// Token k of raw file bytes of a format.
-int32_t raw_token(TokenFormat format, const uint8_t* raw, int64_t k) {
-  if (format == TokenFormat::kBytes) return raw[k];
-  uint16_t u;
-  std::memcpy(&u, raw + 2 * k, sizeof u);
+int64_t max_raw_token(uint64_t width, const uint8_t* raw, int64_t count) {
+  if (width == 1) return max_token<uint8_t>(raw, count);
+  if (width == 2) return max_token<uint16_t>(raw, count);
+  return max_token<uint32_t>(raw, count);
+}
+
+// Token k of raw tokens `width` bytes wide.
+int64_t raw_token(uint64_t width, const uint8_t* raw, int64_t k) {
+  if (width == 1) return raw[k];
+  if (width == 2) {
+    uint16_t u;
+    std::memcpy(&u, raw + 2 * k, sizeof u);
+    return u;
+  }
+  uint32_t u;
+  std::memcpy(&u, raw + 4 * k, sizeof u);
   return u;
 }
 
@@ -178,7 +183,7 @@ Result<TokenFile> TokenFile::open(const std::string& path, TokenFormat format) {
   DSCORE_ASSIGN_OR_RETURN(DataFile file, DataFile::open(path));
   const uint64_t size = file.size();
   if (format == TokenFormat::kBytes)
-    return TokenFile(std::move(file), format, 0, static_cast<int64_t>(size));
+    return TokenFile(std::move(file), format, 1, 0, static_cast<int64_t>(size));
 
   const std::string name = quoted(path);
   if (size < static_cast<uint64_t>(kLlmcHeaderBytes))
@@ -190,22 +195,26 @@ Result<TokenFile> TokenFile::open(const std::string& path, TokenFormat format) {
   const int32_t magic = read_i32(header);
   const int32_t version = read_i32(header + 4);
   const int32_t count = read_i32(header + 8);
-  if (magic != kLlmcMagic)
+  if (magic != kLlmcMagic && magic != kLlmcWideMagic)
     return invalid_argument(name + " is not an llm.c token shard: its header magic is " +
                             std::to_string(magic) + ", expected magic " +
-                            std::to_string(kLlmcMagic) + ". " + kTokensHint);
-  if (version != kLlmcVersion)
+                            std::to_string(kLlmcMagic) + " (uint16 tokens) or " +
+                            std::to_string(kLlmcWideMagic) + " (uint32 tokens). " + kTokensHint);
+  const bool wide = magic == kLlmcWideMagic;
+  const int32_t expected_version = wide ? kLlmcWideVersion : kLlmcVersion;
+  if (version != expected_version)
     return invalid_argument(
-        "llm.c token shard " + name + " has version " + std::to_string(version) +
-        "; dscore reads version " + std::to_string(kLlmcVersion) +
-        " (uint16 GPT-2 tokens): expected version 1. Regenerate the shard with llm.c's "
-        "dev/data scripts for the GPT-2 tokenizer");
+        "llm.c token shard " + name + " has magic " + std::to_string(magic) + " and version " +
+        std::to_string(version) + "; dscore reads version " + std::to_string(expected_version) +
+        " with that magic (" + (wide ? "uint32" : "uint16") +
+        " tokens). Regenerate the shard with `dscore tokenize` or llm.c's dev/data scripts");
   if (count <= 0)
     return invalid_argument("llm.c token shard " + name +
                             " holds no tokens (its header token count is " + std::to_string(count) +
                             "); remove it from data.path or regenerate it");
+  const uint64_t width = wide ? 4 : 2;
   const uint64_t expected =
-      static_cast<uint64_t>(kLlmcHeaderBytes) + 2 * static_cast<uint64_t>(count);
+      static_cast<uint64_t>(kLlmcHeaderBytes) + width * static_cast<uint64_t>(count);
   if (size < expected)
     return data_loss("llm.c token shard " + name + " is truncated: its header says " +
                      std::to_string(count) + " tokens (" + std::to_string(expected) +
@@ -216,7 +225,7 @@ Result<TokenFile> TokenFile::open(const std::string& path, TokenFormat format) {
                      " bytes but its header says " + std::to_string(count) + " tokens (" +
                      std::to_string(expected) +
                      " bytes with the header): the file is corrupt; regenerate it");
-  return TokenFile(std::move(file), format, static_cast<uint64_t>(kLlmcHeaderBytes), count);
+  return TokenFile(std::move(file), format, width, static_cast<uint64_t>(kLlmcHeaderBytes), count);
 }
 
 Status TokenFile::read_raw(int64_t first, int64_t count, uint8_t* out) const {
@@ -230,7 +239,8 @@ Status TokenFile::copy(int64_t first, int64_t count, int32_t* out) const {
   // already widened, since a raw token is at most 4 bytes wide.
   auto* raw = reinterpret_cast<uint8_t*>(out);
   DSCORE_RETURN_IF_ERROR(read_raw(first, count, raw));
-  for (int64_t k = count - 1; k >= 0; --k) out[k] = raw_token(format_, raw, k);
+  for (int64_t k = count - 1; k >= 0; --k)
+    out[k] = static_cast<int32_t>(static_cast<uint32_t>(raw_token(width_, raw, k)));
   return Status::Ok();
 }
 
@@ -240,34 +250,30 @@ uint64_t TokenFile::byte_offset(int64_t i) const {
 
 namespace {
 
-// Tokens per read of the vocabulary scan: 1-2 MiB buffers.
+// Tokens per read of the vocabulary scan: 1-4 MiB buffers.
 constexpr int64_t kScanBlock = int64_t{1} << 20;
-
-int32_t max_raw_token(TokenFormat format, const uint8_t* raw, int64_t count) {
-  return format == TokenFormat::kBytes ? max_token<TokenFormat::kBytes>(raw, 0, count)
-                                       : max_token<TokenFormat::kLlmcShard>(raw, 0, count);
-}
 
 }  // namespace
 
 Result<int64_t> TokenFile::first_token_at_least(int64_t vocab_size) const {
-  std::vector<uint8_t> raw(static_cast<size_t>(kScanBlock * 2));
+  std::vector<uint8_t> raw(static_cast<size_t>(kScanBlock) * width());
   for (int64_t begin = 0; begin < count_; begin += kScanBlock) {
     const int64_t n = std::min(kScanBlock, count_ - begin);
     DSCORE_RETURN_IF_ERROR(read_raw(begin, n, raw.data()));
     for (int64_t k = 0; k < n; ++k)
-      if (raw_token(format_, raw.data(), k) >= vocab_size) return begin + k;
+      if (raw_token(width(), raw.data(), k) >= vocab_size) return begin + k;
   }
   return int64_t{-1};
 }
 
 Status TokenFile::check_vocab(int64_t vocab_size) const {
   const bool bytes = format_ == TokenFormat::kBytes;
-  if (vocab_size >= (bytes ? 256 : 65536)) return Status::Ok();  // no token can reach it
+  if (width() < 4 && vocab_size >= (int64_t{1} << (8 * width())))
+    return Status::Ok();  // no token can reach it
 
   // Per block: its largest token, or the block's read error.
   struct Scan {
-    int32_t largest = 0;
+    int64_t largest = 0;
     Status error;
   };
   const Scan scan = tbb::parallel_reduce(
@@ -278,7 +284,7 @@ Status TokenFile::check_vocab(int64_t vocab_size) const {
         if (Status st = read_raw(r.begin(), static_cast<int64_t>(r.size()), raw.data()); !st.ok())
           return Scan{acc.largest, st};
         acc.largest = std::max(acc.largest,
-                               max_raw_token(format_, raw.data(), static_cast<int64_t>(r.size())));
+                               max_raw_token(width(), raw.data(), static_cast<int64_t>(r.size())));
         return acc;
       },
       [](Scan a, const Scan& b) {
@@ -287,14 +293,15 @@ Status TokenFile::check_vocab(int64_t vocab_size) const {
         return a;
       });
   DSCORE_RETURN_IF_ERROR(scan.error);
-  const int32_t largest = scan.largest;
+  const int64_t largest = scan.largest;
   if (largest < vocab_size) return Status::Ok();
 
   DSCORE_ASSIGN_OR_RETURN(const int64_t first, first_token_at_least(vocab_size));
   // The file is unchanged (every read checks), so the scan's token is there.
   DSCORE_CHECK(first >= 0, "a token >= vocab_size was seen in the scan");
-  int32_t value = 0;
-  DSCORE_RETURN_IF_ERROR(copy(first, 1, &value));
+  std::vector<uint8_t> raw_value(width());
+  DSCORE_RETURN_IF_ERROR(read_raw(first, 1, raw_value.data()));
+  const int64_t value = raw_token(width(), raw_value.data(), 0);
   const std::string where = "position " + std::to_string(first) + " (byte offset " +
                             std::to_string(byte_offset(first)) + ")";
   if (bytes)
@@ -309,7 +316,8 @@ Status TokenFile::check_vocab(int64_t vocab_size) const {
       std::to_string(value) + ", not below model.vocab_size " + std::to_string(vocab_size) +
       " (the largest token in the shard is " + std::to_string(largest) +
       "). Set model.vocab_size to at least " + std::to_string(largest + 1) +
-      " (GPT-2's tokenizer needs 50257), or use shards tokenized for this model");
+      " (GPT-2's tokenizer needs 50257, Llama 3's 128256), or use shards tokenized for this "
+      "model");
 }
 
 // ---- data.path

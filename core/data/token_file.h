@@ -1,8 +1,10 @@
 // One data file, read where a sample lies and seen as a sequence of tokens:
 // any file as byte tokens (data.type "text"), or an llm.c token shard
-// (data.type "tokens": a 256 x int32 little-endian header {20240520, 1,
-// token count, 0...}, then that many uint16 tokens). Opening checks the
-// format; check_vocab scans every token once. Nothing is read into RAM whole.
+// (data.type "tokens": a 256 x int32 little-endian header {magic, version,
+// token count, 0...}, then that many tokens: {20240520, 1} uint16 tokens
+// (llm.c's GPT-2 shards), {20240801, 7} uint32 tokens (llm.c's Llama 3
+// shards, for vocabularies past 65536)). Opening checks the format;
+// check_vocab scans every token once. Nothing is read into RAM whole.
 #pragma once
 
 #include <sys/types.h>
@@ -56,20 +58,24 @@ class DataFile {
 
 enum class TokenFormat {
   kBytes,      // data.type "text": each byte is a token 0..255
-  kLlmcShard,  // data.type "tokens": llm.c shard of uint16 tokens
+  kLlmcShard,  // data.type "tokens": llm.c shard of uint16 or uint32 tokens
 };
 
 // llm.c's shard header (dev/data/data_common.py write_datafile).
 inline constexpr int64_t kLlmcHeaderInts = 256;
 inline constexpr int64_t kLlmcHeaderBytes = kLlmcHeaderInts * 4;
-inline constexpr int32_t kLlmcMagic = 20240520;
+inline constexpr int32_t kLlmcMagic = 20240520;  // uint16 tokens
 inline constexpr int32_t kLlmcVersion = 1;
+inline constexpr int32_t kLlmcWideMagic = 20240801;  // uint32 tokens
+inline constexpr int32_t kLlmcWideVersion = 7;
 
 // Immutable after open(); all const members are thread-safe.
 class TokenFile {
  public:
   // Errors name the file, what is wrong and the fix: missing, empty, not an
   // llm.c shard (magic), unsupported version, size not matching the header.
+  // Tokens of a uint32 shard past INT32_MAX read as negative values:
+  // check_vocab reports them.
   static Result<TokenFile> open(const std::string& path, TokenFormat format);
 
   const std::string& path() const { return file_.path(); }
@@ -89,15 +95,20 @@ class TokenFile {
   Status check_vocab(int64_t vocab_size) const;
 
  private:
-  TokenFile(DataFile file, TokenFormat format, uint64_t first_byte, int64_t count)
-      : file_(std::move(file)), format_(format), first_byte_(first_byte), count_(count) {}
-  uint64_t width() const { return format_ == TokenFormat::kBytes ? 1 : 2; }  // bytes per token
+  TokenFile(DataFile file, TokenFormat format, uint64_t width, uint64_t first_byte, int64_t count)
+      : file_(std::move(file)),
+        format_(format),
+        width_(width),
+        first_byte_(first_byte),
+        count_(count) {}
+  uint64_t width() const { return width_; }  // bytes per token: 1, 2 or 4
   // Tokens [first, first + count) as they are in the file.
   Status read_raw(int64_t first, int64_t count, uint8_t* out) const;
   // The index of the first token >= vocab_size, or -1.
   Result<int64_t> first_token_at_least(int64_t vocab_size) const;
   DataFile file_;
   TokenFormat format_;
+  uint64_t width_;
   uint64_t first_byte_;  // where token 0 starts in the file
   int64_t count_;
 };

@@ -184,7 +184,7 @@ Status TokenForward::run(const std::vector<int32_t>& tokens, double* loss) {
 
 Status generate(Engine& engine, int64_t block_size, int64_t vocab_size,
                 std::vector<int32_t>* tokens, int64_t max_new_tokens,
-                const SamplingOptions& options, const std::function<void(int32_t)>& on_token) {
+                const SamplingOptions& options, const std::function<bool(int32_t)>& on_token) {
   if (tokens->empty()) return invalid_argument("the prompt is empty: give at least one token");
   DSCORE_ASSIGN_OR_RETURN(TokenForward step, TokenForward::create(engine, block_size, vocab_size));
   std::mt19937_64 rng(options.seed);
@@ -196,7 +196,7 @@ Status generate(Engine& engine, int64_t block_size, int64_t vocab_size,
     DSCORE_RETURN_IF_ERROR(step.run(context));
     const int32_t next = sample_token(step.logits(), options, &rng);
     tokens->push_back(next);
-    if (on_token) on_token(next);
+    if (on_token && !on_token(next)) break;
   }
   return Status::Ok();
 }

@@ -68,9 +68,10 @@ class TokenForward {
 };
 
 // Appends up to `max_new_tokens` tokens to `tokens` (the prompt, not
-// empty), calling on_token after each.
+// empty), calling on_token after each; generation stops early when it
+// returns false (an end-of-sequence token).
 Status generate(Engine& engine, int64_t block_size, int64_t vocab_size,
                 std::vector<int32_t>* tokens, int64_t max_new_tokens,
-                const SamplingOptions& options, const std::function<void(int32_t)>& on_token);
+                const SamplingOptions& options, const std::function<bool(int32_t)>& on_token);
 
 }  // namespace dscore

@@ -72,6 +72,22 @@ TEST(JsonParse, DuplicateKeyNested) {
   parse_ok("{\"a\": {\"k\": 1}, \"b\": {\"k\": 2}, \"c\": [{\"k\": 1}, {\"k\": 2}]}");
 }
 
+// A tokenizer.json vocabulary: one object of 200k members on one line. Key
+// lookup and column counting stay linear (quadratic took minutes), and
+// locations stay exact.
+TEST(JsonParse, HugeOneLineObjectParsesInLinearTime) {
+  std::string text = "{";
+  for (int i = 0; i < 200000; ++i) text += (i ? ", \"k" : "\"k") + std::to_string(i) + "\": 1";
+  Value v = parse_ok(text + "}");
+  ASSERT_EQ(v.members().size(), 200000u);
+  EXPECT_EQ(v.members()[1].key_location.column, 11);  // {"k0": 1, "k1"
+  EXPECT_EQ(v.members().back().key_location.column,
+            static_cast<int>(text.rfind("\"k199999\"")) + 1);
+  EXPECT_EQ(parse_error(text + ", \"k70\": 2}"),
+            "t.json:1:" + std::to_string(text.size() + 3) + ": duplicate key \"k70\" (first at 1:" +
+                std::to_string(text.find("\"k70\"") + 1) + ")");
+}
+
 TEST(JsonParse, SyntaxErrorsPointAtTheProblem) {
   EXPECT_EQ(parse_error("{\n  \"a\": 1\n  \"b\": 2\n}"),
             "t.json:3:3: Missing a comma or '}' after an object member.");

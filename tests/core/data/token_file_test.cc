@@ -148,16 +148,16 @@ TEST(TokenFile, TextFileIsNotAnLlmcShard) {
   s = open_error(dir.file("long.txt"), TokenFormat::kLlmcShard);
   EXPECT_CONTAINS(s.message(), "long.txt");
   EXPECT_CONTAINS(s.message(), "is not an llm.c token shard");
-  EXPECT_CONTAINS(s.message(), "expected magic 20240520");
+  EXPECT_CONTAINS(s.message(), "expected magic 20240520 (uint16 tokens) or 20240801");
 }
 
 TEST(TokenFile, WrongMagic) {
   ScratchDir dir;
-  write_shard(dir.file("m.bin"), {1, 2, 3}, ShardHeader{.magic = 20240801});
+  write_shard(dir.file("m.bin"), {1, 2, 3}, ShardHeader{.magic = 20240802});
   Status s = open_error(dir.file("m.bin"), TokenFormat::kLlmcShard);
   EXPECT_EQ(s.code(), DSCORE_INVALID_ARGUMENT);
   EXPECT_CONTAINS(s.message(), "m.bin");
-  EXPECT_CONTAINS(s.message(), "magic is 20240801, expected magic 20240520");
+  EXPECT_CONTAINS(s.message(), "magic is 20240802, expected magic 20240520");
 }
 
 TEST(TokenFile, WrongVersion) {
@@ -166,8 +166,8 @@ TEST(TokenFile, WrongVersion) {
   Status s = open_error(dir.file("v.bin"), TokenFormat::kLlmcShard);
   EXPECT_EQ(s.code(), DSCORE_INVALID_ARGUMENT);
   EXPECT_CONTAINS(s.message(), "v.bin");
-  EXPECT_CONTAINS(s.message(), "has version 2");
-  EXPECT_CONTAINS(s.message(), "expected version 1");
+  EXPECT_CONTAINS(s.message(), "and version 2");
+  EXPECT_CONTAINS(s.message(), "reads version 1 with that magic (uint16 tokens)");
 }
 
 TEST(TokenFile, TruncatedShard) {
