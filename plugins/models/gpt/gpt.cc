@@ -14,6 +14,7 @@
 #include <string>
 
 #include "../hf_common/hf_config.h"
+#include "../transformer_common/model_io.h"
 #include "compute.h"
 #include "gpt2_hf.h"
 #include "gpt_config.h"
@@ -216,12 +217,7 @@ class Gpt : public sdk::Instance {
 
  private:
   const dscore_model_param* param_at(size_t index) const {
-    const dscore_model_description& d = params_.description();
-    for (size_t l = 0; l < d.layer_count; ++l) {
-      if (index < d.layers[l]->param_count) return d.layers[l]->params[index];
-      index -= d.layers[l]->param_count;
-    }
-    throw Error(DSCORE_OUT_OF_RANGE, "parameter index out of range");
+    return transformer::param_at(params_.description(), index);
   }
 
   GptConfig config_;

@@ -73,6 +73,15 @@ bool HfConfig::boolean(const std::string& key, std::optional<bool> fallback) con
   return v->GetBool();
 }
 
+std::string HfConfig::json(const std::string& key) const {
+  const rapidjson::Value* v = member(doc_->json, key);
+  if (v == nullptr) return "";
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> writer(buffer);
+  v->Accept(writer);
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
 std::string HfConfig::string(const std::string& key, std::optional<std::string> fallback) const {
   const rapidjson::Value* v = member(doc_->json, key);
   if (v == nullptr) return need(fallback, key, path_);

@@ -31,6 +31,9 @@ class HfConfig {
   bool boolean(const std::string& key, std::optional<bool> fallback = std::nullopt) const;
   std::string string(const std::string& key,
                      std::optional<std::string> fallback = std::nullopt) const;
+  // The value of `key` as compact JSON text (an object such as
+  // rope_scaling), or "" when absent or null.
+  std::string json(const std::string& key) const;
 
  private:
   struct Doc;

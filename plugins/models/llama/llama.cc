@@ -18,6 +18,7 @@
 #include "../transformer_common/tokens.h"
 #include "compute.h"
 #include "llama_config_reader.h"
+#include "llama_hf.h"
 #include "llama_params.h"
 #include "runner.h"
 
@@ -27,6 +28,8 @@ namespace {
 using sdk::Error;
 
 constexpr const char kParamsSchema[] = R"json({
+  "from_pretrained": {"type": "string", "default": "",
+      "doc": "a Hugging Face Llama folder (config.json and model.safetensors or its shards): the hyperparameters come from its config.json and the weights from its safetensors, each rank reading the slices it owns; leave the architecture keys below unset"},
   "vocab_size": {"type": "int", "default": 32000, "min": 1, "doc": "token ids are 0 .. vocab_size-1"},
   "hidden_size": {"type": "int", "default": 4096, "min": 1, "doc": "model width C"},
   "intermediate_size": {"type": "int", "default": 11008, "min": 1, "doc": "the SwiGLU MLP's width"},
@@ -61,14 +64,65 @@ constexpr const char kParamsSchema[] = R"json({
                  "doc": "activation and matmul type on CUDA (fp32 accumulation either way)"}
 })json";
 
+// The architecture keys of the model section: with from_pretrained they
+// come from config.json, so a section that sets one (to other than its
+// default) is refused rather than silently overruled.
+void refuse_architecture_keys(const sdk::Params& p, const std::string& dir) {
+  const std::pair<const char*, double> defaults[] = {{"vocab_size", 32000},
+                                                     {"hidden_size", 4096},
+                                                     {"intermediate_size", 11008},
+                                                     {"num_hidden_layers", 32},
+                                                     {"num_attention_heads", 32},
+                                                     {"num_key_value_heads", -1},
+                                                     {"head_dim", -1},
+                                                     {"max_position_embeddings", 2048},
+                                                     {"rms_norm_eps", 1e-6},
+                                                     {"rope_theta", 10000.0},
+                                                     {"initializer_range", 0.02}};
+  for (const auto& [key, fallback] : defaults)
+    if (p.number(key) != fallback)
+      throw Error(DSCORE_INVALID_ARGUMENT, std::string("llama: the model section sets \"") + key +
+                                               "\" and \"from_pretrained\": " + dir +
+                                               "; the architecture comes from " + dir +
+                                               "/config.json: remove \"" + key +
+                                               "\" (block_size, device and activation "
+                                               "checkpointing stay in the model section)");
+  const dscore_named_value* rope = p.find("rope_scaling");
+  if (p.boolean("tie_word_embeddings") || (rope != nullptr && rope->type != DSCORE_VALUE_NULL))
+    throw Error(DSCORE_INVALID_ARGUMENT,
+                "llama: tie_word_embeddings and rope_scaling come from " + dir +
+                    "/config.json with \"from_pretrained\": remove them from the model section");
+}
+
+// The model's configuration and, with from_pretrained, its folder.
+struct Source {
+  std::shared_ptr<const hf::HfFolder> folder;
+  LlamaConfig config;
+};
+
+Source read_source(const sdk::Params& p) {
+  const std::string dir = p.string("from_pretrained");
+  if (dir.empty()) return {nullptr, read_config(p)};
+  refuse_architecture_keys(p, dir);
+  Source out;
+  out.folder = hf::HfFolder::open(dir);
+  out.config = finish_config(llama_hf_settings(out.folder->config()), p);
+  return out;
+}
+
 class Llama : public sdk::Instance {
  public:
-  Llama(sdk::HostRef host, const sdk::Params& p)
+  Llama(sdk::HostRef host, const sdk::Params& p) : Llama(host, read_source(p), p) {}
+
+  Llama(sdk::HostRef host, Source source, const sdk::Params& p)
       : Instance(host),
-        config_(read_config(p)),
+        config_(source.config),
         params_(config_, p.args()->seed),
         compute_(config_.device == "cuda" ? make_cuda_compute(config_, params_)
-                                          : make_cpu_compute(config_, params_, host)) {}
+                                          : make_cpu_compute(config_, params_, host)) {
+    if (source.folder)
+      weights_ = std::make_unique<LlamaWeights>(std::move(source.folder), params_.description());
+  }
 
   const dscore_model_description* description() const { return &params_.description(); }
 
@@ -76,7 +130,19 @@ class Llama : public sdk::Instance {
     float* data = transformer::init_param_output(
         index, params_.param_count(), index < params_.param_count() ? params_.numel(index) : 0,
         offset, count, out);
-    params_.init(index, offset, count, data);
+    if (weights_) {
+      weights_->read(*param_at(index), offset, count, data);
+    } else {
+      params_.init(index, offset, count, data);
+    }
+  }
+
+  // Hugging Face: dscore's names and layouts are LlamaForCausalLM's.
+  dscore_hf_tensor hf_tensor(size_t index) const {
+    return {sizeof(dscore_hf_tensor), param_at(index)->name, 0};
+  }
+  std::string hf_config(dscore_dtype dtype) const {
+    return llama_config_json(config_, dtype, weights_ ? &weights_->folder().config() : nullptr);
   }
 
   double forward_backward(const dscore_batch* batch, const dscore_model_hooks& hooks,
@@ -136,6 +202,10 @@ class Llama : public sdk::Instance {
   }
 
  private:
+  const dscore_model_param* param_at(size_t index) const {
+    return transformer::param_at(params_.description(), index);
+  }
+
   SplitTokens split(const dscore_batch* batch) const {
     return transformer::split_tokens(batch, config_.block_size, config_.vocab_size, "llama");
   }
@@ -143,6 +213,7 @@ class Llama : public sdk::Instance {
   LlamaConfig config_;
   LlamaParams params_;
   std::unique_ptr<transformer::Compute> compute_;
+  std::unique_ptr<LlamaWeights> weights_;  // the from_pretrained folder
 };
 
 const dscore_plugin_descriptor kLlama = sdk::model_descriptor<Llama>(

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <utility>
 
 namespace dscore::llama {
 namespace {
@@ -113,21 +114,33 @@ std::string str(int64_t v) { return std::to_string(v); }
 }  // namespace
 
 LlamaConfig read_config(const sdk::Params& p) {
-  LlamaConfig c;
+  LlamaSettings s;
+  LlamaConfig& c = s.config;
   c.vocab_size = p.integer("vocab_size");
   c.hidden_size = p.integer("hidden_size");
   c.intermediate_size = p.integer("intermediate_size");
   c.num_hidden_layers = p.integer("num_hidden_layers");
   c.num_attention_heads = p.integer("num_attention_heads");
-  const int64_t kv = p.integer("num_key_value_heads");
-  c.num_key_value_heads = kv < 0 ? c.num_attention_heads : kv;
+  s.num_key_value_heads = p.integer("num_key_value_heads");
   c.max_position_embeddings = p.integer("max_position_embeddings");
-  const int64_t block = p.integer("block_size");
-  c.block_size = block < 0 ? c.max_position_embeddings : block;
+  s.head_dim = p.integer("head_dim");
   c.rms_norm_eps = p.number("rms_norm_eps");
   c.rope_theta = p.number("rope_theta");
   c.tie_word_embeddings = p.boolean("tie_word_embeddings");
   c.initializer_range = p.number("initializer_range");
+  s.hidden_act = p.string("hidden_act");
+  s.biases = p.boolean("attention_bias") || p.boolean("mlp_bias");
+  if (const dscore_named_value* v = p.find("rope_scaling");
+      v != nullptr && v->type != DSCORE_VALUE_NULL)
+    s.rope_scaling = v->s != nullptr ? v->s : "";
+  return finish_config(std::move(s), p);
+}
+
+LlamaConfig finish_config(LlamaSettings s, const sdk::Params& p) {
+  LlamaConfig c = s.config;
+  c.num_key_value_heads = s.num_key_value_heads < 0 ? c.num_attention_heads : s.num_key_value_heads;
+  const int64_t block = p.integer("block_size");
+  c.block_size = block < 0 ? c.max_position_embeddings : block;
   c.device = p.string("device");
   c.cuda_dtype = p.string("cuda_dtype");
   if (c.vocab_size < 1 || c.hidden_size < 1 || c.intermediate_size < 1 || c.num_hidden_layers < 1 ||
@@ -135,7 +148,7 @@ LlamaConfig read_config(const sdk::Params& p) {
     throw invalid(
         "llama: vocab_size, hidden_size, intermediate_size, num_hidden_layers, "
         "num_attention_heads, num_key_value_heads and block_size must be >= 1");
-  const int64_t hd = p.integer("head_dim");
+  const int64_t hd = s.head_dim;
   if (hd < 0 && c.hidden_size % c.num_attention_heads != 0)
     throw invalid("llama: hidden_size " + str(c.hidden_size) +
                   " is not divisible by num_attention_heads " + str(c.num_attention_heads) +
@@ -154,16 +167,14 @@ LlamaConfig read_config(const sdk::Params& p) {
   if (c.vocab_size > INT32_MAX) throw invalid("llama: vocab_size must fit int32 token ids");
   if (!(c.rms_norm_eps > 0) || !(c.rope_theta > 0))
     throw invalid("llama: rms_norm_eps and rope_theta must be > 0");
-  if (p.boolean("attention_bias") || p.boolean("mlp_bias"))
+  if (s.biases)
     throw invalid(
         "llama: attention_bias and mlp_bias are not implemented (Llama has no biases); set "
         "them to false");
-  if (p.string("hidden_act") != "silu")
-    throw invalid("llama: hidden_act \"" + p.string("hidden_act") +
+  if (s.hidden_act != "silu")
+    throw invalid("llama: hidden_act \"" + s.hidden_act +
                   "\" is not supported; the llama model's MLP is SwiGLU (\"silu\")");
-  if (const dscore_named_value* v = p.find("rope_scaling");
-      v != nullptr && v->type != DSCORE_VALUE_NULL)
-    c.rope_scaling = read_rope_scaling(v->s != nullptr ? v->s : "");
+  if (!s.rope_scaling.empty()) c.rope_scaling = read_rope_scaling(s.rope_scaling);
   if (p.boolean("checkpoint_activations")) {
     const int64_t n = p.integer("number_checkpoints");
     c.checkpoint_blocks = n < 0 ? c.num_hidden_layers : std::min(n, c.num_hidden_layers);

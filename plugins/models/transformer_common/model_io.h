@@ -11,6 +11,16 @@
 
 namespace dscore::transformer {
 
+// Parameter `index` of `d`, counted across its layers in order.
+inline const dscore_model_param* param_at(const dscore_model_description& d, size_t index) {
+  for (size_t l = 0; l < d.layer_count; ++l) {
+    if (index < d.layers[l]->param_count) return d.layers[l]->params[index];
+    index -= d.layers[l]->param_count;
+  }
+  throw sdk::Error(DSCORE_OUT_OF_RANGE,
+                   "parameter index " + std::to_string(index) + " is past the model's parameters");
+}
+
 // init_param(index, offset, count, out) of a model with `param_count`
 // parameters, parameter `index` having `numel` elements: returns out's
 // fp32 data.

@@ -1,0 +1,130 @@
+#include "llama_hf.h"
+
+#include <dscore/cpp/plugin.hpp>
+
+#include <cstdio>
+#include <utility>
+#include <vector>
+
+#include "../hf_common/hf_config.h"
+
+namespace dscore::llama {
+namespace {
+
+sdk::Error refused(const hf::HfConfig& c, const std::string& what) {
+  return sdk::Error(DSCORE_INVALID_ARGUMENT, c.path() + ": " + what);
+}
+
+std::string number_text(double v) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.17g", v);
+  return buffer;
+}
+
+std::vector<int64_t> shape_of(const dscore_model_param& p) {
+  return std::vector<int64_t>(p.shape, p.shape + p.ndim);
+}
+
+}  // namespace
+
+LlamaSettings llama_hf_settings(const hf::HfConfig& c) {
+  const std::string type = c.string("model_type", "");
+  if (type != "llama")
+    throw refused(c, "model_type \"" + type +
+                         "\" is not a Llama; model type \"llama\" reads LlamaForCausalLM folders "
+                         "(model_type \"llama\")");
+  LlamaSettings s;
+  LlamaConfig& m = s.config;
+  m.vocab_size = c.integer("vocab_size");
+  m.hidden_size = c.integer("hidden_size");
+  m.intermediate_size = c.integer("intermediate_size");
+  m.num_hidden_layers = c.integer("num_hidden_layers");
+  m.num_attention_heads = c.integer("num_attention_heads");
+  s.num_key_value_heads = c.integer("num_key_value_heads", m.num_attention_heads);
+  s.head_dim = c.integer("head_dim", -1);
+  m.max_position_embeddings = c.integer("max_position_embeddings", 2048);
+  m.rms_norm_eps = c.number("rms_norm_eps", 1e-6);
+  m.tie_word_embeddings = c.boolean("tie_word_embeddings", false);
+  m.initializer_range = c.number("initializer_range", 0.02);
+  s.hidden_act = c.string("hidden_act", "silu");
+  s.biases = c.boolean("attention_bias", false) || c.boolean("mlp_bias", false);
+  if (c.number("attention_dropout", 0.0) != 0.0)
+    throw refused(c, "attention_dropout " + number_text(c.number("attention_dropout")) +
+                         " is not implemented (the llama model has no dropout); set it to 0.0");
+  // transformers 5 keeps rope_theta and the scaling in "rope_parameters";
+  // earlier files have top-level "rope_theta" and "rope_scaling".
+  const std::string parameters = c.json("rope_parameters");
+  double theta = 10000.0;
+  if (!parameters.empty()) {
+    const hf::HfConfig rope(parameters, c.path() + " (rope_parameters)");
+    theta = rope.number("rope_theta", theta);
+    s.rope_scaling = parameters;
+  } else {
+    s.rope_scaling = c.json("rope_scaling");
+  }
+  m.rope_theta = c.number("rope_theta", theta);
+  return s;
+}
+
+LlamaWeights::LlamaWeights(std::shared_ptr<const hf::HfFolder> folder,
+                           const dscore_model_description& d)
+    : folder_(std::move(folder)) {
+  for (size_t l = 0; l < d.layer_count; ++l)
+    for (size_t i = 0; i < d.layers[l]->param_count; ++i) {
+      const dscore_model_param& p = *d.layers[l]->params[i];
+      folder_->tensor(p.name, shape_of(p));  // throws, naming what is wrong
+    }
+}
+
+void LlamaWeights::read(const dscore_model_param& p, int64_t offset, int64_t count,
+                        float* out) const {
+  folder_->read(folder_->tensor(p.name, shape_of(p)), offset, count, out);
+}
+
+std::string llama_config_json(const LlamaConfig& m, dscore_dtype dtype,
+                              const hf::HfConfig* base) {
+  const char* dtype_name = dtype == DSCORE_DTYPE_BF16  ? "bfloat16"
+                           : dtype == DSCORE_DTYPE_F16 ? "float16"
+                                                       : "float32";
+  auto text = [](int64_t v) { return std::to_string(v); };
+  std::vector<std::pair<std::string, std::string>> values = {
+      {"architectures", "[\"LlamaForCausalLM\"]"},
+      {"model_type", "\"llama\""},
+      {"vocab_size", text(m.vocab_size)},
+      {"hidden_size", text(m.hidden_size)},
+      {"intermediate_size", text(m.intermediate_size)},
+      {"num_hidden_layers", text(m.num_hidden_layers)},
+      {"num_attention_heads", text(m.num_attention_heads)},
+      {"num_key_value_heads", text(m.num_key_value_heads)},
+      {"head_dim", text(m.head_dim)},
+      {"max_position_embeddings", text(m.max_position_embeddings)},
+      {"rms_norm_eps", number_text(m.rms_norm_eps)},
+      {"tie_word_embeddings", m.tie_word_embeddings ? "true" : "false"},
+      {"hidden_act", "\"silu\""},
+      {"attention_bias", "false"},
+      {"mlp_bias", "false"},
+      {"dtype", hf::json_string(dtype_name)},
+  };
+  // transformers 4.56 renamed torch_dtype to dtype; keep an older file's key true.
+  if (base != nullptr && base->has("torch_dtype"))
+    values.emplace_back("torch_dtype", hf::json_string(dtype_name));
+  if (base == nullptr) {
+    // A model trained from scratch: its rotary settings in the legacy keys,
+    // which transformers reads in every release.
+    values.emplace_back("rope_theta", number_text(m.rope_theta));
+    const RopeScaling& r = m.rope_scaling;
+    values.emplace_back(
+        "rope_scaling",
+        !r.llama3 ? "null"
+                  : "{\"rope_type\": \"llama3\", \"factor\": " + number_text(r.factor) +
+                        ", \"low_freq_factor\": " + number_text(r.low_freq_factor) +
+                        ", \"high_freq_factor\": " + number_text(r.high_freq_factor) +
+                        ", \"original_max_position_embeddings\": " +
+                        text(r.original_max_position_embeddings) + "}");
+    values.emplace_back("initializer_range", number_text(m.initializer_range));
+    values.emplace_back("attention_dropout", "0.0");
+  }
+  return hf::write_config_json(base != nullptr ? base->text() : "", values);
+}
+
+}  // namespace dscore::llama
