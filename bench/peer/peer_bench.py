@@ -275,7 +275,8 @@ def main():
     params = results[0][5]["params"] if results else 0
     fpt = flops_per_token(params)
     print()
-    print(f"parameters: {params} on both sides; FLOPs per token {fpt:.3g} (6N + 12 L C T, N without wpe)")
+    print(f"parameters: {params} on both sides; FLOPs per token {fpt:.3g} (6N + 12 L C T, N without "
+          f"{'wpe' if MODEL['type'] == 'gpt' else 'an untied input embedding'})")
     print("torch sgemm GFLOP/s (torch.mm n={}, {} threads, best of 4): {:.1f} before, {:.1f} after".format(
         args.gemm_n, cores, gemm["fp32 before"] / 1e9, gemm["fp32 after"] / 1e9))
     print("dscore cpu_gemm_rate GFLOP/s (n={}, all cores): {:.1f} before, {:.1f} after; the limit is the best: {:.1f}".format(
