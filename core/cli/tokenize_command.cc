@@ -31,22 +31,6 @@ Result<std::string> read_text(const std::string& path) {
   return content.str();
 }
 
-bool parse_ids(const std::string& text, std::vector<int32_t>* out) {
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    try {
-      size_t used = 0;
-      const long long v = std::stoll(item, &used);
-      if (used != item.size() || v < 0 || v > INT32_MAX) return false;
-      out->push_back(static_cast<int32_t>(v));
-    } catch (const std::exception&) {
-      return false;
-    }
-  }
-  return true;
-}
-
 int fail(const Status& status) {
   std::fprintf(stderr, "error: %s\n", status.message().c_str());
   return kExitFailure;
@@ -113,7 +97,7 @@ int tokenize_command(const std::vector<std::string>& args) {
 
   if (decode) {
     std::vector<int32_t> ids;
-    if (!parse_ids(decode_ids, &ids)) {
+    if (!parse_token_list(decode_ids, &ids)) {
       std::fprintf(stderr, "dscore tokenize: --decode takes comma-separated token ids\n");
       return kExitUsage;
     }
