@@ -81,8 +81,7 @@ void LlamaWeights::read(const dscore_model_param& p, int64_t offset, int64_t cou
   folder_->read(folder_->tensor(p.name, shape_of(p)), offset, count, out);
 }
 
-std::string llama_config_json(const LlamaConfig& m, dscore_dtype dtype,
-                              const hf::HfConfig* base) {
+std::string llama_config_json(const LlamaConfig& m, dscore_dtype dtype, const hf::HfConfig* base) {
   const char* dtype_name = dtype == DSCORE_DTYPE_BF16  ? "bfloat16"
                            : dtype == DSCORE_DTYPE_F16 ? "float16"
                                                        : "float32";
@@ -113,14 +112,14 @@ std::string llama_config_json(const LlamaConfig& m, dscore_dtype dtype,
     // which transformers reads in every release.
     values.emplace_back("rope_theta", number_text(m.rope_theta));
     const RopeScaling& r = m.rope_scaling;
-    values.emplace_back(
-        "rope_scaling",
-        !r.llama3 ? "null"
-                  : "{\"rope_type\": \"llama3\", \"factor\": " + number_text(r.factor) +
-                        ", \"low_freq_factor\": " + number_text(r.low_freq_factor) +
-                        ", \"high_freq_factor\": " + number_text(r.high_freq_factor) +
-                        ", \"original_max_position_embeddings\": " +
-                        text(r.original_max_position_embeddings) + "}");
+    values.emplace_back("rope_scaling",
+                        !r.llama3
+                            ? "null"
+                            : "{\"rope_type\": \"llama3\", \"factor\": " + number_text(r.factor) +
+                                  ", \"low_freq_factor\": " + number_text(r.low_freq_factor) +
+                                  ", \"high_freq_factor\": " + number_text(r.high_freq_factor) +
+                                  ", \"original_max_position_embeddings\": " +
+                                  text(r.original_max_position_embeddings) + "}");
     values.emplace_back("initializer_range", number_text(m.initializer_range));
     values.emplace_back("attention_dropout", "0.0");
   }
