@@ -14,6 +14,7 @@
 #include <string>
 
 #include "../hf_common/hf_config.h"
+#include "../transformer_common/cpu/linear.h"
 #include "../transformer_common/model_io.h"
 #include "compute.h"
 #include "gpt2_hf.h"
@@ -194,7 +195,7 @@ class Gpt : public sdk::Instance {
   // Host memory of one micro-batch's pass on the CPU: every buffer the
   // runner allocates (GptRunner::allocate, counted by the same code) plus the
   // LM head's block of logits and row statistics the CPU kernels hold while
-  // it runs (cpu/kernels.cc lm_rows_per_block: about 4M logits at a time).
+  // it runs (transformer::cpu::lm_head_working_bytes: about 4M logits at a time).
   // With checkpointing, the blocks the config checkpoints (all when it does
   // not say) keep only their inputs.
   uint64_t activation_bytes(int64_t micro_batch, bool checkpointing) const {
@@ -207,12 +208,8 @@ class Gpt : public sdk::Instance {
     c.checkpoint_blocks = !checkpointing                  ? 0
                           : config_.checkpoint_blocks > 0 ? config_.checkpoint_blocks
                                                           : config_.n_layer;
-    const int64_t N = micro_batch * c.block_size, V = c.vocab_size;
-    const int64_t head_rows =
-        std::clamp<int64_t>((int64_t{1} << 22) / V, 16, std::max<int64_t>(N, 16));
-    const uint64_t head =
-        static_cast<uint64_t>(head_rows) * (V * sizeof(float) + 2 * sizeof(double));
-    return runner_activation_bytes<float, float>(c, params_, micro_batch) + head;
+    return runner_activation_bytes<float, float>(c, params_, micro_batch) +
+           transformer::cpu::lm_head_working_bytes(micro_batch * c.block_size, c.vocab_size);
   }
 
  private:

@@ -180,7 +180,7 @@ class Llama : public sdk::Instance {
   // Host memory of one micro-batch's pass: every buffer the runner
   // allocates (LlamaRunner::allocate, counted by the same code) plus the LM
   // head's block of logits and row statistics the CPU kernels hold while
-  // it runs (transformer::cpu::lm_rows_per_block). With checkpointing, the
+  // it runs (transformer::cpu::lm_head_working_bytes). With checkpointing, the
   // blocks the config checkpoints (all when it does not say) keep only
   // their inputs.
   uint64_t activation_bytes(int64_t micro_batch, bool checkpointing) const {
@@ -193,12 +193,8 @@ class Llama : public sdk::Instance {
     c.checkpoint_blocks = !checkpointing                  ? 0
                           : config_.checkpoint_blocks > 0 ? config_.checkpoint_blocks
                                                           : config_.num_hidden_layers;
-    const int64_t head_rows =
-        transformer::cpu::lm_rows_per_block(micro_batch * c.block_size, c.vocab_size);
-    const uint64_t head =
-        static_cast<uint64_t>(head_rows) *
-        (static_cast<uint64_t>(c.vocab_size) * sizeof(float) + 2 * sizeof(double));
-    return runner_activation_bytes<float, float>(c, params_, micro_batch) + head;
+    return runner_activation_bytes<float, float>(c, params_, micro_batch) +
+           transformer::cpu::lm_head_working_bytes(micro_batch * c.block_size, c.vocab_size);
   }
 
  private:

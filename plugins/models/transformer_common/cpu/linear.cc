@@ -51,6 +51,11 @@ int64_t lm_rows_per_block(int64_t N, int64_t V) {
                              std::max<int64_t>(N, 16));
 }
 
+uint64_t lm_head_working_bytes(int64_t N, int64_t V) {
+  return static_cast<uint64_t>(lm_rows_per_block(N, V)) *
+         (static_cast<uint64_t>(V) * sizeof(float) + 2 * sizeof(double));
+}
+
 namespace {
 
 // Softmax of each row of logits (rows x V) in place; returns per-row

@@ -43,5 +43,8 @@ double lm_head_forward(const T* x, const T* w, const int32_t* targets, int64_t N
 // Rows of logits the LM head holds at once (about 4M logits): with a row's
 // two statistics (fp64), the head's working memory beside the activations.
 int64_t lm_rows_per_block(int64_t N, int64_t V);
+// Bytes of that working memory: lm_rows_per_block rows of V fp32 logits
+// and two fp64 statistics each (what a model's activation_bytes adds).
+uint64_t lm_head_working_bytes(int64_t N, int64_t V);
 
 }  // namespace dscore::transformer::cpu
