@@ -6,8 +6,8 @@
 // offer plugins that talk (OneBitAdam) the same counted calls through
 // host_table(), which the engine installs in its host context as a group.
 // split() forms sub-communicators (data-parallel, pipeline, expert groups).
-// Calls must not overlap: make them from the CommStream thread, or while it
-// is idle.
+// Calls must not overlap: make them as tasks on the engine's comm stream
+// (core/device/device.h), or while it is idle.
 #pragma once
 
 #include <dscore/comm.h>

@@ -191,9 +191,7 @@ dscore_memory_kind memory_kind(Placement placement) {
 
 }  // namespace
 
-const char* device_type_name(DeviceType type) {
-  return type == DeviceType::kCuda ? "cuda" : "cpu";
-}
+const char* device_type_name(DeviceType type) { return type == DeviceType::kCuda ? "cuda" : "cpu"; }
 
 std::unique_ptr<Stream> make_cpu_stream(std::string name, CpuStreams mode) {
   if (mode == CpuStreams::kSynchronous) return std::make_unique<SynchronousStream>(std::move(name));

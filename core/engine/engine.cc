@@ -14,6 +14,7 @@
 
 #include "core/base/logging.h"
 #include "core/base/strings.h"
+#include "core/device/cpu_device.h"
 #include "core/engine/flops_probe.h"
 #include "core/engine/nvme_state.h"
 #include "core/engine/phase_timers.h"
@@ -93,7 +94,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   // One data-parallel group spanning the world until model parallelism.
   engine->host_->set_communicator(DSCORE_GROUP_WORLD, engine->comm_->host_table());
   engine->host_->set_communicator(DSCORE_GROUP_DATA_PARALLEL, engine->comm_->host_table());
-  engine->stream_ = std::make_unique<comm::CommStream>();
+  engine->device_ = components.device
+                        ? std::move(components.device)
+                        : std::make_unique<device::CpuDevice>(device::CpuStreams::kAsynchronous);
+  DSCORE_ASSIGN_OR_RETURN(engine->stream_, engine->device_->create_stream("comm"));
   engine->model_ = std::move(components.model);
   engine->schedule_ =
       std::make_unique<LrSchedule>(std::move(components.scheduler), components.base_lr);

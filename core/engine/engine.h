@@ -25,11 +25,11 @@
 #include "core/base/memory.h"
 #include "core/base/status.h"
 #include "core/checkpoint/training_state.h"
-#include "core/comm/comm_stream.h"
 #include "core/comm/communicator.h"
 #include "core/config/config.h"
 #include "core/config/json.h"
 #include "core/config/training_config.h"
+#include "core/device/device.h"
 #include "core/engine/compute_threads.h"
 #include "core/engine/engine_timing.h"
 #include "core/engine/lr_schedule.h"
@@ -65,6 +65,9 @@ struct EngineComponents {
   // Optional: the rank's thread budget, held for the engine's lifetime
   // (initialize() sets it; compute_threads.h).
   std::unique_ptr<ComputeThreads> threads;
+  // What the engine computes on (core/device); nullptr: the CPU with
+  // asynchronous streams (communication overlaps compute).
+  std::unique_ptr<device::Device> device;
 };
 
 // Config settings this engine cannot run yet, each with its JSON path and
@@ -206,7 +209,8 @@ class Engine {
   std::shared_ptr<plugin_host::HostContext> host_;
   std::unique_ptr<ComputeThreads> threads_;
   std::unique_ptr<comm::Communicator> comm_;
-  std::unique_ptr<comm::CommStream> stream_;
+  std::unique_ptr<device::Device> device_;
+  std::unique_ptr<device::Stream> stream_;  // the comm stream
   std::unique_ptr<Model> model_;
   std::unique_ptr<LrSchedule> schedule_;
   MonitorHub monitors_;

@@ -8,7 +8,7 @@
 #include <array>
 #include <cstdint>
 
-#include "core/comm/comm_stream.h"
+#include "core/device/device.h"
 #include "core/engine/step_observer.h"
 
 namespace dscore {
@@ -34,7 +34,7 @@ struct EngineTiming {
 // Every engine has one, first among its observers.
 class EngineClock final : public StepObserver {
  public:
-  explicit EngineClock(const comm::CommStream& stream)
+  explicit EngineClock(const device::Stream& stream)
       : stream_(stream), blocked_at_reset_(stream.blocked_ns()) {}
 
   void on_phase_begin(StepPhase phase) override;
@@ -46,7 +46,7 @@ class EngineClock final : public StepObserver {
 
  private:
   int64_t* counter(StepPhase phase);
-  const comm::CommStream& stream_;
+  const device::Stream& stream_;
   EngineTiming timing_;
   std::array<int64_t, kStepPhaseCount> started_{};
   int64_t blocked_at_reset_ = 0;

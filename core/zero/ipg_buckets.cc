@@ -65,7 +65,7 @@ Status IpgBuckets::place_solo(size_t layer) {
 
 Status IpgBuckets::open_bucket(int64_t hi) {
   Bucket& bucket = buckets_[current_];
-  DSCORE_RETURN_IF_ERROR(ctx_.stream->wait(bucket.ticket));  // its memory is free again
+  DSCORE_RETURN_IF_ERROR(device::wait_for(bucket.ticket));  // its memory is free again
   bucket.ticket.reset();
   bucket.hi = hi;
   bucket.lo = hi;
@@ -171,8 +171,8 @@ Status IpgBuckets::end_micro_step(const ReadyLayers& ready) {
   return status;
 }
 
-comm::CommStream::Ticket IpgBuckets::submit_owner_reduction(char* memory, int64_t window,
-                                                            int64_t lo, int64_t hi) {
+device::EventPtr IpgBuckets::submit_owner_reduction(char* memory, int64_t window, int64_t lo,
+                                                    int64_t hi) {
   return ctx_.stream->submit([this, memory, window, lo, hi] {
     const Reduction r = plan_reduction(*ctx_.config, ctx_.comm->world_size());
     const dscore_dtype gd = ctx_.grad_dtype;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/base/memory.h"
-#include "core/comm/comm_stream.h"
+#include "core/device/device.h"
 #include "core/zero/gradient_reduction.h"
 
 namespace dscore::zero {
@@ -36,7 +36,7 @@ class IpgBuckets final : public GradientReduction {
     int64_t lo = 0;       // flat start of what is placed so far
     int pending = 0;      // placed layers whose grads are not ready yet
     bool sealed = false;  // no more layers go in; reduce once pending == 0
-    comm::CommStream::Ticket ticket;  // the reduction in flight, if any
+    device::EventPtr ticket;  // the reduction in flight, if any
   };
   // A flat range reduced on its own, from its own memory, once `pending`
   // reaches 0: a layer larger than a bucket, or a bucket detached while
@@ -61,8 +61,7 @@ class IpgBuckets final : public GradientReduction {
   void submit_bucket_if_complete(size_t index);
   // Queue the reduction of flat [lo, hi) held in `memory` (whose element 0
   // is flat index `window`) into the owners' partitions, accumulating.
-  comm::CommStream::Ticket submit_owner_reduction(char* memory, int64_t window, int64_t lo,
-                                                  int64_t hi);
+  device::EventPtr submit_owner_reduction(char* memory, int64_t window, int64_t lo, int64_t hi);
 
   ZeroContext ctx_;
   FlatStorage& storage_;

@@ -255,7 +255,7 @@ Status ShardedZero::ensure_gathered(size_t layer) {
   if (s.gathered_params.empty()) return Status::Ok();
   if (s.residency == Residency::kReleased) DSCORE_RETURN_IF_ERROR(start_gathers({layer}));
   if (s.residency == Residency::kInFlight) {
-    DSCORE_RETURN_IF_ERROR(ctx_.stream->wait(s.ticket));
+    DSCORE_RETURN_IF_ERROR(device::wait_for(s.ticket));
     s.ticket.reset();
     s.residency = Residency::kAvailable;
   }
@@ -312,7 +312,7 @@ void ShardedZero::prepare_grads(const std::vector<size_t>& layers) {
 Result<std::shared_ptr<CountedBuffer>> ShardedZero::take_grads(size_t layer) {
   LayerState& s = layers_[layer];
   if (s.grads_ticket) {
-    DSCORE_RETURN_IF_ERROR(ctx_.stream->wait(s.grads_ticket));
+    DSCORE_RETURN_IF_ERROR(device::wait_for(s.grads_ticket));
     s.grads_ticket.reset();
     CountedBuffer buffer = std::move((*s.prepared)[s.prepared_index]);
     s.prepared.reset();
@@ -364,7 +364,7 @@ bool ShardedZero::reused_soon(size_t layer) const {
 void ShardedZero::free_gathered(size_t layer) {
   LayerState& s = layers_[layer];
   if (s.residency == Residency::kReleased) return;
-  if (s.residency == Residency::kInFlight) (void)ctx_.stream->wait(s.ticket);
+  if (s.residency == Residency::kInFlight) (void)device::wait_for(s.ticket);
   s.ticket.reset();
   s.full.reset();
   s.residency = Residency::kReleased;

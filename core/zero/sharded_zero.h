@@ -70,14 +70,14 @@ class ShardedZero final : public ZeroStrategy {
     int64_t numel = 0;                    // real elements of gathered_params
     Residency residency = Residency::kReleased;
     std::shared_ptr<CountedBuffer> full;  // gathered params, each padded to world x shard
-    comm::CommStream::Ticket ticket;
+    device::EventPtr ticket;
     int acquired = 0;
     size_t last_event = 0;                 // trace index of its latest acquire
     std::shared_ptr<CountedBuffer> grads;  // this micro-step's full gradients, padded
     // Zeroed gradients prepared on the comm thread for the next BACKWARD
     // acquire: entry prepared_index of `prepared`, valid once grads_ticket
     // completed.
-    comm::CommStream::Ticket grads_ticket;
+    device::EventPtr grads_ticket;
     std::shared_ptr<std::vector<CountedBuffer>> prepared;
     size_t prepared_index = 0;
   };

@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "core/base/status.h"
-#include "core/comm/comm_stream.h"
 #include "core/comm/communicator.h"
 #include "core/config/training_config.h"
+#include "core/device/device.h"
 #include "core/model/model.h"
 #include "core/offload/swapper.h"
 #include "core/zero/param_layout.h"
@@ -32,7 +32,7 @@ struct ZeroContext {
   const config::TrainingConfig* config = nullptr;
   const ParamLayout* layout = nullptr;
   comm::Communicator* comm = nullptr;
-  comm::CommStream* stream = nullptr;
+  device::Stream* stream = nullptr;             // the comm stream
   dscore_dtype model_dtype = DSCORE_DTYPE_F32;  // what the model computes on
   dscore_dtype grad_dtype = DSCORE_DTYPE_F32;   // gradient accumulation and reduction
   // The fp32 master weights of a 16-bit model live outside the strategy
