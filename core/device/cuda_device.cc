@@ -300,7 +300,8 @@ class CudaDevice final : public Device {
     std::string what = std::to_string(bytes) + " bytes on stream \"" + std::string(stream.name()) +
                        "\" of " + state_->label;
     stream.enqueue([=, what = std::move(what)] {
-      if (native == nullptr) return failed_precondition("a copy of " + what + ": not a CUDA stream");
+      if (native == nullptr)
+        return failed_precondition("a copy of " + what + ": not a CUDA stream");
       const cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, native);
       return err == cudaSuccess ? Status::Ok() : cuda_error(err, "cudaMemcpyAsync", what);
     });
@@ -351,8 +352,7 @@ class CudaDevice final : public Device {
     }
     if (err != cudaSuccess) {
       const Status cause = cuda_error(err, call, "device memory");
-      return allocation_error(bytes, "device memory", name, s.label, cause.message(),
-                              cause.code());
+      return allocation_error(bytes, "device memory", name, s.label, cause.message(), cause.code());
     }
     process_memory().record_external(data, bytes, DSCORE_MEMORY_DEVICE, use, name);
     std::shared_ptr<CudaState> state = state_;
@@ -443,8 +443,7 @@ Result<std::unique_ptr<Device>> open_cuda_device(int ordinal) {
   if (err != cudaSuccess) {
     return cuda_error(err, "cudaStreamCreateWithFlags", "the allocation stream of " + state->label);
   }
-  std::string description =
-      state->label + " (" + prop.name + ", " + gib(prop.totalGlobalMem) + ")";
+  std::string description = state->label + " (" + prop.name + ", " + gib(prop.totalGlobalMem) + ")";
   return std::unique_ptr<Device>(std::make_unique<CudaDevice>(state, std::move(description)));
 }
 

@@ -113,7 +113,8 @@ TEST_P(CpuDeviceTest, RecordWaitChainsAcrossThreeStreams) {
 TEST_P(CpuDeviceTest, SynchronizeWaitsForEverythingEnqueued) {
   auto s = stream("s");
   int count = 0;  // touched only by the stream's tasks, in order
-  for (int i = 0; i < 100; ++i) s->enqueue([&count, i] {
+  for (int i = 0; i < 100; ++i)
+    s->enqueue([&count, i] {
       if (i == 0) std::this_thread::sleep_for(5ms);
       ++count;
       return Status::Ok();
@@ -194,7 +195,8 @@ TEST_P(CpuDeviceTest, DestructionFinishesQueuedWork) {
   std::atomic<int> count{0};
   {
     auto s = stream("doomed");
-    for (int i = 0; i < 50; ++i) s->enqueue([&count, i] {
+    for (int i = 0; i < 50; ++i)
+      s->enqueue([&count, i] {
         if (i == 0) std::this_thread::sleep_for(10ms);  // the rest is still queued
         count.fetch_add(1);
         return Status::Ok();
