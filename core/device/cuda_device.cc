@@ -63,6 +63,24 @@ Status cuda_error(cudaError_t err, std::string_view call, std::string_view what)
   return status;
 }
 
+// A failed allocation: "could not allocate <n> bytes (<size>) of <memory> on
+// cuda:0 for <buffer>: <call>: <error string> (<error name>)".
+Status allocation_error(size_t bytes, std::string_view memory, std::string_view name,
+                        std::string_view label, const std::string& reason, StatusCode code) {
+  return Status(code, "could not allocate " + std::to_string(bytes) + " bytes (" +
+                          format_bytes(bytes) + ") of " + std::string(memory) + " on " +
+                          std::string(label) + " for " + std::string(name) + ": " + reason);
+}
+Status allocation_error(size_t bytes, std::string_view memory, std::string_view name,
+                        std::string_view label, cudaError_t err, std::string_view call) {
+  Status status = allocation_error(
+      bytes, memory, name, label,
+      std::string(call) + ": " + cudaGetErrorString(err) + " (" + cudaGetErrorName(err) + ")",
+      code_of(err));
+  cudaGetLastError();
+  return status;
+}
+
 std::string gib(size_t bytes) {
   char text[32];
   std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / (1 << 30));
@@ -248,13 +266,6 @@ class CudaStream final : public Stream {
   Status sticky_;
 };
 
-Status allocation_error(size_t bytes, std::string_view memory, std::string_view name,
-                        std::string_view label, std::string reason, StatusCode code) {
-  return Status(code, "could not allocate " + std::to_string(bytes) + " bytes (" +
-                          format_bytes(bytes) + ") of " + std::string(memory) + " on " +
-                          std::string(label) + " for " + std::string(name) + ": " + reason);
-}
-
 class CudaDevice final : public Device {
  public:
   CudaDevice(std::shared_ptr<CudaState> state, std::string description)
@@ -351,8 +362,7 @@ class CudaDevice final : public Device {
       }
     }
     if (err != cudaSuccess) {
-      const Status cause = cuda_error(err, call, "device memory");
-      return allocation_error(bytes, "device memory", name, s.label, cause.message(), cause.code());
+      return allocation_error(bytes, "device memory", name, s.label, err, call);
     }
     process_memory().record_external(data, bytes, DSCORE_MEMORY_DEVICE, use, name);
     std::shared_ptr<CudaState> state = state_;
@@ -374,9 +384,8 @@ class CudaDevice final : public Device {
     cudaSetDevice(state_->ordinal);
     const cudaError_t err = cudaHostAlloc(&data, bytes == 0 ? 1 : bytes, cudaHostAllocPortable);
     if (err != cudaSuccess) {
-      const Status cause = cuda_error(err, "cudaHostAlloc", "pinned memory");
-      return allocation_error(bytes, "pinned host memory", name, state_->label, cause.message(),
-                              cause.code());
+      return allocation_error(bytes, "pinned host memory", name, state_->label, err,
+                              "cudaHostAlloc");
     }
     if (zero) std::memset(data, 0, bytes);
     process_memory().record_external(data, bytes, DSCORE_MEMORY_PINNED, use, name);
