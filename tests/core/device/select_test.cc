@@ -77,6 +77,27 @@ TEST(CpuStreamsFromEnv, ABadValueNamesTheVariableAndTheChoices) {
   EXPECT_NE(m.find("\"async\""), std::string::npos) << m;
 }
 
+#ifdef DSCORE_TEST_WITH_CUDA
+// A CUDA build on a machine without a driver or GPU (cudart is static):
+// counting devices gives 0 and opening one says why, never crashing.
+TEST(CudaDeviceWithoutAGpu, CountsZeroAndOpeningFailsClearly) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is visible";
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  const int count = cuda_device_count();
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count, 0);
+  EXPECT_EQ(out + err, "") << "cuda_device_count() printed";
+  auto r = open_cuda_device(0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), DSCORE_FAILED_PRECONDITION);
+  const std::string& m = r.status().message();
+  EXPECT_NE(m.find("cuda:0 does not exist: no CUDA device is visible"), std::string::npos) << m;
+  EXPECT_NE(m.find("CUDA_VISIBLE_DEVICES"), std::string::npos) << m;
+}
+#endif
+
 TEST(SelectDevice, CpuIsTheCpuDeviceWithTheStreamsAsked) {
   for (CpuStreams mode : {CpuStreams::kSynchronous, CpuStreams::kAsynchronous}) {
     auto r = select_device("cpu", 3, mode);
