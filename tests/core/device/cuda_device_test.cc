@@ -304,8 +304,10 @@ TEST_F(CudaDeviceTest, FreedDeviceMemoryIsReused) {
     ASSERT_EQ(cudaMemGetInfo(&free_after_second, &total), cudaSuccess);
   }
   // The pool kept the first block and handed it out again: the device's
-  // free memory did not drop for the second buffer.
-  EXPECT_EQ(free_after_second, free_after_release);
+  // free memory did not drop by the second buffer's size (a few MiB of
+  // slack for what the driver may take lazily meanwhile).
+  EXPECT_GE(free_after_second + (size_t{8} << 20), free_after_release)
+      << "free memory dropped from " << free_after_release << " to " << free_after_second;
   const MemoryUsage after = memory_usage(DSCORE_MEMORY_DEVICE);
   EXPECT_LE(after.peak_bytes, std::max(before.peak_bytes, before.current_bytes + kBytes))
       << "the ledger held both buffers at once";
