@@ -4,6 +4,8 @@
 
 #include <sys/mman.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
@@ -16,6 +18,7 @@ struct Record {
   dscore_memory_kind kind;
   MemoryUse use;
   std::string tag;
+  bool external = false;  // recorded, not allocated, by the ledger: never freed by it
 };
 
 int kind_index(dscore_memory_kind kind) {
@@ -55,7 +58,10 @@ MemoryLedger::~MemoryLedger() = default;
 
 void* MemoryLedger::allocate(size_t bytes, size_t alignment, dscore_memory_kind kind, MemoryUse use,
                              std::string_view tag) {
-  if (kind == DSCORE_MEMORY_DEVICE) return nullptr;  // no accelerator runtime in this build path
+  if (kind == DSCORE_MEMORY_DEVICE) return nullptr;  // device memory comes from record_external
+  // No machine has that much; refusing here also keeps sanitizer allocators,
+  // which abort on such sizes, on the nullptr path.
+  if (bytes > static_cast<size_t>(PTRDIFF_MAX)) return nullptr;
   if (alignment == 0) alignment = 64;
   if ((alignment & (alignment - 1)) != 0 || alignment < sizeof(void*)) return nullptr;
   void* ptr = nullptr;
@@ -76,7 +82,8 @@ void MemoryLedger::release(void* ptr) {
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
     auto it = state_->records.find(ptr);
-    if (it == state_->records.end()) return;  // not ours: never free what we did not allocate
+    // Not ours: never free what we did not allocate.
+    if (it == state_->records.end() || it->second.external) return;
     bytes = it->second.bytes;
     kind = it->second.kind;
     state_->usage[kind_index(kind)].current_bytes -= bytes;
@@ -84,6 +91,26 @@ void MemoryLedger::release(void* ptr) {
   }
   if (kind == DSCORE_MEMORY_PINNED) (void)munlock(ptr, bytes);
   std::free(ptr);
+}
+
+void MemoryLedger::record_external(void* ptr, size_t bytes, dscore_memory_kind kind, MemoryUse use,
+                                   std::string_view tag) {
+  if (ptr == nullptr) return;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  auto [it, inserted] = state_->records.try_emplace(ptr);
+  if (!inserted) state_->usage[kind_index(it->second.kind)].current_bytes -= it->second.bytes;
+  it->second = Record{bytes, kind, use, std::string(tag.empty() ? "untagged" : tag), true};
+  MemoryUsage& u = state_->usage[kind_index(kind)];
+  u.current_bytes += bytes;
+  if (u.current_bytes > u.peak_bytes) u.peak_bytes = u.current_bytes;
+}
+
+void MemoryLedger::forget_external(void* ptr) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  auto it = state_->records.find(ptr);
+  if (it == state_->records.end() || !it->second.external) return;
+  state_->usage[kind_index(it->second.kind)].current_bytes -= it->second.bytes;
+  state_->records.erase(it);
 }
 
 MemoryUsage MemoryLedger::usage(dscore_memory_kind kind) const {

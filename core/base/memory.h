@@ -52,8 +52,18 @@ class MemoryLedger {
   // present; device memory fails without one.
   void* allocate(size_t bytes, size_t alignment, dscore_memory_kind kind, MemoryUse use,
                  std::string_view tag);
-  // Frees only what this ledger allocated (anything else is ignored).
+  // Frees only what this ledger allocated (anything else, external records
+  // included, is ignored).
   void release(void* ptr);
+
+  // Records memory allocated elsewhere (a CUDA pool, cudaHostAlloc) so it
+  // counts like the ledger's own: the ledger never frees it. The owner calls
+  // forget_external() when it frees the memory. Recording a pointer that is
+  // already recorded replaces the old record.
+  void record_external(void* ptr, size_t bytes, dscore_memory_kind kind, MemoryUse use,
+                       std::string_view tag);
+  // Removes an external record (anything else is ignored).
+  void forget_external(void* ptr);
 
   MemoryUsage usage(dscore_memory_kind kind) const;
   // Current bytes per tag, all kinds together.

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "core/base/strings.h"
+#include "core/device/task.h"
 
 namespace dscore::device {
 namespace {
@@ -18,16 +19,6 @@ int64_t since_ns(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
                                                               start)
       .count();
-}
-
-Status run_task(const Stream::Task& task, std::string_view stream) {
-  try {
-    return task();
-  } catch (const std::exception& e) {
-    return internal_error("stream \"" + std::string(stream) + "\": a task threw: " + e.what());
-  } catch (...) {
-    return internal_error("stream \"" + std::string(stream) + "\": a task threw a non-exception");
-  }
 }
 
 // What a stream and the events it records share (events may outlive it).

@@ -1,0 +1,28 @@
+// Choosing the device a run computes on, from the config's "device"
+// ("auto", "cpu", "cuda") and the rank's local_rank, and how CPU streams run
+// (DSCORE_CPU_STREAMS). "auto" takes a GPU when one is visible.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include "core/device/cpu_device.h"
+
+namespace dscore::device {
+
+// Whether this dscore was built with CUDA (DSCORE_WITH_CUDA).
+bool built_with_cuda();
+
+// DSCORE_CPU_STREAMS: "sync" (also the default when unset or empty) or
+// "async". INVALID_ARGUMENT naming the variable for anything else.
+Result<CpuStreams> cpu_streams_from_env();
+
+// "auto": CUDA device local_rank % count when CUDA devices are visible,
+// else the CPU device with `cpu_streams`. "cpu": the CPU device. "cuda": the
+// CUDA device local_rank % count; FAILED_PRECONDITION naming the config key
+// and the fix where there is none (or the build has no CUDA).
+// INVALID_ARGUMENT for another value or a negative local_rank.
+Result<std::unique_ptr<Device>> select_device(std::string_view requested, int local_rank,
+                                              CpuStreams cpu_streams);
+
+}  // namespace dscore::device
