@@ -391,6 +391,12 @@ std::vector<FieldSpec> dscore_fields() {
               },
               "communication"))
           .to(&TrainingConfig::comm),
+      F("device", T::kString,
+        "dscore: what the engine computes on: \"auto\" (a CUDA GPU when one is visible, else "
+        "the CPU), \"cpu\" or \"cuda\"")
+          .def("auto")
+          .enums({"auto", "cpu", "cuda"})
+          .to(&TrainingConfig::device),
       F("train_steps", T::kInt, "dscore: optimizer steps `dscore run` performs (--steps overrides)")
           .nullable()
           .min(0)

@@ -171,6 +171,7 @@ struct TrainingConfig {
   DataConfig data;
   std::vector<std::string> plugin_paths;  // "plugins": {"paths": [...]}
   CommConfig comm;
+  std::string device;     // "auto", "cpu" or "cuda" (core/device)
   int64_t train_steps{};  // optimizer steps `dscore run` performs (0 = not set)
   std::string checkpoint_dir;
   int64_t save_interval{};  // `dscore run` saves every N steps and at the end (0 = off)

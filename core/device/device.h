@@ -1,5 +1,5 @@
 // The device the engine computes on: memory, streams and events
-// (docs/architecture.md). One interface, two implementations:
+// (docs/architecture.md#devices). One interface, two implementations:
 //
 //   CpuDevice   host memory; each stream either runs its work at once on the
 //               calling thread (synchronous) or on a worker thread of its own
@@ -7,7 +7,7 @@
 //               missing wait between streams) shows on any machine, as a
 //               wrong number or a TSan report;
 //   CudaDevice  device memory from a stream-ordered pool, cudaStream_t,
-//               cudaEvent_t (built with CUDA).
+//               cudaEvent_t (cuda_device.h, built with CUDA).
 //
 // Work reaches a stream as a task (a function returning Status). On a CPU
 // stream the task is the work itself. On a CUDA stream the task runs at once

@@ -11,14 +11,6 @@
 namespace dscore::device {
 namespace {
 
-int visible_cuda_devices() {
-#ifdef DSCORE_DEVICE_WITH_CUDA
-  return cuda_device_count();
-#else
-  return 0;
-#endif
-}
-
 Result<std::unique_ptr<Device>> open_cuda(int local_rank, int count) {
 #ifdef DSCORE_DEVICE_WITH_CUDA
   return open_cuda_device(local_rank % count);
@@ -29,6 +21,14 @@ Result<std::unique_ptr<Device>> open_cuda(int local_rank, int count) {
 }
 
 }  // namespace
+
+int visible_cuda_devices() {
+#ifdef DSCORE_DEVICE_WITH_CUDA
+  return cuda_device_count();
+#else
+  return 0;
+#endif
+}
 
 bool built_with_cuda() {
 #ifdef DSCORE_DEVICE_WITH_CUDA
@@ -41,11 +41,11 @@ bool built_with_cuda() {
 Result<CpuStreams> cpu_streams_from_env() {
   const char* value = std::getenv("DSCORE_CPU_STREAMS");
   const std::string text = value != nullptr ? value : "";
-  if (text.empty() || text == "sync") return CpuStreams::kSynchronous;
-  if (text == "async") return CpuStreams::kAsynchronous;
+  if (text.empty() || text == "async") return CpuStreams::kAsynchronous;
+  if (text == "sync") return CpuStreams::kSynchronous;
   return invalid_argument("DSCORE_CPU_STREAMS=\"" + text +
-                          "\": expected \"sync\" (tasks run on the calling thread, the default) "
-                          "or \"async\" (each stream on a worker thread of its own)");
+                          "\": expected \"async\" (each stream on a worker thread of its own, the "
+                          "default) or \"sync\" (tasks run on the calling thread)");
 }
 
 Result<std::unique_ptr<Device>> select_device(std::string_view requested, int local_rank,

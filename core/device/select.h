@@ -12,9 +12,13 @@ namespace dscore::device {
 
 // Whether this dscore was built with CUDA (DSCORE_WITH_CUDA).
 bool built_with_cuda();
+// CUDA devices this process sees; 0 without CUDA, a driver or a GPU.
+int visible_cuda_devices();
 
-// DSCORE_CPU_STREAMS: "sync" (also the default when unset or empty) or
-// "async". INVALID_ARGUMENT naming the variable for anything else.
+// DSCORE_CPU_STREAMS: "async" (also the default when unset or empty: the
+// comm stream overlaps compute) or "sync" (everything on the calling
+// thread: the reference the asynchronous path equals bit for bit).
+// INVALID_ARGUMENT naming the variable for anything else.
 Result<CpuStreams> cpu_streams_from_env();
 
 // "auto": CUDA device local_rank % count when CUDA devices are visible,

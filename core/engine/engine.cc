@@ -53,6 +53,12 @@ std::vector<config::ConfigError> unsupported_features(const config::TrainingConf
                    "parameters on NVMe need a 16-bit model: an fp32 model's parameters are its "
                    "master weights, which the optimizer updates in memory; enable \"bf16\" (or "
                    "\"fp16\"), or set \"device\": \"none\""});
+  if (config.device == "cuda")
+    out.push_back({"device",
+                   {},
+                   "the engine cannot train on CUDA yet: its device layer, CUDA kernels and the "
+                   "nccl backend are built, but parameters, gradients and optimizer state still "
+                   "live in host memory; set \"device\": \"cpu\" (or \"auto\")"});
   if (config.checkpoint.load_universal)
     out.push_back(
         {"checkpoint.load_universal",

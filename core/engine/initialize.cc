@@ -1,8 +1,10 @@
 #include "core/engine/initialize.h"
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "core/base/logging.h"
+#include "core/device/select.h"
 
 namespace dscore {
 namespace {
@@ -22,6 +24,19 @@ Result<Setup> finish_prepare(config::LoadedConfig loaded, const std::string& con
   if (options.own_model) setup.loaded.config->model.reset();
   setup.selection = select_plugins(&setup.loaded, *setup.registry, context);
   return setup;
+}
+
+// The device "device" names (core/device/select.h). The engine trains on
+// the CPU only so far (unsupported_features refuses "cuda"), so "auto"
+// means the CPU even where a GPU is visible, and says so.
+Result<std::unique_ptr<device::Device>> open_device(const std::string& requested, int local_rank,
+                                                    bool log) {
+  DSCORE_ASSIGN_OR_RETURN(device::CpuStreams streams, device::cpu_streams_from_env());
+  if (requested == "auto" && device::visible_cuda_devices() > 0 && log)
+    log_info(
+        "device: a CUDA GPU is visible, but the engine does not train on CUDA yet: "
+        "computing on the CPU");
+  return device::select_device(requested == "auto" ? "cpu" : requested, local_rank, streams);
 }
 
 Result<comm::JobEnv> job_of(const InitializeOptions& options) {
@@ -132,6 +147,9 @@ Result<std::unique_ptr<Engine>> build_engine(const Setup& setup, std::unique_ptr
     log_info("compute threads: " + std::to_string(budget.threads) + " (" + budget.reason +
              "; dscore run --threads N or OMP_NUM_THREADS=N sets it)");
   }
+  DSCORE_ASSIGN_OR_RETURN(components.device,
+                          open_device(cfg.device, setup.job.local_rank, setup.job.rank == 0));
+  if (setup.job.rank == 0) log_info("device: " + components.device->describe());
   components.comm = std::move(communicator);
   components.host = std::move(host);
   return Engine::create(cfg, std::move(components));
