@@ -124,7 +124,8 @@ void check_groups(CheckedComm& c, CheckLog* log) {
     log->check((*pair)->world_size() == size && (*pair)->rank() == R % 2, "pair rank and size");
     float x = static_cast<float>(R + 1);
     log->check(
-        (*pair)->allreduce({&x, DSCORE_DTYPE_F32, 1}, {&x, DSCORE_DTYPE_F32, 1}, DSCORE_REDUCE_SUM)
+        (*pair)
+            ->allreduce({&x, DSCORE_DTYPE_F32, 1}, {&x, DSCORE_DTYPE_F32, 1}, DSCORE_REDUCE_SUM)
             .ok(),
         "pair allreduce call");
     float expect = 0;

@@ -62,10 +62,11 @@ void reduce_scatter(NcclComm* m, const dscore_tensor* send, dscore_tensor* recv,
   check_cuda_tensor(*m, send, "reduce_scatter");
   check_cuda_tensor(*m, recv, "reduce_scatter");
   if (send->dtype != recv->dtype || send->numel != recv->numel * m->world)
-    throw Error(DSCORE_INVALID_ARGUMENT,
-                "nccl reduce_scatter: send must hold world_size x recv elements of the same dtype (" +
-                    std::to_string(send->numel) + " vs " + std::to_string(m->world) + " x " +
-                    std::to_string(recv->numel) + ")");
+    throw Error(
+        DSCORE_INVALID_ARGUMENT,
+        "nccl reduce_scatter: send must hold world_size x recv elements of the same dtype (" +
+            std::to_string(send->numel) + " vs " + std::to_string(m->world) + " x " +
+            std::to_string(recv->numel) + ")");
   m->enqueued(ncclReduceScatter(send->data, recv->data, static_cast<size_t>(recv->numel),
                                 reduction_type(send->dtype, "reduce_scatter"),
                                 nccl_op(op, "reduce_scatter"), m->comm, pick(m, stream)),

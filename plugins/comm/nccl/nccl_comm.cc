@@ -48,9 +48,10 @@ void NcclComm::enqueued(ncclResult_t result, const char* op) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   while (result == ncclInProgress) {
     if (Clock::now() > deadline) {
-      const std::string why = who(*this, op) + " was not enqueued within " +
+      const std::string why = who(*this, op) + " was still in progress after " +
                               std::to_string(timeout_ms) +
-                              " ms (a peer did not connect); the communicator was aborted";
+                              " ms (comm.timeout_ms): a peer did not connect; the communicator "
+                              "was aborted";
       abort_comm(why);
       throw Error(DSCORE_DEADLINE_EXCEEDED, why);
     }
@@ -88,9 +89,10 @@ void NcclComm::wait_stream(cudaStream_t s, const char* op) {
       throw Error(DSCORE_UNAVAILABLE, why);
     }
     if (Clock::now() > deadline) {
-      const std::string why =
-          who(*this, op) + " did not complete within " + std::to_string(timeout_ms) +
-          " ms (comm.timeout_ms): a rank did not arrive or a GPU hung; the communicator was aborted";
+      const std::string why = who(*this, op) + " did not complete within " +
+                              std::to_string(timeout_ms) +
+                              " ms (comm.timeout_ms): a rank did not arrive or a GPU hung; the "
+                              "communicator was aborted";
       abort_comm(why);
       throw Error(DSCORE_DEADLINE_EXCEEDED, why);
     }
@@ -100,16 +102,26 @@ void NcclComm::wait_stream(cudaStream_t s, const char* op) {
 
 ncclDataType_t reduction_type(dscore_dtype dtype, const char* op) {
   switch (dtype) {
-    case DSCORE_DTYPE_F32: return ncclFloat32;
-    case DSCORE_DTYPE_F16: return ncclFloat16;
-    case DSCORE_DTYPE_BF16: return ncclBfloat16;
-    case DSCORE_DTYPE_F64: return ncclFloat64;
-    case DSCORE_DTYPE_I8: return ncclInt8;
-    case DSCORE_DTYPE_U8: return ncclUint8;
-    case DSCORE_DTYPE_I32: return ncclInt32;
-    case DSCORE_DTYPE_U32: return ncclUint32;
-    case DSCORE_DTYPE_I64: return ncclInt64;
-    case DSCORE_DTYPE_U64: return ncclUint64;
+    case DSCORE_DTYPE_F32:
+      return ncclFloat32;
+    case DSCORE_DTYPE_F16:
+      return ncclFloat16;
+    case DSCORE_DTYPE_BF16:
+      return ncclBfloat16;
+    case DSCORE_DTYPE_F64:
+      return ncclFloat64;
+    case DSCORE_DTYPE_I8:
+      return ncclInt8;
+    case DSCORE_DTYPE_U8:
+      return ncclUint8;
+    case DSCORE_DTYPE_I32:
+      return ncclInt32;
+    case DSCORE_DTYPE_U32:
+      return ncclUint32;
+    case DSCORE_DTYPE_I64:
+      return ncclInt64;
+    case DSCORE_DTYPE_U64:
+      return ncclUint64;
     default:
       throw Error(DSCORE_INVALID_ARGUMENT,
                   "nccl " + std::string(op) + ": NCCL cannot reduce dtype " +
@@ -121,11 +133,16 @@ ncclDataType_t reduction_type(dscore_dtype dtype, const char* op) {
 
 ncclRedOp_t nccl_op(dscore_reduce_op op, const char* name) {
   switch (op) {
-    case DSCORE_REDUCE_SUM: return ncclSum;
-    case DSCORE_REDUCE_PRODUCT: return ncclProd;
-    case DSCORE_REDUCE_MIN: return ncclMin;
-    case DSCORE_REDUCE_MAX: return ncclMax;
-    case DSCORE_REDUCE_AVG: return ncclAvg;
+    case DSCORE_REDUCE_SUM:
+      return ncclSum;
+    case DSCORE_REDUCE_PRODUCT:
+      return ncclProd;
+    case DSCORE_REDUCE_MIN:
+      return ncclMin;
+    case DSCORE_REDUCE_MAX:
+      return ncclMax;
+    case DSCORE_REDUCE_AVG:
+      return ncclAvg;
     default:
       throw Error(DSCORE_INVALID_ARGUMENT, "nccl " + std::string(name) + ": reduce op " +
                                                std::to_string(op) +

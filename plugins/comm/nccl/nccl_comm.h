@@ -16,15 +16,15 @@ namespace dscore::nccl_comm {
 
 // A CUDA error becomes sdk::Error (UNAVAILABLE) naming the call and CUDA's text.
 void throw_cuda_error(cudaError_t code, const char* call, const char* file, int line);
-#define DSCORE_CUDA_CHECK(call)                                                                \
-  do {                                                                                         \
-    cudaError_t _rc = (call);                                                                  \
+#define DSCORE_CUDA_CHECK(call)                                                                    \
+  do {                                                                                             \
+    cudaError_t _rc = (call);                                                                      \
     if (_rc != cudaSuccess) ::dscore::nccl_comm::throw_cuda_error(_rc, #call, __FILE__, __LINE__); \
   } while (0)
 
 struct NcclComm {
   ncclComm_t comm = nullptr;
-  cudaStream_t stream = nullptr;  // the plugin's own stream (collectives given a NULL stream)
+  cudaStream_t stream = nullptr;    // the plugin's own stream (collectives given a NULL stream)
   float* barrier_scalar = nullptr;  // one device float for barrier()'s allreduce
   int rank = 0;
   int world = 1;

@@ -162,7 +162,8 @@ class NcclBackend : public sdk::Instance {
       const ncclResult_t r = ncclGetUniqueId(&id);
       if (r != ncclSuccess)
         throw Error(DSCORE_UNAVAILABLE, std::string("nccl: ncclGetUniqueId failed on rank 0: ") +
-                                            ncclGetErrorString(r) + " (" + ncclGetLastError(nullptr) +
+                                            ncclGetErrorString(r) + " (" +
+                                            ncclGetLastError(nullptr) +
                                             "); check the network interfaces (NCCL_SOCKET_IFNAME)");
       sdk::check(api->kv_set(ctx, key.c_str(), &id, sizeof id));
     } else if (api->kv_get(ctx, key.c_str(), &id, sizeof id, &size, m_.timeout_ms) != DSCORE_OK ||
@@ -216,9 +217,9 @@ cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 dscore_status create(const dscore_create_args* args, dscore_comm** out) {
   return S::create(args, out);
 }
-dscore_status allreduce(dscore_comm* c, Tensor s, dscore_tensor* r, dscore_reduce_op op,
-                        void* st) {
-  return S::call(c, [&](NcclBackend& b) { nccl_comm::allreduce(&b.state(), s, r, op, as_stream(st)); });
+dscore_status allreduce(dscore_comm* c, Tensor s, dscore_tensor* r, dscore_reduce_op op, void* st) {
+  return S::call(
+      c, [&](NcclBackend& b) { nccl_comm::allreduce(&b.state(), s, r, op, as_stream(st)); });
 }
 dscore_status reduce_scatter(dscore_comm* c, Tensor s, dscore_tensor* r, dscore_reduce_op op,
                              void* st) {
@@ -234,15 +235,16 @@ dscore_status allgather(dscore_comm* c, Tensor s, dscore_tensor* r, void* st) {
   return S::call(c, [&](NcclBackend& b) { nccl_comm::allgather(&b.state(), s, r, as_stream(st)); });
 }
 dscore_status all_to_all(dscore_comm* c, Tensor s, dscore_tensor* r, void* st) {
-  return S::call(c, [&](NcclBackend& b) { nccl_comm::all_to_all(&b.state(), s, r, as_stream(st)); });
+  return S::call(c,
+                 [&](NcclBackend& b) { nccl_comm::all_to_all(&b.state(), s, r, as_stream(st)); });
 }
 dscore_status broadcast(dscore_comm* c, dscore_tensor* t, int32_t root, void* st) {
   return S::call(c,
                  [&](NcclBackend& b) { nccl_comm::broadcast(&b.state(), t, root, as_stream(st)); });
 }
 dscore_status send(dscore_comm* c, Tensor t, int32_t peer, void* st) {
-  return S::call(
-      c, [&](NcclBackend& b) { point_to_point(&b.state(), t, peer, true, as_stream(st)); });
+  return S::call(c,
+                 [&](NcclBackend& b) { point_to_point(&b.state(), t, peer, true, as_stream(st)); });
 }
 dscore_status recv(dscore_comm* c, dscore_tensor* t, int32_t peer, void* st) {
   return S::call(
@@ -260,9 +262,8 @@ dscore_status counters(const dscore_comm* c, dscore_comm_counters* out) {
   });
 }
 dscore_status split(dscore_comm* c, int32_t color, int32_t key, dscore_comm** out) {
-  return S::call(c, [&](NcclBackend& b) {
-    *out = reinterpret_cast<dscore_comm*>(b.split(color, key));
-  });
+  return S::call(
+      c, [&](NcclBackend& b) { *out = reinterpret_cast<dscore_comm*>(b.split(color, key)); });
 }
 
 dscore_comm_vtable make_vtable() {
