@@ -208,7 +208,7 @@ class NcclBackend : public sdk::Instance {
   NcclComm m_;
 };
 
-// The vtable, written out rather than taken from sdk/cpp/comm_plugin.hpp:
+// The vtable, written out rather than taken from sdk/include/dscore/cpp/comm_plugin.hpp:
 // that adapter is for CPU backends and drops the `stream` arguments.
 using S = sdk::Shim<dscore_comm, NcclBackend>;
 using Tensor = const dscore_tensor*;
