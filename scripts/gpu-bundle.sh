@@ -52,7 +52,7 @@ copy_built "$build/bin/gpu_matmul_rate"
 
 # Shared libraries: everything the packed files load, less what the GPU
 # machine provides itself.
-provided='^(linux-vdso|ld-linux|libc|libm|libdl|librt|libpthread|libresolv|libutil|libgcc_s|libstdc\+\+|libcuda|libcudart|libnccl|libcublas|libcublasLt|libnvrtc|libnvJitLink|libnvidia-.*|libcudnn.*|libcufft|libcurand|libcusparse|libcusolver)\.so'
+provided='^(linux-vdso|ld-linux|libc|libm|libmvec|libdl|librt|libpthread|libresolv|libutil|libgcc_s|libstdc\+\+|libcuda|libcudart|libnccl|libcublas|libcublasLt|libnvrtc|libnvJitLink|libnvidia-.*|libcudnn.*|libcufft|libcurand|libcusparse|libcusolver)\.so'
 find "$out/tree" -type f \( -name '*.so' -o -perm -u+x \) -print0 |
   xargs -0 ldd 2>/dev/null | awk '/=> \// {print $1, $3}' | sort -u |
   while read -r name path; do
@@ -63,9 +63,15 @@ find "$out/tree" -type f \( -name '*.so' -o -perm -u+x \) -print0 |
     fi
   done
 
-cp "$root/scripts/gpu-bundle/run-gpu-tests.sh" "$root/scripts/gpu-bundle/run-gpu-bench.sh" "$out/"
+# Packed with xz (OpenBLAS alone is 35 MB): the run scripts unpack it into
+# a temporary folder, so the bundle stays far under the 64 MiB a device
+# run carries.
+tar -C "$out" -cf - lib | xz -T2 -6 >"$out/lib.tar.xz"
+rm -rf "$out/lib"
+
+cp "$root"/scripts/gpu-bundle/{run-gpu-tests.sh,run-gpu-bench.sh,bundle-env.sh} "$out/"
 chmod +x "$out"/run-gpu-*.sh
 
 echo "bundle: $out"
-echo "tests:  $(wc -l <"$out/gpu-tests.txt") executables; libraries: $(ls "$out/lib" | wc -l)"
+echo "tests:  $(wc -l <"$out/gpu-tests.txt") executables; libraries: $(tar -tJf "$out/lib.tar.xz" | grep -c '\.so')"
 du -sh "$out" | awk '{print "size:   " $1}'

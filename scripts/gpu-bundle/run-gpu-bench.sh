@@ -6,10 +6,5 @@
 #   bash run-gpu-bench.sh [gpu_matmul_rate arguments, e.g. --n 8192]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-libs=$here/lib
-nvidia=$(python3 -c 'import nvidia, os, glob
-print(":".join(sorted(d for p in nvidia.__path__ for d in glob.glob(os.path.join(p, "*", "lib")))))' \
-  2>/dev/null || true)
-[ -n "$nvidia" ] && libs=$libs:$nvidia
-export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+source "$here/bundle-env.sh"
 "$here/tree/bin/gpu_matmul_rate" "$@"

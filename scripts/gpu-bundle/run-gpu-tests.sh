@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test executable of a GPU bundle (scripts/gpu-bundle.sh) and
 # reports each as passed, failed or skipped. The libraries come from the
-# bundle's lib/ and from Python's site-packages nvidia/*/lib (PyTorch's CUDA
-# runtime, NCCL and cuBLAS); nothing else is needed on the machine. The
+# bundle (lib.tar.xz, unpacked by bundle-env.sh) and from Python's
+# site-packages nvidia/*/lib (PyTorch's CUDA runtime, NCCL and cuBLAS);
+# nothing else is needed on the machine. The
 # tests look for plugins and helper programs under the build folder they
 # were built in (BUILD_DIR): where that path does not exist, it is made a
 # link to this bundle's tree/.
@@ -22,15 +23,7 @@ elif [ "$(readlink -f "$build")" != "$(readlink -f "$here/tree")" ]; then
   echo "note: $build exists; the tests read plugins and helpers from it"
 fi
 
-libs=$here/lib
-python=$(command -v python3 || true)
-if [ -n "$python" ]; then
-  nvidia=$("$python" -c 'import nvidia, os, glob
-print(":".join(sorted(d for p in nvidia.__path__ for d in glob.glob(os.path.join(p, "*", "lib")))))' \
-    2>/dev/null || true)
-  [ -n "$nvidia" ] && libs=$libs:$nvidia
-fi
-export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+source "$here/bundle-env.sh"
 echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 
 passed=0 failed=0 skipped=0
