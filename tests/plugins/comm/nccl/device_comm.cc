@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/config/schema.h"
 #include "core/config/json.h"
+#include "core/config/schema.h"
 #include "core/plugin_host/params.h"
 
 namespace dscore::testing {
@@ -208,8 +208,8 @@ Status DeviceComm::barrier() { return instance_->barrier(); }
 Result<std::unique_ptr<CheckedComm>> DeviceComm::split(int color, int key) {
   std::vector<int32_t> mine = {color, key};
   std::vector<int32_t> all(static_cast<size_t>(2 * world_));
-  DSCORE_RETURN_IF_ERROR(allgather({mine.data(), DSCORE_DTYPE_I32, 2},
-                                   {all.data(), DSCORE_DTYPE_I32, 2 * world_}));
+  DSCORE_RETURN_IF_ERROR(
+      allgather({mine.data(), DSCORE_DTYPE_I32, 2}, {all.data(), DSCORE_DTYPE_I32, 2 * world_}));
   DSCORE_ASSIGN_OR_RETURN(auto group, instance_->split(color, key));
   if (!group) return std::unique_ptr<CheckedComm>();
   int rank = 0, size = 0;
