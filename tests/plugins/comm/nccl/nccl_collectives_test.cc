@@ -1,7 +1,8 @@
 // The "nccl" comm plugin on a GPU, through the C ABI (plugin_host::
 // CommInstance): the shared collective checks (tests/multirank/
-// collective_checks.h) at world size 1 in this process and, under mpirun,
-// at one rank per visible GPU when there are two or more; collectives are
+// collective_checks.h) at world size 1 in this process and, with two or
+// more GPUs visible, at one rank per GPU as threads of this process and
+// as processes under mpirun; collectives are
 // enqueued on the caller's stream and return before it runs; host tensors
 // are refused naming the mpi backend; a missing peer is caught by the
 // deadline; abort() fails every later call.
@@ -10,9 +11,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <thread>
+#include <vector>
 
 #include "tests/core/cli/process.h"
 #include "tests/plugins/comm/nccl/device_comm.h"
@@ -78,8 +82,11 @@ TEST_F(NcclTest, CollectivesAreEnqueuedOnTheCallersStreamAndReturnAtOnce) {
   ASSERT_EQ(cudaMalloc(&buf, 4 * sizeof(float)), cudaSuccess);
   const float host[4] = {1, 2, 3, 4};
   ASSERT_EQ(cudaMemcpy(buf, host, sizeof host, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaLaunchHostFunc(c->stream(), hold, &gate), cudaSuccess);
   dscore_tensor t = cuda_view({buf, DSCORE_DTYPE_F32, 4}, 0);
+  // A first collective outside the gate: NCCL's one-time setup may wait.
+  ASSERT_TRUE(c->instance().allreduce(t, t, DSCORE_REDUCE_SUM, c->stream()).ok());
+  ASSERT_EQ(cudaStreamSynchronize(c->stream()), cudaSuccess);
+  ASSERT_EQ(cudaLaunchHostFunc(c->stream(), hold, &gate), cudaSuccess);
   Status st = c->instance().allreduce(t, t, DSCORE_REDUCE_SUM, c->stream());
   returned = true;
   ASSERT_TRUE(st.ok()) << st.message();
@@ -129,6 +136,36 @@ TEST_F(NcclTest, AbortFailsEveryLaterCall) {
   Status st = c->barrier();
   EXPECT_EQ(st.code(), DSCORE_UNAVAILABLE);
   EXPECT_NE(st.message().find("a test aborted it"), std::string::npos) << st.message();
+}
+
+// One thread per GPU in this process, the ranks' engines sharing the host's
+// in-process key-value store (how rank 0's unique id reaches the others).
+TEST_F(NcclTest, EveryCollectiveComputesTheExpectedValuesWithRanksAsThreads) {
+  const int world = std::min(cuda_device_count(), 4);
+  if (world < 2) GTEST_SKIP() << "one GPU visible: ranks as threads need two or more";
+  auto kv = plugin_host::make_in_process_kv();
+  std::vector<int> failures(static_cast<size_t>(world), -1);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < world; ++r)
+    ranks.emplace_back([&, r] {
+      if (cudaSetDevice(r) != cudaSuccess) return;
+      NcclJob job;
+      job.rank = r;
+      job.world_size = world;
+      job.local_rank = r;
+      job.kv = kv;
+      auto instance = create_nccl(*registry_, job);
+      if (!instance.ok()) {
+        std::fprintf(stderr, "rank %d: %s\n", r, instance.status().message().c_str());
+        return;
+      }
+      DeviceComm c(std::move(*instance), r, world);
+      CheckLog log(r);
+      run_collective_checks(c, CheckOptions{1e-6f}, &log);
+      failures[static_cast<size_t>(r)] = log.failures();
+    });
+  for (std::thread& t : ranks) t.join();
+  EXPECT_EQ(failures, std::vector<int>(static_cast<size_t>(world), 0)) << "-1: creation failed";
 }
 
 // One process per GPU under mpirun (tests/plugins/comm/nccl/
