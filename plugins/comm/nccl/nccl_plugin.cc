@@ -47,6 +47,21 @@ ncclConfig_t non_blocking_config() {
   return config;
 }
 
+// The oldest NCCL with every call used here (ncclCommSplit came in 2.18).
+// The library is the machine's (linked by soname): an older one would fail
+// at the first missing symbol, mid-job, so it is refused at creation.
+constexpr int kOldestNccl = 21800;
+
+void check_nccl_version() {
+  int version = 0;
+  if (ncclGetVersion(&version) != ncclSuccess || version < kOldestNccl)
+    throw Error(DSCORE_FAILED_PRECONDITION,
+                "nccl: the loaded libnccl.so.2 is version " + std::to_string(version) +
+                    ", older than 2.18 (21800), which this plugin needs (ncclCommSplit); put a "
+                    "newer NCCL (PyTorch's site-packages nvidia/nccl/lib) first on "
+                    "LD_LIBRARY_PATH");
+}
+
 int visible_devices(int rank) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
@@ -70,6 +85,7 @@ class NcclBackend : public sdk::Instance {
     m_.timeout_ms = params.integer("timeout_ms");
     m_.rank = args->rank;
     m_.world = args->world_size;
+    check_nccl_version();
     const int devices = visible_devices(m_.rank);
     if (args->local_rank < 0 || args->local_rank >= devices)
       throw Error(DSCORE_FAILED_PRECONDITION,
