@@ -1,10 +1,11 @@
 # Build options, warnings, ccache and detection of the optional accelerator
 # and transport libraries (CUDA, MPI, NCCL). Each option is AUTO (use it when
-# found), ON (required) or OFF. NCCL is only detected and reported in the
-# summary: no NCCL comm plugin exists yet (plugins/comm has mpi and local).
+# found), ON (required) or OFF. NCCL (which needs CUDA) builds the nccl comm
+# plugin (plugins/comm/nccl); it is linked as a shared library, found under
+# the CUDA toolkit or NCCL_HOME.
 set(DSCORE_WITH_CUDA AUTO CACHE STRING "Build CUDA code: AUTO, ON or OFF")
 set(DSCORE_WITH_MPI AUTO CACHE STRING "Build the MPI comm plugin: AUTO, ON or OFF")
-set(DSCORE_WITH_NCCL AUTO CACHE STRING "Detect NCCL (no NCCL comm plugin is built yet): AUTO, ON or OFF")
+set(DSCORE_WITH_NCCL AUTO CACHE STRING "Build the NCCL comm plugin (needs CUDA): AUTO, ON or OFF")
 option(DSCORE_WERROR "Treat warnings as errors" OFF)
 
 find_program(DSCORE_CCACHE ccache)
@@ -81,7 +82,9 @@ _dscore_resolve_option(DSCORE_WITH_MPI _dscore_mpi_found)
 set(_dscore_nccl_found FALSE)
 if(NOT DSCORE_WITH_NCCL STREQUAL "OFF" AND DSCORE_WITH_CUDA_ENABLED)
   find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_HOME PATH_SUFFIXES include)
-  find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ENV NCCL_HOME
+  # The shared library only: the plugin takes libnccl.so.2 from the machine
+  # it runs on (a system NCCL or PyTorch's nvidia/nccl/lib).
+  find_library(NCCL_LIBRARY NAMES libnccl.so nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ENV NCCL_HOME
                PATH_SUFFIXES lib lib64 ../lib)
   if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
     set(_dscore_nccl_found TRUE)

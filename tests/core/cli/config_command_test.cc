@@ -301,13 +301,17 @@ TEST(CliConfigCheck, UnknownOptimizerTypeSuggestsAndListsWhatExists) {
 TEST(CliConfigCheck, UnknownCommBackendPointsAtTheValueAndSuggests) {
   if (!std::filesystem::exists(std::string(DSCORE_BUILD_PLUGIN_DIR) + "/libdscore_comm_mpi.so"))
     GTEST_SKIP() << "this build has no mpi comm plugin to suggest";
+  // nccl is listed where this build has it (CUDA and NCCL found).
+  const bool nccl =
+      std::filesystem::exists(std::string(DSCORE_BUILD_PLUGIN_DIR) + "/libdscore_comm_nccl.so");
   std::string line = only_error_line(
       "{\n"
       "  \"train_batch_size\": 32,\n"
       "  \"comm\": {\"backend\": \"mpii\"}\n"
       "}\n");
-  EXPECT_EQ(line.rfind("error: F:3:23: comm.backend: no comm plugin named 'mpii'; did you mean "
-                       "\"mpi\"?; available: local, loopback, mpi. Searched: ",
+  EXPECT_EQ(line.rfind(std::string("error: F:3:23: comm.backend: no comm plugin named 'mpii'; did "
+                                   "you mean \"mpi\"?; available: local, loopback, mpi") +
+                           (nccl ? ", nccl" : "") + ". Searched: ",
                        0),
             0u)
       << line;

@@ -1,0 +1,325 @@
+// The "nccl" comm backend: CUDA tensors, one GPU per rank (the rank's
+// local rank), collectives enqueued on the caller's CUDA stream. The
+// communicator is non-blocking (ncclConfig_t.blocking = 0), so its
+// creation and every collective can be timed out: a watchdog polls the
+// stream and ncclCommGetAsyncError against comm.timeout_ms and aborts the
+// communicator when a peer does not arrive.
+//
+// Bootstrap: rank 0 makes the NCCL unique id and publishes it in the job's
+// key-value store (host->kv_set on the instance's context); the other ranks
+// read it (host->kv_get, waiting up to timeout_ms). The n-th nccl
+// communicator a rank creates meets under key n, as every rank creates its
+// communicators in the same order (comm.h ORDERING). ABI 1.0 hosts share
+// that store between the ranks of one process only; ranks in separate
+// processes need a host whose store spans them (see docs/gpu.md).
+//
+// GROUPS OF COLLECTIVES. NCCL fuses calls made between ncclGroupStart and
+// ncclGroupEnd on one thread into one launch. ABI 1.0's comm vtable has no
+// entry for that, and this plugin does not widen the ABI. A host that wants
+// the engine's bucketed reduce-scatters and all-gathers fused would add two
+// optional vtable entries in a later minor, group_start(self) and
+// group_end(self), which this plugin would implement as ncclGroupStart()
+// and ncclGroupEnd() followed by NcclComm::enqueued() (non-blocking
+// communicators report ncclInProgress from ncclGroupEnd while they connect).
+// Between the two, every collective here returns ncclSuccess at once and
+// nothing is launched, so the host must not wait on the stream inside a
+// group. Until then each bucket is its own NCCL launch; buckets enqueued
+// back to back on one stream still run without host synchronisation.
+#include <dscore/comm.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include <dscore/cpp/instance.hpp>
+
+#include "collectives.h"
+#include "nccl_comm.h"
+
+namespace dscore::nccl_comm {
+namespace {
+
+using sdk::Error;
+
+ncclConfig_t non_blocking_config() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  return config;
+}
+
+// The oldest NCCL with every call used here (ncclCommSplit came in 2.18).
+// The library is the machine's (linked by soname): an older one would fail
+// at the first missing symbol, mid-job, so it is refused at creation.
+constexpr int kOldestNccl = 21800;
+
+void check_nccl_version() {
+  int version = 0;
+  if (ncclGetVersion(&version) != ncclSuccess || version < kOldestNccl)
+    throw Error(DSCORE_FAILED_PRECONDITION,
+                "nccl: the loaded libnccl.so.2 is version " + std::to_string(version) +
+                    ", older than 2.18 (21800), which this plugin needs (ncclCommSplit); put a "
+                    "newer NCCL (PyTorch's site-packages nvidia/nccl/lib) first on "
+                    "LD_LIBRARY_PATH");
+}
+
+int visible_devices(int rank) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0)
+    throw Error(DSCORE_FAILED_PRECONDITION,
+                "nccl: rank " + std::to_string(rank) + " sees no CUDA device (" +
+                    (e != cudaSuccess ? std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e)
+                                      : std::string("cudaGetDeviceCount returned 0")) +
+                    "). The nccl backend moves GPU tensors: run on a machine with an NVIDIA GPU "
+                    "and its driver (check nvidia-smi and CUDA_VISIBLE_DEVICES), or use "
+                    "\"comm\": {\"backend\": \"mpi\"} (or \"local\" for one rank) for CPU "
+                    "training");
+  return count;
+}
+
+class NcclBackend : public sdk::Instance {
+ public:
+  // Collective: every rank of the job.
+  NcclBackend(sdk::HostRef host, const sdk::Params& params) : Instance(host) {
+    const dscore_create_args* args = params.args();
+    m_.timeout_ms = params.integer("timeout_ms");
+    m_.rank = args->rank;
+    m_.world = args->world_size;
+    check_nccl_version();
+    const int devices = visible_devices(m_.rank);
+    if (args->local_rank < 0 || args->local_rank >= devices)
+      throw Error(DSCORE_FAILED_PRECONDITION,
+                  "nccl: rank " + std::to_string(m_.rank) + " has local rank " +
+                      std::to_string(args->local_rank) + " but this machine shows " +
+                      std::to_string(devices) +
+                      " CUDA device(s): start at most one rank per GPU on each machine (or widen "
+                      "CUDA_VISIBLE_DEVICES)");
+    m_.device = args->local_rank;
+    DSCORE_CUDA_CHECK(cudaSetDevice(m_.device));
+    try {
+      open_stream();
+      const ncclUniqueId id = exchange_id();
+      ncclConfig_t config = non_blocking_config();
+      m_.enqueued(ncclCommInitRankConfig(&m_.comm, m_.world, id, m_.rank, &config), "init");
+    } catch (...) {
+      release();  // a throwing constructor runs no destructor
+      throw;
+    }
+  }
+  // A group made by split(): keeps the parent's device and deadline.
+  NcclBackend(const NcclBackend& parent, ncclComm_t group) : Instance(parent.host()) {
+    m_.timeout_ms = parent.m_.timeout_ms;
+    m_.device = parent.m_.device;
+    m_.comm = group;
+    try {
+      if (ncclCommUserRank(group, &m_.rank) != ncclSuccess ||
+          ncclCommCount(group, &m_.world) != ncclSuccess)
+        throw Error(DSCORE_UNAVAILABLE,
+                    "nccl split: NCCL could not report the new group's rank and size");
+      open_stream();
+    } catch (...) {
+      m_.abort_comm("split failed");
+      release();
+      throw;
+    }
+  }
+  ~NcclBackend() override { release(); }
+
+  NcclComm& state() { return m_; }
+  const NcclComm& state() const { return m_; }
+
+  void abort(const char* reason) {
+    const std::string why = reason != nullptr ? reason : "(no reason)";
+    host().log(DSCORE_LOG_ERROR, "nccl",
+               "rank " + std::to_string(m_.rank) + " aborts its NCCL communicator: " + why);
+    m_.abort_comm("aborted: " + why);
+  }
+
+  // ncclCommSplit over this communicator (NCCL_SPLIT_NOCOLOR for
+  // DSCORE_COMM_SPLIT_NONE), non-blocking like the parent.
+  NcclBackend* split(int32_t color, int32_t key) {
+    m_.ready("split");
+    ncclConfig_t config = non_blocking_config();
+    ncclComm_t group = nullptr;
+    m_.enqueued(ncclCommSplit(m_.comm, color == DSCORE_COMM_SPLIT_NONE ? NCCL_SPLIT_NOCOLOR : color,
+                              key, &group, &config),
+                "split");
+    m_.counters.operations += 1;
+    if (group == nullptr) return nullptr;
+    // The new communicator connects in the background: wait for it too.
+    NcclComm probe;
+    probe.comm = group;
+    probe.rank = m_.rank;
+    probe.world = m_.world;
+    probe.device = m_.device;
+    probe.timeout_ms = m_.timeout_ms;
+    ncclResult_t state = ncclInProgress;
+    probe.enqueued(state, "split");  // throws (and aborts the group) on failure
+    return new NcclBackend(*this, group);
+  }
+
+ private:
+  // Rank 0's unique id, through the job's key-value store.
+  ncclUniqueId exchange_id() {
+    const dscore_host_api* api = sdk::host();
+    if (api == nullptr || api->kv_get == nullptr || api->kv_set == nullptr)
+      throw Error(DSCORE_FAILED_PRECONDITION,
+                  "nccl: the host has no key-value store to pass the NCCL unique id between ranks");
+    dscore_host_context* ctx = host().context();
+    const std::string count_key = "dscore.nccl.count." + std::to_string(m_.rank);
+    uint64_t n = 0;
+    size_t size = 0;
+    if (api->kv_get(ctx, count_key.c_str(), &n, sizeof n, &size, 0) != DSCORE_OK) n = 0;
+    sdk::check(api->kv_set(ctx, count_key.c_str(), &(++n), sizeof n));
+    const std::string key = "dscore.nccl.unique_id." + std::to_string(n);
+    ncclUniqueId id;
+    std::memset(&id, 0, sizeof id);
+    if (m_.rank == 0) {
+      const ncclResult_t r = ncclGetUniqueId(&id);
+      if (r != ncclSuccess)
+        throw Error(DSCORE_UNAVAILABLE, std::string("nccl: ncclGetUniqueId failed on rank 0: ") +
+                                            ncclGetErrorString(r) + " (" +
+                                            ncclGetLastError(nullptr) +
+                                            "); check the network interfaces (NCCL_SOCKET_IFNAME)");
+      sdk::check(api->kv_set(ctx, key.c_str(), &id, sizeof id));
+    } else if (api->kv_get(ctx, key.c_str(), &id, sizeof id, &size, m_.timeout_ms) != DSCORE_OK ||
+               size != sizeof id) {
+      throw Error(DSCORE_DEADLINE_EXCEEDED,
+                  "nccl: rank " + std::to_string(m_.rank) +
+                      " did not receive rank 0's NCCL unique id within " +
+                      std::to_string(m_.timeout_ms) +
+                      " ms. The id travels through the job's key-value store, which this host "
+                      "shares between the ranks of one process only; ranks in separate processes "
+                      "need a store that spans them (docs/gpu.md)");
+    }
+    return id;
+  }
+
+  void open_stream() {
+    DSCORE_CUDA_CHECK(cudaStreamCreateWithFlags(&m_.stream, cudaStreamNonBlocking));
+    DSCORE_CUDA_CHECK(cudaMalloc(&m_.barrier_scalar, sizeof(float)));
+    DSCORE_CUDA_CHECK(cudaMemsetAsync(m_.barrier_scalar, 0, sizeof(float), m_.stream));
+  }
+
+  void release() {
+    cudaSetDevice(m_.device);
+    if (m_.comm != nullptr) finalize();
+    if (m_.barrier_scalar != nullptr) cudaFree(m_.barrier_scalar);
+    if (m_.stream != nullptr) cudaStreamDestroy(m_.stream);
+    m_.barrier_scalar = nullptr;
+    m_.stream = nullptr;
+  }
+
+  // Flush and free the communicator within the deadline; abort otherwise.
+  void finalize() {
+    try {
+      m_.enqueued(ncclCommFinalize(m_.comm), "destroy");
+      ncclCommDestroy(m_.comm);
+      m_.comm = nullptr;
+    } catch (const Error& e) {
+      host().log(DSCORE_LOG_WARNING, "nccl", e.what());  // enqueued() aborted it
+    }
+  }
+
+  NcclComm m_;
+};
+
+// The vtable, written out rather than taken from sdk/include/dscore/cpp/comm_plugin.hpp:
+// that adapter is for CPU backends and drops the `stream` arguments.
+using S = sdk::Shim<dscore_comm, NcclBackend>;
+using Tensor = const dscore_tensor*;
+cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+dscore_status create(const dscore_create_args* args, dscore_comm** out) {
+  return S::create(args, out);
+}
+dscore_status allreduce(dscore_comm* c, Tensor s, dscore_tensor* r, dscore_reduce_op op, void* st) {
+  return S::call(
+      c, [&](NcclBackend& b) { nccl_comm::allreduce(&b.state(), s, r, op, as_stream(st)); });
+}
+dscore_status reduce_scatter(dscore_comm* c, Tensor s, dscore_tensor* r, dscore_reduce_op op,
+                             void* st) {
+  return S::call(
+      c, [&](NcclBackend& b) { nccl_comm::reduce_scatter(&b.state(), s, r, op, as_stream(st)); });
+}
+dscore_status reduce(dscore_comm* c, Tensor s, dscore_tensor* r, dscore_reduce_op op, int32_t root,
+                     void* st) {
+  return S::call(
+      c, [&](NcclBackend& b) { nccl_comm::reduce(&b.state(), s, r, op, root, as_stream(st)); });
+}
+dscore_status allgather(dscore_comm* c, Tensor s, dscore_tensor* r, void* st) {
+  return S::call(c, [&](NcclBackend& b) { nccl_comm::allgather(&b.state(), s, r, as_stream(st)); });
+}
+dscore_status all_to_all(dscore_comm* c, Tensor s, dscore_tensor* r, void* st) {
+  return S::call(c,
+                 [&](NcclBackend& b) { nccl_comm::all_to_all(&b.state(), s, r, as_stream(st)); });
+}
+dscore_status broadcast(dscore_comm* c, dscore_tensor* t, int32_t root, void* st) {
+  return S::call(c,
+                 [&](NcclBackend& b) { nccl_comm::broadcast(&b.state(), t, root, as_stream(st)); });
+}
+dscore_status send(dscore_comm* c, Tensor t, int32_t peer, void* st) {
+  return S::call(c,
+                 [&](NcclBackend& b) { point_to_point(&b.state(), t, peer, true, as_stream(st)); });
+}
+dscore_status recv(dscore_comm* c, dscore_tensor* t, int32_t peer, void* st) {
+  return S::call(
+      c, [&](NcclBackend& b) { point_to_point(&b.state(), t, peer, false, as_stream(st)); });
+}
+dscore_status barrier(dscore_comm* c) {
+  return S::call(c, [&](NcclBackend& b) { nccl_comm::barrier(&b.state()); });
+}
+void abort(dscore_comm* c, const char* reason) { S::self(c).abort(reason); }
+dscore_status counters(const dscore_comm* c, dscore_comm_counters* out) {
+  return S::call(c, [&](const NcclBackend& b) {
+    out->operations = b.state().counters.operations;
+    out->bytes_sent = b.state().counters.bytes_sent;
+    out->bytes_received = b.state().counters.bytes_received;
+  });
+}
+dscore_status split(dscore_comm* c, int32_t color, int32_t key, dscore_comm** out) {
+  return S::call(
+      c, [&](NcclBackend& b) { *out = reinterpret_cast<dscore_comm*>(b.split(color, key)); });
+}
+
+dscore_comm_vtable make_vtable() {
+  dscore_comm_vtable vt{};
+  vt.struct_size = sizeof vt;
+  vt.create = &create;
+  vt.destroy = &S::destroy;
+  vt.allreduce = &allreduce;
+  vt.reduce_scatter = &reduce_scatter;
+  vt.allgather = &allgather;
+  vt.broadcast = &broadcast;
+  vt.send = &send;
+  vt.recv = &recv;
+  vt.barrier = &barrier;
+  vt.all_to_all = &all_to_all;
+  vt.abort = &abort;
+  vt.reduce = &reduce;
+  vt.counters = &counters;
+  vt.split = &split;
+  return vt;
+}
+const dscore_comm_vtable kVtable = make_vtable();
+
+constexpr const char kParamsSchema[] = R"json({
+  "timeout_ms": {"type": "int", "default": 300000, "min": 1,
+                 "doc": "deadline of communicator creation and of every wait (barrier); past it the NCCL communicator is aborted and the job ends with a message naming the collective and the rank"}
+})json";
+
+const dscore_plugin_descriptor kNccl = {
+    sizeof(dscore_plugin_descriptor),
+    DSCORE_KIND_COMM,
+    "nccl",
+    "0.1.0",
+    "NCCL backend for CUDA tensors: one GPU per rank, collectives on the caller's stream, "
+    "non-blocking communicators aborted past the deadline",
+    DSCORE_CAP_CUDA | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16 | DSCORE_CAP_MULTI_RANK,
+    kParamsSchema,
+    &kVtable};
+
+}  // namespace
+}  // namespace dscore::nccl_comm
+
+DSCORE_PLUGIN_LIBRARY("dscore-comm-nccl", "0.1.0", "dscore", &dscore::nccl_comm::kNccl)

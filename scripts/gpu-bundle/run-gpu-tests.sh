@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Runs every test executable of a GPU bundle (scripts/gpu-bundle.sh) and
+# reports each as passed, failed or skipped. The libraries come from the
+# bundle (lib.tar.xz, unpacked by bundle-env.sh) and from Python's
+# site-packages nvidia/*/lib (PyTorch's CUDA runtime, NCCL and cuBLAS);
+# nothing else is needed on the machine. The
+# tests look for plugins and helper programs under the build folder they
+# were built in (BUILD_DIR): where that path does not exist, it is made a
+# link to this bundle's tree/.
+#
+#   bash run-gpu-tests.sh [gtest arguments...]
+#
+# Exit status: 0 when no test failed (all skipped counts as 0), else 1.
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+build=$(cat "$here/BUILD_DIR")
+if [ ! -e "$build" ]; then
+  mkdir -p "$(dirname "$build")" && ln -s "$here/tree" "$build" ||
+    { echo "cannot link $build to $here/tree (run as a user who may create it)"; exit 1; }
+  echo "linked $build -> $here/tree"
+elif [ "$(readlink -f "$build")" != "$(readlink -f "$here/tree")" ]; then
+  echo "note: $build exists; the tests read plugins and helpers from it"
+fi
+
+source "$here/bundle-env.sh"
+echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+
+passed=0 failed=0 skipped=0
+while read -r rel; do
+  exe=$here/tree/$rel
+  name=$(basename "$rel")
+  log=$(mktemp)
+  "$exe" "$@" >"$log" 2>&1
+  rc=$?
+  ran=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
+  skips=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
+  if [ $rc -ne 0 ]; then
+    failed=$((failed + 1))
+    echo "FAIL $name (exit $rc)"
+    tail -40 "$log" | sed 's/^/    /'
+  elif [ "${ran:-0}" = 0 ] && [ -n "$skips" ]; then
+    skipped=$((skipped + 1))
+    echo "SKIP $name ($skips skipped: $(grep -A1 -m1 ': Skipped$' "$log" | tail -1))"
+  else
+    passed=$((passed + 1))
+    echo "PASS $name (${ran:-0} passed${skips:+, $skips skipped})"
+  fi
+  rm -f "$log"
+done <"$here/gpu-tests.txt"
+
+echo "summary: $passed passed, $failed failed, $skipped skipped"
+[ $failed -eq 0 ]

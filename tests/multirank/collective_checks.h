@@ -1,0 +1,75 @@
+// The collective checks every multi-rank comm backend must pass, on known
+// values: sums in rank order, AVG, MAX, in-place variants, uneven sizes,
+// bf16 reduce-scatter rounded once, broadcast, barrier, send/recv around a
+// ring, wire counters and split groups. The checks hold their data in host
+// memory and call a CheckedComm: mpi_collectives_worker.cc passes the
+// host's Communicator as it is, the nccl tests
+// (tests/plugins/comm/nccl/device_comm.h) an adapter that stages every
+// buffer in GPU memory around each call.
+#pragma once
+
+#include <dscore/comm.h>
+
+#include <memory>
+#include <string>
+
+#include "core/base/status.h"
+#include "core/comm/communicator.h"
+
+namespace dscore::testing {
+
+using comm::CommBuffer;
+
+// The calls the checks make. Buffers are host memory; recv of reduce is
+// used on the root only (empty elsewhere).
+class CheckedComm {
+ public:
+  virtual ~CheckedComm() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual Status allreduce(CommBuffer send, CommBuffer recv, dscore_reduce_op op) = 0;
+  virtual Status reduce(CommBuffer send, CommBuffer recv, dscore_reduce_op op, int root) = 0;
+  virtual Status reduce_scatter(CommBuffer send, CommBuffer recv, dscore_reduce_op op) = 0;
+  virtual Status allgather(CommBuffer send, CommBuffer recv) = 0;
+  virtual Status broadcast(CommBuffer buffer, int root) = 0;
+  virtual Status send(CommBuffer buffer, int peer) = 0;
+  virtual Status recv(CommBuffer buffer, int peer) = 0;
+  virtual Status barrier() = 0;
+  virtual Result<dscore_comm_counters> wire_counters() const = 0;
+  // nullptr for DSCORE_COMM_SPLIT_NONE.
+  virtual Result<std::unique_ptr<CheckedComm>> split(int color, int key) = 0;
+};
+
+struct CheckOptions {
+  // Relative error allowed in AVG results. 0 (mpi): exactly the rank-order
+  // sum divided by the world size. NCCL's ncclAvg scales each input by
+  // 1/world before summing, which differs in the last bit at world sizes
+  // that are not powers of two.
+  float avg_tolerance = 0;
+};
+
+// Counts checks and prints the first failures ("rank R: FAILED what") to
+// stderr.
+class CheckLog {
+ public:
+  explicit CheckLog(int rank) : rank_(rank) {}
+  void check(bool ok, const std::string& what);
+  int checks() const { return checks_; }
+  int failures() const { return failures_; }
+
+ private:
+  int rank_;
+  int checks_ = 0;
+  int failures_ = 0;
+};
+
+// Every check above; allreduce is called 8 times on `c` itself (the mpi
+// worker checks its host counters against that).
+void run_collective_checks(CheckedComm& c, const CheckOptions& options, CheckLog* log);
+
+// Agree on the result across ranks (an allgather of the failure counts):
+// rank 0 prints "OK <checks>" or "FAILED <checks>". Returns 0 when every
+// rank passed, else 1.
+int agree_and_report(CheckedComm& c, const CheckLog& log);
+
+}  // namespace dscore::testing

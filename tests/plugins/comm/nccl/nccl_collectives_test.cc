@@ -1,0 +1,191 @@
+// The "nccl" comm plugin on a GPU, through the C ABI (plugin_host::
+// CommInstance): the shared collective checks (tests/multirank/
+// collective_checks.h) at world size 1 in this process and, with two or
+// more GPUs visible, at one rank per GPU as threads of this process and
+// as processes under mpirun; collectives are
+// enqueued on the caller's stream and return before it runs; host tensors
+// are refused naming the mpi backend; a missing peer is caught by the
+// deadline; abort() fails every later call.
+// Label `gpu`: skipped (GTEST_SKIP) where no CUDA device is visible.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+#include <vector>
+
+#include "tests/core/cli/process.h"
+#include "tests/plugins/comm/nccl/device_comm.h"
+
+namespace dscore::testing {
+namespace {
+
+using plugin_host::PluginRegistry;
+
+class NcclTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0)
+      GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount): run on the GPU machine";
+    auto registry = PluginRegistry::open({{DSCORE_BUILD_PLUGIN_DIR}, {true}, {"test"}});
+    ASSERT_TRUE(registry.ok()) << registry.status().message();
+    registry_ = *registry;
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  }
+  std::unique_ptr<DeviceComm> one_rank(int64_t timeout_ms = 20000) {
+    NcclJob job;
+    job.timeout_ms = timeout_ms;
+    auto instance = create_nccl(*registry_, job);
+    EXPECT_TRUE(instance.ok()) << instance.status().message();
+    if (!instance.ok()) return nullptr;
+    return std::make_unique<DeviceComm>(std::move(*instance), 0, 1);
+  }
+  std::shared_ptr<PluginRegistry> registry_;
+};
+
+TEST_F(NcclTest, EveryCollectiveComputesTheExpectedValuesAtWorldSizeOne) {
+  auto c = one_rank();
+  ASSERT_NE(c, nullptr);
+  CheckLog log(0);
+  run_collective_checks(*c, CheckOptions{1e-6f}, &log);
+  EXPECT_EQ(log.failures(), 0) << "of " << log.checks() << " checks (see stderr)";
+  auto counters = c->wire_counters();
+  ASSERT_TRUE(counters.ok());
+  EXPECT_GT(counters->operations, 10u);
+  EXPECT_EQ(counters->bytes_sent, 0u) << "nothing leaves a one-rank communicator";
+}
+
+// The collective is enqueued behind work the stream has not run yet, and
+// returns before that work finished: no hidden synchronisation.
+TEST_F(NcclTest, CollectivesAreEnqueuedOnTheCallersStreamAndReturnAtOnce) {
+  auto c = one_rank();
+  ASSERT_NE(c, nullptr);
+  std::atomic<bool> returned{false}, ran_after_return{false};
+  struct Gate {
+    std::atomic<bool>* returned;
+    std::atomic<bool>* ran_after_return;
+  } gate{&returned, &ran_after_return};
+  // A host function that holds the stream until the collective call
+  // returned (at most 10 s, so a blocking plugin fails instead of hanging).
+  auto hold = [](void* p) {
+    auto* g = static_cast<Gate*>(p);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!g->returned->load() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    g->ran_after_return->store(g->returned->load());
+  };
+  float* buf = nullptr;
+  ASSERT_EQ(cudaMalloc(&buf, 4 * sizeof(float)), cudaSuccess);
+  const float host[4] = {1, 2, 3, 4};
+  ASSERT_EQ(cudaMemcpy(buf, host, sizeof host, cudaMemcpyHostToDevice), cudaSuccess);
+  dscore_tensor t = cuda_view({buf, DSCORE_DTYPE_F32, 4}, 0);
+  // A first collective outside the gate: NCCL's one-time setup may wait.
+  ASSERT_TRUE(c->instance().allreduce(t, t, DSCORE_REDUCE_SUM, c->stream()).ok());
+  ASSERT_EQ(cudaStreamSynchronize(c->stream()), cudaSuccess);
+  ASSERT_EQ(cudaLaunchHostFunc(c->stream(), hold, &gate), cudaSuccess);
+  Status st = c->instance().allreduce(t, t, DSCORE_REDUCE_SUM, c->stream());
+  returned = true;
+  ASSERT_TRUE(st.ok()) << st.message();
+  ASSERT_EQ(cudaStreamSynchronize(c->stream()), cudaSuccess);
+  EXPECT_TRUE(ran_after_return) << "allreduce waited for its stream before returning";
+  float back[4] = {};
+  ASSERT_EQ(cudaMemcpy(back, buf, sizeof back, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(back[3], 4.0f);
+  cudaFree(buf);
+}
+
+TEST_F(NcclTest, HostTensorsAreRefusedNamingTheCollectiveAndTheMpiBackend) {
+  auto c = one_rank();
+  ASSERT_NE(c, nullptr);
+  float x[2] = {1, 2};
+  dscore_tensor t = cuda_view({x, DSCORE_DTYPE_F32, 2}, 0);
+  t.device_type = DSCORE_DEVICE_CPU;
+  Status st = c->instance().allreduce(t, t, DSCORE_REDUCE_SUM, nullptr);
+  EXPECT_EQ(st.code(), DSCORE_INVALID_ARGUMENT);
+  EXPECT_NE(st.message().find("allreduce"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("\"mpi\""), std::string::npos) << st.message();
+  st = c->instance().broadcast(t, 0, nullptr);
+  EXPECT_NE(st.message().find("broadcast"), std::string::npos) << st.message();
+}
+
+// A job of two ranks where rank 1 never comes: creation must end at the
+// deadline with DEADLINE_EXCEEDED naming the rank, not hang.
+TEST_F(NcclTest, AMissingPeerEndsCreationAtTheDeadline) {
+  NcclJob job;
+  job.world_size = 2;
+  job.timeout_ms = 3000;
+  const auto start = std::chrono::steady_clock::now();
+  auto instance = create_nccl(*registry_, job);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_FALSE(instance.ok());
+  EXPECT_EQ(instance.status().code(), DSCORE_DEADLINE_EXCEEDED) << instance.status().message();
+  EXPECT_NE(instance.status().message().find("rank 0 of 2"), std::string::npos)
+      << instance.status().message();
+  EXPECT_LT(seconds, 30.0);
+}
+
+TEST_F(NcclTest, AbortFailsEveryLaterCall) {
+  auto c = one_rank();
+  ASSERT_NE(c, nullptr);
+  c->instance().abort("a test aborted it");
+  Status st = c->barrier();
+  EXPECT_EQ(st.code(), DSCORE_UNAVAILABLE);
+  EXPECT_NE(st.message().find("a test aborted it"), std::string::npos) << st.message();
+}
+
+// One thread per GPU in this process, the ranks' engines sharing the host's
+// in-process key-value store (how rank 0's unique id reaches the others).
+TEST_F(NcclTest, EveryCollectiveComputesTheExpectedValuesWithRanksAsThreads) {
+  const int world = std::min(cuda_device_count(), 4);
+  if (world < 2) GTEST_SKIP() << "one GPU visible: ranks as threads need two or more";
+  auto kv = plugin_host::make_in_process_kv();
+  std::vector<int> failures(static_cast<size_t>(world), -1);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < world; ++r)
+    ranks.emplace_back([&, r] {
+      if (cudaSetDevice(r) != cudaSuccess) return;
+      NcclJob job;
+      job.rank = r;
+      job.world_size = world;
+      job.local_rank = r;
+      job.kv = kv;
+      auto instance = create_nccl(*registry_, job);
+      if (!instance.ok()) {
+        std::fprintf(stderr, "rank %d: %s\n", r, instance.status().message().c_str());
+        return;
+      }
+      DeviceComm c(std::move(*instance), r, world);
+      CheckLog log(r);
+      run_collective_checks(c, CheckOptions{1e-6f}, &log);
+      failures[static_cast<size_t>(r)] = log.failures();
+    });
+  for (std::thread& t : ranks) t.join();
+  EXPECT_EQ(failures, std::vector<int>(static_cast<size_t>(world), 0)) << "-1: creation failed";
+}
+
+// One process per GPU under mpirun (tests/plugins/comm/nccl/
+// nccl_collectives_worker.cc), the unique id passed through a folder.
+TEST_F(NcclTest, EveryCollectiveComputesTheExpectedValuesUnderMpirun) {
+  const int gpus = cuda_device_count();
+  if (gpus < 2) GTEST_SKIP() << "one GPU visible: the multi-process run needs two or more";
+  if (access(MPIRUN, X_OK) != 0) GTEST_SKIP() << MPIRUN << " is not on this machine";
+  TempDir dir;
+  std::vector<std::string> argv = {MPIRUN, "-n", std::to_string(std::min(gpus, 4)), "--bind-to",
+                                   "none"};
+  if (geteuid() == 0) argv.push_back("--allow-run-as-root");
+  argv.push_back(NCCL_WORKER);
+  argv.push_back(dir.path().string());
+  ProcessOptions options;
+  options.env = mpi_test_env();
+  ProcessResult r = run_process(argv, options);
+  EXPECT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_EQ(r.out.rfind("OK ", 0), 0u) << r.describe();
+}
+
+}  // namespace
+}  // namespace dscore::testing
