@@ -1,0 +1,34 @@
+// The CPU backend of core/device/ops.h: the engine's own host functions
+// (core/tensor/dtype_ops.h, core/zero/precision.h), called unchanged so a
+// host run computes exactly what it computed before the ops existed.
+#include "core/device/ops_backends.h"
+#include "core/tensor/dtype_ops.h"
+#include "core/zero/precision.h"
+
+namespace dscore::device::ops::cpu {
+
+void convert(const void* src, dscore_dtype src_dtype, void* dst, dscore_dtype dst_dtype,
+             int64_t n) {
+  tensor::convert(src, src_dtype, dst, dst_dtype, n);
+}
+
+void fill_zero(void* data, dscore_dtype dtype, int64_t n) { tensor::fill_zero(data, dtype, n); }
+
+void scale_in_place(void* data, dscore_dtype dtype, int64_t n, double factor) {
+  tensor::scale_in_place(data, dtype, n, factor);
+}
+
+void accumulate(void* dst, const void* src, dscore_dtype dtype, int64_t n) {
+  tensor::accumulate(dst, src, dtype, n);
+}
+
+void copy(void* dst, const void* src, dscore_dtype dtype, int64_t n) {
+  tensor::copy(dst, src, dtype, n);
+}
+
+void sum_squares(const void* data, dscore_dtype dtype, int64_t n, SquareSumResult* out) {
+  const zero::SquareSum s = zero::sum_squares(data, dtype, n);
+  *out = SquareSumResult{s.hi, s.lo, s.non_finite ? 1 : 0, 0};
+}
+
+}  // namespace dscore::device::ops::cpu
