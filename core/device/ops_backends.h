@@ -14,8 +14,7 @@
 namespace dscore::device::ops {
 
 namespace cpu {
-void convert(const void* src, dscore_dtype src_dtype, void* dst, dscore_dtype dst_dtype,
-             int64_t n);
+void convert(const void* src, dscore_dtype src_dtype, void* dst, dscore_dtype dst_dtype, int64_t n);
 void fill_zero(void* data, dscore_dtype dtype, int64_t n);
 void scale_in_place(void* data, dscore_dtype dtype, int64_t n, double factor);
 void accumulate(void* dst, const void* src, dscore_dtype dtype, int64_t n);
@@ -24,8 +23,8 @@ void sum_squares(const void* data, dscore_dtype dtype, int64_t n, SquareSumResul
 }  // namespace cpu
 
 namespace cuda {
-void convert(const void* src, dscore_dtype src_dtype, void* dst, dscore_dtype dst_dtype,
-             int64_t n, void* stream);
+void convert(const void* src, dscore_dtype src_dtype, void* dst, dscore_dtype dst_dtype, int64_t n,
+             void* stream);
 void fill_zero(void* data, dscore_dtype dtype, int64_t n, void* stream);
 void scale_in_place(void* data, dscore_dtype dtype, int64_t n, double factor, void* stream);
 void accumulate(void* dst, const void* src, dscore_dtype dtype, int64_t n, void* stream);

@@ -19,9 +19,9 @@ namespace {
 // One check for every CUDA runtime call: names the call, file and line.
 void check(cudaError_t err, const char* call, const char* file, int line) {
   if (err == cudaSuccess) return;
-  throw std::runtime_error(std::string("device::ops: ") + call + " failed: " +
-                           cudaGetErrorName(err) + ": " + cudaGetErrorString(err) + " (" + file +
-                           ":" + std::to_string(line) + ")");
+  throw std::runtime_error(std::string("device::ops: ") + call +
+                           " failed: " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err) +
+                           " (" + file + ":" + std::to_string(line) + ")");
 }
 #define DSCORE_OPS_CUDA_CHECK(call) check((call), #call, __FILE__, __LINE__)
 #define DSCORE_OPS_LAUNCHED(kernel) check(cudaGetLastError(), kernel, __FILE__, __LINE__)
@@ -246,7 +246,8 @@ __global__ void __launch_bounds__(kSumThreads)
     two_sum_add(mine, __dmul_rn(static_cast<double>(v), static_cast<double>(v)));
   }
   const Pair block = block_merge(mine);
-  if (threadIdx.x == 0) partial[blockIdx.x] = SquareSumResult{block.hi, block.lo, block.non_finite, 0};
+  if (threadIdx.x == 0)
+    partial[blockIdx.x] = SquareSumResult{block.hi, block.lo, block.non_finite, 0};
 }
 
 __global__ void __launch_bounds__(kSumThreads)
@@ -264,8 +265,8 @@ __global__ void __launch_bounds__(kSumThreads)
 
 }  // namespace
 
-void convert(const void* src, dscore_dtype src_dtype, void* dst, dscore_dtype dst_dtype,
-             int64_t n, void* stream) {
+void convert(const void* src, dscore_dtype src_dtype, void* dst, dscore_dtype dst_dtype, int64_t n,
+             void* stream) {
   if (src_dtype == dst_dtype) return copy(dst, src, src_dtype, n, stream);
   with_dtype(src_dtype, [&](auto s) {
     with_dtype(dst_dtype, [&](auto d) {

@@ -30,8 +30,8 @@ struct ChunkList {
   float* exp_avg_sq[kMaxTensorsPerLaunch];
   void* param_16bit[kMaxTensorsPerLaunch];
   int64_t numel[kMaxTensorsPerLaunch];
-  int32_t tensor[kMaxTensorsPerLaunch];       // index in the step (scaled steps)
-  int32_t first_chunk[kMaxTensorsPerLaunch];  // the tensor's chunk 0 in the partial sums
+  int32_t tensor[kMaxTensorsPerLaunch];            // index in the step (scaled steps)
+  int32_t first_chunk[kMaxTensorsPerLaunch];       // the tensor's chunk 0 in the partial sums
   unsigned char vectorised[kMaxTensorsPerLaunch];  // every buffer aligned for vector loads
   unsigned char block_tensor[kMaxBlocksPerLaunch];
   int32_t block_chunk[kMaxBlocksPerLaunch];
@@ -73,8 +73,8 @@ __device__ __forceinline__ void store_copy(void* out, int64_t i, float p) {
 
 // lamb_update.h's lamb_update and lamb_moments, rounding for rounding.
 __device__ __forceinline__ float update(const LambConstants& k, float p, float m, float v) {
-  const float denom = k.eps_inside_sqrt ? __fsqrt_rn(__fadd_rn(v, k.eps))
-                                        : __fadd_rn(__fsqrt_rn(v), k.eps);
+  const float denom =
+      k.eps_inside_sqrt ? __fsqrt_rn(__fadd_rn(v, k.eps)) : __fadd_rn(__fsqrt_rn(v), k.eps);
   return __fadd_rn(__fdiv_rn(m, denom), __fmul_rn(k.weight_decay, p));
 }
 
@@ -160,7 +160,8 @@ __global__ void ratio_kernel(RatioList list, LambConstants k, const double2* par
   double ratio = 1.0;
   if (w != 0 && u != 0) ratio = __ddiv_rn(__dsqrt_rn(w), __dsqrt_rn(u));
   ratio = ratio < k.min_coeff ? k.min_coeff : (k.max_coeff < ratio ? k.max_coeff : ratio);  // clamp
-  scaled_step[list.tensor[i]] = __double2float_rn(__dmul_rn(static_cast<double>(k.step_size), ratio));
+  scaled_step[list.tensor[i]] =
+      __double2float_rn(__dmul_rn(static_cast<double>(k.step_size), ratio));
 }
 
 // Pass 2: p -= scaled_step * u, from the stored moments; the 16-bit copy.
@@ -173,13 +174,13 @@ __global__ void __launch_bounds__(kThreads)
   float* param = list.param[t] + offset;
   const float* exp_avg = list.exp_avg[t] + offset;
   const float* exp_avg_sq = list.exp_avg_sq[t] + offset;
-  void* out = list.param_16bit[t] == nullptr
-                  ? nullptr
-                  : static_cast<char*>(list.param_16bit[t]) +
-                        offset * (P16 == DSCORE_DTYPE_F32 ? 4 : 2);
+  void* out = list.param_16bit[t] == nullptr ? nullptr
+                                             : static_cast<char*>(list.param_16bit[t]) +
+                                                   offset * (P16 == DSCORE_DTYPE_F32 ? 4 : 2);
   const float s = scaled_step[list.tensor[t]];
   for (int64_t i = threadIdx.x; i < n; i += kThreads) {
-    const float p = __fsub_rn(param[i], __fmul_rn(s, update(k, param[i], exp_avg[i], exp_avg_sq[i])));
+    const float p =
+        __fsub_rn(param[i], __fmul_rn(s, update(k, param[i], exp_avg[i], exp_avg_sq[i])));
     param[i] = p;
     store_copy<P16>(out, i, p);
   }
@@ -222,8 +223,8 @@ void for_each_launch(const LambTensor* tensors, size_t count, const std::vector<
         list.first_chunk[slot] = first[i];
         // 16-bit gradients are read one element at a time, so only the
         // fp32 buffers need 16-byte alignment.
-        list.vectorised[slot] = aligned16(t.param) && aligned16(t.exp_avg) &&
-                                aligned16(t.exp_avg_sq);
+        list.vectorised[slot] =
+            aligned16(t.param) && aligned16(t.exp_avg) && aligned16(t.exp_avg_sq);
       }
       list.block_tensor[blocks] = static_cast<unsigned char>(in_list - 1);
       list.block_chunk[blocks] = static_cast<int32_t>(c);

@@ -113,8 +113,8 @@ void lamb_tensor_cpu(const LambConstants& k, const LambTensor& t) {
   }
   const float scaled_step = lamb_scaled_step(k, w_norm_sq, u_norm_sq);
   for (int64_t i = 0; i < t.numel; ++i) {
-    const float p = t.param[i] - scaled_step * lamb_update(k, t.param[i], t.exp_avg[i],
-                                                           t.exp_avg_sq[i]);
+    const float p =
+        t.param[i] - scaled_step * lamb_update(k, t.param[i], t.exp_avg[i], t.exp_avg_sq[i]);
     t.param[i] = p;
     sdk::store_from_float<P16>(t.param_16bit, i, p);
   }

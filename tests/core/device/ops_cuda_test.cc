@@ -156,8 +156,9 @@ TEST_F(DeviceOpsCuda, ScaleAccumulateFillAndCopyEqualTheCpuBitForBit) {
 }
 
 // The CUDA sum of squares and the CPU's, and two CUDA runs.
-void expect_close_and_deterministic(DeviceOpsCuda* test, Target target, const std::vector<char>& host,
-                                    dscore_dtype d, int64_t n, cudaStream_t stream) {
+void expect_close_and_deterministic(DeviceOpsCuda* test, Target target,
+                                    const std::vector<char>& host, dscore_dtype d, int64_t n,
+                                    cudaStream_t stream) {
   SquareSumResult cpu;
   sum_squares(Target::cpu(), host.data(), d, n, &cpu, nullptr);
   DeviceBytes data(host);
@@ -185,8 +186,8 @@ void expect_close_and_deterministic(DeviceOpsCuda* test, Target target, const st
 
 TEST_F(DeviceOpsCuda, SumSquaresIsWithinOneDoubleUlpOfTheCpuAndDeterministic) {
   for (dscore_dtype d : kFloats)
-    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{1000}, int64_t{16385},
-                      (int64_t{1} << 22) + 3, int64_t{40} * (1 << 20) + 1}) {
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{1000}, int64_t{16385}, (int64_t{1} << 22) + 3,
+                      int64_t{40} * (1 << 20) + 1}) {
       SCOPED_TRACE(std::string(sdk::dtype_name(d)) + " n " + std::to_string(n));
       expect_close_and_deterministic(this, cuda(), random_values(d, n, 31, false), d, n, stream_);
     }
@@ -195,7 +196,8 @@ TEST_F(DeviceOpsCuda, SumSquaresIsWithinOneDoubleUlpOfTheCpuAndDeterministic) {
 TEST_F(DeviceOpsCuda, SumSquaresSeesInfAndNanAnywhere) {
   const int64_t n = (int64_t{1} << 21) + 5;
   for (dscore_dtype d : kFloats)
-    for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()})
+    for (float bad :
+         {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()})
       for (int64_t at : {int64_t{0}, n / 2 + 1, n - 1}) {
         SCOPED_TRACE(std::string(sdk::dtype_name(d)) + " at " + std::to_string(at));
         std::vector<char> host = random_values(d, n, 41, false);

@@ -116,21 +116,26 @@ TEST(DeviceOps, BadCountsAndDtypesNameTheOp) {
     return std::string("(no std::invalid_argument)");
   };
   for (Target t : {Target::cpu(), Target::cuda(nullptr)}) {
-    EXPECT_NE(message([&] { scale_in_place(t, x, DSCORE_DTYPE_I32, 4, 2.0); })
-                  .find("scale_in_place: dtype int32 is not fp32, bf16 or fp16"),
+    EXPECT_NE(message([&] {
+                scale_in_place(t, x, DSCORE_DTYPE_I32, 4, 2.0);
+              }).find("scale_in_place: dtype int32 is not fp32, bf16 or fp16"),
               std::string::npos);
-    EXPECT_NE(message([&] { convert(t, x, DSCORE_DTYPE_F32, x, DSCORE_DTYPE_F64, 2); })
-                  .find("convert: dtype fp64 is not fp32, bf16 or fp16"),
+    EXPECT_NE(message([&] {
+                convert(t, x, DSCORE_DTYPE_F32, x, DSCORE_DTYPE_F64, 2);
+              }).find("convert: dtype fp64 is not fp32, bf16 or fp16"),
               std::string::npos);
-    EXPECT_NE(message([&] { accumulate(t, x, x, DSCORE_DTYPE_F32, -1); })
-                  .find("accumulate: negative element count -1"),
+    EXPECT_NE(message([&] {
+                accumulate(t, x, x, DSCORE_DTYPE_F32, -1);
+              }).find("accumulate: negative element count -1"),
               std::string::npos);
-    EXPECT_NE(message([&] { copy(t, x, x, DSCORE_DTYPE_INVALID, 1); })
-                  .find("copy: dtype invalid has no element size"),
+    EXPECT_NE(message([&] {
+                copy(t, x, x, DSCORE_DTYPE_INVALID, 1);
+              }).find("copy: dtype invalid has no element size"),
               std::string::npos);
     SquareSumResult r;
-    EXPECT_NE(message([&] { sum_squares(t, x, DSCORE_DTYPE_U8, 4, &r, nullptr); })
-                  .find("sum_squares: dtype uint8"),
+    EXPECT_NE(message([&] {
+                sum_squares(t, x, DSCORE_DTYPE_U8, 4, &r, nullptr);
+              }).find("sum_squares: dtype uint8"),
               std::string::npos);
   }
   // fill_zero and copy take any dtype with a size (a memset, a memcpy).

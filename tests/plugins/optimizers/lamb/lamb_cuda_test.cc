@@ -206,8 +206,10 @@ TEST_F(LambCudaTest, CudaStepEqualsCpuStepBitwiseInEveryMode) {
   // small tensors: more trust ratios than one ratio launch (128) holds.
   std::vector<int64_t> sizes = {65536, 65537, 3 * 65536 - 1};
   for (int i = 0; i < 137; ++i) sizes.push_back(1 + 311 * i);
-  const LambSettings modes[] = {
-      {0.0, 0.01, 10.0, false}, {0.1, 0.4, 0.5, false}, {0.0, 3.0, 4.0, true}, {0.01, 0.01, 10.0, true}};
+  const LambSettings modes[] = {{0.0, 0.01, 10.0, false},
+                                {0.1, 0.4, 0.5, false},
+                                {0.0, 3.0, 4.0, true},
+                                {0.01, 0.01, 10.0, true}};
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   for (const LambSettings& s : modes) {
