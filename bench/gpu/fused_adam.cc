@@ -70,7 +70,8 @@ std::vector<int64_t> gpt2_124m_sizes() {
   const int64_t c = 768, v = 50257, t = 1024;
   std::vector<int64_t> sizes = {v * c, t * c};
   for (int layer = 0; layer < 12; ++layer) {
-    const int64_t block[] = {c, c, c * 3 * c, 3 * c, c * c, c, c, c, c * 4 * c, 4 * c, 4 * c * c, c};
+    const int64_t block[] = {c, c, c * 3 * c, 3 * c, c * c,     c,
+                             c, c, c * 4 * c, 4 * c, 4 * c * c, c};
     sizes.insert(sizes.end(), std::begin(block), std::end(block));
   }
   sizes.push_back(c);
@@ -178,118 +179,120 @@ int main(int argc, char** argv) {
       o.params > 0 ? std::vector<int64_t>{o.params} : gpt2_124m_sizes();
   double best_adam = 1e30;
   {  // the device buffers live until the torch comparison below
-  int64_t n = 0;
-  for (int64_t s : sizes) n += s;
-  const dscore_dtype gd = o.bf16 ? DSCORE_DTYPE_BF16 : DSCORE_DTYPE_F32;
-  const size_t gsize = o.bf16 ? 2 : 4;
-  const size_t bytes32 = static_cast<size_t>(n) * 4;
-  DeviceBuffer p(bytes32, 0x3c), g(static_cast<size_t>(n) * gsize, 0x3c), m(bytes32, 0),
-      v(bytes32, 0);
-  std::unique_ptr<DeviceBuffer> p16;
-  if (o.bf16) p16 = std::make_unique<DeviceBuffer>(static_cast<size_t>(n) * 2, 0);
-  const double step_bytes = 28.0 * static_cast<double>(n);
-  // The copy moves as many bytes: step_bytes / 2 read and as many written.
-  const size_t copy_bytes = static_cast<size_t>(step_bytes / 2);
-  DeviceBuffer copy_src(copy_bytes, 0x11), copy_dst(copy_bytes, 0);
+    int64_t n = 0;
+    for (int64_t s : sizes) n += s;
+    const dscore_dtype gd = o.bf16 ? DSCORE_DTYPE_BF16 : DSCORE_DTYPE_F32;
+    const size_t gsize = o.bf16 ? 2 : 4;
+    const size_t bytes32 = static_cast<size_t>(n) * 4;
+    DeviceBuffer p(bytes32, 0x3c), g(static_cast<size_t>(n) * gsize, 0x3c), m(bytes32, 0),
+        v(bytes32, 0);
+    std::unique_ptr<DeviceBuffer> p16;
+    if (o.bf16) p16 = std::make_unique<DeviceBuffer>(static_cast<size_t>(n) * 2, 0);
+    const double step_bytes = 28.0 * static_cast<double>(n);
+    // The copy moves as many bytes: step_bytes / 2 read and as many written.
+    const size_t copy_bytes = static_cast<size_t>(step_bytes / 2);
+    DeviceBuffer copy_src(copy_bytes, 0x11), copy_dst(copy_bytes, 0);
 
-  // Views: tensor i of each buffer at the same element offset.
-  const size_t count = sizes.size();
-  std::vector<int64_t> shapes(sizes);
-  std::vector<dscore_tensor> pt(count), gt(count), mt(count), vt(count), ot(count);
-  std::vector<dscore_tensor*> params(count), states(2 * count), outs(count);
-  std::vector<const dscore_tensor*> grads(count);
-  int64_t offset = 0;
-  for (size_t i = 0; i < count; ++i) {
-    pt[i] = view(static_cast<float*>(p.data) + offset, DSCORE_DTYPE_F32, &shapes[i], "p");
-    gt[i] = view(static_cast<char*>(g.data) + offset * static_cast<int64_t>(gsize), gd, &shapes[i],
-                 "g");
-    mt[i] = view(static_cast<float*>(m.data) + offset, DSCORE_DTYPE_F32, &shapes[i], "exp_avg");
-    vt[i] = view(static_cast<float*>(v.data) + offset, DSCORE_DTYPE_F32, &shapes[i], "exp_avg_sq");
-    if (p16)
-      ot[i] = view(static_cast<uint16_t*>(p16->data) + offset, DSCORE_DTYPE_BF16, &shapes[i],
-                   "p16");
-    params[i] = &pt[i], grads[i] = &gt[i], states[i] = &mt[i], states[count + i] = &vt[i];
-    outs[i] = &ot[i];
-    offset += sizes[i];
-  }
-
-  cudaStream_t stream;
-  check(cudaStreamCreate(&stream), "cudaStreamCreate");
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
-  int64_t step = 0;
-  auto adam_seconds = [&] {
-    check(cudaEventRecord(start, stream), "cudaEventRecord");
-    for (int s = 0; s < o.steps; ++s) {
-      dscore_optimizer_hparams h{};
-      h.struct_size = sizeof h;
-      h.lr = 1e-3;
-      h.weight_decay_multiplier = 1;
-      h.step = ++step;
-      h.grad_scale = 1;
-      dscore_optimizer_step_args a{};
-      a.struct_size = sizeof a;
-      a.hparams = &h;
-      a.tensor_count = count;
-      a.params = params.data();
-      a.grads = grads.data();
-      a.slot_count = 2;
-      a.states = states.data();
-      a.params_16bit = p16 ? outs.data() : nullptr;
-      a.stream = stream;
-      const dscore::Status st = (*optimizer)->step(a);
-      if (!st.ok()) {
-        std::fprintf(stderr, "fused_adam: %s\n", st.message().c_str());
-        std::exit(1);
-      }
+    // Views: tensor i of each buffer at the same element offset.
+    const size_t count = sizes.size();
+    std::vector<int64_t> shapes(sizes);
+    std::vector<dscore_tensor> pt(count), gt(count), mt(count), vt(count), ot(count);
+    std::vector<dscore_tensor*> params(count), states(2 * count), outs(count);
+    std::vector<const dscore_tensor*> grads(count);
+    int64_t offset = 0;
+    for (size_t i = 0; i < count; ++i) {
+      pt[i] = view(static_cast<float*>(p.data) + offset, DSCORE_DTYPE_F32, &shapes[i], "p");
+      gt[i] = view(static_cast<char*>(g.data) + offset * static_cast<int64_t>(gsize), gd,
+                   &shapes[i], "g");
+      mt[i] = view(static_cast<float*>(m.data) + offset, DSCORE_DTYPE_F32, &shapes[i], "exp_avg");
+      vt[i] =
+          view(static_cast<float*>(v.data) + offset, DSCORE_DTYPE_F32, &shapes[i], "exp_avg_sq");
+      if (p16)
+        ot[i] =
+            view(static_cast<uint16_t*>(p16->data) + offset, DSCORE_DTYPE_BF16, &shapes[i], "p16");
+      params[i] = &pt[i], grads[i] = &gt[i], states[i] = &mt[i], states[count + i] = &vt[i];
+      outs[i] = &ot[i];
+      offset += sizes[i];
     }
-    check(cudaEventRecord(stop, stream), "cudaEventRecord");
-    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    return ms / 1e3 / o.steps;
-  };
-  auto copy_seconds = [&] {
-    check(cudaEventRecord(start, stream), "cudaEventRecord");
-    for (int s = 0; s < o.steps; ++s)
-      check(cudaMemcpyAsync(copy_dst.data, copy_src.data, copy_bytes, cudaMemcpyDeviceToDevice,
-                            stream),
-            "cudaMemcpyAsync");
-    check(cudaEventRecord(stop, stream), "cudaEventRecord");
-    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    return ms / 1e3 / o.steps;
-  };
 
-  adam_seconds();  // warm-up: module load, first-touch of the pages
-  copy_seconds();
-  double best_copy = 1e30, worst_copy = 0, worst_adam = 0;
-  for (int r = 0; r < o.rounds; ++r) {
-    const double c = copy_seconds(), a = adam_seconds();
-    best_copy = std::min(best_copy, c), worst_copy = std::max(worst_copy, c);
-    best_adam = std::min(best_adam, a), worst_adam = std::max(worst_adam, a);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  cudaStreamDestroy(stream);
+    cudaStream_t stream;
+    check(cudaStreamCreate(&stream), "cudaStreamCreate");
+    cudaEvent_t start, stop;
+    check(cudaEventCreate(&start), "cudaEventCreate");
+    check(cudaEventCreate(&stop), "cudaEventCreate");
+    int64_t step = 0;
+    auto adam_seconds = [&] {
+      check(cudaEventRecord(start, stream), "cudaEventRecord");
+      for (int s = 0; s < o.steps; ++s) {
+        dscore_optimizer_hparams h{};
+        h.struct_size = sizeof h;
+        h.lr = 1e-3;
+        h.weight_decay_multiplier = 1;
+        h.step = ++step;
+        h.grad_scale = 1;
+        dscore_optimizer_step_args a{};
+        a.struct_size = sizeof a;
+        a.hparams = &h;
+        a.tensor_count = count;
+        a.params = params.data();
+        a.grads = grads.data();
+        a.slot_count = 2;
+        a.states = states.data();
+        a.params_16bit = p16 ? outs.data() : nullptr;
+        a.stream = stream;
+        const dscore::Status st = (*optimizer)->step(a);
+        if (!st.ok()) {
+          std::fprintf(stderr, "fused_adam: %s\n", st.message().c_str());
+          std::exit(1);
+        }
+      }
+      check(cudaEventRecord(stop, stream), "cudaEventRecord");
+      check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+      return ms / 1e3 / o.steps;
+    };
+    auto copy_seconds = [&] {
+      check(cudaEventRecord(start, stream), "cudaEventRecord");
+      for (int s = 0; s < o.steps; ++s)
+        check(cudaMemcpyAsync(copy_dst.data, copy_src.data, copy_bytes, cudaMemcpyDeviceToDevice,
+                              stream),
+              "cudaMemcpyAsync");
+      check(cudaEventRecord(stop, stream), "cudaEventRecord");
+      check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+      return ms / 1e3 / o.steps;
+    };
 
-  const double copy_gbs = 2.0 * static_cast<double>(copy_bytes) / best_copy / 1e9;
-  const double adam_gbs = step_bytes / best_adam / 1e9;
-  std::printf("fused_adam: FusedAdam (plugin %s) on %s\n",
-              (*optimizer)->info().library_path.c_str(), prop.name);
-  std::printf("  %s: %zu tensor(s), %lld fp32 parameters, %s gradients%s; best (worst) of %d x %d steps\n",
-              o.params > 0 ? "flat" : "GPT-2 124M layout", count, static_cast<long long>(n),
-              o.bf16 ? "bf16" : "fp32", o.bf16 ? " and a bf16 parameter copy" : "", o.rounds,
-              o.steps);
-  std::printf(
-      "  device copy (cudaMemcpy D2D, %.2f GB)   %8.3f ms (%8.3f)   %7.1f GB/s (read + write)\n",
-      static_cast<double>(copy_bytes) / 1e9, best_copy * 1e3, worst_copy * 1e3, copy_gbs);
-  std::printf(
-      "  FusedAdam step                         %8.3f ms (%8.3f)   %7.1f GB/s (28 B/parameter)   "
-      "%.1f%% of copy (target >= 85%%)\n",
-      best_adam * 1e3, worst_adam * 1e3, adam_gbs, 100.0 * adam_gbs / copy_gbs);
+    adam_seconds();  // warm-up: module load, first-touch of the pages
+    copy_seconds();
+    double best_copy = 1e30, worst_copy = 0, worst_adam = 0;
+    for (int r = 0; r < o.rounds; ++r) {
+      const double c = copy_seconds(), a = adam_seconds();
+      best_copy = std::min(best_copy, c), worst_copy = std::max(worst_copy, c);
+      best_adam = std::min(best_adam, a), worst_adam = std::max(worst_adam, a);
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    cudaStreamDestroy(stream);
+
+    const double copy_gbs = 2.0 * static_cast<double>(copy_bytes) / best_copy / 1e9;
+    const double adam_gbs = step_bytes / best_adam / 1e9;
+    std::printf("fused_adam: FusedAdam (plugin %s) on %s\n",
+                (*optimizer)->info().library_path.c_str(), prop.name);
+    std::printf(
+        "  %s: %zu tensor(s), %lld fp32 parameters, %s gradients%s; best (worst) of %d x %d "
+        "steps\n",
+        o.params > 0 ? "flat" : "GPT-2 124M layout", count, static_cast<long long>(n),
+        o.bf16 ? "bf16" : "fp32", o.bf16 ? " and a bf16 parameter copy" : "", o.rounds, o.steps);
+    std::printf(
+        "  device copy (cudaMemcpy D2D, %.2f GB)   %8.3f ms (%8.3f)   %7.1f GB/s (read + write)\n",
+        static_cast<double>(copy_bytes) / 1e9, best_copy * 1e3, worst_copy * 1e3, copy_gbs);
+    std::printf(
+        "  FusedAdam step                         %8.3f ms (%8.3f)   %7.1f GB/s (28 B/parameter)   "
+        "%.1f%% of copy (target >= 85%%)\n",
+        best_adam * 1e3, worst_adam * 1e3, adam_gbs, 100.0 * adam_gbs / copy_gbs);
   }
 
   if (!o.torch_python.empty()) {  // this run's buffers are freed: torch has the device

@@ -95,11 +95,12 @@ size_t sum_squares_workspace_bytes(Backend backend);
 // fixed-shape tree in each block, then one block merges the block results
 // the same way. Deterministic: the same input gives the same bytes on every
 // run and every GPU. Both backends sum the exact squares (an fp32 value
-// squared is exact in double) with an error near 2^-100 relative before
-// hi + lo is rounded, so value() differs from the CPU's by at most one unit
-// in the last place of a double (2^-52 relative) and is equal except when
-// the exact sum lies within that error of a rounding boundary; non_finite
-// is always equal. `out` and `workspace` (sum_squares_workspace_bytes bytes)
+// squared is exact in double) with compensation, hi + lo within far less
+// than 2^-60 relative of the exact sum for any realistic n, so value()
+// (hi + lo rounded once) differs from the CPU's by at most one unit in the
+// last place of a double (2^-52 relative), and only when the exact sum lies
+// that close to a rounding boundary; hi and lo may differ individually.
+// non_finite is always equal. `out` and `workspace` (sum_squares_workspace_bytes bytes)
 // are device memory; the workspace must not be used by other work in
 // flight.
 void sum_squares(Target target, const void* data, dscore_dtype dtype, int64_t n,
