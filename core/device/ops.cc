@@ -113,6 +113,18 @@ void accumulate(Target target, void* dst, const void* src, dscore_dtype dtype, i
     cpu::accumulate(dst, src, dtype, n);
 }
 
+void accumulate_into(Target target, void* dst, dscore_dtype dst_dtype, const void* src,
+                     dscore_dtype src_dtype, int64_t n) {
+  check_count("accumulate_into", n);
+  check_float("accumulate_into", dst_dtype);
+  check_float("accumulate_into", src_dtype);
+  if (n == 0) return;
+  if (on_cuda("accumulate_into", target))
+    DSCORE_OPS_CUDA(accumulate_into(dst, dst_dtype, src, src_dtype, n, target.stream));
+  else
+    cpu::accumulate_into(dst, dst_dtype, src, src_dtype, n);
+}
+
 void copy(Target target, void* dst, const void* src, dscore_dtype dtype, int64_t n) {
   check_count("copy", n);
   check_sized("copy", dtype);

@@ -65,6 +65,11 @@ void fill_zero(Target target, void* data, dscore_dtype dtype, int64_t n);
 void scale_in_place(Target target, void* data, dscore_dtype dtype, int64_t n, double factor);
 // dst[i] += src[i], both of `dtype`, in fp32, rounded once.
 void accumulate(Target target, void* dst, const void* src, dscore_dtype dtype, int64_t n);
+// dst[i] += src[i] across dtypes (a bf16/fp16 gradient into an fp32
+// accumulation buffer): both read as fp32, added, rounded once to
+// dst_dtype. The same dtypes give accumulate()'s bytes.
+void accumulate_into(Target target, void* dst, dscore_dtype dst_dtype, const void* src,
+                     dscore_dtype src_dtype, int64_t n);
 // dst[i] = src[i], the same dtype.
 void copy(Target target, void* dst, const void* src, dscore_dtype dtype, int64_t n);
 

@@ -18,6 +18,8 @@ void convert(const void* src, dscore_dtype src_dtype, void* dst, dscore_dtype ds
 void fill_zero(void* data, dscore_dtype dtype, int64_t n);
 void scale_in_place(void* data, dscore_dtype dtype, int64_t n, double factor);
 void accumulate(void* dst, const void* src, dscore_dtype dtype, int64_t n);
+void accumulate_into(void* dst, dscore_dtype dst_dtype, const void* src, dscore_dtype src_dtype,
+                     int64_t n);
 void copy(void* dst, const void* src, dscore_dtype dtype, int64_t n);
 void sum_squares(const void* data, dscore_dtype dtype, int64_t n, SquareSumResult* out);
 }  // namespace cpu
@@ -28,6 +30,8 @@ void convert(const void* src, dscore_dtype src_dtype, void* dst, dscore_dtype ds
 void fill_zero(void* data, dscore_dtype dtype, int64_t n, void* stream);
 void scale_in_place(void* data, dscore_dtype dtype, int64_t n, double factor, void* stream);
 void accumulate(void* dst, const void* src, dscore_dtype dtype, int64_t n, void* stream);
+void accumulate_into(void* dst, dscore_dtype dst_dtype, const void* src, dscore_dtype src_dtype,
+                     int64_t n, void* stream);
 void copy(void* dst, const void* src, dscore_dtype dtype, int64_t n, void* stream);
 size_t sum_squares_workspace_bytes();
 void sum_squares(const void* data, dscore_dtype dtype, int64_t n, SquareSumResult* out,

@@ -180,6 +180,13 @@ __global__ void accumulate_kernel(void* dst, const void* src, int64_t n) {
     store<D>(dst, i, __fadd_rn(load<D>(dst, i), load<D>(src, i)));
 }
 
+template <dscore_dtype D, dscore_dtype S>
+__global__ void accumulate_into_kernel(void* dst, const void* src, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    store<D>(dst, i, __fadd_rn(load<D>(dst, i), load<S>(src, i)));
+}
+
 // ---- the sum of squares
 
 // zero::SquareSum's arithmetic with every rounding explicit (no FMA
@@ -299,6 +306,17 @@ void accumulate(void* dst, const void* src, dscore_dtype dtype, int64_t n, void*
         <<<elementwise_blocks(n), kThreads, 0, as_stream(stream)>>>(dst, src, n);
   });
   DSCORE_OPS_LAUNCHED("accumulate_kernel");
+}
+
+void accumulate_into(void* dst, dscore_dtype dst_dtype, const void* src, dscore_dtype src_dtype,
+                     int64_t n, void* stream) {
+  with_dtype(dst_dtype, [&](auto d) {
+    with_dtype(src_dtype, [&](auto s) {
+      accumulate_into_kernel<decltype(d)::value, decltype(s)::value>
+          <<<elementwise_blocks(n), kThreads, 0, as_stream(stream)>>>(dst, src, n);
+    });
+  });
+  DSCORE_OPS_LAUNCHED("accumulate_into_kernel");
 }
 
 void copy(void* dst, const void* src, dscore_dtype dtype, int64_t n, void* stream) {

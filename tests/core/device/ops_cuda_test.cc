@@ -126,6 +126,7 @@ TEST_F(DeviceOpsCuda, ConvertEqualsTheCpuOnEveryPattern) {
 }
 
 TEST_F(DeviceOpsCuda, ScaleAccumulateFillAndCopyEqualTheCpuBitForBit) {
+  // accumulate_into: every pair of dtypes.
   const int64_t n = (int64_t{1} << 20) + 13;  // a grid-stride remainder too
   for (dscore_dtype d : kFloats) {
     SCOPED_TRACE(sdk::dtype_name(d));
@@ -147,6 +148,15 @@ TEST_F(DeviceOpsCuda, ScaleAccumulateFillAndCopyEqualTheCpuBitForBit) {
     accumulate(cuda(), x.get(), y.get(), d, n);
     sync();
     EXPECT_TRUE(x.download() == expected) << "accumulate";
+    for (dscore_dtype s : kFloats) {
+      const std::vector<char> c = random_values(s, n, 23, false);
+      std::vector<char> want = a;
+      accumulate_into(Target::cpu(), want.data(), d, c.data(), s, n);
+      DeviceBytes into(a), from(c);
+      accumulate_into(cuda(), into.get(), d, from.get(), s, n);
+      sync();
+      EXPECT_TRUE(into.download() == want) << "accumulate_into from " << sdk::dtype_name(s);
+    }
     copy(cuda(), x.get(), y.get(), d, n);
     sync();
     EXPECT_TRUE(x.download() == b) << "copy";

@@ -72,6 +72,30 @@ TEST(DeviceOps, CpuTargetIsTheEnginesHostCodeBitForBit) {
   }
 }
 
+TEST(DeviceOps, AccumulateIntoAddsAcrossDtypesInFp32RoundingOnce) {
+  const int64_t n = 1001;
+  for (dscore_dtype d : kFloats)
+    for (dscore_dtype s : kFloats) {
+      SCOPED_TRACE(std::string(sdk::dtype_name(s)) + " into " + sdk::dtype_name(d));
+      const std::vector<char> a = random_buffer(d, n, 3, false);
+      const std::vector<char> b = random_buffer(s, n, 4, false);
+      std::vector<char> mine = a;
+      accumulate_into(Target::cpu(), mine.data(), d, b.data(), s, n);
+      std::vector<char> expected = a;
+      if (d == s) {
+        tensor::accumulate(expected.data(), b.data(), d, n);  // the same bytes as accumulate()
+      } else {
+        std::vector<float> x(n), y(n);
+        tensor::convert(a.data(), d, x.data(), DSCORE_DTYPE_F32, n);
+        tensor::convert(b.data(), s, y.data(), DSCORE_DTYPE_F32, n);
+        for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+        tensor::convert(x.data(), DSCORE_DTYPE_F32, expected.data(), d, n);
+      }
+      // NaN + x keeps the NaN's bits on the CPU: a byte comparison holds.
+      EXPECT_EQ(mine, expected);
+    }
+}
+
 TEST(DeviceOps, CpuSumSquaresIsZerosSumSquaresInTheDeviceLayout) {
   for (dscore_dtype d : kFloats)
     for (bool finite : {true, false}) {
