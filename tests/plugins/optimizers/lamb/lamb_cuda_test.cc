@@ -70,7 +70,6 @@ class LambCudaTest : public ::testing::Test {
 
 TEST_F(LambCudaTest, DeclaresCudaCapability) {
   EXPECT_TRUE(lib_->find(DSCORE_KIND_OPTIMIZER, "lamb")->capabilities & DSCORE_CAP_CUDA);
-  // DeepSpeed's class name reaches the same plugin (PluginRegistry::optimizer_alias).
 }
 
 // Host tensors of one step: p, g, m, v and the optional 16-bit copy.
