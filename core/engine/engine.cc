@@ -19,7 +19,7 @@
 #include "core/engine/nvme_state.h"
 #include "core/engine/phase_timers.h"
 #include "core/engine/planner.h"
-#include "core/zero/precision.h"
+#include "core/tensor/square_sum.h"
 
 namespace dscore {
 namespace {
@@ -320,7 +320,7 @@ Status Engine::step() {
 Status Engine::boundary_step() {
   // This rank's share of the squared norm, the overflow flag and its loss,
   // gathered from every rank and combined in rank order: identical on all.
-  zero::SquareSum local;
+  tensor::SquareSum local;
   {
     PhaseScope statistics(observers_, StepPhase::kStatistics);
     local = strategy_->gradient_statistics();
@@ -331,10 +331,10 @@ Status Engine::boundary_step() {
   DSCORE_RETURN_IF_ERROR(stream_->run([&] {
     return comm_->allgather({mine, DSCORE_DTYPE_F64, 4}, {all.data(), DSCORE_DTYPE_F64, 4 * world});
   }));
-  zero::SquareSum total;
+  tensor::SquareSum total;
   double loss_sum = 0;
   for (int r = 0; r < world; ++r) {
-    zero::SquareSum part;
+    tensor::SquareSum part;
     part.hi = all[4 * r];
     part.lo = all[4 * r + 1];
     part.non_finite = all[4 * r + 2] != 0;

@@ -29,7 +29,7 @@ class FlatZero final : public ZeroStrategy {
   float* owned_master() override { return storage_.owned_master(); }
   void* owned_grads() override { return reduction_->owned_grads(); }
   void* owned_params16() override { return storage_.owned_params16(); }
-  SquareSum gradient_statistics() override;
+  tensor::SquareSum gradient_statistics() override;
 
   Status set_gradient_reduction(bool reduce) override;
   void begin_micro_step(bool boundary) override;

@@ -502,9 +502,9 @@ Status ShardedZero::gather_persistent() {
   return ctx_.stream->run([&] { return allgather_shards(params, dest); });
 }
 
-SquareSum ShardedZero::gradient_statistics() {
+tensor::SquareSum ShardedZero::gradient_statistics() {
   // The whole local part: the ranks' shards are disjoint and cover every parameter.
-  return sum_squares(grad_part_.get(), ctx_.grad_dtype, shards_.local_numel);
+  return tensor::sum_squares(grad_part_.get(), ctx_.grad_dtype, shards_.local_numel);
 }
 
 void ShardedZero::zero_grads() {

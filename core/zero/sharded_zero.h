@@ -44,7 +44,7 @@ class ShardedZero final : public ZeroStrategy {
   void* owned_params16() override;
   bool params16_elsewhere() const override { return param_swap_ != nullptr; }
   Status store_params16(int64_t begin, int64_t count, const void* values) override;
-  SquareSum gradient_statistics() override;
+  tensor::SquareSum gradient_statistics() override;
 
   void begin_micro_step(bool boundary) override;
   Status acquire(size_t layer, dscore_acquire_mode mode, dscore_layer_views* out) override;

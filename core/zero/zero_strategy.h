@@ -24,7 +24,7 @@
 #include "core/model/model.h"
 #include "core/offload/swapper.h"
 #include "core/zero/param_layout.h"
-#include "core/zero/precision.h"
+#include "core/tensor/square_sum.h"
 
 namespace dscore::zero {
 
@@ -95,7 +95,7 @@ class ZeroStrategy {
   // squares and whether any is Inf/NaN. The shares of all ranks cover every
   // gradient element exactly once, so merging them in rank order gives the
   // same total on every rank at every stage and world size.
-  virtual SquareSum gradient_statistics() = 0;
+  virtual tensor::SquareSum gradient_statistics() = 0;
 
   // Whether this cycle's gradients are averaged across ranks (an optimizer
   // such as OneBitAdam communicates them itself: optimizer.h

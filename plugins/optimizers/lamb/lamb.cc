@@ -6,16 +6,21 @@
 // (bias correction folded into the step), p -= step * r * u. The per-tensor
 // norms need whole tensors: the plugin declares
 // DSCORE_CAP_OPTIMIZER_WHOLE_TENSORS, so the host never hands it ZeRO slices.
+// CPU tensors run lamb_update.h; CUDA tensors the multi-tensor kernels of
+// lamb_cuda.h (when built with CUDA), bit-identical to the CPU path.
 #include <dscore/optimizer.h>
 #include <dscore/cpp/optimizer.hpp>
 #include <dscore/cpp/optimizer_plugin.hpp>
 #include <dscore/cpp/plugin.hpp>
 
-#include <algorithm>
 #include <cmath>
-#include <memory>
 #include <string>
 #include <vector>
+
+#include "lamb_update.h"
+#if defined(DSCORE_LAMB_WITH_CUDA)
+#include "lamb_cuda.h"
+#endif
 
 namespace dscore::lamb {
 namespace {
@@ -77,47 +82,87 @@ Lamb::Lamb(sdk::HostRef host, const sdk::Params& p) : OptimizerBase(host) {
   declare_slot("exp_avg_sq");
 }
 
-struct Constants {
-  float beta1, beta2, eps, weight_decay, grad_scale;
-  bool eps_inside_sqrt;
-};
+// ---------------------------------------------------------------- step
 
-inline float lamb_update(const Constants& k, float p, float m, float v) {
-  const float denom = k.eps_inside_sqrt ? std::sqrt(v + k.eps) : std::sqrt(v) + k.eps;
-  return m / denom + k.weight_decay * p;
+#if defined(DSCORE_LAMB_WITH_CUDA)
+constexpr bool kHasCuda = true;
+#else
+constexpr bool kHasCuda = false;
+#endif
+
+bool on_cuda(const dscore_tensor* t) { return t->device_type == DSCORE_DEVICE_CUDA; }
+
+const char* memory_name(const dscore_tensor* t) {
+  return on_cuda(t) ? "CUDA" : sdk::is_cpu_addressable(t) ? "CPU" : "unknown";
 }
 
-// Pass 1 writes the moments and returns |p|^2 and |u|^2 (in double); pass 2
-// recomputes u from the stored moments and the untouched p and applies it.
-template <dscore_dtype G, dscore_dtype P16>
-void lamb_tensor(const Lamb& s, const Constants& k, float step_size, int64_t n, float* param,
-                 const void* grad, float* exp_avg, float* exp_avg_sq, void* out16) {
-  double w_norm_sq = 0, u_norm_sq = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = sdk::load_as_float<G>(grad, i) * k.grad_scale;
-    const float m = k.beta1 * exp_avg[i] + (1.0f - k.beta1) * g;
-    const float v = k.beta2 * exp_avg_sq[i] + (1.0f - k.beta2) * g * g;
-    exp_avg[i] = m;
-    exp_avg_sq[i] = v;
-    const double u = lamb_update(k, param[i], m, v);
-    w_norm_sq += static_cast<double>(param[i]) * param[i];
-    u_norm_sq += u * u;
+// A parameter's grad, states and 16-bit copy live where the parameter does.
+void check_beside(const dscore_tensor* t, const char* role, size_t i, const dscore_tensor* param) {
+  sdk::check_dense_tensor(t, role, i, param->numel);
+  if (on_cuda(param) != on_cuda(t) || (!on_cuda(t) && !sdk::is_cpu_addressable(t)))
+    throw Error(DSCORE_INVALID_ARGUMENT,
+                sdk::tensor_label(t, role, i) + " is in " + memory_name(t) + " memory but " +
+                    sdk::tensor_label(param, "param", i) + " is in " + memory_name(param) +
+                    " memory: a parameter's grad, state and 16-bit copy must live on its device");
+}
+
+LambTensor checked_tensor(const dscore_optimizer_step_args* args, size_t i) {
+  const size_t n = args->tensor_count;
+  dscore_tensor* param = args->params[i];
+  sdk::check_dense_tensor(param, "param", i, -1);
+  if (on_cuda(param) && !kHasCuda)
+    throw Error(DSCORE_INVALID_ARGUMENT,
+                sdk::tensor_label(param, "param", i) +
+                    " is in CUDA memory but this lamb plugin was built without CUDA (capabilities "
+                    "CPU): rebuild dscore with DSCORE_WITH_CUDA=ON or use CPU optimizer offload");
+  if (!on_cuda(param) && !sdk::is_cpu_addressable(param))
+    throw Error(DSCORE_INVALID_ARGUMENT,
+                sdk::tensor_label(param, "param", i) + " is on device type " +
+                    std::to_string(param->device_type) + ": lamb runs on CPU" +
+                    (kHasCuda ? " and CUDA" : "") + " tensors");
+  if (param->dtype != DSCORE_DTYPE_F32)
+    throw Error(DSCORE_INVALID_ARGUMENT, sdk::tensor_label(param, "param", i) + " is " +
+                                             sdk::dtype_name(param->dtype) +
+                                             ": master parameters must be fp32");
+  const dscore_tensor* grad = args->grads[i];
+  dscore_tensor* m = args->states[0 * n + i];
+  dscore_tensor* v = args->states[1 * n + i];
+  check_beside(grad, "grad", i, param);
+  check_beside(m, "exp_avg", i, param);
+  check_beside(v, "exp_avg_sq", i, param);
+  if (!sdk::is_float_dtype(grad->dtype))
+    throw Error(DSCORE_INVALID_ARGUMENT, sdk::tensor_label(grad, "grad", i) + " is " +
+                                             sdk::dtype_name(grad->dtype) +
+                                             ": lamb accepts fp32, bf16 and fp16 gradients");
+  if (m->dtype != DSCORE_DTYPE_F32 || v->dtype != DSCORE_DTYPE_F32)
+    throw Error(DSCORE_INVALID_ARGUMENT, "state of " + sdk::tensor_label(param, "param", i) +
+                                             " is not fp32 as declared by state_slots()");
+  dscore_tensor* out16 = args->params_16bit != nullptr ? args->params_16bit[i] : nullptr;
+  if (out16 != nullptr) {
+    check_beside(out16, "params_16bit", i, param);
+    if (!sdk::is_float_dtype(out16->dtype))
+      throw Error(DSCORE_INVALID_ARGUMENT, sdk::tensor_label(out16, "params_16bit", i) + " is " +
+                                               sdk::dtype_name(out16->dtype) +
+                                               ": expected bf16, fp16 or fp32");
   }
-  double ratio = 1.0;
-  if (w_norm_sq != 0 && u_norm_sq != 0) ratio = std::sqrt(w_norm_sq) / std::sqrt(u_norm_sq);
-  ratio = std::clamp(ratio, s.min_coeff, s.max_coeff);  // after the zero-norm rule, as DeepSpeed
-  const float scaled_step = static_cast<float>(step_size * ratio);
-  for (int64_t i = 0; i < n; ++i) {
-    const float p = param[i] - scaled_step * lamb_update(k, param[i], exp_avg[i], exp_avg_sq[i]);
-    param[i] = p;
-    sdk::store_from_float<P16>(out16, i, p);
-  }
+  return LambTensor{static_cast<float*>(param->data),
+                    grad->data,
+                    static_cast<float*>(m->data),
+                    static_cast<float*>(v->data),
+                    out16 != nullptr ? out16->data : nullptr,
+                    param->numel,
+                    grad->dtype,
+                    out16 != nullptr ? out16->dtype : DSCORE_DTYPE_INVALID};
 }
 
 void Lamb::step(const dscore_optimizer_step_args* args) const {
   const Lamb& self = *this;
   const sdk::StepHparams h =
       sdk::read_checked_hparams(args, self.beta1, self.beta2, self.bias_correction);
+  if (args->slot_count != 2)
+    throw Error(DSCORE_INVALID_ARGUMENT,
+                "step: expected 2 state slots (exp_avg, exp_avg_sq), got " +
+                    std::to_string(args->slot_count));
   // FusedLamb's arithmetic: corrections from the fp32 betas, the step size in fp32.
   const float beta1 = static_cast<float>(h.beta1), beta2 = static_cast<float>(h.beta2);
   const float lr = static_cast<float>(h.lr);
@@ -125,29 +170,37 @@ void Lamb::step(const dscore_optimizer_step_args* args) const {
                               ? lr * std::sqrt(sdk::fp32_bias_correction(beta2, h.step)) /
                                     sdk::fp32_bias_correction(beta1, h.step)
                               : lr;
-  const Constants k{beta1,
-                    beta2,
-                    static_cast<float>(self.eps),
-                    static_cast<float>(self.weight_decay * h.weight_decay_multiplier),
-                    static_cast<float>(h.grad_scale),
-                    self.eps_inside_sqrt};
-  sdk::CpuStepTensors tensors(args, 2, "lamb");
-  for (size_t i = 0; i < tensors.count(); ++i) {
-    tensors.with_dtypes(i, [&](auto g, auto o) {
-      lamb_tensor<decltype(g)::value, decltype(o)::value>(
-          self, k, step_size, tensors.numel(i), tensors.param(i), tensors.grad(i)->data,
-          tensors.state(0, i), tensors.state(1, i), tensors.param_16bit_data(i));
+  const LambConstants k{beta1,
+                        beta2,
+                        static_cast<float>(self.eps),
+                        static_cast<float>(self.weight_decay * h.weight_decay_multiplier),
+                        static_cast<float>(h.grad_scale),
+                        step_size,
+                        self.min_coeff,
+                        self.max_coeff,
+                        self.eps_inside_sqrt};
+  std::vector<LambTensor> cpu, cuda;
+  for (size_t i = 0; i < args->tensor_count; ++i)
+    (on_cuda(args->params[i]) ? cuda : cpu).push_back(checked_tensor(args, i));
+    // CUDA work is enqueued first so it overlaps the CPU loop.
+#if defined(DSCORE_LAMB_WITH_CUDA)
+  if (!cuda.empty()) lamb_step_cuda(k, cuda.data(), cuda.size(), args->stream);
+#endif
+  for (const LambTensor& t : cpu)
+    sdk::with_float_dtype(t.grad_dtype, [&](auto g) {
+      sdk::with_output_dtype(t.out16_dtype, [&](auto o) {
+        lamb_tensor_cpu<decltype(g)::value, decltype(o)::value>(k, t);
+      });
     });
-  }
 }
 
-const dscore_plugin_descriptor kLamb =
-    sdk::optimizer_descriptor<Lamb>("lamb", "0.1.0",
-                                    "LAMB: Adam moments with a per-tensor trust ratio clamped "
-                                    "to [min_coeff, max_coeff] (FusedLamb)",
-                                    DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 |
-                                        DSCORE_CAP_BF16 | DSCORE_CAP_OPTIMIZER_WHOLE_TENSORS,
-                                    kSchema);
+const dscore_plugin_descriptor kLamb = sdk::optimizer_descriptor<Lamb>(
+    "lamb", "0.1.0",
+    "LAMB: Adam moments with a per-tensor trust ratio clamped "
+    "to [min_coeff, max_coeff] (FusedLamb)",
+    DSCORE_CAP_CPU | (kHasCuda ? DSCORE_CAP_CUDA : 0) | DSCORE_CAP_F32 | DSCORE_CAP_F16 |
+        DSCORE_CAP_BF16 | DSCORE_CAP_OPTIMIZER_WHOLE_TENSORS,
+    kSchema);
 
 }  // namespace
 }  // namespace dscore::lamb

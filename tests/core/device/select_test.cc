@@ -46,11 +46,11 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
-TEST(CpuStreamsFromEnv, DefaultsToSynchronous) {
+TEST(CpuStreamsFromEnv, DefaultsToAsynchronous) {
   ScopedEnv env("DSCORE_CPU_STREAMS", nullptr);
   auto r = cpu_streams_from_env();
   ASSERT_TRUE(r.ok()) << r.status().message();
-  EXPECT_EQ(*r, CpuStreams::kSynchronous);
+  EXPECT_EQ(*r, CpuStreams::kAsynchronous);
 }
 
 TEST(CpuStreamsFromEnv, ReadsSyncAndAsync) {

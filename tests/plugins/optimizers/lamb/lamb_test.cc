@@ -165,5 +165,71 @@ TEST_F(LambTest, RejectsBadParams) {
   EXPECT_NE(create_error(a).find("lr = -0.001 must be >= 0"), std::string::npos);
 }
 
+TEST_F(LambTest, DeclaresCudaExactlyWhenBuiltWithIt) {
+  const uint64_t caps = lib_->find(DSCORE_KIND_OPTIMIZER, "lamb")->capabilities;
+#if defined(DSCORE_LAMB_WITH_CUDA)
+  EXPECT_TRUE(caps & DSCORE_CAP_CUDA);
+#else
+  EXPECT_FALSE(caps & DSCORE_CAP_CUDA);
+#endif
+  EXPECT_TRUE(caps & DSCORE_CAP_CPU);
+}
+
+// A one-tensor step whose tensors a test can break (no device memory is
+// touched: every check runs before any work).
+struct OneTensorStep {
+  TestTensor p{DSCORE_DTYPE_F32, 4, "h.0.weight"}, g{DSCORE_DTYPE_F32, 4}, m{DSCORE_DTYPE_F32, 4},
+      v{DSCORE_DTYPE_F32, 4};
+  dscore_tensor* params[1] = {p.view()};
+  const dscore_tensor* grads[1] = {g.view()};
+  dscore_tensor* states[2] = {m.view(), v.view()};
+  dscore_optimizer_hparams h{sizeof(dscore_optimizer_hparams), 1e-3, 0, 0, 0, 1, 1, 1};
+  dscore_optimizer_step_args a{
+      sizeof(dscore_optimizer_step_args), &h, 1, params, grads, 2, states, nullptr, nullptr};
+};
+
+TEST_F(LambTest, RejectsTensorsItCannotUpdate) {
+  dscore_optimizer* opt = create({});
+  auto step_error = [&](OneTensorStep& s) {
+    EXPECT_EQ(vt_->step(opt, &s.a), DSCORE_INVALID_ARGUMENT);
+    return FakeHost::instance().last_error();
+  };
+  {
+    // A CUDA parameter with a CPU gradient: refused before anything runs
+    // (with CUDA: the gradient must live beside its parameter; without:
+    // the build has no CUDA path).
+    OneTensorStep s;
+    s.p.view()->device_type = DSCORE_DEVICE_CUDA;
+    const std::string m = step_error(s);
+    EXPECT_NE(m.find("h.0.weight"), std::string::npos) << m;
+#if defined(DSCORE_LAMB_WITH_CUDA)
+    EXPECT_NE(m.find("grad 0 is in CPU memory"), std::string::npos) << m;
+#else
+    EXPECT_NE(m.find("built without CUDA"), std::string::npos) << m;
+#endif
+  }
+  {
+    OneTensorStep s;
+    s.p.view()->dtype = DSCORE_DTYPE_F16;
+    EXPECT_NE(step_error(s).find("must be fp32"), std::string::npos);
+  }
+  {
+    OneTensorStep s;
+    s.v.view()->numel = 3;
+    EXPECT_NE(step_error(s).find("3 elements, expected 4"), std::string::npos);
+  }
+  {
+    OneTensorStep s;
+    s.g.view()->dtype = DSCORE_DTYPE_I32;
+    EXPECT_NE(step_error(s).find("int32"), std::string::npos);
+  }
+  {
+    OneTensorStep s;
+    s.a.slot_count = 1;
+    EXPECT_NE(step_error(s).find("expected 2 state slots"), std::string::npos);
+  }
+  vt_->destroy(opt);
+}
+
 }  // namespace
 }  // namespace dscore::testing

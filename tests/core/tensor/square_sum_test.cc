@@ -6,9 +6,9 @@
 #include <cmath>
 #include <random>
 
-#include "core/zero/precision.h"
+#include "core/tensor/square_sum.h"
 
-namespace dscore::zero {
+namespace dscore::tensor {
 namespace {
 
 std::vector<float> random_values(size_t n, uint32_t seed) {
@@ -62,4 +62,4 @@ TEST(SquareSum, NonFiniteIsReported) {
 }
 
 }  // namespace
-}  // namespace dscore::zero
+}  // namespace dscore::tensor

@@ -1,14 +1,14 @@
 // The gradient statistics the boundary step needs: a compensated sum of
 // squares and the non-finite check, over a flat buffer of any float dtype
 // (fp32, fp16, bf16). The elementwise buffer operations (conversion,
-// scaling, accumulation) live below in core/tensor/dtype_ops.h.
+// scaling, accumulation) are beside it in dtype_ops.h.
 #pragma once
 
 #include <dscore/plugin.h>
 
 #include <cstdint>
 
-namespace dscore::zero {
+namespace dscore::tensor {
 
 // A sum of squares kept as an unevaluated pair hi + lo (TwoSum
 // compensation), so partial sums over different splits of the same
@@ -26,4 +26,4 @@ struct SquareSum {
 
 SquareSum sum_squares(const void* data, dscore_dtype dtype, int64_t n);
 
-}  // namespace dscore::zero
+}  // namespace dscore::tensor

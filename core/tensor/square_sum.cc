@@ -1,4 +1,4 @@
-#include "core/zero/precision.h"
+#include "core/tensor/square_sum.h"
 
 #include <dscore/cpp/dtype.hpp>
 
@@ -10,7 +10,7 @@
 
 #include "core/tensor/dtype_ops.h"
 
-namespace dscore::zero {
+namespace dscore::tensor {
 
 void SquareSum::add(double x) {
   // TwoSum: s + e == hi + x exactly.
@@ -92,4 +92,4 @@ SquareSum sum_squares(const void* data, dscore_dtype dtype, int64_t n) {
   return total;
 }
 
-}  // namespace dscore::zero
+}  // namespace dscore::tensor
