@@ -23,8 +23,8 @@
 #include "core/device/device.h"
 #include "core/model/model.h"
 #include "core/offload/swapper.h"
-#include "core/zero/param_layout.h"
 #include "core/tensor/square_sum.h"
+#include "core/zero/param_layout.h"
 
 namespace dscore::zero {
 
