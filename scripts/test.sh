@@ -27,6 +27,7 @@ if [ "${DSCORE_SKIP_SANITIZERS:-0}" = "1" ]; then
 fi
 
 external_log=build/external-checks.log
+mkdir -p build
 # setsid: the checks get a process group of their own, ended with them if
 # this script stops early (a failed ASan build).
 setsid bash scripts/external_checks.sh > "$external_log" 2>&1 &
