@@ -1,43 +1,56 @@
 #!/usr/bin/env bash
 # Set up, check the formatting (.clang-format), build and run every test:
 # the release build (unit, plugin, CLI,
-# install and layering tests), the monitor files checked with TensorBoard's
-# and wandb's own readers (tests/external), then the ASan+UBSan build of the
-# same tests, then the TSan build of the multi-threaded tests only (ctest
-# label tsan: the comm stream, the engine, mpirun ranks with overlap_comm and
-# the fault paths; see dscore_tsan_test in tests/CMakeLists.txt).
+# install and layering tests), the checks against the real tools
+# (scripts/external_checks.sh: TensorBoard/wandb readers, DeepSpeed as the
+# oracle, Hugging Face), then the ASan+UBSan build of the same tests, then
+# the TSan build of the multi-threaded tests only (ctest label tsan: the comm
+# stream, the engine, mpirun ranks with overlap_comm and the fault paths; see
+# dscore_tsan_test in tests/CMakeLists.txt).
+#
+# The external checks (mostly pip installs and Python) run in the background
+# while the ASan build compiles, with their output in
+# build/external-checks.log, printed when they end; the ASan tests start only
+# after they have ended, and their failure fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/check_format.sh
 bash scripts/build.sh release
 ctest --preset release
-# The monitors' files loaded by the real tools (TensorBoard's EventAccumulator,
-# wandb's run-file reader and `wandb sync`), then DeepSpeed as the oracle:
-# needs python3 with venv (setup.sh installs it) and PyPI the first time; a
-# failed install fails the run.
-if [ "${DSCORE_SKIP_EXTERNAL:-0}" = "1" ]; then
-  echo "test.sh: DSCORE_SKIP_EXTERNAL=1: tests/external (TensorBoard/wandb readers) NOT run" >&2
-elif python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
-  bash tests/external/run_checks.sh build/release/bin/dscore
-  # DeepSpeed itself as the oracle (losses at ZeRO 0-3 on 1 and 2 ranks, the
-  # loss scaler, the LR schedules): torch + deepspeed from PyPI, CPU only.
-  if [ "${DSCORE_SKIP_DEEPSPEED:-0}" = "1" ]; then
-    echo "test.sh: DSCORE_SKIP_DEEPSPEED=1: tests/external/deepspeed NOT run" >&2
-  else
-    bash tests/external/deepspeed/run_checks.sh build/release/bin/dscore
-    # Hugging Face's libraries (same venv): from_pretrained, export-hf and
-    # the tokenizers against transformers, tokenizers and sentencepiece.
-    bash tests/external/hf/run_checks.sh build/release/bin/dscore
-  fi
-else
-  echo "test.sh: WARNING: python3 with venv not found: tests/external NOT run" \
-       "(apt-get install python3-venv python3-pip, as scripts/setup.sh does)" >&2
+phase() { echo "test.sh: $1 at $((SECONDS / 60)) min $((SECONDS % 60)) s"; }
+phase "release build and tests done"
+if [ "${DSCORE_SKIP_SANITIZERS:-0}" = "1" ]; then
+  bash scripts/external_checks.sh
+  phase "external checks done"
+  exit 0
 fi
-if [ "${DSCORE_SKIP_SANITIZERS:-0}" != "1" ]; then
-  bash scripts/build.sh asan
-  ctest --preset asan
-  cmake --preset tsan >/dev/null
-  cmake --build --preset tsan --target dscore_tsan_tests
-  ctest --preset tsan
+
+external_log=build/external-checks.log
+mkdir -p build
+# setsid: the checks get a process group of their own, ended with them if
+# this script stops early (a failed ASan build).
+setsid bash scripts/external_checks.sh > "$external_log" 2>&1 &
+external_pid=$!
+trap '[ -z "${external_pid:-}" ] || kill -- -"$external_pid" 2>/dev/null || true' EXIT
+echo "test.sh: external checks started in the background (output: $external_log)"
+bash scripts/build.sh asan
+phase "ASan build done"
+external_status=0
+wait "$external_pid" || external_status=$?
+external_pid=
+echo "---- scripts/external_checks.sh (exit status $external_status) ----"
+cat "$external_log"
+echo "---- end of scripts/external_checks.sh ----"
+if [ "$external_status" -ne 0 ]; then
+  echo "test.sh: FAILED: the external checks (scripts/external_checks.sh) exited with" \
+       "status $external_status; their output is above and in $external_log" >&2
+  exit 1
 fi
+phase "external checks done"
+ctest --preset asan
+phase "ASan tests done"
+cmake --preset tsan >/dev/null
+cmake --build --preset tsan --target dscore_tsan_tests
+ctest --preset tsan
+phase "TSan done"
