@@ -17,7 +17,7 @@ namespace {
 Communicator* self_of(dscore_comm* comm) { return reinterpret_cast<Communicator*>(comm); }
 
 CommBuffer buffer_of(const dscore_tensor* t) {
-  return t == nullptr ? CommBuffer{} : CommBuffer{t->data, t->dtype, t->numel};
+  return t == nullptr ? CommBuffer{} : CommBuffer{t->data, t->dtype, t->numel, t->device_type};
 }
 
 // Plugins call these through host->communicator(ctx, group): the same
@@ -79,7 +79,7 @@ dscore_tensor view_of(const CommBuffer& b) {
   t.struct_size = sizeof t;
   t.data = b.data;
   t.dtype = b.dtype;
-  t.device_type = DSCORE_DEVICE_CPU;
+  t.device_type = b.device_type;
   t.numel = b.numel;
   return t;
 }
@@ -226,7 +226,7 @@ Status Communicator::allreduce(CommBuffer send, CommBuffer recv, dscore_reduce_o
   const uint64_t n = static_cast<uint64_t>(send.numel);
   return counted("allreduce", "all_reduce", n, es, n * es, [&] {
     dscore_tensor s = view_of(send), r = view_of(recv);
-    return instance_->allreduce(s, r, op, nullptr);
+    return instance_->allreduce(s, r, op, stream_);
   });
 }
 
@@ -235,7 +235,7 @@ Status Communicator::reduce(CommBuffer send, CommBuffer recv, dscore_reduce_op o
   const uint64_t n = static_cast<uint64_t>(send.numel);
   return counted("reduce", "reduce", n, es, n * es, [&] {
     dscore_tensor s = view_of(send), r = view_of(recv);
-    return instance_->reduce(s, recv.data != nullptr ? &r : nullptr, op, root, nullptr);
+    return instance_->reduce(s, recv.data != nullptr ? &r : nullptr, op, root, stream_);
   });
 }
 
@@ -244,7 +244,7 @@ Status Communicator::reduce_scatter(CommBuffer send, CommBuffer recv, dscore_red
   const uint64_t n = static_cast<uint64_t>(send.numel);
   return counted("reduce_scatter", "reduce_scatter_tensor", n, es, n * es, [&] {
     dscore_tensor s = view_of(send), r = view_of(recv);
-    return instance_->reduce_scatter(s, r, op, nullptr);
+    return instance_->reduce_scatter(s, r, op, stream_);
   });
 }
 
@@ -254,7 +254,7 @@ Status Communicator::allgather(CommBuffer send, CommBuffer recv) {
   return counted("allgather", "all_gather_into_tensor", static_cast<uint64_t>(recv.numel), es,
                  static_cast<uint64_t>(send.numel) * es, [&] {
                    dscore_tensor s = view_of(send), r = view_of(recv);
-                   return instance_->allgather(s, r, nullptr);
+                   return instance_->allgather(s, r, stream_);
                  });
 }
 
@@ -263,7 +263,7 @@ Status Communicator::broadcast(CommBuffer buffer, int root) {
   const uint64_t n = static_cast<uint64_t>(buffer.numel);
   return counted("broadcast", "broadcast", n, es, n * es, [&] {
     dscore_tensor t = view_of(buffer);
-    return instance_->broadcast(t, root, nullptr);
+    return instance_->broadcast(t, root, stream_);
   });
 }
 
@@ -271,7 +271,7 @@ Status Communicator::send(CommBuffer buffer, int peer) {
   const size_t es = sdk::dtype_size(buffer.dtype);
   const uint64_t n = static_cast<uint64_t>(buffer.numel);
   return counted("send", "send", n, es, n * es,
-                 [&] { return instance_->send(view_of(buffer), peer, nullptr); });
+                 [&] { return instance_->send(view_of(buffer), peer, stream_); });
 }
 
 Status Communicator::recv(CommBuffer buffer, int peer) {
@@ -279,7 +279,7 @@ Status Communicator::recv(CommBuffer buffer, int peer) {
   const uint64_t n = static_cast<uint64_t>(buffer.numel);
   return counted("recv", "recv", n, es, n * es, [&] {
     dscore_tensor t = view_of(buffer);
-    return instance_->recv(t, peer, nullptr);
+    return instance_->recv(t, peer, stream_);
   });
 }
 
@@ -288,7 +288,7 @@ Status Communicator::all_to_all(CommBuffer send, CommBuffer recv) {
   const uint64_t n = static_cast<uint64_t>(send.numel);
   return counted("all_to_all", "all_to_all_single", n, es, n * es, [&] {
     dscore_tensor s = view_of(send), r = view_of(recv);
-    return instance_->all_to_all(s, r, nullptr);
+    return instance_->all_to_all(s, r, stream_);
   });
 }
 

@@ -27,11 +27,13 @@
 
 namespace dscore::comm {
 
-// A dense CPU buffer for a collective.
+// A dense buffer for a collective: host memory, or the device memory of the
+// device the engine computes on (device_type as in dscore_tensor).
 struct CommBuffer {
   void* data = nullptr;
   dscore_dtype dtype = DSCORE_DTYPE_F32;
   int64_t numel = 0;
+  dscore_device_type device_type = DSCORE_DEVICE_CPU;
 };
 
 // Per collective: calls, and the elements and bytes of the full
@@ -94,6 +96,11 @@ class Communicator {
   Status all_to_all(CommBuffer send, CommBuffer recv);
   Status barrier();
 
+  // The stream collectives are enqueued on (the engine's comm stream's
+  // native handle: a cudaStream_t on CUDA, nullptr on the CPU, where a
+  // collective returns when it has completed). Set before the first call.
+  void use_stream(void* stream) { stream_ = stream; }
+
   // End every rank of the job now (after a local fatal error).
   void abort(const std::string& reason);
 
@@ -123,6 +130,7 @@ class Communicator {
   mutable std::mutex mutex_;
   std::map<std::string, OpCounter> counters_;
   uint64_t sequence_ = 0;
+  void* stream_ = nullptr;
   dscore_communicator host_table_{};
   void record_in_flight(const char* op, uint64_t sequence, uint64_t elements);
   struct InFlightRecord {

@@ -104,6 +104,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
                         ? std::move(components.device)
                         : std::make_unique<device::CpuDevice>(device::CpuStreams::kAsynchronous);
   DSCORE_ASSIGN_OR_RETURN(engine->stream_, engine->device_->create_stream("comm"));
+  engine->comm_->use_stream(engine->stream_->native());
   engine->model_ = std::move(components.model);
   engine->schedule_ =
       std::make_unique<LrSchedule>(std::move(components.scheduler), components.base_lr);

@@ -68,12 +68,13 @@ TEST_P(EveryStage, AsynchronousStreamsEqualSynchronousBitwise) {
   EXPECT_NE(sync_log.find("device: cpu (synchronous streams)"), std::string::npos) << sync_log;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Streams, EveryStage,
-    ::testing::Combine(::testing::Values(0, 1, 2, 3), ::testing::Values("fp32", "bf16")),
-    [](const auto& info) {
-      return "stage" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
-    });
+INSTANTIATE_TEST_SUITE_P(Streams, EveryStage,
+                         ::testing::Combine(::testing::Values(0, 1, 2, 3),
+                                            ::testing::Values("fp32", "bf16")),
+                         [](const auto& info) {
+                           return "stage" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  std::get<1>(info.param);
+                         });
 
 TEST(DeviceStreams, NvmeOptimizerOffloadIsBitwiseOnBothModes) {
   const std::string folder = temp_folder("dscore-streams-nvme");
