@@ -105,6 +105,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
                         : std::make_unique<device::CpuDevice>(device::CpuStreams::kAsynchronous);
   DSCORE_ASSIGN_OR_RETURN(engine->stream_, engine->device_->create_stream("comm"));
   engine->comm_->use_stream(engine->stream_->native());
+  engine->host_->set_device(engine->device_.get());
   engine->model_ = std::move(components.model);
   engine->schedule_ =
       std::make_unique<LrSchedule>(std::move(components.scheduler), components.base_lr);
@@ -178,6 +179,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
 
 Engine::~Engine() {
   if (stream_) (void)stream_->synchronize();
+  // The host context may outlive this engine's device (its plugins free
+  // their device buffers through it; those stay valid on their own).
+  if (host_) host_->set_device(nullptr);
   monitors_.flush();
 }
 

@@ -58,10 +58,15 @@ void* host_alloc(dscore_host_context* ctx, size_t bytes, size_t alignment, dscor
   try {
     HostContext* c = HostContext::from(ctx);
     if (kind == DSCORE_MEMORY_DEVICE) {
-      record_error(ctx, DSCORE_UNIMPLEMENTED,
-                   "host->alloc: device memory is not available (this host has no accelerator "
-                   "allocator)");
-      return nullptr;
+      Result<void*> p =
+          c != nullptr
+              ? c->allocate_device(bytes, alignment, tag != nullptr ? tag : "plugin")
+              : Result<void*>(unimplemented("host->alloc: device memory needs a host context"));
+      if (!p.ok()) {
+        record_error(ctx, p.status().code(), p.status().message().c_str());
+        return nullptr;
+      }
+      return *p;
     }
     MemoryLedger& ledger = c != nullptr ? c->memory() : process_memory();
     void* p =
@@ -80,8 +85,9 @@ void* host_alloc(dscore_host_context* ctx, size_t bytes, size_t alignment, dscor
   }
 }
 
-void host_free(dscore_host_context* ctx, void* ptr, dscore_memory_kind) noexcept {
+void host_free(dscore_host_context* ctx, void* ptr, dscore_memory_kind kind) noexcept {
   HostContext* c = HostContext::from(ctx);
+  if (kind == DSCORE_MEMORY_DEVICE && c != nullptr && c->free_device(ptr)) return;
   (c != nullptr ? c->memory() : process_memory()).release(ptr);
 }
 

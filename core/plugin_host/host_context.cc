@@ -48,6 +48,29 @@ HostContext::HostContext(std::shared_ptr<KvBackend> kv)
 
 HostContext::~HostContext() = default;
 
+Result<void*> HostContext::allocate_device(size_t bytes, size_t alignment, std::string_view tag) {
+  if (device_ == nullptr || device_->type() != device::DeviceType::kCuda)
+    return unimplemented(
+        "host->alloc: device memory is not available: the engine computes on the CPU "
+        "(\"device\" in the config)");
+  // The CUDA pool hands out blocks aligned to at least 256 bytes.
+  if (alignment > 256)
+    return invalid_argument("host->alloc: device memory is aligned to 256 bytes, not " +
+                            std::to_string(alignment));
+  DSCORE_ASSIGN_OR_RETURN(
+      device::Buffer buffer,
+      device_->allocate(bytes, device::Placement::kDevice, MemoryUse::kOther, tag, /*zero=*/false));
+  void* data = buffer.data();
+  std::lock_guard<std::mutex> lock(device_mutex_);
+  device_buffers_.emplace(data, std::move(buffer));
+  return data;
+}
+
+bool HostContext::free_device(void* ptr) {
+  std::lock_guard<std::mutex> lock(device_mutex_);
+  return device_buffers_.erase(ptr) > 0;
+}
+
 dscore_status HostContext::record_error(dscore_status code, const char* message) noexcept {
   try {
     std::lock_guard<std::mutex> lock(mutex_);

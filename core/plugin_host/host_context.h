@@ -24,6 +24,7 @@
 
 #include "core/base/memory.h"
 #include "core/base/status.h"
+#include "core/device/device.h"
 
 namespace dscore::plugin_host {
 
@@ -63,6 +64,15 @@ class HostContext {
   void set_communicator(dscore_comm_group group, const dscore_communicator* communicator);
   const dscore_communicator* communicator(dscore_comm_group group) const;
 
+  // The device the engine computes on: host->alloc's DSCORE_MEMORY_DEVICE
+  // comes from it when it is a CUDA device (counted in the process ledger,
+  // where the device records what it allocates). Borrowed; nullptr: none.
+  void set_device(device::Device* device) { device_ = device; }
+  // Device memory for a plugin; nullptr and the reason when there is none.
+  Result<void*> allocate_device(size_t bytes, size_t alignment, std::string_view tag);
+  // False when `ptr` is not device memory this context handed out.
+  bool free_device(void* ptr);
+
   MemoryLedger& memory() { return memory_; }
   const MemoryLedger& memory() const { return memory_; }
   KvBackend& kv() { return *kv_; }
@@ -83,6 +93,9 @@ class HostContext {
 
   std::shared_ptr<KvBackend> kv_;
   MemoryLedger memory_;
+  device::Device* device_ = nullptr;
+  std::mutex device_mutex_;
+  std::unordered_map<void*, device::Buffer> device_buffers_;
   std::array<std::atomic<const dscore_communicator*>, kGroups> communicators_{};
   mutable std::mutex mutex_;  // guards the per-thread maps
   std::unordered_map<std::thread::id, LastError> errors_;

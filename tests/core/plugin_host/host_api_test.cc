@@ -11,6 +11,10 @@
 #include <thread>
 
 #include "core/base/memory.h"
+#include "core/device/cpu_device.h"
+#ifdef DSCORE_TEST_WITH_CUDA
+#include "core/device/cuda_device.h"
+#endif
 
 namespace dscore::plugin_host {
 namespace {
@@ -161,6 +165,37 @@ TEST_F(HostApi, FailedAllocationRecordsResourceExhausted) {
   EXPECT_EQ(api()->alloc(ctx(), 64, 0, DSCORE_MEMORY_DEVICE, "device"), nullptr);
   EXPECT_EQ(host_.take_error()->first, DSCORE_UNIMPLEMENTED);
 }
+
+// Device memory comes from the engine's device when it is a CUDA device; a
+// context whose engine computes on the CPU refuses it, saying why.
+TEST_F(HostApi, DeviceMemoryOnACpuDeviceIsRefusedNamingTheDevice) {
+  device::CpuDevice cpu(device::CpuStreams::kSynchronous);
+  host_.set_device(&cpu);
+  EXPECT_EQ(api()->alloc(ctx(), 64, 0, DSCORE_MEMORY_DEVICE, "device"), nullptr);
+  auto error = host_.take_error();
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->first, DSCORE_UNIMPLEMENTED);
+  EXPECT_NE(error->second.find("computes on the CPU"), std::string::npos) << error->second;
+  host_.set_device(nullptr);
+}
+
+#ifdef DSCORE_TEST_WITH_CUDA
+TEST_F(HostApi, DeviceMemoryComesFromTheCudaDeviceAndIsFreedThroughTheContext) {
+  if (device::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  auto gpu = device::open_cuda_device(0);
+  ASSERT_TRUE(gpu.ok()) << gpu.status().message();
+  host_.set_device(gpu->get());
+  const uint64_t before = memory_usage(DSCORE_MEMORY_DEVICE).current_bytes;
+  void* p = api()->alloc(ctx(), 1 << 20, 256, DSCORE_MEMORY_DEVICE, "hostapi device");
+  ASSERT_NE(p, nullptr) << host_.take_error()->second;
+  EXPECT_EQ(memory_usage(DSCORE_MEMORY_DEVICE).current_bytes, before + (1u << 20));
+  EXPECT_EQ(api()->alloc(ctx(), 64, 4096, DSCORE_MEMORY_DEVICE, "over-aligned"), nullptr);
+  EXPECT_EQ(host_.take_error()->first, DSCORE_INVALID_ARGUMENT);
+  api()->free(ctx(), p, DSCORE_MEMORY_DEVICE);
+  EXPECT_EQ(memory_usage(DSCORE_MEMORY_DEVICE).current_bytes, before);
+  host_.set_device(nullptr);
+}
+#endif
 
 TEST_F(HostApi, RangesNestPerThreadAndAnUnmatchedPopIsHarmless) {
   ASSERT_EQ(host_.range_depth(), 0u);
