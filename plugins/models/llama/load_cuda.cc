@@ -9,7 +9,8 @@
 
 namespace dscore::llama {
 
-std::unique_ptr<transformer::Compute> load_cuda_compute(const LlamaConfig& config, const LlamaParams& params) {
+std::unique_ptr<transformer::Compute> load_cuda_compute(const LlamaConfig& config,
+                                                        const LlamaParams& params) {
 #ifdef DSCORE_LLAMA_WITH_CUDA
   const std::string path = transformer::cuda_module_path(kCudaModuleFile);
   transformer::CudaModuleRequest request;

@@ -58,10 +58,9 @@ CudaComputeFactory load_cuda_module(const char* model, const std::string& path,
       const char* text = dlerror();
       const std::string why = text != nullptr ? text : "unknown dlopen error";
       loaded.erase(path);
-      throw sdk::Error(DSCORE_UNAVAILABLE, std::string(model) +
-                                               ": \"device\": \"cuda\" needs the CUDA module " +
-                                               path + ", which did not load: " + why + "; " +
-                                               fix_for(path, why));
+      throw sdk::Error(DSCORE_UNAVAILABLE,
+                       std::string(model) + ": \"device\": \"cuda\" needs the CUDA module " + path +
+                           ", which did not load: " + why + "; " + fix_for(path, why));
     }
   }
   dlerror();

@@ -7,7 +7,8 @@
 extern "C" __attribute__((visibility("default"))) dscore_status dscore_llama_cuda_make_compute(
     const dscore::transformer::CudaModuleRequest* request, dscore::transformer::Compute** out,
     char* error, size_t capacity) {
-  return dscore::transformer::serve_cuda_module_request<dscore::llama::LlamaConfig, dscore::llama::LlamaParams>(
+  return dscore::transformer::serve_cuda_module_request<dscore::llama::LlamaConfig,
+                                                        dscore::llama::LlamaParams>(
       "llama", request, out, error, capacity, [](const auto& config, const auto& params) {
         return dscore::llama::make_cuda_compute(config, params);
       });

@@ -68,9 +68,8 @@ inline void expect_missing_module_error(const std::string& plugin, const char* n
                                         const char* module_file,
                                         const std::function<void(fakes::CreateArgs&)>& tiny) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() /
-                       ("dscore-cuda-module-test-" + std::string(name) + "-" +
-                        std::to_string(::getpid()));
+  const fs::path dir = fs::temp_directory_path() / ("dscore-cuda-module-test-" + std::string(name) +
+                                                    "-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const fs::path copy = dir / fs::path(plugin).filename();
   fs::copy_file(plugin, copy, fs::copy_options::overwrite_existing);
@@ -79,10 +78,10 @@ inline void expect_missing_module_error(const std::string& plugin, const char* n
   fs::remove_all(dir);
   EXPECT_EQ(status, DSCORE_UNAVAILABLE) << error;
   const std::string module = (dir / "cuda" / module_file).string();
-  EXPECT_NE(error.find(std::string(name) + ": \"device\": \"cuda\" needs the CUDA module " +
-                       module + ", which did not load: " + module +
-                       ": cannot open shared object file"),
-            std::string::npos)
+  EXPECT_NE(
+      error.find(std::string(name) + ": \"device\": \"cuda\" needs the CUDA module " + module +
+                 ", which did not load: " + module + ": cannot open shared object file"),
+      std::string::npos)
       << error;
   EXPECT_NE(error.find("missing from this install"), std::string::npos) << error;
   EXPECT_NE(error.find("\"device\": \"cpu\""), std::string::npos) << error;

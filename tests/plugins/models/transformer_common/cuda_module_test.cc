@@ -72,9 +72,9 @@ TEST(CudaModule, AMissingCublasSaysWhereToFindIt) {
 }
 
 TEST(CudaModule, AModuleWithoutTheFactoryIsNotThisPluginsModule) {
-  const std::string e = error_of(
-      [&] { load_cuda_module("gpt", DSCORE_FAKE_MODULE, "dscore_gpt_cuda_make_compute"); },
-      DSCORE_UNAVAILABLE);
+  const std::string e =
+      error_of([&] { load_cuda_module("gpt", DSCORE_FAKE_MODULE, "dscore_gpt_cuda_make_compute"); },
+               DSCORE_UNAVAILABLE);
   expect_has(e, "has no dscore_gpt_cuda_make_compute");
   expect_has(e, "from one build");
 }
