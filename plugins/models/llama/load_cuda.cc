@@ -3,6 +3,7 @@
 // when a model is created with "device": "cuda". Builds without CUDA have
 // no module and say so.
 #include <memory>
+#include <string>
 
 #include "../transformer_common/cuda_module.h"
 #include "compute.h"

@@ -13,8 +13,8 @@ PassSizes::PassSizes(const std::vector<int64_t>& dims, int64_t batch) {
   int64_t widest_out = 0, widest_hidden = 0;
   for (size_t l = 0; l < L; ++l) {
     const int64_t in = dims[l], out = dims[l + 1];
-    trace += batch * out;                   // pre(l)
-    if (l + 1 < L) trace += batch * out;    // activation(l + 1)
+    trace += batch * out;                 // pre(l)
+    if (l + 1 < L) trace += batch * out;  // activation(l + 1)
     if (l > 0) widest_hidden = std::max(widest_hidden, in);
     widest_out = std::max(widest_out, out);
     weight = std::max(weight, out * in);

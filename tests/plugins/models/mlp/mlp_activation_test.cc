@@ -138,7 +138,8 @@ class MlpActivationMemory : public ::testing::Test {
   // The peak bytes one forward_backward() allocates beyond what was live.
   int64_t measured_peak(dscore_dtype dtype) {
     LendingHost host(vt(), model_, dtype);
-    TestTensor x(dtype, std::vector<int64_t>{kBatch, kIn}), y(dtype, std::vector<int64_t>{kBatch, kOut});
+    TestTensor x(dtype, std::vector<int64_t>{kBatch, kIn}),
+        y(dtype, std::vector<int64_t>{kBatch, kOut});
     for (int64_t i = 0; i < x.numel(); ++i) x.set(i, 0.1f * static_cast<float>(i % 7) - 0.3f);
     for (int64_t i = 0; i < y.numel(); ++i) y.set(i, 0.05f * static_cast<float>(i));
     const dscore_tensor* tensors[2] = {x.view(), y.view()};
@@ -154,8 +155,7 @@ class MlpActivationMemory : public ::testing::Test {
 
   uint64_t declared(int64_t micro_batch, bool checkpointing) {
     uint64_t bytes = 0;
-    EXPECT_EQ(vt()->activation_bytes(model_, micro_batch, checkpointing ? 1 : 0, &bytes),
-              DSCORE_OK)
+    EXPECT_EQ(vt()->activation_bytes(model_, micro_batch, checkpointing ? 1 : 0, &bytes), DSCORE_OK)
         << FakeHost::instance().last_error();
     return bytes;
   }
