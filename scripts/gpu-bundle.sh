@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Build the GPU runtime here (CMake preset `gpu`: Release, sm_90, CUDA
 # required) and pack into one folder what a lent GPU machine needs to run
-# the gpu-labelled tests: the dscore binary, every plugin, the test
-# executables and the programs they start (build/gpu/gpu-tests.txt, written
-# by tests/CMakeLists.txt), and the shared libraries that machine lacks
+# the gpu-labelled tests: the dscore binary, every plugin and the models'
+# CUDA modules, the test executables and the programs they start
+# (build/gpu/gpu-tests.txt, written by tests/CMakeLists.txt; the
+# plugins' CUDA load tests too), and the shared libraries that machine lacks
 # (Boost, TBB, OpenMPI, pcre2, sentencepiece, OpenBLAS, ...). It leaves out
 # what the GPU machine brings: the C and C++ runtimes, and CUDA, NCCL and
 # cuBLAS (the driver, or PyTorch's site-packages nvidia/*/lib). See
@@ -39,7 +40,15 @@ copy_built() {
   strip --strip-unneeded "$out/tree/$rel"
 }
 copy_built "$build/bin/dscore"
-for so in "$build"/lib*/dscore/plugins/*.so; do copy_built "$so"; done
+# The plugins, and the gpt and llama plugins' CUDA modules in the plugin
+# folder's cuda/ (the plugins load them for "device": "cuda"; docs/gpu.md).
+for so in "$build"/lib*/dscore/plugins/*.so "$build"/lib*/dscore/plugins/cuda/*.so; do
+  copy_built "$so"
+done
+for module in libdscore_gpt_cuda.so libdscore_llama_cuda.so; do
+  compgen -G "$out/tree/lib*/dscore/plugins/cuda/$module" >/dev/null ||
+    { echo "gpu-bundle: the CUDA module $module was not built into $build" >&2; exit 1; }
+done
 : >"$out/gpu-tests.txt"
 while read -r kind path; do
   copy_built "$path"

@@ -1,6 +1,8 @@
 // Where the GPT model computes: a runner (runner.h) over the CPU backend or,
 // in CUDA builds, the CUDA backend, behind one interface
 // (plugins/models/transformer_common/compute.h) so gpt.cc picks by the "device" param.
+// The CUDA backend lives in its own module, libdscore_gpt_cuda.so
+// (plugins/models/transformer_common/cuda_module.h), loaded on first use.
 #pragma once
 
 #include <dscore/model.h>
@@ -22,7 +24,16 @@ using RunnerCompute = transformer::RunnerCompute<GptRunner, GptConfig, GptParams
 // Activations are counted in `host`'s ledger.
 std::unique_ptr<GptCompute> make_cpu_compute(const GptConfig& config, const GptParams& params,
                                              sdk::HostRef host);
-// Defined by cuda/ in CUDA builds; elsewhere it throws, saying so.
+// The CUDA compute, made in the CUDA module (cuda/cuda_compute.cc; the gpu
+// tests link it directly). Throws when no CUDA device is visible.
 std::unique_ptr<GptCompute> make_cuda_compute(const GptConfig& config, const GptParams& params);
+
+// The plugin's way to the CUDA compute: loads the module (kCudaModuleFile in
+// the cuda/ folder beside the plugin) and calls make_cuda_compute there
+// through kCudaFactorySymbol. Throws, saying why and what to do, when the
+// module or cuBLAS is missing, and in builds without CUDA.
+std::unique_ptr<GptCompute> load_cuda_compute(const GptConfig& config, const GptParams& params);
+inline constexpr char kCudaModuleFile[] = "libdscore_gpt_cuda.so";
+inline constexpr char kCudaFactorySymbol[] = "dscore_gpt_cuda_make_compute";
 
 }  // namespace dscore::gpt

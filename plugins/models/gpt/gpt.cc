@@ -119,7 +119,7 @@ class Gpt : public sdk::Instance {
       : Instance(host), config_(pretrained.config), params_(config_, p.args()->seed) {
     if (pretrained.folder)
       weights_ = std::make_unique<Gpt2Weights>(std::move(pretrained.folder), params_.description());
-    compute_ = config_.device == "cuda" ? make_cuda_compute(config_, params_)
+    compute_ = config_.device == "cuda" ? load_cuda_compute(config_, params_)
                                         : make_cpu_compute(config_, params_, host);
   }
 

@@ -1,6 +1,8 @@
 // Where the llama model computes: its runner (runner.h) over the CPU
 // backend or, in CUDA builds, the CUDA backend, behind one interface
 // (plugins/models/transformer_common/compute.h) so llama.cc picks by "device".
+// The CUDA backend lives in its own module, libdscore_llama_cuda.so
+// (plugins/models/transformer_common/cuda_module.h), loaded on first use.
 #pragma once
 
 #include <dscore/cpp/plugin.hpp>
@@ -21,8 +23,18 @@ using RunnerCompute = transformer::RunnerCompute<LlamaRunner, LlamaConfig, Llama
 std::unique_ptr<transformer::Compute> make_cpu_compute(const LlamaConfig& config,
                                                        const LlamaParams& params,
                                                        sdk::HostRef host);
-// Defined by cuda/ in CUDA builds; elsewhere it throws, saying so.
+// The CUDA compute, made in the CUDA module (cuda/cuda_compute.cc; the gpu
+// tests link it directly). Throws when no CUDA device is visible.
 std::unique_ptr<transformer::Compute> make_cuda_compute(const LlamaConfig& config,
                                                         const LlamaParams& params);
+
+// The plugin's way to the CUDA compute: loads the module (kCudaModuleFile in
+// the cuda/ folder beside the plugin) and calls make_cuda_compute there
+// through kCudaFactorySymbol. Throws, saying why and what to do, when the
+// module or cuBLAS is missing, and in builds without CUDA.
+std::unique_ptr<transformer::Compute> load_cuda_compute(const LlamaConfig& config,
+                                                        const LlamaParams& params);
+inline constexpr char kCudaModuleFile[] = "libdscore_llama_cuda.so";
+inline constexpr char kCudaFactorySymbol[] = "dscore_llama_cuda_make_compute";
 
 }  // namespace dscore::llama

@@ -118,7 +118,7 @@ class Llama : public sdk::Instance {
       : Instance(host),
         config_(source.config),
         params_(config_, p.args()->seed),
-        compute_(config_.device == "cuda" ? make_cuda_compute(config_, params_)
+        compute_(config_.device == "cuda" ? load_cuda_compute(config_, params_)
                                           : make_cpu_compute(config_, params_, host)) {
     if (source.folder)
       weights_ = std::make_unique<LlamaWeights>(std::move(source.folder), params_.description());

@@ -15,6 +15,7 @@
 
 #include <dscore/cpp/counter_rng.hpp>
 #include "mlp_math.h"
+#include "pass_buffers.h"
 #include "teacher.h"
 
 namespace dscore::mlp {
@@ -33,26 +34,6 @@ constexpr const char kParamsSchema[] = R"json({
   "teacher_seed": {"type": "int", "default": 1234, "min": 0,
                    "doc": "seed of the fixed random network that synthetic_batch's targets come from"}
 })json";
-
-// The elements of a float tensor as fp32: the tensor's own memory when it
-// is fp32, else a converted copy.
-class FloatData {
- public:
-  FloatData(const dscore_tensor* t, int64_t numel) {
-    if (t->dtype == DSCORE_DTYPE_F32) {
-      ptr_ = static_cast<const float*>(t->data);
-      return;
-    }
-    copy_.resize(static_cast<size_t>(numel));
-    for (int64_t i = 0; i < numel; ++i) copy_[i] = sdk::load_float(t, i);
-    ptr_ = copy_.data();
-  }
-  const float* data() const { return ptr_; }
-
- private:
-  const float* ptr_ = nullptr;
-  std::vector<float> copy_;
-};
 
 // An int parameter checked against its schema minimum (the host checks it
 // too; this keeps a bad value from reaching the allocations).
@@ -131,41 +112,33 @@ class Mlp : public sdk::Instance {
     }
   }
 
-  // Forward through all layers; returns the mean squared error when the
-  // batch has targets. Keeps pre-activations and activations for backward.
-  struct Trace {
-    std::vector<std::vector<float>> acts;  // acts[l]: (B, dims[l]); acts[L]: predictions
-    std::vector<std::vector<float>> pre;   // pre[l]: (B, dims[l+1]) before the activation
-  };
+  // Forward through all layers into `pass`; returns the mean squared error
+  // when the batch has targets.
   double run_forward(const dscore_batch* batch, const dscore_model_hooks* hooks, bool need_loss,
-                     Trace* trace) const {
-    check_batch(batch, need_loss);
+                     PassBuffers* pass) const {
     const int64_t B = batch->batch_size;
     const size_t L = layer_count();
-    trace->acts.assign(L + 1, {});
-    trace->pre.assign(L, {});
-    FloatData x(batch->tensors[0], B * input_dim_);
-    trace->acts[0].assign(x.data(), x.data() + B * input_dim_);
+    pass->set_input(batch->tensors[0]);
     for (size_t l = 0; l < L; ++l) {
       const int64_t in = dims_[l], out = dims_[l + 1];
       sdk::AcquiredLayer layer(*hooks, l, DSCORE_ACQUIRE_FORWARD, 2);
       check_views(layer.views(), l, false);
-      FloatData w(layer.views().params[0], out * in), b(layer.views().params[1], out);
-      std::vector<float>& z = trace->pre[l];
-      z.resize(static_cast<size_t>(B * out));
-      linear_forward(trace->acts[l].data(), w.data(), b.data(), B, in, out, z.data());
+      const float* w = pass->fp32(layer.views().params[0], out * in, PassBuffers::kWeight);
+      const float* b = pass->fp32(layer.views().params[1], out, PassBuffers::kBias);
+      float* z = pass->pre(l);
+      linear_forward(pass->input(l), w, b, B, in, out, z);
       layer.release();
-      std::vector<float>& a = trace->acts[l + 1];
-      a = z;
-      if (l + 1 < L)
-        for (float& v : a) v = activate(activation_, v);
+      if (l + 1 < L) {
+        float* a = pass->activation(l + 1);
+        for (int64_t k = 0; k < B * out; ++k) a[k] = activate(activation_, z[k]);
+      }
     }
     if (!need_loss) return 0.0;
-    FloatData y(batch->tensors[1], B * output_dim_);
-    const std::vector<float>& pred = trace->acts[L];
+    const float* y = pass->fp32(batch->tensors[1], B * output_dim_, PassBuffers::kTargets);
+    const float* pred = pass->input(L);
     double sum = 0;
     for (int64_t k = 0; k < B * output_dim_; ++k) {
-      double d = static_cast<double>(pred[k]) - y.data()[k];
+      double d = static_cast<double>(pred[k]) - y[k];
       sum += d * d;
     }
     return sum / static_cast<double>(B * output_dim_);
@@ -177,52 +150,65 @@ class Mlp : public sdk::Instance {
     if (batch == nullptr) throw Error(DSCORE_INVALID_ARGUMENT, "the batch is NULL");
     if (output != nullptr)
       check_cpu_float(output, batch->batch_size * output_dim_, "forward output");
-    Trace t;
-    const double value = run_forward(batch, &hooks, loss != nullptr, &t);
+    check_batch(batch, loss != nullptr);
+    PassBuffers pass(dims_, batch->batch_size);
+    const double value = run_forward(batch, &hooks, loss != nullptr, &pass);
     if (loss != nullptr) *loss = value;
     if (output != nullptr) {
-      const std::vector<float>& pred = t.acts[layer_count()];
-      for (size_t k = 0; k < pred.size(); ++k)
-        sdk::store_float(output, static_cast<int64_t>(k), pred[k]);
+      const float* pred = pass.input(layer_count());
+      for (int64_t k = 0; k < batch->batch_size * output_dim_; ++k)
+        sdk::store_float(output, k, pred[k]);
     }
   }
 
   double forward_backward(const dscore_batch* batch, const dscore_model_hooks& hooks_ref,
                           double loss_scale) const {
     const dscore_model_hooks* hooks = &hooks_ref;
-    Trace t;
-    const double loss = run_forward(batch, hooks, true, &t);
+    check_batch(batch, true);
     const int64_t B = batch->batch_size;
     const size_t L = layer_count();
+    PassBuffers pass(dims_, B);
+    const double loss = run_forward(batch, hooks, true, &pass);
+    pass.start_backward();
     // d(loss_scale * mean((pred - y)^2)) / d pred
-    FloatData y(batch->tensors[1], B * output_dim_);
+    const float* y = pass.fp32(batch->tensors[1], B * output_dim_, PassBuffers::kTargets);
+    const float* pred = pass.input(L);
     const float factor =
         static_cast<float>(2.0 * loss_scale / static_cast<double>(B * output_dim_));
-    std::vector<float> dz(static_cast<size_t>(B * output_dim_));
-    for (int64_t k = 0; k < B * output_dim_; ++k) dz[k] = factor * (t.acts[L][k] - y.data()[k]);
+    std::vector<float>& dz = pass.dz;
+    dz.resize(static_cast<size_t>(B * output_dim_));
+    for (int64_t k = 0; k < B * output_dim_; ++k) dz[k] = factor * (pred[k] - y[k]);
 
-    std::vector<float> gw, gb, da;
+    std::vector<float>&gw = pass.gw, &gb = pass.gb, &da = pass.da;
     for (size_t l = L; l-- > 0;) {
       const int64_t in = dims_[l], out = dims_[l + 1];
       sdk::AcquiredLayer layer(*hooks, l, DSCORE_ACQUIRE_BACKWARD, 2);
       check_views(layer.views(), l, true);
-      FloatData w(layer.views().params[0], out * in);
+      const float* w = pass.fp32(layer.views().params[0], out * in, PassBuffers::kWeight);
       gw.assign(static_cast<size_t>(out * in), 0.0f);
       gb.assign(static_cast<size_t>(out), 0.0f);
-      da.resize(static_cast<size_t>(B * in));
-      linear_backward(t.acts[l].data(), w.data(), dz.data(), B, in, out, gw.data(), gb.data(),
+      if (l > 0) da.resize(static_cast<size_t>(B * in));
+      linear_backward(pass.input(l), w, dz.data(), B, in, out, gw.data(), gb.data(),
                       l > 0 ? da.data() : nullptr);
       add_into(layer.views().grads[0], gw);
       add_into(layer.views().grads[1], gb);
       layer.grads_ready();
       layer.release();
       if (l > 0) {  // through the previous layer's activation
-        const std::vector<float>& z = t.pre[l - 1];
+        const float* z = pass.pre(l - 1);
         dz.resize(da.size());
         for (size_t k = 0; k < da.size(); ++k) dz[k] = da[k] * activate_grad(activation_, z[k]);
       }
     }
     return loss;
+  }
+
+  // Everything a forward_backward() allocates (PassSizes), counted with the
+  // fp32 copies 16-bit views need: an fp32 pass allocates that much less.
+  // The mlp has no activation checkpointing: the same either way.
+  uint64_t activation_bytes(int64_t micro_batch, bool /*checkpointing*/) const {
+    if (micro_batch < 1) throw Error(DSCORE_INVALID_ARGUMENT, "micro_batch must be >= 1");
+    return PassSizes(dims_, micro_batch).forward_backward_bytes(/*sixteen_bit_views=*/true);
   }
 
   size_t layer_count() const { return dims_.size() - 1; }
@@ -236,6 +222,14 @@ class Mlp : public sdk::Instance {
   }
   int64_t output_dim() const { return output_dim_; }
 
+  // What check_cpu_float checks, without the message.
+  static bool is_cpu_float(const dscore_tensor* t, int64_t numel) {
+    return t != nullptr && (t->data != nullptr || numel == 0) &&
+           (t->device_type == DSCORE_DEVICE_CPU || t->device_type == DSCORE_DEVICE_CUDA_HOST) &&
+           (t->dtype == DSCORE_DTYPE_F32 || t->dtype == DSCORE_DTYPE_BF16 ||
+            t->dtype == DSCORE_DTYPE_F16) &&
+           t->numel == numel && t->strides == nullptr;
+  }
   static void check_cpu_float(const dscore_tensor* t, int64_t numel, const std::string& what) {
     if (t == nullptr || (t->data == nullptr && numel > 0))
       throw Error(DSCORE_INVALID_ARGUMENT, what + " is NULL");
@@ -319,13 +313,16 @@ class Mlp : public sdk::Instance {
   }
 
   // Count and presence are checked by sdk::AcquiredLayer; here the shapes
-  // and dtypes.
+  // and dtypes. Names are built only for an error: a pass allocates nothing
+  // beyond its PassBuffers.
   void check_views(const dscore_layer_views& v, size_t l, bool backward) const {
     const int64_t numel[2] = {dims_[l + 1] * dims_[l], dims_[l + 1]};
     for (int k = 0; k < 2; ++k) {
-      const std::string name = layers_[l]->name + (k ? ".bias" : ".weight");
-      check_cpu_float(v.params[k], numel[k], "parameter " + name);
-      if (backward) check_cpu_float(v.grads[k], numel[k], "gradient of " + name);
+      auto name = [&] { return layers_[l]->name + (k ? ".bias" : ".weight"); };
+      if (!is_cpu_float(v.params[k], numel[k]))
+        check_cpu_float(v.params[k], numel[k], "parameter " + name());
+      if (backward && !is_cpu_float(v.grads[k], numel[k]))
+        check_cpu_float(v.grads[k], numel[k], "gradient of " + name());
     }
   }
 

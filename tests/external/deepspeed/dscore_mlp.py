@@ -143,7 +143,7 @@ class _LinearLoops(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, w, b):
-        # Parameters of any dtype are read as float32; activations stay float32 (mlp.cc FloatData).
+        # Parameters of any dtype are read as float32; activations stay float32 (plugins/models/mlp/pass_buffers.h).
         ctx.save_for_backward(x, w)
         return _forward_loops(x, w.float(), b.float())
 

@@ -1,4 +1,4 @@
-// make_cuda_compute (compute.h) in CUDA builds: the runner over the CUDA
+// make_cuda_compute (compute.h), in the CUDA module: the runner over the CUDA
 // backend, in bf16 or fp32 per the "cuda_dtype" param, on the current
 // device, once a device is known to be there.
 #include <cuda_bf16.h>

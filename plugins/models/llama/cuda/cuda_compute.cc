@@ -1,4 +1,4 @@
-// make_cuda_compute (compute.h) in CUDA builds: the llama runner over the
+// make_cuda_compute (compute.h), in the CUDA module: the llama runner over the
 // CUDA backend, in bf16 or fp32 per "cuda_dtype", once a device is known
 // to be there.
 #include <cuda_bf16.h>

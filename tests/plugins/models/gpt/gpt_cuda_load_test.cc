@@ -1,22 +1,23 @@
-// A CUDA build's gpt plugin without a GPU (not labelled `gpu`: it runs
-// everywhere): the library loads (cudart is static; no driver needed) and
-// "device": "cuda" fails at create with an error that says why and what to
-// do. On a machine with a GPU the second test skips: gpt_cuda_test covers it.
-#include <cuda_runtime_api.h>
+// A CUDA build's gpt plugin on any machine (not labelled `gpu`: it runs
+// everywhere): the library loads without CUDA libraries (it links none; the
+// CUDA compute is the module libdscore_gpt_cuda.so), a CPU model loads no
+// cuBLAS, "device": "cuda" without the module fails naming the module's
+// path, and with the module but without a GPU fails saying why and what to
+// do. On a machine with a GPU that last test skips: gpt_cuda_test covers it.
 #include <dscore/model.h>
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "tests/fakes/fake_host.h"
+#include "tests/plugins/models/transformer_common/cuda_load_checks.h"
 
+namespace dscore::transformer::testing {
 namespace {
 
-namespace fakes = dscore::testing;
-
-bool have_gpu() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+void tiny(fakes::CreateArgs& args) {
+  args.integer("n_layer", 1).integer("n_head", 2).integer("n_embd", 16).integer("block_size", 8);
+  args.integer("vocab_size", 32);
 }
 
 TEST(GptCudaLoad, PluginLoadsAndOffersTheCudaDevice) {
@@ -26,20 +27,18 @@ TEST(GptCudaLoad, PluginLoadsAndOffersTheCudaDevice) {
   EXPECT_NE(std::string(d->params_schema).find("\"cuda\""), std::string::npos);
 }
 
+TEST(GptCudaLoad, CpuModelLoadsNoCublas) {
+  expect_cpu_model_loads_no_cublas(DSCORE_GPT_PLUGIN, "gpt", tiny);
+}
+
+TEST(GptCudaLoad, CudaDeviceWithoutTheModuleNamesIt) {
+  expect_missing_module_error(DSCORE_GPT_PLUGIN, "gpt", "libdscore_gpt_cuda.so", tiny);
+}
+
 TEST(GptCudaLoad, CudaDeviceWithoutGpuIsAClearError) {
   if (have_gpu()) GTEST_SKIP() << "a CUDA device is visible: gpt_cuda_test runs the cuda path";
-  fakes::TestPluginLibrary lib(DSCORE_GPT_PLUGIN);
-  const auto* vt = lib.vtable<dscore_model_vtable>(DSCORE_KIND_MODEL, "gpt");
-  fakes::CreateArgs args = fakes::CreateArgs::with_defaults(lib.find(DSCORE_KIND_MODEL, "gpt"));
-  args.integer("n_layer", 1).integer("n_head", 2).integer("n_embd", 16).integer("block_size", 8);
-  args.integer("vocab_size", 32).string("device", "cuda");
-  dscore_model* model = nullptr;
-  EXPECT_EQ(vt->create(args.get(), &model), DSCORE_UNAVAILABLE);
-  EXPECT_EQ(model, nullptr);
-  const std::string error = fakes::FakeHost::instance().last_error();
-  EXPECT_NE(error.find("\"device\": \"cuda\" but no CUDA device is visible"), std::string::npos)
-      << error;
-  EXPECT_NE(error.find("\"device\": \"cpu\""), std::string::npos) << error;
+  expect_no_device_error(DSCORE_GPT_PLUGIN, "gpt", tiny);
 }
 
 }  // namespace
+}  // namespace dscore::transformer::testing

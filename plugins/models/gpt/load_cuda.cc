@@ -1,0 +1,32 @@
+// load_cuda_compute (compute.h): the gpt plugin's way to its CUDA module,
+// libdscore_gpt_cuda.so in the cuda/ folder beside the plugin, loaded only
+// when a model is created with "device": "cuda". Builds without CUDA have
+// no module and say so.
+#include <memory>
+#include <string>
+
+#include "../transformer_common/cuda_module.h"
+#include "compute.h"
+
+namespace dscore::gpt {
+
+std::unique_ptr<GptCompute> load_cuda_compute(const GptConfig& config, const GptParams& params) {
+#ifdef DSCORE_GPT_WITH_CUDA
+  const std::string path = transformer::cuda_module_path(kCudaModuleFile);
+  transformer::CudaModuleRequest request;
+  request.config_size = sizeof config;
+  request.params_size = sizeof params;
+  request.config = &config;
+  request.params = &params;
+  return transformer::call_cuda_module(
+      transformer::load_cuda_module("gpt", path, kCudaFactorySymbol), request);
+#else
+  (void)config;
+  (void)params;
+  throw sdk::Error(DSCORE_UNIMPLEMENTED,
+                   "gpt: \"device\": \"cuda\" needs a dscore built with CUDA (DSCORE_WITH_CUDA); "
+                   "this build computes on the CPU only: set \"device\": \"cpu\"");
+#endif
+}
+
+}  // namespace dscore::gpt
