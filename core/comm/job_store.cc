@@ -49,8 +49,8 @@ Result<TcpKvOptions> options_from_env(const JobEnv& job, int64_t timeout_ms) {
         "this job's " + std::to_string(job.world_size) + " ranks are separate processes (" +
         job.launcher +
         "), and a plugin needs the job's key-value store (the nccl backend passes its unique id "
-        "through it), which rank 0 serves at MASTER_ADDR:MASTER_PORT; " + unset +
-        " not set. Give every rank both, e.g. " + how_to_set(job.launcher) +
+        "through it), which rank 0 serves at MASTER_ADDR:MASTER_PORT; " +
+        unset + " not set. Give every rank both, e.g. " + how_to_set(job.launcher) +
         " (`dscore run -n N` and torchrun set them themselves)");
   }
   TcpKvOptions options;
@@ -66,8 +66,9 @@ Result<TcpKvOptions> options_from_env(const JobEnv& job, int64_t timeout_ms) {
     // torchrun's agent holds torch's TCPStore on MASTER_PORT.
     if (env_or_empty("TORCHELASTIC_USE_AGENT_STORE") == "True") {
       if (options.port == 65535)
-        return invalid_argument("MASTER_PORT=65535 under torchrun leaves no port for dscore's "
-                                "key-value store (MASTER_PORT + 1): set DSCORE_KV_PORT");
+        return invalid_argument(
+            "MASTER_PORT=65535 under torchrun leaves no port for dscore's "
+            "key-value store (MASTER_PORT + 1): set DSCORE_KV_PORT");
       options.port += 1;
     }
   }

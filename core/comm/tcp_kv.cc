@@ -116,9 +116,9 @@ Result<Fd> TcpKv::connect(Clock::time_point deadline, bool retry_refused) {
       const std::string_view text = r.rest();
       if (code != DSCORE_OK) {
         ::freeaddrinfo(found);
-        return Status(static_cast<dscore_status>(code),
-                      where + " refused rank " + std::to_string(options_.rank) + ": " +
-                          std::string(text));
+        return Status(
+            static_cast<dscore_status>(code),
+            where + " refused rank " + std::to_string(options_.rank) + ": " + std::string(text));
       }
       if (text != tcp_kv::kMagic) {
         last_error = "connected, but what answered is not a dscore key-value store";
@@ -197,8 +197,8 @@ Status TcpKv::set(const std::string& key, std::string value) {
   if (key.size() > tcp_kv::kMaxKey || value.size() > kMaxValue)
     return invalid_argument("kv_set '" + key.substr(0, 100) + "': the store takes keys up to " +
                             std::to_string(tcp_kv::kMaxKey) + " bytes and values up to " +
-                            std::to_string(kMaxValue) + " bytes (this value: " +
-                            std::to_string(value.size()) + ")");
+                            std::to_string(kMaxValue) +
+                            " bytes (this value: " + std::to_string(value.size()) + ")");
   std::string request(1, static_cast<char>(tcp_kv::kSet));
   tcp_kv::put_str(&request, key);
   request += value;
@@ -218,7 +218,8 @@ Result<std::string> TcpKv::get(const std::string& key, int64_t timeout_ms) {
   tcp_kv::put_str(&request, key);
   const Clock::time_point deadline =
       timeout_ms < 0 ? Clock::time_point::max() : after(timeout_ms) + kGrace;
-  DSCORE_ASSIGN_OR_RETURN(auto answer, exchange(request, deadline, "the wait for key '" + key + "'"));
+  DSCORE_ASSIGN_OR_RETURN(auto answer,
+                          exchange(request, deadline, "the wait for key '" + key + "'"));
   switch (answer.first) {
     case DSCORE_OK:
       return std::move(answer.second);
@@ -238,7 +239,8 @@ Result<std::string> TcpKv::get(const std::string& key, int64_t timeout_ms) {
 
 Result<int> pick_free_port() {
   Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd.valid()) return Status(DSCORE_UNAVAILABLE, std::string("socket: ") + std::strerror(errno));
+  if (!fd.valid())
+    return Status(DSCORE_UNAVAILABLE, std::string("socket: ") + std::strerror(errno));
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);

@@ -182,6 +182,7 @@ void Server::State::accept_all() {
 
 void Server::State::read_from(uint64_t id, Conn& c) {
   char buffer[1 << 16];
+  bool closed = false;  // the peer closed or reset: after its last frames
   for (;;) {
     const ssize_t n = ::recv(c.fd.get(), buffer, sizeof buffer, MSG_DONTWAIT);
     if (n > 0) {
@@ -189,8 +190,8 @@ void Server::State::read_from(uint64_t id, Conn& c) {
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-    return drop(id, c, /*failed_rank=*/true);  // closed or reset
+    closed = !(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+    break;
   }
   size_t pos = 0;
   while (!c.closing && c.in.size() - pos >= 4) {
@@ -202,6 +203,8 @@ void Server::State::read_from(uint64_t id, Conn& c) {
     pos += 4 + size;
   }
   c.in.erase(0, pos);
+  // Without a BYE first (drop checks), the rank failed.
+  if (closed && !c.closing) drop(id, c, /*failed_rank=*/true);
 }
 
 void Server::State::handle(uint64_t id, Conn& c, std::string_view payload) {
@@ -323,8 +326,7 @@ int Server::State::poll_timeout() const {
   Clock::time_point next = Clock::time_point::max();
   for (const Waiter& w : waiters) next = std::min(next, w.deadline);
   if (next == Clock::time_point::max()) return -1;
-  const auto ms =
-      std::chrono::ceil<std::chrono::milliseconds>(next - Clock::now()).count();
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(next - Clock::now()).count();
   return static_cast<int>(std::clamp<int64_t>(ms, 0, 1 << 30));
 }
 

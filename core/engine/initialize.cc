@@ -74,6 +74,7 @@ Result<std::unique_ptr<Engine>> build_engine(const Setup& setup, std::unique_ptr
   DSCORE_CHECK(setup.loaded.ok(), "build_engine on a config with errors");
   const config::TrainingConfig& cfg = *setup.loaded.config;
   const PluginSelection& selection = setup.selection;
+  set_log_rank(setup.job.rank, setup.job.world_size);
   // One host context for everything this engine creates. Its store: the
   // caller's (ranks as threads), else the job's across processes (several
   // ranks; opened on first use), else one of its own.
@@ -86,7 +87,6 @@ Result<std::unique_ptr<Engine>> build_engine(const Setup& setup, std::unique_ptr
   context.world_size = setup.job.world_size;
   context.local_rank = setup.job.local_rank;
   context.host = host;
-  set_log_rank(setup.job.rank, setup.job.world_size);
 
   // The communicator first: creating it is the job's first collective.
   DSCORE_ASSIGN_OR_RETURN(auto communicator, comm::Communicator::create(*setup.registry, cfg.comm,

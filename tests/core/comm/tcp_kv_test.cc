@@ -150,9 +150,11 @@ TEST(TcpKv, ManyKeysAndConcurrentCallsOnOneStore) {
       }
       return wrong;
     }));
-  for (int k = 0; k < kKeys; ++k) ASSERT_TRUE(rank1->set("k" + std::to_string(k), std::to_string(k * k)).ok());
+  for (int k = 0; k < kKeys; ++k)
+    ASSERT_TRUE(rank1->set("k" + std::to_string(k), std::to_string(k * k)).ok());
   for (auto& r : readers) EXPECT_EQ(r.get(), 0);
-  for (int k = 0; k < kKeys; ++k) EXPECT_EQ(*rank0->get("k" + std::to_string(k), 0), std::to_string(k * k));
+  for (int k = 0; k < kKeys; ++k)
+    EXPECT_EQ(*rank0->get("k" + std::to_string(k), 0), std::to_string(k * k));
 }
 
 TEST(TcpKv, DeadlineNamesTheKeyTheStoreAndTheMissingRanks) {
@@ -210,6 +212,25 @@ TEST(TcpKv, RankThatVanishesEndsWaitsWithUnavailableNamingIt) {
   EXPECT_EQ(rank1->get("other", 60000).status().code(), DSCORE_UNAVAILABLE);
 }
 
+TEST(TcpKv, RanksThatCloseTheirStoreAreNotFailures) {
+  // A rank done with the store says BYE as it closes (often in the same
+  // packet as the close itself): the others' waits go on.
+  auto rank0 = open_rank(0, 3, 0);
+  auto rank1 = open_rank(1, 3, rank0->port());
+  for (int round = 0; round < 20; ++round) {
+    const std::string key = "later." + std::to_string(round);
+    auto waiting = std::async(std::launch::async, [&] { return rank1->get(key, 10000); });
+    {
+      auto rank2 = open_rank(2, 3, rank0->port());
+      ASSERT_TRUE(rank2->set("from.2." + std::to_string(round), "x").ok());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_TRUE(rank0->set(key, "v").ok());
+    Result<std::string> v = waiting.get();
+    ASSERT_TRUE(v.ok()) << v.status().message();
+  }
+}
+
 TEST(TcpKv, RanksRetryUntilRankZeroServes) {
   Result<int> port = pick_free_port();
   ASSERT_TRUE(port.ok()) << port.status().message();
@@ -231,9 +252,10 @@ TEST(TcpKv, NothingListeningNamesMasterAddrAndPort) {
   EXPECT_GE(ms_since(start), 290);
   ASSERT_EQ(kv.status().code(), DSCORE_UNAVAILABLE);
   const std::string& m = kv.status().message();
-  EXPECT_CONTAINS(m, "rank 1 could not reach the job's key-value store at "
-                           "MASTER_ADDR:MASTER_PORT = 127.0.0.1:" +
-                           std::to_string(*port) + " within 300 ms");
+  EXPECT_CONTAINS(m,
+                  "rank 1 could not reach the job's key-value store at "
+                  "MASTER_ADDR:MASTER_PORT = 127.0.0.1:" +
+                      std::to_string(*port) + " within 300 ms");
   EXPECT_CONTAINS(m, "refused");
   EXPECT_CONTAINS(m, "check that rank 0 is running");
 }
@@ -242,8 +264,9 @@ TEST(TcpKv, PortInUseIsAClearError) {
   auto first = open_rank(0, 2, 0);
   auto second = try_open(0, 2, first->port(), 1000);
   ASSERT_EQ(second.status().code(), DSCORE_UNAVAILABLE);
-  EXPECT_CONTAINS(second.status().message(), "rank 0 cannot serve the job's key-value store on port " +
-                        std::to_string(first->port()) + " (MASTER_PORT");
+  EXPECT_CONTAINS(second.status().message(),
+                  "rank 0 cannot serve the job's key-value store on port " +
+                      std::to_string(first->port()) + " (MASTER_PORT");
   EXPECT_CONTAINS(second.status().message(), "in use");
   EXPECT_CONTAINS(second.status().message(), "set MASTER_PORT to a free port");
 }
@@ -252,8 +275,9 @@ TEST(TcpKv, RanksOfAnotherWorldSizeAreRefused) {
   auto rank0 = open_rank(0, 2, 0);
   auto stray = try_open(1, 3, rank0->port(), 2000);
   ASSERT_EQ(stray.status().code(), DSCORE_INVALID_ARGUMENT);
-  EXPECT_CONTAINS(stray.status().message(), "rank 1 of a world of 3 reached the store of a "
-                                                  "job of 2 ranks");
+  EXPECT_CONTAINS(stray.status().message(),
+                  "rank 1 of a world of 3 reached the store of a "
+                  "job of 2 ranks");
 }
 
 TEST(TcpKv, SomethingElseOnThePortIsNamed) {
