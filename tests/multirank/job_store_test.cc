@@ -13,7 +13,7 @@ namespace dscore::testing {
 namespace {
 
 std::vector<std::string> mpirun(int ranks, const std::vector<std::string>& exports) {
-  std::vector<std::string> argv = {MPIRUN, "-n", std::to_string(ranks), "--oversubscribe",
+  std::vector<std::string> argv = {MPIRUN,      "-n",  std::to_string(ranks), "--oversubscribe",
                                    "--bind-to", "none"};
   if (geteuid() == 0) argv.push_back("--allow-run-as-root");
   for (const std::string& e : exports) {
@@ -40,7 +40,8 @@ TEST(JobStoreUnderMpirun, EveryRankReadsEveryOtherRanksKey) {
       mpirun(3, {"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(*port)}), options());
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   for (int rank = 0; rank < 3; ++rank)
-    EXPECT_EQ(lines_starting_with(r.out, "rank " + std::to_string(rank) + " read 3 keys").size(), 1u)
+    EXPECT_EQ(lines_starting_with(r.out, "rank " + std::to_string(rank) + " read 3 keys").size(),
+              1u)
         << r.describe();
 }
 

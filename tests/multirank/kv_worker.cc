@@ -30,7 +30,8 @@ int main() {
   auto kv = comm::make_job_kv(*job, 60000);
   if (kv == nullptr) return fail(Status(DSCORE_INTERNAL, "a job of one rank has no job store"));
   const int rank = job->rank, world = job->world_size;
-  if (Status st = kv->set("rank." + std::to_string(rank), value_of(rank)); !st.ok()) return fail(st);
+  if (Status st = kv->set("rank." + std::to_string(rank), value_of(rank)); !st.ok())
+    return fail(st);
   int read = 0;
   for (int peer = 0; peer < world; ++peer) {
     Result<std::string> v = kv->get("rank." + std::to_string(peer), 60000);
