@@ -23,8 +23,11 @@ namespace {
 constexpr auto kGrace = std::chrono::seconds(10);  // past a GET's own deadline
 constexpr size_t kMaxValue = 256u << 20;
 
+// `ms` from now; no deadline for < 0 or past a century (no overflow).
 Clock::time_point after(int64_t ms) {
-  return ms < 0 ? Clock::time_point::max() : Clock::now() + std::chrono::milliseconds(ms);
+  constexpr int64_t kCentury = int64_t{100} * 365 * 24 * 3600 * 1000;
+  return ms < 0 || ms > kCentury ? Clock::time_point::max()
+                                 : Clock::now() + std::chrono::milliseconds(ms);
 }
 
 // One non-blocking connect to `a` bounded by `deadline`; errno-style text
@@ -216,8 +219,8 @@ Result<std::string> TcpKv::get(const std::string& key, int64_t timeout_ms) {
   std::string request(1, static_cast<char>(tcp_kv::kGet));
   tcp_kv::put_u64(&request, static_cast<uint64_t>(timeout_ms));
   tcp_kv::put_str(&request, key);
-  const Clock::time_point deadline =
-      timeout_ms < 0 ? Clock::time_point::max() : after(timeout_ms) + kGrace;
+  Clock::time_point deadline = after(timeout_ms);
+  if (deadline != Clock::time_point::max()) deadline += kGrace;
   DSCORE_ASSIGN_OR_RETURN(auto answer,
                           exchange(request, deadline, "the wait for key '" + key + "'"));
   switch (answer.first) {

@@ -273,9 +273,11 @@ void Server::State::handle_get(uint64_t id, Conn& c, Reader& r) {
   } else if (timeout == 0) {
     c.out += frame(reply(DSCORE_DEADLINE_EXCEEDED, ranks_text()));
   } else {
+    // < 0, or past a century: no deadline (and no overflow).
     const auto ms = static_cast<int64_t>(timeout);
-    const Clock::time_point deadline =
-        ms < 0 ? Clock::time_point::max() : Clock::now() + std::chrono::milliseconds(ms);
+    const Clock::time_point deadline = ms < 0 || ms > int64_t{100} * 365 * 24 * 3600 * 1000
+                                           ? Clock::time_point::max()
+                                           : Clock::now() + std::chrono::milliseconds(ms);
     waiters.push_back({id, std::move(key), deadline});
   }
 }

@@ -172,6 +172,12 @@ TEST(TcpKv, DeadlineNamesTheKeyTheStoreAndTheMissingRanks) {
   EXPECT_CONTAINS(m, "2 of 3 ranks have connected to it; not yet: 2");
   // Timeout 0 only looks.
   EXPECT_EQ(rank1->get("absent", 0).status().code(), DSCORE_DEADLINE_EXCEEDED);
+  // A huge timeout is no timeout, not an overflow that ends the wait at once.
+  auto waiting =
+      std::async(std::launch::async, [&] { return rank1->get("eventually", INT64_MAX); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(rank0->set("eventually", "yes").ok());
+  EXPECT_EQ(*waiting.get(), "yes");
 }
 
 TEST(TcpKv, ServerGoneEndsWaitsWithUnavailable) {
