@@ -7,6 +7,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/comm/tcp_kv.h"
+
 namespace dscore::comm {
 
 Status exec_under_mpirun(int ranks, const std::vector<std::string>& args) {
@@ -20,6 +22,17 @@ Status exec_under_mpirun(int ranks, const std::vector<std::string>& args) {
                                    // (pinned oversubscribed ranks would share one core).
                                    "--oversubscribe", "--bind-to", "none"};
   if (geteuid() == 0) argv.push_back("--allow-run-as-root");
+  // Where rank 0 serves the job's key-value store (job_store.h), unless the
+  // user chose: this host and a port free now.
+  if (std::getenv("MASTER_ADDR") == nullptr) setenv("MASTER_ADDR", "127.0.0.1", 1);
+  if (std::getenv("MASTER_PORT") == nullptr) {
+    DSCORE_ASSIGN_OR_RETURN(int port, pick_free_port());
+    setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+  }
+  for (const char* name : {"MASTER_ADDR", "MASTER_PORT"}) {
+    argv.push_back("-x");
+    argv.push_back(name);
+  }
   argv.push_back(self);
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<char*> c_argv;

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/base/logging.h"
+#include "core/comm/job_store.h"
 #include "core/device/select.h"
 
 namespace dscore {
@@ -73,15 +74,19 @@ Result<std::unique_ptr<Engine>> build_engine(const Setup& setup, std::unique_ptr
   DSCORE_CHECK(setup.loaded.ok(), "build_engine on a config with errors");
   const config::TrainingConfig& cfg = *setup.loaded.config;
   const PluginSelection& selection = setup.selection;
-  // One host context for everything this engine creates.
-  auto host = std::make_shared<plugin_host::HostContext>(setup.options.kv_store);
+  set_log_rank(setup.job.rank, setup.job.world_size);
+  // One host context for everything this engine creates. Its store: the
+  // caller's (ranks as threads), else the job's across processes (several
+  // ranks; opened on first use), else one of its own.
+  auto host = std::make_shared<plugin_host::HostContext>(
+      setup.options.kv_store ? setup.options.kv_store
+                             : comm::make_job_kv(setup.job, cfg.comm.timeout_ms));
   plugin_host::InstanceContext context;
   context.seed = cfg.seed;
   context.rank = setup.job.rank;
   context.world_size = setup.job.world_size;
   context.local_rank = setup.job.local_rank;
   context.host = host;
-  set_log_rank(setup.job.rank, setup.job.world_size);
 
   // The communicator first: creating it is the job's first collective.
   DSCORE_ASSIGN_OR_RETURN(auto communicator, comm::Communicator::create(*setup.registry, cfg.comm,

@@ -29,8 +29,9 @@ struct InitializeOptions {
   // is then optional and ignored.
   bool own_model = false;
   // The job's key-value store, shared by every rank that lives in this
-  // process (ranks as threads, e.g. the loopback comm backend); nullptr: a
-  // store of this engine's own.
+  // process (ranks as threads, e.g. the loopback comm backend); nullptr:
+  // the job's TCP store at MASTER_ADDR:MASTER_PORT when the job has several
+  // ranks (core/comm/job_store.h), else a store of this engine's own.
   std::shared_ptr<plugin_host::KvBackend> kv_store;
   // Keys of DeepSpeed features dscore does not implement become warnings
   // (notices starting "warning: ") instead of errors, and training runs

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -26,11 +27,27 @@ namespace {
 
 using sdk::Error;
 
-// What rank 0 publishes: the exchange, kept alive until every rank joined.
+// The exchange, kept alive until every rank joined.
 struct Invitation {
   std::shared_ptr<Exchange> exchange;
   std::atomic<int> joined{0};
 };
+
+// What rank 0 publishes: the invitation's address, valid in this process
+// only, and this process's token, so that a rank in another process (a job
+// store that spans processes) refuses it instead of following the pointer.
+struct Published {
+  uint64_t process;
+  Invitation* invitation;
+};
+
+uint64_t process_token() {
+  static const uint64_t token = [] {
+    std::random_device seed;
+    return (static_cast<uint64_t>(seed()) << 32) ^ seed();
+  }();
+  return token;
+}
 
 size_t element_size(const dscore_tensor* t) { return sdk::dtype_size(t->dtype); }
 
@@ -157,11 +174,11 @@ class LoopbackComm : public sdk::Instance {
     if (api->kv_get(ctx, count_key.c_str(), &n, sizeof n, &size, 0) != DSCORE_OK) n = 0;
     sdk::check(api->kv_set(ctx, count_key.c_str(), &(++n), sizeof n));
     const std::string key = "dscore.loopback.exchange." + std::to_string(n);
-    Invitation* invitation = nullptr;
+    Published published{process_token(), nullptr};
     if (rank_ == 0) {
-      invitation = new Invitation{std::make_shared<Exchange>(world), {}};
-      sdk::check(api->kv_set(ctx, key.c_str(), &invitation, sizeof invitation));
-    } else if (api->kv_get(ctx, key.c_str(), &invitation, sizeof invitation, &size, timeout_ms_) !=
+      published.invitation = new Invitation{std::make_shared<Exchange>(world), {}};
+      sdk::check(api->kv_set(ctx, key.c_str(), &published, sizeof published));
+    } else if (api->kv_get(ctx, key.c_str(), &published, sizeof published, &size, timeout_ms_) !=
                DSCORE_OK) {
       throw Error(DSCORE_DEADLINE_EXCEEDED,
                   "loopback rank " + std::to_string(rank_) +
@@ -170,6 +187,13 @@ class LoopbackComm : public sdk::Instance {
                       "whose engines share one key-value store (InitializeOptions::kv_store); for "
                       "ranks in separate processes use \"comm\": {\"backend\": \"mpi\"}");
     }
+    if (rank_ != 0 && (size != sizeof published || published.process != process_token()))
+      throw Error(DSCORE_FAILED_PRECONDITION,
+                  "loopback rank " + std::to_string(rank_) +
+                      ": rank 0 runs in another process. The loopback backend runs the ranks of a "
+                      "job as threads of one process; for ranks in separate processes use "
+                      "\"comm\": {\"backend\": \"mpi\"}");
+    Invitation* invitation = published.invitation;
     std::shared_ptr<Exchange> exchange = invitation->exchange;
     if (++invitation->joined == world) delete invitation;
     return exchange;

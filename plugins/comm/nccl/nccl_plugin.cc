@@ -9,9 +9,10 @@
 // key-value store (host->kv_set on the instance's context); the other ranks
 // read it (host->kv_get, waiting up to timeout_ms). The n-th nccl
 // communicator a rank creates meets under key n, as every rank creates its
-// communicators in the same order (comm.h ORDERING). ABI 1.0 hosts share
-// that store between the ranks of one process only; ranks in separate
-// processes need a host whose store spans them (see docs/gpu.md).
+// communicators in the same order (comm.h ORDERING). dscore's host shares
+// that store between the ranks of one process (ranks as threads), and for
+// ranks in separate processes serves it over TCP from rank 0 at
+// MASTER_ADDR:MASTER_PORT (see docs/gpu.md).
 //
 // GROUPS OF COLLECTIVES. NCCL fuses calls made between ncclGroupStart and
 // ncclGroupEnd on one thread into one launch. ABI 1.0's comm vtable has no
@@ -182,15 +183,16 @@ class NcclBackend : public sdk::Instance {
                                             ncclGetLastError(nullptr) +
                                             "); check the network interfaces (NCCL_SOCKET_IFNAME)");
       sdk::check(api->kv_set(ctx, key.c_str(), &id, sizeof id));
-    } else if (api->kv_get(ctx, key.c_str(), &id, sizeof id, &size, m_.timeout_ms) != DSCORE_OK ||
-               size != sizeof id) {
-      throw Error(DSCORE_DEADLINE_EXCEEDED,
-                  "nccl: rank " + std::to_string(m_.rank) +
-                      " did not receive rank 0's NCCL unique id within " +
-                      std::to_string(m_.timeout_ms) +
-                      " ms. The id travels through the job's key-value store, which this host "
-                      "shares between the ranks of one process only; ranks in separate processes "
-                      "need a store that spans them (docs/gpu.md)");
+    } else {
+      // The store's own message (the key, the store's address, the ranks
+      // that never connected) reaches the user unchanged.
+      sdk::check(api->kv_get(ctx, key.c_str(), &id, sizeof id, &size, m_.timeout_ms));
+      if (size != sizeof id)
+        throw Error(DSCORE_DATA_LOSS, "nccl: rank " + std::to_string(m_.rank) + " received " +
+                                          std::to_string(size) + " bytes under '" + key +
+                                          "' where rank 0's NCCL unique id (" +
+                                          std::to_string(sizeof id) +
+                                          " bytes) belongs: the ranks do not all run this plugin");
     }
     return id;
   }

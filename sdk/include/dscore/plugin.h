@@ -264,9 +264,11 @@ typedef struct dscore_host_api {
    * bytes under `key`; kv_get blocks up to timeout_ms for the key, copies at
    * most `capacity` bytes into `buffer` and stores the value's full size in
    * *size. DEADLINE_EXCEEDED on timeout; UNAVAILABLE when the job has no
-   * store. PROVISIONAL beyond one process: ABI 1.0 hosts share the store
-   * between the ranks of one process (ranks as threads); a store spanning
-   * processes arrives with the NCCL backend. */
+   * store or a rank holding it went away. The store spans the whole job:
+   * the ranks of one process (ranks as threads) share one in memory, and
+   * ranks in separate processes one that rank 0 serves over TCP at
+   * MASTER_ADDR:MASTER_PORT (hosts of ABI 1.2 on; 1.0 and 1.1 hosts span
+   * one process only). Values are arbitrary bytes. */
   dscore_status (*kv_set)(dscore_host_context* ctx, const char* key, const void* value,
                           size_t size);
   dscore_status (*kv_get)(dscore_host_context* ctx, const char* key, void* buffer, size_t capacity,

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <numeric>
 #include <regex>
 
@@ -339,6 +340,48 @@ TEST(CliRun, NvmeOffloadWithTooFewBuffersIsAConfigErrorNamingBufferCount) {
             std::string::npos)
       << r.describe();
   EXPECT_EQ(lines_starting_with(r.out, "step ").size(), 0u) << "no training happened";
+}
+
+TEST(CliRun, TwoRanksGetMasterAddrAndPortForTheJobsKeyValueStore) {
+  // `-n 2` gives its ranks MASTER_ADDR=127.0.0.1 and a free MASTER_PORT: both
+  // ranks name the same store (core/comm/job_store.h).
+  TempDir dir("dscore_cli_run");
+  MlpRunConfig cfg;
+  const fs::path config = dir.write("ds_config.json", cfg.text());
+  ProcessOptions options;
+  options.env = mpi_test_env();
+  options.env["DSCORE_LOG_LEVEL"] = "debug";
+  options.env["MASTER_ADDR"] = std::nullopt;
+  options.env["MASTER_PORT"] = std::nullopt;
+  ProcessResult r =
+      run_dscore({"run", "--config", config.string(), "-n", "2", "--steps", "1"}, options);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const std::regex line(
+      R"(\[dscore rank ([01])\] debug: job key-value store: 127\.0\.0\.1:(\d+) )");
+  std::map<std::string, std::string> port_of_rank;
+  for (std::sregex_iterator it(r.err.begin(), r.err.end(), line), end; it != end; ++it)
+    port_of_rank[(*it)[1]] = (*it)[2];
+  ASSERT_EQ(port_of_rank.size(), 2u) << r.err;
+  EXPECT_EQ(port_of_rank["0"], port_of_rank["1"]);
+  EXPECT_NE(std::stoi(port_of_rank["0"]), 0);
+}
+
+TEST(CliRun, LoopbackRanksInSeparateProcessesAreRefusedNotFollowed) {
+  // The job's store now carries rank 0's value to rank 1's process; the
+  // loopback backend (ranks as threads) must refuse what it receives there.
+  TempDir dir("dscore_cli_run");
+  MlpRunConfig cfg;
+  cfg.extra = R"("comm": {"backend": "loopback", "timeout_ms": 5000})";
+  const fs::path config = dir.write("ds_config.json", cfg.text());
+  ProcessOptions options;
+  options.env = mpi_test_env();
+  options.env["MASTER_ADDR"] = std::nullopt;
+  options.env["MASTER_PORT"] = std::nullopt;
+  ProcessResult r =
+      run_dscore({"run", "--config", config.string(), "-n", "2", "--steps", "1"}, options);
+  EXPECT_TRUE(r.exited() && r.exit_code != 0) << r.describe();
+  EXPECT_NE(r.err.find("loopback rank 1: rank 0 runs in another process"), std::string::npos)
+      << r.describe();
 }
 
 TEST(CliRun, Fp16TrainsAndLogsTheLossScale) {

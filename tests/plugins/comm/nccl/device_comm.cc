@@ -3,13 +3,7 @@
 
 #include <dscore/cpp/dtype.hpp>
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <chrono>
-#include <fstream>
-#include <sstream>
-#include <thread>
 #include <vector>
 
 #include "core/config/json.h"
@@ -33,36 +27,6 @@ size_t bytes_of(const CommBuffer& b) {
 int cuda_device_count() {
   int count = 0;
   return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
-}
-
-Status DirectoryKv::set(const std::string& key, std::string value) {
-  const std::filesystem::path tmp = dir_ / (key + ".tmp." + std::to_string(getpid()));
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out.write(value.data(), static_cast<std::streamsize>(value.size()));
-    if (!out) return Status(DSCORE_UNAVAILABLE, "cannot write " + tmp.string());
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, dir_ / key, ec);
-  return ec ? Status(DSCORE_UNAVAILABLE, "cannot publish " + key + ": " + ec.message())
-            : Status::Ok();
-}
-
-Result<std::string> DirectoryKv::get(const std::string& key, int64_t timeout_ms) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  for (;;) {
-    std::ifstream in(dir_ / key, std::ios::binary);
-    if (in) {
-      std::ostringstream all;
-      all << in.rdbuf();
-      return all.str();
-    }
-    if (timeout_ms >= 0 && std::chrono::steady_clock::now() > deadline)
-      return Status(DSCORE_DEADLINE_EXCEEDED, "key '" + key + "' was not published in " +
-                                                  dir_.string() + " within " +
-                                                  std::to_string(timeout_ms) + " ms");
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
 }
 
 Result<std::unique_ptr<plugin_host::CommInstance>> create_nccl(

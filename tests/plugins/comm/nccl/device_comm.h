@@ -2,14 +2,13 @@
 // plugin registry (plugin_host::CommInstance, the ABI path), and a
 // CheckedComm (tests/multirank/collective_checks.h) that stages the checks'
 // host buffers in GPU memory around every call, passing a CUDA stream of its
-// own and synchronising it afterwards. A DirectoryKv lets ranks in separate
-// processes of one machine share the key-value store the plugin bootstraps
-// through (the host's own store spans one process only).
+// own and synchronising it afterwards. Ranks in separate processes share
+// the job's key-value store at MASTER_ADDR:MASTER_PORT
+// (core/comm/job_store.h), as under the engine.
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -22,18 +21,6 @@ namespace dscore::testing {
 
 // Whether this process sees a CUDA device, and how many.
 int cuda_device_count();
-
-// A key-value store in a folder: one file per key, written whole and
-// renamed into place; get() polls for it.
-class DirectoryKv : public plugin_host::KvBackend {
- public:
-  explicit DirectoryKv(std::filesystem::path dir) : dir_(std::move(dir)) {}
-  Status set(const std::string& key, std::string value) override;
-  Result<std::string> get(const std::string& key, int64_t timeout_ms) override;
-
- private:
-  std::filesystem::path dir_;
-};
 
 struct NcclJob {
   int rank = 0;

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/comm/tcp_kv.h"
 #include "tests/core/cli/process.h"
 #include "tests/plugins/comm/nccl/device_comm.h"
 
@@ -169,17 +170,25 @@ TEST_F(NcclTest, EveryCollectiveComputesTheExpectedValuesWithRanksAsThreads) {
 }
 
 // One process per GPU under mpirun (tests/plugins/comm/nccl/
-// nccl_collectives_worker.cc), the unique id passed through a folder.
+// nccl_collectives_worker.cc), the unique id passed through the job's TCP
+// key-value store at MASTER_ADDR:MASTER_PORT.
 TEST_F(NcclTest, EveryCollectiveComputesTheExpectedValuesUnderMpirun) {
   const int gpus = cuda_device_count();
   if (gpus < 2) GTEST_SKIP() << "one GPU visible: the multi-process run needs two or more";
   if (access(MPIRUN, X_OK) != 0) GTEST_SKIP() << MPIRUN << " is not on this machine";
-  TempDir dir;
-  std::vector<std::string> argv = {MPIRUN, "-n", std::to_string(std::min(gpus, 4)), "--bind-to",
-                                   "none"};
+  Result<int> port = comm::pick_free_port();
+  ASSERT_TRUE(port.ok()) << port.status().message();
+  std::vector<std::string> argv = {MPIRUN,
+                                   "-n",
+                                   std::to_string(std::min(gpus, 4)),
+                                   "--bind-to",
+                                   "none",
+                                   "-x",
+                                   "MASTER_ADDR=127.0.0.1",
+                                   "-x",
+                                   "MASTER_PORT=" + std::to_string(*port)};
   if (geteuid() == 0) argv.push_back("--allow-run-as-root");
   argv.push_back(NCCL_WORKER);
-  argv.push_back(dir.path().string());
   ProcessOptions options;
   options.env = mpi_test_env();
   ProcessResult r = run_process(argv, options);

@@ -1,20 +1,17 @@
 // Runs under mpirun, one rank per GPU: the shared collective checks
 // (tests/multirank/collective_checks.h) on the "nccl" comm plugin through
-// GPU memory. argv[1] is a folder every rank can reach: the key-value store
-// that carries rank 0's NCCL unique id (DirectoryKv). Prints "OK <checks>"
-// on rank 0 when every rank passed, else the first mismatches, and exits
-// non-zero.
+// GPU memory. Rank 0's NCCL unique id travels through the job's key-value
+// store (core/comm/job_store.h: rank 0 serves it at MASTER_ADDR:MASTER_PORT,
+// which the test passes with mpirun -x). Prints "OK <checks>" on rank 0
+// when every rank passed, else the first mismatches, and exits non-zero.
 #include <cstdio>
 
 #include "core/comm/job_env.h"
+#include "core/comm/job_store.h"
 #include "tests/plugins/comm/nccl/device_comm.h"
 
-int main(int argc, char** argv) {
+int main() {
   using namespace dscore::testing;
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: nccl_collectives_worker <shared folder>\n");
-    return 2;
-  }
   auto env = dscore::comm::detect_job_env();
   auto registry =
       dscore::plugin_host::PluginRegistry::open({{DSCORE_BUILD_PLUGIN_DIR}, {true}, {"test"}});
@@ -24,7 +21,7 @@ int main(int argc, char** argv) {
   job.rank = env->rank;
   job.world_size = env->world_size;
   job.local_rank = env->local_rank;
-  job.kv = std::make_shared<DirectoryKv>(argv[1]);
+  job.kv = dscore::comm::make_job_kv(*env, job.timeout_ms);
   auto instance = create_nccl(**registry, job);
   if (!instance.ok()) {
     std::fprintf(stderr, "%s\n", instance.status().message().c_str());
