@@ -79,11 +79,29 @@ void expect_only_entry_symbol(const std::vector<fs::path>& libraries) {
   }
 }
 
+// The CUDA modules a model plugin loads itself (the plugin folder's cuda/
+// subfolder, which the host does not scan) export their factory,
+// dscore_<model>_cuda_make_compute.
+bool is_cuda_module(const fs::path& lib) { return lib.parent_path().filename() == "cuda"; }
+
 TEST(ExportedSymbols, BuiltInPluginsExportOnlyTheEntrySymbol) {
-  std::vector<fs::path> libraries = shared_objects_in(DSCORE_BUILD_PLUGIN_DIR);
+  std::vector<fs::path> libraries;
+  for (const fs::path& lib : shared_objects_in(DSCORE_BUILD_PLUGIN_DIR))
+    if (!is_cuda_module(lib)) libraries.push_back(lib);
   // The built-in plugins are what this checks; an empty folder would pass vacuously.
   EXPECT_FALSE(libraries.empty()) << "no plugins in " << DSCORE_BUILD_PLUGIN_DIR;
   expect_only_entry_symbol(libraries);
+}
+
+TEST(ExportedSymbols, CudaModulesExportOnlyTheirFactory) {
+  for (const fs::path& lib : shared_objects_in(DSCORE_BUILD_PLUGIN_DIR)) {
+    if (!is_cuda_module(lib)) continue;
+    // libdscore_gpt_cuda.so -> dscore_gpt_cuda_make_compute
+    const std::string stem = lib.stem().string();
+    const std::string factory = stem.substr(3) + "_make_compute";
+    EXPECT_EQ(defined_dynamic_symbols(lib), std::set<std::string>{factory})
+        << lib << " exports more (or less) than its factory";
+  }
 }
 
 TEST(ExportedSymbols, TestPluginsExportOnlyTheEntrySymbol) {

@@ -3,8 +3,8 @@
 // activations and the measured process) within 10% of each rank's peak RSS
 // (VmHWM) that `dscore run` reports with memory_breakdown at the end of
 // training, for the README's quickstart and the bench GPT (bench/gpt_train.cc)
-// at 1 and 2 ranks. The peak is read before teardown: unloading the gpt
-// plugin's CUDA libraries at exit touches pages no training step does.
+// at 1 and 2 ranks. The peak is read before teardown, which touches pages
+// no training step does.
 #include <gtest/gtest.h>
 
 #include <cstdio>
