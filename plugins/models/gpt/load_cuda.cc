@@ -12,14 +12,8 @@ namespace dscore::gpt {
 
 std::unique_ptr<GptCompute> load_cuda_compute(const GptConfig& config, const GptParams& params) {
 #ifdef DSCORE_GPT_WITH_CUDA
-  const std::string path = transformer::cuda_module_path(kCudaModuleFile);
-  transformer::CudaModuleRequest request;
-  request.config_size = sizeof config;
-  request.params_size = sizeof params;
-  request.config = &config;
-  request.params = &params;
-  return transformer::call_cuda_module(
-      transformer::load_cuda_module("gpt", path, kCudaFactorySymbol), request);
+  return transformer::load_model_cuda_compute("gpt", kCudaModuleFile, kCudaFactorySymbol, config,
+                                              params);
 #else
   (void)config;
   (void)params;

@@ -13,14 +13,8 @@ namespace dscore::llama {
 std::unique_ptr<transformer::Compute> load_cuda_compute(const LlamaConfig& config,
                                                         const LlamaParams& params) {
 #ifdef DSCORE_LLAMA_WITH_CUDA
-  const std::string path = transformer::cuda_module_path(kCudaModuleFile);
-  transformer::CudaModuleRequest request;
-  request.config_size = sizeof config;
-  request.params_size = sizeof params;
-  request.config = &config;
-  request.params = &params;
-  return transformer::call_cuda_module(
-      transformer::load_cuda_module("llama", path, kCudaFactorySymbol), request);
+  return transformer::load_model_cuda_compute("llama", kCudaModuleFile, kCudaFactorySymbol, config,
+                                              params);
 #else
   (void)config;
   (void)params;

@@ -67,6 +67,20 @@ CudaComputeFactory load_cuda_module(const char* model, const std::string& path, 
 std::unique_ptr<Compute> call_cuda_module(CudaComputeFactory factory,
                                           const CudaModuleRequest& request);
 
+// The plugin's side in one call: `model`'s module `file_name` beside the
+// plugin, its factory `symbol` called with the model's config and params.
+template <class Config, class Params>
+std::unique_ptr<Compute> load_model_cuda_compute(const char* model, const char* file_name,
+                                                 const char* symbol, const Config& config,
+                                                 const Params& params) {
+  CudaModuleRequest request;
+  request.config_size = sizeof config;
+  request.params_size = sizeof params;
+  request.config = &config;
+  request.params = &params;
+  return call_cuda_module(load_cuda_module(model, cuda_module_path(file_name), symbol), request);
+}
+
 // The module's side of the factory: checks the request against the types
 // this module was built with, runs make() (returning unique_ptr<Compute>)
 // and turns every exception into a status and message.
