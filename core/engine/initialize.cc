@@ -1,6 +1,5 @@
 #include "core/engine/initialize.h"
 
-#include <cstdlib>
 #include <filesystem>
 
 #include "core/base/logging.h"
