@@ -104,6 +104,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
                         ? std::move(components.device)
                         : std::make_unique<device::CpuDevice>(device::CpuStreams::kAsynchronous);
   DSCORE_ASSIGN_OR_RETURN(engine->stream_, engine->device_->create_stream("comm"));
+  DSCORE_ASSIGN_OR_RETURN(engine->compute_, engine->device_->create_stream("compute"));
   engine->comm_->use_stream(engine->stream_->native());
   engine->host_->set_device(engine->device_.get());
   engine->model_ = std::move(components.model);
@@ -161,6 +162,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
                               std::move(state), engine->layout_, ctx.model_dtype, ctx.grad_dtype,
                               config.zero.stage));
   engine->scaler_ = zero::LossScaler::from_config(config.fp16);
+  DSCORE_ASSIGN_OR_RETURN(engine->statistics_,
+                          StepStatistics::create(*engine->device_, engine->comm_->world_size()));
   auto clock = std::make_unique<EngineClock>(*engine->stream_);
   engine->clock_ = clock.get();
   engine->own_observers_.push_back(std::move(clock));
@@ -178,6 +181,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
 }
 
 Engine::~Engine() {
+  if (compute_) (void)compute_->synchronize();
   if (stream_) (void)stream_->synchronize();
   // The host context may outlive this engine's device (its plugins free
   // their device buffers through it; those stay valid on their own).
@@ -325,27 +329,17 @@ Status Engine::step() {
 Status Engine::boundary_step() {
   // This rank's share of the squared norm, the overflow flag and its loss,
   // gathered from every rank and combined in rank order: identical on all.
-  tensor::SquareSum local;
+  StepStatistics::Totals totals;
   {
     PhaseScope statistics(observers_, StepPhase::kStatistics);
-    local = strategy_->gradient_statistics();
+    DSCORE_ASSIGN_OR_RETURN(
+        totals,
+        statistics_->gather(strategy_->gradient_share(), zero::grad_dtype_of(config_),
+                            loss_accumulator_, *compute_, compute_target(), *stream_, *comm_));
   }
   const int world = comm_->world_size();
-  double mine[4] = {local.hi, local.lo, local.non_finite ? 1.0 : 0.0, loss_accumulator_};
-  std::vector<double> all(static_cast<size_t>(4 * world));
-  DSCORE_RETURN_IF_ERROR(stream_->run([&] {
-    return comm_->allgather({mine, DSCORE_DTYPE_F64, 4}, {all.data(), DSCORE_DTYPE_F64, 4 * world});
-  }));
-  tensor::SquareSum total;
-  double loss_sum = 0;
-  for (int r = 0; r < world; ++r) {
-    tensor::SquareSum part;
-    part.hi = all[4 * r];
-    part.lo = all[4 * r + 1];
-    part.non_finite = all[4 * r + 2] != 0;
-    total.merge(part);
-    loss_sum += all[4 * r + 3];
-  }
+  const tensor::SquareSum& total = totals.squares;
+  const double loss_sum = totals.loss_sum;
   const double scale = scaler_.scale();
   const double scaled_norm = std::sqrt(total.value());
   const bool overflow = total.non_finite || !std::isfinite(scaled_norm);
@@ -379,7 +373,13 @@ Status Engine::boundary_step() {
   }
   {
     PhaseScope statistics(observers_, StepPhase::kStatistics);
-    strategy_->zero_grads();
+    compute_->enqueue([this, target = compute_target()] {
+      strategy_->zero_grads(target);
+      return Status::Ok();
+    });
+    // The next micro-step's model reads and writes on the host (until the
+    // model's views are device memory: docs/gpu.md).
+    DSCORE_RETURN_IF_ERROR(compute_->synchronize());
   }
   global_steps_ += 1;
   global_samples_ += config_.batch.train_batch_size;
@@ -390,8 +390,16 @@ Status Engine::apply_update(double grad_scale) {
   DSCORE_ASSIGN_OR_RETURN(dscore_schedule_point point, schedule_->current());
   {
     PhaseScope optimizer(observers_, StepPhase::kOptimizer);
-    DSCORE_RETURN_IF_ERROR(optimizer_->step(point, global_steps_ - skipped_steps_ + 1, grad_scale));
+    const int64_t step = global_steps_ - skipped_steps_ + 1;
+    StepTarget target;
+    target.ops = compute_target();
+    target.device_type = device_->tensor_device_type();
+    target.device_id = device_->index();
+    // Synchronised here, so the timer sees the update itself.
+    DSCORE_RETURN_IF_ERROR(
+        compute_->run([&] { return optimizer_->step(point, step, grad_scale, target); }));
   }
+  stream_->wait(compute_->record());  // the new parameters, before they are gathered
   return strategy_->after_update();
 }
 
@@ -507,6 +515,12 @@ zero::MemoryPlan Engine::measured_memory() const {
     m.optimizer = 0;
   }
   return m;
+}
+
+device::ops::Target Engine::compute_target() const {
+  return device_->type() == device::DeviceType::kCuda
+             ? device::ops::Target::cuda(compute_->native())
+             : device::ops::Target::cpu();
 }
 
 EngineTiming Engine::timing() const { return clock_->timing(); }

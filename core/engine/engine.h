@@ -36,6 +36,7 @@
 #include "core/engine/monitor_hub.h"
 #include "core/engine/optimizer_runner.h"
 #include "core/engine/step_observer.h"
+#include "core/engine/step_statistics.h"
 #include "core/model/model.h"
 #include "core/offload/swapper.h"
 #include "core/plugin_host/host_context.h"
@@ -180,6 +181,7 @@ class Engine {
   void reset_timing();
   Status boundary_step();  // the accumulation boundary's work
   Status apply_update(double grad_scale);
+  device::ops::Target compute_target() const;  // where compute_'s tasks run their ops
   StepReport step_report(int64_t samples_before) const;
   std::vector<ScalarEvent> boundary_events(const StepReport& report) const;
   // Checkpoint pieces (engine_checkpoint.cc).
@@ -210,7 +212,8 @@ class Engine {
   std::unique_ptr<ComputeThreads> threads_;
   std::unique_ptr<comm::Communicator> comm_;
   std::unique_ptr<device::Device> device_;
-  std::unique_ptr<device::Stream> stream_;  // the comm stream
+  std::unique_ptr<device::Stream> stream_;   // the comm stream
+  std::unique_ptr<device::Stream> compute_;  // the boundary step's buffer work and update
   std::unique_ptr<Model> model_;
   std::unique_ptr<LrSchedule> schedule_;
   MonitorHub monitors_;
@@ -221,6 +224,7 @@ class Engine {
   std::unique_ptr<zero::ZeroStrategy> strategy_;
   std::unique_ptr<OptimizerRunner> optimizer_;
   zero::LossScaler scaler_ = zero::LossScaler::fixed(1.0);
+  std::unique_ptr<StepStatistics> statistics_;
 
   std::vector<int> acquired_;  // per layer: outstanding acquires in this call
   std::string hook_error_;

@@ -12,8 +12,11 @@ namespace dscore {
 namespace {
 
 dscore_tensor flat_view(void* data, dscore_dtype dtype, const std::vector<int64_t>& shape,
-                        const char* name) {
-  return tensor::host_view(data, dtype, shape, shape[0], name);
+                        const char* name, const StepTarget& target) {
+  dscore_tensor t = tensor::host_view(data, dtype, shape, shape[0], name);
+  t.device_type = target.device_type;
+  t.device_id = target.device_id;
+  return t;
 }
 
 char* at(void* base, dscore_dtype dtype, int64_t index) {
@@ -64,13 +67,13 @@ void OptimizerRunner::build_group(Group* g, double multiplier,
   for (size_t i = 0; i < n; ++i) {
     const zero::OwnedSegment& s = g->segments[i];
     g->shapes[i] = {s.numel};
-    g->params.push_back(
-        flat_view(tile.master + (s.offset - tile.begin), DSCORE_DTYPE_F32, g->shapes[i], nullptr));
+    g->params.push_back(flat_view(tile.master + (s.offset - tile.begin), DSCORE_DTYPE_F32,
+                                  g->shapes[i], nullptr, target_));
     g->grads.push_back(
-        flat_view(at(grads, grad_dtype_, s.offset), grad_dtype_, g->shapes[i], nullptr));
+        flat_view(at(grads, grad_dtype_, s.offset), grad_dtype_, g->shapes[i], nullptr, target_));
     if (p16 != nullptr)
       g->params16.push_back(
-          flat_view(at(p16, model_dtype_, s.offset), model_dtype_, g->shapes[i], nullptr));
+          flat_view(at(p16, model_dtype_, s.offset), model_dtype_, g->shapes[i], nullptr, target_));
   }
   for (size_t k = 0; k < slots.size(); ++k) {
     for (size_t i = 0; i < n; ++i) {
@@ -79,7 +82,7 @@ void OptimizerRunner::build_group(Group* g, double multiplier,
       g->state_shapes[k * n + i] = {s.numel * epp};
       g->states.push_back(
           flat_view(at(tile.slots[k], slots[k].dtype, (s.offset - tile.begin) * epp),
-                    slots[k].dtype, g->state_shapes[k * n + i], slots[k].name.c_str()));
+                    slots[k].dtype, g->state_shapes[k * n + i], slots[k].name.c_str(), target_));
     }
   }
   for (auto& t : g->params) g->param_ptrs.push_back(&t);
@@ -94,7 +97,14 @@ std::vector<zero::StateSlot> OptimizerRunner::slots() const {
   return out;
 }
 
-Status OptimizerRunner::step(const dscore_schedule_point& point, int64_t step, double grad_scale) {
+Status OptimizerRunner::step(const dscore_schedule_point& point, int64_t step, double grad_scale,
+                             const StepTarget& target) {
+  // Every view and conversion of this step names `target`; the host again after.
+  struct Restore {
+    StepTarget* target;
+    ~Restore() { *target = StepTarget{}; }
+  } restore{&target_};
+  target_ = target;
   dscore_optimizer_hparams hparams{};
   hparams.struct_size = sizeof hparams;
   hparams.lr = point.lr;
@@ -130,6 +140,7 @@ Status OptimizerRunner::step_tile(const StateTile& tile, dscore_optimizer_hparam
     args.states = g.state_ptrs.empty() ? nullptr : g.state_ptrs.data();
     args.params_16bit =
         has_16bit && fuse_16bit_ && !g.p16_ptrs.empty() ? g.p16_ptrs.data() : nullptr;
+    args.stream = target_.ops.stream;
     Status status = instance_->step(args);
     if (status.code() == DSCORE_UNIMPLEMENTED && args.params_16bit != nullptr) {
       // The plugin does not write the 16-bit copy; it must not have touched
@@ -157,8 +168,8 @@ Status OptimizerRunner::write_16bit_tile(const StateTile& tile) {
         const int64_t a = std::max(s.offset, tile.begin);
         const int64_t b = std::min(s.offset + s.numel, tile.end);
         if (a < b)
-          tensor::convert(tile.master + (a - tile.begin), DSCORE_DTYPE_F32,
-                          at(p16, model_dtype_, a), model_dtype_, b - a);
+          device::ops::convert(target_.ops, tile.master + (a - tile.begin), DSCORE_DTYPE_F32,
+                               at(p16, model_dtype_, a), model_dtype_, b - a);
       }
     return Status::Ok();
   }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/base/status.h"
+#include "core/device/ops.h"
 #include "core/engine/owned_state.h"
 #include "core/plugin_host/instances.h"
 #include "core/zero/param_layout.h"
@@ -20,6 +21,15 @@
 #include "core/zero/zero_strategy.h"
 
 namespace dscore {
+
+// Where the owned tensors live and the update runs: the engine's compute
+// stream as an ops target (its `stream` is what the plugin receives), and
+// the device the tensor views name.
+struct StepTarget {
+  device::ops::Target ops;
+  dscore_device_type device_type = DSCORE_DEVICE_CPU;
+  int32_t device_id = 0;
+};
 
 class OptimizerRunner {
  public:
@@ -41,12 +51,15 @@ class OptimizerRunner {
 
   // One update with the scheduled point (lr, beta overrides) as update
   // number `step` (1-based); every gradient is multiplied by grad_scale.
-  Status step(const dscore_schedule_point& point, int64_t step, double grad_scale);
+  // Runs as a task of the stream `target` names (on CUDA it enqueues).
+  Status step(const dscore_schedule_point& point, int64_t step, double grad_scale,
+              const StepTarget& target);
 
   // Where the master weights and slots live (checkpoints read and write it).
   OwnedState& state() { return *state_; }
   // Write the model's 16-bit copy of the owned space from the fp32 master
   // weights (after a checkpoint replaced them); nothing for fp32 models.
+  // On the host, unless called inside step().
   Status write_16bit_copy();
 
  private:
@@ -75,6 +88,7 @@ class OptimizerRunner {
   std::unique_ptr<OwnedState> state_;
   std::vector<zero::OwnedSegment> decay_, no_decay_;  // owned segments by weight decay
   bool fuse_16bit_ = true;                            // until the plugin says UNIMPLEMENTED
+  StepTarget target_;                                 // of the step in progress, else the host
 };
 
 }  // namespace dscore

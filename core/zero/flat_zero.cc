@@ -68,11 +68,10 @@ Status FlatZero::grads_ready(size_t layer) {
 
 Status FlatZero::end_micro_step() { return reduction_->end_micro_step(ready_); }
 
-tensor::SquareSum FlatZero::gradient_statistics() {
+GradientShare FlatZero::gradient_share() {
   // Stage 0 holds every gradient on every rank; each counts its stage-1 partition.
   const auto [begin, end] = storage_.norm_range();
-  return tensor::sum_squares(tensor::element_at(owned_grads(), ctx_.grad_dtype, begin),
-                             ctx_.grad_dtype, end - begin);
+  return {tensor::element_at(owned_grads(), ctx_.grad_dtype, begin), end - begin};
 }
 
 Status FlatZero::after_update() {

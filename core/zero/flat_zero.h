@@ -29,7 +29,7 @@ class FlatZero final : public ZeroStrategy {
   float* owned_master() override { return storage_.owned_master(); }
   void* owned_grads() override { return reduction_->owned_grads(); }
   void* owned_params16() override { return storage_.owned_params16(); }
-  tensor::SquareSum gradient_statistics() override;
+  GradientShare gradient_share() override;
 
   Status set_gradient_reduction(bool reduce) override;
   void begin_micro_step(bool boundary) override;
@@ -39,7 +39,7 @@ class FlatZero final : public ZeroStrategy {
   Status end_micro_step() override;
 
   Status after_update() override;
-  void zero_grads() override { reduction_->zero_grads(); }
+  void zero_grads(device::ops::Target target) override { reduction_->zero_grads(target); }
   Status gather_master(std::vector<float>* out) override;
   Status gather_owned(const float* owned, std::vector<float>* out) override;
   std::vector<ParamRun> checkpoint_params() override;

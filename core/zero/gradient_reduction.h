@@ -52,7 +52,7 @@ class GradientReduction {
   virtual Status allocate() = 0;
   // (owned) grad_dtype: the reduced gradients the optimizer reads.
   virtual void* owned_grads() = 0;
-  virtual void zero_grads() = 0;
+  virtual void zero_grads(device::ops::Target target) = 0;
 
   // Only a stage whose ranks hold every gradient can skip the reduction (an
   // optimizer that communicates itself: ZeroStrategy::set_gradient_reduction).

@@ -41,10 +41,10 @@ void* GridReduction::owned_grads() {
   return reduces_every_micro_step() ? accumulated_.get() : grads_at(storage_.owned_begin());
 }
 
-void GridReduction::zero_grads() {
-  tensor::fill_zero(grads_.get(), ctx_.grad_dtype, storage_.partition().padded_numel);
+void GridReduction::zero_grads(device::ops::Target target) {
+  device::ops::fill_zero(target, grads_.get(), ctx_.grad_dtype, storage_.partition().padded_numel);
   if (every_micro_step_)
-    tensor::fill_zero(accumulated_.get(), ctx_.grad_dtype, storage_.owned_numel());
+    device::ops::fill_zero(target, accumulated_.get(), ctx_.grad_dtype, storage_.owned_numel());
 }
 
 void GridReduction::begin_micro_step(bool boundary) {

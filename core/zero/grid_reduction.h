@@ -25,7 +25,7 @@ class GridReduction : public GradientReduction {
 
   Status allocate() override;
   void* owned_grads() override;
-  void zero_grads() override;
+  void zero_grads(device::ops::Target target) override;
   void begin_micro_step(bool boundary) override;
   Status lend(size_t) override { return Status::Ok(); }  // the views point into grads_ for good
   void layer_ready(size_t layer, const ReadyLayers& ready) override;

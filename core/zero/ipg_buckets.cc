@@ -32,8 +32,8 @@ Status IpgBuckets::allocate() {
   return Status::Ok();
 }
 
-void IpgBuckets::zero_grads() {
-  tensor::fill_zero(owned_.get(), ctx_.grad_dtype, storage_.owned_numel());
+void IpgBuckets::zero_grads(device::ops::Target target) {
+  device::ops::fill_zero(target, owned_.get(), ctx_.grad_dtype, storage_.owned_numel());
 }
 
 void IpgBuckets::begin_micro_step(bool) {

@@ -22,7 +22,7 @@ class IpgBuckets final : public GradientReduction {
 
   Status allocate() override;
   void* owned_grads() override { return owned_.get(); }
-  void zero_grads() override;
+  void zero_grads(device::ops::Target target) override;
   void begin_micro_step(bool boundary) override;
   Status lend(size_t layer) override;
   void layer_ready(size_t layer, const ReadyLayers& ready) override;

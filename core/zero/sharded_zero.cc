@@ -502,13 +502,13 @@ Status ShardedZero::gather_persistent() {
   return ctx_.stream->run([&] { return allgather_shards(params, dest); });
 }
 
-tensor::SquareSum ShardedZero::gradient_statistics() {
+GradientShare ShardedZero::gradient_share() {
   // The whole local part: the ranks' shards are disjoint and cover every parameter.
-  return tensor::sum_squares(grad_part_.get(), ctx_.grad_dtype, shards_.local_numel);
+  return {grad_part_.get(), shards_.local_numel};
 }
 
-void ShardedZero::zero_grads() {
-  tensor::fill_zero(grad_part_.get(), ctx_.grad_dtype, shards_.local_numel);
+void ShardedZero::zero_grads(device::ops::Target target) {
+  device::ops::fill_zero(target, grad_part_.get(), ctx_.grad_dtype, shards_.local_numel);
 }
 
 Status ShardedZero::gather_master(std::vector<float>* out) {

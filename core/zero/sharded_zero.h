@@ -44,7 +44,7 @@ class ShardedZero final : public ZeroStrategy {
   void* owned_params16() override;
   bool params16_elsewhere() const override { return param_swap_ != nullptr; }
   Status store_params16(int64_t begin, int64_t count, const void* values) override;
-  tensor::SquareSum gradient_statistics() override;
+  GradientShare gradient_share() override;
 
   void begin_micro_step(bool boundary) override;
   Status acquire(size_t layer, dscore_acquire_mode mode, dscore_layer_views* out) override;
@@ -53,7 +53,7 @@ class ShardedZero final : public ZeroStrategy {
   Status end_micro_step() override;
 
   Status after_update() override;
-  void zero_grads() override;
+  void zero_grads(device::ops::Target target) override;
   Status gather_master(std::vector<float>* out) override;
   Status gather_owned(const float* owned, std::vector<float>* out) override;
   std::vector<ParamRun> checkpoint_params() override;

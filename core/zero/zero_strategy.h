@@ -21,9 +21,9 @@
 #include "core/comm/communicator.h"
 #include "core/config/training_config.h"
 #include "core/device/device.h"
+#include "core/device/ops.h"
 #include "core/model/model.h"
 #include "core/offload/swapper.h"
-#include "core/tensor/square_sum.h"
 #include "core/zero/param_layout.h"
 
 namespace dscore::zero {
@@ -53,6 +53,12 @@ struct OwnedSegment {
   int64_t offset = 0;  // in owned space
   int64_t numel = 0;
   int64_t element = 0;  // the parameter's element at `offset`
+};
+
+// Gradients in grad_dtype: numel elements from data.
+struct GradientShare {
+  const void* data = nullptr;
+  int64_t numel = 0;
 };
 
 // A run of one parameter's elements in memory, in the model's dtype.
@@ -90,12 +96,13 @@ class ZeroStrategy {
     (void)begin, (void)count, (void)values;
     return internal_error("store_params16 on a strategy that keeps its parameters in memory");
   }
-  // This rank's share of the global gradient statistics, over the reduced
-  // owned gradients (after the boundary's end_micro_step): their sum of
-  // squares and whether any is Inf/NaN. The shares of all ranks cover every
-  // gradient element exactly once, so merging them in rank order gives the
-  // same total on every rank at every stage and world size.
-  virtual tensor::SquareSum gradient_statistics() = 0;
+  // This rank's share of the global gradient statistics: the reduced owned
+  // gradients (grad_dtype, after the boundary's end_micro_step) whose sum
+  // of squares and Inf/NaN flag it contributes. The shares of all ranks
+  // cover every gradient element exactly once, so merging their sums in
+  // rank order gives the same total on every rank at every stage and world
+  // size. The engine sums them on its compute stream (device/ops.h).
+  virtual GradientShare gradient_share() = 0;
 
   // Whether this cycle's gradients are averaged across ranks (an optimizer
   // such as OneBitAdam communicates them itself: optimizer.h
@@ -122,7 +129,9 @@ class ZeroStrategy {
   // After the optimizer updated the owned space: bring the new parameters to
   // where the model reads them (stage 1/2: allgather).
   virtual Status after_update() = 0;
-  virtual void zero_grads() = 0;
+  // Enqueued by the engine on its compute stream; `target` says where the
+  // fill runs (device/ops.h).
+  virtual void zero_grads(device::ops::Target target) = 0;
 
   // The full model's fp32 master weights in ParamLayout order (collective).
   virtual Status gather_master(std::vector<float>* out) = 0;
