@@ -42,6 +42,12 @@ class PhaseScope {
   StepPhase phase_;
 };
 
+// Where the device ops of `stream`'s tasks run.
+device::ops::Target ops_target(const device::Device& device, const device::Stream& stream) {
+  return device.type() == device::DeviceType::kCuda ? device::ops::Target::cuda(stream.native())
+                                                    : device::ops::Target::cpu();
+}
+
 }  // namespace
 
 std::vector<config::ConfigError> unsupported_features(const config::TrainingConfig& config) {
@@ -129,6 +135,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   ctx.layout = &engine->layout_;
   ctx.comm = engine->comm_.get();
   ctx.stream = engine->stream_.get();
+  ctx.comm_target = ops_target(*engine->device_, *engine->stream_);
   ctx.model_dtype = zero::model_dtype_of(config);
   ctx.grad_dtype = zero::grad_dtype_of(config);
   ctx.master_elsewhere =
@@ -517,11 +524,7 @@ zero::MemoryPlan Engine::measured_memory() const {
   return m;
 }
 
-device::ops::Target Engine::compute_target() const {
-  return device_->type() == device::DeviceType::kCuda
-             ? device::ops::Target::cuda(compute_->native())
-             : device::ops::Target::cpu();
-}
+device::ops::Target Engine::compute_target() const { return ops_target(*device_, *compute_); }
 
 EngineTiming Engine::timing() const { return clock_->timing(); }
 

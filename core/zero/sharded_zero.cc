@@ -457,17 +457,18 @@ void ShardedZero::flush_gradients() {
                             tensor::allocate_elements(chunk, gd, MemoryUse::kBuffers,
                                                       "gradient bucket", Fill::kUninitialised));
     pack_rank_chunks(runs, world_, static_cast<size_t>(es), static_cast<char*>(send.get()));
-    tensor::scale_in_place(send.get(), gd, chunk * world_, r.pre_factor);
+    const device::ops::Target on = ctx_.comm_target;
+    device::ops::scale_in_place(on, send.get(), gd, chunk * world_, r.pre_factor);
     DSCORE_RETURN_IF_ERROR(
         ctx_.comm->reduce_scatter({send.get(), gd, chunk * world_}, {recv.get(), gd, chunk}, r.op));
-    tensor::scale_in_place(recv.get(), gd, chunk, r.post_factor);
+    device::ops::scale_in_place(on, recv.get(), gd, chunk, r.post_factor);
     const char* reduced = static_cast<const char*>(recv.get());
     int64_t in_chunk = 0;
     for (const PendingGrads& g : group) {
       for (size_t p = ctx_.layout->layer_first(g.layer); p < ctx_.layout->layer_end(g.layer); ++p) {
         const ParamShard& sh = shards_.params[p];
-        tensor::accumulate(element_at(grad_part_.get(), gd, sh.local_offset),
-                           reduced + in_chunk * es, gd, sh.shard_size);
+        device::ops::accumulate(on, element_at(grad_part_.get(), gd, sh.local_offset),
+                                reduced + in_chunk * es, gd, sh.shard_size);
         in_chunk += sh.shard_size;
       }
     }

@@ -33,6 +33,7 @@ struct ZeroContext {
   const ParamLayout* layout = nullptr;
   comm::Communicator* comm = nullptr;
   device::Stream* stream = nullptr;             // the comm stream
+  device::ops::Target comm_target;              // its tasks' device ops run there
   dscore_dtype model_dtype = DSCORE_DTYPE_F32;  // what the model computes on
   dscore_dtype grad_dtype = DSCORE_DTYPE_F32;   // gradient accumulation and reduction
   // The fp32 master weights of a 16-bit model live outside the strategy
