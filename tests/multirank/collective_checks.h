@@ -107,8 +107,11 @@ void run_collective_checks(CheckedComm& c, const CheckOptions& options, CheckLog
 // the same calls made one by one bit for bit; an invalid call in a group
 // fails the group with an error naming the op and its place, after the
 // calls before it completed; send inside a group is refused; the
-// communicator works afterwards. Each group is also run over a split.
-void run_grouped_checks(CheckedComm& c, CheckLog* log);
+// communicator works afterwards. `tolerance` is the relative error
+// allowed between grouped and one-by-one reductions (0: bitwise, as the
+// mpi backend and the fallback give; NCCL may pick another algorithm for a
+// fused launch).
+void run_grouped_checks(CheckedComm& c, float tolerance, CheckLog* log);
 
 // Agree on the result across ranks (an allgather of the failure counts):
 // rank 0 prints "OK <checks>" or "FAILED <checks>". Returns 0 when every

@@ -116,9 +116,8 @@ void check_group_errors(CheckedComm& c, CheckLog* log) {
     DSCORE_RETURN_IF_ERROR(c.allgather({mine.data(), DSCORE_DTYPE_F32, n},
                                        {gathered.data(), DSCORE_DTYPE_F32, W * n}));
     // send is not world x recv: refused.
-    const Status bad =
-        c.reduce_scatter({bad_send.data(), DSCORE_DTYPE_F32, W * n + 1},
-                         {bad_recv.data(), DSCORE_DTYPE_F32, n}, DSCORE_REDUCE_SUM);
+    const Status bad = c.reduce_scatter({bad_send.data(), DSCORE_DTYPE_F32, W * n + 1},
+                                        {bad_recv.data(), DSCORE_DTYPE_F32, n}, DSCORE_REDUCE_SUM);
     (void)bad;  // reported when the group ends (the host skips the calls after it)
     return c.allgather({mine.data(), DSCORE_DTYPE_F32, n}, {later.data(), DSCORE_DTYPE_F32, W * n});
   });
@@ -138,10 +137,10 @@ void check_group_errors(CheckedComm& c, CheckLog* log) {
              "send is refused inside a group: " + p2p.message());
 
   float y = static_cast<float>(R + 1);
-  log->check(c.allreduce({&y, DSCORE_DTYPE_F32, 1}, {&y, DSCORE_DTYPE_F32, 1}, DSCORE_REDUCE_SUM)
-                     .ok() &&
-                 y == static_cast<float>(W * (W + 1) / 2),
-             "the communicator works after a failed group");
+  log->check(
+      c.allreduce({&y, DSCORE_DTYPE_F32, 1}, {&y, DSCORE_DTYPE_F32, 1}, DSCORE_REDUCE_SUM).ok() &&
+          y == static_cast<float>(W * (W + 1) / 2),
+      "the communicator works after a failed group");
   const Status empty = c.grouped([] { return Status::Ok(); });
   log->check(empty.ok(), "an empty group");
 }

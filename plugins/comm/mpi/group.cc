@@ -36,8 +36,9 @@ void MpiComm::enter(const char* op, bool groupable) {
   if (!grouping) return;
   if (!groupable)
     throw Error(DSCORE_FAILED_PRECONDITION,
-                std::string(op) + " cannot be grouped: issue it before group_start or after "
-                                  "group_end");
+                std::string(op) +
+                    " cannot be grouped: issue it before group_start or after "
+                    "group_end");
   position = ++group_calls;
 }
 

@@ -72,7 +72,9 @@ TEST(CommunicatorGrouped, GroupsDoNotNest) {
   auto plugins = registry(DSCORE_BUILD_PLUGIN_DIR);
   config::CommConfig config;
   config.backend = "local";
+  config.timeout_ms = 20000;
   JobEnv env;
+  env.world_size = 1;
   auto comm = Communicator::create(*plugins, config, env, 42);
   ASSERT_TRUE(comm.ok()) << comm.status().message();
   Status inner;
