@@ -41,6 +41,21 @@ int run() {
   // Grouped calls, natively (MPI nonblocking collectives, waited at the end).
   log.check(c.get().has_native_groups(), "the mpi plugin has group_start/group_end");
   run_grouped_checks(c, 0, &log);
+  // The comms logger records a group's calls when the group has ended.
+  c.get().enable_comms_logger(observability::CommsLoggerConfig{});
+  std::vector<float> bucket(3000, 1.0f);
+  const Status logged = c.get().grouped([&] {
+    for (int k = 0; k < 3; ++k) {
+      CommBuffer piece{bucket.data() + 1000 * k, DSCORE_DTYPE_F32, 1000};
+      const int root = k % c.world_size();
+      DSCORE_RETURN_IF_ERROR(
+          c.get().reduce(piece, c.rank() == root ? piece : CommBuffer{}, DSCORE_REDUCE_SUM, root));
+    }
+    return Status::Ok();
+  });
+  const std::string summary = c.get().comms_summary();
+  log.check(logged.ok() && summary.find("reduce") != std::string::npos,
+            "grouped reduces in the comms logger: " + summary);
   return agree_and_report(c, log);
 }
 
