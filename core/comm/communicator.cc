@@ -194,7 +194,7 @@ Status Communicator::counted(const char* op, const char* ds_op, uint64_t element
   }
   const bool profiled = comms_logger_ && comms_logger_->should_profile(ds_op);
   const auto start = std::chrono::steady_clock::now();
-  Status status = call();
+  Status status = group_.active ? group_call(op, call) : call();
   const double latency_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   std::lock_guard<std::mutex> lock(mutex_);
@@ -203,12 +203,73 @@ Status Communicator::counted(const char* op, const char* ds_op, uint64_t element
   c.calls += 1;
   c.elements += elements;
   c.bytes += elements * element_size;
-  if (profiled && status.ok()) {
+  if (group_.active) group_.elements += elements;
+  if (profiled && status.ok() && group_.active && group_.native) {
+    // Queued, not done: its latency runs to the end of the group.
+    group_.logs.push_back({ds_op, op, message_bytes, start});
+  } else if (profiled && status.ok()) {
     auto line = comms_logger_->append(ds_op, comms_logger_->record_name(ds_op, op), latency_ms,
                                       message_bytes, env_.world_size);
     if (line.ok() && !line->empty() && env_.rank == 0) log_info("[Rank 0] " + *line);
   }
   return status;
+}
+
+Status Communicator::group_call(const char* op, const std::function<Status()>& call) {
+  if (!group_.first_error.ok()) return group_.first_error;
+  group_.calls += 1;
+  if (std::strcmp(op, "send") == 0 || std::strcmp(op, "recv") == 0 ||
+      std::strcmp(op, "barrier") == 0)
+    group_.first_error = failed_precondition(std::string(op) +
+                                             " cannot be grouped: make it before or after "
+                                             "grouped(), not inside");
+  else
+    group_.first_error = call();
+  if (group_.first_error.ok()) return Status::Ok();
+  group_.first_error =
+      Status(group_.first_error.code(), std::string(op) + " (op " + std::to_string(group_.calls) +
+                                            " in the group): " + group_.first_error.message());
+  return group_.first_error;
+}
+
+Status Communicator::grouped(const std::function<Status()>& issue) {
+  if (group_.active)
+    return failed_precondition(
+        "grouped() was called inside another group on this communicator; groups do not nest");
+  group_ = GroupState{};
+  group_.native = instance_->has_groups();
+  if (group_.native) DSCORE_RETURN_IF_ERROR(instance_->group_start());
+  group_.active = true;
+  Status issued = issue();
+  group_.active = false;
+  Status ended;
+  if (group_.native) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      sequence_ += 1;
+      record_in_flight("group", sequence_, group_.elements);
+    }
+    ended = instance_->group_end(stream_);
+    const auto end = std::chrono::steady_clock::now();
+    std::lock_guard<std::mutex> lock(mutex_);
+    record_in_flight(nullptr, 0, 0);
+    if (!ended.ok()) {
+      ended = Status(ended.code(), "grouped calls (" + std::to_string(group_.calls) +
+                                       " collectives) failed at group_end: " + ended.message());
+    } else if (comms_logger_) {
+      for (const PendingLog& p : group_.logs) {
+        const double ms = std::chrono::duration<double, std::milli>(end - p.start).count();
+        auto line = comms_logger_->append(p.ds_op, comms_logger_->record_name(p.ds_op, p.op), ms,
+                                          p.message_bytes, env_.world_size);
+        if (line.ok() && !line->empty() && env_.rank == 0) log_info("[Rank 0] " + *line);
+      }
+    }
+  }
+  GroupState done = std::move(group_);
+  group_ = GroupState{};
+  if (!done.first_error.ok()) return done.first_error;
+  if (!ended.ok()) return ended;
+  return issued;
 }
 
 void Communicator::enable_comms_logger(const observability::CommsLoggerConfig& config) {

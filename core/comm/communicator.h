@@ -13,10 +13,13 @@
 #include <dscore/comm.h>
 
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "core/base/status.h"
 #include "core/comm/job_env.h"
@@ -96,6 +99,21 @@ class Communicator {
   Status all_to_all(CommBuffer send, CommBuffer recv);
   Status barrier();
 
+  // Grouped calls (comm.h group_start/group_end): the collectives `issue`
+  // makes on this communicator may start together and complete only when
+  // grouped() returns, so their buffers must stay valid and untouched until
+  // then and no result may be read inside `issue`. Results equal the same
+  // calls made one by one, bit for bit. A backend without the entries (an
+  // older plugin) gets the calls one by one. Inside `issue` a call returns
+  // OK once queued; after the first failure the remaining calls are skipped
+  // (they return that error). The returned error names the failed op and
+  // its place in the group; `issue`'s own error comes next. No nesting, no
+  // send/recv/barrier/split inside. Make it on the comm stream like any
+  // other call.
+  Status grouped(const std::function<Status()>& issue);
+  // Whether the backend runs groups itself (false: the one-by-one fallback).
+  bool has_native_groups() const { return instance_->has_groups(); }
+
   // The stream collectives are enqueued on (the engine's comm stream's
   // native handle: a cudaStream_t on CUDA, nullptr on the CPU, where a
   // collective returns when it has completed). Set before the first call.
@@ -125,8 +143,27 @@ class Communicator {
   Status counted(const char* op, const char* ds_op, uint64_t elements, size_t element_size,
                  uint64_t message_bytes, Call&& call);
 
+  // The group being issued (grouped()): its calls so far, the first
+  // failure, and the comms-logger records completed at its end.
+  struct PendingLog {
+    const char* ds_op;
+    const char* op;
+    uint64_t message_bytes;
+    std::chrono::steady_clock::time_point start;
+  };
+  struct GroupState {
+    bool active = false;
+    bool native = false;  // the backend's group_start/group_end are in use
+    int calls = 0;
+    uint64_t elements = 0;
+    Status first_error;
+    std::vector<PendingLog> logs;
+  };
+  Status group_call(const char* op, const std::function<Status()>& call);
+
   JobEnv env_;
   std::unique_ptr<plugin_host::CommInstance> instance_;
+  GroupState group_;
   mutable std::mutex mutex_;
   std::map<std::string, OpCounter> counters_;
   uint64_t sequence_ = 0;

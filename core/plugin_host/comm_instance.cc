@@ -115,6 +115,26 @@ Status CommInstance::all_to_all(const dscore_tensor& send, dscore_tensor& recv, 
                      [&] { return vt->all_to_all(handle_, &send, &recv, stream); });
 }
 
+bool CommInstance::has_groups() const {
+  const dscore_comm_vtable* vt = vtable();
+  return DSCORE_HAS_FIELD(vt, dscore_comm_vtable, group_end) && vt->group_start != nullptr &&
+         vt->group_end != nullptr;
+}
+
+Status CommInstance::group_start() {
+  if (!has_groups())
+    return Status(DSCORE_UNIMPLEMENTED, info_.display() + " has no group_start/group_end");
+  return call_plugin(*host_, info_.display(), "group_start",
+                     [&] { return vtable()->group_start(handle_); });
+}
+
+Status CommInstance::group_end(void* stream) {
+  if (!has_groups())
+    return Status(DSCORE_UNIMPLEMENTED, info_.display() + " has no group_start/group_end");
+  return call_plugin(*host_, info_.display(), "group_end",
+                     [&] { return vtable()->group_end(handle_, stream); });
+}
+
 void CommInstance::abort(const std::string& reason) {
   const dscore_comm_vtable* vt = vtable();
   if (!DSCORE_HAS_FIELD(vt, dscore_comm_vtable, abort) || vt->abort == nullptr) return;

@@ -41,6 +41,12 @@ class CommInstance {
   Status all_to_all(const dscore_tensor& send, dscore_tensor& recv, void* stream);
   Status reduce(const dscore_tensor& send, dscore_tensor* recv, dscore_reduce_op op, int32_t root,
                 void* stream);
+  // Grouped calls (comm.h group_start/group_end, ABI 1.2): whether the
+  // backend has both entries; the host issues a group's calls one by one
+  // when it has not. Call these only when has_groups().
+  bool has_groups() const;
+  Status group_start();
+  Status group_end(void* stream);
   // No-op when the backend has no abort.
   void abort(const std::string& reason);
   // UNIMPLEMENTED when the backend keeps no counters.

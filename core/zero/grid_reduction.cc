@@ -101,14 +101,22 @@ Status AllreduceGrid::reduce_bucket(int64_t lo, int64_t hi, const Reduction& r) 
 
 Status OwnerReduceGrid::reduce_bucket(int64_t lo, int64_t hi, const Reduction& r) {
   const int rank = storage_.rank();
-  for (const OwnedPiece& piece : split_by_owner(storage_.partition(), lo, hi)) {
-    const int64_t n = piece.end - piece.begin;
-    comm::CommBuffer send{grads_at(piece.begin), ctx_.grad_dtype, n};
-    comm::CommBuffer recv;
-    if (piece.rank == rank) recv = send;  // the owner's slice, reduced in place
-    DSCORE_RETURN_IF_ERROR(ctx_.comm->reduce(send, recv, r.op, piece.rank));
-    if (piece.rank == rank) tensor::scale_in_place(recv.data, ctx_.grad_dtype, n, r.post_factor);
-  }
+  const std::vector<OwnedPiece> pieces = split_by_owner(storage_.partition(), lo, hi);
+  // One reduce per owner, grouped (they may run together); the owner's
+  // slice is read only after the group.
+  DSCORE_RETURN_IF_ERROR(ctx_.comm->grouped([&] {
+    for (const OwnedPiece& piece : pieces) {
+      comm::CommBuffer send{grads_at(piece.begin), ctx_.grad_dtype, piece.end - piece.begin};
+      comm::CommBuffer recv;
+      if (piece.rank == rank) recv = send;  // the owner's slice, reduced in place
+      DSCORE_RETURN_IF_ERROR(ctx_.comm->reduce(send, recv, r.op, piece.rank));
+    }
+    return Status::Ok();
+  }));
+  for (const OwnedPiece& piece : pieces)
+    if (piece.rank == rank)
+      tensor::scale_in_place(grads_at(piece.begin), ctx_.grad_dtype, piece.end - piece.begin,
+                             r.post_factor);
   return Status::Ok();
 }
 

@@ -178,17 +178,26 @@ device::EventPtr IpgBuckets::submit_owner_reduction(char* memory, int64_t window
     const dscore_dtype gd = ctx_.grad_dtype;
     const int rank = storage_.rank();
     tensor::scale_in_place(element_at(memory, gd, lo - window), gd, hi - lo, r.pre_factor);
-    for (const OwnedPiece& piece : split_by_owner(storage_.partition(), lo, hi)) {
-      const int64_t n = piece.end - piece.begin;
-      comm::CommBuffer send{element_at(memory, gd, piece.begin - window), gd, n};
-      comm::CommBuffer recv;
-      if (piece.rank == rank) recv = send;  // reduced in place, then added to the partition
-      DSCORE_RETURN_IF_ERROR(ctx_.comm->reduce(send, recv, r.op, piece.rank));
-      if (piece.rank == rank) {
-        tensor::scale_in_place(send.data, gd, n, r.post_factor);
-        tensor::accumulate(element_at(owned_.get(), gd, piece.begin - storage_.owned_begin()),
-                           send.data, gd, n);
+    const std::vector<OwnedPiece> pieces = split_by_owner(storage_.partition(), lo, hi);
+    // One reduce per owner, grouped (they may run together); the owner's
+    // slice is read only after the group.
+    DSCORE_RETURN_IF_ERROR(ctx_.comm->grouped([&] {
+      for (const OwnedPiece& piece : pieces) {
+        comm::CommBuffer send{element_at(memory, gd, piece.begin - window), gd,
+                              piece.end - piece.begin};
+        comm::CommBuffer recv;
+        if (piece.rank == rank) recv = send;  // reduced in place, then added to the partition
+        DSCORE_RETURN_IF_ERROR(ctx_.comm->reduce(send, recv, r.op, piece.rank));
       }
+      return Status::Ok();
+    }));
+    for (const OwnedPiece& piece : pieces) {
+      if (piece.rank != rank) continue;
+      const int64_t n = piece.end - piece.begin;
+      void* reduced = element_at(memory, gd, piece.begin - window);
+      tensor::scale_in_place(reduced, gd, n, r.post_factor);
+      tensor::accumulate(element_at(owned_.get(), gd, piece.begin - storage_.owned_begin()),
+                         reduced, gd, n);
     }
     // Clean for the next layers placed here, off the compute thread.
     tensor::fill_zero(element_at(memory, gd, lo - window), gd, hi - lo);

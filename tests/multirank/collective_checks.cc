@@ -149,6 +149,12 @@ void check_groups(CheckedComm& c, CheckLog* log) {
 
 }  // namespace
 
+Result<std::unique_ptr<CheckedComm>> HostCheckedComm::split(int color, int key) {
+  DSCORE_ASSIGN_OR_RETURN(auto group, c_->split(color, key));
+  if (!group) return std::unique_ptr<CheckedComm>();
+  return std::unique_ptr<CheckedComm>(new HostCheckedComm(std::move(group)));
+}
+
 void CheckLog::check(bool ok, const std::string& what) {
   ++checks_;
   if (!ok && failures_++ < 5) std::fprintf(stderr, "rank %d: FAILED %s\n", rank_, what.c_str());

@@ -10,6 +10,7 @@
 
 #include <dscore/comm.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -38,6 +39,39 @@ class CheckedComm {
   virtual Result<dscore_comm_counters> wire_counters() const = 0;
   // nullptr for DSCORE_COMM_SPLIT_NONE.
   virtual Result<std::unique_ptr<CheckedComm>> split(int color, int key) = 0;
+  // The calls `issue` makes, as one group (Communicator::grouped): results
+  // are read only after it returns.
+  virtual Status grouped(const std::function<Status()>& issue) = 0;
+};
+
+// The host's Communicator as the checks call it (the counted path the
+// engine uses): host buffers go straight through.
+class HostCheckedComm : public CheckedComm {
+ public:
+  explicit HostCheckedComm(std::unique_ptr<comm::Communicator> c) : c_(std::move(c)) {}
+  comm::Communicator& get() { return *c_; }
+  int rank() const override { return c_->rank(); }
+  int world_size() const override { return c_->world_size(); }
+  Status allreduce(CommBuffer s, CommBuffer r, dscore_reduce_op op) override {
+    return c_->allreduce(s, r, op);
+  }
+  Status reduce(CommBuffer s, CommBuffer r, dscore_reduce_op op, int root) override {
+    return c_->reduce(s, r, op, root);
+  }
+  Status reduce_scatter(CommBuffer s, CommBuffer r, dscore_reduce_op op) override {
+    return c_->reduce_scatter(s, r, op);
+  }
+  Status allgather(CommBuffer s, CommBuffer r) override { return c_->allgather(s, r); }
+  Status broadcast(CommBuffer b, int root) override { return c_->broadcast(b, root); }
+  Status send(CommBuffer b, int peer) override { return c_->send(b, peer); }
+  Status recv(CommBuffer b, int peer) override { return c_->recv(b, peer); }
+  Status barrier() override { return c_->barrier(); }
+  Result<dscore_comm_counters> wire_counters() const override { return c_->wire_counters(); }
+  Result<std::unique_ptr<CheckedComm>> split(int color, int key) override;
+  Status grouped(const std::function<Status()>& issue) override { return c_->grouped(issue); }
+
+ private:
+  std::unique_ptr<comm::Communicator> c_;
 };
 
 struct CheckOptions {
@@ -66,6 +100,18 @@ class CheckLog {
 // Every check above; allreduce is called 8 times on `c` itself (the mpi
 // worker checks its host counters against that).
 void run_collective_checks(CheckedComm& c, const CheckOptions& options, CheckLog* log);
+
+// Grouped calls (comm.h group_start/group_end, or the host's one-by-one
+// fallback): a group of reduce_scatter, allgather, allreduce, reduce,
+// broadcast (fp32 values whose sums depend on the order, and bf16) equals
+// the same calls made one by one bit for bit; an invalid call in a group
+// fails the group with an error naming the op and its place, after the
+// calls before it completed; send inside a group is refused; the
+// communicator works afterwards. `tolerance` is the relative error
+// allowed between grouped and one-by-one reductions (0: bitwise, as the
+// mpi backend and the fallback give; NCCL may pick another algorithm for a
+// fused launch).
+void run_grouped_checks(CheckedComm& c, float tolerance, CheckLog* log);
 
 // Agree on the result across ranks (an allgather of the failure counts):
 // rank 0 prints "OK <checks>" or "FAILED <checks>". Returns 0 when every

@@ -2,7 +2,7 @@
 // the "mpi" comm plugin through the host's Communicator (the counted path
 // the engine uses), then the Communicator's own per-collective counters.
 // Prints "OK <checks>" on rank 0 when every rank passed, else the first
-// mismatches, and exits non-zero.
+// mismatches, and exits non-zero. Then the grouped-call checks.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -16,38 +16,6 @@
 namespace dscore::testing {
 namespace {
 
-// The Communicator as the checks call it: host buffers go straight through.
-class HostComm : public CheckedComm {
- public:
-  explicit HostComm(std::unique_ptr<comm::Communicator> c) : c_(std::move(c)) {}
-  comm::Communicator& get() { return *c_; }
-  int rank() const override { return c_->rank(); }
-  int world_size() const override { return c_->world_size(); }
-  Status allreduce(CommBuffer s, CommBuffer r, dscore_reduce_op op) override {
-    return c_->allreduce(s, r, op);
-  }
-  Status reduce(CommBuffer s, CommBuffer r, dscore_reduce_op op, int root) override {
-    return c_->reduce(s, r, op, root);
-  }
-  Status reduce_scatter(CommBuffer s, CommBuffer r, dscore_reduce_op op) override {
-    return c_->reduce_scatter(s, r, op);
-  }
-  Status allgather(CommBuffer s, CommBuffer r) override { return c_->allgather(s, r); }
-  Status broadcast(CommBuffer b, int root) override { return c_->broadcast(b, root); }
-  Status send(CommBuffer b, int peer) override { return c_->send(b, peer); }
-  Status recv(CommBuffer b, int peer) override { return c_->recv(b, peer); }
-  Status barrier() override { return c_->barrier(); }
-  Result<dscore_comm_counters> wire_counters() const override { return c_->wire_counters(); }
-  Result<std::unique_ptr<CheckedComm>> split(int color, int key) override {
-    DSCORE_ASSIGN_OR_RETURN(auto group, c_->split(color, key));
-    if (!group) return std::unique_ptr<CheckedComm>();
-    return std::unique_ptr<CheckedComm>(new HostComm(std::move(group)));
-  }
-
- private:
-  std::unique_ptr<comm::Communicator> c_;
-};
-
 int run() {
   auto env = comm::detect_job_env();
   auto registry = plugin_host::PluginRegistry::open({{DSCORE_BUILD_PLUGIN_DIR}, {true}, {"test"}});
@@ -60,7 +28,7 @@ int run() {
     std::fprintf(stderr, "%s\n", created.status().message().c_str());
     return 2;
   }
-  HostComm c(std::move(*created));
+  HostCheckedComm c(std::move(*created));
   CheckLog log(c.rank());
   run_collective_checks(c, CheckOptions{}, &log);
   // The host's counters: recv counted its 20 bytes (the ring), send its two
@@ -70,6 +38,24 @@ int run() {
   log.check(counters.at("send").calls == 2 && counters.at("recv").bytes == 20,
             "send/recv host counters");
   log.check(counters.at("allreduce").calls == 8, "host counters");
+  // Grouped calls, natively (MPI nonblocking collectives, waited at the end).
+  log.check(c.get().has_native_groups(), "the mpi plugin has group_start/group_end");
+  run_grouped_checks(c, 0, &log);
+  // The comms logger records a group's calls when the group has ended.
+  c.get().enable_comms_logger(observability::CommsLoggerConfig{});
+  std::vector<float> bucket(3000, 1.0f);
+  const Status logged = c.get().grouped([&] {
+    for (int k = 0; k < 3; ++k) {
+      CommBuffer piece{bucket.data() + 1000 * k, DSCORE_DTYPE_F32, 1000};
+      const int root = k % c.world_size();
+      DSCORE_RETURN_IF_ERROR(
+          c.get().reduce(piece, c.rank() == root ? piece : CommBuffer{}, DSCORE_REDUCE_SUM, root));
+    }
+    return Status::Ok();
+  });
+  const std::string summary = c.get().comms_summary();
+  log.check(logged.ok() && summary.find("reduce") != std::string::npos,
+            "grouped reduces in the comms logger: " + summary);
   return agree_and_report(c, log);
 }
 

@@ -23,6 +23,9 @@ static const dscore_abi_entry kEntries[] = {
 #if DSCORE_ABI_VERSION_MINOR >= 1
 #include "abi_v1_1_layout.inc"
 #endif
+#if DSCORE_ABI_VERSION_MINOR >= 2
+#include "abi_v1_2_layout.inc"
+#endif
 };
 
 const dscore_abi_entry* DSCORE_ABI_LAYOUT_FN(size_t* count) {

@@ -7,6 +7,7 @@
 #include <dscore/cpp/dtype.hpp>
 
 #include <cstring>
+#include <functional>
 
 #include <dscore/cpp/ordered_reduce.hpp>
 #include "collectives.h"
@@ -52,32 +53,30 @@ int count_of(int64_t n, const char* op) {
   return static_cast<int>(n);
 }
 
-unsigned char* grow(std::vector<unsigned char>* buffer, size_t bytes) {
-  if (buffer->size() < bytes) buffer->resize(bytes);
-  return buffer->data();
-}
-
 // Reduce-scatter of `chunks` (world x c elements) into `out` (c elements):
-// one all-to-all, then the ordered local reduction.
+// one all-to-all, then the ordered local reduction; `then` after that.
 void reduce_scatter_impl(MpiComm* m, const void* chunks, int64_t c, dscore_dtype dtype,
-                         dscore_reduce_op op, void* out, const char* name) {
+                         dscore_reduce_op op, void* out, const char* name,
+                         std::function<void()> then) {
   const size_t es = sdk::dtype_size(dtype);
   const size_t bytes = static_cast<size_t>(c) * static_cast<size_t>(m->world) * es;
-  unsigned char* gathered = grow(&m->scratch_b, bytes);
+  unsigned char* gathered = m->scratch(&m->scratch_b, bytes);
   ElementType type(es);
   const uint64_t seq = m->begin(name);
   MPI_Request request;
   DSCORE_MPI_CHECK(MPI_Ialltoall(chunks, count_of(c, name), type.get(), gathered, count_of(c, name),
                                  type.get(), m->comm, &request));
-  m->wait(&request, 1, name, seq, bytes);
-  sdk::reduce_chunks(gathered, m->world, c, dtype, op, out, &m->reduce_scratch);
-  const uint64_t moved = static_cast<uint64_t>(c) * (m->world - 1) * es;
-  m->counters.bytes_sent += moved;
-  m->counters.bytes_received += moved;
+  m->complete(request, name, seq, bytes, [m, gathered, c, dtype, op, out, es, then] {
+    sdk::reduce_chunks(gathered, m->world, c, dtype, op, out, &m->reduce_scratch);
+    const uint64_t moved = static_cast<uint64_t>(c) * (m->world - 1) * es;
+    m->counters.bytes_sent += moved;
+    m->counters.bytes_received += moved;
+    if (then) then();
+  });
 }
 
 void allgather_impl(MpiComm* m, const void* send, int64_t n, size_t es, void* recv,
-                    const char* name) {
+                    const char* name, std::function<void()> then) {
   ElementType type(es);
   const uint64_t seq = m->begin(name);
   const bool in_place =
@@ -85,15 +84,18 @@ void allgather_impl(MpiComm* m, const void* send, int64_t n, size_t es, void* re
   MPI_Request request;
   DSCORE_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, count_of(n, name), type.get(),
                                   recv, count_of(n, name), type.get(), m->comm, &request));
-  m->wait(&request, 1, name, seq, static_cast<size_t>(n) * m->world * es);
-  const uint64_t moved = static_cast<uint64_t>(n) * (m->world - 1) * es;
-  m->counters.bytes_sent += moved;
-  m->counters.bytes_received += moved;
+  m->complete(request, name, seq, static_cast<size_t>(n) * m->world * es, [m, n, es, then] {
+    const uint64_t moved = static_cast<uint64_t>(n) * (m->world - 1) * es;
+    m->counters.bytes_sent += moved;
+    m->counters.bytes_received += moved;
+    if (then) then();
+  });
 }
 
 }  // namespace
 
 void allreduce(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv, dscore_reduce_op op) {
+  m->enter("allreduce", true);
   check_cpu(send, "allreduce");
   check_cpu(recv, "allreduce");
   if (send->numel != recv->numel || send->dtype != recv->dtype)
@@ -102,20 +104,26 @@ void allreduce(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv, dscor
   const int64_t n = send->numel, w = m->world;
   const int64_t c = (n + w - 1) / w;  // chunk per rank, the last padded with zeros
   // Padded copy of the input, so every rank's chunk has c elements.
-  unsigned char* padded = grow(&m->scratch_a, static_cast<size_t>(c * w) * es * 2);
+  unsigned char* padded = m->scratch(&m->scratch_a, static_cast<size_t>(c * w) * es * 2);
   std::memcpy(padded, send->data, static_cast<size_t>(n) * es);
   std::memset(padded + n * es, 0, static_cast<size_t>(c * w - n) * es);
   unsigned char* mine = padded + static_cast<size_t>(c * w) * es;  // c elements
-  reduce_scatter_impl(m, padded, c, send->dtype, op, mine, "allreduce");
-  // Gather every rank's reduced chunk back into `padded`, then trim.
-  std::memcpy(padded + static_cast<size_t>(m->rank * c) * es, mine, static_cast<size_t>(c) * es);
-  allgather_impl(m, padded + static_cast<size_t>(m->rank * c) * es, c, es, padded, "allreduce");
-  std::memcpy(recv->data, padded, static_cast<size_t>(n) * es);
-  m->counters.operations += 1;
+  void* out = recv->data;
+  reduce_scatter_impl(m, padded, c, send->dtype, op, mine, "allreduce",
+                      [m, padded, mine, c, n, es, out] {
+                        // Gather every rank's reduced chunk back into `padded`, then trim.
+                        unsigned char* own = padded + static_cast<size_t>(m->rank * c) * es;
+                        std::memcpy(own, mine, static_cast<size_t>(c) * es);
+                        allgather_impl(m, own, c, es, padded, "allreduce", [m, padded, n, es, out] {
+                          std::memcpy(out, padded, static_cast<size_t>(n) * es);
+                          m->counters.operations += 1;
+                        });
+                      });
 }
 
 void reduce_scatter(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv,
                     dscore_reduce_op op) {
+  m->enter("reduce_scatter", true);
   check_cpu(send, "reduce_scatter");
   check_cpu(recv, "reduce_scatter");
   if (send->dtype != recv->dtype || send->numel != recv->numel * m->world)
@@ -123,12 +131,13 @@ void reduce_scatter(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv,
                 "reduce_scatter: send must hold world_size x recv elements of the same dtype (" +
                     std::to_string(send->numel) + " vs " + std::to_string(m->world) + " x " +
                     std::to_string(recv->numel) + ")");
-  reduce_scatter_impl(m, send->data, recv->numel, send->dtype, op, recv->data, "reduce_scatter");
-  m->counters.operations += 1;
+  reduce_scatter_impl(m, send->data, recv->numel, send->dtype, op, recv->data, "reduce_scatter",
+                      [m] { m->counters.operations += 1; });
 }
 
 void reduce(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv, dscore_reduce_op op,
             int root) {
+  m->enter("reduce", true);
   check_cpu(send, "reduce");
   if (root < 0 || root >= m->world)
     throw Error(DSCORE_OUT_OF_RANGE, "reduce: root " + std::to_string(root) + " is not a rank");
@@ -140,33 +149,39 @@ void reduce(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv, dscore_r
   const size_t es = element_size(send);
   const int64_t n = send->numel;
   const size_t total = static_cast<size_t>(n) * m->world * es;
-  unsigned char* gathered = m->rank == root ? grow(&m->scratch_b, total) : nullptr;
+  unsigned char* gathered = m->rank == root ? m->scratch(&m->scratch_b, total) : nullptr;
   ElementType type(es);
   const uint64_t seq = m->begin("reduce");
   MPI_Request request;
   DSCORE_MPI_CHECK(MPI_Igather(send->data, count_of(n, "reduce"), type.get(), gathered,
                                count_of(n, "reduce"), type.get(), root, m->comm, &request));
-  m->wait(&request, 1, "reduce", seq, static_cast<size_t>(n) * es);
-  if (m->rank == root) {
-    sdk::reduce_chunks(gathered, m->world, n, send->dtype, op, recv->data, &m->reduce_scratch);
-    m->counters.bytes_received += static_cast<uint64_t>(n) * (m->world - 1) * es;
-  } else {
-    m->counters.bytes_sent += static_cast<uint64_t>(n) * es;
-  }
-  m->counters.operations += 1;
+  const dscore_dtype dtype = send->dtype;
+  void* out = m->rank == root ? recv->data : nullptr;
+  m->complete(request, "reduce", seq, static_cast<size_t>(n) * es,
+              [m, root, gathered, n, dtype, op, out, es] {
+                if (m->rank == root) {
+                  sdk::reduce_chunks(gathered, m->world, n, dtype, op, out, &m->reduce_scratch);
+                  m->counters.bytes_received += static_cast<uint64_t>(n) * (m->world - 1) * es;
+                } else {
+                  m->counters.bytes_sent += static_cast<uint64_t>(n) * es;
+                }
+                m->counters.operations += 1;
+              });
 }
 
 void allgather(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv) {
+  m->enter("allgather", true);
   check_cpu(send, "allgather");
   check_cpu(recv, "allgather");
   if (send->dtype != recv->dtype || recv->numel != send->numel * m->world)
     throw Error(DSCORE_INVALID_ARGUMENT,
                 "allgather: recv must hold world_size x send elements of the same dtype");
-  allgather_impl(m, send->data, send->numel, element_size(send), recv->data, "allgather");
-  m->counters.operations += 1;
+  allgather_impl(m, send->data, send->numel, element_size(send), recv->data, "allgather",
+                 [m] { m->counters.operations += 1; });
 }
 
 void all_to_all(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv) {
+  m->enter("all_to_all", true);
   check_cpu(send, "all_to_all");
   check_cpu(recv, "all_to_all");
   if (send->dtype != recv->dtype || send->numel != recv->numel || send->numel % m->world != 0)
@@ -180,14 +195,16 @@ void all_to_all(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv) {
   MPI_Request request;
   DSCORE_MPI_CHECK(MPI_Ialltoall(send->data, count_of(c, "all_to_all"), type.get(), recv->data,
                                  count_of(c, "all_to_all"), type.get(), m->comm, &request));
-  m->wait(&request, 1, "all_to_all", seq, static_cast<size_t>(send->numel) * es);
-  const uint64_t moved = static_cast<uint64_t>(c) * (m->world - 1) * es;
-  m->counters.bytes_sent += moved;
-  m->counters.bytes_received += moved;
-  m->counters.operations += 1;
+  m->complete(request, "all_to_all", seq, static_cast<size_t>(send->numel) * es, [m, c, es] {
+    const uint64_t moved = static_cast<uint64_t>(c) * (m->world - 1) * es;
+    m->counters.bytes_sent += moved;
+    m->counters.bytes_received += moved;
+    m->counters.operations += 1;
+  });
 }
 
 void broadcast(MpiComm* m, dscore_tensor* tensor, int root) {
+  m->enter("broadcast", true);
   check_cpu(tensor, "broadcast");
   if (root < 0 || root >= m->world)
     throw Error(DSCORE_OUT_OF_RANGE, "broadcast: root " + std::to_string(root) + " is not a rank");
@@ -197,17 +214,19 @@ void broadcast(MpiComm* m, dscore_tensor* tensor, int root) {
   MPI_Request request;
   DSCORE_MPI_CHECK(MPI_Ibcast(tensor->data, count_of(tensor->numel, "broadcast"), type.get(), root,
                               m->comm, &request));
-  m->wait(&request, 1, "broadcast", seq, static_cast<size_t>(tensor->numel) * es);
   const uint64_t bytes = static_cast<uint64_t>(tensor->numel) * es;
-  if (m->rank == root)
-    m->counters.bytes_sent += bytes * (m->world - 1);
-  else
-    m->counters.bytes_received += bytes;
-  m->counters.operations += 1;
+  m->complete(request, "broadcast", seq, bytes, [m, root, bytes] {
+    if (m->rank == root)
+      m->counters.bytes_sent += bytes * (m->world - 1);
+    else
+      m->counters.bytes_received += bytes;
+    m->counters.operations += 1;
+  });
 }
 
 void point_to_point(MpiComm* m, const dscore_tensor* tensor, int peer, bool sending) {
   const char* name = sending ? "send" : "recv";
+  m->enter(name, false);
   check_cpu(tensor, name);
   if (peer < 0 || peer >= m->world || peer == m->rank)
     throw Error(DSCORE_OUT_OF_RANGE, std::string(name) + ": peer " + std::to_string(peer) +
@@ -230,6 +249,7 @@ void point_to_point(MpiComm* m, const dscore_tensor* tensor, int peer, bool send
 }
 
 void barrier(MpiComm* m) {
+  m->enter("barrier", false);
   const uint64_t seq = m->begin("barrier");
   MPI_Request request;
   DSCORE_MPI_CHECK(MPI_Ibarrier(m->comm, &request));

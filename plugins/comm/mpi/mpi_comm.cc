@@ -87,6 +87,8 @@ class MpiBackend : public sdk::Instance {
   void send(const dscore_tensor* t, int peer) { point_to_point(&m_, t, peer, true); }
   void recv(dscore_tensor* t, int peer) { point_to_point(&m_, t, peer, false); }
   void barrier() { mpi_comm::barrier(&m_); }
+  void group_start() { m_.group_start(); }
+  void group_end() { m_.group_end(); }
   void abort(const char* reason) {
     host().log(DSCORE_LOG_ERROR, "mpi",
                "rank " + std::to_string(m_.rank) +
@@ -101,6 +103,7 @@ class MpiBackend : public sdk::Instance {
   // MPI_Comm_split over this communicator; the group gets its own heartbeat
   // board.
   MpiBackend* split(int32_t color, int32_t key) {
+    m_.enter("split", false);
     MPI_Comm group = MPI_COMM_NULL;
     DSCORE_MPI_CHECK(MPI_Comm_split(
         m_.comm, color == DSCORE_COMM_SPLIT_NONE ? MPI_UNDEFINED : color, key, &group));

@@ -9,6 +9,7 @@
 #include <dscore/cpp/plugin.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -65,8 +66,43 @@ struct MpiComm {
   std::vector<double> reduce_scratch;
   dscore_comm_counters counters{};
 
+  // Grouped calls (comm.h group_start/group_end): while `grouping`, a
+  // collective starts its MPI request and leaves it, with the work that
+  // follows its completion, in `pending`; group_end waits for each in
+  // order and runs that work (which may start a further request: an
+  // allreduce's allgather half). Each grouped collective gets scratch of
+  // its own, kept until the group ends.
+  struct Pending {
+    const char* op;
+    uint64_t sequence;
+    size_t bytes;
+    int position;  // 1-based, among the calls of the group
+    MPI_Request request;
+    std::function<void()> then;
+  };
+  bool grouping = false;
+  int group_calls = 0;
+  int position = 0;  // of the collective being issued or finished, in its group
+  std::vector<Pending> pending;
+  std::vector<std::vector<unsigned char>> group_scratch;
+
   // Mark a collective as entered (board + sequence); returns its number.
   uint64_t begin(const char* op);
+  // Completes `request` (then runs `then`): at once, or at group_end while
+  // grouping.
+  void complete(MPI_Request request, const char* op, uint64_t sequence, size_t bytes,
+                std::function<void()> then);
+  // `bytes` of scratch: the shared buffer `reuse` outside a group, a
+  // buffer of the group's own inside one.
+  unsigned char* scratch(std::vector<unsigned char>* reuse, size_t bytes);
+  // Called first by every collective: inside a group, rejects `op` unless
+  // groupable and numbers it.
+  void enter(const char* op, bool groupable);
+  void group_start();
+  // Waits for every pending collective in order; the first failure is
+  // rethrown naming the op and its position once all others completed
+  // (a missed deadline is thrown at once: the job ends).
+  void group_end();
   // Wait for `requests` until the deadline (then marks the collective
   // finished on the board); on timeout throws
   // DEADLINE_EXCEEDED naming the op, its number, the bytes and the laggards.

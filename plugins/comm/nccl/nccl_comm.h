@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace dscore::nccl_comm {
 
@@ -32,6 +33,10 @@ struct NcclComm {
   int64_t timeout_ms = 300000;
   std::string aborted;  // non-empty once abort() ran or the watchdog aborted: why
   dscore_comm_counters counters{};
+  // Grouped calls (comm.h): between ncclGroupStart and ncclGroupEnd, the
+  // collectives issued so far (for group_end's error message).
+  bool grouping = false;
+  std::vector<const char*> group_ops;
 
   // Throws UNAVAILABLE when the communicator was aborted; makes this
   // instance's device current on the calling thread.

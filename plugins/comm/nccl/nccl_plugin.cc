@@ -14,18 +14,14 @@
 // ranks in separate processes serves it over TCP from rank 0 at
 // MASTER_ADDR:MASTER_PORT (see docs/gpu.md).
 //
-// GROUPS OF COLLECTIVES. NCCL fuses calls made between ncclGroupStart and
-// ncclGroupEnd on one thread into one launch. ABI 1.0's comm vtable has no
-// entry for that, and this plugin does not widen the ABI. A host that wants
-// the engine's bucketed reduce-scatters and all-gathers fused would add two
-// optional vtable entries in a later minor, group_start(self) and
-// group_end(self), which this plugin would implement as ncclGroupStart()
-// and ncclGroupEnd() followed by NcclComm::enqueued() (non-blocking
-// communicators report ncclInProgress from ncclGroupEnd while they connect).
-// Between the two, every collective here returns ncclSuccess at once and
-// nothing is launched, so the host must not wait on the stream inside a
-// group. Until then each bucket is its own NCCL launch; buckets enqueued
-// back to back on one stream still run without host synchronisation.
+// GROUPS OF COLLECTIVES (comm.h group_start/group_end, ABI 1.2). NCCL fuses
+// the calls made between ncclGroupStart and ncclGroupEnd on one thread into
+// one launch: group_start is ncclGroupStart, every collective inside returns
+// once recorded (nothing is launched yet, so nothing may wait on the stream:
+// barrier and point-to-point calls are refused inside a group), and
+// group_end is ncclGroupEnd followed by NcclComm::enqueued() (non-blocking
+// communicators report ncclInProgress while they connect). NCCL reports a
+// failure for the group as a whole, so the message lists the group's ops.
 #include <dscore/comm.h>
 
 #include <cstring>
@@ -235,41 +231,70 @@ cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 dscore_status create(const dscore_create_args* args, dscore_comm** out) {
   return S::create(args, out);
 }
+// Inside a group: records a groupable op, refuses the others.
+void note(NcclComm* m, const char* op, bool groupable) {
+  if (!m->grouping) return;
+  if (!groupable)
+    throw Error(DSCORE_FAILED_PRECONDITION,
+                std::string("nccl ") + op +
+                    " cannot be grouped: issue it before group_start or after group_end");
+  m->group_ops.push_back(op);
+}
 dscore_status allreduce(dscore_comm* c, Tensor s, dscore_tensor* r, dscore_reduce_op op, void* st) {
-  return S::call(
-      c, [&](NcclBackend& b) { nccl_comm::allreduce(&b.state(), s, r, op, as_stream(st)); });
+  return S::call(c, [&](NcclBackend& b) {
+    note(&b.state(), "allreduce", true);
+    nccl_comm::allreduce(&b.state(), s, r, op, as_stream(st));
+  });
 }
 dscore_status reduce_scatter(dscore_comm* c, Tensor s, dscore_tensor* r, dscore_reduce_op op,
                              void* st) {
-  return S::call(
-      c, [&](NcclBackend& b) { nccl_comm::reduce_scatter(&b.state(), s, r, op, as_stream(st)); });
+  return S::call(c, [&](NcclBackend& b) {
+    note(&b.state(), "reduce_scatter", true);
+    nccl_comm::reduce_scatter(&b.state(), s, r, op, as_stream(st));
+  });
 }
 dscore_status reduce(dscore_comm* c, Tensor s, dscore_tensor* r, dscore_reduce_op op, int32_t root,
                      void* st) {
-  return S::call(
-      c, [&](NcclBackend& b) { nccl_comm::reduce(&b.state(), s, r, op, root, as_stream(st)); });
+  return S::call(c, [&](NcclBackend& b) {
+    note(&b.state(), "reduce", true);
+    nccl_comm::reduce(&b.state(), s, r, op, root, as_stream(st));
+  });
 }
 dscore_status allgather(dscore_comm* c, Tensor s, dscore_tensor* r, void* st) {
-  return S::call(c, [&](NcclBackend& b) { nccl_comm::allgather(&b.state(), s, r, as_stream(st)); });
+  return S::call(c, [&](NcclBackend& b) {
+    note(&b.state(), "allgather", true);
+    nccl_comm::allgather(&b.state(), s, r, as_stream(st));
+  });
 }
 dscore_status all_to_all(dscore_comm* c, Tensor s, dscore_tensor* r, void* st) {
-  return S::call(c,
-                 [&](NcclBackend& b) { nccl_comm::all_to_all(&b.state(), s, r, as_stream(st)); });
+  return S::call(c, [&](NcclBackend& b) {
+    note(&b.state(), "all_to_all", true);
+    nccl_comm::all_to_all(&b.state(), s, r, as_stream(st));
+  });
 }
 dscore_status broadcast(dscore_comm* c, dscore_tensor* t, int32_t root, void* st) {
-  return S::call(c,
-                 [&](NcclBackend& b) { nccl_comm::broadcast(&b.state(), t, root, as_stream(st)); });
+  return S::call(c, [&](NcclBackend& b) {
+    note(&b.state(), "broadcast", true);
+    nccl_comm::broadcast(&b.state(), t, root, as_stream(st));
+  });
 }
 dscore_status send(dscore_comm* c, Tensor t, int32_t peer, void* st) {
-  return S::call(c,
-                 [&](NcclBackend& b) { point_to_point(&b.state(), t, peer, true, as_stream(st)); });
+  return S::call(c, [&](NcclBackend& b) {
+    note(&b.state(), "send", false);
+    point_to_point(&b.state(), t, peer, true, as_stream(st));
+  });
 }
 dscore_status recv(dscore_comm* c, dscore_tensor* t, int32_t peer, void* st) {
-  return S::call(
-      c, [&](NcclBackend& b) { point_to_point(&b.state(), t, peer, false, as_stream(st)); });
+  return S::call(c, [&](NcclBackend& b) {
+    note(&b.state(), "recv", false);
+    point_to_point(&b.state(), t, peer, false, as_stream(st));
+  });
 }
 dscore_status barrier(dscore_comm* c) {
-  return S::call(c, [&](NcclBackend& b) { nccl_comm::barrier(&b.state()); });
+  return S::call(c, [&](NcclBackend& b) {
+    note(&b.state(), "barrier", false);
+    nccl_comm::barrier(&b.state());
+  });
 }
 void abort(dscore_comm* c, const char* reason) { S::self(c).abort(reason); }
 dscore_status counters(const dscore_comm* c, dscore_comm_counters* out) {
@@ -280,8 +305,41 @@ dscore_status counters(const dscore_comm* c, dscore_comm_counters* out) {
   });
 }
 dscore_status split(dscore_comm* c, int32_t color, int32_t key, dscore_comm** out) {
-  return S::call(
-      c, [&](NcclBackend& b) { *out = reinterpret_cast<dscore_comm*>(b.split(color, key)); });
+  return S::call(c, [&](NcclBackend& b) {
+    note(&b.state(), "split", false);
+    *out = reinterpret_cast<dscore_comm*>(b.split(color, key));
+  });
+}
+dscore_status group_start(dscore_comm* c) {
+  return S::call(c, [&](NcclBackend& b) {
+    NcclComm* m = &b.state();
+    m->ready("group_start");
+    if (m->grouping)
+      throw Error(DSCORE_FAILED_PRECONDITION,
+                  "nccl group_start: a group is already open on this communicator; groups do not "
+                  "nest");
+    const ncclResult_t r = ncclGroupStart();
+    if (r != ncclSuccess)
+      throw Error(DSCORE_INTERNAL,
+                  std::string("nccl ncclGroupStart failed: ") + ncclGetErrorString(r));
+    m->grouping = true;
+    m->group_ops.clear();
+  });
+}
+dscore_status group_end(dscore_comm* c, void*) {
+  return S::call(c, [&](NcclBackend& b) {
+    NcclComm* m = &b.state();
+    if (!m->grouping) throw Error(DSCORE_FAILED_PRECONDITION, "nccl group_end without group_start");
+    m->grouping = false;
+    std::string what = "the group of " + std::to_string(m->group_ops.size()) + " collectives (";
+    for (size_t i = 0; i < m->group_ops.size(); ++i)
+      what += (i == 0 ? "" : ", ") + std::string(m->group_ops[i]);
+    what += ")";
+    m->group_ops.clear();
+    m->ready("group_end");
+    // enqueued() keeps `op` only for the message; `what` outlives the call.
+    m->enqueued(ncclGroupEnd(), what.c_str());
+  });
 }
 
 dscore_comm_vtable make_vtable() {
@@ -301,6 +359,8 @@ dscore_comm_vtable make_vtable() {
   vt.reduce = &reduce;
   vt.counters = &counters;
   vt.split = &split;
+  vt.group_start = &group_start;
+  vt.group_end = &group_end;
   return vt;
 }
 const dscore_comm_vtable kVtable = make_vtable();

@@ -118,6 +118,26 @@ typedef struct dscore_comm_vtable {
    * timeout. */
   dscore_status (*split)(dscore_comm* self, int32_t color, int32_t key, dscore_comm** out);
   /* ---- minor 0 ends here ---- */
+
+  /* Optional, added in minor 2 (read only when struct_size covers them;
+   * both or neither). GROUPED CALLS: the collectives issued between
+   * group_start and group_end (allreduce, reduce_scatter, allgather,
+   * broadcast, reduce, all_to_all; never send/recv, barrier or split) may
+   * be started together and complete only at group_end: until group_end
+   * returns (CPU) or until `stream` reaches it (CUDA), no recv buffer holds
+   * its result and every send and recv buffer must stay valid and
+   * unchanged. A call inside a group returns once the collective is
+   * queued, or an error for arguments it rejects at once. group_end returns
+   * when every queued collective completed (CPU) or is enqueued on `stream`
+   * (CUDA), after waiting for all of them even when one failed; its error
+   * names the first failed collective and its position in the group
+   * ("reduce_scatter (op 3 of 8 in the group): ...") (a missed deadline is
+   * returned at once: the job ends). Results equal the
+   * same calls issued one by one, bit for bit. Groups do not nest; every
+   * rank issues the same grouped calls in the same order (ORDERING above).
+   * When these are NULL the host issues the calls of a group one by one. */
+  dscore_status (*group_start)(dscore_comm* self);
+  dscore_status (*group_end)(dscore_comm* self, void* stream);
 } dscore_comm_vtable;
 
 /* What a backend actually moved. "Payload" counts tensor bytes only, not
@@ -132,7 +152,8 @@ typedef struct dscore_comm_counters {
 /* A communicator as the host hands it to plugins that talk
  * (host->communicator(ctx, group)). The vtable is the HOST's: calls through
  * it are counted (bytes per collective, for comms_logger) and checked, then
- * forwarded to the backend; create, destroy and split are NULL here. Use it
+ * forwarded to the backend; create, destroy, split, group_start and
+ * group_end are NULL here. Use it
  * only from the thread that calls your plugin, and obey the ORDERING rule
  * above among the ranks of the group. */
 typedef struct dscore_communicator {

@@ -18,6 +18,8 @@
 //     void abort(const char* reason) noexcept;
 //     void counters(dscore_comm_counters* out) const;
 //     MyComm* split(int32_t color, int32_t key);  // nullptr for DSCORE_COMM_SPLIT_NONE
+//     void group_start();  // both or neither: grouped calls (comm.h)
+//     void group_end();
 //   };
 //   const dscore_plugin_descriptor kMine = sdk::comm_descriptor<MyComm>(
 //       "my_comm", "1.0", "one line", DSCORE_CAP_CPU | DSCORE_CAP_MULTI_RANK, kSchema);
@@ -61,6 +63,11 @@ struct HasSplit : std::false_type {};
 template <typename T>
 struct HasSplit<T, std::void_t<decltype(std::declval<T&>().split(int32_t{}, int32_t{}))>>
     : std::true_type {};
+template <typename T, typename = void>
+struct HasGroups : std::false_type {};
+template <typename T>
+struct HasGroups<T, std::void_t<decltype(std::declval<T&>().group_start()),
+                                decltype(std::declval<T&>().group_end())>> : std::true_type {};
 }  // namespace detail
 
 template <typename T>
@@ -109,6 +116,13 @@ struct CommPlugin {
     return S::call(c, [&](T& t) { *out = reinterpret_cast<dscore_comm*>(t.split(color, key)); });
   }
 
+  static dscore_status group_start(dscore_comm* c) {
+    return S::call(c, [&](T& t) { t.group_start(); });
+  }
+  static dscore_status group_end(dscore_comm* c, void*) {
+    return S::call(c, [&](T& t) { t.group_end(); });
+  }
+
   static dscore_comm_vtable make_vtable() {
     dscore_comm_vtable vt{};
     vt.struct_size = sizeof vt;
@@ -126,6 +140,10 @@ struct CommPlugin {
     if constexpr (detail::HasAbort<T>::value) vt.abort = &abort;
     if constexpr (detail::HasCounters<T>::value) vt.counters = &counters;
     if constexpr (detail::HasSplit<T>::value) vt.split = &split;
+    if constexpr (detail::HasGroups<T>::value) {
+      vt.group_start = &group_start;
+      vt.group_end = &group_end;
+    }
     return vt;
   }
   static inline const dscore_comm_vtable vtable = make_vtable();

@@ -106,6 +106,24 @@ Status DeviceComm::staged(std::initializer_list<CommBuffer*> buffers, Call&& cal
       device_buffers.push_back(d);
     }
     st = call(device_buffers);
+    if (grouping_) {
+      group_calls_ += 1;
+      if (!st.ok() && group_error_.ok())
+        group_error_ = Status(
+            st.code(), "op " + std::to_string(group_calls_) + " in the group: " + st.message());
+      // The results exist only after group_end: download (and free) then.
+      after_group_.push_back([this, owned, ok = st.ok()] {
+        Status down;
+        for (const Range& r : owned)
+          if (ok && down.ok())
+            down = cuda_status(cudaMemcpy(r.host, r.device, r.bytes, cudaMemcpyDeviceToHost),
+                               "download");
+        for (const Range& r : owned)
+          if (r.device != nullptr) cudaFree(r.device);
+        return down;
+      });
+      return st;
+    }
     if (st.ok()) st = cuda_status(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     for (const Range& r : owned)
       if (st.ok())
@@ -114,6 +132,25 @@ Status DeviceComm::staged(std::initializer_list<CommBuffer*> buffers, Call&& cal
   for (const Range& r : owned)
     if (r.device != nullptr) cudaFree(r.device);
   return st;
+}
+
+Status DeviceComm::grouped(const std::function<Status()>& issue) {
+  DSCORE_RETURN_IF_ERROR(instance_->group_start());
+  grouping_ = true;
+  group_calls_ = 0;
+  group_error_ = Status::Ok();
+  Status issued = issue();
+  grouping_ = false;
+  Status ended = instance_->group_end(stream_);
+  if (ended.ok()) ended = cuda_status(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  for (auto& after : after_group_) {
+    const Status down = after();
+    if (ended.ok()) ended = down;
+  }
+  after_group_.clear();
+  if (!group_error_.ok()) return group_error_;
+  if (!ended.ok()) return ended;
+  return issued;
 }
 
 Status DeviceComm::allreduce(CommBuffer send, CommBuffer recv, dscore_reduce_op op) {

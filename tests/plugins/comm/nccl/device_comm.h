@@ -9,8 +9,10 @@
 
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/plugin_host/comm_instance.h"
 #include "core/plugin_host/host_context.h"
@@ -54,6 +56,9 @@ class DeviceComm : public CheckedComm {
   Status barrier() override;
   Result<dscore_comm_counters> wire_counters() const override { return instance_->counters(); }
   Result<std::unique_ptr<CheckedComm>> split(int color, int key) override;
+  // group_start, the calls (their downloads wait for the group), group_end,
+  // then the downloads; the first failed call is named with its place.
+  Status grouped(const std::function<Status()>& issue) override;
 
  private:
   // Copy `buffers` to the GPU (a buffer inside another shares its memory,
@@ -63,6 +68,12 @@ class DeviceComm : public CheckedComm {
   Status staged(std::initializer_list<CommBuffer*> buffers, Call&& call);
 
   std::unique_ptr<plugin_host::CommInstance> instance_;
+  // Inside grouped(): the calls so far, the first failure, and each call's
+  // download-and-free, run after group_end.
+  bool grouping_ = false;
+  int group_calls_ = 0;
+  Status group_error_;
+  std::vector<std::function<Status()>> after_group_;
   int rank_, world_;
   int device_ = 0;
   cudaStream_t stream_ = nullptr;

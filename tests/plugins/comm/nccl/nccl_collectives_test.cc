@@ -53,6 +53,7 @@ TEST_F(NcclTest, EveryCollectiveComputesTheExpectedValuesAtWorldSizeOne) {
   ASSERT_NE(c, nullptr);
   CheckLog log(0);
   run_collective_checks(*c, CheckOptions{1e-6f}, &log);
+  run_grouped_checks(*c, 1e-6f, &log);
   EXPECT_EQ(log.failures(), 0) << "of " << log.checks() << " checks (see stderr)";
   auto counters = c->wire_counters();
   ASSERT_TRUE(counters.ok());
@@ -163,6 +164,7 @@ TEST_F(NcclTest, EveryCollectiveComputesTheExpectedValuesWithRanksAsThreads) {
       DeviceComm c(std::move(*instance), r, world);
       CheckLog log(r);
       run_collective_checks(c, CheckOptions{1e-6f}, &log);
+      run_grouped_checks(c, 1e-6f, &log);
       failures[static_cast<size_t>(r)] = log.failures();
     });
   for (std::thread& t : ranks) t.join();

@@ -30,5 +30,6 @@ int main() {
   DeviceComm c(std::move(*instance), env->rank, env->world_size);
   CheckLog log(c.rank());
   run_collective_checks(c, CheckOptions{1e-6f}, &log);
+  run_grouped_checks(c, 1e-6f, &log);
   return agree_and_report(c, log);
 }
