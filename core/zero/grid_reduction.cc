@@ -63,14 +63,17 @@ void GridReduction::layer_ready(size_t, const ReadyLayers& ready) {
 Status GridReduction::end_micro_step(const ReadyLayers& ready) {
   if (!reduces_now()) return Status::Ok();  // gradients stay local
   submit_ready(/*all=*/true, ready);
-  DSCORE_RETURN_IF_ERROR(ctx_.stream->synchronize());
-  if (!reduces_every_micro_step()) return Status::Ok();
-  // This micro-step's mean joins the sum; the model adds into zeros again.
-  const dscore_dtype gd = ctx_.grad_dtype;
-  tensor::accumulate(accumulated_.get(), grads_at(storage_.owned_begin()), gd,
-                     storage_.owned_numel());
-  tensor::fill_zero(grads_.get(), gd, storage_.partition().padded_numel);
-  return Status::Ok();
+  if (reduces_every_micro_step()) {
+    // This micro-step's mean joins the sum; the model adds into zeros again.
+    ctx_.stream->enqueue([this] {
+      const dscore_dtype gd = ctx_.grad_dtype;
+      device::ops::accumulate(ctx_.comm_target, accumulated_.get(),
+                              grads_at(storage_.owned_begin()), gd, storage_.owned_numel());
+      device::ops::fill_zero(ctx_.comm_target, grads_.get(), gd, storage_.partition().padded_numel);
+      return Status::Ok();
+    });
+  }
+  return ctx_.stream->synchronize();
 }
 
 void GridReduction::submit_ready(bool all, const ReadyLayers& ready) {
@@ -85,7 +88,8 @@ void GridReduction::submit_ready(bool all, const ReadyLayers& ready) {
     next_hi_ = lo;
     ctx_.stream->submit([this, lo, hi] {
       const Reduction r = plan_reduction(*ctx_.config, ctx_.comm->world_size());
-      tensor::scale_in_place(grads_at(lo), ctx_.grad_dtype, hi - lo, r.pre_factor);
+      device::ops::scale_in_place(ctx_.comm_target, grads_at(lo), ctx_.grad_dtype, hi - lo,
+                                  r.pre_factor);
       return reduce_bucket(lo, hi, r);
     });
   }
@@ -95,7 +99,7 @@ Status AllreduceGrid::reduce_bucket(int64_t lo, int64_t hi, const Reduction& r) 
   void* data = grads_at(lo);
   comm::CommBuffer buffer{data, ctx_.grad_dtype, hi - lo};
   DSCORE_RETURN_IF_ERROR(ctx_.comm->allreduce(buffer, buffer, r.op));
-  tensor::scale_in_place(data, ctx_.grad_dtype, hi - lo, r.post_factor);
+  device::ops::scale_in_place(ctx_.comm_target, data, ctx_.grad_dtype, hi - lo, r.post_factor);
   return Status::Ok();
 }
 
@@ -115,8 +119,8 @@ Status OwnerReduceGrid::reduce_bucket(int64_t lo, int64_t hi, const Reduction& r
   }));
   for (const OwnedPiece& piece : pieces)
     if (piece.rank == rank)
-      tensor::scale_in_place(grads_at(piece.begin), ctx_.grad_dtype, piece.end - piece.begin,
-                             r.post_factor);
+      device::ops::scale_in_place(ctx_.comm_target, grads_at(piece.begin), ctx_.grad_dtype,
+                                  piece.end - piece.begin, r.post_factor);
   return Status::Ok();
 }
 

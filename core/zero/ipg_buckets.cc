@@ -177,7 +177,8 @@ device::EventPtr IpgBuckets::submit_owner_reduction(char* memory, int64_t window
     const Reduction r = plan_reduction(*ctx_.config, ctx_.comm->world_size());
     const dscore_dtype gd = ctx_.grad_dtype;
     const int rank = storage_.rank();
-    tensor::scale_in_place(element_at(memory, gd, lo - window), gd, hi - lo, r.pre_factor);
+    const device::ops::Target on = ctx_.comm_target;
+    device::ops::scale_in_place(on, element_at(memory, gd, lo - window), gd, hi - lo, r.pre_factor);
     const std::vector<OwnedPiece> pieces = split_by_owner(storage_.partition(), lo, hi);
     // One reduce per owner, grouped (they may run together); the owner's
     // slice is read only after the group.
@@ -195,12 +196,12 @@ device::EventPtr IpgBuckets::submit_owner_reduction(char* memory, int64_t window
       if (piece.rank != rank) continue;
       const int64_t n = piece.end - piece.begin;
       void* reduced = element_at(memory, gd, piece.begin - window);
-      tensor::scale_in_place(reduced, gd, n, r.post_factor);
-      tensor::accumulate(element_at(owned_.get(), gd, piece.begin - storage_.owned_begin()),
-                         reduced, gd, n);
+      device::ops::scale_in_place(on, reduced, gd, n, r.post_factor);
+      device::ops::accumulate(
+          on, element_at(owned_.get(), gd, piece.begin - storage_.owned_begin()), reduced, gd, n);
     }
     // Clean for the next layers placed here, off the compute thread.
-    tensor::fill_zero(element_at(memory, gd, lo - window), gd, hi - lo);
+    device::ops::fill_zero(on, element_at(memory, gd, lo - window), gd, hi - lo);
     return Status::Ok();
   });
 }
