@@ -140,6 +140,16 @@ class GptRunner {
     Buffer<T> dfch_gelu, dfch, dln, datty, dqkv;
   };
 
+  // Fused kernels a backend may offer (the CPU's do; others run the
+  // unfused pair): the residual add with the LayerNorm after it, and the
+  // GELU gradient with the fc bias gradient.
+  static constexpr bool kFusedResidualLayerNorm = requires(Backend & b, T* t, S* s, const T* c) {
+    b.residual_layernorm_forward(t, t, s, s, c, c, c, c, int64_t{}, int64_t{});
+  };
+  static constexpr bool kFusedGeluBias = requires(Backend & b, T* t, const T* c) {
+    b.gelu_backward_bias(t, t, c, c, int64_t{}, int64_t{});
+  };
+
   bool checkpointed(int64_t l) const { return l < cfg_.checkpoint_blocks; }
   BlockActs& block_acts(int64_t l) {
     return checkpointed(l) ? acts_.blocks.back()
@@ -233,9 +243,14 @@ class GptRunner {
     // The attention projection goes through ln2's buffer (overwritten next).
     backend_.matmul_forward(a.ln2.get(), a.atty.get(), p[kAttnProjWeight], p[kAttnProjBias], N, C,
                             C);
-    backend_.add(a.x2.get(), x, a.ln2.get(), N * C);
-    backend_.layernorm_forward(a.ln2.get(), a.mean2.get(), a.rstd2.get(), a.x2.get(), p[kLn2Weight],
-                               p[kLn2Bias], N, C);
+    if constexpr (kFusedResidualLayerNorm) {
+      backend_.residual_layernorm_forward(a.x2.get(), a.ln2.get(), a.mean2.get(), a.rstd2.get(), x,
+                                          a.ln2.get(), p[kLn2Weight], p[kLn2Bias], N, C);
+    } else {
+      backend_.add(a.x2.get(), x, a.ln2.get(), N * C);
+      backend_.layernorm_forward(a.ln2.get(), a.mean2.get(), a.rstd2.get(), a.x2.get(),
+                                 p[kLn2Weight], p[kLn2Bias], N, C);
+    }
     backend_.matmul_forward(a.fch.get(), a.ln2.get(), p[kFcWeight], p[kFcBias], N, C, 4 * C);
     backend_.gelu_forward(a.fch_gelu.get(), a.fch.get(), N * 4 * C);
     if (out == nullptr) return;
@@ -249,9 +264,16 @@ class GptRunner {
     const int64_t N = B_ * cfg_.block_size, C = cfg_.n_embd;
     backend_.matmul_backward(acts_.dfch_gelu.get(), g[kFcProjWeight], g[kFcProjBias], d,
                              a.fch_gelu.get(), p[kFcProjWeight], N, 4 * C, C);
-    backend_.gelu_backward(acts_.dfch.get(), a.fch.get(), acts_.dfch_gelu.get(), N * 4 * C);
-    backend_.matmul_backward(acts_.dln.get(), g[kFcWeight], g[kFcBias], acts_.dfch.get(),
-                             a.ln2.get(), p[kFcWeight], N, C, 4 * C);
+    if constexpr (kFusedGeluBias) {
+      backend_.gelu_backward_bias(acts_.dfch.get(), g[kFcBias], a.fch.get(), acts_.dfch_gelu.get(),
+                                  N, 4 * C);
+      backend_.matmul_backward(acts_.dln.get(), g[kFcWeight], nullptr, acts_.dfch.get(),
+                               a.ln2.get(), p[kFcWeight], N, C, 4 * C);
+    } else {
+      backend_.gelu_backward(acts_.dfch.get(), a.fch.get(), acts_.dfch_gelu.get(), N * 4 * C);
+      backend_.matmul_backward(acts_.dln.get(), g[kFcWeight], g[kFcBias], acts_.dfch.get(),
+                               a.ln2.get(), p[kFcWeight], N, C, 4 * C);
+    }
     backend_.layernorm_backward(d, g[kLn2Weight], g[kLn2Bias], acts_.dln.get(), a.x2.get(),
                                 p[kLn2Weight], a.mean2.get(), a.rstd2.get(), N, C);
     backend_.matmul_backward(acts_.datty.get(), g[kAttnProjWeight], g[kAttnProjBias], d,

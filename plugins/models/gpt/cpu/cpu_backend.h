@@ -28,6 +28,12 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
                          int64_t C) {
     cpu::layernorm_forward(out, mean, rstd, inp, w, b, N, C);
   }
+  // Fused: sum = a + b, out = layernorm(sum) (the runner uses it where a
+  // backend has it, else add and layernorm_forward).
+  void residual_layernorm_forward(T* sum, T* out, T* mean, T* rstd, const T* a, const T* b,
+                                  const T* w, const T* bias, int64_t N, int64_t C) {
+    cpu::residual_layernorm_forward(sum, out, mean, rstd, a, b, w, bias, N, C);
+  }
   void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
                           const T* mean, const T* rstd, int64_t N, int64_t C) {
     cpu::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
@@ -55,6 +61,10 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
   void gelu_forward(T* out, const T* inp, int64_t n) { cpu::gelu_forward(out, inp, n); }
   void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
     cpu::gelu_backward(dinp, inp, dout, n);
+  }
+  // Fused: gelu_backward and the bias gradient of the layer before it.
+  void gelu_backward_bias(T* dinp, T* dbias, const T* inp, const T* dout, int64_t N, int64_t OC) {
+    cpu::gelu_backward_bias(dinp, dbias, inp, dout, N, OC);
   }
   void add(T* out, const T* a, const T* b, int64_t n) { cpu::add(out, a, b, n); }
   double lm_head_forward_backward(T* dx, T* dwte, const T* x, const T* wte, const int32_t* targets,

@@ -6,7 +6,9 @@
 #include <vector>
 
 #include "../../transformer_common/cpu/parallel.h"
+#include "../../transformer_common/cpu/row_sums.h"
 #include "../../transformer_common/cpu/vector_math.h"
+#include "layernorm_rows.h"
 
 namespace dscore::gpt::cpu {
 namespace {
@@ -60,22 +62,44 @@ void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, in
 }
 
 template <typename T>
+void layernorm_forward_row(T* o, T* mean, T* rstd, const T* x, const T* weight, const T* bias,
+                           int64_t C) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (layernorm_rows_vectorized())
+      return layernorm_forward_row_avx2(o, mean, rstd, x, weight, bias, C,
+                                        static_cast<float>(kLayerNormEps));
+  }
+  T m = 0;
+  for (int64_t c = 0; c < C; ++c) m += x[c];
+  m /= static_cast<T>(C);
+  T v = 0;
+  for (int64_t c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
+  v /= static_cast<T>(C);
+  const T s = static_cast<T>(1) / std::sqrt(v + static_cast<T>(kLayerNormEps));
+  for (int64_t c = 0; c < C; ++c) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+  *mean = m;
+  *rstd = s;
+}
+
+template <typename T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
                        int64_t N, int64_t C) {
   for_blocks(N, kRowBlock, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      layernorm_forward_row(out + r * C, mean + r, rstd + r, inp + r * C, weight, bias, C);
+  });
+}
+
+template <typename T>
+void residual_layernorm_forward(T* sum, T* out, T* mean, T* rstd, const T* a, const T* b,
+                                const T* weight, const T* bias, int64_t N, int64_t C) {
+  for_blocks(N, kRowBlock, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const T* x = inp + r * C;
-      T m = 0;
-      for (int64_t c = 0; c < C; ++c) m += x[c];
-      m /= static_cast<T>(C);
-      T v = 0;
-      for (int64_t c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
-      v /= static_cast<T>(C);
-      const T s = static_cast<T>(1) / std::sqrt(v + static_cast<T>(kLayerNormEps));
-      T* o = out + r * C;
-      for (int64_t c = 0; c < C; ++c) o[c] = (x[c] - m) * s * weight[c] + bias[c];
-      mean[r] = m;
-      rstd[r] = s;
+      T* x = sum + r * C;
+      const T* ar = a + r * C;
+      const T* br = b + r * C;
+      for (int64_t c = 0; c < C; ++c) x[c] = ar[c] + br[c];
+      layernorm_forward_row(out + r * C, mean + r, rstd + r, x, weight, bias, C);
     }
   });
 }
@@ -94,6 +118,12 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
       const T* x = inp + r * C;
       const T* d = dout + r * C;
       const T m = mean[r], s = rstd[r];
+      if constexpr (std::is_same_v<T, float>) {
+        if (layernorm_rows_vectorized()) {
+          layernorm_backward_row_avx2(dinp + r * C, pw, pb, d, x, weight, m, s, C);
+          continue;
+        }
+      }
       T dnorm_mean = 0, dnorm_norm_mean = 0;
       for (int64_t c = 0; c < C; ++c) {
         const T norm = (x[c] - m) * s;
@@ -141,25 +171,43 @@ void gelu_forward(T* out, const T* inp, int64_t n) {
   });
 }
 
+// The scalar GELU gradient (T = double), dinp = gelu'(inp) * dout.
+template <typename T>
+void gelu_backward_rows(T* dinp, const T* inp, const T* dout, int64_t n) {
+  const T s = gelu_scale<T>();
+  for (int64_t i = 0; i < n; ++i) {
+    const T x = inp[i];
+    const T u = s * (x + static_cast<T>(0.044715) * x * x * x);
+    const T th = std::tanh(u);
+    const T sech2 = static_cast<T>(1) - th * th;
+    const T du = s * (static_cast<T>(1) + static_cast<T>(3 * 0.044715) * x * x);
+    const T grad =
+        static_cast<T>(0.5) * (static_cast<T>(1) + th) + static_cast<T>(0.5) * x * sech2 * du;
+    dinp[i] = grad * dout[i];
+  }
+}
+
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
-  if constexpr (std::is_same_v<T, float>) {
-    for_blocks(n, kElementBlock, [&](int64_t i0, int64_t i1) {
-      gelu_backward_f32(dinp + i0, inp + i0, dout + i0, i1 - i0);
-    });
-    return;
-  }
-  const T s = gelu_scale<T>();
   for_blocks(n, kElementBlock, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const T x = inp[i];
-      const T u = s * (x + static_cast<T>(0.044715) * x * x * x);
-      const T th = std::tanh(u);
-      const T sech2 = static_cast<T>(1) - th * th;
-      const T du = s * (static_cast<T>(1) + static_cast<T>(3 * 0.044715) * x * x);
-      const T grad =
-          static_cast<T>(0.5) * (static_cast<T>(1) + th) + static_cast<T>(0.5) * x * sech2 * du;
-      dinp[i] = grad * dout[i];
+    if constexpr (std::is_same_v<T, float>) {
+      gelu_backward_f32(dinp + i0, inp + i0, dout + i0, i1 - i0);
+    } else {
+      gelu_backward_rows(dinp + i0, inp + i0, dout + i0, i1 - i0);
+    }
+  });
+}
+
+template <typename T>
+void gelu_backward_bias(T* dinp, T* dbias, const T* inp, const T* dout, int64_t N, int64_t OC) {
+  // Each block of rows: its GELU gradient, then (still in cache) its sum
+  // into the block's bias partial: one pass over the (N, OC) gradient fewer.
+  transformer::cpu::add_row_sums(dbias, dinp, N, OC, [&](int64_t r0, int64_t r1) {
+    const int64_t at = r0 * OC, n = (r1 - r0) * OC;
+    if constexpr (std::is_same_v<T, float>) {
+      gelu_backward_f32(dinp + at, inp + at, dout + at, n);
+    } else {
+      gelu_backward_rows(dinp + at, inp + at, dout + at, n);
     }
   });
 }
@@ -172,7 +220,10 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
   template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,         \
                                       const T*, int64_t, int64_t);                                \
   template void gelu_forward<T>(T*, const T*, int64_t);                                           \
-  template void gelu_backward<T>(T*, const T*, const T*, int64_t);
+  template void gelu_backward<T>(T*, const T*, const T*, int64_t);                                \
+  template void residual_layernorm_forward<T>(T*, T*, T*, T*, const T*, const T*, const T*,       \
+                                              const T*, int64_t, int64_t);                        \
+  template void gelu_backward_bias<T>(T*, T*, const T*, const T*, int64_t, int64_t);
 
 DSCORE_GPT_INSTANTIATE(float)
 DSCORE_GPT_INSTANTIATE(double)

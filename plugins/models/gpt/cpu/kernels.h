@@ -35,6 +35,14 @@ void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, in
 template <typename T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
                        int64_t N, int64_t C);
+// The residual add fused with the LayerNorm after it: sum = a + b (kept:
+// the next residual add and LayerNorm's backward read it), then
+// out = layernorm(sum), row by row while the row is in cache. The same bits
+// as add then layernorm_forward. out may alias b (each row of b is read
+// before that row of out is written).
+template <typename T>
+void residual_layernorm_forward(T* sum, T* out, T* mean, T* rstd, const T* a, const T* b,
+                                const T* weight, const T* bias, int64_t N, int64_t C);
 // dinp is ACCUMULATED (the residual stream's gradient flows through).
 template <typename T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
@@ -45,5 +53,11 @@ template <typename T>
 void gelu_forward(T* out, const T* inp, int64_t n);
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n);
+// gelu_backward over (N, OC) fused with the bias gradient of the linear
+// layer before it: dbias (OC) += the sum of dinp's rows, added as
+// matmul_backward adds a bias gradient (row_sums.h), so the same bits as
+// gelu_backward followed by matmul_backward with that dbias.
+template <typename T>
+void gelu_backward_bias(T* dinp, T* dbias, const T* inp, const T* dout, int64_t N, int64_t OC);
 
 }  // namespace dscore::gpt::cpu

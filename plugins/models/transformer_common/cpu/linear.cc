@@ -6,6 +6,7 @@
 
 #include "gemm.h"
 #include "parallel.h"
+#include "row_sums.h"
 
 namespace dscore::transformer::cpu {
 
@@ -31,11 +32,7 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
   gemm<T>(Op::kNone, Op::kNone, N, C, OC, T{1}, dout, OC, weight, C, accumulate_dinp ? T{1} : T{0},
           dinp, C);
   gemm<T>(Op::kTranspose, Op::kNone, OC, C, N, T{1}, dout, OC, inp, C, T{1}, dweight, C);
-  if (dbias == nullptr) return;
-  for_blocks(OC, 64, [&](int64_t o0, int64_t o1) {
-    for (int64_t r = 0; r < N; ++r)
-      for (int64_t o = o0; o < o1; ++o) dbias[o] += dout[r * OC + o];
-  });
+  if (dbias != nullptr) add_row_sums(dbias, dout, N, OC);
 }
 
 template <typename T>

@@ -192,6 +192,24 @@ constexpr IsaKernels kGeluBackward{gelu_backward_avx512, gelu_backward_avx2, gel
 constexpr IsaKernels kSiluMul{silu_mul_avx512, silu_mul_avx2, silu_mul_scalar};
 constexpr IsaKernels kSiluGradMul{silu_grad_mul_avx512, silu_grad_mul_avx2, silu_grad_mul_scalar};
 
+void add_rows_scalar(float* acc, const float* rows, int64_t n_rows, int64_t stride, int64_t n) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* row = rows + r * stride;
+    for (int64_t i = 0; i < n; ++i) acc[i] += row[i];
+  }
+}
+
+DSCORE_AVX2 void add_rows_avx2(float* acc, const float* rows, int64_t n_rows, int64_t stride,
+                               int64_t n) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* row = rows + r * stride;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_loadu_ps(row + i)));
+    for (; i < n; ++i) acc[i] += row[i];
+  }
+}
+
 VectorIsa detect() {
   VectorIsa best = VectorIsa::kScalar;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = VectorIsa::kAvx2;
@@ -238,6 +256,12 @@ void gelu_forward_f32(float* out, const float* inp, int64_t n, VectorIsa isa) {
 
 void gelu_backward_f32(float* dinp, const float* inp, const float* dout, int64_t n, VectorIsa isa) {
   kGeluBackward(isa, dinp, inp, dout, n);
+}
+
+void add_rows_f32(float* acc, const float* rows, int64_t n_rows, int64_t stride, int64_t n,
+                  VectorIsa isa) {
+  if (isa == VectorIsa::kScalar) return add_rows_scalar(acc, rows, n_rows, stride, n);
+  add_rows_avx2(acc, rows, n_rows, stride, n);
 }
 
 void silu_mul_f32(float* out, const float* x, const float* m, int64_t n, VectorIsa isa) {

@@ -33,4 +33,9 @@ void silu_mul_f32(float* out, const float* x, const float* m, int64_t n,
 void silu_grad_mul_f32(float* out, const float* x, const float* m, int64_t n,
                        VectorIsa isa = vector_isa());
 
+// acc[i] += rows[r * stride + i] for r = 0..n_rows-1, i < n: column sums
+// added row after row, so every ISA gives the same bits as the scalar loop.
+void add_rows_f32(float* acc, const float* rows, int64_t n_rows, int64_t stride, int64_t n,
+                  VectorIsa isa = vector_isa());
+
 }  // namespace dscore::transformer::cpu

@@ -62,6 +62,76 @@ TEST_F(CpuKernels, LayerNormBackwardAccumulatesIntoItsOutputs) {
   }
 }
 
+// fp32 rows of 384 (the bench GPT's n_embd: vector lanes only) and 13
+// (a tail) against the double-precision kernels.
+TEST_F(CpuKernels, LayerNormFp32MatchesDoublePrecision) {
+  for (const int64_t C : {int64_t{384}, int64_t{13}}) {
+    SCOPED_TRACE(C);
+    const int64_t N = 37;
+    Vec inp = random_vec(N * C, 81, 3.0), w = random_vec(C, 82), b = random_vec(C, 83),
+        r = random_vec(N * C, 84);
+    auto to_f = [](const Vec& v) { return std::vector<float>(v.begin(), v.end()); };
+    std::vector<float> inp_f = to_f(inp), w_f = to_f(w), b_f = to_f(b), r_f = to_f(r);
+    Vec out(N * C), mean(N), rstd(N), dinp(N * C, 0.0), dw(C, 0.0), db(C, 0.0);
+    layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+    layernorm_backward(dinp.data(), dw.data(), db.data(), r.data(), inp.data(), w.data(),
+                       mean.data(), rstd.data(), N, C);
+    std::vector<float> out_f(N * C), mean_f(N), rstd_f(N), dinp_f(N * C, 0.0f), dw_f(C, 0.0f),
+        db_f(C, 0.0f);
+    layernorm_forward(out_f.data(), mean_f.data(), rstd_f.data(), inp_f.data(), w_f.data(),
+                      b_f.data(), N, C);
+    layernorm_backward(dinp_f.data(), dw_f.data(), db_f.data(), r_f.data(), inp_f.data(),
+                       w_f.data(), mean_f.data(), rstd_f.data(), N, C);
+    for (int64_t i = 0; i < N * C; ++i) {
+      EXPECT_NEAR(out_f[i], out[i], 1e-5 * (1.0 + std::abs(out[i])));
+      EXPECT_NEAR(dinp_f[i], dinp[i], 1e-4 * (1.0 + std::abs(dinp[i])));
+    }
+    for (int64_t c = 0; c < C; ++c) {
+      EXPECT_NEAR(dw_f[c], dw[c], 1e-4 * (1.0 + std::abs(dw[c])));
+      EXPECT_NEAR(db_f[c], db[c], 1e-4 * (1.0 + std::abs(db[c])));
+    }
+  }
+}
+
+TEST_F(CpuKernels, ResidualLayerNormGivesAddThenLayerNormsBits) {
+  const int64_t N = 40, C = 21;
+  const Vec a_d = random_vec(N * C, 91), b_d = random_vec(N * C, 92), w_d = random_vec(C, 93),
+            bias_d = random_vec(C, 94);
+  const std::vector<float> a(a_d.begin(), a_d.end()), b(b_d.begin(), b_d.end()),
+      w(w_d.begin(), w_d.end()), bias(bias_d.begin(), bias_d.end());
+  std::vector<float> sum(N * C), out(N * C), mean(N), rstd(N);
+  add(sum.data(), a.data(), b.data(), N * C);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), sum.data(), w.data(), bias.data(), N, C);
+  // The runner's call: the output overwrites b.
+  std::vector<float> fused_sum(N * C), inout = b, fused_mean(N), fused_rstd(N);
+  residual_layernorm_forward(fused_sum.data(), inout.data(), fused_mean.data(), fused_rstd.data(),
+                             a.data(), inout.data(), w.data(), bias.data(), N, C);
+  EXPECT_EQ(fused_sum, sum);
+  EXPECT_EQ(inout, out);
+  EXPECT_EQ(fused_mean, mean);
+  EXPECT_EQ(fused_rstd, rstd);
+}
+
+TEST_F(CpuKernels, GeluBackwardBiasGivesGeluBackwardThenTheBiasGradient) {
+  // 100 rows: several row blocks of the bias sum and a partial one.
+  const int64_t N = 100, C = 3, OC = 40;
+  const Vec x_d = random_vec(N * OC, 95, 2.0), d_d = random_vec(N * OC, 96);
+  const std::vector<float> x(x_d.begin(), x_d.end()), d(d_d.begin(), d_d.end());
+  const std::vector<float> inp(N * C, 0.5f), w(OC * C, 0.25f);
+  std::vector<float> dx(N * OC), dinp(N * C), dw(OC * C, 0.0f), db(OC, 1.0f);
+  gelu_backward(dx.data(), x.data(), d.data(), N * OC);
+  matmul_backward(dinp.data(), dw.data(), db.data(), dx.data(), inp.data(), w.data(), N, C, OC);
+  std::vector<float> fused_dx(N * OC), fused_db(OC, 1.0f);
+  gelu_backward_bias(fused_dx.data(), fused_db.data(), x.data(), d.data(), N, OC);
+  EXPECT_EQ(fused_dx, dx);
+  EXPECT_EQ(fused_db, db);
+  for (int64_t o = 0; o < OC; ++o) {
+    double want = 1.0;
+    for (int64_t n = 0; n < N; ++n) want += dx[n * OC + o];
+    EXPECT_NEAR(fused_db[o], want, 1e-5 * N);
+  }
+}
+
 TEST_F(CpuKernels, MatmulBackwardMatchesFiniteDifferences) {
   const int64_t N = 4, C = 3, OC = 5;
   Vec inp = random_vec(N * C, 11), w = random_vec(OC * C, 12), b = random_vec(OC, 13),

@@ -53,6 +53,25 @@ TEST(VectorMath, GeluMatchesDoublePrecisionOnEveryIsaAndTailLength) {
   std::printf("vector ISA chosen on this CPU: %s\n", vector_isa_name(vector_isa()));
 }
 
+TEST(VectorMath, AddRowsGivesTheScalarLoopsBitsOnEveryIsa) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t rows = 9, stride = 45;
+  std::vector<float> m(static_cast<size_t>(rows * stride));
+  for (float& v : m) v = normal(rng);
+  for (int64_t n : {int64_t{1}, int64_t{8}, int64_t{13}, int64_t{40}}) {
+    std::vector<float> want(static_cast<size_t>(n), 0.5f);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < n; ++i) want[i] += m[r * stride + i];
+    for (VectorIsa isa : isas_here()) {
+      SCOPED_TRACE(vector_isa_name(isa));
+      std::vector<float> got(static_cast<size_t>(n), 0.5f);
+      add_rows_f32(got.data(), m.data(), rows, stride, n, isa);
+      EXPECT_EQ(got, want) << "n = " << n;
+    }
+  }
+}
+
 TEST(VectorMath, AnElementsResultDoesNotDependOnItsPosition) {
   std::vector<float> x(37);
   for (size_t i = 0; i < x.size(); ++i) x[i] = -4.0f + 0.23f * static_cast<float>(i);

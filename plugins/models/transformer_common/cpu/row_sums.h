@@ -1,0 +1,53 @@
+// Column sums of an (N, n) row-major matrix added into acc (a bias
+// gradient: the sum of the output gradient's rows), by fixed blocks of
+// contiguous rows over TBB: each block sums its rows into a partial, then
+// the partials are added into acc block after block. Contiguous rows
+// stream from memory where a column-blocked walk over all N rows strides
+// (and stalls); the fixed blocks keep the order independent of the thread
+// count. produce(r0, r1), called in a block's task before its rows are
+// summed, may compute those rows first (a fused elementwise pass whose
+// output is summed while still in cache).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "parallel.h"
+#include "vector_math.h"
+
+namespace dscore::transformer::cpu {
+
+constexpr int64_t kRowSumBlock = 32;
+
+// acc[i] += rows[r * n + i] for r in [0, n_rows), in row order.
+template <typename T>
+void add_rows(T* acc, const T* rows, int64_t n_rows, int64_t stride, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    add_rows_f32(acc, rows, n_rows, stride, n);
+  } else {
+    for (int64_t r = 0; r < n_rows; ++r)
+      for (int64_t i = 0; i < n; ++i) acc[i] += rows[r * stride + i];
+  }
+}
+
+template <typename T, typename Produce>
+void add_row_sums(T* acc, const T* rows, int64_t N, int64_t n, Produce&& produce) {
+  const int64_t blocks = (N + kRowSumBlock - 1) / kRowSumBlock;
+  std::vector<T> partial(static_cast<size_t>(blocks * n), T{0});
+  for_blocks(N, kRowSumBlock, [&](int64_t r0, int64_t r1) {
+    produce(r0, r1);
+    add_rows(partial.data() + (r0 / kRowSumBlock) * n, rows + r0 * n, r1 - r0, n, n);
+  });
+  for_blocks(n, 256, [&](int64_t c0, int64_t c1) {
+    add_rows(acc + c0, partial.data() + c0, blocks, n, c1 - c0);
+  });
+}
+
+template <typename T>
+void add_row_sums(T* acc, const T* rows, int64_t N, int64_t n) {
+  add_row_sums(acc, rows, N, n, [](int64_t, int64_t) {});
+}
+
+}  // namespace dscore::transformer::cpu
