@@ -10,8 +10,11 @@ option(DSCORE_WERROR "Treat warnings as errors" OFF)
 
 find_program(DSCORE_CCACHE ccache)
 if(DSCORE_CCACHE)
-  set(CMAKE_C_COMPILER_LAUNCHER ${DSCORE_CCACHE})
-  set(CMAKE_CXX_COMPILER_LAUNCHER ${DSCORE_CCACHE})
+  # The test targets use a precompiled header (tests/CMakeLists.txt):
+  # ccache caches a compile that uses one only with this sloppiness.
+  set(CMAKE_C_COMPILER_LAUNCHER ${CMAKE_COMMAND} -E env CCACHE_SLOPPINESS=pch_defines,time_macros
+      ${DSCORE_CCACHE})
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${CMAKE_C_COMPILER_LAUNCHER})
   set(CMAKE_CUDA_COMPILER_LAUNCHER ${DSCORE_CCACHE})
 endif()
 
