@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "transformer_common/cpu/gemm.h"
+#include "transformer_common/cpu/gemm_bf16.h"
 
 namespace dscore::bench {
 namespace {
@@ -63,6 +64,19 @@ CpuGemmRate measure_cpu_gemm_rate(int64_t n, int repeats, int threads) {
                                     n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
     });
   }
+  rate.bf16_absent = transformer::cpu::bf16_gemm_unavailable_reason();
+  if (rate.bf16_absent.empty()) {
+    std::vector<uint16_t> a16(a.size()), b16(b.size());
+    transformer::cpu::round_to_bf16(a16.data(), a.data(), static_cast<int64_t>(a.size()));
+    transformer::cpu::round_to_bf16(b16.data(), b.data(), static_cast<int64_t>(b.size()));
+    tbb::global_control cores(tbb::global_control::max_allowed_parallelism,
+                              static_cast<size_t>(rate.threads));
+    // The shape the linear layers' forward multiplies: B transposed.
+    rate.bf16_gflops = best_gflops(n, repeats, [&] {
+      transformer::cpu::gemm_bf16(transformer::cpu::Op::kNone, transformer::cpu::Op::kTranspose, n,
+                                  n, n, 1.0f, a16.data(), n, b16.data(), n, 0.0f, c.data(), n);
+    });
+  }
   const bool blocked_wins = rate.blocked_gflops > rate.openblas_gflops;
   rate.fp32_gflops = std::max(rate.blocked_gflops, rate.openblas_gflops);
   rate.fp32_how = blocked_wins ? "the gpt plugin's blocks over TBB" : "one OpenBLAS call";
@@ -70,14 +84,19 @@ CpuGemmRate measure_cpu_gemm_rate(int64_t n, int repeats, int threads) {
 }
 
 std::string describe(const CpuGemmRate& rate) {
-  char text[400];
+  char bf16[300];
+  if (rate.bf16_absent.empty()) {
+    std::snprintf(bf16, sizeof bf16, "%.1f GFLOP/s (oneDNN, the gpt plugin's blocks)",
+                  rate.bf16_gflops);
+  } else {
+    std::snprintf(bf16, sizeof bf16, "none (%s)", rate.bf16_absent.c_str());
+  }
+  char text[700];
   std::snprintf(text, sizeof text,
                 "limit measured now: fp32 GEMM %.1f GFLOP/s on %d cores (n = %lld; one OpenBLAS "
                 "call %.1f, the gpt plugin's blocks %.1f); bf16 GEMM: %s",
                 rate.fp32_gflops, rate.threads, static_cast<long long>(rate.n),
-                rate.openblas_gflops, rate.blocked_gflops,
-                rate.cpu_has_bf16 ? "none in this build (the CPU has bf16 instructions)"
-                                  : "none (no bf16 instructions on this CPU)");
+                rate.openblas_gflops, rate.blocked_gflops, bf16);
   return text;
 }
 

@@ -2,10 +2,11 @@
 // process: the limit CPU GPT figures (tokens/s as FLOP/s) are read against.
 // The best of every way the build can multiply: one full-size OpenBLAS call
 // on all cores, and the gpt plugin's own path (single-threaded OpenBLAS
-// calls on fixed blocks, TBB across the cores). The build links no bf16
-// GEMM (Debian's OpenBLAS has no sbgemm), so bf16 is reported as absent,
-// with whether the CPU has bf16 instructions. cpu_gemm_rate_main.cc prints
-// it; benches link dscore_cpu_gemm_rate and call measure_cpu_gemm_rate().
+// calls on fixed blocks, TBB across the cores). bf16: the gpt plugin's bf16
+// GEMM (oneDNN, single-threaded calls on the same blocks; gemm_bf16.h) where
+// the build and the CPU have it (Debian's OpenBLAS has no sbgemm), else
+// reported as absent with the reason. cpu_gemm_rate_main.cc prints it;
+// benches link dscore_cpu_gemm_rate and call measure_cpu_gemm_rate().
 #pragma once
 
 #include <cstdint>
@@ -20,7 +21,9 @@ struct CpuGemmRate {
   std::string fp32_how;        // which way gave it
   double openblas_gflops = 0;  // one OpenBLAS call, `threads` OpenBLAS threads
   double blocked_gflops = 0;   // the gpt plugin's gemm(): blocks over TBB
-  bool cpu_has_bf16 = false;   // avx512_bf16 or AMX (no bf16 GEMM is measured either way)
+  bool cpu_has_bf16 = false;   // avx512_bf16 or AMX
+  double bf16_gflops = 0;      // the plugin's gemm_bf16 (blocks over TBB); 0 where absent
+  std::string bf16_absent;     // why there is no bf16 GEMM here ("" when measured)
 };
 
 // Best of `repeats` products of each way after one warm-up, on `threads`

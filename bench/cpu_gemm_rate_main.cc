@@ -1,6 +1,7 @@
 // cpu_gemm_rate [--n 2048] [--repeats 5] [--threads T]: the limit CPU GPT
-// figures are read against (cpu_gemm_rate.h); the last line is
-// machine-readable: "fp32_gflops <value>".
+// figures are read against (cpu_gemm_rate.h); the last two lines are
+// machine-readable: "bf16_gflops <value>" (0 where there is no bf16 GEMM)
+// and "fp32_gflops <value>".
 #include <cstdio>
 #include <string>
 
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
     }
   }
   const auto rate = dscore::bench::measure_cpu_gemm_rate(n, repeats, threads);
-  std::printf("%s\nfp32_gflops %.2f\n", dscore::bench::describe(rate).c_str(), rate.fp32_gflops);
+  std::printf("%s\nbf16_gflops %.2f\nfp32_gflops %.2f\n", dscore::bench::describe(rate).c_str(),
+              rate.bf16_gflops, rate.fp32_gflops);
   return 0;
 }

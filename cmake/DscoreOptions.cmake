@@ -2,10 +2,13 @@
 # and transport libraries (CUDA, MPI, NCCL). Each option is AUTO (use it when
 # found), ON (required) or OFF. NCCL (which needs CUDA) builds the nccl comm
 # plugin (plugins/comm/nccl); it is linked as a shared library, found under
-# the CUDA toolkit or NCCL_HOME.
+# the CUDA toolkit or NCCL_HOME. oneDNN (libdnnl-dev) gives the decoder
+# models' CPU kernels a bf16 GEMM (plugins/models/transformer_common/cpu/gemm_bf16.h);
+# only those kernels link it.
 set(DSCORE_WITH_CUDA AUTO CACHE STRING "Build CUDA code: AUTO, ON or OFF")
 set(DSCORE_WITH_MPI AUTO CACHE STRING "Build the MPI comm plugin: AUTO, ON or OFF")
 set(DSCORE_WITH_NCCL AUTO CACHE STRING "Build the NCCL comm plugin (needs CUDA): AUTO, ON or OFF")
+set(DSCORE_WITH_ONEDNN AUTO CACHE STRING "Use oneDNN for the CPU bf16 GEMM: AUTO, ON or OFF")
 option(DSCORE_WERROR "Treat warnings as errors" OFF)
 
 find_program(DSCORE_CCACHE ccache)
@@ -95,8 +98,27 @@ if(NOT DSCORE_WITH_NCCL STREQUAL "OFF" AND DSCORE_WITH_CUDA_ENABLED)
 endif()
 _dscore_resolve_option(DSCORE_WITH_NCCL _dscore_nccl_found)
 
+# oneDNN as Debian builds it (OpenMP runtime: the kernels that call it set
+# each calling thread's OpenMP team to one, hence libgomp beside it).
+set(_dscore_onednn_found FALSE)
+if(NOT DSCORE_WITH_ONEDNN STREQUAL "OFF")
+  find_path(DNNL_INCLUDE_DIR oneapi/dnnl/dnnl.hpp)
+  find_library(DNNL_LIBRARY dnnl)
+  if(DNNL_INCLUDE_DIR AND DNNL_LIBRARY AND EXISTS ${DNNL_INCLUDE_DIR}/oneapi/dnnl/dnnl_config.h)
+    file(STRINGS ${DNNL_INCLUDE_DIR}/oneapi/dnnl/dnnl_config.h _dnnl_runtime
+         REGEX "#define DNNL_CPU_RUNTIME ")
+    if(_dnnl_runtime MATCHES "DNNL_RUNTIME_OMP")
+      set(_dscore_onednn_found TRUE)
+    else()
+      message(STATUS "oneDNN at ${DNNL_LIBRARY} does not use OpenMP (${_dnnl_runtime}); not used")
+    endif()
+  endif()
+endif()
+_dscore_resolve_option(DSCORE_WITH_ONEDNN _dscore_onednn_found)
+
 function(dscore_print_summary)
   message(STATUS "dscore ${PROJECT_VERSION}: CUDA=${DSCORE_WITH_CUDA_ENABLED} "
                  "MPI=${DSCORE_WITH_MPI_ENABLED} NCCL=${DSCORE_WITH_NCCL_ENABLED} "
+                 "oneDNN=${DSCORE_WITH_ONEDNN_ENABLED} "
                  "sanitize='${DSCORE_SANITIZE}'")
 endfunction()

@@ -68,15 +68,17 @@ def gemm_rate(n, dtype, repeat=4):
 
 
 def dscore_gemm_rate(dscore, n):
-    """dscore's own limit (bench/cpu_gemm_rate: the best fp32 GEMM of its
-    build on all cores), from the binary beside dscore; 0 if not built."""
+    """dscore's own limits (bench/cpu_gemm_rate: the best fp32 GEMM of its
+    build on all cores, and its bf16 GEMM where it has one), from the binary
+    beside dscore, as (fp32, bf16) FLOP/s; zeros if not built."""
     tool = os.path.join(os.path.dirname(dscore), "cpu_gemm_rate")
     if not os.access(tool, os.X_OK):
         print(f"peer bench: {tool} not built (cmake --build --preset release --target cpu_gemm_rate): "
               "the limit is torch.mm's alone")
-        return 0.0
+        return 0.0, 0.0
     out = subprocess.run([tool, "--n", str(n)], capture_output=True, text=True, check=True).stdout
-    return float(out.split("fp32_gflops")[-1]) * 1e9
+    bf16 = re.search(r"^bf16_gflops ([0-9.]+)$", out, re.M)
+    return float(out.split("fp32_gflops")[-1]) * 1e9, float(bf16.group(1)) * 1e9 if bf16 else 0.0
 
 
 def write_config(folder, name, ranks, stage, bf16, steps, dscore):
@@ -233,8 +235,8 @@ def main():
              "llama " + ", ".join(f"{k} {v}" for k, v in LLAMA.items()) + f" (from {MODEL['from_pretrained']})")
     print(f"model: {shape}; T {MODEL['block_size']}; micro batch {MICRO}, AdamW lr {LR}; "
           f"{args.warmup} warm-up + {args.steps} timed steps per run, {args.repeat} run(s) per side and row")
-    gemm = {"fp32 before": gemm_rate(args.gemm_n, torch.float32),
-            "dscore before": dscore_gemm_rate(dscore, args.gemm_n)}
+    gemm = {"fp32 before": gemm_rate(args.gemm_n, torch.float32)}
+    gemm["dscore before"], gemm["dscore bf16 before"] = dscore_gemm_rate(dscore, args.gemm_n)
     if bf16_isa:
         gemm["bf16 before"] = gemm_rate(args.gemm_n, torch.bfloat16)
 
@@ -265,12 +267,14 @@ def main():
         results.append((name, ranks, stage, bf16, threads, d, p))
 
     gemm["fp32 after"] = gemm_rate(args.gemm_n, torch.float32)
-    gemm["dscore after"] = dscore_gemm_rate(dscore, args.gemm_n)
+    gemm["dscore after"], gemm["dscore bf16 after"] = dscore_gemm_rate(dscore, args.gemm_n)
     if bf16_isa:
         gemm["bf16 after"] = gemm_rate(args.gemm_n, torch.bfloat16)
     # The limit: the machine's best fp32 GEMM, torch's (MKL/oneDNN) or dscore's build's (OpenBLAS).
     sgemm = max(gemm["fp32 before"], gemm["fp32 after"], gemm["dscore before"], gemm["dscore after"])
-    bgemm = max(gemm["bf16 before"], gemm["bf16 after"]) if bf16_isa else None
+    # The bf16 limit: torch's bf16 GEMM or dscore's (oneDNN, where its build has it).
+    bgemm = max(gemm["bf16 before"], gemm["bf16 after"], gemm["dscore bf16 before"],
+                gemm["dscore bf16 after"]) if bf16_isa else None
 
     params = results[0][5]["params"] if results else 0
     fpt = flops_per_token(params)
@@ -282,8 +286,10 @@ def main():
     print("dscore cpu_gemm_rate GFLOP/s (n={}, all cores): {:.1f} before, {:.1f} after; the limit is the best: {:.1f}".format(
         args.gemm_n, gemm["dscore before"] / 1e9, gemm["dscore after"] / 1e9, sgemm / 1e9))
     if bf16_isa:
-        print("torch bf16 gemm GFLOP/s: {:.1f} before, {:.1f} after".format(
-            gemm["bf16 before"] / 1e9, gemm["bf16 after"] / 1e9))
+        print("torch bf16 gemm GFLOP/s: {:.1f} before, {:.1f} after; dscore's: {:.1f} before, {:.1f} after "
+              "(0: none in its build); the bf16 limit is the best: {:.1f}".format(
+                  gemm["bf16 before"] / 1e9, gemm["bf16 after"] / 1e9, gemm["dscore bf16 before"] / 1e9,
+                  gemm["dscore bf16 after"] / 1e9, bgemm / 1e9))
     else:
         print("torch bf16 gemm: not measured (no avx512_bf16/amx_bf16: bf16 rows are read against the fp32 limit)")
     print("threads per rank, both sides: OMP_NUM_THREADS = cores / ranks (dscore reads it as PyTorch does)")

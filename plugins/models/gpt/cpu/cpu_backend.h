@@ -38,14 +38,7 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
                           const T* mean, const T* rstd, int64_t N, int64_t C) {
     cpu::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   }
-  void matmul_forward(T* out, const T* inp, const T* w, const T* b, int64_t N, int64_t C,
-                      int64_t OC) {
-    cpu::matmul_forward(out, inp, w, b, N, C, OC);
-  }
-  void matmul_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, int64_t N,
-                       int64_t C, int64_t OC) {
-    cpu::matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
-  }
+  // matmul_forward and matmul_backward: HostBackend's (fp32, or the bf16 GEMM).
   // The tiled kernels of attention.h: the state is each row's logsumexp.
   int64_t attention_state_elements(int64_t B, int64_t Tn, int64_t NH) const {
     return cpu::attention_state_elements(B, Tn, NH);

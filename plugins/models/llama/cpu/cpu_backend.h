@@ -54,14 +54,7 @@ class CpuBackend : public shared::HostBackend<T> {
   void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n) {
     cpu::swiglu_backward(dgate, dup, dout, gate, up, n);
   }
-  void matmul_forward(T* out, const T* inp, const T* w, const T* b, int64_t N, int64_t C,
-                      int64_t OC) {
-    shared::matmul_forward(out, inp, w, b, N, C, OC);
-  }
-  void matmul_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, int64_t N,
-                       int64_t C, int64_t OC, bool accumulate_dinp = false) {
-    shared::matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC, accumulate_dinp);
-  }
+  // matmul_forward and matmul_backward: HostBackend's (fp32, or the bf16 GEMM).
   int64_t attention_state_elements(int64_t B, int64_t Tn, int64_t NH) const {
     return shared::attention_state_elements(B, Tn, NH);
   }

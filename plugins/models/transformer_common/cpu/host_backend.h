@@ -2,19 +2,27 @@
 // cpu_backend.h add the kernels): buffers in host memory (counted by the
 // host when there is one), parameters used in place when the host lends
 // fp32 and converted otherwise (16-bit views, or T = double in the gradient
-// checks), and gradient accumulators likewise.
+// checks), and gradient accumulators likewise. Where the bf16 GEMM is
+// available (gemm_bf16.h), bf16 parameter views stay reachable beside their
+// fp32 copies (bf16_view_of), so the linear layers multiply by the views.
 #pragma once
 
 #include <dscore/model.h>
 #include <dscore/cpp/dtype.hpp>
 #include <dscore/cpp/plugin.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
+
+#include "gemm_bf16.h"
+#include "linear.h"
+#include "linear_bf16.h"
 
 namespace dscore::transformer::cpu {
 
@@ -74,11 +82,13 @@ class HostBackend {
   }
 
   // An acquired layer's parameters as T*: the views themselves when they
-  // are CPU fp32 and T is float, else converted copies.
+  // are CPU fp32 and T is float, else converted copies. Not copyable: while
+  // it lives, its bf16 views are registered with the backend.
   class Params {
    public:
     Params(const HostBackend& backend, const dscore_layer_views& views,
-           const std::vector<int64_t>& numels) {
+           const std::vector<int64_t>& numels)
+        : backend_(backend) {
       for (size_t i = 0; i < numels.size(); ++i) {
         const dscore_tensor* t = views.params[i];
         backend.check_tensor(t, numels[i], "parameter");
@@ -90,11 +100,23 @@ class HostBackend {
         T* dst = copies_.back().get();
         for (int64_t k = 0; k < numels[i]; ++k) dst[k] = static_cast<T>(sdk::load_float(t, k));
         ptrs_.push_back(dst);
+        if (std::is_same_v<T, float> && t->dtype == DSCORE_DTYPE_BF16 && bf16_gemm_available())
+          backend.bf16_views_.emplace_back(dst, static_cast<const uint16_t*>(t->data));
       }
+    }
+    Params(const Params&) = delete;
+    Params& operator=(const Params&) = delete;
+    ~Params() {
+      auto& views = backend_.bf16_views_;
+      for (const auto& copy : copies_)
+        views.erase(std::remove_if(views.begin(), views.end(),
+                                   [&](const auto& v) { return v.first == copy.get(); }),
+                    views.end());
     }
     const T* operator[](size_t i) const { return ptrs_[i]; }
 
    private:
+    const HostBackend& backend_;
     std::vector<const T*> ptrs_;
     std::vector<Buffer<T>> copies_;
   };
@@ -138,6 +160,38 @@ class HostBackend {
     std::vector<Buffer<T>> copies_;
   };
 
+  // The bf16 parameter view whose fp32 copy `param` is, for a parameter of
+  // an acquired layer (live Params) where the bf16 GEMM is available;
+  // nullptr otherwise (fp32 views, fp16, or no bf16 GEMM here).
+  const uint16_t* bf16_view_of(const T* param) const {
+    for (const auto& [copy, view] : bf16_views_)
+      if (copy == param) return view;
+    return nullptr;
+  }
+
+  // nn.Linear (linear.h), on the bf16 GEMM when the weight is a bf16 view
+  // (bf16_view_of; linear_bf16.h), else in T.
+  void matmul_forward(T* out, const T* inp, const T* w, const T* b, int64_t N, int64_t C,
+                      int64_t OC) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (const uint16_t* w16 = bf16_view_of(w)) {
+        matmul_forward_bf16(out, inp, w16, b, N, C, OC);
+        return;
+      }
+    }
+    cpu::matmul_forward(out, inp, w, b, N, C, OC);
+  }
+  void matmul_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, int64_t N,
+                       int64_t C, int64_t OC, bool accumulate_dinp = false) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (const uint16_t* w16 = bf16_view_of(w)) {
+        matmul_backward_bf16(dinp, dw, db, dout, inp, w16, N, C, OC, accumulate_dinp);
+        return;
+      }
+    }
+    cpu::matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC, accumulate_dinp);
+  }
+
   Params load_params(const dscore_layer_views& v, const std::vector<int64_t>& numels) {
     return Params(*this, v, numels);
   }
@@ -149,6 +203,8 @@ class HostBackend {
   sdk::HostRef host_;
   const char* model_;
   const char* tag_;
+  // (fp32 copy, bf16 view) of the live Params' bf16 parameters.
+  mutable std::vector<std::pair<const T*, const uint16_t*>> bf16_views_;
   // fp32 views for T = float; fp64 views (the gradient checks) for T = double.
   static constexpr dscore_dtype kOwnDtype =
       std::is_same_v<T, float> ? DSCORE_DTYPE_F32 : DSCORE_DTYPE_F64;

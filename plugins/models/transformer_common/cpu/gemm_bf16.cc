@@ -1,0 +1,172 @@
+#include "gemm_bf16.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "gemm_blocks.h"
+#include "parallel.h"
+#include "vector_math.h"
+
+#ifdef DSCORE_WITH_ONEDNN
+#include <omp.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <tuple>
+#include <vector>
+#endif
+
+namespace dscore::transformer::cpu {
+namespace {
+
+const char* find_unavailable_reason() {
+#ifndef DSCORE_WITH_ONEDNN
+  return "this build has no oneDNN (DSCORE_WITH_ONEDNN; scripts/setup.sh installs libdnnl-dev)";
+#else
+  if (!__builtin_cpu_supports("avx512bf16") && !__builtin_cpu_supports("amx-bf16"))
+    return "this CPU has no bf16 instructions (avx512_bf16 or AMX)";
+  if (vector_isa() != VectorIsa::kAvx512) return "DSCORE_CPU_ISA lowers the ISA below avx512";
+  return "";
+#endif
+}
+
+}  // namespace
+
+const char* bf16_gemm_unavailable_reason() {
+  static const char* reason = find_unavailable_reason();
+  return reason;
+}
+
+bool bf16_gemm_available() { return bf16_gemm_unavailable_reason()[0] == '\0'; }
+
+void round_to_bf16(uint16_t* out, const float* in, int64_t n) {
+  for_blocks(n, kElementBlock, [&](int64_t i0, int64_t i1) {
+    // Branch-free, so the compiler vectorises it; the same bits as
+    // sdk::float_to_bf16 (NaN stays a quiet NaN).
+    for (int64_t i = i0; i < i1; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, in + i, sizeof bits);
+      const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
+      const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+      out[i] = static_cast<uint16_t>(nan ? (bits >> 16) | 0x0040u : rounded);
+    }
+  });
+}
+
+#ifdef DSCORE_WITH_ONEDNN
+namespace {
+
+using dnnl::memory;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// Debian's oneDNN runs its primitives on OpenMP. Each call here is one
+// block of a product already spread over the cores by TBB, so every
+// calling thread asks OpenMP for a team of one: no OpenMP team is ever
+// started beside TBB's threads, and each block's result is that of a
+// single-threaded call.
+void single_threaded_openmp() {
+  thread_local const bool once = [] {
+    omp_set_num_threads(1);
+    return true;
+  }();
+  (void)once;
+}
+
+// A primitive per call shape (blocks of one product share at most two).
+using ShapeKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                            float, float>;
+struct Prepared {
+  dnnl::matmul matmul;
+  memory::desc a, b, c, scratchpad;
+};
+
+std::shared_ptr<const Prepared> prepare(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k,
+                                        float alpha, int64_t lda, int64_t ldb, float beta,
+                                        int64_t ldc) {
+  static std::mutex mutex;
+  static std::map<ShapeKey, std::shared_ptr<const Prepared>> cache;
+  const ShapeKey key{op_a == Op::kTranspose, op_b == Op::kTranspose, m, n, k, lda, ldb, ldc,
+                     alpha, beta};
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  // Row-major operands as strides: op(A) is m x k, op(B) k x n.
+  const memory::dims a_strides =
+      op_a == Op::kNone ? memory::dims{lda, 1} : memory::dims{1, lda};
+  const memory::dims b_strides =
+      op_b == Op::kNone ? memory::dims{ldb, 1} : memory::dims{1, ldb};
+  memory::desc a_md({m, k}, memory::data_type::bf16, a_strides);
+  memory::desc b_md({k, n}, memory::data_type::bf16, b_strides);
+  memory::desc c_md({m, n}, memory::data_type::f32, memory::dims{ldc, 1});
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // each thread brings its own
+  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  if (beta != 0.0f) {  // C = alpha * AB + beta * C; with beta 0, C is only written
+    dnnl::post_ops ops;
+    ops.append_sum(beta);
+    attr.set_post_ops(ops);
+  }
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, cpu_engine());
+  auto prepared = std::make_shared<const Prepared>(
+      Prepared{dnnl::matmul(pd), a_md, b_md, c_md, pd.scratchpad_desc()});
+  cache.emplace(key, prepared);
+  return prepared;
+}
+
+void onednn_gemm(const Prepared& p, const uint16_t* a, const uint16_t* b, float* c) {
+  single_threaded_openmp();
+  thread_local dnnl::stream stream(cpu_engine());
+  thread_local std::vector<uint8_t> scratch;
+  if (scratch.size() < p.scratchpad.get_size()) scratch.resize(p.scratchpad.get_size());
+  auto& engine = cpu_engine();
+  memory a_mem(p.a, engine, const_cast<uint16_t*>(a));
+  memory b_mem(p.b, engine, const_cast<uint16_t*>(b));
+  memory c_mem(p.c, engine, c);
+  memory scratch_mem(p.scratchpad, engine, scratch.data());
+  p.matmul.execute(stream, {{DNNL_ARG_SRC, a_mem},
+                            {DNNL_ARG_WEIGHTS, b_mem},
+                            {DNNL_ARG_DST, c_mem},
+                            {DNNL_ARG_SCRATCHPAD, scratch_mem}});
+}
+
+}  // namespace
+
+void gemm_bf16(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+               int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (!bf16_gemm_available())
+    throw std::logic_error(std::string("gemm_bf16 called where it is unavailable: ") +
+                           bf16_gemm_unavailable_reason());
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {  // no product: C = beta * C (oneDNN wants k > 0)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    return;
+  }
+  gemm_in_blocks(op_a, op_b, m, n, k, a, lda, b, ldb, c, ldc,
+                 [&](int64_t rows, int64_t cols, const uint16_t* a0, const uint16_t* b0,
+                     float* c0) {
+                   // The calling thread prepares too: OpenMP is told one
+                   // thread before oneDNN sizes the primitive's work.
+                   single_threaded_openmp();
+                   const auto p = prepare(op_a, op_b, rows, cols, k, alpha, lda, ldb, beta, ldc);
+                   onednn_gemm(*p, a0, b0, c0);
+                 });
+}
+
+#else
+
+void gemm_bf16(Op, Op, int64_t, int64_t, int64_t, float, const uint16_t*, int64_t,
+               const uint16_t*, int64_t, float, float*, int64_t) {
+  throw std::logic_error(std::string("gemm_bf16 called where it is unavailable: ") +
+                         bf16_gemm_unavailable_reason());
+}
+
+#endif
+
+}  // namespace dscore::transformer::cpu

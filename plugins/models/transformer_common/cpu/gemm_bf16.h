@@ -1,0 +1,33 @@
+// Row-major bf16 GEMM for the CPU kernels: C = alpha * op(A) * op(B) + beta
+// * C with A and B in bf16 (raw uint16_t bits), products accumulated and C
+// held in fp32, through oneDNN's matmul primitive (the build's optional
+// oneDNN, DSCORE_WITH_ONEDNN; oneDNN 2.x has no bf16 gemm call, only the
+// primitive). Cut like gemm<float> (gemm_blocks.h): fixed blocks, each one
+// single-threaded oneDNN call, TBB across them, so results do not depend on
+// the thread count.
+//
+// Used only where it runs at full speed: a build with oneDNN on a CPU with
+// avx512_bf16 or AMX, and DSCORE_CPU_ISA not lowering the ISA below avx512
+// (DSCORE_CPU_ISA=avx2 forces the fp32 path, as on an AVX2-only machine).
+// Elsewhere callers keep the fp32 path; calling gemm_bf16 there throws.
+#pragma once
+
+#include <cstdint>
+
+#include "gemm.h"
+
+namespace dscore::transformer::cpu {
+
+// Whether gemm_bf16 may be used here; when not, why (for logs and skipped
+// tests): the build, the CPU, or DSCORE_CPU_ISA.
+bool bf16_gemm_available();
+const char* bf16_gemm_unavailable_reason();  // "" when available
+
+void gemm_bf16(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+               int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// out[i] = in[i] rounded to bf16, to nearest even (as sdk's float_to_bf16),
+// over TBB blocks.
+void round_to_bf16(uint16_t* out, const float* in, int64_t n);
+
+}  // namespace dscore::transformer::cpu

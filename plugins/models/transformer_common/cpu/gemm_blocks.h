@@ -1,0 +1,57 @@
+// How gemm() and gemm_bf16() cut one product into calls: fixed blocks of
+// rows or columns of C, one single-threaded library call each, TBB across
+// the blocks. The blocks are a function of the shape alone, so results do
+// not depend on how many threads run them (a GEMM library's result for an
+// element does depend on how the call is cut).
+#pragma once
+
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "gemm.h"
+
+namespace dscore::transformer::cpu {
+
+// Below this many multiply-adds a split costs more than it gains.
+constexpr int64_t kGemmSerialWork = int64_t{1} << 18;
+// Each task packs the whole other operand again, so blocks are large: up
+// to 256 rows, at least 4 tasks. Measured on the GPT's shapes (2 cores,
+// AVX2), 256-row blocks ran 5-15% faster than 128 and up to 40% faster
+// than 64.
+constexpr int64_t kGemmMaxBlock = 256;
+constexpr int64_t kGemmMinBlock = 64;
+inline int64_t gemm_block_for(int64_t extent) {
+  const int64_t quarter = ((extent + 3) / 4 + 31) / 32 * 32;
+  return std::clamp(quarter, kGemmMinBlock, kGemmMaxBlock);
+}
+
+// call(m, n, a, b, c) for each block of C = op(A) op(B) (m x n, inner k):
+// the block's rows and columns and where its operands and result start.
+// Row i of op(A) starts at a + i*lda (untransposed) or a + i (transposed);
+// likewise column j of op(B).
+template <typename In, typename Out, typename Call>
+void gemm_in_blocks(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, const In* a, int64_t lda,
+                    const In* b, int64_t ldb, Out* c, int64_t ldc, Call&& call) {
+  if (m <= 0 || n <= 0) return;
+  if (m * n * k < kGemmSerialWork || (m <= kGemmMinBlock && n <= kGemmMinBlock)) {
+    call(m, n, a, b, c);
+    return;
+  }
+  if (m >= n) {  // split the longer side of C
+    const int64_t block = gemm_block_for(m);
+    tbb::parallel_for(int64_t{0}, (m + block - 1) / block, [&](int64_t blk) {
+      const int64_t i0 = blk * block, rows = std::min(block, m - i0);
+      call(rows, n, op_a == Op::kNone ? a + i0 * lda : a + i0, b, c + i0 * ldc);
+    });
+  } else {
+    const int64_t block = gemm_block_for(n);
+    tbb::parallel_for(int64_t{0}, (n + block - 1) / block, [&](int64_t blk) {
+      const int64_t j0 = blk * block, cols = std::min(block, n - j0);
+      call(m, cols, a, op_b == Op::kNone ? b + j0 : b + j0 * ldb, c + j0);
+    });
+  }
+}
+
+}  // namespace dscore::transformer::cpu

@@ -1,0 +1,21 @@
+// nn.Linear (linear.h's matmul_forward / matmul_backward, T = float) with
+// bf16 weights, on the bf16 GEMM (gemm_bf16.h): for runs whose parameters
+// are bf16, on machines that have that GEMM (bf16_gemm_available()). The
+// weight is read as the bf16 parameter view holds it; the activation and
+// output-gradient operands are rounded to bf16 (nearest even) just for the
+// GEMM; products accumulate in fp32 and every output (out, dinp, dweight,
+// dbias) is fp32, as in linear.h. Rounding the operands is the numerical
+// difference from the fp32 path (docs/gpt.md, "CPU compute").
+#pragma once
+
+#include <cstdint>
+
+namespace dscore::transformer::cpu {
+
+void matmul_forward_bf16(float* out, const float* inp, const uint16_t* weight, const float* bias,
+                         int64_t N, int64_t C, int64_t OC);
+void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const uint16_t* weight, int64_t N, int64_t C,
+                          int64_t OC, bool accumulate_dinp = false);
+
+}  // namespace dscore::transformer::cpu

@@ -1,0 +1,208 @@
+// The bf16 GEMM (gemm_bf16.h) against a double-precision product of the
+// same bf16 operands, for every transpose pair, odd shapes, padded leading
+// dimensions, alpha and beta; its independence from the thread count
+// (bitwise); the rounding against sdk::float_to_bf16; and the bf16 linear
+// layers (linear_bf16.h) against fp32 ones on the rounded operands. Skipped,
+// with the reason, where the build or the CPU has no bf16 GEMM (or
+// DSCORE_CPU_ISA lowers the ISA), as on AVX2-only machines.
+#include "transformer_common/cpu/gemm_bf16.h"
+
+#include <dscore/cpp/dtype.hpp>
+#include <gtest/gtest.h>
+#include <oneapi/tbb/global_control.h>
+
+#include <cmath>
+#include <cstring>
+#include <iterator>
+#include <stdexcept>
+#include <tuple>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "transformer_common/cpu/linear.h"
+#include "transformer_common/cpu/linear_bf16.h"
+
+namespace dscore::transformer::cpu {
+namespace {
+
+#define SKIP_WITHOUT_BF16_GEMM()                                                     \
+  if (!bf16_gemm_available()) GTEST_SKIP() << "no bf16 GEMM here: "                  \
+                                           << bf16_gemm_unavailable_reason()
+
+std::vector<uint16_t> random_bf16(size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) x = sdk::float_to_bf16(normal(rng));
+  return v;
+}
+
+struct Case {
+  Op op_a, op_b;
+  int64_t m, n, k;
+  float alpha, beta;
+};
+
+// C = alpha op(A) op(B) + beta C in double; bound[i] = sum |alpha a b| + |beta c|,
+// the scale of fp32 accumulation error.
+void reference(const Case& t, const std::vector<uint16_t>& a, int64_t lda,
+               const std::vector<uint16_t>& b, int64_t ldb, const std::vector<float>& c0,
+               int64_t ldc, std::vector<double>* c, std::vector<double>* bound) {
+  for (int64_t i = 0; i < t.m; ++i)
+    for (int64_t j = 0; j < t.n; ++j) {
+      double sum = 0, abs_sum = 0;
+      for (int64_t p = 0; p < t.k; ++p) {
+        const double x = sdk::bf16_to_float(t.op_a == Op::kNone ? a[i * lda + p] : a[p * lda + i]);
+        const double y = sdk::bf16_to_float(t.op_b == Op::kNone ? b[p * ldb + j] : b[j * ldb + p]);
+        sum += x * y;
+        abs_sum += std::abs(x * y);
+      }
+      const double old = t.beta == 0.0f ? 0.0 : t.beta * double(c0[i * ldc + j]);
+      (*c)[i * ldc + j] = t.alpha * sum + old;
+      (*bound)[i * ldc + j] = std::abs(t.alpha) * abs_sum + std::abs(old);
+    }
+}
+
+TEST(GemmBf16, MatchesDoublePrecisionOnTheSameBf16Operands) {
+  SKIP_WITHOUT_BF16_GEMM();
+  std::mt19937 rng(11);
+  std::vector<Case> cases;
+  for (Op op_a : {Op::kNone, Op::kTranspose})
+    for (Op op_b : {Op::kNone, Op::kTranspose})
+      for (float beta : {0.0f, 1.0f}) {
+        cases.push_back({op_a, op_b, 1, 1, 1, 1.0f, beta});
+        cases.push_back({op_a, op_b, 7, 13, 5, 1.0f, beta});
+        cases.push_back({op_a, op_b, 37, 53, 29, 0.5f, beta});
+        cases.push_back({op_a, op_b, 517, 131, 77, 1.0f, beta});  // split by rows
+        cases.push_back({op_a, op_b, 90, 301, 67, -2.0f, beta});  // split by columns
+      }
+  for (const Case& t : cases) {
+    SCOPED_TRACE(::testing::Message() << (t.op_a == Op::kNone ? "N" : "T")
+                                      << (t.op_b == Op::kNone ? "N" : "T") << " " << t.m << "x"
+                                      << t.n << "x" << t.k << " alpha " << t.alpha << " beta "
+                                      << t.beta);
+    // Leading dimensions a few elements wider than the rows.
+    const int64_t a_rows = t.op_a == Op::kNone ? t.m : t.k, a_cols = t.op_a == Op::kNone ? t.k : t.m;
+    const int64_t b_rows = t.op_b == Op::kNone ? t.k : t.n, b_cols = t.op_b == Op::kNone ? t.n : t.k;
+    const int64_t lda = a_cols + 3, ldb = b_cols + 5, ldc = t.n + 2;
+    const auto a = random_bf16(static_cast<size_t>(a_rows * lda), rng);
+    const auto b = random_bf16(static_cast<size_t>(b_rows * ldb), rng);
+    std::vector<float> c(static_cast<size_t>(t.m * ldc));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (auto& x : c) x = normal(rng);
+    if (t.beta == 0.0f)  // beta 0 overwrites, NaN included
+      for (size_t i = 0; i < c.size(); i += 3) c[i] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<double> want(c.size()), bound(c.size());
+    reference(t, a, lda, b, ldb, c, ldc, &want, &bound);
+    const std::vector<float> before = c;
+    gemm_bf16(t.op_a, t.op_b, t.m, t.n, t.k, t.alpha, a.data(), lda, b.data(), ldb, t.beta,
+              c.data(), ldc);
+    for (int64_t i = 0; i < t.m; ++i) {
+      for (int64_t j = 0; j < t.n; ++j) {
+        const size_t e = static_cast<size_t>(i * ldc + j);
+        // bf16 products are exact in fp32; only the fp32 sums round.
+        ASSERT_NEAR(c[e], want[e], 1e-5 * bound[e] + 1e-30) << i << "," << j;
+      }
+      for (int64_t j = t.n; j < ldc; ++j) {  // the padding is not written
+        const size_t e = static_cast<size_t>(i * ldc + j);
+        ASSERT_TRUE(std::isnan(before[e]) ? std::isnan(c[e]) : c[e] == before[e]);
+      }
+    }
+  }
+}
+
+TEST(GemmBf16, ResultsDoNotDependOnTheThreadCount) {
+  SKIP_WITHOUT_BF16_GEMM();
+  std::mt19937 rng(3);
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{700, 300, 200}, {96, 900, 256}}) {
+    const auto a = random_bf16(static_cast<size_t>(m * k), rng);
+    const auto b = random_bf16(static_cast<size_t>(k * n), rng);
+    std::vector<float> c1(static_cast<size_t>(m * n), 0.25f), c4 = c1;
+    {
+      tbb::global_control one(tbb::global_control::max_allowed_parallelism, 1);
+      gemm_bf16(Op::kNone, Op::kNone, m, n, k, 1.0f, a.data(), k, b.data(), n, 1.0f, c1.data(), n);
+    }
+    {  // more threads than this machine may have cores: blocks run in any order
+      tbb::global_control four(tbb::global_control::max_allowed_parallelism, 4);
+      gemm_bf16(Op::kNone, Op::kNone, m, n, k, 1.0f, a.data(), k, b.data(), n, 1.0f, c4.data(), n);
+    }
+    EXPECT_EQ(c1, c4) << m << "x" << n << "x" << k;
+  }
+}
+
+TEST(GemmBf16, RoundsAsTheSdkDoes) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<uint32_t> bits;
+  std::vector<float> in(100000);
+  for (auto& x : in) {
+    const uint32_t u = bits(rng);
+    std::memcpy(&x, &u, sizeof x);  // every pattern: NaNs, infinities, subnormals
+  }
+  const float specials[] = {0.0f, -0.0f, 1.0f, 1.00390625f, 1.01171875f, 3.4028235e38f,
+                            std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::denorm_min()};
+  for (size_t i = 0; i < std::size(specials); ++i) in[i] = specials[i];
+  std::vector<uint16_t> out(in.size());
+  round_to_bf16(out.data(), in.data(), static_cast<int64_t>(in.size()));
+  for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(out[i], sdk::float_to_bf16(in[i])) << in[i];
+}
+
+// The bf16 linear layers give the fp32 ones' results on operands rounded
+// to bf16 (up to fp32 summation order); the bias gradient is the fp32 one.
+TEST(LinearBf16, MatchesFp32LinearOnRoundedOperands) {
+  SKIP_WITHOUT_BF16_GEMM();
+  const int64_t N = 300, C = 96, OC = 160;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto randoms = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = normal(rng);
+    return v;
+  };
+  auto rounded = [](std::vector<float> v) {
+    for (auto& x : v) x = sdk::bf16_to_float(sdk::float_to_bf16(x));
+    return v;
+  };
+  const auto inp = randoms(N * C), dout = randoms(N * OC), bias = randoms(OC);
+  const auto w32 = rounded(randoms(OC * C));
+  std::vector<uint16_t> w16(w32.size());
+  for (size_t i = 0; i < w32.size(); ++i) w16[i] = sdk::float_to_bf16(w32[i]);
+
+  std::vector<float> out16(static_cast<size_t>(N * OC)), out32 = out16;
+  matmul_forward_bf16(out16.data(), inp.data(), w16.data(), bias.data(), N, C, OC);
+  matmul_forward(out32.data(), rounded(inp).data(), w32.data(), bias.data(), N, C, OC);
+  for (size_t i = 0; i < out16.size(); ++i) ASSERT_NEAR(out16[i], out32[i], 1e-4) << i;
+
+  // dinp accumulated onto a start value, dweight and dbias accumulated.
+  std::vector<float> dinp16 = randoms(N * C), dinp32 = dinp16;
+  std::vector<float> dw16 = randoms(OC * C), dw32 = dw16;
+  const std::vector<float> db_start = randoms(OC);
+  std::vector<float> db16 = db_start, db32 = db_start;
+  matmul_backward_bf16(dinp16.data(), dw16.data(), db16.data(), dout.data(), inp.data(),
+                       w16.data(), N, C, OC, /*accumulate_dinp=*/true);
+  matmul_backward(dinp32.data(), dw32.data(), static_cast<float*>(nullptr), rounded(dout).data(), rounded(inp).data(),
+                  w32.data(), N, C, OC, /*accumulate_dinp=*/true);
+  for (size_t i = 0; i < dinp16.size(); ++i) ASSERT_NEAR(dinp16[i], dinp32[i], 1e-4) << i;
+  for (size_t i = 0; i < dw16.size(); ++i) ASSERT_NEAR(dw16[i], dw32[i], 2e-4) << i;
+  // The bias gradient sums the fp32 output gradient, not its rounding: the
+  // fp32 layer's bits.
+  std::vector<float> scratch_dinp(dinp16.size()), scratch_dw(dw16.size());
+  matmul_backward(scratch_dinp.data(), scratch_dw.data(), db32.data(), dout.data(), inp.data(),
+                  w32.data(), N, C, OC);
+  EXPECT_EQ(db16, db32);
+}
+
+TEST(GemmBf16, SaysWhyItIsUnavailable) {
+  if (bf16_gemm_available()) {
+    EXPECT_STREQ(bf16_gemm_unavailable_reason(), "");
+    return;
+  }
+  EXPECT_STRNE(bf16_gemm_unavailable_reason(), "");
+  const uint16_t one = sdk::float_to_bf16(1.0f);
+  float c = 0;
+  EXPECT_THROW(gemm_bf16(Op::kNone, Op::kNone, 1, 1, 1, 1.0f, &one, 1, &one, 1, 0.0f, &c, 1),
+               std::logic_error);
+}
+
+}  // namespace
+}  // namespace dscore::transformer::cpu
