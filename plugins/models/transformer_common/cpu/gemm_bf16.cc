@@ -80,8 +80,8 @@ void single_threaded_openmp() {
 }
 
 // A primitive per call shape (blocks of one product share at most two).
-using ShapeKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                            float, float>;
+using ShapeKey =
+    std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float>;
 struct Prepared {
   dnnl::matmul matmul;
   memory::desc a, b, c, scratchpad;
@@ -92,15 +92,13 @@ std::shared_ptr<const Prepared> prepare(Op op_a, Op op_b, int64_t m, int64_t n, 
                                         int64_t ldc) {
   static std::mutex mutex;
   static std::map<ShapeKey, std::shared_ptr<const Prepared>> cache;
-  const ShapeKey key{op_a == Op::kTranspose, op_b == Op::kTranspose, m, n, k, lda, ldb, ldc,
-                     alpha, beta};
+  const ShapeKey key{
+      op_a == Op::kTranspose, op_b == Op::kTranspose, m, n, k, lda, ldb, ldc, alpha, beta};
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   // Row-major operands as strides: op(A) is m x k, op(B) k x n.
-  const memory::dims a_strides =
-      op_a == Op::kNone ? memory::dims{lda, 1} : memory::dims{1, lda};
-  const memory::dims b_strides =
-      op_b == Op::kNone ? memory::dims{ldb, 1} : memory::dims{1, ldb};
+  const memory::dims a_strides = op_a == Op::kNone ? memory::dims{lda, 1} : memory::dims{1, lda};
+  const memory::dims b_strides = op_b == Op::kNone ? memory::dims{ldb, 1} : memory::dims{1, ldb};
   memory::desc a_md({m, k}, memory::data_type::bf16, a_strides);
   memory::desc b_md({k, n}, memory::data_type::bf16, b_strides);
   memory::desc c_md({m, n}, memory::data_type::f32, memory::dims{ldc, 1});
@@ -148,21 +146,21 @@ void gemm_bf16(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha, c
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
     return;
   }
-  gemm_in_blocks(op_a, op_b, m, n, k, a, lda, b, ldb, c, ldc,
-                 [&](int64_t rows, int64_t cols, const uint16_t* a0, const uint16_t* b0,
-                     float* c0) {
-                   // The calling thread prepares too: OpenMP is told one
-                   // thread before oneDNN sizes the primitive's work.
-                   single_threaded_openmp();
-                   const auto p = prepare(op_a, op_b, rows, cols, k, alpha, lda, ldb, beta, ldc);
-                   onednn_gemm(*p, a0, b0, c0);
-                 });
+  gemm_in_blocks(
+      op_a, op_b, m, n, k, a, lda, b, ldb, c, ldc,
+      [&](int64_t rows, int64_t cols, const uint16_t* a0, const uint16_t* b0, float* c0) {
+        // The calling thread prepares too: OpenMP is told one
+        // thread before oneDNN sizes the primitive's work.
+        single_threaded_openmp();
+        const auto p = prepare(op_a, op_b, rows, cols, k, alpha, lda, ldb, beta, ldc);
+        onednn_gemm(*p, a0, b0, c0);
+      });
 }
 
 #else
 
-void gemm_bf16(Op, Op, int64_t, int64_t, int64_t, float, const uint16_t*, int64_t,
-               const uint16_t*, int64_t, float, float*, int64_t) {
+void gemm_bf16(Op, Op, int64_t, int64_t, int64_t, float, const uint16_t*, int64_t, const uint16_t*,
+               int64_t, float, float*, int64_t) {
   throw std::logic_error(std::string("gemm_bf16 called where it is unavailable: ") +
                          bf16_gemm_unavailable_reason());
 }

@@ -7,17 +7,17 @@
 // DSCORE_CPU_ISA lowers the ISA), as on AVX2-only machines.
 #include "transformer_common/cpu/gemm_bf16.h"
 
-#include <dscore/cpp/dtype.hpp>
 #include <gtest/gtest.h>
 #include <oneapi/tbb/global_control.h>
+#include <dscore/cpp/dtype.hpp>
 
 #include <cmath>
 #include <cstring>
 #include <iterator>
-#include <stdexcept>
-#include <tuple>
 #include <limits>
 #include <random>
+#include <stdexcept>
+#include <tuple>
 #include <vector>
 
 #include "transformer_common/cpu/linear.h"
@@ -26,9 +26,9 @@
 namespace dscore::transformer::cpu {
 namespace {
 
-#define SKIP_WITHOUT_BF16_GEMM()                                                     \
-  if (!bf16_gemm_available()) GTEST_SKIP() << "no bf16 GEMM here: "                  \
-                                           << bf16_gemm_unavailable_reason()
+#define SKIP_WITHOUT_BF16_GEMM() \
+  if (!bf16_gemm_available())    \
+  GTEST_SKIP() << "no bf16 GEMM here: " << bf16_gemm_unavailable_reason()
 
 std::vector<uint16_t> random_bf16(size_t n, std::mt19937& rng) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -77,13 +77,14 @@ TEST(GemmBf16, MatchesDoublePrecisionOnTheSameBf16Operands) {
         cases.push_back({op_a, op_b, 90, 301, 67, -2.0f, beta});  // split by columns
       }
   for (const Case& t : cases) {
-    SCOPED_TRACE(::testing::Message() << (t.op_a == Op::kNone ? "N" : "T")
-                                      << (t.op_b == Op::kNone ? "N" : "T") << " " << t.m << "x"
-                                      << t.n << "x" << t.k << " alpha " << t.alpha << " beta "
-                                      << t.beta);
+    SCOPED_TRACE(::testing::Message()
+                 << (t.op_a == Op::kNone ? "N" : "T") << (t.op_b == Op::kNone ? "N" : "T") << " "
+                 << t.m << "x" << t.n << "x" << t.k << " alpha " << t.alpha << " beta " << t.beta);
     // Leading dimensions a few elements wider than the rows.
-    const int64_t a_rows = t.op_a == Op::kNone ? t.m : t.k, a_cols = t.op_a == Op::kNone ? t.k : t.m;
-    const int64_t b_rows = t.op_b == Op::kNone ? t.k : t.n, b_cols = t.op_b == Op::kNone ? t.n : t.k;
+    const int64_t a_rows = t.op_a == Op::kNone ? t.m : t.k,
+                  a_cols = t.op_a == Op::kNone ? t.k : t.m;
+    const int64_t b_rows = t.op_b == Op::kNone ? t.k : t.n,
+                  b_cols = t.op_b == Op::kNone ? t.n : t.k;
     const int64_t lda = a_cols + 3, ldb = b_cols + 5, ldc = t.n + 2;
     const auto a = random_bf16(static_cast<size_t>(a_rows * lda), rng);
     const auto b = random_bf16(static_cast<size_t>(b_rows * ldb), rng);
@@ -138,7 +139,12 @@ TEST(GemmBf16, RoundsAsTheSdkDoes) {
     const uint32_t u = bits(rng);
     std::memcpy(&x, &u, sizeof x);  // every pattern: NaNs, infinities, subnormals
   }
-  const float specials[] = {0.0f, -0.0f, 1.0f, 1.00390625f, 1.01171875f, 3.4028235e38f,
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            1.0f,
+                            1.00390625f,
+                            1.01171875f,
+                            3.4028235e38f,
                             std::numeric_limits<float>::infinity(),
                             std::numeric_limits<float>::denorm_min()};
   for (size_t i = 0; i < std::size(specials); ++i) in[i] = specials[i];
@@ -178,10 +184,10 @@ TEST(LinearBf16, MatchesFp32LinearOnRoundedOperands) {
   std::vector<float> dw16 = randoms(OC * C), dw32 = dw16;
   const std::vector<float> db_start = randoms(OC);
   std::vector<float> db16 = db_start, db32 = db_start;
-  matmul_backward_bf16(dinp16.data(), dw16.data(), db16.data(), dout.data(), inp.data(),
-                       w16.data(), N, C, OC, /*accumulate_dinp=*/true);
-  matmul_backward(dinp32.data(), dw32.data(), static_cast<float*>(nullptr), rounded(dout).data(), rounded(inp).data(),
-                  w32.data(), N, C, OC, /*accumulate_dinp=*/true);
+  matmul_backward_bf16(dinp16.data(), dw16.data(), db16.data(), dout.data(), inp.data(), w16.data(),
+                       N, C, OC, /*accumulate_dinp=*/true);
+  matmul_backward(dinp32.data(), dw32.data(), static_cast<float*>(nullptr), rounded(dout).data(),
+                  rounded(inp).data(), w32.data(), N, C, OC, /*accumulate_dinp=*/true);
   for (size_t i = 0; i < dinp16.size(); ++i) ASSERT_NEAR(dinp16[i], dinp32[i], 1e-4) << i;
   for (size_t i = 0; i < dw16.size(); ++i) ASSERT_NEAR(dw16[i], dw32[i], 2e-4) << i;
   // The bias gradient sums the fp32 output gradient, not its rounding: the
