@@ -75,7 +75,8 @@ __attribute__((target("avx512f"))) void round_avx512(uint16_t* out, const float*
         all, _mm512_add_epi32(_mm512_add_epi32(bits, bias), _mm512_and_si512(high, one)), 16);
     const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, abs_mask), inf);
     const __m512i result = _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(high, quiet));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm512_maskz_cvtepi32_epi16(all, result));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
+                        _mm512_maskz_cvtepi32_epi16(all, result));
   }
   round_portable(out + i, in + i, n - i);
 }
