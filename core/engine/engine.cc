@@ -134,8 +134,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   ctx.config = &engine->config_;
   ctx.layout = &engine->layout_;
   ctx.comm = engine->comm_.get();
+  ctx.device = engine->device_.get();
   ctx.stream = engine->stream_.get();
   ctx.comm_target = ops_target(*engine->device_, *engine->stream_);
+  ctx.compute_target = ops_target(*engine->device_, *engine->compute_);
   ctx.model_dtype = zero::model_dtype_of(config);
   ctx.grad_dtype = zero::grad_dtype_of(config);
   ctx.master_elsewhere =
@@ -480,7 +482,8 @@ Result<std::unique_ptr<OwnedState>> Engine::make_owned_state(
           "(this run computes on the CPU)");
     DSCORE_ASSIGN_OR_RETURN(
         auto state,
-        InMemoryState::create(slots, initial, strategy_->owned_numel(), strategy_->owned_master()));
+        InMemoryState::create(slots, initial, strategy_->owned_numel(), strategy_->owned_master(),
+                              device_.get(), compute_.get()));  // after the optimizer's work
     return std::unique_ptr<OwnedState>(std::move(state));
   }
   NvmeStateOptions options;

@@ -3,6 +3,7 @@
 #include "core/tensor/host_buffer.h"
 #include "core/zero/grid_reduction.h"
 #include "core/zero/ipg_buckets.h"
+#include "core/zero/zero_memory.h"
 
 namespace dscore::zero {
 namespace {
@@ -30,10 +31,10 @@ FlatZero::FlatZero(const ZeroContext& context, int stage)
       reduction_(reduction_for(stage, ctx_, storage_)) {}
 
 Status FlatZero::initialise(const Model& model) {
-  DSCORE_RETURN_IF_ERROR(storage_.allocate());
+  DSCORE_RETURN_IF_ERROR(storage_.allocate(ctx_.device));
   DSCORE_RETURN_IF_ERROR(reduction_->allocate());
   // Each rank initialises only what it owns.
-  DSCORE_RETURN_IF_ERROR(storage_.initialise_owned(model));
+  DSCORE_RETURN_IF_ERROR(storage_.initialise_owned(model, ctx_.device, ctx_.stream));
   ready_.reset(ctx_.layout->layer_count());
   return storage_.replicated() ? Status::Ok() : after_update();
 }
@@ -87,17 +88,19 @@ Status FlatZero::after_update() {
 Status FlatZero::gather_master(std::vector<float>* out) {
   const int64_t numel = ctx_.layout->total_numel();
   if (const float* full = storage_.full_master()) {
-    out->assign(full, full + numel);
-    return Status::Ok();
+    out->resize(static_cast<size_t>(numel));
+    return download(ctx_.device, ctx_.stream, out->data(), full,
+                    static_cast<size_t>(numel) * sizeof(float));
   }
   return gather_owned(storage_.owned_master(), out);
 }
 
 Status FlatZero::gather_owned(const float* owned, std::vector<float>* out) {
   const int64_t numel = ctx_.layout->total_numel();
-  if (storage_.replicated()) {  // every rank owns everything
-    out->assign(owned, owned + numel);
-    return Status::Ok();
+  if (storage_.replicated()) {  // every rank owns everything; `owned` may be device memory
+    out->resize(static_cast<size_t>(numel));
+    return download(ctx_.device, ctx_.stream, out->data(), owned,
+                    static_cast<size_t>(numel) * sizeof(float));
   }
   // Gathered straight into `out`, padding included, then trimmed.
   const FlatPartition& partition = storage_.partition();
@@ -114,8 +117,9 @@ std::vector<ParamRun> FlatZero::checkpoint_params() {
   if (ctx_.comm->rank() != 0) return runs;
   const auto& params = ctx_.layout->params();
   for (size_t i = 0; i < params.size(); ++i)
-    runs.push_back({i, 0, params[i].numel,
-                    tensor::element_at(storage_.params(), ctx_.model_dtype, params[i].offset)});
+    runs.push_back(
+        buffer_run(ctx_, i, 0, params[i].numel,
+                   tensor::element_at(storage_.params(), ctx_.model_dtype, params[i].offset)));
   return runs;
 }
 

@@ -1,0 +1,58 @@
+#include "core/zero/zero_memory.h"
+
+#include <dscore/cpp/dtype.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <string>
+
+namespace dscore::zero {
+namespace {
+
+Status copy_and_wait(device::Device* device, device::Stream* stream, void* dst, const void* src,
+                     size_t bytes) {
+  if (bytes == 0) return Status::Ok();
+  if (device == nullptr || stream == nullptr) {
+    std::memcpy(dst, src, bytes);
+    return Status::Ok();
+  }
+  device->copy(dst, src, bytes, *stream);
+  return stream->synchronize();
+}
+
+}  // namespace
+
+Result<device::Buffer> allocate_buffer(device::Device* device, int64_t elements,
+                                       dscore_dtype dtype, MemoryUse use, std::string_view name,
+                                       tensor::Fill fill) {
+  if (device == nullptr) {
+    DSCORE_ASSIGN_OR_RETURN(CountedBuffer host,
+                            tensor::allocate_elements(elements, dtype, use, name, fill));
+    const size_t bytes = static_cast<size_t>(std::max<int64_t>(elements, 1)) *
+                         sdk::dtype_size(dtype);
+    return device::Buffer(host.release(), bytes, device::Placement::kHost,
+                          [](void* p) { counted_free(p, DSCORE_MEMORY_HOST); });
+  }
+  const size_t es = sdk::dtype_size(dtype);
+  const uint64_t count = static_cast<uint64_t>(std::max<int64_t>(elements, 1));
+  if (es == 0 || count > std::numeric_limits<size_t>::max() / es)
+    return Status(DSCORE_RESOURCE_EXHAUSTED,
+                  "could not allocate " + std::to_string(count) + " elements of " +
+                      sdk::dtype_name(dtype) + " (more bytes than the address space holds) for " +
+                      std::string(name));
+  return device->allocate(static_cast<size_t>(count) * es, device::Placement::kDevice, use, name,
+                          fill == tensor::Fill::kZero);
+}
+
+Status upload(device::Device* device, device::Stream* stream, void* dst, const void* src,
+              size_t bytes) {
+  return copy_and_wait(device, stream, dst, src, bytes);
+}
+
+Status download(device::Device* device, device::Stream* stream, void* dst, const void* src,
+                size_t bytes) {
+  return copy_and_wait(device, stream, dst, src, bytes);
+}
+
+}  // namespace dscore::zero
