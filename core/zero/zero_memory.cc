@@ -23,24 +23,23 @@ Status copy_and_wait(device::Device* device, device::Stream* stream, void* dst, 
 
 }  // namespace
 
-Result<device::Buffer> allocate_buffer(device::Device* device, int64_t elements,
-                                       dscore_dtype dtype, MemoryUse use, std::string_view name,
-                                       tensor::Fill fill) {
+Result<device::Buffer> allocate_buffer(device::Device* device, int64_t elements, dscore_dtype dtype,
+                                       MemoryUse use, std::string_view name, tensor::Fill fill) {
   if (device == nullptr) {
     DSCORE_ASSIGN_OR_RETURN(CountedBuffer host,
                             tensor::allocate_elements(elements, dtype, use, name, fill));
-    const size_t bytes = static_cast<size_t>(std::max<int64_t>(elements, 1)) *
-                         sdk::dtype_size(dtype);
+    const size_t bytes =
+        static_cast<size_t>(std::max<int64_t>(elements, 1)) * sdk::dtype_size(dtype);
     return device::Buffer(host.release(), bytes, device::Placement::kHost,
                           [](void* p) { counted_free(p, DSCORE_MEMORY_HOST); });
   }
   const size_t es = sdk::dtype_size(dtype);
   const uint64_t count = static_cast<uint64_t>(std::max<int64_t>(elements, 1));
   if (es == 0 || count > std::numeric_limits<size_t>::max() / es)
-    return Status(DSCORE_RESOURCE_EXHAUSTED,
-                  "could not allocate " + std::to_string(count) + " elements of " +
-                      sdk::dtype_name(dtype) + " (more bytes than the address space holds) for " +
-                      std::string(name));
+    return Status(DSCORE_RESOURCE_EXHAUSTED, "could not allocate " + std::to_string(count) +
+                                                 " elements of " + sdk::dtype_name(dtype) +
+                                                 " (more bytes than the address space holds) for " +
+                                                 std::string(name));
   return device->allocate(static_cast<size_t>(count) * es, device::Placement::kDevice, use, name,
                           fill == tensor::Fill::kZero);
 }

@@ -23,8 +23,8 @@ namespace dscore::zero {
 
 // max(elements, 1) elements of `dtype`, zeroed unless `fill` says
 // otherwise. RESOURCE_EXHAUSTED names `name` and the size.
-Result<device::Buffer> allocate_buffer(device::Device* device, int64_t elements,
-                                       dscore_dtype dtype, MemoryUse use, std::string_view name,
+Result<device::Buffer> allocate_buffer(device::Device* device, int64_t elements, dscore_dtype dtype,
+                                       MemoryUse use, std::string_view name,
                                        tensor::Fill fill = tensor::Fill::kZero);
 
 // Host memory -> a buffer of allocate_buffer, and back: `bytes` bytes

@@ -21,8 +21,8 @@ using device::CpuStreams;
 using device::Placement;
 
 TEST(ZeroMemory, WithoutADeviceBuffersAreCountedZeroedHostMemory) {
-  Result<device::Buffer> buffer = allocate_buffer(nullptr, 5, DSCORE_DTYPE_F32,
-                                                  MemoryUse::kGradients, "zero_memory_test host");
+  Result<device::Buffer> buffer =
+      allocate_buffer(nullptr, 5, DSCORE_DTYPE_F32, MemoryUse::kGradients, "zero_memory_test host");
   ASSERT_TRUE(buffer.ok()) << buffer.status().message();
   EXPECT_EQ(buffer->placement(), Placement::kHost);
   EXPECT_EQ(buffer->bytes(), 20u);
