@@ -48,6 +48,9 @@ Status FlatStorage::allocate(device::Device* device) {
   for (const ParamEntry& p : params) {
     param_views_.push_back(param_view(element_at(params_.data(), md, p.offset), md, p));
     grad_views_.push_back(param_view(nullptr, grad_dtype_, p));
+    // Both point into buffers of `device` (the reductions' gradient memory too).
+    place_view(&param_views_.back(), device);
+    place_view(&grad_views_.back(), device);
   }
   param_ptrs_.clear();
   grad_ptrs_.clear();

@@ -118,6 +118,8 @@ Status ShardedZero::initialise(const Model& model) {
   for (const ParamEntry& p : params) {
     param_views_.push_back(param_view(nullptr, md, p));
     grad_views_.push_back(param_view(nullptr, ctx_.grad_dtype, p));
+    place_view(&param_views_.back(), ctx_.device);
+    place_view(&grad_views_.back(), ctx_.device);
   }
   for (size_t i = 0; i < params.size(); ++i) {
     param_ptrs_.push_back(&param_views_[i]);

@@ -44,6 +44,12 @@ Result<device::Buffer> allocate_buffer(device::Device* device, int64_t elements,
                           fill == tensor::Fill::kZero);
 }
 
+void place_view(dscore_tensor* view, const device::Device* device) {
+  if (device == nullptr) return;
+  view->device_type = device->tensor_device_type();
+  view->device_id = device->index();
+}
+
 Status upload(device::Device* device, device::Stream* stream, void* dst, const void* src,
               size_t bytes) {
   return copy_and_wait(device, stream, dst, src, bytes);

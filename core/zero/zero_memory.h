@@ -27,6 +27,10 @@ Result<device::Buffer> allocate_buffer(device::Device* device, int64_t elements,
                                        MemoryUse use, std::string_view name,
                                        tensor::Fill fill = tensor::Fill::kZero);
 
+// Make a view (param_layout.h param_view) name where allocate_buffer's
+// memory lives: the device's tensor type and ordinal (CPU without a device).
+void place_view(dscore_tensor* view, const device::Device* device);
+
 // Host memory -> a buffer of allocate_buffer, and back: `bytes` bytes
 // copied on `stream`, which is then synchronised (its sticky status is the
 // result). Without a device (or stream) a plain memcpy.
