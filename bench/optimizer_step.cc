@@ -6,9 +6,13 @@
 // v; write p, m, v) beside a STREAM-style triad (a = b + s*c, 12 bytes per
 // element, write-allocate not counted, as STREAM) measured in the same run
 // with the same TBB thread count. Rounds alternate triad and Adam so a busy
-// machine hurts both alike; the best round of each is reported.
+// machine hurts both alike; the best round of each is reported. `--grad bf16`
+// gives the step a bf16 gradient and a bf16 parameter copy to write (mixed
+// precision: 28 bytes per parameter again). The kernel the plugin chose
+// (AVX-512, AVX2 or scalar) is read from its log line and printed;
+// DSCORE_CPU_ISA=avx2|scalar lowers it, to compare the kernels.
 //
-//   optimizer_step [--params N] [--steps S] [--rounds R] [--threads T]
+//   optimizer_step [--params N] [--steps S] [--rounds R] [--threads T] [--grad fp32|bf16]
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/info.h>
@@ -22,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "core/base/logging.h"
 #include "core/engine/initialize.h"
 #include "core/plugin_host/instances.h"
 
@@ -33,7 +38,8 @@ struct Options {
   int64_t params = 100'000'000;
   int steps = 5;
   int rounds = 3;
-  int threads = 0;  // 0 = TBB's default (every core)
+  int threads = 0;    // 0 = TBB's default (every core)
+  bool bf16 = false;  // bf16 gradient and parameter copy
 };
 
 bool parse(int argc, char** argv, Options* o) {
@@ -48,6 +54,9 @@ bool parse(int argc, char** argv, Options* o) {
       o->rounds = std::atoi(argv[++i]);
     else if (a == "--threads" && has_value)
       o->threads = std::atoi(argv[++i]);
+    else if (a == "--grad" && has_value &&
+             (argv[i + 1] == std::string("fp32") || argv[i + 1] == std::string("bf16")))
+      o->bf16 = argv[++i] == std::string("bf16");
     else
       return false;
   }
@@ -96,11 +105,12 @@ double triad_seconds(float* a, const float* b, const float* c, int64_t n) {
   return seconds_since(start);
 }
 
-dscore_tensor view(float* data, const int64_t* shape, const char* name) {
+dscore_tensor view(void* data, const int64_t* shape, const char* name,
+                   dscore_dtype dtype = DSCORE_DTYPE_F32) {
   dscore_tensor t{};
   t.struct_size = sizeof t;
   t.data = data;
-  t.dtype = DSCORE_DTYPE_F32;
+  t.dtype = dtype;
   t.device_type = DSCORE_DEVICE_CPU;
   t.ndim = 1;
   t.shape = shape;
@@ -115,7 +125,8 @@ int main(int argc, char** argv) {
   Options o;
   if (!parse(argc, argv, &o)) {
     std::fprintf(stderr,
-                 "usage: optimizer_step [--params N] [--steps S] [--rounds R] [--threads T]\n");
+                 "usage: optimizer_step [--params N] [--steps S] [--rounds R] [--threads T] "
+                 "[--grad fp32|bf16]\n");
     return 2;
   }
   const int threads = o.threads > 0 ? o.threads : tbb::info::default_concurrency();
@@ -134,19 +145,38 @@ int main(int argc, char** argv) {
                             : setup.status().message().c_str());
     return 1;
   }
+  // The plugin logs the kernel CPU tensors get when it is created; keep
+  // that line (and print every line as usual).
+  std::string kernel = "unknown (no log line from the plugin)";
+  dscore::set_log_formatter([&kernel](dscore::LogLevel, int, std::string_view message) {
+    const std::string_view tag = "adam: CPU tensors use the ";
+    if (message.substr(0, tag.size()) == tag) kernel = std::string(message.substr(tag.size()));
+    return std::string(message);
+  });
   auto optimizer = dscore::plugin_host::OptimizerInstance::create(
       *setup->selection.optimizer->info, setup->selection.optimizer->params, {});
+  dscore::set_log_formatter({});
   if (!optimizer.ok()) {
     std::fprintf(stderr, "optimizer_step: %s\n", optimizer.status().message().c_str());
     return 1;
   }
 
   const int64_t n = o.params;
-  Buffer p(n, 0.5f, 0), g(n, 0.01f, 1), m(n, 0.0f, 2), v(n, 0.0f, 3);
+  // With --grad bf16, g's first 2n bytes hold the bf16 gradient (0x3c24 =
+  // 0.01) and p16 receives the parameter copy; g stays n floats for the triad.
+  Buffer p(n, 0.5f, 0), g(n, 0.01f, 1), m(n, 0.0f, 2), v(n, 0.0f, 3),
+      p16(o.bf16 ? n / 2 + 1 : 1, 0.0f, 4);
+  if (o.bf16) {
+    auto* g16 = reinterpret_cast<uint16_t*>(g.get());
+    for (int64_t i = 0; i < n; ++i) g16[i] = 0x3c24;
+  }
+  const dscore_dtype grad_dtype = o.bf16 ? DSCORE_DTYPE_BF16 : DSCORE_DTYPE_F32;
   const int64_t shape[1] = {n};
-  dscore_tensor pt = view(p.get(), shape, "p"), gt = view(g.get(), shape, "g"),
-                mt = view(m.get(), shape, "exp_avg"), vt = view(v.get(), shape, "exp_avg_sq");
+  dscore_tensor pt = view(p.get(), shape, "p"), gt = view(g.get(), shape, "g", grad_dtype),
+                mt = view(m.get(), shape, "exp_avg"), vt = view(v.get(), shape, "exp_avg_sq"),
+                p16t = view(p16.get(), shape, "p16", DSCORE_DTYPE_BF16);
   dscore_tensor* params[] = {&pt};
+  dscore_tensor* params_16bit[] = {&p16t};
   const dscore_tensor* grads[] = {&gt};
   dscore_tensor* states[] = {&mt, &vt};
   int64_t step = 0;
@@ -165,6 +195,7 @@ int main(int argc, char** argv) {
     a.grads = grads;
     a.slot_count = 2;
     a.states = states;
+    if (o.bf16) a.params_16bit = params_16bit;
     const auto start = Clock::now();
     dscore::Status st = (*optimizer)->step(a);
     const double s = seconds_since(start);
@@ -176,7 +207,9 @@ int main(int argc, char** argv) {
   };
 
   // The triad reuses three of Adam's buffers (exp_avg = g + s * exp_avg_sq;
-  // Adam accepts any exp_avg) so the run needs 16 bytes per parameter.
+  // Adam accepts any exp_avg) so the run needs 16 bytes per parameter (18
+  // with --grad bf16; the triad then reads g's bf16 pairs as floats, about
+  // 0.01 each, and leaves them as they are).
   adam_seconds();  // warm-up: page faults, TBB threads
   triad_seconds(m.get(), g.get(), v.get(), n);
   double best_triad = 1e30, best_adam = 1e30;
@@ -189,12 +222,16 @@ int main(int argc, char** argv) {
   const double triad_gbs = 12.0 * static_cast<double>(n) / best_triad / 1e9;
   const double adam_gbs = 28.0 * static_cast<double>(n) / best_adam / 1e9;
   std::printf(
-      "optimizer_step: fp32 Adam (plugin %s) over %lld parameters, %d thread(s), best of "
-      "%d x %d\n",
+      "optimizer_step: fp32 Adam, %s gradient%s (plugin %s) over %lld parameters, %d thread(s), "
+      "best of %d x %d\n",
+      o.bf16 ? "bf16" : "fp32", o.bf16 ? " and bf16 parameter copy" : "",
       (*optimizer)->info().library_path.c_str(), static_cast<long long>(n), threads, o.rounds,
       o.steps);
-  std::printf("  cpu: avx2=%d fma=%d\n", __builtin_cpu_supports("avx2") ? 1 : 0,
-              __builtin_cpu_supports("fma") ? 1 : 0);
+  const char* cap = std::getenv("DSCORE_CPU_ISA");
+  std::printf("  cpu: avx512f=%d avx2=%d fma=%d; kernel: %s%s%s\n",
+              __builtin_cpu_supports("avx512f") ? 1 : 0, __builtin_cpu_supports("avx2") ? 1 : 0,
+              __builtin_cpu_supports("fma") ? 1 : 0, kernel.c_str(),
+              cap != nullptr ? ", DSCORE_CPU_ISA=" : "", cap != nullptr ? cap : "");
   std::printf(
       "  triad (a = b + s*c)   %8.3f ms   %7.2f GB/s (12 B/element, STREAM's count; %.2f GB/s "
       "with the write-allocate read of a)\n",
