@@ -79,9 +79,11 @@ Status FlatZero::after_update() {
   if (storage_.replicated()) return Status::Ok();  // every rank updated everything
   const dscore_dtype md = ctx_.model_dtype;
   const FlatPartition& partition = storage_.partition();
-  comm::CommBuffer send{tensor::element_at(storage_.params(), md, storage_.owned_begin()), md,
-                        partition.partition_size};
-  comm::CommBuffer recv{storage_.params(), md, partition.padded_numel};
+  const comm::CommBuffer send =
+      device_buffer(ctx_.device, tensor::element_at(storage_.params(), md, storage_.owned_begin()),
+                    md, partition.partition_size);
+  const comm::CommBuffer recv =
+      device_buffer(ctx_.device, storage_.params(), md, partition.padded_numel);
   return ctx_.stream->run([&] { return ctx_.comm->allgather(send, recv); });
 }
 
@@ -92,20 +94,28 @@ Status FlatZero::gather_master(std::vector<float>* out) {
     return download(ctx_.device, ctx_.stream, out->data(), full,
                     static_cast<size_t>(numel) * sizeof(float));
   }
-  return gather_owned(storage_.owned_master(), out);
+  return gather_from(
+      device_buffer(ctx_.device, storage_.owned_master(), DSCORE_DTYPE_F32, storage_.owned_numel()),
+      out);
 }
 
 Status FlatZero::gather_owned(const float* owned, std::vector<float>* out) {
+  return gather_from({const_cast<float*>(owned), DSCORE_DTYPE_F32, storage_.owned_numel()}, out);
+}
+
+Status FlatZero::gather_from(const comm::CommBuffer& owned, std::vector<float>* out) {
   const int64_t numel = ctx_.layout->total_numel();
-  if (storage_.replicated()) {  // every rank owns everything; `owned` may be device memory
+  if (storage_.replicated()) {  // every rank owns everything
     out->resize(static_cast<size_t>(numel));
-    return download(ctx_.device, ctx_.stream, out->data(), owned,
+    return download(ctx_.device, ctx_.stream, out->data(), owned.data,
                     static_cast<size_t>(numel) * sizeof(float));
   }
-  // Gathered straight into `out`, padding included, then trimmed.
+  // Gathered straight into `out` (staged through the device where the
+  // backend needs it), padding included, then trimmed.
   const FlatPartition& partition = storage_.partition();
   out->resize(static_cast<size_t>(partition.padded_numel));
-  comm::CommBuffer send{const_cast<float*>(owned), DSCORE_DTYPE_F32, partition.partition_size};
+  comm::CommBuffer send = owned;
+  send.numel = partition.partition_size;
   comm::CommBuffer recv{out->data(), DSCORE_DTYPE_F32, partition.padded_numel};
   DSCORE_RETURN_IF_ERROR(ctx_.stream->run([&] { return ctx_.comm->allgather(send, recv); }));
   out->resize(static_cast<size_t>(numel));

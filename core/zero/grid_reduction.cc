@@ -99,7 +99,7 @@ void GridReduction::submit_ready(bool all, const ReadyLayers& ready) {
 
 Status AllreduceGrid::reduce_bucket(int64_t lo, int64_t hi, const Reduction& r) {
   void* data = grads_at(lo);
-  comm::CommBuffer buffer{data, ctx_.grad_dtype, hi - lo};
+  const comm::CommBuffer buffer = device_buffer(ctx_.device, data, ctx_.grad_dtype, hi - lo);
   DSCORE_RETURN_IF_ERROR(ctx_.comm->allreduce(buffer, buffer, r.op));
   device::ops::scale_in_place(ctx_.comm_target, data, ctx_.grad_dtype, hi - lo, r.post_factor);
   return Status::Ok();
@@ -112,7 +112,8 @@ Status OwnerReduceGrid::reduce_bucket(int64_t lo, int64_t hi, const Reduction& r
   // slice is read only after the group.
   DSCORE_RETURN_IF_ERROR(ctx_.comm->grouped([&] {
     for (const OwnedPiece& piece : pieces) {
-      comm::CommBuffer send{grads_at(piece.begin), ctx_.grad_dtype, piece.end - piece.begin};
+      const comm::CommBuffer send = device_buffer(ctx_.device, grads_at(piece.begin),
+                                                  ctx_.grad_dtype, piece.end - piece.begin);
       comm::CommBuffer recv;
       if (piece.rank == rank) recv = send;  // the owner's slice, reduced in place
       DSCORE_RETURN_IF_ERROR(ctx_.comm->reduce(send, recv, r.op, piece.rank));

@@ -182,8 +182,8 @@ device::EventPtr IpgBuckets::submit_owner_reduction(char* memory, int64_t window
     // slice is read only after the group.
     DSCORE_RETURN_IF_ERROR(ctx_.comm->grouped([&] {
       for (const OwnedPiece& piece : pieces) {
-        comm::CommBuffer send{element_at(memory, gd, piece.begin - window), gd,
-                              piece.end - piece.begin};
+        const comm::CommBuffer send = device_buffer(
+            ctx_.device, element_at(memory, gd, piece.begin - window), gd, piece.end - piece.begin);
         comm::CommBuffer recv;
         if (piece.rank == rank) recv = send;  // reduced in place, then added to the partition
         DSCORE_RETURN_IF_ERROR(ctx_.comm->reduce(send, recv, r.op, piece.rank));

@@ -204,8 +204,9 @@ Status ShardedZero::allgather_shards(const std::vector<size_t>& params,
                       "gathered parameters", Fill::kUninitialised));
   char* pk = static_cast<char*>(packed.data());
   DSCORE_RETURN_IF_ERROR(pack_shards(params, pk));
-  DSCORE_RETURN_IF_ERROR(ctx_.comm->allgather({pk, md, shard_elements},
-                                              {gathered.data(), md, shard_elements * world_}));
+  DSCORE_RETURN_IF_ERROR(ctx_.comm->allgather(
+      device_buffer(ctx_.device, pk, md, shard_elements),
+      device_buffer(ctx_.device, gathered.data(), md, shard_elements * world_)));
   unpack_rank_chunks(ctx_.comm_target, static_cast<const char*>(gathered.data()), runs, world_, md);
   return Status::Ok();
 }
@@ -460,8 +461,9 @@ void ShardedZero::flush_gradients() {
     pack_rank_chunks(ctx_.comm_target, runs, world_, gd, static_cast<char*>(send.data()));
     const device::ops::Target on = ctx_.comm_target;
     device::ops::scale_in_place(on, send.data(), gd, chunk * world_, r.pre_factor);
-    DSCORE_RETURN_IF_ERROR(ctx_.comm->reduce_scatter({send.data(), gd, chunk * world_},
-                                                     {recv.data(), gd, chunk}, r.op));
+    DSCORE_RETURN_IF_ERROR(
+        ctx_.comm->reduce_scatter(device_buffer(ctx_.device, send.data(), gd, chunk * world_),
+                                  device_buffer(ctx_.device, recv.data(), gd, chunk), r.op));
     device::ops::scale_in_place(on, recv.data(), gd, chunk, r.post_factor);
     const char* reduced = static_cast<const char*>(recv.data());
     int64_t in_chunk = 0;
@@ -514,15 +516,20 @@ void ShardedZero::zero_grads(device::ops::Target target) {
 }
 
 Status ShardedZero::gather_master(std::vector<float>* out) {
-  return gather_owned(owned_master(), out);
+  return gather_from(
+      device_buffer(ctx_.device, owned_master(), DSCORE_DTYPE_F32, shards_.local_numel), out);
 }
 
 Status ShardedZero::gather_owned(const float* owned, std::vector<float>* out) {
+  return gather_from({const_cast<float*>(owned), DSCORE_DTYPE_F32, shards_.local_numel}, out);
+}
+
+Status ShardedZero::gather_from(const comm::CommBuffer& owned, std::vector<float>* out) {
   const int64_t local = shards_.local_numel;
+  // Into host memory (staged through the device where the backend needs it).
   std::vector<float> all(static_cast<size_t>(local * world_));
   DSCORE_RETURN_IF_ERROR(ctx_.stream->run([&] {
-    return ctx_.comm->allgather({const_cast<float*>(owned), DSCORE_DTYPE_F32, local},
-                                {all.data(), DSCORE_DTYPE_F32, local * world_});
+    return ctx_.comm->allgather(owned, {all.data(), DSCORE_DTYPE_F32, local * world_});
   }));
   out->clear();
   for (size_t p = 0; p < shards_.params.size(); ++p) {

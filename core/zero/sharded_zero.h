@@ -63,6 +63,9 @@ class ShardedZero final : public ZeroStrategy {
   int64_t live_elements() const { return live_elements_; }
 
  private:
+  // gather_owned of `owned`, host or device memory (its CommBuffer says).
+  Status gather_from(const comm::CommBuffer& owned, std::vector<float>* out);
+
   enum class Residency { kReleased, kInFlight, kAvailable };
   struct LayerState {
     std::vector<size_t> gathered_params;  // non-persistent params of the layer

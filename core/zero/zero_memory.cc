@@ -44,6 +44,16 @@ Result<device::Buffer> allocate_buffer(device::Device* device, int64_t elements,
                           fill == tensor::Fill::kZero);
 }
 
+comm::CommBuffer device_buffer(const device::Device* device, void* data, dscore_dtype dtype,
+                               int64_t numel) {
+  comm::CommBuffer buffer{data, dtype, numel};
+  if (device != nullptr) {
+    buffer.device_type = device->tensor_device_type();
+    buffer.device_id = device->index();
+  }
+  return buffer;
+}
+
 void place_view(dscore_tensor* view, const device::Device* device) {
   if (device == nullptr) return;
   view->device_type = device->tensor_device_type();

@@ -16,6 +16,7 @@
 
 #include "core/base/memory.h"
 #include "core/base/status.h"
+#include "core/comm/communicator.h"
 #include "core/device/device.h"
 #include "core/tensor/host_buffer.h"
 
@@ -26,6 +27,12 @@ namespace dscore::zero {
 Result<device::Buffer> allocate_buffer(device::Device* device, int64_t elements, dscore_dtype dtype,
                                        MemoryUse use, std::string_view name,
                                        tensor::Fill fill = tensor::Fill::kZero);
+
+// A collective's buffer in memory from allocate_buffer, typed with the
+// device's tensor type and ordinal (host memory without a device), so a
+// backend that moves device memory (nccl) takes it as it is.
+comm::CommBuffer device_buffer(const device::Device* device, void* data, dscore_dtype dtype,
+                               int64_t numel);
 
 // Make a view (param_layout.h param_view) name where allocate_buffer's
 // memory lives: the device's tensor type and ordinal (CPU without a device).
