@@ -9,7 +9,7 @@ namespace dscore::comm {
 struct StagedPair::State {
   const HostStaging* staging = nullptr;
   CommBuffer send, recv;
-  CommBuffer host_recv;                 // where the result goes; data NULL when not staged
+  CommBuffer host_recv;  // where the result goes; data NULL when not staged
   std::shared_ptr<void> send_memory, recv_memory;
 };
 

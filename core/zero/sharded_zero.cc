@@ -195,13 +195,14 @@ Status ShardedZero::allgather_shards(const std::vector<size_t>& params,
   for (size_t i = 0; i < params.size(); ++i)
     runs.push_back({dest[i], shards_.params[params[i]].shard_size});
   const int64_t shard_elements = chunk_elements(runs);
+  // Dropped at the end of this comm-stream task, maybe before the copies
+  // queued on it: scratch, freed in the stream's order.
   DSCORE_ASSIGN_OR_RETURN(device::Buffer packed,
-                          allocate_buffer(ctx_.device, shard_elements, md, MemoryUse::kBuffers,
-                                          "gathered parameters", Fill::kUninitialised));
-  DSCORE_ASSIGN_OR_RETURN(
-      device::Buffer gathered,
-      allocate_buffer(ctx_.device, shard_elements * world_, md, MemoryUse::kBuffers,
-                      "gathered parameters", Fill::kUninitialised));
+                          allocate_scratch(ctx_.device, ctx_.stream, shard_elements, md,
+                                           MemoryUse::kBuffers, "gathered parameters"));
+  DSCORE_ASSIGN_OR_RETURN(device::Buffer gathered,
+                          allocate_scratch(ctx_.device, ctx_.stream, shard_elements * world_, md,
+                                           MemoryUse::kBuffers, "gathered parameters"));
   char* pk = static_cast<char*>(packed.data());
   DSCORE_RETURN_IF_ERROR(pack_shards(params, pk));
   DSCORE_RETURN_IF_ERROR(ctx_.comm->allgather(
@@ -295,11 +296,16 @@ void ShardedZero::prepare_grads(const std::vector<size_t>& layers) {
   auto prepared = std::make_shared<std::vector<device::Buffer>>(layers.size());
   auto ticket = ctx_.stream->submit([this, elements, prepared] {
     // A failure leaves the entry empty: take_grads allocates it again on
-    // the compute thread and reports the Status there.
+    // the compute thread and reports the Status there. The last user of a
+    // bucket is a comm-stream task (flush_gradients): scratch of this
+    // stream, zeroed on it.
     for (size_t i = 0; i < elements.size(); ++i) {
-      Result<device::Buffer> buffer = allocate_buffer(ctx_.device, elements[i], ctx_.grad_dtype,
-                                                      MemoryUse::kBuffers, "gradient bucket");
-      if (buffer.ok()) (*prepared)[i] = std::move(buffer).value();
+      Result<device::Buffer> buffer =
+          allocate_scratch(ctx_.device, ctx_.stream, elements[i], ctx_.grad_dtype,
+                           MemoryUse::kBuffers, "gradient bucket");
+      if (!buffer.ok()) continue;
+      device::ops::fill_zero(ctx_.comm_target, buffer->data(), ctx_.grad_dtype, elements[i]);
+      (*prepared)[i] = std::move(buffer).value();
     }
     return Status::Ok();
   });
@@ -320,9 +326,15 @@ Result<std::shared_ptr<device::Buffer>> ShardedZero::take_grads(size_t layer) {
     s.prepared.reset();
     if (buffer) return std::make_shared<device::Buffer>(std::move(buffer));
   }
+  const int64_t elements = padded_layer_elements(layer);
   DSCORE_ASSIGN_OR_RETURN(device::Buffer buffer,
-                          allocate_buffer(ctx_.device, padded_layer_elements(layer),
-                                          ctx_.grad_dtype, MemoryUse::kBuffers, "gradient bucket"));
+                          allocate_scratch(ctx_.device, ctx_.stream, elements, ctx_.grad_dtype,
+                                           MemoryUse::kBuffers, "gradient bucket"));
+  void* data = buffer.data();
+  DSCORE_RETURN_IF_ERROR(ctx_.stream->run([&] {
+    device::ops::fill_zero(ctx_.comm_target, data, ctx_.grad_dtype, elements);
+    return Status::Ok();
+  }));
   return std::make_shared<device::Buffer>(std::move(buffer));
 }
 
@@ -453,11 +465,11 @@ void ShardedZero::flush_gradients() {
     }
     const int64_t chunk = chunk_elements(runs);
     DSCORE_ASSIGN_OR_RETURN(device::Buffer send,
-                            allocate_buffer(ctx_.device, chunk * world_, gd, MemoryUse::kBuffers,
-                                            "gradient bucket", Fill::kUninitialised));
+                            allocate_scratch(ctx_.device, ctx_.stream, chunk * world_, gd,
+                                             MemoryUse::kBuffers, "gradient bucket"));
     DSCORE_ASSIGN_OR_RETURN(device::Buffer recv,
-                            allocate_buffer(ctx_.device, chunk, gd, MemoryUse::kBuffers,
-                                            "gradient bucket", Fill::kUninitialised));
+                            allocate_scratch(ctx_.device, ctx_.stream, chunk, gd,
+                                             MemoryUse::kBuffers, "gradient bucket"));
     pack_rank_chunks(ctx_.comm_target, runs, world_, gd, static_cast<char*>(send.data()));
     const device::ops::Target on = ctx_.comm_target;
     device::ops::scale_in_place(on, send.data(), gd, chunk * world_, r.pre_factor);

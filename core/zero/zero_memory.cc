@@ -21,6 +21,13 @@ Status copy_and_wait(device::Device* device, device::Stream* stream, void* dst, 
   return stream->synchronize();
 }
 
+Status too_large(uint64_t count, dscore_dtype dtype, std::string_view name) {
+  return Status(DSCORE_RESOURCE_EXHAUSTED, "could not allocate " + std::to_string(count) +
+                                               " elements of " + sdk::dtype_name(dtype) +
+                                               " (more bytes than the address space holds) for " +
+                                               std::string(name));
+}
+
 }  // namespace
 
 Result<device::Buffer> allocate_buffer(device::Device* device, int64_t elements, dscore_dtype dtype,
@@ -36,10 +43,7 @@ Result<device::Buffer> allocate_buffer(device::Device* device, int64_t elements,
   const size_t es = sdk::dtype_size(dtype);
   const uint64_t count = static_cast<uint64_t>(std::max<int64_t>(elements, 1));
   if (es == 0 || count > std::numeric_limits<size_t>::max() / es)
-    return Status(DSCORE_RESOURCE_EXHAUSTED, "could not allocate " + std::to_string(count) +
-                                                 " elements of " + sdk::dtype_name(dtype) +
-                                                 " (more bytes than the address space holds) for " +
-                                                 std::string(name));
+    return too_large(count, dtype, name);
   return device->allocate(static_cast<size_t>(count) * es, device::Placement::kDevice, use, name,
                           fill == tensor::Fill::kZero);
 }
@@ -58,6 +62,18 @@ void place_view(dscore_tensor* view, const device::Device* device) {
   if (device == nullptr) return;
   view->device_type = device->tensor_device_type();
   view->device_id = device->index();
+}
+
+Result<device::Buffer> allocate_scratch(device::Device* device, device::Stream* stream,
+                                        int64_t elements, dscore_dtype dtype, MemoryUse use,
+                                        std::string_view name) {
+  if (device == nullptr || stream == nullptr)
+    return allocate_buffer(nullptr, elements, dtype, use, name, tensor::Fill::kUninitialised);
+  const size_t es = sdk::dtype_size(dtype);
+  const uint64_t count = static_cast<uint64_t>(std::max<int64_t>(elements, 1));
+  if (es == 0 || count > std::numeric_limits<size_t>::max() / es)
+    return too_large(count, dtype, name);
+  return device->allocate_scratch(static_cast<size_t>(count) * es, *stream, use, name);
 }
 
 Status upload(device::Device* device, device::Stream* stream, void* dst, const void* src,

@@ -28,6 +28,14 @@ Result<device::Buffer> allocate_buffer(device::Device* device, int64_t elements,
                                        MemoryUse use, std::string_view name,
                                        tensor::Fill fill = tensor::Fill::kZero);
 
+// Uninitialised scratch for work on `stream` that may still be queued when
+// the Buffer is destroyed (Device::allocate_scratch: freed in the stream's
+// order), such as a buffer a comm-stream task allocates and drops. Host
+// memory without a device.
+Result<device::Buffer> allocate_scratch(device::Device* device, device::Stream* stream,
+                                        int64_t elements, dscore_dtype dtype, MemoryUse use,
+                                        std::string_view name);
+
 // A collective's buffer in memory from allocate_buffer, typed with the
 // device's tensor type and ordinal (host memory without a device), so a
 // backend that moves device memory (nccl) takes it as it is.

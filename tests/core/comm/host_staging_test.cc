@@ -85,9 +85,8 @@ TEST(HostStaging, AnInPlaceAllreduceIsStagedOnceAndCopiedBack) {
 TEST(HostStaging, AGatherIntoHostMemoryStagesBothBuffers) {
   on_two_ranks([](Communicator& comm, int rank, Counts& counts) {
     std::vector<int32_t> mine = {rank, rank + 100}, all(4, -1);
-    ASSERT_TRUE(comm.allgather({mine.data(), DSCORE_DTYPE_I32, 2},
-                               {all.data(), DSCORE_DTYPE_I32, 4})
-                    .ok());
+    ASSERT_TRUE(
+        comm.allgather({mine.data(), DSCORE_DTYPE_I32, 2}, {all.data(), DSCORE_DTYPE_I32, 4}).ok());
     EXPECT_EQ(all, (std::vector<int32_t>{0, 100, 1, 101}));
     EXPECT_EQ(counts.allocations, 2);
     EXPECT_EQ(counts.copies, 2);
@@ -107,9 +106,9 @@ TEST(HostStaging, DeviceBuffersAreNotStagedAndAStagedSendIsWaitedFor) {
   on_two_ranks([](Communicator& comm, int rank, Counts& counts) {
     std::vector<float> mine = {static_cast<float>(rank)}, all(2, -1.0f);
     const CommBuffer device_recv{all.data(), DSCORE_DTYPE_F32, 2, DSCORE_DEVICE_CUDA_HOST};
-    ASSERT_TRUE(comm.allgather({mine.data(), DSCORE_DTYPE_F32, 1, DSCORE_DEVICE_CUDA_HOST},
-                               device_recv)
-                    .ok());
+    ASSERT_TRUE(
+        comm.allgather({mine.data(), DSCORE_DTYPE_F32, 1, DSCORE_DEVICE_CUDA_HOST}, device_recv)
+            .ok());
     EXPECT_EQ(counts.allocations, 0);
     ASSERT_TRUE(comm.allgather({mine.data(), DSCORE_DTYPE_F32, 1}, device_recv).ok());
     EXPECT_EQ(all, (std::vector<float>{0.0f, 1.0f}));

@@ -65,7 +65,8 @@ std::string config(const std::string& device, int stage, const std::string& corp
                         "stage3_prefetch_bucket_size": 4000})";
 }
 
-void expect_close(const InProcessResult& cuda, const InProcessResult& cpu, const std::string& what) {
+void expect_close(const InProcessResult& cuda, const InProcessResult& cpu,
+                  const std::string& what) {
   ASSERT_EQ(cuda.losses.size(), cpu.losses.size()) << what;
   for (size_t i = 0; i < cpu.losses.size(); ++i)
     EXPECT_NEAR(cuda.losses[i], cpu.losses[i], 1e-3 * std::fabs(cpu.losses[i]))
