@@ -80,6 +80,7 @@ dscore_tensor view_of(const CommBuffer& b) {
   t.data = b.data;
   t.dtype = b.dtype;
   t.device_type = b.device_type;
+  t.device_id = b.device_id;
   t.numel = b.numel;
   return t;
 }
@@ -286,8 +287,10 @@ Status Communicator::allreduce(CommBuffer send, CommBuffer recv, dscore_reduce_o
   const size_t es = sdk::dtype_size(send.dtype);
   const uint64_t n = static_cast<uint64_t>(send.numel);
   return counted("allreduce", "all_reduce", n, es, n * es, [&] {
-    dscore_tensor s = view_of(send), r = view_of(recv);
-    return instance_->allreduce(s, r, op, stream_);
+    return with_staging(send, recv, [&](const CommBuffer& sb, const CommBuffer& rb) {
+      dscore_tensor s = view_of(sb), r = view_of(rb);
+      return instance_->allreduce(s, r, op, stream_);
+    });
   });
 }
 
@@ -295,8 +298,10 @@ Status Communicator::reduce(CommBuffer send, CommBuffer recv, dscore_reduce_op o
   const size_t es = sdk::dtype_size(send.dtype);
   const uint64_t n = static_cast<uint64_t>(send.numel);
   return counted("reduce", "reduce", n, es, n * es, [&] {
-    dscore_tensor s = view_of(send), r = view_of(recv);
-    return instance_->reduce(s, recv.data != nullptr ? &r : nullptr, op, root, stream_);
+    return with_staging(send, recv, [&](const CommBuffer& sb, const CommBuffer& rb) {
+      dscore_tensor s = view_of(sb), r = view_of(rb);
+      return instance_->reduce(s, rb.data != nullptr ? &r : nullptr, op, root, stream_);
+    });
   });
 }
 
@@ -304,8 +309,10 @@ Status Communicator::reduce_scatter(CommBuffer send, CommBuffer recv, dscore_red
   const size_t es = sdk::dtype_size(send.dtype);
   const uint64_t n = static_cast<uint64_t>(send.numel);
   return counted("reduce_scatter", "reduce_scatter_tensor", n, es, n * es, [&] {
-    dscore_tensor s = view_of(send), r = view_of(recv);
-    return instance_->reduce_scatter(s, r, op, stream_);
+    return with_staging(send, recv, [&](const CommBuffer& sb, const CommBuffer& rb) {
+      dscore_tensor s = view_of(sb), r = view_of(rb);
+      return instance_->reduce_scatter(s, r, op, stream_);
+    });
   });
 }
 
@@ -314,8 +321,10 @@ Status Communicator::allgather(CommBuffer send, CommBuffer recv) {
   // DeepSpeed's message size is the input tensor (this rank's chunk).
   return counted("allgather", "all_gather_into_tensor", static_cast<uint64_t>(recv.numel), es,
                  static_cast<uint64_t>(send.numel) * es, [&] {
-                   dscore_tensor s = view_of(send), r = view_of(recv);
-                   return instance_->allgather(s, r, stream_);
+                   return with_staging(send, recv, [&](const CommBuffer& sb, const CommBuffer& rb) {
+                     dscore_tensor s = view_of(sb), r = view_of(rb);
+                     return instance_->allgather(s, r, stream_);
+                   });
                  });
 }
 
@@ -323,24 +332,44 @@ Status Communicator::broadcast(CommBuffer buffer, int root) {
   const size_t es = sdk::dtype_size(buffer.dtype);
   const uint64_t n = static_cast<uint64_t>(buffer.numel);
   return counted("broadcast", "broadcast", n, es, n * es, [&] {
-    dscore_tensor t = view_of(buffer);
-    return instance_->broadcast(t, root, stream_);
+    return with_staging(buffer, buffer, [&](const CommBuffer& b, const CommBuffer&) {
+      dscore_tensor t = view_of(b);
+      return instance_->broadcast(t, root, stream_);
+    });
   });
+}
+
+Status Communicator::with_staging(
+    const CommBuffer& send, const CommBuffer& recv,
+    const std::function<Status(const CommBuffer&, const CommBuffer&)>& call) {
+  if (!needs_staging(staging_, send) && !needs_staging(staging_, recv)) return call(send, recv);
+  if (group_.active)
+    return failed_precondition(
+        "a grouped collective has a host buffer, but backend '" + backend() +
+        "' moves device memory only: group device buffers, or make the call outside the group");
+  DSCORE_ASSIGN_OR_RETURN(StagedPair staged, StagedPair::stage(staging_, send, recv));
+  DSCORE_RETURN_IF_ERROR(call(staged.send(), staged.recv()));
+  return staged.finish();
 }
 
 Status Communicator::send(CommBuffer buffer, int peer) {
   const size_t es = sdk::dtype_size(buffer.dtype);
   const uint64_t n = static_cast<uint64_t>(buffer.numel);
-  return counted("send", "send", n, es, n * es,
-                 [&] { return instance_->send(view_of(buffer), peer, stream_); });
+  return counted("send", "send", n, es, n * es, [&] {
+    return with_staging(buffer, CommBuffer{}, [&](const CommBuffer& b, const CommBuffer&) {
+      return instance_->send(view_of(b), peer, stream_);
+    });
+  });
 }
 
 Status Communicator::recv(CommBuffer buffer, int peer) {
   const size_t es = sdk::dtype_size(buffer.dtype);
   const uint64_t n = static_cast<uint64_t>(buffer.numel);
   return counted("recv", "recv", n, es, n * es, [&] {
-    dscore_tensor t = view_of(buffer);
-    return instance_->recv(t, peer, stream_);
+    return with_staging(CommBuffer{}, buffer, [&](const CommBuffer&, const CommBuffer& b) {
+      dscore_tensor t = view_of(b);
+      return instance_->recv(t, peer, stream_);
+    });
   });
 }
 
@@ -348,8 +377,10 @@ Status Communicator::all_to_all(CommBuffer send, CommBuffer recv) {
   const size_t es = sdk::dtype_size(send.dtype);
   const uint64_t n = static_cast<uint64_t>(send.numel);
   return counted("all_to_all", "all_to_all_single", n, es, n * es, [&] {
-    dscore_tensor s = view_of(send), r = view_of(recv);
-    return instance_->all_to_all(s, r, stream_);
+    return with_staging(send, recv, [&](const CommBuffer& sb, const CommBuffer& rb) {
+      dscore_tensor s = view_of(sb), r = view_of(rb);
+      return instance_->all_to_all(s, r, stream_);
+    });
   });
 }
 

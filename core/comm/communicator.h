@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/base/status.h"
+#include "core/comm/host_staging.h"
 #include "core/comm/job_env.h"
 #include "core/config/training_config.h"
 #include "core/observability/comms_logger.h"
@@ -37,6 +38,7 @@ struct CommBuffer {
   dscore_dtype dtype = DSCORE_DTYPE_F32;
   int64_t numel = 0;
   dscore_device_type device_type = DSCORE_DEVICE_CPU;
+  int32_t device_id = 0;  // the GPU ordinal for device memory
 };
 
 // Per collective: calls, and the elements and bytes of the full
@@ -118,6 +120,10 @@ class Communicator {
   // native handle: a cudaStream_t on CUDA, nullptr on the CPU, where a
   // collective returns when it has completed). Set before the first call.
   void use_stream(void* stream) { stream_ = stream; }
+  // Host buffers through device memory (host_staging.h), for a backend that
+  // moves device memory only; set before the first call. Not inside
+  // grouped(): a group's results may not be read before it ends.
+  void stage_host_buffers(HostStaging staging) { staging_ = std::move(staging); }
 
   // End every rank of the job now (after a local fatal error).
   void abort(const std::string& reason);
@@ -160,6 +166,10 @@ class Communicator {
     std::vector<PendingLog> logs;
   };
   Status group_call(const char* op, const std::function<Status()>& call);
+  // call(send, recv) with host buffers staged (stage_host_buffers), the
+  // result copied back after it.
+  Status with_staging(const CommBuffer& send, const CommBuffer& recv,
+                      const std::function<Status(const CommBuffer&, const CommBuffer&)>& call);
 
   JobEnv env_;
   std::unique_ptr<plugin_host::CommInstance> instance_;
@@ -168,6 +178,7 @@ class Communicator {
   std::map<std::string, OpCounter> counters_;
   uint64_t sequence_ = 0;
   void* stream_ = nullptr;
+  HostStaging staging_;
   dscore_communicator host_table_{};
   void record_in_flight(const char* op, uint64_t sequence, uint64_t elements);
   struct InFlightRecord {

@@ -291,7 +291,7 @@ class CudaDevice final : public Device {
                           bool zero = true) override {
     switch (placement) {
       case Placement::kDevice:
-        return allocate_device(bytes, use, name, zero);
+        return allocate_device(bytes, use, name, zero, nullptr);
       case Placement::kPinned:
         return allocate_pinned(bytes, use, name, zero);
       case Placement::kHost:
@@ -329,8 +329,16 @@ class CudaDevice final : public Device {
     });
   }
 
+  Result<Buffer> allocate_scratch(size_t bytes, Stream& stream, MemoryUse use,
+                                  std::string_view name) override {
+    return allocate_device(bytes, use, name, false, static_cast<cudaStream_t>(stream.native()));
+  }
+
  private:
-  Result<Buffer> allocate_device(size_t bytes, MemoryUse use, std::string_view name, bool zero) {
+  // `free_on`: the stream whose order the free follows (nullptr: the
+  // private allocation stream, for buffers whose users were synchronised).
+  Result<Buffer> allocate_device(size_t bytes, MemoryUse use, std::string_view name, bool zero,
+                                 cudaStream_t free_on) {
     if (bytes > state_->total_bytes) {
       return allocation_error(bytes, "device memory", name, state_->label,
                               "the device has " + gib(state_->total_bytes) + " in all",
@@ -366,15 +374,15 @@ class CudaDevice final : public Device {
     }
     process_memory().record_external(data, bytes, DSCORE_MEMORY_DEVICE, use, name);
     std::shared_ptr<CudaState> state = state_;
-    return Buffer(data, bytes, Placement::kDevice, [state](void* p) {
+    return Buffer(data, bytes, Placement::kDevice, [state, free_on](void* p) {
       // Forget first: once freed, another allocation may get the address.
       process_memory().forget_external(p);
       std::lock_guard<std::mutex> lock(state->alloc_mutex);
       cudaSetDevice(state->ordinal);
       if (state->pool != nullptr)
-        cudaFreeAsync(p, state->alloc_stream);
+        cudaFreeAsync(p, free_on != nullptr ? free_on : state->alloc_stream);
       else
-        cudaFree(p);
+        cudaFree(p);  // synchronises the device: queued work is done first
       cudaGetLastError();
     });
   }

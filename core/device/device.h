@@ -144,6 +144,16 @@ class Device {
   // when the Buffer is destroyed: synchronise the streams that use it first.
   virtual Result<Buffer> allocate(size_t bytes, Placement placement, MemoryUse use,
                                   std::string_view name, bool zero = true) = 0;
+  // Device memory (uninitialised) for work on `stream` that may still be
+  // queued when the Buffer is destroyed: the memory is freed in the
+  // stream's order, after that work (a buffer a stream task allocates and
+  // drops). On the CPU device a task's work is done when it returns, so
+  // this is allocate(kDevice) there.
+  virtual Result<Buffer> allocate_scratch(size_t bytes, Stream& stream, MemoryUse use,
+                                          std::string_view name) {
+    (void)stream;
+    return allocate(bytes, Placement::kDevice, use, name, false);
+  }
   // Enqueue a copy between any two placements of this device on `stream`.
   virtual void copy(void* dst, const void* src, size_t bytes, Stream& stream) = 0;
   virtual void fill_zero(void* dst, size_t bytes, Stream& stream) = 0;

@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <random>
+#include <string_view>
 
 #include <unistd.h>
 
@@ -48,6 +50,35 @@ device::ops::Target ops_target(const device::Device& device, const device::Strea
                                                     : device::ops::Target::cpu();
 }
 
+// DSCORE_EXPERIMENTAL_CUDA_ENGINE=1 lets "device": "cuda" through: the whole
+// CUDA path is built but has not run on a GPU yet, so it is opt-in until a
+// GPU session has run tests/core/engine/cuda_engine_test.cc (docs/gpu.md).
+bool experimental_cuda_engine() {
+  const char* value = std::getenv("DSCORE_EXPERIMENTAL_CUDA_ENGINE");
+  return value != nullptr && std::string_view(value) == "1";
+}
+
+// On a GPU the collectives' host buffers (agreements, checkpoint gathers,
+// the job broadcast) go through device memory: nccl moves nothing else.
+comm::HostStaging host_staging(device::Device& device, device::Stream& comm) {
+  comm::HostStaging staging;
+  staging.device_type = device.tensor_device_type();
+  staging.device_id = device.index();
+  staging.allocate = [&device](size_t bytes) -> Result<std::shared_ptr<void>> {
+    DSCORE_ASSIGN_OR_RETURN(device::Buffer buffer,
+                            device.allocate(bytes, device::Placement::kDevice, MemoryUse::kBuffers,
+                                            "collective staging", false));
+    auto owner = std::make_shared<device::Buffer>(std::move(buffer));
+    return std::shared_ptr<void>(owner, owner->data());
+  };
+  staging.copy = [&device, &comm](void* dst, const void* src, size_t bytes) {
+    device.copy(dst, src, bytes, comm);
+    return comm.synchronize();
+  };
+  staging.wait = [&comm] { return comm.synchronize(); };
+  return staging;
+}
+
 }  // namespace
 
 std::vector<config::ConfigError> unsupported_features(const config::TrainingConfig& config) {
@@ -59,12 +90,28 @@ std::vector<config::ConfigError> unsupported_features(const config::TrainingConf
                    "parameters on NVMe need a 16-bit model: an fp32 model's parameters are its "
                    "master weights, which the optimizer updates in memory; enable \"bf16\" (or "
                    "\"fp16\"), or set \"device\": \"none\""});
-  if (config.device == "cuda")
+  if (config.device == "cuda" && !experimental_cuda_engine())
     out.push_back({"device",
                    {},
-                   "the engine cannot train on CUDA yet: its device layer, CUDA kernels and the "
-                   "nccl backend are built, but parameters, gradients and optimizer state still "
-                   "live in host memory; set \"device\": \"cpu\" (or \"auto\")"});
+                   "the engine does not train on CUDA yet: ZeRO's buffers, the optimizer and the "
+                   "model's views are on the device, but that path has never run on a GPU "
+                   "(docs/gpu.md, \"Where the engine stands\"); set \"device\": \"cpu\" (or "
+                   "\"auto\"), or DSCORE_EXPERIMENTAL_CUDA_ENGINE=1 to try it"});
+  if (config.device == "cuda" && experimental_cuda_engine() && config.comm.backend != "nccl")
+    out.push_back({"comm.backend",
+                   {},
+                   "on \"device\": \"cuda\" the collectives move device memory: set \"comm\": "
+                   "{\"backend\": \"nccl\"} (got \"" +
+                       config.comm.backend + "\")"});
+  const auto offloads = [](const std::optional<config::OffloadConfig>& offload) {
+    return offload && offload->device != "none";
+  };
+  if (config.device == "cuda" && experimental_cuda_engine() &&
+      (offloads(config.zero.offload_optimizer) || offloads(config.zero.offload_param)))
+    out.push_back({"zero_optimization",
+                   {},
+                   "ZeRO-Offload from the GPU is not built yet: remove offload_optimizer and "
+                   "offload_param, or set \"device\": \"cpu\""});
   if (config.checkpoint.load_universal)
     out.push_back(
         {"checkpoint.load_universal",
@@ -112,6 +159,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   DSCORE_ASSIGN_OR_RETURN(engine->stream_, engine->device_->create_stream("comm"));
   DSCORE_ASSIGN_OR_RETURN(engine->compute_, engine->device_->create_stream("compute"));
   engine->comm_->use_stream(engine->stream_->native());
+  if (engine->device_->type() == device::DeviceType::kCuda)
+    engine->comm_->stage_host_buffers(host_staging(*engine->device_, *engine->stream_));
   engine->host_->set_device(engine->device_.get());
   engine->model_ = std::move(components.model);
   engine->schedule_ =
@@ -134,8 +183,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   ctx.config = &engine->config_;
   ctx.layout = &engine->layout_;
   ctx.comm = engine->comm_.get();
+  ctx.device = engine->device_.get();
   ctx.stream = engine->stream_.get();
   ctx.comm_target = ops_target(*engine->device_, *engine->stream_);
+  ctx.compute_target = ops_target(*engine->device_, *engine->compute_);
   ctx.model_dtype = zero::model_dtype_of(config);
   ctx.grad_dtype = zero::grad_dtype_of(config);
   ctx.master_elsewhere =
@@ -480,7 +531,8 @@ Result<std::unique_ptr<OwnedState>> Engine::make_owned_state(
           "(this run computes on the CPU)");
     DSCORE_ASSIGN_OR_RETURN(
         auto state,
-        InMemoryState::create(slots, initial, strategy_->owned_numel(), strategy_->owned_master()));
+        InMemoryState::create(slots, initial, strategy_->owned_numel(), strategy_->owned_master(),
+                              device_.get(), compute_.get()));  // after the optimizer's work
     return std::unique_ptr<OwnedState>(std::move(state));
   }
   NvmeStateOptions options;

@@ -13,10 +13,12 @@
 // that cover the parameters it owns now — so any world size and stage can
 // load any other's save. The ranks agree that every read succeeded before
 // the collective refresh of the model's parameters.
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <vector>
 
 #include <dscore/cpp/dtype.hpp>
 
@@ -30,6 +32,7 @@
 #include "core/checkpoint/training_state.h"
 #include "core/comm/agreement.h"
 #include "core/engine/engine.h"
+#include "core/zero/zero_memory.h"
 
 #ifndef DSCORE_VERSION
 #define DSCORE_VERSION "unknown"
@@ -73,6 +76,27 @@ Status prepare_staging(const std::string& dir, const std::string& staging) {
   }
   if (ec) return ck::file_error("cannot list", dir, ec.value());
   return ck::make_folders(staging);
+}
+
+// Elements [element, element + count) of `param` in `slot` (each
+// `epp` values wide, as `dtype`) into `dst`, memory of the engine's device:
+// read into bounded host staging, then uploaded on `stream`
+// (core/zero/zero_memory.h), so the host never writes device memory.
+Status read_into_device(ck::FragmentSet& set, const std::string& slot, const std::string& param,
+                        int64_t element, int64_t count, uint32_t epp, dscore_dtype dtype, void* dst,
+                        device::Device* device, device::Stream* stream) {
+  constexpr int64_t kPieceValues = int64_t{1} << 20;
+  const int64_t piece = std::max<int64_t>(kPieceValues / epp, 1);
+  const size_t es = sdk::dtype_size(dtype) * epp;  // bytes per element
+  std::vector<char> staging(static_cast<size_t>(std::min(count, piece)) * es);
+  for (int64_t done = 0; done < count; done += piece) {
+    const int64_t n = std::min(piece, count - done);
+    DSCORE_RETURN_IF_ERROR(set.read(slot, param, element + done, n, epp, dtype, staging.data()));
+    DSCORE_RETURN_IF_ERROR(zero::upload(device, stream,
+                                        static_cast<char*>(dst) + static_cast<size_t>(done) * es,
+                                        staging.data(), static_cast<size_t>(n) * es));
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -335,16 +359,20 @@ Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir,
           if (a >= b) continue;
           const int64_t element = s.element + (a - s.offset);
           const std::string& name = params[s.param].name;
-          DSCORE_RETURN_IF_ERROR(set.read(master_slot, name, element, b - a, 1, DSCORE_DTYPE_F32,
-                                          tile.master + (a - tile.begin)));
+          // The tile's memory is the device's (in memory) or host memory
+          // (NVMe tiles); an upload serves both. The compute stream orders
+          // the copies after the optimizer's work.
+          DSCORE_RETURN_IF_ERROR(read_into_device(set, master_slot, name, element, b - a, 1,
+                                                  DSCORE_DTYPE_F32, tile.master + (a - tile.begin),
+                                                  device_.get(), compute_.get()));
           if (weights_only) continue;
           for (size_t k = 0; k < slots.size(); ++k) {
             const size_t es = sdk::dtype_size(slots[k].dtype);
             const uint32_t epp = slots[k].elements_per_param;
-            DSCORE_RETURN_IF_ERROR(set.read(slots[k].name, name, element, b - a, epp,
-                                            slots[k].dtype,
-                                            static_cast<char*>(tile.slots[k]) +
-                                                static_cast<size_t>(a - tile.begin) * epp * es));
+            DSCORE_RETURN_IF_ERROR(read_into_device(
+                set, slots[k].name, name, element, b - a, epp, slots[k].dtype,
+                static_cast<char*>(tile.slots[k]) + static_cast<size_t>(a - tile.begin) * epp * es,
+                device_.get(), compute_.get()));
           }
         }
         return Status::Ok();

@@ -2,10 +2,12 @@
 
 #include <dscore/cpp/dtype.hpp>
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/tensor/host_buffer.h"
 #include "core/tensor/tensor_view.h"
+#include "core/zero/zero_memory.h"
 
 namespace dscore {
 
@@ -21,18 +23,32 @@ void fill_value(void* dst, dscore_dtype dtype, int64_t count, double value) {
 
 Result<std::unique_ptr<InMemoryState>> InMemoryState::create(
     const std::vector<zero::StateSlot>& slots, const std::vector<double>& initial_values,
-    int64_t owned, float* master) {
+    int64_t owned, float* master, device::Device* device, device::Stream* stream) {
   std::unique_ptr<InMemoryState> state(new InMemoryState());
   state->slots_ = slots;
   state->owned_ = owned;
   state->master_ = master;
+  state->device_ = device;
+  state->stream_ = stream;
   for (size_t k = 0; k < slots.size(); ++k) {
     const int64_t values = owned * slots[k].elements_per_param;
+    const bool zero = initial_values[k] == 0.0;
     DSCORE_ASSIGN_OR_RETURN(
-        CountedBuffer buffer,
-        tensor::allocate_elements(values, slots[k].dtype, MemoryUse::kOptimizerState,
-                                  "optimizer " + slots[k].name, tensor::Fill::kUninitialised));
-    fill_value(buffer.get(), slots[k].dtype, values, initial_values[k]);
+        device::Buffer buffer,
+        zero::allocate_buffer(device, values, slots[k].dtype, MemoryUse::kOptimizerState,
+                              "optimizer " + slots[k].name,
+                              zero ? tensor::Fill::kZero : tensor::Fill::kUninitialised));
+    // Other initial values through bounded host staging.
+    const size_t es = sdk::dtype_size(slots[k].dtype);
+    constexpr int64_t kPiece = 1 << 20;
+    std::vector<char> staging(zero ? 0 : static_cast<size_t>(std::min(values, kPiece)) * es);
+    for (int64_t done = 0; !zero && done < values; done += kPiece) {
+      const int64_t n = std::min(kPiece, values - done);
+      fill_value(staging.data(), slots[k].dtype, n, initial_values[k]);
+      DSCORE_RETURN_IF_ERROR(zero::upload(device, stream,
+                                          static_cast<char*>(buffer.data()) + done * es,
+                                          staging.data(), static_cast<size_t>(n) * es));
+    }
     state->buffers_.push_back(std::move(buffer));
   }
   return state;
@@ -44,20 +60,19 @@ Status InMemoryState::for_each_tile(TileAccess,
   tile.begin = 0;
   tile.end = owned_;
   tile.master = master_;
-  for (CountedBuffer& b : buffers_) tile.slots.push_back(b.get());
+  for (device::Buffer& b : buffers_) tile.slots.push_back(b.data());
   return visit(tile);
 }
 
 Status InMemoryState::read(int state, int64_t first, int64_t count, void* dst) {
-  if (state == kMasterState) {
-    std::memcpy(dst, master_ + first, static_cast<size_t>(count) * sizeof(float));
-    return Status::Ok();
-  }
+  if (state == kMasterState)
+    return zero::download(device_, stream_, dst, master_ + first,
+                          static_cast<size_t>(count) * sizeof(float));
   const size_t es = sdk::dtype_size(slots_[static_cast<size_t>(state)].dtype);
-  std::memcpy(dst,
-              static_cast<const char*>(buffers_[static_cast<size_t>(state)].get()) + first * es,
-              static_cast<size_t>(count) * es);
-  return Status::Ok();
+  return zero::download(
+      device_, stream_, dst,
+      static_cast<const char*>(buffers_[static_cast<size_t>(state)].data()) + first * es,
+      static_cast<size_t>(count) * es);
 }
 
 }  // namespace dscore

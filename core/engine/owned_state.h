@@ -17,6 +17,7 @@
 
 #include "core/base/memory.h"
 #include "core/base/status.h"
+#include "core/device/device.h"
 #include "core/model/model.h"
 #include "core/zero/plan.h"
 #include "core/zero/zero_strategy.h"
@@ -54,14 +55,18 @@ class OwnedState {
   virtual std::string describe() const = 0;
 };
 
-// Everything in memory: the strategy's master, one buffer per slot.
+// Everything in memory: the strategy's master, one buffer per slot, both
+// in the engine's device memory (zero_memory.h). Tiles hand out those
+// pointers; read() copies through the host on `stream`.
 class InMemoryState final : public OwnedState {
  public:
-  // Allocates the slots (initial values as declared); `master` is the
-  // strategy's owned master.
+  // Allocates the slots from `device` (initial values as declared, written
+  // through host staging); `master` is the strategy's owned master.
   static Result<std::unique_ptr<InMemoryState>> create(const std::vector<zero::StateSlot>& slots,
                                                        const std::vector<double>& initial_values,
-                                                       int64_t owned, float* master);
+                                                       int64_t owned, float* master,
+                                                       device::Device* device = nullptr,
+                                                       device::Stream* stream = nullptr);
   Status for_each_tile(TileAccess access,
                        const std::function<Status(const StateTile&)>& visit) override;
   Status read(int state, int64_t first, int64_t count, void* dst) override;
@@ -70,7 +75,9 @@ class InMemoryState final : public OwnedState {
  private:
   InMemoryState() = default;
   std::vector<zero::StateSlot> slots_;
-  std::vector<CountedBuffer> buffers_;
+  std::vector<device::Buffer> buffers_;
+  device::Device* device_ = nullptr;
+  device::Stream* stream_ = nullptr;
   int64_t owned_ = 0;
   float* master_ = nullptr;
 };

@@ -48,9 +48,10 @@ Result<StepStatistics::Totals> StepStatistics::gather(
   comm.wait(compute.record());
   const int64_t bytes = static_cast<int64_t>(sizeof(Record));
   const dscore_device_type type = device_.tensor_device_type();
-  comm.enqueue([&communicator, mine, gathered, bytes, type, world = world_] {
-    return communicator.allgather({mine, DSCORE_DTYPE_U8, bytes, type},
-                                  {gathered, DSCORE_DTYPE_U8, bytes * world, type});
+  const int32_t id = device_.index();
+  comm.enqueue([&communicator, mine, gathered, bytes, type, id, world = world_] {
+    return communicator.allgather({mine, DSCORE_DTYPE_U8, bytes, type, id},
+                                  {gathered, DSCORE_DTYPE_U8, bytes * world, type, id});
   });
   device_.copy(host, gathered, sizeof(Record) * static_cast<size_t>(world_), comm);
   DSCORE_RETURN_IF_ERROR(comm.synchronize());

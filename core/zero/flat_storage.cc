@@ -7,6 +7,7 @@
 
 #include "core/tensor/dtype_ops.h"
 #include "core/tensor/host_buffer.h"
+#include "core/zero/zero_memory.h"
 
 namespace dscore::zero {
 
@@ -32,22 +33,24 @@ FlatStorage::FlatStorage(const ParamLayout& layout, dscore_dtype model_dtype,
   }
 }
 
-Status FlatStorage::allocate() {
+Status FlatStorage::allocate(device::Device* device) {
   const dscore_dtype md = model_dtype_;
   DSCORE_ASSIGN_OR_RETURN(
-      params_, tensor::allocate_elements(partition_.padded_numel, md, MemoryUse::kParameters,
-                                         std::string("parameters ") + sdk::dtype_name(md)));
+      params_, allocate_buffer(device, partition_.padded_numel, md, MemoryUse::kParameters,
+                               std::string("parameters ") + sdk::dtype_name(md)));
   if (md != DSCORE_DTYPE_F32 && !master_elsewhere_) {
-    DSCORE_ASSIGN_OR_RETURN(
-        master_, tensor::allocate_elements(owned_numel(), DSCORE_DTYPE_F32, MemoryUse::kMaster,
-                                           "master weights fp32"));
+    DSCORE_ASSIGN_OR_RETURN(master_, allocate_buffer(device, owned_numel(), DSCORE_DTYPE_F32,
+                                                     MemoryUse::kMaster, "master weights fp32"));
   }
   const auto& params = layout_->params();
   param_views_.clear();
   grad_views_.clear();
   for (const ParamEntry& p : params) {
-    param_views_.push_back(param_view(element_at(params_.get(), md, p.offset), md, p));
+    param_views_.push_back(param_view(element_at(params_.data(), md, p.offset), md, p));
     grad_views_.push_back(param_view(nullptr, grad_dtype_, p));
+    // Both point into buffers of `device` (the reductions' gradient memory too).
+    place_view(&param_views_.back(), device);
+    place_view(&grad_views_.back(), device);
   }
   param_ptrs_.clear();
   grad_ptrs_.clear();
@@ -58,7 +61,8 @@ Status FlatStorage::allocate() {
   return Status::Ok();
 }
 
-Status FlatStorage::initialise_owned(const Model& model) {
+Status FlatStorage::initialise_owned(const Model& model, device::Device* device,
+                                     device::Stream* stream) {
   const auto& params = layout_->params();
   float* master = owned_master();
   for (const OwnedSegment& s : segments_) {
@@ -66,7 +70,8 @@ Status FlatStorage::initialise_owned(const Model& model) {
     const int64_t offset_in_param = owned_begin_ + s.offset - p.offset;
     DSCORE_RETURN_IF_ERROR(init_owned(
         model, s.param, offset_in_param, s.numel, master == nullptr ? nullptr : master + s.offset,
-        element_at(params_.get(), model_dtype_, owned_begin_ + s.offset), model_dtype_));
+        element_at(params_.data(), model_dtype_, owned_begin_ + s.offset), model_dtype_, device,
+        stream));
   }
   return Status::Ok();
 }
@@ -93,18 +98,18 @@ std::pair<int64_t, int64_t> FlatStorage::norm_range() const {
 float* FlatStorage::owned_master() {
   if (master_elsewhere_) return nullptr;
   return model_dtype_ == DSCORE_DTYPE_F32
-             ? reinterpret_cast<float*>(element_at(params_.get(), DSCORE_DTYPE_F32, owned_begin_))
-             : static_cast<float*>(master_.get());
+             ? reinterpret_cast<float*>(element_at(params_.data(), DSCORE_DTYPE_F32, owned_begin_))
+             : static_cast<float*>(master_.data());
 }
 
 void* FlatStorage::owned_params16() {
   return model_dtype_ == DSCORE_DTYPE_F32 ? nullptr
-                                          : element_at(params_.get(), model_dtype_, owned_begin_);
+                                          : element_at(params_.data(), model_dtype_, owned_begin_);
 }
 
 const float* FlatStorage::full_master() const {
-  if (model_dtype_ == DSCORE_DTYPE_F32) return static_cast<const float*>(params_.get());
-  return replicated() && !master_elsewhere_ ? static_cast<const float*>(master_.get()) : nullptr;
+  if (model_dtype_ == DSCORE_DTYPE_F32) return static_cast<const float*>(params_.data());
+  return replicated() && !master_elsewhere_ ? static_cast<const float*>(master_.data()) : nullptr;
 }
 
 void FlatStorage::point_grads(size_t first, size_t end, void* memory, int64_t window) {

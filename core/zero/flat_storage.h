@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/base/memory.h"
 #include "core/base/status.h"
+#include "core/device/device.h"
 #include "core/model/model.h"
 #include "core/zero/param_layout.h"
 #include "core/zero/partition.h"
@@ -33,12 +33,15 @@ class FlatStorage {
   FlatStorage(const FlatStorage&) = delete;
   FlatStorage& operator=(const FlatStorage&) = delete;
 
-  // Allocate the parameters and master weights (zeroed) and build the views;
-  // grad views start null until a GradientReduction points them.
-  Status allocate();
+  // Allocate the parameters and master weights (zeroed) from `device`
+  // (zero_memory.h; host memory when null) and build the views; grad views
+  // start null until a GradientReduction points them.
+  Status allocate(device::Device* device = nullptr);
   // Initialise the owned range through the model's init_param, a function
-  // of (seed, parameter, element), so every world size gets the same model.
-  Status initialise_owned(const Model& model);
+  // of (seed, parameter, element), so every world size gets the same model;
+  // uploaded with copies on `stream` (zero_strategy.h init_owned).
+  Status initialise_owned(const Model& model, device::Device* device = nullptr,
+                          device::Stream* stream = nullptr);
 
   const ParamLayout& layout() const { return *layout_; }
   const FlatPartition& partition() const { return partition_; }
@@ -59,9 +62,9 @@ class FlatStorage {
   // partition, so the partial sums of all ranks cover each element once.
   std::pair<int64_t, int64_t> norm_range() const;
 
-  void* params() { return params_.get(); }  // (padded) model_dtype
-  float* owned_master();                    // (owned) fp32
-  void* owned_params16();                   // (owned) model_dtype, nullptr for fp32 models
+  void* params() { return params_.data(); }  // (padded) model_dtype
+  float* owned_master();                     // (owned) fp32
+  void* owned_params16();                    // (owned) model_dtype, nullptr for fp32 models
   // The whole fp32 master, in flat order, when this rank holds all of it
   // (fp32 model, or replicated); nullptr otherwise.
   const float* full_master() const;
@@ -89,8 +92,8 @@ class FlatStorage {
   int64_t owned_begin_ = 0, owned_end_ = 0;
   std::vector<OwnedSegment> segments_;
 
-  CountedBuffer params_;  // (padded) model_dtype: what the model reads
-  CountedBuffer master_;  // (owned) fp32, only for 16-bit models
+  device::Buffer params_;  // (padded) model_dtype: what the model reads
+  device::Buffer master_;  // (owned) fp32, only for 16-bit models
 
   std::vector<dscore_tensor> param_views_, grad_views_;  // per parameter
   std::vector<const dscore_tensor*> param_ptrs_;

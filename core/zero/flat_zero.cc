@@ -3,6 +3,7 @@
 #include "core/tensor/host_buffer.h"
 #include "core/zero/grid_reduction.h"
 #include "core/zero/ipg_buckets.h"
+#include "core/zero/zero_memory.h"
 
 namespace dscore::zero {
 namespace {
@@ -30,10 +31,10 @@ FlatZero::FlatZero(const ZeroContext& context, int stage)
       reduction_(reduction_for(stage, ctx_, storage_)) {}
 
 Status FlatZero::initialise(const Model& model) {
-  DSCORE_RETURN_IF_ERROR(storage_.allocate());
+  DSCORE_RETURN_IF_ERROR(storage_.allocate(ctx_.device));
   DSCORE_RETURN_IF_ERROR(reduction_->allocate());
   // Each rank initialises only what it owns.
-  DSCORE_RETURN_IF_ERROR(storage_.initialise_owned(model));
+  DSCORE_RETURN_IF_ERROR(storage_.initialise_owned(model, ctx_.device, ctx_.stream));
   ready_.reset(ctx_.layout->layer_count());
   return storage_.replicated() ? Status::Ok() : after_update();
 }
@@ -78,31 +79,43 @@ Status FlatZero::after_update() {
   if (storage_.replicated()) return Status::Ok();  // every rank updated everything
   const dscore_dtype md = ctx_.model_dtype;
   const FlatPartition& partition = storage_.partition();
-  comm::CommBuffer send{tensor::element_at(storage_.params(), md, storage_.owned_begin()), md,
-                        partition.partition_size};
-  comm::CommBuffer recv{storage_.params(), md, partition.padded_numel};
+  const comm::CommBuffer send =
+      device_buffer(ctx_.device, tensor::element_at(storage_.params(), md, storage_.owned_begin()),
+                    md, partition.partition_size);
+  const comm::CommBuffer recv =
+      device_buffer(ctx_.device, storage_.params(), md, partition.padded_numel);
   return ctx_.stream->run([&] { return ctx_.comm->allgather(send, recv); });
 }
 
 Status FlatZero::gather_master(std::vector<float>* out) {
   const int64_t numel = ctx_.layout->total_numel();
   if (const float* full = storage_.full_master()) {
-    out->assign(full, full + numel);
-    return Status::Ok();
+    out->resize(static_cast<size_t>(numel));
+    return download(ctx_.device, ctx_.stream, out->data(), full,
+                    static_cast<size_t>(numel) * sizeof(float));
   }
-  return gather_owned(storage_.owned_master(), out);
+  return gather_from(
+      device_buffer(ctx_.device, storage_.owned_master(), DSCORE_DTYPE_F32, storage_.owned_numel()),
+      out);
 }
 
 Status FlatZero::gather_owned(const float* owned, std::vector<float>* out) {
+  return gather_from({const_cast<float*>(owned), DSCORE_DTYPE_F32, storage_.owned_numel()}, out);
+}
+
+Status FlatZero::gather_from(const comm::CommBuffer& owned, std::vector<float>* out) {
   const int64_t numel = ctx_.layout->total_numel();
   if (storage_.replicated()) {  // every rank owns everything
-    out->assign(owned, owned + numel);
-    return Status::Ok();
+    out->resize(static_cast<size_t>(numel));
+    return download(ctx_.device, ctx_.stream, out->data(), owned.data,
+                    static_cast<size_t>(numel) * sizeof(float));
   }
-  // Gathered straight into `out`, padding included, then trimmed.
+  // Gathered straight into `out` (staged through the device where the
+  // backend needs it), padding included, then trimmed.
   const FlatPartition& partition = storage_.partition();
   out->resize(static_cast<size_t>(partition.padded_numel));
-  comm::CommBuffer send{const_cast<float*>(owned), DSCORE_DTYPE_F32, partition.partition_size};
+  comm::CommBuffer send = owned;
+  send.numel = partition.partition_size;
   comm::CommBuffer recv{out->data(), DSCORE_DTYPE_F32, partition.padded_numel};
   DSCORE_RETURN_IF_ERROR(ctx_.stream->run([&] { return ctx_.comm->allgather(send, recv); }));
   out->resize(static_cast<size_t>(numel));
@@ -114,8 +127,9 @@ std::vector<ParamRun> FlatZero::checkpoint_params() {
   if (ctx_.comm->rank() != 0) return runs;
   const auto& params = ctx_.layout->params();
   for (size_t i = 0; i < params.size(); ++i)
-    runs.push_back({i, 0, params[i].numel,
-                    tensor::element_at(storage_.params(), ctx_.model_dtype, params[i].offset)});
+    runs.push_back(
+        buffer_run(ctx_, i, 0, params[i].numel,
+                   tensor::element_at(storage_.params(), ctx_.model_dtype, params[i].offset)));
   return runs;
 }
 

@@ -48,6 +48,9 @@ class FlatZero final : public ZeroStrategy {
   }
 
  private:
+  // gather_owned of `owned`, host or device memory (its CommBuffer says).
+  Status gather_from(const comm::CommBuffer& owned, std::vector<float>* out);
+
   ZeroContext ctx_;
   FlatStorage storage_;
   std::unique_ptr<GradientReduction> reduction_;

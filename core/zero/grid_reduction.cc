@@ -7,6 +7,7 @@
 
 #include "core/tensor/dtype_ops.h"
 #include "core/tensor/host_buffer.h"
+#include "core/zero/zero_memory.h"
 
 namespace dscore::zero {
 
@@ -18,33 +19,33 @@ GridReduction::GridReduction(const ZeroContext& context, FlatStorage& storage)
                         context.comm->world_size() > 1) {}
 
 char* GridReduction::grads_at(int64_t flat_index) {
-  return tensor::element_at(grads_.get(), ctx_.grad_dtype, flat_index);
+  return tensor::element_at(grads_.data(), ctx_.grad_dtype, flat_index);
 }
 
 Status GridReduction::allocate() {
   const dscore_dtype gd = ctx_.grad_dtype;
-  DSCORE_ASSIGN_OR_RETURN(grads_, tensor::allocate_elements(
-                                      storage_.partition().padded_numel, gd, MemoryUse::kGradients,
-                                      std::string("gradients ") + sdk::dtype_name(gd)));
-  storage_.point_grads(0, storage_.layout().params().size(), grads_.get(), 0);
+  DSCORE_ASSIGN_OR_RETURN(grads_, allocate_buffer(ctx_.device, storage_.partition().padded_numel,
+                                                  gd, MemoryUse::kGradients,
+                                                  std::string("gradients ") + sdk::dtype_name(gd)));
+  storage_.point_grads(0, storage_.layout().params().size(), grads_.data(), 0);
   if (every_micro_step_) {
     DSCORE_ASSIGN_OR_RETURN(
         accumulated_,
-        tensor::allocate_elements(storage_.owned_numel(), gd, MemoryUse::kGradients,
-                                  std::string("accumulated gradients ") + sdk::dtype_name(gd)));
+        allocate_buffer(ctx_.device, storage_.owned_numel(), gd, MemoryUse::kGradients,
+                        std::string("accumulated gradients ") + sdk::dtype_name(gd)));
   }
   return Status::Ok();
 }
 
 // Stage 1 reduces in place into its own slice of the full gradients.
 void* GridReduction::owned_grads() {
-  return reduces_every_micro_step() ? accumulated_.get() : grads_at(storage_.owned_begin());
+  return reduces_every_micro_step() ? accumulated_.data() : grads_at(storage_.owned_begin());
 }
 
 void GridReduction::zero_grads(device::ops::Target target) {
-  device::ops::fill_zero(target, grads_.get(), ctx_.grad_dtype, storage_.partition().padded_numel);
+  device::ops::fill_zero(target, grads_.data(), ctx_.grad_dtype, storage_.partition().padded_numel);
   if (every_micro_step_)
-    device::ops::fill_zero(target, accumulated_.get(), ctx_.grad_dtype, storage_.owned_numel());
+    device::ops::fill_zero(target, accumulated_.data(), ctx_.grad_dtype, storage_.owned_numel());
 }
 
 void GridReduction::begin_micro_step(bool boundary) {
@@ -67,9 +68,10 @@ Status GridReduction::end_micro_step(const ReadyLayers& ready) {
     // This micro-step's mean joins the sum; the model adds into zeros again.
     ctx_.stream->enqueue([this] {
       const dscore_dtype gd = ctx_.grad_dtype;
-      device::ops::accumulate(ctx_.comm_target, accumulated_.get(),
+      device::ops::accumulate(ctx_.comm_target, accumulated_.data(),
                               grads_at(storage_.owned_begin()), gd, storage_.owned_numel());
-      device::ops::fill_zero(ctx_.comm_target, grads_.get(), gd, storage_.partition().padded_numel);
+      device::ops::fill_zero(ctx_.comm_target, grads_.data(), gd,
+                             storage_.partition().padded_numel);
       return Status::Ok();
     });
   }
@@ -97,7 +99,7 @@ void GridReduction::submit_ready(bool all, const ReadyLayers& ready) {
 
 Status AllreduceGrid::reduce_bucket(int64_t lo, int64_t hi, const Reduction& r) {
   void* data = grads_at(lo);
-  comm::CommBuffer buffer{data, ctx_.grad_dtype, hi - lo};
+  const comm::CommBuffer buffer = device_buffer(ctx_.device, data, ctx_.grad_dtype, hi - lo);
   DSCORE_RETURN_IF_ERROR(ctx_.comm->allreduce(buffer, buffer, r.op));
   device::ops::scale_in_place(ctx_.comm_target, data, ctx_.grad_dtype, hi - lo, r.post_factor);
   return Status::Ok();
@@ -110,7 +112,8 @@ Status OwnerReduceGrid::reduce_bucket(int64_t lo, int64_t hi, const Reduction& r
   // slice is read only after the group.
   DSCORE_RETURN_IF_ERROR(ctx_.comm->grouped([&] {
     for (const OwnedPiece& piece : pieces) {
-      comm::CommBuffer send{grads_at(piece.begin), ctx_.grad_dtype, piece.end - piece.begin};
+      const comm::CommBuffer send = device_buffer(ctx_.device, grads_at(piece.begin),
+                                                  ctx_.grad_dtype, piece.end - piece.begin);
       comm::CommBuffer recv;
       if (piece.rank == rank) recv = send;  // the owner's slice, reduced in place
       DSCORE_RETURN_IF_ERROR(ctx_.comm->reduce(send, recv, r.op, piece.rank));

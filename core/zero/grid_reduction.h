@@ -14,6 +14,7 @@
 #pragma once
 
 #include "core/base/memory.h"
+#include "core/device/device.h"
 #include "core/zero/gradient_reduction.h"
 #include "core/zero/reduction.h"
 
@@ -49,8 +50,8 @@ class GridReduction : public GradientReduction {
   void submit_ready(bool all, const ReadyLayers& ready);
 
   int64_t bucket_capacity_ = 0;
-  CountedBuffer grads_;        // (padded) grad_dtype: the full gradients
-  CountedBuffer accumulated_;  // (owned) grad_dtype, when every_micro_step_
+  device::Buffer grads_;        // (padded) grad_dtype: the full gradients
+  device::Buffer accumulated_;  // (owned) grad_dtype, when every_micro_step_
   bool every_micro_step_ = false;
   bool boundary_ = false;
   bool reduce_ = true;

@@ -1,12 +1,12 @@
 #include "core/zero/ipg_buckets.h"
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 
 #include "core/tensor/dtype_ops.h"
 #include "core/tensor/host_buffer.h"
 #include "core/zero/reduction.h"
+#include "core/zero/zero_memory.h"
 
 namespace dscore::zero {
 
@@ -20,20 +20,19 @@ IpgBuckets::IpgBuckets(const ZeroContext& context, FlatStorage& storage)
 
 Status IpgBuckets::allocate() {
   const dscore_dtype gd = ctx_.grad_dtype;
-  DSCORE_ASSIGN_OR_RETURN(
-      owned_, tensor::allocate_elements(storage_.owned_numel(), gd, MemoryUse::kGradients,
-                                        "gradient partition"));
+  DSCORE_ASSIGN_OR_RETURN(owned_, allocate_buffer(ctx_.device, storage_.owned_numel(), gd,
+                                                  MemoryUse::kGradients, "gradient partition"));
   for (size_t i = 0; i < bucket_count_; ++i) {
     DSCORE_ASSIGN_OR_RETURN(
         buckets_[i].memory,
-        tensor::allocate_elements(capacity_, gd, MemoryUse::kBuffers, "gradient bucket"));
+        allocate_buffer(ctx_.device, capacity_, gd, MemoryUse::kBuffers, "gradient bucket"));
   }
   placement_.assign(storage_.layout().layer_count(), Placement{});
   return Status::Ok();
 }
 
 void IpgBuckets::zero_grads(device::ops::Target target) {
-  device::ops::fill_zero(target, owned_.get(), ctx_.grad_dtype, storage_.owned_numel());
+  device::ops::fill_zero(target, owned_.data(), ctx_.grad_dtype, storage_.owned_numel());
 }
 
 void IpgBuckets::begin_micro_step(bool) {
@@ -51,13 +50,12 @@ Status IpgBuckets::lend(size_t layer) {
 Status IpgBuckets::place_solo(size_t layer) {
   const auto [s, e] = storage_.layer_range(layer);
   Solo solo;
-  DSCORE_ASSIGN_OR_RETURN(
-      solo.memory,
-      tensor::allocate_elements(e - s, ctx_.grad_dtype, MemoryUse::kBuffers, "gradient bucket"));
+  DSCORE_ASSIGN_OR_RETURN(solo.memory, allocate_buffer(ctx_.device, e - s, ctx_.grad_dtype,
+                                                       MemoryUse::kBuffers, "gradient bucket"));
   solo.lo = s;
   solo.hi = e;
   storage_.point_grads(storage_.layout().layer_first(layer), storage_.layout().layer_end(layer),
-                       solo.memory.get(), s);
+                       solo.memory.data(), s);
   placement_[layer] = {Placement::Kind::kSolo, solos_.size()};
   solos_.push_back(std::move(solo));
   return Status::Ok();
@@ -94,7 +92,7 @@ Status IpgBuckets::place(size_t layer) {
   // The bucket's memory is zero here: fresh, or zeroed by its last
   // reduction task, which finished before open_bucket's wait.
   storage_.point_grads(storage_.layout().layer_first(layer), storage_.layout().layer_end(layer),
-                       bucket->memory.get(), bucket->hi - capacity_);
+                       bucket->memory.data(), bucket->hi - capacity_);
   bucket->lo = s;
   bucket->pending += 1;
   placement_[layer] = {Placement::Kind::kBucket, current_};
@@ -105,16 +103,16 @@ Status IpgBuckets::detach_current_bucket() {
   Bucket& b = buckets_[current_];
   const dscore_dtype gd = ctx_.grad_dtype;
   Solo solo;
-  DSCORE_ASSIGN_OR_RETURN(
-      solo.memory,
-      tensor::allocate_elements(b.hi - b.lo, gd, MemoryUse::kBuffers, "gradient bucket"));
+  DSCORE_ASSIGN_OR_RETURN(solo.memory, allocate_buffer(ctx_.device, b.hi - b.lo, gd,
+                                                       MemoryUse::kBuffers, "gradient bucket"));
   solo.lo = b.lo;
   solo.hi = b.hi;
   solo.pending = b.pending;
-  char* placed = element_at(b.memory.get(), gd, b.lo - (b.hi - capacity_));
-  const size_t bytes = static_cast<size_t>(b.hi - b.lo) * sdk::dtype_size(gd);
-  std::memcpy(solo.memory.get(), placed, bytes);
-  std::memset(placed, 0, bytes);  // bucket memory is zero when free
+  char* placed = element_at(b.memory.data(), gd, b.lo - (b.hi - capacity_));
+  // Where the model writes its gradients: the compute stream's target.
+  device::ops::copy(ctx_.compute_target, solo.memory.data(), placed, gd, b.hi - b.lo);
+  device::ops::fill_zero(ctx_.compute_target, placed, gd,
+                         b.hi - b.lo);  // free bucket memory is zero
   const ParamLayout& layout = storage_.layout();
   const size_t index = solos_.size();
   for (size_t l = 0; l < placement_.size(); ++l) {
@@ -123,7 +121,7 @@ Status IpgBuckets::detach_current_bucket() {
     if (at.kind != Placement::Kind::kBucket || at.index != current_ || first_offset < b.lo ||
         first_offset >= b.hi)
       continue;
-    storage_.point_grads(layout.layer_first(l), layout.layer_end(l), solo.memory.get(), b.lo);
+    storage_.point_grads(layout.layer_first(l), layout.layer_end(l), solo.memory.data(), b.lo);
     placement_[l] = {Placement::Kind::kSolo, index};
   }
   solos_.push_back(std::move(solo));
@@ -142,7 +140,7 @@ void IpgBuckets::submit_bucket_if_complete(size_t index) {
   Bucket& b = buckets_[index];
   if (!b.sealed || b.pending > 0 || b.ticket) return;
   b.ticket =
-      submit_owner_reduction(static_cast<char*>(b.memory.get()), b.hi - capacity_, b.lo, b.hi);
+      submit_owner_reduction(static_cast<char*>(b.memory.data()), b.hi - capacity_, b.lo, b.hi);
   b.sealed = false;
 }
 
@@ -154,7 +152,7 @@ void IpgBuckets::layer_ready(size_t layer, const ReadyLayers&) {
   } else if (at.kind == Placement::Kind::kSolo) {
     Solo& solo = solos_[at.index];
     if (--solo.pending == 0)
-      submit_owner_reduction(static_cast<char*>(solo.memory.get()), solo.lo, solo.lo, solo.hi);
+      submit_owner_reduction(static_cast<char*>(solo.memory.data()), solo.lo, solo.lo, solo.hi);
   }
 }
 
@@ -184,8 +182,8 @@ device::EventPtr IpgBuckets::submit_owner_reduction(char* memory, int64_t window
     // slice is read only after the group.
     DSCORE_RETURN_IF_ERROR(ctx_.comm->grouped([&] {
       for (const OwnedPiece& piece : pieces) {
-        comm::CommBuffer send{element_at(memory, gd, piece.begin - window), gd,
-                              piece.end - piece.begin};
+        const comm::CommBuffer send = device_buffer(
+            ctx_.device, element_at(memory, gd, piece.begin - window), gd, piece.end - piece.begin);
         comm::CommBuffer recv;
         if (piece.rank == rank) recv = send;  // reduced in place, then added to the partition
         DSCORE_RETURN_IF_ERROR(ctx_.comm->reduce(send, recv, r.op, piece.rank));
@@ -198,7 +196,7 @@ device::EventPtr IpgBuckets::submit_owner_reduction(char* memory, int64_t window
       void* reduced = element_at(memory, gd, piece.begin - window);
       device::ops::scale_in_place(on, reduced, gd, n, r.post_factor);
       device::ops::accumulate(
-          on, element_at(owned_.get(), gd, piece.begin - storage_.owned_begin()), reduced, gd, n);
+          on, element_at(owned_.data(), gd, piece.begin - storage_.owned_begin()), reduced, gd, n);
     }
     // Clean for the next layers placed here, off the compute thread.
     device::ops::fill_zero(on, element_at(memory, gd, lo - window), gd, hi - lo);

@@ -21,7 +21,7 @@ class IpgBuckets final : public GradientReduction {
   IpgBuckets(const ZeroContext& context, FlatStorage& storage);
 
   Status allocate() override;
-  void* owned_grads() override { return owned_.get(); }
+  void* owned_grads() override { return owned_.data(); }
   void zero_grads(device::ops::Target target) override;
   void begin_micro_step(bool boundary) override;
   Status lend(size_t layer) override;
@@ -30,7 +30,7 @@ class IpgBuckets final : public GradientReduction {
 
  private:
   struct Bucket {
-    CountedBuffer
+    device::Buffer
         memory;           // (capacity) grad_dtype, zero while free; element 0 is flat hi - capacity
     int64_t hi = 0;       // flat end of the window
     int64_t lo = 0;       // flat start of what is placed so far
@@ -42,7 +42,7 @@ class IpgBuckets final : public GradientReduction {
   // reaches 0: a layer larger than a bucket, or a bucket detached while
   // some of its layers' gradients were still to come.
   struct Solo {
-    CountedBuffer memory;  // (hi - lo) grad_dtype; element 0 is flat lo
+    device::Buffer memory;  // (hi - lo) grad_dtype; element 0 is flat lo
     int64_t lo = 0, hi = 0;
     int pending = 1;
   };
@@ -67,7 +67,7 @@ class IpgBuckets final : public GradientReduction {
   FlatStorage& storage_;
   int64_t capacity_ = 0;  // elements per bucket
   size_t bucket_count_;   // 2 with overlap_comm, else 1
-  CountedBuffer owned_;   // (owned) grad_dtype: the reduced gradients
+  device::Buffer owned_;  // (owned) grad_dtype: the reduced gradients
   std::array<Bucket, 2> buckets_;
   size_t current_ = 0;
   bool open_ = false;                 // buckets_[current_] takes more layers

@@ -10,6 +10,7 @@
 #include "core/tensor/host_buffer.h"
 #include "core/zero/rank_chunks.h"
 #include "core/zero/reduction.h"
+#include "core/zero/zero_memory.h"
 
 namespace dscore::zero {
 
@@ -59,12 +60,12 @@ int64_t ShardedZero::padded(size_t param) const {
 
 float* ShardedZero::owned_master() {
   if (ctx_.master_elsewhere && ctx_.model_dtype != DSCORE_DTYPE_F32) return nullptr;
-  return ctx_.model_dtype == DSCORE_DTYPE_F32 ? static_cast<float*>(param_part_.get())
-                                              : static_cast<float*>(master_.get());
+  return ctx_.model_dtype == DSCORE_DTYPE_F32 ? static_cast<float*>(param_part_.data())
+                                              : static_cast<float*>(master_.data());
 }
 
 void* ShardedZero::owned_params16() {
-  return ctx_.model_dtype == DSCORE_DTYPE_F32 ? nullptr : param_part_.get();  // null when swapped
+  return ctx_.model_dtype == DSCORE_DTYPE_F32 ? nullptr : param_part_.data();  // null when swapped
 }
 
 Status ShardedZero::store_params16(int64_t begin, int64_t count, const void* values) {
@@ -84,18 +85,16 @@ Status ShardedZero::initialise(const Model& model) {
                             ParamSwap::create(ctx_.param_swapper, ctx_.param_swap_folder, local, md,
                                               ctx_.param_max_in_cpu));
   } else {
-    DSCORE_ASSIGN_OR_RETURN(
-        param_part_, tensor::allocate_elements(local, md, MemoryUse::kParameters,
-                                               std::string("parameters ") + sdk::dtype_name(md)));
+    DSCORE_ASSIGN_OR_RETURN(param_part_,
+                            allocate_buffer(ctx_.device, local, md, MemoryUse::kParameters,
+                                            std::string("parameters ") + sdk::dtype_name(md)));
   }
   if (md != DSCORE_DTYPE_F32 && !ctx_.master_elsewhere) {
-    DSCORE_ASSIGN_OR_RETURN(master_,
-                            tensor::allocate_elements(local, DSCORE_DTYPE_F32, MemoryUse::kMaster,
-                                                      "master weights fp32"));
+    DSCORE_ASSIGN_OR_RETURN(master_, allocate_buffer(ctx_.device, local, DSCORE_DTYPE_F32,
+                                                     MemoryUse::kMaster, "master weights fp32"));
   }
-  DSCORE_ASSIGN_OR_RETURN(grad_part_,
-                          tensor::allocate_elements(local, ctx_.grad_dtype, MemoryUse::kGradients,
-                                                    "gradient partition"));
+  DSCORE_ASSIGN_OR_RETURN(grad_part_, allocate_buffer(ctx_.device, local, ctx_.grad_dtype,
+                                                      MemoryUse::kGradients, "gradient partition"));
   float* master = owned_master();
   if (param_swap_) {
     DSCORE_RETURN_IF_ERROR(initialise_swapped(model));
@@ -104,7 +103,8 @@ Status ShardedZero::initialise(const Model& model) {
       const ParamShard& shard = shards_.params[s.param];
       DSCORE_RETURN_IF_ERROR(init_owned(model, s.param, shard.first_element(rank_), s.numel,
                                         master == nullptr ? nullptr : master + s.offset,
-                                        element_at(param_part_.get(), md, s.offset), md));
+                                        element_at(param_part_.data(), md, s.offset), md,
+                                        ctx_.device, ctx_.stream));
     }
   }
   const auto& params = ctx_.layout->params();
@@ -113,16 +113,18 @@ Status ShardedZero::initialise(const Model& model) {
     if (!persistent_[p]) continue;
     DSCORE_ASSIGN_OR_RETURN(
         persistent_full_[p],
-        tensor::allocate_elements(padded(p), md, MemoryUse::kBuffers, "persistent parameters"));
+        allocate_buffer(ctx_.device, padded(p), md, MemoryUse::kBuffers, "persistent parameters"));
   }
   for (const ParamEntry& p : params) {
     param_views_.push_back(param_view(nullptr, md, p));
     grad_views_.push_back(param_view(nullptr, ctx_.grad_dtype, p));
+    place_view(&param_views_.back(), ctx_.device);
+    place_view(&grad_views_.back(), ctx_.device);
   }
   for (size_t i = 0; i < params.size(); ++i) {
     param_ptrs_.push_back(&param_views_[i]);
     grad_ptrs_.push_back(&grad_views_[i]);
-    if (persistent_[i]) param_views_[i].data = persistent_full_[i].get();
+    if (persistent_[i]) param_views_[i].data = persistent_full_[i].data();
   }
   return gather_persistent();
 }
@@ -145,9 +147,10 @@ Status ShardedZero::initialise_swapped(const Model& model) {
       const int64_t lo = std::max(s.offset, a), hi = std::min(s.offset + s.numel, b);
       if (lo >= hi) continue;
       const ParamShard& shard = shards_.params[s.param];
-      DSCORE_RETURN_IF_ERROR(init_owned(
-          model, s.param, shard.first_element(rank_) + (lo - s.offset), hi - lo,
-          master == nullptr ? nullptr : master + lo, element_at(staging.get(), md, lo - a), md));
+      DSCORE_RETURN_IF_ERROR(
+          init_owned(model, s.param, shard.first_element(rank_) + (lo - s.offset), hi - lo,
+                     master == nullptr ? nullptr : master + lo,
+                     element_at(staging.get(), md, lo - a), md, ctx_.device, ctx_.stream));
     }
     DSCORE_RETURN_IF_ERROR(param_swap_->store(a, b - a, staging.get()));
   }
@@ -172,8 +175,8 @@ Status ShardedZero::pack_shards(const std::vector<size_t>& params, char* packed)
     if (param_swap_) {
       DSCORE_RETURN_IF_ERROR(param_swap_->load(first.local_offset, count, packed + offset * es));
     } else {
-      std::memcpy(packed + offset * es, element_at(param_part_.get(), md, first.local_offset),
-                  static_cast<size_t>(count * es));
+      device::ops::copy(ctx_.comm_target, packed + offset * es,
+                        element_at(param_part_.data(), md, first.local_offset), md, count);
     }
     offset += count;
     i = j;
@@ -188,24 +191,24 @@ Status ShardedZero::allgather_shards(const std::vector<size_t>& params,
   // Pack this rank's shards, one allgather, then unpack each rank's chunk:
   // rank r's shard of params[i] goes to element r * shard_size of dest[i].
   const dscore_dtype md = ctx_.model_dtype;
-  const int64_t es = static_cast<int64_t>(sdk::dtype_size(md));
   std::vector<ShardedRun> runs;
   for (size_t i = 0; i < params.size(); ++i)
     runs.push_back({dest[i], shards_.params[params[i]].shard_size});
   const int64_t shard_elements = chunk_elements(runs);
-  DSCORE_ASSIGN_OR_RETURN(CountedBuffer packed,
-                          tensor::allocate_elements(shard_elements, md, MemoryUse::kBuffers,
-                                                    "gathered parameters", Fill::kUninitialised));
-  DSCORE_ASSIGN_OR_RETURN(
-      CountedBuffer gathered,
-      tensor::allocate_elements(shard_elements * world_, md, MemoryUse::kBuffers,
-                                "gathered parameters", Fill::kUninitialised));
-  char* pk = static_cast<char*>(packed.get());
+  // Dropped at the end of this comm-stream task, maybe before the copies
+  // queued on it: scratch, freed in the stream's order.
+  DSCORE_ASSIGN_OR_RETURN(device::Buffer packed,
+                          allocate_scratch(ctx_.device, ctx_.stream, shard_elements, md,
+                                           MemoryUse::kBuffers, "gathered parameters"));
+  DSCORE_ASSIGN_OR_RETURN(device::Buffer gathered,
+                          allocate_scratch(ctx_.device, ctx_.stream, shard_elements * world_, md,
+                                           MemoryUse::kBuffers, "gathered parameters"));
+  char* pk = static_cast<char*>(packed.data());
   DSCORE_RETURN_IF_ERROR(pack_shards(params, pk));
-  DSCORE_RETURN_IF_ERROR(ctx_.comm->allgather({pk, md, shard_elements},
-                                              {gathered.get(), md, shard_elements * world_}));
-  unpack_rank_chunks(static_cast<const char*>(gathered.get()), runs, world_,
-                     static_cast<size_t>(es));
+  DSCORE_RETURN_IF_ERROR(ctx_.comm->allgather(
+      device_buffer(ctx_.device, pk, md, shard_elements),
+      device_buffer(ctx_.device, gathered.data(), md, shard_elements * world_)));
+  unpack_rank_chunks(ctx_.comm_target, static_cast<const char*>(gathered.data()), runs, world_, md);
   return Status::Ok();
 }
 
@@ -214,17 +217,17 @@ Status ShardedZero::start_gathers(const std::vector<size_t>& layers) {
   // Allocate every layer's memory before any layer changes state, so a
   // failure leaves them all released.
   std::vector<size_t> starting;
-  std::vector<std::shared_ptr<CountedBuffer>> fulls;
+  std::vector<std::shared_ptr<device::Buffer>> fulls;
   for (size_t layer : layers) {
     LayerState& s = layers_[layer];
     if (s.residency != Residency::kReleased || s.gathered_params.empty()) continue;
     int64_t full_elements = 0;
     for (size_t p : s.gathered_params) full_elements += padded(p);
     // Every byte is overwritten by the unpacking (shard padding included).
-    DSCORE_ASSIGN_OR_RETURN(CountedBuffer full,
-                            tensor::allocate_elements(full_elements, md, MemoryUse::kBuffers,
-                                                      "gathered parameters", Fill::kUninitialised));
-    fulls.push_back(std::make_shared<CountedBuffer>(std::move(full)));
+    DSCORE_ASSIGN_OR_RETURN(device::Buffer full,
+                            allocate_buffer(ctx_.device, full_elements, md, MemoryUse::kBuffers,
+                                            "gathered parameters", Fill::kUninitialised));
+    fulls.push_back(std::make_shared<device::Buffer>(std::move(full)));
     starting.push_back(layer);
   }
   if (starting.empty()) return Status::Ok();
@@ -238,7 +241,7 @@ Status ShardedZero::start_gathers(const std::vector<size_t>& layers) {
     int64_t param_start = 0;
     for (size_t p : s.gathered_params) {
       params.push_back(p);
-      dest.push_back(element_at(s.full->get(), md, param_start));
+      dest.push_back(element_at(s.full->data(), md, param_start));
       param_start += padded(p);
     }
   }
@@ -265,7 +268,7 @@ Status ShardedZero::ensure_gathered(size_t layer) {
 
 void ShardedZero::point_param_views(size_t layer) {
   LayerState& s = layers_[layer];
-  char* base = static_cast<char*>(s.full->get());
+  char* base = static_cast<char*>(s.full->data());
   int64_t offset = 0;
   for (size_t p : s.gathered_params) {
     param_views_[p].data = base + offset * static_cast<int64_t>(sdk::dtype_size(ctx_.model_dtype));
@@ -290,14 +293,19 @@ void ShardedZero::prepare_grads(const std::vector<size_t>& layers) {
   if (layers.empty()) return;
   std::vector<int64_t> elements;
   for (size_t l : layers) elements.push_back(padded_layer_elements(l));
-  auto prepared = std::make_shared<std::vector<CountedBuffer>>(layers.size());
+  auto prepared = std::make_shared<std::vector<device::Buffer>>(layers.size());
   auto ticket = ctx_.stream->submit([this, elements, prepared] {
     // A failure leaves the entry empty: take_grads allocates it again on
-    // the compute thread and reports the Status there.
+    // the compute thread and reports the Status there. The last user of a
+    // bucket is a comm-stream task (flush_gradients): scratch of this
+    // stream, zeroed on it.
     for (size_t i = 0; i < elements.size(); ++i) {
-      Result<CountedBuffer> buffer = tensor::allocate_elements(
-          elements[i], ctx_.grad_dtype, MemoryUse::kBuffers, "gradient bucket");
-      if (buffer.ok()) (*prepared)[i] = std::move(buffer).value();
+      Result<device::Buffer> buffer =
+          allocate_scratch(ctx_.device, ctx_.stream, elements[i], ctx_.grad_dtype,
+                           MemoryUse::kBuffers, "gradient bucket");
+      if (!buffer.ok()) continue;
+      device::ops::fill_zero(ctx_.comm_target, buffer->data(), ctx_.grad_dtype, elements[i]);
+      (*prepared)[i] = std::move(buffer).value();
     }
     return Status::Ok();
   });
@@ -309,19 +317,25 @@ void ShardedZero::prepare_grads(const std::vector<size_t>& layers) {
   }
 }
 
-Result<std::shared_ptr<CountedBuffer>> ShardedZero::take_grads(size_t layer) {
+Result<std::shared_ptr<device::Buffer>> ShardedZero::take_grads(size_t layer) {
   LayerState& s = layers_[layer];
   if (s.grads_ticket) {
     DSCORE_RETURN_IF_ERROR(device::wait_for(s.grads_ticket));
     s.grads_ticket.reset();
-    CountedBuffer buffer = std::move((*s.prepared)[s.prepared_index]);
+    device::Buffer buffer = std::move((*s.prepared)[s.prepared_index]);
     s.prepared.reset();
-    if (buffer) return std::make_shared<CountedBuffer>(std::move(buffer));
+    if (buffer) return std::make_shared<device::Buffer>(std::move(buffer));
   }
-  DSCORE_ASSIGN_OR_RETURN(CountedBuffer buffer,
-                          tensor::allocate_elements(padded_layer_elements(layer), ctx_.grad_dtype,
-                                                    MemoryUse::kBuffers, "gradient bucket"));
-  return std::make_shared<CountedBuffer>(std::move(buffer));
+  const int64_t elements = padded_layer_elements(layer);
+  DSCORE_ASSIGN_OR_RETURN(device::Buffer buffer,
+                          allocate_scratch(ctx_.device, ctx_.stream, elements, ctx_.grad_dtype,
+                                           MemoryUse::kBuffers, "gradient bucket"));
+  void* data = buffer.data();
+  DSCORE_RETURN_IF_ERROR(ctx_.stream->run([&] {
+    device::ops::fill_zero(ctx_.comm_target, data, ctx_.grad_dtype, elements);
+    return Status::Ok();
+  }));
+  return std::make_shared<device::Buffer>(std::move(buffer));
 }
 
 Status ShardedZero::prefetch_from(size_t position) {
@@ -399,7 +413,7 @@ Status ShardedZero::acquire(size_t layer, dscore_acquire_mode mode, dscore_layer
   if (mode == DSCORE_ACQUIRE_BACKWARD) {
     if (!s.grads) {
       DSCORE_ASSIGN_OR_RETURN(s.grads, take_grads(layer));
-      char* base = static_cast<char*>(s.grads->get());
+      char* base = static_cast<char*>(s.grads->data());
       int64_t offset = 0;
       for (size_t p = first; p < ctx_.layout->layer_end(layer); ++p) {
         grad_views_[p].data =
@@ -442,7 +456,7 @@ void ShardedZero::flush_gradients() {
     // reduce-scatter.
     std::vector<ShardedRun> runs;
     for (const PendingGrads& g : group) {
-      char* full = static_cast<char*>(g.grads->get());
+      char* full = static_cast<char*>(g.grads->data());
       for (size_t p = ctx_.layout->layer_first(g.layer); p < ctx_.layout->layer_end(g.layer); ++p) {
         const int64_t shard = shards_.params[p].shard_size;
         runs.push_back({full, shard});
@@ -450,24 +464,25 @@ void ShardedZero::flush_gradients() {
       }
     }
     const int64_t chunk = chunk_elements(runs);
-    DSCORE_ASSIGN_OR_RETURN(CountedBuffer send,
-                            tensor::allocate_elements(chunk * world_, gd, MemoryUse::kBuffers,
-                                                      "gradient bucket", Fill::kUninitialised));
-    DSCORE_ASSIGN_OR_RETURN(CountedBuffer recv,
-                            tensor::allocate_elements(chunk, gd, MemoryUse::kBuffers,
-                                                      "gradient bucket", Fill::kUninitialised));
-    pack_rank_chunks(runs, world_, static_cast<size_t>(es), static_cast<char*>(send.get()));
+    DSCORE_ASSIGN_OR_RETURN(device::Buffer send,
+                            allocate_scratch(ctx_.device, ctx_.stream, chunk * world_, gd,
+                                             MemoryUse::kBuffers, "gradient bucket"));
+    DSCORE_ASSIGN_OR_RETURN(device::Buffer recv,
+                            allocate_scratch(ctx_.device, ctx_.stream, chunk, gd,
+                                             MemoryUse::kBuffers, "gradient bucket"));
+    pack_rank_chunks(ctx_.comm_target, runs, world_, gd, static_cast<char*>(send.data()));
     const device::ops::Target on = ctx_.comm_target;
-    device::ops::scale_in_place(on, send.get(), gd, chunk * world_, r.pre_factor);
+    device::ops::scale_in_place(on, send.data(), gd, chunk * world_, r.pre_factor);
     DSCORE_RETURN_IF_ERROR(
-        ctx_.comm->reduce_scatter({send.get(), gd, chunk * world_}, {recv.get(), gd, chunk}, r.op));
-    device::ops::scale_in_place(on, recv.get(), gd, chunk, r.post_factor);
-    const char* reduced = static_cast<const char*>(recv.get());
+        ctx_.comm->reduce_scatter(device_buffer(ctx_.device, send.data(), gd, chunk * world_),
+                                  device_buffer(ctx_.device, recv.data(), gd, chunk), r.op));
+    device::ops::scale_in_place(on, recv.data(), gd, chunk, r.post_factor);
+    const char* reduced = static_cast<const char*>(recv.data());
     int64_t in_chunk = 0;
     for (const PendingGrads& g : group) {
       for (size_t p = ctx_.layout->layer_first(g.layer); p < ctx_.layout->layer_end(g.layer); ++p) {
         const ParamShard& sh = shards_.params[p];
-        device::ops::accumulate(on, element_at(grad_part_.get(), gd, sh.local_offset),
+        device::ops::accumulate(on, element_at(grad_part_.data(), gd, sh.local_offset),
                                 reduced + in_chunk * es, gd, sh.shard_size);
         in_chunk += sh.shard_size;
       }
@@ -497,7 +512,7 @@ Status ShardedZero::gather_persistent() {
   for (size_t p = 0; p < persistent_.size(); ++p) {
     if (!persistent_[p]) continue;
     params.push_back(p);
-    dest.push_back(static_cast<char*>(persistent_full_[p].get()));
+    dest.push_back(static_cast<char*>(persistent_full_[p].data()));
   }
   if (params.empty()) return Status::Ok();
   return ctx_.stream->run([&] { return allgather_shards(params, dest); });
@@ -505,23 +520,28 @@ Status ShardedZero::gather_persistent() {
 
 GradientShare ShardedZero::gradient_share() {
   // The whole local part: the ranks' shards are disjoint and cover every parameter.
-  return {grad_part_.get(), shards_.local_numel};
+  return {grad_part_.data(), shards_.local_numel};
 }
 
 void ShardedZero::zero_grads(device::ops::Target target) {
-  device::ops::fill_zero(target, grad_part_.get(), ctx_.grad_dtype, shards_.local_numel);
+  device::ops::fill_zero(target, grad_part_.data(), ctx_.grad_dtype, shards_.local_numel);
 }
 
 Status ShardedZero::gather_master(std::vector<float>* out) {
-  return gather_owned(owned_master(), out);
+  return gather_from(
+      device_buffer(ctx_.device, owned_master(), DSCORE_DTYPE_F32, shards_.local_numel), out);
 }
 
 Status ShardedZero::gather_owned(const float* owned, std::vector<float>* out) {
+  return gather_from({const_cast<float*>(owned), DSCORE_DTYPE_F32, shards_.local_numel}, out);
+}
+
+Status ShardedZero::gather_from(const comm::CommBuffer& owned, std::vector<float>* out) {
   const int64_t local = shards_.local_numel;
+  // Into host memory (staged through the device where the backend needs it).
   std::vector<float> all(static_cast<size_t>(local * world_));
   DSCORE_RETURN_IF_ERROR(ctx_.stream->run([&] {
-    return ctx_.comm->allgather({const_cast<float*>(owned), DSCORE_DTYPE_F32, local},
-                                {all.data(), DSCORE_DTYPE_F32, local * world_});
+    return ctx_.comm->allgather(owned, {all.data(), DSCORE_DTYPE_F32, local * world_});
   }));
   out->clear();
   for (size_t p = 0; p < shards_.params.size(); ++p) {
@@ -539,8 +559,8 @@ std::vector<ParamRun> ShardedZero::checkpoint_params() {
   std::vector<ParamRun> runs;
   for (const OwnedSegment& s : segments_) {
     if (!param_swap_) {
-      runs.push_back(
-          {s.param, s.element, s.numel, element_at(param_part_.get(), ctx_.model_dtype, s.offset)});
+      runs.push_back(buffer_run(ctx_, s.param, s.element, s.numel,
+                                element_at(param_part_.data(), ctx_.model_dtype, s.offset)));
       continue;
     }
     ParamSwap* swap = param_swap_.get();

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/base/memory.h"
+#include "core/device/device.h"
 #include "core/zero/acquire_trace.h"
 #include "core/zero/param_swap.h"
 #include "core/zero/partition.h"
@@ -40,7 +41,7 @@ class ShardedZero final : public ZeroStrategy {
   int64_t owned_numel() const override { return shards_.local_numel; }
   const std::vector<OwnedSegment>& owned_segments() const override { return segments_; }
   float* owned_master() override;
-  void* owned_grads() override { return grad_part_.get(); }
+  void* owned_grads() override { return grad_part_.data(); }
   void* owned_params16() override;
   bool params16_elsewhere() const override { return param_swap_ != nullptr; }
   Status store_params16(int64_t begin, int64_t count, const void* values) override;
@@ -62,6 +63,9 @@ class ShardedZero final : public ZeroStrategy {
   int64_t live_elements() const { return live_elements_; }
 
  private:
+  // gather_owned of `owned`, host or device memory (its CommBuffer says).
+  Status gather_from(const comm::CommBuffer& owned, std::vector<float>* out);
+
   enum class Residency { kReleased, kInFlight, kAvailable };
   struct LayerState {
     std::vector<size_t> gathered_params;  // non-persistent params of the layer
@@ -69,16 +73,16 @@ class ShardedZero final : public ZeroStrategy {
     int64_t all_shard_elements = 0;       // sum over all the layer's params
     int64_t numel = 0;                    // real elements of gathered_params
     Residency residency = Residency::kReleased;
-    std::shared_ptr<CountedBuffer> full;  // gathered params, each padded to world x shard
+    std::shared_ptr<device::Buffer> full;  // gathered params, each padded to world x shard
     device::EventPtr ticket;
     int acquired = 0;
-    size_t last_event = 0;                 // trace index of its latest acquire
-    std::shared_ptr<CountedBuffer> grads;  // this micro-step's full gradients, padded
+    size_t last_event = 0;                  // trace index of its latest acquire
+    std::shared_ptr<device::Buffer> grads;  // this micro-step's full gradients, padded
     // Zeroed gradients prepared on the comm thread for the next BACKWARD
     // acquire: entry prepared_index of `prepared`, valid once grads_ticket
     // completed.
     device::EventPtr grads_ticket;
-    std::shared_ptr<std::vector<CountedBuffer>> prepared;
+    std::shared_ptr<std::vector<device::Buffer>> prepared;
     size_t prepared_index = 0;
   };
   int64_t padded(size_t param) const;
@@ -93,7 +97,7 @@ class ShardedZero final : public ZeroStrategy {
   void free_gathered(size_t layer);
   int64_t padded_layer_elements(size_t layer) const;
   void prepare_grads(const std::vector<size_t>& layers);  // on the comm thread
-  Result<std::shared_ptr<CountedBuffer>> take_grads(size_t layer);
+  Result<std::shared_ptr<device::Buffer>> take_grads(size_t layer);
   void point_param_views(size_t layer);
   void finish_trace();
   // Gradients of layers that called grads_ready, reduce-scattered together
@@ -112,11 +116,11 @@ class ShardedZero final : public ZeroStrategy {
   std::vector<char> persistent_;
   std::vector<LayerState> layers_;
 
-  CountedBuffer param_part_;                    // (local) model_dtype shards, unless swapped
-  std::unique_ptr<ParamSwap> param_swap_;       // offload_param nvme: the shards' file
-  CountedBuffer master_;                        // (local) fp32, 16-bit models only
-  CountedBuffer grad_part_;                     // (local) grad_dtype
-  std::vector<CountedBuffer> persistent_full_;  // per param (padded), persistent ones only
+  device::Buffer param_part_;                    // (local) model_dtype shards, unless swapped
+  std::unique_ptr<ParamSwap> param_swap_;        // offload_param nvme: the shards' file
+  device::Buffer master_;                        // (local) fp32, 16-bit models only
+  device::Buffer grad_part_;                     // (local) grad_dtype
+  std::vector<device::Buffer> persistent_full_;  // per param (padded), persistent ones only
 
   std::vector<dscore_tensor> param_views_, grad_views_;
   std::vector<const dscore_tensor*> param_ptrs_;
@@ -128,7 +132,7 @@ class ShardedZero final : public ZeroStrategy {
   int64_t live_elements_ = 0;
   struct PendingGrads {
     size_t layer;
-    std::shared_ptr<CountedBuffer> grads;
+    std::shared_ptr<device::Buffer> grads;
   };
   std::vector<PendingGrads> pending_grads_;
   int64_t pending_grad_elements_ = 0;

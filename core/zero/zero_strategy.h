@@ -32,8 +32,14 @@ struct ZeroContext {
   const config::TrainingConfig* config = nullptr;
   const ParamLayout* layout = nullptr;
   comm::Communicator* comm = nullptr;
-  device::Stream* stream = nullptr;             // the comm stream
-  device::ops::Target comm_target;              // its tasks' device ops run there
+  // The engine's device: ZeRO's buffers come from it (zero_memory.h); null
+  // for host memory (strategies built without an engine).
+  device::Device* device = nullptr;
+  device::Stream* stream = nullptr;  // the comm stream
+  device::ops::Target comm_target;   // its tasks' device ops run there
+  // Where the model writes its gradients (the engine's compute stream):
+  // device ops on gradient memory outside the comm stream's tasks.
+  device::ops::Target compute_target;
   dscore_dtype model_dtype = DSCORE_DTYPE_F32;  // what the model computes on
   dscore_dtype grad_dtype = DSCORE_DTYPE_F32;   // gradient accumulation and reduction
   // The fp32 master weights of a 16-bit model live outside the strategy
@@ -153,11 +159,21 @@ class ZeroStrategy {
 
 std::unique_ptr<ZeroStrategy> make_zero_strategy(const ZeroContext& context);
 
+// A ParamRun of `numel` elements (model_dtype) of `param` at `data`, a
+// buffer from context.device: read through download() on the comm stream
+// (ordered after the update's gathers) when the context has a device, so
+// host code never dereferences device memory; `data` itself otherwise.
+ParamRun buffer_run(const ZeroContext& context, size_t param, int64_t element, int64_t numel,
+                    const void* data);
+
 // Initialise elements [element, element + numel) of `param` through the
 // model's init_param: into `master` (fp32) when given, and into `params16`
-// (model_dtype) when it is 16-bit; without a master, through a bounded
-// fp32 staging buffer.
+// (model_dtype) when it is 16-bit. The model writes host memory: the values
+// pass through bounded host staging and are uploaded (zero_memory.h) into
+// `master` and `params16`, buffers of `device` (host memory when null),
+// with copies on `stream`.
 Status init_owned(const Model& model, size_t param, int64_t element, int64_t numel, float* master,
-                  void* params16, dscore_dtype model_dtype);
+                  void* params16, dscore_dtype model_dtype, device::Device* device = nullptr,
+                  device::Stream* stream = nullptr);
 
 }  // namespace dscore::zero

@@ -64,10 +64,10 @@ Status train(Engine& e, int rank, const InProcessHooks& hooks, InProcessResult* 
 }  // namespace
 
 InProcessResult run_in_process_job(const std::string& config_body, int world,
-                                   const InProcessHooks& hooks) {
+                                   const InProcessHooks& hooks, const std::string& comm_backend) {
   const std::string text = std::string("{\"plugins\": {\"paths\": [\"") + DSCORE_BUILD_PLUGIN_DIR +
-                           "\"]}, \"comm\": {\"backend\": \"loopback\", \"timeout_ms\": 60000}, " +
-                           config_body + "}";
+                           "\"]}, \"comm\": {\"backend\": \"" + comm_backend +
+                           "\", \"timeout_ms\": 60000}, " + config_body + "}";
   auto store = plugin_host::make_in_process_kv();
   InProcessResult result;
   std::mutex mutex;

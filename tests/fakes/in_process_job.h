@@ -29,12 +29,13 @@ struct InProcessHooks {
 };
 
 // Runs `config_body` (the members of a ds_config object without braces; the
-// plugin search path and "comm": {"backend": "loopback"} are added) on
+// plugin search path and "comm": {"backend": `comm_backend`} are added) on
 // `world` ranks from the engine's global step to the config's train_steps,
 // feeding each rank the distributed sampler's micro-batches from the
 // config's data source (the model's synthetic task when it has no "data"
 // section).
 InProcessResult run_in_process_job(const std::string& config_body, int world,
-                                   const InProcessHooks& hooks = {});
+                                   const InProcessHooks& hooks = {},
+                                   const std::string& comm_backend = "loopback");
 
 }  // namespace dscore::testing

@@ -20,13 +20,15 @@ void forward_layer(const dscore_model_hooks& hooks, size_t index,
   sdk::AcquiredLayer layer(hooks, index, DSCORE_ACQUIRE_FORWARD, numels.size());
   const auto params = backend.load_params(layer.views(), numels);
   fn(params);
+  backend.finish_reads(params);  // queued work may read views in place
   layer.release();
 }
 
 enum class GradsReady : bool { kNo = false, kYes = true };
 
 // fn(params, grads) with layer `index` acquired for backward; the
-// gradients are committed after fn, then grads_ready when `ready`.
+// gradients are committed after fn (commit returns when the work is done),
+// then grads_ready when `ready`.
 template <class Backend, class Fn>
 void backward_layer(const dscore_model_hooks& hooks, size_t index,
                     const std::vector<int64_t>& numels, Backend& backend, GradsReady ready,

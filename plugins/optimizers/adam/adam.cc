@@ -3,9 +3,9 @@
 // is AdamW unless adam_w_mode is
 // false, "adamw" always decouples weight decay; the math is FusedAdam's
 // (adam_update.h). CPU tensors run the vectorised multi-core loop
-// (adam_cpu.h), CUDA tensors the multi-tensor kernel (adam_cuda.h, when
-// built with CUDA). State is host-owned (exp_avg, exp_avg_sq: fp32, one per
-// parameter element).
+// (adam_cpu.h: AVX-512, AVX2 or scalar, chosen at run time), CUDA tensors
+// the multi-tensor kernel (adam_cuda.h, when built with CUDA). State is
+// host-owned (exp_avg, exp_avg_sq: fp32, one per parameter element).
 #include <dscore/optimizer.h>
 #include <dscore/cpp/dtype.hpp>
 #include <dscore/cpp/optimizer.hpp>
@@ -73,6 +73,12 @@ class Adam : public sdk::OptimizerBase {
     adamw = always_adamw || p.boolean("adam_w_mode");
     declare_slot("exp_avg");
     declare_slot("exp_avg_sq");
+    // Which kernel CPU tensors get, so a log says what a timing measured
+    // (the bench reads this line). All kernels give the same bits.
+    std::string kernel = std::string("CPU tensors use the ") + isa_name(best_isa()) + " kernel";
+    if (best_isa() != cpu_isa())
+      kernel += std::string(" (DSCORE_CPU_ISA lowered it from ") + isa_name(cpu_isa()) + ")";
+    host.log(DSCORE_LOG_INFO, "adam", kernel);
   }
   void step(const dscore_optimizer_step_args* args) const;
 

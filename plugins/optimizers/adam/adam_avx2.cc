@@ -123,7 +123,7 @@ void adam_avx2_range(const AdamConstants& k, const AdamTensor& t, int64_t begin,
 
 }  // namespace dscore::adam
 
-#else  // not x86-64: best_isa() never answers kAvx2
+#else  // not x86-64: cpu_isa() never answers kAvx2
 
 namespace dscore::adam {
 void adam_avx2_range(const AdamConstants& k, const AdamTensor& t, int64_t begin, int64_t end) {

@@ -8,6 +8,9 @@
 #include <oneapi/tbb/parallel_for.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 namespace dscore::adam {
@@ -15,8 +18,8 @@ namespace {
 
 // 32768 elements = 896 KiB of fp32 Adam traffic: big enough that the
 // scheduling cost vanishes, small enough to balance 100M parameters over
-// many cores. A multiple of the AVX2 width, so only a tensor's last chunk
-// has a scalar tail.
+// many cores. A multiple of the AVX2 and AVX-512 widths, so only a
+// tensor's last chunk has a scalar tail.
 constexpr int64_t kChunkElements = 32768;
 
 struct Chunk {
@@ -49,19 +52,53 @@ void release_cpu_threads() {
   if (scheduler_handle()) (void)tbb::finalize(scheduler_handle(), std::nothrow);
 }
 
-Isa best_isa() {
+Isa cpu_isa() {
 #if defined(__x86_64__) || defined(__i386__)
-  static const Isa isa = (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          __builtin_cpu_supports("f16c"))
-                             ? Isa::kAvx2
-                             : Isa::kScalar;
+  static const Isa isa = [] {
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
+        !__builtin_cpu_supports("f16c"))
+      return Isa::kScalar;
+    // libgcc's check includes the OS saving the AVX-512 registers (XCR0).
+    return __builtin_cpu_supports("avx512f") ? Isa::kAvx512 : Isa::kAvx2;
+  }();
   return isa;
 #else
   return Isa::kScalar;
 #endif
 }
 
-const char* isa_name(Isa isa) { return isa == Isa::kAvx2 ? "avx2" : "scalar"; }
+Isa lowered_isa(Isa available, const char* cap) {
+  if (cap == nullptr) return available;
+  Isa limit = Isa::kAvx512;
+  if (std::strcmp(cap, "scalar") == 0) {
+    limit = Isa::kScalar;
+  } else if (std::strcmp(cap, "avx2") == 0) {
+    limit = Isa::kAvx2;
+  } else if (std::strcmp(cap, "avx512") != 0) {
+    std::fprintf(stderr,
+                 "[dscore] adam cpu kernel: DSCORE_CPU_ISA=%s is not one of avx512, avx2, scalar; "
+                 "ignored\n",
+                 cap);
+  }
+  return std::min(limit, available);
+}
+
+Isa best_isa() {
+  static const Isa isa = lowered_isa(cpu_isa(), std::getenv("DSCORE_CPU_ISA"));
+  return isa;
+}
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return "avx512";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kScalar:
+      break;
+  }
+  return "scalar";
+}
 
 void adam_step_cpu(const AdamConstants& k, const AdamTensor* tensors, size_t count, Isa isa) {
   std::vector<Chunk> chunks;
@@ -70,10 +107,15 @@ void adam_step_cpu(const AdamConstants& k, const AdamTensor* tensors, size_t cou
       chunks.push_back({i, b, std::min(tensors[i].numel, b + kChunkElements)});
   auto run = [&](const Chunk& c) {
     const AdamTensor& t = tensors[c.tensor];
-    if (isa == Isa::kAvx2)
-      adam_avx2_range(k, t, c.begin, c.end);
-    else
-      scalar_range(k, t, c.begin, c.end);
+    switch (isa) {
+      case Isa::kAvx512:
+        return adam_avx512_range(k, t, c.begin, c.end);
+      case Isa::kAvx2:
+        return adam_avx2_range(k, t, c.begin, c.end);
+      case Isa::kScalar:
+        break;
+    }
+    scalar_range(k, t, c.begin, c.end);
   };
   if (chunks.size() == 1) {  // no task overhead for a single small tensor
     run(chunks[0]);

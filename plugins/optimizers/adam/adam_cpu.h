@@ -1,7 +1,8 @@
 // The Adam CPU step over many tensors: split into chunks, run in parallel
-// with TBB, each chunk by the best element kernel the CPU offers (AVX2+FMA+
-// F16C when present, chosen at run time, else the portable reference loop of
-// adam_update.h). Both kernels give bit-identical results.
+// with TBB, each chunk by the widest element kernel the CPU offers, chosen at
+// run time: AVX-512F (adam_avx512.cc), else AVX2+FMA+F16C (adam_avx2.cc),
+// else the portable reference loop of adam_update.h. All three give
+// bit-identical results, so a run's numbers do not depend on the machine.
 #pragma once
 
 #include <dscore/plugin.h>
@@ -25,10 +26,19 @@ struct AdamTensor {
   dscore_dtype out16_dtype;  // F32, BF16, F16, or INVALID when param_16bit is NULL
 };
 
-enum class Isa { kScalar, kAvx2 };
+// Ordered: a wider kernel compares greater.
+enum class Isa { kScalar, kAvx2, kAvx512 };
 
-// The widest kernel this CPU runs: kAvx2 needs AVX2, FMA and F16C.
+// The widest kernel this CPU can run: kAvx2 needs AVX2, FMA and F16C;
+// kAvx512 needs those and AVX-512F.
+Isa cpu_isa();
+// The kernel the plugin uses: cpu_isa(), lowered by the environment variable
+// DSCORE_CPU_ISA=avx2|scalar (the knob the transformer CPU kernels read), so
+// tests and benches can compare the paths on one machine. Read once.
 Isa best_isa();
+// `available` lowered by a DSCORE_CPU_ISA value (NULL: unchanged). An
+// unknown value is reported on stderr and ignored.
+Isa lowered_isa(Isa available, const char* cap);
 const char* isa_name(Isa isa);
 
 // Updates every tensor in place with `isa`'s kernel, in parallel over the
@@ -42,8 +52,9 @@ void adam_step_cpu(const AdamConstants& k, const AdamTensor* tensors, size_t cou
 void attach_cpu_threads();
 void release_cpu_threads();
 
-// The AVX2 kernel for elements [begin, end) of one tensor (adam_avx2.cc).
-// Only call it when best_isa() == kAvx2.
+// The vector kernels for elements [begin, end) of one tensor. Only call one
+// the CPU runs (cpu_isa() at least its ISA).
 void adam_avx2_range(const AdamConstants& k, const AdamTensor& t, int64_t begin, int64_t end);
+void adam_avx512_range(const AdamConstants& k, const AdamTensor& t, int64_t begin, int64_t end);
 
 }  // namespace dscore::adam

@@ -16,13 +16,15 @@ TEST(RankChunks, ChunkRHoldsShardROfEveryParameterInOrder) {
                                   {reinterpret_cast<char*>(b.data()), 1}};
   EXPECT_EQ(chunk_elements(runs), 3);
   std::vector<int> chunks(6);
-  pack_rank_chunks(runs, 2, sizeof(int), reinterpret_cast<char*>(chunks.data()));
+  pack_rank_chunks(device::ops::Target::cpu(), runs, 2, DSCORE_DTYPE_I32,
+                   reinterpret_cast<char*>(chunks.data()));
   EXPECT_EQ(chunks, (std::vector<int>{10, 11, 20, 12, 13, 21}));
 
   std::vector<int> a2(4), b2(2);
   std::vector<ShardedRun> back = {{reinterpret_cast<char*>(a2.data()), 2},
                                   {reinterpret_cast<char*>(b2.data()), 1}};
-  unpack_rank_chunks(reinterpret_cast<const char*>(chunks.data()), back, 2, sizeof(int));
+  unpack_rank_chunks(device::ops::Target::cpu(), reinterpret_cast<const char*>(chunks.data()), back,
+                     2, DSCORE_DTYPE_I32);
   EXPECT_EQ(a2, a);
   EXPECT_EQ(b2, b);
 }
@@ -31,7 +33,8 @@ TEST(RankChunks, EmptyShardsTakeNoSpace) {
   std::vector<short> a = {1, 2, 3};
   std::vector<ShardedRun> runs = {{nullptr, 0}, {reinterpret_cast<char*>(a.data()), 1}};
   std::vector<short> chunks(3);
-  pack_rank_chunks(runs, 3, sizeof(short), reinterpret_cast<char*>(chunks.data()));
+  pack_rank_chunks(device::ops::Target::cpu(), runs, 3, DSCORE_DTYPE_I16,
+                   reinterpret_cast<char*>(chunks.data()));
   EXPECT_EQ(chunks, a);
 }
 

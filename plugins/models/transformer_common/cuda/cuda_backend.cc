@@ -19,14 +19,17 @@
 namespace dscore::gpt::gpu {
 namespace {
 
-// Host views the CUDA backend reads: dense host memory, fp32/bf16/fp16.
+// Views the CUDA backend reads: dense, fp32/bf16/fp16, in host memory
+// (uploaded) or in device memory of the GPU it computes on (used in place).
 void check_view(const dscore_tensor* t, int64_t numel, const char* what) {
   if (t == nullptr || t->data == nullptr)
     throw sdk::Error(DSCORE_INVALID_ARGUMENT, std::string("gpt: a ") + what + " view is NULL");
-  if (t->device_type != DSCORE_DEVICE_CPU && t->device_type != DSCORE_DEVICE_CUDA_HOST)
+  if (t->device_type != DSCORE_DEVICE_CPU && t->device_type != DSCORE_DEVICE_CUDA_HOST &&
+      t->device_type != DSCORE_DEVICE_CUDA)
     throw sdk::Error(DSCORE_INVALID_ARGUMENT,
                      std::string("gpt: a ") + what +
-                         " view is not in host memory (the CUDA backend uploads host views)");
+                         " view is neither host nor CUDA device memory (DLPack device type " +
+                         std::to_string(t->device_type) + ")");
   if (t->dtype != DSCORE_DTYPE_F32 && t->dtype != DSCORE_DTYPE_BF16 && t->dtype != DSCORE_DTYPE_F16)
     throw sdk::Error(DSCORE_INVALID_ARGUMENT, std::string("gpt: a ") + what + " view is " +
                                                   sdk::dtype_name(t->dtype) +
@@ -80,9 +83,19 @@ CudaParams<S>::CudaParams(CudaContext& context, const dscore_layer_views& views,
   for (size_t i = 0; i < numels.size(); ++i) {
     const dscore_tensor* t = views.params[i];
     check_view(t, numels[i], "parameter");
+    if (t->device_type == DSCORE_DEVICE_CUDA && t->dtype == kStorageDtype<S>) {
+      pointers_.push_back(static_cast<const S*>(t->data));  // in place: no copy
+      continue;
+    }
     buffers_.emplace_back(context, numels[i], "parameters");
     S* dst = buffers_.back().get();
+    pointers_.push_back(dst);
     const size_t bytes = static_cast<size_t>(numels[i]) * sdk::dtype_size(t->dtype);
+    if (t->device_type == DSCORE_DEVICE_CUDA) {  // another dtype: converted on the device
+      DSCORE_GPT_CUDA_CHECK(
+          convert(dst, t->data, host_type(t->dtype), numels[i], context.stream()));
+      continue;
+    }
     if (t->dtype == kStorageDtype<S>) {
       DSCORE_GPT_CUDA_CHECK(
           cudaMemcpyAsync(dst, t->data, bytes, cudaMemcpyHostToDevice, context.stream()));
@@ -112,6 +125,21 @@ CudaGrads<S>::CudaGrads(CudaContext& context, const dscore_layer_views& views,
 
 template <typename S>
 void CudaGrads<S>::commit() {
+  // Views in device memory: added there, in the host path's arithmetic.
+  bool on_host = false;
+  for (size_t i = 0; i < buffers_.size(); ++i) {
+    dscore_tensor* view = views_->grads[i];
+    if (view->device_type != DSCORE_DEVICE_CUDA) {
+      on_host = true;
+      continue;
+    }
+    DSCORE_GPT_CUDA_CHECK(add_into(view->data, host_type(view->dtype), buffers_[i].get(),
+                                   buffers_[i].size(), context_->stream()));
+  }
+  if (!on_host) {
+    context_->synchronize();  // the engine reduces the views once commit returns
+    return;
+  }
   size_t total = 0;
   for (const DeviceBuffer<S>& b : buffers_) total += static_cast<size_t>(b.size()) * sizeof(S);
   auto* staging = static_cast<unsigned char*>(context_->pinned(total));
@@ -125,7 +153,8 @@ void CudaGrads<S>::commit() {
   context_->synchronize();
   offset = 0;
   for (size_t i = 0; i < buffers_.size(); ++i) {
-    add_into_view(views_->grads[i], reinterpret_cast<const S*>(staging + offset));
+    if (views_->grads[i]->device_type != DSCORE_DEVICE_CUDA)
+      add_into_view(views_->grads[i], reinterpret_cast<const S*>(staging + offset));
     offset += static_cast<size_t>(buffers_[i].size()) * sizeof(S);
   }
 }

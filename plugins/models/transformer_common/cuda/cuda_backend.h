@@ -42,22 +42,29 @@ class DeviceBuffer {
   int64_t size_ = 0;
 };
 
-// An acquired layer's parameters on the device as S. The constructor
-// returns once the host views have been read (the layer may be released).
+// An acquired layer's parameters on the device as S. Host views are
+// uploaded (the constructor returns once they have been read, so the layer
+// may be released); device views of type S are used in place, others
+// converted on the device. In-place views must stay acquired while work
+// that reads them is queued: the layer passes release after backward.
 template <typename S>
 class CudaParams {
  public:
   CudaParams(CudaContext& context, const dscore_layer_views& views,
              const std::vector<int64_t>& numels);
-  const S* operator[](size_t i) const { return buffers_[i].get(); }
+  const S* operator[](size_t i) const { return pointers_[i]; }
+  // Whether some parameter is the view itself (queued work reads the view).
+  bool borrowed() const { return buffers_.size() < pointers_.size(); }
 
  private:
-  std::vector<DeviceBuffer<S>> buffers_;
+  std::vector<DeviceBuffer<S>> buffers_;  // the copies
+  std::vector<const S*> pointers_;        // per parameter: a copy or the view itself
 };
 
-// Zeroed device gradient accumulators for an acquired layer; commit()
-// downloads them and adds them into the host gradient views (fp32, bf16 or
-// fp16), returning when the views are updated.
+// Zeroed device gradient accumulators for an acquired layer; commit() adds
+// them into the gradient views (fp32, bf16 or fp16): on the device for views
+// in device memory, downloaded for host views; it returns when the views are
+// updated.
 template <typename S>
 class CudaGrads {
  public:
@@ -96,6 +103,11 @@ class CudaBackend {
   }
   Grads grads(const dscore_layer_views& v, const std::vector<int64_t>& numels) {
     return Grads(*context_, v, numels);
+  }
+  // Before the layer is released: work still queued may read views used in
+  // place, whose memory the engine frees or reuses after release.
+  void finish_reads(const Params& params) {
+    if (params.borrowed()) context_->synchronize();
   }
 
   // The kernels of cpu/kernels.h and cpu/attention.h, same arguments and

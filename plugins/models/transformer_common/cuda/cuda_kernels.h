@@ -81,6 +81,11 @@ cudaError_t add(S* out, const S* a, const S* b, int64_t n, cudaStream_t stream);
 // dst += src (fp32), rounding once into S.
 template <typename S>
 cudaError_t add_float(S* dst, const float* src, int64_t n, cudaStream_t stream);
+// dst (n, of type `type`, device memory) += src, added in fp32 and rounded
+// once to nearest even into `type`: the same bits as the host's add into a
+// gradient view (cuda_backend.cc add_into_view).
+template <typename S>
+cudaError_t add_into(void* dst, HostType type, const S* src, int64_t n, cudaStream_t stream);
 
 // Causal softmax of `rows` rows of T scores (row r is query position r % T):
 // att[r, s] = softmax over s <= t of scores[r, s], 0 above the diagonal.

@@ -96,6 +96,20 @@ __global__ void add_float_kernel(S* dst, const float* src, int64_t n) {
 }
 
 template <typename S>
+__global__ void add_into_kernel(void* dst, HostType type, const S* src, int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float sum = load_host_type(dst, type, i) + to_float(src[i]);
+    if (type == HostType::kF32)
+      static_cast<float*>(dst)[i] = sum;
+    else if (type == HostType::kBf16)
+      static_cast<__nv_bfloat16*>(dst)[i] = __float2bfloat16_rn(sum);
+    else
+      static_cast<__half*>(dst)[i] = __float2half_rn(sum);
+  }
+}
+
+template <typename S>
 __global__ void encoder_forward_kernel(S* out, const int32_t* tokens, const S* wte, const S* wpe,
                                        int64_t N, int64_t T, int64_t C) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < N * C;
@@ -212,6 +226,13 @@ cudaError_t add_float(S* dst, const float* src, int64_t n, cudaStream_t stream) 
   return launched();
 }
 
+template <typename S>
+cudaError_t add_into(void* dst, HostType type, const S* src, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return launched();
+  add_into_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(dst, type, src, n);
+  return launched();
+}
+
 #define DSCORE_GPT_INSTANTIATE(S)                                                              \
   template cudaError_t convert<S>(S*, const void*, HostType, int64_t, cudaStream_t);           \
   template cudaError_t encoder_forward<S>(S*, const int32_t*, const S*, const S*, int64_t,     \
@@ -223,7 +244,8 @@ cudaError_t add_float(S* dst, const float* src, int64_t n, cudaStream_t stream) 
   template cudaError_t gelu_forward<S>(S*, const S*, int64_t, cudaStream_t);                   \
   template cudaError_t gelu_backward<S>(S*, const S*, const S*, int64_t, cudaStream_t);        \
   template cudaError_t add<S>(S*, const S*, const S*, int64_t, cudaStream_t);                  \
-  template cudaError_t add_float<S>(S*, const float*, int64_t, cudaStream_t);
+  template cudaError_t add_float<S>(S*, const float*, int64_t, cudaStream_t);                  \
+  template cudaError_t add_into<S>(void*, HostType, const S*, int64_t, cudaStream_t);
 
 DSCORE_GPT_INSTANTIATE(float)
 DSCORE_GPT_INSTANTIATE(__nv_bfloat16)

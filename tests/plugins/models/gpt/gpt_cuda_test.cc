@@ -2,7 +2,8 @@
 // ABI (fake host, FakeLayers hooks over host parameters and gradients): the
 // same parameters and token batch give the same loss, forward() logits and
 // gradients, within the tolerances below; the CUDA path repeats bit for bit
-// and accumulates into the gradient views. Label `gpu`: each test skips
+// and accumulates into the gradient views, whether they are in host or in
+// device memory (the same bits). Label `gpu`: each test skips
 // (GTEST_SKIP) where no CUDA device is visible.
 //
 // Tolerances (the CPU fp32 result is the reference):
@@ -194,6 +195,104 @@ void expect_grads_near(FakeLayers& ref, FakeLayers& got, dscore_dtype dtype, Gra
   }
 }
 
+// The parameters and gradients of `host` copied into device memory
+// (cudaMalloc) and lent to the model as CUDA views, as the engine lends them
+// when ZeRO's buffers live on the GPU: the model reads the parameters in
+// place and adds its gradients there.
+class DeviceLayers {
+ public:
+  DeviceLayers(FakeLayers& host, dscore_dtype dtype) : host_(&host) {
+    const size_t es = dtype == DSCORE_DTYPE_F32 ? 4 : 2;
+    layers_.resize(host.layer_count());
+    for (size_t l = 0; l < host.layer_count(); ++l) {
+      Layer& layer = layers_[l];
+      for (size_t i = 0; i < host.param_count(l); ++i) {
+        const int64_t n = host.numel(l, i);
+        const size_t bytes = static_cast<size_t>(n) * es;
+        void* param = nullptr;
+        void* grad = nullptr;
+        EXPECT_EQ(cudaMalloc(&param, bytes), cudaSuccess);
+        EXPECT_EQ(cudaMalloc(&grad, bytes), cudaSuccess);
+        EXPECT_EQ(cudaMemcpy(param, host.param<unsigned char>(l, i), bytes, cudaMemcpyHostToDevice),
+                  cudaSuccess);
+        EXPECT_EQ(cudaMemcpy(grad, host.grad<unsigned char>(l, i), bytes, cudaMemcpyHostToDevice),
+                  cudaSuccess);
+        memory_.push_back(param);
+        memory_.push_back(grad);
+        layer.bytes.push_back(bytes);
+        layer.params.push_back(device_tensor(param, dtype, n));
+        layer.grads.push_back(device_tensor(grad, dtype, n));
+      }
+      for (size_t i = 0; i < layer.params.size(); ++i) {
+        layer.param_ptrs.push_back(&layer.params[i]);
+        layer.grad_ptrs.push_back(&layer.grads[i]);
+      }
+    }
+    hooks_.struct_size = sizeof hooks_;
+    hooks_.ctx = this;
+    hooks_.acquire = &acquire;
+    hooks_.release = &release;
+    hooks_.grads_ready = &grads_ready;
+  }
+  ~DeviceLayers() {
+    for (void* p : memory_) cudaFree(p);
+  }
+  DeviceLayers(const DeviceLayers&) = delete;
+  DeviceLayers& operator=(const DeviceLayers&) = delete;
+
+  const dscore_model_hooks& hooks() const { return hooks_; }
+  int outstanding() const { return outstanding_; }
+  // The device gradients into the host layers' gradient memory.
+  void download_grads() {
+    for (size_t l = 0; l < layers_.size(); ++l)
+      for (size_t i = 0; i < layers_[l].grads.size(); ++i)
+        ASSERT_EQ(cudaMemcpy(host_->grad<unsigned char>(l, i), layers_[l].grads[i].data,
+                             layers_[l].bytes[i], cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+  }
+
+ private:
+  struct Layer {
+    std::vector<size_t> bytes;
+    std::vector<dscore_tensor> params, grads;
+    std::vector<const dscore_tensor*> param_ptrs;
+    std::vector<dscore_tensor*> grad_ptrs;
+  };
+  static dscore_tensor device_tensor(void* data, dscore_dtype dtype, int64_t numel) {
+    dscore_tensor t{};
+    t.struct_size = sizeof t;
+    t.data = data;
+    t.dtype = dtype;
+    t.device_type = DSCORE_DEVICE_CUDA;
+    t.device_id = 0;
+    t.ndim = 1;
+    t.numel = numel;
+    return t;
+  }
+  static dscore_status acquire(void* ctx, size_t l, dscore_acquire_mode mode,
+                               dscore_layer_views* out) {
+    auto* self = static_cast<DeviceLayers*>(ctx);
+    if (l >= self->layers_.size()) return DSCORE_OUT_OF_RANGE;
+    Layer& layer = self->layers_[l];
+    self->outstanding_ += 1;
+    out->count = layer.param_ptrs.size();
+    out->params = layer.param_ptrs.data();
+    out->grads = mode == DSCORE_ACQUIRE_BACKWARD ? layer.grad_ptrs.data() : nullptr;
+    return DSCORE_OK;
+  }
+  static dscore_status release(void* ctx, size_t) {
+    static_cast<DeviceLayers*>(ctx)->outstanding_ -= 1;
+    return DSCORE_OK;
+  }
+  static dscore_status grads_ready(void*, size_t) { return DSCORE_OK; }
+
+  FakeLayers* host_;
+  std::vector<Layer> layers_;
+  std::vector<void*> memory_;
+  int outstanding_ = 0;
+  dscore_model_hooks hooks_{};
+};
+
 class GptCuda : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -284,6 +383,48 @@ TEST_F(GptCuda, RepeatsBitForBitAndAccumulates) {
         for (int64_t k = 0; k < first.numel(l, i); ++k)
           ASSERT_EQ(2.0f * first.grad<float>(l, i)[k], again.grad<float>(l, i)[k])
               << "layer " << l << " param " << i << " element " << k;
+  }
+}
+
+// Views in device memory (what the engine lends when ZeRO's buffers are on
+// the GPU) give the bits of host views: parameters read in place or
+// converted on the device, gradients added there with the host's
+// arithmetic; a second call accumulates.
+TEST_F(GptCuda, DeviceViewsGiveTheBitsOfHostViews) {
+  for (const char* compute : {"fp32", "bf16"}) {
+    for (dscore_dtype views : {DSCORE_DTYPE_F32, DSCORE_DTYPE_BF16}) {
+      SCOPED_TRACE(std::string(compute) + " compute, " + dscore::sdk::dtype_name(views) + " views");
+      Model model(*lib_, Options{"cuda", compute, false});
+      ASSERT_EQ(model.status(), DSCORE_OK) << fakes::FakeHost::instance().last_error();
+      FakeLayers on_host(model.description(), views), on_device(model.description(), views);
+      init_layers(model, on_host, views);
+      init_layers(model, on_device, views);
+      Tokens tokens;
+      const double host_loss = train_step(model, on_host, tokens, 2.0);
+      const double host_loss2 = train_step(model, on_host, tokens, 2.0);
+      DeviceLayers device(on_device, views);
+      double device_loss = 0, device_loss2 = 0;
+      ASSERT_EQ(model.vt()->forward_backward(model.self(), tokens.batch(), &device.hooks(), 2.0,
+                                             &device_loss),
+                DSCORE_OK)
+          << fakes::FakeHost::instance().last_error();
+      ASSERT_EQ(model.vt()->forward_backward(model.self(), tokens.batch(), &device.hooks(), 2.0,
+                                             &device_loss2),
+                DSCORE_OK)
+          << fakes::FakeHost::instance().last_error();
+      EXPECT_EQ(device.outstanding(), 0);
+      EXPECT_EQ(device_loss, host_loss);
+      EXPECT_EQ(device_loss2, host_loss2);
+      device.download_grads();
+      const size_t es = views == DSCORE_DTYPE_F32 ? 4 : 2;
+      for (size_t l = 0; l < on_host.layer_count(); ++l)
+        for (size_t i = 0; i < on_host.param_count(l); ++i)
+          ASSERT_EQ(
+              std::memcmp(on_host.grad<unsigned char>(l, i), on_device.grad<unsigned char>(l, i),
+                          static_cast<size_t>(on_host.numel(l, i)) * es),
+              0)
+              << "layer " << l << " param " << i;
+    }
   }
 }
 

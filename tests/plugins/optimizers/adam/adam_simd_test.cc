@@ -1,11 +1,17 @@
-// The vectorised Adam kernel (plugins/optimizers/adam/adam_avx2.cc) against
-// the readable reference loop (adam_update.h): BITWISE equal parameters,
-// moments and 16-bit copies on random inputs of awkward sizes, for every
-// gradient dtype, 16-bit copy dtype and weight-decay mode, and the
-// multi-core driver equal to a single-threaded run of the reference.
+// The vectorised Adam kernels (plugins/optimizers/adam/adam_avx2.cc,
+// adam_avx512.cc) against the readable reference loop (adam_update.h) and
+// each other: BITWISE equal parameters, moments and 16-bit copies on random
+// inputs of sizes that leave every tail length, for every gradient dtype,
+// 16-bit copy dtype, weight-decay mode, weight decay on and off and bias
+// correction on and off, and the multi-core driver equal to a
+// single-threaded run of the reference. A kernel the CPU cannot run is
+// skipped with the reason; all of them run on one machine whatever
+// DSCORE_CPU_ISA says (that knob only lowers the plugin's choice).
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <iterator>
 #include <random>
@@ -17,7 +23,9 @@
 namespace dscore::adam {
 namespace {
 
-const std::vector<int64_t> kSizes = {1, 7, 4097, (1 << 20) + 3};
+// Empty, shorter than one vector, one AVX-512 vector +- 1, odd sizes over
+// many vectors, and more than one 32768-element chunk.
+const std::vector<int64_t> kSizes = {0, 1, 7, 15, 16, 17, 1031, 4097, (1 << 17) + 3};
 
 struct Buffers {
   std::vector<float> param, exp_avg, exp_avg_sq;
@@ -59,19 +67,30 @@ Buffers random_buffers(int64_t n, dscore_dtype grad_dtype, uint32_t seed) {
   return b;
 }
 
-AdamConstants constants(bool adamw, double step) {
+AdamConstants constants(bool adamw, double step, bool weight_decay = true,
+                        bool bias_correction = true) {
   AdamConstants k{};
   k.lr = 1e-3f;
   k.beta1 = 0.9f;
   k.beta2 = 0.999f;
   k.eps = 1e-8f;
-  k.weight_decay = 0.01f;
-  k.bias_correction1 = static_cast<float>(1.0 - std::pow(0.9, step));
-  k.bias_correction2 = static_cast<float>(1.0 - std::pow(0.999, step));
+  k.weight_decay = weight_decay ? 0.01f : 0.0f;
+  k.bias_correction1 = bias_correction ? static_cast<float>(1.0 - std::pow(0.9, step)) : 1.0f;
+  k.bias_correction2 = bias_correction ? static_cast<float>(1.0 - std::pow(0.999, step)) : 1.0f;
   k.grad_scale = 0.75f;
   k.adamw = adamw;
   return k;
 }
+
+// Why this CPU cannot run `isa`'s kernel; empty where it can.
+std::string cannot_run(Isa isa) {
+  if (cpu_isa() >= isa) return "";
+  return std::string("this CPU lacks ") + (isa == Isa::kAvx512 ? "AVX-512F" : "AVX2, FMA or F16C") +
+         ": the " + isa_name(isa) +
+         " kernel cannot run here (the narrower kernels are still compared)";
+}
+#define SKIP_UNLESS_CPU_RUNS(isa) \
+  if (const std::string why = cannot_run(isa); !why.empty()) GTEST_SKIP() << why
 
 template <typename T>
 void expect_bitwise_equal(const std::vector<T>& a, const std::vector<T>& b, const char* what) {
@@ -86,43 +105,71 @@ void expect_bitwise_equal(const std::vector<T>& a, const std::vector<T>& b, cons
   EXPECT_EQ(mismatches, 0u) << what << ": " << mismatches << " elements differ, first at " << first;
 }
 
-TEST(AdamSimd, Avx2EqualsReferenceBitwise) {
-  if (best_isa() != Isa::kAvx2)
-    GTEST_SKIP() << "this CPU lacks AVX2/FMA/F16C: only the reference runs";
+// Three steps of `a`'s kernel and of `b`'s on the same inputs, for every
+// size, dtype pair and mode: bitwise equal results.
+void expect_kernels_agree(Isa a_isa, Isa b_isa) {
   const dscore_dtype grad_dtypes[] = {DSCORE_DTYPE_F32, DSCORE_DTYPE_BF16, DSCORE_DTYPE_F16};
   const dscore_dtype out_dtypes[] = {DSCORE_DTYPE_INVALID, DSCORE_DTYPE_F32, DSCORE_DTYPE_BF16,
                                      DSCORE_DTYPE_F16};
   for (int64_t n : kSizes)
     for (dscore_dtype g : grad_dtypes)
       for (dscore_dtype o : out_dtypes)
-        for (bool adamw : {true, false}) {
-          SCOPED_TRACE("n=" + std::to_string(n) + " grad=" + sdk::dtype_name(g) +
-                       " out16=" + sdk::dtype_name(o) + (adamw ? " adamw" : " L2"));
-          Buffers ref = random_buffers(n, g, static_cast<uint32_t>(n) + g * 7 + o);
-          Buffers simd = ref;
-          for (int step = 1; step <= 3; ++step) {
-            const AdamConstants k = constants(adamw, step);
-            AdamTensor a = ref.view(g, o), b = simd.view(g, o);
-            adam_step_cpu(k, &a, 1, Isa::kScalar);
-            adam_step_cpu(k, &b, 1, Isa::kAvx2);
-          }
-          expect_bitwise_equal(ref.param, simd.param, "param");
-          expect_bitwise_equal(ref.exp_avg, simd.exp_avg, "exp_avg");
-          expect_bitwise_equal(ref.exp_avg_sq, simd.exp_avg_sq, "exp_avg_sq");
-          expect_bitwise_equal(ref.out16, simd.out16, "params_16bit");
-        }
+        for (bool adamw : {true, false})
+          for (bool decay : {true, false})
+            for (bool bias_correction : {true, false}) {
+              SCOPED_TRACE(std::string(isa_name(a_isa)) + " vs " + isa_name(b_isa) +
+                           " n=" + std::to_string(n) + " grad=" + sdk::dtype_name(g) +
+                           " out16=" + sdk::dtype_name(o) + (adamw ? " adamw" : " L2") +
+                           (decay ? " decay" : " no-decay") +
+                           (bias_correction ? " bias-correction" : " no-bias-correction"));
+              Buffers a = random_buffers(n, g, static_cast<uint32_t>(n) + g * 7 + o);
+              Buffers b = a;
+              for (int step = 1; step <= 3; ++step) {
+                const AdamConstants k = constants(adamw, step, decay, bias_correction);
+                AdamTensor ta = a.view(g, o), tb = b.view(g, o);
+                adam_step_cpu(k, &ta, 1, a_isa);
+                adam_step_cpu(k, &tb, 1, b_isa);
+              }
+              expect_bitwise_equal(a.param, b.param, "param");
+              expect_bitwise_equal(a.exp_avg, b.exp_avg, "exp_avg");
+              expect_bitwise_equal(a.exp_avg_sq, b.exp_avg_sq, "exp_avg_sq");
+              expect_bitwise_equal(a.out16, b.out16, "params_16bit");
+              if (::testing::Test::HasFailure()) return;  // one case's report, not hundreds
+            }
+}
+
+TEST(AdamSimd, Avx2EqualsReferenceBitwise) {
+  SKIP_UNLESS_CPU_RUNS(Isa::kAvx2);
+  expect_kernels_agree(Isa::kAvx2, Isa::kScalar);
+}
+
+TEST(AdamSimd, Avx512EqualsReferenceBitwise) {
+  SKIP_UNLESS_CPU_RUNS(Isa::kAvx512);
+  expect_kernels_agree(Isa::kAvx512, Isa::kScalar);
+}
+
+TEST(AdamSimd, Avx512EqualsAvx2Bitwise) {
+  SKIP_UNLESS_CPU_RUNS(Isa::kAvx512);
+  expect_kernels_agree(Isa::kAvx512, Isa::kAvx2);
 }
 
 // The 16-bit copy of every special value (signed zeros, subnormals, the
-// largest finite values, infinities, NaN) as the reference converts it.
-TEST(AdamSimd, SixteenBitCopiesOfSpecialValuesMatch) {
-  if (best_isa() != Isa::kAvx2) GTEST_SKIP() << "this CPU lacks AVX2/FMA/F16C";
-  const float specials[] = {0.0f,      -0.0f,    1e-45f,   -1e-40f,     6.0e-8f,     2.9e-8f,
-                            65504.0f,  65519.0f, 65520.0f, -70000.0f,   3.0e38f,     INFINITY,
-                            -INFINITY, NAN,      -NAN,     1.00390625f, 1.01171875f, 5.96e-8f};
-  const int64_t n = 8 * 3;
+// largest finite values, infinities, NaN, NaNs whose payload the hardware's
+// conversion would keep) as the reference converts it, each value in a
+// vector lane of every kernel (48 = 3 AVX-512 vectors).
+void expect_special_copies_match(Isa isa) {
+  const float nan_all_ones = std::bit_cast<float>(0x7fffffffu);
+  const float nan_negative_payload = std::bit_cast<float>(0xffa00000u);
+  const float nan_low_payload = std::bit_cast<float>(0x7fc01234u);
+  const float specials[] = {0.0f,           -0.0f,     1e-45f,       -1e-40f,
+                            6.0e-8f,        2.9e-8f,   65504.0f,     65519.0f,
+                            65520.0f,       -70000.0f, 3.0e38f,      INFINITY,
+                            -INFINITY,      NAN,       -NAN,         1.00390625f,
+                            1.01171875f,    5.96e-8f,  nan_all_ones, nan_negative_payload,
+                            nan_low_payload};
+  const int64_t n = 16 * 3;
   for (dscore_dtype o : {DSCORE_DTYPE_BF16, DSCORE_DTYPE_F16}) {
-    SCOPED_TRACE(sdk::dtype_name(o));
+    SCOPED_TRACE(std::string(isa_name(isa)) + " " + sdk::dtype_name(o));
     Buffers ref = random_buffers(n, DSCORE_DTYPE_F32, 5);
     // lr 0 and zero gradients keep the parameters as written.
     for (int64_t i = 0; i < n; ++i) ref.param[i] = specials[i % std::size(specials)];
@@ -133,9 +180,34 @@ TEST(AdamSimd, SixteenBitCopiesOfSpecialValuesMatch) {
     k.weight_decay = 0.0f;
     AdamTensor a = ref.view(DSCORE_DTYPE_F32, o), b = simd.view(DSCORE_DTYPE_F32, o);
     adam_step_cpu(k, &a, 1, Isa::kScalar);
-    adam_step_cpu(k, &b, 1, Isa::kAvx2);
+    adam_step_cpu(k, &b, 1, isa);
     expect_bitwise_equal(ref.out16, simd.out16, "params_16bit");
   }
+}
+
+TEST(AdamSimd, SixteenBitCopiesOfSpecialValuesMatchAvx2) {
+  SKIP_UNLESS_CPU_RUNS(Isa::kAvx2);
+  expect_special_copies_match(Isa::kAvx2);
+}
+
+TEST(AdamSimd, SixteenBitCopiesOfSpecialValuesMatchAvx512) {
+  SKIP_UNLESS_CPU_RUNS(Isa::kAvx512);
+  expect_special_copies_match(Isa::kAvx512);
+}
+
+// DSCORE_CPU_ISA lowers the choice and never raises it; anything else is
+// ignored.
+TEST(AdamSimd, CpuIsaKnobOnlyLowers) {
+  EXPECT_EQ(lowered_isa(Isa::kAvx512, nullptr), Isa::kAvx512);
+  EXPECT_EQ(lowered_isa(Isa::kAvx512, "avx512"), Isa::kAvx512);
+  EXPECT_EQ(lowered_isa(Isa::kAvx512, "avx2"), Isa::kAvx2);
+  EXPECT_EQ(lowered_isa(Isa::kAvx512, "scalar"), Isa::kScalar);
+  EXPECT_EQ(lowered_isa(Isa::kAvx2, "avx512"), Isa::kAvx2);
+  EXPECT_EQ(lowered_isa(Isa::kScalar, "avx2"), Isa::kScalar);
+  EXPECT_EQ(lowered_isa(Isa::kAvx2, "sse9"), Isa::kAvx2);
+  EXPECT_LE(best_isa(), cpu_isa());
+  std::printf("adam kernel on this CPU: %s (plugin's choice: %s)\n", isa_name(cpu_isa()),
+              isa_name(best_isa()));
 }
 
 // Many tensors of mixed dtypes through the parallel driver equal each

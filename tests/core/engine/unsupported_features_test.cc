@@ -1,0 +1,66 @@
+// What the engine refuses before it allocates anything, with a message
+// naming the key and the fix: here "device": "cuda", which is opt-in
+// (DSCORE_EXPERIMENTAL_CUDA_ENGINE=1) until the CUDA path has run on a GPU,
+// and which then needs the nccl backend and no offload.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <string>
+#include <vector>
+
+#include "core/engine/engine.h"
+
+namespace dscore {
+namespace {
+
+std::vector<config::ConfigError> refused(const config::TrainingConfig& cfg, bool opt_in) {
+  if (opt_in)
+    ::setenv("DSCORE_EXPERIMENTAL_CUDA_ENGINE", "1", 1);
+  else
+    ::unsetenv("DSCORE_EXPERIMENTAL_CUDA_ENGINE");
+  std::vector<config::ConfigError> errors = unsupported_features(cfg);
+  ::unsetenv("DSCORE_EXPERIMENTAL_CUDA_ENGINE");
+  return errors;
+}
+
+TEST(UnsupportedFeatures, CudaIsRefusedWithoutTheOptInAndSaysHowToTryIt) {
+  config::TrainingConfig cfg;
+  cfg.device = "cuda";
+  cfg.comm.backend = "nccl";
+  const auto errors = refused(cfg, false);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].path, "device");
+  EXPECT_NE(errors[0].message.find("DSCORE_EXPERIMENTAL_CUDA_ENGINE=1"), std::string::npos);
+  EXPECT_NE(errors[0].message.find("\"device\": \"cpu\""), std::string::npos);
+}
+
+TEST(UnsupportedFeatures, CudaWithTheOptInNeedsNcclAndNoOffload) {
+  config::TrainingConfig cfg;
+  cfg.device = "cuda";
+  cfg.comm.backend = "nccl";
+  EXPECT_TRUE(refused(cfg, true).empty());
+
+  cfg.comm.backend = "mpi";
+  auto errors = refused(cfg, true);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].path, "comm.backend");
+  EXPECT_NE(errors[0].message.find("\"backend\": \"nccl\""), std::string::npos);
+
+  cfg.comm.backend = "nccl";
+  cfg.zero.offload_optimizer = config::OffloadConfig{};
+  cfg.zero.offload_optimizer->device = "cpu";
+  errors = refused(cfg, true);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].path, "zero_optimization");
+}
+
+TEST(UnsupportedFeatures, TheCpuIsNotAffectedByTheOptIn) {
+  config::TrainingConfig cfg;
+  cfg.device = "cpu";
+  cfg.comm.backend = "loopback";
+  EXPECT_TRUE(refused(cfg, false).empty());
+  EXPECT_TRUE(refused(cfg, true).empty());
+}
+
+}  // namespace
+}  // namespace dscore
