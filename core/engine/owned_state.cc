@@ -38,13 +38,15 @@ Result<std::unique_ptr<InMemoryState>> InMemoryState::create(
         zero::allocate_buffer(device, values, slots[k].dtype, MemoryUse::kOptimizerState,
                               "optimizer " + slots[k].name,
                               zero ? tensor::Fill::kZero : tensor::Fill::kUninitialised));
-    // Other initial values through bounded host staging.
+    // Other initial values through bounded host staging, filled once and
+    // uploaded piece by piece.
     const size_t es = sdk::dtype_size(slots[k].dtype);
     constexpr int64_t kPiece = 1 << 20;
-    std::vector<char> staging(zero ? 0 : static_cast<size_t>(std::min(values, kPiece)) * es);
-    for (int64_t done = 0; !zero && done < values; done += kPiece) {
+    const int64_t piece = zero ? 0 : std::min(values, kPiece);
+    std::vector<char> staging(static_cast<size_t>(piece) * es);
+    if (piece > 0) fill_value(staging.data(), slots[k].dtype, piece, initial_values[k]);
+    for (int64_t done = 0; piece > 0 && done < values; done += kPiece) {
       const int64_t n = std::min(kPiece, values - done);
-      fill_value(staging.data(), slots[k].dtype, n, initial_values[k]);
       DSCORE_RETURN_IF_ERROR(zero::upload(device, stream,
                                           static_cast<char*>(buffer.data()) + done * es,
                                           staging.data(), static_cast<size_t>(n) * es));
