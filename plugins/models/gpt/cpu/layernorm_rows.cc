@@ -4,9 +4,8 @@
 
 #include <cmath>
 
+#include "../../transformer_common/cpu/isa_target.h"
 #include "../../transformer_common/cpu/vector_math.h"
-
-#define DSCORE_AVX2 __attribute__((target("avx2,fma")))
 
 namespace dscore::gpt::cpu {
 namespace {

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "gemm.h"
+#include "isa_target.h"
+#include "vector_math.h"
 
 namespace dscore::transformer::cpu {
 namespace {
@@ -27,7 +29,7 @@ int64_t blocks_of(int64_t n, int64_t block) { return (n + block - 1) / block; }
 // float above -87 has smaller bits), as a float compare would stop GCC from
 // vectorizing the loop under its default -ftrapping-math. double (the
 // gradient checks) uses std::exp.
-inline float exp_nonpositive(float x) {
+DSCORE_ALWAYS_INLINE float exp_nonpositive(float x) {
   x = std::bit_cast<float>(std::min(std::bit_cast<uint32_t>(x), std::bit_cast<uint32_t>(-87.0f)));
   constexpr float kLog2e = 1.44269504f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
@@ -42,17 +44,182 @@ inline float exp_nonpositive(float x) {
   p = p * r + 1.0f;
   return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
 }
-inline double exp_nonpositive(double x) { return std::exp(x); }
+DSCORE_ALWAYS_INLINE double exp_nonpositive(double x) { return std::exp(x); }
+
+// Row reductions over kLanes interleaved partial results (lane l takes the
+// elements c with c % kLanes == l), combined in lane order at the end: the
+// compiler turns each step into vector operations, and the result has the
+// same bits whatever the vector width (the build's baseline, AVX2 or
+// AVX-512), as each lane adds in the same order.
+constexpr int kLanes = 16;
+
+template <typename T, typename Step>
+DSCORE_ALWAYS_INLINE void over_lanes(T (&lane)[kLanes], int64_t n, Step&& step) {
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes)
+    for (int l = 0; l < kLanes; ++l) step(lane[l], c + l);
+  for (int l = 0; c + l < n; ++l) step(lane[l], c + l);
+}
+
+template <typename T>
+DSCORE_ALWAYS_INLINE T row_max_of(const T* p, int64_t n, T init) {
+  T lane[kLanes];
+  std::fill(lane, lane + kLanes, init);
+  over_lanes(lane, n, [&](T& m, int64_t c) DSCORE_LAMBDA_INLINE { m = p[c] > m ? p[c] : m; });
+  T mx = init;
+  for (T m : lane) mx = m > mx ? m : mx;
+  return mx;
+}
+
+template <typename T>
+DSCORE_ALWAYS_INLINE T row_dot(const T* a, const T* b, int64_t n) {
+  T lane[kLanes] = {};
+  over_lanes(lane, n, [&](T& s, int64_t c) DSCORE_LAMBDA_INLINE { s += a[c] * b[c]; });
+  T sum = 0;
+  for (T s : lane) sum += s;
+  return sum;
+}
+
+template <typename T>
+DSCORE_ALWAYS_INLINE T row_sum(const T* p, int64_t n) {
+  T lane[kLanes] = {};
+  over_lanes(lane, n, [&](T& s, int64_t c) DSCORE_LAMBDA_INLINE { s += p[c]; });
+  T sum = 0;
+  for (T s : lane) sum += s;
+  return sum;
+}
+
+// The forward's work on one (rows x cols) tile of scaled scores s, for key
+// block j0 of query block i0: the online softmax. Each row's probabilities
+// replace its scores (zero past the diagonal), its running max and sum are
+// updated, and what earlier key blocks added to its output o is rescaled.
+template <typename T>
+struct ForwardTile {
+  T* s;
+  T* row_max;
+  T* row_sum;
+  T* o;
+  int64_t o_ld, rows, cols, hs, i0, j0;
+};
+
+template <typename T>
+DSCORE_ALWAYS_INLINE void forward_tile_generic(const ForwardTile<T>& t) {
+  for (int64_t r = 0; r < t.rows; ++r) {
+    // Keys j0 .. i0 + r are visible to query i0 + r; key block 0 always
+    // holds one, so the running max is finite from the first block on.
+    const int64_t visible = std::clamp<int64_t>(t.i0 + r - t.j0 + 1, 0, t.cols);
+    T* p = t.s + r * t.cols;
+    const T mx = row_max_of(p, visible, t.row_max[r]);
+    for (int64_t c = 0; c < visible; ++c) p[c] = exp_nonpositive(p[c] - mx);
+    const T sum = row_sum(p, visible);
+    std::fill(p + visible, p + t.cols, T{0});
+    if (t.j0 > 0) {  // rescale what earlier key blocks added
+      const T correction = exp_nonpositive(t.row_max[r] - mx);
+      T* orow = t.o + r * t.o_ld;
+      for (int64_t c = 0; c < t.hs; ++c) orow[c] *= correction;
+      t.row_sum[r] = t.row_sum[r] * correction + sum;
+    } else {
+      t.row_sum[r] = sum;
+    }
+    t.row_max[r] = mx;
+  }
+}
+
+// The backward's elementwise work on one tile: P = exp(S - lse) (zero past
+// the diagonal) in place of the scaled scores, and dS = P (dP - D) in place
+// of dP.
+template <typename T>
+struct BackwardTile {
+  T* p;
+  T* dp;
+  const T* lse;  // the tile's rows' logsumexp
+  const T* d;    // the tile's rows' D
+  int64_t rows, cols, i0, j0;
+};
+
+template <typename T>
+DSCORE_ALWAYS_INLINE void probabilities_generic(const BackwardTile<T>& t) {
+  for (int64_t r = 0; r < t.rows; ++r) {
+    const int64_t visible = std::clamp<int64_t>(t.i0 + r - t.j0 + 1, 0, t.cols);
+    T* prow = t.p + r * t.cols;
+    const T m = t.lse[r];
+    for (int64_t c = 0; c < visible; ++c) prow[c] = exp_nonpositive(prow[c] - m);
+    std::fill(prow + visible, prow + t.cols, T{0});
+  }
+}
+
+template <typename T>
+DSCORE_ALWAYS_INLINE void score_grads_generic(const BackwardTile<T>& t) {
+  for (int64_t r = 0; r < t.rows; ++r) {
+    const T di = t.d[r];
+    const T* prow = t.p + r * t.cols;
+    T* row = t.dp + r * t.cols;
+    for (int64_t c = 0; c < t.cols; ++c) row[c] = prow[c] * (row[c] - di);
+  }
+}
+
+// D = rowsum(dout * out) over a head's rows.
+template <typename T>
+struct RowDots {
+  T* d;
+  const T* dy;
+  const T* y;
+  int64_t ld, rows, hs;
+};
+
+template <typename T>
+DSCORE_ALWAYS_INLINE void row_dots_generic(const RowDots<T>& t) {
+  for (int64_t r = 0; r < t.rows; ++r) t.d[r] = row_dot(t.dy + r * t.ld, t.y + r * t.ld, t.hs);
+}
+
+// Each piece once per ISA; vector_isa() picks (the same bits on each).
+#define DSCORE_ATTENTION_PIECE(NAME, ARG)                                      \
+  void NAME##_baseline(const ARG<float>& t) { NAME##_generic(t); }             \
+  DSCORE_AVX2 void NAME##_avx2(const ARG<float>& t) { NAME##_generic(t); }     \
+  DSCORE_AVX512 void NAME##_avx512(const ARG<float>& t) { NAME##_generic(t); } \
+  void (*NAME##_for(VectorIsa isa))(const ARG<float>&) {                       \
+    return isa == VectorIsa::kAvx512 ? NAME##_avx512                           \
+           : isa == VectorIsa::kAvx2 ? NAME##_avx2                             \
+                                     : NAME##_baseline;                        \
+  }
+DSCORE_ATTENTION_PIECE(forward_tile, ForwardTile)
+DSCORE_ATTENTION_PIECE(probabilities, BackwardTile)
+DSCORE_ATTENTION_PIECE(score_grads, BackwardTile)
+DSCORE_ATTENTION_PIECE(row_dots, RowDots)
+#undef DSCORE_ATTENTION_PIECE
+
+// The pieces for T: the ISA's for float, the generic ones for double.
+template <typename T>
+struct Pieces {
+  explicit Pieces(VectorIsa) {}
+  void (*forward_tile)(const ForwardTile<T>&) = forward_tile_generic<T>;
+  void (*probabilities)(const BackwardTile<T>&) = probabilities_generic<T>;
+  void (*score_grads)(const BackwardTile<T>&) = score_grads_generic<T>;
+  void (*row_dots)(const RowDots<T>&) = row_dots_generic<T>;
+};
+template <>
+struct Pieces<float> {
+  explicit Pieces(VectorIsa isa)
+      : forward_tile(forward_tile_for(isa)),
+        probabilities(probabilities_for(isa)),
+        score_grads(score_grads_for(isa)),
+        row_dots(row_dots_for(isa)) {}
+  void (*forward_tile)(const ForwardTile<float>&);
+  void (*probabilities)(const BackwardTile<float>&);
+  void (*score_grads)(const BackwardTile<float>&);
+  void (*row_dots)(const RowDots<float>&);
+};
 
 }  // namespace
 
 template <typename T>
 void attention_forward(T* out, T* lse, const T* q_all, const T* k_all, const T* v_all,
-                       const AttentionShape& shape) {
+                       const AttentionShape& shape, VectorIsa isa) {
   const int64_t Tn = shape.Tn, NH = shape.NH, hs = shape.head_dim, q_blocks = blocks_of(Tn, kQb);
   const int64_t group = NH / shape.NKV, q_ld = shape.q_ld, kv_ld = shape.kv_ld, o_ld = shape.out_ld;
   const T scale = static_cast<T>(1) / std::sqrt(static_cast<T>(hs));
   const T neg_inf = -std::numeric_limits<T>::infinity();
+  const Pieces<T> pieces(isa);
   // Per task: scores (kQb, kKb), then the running max and sum of each row.
   tbb::enumerable_thread_specific<std::vector<T>> scratch(static_cast<size_t>(kQb * kKb + 2 * kQb),
                                                           T{0});
@@ -73,27 +240,7 @@ void attention_forward(T* out, T* lse, const T* q_all, const T* k_all, const T* 
       const int64_t cols = std::min(kKb, i0 + rows - j0);
       gemm_serial<T>(Op::kNone, Op::kTranspose, rows, cols, hs, scale, q, q_ld, k + j0 * kv_ld,
                      kv_ld, T{0}, s, cols);
-      for (int64_t r = 0; r < rows; ++r) {
-        // Keys j0 .. i0 + r are visible to query i0 + r; key block 0 always
-        // holds one, so the running max is finite from the first block on.
-        const int64_t visible = std::clamp<int64_t>(i0 + r - j0 + 1, 0, cols);
-        T* p = s + r * cols;
-        T mx = row_max[r];
-        for (int64_t c = 0; c < visible; ++c) mx = std::max(mx, p[c]);
-        for (int64_t c = 0; c < visible; ++c) p[c] = exp_nonpositive(p[c] - mx);
-        T sum = 0;
-        for (int64_t c = 0; c < visible; ++c) sum += p[c];
-        std::fill(p + visible, p + cols, T{0});
-        if (j0 > 0) {  // rescale what earlier key blocks added
-          const T correction = exp_nonpositive(row_max[r] - mx);
-          T* orow = o + r * o_ld;
-          for (int64_t c = 0; c < hs; ++c) orow[c] *= correction;
-          row_sum[r] = row_sum[r] * correction + sum;
-        } else {
-          row_sum[r] = sum;
-        }
-        row_max[r] = mx;
-      }
+      pieces.forward_tile({s, row_max, row_sum, o, o_ld, rows, cols, hs, i0, j0});
       gemm_serial<T>(Op::kNone, Op::kNone, rows, hs, cols, T{1}, s, cols, v + j0 * kv_ld, kv_ld,
                      j0 == 0 ? T{0} : T{1}, o, o_ld);
     }
@@ -109,10 +256,11 @@ void attention_forward(T* out, T* lse, const T* q_all, const T* k_all, const T* 
 template <typename T>
 void attention_backward(T* dq_all, T* dk_all, T* dv_all, const T* dout, const T* q_all,
                         const T* k_all, const T* v_all, const T* out, const T* lse,
-                        const AttentionShape& shape) {
+                        const AttentionShape& shape, VectorIsa isa) {
   const int64_t Tn = shape.Tn, NH = shape.NH, NKV = shape.NKV, hs = shape.head_dim;
   const int64_t group = NH / NKV, q_ld = shape.q_ld, kv_ld = shape.kv_ld, o_ld = shape.out_ld;
   const T scale = static_cast<T>(1) / std::sqrt(static_cast<T>(hs));
+  const Pieces<T> pieces(isa);
   // Per task: probabilities and their gradient (kQb, kKb) each, then
   // D (T) = rowsum(dout * out), the softmax backward's row term.
   tbb::enumerable_thread_specific<std::vector<T>> scratch;
@@ -137,12 +285,8 @@ void attention_backward(T* dq_all, T* dk_all, T* dv_all, const T* dout, const T*
       const T* dy = dout + b * Tn * o_ld + h * hs;
       const T* y = out + b * Tn * o_ld + h * hs;
       const T* row_lse = lse + (b * NH + h) * Tn;
-      for (int64_t t = 0; t < Tn; ++t) {
-        T sum = 0;
-        for (int64_t c = 0; c < hs; ++c) sum += dy[t * o_ld + c] * y[t * o_ld + c];
-        d[t] = sum;
-        std::fill(dq + t * q_ld, dq + t * q_ld + hs, T{0});
-      }
+      pieces.row_dots({d, dy, y, o_ld, Tn, hs});
+      for (int64_t t = 0; t < Tn; ++t) std::fill(dq + t * q_ld, dq + t * q_ld + hs, T{0});
       for (int64_t i0 = 0; i0 < Tn; i0 += kQb) {
         const int64_t rows = std::min(kQb, Tn - i0);
         const T* q = q_head + i0 * q_ld;
@@ -154,24 +298,14 @@ void attention_backward(T* dq_all, T* dk_all, T* dv_all, const T* dout, const T*
           // P = exp(scale Q K^T - lse), zero above the diagonal.
           gemm_serial<T>(Op::kNone, Op::kTranspose, rows, cols, hs, scale, q, q_ld, k, kv_ld, T{0},
                          p, cols);
-          for (int64_t r = 0; r < rows; ++r) {
-            const int64_t visible = std::clamp<int64_t>(i0 + r - j0 + 1, 0, cols);
-            T* prow = p + r * cols;
-            const T m = row_lse[i0 + r];
-            for (int64_t c = 0; c < visible; ++c) prow[c] = exp_nonpositive(prow[c] - m);
-            std::fill(prow + visible, prow + cols, T{0});
-          }
+          const BackwardTile<T> tile{p, dp, row_lse + i0, d + i0, rows, cols, i0, j0};
+          pieces.probabilities(tile);
           // dV += P^T dY; dP = dY V^T; dS = P (dP - D); dQ += scale dS K; dK += scale dS^T Q.
           gemm_serial<T>(Op::kTranspose, Op::kNone, cols, hs, rows, T{1}, p, cols, dyi, o_ld, T{1},
                          dv + j0 * kv_ld, kv_ld);
           gemm_serial<T>(Op::kNone, Op::kTranspose, rows, cols, hs, T{1}, dyi, o_ld, v, kv_ld, T{0},
                          dp, cols);
-          for (int64_t r = 0; r < rows; ++r) {
-            const T di = d[i0 + r];
-            const T* prow = p + r * cols;
-            T* row = dp + r * cols;
-            for (int64_t c = 0; c < cols; ++c) row[c] = prow[c] * (row[c] - di);
-          }
+          pieces.score_grads(tile);
           gemm_serial<T>(Op::kNone, Op::kNone, rows, hs, cols, scale, dp, cols, k, kv_ld, T{1},
                          dq + i0 * q_ld, q_ld);
           gemm_serial<T>(Op::kTranspose, Op::kNone, cols, hs, rows, scale, dp, cols, q, q_ld, T{1},
@@ -182,10 +316,11 @@ void attention_backward(T* dq_all, T* dk_all, T* dv_all, const T* dout, const T*
   });
 }
 
-#define DSCORE_ATTENTION_INSTANTIATE(T)                                                            \
-  template void attention_forward<T>(T*, T*, const T*, const T*, const T*, const AttentionShape&); \
-  template void attention_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,          \
-                                      const T*, const T*, const AttentionShape&);
+#define DSCORE_ATTENTION_INSTANTIATE(T)                                                           \
+  template void attention_forward<T>(T*, T*, const T*, const T*, const T*, const AttentionShape&, \
+                                     VectorIsa);                                                  \
+  template void attention_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,         \
+                                      const T*, const T*, const AttentionShape&, VectorIsa);
 DSCORE_ATTENTION_INSTANTIATE(float)
 DSCORE_ATTENTION_INSTANTIATE(double)
 #undef DSCORE_ATTENTION_INSTANTIATE

@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "vector_math.h"
+
 namespace dscore::transformer::cpu {
 
 // Rows of queries and keys per tile (see docs/gpt.md for the measurement).
@@ -34,9 +36,11 @@ struct AttentionShape {
 };
 
 // lse (B, NH, T): the state above. Parallel over (batch, head, query block).
+// For T = float the row work (softmax, exponentials, row sums) runs on
+// `isa`, with the same bits on every ISA (tests compare them).
 template <typename T>
 void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v,
-                       const AttentionShape& shape);
+                       const AttentionShape& shape, VectorIsa isa = vector_isa());
 
 // dq, dk and dv are overwritten (only each head's head_dim channels of each
 // row) from dout, the forward's inputs, its output and its state. Parallel
@@ -44,6 +48,7 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v,
 // shared dk and dv in head order.
 template <typename T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
-                        const T* out, const T* lse, const AttentionShape& shape);
+                        const T* out, const T* lse, const AttentionShape& shape,
+                        VectorIsa isa = vector_isa());
 
 }  // namespace dscore::transformer::cpu

@@ -98,7 +98,7 @@ class HostBackend {
         }
         copies_.push_back(backend.template alloc<T>(numels[i]));
         T* dst = copies_.back().get();
-        for (int64_t k = 0; k < numels[i]; ++k) dst[k] = static_cast<T>(sdk::load_float(t, k));
+        convert(dst, t, numels[i]);
         ptrs_.push_back(dst);
         if (std::is_same_v<T, float> && t->dtype == DSCORE_DTYPE_BF16 && bf16_gemm_available())
           backend.bf16_views_.emplace_back(dst, static_cast<const uint16_t*>(t->data));
@@ -116,6 +116,17 @@ class HostBackend {
     const T* operator[](size_t i) const { return ptrs_[i]; }
 
    private:
+    // bf16 (the views of bf16 runs) in a loop the compiler vectorizes; other
+    // dtypes element by element.
+    static void convert(T* dst, const dscore_tensor* t, int64_t n) {
+      if (t->dtype == DSCORE_DTYPE_BF16) {
+        const uint16_t* src = static_cast<const uint16_t*>(t->data);
+        for (int64_t k = 0; k < n; ++k) dst[k] = static_cast<T>(sdk::bf16_to_float(src[k]));
+        return;
+      }
+      for (int64_t k = 0; k < n; ++k) dst[k] = static_cast<T>(sdk::load_float(t, k));
+    }
+
     const HostBackend& backend_;
     std::vector<const T*> ptrs_;
     std::vector<Buffer<T>> copies_;

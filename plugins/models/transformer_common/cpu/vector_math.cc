@@ -8,14 +8,13 @@
 #include <cstring>
 #include <string>
 
+#include "isa_target.h"
+
 // glibc's libmvec (2.35+): tanhf and expf on 8 (AVX2) and 16 (AVX-512) lanes.
 extern "C" __m256 _ZGVdN8v_tanhf(__m256);
 extern "C" __m512 _ZGVeN16v_tanhf(__m512);
 extern "C" __m256 _ZGVdN8v_expf(__m256);
 extern "C" __m512 _ZGVeN16v_expf(__m512);
-
-#define DSCORE_AVX2 __attribute__((target("avx2,fma")))
-#define DSCORE_AVX512 __attribute__((target("avx512f")))
 
 namespace dscore::transformer::cpu {
 namespace {

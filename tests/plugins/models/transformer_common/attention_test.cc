@@ -4,7 +4,7 @@
 // key/value head h / (NH / NKV) (transformers' repeat_kv), fp32 within
 // 2e-5 relative; its backward against central finite differences in
 // double (gradient_check.h's tolerance), on shapes that cross the tiles;
-// and one thread and two giving the same bits.
+// and one thread and two, and every ISA this CPU has, giving the same bits.
 #include "transformer_common/cpu/attention.h"
 
 #include <gtest/gtest.h>
@@ -136,6 +136,33 @@ TEST_F(GqaAttention, BitwiseEqualAcrossThreadCounts) {
     return std::vector<std::vector<float>>{out, lse, dq, dk, dv};
   };
   EXPECT_EQ(run(1), run(2));
+}
+
+// The row work is compiled per ISA (cpu/isa_target.h); each must give the
+// baseline's bits, on rows whose lengths leave every remainder of the
+// 16-lane reductions (T not a multiple of the tiles, head_dim 20 and 8).
+TEST_F(GqaAttention, BitwiseEqualOnEveryIsa) {
+  std::vector<VectorIsa> isas = {VectorIsa::kScalar};
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    isas.push_back(VectorIsa::kAvx2);
+  if (__builtin_cpu_supports("avx512f")) isas.push_back(VectorIsa::kAvx512);
+  for (const AttentionShape& s :
+       {gqa(2, 2 * kAttentionQueryBlock + 29, 4, 2, 20), gqa(1, kAttentionKeyBlock + 3, 2, 2, 8)}) {
+    SCOPED_TRACE(describe(s));
+    const Inputs<float> x(s, 51);
+    const std::vector<float> dout = Inputs<float>::fill(s.B * s.Tn * s.out_ld, 55);
+    auto run = [&](VectorIsa isa) {
+      std::vector<float> out(dout.size()),
+          lse(static_cast<size_t>(attention_state_elements(s.B, s.Tn, s.NH))), dq(x.q.size()),
+          dk(x.k.size()), dv(x.v.size());
+      attention_forward(out.data(), lse.data(), x.q.data(), x.k.data(), x.v.data(), s, isa);
+      attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), x.q.data(), x.k.data(),
+                         x.v.data(), out.data(), lse.data(), s, isa);
+      return std::vector<std::vector<float>>{out, lse, dq, dk, dv};
+    };
+    const auto want = run(VectorIsa::kScalar);
+    for (VectorIsa isa : isas) EXPECT_EQ(run(isa), want) << vector_isa_name(isa);
+  }
 }
 
 }  // namespace
