@@ -8,9 +8,7 @@
 #include <oneapi/tbb/parallel_for.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <vector>
 
 namespace dscore::adam {
@@ -67,37 +65,9 @@ Isa cpu_isa() {
 #endif
 }
 
-Isa lowered_isa(Isa available, const char* cap) {
-  if (cap == nullptr) return available;
-  Isa limit = Isa::kAvx512;
-  if (std::strcmp(cap, "scalar") == 0) {
-    limit = Isa::kScalar;
-  } else if (std::strcmp(cap, "avx2") == 0) {
-    limit = Isa::kAvx2;
-  } else if (std::strcmp(cap, "avx512") != 0) {
-    std::fprintf(stderr,
-                 "[dscore] adam cpu kernel: DSCORE_CPU_ISA=%s is not one of avx512, avx2, scalar; "
-                 "ignored\n",
-                 cap);
-  }
-  return std::min(limit, available);
-}
-
 Isa best_isa() {
   static const Isa isa = lowered_isa(cpu_isa(), std::getenv("DSCORE_CPU_ISA"));
   return isa;
-}
-
-const char* isa_name(Isa isa) {
-  switch (isa) {
-    case Isa::kAvx512:
-      return "avx512";
-    case Isa::kAvx2:
-      return "avx2";
-    case Isa::kScalar:
-      break;
-  }
-  return "scalar";
 }
 
 void adam_step_cpu(const AdamConstants& k, const AdamTensor* tensors, size_t count, Isa isa) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <dscore/plugin.h>
+#include <dscore/cpp/cpu_isa.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -26,8 +27,7 @@ struct AdamTensor {
   dscore_dtype out16_dtype;  // F32, BF16, F16, or INVALID when param_16bit is NULL
 };
 
-// Ordered: a wider kernel compares greater.
-enum class Isa { kScalar, kAvx2, kAvx512 };
+using Isa = sdk::CpuIsa;  // ordered: a wider kernel compares greater
 
 // The widest kernel this CPU can run: kAvx2 needs AVX2, FMA and F16C;
 // kAvx512 needs those and AVX-512F.
@@ -38,8 +38,10 @@ Isa cpu_isa();
 Isa best_isa();
 // `available` lowered by a DSCORE_CPU_ISA value (NULL: unchanged). An
 // unknown value is reported on stderr and ignored.
-Isa lowered_isa(Isa available, const char* cap);
-const char* isa_name(Isa isa);
+inline Isa lowered_isa(Isa available, const char* cap) {
+  return sdk::lowered_cpu_isa(available, cap, "adam cpu kernel");
+}
+inline const char* isa_name(Isa isa) { return sdk::cpu_isa_name(isa); }
 
 // Updates every tensor in place with `isa`'s kernel, in parallel over the
 // cores (TBB's current arena). Returns when done.

@@ -3,10 +3,8 @@
 #include <immintrin.h>
 
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 
 #include "isa_target.h"
 
@@ -213,21 +211,7 @@ VectorIsa detect() {
   VectorIsa best = VectorIsa::kScalar;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = VectorIsa::kAvx2;
   if (__builtin_cpu_supports("avx512f")) best = VectorIsa::kAvx512;
-  const char* cap = std::getenv("DSCORE_CPU_ISA");
-  if (cap == nullptr) return best;
-  const std::string want = cap;
-  VectorIsa limit = VectorIsa::kAvx512;
-  if (want == "scalar") {
-    limit = VectorIsa::kScalar;
-  } else if (want == "avx2") {
-    limit = VectorIsa::kAvx2;
-  } else if (want != "avx512") {
-    std::fprintf(stderr,
-                 "[dscore] cpu kernels: DSCORE_CPU_ISA=%s is not one of avx512, avx2, scalar; "
-                 "ignored\n",
-                 cap);
-  }
-  return limit < best ? limit : best;
+  return sdk::lowered_cpu_isa(best, std::getenv("DSCORE_CPU_ISA"), "cpu kernels");
 }
 
 }  // namespace
@@ -235,18 +219,6 @@ VectorIsa detect() {
 VectorIsa vector_isa() {
   static const VectorIsa isa = detect();
   return isa;
-}
-
-const char* vector_isa_name(VectorIsa isa) {
-  switch (isa) {
-    case VectorIsa::kAvx512:
-      return "avx512";
-    case VectorIsa::kAvx2:
-      return "avx2";
-    case VectorIsa::kScalar:
-      break;
-  }
-  return "scalar";
 }
 
 void gelu_forward_f32(float* out, const float* inp, int64_t n, VectorIsa isa) {

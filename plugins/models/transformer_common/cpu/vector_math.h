@@ -9,16 +9,18 @@
 // it lies in the array or on how the caller splits the work.
 #pragma once
 
+#include <dscore/cpp/cpu_isa.hpp>
+
 #include <cstdint>
 
 namespace dscore::transformer::cpu {
 
-enum class VectorIsa { kScalar, kAvx2, kAvx512 };
+using VectorIsa = sdk::CpuIsa;
 
 // The ISA the kernels below use on this CPU (DSCORE_CPU_ISA=avx2|scalar
 // lowers it, for tests and comparisons).
 VectorIsa vector_isa();
-const char* vector_isa_name(VectorIsa isa);
+inline const char* vector_isa_name(VectorIsa isa) { return sdk::cpu_isa_name(isa); }
 
 // GPT-2's GELU, tanh form: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 void gelu_forward_f32(float* out, const float* inp, int64_t n, VectorIsa isa = vector_isa());
