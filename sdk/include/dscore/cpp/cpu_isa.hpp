@@ -38,8 +38,8 @@ inline CpuIsa lowered_cpu_isa(CpuIsa available, const char* cap, const char* who
     limit = CpuIsa::kAvx2;
   } else if (std::strcmp(cap, "avx512") != 0) {
     std::fprintf(stderr,
-                 "[dscore] %s: DSCORE_CPU_ISA=%s is not one of avx512, avx2, scalar; ignored\n", who,
-                 cap);
+                 "[dscore] %s: DSCORE_CPU_ISA=%s is not one of avx512, avx2, scalar; ignored\n",
+                 who, cap);
   }
   return std::min(limit, available);
 }
