@@ -18,6 +18,7 @@
 #include "core/base/strings.h"
 #include "core/device/cpu_device.h"
 #include "core/engine/flops_probe.h"
+#include "core/engine/host_offload_state.h"
 #include "core/engine/nvme_state.h"
 #include "core/engine/phase_timers.h"
 #include "core/engine/planner.h"
@@ -106,12 +107,23 @@ std::vector<config::ConfigError> unsupported_features(const config::TrainingConf
   const auto offloads = [](const std::optional<config::OffloadConfig>& offload) {
     return offload && offload->device != "none";
   };
-  if (config.device == "cuda" && experimental_cuda_engine() &&
-      (offloads(config.zero.offload_optimizer) || offloads(config.zero.offload_param)))
-    out.push_back({"zero_optimization",
-                   {},
-                   "ZeRO-Offload from the GPU is not built yet: remove offload_optimizer and "
-                   "offload_param, or set \"device\": \"cpu\""});
+  if (config.device == "cuda" && experimental_cuda_engine()) {
+    const auto& o = config.zero.offload_optimizer;
+    if (offloads(o) && !zero::host_offload(config))
+      out.push_back({"zero_optimization.offload_optimizer.device",
+                     {},
+                     o->device == "cpu"
+                         ? "ZeRO-Offload needs ZeRO stage 1, 2 or 3: set "
+                           "\"zero_optimization\": {\"stage\": 1} or higher"
+                         : "optimizer state on NVMe from the GPU is not built yet: use "
+                           "\"device\": \"cpu\" (ZeRO-Offload to host memory), or train on the "
+                           "CPU (\"device\": \"cpu\" at the top level)"});
+    if (offloads(config.zero.offload_param))
+      out.push_back({"zero_optimization.offload_param.device",
+                     {},
+                     "parameter offload from the GPU is not built yet: remove offload_param, or "
+                     "set \"device\": \"cpu\""});
+  }
   if (config.checkpoint.load_universal)
     out.push_back(
         {"checkpoint.load_universal",
@@ -189,13 +201,17 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   ctx.compute_target = ops_target(*engine->device_, *engine->compute_);
   ctx.model_dtype = zero::model_dtype_of(config);
   ctx.grad_dtype = zero::grad_dtype_of(config);
+  // On NVMe or, with ZeRO-Offload, in host memory (host_offload_state.h).
   ctx.master_elsewhere =
-      config.zero.offload_optimizer && config.zero.offload_optimizer->device == "nvme";
+      (config.zero.offload_optimizer && config.zero.offload_optimizer->device == "nvme") ||
+      zero::host_offload(config);
   const bool params_on_nvme = config.zero.stage == 3 && config.zero.offload_param &&
                               config.zero.offload_param->device == "nvme";
   engine->swapper_ = std::move(components.swapper);
   engine->threads_ = std::move(components.threads);
-  if ((ctx.master_elsewhere || params_on_nvme) && !engine->swapper_)
+  const bool optimizer_on_nvme =
+      config.zero.offload_optimizer && config.zero.offload_optimizer->device == "nvme";
+  if ((optimizer_on_nvme || params_on_nvme) && !engine->swapper_)
     return failed_precondition(
         "NVMe offload needs the \"nvme\" swapper plugin: pass EngineComponents::swapper, or "
         "create the engine with dscore::initialize()");
@@ -449,13 +465,20 @@ Status Engine::apply_update(double grad_scale) {
   {
     PhaseScope optimizer(observers_, StepPhase::kOptimizer);
     const int64_t step = global_steps_ - skipped_steps_ + 1;
-    StepTarget target;
-    target.ops = compute_target();
-    target.device_type = device_->tensor_device_type();
-    target.device_id = device_->index();
-    // Synchronised here, so the timer sees the update itself.
-    DSCORE_RETURN_IF_ERROR(
-        compute_->run([&] { return optimizer_->step(point, step, grad_scale, target); }));
+    if (optimizer_->state().on_host()) {
+      // ZeRO-Offload: on the host (the default StepTarget), on this thread;
+      // the state orders its copies after the compute stream and waits for
+      // them before it returns.
+      DSCORE_RETURN_IF_ERROR(optimizer_->step(point, step, grad_scale, StepTarget{}));
+    } else {
+      StepTarget target;
+      target.ops = compute_target();
+      target.device_type = device_->tensor_device_type();
+      target.device_id = device_->index();
+      // Synchronised here, so the timer sees the update itself.
+      DSCORE_RETURN_IF_ERROR(
+          compute_->run([&] { return optimizer_->step(point, step, grad_scale, target); }));
+    }
   }
   stream_->wait(compute_->record());  // the new parameters, before they are gathered
   return strategy_->after_update();
@@ -524,11 +547,12 @@ Result<std::unique_ptr<OwnedState>> Engine::make_owned_state(
   }
   const std::optional<config::OffloadConfig>& offload = config_.zero.offload_optimizer;
   const std::string device = offload ? offload->device : "none";
+  if (zero::host_offload(config_)) return make_host_offload_state(slots, initial);
   if (device != "nvme") {
     if (device == "cpu" && rank() == 0)
       log_info(
-          "offload_optimizer.device \"cpu\": the optimizer state is in host memory already "
-          "(this run computes on the CPU)");
+          "offload_optimizer.device \"cpu\" at ZeRO stage 0: the optimizer state stays with "
+          "the parameters (ZeRO-Offload needs stage 1, 2 or 3)");
     DSCORE_ASSIGN_OR_RETURN(
         auto state,
         InMemoryState::create(slots, initial, strategy_->owned_numel(), strategy_->owned_master(),
@@ -545,6 +569,34 @@ Result<std::unique_ptr<OwnedState>> Engine::make_owned_state(
                                                         strategy_->owned_numel(),
                                                         fp32 ? strategy_->owned_master() : nullptr,
                                                         *model_, strategy_->owned_segments()));
+  log_info("rank " + std::to_string(rank()) + ": optimizer state " + state->describe());
+  return std::unique_ptr<OwnedState>(std::move(state));
+}
+
+Result<std::unique_ptr<OwnedState>> Engine::make_host_offload_state(
+    const std::vector<zero::StateSlot>& slots, const std::vector<double>& initial) {
+  HostOffloadOptions options;
+  options.device = device_.get();
+  options.compute = compute_.get();
+  options.tile_elements =
+      zero::offload_tile_elements(config_.zero.sub_group_size, strategy_->owned_numel());
+  options.grads = strategy_->owned_grads();
+  options.grad_dtype = zero::grad_dtype_of(config_);
+  options.model_dtype = zero::model_dtype_of(config_);
+  const bool fp32 = options.model_dtype == DSCORE_DTYPE_F32;
+  options.model_params = fp32 ? strategy_->owned_master() : strategy_->owned_params16();
+  if (options.model_params == nullptr) {
+    if (!strategy_->params16_elsewhere())
+      return internal_error("ZeRO-Offload: the strategy names no parameters to update");
+    options.store_params = [strategy = strategy_.get()](int64_t begin, int64_t count,
+                                                        const void* values) {
+      return strategy->store_params16(begin, count, values);
+    };
+  }
+  DSCORE_ASSIGN_OR_RETURN(
+      auto state, HostOffloadState::create(options, slots, initial, strategy_->owned_numel(),
+                                           fp32 ? strategy_->owned_master() : nullptr, *model_,
+                                           strategy_->owned_segments()));
   log_info("rank " + std::to_string(rank()) + ": optimizer state " + state->describe());
   return std::unique_ptr<OwnedState>(std::move(state));
 }
@@ -566,13 +618,10 @@ zero::MemoryPlan Engine::measured_memory() const {
   m.master = of(MemoryUse::kMaster);
   m.optimizer = of(MemoryUse::kOptimizerState);
   m.buffers = of(MemoryUse::kBuffers);
-  // With the state on NVMe, what the optimizer state holds in memory is the
-  // tile buffers (nvme_state.h), a row of its own in the plan.
-  if (config_.zero.stage > 0 && config_.zero.offload_optimizer &&
-      config_.zero.offload_optimizer->device == "nvme") {
-    m.offload_tiles = m.optimizer;
-    m.optimizer = 0;
-  }
+  // The tile buffers of NVMe offload and ZeRO-Offload's staging are a row
+  // of their own in the plan.
+  m.offload_tiles = optimizer_->state().tile_buffer_bytes();
+  m.optimizer -= m.offload_tiles;
   return m;
 }
 

@@ -172,9 +172,12 @@ class Engine {
   explicit Engine(const config::TrainingConfig& config) : config_(config) {}
   Status gather_parameters(std::vector<float>* out);
   Status gather_optimizer_state(size_t slot, std::vector<float>* out);
-  // Where the optimizer state lives (offload_optimizer): memory or NVMe.
+  // Where the optimizer state lives (offload_optimizer): the device's
+  // memory, pinned host memory (ZeRO-Offload) or NVMe.
   Result<std::unique_ptr<OwnedState>> make_owned_state(
       const plugin_host::OptimizerInstance& optimizer);
+  Result<std::unique_ptr<OwnedState>> make_host_offload_state(
+      const std::vector<zero::StateSlot>& slots, const std::vector<double>& initial);
   // nvme_path/dscore-job<pid>-<tag>/rank<R> (collective: rank 0 names the job).
   Result<std::string> swap_folder(const std::string& nvme_path);
   EngineTiming timing() const;

@@ -73,6 +73,7 @@ Result<std::unique_ptr<NvmeState>> NvmeState::create(
                                                    human_bytes(static_cast<int64_t>(tile_bytes)) +
                                                    ": lower zero_optimization.sub_group_size");
     buffer.memory = CountedBuffer(memory, CountedFree{DSCORE_MEMORY_HOST});
+    buffer.bytes = std::max<size_t>(tile_bytes, alignment);
     char* at = static_cast<char*>(memory);
     for (const File& f : s->files_) {
       buffer.parts.push_back(at);
@@ -119,6 +120,12 @@ std::string NvmeState::describe() const {
   return "on NVMe in " + options_.folder + " (" + human_bytes(bytes) + ", " +
          std::to_string(tile_count()) + " tile(s) of " + std::to_string(tile_) + " elements, " +
          std::to_string(buffers_.size()) + " tile buffer(s), " + swapper_->backend() + ")";
+}
+
+int64_t NvmeState::tile_buffer_bytes() const {
+  int64_t bytes = 0;
+  for (const Buffer& b : buffers_) bytes += static_cast<int64_t>(b.bytes);
+  return bytes;
 }
 
 StateTile NvmeState::view(int64_t tile, Buffer& buffer) const {

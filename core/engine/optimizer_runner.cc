@@ -62,15 +62,18 @@ void OptimizerRunner::build_group(Group* g, double multiplier,
   const size_t n = g->segments.size();
   g->shapes.resize(n);
   g->state_shapes.resize(slots.size() * n);
-  void* grads = strategy_->owned_grads();
-  void* p16 = strategy_->owned_params16();
+  // Staged gradients start at the tile's first element; the strategy's at 0.
+  void* grads = tile.grads != nullptr ? tile.grads : strategy_->owned_grads();
+  const int64_t grads_first = tile.grads != nullptr ? tile.begin : 0;
+  // A state on the host writes the model's parameters itself (on_host()).
+  void* p16 = state_->on_host() ? nullptr : strategy_->owned_params16();
   for (size_t i = 0; i < n; ++i) {
     const zero::OwnedSegment& s = g->segments[i];
     g->shapes[i] = {s.numel};
     g->params.push_back(flat_view(tile.master + (s.offset - tile.begin), DSCORE_DTYPE_F32,
                                   g->shapes[i], nullptr, target_));
-    g->grads.push_back(
-        flat_view(at(grads, grad_dtype_, s.offset), grad_dtype_, g->shapes[i], nullptr, target_));
+    g->grads.push_back(flat_view(at(grads, grad_dtype_, s.offset - grads_first), grad_dtype_,
+                                 g->shapes[i], nullptr, target_));
     if (p16 != nullptr)
       g->params16.push_back(
           flat_view(at(p16, model_dtype_, s.offset), model_dtype_, g->shapes[i], nullptr, target_));
@@ -113,13 +116,15 @@ Status OptimizerRunner::step(const dscore_schedule_point& point, int64_t step, d
   hparams.beta2 = point.beta2;
   hparams.step = step;
   hparams.grad_scale = grad_scale;
-  const bool elsewhere = strategy_->params16_elsewhere();
+  // A state on the host writes the model's parameters in its walk.
+  const bool elsewhere = strategy_->params16_elsewhere() && !state_->on_host();
   DSCORE_RETURN_IF_ERROR(
       state_->for_each_tile(TileAccess::kUpdate, [&](const StateTile& tile) -> Status {
         DSCORE_RETURN_IF_ERROR(step_tile(tile, &hparams));
         return elsewhere ? write_16bit_tile(tile) : Status::Ok();
       }));
-  if (model_dtype_ != DSCORE_DTYPE_F32 && !fuse_16bit_ && !elsewhere) return write_16bit_copy();
+  if (model_dtype_ != DSCORE_DTYPE_F32 && !fuse_16bit_ && !elsewhere && !state_->on_host())
+    return write_16bit_copy();
   return Status::Ok();
 }
 
@@ -155,7 +160,8 @@ Status OptimizerRunner::step_tile(const StateTile& tile, dscore_optimizer_hparam
 }
 
 Status OptimizerRunner::write_16bit_copy() {
-  if (model_dtype_ == DSCORE_DTYPE_F32) return Status::Ok();
+  // A state on the host wrote the model's copy in its last kUpdate walk.
+  if (model_dtype_ == DSCORE_DTYPE_F32 || state_->on_host()) return Status::Ok();
   return state_->for_each_tile(TileAccess::kRead,
                                [&](const StateTile& tile) { return write_16bit_tile(tile); });
 }

@@ -30,6 +30,10 @@ struct StateTile {
   int64_t end = 0;
   float* master = nullptr;   // master element `begin`
   std::vector<void*> slots;  // slot k's value begin * elements_per_param
+  // The tile's gradients (grad dtype, element `begin`) where the update
+  // runs, when the state stages them (host_offload_state.h); nullptr: the
+  // strategy's owned gradients.
+  void* grads = nullptr;
 };
 
 enum class TileAccess {
@@ -53,6 +57,14 @@ class OwnedState {
   virtual Status read(int state, int64_t first, int64_t count, void* dst) = 0;
   // One line for the log: where the state lives.
   virtual std::string describe() const = 0;
+  // Whether the state lives in host memory apart from the engine's device
+  // (ZeRO-Offload): the update runs on the host on the gradients its tiles
+  // stage, and every kUpdate walk writes each tile's parameters to where
+  // the model reads them.
+  virtual bool on_host() const { return false; }
+  // Host memory the state holds for moving tiles (NVMe tile buffers,
+  // ZeRO-Offload staging), counted with the optimizer state.
+  virtual int64_t tile_buffer_bytes() const { return 0; }
 };
 
 // Everything in memory: the strategy's master, one buffer per slot, both

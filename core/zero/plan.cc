@@ -55,6 +55,23 @@ void plan_optimizer_swap(const config::OffloadConfig& offload, int64_t sub_group
   plan->swap = std::move(swap);
 }
 
+// ZeRO-Offload: the fp32 master in host memory (for fp32 models a copy of
+// the parameters the model reads) and two staging tiles.
+void plan_host_offload(int64_t sub_group_size, int64_t owned, ZeroPlan* plan) {
+  const int64_t tile = offload_tile_elements(sub_group_size, owned);
+  MemoryPlan& m = plan->memory;
+  m.master = bytes(owned, DSCORE_DTYPE_F32);
+  const bool staged_params = plan->model_dtype != DSCORE_DTYPE_F32;
+  m.offload_tiles =
+      2 * (bytes(tile, plan->grad_dtype) + (staged_params ? bytes(tile, plan->model_dtype) : 0));
+  plan->notes.push_back(
+      "offload_optimizer.device \"cpu\" (ZeRO-Offload): the fp32 master weights and the "
+      "optimizer state in pinned host memory, updated on the host in tiles of " +
+      std::to_string(tile) + " elements; the gradients" +
+      (staged_params ? " and the new 16-bit parameters" : "") +
+      " are copied through two staging tiles (\"offload tile buffers\")");
+}
+
 constexpr const char* kNotCounted =
     "activations and the process's own memory are not counted (make_plan alone)";
 
@@ -187,10 +204,12 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
     plan.optimizer_device = o->device;
   if (const config::OffloadConfig* nvme = nvme_optimizer(config); nvme && plan.stage > 0)
     plan_optimizer_swap(*nvme, config.zero.sub_group_size, slots, owned, &plan);
-  if (plan.optimizer_device == "cpu")
+  if (host_offload(config))
+    plan_host_offload(config.zero.sub_group_size, owned, &plan);
+  else if (plan.optimizer_device == "cpu")
     plan.notes.push_back(
-        "offload_optimizer.device \"cpu\": the optimizer state is already in host memory on "
-        "this CPU-only runtime; nothing moves");
+        "offload_optimizer.device \"cpu\" at ZeRO stage 0: the optimizer state stays with the "
+        "parameters (ZeRO-Offload needs stage 1, 2 or 3)");
   if (const auto& p = config.zero.offload_param;
       p && p->device == "nvme" && plan.stage == 3 && md != DSCORE_DTYPE_F32) {
     // param_swap.h: the shards in a file, the first max_in_cpu elements in RAM.
@@ -207,6 +226,15 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
   plan.notes.push_back(kNotCounted);
   plan.comm_elements["allgather (step statistics)"] = 4 * world;
   return plan;
+}
+
+int64_t offload_tile_elements(int64_t sub_group_size, int64_t owned) {
+  return std::min(nvme_tile_elements(sub_group_size, owned), kHostOffloadTileCap);
+}
+
+bool host_offload(const config::TrainingConfig& config) {
+  const auto& o = config.zero.offload_optimizer;
+  return o && o->device == "cpu" && config.zero.stage > 0;
 }
 
 int64_t nvme_tile_elements(int64_t sub_group_size, int64_t owned) {
@@ -341,7 +369,7 @@ std::string format_plans(const std::vector<ZeroPlan>& plans) {
   row("optimizer state", [](const ZeroPlan& p) { return format_bytes(p.memory.optimizer); });
   row("model states", [](const ZeroPlan& p) { return format_bytes(p.memory.model_states()); });
   row("buffers", [](const ZeroPlan& p) { return format_bytes(p.memory.buffers); });
-  if (p0.swap)
+  if (p0.memory.offload_tiles > 0)
     row("offload tile buffers",
         [](const ZeroPlan& p) { return format_bytes(p.memory.offload_tiles); });
   if (p0.memory.comm_scratch > 0)

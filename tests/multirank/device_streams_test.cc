@@ -92,6 +92,50 @@ TEST(DeviceStreams, NvmeOptimizerOffloadIsBitwiseOnBothModes) {
   std::filesystem::remove_all(folder);
 }
 
+// ZeRO-Offload's copy stream: gradients out and parameters in, beside the
+// host's update of the tile before (host_offload_state.h).
+TEST(DeviceStreams, HostOptimizerOffloadIsBitwiseOnBothModes) {
+  for (const char* precision : {"fp32", "bf16"}) {
+    RunSpec spec;
+    spec.stage = 3;
+    spec.precision = precision;
+    spec.hidden = 100;
+    spec.steps = 4;
+    if (spec.precision == "bf16") spec.extra = R"("data_types": {"grad_accum_dtype": "bf16"})";
+    spec.zero_extra = R"("sub_group_size": 4096, "offload_optimizer": {"device": "cpu"})";
+    expect_bitwise(run_ok(with_streams(spec, "async")), run_ok(with_streams(spec, "sync")),
+                   std::string("stage 3 ") + precision + " with ZeRO-Offload");
+  }
+}
+
+// A checkpoint saved with ZeRO-Offload resumes without it, and the other
+// way round, to the bits of the run that never stopped.
+TEST(DeviceStreams, CheckpointsCrossInAndOutOfHostOffload) {
+  RunSpec spec;
+  spec.stage = 2;
+  spec.precision = "bf16";
+  spec.extra = R"("data_types": {"grad_accum_dtype": "bf16"})";
+  spec.steps = 8;
+  const RunResult whole = run_ok(with_streams(spec, "async"));
+  const std::string offload = R"("sub_group_size": 4096, "offload_optimizer": {"device": "cpu"})";
+  for (bool saved_offloaded : {true, false}) {
+    const std::string ck = temp_folder("dscore-streams-offload-ck");
+    RunSpec saver = spec, loader = spec;
+    (saved_offloaded ? saver : loader).zero_extra = offload;
+    const RunResult first = run_ok(with_streams(saver, "async"),
+                                   {"--save", ck, "--save-step", "4", "--stop-after-save"});
+    const RunResult second = run_ok(with_streams(loader, "async"), {"--load", ck});
+    ASSERT_FALSE(first.ranks.empty());
+    ASSERT_FALSE(second.ranks.empty());
+    std::vector<double> losses = first.ranks[0].losses;
+    losses.insert(losses.end(), second.ranks[0].losses.begin(), second.ranks[0].losses.end());
+    const std::string what = saved_offloaded ? "saved offloaded" : "resumed offloaded";
+    EXPECT_EQ(losses, whole.ranks[0].losses) << what;
+    EXPECT_TRUE(second.params == whole.params) << what;
+    std::filesystem::remove_all(ck);
+  }
+}
+
 // Saved on the asynchronous streams, resumed on the synchronous ones (and
 // the other way round): both equal the run that never stopped.
 TEST(DeviceStreams, CheckpointsCrossBetweenModes) {

@@ -156,5 +156,51 @@ TEST(ZeroEquivalence, NvmeOptimizerOffloadIsBitwiseAsInMemory) {
   std::filesystem::remove_all(folder);
 }
 
+// ZeRO-Offload (offload_optimizer.device "cpu", core/engine/
+// host_offload_state.h): the master weights and AdamW's state in pinned host
+// memory, the gradients and new parameters copied through two staging
+// tiles of 4096 elements on a copy stream, the update on the host, bitwise
+// as the same run with everything in the device's memory, at every stage
+// that offloads, in fp32 and bf16, with accumulation and clipping. The
+// memory the ranks hold is what `dscore plan` predicts.
+class HostOffload : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
+
+TEST_P(HostOffload, IsBitwiseAsInMemoryAndAsPlanned) {
+  const auto [stage, precision] = GetParam();
+  RunSpec spec;
+  spec.stage = stage;
+  spec.precision = precision;
+  spec.hidden = 100;  // 22,304 parameters: several tiles per rank, cutting through layers
+  spec.gas = 2;
+  spec.clipping = 0.05;
+  spec.steps = 5;
+  if (precision == "bf16") spec.extra = R"("data_types": {"grad_accum_dtype": "bf16"})";
+  const RunResult memory = run_ok(spec);
+  spec.zero_extra = R"("sub_group_size": 4096, "offload_optimizer": {"device": "cpu"})";
+  const RunResult offload = run_ok(spec);
+  const std::string what = "stage " + std::to_string(stage) + " " + precision;
+  expect_bitwise(offload, memory, what + " with ZeRO-Offload");
+  const std::string log = offload.process.out + offload.process.err;
+  EXPECT_NE(log.find("optimizer state in pinned host memory (ZeRO-Offload: "), std::string::npos)
+      << log;
+  EXPECT_NE(log.find(" tile(s) of 4096 elements, 2 staging tiles"), std::string::npos) << log;
+  for (const RankReport& rank : offload.ranks) {
+    ASSERT_EQ(rank.memory.size(), 6u) << what;
+    ASSERT_EQ(rank.plan.size(), 6u) << what;
+    EXPECT_EQ(rank.memory[2], rank.plan[2]) << what << ": master weights";
+    EXPECT_EQ(rank.memory[3], rank.plan[3]) << what << ": optimizer state";
+    EXPECT_EQ(rank.memory[5], rank.plan[5]) << what << ": offload tiles";
+    EXPECT_GT(rank.memory[5], 0) << what;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Zero, HostOffload,
+                         ::testing::Combine(::testing::Values(1, 2, 3),
+                                            ::testing::Values("fp32", "bf16")),
+                         [](const auto& info) {
+                           return "stage" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  std::get<1>(info.param);
+                         });
+
 }  // namespace
 }  // namespace dscore::testing

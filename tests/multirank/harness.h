@@ -50,7 +50,8 @@ struct RankReport {
   std::vector<double> grad_norms;   // unscaled, before clipping; -1 on overflow
   std::vector<uint64_t> wire_sent;  // cumulative bytes sent after each step
   std::map<std::string, std::pair<int64_t, int64_t>> comm;  // op -> (calls, elements)
-  std::vector<int64_t> memory, plan;  // parameters, gradients, master, optimizer, buffers
+  // parameters, gradients, master, optimizer, buffers, offload tiles
+  std::vector<int64_t> memory, plan;
 };
 
 struct RunResult {

@@ -191,9 +191,9 @@ int main(int argc, char** argv) {
       out << "comm " << op << " " << c.calls << " " << c.elements << "\n";
     const auto m = e.measured_memory(), p = e.plan().memory;
     out << "memory " << m.parameters << " " << m.gradients << " " << m.master << " " << m.optimizer
-        << " " << m.buffers << "\n";
+        << " " << m.buffers << " " << m.offload_tiles << "\n";
     out << "plan " << p.parameters << " " << p.gradients << " " << p.master << " " << p.optimizer
-        << " " << p.buffers << "\n";
+        << " " << p.buffers << " " << p.offload_tiles << "\n";
     std::vector<float> params;
     if (auto st = dscore::EngineTesting::gather_parameters(e, &params); !st.ok())
       return fail(st.message());

@@ -65,12 +65,13 @@ TEST(CliPlan, NvmeOffloadShowsTileBuffersInRamAndSwapFilesOnDiskAndWhetherThisMa
   EXPECT_EQ(lines_starting_with(r.out, "  fits").size(), 1u) << r.out;
 }
 
-TEST(CliPlan, CpuOffloadIsANoteAndTooFewBuffersIsAConfigError) {
+TEST(CliPlan, CpuOffloadIsCountedAndTooFewBuffersIsAConfigError) {
   TempDir dir("dscore_cli_plan");
   ProcessResult cpu =
       plan(R"("zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}})", 1, dir);
   ASSERT_EQ(cpu.exit_code, 0) << cpu.describe();
-  EXPECT_NE(cpu.out.find("already in host memory"), std::string::npos) << cpu.out;
+  EXPECT_NE(cpu.out.find("(ZeRO-Offload)"), std::string::npos) << cpu.out;
+  EXPECT_EQ(lines_starting_with(cpu.out, "  offload tile buffers").size(), 1u) << cpu.out;
   EXPECT_EQ(cpu.out.find("disk total"), std::string::npos) << cpu.out;
   ProcessResult few =
       plan(R"("zero_optimization": {"stage": 1, "offload_optimizer": {"device": "nvme", )"

@@ -34,7 +34,9 @@ TEST(UnsupportedFeatures, CudaIsRefusedWithoutTheOptInAndSaysHowToTryIt) {
   EXPECT_NE(errors[0].message.find("\"device\": \"cpu\""), std::string::npos);
 }
 
-TEST(UnsupportedFeatures, CudaWithTheOptInNeedsNcclAndNoOffload) {
+// ZeRO-Offload to host memory runs from the GPU (host_offload_state.h) at
+// stages 1-3; NVMe and parameter offload from the GPU are refused by key.
+TEST(UnsupportedFeatures, CudaWithTheOptInNeedsNcclAndOffloadsOnlyTheOptimizerToTheHost) {
   config::TrainingConfig cfg;
   cfg.device = "cuda";
   cfg.comm.backend = "nccl";
@@ -47,11 +49,25 @@ TEST(UnsupportedFeatures, CudaWithTheOptInNeedsNcclAndNoOffload) {
   EXPECT_NE(errors[0].message.find("\"backend\": \"nccl\""), std::string::npos);
 
   cfg.comm.backend = "nccl";
+  cfg.zero.stage = 2;
   cfg.zero.offload_optimizer = config::OffloadConfig{};
   cfg.zero.offload_optimizer->device = "cpu";
+  EXPECT_TRUE(refused(cfg, true).empty());
+
+  cfg.zero.stage = 0;
   errors = refused(cfg, true);
   ASSERT_EQ(errors.size(), 1u);
-  EXPECT_EQ(errors[0].path, "zero_optimization");
+  EXPECT_EQ(errors[0].path, "zero_optimization.offload_optimizer.device");
+  EXPECT_NE(errors[0].message.find("stage 1, 2 or 3"), std::string::npos) << errors[0].message;
+
+  cfg.zero.stage = 3;
+  cfg.zero.offload_optimizer->device = "nvme";
+  cfg.zero.offload_param = config::OffloadConfig{};
+  cfg.zero.offload_param->device = "cpu";
+  errors = refused(cfg, true);
+  ASSERT_EQ(errors.size(), 2u);
+  EXPECT_EQ(errors[0].path, "zero_optimization.offload_optimizer.device");
+  EXPECT_EQ(errors[1].path, "zero_optimization.offload_param.device");
 }
 
 TEST(UnsupportedFeatures, TheCpuIsNotAffectedByTheOptIn) {
