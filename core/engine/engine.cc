@@ -583,6 +583,7 @@ Result<std::unique_ptr<OwnedState>> Engine::make_host_offload_state(
   options.grads = strategy_->owned_grads();
   options.grad_dtype = zero::grad_dtype_of(config_);
   options.model_dtype = zero::model_dtype_of(config_);
+  options.pinned = config_.zero.offload_optimizer->pin_memory;
   const bool fp32 = options.model_dtype == DSCORE_DTYPE_F32;
   options.model_params = fp32 ? strategy_->owned_master() : strategy_->owned_params16();
   if (options.model_params == nullptr) {

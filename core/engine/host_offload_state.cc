@@ -38,11 +38,13 @@ Result<std::unique_ptr<HostOffloadState>> HostOffloadState::create(
   s->owned_ = owned;
   s->tile_ = options.tile_elements;
   device::Device& device = *options.device;
+  const device::Placement placement =
+      options.pinned ? device::Placement::kPinned : device::Placement::kHost;
   DSCORE_ASSIGN_OR_RETURN(s->copy_, device.create_stream("offload copies"));
   const int64_t elements = std::max<int64_t>(owned, 1);
-  DSCORE_ASSIGN_OR_RETURN(
-      s->master_, device.allocate(size_of(elements, DSCORE_DTYPE_F32), device::Placement::kPinned,
-                                  MemoryUse::kMaster, "offload master fp32"));
+  DSCORE_ASSIGN_OR_RETURN(s->master_,
+                          device.allocate(size_of(elements, DSCORE_DTYPE_F32), placement,
+                                          MemoryUse::kMaster, "offload master fp32"));
   float* master = static_cast<float*>(s->master_.data());
   if (fp32_params != nullptr) {
     DSCORE_RETURN_IF_ERROR(zero::download(options.device, options.compute, master, fp32_params,
@@ -59,20 +61,19 @@ Result<std::unique_ptr<HostOffloadState>> HostOffloadState::create(
     const bool zero = initial_values[k] == 0.0;
     DSCORE_ASSIGN_OR_RETURN(
         device::Buffer buffer,
-        device.allocate(size_of(values, slots[k].dtype), device::Placement::kPinned,
-                        MemoryUse::kOptimizerState, "offload optimizer " + slots[k].name, zero));
+        device.allocate(size_of(values, slots[k].dtype), placement, MemoryUse::kOptimizerState,
+                        "offload optimizer " + slots[k].name, zero));
     if (!zero) fill_value(buffer.data(), slots[k].dtype, values, initial_values[k]);
     s->slot_buffers_.push_back(std::move(buffer));
   }
   for (Staging& staging : s->staging_) {
-    DSCORE_ASSIGN_OR_RETURN(
-        staging.grads,
-        device.allocate(size_of(s->tile_, options.grad_dtype), device::Placement::kPinned,
-                        MemoryUse::kOptimizerState, "offload gradient staging", false));
+    DSCORE_ASSIGN_OR_RETURN(staging.grads, device.allocate(size_of(s->tile_, options.grad_dtype),
+                                                           placement, MemoryUse::kOptimizerState,
+                                                           "offload gradient staging", false));
     if (options.model_dtype != DSCORE_DTYPE_F32) {
       DSCORE_ASSIGN_OR_RETURN(
           staging.params,
-          device.allocate(size_of(s->tile_, options.model_dtype), device::Placement::kPinned,
+          device.allocate(size_of(s->tile_, options.model_dtype), placement,
                           MemoryUse::kOptimizerState, "offload parameter staging", false));
     }
   }
@@ -92,7 +93,8 @@ int64_t HostOffloadState::tile_buffer_bytes() const {
 }
 
 std::string HostOffloadState::describe() const {
-  return "in pinned host memory (ZeRO-Offload: " + std::to_string(tile_count()) + " tile(s) of " +
+  return std::string(options_.pinned ? "in pinned host memory" : "in host memory") +
+         " (ZeRO-Offload: " + std::to_string(tile_count()) + " tile(s) of " +
          std::to_string(tile_) + " elements, 2 staging tiles of " +
          human_bytes(tile_buffer_bytes() / 2) + ")";
 }

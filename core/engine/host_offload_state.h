@@ -1,6 +1,7 @@
 // ZeRO-Offload ("offload_optimizer": {"device": "cpu"} at stages 1-3): the
-// owned space's fp32 master weights and the optimizer's slots live in pinned
-// host memory and the update runs on the host, whatever the engine's device.
+// owned space's fp32 master weights and the optimizer's slots live in host
+// memory (page-locked with pin_memory) and the update runs on the host,
+// whatever the engine's device.
 //
 // An update walks the owned space in tiles (zero::offload_tile_elements)
 // through two staging tiles. On a copy stream of its own the state copies
@@ -37,6 +38,7 @@ struct HostOffloadOptions {
   void* model_params = nullptr;  // the owned parameters the model reads (device memory);
                                  // nullptr: through store_params below
   dscore_dtype model_dtype = DSCORE_DTYPE_F32;
+  bool pinned = false;  // offload_optimizer.pin_memory: page-locked host memory
   // Stage 3 with its parameters on NVMe: new values of owned elements
   // [begin, begin + count) in model_dtype, from host memory.
   std::function<Status(int64_t begin, int64_t count, const void* values)> store_params;
@@ -44,7 +46,7 @@ struct HostOffloadOptions {
 
 class HostOffloadState final : public OwnedState {
  public:
-  // Allocates the pinned master, slots and staging. The master's initial
+  // Allocates the master, slots and staging in host memory. The master's initial
   // values: 16-bit models through the model's init_param over `segments`,
   // fp32 models a copy of `fp32_params` (the strategy's initialised owned
   // parameters, device memory). Slots hold their declared initial values.

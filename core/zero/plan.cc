@@ -66,7 +66,7 @@ void plan_host_offload(int64_t sub_group_size, int64_t owned, ZeroPlan* plan) {
       2 * (bytes(tile, plan->grad_dtype) + (staged_params ? bytes(tile, plan->model_dtype) : 0));
   plan->notes.push_back(
       "offload_optimizer.device \"cpu\" (ZeRO-Offload): the fp32 master weights and the "
-      "optimizer state in pinned host memory, updated on the host in tiles of " +
+      "optimizer state in host memory, updated on the host in tiles of " +
       std::to_string(tile) + " elements; the gradients" +
       (staged_params ? " and the new 16-bit parameters" : "") +
       " are copied through two staging tiles (\"offload tile buffers\")");

@@ -157,8 +157,8 @@ TEST(ZeroEquivalence, NvmeOptimizerOffloadIsBitwiseAsInMemory) {
 }
 
 // ZeRO-Offload (offload_optimizer.device "cpu", core/engine/
-// host_offload_state.h): the master weights and AdamW's state in pinned host
-// memory, the gradients and new parameters copied through two staging
+// host_offload_state.h): the master weights and AdamW's state in page-locked
+// host memory (pin_memory), the gradients and new parameters copied through two staging
 // tiles of 4096 elements on a copy stream, the update on the host, bitwise
 // as the same run with everything in the device's memory, at every stage
 // that offloads, in fp32 and bf16, with accumulation and clipping. The
@@ -176,7 +176,8 @@ TEST_P(HostOffload, IsBitwiseAsInMemoryAndAsPlanned) {
   spec.steps = 5;
   if (precision == "bf16") spec.extra = R"("data_types": {"grad_accum_dtype": "bf16"})";
   const RunResult memory = run_ok(spec);
-  spec.zero_extra = R"("sub_group_size": 4096, "offload_optimizer": {"device": "cpu"})";
+  spec.zero_extra =
+      R"("sub_group_size": 4096, "offload_optimizer": {"device": "cpu", "pin_memory": true})";
   const RunResult offload = run_ok(spec);
   const std::string what = "stage " + std::to_string(stage) + " " + precision;
   expect_bitwise(offload, memory, what + " with ZeRO-Offload");

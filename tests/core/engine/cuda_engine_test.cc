@@ -48,7 +48,8 @@ std::string write_corpus() {
   return path;
 }
 
-std::string config(const std::string& device, int stage, const std::string& corpus) {
+std::string config(const std::string& device, int stage, const std::string& corpus,
+                   const std::string& zero_extra = "") {
   const std::string model_device = device == "cuda" ? R"(, "device": "cuda")" : "";
   return R"("device": ")" + device +
          R"(", "train_micro_batch_size_per_gpu": 4, "train_batch_size": 8,
@@ -62,7 +63,8 @@ std::string config(const std::string& device, int stage, const std::string& corp
   "zero_optimization": {"stage": )" +
          std::to_string(stage) +
          R"(, "reduce_bucket_size": 3000, "stage3_param_persistence_threshold": 40,
-                        "stage3_prefetch_bucket_size": 4000})";
+                        "stage3_prefetch_bucket_size": 4000)" +
+         zero_extra + "}";
 }
 
 void expect_close(const InProcessResult& cuda, const InProcessResult& cpu,
@@ -100,6 +102,30 @@ TEST_P(CudaEngine, TrainsTheGptAsTheCpuDoes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, CudaEngine, ::testing::Values(0, 1, 2, 3));
+
+// ZeRO-Offload from the GPU (core/engine/host_offload_state.h): gradients
+// to page-locked host memory in tiles of 4096 elements, the CPU AdamW, the new
+// parameters back, against the same run with everything on the device and
+// against the CPU. Stages 1-3 (stage 0 refuses offload on CUDA).
+class CudaZeroOffload : public CudaEngine {};
+
+TEST_P(CudaZeroOffload, TrainsAsWithoutOffload) {
+  const int stage = GetParam();
+  const std::string corpus = write_corpus();
+  const std::string offload =
+      R"(, "sub_group_size": 4096, "offload_optimizer": {"device": "cpu", "pin_memory": true})";
+  const InProcessResult cpu = run_in_process_job(config("cpu", stage, corpus), 1);
+  ASSERT_EQ(cpu.error, "");
+  const InProcessResult device = run_in_process_job(config("cuda", stage, corpus), 1, {}, "nccl");
+  ASSERT_EQ(device.error, "");
+  const InProcessResult offloaded =
+      run_in_process_job(config("cuda", stage, corpus, offload), 1, {}, "nccl");
+  ASSERT_EQ(offloaded.error, "");
+  expect_close(offloaded, device, "stage " + std::to_string(stage) + " offloaded vs on the GPU");
+  expect_close(offloaded, cpu, "stage " + std::to_string(stage) + " offloaded vs the CPU");
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, CudaZeroOffload, ::testing::Values(1, 2, 3));
 
 }  // namespace
 }  // namespace dscore
