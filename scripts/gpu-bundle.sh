@@ -25,7 +25,7 @@ jobs=${DSCORE_JOBS:-2}
 # serves every object the release build already compiled.
 nice -n 10 cmake --preset "$preset" -DDSCORE_WERROR=ON >/dev/null
 nice -n 10 cmake --build "$build" -j"$jobs" --target dscore dscore_plugins dscore_gpu_tests \
-  gpu_matmul_rate
+  gpu_matmul_rate gpt_gpu fused_adam
 
 rm -rf "$out"
 mkdir -p "$out/lib" "$out/tree"
@@ -55,9 +55,12 @@ while read -r kind path; do
   [ "$kind" = test ] && echo "${path#"$build"/}" >>"$out/gpu-tests.txt"
 done <"$build/gpu-tests.txt"
 echo "$build" >"$out/BUILD_DIR"
-# The GPU benches (bench/gpu_matmul_rate: the cuBLAS GEMM ceiling), run by
-# run-gpu-bench.sh.
-copy_built "$build/bin/gpu_matmul_rate"
+# The GPU benches, run by run-gpu-bench.sh: bench/gpu_matmul_rate (the
+# cuBLAS GEMM ceiling), bench/gpu/gpt_gpu (GPT-2 124M MFU, ZeRO-Offload),
+# bench/gpu/fused_adam (FusedAdam vs the device copy bandwidth).
+for bench in gpu_matmul_rate gpt_gpu fused_adam; do
+  copy_built "$build/bin/$bench"
+done
 
 # Shared libraries: everything the packed files load, less what the GPU
 # machine provides itself.

@@ -1,8 +1,18 @@
 # Sourced by run-gpu-tests.sh and run-gpu-bench.sh of a GPU bundle
-# (scripts/gpu-bundle.sh), with `here` set to the bundle: unpacks the
-# bundle's libraries (lib.tar.xz) into a temporary folder and sets
-# LD_LIBRARY_PATH to it and to every site-packages nvidia/*/lib that
+# (scripts/gpu-bundle.sh), with `here` set to the bundle: makes the build
+# folder the binaries were built in (BUILD_DIR: they find plugins and
+# helpers there) a link to the bundle's tree/ where it does not exist,
+# unpacks the bundle's libraries (lib.tar.xz) into a temporary folder and
+# sets LD_LIBRARY_PATH to it and to every site-packages nvidia/*/lib that
 # python3 finds (PyTorch's CUDA runtime, cuBLAS and NCCL).
+build=$(cat "$here/BUILD_DIR")
+if [ ! -e "$build" ]; then
+  mkdir -p "$(dirname "$build")" && ln -s "$here/tree" "$build" ||
+    { echo "cannot link $build to $here/tree (run as a user who may create it)"; exit 1; }
+  echo "linked $build -> $here/tree"
+elif [ "$(readlink -f "$build")" != "$(readlink -f "$here/tree")" ]; then
+  echo "note: $build exists; the binaries read plugins and helpers from it"
+fi
 bundle_libs=$(mktemp -d "${TMPDIR:-/tmp}/dscore-gpu-lib.XXXXXX")
 trap 'rm -rf "$bundle_libs"' EXIT
 if command -v xz >/dev/null; then

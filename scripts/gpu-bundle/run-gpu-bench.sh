@@ -1,10 +1,23 @@
 #!/usr/bin/env bash
 # Runs the GPU benches of a GPU bundle (scripts/gpu-bundle.sh) with the
-# same libraries as run-gpu-tests.sh: bench/gpu_matmul_rate, the cuBLAS
-# GEMM rate (bf16 and fp32) that GPU figures are read against.
+# same libraries as run-gpu-tests.sh:
+#   gpu_matmul_rate  the cuBLAS GEMM rate (bf16 and fp32) GPU figures are read against;
+#   gpt_gpu          GPT-2 124M tokens/s and MFU at ZeRO 0/2/3, ZeRO-Offload's optimizer
+#                    phase against the pinned PCIe and host memory rates;
+#   fused_adam       the FusedAdam step against the device copy bandwidth.
 #
-#   bash run-gpu-bench.sh [gpu_matmul_rate arguments, e.g. --n 8192]
+#   bash run-gpu-bench.sh [gpu_matmul_rate | gpt_gpu | fused_adam] [its arguments]
+#   bash run-gpu-bench.sh                # all three with their defaults
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/bundle-env.sh"
-"$here/tree/bin/gpu_matmul_rate" "$@"
+if [ $# -gt 0 ]; then
+  bench=$1
+  shift
+  "$here/tree/bin/$bench" "$@"
+  exit
+fi
+for bench in gpu_matmul_rate gpt_gpu fused_adam; do
+  echo "== $bench"
+  "$here/tree/bin/$bench"
+done

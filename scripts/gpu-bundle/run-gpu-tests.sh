@@ -14,15 +14,6 @@
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-build=$(cat "$here/BUILD_DIR")
-if [ ! -e "$build" ]; then
-  mkdir -p "$(dirname "$build")" && ln -s "$here/tree" "$build" ||
-    { echo "cannot link $build to $here/tree (run as a user who may create it)"; exit 1; }
-  echo "linked $build -> $here/tree"
-elif [ "$(readlink -f "$build")" != "$(readlink -f "$here/tree")" ]; then
-  echo "note: $build exists; the tests read plugins and helpers from it"
-fi
-
 source "$here/bundle-env.sh"
 echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 

@@ -1,0 +1,236 @@
+// bench/gpu/gpt_gpu: GPT-2 124M (12 layers, n_embd 768, 12 heads, T 1024,
+// vocab 50257) trained by the engine on one GPU, bf16, the nccl backend:
+// tokens/s and MFU at ZeRO stages 0, 2 and 3 against the GPU's bf16 matmul
+// rate measured in the same run (bench/gpu_matmul_rate.h; llm.c reaches
+// about 50%), and ZeRO-Offload (stage 2, offload_optimizer "cpu",
+// pin_memory) whose optimizer phase is read against what it must move:
+// 4 bytes per owned parameter over PCIe (bf16 gradients out, bf16
+// parameters in) at the pinned copy rate, and 28 per parameter through the
+// CPU's memory (AdamW's read p, g, m, v and write p, m, v, in fp32 and
+// bf16) at the rate of a parallel memcpy, both measured here. The update
+// overlaps the copies, so the floor is the larger of the two.
+// MFU counts 6N + 12 L C T FLOP per token (N without the position
+// embedding), as nanoGPT and llm.c do.
+//
+//   gpt_gpu [--steps S] [--micro B] [--stages 0,2,3] [--no-offload]
+//
+// Exits 0 with a message where no CUDA device is present. Sets
+// DSCORE_EXPERIMENTAL_CUDA_ENGINE=1 (docs/gpu.md).
+#include <cuda_runtime.h>
+#include <oneapi/tbb/parallel_for.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/data/sampler.h"
+#include "core/data/source.h"
+#include "core/engine/engine_testing.h"
+#include "core/engine/initialize.h"
+#include "gpu_matmul_rate.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kLayers = 12, kEmbd = 768, kHeads = 12, kBlock = 1024, kVocab = 50257;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+[[noreturn]] void die(const std::string& what) {
+  std::fprintf(stderr, "gpt_gpu: %s\n", what.c_str());
+  std::exit(1);
+}
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) die(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+std::string write_corpus() {
+  const std::string path = (std::filesystem::temp_directory_path() / "dscore_gpt_gpu.txt").string();
+  std::ofstream out(path);
+  for (int i = 0; i < 20000; ++i)
+    out << "the quick brown fox jumps over the lazy dog " << i << " times; ";
+  return path;
+}
+
+std::string config_text(int micro, int steps, int stage, bool offload, const std::string& corpus) {
+  const std::string offload_json =
+      offload ? R"(, "offload_optimizer": {"device": "cpu", "pin_memory": true})" : "";
+  return std::string(R"({"plugins": {"paths": [")") + DSCORE_BUILD_PLUGIN_DIR +
+         R"("]}, "device": "cuda", "comm": {"backend": "nccl"},
+  "train_batch_size": )" +
+         std::to_string(micro) + R"(, "train_micro_batch_size_per_gpu": )" + std::to_string(micro) +
+         R"(, "train_steps": )" + std::to_string(steps + 1) +
+         R"(, "bf16": {"enabled": true},
+  "zero_optimization": {"stage": )" +
+         std::to_string(stage) + offload_json + R"(},
+  "optimizer": {"type": ")" +
+         (offload ? "AdamW" : "FusedAdam") + R"(", "params": {"lr": 0.0006}},
+  "model": {"type": "gpt", "n_layer": )" +
+         std::to_string(kLayers) + R"(, "n_head": )" + std::to_string(kHeads) + R"(, "n_embd": )" +
+         std::to_string(kEmbd) + R"(, "block_size": )" + std::to_string(kBlock) +
+         R"(, "vocab_size": )" + std::to_string(kVocab) +
+         R"(, "device": "cuda", "cuda_dtype": "bf16"},
+  "data": {"type": "text", "path": ")" +
+         corpus + R"("}})";
+}
+
+struct Figures {
+  double tokens_per_second = 0;
+  double flops_per_token = 0;
+  double optimizer_seconds = 0;  // per step
+  double step_seconds = 0;
+  int64_t params = 0;
+};
+
+Figures train(int micro, int steps, int stage, bool offload, const std::string& corpus) {
+  auto setup = dscore::prepare_text(config_text(micro, steps, stage, offload, corpus),
+                                    "gpt_gpu.json", ".", {});
+  if (!setup.ok()) die(setup.status().message());
+  if (!setup->loaded.ok()) die(dscore::format_config_errors(setup->loaded));
+  auto engine = dscore::build_engine(*setup, nullptr);
+  if (!engine.ok()) die(engine.status().message());
+  dscore::Engine& e = **engine;
+  const auto& cfg = e.config();
+  auto source = dscore::data::make_batch_source(cfg, e.model());
+  if (!source.ok()) die(source.status().message());
+  dscore::data::DistributedSampler sampler(cfg.batch, e.world_size(), e.rank());
+  dscore::data::HostBatch batch(e.model().description(), cfg.batch.train_micro_batch_size_per_gpu);
+  auto step = [&](int64_t s) {
+    if (auto st = (*source)->fill(sampler.micro_batch(s, 0), &batch); !st.ok()) die(st.message());
+    if (auto loss = e.forward_backward(batch.view()); !loss.ok()) die(loss.status().message());
+    if (auto st = e.step(); !st.ok()) die(st.message());
+  };
+  step(0);  // warm-up: allocations, cuBLAS handles, the CUDA module
+  dscore::EngineTesting::reset_timing(e);
+  const auto start = Clock::now();
+  for (int64_t s = 1; s <= steps; ++s) step(s);
+  const double elapsed = seconds_since(start);
+  const dscore::EngineTiming timing = dscore::EngineTesting::timing(e);
+  Figures f;
+  f.params = e.layout().total_numel();
+  const double n = static_cast<double>(f.params - int64_t{kBlock} * kEmbd);  // without wpe
+  f.flops_per_token = 6.0 * n + 12.0 * kLayers * kEmbd * kBlock;
+  f.tokens_per_second = static_cast<double>(steps) * micro * kBlock / elapsed;
+  f.step_seconds = elapsed / steps;
+  f.optimizer_seconds = static_cast<double>(timing.optimizer_ns) * 1e-9 / steps;
+  return f;
+}
+
+// Pinned host <-> device, 256 MiB each way, best of 5: bytes per second.
+double pinned_copy_rate() {
+  const size_t bytes = size_t{256} << 20;
+  void *host = nullptr, *dev = nullptr;
+  check(cudaMallocHost(&host, bytes), "cudaMallocHost");
+  check(cudaMalloc(&dev, bytes), "cudaMalloc");
+  std::memset(host, 1, bytes);
+  double best = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    const auto t = Clock::now();
+    check(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+    check(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+    best = std::min(best, seconds_since(t));
+  }
+  cudaFree(dev);
+  cudaFreeHost(host);
+  return 2.0 * static_cast<double>(bytes) / best;
+}
+
+// A parallel memcpy of 1 GiB on all cores, best of 5: bytes read and
+// written per second.
+double host_memory_rate() {
+  const size_t bytes = size_t{1} << 30;
+  std::unique_ptr<char[]> a(new char[bytes]), b(new char[bytes]);
+  std::memset(a.get(), 1, bytes);
+  std::memset(b.get(), 2, bytes);
+  constexpr size_t kPieces = 256;
+  double best = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    const auto t = Clock::now();
+    tbb::parallel_for(size_t{0}, kPieces, [&](size_t p) {
+      const size_t piece = bytes / kPieces;
+      std::memcpy(b.get() + p * piece, a.get() + p * piece, piece);
+    });
+    best = std::min(best, seconds_since(t));
+  }
+  return 2.0 * static_cast<double>(bytes) / best;
+}
+
+void print_line(const std::string& what, const Figures& f, double peak_flops) {
+  const double achieved = f.tokens_per_second * f.flops_per_token;
+  std::printf(
+      "%-28s %9.0f tokens/s  %7.1f TFLOP/s  MFU %5.1f%%  step %7.1f ms  optimizer %6.1f ms\n",
+      what.c_str(), f.tokens_per_second, achieved / 1e12, 100.0 * achieved / peak_flops,
+      f.step_seconds * 1e3, f.optimizer_seconds * 1e3);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int steps = 10, micro = 8;
+  bool offload = true;
+  std::vector<int> stages = {0, 2, 3};
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "--no-offload") {
+      offload = false;
+    } else if (i + 1 < argc && k == "--steps") {
+      steps = std::max(1, std::atoi(argv[++i]));
+    } else if (i + 1 < argc && k == "--micro") {
+      micro = std::max(1, std::atoi(argv[++i]));
+    } else if (i + 1 < argc && k == "--stages") {
+      stages.clear();
+      for (const char* p = argv[++i]; *p != '\0'; ++p)
+        if (*p >= '0' && *p <= '3') stages.push_back(*p - '0');
+    } else {
+      std::fprintf(stderr,
+                   "usage: gpt_gpu [--steps S] [--micro B] [--stages 0,2,3] [--no-offload]\n");
+      return 2;
+    }
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("gpt_gpu: no CUDA device; nothing measured\n");
+    return 0;
+  }
+  ::setenv("DSCORE_EXPERIMENTAL_CUDA_ENGINE", "1", 1);
+  const dscore::bench::GpuMatmulRate rate = dscore::bench::measure_gpu_matmul_rate();
+  const double peak = rate.bf16_tflops * 1e12;
+  const std::string corpus = write_corpus();
+  std::printf(
+      "gpt_gpu: GPT-2 124M (%d layers, n_embd %d, %d heads, T %d, vocab %d), bf16, micro "
+      "batch %d, %d timed steps after 1 warm-up, on %s\n",
+      kLayers, kEmbd, kHeads, kBlock, kVocab, micro, steps, rate.device.c_str());
+  std::printf("limit: cuBLAS bf16 matmul %.1f TFLOP/s (n = %lld); MFU is against it\n",
+              rate.bf16_tflops, static_cast<long long>(rate.n));
+  std::fflush(stdout);
+  for (int stage : stages) {
+    print_line("ZeRO-" + std::to_string(stage), train(micro, steps, stage, false, corpus), peak);
+    std::fflush(stdout);
+  }
+  if (offload) {
+    const Figures f = train(micro, steps, 2, true, corpus);
+    print_line("ZeRO-2 + ZeRO-Offload", f, peak);
+    const double pcie = pinned_copy_rate(), memory = host_memory_rate();
+    const double n = static_cast<double>(f.params);
+    const double pcie_s = 4.0 * n / pcie, memory_s = 28.0 * n / memory;
+    const double floor = std::max(pcie_s, memory_s);
+    std::printf(
+        "offload optimizer phase %.1f ms; floor %.1f ms = max(4 B x N over PCIe at %.1f GB/s: "
+        "%.1f ms, 28 B x N through host memory at %.1f GB/s: %.1f ms); %.0f%% of the floor's "
+        "speed\n",
+        f.optimizer_seconds * 1e3, floor * 1e3, pcie / 1e9, pcie_s * 1e3, memory / 1e9,
+        memory_s * 1e3, 100.0 * floor / f.optimizer_seconds);
+  }
+  std::filesystem::remove(corpus);
+  return 0;
+}
