@@ -226,6 +226,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
     log_info(
         "offload_param.device \"cpu\": the parameters are in host memory already (this run "
         "computes on the CPU)");
+  if (zero::host_offload(config))  // ZeRO-Offload copies gradients as they are reduced
+    ctx.owned_grads_final = [self = engine.get()](
+                                const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                                const device::EventPtr& ready) {
+      if (self->optimizer_) self->optimizer_->state().owned_grads_final(ranges, ready);
+    };
   engine->strategy_ = zero::make_zero_strategy(ctx);
   DSCORE_RETURN_IF_ERROR(engine->strategy_->initialise(*engine->model_));
   DSCORE_ASSIGN_OR_RETURN(std::unique_ptr<OwnedState> state,
@@ -354,6 +360,7 @@ Result<double> Engine::forward_backward(const dscore_batch& batch) {
         const bool reduce, optimizer_->wants_reduced_gradients(global_steps_ - skipped_steps_ + 1));
     DSCORE_RETURN_IF_ERROR(strategy_->set_gradient_reduction(reduce));
   }
+  if (boundary) optimizer_->state().boundary_micro_step();
   strategy_->begin_micro_step(boundary);
   double loss = 0;
   // DeepSpeed divides the loss by gas before backward; fp16 scales it.
@@ -584,6 +591,7 @@ Result<std::unique_ptr<OwnedState>> Engine::make_host_offload_state(
   options.grad_dtype = zero::grad_dtype_of(config_);
   options.model_dtype = zero::model_dtype_of(config_);
   options.pinned = config_.zero.offload_optimizer->pin_memory;
+  options.rank = rank();
   const bool fp32 = options.model_dtype == DSCORE_DTYPE_F32;
   options.model_params = fp32 ? strategy_->owned_master() : strategy_->owned_params16();
   if (options.model_params == nullptr) {
@@ -619,9 +627,9 @@ zero::MemoryPlan Engine::measured_memory() const {
   m.master = of(MemoryUse::kMaster);
   m.optimizer = of(MemoryUse::kOptimizerState);
   m.buffers = of(MemoryUse::kBuffers);
-  // The tile buffers of NVMe offload and ZeRO-Offload's staging are a row
-  // of their own in the plan.
-  m.offload_tiles = optimizer_->state().tile_buffer_bytes();
+  // The tile buffers of NVMe offload and ZeRO-Offload's host gradients and
+  // staging are a row of their own in the plan.
+  m.offload_tiles = optimizer_->state().transfer_bytes();
   m.optimizer -= m.offload_tiles;
   return m;
 }

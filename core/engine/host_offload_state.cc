@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/base/logging.h"
 #include "core/tensor/dtype_ops.h"
 #include "core/zero/zero_memory.h"
 
@@ -66,10 +67,10 @@ Result<std::unique_ptr<HostOffloadState>> HostOffloadState::create(
     if (!zero) fill_value(buffer.data(), slots[k].dtype, values, initial_values[k]);
     s->slot_buffers_.push_back(std::move(buffer));
   }
+  DSCORE_ASSIGN_OR_RETURN(
+      s->grads_, device.allocate(size_of(elements, options.grad_dtype), placement,
+                                 MemoryUse::kOptimizerState, "offload host gradients", false));
   for (Staging& staging : s->staging_) {
-    DSCORE_ASSIGN_OR_RETURN(staging.grads, device.allocate(size_of(s->tile_, options.grad_dtype),
-                                                           placement, MemoryUse::kOptimizerState,
-                                                           "offload gradient staging", false));
     if (options.model_dtype != DSCORE_DTYPE_F32) {
       DSCORE_ASSIGN_OR_RETURN(
           staging.params,
@@ -85,18 +86,17 @@ HostOffloadState::~HostOffloadState() {
   if (copy_) (void)copy_->synchronize();
 }
 
-int64_t HostOffloadState::tile_buffer_bytes() const {
-  int64_t bytes = 0;
-  for (const Staging& s : staging_)
-    bytes += static_cast<int64_t>(s.grads.bytes() + s.params.bytes());
+int64_t HostOffloadState::transfer_bytes() const {
+  int64_t bytes = static_cast<int64_t>(grads_.bytes());
+  for (const Staging& s : staging_) bytes += static_cast<int64_t>(s.params.bytes());
   return bytes;
 }
 
 std::string HostOffloadState::describe() const {
   return std::string(options_.pinned ? "in pinned host memory" : "in host memory") +
          " (ZeRO-Offload: " + std::to_string(tile_count()) + " tile(s) of " +
-         std::to_string(tile_) + " elements, 2 staging tiles of " +
-         human_bytes(tile_buffer_bytes() / 2) + ")";
+         std::to_string(tile_) + " elements, gradients copied as they are reduced, " +
+         human_bytes(transfer_bytes()) + " of host gradients and staging)";
 }
 
 Status HostOffloadState::for_each_tile(TileAccess access,
@@ -110,14 +110,41 @@ Status HostOffloadState::for_each_tile(TileAccess access,
   return visit(tile);
 }
 
-void HostOffloadState::fetch_grads(int64_t tile, Staging& staging) {
-  const int64_t begin = tile * tile_;
-  const int64_t n = std::min(tile_, owned_ - begin);
+void HostOffloadState::copy_grads(int64_t begin, int64_t end) {
   const dscore_dtype gd = options_.grad_dtype;
-  options_.device->copy(staging.grads.data(),
+  options_.device->copy(static_cast<char*>(grads_.data()) + size_of(begin, gd),
                         static_cast<const char*>(options_.grads) + size_of(begin, gd),
-                        size_of(n, gd), *copy_);
-  staging.grads_in = copy_->record();
+                        size_of(end - begin, gd), *copy_);
+}
+
+void HostOffloadState::owned_grads_final(const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                                         const device::EventPtr& ready) {
+  copy_->wait(ready);
+  for (const auto& [begin, end] : ranges) {
+    const int64_t b = std::max<int64_t>(begin, 0), e = std::min(end, owned_);
+    if (b >= e) continue;
+    copy_grads(b, e);
+    reported_.emplace_back(b, e);
+    reported_elements_ += e - b;
+  }
+}
+
+void HostOffloadState::copy_unreported_grads() {
+  std::sort(reported_.begin(), reported_.end());
+  int64_t covered = 0;  // [0, covered) is reported
+  for (const auto& [begin, end] : reported_) {
+    if (begin > covered) copy_grads(covered, begin);
+    covered = std::max(covered, end);
+  }
+  if (covered < owned_) copy_grads(covered, owned_);
+  if (!logged_) {
+    log_info("rank " + std::to_string(options_.rank) + ": ZeRO-Offload's first update: " +
+             std::to_string(reported_elements_) + " of " + std::to_string(owned_) +
+             " owned gradient elements came to the host as they were reduced");
+    logged_ = true;
+  }
+  reported_.clear();
+  reported_elements_ = 0;
 }
 
 Status HostOffloadState::write_params(int64_t tile, Staging& staging) {
@@ -140,18 +167,12 @@ Status HostOffloadState::write_params(int64_t tile, Staging& staging) {
 }
 
 Status HostOffloadState::update_walk(const std::function<Status(const StateTile&)>& visit) {
-  // The reduced gradients are final, and the model done reading its
-  // parameters, once the compute stream is.
+  // What the strategy did not report, once the compute stream is done (the
+  // reduced gradients are final, the model done reading its parameters).
   copy_->wait(options_.compute->record());
-  const int64_t tiles = tile_count();
-  Status status = Status::Ok();
-  if (tiles > 0) fetch_grads(0, staging_[0]);
-  for (int64_t t = 0; t < tiles && status.ok(); ++t) {
-    Staging& current = staging_[t % 2];
-    // The other staging's gradients were tile t-1's, updated already.
-    if (t + 1 < tiles) fetch_grads(t + 1, staging_[(t + 1) % 2]);
-    status = device::wait_for(current.grads_in);
-    if (!status.ok()) break;
+  copy_unreported_grads();
+  Status status = copy_->record()->wait();
+  for (int64_t t = 0; t < tile_count() && status.ok(); ++t) {
     StateTile tile;
     tile.begin = t * tile_;
     tile.end = std::min(tile.begin + tile_, owned_);
@@ -159,14 +180,14 @@ Status HostOffloadState::update_walk(const std::function<Status(const StateTile&
     for (size_t k = 0; k < slots_.size(); ++k)
       tile.slots.push_back(static_cast<char*>(slot_buffers_[k].data()) +
                            size_of(tile.begin * slots_[k].elements_per_param, slots_[k].dtype));
-    tile.grads = current.grads.data();
+    tile.grads = static_cast<char*>(grads_.data()) + size_of(tile.begin, options_.grad_dtype);
     status = visit(tile);
-    if (status.ok()) status = write_params(t, current);
+    if (status.ok()) status = write_params(t, staging_[t % 2]);
   }
   // Every copy done, also after a failure: the staging and the master are
   // the host's again, and the model reads the new parameters.
   Status copies = copy_->synchronize();
-  for (Staging& s : staging_) s.grads_in = s.params_out = nullptr;
+  for (Staging& s : staging_) s.params_out = nullptr;
   return status.ok() ? copies : status;
 }
 

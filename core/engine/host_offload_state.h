@@ -3,17 +3,21 @@
 // memory (page-locked with pin_memory) and the update runs on the host,
 // whatever the engine's device.
 //
-// An update walks the owned space in tiles (zero::offload_tile_elements)
-// through two staging tiles. On a copy stream of its own the state copies
-// tile t+1's gradients from the device into staging while the optimizer
-// updates tile t on the host, and copies tile t's new parameters (converted
-// to the model's dtype on the host) to where the model reads them while the
-// optimizer updates tile t+1. The copy stream starts after the engine's
-// compute stream (the reduced gradients are final there) and the walk ends
-// once every copy is done, so the next step's reads and the gradient zeroing
-// see the new parameters. On the CPU device the copies are memcpys on the
-// stream's worker, so every ordering rule above runs in CI (asynchronous
-// streams, TSan).
+// The gradients come to a host copy of the owned gradients as the
+// strategy reduces them: in the boundary's micro-step it reports each range
+// of owned gradients final with the event of its reduction
+// (ZeroContext::owned_grads_final), and the state queues that range's
+// device-to-host copy on a copy stream of its own after the event, so the
+// copies run beside the rest of backward. The update then copies what was
+// not reported (padding, a strategy that reports nothing), after the
+// engine's compute stream, waits for the copies, and walks the owned space
+// in tiles (zero::offload_tile_elements): the optimizer updates tile t on
+// the host while tile t-1's new parameters, converted to the model's dtype
+// into one of two staging tiles, go to where the model reads them on the
+// copy stream. The walk ends once every copy is done, so the next forward
+// and the gradient zeroing see the new parameters. On the CPU device the
+// copies are memcpys on the stream's worker, so every ordering rule above
+// runs in CI (asynchronous streams, TSan).
 //
 // For fp32 models the parameters the model reads (the strategy's owned
 // master) are a copy of the host master; for 16-bit models the strategy
@@ -38,6 +42,7 @@ struct HostOffloadOptions {
   void* model_params = nullptr;  // the owned parameters the model reads (device memory);
                                  // nullptr: through store_params below
   dscore_dtype model_dtype = DSCORE_DTYPE_F32;
+  int rank = 0;         // for the log
   bool pinned = false;  // offload_optimizer.pin_memory: page-locked host memory
   // Stage 3 with its parameters on NVMe: new values of owned elements
   // [begin, begin + count) in model_dtype, from host memory.
@@ -64,17 +69,25 @@ class HostOffloadState final : public OwnedState {
   Status read(int state, int64_t first, int64_t count, void* dst) override;
   std::string describe() const override;
   bool on_host() const override { return true; }
-  int64_t tile_buffer_bytes() const override;
+  int64_t transfer_bytes() const override;
+  void boundary_micro_step() override {
+    reported_.clear();
+    reported_elements_ = 0;
+  }
+  void owned_grads_final(const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                         const device::EventPtr& ready) override;
 
  private:
   struct Staging {
-    device::Buffer grads;   // tile_ gradients
     device::Buffer params;  // tile_ parameters in the model's dtype (16-bit models)
-    device::EventPtr grads_in, params_out;
+    device::EventPtr params_out;
   };
   HostOffloadState() = default;
   int64_t tile_count() const { return (owned_ + tile_ - 1) / tile_; }
-  void fetch_grads(int64_t tile, Staging& staging);
+  // Queue the copy of owned gradients [begin, end) to the host.
+  void copy_grads(int64_t begin, int64_t end);
+  // Queue the copies of every owned gradient not reported this cycle.
+  void copy_unreported_grads();
   Status write_params(int64_t tile, Staging& staging);
   Status update_walk(const std::function<Status(const StateTile&)>& visit);
 
@@ -83,7 +96,14 @@ class HostOffloadState final : public OwnedState {
   std::vector<zero::StateSlot> slots_;
   device::Buffer master_;
   std::vector<device::Buffer> slot_buffers_;
+  device::Buffer grads_;  // (owned) grad_dtype: the host copy of the owned gradients
   Staging staging_[2];
+  // Owned-gradient ranges copied (or queued) since the boundary's
+  // micro-step began.
+  std::vector<std::pair<int64_t, int64_t>> reported_;
+  int64_t reported_elements_ = 0;  // in reported_
+  bool logged_ = false;            // the first update's line
+  int rank_ = 0;
   int64_t owned_ = 0;
   int64_t tile_ = 0;
 };

@@ -122,7 +122,7 @@ std::string NvmeState::describe() const {
          std::to_string(buffers_.size()) + " tile buffer(s), " + swapper_->backend() + ")";
 }
 
-int64_t NvmeState::tile_buffer_bytes() const {
+int64_t NvmeState::transfer_bytes() const {
   int64_t bytes = 0;
   for (const Buffer& b : buffers_) bytes += static_cast<int64_t>(b.bytes);
   return bytes;

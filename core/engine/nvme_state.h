@@ -50,7 +50,7 @@ class NvmeState final : public OwnedState {
                        const std::function<Status(const StateTile&)>& visit) override;
   Status read(int state, int64_t first, int64_t count, void* dst) override;
   std::string describe() const override;
-  int64_t tile_buffer_bytes() const override;
+  int64_t transfer_bytes() const override;
 
   int64_t tile_elements() const { return tile_; }
   const offload::Swapper& swapper() const { return *swapper_; }

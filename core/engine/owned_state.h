@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/base/memory.h"
@@ -62,9 +63,18 @@ class OwnedState {
   // stage, and every kUpdate walk writes each tile's parameters to where
   // the model reads them.
   virtual bool on_host() const { return false; }
-  // Host memory the state holds for moving tiles (NVMe tile buffers,
-  // ZeRO-Offload staging), counted with the optimizer state.
-  virtual int64_t tile_buffer_bytes() const { return 0; }
+  // Host memory the state holds for moving data (NVMe tile buffers;
+  // ZeRO-Offload's host gradients and staging), counted with the optimizer
+  // state.
+  virtual int64_t transfer_bytes() const { return 0; }
+  // For a state on the host: the accumulation boundary's micro-step begins,
+  // and (ZeroContext::owned_grads_final) owned gradients [first, second) of
+  // each range are final once `ready` is done.
+  virtual void boundary_micro_step() {}
+  virtual void owned_grads_final(const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                                 const device::EventPtr& ready) {
+    (void)ranges, (void)ready;
+  }
 };
 
 // Everything in memory: the strategy's master, one buffer per slot, both

@@ -74,6 +74,7 @@ Status GridReduction::end_micro_step(const ReadyLayers& ready) {
                              storage_.partition().padded_numel);
       return Status::Ok();
     });
+    if (boundary_) report_owned_grads_final(ctx_, 0, storage_.owned_numel(), ctx_.stream->record());
   }
   return ctx_.stream->synchronize();
 }
@@ -88,12 +89,17 @@ void GridReduction::submit_ready(bool all, const ReadyLayers& ready) {
     const int64_t hi = next_hi_, lo = std::max<int64_t>(0, hi - bucket_capacity_);
     if (lo < floor) break;
     next_hi_ = lo;
-    ctx_.stream->submit([this, lo, hi] {
+    device::EventPtr done = ctx_.stream->submit([this, lo, hi] {
       const Reduction r = plan_reduction(*ctx_.config, ctx_.comm->world_size());
       device::ops::scale_in_place(ctx_.comm_target, grads_at(lo), ctx_.grad_dtype, hi - lo,
                                   r.pre_factor);
       return reduce_bucket(lo, hi, r);
     });
+    // Reduced in place at the boundary: this rank's part of [lo, hi) is final.
+    if (boundary_ && !reduces_every_micro_step()) {
+      const int64_t begin = storage_.owned_begin(), end = begin + storage_.owned_numel();
+      report_owned_grads_final(ctx_, std::max(lo, begin) - begin, std::min(hi, end) - begin, done);
+    }
   }
 }
 

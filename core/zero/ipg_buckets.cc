@@ -35,7 +35,8 @@ void IpgBuckets::zero_grads(device::ops::Target target) {
   device::ops::fill_zero(target, owned_.data(), ctx_.grad_dtype, storage_.owned_numel());
 }
 
-void IpgBuckets::begin_micro_step(bool) {
+void IpgBuckets::begin_micro_step(bool boundary) {
+  boundary_ = boundary;
   std::fill(placement_.begin(), placement_.end(), Placement{});
   open_ = false;
   solos_.clear();
@@ -171,7 +172,7 @@ Status IpgBuckets::end_micro_step(const ReadyLayers& ready) {
 
 device::EventPtr IpgBuckets::submit_owner_reduction(char* memory, int64_t window, int64_t lo,
                                                     int64_t hi) {
-  return ctx_.stream->submit([this, memory, window, lo, hi] {
+  device::EventPtr done = ctx_.stream->submit([this, memory, window, lo, hi] {
     const Reduction r = plan_reduction(*ctx_.config, ctx_.comm->world_size());
     const dscore_dtype gd = ctx_.grad_dtype;
     const int rank = storage_.rank();
@@ -202,6 +203,12 @@ device::EventPtr IpgBuckets::submit_owner_reduction(char* memory, int64_t window
     device::ops::fill_zero(on, element_at(memory, gd, lo - window), gd, hi - lo);
     return Status::Ok();
   });
+  // The boundary's reduction is the last write of this rank's part of [lo, hi).
+  if (boundary_) {
+    const int64_t begin = storage_.owned_begin(), end = begin + storage_.owned_numel();
+    report_owned_grads_final(ctx_, std::max(lo, begin) - begin, std::min(hi, end) - begin, done);
+  }
+  return done;
 }
 
 }  // namespace dscore::zero

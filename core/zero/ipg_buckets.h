@@ -65,9 +65,10 @@ class IpgBuckets final : public GradientReduction {
 
   ZeroContext ctx_;
   FlatStorage& storage_;
-  int64_t capacity_ = 0;  // elements per bucket
-  size_t bucket_count_;   // 2 with overlap_comm, else 1
-  device::Buffer owned_;  // (owned) grad_dtype: the reduced gradients
+  int64_t capacity_ = 0;   // elements per bucket
+  size_t bucket_count_;    // 2 with overlap_comm, else 1
+  device::Buffer owned_;   // (owned) grad_dtype: the reduced gradients
+  bool boundary_ = false;  // this micro-step's reductions make them final
   std::array<Bucket, 2> buckets_;
   size_t current_ = 0;
   bool open_ = false;                 // buckets_[current_] takes more layers

@@ -56,20 +56,22 @@ void plan_optimizer_swap(const config::OffloadConfig& offload, int64_t sub_group
 }
 
 // ZeRO-Offload: the fp32 master in host memory (for fp32 models a copy of
-// the parameters the model reads) and two staging tiles.
+// the parameters the model reads), a host copy of the owned gradients and,
+// for 16-bit models, two staging tiles of parameters.
 void plan_host_offload(int64_t sub_group_size, int64_t owned, ZeroPlan* plan) {
   const int64_t tile = offload_tile_elements(sub_group_size, owned);
   MemoryPlan& m = plan->memory;
   m.master = bytes(owned, DSCORE_DTYPE_F32);
   const bool staged_params = plan->model_dtype != DSCORE_DTYPE_F32;
-  m.offload_tiles =
-      2 * (bytes(tile, plan->grad_dtype) + (staged_params ? bytes(tile, plan->model_dtype) : 0));
+  m.offload_tiles = bytes(std::max<int64_t>(owned, 1), plan->grad_dtype) +
+                    (staged_params ? 2 * bytes(tile, plan->model_dtype) : 0);
   plan->notes.push_back(
       "offload_optimizer.device \"cpu\" (ZeRO-Offload): the fp32 master weights and the "
       "optimizer state in host memory, updated on the host in tiles of " +
-      std::to_string(tile) + " elements; the gradients" +
-      (staged_params ? " and the new 16-bit parameters" : "") +
-      " are copied through two staging tiles (\"offload tile buffers\")");
+      std::to_string(tile) +
+      " elements; the gradients are copied to a host copy as they are reduced" +
+      (staged_params ? ", the new 16-bit parameters back through two staging tiles" : "") +
+      " (\"offload buffers\")");
 }
 
 constexpr const char* kNotCounted =
@@ -370,7 +372,7 @@ std::string format_plans(const std::vector<ZeroPlan>& plans) {
   row("model states", [](const ZeroPlan& p) { return format_bytes(p.memory.model_states()); });
   row("buffers", [](const ZeroPlan& p) { return format_bytes(p.memory.buffers); });
   if (p0.memory.offload_tiles > 0)
-    row("offload tile buffers",
+    row(p0.swap ? "offload tile buffers" : "offload buffers",
         [](const ZeroPlan& p) { return format_bytes(p.memory.offload_tiles); });
   if (p0.memory.comm_scratch > 0)
     row("comm scratch (mpi)",

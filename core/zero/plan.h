@@ -8,8 +8,8 @@
 // plus buffers; in fp32, 4-byte parameters and gradients and no master copy.
 // With offload_optimizer.device "nvme" the owned master weights and state
 // slots live in swap files (disk) and RAM holds tile buffers instead; with
-// "cpu" (ZeRO-Offload) they live in pinned host memory, an fp32 model's
-// master apart from its parameters, plus two staging tiles.
+// "cpu" (ZeRO-Offload) they live in host memory, an fp32 model's master
+// apart from its parameters, beside a host copy of the owned gradients.
 #pragma once
 
 #include <dscore/plugin.h>
@@ -39,7 +39,7 @@ struct MemoryPlan {
   int64_t master = 0;          // fp32 master weights of 16-bit models
   int64_t optimizer = 0;       // declared state slots
   int64_t buffers = 0;         // buckets, gathered layers, persistent parameters
-  int64_t offload_tiles = 0;   // NVMe tile buffers or ZeRO-Offload staging (RAM)
+  int64_t offload_tiles = 0;   // NVMe tile buffers, or ZeRO-Offload's host gradients and staging
   int64_t disk_master = 0;     // swap file of the fp32 master weights (NVMe)
   int64_t disk_optimizer = 0;  // swap files of the state slots (NVMe)
   // Staging of the mpi comm backend (plugins/comm/mpi/collectives.cc) for
@@ -133,8 +133,8 @@ int64_t nvme_tile_elements(int64_t sub_group_size, int64_t owned);
 
 // ZeRO-Offload (offload_optimizer.device "cpu", core/engine/
 // host_offload_state.h) updates the owned space on the host in tiles of
-// nvme_tile_elements, at most kHostOffloadTileCap, through two staging
-// tiles of gradients and (16-bit models) parameters.
+// nvme_tile_elements, at most kHostOffloadTileCap, with a host copy of the
+// owned gradients and (16-bit models) two staging tiles of parameters.
 inline constexpr int64_t kHostOffloadTileCap = int64_t{1} << 22;
 int64_t offload_tile_elements(int64_t sub_group_size, int64_t owned);
 // Whether a config runs ZeRO-Offload: offload_optimizer.device "cpu" at

@@ -393,7 +393,8 @@ void ShardedZero::free_gathered(size_t layer) {
 
 // ------------------------------------------------------------ micro-steps
 
-void ShardedZero::begin_micro_step(bool) {
+void ShardedZero::begin_micro_step(bool boundary) {
+  boundary_ = boundary;
   position_ = 0;
   prefetched_until_ = 0;
 }
@@ -447,7 +448,7 @@ void ShardedZero::flush_gradients() {
   std::vector<PendingGrads> group = std::move(pending_grads_);
   pending_grads_.clear();
   pending_grad_elements_ = 0;
-  ctx_.stream->submit([this, group] {
+  device::EventPtr done = ctx_.stream->submit([this, group] {
     const dscore_dtype gd = ctx_.grad_dtype;
     const int64_t es = static_cast<int64_t>(sdk::dtype_size(gd));
     const Reduction r = plan_reduction(*ctx_.config, world_);
@@ -489,6 +490,19 @@ void ShardedZero::flush_gradients() {
     }
     return Status::Ok();
   });
+  // The boundary's reduce-scatter is the last write of these layers' shards.
+  if (boundary_ && ctx_.owned_grads_final) {
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    for (const PendingGrads& g : group)
+      for (size_t p = ctx_.layout->layer_first(g.layer); p < ctx_.layout->layer_end(g.layer); ++p) {
+        const ParamShard& sh = shards_.params[p];
+        if (!ranges.empty() && ranges.back().second == sh.local_offset)
+          ranges.back().second += sh.shard_size;
+        else
+          ranges.emplace_back(sh.local_offset, sh.local_offset + sh.shard_size);
+      }
+    ctx_.owned_grads_final(ranges, done);
+  }
 }
 
 Status ShardedZero::end_micro_step() {

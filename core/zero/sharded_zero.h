@@ -110,6 +110,7 @@ class ShardedZero final : public ZeroStrategy {
   Status initialise_swapped(const Model& model);
 
   ZeroContext ctx_;
+  bool boundary_ = false;  // this micro-step's reduce-scatters make the gradients final
   int rank_, world_;
   ShardedLayout shards_;
   std::vector<OwnedSegment> segments_;

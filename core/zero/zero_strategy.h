@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/base/status.h"
@@ -52,7 +53,23 @@ struct ZeroContext {
   offload::Swapper* param_swapper = nullptr;
   std::string param_swap_folder;
   int64_t param_max_in_cpu = 0;
+  // In the accumulation boundary's micro-step, told on the thread that
+  // drives the strategy (the model's hook calls) that owned gradients
+  // [first, second) of each range are final once `ready` is done, so
+  // ZeRO-Offload can copy them to the host while backward goes on
+  // (core/engine/host_offload_state.h). May be empty; ranges the strategy
+  // does not report are copied at the step.
+  std::function<void(const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                     const device::EventPtr& ready)>
+      owned_grads_final;
 };
+
+// Reports owned gradients [begin, end) of `ctx` final once `ready` is done
+// (ZeroContext::owned_grads_final); nothing for an empty range or listener.
+inline void report_owned_grads_final(const ZeroContext& ctx, int64_t begin, int64_t end,
+                                     const device::EventPtr& ready) {
+  if (ctx.owned_grads_final && begin < end) ctx.owned_grads_final({{begin, end}}, ready);
+}
 
 // A run of one parameter's elements inside the owned space.
 struct OwnedSegment {

@@ -92,19 +92,21 @@ TEST(DeviceStreams, NvmeOptimizerOffloadIsBitwiseOnBothModes) {
   std::filesystem::remove_all(folder);
 }
 
-// ZeRO-Offload's copy stream: gradients out and parameters in, beside the
-// host's update of the tile before (host_offload_state.h).
+// ZeRO-Offload's copy stream (host_offload_state.h): gradients out as they
+// are reduced (stage 1 bucket by bucket, stage 3 layer by layer), parameters
+// in beside the host's update of the next tile.
 TEST(DeviceStreams, HostOptimizerOffloadIsBitwiseOnBothModes) {
-  for (const char* precision : {"fp32", "bf16"}) {
+  for (const auto& [stage, precision] :
+       {std::pair<int, const char*>{1, "fp32"}, std::pair<int, const char*>{3, "bf16"}}) {
     RunSpec spec;
-    spec.stage = 3;
+    spec.stage = stage;
     spec.precision = precision;
     spec.hidden = 100;
     spec.steps = 4;
     if (spec.precision == "bf16") spec.extra = R"("data_types": {"grad_accum_dtype": "bf16"})";
     spec.zero_extra = R"("sub_group_size": 4096, "offload_optimizer": {"device": "cpu"})";
     expect_bitwise(run_ok(with_streams(spec, "async")), run_ok(with_streams(spec, "sync")),
-                   std::string("stage 3 ") + precision + " with ZeRO-Offload");
+                   "stage " + std::to_string(stage) + " " + precision + " with ZeRO-Offload");
   }
 }
 

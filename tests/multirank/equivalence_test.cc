@@ -158,8 +158,9 @@ TEST(ZeroEquivalence, NvmeOptimizerOffloadIsBitwiseAsInMemory) {
 
 // ZeRO-Offload (offload_optimizer.device "cpu", core/engine/
 // host_offload_state.h): the master weights and AdamW's state in page-locked
-// host memory (pin_memory), the gradients and new parameters copied through two staging
-// tiles of 4096 elements on a copy stream, the update on the host, bitwise
+// host memory (pin_memory), the gradients copied to the host as they are
+// reduced, the update on the host in tiles of 4096 elements, the new
+// parameters copied back on a copy stream, bitwise
 // as the same run with everything in the device's memory, at every stage
 // that offloads, in fp32 and bf16, with accumulation and clipping. The
 // memory the ranks hold is what `dscore plan` predicts.
@@ -184,7 +185,19 @@ TEST_P(HostOffload, IsBitwiseAsInMemoryAndAsPlanned) {
   const std::string log = offload.process.out + offload.process.err;
   EXPECT_NE(log.find("optimizer state in pinned host memory (ZeRO-Offload: "), std::string::npos)
       << log;
-  EXPECT_NE(log.find(" tile(s) of 4096 elements, 2 staging tiles"), std::string::npos) << log;
+  EXPECT_NE(log.find(" tile(s) of 4096 elements, gradients copied as they are reduced"),
+            std::string::npos)
+      << log;
+  // Every gradient the optimizer reads came as it was reduced (the padding
+  // of the owned space is copied at the step).
+  for (int rank = 0; rank < spec.world; ++rank) {
+    const std::string line = "rank " + std::to_string(rank) + ": ZeRO-Offload's first update: ";
+    const size_t at = log.find(line);
+    ASSERT_NE(at, std::string::npos) << log;
+    const int64_t early = std::stoll(log.substr(at + line.size()));
+    const int64_t owned = std::stoll(log.substr(log.find(" of ", at + line.size()) + 4));
+    EXPECT_GT(early, owned * 9 / 10) << what << " rank " << rank << ": " << log.substr(at, 160);
+  }
   for (const RankReport& rank : offload.ranks) {
     ASSERT_EQ(rank.memory.size(), 6u) << what;
     ASSERT_EQ(rank.plan.size(), 6u) << what;

@@ -71,7 +71,7 @@ TEST(CliPlan, CpuOffloadIsCountedAndTooFewBuffersIsAConfigError) {
       plan(R"("zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}})", 1, dir);
   ASSERT_EQ(cpu.exit_code, 0) << cpu.describe();
   EXPECT_NE(cpu.out.find("(ZeRO-Offload)"), std::string::npos) << cpu.out;
-  EXPECT_EQ(lines_starting_with(cpu.out, "  offload tile buffers").size(), 1u) << cpu.out;
+  EXPECT_EQ(lines_starting_with(cpu.out, "  offload buffers").size(), 1u) << cpu.out;
   EXPECT_EQ(cpu.out.find("disk total"), std::string::npos) << cpu.out;
   ProcessResult few =
       plan(R"("zero_optimization": {"stage": 1, "offload_optimizer": {"device": "nvme", )"

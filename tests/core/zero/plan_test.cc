@@ -145,9 +145,10 @@ TEST(OffloadPlan, TilesAreWholeGranulesAndNoLargerThanThePartition) {
 }
 
 // ZeRO-Offload: the master in host memory (for fp32 models beside the
-// parameters), two staging tiles of gradients and 16-bit parameters, a
-// note; at stage 0 nothing moves and the note says why.
-TEST(OffloadPlan, CpuDeviceCountsTheHostMasterAndTwoStagingTiles) {
+// parameters), a host copy of the owned gradients and, for 16-bit models,
+// two staging tiles of parameters, a note; at stage 0 nothing moves and the
+// note says why.
+TEST(OffloadPlan, CpuDeviceCountsTheHostMasterGradientsAndStaging) {
   TwoLayers model;
   const ZeroPlan in_ram = make_plan(load(R"({"stage": 2})", "", 2), model.layout(), kAdam, 2, 0);
   const ZeroPlan cpu = make_plan(
@@ -157,14 +158,13 @@ TEST(OffloadPlan, CpuDeviceCountsTheHostMasterAndTwoStagingTiles) {
   EXPECT_EQ(cpu.optimizer_device, "cpu");
   EXPECT_FALSE(cpu.swap.has_value());
   const int64_t owned = in_ram.memory.optimizer / 8;  // Adam: m and v, fp32
-  const int64_t tile = std::min<int64_t>(4096, (owned + 4095) / 4096 * 4096);
-  EXPECT_EQ(cpu.memory.master, owned * 4);  // fp32: a copy of the parameters
-  EXPECT_EQ(cpu.memory.offload_tiles, 2 * tile * 4);
-  EXPECT_EQ(cpu.memory.total(), in_ram.memory.total() + owned * 4 + 2 * tile * 4);
+  EXPECT_EQ(cpu.memory.master, owned * 4);            // fp32: a copy of the parameters
+  EXPECT_EQ(cpu.memory.offload_tiles, owned * 4);     // the host gradients; no staging
+  EXPECT_EQ(cpu.memory.total(), in_ram.memory.total() + owned * 4 + owned * 4);
   EXPECT_EQ(cpu.memory.disk(), 0);
   const std::string table = format_plans({cpu});
   EXPECT_NE(table.find("(ZeRO-Offload)"), std::string::npos) << table;
-  EXPECT_NE(table.find("offload tile buffers"), std::string::npos) << table;
+  EXPECT_NE(table.find("  offload buffers"), std::string::npos) << table;
   EXPECT_EQ(table.find("disk total"), std::string::npos) << table;
 
   const ZeroPlan bf16 = make_plan(load(R"({"stage": 2, "offload_optimizer": {"device": "cpu"}})",
@@ -172,9 +172,9 @@ TEST(OffloadPlan, CpuDeviceCountsTheHostMasterAndTwoStagingTiles) {
                                   model.layout(), kAdam, 2, 0);
   const ZeroPlan bf16_ram = make_plan(load(R"({"stage": 2})", R"("bf16": {"enabled": true})", 2),
                                       model.layout(), kAdam, 2, 0);
-  EXPECT_EQ(bf16.memory.master, bf16_ram.memory.master);   // moved, not copied
-  const int64_t bf16_tile = (owned + 4095) / 4096 * 4096;  // sub_group_size's default: one tile
-  EXPECT_EQ(bf16.memory.offload_tiles, 2 * bf16_tile * (2 + 2));
+  EXPECT_EQ(bf16.memory.master, bf16_ram.memory.master);  // moved, not copied
+  const int64_t tile = (owned + 4095) / 4096 * 4096;      // sub_group_size's default: one tile
+  EXPECT_EQ(bf16.memory.offload_tiles, owned * 2 + 2 * tile * 2);
 
   const ZeroPlan stage0 =
       make_plan(load(R"({"stage": 0, "offload_optimizer": {"device": "cpu"}})", "", 2),
