@@ -45,7 +45,7 @@ std::shared_ptr<const ObjectSpec> offload_param_spec() {
               .auto_rule("default")
               .to(&OffloadConfig::max_in_cpu),
           F("pin_memory", T::kBool, "page-lock the CPU copies")
-              .def(false)
+              .def(true)
               .auto_rule("default")
               .to(&OffloadConfig::pin_memory),
       },
@@ -65,7 +65,7 @@ std::shared_ptr<const ObjectSpec> offload_optimizer_spec() {
               .auto_rule("default")
               .to(&OffloadConfig::buffer_count),
           F("pin_memory", T::kBool, "page-lock the CPU buffers")
-              .def(false)
+              .def(true)
               .auto_rule("default")
               .to(&OffloadConfig::pin_memory),
           F("pipeline_read", T::kBool, "overlap swap-in with the step")

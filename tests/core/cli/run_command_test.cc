@@ -320,7 +320,7 @@ TEST(CliRun, CpuOptimizerOffloadTrainsAndSaysWhereTheStateIs) {
   const fs::path config = dir.write("ds_config.json", cfg.text());
   ProcessResult r = run_dscore({"run", "--config", config.string()});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
-  EXPECT_NE(r.err.find("optimizer state in host memory (ZeRO-Offload: "), std::string::npos)
+  EXPECT_NE(r.err.find("optimizer state in pinned host memory (ZeRO-Offload: "), std::string::npos)
       << r.describe();
   EXPECT_GT(lines_starting_with(r.out, "step ").size(), 0u) << r.describe();
 }

@@ -142,9 +142,9 @@ TEST(DeepSpeedSchema, OffloadAndAioAutoGiveTheDefault) {
   EXPECT_EQ(at(z, {"offload_param", "buffer_count"}), json::Value(5));
   EXPECT_EQ(at(z, {"offload_param", "buffer_size"}), json::Value(int64_t{100000000}));
   EXPECT_EQ(at(z, {"offload_param", "max_in_cpu"}), json::Value(int64_t{1000000000}));
-  EXPECT_EQ(at(z, {"offload_param", "pin_memory"}), json::Value(false));
+  EXPECT_EQ(at(z, {"offload_param", "pin_memory"}), json::Value(true));
   EXPECT_EQ(at(z, {"offload_optimizer", "buffer_count"}), json::Value(4));
-  EXPECT_EQ(at(z, {"offload_optimizer", "pin_memory"}), json::Value(false));
+  EXPECT_EQ(at(z, {"offload_optimizer", "pin_memory"}), json::Value(true));
   EXPECT_EQ(at(c.resolved, {"aio", "block_size"}), json::Value(1048576));
   EXPECT_EQ(at(c.resolved, {"aio", "queue_depth"}), json::Value(8));
   EXPECT_EQ(at(c.resolved, {"aio", "intra_op_parallelism"}), json::Value(1));
@@ -166,11 +166,11 @@ TEST(DeepSpeedSchema, OffloadDefaults) {
   EXPECT_EQ(at(p, {"buffer_count"}), json::Value(5));
   EXPECT_EQ(at(p, {"buffer_size"}), json::Value(int64_t{100000000}));
   EXPECT_EQ(at(p, {"max_in_cpu"}), json::Value(int64_t{1000000000}));
-  EXPECT_EQ(at(p, {"pin_memory"}), json::Value(false));
+  EXPECT_EQ(at(p, {"pin_memory"}), json::Value(true));
   const json::Value& o = at(c.resolved, {"zero_optimization", "offload_optimizer"});
   EXPECT_EQ(at(o, {"device"}), json::Value("none"));
   EXPECT_EQ(at(o, {"buffer_count"}), json::Value(4));
-  EXPECT_EQ(at(o, {"pin_memory"}), json::Value(false));
+  EXPECT_EQ(at(o, {"pin_memory"}), json::Value(true));
   EXPECT_EQ(at(o, {"pipeline_read"}), json::Value(false));
   EXPECT_EQ(at(o, {"pipeline_write"}), json::Value(false));
   EXPECT_EQ(at(o, {"fast_init"}), json::Value(false));
@@ -281,7 +281,7 @@ TEST(DeepSpeedSchema, Stage3Aliases) {
 TEST(DeepSpeedSchema, DeprecatedZeroKeysMap) {
   LoadedConfig c =
       load_with(R"("zero_optimization": {"stage": 3, "cpu_offload": true, "cpu_offload_param": true,
-                                "cpu_offload_use_pin_memory": true, "stage3_gather_fp16_weights_on_model_save": true})");
+                                "cpu_offload_use_pin_memory": false, "stage3_gather_fp16_weights_on_model_save": true})");
   ASSERT_TRUE(c.ok()) << errors_of(c);
   const json::Value& z = at(c.resolved, {"zero_optimization"});
   EXPECT_EQ(at(z, {"offload_optimizer", "device"}), json::Value("cpu"));
@@ -294,8 +294,8 @@ TEST(DeepSpeedSchema, DeprecatedZeroKeysMap) {
     EXPECT_EQ(z.find(old), nullptr) << old;
     EXPECT_TRUE(has_notice(c, std::string("zero_optimization.") + old, "deprecated")) << old;
   }
-  // pin memory is not transferred (as in DeepSpeed).
-  EXPECT_EQ(at(z, {"offload_optimizer", "pin_memory"}), json::Value(false));
+  // pin memory is not transferred (as in DeepSpeed): the default stays.
+  EXPECT_EQ(at(z, {"offload_optimizer", "pin_memory"}), json::Value(true));
   EXPECT_EQ(c.config->zero.offload_optimizer->device, "cpu");
 
   LoadedConfig off = load_with(R"("zero_optimization": {"cpu_offload": false})");

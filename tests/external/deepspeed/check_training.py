@@ -1,5 +1,6 @@
 """DeepSpeed as the oracle: the same mlp problem trained by DeepSpeed and by
-`dscore run`, at ZeRO stages 0-3 on 1 and 2 ranks.
+`dscore run`, at ZeRO stages 0-3 on 1 and 2 ranks, and with ZeRO-Offload
+("offload_optimizer": {"device": "cpu"}) at stages 1-3.
 
 The reference run (issue 13), in fp32 and in bf16: train_batch_size 16, micro-batch 4 (gas 4 on
 one rank, 2 on two), mlp 16-64x3-4 tanh with teacher_seed 1234, Adam lr 1e-3,
@@ -61,6 +62,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOSS_RTOL = {"fp32": 2e-6, "bf16": 2e-2}
 STAGES = (0, 1, 2, 3)
+OFFLOAD_STAGES = (1, 2, 3)  # ZeRO-Offload needs a partitioned optimizer
 DTYPES = ("fp32", "bf16")
 WORLDS = (1, 2)
 
@@ -78,13 +80,15 @@ REFERENCE = {
 }
 
 
-def config_for(dtype, stage):
+def config_for(dtype, stage, offload):
     c = copy.deepcopy(REFERENCE)
     if dtype == "bf16":
         c["bf16"] = {"enabled": True}
     c["zero_optimization"] = {"stage": stage}
     if stage == 3:  # partition every parameter, the biases too
         c["zero_optimization"]["stage3_param_persistence_threshold"] = 0
+    if offload:
+        c["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
     return c
 
 
@@ -116,8 +120,8 @@ def read_csv(path, column):
 
 
 def run_dscore(dscore, run, world, config_path, folder):
-    dtype, stage = run
-    work = os.path.join(folder, f"dscore_{dtype}_s{stage}_w{world}")
+    dtype, stage, offload = run
+    work = os.path.join(folder, f"dscore_{dtype}_s{stage}{'_offload' if offload else ''}_w{world}")
     os.makedirs(work)
     with open(config_path) as f:
         config = json.load(f)
@@ -145,16 +149,17 @@ def main():
     with tempfile.TemporaryDirectory() as folder:
         paths = {}
         for dtype in DTYPES:
-            for stage in STAGES:
-                paths[(dtype, stage)] = os.path.join(folder, f"{dtype}_stage{stage}.json")
-                with open(paths[(dtype, stage)], "w") as f:
-                    json.dump(config_for(dtype, stage), f)
+            for stage, offload in [(s, False) for s in STAGES] + [(s, True) for s in OFFLOAD_STAGES]:
+                run = (dtype, stage, offload)
+                paths[run] = os.path.join(folder, f"{dtype}_stage{stage}{'_offload' if offload else ''}.json")
+                with open(paths[run], "w") as f:
+                    json.dump(config_for(dtype, stage, offload), f)
         runs = list(paths)
         started = time.time()
         # Both world sizes' DeepSpeed ranks at once; dscore runs meanwhile.
         jobs = {w: start_deepspeed(w, [paths[r] for r in runs], folder) for w in WORLDS}
         mine = {(r, w): run_dscore(dscore, r, w, paths[r], folder) for w in WORLDS for r in runs}
-        applied = dscore_applied_lrs(dscore, paths[("fp32", 0)])
+        applied = dscore_applied_lrs(dscore, paths[("fp32", 0, False)])
         deepspeed = {}
         for w, (procs, result, logs) in jobs.items():
             codes = [p.wait() for p in procs]
@@ -167,11 +172,11 @@ def main():
         print(f"check_training: DeepSpeed {deepspeed[1]['deepspeed']} (torch {deepspeed[1]['torch']}, CPU "
               f"accelerator) and dscore, {len(runs) * len(WORLDS)} runs in {time.time() - started:.0f} s")
         for w in WORLDS:
-            for dtype, s in runs:
-                ds = deepspeed[w]["runs"][paths[(dtype, s)]]
-                losses, lrs_after = mine[((dtype, s), w)]
+            for dtype, s, offload in runs:
+                ds = deepspeed[w]["runs"][paths[(dtype, s, offload)]]
+                losses, lrs_after = mine[((dtype, s, offload), w)]
                 rtol = LOSS_RTOL[dtype]
-                name = (f"{dtype} stage {s}, {w} rank{'s' if w > 1 else ''} "
+                name = (f"{dtype} stage {s}{' offload' if offload else ''}, {w} rank{'s' if w > 1 else ''} "
                         f"(gas {ds['gas']}, {ds['wrapper']}/{ds['optimizer']})")
                 if len(losses) != len(ds["losses"]):
                     failures.append(f"{name}: dscore logged {len(losses)} losses, DeepSpeed {len(ds['losses'])}")

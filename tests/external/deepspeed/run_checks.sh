@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # DeepSpeed itself as the oracle (CPU accelerator, gloo): the same mlp
 # problem trained by DeepSpeed and `dscore run` at ZeRO stages 0-3 on 1 and
-# 2 ranks (check_training.py), the fp16 loss-scale trace against DeepSpeed's
+# 2 ranks, also with ZeRO-Offload at 1-3 (check_training.py), the fp16 loss-scale trace against DeepSpeed's
 # DynamicLossScaler (check_loss_scaler.py, through `dscore loss-scale`), and
 # every LR scheduler against
 # DeepSpeed's classes (check_lr_schedules.py).
