@@ -44,6 +44,10 @@ MICRO, LR = 8, 6e-4
 # name: (ranks, ZeRO stage, bf16)
 ROWS = {"z0-1": (1, 0, False), "z0-2": (2, 0, False), "z3-2": (2, 3, False),
         "bf16-z0-1": (1, 0, True), "bf16-z3-2": (2, 3, True)}
+# Asked for by name only: ZeRO-Offload ("offload_optimizer": {"device": "cpu"}) on both sides
+# (DeepSpeed: DeepSpeedCPUAdam on the host copy; dscore: core/engine/host_offload_state.h).
+OFFLOAD_ROWS = {"z2-2-offload": (2, 2, False), "bf16-z2-2-offload": (2, 2, True)}
+ALL_ROWS = {**ROWS, **OFFLOAD_ROWS}
 
 
 def cpu_flags():
@@ -81,7 +85,7 @@ def dscore_gemm_rate(dscore, n):
     return float(out.split("fp32_gflops")[-1]) * 1e9, float(bf16.group(1)) * 1e9 if bf16 else 0.0
 
 
-def write_config(folder, name, ranks, stage, bf16, steps, dscore):
+def write_config(folder, name, ranks, stage, bf16, steps, dscore, offload=False):
     config = {
         "train_batch_size": MICRO * ranks, "train_micro_batch_size_per_gpu": MICRO,
         "gradient_accumulation_steps": 1, "steps_per_print": 1000000, "train_steps": steps, "seed": 42,
@@ -96,6 +100,8 @@ def write_config(folder, name, ranks, stage, bf16, steps, dscore):
         config["plugins"] = {"paths": [plugins]}
     if bf16:
         config["bf16"] = {"enabled": True}
+    if offload:
+        config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
     path = os.path.join(folder, f"{name}.json")
     with open(path, "w") as f:
         json.dump(config, f, indent=1)
@@ -204,8 +210,8 @@ def main():
     ap.add_argument("--micro-batch", type=int, help=f"micro batch per rank (default {MICRO}; 4 for --model llama)")
     ap.add_argument("--steps", type=int, default=5, help="timed steps per run (default 5)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
-    ap.add_argument("--rows", help=f"comma-separated, of {', '.join(ROWS)} (default: all; the bf16 rows "
-                    "only where the CPU has avx512_bf16 or amx_bf16)")
+    ap.add_argument("--rows", help=f"comma-separated, of {', '.join(ALL_ROWS)} (default: all but the offload "
+                    "rows; the bf16 rows only where the CPU has avx512_bf16 or amx_bf16)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs per side and row, alternating; the best tokens/s counts (default 1)")
     ap.add_argument("--gemm-n", type=int, default=2048, help="square size of the torch.mm limit (default 2048)")
@@ -221,8 +227,8 @@ def main():
     if args.rows:
         rows = args.rows.split(",")
         for r in rows:
-            if r not in ROWS:
-                sys.exit(f"peer bench: unknown row '{r}'; the rows are {', '.join(ROWS)}")
+            if r not in ALL_ROWS:
+                sys.exit(f"peer bench: unknown row '{r}'; the rows are {', '.join(ALL_ROWS)}")
     else:
         # Without bf16 instructions torch's bf16 matmuls take a slow path
         # (about 15x slower than fp32 on an AVX2 host): a bf16 row then
@@ -252,8 +258,9 @@ def main():
 
     results = []
     for i, name in enumerate(rows):
-        ranks, stage, bf16 = ROWS[name]
-        config = write_config(folder, name, ranks, stage, bf16, args.warmup + args.steps, dscore)
+        ranks, stage, bf16 = ALL_ROWS[name]
+        config = write_config(folder, name, ranks, stage, bf16, args.warmup + args.steps, dscore,
+                              offload=name in OFFLOAD_ROWS)
         threads = max(1, cores // ranks)
         # The same environment for both sides; torchrun would set OMP_NUM_THREADS=1 itself.
         env = dict(os.environ, OMP_NUM_THREADS=str(threads))
@@ -310,7 +317,8 @@ def main():
     print("|" + "---|" * (hdr.count("|") - 1))
     for name, ranks, stage, bf16, threads, d, p in results:
         limit = bgemm if (bf16 and bgemm) else sgemm
-        cells = [name, str(ranks), str(stage), "bf16" if bf16 else "fp32", str(threads),
+        cells = [name, str(ranks), f"{stage}{' + offload' if name in OFFLOAD_ROWS else ''}",
+                 "bf16" if bf16 else "fp32", str(threads),
                  f"{d['tokens_per_s']:.0f}", f"{p['tokens_per_s']:.0f}", f"{d['tokens_per_s'] / p['tokens_per_s']:.2f}"]
         for side in (d, p):
             achieved = side["tokens_per_s"] * fpt
@@ -321,7 +329,8 @@ def main():
     print()
     for name, ranks, stage, bf16, threads, d, p in results:  # machine-readable
         print("peer_bench_row " + json.dumps({
-            "row": name, "ranks": ranks, "zero_stage": stage, "bf16": bf16, "params": params,
+            "row": name, "ranks": ranks, "zero_stage": stage, "bf16": bf16, "offload": name in OFFLOAD_ROWS,
+            "params": params,
             "dscore_tokens_per_s": round(d["tokens_per_s"], 1), "peer_tokens_per_s": round(p["tokens_per_s"], 1),
             "flops_per_token": fpt, "gemm_limit_flops": round(sgemm), "torch_bf16_gemm_flops": bgemm and round(bgemm),
             "dscore_losses": d["losses"], "peer_losses": p["losses"]}))

@@ -17,6 +17,8 @@
 #
 # Usage: bench/peer/run.sh [--model gpt|llama] [--dscore build/release/bin/dscore] [--steps 5] [--warmup 2]
 #                          [--rows z0-1,z0-2,z3-2,bf16-z0-1,bf16-z3-2] [--repeat 1] [--gemm-n 2048] [--keep]
+# The rows z2-2-offload and bf16-z2-2-offload (ZeRO-2 with "offload_optimizer":
+# {"device": "cpu"} on both sides) run only when named in --rows.
 # Needs: the release build of `dscore` and its plugins
 #   (cmake --build --preset release --target dscore dscore_plugins), mpirun for -n 2.
 set -euo pipefail
