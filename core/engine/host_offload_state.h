@@ -51,10 +51,11 @@ struct HostOffloadOptions {
 
 class HostOffloadState final : public OwnedState {
  public:
-  // Allocates the master, slots and staging in host memory. The master's initial
-  // values: 16-bit models through the model's init_param over `segments`,
-  // fp32 models a copy of `fp32_params` (the strategy's initialised owned
-  // parameters, device memory). Slots hold their declared initial values.
+  // Allocates the master, slots, host gradients and staging in host memory.
+  // The master's initial values: 16-bit models through the model's
+  // init_param over `segments`, fp32 models a copy of `fp32_params` (the
+  // strategy's initialised owned parameters, device memory). Slots hold
+  // their declared initial values.
   static Result<std::unique_ptr<HostOffloadState>> create(
       const HostOffloadOptions& options, const std::vector<zero::StateSlot>& slots,
       const std::vector<double>& initial_values, int64_t owned, const float* fp32_params,
@@ -103,7 +104,6 @@ class HostOffloadState final : public OwnedState {
   std::vector<std::pair<int64_t, int64_t>> reported_;
   int64_t reported_elements_ = 0;  // in reported_
   bool logged_ = false;            // the first update's line
-  int rank_ = 0;
   int64_t owned_ = 0;
   int64_t tile_ = 0;
 };

@@ -1,8 +1,10 @@
 // Where this rank's optimizer state lives: the fp32 master weights of the
 // owned space (zero_strategy.h) and the optimizer's declared state slots.
 // The optimizer, checkpoints and the 16-bit refresh reach it in tiles, so
-// the same code runs whether it is all in memory (InMemoryState: one tile)
-// or streamed through NVMe files a few tiles at a time (nvme_state.h).
+// the same code runs whether it is all in the device's memory
+// (InMemoryState: one tile), in host memory apart from the device
+// (ZeRO-Offload, host_offload_state.h) or streamed through NVMe files a few
+// tiles at a time (nvme_state.h).
 //
 // Master weights: for fp32 models the master IS the parameters the model
 // reads (the strategy's memory) and every store points into it; for 16-bit

@@ -311,8 +311,7 @@ TEST(CliRun, ConfigErrorsAreReportedAsByConfigCheck) {
                           "mean \"zero_optimization\"?");
 }
 
-// Features later issues bring: refused with a message naming the key and
-// the fix, not run as something else.
+// ZeRO-Offload trains and the log says where the optimizer state is.
 TEST(CliRun, CpuOptimizerOffloadTrainsAndSaysWhereTheStateIs) {
   TempDir dir("dscore_cli_run");
   MlpRunConfig cfg;
