@@ -137,14 +137,7 @@ void HostOffloadState::copy_unreported_grads() {
     covered = std::max(covered, end);
   }
   if (covered < owned_) copy_grads(covered, owned_);
-  if (!logged_) {
-    log_info("rank " + std::to_string(options_.rank) + ": ZeRO-Offload's first update: " +
-             std::to_string(reported_elements_) + " of " + std::to_string(owned_) +
-             " owned gradient elements came to the host as they were reduced");
-    logged_ = true;
-  }
   reported_.clear();
-  reported_elements_ = 0;
 }
 
 Status HostOffloadState::write_params(int64_t tile, Staging& staging) {
@@ -188,7 +181,15 @@ Status HostOffloadState::update_walk(const std::function<Status(const StateTile&
   // the host's again, and the model reads the new parameters.
   Status copies = copy_->synchronize();
   for (Staging& s : staging_) s.params_out = nullptr;
-  return status.ok() ? copies : status;
+  if (!status.ok()) return status;
+  if (copies.ok() && !logged_) {
+    log_info("rank " + std::to_string(options_.rank) + ": ZeRO-Offload's first update: " +
+             std::to_string(reported_elements_) + " of " + std::to_string(owned_) +
+             " owned gradient elements came to the host as they were reduced");
+    logged_ = true;
+  }
+  reported_elements_ = 0;
+  return copies;
 }
 
 Status HostOffloadState::read(int state, int64_t first, int64_t count, void* dst) {

@@ -102,7 +102,7 @@ class HostOffloadState final : public OwnedState {
   // Owned-gradient ranges copied (or queued) since the boundary's
   // micro-step began.
   std::vector<std::pair<int64_t, int64_t>> reported_;
-  int64_t reported_elements_ = 0;  // in reported_
+  int64_t reported_elements_ = 0;  // reported since the boundary's micro-step began
   bool logged_ = false;            // the first update's line
   int64_t owned_ = 0;
   int64_t tile_ = 0;

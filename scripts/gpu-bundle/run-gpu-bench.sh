@@ -17,7 +17,9 @@ if [ $# -gt 0 ]; then
   "$here/tree/bin/$bench" "$@"
   exit
 fi
+failed=0
 for bench in gpu_matmul_rate gpt_gpu fused_adam; do
   echo "== $bench"
-  "$here/tree/bin/$bench"
+  "$here/tree/bin/$bench" || { echo "== $bench FAILED (exit $?)"; failed=1; }
 done
+exit $failed
