@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "tests/multirank/harness.h"
@@ -206,6 +207,39 @@ TEST_P(HostOffload, IsBitwiseAsInMemoryAndAsPlanned) {
     EXPECT_EQ(rank.memory[5], rank.plan[5]) << what << ": offload tiles";
     EXPECT_GT(rank.memory[5], 0) << what;
   }
+}
+
+// fp16 with an overflow: step 3's gradients are Inf on rank 1, the update
+// is skipped (no walk runs, the early copies of that step are void), and
+// every later step matches the run in memory bit for bit.
+TEST(ZeroEquivalence, HostOffloadSkipsAnOverflowAsInMemory) {
+  RunSpec spec;
+  spec.stage = 2;
+  spec.precision = "fp16";
+  spec.hidden = 100;
+  spec.gas = 2;
+  spec.steps = 6;
+  const std::vector<std::string> poison = {"--poison-rank", "1", "--poison-step", "3"};
+  const RunResult memory = run_workers(spec, poison);
+  ASSERT_TRUE(memory.ok()) << memory.process.describe();
+  spec.zero_extra = R"("sub_group_size": 4096, "offload_optimizer": {"device": "cpu"})";
+  const RunResult offload = run_workers(spec, poison);
+  ASSERT_TRUE(offload.ok()) << offload.process.describe();
+  ASSERT_FALSE(offload.ranks.empty());
+  ASSERT_EQ(offload.ranks[0].applied.size(), 6u);
+  EXPECT_FALSE(offload.ranks[0].applied[3]) << "step 3 overflowed: skipped";
+  EXPECT_TRUE(offload.ranks[0].applied[4]);
+  EXPECT_EQ(offload.ranks[0].loss_scales, memory.ranks[0].loss_scales);
+  // The poisoned step's loss is NaN on both sides; every other one equal.
+  ASSERT_EQ(offload.ranks[0].losses.size(), memory.ranks[0].losses.size());
+  for (size_t i = 0; i < memory.ranks[0].losses.size(); ++i) {
+    const double a = offload.ranks[0].losses[i], b = memory.ranks[0].losses[i];
+    EXPECT_TRUE(a == b || (std::isnan(a) && std::isnan(b)))
+        << "step " << i << ": " << a << " " << b;
+  }
+  EXPECT_TRUE(offload.params == memory.params)
+      << "parameters differ (max rel " << max_relative_difference(offload.params, memory.params)
+      << ")";
 }
 
 INSTANTIATE_TEST_SUITE_P(Zero, HostOffload,
