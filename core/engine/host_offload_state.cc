@@ -3,10 +3,10 @@
 #include <dscore/cpp/dtype.hpp>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 
 #include "core/base/logging.h"
+#include "core/base/strings.h"
 #include "core/tensor/dtype_ops.h"
 #include "core/zero/zero_memory.h"
 
@@ -15,12 +15,6 @@ namespace {
 
 size_t size_of(int64_t elements, dscore_dtype dtype) {
   return static_cast<size_t>(elements) * sdk::dtype_size(dtype);
-}
-
-std::string human_bytes(int64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
-  return text;
 }
 
 }  // namespace
@@ -96,7 +90,7 @@ std::string HostOffloadState::describe() const {
   return std::string(options_.pinned ? "in pinned host memory" : "in host memory") +
          " (ZeRO-Offload: " + std::to_string(tile_count()) + " tile(s) of " +
          std::to_string(tile_) + " elements, gradients copied as they are reduced, " +
-         human_bytes(transfer_bytes()) + " of host gradients and staging)";
+         format_bytes(static_cast<uint64_t>(transfer_bytes())) + " of host gradients and staging)";
 }
 
 Status HostOffloadState::for_each_tile(TileAccess access,
