@@ -161,10 +161,10 @@ TEST(ZeroEquivalence, NvmeOptimizerOffloadIsBitwiseAsInMemory) {
 // host_offload_state.h): the master weights and AdamW's state in page-locked
 // host memory (pin_memory), the gradients copied to the host as they are
 // reduced, the update on the host in tiles of 4096 elements, the new
-// parameters copied back on a copy stream, bitwise
-// as the same run with everything in the device's memory, at every stage
-// that offloads, in fp32 and bf16, with accumulation and clipping. The
-// memory the ranks hold is what `dscore plan` predicts.
+// parameters copied back on a copy stream. Bitwise as the same run with
+// everything in the device's memory, at every stage that offloads, in fp32
+// and bf16, with accumulation and clipping; the memory the ranks hold is
+// what `dscore plan` predicts.
 class HostOffload : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
 
 TEST_P(HostOffload, IsBitwiseAsInMemoryAndAsPlanned) {
