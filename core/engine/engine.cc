@@ -201,16 +201,14 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   ctx.compute_target = ops_target(*engine->device_, *engine->compute_);
   ctx.model_dtype = zero::model_dtype_of(config);
   ctx.grad_dtype = zero::grad_dtype_of(config);
+  const bool optimizer_on_nvme =
+      config.zero.offload_optimizer && config.zero.offload_optimizer->device == "nvme";
   // On NVMe or, with ZeRO-Offload, in host memory (host_offload_state.h).
-  ctx.master_elsewhere =
-      (config.zero.offload_optimizer && config.zero.offload_optimizer->device == "nvme") ||
-      zero::host_offload(config);
+  ctx.master_elsewhere = optimizer_on_nvme || zero::host_offload(config);
   const bool params_on_nvme = config.zero.stage == 3 && config.zero.offload_param &&
                               config.zero.offload_param->device == "nvme";
   engine->swapper_ = std::move(components.swapper);
   engine->threads_ = std::move(components.threads);
-  const bool optimizer_on_nvme =
-      config.zero.offload_optimizer && config.zero.offload_optimizer->device == "nvme";
   if ((optimizer_on_nvme || params_on_nvme) && !engine->swapper_)
     return failed_precondition(
         "NVMe offload needs the \"nvme\" swapper plugin: pass EngineComponents::swapper, or "
