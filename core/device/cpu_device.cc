@@ -190,8 +190,9 @@ std::unique_ptr<Stream> make_cpu_stream(std::string name, CpuStreams mode) {
 }
 
 std::string CpuDevice::describe() const {
-  return streams_ == CpuStreams::kSynchronous ? "cpu (synchronous streams)"
-                                              : "cpu (asynchronous streams)";
+  return std::string("cpu (") +
+         (streams_ == CpuStreams::kSynchronous ? "synchronous" : "asynchronous") + " streams" +
+         (memory_ == CpuMemory::kSeparate ? ", device memory treated as separate" : "") + ")";
 }
 
 int32_t CpuDevice::tensor_device_type() const { return DSCORE_DEVICE_CPU; }

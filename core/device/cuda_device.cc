@@ -274,6 +274,7 @@ class CudaDevice final : public Device {
   DeviceType type() const override { return DeviceType::kCuda; }
   int index() const override { return state_->ordinal; }
   std::string describe() const override { return description_; }
+  bool memory_is_host() const override { return false; }
   int32_t tensor_device_type() const override { return DSCORE_DEVICE_CUDA; }
 
   Result<std::unique_ptr<Stream>> create_stream(std::string name) override {

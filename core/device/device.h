@@ -135,6 +135,10 @@ class Device {
   // One line for the log: "cuda:0 (NVIDIA H100 80GB HBM3, 79.1 GiB)",
   // "cpu (asynchronous streams)".
   virtual std::string describe() const = 0;
+  // Whether host code may read and write kDevice memory. False on a GPU;
+  // the CPU device says false on request (CpuMemory::kSeparate), so the
+  // paths that move data between the device and host buffers run there too.
+  virtual bool memory_is_host() const = 0;
   // The DLPack device type tensors in kDevice memory carry.
   virtual int32_t tensor_device_type() const = 0;
 

@@ -48,8 +48,18 @@ Result<CpuStreams> cpu_streams_from_env() {
                           "default) or \"sync\" (tasks run on the calling thread)");
 }
 
+Result<CpuMemory> cpu_memory_from_env() {
+  const char* value = std::getenv("DSCORE_CPU_DEVICE_MEMORY");
+  const std::string text = value != nullptr ? value : "";
+  if (text.empty() || text == "shared") return CpuMemory::kShared;
+  if (text == "separate") return CpuMemory::kSeparate;
+  return invalid_argument("DSCORE_CPU_DEVICE_MEMORY=\"" + text +
+                          "\": expected \"shared\" (the default) or \"separate\" (the engine "
+                          "moves data to and from device memory as on a GPU)");
+}
+
 Result<std::unique_ptr<Device>> select_device(std::string_view requested, int local_rank,
-                                              CpuStreams cpu_streams) {
+                                              CpuStreams cpu_streams, CpuMemory cpu_memory) {
   if (requested != "auto" && requested != "cpu" && requested != "cuda") {
     return invalid_argument("\"device\": \"" + std::string(requested) +
                             "\": expected \"auto\", \"cpu\" or \"cuda\"");
@@ -58,11 +68,12 @@ Result<std::unique_ptr<Device>> select_device(std::string_view requested, int lo
     return invalid_argument("local_rank " + std::to_string(local_rank) +
                             " is negative: the launcher sets LOCAL_RANK to 0, 1, ...");
   }
-  if (requested == "cpu") return std::unique_ptr<Device>(std::make_unique<CpuDevice>(cpu_streams));
+  if (requested == "cpu")
+    return std::unique_ptr<Device>(std::make_unique<CpuDevice>(cpu_streams, cpu_memory));
   const int count = visible_cuda_devices();
   if (count > 0) return open_cuda(local_rank, count);
   if (requested == "auto") {
-    return std::unique_ptr<Device>(std::make_unique<CpuDevice>(cpu_streams));
+    return std::unique_ptr<Device>(std::make_unique<CpuDevice>(cpu_streams, cpu_memory));
   }
   if (!built_with_cuda()) {
     return failed_precondition(

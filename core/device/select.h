@@ -20,13 +20,18 @@ int visible_cuda_devices();
 // thread: the reference the asynchronous path equals bit for bit).
 // INVALID_ARGUMENT naming the variable for anything else.
 Result<CpuStreams> cpu_streams_from_env();
+// DSCORE_CPU_DEVICE_MEMORY: "shared" (the default when unset or empty) or
+// "separate" (CpuMemory::kSeparate: for tests of the paths a GPU takes).
+// INVALID_ARGUMENT naming the variable for anything else.
+Result<CpuMemory> cpu_memory_from_env();
 
 // "auto": CUDA device local_rank % count when CUDA devices are visible,
-// else the CPU device with `cpu_streams`. "cpu": the CPU device. "cuda": the
+// else the CPU device with `cpu_streams` and `cpu_memory`. "cpu": the CPU device. "cuda": the
 // CUDA device local_rank % count; FAILED_PRECONDITION naming the config key
 // and the fix where there is none (or the build has no CUDA).
 // INVALID_ARGUMENT for another value or a negative local_rank.
 Result<std::unique_ptr<Device>> select_device(std::string_view requested, int local_rank,
-                                              CpuStreams cpu_streams);
+                                              CpuStreams cpu_streams,
+                                              CpuMemory cpu_memory = CpuMemory::kShared);
 
 }  // namespace dscore::device

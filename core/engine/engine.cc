@@ -109,20 +109,17 @@ std::vector<config::ConfigError> unsupported_features(const config::TrainingConf
   };
   if (config.device == "cuda" && experimental_cuda_engine()) {
     const auto& o = config.zero.offload_optimizer;
-    if (offloads(o) && !zero::host_offload(config))
+    if (offloads(o) && o->device == "cpu" && !zero::host_offload(config))
       out.push_back({"zero_optimization.offload_optimizer.device",
                      {},
-                     o->device == "cpu"
-                         ? "ZeRO-Offload needs ZeRO stage 1, 2 or 3: set "
-                           "\"zero_optimization\": {\"stage\": 1} or higher"
-                         : "optimizer state on NVMe from the GPU is not built yet: use "
-                           "\"device\": \"cpu\" (ZeRO-Offload to host memory), or train on the "
-                           "CPU (\"device\": \"cpu\" at the top level)"});
-    if (offloads(config.zero.offload_param))
+                     "ZeRO-Offload needs ZeRO stage 1, 2 or 3: set "
+                     "\"zero_optimization\": {\"stage\": 1} or higher"});
+    if (offloads(config.zero.offload_param) && config.zero.offload_param->device != "nvme")
       out.push_back({"zero_optimization.offload_param.device",
                      {},
-                     "parameter offload from the GPU is not built yet: remove offload_param, or "
-                     "set \"device\": \"cpu\""});
+                     "parameters in host memory from the GPU (\"device\": \"cpu\") are not "
+                     "built yet: set \"device\": \"nvme\" (stage 3, a 16-bit model) or remove "
+                     "offload_param"});
   }
   if (config.checkpoint.load_universal)
     out.push_back(
@@ -569,6 +566,10 @@ Result<std::unique_ptr<OwnedState>> Engine::make_owned_state(
   options.sub_group_size = config_.zero.sub_group_size;
   options.pipeline_read = offload->pipeline_read;
   options.pipeline_write = offload->pipeline_write;
+  if (!device_->memory_is_host()) {
+    DSCORE_ASSIGN_OR_RETURN(DeviceSide side, device_side(offload->pin_memory));
+    options.staging = std::move(side);
+  }
   const bool fp32 = zero::model_dtype_of(config_) == DSCORE_DTYPE_F32;
   DSCORE_ASSIGN_OR_RETURN(auto state, NvmeState::create(swapper_.get(), options, slots, initial,
                                                         strategy_->owned_numel(),
@@ -578,28 +579,35 @@ Result<std::unique_ptr<OwnedState>> Engine::make_owned_state(
   return std::unique_ptr<OwnedState>(std::move(state));
 }
 
-Result<std::unique_ptr<OwnedState>> Engine::make_host_offload_state(
-    const std::vector<zero::StateSlot>& slots, const std::vector<double>& initial) {
-  HostOffloadOptions options;
-  options.device = device_.get();
-  options.compute = compute_.get();
-  options.tile_elements =
-      zero::offload_tile_elements(config_.zero.sub_group_size, strategy_->owned_numel());
-  options.grads = strategy_->owned_grads();
-  options.grad_dtype = zero::grad_dtype_of(config_);
-  options.model_dtype = zero::model_dtype_of(config_);
-  options.pinned = config_.zero.offload_optimizer->pin_memory;
-  options.rank = rank();
-  const bool fp32 = options.model_dtype == DSCORE_DTYPE_F32;
-  options.model_params = fp32 ? strategy_->owned_master() : strategy_->owned_params16();
-  if (options.model_params == nullptr) {
+Result<DeviceSide> Engine::device_side(bool pinned) const {
+  DeviceSide side;
+  side.device = device_.get();
+  side.compute = compute_.get();
+  side.grads = strategy_->owned_grads();
+  side.grad_dtype = zero::grad_dtype_of(config_);
+  side.model_dtype = zero::model_dtype_of(config_);
+  side.pinned = pinned;
+  const bool fp32 = side.model_dtype == DSCORE_DTYPE_F32;
+  side.model_params = fp32 ? strategy_->owned_master() : strategy_->owned_params16();
+  if (side.model_params == nullptr) {
     if (!strategy_->params16_elsewhere())
-      return internal_error("ZeRO-Offload: the strategy names no parameters to update");
-    options.store_params = [strategy = strategy_.get()](int64_t begin, int64_t count,
-                                                        const void* values) {
+      return internal_error("offload: the strategy names no parameters to update");
+    side.store_params = [strategy = strategy_.get()](int64_t begin, int64_t count,
+                                                     const void* values) {
       return strategy->store_params16(begin, count, values);
     };
   }
+  return side;
+}
+
+Result<std::unique_ptr<OwnedState>> Engine::make_host_offload_state(
+    const std::vector<zero::StateSlot>& slots, const std::vector<double>& initial) {
+  HostOffloadOptions options;
+  DSCORE_ASSIGN_OR_RETURN(options.side, device_side(config_.zero.offload_optimizer->pin_memory));
+  options.tile_elements =
+      zero::offload_tile_elements(config_.zero.sub_group_size, strategy_->owned_numel());
+  options.rank = rank();
+  const bool fp32 = options.side.model_dtype == DSCORE_DTYPE_F32;
   DSCORE_ASSIGN_OR_RETURN(
       auto state, HostOffloadState::create(options, slots, initial, strategy_->owned_numel(),
                                            fp32 ? strategy_->owned_master() : nullptr, *model_,
@@ -609,8 +617,8 @@ Result<std::unique_ptr<OwnedState>> Engine::make_host_offload_state(
 }
 
 zero::ZeroPlan Engine::plan() const {
-  zero::ZeroPlan plan =
-      zero::make_plan(config_, layout_, optimizer_->slots(), comm_->world_size(), comm_->rank());
+  zero::ZeroPlan plan = zero::make_plan(config_, layout_, optimizer_->slots(), comm_->world_size(),
+                                        comm_->rank(), device_->memory_is_host());
   zero::add_process_memory(process_memory_, &plan);
   return plan;
 }

@@ -178,6 +178,9 @@ class Engine {
       const plugin_host::OptimizerInstance& optimizer);
   Result<std::unique_ptr<OwnedState>> make_host_offload_state(
       const std::vector<zero::StateSlot>& slots, const std::vector<double>& initial);
+  // For a state updated on the host: the strategy's owned gradients and
+  // parameters on the device, and how to reach them.
+  Result<DeviceSide> device_side(bool pinned) const;
   // nvme_path/dscore-job<pid>-<tag>/rank<R> (collective: rank 0 names the job).
   Result<std::string> swap_folder(const std::string& nvme_path);
   EngineTiming timing() const;

@@ -23,7 +23,8 @@ Result<std::unique_ptr<HostOffloadState>> HostOffloadState::create(
     const HostOffloadOptions& options, const std::vector<zero::StateSlot>& slots,
     const std::vector<double>& initial_values, int64_t owned, const float* fp32_params,
     const Model& model, const std::vector<zero::OwnedSegment>& segments) {
-  if (options.device == nullptr || options.compute == nullptr || options.tile_elements <= 0)
+  const DeviceSide& side = options.side;
+  if (side.device == nullptr || side.compute == nullptr || options.tile_elements <= 0)
     return internal_error(
         "HostOffloadState needs the engine's device, its compute stream and a "
         "tile size");
@@ -32,9 +33,9 @@ Result<std::unique_ptr<HostOffloadState>> HostOffloadState::create(
   s->slots_ = slots;
   s->owned_ = owned;
   s->tile_ = options.tile_elements;
-  device::Device& device = *options.device;
+  device::Device& device = *side.device;
   const device::Placement placement =
-      options.pinned ? device::Placement::kPinned : device::Placement::kHost;
+      side.pinned ? device::Placement::kPinned : device::Placement::kHost;
   DSCORE_ASSIGN_OR_RETURN(s->copy_, device.create_stream("offload copies"));
   const int64_t elements = std::max<int64_t>(owned, 1);
   DSCORE_ASSIGN_OR_RETURN(s->master_,
@@ -42,7 +43,7 @@ Result<std::unique_ptr<HostOffloadState>> HostOffloadState::create(
                                           MemoryUse::kMaster, "offload master fp32"));
   float* master = static_cast<float*>(s->master_.data());
   if (fp32_params != nullptr) {
-    DSCORE_RETURN_IF_ERROR(zero::download(options.device, options.compute, master, fp32_params,
+    DSCORE_RETURN_IF_ERROR(zero::download(side.device, side.compute, master, fp32_params,
                                           size_of(owned, DSCORE_DTYPE_F32)));
   } else {
     // init_param is a function of parameter and element: the values the
@@ -62,16 +63,10 @@ Result<std::unique_ptr<HostOffloadState>> HostOffloadState::create(
     s->slot_buffers_.push_back(std::move(buffer));
   }
   DSCORE_ASSIGN_OR_RETURN(
-      s->grads_, device.allocate(size_of(elements, options.grad_dtype), placement,
+      s->grads_, device.allocate(size_of(elements, side.grad_dtype), placement,
                                  MemoryUse::kOptimizerState, "offload host gradients", false));
-  for (Staging& staging : s->staging_) {
-    if (options.model_dtype != DSCORE_DTYPE_F32) {
-      DSCORE_ASSIGN_OR_RETURN(
-          staging.params,
-          device.allocate(size_of(s->tile_, options.model_dtype), placement,
-                          MemoryUse::kOptimizerState, "offload parameter staging", false));
-    }
-  }
+  DSCORE_ASSIGN_OR_RETURN(s->write_back_, ParamWriteBack::create(side, s->copy_.get(), s->tile_,
+                                                                 /*stage_fp32=*/false));
   return s;
 }
 
@@ -81,13 +76,11 @@ HostOffloadState::~HostOffloadState() {
 }
 
 int64_t HostOffloadState::transfer_bytes() const {
-  int64_t bytes = static_cast<int64_t>(grads_.bytes());
-  for (const Staging& s : staging_) bytes += static_cast<int64_t>(s.params.bytes());
-  return bytes;
+  return static_cast<int64_t>(grads_.bytes()) + write_back_.bytes();
 }
 
 std::string HostOffloadState::describe() const {
-  return std::string(options_.pinned ? "in pinned host memory" : "in host memory") +
+  return std::string(options_.side.pinned ? "in pinned host memory" : "in host memory") +
          " (ZeRO-Offload: " + std::to_string(tile_count()) + " tile(s) of " +
          std::to_string(tile_) + " elements, gradients copied as they are reduced, " +
          format_bytes(static_cast<uint64_t>(transfer_bytes())) + " of host gradients and staging)";
@@ -105,10 +98,10 @@ Status HostOffloadState::for_each_tile(TileAccess access,
 }
 
 void HostOffloadState::copy_grads(int64_t begin, int64_t end) {
-  const dscore_dtype gd = options_.grad_dtype;
-  options_.device->copy(static_cast<char*>(grads_.data()) + size_of(begin, gd),
-                        static_cast<const char*>(options_.grads) + size_of(begin, gd),
-                        size_of(end - begin, gd), *copy_);
+  const dscore_dtype gd = options_.side.grad_dtype;
+  options_.side.device->copy(static_cast<char*>(grads_.data()) + size_of(begin, gd),
+                             static_cast<const char*>(options_.side.grads) + size_of(begin, gd),
+                             size_of(end - begin, gd), *copy_);
 }
 
 void HostOffloadState::owned_grads_final(const std::vector<std::pair<int64_t, int64_t>>& ranges,
@@ -134,29 +127,10 @@ void HostOffloadState::copy_unreported_grads() {
   reported_.clear();
 }
 
-Status HostOffloadState::write_params(int64_t tile, Staging& staging) {
-  const int64_t begin = tile * tile_;
-  const int64_t n = std::min(tile_, owned_ - begin);
-  const dscore_dtype md = options_.model_dtype;
-  const float* master = static_cast<const float*>(master_.data()) + begin;
-  const void* values = master;  // fp32 models: the master tile itself
-  if (md != DSCORE_DTYPE_F32) {
-    // The staging's previous tile must be on its way out first.
-    DSCORE_RETURN_IF_ERROR(device::wait_for(staging.params_out));
-    tensor::convert(master, DSCORE_DTYPE_F32, staging.params.data(), md, n);
-    values = staging.params.data();
-  }
-  if (options_.model_params == nullptr) return options_.store_params(begin, n, values);
-  options_.device->copy(static_cast<char*>(options_.model_params) + size_of(begin, md), values,
-                        size_of(n, md), *copy_);
-  staging.params_out = copy_->record();
-  return Status::Ok();
-}
-
 Status HostOffloadState::update_walk(const std::function<Status(const StateTile&)>& visit) {
   // What the strategy did not report, once the compute stream is done (the
   // reduced gradients are final, the model done reading its parameters).
-  copy_->wait(options_.compute->record());
+  copy_->wait(options_.side.compute->record());
   copy_unreported_grads();
   Status status = copy_->record()->wait();
   for (int64_t t = 0; t < tile_count() && status.ok(); ++t) {
@@ -167,14 +141,14 @@ Status HostOffloadState::update_walk(const std::function<Status(const StateTile&
     for (size_t k = 0; k < slots_.size(); ++k)
       tile.slots.push_back(static_cast<char*>(slot_buffers_[k].data()) +
                            size_of(tile.begin * slots_[k].elements_per_param, slots_[k].dtype));
-    tile.grads = static_cast<char*>(grads_.data()) + size_of(tile.begin, options_.grad_dtype);
+    tile.grads = static_cast<char*>(grads_.data()) + size_of(tile.begin, options_.side.grad_dtype);
     status = visit(tile);
-    if (status.ok()) status = write_params(t, staging_[t % 2]);
+    if (status.ok()) status = write_back_.write(tile.begin, tile.end - tile.begin, tile.master);
   }
   // Every copy done, also after a failure: the staging and the master are
   // the host's again, and the model reads the new parameters.
   Status copies = copy_->synchronize();
-  for (Staging& s : staging_) s.params_out = nullptr;
+  write_back_.release();
   if (!status.ok()) return status;
   if (copies.ok() && !logged_) {
     log_info("rank " + std::to_string(options_.rank) + ": ZeRO-Offload's first update: " +

@@ -30,23 +30,14 @@
 #include <vector>
 
 #include "core/engine/owned_state.h"
+#include "core/engine/param_write_back.h"
 
 namespace dscore {
 
 struct HostOffloadOptions {
-  device::Device* device = nullptr;   // the engine's
-  device::Stream* compute = nullptr;  // the engine's compute stream
-  int64_t tile_elements = 0;          // zero::offload_tile_elements
-  const void* grads = nullptr;        // the strategy's owned gradients (device memory)
-  dscore_dtype grad_dtype = DSCORE_DTYPE_F32;
-  void* model_params = nullptr;  // the owned parameters the model reads (device memory);
-                                 // nullptr: through store_params below
-  dscore_dtype model_dtype = DSCORE_DTYPE_F32;
-  int rank = 0;         // for the log
-  bool pinned = false;  // offload_optimizer.pin_memory: page-locked host memory
-  // Stage 3 with its parameters on NVMe: new values of owned elements
-  // [begin, begin + count) in model_dtype, from host memory.
-  std::function<Status(int64_t begin, int64_t count, const void* values)> store_params;
+  DeviceSide side;            // the gradients, the parameters, pin_memory
+  int64_t tile_elements = 0;  // zero::offload_tile_elements
+  int rank = 0;               // for the log
 };
 
 class HostOffloadState final : public OwnedState {
@@ -79,17 +70,12 @@ class HostOffloadState final : public OwnedState {
                          const device::EventPtr& ready) override;
 
  private:
-  struct Staging {
-    device::Buffer params;  // tile_ parameters in the model's dtype (16-bit models)
-    device::EventPtr params_out;
-  };
   HostOffloadState() = default;
   int64_t tile_count() const { return (owned_ + tile_ - 1) / tile_; }
   // Queue the copy of owned gradients [begin, end) to the host.
   void copy_grads(int64_t begin, int64_t end);
   // Queue the copies of every owned gradient not reported this cycle.
   void copy_unreported_grads();
-  Status write_params(int64_t tile, Staging& staging);
   Status update_walk(const std::function<Status(const StateTile&)>& visit);
 
   HostOffloadOptions options_;
@@ -98,7 +84,7 @@ class HostOffloadState final : public OwnedState {
   device::Buffer master_;
   std::vector<device::Buffer> slot_buffers_;
   device::Buffer grads_;  // (owned) grad_dtype: the host copy of the owned gradients
-  Staging staging_[2];
+  ParamWriteBack write_back_;
   // Owned-gradient ranges copied (or queued) since the boundary's
   // micro-step began.
   std::vector<std::pair<int64_t, int64_t>> reported_;

@@ -32,11 +32,13 @@ Result<Setup> finish_prepare(config::LoadedConfig loaded, const std::string& con
 Result<std::unique_ptr<device::Device>> open_device(const std::string& requested, int local_rank,
                                                     bool log) {
   DSCORE_ASSIGN_OR_RETURN(device::CpuStreams streams, device::cpu_streams_from_env());
+  DSCORE_ASSIGN_OR_RETURN(device::CpuMemory memory, device::cpu_memory_from_env());
   if (requested == "auto" && device::visible_cuda_devices() > 0 && log)
     log_info(
         "device: a CUDA GPU is visible, but the engine does not train on CUDA yet: "
         "computing on the CPU");
-  return device::select_device(requested == "auto" ? "cpu" : requested, local_rank, streams);
+  return device::select_device(requested == "auto" ? "cpu" : requested, local_rank, streams,
+                               memory);
 }
 
 Result<comm::JobEnv> job_of(const InitializeOptions& options) {

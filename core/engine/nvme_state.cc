@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "core/tensor/dtype_ops.h"
+#include "core/zero/zero_memory.h"
 
 namespace dscore {
 namespace {
@@ -35,7 +36,8 @@ Result<std::unique_ptr<NvmeState>> NvmeState::create(
   s->slots_ = slots;
   s->owned_ = owned;
   s->tile_ = zero::nvme_tile_elements(options.sub_group_size, owned);
-  s->fp32_master_ = fp32_master;
+  // Staged, an fp32 model's master has a file: its parameters are on the device.
+  s->fp32_master_ = options.staging ? nullptr : fp32_master;
   const size_t alignment = s->swapper_->alignment();
   if (static_cast<size_t>(zero::kTileGranularity) % alignment != 0)
     return failed_precondition("the offload plugin needs " + std::to_string(alignment) +
@@ -47,7 +49,7 @@ Result<std::unique_ptr<NvmeState>> NvmeState::create(
     return failed_precondition("cannot create the NVMe offload folder " + options.folder + ": " +
                                ec.message() +
                                "; check zero_optimization.offload_optimizer.nvme_path");
-  if (fp32_master == nullptr)
+  if (s->fp32_master_ == nullptr)
     s->files_.push_back({options.folder + "/master_fp32.swp", -1, 4, kMasterState});
   for (size_t k = 0; k < slots.size(); ++k)
     s->files_.push_back(
@@ -81,11 +83,16 @@ Result<std::unique_ptr<NvmeState>> NvmeState::create(
     }
     s->buffers_.push_back(std::move(buffer));
   }
+  if (options.staging) DSCORE_RETURN_IF_ERROR(s->create_staging());
   // The initial state, tile by tile: master values from init_param (a
   // function of parameter and element, so tiling does not change them).
   DSCORE_RETURN_IF_ERROR(s->walk(false, true, [&](const StateTile& tile) -> Status {
-    if (fp32_master == nullptr) {
+    if (s->fp32_master_ == nullptr) {
       std::memset(tile.master, 0, static_cast<size_t>(s->tile_) * sizeof(float));
+      if (fp32_master != nullptr)  // staged fp32: the strategy's parameters, from the device
+        DSCORE_RETURN_IF_ERROR(zero::download(
+            options.staging->device, options.staging->compute, tile.master,
+            fp32_master + tile.begin, static_cast<size_t>(tile.end - tile.begin) * sizeof(float)));
       for (const zero::OwnedSegment& seg : segments) {
         const int64_t a = std::max(seg.offset, tile.begin);
         const int64_t b = std::min(seg.offset + seg.numel, tile.end);
@@ -102,7 +109,27 @@ Result<std::unique_ptr<NvmeState>> NvmeState::create(
   return s;
 }
 
+Status NvmeState::create_staging() {
+  const DeviceSide& side = *options_.staging;
+  DSCORE_ASSIGN_OR_RETURN(copy_, side.device->create_stream("nvme offload copies"));
+  const device::Placement placement =
+      side.pinned ? device::Placement::kPinned : device::Placement::kHost;
+  for (Buffer& buffer : buffers_) {
+    DSCORE_ASSIGN_OR_RETURN(
+        buffer.grads,
+        side.device->allocate(static_cast<size_t>(tile_) * sdk::dtype_size(side.grad_dtype),
+                              placement, MemoryUse::kOptimizerState, "nvme gradient tile", false));
+  }
+  // The tile buffers are refilled while their parameters may still be on
+  // their way out: fp32 values are staged too.
+  DSCORE_ASSIGN_OR_RETURN(write_back_,
+                          ParamWriteBack::create(side, copy_.get(), tile_, /*stage_fp32=*/true));
+  return Status::Ok();
+}
+
 NvmeState::~NvmeState() {
+  // No copy may still reach the buffers freed after this.
+  if (copy_) (void)copy_->synchronize();
   if (!swapper_) return;
   (void)swapper_->wait_all();
   for (const File& f : files_)
@@ -119,13 +146,17 @@ std::string NvmeState::describe() const {
   for (const File& f : files_) bytes += round_up(owned_, zero::kTileGranularity) * f.value_bytes;
   return "on NVMe in " + options_.folder + " (" + human_bytes(bytes) + ", " +
          std::to_string(tile_count()) + " tile(s) of " + std::to_string(tile_) + " elements, " +
-         std::to_string(buffers_.size()) + " tile buffer(s), " + swapper_->backend() + ")";
+         std::to_string(buffers_.size()) + " tile buffer(s), " + swapper_->backend() +
+         (options_.staging ? "; updated on the host, gradients and parameters staged through "
+                             "host buffers from the device"
+                           : "") +
+         ")";
 }
 
 int64_t NvmeState::transfer_bytes() const {
   int64_t bytes = 0;
-  for (const Buffer& b : buffers_) bytes += static_cast<int64_t>(b.bytes);
-  return bytes;
+  for (const Buffer& b : buffers_) bytes += static_cast<int64_t>(b.bytes + b.grads.bytes());
+  return bytes + write_back_.bytes();
 }
 
 StateTile NvmeState::view(int64_t tile, Buffer& buffer) const {
@@ -140,6 +171,7 @@ StateTile NvmeState::view(int64_t tile, Buffer& buffer) const {
       t.slots[static_cast<size_t>(files_[f].state)] = buffer.parts[f];
   }
   if (fp32_master_ != nullptr) t.master = fp32_master_ + t.begin;
+  if (stage_grads_) t.grads = buffer.grads.data();
   return t;
 }
 
@@ -156,6 +188,15 @@ Status NvmeState::transfer(int64_t tile, Buffer& buffer, bool write) {
                                 : swapper_->read(files_[f].number, offset, buffer.parts[f], bytes));
     buffer.pending.push_back(ticket);
   }
+  if (stage_grads_ && !write) {
+    const DeviceSide& side = *options_.staging;
+    const size_t size = sdk::dtype_size(side.grad_dtype);
+    const int64_t end = std::min(begin + tile_, owned_);
+    side.device->copy(buffer.grads.data(),
+                      static_cast<const char*>(side.grads) + static_cast<size_t>(begin) * size,
+                      static_cast<size_t>(end - begin) * size, *copy_);
+    buffer.grads_in = copy_->record();
+  }
   return Status::Ok();
 }
 
@@ -166,7 +207,9 @@ Status NvmeState::settle(Buffer& buffer) {
     if (first.ok() && !s.ok()) first = s;
   }
   buffer.pending.clear();
-  return first;
+  Status grads = device::wait_for(buffer.grads_in);
+  buffer.grads_in = nullptr;
+  return first.ok() ? grads : first;
 }
 
 Status NvmeState::settle_all() {
@@ -180,7 +223,25 @@ Status NvmeState::settle_all() {
 
 Status NvmeState::for_each_tile(TileAccess access,
                                 const std::function<Status(const StateTile&)>& visit) {
+  if (options_.staging && access == TileAccess::kUpdate) return staged_update(visit);
   return walk(true, access == TileAccess::kUpdate, visit);
+}
+
+Status NvmeState::staged_update(const std::function<Status(const StateTile&)>& visit) {
+  // The reduced gradients are final, and the model is done reading its
+  // parameters, once the compute stream is.
+  copy_->wait(options_.staging->compute->record());
+  stage_grads_ = true;
+  Status status = walk(true, true, [&](const StateTile& tile) -> Status {
+    DSCORE_RETURN_IF_ERROR(visit(tile));
+    return write_back_.write(tile.begin, tile.end - tile.begin, tile.master);
+  });
+  stage_grads_ = false;
+  // Every copy done, also after a failure: the model reads the new
+  // parameters, and the staging is the host's again.
+  Status copies = copy_->synchronize();
+  write_back_.release();
+  return status.ok() ? copies : status;
 }
 
 Status NvmeState::walk(bool read_tiles, bool write_tiles,

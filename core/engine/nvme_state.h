@@ -8,6 +8,16 @@
 // k-1 written (pipeline_write). With both off, tiles go read, update,
 // write, one after the other.
 //
+// From a device whose memory the host does not address (a GPU; the CPU
+// device with DSCORE_CPU_DEVICE_MEMORY=separate, which tests use), the
+// state is staged (NvmeStateOptions::staging): the update runs on the host
+// (on_host()), each tile's gradients come from the device into a host
+// buffer of its tile buffer on a copy stream of the state's own, queued with
+// the tile's reads (after the engine's compute stream), and each tile's new
+// parameters go back through a ParamWriteBack (param_write_back.h). The
+// fp32 master then has a file for fp32 models too, as in DeepSpeed: their
+// parameters on the device are a copy of it.
+//
 // File layout: state s's values for elements [e, e + n) sit at byte
 // e * elements_per_param * dtype size; every file is sized for
 // round_up(owned, zero::kTileGranularity) elements, so every tile's
@@ -16,10 +26,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/engine/owned_state.h"
+#include "core/engine/param_write_back.h"
 #include "core/offload/swapper.h"
 
 namespace dscore {
@@ -29,14 +41,16 @@ struct NvmeStateOptions {
   int64_t sub_group_size = 0;
   bool pipeline_read = false;
   bool pipeline_write = false;
+  // Set: staged through host buffers from the device's memory (above).
+  std::optional<DeviceSide> staging;
 };
 
 class NvmeState final : public OwnedState {
  public:
   // Creates the files and writes the initial state: the master weights
   // through the model's init_param over `segments` (16-bit models; for fp32
-  // models `fp32_master` is the strategy's parameters), the slots their
-  // declared initial values.
+  // models `fp32_master` is the strategy's parameters, which a staged state
+  // copies into its file), the slots their declared initial values.
   static Result<std::unique_ptr<NvmeState>> create(offload::Swapper* swapper,
                                                    const NvmeStateOptions& options,
                                                    const std::vector<zero::StateSlot>& slots,
@@ -50,6 +64,7 @@ class NvmeState final : public OwnedState {
                        const std::function<Status(const StateTile&)>& visit) override;
   Status read(int state, int64_t first, int64_t count, void* dst) override;
   std::string describe() const override;
+  bool on_host() const override { return options_.staging.has_value(); }
   int64_t transfer_bytes() const override;
 
   int64_t tile_elements() const { return tile_; }
@@ -67,17 +82,23 @@ class NvmeState final : public OwnedState {
     size_t bytes = 0;
     std::vector<char*> parts;  // per file: tile_ elements' values
     std::vector<offload::Swapper::Ticket> pending;
+    device::Buffer grads;       // staged: the tile's gradients (grad dtype)
+    device::EventPtr grads_in;  // staged: their copy
   };
   NvmeState() = default;
+  Status create_staging();  // the copy stream, gradient tiles and write-back
   int64_t tile_count() const { return (owned_ + tile_ - 1) / tile_; }
   StateTile view(int64_t tile, Buffer& buffer) const;
-  // Queue the reads (or writes) of `tile`'s values of every file.
+  // Queue the reads (or writes) of `tile`'s values of every file; with
+  // stage_grads_, a read also queues the copy of the tile's gradients.
   Status transfer(int64_t tile, Buffer& buffer, bool write);
   Status settle(Buffer& buffer);
   Status settle_all();
-  // The walk; `fill` skips the reads (the visitor writes every value).
+  // The walk; without read_tiles the visitor writes every value.
   Status walk(bool read_tiles, bool write_tiles,
               const std::function<Status(const StateTile&)>& visit);
+  // A staged kUpdate walk: gradients in, the walk, parameters out.
+  Status staged_update(const std::function<Status(const StateTile&)>& visit);
 
   offload::Swapper* swapper_ = nullptr;  // the engine's; outlives this
   NvmeStateOptions options_;
@@ -86,7 +107,11 @@ class NvmeState final : public OwnedState {
   std::vector<Buffer> buffers_;
   int64_t owned_ = 0;
   int64_t tile_ = 0;
-  float* fp32_master_ = nullptr;  // fp32 models: the strategy's parameters
+  float* fp32_master_ = nullptr;  // fp32 models, not staged: the strategy's parameters
+  // Staged (options_.staging):
+  std::unique_ptr<device::Stream> copy_;
+  ParamWriteBack write_back_;
+  bool stage_grads_ = false;  // in a kUpdate walk
 };
 
 }  // namespace dscore

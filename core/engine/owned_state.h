@@ -39,6 +39,24 @@ struct StateTile {
   void* grads = nullptr;
 };
 
+// For a state that updates on the host while the engine computes on a
+// device whose memory the host does not address (a GPU): where the
+// update's gradients come from and where its new parameters go, all in the
+// device's memory and reached only through copies on a stream.
+struct DeviceSide {
+  device::Device* device = nullptr;   // the engine's
+  device::Stream* compute = nullptr;  // the engine's compute stream
+  const void* grads = nullptr;        // the strategy's owned gradients
+  dscore_dtype grad_dtype = DSCORE_DTYPE_F32;
+  void* model_params = nullptr;  // the owned parameters the model reads;
+                                 // nullptr: through store_params
+  dscore_dtype model_dtype = DSCORE_DTYPE_F32;
+  // Stage 3 with its parameters on NVMe: new values of owned elements
+  // [begin, begin + count) in model_dtype, from host memory.
+  std::function<Status(int64_t begin, int64_t count, const void* values)> store_params;
+  bool pinned = false;  // offload_optimizer.pin_memory: page-locked host buffers
+};
+
 enum class TileAccess {
   kRead,    // the tiles are read; changes are not kept
   kUpdate,  // read, changed by the visitor, kept

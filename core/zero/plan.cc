@@ -31,15 +31,19 @@ const config::OffloadConfig* nvme_optimizer(const config::TrainingConfig& config
 }
 
 // Moves the owned master and slots of `plan` from RAM to swap files.
+// Staged (from a device whose memory the host does not address,
+// core/engine/nvme_state.h): the master has a file for fp32 models too, and
+// each tile buffer a gradient tile, beside two parameter staging tiles.
 void plan_optimizer_swap(const config::OffloadConfig& offload, int64_t sub_group_size,
-                         const std::vector<StateSlot>& slots, int64_t owned, ZeroPlan* plan) {
+                         const std::vector<StateSlot>& slots, int64_t owned, bool staged,
+                         ZeroPlan* plan) {
   OptimizerSwapPlan swap;
   swap.nvme_path = offload.nvme_path;
   swap.file_elements = round_up(owned, kSwapAlign);
   swap.tile_elements = nvme_tile_elements(sub_group_size, owned);
   swap.buffers = offload_tile_buffers(offload);
   MemoryPlan& m = plan->memory;
-  if (plan->model_dtype != DSCORE_DTYPE_F32) {
+  if (plan->model_dtype != DSCORE_DTYPE_F32 || staged) {
     swap.files.push_back({"fp32 master", bytes(swap.file_elements, DSCORE_DTYPE_F32)});
     swap.tile_bytes += bytes(swap.tile_elements, DSCORE_DTYPE_F32);
     m.disk_master = swap.files.back().bytes;
@@ -52,6 +56,14 @@ void plan_optimizer_swap(const config::OffloadConfig& offload, int64_t sub_group
   m.master = 0;
   m.optimizer = 0;
   m.offload_tiles = swap.tile_bytes * swap.buffers;
+  if (staged) {
+    m.offload_tiles += swap.buffers * bytes(swap.tile_elements, plan->grad_dtype) +
+                       2 * bytes(swap.tile_elements, plan->model_dtype);
+    plan->notes.push_back(
+        "offload_optimizer.device \"nvme\" from the device: the update runs on the host; each "
+        "tile buffer also holds the tile's gradients, copied from the device, and the new "
+        "parameters go back through two staging tiles (\"offload tile buffers\")");
+  }
   plan->swap = std::move(swap);
 }
 
@@ -130,7 +142,8 @@ int64_t ZeroPlan::comm_total() const {
 }
 
 ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layout,
-                   const std::vector<StateSlot>& slots, int world, int rank) {
+                   const std::vector<StateSlot>& slots, int world, int rank,
+                   std::optional<bool> device_memory_is_host) {
   ZeroPlan plan;
   plan.stage = config.zero.stage;
   plan.world = world;
@@ -202,10 +215,13 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
   }
   if (md != DSCORE_DTYPE_F32) m.master = bytes(owned, DSCORE_DTYPE_F32);
   for (const StateSlot& s : slots) m.optimizer += bytes(owned * s.elements_per_param, s.dtype);
+  // Offload from device memory the host does not address moves through
+  // host buffers (core/engine/nvme_state.h, core/zero/sharded_zero.h).
+  const bool staged = !device_memory_is_host.value_or(config.device != "cuda");
   if (const auto& o = config.zero.offload_optimizer; o && !o->device.empty())
     plan.optimizer_device = o->device;
   if (const config::OffloadConfig* nvme = nvme_optimizer(config); nvme && plan.stage > 0)
-    plan_optimizer_swap(*nvme, config.zero.sub_group_size, slots, owned, &plan);
+    plan_optimizer_swap(*nvme, config.zero.sub_group_size, slots, owned, staged, &plan);
   if (host_offload(config))
     plan_host_offload(config.zero.sub_group_size, owned, &plan);
   else if (plan.optimizer_device == "cpu")
@@ -219,6 +235,7 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
         p->max_in_cpu >= owned ? owned : p->max_in_cpu / kTileGranularity * kTileGranularity;
     m.parameters = bytes(resident, md);
     m.disk_parameters = bytes(round_up(std::max<int64_t>(owned, 1), kTileGranularity), md);
+    if (staged) m.buffers += bytes(param_swap_bounce_elements(owned), md);
     plan.param_nvme_path = p->nvme_path;
   } else if (p && p->device == "cpu" && plan.stage == 3) {
     plan.notes.push_back(
@@ -237,6 +254,10 @@ int64_t offload_tile_elements(int64_t sub_group_size, int64_t owned) {
 bool host_offload(const config::TrainingConfig& config) {
   const auto& o = config.zero.offload_optimizer;
   return o && o->device == "cpu" && config.zero.stage > 0;
+}
+
+int64_t param_swap_bounce_elements(int64_t local) {
+  return std::clamp<int64_t>(local, 1, int64_t{1} << 20);
 }
 
 int64_t nvme_tile_elements(int64_t sub_group_size, int64_t owned) {

@@ -117,8 +117,12 @@ struct ZeroPlan {
 dscore_dtype model_dtype_of(const config::TrainingConfig& config);
 dscore_dtype grad_dtype_of(const config::TrainingConfig& config);
 
+// `device_memory_is_host`: whether the host addresses the memory of the
+// device the engine computes on (device.h memory_is_host()); unset: on a
+// CPU unless the config's "device" is "cuda".
 ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layout,
-                   const std::vector<StateSlot>& slots, int world, int rank);
+                   const std::vector<StateSlot>& slots, int world, int rank,
+                   std::optional<bool> device_memory_is_host = std::nullopt);
 
 // Adds the activations and the process to `plan`'s memory (and its peak,
 // total()), with a note saying what was counted and what was not.
@@ -127,6 +131,10 @@ void add_process_memory(const ProcessMemory& process, ZeroPlan* plan);
 // Swap files and tiles of NVMe optimizer offload are whole multiples of
 // this many elements (a 4 KiB-aligned transfer at any dtype size).
 inline constexpr int64_t kTileGranularity = 4096;
+// Stage 3 with its parameters on NVMe, from device memory the host does
+// not address: swapped shards come in through a host bounce of this many
+// elements (core/zero/sharded_zero.h).
+int64_t param_swap_bounce_elements(int64_t local);
 // Elements per tile: sub_group_size rounded down to the granularity (at
 // least one granule), at most the owned space rounded up.
 int64_t nvme_tile_elements(int64_t sub_group_size, int64_t owned);

@@ -8,6 +8,7 @@
 #include "core/base/logging.h"
 #include "core/tensor/dtype_ops.h"
 #include "core/tensor/host_buffer.h"
+#include "core/zero/plan.h"
 #include "core/zero/rank_chunks.h"
 #include "core/zero/reduction.h"
 #include "core/zero/zero_memory.h"
@@ -84,6 +85,11 @@ Status ShardedZero::initialise(const Model& model) {
     DSCORE_ASSIGN_OR_RETURN(param_swap_,
                             ParamSwap::create(ctx_.param_swapper, ctx_.param_swap_folder, local, md,
                                               ctx_.param_max_in_cpu));
+    if (ctx_.device != nullptr && !ctx_.device->memory_is_host()) {
+      DSCORE_ASSIGN_OR_RETURN(
+          swap_bounce_, tensor::allocate_elements(param_swap_bounce_elements(local), md,
+                                                  MemoryUse::kBuffers, "nvme parameter bounce"));
+    }
   } else {
     DSCORE_ASSIGN_OR_RETURN(param_part_,
                             allocate_buffer(ctx_.device, local, md, MemoryUse::kParameters,
@@ -172,8 +178,19 @@ Status ShardedZero::pack_shards(const std::vector<size_t>& params, char* packed)
       count += shards_.params[params[j]].shard_size;
       ++j;
     }
-    if (param_swap_) {
+    if (param_swap_ && !swap_bounce_) {
       DSCORE_RETURN_IF_ERROR(param_swap_->load(first.local_offset, count, packed + offset * es));
+    } else if (param_swap_) {
+      // Through host memory, a bounce at a time. Pageable memory: a CUDA
+      // copy from it returns once the source is read, so the next piece
+      // may overwrite it (on the CPU device the copy is done at once).
+      const int64_t piece = param_swap_bounce_elements(shards_.local_numel);
+      for (int64_t done = 0; done < count; done += piece) {
+        const int64_t n = std::min(piece, count - done);
+        DSCORE_RETURN_IF_ERROR(param_swap_->load(first.local_offset + done, n, swap_bounce_.get()));
+        device::ops::copy(ctx_.comm_target, packed + (offset + done) * es, swap_bounce_.get(), md,
+                          n);
+      }
     } else {
       device::ops::copy(ctx_.comm_target, packed + offset * es,
                         element_at(param_part_.data(), md, first.local_offset), md, count);

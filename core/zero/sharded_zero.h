@@ -117,8 +117,11 @@ class ShardedZero final : public ZeroStrategy {
   std::vector<char> persistent_;
   std::vector<LayerState> layers_;
 
-  device::Buffer param_part_;                    // (local) model_dtype shards, unless swapped
-  std::unique_ptr<ParamSwap> param_swap_;        // offload_param nvme: the shards' file
+  device::Buffer param_part_;              // (local) model_dtype shards, unless swapped
+  std::unique_ptr<ParamSwap> param_swap_;  // offload_param nvme: the shards' file
+  // Where swapped shards are read before they go to device memory the host
+  // does not address (kParamSwapBounce elements; only then).
+  CountedBuffer swap_bounce_;
   device::Buffer master_;                        // (local) fp32, 16-bit models only
   device::Buffer grad_part_;                     // (local) grad_dtype
   std::vector<device::Buffer> persistent_full_;  // per param (padded), persistent ones only

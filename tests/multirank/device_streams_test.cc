@@ -92,6 +92,35 @@ TEST(DeviceStreams, NvmeOptimizerOffloadIsBitwiseOnBothModes) {
   std::filesystem::remove_all(folder);
 }
 
+// NVMe offload as from a GPU (DSCORE_CPU_DEVICE_MEMORY=separate): each
+// tile's gradients copied in on the state's copy stream after the compute
+// stream, its parameters out beside the next tile's update, stage 3's
+// swapped shards read through a host bounce on the comm stream.
+TEST(DeviceStreams, NvmeOffloadFromSeparateMemoryIsBitwiseOnBothModes) {
+  const std::string optimizer = temp_folder("dscore-streams-staged");
+  const std::string params = temp_folder("dscore-streams-params");
+  RunSpec spec;
+  spec.stage = 3;
+  spec.precision = "bf16";
+  spec.hidden = 100;
+  spec.steps = 4;
+  spec.extra = R"("data_types": {"grad_accum_dtype": "bf16"})";
+  spec.zero_extra =
+      R"("sub_group_size": 4096, "offload_optimizer": {"device": "nvme", "nvme_path": ")" +
+      optimizer + R"(", "pipeline_read": true, "pipeline_write": true, "buffer_count": 3},
+      "offload_param": {"device": "nvme", "nvme_path": ")" +
+      params + R"("})";
+  const RunResult sync = run_ok(with_streams(spec, "sync"));
+  spec.env.push_back("DSCORE_CPU_DEVICE_MEMORY=separate");
+  const RunResult async = run_ok(with_streams(spec, "async"));
+  expect_bitwise(async, sync, "stage 3 bf16, NVMe offload from separate memory");
+  const std::string log = async.process.out + async.process.err;
+  EXPECT_NE(log.find("device memory treated as separate"), std::string::npos) << log;
+  EXPECT_NE(log.find("staged through host buffers"), std::string::npos) << log;
+  std::filesystem::remove_all(optimizer);
+  std::filesystem::remove_all(params);
+}
+
 // ZeRO-Offload's copy stream (host_offload_state.h): gradients out as they
 // are reduced (stage 1 bucket by bucket, stage 3 layer by layer), parameters
 // in beside the host's update of the next tile.

@@ -77,6 +77,35 @@ TEST(CpuStreamsFromEnv, ABadValueNamesTheVariableAndTheChoices) {
   EXPECT_NE(m.find("\"async\""), std::string::npos) << m;
 }
 
+// DSCORE_CPU_DEVICE_MEMORY: shared unless "separate", which the device
+// then reports (memory_is_host) and names; anything else is refused.
+TEST(CpuMemoryFromEnv, SharedUnlessSeparate) {
+  {
+    ScopedEnv env("DSCORE_CPU_DEVICE_MEMORY", nullptr);
+    auto r = cpu_memory_from_env();
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(*r, CpuMemory::kShared);
+  }
+  ScopedEnv env("DSCORE_CPU_DEVICE_MEMORY", "separate");
+  auto r = cpu_memory_from_env();
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, CpuMemory::kSeparate);
+  auto device = select_device("cpu", 0, CpuStreams::kAsynchronous, *r);
+  ASSERT_TRUE(device.ok());
+  EXPECT_FALSE((*device)->memory_is_host());
+  EXPECT_EQ((*device)->describe(), "cpu (asynchronous streams, device memory treated as separate)");
+  EXPECT_TRUE(CpuDevice(CpuStreams::kSynchronous).memory_is_host());
+}
+
+TEST(CpuMemoryFromEnv, ABadValueNamesTheVariable) {
+  ScopedEnv env("DSCORE_CPU_DEVICE_MEMORY", "discrete");
+  auto r = cpu_memory_from_env();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), DSCORE_INVALID_ARGUMENT);
+  EXPECT_NE(r.status().message().find("DSCORE_CPU_DEVICE_MEMORY=\"discrete\""), std::string::npos)
+      << r.status().message();
+}
+
 #ifdef DSCORE_TEST_WITH_CUDA
 // A CUDA build on a machine without a driver or GPU (cudart is static):
 // counting devices gives 0 and opening one says why, never crashing.

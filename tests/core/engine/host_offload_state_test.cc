@@ -34,11 +34,11 @@ class HostOffloadStateTest : public ::testing::Test {
 
   std::unique_ptr<HostOffloadState> make() {
     HostOffloadOptions o;
-    o.device = &device_;
-    o.compute = compute_.get();
+    o.side.device = &device_;
+    o.side.compute = compute_.get();
+    o.side.grads = grads_.data();
+    o.side.model_params = params_.data();
     o.tile_elements = kTile;
-    o.grads = grads_.data();
-    o.model_params = params_.data();
     auto state = HostOffloadState::create(o, {{"exp_avg", DSCORE_DTYPE_F32, 1}}, {0.0}, kOwned,
                                           params_.data(), model_, {});
     EXPECT_TRUE(state.ok()) << state.status().message();

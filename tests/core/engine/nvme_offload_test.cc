@@ -11,7 +11,9 @@
 //   an error naming the file or folder, and an earlier checkpoint still
 //   loads as saved;
 // - the swap files live under nvme_path/dscore-job*/rank<R>/ during the run
-//   and are gone after it.
+//   and are gone after it;
+// - training, the plan and checkpoints as from a GPU
+//   (DSCORE_CPU_DEVICE_MEMORY=separate).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <linux/falloc.h>
@@ -626,6 +628,101 @@ TEST_F(NvmeOffload, ParametersOnNvmeTrainBitwiseAsInMemory) {
   ASSERT_EQ(r.error, "");
   EXPECT_EQ(r.losses, tail(whole.losses, kSteps - kSaveAfter - 1));
   EXPECT_EQ(r.params, whole.params);
+}
+
+// DSCORE_CPU_DEVICE_MEMORY for the runs in its scope: "separate" makes the
+// CPU device's memory the host's to reach only through copies, so the
+// engine takes the paths a GPU takes.
+class SeparateMemoryScope {
+ public:
+  SeparateMemoryScope() { ::setenv("DSCORE_CPU_DEVICE_MEMORY", "separate", 1); }
+  ~SeparateMemoryScope() { ::unsetenv("DSCORE_CPU_DEVICE_MEMORY"); }
+};
+
+// NVMe offload as from a GPU (core/engine/nvme_state.h staged, core/zero/
+// sharded_zero.h's parameter bounce), on the asynchronous CPU device with
+// separate memory: every stage, 1 and 2 ranks, fp32 (its master now in a
+// file) and bf16, the pipeline combinations rotating, and stage 3 with the
+// parameters on NVMe too: bitwise as in memory, holding what the plan says;
+// a checkpoint saved so resumes in memory, and the reverse.
+TEST_F(NvmeOffload, FromSeparateDeviceMemoryTrainsBitwiseAsInMemory) {
+  int index = 0;
+  for (int stage = 1; stage <= 3; ++stage)
+    for (int world : {1, 2})
+      for (const std::string precision : {"fp32", "bf16"}) {
+        const InProcessResult memory =
+            run_in_process_job(config(stage, world, precision, {}), world);
+        ASSERT_EQ(memory.error, "");
+        const int combo = index++ % 4;
+        Offload offload{dir("staged" + std::to_string(index)), (combo & 1) != 0, (combo & 2) != 0};
+        if (stage == 3 && precision == "bf16")
+          offload.param_path = dir("params" + std::to_string(index));
+        const std::string what = "stage " + std::to_string(stage) + " W=" + std::to_string(world) +
+                                 " " + precision + " combo " + std::to_string(combo);
+        std::mutex mutex;
+        int checked = 0;
+        std::string report;
+        InProcessHooks hooks;
+        // The memory ledger is the process's: one rank's engine alone.
+        if (world == 1)
+          hooks.before_training = [&](Engine& e) -> Status {
+            const zero::MemoryPlan planned = e.plan().memory, held = e.measured_memory();
+            if (held.master != 0 || held.optimizer != 0 ||
+                held.offload_tiles != planned.offload_tiles)
+              report = "planned " + zero::format_plans({e.plan()}) + "held master " +
+                       std::to_string(held.master) + ", optimizer " +
+                       std::to_string(held.optimizer) + ", tiles " +
+                       std::to_string(held.offload_tiles);
+            return Status::Ok();
+          };
+        hooks.after_each_step = [&](Engine& e, int64_t) -> Status {
+          DSCORE_RETURN_IF_ERROR(check_swap_files(offload.nvme_path, e.rank(), true));
+          std::lock_guard<std::mutex> lock(mutex);
+          ++checked;
+          return Status::Ok();
+        };
+        SeparateMemoryScope separate;
+        const InProcessResult staged =
+            run_with("auto", config(stage, world, precision, offload), world, hooks);
+        ASSERT_EQ(staged.error, "") << what;
+        EXPECT_EQ(report, "") << what;
+        EXPECT_EQ(checked, kSteps * world) << what;
+        EXPECT_EQ(staged.losses, memory.losses) << what;
+        EXPECT_EQ(staged.params, memory.params) << what;
+        EXPECT_TRUE(job_folders(offload.nvme_path).empty()) << what << ": swap files left";
+      }
+
+  // Checkpoints: stage 2 fp32 and stage 3 bf16 (parameters on NVMe too).
+  constexpr int64_t kSaveAfter = 2;
+  for (const auto& [stage, precision] : {std::pair{2, "fp32"}, std::pair{3, "bf16"}}) {
+    const std::string what = "stage " + std::to_string(stage) + " " + precision;
+    Offload offload{dir("ckswap" + what), true, false};
+    if (stage == 3) offload.param_path = dir("ckparams" + what);
+    const std::string staged = config(stage, 2, precision, offload);
+    const std::string in_memory = config(stage, 2, precision, {});
+    const std::string memory_ckpt = dir("ck_memory" + what), staged_ckpt = dir("ck_staged" + what);
+    Snapshot saved_memory, saved_staged, loaded;
+    const InProcessResult whole =
+        run_in_process_job(in_memory, 2, save_at(kSaveAfter, memory_ckpt, &saved_memory));
+    ASSERT_EQ(whole.error, "") << what;
+    {
+      SeparateMemoryScope separate;
+      const InProcessResult r =
+          run_with("auto", staged, 2, save_at(kSaveAfter, staged_ckpt, &saved_staged));
+      ASSERT_EQ(r.error, "") << what;
+    }
+    expect_same_state(saved_staged, saved_memory, what + ": saved staged and in memory");
+    InProcessResult r = run_in_process_job(in_memory, 2, load_from(staged_ckpt, &loaded));
+    ASSERT_EQ(r.error, "") << what;
+    EXPECT_EQ(r.losses, tail(whole.losses, kSteps - kSaveAfter - 1)) << what;
+    EXPECT_EQ(r.params, whole.params) << what;
+    SeparateMemoryScope separate;
+    r = run_with("auto", staged, 2, load_from(memory_ckpt, &loaded));
+    ASSERT_EQ(r.error, "") << what;
+    expect_same_state(loaded, saved_memory, what + ": loaded staged");
+    EXPECT_EQ(r.losses, tail(whole.losses, kSteps - kSaveAfter - 1)) << what;
+    EXPECT_EQ(r.params, whole.params) << what;
+  }
 }
 
 // What an offloaded engine holds in memory is what the plan says: no
