@@ -82,6 +82,11 @@ comm::HostStaging host_staging(device::Device& device, device::Stream& comm) {
 
 }  // namespace
 
+constexpr const char* kParamsToHostNeedOptimizerOffload =
+    "zero_optimization.offload_param.device \"cpu\" from the GPU needs the optimizer state off "
+    "the GPU too (the update runs where the parameters are): set "
+    "zero_optimization.offload_optimizer.device to \"cpu\" or \"nvme\"";
+
 std::vector<config::ConfigError> unsupported_features(const config::TrainingConfig& config) {
   std::vector<config::ConfigError> out;
   if (config.zero.offload_param && config.zero.offload_param->device == "nvme" &&
@@ -114,12 +119,10 @@ std::vector<config::ConfigError> unsupported_features(const config::TrainingConf
                      {},
                      "ZeRO-Offload needs ZeRO stage 1, 2 or 3: set "
                      "\"zero_optimization\": {\"stage\": 1} or higher"});
-    if (offloads(config.zero.offload_param) && config.zero.offload_param->device != "nvme")
-      out.push_back({"zero_optimization.offload_param.device",
-                     {},
-                     "parameters in host memory from the GPU (\"device\": \"cpu\") are not "
-                     "built yet: set \"device\": \"nvme\" (stage 3, a 16-bit model) or remove "
-                     "offload_param"});
+    if (offloads(config.zero.offload_param) && config.zero.offload_param->device == "cpu" &&
+        config.zero.stage == 3 && !offloads(o))
+      out.push_back(
+          {"zero_optimization.offload_param.device", {}, kParamsToHostNeedOptimizerOffload});
   }
   if (config.checkpoint.load_universal)
     out.push_back(
@@ -216,11 +219,19 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
                             engine->swap_folder(config.zero.offload_param->nvme_path));
     ctx.param_max_in_cpu = config.zero.offload_param->max_in_cpu;
   }
-  if (config.zero.offload_param && config.zero.offload_param->device == "cpu" &&
-      config.zero.stage == 3 && engine->rank() == 0)
-    log_info(
-        "offload_param.device \"cpu\": the parameters are in host memory already (this run "
-        "computes on the CPU)");
+  const bool params_to_host = config.zero.stage == 3 && config.zero.offload_param &&
+                              config.zero.offload_param->device == "cpu";
+  if (params_to_host && engine->device_->memory_is_host()) {
+    if (engine->rank() == 0)
+      log_info(
+          "offload_param.device \"cpu\": the parameters are in host memory already (this run "
+          "computes on the CPU)");
+  } else if (params_to_host) {
+    // The update must run where the parameters are.
+    if (!optimizer_on_nvme && !zero::host_offload(config))
+      return failed_precondition(kParamsToHostNeedOptimizerOffload);
+    ctx.params_on_host = true;
+  }
   if (zero::host_offload(config))  // ZeRO-Offload copies gradients as they are reduced
     ctx.owned_grads_final = [self = engine.get()](
                                 const std::vector<std::pair<int64_t, int64_t>>& ranges,

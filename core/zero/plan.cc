@@ -238,9 +238,10 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
     if (staged) m.buffers += bytes(param_swap_bounce_elements(owned), md);
     plan.param_nvme_path = p->nvme_path;
   } else if (p && p->device == "cpu" && plan.stage == 3) {
-    plan.notes.push_back(
-        "offload_param.device \"cpu\": the parameters are already in host memory on this "
-        "CPU-only runtime; nothing moves");
+    plan.notes.push_back(staged ? "offload_param.device \"cpu\": the parameter shards in pinned "
+                                  "host memory, copied to the device by each gather"
+                                : "offload_param.device \"cpu\": the parameters are already in "
+                                  "host memory on the CPU; nothing moves");
   }
   plan.notes.push_back(kNotCounted);
   plan.comm_elements["allgather (step statistics)"] = 4 * world;

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/base/logging.h"
+#include "core/base/strings.h"
 #include "core/tensor/dtype_ops.h"
 #include "core/tensor/host_buffer.h"
 #include "core/zero/plan.h"
@@ -91,9 +92,16 @@ Status ShardedZero::initialise(const Model& model) {
                                                   MemoryUse::kBuffers, "nvme parameter bounce"));
     }
   } else {
-    DSCORE_ASSIGN_OR_RETURN(param_part_,
-                            allocate_buffer(ctx_.device, local, md, MemoryUse::kParameters,
-                                            std::string("parameters ") + sdk::dtype_name(md)));
+    DSCORE_ASSIGN_OR_RETURN(
+        param_part_,
+        allocate_buffer(
+            ctx_.device, local, md, MemoryUse::kParameters,
+            std::string("parameters ") + sdk::dtype_name(md), tensor::Fill::kZero,
+            ctx_.params_on_host ? device::Placement::kPinned : device::Placement::kDevice));
+    if (ctx_.params_on_host)
+      log_info("rank " + std::to_string(rank_) + ": parameters " +
+               format_bytes(static_cast<uint64_t>(param_part_.bytes())) +
+               " in pinned host memory (offload_param cpu), copied to the device by each gather");
   }
   if (md != DSCORE_DTYPE_F32 && !ctx_.master_elsewhere) {
     DSCORE_ASSIGN_OR_RETURN(master_, allocate_buffer(ctx_.device, local, DSCORE_DTYPE_F32,

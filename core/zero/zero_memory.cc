@@ -31,7 +31,8 @@ Status too_large(uint64_t count, dscore_dtype dtype, std::string_view name) {
 }  // namespace
 
 Result<device::Buffer> allocate_buffer(device::Device* device, int64_t elements, dscore_dtype dtype,
-                                       MemoryUse use, std::string_view name, tensor::Fill fill) {
+                                       MemoryUse use, std::string_view name, tensor::Fill fill,
+                                       device::Placement placement) {
   if (device == nullptr) {
     DSCORE_ASSIGN_OR_RETURN(CountedBuffer host,
                             tensor::allocate_elements(elements, dtype, use, name, fill));
@@ -44,7 +45,7 @@ Result<device::Buffer> allocate_buffer(device::Device* device, int64_t elements,
   const uint64_t count = static_cast<uint64_t>(std::max<int64_t>(elements, 1));
   if (es == 0 || count > std::numeric_limits<size_t>::max() / es)
     return too_large(count, dtype, name);
-  return device->allocate(static_cast<size_t>(count) * es, device::Placement::kDevice, use, name,
+  return device->allocate(static_cast<size_t>(count) * es, placement, use, name,
                           fill == tensor::Fill::kZero);
 }
 

@@ -23,10 +23,12 @@
 namespace dscore::zero {
 
 // max(elements, 1) elements of `dtype`, zeroed unless `fill` says
-// otherwise. RESOURCE_EXHAUSTED names `name` and the size.
+// otherwise, in the device's memory (or `placement`). RESOURCE_EXHAUSTED
+// names `name` and the size.
 Result<device::Buffer> allocate_buffer(device::Device* device, int64_t elements, dscore_dtype dtype,
                                        MemoryUse use, std::string_view name,
-                                       tensor::Fill fill = tensor::Fill::kZero);
+                                       tensor::Fill fill = tensor::Fill::kZero,
+                                       device::Placement placement = device::Placement::kDevice);
 
 // Uninitialised scratch for work on `stream` that may still be queued when
 // the Buffer is destroyed (Device::allocate_scratch: freed in the stream's

@@ -53,6 +53,11 @@ struct ZeroContext {
   offload::Swapper* param_swapper = nullptr;
   std::string param_swap_folder;
   int64_t param_max_in_cpu = 0;
+  // Stage 3 parameters in host memory from a device whose memory the host
+  // does not address (offload_param cpu): the shards are page-locked host
+  // memory, copied to the device by each gather; the optimizer's state
+  // updates them on the host (it must be offloaded too).
+  bool params_on_host = false;
   // In the accumulation boundary's micro-step, told on the thread that
   // drives the strategy (the model's hook calls) that owned gradients
   // [first, second) of each range are final once `ready` is done, so

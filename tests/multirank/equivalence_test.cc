@@ -242,6 +242,52 @@ TEST(ZeroEquivalence, HostOffloadSkipsAnOverflowAsInMemory) {
       << ")";
 }
 
+// ZeRO-Infinity's CPU offload as from a GPU (DSCORE_CPU_DEVICE_MEMORY=
+// separate: the engine treats device memory as the host's to reach only by
+// copies): stage 3 with the parameter shards in pinned host memory
+// (offload_param cpu, copied to the device by each gather) and the
+// optimizer state in host memory or on NVMe, bitwise as everything in the
+// device's memory, fp32 and bf16. Without the optimizer offloaded the run
+// is refused by name: the update must run where the parameters are.
+TEST(ZeroEquivalence, ParametersInHostMemoryFromSeparateMemoryAreBitwiseAsInMemory) {
+  std::string folder = (std::filesystem::temp_directory_path() / "dscore-params-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(folder.data()), nullptr);
+  for (const std::string precision : {"fp32", "bf16"}) {
+    RunSpec spec;
+    spec.stage = 3;
+    spec.precision = precision;
+    spec.hidden = 100;
+    spec.gas = 2;
+    spec.clipping = 0.05;
+    spec.steps = 4;
+    if (precision == "bf16") spec.extra = R"("data_types": {"grad_accum_dtype": "bf16"})";
+    const RunResult memory = run_ok(spec);
+    spec.env.push_back("DSCORE_CPU_DEVICE_MEMORY=separate");
+    const std::string params = R"(, "offload_param": {"device": "cpu", "pin_memory": true})";
+    for (const std::string& optimizer :
+         {std::string(R"({"device": "cpu"})"),
+          R"({"device": "nvme", "nvme_path": ")" + folder + R"("})"}) {
+      spec.zero_extra = R"("sub_group_size": 4096, "offload_optimizer": )" + optimizer + params;
+      const RunResult offload = run_ok(spec);
+      const std::string what = precision + " with the optimizer " + optimizer;
+      expect_bitwise(offload, memory, what);
+      const std::string log = offload.process.out + offload.process.err;
+      EXPECT_NE(log.find("in pinned host memory (offload_param cpu), copied to the device by each "
+                         "gather"),
+                std::string::npos)
+          << what << "\n"
+          << log;
+    }
+    spec.zero_extra = R"("offload_param": {"device": "cpu"})";
+    const RunResult refused = run_workers(spec);
+    EXPECT_FALSE(refused.ok());
+    const std::string log = refused.process.out + refused.process.err;
+    EXPECT_NE(log.find("offload_optimizer.device to \"cpu\" or \"nvme\""), std::string::npos)
+        << log;
+  }
+  std::filesystem::remove_all(folder);
+}
+
 INSTANTIATE_TEST_SUITE_P(Zero, HostOffload,
                          ::testing::Combine(::testing::Values(1, 2, 3),
                                             ::testing::Values("fp32", "bf16")),

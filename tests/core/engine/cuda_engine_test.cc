@@ -108,7 +108,8 @@ INSTANTIATE_TEST_SUITE_P(Stages, CudaEngine, ::testing::Values(0, 1, 2, 3));
 // ZeRO-Offload from the GPU (core/engine/host_offload_state.h): gradients
 // to page-locked host memory in tiles of 4096 elements, the CPU AdamW, the new
 // parameters back, against the same run with everything on the device and
-// against the CPU. Stages 1-3 (stage 0 refuses offload on CUDA).
+// against the CPU. Stages 1-3 (stage 0 refuses offload on CUDA); at stage 3
+// also with the parameter shards in pinned host memory (offload_param cpu).
 class CudaZeroOffload : public CudaEngine {};
 
 TEST_P(CudaZeroOffload, TrainsAsWithoutOffload) {
@@ -125,6 +126,12 @@ TEST_P(CudaZeroOffload, TrainsAsWithoutOffload) {
   ASSERT_EQ(offloaded.error, "");
   expect_close(offloaded, device, "stage " + std::to_string(stage) + " offloaded vs on the GPU");
   expect_close(offloaded, cpu, "stage " + std::to_string(stage) + " offloaded vs the CPU");
+  if (stage != 3) return;
+  const InProcessResult params = run_in_process_job(
+      config("cuda", stage, corpus, offload + R"(, "offload_param": {"device": "cpu"})"), 1, {},
+      "nccl");
+  ASSERT_EQ(params.error, "");
+  expect_close(params, device, "stage 3 with the parameters in host memory vs on the GPU");
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, CudaZeroOffload, ::testing::Values(1, 2, 3));
