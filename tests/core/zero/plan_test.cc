@@ -119,6 +119,37 @@ TEST(OffloadPlan, SixteenBitModelSwapsTheMasterToo) {
   }
 }
 
+// From device memory the host does not address (a "cuda" config, or the
+// engine's say): the master has a file for fp32 models too, and each tile
+// buffer a tile of gradients, beside two parameter staging tiles; stage 3's
+// swapped parameters add a host bounce to the buffers.
+TEST(OffloadPlan, StagedFromTheDeviceAddsGradientTilesAndStaging) {
+  TwoLayers model;
+  for (const std::string precision : {"", R"("bf16": {"enabled": true})"}) {
+    SCOPED_TRACE(precision);
+    const auto cfg = load(nvme_zero(2, R"(, "pipeline_read": true)"), precision, 1);
+    const ZeroPlan on_cpu = make_plan(cfg, model.layout(), kAdam, 1, 0);
+    const ZeroPlan staged = make_plan(cfg, model.layout(), kAdam, 1, 0, false);
+    const int64_t tile = 8192, size = precision.empty() ? 4 : 2;  // model and grad dtype
+    ASSERT_TRUE(staged.swap.has_value());
+    ASSERT_EQ(staged.swap->files.size(), 3u);
+    EXPECT_EQ(staged.swap->files[0].state, "fp32 master");
+    EXPECT_EQ(staged.memory.disk_master, tile * 4);
+    EXPECT_EQ(staged.swap->tile_bytes, tile * 12);
+    EXPECT_EQ(staged.memory.offload_tiles, 2 * tile * 12 + 2 * tile * size + 2 * tile * size);
+    EXPECT_EQ(on_cpu.swap->files.size(), precision.empty() ? 2u : 3u);
+    config::TrainingConfig on_gpu = cfg;
+    on_gpu.device = "cuda";
+    EXPECT_EQ(make_plan(on_gpu, model.layout(), kAdam, 1, 0).memory.offload_tiles,
+              staged.memory.offload_tiles);
+  }
+  const std::string bf16 = R"("bf16": {"enabled": true})";
+  const auto params =
+      load(R"({"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/swap"}})", bf16, 1);
+  EXPECT_EQ(make_plan(params, model.layout(), kAdam, 1, 0, false).memory.buffers,
+            make_plan(params, model.layout(), kAdam, 1, 0).memory.buffers + 5001 * 2);
+}
+
 TEST(OffloadPlan, TilesAreWholeGranulesAndNoLargerThanThePartition) {
   TwoLayers model;
   auto tile = [&](const std::string& sub_group, const std::string& offload) {
