@@ -82,9 +82,9 @@ comm::HostStaging host_staging(device::Device& device, device::Stream& comm) {
 
 }  // namespace
 
-constexpr const char* kParamsToHostNeedOptimizerOffload =
-    "zero_optimization.offload_param.device \"cpu\" from the GPU needs the optimizer state off "
-    "the GPU too (the update runs where the parameters are): set "
+constexpr const char* kParamOffloadNeedsOptimizerOffload =
+    "zero_optimization.offload_param from the GPU needs the optimizer state off the GPU too (the "
+    "update runs on the host, where it writes the parameters): set "
     "zero_optimization.offload_optimizer.device to \"cpu\" or \"nvme\"";
 
 std::vector<config::ConfigError> unsupported_features(const config::TrainingConfig& config) {
@@ -119,10 +119,9 @@ std::vector<config::ConfigError> unsupported_features(const config::TrainingConf
                      {},
                      "ZeRO-Offload needs ZeRO stage 1, 2 or 3: set "
                      "\"zero_optimization\": {\"stage\": 1} or higher"});
-    if (offloads(config.zero.offload_param) && config.zero.offload_param->device == "cpu" &&
-        config.zero.stage == 3 && !offloads(o))
+    if (offloads(config.zero.offload_param) && config.zero.stage == 3 && !offloads(o))
       out.push_back(
-          {"zero_optimization.offload_param.device", {}, kParamsToHostNeedOptimizerOffload});
+          {"zero_optimization.offload_param.device", {}, kParamOffloadNeedsOptimizerOffload});
   }
   if (config.checkpoint.load_universal)
     out.push_back(
@@ -221,16 +220,15 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   }
   const bool params_to_host = config.zero.stage == 3 && config.zero.offload_param &&
                               config.zero.offload_param->device == "cpu";
-  if (params_to_host && engine->device_->memory_is_host()) {
-    if (engine->rank() == 0)
-      log_info(
-          "offload_param.device \"cpu\": the parameters are in host memory already (this run "
-          "computes on the CPU)");
-  } else if (params_to_host) {
-    // The update must run where the parameters are.
+  if (params_to_host && engine->device_->memory_is_host() && engine->rank() == 0)
+    log_info(
+        "offload_param.device \"cpu\": the parameters are in host memory already (this run "
+        "computes on the CPU)");
+  if (!engine->device_->memory_is_host() && (params_to_host || params_on_nvme)) {
+    // The update runs on the host, which writes the parameters there.
     if (!optimizer_on_nvme && !zero::host_offload(config))
-      return failed_precondition(kParamsToHostNeedOptimizerOffload);
-    ctx.params_on_host = true;
+      return failed_precondition(kParamOffloadNeedsOptimizerOffload);
+    ctx.params_on_host = params_to_host;
   }
   if (zero::host_offload(config))  // ZeRO-Offload copies gradients as they are reduced
     ctx.owned_grads_final = [self = engine.get()](
