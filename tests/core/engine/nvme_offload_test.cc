@@ -12,7 +12,7 @@
 //   loads as saved;
 // - the swap files live under nvme_path/dscore-job*/rank<R>/ during the run
 //   and are gone after it;
-// - training, the plan and checkpoints as from a GPU
+// - training, the plan, checkpoints and a full disk as from a GPU
 //   (DSCORE_CPU_DEVICE_MEMORY=separate).
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -27,6 +27,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -103,6 +104,15 @@ class BackendScope {
     ::setenv("DSCORE_NVME_BACKEND", backend.c_str(), 1);
   }
   ~BackendScope() { ::unsetenv("DSCORE_NVME_BACKEND"); }
+};
+
+// DSCORE_CPU_DEVICE_MEMORY for the runs in its scope: "separate" makes the
+// CPU device's memory the host's to reach only through copies, so the
+// engine takes the paths a GPU takes.
+class SeparateMemoryScope {
+ public:
+  SeparateMemoryScope() { ::setenv("DSCORE_CPU_DEVICE_MEMORY", "separate", 1); }
+  ~SeparateMemoryScope() { ::unsetenv("DSCORE_CPU_DEVICE_MEMORY"); }
 };
 
 InProcessResult run_with(const std::string& backend, const std::string& body, int world,
@@ -413,30 +423,37 @@ TEST_F(NvmeOffload, ADiskFillingUpEndsTheRunAndKeepsTheLastCheckpoint) {
   std::string why;
   const std::string disk = tmpfs("disk", "size=2m", &why);
   if (disk.empty()) GTEST_SKIP() << why;
-  const std::string ckpt = dir("ckpt");
   const InProcessResult whole = run_in_process_job(config(2, 2, "bf16", {}), 2);
   ASSERT_EQ(whole.error, "");
+  // In memory, and staged as from a GPU.
+  for (const bool separate : {false, true}) {
+    const std::string what = separate ? "staged" : "in memory";
+    const std::string ckpt = dir("ckpt" + what);
+    std::optional<SeparateMemoryScope> scope;
+    if (separate) scope.emplace();
+    Snapshot saved;
+    InProcessHooks hooks = save_at(0, ckpt, &saved);
+    const auto save = hooks.after_each_step;
+    hooks.after_each_step = [&](Engine& e, int64_t step) -> Status {
+      DSCORE_RETURN_IF_ERROR(save(e, step));
+      return step == 1 && e.rank() == 0 ? fill_disk_under(disk) : Status::Ok();
+    };
+    const InProcessResult failed = run_with("auto", config(2, 2, "bf16", {disk}), 2, hooks);
+    EXPECT_TRUE(contains(failed.error, "ENOSPC")) << what << ": " << failed.error;
+    EXPECT_TRUE(contains(failed.error, disk + "/dscore-job")) << failed.error;  // the file
+    EXPECT_TRUE(contains(failed.error, "nvme_path")) << failed.error;           // the fix
+    EXPECT_TRUE(job_folders(disk).empty()) << what << ": swap files left after the failure";
+    for (const fs::directory_entry& e : fs::directory_iterator(disk))  // the filler
+      fs::remove(e.path());
 
-  Snapshot saved;
-  InProcessHooks hooks = save_at(0, ckpt, &saved);
-  const auto save = hooks.after_each_step;
-  hooks.after_each_step = [&](Engine& e, int64_t step) -> Status {
-    DSCORE_RETURN_IF_ERROR(save(e, step));
-    return step == 1 && e.rank() == 0 ? fill_disk_under(disk) : Status::Ok();
-  };
-  const InProcessResult failed = run_with("auto", config(2, 2, "bf16", {disk}), 2, hooks);
-  EXPECT_TRUE(contains(failed.error, "ENOSPC")) << failed.error;
-  EXPECT_TRUE(contains(failed.error, disk + "/dscore-job")) << failed.error;  // the file
-  EXPECT_TRUE(contains(failed.error, "nvme_path")) << failed.error;           // the fix
-  EXPECT_TRUE(job_folders(disk).empty()) << "swap files left after the failure";
-
-  Snapshot loaded;
-  const InProcessResult resumed =
-      run_with("auto", config(2, 2, "bf16", {dir("swap")}), 2, load_from(ckpt, &loaded));
-  ASSERT_EQ(resumed.error, "");
-  expect_same_state(loaded, saved, "the checkpoint saved before the disk filled");
-  EXPECT_EQ(resumed.losses, tail(whole.losses, kSteps - 1));
-  EXPECT_EQ(resumed.params, whole.params);
+    Snapshot loaded;
+    const InProcessResult resumed =
+        run_with("auto", config(2, 2, "bf16", {dir("swap" + what)}), 2, load_from(ckpt, &loaded));
+    ASSERT_EQ(resumed.error, "") << what;
+    expect_same_state(loaded, saved, what + ": the checkpoint saved before the disk filled");
+    EXPECT_EQ(resumed.losses, tail(whole.losses, kSteps - 1)) << what;
+    EXPECT_EQ(resumed.params, whole.params) << what;
+  }
 }
 
 // nvme_path where no folder can be made (a file in the way, a read-only
@@ -629,15 +646,6 @@ TEST_F(NvmeOffload, ParametersOnNvmeTrainBitwiseAsInMemory) {
   EXPECT_EQ(r.losses, tail(whole.losses, kSteps - kSaveAfter - 1));
   EXPECT_EQ(r.params, whole.params);
 }
-
-// DSCORE_CPU_DEVICE_MEMORY for the runs in its scope: "separate" makes the
-// CPU device's memory the host's to reach only through copies, so the
-// engine takes the paths a GPU takes.
-class SeparateMemoryScope {
- public:
-  SeparateMemoryScope() { ::setenv("DSCORE_CPU_DEVICE_MEMORY", "separate", 1); }
-  ~SeparateMemoryScope() { ::unsetenv("DSCORE_CPU_DEVICE_MEMORY"); }
-};
 
 // NVMe offload as from a GPU (core/engine/nvme_state.h staged, core/zero/
 // sharded_zero.h's parameter bounce), on the asynchronous CPU device with
