@@ -8,11 +8,17 @@
 // parameters in) at the pinned copy rate, and 28 per parameter through the
 // CPU's memory (AdamW's read p, g, m, v and write p, m, v, in fp32 and
 // bf16) at the rate of a parallel memcpy, both measured here. The update
-// overlaps the copies, so the floor is the larger of the two.
+// overlaps the copies, so the floor is the larger of the two. With
+// --nvme DIR, ZeRO-3 with the optimizer state and the parameters on NVMe
+// under DIR (pipelined reads and writes), whose optimizer phase is read
+// against the disk: 12 bytes per parameter read and 12 written (fp32
+// master, exp_avg, exp_avg_sq) plus the new bf16 parameters written, the
+// reads and writes one after the other at the rates of the same folder
+// through the same swapper (core/offload/swap_bandwidth.h), measured here.
 // MFU counts 6N + 12 L C T FLOP per token (N without the position
 // embedding), as nanoGPT and llm.c do.
 //
-//   gpt_gpu [--steps S] [--micro B] [--stages 0,2,3] [--no-offload]
+//   gpt_gpu [--steps S] [--micro B] [--stages 0,2,3] [--no-offload] [--nvme DIR]
 //
 // Exits 0 with a message where no CUDA device is present. Sets
 // DSCORE_EXPERIMENTAL_CUDA_ENGINE=1 (docs/gpu.md).
@@ -34,6 +40,7 @@
 #include "core/data/source.h"
 #include "core/engine/engine_testing.h"
 #include "core/engine/initialize.h"
+#include "core/offload/swap_bandwidth.h"
 #include "gpu_matmul_rate.h"
 
 namespace {
@@ -62,9 +69,11 @@ std::string write_corpus() {
   return path;
 }
 
-std::string config_text(int micro, int steps, int stage, bool offload, const std::string& corpus) {
-  const std::string offload_json =
-      offload ? R"(, "offload_optimizer": {"device": "cpu", "pin_memory": true})" : "";
+// `offload_json`: zero_optimization keys after the stage ("" for none; then
+// FusedAdam on the device, else the CPU AdamW).
+std::string config_text(int micro, int steps, int stage, const std::string& offload_json,
+                        const std::string& corpus) {
+  const bool offload = !offload_json.empty();
   return std::string(R"({"plugins": {"paths": [")") + DSCORE_BUILD_PLUGIN_DIR +
          R"("]}, "device": "cuda", "comm": {"backend": "nccl"},
   "train_batch_size": )" +
@@ -92,8 +101,19 @@ struct Figures {
   int64_t params = 0;
 };
 
-Figures train(int micro, int steps, int stage, bool offload, const std::string& corpus) {
-  auto setup = dscore::prepare_text(config_text(micro, steps, stage, offload, corpus),
+constexpr const char* kZeroOffload =
+    R"(, "offload_optimizer": {"device": "cpu", "pin_memory": true})";
+
+std::string nvme_offload(const std::string& folder) {
+  return R"(, "offload_optimizer": {"device": "nvme", "nvme_path": ")" + folder +
+         R"(", "pipeline_read": true, "pipeline_write": true, "buffer_count": 3},
+  "offload_param": {"device": "nvme", "nvme_path": ")" +
+         folder + R"("})";
+}
+
+Figures train(int micro, int steps, int stage, const std::string& offload_json,
+              const std::string& corpus) {
+  auto setup = dscore::prepare_text(config_text(micro, steps, stage, offload_json, corpus),
                                     "gpt_gpu.json", ".", {});
   if (!setup.ok()) die(setup.status().message());
   if (!setup->loaded.ok()) die(dscore::format_config_errors(setup->loaded));
@@ -165,6 +185,20 @@ double host_memory_rate() {
   return 2.0 * static_cast<double>(bytes) / best;
 }
 
+// The folder's swap rates through the nvme plugin (what io-bench measures):
+// 1 GiB written, synced, read back.
+dscore::offload::SwapBandwidth disk_rate(const std::string& folder, const std::string& corpus) {
+  auto setup = dscore::prepare_text(config_text(1, 1, 3, nvme_offload(folder), corpus),
+                                    "gpt_gpu.json", ".", {});
+  if (!setup.ok()) die(setup.status().message());
+  auto swapper = dscore::offload::make_swapper(*setup->registry, {}, {});
+  if (!swapper.ok()) die(swapper.status().message());
+  auto rate = dscore::offload::measure_swap(**swapper, folder + "/gpt_gpu_probe.swp", 1ull << 30);
+  if (!rate.ok()) die(rate.status().message());
+  std::filesystem::remove(folder + "/gpt_gpu_probe.swp");
+  return *rate;
+}
+
 void print_line(const std::string& what, const Figures& f, double peak_flops) {
   const double achieved = f.tokens_per_second * f.flops_per_token;
   std::printf(
@@ -178,11 +212,14 @@ void print_line(const std::string& what, const Figures& f, double peak_flops) {
 int main(int argc, char** argv) {
   int steps = 10, micro = 8;
   bool offload = true;
+  std::string nvme;
   std::vector<int> stages = {0, 2, 3};
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     if (k == "--no-offload") {
       offload = false;
+    } else if (i + 1 < argc && k == "--nvme") {
+      nvme = argv[++i];
     } else if (i + 1 < argc && k == "--steps") {
       steps = std::max(1, std::atoi(argv[++i]));
     } else if (i + 1 < argc && k == "--micro") {
@@ -193,7 +230,8 @@ int main(int argc, char** argv) {
         if (*p >= '0' && *p <= '3') stages.push_back(*p - '0');
     } else {
       std::fprintf(stderr,
-                   "usage: gpt_gpu [--steps S] [--micro B] [--stages 0,2,3] [--no-offload]\n");
+                   "usage: gpt_gpu [--steps S] [--micro B] [--stages 0,2,3] [--no-offload] "
+                   "[--nvme DIR]\n");
       return 2;
     }
   }
@@ -214,11 +252,11 @@ int main(int argc, char** argv) {
               rate.bf16_tflops, static_cast<long long>(rate.n));
   std::fflush(stdout);
   for (int stage : stages) {
-    print_line("ZeRO-" + std::to_string(stage), train(micro, steps, stage, false, corpus), peak);
+    print_line("ZeRO-" + std::to_string(stage), train(micro, steps, stage, "", corpus), peak);
     std::fflush(stdout);
   }
   if (offload) {
-    const Figures f = train(micro, steps, 2, true, corpus);
+    const Figures f = train(micro, steps, 2, kZeroOffload, corpus);
     print_line("ZeRO-2 + ZeRO-Offload", f, peak);
     const double pcie = pinned_copy_rate(), memory = host_memory_rate();
     const double n = static_cast<double>(f.params);
@@ -230,6 +268,21 @@ int main(int argc, char** argv) {
         "speed\n",
         f.optimizer_seconds * 1e3, floor * 1e3, pcie / 1e9, pcie_s * 1e3, memory / 1e9,
         memory_s * 1e3, 100.0 * floor / f.optimizer_seconds);
+  }
+  if (!nvme.empty()) {
+    std::filesystem::create_directories(nvme);
+    const Figures f = train(micro, steps, 3, nvme_offload(nvme), corpus);
+    print_line("ZeRO-3 + NVMe (state, params)", f, peak);
+    const dscore::offload::SwapBandwidth disk = disk_rate(nvme, corpus);
+    const double n = static_cast<double>(f.params);
+    // The reads and the writes one after the other: the disk does both.
+    const double disk_s =
+        12.0 * n / (disk.read_gbps() * 1e9) + 14.0 * n / (disk.write_gbps() * 1e9);
+    std::printf(
+        "nvme optimizer phase %.1f ms; disk time %.1f ms = 12 B x N read at %.2f GB/s + 14 B x N "
+        "written at %.2f GB/s (%s); the phase at %.0f%% of the disk's speed\n",
+        f.optimizer_seconds * 1e3, disk_s * 1e3, disk.read_gbps(), disk.write_gbps(), nvme.c_str(),
+        100.0 * disk_s / f.optimizer_seconds);
   }
   std::filesystem::remove(corpus);
   return 0;
