@@ -76,8 +76,9 @@ INSTANTIATE_TEST_SUITE_P(Streams, EveryStage,
                                   std::get<1>(info.param);
                          });
 
-TEST(DeviceStreams, NvmeOptimizerOffloadIsBitwiseOnBothModes) {
-  const std::string folder = temp_folder("dscore-streams-nvme");
+// Stage 3, bf16, 4 steps, the optimizer state on NVMe under `folder`
+// (both pipelines), and `more` zero_optimization keys.
+RunSpec stage3_nvme(const std::string& folder, const std::string& more = "") {
   RunSpec spec;
   spec.stage = 3;
   spec.precision = "bf16";
@@ -86,7 +87,13 @@ TEST(DeviceStreams, NvmeOptimizerOffloadIsBitwiseOnBothModes) {
   spec.extra = R"("data_types": {"grad_accum_dtype": "bf16"})";
   spec.zero_extra =
       R"("sub_group_size": 4096, "offload_optimizer": {"device": "nvme", "nvme_path": ")" + folder +
-      R"(", "pipeline_read": true, "pipeline_write": true, "buffer_count": 3})";
+      R"(", "pipeline_read": true, "pipeline_write": true, "buffer_count": 3})" + more;
+  return spec;
+}
+
+TEST(DeviceStreams, NvmeOptimizerOffloadIsBitwiseOnBothModes) {
+  const std::string folder = temp_folder("dscore-streams-nvme");
+  const RunSpec spec = stage3_nvme(folder);
   expect_bitwise(run_ok(with_streams(spec, "async")), run_ok(with_streams(spec, "sync")),
                  "stage 3 bf16 with the optimizer state on NVMe");
   std::filesystem::remove_all(folder);
@@ -99,17 +106,8 @@ TEST(DeviceStreams, NvmeOptimizerOffloadIsBitwiseOnBothModes) {
 TEST(DeviceStreams, NvmeOffloadFromSeparateMemoryIsBitwiseOnBothModes) {
   const std::string optimizer = temp_folder("dscore-streams-staged");
   const std::string params = temp_folder("dscore-streams-params");
-  RunSpec spec;
-  spec.stage = 3;
-  spec.precision = "bf16";
-  spec.hidden = 100;
-  spec.steps = 4;
-  spec.extra = R"("data_types": {"grad_accum_dtype": "bf16"})";
-  spec.zero_extra =
-      R"("sub_group_size": 4096, "offload_optimizer": {"device": "nvme", "nvme_path": ")" +
-      optimizer + R"(", "pipeline_read": true, "pipeline_write": true, "buffer_count": 3},
-      "offload_param": {"device": "nvme", "nvme_path": ")" +
-      params + R"("})";
+  RunSpec spec = stage3_nvme(
+      optimizer, R"(, "offload_param": {"device": "nvme", "nvme_path": ")" + params + R"("})");
   const RunResult sync = run_ok(with_streams(spec, "sync"));
   spec.env.push_back("DSCORE_CPU_DEVICE_MEMORY=separate");
   const RunResult async = run_ok(with_streams(spec, "async"));

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/device/cpu_device.h"
+#include "tests/core/engine/owned_state_checks.h"
 #include "tests/core/engine/quadratic_model.h"
 #include "tests/core/offload/swapper_test_util.h"
 
@@ -147,23 +148,7 @@ TEST_P(NvmeStateStaged, TilesSeeTheLatestGradientsAndTheModelTheirValues) {
 TEST_P(NvmeStateStaged, AVisitorErrorEndsTheWalkAndTheNextWalkWorks) {
   auto state = make();
   ASSERT_NE(state, nullptr);
-  int visited = 0;
-  Status s = state->for_each_tile(TileAccess::kUpdate, [&](const StateTile& tile) {
-    ++visited;
-    if (tile.begin == kTile) return internal_error("the optimizer plugin failed");
-    tile.master[0] = 5.0f;
-    return Status::Ok();
-  });
-  EXPECT_EQ(s.message(), "the optimizer plugin failed");
-  EXPECT_EQ(visited, 2);
-  EXPECT_EQ(params_[0], 5.0f);  // the tile before the error reached the model
-  visited = 0;
-  s = state->for_each_tile(TileAccess::kUpdate, [&](const StateTile&) {
-    ++visited;
-    return Status::Ok();
-  });
-  EXPECT_TRUE(s.ok()) << s.message();
-  EXPECT_EQ(visited, 3);
+  testing::expect_a_visitor_error_ends_the_walk(*state, params_.data(), kTile);
 }
 
 INSTANTIATE_TEST_SUITE_P(Pipelines, NvmeStateStaged, ::testing::Values(0, 1, 2, 3),
