@@ -6,20 +6,28 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 
 #include "core/tensor/dtype_ops.h"
 
 namespace dscore::tensor {
 
-void SquareSum::add(double x) {
-  // TwoSum: s + e == hi + x exactly.
+namespace {
+
+// TwoSum: s + e == hi + x exactly; e is added into lo. Inlined into the
+// lanes below so they vectorise.
+__attribute__((always_inline)) inline void two_sum(double& hi, double& lo, double x) {
   const double s = hi + x;
   const double bp = s - hi;
   const double e = (hi - (s - bp)) + (x - bp);
   hi = s;
   lo += e;
 }
+
+}  // namespace
+
+void SquareSum::add(double x) { two_sum(hi, lo, x); }
 
 void SquareSum::merge(const SquareSum& other) {
   add(other.hi);
@@ -29,13 +37,62 @@ void SquareSum::merge(const SquareSum& other) {
 
 namespace {
 
-SquareSum sum_squares_serial(const void* data, dscore_dtype dtype, int64_t n) {
-  // Four independent compensated sums (the CPU overlaps their dependency
-  // chains) over blocks converted to fp32; each is accurate to ~2^-106
-  // relative, so how elements are split between sums, or between ranks,
-  // does not change the rounded result.
-  SquareSum lanes[4];
-  constexpr int64_t kBlock = 1024;
+// kLanes independent compensated sums, element i into lane i % kLanes, each
+// accurate to ~2^-106 relative, so how elements are split between lanes,
+// or between ranks, does not change the rounded result. The lanes are
+// arrays the compiler turns into vector registers (16 doubles: two
+// independent AVX-512 chains, four AVX2 ones); every ISA runs the same lanes in the same
+// order, so each gives the same bits. A square of an fp32 value is exact
+// in double, so contracting it into a fused multiply-add changes nothing.
+constexpr int kLanes = 16;
+struct Lanes {
+  double hi[kLanes] = {};
+  double lo[kLanes] = {};
+};
+
+__attribute__((always_inline)) inline void add_squares_generic(Lanes& lanes, const float* values,
+                                                               int64_t count) {
+  int64_t i = 0;
+  for (; i + kLanes <= count; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) {
+      const double v = values[i + k];
+      two_sum(lanes.hi[k], lanes.lo[k], v * v);
+    }
+  for (int k = 0; i < count; ++i, ++k) {
+    const double v = values[i];
+    two_sum(lanes.hi[k], lanes.lo[k], v * v);
+  }
+}
+
+void add_squares_baseline(Lanes& lanes, const float* values, int64_t count) {
+  add_squares_generic(lanes, values, count);
+}
+__attribute__((target("avx2"))) void add_squares_avx2(Lanes& lanes, const float* values,
+                                                      int64_t count) {
+  add_squares_generic(lanes, values, count);
+}
+__attribute__((target("avx512f"))) void add_squares_avx512(Lanes& lanes, const float* values,
+                                                           int64_t count) {
+  add_squares_generic(lanes, values, count);
+}
+
+using AddSquares = void (*)(Lanes&, const float*, int64_t);
+AddSquares add_squares_for(sdk::CpuIsa isa) {
+  switch (isa) {
+    case sdk::CpuIsa::kAvx512:
+      return add_squares_avx512;
+    case sdk::CpuIsa::kAvx2:
+      return add_squares_avx2;
+    case sdk::CpuIsa::kScalar:
+      break;
+  }
+  return add_squares_baseline;
+}
+
+SquareSum sum_squares_serial(AddSquares add_squares, const void* data, dscore_dtype dtype,
+                             int64_t n) {
+  Lanes lanes;
+  constexpr int64_t kBlock = 1024;  // elements converted to fp32 at a time
   float block[kBlock];
   for (int64_t start = 0; start < n; start += kBlock) {
     const int64_t count = std::min(kBlock, n - start);
@@ -48,21 +105,10 @@ SquareSum sum_squares_serial(const void* data, dscore_dtype dtype, int64_t n) {
           dtype, block, DSCORE_DTYPE_F32, count);
       values = block;
     }
-    int64_t i = 0;
-    for (; i + 4 <= count; i += 4) {
-      // The square of an fp32 value is exact in double.
-      for (int k = 0; k < 4; ++k) {
-        const double v = values[i + k];
-        lanes[k].add(v * v);
-      }
-    }
-    for (; i < count; ++i) {
-      const double v = values[i];
-      lanes[0].add(v * v);
-    }
+    add_squares(lanes, values, count);
   }
-  SquareSum total = lanes[0];
-  for (int k = 1; k < 4; ++k) total.merge(lanes[k]);
+  SquareSum total;
+  for (int k = 0; k < kLanes; ++k) total.merge(SquareSum{lanes.hi[k], lanes.lo[k], false});
   total.non_finite = !std::isfinite(total.hi) || !std::isfinite(total.lo);
   return total;
 }
@@ -73,8 +119,23 @@ constexpr int64_t kChunk = int64_t{1} << 18;
 
 }  // namespace
 
+sdk::CpuIsa square_sum_isa() {
+  static const sdk::CpuIsa isa = [] {
+    const sdk::CpuIsa available = __builtin_cpu_supports("avx512f") ? sdk::CpuIsa::kAvx512
+                                  : __builtin_cpu_supports("avx2")  ? sdk::CpuIsa::kAvx2
+                                                                    : sdk::CpuIsa::kScalar;
+    return sdk::lowered_cpu_isa(available, std::getenv("DSCORE_CPU_ISA"), "sum of squares");
+  }();
+  return isa;
+}
+
 SquareSum sum_squares(const void* data, dscore_dtype dtype, int64_t n) {
-  if (n <= kChunk) return sum_squares_serial(data, dtype, n);
+  return sum_squares(data, dtype, n, square_sum_isa());
+}
+
+SquareSum sum_squares(const void* data, dscore_dtype dtype, int64_t n, sdk::CpuIsa isa) {
+  const AddSquares add_squares = add_squares_for(isa);
+  if (n <= kChunk) return sum_squares_serial(add_squares, data, dtype, n);
   // Fixed chunks merged in order; the compensated sums make the rounded
   // result independent of the split anyway.
   const int64_t chunks = (n + kChunk - 1) / kChunk;
@@ -83,7 +144,7 @@ SquareSum sum_squares(const void* data, dscore_dtype dtype, int64_t n) {
   tbb::parallel_for(int64_t{0}, chunks, [&](int64_t c) {
     const int64_t begin = c * kChunk;
     parts[static_cast<size_t>(c)] =
-        sum_squares_serial(static_cast<const char*>(data) + begin * static_cast<int64_t>(element),
+        sum_squares_serial(add_squares, static_cast<const char*>(data) + begin * static_cast<int64_t>(element),
                            dtype, std::min(kChunk, n - begin));
   });
   SquareSum total = parts[0];

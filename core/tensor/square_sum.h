@@ -4,6 +4,7 @@
 // scaling, accumulation) are beside it in dtype_ops.h.
 #pragma once
 
+#include <dscore/cpp/cpu_isa.hpp>
 #include <dscore/plugin.h>
 
 #include <cstdint>
@@ -24,6 +25,10 @@ struct SquareSum {
   double value() const { return hi + lo; }
 };
 
+// On the widest vector ISA the CPU has (square_sum_isa(); DSCORE_CPU_ISA
+// lowers it). Every ISA gives the same bits.
 SquareSum sum_squares(const void* data, dscore_dtype dtype, int64_t n);
+SquareSum sum_squares(const void* data, dscore_dtype dtype, int64_t n, sdk::CpuIsa isa);
+sdk::CpuIsa square_sum_isa();
 
 }  // namespace dscore::tensor

@@ -1,10 +1,16 @@
 // The compensated sum of squares does not depend on how the elements are
 // split into parts (what keeps the gradient norm identical across ZeRO
-// stages), and reports non-finite values.
+// stages), gives the same bits on every vector ISA, and reports non-finite
+// values.
+#include <dscore/cpp/dtype.hpp>
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <random>
+#include <utility>
+#include <vector>
 
 #include "core/tensor/square_sum.h"
 
@@ -50,6 +56,28 @@ TEST(SquareSum, LargeInputsSummedInParallelGiveTheSameDoubleAndSeeEveryChunk) {
   EXPECT_NEAR(whole, naive, 1e-12 * naive);
   v[550000] = NAN;  // in the last chunk
   EXPECT_TRUE(sum_squares(v.data(), DSCORE_DTYPE_F32, static_cast<int64_t>(v.size())).non_finite);
+}
+
+TEST(SquareSum, EveryIsaGivesTheSameBits) {
+  // Lengths with remainders of the 16 lanes, fp32 and bf16, serial and parallel.
+  for (size_t n : {size_t{1}, size_t{13}, size_t{1031}, size_t{300007}}) {
+    const std::vector<float> v = random_values(n, static_cast<uint32_t>(n));
+    std::vector<uint16_t> bf16(n);
+    for (size_t i = 0; i < n; ++i) bf16[i] = sdk::float_to_bf16(v[i]);
+    for (auto [data, dtype] : {std::pair<const void*, dscore_dtype>{v.data(), DSCORE_DTYPE_F32},
+                               {bf16.data(), DSCORE_DTYPE_BF16}}) {
+      const auto count = static_cast<int64_t>(n);
+      const SquareSum scalar = sum_squares(data, dtype, count, sdk::CpuIsa::kScalar);
+      for (sdk::CpuIsa isa : {sdk::CpuIsa::kAvx2, sdk::CpuIsa::kAvx512}) {
+        if (isa > square_sum_isa()) continue;  // not on this CPU
+        const SquareSum s = sum_squares(data, dtype, count, isa);
+        EXPECT_EQ(std::bit_cast<uint64_t>(s.hi), std::bit_cast<uint64_t>(scalar.hi))
+            << sdk::cpu_isa_name(isa) << ", n " << n << ", dtype " << dtype;
+        EXPECT_EQ(std::bit_cast<uint64_t>(s.lo), std::bit_cast<uint64_t>(scalar.lo))
+            << sdk::cpu_isa_name(isa) << ", n " << n << ", dtype " << dtype;
+      }
+    }
+  }
 }
 
 TEST(SquareSum, NonFiniteIsReported) {

@@ -1,14 +1,15 @@
 // How gemm() and gemm_bf16() cut one product into calls: fixed blocks of
 // rows or columns of C, one single-threaded library call each, TBB across
-// the blocks. The blocks are a function of the shape alone, so results do
-// not depend on how many threads run them (a GEMM library's result for an
-// element does depend on how the call is cut).
+// the blocks. The blocks are a function of the shape and the machine's core
+// count alone, so results do not depend on how many threads run them (a GEMM
+// library's result for an element does depend on how the call is cut).
 #pragma once
 
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <thread>
 
 #include "gemm.h"
 
@@ -16,15 +17,24 @@ namespace dscore::transformer::cpu {
 
 // Below this many multiply-adds a split costs more than it gains.
 constexpr int64_t kGemmSerialWork = int64_t{1} << 18;
-// Each task packs the whole other operand again, so blocks are large: up
-// to 256 rows, at least 4 tasks. Measured on the GPT's shapes (2 cores,
-// AVX2), 256-row blocks ran 5-15% faster than 128 and up to 40% faster
-// than 64.
-constexpr int64_t kGemmMaxBlock = 256;
+// Each block's call packs the whole other operand again, so blocks are as
+// large as the machine allows: one per core, 64 to 1024 rows. The count
+// comes from the machine's cores, not from the threads this rank may use,
+// so a result depends on the shape and the machine (as it does on the
+// machine's ISA), never on the thread budget or the ranks sharing the
+// cores. Measured on the GPT's shapes (2 cores, AVX-512, bench/README.md
+// gpt_train): two 1024-row blocks ran about 10% faster than four of 512 or
+// eight of 256; on AVX2, 256-row blocks had run 5-15% faster than 128.
+constexpr int64_t kGemmMaxBlock = 1024;
 constexpr int64_t kGemmMinBlock = 64;
+inline int64_t gemm_parts() {
+  static const int64_t parts =
+      std::max<int64_t>(2, static_cast<int64_t>(std::thread::hardware_concurrency()));
+  return parts;
+}
 inline int64_t gemm_block_for(int64_t extent) {
-  const int64_t quarter = ((extent + 3) / 4 + 31) / 32 * 32;
-  return std::clamp(quarter, kGemmMinBlock, kGemmMaxBlock);
+  const int64_t share = ((extent + gemm_parts() - 1) / gemm_parts() + 31) / 32 * 32;
+  return std::clamp(share, kGemmMinBlock, kGemmMaxBlock);
 }
 
 // call(m, n, a, b, c) for each block of C = op(A) op(B) (m x n, inner k):
