@@ -143,9 +143,9 @@ SquareSum sum_squares(const void* data, dscore_dtype dtype, int64_t n, sdk::CpuI
   const size_t element = sdk::dtype_size(dtype);
   tbb::parallel_for(int64_t{0}, chunks, [&](int64_t c) {
     const int64_t begin = c * kChunk;
-    parts[static_cast<size_t>(c)] =
-        sum_squares_serial(add_squares, static_cast<const char*>(data) + begin * static_cast<int64_t>(element),
-                           dtype, std::min(kChunk, n - begin));
+    parts[static_cast<size_t>(c)] = sum_squares_serial(
+        add_squares, static_cast<const char*>(data) + begin * static_cast<int64_t>(element), dtype,
+        std::min(kChunk, n - begin));
   });
   SquareSum total = parts[0];
   for (size_t c = 1; c < parts.size(); ++c) total.merge(parts[c]);

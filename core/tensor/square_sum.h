@@ -4,8 +4,8 @@
 // scaling, accumulation) are beside it in dtype_ops.h.
 #pragma once
 
-#include <dscore/cpp/cpu_isa.hpp>
 #include <dscore/plugin.h>
+#include <dscore/cpp/cpu_isa.hpp>
 
 #include <cstdint>
 

@@ -2,8 +2,8 @@
 // split into parts (what keeps the gradient norm identical across ZeRO
 // stages), gives the same bits on every vector ISA, and reports non-finite
 // values.
-#include <dscore/cpp/dtype.hpp>
 #include <gtest/gtest.h>
+#include <dscore/cpp/dtype.hpp>
 
 #include <bit>
 #include <cmath>

@@ -17,6 +17,9 @@ namespace dscore::transformer::cpu {
 namespace {
 
 constexpr int64_t kQb = kAttentionQueryBlock, kKb = kAttentionKeyBlock;
+// The backward's first write of a dk/dv block is its diagonal tile, which
+// spans the whole key block only when the blocks are equal.
+static_assert(kQb == kKb, "attention_backward writes dk and dv first on the diagonal tile");
 
 int64_t blocks_of(int64_t n, int64_t block) { return (n + block - 1) / block; }
 
@@ -275,10 +278,6 @@ void attention_backward(T* dq_all, T* dk_all, T* dv_all, const T* dout, const T*
     T* p = buffer.data();
     T* dp = p + kQb * kKb;
     T* d = dp + kQb * kKb;
-    for (int64_t t = 0; t < Tn; ++t) {
-      std::fill(dk + t * kv_ld, dk + t * kv_ld + hs, T{0});
-      std::fill(dv + t * kv_ld, dv + t * kv_ld + hs, T{0});
-    }
     for (int64_t h = g * group; h < (g + 1) * group; ++h) {
       const T* q_head = q_all + b * Tn * q_ld + h * hs;
       T* dq = dq_all + b * Tn * q_ld + h * hs;
@@ -286,7 +285,6 @@ void attention_backward(T* dq_all, T* dk_all, T* dv_all, const T* dout, const T*
       const T* y = out + b * Tn * o_ld + h * hs;
       const T* row_lse = lse + (b * NH + h) * Tn;
       pieces.row_dots({d, dy, y, o_ld, Tn, hs});
-      for (int64_t t = 0; t < Tn; ++t) std::fill(dq + t * q_ld, dq + t * q_ld + hs, T{0});
       for (int64_t i0 = 0; i0 < Tn; i0 += kQb) {
         const int64_t rows = std::min(kQb, Tn - i0);
         const T* q = q_head + i0 * q_ld;
@@ -301,15 +299,20 @@ void attention_backward(T* dq_all, T* dk_all, T* dv_all, const T* dout, const T*
           const BackwardTile<T> tile{p, dp, row_lse + i0, d + i0, rows, cols, i0, j0};
           pieces.probabilities(tile);
           // dV += P^T dY; dP = dY V^T; dS = P (dP - D); dQ += scale dS K; dK += scale dS^T Q.
-          gemm_serial<T>(Op::kTranspose, Op::kNone, cols, hs, rows, T{1}, p, cols, dyi, o_ld, T{1},
-                         dv + j0 * kv_ld, kv_ld);
+          // The first tile to reach a block of dq (key block 0) or of dk
+          // and dv (the group's first head, on the diagonal, where
+          // equal query and key blocks cover the whole key block) writes
+          // it (beta 0) instead of adding to zeros filled before.
+          const T kv_beta = h == g * group && j0 == i0 ? T{0} : T{1};
+          gemm_serial<T>(Op::kTranspose, Op::kNone, cols, hs, rows, T{1}, p, cols, dyi, o_ld,
+                         kv_beta, dv + j0 * kv_ld, kv_ld);
           gemm_serial<T>(Op::kNone, Op::kTranspose, rows, cols, hs, T{1}, dyi, o_ld, v, kv_ld, T{0},
                          dp, cols);
           pieces.score_grads(tile);
-          gemm_serial<T>(Op::kNone, Op::kNone, rows, hs, cols, scale, dp, cols, k, kv_ld, T{1},
-                         dq + i0 * q_ld, q_ld);
-          gemm_serial<T>(Op::kTranspose, Op::kNone, cols, hs, rows, scale, dp, cols, q, q_ld, T{1},
-                         dk + j0 * kv_ld, kv_ld);
+          gemm_serial<T>(Op::kNone, Op::kNone, rows, hs, cols, scale, dp, cols, k, kv_ld,
+                         j0 == 0 ? T{0} : T{1}, dq + i0 * q_ld, q_ld);
+          gemm_serial<T>(Op::kTranspose, Op::kNone, cols, hs, rows, scale, dp, cols, q, q_ld,
+                         kv_beta, dk + j0 * kv_ld, kv_ld);
         }
       }
     }

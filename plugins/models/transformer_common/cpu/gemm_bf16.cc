@@ -18,6 +18,7 @@
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 #endif
 
@@ -118,20 +119,29 @@ void single_threaded_openmp() {
 }
 
 // A primitive per call shape (blocks of one product share at most two).
-using ShapeKey =
-    std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float>;
+using ShapeKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float,
+                            float, bool>;
 struct Prepared {
   dnnl::matmul matmul;
-  memory::desc a, b, c, scratchpad;
+  memory::desc a, b, c, bias, scratchpad;
 };
 
 std::shared_ptr<const Prepared> prepare(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k,
                                         float alpha, int64_t lda, int64_t ldb, float beta,
-                                        int64_t ldc) {
+                                        int64_t ldc, bool with_bias) {
   static std::mutex mutex;
   static std::map<ShapeKey, std::shared_ptr<const Prepared>> cache;
-  const ShapeKey key{
-      op_a == Op::kTranspose, op_b == Op::kTranspose, m, n, k, lda, ldb, ldc, alpha, beta};
+  const ShapeKey key{op_a == Op::kTranspose,
+                     op_b == Op::kTranspose,
+                     m,
+                     n,
+                     k,
+                     lda,
+                     ldb,
+                     ldc,
+                     alpha,
+                     beta,
+                     with_bias};
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   // Row-major operands as strides: op(A) is m x k, op(B) k x n.
@@ -140,6 +150,8 @@ std::shared_ptr<const Prepared> prepare(Op op_a, Op op_b, int64_t m, int64_t n, 
   memory::desc a_md({m, k}, memory::data_type::bf16, a_strides);
   memory::desc b_md({k, n}, memory::data_type::bf16, b_strides);
   memory::desc c_md({m, n}, memory::data_type::f32, memory::dims{ldc, 1});
+  const memory::desc bias_md =
+      with_bias ? memory::desc({1, n}, memory::data_type::f32, memory::dims{n, 1}) : memory::desc();
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // each thread brings its own
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
@@ -148,14 +160,17 @@ std::shared_ptr<const Prepared> prepare(Op op_a, Op op_b, int64_t m, int64_t n, 
     ops.append_sum(beta);
     attr.set_post_ops(ops);
   }
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, cpu_engine());
+  dnnl::matmul::primitive_desc pd(with_bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md)
+                                            : dnnl::matmul::desc(a_md, b_md, c_md),
+                                  attr, cpu_engine());
   auto prepared = std::make_shared<const Prepared>(
-      Prepared{dnnl::matmul(pd), a_md, b_md, c_md, pd.scratchpad_desc()});
+      Prepared{dnnl::matmul(pd), a_md, b_md, c_md, bias_md, pd.scratchpad_desc()});
   cache.emplace(key, prepared);
   return prepared;
 }
 
-void onednn_gemm(const Prepared& p, const uint16_t* a, const uint16_t* b, float* c) {
+void onednn_gemm(const Prepared& p, const uint16_t* a, const uint16_t* b, float* c,
+                 const float* bias) {
   single_threaded_openmp();
   thread_local dnnl::stream stream(cpu_engine());
   thread_local std::vector<uint8_t> scratch;
@@ -165,23 +180,30 @@ void onednn_gemm(const Prepared& p, const uint16_t* a, const uint16_t* b, float*
   memory b_mem(p.b, engine, const_cast<uint16_t*>(b));
   memory c_mem(p.c, engine, c);
   memory scratch_mem(p.scratchpad, engine, scratch.data());
-  p.matmul.execute(stream, {{DNNL_ARG_SRC, a_mem},
-                            {DNNL_ARG_WEIGHTS, b_mem},
-                            {DNNL_ARG_DST, c_mem},
-                            {DNNL_ARG_SCRATCHPAD, scratch_mem}});
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, a_mem},
+                                       {DNNL_ARG_WEIGHTS, b_mem},
+                                       {DNNL_ARG_DST, c_mem},
+                                       {DNNL_ARG_SCRATCHPAD, scratch_mem}};
+  if (bias != nullptr)
+    args.emplace(DNNL_ARG_BIAS, memory(p.bias, engine, const_cast<float*>(bias)));
+  p.matmul.execute(stream, args);
 }
 
 }  // namespace
 
 void gemm_bf16(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
-               int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+               int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc,
+               const float* bias) {
   if (!bf16_gemm_available())
     throw std::logic_error(std::string("gemm_bf16 called where it is unavailable: ") +
                            bf16_gemm_unavailable_reason());
+  if (bias != nullptr && alpha != 1.0f) throw std::logic_error("gemm_bf16: a bias needs alpha 1");
   if (m <= 0 || n <= 0) return;
-  if (k <= 0) {  // no product: C = beta * C (oneDNN wants k > 0)
+  if (k <= 0) {  // no product: C = bias + beta * C (oneDNN wants k > 0)
     for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+      for (int64_t j = 0; j < n; ++j)
+        c[i * ldc + j] =
+            (bias != nullptr ? bias[j] : 0.0f) + (beta == 0.0f ? 0.0f : beta * c[i * ldc + j]);
     return;
   }
   gemm_in_blocks(
@@ -190,15 +212,17 @@ void gemm_bf16(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha, c
         // The calling thread prepares too: OpenMP is told one
         // thread before oneDNN sizes the primitive's work.
         single_threaded_openmp();
-        const auto p = prepare(op_a, op_b, rows, cols, k, alpha, lda, ldb, beta, ldc);
-        onednn_gemm(*p, a0, b0, c0);
+        const auto p =
+            prepare(op_a, op_b, rows, cols, k, alpha, lda, ldb, beta, ldc, bias != nullptr);
+        // A block of columns starts at its first column's bias.
+        onednn_gemm(*p, a0, b0, c0, bias != nullptr ? bias + (c0 - c) % ldc : nullptr);
       });
 }
 
 #else
 
 void gemm_bf16(Op, Op, int64_t, int64_t, int64_t, float, const uint16_t*, int64_t, const uint16_t*,
-               int64_t, float, float*, int64_t) {
+               int64_t, float, float*, int64_t, const float*) {
   throw std::logic_error(std::string("gemm_bf16 called where it is unavailable: ") +
                          bf16_gemm_unavailable_reason());
 }

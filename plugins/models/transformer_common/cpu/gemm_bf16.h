@@ -23,8 +23,12 @@ namespace dscore::transformer::cpu {
 bool bf16_gemm_available();
 const char* bf16_gemm_unavailable_reason();  // "" when available
 
+// bias (n values, or nullptr) is added to every row of the product inside
+// the call: C = op(A) op(B) + bias + beta * C, without a pass writing it into
+// C first. With a bias, alpha must be 1.
 void gemm_bf16(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
-               int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
+               int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc,
+               const float* bias = nullptr);
 
 // out[i] = in[i] rounded to bf16, to nearest even (as sdk's float_to_bf16),
 // over TBB blocks.

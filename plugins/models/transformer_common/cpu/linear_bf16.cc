@@ -1,10 +1,8 @@
 #include "linear_bf16.h"
 
-#include <algorithm>
 #include <vector>
 
 #include "gemm_bf16.h"
-#include "parallel.h"
 #include "row_sums.h"
 
 namespace dscore::transformer::cpu {
@@ -26,13 +24,8 @@ thread_local std::vector<uint16_t> inp_bf16, dout_bf16;
 void matmul_forward_bf16(float* out, const float* inp, const uint16_t* weight, const float* bias,
                          int64_t N, int64_t C, int64_t OC) {
   const uint16_t* x = rounded(inp_bf16, inp, N * C);
-  if (bias != nullptr) {  // the bias first, the product added to it (as linear.cc)
-    for_blocks(N, kRowBlock, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) std::copy(bias, bias + OC, out + r * OC);
-    });
-  }
-  gemm_bf16(Op::kNone, Op::kTranspose, N, OC, C, 1.0f, x, C, weight, C,
-            bias != nullptr ? 1.0f : 0.0f, out, OC);
+  // The bias is added inside the GEMM (the fp32 path writes it into out first).
+  gemm_bf16(Op::kNone, Op::kTranspose, N, OC, C, 1.0f, x, C, weight, C, 0.0f, out, OC, bias);
 }
 
 void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout,

@@ -112,6 +112,40 @@ TEST(GemmBf16, MatchesDoublePrecisionOnTheSameBf16Operands) {
   }
 }
 
+TEST(GemmBf16, AddsTheBiasToEveryRowInsideTheCall) {
+  SKIP_WITHOUT_BF16_GEMM();
+  std::mt19937 rng(13);
+  // Row blocks (m >= n), column blocks (m < n), one call, k = 0; beta 0 and 1.
+  for (auto [m, n, k] :
+       {std::tuple<int64_t, int64_t, int64_t>{2100, 96, 64}, {64, 3000, 48}, {5, 7, 3}, {4, 6, 0}})
+    for (float beta : {0.0f, 1.0f}) {
+      SCOPED_TRACE(::testing::Message() << m << "x" << n << "x" << k << " beta " << beta);
+      const Case t{Op::kNone, Op::kTranspose, m, n, k, 1.0f, beta};
+      const int64_t lda = k + 1, ldb = k + 3, ldc = n + 2;
+      const auto a = random_bf16(static_cast<size_t>(m * lda), rng);
+      const auto b = random_bf16(static_cast<size_t>(n * ldb), rng);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::vector<float> bias(static_cast<size_t>(n)), c(static_cast<size_t>(m * ldc));
+      for (auto& x : bias) x = normal(rng);
+      for (auto& x : c) x = normal(rng);
+      std::vector<double> want(c.size()), bound(c.size());
+      reference(t, a, lda, b, ldb, c, ldc, &want, &bound);
+      gemm_bf16(t.op_a, t.op_b, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, beta, c.data(), ldc,
+                bias.data());
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          const size_t e = static_cast<size_t>(i * ldc + j);
+          const double with_bias = want[e] + bias[static_cast<size_t>(j)];
+          ASSERT_NEAR(c[e], with_bias, 1e-5 * (bound[e] + std::abs(bias[j])) + 1e-30)
+              << i << "," << j;
+        }
+    }
+  const uint16_t one = 0x3f80;
+  float c = 0, bias = 1;
+  EXPECT_THROW(gemm_bf16(Op::kNone, Op::kNone, 1, 1, 1, 2.0f, &one, 1, &one, 1, 0.0f, &c, 1, &bias),
+               std::logic_error);
+}
+
 TEST(GemmBf16, ResultsDoNotDependOnTheThreadCount) {
   SKIP_WITHOUT_BF16_GEMM();
   std::mt19937 rng(3);
