@@ -17,24 +17,29 @@ namespace dscore::transformer::cpu {
 
 // Below this many multiply-adds a split costs more than it gains.
 constexpr int64_t kGemmSerialWork = int64_t{1} << 18;
-// Each block's call packs the whole other operand again, so blocks are as
-// large as the machine allows: one per core, 64 to 1024 rows. The count
+// Each block's call packs the whole other operand again, so blocks are
+// large. A machine with many cores gets at least four blocks of at most 256
+// rows (at least 64); one with few cores gets one block per core, up to 1024
+// rows, where fewer, larger blocks pack less. Measured on the GPT's shapes:
+// on 2 cores (AVX-512) two 1024-row blocks ran about 10% faster than eight
+// of 256; on AVX2, 256-row blocks had run 5-15% faster than 128. The count
 // comes from the machine's cores, not from the threads this rank may use,
 // so a result depends on the shape and the machine (as it does on the
-// machine's ISA), never on the thread budget or the ranks sharing the
-// cores. Measured on the GPT's shapes (2 cores, AVX-512, bench/README.md
-// gpt_train): two 1024-row blocks ran about 10% faster than four of 512 or
-// eight of 256; on AVX2, 256-row blocks had run 5-15% faster than 128.
-constexpr int64_t kGemmMaxBlock = 1024;
+// machine's ISA), never on the thread budget or the ranks sharing the cores.
 constexpr int64_t kGemmMinBlock = 64;
-inline int64_t gemm_parts() {
-  static const int64_t parts =
-      std::max<int64_t>(2, static_cast<int64_t>(std::thread::hardware_concurrency()));
-  return parts;
+constexpr int64_t kGemmManyCoreMaxBlock = 256;
+constexpr int64_t kGemmMaxBlock = 1024;
+inline int64_t gemm_machine_cores() {
+  static const int64_t cores =
+      std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
+  return cores;
 }
 inline int64_t gemm_block_for(int64_t extent) {
-  const int64_t share = ((extent + gemm_parts() - 1) / gemm_parts() + 31) / 32 * 32;
-  return std::clamp(share, kGemmMinBlock, kGemmMaxBlock);
+  const auto share = [extent](int64_t parts) {
+    return ((extent + parts - 1) / parts + 31) / 32 * 32;
+  };
+  const int64_t many_core = std::clamp(share(4), kGemmMinBlock, kGemmManyCoreMaxBlock);
+  return std::max(many_core, std::min(share(gemm_machine_cores()), kGemmMaxBlock));
 }
 
 // call(m, n, a, b, c) for each block of C = op(A) op(B) (m x n, inner k):
