@@ -27,17 +27,24 @@ using testing::open_test_registry;
 using testing::test_plugin_file;
 
 // Where the fake plugins record what crossed the ABI (fake_optimizer.cc):
-// set before any plugin is loaded.
+// set before any plugin is loaded, removed when the process exits.
 const std::string& record_dir() {
-  static const std::string dir = [] {
-    const std::string d = (std::filesystem::temp_directory_path() /
-                           ("dscore_fake_records_" + std::to_string(::getpid())))
-                              .string();
-    std::filesystem::create_directories(d);
-    ::setenv("DSCORE_FAKE_RECORD_DIR", d.c_str(), 1);
-    return d;
-  }();
-  return dir;
+  struct RecordDir {
+    RecordDir()
+        : path((std::filesystem::temp_directory_path() /
+                ("dscore_fake_records_" + std::to_string(::getpid())))
+                   .string()) {
+      std::filesystem::create_directories(path);
+      ::setenv("DSCORE_FAKE_RECORD_DIR", path.c_str(), 1);
+    }
+    ~RecordDir() {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+    std::string path;
+  };
+  static const RecordDir dir;
+  return dir.path;
 }
 const std::string& kRecordDir = record_dir();
 

@@ -23,6 +23,7 @@
 #include "gemm_bf16.h"
 #include "linear.h"
 #include "linear_bf16.h"
+#include "parallel.h"
 
 namespace dscore::transformer::cpu {
 
@@ -116,12 +117,15 @@ class HostBackend {
     const T* operator[](size_t i) const { return ptrs_[i]; }
 
    private:
-    // bf16 (the views of bf16 runs) in a loop the compiler vectorizes; other
-    // dtypes element by element.
+    // bf16 (the views of bf16 runs) in a loop the compiler vectorizes, over
+    // TBB blocks (a layer's acquire waits for it); other dtypes element by
+    // element.
     static void convert(T* dst, const dscore_tensor* t, int64_t n) {
       if (t->dtype == DSCORE_DTYPE_BF16) {
         const uint16_t* src = static_cast<const uint16_t*>(t->data);
-        for (int64_t k = 0; k < n; ++k) dst[k] = static_cast<T>(sdk::bf16_to_float(src[k]));
+        for_blocks(n, kElementBlock * 4, [&](int64_t begin, int64_t end) {
+          for (int64_t k = begin; k < end; ++k) dst[k] = static_cast<T>(sdk::bf16_to_float(src[k]));
+        });
         return;
       }
       for (int64_t k = 0; k < n; ++k) dst[k] = static_cast<T>(sdk::load_float(t, k));
