@@ -43,13 +43,14 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
   int64_t attention_state_elements(int64_t B, int64_t Tn, int64_t NH) const {
     return cpu::attention_state_elements(B, Tn, NH);
   }
+  // In a bf16 layer (bf16_compute), with bf16 products (attention_bf16.h).
   void attention_forward(T* out, T* state, const T* qkv, int64_t B, int64_t Tn, int64_t C,
                          int64_t NH) {
-    cpu::attention_forward(out, state, qkv, B, Tn, C, NH);
+    cpu::attention_forward(out, state, qkv, B, Tn, C, NH, this->bf16_compute());
   }
   void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* state,
                           int64_t B, int64_t Tn, int64_t C, int64_t NH) {
-    cpu::attention_backward(dqkv, dout, qkv, out, state, B, Tn, C, NH);
+    cpu::attention_backward(dqkv, dout, qkv, out, state, B, Tn, C, NH, this->bf16_compute());
   }
   void gelu_forward(T* out, const T* inp, int64_t n) { cpu::gelu_forward(out, inp, n); }
   void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {

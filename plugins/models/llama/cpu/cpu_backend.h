@@ -5,9 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "../../transformer_common/cpu/attention.h"
+#include "../../transformer_common/cpu/attention_bf16.h"
 #include "../../transformer_common/cpu/host_backend.h"
 #include "../../transformer_common/cpu/linear.h"
 #include "../rope.h"
@@ -58,12 +60,20 @@ class CpuBackend : public shared::HostBackend<T> {
   int64_t attention_state_elements(int64_t B, int64_t Tn, int64_t NH) const {
     return shared::attention_state_elements(B, Tn, NH);
   }
+  // In a bf16 layer (bf16_compute), with bf16 products (attention_bf16.h).
   void attention_forward(T* out, T* state, const T* q, const T* k, const T* v,
                          const shared::AttentionShape& shape) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (this->bf16_compute()) return shared::attention_forward_bf16(out, state, q, k, v, shape);
+    }
     shared::attention_forward(out, state, q, k, v, shape);
   }
   void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
                           const T* out, const T* state, const shared::AttentionShape& shape) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (this->bf16_compute())
+        return shared::attention_backward_bf16(dq, dk, dv, dout, q, k, v, out, state, shape);
+    }
     shared::attention_backward(dq, dk, dv, dout, q, k, v, out, state, shape);
   }
   void add(T* out, const T* a, const T* b, int64_t n) { shared::add(out, a, b, n); }

@@ -9,19 +9,14 @@
 #include <limits>
 #include <vector>
 
+#include "attention_tiles.h"
 #include "gemm.h"
 #include "isa_target.h"
 #include "vector_math.h"
 
 namespace dscore::transformer::cpu {
+namespace attention_tiles {
 namespace {
-
-constexpr int64_t kQb = kAttentionQueryBlock, kKb = kAttentionKeyBlock;
-// The backward's first write of a dk/dv block is its diagonal tile, which
-// spans the whole key block only when the blocks are equal.
-static_assert(kQb == kKb, "attention_backward writes dk and dv first on the diagonal tile");
-
-int64_t blocks_of(int64_t n, int64_t block) { return (n + block - 1) / block; }
 
 // exp(x) for x <= 0 (scores minus their row max or logsumexp), written so
 // the compiler vectorizes the loops calling it (std::exp is a libm call per
@@ -92,19 +87,6 @@ DSCORE_ALWAYS_INLINE T row_sum(const T* p, int64_t n) {
   return sum;
 }
 
-// The forward's work on one (rows x cols) tile of scaled scores s, for key
-// block j0 of query block i0: the online softmax. Each row's probabilities
-// replace its scores (zero past the diagonal), its running max and sum are
-// updated, and what earlier key blocks added to its output o is rescaled.
-template <typename T>
-struct ForwardTile {
-  T* s;
-  T* row_max;
-  T* row_sum;
-  T* o;
-  int64_t o_ld, rows, cols, hs, i0, j0;
-};
-
 template <typename T>
 DSCORE_ALWAYS_INLINE void forward_tile_generic(const ForwardTile<T>& t) {
   for (int64_t r = 0; r < t.rows; ++r) {
@@ -128,18 +110,6 @@ DSCORE_ALWAYS_INLINE void forward_tile_generic(const ForwardTile<T>& t) {
   }
 }
 
-// The backward's elementwise work on one tile: P = exp(S - lse) (zero past
-// the diagonal) in place of the scaled scores, and dS = P (dP - D) in place
-// of dP.
-template <typename T>
-struct BackwardTile {
-  T* p;
-  T* dp;
-  const T* lse;  // the tile's rows' logsumexp
-  const T* d;    // the tile's rows' D
-  int64_t rows, cols, i0, j0;
-};
-
 template <typename T>
 DSCORE_ALWAYS_INLINE void probabilities_generic(const BackwardTile<T>& t) {
   for (int64_t r = 0; r < t.rows; ++r) {
@@ -161,25 +131,20 @@ DSCORE_ALWAYS_INLINE void score_grads_generic(const BackwardTile<T>& t) {
   }
 }
 
-// D = rowsum(dout * out) over a head's rows.
-template <typename T>
-struct RowDots {
-  T* d;
-  const T* dy;
-  const T* y;
-  int64_t ld, rows, hs;
-};
-
 template <typename T>
 DSCORE_ALWAYS_INLINE void row_dots_generic(const RowDots<T>& t) {
   for (int64_t r = 0; r < t.rows; ++r) t.d[r] = row_dot(t.dy + r * t.ld, t.y + r * t.ld, t.hs);
 }
 
+}  // namespace
+
 // Each piece once per ISA; vector_isa() picks (the same bits on each).
 #define DSCORE_ATTENTION_PIECE(NAME, ARG)                                      \
+  namespace {                                                                  \
   void NAME##_baseline(const ARG<float>& t) { NAME##_generic(t); }             \
   DSCORE_AVX2 void NAME##_avx2(const ARG<float>& t) { NAME##_generic(t); }     \
   DSCORE_AVX512 void NAME##_avx512(const ARG<float>& t) { NAME##_generic(t); } \
+  }                                                                            \
   void (*NAME##_for(VectorIsa isa))(const ARG<float>&) {                       \
     return isa == VectorIsa::kAvx512 ? NAME##_avx512                           \
            : isa == VectorIsa::kAvx2 ? NAME##_avx2                             \
@@ -212,6 +177,22 @@ struct Pieces<float> {
   void (*score_grads)(const BackwardTile<float>&);
   void (*row_dots)(const RowDots<float>&);
 };
+
+}  // namespace attention_tiles
+
+namespace {
+
+using attention_tiles::BackwardTile;
+using attention_tiles::ForwardTile;
+using attention_tiles::Pieces;
+using attention_tiles::RowDots;
+
+constexpr int64_t kQb = kAttentionQueryBlock, kKb = kAttentionKeyBlock;
+// The backward's first write of a dk/dv block is its diagonal tile, which
+// spans the whole key block only when the blocks are equal.
+static_assert(kQb == kKb, "attention_backward writes dk and dv first on the diagonal tile");
+
+int64_t blocks_of(int64_t n, int64_t block) { return (n + block - 1) / block; }
 
 }  // namespace
 

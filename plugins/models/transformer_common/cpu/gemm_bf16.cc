@@ -84,15 +84,17 @@ __attribute__((target("avx512f"))) void round_avx512(uint16_t* out, const float*
 
 }  // namespace
 
+void round_to_bf16_serial(uint16_t* out, const float* in, int64_t n) {
+  if (vector_isa() == VectorIsa::kAvx512) {
+    round_avx512(out, in, n);
+  } else {
+    round_portable(out, in, n);
+  }
+}
+
 void round_to_bf16(uint16_t* out, const float* in, int64_t n) {
-  const bool avx512 = vector_isa() == VectorIsa::kAvx512;
-  for_blocks(n, kElementBlock, [&](int64_t i0, int64_t i1) {
-    if (avx512) {
-      round_avx512(out + i0, in + i0, i1 - i0);
-    } else {
-      round_portable(out + i0, in + i0, i1 - i0);
-    }
-  });
+  for_blocks(n, kElementBlock,
+             [&](int64_t i0, int64_t i1) { round_to_bf16_serial(out + i0, in + i0, i1 - i0); });
 }
 
 #ifdef DSCORE_WITH_ONEDNN
@@ -126,9 +128,9 @@ struct Prepared {
   memory::desc a, b, c, bias, scratchpad;
 };
 
-std::shared_ptr<const Prepared> prepare(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k,
-                                        float alpha, int64_t lda, int64_t ldb, float beta,
-                                        int64_t ldc, bool with_bias) {
+// The cache's entries live as long as the process.
+const Prepared& prepare(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha, int64_t lda,
+                        int64_t ldb, float beta, int64_t ldc, bool with_bias) {
   static std::mutex mutex;
   static std::map<ShapeKey, std::shared_ptr<const Prepared>> cache;
   const ShapeKey key{op_a == Op::kTranspose,
@@ -142,8 +144,15 @@ std::shared_ptr<const Prepared> prepare(Op op_a, Op op_b, int64_t m, int64_t n, 
                      alpha,
                      beta,
                      with_bias};
+  // Each thread looks in its own copy first: attention calls this for every
+  // row block, from every thread.
+  thread_local std::map<ShapeKey, const Prepared*> seen;
+  if (auto it = seen.find(key); it != seen.end()) return *it->second;
   std::lock_guard<std::mutex> lock(mutex);
-  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  if (auto it = cache.find(key); it != cache.end()) {
+    seen.emplace(key, it->second.get());
+    return *it->second;
+  }
   // Row-major operands as strides: op(A) is m x k, op(B) k x n.
   const memory::dims a_strides = op_a == Op::kNone ? memory::dims{lda, 1} : memory::dims{1, lda};
   const memory::dims b_strides = op_b == Op::kNone ? memory::dims{ldb, 1} : memory::dims{1, ldb};
@@ -166,7 +175,36 @@ std::shared_ptr<const Prepared> prepare(Op op_a, Op op_b, int64_t m, int64_t n, 
   auto prepared = std::make_shared<const Prepared>(
       Prepared{dnnl::matmul(pd), a_md, b_md, c_md, bias_md, pd.scratchpad_desc()});
   cache.emplace(key, prepared);
-  return prepared;
+  seen.emplace(key, prepared.get());
+  return *prepared;
+}
+
+// A primitive's arguments on one thread, made once: each call only points
+// them at its operands (memory objects cost about a microsecond each to
+// make, as much as a 64 x 64 x 64 product on AMX).
+struct BoundArgs {
+  memory a, b, c, bias, scratch;
+  std::unordered_map<int, memory> args;
+};
+
+BoundArgs& bound_args(const Prepared& p) {
+  // Keyed by the cache's entries, which live as long as the process.
+  thread_local std::unordered_map<const Prepared*, BoundArgs> bound;
+  auto it = bound.find(&p);
+  if (it != bound.end()) return it->second;
+  auto& engine = cpu_engine();
+  BoundArgs b{memory(p.a, engine, nullptr),          memory(p.b, engine, nullptr),
+              memory(p.c, engine, nullptr),          memory(),
+              memory(p.scratchpad, engine, nullptr), {}};
+  b.args = {{DNNL_ARG_SRC, b.a},
+            {DNNL_ARG_WEIGHTS, b.b},
+            {DNNL_ARG_DST, b.c},
+            {DNNL_ARG_SCRATCHPAD, b.scratch}};
+  if (!p.bias.is_zero()) {
+    b.bias = memory(p.bias, engine, nullptr);
+    b.args.emplace(DNNL_ARG_BIAS, b.bias);
+  }
+  return bound.emplace(&p, std::move(b)).first->second;
 }
 
 void onednn_gemm(const Prepared& p, const uint16_t* a, const uint16_t* b, float* c,
@@ -175,18 +213,13 @@ void onednn_gemm(const Prepared& p, const uint16_t* a, const uint16_t* b, float*
   thread_local dnnl::stream stream(cpu_engine());
   thread_local std::vector<uint8_t> scratch;
   if (scratch.size() < p.scratchpad.get_size()) scratch.resize(p.scratchpad.get_size());
-  auto& engine = cpu_engine();
-  memory a_mem(p.a, engine, const_cast<uint16_t*>(a));
-  memory b_mem(p.b, engine, const_cast<uint16_t*>(b));
-  memory c_mem(p.c, engine, c);
-  memory scratch_mem(p.scratchpad, engine, scratch.data());
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, a_mem},
-                                       {DNNL_ARG_WEIGHTS, b_mem},
-                                       {DNNL_ARG_DST, c_mem},
-                                       {DNNL_ARG_SCRATCHPAD, scratch_mem}};
-  if (bias != nullptr)
-    args.emplace(DNNL_ARG_BIAS, memory(p.bias, engine, const_cast<float*>(bias)));
-  p.matmul.execute(stream, args);
+  BoundArgs& args = bound_args(p);
+  args.a.set_data_handle(const_cast<uint16_t*>(a));
+  args.b.set_data_handle(const_cast<uint16_t*>(b));
+  args.c.set_data_handle(c);
+  args.scratch.set_data_handle(scratch.data());
+  if (bias != nullptr) args.bias.set_data_handle(const_cast<float*>(bias));
+  p.matmul.execute(stream, args.args);
 }
 
 }  // namespace
@@ -212,14 +245,36 @@ void gemm_bf16(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha, c
         // The calling thread prepares too: OpenMP is told one
         // thread before oneDNN sizes the primitive's work.
         single_threaded_openmp();
-        const auto p =
+        const Prepared& p =
             prepare(op_a, op_b, rows, cols, k, alpha, lda, ldb, beta, ldc, bias != nullptr);
         // A block of columns starts at its first column's bias.
-        onednn_gemm(*p, a0, b0, c0, bias != nullptr ? bias + (c0 - c) % ldc : nullptr);
+        onednn_gemm(p, a0, b0, c0, bias != nullptr ? bias + (c0 - c) % ldc : nullptr);
       });
 }
 
+void gemm_bf16_serial(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha,
+                      const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+                      float* c, int64_t ldc) {
+  if (!bf16_gemm_available())
+    throw std::logic_error(std::string("gemm_bf16_serial called where it is unavailable: ") +
+                           bf16_gemm_unavailable_reason());
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {  // no product: C = beta * C (oneDNN wants k > 0)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    return;
+  }
+  single_threaded_openmp();
+  onednn_gemm(prepare(op_a, op_b, m, n, k, alpha, lda, ldb, beta, ldc, false), a, b, c, nullptr);
+}
+
 #else
+
+void gemm_bf16_serial(Op, Op, int64_t, int64_t, int64_t, float, const uint16_t*, int64_t,
+                      const uint16_t*, int64_t, float, float*, int64_t) {
+  throw std::logic_error(std::string("gemm_bf16_serial called where it is unavailable: ") +
+                         bf16_gemm_unavailable_reason());
+}
 
 void gemm_bf16(Op, Op, int64_t, int64_t, int64_t, float, const uint16_t*, int64_t, const uint16_t*,
                int64_t, float, float*, int64_t, const float*) {

@@ -30,8 +30,17 @@ void gemm_bf16(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha, c
                int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc,
                const float* bias = nullptr);
 
+// The same, as one call on the calling thread (inside a parallel loop:
+// attention's row blocks). oneDNN picks its AMX kernel for dense operands
+// and a C written with beta 0; strided ones or beta 1 get a slower one.
+void gemm_bf16_serial(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha,
+                      const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+                      float* c, int64_t ldc);
+
 // out[i] = in[i] rounded to bf16, to nearest even (as sdk's float_to_bf16),
 // over TBB blocks.
 void round_to_bf16(uint16_t* out, const float* in, int64_t n);
+// The same on the calling thread.
+void round_to_bf16_serial(uint16_t* out, const float* in, int64_t n);
 
 }  // namespace dscore::transformer::cpu

@@ -184,6 +184,11 @@ class HostBackend {
     return nullptr;
   }
 
+  // Whether the acquired layer computes in bf16: its parameters are bf16
+  // views and the bf16 GEMM is available. Its linears multiply by the
+  // views, and its attention uses bf16 products (attention_bf16.h).
+  bool bf16_compute() const { return !bf16_views_.empty(); }
+
   // nn.Linear (linear.h), on the bf16 GEMM when the weight is a bf16 view
   // (bf16_view_of; linear_bf16.h), else in T.
   void matmul_forward(T* out, const T* inp, const T* w, const T* b, int64_t N, int64_t C,

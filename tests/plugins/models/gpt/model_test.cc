@@ -234,8 +234,11 @@ namespace {
 // converted on use give exactly the fp32 computation on the same
 // (bf16-representable) values, and gradients land in bf16, so they agree to
 // bf16 rounding (2^-8). With it the linear layers round their activation
-// and gradient operands to bf16 too: the loss differs (so the bf16 GEMM did
-// run) but within bf16 rounding, and gradients agree to a few roundings.
+// and gradient operands to bf16 too, and attention its operands and its
+// probabilities (attention_bf16.h): the loss differs (so the bf16 GEMM did
+// run) but within bf16 rounding, and gradients agree to some roundings
+// (relative L2 error per tensor at most 0.031 with fp32 attention, 0.069
+// with bf16 attention, on these 5x-scaled weights).
 TEST_F(GptModel, Bf16ViewsComputeLikeFp32OnTheSameValues) {
   const bool bf16_gemm = transformer::cpu::bf16_gemm_available();
   SCOPED_TRACE(bf16_gemm
@@ -279,11 +282,11 @@ TEST_F(GptModel, Bf16ViewsComputeLikeFp32OnTheSameValues) {
           EXPECT_NEAR(got, want, max_abs / 128 + 1e-12) << l << "." << i << "[" << e << "]";
         }
       }
-      // Rounded operands through several layers: a relative error of a few
+      // Rounded operands through several layers: a relative error of some
       // bf16 roundings over the whole gradient (elements near zero move
       // more, relative to themselves).
       if (bf16_gemm) {
-        EXPECT_LE(std::sqrt(error), std::sqrt(norm) / 16 + 1e-12) << l << "." << i;
+        EXPECT_LE(std::sqrt(error), std::sqrt(norm) / 8 + 1e-12) << l << "." << i;
       }
     }
 }

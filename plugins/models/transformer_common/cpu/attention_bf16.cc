@@ -1,0 +1,186 @@
+#include "attention_bf16.h"
+
+#include <tbb/enumerable_thread_specific.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "attention_tiles.h"
+#include "gemm_bf16.h"
+#include "parallel.h"
+
+namespace dscore::transformer::cpu {
+namespace {
+
+using attention_tiles::BackwardTile;
+using attention_tiles::ForwardTile;
+using attention_tiles::RowDots;
+
+constexpr int64_t kRows = kAttentionQueryBlock;  // query rows per block
+
+int64_t blocks_of(int64_t n, int64_t block) { return (n + block - 1) / block; }
+
+// One head's Tn rows (stride ld) rounded into a dense (Tn, hs) copy.
+void round_head(uint16_t* out, const float* x, int64_t ld, int64_t Tn, int64_t hs) {
+  for (int64_t t = 0; t < Tn; ++t) round_to_bf16_serial(out + t * hs, x + t * ld, hs);
+}
+
+// Every head of x ((B, Tn) rows of stride ld, head h at h * hs) rounded
+// into a dense (B, heads, Tn, hs) copy, over TBB blocks of rows.
+void round_heads(uint16_t* out, const float* x, int64_t ld, int64_t B, int64_t Tn, int64_t heads,
+                 int64_t hs) {
+  for_blocks(B * Tn, kRowBlock, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t b = r / Tn, t = r % Tn;
+      for (int64_t h = 0; h < heads; ++h)
+        round_to_bf16_serial(out + ((b * heads + h) * Tn + t) * hs, x + r * ld + h * hs, hs);
+    }
+  });
+}
+
+void add_into(float* acc, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
+}
+
+// Grows a per-thread buffer to n elements (its contents are not kept).
+template <typename X>
+X* sized(std::vector<X>& v, int64_t n) {
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
+struct Scratch {
+  std::vector<float> f32;
+  std::vector<uint16_t> b16;
+};
+
+}  // namespace
+
+void attention_forward_bf16(float* out, float* lse, const float* q_all, const float* k_all,
+                            const float* v_all, const AttentionShape& shape, VectorIsa isa) {
+  const int64_t B = shape.B, Tn = shape.Tn, NH = shape.NH, NKV = shape.NKV, hs = shape.head_dim;
+  const int64_t group = NH / NKV, o_ld = shape.out_ld, q_blocks = blocks_of(Tn, kRows);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const auto forward_tile = attention_tiles::forward_tile_for(isa);
+  // Dense bf16 copies of every head, kept from call to call on this
+  // (the runner's) thread.
+  thread_local std::vector<uint16_t> heads;
+  uint16_t* q16 = sized(heads, B * Tn * (NH + 2 * NKV) * hs);
+  uint16_t* k16 = q16 + B * NH * Tn * hs;
+  uint16_t* v16 = k16 + B * NKV * Tn * hs;
+  round_heads(q16, q_all, shape.q_ld, B, Tn, NH, hs);
+  round_heads(k16, k_all, shape.kv_ld, B, Tn, NKV, hs);
+  round_heads(v16, v_all, shape.kv_ld, B, Tn, NKV, hs);
+  tbb::enumerable_thread_specific<Scratch> scratch;
+  tbb::parallel_for(int64_t{0}, B * NH * q_blocks, [&](int64_t task) {
+    const int64_t bh = task / q_blocks, i0 = (task % q_blocks) * kRows;
+    const int64_t b = bh / NH, h = bh % NH, g = h / group;
+    const int64_t rows = std::min(kRows, Tn - i0), keys = i0 + rows;  // keys after i0 + rows: masked
+    Scratch& local = scratch.local();
+    // Scores and then probabilities (rows, keys); the output's rows; each
+    // row's max and sum.
+    float* s = sized(local.f32, kRows * Tn + kRows * hs + 2 * kRows);
+    float* o = s + kRows * Tn;
+    float* row_max = o + kRows * hs;
+    float* row_sum = row_max + kRows;
+    uint16_t* p16 = sized(local.b16, kRows * Tn);
+    const uint16_t* kh = k16 + (b * NKV + g) * Tn * hs;
+    const uint16_t* vh = v16 + (b * NKV + g) * Tn * hs;
+    gemm_bf16_serial(Op::kNone, Op::kTranspose, rows, keys, hs, scale, q16 + (bh * Tn + i0) * hs,
+                     hs, kh, hs, 0.0f, s, keys);
+    std::fill(row_max, row_max + rows, -std::numeric_limits<float>::infinity());
+    forward_tile({s, row_max, row_sum, nullptr, 0, rows, keys, hs, i0, 0});
+    round_to_bf16_serial(p16, s, rows * keys);
+    gemm_bf16_serial(Op::kNone, Op::kNone, rows, hs, keys, 1.0f, p16, keys, vh, hs, 0.0f, o, hs);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float inv = 1.0f / row_sum[r];
+      float* orow = out + (b * Tn + i0 + r) * o_ld + h * hs;
+      for (int64_t c = 0; c < hs; ++c) orow[c] = o[r * hs + c] * inv;
+      lse[bh * Tn + i0 + r] = row_max[r] + std::log(row_sum[r]);
+    }
+  });
+}
+
+void attention_backward_bf16(float* dq_all, float* dk_all, float* dv_all, const float* dout,
+                             const float* q_all, const float* k_all, const float* v_all,
+                             const float* out, const float* lse, const AttentionShape& shape,
+                             VectorIsa isa) {
+  const int64_t Tn = shape.Tn, NH = shape.NH, NKV = shape.NKV, hs = shape.head_dim;
+  const int64_t group = NH / NKV, q_ld = shape.q_ld, kv_ld = shape.kv_ld, o_ld = shape.out_ld;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const auto probabilities = attention_tiles::probabilities_for(isa);
+  const auto score_grads = attention_tiles::score_grads_for(isa);
+  const auto row_dots = attention_tiles::row_dots_for(isa);
+  tbb::enumerable_thread_specific<Scratch> scratch;
+  tbb::parallel_for(int64_t{0}, shape.B * NKV, [&](int64_t bg) {
+    const int64_t b = bg / NKV, g = bg % NKV;
+    Scratch& local = scratch.local();
+    // fp32: P and dP then dS (kRows, Tn) each, a product's rows (Tn, hs),
+    // dk and dv accumulated over the group's heads (Tn, hs) each, D (Tn).
+    float* p = sized(local.f32, 2 * kRows * Tn + 3 * Tn * hs + Tn);
+    float* dp = p + kRows * Tn;
+    float* tmp = dp + kRows * Tn;
+    float* dk_acc = tmp + Tn * hs;
+    float* dv_acc = dk_acc + Tn * hs;
+    float* d = dv_acc + Tn * hs;
+    // bf16: the group's k and v, a head's q and dout (Tn, hs) each; P and
+    // dS (kRows, Tn) each.
+    uint16_t* k16 = sized(local.b16, 4 * Tn * hs + 2 * kRows * Tn);
+    uint16_t* v16 = k16 + Tn * hs;
+    uint16_t* q16 = v16 + Tn * hs;
+    uint16_t* dy16 = q16 + Tn * hs;
+    uint16_t* p16 = dy16 + Tn * hs;
+    uint16_t* ds16 = p16 + kRows * Tn;
+    round_head(k16, k_all + b * Tn * kv_ld + g * hs, kv_ld, Tn, hs);
+    round_head(v16, v_all + b * Tn * kv_ld + g * hs, kv_ld, Tn, hs);
+    std::fill(dk_acc, dk_acc + 2 * Tn * hs, 0.0f);
+    for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+      const float* dy = dout + b * Tn * o_ld + h * hs;
+      float* dq = dq_all + b * Tn * q_ld + h * hs;
+      round_head(q16, q_all + b * Tn * q_ld + h * hs, q_ld, Tn, hs);
+      round_head(dy16, dy, o_ld, Tn, hs);
+      row_dots({d, dy, out + b * Tn * o_ld + h * hs, o_ld, Tn, hs});
+      const float* row_lse = lse + (b * NH + h) * Tn;
+      for (int64_t i0 = 0; i0 < Tn; i0 += kRows) {
+        const int64_t rows = std::min(kRows, Tn - i0), keys = i0 + rows;
+        const uint16_t* qi = q16 + i0 * hs;
+        const uint16_t* dyi = dy16 + i0 * hs;
+        // P = exp(scale Q K^T - lse), zero above the diagonal; dP = dY V^T;
+        // dS = P (dP - D).
+        gemm_bf16_serial(Op::kNone, Op::kTranspose, rows, keys, hs, scale, qi, hs, k16, hs, 0.0f,
+                         p, keys);
+        const BackwardTile<float> tile{p, dp, row_lse + i0, d + i0, rows, keys, i0, 0};
+        probabilities(tile);
+        gemm_bf16_serial(Op::kNone, Op::kTranspose, rows, keys, hs, 1.0f, dyi, hs, v16, hs, 0.0f,
+                         dp, keys);
+        score_grads(tile);
+        round_to_bf16_serial(p16, p, rows * keys);
+        round_to_bf16_serial(ds16, dp, rows * keys);
+        // dV += P^T dY; dQ = scale dS K (this block's rows, complete: every
+        // key is in it); dK += scale dS^T Q. Each product writes its own
+        // rows (beta 0: oneDNN's AMX kernel), added into the sums here.
+        gemm_bf16_serial(Op::kTranspose, Op::kNone, keys, hs, rows, 1.0f, p16, keys, dyi, hs, 0.0f,
+                         tmp, hs);
+        add_into(dv_acc, tmp, keys * hs);
+        gemm_bf16_serial(Op::kNone, Op::kNone, rows, hs, keys, scale, ds16, keys, k16, hs, 0.0f,
+                         tmp, hs);
+        for (int64_t r = 0; r < rows; ++r)
+          std::copy(tmp + r * hs, tmp + (r + 1) * hs, dq + (i0 + r) * q_ld);
+        gemm_bf16_serial(Op::kTranspose, Op::kNone, keys, hs, rows, scale, ds16, keys, qi, hs, 0.0f,
+                         tmp, hs);
+        add_into(dk_acc, tmp, keys * hs);
+      }
+    }
+    float* dk = dk_all + b * Tn * kv_ld + g * hs;
+    float* dv = dv_all + b * Tn * kv_ld + g * hs;
+    for (int64_t t = 0; t < Tn; ++t) {
+      std::copy(dk_acc + t * hs, dk_acc + (t + 1) * hs, dk + t * kv_ld);
+      std::copy(dv_acc + t * hs, dv_acc + (t + 1) * hs, dv + t * kv_ld);
+    }
+  });
+}
+
+}  // namespace dscore::transformer::cpu
