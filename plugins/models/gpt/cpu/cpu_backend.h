@@ -63,7 +63,8 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
   void add(T* out, const T* a, const T* b, int64_t n) { cpu::add(out, a, b, n); }
   double lm_head_forward_backward(T* dx, T* dwte, const T* x, const T* wte, const int32_t* targets,
                                   int64_t N, int64_t C, int64_t V, double grad_scale) {
-    return cpu::lm_head_forward_backward(dx, dwte, x, wte, targets, N, C, V, grad_scale);
+    return cpu::lm_head_forward_backward(dx, dwte, x, wte, targets, N, C, V, grad_scale,
+                                         this->bf16_view_of(wte));
   }
   double lm_head_forward(const T* x, const T* wte, const int32_t* targets, int64_t N, int64_t C,
                          int64_t V, const int64_t* rows, int64_t n_rows, float* logits_host) {

@@ -79,7 +79,8 @@ class CpuBackend : public shared::HostBackend<T> {
   void add(T* out, const T* a, const T* b, int64_t n) { shared::add(out, a, b, n); }
   double lm_head_forward_backward(T* dx, T* dw, const T* x, const T* w, const int32_t* targets,
                                   int64_t N, int64_t C, int64_t V, double grad_scale) {
-    return shared::lm_head_forward_backward(dx, dw, x, w, targets, N, C, V, grad_scale);
+    return shared::lm_head_forward_backward(dx, dw, x, w, targets, N, C, V, grad_scale,
+                                            this->bf16_view_of(w));
   }
   double lm_head_forward(const T* x, const T* w, const int32_t* targets, int64_t N, int64_t C,
                          int64_t V, const int64_t* rows, int64_t n_rows, float* logits) {

@@ -78,7 +78,8 @@ void attention_forward_bf16(float* out, float* lse, const float* q_all, const fl
   tbb::parallel_for(int64_t{0}, B * NH * q_blocks, [&](int64_t task) {
     const int64_t bh = task / q_blocks, i0 = (task % q_blocks) * kRows;
     const int64_t b = bh / NH, h = bh % NH, g = h / group;
-    const int64_t rows = std::min(kRows, Tn - i0), keys = i0 + rows;  // keys after i0 + rows: masked
+    const int64_t rows = std::min(kRows, Tn - i0),
+                  keys = i0 + rows;  // keys after i0 + rows: masked
     Scratch& local = scratch.local();
     // Scores and then probabilities (rows, keys); the output's rows; each
     // row's max and sum.
@@ -150,8 +151,8 @@ void attention_backward_bf16(float* dq_all, float* dk_all, float* dv_all, const 
         const uint16_t* dyi = dy16 + i0 * hs;
         // P = exp(scale Q K^T - lse), zero above the diagonal; dP = dY V^T;
         // dS = P (dP - D).
-        gemm_bf16_serial(Op::kNone, Op::kTranspose, rows, keys, hs, scale, qi, hs, k16, hs, 0.0f,
-                         p, keys);
+        gemm_bf16_serial(Op::kNone, Op::kTranspose, rows, keys, hs, scale, qi, hs, k16, hs, 0.0f, p,
+                         keys);
         const BackwardTile<float> tile{p, dp, row_lse + i0, d + i0, rows, keys, i0, 0};
         probabilities(tile);
         gemm_bf16_serial(Op::kNone, Op::kTranspose, rows, keys, hs, 1.0f, dyi, hs, v16, hs, 0.0f,

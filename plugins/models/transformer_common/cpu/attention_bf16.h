@@ -22,9 +22,8 @@ namespace dscore::transformer::cpu {
 
 // As attention_forward / attention_backward; throws where the bf16 GEMM
 // is unavailable.
-void attention_forward_bf16(float* out, float* lse, const float* q, const float* k,
-                            const float* v, const AttentionShape& shape,
-                            VectorIsa isa = vector_isa());
+void attention_forward_bf16(float* out, float* lse, const float* q, const float* k, const float* v,
+                            const AttentionShape& shape, VectorIsa isa = vector_isa());
 void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* q,
                              const float* k, const float* v, const float* out, const float* lse,
                              const AttentionShape& shape, VectorIsa isa = vector_isa());

@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "gemm.h"
+#include "gemm_bf16.h"
 #include "parallel.h"
 #include "row_sums.h"
 
@@ -78,18 +81,76 @@ void softmax_rows(T* logits, int64_t rows, int64_t V, double* lse) {
 
 }  // namespace
 
+namespace {
+
+// The three products of lm_head_forward_backward for a block of rows: in
+// T, or (w16 set, T = float) on the bf16 GEMM with x and dlogits rounded.
+template <typename T>
+class LmHeadProducts {
+ public:
+  LmHeadProducts(const T* x, const T* w, const uint16_t* w16, int64_t C, int64_t V)
+      : x_(x), w_(w), w16_(w16), C_(C), V_(V) {
+    if (w16_ != nullptr && !std::is_same_v<T, float>)
+      throw std::logic_error("lm_head_forward_backward: bf16 weights need T = float");
+  }
+  void logits(int64_t r0, int64_t rows, T* logits) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (w16_ != nullptr) {
+        round_to_bf16(sized(x16_, rows * C_), x_ + r0 * C_, rows * C_);
+        gemm_bf16(Op::kNone, Op::kTranspose, rows, V_, C_, 1.0f, x16_.data(), C_, w16_, C_, 0.0f,
+                  logits, V_);
+        return;
+      }
+    }
+    gemm<T>(Op::kNone, Op::kTranspose, rows, V_, C_, T{1}, x_ + r0 * C_, C_, w_, C_, T{0}, logits,
+            V_);
+  }
+  // dx rows = dlogits w (overwritten); dw += dlogits^T x. x16_ still holds
+  // this block's rounded rows from logits().
+  void backward(int64_t r0, int64_t rows, const T* dlogits, T* dx, T* dw) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (w16_ != nullptr) {
+        uint16_t* d16 = sized(d16_, rows * V_);
+        round_to_bf16(d16, dlogits, rows * V_);
+        gemm_bf16(Op::kNone, Op::kNone, rows, C_, V_, 1.0f, d16, V_, w16_, C_, 0.0f, dx + r0 * C_,
+                  C_);
+        gemm_bf16(Op::kTranspose, Op::kNone, V_, C_, rows, 1.0f, d16, V_, x16_.data(), C_, 1.0f, dw,
+                  C_);
+        return;
+      }
+    }
+    gemm<T>(Op::kNone, Op::kNone, rows, C_, V_, T{1}, dlogits, V_, w_, C_, T{0}, dx + r0 * C_, C_);
+    gemm<T>(Op::kTranspose, Op::kNone, V_, C_, rows, T{1}, dlogits, V_, x_ + r0 * C_, C_, T{1}, dw,
+            C_);
+  }
+
+ private:
+  static uint16_t* sized(std::vector<uint16_t>& v, int64_t n) {
+    if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+    return v.data();
+  }
+  const T* x_;
+  const T* w_;
+  const uint16_t* w16_;
+  int64_t C_, V_;
+  std::vector<uint16_t> x16_, d16_;
+};
+
+}  // namespace
+
 template <typename T>
 double lm_head_forward_backward(T* dx, T* dw, const T* x, const T* w, const int32_t* targets,
-                                int64_t N, int64_t C, int64_t V, double grad_scale) {
+                                int64_t N, int64_t C, int64_t V, double grad_scale,
+                                const uint16_t* w16) {
   const int64_t rb = lm_rows_per_block(N, V);
+  LmHeadProducts<T> products(x, w, w16, C, V);
   std::vector<T> logits(static_cast<size_t>(rb * V));
   std::vector<double> lse(static_cast<size_t>(rb));
   std::vector<double> row_loss(static_cast<size_t>(rb));
   double loss = 0;
   for (int64_t r0 = 0; r0 < N; r0 += rb) {
     const int64_t rows = std::min(rb, N - r0);
-    gemm<T>(Op::kNone, Op::kTranspose, rows, V, C, T{1}, x + r0 * C, C, w, C, T{0}, logits.data(),
-            V);
+    products.logits(r0, rows, logits.data());
     // Target logit before the softmax overwrites it.
     for (int64_t r = 0; r < rows; ++r) {
       const int32_t y = targets[r0 + r];
@@ -111,9 +172,7 @@ double lm_head_forward_backward(T* dx, T* dw, const T* x, const T* w, const int3
     });
     for (int64_t r = 0; r < rows; ++r)
       if (targets[r0 + r] >= 0) loss += row_loss[r] + lse[r];
-    gemm<T>(Op::kNone, Op::kNone, rows, C, V, T{1}, logits.data(), V, w, C, T{0}, dx + r0 * C, C);
-    gemm<T>(Op::kTranspose, Op::kNone, V, C, rows, T{1}, logits.data(), V, x + r0 * C, C, T{1}, dw,
-            C);
+    products.backward(r0, rows, logits.data(), dx, dw);
   }
   return loss;
 }
@@ -158,7 +217,7 @@ double lm_head_forward(const T* x, const T* w, const int32_t* targets, int64_t N
                                    int64_t, bool);                                                 \
   template void add<T>(T*, const T*, const T*, int64_t);                                           \
   template double lm_head_forward_backward<T>(T*, T*, const T*, const T*, const int32_t*, int64_t, \
-                                              int64_t, int64_t, double);                           \
+                                              int64_t, int64_t, double, const uint16_t*);          \
   template double lm_head_forward<T>(const T*, const T*, const int32_t*, int64_t, int64_t,         \
                                      int64_t, const int64_t*, int64_t, float*);
 

@@ -29,10 +29,14 @@ void add(T* out, const T* a, const T* b, int64_t n);  // out = a + b (out may al
 // w (V, C) the head's weight (GPT's and a tied Llama's is the token
 // embedding); rows whose target is < 0 are ignored. Overwrites dx with
 // d(sum_i grad_scale * loss_i)/dx and accumulates the same into dw.
-// Returns the sum of loss_i over the counted rows.
+// Returns the sum of loss_i over the counted rows. With w16 (T = float, a
+// bf16 layer: w's bf16 parameter view, where the bf16 GEMM is available)
+// its three products run on the bf16 GEMM, x and the logits' gradient
+// rounded to bf16 for them, as linear_bf16.h; the softmax stays fp32.
 template <typename T>
 double lm_head_forward_backward(T* dx, T* dw, const T* x, const T* w, const int32_t* targets,
-                                int64_t N, int64_t C, int64_t V, double grad_scale);
+                                int64_t N, int64_t C, int64_t V, double grad_scale,
+                                const uint16_t* w16 = nullptr);
 // Forward only: the loss sum over rows with targets >= 0 (targets may be
 // null: no loss), and the logits of rows `rows[0..n_rows)` into
 // logits (n_rows, V) if non-null.

@@ -85,8 +85,8 @@ Results run(const Inputs& x, const AttentionShape& s, bool bf16) {
                             x.k.data(), x.v.data(), r.out.data(), r.lse.data(), s);
   } else {
     attention_forward(r.out.data(), r.lse.data(), x.q.data(), x.k.data(), x.v.data(), s);
-    attention_backward(r.dq.data(), r.dk.data(), r.dv.data(), x.dout.data(), x.q.data(),
-                       x.k.data(), x.v.data(), r.out.data(), r.lse.data(), s);
+    attention_backward(r.dq.data(), r.dk.data(), r.dv.data(), x.dout.data(), x.q.data(), x.k.data(),
+                       x.v.data(), r.out.data(), r.lse.data(), s);
   }
   return r;
 }

@@ -2,7 +2,8 @@
 // same bf16 operands, for every transpose pair, odd shapes, padded leading
 // dimensions, alpha and beta; its independence from the thread count
 // (bitwise); the rounding against sdk::float_to_bf16; and the bf16 linear
-// layers (linear_bf16.h) against fp32 ones on the rounded operands. Skipped,
+// layers (linear_bf16.h) and LM head (linear.h) against fp32 ones on the
+// rounded operands. Skipped,
 // with the reason, where the build or the CPU has no bf16 GEMM (or
 // DSCORE_CPU_ISA lowers the ISA), as on AVX2-only machines.
 #include "transformer_common/cpu/gemm_bf16.h"
@@ -11,6 +12,7 @@
 #include <oneapi/tbb/global_control.h>
 #include <dscore/cpp/dtype.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <iterator>
@@ -230,6 +232,54 @@ TEST(LinearBf16, MatchesFp32LinearOnRoundedOperands) {
   matmul_backward(scratch_dinp.data(), scratch_dw.data(), db32.data(), dout.data(), inp.data(),
                   w32.data(), N, C, OC);
   EXPECT_EQ(db16, db32);
+}
+
+// The LM head on bf16 weights (lm_head_forward_backward with w16) against
+// the fp32 head on the same bf16 values: the logits are exact products
+// summed in fp32 either way, so the loss agrees to fp32 summation order;
+// dx and dw differ by the rounding of the logits' gradient to bf16 (a
+// relative 2^-9 per element). Two row blocks (V 20000: 209 rows each), and
+// rows without a target.
+TEST(LmHeadBf16, MatchesTheFp32HeadOnTheSameValues) {
+  SKIP_WITHOUT_BF16_GEMM();
+  const int64_t N = 300, C = 48, V = 20000;
+  ASSERT_LT(lm_rows_per_block(N, V), N);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto bf16_values = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = sdk::bf16_to_float(sdk::float_to_bf16(normal(rng)));
+    return v;
+  };
+  const auto x = bf16_values(N * C), w32 = bf16_values(V * C);
+  std::vector<uint16_t> w16(w32.size());
+  for (size_t i = 0; i < w32.size(); ++i) w16[i] = sdk::float_to_bf16(w32[i]);
+  std::vector<int32_t> targets(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) targets[i] = i % 7 == 3 ? -1 : static_cast<int32_t>(rng() % V);
+  const double scale = 1.0 / 257;
+  std::vector<float> dx16(static_cast<size_t>(N * C)), dx32 = dx16;
+  const std::vector<float> dw_start = bf16_values(V * C);  // dw is accumulated onto
+  std::vector<float> dw16 = dw_start, dw32 = dw_start;
+  const double loss16 = lm_head_forward_backward(dx16.data(), dw16.data(), x.data(), w32.data(),
+                                                 targets.data(), N, C, V, scale, w16.data());
+  const double loss32 = lm_head_forward_backward(dx32.data(), dw32.data(), x.data(), w32.data(),
+                                                 targets.data(), N, C, V, scale);
+  EXPECT_NEAR(loss16, loss32, 1e-5 * loss32);
+  auto largest = [](const std::vector<float>& v) {
+    float m = 0;
+    for (float e : v) m = std::max(m, std::abs(e));
+    return m;
+  };
+  // Within 2^-8 of the largest element of dx and of the head's part of dw
+  // (seen: 1.3e-3 of it for each).
+  const double dx_tol = std::ldexp(largest(dx32), -8);
+  for (size_t i = 0; i < dx16.size(); ++i) ASSERT_NEAR(dx16[i], dx32[i], dx_tol) << "dx " << i;
+  std::vector<float> head_part(dw32.size());
+  for (size_t i = 0; i < dw32.size(); ++i) head_part[i] = dw32[i] - dw_start[i];
+  const double dw_tol = std::ldexp(largest(head_part), -8);
+  for (size_t i = 0; i < dw16.size(); ++i) ASSERT_NEAR(dw16[i], dw32[i], dw_tol) << "dw " << i;
+  // Rows without a target give no gradient.
+  for (int64_t c = 0; c < C; ++c) EXPECT_EQ(dx16[static_cast<size_t>(3 * C + c)], 0.0f);
 }
 
 TEST(GemmBf16, SaysWhyItIsUnavailable) {
