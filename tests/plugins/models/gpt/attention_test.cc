@@ -2,17 +2,17 @@
 // (plugins/models/transformer_common/cpu/attention.cc, on GPT's packed qkv through
 // cpu/attention.h): its backward against central finite differences in double (tolerance as
 // kernels_test.cc: 1e-6 relative), its forward against a plain softmax
-// attention written out below (fp32 within 2e-5 relative), on shapes that
+// attention (naive_attention.h; fp32 within 2e-5 relative), on shapes that
 // cross the tile edges, and its results bitwise equal at 1 and 2 threads.
 #include <gtest/gtest.h>
 #include <tbb/global_control.h>
 
 #include <cmath>
-#include <limits>
 #include <random>
 #include <vector>
 
 #include "cpu/attention.h"
+#include "tests/plugins/models/transformer_common/naive_attention.h"
 #include "transformer_common/cpu/gemm.h"
 
 namespace dscore::gpt::cpu {
@@ -39,39 +39,6 @@ const Shape kShapes[] = {
     {1, 7, 6, 1},
 };
 
-// softmax(scale q k^T, causal) v per (batch, head), in double, and each
-// row's logsumexp.
-void naive_attention(std::vector<double>* out, std::vector<double>* lse,
-                     const std::vector<float>& qkv, const Shape& s) {
-  const int64_t hs = s.C / s.NH, ld = 3 * s.C;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
-  out->assign(static_cast<size_t>(s.B * s.Tn * s.C), 0.0);
-  lse->assign(static_cast<size_t>(s.B * s.NH * s.Tn), 0.0);
-  std::vector<double> score(static_cast<size_t>(s.Tn));
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t h = 0; h < s.NH; ++h)
-      for (int64_t t = 0; t < s.Tn; ++t) {
-        const float* q = &qkv[static_cast<size_t>((b * s.Tn + t) * ld + h * hs)];
-        double mx = -std::numeric_limits<double>::infinity();
-        for (int64_t u = 0; u <= t; ++u) {
-          const float* k = &qkv[static_cast<size_t>((b * s.Tn + u) * ld + s.C + h * hs)];
-          double dot = 0;
-          for (int64_t c = 0; c < hs; ++c) dot += static_cast<double>(q[c]) * k[c];
-          score[static_cast<size_t>(u)] = dot * scale;
-          mx = std::max(mx, dot * scale);
-        }
-        double sum = 0;
-        for (int64_t u = 0; u <= t; ++u) sum += std::exp(score[static_cast<size_t>(u)] - mx);
-        double* o = &(*out)[static_cast<size_t>((b * s.Tn + t) * s.C + h * hs)];
-        for (int64_t u = 0; u <= t; ++u) {
-          const double p = std::exp(score[static_cast<size_t>(u)] - mx) / sum;
-          const float* v = &qkv[static_cast<size_t>((b * s.Tn + u) * ld + 2 * s.C + h * hs)];
-          for (int64_t c = 0; c < hs; ++c) o[c] += p * v[c];
-        }
-        (*lse)[static_cast<size_t>((b * s.NH + h) * s.Tn + t)] = mx + std::log(sum);
-      }
-}
-
 class CpuAttention : public ::testing::Test {
  protected:
   void SetUp() override { transformer::cpu::use_single_threaded_blas(); }
@@ -86,7 +53,9 @@ TEST_F(CpuAttention, TiledForwardEqualsPlainSoftmaxAttention) {
         lse(static_cast<size_t>(attention_state_elements(s.B, s.Tn, s.NH)));
     attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.Tn, s.C, s.NH);
     std::vector<double> want_out, want_lse;
-    naive_attention(&want_out, &want_lse, qkv, s);
+    transformer::testing::naive_attention(&want_out, &want_lse, qkv.data(), qkv.data() + s.C,
+                                          qkv.data() + 2 * s.C,
+                                          packed_attention_shape(s.B, s.Tn, s.C, s.NH));
     for (size_t i = 0; i < out.size(); ++i)
       ASSERT_NEAR(out[i], want_out[i], 2e-5 * std::max(1.0, std::abs(want_out[i]))) << "out " << i;
     for (size_t i = 0; i < lse.size(); ++i)

@@ -22,11 +22,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "tests/plugins/models/transformer_common/naive_attention.h"
 #include "transformer_common/cpu/gemm.h"
 #include "transformer_common/cpu/gemm_bf16.h"
 
@@ -91,38 +91,6 @@ Results run(const Inputs& x, const AttentionShape& s, bool bf16) {
   return r;
 }
 
-// Plain causal softmax attention in double: out, lse.
-void naive_attention(std::vector<double>* out, std::vector<double>* lse, const Inputs& x,
-                     const AttentionShape& s) {
-  const int64_t hd = s.head_dim, group = s.NH / s.NKV;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  out->assign(x.dout.size(), 0.0);
-  lse->assign(static_cast<size_t>(s.B * s.NH * s.Tn), 0.0);
-  std::vector<double> score(static_cast<size_t>(s.Tn));
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t h = 0; h < s.NH; ++h)
-      for (int64_t t = 0; t < s.Tn; ++t) {
-        const float* q = &x.q[static_cast<size_t>((b * s.Tn + t) * s.q_ld + h * hd)];
-        double mx = -std::numeric_limits<double>::infinity();
-        for (int64_t u = 0; u <= t; ++u) {
-          const float* k = &x.k[static_cast<size_t>((b * s.Tn + u) * s.kv_ld + (h / group) * hd)];
-          double d = 0;
-          for (int64_t c = 0; c < hd; ++c) d += static_cast<double>(q[c]) * k[c];
-          score[static_cast<size_t>(u)] = d * scale;
-          mx = std::max(mx, d * scale);
-        }
-        double sum = 0;
-        for (int64_t u = 0; u <= t; ++u) sum += std::exp(score[static_cast<size_t>(u)] - mx);
-        double* o = &(*out)[static_cast<size_t>((b * s.Tn + t) * s.out_ld + h * hd)];
-        for (int64_t u = 0; u <= t; ++u) {
-          const double p = std::exp(score[static_cast<size_t>(u)] - mx) / sum;
-          const float* v = &x.v[static_cast<size_t>((b * s.Tn + u) * s.kv_ld + (h / group) * hd)];
-          for (int64_t c = 0; c < hd; ++c) o[c] += p * v[c];
-        }
-        (*lse)[static_cast<size_t>((b * s.NH + h) * s.Tn + t)] = mx + std::log(sum);
-      }
-}
-
 // The channels of the heads in rows of stride ld (the padding is not
 // written).
 bool in_head(size_t i, int64_t ld, int64_t heads, int64_t hd) {
@@ -153,7 +121,7 @@ TEST_F(AttentionBf16, ForwardMatchesPlainAttentionWithinTheProbabilitiesRounding
     const Inputs x(s, 7);
     const Results got = run(x, s, true);
     std::vector<double> want_out, want_lse;
-    naive_attention(&want_out, &want_lse, x, s);
+    testing::naive_attention(&want_out, &want_lse, x.q.data(), x.k.data(), x.v.data(), s);
     const double out_tol = std::ldexp(largest(x.v), -8);
     for (size_t i = 0; i < got.out.size(); ++i) {
       if (!in_head(i, s.out_ld, s.NH, s.head_dim)) continue;

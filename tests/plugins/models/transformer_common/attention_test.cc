@@ -11,11 +11,11 @@
 #include <tbb/global_control.h>
 
 #include <cmath>
-#include <limits>
 #include <string>
 #include <vector>
 
 #include "tests/plugins/models/transformer_common/gradient_check.h"
+#include "tests/plugins/models/transformer_common/naive_attention.h"
 #include "transformer_common/cpu/gemm.h"
 
 namespace dscore::transformer::cpu {
@@ -42,36 +42,6 @@ struct Inputs {
   std::vector<T> q, k, v;
 };
 
-void naive_attention(Vec* out, Vec* lse, const Inputs<float>& x, const AttentionShape& s) {
-  const int64_t hd = s.head_dim, group = s.NH / s.NKV;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  out->assign(static_cast<size_t>(s.B * s.Tn * s.out_ld), 0.0);
-  lse->assign(static_cast<size_t>(s.B * s.NH * s.Tn), 0.0);
-  Vec score(static_cast<size_t>(s.Tn));
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t h = 0; h < s.NH; ++h)
-      for (int64_t t = 0; t < s.Tn; ++t) {
-        const float* q = &x.q[static_cast<size_t>((b * s.Tn + t) * s.q_ld + h * hd)];
-        double mx = -std::numeric_limits<double>::infinity();
-        for (int64_t u = 0; u <= t; ++u) {
-          const float* k = &x.k[static_cast<size_t>((b * s.Tn + u) * s.kv_ld + (h / group) * hd)];
-          double d = 0;
-          for (int64_t c = 0; c < hd; ++c) d += static_cast<double>(q[c]) * k[c];
-          score[static_cast<size_t>(u)] = d * scale;
-          mx = std::max(mx, d * scale);
-        }
-        double sum = 0;
-        for (int64_t u = 0; u <= t; ++u) sum += std::exp(score[static_cast<size_t>(u)] - mx);
-        double* o = &(*out)[static_cast<size_t>((b * s.Tn + t) * s.out_ld + h * hd)];
-        for (int64_t u = 0; u <= t; ++u) {
-          const double p = std::exp(score[static_cast<size_t>(u)] - mx) / sum;
-          const float* v = &x.v[static_cast<size_t>((b * s.Tn + u) * s.kv_ld + (h / group) * hd)];
-          for (int64_t c = 0; c < hd; ++c) o[c] += p * v[c];
-        }
-        (*lse)[static_cast<size_t>((b * s.NH + h) * s.Tn + t)] = mx + std::log(sum);
-      }
-}
-
 std::string describe(const AttentionShape& s) {
   return "B " + std::to_string(s.B) + " T " + std::to_string(s.Tn) + " NH " + std::to_string(s.NH) +
          " NKV " + std::to_string(s.NKV) + " hd " + std::to_string(s.head_dim);
@@ -92,7 +62,7 @@ TEST_F(GqaAttention, TiledForwardEqualsPlainSoftmaxAttention) {
         lse(static_cast<size_t>(attention_state_elements(s.B, s.Tn, s.NH)));
     attention_forward(out.data(), lse.data(), x.q.data(), x.k.data(), x.v.data(), s);
     Vec want_out, want_lse;
-    naive_attention(&want_out, &want_lse, x, s);
+    testing::naive_attention(&want_out, &want_lse, x.q.data(), x.k.data(), x.v.data(), s);
     for (size_t i = 0; i < out.size(); ++i)
       ASSERT_NEAR(out[i], want_out[i], 2e-5 * std::max(1.0, std::abs(want_out[i]))) << "out " << i;
     for (size_t i = 0; i < lse.size(); ++i)
