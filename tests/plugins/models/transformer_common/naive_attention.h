@@ -16,8 +16,7 @@
 namespace dscore::transformer::testing {
 
 inline void naive_attention(std::vector<double>* out, std::vector<double>* lse, const float* q_all,
-                            const float* k_all, const float* v_all,
-                            const cpu::AttentionShape& s) {
+                            const float* k_all, const float* v_all, const cpu::AttentionShape& s) {
   const int64_t hd = s.head_dim, group = s.NH / s.NKV;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   out->assign(static_cast<size_t>(s.B * s.Tn * s.out_ld), 0.0);
