@@ -156,6 +156,8 @@ DSCORE_ATTENTION_PIECE(score_grads, BackwardTile)
 DSCORE_ATTENTION_PIECE(row_dots, RowDots)
 #undef DSCORE_ATTENTION_PIECE
 
+namespace {
+
 // The pieces for T: the ISA's for float, the generic ones for double.
 template <typename T>
 struct Pieces {
@@ -178,6 +180,7 @@ struct Pieces<float> {
   void (*row_dots)(const RowDots<float>&);
 };
 
+}  // namespace
 }  // namespace attention_tiles
 
 namespace {
