@@ -79,10 +79,6 @@ void softmax_rows(T* logits, int64_t rows, int64_t V, double* lse) {
   });
 }
 
-}  // namespace
-
-namespace {
-
 // The three products of lm_head_forward_backward for a block of rows: in
 // T, or (w16 set, T = float) on the bf16 GEMM with x and dlogits rounded.
 template <typename T>
