@@ -12,6 +12,8 @@ namespace dscore::gpt::cpu {
 
 template <typename T>
 class CpuBackend : public transformer::cpu::HostBackend<T> {
+  using Base = transformer::cpu::HostBackend<T>;
+
  public:
   explicit CpuBackend(sdk::HostRef host = {})
       : transformer::cpu::HostBackend<T>(host, "gpt", "gpt activations") {}
@@ -38,19 +40,22 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
                           const T* mean, const T* rstd, int64_t N, int64_t C) {
     cpu::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   }
-  // matmul_forward and matmul_backward: HostBackend's (fp32, or the bf16 GEMM).
+  // matmul_forward, matmul_backward and lm_head_forward_backward:
+  // HostBackend's (fp32, or the bf16 GEMM in a bf16 layer).
   // The tiled kernels of attention.h: the state is each row's logsumexp.
   int64_t attention_state_elements(int64_t B, int64_t Tn, int64_t NH) const {
     return cpu::attention_state_elements(B, Tn, NH);
   }
-  // In a bf16 layer (bf16_compute), with bf16 products (attention_bf16.h).
+  // On packed q|k|v rows, through HostBackend's (bf16 products in a bf16 layer).
   void attention_forward(T* out, T* state, const T* qkv, int64_t B, int64_t Tn, int64_t C,
                          int64_t NH) {
-    cpu::attention_forward(out, state, qkv, B, Tn, C, NH, this->bf16_compute());
+    Base::attention_forward(out, state, qkv, qkv + C, qkv + 2 * C,
+                            packed_attention_shape(B, Tn, C, NH));
   }
   void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* state,
                           int64_t B, int64_t Tn, int64_t C, int64_t NH) {
-    cpu::attention_backward(dqkv, dout, qkv, out, state, B, Tn, C, NH, this->bf16_compute());
+    Base::attention_backward(dqkv, dqkv + C, dqkv + 2 * C, dout, qkv, qkv + C, qkv + 2 * C, out,
+                             state, packed_attention_shape(B, Tn, C, NH));
   }
   void gelu_forward(T* out, const T* inp, int64_t n) { cpu::gelu_forward(out, inp, n); }
   void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
@@ -61,11 +66,6 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
     cpu::gelu_backward_bias(dinp, dbias, inp, dout, N, OC);
   }
   void add(T* out, const T* a, const T* b, int64_t n) { cpu::add(out, a, b, n); }
-  double lm_head_forward_backward(T* dx, T* dwte, const T* x, const T* wte, const int32_t* targets,
-                                  int64_t N, int64_t C, int64_t V, double grad_scale) {
-    return cpu::lm_head_forward_backward(dx, dwte, x, wte, targets, N, C, V, grad_scale,
-                                         this->bf16_view_of(wte));
-  }
   double lm_head_forward(const T* x, const T* wte, const int32_t* targets, int64_t N, int64_t C,
                          int64_t V, const int64_t* rows, int64_t n_rows, float* logits_host) {
     return cpu::lm_head_forward(x, wte, targets, N, C, V, rows, n_rows, logits_host);

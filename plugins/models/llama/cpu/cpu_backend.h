@@ -5,11 +5,9 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 #include <vector>
 
 #include "../../transformer_common/cpu/attention.h"
-#include "../../transformer_common/cpu/attention_bf16.h"
 #include "../../transformer_common/cpu/host_backend.h"
 #include "../../transformer_common/cpu/linear.h"
 #include "../rope.h"
@@ -56,32 +54,13 @@ class CpuBackend : public shared::HostBackend<T> {
   void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n) {
     cpu::swiglu_backward(dgate, dup, dout, gate, up, n);
   }
-  // matmul_forward and matmul_backward: HostBackend's (fp32, or the bf16 GEMM).
+  // matmul_forward, matmul_backward, attention_forward, attention_backward
+  // and lm_head_forward_backward: HostBackend's (fp32, or bf16 products in a
+  // bf16 layer).
   int64_t attention_state_elements(int64_t B, int64_t Tn, int64_t NH) const {
     return shared::attention_state_elements(B, Tn, NH);
   }
-  // In a bf16 layer (bf16_compute), with bf16 products (attention_bf16.h).
-  void attention_forward(T* out, T* state, const T* q, const T* k, const T* v,
-                         const shared::AttentionShape& shape) {
-    if constexpr (std::is_same_v<T, float>) {
-      if (this->bf16_compute()) return shared::attention_forward_bf16(out, state, q, k, v, shape);
-    }
-    shared::attention_forward(out, state, q, k, v, shape);
-  }
-  void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
-                          const T* out, const T* state, const shared::AttentionShape& shape) {
-    if constexpr (std::is_same_v<T, float>) {
-      if (this->bf16_compute())
-        return shared::attention_backward_bf16(dq, dk, dv, dout, q, k, v, out, state, shape);
-    }
-    shared::attention_backward(dq, dk, dv, dout, q, k, v, out, state, shape);
-  }
   void add(T* out, const T* a, const T* b, int64_t n) { shared::add(out, a, b, n); }
-  double lm_head_forward_backward(T* dx, T* dw, const T* x, const T* w, const int32_t* targets,
-                                  int64_t N, int64_t C, int64_t V, double grad_scale) {
-    return shared::lm_head_forward_backward(dx, dw, x, w, targets, N, C, V, grad_scale,
-                                            this->bf16_view_of(w));
-  }
   double lm_head_forward(const T* x, const T* w, const int32_t* targets, int64_t N, int64_t C,
                          int64_t V, const int64_t* rows, int64_t n_rows, float* logits) {
     return shared::lm_head_forward(x, w, targets, N, C, V, rows, n_rows, logits);

@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "attention.h"
+#include "attention_bf16.h"
 #include "gemm_bf16.h"
 #include "linear.h"
 #include "linear_bf16.h"
@@ -185,8 +187,8 @@ class HostBackend {
   }
 
   // Whether the acquired layer computes in bf16: its parameters are bf16
-  // views and the bf16 GEMM is available. Its linears multiply by the
-  // views, and its attention uses bf16 products (attention_bf16.h).
+  // views and the bf16 GEMM is available. Its linears and LM head multiply
+  // by the views, and its attention uses bf16 products (attention_bf16.h).
   bool bf16_compute() const { return !bf16_views_.empty(); }
 
   // nn.Linear (linear.h), on the bf16 GEMM when the weight is a bf16 view
@@ -210,6 +212,32 @@ class HostBackend {
       }
     }
     cpu::matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC, accumulate_dinp);
+  }
+
+  // Causal attention (attention.h), with bf16 products in a bf16 layer
+  // (bf16_compute; attention_bf16.h).
+  void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v,
+                         const AttentionShape& shape) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (bf16_compute()) return attention_forward_bf16(out, lse, q, k, v, shape);
+    }
+    cpu::attention_forward(out, lse, q, k, v, shape);
+  }
+  void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
+                          const T* out, const T* lse, const AttentionShape& shape) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (bf16_compute())
+        return attention_backward_bf16(dq, dk, dv, dout, q, k, v, out, lse, shape);
+    }
+    cpu::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, shape);
+  }
+
+  // The LM head with cross-entropy (linear.h), its products on the bf16
+  // GEMM when the weight is a bf16 view.
+  double lm_head_forward_backward(T* dx, T* dw, const T* x, const T* w, const int32_t* targets,
+                                  int64_t N, int64_t C, int64_t V, double grad_scale) {
+    return cpu::lm_head_forward_backward(dx, dw, x, w, targets, N, C, V, grad_scale,
+                                         bf16_view_of(w));
   }
 
   Params load_params(const dscore_layer_views& v, const std::vector<int64_t>& numels) {
