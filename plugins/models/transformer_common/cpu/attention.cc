@@ -12,6 +12,7 @@
 #include "attention_tiles.h"
 #include "gemm.h"
 #include "isa_target.h"
+#include "parallel.h"
 #include "vector_math.h"
 
 namespace dscore::transformer::cpu {
@@ -194,8 +195,6 @@ constexpr int64_t kQb = kAttentionQueryBlock, kKb = kAttentionKeyBlock;
 // The backward's first write of a dk/dv block is its diagonal tile, which
 // spans the whole key block only when the blocks are equal.
 static_assert(kQb == kKb, "attention_backward writes dk and dv first on the diagonal tile");
-
-int64_t blocks_of(int64_t n, int64_t block) { return (n + block - 1) / block; }
 
 }  // namespace
 

@@ -21,8 +21,6 @@ using attention_tiles::RowDots;
 
 constexpr int64_t kRows = kAttentionQueryBlock;  // query rows per block
 
-int64_t blocks_of(int64_t n, int64_t block) { return (n + block - 1) / block; }
-
 // One head's Tn rows (stride ld) rounded into a dense (Tn, hs) copy.
 void round_head(uint16_t* out, const float* x, int64_t ld, int64_t Tn, int64_t hs) {
   for (int64_t t = 0; t < Tn; ++t) round_to_bf16_serial(out + t * hs, x + t * ld, hs);
@@ -137,7 +135,8 @@ void attention_backward_bf16(float* dq_all, float* dk_all, float* dv_all, const 
     uint16_t* ds16 = p16 + kRows * Tn;
     round_head(k16, k_all + b * Tn * kv_ld + g * hs, kv_ld, Tn, hs);
     round_head(v16, v_all + b * Tn * kv_ld + g * hs, kv_ld, Tn, hs);
-    std::fill(dk_acc, dk_acc + 2 * Tn * hs, 0.0f);
+    std::fill(dk_acc, dk_acc + Tn * hs, 0.0f);
+    std::fill(dv_acc, dv_acc + Tn * hs, 0.0f);
     for (int64_t h = g * group; h < (g + 1) * group; ++h) {
       const float* dy = dout + b * Tn * o_ld + h * hs;
       float* dq = dq_all + b * Tn * q_ld + h * hs;

@@ -97,6 +97,12 @@ void round_to_bf16(uint16_t* out, const float* in, int64_t n) {
              [&](int64_t i0, int64_t i1) { round_to_bf16_serial(out + i0, in + i0, i1 - i0); });
 }
 
+const uint16_t* round_to_bf16(std::vector<uint16_t>& buffer, const float* in, int64_t n) {
+  if (buffer.size() < static_cast<size_t>(n)) buffer.resize(static_cast<size_t>(n));
+  round_to_bf16(buffer.data(), in, n);
+  return buffer.data();
+}
+
 #ifdef DSCORE_WITH_ONEDNN
 namespace {
 

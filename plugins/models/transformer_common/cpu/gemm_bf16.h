@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "gemm.h"
 
@@ -42,5 +43,9 @@ void gemm_bf16_serial(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float a
 void round_to_bf16(uint16_t* out, const float* in, int64_t n);
 // The same on the calling thread.
 void round_to_bf16_serial(uint16_t* out, const float* in, int64_t n);
+// round_to_bf16 into `buffer`, grown to n elements first (what it held
+// before is not kept); returns its data. For operand buffers reused from
+// call to call.
+const uint16_t* round_to_bf16(std::vector<uint16_t>& buffer, const float* in, int64_t n);
 
 }  // namespace dscore::transformer::cpu

@@ -92,9 +92,9 @@ class LmHeadProducts {
   void logits(int64_t r0, int64_t rows, T* logits) {
     if constexpr (std::is_same_v<T, float>) {
       if (w16_ != nullptr) {
-        round_to_bf16(sized(x16_, rows * C_), x_ + r0 * C_, rows * C_);
-        gemm_bf16(Op::kNone, Op::kTranspose, rows, V_, C_, 1.0f, x16_.data(), C_, w16_, C_, 0.0f,
-                  logits, V_);
+        const uint16_t* x16 = round_to_bf16(x16_, x_ + r0 * C_, rows * C_);
+        gemm_bf16(Op::kNone, Op::kTranspose, rows, V_, C_, 1.0f, x16, C_, w16_, C_, 0.0f, logits,
+                  V_);
         return;
       }
     }
@@ -106,8 +106,7 @@ class LmHeadProducts {
   void backward(int64_t r0, int64_t rows, const T* dlogits, T* dx, T* dw) {
     if constexpr (std::is_same_v<T, float>) {
       if (w16_ != nullptr) {
-        uint16_t* d16 = sized(d16_, rows * V_);
-        round_to_bf16(d16, dlogits, rows * V_);
+        const uint16_t* d16 = round_to_bf16(d16_, dlogits, rows * V_);
         gemm_bf16(Op::kNone, Op::kNone, rows, C_, V_, 1.0f, d16, V_, w16_, C_, 0.0f, dx + r0 * C_,
                   C_);
         gemm_bf16(Op::kTranspose, Op::kNone, V_, C_, rows, 1.0f, d16, V_, x16_.data(), C_, 1.0f, dw,
@@ -121,10 +120,6 @@ class LmHeadProducts {
   }
 
  private:
-  static uint16_t* sized(std::vector<uint16_t>& v, int64_t n) {
-    if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
-    return v.data();
-  }
   const T* x_;
   const T* w_;
   const uint16_t* w16_;

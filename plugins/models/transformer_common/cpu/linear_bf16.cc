@@ -11,19 +11,13 @@ namespace {
 // The rounded operands, reused from call to call (a layer's linears run one
 // after another on the runner's thread); per thread, as runners on several
 // threads (ranks in one process) each have their own.
-uint16_t* rounded(std::vector<uint16_t>& buffer, const float* in, int64_t n) {
-  if (buffer.size() < static_cast<size_t>(n)) buffer.resize(static_cast<size_t>(n));
-  round_to_bf16(buffer.data(), in, n);
-  return buffer.data();
-}
-
 thread_local std::vector<uint16_t> inp_bf16, dout_bf16;
 
 }  // namespace
 
 void matmul_forward_bf16(float* out, const float* inp, const uint16_t* weight, const float* bias,
                          int64_t N, int64_t C, int64_t OC) {
-  const uint16_t* x = rounded(inp_bf16, inp, N * C);
+  const uint16_t* x = round_to_bf16(inp_bf16, inp, N * C);
   // The bias is added inside the GEMM (the fp32 path writes it into out first).
   gemm_bf16(Op::kNone, Op::kTranspose, N, OC, C, 1.0f, x, C, weight, C, 0.0f, out, OC, bias);
 }
@@ -31,10 +25,10 @@ void matmul_forward_bf16(float* out, const float* inp, const uint16_t* weight, c
 void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const uint16_t* weight, int64_t N, int64_t C,
                           int64_t OC, bool accumulate_dinp) {
-  const uint16_t* d = rounded(dout_bf16, dout, N * OC);
+  const uint16_t* d = round_to_bf16(dout_bf16, dout, N * OC);
   gemm_bf16(Op::kNone, Op::kNone, N, C, OC, 1.0f, d, OC, weight, C, accumulate_dinp ? 1.0f : 0.0f,
             dinp, C);
-  const uint16_t* x = rounded(inp_bf16, inp, N * C);
+  const uint16_t* x = round_to_bf16(inp_bf16, inp, N * C);
   gemm_bf16(Op::kTranspose, Op::kNone, OC, C, N, 1.0f, d, OC, x, C, 1.0f, dweight, C);
   if (dbias != nullptr) add_row_sums(dbias, dout, N, OC);  // from the fp32 gradient
 }
