@@ -10,6 +10,9 @@
 #
 #   bash run-gpu-tests.sh [gtest arguments...]
 #
+# DSCORE_GPU_TEST_TIMEOUT (seconds, default 600) ends an executable that runs
+# longer, reported as failed: a hung test must not spend a lease.
+#
 # Exit status: 0 when no test failed (all skipped counts as 0), else 1.
 set -uo pipefail
 
@@ -22,8 +25,9 @@ while read -r rel; do
   exe=$here/tree/$rel
   name=$(basename "$rel")
   log=$(mktemp)
-  "$exe" "$@" >"$log" 2>&1
+  timeout -k 5 "${DSCORE_GPU_TEST_TIMEOUT:-600}" "$exe" "$@" >"$log" 2>&1
   rc=$?
+  [ $rc -eq 124 ] && echo "    (timed out after ${DSCORE_GPU_TEST_TIMEOUT:-600} s)" >>"$log"
   ran=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
   skips=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
   if [ $rc -ne 0 ]; then

@@ -112,13 +112,19 @@ void check_movement(CheckedComm& c, CheckLog* log) {
              "wire counters");
 }
 
+// "what", and the call's error where it failed.
+template <typename T>
+std::string with_error(const std::string& what, const Result<T>& r) {
+  return r.ok() ? what : what + ": " + r.status().message();
+}
+
 // Groups (split): neighbours pair up (2 x 2 at W = 4; {0, 1}, {2} at W = 3)
 // and reduce inside their pair only; then strided groups ranked by a
 // descending key.
 void check_groups(CheckedComm& c, CheckLog* log) {
   const int W = c.world_size(), R = c.rank();
   auto pair = c.split(R / 2, R);
-  log->check(pair.ok() && *pair, "split into pairs");
+  log->check(pair.ok() && *pair, with_error("split into pairs", pair));
   if (pair.ok() && *pair) {
     const int first = R - R % 2, size = std::min(2, W - first);
     log->check((*pair)->world_size() == size && (*pair)->rank() == R % 2, "pair rank and size");
@@ -133,7 +139,7 @@ void check_groups(CheckedComm& c, CheckLog* log) {
     log->check(x == expect, "pair allreduce stays inside the pair");
   }
   auto strided = c.split(R % 2, -R);
-  log->check(strided.ok() && *strided, "strided split");
+  log->check(strided.ok() && *strided, with_error("strided split", strided));
   if (strided.ok() && *strided) {
     const int members = (W - R % 2 + 1) / 2;
     log->check((*strided)->world_size() == members && (*strided)->rank() == (members - 1) - R / 2,
@@ -144,7 +150,7 @@ void check_groups(CheckedComm& c, CheckLog* log) {
                "strided broadcast from the group's rank 0");
   }
   auto none = c.split(DSCORE_COMM_SPLIT_NONE, 0);
-  log->check(none.ok() && !*none, "split with no colour gives no group");
+  log->check(none.ok() && !*none, with_error("split with no colour gives no group", none));
 }
 
 }  // namespace

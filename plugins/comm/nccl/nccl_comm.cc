@@ -46,6 +46,14 @@ void NcclComm::abort_comm(const std::string& why) {
 
 void NcclComm::enqueued(ncclResult_t result, const char* op) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  // A non-blocking call can return ncclSuccess with its group job still
+  // linked to the communicator (ncclCommSplit does, seen with NCCL 2.28 on
+  // an H100): asking for the state once completes a finished job, or says
+  // it is in progress, before the next call finds it unfinished. (Not
+  // between ncclGroupStart and ncclGroupEnd: nothing runs before the end.)
+  if (result == ncclSuccess && comm != nullptr && !grouping &&
+      ncclCommGetAsyncError(comm, &result) != ncclSuccess)
+    result = ncclInternalError;
   while (result == ncclInProgress) {
     if (Clock::now() > deadline) {
       const std::string why = who(*this, op) + " was still in progress after " +

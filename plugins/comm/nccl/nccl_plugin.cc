@@ -24,9 +24,11 @@
 // failure for the group as a whole, so the message lists the group's ops.
 #include <dscore/comm.h>
 
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include <dscore/cpp/instance.hpp>
 
@@ -142,7 +144,23 @@ class NcclBackend : public sdk::Instance {
                               key, &group, &config),
                 "split");
     m_.counters.operations += 1;
-    if (group == nullptr) return nullptr;
+    if (color == DSCORE_COMM_SPLIT_NONE) return nullptr;
+    // NCCL writes the new handle when the split's job ends: wait for it.
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(m_.timeout_ms);
+    while (__atomic_load_n(&group, __ATOMIC_ACQUIRE) == nullptr) {
+      ncclResult_t state = ncclInProgress;
+      m_.enqueued(state, "split");  // throws (and aborts) on an error or at the deadline
+      if (std::chrono::steady_clock::now() > deadline) {
+        // Aborting ends the split's job, which would write `group` later.
+        const std::string why = "nccl split on rank " + std::to_string(m_.rank) +
+                                ": NCCL reported the split done but gave no new communicator "
+                                "within comm.timeout_ms; the communicator was aborted";
+        m_.abort_comm(why);
+        throw Error(DSCORE_DEADLINE_EXCEEDED, why);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
     // The new communicator connects in the background: wait for it too.
     NcclComm probe;
     probe.comm = group;

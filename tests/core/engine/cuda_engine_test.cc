@@ -20,6 +20,7 @@
 #include <stdlib.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -71,15 +72,31 @@ std::string config(const std::string& device, int stage, const std::string& corp
 void expect_close(const InProcessResult& cuda, const InProcessResult& cpu, const std::string& what,
                   double tolerance = 1e-3) {
   ASSERT_EQ(cuda.losses.size(), cpu.losses.size()) << what;
+  // Each step's two losses, printed: where a GPU run first parts from the
+  // reference.
+  std::string steps;
+  for (size_t i = 0; i < cpu.losses.size(); ++i) {
+    char text[96];
+    std::snprintf(text, sizeof text, " %.9g/%.9g (%.2g)", cuda.losses[i], cpu.losses[i],
+                  std::fabs(cuda.losses[i] - cpu.losses[i]) / cpu.losses[i]);
+    steps += text;
+  }
+  std::printf("  %s: losses, this run / the other (relative difference):%s\n", what.c_str(),
+              steps.c_str());
   for (size_t i = 0; i < cpu.losses.size(); ++i)
     EXPECT_NEAR(cuda.losses[i], cpu.losses[i], tolerance * std::fabs(cpu.losses[i]))
         << what << " step " << i + 1;
   ASSERT_EQ(cuda.params.size(), cpu.params.size()) << what;
   size_t far = 0;
-  for (size_t i = 0; i < cpu.params.size(); ++i)
-    if (!(std::fabs(cuda.params[i] - cpu.params[i]) <= tolerance)) ++far;
+  std::string first_far;  // the first few, as "index: this run / the other"
+  for (size_t i = 0; i < cpu.params.size(); ++i) {
+    if (std::fabs(cuda.params[i] - cpu.params[i]) <= tolerance) continue;
+    if (++far <= 12)
+      first_far += " " + std::to_string(i) + ": " + std::to_string(cuda.params[i]) + " / " +
+                   std::to_string(cpu.params[i]) + ";";
+  }
   EXPECT_EQ(far, 0u) << what << ": parameters further than " << tolerance
-                     << " from the other run's";
+                     << " from the other run's (of " << cpu.params.size() << "):" << first_far;
 }
 
 class CudaEngine : public ::testing::TestWithParam<int> {

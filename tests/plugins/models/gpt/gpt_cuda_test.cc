@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -172,17 +173,34 @@ struct GradTolerance {
   double norm_rel;  // ||diff|| <= norm_rel * ||ref|| (0: not checked)
 };
 
+std::string short_number(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3g", x);
+  return text;
+}
+
+// Also prints each tensor's largest difference against its largest
+// element, with where it is: a GPU run's record of how close it came.
 void expect_grads_near(FakeLayers& ref, FakeLayers& got, dscore_dtype dtype, GradTolerance tol) {
   for (size_t l = 0; l < ref.layer_count(); ++l) {
     for (size_t i = 0; i < ref.param_count(l); ++i) {
-      double max_ref = 0, max_diff = 0, norm_ref = 0, norm_diff = 0;
+      double max_ref = 0, max_diff = 0, norm_ref = 0, norm_diff = 0, at_ref = 0, at_got = 0;
+      int64_t at = -1;
       for (int64_t k = 0; k < ref.numel(l, i); ++k) {
         const double r = get(ref, dtype, true, l, i, k), g = get(got, dtype, true, l, i, k);
         max_ref = std::max(max_ref, std::abs(r));
-        max_diff = std::max(max_diff, std::abs(g - r));
+        if (!(std::abs(g - r) <= max_diff)) {
+          max_diff = std::abs(g - r);
+          at = k;
+          at_ref = r;
+          at_got = g;
+        }
         norm_ref += r * r;
         norm_diff += (g - r) * (g - r);
       }
+      std::printf("  layer %zu param %zu: max|diff| / max|ref| %.3g (element %lld: %.6g vs %.6g)\n",
+                  l, i, max_diff / std::max(max_ref, 1e-30), static_cast<long long>(at), at_got,
+                  at_ref);
       EXPECT_GT(max_ref, 0.0) << "layer " << l << " param " << i
                               << ": the reference gradient is all zero";
       EXPECT_LE(max_diff, tol.max_rel * max_ref)
@@ -363,6 +381,11 @@ TEST_F(GptCuda, Fp32ComputeOnBf16ViewsMatchesCpu) {
 }
 
 // Same inputs, same bits; a second call without zeroing doubles the views.
+// Except the tied embedding's: it receives two adds per call (the LM head's
+// gradient, then the embedding's), so the second call gives
+// (g + head) + embedding rather than 2 g, within a few ulps of the
+// tensor's largest element (seen on an H100: 824 of 12992 elements off 2 g,
+// exactly the rows of the tokens in the batch, where both adds are nonzero).
 TEST_F(GptCuda, RepeatsBitForBitAndAccumulates) {
   for (const char* dtype : {"fp32", "bf16"}) {
     SCOPED_TRACE(dtype);
@@ -378,11 +401,30 @@ TEST_F(GptCuda, RepeatsBitForBitAndAccumulates) {
     EXPECT_EQ(loss1, loss2);
     const double loss3 = train_step(model, again, tokens, 1.0);
     EXPECT_EQ(loss1, loss3);
+    // Every tensor that differs: how many elements, the first, the largest gap.
+    std::string differing;
     for (size_t l = 0; l < first.layer_count(); ++l)
-      for (size_t i = 0; i < first.param_count(l); ++i)
+      for (size_t i = 0; i < first.param_count(l); ++i) {
+        const bool tied_embedding = l == 0 && i == 0;
+        double largest = 0;
         for (int64_t k = 0; k < first.numel(l, i); ++k)
-          ASSERT_EQ(2.0f * first.grad<float>(l, i)[k], again.grad<float>(l, i)[k])
-              << "layer " << l << " param " << i << " element " << k;
+          largest = std::max(largest, std::fabs(static_cast<double>(first.grad<float>(l, i)[k])));
+        const double allowed = tied_embedding ? 1e-6 * largest : 0.0;
+        int64_t count = 0, at = -1;
+        double gap = 0;
+        for (int64_t k = 0; k < first.numel(l, i); ++k) {
+          const float want = 2.0f * first.grad<float>(l, i)[k], got = again.grad<float>(l, i)[k];
+          if (std::fabs(static_cast<double>(want) - got) <= allowed) continue;
+          if (count++ == 0) at = k;
+          gap = std::max(gap, std::fabs(static_cast<double>(want) - got));
+        }
+        if (count > 0)
+          differing += " layer " + std::to_string(l) + " param " + std::to_string(i) + ": " +
+                       std::to_string(count) + " of " + std::to_string(first.numel(l, i)) +
+                       " (first " + std::to_string(at) + ", largest gap " + short_number(gap) +
+                       ");";
+      }
+    EXPECT_EQ(differing, "") << "gradients of the second call are not the first's bits";
   }
 }
 
