@@ -184,7 +184,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   engine->process_memory_ = measure_process_memory(
       config, model.display_name(),
       [&](bool checkpointing) {
-        return model.activation_bytes(config.batch.train_micro_batch_size_per_gpu, checkpointing);
+        return model.activation_bytes(config.batch.train_micro_batch_size_per_gpu, checkpointing,
+                                      zero::model_dtype_of(config), zero::grad_dtype_of(config));
       },
       engine->comm_->world_size(), /*in_job=*/true);
   DSCORE_RETURN_IF_ERROR(check_job_fits(config, engine->layout_,

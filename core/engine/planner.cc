@@ -148,7 +148,11 @@ Result<std::vector<zero::ZeroPlan>> plan_job(const Setup& setup, int world_size)
   const int64_t micro = cfg.batch.train_micro_batch_size_per_gpu;
   const zero::ProcessMemory process = measure_process_memory(
       cfg, model->info().display(),
-      [&](bool checkpointing) { return model->activation_bytes(micro, checkpointing); }, world_size,
+      [&](bool checkpointing) {
+        return model->activation_bytes(micro, checkpointing, zero::model_dtype_of(cfg),
+                                       zero::grad_dtype_of(cfg));
+      },
+      world_size,
       /*in_job=*/false);
   std::vector<zero::ZeroPlan> plans;
   for (int rank = 0; rank < world_size; ++rank) {

@@ -10,7 +10,7 @@ Result<double> Model::layer_flops(size_t, int64_t) const {
   return unimplemented(display_name() + " does not report its FLOPs");
 }
 
-Result<uint64_t> Model::activation_bytes(int64_t, bool) const {
+Result<uint64_t> Model::activation_bytes(int64_t, bool, dscore_dtype, dscore_dtype) const {
   return unimplemented(display_name() + " does not declare its activation memory");
 }
 

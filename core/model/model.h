@@ -46,9 +46,13 @@ class Model {
   virtual Result<double> layer_flops(size_t layer, int64_t batch_size) const;
 
   // Peak bytes of activations and backward scratch of one forward_backward
-  // over `micro_batch` samples, without or with activation checkpointing
-  // (model.h activation_bytes); UNIMPLEMENTED when the model cannot say.
-  virtual Result<uint64_t> activation_bytes(int64_t micro_batch, bool checkpointing) const;
+  // over `micro_batch` samples, without or with activation checkpointing,
+  // for parameters lent in `param_dtype` and gradients in `grad_dtype`
+  // (model.h activation_bytes_for, else activation_bytes); UNIMPLEMENTED
+  // when the model cannot say.
+  virtual Result<uint64_t> activation_bytes(int64_t micro_batch, bool checkpointing,
+                                            dscore_dtype param_dtype,
+                                            dscore_dtype grad_dtype) const;
 
   // The model's own deterministic task (synthetic data), if it has one.
   virtual bool has_synthetic_task() const { return false; }

@@ -41,8 +41,10 @@ class PluginModel final : public Model {
     return instance_->layer_flops(layer, batch_size);
   }
 
-  Result<uint64_t> activation_bytes(int64_t micro_batch, bool checkpointing) const override {
-    return instance_->activation_bytes(micro_batch, checkpointing);
+  Result<uint64_t> activation_bytes(int64_t micro_batch, bool checkpointing,
+                                    dscore_dtype param_dtype,
+                                    dscore_dtype grad_dtype) const override {
+    return instance_->activation_bytes(micro_batch, checkpointing, param_dtype, grad_dtype);
   }
 
   bool has_synthetic_task() const override { return instance_->has_synthetic_task(); }

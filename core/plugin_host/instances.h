@@ -132,9 +132,11 @@ class ModelInstance {
   bool has_synthetic_task() const;
   // UNIMPLEMENTED when the plugin has no layer_flops.
   Result<double> layer_flops(size_t layer, int64_t batch_size) const;
-  // UNIMPLEMENTED when the plugin has no activation_bytes (or is older than
-  // ABI 1.1).
-  Result<uint64_t> activation_bytes(int64_t micro_batch, bool checkpointing) const;
+  // activation_bytes_for (ABI 1.2) where the plugin has it, else
+  // activation_bytes (ABI 1.1), which cannot see the dtypes; UNIMPLEMENTED
+  // when it has neither (or is older than ABI 1.1).
+  Result<uint64_t> activation_bytes(int64_t micro_batch, bool checkpointing,
+                                    dscore_dtype param_dtype, dscore_dtype grad_dtype) const;
   // Hugging Face export (ABI 1.2): UNIMPLEMENTED when the plugin has no
   // hf_tensor/hf_config (or is older). The name of parameter `param_index`
   // in a Hugging Face folder, and whether its 2-D transpose is stored.

@@ -178,14 +178,24 @@ Result<double> ModelInstance::layer_flops(size_t layer, int64_t batch_size) cons
   return flops;
 }
 
-Result<uint64_t> ModelInstance::activation_bytes(int64_t micro_batch, bool checkpointing) const {
+Result<uint64_t> ModelInstance::activation_bytes(int64_t micro_batch, bool checkpointing,
+                                                 dscore_dtype param_dtype,
+                                                 dscore_dtype grad_dtype) const {
   const auto* vt = vtable_of<dscore_model_vtable>(info_);
+  uint64_t bytes = 0;
+  if (DSCORE_HAS_FIELD(vt, dscore_model_vtable, activation_bytes_for) &&
+      vt->activation_bytes_for != nullptr) {
+    DSCORE_RETURN_IF_ERROR(call_plugin(*host_, info_.display(), "activation_bytes_for", [&] {
+      return vt->activation_bytes_for(handle_, micro_batch, checkpointing ? 1 : 0, param_dtype,
+                                      grad_dtype, &bytes);
+    }));
+    return bytes;
+  }
   if (!DSCORE_HAS_FIELD(vt, dscore_model_vtable, activation_bytes) ||
       vt->activation_bytes == nullptr)
     return Status(DSCORE_UNIMPLEMENTED, info_.display() +
                                             " does not declare its activation memory "
                                             "(activation_bytes is NULL)");
-  uint64_t bytes = 0;
   DSCORE_RETURN_IF_ERROR(call_plugin(*host_, info_.display(), "activation_bytes", [&] {
     return vt->activation_bytes(handle_, micro_batch, checkpointing ? 1 : 0, &bytes);
   }));

@@ -9,12 +9,15 @@
 #include <dscore/model.h>
 #include <dscore/cpp/model_plugin.hpp>
 
+#include <tbb/task_arena.h>
+
 #include <algorithm>
 #include <memory>
 #include <string>
 
 #include "../hf_common/hf_config.h"
 #include "../transformer_common/cpu/linear.h"
+#include "../transformer_common/cpu/view_scratch.h"
 #include "../transformer_common/model_io.h"
 #include "compute.h"
 #include "gpt2_hf.h"
@@ -210,6 +213,26 @@ class Gpt : public sdk::Instance {
                                                           : config_.n_layer;
     return runner_activation_bytes<float, float>(c, params_, micro_batch) +
            transformer::cpu::lm_head_working_bytes(micro_batch * c.block_size, c.vocab_size);
+  }
+  // The same for the views the host lends: 16-bit ones add the copies and
+  // bf16 operands of transformer::cpu::view_scratch_bytes.
+  uint64_t activation_bytes(int64_t micro_batch, bool checkpointing, dscore_dtype param_dtype,
+                            dscore_dtype grad_dtype) const {
+    const uint64_t activations = activation_bytes(micro_batch, checkpointing);
+    const GptConfig& c = config_;
+    transformer::cpu::PassShape s;
+    s.tokens = micro_batch * c.block_size;
+    s.largest_layer = transformer::cpu::largest_layer_numel(params_, c.layer_count());
+    s.linear_in = 4 * c.n_embd;   // the MLP's projection
+    s.linear_out = 4 * c.n_embd;  // the MLP's first linear
+    s.embd = c.n_embd;
+    s.vocab = c.vocab_size;
+    s.attention.B = micro_batch;
+    s.attention.Tn = c.block_size;
+    s.attention.NH = s.attention.NKV = c.n_head;
+    s.attention.head_dim = c.head_size();
+    return activations + transformer::cpu::view_scratch_bytes(
+                             s, param_dtype, grad_dtype, tbb::this_task_arena::max_concurrency());
   }
 
  private:

@@ -197,6 +197,15 @@ typedef struct dscore_model_vtable {
    * host calls again with a larger buffer when capacity <= *length. */
   dscore_status (*hf_config)(const dscore_model* self, dscore_dtype dtype, char* buffer,
                              size_t capacity, size_t* length);
+  /* Optional (ABI 1.2). activation_bytes for the views the host will lend:
+   * parameters in `param_dtype` and gradients in `grad_dtype` (F32, BF16 or
+   * F16; the run's model and gradient dtypes), so that a model which
+   * computes on converted copies or keeps 16-bit operands counts that
+   * scratch too. The host calls it in place of activation_bytes when it is
+   * set; NULL: the host calls activation_bytes. */
+  dscore_status (*activation_bytes_for)(const dscore_model* self, int64_t micro_batch,
+                                        int32_t checkpointing, dscore_dtype param_dtype,
+                                        dscore_dtype grad_dtype, uint64_t* peak_bytes);
   /* ---- minor 2 ends here ---- */
 } dscore_model_vtable;
 

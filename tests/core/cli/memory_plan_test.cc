@@ -77,17 +77,20 @@ std::string quickstart_config() {
   return json::serialize(*value);
 }
 
-// bench/gpt_train.cc's model and batch: ZeRO-0 at 1 rank, ZeRO-2 at 2.
-std::string bench_gpt_config(int ranks) {
+// bench/gpt_train.cc's model and batch: ZeRO-0 at 1 rank, ZeRO-2 at 2; in
+// bf16 the model computes on fp32 copies of its bf16 views (and, where the
+// bf16 GEMM is, keeps bf16 operands), which it declares through
+// activation_bytes_for.
+std::string bench_gpt_config(int ranks, bool bf16 = false) {
   char text[1024];
   std::snprintf(text, sizeof text,
                 R"({"train_batch_size": %d, "train_micro_batch_size_per_gpu": 8, "train_steps": 1,
-          "zero_optimization": {"stage": %d}, "memory_breakdown": true,
+          "zero_optimization": {"stage": %d}, "memory_breakdown": true,%s
           "optimizer": {"type": "AdamW", "params": {"lr": 0.0006}},
           "model": {"type": "gpt", "n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256,
                     "vocab_size": 256},
           "data": {"type": "text", "path": "configs/data/quickstart.txt"}})",
-                8 * ranks, ranks > 1 ? 2 : 0);
+                8 * ranks, ranks > 1 ? 2 : 0, bf16 ? R"( "bf16": {"enabled": true},)" : "");
   return text;
 }
 
@@ -138,6 +141,14 @@ TEST(MemoryPlan, BenchGptPeakWithinTenPercentOnOneRank) {
 
 TEST(MemoryPlan, BenchGptPeakWithinTenPercentOnTwoRanks) {
   expect_plan_within_10_percent(bench_gpt_config(2), 2, 1);
+}
+
+TEST(MemoryPlan, Bf16BenchGptPeakWithinTenPercentOnOneRank) {
+  expect_plan_within_10_percent(bench_gpt_config(1, /*bf16=*/true), 1, 1);
+}
+
+TEST(MemoryPlan, Bf16BenchGptPeakWithinTenPercentOnTwoRanks) {
+  expect_plan_within_10_percent(bench_gpt_config(2, /*bf16=*/true), 2, 1);
 }
 
 }  // namespace

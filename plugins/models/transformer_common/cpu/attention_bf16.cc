@@ -55,7 +55,29 @@ struct Scratch {
   std::vector<uint16_t> b16;
 };
 
+// A thread's tiles (the sized() calls below), in bytes.
+uint64_t forward_tile_bytes(int64_t Tn, int64_t hs) {
+  return static_cast<uint64_t>(kRows * Tn + kRows * hs + 2 * kRows) * sizeof(float) +
+         static_cast<uint64_t>(kRows * Tn) * sizeof(uint16_t);
+}
+uint64_t backward_tile_bytes(int64_t Tn, int64_t hs) {
+  return static_cast<uint64_t>(2 * kRows * Tn + 3 * Tn * hs + Tn) * sizeof(float) +
+         static_cast<uint64_t>(4 * Tn * hs + 2 * kRows * Tn) * sizeof(uint16_t);
+}
+
 }  // namespace
+
+uint64_t attention_bf16_working_bytes(const AttentionShape& shape, int64_t threads) {
+  const int64_t Tn = shape.Tn, hs = shape.head_dim;
+  const uint64_t heads =
+      static_cast<uint64_t>(shape.B * Tn * (shape.NH + 2 * shape.NKV) * hs) * sizeof(uint16_t);
+  const uint64_t forward =
+      static_cast<uint64_t>(std::max<int64_t>(threads, 1)) * forward_tile_bytes(Tn, hs);
+  const uint64_t backward = static_cast<uint64_t>(std::clamp<int64_t>(
+                                threads, 1, std::max<int64_t>(shape.B * shape.NKV, 1))) *
+                            backward_tile_bytes(Tn, hs);
+  return heads + std::max(forward, backward);
+}
 
 void attention_forward_bf16(float* out, float* lse, const float* q_all, const float* k_all,
                             const float* v_all, const AttentionShape& shape, VectorIsa isa) {

@@ -28,4 +28,9 @@ void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout,
                              const float* k, const float* v, const float* out, const float* lse,
                              const AttentionShape& shape, VectorIsa isa = vector_isa());
 
+// The most bytes the two hold at once beyond their arguments, with
+// `threads` worker threads: the dense bf16 heads (kept from call to call)
+// and each thread's tiles.
+uint64_t attention_bf16_working_bytes(const AttentionShape& shape, int64_t threads);
+
 }  // namespace dscore::transformer::cpu

@@ -56,6 +56,11 @@ uint64_t lm_head_working_bytes(int64_t N, int64_t V) {
          (static_cast<uint64_t>(V) * sizeof(float) + 2 * sizeof(double));
 }
 
+uint64_t lm_head_bf16_working_bytes(int64_t N, int64_t C, int64_t V) {
+  return static_cast<uint64_t>(lm_rows_per_block(N, V)) * static_cast<uint64_t>(C + V) *
+         sizeof(uint16_t);  // LmHeadProducts' x16_ and d16_
+}
+
 namespace {
 
 // Softmax of each row of logits (rows x V) in place; returns per-row

@@ -50,5 +50,8 @@ int64_t lm_rows_per_block(int64_t N, int64_t V);
 // Bytes of that working memory: lm_rows_per_block rows of V fp32 logits
 // and two fp64 statistics each (what a model's activation_bytes adds).
 uint64_t lm_head_working_bytes(int64_t N, int64_t V);
+// With a bf16 weight view (w16), also a block's rounded rows of x and of
+// the logits' gradient.
+uint64_t lm_head_bf16_working_bytes(int64_t N, int64_t C, int64_t V);
 
 }  // namespace dscore::transformer::cpu

@@ -15,6 +15,10 @@ thread_local std::vector<uint16_t> inp_bf16, dout_bf16;
 
 }  // namespace
 
+uint64_t linear_bf16_working_bytes(int64_t N, int64_t max_in, int64_t max_out) {
+  return static_cast<uint64_t>(N * (max_in + max_out)) * sizeof(uint16_t);
+}
+
 void matmul_forward_bf16(float* out, const float* inp, const uint16_t* weight, const float* bias,
                          int64_t N, int64_t C, int64_t OC) {
   const uint16_t* x = round_to_bf16(inp_bf16, inp, N * C);

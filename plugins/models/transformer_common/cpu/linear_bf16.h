@@ -18,4 +18,9 @@ void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float
                           const float* inp, const uint16_t* weight, int64_t N, int64_t C,
                           int64_t OC, bool accumulate_dinp = false);
 
+// The rounded operands the two keep from call to call on the calling
+// thread: the widest input (N x max_in) and output gradient (N x max_out)
+// among a pass's linears.
+uint64_t linear_bf16_working_bytes(int64_t N, int64_t max_in, int64_t max_out);
+
 }  // namespace dscore::transformer::cpu

@@ -15,6 +15,9 @@
 //     void synthetic_batch(uint64_t seed, int64_t first_sample, const dscore_batch* out) const;
 //     double layer_flops(size_t layer, int64_t batch_size) const;
 //     uint64_t activation_bytes(int64_t micro_batch, bool checkpointing) const;
+//     // the same for the parameter and gradient dtypes the host lends
+//     uint64_t activation_bytes(int64_t micro_batch, bool checkpointing,
+//                               dscore_dtype param_dtype, dscore_dtype grad_dtype) const;
 //     // Hugging Face export (both or neither): the name (alive until destroy)
 //     // and layout of a parameter, and config.json's text.
 //     dscore_hf_tensor hf_tensor(size_t index) const;
@@ -76,6 +79,12 @@ struct HasActivationBytes<
     T, std::void_t<decltype(std::declval<const T&>().activation_bytes(int64_t{}, bool{}))>>
     : std::true_type {};
 template <typename T, typename = void>
+struct HasActivationBytesFor : std::false_type {};
+template <typename T>
+struct HasActivationBytesFor<T, std::void_t<decltype(std::declval<const T&>().activation_bytes(
+                                    int64_t{}, bool{}, dscore_dtype{}, dscore_dtype{}))>>
+    : std::true_type {};
+template <typename T, typename = void>
 struct HasHfExport : std::false_type {};
 template <typename T>
 struct HasHfExport<T, std::void_t<decltype(std::declval<const T&>().hf_tensor(size_t{})),
@@ -125,6 +134,14 @@ struct ModelPlugin {
         h, [&](const T& t) { *peak_bytes = t.activation_bytes(micro_batch, checkpointing != 0); });
   }
 
+  static dscore_status activation_bytes_for(const dscore_model* h, int64_t micro_batch,
+                                            int32_t checkpointing, dscore_dtype param_dtype,
+                                            dscore_dtype grad_dtype, uint64_t* peak_bytes) {
+    return S::call(h, [&](const T& t) {
+      *peak_bytes = t.activation_bytes(micro_batch, checkpointing != 0, param_dtype, grad_dtype);
+    });
+  }
+
   static dscore_status hf_tensor(const dscore_model* h, size_t index, dscore_hf_tensor* out) {
     return S::call(h, [&](const T& t) {
       if (out == nullptr) throw Error(DSCORE_INVALID_ARGUMENT, "hf_tensor: out is NULL");
@@ -157,6 +174,8 @@ struct ModelPlugin {
     if constexpr (detail::HasSyntheticBatch<T>::value) vt.synthetic_batch = &synthetic_batch;
     if constexpr (detail::HasLayerFlops<T>::value) vt.layer_flops = &layer_flops;
     if constexpr (detail::HasActivationBytes<T>::value) vt.activation_bytes = &activation_bytes;
+    if constexpr (detail::HasActivationBytesFor<T>::value)
+      vt.activation_bytes_for = &activation_bytes_for;
     if constexpr (detail::HasHfExport<T>::value) {
       vt.hf_tensor = &hf_tensor;
       vt.hf_config = &hf_config;
