@@ -9,8 +9,6 @@
 #include <dscore/model.h>
 #include <dscore/cpp/model_plugin.hpp>
 
-#include <tbb/task_arena.h>
-
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -218,21 +216,17 @@ class Gpt : public sdk::Instance {
   // bf16 operands of transformer::cpu::view_scratch_bytes.
   uint64_t activation_bytes(int64_t micro_batch, bool checkpointing, dscore_dtype param_dtype,
                             dscore_dtype grad_dtype) const {
-    const uint64_t activations = activation_bytes(micro_batch, checkpointing);
     const GptConfig& c = config_;
-    transformer::cpu::PassShape s;
-    s.tokens = micro_batch * c.block_size;
-    s.largest_layer = transformer::cpu::largest_layer_numel(params_, c.layer_count());
-    s.linear_in = 4 * c.n_embd;   // the MLP's projection
-    s.linear_out = 4 * c.n_embd;  // the MLP's first linear
-    s.embd = c.n_embd;
-    s.vocab = c.vocab_size;
-    s.attention.B = micro_batch;
-    s.attention.Tn = c.block_size;
-    s.attention.NH = s.attention.NKV = c.n_head;
-    s.attention.head_dim = c.head_size();
-    return activations + transformer::cpu::view_scratch_bytes(
-                             s, param_dtype, grad_dtype, tbb::this_task_arena::max_concurrency());
+    const transformer::cpu::PassShape pass{
+        .tokens = micro_batch * c.block_size,
+        .largest_layer = transformer::cpu::largest_layer_numel(params_, c.layer_count()),
+        .linear_in = 4 * c.n_embd,   // the MLP's projection
+        .linear_out = 4 * c.n_embd,  // the MLP's first linear
+        .embd = c.n_embd,
+        .vocab = c.vocab_size,
+        .attention = {micro_batch, c.block_size, c.n_head, c.n_head, c.head_size()}};
+    return activation_bytes(micro_batch, checkpointing) +
+           transformer::cpu::view_scratch_bytes(pass, param_dtype, grad_dtype);
   }
 
  private:

@@ -9,8 +9,6 @@
 #include <dscore/model.h>
 #include <dscore/cpp/model_plugin.hpp>
 
-#include <tbb/task_arena.h>
-
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -203,22 +201,19 @@ class Llama : public sdk::Instance {
   // bf16 operands of transformer::cpu::view_scratch_bytes.
   uint64_t activation_bytes(int64_t micro_batch, bool checkpointing, dscore_dtype param_dtype,
                             dscore_dtype grad_dtype) const {
-    const uint64_t activations = activation_bytes(micro_batch, checkpointing);
     const LlamaConfig& c = config_;
-    transformer::cpu::PassShape s;
-    s.tokens = micro_batch * c.block_size;
-    s.largest_layer = transformer::cpu::largest_layer_numel(params_, c.layer_count());
-    s.linear_in = std::max({c.hidden_size, c.q_dim(), c.intermediate_size});
-    s.linear_out = std::max({c.hidden_size, c.q_dim(), c.intermediate_size});
-    s.embd = c.hidden_size;
-    s.vocab = c.vocab_size;
-    s.attention.B = micro_batch;
-    s.attention.Tn = c.block_size;
-    s.attention.NH = c.num_attention_heads;
-    s.attention.NKV = c.num_key_value_heads;
-    s.attention.head_dim = c.head_dim;
-    return activations + transformer::cpu::view_scratch_bytes(
-                             s, param_dtype, grad_dtype, tbb::this_task_arena::max_concurrency());
+    const int64_t widest = std::max({c.hidden_size, c.q_dim(), c.intermediate_size});
+    const transformer::cpu::PassShape pass{
+        .tokens = micro_batch * c.block_size,
+        .largest_layer = transformer::cpu::largest_layer_numel(params_, c.layer_count()),
+        .linear_in = widest,
+        .linear_out = widest,
+        .embd = c.hidden_size,
+        .vocab = c.vocab_size,
+        .attention = {micro_batch, c.block_size, c.num_attention_heads, c.num_key_value_heads,
+                      c.head_dim}};
+    return activation_bytes(micro_batch, checkpointing) +
+           transformer::cpu::view_scratch_bytes(pass, param_dtype, grad_dtype);
   }
 
  private:

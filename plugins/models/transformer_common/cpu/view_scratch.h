@@ -9,6 +9,7 @@
 #pragma once
 
 #include <dscore/plugin.h>
+#include <tbb/task_arena.h>
 
 #include <cstdint>
 
@@ -41,9 +42,10 @@ int64_t largest_layer_numel(const Params& params, int64_t layers) {
   return largest;
 }
 
-// With `threads` compute threads.
+// With `threads` compute threads (this arena's, by default).
 inline uint64_t view_scratch_bytes(const PassShape& s, dscore_dtype param_dtype,
-                                   dscore_dtype grad_dtype, int64_t threads) {
+                                   dscore_dtype grad_dtype,
+                                   int64_t threads = tbb::this_task_arena::max_concurrency()) {
   const uint64_t layer = static_cast<uint64_t>(s.largest_layer) * sizeof(float);
   uint64_t bytes = 0;
   if (param_dtype != DSCORE_DTYPE_F32) bytes += layer;  // HostBackend::Params' copies
