@@ -12,6 +12,8 @@
 #
 # DSCORE_GPU_TEST_TIMEOUT (seconds, default 600) ends an executable that runs
 # longer, reported as failed: a hung test must not spend a lease.
+# DSCORE_GPU_TEST_LOG (a file): every executable's whole output is appended
+# there (only the last 40 lines of a failure are printed).
 #
 # Exit status: 0 when no test failed (all skipped counts as 0), else 1.
 set -uo pipefail
@@ -28,6 +30,9 @@ while read -r rel; do
   timeout -k 5 "${DSCORE_GPU_TEST_TIMEOUT:-600}" "$exe" "$@" >"$log" 2>&1
   rc=$?
   [ $rc -eq 124 ] && echo "    (timed out after ${DSCORE_GPU_TEST_TIMEOUT:-600} s)" >>"$log"
+  if [ -n "${DSCORE_GPU_TEST_LOG:-}" ]; then
+    { echo "===== $name (exit $rc)"; cat "$log"; } >>"$DSCORE_GPU_TEST_LOG"
+  fi
   ran=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
   skips=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
   if [ $rc -ne 0 ]; then

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# A lent GPU's checks in one call, in the order they matter, each under a
+# time limit, with whole logs in one folder (the device tool returns up to
+# 8 files): the gpu tests (run-gpu-tests.sh, every executable's output in
+# tests.log), then the benches (run-gpu-bench.sh): the cuBLAS rate,
+# FusedAdam against the copy bandwidth and torch's fused AdamW, and GPT-2
+# 124M at ZeRO 0/2/3, with ZeRO-Offload and with NVMe. Prints a summary
+# last. About 6 minutes on an H100 (2026-11-27).
+#
+#   bash run-gpu-session.sh [OUT]     # OUT defaults to $OUT, else ./gpu-session
+#
+# Environment: DSCORE_GPU_TEST_TIMEOUT (per test executable, default 240 s
+# here), DSCORE_GPT_GPU_STEPS (default 5).
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:-${OUT:-$PWD/gpu-session}}
+mkdir -p "$out"
+nvidia-smi -L 2>&1 | tee "$out/summary.txt"
+
+: >"$out/tests.log"
+DSCORE_GPU_TEST_TIMEOUT=${DSCORE_GPU_TEST_TIMEOUT:-240} DSCORE_GPU_TEST_LOG=$out/tests.log \
+  bash "$here/run-gpu-tests.sh" >"$out/tests-summary.log" 2>&1
+echo "== tests (exit $?)" >>"$out/summary.txt"
+grep -E '^(PASS|FAIL|SKIP|summary)' "$out/tests-summary.log" >>"$out/summary.txt"
+
+bench() {  # bench NAME SECONDS ARGS...
+  local name=$1 seconds=$2
+  shift 2
+  timeout -k 5 "$seconds" bash "$here/run-gpu-bench.sh" "$name" "$@" >"$out/$name.log" 2>&1
+  echo "== $name (exit $?)" >>"$out/summary.txt"
+  grep -v '^\[dscore' "$out/$name.log" | tail -12 >>"$out/summary.txt"
+}
+bench gpu_matmul_rate 60
+python=$(command -v python3 || true)
+bench fused_adam 120 ${python:+--torch "$python"}
+nvme=$(mktemp -d "${TMPDIR:-/tmp}/dscore-gpt-gpu-nvme.XXXXXX")
+bench gpt_gpu 300 --steps "${DSCORE_GPT_GPU_STEPS:-5}" --nvme "$nvme"
+rm -rf "$nvme"
+cat "$out/summary.txt"
