@@ -99,7 +99,7 @@ class HostBackend {
           ptrs_.push_back(static_cast<const T*>(t->data));
           continue;
         }
-        copies_.push_back(backend.template alloc<T>(numels[i]));
+        copies_.push_back(backend.take_copy(numels[i]));
         T* dst = copies_.back().get();
         convert(dst, t, numels[i]);
         ptrs_.push_back(dst);
@@ -115,6 +115,7 @@ class HostBackend {
         views.erase(std::remove_if(views.begin(), views.end(),
                                    [&](const auto& v) { return v.first == copy.get(); }),
                     views.end());
+      backend_.give_back(copies_);
     }
     const T* operator[](size_t i) const { return ptrs_[i]; }
 
@@ -144,7 +145,7 @@ class HostBackend {
    public:
     Grads(const HostBackend& backend, const dscore_layer_views& views,
           const std::vector<int64_t>& numels)
-        : views_(views) {
+        : backend_(backend), views_(views) {
       for (size_t i = 0; i < numels.size(); ++i) {
         dscore_tensor* t = views.grads[i];
         backend.check_tensor(t, numels[i], "gradient");
@@ -154,11 +155,14 @@ class HostBackend {
           continue;
         }
         copy_index_.push_back(static_cast<int>(copies_.size()));
-        copies_.push_back(backend.template alloc<T>(numels[i]));
+        copies_.push_back(backend.take_copy(numels[i]));
         std::memset(copies_.back().get(), 0, static_cast<size_t>(numels[i]) * sizeof(T));
         ptrs_.push_back(copies_.back().get());
       }
     }
+    Grads(const Grads&) = delete;
+    Grads& operator=(const Grads&) = delete;
+    ~Grads() { backend_.give_back(copies_); }
     T* operator[](size_t i) const { return ptrs_[i]; }
     void commit() {
       for (size_t i = 0; i < ptrs_.size(); ++i) {
@@ -171,6 +175,7 @@ class HostBackend {
     }
 
    private:
+    const HostBackend& backend_;
     const dscore_layer_views& views_;
     std::vector<T*> ptrs_;
     std::vector<int> copy_index_;
@@ -250,9 +255,29 @@ class HostBackend {
   }
 
  private:
+  // A buffer of at least n elements for a Params or Grads copy: the
+  // smallest spare one that fits, else a new one. Released copies come back
+  // through give_back, so a layer's acquire reuses the last one's memory:
+  // allocating them afresh had the kernel zero new pages on every acquire
+  // (half of a bf16 step's page faults).
+  Buffer<T> take_copy(int64_t n) const {
+    auto best = spare_.end();
+    for (auto it = spare_.begin(); it != spare_.end(); ++it)
+      if (it->size() >= n && (best == spare_.end() || it->size() < best->size())) best = it;
+    if (best == spare_.end()) return alloc<T>(n);
+    Buffer<T> buffer = std::move(*best);
+    spare_.erase(best);
+    return buffer;
+  }
+  void give_back(std::vector<Buffer<T>>& copies) const {
+    for (Buffer<T>& b : copies) spare_.push_back(std::move(b));
+    copies.clear();
+  }
+
   sdk::HostRef host_;
   const char* model_;
   const char* tag_;
+  mutable std::vector<Buffer<T>> spare_;  // released copies (take_copy)
   // (fp32 copy, bf16 view) of the live Params' bf16 parameters.
   mutable std::vector<std::pair<const T*, const uint16_t*>> bf16_views_;
   // fp32 views for T = float; fp64 views (the gradient checks) for T = double.
