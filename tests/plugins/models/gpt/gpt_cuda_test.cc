@@ -38,7 +38,14 @@ namespace {
 namespace fakes = dscore::testing;
 using dscore::transformer::testing::FakeLayers;
 
-constexpr int64_t kBatch = 3, kBlock = 32, kVocab = 203;
+// The model and batch: the tests' own, and the one engine_cuda_engine_test
+// trains (tests/core/engine/cuda_engine_test.cc), so a kernel that is off
+// only at that test's shapes shows here.
+struct Shape {
+  int64_t batch, block, vocab, n_head, n_embd;
+};
+constexpr Shape kSmall{3, 32, 203, 4, 64};
+constexpr Shape kEngineTests{4, 16, 256, 2, 32};
 
 bool have_gpu() {
   int count = 0;
@@ -49,6 +56,7 @@ struct Options {
   std::string device = "cpu";
   std::string cuda_dtype = "fp32";
   bool checkpoint = false;
+  Shape shape = kSmall;
 };
 
 // One gpt model instance created through the vtable.
@@ -58,10 +66,10 @@ class Model {
       : vt_(lib.vtable<dscore_model_vtable>(DSCORE_KIND_MODEL, "gpt")) {
     fakes::CreateArgs args = fakes::CreateArgs::with_defaults(lib.find(DSCORE_KIND_MODEL, "gpt"));
     args.integer("n_layer", 2)
-        .integer("n_head", 4)
-        .integer("n_embd", 64)
-        .integer("block_size", kBlock);
-    args.integer("vocab_size", kVocab)
+        .integer("n_head", o.shape.n_head)
+        .integer("n_embd", o.shape.n_embd)
+        .integer("block_size", o.shape.block);
+    args.integer("vocab_size", o.shape.vocab)
         .string("device", o.device)
         .string("cuda_dtype", o.cuda_dtype)
         .seed(7);
@@ -128,24 +136,24 @@ void init_layers(const Model& m, FakeLayers& layers, dscore_dtype dtype) {
 // (B, T + 1) tokens; sample 2 ends in 6 padding tokens (-1).
 class Tokens {
  public:
-  Tokens() : ids_(static_cast<size_t>(kBatch * (kBlock + 1))) {
+  explicit Tokens(const Shape& s = kSmall) : ids_(static_cast<size_t>(s.batch * (s.block + 1))) {
     std::mt19937 rng(5);
-    std::uniform_int_distribution<int32_t> token(0, kVocab - 1);
+    std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(s.vocab) - 1);
     for (int32_t& id : ids_) id = token(rng);
-    for (int64_t i = kBlock + 1 - 6; i < kBlock + 1; ++i)
-      ids_[static_cast<size_t>(2 * (kBlock + 1) + i)] = -1;
-    shape_[0] = kBatch;
-    shape_[1] = kBlock + 1;
+    for (int64_t i = s.block + 1 - 6; i < s.block + 1; ++i)
+      ids_[static_cast<size_t>(2 * (s.block + 1) + i)] = -1;
+    shape_[0] = s.batch;
+    shape_[1] = s.block + 1;
     tensor_.struct_size = sizeof tensor_;
     tensor_.data = ids_.data();
     tensor_.dtype = DSCORE_DTYPE_I32;
     tensor_.device_type = DSCORE_DEVICE_CPU;
     tensor_.ndim = 2;
     tensor_.shape = shape_;
-    tensor_.numel = kBatch * (kBlock + 1);
+    tensor_.numel = s.batch * (s.block + 1);
     tensor_.name = "tokens";
     batch_.struct_size = sizeof batch_;
-    batch_.batch_size = kBatch;
+    batch_.batch_size = s.batch;
     batch_.count = 1;
     batch_.tensors = &pointer_;
   }
@@ -321,7 +329,9 @@ class GptCuda : public ::testing::Test {
   // CPU vs CUDA for one configuration: loss, gradients, then forward().
   void compare(const Options& cuda, dscore_dtype views, double loss_rel, double logits_rel,
                GradTolerance grads) {
-    Model cpu_model(*lib_, Options{});
+    Options reference;
+    reference.shape = cuda.shape;
+    Model cpu_model(*lib_, reference);
     Model cuda_model(*lib_, cuda);
     ASSERT_EQ(cpu_model.status(), DSCORE_OK) << fakes::FakeHost::instance().last_error();
     ASSERT_EQ(cuda_model.status(), DSCORE_OK) << fakes::FakeHost::instance().last_error();
@@ -329,7 +339,7 @@ class GptCuda : public ::testing::Test {
         cuda_layers(cuda_model.description(), views);
     init_layers(cpu_model, cpu_layers, views);
     init_layers(cuda_model, cuda_layers, views);
-    Tokens tokens;
+    Tokens tokens(cuda.shape);
     const double cpu_loss = train_step(cpu_model, cpu_layers, tokens, 2.0);
     const double cuda_loss = train_step(cuda_model, cuda_layers, tokens, 2.0);
     EXPECT_GT(cpu_loss, 1.0);  // about ln(203) = 5.3 at initialisation
@@ -338,8 +348,8 @@ class GptCuda : public ::testing::Test {
       EXPECT_EQ(cuda_layers.grads_ready_calls(l), 1);
     expect_grads_near(cpu_layers, cuda_layers, views, grads);
 
-    fakes::TestTensor cpu_out(DSCORE_DTYPE_F32, {kBatch, kVocab}),
-        cuda_out(DSCORE_DTYPE_F32, {kBatch, kVocab});
+    const int64_t B = cuda.shape.batch, V = cuda.shape.vocab;
+    fakes::TestTensor cpu_out(DSCORE_DTYPE_F32, {B, V}), cuda_out(DSCORE_DTYPE_F32, {B, V});
     double cpu_fwd = 0, cuda_fwd = 0;
     ASSERT_EQ(cpu_model.vt()->forward(cpu_model.self(), tokens.batch(), &cpu_layers.hooks(),
                                       &cpu_fwd, cpu_out.view()),
@@ -350,7 +360,7 @@ class GptCuda : public ::testing::Test {
         << fakes::FakeHost::instance().last_error();
     EXPECT_NEAR(cuda_fwd, cpu_fwd, loss_rel * cpu_fwd);
     double max_logit = 0, max_diff = 0;
-    for (int64_t k = 0; k < kBatch * kVocab; ++k) {
+    for (int64_t k = 0; k < B * V; ++k) {
       max_logit = std::max(max_logit, std::abs(static_cast<double>(cpu_out.get(k))));
       max_diff =
           std::max(max_diff, std::abs(static_cast<double>(cuda_out.get(k)) - cpu_out.get(k)));
@@ -364,6 +374,13 @@ class GptCuda : public ::testing::Test {
 
 TEST_F(GptCuda, Fp32MatchesCpu) {
   compare(Options{"cuda", "fp32", false}, DSCORE_DTYPE_F32, 1e-4, 1e-4, {1e-3, 0});
+}
+
+// At the engine test's shapes (C 32, 2 heads of 16, T 16, V 256, 4 samples).
+TEST_F(GptCuda, Fp32MatchesCpuAtTheEngineTestsShapes) {
+  Options cuda{"cuda", "fp32", false};
+  cuda.shape = kEngineTests;
+  compare(cuda, DSCORE_DTYPE_F32, 1e-4, 1e-4, {1e-3, 0});
 }
 
 TEST_F(GptCuda, Fp32WithActivationCheckpointingMatchesCpu) {
