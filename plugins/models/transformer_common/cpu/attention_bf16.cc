@@ -55,27 +55,37 @@ struct Scratch {
   std::vector<uint16_t> b16;
 };
 
-// A thread's tiles (the sized() calls below), in bytes.
-uint64_t forward_tile_bytes(int64_t Tn, int64_t hs) {
-  return static_cast<uint64_t>(kRows * Tn + kRows * hs + 2 * kRows) * sizeof(float) +
-         static_cast<uint64_t>(kRows * Tn) * sizeof(uint16_t);
+// The elements of the buffers below, counted once for the kernels and for
+// attention_bf16_working_bytes: every head rounded densely (the forward's,
+// kept from call to call), and a thread's fp32 and bf16 tiles.
+int64_t dense_head_elements(const AttentionShape& s) {
+  return s.B * s.Tn * (s.NH + 2 * s.NKV) * s.head_dim;
 }
-uint64_t backward_tile_bytes(int64_t Tn, int64_t hs) {
-  return static_cast<uint64_t>(2 * kRows * Tn + 3 * Tn * hs + Tn) * sizeof(float) +
-         static_cast<uint64_t>(4 * Tn * hs + 2 * kRows * Tn) * sizeof(uint16_t);
+struct Tiles {
+  int64_t f32, b16;
+  uint64_t bytes() const {
+    return static_cast<uint64_t>(f32) * sizeof(float) +
+           static_cast<uint64_t>(b16) * sizeof(uint16_t);
+  }
+};
+// As attention_forward_bf16 and attention_backward_bf16 carve them.
+Tiles forward_tiles(int64_t Tn, int64_t hs) {
+  return {kRows * Tn + kRows * hs + 2 * kRows, kRows * Tn};
+}
+Tiles backward_tiles(int64_t Tn, int64_t hs) {
+  return {2 * kRows * Tn + 3 * Tn * hs + Tn, 4 * Tn * hs + 2 * kRows * Tn};
 }
 
 }  // namespace
 
 uint64_t attention_bf16_working_bytes(const AttentionShape& shape, int64_t threads) {
   const int64_t Tn = shape.Tn, hs = shape.head_dim;
-  const uint64_t heads =
-      static_cast<uint64_t>(shape.B * Tn * (shape.NH + 2 * shape.NKV) * hs) * sizeof(uint16_t);
+  const uint64_t heads = static_cast<uint64_t>(dense_head_elements(shape)) * sizeof(uint16_t);
   const uint64_t forward =
-      static_cast<uint64_t>(std::max<int64_t>(threads, 1)) * forward_tile_bytes(Tn, hs);
+      static_cast<uint64_t>(std::max<int64_t>(threads, 1)) * forward_tiles(Tn, hs).bytes();
   const uint64_t backward = static_cast<uint64_t>(std::clamp<int64_t>(
                                 threads, 1, std::max<int64_t>(shape.B * shape.NKV, 1))) *
-                            backward_tile_bytes(Tn, hs);
+                            backward_tiles(Tn, hs).bytes();
   return heads + std::max(forward, backward);
 }
 
@@ -88,12 +98,13 @@ void attention_forward_bf16(float* out, float* lse, const float* q_all, const fl
   // Dense bf16 copies of every head, kept from call to call on this
   // (the runner's) thread.
   thread_local std::vector<uint16_t> heads;
-  uint16_t* q16 = sized(heads, B * Tn * (NH + 2 * NKV) * hs);
+  uint16_t* q16 = sized(heads, dense_head_elements(shape));
   uint16_t* k16 = q16 + B * NH * Tn * hs;
   uint16_t* v16 = k16 + B * NKV * Tn * hs;
   round_heads(q16, q_all, shape.q_ld, B, Tn, NH, hs);
   round_heads(k16, k_all, shape.kv_ld, B, Tn, NKV, hs);
   round_heads(v16, v_all, shape.kv_ld, B, Tn, NKV, hs);
+  const Tiles tiles = forward_tiles(Tn, hs);
   tbb::enumerable_thread_specific<Scratch> scratch;
   tbb::parallel_for(int64_t{0}, B * NH * q_blocks, [&](int64_t task) {
     const int64_t bh = task / q_blocks, i0 = (task % q_blocks) * kRows;
@@ -103,11 +114,11 @@ void attention_forward_bf16(float* out, float* lse, const float* q_all, const fl
     Scratch& local = scratch.local();
     // Scores and then probabilities (rows, keys); the output's rows; each
     // row's max and sum.
-    float* s = sized(local.f32, kRows * Tn + kRows * hs + 2 * kRows);
+    float* s = sized(local.f32, tiles.f32);
     float* o = s + kRows * Tn;
     float* row_max = o + kRows * hs;
     float* row_sum = row_max + kRows;
-    uint16_t* p16 = sized(local.b16, kRows * Tn);
+    uint16_t* p16 = sized(local.b16, tiles.b16);
     const uint16_t* kh = k16 + (b * NKV + g) * Tn * hs;
     const uint16_t* vh = v16 + (b * NKV + g) * Tn * hs;
     gemm_bf16_serial(Op::kNone, Op::kTranspose, rows, keys, hs, scale, q16 + (bh * Tn + i0) * hs,
@@ -135,13 +146,14 @@ void attention_backward_bf16(float* dq_all, float* dk_all, float* dv_all, const 
   const auto probabilities = attention_tiles::probabilities_for(isa);
   const auto score_grads = attention_tiles::score_grads_for(isa);
   const auto row_dots = attention_tiles::row_dots_for(isa);
+  const Tiles tiles = backward_tiles(Tn, hs);
   tbb::enumerable_thread_specific<Scratch> scratch;
   tbb::parallel_for(int64_t{0}, shape.B * NKV, [&](int64_t bg) {
     const int64_t b = bg / NKV, g = bg % NKV;
     Scratch& local = scratch.local();
     // fp32: P and dP then dS (kRows, Tn) each, a product's rows (Tn, hs),
     // dk and dv accumulated over the group's heads (Tn, hs) each, D (Tn).
-    float* p = sized(local.f32, 2 * kRows * Tn + 3 * Tn * hs + Tn);
+    float* p = sized(local.f32, tiles.f32);
     float* dp = p + kRows * Tn;
     float* tmp = dp + kRows * Tn;
     float* dk_acc = tmp + Tn * hs;
@@ -149,7 +161,7 @@ void attention_backward_bf16(float* dq_all, float* dk_all, float* dv_all, const 
     float* d = dv_acc + Tn * hs;
     // bf16: the group's k and v, a head's q and dout (Tn, hs) each; P and
     // dS (kRows, Tn) each.
-    uint16_t* k16 = sized(local.b16, 4 * Tn * hs + 2 * kRows * Tn);
+    uint16_t* k16 = sized(local.b16, tiles.b16);
     uint16_t* v16 = k16 + Tn * hs;
     uint16_t* q16 = v16 + Tn * hs;
     uint16_t* dy16 = q16 + Tn * hs;

@@ -3,9 +3,9 @@
 // dimensions, alpha and beta; its independence from the thread count
 // (bitwise); the rounding against sdk::float_to_bf16; and the bf16 linear
 // layers (linear_bf16.h) and LM head (linear.h) against fp32 ones on the
-// rounded operands. Skipped,
-// with the reason, where the build or the CPU has no bf16 GEMM (or
-// DSCORE_CPU_ISA lowers the ISA), as on AVX2-only machines.
+// rounded operands. Skipped, with the reason, where the build or the CPU
+// has no bf16 GEMM (or DSCORE_CPU_ISA lowers the ISA), as on AVX2-only
+// machines.
 #include "transformer_common/cpu/gemm_bf16.h"
 
 #include <gtest/gtest.h>
