@@ -45,27 +45,59 @@ void check_comm_backend(config::LoadedConfig* loaded, const plugin_host::PluginR
 // params "checkpoint_activations" (and "number_checkpoints"): the section's
 // presence turns it on unless the model section sets it itself. For any
 // other model the section has no effect, and a notice says so.
-config::PluginRef with_activation_checkpointing(const config::TrainingConfig& cfg,
-                                                const plugin_host::PluginRegistry& registry,
-                                                config::LoadedConfig* loaded) {
-  config::PluginRef ref = *cfg.model;
-  if (!cfg.activation_checkpointing.present) return ref;
-  auto found = registry.find(DSCORE_KIND_MODEL, ref.type);
-  if (!found.ok()) return ref;  // select_one reports it
-  auto spec = config::parse_params_schema((*found)->params_schema);
-  if (!spec.ok() || spec->find("checkpoint_activations") == nullptr) {
+void with_activation_checkpointing(const config::TrainingConfig& cfg,
+                                   const config::ObjectSpec& schema, config::PluginRef* ref,
+                                   config::LoadedConfig* loaded) {
+  if (!cfg.activation_checkpointing.present) return;
+  if (schema.find("checkpoint_activations") == nullptr) {
     loaded->notices.push_back(
-        {"activation_checkpointing", "model '" + ref.type +
+        {"activation_checkpointing", "model '" + ref->type +
                                          "' does not checkpoint activations; the "
                                          "section has no effect"});
-    return ref;
+    return;
   }
-  if (ref.params.find("checkpoint_activations") == nullptr)
-    ref.params.set("checkpoint_activations", json::Value(true));
+  if (ref->params.find("checkpoint_activations") == nullptr)
+    ref->params.set("checkpoint_activations", json::Value(true));
   const auto& n = cfg.activation_checkpointing.number_checkpoints;
-  if (n && ref.params.find("number_checkpoints") == nullptr &&
-      spec->find("number_checkpoints") != nullptr)
-    ref.params.set("number_checkpoints", json::Value(*n));
+  if (n && ref->params.find("number_checkpoints") == nullptr &&
+      schema.find("number_checkpoints") != nullptr)
+    ref->params.set("number_checkpoints", json::Value(*n));
+}
+
+// A model that computes on CUDA in a type of its choosing declares
+// "cuda_dtype". Unless the model section sets it, the run's precision does,
+// as DeepSpeed computes in the type the model was cast to: "bf16" under
+// bf16.enabled, "fp32" with neither fp16 nor bf16 on. fp16 keeps the model's
+// own default (the CUDA kernels have no fp16). A notice says so when the
+// model computes on CUDA.
+void with_compute_dtype(const config::TrainingConfig& cfg, const config::ObjectSpec& schema,
+                        config::PluginRef* ref, config::LoadedConfig* loaded) {
+  if (cfg.fp16.enabled || schema.find("cuda_dtype") == nullptr ||
+      ref->params.find("cuda_dtype") != nullptr)
+    return;
+  const std::string dtype = cfg.bf16.enabled ? "bf16" : "fp32";
+  ref->params.set("cuda_dtype", json::Value(dtype));
+  const json::Value* device = ref->params.find("device");
+  if (device != nullptr && device->is_string() && device->as_string() == "cuda")
+    loaded->notices.push_back(
+        {"model.cuda_dtype", dtype + ", the run's precision (" +
+                                 (cfg.bf16.enabled ? "bf16.enabled" : "no fp16 or bf16 section") +
+                                 "); set model.cuda_dtype to choose"});
+}
+
+// The model section as the model plugin receives it: the
+// activation_checkpointing section and the run's precision applied to the
+// params the model declares.
+config::PluginRef model_ref(const config::TrainingConfig& cfg,
+                            const plugin_host::PluginRegistry& registry,
+                            config::LoadedConfig* loaded) {
+  config::PluginRef ref = *cfg.model;
+  auto found = registry.find(DSCORE_KIND_MODEL, ref.type);
+  if (!found.ok()) return ref;  // select_one reports it
+  auto schema = config::parse_params_schema((*found)->params_schema);
+  if (!schema.ok()) return ref;  // select_one reports it
+  with_activation_checkpointing(cfg, *schema, &ref, loaded);
+  with_compute_dtype(cfg, *schema, &ref, loaded);
   return ref;
 }
 
@@ -80,7 +112,7 @@ PluginSelection select_plugins(config::LoadedConfig* loaded,
   const config::AutoResolver resolver = config::make_auto_resolver(context, loaded->resolved);
   if (cfg.model)
     selection.model = select_one(loaded, registry, resolver, DSCORE_KIND_MODEL,
-                                 with_activation_checkpointing(cfg, registry, loaded), "model");
+                                 model_ref(cfg, registry, loaded), "model");
   if (cfg.optimizer)
     selection.optimizer =
         select_one(loaded, registry, resolver, DSCORE_KIND_OPTIMIZER, *cfg.optimizer, "optimizer");

@@ -51,7 +51,13 @@ std::string write_corpus() {
 
 std::string config(const std::string& device, int stage, const std::string& corpus,
                    const std::string& zero_extra = "") {
-  const std::string model_device = device == "cuda" ? R"(, "device": "cuda")" : "";
+  // cuda_dtype fp32 written out: the run's precision would give it too
+  // (plugin_setup.cc), but the comparison stands on it. Before the engine
+  // set it, the model's own default (bf16) ran here: the losses agreed
+  // within 8.8e-5 and 85 near-zero gradients took Adam steps of the other
+  // sign (the H100 run of 2026-11-27, docs/gpu.md).
+  const std::string model_device =
+      device == "cuda" ? R"(, "device": "cuda", "cuda_dtype": "fp32")" : "";
   return R"("device": ")" + device +
          R"(", "train_micro_batch_size_per_gpu": 4, "train_batch_size": 8,
   "gradient_accumulation_steps": 2, "train_steps": 4, "seed": 3, "gradient_clipping": 1.0,

@@ -126,5 +126,56 @@ TEST(PluginNames, ExtraMonitorTypeNamesItsListEntry) {
       << e.message;
 }
 
+// The gpt model's "cuda_dtype" as the model receives it, and the notices.
+struct ModelDtype {
+  std::string cuda_dtype;
+  std::string notices;
+};
+
+ModelDtype model_dtype(const std::vector<std::string>& lines) {
+  InitializeOptions options;
+  options.job = comm::JobEnv{};
+  std::string text = "{\"plugins\": {\"paths\": [\"" + std::string(DSCORE_BUILD_PLUGIN_DIR) +
+                     "\"]}, \"train_batch_size\": 8";
+  for (const std::string& line : lines) text += ", " + line;
+  auto setup = prepare_text(text + "}", "t.json", ".", options);
+  EXPECT_TRUE(setup.ok()) << setup.status().message();
+  if (!setup.ok() || !setup->selection.model) return {};
+  ModelDtype out;
+  const json::Value* dtype = setup->selection.model->params.values().find("cuda_dtype");
+  if (dtype != nullptr) out.cuda_dtype = dtype->as_string();
+  for (const config::ConfigNotice& n : setup->loaded.notices)
+    out.notices += n.path + ": " + n.message + "\n";
+  return out;
+}
+
+// DeepSpeed computes in the type the model was cast to: fp32 unless a
+// reduced-precision section is on. The model's CUDA compute type follows
+// the run unless the model section names one.
+TEST(ModelComputeType, FollowsTheRunsPrecisionUnlessTheModelSetsIt) {
+  const std::string cuda_gpt = R"("model": {"type": "gpt", "device": "cuda")";
+  ModelDtype fp32 = model_dtype({cuda_gpt + "}"});
+  EXPECT_EQ(fp32.cuda_dtype, "fp32");
+  EXPECT_NE(fp32.notices.find("model.cuda_dtype: fp32, the run's precision (no fp16 or bf16 "
+                              "section); set model.cuda_dtype to choose"),
+            std::string::npos)
+      << fp32.notices;
+  ModelDtype bf16 = model_dtype({cuda_gpt + "}", R"("bf16": {"enabled": true})"});
+  EXPECT_EQ(bf16.cuda_dtype, "bf16");
+  EXPECT_NE(bf16.notices.find("model.cuda_dtype: bf16, the run's precision (bf16.enabled)"),
+            std::string::npos)
+      << bf16.notices;
+  // Named in the model section: kept, without a notice.
+  ModelDtype named = model_dtype({cuda_gpt + R"(, "cuda_dtype": "bf16"})"});
+  EXPECT_EQ(named.cuda_dtype, "bf16");
+  EXPECT_EQ(named.notices.find("cuda_dtype"), std::string::npos) << named.notices;
+  // fp16: the model's default (its CUDA kernels have no fp16).
+  EXPECT_EQ(model_dtype({cuda_gpt + "}", R"("fp16": {"enabled": true})"}).cuda_dtype, "bf16");
+  // A CPU model gets the type too, and no notice.
+  ModelDtype cpu = model_dtype({R"("model": {"type": "gpt"})"});
+  EXPECT_EQ(cpu.cuda_dtype, "fp32");
+  EXPECT_EQ(cpu.notices.find("cuda_dtype"), std::string::npos) << cpu.notices;
+}
+
 }  // namespace
 }  // namespace dscore
