@@ -10,6 +10,8 @@
 //   attention_state_elements(B, T, NH): what attention_forward keeps for
 //     attention_backward (CPU: a logsumexp per query row; CUDA: the T x T
 //     probabilities), so the state's layout is the backend's decision
+//   mlp_forward / mlp_backward (optional: the MLP as one call, else the
+//     runner calls matmul and GELU kernels itself)
 //   the kernels of cpu/kernels.h and cpu/attention.h with the same arguments
 //     (lm_head_forward writes host logits)
 //
@@ -140,14 +142,17 @@ class GptRunner {
     Buffer<T> dfch_gelu, dfch, dln, datty, dqkv;
   };
 
-  // Fused kernels a backend may offer (the CPU's do; others run the
-  // unfused pair): the residual add with the LayerNorm after it, and the
-  // GELU gradient with the fc bias gradient.
+  // Fused work a backend may offer (the CPU's does; others run the unfused
+  // kernels): the residual add with the LayerNorm after it, and the whole
+  // MLP as one call (the CPU's fuses the GELU gradient with the fc bias
+  // gradient, and in bf16 layers makes the GELU activations and gradients
+  // as bf16 operands).
   static constexpr bool kFusedResidualLayerNorm = requires(Backend & b, T* t, S* s, const T* c) {
     b.residual_layernorm_forward(t, t, s, s, c, c, c, c, int64_t{}, int64_t{});
   };
-  static constexpr bool kFusedGeluBias = requires(Backend & b, T* t, const T* c) {
-    b.gelu_backward_bias(t, t, c, c, int64_t{}, int64_t{});
+  static constexpr bool kBackendMlp = requires(Backend & b, T* t, const T* c) {
+    b.mlp_forward(t, t, t, c, c, c, c, c, int64_t{}, int64_t{});
+    b.mlp_backward(t, t, t, t, t, t, t, c, c, c, c, c, c, int64_t{}, int64_t{});
   };
 
   bool checkpointed(int64_t l) const { return l < cfg_.checkpoint_blocks; }
@@ -251,10 +256,16 @@ class GptRunner {
       backend_.layernorm_forward(a.ln2.get(), a.mean2.get(), a.rstd2.get(), a.x2.get(),
                                  p[kLn2Weight], p[kLn2Bias], N, C);
     }
-    backend_.matmul_forward(a.fch.get(), a.ln2.get(), p[kFcWeight], p[kFcBias], N, C, 4 * C);
-    backend_.gelu_forward(a.fch_gelu.get(), a.fch.get(), N * 4 * C);
-    if (out == nullptr) return;
-    backend_.matmul_forward(out, a.fch_gelu.get(), p[kFcProjWeight], p[kFcProjBias], N, 4 * C, C);
+    if constexpr (kBackendMlp) {
+      backend_.mlp_forward(out, a.fch.get(), a.fch_gelu.get(), a.ln2.get(), p[kFcWeight],
+                           p[kFcBias], p[kFcProjWeight], p[kFcProjBias], N, C);
+      if (out == nullptr) return;
+    } else {
+      backend_.matmul_forward(a.fch.get(), a.ln2.get(), p[kFcWeight], p[kFcBias], N, C, 4 * C);
+      backend_.gelu_forward(a.fch_gelu.get(), a.fch.get(), N * 4 * C);
+      if (out == nullptr) return;
+      backend_.matmul_forward(out, a.fch_gelu.get(), p[kFcProjWeight], p[kFcProjBias], N, 4 * C, C);
+    }
     backend_.add(out, out, a.x2.get(), N * C);
   }
 
@@ -262,14 +273,13 @@ class GptRunner {
   template <class P, class G>
   void block_backward(const P& p, G& g, const T* x, const BlockActs& a, T* d) {
     const int64_t N = B_ * cfg_.block_size, C = cfg_.n_embd;
-    backend_.matmul_backward(acts_.dfch_gelu.get(), g[kFcProjWeight], g[kFcProjBias], d,
-                             a.fch_gelu.get(), p[kFcProjWeight], N, 4 * C, C);
-    if constexpr (kFusedGeluBias) {
-      backend_.gelu_backward_bias(acts_.dfch.get(), g[kFcBias], a.fch.get(), acts_.dfch_gelu.get(),
-                                  N, 4 * C);
-      backend_.matmul_backward(acts_.dln.get(), g[kFcWeight], nullptr, acts_.dfch.get(),
-                               a.ln2.get(), p[kFcWeight], N, C, 4 * C);
+    if constexpr (kBackendMlp) {
+      backend_.mlp_backward(acts_.dln.get(), g[kFcWeight], g[kFcBias], g[kFcProjWeight],
+                            g[kFcProjBias], acts_.dfch_gelu.get(), acts_.dfch.get(), d, a.ln2.get(),
+                            a.fch.get(), a.fch_gelu.get(), p[kFcWeight], p[kFcProjWeight], N, C);
     } else {
+      backend_.matmul_backward(acts_.dfch_gelu.get(), g[kFcProjWeight], g[kFcProjBias], d,
+                               a.fch_gelu.get(), p[kFcProjWeight], N, 4 * C, C);
       backend_.gelu_backward(acts_.dfch.get(), a.fch.get(), acts_.dfch_gelu.get(), N * 4 * C);
       backend_.matmul_backward(acts_.dln.get(), g[kFcWeight], g[kFcBias], acts_.dfch.get(),
                                a.ln2.get(), p[kFcWeight], N, C, 4 * C);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../../transformer_common/cpu/host_backend.h"
 #include "kernels.h"
@@ -61,9 +62,51 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
   void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
     cpu::gelu_backward(dinp, inp, dout, n);
   }
-  // Fused: gelu_backward and the bias gradient of the layer before it.
-  void gelu_backward_bias(T* dinp, T* dbias, const T* inp, const T* dout, int64_t N, int64_t OC) {
-    cpu::gelu_backward_bias(dinp, dbias, inp, dout, N, OC);
+  // The MLP (the runner uses it where a backend has it): fch = ln2 W_fc^T +
+  // b_fc, fch_gelu = gelu(fch), out = fch_gelu W_proj^T + b_proj (out null:
+  // the activations only, when recomputing). In a bf16 layer fch_gelu is
+  // only ever a bf16 operand, so it holds the rounded values (its buffer's
+  // first half) and mlp_backward reads them as such.
+  void mlp_forward(T* out, T* fch, T* fch_gelu, const T* ln2, const T* w_fc, const T* b_fc,
+                   const T* w_proj, const T* b_proj, int64_t N, int64_t C) {
+    Base::matmul_forward(fch, ln2, w_fc, b_fc, N, C, 4 * C);
+    if constexpr (std::is_same_v<T, float>) {
+      if (const uint16_t* w16 = this->bf16_view_of(w_proj)) {
+        uint16_t* gelu16 = reinterpret_cast<uint16_t*>(fch_gelu);
+        cpu::gelu_forward_bf16(gelu16, fch, N * 4 * C);
+        if (out != nullptr)
+          transformer::cpu::matmul_forward_bf16(out, {nullptr, gelu16}, w16, b_proj, N, 4 * C, C);
+        return;
+      }
+    }
+    cpu::gelu_forward(fch_gelu, fch, N * 4 * C);
+    if (out != nullptr) Base::matmul_forward(out, fch_gelu, w_proj, b_proj, N, 4 * C, C);
+  }
+  // Its backward: d is the gradient at the MLP's output; dln gets the one
+  // at its input (overwritten). dfch_gelu and dfch are scratch (N x 4C); in
+  // a bf16 layer dfch holds the rounded GELU gradient, the fc backward's
+  // only operand from it (its bias gradient is summed as it is made).
+  void mlp_backward(T* dln, T* dw_fc, T* db_fc, T* dw_proj, T* db_proj, T* dfch_gelu, T* dfch,
+                    const T* d, const T* ln2, const T* fch, const T* fch_gelu, const T* w_fc,
+                    const T* w_proj, int64_t N, int64_t C) {
+    if constexpr (std::is_same_v<T, float>) {
+      const uint16_t* w16_fc = this->bf16_view_of(w_fc);
+      const uint16_t* w16_proj = this->bf16_view_of(w_proj);
+      if (w16_fc != nullptr && w16_proj != nullptr) {
+        using transformer::cpu::Bf16Operand;
+        const auto* gelu16 = reinterpret_cast<const uint16_t*>(fch_gelu);
+        transformer::cpu::matmul_backward_bf16(dfch_gelu, dw_proj, db_proj, Bf16Operand{d, nullptr},
+                                               Bf16Operand{nullptr, gelu16}, w16_proj, N, 4 * C, C);
+        uint16_t* dfch16 = reinterpret_cast<uint16_t*>(dfch);
+        cpu::gelu_backward_bias_bf16(dfch16, db_fc, fch, dfch_gelu, N, 4 * C);
+        transformer::cpu::matmul_backward_bf16(dln, dw_fc, nullptr, Bf16Operand{nullptr, dfch16},
+                                               Bf16Operand{ln2, nullptr}, w16_fc, N, C, 4 * C);
+        return;
+      }
+    }
+    Base::matmul_backward(dfch_gelu, dw_proj, db_proj, d, fch_gelu, w_proj, N, 4 * C, C);
+    cpu::gelu_backward_bias(dfch, db_fc, fch, dfch_gelu, N, 4 * C);
+    Base::matmul_backward(dln, dw_fc, nullptr, dfch, ln2, w_fc, N, C, 4 * C);
   }
   void add(T* out, const T* a, const T* b, int64_t n) { cpu::add(out, a, b, n); }
   double lm_head_forward(const T* x, const T* wte, const int32_t* targets, int64_t N, int64_t C,

@@ -5,6 +5,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../../transformer_common/cpu/gemm_bf16.h"
 #include "../../transformer_common/cpu/parallel.h"
 #include "../../transformer_common/cpu/row_sums.h"
 #include "../../transformer_common/cpu/vector_math.h"
@@ -209,6 +210,38 @@ void gelu_backward_bias(T* dinp, T* dbias, const T* inp, const T* dout, int64_t 
     } else {
       gelu_backward_rows(dinp + at, inp + at, dout + at, n);
     }
+  });
+}
+
+namespace {
+
+// Elements per rounding chunk: GELU's fp32 values stay in L1 until rounded.
+constexpr int64_t kRoundChunk = 1024;
+
+}  // namespace
+
+void gelu_forward_bf16(uint16_t* out, const float* inp, int64_t n) {
+  for_blocks(n, kElementBlock, [&](int64_t i0, int64_t i1) {
+    float values[kRoundChunk];
+    for (int64_t i = i0; i < i1; i += kRoundChunk) {
+      const int64_t len = std::min(kRoundChunk, i1 - i);
+      gelu_forward_f32(values, inp + i, len);
+      transformer::cpu::round_to_bf16_serial(out + i, values, len);
+    }
+  });
+}
+
+void gelu_backward_bias_bf16(uint16_t* dinp, float* dbias, const float* inp, const float* dout,
+                             int64_t N, int64_t OC) {
+  // A block's fp32 gradient lives in its task's scratch: rounded into dinp,
+  // then summed into the block's bias partial, as gelu_backward_bias sums it.
+  transformer::cpu::add_row_sums_of(dbias, N, OC, [&](int64_t r0, int64_t r1) {
+    thread_local std::vector<float> rows;
+    const int64_t at = r0 * OC, n = (r1 - r0) * OC;
+    if (rows.size() < static_cast<size_t>(n)) rows.resize(static_cast<size_t>(n));
+    gelu_backward_f32(rows.data(), inp + at, dout + at, n);
+    transformer::cpu::round_to_bf16_serial(dinp + at, rows.data(), n);
+    return static_cast<const float*>(rows.data());
   });
 }
 

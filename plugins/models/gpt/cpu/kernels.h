@@ -60,4 +60,13 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n);
 template <typename T>
 void gelu_backward_bias(T* dinp, T* dbias, const T* inp, const T* dout, int64_t N, int64_t OC);
 
+// For bf16 layers (the next product on the bf16 GEMM): the same values
+// rounded to bf16 (nearest even, as gemm_bf16.h's round_to_bf16) as they
+// are made, so no fp32 copy is written and read again: the same bits as
+// gelu_forward (gelu_backward_bias) followed by round_to_bf16, dbias
+// included.
+void gelu_forward_bf16(uint16_t* out, const float* inp, int64_t n);
+void gelu_backward_bias_bf16(uint16_t* dinp, float* dbias, const float* inp, const float* dout,
+                             int64_t N, int64_t OC);
+
 }  // namespace dscore::gpt::cpu

@@ -1,5 +1,6 @@
 #include "linear_bf16.h"
 
+#include <stdexcept>
 #include <vector>
 
 #include "gemm_bf16.h"
@@ -19,22 +20,45 @@ uint64_t linear_bf16_working_bytes(int64_t N, int64_t max_in, int64_t max_out) {
   return static_cast<uint64_t>(N * (max_in + max_out)) * sizeof(uint16_t);
 }
 
-void matmul_forward_bf16(float* out, const float* inp, const uint16_t* weight, const float* bias,
+namespace {
+
+// The operand's bf16 values: as given, or rounded into `buffer`.
+const uint16_t* rounded(Bf16Operand operand, std::vector<uint16_t>& buffer, int64_t n) {
+  return operand.rounded != nullptr ? operand.rounded : round_to_bf16(buffer, operand.values, n);
+}
+
+}  // namespace
+
+void matmul_forward_bf16(float* out, Bf16Operand inp, const uint16_t* weight, const float* bias,
                          int64_t N, int64_t C, int64_t OC) {
-  const uint16_t* x = round_to_bf16(inp_bf16, inp, N * C);
+  const uint16_t* x = rounded(inp, inp_bf16, N * C);
   // The bias is added inside the GEMM (the fp32 path writes it into out first).
   gemm_bf16(Op::kNone, Op::kTranspose, N, OC, C, 1.0f, x, C, weight, C, 0.0f, out, OC, bias);
+}
+
+void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, Bf16Operand dout,
+                          Bf16Operand inp, const uint16_t* weight, int64_t N, int64_t C, int64_t OC,
+                          bool accumulate_dinp) {
+  if (dbias != nullptr && dout.values == nullptr)
+    throw std::logic_error("matmul_backward_bf16: a bias gradient needs dout's fp32 values");
+  const uint16_t* d = rounded(dout, dout_bf16, N * OC);
+  gemm_bf16(Op::kNone, Op::kNone, N, C, OC, 1.0f, d, OC, weight, C, accumulate_dinp ? 1.0f : 0.0f,
+            dinp, C);
+  const uint16_t* x = rounded(inp, inp_bf16, N * C);
+  gemm_bf16(Op::kTranspose, Op::kNone, OC, C, N, 1.0f, d, OC, x, C, 1.0f, dweight, C);
+  if (dbias != nullptr) add_row_sums(dbias, dout.values, N, OC);  // from the fp32 gradient
+}
+
+void matmul_forward_bf16(float* out, const float* inp, const uint16_t* weight, const float* bias,
+                         int64_t N, int64_t C, int64_t OC) {
+  matmul_forward_bf16(out, Bf16Operand{inp, nullptr}, weight, bias, N, C, OC);
 }
 
 void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const uint16_t* weight, int64_t N, int64_t C,
                           int64_t OC, bool accumulate_dinp) {
-  const uint16_t* d = round_to_bf16(dout_bf16, dout, N * OC);
-  gemm_bf16(Op::kNone, Op::kNone, N, C, OC, 1.0f, d, OC, weight, C, accumulate_dinp ? 1.0f : 0.0f,
-            dinp, C);
-  const uint16_t* x = round_to_bf16(inp_bf16, inp, N * C);
-  gemm_bf16(Op::kTranspose, Op::kNone, OC, C, N, 1.0f, d, OC, x, C, 1.0f, dweight, C);
-  if (dbias != nullptr) add_row_sums(dbias, dout, N, OC);  // from the fp32 gradient
+  matmul_backward_bf16(dinp, dweight, dbias, Bf16Operand{dout, nullptr}, Bf16Operand{inp, nullptr},
+                       weight, N, C, OC, accumulate_dinp);
 }
 
 }  // namespace dscore::transformer::cpu

@@ -18,6 +18,21 @@ void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float
                           const float* inp, const uint16_t* weight, int64_t N, int64_t C,
                           int64_t OC, bool accumulate_dinp = false);
 
+// An activation or output-gradient operand: fp32 values, rounded to bf16
+// for the call, or values a kernel already rounded (the same bits either
+// way: a producer that rounds as it writes saves the pass over fp32).
+struct Bf16Operand {
+  const float* values = nullptr;
+  const uint16_t* rounded = nullptr;
+};
+void matmul_forward_bf16(float* out, Bf16Operand inp, const uint16_t* weight, const float* bias,
+                         int64_t N, int64_t C, int64_t OC);
+// dbias needs dout's fp32 values (nullptr where the producer of a rounded
+// dout summed it already: gelu_backward_bias_bf16).
+void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, Bf16Operand dout,
+                          Bf16Operand inp, const uint16_t* weight, int64_t N, int64_t C, int64_t OC,
+                          bool accumulate_dinp = false);
+
 // The rounded operands the two keep from call to call on the calling
 // thread: the widest input (N x max_in) and output gradient (N x max_out)
 // among a pass's linears.

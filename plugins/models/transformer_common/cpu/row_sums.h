@@ -32,16 +32,27 @@ void add_rows(T* acc, const T* rows, int64_t n_rows, int64_t stride, int64_t n) 
   }
 }
 
+// The same over rows that need not be in one array: produce(r0, r1)
+// returns where the block's rows are (row r0 first, n apart), for rows
+// that live only in a task's scratch.
 template <typename T, typename Produce>
-void add_row_sums(T* acc, const T* rows, int64_t N, int64_t n, Produce&& produce) {
+void add_row_sums_of(T* acc, int64_t N, int64_t n, Produce&& produce) {
   const int64_t blocks = (N + kRowSumBlock - 1) / kRowSumBlock;
   std::vector<T> partial(static_cast<size_t>(blocks * n), T{0});
   for_blocks(N, kRowSumBlock, [&](int64_t r0, int64_t r1) {
-    produce(r0, r1);
-    add_rows(partial.data() + (r0 / kRowSumBlock) * n, rows + r0 * n, r1 - r0, n, n);
+    const T* rows = produce(r0, r1);
+    add_rows(partial.data() + (r0 / kRowSumBlock) * n, rows, r1 - r0, n, n);
   });
   for_blocks(n, 256, [&](int64_t c0, int64_t c1) {
     add_rows(acc + c0, partial.data() + c0, blocks, n, c1 - c0);
+  });
+}
+
+template <typename T, typename Produce>
+void add_row_sums(T* acc, const T* rows, int64_t N, int64_t n, Produce&& produce) {
+  add_row_sums_of(acc, N, n, [&](int64_t r0, int64_t r1) {
+    produce(r0, r1);
+    return rows + r0 * n;
   });
 }
 

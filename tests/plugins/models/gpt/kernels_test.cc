@@ -11,6 +11,7 @@
 #include "cpu/kernels.h"
 #include "tests/plugins/models/transformer_common/gradient_check.h"
 #include "transformer_common/cpu/gemm.h"
+#include "transformer_common/cpu/gemm_bf16.h"
 
 namespace dscore::gpt::cpu {
 namespace {
@@ -130,6 +131,35 @@ TEST_F(CpuKernels, GeluBackwardBiasGivesGeluBackwardThenTheBiasGradient) {
     for (int64_t n = 0; n < N; ++n) want += dx[n * OC + o];
     EXPECT_NEAR(fused_db[o], want, 1e-5 * N);
   }
+}
+
+// The bf16 layers' GELU kernels round as they make each value: the bits of
+// the fp32 kernels followed by round_to_bf16, the bias gradient included.
+// 100 x 400 elements: several element blocks and rounding chunks, and a
+// partial one of each.
+TEST_F(CpuKernels, GeluBf16KernelsGiveTheFp32KernelsRounded) {
+  const int64_t N = 100, OC = 400;
+  const Vec x_d = random_vec(N * OC, 97, 2.0), d_d = random_vec(N * OC, 98);
+  const std::vector<float> x(x_d.begin(), x_d.end()), d(d_d.begin(), d_d.end());
+  auto to_bf16 = [](const std::vector<float>& v) {
+    std::vector<uint16_t> out(v.size());
+    transformer::cpu::round_to_bf16(out.data(), v.data(), static_cast<int64_t>(v.size()));
+    return out;
+  };
+
+  std::vector<float> y(N * OC);
+  gelu_forward(y.data(), x.data(), N * OC);
+  std::vector<uint16_t> y16(N * OC);
+  gelu_forward_bf16(y16.data(), x.data(), N * OC);
+  EXPECT_EQ(y16, to_bf16(y));
+
+  std::vector<float> dx(N * OC), db(OC, 1.0f);
+  gelu_backward_bias(dx.data(), db.data(), x.data(), d.data(), N, OC);
+  std::vector<uint16_t> dx16(N * OC);
+  std::vector<float> db16(OC, 1.0f);
+  gelu_backward_bias_bf16(dx16.data(), db16.data(), x.data(), d.data(), N, OC);
+  EXPECT_EQ(dx16, to_bf16(dx));
+  EXPECT_EQ(db16, db);
 }
 
 TEST_F(CpuKernels, MatmulBackwardMatchesFiniteDifferences) {

@@ -234,6 +234,53 @@ TEST(LinearBf16, MatchesFp32LinearOnRoundedOperands) {
   EXPECT_EQ(db16, db32);
 }
 
+// Operands a producer rounded already (Bf16Operand::rounded) give the bits
+// of the same values passed as fp32 and rounded inside the call.
+TEST(LinearBf16, RoundedOperandsGiveTheBitsOfFp32Ones) {
+  SKIP_WITHOUT_BF16_GEMM();
+  const int64_t N = 300, C = 96, OC = 160;
+  std::mt19937 rng(10);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto randoms = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = normal(rng);
+    return v;
+  };
+  auto to_bf16 = [](const std::vector<float>& v) {
+    std::vector<uint16_t> out(v.size());
+    round_to_bf16(out.data(), v.data(), static_cast<int64_t>(v.size()));
+    return out;
+  };
+  const auto inp = randoms(N * C), dout = randoms(N * OC), bias = randoms(OC);
+  const auto inp16 = to_bf16(inp), dout16 = to_bf16(dout), w16 = to_bf16(randoms(OC * C));
+
+  std::vector<float> out_values(static_cast<size_t>(N * OC)), out_rounded = out_values;
+  matmul_forward_bf16(out_values.data(), Bf16Operand{inp.data(), nullptr}, w16.data(), bias.data(),
+                      N, C, OC);
+  matmul_forward_bf16(out_rounded.data(), Bf16Operand{nullptr, inp16.data()}, w16.data(),
+                      bias.data(), N, C, OC);
+  EXPECT_EQ(out_rounded, out_values);
+
+  const std::vector<float> dw_start = randoms(OC * C);
+  std::vector<float> dinp_values(static_cast<size_t>(N * C)), dinp_rounded = dinp_values;
+  std::vector<float> dw_values = dw_start, dw_rounded = dw_start;
+  matmul_backward_bf16(dinp_values.data(), dw_values.data(), nullptr,
+                       Bf16Operand{dout.data(), nullptr}, Bf16Operand{inp.data(), nullptr},
+                       w16.data(), N, C, OC);
+  matmul_backward_bf16(dinp_rounded.data(), dw_rounded.data(), nullptr,
+                       Bf16Operand{nullptr, dout16.data()}, Bf16Operand{nullptr, inp16.data()},
+                       w16.data(), N, C, OC);
+  EXPECT_EQ(dinp_rounded, dinp_values);
+  EXPECT_EQ(dw_rounded, dw_values);
+
+  // A bias gradient needs dout's fp32 values.
+  std::vector<float> db(static_cast<size_t>(OC));
+  EXPECT_THROW(matmul_backward_bf16(dinp_rounded.data(), dw_rounded.data(), db.data(),
+                                    Bf16Operand{nullptr, dout16.data()},
+                                    Bf16Operand{inp.data(), nullptr}, w16.data(), N, C, OC),
+               std::logic_error);
+}
+
 // The LM head on bf16 weights (lm_head_forward_backward with w16) against
 // the fp32 head on the same bf16 values: the logits are exact products
 // summed in fp32 either way, so the loss agrees to fp32 summation order;
