@@ -91,6 +91,15 @@ constexpr const char* kNotCounted =
 
 std::string mib(int64_t bytes) { return format_bytes(static_cast<uint64_t>(bytes)); }
 
+// The accumulator sdk::reduce_chunks keeps for a reduction of n elements
+// (dscore/cpp/ordered_reduce.hpp): fp32 for 16- and 32-bit floats, fp64
+// otherwise.
+int64_t reduce_accumulator_bytes(int64_t n, dscore_dtype dtype) {
+  const bool fp32 =
+      dtype == DSCORE_DTYPE_F32 || dtype == DSCORE_DTYPE_BF16 || dtype == DSCORE_DTYPE_F16;
+  return n * (fp32 ? 4 : 8);
+}
+
 }  // namespace
 
 void add_process_memory(const ProcessMemory& process, ZeroPlan* plan) {
@@ -174,7 +183,12 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
     }
     if (world > 1) {  // the largest reduction's staging in the mpi backend
       const int64_t n = std::clamp<int64_t>(config.zero.reduce_bucket_size, 1, flat.padded_numel);
-      m.comm_scratch = bytes(n, gd) * (plan.stage == 0 ? 3 : world);
+      if (plan.stage == 0) {  // an allreduce of a bucket: padded copy, result, the gathered chunks
+        m.comm_scratch = bytes(n, gd) * 3 + reduce_accumulator_bytes((n + world - 1) / world, gd);
+      } else {  // a reduce of a bucket's piece one rank owns: gathered on that rank
+        const int64_t piece = std::min(n, flat.partition_size);
+        m.comm_scratch = bytes(piece, gd) * world + reduce_accumulator_bytes(piece, gd);
+      }
     }
     if (plan.stage == 0) {
       plan.comm_elements["allreduce"] = flat.padded_numel * reductions;
@@ -207,7 +221,9 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
       largest_layer = std::max(largest_layer, layer);
     }
     m.buffers = bytes(2 * largest_layer + persistent, md) + bytes(largest_layer, gd);
-    if (world > 1) m.comm_scratch = bytes(largest_layer, gd);  // reduce_scatter's gathered copy
+    if (world > 1)  // reduce_scatter's gathered copy and its accumulator for one rank's part
+      m.comm_scratch = bytes(largest_layer, gd) +
+                       reduce_accumulator_bytes((largest_layer + world - 1) / world, gd);
     // Forward and backward each gather once per micro-step (when layers are
     // released in between); gradients are reduce-scattered once.
     plan.comm_elements["allgather"] = 2 * gathered_per_pass * gas + persistent;

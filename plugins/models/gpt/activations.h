@@ -55,24 +55,29 @@ struct ActivationElements {
 };
 
 // attention_state: the backend's attention_state_elements(B, block_size, n_head).
+// bf16_operands: the pass's linears read bf16 operands (the runner's fused
+// block in bf16 layers), so the buffers that only ever hold one (ln1, ln2,
+// fch_gelu, dfch) need half as many Scalar (fp32) elements.
 inline ActivationElements activation_elements(const GptConfig& cfg, int64_t B,
-                                              int64_t attention_state) {
+                                              int64_t attention_state, bool bf16_operands = false) {
   const int64_t N = B * cfg.block_size, C = cfg.n_embd;
+  const auto operand = [bf16_operands](int64_t n) { return bf16_operands ? (n + 1) / 2 : n; };
   ActivationElements e;
-  e.block.ln1 = N * C;
+  e.block.ln1 = operand(N * C);
   e.block.qkv = N * 3 * C;
   e.block.atty = N * C;
   e.block.attention_state = attention_state;
   e.block.x2 = N * C;
-  e.block.ln2 = N * C;
+  e.block.ln2 = operand(N * C);
   e.block.fch = N * 4 * C;
-  e.block.fch_gelu = N * 4 * C;
+  e.block.fch_gelu = operand(N * 4 * C);
   e.block.stat = N;
   e.kept_blocks = cfg.n_layer - cfg.checkpoint_blocks + (cfg.checkpoint_blocks > 0 ? 1 : 0);
   e.resid = (cfg.n_layer + 1) * N * C;
   e.lnf = e.dlnf = e.dresid = N * C;
   e.lnf_stat = N;
-  e.dfch_gelu = e.dfch = N * 4 * C;
+  e.dfch_gelu = N * 4 * C;
+  e.dfch = operand(N * 4 * C);
   e.dln = e.datty = N * C;
   e.dqkv = N * 3 * C;
   e.tokens = N;

@@ -200,6 +200,33 @@ class Gpt : public sdk::Instance {
   // With checkpointing, the blocks the config checkpoints (all when it does
   // not say) keep only their inputs.
   uint64_t activation_bytes(int64_t micro_batch, bool checkpointing) const {
+    return activation_bytes(micro_batch, checkpointing, /*bf16_operands=*/false);
+  }
+  // The same for the views the host lends: 16-bit ones add the copies and
+  // bf16 operands of transformer::cpu::view_scratch_bytes, and bf16 ones on
+  // the bf16 GEMM keep the runner's operand buffers in bf16 (half the size).
+  uint64_t activation_bytes(int64_t micro_batch, bool checkpointing, dscore_dtype param_dtype,
+                            dscore_dtype grad_dtype) const {
+    const GptConfig& c = config_;
+    const transformer::cpu::PassShape pass{
+        .tokens = micro_batch * c.block_size,
+        .largest_layer = transformer::cpu::largest_layer_numel(params_, c.layer_count()),
+        // Rounded inside linear_bf16: the attention projection's input and
+        // the qkv linear's output gradient (the runner's other operands are
+        // made rounded).
+        .linear_in = c.n_embd,
+        .linear_out = 3 * c.n_embd,
+        .embd = c.n_embd,
+        .vocab = c.vocab_size,
+        .attention = {micro_batch, c.block_size, c.n_head, c.n_head, c.head_size()}};
+    const bool bf16_operands =
+        param_dtype == DSCORE_DTYPE_BF16 && transformer::cpu::bf16_gemm_available();
+    return activation_bytes(micro_batch, checkpointing, bf16_operands) +
+           transformer::cpu::view_scratch_bytes(pass, param_dtype, grad_dtype);
+  }
+
+ private:
+  uint64_t activation_bytes(int64_t micro_batch, bool checkpointing, bool bf16_operands) const {
     if (config_.device != "cpu")
       throw Error(DSCORE_UNIMPLEMENTED,
                   "gpt on \"device\": \"cuda\" keeps its activations in GPU memory, which the "
@@ -209,27 +236,10 @@ class Gpt : public sdk::Instance {
     c.checkpoint_blocks = !checkpointing                  ? 0
                           : config_.checkpoint_blocks > 0 ? config_.checkpoint_blocks
                                                           : config_.n_layer;
-    return runner_activation_bytes<float, float>(c, params_, micro_batch) +
+    return runner_activation_bytes<float, float>(c, params_, micro_batch, bf16_operands) +
            transformer::cpu::lm_head_working_bytes(micro_batch * c.block_size, c.vocab_size);
   }
-  // The same for the views the host lends: 16-bit ones add the copies and
-  // bf16 operands of transformer::cpu::view_scratch_bytes.
-  uint64_t activation_bytes(int64_t micro_batch, bool checkpointing, dscore_dtype param_dtype,
-                            dscore_dtype grad_dtype) const {
-    const GptConfig& c = config_;
-    const transformer::cpu::PassShape pass{
-        .tokens = micro_batch * c.block_size,
-        .largest_layer = transformer::cpu::largest_layer_numel(params_, c.layer_count()),
-        .linear_in = 4 * c.n_embd,   // the MLP's projection
-        .linear_out = 4 * c.n_embd,  // the MLP's first linear
-        .embd = c.n_embd,
-        .vocab = c.vocab_size,
-        .attention = {micro_batch, c.block_size, c.n_head, c.n_head, c.head_size()}};
-    return activation_bytes(micro_batch, checkpointing) +
-           transformer::cpu::view_scratch_bytes(pass, param_dtype, grad_dtype);
-  }
 
- private:
   const dscore_model_param* param_at(size_t index) const {
     return transformer::param_at(params_.description(), index);
   }

@@ -10,8 +10,9 @@
 //   attention_state_elements(B, T, NH): what attention_forward keeps for
 //     attention_backward (CPU: a logsumexp per query row; CUDA: the T x T
 //     probabilities), so the state's layout is the backend's decision
-//   mlp_forward / mlp_backward (optional: the MLP as one call, else the
-//     runner calls matmul and GELU kernels itself)
+//   optionally the fused block's calls (kFusedBlock below: LayerNorms
+//     writing operand buffers, the linears reading them, the MLP as one
+//     call); without them the runner calls the kernels one by one
 //   the kernels of cpu/kernels.h and cpu/attention.h with the same arguments
 //     (lm_head_forward writes host logits)
 //
@@ -30,6 +31,7 @@
 #include <dscore/cpp/model.hpp>
 #include <dscore/cpp/plugin.hpp>
 
+#include <concepts>
 #include <optional>
 #include <string>
 #include <vector>
@@ -142,15 +144,19 @@ class GptRunner {
     Buffer<T> dfch_gelu, dfch, dln, datty, dqkv;
   };
 
-  // Fused work a backend may offer (the CPU's does; others run the unfused
-  // kernels): the residual add with the LayerNorm after it, and the whole
-  // MLP as one call (the CPU's fuses the GELU gradient with the fc bias
-  // gradient, and in bf16 layers makes the GELU activations and gradients
-  // as bf16 operands).
-  static constexpr bool kFusedResidualLayerNorm = requires(Backend & b, T* t, S* s, const T* c) {
-    b.residual_layernorm_forward(t, t, s, s, c, c, c, c, int64_t{}, int64_t{});
-  };
-  static constexpr bool kBackendMlp = requires(Backend & b, T* t, const T* c) {
+  // A backend may fuse the block's work (the CPU's does; others run the
+  // kernels one by one): the LayerNorms write their outputs as operands of
+  // the linear that reads them (rounded to bf16 as written, in bf16
+  // layers), the residual add runs inside the second LayerNorm, and the
+  // MLP is one call (the GELU activations and gradients made as operands,
+  // the GELU gradient fused with the fc bias gradient).
+  static constexpr bool kFusedBlock = requires(Backend & b, T* t, S* s, const T* c) {
+    { b.bf16_compute() } -> std::convertible_to<bool>;
+    { b.bf16_operand_for(c) } -> std::convertible_to<bool>;
+    b.layernorm_forward_operand(t, s, s, c, c, c, int64_t{}, int64_t{}, c);
+    b.residual_layernorm_forward_operand(t, t, s, s, c, c, c, c, int64_t{}, int64_t{}, c);
+    b.matmul_forward_operand(t, c, c, c, int64_t{}, int64_t{}, int64_t{});
+    b.matmul_backward_operand(t, t, t, c, c, c, int64_t{}, int64_t{}, int64_t{});
     b.mlp_forward(t, t, t, c, c, c, c, c, int64_t{}, int64_t{});
     b.mlp_backward(t, t, t, t, t, t, t, c, c, c, c, c, c, int64_t{}, int64_t{});
   };
@@ -181,22 +187,66 @@ class GptRunner {
     a.rstd2 = backend_.template alloc<S>(e.stat);
   }
 
-  // Tokens into backend memory; activations (re)allocated when B changes.
+  // Tokens into backend memory (their buffers made anew when B changes;
+  // the activations then follow in the first layer's acquire).
   void prepare(const SplitTokens& tokens) {
     const int64_t N = tokens.batch * cfg_.block_size;
-    if (tokens.batch != B_) allocate(tokens.batch);
+    if (tokens.batch != B_) allocate_tokens(tokens.batch);
     backend_.copy_tokens(inputs_.get(), tokens.inputs.data(), N);
     backend_.copy_tokens(targets_.get(), tokens.targets.data(), N);
   }
 
- public:
-  // Every buffer a pass over `batch` samples uses, allocated once and kept
-  // while the batch size stays. activation_bytes() (below) counts these same
-  // calls, so what the model declares is what it allocates.
-  void allocate(int64_t batch) {
+  // Whether the acquired layer's linears read bf16 operands: the form of
+  // the operand buffers (kFusedBlock), known once a layer's parameters are.
+  bool layer_reads_bf16() const {
+    if constexpr (kFusedBlock) return backend_.bf16_compute();
+    return false;
+  }
+  // In the first layer's acquire: the activations, (re)made when the batch
+  // or the operands' form changed.
+  void ensure_activations() {
+    const bool bf16 = layer_reads_bf16();
+    if (!activations_ready_ || bf16 != bf16_operands_) allocate_activations(bf16);
+  }
+  // The operand buffers were sized for one form: a layer of the other (its
+  // parameters of another dtype than layer 0's) would overrun them.
+  template <class P>
+  void check_operand_form(const P& p, int64_t l) const {
+    if constexpr (kFusedBlock) {
+      for (size_t reader : {kAttnWeight, kFcWeight, kFcProjWeight})
+        if (backend_.bf16_operand_for(p[reader]) != bf16_operands_)
+          throw sdk::Error(DSCORE_INVALID_ARGUMENT,
+                           "gpt: block " + std::to_string(l) + "'s weights are " +
+                               (bf16_operands_ ? "not bf16" : "bf16") +
+                               " but the embeddings' are " + (bf16_operands_ ? "" : "not ") +
+                               "bf16: every layer's parameters must share one dtype");
+    }
+  }
+
+  void allocate_tokens(int64_t batch) {
     B_ = batch;
+    const int64_t N = batch * cfg_.block_size;
+    inputs_ = backend_.template alloc<int32_t>(N);
+    targets_ = backend_.template alloc<int32_t>(N);
+    acts_ = Activations{};
+    activations_ready_ = false;
+  }
+
+ public:
+  // Every buffer a pass over `batch` samples uses with operands of that
+  // form, allocated once and kept while the batch size and the form stay.
+  // activation_bytes() (below) counts these same calls, so what the model
+  // declares is what it allocates.
+  void allocate(int64_t batch, bool bf16_operands) {
+    allocate_tokens(batch);
+    allocate_activations(bf16_operands);
+  }
+
+ private:
+  void allocate_activations(bool bf16_operands) {
     const ActivationElements e = activation_elements(
-        cfg_, B_, backend_.attention_state_elements(B_, cfg_.block_size, cfg_.n_head));
+        cfg_, B_, backend_.attention_state_elements(B_, cfg_.block_size, cfg_.n_head),
+        bf16_operands);
     acts_ = Activations{};
     acts_.resid = backend_.template alloc<T>(e.resid);
     acts_.lnf = backend_.template alloc<T>(e.lnf);
@@ -211,20 +261,21 @@ class GptRunner {
     acts_.dln = backend_.template alloc<T>(e.dln);
     acts_.datty = backend_.template alloc<T>(e.datty);
     acts_.dqkv = backend_.template alloc<T>(e.dqkv);
-    inputs_ = backend_.template alloc<int32_t>(e.tokens);
-    targets_ = backend_.template alloc<int32_t>(e.tokens);
+    bf16_operands_ = bf16_operands;
+    activations_ready_ = true;
   }
 
- private:
   void forward_blocks(const dscore_model_hooks& hooks) {
     const int64_t N = B_ * cfg_.block_size, C = cfg_.n_embd;
     forward_layer(hooks, 0, numels_[0], backend_, [&](const auto& p) {
+      ensure_activations();
       backend_.encoder_forward(residual(0), inputs_.get(), p[kWte], p[kWpe], B_, cfg_.block_size,
                                C);
     });
     for (int64_t l = 0; l < cfg_.n_layer; ++l) {
       const size_t index = static_cast<size_t>(l + 1);
       forward_layer(hooks, index, numels_[index], backend_, [&](const auto& p) {
+        check_operand_form(p, l);
         block_forward(p, residual(l), residual(l + 1), block_acts(l));
       });
     }
@@ -240,27 +291,37 @@ class GptRunner {
   template <class P>
   void block_forward(const P& p, const T* x, T* out, BlockActs& a) {
     const int64_t N = B_ * cfg_.block_size, C = cfg_.n_embd;
-    backend_.layernorm_forward(a.ln1.get(), a.mean1.get(), a.rstd1.get(), x, p[kLn1Weight],
-                               p[kLn1Bias], N, C);
-    backend_.matmul_forward(a.qkv.get(), a.ln1.get(), p[kAttnWeight], p[kAttnBias], N, C, 3 * C);
-    backend_.attention_forward(a.atty.get(), a.attention_state.get(), a.qkv.get(), B_,
-                               cfg_.block_size, C, cfg_.n_head);
-    // The attention projection goes through ln2's buffer (overwritten next).
-    backend_.matmul_forward(a.ln2.get(), a.atty.get(), p[kAttnProjWeight], p[kAttnProjBias], N, C,
-                            C);
-    if constexpr (kFusedResidualLayerNorm) {
-      backend_.residual_layernorm_forward(a.x2.get(), a.ln2.get(), a.mean2.get(), a.rstd2.get(), x,
-                                          a.ln2.get(), p[kLn2Weight], p[kLn2Bias], N, C);
-    } else {
-      backend_.add(a.x2.get(), x, a.ln2.get(), N * C);
-      backend_.layernorm_forward(a.ln2.get(), a.mean2.get(), a.rstd2.get(), a.x2.get(),
-                                 p[kLn2Weight], p[kLn2Bias], N, C);
-    }
-    if constexpr (kBackendMlp) {
+    if constexpr (kFusedBlock) {
+      backend_.layernorm_forward_operand(a.ln1.get(), a.mean1.get(), a.rstd1.get(), x,
+                                         p[kLn1Weight], p[kLn1Bias], N, C, p[kAttnWeight]);
+      backend_.matmul_forward_operand(a.qkv.get(), a.ln1.get(), p[kAttnWeight], p[kAttnBias], N, C,
+                                      3 * C);
+      backend_.attention_forward(a.atty.get(), a.attention_state.get(), a.qkv.get(), B_,
+                                 cfg_.block_size, C, cfg_.n_head);
+      // The attention projection goes through dln (backward scratch, free
+      // here: a recompute runs before its block's backward uses it), as ln2
+      // is written in another form than the projection's output.
+      T* projection = acts_.dln.get();
+      backend_.matmul_forward(projection, a.atty.get(), p[kAttnProjWeight], p[kAttnProjBias], N, C,
+                              C);
+      backend_.residual_layernorm_forward_operand(a.x2.get(), a.ln2.get(), a.mean2.get(),
+                                                  a.rstd2.get(), x, projection, p[kLn2Weight],
+                                                  p[kLn2Bias], N, C, p[kFcWeight]);
       backend_.mlp_forward(out, a.fch.get(), a.fch_gelu.get(), a.ln2.get(), p[kFcWeight],
                            p[kFcBias], p[kFcProjWeight], p[kFcProjBias], N, C);
       if (out == nullptr) return;
     } else {
+      backend_.layernorm_forward(a.ln1.get(), a.mean1.get(), a.rstd1.get(), x, p[kLn1Weight],
+                                 p[kLn1Bias], N, C);
+      backend_.matmul_forward(a.qkv.get(), a.ln1.get(), p[kAttnWeight], p[kAttnBias], N, C, 3 * C);
+      backend_.attention_forward(a.atty.get(), a.attention_state.get(), a.qkv.get(), B_,
+                                 cfg_.block_size, C, cfg_.n_head);
+      // The attention projection goes through ln2's buffer (overwritten next).
+      backend_.matmul_forward(a.ln2.get(), a.atty.get(), p[kAttnProjWeight], p[kAttnProjBias], N, C,
+                              C);
+      backend_.add(a.x2.get(), x, a.ln2.get(), N * C);
+      backend_.layernorm_forward(a.ln2.get(), a.mean2.get(), a.rstd2.get(), a.x2.get(),
+                                 p[kLn2Weight], p[kLn2Bias], N, C);
       backend_.matmul_forward(a.fch.get(), a.ln2.get(), p[kFcWeight], p[kFcBias], N, C, 4 * C);
       backend_.gelu_forward(a.fch_gelu.get(), a.fch.get(), N * 4 * C);
       if (out == nullptr) return;
@@ -273,7 +334,7 @@ class GptRunner {
   template <class P, class G>
   void block_backward(const P& p, G& g, const T* x, const BlockActs& a, T* d) {
     const int64_t N = B_ * cfg_.block_size, C = cfg_.n_embd;
-    if constexpr (kBackendMlp) {
+    if constexpr (kFusedBlock) {
       backend_.mlp_backward(acts_.dln.get(), g[kFcWeight], g[kFcBias], g[kFcProjWeight],
                             g[kFcProjBias], acts_.dfch_gelu.get(), acts_.dfch.get(), d, a.ln2.get(),
                             a.fch.get(), a.fch_gelu.get(), p[kFcWeight], p[kFcProjWeight], N, C);
@@ -290,8 +351,13 @@ class GptRunner {
                              a.atty.get(), p[kAttnProjWeight], N, C, C);
     backend_.attention_backward(acts_.dqkv.get(), acts_.datty.get(), a.qkv.get(), a.atty.get(),
                                 a.attention_state.get(), B_, cfg_.block_size, C, cfg_.n_head);
-    backend_.matmul_backward(acts_.dln.get(), g[kAttnWeight], g[kAttnBias], acts_.dqkv.get(),
-                             a.ln1.get(), p[kAttnWeight], N, C, 3 * C);
+    if constexpr (kFusedBlock) {
+      backend_.matmul_backward_operand(acts_.dln.get(), g[kAttnWeight], g[kAttnBias],
+                                       acts_.dqkv.get(), a.ln1.get(), p[kAttnWeight], N, C, 3 * C);
+    } else {
+      backend_.matmul_backward(acts_.dln.get(), g[kAttnWeight], g[kAttnBias], acts_.dqkv.get(),
+                               a.ln1.get(), p[kAttnWeight], N, C, 3 * C);
+    }
     backend_.layernorm_backward(d, g[kLn1Weight], g[kLn1Bias], acts_.dln.get(), x, p[kLn1Weight],
                                 a.mean1.get(), a.rstd1.get(), N, C);
   }
@@ -301,6 +367,8 @@ class GptRunner {
   std::vector<std::vector<int64_t>> numels_;
   int64_t B_ = 0;
   Activations acts_;
+  bool activations_ready_ = false;
+  bool bf16_operands_ = false;  // the form acts_' operand buffers were sized for
   Buffer<int32_t> inputs_, targets_;
 };
 
@@ -308,10 +376,11 @@ class GptRunner {
 // the model's declared activation memory (model.h activation_bytes), from
 // the same code path.
 template <class Scalar, class Stat>
-uint64_t runner_activation_bytes(const GptConfig& config, const GptParams& params, int64_t batch) {
+uint64_t runner_activation_bytes(const GptConfig& config, const GptParams& params, int64_t batch,
+                                 bool bf16_operands) {
   using Counter = transformer::CountingBackend<Scalar, Stat>;
   Counter counter;
-  GptRunner<Counter>(config, params, counter).allocate(batch);
+  GptRunner<Counter>(config, params, counter).allocate(batch, bf16_operands);
   return counter.bytes;
 }
 

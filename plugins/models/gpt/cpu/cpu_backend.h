@@ -31,10 +31,28 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
                          int64_t C) {
     cpu::layernorm_forward(out, mean, rstd, inp, w, b, N, C);
   }
-  // Fused: sum = a + b, out = layernorm(sum) (the runner uses it where a
-  // backend has it, else add and layernorm_forward).
-  void residual_layernorm_forward(T* sum, T* out, T* mean, T* rstd, const T* a, const T* b,
-                                  const T* w, const T* bias, int64_t N, int64_t C) {
+  // The runner's fused block (runner.h, kFusedBlock): the LayerNorms with
+  // their output as an operand buffer of the linear whose
+  // weight is `reader` (HostBackend::matmul_forward_operand): rounded to
+  // bf16 as it is written when that linear reads bf16; the residual one
+  // computes sum = a + b first. out must not alias the inputs.
+  void layernorm_forward_operand(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b,
+                                 int64_t N, int64_t C, const T* reader) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (this->bf16_operand_for(reader))
+        return cpu::layernorm_forward_bf16(reinterpret_cast<uint16_t*>(out), mean, rstd, inp, w, b,
+                                           N, C);
+    }
+    cpu::layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+  }
+  void residual_layernorm_forward_operand(T* sum, T* out, T* mean, T* rstd, const T* a, const T* b,
+                                          const T* w, const T* bias, int64_t N, int64_t C,
+                                          const T* reader) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (this->bf16_operand_for(reader))
+        return cpu::residual_layernorm_forward_bf16(sum, reinterpret_cast<uint16_t*>(out), mean,
+                                                    rstd, a, b, w, bias, N, C);
+    }
     cpu::residual_layernorm_forward(sum, out, mean, rstd, a, b, w, bias, N, C);
   }
   void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
@@ -64,12 +82,13 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
   }
   // The MLP (the runner uses it where a backend has it): fch = ln2 W_fc^T +
   // b_fc, fch_gelu = gelu(fch), out = fch_gelu W_proj^T + b_proj (out null:
-  // the activations only, when recomputing). In a bf16 layer fch_gelu is
-  // only ever a bf16 operand, so it holds the rounded values (its buffer's
-  // first half) and mlp_backward reads them as such.
+  // the activations only, when recomputing). ln2 is an operand buffer of
+  // the fc linear (layernorm_forward_operand). fch_gelu is one of the
+  // projection's: in a bf16 layer it holds the rounded values and
+  // mlp_backward reads them as such.
   void mlp_forward(T* out, T* fch, T* fch_gelu, const T* ln2, const T* w_fc, const T* b_fc,
                    const T* w_proj, const T* b_proj, int64_t N, int64_t C) {
-    Base::matmul_forward(fch, ln2, w_fc, b_fc, N, C, 4 * C);
+    this->matmul_forward_operand(fch, ln2, w_fc, b_fc, N, C, 4 * C);
     if constexpr (std::is_same_v<T, float>) {
       if (const uint16_t* w16 = this->bf16_view_of(w_proj)) {
         uint16_t* gelu16 = reinterpret_cast<uint16_t*>(fch_gelu);
@@ -99,14 +118,15 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
                                                Bf16Operand{nullptr, gelu16}, w16_proj, N, 4 * C, C);
         uint16_t* dfch16 = reinterpret_cast<uint16_t*>(dfch);
         cpu::gelu_backward_bias_bf16(dfch16, db_fc, fch, dfch_gelu, N, 4 * C);
-        transformer::cpu::matmul_backward_bf16(dln, dw_fc, nullptr, Bf16Operand{nullptr, dfch16},
-                                               Bf16Operand{ln2, nullptr}, w16_fc, N, C, 4 * C);
+        transformer::cpu::matmul_backward_bf16(
+            dln, dw_fc, nullptr, Bf16Operand{nullptr, dfch16},
+            Bf16Operand{nullptr, reinterpret_cast<const uint16_t*>(ln2)}, w16_fc, N, C, 4 * C);
         return;
       }
     }
     Base::matmul_backward(dfch_gelu, dw_proj, db_proj, d, fch_gelu, w_proj, N, 4 * C, C);
     cpu::gelu_backward_bias(dfch, db_fc, fch, dfch_gelu, N, 4 * C);
-    Base::matmul_backward(dln, dw_fc, nullptr, dfch, ln2, w_fc, N, C, 4 * C);
+    this->matmul_backward_operand(dln, dw_fc, nullptr, dfch, ln2, w_fc, N, C, 4 * C);
   }
   void add(T* out, const T* a, const T* b, int64_t n) { cpu::add(out, a, b, n); }
   double lm_head_forward(const T* x, const T* wte, const int32_t* targets, int64_t N, int64_t C,

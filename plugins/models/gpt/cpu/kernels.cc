@@ -220,6 +220,42 @@ constexpr int64_t kRoundChunk = 1024;
 
 }  // namespace
 
+namespace {
+
+// Each row's fp32 LayerNorm output in `row` (a task's scratch), then
+// rounded into row r of out.
+template <typename RowInput>
+void layernorm_rows_bf16(uint16_t* out, float* mean, float* rstd, const float* weight,
+                         const float* bias, int64_t N, int64_t C, RowInput&& row_input) {
+  for_blocks(N, kRowBlock, [&](int64_t r0, int64_t r1) {
+    thread_local std::vector<float> row;
+    if (row.size() < static_cast<size_t>(C)) row.resize(static_cast<size_t>(C));
+    for (int64_t r = r0; r < r1; ++r) {
+      layernorm_forward_row(row.data(), mean + r, rstd + r, row_input(r), weight, bias, C);
+      transformer::cpu::round_to_bf16_serial(out + r * C, row.data(), C);
+    }
+  });
+}
+
+}  // namespace
+
+void layernorm_forward_bf16(uint16_t* out, float* mean, float* rstd, const float* inp,
+                            const float* weight, const float* bias, int64_t N, int64_t C) {
+  layernorm_rows_bf16(out, mean, rstd, weight, bias, N, C, [&](int64_t r) { return inp + r * C; });
+}
+
+void residual_layernorm_forward_bf16(float* sum, uint16_t* out, float* mean, float* rstd,
+                                     const float* a, const float* b, const float* weight,
+                                     const float* bias, int64_t N, int64_t C) {
+  layernorm_rows_bf16(out, mean, rstd, weight, bias, N, C, [&](int64_t r) {
+    float* x = sum + r * C;
+    const float* ar = a + r * C;
+    const float* br = b + r * C;
+    for (int64_t c = 0; c < C; ++c) x[c] = ar[c] + br[c];
+    return static_cast<const float*>(x);
+  });
+}
+
 void gelu_forward_bf16(uint16_t* out, const float* inp, int64_t n) {
   for_blocks(n, kElementBlock, [&](int64_t i0, int64_t i1) {
     float values[kRoundChunk];

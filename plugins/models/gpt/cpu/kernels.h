@@ -66,6 +66,15 @@ void gelu_backward_bias(T* dinp, T* dbias, const T* inp, const T* dout, int64_t 
 // gelu_forward (gelu_backward_bias) followed by round_to_bf16, dbias
 // included.
 void gelu_forward_bf16(uint16_t* out, const float* inp, int64_t n);
+// Likewise the LayerNorms whose output only a bf16 linear reads (mean and
+// rstd, and the residual sum, stay fp32): the bits of layernorm_forward
+// (residual_layernorm_forward) followed by round_to_bf16. out must not
+// alias the inputs.
+void layernorm_forward_bf16(uint16_t* out, float* mean, float* rstd, const float* inp,
+                            const float* weight, const float* bias, int64_t N, int64_t C);
+void residual_layernorm_forward_bf16(float* sum, uint16_t* out, float* mean, float* rstd,
+                                     const float* a, const float* b, const float* weight,
+                                     const float* bias, int64_t N, int64_t C);
 void gelu_backward_bias_bf16(uint16_t* dinp, float* dbias, const float* inp, const float* dout,
                              int64_t N, int64_t OC);
 

@@ -219,6 +219,38 @@ class HostBackend {
     cpu::matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC, accumulate_dinp);
   }
 
+  // A linear whose input is an operand buffer: one a kernel wrote in the
+  // form this linear reads, bf16 values (in the buffer's first half) when
+  // its weight is a bf16 view (bf16_operand_for), else T. The producer
+  // rounds as it writes, so no pass reads fp32 values back to round them.
+  bool bf16_operand_for(const T* w) const {
+    if constexpr (std::is_same_v<T, float>) return bf16_view_of(w) != nullptr;
+    return false;
+  }
+  void matmul_forward_operand(T* out, const T* inp, const T* w, const T* b, int64_t N, int64_t C,
+                              int64_t OC) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (const uint16_t* w16 = bf16_view_of(w)) {
+        matmul_forward_bf16(out, Bf16Operand{nullptr, reinterpret_cast<const uint16_t*>(inp)}, w16,
+                            b, N, C, OC);
+        return;
+      }
+    }
+    cpu::matmul_forward(out, inp, w, b, N, C, OC);
+  }
+  void matmul_backward_operand(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
+                               int64_t N, int64_t C, int64_t OC) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (const uint16_t* w16 = bf16_view_of(w)) {
+        matmul_backward_bf16(dinp, dw, db, Bf16Operand{dout, nullptr},
+                             Bf16Operand{nullptr, reinterpret_cast<const uint16_t*>(inp)}, w16, N,
+                             C, OC);
+        return;
+      }
+    }
+    cpu::matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
+  }
+
   // Causal attention (attention.h), with bf16 products in a bf16 layer
   // (bf16_compute; attention_bf16.h).
   void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v,

@@ -65,34 +65,41 @@ void reduce_typed(const T* chunks, int world, int64_t n, dscore_reduce_op op, T*
 // Throws sdk::Error for a dtype/op it cannot reduce.
 inline void reduce_chunks(const void* chunks, int world, int64_t n, dscore_dtype dtype,
                           dscore_reduce_op op, void* out, std::vector<double>* scratch) {
-  // The scratch is double-typed storage; fp32 accumulators use it as floats.
-  scratch->resize(static_cast<size_t>(n));
-  float* facc = reinterpret_cast<float*>(scratch->data());
-  double* dacc = scratch->data();
+  // The scratch is double-typed storage, grown to what the accumulator
+  // needs: n floats (fp32, bf16, fp16) or n doubles (fp64, int32).
+  auto floats = [&] {
+    if (scratch->size() < (static_cast<size_t>(n) + 1) / 2)
+      scratch->resize((static_cast<size_t>(n) + 1) / 2);
+    return reinterpret_cast<float*>(scratch->data());
+  };
+  auto doubles = [&] {
+    if (scratch->size() < static_cast<size_t>(n)) scratch->resize(static_cast<size_t>(n));
+    return scratch->data();
+  };
   auto same_f = [](float v) { return v; };
   auto same_d = [](double v) { return v; };
   switch (dtype) {
     case DSCORE_DTYPE_F32:
       detail::reduce_typed(static_cast<const float*>(chunks), world, n, op,
-                           static_cast<float*>(out), facc, same_f, same_f);
+                           static_cast<float*>(out), floats(), same_f, same_f);
       return;
     case DSCORE_DTYPE_F64:
       detail::reduce_typed(static_cast<const double*>(chunks), world, n, op,
-                           static_cast<double*>(out), dacc, same_d, same_d);
+                           static_cast<double*>(out), doubles(), same_d, same_d);
       return;
     case DSCORE_DTYPE_BF16:
       detail::reduce_typed(static_cast<const uint16_t*>(chunks), world, n, op,
-                           static_cast<uint16_t*>(out), facc, &sdk::bf16_to_float,
+                           static_cast<uint16_t*>(out), floats(), &sdk::bf16_to_float,
                            &sdk::float_to_bf16);
       return;
     case DSCORE_DTYPE_F16:
       detail::reduce_typed(static_cast<const uint16_t*>(chunks), world, n, op,
-                           static_cast<uint16_t*>(out), facc, &sdk::half_to_float,
+                           static_cast<uint16_t*>(out), floats(), &sdk::half_to_float,
                            &sdk::float_to_half);
       return;
     case DSCORE_DTYPE_I32:
       detail::reduce_typed(
-          static_cast<const int32_t*>(chunks), world, n, op, static_cast<int32_t*>(out), dacc,
+          static_cast<const int32_t*>(chunks), world, n, op, static_cast<int32_t*>(out), doubles(),
           [](int32_t v) { return static_cast<double>(v); },
           [](double v) { return static_cast<int32_t>(v); });
       return;

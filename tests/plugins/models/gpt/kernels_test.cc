@@ -162,6 +162,41 @@ TEST_F(CpuKernels, GeluBf16KernelsGiveTheFp32KernelsRounded) {
   EXPECT_EQ(db16, db);
 }
 
+// The LayerNorms that write a bf16 operand: the fp32 kernels' bits, rounded;
+// mean, rstd and the residual sum unrounded. 40 rows: several row blocks.
+TEST_F(CpuKernels, LayerNormBf16KernelsGiveTheFp32KernelsRounded) {
+  const int64_t N = 40, C = 48;
+  auto floats = [](const Vec& v) { return std::vector<float>(v.begin(), v.end()); };
+  const auto a = floats(random_vec(N * C, 91, 2.0)), b = floats(random_vec(N * C, 92));
+  const auto w = floats(random_vec(C, 93)), bias = floats(random_vec(C, 94));
+  auto to_bf16 = [](const std::vector<float>& v) {
+    std::vector<uint16_t> out(v.size());
+    transformer::cpu::round_to_bf16(out.data(), v.data(), static_cast<int64_t>(v.size()));
+    return out;
+  };
+
+  std::vector<float> out(N * C), mean(N), rstd(N);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), a.data(), w.data(), bias.data(), N, C);
+  std::vector<uint16_t> out16(N * C);
+  std::vector<float> mean16(N), rstd16(N);
+  layernorm_forward_bf16(out16.data(), mean16.data(), rstd16.data(), a.data(), w.data(),
+                         bias.data(), N, C);
+  EXPECT_EQ(out16, to_bf16(out));
+  EXPECT_EQ(mean16, mean);
+  EXPECT_EQ(rstd16, rstd);
+
+  std::vector<float> sum(N * C);
+  residual_layernorm_forward(sum.data(), out.data(), mean.data(), rstd.data(), a.data(), b.data(),
+                             w.data(), bias.data(), N, C);
+  std::vector<float> sum16(N * C);
+  residual_layernorm_forward_bf16(sum16.data(), out16.data(), mean16.data(), rstd16.data(),
+                                  a.data(), b.data(), w.data(), bias.data(), N, C);
+  EXPECT_EQ(sum16, sum);
+  EXPECT_EQ(out16, to_bf16(out));
+  EXPECT_EQ(mean16, mean);
+  EXPECT_EQ(rstd16, rstd);
+}
+
 TEST_F(CpuKernels, MatmulBackwardMatchesFiniteDifferences) {
   const int64_t N = 4, C = 3, OC = 5;
   Vec inp = random_vec(N * C, 11), w = random_vec(OC * C, 12), b = random_vec(OC, 13),

@@ -308,7 +308,7 @@ TEST_F(GptModel, DeclaredActivationBytesAreWhatAPassAllocates) {
     GptRunner<CountedCpuBackend> runner(c, params, backend);
     runner.forward_backward(tiny_batch(c), layers.hooks(), 1.0);
     runner.forward_backward(tiny_batch(c), layers.hooks(), 1.0);
-    const uint64_t declared = runner_activation_bytes<double, double>(c, params, 2);
+    const uint64_t declared = runner_activation_bytes<double, double>(c, params, 2, false);
     EXPECT_EQ(backend.bytes, declared) << "checkpoint_blocks " << checkpoint_blocks;
     // Checkpointed blocks share one set of block activations: 2 layers with
     // 1 checkpointed keep as many as with none; with both, one set fewer.
@@ -319,6 +319,43 @@ TEST_F(GptModel, DeclaredActivationBytesAreWhatAPassAllocates) {
     }
     previous = declared;
   }
+}
+
+// In bf16 layers on the bf16 GEMM the buffers that only hold operands
+// (ln1, ln2, fch_gelu, dfch) hold bf16: a pass allocates what
+// runner_activation_bytes declares for that form, less than for fp32. A
+// pass over fp32 views after it makes the activations again in fp32 form
+// (the tokens' buffers stay).
+TEST_F(GptModel, Bf16OperandBuffersAreHalfTheSizeAndDeclared) {
+  if (!transformer::cpu::bf16_gemm_available())
+    GTEST_SKIP() << "no bf16 GEMM here: " << transformer::cpu::bf16_gemm_unavailable_reason();
+  const GptConfig c = tiny_config();
+  GptParams params(c, 7);
+  FakeLayers f32(params.description(), DSCORE_DTYPE_F32),
+      b16(params.description(), DSCORE_DTYPE_BF16);
+  size_t index = 0;
+  for (size_t l = 0; l < f32.layer_count(); ++l)
+    for (size_t i = 0; i < f32.param_count(l); ++i, ++index) {
+      std::vector<float> v(static_cast<size_t>(f32.numel(l, i)));
+      params.init(index, 0, f32.numel(l, i), v.data());
+      for (size_t k = 0; k < v.size(); ++k) {
+        b16.param<uint16_t>(l, i)[k] = sdk::float_to_bf16(v[k]);
+        f32.param<float>(l, i)[k] = v[k];
+      }
+    }
+  using Counted = transformer::testing::CountedBackend<cpu::CpuBackend<float>>;
+  Counted backend;
+  GptRunner<Counted> runner(c, params, backend);
+  runner.forward_backward(tiny_batch(c), b16.hooks(), 1.0);
+  const uint64_t bf16_form = runner_activation_bytes<float, float>(c, params, 2, true);
+  const uint64_t fp32_form = runner_activation_bytes<float, float>(c, params, 2, false);
+  EXPECT_EQ(backend.bytes, bf16_form);
+  const int64_t N = 2 * c.block_size, C = c.n_embd;
+  // Half of ln1, ln2 and fch_gelu in each of the 2 blocks, and of dfch.
+  EXPECT_EQ(fp32_form - bf16_form, (2 * (N * C + N * C + N * 4 * C) / 2 + N * 4 * C / 2) * 4);
+  runner.forward_backward(tiny_batch(c), f32.hooks(), 1.0);
+  const uint64_t tokens = 2 * N * sizeof(int32_t);
+  EXPECT_EQ(backend.bytes, bf16_form + fp32_form - tokens);
 }
 
 }  // namespace
