@@ -57,14 +57,15 @@ struct ActivationElements {
 // attention_state: the backend's attention_state_elements(B, block_size, n_head).
 // bf16_operands: the pass's linears read bf16 operands (the runner's fused
 // block in bf16 layers), so the buffers that only ever hold one (ln1, ln2,
-// fch_gelu, dfch) need half as many Scalar (fp32) elements.
+// fch_gelu, dfch; qkv, which keeps attention's rounded heads) need half as
+// many Scalar (fp32) elements.
 inline ActivationElements activation_elements(const GptConfig& cfg, int64_t B,
                                               int64_t attention_state, bool bf16_operands = false) {
   const int64_t N = B * cfg.block_size, C = cfg.n_embd;
   const auto operand = [bf16_operands](int64_t n) { return bf16_operands ? (n + 1) / 2 : n; };
   ActivationElements e;
   e.block.ln1 = operand(N * C);
-  e.block.qkv = N * 3 * C;
+  e.block.qkv = operand(N * 3 * C);  // in bf16 form: attention's rounded heads
   e.block.atty = N * C;
   e.block.attention_state = attention_state;
   e.block.x2 = N * C;

@@ -218,7 +218,8 @@ class Gpt : public sdk::Instance {
         .linear_out = 3 * c.n_embd,
         .embd = c.n_embd,
         .vocab = c.vocab_size,
-        .attention = {micro_batch, c.block_size, c.n_head, c.n_head, c.head_size()}};
+        .attention = {micro_batch, c.block_size, c.n_head, c.n_head, c.head_size()},
+        .attention_heads_kept = true};  // in the qkv activation (runner.h)
     const bool bf16_operands =
         param_dtype == DSCORE_DTYPE_BF16 && transformer::cpu::bf16_gemm_available();
     return activation_bytes(micro_batch, checkpointing, bf16_operands) +

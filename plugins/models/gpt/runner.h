@@ -147,9 +147,9 @@ class GptRunner {
   // A backend may fuse the block's work (the CPU's does; others run the
   // kernels one by one): the LayerNorms write their outputs as operands of
   // the linear that reads them (rounded to bf16 as written, in bf16
-  // layers), the residual add runs inside the second LayerNorm, and the
-  // MLP is one call (the GELU activations and gradients made as operands,
-  // the GELU gradient fused with the fc bias gradient).
+  // layers), attention keeps its rounded heads for its backward, the
+  // residual add runs inside the second LayerNorm, and the MLP is one call (the GELU activations
+  // and gradients made as operands, the GELU gradient fused with the fc bias gradient).
   static constexpr bool kFusedBlock = requires(Backend & b, T* t, S* s, const T* c) {
     { b.bf16_compute() } -> std::convertible_to<bool>;
     { b.bf16_operand_for(c) } -> std::convertible_to<bool>;
@@ -157,6 +157,8 @@ class GptRunner {
     b.residual_layernorm_forward_operand(t, t, s, s, c, c, c, c, int64_t{}, int64_t{}, c);
     b.matmul_forward_operand(t, c, c, c, int64_t{}, int64_t{}, int64_t{});
     b.matmul_backward_operand(t, t, t, c, c, c, int64_t{}, int64_t{}, int64_t{});
+    b.attention_forward_kept(t, t, c, t, bool{}, int64_t{}, int64_t{}, int64_t{}, int64_t{});
+    b.attention_backward_kept(t, c, c, c, c, bool{}, int64_t{}, int64_t{}, int64_t{}, int64_t{});
     b.mlp_forward(t, t, t, c, c, c, c, c, int64_t{}, int64_t{});
     b.mlp_backward(t, t, t, t, t, t, t, c, c, c, c, c, c, int64_t{}, int64_t{});
   };
@@ -294,10 +296,12 @@ class GptRunner {
     if constexpr (kFusedBlock) {
       backend_.layernorm_forward_operand(a.ln1.get(), a.mean1.get(), a.rstd1.get(), x,
                                          p[kLn1Weight], p[kLn1Bias], N, C, p[kAttnWeight]);
-      backend_.matmul_forward_operand(a.qkv.get(), a.ln1.get(), p[kAttnWeight], p[kAttnBias], N, C,
-                                      3 * C);
-      backend_.attention_forward(a.atty.get(), a.attention_state.get(), a.qkv.get(), B_,
-                                 cfg_.block_size, C, cfg_.n_head);
+      // In bf16 form a.qkv keeps attention's rounded heads, and the qkv
+      // linear's fp32 output goes through dqkv (backward scratch, free here).
+      T* qkv = bf16_operands_ ? acts_.dqkv.get() : a.qkv.get();
+      backend_.matmul_forward_operand(qkv, a.ln1.get(), p[kAttnWeight], p[kAttnBias], N, C, 3 * C);
+      backend_.attention_forward_kept(a.atty.get(), a.attention_state.get(), qkv, a.qkv.get(),
+                                      bf16_operands_, B_, cfg_.block_size, C, cfg_.n_head);
       // The attention projection goes through dln (backward scratch, free
       // here: a recompute runs before its block's backward uses it), as ln2
       // is written in another form than the projection's output.
@@ -349,8 +353,14 @@ class GptRunner {
                                 p[kLn2Weight], a.mean2.get(), a.rstd2.get(), N, C);
     backend_.matmul_backward(acts_.datty.get(), g[kAttnProjWeight], g[kAttnProjBias], d,
                              a.atty.get(), p[kAttnProjWeight], N, C, C);
-    backend_.attention_backward(acts_.dqkv.get(), acts_.datty.get(), a.qkv.get(), a.atty.get(),
-                                a.attention_state.get(), B_, cfg_.block_size, C, cfg_.n_head);
+    if constexpr (kFusedBlock) {
+      backend_.attention_backward_kept(acts_.dqkv.get(), acts_.datty.get(), a.qkv.get(),
+                                       a.atty.get(), a.attention_state.get(), bf16_operands_, B_,
+                                       cfg_.block_size, C, cfg_.n_head);
+    } else {
+      backend_.attention_backward(acts_.dqkv.get(), acts_.datty.get(), a.qkv.get(), a.atty.get(),
+                                  a.attention_state.get(), B_, cfg_.block_size, C, cfg_.n_head);
+    }
     if constexpr (kFusedBlock) {
       backend_.matmul_backward_operand(acts_.dln.get(), g[kAttnWeight], g[kAttnBias],
                                        acts_.dqkv.get(), a.ln1.get(), p[kAttnWeight], N, C, 3 * C);

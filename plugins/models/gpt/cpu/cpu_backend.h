@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <type_traits>
 
 #include "../../transformer_common/cpu/host_backend.h"
@@ -76,6 +77,37 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
     Base::attention_backward(dqkv, dqkv + C, dqkv + 2 * C, dout, qkv, qkv + C, qkv + 2 * C, out,
                              state, packed_attention_shape(B, Tn, C, NH));
   }
+  // The fused block's attention (runner.h). With rounded_heads (a bf16
+  // layer) the forward reads q|k|v from `qkv` (the linear's fp32 output, in
+  // a scratch) and keeps its rounded heads in `kept` (the qkv activation's
+  // buffer: attention_bf16_heads_elements bf16 values), which the backward
+  // reads instead of rounding q, k and v again. Otherwise `kept` holds
+  // q|k|v themselves (qkv == kept), as for attention_forward.
+  void attention_forward_kept(T* out, T* state, const T* qkv, T* kept, bool rounded_heads,
+                              int64_t B, int64_t Tn, int64_t C, int64_t NH) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (rounded_heads) {
+        require_bf16_layer();
+        return transformer::cpu::attention_forward_bf16(
+            out, state, qkv, qkv + C, qkv + 2 * C, packed_attention_shape(B, Tn, C, NH),
+            transformer::cpu::vector_isa(), reinterpret_cast<uint16_t*>(kept));
+      }
+    }
+    attention_forward(out, state, kept, B, Tn, C, NH);
+  }
+  void attention_backward_kept(T* dqkv, const T* dout, const T* kept, const T* out, const T* state,
+                               bool rounded_heads, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (rounded_heads) {
+        require_bf16_layer();
+        return transformer::cpu::attention_backward_bf16(
+            dqkv, dqkv + C, dqkv + 2 * C, dout, nullptr, nullptr, nullptr, out, state,
+            packed_attention_shape(B, Tn, C, NH), transformer::cpu::vector_isa(),
+            reinterpret_cast<const uint16_t*>(kept));
+      }
+    }
+    attention_backward(dqkv, dout, kept, out, state, B, Tn, C, NH);
+  }
   void gelu_forward(T* out, const T* inp, int64_t n) { cpu::gelu_forward(out, inp, n); }
   void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
     cpu::gelu_backward(dinp, inp, dout, n);
@@ -132,6 +164,12 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
   double lm_head_forward(const T* x, const T* wte, const int32_t* targets, int64_t N, int64_t C,
                          int64_t V, const int64_t* rows, int64_t n_rows, float* logits_host) {
     return cpu::lm_head_forward(x, wte, targets, N, C, V, rows, n_rows, logits_host);
+  }
+
+ private:
+  void require_bf16_layer() const {
+    if (!this->bf16_compute())
+      throw std::logic_error("gpt: rounded attention heads asked for outside a bf16 layer");
   }
 };
 

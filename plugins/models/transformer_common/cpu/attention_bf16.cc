@@ -55,12 +55,8 @@ struct Scratch {
   std::vector<uint16_t> b16;
 };
 
-// The elements of the buffers below, counted once for the kernels and for
-// attention_bf16_working_bytes: every head rounded densely (the forward's,
-// kept from call to call), and a thread's fp32 and bf16 tiles.
-int64_t dense_head_elements(const AttentionShape& s) {
-  return s.B * s.Tn * (s.NH + 2 * s.NKV) * s.head_dim;
-}
+// The elements of a thread's fp32 and bf16 tiles, counted once for the
+// kernels and for attention_bf16_working_bytes.
 struct Tiles {
   int64_t f32, b16;
   uint64_t bytes() const {
@@ -78,9 +74,16 @@ Tiles backward_tiles(int64_t Tn, int64_t hs) {
 
 }  // namespace
 
-uint64_t attention_bf16_working_bytes(const AttentionShape& shape, int64_t threads) {
+int64_t attention_bf16_heads_elements(const AttentionShape& s) {
+  return s.B * s.Tn * (s.NH + 2 * s.NKV) * s.head_dim;
+}
+
+uint64_t attention_bf16_working_bytes(const AttentionShape& shape, int64_t threads,
+                                      bool heads_kept) {
   const int64_t Tn = shape.Tn, hs = shape.head_dim;
-  const uint64_t heads = static_cast<uint64_t>(dense_head_elements(shape)) * sizeof(uint16_t);
+  const uint64_t heads =
+      heads_kept ? 0
+                 : static_cast<uint64_t>(attention_bf16_heads_elements(shape)) * sizeof(uint16_t);
   const uint64_t forward =
       static_cast<uint64_t>(std::max<int64_t>(threads, 1)) * forward_tiles(Tn, hs).bytes();
   const uint64_t backward = static_cast<uint64_t>(std::clamp<int64_t>(
@@ -90,15 +93,16 @@ uint64_t attention_bf16_working_bytes(const AttentionShape& shape, int64_t threa
 }
 
 void attention_forward_bf16(float* out, float* lse, const float* q_all, const float* k_all,
-                            const float* v_all, const AttentionShape& shape, VectorIsa isa) {
+                            const float* v_all, const AttentionShape& shape, VectorIsa isa,
+                            uint16_t* heads) {
   const int64_t B = shape.B, Tn = shape.Tn, NH = shape.NH, NKV = shape.NKV, hs = shape.head_dim;
   const int64_t group = NH / NKV, o_ld = shape.out_ld, q_blocks = blocks_of(Tn, kRows);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const auto forward_tile = attention_tiles::forward_tile_for(isa);
-  // Dense bf16 copies of every head, kept from call to call on this
-  // (the runner's) thread.
-  thread_local std::vector<uint16_t> heads;
-  uint16_t* q16 = sized(heads, dense_head_elements(shape));
+  // Dense bf16 copies of every head: the caller's, or kept from call to
+  // call on this (the runner's) thread.
+  thread_local std::vector<uint16_t> own_heads;
+  uint16_t* q16 = heads != nullptr ? heads : sized(own_heads, attention_bf16_heads_elements(shape));
   uint16_t* k16 = q16 + B * NH * Tn * hs;
   uint16_t* v16 = k16 + B * NKV * Tn * hs;
   round_heads(q16, q_all, shape.q_ld, B, Tn, NH, hs);
@@ -139,7 +143,7 @@ void attention_forward_bf16(float* out, float* lse, const float* q_all, const fl
 void attention_backward_bf16(float* dq_all, float* dk_all, float* dv_all, const float* dout,
                              const float* q_all, const float* k_all, const float* v_all,
                              const float* out, const float* lse, const AttentionShape& shape,
-                             VectorIsa isa) {
+                             VectorIsa isa, const uint16_t* heads) {
   const int64_t Tn = shape.Tn, NH = shape.NH, NKV = shape.NKV, hs = shape.head_dim;
   const int64_t group = NH / NKV, q_ld = shape.q_ld, kv_ld = shape.kv_ld, o_ld = shape.out_ld;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -161,20 +165,34 @@ void attention_backward_bf16(float* dq_all, float* dk_all, float* dv_all, const 
     float* d = dv_acc + Tn * hs;
     // bf16: the group's k and v, a head's q and dout (Tn, hs) each; P and
     // dS (kRows, Tn) each.
-    uint16_t* k16 = sized(local.b16, tiles.b16);
-    uint16_t* v16 = k16 + Tn * hs;
-    uint16_t* q16 = v16 + Tn * hs;
-    uint16_t* dy16 = q16 + Tn * hs;
+    // (The forward's kept heads instead, where given.)
+    uint16_t* own_k16 = sized(local.b16, tiles.b16);
+    uint16_t* own_v16 = own_k16 + Tn * hs;
+    uint16_t* own_q16 = own_v16 + Tn * hs;
+    uint16_t* dy16 = own_q16 + Tn * hs;
     uint16_t* p16 = dy16 + Tn * hs;
     uint16_t* ds16 = p16 + kRows * Tn;
-    round_head(k16, k_all + b * Tn * kv_ld + g * hs, kv_ld, Tn, hs);
-    round_head(v16, v_all + b * Tn * kv_ld + g * hs, kv_ld, Tn, hs);
+    const int64_t kv_heads = shape.B * NKV * Tn * hs;
+    const uint16_t* k16 = own_k16;
+    const uint16_t* v16 = own_v16;
+    if (heads != nullptr) {
+      k16 = heads + shape.B * NH * Tn * hs + bg * Tn * hs;
+      v16 = k16 + kv_heads;
+    } else {
+      round_head(own_k16, k_all + b * Tn * kv_ld + g * hs, kv_ld, Tn, hs);
+      round_head(own_v16, v_all + b * Tn * kv_ld + g * hs, kv_ld, Tn, hs);
+    }
     std::fill(dk_acc, dk_acc + Tn * hs, 0.0f);
     std::fill(dv_acc, dv_acc + Tn * hs, 0.0f);
     for (int64_t h = g * group; h < (g + 1) * group; ++h) {
       const float* dy = dout + b * Tn * o_ld + h * hs;
       float* dq = dq_all + b * Tn * q_ld + h * hs;
-      round_head(q16, q_all + b * Tn * q_ld + h * hs, q_ld, Tn, hs);
+      const uint16_t* q16 = own_q16;
+      if (heads != nullptr) {
+        q16 = heads + (b * NH + h) * Tn * hs;
+      } else {
+        round_head(own_q16, q_all + b * Tn * q_ld + h * hs, q_ld, Tn, hs);
+      }
       round_head(dy16, dy, o_ld, Tn, hs);
       row_dots({d, dy, out + b * Tn * o_ld + h * hs, o_ld, Tn, hs});
       const float* row_lse = lse + (b * NH + h) * Tn;

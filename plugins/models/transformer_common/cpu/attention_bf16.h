@@ -20,17 +20,28 @@
 
 namespace dscore::transformer::cpu {
 
+// The dense bf16 heads the forward rounds q, k and v into: q's (B, NH, Tn,
+// head_dim), then k's and v's (B, NKV, Tn, head_dim) each.
+int64_t attention_bf16_heads_elements(const AttentionShape& shape);
+
 // As attention_forward / attention_backward; throws where the bf16 GEMM
-// is unavailable.
+// is unavailable. `heads` (attention_bf16_heads_elements values): where
+// the forward keeps its rounded heads, for a backward given the same
+// pointer, which then reads them instead of q, k and v (nullptr there);
+// nullptr: the forward rounds into a scratch of its own and the backward
+// rounds q, k and v again. The same results either way.
 void attention_forward_bf16(float* out, float* lse, const float* q, const float* k, const float* v,
-                            const AttentionShape& shape, VectorIsa isa = vector_isa());
+                            const AttentionShape& shape, VectorIsa isa = vector_isa(),
+                            uint16_t* heads = nullptr);
 void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* q,
                              const float* k, const float* v, const float* out, const float* lse,
-                             const AttentionShape& shape, VectorIsa isa = vector_isa());
+                             const AttentionShape& shape, VectorIsa isa = vector_isa(),
+                             const uint16_t* heads = nullptr);
 
 // The most bytes the two hold at once beyond their arguments, with
-// `threads` worker threads: the dense bf16 heads (kept from call to call)
-// and each thread's tiles.
-uint64_t attention_bf16_working_bytes(const AttentionShape& shape, int64_t threads);
+// `threads` worker threads: the dense bf16 heads (kept from call to call,
+// unless the caller keeps them: heads_kept) and each thread's tiles.
+uint64_t attention_bf16_working_bytes(const AttentionShape& shape, int64_t threads,
+                                      bool heads_kept = false);
 
 }  // namespace dscore::transformer::cpu

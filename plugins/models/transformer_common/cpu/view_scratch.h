@@ -27,6 +27,7 @@ struct PassShape {
   int64_t linear_out = 0;       // the widest linear output
   int64_t embd = 0, vocab = 0;  // the LM head
   AttentionShape attention;
+  bool attention_heads_kept = false;  // the runner keeps attention's rounded heads itself
 };
 
 // The most parameter elements one of `layers` layers has (params'
@@ -52,7 +53,7 @@ inline uint64_t view_scratch_bytes(const PassShape& s, dscore_dtype param_dtype,
   if (grad_dtype != DSCORE_DTYPE_F32) bytes += layer;   // HostBackend::Grads' accumulators
   if (param_dtype == DSCORE_DTYPE_BF16 && bf16_gemm_available())
     bytes += linear_bf16_working_bytes(s.tokens, s.linear_in, s.linear_out) +
-             attention_bf16_working_bytes(s.attention, threads) +
+             attention_bf16_working_bytes(s.attention, threads, s.attention_heads_kept) +
              lm_head_bf16_working_bytes(s.tokens, s.embd, s.vocab);
   return bytes;
 }

@@ -169,6 +169,31 @@ TEST_F(AttentionBf16, WritesOnlyTheHeadsChannels) {
   }
 }
 
+// The forward's rounded heads kept by the caller: the backward reads them
+// instead of q, k and v (passed as nullptr) and gives the bits of rounding
+// them again. Inputs off the bf16 grid, so the rounding matters.
+TEST_F(AttentionBf16, KeptHeadsGiveTheBitsOfRoundingAgain) {
+  SKIP_WITHOUT_BF16_GEMM();
+  for (const AttentionShape& s : kShapes) {
+    Inputs x(s, 29);
+    std::mt19937 rng(31);
+    std::normal_distribution<float> noise(0.0f, 1e-3f);
+    for (auto* v : {&x.q, &x.k, &x.v, &x.dout})
+      for (float& e : *v) e += noise(rng);
+    const Results own = run(x, s, true);
+    Results kept = own;
+    for (auto* v : {&kept.out, &kept.lse, &kept.dq, &kept.dk, &kept.dv})
+      std::fill(v->begin(), v->end(), 0.0f);
+    std::vector<uint16_t> heads(static_cast<size_t>(attention_bf16_heads_elements(s)));
+    attention_forward_bf16(kept.out.data(), kept.lse.data(), x.q.data(), x.k.data(), x.v.data(), s,
+                           vector_isa(), heads.data());
+    attention_backward_bf16(kept.dq.data(), kept.dk.data(), kept.dv.data(), x.dout.data(), nullptr,
+                            nullptr, nullptr, kept.out.data(), kept.lse.data(), s, vector_isa(),
+                            heads.data());
+    EXPECT_TRUE(kept == own) << describe(s);
+  }
+}
+
 TEST_F(AttentionBf16, BitwiseEqualAcrossThreadCounts) {
   SKIP_WITHOUT_BF16_GEMM();
   const AttentionShape s = kShapes[0];
