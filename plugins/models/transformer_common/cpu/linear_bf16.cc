@@ -41,12 +41,24 @@ void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, Bf16Operand
                           bool accumulate_dinp) {
   if (dbias != nullptr && dout.values == nullptr)
     throw std::logic_error("matmul_backward_bf16: a bias gradient needs dout's fp32 values");
-  const uint16_t* d = rounded(dout, dout_bf16, N * OC);
+  const uint16_t* d = nullptr;
+  if (dbias != nullptr) {
+    // The bias gradient sums the fp32 gradient's rows (the fp32 layer's
+    // bits); each block of rows is rounded in the same pass, still in cache.
+    if (dout_bf16.size() < static_cast<size_t>(N * OC))
+      dout_bf16.resize(static_cast<size_t>(N * OC));
+    uint16_t* rounded_rows = dout_bf16.data();
+    add_row_sums(dbias, dout.values, N, OC, [&](int64_t r0, int64_t r1) {
+      round_to_bf16_serial(rounded_rows + r0 * OC, dout.values + r0 * OC, (r1 - r0) * OC);
+    });
+    d = rounded_rows;
+  } else {
+    d = rounded(dout, dout_bf16, N * OC);
+  }
   gemm_bf16(Op::kNone, Op::kNone, N, C, OC, 1.0f, d, OC, weight, C, accumulate_dinp ? 1.0f : 0.0f,
             dinp, C);
   const uint16_t* x = rounded(inp, inp_bf16, N * C);
   gemm_bf16(Op::kTranspose, Op::kNone, OC, C, N, 1.0f, d, OC, x, C, 1.0f, dweight, C);
-  if (dbias != nullptr) add_row_sums(dbias, dout.values, N, OC);  // from the fp32 gradient
 }
 
 void matmul_forward_bf16(float* out, const float* inp, const uint16_t* weight, const float* bias,
