@@ -56,18 +56,24 @@ struct ActivationElements {
 };
 
 // attention_state: the backend's attention_state_elements(B, block_size, NH).
+// bf16_operands: the pass's linears read bf16 operands (the runner's fused
+// block in bf16 layers), so the buffers that only ever hold one (ln1, ln2,
+// swiglu) need half as many Scalar (fp32) elements.
 inline ActivationElements activation_elements(const LlamaConfig& cfg, int64_t B,
-                                              int64_t attention_state) {
+                                              int64_t attention_state, bool bf16_operands = false) {
   const int64_t N = B * cfg.block_size, C = cfg.hidden_size, I = cfg.intermediate_size;
   const int64_t Q = cfg.q_dim(), KV = cfg.kv_dim();
+  const auto operand = [bf16_operands](int64_t n) { return bf16_operands ? (n + 1) / 2 : n; };
   ActivationElements e;
-  e.block.ln1 = N * C;
+  e.block.ln1 = operand(N * C);
   e.block.q = N * Q;
   e.block.k = e.block.v = N * KV;
   e.block.atty = N * Q;
   e.block.attention_state = attention_state;
-  e.block.x2 = e.block.ln2 = N * C;
-  e.block.gate = e.block.up = e.block.swiglu = N * I;
+  e.block.x2 = N * C;
+  e.block.ln2 = operand(N * C);
+  e.block.gate = e.block.up = N * I;
+  e.block.swiglu = operand(N * I);
   e.block.stat = N;
   e.kept_blocks =
       cfg.num_hidden_layers - cfg.checkpoint_blocks + (cfg.checkpoint_blocks > 0 ? 1 : 0);

@@ -185,6 +185,33 @@ class Llama : public sdk::Instance {
   // blocks the config checkpoints (all when it does not say) keep only
   // their inputs.
   uint64_t activation_bytes(int64_t micro_batch, bool checkpointing) const {
+    return activation_bytes(micro_batch, checkpointing, /*bf16_operands=*/false);
+  }
+  // The same for the views the host lends: 16-bit ones add the copies and
+  // bf16 operands of transformer::cpu::view_scratch_bytes, and bf16 ones on
+  // the bf16 GEMM keep the runner's operand buffers in bf16 (half the size).
+  uint64_t activation_bytes(int64_t micro_batch, bool checkpointing, dscore_dtype param_dtype,
+                            dscore_dtype grad_dtype) const {
+    const LlamaConfig& c = config_;
+    const transformer::cpu::PassShape pass{
+        .tokens = micro_batch * c.block_size,
+        .largest_layer = transformer::cpu::largest_layer_numel(params_, c.layer_count()),
+        // Rounded inside linear_bf16: o_proj's input and every output
+        // gradient (the runner's other operands are made rounded).
+        .linear_in = c.q_dim(),
+        .linear_out = std::max({c.hidden_size, c.q_dim(), c.intermediate_size}),
+        .embd = c.hidden_size,
+        .vocab = c.vocab_size,
+        .attention = {micro_batch, c.block_size, c.num_attention_heads, c.num_key_value_heads,
+                      c.head_dim}};
+    const bool bf16_operands =
+        param_dtype == DSCORE_DTYPE_BF16 && transformer::cpu::bf16_gemm_available();
+    return activation_bytes(micro_batch, checkpointing, bf16_operands) +
+           transformer::cpu::view_scratch_bytes(pass, param_dtype, grad_dtype);
+  }
+
+ private:
+  uint64_t activation_bytes(int64_t micro_batch, bool checkpointing, bool bf16_operands) const {
     if (config_.device != "cpu")
       throw Error(DSCORE_UNIMPLEMENTED,
                   "llama on \"device\": \"cuda\" keeps its activations in GPU memory, which the "
@@ -194,29 +221,10 @@ class Llama : public sdk::Instance {
     c.checkpoint_blocks = !checkpointing                  ? 0
                           : config_.checkpoint_blocks > 0 ? config_.checkpoint_blocks
                                                           : config_.num_hidden_layers;
-    return runner_activation_bytes<float, float>(c, params_, micro_batch) +
+    return runner_activation_bytes<float, float>(c, params_, micro_batch, bf16_operands) +
            transformer::cpu::lm_head_working_bytes(micro_batch * c.block_size, c.vocab_size);
   }
-  // The same for the views the host lends: 16-bit ones add the copies and
-  // bf16 operands of transformer::cpu::view_scratch_bytes.
-  uint64_t activation_bytes(int64_t micro_batch, bool checkpointing, dscore_dtype param_dtype,
-                            dscore_dtype grad_dtype) const {
-    const LlamaConfig& c = config_;
-    const int64_t widest = std::max({c.hidden_size, c.q_dim(), c.intermediate_size});
-    const transformer::cpu::PassShape pass{
-        .tokens = micro_batch * c.block_size,
-        .largest_layer = transformer::cpu::largest_layer_numel(params_, c.layer_count()),
-        .linear_in = widest,
-        .linear_out = widest,
-        .embd = c.hidden_size,
-        .vocab = c.vocab_size,
-        .attention = {micro_batch, c.block_size, c.num_attention_heads, c.num_key_value_heads,
-                      c.head_dim}};
-    return activation_bytes(micro_batch, checkpointing) +
-           transformer::cpu::view_scratch_bytes(pass, param_dtype, grad_dtype);
-  }
 
- private:
   const dscore_model_param* param_at(size_t index) const {
     return transformer::param_at(params_.description(), index);
   }

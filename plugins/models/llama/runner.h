@@ -27,6 +27,7 @@
 #include <dscore/cpp/model.hpp>
 #include <dscore/cpp/plugin.hpp>
 
+#include <concepts>
 #include <cstddef>
 #include <string>
 #include <type_traits>
@@ -134,13 +135,28 @@ class LlamaRunner {
       *loss = want_loss ? sum / static_cast<double>(tokens.counted_targets) : 0.0;
   }
 
-  // Every buffer a pass over `batch` samples uses, allocated once and kept
-  // while the batch size stays. The declared activation memory
-  // (runner_activation_bytes below) counts these same calls.
-  void allocate(int64_t batch) {
+  // Every buffer a pass over `batch` samples uses with operands of that
+  // form, allocated once and kept while the batch size and the form stay.
+  // The declared activation memory (runner_activation_bytes below) counts
+  // these same calls.
+  void allocate(int64_t batch, bool bf16_operands) {
+    allocate_tokens(batch);
+    allocate_activations(bf16_operands);
+  }
+
+ private:
+  void allocate_tokens(int64_t batch) {
     B_ = batch;
+    inputs_ = backend_.template alloc<int32_t>(rows());
+    targets_ = backend_.template alloc<int32_t>(rows());
+    acts_ = Activations{};
+    activations_ready_ = false;
+  }
+
+  void allocate_activations(bool bf16_operands) {
     const ActivationElements e = activation_elements(
-        cfg_, B_, backend_.attention_state_elements(B_, cfg_.block_size, cfg_.num_attention_heads));
+        cfg_, B_, backend_.attention_state_elements(B_, cfg_.block_size, cfg_.num_attention_heads),
+        bf16_operands);
     acts_ = Activations{};
     acts_.resid = backend_.template alloc<T>(e.resid);
     acts_.lnf = backend_.template alloc<T>(e.lnf);
@@ -158,11 +174,48 @@ class LlamaRunner {
     acts_.dq = backend_.template alloc<T>(e.dq);
     acts_.dk = backend_.template alloc<T>(e.dk);
     acts_.dv = backend_.template alloc<T>(e.dv);
-    inputs_ = backend_.template alloc<int32_t>(e.tokens);
-    targets_ = backend_.template alloc<int32_t>(e.tokens);
+    bf16_operands_ = bf16_operands;
+    activations_ready_ = true;
   }
 
- private:
+  // A backend may fuse the block's work (the CPU's does; others run the
+  // kernels one by one): the RMSNorms and SwiGLU write their outputs as
+  // operands of the linears that read them (rounded to bf16 as written, in
+  // bf16 layers: each is rounded once, not once per reader and again for
+  // each weight gradient).
+  static constexpr bool kFusedBlock = requires(Backend & b, T* t, S* s, const T* c) {
+    { b.bf16_compute() } -> std::convertible_to<bool>;
+    { b.bf16_operand_for(c) } -> std::convertible_to<bool>;
+    b.rmsnorm_forward_operand(t, s, c, c, int64_t{}, int64_t{}, double{}, c);
+    b.swiglu_forward_operand(t, c, c, int64_t{}, c);
+    b.matmul_forward_operand(t, c, c, c, int64_t{}, int64_t{}, int64_t{});
+    b.matmul_backward_operand(t, t, t, c, c, c, int64_t{}, int64_t{}, int64_t{}, bool{});
+  };
+
+  // In the first layer's acquire, when the views' dtype is known: the
+  // activations, (re)made when the batch or the operands' form changed.
+  void ensure_activations() {
+    bool bf16 = false;
+    if constexpr (kFusedBlock) bf16 = backend_.bf16_compute();
+    if (activations_ready_ && bf16 == bf16_operands_) return;
+    allocate_activations(bf16);
+    backend_.rope_tables(acts_.rope_cos.get(), acts_.rope_sin.get(), inv_freq_, cfg_.block_size);
+  }
+  // The operand buffers were sized for one form: a block of the other (its
+  // weights of another dtype than the embeddings') would overrun them.
+  template <class P>
+  void check_operand_form(const P& p, int64_t l) const {
+    if constexpr (kFusedBlock) {
+      for (size_t reader : {kQProj, kGateProj, kDownProj})
+        if (backend_.bf16_operand_for(p[reader]) != bf16_operands_)
+          throw sdk::Error(DSCORE_INVALID_ARGUMENT,
+                           "llama: block " + std::to_string(l) + "'s weights are " +
+                               (bf16_operands_ ? "not bf16" : "bf16") +
+                               " but the embeddings' are " + (bf16_operands_ ? "" : "not ") +
+                               "bf16: every layer's parameters must share one dtype");
+    }
+  }
+
   struct BlockActs {
     Buffer<T> ln1, q, k, v, atty, attention_state, x2, ln2, gate, up, swiglu;
     Buffer<S> rstd1, rstd2;
@@ -200,12 +253,9 @@ class LlamaRunner {
     a.rstd2 = backend_.template alloc<S>(e.stat);
   }
 
-  // Tokens into backend memory; activations (re)allocated when B changes.
+  // Tokens into backend memory (their buffers made anew when B changes).
   void prepare(const SplitTokens& tokens) {
-    if (tokens.batch != B_) {
-      allocate(tokens.batch);
-      backend_.rope_tables(acts_.rope_cos.get(), acts_.rope_sin.get(), inv_freq_, cfg_.block_size);
-    }
+    if (tokens.batch != B_) allocate_tokens(tokens.batch);  // activations: ensure_activations
     backend_.copy_tokens(inputs_.get(), tokens.inputs.data(), rows());
     backend_.copy_tokens(targets_.get(), tokens.targets.data(), rows());
   }
@@ -229,11 +279,13 @@ class LlamaRunner {
   void forward_blocks(const dscore_model_hooks& hooks, const Head& final_head) {
     const int64_t N = rows(), C = cfg_.hidden_size;
     forward_layer(hooks, 0, numels_[0], backend_, [&](const auto& p) {
+      ensure_activations();
       backend_.embedding_forward(residual(0), inputs_.get(), p[kEmbedTokens], N, C);
     });
     for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
       const size_t index = static_cast<size_t>(l + 1);
       forward_layer(hooks, index, numels_[index], backend_, [&](const auto& p) {
+        check_operand_form(p, l);
         block_forward(p, residual(l), residual(l + 1), block_acts(l));
       });
     }
@@ -253,27 +305,64 @@ class LlamaRunner {
     const int64_t N = rows(), C = cfg_.hidden_size, I = cfg_.intermediate_size;
     const int64_t Q = cfg_.q_dim(), KV = cfg_.kv_dim(), hd = cfg_.head_dim, Tn = cfg_.block_size;
     const double eps = cfg_.rms_norm_eps;
-    backend_.rmsnorm_forward(a.ln1.get(), a.rstd1.get(), x, p[kInputNorm], N, C, eps);
-    backend_.matmul_forward(a.q.get(), a.ln1.get(), p[kQProj], nullptr, N, C, Q);
-    backend_.matmul_forward(a.k.get(), a.ln1.get(), p[kKProj], nullptr, N, C, KV);
-    backend_.matmul_forward(a.v.get(), a.ln1.get(), p[kVProj], nullptr, N, C, KV);
+    if constexpr (kFusedBlock) {
+      backend_.rmsnorm_forward_operand(a.ln1.get(), a.rstd1.get(), x, p[kInputNorm], N, C, eps,
+                                       p[kQProj]);
+      backend_.matmul_forward_operand(a.q.get(), a.ln1.get(), p[kQProj], nullptr, N, C, Q);
+      backend_.matmul_forward_operand(a.k.get(), a.ln1.get(), p[kKProj], nullptr, N, C, KV);
+      backend_.matmul_forward_operand(a.v.get(), a.ln1.get(), p[kVProj], nullptr, N, C, KV);
+    } else {
+      backend_.rmsnorm_forward(a.ln1.get(), a.rstd1.get(), x, p[kInputNorm], N, C, eps);
+      backend_.matmul_forward(a.q.get(), a.ln1.get(), p[kQProj], nullptr, N, C, Q);
+      backend_.matmul_forward(a.k.get(), a.ln1.get(), p[kKProj], nullptr, N, C, KV);
+      backend_.matmul_forward(a.v.get(), a.ln1.get(), p[kVProj], nullptr, N, C, KV);
+    }
     const T* cos = acts_.rope_cos.get();
     const T* sin = acts_.rope_sin.get();
     backend_.rope_forward(a.q.get(), cos, sin, B_, Tn, cfg_.num_attention_heads, hd, Q);
     backend_.rope_forward(a.k.get(), cos, sin, B_, Tn, cfg_.num_key_value_heads, hd, KV);
     backend_.attention_forward(a.atty.get(), a.attention_state.get(), a.q.get(), a.k.get(),
                                a.v.get(), attention_shape());
-    // o_proj goes through ln2's buffer (overwritten next).
-    backend_.matmul_forward(a.ln2.get(), a.atty.get(), p[kOProj], nullptr, N, Q, C);
-    backend_.add(a.x2.get(), x, a.ln2.get(), N * C);
-    backend_.rmsnorm_forward(a.ln2.get(), a.rstd2.get(), a.x2.get(), p[kPostAttentionNorm], N, C,
-                             eps);
-    backend_.matmul_forward(a.gate.get(), a.ln2.get(), p[kGateProj], nullptr, N, C, I);
-    backend_.matmul_forward(a.up.get(), a.ln2.get(), p[kUpProj], nullptr, N, C, I);
-    backend_.swiglu_forward(a.swiglu.get(), a.gate.get(), a.up.get(), N * I);
-    if (out == nullptr) return;
-    backend_.matmul_forward(out, a.swiglu.get(), p[kDownProj], nullptr, N, I, C);
+    if constexpr (kFusedBlock) {
+      // o_proj goes through dln (backward scratch, free here: a recompute
+      // runs before its block's backward uses it), as ln2 is written in
+      // another form than o_proj's output.
+      T* o = acts_.dln.get();
+      backend_.matmul_forward(o, a.atty.get(), p[kOProj], nullptr, N, Q, C);
+      backend_.add(a.x2.get(), x, o, N * C);
+      backend_.rmsnorm_forward_operand(a.ln2.get(), a.rstd2.get(), a.x2.get(),
+                                       p[kPostAttentionNorm], N, C, eps, p[kGateProj]);
+      backend_.matmul_forward_operand(a.gate.get(), a.ln2.get(), p[kGateProj], nullptr, N, C, I);
+      backend_.matmul_forward_operand(a.up.get(), a.ln2.get(), p[kUpProj], nullptr, N, C, I);
+      backend_.swiglu_forward_operand(a.swiglu.get(), a.gate.get(), a.up.get(), N * I,
+                                      p[kDownProj]);
+      if (out == nullptr) return;
+      backend_.matmul_forward_operand(out, a.swiglu.get(), p[kDownProj], nullptr, N, I, C);
+    } else {
+      // o_proj goes through ln2's buffer (overwritten next).
+      backend_.matmul_forward(a.ln2.get(), a.atty.get(), p[kOProj], nullptr, N, Q, C);
+      backend_.add(a.x2.get(), x, a.ln2.get(), N * C);
+      backend_.rmsnorm_forward(a.ln2.get(), a.rstd2.get(), a.x2.get(), p[kPostAttentionNorm], N, C,
+                               eps);
+      backend_.matmul_forward(a.gate.get(), a.ln2.get(), p[kGateProj], nullptr, N, C, I);
+      backend_.matmul_forward(a.up.get(), a.ln2.get(), p[kUpProj], nullptr, N, C, I);
+      backend_.swiglu_forward(a.swiglu.get(), a.gate.get(), a.up.get(), N * I);
+      if (out == nullptr) return;
+      backend_.matmul_forward(out, a.swiglu.get(), p[kDownProj], nullptr, N, I, C);
+    }
     backend_.add(out, out, a.x2.get(), N * C);
+  }
+
+  // A linear's backward whose input `inp` its forward read as an operand
+  // buffer (kFusedBlock), else as plain activations.
+  void input_linear_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w, int64_t C,
+                             int64_t OC, bool accumulate_dinp = false) {
+    if constexpr (kFusedBlock) {
+      backend_.matmul_backward_operand(dinp, dw, nullptr, dout, inp, w, rows(), C, OC,
+                                       accumulate_dinp);
+    } else {
+      backend_.matmul_backward(dinp, dw, nullptr, dout, inp, w, rows(), C, OC, accumulate_dinp);
+    }
   }
 
   // d: the gradient at the block's output on entry, at its input on return.
@@ -282,14 +371,13 @@ class LlamaRunner {
     const int64_t N = rows(), C = cfg_.hidden_size, I = cfg_.intermediate_size;
     const int64_t Q = cfg_.q_dim(), KV = cfg_.kv_dim(), hd = cfg_.head_dim, Tn = cfg_.block_size;
     T* dswiglu = acts_.dgate.get();  // d(swiglu), then d(gate) in place
-    backend_.matmul_backward(dswiglu, g[kDownProj], nullptr, d, a.swiglu.get(), p[kDownProj], N, I,
-                             C);
+    input_linear_backward(dswiglu, g[kDownProj], d, a.swiglu.get(), p[kDownProj], I, C);
     backend_.swiglu_backward(acts_.dgate.get(), acts_.dup.get(), dswiglu, a.gate.get(), a.up.get(),
                              N * I);
-    backend_.matmul_backward(acts_.dln.get(), g[kGateProj], nullptr, acts_.dgate.get(), a.ln2.get(),
-                             p[kGateProj], N, C, I);
-    backend_.matmul_backward(acts_.dln.get(), g[kUpProj], nullptr, acts_.dup.get(), a.ln2.get(),
-                             p[kUpProj], N, C, I, true);
+    input_linear_backward(acts_.dln.get(), g[kGateProj], acts_.dgate.get(), a.ln2.get(),
+                          p[kGateProj], C, I);
+    input_linear_backward(acts_.dln.get(), g[kUpProj], acts_.dup.get(), a.ln2.get(), p[kUpProj], C,
+                          I, true);
     backend_.rmsnorm_backward(d, g[kPostAttentionNorm], acts_.dln.get(), a.x2.get(),
                               p[kPostAttentionNorm], a.rstd2.get(), N, C);
     backend_.matmul_backward(acts_.datty.get(), g[kOProj], nullptr, d, a.atty.get(), p[kOProj], N,
@@ -301,12 +389,11 @@ class LlamaRunner {
     const T* sin = acts_.rope_sin.get();
     backend_.rope_backward(acts_.dq.get(), cos, sin, B_, Tn, cfg_.num_attention_heads, hd, Q);
     backend_.rope_backward(acts_.dk.get(), cos, sin, B_, Tn, cfg_.num_key_value_heads, hd, KV);
-    backend_.matmul_backward(acts_.dln.get(), g[kQProj], nullptr, acts_.dq.get(), a.ln1.get(),
-                             p[kQProj], N, C, Q);
-    backend_.matmul_backward(acts_.dln.get(), g[kKProj], nullptr, acts_.dk.get(), a.ln1.get(),
-                             p[kKProj], N, C, KV, true);
-    backend_.matmul_backward(acts_.dln.get(), g[kVProj], nullptr, acts_.dv.get(), a.ln1.get(),
-                             p[kVProj], N, C, KV, true);
+    input_linear_backward(acts_.dln.get(), g[kQProj], acts_.dq.get(), a.ln1.get(), p[kQProj], C, Q);
+    input_linear_backward(acts_.dln.get(), g[kKProj], acts_.dk.get(), a.ln1.get(), p[kKProj], C, KV,
+                          true);
+    input_linear_backward(acts_.dln.get(), g[kVProj], acts_.dv.get(), a.ln1.get(), p[kVProj], C, KV,
+                          true);
     backend_.rmsnorm_backward(d, g[kInputNorm], acts_.dln.get(), x, p[kInputNorm], a.rstd1.get(), N,
                               C);
   }
@@ -317,6 +404,8 @@ class LlamaRunner {
   std::vector<std::vector<int64_t>> numels_;
   int64_t B_ = 0;
   Activations acts_;
+  bool activations_ready_ = false;
+  bool bf16_operands_ = false;  // the form acts_' operand buffers were sized for
   Buffer<int32_t> inputs_, targets_;
 };
 
@@ -324,10 +413,10 @@ class LlamaRunner {
 // the model's declared activation memory, from the same code path.
 template <class Scalar, class Stat>
 uint64_t runner_activation_bytes(const LlamaConfig& config, const LlamaParams& params,
-                                 int64_t batch) {
+                                 int64_t batch, bool bf16_operands) {
   using Counter = transformer::CountingBackend<Scalar, Stat>;
   Counter counter;
-  LlamaRunner<Counter>(config, params, counter).allocate(batch);
+  LlamaRunner<Counter>(config, params, counter).allocate(batch, bf16_operands);
   return counter.bytes;
 }
 

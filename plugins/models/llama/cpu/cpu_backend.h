@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "../../transformer_common/cpu/attention.h"
@@ -35,6 +36,25 @@ class CpuBackend : public shared::HostBackend<T> {
   void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* w, int64_t N, int64_t C,
                        double eps) {
     cpu::rmsnorm_forward(out, rstd, inp, w, N, C, eps);
+  }
+  // The runner's fused block (runner.h, kFusedBlock): the output as an
+  // operand buffer of the linear(s) whose weight is `reader`
+  // (HostBackend::matmul_forward_operand): rounded to bf16 as it is written
+  // when that linear reads bf16. out must not alias the inputs.
+  void rmsnorm_forward_operand(T* out, T* rstd, const T* inp, const T* w, int64_t N, int64_t C,
+                               double eps, const T* reader) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (this->bf16_operand_for(reader))
+        return cpu::rmsnorm_forward_bf16(reinterpret_cast<uint16_t*>(out), rstd, inp, w, N, C, eps);
+    }
+    cpu::rmsnorm_forward(out, rstd, inp, w, N, C, eps);
+  }
+  void swiglu_forward_operand(T* out, const T* gate, const T* up, int64_t n, const T* reader) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (this->bf16_operand_for(reader))
+        return cpu::swiglu_forward_bf16(reinterpret_cast<uint16_t*>(out), gate, up, n);
+    }
+    cpu::swiglu_forward(out, gate, up, n);
   }
   void rmsnorm_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w, const T* rstd,
                         int64_t N, int64_t C) {

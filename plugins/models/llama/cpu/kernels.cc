@@ -1,9 +1,11 @@
 #include "kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 #include <vector>
 
+#include "../../transformer_common/cpu/gemm_bf16.h"
 #include "../../transformer_common/cpu/parallel.h"
 #include "../../transformer_common/cpu/vector_math.h"
 
@@ -44,18 +46,36 @@ void embedding_backward(T* dembed, const T* dout, const int32_t* tokens, int64_t
   });
 }
 
+namespace {
+
+template <typename T>
+void rmsnorm_row(T* o, T* rstd, const T* x, const T* weight, int64_t C, double eps) {
+  T sum_sq = 0;
+  for (int64_t c = 0; c < C; ++c) sum_sq += x[c] * x[c];
+  const T s = static_cast<T>(1) / std::sqrt(sum_sq / static_cast<T>(C) + static_cast<T>(eps));
+  for (int64_t c = 0; c < C; ++c) o[c] = weight[c] * (x[c] * s);
+  *rstd = s;
+}
+
+}  // namespace
+
 template <typename T>
 void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int64_t N, int64_t C,
                      double eps) {
   for_blocks(N, kRowBlock, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      rmsnorm_row(out + r * C, rstd + r, inp + r * C, weight, C, eps);
+  });
+}
+
+void rmsnorm_forward_bf16(uint16_t* out, float* rstd, const float* inp, const float* weight,
+                          int64_t N, int64_t C, double eps) {
+  for_blocks(N, kRowBlock, [&](int64_t r0, int64_t r1) {
+    thread_local std::vector<float> row;
+    if (row.size() < static_cast<size_t>(C)) row.resize(static_cast<size_t>(C));
     for (int64_t r = r0; r < r1; ++r) {
-      const T* x = inp + r * C;
-      T sum_sq = 0;
-      for (int64_t c = 0; c < C; ++c) sum_sq += x[c] * x[c];
-      const T s = static_cast<T>(1) / std::sqrt(sum_sq / static_cast<T>(C) + static_cast<T>(eps));
-      T* o = out + r * C;
-      for (int64_t c = 0; c < C; ++c) o[c] = weight[c] * (x[c] * s);
-      rstd[r] = s;
+      rmsnorm_row(row.data(), rstd + r, inp + r * C, weight, C, eps);
+      transformer::cpu::round_to_bf16_serial(out + r * C, row.data(), C);
     }
   });
 }
@@ -139,6 +159,18 @@ void swiglu_forward(T* out, const T* gate, const T* up, int64_t n) {
       transformer::cpu::silu_mul_f32(out + i0, gate + i0, up + i0, i1 - i0);
     } else {
       for (int64_t i = i0; i < i1; ++i) out[i] = gate[i] * sigmoid(gate[i]) * up[i];
+    }
+  });
+}
+
+void swiglu_forward_bf16(uint16_t* out, const float* gate, const float* up, int64_t n) {
+  constexpr int64_t kChunk = 1024;  // the fp32 values stay in L1 until rounded
+  for_blocks(n, kElementBlock, [&](int64_t i0, int64_t i1) {
+    float values[kChunk];
+    for (int64_t i = i0; i < i1; i += kChunk) {
+      const int64_t len = std::min(kChunk, i1 - i);
+      transformer::cpu::silu_mul_f32(values, gate + i, up + i, len);
+      transformer::cpu::round_to_bf16_serial(out + i, values, len);
     }
   });
 }

@@ -43,6 +43,12 @@ void rope_backward(T* dx, const T* cos, const T* sin, int64_t B, int64_t Tn, int
 // SwiGLU's gate: out = silu(gate) * up, silu(x) = x sigmoid(x) (n elements).
 template <typename T>
 void swiglu_forward(T* out, const T* gate, const T* up, int64_t n);
+// For bf16 layers, where a bf16 linear is the output's only reader: the
+// same values rounded to bf16 as they are made (the bits of the fp32
+// kernel followed by round_to_bf16; rstd stays fp32).
+void rmsnorm_forward_bf16(uint16_t* out, float* rstd, const float* inp, const float* weight,
+                          int64_t N, int64_t C, double eps);
+void swiglu_forward_bf16(uint16_t* out, const float* gate, const float* up, int64_t n);
 // dgate and dup from dout (dgate may alias dout).
 template <typename T>
 void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n);

@@ -239,16 +239,16 @@ class HostBackend {
     cpu::matmul_forward(out, inp, w, b, N, C, OC);
   }
   void matmul_backward_operand(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
-                               int64_t N, int64_t C, int64_t OC) {
+                               int64_t N, int64_t C, int64_t OC, bool accumulate_dinp = false) {
     if constexpr (std::is_same_v<T, float>) {
       if (const uint16_t* w16 = bf16_view_of(w)) {
         matmul_backward_bf16(dinp, dw, db, Bf16Operand{dout, nullptr},
                              Bf16Operand{nullptr, reinterpret_cast<const uint16_t*>(inp)}, w16, N,
-                             C, OC);
+                             C, OC, accumulate_dinp);
         return;
       }
     }
-    cpu::matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
+    cpu::matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC, accumulate_dinp);
   }
 
   // Causal attention (attention.h), with bf16 products in a bf16 layer

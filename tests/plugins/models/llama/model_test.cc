@@ -17,6 +17,7 @@
 #include "tests/plugins/models/transformer_common/fake_layers.h"
 #include "tests/plugins/models/transformer_common/model_checks.h"
 #include "transformer_common/cpu/gemm.h"
+#include "transformer_common/cpu/gemm_bf16.h"
 
 DSCORE_PLUGIN_HOST_STORAGE;  // no host attached: the backend allocates with the C allocator
 
@@ -257,7 +258,7 @@ TEST_F(LlamaModel, DeclaredActivationBytesAreWhatAPassAllocates) {
     LlamaRunner<CountedCpuBackend> runner(c, params, backend);
     runner.forward_backward(tiny_batch(c), layers.hooks(), 1.0);
     runner.forward_backward(tiny_batch(c), layers.hooks(), 1.0);
-    const uint64_t declared = runner_activation_bytes<double, double>(c, params, 2);
+    const uint64_t declared = runner_activation_bytes<double, double>(c, params, 2, false);
     EXPECT_EQ(backend.bytes, declared) << "checkpoint_blocks " << checkpoint_blocks;
     if (checkpoint_blocks == 1) {
       EXPECT_EQ(declared, previous);  // one checkpointed block shares the one set it frees
@@ -266,6 +267,59 @@ TEST_F(LlamaModel, DeclaredActivationBytesAreWhatAPassAllocates) {
     }
     previous = declared;
   }
+}
+
+// bf16 views on the bf16 GEMM: the RMSNorm and SwiGLU outputs are made as
+// bf16 operands in buffers of half the size (what runner_activation_bytes
+// declares for that form), and the step computes like fp32 views on the
+// same values within bf16 rounding (the loss within 1%, every gradient
+// within 1/8 of its L2 norm; the same bound as gpt's test).
+TEST_F(LlamaModel, Bf16ViewsUseHalfSizeOperandBuffersAndComputeLikeFp32) {
+  if (!transformer::cpu::bf16_gemm_available())
+    GTEST_SKIP() << "no bf16 GEMM here: " << transformer::cpu::bf16_gemm_unavailable_reason();
+  const LlamaConfig c = tiny_config(/*tied=*/false);
+  LlamaParams params(c, 7);
+  FakeLayers f32(params.description(), DSCORE_DTYPE_F32),
+      b16(params.description(), DSCORE_DTYPE_BF16);
+  size_t index = 0;
+  for (size_t l = 0; l < f32.layer_count(); ++l)
+    for (size_t i = 0; i < f32.param_count(l); ++i, ++index) {
+      std::vector<float> v(static_cast<size_t>(f32.numel(l, i)));
+      params.init(index, 0, f32.numel(l, i), v.data());
+      for (size_t k = 0; k < v.size(); ++k) {
+        const uint16_t h = sdk::float_to_bf16(v[k] * 5.0f + 0.01f);
+        b16.param<uint16_t>(l, i)[k] = h;
+        f32.param<float>(l, i)[k] = sdk::bf16_to_float(h);
+      }
+    }
+  using Counted = transformer::testing::CountedBackend<cpu::CpuBackend<float>>;
+  Counted backend;
+  LlamaRunner<Counted> runner(c, params, backend);
+  const double loss16 = runner.forward_backward(tiny_batch(c), b16.hooks(), 1.0);
+  const uint64_t bf16_form = runner_activation_bytes<float, float>(c, params, 2, true);
+  EXPECT_EQ(backend.bytes, bf16_form);
+  const int64_t N = 2 * c.block_size;
+  // Half of ln1, ln2 and swiglu in each of the 2 blocks.
+  const uint64_t halved = 2 * (N * c.hidden_size * 2 + N * c.intermediate_size) / 2 * 4;
+  const uint64_t fp32_form = runner_activation_bytes<float, float>(c, params, 2, false);
+  EXPECT_EQ(fp32_form - bf16_form, halved);
+
+  cpu::CpuBackend<float> plain;
+  LlamaRunner<cpu::CpuBackend<float>> reference(c, params, plain);
+  const double loss32 = reference.forward_backward(tiny_batch(c), f32.hooks(), 1.0);
+  EXPECT_NE(loss16, loss32);
+  EXPECT_NEAR(loss16, loss32, 1e-2 * loss32);
+  for (size_t l = 0; l < f32.layer_count(); ++l)
+    for (size_t i = 0; i < f32.param_count(l); ++i) {
+      double norm = 0, error = 0;
+      for (int64_t e = 0; e < f32.numel(l, i); ++e) {
+        const double want = f32.grad<float>(l, i)[e];
+        const double got = sdk::bf16_to_float(b16.grad<uint16_t>(l, i)[e]);
+        norm += want * want;
+        error += (got - want) * (got - want);
+      }
+      EXPECT_LE(std::sqrt(error), std::sqrt(norm) / 8 + 1e-12) << l << "." << i;
+    }
 }
 
 }  // namespace
