@@ -17,6 +17,7 @@
 #include "../transformer_common/cpu/linear.h"
 #include "../transformer_common/cpu/view_scratch.h"
 #include "../transformer_common/model_io.h"
+#include "../transformer_common/pass_memory.h"
 #include "compute.h"
 #include "gpt2_hf.h"
 #include "gpt_config.h"
@@ -228,17 +229,10 @@ class Gpt : public sdk::Instance {
 
  private:
   uint64_t activation_bytes(int64_t micro_batch, bool checkpointing, bool bf16_operands) const {
-    if (config_.device != "cpu")
-      throw Error(DSCORE_UNIMPLEMENTED,
-                  "gpt on \"device\": \"cuda\" keeps its activations in GPU memory, which the "
-                  "memory plan does not count");
-    if (micro_batch < 1) throw Error(DSCORE_INVALID_ARGUMENT, "micro_batch must be >= 1");
-    GptConfig c = config_;
-    c.checkpoint_blocks = !checkpointing                  ? 0
-                          : config_.checkpoint_blocks > 0 ? config_.checkpoint_blocks
-                                                          : config_.n_layer;
-    return runner_activation_bytes<float, float>(c, params_, micro_batch, bf16_operands) +
-           transformer::cpu::lm_head_working_bytes(micro_batch * c.block_size, c.vocab_size);
+    return transformer::declared_pass_bytes(
+        "gpt", config_, config_.n_layer, micro_batch, checkpointing, [&](const GptConfig& c) {
+          return runner_activation_bytes<float, float>(c, params_, micro_batch, bf16_operands);
+        });
   }
 
   const dscore_model_param* param_at(size_t index) const {

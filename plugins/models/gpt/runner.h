@@ -38,6 +38,7 @@
 
 #include "../transformer_common/counting_backend.h"
 #include "../transformer_common/layer_pass.h"
+#include "../transformer_common/pass_memory.h"
 #include "activations.h"
 #include "gpt_config.h"
 #include "gpt_params.h"
@@ -216,12 +217,8 @@ class GptRunner {
   void check_operand_form(const P& p, int64_t l) const {
     if constexpr (kFusedBlock) {
       for (size_t reader : {kAttnWeight, kFcWeight, kFcProjWeight})
-        if (backend_.bf16_operand_for(p[reader]) != bf16_operands_)
-          throw sdk::Error(DSCORE_INVALID_ARGUMENT,
-                           "gpt: block " + std::to_string(l) + "'s weights are " +
-                               (bf16_operands_ ? "not bf16" : "bf16") +
-                               " but the embeddings' are " + (bf16_operands_ ? "" : "not ") +
-                               "bf16: every layer's parameters must share one dtype");
+        transformer::check_operand_form("gpt", l, backend_.bf16_operand_for(p[reader]),
+                                        bf16_operands_);
     }
   }
 

@@ -16,6 +16,7 @@
 #include "../transformer_common/cpu/linear.h"
 #include "../transformer_common/cpu/view_scratch.h"
 #include "../transformer_common/model_io.h"
+#include "../transformer_common/pass_memory.h"
 #include "../transformer_common/tokens.h"
 #include "compute.h"
 #include "llama_config_reader.h"
@@ -212,17 +213,11 @@ class Llama : public sdk::Instance {
 
  private:
   uint64_t activation_bytes(int64_t micro_batch, bool checkpointing, bool bf16_operands) const {
-    if (config_.device != "cpu")
-      throw Error(DSCORE_UNIMPLEMENTED,
-                  "llama on \"device\": \"cuda\" keeps its activations in GPU memory, which the "
-                  "memory plan does not count");
-    if (micro_batch < 1) throw Error(DSCORE_INVALID_ARGUMENT, "micro_batch must be >= 1");
-    LlamaConfig c = config_;
-    c.checkpoint_blocks = !checkpointing                  ? 0
-                          : config_.checkpoint_blocks > 0 ? config_.checkpoint_blocks
-                                                          : config_.num_hidden_layers;
-    return runner_activation_bytes<float, float>(c, params_, micro_batch, bf16_operands) +
-           transformer::cpu::lm_head_working_bytes(micro_batch * c.block_size, c.vocab_size);
+    return transformer::declared_pass_bytes("llama", config_, config_.num_hidden_layers,
+                                            micro_batch, checkpointing, [&](const LlamaConfig& c) {
+                                              return runner_activation_bytes<float, float>(
+                                                  c, params_, micro_batch, bf16_operands);
+                                            });
   }
 
   const dscore_model_param* param_at(size_t index) const {

@@ -35,6 +35,7 @@
 
 #include "../transformer_common/counting_backend.h"
 #include "../transformer_common/layer_pass.h"
+#include "../transformer_common/pass_memory.h"
 #include "../transformer_common/tokens.h"
 #include "activations.h"
 #include "llama_config.h"
@@ -207,12 +208,8 @@ class LlamaRunner {
   void check_operand_form(const P& p, int64_t l) const {
     if constexpr (kFusedBlock) {
       for (size_t reader : {kQProj, kGateProj, kDownProj})
-        if (backend_.bf16_operand_for(p[reader]) != bf16_operands_)
-          throw sdk::Error(DSCORE_INVALID_ARGUMENT,
-                           "llama: block " + std::to_string(l) + "'s weights are " +
-                               (bf16_operands_ ? "not bf16" : "bf16") +
-                               " but the embeddings' are " + (bf16_operands_ ? "" : "not ") +
-                               "bf16: every layer's parameters must share one dtype");
+        transformer::check_operand_form("llama", l, backend_.bf16_operand_for(p[reader]),
+                                        bf16_operands_);
     }
   }
 

@@ -281,17 +281,7 @@ TEST_F(LlamaModel, Bf16ViewsUseHalfSizeOperandBuffersAndComputeLikeFp32) {
   LlamaParams params(c, 7);
   FakeLayers f32(params.description(), DSCORE_DTYPE_F32),
       b16(params.description(), DSCORE_DTYPE_BF16);
-  size_t index = 0;
-  for (size_t l = 0; l < f32.layer_count(); ++l)
-    for (size_t i = 0; i < f32.param_count(l); ++i, ++index) {
-      std::vector<float> v(static_cast<size_t>(f32.numel(l, i)));
-      params.init(index, 0, f32.numel(l, i), v.data());
-      for (size_t k = 0; k < v.size(); ++k) {
-        const uint16_t h = sdk::float_to_bf16(v[k] * 5.0f + 0.01f);
-        b16.param<uint16_t>(l, i)[k] = h;
-        f32.param<float>(l, i)[k] = sdk::bf16_to_float(h);
-      }
-    }
+  transformer::testing::fill_same_bf16_values(params, &f32, &b16);
   using Counted = transformer::testing::CountedBackend<cpu::CpuBackend<float>>;
   Counted backend;
   LlamaRunner<Counted> runner(c, params, backend);

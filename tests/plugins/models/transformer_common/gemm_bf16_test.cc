@@ -39,6 +39,14 @@ std::vector<uint16_t> random_bf16(size_t n, std::mt19937& rng) {
   return v;
 }
 
+// n standard normal floats.
+std::vector<float> normal_floats(int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = normal(rng);
+  return v;
+}
+
 struct Case {
   Op op_a, op_b;
   int64_t m, n, k;
@@ -195,12 +203,7 @@ TEST(LinearBf16, MatchesFp32LinearOnRoundedOperands) {
   SKIP_WITHOUT_BF16_GEMM();
   const int64_t N = 300, C = 96, OC = 160;
   std::mt19937 rng(9);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  auto randoms = [&](int64_t n) {
-    std::vector<float> v(static_cast<size_t>(n));
-    for (auto& x : v) x = normal(rng);
-    return v;
-  };
+  auto randoms = [&](int64_t n) { return normal_floats(n, rng); };
   auto rounded = [](std::vector<float> v) {
     for (auto& x : v) x = sdk::bf16_to_float(sdk::float_to_bf16(x));
     return v;
@@ -240,12 +243,7 @@ TEST(LinearBf16, RoundedOperandsGiveTheBitsOfFp32Ones) {
   SKIP_WITHOUT_BF16_GEMM();
   const int64_t N = 300, C = 96, OC = 160;
   std::mt19937 rng(10);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  auto randoms = [&](int64_t n) {
-    std::vector<float> v(static_cast<size_t>(n));
-    for (auto& x : v) x = normal(rng);
-    return v;
-  };
+  auto randoms = [&](int64_t n) { return normal_floats(n, rng); };
   auto to_bf16 = [](const std::vector<float>& v) {
     std::vector<uint16_t> out(v.size());
     round_to_bf16(out.data(), v.data(), static_cast<int64_t>(v.size()));
