@@ -149,8 +149,9 @@ class GptRunner {
   // kernels one by one): the LayerNorms write their outputs as operands of
   // the linear that reads them (rounded to bf16 as written, in bf16
   // layers), attention keeps its rounded heads for its backward, the
-  // residual add runs inside the second LayerNorm, and the MLP is one call (the GELU activations
-  // and gradients made as operands, the GELU gradient fused with the fc bias gradient).
+  // residual add runs inside the second LayerNorm, and the MLP is one call
+  // (the GELU activations and gradients made as operands, the GELU
+  // gradient fused with the fc bias gradient).
   static constexpr bool kFusedBlock = requires(Backend & b, T* t, S* s, const T* c) {
     { b.bf16_compute() } -> std::convertible_to<bool>;
     { b.bf16_operand_for(c) } -> std::convertible_to<bool>;
@@ -354,14 +355,11 @@ class GptRunner {
       backend_.attention_backward_kept(acts_.dqkv.get(), acts_.datty.get(), a.qkv.get(),
                                        a.atty.get(), a.attention_state.get(), bf16_operands_, B_,
                                        cfg_.block_size, C, cfg_.n_head);
-    } else {
-      backend_.attention_backward(acts_.dqkv.get(), acts_.datty.get(), a.qkv.get(), a.atty.get(),
-                                  a.attention_state.get(), B_, cfg_.block_size, C, cfg_.n_head);
-    }
-    if constexpr (kFusedBlock) {
       backend_.matmul_backward_operand(acts_.dln.get(), g[kAttnWeight], g[kAttnBias],
                                        acts_.dqkv.get(), a.ln1.get(), p[kAttnWeight], N, C, 3 * C);
     } else {
+      backend_.attention_backward(acts_.dqkv.get(), acts_.datty.get(), a.qkv.get(), a.atty.get(),
+                                  a.attention_state.get(), B_, cfg_.block_size, C, cfg_.n_head);
       backend_.matmul_backward(acts_.dln.get(), g[kAttnWeight], g[kAttnBias], acts_.dqkv.get(),
                                a.ln1.get(), p[kAttnWeight], N, C, 3 * C);
     }
