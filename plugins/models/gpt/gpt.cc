@@ -221,9 +221,8 @@ class Gpt : public sdk::Instance {
         .vocab = c.vocab_size,
         .attention = {micro_batch, c.block_size, c.n_head, c.n_head, c.head_size()},
         .attention_heads_kept = true};  // in the qkv activation (runner.h)
-    const bool bf16_operands =
-        param_dtype == DSCORE_DTYPE_BF16 && transformer::cpu::bf16_gemm_available();
-    return activation_bytes(micro_batch, checkpointing, bf16_operands) +
+    return activation_bytes(micro_batch, checkpointing,
+                            transformer::cpu::bf16_operands_for(param_dtype)) +
            transformer::cpu::view_scratch_bytes(pass, param_dtype, grad_dtype);
   }
 

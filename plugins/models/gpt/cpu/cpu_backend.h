@@ -115,50 +115,25 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
   // The MLP (the runner uses it where a backend has it): fch = ln2 W_fc^T +
   // b_fc, fch_gelu = gelu(fch), out = fch_gelu W_proj^T + b_proj (out null:
   // the activations only, when recomputing). ln2 is an operand buffer of
-  // the fc linear (layernorm_forward_operand). fch_gelu is one of the
-  // projection's: in a bf16 layer it holds the rounded values and
-  // mlp_backward reads them as such.
+  // the fc linear (layernorm_forward_operand), fch_gelu one of the
+  // projection's: rounded to bf16 as it is made when that linear reads
+  // bf16.
   void mlp_forward(T* out, T* fch, T* fch_gelu, const T* ln2, const T* w_fc, const T* b_fc,
                    const T* w_proj, const T* b_proj, int64_t N, int64_t C) {
     this->matmul_forward_operand(fch, ln2, w_fc, b_fc, N, C, 4 * C);
-    if constexpr (std::is_same_v<T, float>) {
-      if (const uint16_t* w16 = this->bf16_view_of(w_proj)) {
-        uint16_t* gelu16 = reinterpret_cast<uint16_t*>(fch_gelu);
-        cpu::gelu_forward_bf16(gelu16, fch, N * 4 * C);
-        if (out != nullptr)
-          transformer::cpu::matmul_forward_bf16(out, {nullptr, gelu16}, w16, b_proj, N, 4 * C, C);
-        return;
-      }
-    }
-    cpu::gelu_forward(fch_gelu, fch, N * 4 * C);
-    if (out != nullptr) Base::matmul_forward(out, fch_gelu, w_proj, b_proj, N, 4 * C, C);
+    gelu_forward_operand(fch_gelu, fch, N * 4 * C, w_proj);
+    if (out != nullptr) this->matmul_forward_operand(out, fch_gelu, w_proj, b_proj, N, 4 * C, C);
   }
   // Its backward: d is the gradient at the MLP's output; dln gets the one
-  // at its input (overwritten). dfch_gelu and dfch are scratch (N x 4C); in
-  // a bf16 layer dfch holds the rounded GELU gradient, the fc backward's
-  // only operand from it (its bias gradient is summed as it is made).
+  // at its input (overwritten). dfch_gelu and dfch are scratch (N x 4C);
+  // dfch, the GELU gradient, is an operand buffer of the fc linear (its
+  // bias gradient summed as it is made).
   void mlp_backward(T* dln, T* dw_fc, T* db_fc, T* dw_proj, T* db_proj, T* dfch_gelu, T* dfch,
                     const T* d, const T* ln2, const T* fch, const T* fch_gelu, const T* w_fc,
                     const T* w_proj, int64_t N, int64_t C) {
-    if constexpr (std::is_same_v<T, float>) {
-      const uint16_t* w16_fc = this->bf16_view_of(w_fc);
-      const uint16_t* w16_proj = this->bf16_view_of(w_proj);
-      if (w16_fc != nullptr && w16_proj != nullptr) {
-        using transformer::cpu::Bf16Operand;
-        const auto* gelu16 = reinterpret_cast<const uint16_t*>(fch_gelu);
-        transformer::cpu::matmul_backward_bf16(dfch_gelu, dw_proj, db_proj, Bf16Operand{d, nullptr},
-                                               Bf16Operand{nullptr, gelu16}, w16_proj, N, 4 * C, C);
-        uint16_t* dfch16 = reinterpret_cast<uint16_t*>(dfch);
-        cpu::gelu_backward_bias_bf16(dfch16, db_fc, fch, dfch_gelu, N, 4 * C);
-        transformer::cpu::matmul_backward_bf16(
-            dln, dw_fc, nullptr, Bf16Operand{nullptr, dfch16},
-            Bf16Operand{nullptr, reinterpret_cast<const uint16_t*>(ln2)}, w16_fc, N, C, 4 * C);
-        return;
-      }
-    }
-    Base::matmul_backward(dfch_gelu, dw_proj, db_proj, d, fch_gelu, w_proj, N, 4 * C, C);
-    cpu::gelu_backward_bias(dfch, db_fc, fch, dfch_gelu, N, 4 * C);
-    this->matmul_backward_operand(dln, dw_fc, nullptr, dfch, ln2, w_fc, N, C, 4 * C);
+    this->matmul_backward_operand(dfch_gelu, dw_proj, db_proj, d, fch_gelu, w_proj, N, 4 * C, C);
+    gelu_backward_bias_operand(dfch, db_fc, fch, dfch_gelu, N, 4 * C, w_fc);
+    this->matmul_backward_operands(dln, dw_fc, dfch, ln2, w_fc, N, C, 4 * C);
   }
   void add(T* out, const T* a, const T* b, int64_t n) { cpu::add(out, a, b, n); }
   double lm_head_forward(const T* x, const T* wte, const int32_t* targets, int64_t N, int64_t C,
@@ -167,6 +142,24 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
   }
 
  private:
+  // GELU, and its gradient with the bias gradient of the linear before it,
+  // into operand buffers of the linear whose weight is `reader`.
+  void gelu_forward_operand(T* out, const T* inp, int64_t n, const T* reader) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (this->bf16_operand_for(reader))
+        return cpu::gelu_forward_bf16(reinterpret_cast<uint16_t*>(out), inp, n);
+    }
+    cpu::gelu_forward(out, inp, n);
+  }
+  void gelu_backward_bias_operand(T* dinp, T* dbias, const T* inp, const T* dout, int64_t N,
+                                  int64_t OC, const T* reader) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (this->bf16_operand_for(reader))
+        return cpu::gelu_backward_bias_bf16(reinterpret_cast<uint16_t*>(dinp), dbias, inp, dout, N,
+                                            OC);
+    }
+    cpu::gelu_backward_bias(dinp, dbias, inp, dout, N, OC);
+  }
   void require_bf16_layer() const {
     if (!this->bf16_compute())
       throw std::logic_error("gpt: rounded attention heads asked for outside a bf16 layer");

@@ -218,10 +218,6 @@ namespace {
 // Elements per rounding chunk: GELU's fp32 values stay in L1 until rounded.
 constexpr int64_t kRoundChunk = 1024;
 
-}  // namespace
-
-namespace {
-
 // Each row's fp32 LayerNorm output in `row` (a task's scratch), then
 // rounded into row r of out.
 template <typename RowInput>

@@ -12,6 +12,8 @@
 // Elsewhere callers keep the fp32 path; calling gemm_bf16 there throws.
 #pragma once
 
+#include <dscore/plugin.h>
+
 #include <cstdint>
 #include <vector>
 
@@ -23,6 +25,13 @@ namespace dscore::transformer::cpu {
 // tests): the build, the CPU, or DSCORE_CPU_ISA.
 bool bf16_gemm_available();
 const char* bf16_gemm_unavailable_reason();  // "" when available
+
+// Whether a layer whose parameter views have this dtype computes on bf16
+// operands here: bf16 views where the bf16 GEMM is available. The one rule
+// for the host backend, the runners' operand buffers and the memory plan.
+inline bool bf16_operands_for(dscore_dtype param_dtype) {
+  return param_dtype == DSCORE_DTYPE_BF16 && bf16_gemm_available();
+}
 
 // bias (n values, or nullptr) is added to every row of the product inside
 // the call: C = op(A) op(B) + bias + beta * C, without a pass writing it into

@@ -103,7 +103,7 @@ class HostBackend {
         T* dst = copies_.back().get();
         convert(dst, t, numels[i]);
         ptrs_.push_back(dst);
-        if (std::is_same_v<T, float> && t->dtype == DSCORE_DTYPE_BF16 && bf16_gemm_available())
+        if (std::is_same_v<T, float> && bf16_operands_for(t->dtype))
           backend.bf16_views_.emplace_back(dst, static_cast<const uint16_t*>(t->data));
       }
     }
@@ -249,6 +249,21 @@ class HostBackend {
       }
     }
     cpu::matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC, accumulate_dinp);
+  }
+
+  // The same with the output gradient an operand buffer too (its producer
+  // summed any bias gradient as it made it).
+  void matmul_backward_operands(T* dinp, T* dw, const T* dout, const T* inp, const T* w, int64_t N,
+                                int64_t C, int64_t OC) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (const uint16_t* w16 = bf16_view_of(w)) {
+        matmul_backward_bf16(
+            dinp, dw, nullptr, Bf16Operand{nullptr, reinterpret_cast<const uint16_t*>(dout)},
+            Bf16Operand{nullptr, reinterpret_cast<const uint16_t*>(inp)}, w16, N, C, OC);
+        return;
+      }
+    }
+    cpu::matmul_backward(dinp, dw, static_cast<T*>(nullptr), dout, inp, w, N, C, OC);
   }
 
   // Causal attention (attention.h), with bf16 products in a bf16 layer

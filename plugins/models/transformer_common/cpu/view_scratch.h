@@ -51,7 +51,7 @@ inline uint64_t view_scratch_bytes(const PassShape& s, dscore_dtype param_dtype,
   uint64_t bytes = 0;
   if (param_dtype != DSCORE_DTYPE_F32) bytes += layer;  // HostBackend::Params' copies
   if (grad_dtype != DSCORE_DTYPE_F32) bytes += layer;   // HostBackend::Grads' accumulators
-  if (param_dtype == DSCORE_DTYPE_BF16 && bf16_gemm_available())
+  if (bf16_operands_for(param_dtype))
     bytes += linear_bf16_working_bytes(s.tokens, s.linear_in, s.linear_out) +
              attention_bf16_working_bytes(s.attention, threads, s.attention_heads_kept) +
              lm_head_bf16_working_bytes(s.tokens, s.embd, s.vocab);
