@@ -81,7 +81,7 @@ find "$out/tree" -type f \( -name '*.so' -o -perm -u+x \) -print0 |
 tar -C "$out" -cf - lib | xz -T2 -6 >"$out/lib.tar.xz"
 rm -rf "$out/lib"
 
-cp "$root"/scripts/gpu-bundle/{run-gpu-tests.sh,run-gpu-bench.sh,run-gpu-session.sh,bundle-env.sh} "$out/"
+cp "$root"/scripts/gpu-bundle/{run-gpu-tests.sh,run-gpu-bench.sh,run-gpu-session.sh,run-gpu-profile.sh,kernel_times.py,bundle-env.sh} "$out/"
 chmod +x "$out"/run-gpu-*.sh
 
 echo "bundle: $out"

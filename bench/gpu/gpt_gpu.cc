@@ -18,10 +18,16 @@
 // MFU counts 6N + 12 L C T FLOP per token (N without the position
 // embedding), as nanoGPT and llm.c do.
 //
-//   gpt_gpu [--steps S] [--micro B] [--stages 0,2,3] [--no-offload] [--nvme DIR]
+//   gpt_gpu [--steps S] [--micro B] [--stages 0,2,3] [--no-offload] [--nvme DIR] [--profile]
+//
+// `--stages none` runs no in-memory stage (only --nvme, say).
+// --profile brackets the last timed step of each run with cudaProfilerStart
+// and cudaProfilerStop, so `ncu --profile-from-start off` measures that
+// step's kernels alone (scripts/gpu-bundle/run-gpu-profile.sh).
 //
 // Exits 0 with a message where no CUDA device is present. Sets
 // DSCORE_EXPERIMENTAL_CUDA_ENGINE=1 (docs/gpu.md).
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <oneapi/tbb/parallel_for.h>
 
@@ -111,8 +117,9 @@ std::string nvme_offload(const std::string& folder) {
          folder + R"("})";
 }
 
+// `profile_last_step`: --profile.
 Figures train(int micro, int steps, int stage, const std::string& offload_json,
-              const std::string& corpus) {
+              const std::string& corpus, bool profile_last_step) {
   auto setup = dscore::prepare_text(config_text(micro, steps, stage, offload_json, corpus),
                                     "gpt_gpu.json", ".", {});
   if (!setup.ok()) die(setup.status().message());
@@ -133,7 +140,12 @@ Figures train(int micro, int steps, int stage, const std::string& offload_json,
   step(0);  // warm-up: allocations, cuBLAS handles, the CUDA module
   dscore::EngineTesting::reset_timing(e);
   const auto start = Clock::now();
-  for (int64_t s = 1; s <= steps; ++s) step(s);
+  for (int64_t s = 1; s <= steps; ++s) {
+    const bool profiled = profile_last_step && s == steps;
+    if (profiled) check(cudaProfilerStart(), "cudaProfilerStart");
+    step(s);
+    if (profiled) check(cudaProfilerStop(), "cudaProfilerStop");
+  }
   const double elapsed = seconds_since(start);
   const dscore::EngineTiming timing = dscore::EngineTesting::timing(e);
   Figures f;
@@ -211,13 +223,15 @@ void print_line(const std::string& what, const Figures& f, double peak_flops) {
 
 int main(int argc, char** argv) {
   int steps = 10, micro = 8;
-  bool offload = true;
+  bool offload = true, profile = false;
   std::string nvme;
   std::vector<int> stages = {0, 2, 3};
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     if (k == "--no-offload") {
       offload = false;
+    } else if (k == "--profile") {
+      profile = true;
     } else if (i + 1 < argc && k == "--nvme") {
       nvme = argv[++i];
     } else if (i + 1 < argc && k == "--steps") {
@@ -231,7 +245,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: gpt_gpu [--steps S] [--micro B] [--stages 0,2,3] [--no-offload] "
-                   "[--nvme DIR]\n");
+                   "[--nvme DIR] [--profile]\n");
       return 2;
     }
   }
@@ -252,11 +266,12 @@ int main(int argc, char** argv) {
               rate.bf16_tflops, static_cast<long long>(rate.n));
   std::fflush(stdout);
   for (int stage : stages) {
-    print_line("ZeRO-" + std::to_string(stage), train(micro, steps, stage, "", corpus), peak);
+    print_line("ZeRO-" + std::to_string(stage), train(micro, steps, stage, "", corpus, profile),
+               peak);
     std::fflush(stdout);
   }
   if (offload) {
-    const Figures f = train(micro, steps, 2, kZeroOffload, corpus);
+    const Figures f = train(micro, steps, 2, kZeroOffload, corpus, profile);
     print_line("ZeRO-2 + ZeRO-Offload", f, peak);
     const double pcie = pinned_copy_rate(), memory = host_memory_rate();
     const double n = static_cast<double>(f.params);
@@ -271,7 +286,7 @@ int main(int argc, char** argv) {
   }
   if (!nvme.empty()) {
     std::filesystem::create_directories(nvme);
-    const Figures f = train(micro, steps, 3, nvme_offload(nvme), corpus);
+    const Figures f = train(micro, steps, 3, nvme_offload(nvme), corpus, profile);
     print_line("ZeRO-3 + NVMe (state, params)", f, peak);
     const dscore::offload::SwapBandwidth disk = disk_rate(nvme, corpus);
     const double n = static_cast<double>(f.params);

@@ -4,8 +4,10 @@
 # 8 files): the gpu tests (run-gpu-tests.sh, every executable's output in
 # tests.log), then the benches (run-gpu-bench.sh): the cuBLAS rate,
 # FusedAdam against the copy bandwidth and torch's fused AdamW, and GPT-2
-# 124M at ZeRO 0/2/3, with ZeRO-Offload and with NVMe. Prints a summary
-# last. About 6 minutes on an H100 (2026-11-27).
+# 124M at ZeRO 0/2/3, with ZeRO-Offload; then one GPT step's kernels under
+# Nsight Compute (run-gpu-profile.sh, kernels.txt), then GPT-2 with NVMe.
+# Prints a summary last. About 6 minutes on an H100 (2026-11-27) before
+# the profile was added.
 #
 #   bash run-gpu-session.sh [OUT]     # OUT defaults to $OUT, else ./gpu-session
 #
@@ -23,17 +25,22 @@ DSCORE_GPU_TEST_TIMEOUT=${DSCORE_GPU_TEST_TIMEOUT:-240} DSCORE_GPU_TEST_LOG=$out
 echo "== tests (exit $?)" >>"$out/summary.txt"
 grep -E '^(PASS|FAIL|SKIP|summary)' "$out/tests-summary.log" >>"$out/summary.txt"
 
-bench() {  # bench NAME SECONDS ARGS...
-  local name=$1 seconds=$2
+bench() {  # bench LOG SECONDS BENCH ARGS...
+  local log=$1 seconds=$2
   shift 2
-  timeout -k 5 "$seconds" bash "$here/run-gpu-bench.sh" "$name" "$@" >"$out/$name.log" 2>&1
-  echo "== $name (exit $?)" >>"$out/summary.txt"
-  grep -v '^\[dscore' "$out/$name.log" | tail -12 >>"$out/summary.txt"
+  timeout -k 5 "$seconds" bash "$here/run-gpu-bench.sh" "$@" >"$out/$log.log" 2>&1
+  echo "== $log (exit $?)" >>"$out/summary.txt"
+  grep -v '^\[dscore' "$out/$log.log" | tail -12 >>"$out/summary.txt"
 }
-bench gpu_matmul_rate 60
+bench gpu_matmul_rate 60 gpu_matmul_rate
 python=$(command -v python3 || true)
-bench fused_adam 120 ${python:+--torch "$python"}
+bench fused_adam 120 fused_adam ${python:+--torch "$python"}
+bench gpt_gpu 240 gpt_gpu --steps "${DSCORE_GPT_GPU_STEPS:-5}"
+echo "== kernels of one ZeRO-0 step (the whole table in kernels.txt)" >>"$out/summary.txt"
+timeout -k 5 180 bash "$here/run-gpu-profile.sh" "$out/kernels.txt" >>"$out/summary.txt" 2>&1
+echo "(exit $?)" >>"$out/summary.txt"
+head -16 "$out/kernels.txt" >>"$out/summary.txt" 2>/dev/null
 nvme=$(mktemp -d "${TMPDIR:-/tmp}/dscore-gpt-gpu-nvme.XXXXXX")
-bench gpt_gpu 300 --steps "${DSCORE_GPT_GPU_STEPS:-5}" --nvme "$nvme"
+bench gpt_gpu_nvme 180 gpt_gpu --steps 2 --stages none --no-offload --nvme "$nvme"
 rm -rf "$nvme"
 cat "$out/summary.txt"

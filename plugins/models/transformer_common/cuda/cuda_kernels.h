@@ -98,13 +98,15 @@ template <typename S>
 cudaError_t causal_softmax_backward(S* ds, const S* att, const float* datt, int64_t rows, int64_t T,
                                     cudaStream_t stream);
 
-// Cross-entropy over `rows` rows of V fp32 logits; one block per row.
+// Cross-entropy over `rows` rows of V fp32 logits, row r at logits + r * ld
+// (dlogits likewise; ld >= V); one block per row.
 // row_loss[r] = logsumexp(logits[r]) - logits[r, targets[r]], or 0 when
 // targets[r] < 0 (ignored); skipped when row_loss is null. When dlogits is
 // non-null: dlogits[r] = grad_scale * (softmax(logits[r]) - onehot), 0 for
 // ignored rows. For S = float dlogits may be `logits` itself (in place).
 template <typename S>
 cudaError_t cross_entropy(S* dlogits, double* row_loss, const float* logits, const int32_t* targets,
-                          int64_t rows, int64_t V, float grad_scale, cudaStream_t stream);
+                          int64_t rows, int64_t V, int64_t ld, float grad_scale,
+                          cudaStream_t stream);
 
 }  // namespace dscore::gpt::gpu

@@ -1,6 +1,9 @@
 // The tied LM head of the CUDA backend (cuda_backend.h): logits = x wte^T
 // in chunks of rows (about 128 MiB of fp32 logits at a time, so the N x V
-// logits never all exist), cross-entropy and its gradient by one kernel per
+// logits never all exist; each row's pitch rounded up to 64 elements, so
+// that rows start 128-byte aligned and cuBLAS can take its aligned kernels
+// whatever V is: GPT-2's 50257 would leave bf16 rows 2-byte aligned),
+// cross-entropy and its gradient by one kernel per
 // chunk, then dx = dlogits wte and dwte += dlogits^T x. Per-row losses stay
 // on the device and come back once per call, summed on the host in row order.
 #include <algorithm>
@@ -15,8 +18,11 @@ namespace {
 
 constexpr int64_t kLogitsPerChunk = int64_t{1} << 25;
 
+// The logits' and their gradient's row pitch.
+int64_t logits_pitch(int64_t V) { return (V + 63) / 64 * 64; }
+
 int64_t rows_per_chunk(int64_t N, int64_t V) {
-  return std::clamp<int64_t>(kLogitsPerChunk / std::max<int64_t>(V, 1), 16,
+  return std::clamp<int64_t>(kLogitsPerChunk / std::max<int64_t>(logits_pitch(V), 1), 16,
                              std::max<int64_t>(N, 16));
 }
 
@@ -34,9 +40,9 @@ double CudaBackend<S>::lm_head_forward_backward(S* dx, S* dwte, const S* x, cons
                                                 int64_t V, double grad_scale) {
   constexpr bool kFloat = std::is_same_v<S, float>;
   const cudaStream_t stream = context_->stream();
-  const int64_t rb = rows_per_chunk(N, V);
+  const int64_t rb = rows_per_chunk(N, V), ld = logits_pitch(V);
   auto* logits = static_cast<float*>(
-      context_->scratch(Scratch::kLogits, static_cast<size_t>(rb * V) * sizeof(float)));
+      context_->scratch(Scratch::kLogits, static_cast<size_t>(rb * ld) * sizeof(float)));
   // fp32: the gradient overwrites the logits in place, and wte's gradient
   // accumulates straight into dwte. bf16: both get their own buffers, and
   // wte's gradient sums over the chunks in fp32, rounded into dwte once.
@@ -47,7 +53,7 @@ double CudaBackend<S>::lm_head_forward_backward(S* dx, S* dwte, const S* x, cons
     dwte_sum = dwte;
   } else {
     dlogits = static_cast<S*>(
-        context_->scratch(Scratch::kLogitGrads, static_cast<size_t>(rb * V) * sizeof(S)));
+        context_->scratch(Scratch::kLogitGrads, static_cast<size_t>(rb * ld) * sizeof(S)));
     dwte_sum = static_cast<float*>(
         context_->scratch(Scratch::kHeadWeightGrad, static_cast<size_t>(V * C) * sizeof(float)));
   }
@@ -56,14 +62,15 @@ double CudaBackend<S>::lm_head_forward_backward(S* dx, S* dwte, const S* x, cons
   for (int64_t r0 = 0; r0 < N; r0 += rb) {
     const int64_t rows = std::min(rb, N - r0);
     // logits (rows, V) = x wte^T: cuBLAS (V x rows) = wte (op T) x^T.
-    gemm(*context_, Op::kT, Op::kN, V, rows, C, 1.0f, wte, C, x + r0 * C, C, 0.0f, logits, V);
-    DSCORE_GPT_CUDA_CHECK(cross_entropy(dlogits, row_loss + r0, logits, targets + r0, rows, V,
+    gemm(*context_, Op::kT, Op::kN, V, rows, C, 1.0f, wte, C, x + r0 * C, C, 0.0f, logits, ld);
+    DSCORE_GPT_CUDA_CHECK(cross_entropy(dlogits, row_loss + r0, logits, targets + r0, rows, V, ld,
                                         static_cast<float>(grad_scale), stream));
     // dx (rows, C) = dlogits wte: cuBLAS (C x rows) = wte^T dlogits^T.
-    gemm(*context_, Op::kN, Op::kN, C, rows, V, 1.0f, wte, C, dlogits, V, 0.0f, dx + r0 * C, C);
+    gemm(*context_, Op::kN, Op::kN, C, rows, V, 1.0f, wte, C, dlogits, ld, 0.0f, dx + r0 * C, C);
     // dwte (V, C) += dlogits^T x: cuBLAS (C x V) = x^T dlogits (op T).
     const float beta = kFloat || r0 > 0 ? 1.0f : 0.0f;
-    gemm(*context_, Op::kN, Op::kT, C, V, rows, 1.0f, x + r0 * C, C, dlogits, V, beta, dwte_sum, C);
+    gemm(*context_, Op::kN, Op::kT, C, V, rows, 1.0f, x + r0 * C, C, dlogits, ld, beta, dwte_sum,
+         C);
   }
   if constexpr (!kFloat) DSCORE_GPT_CUDA_CHECK(add_float(dwte, dwte_sum, V * C, stream));
   row_loss_.resize(static_cast<size_t>(N));
@@ -79,18 +86,18 @@ double CudaBackend<S>::lm_head_forward(const S* x, const S* wte, const int32_t* 
                                        int64_t C, int64_t V, const int64_t* rows, int64_t n_rows,
                                        float* logits_host) {
   const cudaStream_t stream = context_->stream();
-  const int64_t rb = rows_per_chunk(N, V);
+  const int64_t rb = rows_per_chunk(N, V), ld = logits_pitch(V);
   auto* logits = static_cast<float*>(
-      context_->scratch(Scratch::kLogits, static_cast<size_t>(rb * V) * sizeof(float)));
+      context_->scratch(Scratch::kLogits, static_cast<size_t>(rb * ld) * sizeof(float)));
   double loss = 0;
   if (targets != nullptr) {
     auto* row_loss = static_cast<double*>(
         context_->scratch(Scratch::kRowLoss, static_cast<size_t>(N) * sizeof(double)));
     for (int64_t r0 = 0; r0 < N; r0 += rb) {
       const int64_t count = std::min(rb, N - r0);
-      gemm(*context_, Op::kT, Op::kN, V, count, C, 1.0f, wte, C, x + r0 * C, C, 0.0f, logits, V);
-      DSCORE_GPT_CUDA_CHECK(
-          cross_entropy<S>(nullptr, row_loss + r0, logits, targets + r0, count, V, 0.0f, stream));
+      gemm(*context_, Op::kT, Op::kN, V, count, C, 1.0f, wte, C, x + r0 * C, C, 0.0f, logits, ld);
+      DSCORE_GPT_CUDA_CHECK(cross_entropy<S>(nullptr, row_loss + r0, logits, targets + r0, count, V,
+                                             ld, 0.0f, stream));
     }
     row_loss_.resize(static_cast<size_t>(N));
     DSCORE_GPT_CUDA_CHECK(cudaMemcpyAsync(row_loss_.data(), row_loss,
@@ -107,10 +114,12 @@ double CudaBackend<S>::lm_head_forward(const S* x, const S* wte, const int32_t* 
         DSCORE_GPT_CUDA_CHECK(cudaMemcpyAsync(gathered + i * C, x + rows[i0 + i] * C,
                                               static_cast<size_t>(C) * sizeof(S),
                                               cudaMemcpyDeviceToDevice, stream));
-      gemm(*context_, Op::kT, Op::kN, V, count, C, 1.0f, wte, C, gathered, C, 0.0f, logits, V);
-      DSCORE_GPT_CUDA_CHECK(cudaMemcpyAsync(logits_host + i0 * V, logits,
-                                            static_cast<size_t>(count * V) * sizeof(float),
-                                            cudaMemcpyDeviceToHost, stream));
+      gemm(*context_, Op::kT, Op::kN, V, count, C, 1.0f, wte, C, gathered, C, 0.0f, logits, ld);
+      // Each row's V logits, without the pitch's padding.
+      DSCORE_GPT_CUDA_CHECK(cudaMemcpy2DAsync(
+          logits_host + i0 * V, static_cast<size_t>(V) * sizeof(float), logits,
+          static_cast<size_t>(ld) * sizeof(float), static_cast<size_t>(V) * sizeof(float),
+          static_cast<size_t>(count), cudaMemcpyDeviceToHost, stream));
     }
   }
   context_->synchronize();

@@ -54,11 +54,12 @@ __global__ void causal_softmax_backward_kernel(S* ds, const S* att, const float*
 // overwrites it.
 template <typename S>
 __global__ void cross_entropy_kernel(S* dlogits, double* row_loss, const float* logits,
-                                     const int32_t* targets, int64_t V, float grad_scale) {
+                                     const int32_t* targets, int64_t V, int64_t ld,
+                                     float grad_scale) {
   __shared__ float scratch[32];
   __shared__ float target_logit;
   const int64_t row = blockIdx.x;
-  const float* z = logits + row * V;
+  const float* z = logits + row * ld;
   const int32_t y = targets[row];
   if (threadIdx.x == 0) target_logit = y >= 0 ? z[y] : 0.0f;
   float mx = -INFINITY;
@@ -72,7 +73,7 @@ __global__ void cross_entropy_kernel(S* dlogits, double* row_loss, const float* 
                           : static_cast<double>(mx) + log(static_cast<double>(sum)) -
                                 static_cast<double>(target_logit);
   if (dlogits == nullptr) return;
-  S* d = dlogits + row * V;
+  S* d = dlogits + row * ld;
   const float inv = 1.0f / sum;
   for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
     const float g = y < 0 ? 0.0f : grad_scale * (expf(z[v] - mx) * inv - (v == y ? 1.0f : 0.0f));
@@ -106,10 +107,11 @@ cudaError_t causal_softmax_backward(S* ds, const S* att, const float* datt, int6
 
 template <typename S>
 cudaError_t cross_entropy(S* dlogits, double* row_loss, const float* logits, const int32_t* targets,
-                          int64_t rows, int64_t V, float grad_scale, cudaStream_t stream) {
+                          int64_t rows, int64_t V, int64_t ld, float grad_scale,
+                          cudaStream_t stream) {
   if (rows <= 0) return launched();
   cross_entropy_kernel<<<static_cast<unsigned int>(rows), kVocabThreads, 0, stream>>>(
-      dlogits, row_loss, logits, targets, V, grad_scale);
+      dlogits, row_loss, logits, targets, V, ld, grad_scale);
   return launched();
 }
 
@@ -119,7 +121,7 @@ cudaError_t cross_entropy(S* dlogits, double* row_loss, const float* logits, con
   template cudaError_t causal_softmax_backward<S>(S*, const S*, const float*, int64_t, int64_t, \
                                                   cudaStream_t);                                \
   template cudaError_t cross_entropy<S>(S*, double*, const float*, const int32_t*, int64_t,     \
-                                        int64_t, float, cudaStream_t);
+                                        int64_t, int64_t, float, cudaStream_t);
 
 DSCORE_GPT_INSTANTIATE(float)
 DSCORE_GPT_INSTANTIATE(__nv_bfloat16)
