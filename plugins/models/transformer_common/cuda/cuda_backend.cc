@@ -80,6 +80,7 @@ template <typename S>
 CudaParams<S>::CudaParams(CudaContext& context, const dscore_layer_views& views,
                           const std::vector<int64_t>& numels) {
   buffers_.reserve(numels.size());
+  bool reads_queued = false;  // a copy or conversion still reading a view
   for (size_t i = 0; i < numels.size(); ++i) {
     const dscore_tensor* t = views.params[i];
     check_view(t, numels[i], "parameter");
@@ -88,6 +89,7 @@ CudaParams<S>::CudaParams(CudaContext& context, const dscore_layer_views& views,
       continue;
     }
     buffers_.emplace_back(context, numels[i], "parameters");
+    reads_queued = true;
     S* dst = buffers_.back().get();
     pointers_.push_back(dst);
     const size_t bytes = static_cast<size_t>(numels[i]) * sdk::dtype_size(t->dtype);
@@ -106,8 +108,10 @@ CudaParams<S>::CudaParams(CudaContext& context, const dscore_layer_views& views,
         cudaMemcpyAsync(staging, t->data, bytes, cudaMemcpyHostToDevice, context.stream()));
     DSCORE_GPT_CUDA_CHECK(convert(dst, staging, host_type(t->dtype), numels[i], context.stream()));
   }
-  // Pinned sources are read asynchronously: wait, so the layer may be released.
-  context.synchronize();
+  // Copies and conversions read their views asynchronously: wait, so the
+  // layer may be released. Views used in place are waited for by
+  // finish_reads instead, before release.
+  if (reads_queued) context.synchronize();
 }
 
 template <typename S>
