@@ -7,7 +7,9 @@
 # 124M at ZeRO 0/2/3, with ZeRO-Offload; then one GPT step's kernels under
 # Nsight Compute (run-gpu-profile.sh, kernels.txt), then GPT-2 with NVMe.
 # Prints a summary last. About 6 minutes on an H100 (2026-11-27) before
-# the profile was added.
+# the profile was added. A device call stops at 600 s, and what is under
+# OUT comes back even then: hence this order, most important first, and
+# summary.txt written as each part ends.
 #
 #   bash run-gpu-session.sh [OUT]     # OUT defaults to $OUT, else ./gpu-session
 #
