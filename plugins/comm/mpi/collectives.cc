@@ -103,6 +103,17 @@ void allreduce(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv, dscor
   const size_t es = element_size(send);
   const int64_t n = send->numel, w = m->world;
   const int64_t c = (n + w - 1) / w;  // chunk per rank, the last padded with zeros
+  if (c * w == n) {
+    // Whole chunks: this rank's reduced chunk goes straight to its place in
+    // recv, then the allgather fills the rest of recv in place. (send may be
+    // recv: the all-to-all has read it before the reduction writes.)
+    auto* out = static_cast<unsigned char*>(recv->data);
+    unsigned char* own = out + static_cast<size_t>(m->rank * c) * es;
+    reduce_scatter_impl(m, send->data, c, send->dtype, op, own, "allreduce", [m, own, c, es, out] {
+      allgather_impl(m, own, c, es, out, "allreduce", [m] { m->counters.operations += 1; });
+    });
+    return;
+  }
   // Padded copy of the input, so every rank's chunk has c elements.
   unsigned char* padded = m->scratch(&m->scratch_a, static_cast<size_t>(c * w) * es * 2);
   std::memcpy(padded, send->data, static_cast<size_t>(n) * es);
