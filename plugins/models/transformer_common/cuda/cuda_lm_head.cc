@@ -1,11 +1,12 @@
 // The tied LM head of the CUDA backend (cuda_backend.h): logits = x wte^T
 // in chunks of rows (about 128 MiB of fp32 logits at a time, so the N x V
-// logits never all exist; each row's pitch rounded up to 64 elements, so
-// that rows start 128-byte aligned and cuBLAS can take its aligned kernels
-// whatever V is: GPT-2's 50257 would leave bf16 rows 2-byte aligned),
-// cross-entropy and its gradient by one kernel per
+// logits never all exist), cross-entropy and its gradient by one kernel per
 // chunk, then dx = dlogits wte and dwte += dlogits^T x. Per-row losses stay
 // on the device and come back once per call, summed on the host in row order.
+// The logits and their gradient have a row pitch of V rounded up to 64
+// elements, so every row starts at least 128-byte aligned and cuBLAS may
+// take its aligned kernels whatever V is (with GPT-2's 50257, bf16 rows
+// would be only 2-byte aligned); the padding is never read.
 #include <algorithm>
 #include <type_traits>
 
