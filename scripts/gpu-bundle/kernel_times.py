@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Sums an Nsight Compute CSV (ncu --csv --page raw --print-units base with
-the metric gpu__time_duration.sum) by kernel: calls, total and mean time,
+"""Sums an Nsight Compute CSV (ncu --csv --page raw with the metric
+gpu__time_duration.sum; its second row gives the column's unit) by kernel: calls, total and mean time,
 share of all kernels' time, largest first. run-gpu-profile.sh pipes one
 profiled training step through it.
 
@@ -13,6 +13,8 @@ import sys
 from collections import defaultdict
 
 METRIC = "gpu__time_duration.sum"
+NANOSECONDS = {"nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6,
+               "second": 1e9, "s": 1e9}
 
 
 def short_name(name):
@@ -41,14 +43,19 @@ def read_rows(path):
     if not names or METRIC not in header:
         sys.exit(f"kernel_times: {path} has no kernel name or {METRIC} column: {header}")
     name_at, time_at = header.index(names[0]), header.index(METRIC)
+    scale = 1.0  # to nanoseconds
     out = []
     for row in rows[1:]:
         if len(row) <= max(name_at, time_at):
             continue
+        value = row[time_at].replace(",", "")
+        if value in NANOSECONDS:  # the units row
+            scale = NANOSECONDS[value]
+            continue
         try:
-            out.append((row[name_at], float(row[time_at].replace(",", ""))))
+            out.append((row[name_at], float(value) * scale))
         except ValueError:
-            continue  # the units row
+            continue
     return out
 
 

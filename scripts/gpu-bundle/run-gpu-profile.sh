@@ -24,8 +24,7 @@ ncu --profile-from-start off --metrics gpu__time_duration.sum --cache-control no
   --clock-control none -o "$report/step" -f \
   "$here/tree/bin/gpt_gpu" --steps 1 --no-offload --profile "${args[@]}" >"$report/run.log" 2>&1 ||
   { tail -30 "$report/run.log"; exit 1; }
-ncu --import "$report/step.ncu-rep" --csv --page raw --print-units base \
-  --metrics gpu__time_duration.sum >"$report/step.csv"
+ncu --import "$report/step.ncu-rep" --csv --page raw --metrics gpu__time_duration.sum >"$report/step.csv"
 {
   grep -E '^gpt_gpu' "$report/run.log" || true
   python3 "$here/kernel_times.py" "$report/step.csv" --top 40
