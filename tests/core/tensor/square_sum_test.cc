@@ -59,8 +59,8 @@ TEST(SquareSum, LargeInputsSummedInParallelGiveTheSameDoubleAndSeeEveryChunk) {
 }
 
 TEST(SquareSum, EveryIsaGivesTheSameBits) {
-  // Lengths with remainders of the 16 lanes, fp32 and bf16, serial and parallel.
-  for (size_t n : {size_t{1}, size_t{13}, size_t{1031}, size_t{300007}}) {
+  // Lengths with remainders of the 32 lanes, fp32 and bf16, serial and parallel.
+  for (size_t n : {size_t{1}, size_t{13}, size_t{50}, size_t{1031}, size_t{300007}}) {
     const std::vector<float> v = random_values(n, static_cast<uint32_t>(n));
     std::vector<uint16_t> bf16(n);
     for (size_t i = 0; i < n; ++i) bf16[i] = sdk::float_to_bf16(v[i]);
