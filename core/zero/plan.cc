@@ -100,6 +100,21 @@ int64_t reduce_accumulator_bytes(int64_t n, dscore_dtype dtype) {
   return n * (fp32 ? 4 : 8);
 }
 
+// The mpi backend's staging for allreduces of buckets of `bucket` elements
+// over a flat buffer of `padded` (plugins/comm/mpi/collectives.cc): every
+// rank's chunk gathered and reduced; a bucket that is not a multiple of the
+// world also takes a padded copy of itself and of its result. Its buffers
+// grow to the largest use and stay, so the largest full bucket and the
+// largest uneven one count (the last bucket may be shorter).
+int64_t allreduce_scratch_bytes(int64_t bucket, int64_t padded, int world, dscore_dtype dtype) {
+  const auto chunk = [world](int64_t n) { return (n + world - 1) / world; };
+  int64_t padded_copies = 0;
+  for (int64_t n : {bucket, padded % bucket})
+    if (n > 0 && n % world != 0) padded_copies = std::max(padded_copies, 2 * chunk(n) * world);
+  return bytes(chunk(bucket) * world + padded_copies, dtype) +
+         reduce_accumulator_bytes(chunk(bucket), dtype);
+}
+
 }  // namespace
 
 void add_process_memory(const ProcessMemory& process, ZeroPlan* plan) {
@@ -183,8 +198,8 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
     }
     if (world > 1) {  // the largest reduction's staging in the mpi backend
       const int64_t n = std::clamp<int64_t>(config.zero.reduce_bucket_size, 1, flat.padded_numel);
-      if (plan.stage == 0) {  // an allreduce of a bucket: padded copy, result, the gathered chunks
-        m.comm_scratch = bytes(n, gd) * 3 + reduce_accumulator_bytes((n + world - 1) / world, gd);
+      if (plan.stage == 0) {  // allreduces of the buckets
+        m.comm_scratch = allreduce_scratch_bytes(n, flat.padded_numel, world, gd);
       } else {  // a reduce of a bucket's piece one rank owns: gathered on that rank
         const int64_t piece = std::min(n, flat.partition_size);
         m.comm_scratch = bytes(piece, gd) * world + reduce_accumulator_bytes(piece, gd);
