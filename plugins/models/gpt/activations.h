@@ -58,7 +58,9 @@ struct ActivationElements {
 // bf16_operands: the pass's linears read bf16 operands (the runner's fused
 // block in bf16 layers), so the buffers that only ever hold one (ln1, ln2,
 // fch_gelu, dfch; qkv, which keeps attention's rounded heads) need half as
-// many Scalar (fp32) elements.
+// many Scalar (fp32) elements, and dfch_gelu none (the CPU backend's
+// mlp_backward hands the projection's input gradient to GELU's backward in
+// chunks, gemm_bf16_consumed).
 inline ActivationElements activation_elements(const GptConfig& cfg, int64_t B,
                                               int64_t attention_state, bool bf16_operands = false) {
   const int64_t N = B * cfg.block_size, C = cfg.n_embd;
@@ -77,7 +79,7 @@ inline ActivationElements activation_elements(const GptConfig& cfg, int64_t B,
   e.resid = (cfg.n_layer + 1) * N * C;
   e.lnf = e.dlnf = e.dresid = N * C;
   e.lnf_stat = N;
-  e.dfch_gelu = N * 4 * C;
+  e.dfch_gelu = bf16_operands ? 0 : N * 4 * C;  // bf16: handed to GELU's backward in chunks
   e.dfch = operand(N * 4 * C);
   e.dln = e.datty = N * C;
   e.dqkv = N * 3 * C;

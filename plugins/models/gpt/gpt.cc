@@ -220,7 +220,10 @@ class Gpt : public sdk::Instance {
         .embd = c.n_embd,
         .vocab = c.vocab_size,
         .attention = {micro_batch, c.block_size, c.n_head, c.n_head, c.head_size()},
-        .attention_heads_kept = true};  // in the qkv activation (runner.h)
+        .attention_heads_kept = true,  // in the qkv activation (runner.h)
+        // The MLP projection's input gradient (cpu_backend.h's mlp_backward).
+        .consumed_n = 4 * c.n_embd,
+        .consumed_k = c.n_embd};
     return activation_bytes(micro_batch, checkpointing,
                             transformer::cpu::bf16_operands_for(param_dtype)) +
            transformer::cpu::view_scratch_bytes(pass, param_dtype, grad_dtype);

@@ -127,12 +127,31 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
   // Its backward: d is the gradient at the MLP's output; dln gets the one
   // at its input (overwritten). dfch_gelu and dfch are scratch (N x 4C);
   // dfch, the GELU gradient, is an operand buffer of the fc linear (its
-  // bias gradient summed as it is made).
+  // bias gradient summed as it is made). In a bf16 layer the projection's
+  // input gradient goes to GELU's backward chunk by chunk while in cache
+  // (gemm_bf16_consumed) and dfch_gelu is not used.
   void mlp_backward(T* dln, T* dw_fc, T* db_fc, T* dw_proj, T* db_proj, T* dfch_gelu, T* dfch,
                     const T* d, const T* ln2, const T* fch, const T* fch_gelu, const T* w_fc,
                     const T* w_proj, int64_t N, int64_t C) {
+    if constexpr (std::is_same_v<T, float>) {
+      const uint16_t* w_proj16 = this->bf16_view_of(w_proj);
+      if ((w_proj16 != nullptr) != this->bf16_operand_for(w_fc))
+        throw std::logic_error("gpt: the MLP's two linears differ in dtype");
+      if (w_proj16 != nullptr) {
+        uint16_t* dfch16 = reinterpret_cast<uint16_t*>(dfch);
+        transformer::cpu::RowSumPartials<float> dbias(N, 4 * C);
+        transformer::cpu::matmul_backward_bf16_consumed(
+            dw_proj, db_proj, {d, nullptr}, {nullptr, reinterpret_cast<const uint16_t*>(fch_gelu)},
+            w_proj16, N, 4 * C, C, [&](int64_t r0, int64_t r1, float* rows) {
+              cpu::gelu_backward_bias_bf16_rows(dfch16, dbias, fch, rows, r0, r1, 4 * C);
+            });
+        dbias.sum_into(db_fc);
+        this->matmul_backward_operands(dln, dw_fc, dfch, ln2, w_fc, N, C, 4 * C);
+        return;
+      }
+    }
     this->matmul_backward_operand(dfch_gelu, dw_proj, db_proj, d, fch_gelu, w_proj, N, 4 * C, C);
-    gelu_backward_bias_operand(dfch, db_fc, fch, dfch_gelu, N, 4 * C, w_fc);
+    cpu::gelu_backward_bias(dfch, db_fc, fch, dfch_gelu, N, 4 * C);
     this->matmul_backward_operands(dln, dw_fc, dfch, ln2, w_fc, N, C, 4 * C);
   }
   void add(T* out, const T* a, const T* b, int64_t n) { cpu::add(out, a, b, n); }
@@ -142,23 +161,13 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
   }
 
  private:
-  // GELU, and its gradient with the bias gradient of the linear before it,
-  // into operand buffers of the linear whose weight is `reader`.
+  // GELU into an operand buffer of the linear whose weight is `reader`.
   void gelu_forward_operand(T* out, const T* inp, int64_t n, const T* reader) {
     if constexpr (std::is_same_v<T, float>) {
       if (this->bf16_operand_for(reader))
         return cpu::gelu_forward_bf16(reinterpret_cast<uint16_t*>(out), inp, n);
     }
     cpu::gelu_forward(out, inp, n);
-  }
-  void gelu_backward_bias_operand(T* dinp, T* dbias, const T* inp, const T* dout, int64_t N,
-                                  int64_t OC, const T* reader) {
-    if constexpr (std::is_same_v<T, float>) {
-      if (this->bf16_operand_for(reader))
-        return cpu::gelu_backward_bias_bf16(reinterpret_cast<uint16_t*>(dinp), dbias, inp, dout, N,
-                                            OC);
-    }
-    cpu::gelu_backward_bias(dinp, dbias, inp, dout, N, OC);
   }
   void require_bf16_layer() const {
     if (!this->bf16_compute())

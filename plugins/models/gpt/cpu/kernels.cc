@@ -7,7 +7,6 @@
 
 #include "../../transformer_common/cpu/gemm_bf16.h"
 #include "../../transformer_common/cpu/parallel.h"
-#include "../../transformer_common/cpu/row_sums.h"
 #include "../../transformer_common/cpu/vector_math.h"
 #include "layernorm_rows.h"
 
@@ -263,18 +262,13 @@ void gelu_forward_bf16(uint16_t* out, const float* inp, int64_t n) {
   });
 }
 
-void gelu_backward_bias_bf16(uint16_t* dinp, float* dbias, const float* inp, const float* dout,
-                             int64_t N, int64_t OC) {
-  // A block's fp32 gradient lives in its task's scratch: rounded into dinp,
-  // then summed into the block's bias partial, as gelu_backward_bias sums it.
-  transformer::cpu::add_row_sums_of(dbias, N, OC, [&](int64_t r0, int64_t r1) {
-    thread_local std::vector<float> rows;
-    const int64_t at = r0 * OC, n = (r1 - r0) * OC;
-    if (rows.size() < static_cast<size_t>(n)) rows.resize(static_cast<size_t>(n));
-    gelu_backward_f32(rows.data(), inp + at, dout + at, n);
-    transformer::cpu::round_to_bf16_serial(dinp + at, rows.data(), n);
-    return static_cast<const float*>(rows.data());
-  });
+void gelu_backward_bias_bf16_rows(uint16_t* dinp, transformer::cpu::RowSumPartials<float>& dbias,
+                                  const float* inp, float* dout_rows, int64_t r0, int64_t r1,
+                                  int64_t OC) {
+  const int64_t at = r0 * OC, n = (r1 - r0) * OC;
+  gelu_backward_f32(dout_rows, inp + at, dout_rows, n);
+  transformer::cpu::round_to_bf16_serial(dinp + at, dout_rows, n);
+  dbias.add_blocks(r0, r1, dout_rows);
 }
 
 #define DSCORE_GPT_INSTANTIATE(T)                                                                 \

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "../../transformer_common/cpu/linear.h"
+#include "../../transformer_common/cpu/row_sums.h"
 #include "attention.h"  // causal self-attention on packed qkv, tiled
 
 namespace dscore::gpt::cpu {
@@ -75,7 +76,14 @@ void layernorm_forward_bf16(uint16_t* out, float* mean, float* rstd, const float
 void residual_layernorm_forward_bf16(float* sum, uint16_t* out, float* mean, float* rstd,
                                      const float* a, const float* b, const float* weight,
                                      const float* bias, int64_t N, int64_t C);
-void gelu_backward_bias_bf16(uint16_t* dinp, float* dbias, const float* inp, const float* dout,
-                             int64_t N, int64_t OC);
+// GELU's gradient with the bias gradient of the linear before it, on rows
+// r0..r1 of dout as the product that makes them hands them over
+// (matmul_backward_bf16_consumed; dout_rows: r1 - r0 rows of OC, then
+// overwritten): rounded into dinp's rows, and summed into dbias's block
+// partials. Over all rows, the bits of gelu_backward_bias followed by
+// round_to_bf16, dbias (after dbias.sum_into) included.
+void gelu_backward_bias_bf16_rows(uint16_t* dinp, transformer::cpu::RowSumPartials<float>& dbias,
+                                  const float* inp, float* dout_rows, int64_t r0, int64_t r1,
+                                  int64_t OC);
 
 }  // namespace dscore::gpt::cpu

@@ -45,14 +45,14 @@ void add_into(float* acc, const float* x, int64_t n) {
 
 // Grows a per-thread buffer to n elements (its contents are not kept).
 template <typename X>
-X* sized(std::vector<X>& v, int64_t n) {
+X* sized(AlignedVector<X>& v, int64_t n) {
   if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
   return v.data();
 }
 
 struct Scratch {
-  std::vector<float> f32;
-  std::vector<uint16_t> b16;
+  AlignedVector<float> f32;
+  AlignedVector<uint16_t> b16;
 };
 
 // The elements of a thread's fp32 and bf16 tiles, counted once for the
@@ -101,7 +101,7 @@ void attention_forward_bf16(float* out, float* lse, const float* q_all, const fl
   const auto forward_tile = attention_tiles::forward_tile_for(isa);
   // Dense bf16 copies of every head: the caller's, or kept from call to
   // call on this (the runner's) thread.
-  thread_local std::vector<uint16_t> own_heads;
+  thread_local AlignedVector<uint16_t> own_heads;
   uint16_t* q16 = heads != nullptr ? heads : sized(own_heads, attention_bf16_heads_elements(shape));
   uint16_t* k16 = q16 + B * NH * Tn * hs;
   uint16_t* v16 = k16 + B * NKV * Tn * hs;

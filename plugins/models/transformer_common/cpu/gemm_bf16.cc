@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -97,7 +98,7 @@ void round_to_bf16(uint16_t* out, const float* in, int64_t n) {
              [&](int64_t i0, int64_t i1) { round_to_bf16_serial(out + i0, in + i0, i1 - i0); });
 }
 
-const uint16_t* round_to_bf16(std::vector<uint16_t>& buffer, const float* in, int64_t n) {
+const uint16_t* round_to_bf16(AlignedVector<uint16_t>& buffer, const float* in, int64_t n) {
   if (buffer.size() < static_cast<size_t>(n)) buffer.resize(static_cast<size_t>(n));
   round_to_bf16(buffer.data(), in, n);
   return buffer.data();
@@ -128,15 +129,17 @@ void single_threaded_openmp() {
 
 // A primitive per call shape (blocks of one product share at most two).
 using ShapeKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float,
-                            float, bool>;
+                            float, bool, bool>;
 struct Prepared {
   dnnl::matmul matmul;
   memory::desc a, b, c, bias, scratchpad;
 };
 
-// The cache's entries live as long as the process.
+// The cache's entries live as long as the process. With packed_b, B is
+// in that (blocked) layout instead of row-major with ldb.
 const Prepared& prepare(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha, int64_t lda,
-                        int64_t ldb, float beta, int64_t ldc, bool with_bias) {
+                        int64_t ldb, float beta, int64_t ldc, bool with_bias,
+                        const memory::desc* packed_b = nullptr) {
   static std::mutex mutex;
   static std::map<ShapeKey, std::shared_ptr<const Prepared>> cache;
   const ShapeKey key{op_a == Op::kTranspose,
@@ -149,7 +152,8 @@ const Prepared& prepare(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float
                      ldc,
                      alpha,
                      beta,
-                     with_bias};
+                     with_bias,
+                     packed_b != nullptr};
   // Each thread looks in its own copy first: attention calls this for every
   // row block, from every thread.
   thread_local std::map<ShapeKey, const Prepared*> seen;
@@ -163,7 +167,8 @@ const Prepared& prepare(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float
   const memory::dims a_strides = op_a == Op::kNone ? memory::dims{lda, 1} : memory::dims{1, lda};
   const memory::dims b_strides = op_b == Op::kNone ? memory::dims{ldb, 1} : memory::dims{1, ldb};
   memory::desc a_md({m, k}, memory::data_type::bf16, a_strides);
-  memory::desc b_md({k, n}, memory::data_type::bf16, b_strides);
+  const memory::desc b_md =
+      packed_b != nullptr ? *packed_b : memory::desc({k, n}, memory::data_type::bf16, b_strides);
   memory::desc c_md({m, n}, memory::data_type::f32, memory::dims{ldc, 1});
   const memory::desc bias_md =
       with_bias ? memory::desc({1, n}, memory::data_type::f32, memory::dims{n, 1}) : memory::desc();
@@ -217,7 +222,7 @@ void onednn_gemm(const Prepared& p, const uint16_t* a, const uint16_t* b, float*
                  const float* bias) {
   single_threaded_openmp();
   thread_local dnnl::stream stream(cpu_engine());
-  thread_local std::vector<uint8_t> scratch;
+  thread_local AlignedVector<uint8_t> scratch;
   if (scratch.size() < p.scratchpad.get_size()) scratch.resize(p.scratchpad.get_size());
   BoundArgs& args = bound_args(p);
   args.a.set_data_handle(const_cast<uint16_t*>(a));
@@ -274,7 +279,99 @@ void gemm_bf16_serial(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float a
   onednn_gemm(prepare(op_a, op_b, m, n, k, alpha, lda, ldb, beta, ldc, false), a, b, c, nullptr);
 }
 
+namespace {
+
+// B (k x n) in the blocked layout oneDNN's kernel reads for a consumed
+// product's chunks, made once per product: each chunk's call would
+// otherwise copy all of B into that layout again.
+class PackedB {
+ public:
+  PackedB(Op op_b, int64_t n, int64_t k, const uint16_t* b, int64_t ldb) {
+    const Packer& packer = packer_for(op_b, n, k, ldb);
+    desc_ = &packer.packed;
+    thread_local AlignedVector<uint8_t> buffer;  // the calling thread's, as dout_bf16's
+    if (buffer.size() < packer.packed.get_size()) buffer.resize(packer.packed.get_size());
+    data_ = buffer.data();
+    thread_local dnnl::stream stream(cpu_engine());
+    memory src(packer.plain, cpu_engine(), const_cast<uint16_t*>(b));
+    memory dst(packer.packed, cpu_engine(), data_);
+    packer.reorder.execute(stream, src, dst);
+  }
+  const memory::desc& desc() const { return *desc_; }
+  const uint16_t* data() const { return reinterpret_cast<const uint16_t*>(data_); }
+
+ private:
+  struct Packer {
+    memory::desc plain, packed;
+    dnnl::reorder reorder;
+  };
+  // The layout the kernel picks for full chunks; chunks of fewer rows are
+  // made to read the same one.
+  static const Packer& packer_for(Op op_b, int64_t n, int64_t k, int64_t ldb) {
+    static std::mutex mutex;
+    static std::map<std::tuple<bool, int64_t, int64_t, int64_t>, std::unique_ptr<const Packer>>
+        cache;
+    std::lock_guard<std::mutex> lock(mutex);
+    auto& entry = cache[{op_b == Op::kTranspose, n, k, ldb}];
+    if (entry == nullptr) {
+      using dt = memory::data_type;
+      const memory::desc plain({k, n}, dt::bf16,
+                               op_b == Op::kNone ? memory::dims{ldb, 1} : memory::dims{1, ldb});
+      const memory::desc any({k, n}, dt::bf16, memory::format_tag::any);
+      const memory::desc a({kConsumedRows, k}, dt::bf16, memory::dims{k, 1});
+      const memory::desc c({kConsumedRows, n}, dt::f32, memory::dims{n, 1});
+      dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, any, c), attr, cpu_engine());
+      const memory::desc packed = pd.weights_desc();
+      entry = std::make_unique<const Packer>(Packer{
+          plain, packed,
+          dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), plain, cpu_engine(), packed))});
+    }
+    return *entry;
+  }
+
+  const memory::desc* desc_;
+  uint8_t* data_;
+};
+
+}  // namespace
+
+void gemm_bf16_consumed(Op op_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                        const uint16_t* b, int64_t ldb, const float* bias,
+                        const ConsumeRows& consume) {
+  if (!bf16_gemm_available())
+    throw std::logic_error(std::string("gemm_bf16_consumed called where it is unavailable: ") +
+                           bf16_gemm_unavailable_reason());
+  if (m <= 0 || n <= 0) return;
+  single_threaded_openmp();
+  std::optional<PackedB> packed;
+  if (k > 0) packed.emplace(op_b, n, k, b, ldb);
+  for_blocks(m, kConsumedRows, [&](int64_t r0, int64_t r1) {
+    thread_local AlignedVector<float> chunk;
+    const int64_t rows = r1 - r0;
+    if (chunk.size() < static_cast<size_t>(rows * n)) chunk.resize(static_cast<size_t>(rows * n));
+    float* c = chunk.data();
+    if (k <= 0) {  // no product: the bias alone (oneDNN wants k > 0)
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < n; ++j) c[i * n + j] = bias != nullptr ? bias[j] : 0.0f;
+    } else {
+      single_threaded_openmp();
+      onednn_gemm(prepare(Op::kNone, op_b, rows, n, k, 1.0f, lda, ldb, 0.0f, n, bias != nullptr,
+                          &packed->desc()),
+                  a + r0 * lda, packed->data(), c, bias);
+    }
+    consume(r0, r1, c);
+  });
+}
+
 #else
+
+void gemm_bf16_consumed(Op, int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*,
+                        int64_t, const float*, const ConsumeRows&) {
+  throw std::logic_error(std::string("gemm_bf16_consumed called where it is unavailable: ") +
+                         bf16_gemm_unavailable_reason());
+}
 
 void gemm_bf16_serial(Op, Op, int64_t, int64_t, int64_t, float, const uint16_t*, int64_t,
                       const uint16_t*, int64_t, float, float*, int64_t) {

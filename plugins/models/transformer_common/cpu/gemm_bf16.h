@@ -15,8 +15,10 @@
 #include <dscore/plugin.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
+#include "aligned.h"
 #include "gemm.h"
 
 namespace dscore::transformer::cpu {
@@ -47,6 +49,29 @@ void gemm_bf16_serial(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float a
                       const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
                       float* c, int64_t ldc);
 
+// A product whose fp32 result one elementwise pass reads once (GELU's
+// gradient from the MLP projection's input gradient, attention's rounded
+// heads from the qkv linear): C = A op(B) + bias (A row-major, m x k), made
+// in fixed chunks of kConsumedRows rows over TBB, each into a buffer of its
+// task's that stays in cache, where consume(r0, r1, rows) reads it (rows:
+// (r1 - r0) x n, pitch n; consume may overwrite it). C is never written to
+// memory in full: on the GPT's shapes, a 2048 x 1536 result written out
+// took about twice as long as the product into cache (bench/README.md).
+// Each chunk is one single-threaded call, so the result does not depend on
+// the thread count. consume runs inside the chunk's task and must not start
+// parallel work (the buffer is its thread's).
+constexpr int64_t kConsumedRows = 64;
+using ConsumeRows = std::function<void(int64_t r0, int64_t r1, float* rows)>;
+void gemm_bf16_consumed(Op op_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                        const uint16_t* b, int64_t ldb, const float* bias,
+                        const ConsumeRows& consume);
+// What it keeps from call to call for products of up to n columns and k
+// inner: a chunk per thread and B in the kernel's layout (on the caller's).
+inline uint64_t gemm_bf16_consumed_working_bytes(int64_t n, int64_t k, int64_t threads) {
+  return static_cast<uint64_t>(threads * kConsumedRows * n) * sizeof(float) +
+         static_cast<uint64_t>(n * k) * sizeof(uint16_t);
+}
+
 // out[i] = in[i] rounded to bf16, to nearest even (as sdk's float_to_bf16),
 // over TBB blocks.
 void round_to_bf16(uint16_t* out, const float* in, int64_t n);
@@ -55,6 +80,6 @@ void round_to_bf16_serial(uint16_t* out, const float* in, int64_t n);
 // round_to_bf16 into `buffer`, grown to n elements first (what it held
 // before is not kept); returns its data. For operand buffers reused from
 // call to call.
-const uint16_t* round_to_bf16(std::vector<uint16_t>& buffer, const float* in, int64_t n);
+const uint16_t* round_to_bf16(AlignedVector<uint16_t>& buffer, const float* in, int64_t n);
 
 }  // namespace dscore::transformer::cpu

@@ -129,7 +129,7 @@ class LmHeadProducts {
   const T* w_;
   const uint16_t* w16_;
   int64_t C_, V_;
-  std::vector<uint16_t> x16_, d16_;
+  AlignedVector<uint16_t> x16_, d16_;
 };
 
 }  // namespace

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "gemm_bf16.h"
+
 namespace dscore::transformer::cpu {
 
 void matmul_forward_bf16(float* out, const float* inp, const uint16_t* weight, const float* bias,
@@ -32,6 +34,13 @@ void matmul_forward_bf16(float* out, Bf16Operand inp, const uint16_t* weight, co
 void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, Bf16Operand dout,
                           Bf16Operand inp, const uint16_t* weight, int64_t N, int64_t C, int64_t OC,
                           bool accumulate_dinp = false);
+
+// The same with the input gradient's product handed to consume_dinp in
+// chunks instead of written to memory (gemm_bf16_consumed): for a gradient
+// that one elementwise pass reads once (GELU's, in the GPT's MLP).
+void matmul_backward_bf16_consumed(float* dweight, float* dbias, Bf16Operand dout, Bf16Operand inp,
+                                   const uint16_t* weight, int64_t N, int64_t C, int64_t OC,
+                                   const ConsumeRows& consume_dinp);
 
 // The rounded operands the two keep from call to call on the calling
 // thread: the widest input (N x max_in) and output gradient (N x max_out)

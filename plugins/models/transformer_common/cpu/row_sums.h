@@ -32,20 +32,47 @@ void add_rows(T* acc, const T* rows, int64_t n_rows, int64_t stride, int64_t n) 
   }
 }
 
+// The blocks' partial sums, filled by tasks in any order (each block's
+// rows by one task, in row order), then added into acc block after block.
+template <typename T>
+class RowSumPartials {
+ public:
+  RowSumPartials(int64_t N, int64_t n)
+      : n_(n),
+        blocks_(blocks_of(N, kRowSumBlock)),
+        partial_(static_cast<size_t>(blocks_ * n), T{0}) {}
+  // Rows r0..r1 (n apart) of one block; r0 starts it, or continues its rows.
+  void add(int64_t r0, int64_t r1, const T* rows) {
+    add_rows(partial_.data() + (r0 / kRowSumBlock) * n_, rows, r1 - r0, n_, n_);
+  }
+  // Rows r0..r1 of any blocks, each block's share added in turn.
+  void add_blocks(int64_t r0, int64_t r1, const T* rows) {
+    for (int64_t b0 = r0; b0 < r1;) {
+      const int64_t b1 = std::min(r1, (b0 / kRowSumBlock + 1) * kRowSumBlock);
+      add(b0, b1, rows + (b0 - r0) * n_);
+      b0 = b1;
+    }
+  }
+  void sum_into(T* acc) const {
+    for_blocks(n_, 256, [&](int64_t c0, int64_t c1) {
+      add_rows(acc + c0, partial_.data() + c0, blocks_, n_, c1 - c0);
+    });
+  }
+
+ private:
+  int64_t n_, blocks_;
+  std::vector<T> partial_;
+};
+
 // The same over rows that need not be in one array: produce(r0, r1)
 // returns where the block's rows are (row r0 first, n apart), for rows
 // that live only in a task's scratch.
 template <typename T, typename Produce>
 void add_row_sums_of(T* acc, int64_t N, int64_t n, Produce&& produce) {
-  const int64_t blocks = (N + kRowSumBlock - 1) / kRowSumBlock;
-  std::vector<T> partial(static_cast<size_t>(blocks * n), T{0});
-  for_blocks(N, kRowSumBlock, [&](int64_t r0, int64_t r1) {
-    const T* rows = produce(r0, r1);
-    add_rows(partial.data() + (r0 / kRowSumBlock) * n, rows, r1 - r0, n, n);
-  });
-  for_blocks(n, 256, [&](int64_t c0, int64_t c1) {
-    add_rows(acc + c0, partial.data() + c0, blocks, n, c1 - c0);
-  });
+  RowSumPartials<T> partials(N, n);
+  for_blocks(N, kRowSumBlock,
+             [&](int64_t r0, int64_t r1) { partials.add(r0, r1, produce(r0, r1)); });
+  partials.sum_into(acc);
 }
 
 template <typename T, typename Produce>

@@ -28,6 +28,9 @@ struct PassShape {
   int64_t embd = 0, vocab = 0;  // the LM head
   AttentionShape attention;
   bool attention_heads_kept = false;  // the runner keeps attention's rounded heads itself
+  // The widest product the runner hands over in chunks (gemm_bf16_consumed):
+  // its columns and inner dimension (0: none).
+  int64_t consumed_n = 0, consumed_k = 0;
 };
 
 // The most parameter elements one of `layers` layers has (params'
@@ -54,7 +57,8 @@ inline uint64_t view_scratch_bytes(const PassShape& s, dscore_dtype param_dtype,
   if (bf16_operands_for(param_dtype))
     bytes += linear_bf16_working_bytes(s.tokens, s.linear_in, s.linear_out) +
              attention_bf16_working_bytes(s.attention, threads, s.attention_heads_kept) +
-             lm_head_bf16_working_bytes(s.tokens, s.embd, s.vocab);
+             lm_head_bf16_working_bytes(s.tokens, s.embd, s.vocab) +
+             gemm_bf16_consumed_working_bytes(s.consumed_n, s.consumed_k, threads);
   return bytes;
 }
 

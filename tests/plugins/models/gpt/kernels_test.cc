@@ -155,9 +155,17 @@ TEST_F(CpuKernels, GeluBf16KernelsGiveTheFp32KernelsRounded) {
 
   std::vector<float> dx(N * OC), db(OC, 1.0f);
   gelu_backward_bias(dx.data(), db.data(), x.data(), d.data(), N, OC);
+  // The rows as a product hands them over: chunks of 48, which split the
+  // bias sums' blocks of 32.
   std::vector<uint16_t> dx16(N * OC);
   std::vector<float> db16(OC, 1.0f);
-  gelu_backward_bias_bf16(dx16.data(), db16.data(), x.data(), d.data(), N, OC);
+  transformer::cpu::RowSumPartials<float> partials(N, OC);
+  for (int64_t r0 = 0; r0 < N; r0 += 48) {
+    const int64_t r1 = std::min<int64_t>(N, r0 + 48);
+    std::vector<float> rows(d.begin() + r0 * OC, d.begin() + r1 * OC);
+    gelu_backward_bias_bf16_rows(dx16.data(), partials, x.data(), rows.data(), r0, r1, OC);
+  }
+  partials.sum_into(db16.data());
   EXPECT_EQ(dx16, to_bf16(dx));
   EXPECT_EQ(db16, db);
 }

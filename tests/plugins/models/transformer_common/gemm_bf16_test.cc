@@ -175,6 +175,52 @@ TEST(GemmBf16, ResultsDoNotDependOnTheThreadCount) {
   }
 }
 
+// The product handed over in chunks: every row once, in chunks of
+// kConsumedRows (the last shorter), within the fp32 accumulation error of
+// the double-precision product plus the bias, the same at 1 and 4 threads;
+// both layouts of B; and k = 0 gives the bias alone.
+TEST(GemmBf16, ConsumedChunksHoldTheProductPlusBiasOnce) {
+  SKIP_WITHOUT_BF16_GEMM();
+  std::mt19937 rng(17);
+  for (Op op_b : {Op::kNone, Op::kTranspose})
+    for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{3 * kConsumedRows + 8, 96, 80},
+                           {kConsumedRows - 5, 200, 33},
+                           {70, 24, 0}}) {
+      SCOPED_TRACE(::testing::Message()
+                   << m << "x" << n << "x" << k << " op_b " << (op_b == Op::kNone ? "N" : "T"));
+      const int64_t lda = k + 2, ldb = (op_b == Op::kNone ? n : k) + 3;
+      const Case t{Op::kNone, op_b, m, n, k, 1.0f, 0.0f};
+      const auto a = random_bf16(static_cast<size_t>(m * lda), rng);
+      const auto b = random_bf16(static_cast<size_t>((op_b == Op::kNone ? k : n) * ldb), rng);
+      const std::vector<float> bias = normal_floats(n, rng);
+      std::vector<double> want(static_cast<size_t>(m * n)), bound(want.size());
+      reference(t, a, lda, b, ldb, std::vector<float>(want.size()), n, &want, &bound);
+      auto run = [&](int threads) {
+        tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
+        std::vector<float> c(static_cast<size_t>(m * n), std::numeric_limits<float>::quiet_NaN());
+        std::vector<int> seen(static_cast<size_t>(m), 0);
+        gemm_bf16_consumed(op_b, m, n, k, a.data(), lda, b.data(), ldb, bias.data(),
+                           [&](int64_t r0, int64_t r1, float* rows) {
+                             EXPECT_EQ(r0 % kConsumedRows, 0);
+                             EXPECT_EQ(r1, std::min(m, r0 + kConsumedRows));
+                             std::copy(rows, rows + (r1 - r0) * n, c.begin() + r0 * n);
+                             for (int64_t r = r0; r < r1; ++r) ++seen[static_cast<size_t>(r)];
+                           });
+        EXPECT_EQ(seen, std::vector<int>(static_cast<size_t>(m), 1));
+        return c;
+      };
+      const std::vector<float> c = run(1);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          const size_t e = static_cast<size_t>(i * n + j);
+          ASSERT_NEAR(c[e], want[e] + bias[static_cast<size_t>(j)],
+                      1e-5 * (bound[e] + std::abs(bias[static_cast<size_t>(j)])) + 1e-30)
+              << i << "," << j;
+        }
+      EXPECT_EQ(run(4), c);
+    }
+}
+
 TEST(GemmBf16, RoundsAsTheSdkDoes) {
   std::mt19937 rng(5);
   std::uniform_int_distribution<uint32_t> bits;
