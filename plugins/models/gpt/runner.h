@@ -159,7 +159,7 @@ class GptRunner {
     b.residual_layernorm_forward_operand(t, t, s, s, c, c, c, c, int64_t{}, int64_t{}, c);
     b.matmul_forward_operand(t, c, c, c, int64_t{}, int64_t{}, int64_t{});
     b.matmul_backward_operand(t, t, t, c, c, c, int64_t{}, int64_t{}, int64_t{});
-    b.attention_forward_kept(t, t, c, t, bool{}, int64_t{}, int64_t{}, int64_t{}, int64_t{});
+    b.qkv_attention_forward(t, t, t, c, c, c, int64_t{}, int64_t{}, int64_t{}, int64_t{});
     b.attention_backward_kept(t, c, c, c, c, bool{}, int64_t{}, int64_t{}, int64_t{}, int64_t{});
     b.mlp_forward(t, t, t, c, c, c, c, c, int64_t{}, int64_t{});
     b.mlp_backward(t, t, t, t, t, t, t, c, c, c, c, c, c, int64_t{}, int64_t{});
@@ -294,12 +294,10 @@ class GptRunner {
     if constexpr (kFusedBlock) {
       backend_.layernorm_forward_operand(a.ln1.get(), a.mean1.get(), a.rstd1.get(), x,
                                          p[kLn1Weight], p[kLn1Bias], N, C, p[kAttnWeight]);
-      // In bf16 form a.qkv keeps attention's rounded heads, and the qkv
-      // linear's fp32 output goes through dqkv (backward scratch, free here).
-      T* qkv = bf16_operands_ ? acts_.dqkv.get() : a.qkv.get();
-      backend_.matmul_forward_operand(qkv, a.ln1.get(), p[kAttnWeight], p[kAttnBias], N, C, 3 * C);
-      backend_.attention_forward_kept(a.atty.get(), a.attention_state.get(), qkv, a.qkv.get(),
-                                      bf16_operands_, B_, cfg_.block_size, C, cfg_.n_head);
+      // In bf16 form a.qkv keeps attention's rounded heads.
+      backend_.qkv_attention_forward(a.atty.get(), a.attention_state.get(), a.qkv.get(),
+                                     a.ln1.get(), p[kAttnWeight], p[kAttnBias], B_, cfg_.block_size,
+                                     C, cfg_.n_head);
       // The attention projection goes through dln (backward scratch, free
       // here: a recompute runs before its block's backward uses it), as ln2
       // is written in another form than the projection's output.

@@ -77,22 +77,31 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
     Base::attention_backward(dqkv, dqkv + C, dqkv + 2 * C, dout, qkv, qkv + C, qkv + 2 * C, out,
                              state, packed_attention_shape(B, Tn, C, NH));
   }
-  // The fused block's attention (runner.h). With rounded_heads (a bf16
-  // layer) the forward reads q|k|v from `qkv` (the linear's fp32 output, in
-  // a scratch) and keeps its rounded heads in `kept` (the qkv activation's
-  // buffer: attention_bf16_heads_elements bf16 values), which the backward
-  // reads instead of rounding q, k and v again. Otherwise `kept` holds
-  // q|k|v themselves (qkv == kept), as for attention_forward.
-  void attention_forward_kept(T* out, T* state, const T* qkv, T* kept, bool rounded_heads,
-                              int64_t B, int64_t Tn, int64_t C, int64_t NH) {
+  // The fused block's qkv linear and attention (runner.h): qkv = ln1 W^T +
+  // b, then attention on it. In a bf16 layer `kept` (the qkv activation's
+  // buffer: attention_bf16_heads_elements bf16 values) gets attention's
+  // rounded heads straight from the linear's product, chunk by chunk
+  // (gemm_bf16_consumed: the fp32 q|k|v are never written out), and the
+  // backward reads them (attention_backward_kept, rounded_heads);
+  // otherwise kept holds q|k|v themselves.
+  void qkv_attention_forward(T* out, T* state, T* kept, const T* ln1, const T* w, const T* b,
+                             int64_t B, int64_t Tn, int64_t C, int64_t NH) {
     if constexpr (std::is_same_v<T, float>) {
-      if (rounded_heads) {
-        require_bf16_layer();
-        return transformer::cpu::attention_forward_bf16(
-            out, state, qkv, qkv + C, qkv + 2 * C, packed_attention_shape(B, Tn, C, NH),
-            transformer::cpu::vector_isa(), reinterpret_cast<uint16_t*>(kept));
+      if (const uint16_t* w16 = this->bf16_view_of(w)) {
+        const transformer::cpu::AttentionShape shape = packed_attention_shape(B, Tn, C, NH);
+        uint16_t* heads = reinterpret_cast<uint16_t*>(kept);
+        transformer::cpu::matmul_forward_bf16_consumed(
+            {nullptr, reinterpret_cast<const uint16_t*>(ln1)}, w16, b, B * Tn, C, 3 * C,
+            [&](int64_t r0, int64_t r1, float* rows) {
+              transformer::cpu::round_heads_rows(heads, rows, rows + C, rows + 2 * C, r0, r1,
+                                                 shape);
+            });
+        transformer::cpu::attention_forward_bf16(out, state, nullptr, nullptr, nullptr, shape,
+                                                 transformer::cpu::vector_isa(), heads);
+        return;
       }
     }
+    this->matmul_forward_operand(kept, ln1, w, b, B * Tn, C, 3 * C);
     attention_forward(out, state, kept, B, Tn, C, NH);
   }
   void attention_backward_kept(T* dqkv, const T* dout, const T* kept, const T* out, const T* state,
@@ -120,6 +129,22 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
   // bf16.
   void mlp_forward(T* out, T* fch, T* fch_gelu, const T* ln2, const T* w_fc, const T* b_fc,
                    const T* w_proj, const T* b_proj, int64_t N, int64_t C) {
+    require_one_form(w_fc, w_proj);
+    if constexpr (std::is_same_v<T, float>) {
+      if (const uint16_t* w_fc16 = this->bf16_view_of(w_fc)) {
+        // GELU on each chunk of fch as the product makes it, in cache
+        // (gemm_bf16_consumed); fch itself streamed out for the backward.
+        uint16_t* gelu16 = reinterpret_cast<uint16_t*>(fch_gelu);
+        transformer::cpu::matmul_forward_bf16_consumed(
+            {nullptr, reinterpret_cast<const uint16_t*>(ln2)}, w_fc16, b_fc, N, C, 4 * C,
+            [&](int64_t r0, int64_t r1, float* rows) {
+              cpu::gelu_forward_bf16_rows(fch, gelu16, rows, r0, r1, 4 * C);
+            });
+        if (out != nullptr)
+          this->matmul_forward_operand(out, fch_gelu, w_proj, b_proj, N, 4 * C, C);
+        return;
+      }
+    }
     this->matmul_forward_operand(fch, ln2, w_fc, b_fc, N, C, 4 * C);
     gelu_forward_operand(fch_gelu, fch, N * 4 * C, w_proj);
     if (out != nullptr) this->matmul_forward_operand(out, fch_gelu, w_proj, b_proj, N, 4 * C, C);
@@ -134,10 +159,8 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
                     const T* d, const T* ln2, const T* fch, const T* fch_gelu, const T* w_fc,
                     const T* w_proj, int64_t N, int64_t C) {
     if constexpr (std::is_same_v<T, float>) {
-      const uint16_t* w_proj16 = this->bf16_view_of(w_proj);
-      if ((w_proj16 != nullptr) != this->bf16_operand_for(w_fc))
-        throw std::logic_error("gpt: the MLP's two linears differ in dtype");
-      if (w_proj16 != nullptr) {
+      require_one_form(w_fc, w_proj);
+      if (const uint16_t* w_proj16 = this->bf16_view_of(w_proj)) {
         uint16_t* dfch16 = reinterpret_cast<uint16_t*>(dfch);
         transformer::cpu::RowSumPartials<float> dbias(N, 4 * C);
         transformer::cpu::matmul_backward_bf16_consumed(
@@ -168,6 +191,12 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
         return cpu::gelu_forward_bf16(reinterpret_cast<uint16_t*>(out), inp, n);
     }
     cpu::gelu_forward(out, inp, n);
+  }
+  // The MLP's two linears read the same form (a layer's parameters share
+  // one dtype): its fused bf16 paths read one linear's form from the other.
+  void require_one_form(const T* w_fc, const T* w_proj) const {
+    if (this->bf16_operand_for(w_fc) != this->bf16_operand_for(w_proj))
+      throw std::logic_error("gpt: the MLP's two linears differ in dtype");
   }
   void require_bf16_layer() const {
     if (!this->bf16_compute())

@@ -251,15 +251,30 @@ void residual_layernorm_forward_bf16(float* sum, uint16_t* out, float* mean, flo
   });
 }
 
+namespace {
+
+// out[i] = gelu(inp[i]) rounded, for i < n, on the calling thread.
+void gelu_round(uint16_t* out, const float* inp, int64_t n) {
+  float values[kRoundChunk];
+  for (int64_t i = 0; i < n; i += kRoundChunk) {
+    const int64_t len = std::min(kRoundChunk, n - i);
+    gelu_forward_f32(values, inp + i, len);
+    transformer::cpu::round_to_bf16_serial(out + i, values, len);
+  }
+}
+
+}  // namespace
+
 void gelu_forward_bf16(uint16_t* out, const float* inp, int64_t n) {
-  for_blocks(n, kElementBlock, [&](int64_t i0, int64_t i1) {
-    float values[kRoundChunk];
-    for (int64_t i = i0; i < i1; i += kRoundChunk) {
-      const int64_t len = std::min(kRoundChunk, i1 - i);
-      gelu_forward_f32(values, inp + i, len);
-      transformer::cpu::round_to_bf16_serial(out + i, values, len);
-    }
-  });
+  for_blocks(n, kElementBlock,
+             [&](int64_t i0, int64_t i1) { gelu_round(out + i0, inp + i0, i1 - i0); });
+}
+
+void gelu_forward_bf16_rows(float* fch, uint16_t* out, const float* rows, int64_t r0, int64_t r1,
+                            int64_t OC) {
+  const int64_t at = r0 * OC, n = (r1 - r0) * OC;
+  transformer::cpu::copy_streaming_f32(fch + at, rows, n);
+  gelu_round(out + at, rows, n);
 }
 
 void gelu_backward_bias_bf16_rows(uint16_t* dinp, transformer::cpu::RowSumPartials<float>& dbias,

@@ -76,6 +76,12 @@ void layernorm_forward_bf16(uint16_t* out, float* mean, float* rstd, const float
 void residual_layernorm_forward_bf16(float* sum, uint16_t* out, float* mean, float* rstd,
                                      const float* a, const float* b, const float* weight,
                                      const float* bias, int64_t N, int64_t C);
+// gelu_forward_bf16 on rows r0..r1 of the fc linear's output as its
+// product hands them over (rows: r1 - r0 rows of OC): the rows are kept in
+// fch (for GELU's backward) and their GELU rounded into out's rows. Over all
+// rows, the bits of gelu_forward_bf16 on the whole output.
+void gelu_forward_bf16_rows(float* fch, uint16_t* out, const float* rows, int64_t r0, int64_t r1,
+                            int64_t OC);
 // GELU's gradient with the bias gradient of the linear before it, on rows
 // r0..r1 of dout as the product that makes them hands them over
 // (matmul_backward_bf16_consumed; dout_rows: r1 - r0 rows of OC, then

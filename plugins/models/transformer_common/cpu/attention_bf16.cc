@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <vector>
 
 #include "attention_tiles.h"
@@ -26,16 +27,22 @@ void round_head(uint16_t* out, const float* x, int64_t ld, int64_t Tn, int64_t h
   for (int64_t t = 0; t < Tn; ++t) round_to_bf16_serial(out + t * hs, x + t * ld, hs);
 }
 
-// Every head of x ((B, Tn) rows of stride ld, head h at h * hs) rounded
-// into a dense (B, heads, Tn, hs) copy, over TBB blocks of rows.
+// Rows r0..r1 of x (x at row r0, stride ld, head h at h * hs) rounded into
+// a dense (B, heads, Tn, hs) copy.
+void round_head_rows(uint16_t* out, const float* x, int64_t ld, int64_t r0, int64_t r1, int64_t Tn,
+                     int64_t heads, int64_t hs) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t b = r / Tn, t = r % Tn;
+    for (int64_t h = 0; h < heads; ++h)
+      round_to_bf16_serial(out + ((b * heads + h) * Tn + t) * hs, x + (r - r0) * ld + h * hs, hs);
+  }
+}
+
+// Every head of x ((B, Tn) rows) so, over TBB blocks of rows.
 void round_heads(uint16_t* out, const float* x, int64_t ld, int64_t B, int64_t Tn, int64_t heads,
                  int64_t hs) {
   for_blocks(B * Tn, kRowBlock, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t b = r / Tn, t = r % Tn;
-      for (int64_t h = 0; h < heads; ++h)
-        round_to_bf16_serial(out + ((b * heads + h) * Tn + t) * hs, x + r * ld + h * hs, hs);
-    }
+    round_head_rows(out, x + r0 * ld, ld, r0, r1, Tn, heads, hs);
   });
 }
 
@@ -105,9 +112,13 @@ void attention_forward_bf16(float* out, float* lse, const float* q_all, const fl
   uint16_t* q16 = heads != nullptr ? heads : sized(own_heads, attention_bf16_heads_elements(shape));
   uint16_t* k16 = q16 + B * NH * Tn * hs;
   uint16_t* v16 = k16 + B * NKV * Tn * hs;
-  round_heads(q16, q_all, shape.q_ld, B, Tn, NH, hs);
-  round_heads(k16, k_all, shape.kv_ld, B, Tn, NKV, hs);
-  round_heads(v16, v_all, shape.kv_ld, B, Tn, NKV, hs);
+  if (q_all != nullptr) {
+    round_heads(q16, q_all, shape.q_ld, B, Tn, NH, hs);
+    round_heads(k16, k_all, shape.kv_ld, B, Tn, NKV, hs);
+    round_heads(v16, v_all, shape.kv_ld, B, Tn, NKV, hs);
+  } else if (heads == nullptr) {
+    throw std::logic_error("attention_forward_bf16: no q, k and v, and no rounded heads");
+  }
   const Tiles tiles = forward_tiles(Tn, hs);
   tbb::enumerable_thread_specific<Scratch> scratch;
   tbb::parallel_for(int64_t{0}, B * NH * q_blocks, [&](int64_t task) {
@@ -138,6 +149,16 @@ void attention_forward_bf16(float* out, float* lse, const float* q_all, const fl
       lse[bh * Tn + i0 + r] = row_max[r] + std::log(row_sum[r]);
     }
   });
+}
+
+void round_heads_rows(uint16_t* heads, const float* q, const float* k, const float* v, int64_t r0,
+                      int64_t r1, const AttentionShape& shape) {
+  const int64_t Tn = shape.Tn, NH = shape.NH, NKV = shape.NKV, hs = shape.head_dim;
+  uint16_t* k16 = heads + shape.B * NH * Tn * hs;
+  uint16_t* v16 = k16 + shape.B * NKV * Tn * hs;
+  round_head_rows(heads, q, shape.q_ld, r0, r1, Tn, NH, hs);
+  round_head_rows(k16, k, shape.kv_ld, r0, r1, Tn, NKV, hs);
+  round_head_rows(v16, v, shape.kv_ld, r0, r1, Tn, NKV, hs);
 }
 
 void attention_backward_bf16(float* dq_all, float* dk_all, float* dv_all, const float* dout,

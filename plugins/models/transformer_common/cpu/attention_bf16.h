@@ -29,7 +29,9 @@ int64_t attention_bf16_heads_elements(const AttentionShape& shape);
 // the forward keeps its rounded heads, for a backward given the same
 // pointer, which then reads them instead of q, k and v (nullptr there);
 // nullptr: the forward rounds into a scratch of its own and the backward
-// rounds q, k and v again. The same results either way.
+// rounds q, k and v again. The same results either way. A forward given
+// heads but q, k and v nullptr finds them rounded already
+// (round_heads_rows).
 void attention_forward_bf16(float* out, float* lse, const float* q, const float* k, const float* v,
                             const AttentionShape& shape, VectorIsa isa = vector_isa(),
                             uint16_t* heads = nullptr);
@@ -37,6 +39,13 @@ void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout,
                              const float* k, const float* v, const float* out, const float* lse,
                              const AttentionShape& shape, VectorIsa isa = vector_isa(),
                              const uint16_t* heads = nullptr);
+
+// Rows r0..r1 of q, k and v (q, k, v point at row r0's; strides as the
+// shape says) rounded into `heads` as the forward rounds them, on the
+// calling thread: for a product that hands its rows over in chunks
+// (gemm_bf16_consumed), so the fp32 q, k and v are never written out.
+void round_heads_rows(uint16_t* heads, const float* q, const float* k, const float* v, int64_t r0,
+                      int64_t r1, const AttentionShape& shape);
 
 // The most bytes the two hold at once beyond their arguments, with
 // `threads` worker threads: the dense bf16 heads (kept from call to call,

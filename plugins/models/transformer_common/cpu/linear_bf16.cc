@@ -35,6 +35,12 @@ void matmul_forward_bf16(float* out, Bf16Operand inp, const uint16_t* weight, co
   gemm_bf16(Op::kNone, Op::kTranspose, N, OC, C, 1.0f, x, C, weight, C, 0.0f, out, OC, bias);
 }
 
+void matmul_forward_bf16_consumed(Bf16Operand inp, const uint16_t* weight, const float* bias,
+                                  int64_t N, int64_t C, int64_t OC, const ConsumeRows& consume) {
+  const uint16_t* x = rounded(inp, inp_bf16, N * C);
+  gemm_bf16_consumed(Op::kTranspose, N, OC, C, x, C, weight, C, bias, consume);
+}
+
 namespace {
 
 // dout's bf16 values, its rows summed into dbias first where there is one.

@@ -35,7 +35,12 @@ void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, Bf16Operand
                           Bf16Operand inp, const uint16_t* weight, int64_t N, int64_t C, int64_t OC,
                           bool accumulate_dinp = false);
 
-// The same with the input gradient's product handed to consume_dinp in
+// The forward with its output handed to consume in chunks instead of
+// written to memory (gemm_bf16_consumed): for an output that one pass reads
+// once (the qkv linear's, rounded into attention's heads).
+void matmul_forward_bf16_consumed(Bf16Operand inp, const uint16_t* weight, const float* bias,
+                                  int64_t N, int64_t C, int64_t OC, const ConsumeRows& consume);
+// The backward with the input gradient's product handed to consume_dinp in
 // chunks instead of written to memory (gemm_bf16_consumed): for a gradient
 // that one elementwise pass reads once (GELU's, in the GPT's MLP).
 void matmul_backward_bf16_consumed(float* dweight, float* dbias, Bf16Operand dout, Bf16Operand inp,

@@ -207,6 +207,13 @@ DSCORE_AVX2 void add_rows_avx2(float* acc, const float* rows, int64_t n_rows, in
   }
 }
 
+DSCORE_AVX512 void copy_streaming_avx512(float* dst, const float* src, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
+  _mm_sfence();  // the streamed stores before whatever follows
+  std::memcpy(dst + i, src + i, static_cast<size_t>(n - i) * sizeof(float));
+}
+
 VectorIsa detect() {
   VectorIsa best = VectorIsa::kScalar;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = VectorIsa::kAvx2;
@@ -233,6 +240,12 @@ void add_rows_f32(float* acc, const float* rows, int64_t n_rows, int64_t stride,
                   VectorIsa isa) {
   if (isa == VectorIsa::kScalar) return add_rows_scalar(acc, rows, n_rows, stride, n);
   add_rows_avx2(acc, rows, n_rows, stride, n);
+}
+
+void copy_streaming_f32(float* dst, const float* src, int64_t n, VectorIsa isa) {
+  if (isa == VectorIsa::kAvx512 && reinterpret_cast<uintptr_t>(dst) % 64 == 0)
+    return copy_streaming_avx512(dst, src, n);
+  std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
 }
 
 void silu_mul_f32(float* out, const float* x, const float* m, int64_t n, VectorIsa isa) {

@@ -40,4 +40,10 @@ void silu_grad_mul_f32(float* out, const float* x, const float* m, int64_t n,
 void add_rows_f32(float* acc, const float* rows, int64_t n_rows, int64_t stride, int64_t n,
                   VectorIsa isa = vector_isa());
 
+// dst[i] = src[i] for values nothing reads soon (an activation kept for
+// the backward): streamed past the caches where dst is 64-byte aligned on
+// AVX-512 (no read of dst's lines first, no eviction of what the caller
+// works on), memcpy otherwise.
+void copy_streaming_f32(float* dst, const float* src, int64_t n, VectorIsa isa = vector_isa());
+
 }  // namespace dscore::transformer::cpu

@@ -3,8 +3,11 @@
 // an element's result does not depend on where it lies in the array.
 #include "transformer_common/cpu/vector_math.h"
 
+#include "transformer_common/cpu/aligned.h"
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -116,6 +119,27 @@ TEST(VectorMath, SiluMulMatchesDoublePrecisionOnEveryIsaAndTailLength) {
         EXPECT_NEAR(out[i], want, 2e-6 * std::abs(want) + 1e-7 * std::abs(m[i])) << "x " << x[i];
         EXPECT_NEAR(grad[i], want_grad, 2e-6 * std::abs(want_grad) + 1e-6 * std::abs(m[i]))
             << "x = " << x[i];
+      }
+    }
+  }
+}
+
+// The streaming copy copies every value exactly, onto cache-line aligned
+// destinations (streamed on AVX-512) and others (memcpy), with tails.
+TEST(VectorMath, StreamingCopyCopiesEveryValue) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (VectorIsa isa : isas_here()) {
+    SCOPED_TRACE(vector_isa_name(isa));
+    for (int64_t n : {1, 15, 16, 17, 100, 1000}) {
+      std::vector<float> src(static_cast<size_t>(n));
+      for (auto& x : src) x = normal(rng);
+      for (size_t offset : {0, 1}) {  // floats past a 64-byte boundary
+        AlignedVector<float> dst(static_cast<size_t>(n) + 1, -1.0f);
+        copy_streaming_f32(dst.data() + offset, src.data(), n, isa);
+        EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin() + static_cast<long>(offset)))
+            << n << " from " << offset;
+        EXPECT_EQ(dst[offset == 0 ? static_cast<size_t>(n) : 0], -1.0f);
       }
     }
   }
