@@ -38,7 +38,7 @@ struct ActivationElements {
   int64_t lnf_stat = 0;                   // (N) rstd, in Stat
   int64_t rope = 0;                       // (T, hd / 2) each of cos, sin
   // Backward scratch, in Scalar.
-  int64_t dgate = 0, dup = 0;  // (N, I) each; dgate also holds d(swiglu)
+  int64_t dgate = 0, dup = 0;  // (N, I) each; dgate also holds d(swiglu) in fp32 form
   int64_t dln = 0;             // (N, C)
   int64_t datty = 0, dq = 0;   // (N, Q) each
   int64_t dk = 0, dv = 0;      // (N, KV) each
@@ -81,7 +81,10 @@ inline ActivationElements activation_elements(const LlamaConfig& cfg, int64_t B,
   e.lnf = e.dlnf = e.dresid = N * C;
   e.lnf_stat = N;
   e.rope = cfg.block_size * (cfg.head_dim / 2);
-  e.dgate = e.dup = N * I;
+  // bf16: gate_proj's and up_proj's output gradients as operands (the CPU
+  // backend's mlp_backward hands down_proj's input gradient to SwiGLU's
+  // backward in chunks, so d(swiglu) never lands in dgate).
+  e.dgate = e.dup = operand(N * I);
   e.dln = N * C;
   e.datty = e.dq = N * Q;
   e.dk = e.dv = N * KV;

@@ -197,14 +197,19 @@ class Llama : public sdk::Instance {
     const transformer::cpu::PassShape pass{
         .tokens = micro_batch * c.block_size,
         .largest_layer = transformer::cpu::largest_layer_numel(params_, c.layer_count()),
-        // Rounded inside linear_bf16: o_proj's input and every output
-        // gradient (the runner's other operands are made rounded).
+        // Rounded inside linear_bf16: o_proj's input and the output
+        // gradients of the attention's projections and down_proj (the
+        // runner's other operands, gate_proj's and up_proj's output
+        // gradients included, are made rounded).
         .linear_in = c.q_dim(),
-        .linear_out = std::max({c.hidden_size, c.q_dim(), c.intermediate_size}),
+        .linear_out = std::max(c.hidden_size, c.q_dim()),
         .embd = c.hidden_size,
         .vocab = c.vocab_size,
         .attention = {micro_batch, c.block_size, c.num_attention_heads, c.num_key_value_heads,
-                      c.head_dim}};
+                      c.head_dim},
+        // down_proj's input gradient (cpu_backend.h's mlp_backward).
+        .consumed_n = c.intermediate_size,
+        .consumed_k = c.hidden_size};
     return activation_bytes(micro_batch, checkpointing,
                             transformer::cpu::bf16_operands_for(param_dtype)) +
            transformer::cpu::view_scratch_bytes(pass, param_dtype, grad_dtype);

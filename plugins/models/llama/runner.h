@@ -191,6 +191,7 @@ class LlamaRunner {
     b.swiglu_forward_operand(t, c, c, int64_t{}, c);
     b.matmul_forward_operand(t, c, c, c, int64_t{}, int64_t{}, int64_t{});
     b.matmul_backward_operand(t, t, t, c, c, c, int64_t{}, int64_t{}, int64_t{}, bool{});
+    b.mlp_backward(t, t, t, t, t, t, c, c, c, c, c, c, c, c, int64_t{}, int64_t{}, int64_t{});
   };
 
   // In the first layer's acquire, when the views' dtype is known: the
@@ -367,14 +368,22 @@ class LlamaRunner {
   void block_backward(const P& p, G& g, const T* x, const BlockActs& a, T* d) {
     const int64_t N = rows(), C = cfg_.hidden_size, I = cfg_.intermediate_size;
     const int64_t Q = cfg_.q_dim(), KV = cfg_.kv_dim(), hd = cfg_.head_dim, Tn = cfg_.block_size;
-    T* dswiglu = acts_.dgate.get();  // d(swiglu), then d(gate) in place
-    input_linear_backward(dswiglu, g[kDownProj], d, a.swiglu.get(), p[kDownProj], I, C);
-    backend_.swiglu_backward(acts_.dgate.get(), acts_.dup.get(), dswiglu, a.gate.get(), a.up.get(),
-                             N * I);
-    input_linear_backward(acts_.dln.get(), g[kGateProj], acts_.dgate.get(), a.ln2.get(),
-                          p[kGateProj], C, I);
-    input_linear_backward(acts_.dln.get(), g[kUpProj], acts_.dup.get(), a.ln2.get(), p[kUpProj], C,
-                          I, true);
+    if constexpr (kFusedBlock) {
+      backend_.mlp_backward(acts_.dln.get(), g[kGateProj], g[kUpProj], g[kDownProj],
+                            acts_.dgate.get(), acts_.dup.get(), d, a.ln2.get(), a.gate.get(),
+                            a.up.get(), a.swiglu.get(), p[kGateProj], p[kUpProj], p[kDownProj], N,
+                            C, I);
+    } else {
+      T* dswiglu = acts_.dgate.get();  // d(swiglu), then d(gate) in place
+      backend_.matmul_backward(dswiglu, g[kDownProj], nullptr, d, a.swiglu.get(), p[kDownProj], N,
+                               I, C);
+      backend_.swiglu_backward(acts_.dgate.get(), acts_.dup.get(), dswiglu, a.gate.get(),
+                               a.up.get(), N * I);
+      backend_.matmul_backward(acts_.dln.get(), g[kGateProj], nullptr, acts_.dgate.get(),
+                               a.ln2.get(), p[kGateProj], N, C, I);
+      backend_.matmul_backward(acts_.dln.get(), g[kUpProj], nullptr, acts_.dup.get(), a.ln2.get(),
+                               p[kUpProj], N, C, I, true);
+    }
     backend_.rmsnorm_backward(d, g[kPostAttentionNorm], acts_.dln.get(), a.x2.get(),
                               p[kPostAttentionNorm], a.rstd2.get(), N, C);
     backend_.matmul_backward(acts_.datty.get(), g[kOProj], nullptr, d, a.atty.get(), p[kOProj], N,

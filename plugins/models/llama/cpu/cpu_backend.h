@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -73,6 +74,37 @@ class CpuBackend : public shared::HostBackend<T> {
   }
   void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n) {
     cpu::swiglu_backward(dgate, dup, dout, gate, up, n);
+  }
+  // The fused block's MLP backward (runner.h): d is the gradient at the
+  // MLP's output; dln gets the one at its input (overwritten). dgate and
+  // dup are scratch (N x I): operand buffers of gate_proj and up_proj. In a
+  // bf16 layer down_proj's input gradient goes to SwiGLU's backward chunk
+  // by chunk while in cache (gemm_bf16_consumed) and is never written out;
+  // otherwise it goes through dgate first.
+  void mlp_backward(T* dln, T* dw_gate, T* dw_up, T* dw_down, T* dgate, T* dup, const T* d,
+                    const T* ln2, const T* gate, const T* up, const T* swiglu, const T* w_gate,
+                    const T* w_up, const T* w_down, int64_t N, int64_t C, int64_t I) {
+    if (this->bf16_operand_for(w_down) != this->bf16_operand_for(w_gate) ||
+        this->bf16_operand_for(w_gate) != this->bf16_operand_for(w_up))
+      throw std::logic_error("llama: the MLP's linears differ in dtype");
+    if constexpr (std::is_same_v<T, float>) {
+      if (const uint16_t* w_down16 = this->bf16_view_of(w_down)) {
+        uint16_t* dgate16 = reinterpret_cast<uint16_t*>(dgate);
+        uint16_t* dup16 = reinterpret_cast<uint16_t*>(dup);
+        transformer::cpu::matmul_backward_bf16_consumed(
+            dw_down, nullptr, {d, nullptr}, {nullptr, reinterpret_cast<const uint16_t*>(swiglu)},
+            w_down16, N, I, C, [&](int64_t r0, int64_t r1, float* rows) {
+              cpu::swiglu_backward_bf16_rows(dgate16, dup16, rows, gate, up, r0, r1, I);
+            });
+        this->matmul_backward_operands(dln, dw_gate, dgate, ln2, w_gate, N, C, I);
+        this->matmul_backward_operands(dln, dw_up, dup, ln2, w_up, N, C, I, true);
+        return;
+      }
+    }
+    this->matmul_backward_operand(dgate, dw_down, nullptr, d, swiglu, w_down, N, I, C);
+    cpu::swiglu_backward(dgate, dup, dgate, gate, up, N * I);
+    this->matmul_backward_operand(dln, dw_gate, nullptr, dgate, ln2, w_gate, N, C, I);
+    this->matmul_backward_operand(dln, dw_up, nullptr, dup, ln2, w_up, N, C, I, true);
   }
   // matmul_forward, matmul_backward, attention_forward, attention_backward
   // and lm_head_forward_backward: HostBackend's (fp32, or bf16 products in a

@@ -193,6 +193,24 @@ void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up
   });
 }
 
+void swiglu_backward_bf16_rows(uint16_t* dgate, uint16_t* dup, float* dout_rows, const float* gate,
+                               const float* up, int64_t r0, int64_t r1, int64_t I) {
+  constexpr int64_t kChunk = 1024;  // dup's fp32 values stay in L1 until rounded
+  const int64_t at = r0 * I, n = (r1 - r0) * I;
+  float values[kChunk];
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t len = std::min(kChunk, n - i);
+    float* d = dout_rows + i;
+    const float* g = gate + at + i;
+    const float* u = up + at + i;
+    transformer::cpu::silu_mul_f32(values, g, d, len);
+    transformer::cpu::round_to_bf16_serial(dup + at + i, values, len);
+    for (int64_t k = 0; k < len; ++k) d[k] *= u[k];
+    transformer::cpu::silu_grad_mul_f32(d, g, d, len);
+    transformer::cpu::round_to_bf16_serial(dgate + at + i, d, len);
+  }
+}
+
 #define DSCORE_LLAMA_INSTANTIATE(T)                                                          \
   template void embedding_forward<T>(T*, const int32_t*, const T*, int64_t, int64_t);        \
   template void embedding_backward<T>(T*, const T*, const int32_t*, int64_t, int64_t);       \

@@ -52,5 +52,13 @@ void swiglu_forward_bf16(uint16_t* out, const float* gate, const float* up, int6
 // dgate and dup from dout (dgate may alias dout).
 template <typename T>
 void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n);
+// For bf16 layers: swiglu_backward on rows r0..r1 of dout as the product
+// that makes them hands them over (down_proj's input gradient,
+// matmul_backward_bf16_consumed; dout_rows: r1 - r0 rows of I, then
+// overwritten), dgate and dup rounded into their rows (gate_proj's and
+// up_proj's output gradients, as operands). The bits of swiglu_backward
+// followed by round_to_bf16.
+void swiglu_backward_bf16_rows(uint16_t* dgate, uint16_t* dup, float* dout_rows, const float* gate,
+                               const float* up, int64_t r0, int64_t r1, int64_t I);
 
 }  // namespace dscore::llama::cpu

@@ -254,16 +254,18 @@ class HostBackend {
   // The same with the output gradient an operand buffer too (its producer
   // summed any bias gradient as it made it).
   void matmul_backward_operands(T* dinp, T* dw, const T* dout, const T* inp, const T* w, int64_t N,
-                                int64_t C, int64_t OC) {
+                                int64_t C, int64_t OC, bool accumulate_dinp = false) {
     if constexpr (std::is_same_v<T, float>) {
       if (const uint16_t* w16 = bf16_view_of(w)) {
-        matmul_backward_bf16(
-            dinp, dw, nullptr, Bf16Operand{nullptr, reinterpret_cast<const uint16_t*>(dout)},
-            Bf16Operand{nullptr, reinterpret_cast<const uint16_t*>(inp)}, w16, N, C, OC);
+        matmul_backward_bf16(dinp, dw, nullptr,
+                             Bf16Operand{nullptr, reinterpret_cast<const uint16_t*>(dout)},
+                             Bf16Operand{nullptr, reinterpret_cast<const uint16_t*>(inp)}, w16, N,
+                             C, OC, accumulate_dinp);
         return;
       }
     }
-    cpu::matmul_backward(dinp, dw, static_cast<T*>(nullptr), dout, inp, w, N, C, OC);
+    cpu::matmul_backward(dinp, dw, static_cast<T*>(nullptr), dout, inp, w, N, C, OC,
+                         accumulate_dinp);
   }
 
   // Causal attention (attention.h), with bf16 products in a bf16 layer

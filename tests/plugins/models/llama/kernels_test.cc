@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "rope.h"
 #include "tests/plugins/models/transformer_common/gradient_check.h"
 #include "transformer_common/cpu/gemm.h"
+#include "transformer_common/cpu/gemm_bf16.h"
 
 namespace dscore::llama::cpu {
 namespace {
@@ -166,6 +168,31 @@ TEST_F(LlamaKernels, Fp32SwigluMatchesDouble) {
     ASSERT_NEAR(dgate[i], want_dgate[i], 1e-5 * std::max(1.0, std::abs(want_dgate[i]))) << i;
     ASSERT_NEAR(dup[i], want_dup[i], 1e-5 * std::max(1.0, std::abs(want_dup[i]))) << i;
   }
+}
+
+// The bf16 layers' SwiGLU backward on rows as down_proj's product hands
+// them over (chunks of 48 rows, 300 wide: rounding chunks and a tail):
+// the bits of the fp32 kernel followed by round_to_bf16.
+TEST_F(LlamaKernels, SwigluBackwardBf16RowsGiveTheFp32KernelRounded) {
+  const int64_t N = 100, I = 300, n = N * I;
+  const Vec g = random_vec(n, 21, 3.0), u = random_vec(n, 22), d = random_vec(n, 23);
+  const std::vector<float> gf(g.begin(), g.end()), uf(u.begin(), u.end()), df(d.begin(), d.end());
+  std::vector<float> dgate(n), dup(n);
+  swiglu_backward(dgate.data(), dup.data(), df.data(), gf.data(), uf.data(), n);
+  auto to_bf16 = [](const std::vector<float>& v) {
+    std::vector<uint16_t> out(v.size());
+    transformer::cpu::round_to_bf16(out.data(), v.data(), static_cast<int64_t>(v.size()));
+    return out;
+  };
+  std::vector<uint16_t> dgate16(n), dup16(n);
+  for (int64_t r0 = 0; r0 < N; r0 += 48) {
+    const int64_t r1 = std::min<int64_t>(N, r0 + 48);
+    std::vector<float> rows(df.begin() + r0 * I, df.begin() + r1 * I);
+    swiglu_backward_bf16_rows(dgate16.data(), dup16.data(), rows.data(), gf.data(), uf.data(), r0,
+                              r1, I);
+  }
+  EXPECT_EQ(dgate16, to_bf16(dgate));
+  EXPECT_EQ(dup16, to_bf16(dup));
 }
 
 TEST_F(LlamaKernels, EmbeddingBackwardMatchesFiniteDifferences) {

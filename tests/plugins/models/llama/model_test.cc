@@ -269,8 +269,9 @@ TEST_F(LlamaModel, DeclaredActivationBytesAreWhatAPassAllocates) {
   }
 }
 
-// bf16 views on the bf16 GEMM: the RMSNorm and SwiGLU outputs are made as
-// bf16 operands in buffers of half the size (what runner_activation_bytes
+// bf16 views on the bf16 GEMM: the RMSNorm and SwiGLU outputs, and the
+// gate_proj and up_proj output gradients, are made as bf16 operands in
+// buffers of half the size (what runner_activation_bytes
 // declares for that form), and the step computes like fp32 views on the
 // same values within bf16 rounding (the loss within 1%, every gradient
 // within 1/8 of its L2 norm; the same bound as gpt's test).
@@ -289,8 +290,9 @@ TEST_F(LlamaModel, Bf16ViewsUseHalfSizeOperandBuffersAndComputeLikeFp32) {
   const uint64_t bf16_form = runner_activation_bytes<float, float>(c, params, 2, true);
   EXPECT_EQ(backend.bytes, bf16_form);
   const int64_t N = 2 * c.block_size;
-  // Half of ln1, ln2 and swiglu in each of the 2 blocks.
-  const uint64_t halved = 2 * (N * c.hidden_size * 2 + N * c.intermediate_size) / 2 * 4;
+  // Half of ln1, ln2 and swiglu in each of the 2 blocks, and of dgate and dup.
+  const uint64_t halved =
+      (2 * (N * c.hidden_size * 2 + N * c.intermediate_size) + 2 * N * c.intermediate_size) / 2 * 4;
   const uint64_t fp32_form = runner_activation_bytes<float, float>(c, params, 2, false);
   EXPECT_EQ(fp32_form - bf16_form, halved);
 
