@@ -197,7 +197,7 @@ class Gpt : public sdk::Instance {
   // Host memory of one micro-batch's pass on the CPU: every buffer the
   // runner allocates (GptRunner::allocate, counted by the same code) plus the
   // LM head's block of logits and row statistics the CPU kernels hold while
-  // it runs (transformer::cpu::lm_head_working_bytes: about 4M logits at a time).
+  // it runs (transformer::cpu::lm_head_working_bytes: about 16M logits at a time).
   // With checkpointing, the blocks the config checkpoints (all when it does
   // not say) keep only their inputs.
   uint64_t activation_bytes(int64_t micro_batch, bool checkpointing) const {

@@ -260,7 +260,8 @@ void gemm_bf16(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha, c
             prepare(op_a, op_b, rows, cols, k, alpha, lda, ldb, beta, ldc, bias != nullptr);
         // A block of columns starts at its first column's bias.
         onednn_gemm(p, a0, b0, c0, bias != nullptr ? bias + (c0 - c) % ldc : nullptr);
-      });
+      },
+      /*prefer_rows=*/op_a == Op::kNone);
 }
 
 void gemm_bf16_serial(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -281,61 +282,78 @@ void gemm_bf16_serial(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float a
 
 namespace {
 
-// B (k x n) in the blocked layout oneDNN's kernel reads for a consumed
-// product's chunks, made once per product: each chunk's call would
-// otherwise copy all of B into that layout again.
-class PackedB {
- public:
-  PackedB(Op op_b, int64_t n, int64_t k, const uint16_t* b, int64_t ldb) {
-    const Packer& packer = packer_for(op_b, n, k, ldb);
-    desc_ = &packer.packed;
-    thread_local AlignedVector<uint8_t> buffer;  // the calling thread's, as dout_bf16's
-    if (buffer.size() < packer.packed.get_size()) buffer.resize(packer.packed.get_size());
-    data_ = buffer.data();
-    thread_local dnnl::stream stream(cpu_engine());
-    memory src(packer.plain, cpu_engine(), const_cast<uint16_t*>(b));
-    memory dst(packer.packed, cpu_engine(), data_);
-    packer.reorder.execute(stream, src, dst);
-  }
-  const memory::desc& desc() const { return *desc_; }
-  const uint16_t* data() const { return reinterpret_cast<const uint16_t*>(data_); }
-
- private:
-  struct Packer {
-    memory::desc plain, packed;
-    dnnl::reorder reorder;
-  };
-  // The layout the kernel picks for full chunks; chunks of fewer rows are
-  // made to read the same one.
-  static const Packer& packer_for(Op op_b, int64_t n, int64_t k, int64_t ldb) {
-    static std::mutex mutex;
-    static std::map<std::tuple<bool, int64_t, int64_t, int64_t>, std::unique_ptr<const Packer>>
-        cache;
-    std::lock_guard<std::mutex> lock(mutex);
-    auto& entry = cache[{op_b == Op::kTranspose, n, k, ldb}];
-    if (entry == nullptr) {
-      using dt = memory::data_type;
-      const memory::desc plain({k, n}, dt::bf16,
-                               op_b == Op::kNone ? memory::dims{ldb, 1} : memory::dims{1, ldb});
-      const memory::desc any({k, n}, dt::bf16, memory::format_tag::any);
-      const memory::desc a({kConsumedRows, k}, dt::bf16, memory::dims{k, 1});
-      const memory::desc c({kConsumedRows, n}, dt::f32, memory::dims{n, 1});
-      dnnl::primitive_attr attr;
-      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, any, c), attr, cpu_engine());
-      const memory::desc packed = pd.weights_desc();
-      entry = std::make_unique<const Packer>(Packer{
-          plain, packed,
-          dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), plain, cpu_engine(), packed))});
-    }
-    return *entry;
-  }
-
-  const memory::desc* desc_;
-  uint8_t* data_;
+// How B (k x n) is copied into the blocked layout oneDNN's AMX kernel reads
+// (the one it picks for chunks of kConsumedRows rows; blocks of other row
+// counts are made to read the same one).
+struct Packer {
+  memory::desc plain, packed;
+  dnnl::reorder reorder;
 };
+const Packer& packer_for(Op op_b, int64_t n, int64_t k, int64_t ldb) {
+  static std::mutex mutex;
+  static std::map<std::tuple<bool, int64_t, int64_t, int64_t>, std::unique_ptr<const Packer>> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& entry = cache[{op_b == Op::kTranspose, n, k, ldb}];
+  if (entry == nullptr) {
+    using dt = memory::data_type;
+    const memory::desc plain({k, n}, dt::bf16,
+                             op_b == Op::kNone ? memory::dims{ldb, 1} : memory::dims{1, ldb});
+    const memory::desc any({k, n}, dt::bf16, memory::format_tag::any);
+    const memory::desc a({kConsumedRows, k}, dt::bf16, memory::dims{k, 1});
+    const memory::desc c({kConsumedRows, n}, dt::f32, memory::dims{n, 1});
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, any, c), attr, cpu_engine());
+    const memory::desc packed = pd.weights_desc();
+    entry = std::make_unique<const Packer>(Packer{
+        plain, packed,
+        dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), plain, cpu_engine(), packed))});
+  }
+  return *entry;
+}
+
+const memory::desc& packed_desc(const Bf16PackedB& b) {
+  return static_cast<const Packer*>(b.layout())->packed;
+}
 
 }  // namespace
+
+Bf16PackedB::Bf16PackedB(Op op_b, int64_t n, int64_t k, const uint16_t* b, int64_t ldb,
+                         AlignedVector<uint8_t>& storage)
+    : op_b_(op_b), n_(n), k_(k) {
+  if (!bf16_gemm_available())
+    throw std::logic_error(std::string("Bf16PackedB made where the bf16 GEMM is unavailable: ") +
+                           bf16_gemm_unavailable_reason());
+  if (n <= 0 || k <= 0) throw std::logic_error("Bf16PackedB: an empty B");
+  const Packer& packer = packer_for(op_b, n, k, ldb);
+  layout_ = &packer;
+  if (storage.size() < packer.packed.get_size()) storage.resize(packer.packed.get_size());
+  data_ = storage.data();
+  single_threaded_openmp();
+  thread_local dnnl::stream stream(cpu_engine());
+  memory src(packer.plain, cpu_engine(), const_cast<uint16_t*>(b));
+  memory dst(packer.packed, cpu_engine(), storage.data());
+  packer.reorder.execute(stream, src, dst);
+}
+
+uint64_t bf16_packed_bytes(Op op_b, int64_t n, int64_t k) {
+  if (!bf16_gemm_available() || n <= 0 || k <= 0) return 0;
+  return packer_for(op_b, n, k, op_b == Op::kNone ? n : k).packed.get_size();
+}
+
+void gemm_bf16_packed(int64_t m, const uint16_t* a, int64_t lda, const Bf16PackedB& b, float* c,
+                      int64_t ldc) {
+  if (m <= 0) return;
+  const int64_t block = m * b.n() * b.k() < kGemmSerialWork ? m : gemm_block_for(m);
+  const auto rows_of = [&](int64_t i0) {
+    const int64_t rows = std::min(block, m - i0);
+    single_threaded_openmp();
+    onednn_gemm(prepare(Op::kNone, b.op_b(), rows, b.n(), b.k(), 1.0f, lda, 0, 0.0f, ldc, false,
+                        &packed_desc(b)),
+                a + i0 * lda, reinterpret_cast<const uint16_t*>(b.data()), c + i0 * ldc, nullptr);
+  };
+  for_blocks(m, block, [&](int64_t i0, int64_t) { rows_of(i0); });
+}
 
 void gemm_bf16_consumed(Op op_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                         const uint16_t* b, int64_t ldb, const float* bias,
@@ -345,8 +363,9 @@ void gemm_bf16_consumed(Op op_b, int64_t m, int64_t n, int64_t k, const uint16_t
                            bf16_gemm_unavailable_reason());
   if (m <= 0 || n <= 0) return;
   single_threaded_openmp();
-  std::optional<PackedB> packed;
-  if (k > 0) packed.emplace(op_b, n, k, b, ldb);
+  thread_local AlignedVector<uint8_t> storage;  // the calling thread's, as dout_bf16's
+  std::optional<Bf16PackedB> packed;
+  if (k > 0) packed.emplace(op_b, n, k, b, ldb, storage);
   for_blocks(m, kConsumedRows, [&](int64_t r0, int64_t r1) {
     thread_local AlignedVector<float> chunk;
     const int64_t rows = r1 - r0;
@@ -358,14 +377,28 @@ void gemm_bf16_consumed(Op op_b, int64_t m, int64_t n, int64_t k, const uint16_t
     } else {
       single_threaded_openmp();
       onednn_gemm(prepare(Op::kNone, op_b, rows, n, k, 1.0f, lda, ldb, 0.0f, n, bias != nullptr,
-                          &packed->desc()),
-                  a + r0 * lda, packed->data(), c, bias);
+                          &packed_desc(*packed)),
+                  a + r0 * lda, reinterpret_cast<const uint16_t*>(packed->data()), c, bias);
     }
     consume(r0, r1, c);
   });
 }
 
 #else
+
+Bf16PackedB::Bf16PackedB(Op op_b, int64_t n, int64_t k, const uint16_t*, int64_t,
+                         AlignedVector<uint8_t>&)
+    : op_b_(op_b), n_(n), k_(k) {
+  throw std::logic_error(std::string("Bf16PackedB made where the bf16 GEMM is unavailable: ") +
+                         bf16_gemm_unavailable_reason());
+}
+
+uint64_t bf16_packed_bytes(Op, int64_t, int64_t) { return 0; }
+
+void gemm_bf16_packed(int64_t, const uint16_t*, int64_t, const Bf16PackedB&, float*, int64_t) {
+  throw std::logic_error(std::string("gemm_bf16_packed called where it is unavailable: ") +
+                         bf16_gemm_unavailable_reason());
+}
 
 void gemm_bf16_consumed(Op, int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*,
                         int64_t, const float*, const ConsumeRows&) {

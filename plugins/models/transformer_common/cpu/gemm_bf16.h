@@ -65,6 +65,35 @@ using ConsumeRows = std::function<void(int64_t r0, int64_t r1, float* rows)>;
 void gemm_bf16_consumed(Op op_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                         const uint16_t* b, int64_t ldb, const float* bias,
                         const ConsumeRows& consume);
+// B (k x n) copied once into the blocked layout oneDNN's AMX kernel reads,
+// for products that share it (the LM head's weight, read by every block of
+// rows): a plain gemm_bf16 call copies its B so itself, every call.
+// `storage` holds the copy (grown as needed; the caller's, reused from
+// call to call), which stays valid while storage is not touched.
+class Bf16PackedB {
+ public:
+  Bf16PackedB(Op op_b, int64_t n, int64_t k, const uint16_t* b, int64_t ldb,
+              AlignedVector<uint8_t>& storage);
+  Op op_b() const { return op_b_; }
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+  const uint8_t* data() const { return data_; }
+  const void* layout() const { return layout_; }  // gemm_bf16.cc's description of it
+
+ private:
+  Op op_b_;
+  int64_t n_, k_;
+  const void* layout_ = nullptr;
+  const uint8_t* data_ = nullptr;
+};
+// The bytes of such a copy (0 where the bf16 GEMM is unavailable).
+uint64_t bf16_packed_bytes(Op op_b, int64_t n, int64_t k);
+// C (m x n, pitch ldc) = A B with A row-major (m x k, lda): in the blocks of
+// rows gemm_bf16 cuts (whole rows of C: oneDNN's AMX kernel), each one call
+// reading the packed B. C is overwritten.
+void gemm_bf16_packed(int64_t m, const uint16_t* a, int64_t lda, const Bf16PackedB& b, float* c,
+                      int64_t ldc);
+
 // What it keeps from call to call for products of up to n columns and k
 // inner: a chunk per thread and B in the kernel's layout (on the caller's).
 inline uint64_t gemm_bf16_consumed_working_bytes(int64_t n, int64_t k, int64_t threads) {

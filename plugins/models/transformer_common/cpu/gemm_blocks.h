@@ -46,15 +46,23 @@ inline int64_t gemm_block_for(int64_t extent) {
 // the block's rows and columns and where its operands and result start.
 // Row i of op(A) starts at a + i*lda (untransposed) or a + i (transposed);
 // likewise column j of op(B).
+//
+// Blocks of rows are whole rows of C, dense when ldc is n; blocks of
+// columns are strided. prefer_rows cuts rows wherever there are at least
+// two blocks' worth of them and B is not large (every block of rows reads
+// all of B), for a library whose fast kernel needs a dense C (oneDNN's AMX
+// one); otherwise the longer side of C is cut.
+constexpr int64_t kGemmRowsLargestB = int64_t{1} << 22;  // elements
 template <typename In, typename Out, typename Call>
 void gemm_in_blocks(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, const In* a, int64_t lda,
-                    const In* b, int64_t ldb, Out* c, int64_t ldc, Call&& call) {
+                    const In* b, int64_t ldb, Out* c, int64_t ldc, Call&& call,
+                    bool prefer_rows = false) {
   if (m <= 0 || n <= 0) return;
   if (m * n * k < kGemmSerialWork || (m <= kGemmMinBlock && n <= kGemmMinBlock)) {
     call(m, n, a, b, c);
     return;
   }
-  if (m >= n) {  // split the longer side of C
+  if (m >= n || (prefer_rows && m >= 2 * kGemmMinBlock && n * k <= kGemmRowsLargestB)) {
     const int64_t block = gemm_block_for(m);
     tbb::parallel_for(int64_t{0}, (m + block - 1) / block, [&](int64_t blk) {
       const int64_t i0 = blk * block, rows = std::min(block, m - i0);

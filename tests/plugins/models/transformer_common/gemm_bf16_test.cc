@@ -221,6 +221,46 @@ TEST(GemmBf16, ConsumedChunksHoldTheProductPlusBiasOnce) {
     }
 }
 
+// B packed once and read by the products of several A: each within the
+// fp32 accumulation error of the double-precision product, for both
+// layouts of B, row counts of one call and of several blocks, and a C
+// pitch wider than n; the same at 1 and 4 threads.
+TEST(GemmBf16, PackedBServesSeveralProducts) {
+  SKIP_WITHOUT_BF16_GEMM();
+  std::mt19937 rng(19);
+  for (Op op_b : {Op::kNone, Op::kTranspose}) {
+    const int64_t n = 150, k = 70, ldb = (op_b == Op::kNone ? n : k) + 5, ldc = n + 3;
+    const auto b = random_bf16(static_cast<size_t>((op_b == Op::kNone ? k : n) * ldb), rng);
+    AlignedVector<uint8_t> storage;
+    const Bf16PackedB packed(op_b, n, k, b.data(), ldb, storage);
+    EXPECT_GE(storage.size(), bf16_packed_bytes(op_b, n, k));
+    for (int64_t m : {int64_t{5}, int64_t{700}}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "m " << m << " op_b " << (op_b == Op::kNone ? "N" : "T"));
+      const int64_t lda = k + 1;
+      const Case t{Op::kNone, op_b, m, n, k, 1.0f, 0.0f};
+      const auto a = random_bf16(static_cast<size_t>(m * lda), rng);
+      std::vector<double> want(static_cast<size_t>(m * ldc)), bound(want.size());
+      reference(t, a, lda, b, ldb, std::vector<float>(want.size()), ldc, &want, &bound);
+      auto run = [&](int threads) {
+        tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
+        std::vector<float> c(want.size(), -7.0f);
+        gemm_bf16_packed(m, a.data(), lda, packed, c.data(), ldc);
+        return c;
+      };
+      const std::vector<float> c = run(1);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          const size_t e = static_cast<size_t>(i * ldc + j);
+          ASSERT_NEAR(c[e], want[e], 1e-5 * bound[e] + 1e-30) << i << "," << j;
+        }
+        for (int64_t j = n; j < ldc; ++j) EXPECT_EQ(c[static_cast<size_t>(i * ldc + j)], -7.0f);
+      }
+      EXPECT_EQ(run(4), c);
+    }
+  }
+}
+
 TEST(GemmBf16, RoundsAsTheSdkDoes) {
   std::mt19937 rng(5);
   std::uniform_int_distribution<uint32_t> bits;
@@ -329,11 +369,11 @@ TEST(LinearBf16, RoundedOperandsGiveTheBitsOfFp32Ones) {
 // the fp32 head on the same bf16 values: the logits are exact products
 // summed in fp32 either way, so the loss agrees to fp32 summation order;
 // dx and dw differ by the rounding of the logits' gradient to bf16 (a
-// relative 2^-9 per element). Two row blocks (V 20000: 209 rows each), and
-// rows without a target.
+// relative 2^-9 per element). Two row blocks (V 20000: 838 rows, then 62),
+// and rows without a target.
 TEST(LmHeadBf16, MatchesTheFp32HeadOnTheSameValues) {
   SKIP_WITHOUT_BF16_GEMM();
-  const int64_t N = 300, C = 48, V = 20000;
+  const int64_t N = 900, C = 48, V = 20000;
   ASSERT_LT(lm_rows_per_block(N, V), N);
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
