@@ -59,7 +59,7 @@ uint64_t lm_head_working_bytes(int64_t N, int64_t V) {
 
 uint64_t lm_head_bf16_working_bytes(int64_t N, int64_t C, int64_t V) {
   return static_cast<uint64_t>(lm_rows_per_block(N, V)) * static_cast<uint64_t>(C + V) *
-             sizeof(uint16_t) +                    // LmHeadProducts' x16_ and d16_
+             sizeof(uint16_t) +                    // x16_storage and d16_storage
          bf16_packed_bytes(Op::kTranspose, V, C);  // packed_wt_storage
 }
 
@@ -96,6 +96,17 @@ void softmax_rows(T* logits, int64_t rows, int64_t V, double* lse) {
 // from call to call on the calling thread, as the operands of linear_bf16.
 thread_local AlignedVector<uint8_t> packed_wt_storage;
 
+// The head's other working memory, kept from call to call on the calling
+// thread likewise: a block of logits is tens of MB for a large vocabulary,
+// and allocated afresh each pass it was faulted in and zeroed every step.
+template <typename X>
+X* kept_buffer(int64_t n) {
+  thread_local AlignedVector<X> buffer;
+  if (buffer.size() < static_cast<size_t>(n)) buffer.resize(static_cast<size_t>(n));
+  return buffer.data();
+}
+thread_local AlignedVector<uint16_t> x16_storage, d16_storage;
+
 // The three products of lm_head_forward_backward for a block of rows: in
 // T, or (w16 set, T = float) on the bf16 GEMM with x and dlogits rounded.
 template <typename T>
@@ -110,7 +121,7 @@ class LmHeadProducts {
   void logits(int64_t r0, int64_t rows, T* logits) {
     if constexpr (std::is_same_v<T, float>) {
       if (w16_ != nullptr) {
-        const uint16_t* x16 = round_to_bf16(x16_, x_ + r0 * C_, rows * C_);
+        const uint16_t* x16 = round_to_bf16(x16_storage, x_ + r0 * C_, rows * C_);
         gemm_bf16_packed(rows, x16, C_, *packed_wt_, logits, V_);
         return;
       }
@@ -118,16 +129,16 @@ class LmHeadProducts {
     gemm<T>(Op::kNone, Op::kTranspose, rows, V_, C_, T{1}, x_ + r0 * C_, C_, w_, C_, T{0}, logits,
             V_);
   }
-  // dx rows = dlogits w (overwritten); dw += dlogits^T x. x16_ still holds
-  // this block's rounded rows from logits().
+  // dx rows = dlogits w (overwritten); dw += dlogits^T x. x16_storage still
+  // holds this block's rounded rows from logits().
   void backward(int64_t r0, int64_t rows, const T* dlogits, T* dx, T* dw) {
     if constexpr (std::is_same_v<T, float>) {
       if (w16_ != nullptr) {
-        const uint16_t* d16 = round_to_bf16(d16_, dlogits, rows * V_);
+        const uint16_t* d16 = round_to_bf16(d16_storage, dlogits, rows * V_);
         gemm_bf16(Op::kNone, Op::kNone, rows, C_, V_, 1.0f, d16, V_, w16_, C_, 0.0f, dx + r0 * C_,
                   C_);
-        gemm_bf16(Op::kTranspose, Op::kNone, V_, C_, rows, 1.0f, d16, V_, x16_.data(), C_, 1.0f, dw,
-                  C_);
+        gemm_bf16(Op::kTranspose, Op::kNone, V_, C_, rows, 1.0f, d16, V_, x16_storage.data(), C_,
+                  1.0f, dw, C_);
         return;
       }
     }
@@ -142,7 +153,6 @@ class LmHeadProducts {
   const uint16_t* w16_;
   int64_t C_, V_;
   std::optional<Bf16PackedB> packed_wt_;
-  AlignedVector<uint16_t> x16_, d16_;
 };
 
 }  // namespace
@@ -153,22 +163,22 @@ double lm_head_forward_backward(T* dx, T* dw, const T* x, const T* w, const int3
                                 const uint16_t* w16) {
   const int64_t rb = lm_rows_per_block(N, V);
   LmHeadProducts<T> products(x, w, w16, C, V);
-  std::vector<T> logits(static_cast<size_t>(rb * V));
+  T* const logits = kept_buffer<T>(rb * V);
   std::vector<double> lse(static_cast<size_t>(rb));
   std::vector<double> row_loss(static_cast<size_t>(rb));
   double loss = 0;
   for (int64_t r0 = 0; r0 < N; r0 += rb) {
     const int64_t rows = std::min(rb, N - r0);
-    products.logits(r0, rows, logits.data());
+    products.logits(r0, rows, logits);
     // Target logit before the softmax overwrites it.
     for (int64_t r = 0; r < rows; ++r) {
       const int32_t y = targets[r0 + r];
       row_loss[r] = y < 0 ? 0.0 : -static_cast<double>(logits[r * V + y]);
     }
-    softmax_rows(logits.data(), rows, V, lse.data());
+    softmax_rows(logits, rows, V, lse.data());
     for_blocks(rows, 4, [&](int64_t a, int64_t b) {  // dlogits = scale * (p - onehot)
       for (int64_t r = a; r < b; ++r) {
-        T* z = logits.data() + r * V;
+        T* z = logits + r * V;
         const int32_t y = targets[r0 + r];
         if (y < 0) {
           std::fill(z, z + V, T{0});
@@ -181,7 +191,7 @@ double lm_head_forward_backward(T* dx, T* dw, const T* x, const T* w, const int3
     });
     for (int64_t r = 0; r < rows; ++r)
       if (targets[r0 + r] >= 0) loss += row_loss[r] + lse[r];
-    products.backward(r0, rows, logits.data(), dx, dw);
+    products.backward(r0, rows, logits, dx, dw);
   }
   return loss;
 }
