@@ -30,6 +30,16 @@ enum BlockParam : int {
   kFcProjWeight,
   kFcProjBias,
 };
+// Which of a block's parameters only its linears read, as their weights
+// (layer_pass.h's gemm_weights).
+inline const std::vector<bool>& block_gemm_weights() {
+  static const std::vector<bool> weights = [] {
+    std::vector<bool> w(kFcProjBias + 1, false);
+    for (int i : {kAttnWeight, kAttnProjWeight, kFcWeight, kFcProjWeight}) w[i] = true;
+    return w;
+  }();
+  return weights;
+}
 enum EmbeddingParam : int { kWte, kWpe };
 enum FinalParam : int { kLnfWeight, kLnfBias };
 

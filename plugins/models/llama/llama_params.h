@@ -27,6 +27,16 @@ enum BlockParam : int {
   kUpProj,
   kDownProj,
 };
+// Which of a block's parameters only its linears read, as their weights
+// (layer_pass.h's gemm_weights).
+inline const std::vector<bool>& block_gemm_weights() {
+  static const std::vector<bool> weights = [] {
+    std::vector<bool> w(kDownProj + 1, false);
+    for (int i : {kQProj, kKProj, kVProj, kOProj, kGateProj, kUpProj, kDownProj}) w[i] = true;
+    return w;
+  }();
+  return weights;
+}
 enum EmbeddingParam : int { kEmbedTokens };
 enum FinalParam : int { kFinalNorm, kLmHead };  // kLmHead only when untied
 

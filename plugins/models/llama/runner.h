@@ -96,12 +96,14 @@ class LlamaRunner {
                    });
     for (int64_t l = cfg_.num_hidden_layers - 1; l >= 0; --l) {
       const size_t index = static_cast<size_t>(l + 1);
-      backward_layer(hooks, index, numels_[index], backend_, GradsReady::kYes,
-                     [&](const auto& p, auto& g) {
-                       BlockActs& a = block_acts(l);
-                       if (checkpointed(l)) block_forward(p, residual(l), nullptr, a);  // recompute
-                       block_backward(p, g, residual(l), a, acts_.dresid.get());
-                     });
+      backward_layer(
+          hooks, index, numels_[index], backend_, GradsReady::kYes,
+          [&](const auto& p, auto& g) {
+            BlockActs& a = block_acts(l);
+            if (checkpointed(l)) block_forward(p, residual(l), nullptr, a);  // recompute
+            block_backward(p, g, residual(l), a, acts_.dresid.get());
+          },
+          &block_gemm_weights());
     }
     // embeddings: the input side of the embedding's gradient, then grads_ready
     backward_layer_grads(hooks, 0, numels_[0], backend_, GradsReady::kYes, [&](auto& g) {
@@ -282,10 +284,13 @@ class LlamaRunner {
     });
     for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
       const size_t index = static_cast<size_t>(l + 1);
-      forward_layer(hooks, index, numels_[index], backend_, [&](const auto& p) {
-        check_operand_form(p, l);
-        block_forward(p, residual(l), residual(l + 1), block_acts(l));
-      });
+      forward_layer(
+          hooks, index, numels_[index], backend_,
+          [&](const auto& p) {
+            check_operand_form(p, l);
+            block_forward(p, residual(l), residual(l + 1), block_acts(l));
+          },
+          &block_gemm_weights());
     }
     const size_t l = static_cast<size_t>(cfg_.final_layer());
     forward_layer(hooks, l, numels_[l], backend_, [&](const auto& p) {

@@ -13,12 +13,18 @@
 
 namespace dscore::transformer {
 
+// gemm_weights (or nullptr): which of the layer's parameters only the
+// linears read, as their weights; the backend may then skip making fp32
+// copies of them where the linears multiply by 16-bit views
+// (HostBackend::Params).
+
 // fn(params) with layer `index` acquired for forward.
 template <class Backend, class Fn>
 void forward_layer(const dscore_model_hooks& hooks, size_t index,
-                   const std::vector<int64_t>& numels, Backend& backend, Fn&& fn) {
+                   const std::vector<int64_t>& numels, Backend& backend, Fn&& fn,
+                   const std::vector<bool>* gemm_weights = nullptr) {
   sdk::AcquiredLayer layer(hooks, index, DSCORE_ACQUIRE_FORWARD, numels.size());
-  const auto params = backend.load_params(layer.views(), numels);
+  const auto params = backend.load_params(layer.views(), numels, gemm_weights);
   fn(params);
   backend.finish_reads(params);  // queued work may read views in place
   layer.release();
@@ -31,10 +37,10 @@ enum class GradsReady : bool { kNo = false, kYes = true };
 // then grads_ready when `ready`.
 template <class Backend, class Fn>
 void backward_layer(const dscore_model_hooks& hooks, size_t index,
-                    const std::vector<int64_t>& numels, Backend& backend, GradsReady ready,
-                    Fn&& fn) {
+                    const std::vector<int64_t>& numels, Backend& backend, GradsReady ready, Fn&& fn,
+                    const std::vector<bool>* gemm_weights = nullptr) {
   sdk::AcquiredLayer layer(hooks, index, DSCORE_ACQUIRE_BACKWARD, numels.size());
-  const auto params = backend.load_params(layer.views(), numels);
+  const auto params = backend.load_params(layer.views(), numels, gemm_weights);
   auto grads = backend.grads(layer.views(), numels);
   fn(params, grads);
   grads.commit();

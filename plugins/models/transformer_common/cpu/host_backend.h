@@ -20,6 +20,10 @@
 #include <utility>
 #include <vector>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
+
 #include "attention.h"
 #include "attention_bf16.h"
 #include "gemm_bf16.h"
@@ -86,12 +90,43 @@ class HostBackend {
 
   // An acquired layer's parameters as T*: the views themselves when they
   // are CPU fp32 and T is float, else converted copies. Not copyable: while
-  // it lives, its bf16 views are registered with the backend.
+  // it lives, its bf16 views are registered with the backend. A linear's
+  // weight (gemm_weights, layer_pass.h) with a bf16 view on the bf16 GEMM is
+  // only ever multiplied by that view (bf16_view_of), so its copy is not
+  // converted: it stands for the view and must not be read (under ASan it
+  // is poisoned, so a read fails). Converting them had cost 3-5% of a bf16
+  // GPT step and 4-10% of the ~100M Llama's (bench/README.md).
   class Params {
    public:
     Params(const HostBackend& backend, const dscore_layer_views& views,
-           const std::vector<int64_t>& numels)
+           const std::vector<int64_t>& numels, const std::vector<bool>* gemm_weights = nullptr)
         : backend_(backend) {
+      try {
+        load(views, numels, gemm_weights);
+      } catch (...) {
+        release();
+        throw;
+      }
+    }
+    Params(const Params&) = delete;
+    Params& operator=(const Params&) = delete;
+    ~Params() { release(); }
+    const T* operator[](size_t i) const { return ptrs_[i]; }
+
+   private:
+    void release() {
+      auto& views = backend_.bf16_views_;
+      for (const auto& copy : copies_)
+        views.erase(std::remove_if(views.begin(), views.end(),
+                                   [&](const auto& v) { return v.first == copy.get(); }),
+                    views.end());
+      for (const auto& [p, n] : unconverted_) unpoison(p, n);
+      unconverted_.clear();
+      backend_.give_back(copies_);
+    }
+    void load(const dscore_layer_views& views, const std::vector<int64_t>& numels,
+              const std::vector<bool>* gemm_weights) {
+      const HostBackend& backend = backend_;
       for (size_t i = 0; i < numels.size(); ++i) {
         const dscore_tensor* t = views.params[i];
         backend.check_tensor(t, numels[i], "parameter");
@@ -101,25 +136,19 @@ class HostBackend {
         }
         copies_.push_back(backend.take_copy(numels[i]));
         T* dst = copies_.back().get();
-        convert(dst, t, numels[i]);
+        const bool bf16_view = std::is_same_v<T, float> && bf16_operands_for(t->dtype);
+        if (bf16_view && gemm_weights != nullptr && i < gemm_weights->size() &&
+            (*gemm_weights)[i]) {
+          poison(dst, numels[i]);
+          unconverted_.emplace_back(dst, numels[i]);
+        } else {
+          convert(dst, t, numels[i]);
+        }
         ptrs_.push_back(dst);
-        if (std::is_same_v<T, float> && bf16_operands_for(t->dtype))
-          backend.bf16_views_.emplace_back(dst, static_cast<const uint16_t*>(t->data));
+        if (bf16_view) backend.bf16_views_.emplace_back(dst, static_cast<const uint16_t*>(t->data));
       }
     }
-    Params(const Params&) = delete;
-    Params& operator=(const Params&) = delete;
-    ~Params() {
-      auto& views = backend_.bf16_views_;
-      for (const auto& copy : copies_)
-        views.erase(std::remove_if(views.begin(), views.end(),
-                                   [&](const auto& v) { return v.first == copy.get(); }),
-                    views.end());
-      backend_.give_back(copies_);
-    }
-    const T* operator[](size_t i) const { return ptrs_[i]; }
 
-   private:
     // bf16 (the views of bf16 runs) in a loop the compiler vectorizes, over
     // TBB blocks (a layer's acquire waits for it); other dtypes element by
     // element.
@@ -134,9 +163,21 @@ class HostBackend {
       for (int64_t k = 0; k < n; ++k) dst[k] = static_cast<T>(sdk::load_float(t, k));
     }
 
+    static void poison([[maybe_unused]] T* p, [[maybe_unused]] int64_t n) {
+#if defined(__SANITIZE_ADDRESS__)
+      ASAN_POISON_MEMORY_REGION(p, static_cast<size_t>(n) * sizeof(T));
+#endif
+    }
+    static void unpoison([[maybe_unused]] T* p, [[maybe_unused]] int64_t n) {
+#if defined(__SANITIZE_ADDRESS__)
+      ASAN_UNPOISON_MEMORY_REGION(p, static_cast<size_t>(n) * sizeof(T));
+#endif
+    }
+
     const HostBackend& backend_;
     std::vector<const T*> ptrs_;
     std::vector<Buffer<T>> copies_;
+    std::vector<std::pair<T*, int64_t>> unconverted_;
   };
 
   // Gradient accumulators for an acquired layer: the views themselves when
@@ -294,8 +335,9 @@ class HostBackend {
                                          bf16_view_of(w));
   }
 
-  Params load_params(const dscore_layer_views& v, const std::vector<int64_t>& numels) {
-    return Params(*this, v, numels);
+  Params load_params(const dscore_layer_views& v, const std::vector<int64_t>& numels,
+                     const std::vector<bool>* gemm_weights = nullptr) {
+    return Params(*this, v, numels, gemm_weights);
   }
   // The host's work is done when it returns: nothing to wait for.
   void finish_reads(const Params&) {}

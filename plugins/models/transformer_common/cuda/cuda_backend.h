@@ -98,7 +98,10 @@ class CudaBackend {
   void zero(S* p, int64_t n);
   // The first backend call of every pass: also makes the device current.
   void copy_tokens(int32_t* dst, const int32_t* host, int64_t n);
-  Params load_params(const dscore_layer_views& v, const std::vector<int64_t>& numels) {
+  // gemm_weights (layer_pass.h) changes nothing here: parameters are used
+  // on the device as the views lend them.
+  Params load_params(const dscore_layer_views& v, const std::vector<int64_t>& numels,
+                     const std::vector<bool>* /*gemm_weights*/ = nullptr) {
     return Params(*context_, v, numels);
   }
   Grads grads(const dscore_layer_views& v, const std::vector<int64_t>& numels) {
