@@ -46,8 +46,10 @@
 
 namespace dscore::gpt {
 
+using transformer::backward_block_layers;
 using transformer::backward_layer;
 using transformer::backward_layer_grads;
+using transformer::forward_block_layers;
 using transformer::forward_layer;
 using transformer::GradsReady;
 
@@ -91,17 +93,13 @@ class GptRunner {
                                                  residual(cfg_.n_layer), p[kLnfWeight],
                                                  acts_.lnf_mean.get(), acts_.lnf_rstd.get(), N, C);
                    });
-    for (int64_t l = cfg_.n_layer - 1; l >= 0; --l) {
-      const size_t index = static_cast<size_t>(l + 1);
-      backward_layer(
-          hooks, index, numels_[index], backend_, GradsReady::kYes,
-          [&](const auto& p, auto& g) {
-            BlockActs& a = block_acts(l);
-            if (checkpointed(l)) block_forward(p, residual(l), nullptr, a);  // recompute
-            block_backward(p, g, residual(l), a, acts_.dresid.get());
-          },
-          &block_gemm_weights());
-    }
+    backward_block_layers(hooks, cfg_.n_layer, numels_, backend_, block_gemm_weights(),
+                          [&](int64_t l, const auto& p, auto& g) {
+                            BlockActs& a = block_acts(l);
+                            if (checkpointed(l))
+                              block_forward(p, residual(l), nullptr, a);  // recompute
+                            block_backward(p, g, residual(l), a, acts_.dresid.get());
+                          });
     // embeddings: wte gets its second contribution, then grads_ready
     backward_layer_grads(hooks, 0, numels_[0], backend_, GradsReady::kYes, [&](auto& g) {
       backend_.encoder_backward(g[kWte], g[kWpe], acts_.dresid.get(), inputs_.get(), B_,
@@ -274,16 +272,11 @@ class GptRunner {
       backend_.encoder_forward(residual(0), inputs_.get(), p[kWte], p[kWpe], B_, cfg_.block_size,
                                C);
     });
-    for (int64_t l = 0; l < cfg_.n_layer; ++l) {
-      const size_t index = static_cast<size_t>(l + 1);
-      forward_layer(
-          hooks, index, numels_[index], backend_,
-          [&](const auto& p) {
-            check_operand_form(p, l);
-            block_forward(p, residual(l), residual(l + 1), block_acts(l));
-          },
-          &block_gemm_weights());
-    }
+    forward_block_layers(hooks, cfg_.n_layer, numels_, backend_, block_gemm_weights(),
+                         [&](int64_t l, const auto& p) {
+                           check_operand_form(p, l);
+                           block_forward(p, residual(l), residual(l + 1), block_acts(l));
+                         });
     const size_t l = static_cast<size_t>(cfg_.final_layer());
     forward_layer(hooks, l, numels_[l], backend_, [&](const auto& p) {
       backend_.layernorm_forward(acts_.lnf.get(), acts_.lnf_mean.get(), acts_.lnf_rstd.get(),

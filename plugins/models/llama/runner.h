@@ -44,8 +44,10 @@
 
 namespace dscore::llama {
 
+using transformer::backward_block_layers;
 using transformer::backward_layer;
 using transformer::backward_layer_grads;
+using transformer::forward_block_layers;
 using transformer::forward_layer;
 using transformer::GradsReady;
 using transformer::SplitTokens;
@@ -94,17 +96,13 @@ class LlamaRunner {
                                                residual(cfg_.num_hidden_layers), p[kFinalNorm],
                                                acts_.lnf_rstd.get(), N, C);
                    });
-    for (int64_t l = cfg_.num_hidden_layers - 1; l >= 0; --l) {
-      const size_t index = static_cast<size_t>(l + 1);
-      backward_layer(
-          hooks, index, numels_[index], backend_, GradsReady::kYes,
-          [&](const auto& p, auto& g) {
-            BlockActs& a = block_acts(l);
-            if (checkpointed(l)) block_forward(p, residual(l), nullptr, a);  // recompute
-            block_backward(p, g, residual(l), a, acts_.dresid.get());
-          },
-          &block_gemm_weights());
-    }
+    backward_block_layers(hooks, cfg_.num_hidden_layers, numels_, backend_, block_gemm_weights(),
+                          [&](int64_t l, const auto& p, auto& g) {
+                            BlockActs& a = block_acts(l);
+                            if (checkpointed(l))
+                              block_forward(p, residual(l), nullptr, a);  // recompute
+                            block_backward(p, g, residual(l), a, acts_.dresid.get());
+                          });
     // embeddings: the input side of the embedding's gradient, then grads_ready
     backward_layer_grads(hooks, 0, numels_[0], backend_, GradsReady::kYes, [&](auto& g) {
       backend_.embedding_backward(g[kEmbedTokens], acts_.dresid.get(), inputs_.get(), N, C);
@@ -282,16 +280,11 @@ class LlamaRunner {
       ensure_activations();
       backend_.embedding_forward(residual(0), inputs_.get(), p[kEmbedTokens], N, C);
     });
-    for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
-      const size_t index = static_cast<size_t>(l + 1);
-      forward_layer(
-          hooks, index, numels_[index], backend_,
-          [&](const auto& p) {
-            check_operand_form(p, l);
-            block_forward(p, residual(l), residual(l + 1), block_acts(l));
-          },
-          &block_gemm_weights());
-    }
+    forward_block_layers(hooks, cfg_.num_hidden_layers, numels_, backend_, block_gemm_weights(),
+                         [&](int64_t l, const auto& p) {
+                           check_operand_form(p, l);
+                           block_forward(p, residual(l), residual(l + 1), block_acts(l));
+                         });
     const size_t l = static_cast<size_t>(cfg_.final_layer());
     forward_layer(hooks, l, numels_[l], backend_, [&](const auto& p) {
       backend_.rmsnorm_forward(acts_.lnf.get(), acts_.lnf_rstd.get(),

@@ -48,6 +48,32 @@ void backward_layer(const dscore_model_hooks& hooks, size_t index,
   layer.release();
 }
 
+// The blocks' turns: block l is layer l + 1 (after the embeddings), its
+// linears' weights named by gemm_weights. Forward in order, fn(l, params);
+// backward last block first, fn(l, params, grads), each block's gradients
+// ready after its turn.
+template <class Backend, class Fn>
+void forward_block_layers(const dscore_model_hooks& hooks, int64_t blocks,
+                          const std::vector<std::vector<int64_t>>& numels, Backend& backend,
+                          const std::vector<bool>& gemm_weights, Fn&& fn) {
+  for (int64_t l = 0; l < blocks; ++l) {
+    const size_t index = static_cast<size_t>(l + 1);
+    forward_layer(
+        hooks, index, numels[index], backend, [&](const auto& p) { fn(l, p); }, &gemm_weights);
+  }
+}
+template <class Backend, class Fn>
+void backward_block_layers(const dscore_model_hooks& hooks, int64_t blocks,
+                           const std::vector<std::vector<int64_t>>& numels, Backend& backend,
+                           const std::vector<bool>& gemm_weights, Fn&& fn) {
+  for (int64_t l = blocks - 1; l >= 0; --l) {
+    const size_t index = static_cast<size_t>(l + 1);
+    backward_layer(
+        hooks, index, numels[index], backend, GradsReady::kYes,
+        [&](const auto& p, auto& g) { fn(l, p, g); }, &gemm_weights);
+  }
+}
+
 // The same without reading the parameters (fn(grads)): an embedding's
 // last backward turn needs only its gradient.
 template <class Backend, class Fn>
