@@ -146,7 +146,7 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
       }
     }
     this->matmul_forward_operand(fch, ln2, w_fc, b_fc, N, C, 4 * C);
-    gelu_forward_operand(fch_gelu, fch, N * 4 * C, w_proj);
+    cpu::gelu_forward(fch_gelu, fch, N * 4 * C);
     if (out != nullptr) this->matmul_forward_operand(out, fch_gelu, w_proj, b_proj, N, 4 * C, C);
   }
   // Its backward: d is the gradient at the MLP's output; dln gets the one
@@ -184,14 +184,6 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
   }
 
  private:
-  // GELU into an operand buffer of the linear whose weight is `reader`.
-  void gelu_forward_operand(T* out, const T* inp, int64_t n, const T* reader) {
-    if constexpr (std::is_same_v<T, float>) {
-      if (this->bf16_operand_for(reader))
-        return cpu::gelu_forward_bf16(reinterpret_cast<uint16_t*>(out), inp, n);
-    }
-    cpu::gelu_forward(out, inp, n);
-  }
   // The MLP's two linears read the same form (a layer's parameters share
   // one dtype): its fused bf16 paths read one linear's form from the other.
   void require_one_form(const T* w_fc, const T* w_proj) const {

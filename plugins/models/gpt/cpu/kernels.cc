@@ -265,11 +265,6 @@ void gelu_round(uint16_t* out, const float* inp, int64_t n) {
 
 }  // namespace
 
-void gelu_forward_bf16(uint16_t* out, const float* inp, int64_t n) {
-  for_blocks(n, kElementBlock,
-             [&](int64_t i0, int64_t i1) { gelu_round(out + i0, inp + i0, i1 - i0); });
-}
-
 void gelu_forward_bf16_rows(float* fch, uint16_t* out, const float* rows, int64_t r0, int64_t r1,
                             int64_t OC) {
   const int64_t at = r0 * OC, n = (r1 - r0) * OC;

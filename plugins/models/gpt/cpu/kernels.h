@@ -61,25 +61,21 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n);
 template <typename T>
 void gelu_backward_bias(T* dinp, T* dbias, const T* inp, const T* dout, int64_t N, int64_t OC);
 
-// For bf16 layers (the next product on the bf16 GEMM): the same values
-// rounded to bf16 (nearest even, as gemm_bf16.h's round_to_bf16) as they
-// are made, so no fp32 copy is written and read again: the same bits as
-// gelu_forward (gelu_backward_bias) followed by round_to_bf16, dbias
-// included.
-void gelu_forward_bf16(uint16_t* out, const float* inp, int64_t n);
-// Likewise the LayerNorms whose output only a bf16 linear reads (mean and
-// rstd, and the residual sum, stay fp32): the bits of layernorm_forward
-// (residual_layernorm_forward) followed by round_to_bf16. out must not
-// alias the inputs.
+// For bf16 layers (the next product on the bf16 GEMM): values rounded to
+// bf16 (nearest even, as gemm_bf16.h's round_to_bf16) as they are made, so
+// no fp32 copy is written and read again. The LayerNorms whose output only
+// a bf16 linear reads (mean and rstd, and the residual sum, stay fp32): the
+// bits of layernorm_forward (residual_layernorm_forward) followed by
+// round_to_bf16. out must not alias the inputs.
 void layernorm_forward_bf16(uint16_t* out, float* mean, float* rstd, const float* inp,
                             const float* weight, const float* bias, int64_t N, int64_t C);
 void residual_layernorm_forward_bf16(float* sum, uint16_t* out, float* mean, float* rstd,
                                      const float* a, const float* b, const float* weight,
                                      const float* bias, int64_t N, int64_t C);
-// gelu_forward_bf16 on rows r0..r1 of the fc linear's output as its
-// product hands them over (rows: r1 - r0 rows of OC): the rows are kept in
-// fch (for GELU's backward) and their GELU rounded into out's rows. Over all
-// rows, the bits of gelu_forward_bf16 on the whole output.
+// GELU on rows r0..r1 of the fc linear's output as its product hands them
+// over (rows: r1 - r0 rows of OC): the rows are kept in fch (for GELU's
+// backward) and their GELU rounded into out's rows. Over all rows, the bits
+// of gelu_forward followed by round_to_bf16.
 void gelu_forward_bf16_rows(float* fch, uint16_t* out, const float* rows, int64_t r0, int64_t r1,
                             int64_t OC);
 // GELU's gradient with the bias gradient of the linear before it, on rows
