@@ -1,7 +1,9 @@
 #include "gemm_bf16.h"
 
 #include <immintrin.h>
+#include <dscore/cpp/dtype.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -96,6 +98,18 @@ void round_to_bf16_serial(uint16_t* out, const float* in, int64_t n) {
 void round_to_bf16(uint16_t* out, const float* in, int64_t n) {
   for_blocks(n, kElementBlock,
              [&](int64_t i0, int64_t i1) { round_to_bf16_serial(out + i0, in + i0, i1 - i0); });
+}
+
+void add_to_bf16(uint16_t* out, const float* in, int64_t n) {
+  constexpr int64_t kTile = 1024;  // fp32 sums that stay in L1 between the two loops
+  for_blocks(n, kElementBlock, [&](int64_t i0, int64_t i1) {
+    alignas(64) float sums[kTile];
+    for (int64_t t0 = i0; t0 < i1; t0 += kTile) {
+      const int64_t m = std::min(kTile, i1 - t0);
+      for (int64_t i = 0; i < m; ++i) sums[i] = sdk::bf16_to_float(out[t0 + i]) + in[t0 + i];
+      round_to_bf16_serial(out + t0, sums, m);
+    }
+  });
 }
 
 const uint16_t* round_to_bf16(AlignedVector<uint16_t>& buffer, const float* in, int64_t n) {

@@ -106,6 +106,9 @@ inline uint64_t gemm_bf16_consumed_working_bytes(int64_t n, int64_t k, int64_t t
 void round_to_bf16(uint16_t* out, const float* in, int64_t n);
 // The same on the calling thread.
 void round_to_bf16_serial(uint16_t* out, const float* in, int64_t n);
+// out[i] = bf16(float(out[i]) + in[i]), rounded once as above, over TBB
+// blocks: an fp32 gradient added into a bf16 accumulator.
+void add_to_bf16(uint16_t* out, const float* in, int64_t n);
 // round_to_bf16 into `buffer`, grown to n elements first (what it held
 // before is not kept); returns its data. For operand buffers reused from
 // call to call.

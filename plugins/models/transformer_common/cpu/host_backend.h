@@ -210,6 +210,12 @@ class HostBackend {
         if (copy_index_[i] < 0) continue;
         const dscore_tensor* t = views_.grads[i];
         const T* src = copies_[static_cast<size_t>(copy_index_[i])].get();
+        if constexpr (std::is_same_v<T, float>) {
+          if (t->dtype == DSCORE_DTYPE_BF16) {  // the same rounding, vectorised
+            add_to_bf16(static_cast<uint16_t*>(t->data), src, t->numel);
+            continue;
+          }
+        }
         for (int64_t k = 0; k < t->numel; ++k)
           sdk::store_float(t, k, sdk::load_float(t, k) + static_cast<float>(src[k]));
       }

@@ -79,14 +79,14 @@ inline float bf16_to_float(uint16_t h) {
   return f;
 }
 
-// Round to nearest even; NaN stays NaN.
+// Round to nearest even; NaN stays NaN (made quiet). Without branches, so
+// loops over it vectorise.
 inline uint16_t float_to_bf16(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, sizeof bits);
-  if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu) != 0)
-    return static_cast<uint16_t>((bits >> 16) | 0x0040u);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
+  const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
+  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  return static_cast<uint16_t>(nan ? (bits >> 16) | 0x0040u : rounded);
 }
 
 inline float half_to_float(uint16_t h) {

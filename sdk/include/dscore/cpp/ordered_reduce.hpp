@@ -37,25 +37,31 @@ inline Acc apply(dscore_reduce_op op, Acc a, Acc b) {
   }
 }
 
-// Storage type T, accumulated in Acc, rank by rank over the whole chunk so
-// the inner loop vectorises and the association order is fixed.
+// Storage type T, accumulated in Acc, rank by rank, a tile at a time (the
+// tile's sums stay in cache from the first chunk to the store), so the inner
+// loops vectorise and the association order is fixed.
 template <typename T, typename Acc, typename Load, typename Store>
 void reduce_typed(const T* chunks, int world, int64_t n, dscore_reduce_op op, T* out, Acc* acc,
                   Load load, Store store) {
-  for (int64_t i = 0; i < n; ++i) acc[i] = load(chunks[i]);
-  for (int r = 1; r < world; ++r) {
-    const T* c = chunks + static_cast<int64_t>(r) * n;
-    if (op == DSCORE_REDUCE_SUM || op == DSCORE_REDUCE_AVG) {
-      for (int64_t i = 0; i < n; ++i) acc[i] = acc[i] + load(c[i]);
-    } else {
-      for (int64_t i = 0; i < n; ++i) acc[i] = detail::apply<Acc>(op, acc[i], load(c[i]));
+  constexpr int64_t kTile = 2048;
+  for (int64_t t0 = 0; t0 < n; t0 += kTile) {
+    const int64_t m = std::min(kTile, n - t0);
+    Acc* a = acc + t0;
+    for (int64_t i = 0; i < m; ++i) a[i] = load(chunks[t0 + i]);
+    for (int r = 1; r < world; ++r) {
+      const T* c = chunks + static_cast<int64_t>(r) * n + t0;
+      if (op == DSCORE_REDUCE_SUM || op == DSCORE_REDUCE_AVG) {
+        for (int64_t i = 0; i < m; ++i) a[i] = a[i] + load(c[i]);
+      } else {
+        for (int64_t i = 0; i < m; ++i) a[i] = detail::apply<Acc>(op, a[i], load(c[i]));
+      }
     }
+    if (op == DSCORE_REDUCE_AVG) {
+      const Acc w = static_cast<Acc>(world);
+      for (int64_t i = 0; i < m; ++i) a[i] = a[i] / w;
+    }
+    for (int64_t i = 0; i < m; ++i) out[t0 + i] = store(a[i]);
   }
-  if (op == DSCORE_REDUCE_AVG) {
-    const Acc w = static_cast<Acc>(world);
-    for (int64_t i = 0; i < n; ++i) acc[i] = acc[i] / w;
-  }
-  for (int64_t i = 0; i < n; ++i) out[i] = store(acc[i]);
 }
 
 }  // namespace detail
@@ -88,9 +94,10 @@ inline void reduce_chunks(const void* chunks, int world, int64_t n, dscore_dtype
                            static_cast<double*>(out), doubles(), same_d, same_d);
       return;
     case DSCORE_DTYPE_BF16:
-      detail::reduce_typed(static_cast<const uint16_t*>(chunks), world, n, op,
-                           static_cast<uint16_t*>(out), floats(), &sdk::bf16_to_float,
-                           &sdk::float_to_bf16);
+      detail::reduce_typed(
+          static_cast<const uint16_t*>(chunks), world, n, op, static_cast<uint16_t*>(out), floats(),
+          [](uint16_t v) { return sdk::bf16_to_float(v); },
+          [](float v) { return sdk::float_to_bf16(v); });
       return;
     case DSCORE_DTYPE_F16:
       detail::reduce_typed(static_cast<const uint16_t*>(chunks), world, n, op,

@@ -283,6 +283,20 @@ TEST(GemmBf16, RoundsAsTheSdkDoes) {
   for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(out[i], sdk::float_to_bf16(in[i])) << in[i];
 }
 
+// A gradient added into a bf16 accumulator: one fp32 sum per element,
+// rounded once as the sdk rounds (over several TBB blocks and a tail).
+TEST(GemmBf16, AddToBf16AddsAndRoundsAsTheSdkDoes) {
+  std::mt19937 rng(6);
+  const auto before = normal_floats(70001, rng), add = normal_floats(70001, rng);
+  std::vector<uint16_t> acc(before.size());
+  for (size_t i = 0; i < acc.size(); ++i) acc[i] = sdk::float_to_bf16(before[i]);
+  std::vector<uint16_t> expect(acc.size());
+  for (size_t i = 0; i < acc.size(); ++i)
+    expect[i] = sdk::float_to_bf16(sdk::bf16_to_float(acc[i]) + add[i]);
+  add_to_bf16(acc.data(), add.data(), static_cast<int64_t>(acc.size()));
+  for (size_t i = 0; i < acc.size(); ++i) ASSERT_EQ(acc[i], expect[i]) << i;
+}
+
 // The bf16 linear layers give the fp32 ones' results on operands rounded
 // to bf16 (up to fp32 summation order); the bias gradient is the fp32 one.
 TEST(LinearBf16, MatchesFp32LinearOnRoundedOperands) {
