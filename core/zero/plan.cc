@@ -115,6 +115,17 @@ int64_t allreduce_scratch_bytes(int64_t bucket, int64_t padded, int world, dscor
          reduce_accumulator_bytes(chunk(bucket), dtype);
 }
 
+// The most parameter elements stage 3 holds gathered at once, besides the
+// persistent ones (core/zero/sharded_zero.cc): a layer used again within
+// max_reuse_distance elements stays gathered, which with the defaults keeps
+// every layer from its forward to its backward; otherwise the layer in use
+// and one prefetched. Never more than max_live_parameters past the layer in
+// use.
+int64_t gathered_peak(const config::ZeroConfig& z, int64_t largest_layer, int64_t all_layers) {
+  const int64_t kept = z.max_reuse_distance >= 2 * all_layers ? all_layers : 2 * largest_layer;
+  return std::min({kept, all_layers, std::max<int64_t>(z.max_live_parameters, 0) + largest_layer});
+}
+
 }  // namespace
 
 void add_process_memory(const ProcessMemory& process, ZeroPlan* plan) {
@@ -218,8 +229,6 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
     owned = shards.local_numel;
     m.parameters = bytes(owned, md);
     m.gradients = bytes(owned, gd);
-    // Gathered parameters (one layer live plus one prefetched) and one
-    // layer's full gradients; persistent parameters stay gathered.
     int64_t largest_layer = 0, persistent = 0, gathered_per_pass = 0, total = 0;
     for (size_t l = 0; l < layout.layer_count(); ++l) {
       int64_t layer = 0;
@@ -235,10 +244,21 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
       }
       largest_layer = std::max(largest_layer, layer);
     }
-    m.buffers = bytes(2 * largest_layer + persistent, md) + bytes(largest_layer, gd);
+    // Layers' full gradients wait until reduce_bucket_size elements are
+    // pending (a bucket plus the layer that filled it, at most all of
+    // them); a bucket is reduce-scattered in pieces of at least
+    // zero.reduce_piece_elements (plus a layer): a piece's rank-ordered copy
+    // and this rank's reduced part (core/zero/sharded_zero.cc).
+    const int64_t held =
+        std::min(total, std::max<int64_t>(config.zero.reduce_bucket_size, 1) + largest_layer);
+    const int64_t piece =
+        std::min(held, std::max<int64_t>(config.zero.reduce_piece_elements, 1) + largest_layer);
+    const int64_t part = (piece + world - 1) / world;
+    m.buffers =
+        bytes(gathered_peak(config.zero, largest_layer, gathered_per_pass) + persistent, md) +
+        bytes(held + piece + part, gd);
     if (world > 1)  // reduce_scatter's gathered copy and its accumulator for one rank's part
-      m.comm_scratch = bytes(largest_layer, gd) +
-                       reduce_accumulator_bytes((largest_layer + world - 1) / world, gd);
+      m.comm_scratch = bytes(piece, gd) + reduce_accumulator_bytes(part, gd);
     // Forward and backward each gather once per micro-step (when layers are
     // released in between); gradients are reduce-scattered once.
     plan.comm_elements["allgather"] = 2 * gathered_per_pass * gas + persistent;

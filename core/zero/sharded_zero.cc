@@ -468,50 +468,73 @@ Status ShardedZero::grads_ready(size_t layer) {
   return Status::Ok();
 }
 
+Status ShardedZero::reduce_grads(const std::vector<PendingGrads>& group, size_t begin, size_t end,
+                                 const Reduction& r) {
+  const dscore_dtype gd = ctx_.grad_dtype;
+  const int64_t es = static_cast<int64_t>(sdk::dtype_size(gd));
+  // Interleave per rank: chunk r = every param's r-th shard, layer after
+  // layer (docs/deepspeed-reference.md#stage-3-layout reduce_scatter_coalesced), then one
+  // reduce-scatter.
+  std::vector<ShardedRun> runs;
+  for (size_t i = begin; i < end; ++i) {
+    const PendingGrads& g = group[i];
+    char* full = static_cast<char*>(g.grads->data());
+    for (size_t p = ctx_.layout->layer_first(g.layer); p < ctx_.layout->layer_end(g.layer); ++p) {
+      const int64_t shard = shards_.params[p].shard_size;
+      runs.push_back({full, shard});
+      full += shard * world_ * es;
+    }
+  }
+  const int64_t chunk = chunk_elements(runs);
+  DSCORE_ASSIGN_OR_RETURN(device::Buffer send,
+                          allocate_scratch(ctx_.device, ctx_.stream, chunk * world_, gd,
+                                           MemoryUse::kBuffers, "gradient bucket"));
+  DSCORE_ASSIGN_OR_RETURN(device::Buffer recv,
+                          allocate_scratch(ctx_.device, ctx_.stream, chunk, gd, MemoryUse::kBuffers,
+                                           "gradient bucket"));
+  pack_rank_chunks(ctx_.comm_target, runs, world_, gd, static_cast<char*>(send.data()));
+  const device::ops::Target on = ctx_.comm_target;
+  device::ops::scale_in_place(on, send.data(), gd, chunk * world_, r.pre_factor);
+  DSCORE_RETURN_IF_ERROR(
+      ctx_.comm->reduce_scatter(device_buffer(ctx_.device, send.data(), gd, chunk * world_),
+                                device_buffer(ctx_.device, recv.data(), gd, chunk), r.op));
+  device::ops::scale_in_place(on, recv.data(), gd, chunk, r.post_factor);
+  const char* reduced = static_cast<const char*>(recv.data());
+  int64_t in_chunk = 0;
+  for (size_t i = begin; i < end; ++i) {
+    const PendingGrads& g = group[i];
+    for (size_t p = ctx_.layout->layer_first(g.layer); p < ctx_.layout->layer_end(g.layer); ++p) {
+      const ParamShard& sh = shards_.params[p];
+      device::ops::accumulate(on, element_at(grad_part_.data(), gd, sh.local_offset),
+                              reduced + in_chunk * es, gd, sh.shard_size);
+      in_chunk += sh.shard_size;
+    }
+  }
+  return Status::Ok();
+}
+
 void ShardedZero::flush_gradients() {
   if (pending_grads_.empty()) return;
   std::vector<PendingGrads> group = std::move(pending_grads_);
   pending_grads_.clear();
   pending_grad_elements_ = 0;
-  device::EventPtr done = ctx_.stream->submit([this, group] {
-    const dscore_dtype gd = ctx_.grad_dtype;
-    const int64_t es = static_cast<int64_t>(sdk::dtype_size(gd));
+  device::EventPtr done = ctx_.stream->submit([this, group]() mutable {
     const Reduction r = plan_reduction(*ctx_.config, world_);
-    // Interleave per rank: chunk r = every param's r-th shard, layer after
-    // layer (docs/deepspeed-reference.md#stage-3-layout reduce_scatter_coalesced), then one
-    // reduce-scatter.
-    std::vector<ShardedRun> runs;
-    for (const PendingGrads& g : group) {
-      char* full = static_cast<char*>(g.grads->data());
-      for (size_t p = ctx_.layout->layer_first(g.layer); p < ctx_.layout->layer_end(g.layer); ++p) {
-        const int64_t shard = shards_.params[p].shard_size;
-        runs.push_back({full, shard});
-        full += shard * world_ * es;
-      }
-    }
-    const int64_t chunk = chunk_elements(runs);
-    DSCORE_ASSIGN_OR_RETURN(device::Buffer send,
-                            allocate_scratch(ctx_.device, ctx_.stream, chunk * world_, gd,
-                                             MemoryUse::kBuffers, "gradient bucket"));
-    DSCORE_ASSIGN_OR_RETURN(device::Buffer recv,
-                            allocate_scratch(ctx_.device, ctx_.stream, chunk, gd,
-                                             MemoryUse::kBuffers, "gradient bucket"));
-    pack_rank_chunks(ctx_.comm_target, runs, world_, gd, static_cast<char*>(send.data()));
-    const device::ops::Target on = ctx_.comm_target;
-    device::ops::scale_in_place(on, send.data(), gd, chunk * world_, r.pre_factor);
-    DSCORE_RETURN_IF_ERROR(
-        ctx_.comm->reduce_scatter(device_buffer(ctx_.device, send.data(), gd, chunk * world_),
-                                  device_buffer(ctx_.device, recv.data(), gd, chunk), r.op));
-    device::ops::scale_in_place(on, recv.data(), gd, chunk, r.post_factor);
-    const char* reduced = static_cast<const char*>(recv.data());
-    int64_t in_chunk = 0;
-    for (const PendingGrads& g : group) {
-      for (size_t p = ctx_.layout->layer_first(g.layer); p < ctx_.layout->layer_end(g.layer); ++p) {
-        const ParamShard& sh = shards_.params[p];
-        device::ops::accumulate(on, element_at(grad_part_.data(), gd, sh.local_offset),
-                                reduced + in_chunk * es, gd, sh.shard_size);
-        in_chunk += sh.shard_size;
-      }
+    // Pieces of whole layers (zero.reduce_piece_elements), each
+    // reduce-scattered on its own: the send and receive buffers stay a
+    // piece's size, and a layer's full gradients are freed as soon as its
+    // piece is reduced. Every element is reduced as in one call.
+    size_t begin = 0;
+    while (begin < group.size()) {
+      size_t end = begin;
+      int64_t elements = 0;
+      do {
+        elements += layers_[group[end].layer].all_shard_elements * world_;
+        ++end;
+      } while (end < group.size() && elements < ctx_.config->zero.reduce_piece_elements);
+      DSCORE_RETURN_IF_ERROR(reduce_grads(group, begin, end, r));
+      for (size_t i = begin; i < end; ++i) group[i].grads.reset();
+      begin = end;
     }
     return Status::Ok();
   });

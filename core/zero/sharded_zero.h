@@ -33,6 +33,8 @@
 
 namespace dscore::zero {
 
+struct Reduction;
+
 class ShardedZero final : public ZeroStrategy {
  public:
   explicit ShardedZero(const ZeroContext& context);
@@ -138,6 +140,10 @@ class ShardedZero final : public ZeroStrategy {
     size_t layer;
     std::shared_ptr<device::Buffer> grads;
   };
+  // Reduce-scatters group[begin, end) and adds this rank's shards into its
+  // gradient partition (on the comm thread).
+  Status reduce_grads(const std::vector<PendingGrads>& group, size_t begin, size_t end,
+                      const Reduction& r);
   std::vector<PendingGrads> pending_grads_;
   int64_t pending_grad_elements_ = 0;
 };

@@ -28,6 +28,7 @@ Status train_rank(const std::string& text, int rank, int world,
   options.kv_store = store;
   DSCORE_ASSIGN_OR_RETURN(Setup setup, prepare_text(text, "in_process_job.json", ".", options));
   if (!setup.loaded.ok()) return invalid_argument(format_config_errors(setup.loaded));
+  if (hooks.adjust_config) hooks.adjust_config(*setup.loaded.config);
   DSCORE_ASSIGN_OR_RETURN(auto engine, build_engine(setup, nullptr));
   Engine& e = *engine;
   // A failing rank ends the others' collectives at once, as under mpirun.

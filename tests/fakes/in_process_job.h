@@ -24,6 +24,7 @@ struct InProcessResult {
 // Hooks every rank runs; a non-OK Status fails the run (and aborts the
 // other ranks' collectives).
 struct InProcessHooks {
+  std::function<void(config::TrainingConfig&)> adjust_config;    // before the engine is built
   std::function<Status(Engine&)> before_training;                // e.g. load a checkpoint
   std::function<Status(Engine&, int64_t step)> after_each_step;  // e.g. save one
 };

@@ -78,7 +78,8 @@ std::string quickstart_config() {
 }
 
 // bench/gpt_train.cc's model and batch: ZeRO-0 at 1 rank, ZeRO-2 at 2
-// unless `stage` says (ZeRO-0 at 2 ranks: the allreduce's staging); in
+// unless `stage` says (ZeRO-0 at 2 ranks: the allreduce's staging; ZeRO-3:
+// the gathered layers and the gradients held for the bucket); in
 // bf16 the model computes on fp32 copies of its bf16 views (and, where the
 // bf16 GEMM is, keeps bf16 operands), which it declares through
 // activation_bytes_for.
@@ -150,6 +151,10 @@ TEST(MemoryPlan, BenchGptPeakWithinTenPercentOnTwoRanks) {
 
 TEST(MemoryPlan, BenchGptZeroZeroPeakWithinTenPercentOnTwoRanks) {
   expect_plan_within_10_percent(bench_gpt_config(2, /*bf16=*/false, /*stage=*/0), 2, 1);
+}
+
+TEST(MemoryPlan, BenchGptZeroThreePeakWithinTenPercentOnTwoRanks) {
+  expect_plan_within_10_percent(bench_gpt_config(2, /*bf16=*/false, /*stage=*/3), 2, 1);
 }
 
 TEST(MemoryPlan, Bf16BenchGptPeakWithinTenPercentOnOneRank) {
