@@ -468,45 +468,57 @@ Status ShardedZero::grads_ready(size_t layer) {
   return Status::Ok();
 }
 
-Status ShardedZero::reduce_grads(const std::vector<PendingGrads>& group, size_t begin, size_t end,
+Status ShardedZero::reduce_grads(const std::vector<PendingGrads>& group, const GradPiece& piece,
                                  const Reduction& r) {
   const dscore_dtype gd = ctx_.grad_dtype;
   const int64_t es = static_cast<int64_t>(sdk::dtype_size(gd));
   // Interleave per rank: chunk r = every param's r-th shard, layer after
   // layer (docs/deepspeed-reference.md#stage-3-layout reduce_scatter_coalesced), then one
-  // reduce-scatter.
+  // reduce-scatter. The layers come in ascending order, so this rank's
+  // shards usually follow each other in the partition as in the chunk.
   std::vector<ShardedRun> runs;
-  for (size_t i = begin; i < end; ++i) {
+  bool back_to_back = true;
+  int64_t next_offset = -1;
+  for (size_t i = piece.begin; i < piece.end; ++i) {
     const PendingGrads& g = group[i];
     char* full = static_cast<char*>(g.grads->data());
     for (size_t p = ctx_.layout->layer_first(g.layer); p < ctx_.layout->layer_end(g.layer); ++p) {
-      const int64_t shard = shards_.params[p].shard_size;
-      runs.push_back({full, shard});
-      full += shard * world_ * es;
+      const ParamShard& sh = shards_.params[p];
+      runs.push_back({full, sh.shard_size});
+      full += sh.shard_size * world_ * es;
+      back_to_back = back_to_back && (next_offset < 0 || sh.local_offset == next_offset);
+      next_offset = sh.local_offset + sh.shard_size;
     }
   }
   const int64_t chunk = chunk_elements(runs);
+  const int64_t first_offset =
+      shards_.params[ctx_.layout->layer_first(group[piece.begin].layer)].local_offset;
+  // A clean piece reduces into the partition itself: no copy to add.
+  const bool into_partition = piece.clean && back_to_back;
   DSCORE_ASSIGN_OR_RETURN(device::Buffer send,
                           allocate_scratch(ctx_.device, ctx_.stream, chunk * world_, gd,
                                            MemoryUse::kBuffers, "gradient bucket"));
-  DSCORE_ASSIGN_OR_RETURN(device::Buffer recv,
-                          allocate_scratch(ctx_.device, ctx_.stream, chunk, gd, MemoryUse::kBuffers,
-                                           "gradient bucket"));
+  device::Buffer recv;
+  if (!into_partition) {
+    DSCORE_ASSIGN_OR_RETURN(recv, allocate_scratch(ctx_.device, ctx_.stream, chunk, gd,
+                                                   MemoryUse::kBuffers, "gradient bucket"));
+  }
+  void* reduced = into_partition ? element_at(grad_part_.data(), gd, first_offset) : recv.data();
   pack_rank_chunks(ctx_.comm_target, runs, world_, gd, static_cast<char*>(send.data()));
   const device::ops::Target on = ctx_.comm_target;
   device::ops::scale_in_place(on, send.data(), gd, chunk * world_, r.pre_factor);
   DSCORE_RETURN_IF_ERROR(
       ctx_.comm->reduce_scatter(device_buffer(ctx_.device, send.data(), gd, chunk * world_),
-                                device_buffer(ctx_.device, recv.data(), gd, chunk), r.op));
-  device::ops::scale_in_place(on, recv.data(), gd, chunk, r.post_factor);
-  const char* reduced = static_cast<const char*>(recv.data());
+                                device_buffer(ctx_.device, reduced, gd, chunk), r.op));
+  device::ops::scale_in_place(on, reduced, gd, chunk, r.post_factor);
+  if (into_partition) return Status::Ok();
   int64_t in_chunk = 0;
-  for (size_t i = begin; i < end; ++i) {
+  for (size_t i = piece.begin; i < piece.end; ++i) {
     const PendingGrads& g = group[i];
     for (size_t p = ctx_.layout->layer_first(g.layer); p < ctx_.layout->layer_end(g.layer); ++p) {
       const ParamShard& sh = shards_.params[p];
       device::ops::accumulate(on, element_at(grad_part_.data(), gd, sh.local_offset),
-                              reduced + in_chunk * es, gd, sh.shard_size);
+                              static_cast<const char*>(reduced) + in_chunk * es, gd, sh.shard_size);
       in_chunk += sh.shard_size;
     }
   }
@@ -518,23 +530,31 @@ void ShardedZero::flush_gradients() {
   std::vector<PendingGrads> group = std::move(pending_grads_);
   pending_grads_.clear();
   pending_grad_elements_ = 0;
-  device::EventPtr done = ctx_.stream->submit([this, group]() mutable {
+  std::sort(group.begin(), group.end(),
+            [](const PendingGrads& a, const PendingGrads& b) { return a.layer < b.layer; });
+  // Pieces of whole layers (zero.reduce_piece_elements), each
+  // reduce-scattered on its own: the send and receive buffers stay a
+  // piece's size, and a layer's full gradients are freed as soon as its
+  // piece is reduced. Every element is reduced as in one call.
+  std::vector<GradPiece> pieces;
+  for (size_t begin = 0; begin < group.size();) {
+    GradPiece piece{begin, begin, true};
+    int64_t elements = 0;
+    do {
+      LayerState& s = layers_[group[piece.end].layer];
+      elements += s.all_shard_elements * world_;
+      piece.clean = piece.clean && s.partition_clean;
+      s.partition_clean = false;
+      ++piece.end;
+    } while (piece.end < group.size() && elements < ctx_.config->zero.reduce_piece_elements);
+    pieces.push_back(piece);
+    begin = piece.end;
+  }
+  device::EventPtr done = ctx_.stream->submit([this, group, pieces]() mutable {
     const Reduction r = plan_reduction(*ctx_.config, world_);
-    // Pieces of whole layers (zero.reduce_piece_elements), each
-    // reduce-scattered on its own: the send and receive buffers stay a
-    // piece's size, and a layer's full gradients are freed as soon as its
-    // piece is reduced. Every element is reduced as in one call.
-    size_t begin = 0;
-    while (begin < group.size()) {
-      size_t end = begin;
-      int64_t elements = 0;
-      do {
-        elements += layers_[group[end].layer].all_shard_elements * world_;
-        ++end;
-      } while (end < group.size() && elements < ctx_.config->zero.reduce_piece_elements);
-      DSCORE_RETURN_IF_ERROR(reduce_grads(group, begin, end, r));
-      for (size_t i = begin; i < end; ++i) group[i].grads.reset();
-      begin = end;
+    for (const GradPiece& piece : pieces) {
+      DSCORE_RETURN_IF_ERROR(reduce_grads(group, piece, r));
+      for (size_t i = piece.begin; i < piece.end; ++i) group[i].grads.reset();
     }
     return Status::Ok();
   });
@@ -587,6 +607,7 @@ GradientShare ShardedZero::gradient_share() {
 
 void ShardedZero::zero_grads(device::ops::Target target) {
   device::ops::fill_zero(target, grad_part_.data(), ctx_.grad_dtype, shards_.local_numel);
+  for (LayerState& s : layers_) s.partition_clean = true;
 }
 
 Status ShardedZero::gather_master(std::vector<float>* out) {

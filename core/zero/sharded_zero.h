@@ -86,6 +86,10 @@ class ShardedZero final : public ZeroStrategy {
     device::EventPtr grads_ticket;
     std::shared_ptr<std::vector<device::Buffer>> prepared;
     size_t prepared_index = 0;
+    // Its shards in the gradient partition are still zero since
+    // zero_grads (read and written on the compute thread and by zero_grads,
+    // which the engine runs between steps).
+    bool partition_clean = true;
   };
   int64_t padded(size_t param) const;
   // On the comm thread: one allgather of this rank's shards of `params`,
@@ -140,9 +144,16 @@ class ShardedZero final : public ZeroStrategy {
     size_t layer;
     std::shared_ptr<device::Buffer> grads;
   };
-  // Reduce-scatters group[begin, end) and adds this rank's shards into its
-  // gradient partition (on the comm thread).
-  Status reduce_grads(const std::vector<PendingGrads>& group, size_t begin, size_t end,
+  // group[begin, end) of a bucket; `clean`: none of its layers' shards in
+  // the gradient partition was written since zero_grads.
+  struct GradPiece {
+    size_t begin, end;
+    bool clean;
+  };
+  // Reduce-scatters a piece and adds this rank's shards into its gradient
+  // partition, or reduces straight into it when the piece is clean and its
+  // shards lie back to back there (on the comm thread).
+  Status reduce_grads(const std::vector<PendingGrads>& group, const GradPiece& piece,
                       const Reduction& r);
   std::vector<PendingGrads> pending_grads_;
   int64_t pending_grad_elements_ = 0;
