@@ -87,8 +87,9 @@ class ShardedZero final : public ZeroStrategy {
     std::shared_ptr<std::vector<device::Buffer>> prepared;
     size_t prepared_index = 0;
     // Its shards in the gradient partition are still zero since
-    // zero_grads (read and written on the compute thread and by zero_grads,
-    // which the engine runs between steps).
+    // zero_grads: read and cleared by flush_gradients on the caller's
+    // thread, set again by zero_grads, which the engine runs between steps
+    // and waits for.
     bool partition_clean = true;
   };
   int64_t padded(size_t param) const;
