@@ -1,6 +1,7 @@
 #include "core/zero/plan.h"
 
 #include <dscore/cpp/dtype.hpp>
+#include <dscore/cpp/ordered_reduce.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -92,12 +93,12 @@ constexpr const char* kNotCounted =
 std::string mib(int64_t bytes) { return format_bytes(static_cast<uint64_t>(bytes)); }
 
 // The accumulator sdk::reduce_chunks keeps for a reduction of n elements
-// (dscore/cpp/ordered_reduce.hpp): fp32 for 16- and 32-bit floats, fp64
-// otherwise.
+// (dscore/cpp/ordered_reduce.hpp): a tile of them, fp32 for 16- and 32-bit
+// floats, fp64 otherwise.
 int64_t reduce_accumulator_bytes(int64_t n, dscore_dtype dtype) {
   const bool fp32 =
       dtype == DSCORE_DTYPE_F32 || dtype == DSCORE_DTYPE_BF16 || dtype == DSCORE_DTYPE_F16;
-  return n * (fp32 ? 4 : 8);
+  return std::min(n, sdk::detail::kReduceTile) * (fp32 ? 4 : 8);
 }
 
 // The mpi backend's staging for allreduces of buckets of `bucket` elements

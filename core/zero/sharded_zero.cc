@@ -478,7 +478,7 @@ Status ShardedZero::reduce_grads(const std::vector<PendingGrads>& group, const G
   // shards usually follow each other in the partition as in the chunk.
   std::vector<ShardedRun> runs;
   bool back_to_back = true;
-  int64_t next_offset = -1;
+  int64_t first_offset = -1, next_offset = -1;
   for (size_t i = piece.begin; i < piece.end; ++i) {
     const PendingGrads& g = group[i];
     char* full = static_cast<char*>(g.grads->data());
@@ -486,13 +486,12 @@ Status ShardedZero::reduce_grads(const std::vector<PendingGrads>& group, const G
       const ParamShard& sh = shards_.params[p];
       runs.push_back({full, sh.shard_size});
       full += sh.shard_size * world_ * es;
+      if (first_offset < 0) first_offset = sh.local_offset;
       back_to_back = back_to_back && (next_offset < 0 || sh.local_offset == next_offset);
       next_offset = sh.local_offset + sh.shard_size;
     }
   }
   const int64_t chunk = chunk_elements(runs);
-  const int64_t first_offset =
-      shards_.params[ctx_.layout->layer_first(group[piece.begin].layer)].local_offset;
   // A clean piece reduces into the partition itself: no copy to add.
   const bool into_partition = piece.clean && back_to_back;
   DSCORE_ASSIGN_OR_RETURN(device::Buffer send,

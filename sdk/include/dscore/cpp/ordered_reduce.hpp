@@ -37,16 +37,18 @@ inline Acc apply(dscore_reduce_op op, Acc a, Acc b) {
   }
 }
 
+// The elements reduce_typed sums at a time.
+inline constexpr int64_t kReduceTile = 2048;
+
 // Storage type T, accumulated in Acc, rank by rank, a tile at a time (the
-// tile's sums stay in cache from the first chunk to the store), so the inner
-// loops vectorise and the association order is fixed.
+// tile's sums in `a`, kReduceTile elements, stay in cache from the first
+// chunk to the store), so the inner loops vectorise and the association
+// order is fixed.
 template <typename T, typename Acc, typename Load, typename Store>
-void reduce_typed(const T* chunks, int world, int64_t n, dscore_reduce_op op, T* out, Acc* acc,
+void reduce_typed(const T* chunks, int world, int64_t n, dscore_reduce_op op, T* out, Acc* a,
                   Load load, Store store) {
-  constexpr int64_t kTile = 2048;
-  for (int64_t t0 = 0; t0 < n; t0 += kTile) {
-    const int64_t m = std::min(kTile, n - t0);
-    Acc* a = acc + t0;
+  for (int64_t t0 = 0; t0 < n; t0 += kReduceTile) {
+    const int64_t m = std::min(kReduceTile, n - t0);
     for (int64_t i = 0; i < m; ++i) a[i] = load(chunks[t0 + i]);
     for (int r = 1; r < world; ++r) {
       const T* c = chunks + static_cast<int64_t>(r) * n + t0;
@@ -72,14 +74,14 @@ void reduce_typed(const T* chunks, int world, int64_t n, dscore_reduce_op op, T*
 inline void reduce_chunks(const void* chunks, int world, int64_t n, dscore_dtype dtype,
                           dscore_reduce_op op, void* out, std::vector<double>* scratch) {
   // The scratch is double-typed storage, grown to what the accumulator
-  // needs: n floats (fp32, bf16, fp16) or n doubles (fp64, int32).
+  // needs: a tile of floats (fp32, bf16, fp16) or of doubles (fp64, int32).
+  const size_t tile = static_cast<size_t>(std::min(n, detail::kReduceTile));
   auto floats = [&] {
-    if (scratch->size() < (static_cast<size_t>(n) + 1) / 2)
-      scratch->resize((static_cast<size_t>(n) + 1) / 2);
+    if (scratch->size() < (tile + 1) / 2) scratch->resize((tile + 1) / 2);
     return reinterpret_cast<float*>(scratch->data());
   };
   auto doubles = [&] {
-    if (scratch->size() < static_cast<size_t>(n)) scratch->resize(static_cast<size_t>(n));
+    if (scratch->size() < tile) scratch->resize(tile);
     return scratch->data();
   };
   auto same_f = [](float v) { return v; };
@@ -112,7 +114,7 @@ inline void reduce_chunks(const void* chunks, int world, int64_t n, dscore_dtype
       return;
     case DSCORE_DTYPE_I64: {
       // int64 through an int64 accumulator: exact.
-      std::vector<int64_t> acc(static_cast<size_t>(n));
+      std::vector<int64_t> acc(tile);
       auto same_i = [](int64_t v) { return v; };
       detail::reduce_typed(static_cast<const int64_t*>(chunks), world, n, op,
                            static_cast<int64_t*>(out), acc.data(), same_i, same_i);
