@@ -3,8 +3,8 @@
 // activations and the measured process) within 10% of each rank's peak RSS
 // (VmHWM) that `dscore run` reports with memory_breakdown at the end of
 // training, for the README's quickstart and the bench GPT (bench/gpt_train.cc)
-// at 1 and 2 ranks. The peak is read before teardown, which touches pages
-// no training step does.
+// at 1 and 2 ranks, and for a Llama of the bench GPT's size. The peak is read before teardown,
+// which touches pages no training step does.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -100,6 +100,28 @@ std::string bench_gpt_config(int ranks, bool bf16 = false, int stage = -1) {
   return text;
 }
 
+// A Llama of the bench GPT's width and depth (grouped-query attention,
+// SwiGLU, untied head), ZeRO-`stage`, with activation checkpointing where
+// `checkpointing` says: the plan's second model and its checkpointed
+// activations.
+std::string llama_config(int ranks, bool bf16, int stage, bool checkpointing) {
+  char text[1024];
+  std::snprintf(
+      text, sizeof text,
+      R"({"train_batch_size": %d, "train_micro_batch_size_per_gpu": 8, "train_steps": 1,
+          "zero_optimization": {"stage": %d}, "memory_breakdown": true,%s%s
+          "optimizer": {"type": "AdamW", "params": {"lr": 0.0006}},
+          "model": {"type": "llama", "vocab_size": 256, "hidden_size": 384,
+                    "intermediate_size": 1024, "num_hidden_layers": 6,
+                    "num_attention_heads": 6, "num_key_value_heads": 2,
+                    "max_position_embeddings": 256, "block_size": 256,
+                    "tie_word_embeddings": false},
+          "data": {"type": "text", "path": "configs/data/quickstart.txt"}})",
+      8 * ranks, stage, bf16 ? R"( "bf16": {"enabled": true},)" : "",
+      checkpointing ? R"( "activation_checkpointing": {"partition_activations": false},)" : "");
+  return text;
+}
+
 void expect_plan_within_10_percent(const std::string& config_text, int ranks, int steps) {
   TempDir dir("dscore_memory_plan");
   fs::create_directory_symlink(fs::path(DSCORE_SOURCE_DIR) / "configs", dir.path() / "configs");
@@ -163,6 +185,14 @@ TEST(MemoryPlan, Bf16BenchGptPeakWithinTenPercentOnOneRank) {
 
 TEST(MemoryPlan, Bf16BenchGptPeakWithinTenPercentOnTwoRanks) {
   expect_plan_within_10_percent(bench_gpt_config(2, /*bf16=*/true), 2, 1);
+}
+
+TEST(MemoryPlan, LlamaPeakWithinTenPercentOnOneRank) {
+  expect_plan_within_10_percent(llama_config(1, /*bf16=*/false, /*stage=*/0, false), 1, 1);
+}
+
+TEST(MemoryPlan, CheckpointedBf16LlamaZeroThreePeakWithinTenPercentOnTwoRanks) {
+  expect_plan_within_10_percent(llama_config(2, /*bf16=*/true, /*stage=*/3, true), 2, 1);
 }
 
 }  // namespace
