@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/base/logging.h"
+#include "core/base/process_heap.h"
 #include "core/cli/commands.h"
 #include "core/cli/options.h"
 #include "core/cli/run_training.h"
@@ -12,6 +14,12 @@
 namespace dscore::cli {
 
 int run_command(const std::vector<std::string>& args) {
+  // Before any thread starts (process_heap.h): freed ZeRO buffers are reused,
+  // not zeroed again by the kernel.
+  log_debug(keep_freed_memory_in_process()
+                ? "malloc: one arena, freed memory kept in the process (DSCORE_MALLOC=system: "
+                  "glibc's defaults)"
+                : "malloc: glibc's defaults");
   po::options_description options("run options");
   int64_t steps = 0;
   int ranks = 1, threads = 0;

@@ -1,0 +1,23 @@
+// How this process's heap hands memory back to the kernel. glibc returns
+// large freed blocks at once (each above its mmap threshold is unmapped;
+// the heaps of the arenas other threads use are shrunk or unmapped when
+// they empty), and every page that comes back is a fresh one the kernel
+// zeroes on first touch. ZeRO-3 frees and allocates the same buffers every
+// step (the gathered layers, the gradient pieces), so a rank at 2 ranks
+// faulted in about 1.2 GB of zeroed pages per step (the ~100M Llama,
+// fp32; bench/README.md).
+#pragma once
+
+namespace dscore {
+
+// Keeps what the process frees for its own reuse: one malloc arena, no
+// mmap'd blocks, no trimming (glibc's mallopt). The resident set then
+// stays at the heap's high-water mark, which is the peak `dscore plan`
+// counts (its allocator slack covers the fragmentation). Call first thing
+// in main, before any thread starts; `dscore run` does, and a trainer that
+// embeds the engine may. DSCORE_MALLOC=system keeps glibc's defaults.
+// Returns whether the policy was applied (false: the environment said so,
+// or the C library is not glibc).
+bool keep_freed_memory_in_process();
+
+}  // namespace dscore
