@@ -1,7 +1,7 @@
 #include "core/base/process_heap.h"
 
 #include <cstdlib>
-#include <string_view>
+#include <string>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -9,18 +9,24 @@
 
 namespace dscore {
 
+Result<HeapPolicy> heap_policy_from_env() {
+  const char* value = std::getenv("DSCORE_MALLOC");
+  const std::string text = value != nullptr ? value : "";
+  if (text.empty() || text == "keep") return HeapPolicy::kKeepFreed;
+  if (text == "system") return HeapPolicy::kSystem;
+  return invalid_argument("DSCORE_MALLOC=\"" + text +
+                          "\": expected \"keep\" (freed memory stays in the process for reuse, "
+                          "the default) or \"system\" (the C library's defaults)");
+}
+
 bool keep_freed_memory_in_process() {
-  if (const char* env = std::getenv("DSCORE_MALLOC");
-      env != nullptr && std::string_view(env) == "system")
-    return false;
 #if defined(__GLIBC__)
   // Each setting alone is not enough: with mmap'd blocks allowed, anything
   // above 32 MiB is unmapped on free; with more arenas, the other threads'
   // heaps (64 MiB at most each) are unmapped when they empty; and an
   // explicit trim threshold would also fix the mmap threshold at 128 KiB.
-  const bool applied = mallopt(M_ARENA_MAX, 1) == 1 && mallopt(M_MMAP_MAX, 0) == 1 &&
-                       mallopt(M_TRIM_THRESHOLD, -1) == 1;  // -1: the largest size_t
-  return applied;
+  return mallopt(M_ARENA_MAX, 1) == 1 && mallopt(M_MMAP_MAX, 0) == 1 &&
+         mallopt(M_TRIM_THRESHOLD, -1) == 1;  // -1: the largest size_t, never trim
 #else
   return false;
 #endif

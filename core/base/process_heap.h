@@ -8,16 +8,27 @@
 // fp32; bench/README.md).
 #pragma once
 
+#include "core/base/status.h"
+
 namespace dscore {
+
+enum class HeapPolicy {
+  kKeepFreed,  // keep_freed_memory_in_process() below
+  kSystem,     // the C library's defaults
+};
+
+// DSCORE_MALLOC: unset, empty or "keep" -> kKeepFreed; "system" -> kSystem;
+// anything else is an error naming both.
+Result<HeapPolicy> heap_policy_from_env();
 
 // Keeps what the process frees for its own reuse: one malloc arena, no
 // mmap'd blocks, no trimming (glibc's mallopt). The resident set then
 // stays at the heap's high-water mark, which is the peak `dscore plan`
 // counts (its allocator slack covers the fragmentation). Call first thing
-// in main, before any thread starts; `dscore run` does, and a trainer that
-// embeds the engine may. DSCORE_MALLOC=system keeps glibc's defaults.
-// Returns whether the policy was applied (false: the environment said so,
-// or the C library is not glibc).
+// in main, before any thread starts; `dscore run` does unless
+// DSCORE_MALLOC=system, and a trainer that embeds the engine may. Returns
+// whether the C library took the settings (not under a sanitizer's
+// allocator, nor a C library other than glibc).
 bool keep_freed_memory_in_process();
 
 }  // namespace dscore

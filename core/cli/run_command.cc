@@ -16,10 +16,15 @@ namespace dscore::cli {
 int run_command(const std::vector<std::string>& args) {
   // Before any thread starts (process_heap.h): freed ZeRO buffers are reused,
   // not zeroed again by the kernel.
-  log_debug(keep_freed_memory_in_process()
-                ? "malloc: one arena, freed memory kept in the process (DSCORE_MALLOC=system: "
-                  "glibc's defaults)"
-                : "malloc: glibc's defaults");
+  const Result<HeapPolicy> heap = heap_policy_from_env();
+  if (!heap.ok()) {
+    std::fprintf(stderr, "dscore: %s\n", heap.status().message().c_str());
+    return kExitUsage;
+  }
+  if (*heap == HeapPolicy::kKeepFreed && keep_freed_memory_in_process())
+    log_debug(
+        "malloc: one arena, freed memory kept in the process (DSCORE_MALLOC=system: the "
+        "C library's defaults)");
   po::options_description options("run options");
   int64_t steps = 0;
   int ranks = 1, threads = 0;

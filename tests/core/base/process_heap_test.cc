@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -23,9 +24,19 @@ constexpr bool kGlibcMalloc = true;
 constexpr bool kGlibcMalloc = false;
 #endif
 
-TEST(ProcessHeap, SystemInTheEnvironmentKeepsTheDefaults) {
+TEST(ProcessHeap, TheEnvironmentChoosesThePolicy) {
+  ::unsetenv("DSCORE_MALLOC");
+  ASSERT_TRUE(heap_policy_from_env().ok());
+  EXPECT_EQ(*heap_policy_from_env(), HeapPolicy::kKeepFreed);
+  ::setenv("DSCORE_MALLOC", "keep", 1);
+  EXPECT_EQ(*heap_policy_from_env(), HeapPolicy::kKeepFreed);
   ::setenv("DSCORE_MALLOC", "system", 1);
-  EXPECT_FALSE(keep_freed_memory_in_process());
+  EXPECT_EQ(*heap_policy_from_env(), HeapPolicy::kSystem);
+  ::setenv("DSCORE_MALLOC", "jemalloc", 1);
+  const Result<HeapPolicy> wrong = heap_policy_from_env();
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("DSCORE_MALLOC=\"jemalloc\""), std::string::npos);
+  EXPECT_NE(wrong.status().message().find("\"system\""), std::string::npos);
   ::unsetenv("DSCORE_MALLOC");
 }
 
