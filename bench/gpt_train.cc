@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/base/memory.h"
+#include "core/base/process_heap.h"
 #include "core/comm/job_env.h"
 #include "core/comm/launcher.h"
 #include "core/data/sampler.h"
@@ -110,6 +111,11 @@ void print_line(const char* what, const Figures& f, double gemm_flops) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As `dscore run` does, before any thread starts (core/base/process_heap.h).
+  if (const auto kept = dscore::apply_heap_policy_from_env(); !kept.ok()) {
+    std::fprintf(stderr, "%s\n", kept.status().message().c_str());
+    return 1;
+  }
   int steps = 4, micro = 8, ranks = 1;
   double limit = 0;  // GFLOP/s; the 2-rank half gets the first half's
   for (int i = 1; i + 1 < argc; i += 2) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/base/process_heap.h"
 #include "core/comm/job_env.h"
 #include "core/comm/launcher.h"
 #include "core/data/sampler.h"
@@ -128,6 +129,11 @@ Figures run_stage(int stage, int hidden, int batch, int steps, double* allgather
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As `dscore run` does, before any thread starts (core/base/process_heap.h).
+  if (const auto kept = dscore::apply_heap_policy_from_env(); !kept.ok()) {
+    std::fprintf(stderr, "%s\n", kept.status().message().c_str());
+    return 1;
+  }
   int hidden = 96, batch = 64, steps = 6;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];

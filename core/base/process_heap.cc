@@ -32,4 +32,10 @@ bool keep_freed_memory_in_process() {
 #endif
 }
 
+Result<bool> apply_heap_policy_from_env() {
+  const Result<HeapPolicy> policy = heap_policy_from_env();
+  if (!policy.ok()) return policy.status();
+  return *policy == HeapPolicy::kKeepFreed && keep_freed_memory_in_process();
+}
+
 }  // namespace dscore

@@ -31,4 +31,8 @@ Result<HeapPolicy> heap_policy_from_env();
 // allocator, nor a C library other than glibc).
 bool keep_freed_memory_in_process();
 
+// The two above as `dscore run` and the benches start: the policy the
+// environment names, applied. True where freed memory is now kept.
+Result<bool> apply_heap_policy_from_env();
+
 }  // namespace dscore

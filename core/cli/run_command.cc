@@ -16,12 +16,12 @@ namespace dscore::cli {
 int run_command(const std::vector<std::string>& args) {
   // Before any thread starts (process_heap.h): freed ZeRO buffers are reused,
   // not zeroed again by the kernel.
-  const Result<HeapPolicy> heap = heap_policy_from_env();
-  if (!heap.ok()) {
-    std::fprintf(stderr, "dscore: %s\n", heap.status().message().c_str());
+  const Result<bool> kept = apply_heap_policy_from_env();
+  if (!kept.ok()) {
+    std::fprintf(stderr, "dscore: %s\n", kept.status().message().c_str());
     return kExitUsage;
   }
-  if (*heap == HeapPolicy::kKeepFreed && keep_freed_memory_in_process())
+  if (*kept)
     log_debug(
         "malloc: one arena, freed memory kept in the process (DSCORE_MALLOC=system: the "
         "C library's defaults)");

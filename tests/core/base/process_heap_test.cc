@@ -37,6 +37,10 @@ TEST(ProcessHeap, TheEnvironmentChoosesThePolicy) {
   ASSERT_FALSE(wrong.ok());
   EXPECT_NE(wrong.status().message().find("DSCORE_MALLOC=\"jemalloc\""), std::string::npos);
   EXPECT_NE(wrong.status().message().find("\"system\""), std::string::npos);
+  EXPECT_FALSE(apply_heap_policy_from_env().ok());
+  ::setenv("DSCORE_MALLOC", "system", 1);
+  ASSERT_TRUE(apply_heap_policy_from_env().ok());
+  EXPECT_FALSE(*apply_heap_policy_from_env()) << "system's defaults are not the kept heap";
   ::unsetenv("DSCORE_MALLOC");
 }
 
