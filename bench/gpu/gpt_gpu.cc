@@ -42,7 +42,6 @@
 #include <string>
 #include <vector>
 
-#include "core/base/process_heap.h"
 #include "core/data/sampler.h"
 #include "core/data/source.h"
 #include "core/engine/engine_testing.h"
@@ -223,11 +222,6 @@ void print_line(const std::string& what, const Figures& f, double peak_flops) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // As `dscore run` does, before any thread starts (core/base/process_heap.h).
-  if (const auto kept = dscore::apply_heap_policy_from_env(); !kept.ok()) {
-    std::fprintf(stderr, "%s\n", kept.status().message().c_str());
-    return 1;
-  }
   int steps = 10, micro = 8;
   bool offload = true, profile = false;
   std::string nvme;

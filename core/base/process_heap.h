@@ -24,9 +24,11 @@ Result<HeapPolicy> heap_policy_from_env();
 // Keeps what the process frees for its own reuse: one malloc arena, no
 // mmap'd blocks, no trimming (glibc's mallopt). The resident set then
 // stays at the heap's high-water mark, which is the peak `dscore plan`
-// counts (its allocator slack covers the fragmentation). Call first thing
-// in main, before any thread starts; `dscore run` does unless
-// DSCORE_MALLOC=system, and a trainer that embeds the engine may. Returns
+// counts (its allocator slack covers the fragmentation). Call before any
+// thread starts; `dscore run` does once the config is read, unless
+// DSCORE_MALLOC=system or the run offloads (whose buffers of changing sizes
+// grew such a heap to 1.19x the usual peak RSS), and a trainer that embeds
+// the engine may. Returns
 // whether the C library took the settings (not under a sanitizer's
 // allocator, nor a C library other than glibc).
 bool keep_freed_memory_in_process();

@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/base/logging.h"
 #include "core/base/process_heap.h"
 #include "core/cli/commands.h"
 #include "core/cli/options.h"
@@ -14,17 +13,12 @@
 namespace dscore::cli {
 
 int run_command(const std::vector<std::string>& args) {
-  // Before any thread starts (process_heap.h): freed ZeRO buffers are reused,
-  // not zeroed again by the kernel.
-  const Result<bool> kept = apply_heap_policy_from_env();
-  if (!kept.ok()) {
-    std::fprintf(stderr, "dscore: %s\n", kept.status().message().c_str());
+  // DSCORE_MALLOC is read here, so a wrong value stops the job before any
+  // rank starts; run_training applies it (process_heap.h).
+  if (const Result<HeapPolicy> heap = heap_policy_from_env(); !heap.ok()) {
+    std::fprintf(stderr, "dscore: %s\n", heap.status().message().c_str());
     return kExitUsage;
   }
-  if (*kept)
-    log_debug(
-        "malloc: one arena, freed memory kept in the process (DSCORE_MALLOC=system: the "
-        "C library's defaults)");
   po::options_description options("run options");
   int64_t steps = 0;
   int ranks = 1, threads = 0;

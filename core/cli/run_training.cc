@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include "core/base/logging.h"
+#include "core/base/process_heap.h"
 #include "core/base/strings.h"
 
 #include "core/comm/job_env.h"
@@ -187,6 +188,19 @@ int run_training(const RunOptions& options) {
                                                               : p.message);
   }
   if (leader) log_config_notices(setup->loaded);
+  // The heap policy (process_heap.h), before the engine starts its threads.
+  // Not with offload: its swap and staging buffers vary in size, and a heap
+  // that never shrinks grew to 1.19x the peak RSS of glibc's defaults (the
+  // 2.5B GPT of configs/nvme_offload_2b.json, bench/README.md).
+  const config::TrainingConfig& run_config = *setup->loaded.config;
+  const auto offloads = [](const std::optional<config::OffloadConfig>& o) {
+    return o && o->device != "none";
+  };
+  if (!offloads(run_config.zero.offload_optimizer) && !offloads(run_config.zero.offload_param)) {
+    auto kept = apply_heap_policy_from_env();
+    if (!kept.ok()) return fail(kept.status());
+    if (*kept) log_debug("malloc: one arena, freed memory kept in the process");
+  }
 
   auto engine = build_engine(*setup, nullptr);
   if (!engine.ok()) return fail(engine.status());

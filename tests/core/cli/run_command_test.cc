@@ -128,6 +128,36 @@ TEST(CliRun, StepsOverridesTrainStepsAndSaysSo) {
             7u);
 }
 
+// The heap policy (core/base/process_heap.h): kept for a run without
+// offload, glibc's defaults with it or with DSCORE_MALLOC=system, and a
+// wrong DSCORE_MALLOC a usage error naming the values.
+TEST(CliRun, KeepsFreedMemoryExceptWithOffloadOrWhenTold) {
+  TempDir dir("dscore_cli_run");
+  MlpRunConfig cfg;
+  cfg.train_steps = 2;
+  const fs::path plain = dir.write("plain.json", cfg.text());
+  cfg.extra = R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}})";
+  const fs::path offload = dir.write("offload.json", cfg.text());
+  const auto kept = [&](const fs::path& config, std::optional<std::string> malloc_env) {
+    ProcessOptions options;
+    options.env = {{"DSCORE_LOG_LEVEL", "debug"}, {"DSCORE_MALLOC", malloc_env}};
+    const ProcessResult r = run_dscore({"run", "--config", config.string()}, options);
+    EXPECT_EQ(r.exit_code, 0) << r.describe();
+    return (r.out + r.err).find("malloc: one arena, freed memory kept") != std::string::npos;
+  };
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  EXPECT_TRUE(kept(plain, std::nullopt));  // a sanitizer's allocator takes no mallopt
+#endif
+  EXPECT_FALSE(kept(plain, "system"));
+  EXPECT_FALSE(kept(offload, std::nullopt));
+  ProcessOptions wrong;
+  wrong.env = {{"DSCORE_MALLOC", "jemalloc"}};
+  const ProcessResult r = run_dscore({"run", "--config", plain.string()}, wrong);
+  EXPECT_EQ(r.exit_code, 2) << r.describe();
+  EXPECT_NE(r.err.find("DSCORE_MALLOC=\"jemalloc\": expected \"keep\""), std::string::npos)
+      << r.err;
+}
+
 TEST(CliRun, StepsGivesTheCountWhenTheConfigHasNone) {
   TempDir dir("dscore_cli_run");
   MlpRunConfig cfg;
