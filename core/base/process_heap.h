@@ -28,9 +28,8 @@ Result<HeapPolicy> heap_policy_from_env();
 // thread starts; `dscore run` does once the config is read, unless
 // DSCORE_MALLOC=system or the run offloads (whose buffers of changing sizes
 // grew such a heap to 1.19x the usual peak RSS), and a trainer that embeds
-// the engine may. Returns
-// whether the C library took the settings (not under a sanitizer's
-// allocator, nor a C library other than glibc).
+// the engine may. Returns whether the C library took the settings (not
+// under a sanitizer's allocator, nor a C library other than glibc).
 bool keep_freed_memory_in_process();
 
 // The two above as `dscore run` and the benches start: the policy the
