@@ -1,0 +1,121 @@
+// A CPU emulation of the CUDA execution model, enough to run the source of
+// dscore's CUDA kernels in tests on machines without a GPU. A .cu file is
+// compiled as C++ after host_source.cmake rewrites its launches
+// (kernel<<<grid, block, bytes, stream>>>(args) becomes
+// kernel | LaunchConfig(grid, block, bytes, stream) | arguments(args)) and its __shared__ declarations (dynamic
+// shared memory becomes dynamic_shared_memory(), static arrays become
+// function statics). This header is included first and declares what
+// device code uses that the CUDA headers give only under nvcc.
+//
+// A launch runs its blocks one after another on the calling thread; the
+// threads of a block are fibers (ucontext). A fiber runs until it reaches a
+// barrier (__syncthreads, __syncwarp, a shuffle), and a barrier opens once
+// every thread it names has reached it. Threads run in ascending order, or
+// descending with set_schedule(Schedule::kDescending): a barrier missing
+// between a write and another thread's read shows as a wrong result in one
+// of the two orders. A barrier that not all of its threads reach (one
+// exited, or waits at another) ends the run with an error naming it.
+// Dynamic shared memory starts every block filled with 0xff bytes (NaN as
+// float and bf16), so reads of what no thread wrote show too; static
+// __shared__ variables are function statics that keep the last block's
+// values. WMMA fragments (mma.h beside this
+// header) hold the whole tile in every lane; a store writes each element
+// from one lane.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+// Occupancy hints mean nothing here (cuda_runtime.h defines them only under nvcc).
+#ifndef __launch_bounds__
+#define __launch_bounds__(...)
+#endif
+
+// The built-in variables of the calling emulated thread.
+extern uint3 threadIdx;
+extern uint3 blockIdx;
+extern dim3 blockDim;
+extern dim3 gridDim;
+
+void __syncthreads();
+void __syncwarp(unsigned mask = 0xffffffffu);
+
+namespace dscore::cuda_emulation {
+
+enum class Schedule { kAscending, kDescending };
+void set_schedule(Schedule schedule);
+
+// The calling thread's lane in its warp (blocks are one-dimensional).
+int lane();
+// The block's dynamic shared memory.
+unsigned char* dynamic_shared_memory();
+// Exchanges 8 bytes with lane `source` of the same warp (a warp barrier
+// before and after).
+uint64_t exchange(uint64_t value, int source);
+// Ends the run with `message` (a device-side error the emulation found).
+[[noreturn]] void fail(const char* message);
+
+struct LaunchConfig {
+  LaunchConfig(dim3 grid_, dim3 block_, size_t shared_bytes_ = 0, cudaStream_t stream_ = nullptr)
+      : grid(grid_), block(block_), shared_bytes(shared_bytes_), stream(stream_) {}
+  dim3 grid, block;
+  size_t shared_bytes;
+  cudaStream_t stream;
+};
+
+// Runs `body` as every thread of every block of `config`; records a launch
+// error (cudaGetLastError) instead when the configuration is invalid for
+// `kernel` (threads per block, dynamic shared memory above its limit).
+void run_grid(const void* kernel, const LaunchConfig& config, const std::function<void()>& body);
+
+template <typename... Params>
+struct PendingLaunch {
+  void (*kernel)(Params...);
+  LaunchConfig config;
+};
+
+template <typename... Params>
+PendingLaunch<Params...> operator|(void (*kernel)(Params...), const LaunchConfig& config) {
+  return {kernel, config};
+}
+
+template <typename... Args>
+std::tuple<std::decay_t<Args>...> arguments(Args&&... args) {
+  return std::tuple<std::decay_t<Args>...>(std::forward<Args>(args)...);
+}
+
+template <typename... Params, typename... Args>
+void operator|(const PendingLaunch<Params...>& launch, const std::tuple<Args...>& args) {
+  static_assert(sizeof...(Params) == sizeof...(Args), "a kernel launch with the wrong arguments");
+  run_grid(reinterpret_cast<const void*>(launch.kernel), launch.config, [&] {
+    std::apply([&](const auto&... a) { launch.kernel(static_cast<Params>(a)...); }, args);
+  });
+}
+
+}  // namespace dscore::cuda_emulation
+
+// nvcc's overload for kernels (cuda_runtime.h declares it only under nvcc).
+template <typename T>
+cudaError_t cudaFuncSetAttribute(T* kernel, cudaFuncAttribute attr, int value) {
+  return cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), attr, value);
+}
+
+template <typename T>
+T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = 32) {
+  static_assert(sizeof(T) <= sizeof(uint64_t), "a shuffle of more than 8 bytes");
+  if (mask != 0xffffffffu || width != 32)
+    dscore::cuda_emulation::fail("__shfl_xor_sync: only full-warp shuffles are emulated");
+  uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(T));
+  bits = dscore::cuda_emulation::exchange(bits, dscore::cuda_emulation::lane() ^ lane_mask);
+  std::memcpy(&value, &bits, sizeof(T));
+  return value;
+}
