@@ -3,8 +3,11 @@
 // (memory, copies, launch errors), defined here in place of cudart's.
 #include "cuda_emulation.h"
 
+#if !defined(__x86_64__)
 #include <ucontext.h>
+#endif
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -14,6 +17,7 @@
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #define DSCORE_EMULATION_ASAN 1
 #endif
@@ -27,27 +31,110 @@ namespace dscore::cuda_emulation {
 namespace {
 
 constexpr size_t kStackBytes = size_t{256} << 10;
-constexpr size_t kSharedBytes = 232448;          // Hopper's largest dynamic shared memory per block
+constexpr size_t kSharedBytes = 232448;  // Hopper's largest dynamic shared memory per block
 constexpr size_t kDefaultSharedBytes = 48 << 10;  // without cudaFuncSetAttribute
 
 enum class State { kReady, kAtWarpBarrier, kAtBlockBarrier, kDone };
 
+#if defined(__x86_64__)
+// A switch between stacks without the signal-mask system call of
+// swapcontext: the callee-saved registers and the floating-point control
+// words are pushed on the old stack, its pointer saved, the new one loaded
+// and its registers popped.
+struct Context {
+  void* sp = nullptr;
+};
+extern "C" void dscore_emulation_switch(void** save_sp, void* load_sp);
+asm(R"(
+  .text
+  .globl dscore_emulation_switch
+  .type dscore_emulation_switch, @function
+dscore_emulation_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size dscore_emulation_switch, .-dscore_emulation_switch
+)");
+
+void switch_context(Context& from, const Context& to) { dscore_emulation_switch(&from.sp, to.sp); }
+
+// A context that enters `entry` (which never returns) on the stack.
+void start_context(Context& c, char* stack, size_t bytes, void (*entry)()) {
+  auto top = (reinterpret_cast<uintptr_t>(stack) + bytes) & ~uintptr_t{15};
+  auto* words = reinterpret_cast<uint64_t*>(top);
+  words[-1] = 0;                                  // entry's return address: none
+  words[-2] = reinterpret_cast<uint64_t>(entry);  // popped by ret
+  for (int r = 3; r <= 8; ++r) words[-r] = 0;     // rbp, rbx, r12-r15
+  uint32_t control[2] = {0, 0};                   // this thread's mxcsr and x87 control word
+  asm volatile("stmxcsr %0" : "=m"(control[0]));
+  asm volatile("fnstcw %0" : "=m"(control[1]));
+  std::memcpy(&words[-9], control, 8);
+  c.sp = &words[-9];
+}
+#else
+struct Context {
+  ucontext_t uc;
+};
+
+void switch_context(Context& from, const Context& to) { swapcontext(&from.uc, &to.uc); }
+
+void start_context(Context& c, char* stack, size_t bytes, void (*entry)()) {
+  getcontext(&c.uc);
+  c.uc.uc_stack.ss_sp = stack;
+  c.uc.uc_stack.ss_size = bytes;
+  c.uc.uc_link = nullptr;
+  makecontext(&c.uc, entry, 0);
+}
+#endif
+
 struct Fiber {
-  ucontext_t context;
+  Context context;
   std::unique_ptr<char[]> stack;
   State state = State::kReady;
   void* fake_stack = nullptr;  // ASan's, while the fiber is switched out
+  size_t products = 0;         // tile products since the fiber's last barrier
+};
+
+// A tile product a warp computed: the n-th since a barrier of `generation`.
+struct Product {
+  uint64_t generation = 0;
+  std::vector<unsigned char> tiles, result;
+};
+
+struct Warp {
+  uint64_t generation = 1;  // advances each time a barrier of the warp opens
+  std::vector<Product> products;
 };
 
 // The block being run (one at a time, on the launching thread).
 struct Block {
-  std::vector<Fiber> fibers;
-  ucontext_t main;
+  std::vector<Fiber> fibers;  // the first `threads` run
+  size_t threads = 0;
+  Context main;
   const void* main_stack_bottom = nullptr;
   size_t main_stack_size = 0;
   int current = 0;
   const std::function<void()>* body = nullptr;
   std::vector<uint64_t> exchange;
+  std::vector<Warp> warps;
   alignas(128) unsigned char shared[kSharedBytes];
 };
 
@@ -56,16 +143,14 @@ Block* g_block = nullptr;
 cudaError_t g_last_error = cudaSuccess;
 std::map<const void*, int> g_shared_limits;  // cudaFuncAttributeMaxDynamicSharedMemorySize
 
-void set_coordinates(int thread) {
-  threadIdx = make_uint3(static_cast<unsigned>(thread), 0, 0);
-}
+void set_coordinates(int thread) { threadIdx = make_uint3(static_cast<unsigned>(thread), 0, 0); }
 
 void switch_to(Fiber& fiber) {
 #ifdef DSCORE_EMULATION_ASAN
   void* fake = nullptr;
   __sanitizer_start_switch_fiber(&fake, fiber.stack.get(), kStackBytes);
 #endif
-  swapcontext(&g_block->main, &fiber.context);
+  switch_context(g_block->main, fiber.context);
 #ifdef DSCORE_EMULATION_ASAN
   __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
@@ -79,11 +164,12 @@ void yield(State state) {
   __sanitizer_start_switch_fiber(state == State::kDone ? nullptr : &fiber.fake_stack,
                                  g_block->main_stack_bottom, g_block->main_stack_size);
 #endif
-  swapcontext(&fiber.context, &g_block->main);
+  switch_context(fiber.context, g_block->main);
 #ifdef DSCORE_EMULATION_ASAN
   __sanitizer_finish_switch_fiber(fiber.fake_stack, &g_block->main_stack_bottom,
                                   &g_block->main_stack_size);
 #endif
+  fiber.products = 0;  // past the barrier
 }
 
 void fiber_entry() {
@@ -96,7 +182,7 @@ void fiber_entry() {
 
 std::string describe(const Block& block) {
   std::string text;
-  for (size_t t = 0; t < block.fibers.size(); ++t) {
+  for (size_t t = 0; t < block.threads; ++t) {
     const State s = block.fibers[t].state;
     text += " thread " + std::to_string(t) +
             (s == State::kDone            ? " exited;"
@@ -109,35 +195,44 @@ std::string describe(const Block& block) {
 
 // Opens the barriers every thread they name has reached; false when none.
 bool open_barriers(Block& block) {
-  const size_t threads = block.fibers.size();
+  const size_t threads = block.threads;
   size_t at_block = 0;
-  for (const Fiber& f : block.fibers) at_block += f.state == State::kAtBlockBarrier;
+  for (size_t t = 0; t < threads; ++t) at_block += block.fibers[t].state == State::kAtBlockBarrier;
   if (at_block == threads) {
-    for (Fiber& f : block.fibers) f.state = State::kReady;
+    for (size_t t = 0; t < threads; ++t) block.fibers[t].state = State::kReady;
+    for (Warp& w : block.warps) ++w.generation;
     return true;
   }
   bool opened = false;
   for (size_t w = 0; w < threads / 32; ++w) {
     bool all = true;
-    for (size_t l = 0; l < 32; ++l) all = all && block.fibers[w * 32 + l].state == State::kAtWarpBarrier;
+    for (size_t l = 0; l < 32; ++l)
+      all = all && block.fibers[w * 32 + l].state == State::kAtWarpBarrier;
     if (!all) continue;
     for (size_t l = 0; l < 32; ++l) block.fibers[w * 32 + l].state = State::kReady;
+    ++block.warps[w].generation;
     opened = true;
   }
   return opened;
 }
 
-void run_block(Block& block, int threads) {
-  for (int t = 0; t < threads; ++t) {
-    Fiber& f = block.fibers[static_cast<size_t>(t)];
-    f.state = State::kReady;
-    getcontext(&f.context);
-    f.context.uc_stack.ss_sp = f.stack.get();
-    f.context.uc_stack.ss_size = kStackBytes;
-    f.context.uc_link = nullptr;
-    makecontext(&f.context, fiber_entry, 0);
-  }
-  std::memset(block.shared, 0xff, sizeof(block.shared));
+// A fiber about to start the kernel (a function of its own: getcontext
+// returns twice as setjmp does, which would clobber a caller's locals).
+void prepare(Fiber& f) {
+#ifdef DSCORE_EMULATION_ASAN
+  // Frames of the last run never returned (a fiber ends by switching away),
+  // so their redzones are still marked.
+  __asan_unpoison_memory_region(f.stack.get(), kStackBytes);
+#endif
+  f.state = State::kReady;
+  f.products = 0;
+  start_context(f.context, f.stack.get(), kStackBytes, fiber_entry);
+}
+
+void run_block(Block& block, int threads, size_t shared_bytes) {
+  for (int t = 0; t < threads; ++t) prepare(block.fibers[static_cast<size_t>(t)]);
+  for (Warp& w : block.warps) w.products.clear();
+  std::memset(block.shared, 0xff, shared_bytes);
   for (;;) {
     for (int i = 0; i < threads; ++i) {
       const int t = g_schedule == Schedule::kAscending ? i : threads - 1 - i;
@@ -148,8 +243,9 @@ void run_block(Block& block, int threads) {
       switch_to(f);
     }
     size_t done = 0;
-    for (const Fiber& f : block.fibers) done += f.state == State::kDone;
-    if (done == block.fibers.size()) return;
+    for (int t = 0; t < threads; ++t)
+      done += block.fibers[static_cast<size_t>(t)].state == State::kDone;
+    if (done == block.threads) return;
     if (!open_barriers(block))
       throw std::runtime_error("CUDA emulation: a barrier not every thread reaches, block (" +
                                std::to_string(blockIdx.x) + ", " + std::to_string(blockIdx.y) +
@@ -172,6 +268,32 @@ uint64_t exchange(uint64_t value, int source) {
   const uint64_t got = g_block->exchange[warp_base + static_cast<size_t>(source % 32)];
   __syncwarp();
   return got;
+}
+
+bool recall_product(const void* tiles, size_t tile_bytes, void* product, size_t product_bytes) {
+  Fiber& fiber = g_block->fibers[static_cast<size_t>(g_block->current)];
+  const Warp& warp = g_block->warps[static_cast<size_t>(g_block->current / 32)];
+  if (fiber.products >= warp.products.size()) return false;
+  const Product& p = warp.products[fiber.products];
+  if (p.generation != warp.generation || p.tiles.size() != tile_bytes ||
+      p.result.size() != product_bytes || std::memcmp(p.tiles.data(), tiles, tile_bytes) != 0)
+    return false;
+  std::memcpy(product, p.result.data(), product_bytes);
+  ++fiber.products;
+  return true;
+}
+
+void remember_product(const void* tiles, size_t tile_bytes, const void* product,
+                      size_t product_bytes) {
+  Fiber& fiber = g_block->fibers[static_cast<size_t>(g_block->current)];
+  Warp& warp = g_block->warps[static_cast<size_t>(g_block->current / 32)];
+  if (warp.products.size() <= fiber.products) warp.products.resize(fiber.products + 1);
+  Product& p = warp.products[fiber.products++];
+  p.generation = warp.generation;
+  const auto* t = static_cast<const unsigned char*>(tiles);
+  const auto* r = static_cast<const unsigned char*>(product);
+  p.tiles.assign(t, t + tile_bytes);
+  p.result.assign(r, r + product_bytes);
 }
 
 void fail(const char* message) {
@@ -198,10 +320,15 @@ void run_grid(const void* kernel, const LaunchConfig& config, const std::functio
     g_last_error = cudaErrorInvalidConfiguration;
     return;
   }
-  auto block = std::make_unique<Block>();
-  block->fibers.resize(threads);
-  for (Fiber& f : block->fibers) f.stack = std::make_unique<char[]>(kStackBytes);
+  // One block, kept between launches: its fiber stacks and shared memory
+  // are allocated (and their pages touched) once.
+  static const std::unique_ptr<Block> block = std::make_unique<Block>();
+  block->fibers.resize(std::max<size_t>(block->fibers.size(), threads));
+  for (Fiber& f : block->fibers)
+    if (f.stack == nullptr) f.stack = std::make_unique_for_overwrite<char[]>(kStackBytes);
+  block->threads = threads;
   block->exchange.assign(threads, 0);
+  block->warps.resize(threads / 32);
   block->body = &body;
   g_block = block.get();
   gridDim = config.grid;
@@ -211,7 +338,7 @@ void run_grid(const void* kernel, const LaunchConfig& config, const std::functio
       for (unsigned y = 0; y < config.grid.y; ++y)
         for (unsigned x = 0; x < config.grid.x; ++x) {
           blockIdx = make_uint3(x, y, z);
-          run_block(*block, static_cast<int>(threads));
+          run_block(*block, static_cast<int>(threads), config.shared_bytes);
         }
   } catch (...) {
     g_block = nullptr;
@@ -273,8 +400,8 @@ cudaError_t CUDARTAPI cudaMemcpy(void* dst, const void* src, size_t count, enum 
   return cudaSuccess;
 }
 
-cudaError_t CUDARTAPI cudaMemcpyAsync(void* dst, const void* src, size_t count,
-                                      enum cudaMemcpyKind, cudaStream_t) {
+cudaError_t CUDARTAPI cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind,
+                                      cudaStream_t) {
   std::memcpy(dst, src, count);
   return cudaSuccess;
 }

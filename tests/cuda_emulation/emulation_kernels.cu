@@ -73,8 +73,8 @@ cudaError_t tile_product(float* c, const __nv_bfloat16* a, const __nv_bfloat16* 
 }
 
 cudaError_t dynamic_shared(float* out, int bytes, int limit) {
-  const cudaError_t e =
-      cudaFuncSetAttribute(dynamic_shared_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
+  const cudaError_t e = cudaFuncSetAttribute(dynamic_shared_kernel,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
   if (e != cudaSuccess) return e;
   dynamic_shared_kernel<<<1, 64, bytes>>>(out);
   return launched();

@@ -2,8 +2,8 @@
 // dscore's CUDA kernels in tests on machines without a GPU. A .cu file is
 // compiled as C++ after host_source.cmake rewrites its launches
 // (kernel<<<grid, block, bytes, stream>>>(args) becomes
-// kernel | LaunchConfig(grid, block, bytes, stream) | arguments(args)) and its __shared__ declarations (dynamic
-// shared memory becomes dynamic_shared_memory(), static arrays become
+// kernel | LaunchConfig(grid, block, bytes, stream) | arguments(args)) and its __shared__
+// declarations (dynamic shared memory becomes dynamic_shared_memory(), static arrays become
 // function statics). This header is included first and declares what
 // device code uses that the CUDA headers give only under nvcc.
 //
@@ -60,6 +60,13 @@ unsigned char* dynamic_shared_memory();
 // Exchanges 8 bytes with lane `source` of the same warp (a warp barrier
 // before and after).
 uint64_t exchange(uint64_t value, int source);
+// The lanes of a warp run the same tile products one lane after another:
+// recall_product finds the product the warp computed at this point since
+// its last barrier from the same `tiles` (false: compute it and call
+// remember_product).
+bool recall_product(const void* tiles, size_t tile_bytes, void* product, size_t product_bytes);
+void remember_product(const void* tiles, size_t tile_bytes, const void* product,
+                      size_t product_bytes);
 // Ends the run with `message` (a device-side error the emulation found).
 [[noreturn]] void fail(const char* message);
 

@@ -1,7 +1,8 @@
 // The WMMA API (nvcuda::wmma) for the CPU emulation (cuda_emulation.h): a
 // fragment holds its whole tile in every lane, row-major; loads read it all,
-// mma_sync computes it all in fp32 (products and sums in k order), and a
-// store writes element e from lane e % 32 only. Loads and stores check
+// mma_sync computes it all in fp32 (products and sums in k order; the
+// warp's first lane computes, the others with the same tiles take its
+// result), and a store writes element e from lane e % 32 only. Loads and stores check
 // what the hardware requires: a 256-bit aligned pointer and a leading
 // dimension that is a multiple of 16 bytes.
 #pragma once
@@ -9,6 +10,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "cuda_emulation.h"
@@ -86,17 +88,25 @@ void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, float>& f,
 }
 
 template <int M, int N, int K, typename T, typename LayoutA, typename LayoutB>
-void mma_sync(fragment<accumulator, M, N, K, float>& d, const fragment<matrix_a, M, N, K, T, LayoutA>& a,
+void mma_sync(fragment<accumulator, M, N, K, float>& d,
+              const fragment<matrix_a, M, N, K, T, LayoutA>& a,
               const fragment<matrix_b, M, N, K, T, LayoutB>& b,
               const fragment<accumulator, M, N, K, float>& c) {
+  unsigned char tiles[sizeof(a.x) + sizeof(b.x) + sizeof(c.x)];
+  std::memcpy(tiles, a.x, sizeof(a.x));
+  std::memcpy(tiles + sizeof(a.x), b.x, sizeof(b.x));
+  std::memcpy(tiles + sizeof(a.x) + sizeof(b.x), c.x, sizeof(c.x));
   float out[M * N];
-  for (int r = 0; r < M; ++r)
-    for (int col = 0; col < N; ++col) {
-      float sum = c.x[r * N + col];
-      for (int k = 0; k < K; ++k)
-        sum += detail::to_float(a.x[r * K + k]) * detail::to_float(b.x[k * N + col]);
-      out[r * N + col] = sum;
-    }
+  if (!dscore::cuda_emulation::recall_product(tiles, sizeof(tiles), out, sizeof(out))) {
+    for (int r = 0; r < M; ++r)
+      for (int col = 0; col < N; ++col) {
+        float sum = c.x[r * N + col];
+        for (int k = 0; k < K; ++k)
+          sum += detail::to_float(a.x[r * K + k]) * detail::to_float(b.x[k * N + col]);
+        out[r * N + col] = sum;
+      }
+    dscore::cuda_emulation::remember_product(tiles, sizeof(tiles), out, sizeof(out));
+  }
   for (int e = 0; e < M * N; ++e) d.x[e] = out[e];
 }
 

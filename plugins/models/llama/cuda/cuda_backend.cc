@@ -1,8 +1,9 @@
 // llama's CudaBackend (cuda_backend.h): its own steps over the kernels of
-// llama_cuda_kernels.h, and grouped-query attention through cuBLAS and the
-// gpt backend's causal softmax. Query head h = g * group + r reads
-// key/value head g; per sample, each r is one strided-batched GEMM over the
-// NKV groups, and the group's query heads add into dk and dv in order of r.
+// llama_cuda_kernels.h, and grouped-query attention: fused (bf16 by
+// default, flash_attention.h), or through cuBLAS and the gpt backend's
+// causal softmax. Query head h = g * group + r reads key/value head g;
+// unfused, per sample, each r is one strided-batched GEMM over the NKV
+// groups, and the group's query heads add into dk and dv in order of r.
 #include "cuda_backend.h"
 
 #include <dscore/cpp/dtype.hpp>
@@ -21,6 +22,14 @@ namespace dscore::llama::gpu {
 using gpt::gpu::gemm;
 using gpt::gpu::Op;
 using gpt::gpu::Scratch;
+
+namespace {
+
+transformer::gpu::FlashShape flash_shape(const transformer::cpu::AttentionShape& s) {
+  return {s.B, s.Tn, s.NH, s.NKV, s.head_dim, s.q_ld, s.kv_ld, s.out_ld};
+}
+
+}  // namespace
 
 template <typename S>
 void CudaBackend<S>::rope_tables(S* cos, S* sin, const std::vector<double>& inv_freq, int64_t Tn) {
@@ -109,6 +118,10 @@ template <typename S>
 void CudaBackend<S>::attention_forward(S* out, S* att, const S* q, const S* k, const S* v,
                                        const Shape& sh) {
   auto& context = this->context();
+  if (this->fused_attention()) {
+    gpt::gpu::fused_attention_forward(context, out, att, q, k, v, flash_shape(sh));
+    return;
+  }
   const int64_t Tn = sh.Tn, hd = sh.head_dim, TT = Tn * Tn, group = sh.NH / sh.NKV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   auto* scores = static_cast<float*>(
@@ -133,9 +146,13 @@ void CudaBackend<S>::attention_forward(S* out, S* att, const S* q, const S* k, c
 
 template <typename S>
 void CudaBackend<S>::attention_backward(S* dq, S* dk, S* dv, const S* dout, const S* q, const S* k,
-                                        const S* v, const S* /*out*/, const S* att,
-                                        const Shape& sh) {
+                                        const S* v, const S* out, const S* att, const Shape& sh) {
   auto& context = this->context();
+  if (this->fused_attention()) {
+    gpt::gpu::fused_attention_backward(context, dq, dk, dv, dout, q, k, v, out, att,
+                                       flash_shape(sh));
+    return;
+  }
   const int64_t Tn = sh.Tn, hd = sh.head_dim, TT = Tn * Tn, group = sh.NH / sh.NKV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   auto* datt = static_cast<float*>(

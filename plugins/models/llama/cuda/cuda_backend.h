@@ -3,8 +3,9 @@
 // (device memory, parameter upload, gradient download, cuBLAS matmuls, the
 // residual add and the LM head) plus llama's steps: the embedding, RMSNorm,
 // rotary embeddings, SwiGLU (llama_cuda_kernels.h) and grouped-query
-// attention. Like gpt's, the attention state is the softmax probabilities
-// (B, NH, T, T), and nothing uses float atomics.
+// attention. Like gpt's, the attention state is each query row's logsumexp
+// (fused) or the softmax probabilities (B, NH, T, T) (unfused), and nothing
+// uses float atomics.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -164,7 +164,10 @@ void CudaGrads<S>::commit() {
 }
 
 template <typename S>
-CudaBackend<S>::CudaBackend() : context_(std::make_unique<CudaContext>()) {}
+CudaBackend<S>::CudaBackend()
+    : context_(std::make_unique<CudaContext>()),
+      fused_attention_(std::is_same_v<S, __nv_bfloat16> &&
+                       attention_kernels_from_env() == AttentionKernels::kFused) {}
 
 template <typename S>
 void CudaBackend<S>::zero(S* p, int64_t n) {

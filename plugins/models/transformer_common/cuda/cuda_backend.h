@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cuda_context.h"
+#include "flash_attention.h"
 
 namespace dscore::gpt::gpu {
 
@@ -79,6 +80,25 @@ class CudaGrads {
   std::vector<DeviceBuffer<S>> buffers_;
 };
 
+// The attention a bf16 backend runs, from DSCORE_CUDA_ATTENTION: "fused"
+// (unset: flash_attention.h, keeping each query row's logsumexp) or
+// "unfused" (cuBLAS products, keeping the T x T probabilities). fp32 runs
+// unfused always. Any other value throws INVALID_ARGUMENT naming both.
+enum class AttentionKernels { kFused, kUnfused };
+AttentionKernels attention_kernels_from_env();
+
+// The fused attention (flash_attention.h) on the context's stream, for the
+// gpt and llama backends: `state` is the attention state, each query row's
+// logsumexp as fp32. bf16 only (fp32 throws INTERNAL); a head size the
+// kernels do not take throws INVALID_ARGUMENT with the fix.
+template <typename S>
+void fused_attention_forward(CudaContext& context, S* out, S* state, const S* q, const S* k,
+                             const S* v, const transformer::gpu::FlashShape& shape);
+template <typename S>
+void fused_attention_backward(CudaContext& context, S* dq, S* dk, S* dv, const S* dout, const S* q,
+                              const S* k, const S* v, const S* out, const S* state,
+                              const transformer::gpu::FlashShape& shape);
+
 template <typename S>
 class CudaBackend {
  public:
@@ -130,10 +150,14 @@ class CudaBackend {
                       int64_t OC);
   void matmul_backward(S* dinp, S* dw, S* db, const S* dout, const S* inp, const S* w, int64_t N,
                        int64_t C, int64_t OC);
-  // The attention state is the softmax probabilities att (B, NH, T, T), zero
-  // above the diagonal (not tiled as the CPU's); backward does not read out.
+  // Fused (bf16 unless DSCORE_CUDA_ATTENTION says otherwise): the state is
+  // each query row's logsumexp, (B, NH, T) fp32 in the S buffer, and
+  // backward reads out. Unfused: the softmax probabilities att (B, NH, T, T),
+  // zero above the diagonal, and backward does not read out.
+  bool fused_attention() const { return fused_attention_; }
   int64_t attention_state_elements(int64_t B, int64_t Tn, int64_t NH) const {
-    return B * NH * Tn * Tn;
+    return fused_attention_ ? B * NH * Tn * static_cast<int64_t>(sizeof(float) / sizeof(S))
+                            : B * NH * Tn * Tn;
   }
   void attention_forward(S* out, S* att, const S* qkv, int64_t B, int64_t Tn, int64_t C,
                          int64_t NH);
@@ -154,6 +178,7 @@ class CudaBackend {
 
  private:
   std::unique_ptr<CudaContext> context_;  // stable address: buffers point at it
+  bool fused_attention_ = false;
   std::vector<int32_t> embedding_index_;  // host side of the encoder backward's index
   std::vector<double> row_loss_;          // host side of the per-row losses
 };

@@ -41,16 +41,17 @@ void require_cuda_device(const char* model);
 
 // Scratch buffers by purpose (each grows to the largest request).
 enum class Scratch : int {
-  kParamStaging,    // raw bytes of one uploaded parameter before conversion
-  kScores,          // (NH, T, T) fp32: one sample's attention scores or their gradient
-  kAttentionGrad,   // (NH, T, T) S: the softmax input gradient
-  kLogits,          // (rows, V padded to 64) fp32: one chunk of LM head logits
-  kLogitGrads,      // (rows, V padded to 64) S: their gradient, when S is not fp32
-  kHeadWeightGrad,  // (V, C) fp32: wte's LM head gradient, when S is not fp32
-  kColumnPartials,  // column_sum_partials(N, C) fp32
-  kEmbeddingIndex,  // the encoder backward's token -> rows index (int32)
-  kRowLoss,         // (N) fp64 per-row cross-entropy
-  kGatheredRows,    // (rows, C) S: forward()'s last positions
+  kParamStaging,      // raw bytes of one uploaded parameter before conversion
+  kScores,            // (NH, T, T) fp32: one sample's attention scores or their gradient
+  kAttentionGrad,     // (NH, T, T) S: the softmax input gradient
+  kAttentionRowDots,  // (B, NH, T) fp32: the fused backward's dout . out per query row
+  kLogits,            // (rows, V padded to 64) fp32: one chunk of LM head logits
+  kLogitGrads,        // (rows, V padded to 64) S: their gradient, when S is not fp32
+  kHeadWeightGrad,    // (V, C) fp32: wte's LM head gradient, when S is not fp32
+  kColumnPartials,    // column_sum_partials(N, C) fp32
+  kEmbeddingIndex,    // the encoder backward's token -> rows index (int32)
+  kRowLoss,           // (N) fp64 per-row cross-entropy
+  kGatheredRows,      // (rows, C) S: forward()'s last positions
   kCount
 };
 

@@ -36,10 +36,10 @@ using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 // 16 stays 32-byte aligned, as WMMA loads and stores require.
 template <int Dp>
 struct Ld {
-  static constexpr int kHead = Dp + 8;       // bf16 (64, Dp): q, k, v, dout tiles
-  static constexpr int kScore = kTile + 4;   // fp32 (64, 64): scores, dP
-  static constexpr int kProb = kTile + 8;    // bf16 (64, 64): P, dS
-  static constexpr int kOut = Dp + 4;        // fp32 (64, Dp): output rows, staging
+  static constexpr int kHead = Dp + 8;      // bf16 (64, Dp): q, k, v, dout tiles
+  static constexpr int kScore = kTile + 4;  // fp32 (64, 64): scores, dP
+  static constexpr int kProb = kTile + 8;   // bf16 (64, 64): P, dS
+  static constexpr int kOut = Dp + 4;       // fp32 (64, Dp): output rows, staging
   static constexpr int kHeadBytes = kTile * kHead * 2;
   static constexpr int kScoreBytes = kTile * kScore * 4;
   static constexpr int kProbBytes = kTile * kProb * 2;
@@ -243,7 +243,8 @@ __global__ void __launch_bounds__(kThreads)
     if (i >= T) break;
     const float inv = 1.0f / row_sum[r];
     for (int d = lane; d < D; d += 32)
-      oh[static_cast<int64_t>(i) * s.out_ld + d] = __float2bfloat16_rn(acc[row * L::kOut + d] * inv);
+      oh[static_cast<int64_t>(i) * s.out_ld + d] =
+          __float2bfloat16_rn(acc[row * L::kOut + d] * inv);
     if (lane == 0) lh[i] = row_max[r] + logf(row_sum[r]);
   }
 }
@@ -271,9 +272,8 @@ __global__ void row_dots_kernel(float* row_dots, const bf16* dout, const bf16* o
 // and dS = P (dP - row_dot), both bf16.
 template <int Dp>
 __device__ void probabilities_and_grads(bf16* probs, bf16* dscores, const float* scores,
-                                        const float* dp, const float* row_lse,
-                                        const float* row_dot, int row0, int q0, int k0, int T,
-                                        float scale) {
+                                        const float* dp, const float* row_lse, const float* row_dot,
+                                        int row0, int q0, int k0, int T, float scale) {
   using L = Ld<Dp>;
   const int lane = threadIdx.x % 32;
   for (int r = 0; r < kWarpRows; ++r) {
@@ -372,9 +372,9 @@ __global__ void __launch_bounds__(kThreads)
 // dQ of one query tile of one head: the key tiles up to the diagonal.
 template <int Dp>
 __global__ void __launch_bounds__(kThreads)
-    flash_backward_q_kernel(bf16* dq, const bf16* dout, const bf16* q, const bf16* k,
-                            const bf16* v, const float* lse, const float* row_dots, FlashShape s,
-                            float scale, bool vec) {
+    flash_backward_q_kernel(bf16* dq, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
+                            const float* lse, const float* row_dots, FlashShape s, float scale,
+                            bool vec) {
   using L = Ld<Dp>;
   extern __shared__ __align__(128) unsigned char smem[];
   BackwardTiles<Dp> t(smem);
@@ -410,8 +410,7 @@ __global__ void __launch_bounds__(kThreads)
     accumulate_ab<Dp, false>(dq_acc, t.dscores + row0 * L::kProb, t.k);
   }
   __syncthreads();  // staging overwrites the score tiles
-  store_rows<Dp>(dq + q_at, s.q_ld, q0 + row0, T, D, dq_acc, scale,
-                 t.scores + row0 * L::kOut);
+  store_rows<Dp>(dq + q_at, s.q_ld, q0 + row0, T, D, dq_acc, scale, t.scores + row0 * L::kOut);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -431,9 +430,7 @@ cudaError_t allow_smem(Kernel kernel, int bytes) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
 
-float head_scale(const FlashShape& s) {
-  return 1.0f / sqrtf(static_cast<float>(s.head_dim));
-}
+float head_scale(const FlashShape& s) { return 1.0f / sqrtf(static_cast<float>(s.head_dim)); }
 
 unsigned int tiles(const FlashShape& s) {
   return static_cast<unsigned int>((s.Tn + kTile - 1) / kTile);
@@ -443,11 +440,10 @@ template <int Dp>
 cudaError_t forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
                     const FlashShape& s, cudaStream_t stream) {
   constexpr int bytes = forward_smem_bytes<Dp>();
-  if (const cudaError_t e = allow_smem(flash_forward_kernel<Dp>, bytes); e != cudaSuccess)
-    return e;
+  if (const cudaError_t e = allow_smem(flash_forward_kernel<Dp>, bytes); e != cudaSuccess) return e;
   const dim3 grid(tiles(s), static_cast<unsigned int>(s.NH), static_cast<unsigned int>(s.B));
-  flash_forward_kernel<Dp><<<grid, kThreads, bytes, stream>>>(
-      out, lse, q, k, v, s, head_scale(s), vector_loads(s, Dp, {q, k, v}));
+  flash_forward_kernel<Dp><<<grid, kThreads, bytes, stream>>>(out, lse, q, k, v, s, head_scale(s),
+                                                              vector_loads(s, Dp, {q, k, v}));
   return launched();
 }
 

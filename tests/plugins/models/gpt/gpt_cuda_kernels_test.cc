@@ -5,6 +5,7 @@
 // random values, so "adds" and "overwrites" are both checked. Label `gpu`:
 // skipped (GTEST_SKIP) where no CUDA device is visible.
 //
+// Attention runs unfused and (bf16) fused (DSCORE_CUDA_ATTENTION).
 // Tolerance: max|cuda - cpu| <= tol * max|cpu| per output, tol = 1e-4 for
 // fp32 (summation order only) and 3e-2 for bf16 (outputs and intermediate
 // activations rounded to 8 mantissa bits); LM head loss |rel| <= 1e-5 (fp32),
@@ -13,6 +14,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <dscore/cpp/dtype.hpp>
+#include <dscore/cpp/plugin.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "cpu/kernels.h"
+#include "tests/fakes/scoped_env.h"
 #include "transformer_common/cpu/gemm.h"
 #include "transformer_common/cuda/cuda_backend.h"
 
@@ -223,8 +226,9 @@ TYPED_TEST(GptCudaKernels, MatmulForwardAndBackward) {
   expect_close(db, this->download(d_db), this->kTol, "dbias (accumulated)");
 }
 
-// The CUDA backend keeps the probabilities; the CPU's tiled kernel keeps each
-// row's logsumexp, from which the expected probabilities are rebuilt here.
+// Unfused, the CUDA backend keeps the probabilities, rebuilt here from the
+// CPU's logsumexp; fused (bf16's default, DSCORE_CUDA_ATTENTION), it keeps
+// the logsumexp itself as fp32. bf16 runs both.
 TYPED_TEST(GptCudaKernels, CausalAttentionForwardAndBackward) {
   const int64_t B = 2, T = 37, C = 48, NH = 4, hs = C / NH;
   const auto qkv = this->random(B * T * 3 * C, 1.0f, 1), dout = this->random(B * T * C, 1.0f, 2);
@@ -248,17 +252,53 @@ TYPED_TEST(GptCudaKernels, CausalAttentionForwardAndBackward) {
               static_cast<float>(std::exp(score * scale - lse[(b * NH + h) * T + t]));
         }
 
-  auto d_qkv = this->upload(qkv), d_dout = this->upload(dout);
-  auto d_out = this->backend_->template alloc<TypeParam>(B * T * C);
-  auto d_att = this->upload(this->random(this->backend_->attention_state_elements(B, T, NH), 1.0f,
-                                         3));  // zeros above the diagonal get written
-  auto d_dqkv = this->upload(this->random(B * T * 3 * C, 1.0f, 4));  // overwritten
-  this->backend_->attention_forward(d_out.get(), d_att.get(), d_qkv.get(), B, T, C, NH);
-  this->backend_->attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(),
-                                     d_att.get(), B, T, C, NH);
-  expect_close(out, this->download(d_out), this->kTol, "out");
-  expect_close(att, this->download(d_att), this->kTol, "att (B, NH, T, T)");
-  expect_close(dqkv, this->download(d_dqkv), this->kTol, "dqkv");
+  for (const char* mode : {"unfused", "fused"}) {
+    if (this->kFloat && std::string(mode) == "fused") continue;  // fp32 runs unfused only
+    SCOPED_TRACE(mode);
+    dscore::ScopedEnv attention("DSCORE_CUDA_ATTENTION", std::string(mode));
+    this->backend_ = std::make_unique<CudaBackend<TypeParam>>();
+    ASSERT_EQ(this->backend_->fused_attention(), std::string(mode) == "fused");
+    auto d_qkv = this->upload(qkv), d_dout = this->upload(dout);
+    auto d_out = this->backend_->template alloc<TypeParam>(B * T * C);
+    auto d_att = this->upload(this->random(this->backend_->attention_state_elements(B, T, NH), 1.0f,
+                                           3));  // zeros above the diagonal get written
+    auto d_dqkv = this->upload(this->random(B * T * 3 * C, 1.0f, 4));  // overwritten
+    this->backend_->attention_forward(d_out.get(), d_att.get(), d_qkv.get(), B, T, C, NH);
+    this->backend_->attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(),
+                                       d_att.get(), B, T, C, NH);
+    expect_close(out, this->download(d_out), this->kTol, "out");
+    if (this->backend_->fused_attention())
+      expect_close(lse,
+                   this->download(reinterpret_cast<const float*>(d_att.get()),
+                                  static_cast<int64_t>(lse.size())),
+                   1e-2, "logsumexp (B, NH, T)");
+    else
+      expect_close(att, this->download(d_att), this->kTol, "att (B, NH, T, T)");
+    expect_close(dqkv, this->download(d_dqkv), this->kTol, "dqkv");
+  }
+}
+
+// On every machine: the choice needs no GPU.
+TEST(CudaAttentionKernels, TheEnvironmentChooses) {
+  using dscore::gpt::gpu::attention_kernels_from_env;
+  using dscore::gpt::gpu::AttentionKernels;
+  {
+    dscore::ScopedEnv unset("DSCORE_CUDA_ATTENTION", std::nullopt);
+    EXPECT_EQ(attention_kernels_from_env(), AttentionKernels::kFused);
+  }
+  {
+    dscore::ScopedEnv unfused("DSCORE_CUDA_ATTENTION", std::string("unfused"));
+    EXPECT_EQ(attention_kernels_from_env(), AttentionKernels::kUnfused);
+  }
+  dscore::ScopedEnv wrong("DSCORE_CUDA_ATTENTION", std::string("flash"));
+  try {
+    attention_kernels_from_env();
+    FAIL() << "\"flash\" was taken";
+  } catch (const dscore::sdk::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("\"flash\""), std::string::npos) << what;
+    EXPECT_NE(what.find("\"unfused\""), std::string::npos) << what;
+  }
 }
 
 // n = 1003 from aligned buffers (16-byte loads) and from buffers one

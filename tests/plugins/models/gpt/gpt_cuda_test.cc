@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "tests/fakes/fake_host.h"
+#include "tests/fakes/scoped_env.h"
 #include "tests/plugins/models/transformer_common/fake_layers.h"
 
 namespace {
@@ -387,8 +388,13 @@ TEST_F(GptCuda, Fp32WithActivationCheckpointingMatchesCpu) {
   compare(Options{"cuda", "fp32", true}, DSCORE_DTYPE_F32, 1e-4, 1e-4, {1e-3, 0});
 }
 
+// With the fused attention (the default) and the unfused one.
 TEST_F(GptCuda, Bf16MatchesCpuWithinBf16Error) {
-  compare(Options{"cuda", "bf16", false}, DSCORE_DTYPE_F32, 2e-2, 5e-2, {0.2, 0.1});
+  for (const char* attention : {"fused", "unfused"}) {
+    SCOPED_TRACE(attention);
+    dscore::ScopedEnv kernels("DSCORE_CUDA_ATTENTION", std::string(attention));
+    compare(Options{"cuda", "bf16", false}, DSCORE_DTYPE_F32, 2e-2, 5e-2, {0.2, 0.1});
+  }
 }
 
 // bf16 host views: the upload converts bf16 -> fp32 on the device, commit()

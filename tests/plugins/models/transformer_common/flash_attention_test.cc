@@ -43,7 +43,7 @@ void for_each_schedule(const std::function<void()>& body) {
 #ifdef DSCORE_CUDA_EMULATION
   for (auto order : {cuda_emulation::Schedule::kAscending, cuda_emulation::Schedule::kDescending}) {
     SCOPED_TRACE(order == cuda_emulation::Schedule::kAscending ? "ascending thread order"
-                                                                : "descending thread order");
+                                                               : "descending thread order");
     cuda_emulation::set_schedule(order);
     body();
   }
@@ -154,8 +154,8 @@ struct Layout {
   int64_t k_offset = 0, v_offset = 0;
   size_t inputs = 0;
   cpu::AttentionShape cpu() const {
-    return {shape.B, shape.Tn, shape.NH, shape.NKV, shape.head_dim, shape.q_ld, shape.kv_ld,
-            shape.out_ld};
+    return {shape.B,        shape.Tn,   shape.NH,    shape.NKV,
+            shape.head_dim, shape.q_ld, shape.kv_ld, shape.out_ld};
   }
 };
 
@@ -185,20 +185,19 @@ void check_case(const Case& c) {
   ASSERT_EQ(gpu::flash_attention_forward(d_out.get(), d_lse.get(), dq_in, dq_in + l.k_offset,
                                          dq_in + l.v_offset, s, nullptr),
             cudaSuccess);
-  ASSERT_EQ(gpu::flash_attention_backward(dq, dq + l.k_offset, dq + l.v_offset, d_dout.get(),
-                                          dq_in, dq_in + l.k_offset, dq_in + l.v_offset,
-                                          d_out.get(), d_lse.get(), d_row_dots.get(), s, nullptr),
+  ASSERT_EQ(gpu::flash_attention_backward(dq, dq + l.k_offset, dq + l.v_offset, d_dout.get(), dq_in,
+                                          dq_in + l.k_offset, dq_in + l.v_offset, d_out.get(),
+                                          d_lse.get(), d_row_dots.get(), s, nullptr),
             cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<bool> every_out(outs, true), every_row(rows, true);
   expect_close(out, download(d_out), every_out, 1e-2, "out");
   const auto got_lse = download(d_lse);
-  for (size_t r = 0; r < rows; ++r)
-    ASSERT_NEAR(got_lse[r], lse[r], 1e-2) << "lse of row " << r;
+  for (size_t r = 0; r < rows; ++r) ASSERT_NEAR(got_lse[r], lse[r], 1e-2) << "lse of row " << r;
   // Each part of the gradient buffer on its own (q, k, v differ in scale).
   const auto got = download(d_grads);
-  const int64_t parts[3][2] = {{0, c.NH * c.hd}, {l.k_offset, c.NKV * c.hd},
-                               {l.v_offset, c.NKV * c.hd}};
+  const int64_t parts[3][2] = {
+      {0, c.NH * c.hd}, {l.k_offset, c.NKV * c.hd}, {l.v_offset, c.NKV * c.hd}};
   const char* names[3] = {"dq", "dk", "dv"};
   for (int p = 0; p < 3; ++p) {
     std::vector<bool> used(l.inputs, false);
@@ -209,9 +208,9 @@ void check_case(const Case& c) {
   }
 
   // Backward again: the same bits.
-  ASSERT_EQ(gpu::flash_attention_backward(dq, dq + l.k_offset, dq + l.v_offset, d_dout.get(),
-                                          dq_in, dq_in + l.k_offset, dq_in + l.v_offset,
-                                          d_out.get(), d_lse.get(), d_row_dots.get(), s, nullptr),
+  ASSERT_EQ(gpu::flash_attention_backward(dq, dq + l.k_offset, dq + l.v_offset, d_dout.get(), dq_in,
+                                          dq_in + l.k_offset, dq_in + l.v_offset, d_out.get(),
+                                          d_lse.get(), d_row_dots.get(), s, nullptr),
             cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const auto again = download(d_grads);
