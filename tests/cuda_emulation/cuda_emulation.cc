@@ -1,6 +1,6 @@
 // The CPU emulation of CUDA (include/cuda_emulation.h): the fiber scheduler,
-// barriers, shuffles, and the runtime API calls the emulated tests use
-// (memory, copies, launch errors), defined here in place of cudart's.
+// barriers, shuffles and launches. The runtime API is in runtime_api.cc,
+// cuBLAS in cublas.cc.
 #include "cuda_emulation.h"
 
 #if !defined(__x86_64__)
@@ -10,10 +10,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -31,7 +31,7 @@ namespace dscore::cuda_emulation {
 namespace {
 
 constexpr size_t kStackBytes = size_t{256} << 10;
-constexpr size_t kSharedBytes = 232448;  // Hopper's largest dynamic shared memory per block
+constexpr size_t kSharedBytes = kMaxSharedBytes;
 constexpr size_t kDefaultSharedBytes = 48 << 10;  // without cudaFuncSetAttribute
 
 enum class State { kReady, kAtWarpBarrier, kAtBlockBarrier, kDone };
@@ -141,9 +141,15 @@ struct Block {
 Schedule g_schedule = Schedule::kAscending;
 Block* g_block = nullptr;
 cudaError_t g_last_error = cudaSuccess;
-std::map<const void*, int> g_shared_limits;  // cudaFuncAttributeMaxDynamicSharedMemorySize
+size_t g_largest_shared_limit = 0;  // of every cudaFuncAttributeMaxDynamicSharedMemorySize
 
-void set_coordinates(int thread) { threadIdx = make_uint3(static_cast<unsigned>(thread), 0, 0); }
+// threadIdx of the thread with linear index `thread` (x fastest; warps are
+// runs of 32 linear indices, as on the GPU).
+void set_coordinates(int thread) {
+  const auto t = static_cast<unsigned>(thread);
+  threadIdx =
+      make_uint3(t % blockDim.x, t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y));
+}
 
 void switch_to(Fiber& fiber) {
 #ifdef DSCORE_EMULATION_ASAN
@@ -257,13 +263,20 @@ void run_block(Block& block, int threads, size_t shared_bytes) {
 
 void set_schedule(Schedule schedule) { g_schedule = schedule; }
 
-int lane() { return static_cast<int>(threadIdx.x % 32); }
+cudaError_t take_last_error() { return std::exchange(g_last_error, cudaSuccess); }
+
+void set_shared_limit(const void* /*kernel*/, int bytes) {
+  g_largest_shared_limit = std::max(g_largest_shared_limit, static_cast<size_t>(bytes));
+}
+
+int lane() { return g_block->current % 32; }
 
 unsigned char* dynamic_shared_memory() { return g_block->shared; }
 
 uint64_t exchange(uint64_t value, int source) {
-  const size_t warp_base = threadIdx.x / 32 * 32;
-  g_block->exchange[threadIdx.x] = value;
+  const auto thread = static_cast<size_t>(g_block->current);
+  const size_t warp_base = thread / 32 * 32;
+  g_block->exchange[thread] = value;
   __syncwarp();
   const uint64_t got = g_block->exchange[warp_base + static_cast<size_t>(source % 32)];
   __syncwarp();
@@ -302,13 +315,10 @@ void fail(const char* message) {
   std::abort();
 }
 
-void run_grid(const void* kernel, const LaunchConfig& config, const std::function<void()>& body) {
-  const unsigned threads = config.block.x;
-  const auto limit = g_shared_limits.find(kernel);
-  const size_t shared_limit =
-      limit == g_shared_limits.end() ? kDefaultSharedBytes : static_cast<size_t>(limit->second);
-  if (config.block.y != 1 || config.block.z != 1 || threads == 0 || threads > 1024 ||
-      threads % 32 != 0) {
+void run_grid(const LaunchConfig& config, const std::function<void()>& body) {
+  const unsigned threads = config.block.x * config.block.y * config.block.z;
+  const size_t shared_limit = std::max(kDefaultSharedBytes, g_largest_shared_limit);
+  if (threads == 0 || threads > 1024 || threads % 32 != 0) {
     g_last_error = cudaErrorInvalidConfiguration;  // (the emulation runs whole warps only)
     return;
   }
@@ -357,62 +367,3 @@ void __syncwarp(unsigned mask) {
   if (mask != 0xffffffffu) dscore::cuda_emulation::fail("__syncwarp: only full warps are emulated");
   dscore::cuda_emulation::yield(State::kAtWarpBarrier);
 }
-
-// The runtime API the emulated tests call: device memory is host memory.
-extern "C" {
-
-cudaError_t CUDARTAPI cudaGetLastError(void) {
-  const cudaError_t e = dscore::cuda_emulation::g_last_error;
-  dscore::cuda_emulation::g_last_error = cudaSuccess;
-  return e;
-}
-
-const char* CUDARTAPI cudaGetErrorString(cudaError_t error) {
-  return error == cudaSuccess ? "no error" : "an error of the CUDA emulation";
-}
-
-cudaError_t CUDARTAPI cudaGetDeviceCount(int* count) {
-  *count = 1;
-  return cudaSuccess;
-}
-
-cudaError_t CUDARTAPI cudaFuncSetAttribute(const void* func, enum cudaFuncAttribute attr,
-                                           int value) {
-  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;
-  if (value < 0 || static_cast<size_t>(value) > dscore::cuda_emulation::kSharedBytes)
-    return cudaErrorInvalidValue;
-  dscore::cuda_emulation::g_shared_limits[func] = value;
-  return cudaSuccess;
-}
-
-cudaError_t CUDARTAPI cudaMalloc(void** ptr, size_t size) {
-  *ptr = std::aligned_alloc(256, (size + 255) / 256 * 256 + 256);
-  return *ptr == nullptr ? cudaErrorMemoryAllocation : cudaSuccess;
-}
-
-cudaError_t CUDARTAPI cudaFree(void* ptr) {
-  std::free(ptr);
-  return cudaSuccess;
-}
-
-cudaError_t CUDARTAPI cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind) {
-  std::memcpy(dst, src, count);
-  return cudaSuccess;
-}
-
-cudaError_t CUDARTAPI cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind,
-                                      cudaStream_t) {
-  std::memcpy(dst, src, count);
-  return cudaSuccess;
-}
-
-cudaError_t CUDARTAPI cudaMemset(void* ptr, int value, size_t count) {
-  std::memset(ptr, value, count);
-  return cudaSuccess;
-}
-
-cudaError_t CUDARTAPI cudaDeviceSynchronize(void) { return cudaSuccess; }
-
-cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-
-}  // extern "C"

@@ -1,7 +1,7 @@
 // The CPU emulation of CUDA (include/cuda_emulation.h) on the kernels of
 // emulation_kernels.cu: what a correct kernel computes, in both thread
 // orders; that a missing barrier, a barrier some thread never reaches, and
-// dynamic shared memory above the kernel's limit are caught.
+// dynamic shared memory above the limit cudaFuncSetAttribute set are caught.
 #include <gtest/gtest.h>
 #include <dscore/cpp/dtype.hpp>
 
@@ -75,7 +75,7 @@ TEST_P(CudaEmulation, WmmaMultipliesATile) {
     }
 }
 
-TEST_P(CudaEmulation, DynamicSharedMemoryStaysWithinTheKernelsLimit) {
+TEST_P(CudaEmulation, DynamicSharedMemoryStaysWithinTheLimitSet) {
   std::vector<float> out(64, -1.0f);
   EXPECT_EQ(kernels::dynamic_shared(out.data(), 96 << 10, 64 << 10), cudaErrorInvalidValue);
   EXPECT_EQ(out[5], -1.0f) << "the launch ran";

@@ -1,7 +1,8 @@
 # cmake -DIN=<file.cu> -DOUT=<file.cc> -P host_source.cmake: the .cu source
 # as C++ for the CPU emulation (include/cuda_emulation.h). Launches
 # `kernel<<<config>>>(args)` become
-# `kernel | LaunchConfig(config) | arguments(args)`, dynamic shared memory
+# `LaunchConfig(config) | [&](auto&&... a) { kernel(a...); } | arguments(args)`
+# (cuda_emulation.h, PendingLaunch), dynamic shared memory
 # `extern __shared__ ... name[];` becomes a pointer to the block's, and
 # static `__shared__` arrays become function statics (one block runs at a
 # time). The output starts with the emulation's header and a #line
@@ -10,8 +11,10 @@ file(READ "${IN}" source)
 string(REGEX REPLACE "extern __shared__[^;]*[ *]([A-Za-z_][A-Za-z_0-9]*)\\[\\];"
        "unsigned char* \\1 = ::dscore::cuda_emulation::dynamic_shared_memory();" source "${source}")
 string(REPLACE "__shared__ " "static " source "${source}")
-string(REPLACE "<<<" " | ::dscore::cuda_emulation::LaunchConfig(" source "${source}")
-string(REPLACE ">>>" ") | ::dscore::cuda_emulation::arguments" source "${source}")
+string(REGEX REPLACE
+       "([A-Za-z_][A-Za-z_0-9]*(<[A-Za-z_0-9, ]*>)?)[ \t\r\n]*<<<(([^>]|>[^>]|>>[^>])*)>>>"
+       "::dscore::cuda_emulation::LaunchConfig(\\3) | [&](auto&&... dscore_arguments) { \\1(dscore_arguments...); } | ::dscore::cuda_emulation::arguments"
+       source "${source}")
 file(WRITE "${OUT}.tmp" "#include \"cuda_emulation.h\"\n#line 1 \"${IN}\"\n${source}")
 file(COPY_FILE "${OUT}.tmp" "${OUT}" ONLY_IF_DIFFERENT)
 file(REMOVE "${OUT}.tmp")

@@ -53,7 +53,7 @@ namespace dscore::cuda_emulation {
 enum class Schedule { kAscending, kDescending };
 void set_schedule(Schedule schedule);
 
-// The calling thread's lane in its warp (blocks are one-dimensional).
+// The calling thread's lane in its warp.
 int lane();
 // The block's dynamic shared memory.
 unsigned char* dynamic_shared_memory();
@@ -67,6 +67,11 @@ uint64_t exchange(uint64_t value, int source);
 bool recall_product(const void* tiles, size_t tile_bytes, void* product, size_t product_bytes);
 void remember_product(const void* tiles, size_t tile_bytes, const void* product,
                       size_t product_bytes);
+// For runtime_api.cc: the last launch error (cleared), and a kernel's
+// dynamic shared memory limit (at most kMaxSharedBytes).
+constexpr size_t kMaxSharedBytes = 232448;  // Hopper's, per block
+cudaError_t take_last_error();
+void set_shared_limit(const void* kernel, int bytes);
 // Ends the run with `message` (a device-side error the emulation found).
 [[noreturn]] void fail(const char* message);
 
@@ -79,19 +84,24 @@ struct LaunchConfig {
 };
 
 // Runs `body` as every thread of every block of `config`; records a launch
-// error (cudaGetLastError) instead when the configuration is invalid for
-// `kernel` (threads per block, dynamic shared memory above its limit).
-void run_grid(const void* kernel, const LaunchConfig& config, const std::function<void()>& body);
+// error (cudaGetLastError) instead when the configuration is invalid:
+// threads per block, or dynamic shared memory above 48 KiB that no
+// cudaFuncSetAttribute allowed (any kernel's: which kernel a launch runs
+// is not known here).
+void run_grid(const LaunchConfig& config, const std::function<void()>& body);
 
-template <typename... Params>
+// `kernel<<<config>>>(args)` becomes
+// `LaunchConfig(config) | [&](auto&&... a) { kernel(a...); } | arguments(args)`:
+// the kernel's template arguments are deduced from the call, as nvcc does.
+template <typename Body>
 struct PendingLaunch {
-  void (*kernel)(Params...);
   LaunchConfig config;
+  Body body;
 };
 
-template <typename... Params>
-PendingLaunch<Params...> operator|(void (*kernel)(Params...), const LaunchConfig& config) {
-  return {kernel, config};
+template <typename Body>
+PendingLaunch<Body> operator|(const LaunchConfig& config, Body body) {
+  return {config, std::move(body)};
 }
 
 template <typename... Args>
@@ -99,20 +109,28 @@ std::tuple<std::decay_t<Args>...> arguments(Args&&... args) {
   return std::tuple<std::decay_t<Args>...>(std::forward<Args>(args)...);
 }
 
-template <typename... Params, typename... Args>
-void operator|(const PendingLaunch<Params...>& launch, const std::tuple<Args...>& args) {
-  static_assert(sizeof...(Params) == sizeof...(Args), "a kernel launch with the wrong arguments");
-  run_grid(reinterpret_cast<const void*>(launch.kernel), launch.config, [&] {
-    std::apply([&](const auto&... a) { launch.kernel(static_cast<Params>(a)...); }, args);
-  });
+template <typename Body, typename... Args>
+void operator|(const PendingLaunch<Body>& launch, const std::tuple<Args...>& args) {
+  run_grid(launch.config, [&] { std::apply(launch.body, args); });
 }
 
 }  // namespace dscore::cuda_emulation
 
-// nvcc's overload for kernels (cuda_runtime.h declares it only under nvcc).
+// nvcc's overloads for kernels (cuda_runtime.h declares them only under nvcc).
 template <typename T>
 cudaError_t cudaFuncSetAttribute(T* kernel, cudaFuncAttribute attr, int value) {
   return cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), attr, value);
+}
+template <typename T>
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, T* kernel) {
+  return cudaFuncGetAttributes(attributes, reinterpret_cast<const void*>(kernel));
+}
+
+// A device intrinsic that has no host version in the CUDA headers.
+inline float __uint_as_float(unsigned int bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
 }
 
 template <typename T>
