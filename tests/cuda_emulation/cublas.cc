@@ -35,7 +35,8 @@ bool supported(cudaDataType type) { return type == CUDA_R_32F || type == CUDA_R_
 std::vector<float> widened(cudaDataType type, const void* x, int64_t rows, int64_t cols, int ld) {
   std::vector<float> out(static_cast<size_t>(rows * cols));
   for (int64_t c = 0; c < cols; ++c)
-    for (int64_t r = 0; r < rows; ++r) out[static_cast<size_t>(c * rows + r)] = load(type, x, c * ld + r);
+    for (int64_t r = 0; r < rows; ++r)
+      out[static_cast<size_t>(c * rows + r)] = load(type, x, c * ld + r);
   return out;
 }
 
