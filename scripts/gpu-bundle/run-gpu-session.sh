@@ -4,7 +4,8 @@
 # 8 files): the gpu tests (run-gpu-tests.sh, every executable's output in
 # tests.log), then the benches (run-gpu-bench.sh): the cuBLAS rate,
 # FusedAdam against the copy bandwidth and torch's fused AdamW, and GPT-2
-# 124M at ZeRO 0/2/3, with ZeRO-Offload; then one GPT step's kernels under
+# 124M at ZeRO 0/2/3, with ZeRO-Offload, and at ZeRO-0 with the unfused
+# attention; then one GPT step's kernels under
 # Nsight Compute (run-gpu-profile.sh, kernels.txt), then GPT-2 with NVMe.
 # Prints a summary last. About 6 minutes on an H100 (2026-11-27) before
 # the profile was added. A device call stops at 600 s, and what is under
@@ -38,6 +39,12 @@ bench gpu_matmul_rate 60 gpu_matmul_rate
 python=$(command -v python3 || true)
 bench fused_adam 120 fused_adam ${python:+--torch "$python"}
 bench gpt_gpu 240 gpt_gpu --steps "${DSCORE_GPT_GPU_STEPS:-5}"
+# ZeRO-0 again with the cuBLAS attention, beside the fused one (the default).
+# Its log goes into gpt_gpu.log, keeping to eight files.
+(export DSCORE_CUDA_ATTENTION=unfused
+ bench gpt_gpu_unfused 120 gpt_gpu --steps "${DSCORE_GPT_GPU_STEPS:-5}" --stages 0 --no-offload)
+{ echo "== DSCORE_CUDA_ATTENTION=unfused"; cat "$out/gpt_gpu_unfused.log"; } >>"$out/gpt_gpu.log"
+rm -f "$out/gpt_gpu_unfused.log"
 echo "== kernels of one ZeRO-0 step (the whole table in kernels.txt)" >>"$out/summary.txt"
 timeout -k 5 180 bash "$here/run-gpu-profile.sh" "$out/kernels.txt" >>"$out/summary.txt" 2>&1
 echo "(exit $?)" >>"$out/summary.txt"
