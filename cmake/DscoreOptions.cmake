@@ -62,9 +62,15 @@ function(_dscore_resolve_option name found)
   endif()
 endfunction()
 
-# CUDA: compile for Hopper (sm_90) unless told otherwise.
+# CUDA: compile for Hopper (sm_90) unless told otherwise; or, with
+# DSCORE_CUDA_EMULATION, for the CPU emulation of CUDA
+# (cmake/DscoreCudaEmulation.cmake).
+option(DSCORE_CUDA_EMULATION "Build the CUDA code for the CPU emulation of CUDA, not nvcc" OFF)
 set(_dscore_cuda_found FALSE)
-if(NOT DSCORE_WITH_CUDA STREQUAL "OFF")
+if(DSCORE_CUDA_EMULATION)
+  include(${CMAKE_CURRENT_LIST_DIR}/DscoreCudaEmulation.cmake)
+  set(_dscore_cuda_found TRUE)
+elseif(NOT DSCORE_WITH_CUDA STREQUAL "OFF")
   include(CheckLanguage)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
@@ -86,7 +92,9 @@ endif()
 _dscore_resolve_option(DSCORE_WITH_MPI _dscore_mpi_found)
 
 set(_dscore_nccl_found FALSE)
-if(NOT DSCORE_WITH_NCCL STREQUAL "OFF" AND DSCORE_WITH_CUDA_ENABLED)
+if(DSCORE_CUDA_EMULATION)
+  set(_dscore_nccl_found TRUE)  # NCCL_INCLUDE_DIR and NCCL_LIBRARY: DscoreCudaEmulation.cmake
+elseif(NOT DSCORE_WITH_NCCL STREQUAL "OFF" AND DSCORE_WITH_CUDA_ENABLED)
   find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_HOME PATH_SUFFIXES include)
   # The shared library only: the plugin takes libnccl.so.2 from the machine
   # it runs on (a system NCCL or PyTorch's nvidia/nccl/lib).

@@ -8,6 +8,7 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -22,10 +23,10 @@
 #define DSCORE_EMULATION_ASAN 1
 #endif
 
-uint3 threadIdx;
-uint3 blockIdx;
-dim3 blockDim;
-dim3 gridDim;
+thread_local uint3 threadIdx;
+thread_local uint3 blockIdx;
+thread_local dim3 blockDim;
+thread_local dim3 gridDim;
 
 namespace dscore::cuda_emulation {
 namespace {
@@ -138,10 +139,10 @@ struct Block {
   alignas(128) unsigned char shared[kSharedBytes];
 };
 
-Schedule g_schedule = Schedule::kAscending;
-Block* g_block = nullptr;
-cudaError_t g_last_error = cudaSuccess;
-size_t g_largest_shared_limit = 0;  // of every cudaFuncAttributeMaxDynamicSharedMemorySize
+std::atomic<Schedule> g_schedule{Schedule::kAscending};
+thread_local Block* g_block = nullptr;                 // the block this thread runs
+thread_local cudaError_t g_last_error = cudaSuccess;   // per thread, as cudart's
+std::atomic<size_t> g_largest_shared_limit{0};  // of every cudaFuncAttributeMaxDynamicSharedMemorySize
 
 // threadIdx of the thread with linear index `thread` (x fastest; warps are
 // runs of 32 linear indices, as on the GPU).
@@ -266,7 +267,10 @@ void set_schedule(Schedule schedule) { g_schedule = schedule; }
 cudaError_t take_last_error() { return std::exchange(g_last_error, cudaSuccess); }
 
 void set_shared_limit(const void* /*kernel*/, int bytes) {
-  g_largest_shared_limit = std::max(g_largest_shared_limit, static_cast<size_t>(bytes));
+  size_t now = g_largest_shared_limit.load();
+  while (now < static_cast<size_t>(bytes) &&
+         !g_largest_shared_limit.compare_exchange_weak(now, static_cast<size_t>(bytes))) {
+  }
 }
 
 int lane() { return g_block->current % 32; }
@@ -317,7 +321,7 @@ void fail(const char* message) {
 
 void run_grid(const LaunchConfig& config, const std::function<void()>& body) {
   const unsigned threads = config.block.x * config.block.y * config.block.z;
-  const size_t shared_limit = std::max(kDefaultSharedBytes, g_largest_shared_limit);
+  const size_t shared_limit = std::max(kDefaultSharedBytes, g_largest_shared_limit.load());
   if (threads == 0 || threads > 1024 || threads % 32 != 0) {
     g_last_error = cudaErrorInvalidConfiguration;  // (the emulation runs whole warps only)
     return;
@@ -330,9 +334,9 @@ void run_grid(const LaunchConfig& config, const std::function<void()>& body) {
     g_last_error = cudaErrorInvalidConfiguration;
     return;
   }
-  // One block, kept between launches: its fiber stacks and shared memory
-  // are allocated (and their pages touched) once.
-  static const std::unique_ptr<Block> block = std::make_unique<Block>();
+  // One block per launching thread, kept between launches: its fiber
+  // stacks and shared memory are allocated (and their pages touched) once.
+  thread_local const std::unique_ptr<Block> block = std::make_unique<Block>();
   block->fibers.resize(std::max<size_t>(block->fibers.size(), threads));
   for (Fiber& f : block->fibers)
     if (f.stack == nullptr) f.stack = std::make_unique_for_overwrite<char[]>(kStackBytes);

@@ -1,20 +1,4 @@
 # cmake -DIN=<file.cu> -DOUT=<file.cc> -P host_source.cmake: the .cu source
-# as C++ for the CPU emulation (include/cuda_emulation.h). Launches
-# `kernel<<<config>>>(args)` become
-# `LaunchConfig(config) | [&](auto&&... a) { kernel(a...); } | arguments(args)`
-# (cuda_emulation.h, PendingLaunch), dynamic shared memory
-# `extern __shared__ ... name[];` becomes a pointer to the block's, and
-# static `__shared__` arrays become function statics (one block runs at a
-# time). The output starts with the emulation's header and a #line
-# directive, so compiler messages name the .cu file.
-file(READ "${IN}" source)
-string(REGEX REPLACE "extern __shared__[^;]*[ *]([A-Za-z_][A-Za-z_0-9]*)\\[\\];"
-       "unsigned char* \\1 = ::dscore::cuda_emulation::dynamic_shared_memory();" source "${source}")
-string(REPLACE "__shared__ " "static " source "${source}")
-string(REGEX REPLACE
-       "([A-Za-z_][A-Za-z_0-9]*(<[A-Za-z_0-9, ]*>)?)[ \t\r\n]*<<<(([^>]|>[^>]|>>[^>])*)>>>"
-       "::dscore::cuda_emulation::LaunchConfig(\\3) | [&](auto&&... dscore_arguments) { \\1(dscore_arguments...); } | ::dscore::cuda_emulation::arguments"
-       source "${source}")
-file(WRITE "${OUT}.tmp" "#include \"cuda_emulation.h\"\n#line 1 \"${IN}\"\n${source}")
-file(COPY_FILE "${OUT}.tmp" "${OUT}" ONLY_IF_DIFFERENT)
-file(REMOVE "${OUT}.tmp")
+# as C++ for the CPU emulation of CUDA (host_source_function.cmake).
+include(${CMAKE_CURRENT_LIST_DIR}/host_source_function.cmake)
+dscore_host_source("${IN}" "${OUT}")

@@ -5,6 +5,7 @@
 // are tokens: a launch or copy runs when it is enqueued, so each is
 // complete when it returns (stream order holds trivially; the CPU device's
 // asynchronous streams test ordering rules instead, core/device).
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdlib>
@@ -23,6 +24,11 @@ void* device_allocate(size_t size) {
 int g_stream_tokens = 0;
 
 }  // namespace
+
+// An event records nothing: the work before it is done when it is recorded.
+struct CUevent_st {
+  bool recorded = false;
+};
 
 extern "C" {
 
@@ -65,6 +71,20 @@ cudaError_t CUDARTAPI cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr att
   }
 }
 
+cudaError_t CUDARTAPI cudaGetDeviceProperties(struct cudaDeviceProp* prop, int device) {
+  if (device != 0) return cudaErrorInvalidDevice;
+  *prop = cudaDeviceProp{};
+  std::strncpy(prop->name, "CUDA emulation (CPU)", sizeof(prop->name) - 1);
+  prop->major = 9;
+  prop->minor = 0;
+  prop->totalGlobalMem = kMemoryBytes;
+  prop->multiProcessorCount = 1;
+  prop->warpSize = 32;
+  prop->maxThreadsPerBlock = 1024;
+  prop->sharedMemPerBlockOptin = dscore::cuda_emulation::kMaxSharedBytes;
+  return cudaSuccess;
+}
+
 cudaError_t CUDARTAPI cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   *free_bytes = *total_bytes = kMemoryBytes;
   return cudaSuccess;
@@ -92,6 +112,14 @@ cudaError_t CUDARTAPI cudaMalloc(void** ptr, size_t size) {
 }
 
 cudaError_t CUDARTAPI cudaMallocHost(void** ptr, size_t size) { return cudaMalloc(ptr, size); }
+
+cudaError_t CUDARTAPI cudaHostAlloc(void** ptr, size_t size, unsigned int) {
+  return cudaMalloc(ptr, size);
+}
+
+cudaError_t CUDARTAPI cudaMallocAsync(void** ptr, size_t size, cudaStream_t) {
+  return cudaMalloc(ptr, size);
+}
 
 cudaError_t CUDARTAPI cudaFree(void* ptr) {
   std::free(ptr);
@@ -148,7 +176,59 @@ cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned i
   return cudaSuccess;
 }
 
+cudaError_t CUDARTAPI cudaStreamCreate(cudaStream_t* stream) {
+  return cudaStreamCreateWithFlags(stream, 0);
+}
+
 cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+
+cudaError_t CUDARTAPI cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+
+cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned int) {
+  return event == nullptr ? cudaErrorInvalidResourceHandle : cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaLaunchHostFunc(cudaStream_t, cudaHostFn_t fn, void* data) {
+  fn(data);
+  return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
+  *event = new CUevent_st;
+  return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaEventCreate(cudaEvent_t* event) {
+  return cudaEventCreateWithFlags(event, 0);
+}
+
+cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t event) {
+  delete event;
+  return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+  if (event == nullptr) return cudaErrorInvalidResourceHandle;
+  event->recorded = true;
+  return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t event) {
+  return event == nullptr ? cudaErrorInvalidResourceHandle : cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t event) { return cudaEventQuery(event); }
+
+cudaError_t CUDARTAPI cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (start == nullptr || end == nullptr) return cudaErrorInvalidResourceHandle;
+  if (!start->recorded || !end->recorded) return cudaErrorInvalidResourceHandle;
+  *ms = 0.0f;  // no device time passes
+  return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaProfilerStart(void) { return cudaSuccess; }
+
+cudaError_t CUDARTAPI cudaProfilerStop(void) { return cudaSuccess; }
 
 cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 

@@ -8,7 +8,7 @@
 // device code uses that the CUDA headers give only under nvcc.
 //
 // A launch runs its blocks one after another on the calling thread; the
-// threads of a block are fibers (ucontext). A fiber runs until it reaches a
+// threads of a block are fibers. A fiber runs until it reaches a
 // barrier (__syncthreads, __syncwarp, a shuffle), and a barrier opens once
 // every thread it names has reached it. Threads run in ascending order, or
 // descending with set_schedule(Schedule::kDescending): a barrier missing
@@ -39,11 +39,12 @@
 #define __launch_bounds__(...)
 #endif
 
-// The built-in variables of the calling emulated thread.
-extern uint3 threadIdx;
-extern uint3 blockIdx;
-extern dim3 blockDim;
-extern dim3 gridDim;
+// The built-in variables of the calling emulated thread (per OS thread:
+// host threads may launch kernels at once, each runs its own).
+extern thread_local uint3 threadIdx;
+extern thread_local uint3 blockIdx;
+extern thread_local dim3 blockDim;
+extern thread_local dim3 gridDim;
 
 void __syncthreads();
 void __syncwarp(unsigned mask = 0xffffffffu);
@@ -126,12 +127,36 @@ cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, T* kernel) {
   return cudaFuncGetAttributes(attributes, reinterpret_cast<const void*>(kernel));
 }
 
-// A device intrinsic that has no host version in the CUDA headers.
+// Device code calls the classification functions unqualified.
+using std::isfinite;
+using std::isinf;
+using std::isnan;
+
+// Device intrinsics that have no host version in the CUDA headers. The
+// rounded arithmetic is the plain IEEE operation: the emulation compiles
+// without multiply-add contraction (-std=c++20, -ffp-contract=off).
 inline float __uint_as_float(unsigned int bits) {
   float f;
   std::memcpy(&f, &bits, sizeof f);
   return f;
 }
+inline unsigned int __float_as_uint(float f) {
+  unsigned int bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  return bits;
+}
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fsqrt_rn(float a) { return std::sqrt(a); }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dsub_rn(double a, double b) { return a - b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __ddiv_rn(double a, double b) { return a / b; }
+inline double __dsqrt_rn(double a) { return std::sqrt(a); }
+inline float __double2float_rn(double a) { return static_cast<float>(a); }
 
 template <typename T>
 T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = 32) {
