@@ -5,7 +5,9 @@
 # toolkit's headers are used, CUDA::cudart_static, CUDA::cublas and NCCL are
 # the emulation library, and dscore_emulate_cuda_targets() (called at the
 # end of the top level) rewrites each target's .cu sources into C++.
-find_path(DSCORE_CUDA_INCLUDE_DIR cuda_runtime_api.h HINTS ENV CUDA_HOME /usr/local/cuda
+find_program(DSCORE_NVCC nvcc)  # its toolkit's headers, where it is on PATH
+get_filename_component(_nvcc_root "${DSCORE_NVCC}/../.." ABSOLUTE)
+find_path(DSCORE_CUDA_INCLUDE_DIR cuda_runtime_api.h HINTS ${_nvcc_root} ENV CUDA_HOME /usr/local/cuda
           PATH_SUFFIXES include REQUIRED)
 find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${DSCORE_CUDA_INCLUDE_DIR} ENV NCCL_HOME
           PATH_SUFFIXES include REQUIRED)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Set up, check the formatting (.clang-format), build and run every test:
 # the release build (unit, plugin, CLI,
-# install and layering tests), the checks against the real tools
+# install and layering tests), the gpu-labelled tests on the CPU emulation
+# of CUDA (the `emulated` preset, where the CUDA toolkit's headers are
+# installed: docs/gpu.md), the checks against the real tools
 # (scripts/external_checks.sh: TensorBoard/wandb readers, DeepSpeed as the
 # oracle, Hugging Face), then the ASan+UBSan build of the same tests, then
 # the TSan build of the multi-threaded tests only (ctest label tsan: the comm
@@ -20,6 +22,15 @@ bash scripts/build.sh release
 ctest --preset release
 phase() { echo "test.sh: $1 at $((SECONDS / 60)) min $((SECONDS % 60)) s"; }
 phase "release build and tests done"
+cuda_include=$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")/../include
+if [ -e "$cuda_include/cuda_runtime_api.h" ]; then
+  bash scripts/build.sh emulated
+  ctest --preset emulated
+  phase "gpu tests on the CUDA emulation done"
+else
+  echo "test.sh: no CUDA toolkit headers ($cuda_include): the gpu tests on the CUDA emulation" \
+       "do not run"
+fi
 if [ "${DSCORE_SKIP_SANITIZERS:-0}" = "1" ]; then
   bash scripts/external_checks.sh
   phase "external checks done"

@@ -140,9 +140,10 @@ struct Block {
 };
 
 std::atomic<Schedule> g_schedule{Schedule::kAscending};
-thread_local Block* g_block = nullptr;                 // the block this thread runs
-thread_local cudaError_t g_last_error = cudaSuccess;   // per thread, as cudart's
-std::atomic<size_t> g_largest_shared_limit{0};  // of every cudaFuncAttributeMaxDynamicSharedMemorySize
+thread_local Block* g_block = nullptr;                // the block this thread runs
+thread_local cudaError_t g_last_error = cudaSuccess;  // per thread, as cudart's
+std::atomic<size_t> g_largest_shared_limit{
+    0};  // of every cudaFuncAttributeMaxDynamicSharedMemorySize
 
 // threadIdx of the thread with linear index `thread` (x fastest; warps are
 // runs of 32 linear indices, as on the GPU).
@@ -265,6 +266,11 @@ void run_block(Block& block, int threads, size_t shared_bytes) {
 void set_schedule(Schedule schedule) { g_schedule = schedule; }
 
 cudaError_t take_last_error() { return std::exchange(g_last_error, cudaSuccess); }
+
+cudaError_t failed_call(cudaError_t error) {
+  g_last_error = error;
+  return error;
+}
 
 void set_shared_limit(const void* /*kernel*/, int bytes) {
   size_t now = g_largest_shared_limit.load();

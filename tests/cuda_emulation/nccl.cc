@@ -1,6 +1,8 @@
 // NCCL for the CUDA emulation: communicators of one rank (the emulation has
-// one device, so every multi-GPU case skips), on which each collective is a
-// copy: a sum, product, minimum, maximum or average over one rank is its
+// one device, so every multi-GPU case skips). A communicator of more ranks
+// never connects, as when the peers never come: a non-blocking one stays
+// in progress until it is aborted, a blocking one is refused. On one rank
+// each collective is a copy: a sum, product, minimum, maximum or average over one rank is its
 // input. Point-to-point calls to rank 0 itself pair a send with a receive in
 // order, at once outside a group and at ncclGroupEnd inside one. Work runs
 // when it is enqueued, as every stream of the emulation does.
@@ -25,6 +27,7 @@ int g_group_depth = 0;
 struct ncclComm {
   int rank = 0;
   bool aborted = false;
+  bool connecting = false;            // more than one rank: the peers never connect
   std::deque<Transfer> sends, recvs;  // point-to-point calls not yet paired
   ncclResult_t pair() {
     while (!sends.empty() && !recvs.empty()) {
@@ -40,7 +43,7 @@ struct ncclComm {
 
 namespace {
 
-std::mutex g_mutex;  // the group depth and the comms' queues
+std::mutex g_mutex;                // the group depth and the comms' queues
 std::deque<ncclComm*> g_in_group;  // comms with point-to-point calls in the open group
 
 size_t element_bytes(ncclDataType_t type) {
@@ -64,9 +67,10 @@ size_t element_bytes(ncclDataType_t type) {
   }
 }
 
-ncclResult_t copy(const void* send, void* recv, size_t count, ncclDataType_t type, ncclComm_t comm) {
+ncclResult_t copy(const void* send, void* recv, size_t count, ncclDataType_t type,
+                  ncclComm_t comm) {
   if (comm == nullptr) return ncclInvalidArgument;
-  if (comm->aborted) return ncclInvalidUsage;
+  if (comm->aborted || comm->connecting) return ncclInvalidUsage;
   const size_t bytes = element_bytes(type);
   if (bytes == 0) return ncclInvalidArgument;
   if (count > 0 && send != recv) std::memmove(recv, send, count * bytes);
@@ -101,13 +105,23 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
 }
 
 ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId, int rank,
-                                    ncclConfig_t*) {
-  if (nranks != 1 || rank != 0) return ncclInvalidUsage;  // one device
+                                    ncclConfig_t* config) {
+  if (nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
   *comm = new ncclComm;
-  return ncclSuccess;
+  (*comm)->rank = rank;
+  if (nranks == 1) return ncclSuccess;
+  if (config == nullptr || config->blocking != 0) {  // would wait forever
+    delete *comm;
+    *comm = nullptr;
+    return ncclInvalidUsage;
+  }
+  (*comm)->connecting = true;
+  return ncclInProgress;
 }
 
-ncclResult_t ncclCommFinalize(ncclComm_t comm) { return comm == nullptr ? ncclInvalidArgument : ncclSuccess; }
+ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  return comm == nullptr ? ncclInvalidArgument : ncclSuccess;
+}
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   delete comm;
@@ -122,7 +136,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* error) {
   if (comm == nullptr) return ncclInvalidArgument;
-  *error = ncclSuccess;
+  *error = comm->connecting ? ncclInProgress : ncclSuccess;
   return ncclSuccess;
 }
 

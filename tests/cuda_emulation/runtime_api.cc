@@ -142,7 +142,10 @@ cudaError_t CUDARTAPI cudaMallocFromPoolAsync(void**, size_t, cudaMemPool_t, cud
   return cudaErrorNotSupported;
 }
 
-cudaError_t CUDARTAPI cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind) {
+cudaError_t CUDARTAPI cudaMemcpy(void* dst, const void* src, size_t count,
+                                 enum cudaMemcpyKind kind) {
+  if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault)
+    return dscore::cuda_emulation::failed_call(cudaErrorInvalidMemcpyDirection);
   if (count > 0) std::memmove(dst, src, count);
   return cudaSuccess;
 }

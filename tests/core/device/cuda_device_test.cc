@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tests/core/device/gate.h"
+#include "tests/fakes/cuda_emulation_check.h"
 
 namespace dscore::device {
 namespace {
@@ -89,6 +90,7 @@ TEST_F(CudaDeviceTest, AMissingOrdinalIsAFailedPrecondition) {
 }
 
 TEST_F(CudaDeviceTest, WorkAfterWaitSeesTheOtherStreamsWrites) {
+  DSCORE_SKIP_ON_CUDA_EMULATION();
   auto producer = stream("producer");
   auto consumer = stream("consumer");
   Buffer x = buffer(4, Placement::kDevice, "x");
@@ -107,6 +109,7 @@ TEST_F(CudaDeviceTest, WorkAfterWaitSeesTheOtherStreamsWrites) {
 }
 
 TEST_F(CudaDeviceTest, RecordWaitChainsAcrossThreeStreams) {
+  DSCORE_SKIP_ON_CUDA_EMULATION();
   auto a = stream("a");
   auto b = stream("b");
   auto c = stream("c");
@@ -128,6 +131,7 @@ TEST_F(CudaDeviceTest, RecordWaitChainsAcrossThreeStreams) {
 }
 
 TEST_F(CudaDeviceTest, AMissingWaitIsExposed) {
+  DSCORE_SKIP_ON_CUDA_EMULATION();
   auto producer = stream("producer");
   auto consumer = stream("consumer");
   Buffer x = buffer(4, Placement::kDevice, "x");  // zeroed
@@ -214,6 +218,7 @@ TEST_F(CudaDeviceTest, DestructionFinishesQueuedWork) {
 }
 
 TEST_F(CudaDeviceTest, BlockedTimeCountsSynchronizeAndEventWaits) {
+  DSCORE_SKIP_ON_CUDA_EMULATION();
   auto s = stream("slow");
   Gate gate;
   std::thread opener([&] {

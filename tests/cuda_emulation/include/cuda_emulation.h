@@ -72,6 +72,9 @@ void remember_product(const void* tiles, size_t tile_bytes, const void* product,
 // dynamic shared memory limit (at most kMaxSharedBytes).
 constexpr size_t kMaxSharedBytes = 232448;  // Hopper's, per block
 cudaError_t take_last_error();
+// A failed runtime call: records `error` as the thread's last error (as
+// cudart does) and returns it.
+cudaError_t failed_call(cudaError_t error);
 void set_shared_limit(const void* kernel, int bytes);
 // Ends the run with `message` (a device-side error the emulation found).
 [[noreturn]] void fail(const char* message);
