@@ -45,7 +45,8 @@ TOP_DIRS = ["docs", "core", "plugins", "sdk", "tests", "bench", "scripts", "cmak
 BARE_EXTENSIONS = ("h", "hpp", "cc", "cu", "cuh", "md", "cmake", "sh")
 # Bare names that belong to other projects and are cited as such (extend
 # when a comment names a system or third-party file).
-EXTERNAL_NAMES = {"stdint.h", "stddef.h", "nccl.h", "mpi.h", "cuda_runtime.h", "cublas_v2.h"}
+EXTERNAL_NAMES = {"stdint.h", "stddef.h", "nccl.h", "mpi.h", "cuda_runtime.h", "cuda_runtime_api.h",
+                  "cublas_v2.h"}
 
 PATH_CHARS = r"[A-Za-z0-9_.\-/<>*{}$@]"
 # A repository path: not preceded by a path character, so "/work/x/core/..."
