@@ -20,7 +20,7 @@ inline bool on_cuda_emulation() {
 
 }  // namespace dscore::testing
 
-#define DSCORE_SKIP_ON_CUDA_EMULATION()                                                     \
-  if (::dscore::testing::on_cuda_emulation())                                               \
+#define DSCORE_SKIP_ON_CUDA_EMULATION()                                                  \
+  if (::dscore::testing::on_cuda_emulation())                                            \
   GTEST_SKIP() << "the CUDA emulation runs a stream's work when it is enqueued; a held " \
                   "stream needs a GPU"
