@@ -18,6 +18,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -38,16 +39,30 @@ bool have_gpu() {
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
 
+// A path in the temporary folder of this process alone: ctest runs the
+// cases as processes side by side, and a run stops when its data file
+// changes under it.
+std::string own_temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          (name + "." + std::to_string(static_cast<long>(::getpid()))))
+      .string();
+}
+
 // A small text corpus of its own (the test runs from a GPU bundle, away
 // from the source tree).
 std::string write_corpus() {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / "dscore_cuda_engine_corpus.txt").string();
+  const std::string path = own_temp_path("dscore_cuda_engine_corpus.txt");
   std::ofstream out(path);
   for (int i = 0; i < 200; ++i)
     out << "the quick brown fox jumps over the lazy dog " << i << " times; ";
   return path;
 }
+
+// The corpus for one test, removed with it.
+struct Corpus {
+  std::string path = write_corpus();
+  ~Corpus() { std::filesystem::remove(path); }
+};
 
 std::string config(const std::string& device, int stage, const std::string& corpus,
                    const std::string& zero_extra = "") {
@@ -116,7 +131,8 @@ class CudaEngine : public ::testing::TestWithParam<int> {
 
 TEST_P(CudaEngine, TrainsTheGptAsTheCpuDoes) {
   const int stage = GetParam();
-  const std::string corpus = write_corpus();
+  const Corpus corpus_file;
+  const std::string& corpus = corpus_file.path;
   const InProcessResult cpu = run_in_process_job(config("cpu", stage, corpus), 1);
   ASSERT_EQ(cpu.error, "");
   const InProcessResult cuda = run_in_process_job(config("cuda", stage, corpus), 1, {}, "nccl");
@@ -137,7 +153,8 @@ class CudaZeroOffload : public CudaEngine {};
 
 TEST_P(CudaZeroOffload, TrainsAsWithoutOffload) {
   const int stage = GetParam();
-  const std::string corpus = write_corpus();
+  const Corpus corpus_file;
+  const std::string& corpus = corpus_file.path;
   const std::string offload =
       R"(, "sub_group_size": 4096, "offload_optimizer": {"device": "cpu", "pin_memory": true})";
   const InProcessResult cpu = run_in_process_job(config("cpu", stage, corpus), 1);
@@ -170,8 +187,9 @@ class CudaNvmeOffload : public CudaEngine {};
 
 TEST_P(CudaNvmeOffload, TrainsAsWithoutOffload) {
   const int stage = GetParam();
-  const std::string corpus = write_corpus();
-  const std::string folder = (std::filesystem::temp_directory_path() / "dscore_cuda_nvme").string();
+  const Corpus corpus_file;
+  const std::string& corpus = corpus_file.path;
+  const std::string folder = own_temp_path("dscore_cuda_nvme");
   std::filesystem::create_directories(folder);
   const std::string optimizer = R"(, "sub_group_size": 4096, "offload_optimizer": {"device": )"
                                 R"("nvme", "nvme_path": ")" +
