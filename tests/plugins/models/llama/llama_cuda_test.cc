@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compute.h"
@@ -124,35 +125,58 @@ class LlamaCuda : public ::testing::Test {
   }
 };
 
+// The runner over the CPU backend (fp32) and over the CUDA backend of S, on
+// the same fp32 parameters (the initialisation times `scale`).
+template <typename S>
+struct BothBackends {
+  BothBackends(const LlamaConfig& config, float scale)
+      : c(config),
+        params(c, 3),
+        on_cpu(params.description(), DSCORE_DTYPE_F32),
+        on_gpu(params.description(), DSCORE_DTYPE_F32),
+        cpu_runner(c, params, cpu_backend),
+        gpu_runner(c, params, gpu_backend) {
+    init(c, params, &on_cpu, scale);
+    init(c, params, &on_gpu, scale);
+  }
+  // Each runner's loss of one training call; each gradient checked by `check`.
+  template <typename Check>
+  std::pair<double, double> train(Check check) {
+    const auto batch = batch_of(c);
+    const double want = cpu_runner.forward_backward(batch, on_cpu.hooks(), 1.0);
+    const double got = gpu_runner.forward_backward(batch, on_gpu.hooks(), 1.0);
+    for (size_t l = 0; l < on_cpu.layer_count(); ++l)
+      for (size_t i = 0; i < on_cpu.param_count(l); ++i)
+        check(on_cpu.grad<float>(l, i), on_gpu.grad<float>(l, i), on_cpu.numel(l, i),
+              params.description().layers[l]->params[i]->name);
+    return {want, got};
+  }
+
+  LlamaConfig c;
+  LlamaParams params;
+  FakeLayers on_cpu, on_gpu;
+  cpu::CpuBackend<float> cpu_backend;
+  gpu::CudaBackend<S> gpu_backend;
+  LlamaRunner<cpu::CpuBackend<float>> cpu_runner;
+  LlamaRunner<gpu::CudaBackend<S>> gpu_runner;
+};
+
 TEST_F(LlamaCuda, LossGradientsAndLogitsMatchTheCpuBackend) {
   for (bool tied : {false, true})
     for (bool llama3 : {false, true})
       for (int64_t checkpoint_blocks : {0, 1}) {
         SCOPED_TRACE(std::string(tied ? "tied" : "untied") + (llama3 ? " llama3" : "") +
                      " checkpoint_blocks " + std::to_string(checkpoint_blocks));
-        const LlamaConfig c = config_of(tied, llama3, checkpoint_blocks);
-        LlamaParams params(c, 3);
-        FakeLayers on_cpu(params.description(), DSCORE_DTYPE_F32),
-            on_gpu(params.description(), DSCORE_DTYPE_F32);
-        init(c, params, &on_cpu);
-        init(c, params, &on_gpu);
-        cpu::CpuBackend<float> cpu_backend;
-        gpu::CudaBackend<float> gpu_backend;
-        LlamaRunner<cpu::CpuBackend<float>> cpu_runner(c, params, cpu_backend);
-        LlamaRunner<gpu::CudaBackend<float>> gpu_runner(c, params, gpu_backend);
-        const auto batch = batch_of(c);
-        const double want = cpu_runner.forward_backward(batch, on_cpu.hooks(), 1.0);
-        const double got = gpu_runner.forward_backward(batch, on_gpu.hooks(), 1.0);
+        BothBackends<float> run(config_of(tied, llama3, checkpoint_blocks), 4.0f);
+        const auto [want, got] = run.train(expect_close);
         EXPECT_NEAR(got, want, 1e-5 * want);
-        for (size_t l = 0; l < on_cpu.layer_count(); ++l)
-          for (size_t i = 0; i < on_cpu.param_count(l); ++i)
-            expect_close(on_cpu.grad<float>(l, i), on_gpu.grad<float>(l, i), on_cpu.numel(l, i),
-                         params.description().layers[l]->params[i]->name);
-        std::vector<float> logits_cpu(static_cast<size_t>(3 * c.vocab_size)),
+        const int64_t vocab = run.c.vocab_size;
+        std::vector<float> logits_cpu(static_cast<size_t>(3 * vocab)),
             logits_gpu(logits_cpu.size());
-        cpu_runner.forward(batch, on_cpu.hooks(), nullptr, logits_cpu.data());
-        gpu_runner.forward(batch, on_gpu.hooks(), nullptr, logits_gpu.data());
-        expect_close(logits_cpu.data(), logits_gpu.data(), 3 * c.vocab_size, "logits");
+        const auto batch = batch_of(run.c);
+        run.cpu_runner.forward(batch, run.on_cpu.hooks(), nullptr, logits_cpu.data());
+        run.gpu_runner.forward(batch, run.on_gpu.hooks(), nullptr, logits_gpu.data());
+        expect_close(logits_cpu.data(), logits_gpu.data(), 3 * vocab, "logits");
       }
 }
 
@@ -160,25 +184,10 @@ TEST_F(LlamaCuda, Bf16MatchesTheCpuBackendWithinBf16Error) {
   for (const char* attention : {"fused", "unfused"}) {
     SCOPED_TRACE(attention);
     ScopedEnv kernels("DSCORE_CUDA_ATTENTION", std::string(attention));
-    const LlamaConfig c = config_of(false, false, 0);
-    LlamaParams params(c, 3);
-    FakeLayers on_cpu(params.description(), DSCORE_DTYPE_F32),
-        on_gpu(params.description(), DSCORE_DTYPE_F32);
-    init(c, params, &on_cpu, 1.0f);
-    init(c, params, &on_gpu, 1.0f);
-    cpu::CpuBackend<float> cpu_backend;
-    gpu::CudaBackend<__nv_bfloat16> gpu_backend;
-    ASSERT_EQ(gpu_backend.fused_attention(), std::string(attention) == "fused");
-    LlamaRunner<cpu::CpuBackend<float>> cpu_runner(c, params, cpu_backend);
-    LlamaRunner<gpu::CudaBackend<__nv_bfloat16>> gpu_runner(c, params, gpu_backend);
-    const auto batch = batch_of(c);
-    const double want = cpu_runner.forward_backward(batch, on_cpu.hooks(), 1.0);
-    const double got = gpu_runner.forward_backward(batch, on_gpu.hooks(), 1.0);
+    BothBackends<__nv_bfloat16> run(config_of(false, false, 0), 1.0f);
+    ASSERT_EQ(run.gpu_backend.fused_attention(), std::string(attention) == "fused");
+    const auto [want, got] = run.train(expect_bf16_close);
     EXPECT_NEAR(got, want, 1e-2 * want);
-    for (size_t l = 0; l < on_cpu.layer_count(); ++l)
-      for (size_t i = 0; i < on_cpu.param_count(l); ++i)
-        expect_bf16_close(on_cpu.grad<float>(l, i), on_gpu.grad<float>(l, i), on_cpu.numel(l, i),
-                          params.description().layers[l]->params[i]->name);
   }
 }
 
