@@ -1,10 +1,22 @@
 # Sourced by run-gpu-tests.sh and run-gpu-bench.sh of a GPU bundle
-# (scripts/gpu-bundle.sh), with `here` set to the bundle: makes the build
+# (scripts/gpu-bundle.sh), with `here` set to the bundle: unpacks the
+# binaries (tree.tar.xz) into the bundle's tree/ once, makes the build
 # folder the binaries were built in (BUILD_DIR: they find plugins and
 # helpers there) a link to the bundle's tree/ where it does not exist,
 # unpacks the bundle's libraries (lib.tar.xz) into a temporary folder and
 # sets LD_LIBRARY_PATH to it and to every site-packages nvidia/*/lib that
 # python3 finds (PyTorch's CUDA runtime, cuBLAS and NCCL).
+# unxz: xz where the machine has it, else Python's tarfile.
+unxz_into() {  # unxz_into ARCHIVE FOLDER
+  if command -v xz >/dev/null; then
+    xz -dc "$1" | tar -C "$2" -xf -
+  else
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$1" "$2"
+  fi
+}
+if [ ! -d "$here/tree" ]; then
+  unxz_into "$here/tree.tar.xz" "$here" || { echo "cannot unpack $here/tree.tar.xz"; exit 1; }
+fi
 build=$(cat "$here/BUILD_DIR")
 if [ ! -e "$build" ]; then
   mkdir -p "$(dirname "$build")" && ln -s "$here/tree" "$build" ||
@@ -15,12 +27,7 @@ elif [ "$(readlink -f "$build")" != "$(readlink -f "$here/tree")" ]; then
 fi
 bundle_libs=$(mktemp -d "${TMPDIR:-/tmp}/dscore-gpu-lib.XXXXXX")
 trap 'rm -rf "$bundle_libs"' EXIT
-if command -v xz >/dev/null; then
-  xz -dc "$here/lib.tar.xz" | tar -C "$bundle_libs" -xf -
-else
-  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
-    "$here/lib.tar.xz" "$bundle_libs"
-fi
+unxz_into "$here/lib.tar.xz" "$bundle_libs"
 libs=$bundle_libs/lib
 if command -v python3 >/dev/null; then
   nvidia=$(python3 -c 'import nvidia, os, glob
