@@ -64,8 +64,16 @@ struct Corpus {
   ~Corpus() { std::filesystem::remove(path); }
 };
 
+// The models the runs train (the "model" section less its device keys).
+const std::string kGpt =
+    R"("type": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16, "vocab_size": 256)";
+// Grouped-query heads (4 over 2), SwiGLU, rotary embeddings, untied head.
+const std::string kLlama = R"("type": "llama", "vocab_size": 256, "hidden_size": 32,
+  "intermediate_size": 88, "num_hidden_layers": 2, "num_attention_heads": 4,
+  "num_key_value_heads": 2, "max_position_embeddings": 64, "block_size": 16)";
+
 std::string config(const std::string& device, int stage, const std::string& corpus,
-                   const std::string& zero_extra = "") {
+                   const std::string& zero_extra = "", const std::string& model = kGpt) {
   // cuda_dtype fp32 written out: the run's precision would give it too
   // (plugin_setup.cc), but the comparison stands on it. Before the engine
   // set it, the model's own default (bf16) ran here: the losses agreed
@@ -77,9 +85,8 @@ std::string config(const std::string& device, int stage, const std::string& corp
          R"(", "train_micro_batch_size_per_gpu": 4, "train_batch_size": 8,
   "gradient_accumulation_steps": 2, "train_steps": 4, "seed": 3, "gradient_clipping": 1.0,
   "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "weight_decay": 0.01}},
-  "model": {"type": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16,
-            "vocab_size": 256)" +
-         model_device + R"(},
+  "model": {)" +
+         model + model_device + R"(},
   "data": {"type": "text", "path": ")" +
          corpus + R"("},
   "zero_optimization": {"stage": )" +
@@ -140,6 +147,21 @@ TEST_P(CudaEngine, TrainsTheGptAsTheCpuDoes) {
   ASSERT_EQ(cpu.losses.size(), 4u);
   EXPECT_GT(cpu.losses.front(), 4.0);  // about ln(256) = 5.5 at initialisation
   expect_close(cuda, cpu, "stage " + std::to_string(stage));
+}
+
+// The llama model's CUDA module through the engine, the same way.
+TEST_P(CudaEngine, TrainsTheLlamaAsTheCpuDoes) {
+  const int stage = GetParam();
+  const Corpus corpus_file;
+  const std::string& corpus = corpus_file.path;
+  const InProcessResult cpu = run_in_process_job(config("cpu", stage, corpus, "", kLlama), 1);
+  ASSERT_EQ(cpu.error, "");
+  const InProcessResult cuda =
+      run_in_process_job(config("cuda", stage, corpus, "", kLlama), 1, {}, "nccl");
+  ASSERT_EQ(cuda.error, "");
+  ASSERT_EQ(cpu.losses.size(), 4u);
+  EXPECT_GT(cpu.losses.front(), 4.0);
+  expect_close(cuda, cpu, "llama, stage " + std::to_string(stage));
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, CudaEngine, ::testing::Values(0, 1, 2, 3));
