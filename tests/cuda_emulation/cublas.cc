@@ -47,8 +47,9 @@ void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float
   const bool a_n = ta == CUBLAS_OP_N, b_n = tb == CUBLAS_OP_N;
   const auto wa = widened(at, a, a_n ? m : k, a_n ? k : m, lda);
   const auto wb = widened(bt, b, b_n ? k : n, b_n ? n : k, ldb);
-  auto wc = widened(ct, c, m, n, ldc);
-  if (beta == 0.0f) wc.assign(wc.size(), 0.0f);  // cuBLAS reads no C when beta is 0
+  // cuBLAS reads no C when beta is 0.
+  auto wc =
+      beta == 0.0f ? std::vector<float>(static_cast<size_t>(m) * n) : widened(ct, c, m, n, ldc);
   if (m > 0 && n > 0)
     cblas_sgemm(CblasColMajor, a_n ? CblasNoTrans : CblasTrans, b_n ? CblasNoTrans : CblasTrans, m,
                 n, k, alpha, wa.data(), a_n ? m : k, wb.data(), b_n ? k : n, beta, wc.data(), m);

@@ -142,8 +142,8 @@ struct Block {
 std::atomic<Schedule> g_schedule{Schedule::kAscending};
 thread_local Block* g_block = nullptr;                // the block this thread runs
 thread_local cudaError_t g_last_error = cudaSuccess;  // per thread, as cudart's
-std::atomic<size_t> g_largest_shared_limit{
-    0};  // of every cudaFuncAttributeMaxDynamicSharedMemorySize
+// The largest cudaFuncAttributeMaxDynamicSharedMemorySize given any kernel.
+std::atomic<size_t> g_largest_shared_limit{0};
 
 // threadIdx of the thread with linear index `thread` (x fastest; warps are
 // runs of 32 linear indices, as on the GPU).
@@ -272,7 +272,7 @@ cudaError_t failed_call(cudaError_t error) {
   return error;
 }
 
-void set_shared_limit(const void* /*kernel*/, int bytes) {
+void raise_shared_limit(int bytes) {
   size_t now = g_largest_shared_limit.load();
   while (now < static_cast<size_t>(bytes) &&
          !g_largest_shared_limit.compare_exchange_weak(now, static_cast<size_t>(bytes))) {

@@ -5,7 +5,7 @@
 # first thing by the top level in the `emulated` preset
 # (cmake/DscoreCudaEmulation.cmake). Needs the CUDA toolkit's headers only.
 include_guard(GLOBAL)
-include(${CMAKE_CURRENT_LIST_DIR}/host_source_function.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/host_source.cmake)
 
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)

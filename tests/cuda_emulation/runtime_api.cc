@@ -90,12 +90,12 @@ cudaError_t CUDARTAPI cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   return cudaSuccess;
 }
 
-cudaError_t CUDARTAPI cudaFuncSetAttribute(const void* func, enum cudaFuncAttribute attr,
+cudaError_t CUDARTAPI cudaFuncSetAttribute(const void* /*func*/, enum cudaFuncAttribute attr,
                                            int value) {
   if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;
   if (value < 0 || static_cast<size_t>(value) > dscore::cuda_emulation::kMaxSharedBytes)
     return cudaErrorInvalidValue;
-  dscore::cuda_emulation::set_shared_limit(func, value);
+  dscore::cuda_emulation::raise_shared_limit(value);
   return cudaSuccess;
 }
 

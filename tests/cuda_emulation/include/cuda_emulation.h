@@ -1,26 +1,24 @@
 // A CPU emulation of the CUDA execution model, enough to run the source of
 // dscore's CUDA kernels in tests on machines without a GPU. A .cu file is
-// compiled as C++ after host_source.cmake rewrites its launches
-// (kernel<<<grid, block, bytes, stream>>>(args) becomes
-// kernel | LaunchConfig(grid, block, bytes, stream) | arguments(args)) and its __shared__
-// declarations (dynamic shared memory becomes dynamic_shared_memory(), static arrays become
-// function statics). This header is included first and declares what
-// device code uses that the CUDA headers give only under nvcc.
+// compiled as C++ after host_source.cmake rewrites its launches (below,
+// PendingLaunch) and its __shared__ declarations (dynamic shared memory
+// becomes dynamic_shared_memory(), static variables thread_local function
+// statics). This header is included first and declares what device code
+// uses that the CUDA headers give only under nvcc.
 //
 // A launch runs its blocks one after another on the calling thread; the
-// threads of a block are fibers. A fiber runs until it reaches a
-// barrier (__syncthreads, __syncwarp, a shuffle), and a barrier opens once
-// every thread it names has reached it. Threads run in ascending order, or
+// threads of a block are fibers. A fiber runs until it reaches a barrier
+// (__syncthreads, __syncwarp, a shuffle), and a barrier opens once every
+// thread it names has reached it. Threads run in ascending order, or
 // descending with set_schedule(Schedule::kDescending): a barrier missing
 // between a write and another thread's read shows as a wrong result in one
 // of the two orders. A barrier that not all of its threads reach (one
 // exited, or waits at another) ends the run with an error naming it.
 // Dynamic shared memory starts every block filled with 0xff bytes (NaN as
 // float and bf16), so reads of what no thread wrote show too; static
-// __shared__ variables are function statics that keep the last block's
-// values. WMMA fragments (mma.h beside this
-// header) hold the whole tile in every lane; a store writes each element
-// from one lane.
+// __shared__ variables keep the last block's values. WMMA fragments (mma.h
+// beside this header) hold the whole tile in every lane; a store writes
+// each element from one lane.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -68,14 +66,14 @@ uint64_t exchange(uint64_t value, int source);
 bool recall_product(const void* tiles, size_t tile_bytes, void* product, size_t product_bytes);
 void remember_product(const void* tiles, size_t tile_bytes, const void* product,
                       size_t product_bytes);
-// For runtime_api.cc: the last launch error (cleared), and a kernel's
-// dynamic shared memory limit (at most kMaxSharedBytes).
+// For runtime_api.cc: the last launch error (cleared), and a dynamic
+// shared memory limit some kernel was given (at most kMaxSharedBytes).
 constexpr size_t kMaxSharedBytes = 232448;  // Hopper's, per block
 cudaError_t take_last_error();
 // A failed runtime call: records `error` as the thread's last error (as
 // cudart does) and returns it.
 cudaError_t failed_call(cudaError_t error);
-void set_shared_limit(const void* kernel, int bytes);
+void raise_shared_limit(int bytes);
 // Ends the run with `message` (a device-side error the emulation found).
 [[noreturn]] void fail(const char* message);
 
