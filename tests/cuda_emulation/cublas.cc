@@ -2,8 +2,9 @@
 // (cublasGemmEx, cublasGemmStridedBatchedEx), column-major as cuBLAS, fp32
 // and bf16 operands and results: operands widened to fp32, the product by
 // OpenBLAS's sgemm (fp32 sums, in its order, as cuBLAS's order is its
-// own), results rounded once to nearest even. Handles, streams and
-// workspaces are tokens.
+// own), results rounded once to nearest even. A GEMM runs on the handle's
+// stream (streams.cc), alpha and beta read when it is called (host
+// pointer mode); workspaces are ignored.
 #include <cblas.h>
 #include <cublas_v2.h>
 
@@ -13,9 +14,11 @@
 
 #include "cuda_emulation.h"
 
-namespace {
+struct cublasContext {
+  cudaStream_t stream = nullptr;
+};
 
-int g_handle_token = 0;
+namespace {
 
 float load(cudaDataType type, const void* p, int64_t i) {
   if (type == CUDA_R_32F) return static_cast<const float*>(p)[i];
@@ -66,13 +69,18 @@ const char* CUBLASWINAPI cublasGetStatusString(cublasStatus_t status) {
 }
 
 cublasStatus_t CUBLASWINAPI cublasCreate_v2(cublasHandle_t* handle) {
-  *handle = reinterpret_cast<cublasHandle_t>(&g_handle_token);
+  *handle = new cublasContext;
   return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t CUBLASWINAPI cublasDestroy_v2(cublasHandle_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t CUBLASWINAPI cublasDestroy_v2(cublasHandle_t handle) {
+  delete handle;
+  return CUBLAS_STATUS_SUCCESS;
+}
 
-cublasStatus_t CUBLASWINAPI cublasSetStream_v2(cublasHandle_t, cudaStream_t) {
+cublasStatus_t CUBLASWINAPI cublasSetStream_v2(cublasHandle_t handle, cudaStream_t stream) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  handle->stream = stream;
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -81,7 +89,7 @@ cublasStatus_t CUBLASWINAPI cublasSetWorkspace_v2(cublasHandle_t, void*, size_t)
 }
 
 cublasStatus_t CUBLASWINAPI cublasGemmStridedBatchedEx(
-    cublasHandle_t, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+    cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
     const void* alpha, const void* A, cudaDataType Atype, int lda, long long int strideA,
     const void* B, cudaDataType Btype, int ldb, long long int strideB, const void* beta, void* C,
     cudaDataType Ctype, int ldc, long long int strideC, int batchCount,
@@ -89,14 +97,17 @@ cublasStatus_t CUBLASWINAPI cublasGemmStridedBatchedEx(
   if (!supported(Atype) || !supported(Btype) || !supported(Ctype) ||
       computeType != CUBLAS_COMPUTE_32F)
     return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (m < 0 || n < 0 || k < 0 || batchCount < 0) return CUBLAS_STATUS_INVALID_VALUE;
   const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
   const size_t as = Atype == CUDA_R_32F ? 4 : 2, bs = Btype == CUDA_R_32F ? 4 : 2,
                cs = Ctype == CUDA_R_32F ? 4 : 2;
-  for (int64_t i = 0; i < batchCount; ++i)
-    gemm(transa, transb, m, n, k, a, static_cast<const char*>(A) + i * strideA * as, Atype, lda,
-         static_cast<const char*>(B) + i * strideB * bs, Btype, ldb, b,
-         static_cast<char*>(C) + i * strideC * cs, Ctype, ldc);
+  dscore::cuda_emulation::enqueue(handle->stream, [=] {
+    for (int64_t i = 0; i < batchCount; ++i)
+      gemm(transa, transb, m, n, k, a, static_cast<const char*>(A) + i * strideA * as, Atype, lda,
+           static_cast<const char*>(B) + i * strideB * bs, Btype, ldb, b,
+           static_cast<char*>(C) + i * strideC * cs, Ctype, ldc);
+  });
   return CUBLAS_STATUS_SUCCESS;
 }
 

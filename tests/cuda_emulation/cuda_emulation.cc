@@ -325,22 +325,11 @@ void fail(const char* message) {
   std::abort();
 }
 
+namespace {
+
 void run_grid(const LaunchConfig& config, const std::function<void()>& body) {
   const unsigned threads = config.block.x * config.block.y * config.block.z;
-  const size_t shared_limit = std::max(kDefaultSharedBytes, g_largest_shared_limit.load());
-  if (threads == 0 || threads > 1024 || threads % 32 != 0) {
-    g_last_error = cudaErrorInvalidConfiguration;  // (the emulation runs whole warps only)
-    return;
-  }
-  if (config.shared_bytes > shared_limit) {
-    g_last_error = cudaErrorInvalidValue;
-    return;
-  }
-  if (config.grid.x == 0 || config.grid.y == 0 || config.grid.z == 0) {
-    g_last_error = cudaErrorInvalidConfiguration;
-    return;
-  }
-  // One block per launching thread, kept between launches: its fiber
+  // One block per running thread, kept between launches: its fiber
   // stacks and shared memory are allocated (and their pages touched) once.
   thread_local const std::unique_ptr<Block> block = std::make_unique<Block>();
   block->fibers.resize(std::max<size_t>(block->fibers.size(), threads));
@@ -365,6 +354,26 @@ void run_grid(const LaunchConfig& config, const std::function<void()>& body) {
     throw;
   }
   g_block = nullptr;
+}
+
+}  // namespace
+
+void launch_grid(const LaunchConfig& config, std::function<void()> body) {
+  const unsigned threads = config.block.x * config.block.y * config.block.z;
+  const size_t shared_limit = std::max(kDefaultSharedBytes, g_largest_shared_limit.load());
+  if (threads == 0 || threads > 1024 || threads % 32 != 0) {
+    g_last_error = cudaErrorInvalidConfiguration;  // (the emulation runs whole warps only)
+    return;
+  }
+  if (config.shared_bytes > shared_limit) {
+    g_last_error = cudaErrorInvalidValue;
+    return;
+  }
+  if (config.grid.x == 0 || config.grid.y == 0 || config.grid.z == 0) {
+    g_last_error = cudaErrorInvalidConfiguration;
+    return;
+  }
+  enqueue(config.stream, [config, body = std::move(body)] { run_grid(config, body); });
 }
 
 }  // namespace dscore::cuda_emulation

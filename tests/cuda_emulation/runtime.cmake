@@ -11,7 +11,8 @@ find_package(PkgConfig REQUIRED)
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 set(_emulation ${CMAKE_CURRENT_LIST_DIR})
 add_library(cuda_emulation SHARED ${_emulation}/cuda_emulation.cc
-            ${_emulation}/runtime_api.cc ${_emulation}/cublas.cc ${_emulation}/nccl.cc)
+            ${_emulation}/runtime_api.cc ${_emulation}/streams.cc ${_emulation}/cublas.cc ${_emulation}/nccl.cc
+            ${_emulation}/nccl_board.cc)
 target_include_directories(cuda_emulation PUBLIC ${_emulation}/include
                            ${DSCORE_CUDA_INCLUDE_DIRS})
 target_link_libraries(cuda_emulation PRIVATE PkgConfig::OPENBLAS)  # cublas.cc

@@ -1,15 +1,19 @@
 // The CUDA runtime API for the emulation (include/cuda_emulation.h),
 // defined here in place of cudart's, as far as dscore's CUDA code calls it.
-// One device (ordinal 0, compute capability 9.0, no memory pools); device
-// memory is host memory, so every copy kind is memcpy. Streams and events
-// are tokens: a launch or copy runs when it is enqueued, so each is
-// complete when it returns (stream order holds trivially; the CPU device's
-// asynchronous streams test ordering rules instead, core/device).
+// Devices of compute capability 9.0 without memory pools (one unless
+// DSCORE_CUDA_EMULATION_DEVICES says more); device memory is host memory, so every copy kind is
+// memcpy. Streams and events are in streams.cc. An asynchronous copy or memset runs on its stream,
+// except that a copy from or to pageable memory (any not allocated here)
+// waits for the stream and copies before it returns, as cudart stages it.
 #include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
 
 #include "cuda_emulation.h"
 
@@ -17,18 +21,66 @@ namespace {
 
 constexpr size_t kMemoryBytes = size_t{80} << 30;  // what cudaMemGetInfo reports
 
-void* device_allocate(size_t size) {
-  return std::aligned_alloc(256, (size + 255) / 256 * 256 + 256);
+// The devices: DSCORE_CUDA_EMULATION_DEVICES of them (1 to 8; default 1),
+// all on the same memory; the current one is per thread, as cudart's.
+int device_count() {
+  static const int count = [] {
+    const char* v = std::getenv("DSCORE_CUDA_EMULATION_DEVICES");
+    const int n = v != nullptr ? std::atoi(v) : 1;
+    return n >= 1 && n <= 8 ? n : 1;
+  }();
+  return count;
 }
-
-int g_stream_tokens = 0;
+bool valid_device(int device) { return device >= 0 && device < device_count(); }
+thread_local int t_device = 0;
 
 }  // namespace
 
-// An event records nothing: the work before it is done when it is recorded.
-struct CUevent_st {
-  bool recorded = false;
-};
+int dscore::cuda_emulation::current_device() { return t_device; }
+
+namespace {
+
+// Device and pinned allocations by address: what is not in here is pageable.
+std::mutex g_allocations_mutex;
+std::map<uintptr_t, size_t> g_allocations;
+
+void* device_allocate(size_t size) {
+  const size_t bytes = (size + 255) / 256 * 256 + 256;
+  void* ptr = std::aligned_alloc(256, bytes);
+  if (ptr == nullptr) return nullptr;
+  std::lock_guard<std::mutex> lock(g_allocations_mutex);
+  g_allocations[reinterpret_cast<uintptr_t>(ptr)] = bytes;
+  return ptr;
+}
+
+void device_free(void* ptr) {
+  if (ptr == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(g_allocations_mutex);
+    g_allocations.erase(reinterpret_cast<uintptr_t>(ptr));
+  }
+  std::free(ptr);
+}
+
+bool pageable(const void* ptr) {
+  const auto p = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(g_allocations_mutex);
+  auto it = g_allocations.upper_bound(p);
+  if (it == g_allocations.begin()) return true;
+  --it;
+  return p >= it->first + it->second;
+}
+
+// Runs `copy` on `stream`, or, with pageable memory on either side, after
+// the stream's work and before returning.
+void copy_on(cudaStream_t stream, const void* src, const void* dst, std::function<void()> copy) {
+  if (!pageable(src) && !pageable(dst))
+    return dscore::cuda_emulation::enqueue(stream, std::move(copy));
+  dscore::cuda_emulation::synchronize(stream);
+  copy();
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -43,21 +95,23 @@ const char* CUDARTAPI cudaGetErrorName(cudaError_t error) {
 }
 
 cudaError_t CUDARTAPI cudaGetDeviceCount(int* count) {
-  *count = 1;
+  *count = device_count();
   return cudaSuccess;
 }
 
 cudaError_t CUDARTAPI cudaSetDevice(int device) {
-  return device == 0 ? cudaSuccess : cudaErrorInvalidDevice;
+  if (!valid_device(device)) return cudaErrorInvalidDevice;
+  t_device = device;
+  return cudaSuccess;
 }
 
 cudaError_t CUDARTAPI cudaGetDevice(int* device) {
-  *device = 0;
+  *device = t_device;
   return cudaSuccess;
 }
 
 cudaError_t CUDARTAPI cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int device) {
-  if (device != 0) return cudaErrorInvalidDevice;
+  if (!valid_device(device)) return cudaErrorInvalidDevice;
   switch (attr) {
     case cudaDevAttrComputeCapabilityMajor:
       *value = 9;
@@ -72,7 +126,7 @@ cudaError_t CUDARTAPI cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr att
 }
 
 cudaError_t CUDARTAPI cudaGetDeviceProperties(struct cudaDeviceProp* prop, int device) {
-  if (device != 0) return cudaErrorInvalidDevice;
+  if (!valid_device(device)) return cudaErrorInvalidDevice;
   *prop = cudaDeviceProp{};
   std::strncpy(prop->name, "CUDA emulation (CPU)", sizeof(prop->name) - 1);
   prop->major = 9;
@@ -121,14 +175,19 @@ cudaError_t CUDARTAPI cudaMallocAsync(void** ptr, size_t size, cudaStream_t) {
   return cudaMalloc(ptr, size);
 }
 
+// As cudart's, after the device's work (which may still use it).
 cudaError_t CUDARTAPI cudaFree(void* ptr) {
-  std::free(ptr);
+  dscore::cuda_emulation::synchronize_device();
+  device_free(ptr);
   return cudaSuccess;
 }
 
 cudaError_t CUDARTAPI cudaFreeHost(void* ptr) { return cudaFree(ptr); }
 
-cudaError_t CUDARTAPI cudaFreeAsync(void* ptr, cudaStream_t) { return cudaFree(ptr); }
+cudaError_t CUDARTAPI cudaFreeAsync(void* ptr, cudaStream_t stream) {
+  dscore::cuda_emulation::enqueue(stream, [ptr] { device_free(ptr); });
+  return cudaSuccess;
+}
 
 // No memory pools (cudaDevAttrMemoryPoolsSupported is 0).
 cudaError_t CUDARTAPI cudaMemPoolCreate(cudaMemPool_t*, const struct cudaMemPoolProps*) {
@@ -142,99 +201,43 @@ cudaError_t CUDARTAPI cudaMallocFromPoolAsync(void**, size_t, cudaMemPool_t, cud
   return cudaErrorNotSupported;
 }
 
+// The synchronous calls run on the legacy default stream.
 cudaError_t CUDARTAPI cudaMemcpy(void* dst, const void* src, size_t count,
                                  enum cudaMemcpyKind kind) {
-  if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault)
-    return dscore::cuda_emulation::failed_call(cudaErrorInvalidMemcpyDirection);
-  if (count > 0) std::memmove(dst, src, count);
-  return cudaSuccess;
+  return cudaMemcpyAsync(dst, src, count, kind, nullptr);
 }
 
 cudaError_t CUDARTAPI cudaMemcpyAsync(void* dst, const void* src, size_t count,
-                                      enum cudaMemcpyKind kind, cudaStream_t) {
-  return cudaMemcpy(dst, src, count, kind);
+                                      enum cudaMemcpyKind kind, cudaStream_t stream) {
+  if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault)
+    return dscore::cuda_emulation::failed_call(cudaErrorInvalidMemcpyDirection);
+  if (count > 0) copy_on(stream, src, dst, [=] { std::memmove(dst, src, count); });
+  return cudaSuccess;
 }
 
 cudaError_t CUDARTAPI cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch,
                                         size_t width, size_t height, enum cudaMemcpyKind,
-                                        cudaStream_t) {
+                                        cudaStream_t stream) {
   if (width > dpitch || width > spitch) return cudaErrorInvalidPitchValue;
-  for (size_t r = 0; r < height; ++r)
-    std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch,
-                 width);
+  copy_on(stream, src, dst, [=] {
+    for (size_t r = 0; r < height; ++r)
+      std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch,
+                   width);
+  });
   return cudaSuccess;
 }
 
 cudaError_t CUDARTAPI cudaMemset(void* ptr, int value, size_t count) {
-  std::memset(ptr, value, count);
-  return cudaSuccess;
+  return cudaMemsetAsync(ptr, value, count, nullptr);
 }
 
-cudaError_t CUDARTAPI cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t) {
-  return cudaMemset(ptr, value, count);
-}
-
-cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
-  *stream = reinterpret_cast<cudaStream_t>(&g_stream_tokens);
-  return cudaSuccess;
-}
-
-cudaError_t CUDARTAPI cudaStreamCreate(cudaStream_t* stream) {
-  return cudaStreamCreateWithFlags(stream, 0);
-}
-
-cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
-
-cudaError_t CUDARTAPI cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
-
-cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned int) {
-  return event == nullptr ? cudaErrorInvalidResourceHandle : cudaSuccess;
-}
-
-cudaError_t CUDARTAPI cudaLaunchHostFunc(cudaStream_t, cudaHostFn_t fn, void* data) {
-  fn(data);
-  return cudaSuccess;
-}
-
-cudaError_t CUDARTAPI cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
-  *event = new CUevent_st;
-  return cudaSuccess;
-}
-
-cudaError_t CUDARTAPI cudaEventCreate(cudaEvent_t* event) {
-  return cudaEventCreateWithFlags(event, 0);
-}
-
-cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t event) {
-  delete event;
-  return cudaSuccess;
-}
-
-cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t event, cudaStream_t) {
-  if (event == nullptr) return cudaErrorInvalidResourceHandle;
-  event->recorded = true;
-  return cudaSuccess;
-}
-
-cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t event) {
-  return event == nullptr ? cudaErrorInvalidResourceHandle : cudaSuccess;
-}
-
-cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t event) { return cudaEventQuery(event); }
-
-cudaError_t CUDARTAPI cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
-  if (start == nullptr || end == nullptr) return cudaErrorInvalidResourceHandle;
-  if (!start->recorded || !end->recorded) return cudaErrorInvalidResourceHandle;
-  *ms = 0.0f;  // no device time passes
+cudaError_t CUDARTAPI cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream) {
+  dscore::cuda_emulation::enqueue(stream, [=] { std::memset(ptr, value, count); });
   return cudaSuccess;
 }
 
 cudaError_t CUDARTAPI cudaProfilerStart(void) { return cudaSuccess; }
 
 cudaError_t CUDARTAPI cudaProfilerStop(void) { return cudaSuccess; }
-
-cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-
-cudaError_t CUDARTAPI cudaDeviceSynchronize(void) { return cudaSuccess; }
 
 }  // extern "C"

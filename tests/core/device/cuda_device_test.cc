@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "tests/core/device/gate.h"
-#include "tests/fakes/cuda_emulation_check.h"
 
 namespace dscore::device {
 namespace {
@@ -90,7 +89,6 @@ TEST_F(CudaDeviceTest, AMissingOrdinalIsAFailedPrecondition) {
 }
 
 TEST_F(CudaDeviceTest, WorkAfterWaitSeesTheOtherStreamsWrites) {
-  DSCORE_SKIP_ON_CUDA_EMULATION();
   auto producer = stream("producer");
   auto consumer = stream("consumer");
   Buffer x = buffer(4, Placement::kDevice, "x");
@@ -109,7 +107,6 @@ TEST_F(CudaDeviceTest, WorkAfterWaitSeesTheOtherStreamsWrites) {
 }
 
 TEST_F(CudaDeviceTest, RecordWaitChainsAcrossThreeStreams) {
-  DSCORE_SKIP_ON_CUDA_EMULATION();
   auto a = stream("a");
   auto b = stream("b");
   auto c = stream("c");
@@ -131,7 +128,6 @@ TEST_F(CudaDeviceTest, RecordWaitChainsAcrossThreeStreams) {
 }
 
 TEST_F(CudaDeviceTest, AMissingWaitIsExposed) {
-  DSCORE_SKIP_ON_CUDA_EMULATION();
   auto producer = stream("producer");
   auto consumer = stream("consumer");
   Buffer x = buffer(4, Placement::kDevice, "x");  // zeroed
@@ -218,7 +214,6 @@ TEST_F(CudaDeviceTest, DestructionFinishesQueuedWork) {
 }
 
 TEST_F(CudaDeviceTest, BlockedTimeCountsSynchronizeAndEventWaits) {
-  DSCORE_SKIP_ON_CUDA_EMULATION();
   auto s = stream("slow");
   Gate gate;
   std::thread opener([&] {

@@ -6,7 +6,8 @@
 // statics). This header is included first and declares what device code
 // uses that the CUDA headers give only under nvcc.
 //
-// A launch runs its blocks one after another on the calling thread; the
+// A launch runs its blocks one after another on its stream's thread
+// (streams.cc: a created stream's worker, the legacy stream's caller); the
 // threads of a block are fibers. A fiber runs until it reaches a barrier
 // (__syncthreads, __syncwarp, a shuffle), and a barrier opens once every
 // thread it names has reached it. Threads run in ascending order, or
@@ -77,6 +78,14 @@ void raise_shared_limit(int bytes);
 // Ends the run with `message` (a device-side error the emulation found).
 [[noreturn]] void fail(const char* message);
 
+// Stream order (streams.cc): `task` runs on `stream`'s worker after the
+// work enqueued there before it; on the legacy default stream it runs on
+// the caller once every blocking stream of the current device is idle.
+void enqueue(cudaStream_t stream, std::function<void()> task);
+int current_device();  // the calling thread's (cudaSetDevice)
+void synchronize(cudaStream_t stream);
+void synchronize_device();
+
 struct LaunchConfig {
   LaunchConfig(dim3 grid_, dim3 block_, size_t shared_bytes_ = 0, cudaStream_t stream_ = nullptr)
       : grid(grid_), block(block_), shared_bytes(shared_bytes_), stream(stream_) {}
@@ -85,15 +94,15 @@ struct LaunchConfig {
   cudaStream_t stream;
 };
 
-// Runs `body` as every thread of every block of `config`; records a launch
-// error (cudaGetLastError) instead when the configuration is invalid:
-// threads per block, or dynamic shared memory above 48 KiB that no
-// cudaFuncSetAttribute allowed (any kernel's: which kernel a launch runs
-// is not known here).
-void run_grid(const LaunchConfig& config, const std::function<void()>& body);
+// Enqueues `body` on the config's stream to run as every thread of every
+// block; records a launch error (cudaGetLastError) instead when the
+// configuration is invalid: threads per block, or dynamic shared memory
+// above 48 KiB that no cudaFuncSetAttribute allowed (any kernel's: which
+// kernel a launch runs is not known here).
+void launch_grid(const LaunchConfig& config, std::function<void()> body);
 
 // `kernel<<<config>>>(args)` becomes
-// `LaunchConfig(config) | [&](auto&&... a) { kernel(a...); } | arguments(args)`:
+// `LaunchConfig(config) | [=](auto&&... a) { kernel(a...); } | arguments(args)`:
 // the kernel's template arguments are deduced from the call, as nvcc does.
 template <typename Body>
 struct PendingLaunch {
@@ -113,7 +122,7 @@ std::tuple<std::decay_t<Args>...> arguments(Args&&... args) {
 
 template <typename Body, typename... Args>
 void operator|(const PendingLaunch<Body>& launch, const std::tuple<Args...>& args) {
-  run_grid(launch.config, [&] { std::apply(launch.body, args); });
+  launch_grid(launch.config, [body = launch.body, args] { std::apply(body, args); });
 }
 
 }  // namespace dscore::cuda_emulation

@@ -20,7 +20,6 @@
 
 #include "core/comm/tcp_kv.h"
 #include "tests/core/cli/process.h"
-#include "tests/fakes/cuda_emulation_check.h"
 #include "tests/plugins/comm/nccl/device_comm.h"
 
 namespace dscore::testing {
@@ -65,7 +64,6 @@ TEST_F(NcclTest, EveryCollectiveComputesTheExpectedValuesAtWorldSizeOne) {
 // The collective is enqueued behind work the stream has not run yet, and
 // returns before that work finished: no hidden synchronisation.
 TEST_F(NcclTest, CollectivesAreEnqueuedOnTheCallersStreamAndReturnAtOnce) {
-  DSCORE_SKIP_ON_CUDA_EMULATION();
   auto c = one_rank();
   ASSERT_NE(c, nullptr);
   std::atomic<bool> returned{false}, ran_after_return{false};
