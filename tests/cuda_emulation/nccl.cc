@@ -578,6 +578,11 @@ const char* ncclGetErrorString(ncclResult_t result) {
   }
 }
 
-const char* ncclGetLastError(ncclComm_t) { return ""; }
+// What a peer's failure was (nothing else is recorded).
+const char* ncclGetLastError(ncclComm_t comm) {
+  thread_local std::string text;
+  text = comm != nullptr && comm->board != nullptr ? comm->board->failure() : "";
+  return text.c_str();
+}
 
 }  // extern "C"

@@ -130,8 +130,20 @@ void Board::watch_peers() {
     const uint64_t pid = load(peer.pid);
     const bool gone =
         pid != 0 && pid != self && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
-    if (load(peer.aborted) != 0 || gone) peer_failed_ = true;
+    if (load(peer.aborted) == 0 && !gone) continue;
+    if (!peer_failed_.exchange(true)) {
+      failed_exited_ = gone;
+      failed_rank_ = r;
+    }
   }
+}
+
+std::string Board::failure() const {
+  const int r = failed_rank_.load();
+  if (r < 0) return "";
+  if (!failed_exited_) return "rank " + std::to_string(r) + " aborted its communicator";
+  return "rank " + std::to_string(r) + "'s process (pid " +
+         std::to_string(load(header_->rank[r].pid)) + ") is gone";
 }
 
 bool Board::wait(const std::function<bool()>& done) {

@@ -44,6 +44,8 @@ class Board {
   void abort();
   bool aborted() const { return aborted_.load(); }
   bool peer_failed() const { return peer_failed_.load(); }
+  // Which peer failed and how ("" before one did).
+  std::string failure() const;
 
   // One collective step: `write` fills this rank's slot (may be empty),
   // then once every rank has written, `read(slots)` runs with every
@@ -79,6 +81,8 @@ class Board {
   uint64_t steps_ = 0;  // collective steps this rank took
   bool unlinked_ = false;
   std::atomic<bool> aborted_{false}, peer_failed_{false};
+  std::atomic<int> failed_rank_{-1};
+  std::atomic<bool> failed_exited_{false};
 };
 
 }  // namespace dscore::cuda_emulation

@@ -91,8 +91,10 @@ void NcclComm::wait_stream(cudaStream_t s, const char* op) {
     ncclResult_t async = ncclSuccess;
     if (comm != nullptr && ncclCommGetAsyncError(comm, &async) == ncclSuccess &&
         async != ncclSuccess && async != ncclInProgress) {
+      const char* last = ncclGetLastError(comm);
+      const std::string detail = last != nullptr && *last != '\0' ? std::string(": ") + last : "";
       const std::string why = who(*this, op) + ": NCCL reported " + ncclGetErrorString(async) +
-                              " (a peer failed or left); the communicator was aborted";
+                              detail + " (a peer failed or left); the communicator was aborted";
       abort_comm(why);
       throw Error(DSCORE_UNAVAILABLE, why);
     }

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -171,18 +172,106 @@ TEST_F(NcclTest, EveryCollectiveComputesTheExpectedValuesWithRanksAsThreads) {
   EXPECT_EQ(failures, std::vector<int>(static_cast<size_t>(world), 0)) << "-1: creation failed";
 }
 
-// One process per GPU under mpirun (tests/plugins/comm/nccl/
-// nccl_collectives_worker.cc), the unique id passed through the job's TCP
-// key-value store at MASTER_ADDR:MASTER_PORT.
-TEST_F(NcclTest, EveryCollectiveComputesTheExpectedValuesUnderMpirun) {
-  const int gpus = cuda_device_count();
-  if (gpus < 2) GTEST_SKIP() << "one GPU visible: the multi-process run needs two or more";
-  if (access(MPIRUN, X_OK) != 0) GTEST_SKIP() << MPIRUN << " is not on this machine";
+// Two ranks as threads on GPUs 0 and 1, `body(rank, comm)` on each once
+// both are connected; false when creation failed.
+bool two_ranks(const PluginRegistry& registry, int64_t timeout_ms,
+               const std::function<void(int, DeviceComm&)>& body) {
+  auto kv = plugin_host::make_in_process_kv();
+  std::atomic<int> created{0};
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      if (cudaSetDevice(r) != cudaSuccess) return;
+      NcclJob job;
+      job.rank = r;
+      job.world_size = 2;
+      job.local_rank = r;
+      job.timeout_ms = timeout_ms;
+      job.kv = kv;
+      auto instance = create_nccl(registry, job);
+      if (!instance.ok()) {
+        std::fprintf(stderr, "rank %d: %s\n", r, instance.status().message().c_str());
+        return;
+      }
+      ++created;
+      DeviceComm c(std::move(*instance), r, 2);
+      body(r, c);
+    });
+  for (std::thread& t : ranks) t.join();
+  return created == 2;
+}
+
+// A peer that aborts its communicator mid-job: the other rank's next
+// collective ends with an error naming it and the op (NCCL's
+// ncclRemoteError, or the deadline where NCCL cannot tell), not a hang.
+TEST_F(NcclTest, APeerThatAbortsEndsTheOthersNextCollective) {
+  if (cuda_device_count() < 2) GTEST_SKIP() << "one GPU visible: two ranks need two";
+  std::atomic<bool> left{false};
+  Status after;
+  double seconds = 0;
+  ASSERT_TRUE(two_ranks(*registry_, 5000, [&](int rank, DeviceComm& c) {
+    EXPECT_TRUE(c.barrier().ok()) << "rank " << rank;
+    if (rank == 1) {
+      c.instance().abort("the test stops rank 1");
+      left = true;
+      return;
+    }
+    while (!left) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const auto start = std::chrono::steady_clock::now();
+    after = c.barrier();
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }));
+  ASSERT_FALSE(after.ok());
+  EXPECT_TRUE(after.code() == DSCORE_UNAVAILABLE || after.code() == DSCORE_DEADLINE_EXCEEDED)
+      << after.message();
+  EXPECT_NE(after.message().find("barrier on rank 0 of 2"), std::string::npos) << after.message();
+  if (after.message().find("NCCL emulation") != std::string::npos) {
+    EXPECT_NE(after.message().find("rank 1 aborted its communicator"), std::string::npos)
+        << after.message();
+  }
+  EXPECT_LT(seconds, 30.0);
+}
+
+// A peer that never comes to a collective: the waiting rank's call ends at
+// comm.timeout_ms with DEADLINE_EXCEEDED, and its communicator is aborted.
+TEST_F(NcclTest, APeerThatNeverArrivesEndsTheCollectiveAtTheDeadline) {
+  if (cuda_device_count() < 2) GTEST_SKIP() << "one GPU visible: two ranks need two";
+  std::atomic<bool> ended{false};
+  Status late, later;
+  double seconds = 0;
+  ASSERT_TRUE(two_ranks(*registry_, 2000, [&](int rank, DeviceComm& c) {
+    EXPECT_TRUE(c.barrier().ok()) << "rank " << rank;
+    if (rank == 1) {  // skips the second barrier
+      while (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    late = c.barrier();
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    later = c.barrier();
+    ended = true;
+  }));
+  EXPECT_EQ(late.code(), DSCORE_DEADLINE_EXCEEDED) << late.message();
+  EXPECT_NE(late.message().find("comm.timeout_ms"), std::string::npos) << late.message();
+  EXPECT_GE(seconds, 1.9);
+  EXPECT_LT(seconds, 30.0);
+  EXPECT_EQ(later.code(), DSCORE_UNAVAILABLE)
+      << "the communicator was aborted: " << later.message();
+}
+
+// mpirun with `ranks` processes of the worker (tests/plugins/comm/nccl/
+// nccl_collectives_worker.cc) and its `mode`, the unique id passed through
+// the job's TCP key-value store at MASTER_ADDR:MASTER_PORT.
+ProcessResult run_workers(int ranks, const std::string& mode) {
   Result<int> port = comm::pick_free_port();
-  ASSERT_TRUE(port.ok()) << port.status().message();
+  if (!port.ok()) {
+    ProcessResult failed;
+    failed.err = port.status().message();
+    return failed;
+  }
   std::vector<std::string> argv = {MPIRUN,
                                    "-n",
-                                   std::to_string(std::min(gpus, 4)),
+                                   std::to_string(ranks),
                                    "--bind-to",
                                    "none",
                                    "-x",
@@ -191,11 +280,35 @@ TEST_F(NcclTest, EveryCollectiveComputesTheExpectedValuesUnderMpirun) {
                                    "MASTER_PORT=" + std::to_string(*port)};
   if (geteuid() == 0) argv.push_back("--allow-run-as-root");
   argv.push_back(NCCL_WORKER);
+  if (!mode.empty()) argv.push_back(mode);
   ProcessOptions options;
   options.env = mpi_test_env();
-  ProcessResult r = run_process(argv, options);
+  return run_process(argv, options);
+}
+
+// One process per GPU under mpirun.
+TEST_F(NcclTest, EveryCollectiveComputesTheExpectedValuesUnderMpirun) {
+  const int gpus = cuda_device_count();
+  if (gpus < 2) GTEST_SKIP() << "one GPU visible: the multi-process run needs two or more";
+  if (access(MPIRUN, X_OK) != 0) GTEST_SKIP() << MPIRUN << " is not on this machine";
+  ProcessResult r = run_workers(std::min(gpus, 4), "");
   EXPECT_EQ(r.exit_code, 0) << r.describe();
   EXPECT_EQ(r.out.rfind("OK ", 0), 0u) << r.describe();
+}
+
+// A rank's process dies between collectives: rank 0's next one ends with
+// an error naming it and the op (or at the deadline), not a hang.
+TEST_F(NcclTest, ADeadRankEndsTheOthersNextCollectiveUnderMpirun) {
+  if (cuda_device_count() < 2) GTEST_SKIP() << "one GPU visible: two ranks need two";
+  if (access(MPIRUN, X_OK) != 0) GTEST_SKIP() << MPIRUN << " is not on this machine";
+  ProcessResult r = run_workers(2, "--rank-1-dies");
+  EXPECT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.out.find("ENDED"), std::string::npos) << r.describe();
+  EXPECT_NE(r.out.find("barrier on rank 0 of 2"), std::string::npos) << r.describe();
+  // NCCL's last error names the peer where it knows it (the emulation does).
+  if (r.out.find("NCCL emulation") != std::string::npos) {
+    EXPECT_NE(r.out.find("rank 1's process"), std::string::npos) << r.describe();
+  }
 }
 
 }  // namespace
