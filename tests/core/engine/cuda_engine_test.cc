@@ -166,6 +166,42 @@ TEST_P(CudaEngine, TrainsTheLlamaAsTheCpuDoes) {
 
 INSTANTIATE_TEST_SUITE_P(Stages, CudaEngine, ::testing::Values(0, 1, 2, 3));
 
+// Two ranks as threads, one GPU each, over NCCL: the gradient reductions
+// (and at stage 3 the parameter gathers) on the comm stream, each rank's
+// shard of the optimizer on its GPU, against two CPU ranks over the
+// loopback backend.
+class CudaEngineTwoRanks : public CudaEngine {
+ protected:
+  void SetUp() override {
+    CudaEngine::SetUp();
+    int count = 0;
+    if (!IsSkipped() && (cudaGetDeviceCount(&count) != cudaSuccess || count < 2))
+      GTEST_SKIP() << "one GPU visible: two ranks need two";
+  }
+};
+
+// config() for two ranks: the same micro-batches and accumulation.
+std::string two_rank_config(const std::string& device, int stage, const std::string& corpus) {
+  std::string body = config(device, stage, corpus);
+  const std::string batch = R"("train_batch_size": 8)";
+  return body.replace(body.find(batch), batch.size(), R"("train_batch_size": 16)");
+}
+
+TEST_P(CudaEngineTwoRanks, TrainTheGptAsTwoCpuRanksDo) {
+  const int stage = GetParam();
+  const Corpus corpus_file;
+  const std::string& corpus = corpus_file.path;
+  const InProcessResult cpu = run_in_process_job(two_rank_config("cpu", stage, corpus), 2);
+  ASSERT_EQ(cpu.error, "");
+  const InProcessResult cuda =
+      run_in_process_job(two_rank_config("cuda", stage, corpus), 2, {}, "nccl");
+  ASSERT_EQ(cuda.error, "");
+  ASSERT_EQ(cpu.losses.size(), 4u);
+  expect_close(cuda, cpu, "two ranks, stage " + std::to_string(stage));
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, CudaEngineTwoRanks, ::testing::Values(0, 1, 2, 3));
+
 // ZeRO-Offload from the GPU (core/engine/host_offload_state.h): gradients
 // to page-locked host memory in tiles of 4096 elements, the CPU AdamW, the new
 // parameters back, against the same run with everything on the device and
