@@ -64,6 +64,27 @@ void with_activation_checkpointing(const config::TrainingConfig& cfg,
     ref->params.set("number_checkpoints", json::Value(*n));
 }
 
+// A model that computes on either device declares "device". On the run's
+// "device": "cuda" the engine lends the model views of GPU memory, so the
+// model computes there too: unless its section names a device, the run's
+// applies (with a notice), and "cpu" there is an error naming the fix.
+void with_run_device(const config::TrainingConfig& cfg, const config::ObjectSpec& schema,
+                     config::PluginRef* ref, config::LoadedConfig* loaded) {
+  if (cfg.device != "cuda" || schema.find("device") == nullptr) return;
+  const json::Value* device = ref->params.find("device");
+  if (device == nullptr) {
+    ref->params.set("device", json::Value(std::string("cuda")));
+    loaded->notices.push_back({"model.device", "cuda, the run's \"device\""});
+  } else if (device->is_string() && device->as_string() == "cpu") {
+    loaded->errors.push_back(
+        {"model.device",
+         {},
+         "\"cpu\", but the run's \"device\" is \"cuda\": the engine keeps the parameters in "
+         "GPU memory, which the model's CPU backend cannot read; remove model.device (or set "
+         "it to \"cuda\"), or set the run's \"device\": \"cpu\""});
+  }
+}
+
 // A model that computes on CUDA in a type of its choosing declares
 // "cuda_dtype". Unless the model section sets it, the run's precision does,
 // as DeepSpeed computes in the type the model was cast to: "bf16" under
@@ -86,8 +107,8 @@ void with_compute_dtype(const config::TrainingConfig& cfg, const config::ObjectS
 }
 
 // The model section as the model plugin receives it: the
-// activation_checkpointing section and the run's precision applied to the
-// params the model declares.
+// activation_checkpointing section, the run's device and its precision
+// applied to the params the model declares.
 config::PluginRef model_ref(const config::TrainingConfig& cfg,
                             const plugin_host::PluginRegistry& registry,
                             config::LoadedConfig* loaded) {
@@ -97,6 +118,7 @@ config::PluginRef model_ref(const config::TrainingConfig& cfg,
   auto schema = config::parse_params_schema((*found)->params_schema);
   if (!schema.ok()) return ref;  // select_one reports it
   with_activation_checkpointing(cfg, *schema, &ref, loaded);
+  with_run_device(cfg, *schema, &ref, loaded);
   with_compute_dtype(cfg, *schema, &ref, loaded);
   return ref;
 }

@@ -177,5 +177,31 @@ TEST(ModelComputeType, FollowsTheRunsPrecisionUnlessTheModelSetsIt) {
   EXPECT_EQ(cpu.notices.find("cuda_dtype"), std::string::npos) << cpu.notices;
 }
 
+// On "device": "cuda" the model computes on the GPU: the run's device
+// fills the model section's, and a CPU model there is an error.
+TEST(ModelDevice, FollowsTheRunsCudaDevice) {
+  InitializeOptions options;
+  options.job = comm::JobEnv{};
+  const std::string head = "{\"plugins\": {\"paths\": [\"" + std::string(DSCORE_BUILD_PLUGIN_DIR) +
+                           "\"]}, \"train_batch_size\": 8, \"device\": \"cuda\", ";
+  auto filled = prepare_text(head + R"("model": {"type": "gpt"}})", "t.json", ".", options);
+  ASSERT_TRUE(filled.ok()) << filled.status().message();
+  ASSERT_TRUE(filled->loaded.ok()) << format_config_errors(filled->loaded);
+  ASSERT_TRUE(filled->selection.model);
+  const json::Value* device = filled->selection.model->params.values().find("device");
+  ASSERT_NE(device, nullptr);
+  EXPECT_EQ(device->as_string(), "cuda");
+  std::string notices;
+  for (const config::ConfigNotice& n : filled->loaded.notices) notices += n.path + ": " + n.message;
+  EXPECT_NE(notices.find("model.device: cuda, the run's \"device\""), std::string::npos) << notices;
+
+  auto cpu =
+      prepare_text(head + R"("model": {"type": "gpt", "device": "cpu"}})", "t.json", ".", options);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().message();
+  const config::ConfigError e = only_error(cpu->loaded);
+  EXPECT_EQ(e.path, "model.device");
+  EXPECT_NE(e.message.find("remove model.device"), std::string::npos) << e.message;
+}
+
 }  // namespace
 }  // namespace dscore
