@@ -1,12 +1,16 @@
 // The CPU emulation of CUDA (include/cuda_emulation.h) on the kernels of
 // emulation_kernels.cu: what a correct kernel computes, in both thread
 // orders; that a missing barrier, a barrier some thread never reaches, and
-// dynamic shared memory above the limit cudaFuncSetAttribute set are caught.
+// dynamic shared memory above the limit cudaFuncSetAttribute set are caught;
+// streams run apart from the caller, in order, after the events they wait for.
 #include <gtest/gtest.h>
 #include <dscore/cpp/dtype.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "cuda_emulation.h"
@@ -91,6 +95,62 @@ TEST_P(CudaEmulation, ABarrierAThreadSkipsEndsTheRun) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("thread 0 exited"), std::string::npos) << e.what();
   }
+}
+
+// A created stream runs its work apart from the caller: work behind a held
+// host function has not run, an event orders another stream after it, and
+// a copy to pageable memory waits for its stream, as cudart's does.
+struct Gate {
+  std::atomic<bool> open{false};
+  static void hold(void* gate) {
+    while (!static_cast<Gate*>(gate)->open)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+};
+
+TEST(CudaEmulationStreams, WorkRunsOnTheStreamInOrderAfterItsEvents) {
+  cudaStream_t held = nullptr, other = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&held, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
+  unsigned char *device = nullptr, *pinned = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&device), 64), cudaSuccess);
+  ASSERT_EQ(cudaMallocHost(reinterpret_cast<void**>(&pinned), 64), cudaSuccess);
+  ASSERT_EQ(cudaMemset(device, 0, 64), cudaSuccess);
+  Gate gate;
+  cudaEvent_t written = nullptr;
+  ASSERT_EQ(cudaEventCreate(&written), cudaSuccess);
+  ASSERT_EQ(cudaLaunchHostFunc(held, Gate::hold, &gate), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(device, 7, 64, held), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(written, held), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(other, written, 0), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(pinned, device, 64, cudaMemcpyDeviceToHost, other), cudaSuccess);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(cudaStreamQuery(held), cudaErrorNotReady);
+  EXPECT_EQ(cudaEventQuery(written), cudaErrorNotReady);
+  EXPECT_EQ(device[0], 0) << "the memset ran before the host function let it";
+  gate.open = true;
+  ASSERT_EQ(cudaStreamSynchronize(other), cudaSuccess);
+  EXPECT_EQ(cudaEventQuery(written), cudaSuccess);
+  EXPECT_EQ(pinned[0], 7);
+  EXPECT_EQ(pinned[63], 7);
+  // A pageable destination: the copy waits for the stream's earlier work.
+  Gate second;
+  ASSERT_EQ(cudaLaunchHostFunc(held, Gate::hold, &second), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(device, 9, 64, held), cudaSuccess);
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    second.open = true;
+  });
+  std::vector<unsigned char> pageable(64, 0);
+  ASSERT_EQ(cudaMemcpyAsync(pageable.data(), device, 64, cudaMemcpyDeviceToHost, held),
+            cudaSuccess);
+  EXPECT_EQ(pageable[0], 9) << "the pageable copy returned before its stream's work";
+  opener.join();
+  cudaEventDestroy(written);
+  cudaFreeHost(pinned);
+  cudaFree(device);
+  cudaStreamDestroy(other);
+  cudaStreamDestroy(held);
 }
 
 INSTANTIATE_TEST_SUITE_P(Orders, CudaEmulation,

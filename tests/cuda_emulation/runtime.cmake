@@ -1,7 +1,7 @@
 # The CPU emulation of CUDA as a library (include/cuda_emulation.h): the
-# scheduler, the runtime API, cuBLAS's GEMMs and NCCL at one rank. Shared,
-# so that a test, the plugins it loads and their CUDA modules share one
-# emulated device. Included by tests/cuda_emulation/CMakeLists.txt, and
+# scheduler, the runtime API and its streams, cuBLAS's GEMMs and NCCL. Shared,
+# so that a test, the plugins it loads and their CUDA modules share the
+# emulated devices. Included by tests/cuda_emulation/CMakeLists.txt, and
 # first thing by the top level in the `emulated` preset
 # (cmake/DscoreCudaEmulation.cmake). Needs the CUDA toolkit's headers only.
 include_guard(GLOBAL)
