@@ -1,6 +1,6 @@
 // The CUDA runtime API for the emulation (include/cuda_emulation.h),
 // defined here in place of cudart's, as far as dscore's CUDA code calls it.
-// Devices of compute capability 9.0 without memory pools (one unless
+// Devices of compute capability 9.0 with memory pools (one unless
 // DSCORE_CUDA_EMULATION_DEVICES says more); device memory is host memory, so every copy kind is
 // memcpy. Streams and events are in streams.cc. An asynchronous copy or memset runs on its stream,
 // except that a copy from or to pageable memory (any not allocated here)
@@ -117,8 +117,10 @@ cudaError_t CUDARTAPI cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr att
       *value = 9;
       return cudaSuccess;
     case cudaDevAttrComputeCapabilityMinor:
-    case cudaDevAttrMemoryPoolsSupported:
       *value = 0;
+      return cudaSuccess;
+    case cudaDevAttrMemoryPoolsSupported:
+      *value = 1;
       return cudaSuccess;
     default:
       return cudaErrorInvalidValue;
@@ -189,16 +191,26 @@ cudaError_t CUDARTAPI cudaFreeAsync(void* ptr, cudaStream_t stream) {
   return cudaSuccess;
 }
 
-// No memory pools (cudaDevAttrMemoryPoolsSupported is 0).
-cudaError_t CUDARTAPI cudaMemPoolCreate(cudaMemPool_t*, const struct cudaMemPoolProps*) {
-  return cudaErrorNotSupported;
+// Memory pools are tokens: an allocation from one is made at once (fresh
+// memory is ready for any stream's work), and its stream-ordered free
+// (cudaFreeAsync) runs on the stream.
+cudaError_t CUDARTAPI cudaMemPoolCreate(cudaMemPool_t* pool, const struct cudaMemPoolProps* props) {
+  if (pool == nullptr || props == nullptr || !valid_device(props->location.id))
+    return cudaErrorInvalidValue;
+  *pool = reinterpret_cast<cudaMemPool_t>(new int(props->location.id));
+  return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaMemPoolDestroy(cudaMemPool_t) { return cudaErrorNotSupported; }
-cudaError_t CUDARTAPI cudaMemPoolSetAttribute(cudaMemPool_t, enum cudaMemPoolAttr, void*) {
-  return cudaErrorNotSupported;
+cudaError_t CUDARTAPI cudaMemPoolDestroy(cudaMemPool_t pool) {
+  delete reinterpret_cast<int*>(pool);
+  return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaMallocFromPoolAsync(void**, size_t, cudaMemPool_t, cudaStream_t) {
-  return cudaErrorNotSupported;
+cudaError_t CUDARTAPI cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr, void*) {
+  return pool == nullptr ? cudaErrorInvalidValue : cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMemPool_t pool,
+                                              cudaStream_t stream) {
+  if (pool == nullptr) return cudaErrorInvalidValue;
+  return cudaMallocAsync(ptr, size, stream);
 }
 
 // The synchronous calls run on the legacy default stream.

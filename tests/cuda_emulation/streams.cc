@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -106,6 +107,9 @@ struct EventState {
   }
 };
 
+std::atomic<uint64_t> g_device_synchronizations{0}, g_legacy_operations{0},
+    g_stream_synchronizations{0}, g_event_synchronizations{0};
+
 std::mutex g_streams_mutex;
 std::set<cudaStream_t> g_streams;  // every created stream
 
@@ -136,18 +140,32 @@ namespace dscore::cuda_emulation {
 
 void enqueue(cudaStream_t stream, std::function<void()> task) {
   if (!is_legacy(stream)) return stream->enqueue(std::move(task));
+  ++g_legacy_operations;
   synchronize_streams(/*blocking_only=*/true);
   task();
 }
 
 void synchronize(cudaStream_t stream) {
+  ++g_stream_synchronizations;
   if (is_legacy(stream))
     synchronize_streams(/*blocking_only=*/true);
   else
     stream->synchronize();
 }
 
-void synchronize_device() { synchronize_streams(/*blocking_only=*/false); }
+void synchronize_device() {
+  ++g_device_synchronizations;
+  synchronize_streams(/*blocking_only=*/false);
+}
+
+Counters counters() {
+  Counters c;
+  c.device_synchronizations = g_device_synchronizations;
+  c.legacy_stream_operations = g_legacy_operations;
+  c.stream_synchronizations = g_stream_synchronizations;
+  c.event_synchronizations = g_event_synchronizations;
+  return c;
+}
 
 }  // namespace dscore::cuda_emulation
 
@@ -253,6 +271,7 @@ cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t event) {
 
 cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t event) {
   if (event == nullptr) return cudaErrorInvalidResourceHandle;
+  ++g_event_synchronizations;
   EventState& state = *event->state;
   uint64_t record = 0;
   {

@@ -86,6 +86,19 @@ int current_device();  // the calling thread's (cudaSetDevice)
 void synchronize(cudaStream_t stream);
 void synchronize_device();
 
+// What the process has asked of the emulated devices so far: the calls
+// that wait for a whole device (cudaDeviceSynchronize, cudaFree,
+// cudaFreeHost), the work put on the legacy default stream (each waits
+// for the device's blocking streams), and the host's waits for a stream
+// or an event. A GPU step should need none of the first two.
+struct Counters {
+  uint64_t device_synchronizations = 0;
+  uint64_t legacy_stream_operations = 0;
+  uint64_t stream_synchronizations = 0;
+  uint64_t event_synchronizations = 0;
+};
+Counters counters();
+
 struct LaunchConfig {
   LaunchConfig(dim3 grid_, dim3 block_, size_t shared_bytes_ = 0, cudaStream_t stream_ = nullptr)
       : grid(grid_), block(block_), shared_bytes(shared_bytes_), stream(stream_) {}

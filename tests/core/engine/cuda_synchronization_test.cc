@@ -1,0 +1,108 @@
+// The engine's CUDA step waits for no whole device: after the first step
+// (which allocates), an optimizer step (the second and third of four) on "device": "cuda" calls neither
+// cudaDeviceSynchronize nor cudaFree, and puts nothing on the legacy
+// default stream (which would wait for every blocking stream), at every
+// ZeRO stage, one rank and two. Counted by the CUDA emulation
+// (tests/cuda_emulation, cuda_emulation.h counters()), so built in the
+// `emulated` preset only; label gpu. The host's waits for streams and
+// events per step are printed beside.
+#include <cuda_emulation.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tests/fakes/in_process_job.h"
+
+namespace dscore {
+namespace {
+
+namespace emu = cuda_emulation;
+using testing::InProcessHooks;
+using testing::InProcessResult;
+using testing::run_in_process_job;
+
+std::string config(int stage, int world, const std::string& corpus) {
+  return R"("device": "cuda", "train_micro_batch_size_per_gpu": 4, "train_batch_size": )" +
+         std::to_string(8 * world) +
+         R"(, "gradient_accumulation_steps": 2, "train_steps": 4, "seed": 3,
+  "gradient_clipping": 1.0, "bf16": {"enabled": true},
+  "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
+  "model": {"type": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16,
+            "vocab_size": 256},
+  "data": {"type": "text", "path": ")" +
+         corpus + R"("},
+  "zero_optimization": {"stage": )" +
+         std::to_string(stage) +
+         R"(, "reduce_bucket_size": 3000, "stage3_param_persistence_threshold": 40,
+                        "stage3_prefetch_bucket_size": 4000})";
+}
+
+class CudaSynchronization : public ::testing::TestWithParam<std::tuple<int, int>> {
+ protected:
+  void SetUp() override {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count < std::get<1>(GetParam()))
+      GTEST_SKIP() << "fewer emulated GPUs than ranks (DSCORE_CUDA_EMULATION_DEVICES)";
+    ::setenv("DSCORE_EXPERIMENTAL_CUDA_ENGINE", "1", 1);
+    corpus_ = (std::filesystem::temp_directory_path() /
+               ("dscore_cuda_sync_corpus." + std::to_string(::getpid())))
+                  .string();
+    std::ofstream out(corpus_);
+    for (int i = 0; i < 200; ++i) out << "the quick brown fox jumps over the lazy dog " << i << ". ";
+  }
+  void TearDown() override {
+    ::unsetenv("DSCORE_EXPERIMENTAL_CUDA_ENGINE");
+    if (!corpus_.empty()) std::filesystem::remove(corpus_);
+  }
+  std::string corpus_;
+};
+
+TEST_P(CudaSynchronization, AStepWaitsForNoWholeDevice) {
+  const auto [stage, world] = GetParam();
+  // The counters after each step (rank 0's hook; the counters are the
+  // process's, so with two ranks they hold both ranks' calls).
+  std::mutex mutex;
+  std::vector<emu::Counters> after;
+  InProcessHooks hooks;
+  hooks.after_each_step = [&](Engine& engine, int64_t) {
+    if (engine.rank() == 0) {
+      std::lock_guard<std::mutex> lock(mutex);
+      after.push_back(emu::counters());
+    }
+    return Status();
+  };
+  const InProcessResult r = run_in_process_job(config(stage, world, corpus_), world, hooks, "nccl");
+  ASSERT_EQ(r.error, "");
+  ASSERT_EQ(after.size(), 4u);
+  // Steps 2 and 3: by the end of step 4 another rank may be tearing down.
+  for (size_t step = 1; step + 1 < after.size(); ++step) {
+    const emu::Counters &a = after[step - 1], &b = after[step];
+    std::printf("  stage %d, %d rank(s), step %zu: %llu stream and %llu event waits\n", stage, world,
+                step + 1,
+                static_cast<unsigned long long>(b.stream_synchronizations -
+                                                a.stream_synchronizations),
+                static_cast<unsigned long long>(b.event_synchronizations -
+                                                a.event_synchronizations));
+    EXPECT_EQ(b.device_synchronizations, a.device_synchronizations)
+        << "step " << step + 1 << " waited for a whole device (cudaDeviceSynchronize or cudaFree)";
+    EXPECT_EQ(b.legacy_stream_operations, a.legacy_stream_operations)
+        << "step " << step + 1 << " put work on the legacy default stream";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(StagesAndRanks, CudaSynchronization,
+                         ::testing::Combine(::testing::Values(0, 1, 2, 3), ::testing::Values(1, 2)),
+                         [](const auto& info) {
+                           return "stage" + std::to_string(std::get<0>(info.param)) + "_world" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+}  // namespace
+}  // namespace dscore
