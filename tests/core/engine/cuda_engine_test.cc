@@ -31,6 +31,7 @@
 namespace dscore {
 namespace {
 
+using testing::InProcessHooks;
 using testing::InProcessResult;
 using testing::run_in_process_job;
 
@@ -201,6 +202,66 @@ TEST_P(CudaEngineTwoRanks, TrainTheGptAsTwoCpuRanksDo) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, CudaEngineTwoRanks, ::testing::Values(0, 1, 2, 3));
+
+// config() at a global batch of 16 on one rank (4 x 4 micro-batches) or two
+// (4 x 2 each), so the two train alike.
+std::string batch16_config(const std::string& device, int stage, int world,
+                           const std::string& corpus) {
+  std::string body = config(device, stage, corpus);
+  const auto set = [&](const std::string& from, const std::string& to) {
+    body.replace(body.find(from), from.size(), to);
+  };
+  set(R"("train_batch_size": 8)", R"("train_batch_size": 16)");
+  if (world == 1) set(R"("gradient_accumulation_steps": 2)", R"("gradient_accumulation_steps": 4)");
+  return body;
+}
+
+InProcessHooks save_after(int64_t at, const std::string& dir) {
+  InProcessHooks hooks;
+  hooks.after_each_step = [=](Engine& e, int64_t step) {
+    return step == at ? e.save_checkpoint(dir) : Status();
+  };
+  return hooks;
+}
+
+InProcessHooks load_before(const std::string& dir) {
+  InProcessHooks hooks;
+  hooks.before_training = [=](Engine& e) { return e.load_checkpoint(dir).status(); };
+  return hooks;
+}
+
+// Checkpoints cross devices and world sizes: two GPUs at ZeRO-2 save after
+// step 2, one CPU rank at ZeRO-3 resumes; one CPU rank saves, two GPUs at
+// ZeRO-3 resume. Each ends as two CPU ranks trained straight through.
+TEST_F(CudaEngineTwoRanks, CheckpointsMoveBetweenTheGpusAndTheCpu) {
+  const Corpus corpus_file;
+  const std::string& corpus = corpus_file.path;
+  const std::string dir = own_temp_path("dscore_cuda_checkpoint");
+  const InProcessResult straight = run_in_process_job(batch16_config("cpu", 2, 2, corpus), 2);
+  ASSERT_EQ(straight.error, "");
+  ASSERT_EQ(straight.losses.size(), 4u);
+  InProcessResult last_two = straight;
+  last_two.losses.erase(last_two.losses.begin(), last_two.losses.begin() + 2);
+
+  const std::string from_gpus = dir + "/from_gpus";
+  const InProcessResult gpus =
+      run_in_process_job(batch16_config("cuda", 2, 2, corpus), 2, save_after(1, from_gpus), "nccl");
+  ASSERT_EQ(gpus.error, "");
+  const InProcessResult on_cpu =
+      run_in_process_job(batch16_config("cpu", 3, 1, corpus), 1, load_before(from_gpus));
+  ASSERT_EQ(on_cpu.error, "");
+  expect_close(on_cpu, last_two, "two GPUs (ZeRO-2) to one CPU rank (ZeRO-3)");
+
+  const std::string from_cpu = dir + "/from_cpu";
+  const InProcessResult cpu =
+      run_in_process_job(batch16_config("cpu", 1, 1, corpus), 1, save_after(1, from_cpu));
+  ASSERT_EQ(cpu.error, "");
+  const InProcessResult on_gpus =
+      run_in_process_job(batch16_config("cuda", 3, 2, corpus), 2, load_before(from_cpu), "nccl");
+  ASSERT_EQ(on_gpus.error, "");
+  expect_close(on_gpus, last_two, "one CPU rank (ZeRO-1) to two GPUs (ZeRO-3)");
+  std::filesystem::remove_all(dir);
+}
 
 // ZeRO-Offload from the GPU (core/engine/host_offload_state.h): gradients
 // to page-locked host memory in tiles of 4096 elements, the CPU AdamW, the new

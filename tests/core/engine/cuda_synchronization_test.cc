@@ -1,11 +1,9 @@
 // The engine's CUDA step waits for no whole device: after the first step
-// (which allocates), an optimizer step (the second and third of four) on "device": "cuda" calls neither
-// cudaDeviceSynchronize nor cudaFree, and puts nothing on the legacy
-// default stream (which would wait for every blocking stream), at every
-// ZeRO stage, one rank and two. Counted by the CUDA emulation
-// (tests/cuda_emulation, cuda_emulation.h counters()), so built in the
-// `emulated` preset only; label gpu. The host's waits for streams and
-// events per step are printed beside.
+// (which allocates), an optimizer step (the second and third of four) on "device": "cuda" calls
+// neither cudaDeviceSynchronize nor cudaFree, and puts nothing on the legacy default stream (which
+// would wait for every blocking stream), at every ZeRO stage, one rank and two. Counted by the CUDA
+// emulation (tests/cuda_emulation, cuda_emulation.h counters()), so built in the `emulated` preset
+// only; label gpu. The host's waits for streams and events per step are printed beside.
 #include <cuda_emulation.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -55,7 +53,8 @@ class CudaSynchronization : public ::testing::TestWithParam<std::tuple<int, int>
                ("dscore_cuda_sync_corpus." + std::to_string(::getpid())))
                   .string();
     std::ofstream out(corpus_);
-    for (int i = 0; i < 200; ++i) out << "the quick brown fox jumps over the lazy dog " << i << ". ";
+    for (int i = 0; i < 200; ++i)
+      out << "the quick brown fox jumps over the lazy dog " << i << ". ";
   }
   void TearDown() override {
     ::unsetenv("DSCORE_EXPERIMENTAL_CUDA_ENGINE");
@@ -84,12 +83,11 @@ TEST_P(CudaSynchronization, AStepWaitsForNoWholeDevice) {
   // Steps 2 and 3: by the end of step 4 another rank may be tearing down.
   for (size_t step = 1; step + 1 < after.size(); ++step) {
     const emu::Counters &a = after[step - 1], &b = after[step];
-    std::printf("  stage %d, %d rank(s), step %zu: %llu stream and %llu event waits\n", stage, world,
-                step + 1,
-                static_cast<unsigned long long>(b.stream_synchronizations -
-                                                a.stream_synchronizations),
-                static_cast<unsigned long long>(b.event_synchronizations -
-                                                a.event_synchronizations));
+    std::printf(
+        "  stage %d, %d rank(s), step %zu: %llu stream and %llu event waits\n", stage, world,
+        step + 1,
+        static_cast<unsigned long long>(b.stream_synchronizations - a.stream_synchronizations),
+        static_cast<unsigned long long>(b.event_synchronizations - a.event_synchronizations));
     EXPECT_EQ(b.device_synchronizations, a.device_synchronizations)
         << "step " << step + 1 << " waited for a whole device (cudaDeviceSynchronize or cudaFree)";
     EXPECT_EQ(b.legacy_stream_operations, a.legacy_stream_operations)
