@@ -308,6 +308,7 @@ dscore_status Engine::hook_release(void* ctx, size_t layer) {
                            "release(" + std::to_string(layer) + ") without a matching acquire");
   self->acquired_[layer] -= 1;
   for (StepObserver* o : self->observers_) o->on_release(layer);
+  self->after_model_work();
   Status status = self->strategy_->release(layer);
   return status.ok() ? DSCORE_OK : self->fail_hook(status.code(), status.message());
 }
@@ -318,8 +319,17 @@ dscore_status Engine::hook_grads_ready(void* ctx, size_t layer) {
   if (layer >= self->layout_.layer_count() || self->acquired_[layer] == 0)
     return self->fail_hook(DSCORE_FAILED_PRECONDITION,
                            "grads_ready(" + std::to_string(layer) + ") on a layer not acquired");
+  self->after_model_work();
   Status status = self->strategy_->grads_ready(layer);
   return status.ok() ? DSCORE_OK : self->fail_hook(status.code(), status.message());
+}
+
+// On a GPU the model computes on the compute stream (hooks.stream) and may
+// hand views back before its work on them is done: what the engine does
+// with them next goes on the comm stream (reductions, gathers into reused
+// memory, stream-ordered frees), which waits for that work here.
+void Engine::after_model_work() {
+  if (compute_->native() != nullptr) stream_->wait(compute_->record());
 }
 
 dscore_model_hooks Engine::model_hooks() {
@@ -329,6 +339,7 @@ dscore_model_hooks Engine::model_hooks() {
   hooks.acquire = &Engine::hook_acquire;
   hooks.release = &Engine::hook_release;
   hooks.grads_ready = &Engine::hook_grads_ready;
+  hooks.stream = compute_->native();  // a cudaStream_t on a GPU, else NULL
   hook_error_.clear();
   return hooks;
 }

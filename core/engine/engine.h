@@ -203,6 +203,8 @@ class Engine {
 
   // Model hooks (ctx = Engine*).
   dscore_model_hooks model_hooks();
+  // The comm stream waits for the model's work queued so far (on a GPU).
+  void after_model_work();
   Status check_model_call(const Status& model_status);
   static dscore_status hook_acquire(void* ctx, size_t layer, dscore_acquire_mode mode,
                                     dscore_layer_views* out);

@@ -249,9 +249,12 @@ Status ShardedZero::start_gathers(const std::vector<size_t>& layers) {
     int64_t full_elements = 0;
     for (size_t p : s.gathered_params) full_elements += padded(p);
     // Every byte is overwritten by the unpacking (shard padding included).
+    // Freed in the comm stream's order: on a GPU the model may still read
+    // it when the layer is released, and the comm stream waits for that
+    // (Engine::after_model_work).
     DSCORE_ASSIGN_OR_RETURN(device::Buffer full,
-                            allocate_buffer(ctx_.device, full_elements, md, MemoryUse::kBuffers,
-                                            "gathered parameters", Fill::kUninitialised));
+                            allocate_scratch(ctx_.device, ctx_.stream, full_elements, md,
+                                             MemoryUse::kBuffers, "gathered parameters"));
     fulls.push_back(std::make_shared<device::Buffer>(std::move(full)));
     starting.push_back(layer);
   }

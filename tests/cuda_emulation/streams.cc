@@ -8,8 +8,8 @@
 // idle (its implicit synchronisation); streams created
 // cudaStreamNonBlocking, as dscore's are, do not take part in it.
 // cudaDeviceSynchronize (and cudaFree) waits for the current device's
-// streams. An event completes when its
-// stream reaches the record; waits and synchronisations block until then.
+// streams. An event's record completes when its stream reaches it; a
+// wait or synchronisation is for the latest record at the call.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -90,20 +90,21 @@ struct CUstream_st {
 
 namespace {
 
-// An event's state outlives the event while a record is pending (an event
-// may be destroyed before its stream reaches it).
-struct EventState {
+// One cudaEventRecord: done when its stream reaches it. A wait captures the
+// record it was issued after, so an event recorded again (on any stream)
+// does not release an earlier wait, as on the GPU.
+struct Record {
   std::mutex mutex;
   std::condition_variable changed;
-  uint64_t recorded = 0, completed = 0;  // records made, records reached
+  bool done = false;
   std::chrono::steady_clock::time_point when;
-  bool reached(uint64_t record) {
+  bool reached() {
     std::lock_guard<std::mutex> lock(mutex);
-    return completed >= record;
+    return done;
   }
-  void wait(uint64_t record) {
+  void wait() {
     std::unique_lock<std::mutex> lock(mutex);
-    changed.wait(lock, [&] { return completed >= record; });
+    changed.wait(lock, [&] { return done; });
   }
 };
 
@@ -133,7 +134,12 @@ void synchronize_streams(bool blocking_only) {
 }  // namespace
 
 struct CUevent_st {
-  std::shared_ptr<EventState> state = std::make_shared<EventState>();
+  std::mutex mutex;
+  std::shared_ptr<Record> last;  // the latest record; none before the first
+  std::shared_ptr<Record> latest() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return last;
+  }
 };
 
 namespace dscore::cuda_emulation {
@@ -232,70 +238,55 @@ cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t event) {
 
 cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (event == nullptr) return cudaErrorInvalidResourceHandle;
-  std::shared_ptr<EventState> state = event->state;
-  uint64_t record = 0;
+  auto record = std::make_shared<Record>();
   {
-    std::lock_guard<std::mutex> lock(state->mutex);
-    record = ++state->recorded;
+    std::lock_guard<std::mutex> lock(event->mutex);
+    event->last = record;
   }
-  enqueue(stream, [state, record] {
+  enqueue(stream, [record] {
     {
-      std::lock_guard<std::mutex> lock(state->mutex);
-      state->completed = std::max(state->completed, record);
-      state->when = std::chrono::steady_clock::now();
+      std::lock_guard<std::mutex> lock(record->mutex);
+      record->done = true;
+      record->when = std::chrono::steady_clock::now();
     }
-    state->changed.notify_all();
+    record->changed.notify_all();
   });
   return cudaSuccess;
 }
 
-// The stream's later work waits for the event's last record (none: no wait).
+// The stream's later work waits for the event's latest record (none: no wait).
 cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
   if (event == nullptr) return cudaErrorInvalidResourceHandle;
-  std::shared_ptr<EventState> state = event->state;
-  uint64_t record = 0;
-  {
-    std::lock_guard<std::mutex> lock(state->mutex);
-    record = state->recorded;
-  }
-  if (record > 0) enqueue(stream, [state, record] { state->wait(record); });
+  if (std::shared_ptr<Record> record = event->latest())
+    enqueue(stream, [record] { record->wait(); });
   return cudaSuccess;
 }
 
 cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t event) {
   if (event == nullptr) return cudaErrorInvalidResourceHandle;
-  EventState& state = *event->state;
-  std::lock_guard<std::mutex> lock(state.mutex);
-  return state.completed >= state.recorded ? cudaSuccess : cudaErrorNotReady;
+  const std::shared_ptr<Record> record = event->latest();
+  return record == nullptr || record->reached() ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t event) {
   if (event == nullptr) return cudaErrorInvalidResourceHandle;
   ++g_event_synchronizations;
-  EventState& state = *event->state;
-  uint64_t record = 0;
-  {
-    std::lock_guard<std::mutex> lock(state.mutex);
-    record = state.recorded;
-  }
-  state.wait(record);
+  if (std::shared_ptr<Record> record = event->latest()) record->wait();
   return cudaSuccess;
 }
 
 // Host time between the two records' completions.
 cudaError_t CUDARTAPI cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   if (start == nullptr || end == nullptr) return cudaErrorInvalidResourceHandle;
-  const auto completion = [](EventState& state, std::chrono::steady_clock::time_point* when) {
-    std::lock_guard<std::mutex> lock(state.mutex);
-    if (state.recorded == 0) return cudaErrorInvalidResourceHandle;
-    if (state.completed < state.recorded) return cudaErrorNotReady;
-    *when = state.when;
+  const std::shared_ptr<Record> a = start->latest(), b = end->latest();
+  if (a == nullptr || b == nullptr) return cudaErrorInvalidResourceHandle;
+  if (!a->reached() || !b->reached()) return cudaErrorNotReady;
+  if (a == b) {
+    *ms = 0.0f;
     return cudaSuccess;
-  };
-  std::chrono::steady_clock::time_point a, b;
-  if (const cudaError_t e = completion(*start->state, &a); e != cudaSuccess) return e;
-  if (const cudaError_t e = completion(*end->state, &b); e != cudaSuccess) return e;
-  *ms = std::chrono::duration<float, std::milli>(b - a).count();
+  }
+  std::scoped_lock lock(a->mutex, b->mutex);
+  *ms = std::chrono::duration<float, std::milli>(b->when - a->when).count();
   return cudaSuccess;
 }
 

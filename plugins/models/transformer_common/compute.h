@@ -5,6 +5,7 @@
 
 #include <dscore/model.h>
 
+#include <cstddef>
 #include <utility>
 
 #include "tokens.h"
@@ -20,6 +21,35 @@ class Compute {
                        float* logits) = 0;
 };
 
+// For one call, a backend that computes on a device stream (use_stream)
+// computes on the host's (dscore_model_hooks.stream, where the host gives
+// one), and on its own again after the call.
+template <class Backend>
+class HostStreamScope {
+ public:
+  HostStreamScope(Backend& backend, const dscore_model_hooks& hooks) : backend_(backend) {
+    if constexpr (kStreams) {
+      const bool given =
+          hooks.struct_size >= offsetof(dscore_model_hooks, stream) + sizeof(hooks.stream);
+      backend_.use_stream(given ? hooks.stream : nullptr);
+    }
+  }
+  ~HostStreamScope() {
+    if constexpr (kStreams) {
+      try {
+        backend_.use_stream(nullptr);
+      } catch (...) {  // a failed device: the call's own error says so
+      }
+    }
+  }
+  HostStreamScope(const HostStreamScope&) = delete;
+  HostStreamScope& operator=(const HostStreamScope&) = delete;
+
+ private:
+  static constexpr bool kStreams = requires(Backend & b) { b.use_stream(nullptr); };
+  Backend& backend_;
+};
+
 // Runner<Backend> constructed from (config, params, backend), owning the
 // backend (constructed from `args`).
 template <template <class> class Runner, class Config, class Params, class Backend>
@@ -30,10 +60,12 @@ class RunnerCompute final : public Compute {
       : backend_(std::forward<BackendArgs>(args)...), runner_(config, params, backend_) {}
   double forward_backward(const SplitTokens& tokens, const dscore_model_hooks& hooks,
                           double loss_scale) override {
+    const HostStreamScope<Backend> on(backend_, hooks);
     return runner_.forward_backward(tokens, hooks, loss_scale);
   }
   void forward(const SplitTokens& tokens, const dscore_model_hooks& hooks, double* loss,
                float* logits) override {
+    const HostStreamScope<Backend> on(backend_, hooks);
     runner_.forward(tokens, hooks, loss, logits);
   }
 

@@ -105,7 +105,15 @@ typedef struct dscore_model_hooks {
    * reducing them while backward goes on. Call once per layer per backward,
    * while the layer is acquired. */
   dscore_status (*grads_ready)(void* ctx, size_t layer);
-  void* stream; /* PROVISIONAL: cudaStream_t when computing on CUDA, else NULL */
+  /* PROVISIONAL. The host's stream for the call's device work: a
+   * cudaStream_t when the host computes on CUDA, else NULL. A model that
+   * computes on that device enqueues its work there (or orders its own
+   * stream after it) and may then call release() and grads_ready() before
+   * the work on the layer's device views is done: the host orders its later
+   * device work after the stream. Views in host memory must be done with
+   * before release(). With NULL, or for a model that ignores it, the work
+   * on a layer's views is done when those hooks are called. */
+  void* stream;
 } dscore_model_hooks;
 
 /* How one parameter is stored in a Hugging Face model folder (the names and

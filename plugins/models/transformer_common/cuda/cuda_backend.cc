@@ -81,6 +81,7 @@ CudaParams<S>::CudaParams(CudaContext& context, const dscore_layer_views& views,
                           const std::vector<int64_t>& numels) {
   buffers_.reserve(numels.size());
   bool reads_queued = false;  // a copy or conversion still reading a view
+  bool reads_host = false;    // ... a view in host memory
   for (size_t i = 0; i < numels.size(); ++i) {
     const dscore_tensor* t = views.params[i];
     check_view(t, numels[i], "parameter");
@@ -98,6 +99,7 @@ CudaParams<S>::CudaParams(CudaContext& context, const dscore_layer_views& views,
           convert(dst, t->data, host_type(t->dtype), numels[i], context.stream()));
       continue;
     }
+    reads_host = true;
     if (t->dtype == kStorageDtype<S>) {
       DSCORE_GPT_CUDA_CHECK(
           cudaMemcpyAsync(dst, t->data, bytes, cudaMemcpyHostToDevice, context.stream()));
@@ -109,9 +111,10 @@ CudaParams<S>::CudaParams(CudaContext& context, const dscore_layer_views& views,
     DSCORE_GPT_CUDA_CHECK(convert(dst, staging, host_type(t->dtype), numels[i], context.stream()));
   }
   // Copies and conversions read their views asynchronously: wait, so the
-  // layer may be released. Views used in place are waited for by
-  // finish_reads instead, before release.
-  if (reads_queued) context.synchronize();
+  // layer may be released (on the host's stream only for host views: the
+  // host orders its device work after the stream, not its own writes).
+  // Views used in place are waited for by finish_reads instead.
+  if (reads_host || (reads_queued && !context.host_orders())) context.synchronize();
 }
 
 template <typename S>
@@ -141,7 +144,9 @@ void CudaGrads<S>::commit() {
                                    buffers_[i].size(), context_->stream()));
   }
   if (!on_host) {
-    context_->synchronize();  // the engine reduces the views once commit returns
+    // The engine reduces the views once commit returns: after the stream's
+    // work when it is the host's, else after this wait.
+    if (!context_->host_orders()) context_->synchronize();
     return;
   }
   size_t total = 0;

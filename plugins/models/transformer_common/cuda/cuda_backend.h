@@ -128,10 +128,13 @@ class CudaBackend {
     return Grads(*context_, v, numels);
   }
   // Before the layer is released: work still queued may read views used in
-  // place, whose memory the engine frees or reuses after release.
+  // place, whose memory the engine frees or reuses after release (on the
+  // host's stream, the host orders that after the work).
   void finish_reads(const Params& params) {
-    if (params.borrowed()) context_->synchronize();
+    if (params.borrowed() && !context_->host_orders()) context_->synchronize();
   }
+  // Computes on the host's stream (model.h), nullptr: on its own.
+  void use_stream(void* stream) { context_->use_stream(static_cast<cudaStream_t>(stream)); }
 
   // The kernels of cpu/kernels.h and cpu/attention.h, same arguments and
   // accumulate/overwrite rules, device pointers.

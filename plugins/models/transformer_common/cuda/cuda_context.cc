@@ -87,7 +87,9 @@ CudaContext::CudaContext() {
                        "gpt (cuda): device " + std::to_string(device_) + " is sm_" +
                            std::to_string(major) + std::to_string(minor) +
                            "; the gpt CUDA kernels need sm_80 or newer (bf16)");
-    DSCORE_GPT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    DSCORE_GPT_CUDA_CHECK(cudaStreamCreateWithFlags(&own_stream_, cudaStreamNonBlocking));
+    stream_ = own_stream_;
+    DSCORE_GPT_CUDA_CHECK(cudaEventCreateWithFlags(&handoff_, cudaEventDisableTiming));
     DSCORE_GPT_CUBLAS_CHECK(cublasCreate(&blas_));
     DSCORE_GPT_CUBLAS_CHECK(cublasSetStream(blas_, stream_));  // resets the workspace: set it after
     DSCORE_GPT_CUDA_CHECK(cudaMalloc(&workspace_, kCublasWorkspace));
@@ -129,14 +131,29 @@ void CudaContext::destroy() noexcept {
   workspace_ = nullptr;
   if (pool_ != nullptr) cudaMemPoolDestroy(pool_);
   pool_ = nullptr;
-  if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  stream_ = nullptr;
+  if (handoff_ != nullptr) cudaEventDestroy(handoff_);
+  handoff_ = nullptr;
+  if (own_stream_ != nullptr) cudaStreamDestroy(own_stream_);  // the host's stays the host's
+  own_stream_ = stream_ = nullptr;
   cudaGetLastError();
 }
 
 void CudaContext::make_current() const { DSCORE_GPT_CUDA_CHECK(cudaSetDevice(device_)); }
 
 void CudaContext::synchronize() const { DSCORE_GPT_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+void CudaContext::use_stream(cudaStream_t stream) {
+  if (stream == nullptr) stream = own_stream_;
+  if (stream == stream_) return;
+  // The new stream's work starts after what the previous one holds (no
+  // host wait).
+  DSCORE_GPT_CUDA_CHECK(cudaEventRecord(handoff_, stream_));
+  DSCORE_GPT_CUDA_CHECK(cudaStreamWaitEvent(stream, handoff_, 0));
+  stream_ = stream;
+  DSCORE_GPT_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+  // (cublasSetStream resets the workspace.)
+  DSCORE_GPT_CUBLAS_CHECK(cublasSetWorkspace(blas_, workspace_, kCublasWorkspace));
+}
 
 void* CudaContext::allocate(size_t bytes, const char* what) {
   if (bytes == 0) return nullptr;

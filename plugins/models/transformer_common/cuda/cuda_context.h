@@ -68,6 +68,15 @@ class CudaContext {
   // Make this context's device current on the calling thread.
   void make_current() const;
   void synchronize() const;
+  // Computes on `stream` from here on: the host's (dscore_model_hooks'
+  // stream, for one call), or nullptr for the context's own. Work on the
+  // new stream starts after the work queued on the previous one (an event;
+  // the host does not wait).
+  void use_stream(cudaStream_t stream);
+  // Whether the work goes on the host's stream: the host then orders its
+  // later work after it (model.h), so device views may be handed back
+  // (release, grads_ready) before the work on them is done.
+  bool host_orders() const { return stream_ != own_stream_; }
 
   // Device memory, stream-ordered on stream(): usable by work enqueued
   // after the call; release() makes it reusable by work enqueued after it.
@@ -94,7 +103,9 @@ class CudaContext {
     size_t bytes = 0;
   };
   int device_ = 0;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t own_stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;  // the one in use: own_stream_ or the host's
+  cudaEvent_t handoff_ = nullptr;  // orders a stream change
   cublasHandle_t blas_ = nullptr;
   void* workspace_ = nullptr;
   cudaMemPool_t pool_ = nullptr;  // null where the device has no memory pools: cudaMalloc
