@@ -153,6 +153,34 @@ TEST(CudaEmulationStreams, WorkRunsOnTheStreamInOrderAfterItsEvents) {
   cudaStreamDestroy(held);
 }
 
+// A wait is for the record it followed: recording the event again, on a
+// stream that reaches it at once, does not release the earlier wait.
+TEST(CudaEmulationStreams, AWaitFollowsItsRecordNotALaterOne) {
+  cudaStream_t held = nullptr, waiting = nullptr, idle = nullptr;
+  for (cudaStream_t* s : {&held, &waiting, &idle})
+    ASSERT_EQ(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking), cudaSuccess);
+  unsigned char* device = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&device), 8), cudaSuccess);
+  ASSERT_EQ(cudaMemset(device, 0, 8), cudaSuccess);
+  Gate gate;
+  cudaEvent_t event = nullptr;
+  ASSERT_EQ(cudaEventCreate(&event), cudaSuccess);
+  ASSERT_EQ(cudaLaunchHostFunc(held, Gate::hold, &gate), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(event, held), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(waiting, event, 0), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(device, 5, 8, waiting), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(event, idle), cudaSuccess);  // reached at once
+  ASSERT_EQ(cudaEventSynchronize(event), cudaSuccess);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(device[0], 0) << "the wait ended with the later record";
+  gate.open = true;
+  ASSERT_EQ(cudaStreamSynchronize(waiting), cudaSuccess);
+  EXPECT_EQ(device[0], 5);
+  cudaEventDestroy(event);
+  cudaFree(device);
+  for (cudaStream_t s : {held, waiting, idle}) cudaStreamDestroy(s);
+}
+
 INSTANTIATE_TEST_SUITE_P(Orders, CudaEmulation,
                          ::testing::Values(emu::Schedule::kAscending, emu::Schedule::kDescending),
                          [](const auto& info) {
