@@ -28,13 +28,15 @@ void store(uint64_t& field, uint64_t value) {
 
 }  // namespace
 
+struct Board::Rank {
+  uint64_t pid, attached, aborted;
+  uint64_t arrived, left;            // collective steps written, read
+  uint64_t split_round, split_read;  // splits posted, read
+  uint64_t split_color, split_key;   // (as unsigned)
+};
+
 struct Board::Header {
-  struct Rank {
-    uint64_t pid, attached, aborted;
-    uint64_t arrived, left;            // collective steps written, read
-    uint64_t split_round, split_read;  // splits posted, read
-    uint64_t split_color, split_key;   // (as unsigned)
-  } rank[kMaxRanks];
+  Rank rank[kMaxRanks];
   struct Mailbox {
     uint64_t produced, consumed, bytes;  // chunks put, chunks taken, the last one's size
   } mail[kMaxRanks][kMaxRanks];
@@ -72,7 +74,7 @@ Board* Board::attach(const std::string& name, int ranks, int rank) {
     if (memory == MAP_FAILED) return nullptr;
   }
   auto* board = new Board(memory, bytes, ranks > 1, name, ranks, rank);
-  Header::Rank& me = board->header_->rank[rank];
+  Rank& me = board->header_->rank[rank];
   store(me.pid, static_cast<uint64_t>(getpid()));
   store(me.attached, 1);
   return board;
@@ -126,7 +128,7 @@ void Board::watch_peers() {
   const auto self = static_cast<uint64_t>(getpid());
   for (int r = 0; r < ranks_; ++r) {
     if (r == rank_) continue;
-    const Header::Rank& peer = header_->rank[r];
+    const Rank& peer = header_->rank[r];
     const uint64_t pid = load(peer.pid);
     const bool gone =
         pid != 0 && pid != self && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
@@ -162,22 +164,23 @@ bool Board::wait(const std::function<bool()>& done) {
   }
 }
 
+bool Board::wait_all(uint64_t Rank::*field, uint64_t at_least) {
+  return wait([&] {
+    for (int r = 0; r < ranks_; ++r)
+      if (load(header_->rank[r].*field) < at_least) return false;
+    return true;
+  });
+}
+
 bool Board::step(const std::function<void(unsigned char*)>& write,
                  const std::function<void(const unsigned char*)>& read) {
   const uint64_t s = ++steps_;
   write(slot(rank_));
   store(header_->rank[rank_].arrived, s);
-  const auto all = [&](uint64_t Header::Rank::*field) {
-    return [this, s, field] {
-      for (int r = 0; r < ranks_; ++r)
-        if (load(header_->rank[r].*field) < s) return false;
-      return true;
-    };
-  };
-  if (!wait(all(&Header::Rank::arrived))) return false;
+  if (!wait_all(&Rank::arrived, s)) return false;
   read(slot(0));
   store(header_->rank[rank_].left, s);  // the slots may be written again
-  return wait(all(&Header::Rank::left));
+  return wait_all(&Rank::left, s);
 }
 
 bool Board::try_send(int peer, const void* data, size_t bytes) {
@@ -208,24 +211,17 @@ bool Board::pause() {
 }
 
 bool Board::exchange_split(uint64_t round, int color, int key, int* colors, int* keys) {
-  Header::Rank& me = header_->rank[rank_];
+  Rank& me = header_->rank[rank_];
   store(me.split_color, static_cast<uint32_t>(color));
   store(me.split_key, static_cast<uint32_t>(key));
   store(me.split_round, round);
-  const auto all = [&](uint64_t Header::Rank::*field) {
-    return [this, round, field] {
-      for (int r = 0; r < ranks_; ++r)
-        if (load(header_->rank[r].*field) < round) return false;
-      return true;
-    };
-  };
-  if (!wait(all(&Header::Rank::split_round))) return false;
+  if (!wait_all(&Rank::split_round, round)) return false;
   for (int r = 0; r < ranks_; ++r) {
     colors[r] = static_cast<int>(static_cast<uint32_t>(load(header_->rank[r].split_color)));
     keys[r] = static_cast<int>(static_cast<uint32_t>(load(header_->rank[r].split_key)));
   }
   store(me.split_read, round);  // the next split may overwrite them
-  return wait(all(&Header::Rank::split_read));
+  return wait_all(&Rank::split_read, round);
 }
 
 }  // namespace dscore::cuda_emulation

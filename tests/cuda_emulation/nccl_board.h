@@ -63,11 +63,14 @@ class Board {
   bool exchange_split(uint64_t round, int color, int key, int* colors, int* keys);
 
  private:
+  struct Rank;  // one rank's process id, state and counters
   struct Header;
   static size_t header_bytes();
   static size_t segment_bytes(int ranks);
   Board(void* memory, size_t bytes, bool shared, std::string name, int ranks, int rank);
   bool wait(const std::function<bool()>& done);
+  // Waits until every rank's `field` is at least `at_least`.
+  bool wait_all(uint64_t Rank::*field, uint64_t at_least);
   void watch_peers();
   unsigned char* slot(int rank);
   unsigned char* mailbox(int from, int to);
