@@ -86,6 +86,7 @@ class SynchronousStream final : public Stream {
     core_->blocked_ns += since_ns(start);
   }
   Status synchronize() override { return sticky_; }
+  Status status() const override { return sticky_; }
   void* native() const override { return nullptr; }
   int64_t blocked_ns() const override { return core_->blocked_ns.load(); }
 
@@ -141,6 +142,10 @@ class AsynchronousStream final : public Stream {
     enqueue([event] { return wait_event(event); });
   }
   Status synchronize() override { return record()->wait(); }
+  Status status() const override {
+    std::lock_guard<std::mutex> lock(core_->mutex);
+    return sticky_;
+  }
   void* native() const override { return nullptr; }
   int64_t blocked_ns() const override { return core_->blocked_ns.load(); }
 

@@ -246,6 +246,7 @@ class CudaStream final : public Stream {
     if (err != cudaSuccess) fail(cuda_error(err, "cudaStreamSynchronize", what_));
     return sticky();
   }
+  Status status() const override { return sticky(); }
 
  private:
   Status sticky() const {
@@ -338,6 +339,10 @@ class CudaDevice final : public Device {
  private:
   // `free_on`: the stream whose order the free follows (nullptr: the
   // private allocation stream, for buffers whose users were synchronised).
+  // With a memory pool a buffer with such a stream is allocated in its order
+  // too, without a host wait: work enqueued there after the call, and work
+  // ordered after that by events, may use it. Other buffers are allocated on
+  // the private stream and waited for, so any stream may use them.
   Result<Buffer> allocate_device(size_t bytes, MemoryUse use, std::string_view name, bool zero,
                                  cudaStream_t free_on) {
     if (bytes > state_->total_bytes) {
@@ -353,19 +358,20 @@ class CudaDevice final : public Device {
       std::lock_guard<std::mutex> lock(s.alloc_mutex);
       cudaSetDevice(s.ordinal);
       const size_t asked = bytes == 0 ? 1 : bytes;
-      err = s.pool != nullptr ? cudaMallocFromPoolAsync(&data, asked, s.pool, s.alloc_stream)
+      const cudaStream_t order = s.pool != nullptr && free_on != nullptr ? free_on : s.alloc_stream;
+      err = s.pool != nullptr ? cudaMallocFromPoolAsync(&data, asked, s.pool, order)
                               : cudaMalloc(&data, asked);
       if (err == cudaSuccess && zero) {
-        err = cudaMemsetAsync(data, 0, bytes, s.alloc_stream);
+        err = cudaMemsetAsync(data, 0, bytes, order);
         if (err != cudaSuccess) call = "cudaMemsetAsync";
       }
-      if (err == cudaSuccess) {
+      if (err == cudaSuccess && order == s.alloc_stream) {
         err = cudaStreamSynchronize(s.alloc_stream);
         if (err != cudaSuccess) call = "cudaStreamSynchronize";
       }
       if (err != cudaSuccess && data != nullptr) {
         if (s.pool != nullptr)
-          cudaFreeAsync(data, s.alloc_stream);
+          cudaFreeAsync(data, order);
         else
           cudaFree(data);
       }

@@ -72,6 +72,9 @@ class Stream {
   virtual void wait(const EventPtr& event) = 0;
   // Blocks until everything enqueued so far is done; the sticky status.
   virtual Status synchronize() = 0;
+  // The sticky status as far as it is known, without waiting (a CPU
+  // worker's later failures are not known yet).
+  virtual Status status() const = 0;
   // cudaStream_t for CUDA streams, nullptr for CPU streams. Comm and
   // optimizer plugins take it as their `stream` argument.
   virtual void* native() const = 0;
@@ -151,8 +154,10 @@ class Device {
   // Device memory (uninitialised) for work on `stream` that may still be
   // queued when the Buffer is destroyed: the memory is freed in the
   // stream's order, after that work (a buffer a stream task allocates and
-  // drops). On the CPU device a task's work is done when it returns, so
-  // this is allocate(kDevice) there.
+  // drops). It may be allocated in that order too (CUDA with a memory pool,
+  // without a host wait): only work enqueued on `stream` after the call, or
+  // ordered after that work by an event, may use it. On the CPU device a
+  // task's work is done when it returns, so this is allocate(kDevice) there.
   virtual Result<Buffer> allocate_scratch(size_t bytes, Stream& stream, MemoryUse use,
                                           std::string_view name) {
     (void)stream;

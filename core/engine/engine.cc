@@ -293,7 +293,13 @@ dscore_status Engine::hook_acquire(void* ctx, size_t layer, dscore_acquire_mode 
     return self->fail_hook(DSCORE_INVALID_ARGUMENT,
                            "acquire: views struct missing or struct_size too small");
   for (StepObserver* o : self->observers_) o->on_acquire(layer, mode);
-  Status status = self->strategy_->acquire(layer, mode, out);
+  // A model that computes on the compute stream (the hooks' stream) may
+  // take views that are ready in its order: no host wait for a gather.
+  const bool stream_ordered =
+      out->struct_size >= offsetof(dscore_layer_views, flags) + sizeof(out->flags) &&
+      (out->flags & DSCORE_VIEWS_STREAM_ORDERED) != 0 && self->compute_->native() != nullptr;
+  Status status =
+      self->strategy_->acquire(layer, mode, stream_ordered ? self->compute_.get() : nullptr, out);
   if (!status.ok()) return self->fail_hook(status.code(), status.message());
   for (StepObserver* o : self->observers_) o->on_acquired(layer, mode);
   self->acquired_[layer] += 1;

@@ -50,13 +50,14 @@ void FlatZero::begin_micro_step(bool boundary) {
   reduction_->begin_micro_step(boundary);
 }
 
-Status FlatZero::acquire(size_t layer, dscore_acquire_mode mode, dscore_layer_views* out) {
+Status FlatZero::acquire(size_t layer, dscore_acquire_mode mode, device::Stream* views_on,
+                         dscore_layer_views* out) {
   const size_t first = ctx_.layout->layer_first(layer);
   out->count = ctx_.layout->layer_end(layer) - first;
   out->params = storage_.param_ptrs(first);
   out->grads = nullptr;
   if (mode == DSCORE_ACQUIRE_BACKWARD) {
-    DSCORE_RETURN_IF_ERROR(reduction_->lend(layer));
+    DSCORE_RETURN_IF_ERROR(reduction_->lend(layer, views_on));
     out->grads = storage_.grad_ptrs(first);
   }
   return Status::Ok();

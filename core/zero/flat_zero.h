@@ -33,7 +33,8 @@ class FlatZero final : public ZeroStrategy {
 
   Status set_gradient_reduction(bool reduce) override;
   void begin_micro_step(bool boundary) override;
-  Status acquire(size_t layer, dscore_acquire_mode mode, dscore_layer_views* out) override;
+  Status acquire(size_t layer, dscore_acquire_mode mode, device::Stream* views_on,
+                 dscore_layer_views* out) override;
   Status release(size_t) override { return Status::Ok(); }  // parameters stay resident
   Status grads_ready(size_t layer) override;
   Status end_micro_step() override;

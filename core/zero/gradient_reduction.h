@@ -61,8 +61,8 @@ class GradientReduction {
 
   virtual void begin_micro_step(bool boundary) = 0;
   // A BACKWARD acquire of `layer`: make its grad views point at memory the
-  // model can add into.
-  virtual Status lend(size_t layer) = 0;
+  // model can add into (ready on `views_on`: ZeroStrategy::acquire).
+  virtual Status lend(size_t layer, device::Stream* views_on) = 0;
   // `layer` just became ready (`ready` already says so); may queue reductions.
   virtual void layer_ready(size_t layer, const ReadyLayers& ready) = 0;
   // After the model returned: every reduction due in this micro-step done.

@@ -28,7 +28,8 @@ class GridReduction : public GradientReduction {
   void* owned_grads() override;
   void zero_grads(device::ops::Target target) override;
   void begin_micro_step(bool boundary) override;
-  Status lend(size_t) override { return Status::Ok(); }  // the views point into grads_ for good
+  // The views point into grads_ for good.
+  Status lend(size_t, device::Stream*) override { return Status::Ok(); }
   void layer_ready(size_t layer, const ReadyLayers& ready) override;
   Status end_micro_step(const ReadyLayers& ready) override;
 

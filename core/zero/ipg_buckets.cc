@@ -42,10 +42,10 @@ void IpgBuckets::begin_micro_step(bool boundary) {
   solos_.clear();
 }
 
-Status IpgBuckets::lend(size_t layer) {
+Status IpgBuckets::lend(size_t layer, device::Stream* views_on) {
   if (placement_[layer].kind != Placement::Kind::kNotLent)
     return Status::Ok();  // lent earlier this micro-step
-  return place(layer);
+  return place(layer, views_on);
 }
 
 Status IpgBuckets::place_solo(size_t layer) {
@@ -62,9 +62,10 @@ Status IpgBuckets::place_solo(size_t layer) {
   return Status::Ok();
 }
 
-Status IpgBuckets::open_bucket(int64_t hi) {
+Status IpgBuckets::open_bucket(int64_t hi, device::Stream* views_on) {
   Bucket& bucket = buckets_[current_];
-  DSCORE_RETURN_IF_ERROR(device::wait_for(bucket.ticket));  // its memory is free again
+  // Its memory is free (and zero) again once its last reduction is done.
+  DSCORE_RETURN_IF_ERROR(order_views_after(bucket.ticket, views_on));
   bucket.ticket.reset();
   bucket.hi = hi;
   bucket.lo = hi;
@@ -74,7 +75,7 @@ Status IpgBuckets::open_bucket(int64_t hi) {
   return Status::Ok();
 }
 
-Status IpgBuckets::place(size_t layer) {
+Status IpgBuckets::place(size_t layer, device::Stream* views_on) {
   const auto [s, e] = storage_.layer_range(layer);
   if (e - s > capacity_) return place_solo(layer);
   Bucket* bucket = &buckets_[current_];
@@ -87,11 +88,12 @@ Status IpgBuckets::place(size_t layer) {
     // A sealed bucket is in flight: fill the other. A detached one is zero
     // again and is reused.
     if (open_) current_ = (current_ + 1) % bucket_count_;
-    DSCORE_RETURN_IF_ERROR(open_bucket(e));
+    DSCORE_RETURN_IF_ERROR(open_bucket(e, views_on));
     bucket = &buckets_[current_];
   }
   // The bucket's memory is zero here: fresh, or zeroed by its last
-  // reduction task, which finished before open_bucket's wait.
+  // reduction task, which finished before open_bucket's wait (in the
+  // model's stream order, or on the host).
   storage_.point_grads(storage_.layout().layer_first(layer), storage_.layout().layer_end(layer),
                        bucket->memory.data(), bucket->hi - capacity_);
   bucket->lo = s;

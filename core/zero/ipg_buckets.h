@@ -24,7 +24,7 @@ class IpgBuckets final : public GradientReduction {
   void* owned_grads() override { return owned_.data(); }
   void zero_grads(device::ops::Target target) override;
   void begin_micro_step(bool boundary) override;
-  Status lend(size_t layer) override;
+  Status lend(size_t layer, device::Stream* views_on) override;
   void layer_ready(size_t layer, const ReadyLayers& ready) override;
   Status end_micro_step(const ReadyLayers& ready) override;
 
@@ -53,9 +53,9 @@ class IpgBuckets final : public GradientReduction {
     size_t index = 0;  // into buckets_ or solos_
   };
 
-  Status place(size_t layer);
+  Status place(size_t layer, device::Stream* views_on);
   Status place_solo(size_t layer);
-  Status open_bucket(int64_t hi);
+  Status open_bucket(int64_t hi, device::Stream* views_on);
   Status detach_current_bucket();
   void seal_current_bucket();
   void submit_bucket_if_complete(size_t index);

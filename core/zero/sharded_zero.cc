@@ -281,13 +281,16 @@ Status ShardedZero::start_gathers(const std::vector<size_t>& layers) {
   return Status::Ok();
 }
 
-Status ShardedZero::ensure_gathered(size_t layer) {
+Status ShardedZero::ensure_gathered(size_t layer, device::Stream* views_on) {
   LayerState& s = layers_[layer];
   if (s.gathered_params.empty()) return Status::Ok();
   if (s.residency == Residency::kReleased) DSCORE_RETURN_IF_ERROR(start_gathers({layer}));
-  if (s.residency == Residency::kInFlight) {
-    DSCORE_RETURN_IF_ERROR(device::wait_for(s.ticket));
-    s.ticket.reset();
+  if (s.ticket) {
+    // The gather: the model's stream waits for it, or the host does. Ready
+    // only in a stream's order, it stays the ticket for a later acquire
+    // that needs it ready on the host.
+    DSCORE_RETURN_IF_ERROR(order_views_after(s.ticket, views_on));
+    if (views_on == nullptr) s.ticket.reset();
     s.residency = Residency::kAvailable;
   }
   point_param_views(layer);
@@ -319,22 +322,25 @@ int64_t ShardedZero::padded_layer_elements(size_t layer) const {
 
 void ShardedZero::prepare_grads(const std::vector<size_t>& layers) {
   if (layers.empty()) return;
-  std::vector<int64_t> elements;
-  for (size_t l : layers) elements.push_back(padded_layer_elements(l));
-  auto prepared = std::make_shared<std::vector<device::Buffer>>(layers.size());
-  auto ticket = ctx_.stream->submit([this, elements, prepared] {
-    // A failure leaves the entry empty: take_grads allocates it again on
-    // the compute thread and reports the Status there. The last user of a
-    // bucket is a comm-stream task (flush_gradients): scratch of this
-    // stream, zeroed on it.
-    for (size_t i = 0; i < elements.size(); ++i) {
-      Result<device::Buffer> buffer =
-          allocate_scratch(ctx_.device, ctx_.stream, elements[i], ctx_.grad_dtype,
-                           MemoryUse::kBuffers, "gradient bucket");
-      if (!buffer.ok()) continue;
-      device::ops::fill_zero(ctx_.comm_target, buffer->data(), ctx_.grad_dtype, elements[i]);
-      (*prepared)[i] = std::move(buffer).value();
-    }
+  // Allocated here, zeroed by a comm-stream task off the compute thread.
+  // The last user of a bucket is a comm-stream task (flush_gradients):
+  // scratch of that stream. A failed allocation leaves the entry empty:
+  // take_grads allocates it again and reports the Status there.
+  auto prepared = std::make_shared<std::vector<device::Buffer>>();
+  std::vector<std::pair<void*, int64_t>> to_zero;
+  for (size_t l : layers) {
+    const int64_t elements = padded_layer_elements(l);
+    Result<device::Buffer> buffer =
+        allocate_scratch(ctx_.device, ctx_.stream, elements, ctx_.grad_dtype, MemoryUse::kBuffers,
+                         "gradient bucket");
+    prepared->emplace_back();
+    if (!buffer.ok()) continue;
+    to_zero.emplace_back(buffer->data(), elements);
+    prepared->back() = std::move(buffer).value();
+  }
+  auto ticket = ctx_.stream->submit([this, to_zero, prepared] {
+    for (const auto& [data, elements] : to_zero)
+      device::ops::fill_zero(ctx_.comm_target, data, ctx_.grad_dtype, elements);
     return Status::Ok();
   });
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -345,10 +351,11 @@ void ShardedZero::prepare_grads(const std::vector<size_t>& layers) {
   }
 }
 
-Result<std::shared_ptr<device::Buffer>> ShardedZero::take_grads(size_t layer) {
+Result<std::shared_ptr<device::Buffer>> ShardedZero::take_grads(size_t layer,
+                                                                device::Stream* views_on) {
   LayerState& s = layers_[layer];
   if (s.grads_ticket) {
-    DSCORE_RETURN_IF_ERROR(device::wait_for(s.grads_ticket));
+    DSCORE_RETURN_IF_ERROR(order_views_after(s.grads_ticket, views_on));
     s.grads_ticket.reset();
     device::Buffer buffer = std::move((*s.prepared)[s.prepared_index]);
     s.prepared.reset();
@@ -359,10 +366,11 @@ Result<std::shared_ptr<device::Buffer>> ShardedZero::take_grads(size_t layer) {
                           allocate_scratch(ctx_.device, ctx_.stream, elements, ctx_.grad_dtype,
                                            MemoryUse::kBuffers, "gradient bucket"));
   void* data = buffer.data();
-  DSCORE_RETURN_IF_ERROR(ctx_.stream->run([&] {
+  const device::EventPtr zeroed = ctx_.stream->submit([this, data, elements] {
     device::ops::fill_zero(ctx_.comm_target, data, ctx_.grad_dtype, elements);
     return Status::Ok();
-  }));
+  });
+  DSCORE_RETURN_IF_ERROR(order_views_after(zeroed, views_on));
   return std::make_shared<device::Buffer>(std::move(buffer));
 }
 
@@ -427,12 +435,13 @@ void ShardedZero::begin_micro_step(bool boundary) {
   prefetched_until_ = 0;
 }
 
-Status ShardedZero::acquire(size_t layer, dscore_acquire_mode mode, dscore_layer_views* out) {
+Status ShardedZero::acquire(size_t layer, dscore_acquire_mode mode, device::Stream* views_on,
+                            dscore_layer_views* out) {
   trace_.observe(position_, layer, mode);
   LayerState& s = layers_[layer];
   s.last_event = position_;
   position_ += 1;
-  DSCORE_RETURN_IF_ERROR(ensure_gathered(layer));
+  DSCORE_RETURN_IF_ERROR(ensure_gathered(layer, views_on));
   s.acquired += 1;
   DSCORE_RETURN_IF_ERROR(prefetch_from(position_));
   const size_t first = ctx_.layout->layer_first(layer);
@@ -441,7 +450,7 @@ Status ShardedZero::acquire(size_t layer, dscore_acquire_mode mode, dscore_layer
   out->grads = nullptr;
   if (mode == DSCORE_ACQUIRE_BACKWARD) {
     if (!s.grads) {
-      DSCORE_ASSIGN_OR_RETURN(s.grads, take_grads(layer));
+      DSCORE_ASSIGN_OR_RETURN(s.grads, take_grads(layer, views_on));
       char* base = static_cast<char*>(s.grads->data());
       int64_t offset = 0;
       for (size_t p = first; p < ctx_.layout->layer_end(layer); ++p) {

@@ -50,7 +50,8 @@ class ShardedZero final : public ZeroStrategy {
   GradientShare gradient_share() override;
 
   void begin_micro_step(bool boundary) override;
-  Status acquire(size_t layer, dscore_acquire_mode mode, dscore_layer_views* out) override;
+  Status acquire(size_t layer, dscore_acquire_mode mode, device::Stream* views_on,
+                 dscore_layer_views* out) override;
   Status release(size_t layer) override;
   Status grads_ready(size_t layer) override;
   Status end_micro_step() override;
@@ -80,9 +81,8 @@ class ShardedZero final : public ZeroStrategy {
     int acquired = 0;
     size_t last_event = 0;                  // trace index of its latest acquire
     std::shared_ptr<device::Buffer> grads;  // this micro-step's full gradients, padded
-    // Zeroed gradients prepared on the comm thread for the next BACKWARD
-    // acquire: entry prepared_index of `prepared`, valid once grads_ticket
-    // completed.
+    // Gradients prepared for the next BACKWARD acquire: entry
+    // prepared_index of `prepared`, zero once grads_ticket completed.
     device::EventPtr grads_ticket;
     std::shared_ptr<std::vector<device::Buffer>> prepared;
     size_t prepared_index = 0;
@@ -98,13 +98,15 @@ class ShardedZero final : public ZeroStrategy {
   Status allgather_shards(const std::vector<size_t>& params, const std::vector<char*>& dest);
   // One allgather for all of `layers` (released ones), unpacked per layer.
   Status start_gathers(const std::vector<size_t>& layers);
-  Status ensure_gathered(size_t layer);
+  // The layer's parameters gathered, ready on `views_on` (acquire).
+  Status ensure_gathered(size_t layer, device::Stream* views_on);
   Status prefetch_from(size_t position);
   bool reused_soon(size_t layer) const;
   void free_gathered(size_t layer);
   int64_t padded_layer_elements(size_t layer) const;
-  void prepare_grads(const std::vector<size_t>& layers);  // on the comm thread
-  Result<std::shared_ptr<device::Buffer>> take_grads(size_t layer);
+  void prepare_grads(const std::vector<size_t>& layers);  // zeroed on the comm stream
+  // The layer's zeroed gradient buffer, ready on `views_on` (acquire).
+  Result<std::shared_ptr<device::Buffer>> take_grads(size_t layer, device::Stream* views_on);
   void point_param_views(size_t layer);
   void finish_trace();
   // Gradients of layers that called grads_ready, reduce-scattered together

@@ -76,6 +76,15 @@ inline void report_owned_grads_final(const ZeroContext& ctx, int64_t begin, int6
   if (ctx.owned_grads_final && begin < end) ctx.owned_grads_final({{begin, end}}, ready);
 }
 
+// Orders the model's use of a layer's views after `ready`: on `views_on`
+// without a host wait, or on the host when it is null. Returns the failure
+// of the work behind `ready` as far as it is known (all of it on the host).
+inline Status order_views_after(const device::EventPtr& ready, device::Stream* views_on) {
+  if (views_on == nullptr) return device::wait_for(ready);
+  views_on->wait(ready);
+  return views_on->status();
+}
+
 // A run of one parameter's elements inside the owned space.
 struct OwnedSegment {
   size_t param = 0;    // index in the ParamLayout
@@ -147,7 +156,13 @@ class ZeroStrategy {
   // --- one micro-step (forward_backward of one micro-batch)
   // `boundary`: this micro-step ends the accumulation cycle.
   virtual void begin_micro_step(bool boundary) = 0;
-  virtual Status acquire(size_t layer, dscore_acquire_mode mode, dscore_layer_views* out) = 0;
+  // `views_on`: the stream the model's work on the layer's device views is
+  // ordered on (the engine's compute stream, when the model asked with
+  // DSCORE_VIEWS_STREAM_ORDERED on a device with streams): the views may be
+  // made ready in its order (order_views_after). Null: they are ready when
+  // acquire returns.
+  virtual Status acquire(size_t layer, dscore_acquire_mode mode, device::Stream* views_on,
+                         dscore_layer_views* out) = 0;
   virtual Status release(size_t layer) = 0;
   virtual Status grads_ready(size_t layer) = 0;
   // After the model returned: every reduction due in this micro-step has

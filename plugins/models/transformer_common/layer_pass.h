@@ -13,6 +13,16 @@
 
 namespace dscore::transformer {
 
+// The views' flags the backend asks for (DSCORE_VIEWS_*, model.h): a
+// backend that computes on the host's stream takes views ready in its order.
+template <class Backend>
+uint32_t view_flags(const Backend& backend) {
+  if constexpr (requires { backend.view_flags(); })
+    return backend.view_flags();
+  else
+    return 0;
+}
+
 // gemm_weights (or nullptr): which of the layer's parameters only the
 // linears read, as their weights; the backend may then skip making fp32
 // copies of them where the linears multiply by 16-bit views
@@ -23,7 +33,8 @@ template <class Backend, class Fn>
 void forward_layer(const dscore_model_hooks& hooks, size_t index,
                    const std::vector<int64_t>& numels, Backend& backend, Fn&& fn,
                    const std::vector<bool>* gemm_weights = nullptr) {
-  sdk::AcquiredLayer layer(hooks, index, DSCORE_ACQUIRE_FORWARD, numels.size());
+  sdk::AcquiredLayer layer(hooks, index, DSCORE_ACQUIRE_FORWARD, numels.size(),
+                           view_flags(backend));
   const auto params = backend.load_params(layer.views(), numels, gemm_weights);
   fn(params);
   backend.finish_reads(params);  // queued work may read views in place
@@ -39,7 +50,8 @@ template <class Backend, class Fn>
 void backward_layer(const dscore_model_hooks& hooks, size_t index,
                     const std::vector<int64_t>& numels, Backend& backend, GradsReady ready, Fn&& fn,
                     const std::vector<bool>* gemm_weights = nullptr) {
-  sdk::AcquiredLayer layer(hooks, index, DSCORE_ACQUIRE_BACKWARD, numels.size());
+  sdk::AcquiredLayer layer(hooks, index, DSCORE_ACQUIRE_BACKWARD, numels.size(),
+                           view_flags(backend));
   const auto params = backend.load_params(layer.views(), numels, gemm_weights);
   auto grads = backend.grads(layer.views(), numels);
   fn(params, grads);
@@ -80,7 +92,8 @@ template <class Backend, class Fn>
 void backward_layer_grads(const dscore_model_hooks& hooks, size_t index,
                           const std::vector<int64_t>& numels, Backend& backend, GradsReady ready,
                           Fn&& fn) {
-  sdk::AcquiredLayer layer(hooks, index, DSCORE_ACQUIRE_BACKWARD, numels.size());
+  sdk::AcquiredLayer layer(hooks, index, DSCORE_ACQUIRE_BACKWARD, numels.size(),
+                           view_flags(backend));
   auto grads = backend.grads(layer.views(), numels);
   fn(grads);
   grads.commit();

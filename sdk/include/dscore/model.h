@@ -79,6 +79,14 @@ typedef struct dscore_batch {
 typedef int32_t dscore_acquire_mode;
 enum { DSCORE_ACQUIRE_FORWARD = 0, DSCORE_ACQUIRE_BACKWARD = 1 };
 
+/* dscore_layer_views.flags (PROVISIONAL), set by the model before acquire():
+ * STREAM_ORDERED: the model reads and writes the layer's device views only
+ * by work it enqueues on the hooks' stream after acquire() returns. The
+ * host may then return before their contents are ready, ordering the stream
+ * after the work that makes them so (a GPU gather) instead of waiting for
+ * it. Ignored where the hooks' stream is NULL. */
+enum { DSCORE_VIEWS_STREAM_ORDERED = 1u << 0 };
+
 /* What acquire() lends: the layer's parameters in declaration order (full
  * tensors, in the engine's compute dtype: fp32, bf16 or fp16 — convert on
  * use), and in BACKWARD mode gradient tensors of the same shapes into which
@@ -89,6 +97,7 @@ typedef struct dscore_layer_views {
   size_t count;
   const dscore_tensor* const* params;
   dscore_tensor* const* grads;
+  uint32_t flags; /* ABI 1.2, set by the model: DSCORE_VIEWS_* (0: the views are ready) */
 } dscore_layer_views;
 
 /* Host hooks for one forward_backward/forward call; `ctx` is the host's and
@@ -112,7 +121,9 @@ typedef struct dscore_model_hooks {
    * the work on the layer's device views is done: the host orders its later
    * device work after the stream. Views in host memory must be done with
    * before release(). With NULL, or for a model that ignores it, the work
-   * on a layer's views is done when those hooks are called. */
+   * on a layer's views is done when those hooks are called. A model that
+   * computes on the stream itself may also take views that are ready in
+   * its order (DSCORE_VIEWS_STREAM_ORDERED). */
   void* stream;
 } dscore_model_hooks;
 

@@ -151,7 +151,7 @@ void CudaGrads<S>::commit() {
   }
   size_t total = 0;
   for (const DeviceBuffer<S>& b : buffers_) total += static_cast<size_t>(b.size()) * sizeof(S);
-  auto* staging = static_cast<unsigned char*>(context_->pinned(total));
+  auto* staging = static_cast<unsigned char*>(context_->pinned(Pinned::kGradients, total));
   size_t offset = 0;
   for (const DeviceBuffer<S>& b : buffers_) {
     const size_t bytes = static_cast<size_t>(b.size()) * sizeof(S);
@@ -183,8 +183,7 @@ void CudaBackend<S>::zero(S* p, int64_t n) {
 template <typename S>
 void CudaBackend<S>::copy_tokens(int32_t* dst, const int32_t* host, int64_t n) {
   context_->make_current();
-  DSCORE_GPT_CUDA_CHECK(cudaMemcpyAsync(dst, host, static_cast<size_t>(n) * sizeof(int32_t),
-                                        cudaMemcpyHostToDevice, context_->stream()));
+  context_->upload(dst, host, static_cast<size_t>(n) * sizeof(int32_t));
   context_->remember_tokens(dst, host, n);
 }
 
@@ -226,9 +225,7 @@ void CudaBackend<S>::embedding_backward(S* dwte, const S* dout, const int32_t* t
   embedding_index_.insert(embedding_index_.end(), rows.begin(), rows.end());
   const size_t bytes = embedding_index_.size() * sizeof(int32_t);
   auto* index = static_cast<int32_t*>(context_->scratch(Scratch::kEmbeddingIndex, bytes));
-  // Pageable source: staged before the call returns.
-  DSCORE_GPT_CUDA_CHECK(cudaMemcpyAsync(index, embedding_index_.data(), bytes,
-                                        cudaMemcpyHostToDevice, context_->stream()));
+  context_->upload(index, embedding_index_.data(), bytes);
   DSCORE_GPT_CUDA_CHECK(encoder_dwte(dwte, dout, index, static_cast<int64_t>(bucket_token.size()),
                                      C, context_->stream()));
 }

@@ -135,6 +135,11 @@ class CudaBackend {
   }
   // Computes on the host's stream (model.h), nullptr: on its own.
   void use_stream(void* stream) { context_->use_stream(static_cast<cudaStream_t>(stream)); }
+  // On the host's stream every use of a device view is work enqueued there
+  // (load_params, the gradient adds), so views ready in its order will do.
+  uint32_t view_flags() const {
+    return context_->host_orders() ? uint32_t{DSCORE_VIEWS_STREAM_ORDERED} : 0u;
+  }
 
   // The kernels of cpu/kernels.h and cpu/attention.h, same arguments and
   // accumulate/overwrite rules, device pointers.
@@ -183,7 +188,6 @@ class CudaBackend {
   std::unique_ptr<CudaContext> context_;  // stable address: buffers point at it
   bool fused_attention_ = false;
   std::vector<int32_t> embedding_index_;  // host side of the encoder backward's index
-  std::vector<double> row_loss_;          // host side of the per-row losses
 };
 
 extern template class CudaParams<float>;

@@ -5,6 +5,8 @@
 
 #include <dscore/cpp/plugin.hpp>
 
+#include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -19,6 +21,7 @@ namespace dscore::gpt::gpu {
 namespace {
 
 constexpr size_t kCublasWorkspace = size_t{32} << 20;  // cuBLAS's advice for Hopper
+constexpr size_t kMinUpload = size_t{64} << 10;        // an upload slot's first size
 
 const char* base_name(const char* path) {
   const char* slash = std::strrchr(path, '/');
@@ -122,8 +125,16 @@ void CudaContext::destroy() noexcept {
     release(b.data);
     b = Block{};
   }
-  if (pinned_.data != nullptr) cudaFreeHost(pinned_.data);
-  pinned_ = Block{};
+  for (Block& b : pinned_) {
+    if (b.data != nullptr) cudaFreeHost(b.data);
+    b = Block{};
+  }
+  for (UploadSlot& slot : uploads_) {
+    if (slot.copied != nullptr) cudaEventSynchronize(slot.copied);  // on whichever stream it ran
+    if (slot.block.data != nullptr) cudaFreeHost(slot.block.data);
+    if (slot.copied != nullptr) cudaEventDestroy(slot.copied);
+    slot = UploadSlot{};
+  }
   if (blas_ != nullptr) cublasDestroy(blas_);
   blas_ = nullptr;
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
@@ -199,21 +210,49 @@ void* CudaContext::scratch(Scratch slot, size_t bytes) {
   return b.data;
 }
 
-void* CudaContext::pinned(size_t bytes) {
-  if (bytes > pinned_.bytes) {
-    if (pinned_.data != nullptr) cudaFreeHost(pinned_.data);
-    pinned_ = Block{};
-    const cudaError_t err = cudaMallocHost(&pinned_.data, bytes);
-    if (err != cudaSuccess) {
-      pinned_.data = nullptr;
-      cudaGetLastError();
-      throw sdk::Error(DSCORE_RESOURCE_EXHAUSTED,
-                       "gpt (cuda): cudaMallocHost of " + mib(bytes) +
-                           " of pinned staging for gradients failed: " + cudaGetErrorString(err));
-    }
-    pinned_.bytes = bytes;
+void CudaContext::grow_pinned(Block& block, size_t bytes, const char* what) {
+  if (bytes <= block.bytes) return;
+  if (block.data != nullptr) cudaFreeHost(block.data);
+  block = Block{};
+  const cudaError_t err = cudaMallocHost(&block.data, bytes);
+  if (err != cudaSuccess) {
+    block.data = nullptr;
+    cudaGetLastError();
+    throw sdk::Error(DSCORE_RESOURCE_EXHAUSTED, std::string("gpt (cuda): cudaMallocHost of ") +
+                                                    mib(bytes) + " of pinned staging for " + what +
+                                                    " failed: " + cudaGetErrorString(err));
   }
-  return pinned_.data;
+  block.bytes = bytes;
+}
+
+void* CudaContext::pinned(Pinned slot, size_t bytes) {
+  Block& block = pinned_[static_cast<int>(slot)];
+  grow_pinned(block, bytes, slot == Pinned::kGradients ? "gradients" : "the loss");
+  return block.data;
+}
+
+void CudaContext::upload(void* device, const void* host, size_t bytes) {
+  if (bytes == 0) return;
+  UploadSlot& slot = uploads_[next_upload_];
+  next_upload_ = (next_upload_ + 1) % kUploadSlots;
+  if (slot.copied == nullptr) {
+    DSCORE_GPT_CUDA_CHECK(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming));
+  } else {
+    // The copy kUploadSlots uploads ago: long done, unless the host ran
+    // that far ahead of the stream.
+    const cudaError_t state = cudaEventQuery(slot.copied);
+    if (state == cudaErrorNotReady)
+      DSCORE_GPT_CUDA_CHECK(cudaEventSynchronize(slot.copied));
+    else
+      DSCORE_GPT_CUDA_CHECK(state);
+  }
+  // Sizes vary (the embedding index): grow in powers of two, since each
+  // cudaFreeHost waits for the whole device.
+  grow_pinned(slot.block, std::bit_ceil(std::max(bytes, kMinUpload)), "uploads");
+  std::memcpy(slot.block.data, host, bytes);
+  DSCORE_GPT_CUDA_CHECK(
+      cudaMemcpyAsync(device, slot.block.data, bytes, cudaMemcpyHostToDevice, stream_));
+  DSCORE_GPT_CUDA_CHECK(cudaEventRecord(slot.copied, stream_));
 }
 
 void CudaContext::remember_tokens(const int32_t* device, const int32_t* host, int64_t n) {

@@ -3,7 +3,7 @@
 // that every copy, kernel and cuBLAS call goes to in order, a cuBLAS handle
 // with its own workspace, a stream-ordered memory pool (activations and
 // per-layer parameter/gradient copies are reused, not re-allocated), named
-// scratch buffers that grow, and pinned staging for gradient downloads.
+// scratch buffers that grow, and pinned staging for downloads and uploads.
 // Not thread-safe: one model, one calling thread (model.h).
 #pragma once
 
@@ -55,6 +55,13 @@ enum class Scratch : int {
   kCount
 };
 
+// Pinned host buffers by purpose (each grows to the largest request).
+enum class Pinned : int {
+  kGradients,  // gradients downloaded into host views
+  kRowLoss,    // (N) fp64 per-row cross-entropy, downloaded
+  kCount
+};
+
 class CudaContext {
  public:
   CudaContext();
@@ -87,8 +94,13 @@ class CudaContext {
   // same slot (stream order keeps earlier users correct).
   void* scratch(Scratch slot, size_t bytes);
   // Pinned host memory of at least `bytes`, for downloads; valid until the
-  // next call.
-  void* pinned(size_t bytes);
+  // next call for the same slot.
+  void* pinned(Pinned slot, size_t bytes);
+  // Copies `bytes` of host memory to `device` in stream order without
+  // waiting for the stream: through pinned staging (from pageable memory
+  // cudart would wait for the stream's earlier work). `host` may be reused
+  // when the call returns.
+  void upload(void* device, const void* host, size_t bytes);
 
   // copy_tokens keeps a host copy of each token array it uploads, keyed by
   // its device address: the encoder backward builds its index from it.
@@ -102,6 +114,15 @@ class CudaContext {
     void* data = nullptr;
     size_t bytes = 0;
   };
+  // Grows `block` (pinned) to at least `bytes`.
+  static void grow_pinned(Block& block, size_t bytes, const char* what);
+  // upload()'s staging: a ring of buffers, each reused once the copy that
+  // last read it is done (its event).
+  struct UploadSlot {
+    Block block;
+    cudaEvent_t copied = nullptr;
+  };
+  static constexpr int kUploadSlots = 8;
   int device_ = 0;
   cudaStream_t own_stream_ = nullptr;
   cudaStream_t stream_ = nullptr;  // the one in use: own_stream_ or the host's
@@ -110,7 +131,9 @@ class CudaContext {
   void* workspace_ = nullptr;
   cudaMemPool_t pool_ = nullptr;  // null where the device has no memory pools: cudaMalloc
   Block scratch_[static_cast<int>(Scratch::kCount)];
-  Block pinned_;
+  Block pinned_[static_cast<int>(Pinned::kCount)];
+  UploadSlot uploads_[kUploadSlots];
+  int next_upload_ = 0;
   std::unordered_map<const int32_t*, std::vector<int32_t>> tokens_;
 };
 

@@ -2,7 +2,8 @@
 // in chunks of rows (about 128 MiB of fp32 logits at a time, so the N x V
 // logits never all exist), cross-entropy and its gradient by one kernel per
 // chunk, then dx = dlogits wte and dwte += dlogits^T x. Per-row losses stay
-// on the device and come back once per call, summed on the host in row order.
+// on the device and come back once per call (pinned), summed on the host in
+// row order.
 // The logits and their gradient have a row pitch of V rounded up to 64
 // elements, so every row starts at least 128-byte aligned and cuBLAS may
 // take its aligned kernels whatever V is (with GPT-2's 50257, bf16 rows
@@ -27,10 +28,21 @@ int64_t rows_per_chunk(int64_t N, int64_t V) {
                              std::max<int64_t>(N, 16));
 }
 
-double sum_in_order(const std::vector<double>& v) {
+double sum_in_order(const double* v, int64_t n) {
   double sum = 0;
-  for (double x : v) sum += x;
+  for (int64_t i = 0; i < n; ++i) sum += v[i];
   return sum;
+}
+
+// Enqueues the download of the (N) per-row losses into pinned host memory
+// (one host wait for the stream, not two as a pageable copy makes), which
+// holds them once the stream is synchronised.
+const double* download_row_loss(CudaContext& context, const double* row_loss, int64_t N) {
+  const size_t bytes = static_cast<size_t>(N) * sizeof(double);
+  auto* host = static_cast<double*>(context.pinned(Pinned::kRowLoss, bytes));
+  DSCORE_GPT_CUDA_CHECK(
+      cudaMemcpyAsync(host, row_loss, bytes, cudaMemcpyDeviceToHost, context.stream()));
+  return host;
 }
 
 }  // namespace
@@ -74,12 +86,9 @@ double CudaBackend<S>::lm_head_forward_backward(S* dx, S* dwte, const S* x, cons
          C);
   }
   if constexpr (!kFloat) DSCORE_GPT_CUDA_CHECK(add_float(dwte, dwte_sum, V * C, stream));
-  row_loss_.resize(static_cast<size_t>(N));
-  DSCORE_GPT_CUDA_CHECK(cudaMemcpyAsync(row_loss_.data(), row_loss,
-                                        static_cast<size_t>(N) * sizeof(double),
-                                        cudaMemcpyDeviceToHost, stream));
+  const double* host_loss = download_row_loss(*context_, row_loss, N);
   context_->synchronize();
-  return sum_in_order(row_loss_);
+  return sum_in_order(host_loss, N);
 }
 
 template <typename S>
@@ -90,7 +99,7 @@ double CudaBackend<S>::lm_head_forward(const S* x, const S* wte, const int32_t* 
   const int64_t rb = rows_per_chunk(N, V), ld = logits_pitch(V);
   auto* logits = static_cast<float*>(
       context_->scratch(Scratch::kLogits, static_cast<size_t>(rb * ld) * sizeof(float)));
-  double loss = 0;
+  const double* host_loss = nullptr;  // the per-row losses, with targets
   if (targets != nullptr) {
     auto* row_loss = static_cast<double*>(
         context_->scratch(Scratch::kRowLoss, static_cast<size_t>(N) * sizeof(double)));
@@ -100,10 +109,7 @@ double CudaBackend<S>::lm_head_forward(const S* x, const S* wte, const int32_t* 
       DSCORE_GPT_CUDA_CHECK(cross_entropy<S>(nullptr, row_loss + r0, logits, targets + r0, count, V,
                                              ld, 0.0f, stream));
     }
-    row_loss_.resize(static_cast<size_t>(N));
-    DSCORE_GPT_CUDA_CHECK(cudaMemcpyAsync(row_loss_.data(), row_loss,
-                                          static_cast<size_t>(N) * sizeof(double),
-                                          cudaMemcpyDeviceToHost, stream));
+    host_loss = download_row_loss(*context_, row_loss, N);
   }
   if (logits_host != nullptr && n_rows > 0) {
     // The wanted rows of x gathered into (count, C), their logits, downloaded.
@@ -124,8 +130,7 @@ double CudaBackend<S>::lm_head_forward(const S* x, const S* wte, const int32_t* 
     }
   }
   context_->synchronize();
-  if (targets != nullptr) loss = sum_in_order(row_loss_);
-  return loss;
+  return host_loss != nullptr ? sum_in_order(host_loss, N) : 0.0;
 }
 
 #define DSCORE_GPT_INSTANTIATE(S)                                                              \

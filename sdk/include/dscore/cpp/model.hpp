@@ -15,10 +15,13 @@ namespace dscore::sdk {
 
 class AcquiredLayer {
  public:
+  // `flags`: DSCORE_VIEWS_* (model.h), what the model promises about its
+  // use of the views.
   AcquiredLayer(const dscore_model_hooks& hooks, size_t layer, dscore_acquire_mode mode,
-                size_t expected_params)
+                size_t expected_params, uint32_t flags = 0)
       : hooks_(hooks), layer_(layer) {
     views_.struct_size = sizeof views_;
+    views_.flags = flags;
     check(hooks_.acquire(hooks_.ctx, layer_, mode, &views_));
     held_ = true;
     if (views_.count != expected_params || views_.params == nullptr ||
