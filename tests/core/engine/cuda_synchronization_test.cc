@@ -3,7 +3,8 @@
 // neither cudaDeviceSynchronize nor cudaFree, and puts nothing on the legacy default stream (which
 // would wait for every blocking stream), at every ZeRO stage, one rank and two. Counted by the CUDA
 // emulation (tests/cuda_emulation, cuda_emulation.h counters()), so built in the `emulated` preset
-// only; label gpu. The host's waits for streams and events per step are printed beside.
+// only; label gpu. The host's waits for streams and events per step are printed beside, and
+// bounded: no event waits, and at one rank no more stream waits than the step needs today.
 #include <cuda_emulation.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -92,6 +93,19 @@ TEST_P(CudaSynchronization, AStepWaitsForNoWholeDevice) {
         << "step " << step + 1 << " waited for a whole device (cudaDeviceSynchronize or cudaFree)";
     EXPECT_EQ(b.legacy_stream_operations, a.legacy_stream_operations)
         << "step " << step + 1 << " put work on the legacy default stream";
+    // The model's views are ready in the compute stream's order: no host
+    // wait for an event (a gather, a bucket's reduction) at any stage.
+    EXPECT_EQ(b.event_synchronizations, a.event_synchronizations)
+        << "step " << step + 1 << " waited on the host for an event";
+    // One rank's stream waits are what is left (docs/gpu.md): per
+    // micro-batch the loss and the end of the micro-step, per step the
+    // boundary's; at stage 2 also the layers larger than the tiny bucket.
+    // A wait per layer or per hook would exceed these.
+    constexpr uint64_t kOneRankCeiling[] = {6, 7, 14, 8};
+    if (world == 1) {
+      EXPECT_LE(b.stream_synchronizations - a.stream_synchronizations, kOneRankCeiling[stage])
+          << "step " << step + 1 << " waited for a stream more often than before";
+    }
   }
 }
 
