@@ -1,8 +1,9 @@
 // `dscore plan --config F -n N`: bytes per rank for parameters, gradients,
 // master weights, optimizer state and buffers, and elements communicated per
 // step, computed before anything is allocated; with NVMe optimizer offload
-// the tile buffers in RAM and the swap files on disk. Ends with whether the
-// ranks on this machine fit its available RAM and disk.
+// the tile buffers in RAM and the swap files on disk; for "device": "cuda"
+// what is in GPU memory and what in host memory. Ends with whether the
+// ranks on this machine fit its available RAM, disk and GPU memory.
 #include <algorithm>
 #include <cstdio>
 
@@ -10,6 +11,7 @@
 #include "core/cli/commands.h"
 #include "core/cli/options.h"
 #include "core/config/config.h"
+#include "core/device/select.h"
 #include "core/engine/planner.h"
 
 namespace dscore::cli {
@@ -58,11 +60,25 @@ int plan_command(const std::vector<std::string>& args) {
         return a.memory.total() + a.memory.disk() < b.memory.total() + b.memory.disk();
       });
   const int local = per_node > 0 ? per_node : ranks;
-  const zero::NodeCapacity node = read_node_capacity(largest, local);
+  zero::NodeCapacity node = read_node_capacity(largest, local);
   std::string machine = "this machine (" + std::to_string(local) + " rank(s)):";
+  if (largest.on_device) {
+    // The first GPU's free memory stands for every rank's.
+    auto gpu = device::select_device("cuda", 0, device::CpuStreams::kSynchronous);
+    if (gpu.ok()) node.device_available = (*gpu)->available_bytes();
+    machine +=
+        node.device_available
+            ? " GPU memory free " + format_bytes(static_cast<uint64_t>(*node.device_available)) +
+                  " per rank, needed " +
+                  format_bytes(
+                      static_cast<uint64_t>(largest.device_memory() - largest.memory.activations)) +
+                  " (without the activations);"
+            : " GPU memory not checked (" +
+                  (gpu.ok() ? std::string("cudaMemGetInfo failed") : gpu.status().message()) + ");";
+  }
   if (node.ram_available)
     machine += " RAM available " + format_bytes(static_cast<uint64_t>(*node.ram_available)) +
-               ", needed " + format_bytes(static_cast<uint64_t>(largest.memory.total() * local));
+               ", needed " + format_bytes(static_cast<uint64_t>(largest.host_memory() * local));
   if (node.disk_available)
     machine += "; disk free at nvme_path " +
                format_bytes(static_cast<uint64_t>(*node.disk_available)) + ", needed " +

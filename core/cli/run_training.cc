@@ -101,7 +101,8 @@ void check_run_config(config::LoadedConfig* loaded) {
 
 // memory_breakdown: this rank's plan beside what it actually allocated.
 std::string describe_memory(const Engine& e) {
-  const zero::MemoryPlan planned = e.plan().memory, measured = e.measured_memory();
+  const zero::ZeroPlan plan = e.plan();
+  const zero::MemoryPlan &planned = plan.memory, measured = e.measured_memory();
   auto row = [](const char* name, int64_t p, int64_t m) {
     return std::string("\n  ") + name + ": planned " + format_bytes(static_cast<uint64_t>(p)) +
            ", allocated " + format_bytes(static_cast<uint64_t>(m));
@@ -114,17 +115,20 @@ std::string describe_memory(const Engine& e) {
                      row("gradients", planned.gradients, measured.gradients) +
                      row("master weights", planned.master, measured.master) +
                      row("optimizer state", planned.optimizer, measured.optimizer) +
-                     row("buffers", planned.buffers, measured.buffers) +
+                     row("buffers", planned.buffers + planned.host_staging, measured.buffers) +
                      row("activations", planned.activations, plugins) +
                      "\n  process and allocator: planned " +
                      format_bytes(static_cast<uint64_t>(planned.process));
-  // One line per rank that `dscore plan` can be checked against.
-  text += "\n  peak: planned " + std::to_string(planned.total()) + " bytes, peak RSS (VmHWM) " +
+  // One line per rank that `dscore plan` can be checked against: the
+  // host's part (on a GPU the rest is in its memory, not in the RSS).
+  const int64_t host = plan.host_memory();
+  if (plan.on_device)
+    text += "\n  in GPU memory: planned " + std::to_string(plan.device_memory()) + " bytes";
+  text += "\n  peak: planned " + std::to_string(host) + " bytes, peak RSS (VmHWM) " +
           (peak ? std::to_string(*peak) + " bytes" : std::string("unknown"));
   if (peak && *peak > 0)
     text += " (plan/measured " +
-            std::to_string(static_cast<double>(planned.total()) / static_cast<double>(*peak))
-                .substr(0, 5) +
+            std::to_string(static_cast<double>(host) / static_cast<double>(*peak)).substr(0, 5) +
             ")";
   return text;
 }

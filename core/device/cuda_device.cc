@@ -276,6 +276,15 @@ class CudaDevice final : public Device {
   int index() const override { return state_->ordinal; }
   std::string describe() const override { return description_; }
   bool memory_is_host() const override { return false; }
+  std::optional<int64_t> available_bytes() const override {
+    cudaSetDevice(state_->ordinal);
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+      cudaGetLastError();
+      return std::nullopt;
+    }
+    return static_cast<int64_t>(free_bytes);
+  }
   int32_t tensor_device_type() const override { return DSCORE_DEVICE_CUDA; }
 
   Result<std::unique_ptr<Stream>> create_stream(std::string name) override {

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -142,6 +143,9 @@ class Device {
   // the CPU device says false on request (CpuMemory::kSeparate), so the
   // paths that move data between the device and host buffers run there too.
   virtual bool memory_is_host() const = 0;
+  // Bytes of the device's memory still free (cudaMemGetInfo); nullopt for
+  // the CPU device, whose memory is the host's.
+  virtual std::optional<int64_t> available_bytes() const { return std::nullopt; }
   // The DLPack device type tensors in kDevice memory carry.
   virtual int32_t tensor_device_type() const = 0;
 

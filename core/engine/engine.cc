@@ -179,7 +179,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   engine->monitors_ = MonitorHub(std::move(components.monitors));
   DSCORE_ASSIGN_OR_RETURN(engine->layout_,
                           ParamLayout::from_description(engine->model_->description()));
-  // Before anything is allocated: the plan must fit this node's RAM and disk.
+  // Before anything is allocated: the plan must fit this node's RAM and
+  // disk, and the GPU's memory.
   const Model& model = *engine->model_;
   engine->process_memory_ = measure_process_memory(
       config, model.display_name(),
@@ -190,7 +191,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
       engine->comm_->world_size(), /*in_job=*/true);
   DSCORE_RETURN_IF_ERROR(check_job_fits(config, engine->layout_,
                                         state_slots_of(*components.optimizer), engine->comm_->env(),
-                                        engine->process_memory_));
+                                        engine->process_memory_, engine->device_.get()));
   zero::ZeroContext ctx;
   ctx.config = &engine->config_;
   ctx.layout = &engine->layout_;

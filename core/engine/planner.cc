@@ -69,6 +69,20 @@ constexpr int64_t kFirstStepBytes = int64_t{3} << 20;
 //   above, so 1%.
 constexpr double kAllocatorSlack = 0.01;
 
+// The model's params for planning: its layout and declared activations do
+// not depend on where it computes, so one set to compute on CUDA is made
+// on the CPU, and `dscore plan` runs where no GPU is (a login node).
+plugin_host::ValidatedParams planning_params(const plugin_host::PluginInfo& info,
+                                             const plugin_host::ValidatedParams& params) {
+  json::Value values = params.values();
+  const json::Value* device = values.find("device");
+  if (device != nullptr && device->is_string() && device->as_string() == "cuda")
+    values.set("device", json::Value(std::string("cpu")));
+  auto schema = config::parse_params_schema(info.params_schema);
+  return plugin_host::ValidatedParams::from_object(values, values,
+                                                   schema.ok() ? &*schema : nullptr);
+}
+
 }  // namespace
 
 std::optional<int64_t> resident_bytes() { return status_kib("VmRSS:"); }
@@ -116,12 +130,18 @@ zero::NodeCapacity read_node_capacity(const zero::ZeroPlan& plan, int local_rank
 
 Status check_job_fits(const config::TrainingConfig& config, const ParamLayout& layout,
                       const std::vector<zero::StateSlot>& slots, const comm::JobEnv& job,
-                      const std::optional<zero::ProcessMemory>& process) {
+                      const std::optional<zero::ProcessMemory>& process,
+                      const device::Device* device) {
   if (auto errors = zero::offload_plan_errors(config); !errors.empty())
     return invalid_argument(errors.front().path + ": " + errors.front().message);
-  zero::ZeroPlan plan = zero::make_plan(config, layout, slots, job.world_size, job.rank);
+  std::optional<bool> memory_is_host;
+  if (device != nullptr) memory_is_host = device->memory_is_host();
+  zero::ZeroPlan plan =
+      zero::make_plan(config, layout, slots, job.world_size, job.rank, memory_is_host);
   if (process) zero::add_process_memory(*process, &plan);
-  return zero::check_fits(plan, read_node_capacity(plan, job.ranks_on_node()));
+  zero::NodeCapacity node = read_node_capacity(plan, job.ranks_on_node());
+  if (device != nullptr) node.device_available = device->available_bytes();
+  return zero::check_fits(plan, node);
 }
 
 Result<std::vector<zero::ZeroPlan>> plan_job(const Setup& setup, int world_size) {
@@ -136,9 +156,11 @@ Result<std::vector<zero::ZeroPlan>> plan_job(const Setup& setup, int world_size)
   plugin_host::InstanceContext context;
   context.seed = cfg.seed;
   context.world_size = world_size;
-  DSCORE_ASSIGN_OR_RETURN(
-      auto model, plugin_host::ModelInstance::create(*setup.selection.model->info,
-                                                     setup.selection.model->params, context));
+  const plugin_host::PluginInfo& model_info = *setup.selection.model->info;
+  const plugin_host::ValidatedParams on_cpu =
+      planning_params(model_info, setup.selection.model->params);
+  DSCORE_ASSIGN_OR_RETURN(auto model,
+                          plugin_host::ModelInstance::create(model_info, on_cpu, context));
   DSCORE_ASSIGN_OR_RETURN(auto optimizer, plugin_host::OptimizerInstance::create(
                                               *setup.selection.optimizer->info,
                                               setup.selection.optimizer->params, context));

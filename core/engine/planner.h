@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/base/status.h"
+#include "core/device/device.h"
 #include "core/engine/initialize.h"
 #include "core/zero/plan.h"
 
@@ -51,10 +52,13 @@ zero::ProcessMemory measure_process_memory(const config::TrainingConfig& config,
 // Engine::create, before anything is allocated: the offload settings the
 // plan needs (invalid argument), then this rank's plan (with `process`:
 // activations and the process included) against this node's RAM and disk,
-// shared by `job.ranks_on_node()` ranks (zero::check_fits).
+// shared by `job.ranks_on_node()` ranks, and the memory of the rank's
+// `device` where the host does not address it (a GPU; zero::check_fits).
+// Without a device: where the config's "device" says.
 Status check_job_fits(const config::TrainingConfig& config, const ParamLayout& layout,
                       const std::vector<zero::StateSlot>& slots, const comm::JobEnv& job,
-                      const std::optional<zero::ProcessMemory>& process = std::nullopt);
+                      const std::optional<zero::ProcessMemory>& process = std::nullopt,
+                      const device::Device* device = nullptr);
 
 // Config problems come back in setup->loaded.errors (print them like
 // `config check`); other failures as a Status.

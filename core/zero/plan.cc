@@ -136,7 +136,8 @@ void add_process_memory(const ProcessMemory& process, ZeroPlan* plan) {
   m.activations = process.activations.value_or(0);
   plan->activations_counted = process.activations.has_value();
   m.process = 0;
-  const int64_t allocated = m.total();  // everything but the process itself
+  // What the process allocates in host memory, but the process itself.
+  const int64_t allocated = plan->host_memory();
   const auto slack = static_cast<int64_t>(static_cast<double>(allocated) * process.allocator_slack);
   m.process = process.baseline + slack;
   if (!process.activations) {
@@ -169,6 +170,13 @@ dscore_dtype grad_dtype_of(const config::TrainingConfig& config) {
   const dscore_dtype md = model_dtype_of(config);
   if (md == DSCORE_DTYPE_BF16 && config.zero.stage == 0) return DSCORE_DTYPE_F32;
   return md;
+}
+
+int64_t ZeroPlan::device_memory() const {
+  if (!on_device) return 0;
+  const MemoryPlan& m = memory;
+  return (params_on_host ? 0 : m.parameters) + m.gradients +
+         (state_on_host ? 0 : m.master + m.optimizer) + m.buffers + m.activations;
 }
 
 int64_t ZeroPlan::comm_total() const {
@@ -270,13 +278,16 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
   // Offload from device memory the host does not address moves through
   // host buffers (core/engine/nvme_state.h, core/zero/sharded_zero.h).
   const bool staged = !device_memory_is_host.value_or(config.device != "cuda");
+  plan.on_device = staged;
+  if (staged) m.comm_scratch = 0;  // nccl's buffers are on the GPU (not counted)
   if (const auto& o = config.zero.offload_optimizer; o && !o->device.empty())
     plan.optimizer_device = o->device;
   if (const config::OffloadConfig* nvme = nvme_optimizer(config); nvme && plan.stage > 0)
     plan_optimizer_swap(*nvme, config.zero.sub_group_size, slots, owned, staged, &plan);
-  if (host_offload(config))
+  if (host_offload(config)) {
     plan_host_offload(config.zero.sub_group_size, owned, &plan);
-  else if (plan.optimizer_device == "cpu")
+    plan.state_on_host = staged;
+  } else if (plan.optimizer_device == "cpu")
     plan.notes.push_back(
         "offload_optimizer.device \"cpu\" at ZeRO stage 0: the optimizer state stays with the "
         "parameters (ZeRO-Offload needs stage 1, 2 or 3)");
@@ -287,9 +298,11 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
         p->max_in_cpu >= owned ? owned : p->max_in_cpu / kTileGranularity * kTileGranularity;
     m.parameters = bytes(resident, md);
     m.disk_parameters = bytes(round_up(std::max<int64_t>(owned, 1), kTileGranularity), md);
-    if (staged) m.buffers += bytes(param_swap_bounce_elements(owned), md);
+    if (staged) m.host_staging = bytes(param_swap_bounce_elements(owned), md);
+    plan.params_on_host = staged;
     plan.param_nvme_path = p->nvme_path;
   } else if (p && p->device == "cpu" && plan.stage == 3) {
+    plan.params_on_host = staged;
     plan.notes.push_back(staged ? "offload_param.device \"cpu\": the parameter shards in pinned "
                                   "host memory, copied to the device by each gather"
                                 : "offload_param.device \"cpu\": the parameters are already in "
@@ -367,13 +380,64 @@ std::string available_text(int64_t available, int local_ranks) {
   return s;
 }
 
+// On a GPU: its memory holds more than is free there.
+std::string device_problem(const ZeroPlan& plan, int64_t needed, int64_t available) {
+  std::string fix;
+  if (!plan.state_on_host && !plan.swap)
+    fix +=
+        "offload the optimizer state (zero_optimization.offload_optimizer.device \"cpu\", or "
+        "\"nvme\" with an nvme_path), ";
+  if (plan.stage < 3)
+    fix +=
+        "use a higher ZeRO stage (zero_optimization.stage is " + std::to_string(plan.stage) + "), ";
+  else if (!plan.params_on_host)
+    fix +=
+        "offload the parameters (zero_optimization.offload_param.device \"cpu\" or "
+        "\"nvme\"), ";
+  fix += plan.stage > 0 ? "or run more ranks (each holds only its partition)"
+                        : "or run on a GPU with more memory";
+  return "GPU memory: the model states and buffers there need " +
+         format_bytes(static_cast<uint64_t>(needed)) + " per rank but the rank's GPU has " +
+         format_bytes(static_cast<uint64_t>(available)) +
+         " free (cudaMemGetInfo), and the activations come on top; to fit, " + fix;
+}
+
+// On a GPU: host memory holds the offloaded state, the staging and the
+// process, more than this node has for its ranks.
+std::string host_problem_on_device(const ZeroPlan& plan, int64_t ram, int local,
+                                   int64_t available) {
+  std::string fix;
+  if (plan.state_on_host)
+    fix +=
+        "move the optimizer state to disk (zero_optimization.offload_optimizer.device "
+        "\"nvme\") or keep it on the GPU (\"none\"), ";
+  else if (plan.swap && plan.memory.offload_tiles > 0)
+    fix += "use a smaller zero_optimization.sub_group_size (the tile buffers take " +
+           format_bytes(static_cast<uint64_t>(plan.memory.offload_tiles)) +
+           " per rank) or turn off pipeline_read/pipeline_write, ";
+  if (plan.params_on_host)
+    fix += "keep the parameters on the GPU (zero_optimization.offload_param.device \"none\"), ";
+  fix += "or run fewer ranks on this node";
+  return "RAM: what the ranks keep in host memory (offloaded state, staging and the process) "
+         "needs " +
+         per_rank_and_node(ram, local) + " but this node has " + available_text(available, local) +
+         " available (MemAvailable); to fit, " + fix;
+}
+
 }  // namespace
 
 Status check_fits(const ZeroPlan& plan, const NodeCapacity& node) {
   const int local = std::max(node.local_ranks, 1);
   std::vector<std::string> problems;
-  const int64_t ram = plan.memory.total();
-  if (node.ram_available && ram * local > *node.ram_available) {
+  if (plan.on_device && node.device_available) {
+    const int64_t needed = plan.device_memory() - plan.memory.activations;
+    if (needed > *node.device_available)
+      problems.push_back(device_problem(plan, needed, *node.device_available));
+  }
+  const int64_t ram = plan.host_memory();
+  if (plan.on_device && node.ram_available && ram * local > *node.ram_available) {
+    problems.push_back(host_problem_on_device(plan, ram, local, *node.ram_available));
+  } else if (node.ram_available && ram * local > *node.ram_available) {
     std::string fix;
     if (!plan.swap)
       fix +=
@@ -438,24 +502,58 @@ std::string format_plans(const std::vector<ZeroPlan>& plans) {
     }
     out += "\n";
   };
-  row("in RAM", [](const ZeroPlan& p) { return "rank " + std::to_string(p.rank); });
-  row("parameters", [](const ZeroPlan& p) { return format_bytes(p.memory.parameters); });
-  row("gradients", [](const ZeroPlan& p) { return format_bytes(p.memory.gradients); });
-  row("master weights (fp32)", [](const ZeroPlan& p) { return format_bytes(p.memory.master); });
-  row("optimizer state", [](const ZeroPlan& p) { return format_bytes(p.memory.optimizer); });
-  row("model states", [](const ZeroPlan& p) { return format_bytes(p.memory.model_states()); });
-  row("buffers", [](const ZeroPlan& p) { return format_bytes(p.memory.buffers); });
+  using Get = int64_t (*)(const ZeroPlan&);
+  auto bytes_row = [&](const char* name, Get get) {
+    row(name, [get](const ZeroPlan& p) { return format_bytes(get(p)); });
+  };
+  const Get parameters = [](const ZeroPlan& p) { return p.memory.parameters; };
+  const Get master = [](const ZeroPlan& p) { return p.memory.master; };
+  const Get optimizer = [](const ZeroPlan& p) { return p.memory.optimizer; };
+  const auto rank_header = [](const ZeroPlan& p) { return "rank " + std::to_string(p.rank); };
+  if (p0.on_device) {
+    // A GPU's memory, then the host's (device_memory(), host_memory()).
+    row("in GPU memory", rank_header);
+    if (!p0.params_on_host) bytes_row("parameters", parameters);
+    bytes_row("gradients", [](const ZeroPlan& p) { return p.memory.gradients; });
+    if (!p0.state_on_host) {
+      bytes_row("master weights (fp32)", master);
+      bytes_row("optimizer state", optimizer);
+    }
+    bytes_row("buffers", [](const ZeroPlan& p) { return p.memory.buffers; });
+    if (p0.activations_counted)
+      bytes_row("activations (declared)", [](const ZeroPlan& p) { return p.memory.activations; });
+    bytes_row("total (GPU)", [](const ZeroPlan& p) { return p.device_memory(); });
+    row("in host memory", rank_header);
+    if (p0.params_on_host) bytes_row("parameters", parameters);
+    if (p0.state_on_host) {
+      bytes_row("master weights (fp32)", master);
+      bytes_row("optimizer state", optimizer);
+    }
+  } else {
+    row("in RAM", rank_header);
+    bytes_row("parameters", parameters);
+    bytes_row("gradients", [](const ZeroPlan& p) { return p.memory.gradients; });
+    bytes_row("master weights (fp32)", master);
+    bytes_row("optimizer state", optimizer);
+    bytes_row("model states", [](const ZeroPlan& p) { return p.memory.model_states(); });
+    bytes_row("buffers", [](const ZeroPlan& p) { return p.memory.buffers; });
+  }
+  if (p0.memory.host_staging > 0)
+    bytes_row("host staging", [](const ZeroPlan& p) { return p.memory.host_staging; });
   if (p0.memory.offload_tiles > 0)
     row(p0.swap ? "offload tile buffers" : "offload buffers",
         [](const ZeroPlan& p) { return format_bytes(p.memory.offload_tiles); });
   if (p0.memory.comm_scratch > 0)
     row("comm scratch (mpi)",
         [](const ZeroPlan& p) { return format_bytes(p.memory.comm_scratch); });
-  if (p0.activations_counted)
+  if (p0.activations_counted && !p0.on_device)
     row("activations", [](const ZeroPlan& p) { return format_bytes(p.memory.activations); });
   if (p0.memory.process > 0)
     row("process and allocator", [](const ZeroPlan& p) { return format_bytes(p.memory.process); });
-  row("total (peak)", [](const ZeroPlan& p) { return format_bytes(p.memory.total()); });
+  if (p0.on_device)
+    bytes_row("total (host, peak)", [](const ZeroPlan& p) { return p.host_memory(); });
+  else
+    row("total (peak)", [](const ZeroPlan& p) { return format_bytes(p.memory.total()); });
   if (p0.swap) {
     std::snprintf(line, sizeof line,
                   "  on disk (offload_optimizer nvme_path \"%s\"; %lld tile buffer(s) of %lld "

@@ -10,6 +10,10 @@
 // slots live in swap files (disk) and RAM holds tile buffers instead; with
 // "cpu" (ZeRO-Offload) they live in host memory, an fp32 model's master
 // apart from its parameters, beside a host copy of the owned gradients.
+// On a GPU (ZeroPlan::on_device) the model states, buffers and activations
+// are in the GPU's memory, except what is offloaded; host memory holds the
+// offloaded state, the staging and the process (device_memory(),
+// host_memory()).
 #pragma once
 
 #include <dscore/plugin.h>
@@ -46,12 +50,15 @@ struct MemoryPlan {
   // the largest gradient reduction, kept for the run: a reduce gathers every
   // rank's copy at the root (world x n), an allreduce holds 3 x n.
   int64_t comm_scratch = 0;
-  int64_t activations = 0;  // the model's, for one micro-batch (add_process_memory)
-  int64_t process = 0;      // the process itself and the allocator's slack (add_process_memory)
-  // RAM: model states held in memory, and everything in memory at the peak.
+  int64_t activations = 0;   // the model's, for one micro-batch (add_process_memory)
+  int64_t process = 0;       // the process itself and the allocator's slack (add_process_memory)
+  int64_t host_staging = 0;  // on a GPU: host bounce buffers (offload_param nvme's reads)
+  // Model states held in memory, and everything in memory at the peak
+  // (host and device).
   int64_t model_states() const { return parameters + gradients + master + optimizer; }
   int64_t total() const {
-    return model_states() + buffers + offload_tiles + comm_scratch + activations + process;
+    return model_states() + buffers + offload_tiles + comm_scratch + activations + process +
+           host_staging;
   }
   int64_t disk_parameters = 0;  // stage 3 shards on NVMe (offload_param)
   int64_t disk() const { return disk_master + disk_optimizer + disk_parameters; }
@@ -104,7 +111,19 @@ struct ZeroPlan {
   // parameters'); empty when nothing goes to disk.
   std::string disk_path() const { return swap ? swap->nvme_path : param_nvme_path; }
   bool activations_counted = false;  // add_process_memory had the model's declaration
-  std::vector<std::string> notes;    // printed under the table
+  // The engine computes on a device whose memory the host does not address
+  // (a GPU): see device_memory(). Its comm backend (nccl) keeps its buffers
+  // there, uncounted: comm_scratch is 0.
+  bool on_device = false;
+  bool state_on_host = false;   // on a GPU: ZeRO-Offload's master and optimizer state
+  bool params_on_host = false;  // on a GPU: offload_param's shards (stage 3)
+  // On a GPU, the part of memory.total() in its memory: the parameters,
+  // gradients, master and optimizer state that are not on the host, the
+  // buffers and the activations; 0 on a CPU.
+  int64_t device_memory() const;
+  // The rest: all of total() on a CPU.
+  int64_t host_memory() const { return memory.total() - device_memory(); }
+  std::vector<std::string> notes;  // printed under the table
   // Elements moved per optimizer step, by collective (the communicator's
   // counting: the full buffer of each call).
   std::map<std::string, int64_t> comm_elements;
@@ -164,14 +183,20 @@ std::vector<config::ConfigError> offload_plan_errors(const config::TrainingConfi
 struct NodeCapacity {
   std::optional<int64_t> ram_available;   // bytes (MemAvailable)
   std::optional<int64_t> disk_available;  // bytes free at the plan's nvme_path
-  int local_ranks = 1;                    // ranks sharing this RAM and disk
+  // Bytes free on the rank's GPU (cudaMemGetInfo), for a plan on_device;
+  // each rank has a GPU of its own.
+  std::optional<int64_t> device_available;
+  int local_ranks = 1;  // ranks sharing this RAM and disk
 };
 
-// OK when `local_ranks` ranks with this rank's plan fit in the node's RAM
-// and, with NVMe offload, on its disk; else RESOURCE_EXHAUSTED naming the
-// bytes needed and available (per rank and for the node) and the settings
-// that lower them. The RAM counted is the plan's peak, total(): with
-// add_process_memory, activations and the process included.
+// OK when `local_ranks` ranks with this rank's plan fit in the node's RAM,
+// its GPU's memory and, with NVMe offload, on its disk; else
+// RESOURCE_EXHAUSTED naming the bytes needed and available (per rank and
+// for the node) and the settings that lower them. The RAM counted is the
+// plan's peak in host memory, host_memory(): with add_process_memory, the
+// process included, and on a CPU the activations. On a GPU its memory is
+// checked for the model states and buffers there, not the activations:
+// a model declares them for its CPU compute, which keeps more of them.
 Status check_fits(const ZeroPlan& plan, const NodeCapacity& node);
 
 // A table: one column per rank (or plan vs measured), bytes in KiB/MiB/GiB.

@@ -165,6 +165,28 @@ TEST_P(CudaEngine, TrainsTheLlamaAsTheCpuDoes) {
   expect_close(cuda, cpu, "llama, stage " + std::to_string(stage));
 }
 
+// A model whose states alone outgrow the GPU (9.7 billion fp32 parameters
+// with AdamW: 16 bytes each, 155 GB against the emulation's 80 GiB, an
+// H100's 80 GB or an H200's 141 GB) is refused before anything is
+// allocated, naming the GPU's memory and what would fit it. The node's RAM
+// is not what is short: it holds only the process.
+TEST_P(CudaEngine, AModelLargerThanTheGpuIsRefusedBeforeAllocating) {
+  const int stage = GetParam();
+  const Corpus corpus_file;
+  const std::string big =
+      R"("type": "gpt", "n_layer": 48, "n_head": 32, "n_embd": 4096, "block_size": 16,
+         "vocab_size": 256)";
+  const InProcessResult cuda =
+      run_in_process_job(config("cuda", stage, corpus_file.path, "", big), 1, {}, "nccl");
+  ASSERT_NE(cuda.error, "");
+  for (const std::string part :
+       {"does not fit on this node", "GPU memory: the model states and buffers there need",
+        "free (cudaMemGetInfo)", stage < 3 ? "higher ZeRO stage" : "offload the parameters"})
+    EXPECT_NE(cuda.error.find(part), std::string::npos) << part << "\n" << cuda.error;
+  EXPECT_EQ(cuda.error.find("RAM:"), std::string::npos) << cuda.error;
+  std::printf("%s\n", cuda.error.c_str());
+}
+
 INSTANTIATE_TEST_SUITE_P(Stages, CudaEngine, ::testing::Values(0, 1, 2, 3));
 
 // Two ranks as threads, one GPU each, over NCCL: the gradient reductions

@@ -122,7 +122,7 @@ TEST(OffloadPlan, SixteenBitModelSwapsTheMasterToo) {
 // From device memory the host does not address (a "cuda" config, or the
 // engine's say): the master has a file for fp32 models too, and each tile
 // buffer a tile of gradients, beside two parameter staging tiles; stage 3's
-// swapped parameters add a host bounce to the buffers.
+// swapped parameters add a host bounce (host staging).
 TEST(OffloadPlan, StagedFromTheDeviceAddsGradientTilesAndStaging) {
   TwoLayers model;
   for (const std::string precision : {"", R"("bf16": {"enabled": true})"}) {
@@ -146,8 +146,67 @@ TEST(OffloadPlan, StagedFromTheDeviceAddsGradientTilesAndStaging) {
   const std::string bf16 = R"("bf16": {"enabled": true})";
   const auto params =
       load(R"({"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/swap"}})", bf16, 1);
-  EXPECT_EQ(make_plan(params, model.layout(), kAdam, 1, 0, false).memory.buffers,
-            make_plan(params, model.layout(), kAdam, 1, 0).memory.buffers + 5001 * 2);
+  const ZeroPlan from_gpu = make_plan(params, model.layout(), kAdam, 1, 0, false);
+  const ZeroPlan in_ram = make_plan(params, model.layout(), kAdam, 1, 0);
+  EXPECT_EQ(from_gpu.memory.buffers, in_ram.memory.buffers);
+  EXPECT_EQ(from_gpu.memory.host_staging, 5001 * 2);
+  EXPECT_EQ(in_ram.memory.host_staging, 0);
+}
+
+// On a GPU the model states, buffers and activations are in its memory,
+// but what is offloaded: ZeRO-Offload's master and state, offload_param's
+// shards. Host memory holds those, the staging and the process; nccl's
+// buffers are not counted (no mpi scratch).
+TEST(DevicePlan, SplitsTheGpusMemoryFromTheHosts) {
+  TwoLayers model;
+  const std::string bf16 = R"("bf16": {"enabled": true})";
+  const ZeroPlan gpu =
+      make_plan(load(R"({"stage": 2})", bf16, 2), model.layout(), kAdam, 2, 0, false);
+  const ZeroPlan cpu = make_plan(load(R"({"stage": 2})", bf16, 2), model.layout(), kAdam, 2, 0);
+  EXPECT_FALSE(cpu.on_device);
+  EXPECT_EQ(cpu.device_memory(), 0);
+  EXPECT_EQ(cpu.host_memory(), cpu.memory.total());
+  EXPECT_GT(cpu.memory.comm_scratch, 0);
+  ASSERT_TRUE(gpu.on_device);
+  EXPECT_EQ(gpu.memory.comm_scratch, 0);
+  EXPECT_EQ(gpu.device_memory(), gpu.memory.model_states() + gpu.memory.buffers);
+  EXPECT_EQ(gpu.host_memory(), 0);
+
+  const ZeroPlan offload =
+      make_plan(load(R"({"stage": 2, "offload_optimizer": {"device": "cpu"}})", bf16, 2),
+                model.layout(), kAdam, 2, 0, false);
+  EXPECT_TRUE(offload.state_on_host);
+  EXPECT_EQ(offload.device_memory(),
+            offload.memory.parameters + offload.memory.gradients + offload.memory.buffers);
+  EXPECT_EQ(offload.host_memory(),
+            offload.memory.master + offload.memory.optimizer + offload.memory.offload_tiles);
+
+  const ZeroPlan params = make_plan(
+      load(
+          R"({"stage": 3, "offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "cpu"}})",
+          bf16, 2),
+      model.layout(), kAdam, 2, 0, false);
+  EXPECT_TRUE(params.params_on_host);
+  EXPECT_EQ(params.device_memory(), params.memory.gradients + params.memory.buffers);
+
+  ZeroPlan with_process = gpu;
+  ProcessMemory process;
+  process.model = "model 'two_layers'";
+  process.activations = int64_t{3} << 20;
+  process.baseline = int64_t{100} << 20;
+  process.allocator_slack = 0.01;
+  add_process_memory(process, &with_process);
+  EXPECT_EQ(with_process.device_memory(), gpu.device_memory() + (int64_t{3} << 20));
+  EXPECT_EQ(with_process.memory.process, int64_t{100} << 20) << "no slack on GPU memory";
+  EXPECT_EQ(with_process.host_memory(), int64_t{100} << 20);
+  const std::string table = format_plans({with_process});
+  for (const char* row : {"  in GPU memory", "  activations (declared)", "  total (GPU)",
+                          "  in host memory", "  process and allocator", "  total (host, peak)"})
+    EXPECT_NE(table.find(row), std::string::npos) << row << "\n" << table;
+  EXPECT_EQ(table.find("in RAM"), std::string::npos) << table;
+  const std::string offload_table = format_plans({offload});
+  EXPECT_LT(offload_table.find("in host memory"), offload_table.find("optimizer state"))
+      << offload_table;
 }
 
 TEST(OffloadPlan, TilesAreWholeGranulesAndNoLargerThanThePartition) {
@@ -286,6 +345,52 @@ TEST(FitCheck, ShortRamNamesTheNumbersAndTheSettings) {
   EXPECT_NE(m3.find("sub_group_size"), std::string::npos) << m3;
   EXPECT_EQ(m3.find("higher ZeRO stage"), std::string::npos) << m3;
   EXPECT_EQ(m3.find("\"nvme\" with"), std::string::npos) << m3;
+}
+
+// A GPU run: the model states are checked against the GPU's free memory,
+// not the node's RAM, which holds only what the ranks keep on the host (8
+// ranks of a node whose RAM could not hold their model states fit).
+TEST(FitCheck, OnAGpuTheStatesAreCheckedAgainstItsMemoryNotRam) {
+  TwoLayers model;
+  ZeroPlan plan = make_plan(load(R"({"stage": 1})", "", 8), model.layout(), kAdam, 8, 0, false);
+  ProcessMemory process;
+  process.model = "model 'two_layers'";
+  process.activations = int64_t{1} << 30;  // declared for the CPU: not checked on the GPU
+  process.baseline = 1000;
+  add_process_memory(process, &plan);
+  const int64_t states = plan.memory.model_states() + plan.memory.buffers;
+  NodeCapacity node;
+  node.local_ranks = 8;
+  node.ram_available = 8 * plan.host_memory();
+  node.device_available = states;
+  EXPECT_TRUE(check_fits(plan, node).ok()) << check_fits(plan, node).message();
+  EXPECT_LT(*node.ram_available, 8 * states) << "the old check, all in RAM, refused this";
+
+  node.device_available = states - 1;
+  const Status s = check_fits(plan, node);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), DSCORE_RESOURCE_EXHAUSTED);
+  for (const std::string& part :
+       {std::string("GPU memory: the model states and buffers there need ") + format_bytes(states) +
+            " per rank",
+        format_bytes(states - 1) + " free (cudaMemGetInfo)", std::string("offload_optimizer"),
+        std::string("zero_optimization.stage is 1"), std::string("more ranks")})
+    EXPECT_NE(s.message().find(part), std::string::npos) << part << "\n" << s.message();
+  EXPECT_EQ(s.message().find("RAM:"), std::string::npos) << s.message();
+
+  // ZeRO-Offload: the state is on the host, so RAM is what runs short.
+  ZeroPlan offload =
+      make_plan(load(R"({"stage": 2, "offload_optimizer": {"device": "cpu"}})", "", 8),
+                model.layout(), kAdam, 8, 0, false);
+  NodeCapacity short_ram;
+  short_ram.local_ranks = 8;
+  short_ram.ram_available = 8 * offload.host_memory() - 1;
+  short_ram.device_available = int64_t{1} << 40;
+  const std::string m = check_fits(offload, short_ram).message();
+  for (const char* part :
+       {"RAM: what the ranks keep in host memory", "\"nvme\"", "keep it on the GPU", "fewer ranks"})
+    EXPECT_NE(m.find(part), std::string::npos) << part << "\n" << m;
+  EXPECT_EQ(m.find("GPU memory"), std::string::npos) << m;
 }
 
 TEST(FitCheck, ShortDiskNamesTheNvmePath) {
