@@ -153,6 +153,46 @@ TEST(CudaEmulationStreams, WorkRunsOnTheStreamInOrderAfterItsEvents) {
   cudaStreamDestroy(held);
 }
 
+// A stream-ordered allocation is valid from its stream's point on: work on
+// another stream that writes it without waiting for that point has its
+// bytes overwritten with 0xFF (NaN) when the stream gets there; work
+// ordered after it by an event keeps them.
+TEST(CudaEmulationStreams, AStreamOrderedAllocationIsPoisonedAtItsStreamsPoint) {
+  cudaStream_t held = nullptr, other = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&held, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
+  unsigned char* pinned = nullptr;
+  ASSERT_EQ(cudaMallocHost(reinterpret_cast<void**>(&pinned), 64), cudaSuccess);
+  Gate gate;
+  ASSERT_EQ(cudaLaunchHostFunc(held, Gate::hold, &gate), cudaSuccess);
+  void *unordered = nullptr, *ordered = nullptr;
+  ASSERT_EQ(cudaMallocAsync(&unordered, 64, held), cudaSuccess);
+  ASSERT_EQ(cudaMallocAsync(&ordered, 64, held), cudaSuccess);
+  cudaEvent_t allocated = nullptr;
+  ASSERT_EQ(cudaEventCreate(&allocated), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(allocated, held), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(unordered, 7, 64, other), cudaSuccess);  // no wait: misuse
+  ASSERT_EQ(cudaStreamSynchronize(other), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(other, allocated, 0), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(ordered, 7, 64, other), cudaSuccess);
+  gate.open = true;
+  ASSERT_EQ(cudaStreamSynchronize(held), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(other), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(pinned, unordered, 64, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(pinned[0], 0xFF) << "a write before the allocation's point survived";
+  EXPECT_EQ(pinned[63], 0xFF);
+  ASSERT_EQ(cudaMemcpy(pinned, ordered, 64, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(pinned[0], 7);
+  EXPECT_EQ(pinned[63], 7);
+  cudaEventDestroy(allocated);
+  cudaFreeAsync(unordered, held);
+  cudaFreeAsync(ordered, held);
+  cudaStreamSynchronize(held);
+  cudaFreeHost(pinned);
+  cudaStreamDestroy(other);
+  cudaStreamDestroy(held);
+}
+
 // A wait is for the record it followed: recording the event again, on a
 // stream that reaches it at once, does not release the earlier wait.
 TEST(CudaEmulationStreams, AWaitFollowsItsRecordNotALaterOne) {

@@ -173,8 +173,17 @@ cudaError_t CUDARTAPI cudaHostAlloc(void** ptr, size_t size, unsigned int) {
   return cudaMalloc(ptr, size);
 }
 
-cudaError_t CUDARTAPI cudaMallocAsync(void** ptr, size_t size, cudaStream_t) {
-  return cudaMalloc(ptr, size);
+// A stream-ordered allocation is valid from its stream's point on: the
+// emulation fills it with 0xFF bytes (NaN in every float type) when the
+// stream gets there, so work that uses it out of that order (on another
+// stream without an event) reads NaN or has its writes overwritten, as a
+// real pool could hand it a block the stream's earlier work still uses.
+cudaError_t CUDARTAPI cudaMallocAsync(void** ptr, size_t size, cudaStream_t stream) {
+  const cudaError_t err = cudaMalloc(ptr, size);
+  if (err != cudaSuccess) return err;
+  void* p = *ptr;
+  dscore::cuda_emulation::enqueue(stream, [p, size] { std::memset(p, 0xFF, size); });
+  return cudaSuccess;
 }
 
 // As cudart's, after the device's work (which may still use it).
@@ -191,8 +200,8 @@ cudaError_t CUDARTAPI cudaFreeAsync(void* ptr, cudaStream_t stream) {
   return cudaSuccess;
 }
 
-// Memory pools are tokens: an allocation from one is made at once (fresh
-// memory is ready for any stream's work), and its stream-ordered free
+// Memory pools are tokens: an allocation from one is cudaMallocAsync's
+// (poisoned in its stream's order), and its stream-ordered free
 // (cudaFreeAsync) runs on the stream.
 cudaError_t CUDARTAPI cudaMemPoolCreate(cudaMemPool_t* pool, const struct cudaMemPoolProps* props) {
   if (pool == nullptr || props == nullptr || !valid_device(props->location.id))
