@@ -165,6 +165,53 @@ TEST_P(CudaEngine, TrainsTheLlamaAsTheCpuDoes) {
   expect_close(cuda, cpu, "llama, stage " + std::to_string(stage));
 }
 
+// fp16 with the dynamic loss scaler: the overflow check and the clipping on
+// the device skip the steps the CPU skips and set the same loss scales (the
+// scale starts at 2^18: the first step overflows in fp16, is skipped and
+// halves it; two good steps later, loss_scale_window 2, it doubles), and the
+// steps taken train as the CPU's do. The model computes in fp32 from the
+// fp16 views on both devices.
+TEST_P(CudaEngine, Fp16SkipsTheStepsTheCpuSkips) {
+  const int stage = GetParam();
+  const Corpus corpus_file;
+  struct Scales {
+    std::vector<double> scale;
+    std::vector<int64_t> skipped;
+  };
+  const auto record = [](Scales* into) {
+    InProcessHooks hooks;
+    hooks.after_each_step = [into](Engine& e, int64_t) {
+      if (e.rank() == 0) {
+        into->scale.push_back(e.loss_scale());
+        into->skipped.push_back(e.skipped_steps());
+      }
+      return Status();
+    };
+    return hooks;
+  };
+  const std::string fp16 =
+      R"(, "fp16": {"enabled": true, "initial_scale_power": 18, "loss_scale_window": 2, "hysteresis": 1})";
+  Scales on_cpu, on_gpu;
+  const InProcessResult cpu =
+      run_in_process_job(config("cpu", stage, corpus_file.path) + fp16, 1, record(&on_cpu));
+  ASSERT_EQ(cpu.error, "");
+  const InProcessResult cuda = run_in_process_job(config("cuda", stage, corpus_file.path) + fp16, 1,
+                                                  record(&on_gpu), "nccl");
+  ASSERT_EQ(cuda.error, "");
+  std::string seen;
+  for (size_t i = 0; i < on_cpu.scale.size(); ++i)
+    seen += " " + std::to_string(on_cpu.scale[i]) + "/" + std::to_string(on_cpu.skipped[i]);
+  std::printf("  stage %d, the CPU's loss scale/skipped steps after each step:%s\n", stage,
+              seen.c_str());
+  EXPECT_EQ(on_gpu.scale, on_cpu.scale);
+  EXPECT_EQ(on_gpu.skipped, on_cpu.skipped);
+  ASSERT_FALSE(on_cpu.skipped.empty());
+  EXPECT_GE(on_cpu.skipped.back(), 1) << "no step overflowed: the test checks no skip";
+  EXPECT_LT(on_cpu.skipped.back(), static_cast<int64_t>(on_cpu.skipped.size()))
+      << "every step overflowed: the test checks no update";
+  expect_close(cuda, cpu, "fp16, stage " + std::to_string(stage));
+}
+
 // A model whose states alone outgrow the GPU (9.7 billion fp32 parameters
 // with AdamW: 16 bytes each, 155 GB against the emulation's 80 GiB, an
 // H100's 80 GB or an H200's 141 GB) is refused before anything is
