@@ -2,6 +2,7 @@
 
 #include "core/config/auto_rules.h"
 #include "core/config/schema.h"
+#include "core/zero/plan.h"
 
 namespace dscore {
 namespace {
@@ -123,6 +124,38 @@ config::PluginRef model_ref(const config::TrainingConfig& cfg,
   return ref;
 }
 
+// On "device": "cuda" the engine lends the model device views and hands the
+// optimizer CUDA tensors (unless its state is offloaded, when it steps host
+// tensors): a plugin that does not declare DSCORE_CAP_CUDA would fail at the
+// first step. Said at config time instead, naming the fixes.
+void check_cuda_capabilities(const PluginSelection& selection, config::LoadedConfig* loaded) {
+  const config::TrainingConfig& cfg = *loaded->config;
+  if (cfg.device != "cuda") return;
+  const auto on_cuda = [](const SelectedPlugin& p) {
+    return (p.info->capabilities & DSCORE_CAP_CUDA) != 0;
+  };
+  if (selection.model && !on_cuda(*selection.model))
+    loaded->errors.push_back(
+        {"model.type", cfg.model->location,
+         "model '" + cfg.model->type +
+             "' computes on the CPU only (its plugin does not declare the cuda capability), "
+             "but \"device\" is \"cuda\": set \"device\": \"cpu\", or use a model that computes "
+             "on CUDA (gpt and llama in a build with CUDA; `dscore plugins list --json` shows each "
+             "plugin's capabilities)"});
+  const bool state_offloaded =
+      zero::host_offload(cfg) || (cfg.zero.stage > 0 && cfg.zero.offload_optimizer &&
+                                  cfg.zero.offload_optimizer->device == "nvme");
+  if (selection.optimizer && !on_cuda(*selection.optimizer) && !state_offloaded)
+    loaded->errors.push_back(
+        {"optimizer.type", cfg.optimizer->location,
+         "optimizer '" + cfg.optimizer->type +
+             "' steps CPU tensors only (its plugin does not declare the cuda capability), but "
+             "\"device\" is \"cuda\" keeps its state on the GPU: use Adam, AdamW, FusedAdam, "
+             "Lamb or FusedLamb, offload the optimizer state to the host "
+             "(zero_optimization.offload_optimizer.device \"cpu\" at stage 1-3), or set "
+             "\"device\": \"cpu\""});
+}
+
 }  // namespace
 
 PluginSelection select_plugins(config::LoadedConfig* loaded,
@@ -152,6 +185,7 @@ PluginSelection select_plugins(config::LoadedConfig* loaded,
       selection.monitors.push_back(std::move(*selected));
   }
   check_comm_backend(loaded, registry);
+  check_cuda_capabilities(selection, loaded);
   return selection;
 }
 

@@ -252,17 +252,25 @@ class Gpt2 : public Gpt {
   Gpt2(sdk::HostRef host, const sdk::Params& p) : Gpt(host, read_pretrained(p), p) {}
 };
 
+// CUDA where this build has the CUDA module ("device": "cuda").
+#ifdef DSCORE_GPT_WITH_CUDA
+constexpr uint64_t kCaps =
+    DSCORE_CAP_CPU | DSCORE_CAP_CUDA | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16;
+#else
+constexpr uint64_t kCaps = DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16;
+#endif
+
 const dscore_plugin_descriptor kGpt = sdk::model_descriptor<Gpt>(
     "gpt", "0.1.0",
     "GPT-2-style decoder (byte-level text or llm.c token shards); CPU (BLAS + TBB) and CUDA "
     "kernels",
-    DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16, kParamsSchema.c_str());
+    kCaps, kParamsSchema.c_str());
 
 const dscore_plugin_descriptor kGpt2 = sdk::model_descriptor<Gpt2>(
     "gpt2", "0.1.0",
     "GPT-2 from a Hugging Face folder (from_pretrained): the gpt model with config.json's "
     "hyperparameters and the folder's weights",
-    DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16, kGpt2Schema.c_str());
+    kCaps, kGpt2Schema.c_str());
 
 }  // namespace
 }  // namespace dscore::gpt

@@ -238,12 +238,20 @@ class Llama : public sdk::Instance {
   std::unique_ptr<LlamaWeights> weights_;  // the from_pretrained folder
 };
 
+// CUDA where this build has the CUDA module ("device": "cuda").
+#ifdef DSCORE_LLAMA_WITH_CUDA
+constexpr uint64_t kCaps =
+    DSCORE_CAP_CPU | DSCORE_CAP_CUDA | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16;
+#else
+constexpr uint64_t kCaps = DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16;
+#endif
+
 const dscore_plugin_descriptor kLlama = sdk::model_descriptor<Llama>(
     "llama", "0.1.0",
     "Llama-family decoder (RMSNorm, rotary embeddings incl. Llama 3 scaling, SwiGLU, "
     "grouped-query attention; transformers' LlamaForCausalLM names); CPU (BLAS + TBB) and CUDA "
     "kernels",
-    DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16, kParamsSchema);
+    kCaps, kParamsSchema);
 
 }  // namespace
 }  // namespace dscore::llama

@@ -39,6 +39,20 @@ bool has_mpi_plugin() {
   return std::filesystem::exists(std::string(DSCORE_BUILD_PLUGIN_DIR) + "/libdscore_comm_mpi.so");
 }
 
+// Whether this build's gpt plugin computes on CUDA (its module is built, and
+// it declares the cuda capability).
+bool gpt_has_cuda() {
+  return std::filesystem::exists(std::string(DSCORE_BUILD_PLUGIN_DIR) +
+                                 "/cuda/libdscore_gpt_cuda.so");
+}
+
+// The message of `loaded`'s error at `path`, or "" without one.
+std::string error_at(const config::LoadedConfig& loaded, const std::string& path) {
+  for (const config::ConfigError& e : loaded.errors)
+    if (e.path == path) return e.message;
+  return "";
+}
+
 TEST(PluginNames, UnknownCommBackendNamesThePathTheValueAndTheClosestPlugin) {
   config::LoadedConfig loaded = prepared({R"("comm": {"backend": "locall"})"});
   config::ConfigError e = only_error(loaded);
@@ -186,7 +200,9 @@ TEST(ModelDevice, FollowsTheRunsCudaDevice) {
                            "\"]}, \"train_batch_size\": 8, \"device\": \"cuda\", ";
   auto filled = prepare_text(head + R"("model": {"type": "gpt"}})", "t.json", ".", options);
   ASSERT_TRUE(filled.ok()) << filled.status().message();
-  ASSERT_TRUE(filled->loaded.ok()) << format_config_errors(filled->loaded);
+  if (gpt_has_cuda()) {
+    ASSERT_TRUE(filled->loaded.ok()) << format_config_errors(filled->loaded);
+  }
   ASSERT_TRUE(filled->selection.model);
   const json::Value* device = filled->selection.model->params.values().find("device");
   ASSERT_NE(device, nullptr);
@@ -198,9 +214,42 @@ TEST(ModelDevice, FollowsTheRunsCudaDevice) {
   auto cpu =
       prepare_text(head + R"("model": {"type": "gpt", "device": "cpu"}})", "t.json", ".", options);
   ASSERT_TRUE(cpu.ok()) << cpu.status().message();
-  const config::ConfigError e = only_error(cpu->loaded);
-  EXPECT_EQ(e.path, "model.device");
-  EXPECT_NE(e.message.find("remove model.device"), std::string::npos) << e.message;
+  const std::string e = error_at(cpu->loaded, "model.device");
+  EXPECT_NE(e.find("remove model.device"), std::string::npos) << format_config_errors(cpu->loaded);
+}
+
+// On "device": "cuda" a model or optimizer plugin that does not declare the
+// cuda capability is a config error naming it and the fixes (it would fail
+// at the first step on the GPU's views or tensors), unless the optimizer's
+// state is offloaded, when it steps host tensors.
+TEST(CudaCapabilities, APluginThatCannotRunOnCudaIsAConfigError) {
+  const std::string cuda = R"("device": "cuda")";
+  const std::string mlp =
+      R"("model": {"type": "mlp", "input_dim": 8, "hidden_dim": 16, "output_dim": 2, )"
+      R"("n_hidden_layers": 1})";
+  const std::string gpt = R"("model": {"type": "gpt"})";
+  const config::LoadedConfig on_cuda = prepared({cuda, mlp});
+  const std::string model = error_at(on_cuda, "model.type");
+  for (const char* part : {"model 'mlp' computes on the CPU only", "set \"device\": \"cpu\""})
+    EXPECT_NE(model.find(part), std::string::npos) << part << "\n" << format_config_errors(on_cuda);
+  EXPECT_EQ(error_at(prepared({mlp}), "model.type"), "") << "on the CPU it is fine";
+
+  const std::string sgd = R"("optimizer": {"type": "SGD", "params": {"lr": 0.1}})";
+  const config::LoadedConfig sgd_on_cuda = prepared({cuda, gpt, sgd});
+  const std::string optimizer = error_at(sgd_on_cuda, "optimizer.type");
+  for (const char* part :
+       {"optimizer 'SGD' steps CPU tensors only", "FusedAdam", "offload_optimizer.device \"cpu\""})
+    EXPECT_NE(optimizer.find(part), std::string::npos) << part << "\n"
+                                                       << format_config_errors(sgd_on_cuda);
+  const std::string offloaded = R"("zero_optimization": {"stage": 1, "offload_optimizer": )"
+                                R"({"device": "cpu"}})";
+  EXPECT_EQ(error_at(prepared({cuda, gpt, sgd, offloaded}), "optimizer.type"), "")
+      << "its state on the host: it steps host tensors";
+  const config::LoadedConfig adam =
+      prepared({cuda, gpt, R"("optimizer": {"type": "AdamW", "params": {"lr": 0.1}})"});
+  if (gpt_has_cuda()) {
+    EXPECT_TRUE(adam.ok()) << format_config_errors(adam);
+  }
 }
 
 }  // namespace
