@@ -45,6 +45,7 @@
 #include "core/data/sampler.h"
 #include "core/data/source.h"
 #include "core/engine/engine_testing.h"
+#include "core/engine/engine_timing.h"
 #include "core/engine/initialize.h"
 #include "core/offload/swap_bandwidth.h"
 #include "gpu_matmul_rate.h"
@@ -105,6 +106,7 @@ struct Figures {
   double optimizer_seconds = 0;  // per step
   double step_seconds = 0;
   int64_t params = 0;
+  dscore::EngineTiming timing;  // the measured steps' (engine_timing.h)
 };
 
 constexpr const char* kZeroOffload =
@@ -155,6 +157,7 @@ Figures train(int micro, int steps, int stage, const std::string& offload_json,
   f.tokens_per_second = static_cast<double>(steps) * micro * kBlock / elapsed;
   f.step_seconds = elapsed / steps;
   f.optimizer_seconds = static_cast<double>(timing.optimizer_ns) * 1e-9 / steps;
+  f.timing = timing;
   return f;
 }
 
@@ -217,6 +220,19 @@ void print_line(const std::string& what, const Figures& f, double peak_flops) {
       "%-28s %9.0f tokens/s  %7.1f TFLOP/s  MFU %5.1f%%  step %7.1f ms  optimizer %6.1f ms\n",
       what.c_str(), f.tokens_per_second, achieved / 1e12, 100.0 * achieved / peak_flops,
       f.step_seconds * 1e3, f.optimizer_seconds * 1e3);
+  // Where the host's time per step went (engine_timing.h): in the model's
+  // call (enqueueing, and the wait for the loss), in the hooks, finishing the
+  // micro-step's reductions, the step's statistics and comm waits.
+  const dscore::EngineTiming& t = f.timing;
+  const double per_step = t.steps > 0 ? 1e-6 / static_cast<double>(t.steps) : 0.0;
+  std::printf(
+      "%-28s host per step: model call %.1f ms, hooks %.1f ms, finishing reductions %.1f ms, "
+      "statistics %.1f ms, comm waits %.1f ms, other %.1f ms\n",
+      "", static_cast<double>(t.model_ns()) * per_step, static_cast<double>(t.hooks_ns) * per_step,
+      static_cast<double>(t.reduce_finish_ns) * per_step,
+      static_cast<double>(t.statistics_ns) * per_step,
+      static_cast<double>(t.comm_wait_ns) * per_step,
+      static_cast<double>(t.overhead_ns()) * per_step);
 }
 
 }  // namespace
