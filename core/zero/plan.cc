@@ -279,7 +279,7 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
   // host buffers (core/engine/nvme_state.h, core/zero/sharded_zero.h).
   const bool staged = !device_memory_is_host.value_or(config.device != "cuda");
   plan.on_device = staged;
-  if (staged) m.comm_scratch = 0;  // nccl's buffers are on the GPU (not counted)
+  if (config.comm.backend == "nccl") m.comm_scratch = 0;  // its buffers are on the GPU, uncounted
   if (const auto& o = config.zero.offload_optimizer; o && !o->device.empty())
     plan.optimizer_device = o->device;
   if (const config::OffloadConfig* nvme = nvme_optimizer(config); nvme && plan.stage > 0)

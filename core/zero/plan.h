@@ -112,8 +112,8 @@ struct ZeroPlan {
   std::string disk_path() const { return swap ? swap->nvme_path : param_nvme_path; }
   bool activations_counted = false;  // add_process_memory had the model's declaration
   // The engine computes on a device whose memory the host does not address
-  // (a GPU): see device_memory(). Its comm backend (nccl) keeps its buffers
-  // there, uncounted: comm_scratch is 0.
+  // (a GPU): see device_memory(). (The nccl backend keeps its buffers there,
+  // uncounted: with it comm_scratch is 0.)
   bool on_device = false;
   bool state_on_host = false;   // on a GPU: ZeRO-Offload's master and optimizer state
   bool params_on_host = false;  // on a GPU: offload_param's shards (stage 3)

@@ -155,13 +155,14 @@ TEST(OffloadPlan, StagedFromTheDeviceAddsGradientTilesAndStaging) {
 
 // On a GPU the model states, buffers and activations are in its memory,
 // but what is offloaded: ZeRO-Offload's master and state, offload_param's
-// shards. Host memory holds those, the staging and the process; nccl's
-// buffers are not counted (no mpi scratch).
+// shards. Host memory holds those, the staging and the process; the nccl
+// backend's buffers are not counted (no mpi scratch).
 TEST(DevicePlan, SplitsTheGpusMemoryFromTheHosts) {
   TwoLayers model;
   const std::string bf16 = R"("bf16": {"enabled": true})";
+  const std::string nccl = bf16 + R"(, "comm": {"backend": "nccl"})";
   const ZeroPlan gpu =
-      make_plan(load(R"({"stage": 2})", bf16, 2), model.layout(), kAdam, 2, 0, false);
+      make_plan(load(R"({"stage": 2})", nccl, 2), model.layout(), kAdam, 2, 0, false);
   const ZeroPlan cpu = make_plan(load(R"({"stage": 2})", bf16, 2), model.layout(), kAdam, 2, 0);
   EXPECT_FALSE(cpu.on_device);
   EXPECT_EQ(cpu.device_memory(), 0);
@@ -173,7 +174,7 @@ TEST(DevicePlan, SplitsTheGpusMemoryFromTheHosts) {
   EXPECT_EQ(gpu.host_memory(), 0);
 
   const ZeroPlan offload =
-      make_plan(load(R"({"stage": 2, "offload_optimizer": {"device": "cpu"}})", bf16, 2),
+      make_plan(load(R"({"stage": 2, "offload_optimizer": {"device": "cpu"}})", nccl, 2),
                 model.layout(), kAdam, 2, 0, false);
   EXPECT_TRUE(offload.state_on_host);
   EXPECT_EQ(offload.device_memory(),
