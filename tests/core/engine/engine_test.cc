@@ -92,6 +92,32 @@ TEST(Engine, ClippingInactiveBelowThreshold) {
   EXPECT_EQ(params(*b.engine), (std::vector<float>{3, 4}));
 }
 
+// DSCORE_VIEWS_STREAM_ORDERED is for a model on the hooks' stream: where
+// there is none (the CPU device, on whose streams nothing of the model's
+// runs) the engine still hands out views that are ready, so a model that
+// asks anyway trains as one that does not. Stage 3 with every parameter
+// gathered, on the CPU device's asynchronous streams.
+TEST(Engine, AStreamOrderedModelGetsReadyViewsWithoutAStream) {
+  const std::string config = std::string(
+      "\"gradient_clipping\": 0, \"train_batch_size\": 1, "
+      "\"zero_optimization\": {\"stage\": 3, "
+      "\"stage3_param_persistence_threshold\": 0}, "
+      "\"optimizer\": {\"type\": \"fake_sgd\", \"params\": "
+      "{\"lr\": 0.1}}");
+  Built plain = build(config);
+  Built ordered = build(config);
+  ordered.model->view_flags = DSCORE_VIEWS_STREAM_ORDERED;
+  // Many steps, each moving the parameters (lr 0.1): without the rule the
+  // host's read races the comm stream's gather, and some read comes first.
+  for (int step = 0; step < 50; ++step) {
+    train_step(*plain.engine);
+    train_step(*ordered.engine);
+  }
+  EXPECT_EQ(params(*ordered.engine), params(*plain.engine));
+  // w_k = c (1 - 0.9^k) from 0: c = 4 after 50 steps.
+  EXPECT_NEAR(params(*plain.engine)[1], 4.0 * (1.0 - std::pow(0.9, 50)), 1e-4);
+}
+
 TEST(Engine, AccumulationUpdatesOnlyAtTheBoundaryWithTheMeanGradient) {
   // gas 4: four micro-batches, each adding (w - c) / 4.
   Built b = build(std::string("\"gradient_clipping\": 0, \"train_batch_size\": 8, "

@@ -37,6 +37,7 @@ class QuadraticModel : public Model {
   bool poison_gradients = false;  // backward writes NaN
   bool forget_release = false;    // forward never releases the layer
   bool acquire_out_of_range = false;
+  uint32_t view_flags = 0;  // dscore_layer_views.flags it asks with
   int forward_backward_calls = 0;
 
   std::string display_name() const override { return "test model 'quadratic'"; }
@@ -52,6 +53,7 @@ class QuadraticModel : public Model {
     ++forward_backward_calls;
     dscore_layer_views views{};
     views.struct_size = sizeof views;
+    views.flags = view_flags;
     if (dscore_status st =
             hooks.acquire(hooks.ctx, acquire_out_of_range ? 7 : 0, DSCORE_ACQUIRE_FORWARD, &views);
         st != DSCORE_OK)
