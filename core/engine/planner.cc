@@ -69,15 +69,17 @@ constexpr int64_t kFirstStepBytes = int64_t{3} << 20;
 //   above, so 1%.
 constexpr double kAllocatorSlack = 0.01;
 
-// The model's params for planning: its layout and declared activations do
-// not depend on where it computes, so one set to compute on CUDA is made
-// on the CPU, and `dscore plan` runs where no GPU is (a login node).
+// The model's params for planning: its layout does not depend on where it
+// computes, so one set to compute on CUDA is made on the CPU
+// (`*on_cuda` says so), and `dscore plan` runs where no GPU is (a login
+// node).
 plugin_host::ValidatedParams planning_params(const plugin_host::PluginInfo& info,
-                                             const plugin_host::ValidatedParams& params) {
+                                             const plugin_host::ValidatedParams& params,
+                                             bool* on_cuda) {
   json::Value values = params.values();
   const json::Value* device = values.find("device");
-  if (device != nullptr && device->is_string() && device->as_string() == "cuda")
-    values.set("device", json::Value(std::string("cpu")));
+  *on_cuda = device != nullptr && device->is_string() && device->as_string() == "cuda";
+  if (*on_cuda) values.set("device", json::Value(std::string("cpu")));
   auto schema = config::parse_params_schema(info.params_schema);
   return plugin_host::ValidatedParams::from_object(values, values,
                                                    schema.ok() ? &*schema : nullptr);
@@ -157,8 +159,9 @@ Result<std::vector<zero::ZeroPlan>> plan_job(const Setup& setup, int world_size)
   context.seed = cfg.seed;
   context.world_size = world_size;
   const plugin_host::PluginInfo& model_info = *setup.selection.model->info;
+  bool on_cuda = false;
   const plugin_host::ValidatedParams on_cpu =
-      planning_params(model_info, setup.selection.model->params);
+      planning_params(model_info, setup.selection.model->params, &on_cuda);
   DSCORE_ASSIGN_OR_RETURN(auto model,
                           plugin_host::ModelInstance::create(model_info, on_cpu, context));
   DSCORE_ASSIGN_OR_RETURN(auto optimizer, plugin_host::OptimizerInstance::create(
@@ -170,7 +173,10 @@ Result<std::vector<zero::ZeroPlan>> plan_job(const Setup& setup, int world_size)
   const int64_t micro = cfg.batch.train_micro_batch_size_per_gpu;
   const zero::ProcessMemory process = measure_process_memory(
       cfg, model->info().display(),
-      [&](bool checkpointing) {
+      [&](bool checkpointing) -> Result<uint64_t> {
+        // The model made on the CPU would declare its CPU compute's: a CUDA
+        // one declares none (as on a rank), so none are counted.
+        if (on_cuda) return Status(DSCORE_UNIMPLEMENTED, "activations on \"device\": \"cuda\"");
         return model->activation_bytes(micro, checkpointing, zero::model_dtype_of(cfg),
                                        zero::grad_dtype_of(cfg));
       },

@@ -140,7 +140,11 @@ void add_process_memory(const ProcessMemory& process, ZeroPlan* plan) {
   const int64_t allocated = plan->host_memory();
   const auto slack = static_cast<int64_t>(static_cast<double>(allocated) * process.allocator_slack);
   m.process = process.baseline + slack;
-  if (!process.activations) {
+  if (!process.activations && plan->on_device) {
+    notes.push_back("activations are not counted: " + process.model +
+                    " keeps them in GPU memory and declares none for its CUDA compute; leave "
+                    "room for them on the GPU");
+  } else if (!process.activations) {
     notes.push_back("activations are not counted: " + process.model +
                     " does not declare them (activation_bytes in sdk/include/dscore/model.h); "
                     "leave room for them");
