@@ -4,6 +4,8 @@
 // tests/multirank/invariants_test.cc); config errors exit 2.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "tests/core/cli/process.h"
 #include "tests/core/cli/run_config.h"
 
@@ -80,6 +82,38 @@ TEST(CliPlan, CpuOffloadIsCountedAndTooFewBuffersIsAConfigError) {
   EXPECT_EQ(few.exit_code, 2) << few.describe();
   EXPECT_NE(few.err.find("zero_optimization.offload_optimizer.buffer_count"), std::string::npos)
       << few.err;
+}
+
+// A CUDA run's plan on a machine without a GPU: the model is planned on the
+// CPU, GPU memory and host memory are apart, the activations are not
+// counted (a note says they are in GPU memory), and the GPU's memory is
+// checked where one is visible, else said not to be.
+TEST(CliPlan, ACudaRunIsPlannedInGpuAndHostMemory) {
+  if (!std::filesystem::exists(std::string(DSCORE_BUILD_PLUGIN_DIR) +
+                               "/cuda/libdscore_gpt_cuda.so"))
+    GTEST_SKIP() << "this build's gpt plugin has no CUDA module";
+  TempDir dir("dscore_cli_plan");
+  const auto config = dir.write("ds_config.json", std::string(R"({
+  "plugins": {"paths": [")") + DSCORE_BUILD_PLUGIN_DIR +
+                                                      R"("]},
+  "device": "cuda", "comm": {"backend": "nccl"}, "train_batch_size": 8,
+  "train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": true},
+  "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
+  "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+  "model": {"type": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16,
+            "vocab_size": 256}})");
+  ProcessResult r = run_dscore({"plan", "--config", config.string(), "-n", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  for (const char* row : {"  in GPU memory", "  total (GPU)", "  in host memory",
+                          "  offload buffers", "  total (host, peak)"})
+    EXPECT_EQ(lines_starting_with(r.out, row).size(), 1u) << row << "\n" << r.out;
+  EXPECT_EQ(lines_starting_with(r.out, "  in RAM").size(), 0u) << r.out;
+  EXPECT_EQ(lines_starting_with(r.out, "  comm scratch").size(), 0u) << "nccl's: not counted\n"
+                                                                     << r.out;
+  EXPECT_NE(r.out.find("keeps them in GPU memory"), std::string::npos) << r.out;
+  EXPECT_TRUE(r.out.find("GPU memory not checked") != std::string::npos ||
+              r.out.find("GPU memory free") != std::string::npos)
+      << r.out;
 }
 
 TEST(CliPlan, ConfigErrorsAreExitTwoWithTheirPath) {
