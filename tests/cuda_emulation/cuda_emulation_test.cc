@@ -4,6 +4,7 @@
 // dynamic shared memory above the limit cudaFuncSetAttribute set are caught;
 // streams run apart from the caller, in order, after the events they wait for.
 #include <gtest/gtest.h>
+#include <stdlib.h>
 #include <dscore/cpp/dtype.hpp>
 
 #include <atomic>
@@ -151,6 +152,30 @@ TEST(CudaEmulationStreams, WorkRunsOnTheStreamInOrderAfterItsEvents) {
   cudaFree(device);
   cudaStreamDestroy(other);
   cudaStreamDestroy(held);
+}
+
+// A device's memory is DSCORE_CUDA_EMULATION_MEMORY bytes: cudaMemGetInfo
+// says what is left, and an allocation past it fails as on a full GPU
+// (cudaErrorMemoryAllocation, also from cudaGetLastError); pinned host
+// memory does not count.
+TEST(CudaEmulationMemory, DeviceAllocationsPastTheDevicesMemoryFail) {
+  ::setenv("DSCORE_CUDA_EMULATION_MEMORY", "1048576", 1);
+  size_t free_bytes = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
+  EXPECT_EQ(total, 1048576u);
+  void *a = nullptr, *b = nullptr, *pinned = nullptr;
+  ASSERT_EQ(cudaMalloc(&a, 600000), cudaSuccess);
+  size_t after = 0;
+  ASSERT_EQ(cudaMemGetInfo(&after, &total), cudaSuccess);
+  EXPECT_LE(after + 600000, free_bytes);
+  EXPECT_EQ(cudaMalloc(&b, 600000), cudaErrorMemoryAllocation);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorMemoryAllocation);
+  EXPECT_EQ(cudaMallocHost(&pinned, 600000), cudaSuccess) << "pinned host memory does not count";
+  ASSERT_EQ(cudaFree(a), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(&b, 600000), cudaSuccess) << "freed memory is free again";
+  cudaFree(b);
+  cudaFreeHost(pinned);
+  ::unsetenv("DSCORE_CUDA_EMULATION_MEMORY");
 }
 
 // A stream-ordered allocation is valid from its stream's point on: work on

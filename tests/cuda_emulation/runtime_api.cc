@@ -19,7 +19,15 @@
 
 namespace {
 
-constexpr size_t kMemoryBytes = size_t{80} << 30;  // what cudaMemGetInfo reports
+// Each device's memory: DSCORE_CUDA_EMULATION_MEMORY bytes, 80 GiB when
+// unset (read at each call, so a test may set it). Device allocations past
+// it fail with cudaErrorMemoryAllocation, as on a full GPU; pinned host
+// memory does not count.
+size_t memory_bytes() {
+  const char* v = std::getenv("DSCORE_CUDA_EMULATION_MEMORY");
+  const unsigned long long bytes = v != nullptr ? std::strtoull(v, nullptr, 10) : 0;
+  return bytes > 0 ? static_cast<size_t>(bytes) : size_t{80} << 30;
+}
 
 // The devices: DSCORE_CUDA_EMULATION_DEVICES of them (1 to 8; default 1),
 // all on the same memory; the current one is per thread, as cudart's.
@@ -41,15 +49,32 @@ int dscore::cuda_emulation::current_device() { return t_device; }
 namespace {
 
 // Device and pinned allocations by address: what is not in here is pageable.
+struct Allocation {
+  size_t bytes = 0;
+  int device = 0;
+  bool on_device = false;  // counted in the device's memory (not pinned host memory)
+};
 std::mutex g_allocations_mutex;
-std::map<uintptr_t, size_t> g_allocations;
+std::map<uintptr_t, Allocation> g_allocations;
+size_t g_device_used[8] = {};  // by device, under the mutex
 
-void* device_allocate(size_t size) {
+// nullptr when the host is out of memory, or device memory past the
+// device's (memory_bytes()).
+void* device_allocate(size_t size, bool on_device) {
   const size_t bytes = (size + 255) / 256 * 256 + 256;
+  const int device = dscore::cuda_emulation::current_device();
+  if (on_device) {
+    std::lock_guard<std::mutex> lock(g_allocations_mutex);
+    if (g_device_used[device] + bytes > memory_bytes()) return nullptr;
+    g_device_used[device] += bytes;
+  }
   void* ptr = std::aligned_alloc(256, bytes);
-  if (ptr == nullptr) return nullptr;
   std::lock_guard<std::mutex> lock(g_allocations_mutex);
-  g_allocations[reinterpret_cast<uintptr_t>(ptr)] = bytes;
+  if (ptr == nullptr) {
+    if (on_device) g_device_used[device] -= bytes;
+    return nullptr;
+  }
+  g_allocations[reinterpret_cast<uintptr_t>(ptr)] = {bytes, device, on_device};
   return ptr;
 }
 
@@ -57,9 +82,18 @@ void device_free(void* ptr) {
   if (ptr == nullptr) return;
   {
     std::lock_guard<std::mutex> lock(g_allocations_mutex);
-    g_allocations.erase(reinterpret_cast<uintptr_t>(ptr));
+    auto it = g_allocations.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it != g_allocations.end()) {
+      if (it->second.on_device) g_device_used[it->second.device] -= it->second.bytes;
+      g_allocations.erase(it);
+    }
   }
   std::free(ptr);
+}
+
+size_t device_used(int device) {
+  std::lock_guard<std::mutex> lock(g_allocations_mutex);
+  return g_device_used[device];
 }
 
 bool pageable(const void* ptr) {
@@ -68,7 +102,7 @@ bool pageable(const void* ptr) {
   auto it = g_allocations.upper_bound(p);
   if (it == g_allocations.begin()) return true;
   --it;
-  return p >= it->first + it->second;
+  return p >= it->first + it->second.bytes;
 }
 
 // Runs `copy` on `stream`, or, with pageable memory on either side, after
@@ -133,7 +167,7 @@ cudaError_t CUDARTAPI cudaGetDeviceProperties(struct cudaDeviceProp* prop, int d
   std::strncpy(prop->name, "CUDA emulation (CPU)", sizeof(prop->name) - 1);
   prop->major = 9;
   prop->minor = 0;
-  prop->totalGlobalMem = kMemoryBytes;
+  prop->totalGlobalMem = memory_bytes();
   prop->multiProcessorCount = 1;
   prop->warpSize = 32;
   prop->maxThreadsPerBlock = 1024;
@@ -142,7 +176,9 @@ cudaError_t CUDARTAPI cudaGetDeviceProperties(struct cudaDeviceProp* prop, int d
 }
 
 cudaError_t CUDARTAPI cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
-  *free_bytes = *total_bytes = kMemoryBytes;
+  *total_bytes = memory_bytes();
+  const size_t used = device_used(dscore::cuda_emulation::current_device());
+  *free_bytes = used < *total_bytes ? *total_bytes - used : 0;
   return cudaSuccess;
 }
 
@@ -163,14 +199,19 @@ cudaError_t CUDARTAPI cudaFuncGetAttributes(struct cudaFuncAttributes* attribute
 }
 
 cudaError_t CUDARTAPI cudaMalloc(void** ptr, size_t size) {
-  *ptr = device_allocate(size);
-  return *ptr == nullptr ? cudaErrorMemoryAllocation : cudaSuccess;
+  *ptr = device_allocate(size, /*on_device=*/true);
+  return *ptr == nullptr ? dscore::cuda_emulation::failed_call(cudaErrorMemoryAllocation)
+                         : cudaSuccess;
 }
 
-cudaError_t CUDARTAPI cudaMallocHost(void** ptr, size_t size) { return cudaMalloc(ptr, size); }
+cudaError_t CUDARTAPI cudaMallocHost(void** ptr, size_t size) {
+  *ptr = device_allocate(size, /*on_device=*/false);
+  return *ptr == nullptr ? dscore::cuda_emulation::failed_call(cudaErrorMemoryAllocation)
+                         : cudaSuccess;
+}
 
 cudaError_t CUDARTAPI cudaHostAlloc(void** ptr, size_t size, unsigned int) {
-  return cudaMalloc(ptr, size);
+  return cudaMallocHost(ptr, size);
 }
 
 // A stream-ordered allocation is valid from its stream's point on: the
