@@ -121,6 +121,9 @@ struct ZeroPlan {
   // gradients, master and optimizer state that are not on the host, the
   // buffers and the activations; 0 on a CPU.
   int64_t device_memory() const;
+  // What check_fits holds against the GPU's free memory: device_memory()
+  // but the activations (declared for a model's CPU compute, if at all).
+  int64_t device_memory_checked() const { return device_memory() - memory.activations; }
   // The rest: all of total() on a CPU.
   int64_t host_memory() const { return memory.total() - device_memory(); }
   std::vector<std::string> notes;  // printed under the table

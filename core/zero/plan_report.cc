@@ -80,7 +80,7 @@ Status check_fits(const ZeroPlan& plan, const NodeCapacity& node) {
   const int local = std::max(node.local_ranks, 1);
   std::vector<std::string> problems;
   if (plan.on_device && node.device_available) {
-    const int64_t needed = plan.device_memory() - plan.memory.activations;
+    const int64_t needed = plan.device_memory_checked();
     if (needed > *node.device_available)
       problems.push_back(device_problem(plan, needed, *node.device_available));
   }
