@@ -70,8 +70,8 @@ int plan_command(const std::vector<std::string>& args) {
         node.device_available
             ? " GPU memory free " + format_bytes(static_cast<uint64_t>(*node.device_available)) +
                   " per rank, needed " +
-                  format_bytes(static_cast<uint64_t>(largest.device_memory_checked())) +
-                  " (without the activations);"
+                  format_bytes(static_cast<uint64_t>(largest.device_memory())) +
+                  (largest.activations_counted ? ";" : " (activations not counted);")
             : " GPU memory not checked (" +
                   (gpu.ok() ? std::string("cudaMemGetInfo failed") : gpu.status().message()) + ");";
   }

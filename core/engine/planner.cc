@@ -69,20 +69,22 @@ constexpr int64_t kFirstStepBytes = int64_t{3} << 20;
 //   above, so 1%.
 constexpr double kAllocatorSlack = 0.01;
 
-// The model's params for planning: its layout does not depend on where it
-// computes, so one set to compute on CUDA is made on the CPU
-// (`*on_cuda` says so), and `dscore plan` runs where no GPU is (a login
-// node).
-plugin_host::ValidatedParams planning_params(const plugin_host::PluginInfo& info,
-                                             const plugin_host::ValidatedParams& params,
-                                             bool* on_cuda) {
+// The model's params set to compute on the CPU, for a model to compute on
+// CUDA that cannot be made where no GPU is (one that ignores
+// DSCORE_CREATE_DESCRIBE_ONLY): its layout does not depend on where it
+// computes.
+plugin_host::ValidatedParams on_cpu_params(const plugin_host::PluginInfo& info,
+                                           const plugin_host::ValidatedParams& params) {
   json::Value values = params.values();
-  const json::Value* device = values.find("device");
-  *on_cuda = device != nullptr && device->is_string() && device->as_string() == "cuda";
-  if (*on_cuda) values.set("device", json::Value(std::string("cpu")));
+  values.set("device", json::Value(std::string("cpu")));
   auto schema = config::parse_params_schema(info.params_schema);
   return plugin_host::ValidatedParams::from_object(values, values,
                                                    schema.ok() ? &*schema : nullptr);
+}
+
+bool computes_on_cuda(const plugin_host::ValidatedParams& params) {
+  const json::Value* device = params.values().find("device");
+  return device != nullptr && device->is_string() && device->as_string() == "cuda";
 }
 
 }  // namespace
@@ -158,27 +160,35 @@ Result<std::vector<zero::ZeroPlan>> plan_job(const Setup& setup, int world_size)
   plugin_host::InstanceContext context;
   context.seed = cfg.seed;
   context.world_size = world_size;
+  // Made only to describe itself, a model set to compute on CUDA declares
+  // its GPU memory without a GPU (`dscore plan` on a login node). One that
+  // still fails there is made on the CPU, its activations then unknown.
+  context.describe_only = true;
   const plugin_host::PluginInfo& model_info = *setup.selection.model->info;
-  bool on_cuda = false;
-  const plugin_host::ValidatedParams on_cpu =
-      planning_params(model_info, setup.selection.model->params, &on_cuda);
-  DSCORE_ASSIGN_OR_RETURN(auto model,
-                          plugin_host::ModelInstance::create(model_info, on_cpu, context));
+  const plugin_host::ValidatedParams& model_params = setup.selection.model->params;
+  auto model = plugin_host::ModelInstance::create(model_info, model_params, context);
+  bool activations_known = true;
+  if (!model.ok() && computes_on_cuda(model_params)) {
+    model = plugin_host::ModelInstance::create(model_info, on_cpu_params(model_info, model_params),
+                                               context);
+    activations_known = false;
+  }
+  if (!model.ok()) return model.status();
   DSCORE_ASSIGN_OR_RETURN(auto optimizer, plugin_host::OptimizerInstance::create(
                                               *setup.selection.optimizer->info,
                                               setup.selection.optimizer->params, context));
-  DSCORE_ASSIGN_OR_RETURN(ParamLayout layout, ParamLayout::from_description(model->description()));
+  DSCORE_ASSIGN_OR_RETURN(ParamLayout layout,
+                          ParamLayout::from_description((*model)->description()));
   const std::vector<zero::StateSlot> slots = state_slots_of(*optimizer);
   // Measured now: this process has loaded the plugins a rank loads.
   const int64_t micro = cfg.batch.train_micro_batch_size_per_gpu;
   const zero::ProcessMemory process = measure_process_memory(
-      cfg, model->info().display(),
+      cfg, (*model)->info().display(),
       [&](bool checkpointing) -> Result<uint64_t> {
-        // The model made on the CPU would declare its CPU compute's: a CUDA
-        // one declares none (as on a rank), so none are counted.
-        if (on_cuda) return Status(DSCORE_UNIMPLEMENTED, "activations on \"device\": \"cuda\"");
-        return model->activation_bytes(micro, checkpointing, zero::model_dtype_of(cfg),
-                                       zero::grad_dtype_of(cfg));
+        // Made on the CPU, the model would declare its CPU compute's.
+        if (!activations_known) return Status(DSCORE_UNIMPLEMENTED, "made on the CPU");
+        return (*model)->activation_bytes(micro, checkpointing, zero::model_dtype_of(cfg),
+                                          zero::grad_dtype_of(cfg));
       },
       world_size,
       /*in_job=*/false);

@@ -43,6 +43,7 @@ dscore_create_args make_create_args(const ValidatedParams& params, const Instanc
   args.local_rank = context.local_rank;
   args.seed = context.seed;
   args.context = host.handle();
+  args.flags = context.describe_only ? DSCORE_CREATE_DESCRIBE_ONLY : 0u;
   return args;
 }
 

@@ -33,6 +33,8 @@ struct InstanceContext {
   int32_t world_size = 1;
   int32_t local_rank = 0;
   uint64_t seed = 42;
+  // Made only to describe itself (DSCORE_CREATE_DESCRIBE_ONLY): `dscore plan`.
+  bool describe_only = false;
   std::shared_ptr<HostContext> host;
 };
 

@@ -142,8 +142,8 @@ void add_process_memory(const ProcessMemory& process, ZeroPlan* plan) {
   m.process = process.baseline + slack;
   if (!process.activations && plan->on_device) {
     notes.push_back("activations are not counted: " + process.model +
-                    " keeps them in GPU memory and declares none for its CUDA compute; leave "
-                    "room for them on the GPU");
+                    " declares none for its CUDA compute (activation_bytes in "
+                    "sdk/include/dscore/model.h); leave room for them on the GPU");
   } else if (!process.activations) {
     notes.push_back("activations are not counted: " + process.model +
                     " does not declare them (activation_bytes in sdk/include/dscore/model.h); "

@@ -121,9 +121,6 @@ struct ZeroPlan {
   // gradients, master and optimizer state that are not on the host, the
   // buffers and the activations; 0 on a CPU.
   int64_t device_memory() const;
-  // What check_fits holds against the GPU's free memory: device_memory()
-  // but the activations (declared for a model's CPU compute, if at all).
-  int64_t device_memory_checked() const { return device_memory() - memory.activations; }
   // The rest: all of total() on a CPU.
   int64_t host_memory() const { return memory.total() - device_memory(); }
   std::vector<std::string> notes;  // printed under the table
@@ -198,8 +195,8 @@ struct NodeCapacity {
 // for the node) and the settings that lower them. The RAM counted is the
 // plan's peak in host memory, host_memory(): with add_process_memory, the
 // process included, and on a CPU the activations. On a GPU its memory is
-// checked for the model states and buffers there, not the activations:
-// a model declares them for its CPU compute, which keeps more of them.
+// checked for device_memory(): the model states and buffers there, and the
+// activations the model declares for its CUDA compute.
 Status check_fits(const ZeroPlan& plan, const NodeCapacity& node);
 
 // A table: one column per rank (or plan vs measured), bytes in KiB/MiB/GiB.

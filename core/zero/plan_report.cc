@@ -32,7 +32,13 @@ std::string available_text(int64_t available, int local_ranks) {
 
 // On a GPU: its memory holds more than is free there.
 std::string device_problem(const ZeroPlan& plan, int64_t needed, int64_t available) {
+  const bool activations = plan.activations_counted && plan.memory.activations > 0;
   std::string fix;
+  if (activations)
+    fix +=
+        "lower train_micro_batch_size_per_gpu or turn on activation_checkpointing "
+        "(activations take " +
+        format_bytes(static_cast<uint64_t>(plan.memory.activations)) + " per rank), ";
   if (!plan.state_on_host && !plan.swap)
     fix +=
         "offload the optimizer state (zero_optimization.offload_optimizer.device \"cpu\", or "
@@ -46,10 +52,10 @@ std::string device_problem(const ZeroPlan& plan, int64_t needed, int64_t availab
         "\"nvme\"), ";
   fix += plan.stage > 0 ? "or run more ranks (each holds only its partition)"
                         : "or run on a GPU with more memory";
-  return "GPU memory: the model states and buffers there need " +
+  return std::string("GPU memory: the model states, buffers ") +
+         (activations ? "and activations" : "(activations not counted)") + " there need " +
          format_bytes(static_cast<uint64_t>(needed)) + " per rank but the rank's GPU has " +
-         format_bytes(static_cast<uint64_t>(available)) +
-         " free (cudaMemGetInfo), and the activations come on top; to fit, " + fix;
+         format_bytes(static_cast<uint64_t>(available)) + " free (cudaMemGetInfo); to fit, " + fix;
 }
 
 // On a GPU: host memory holds the offloaded state, the staging and the
@@ -80,7 +86,7 @@ Status check_fits(const ZeroPlan& plan, const NodeCapacity& node) {
   const int local = std::max(node.local_ranks, 1);
   std::vector<std::string> problems;
   if (plan.on_device && node.device_available) {
-    const int64_t needed = plan.device_memory_checked();
+    const int64_t needed = plan.device_memory();
     if (needed > *node.device_available)
       problems.push_back(device_problem(plan, needed, *node.device_available));
   }

@@ -8,6 +8,7 @@
 #include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -50,17 +51,33 @@ namespace {
 
 // Device and pinned allocations by address: what is not in here is pageable.
 struct Allocation {
-  size_t bytes = 0;
+  size_t bytes = 0;      // taken (rounded up, plus 256)
+  size_t requested = 0;  // asked for
   int device = 0;
   bool on_device = false;  // counted in the device's memory (not pinned host memory)
 };
 std::mutex g_allocations_mutex;
 std::map<uintptr_t, Allocation> g_allocations;
 size_t g_device_used[8] = {};  // by device, under the mutex
+// In stream order, as a stream-ordered pool holds memory: an allocation
+// counts from its call (cudaMalloc) or its stream's point (cudaMallocAsync)
+// until its free's (cudaFree, or cudaFreeAsync's stream point), by the
+// bytes asked for. The host runs ahead of the streams, so g_device_used
+// counts a layer's buffers and the next's at once where a pool reuses the
+// first for the second.
+int64_t g_ordered_used[8] = {};
+int64_t g_ordered_peak[8] = {};  // the most g_ordered_used has been since the last reset
+
+// Under the mutex.
+void count_ordered(int device, int64_t bytes) {
+  g_ordered_used[device] += bytes;
+  g_ordered_peak[device] = std::max(g_ordered_peak[device], g_ordered_used[device]);
+}
 
 // nullptr when the host is out of memory, or device memory past the
-// device's (memory_bytes()).
-void* device_allocate(size_t size, bool on_device) {
+// device's (memory_bytes()). `ordered`: counted in stream order now (else
+// by count_ordered_allocation at its stream's point).
+void* device_allocate(size_t size, bool on_device, bool ordered = true) {
   const size_t bytes = (size + 255) / 256 * 256 + 256;
   const int device = dscore::cuda_emulation::current_device();
   if (on_device) {
@@ -74,7 +91,8 @@ void* device_allocate(size_t size, bool on_device) {
     if (on_device) g_device_used[device] -= bytes;
     return nullptr;
   }
-  g_allocations[reinterpret_cast<uintptr_t>(ptr)] = {bytes, device, on_device};
+  g_allocations[reinterpret_cast<uintptr_t>(ptr)] = {bytes, size, device, on_device};
+  if (on_device && ordered) count_ordered(device, static_cast<int64_t>(size));
   return ptr;
 }
 
@@ -84,7 +102,10 @@ void device_free(void* ptr) {
     std::lock_guard<std::mutex> lock(g_allocations_mutex);
     auto it = g_allocations.find(reinterpret_cast<uintptr_t>(ptr));
     if (it != g_allocations.end()) {
-      if (it->second.on_device) g_device_used[it->second.device] -= it->second.bytes;
+      if (it->second.on_device) {
+        g_device_used[it->second.device] -= it->second.bytes;
+        count_ordered(it->second.device, -static_cast<int64_t>(it->second.requested));
+      }
       g_allocations.erase(it);
     }
   }
@@ -95,6 +116,33 @@ size_t device_used(int device) {
   std::lock_guard<std::mutex> lock(g_allocations_mutex);
   return g_device_used[device];
 }
+
+// cudaMallocAsync's allocation at `ptr` reached by its stream.
+void count_ordered_allocation(void* ptr) {
+  std::lock_guard<std::mutex> lock(g_allocations_mutex);
+  auto it = g_allocations.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it != g_allocations.end() && it->second.on_device)
+    count_ordered(it->second.device, static_cast<int64_t>(it->second.requested));
+}
+
+}  // namespace
+
+size_t dscore::cuda_emulation::device_bytes_in_use(int device) {
+  std::lock_guard<std::mutex> lock(g_allocations_mutex);
+  return static_cast<size_t>(std::max<int64_t>(g_ordered_used[device], 0));
+}
+
+size_t dscore::cuda_emulation::device_peak_bytes(int device) {
+  std::lock_guard<std::mutex> lock(g_allocations_mutex);
+  return static_cast<size_t>(std::max<int64_t>(g_ordered_peak[device], 0));
+}
+
+void dscore::cuda_emulation::reset_device_peak(int device) {
+  std::lock_guard<std::mutex> lock(g_allocations_mutex);
+  g_ordered_peak[device] = g_ordered_used[device];
+}
+
+namespace {
 
 bool pageable(const void* ptr) {
   const auto p = reinterpret_cast<uintptr_t>(ptr);
@@ -220,10 +268,13 @@ cudaError_t CUDARTAPI cudaHostAlloc(void** ptr, size_t size, unsigned int) {
 // stream without an event) reads NaN or has its writes overwritten, as a
 // real pool could hand it a block the stream's earlier work still uses.
 cudaError_t CUDARTAPI cudaMallocAsync(void** ptr, size_t size, cudaStream_t stream) {
-  const cudaError_t err = cudaMalloc(ptr, size);
-  if (err != cudaSuccess) return err;
-  void* p = *ptr;
-  dscore::cuda_emulation::enqueue(stream, [p, size] { std::memset(p, 0xFF, size); });
+  void* p = device_allocate(size, /*on_device=*/true, /*ordered=*/false);
+  *ptr = p;
+  if (p == nullptr) return dscore::cuda_emulation::failed_call(cudaErrorMemoryAllocation);
+  dscore::cuda_emulation::enqueue(stream, [p, size] {
+    count_ordered_allocation(p);
+    std::memset(p, 0xFF, size);
+  });
   return cudaSuccess;
 }
 

@@ -340,6 +340,10 @@ CreateArgs& CreateArgs::seed(uint64_t s) {
   seed_ = s;
   return *this;
 }
+CreateArgs& CreateArgs::flags(uint32_t f) {
+  flags_ = f;
+  return *this;
+}
 CreateArgs& CreateArgs::rank(int32_t rank, int32_t world_size) {
   rank_ = rank;
   world_size_ = world_size;
@@ -410,6 +414,7 @@ const dscore_create_args* CreateArgs::get() {
   args_.local_rank = rank_;
   args_.seed = seed_;
   args_.context = context_ != nullptr ? context_ : FakeHost::thread_context();
+  args_.flags = flags_;
   return &args_;
 }
 

@@ -157,6 +157,7 @@ class CreateArgs {
   CreateArgs& json(const std::string& name, const std::string& json_text);
   CreateArgs& remove(const std::string& name);
   CreateArgs& seed(uint64_t s);
+  CreateArgs& flags(uint32_t f);  // DSCORE_CREATE_* (default none)
   CreateArgs& rank(int32_t rank, int32_t world_size);
   // The context create() receives (default: FakeHost::thread_context()).
   CreateArgs& context(dscore_host_context* context);
@@ -180,6 +181,7 @@ class CreateArgs {
   std::string params_json_;
   dscore_create_args args_{};
   uint64_t seed_ = 1234;
+  uint32_t flags_ = 0;
   int32_t rank_ = 0;
   int32_t world_size_ = 1;
   dscore_host_context* context_ = nullptr;

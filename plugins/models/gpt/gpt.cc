@@ -121,8 +121,12 @@ class Gpt : public sdk::Instance {
       : Instance(host), config_(pretrained.config), params_(config_, p.args()->seed) {
     if (pretrained.folder)
       weights_ = std::make_unique<Gpt2Weights>(std::move(pretrained.folder), params_.description());
-    compute_ = config_.device == "cuda" ? load_cuda_compute(config_, params_)
-                                        : make_cpu_compute(config_, params_, host);
+    if (config_.device != "cuda")
+      compute_ = make_cpu_compute(config_, params_, host);
+    else if (p.describe_only())
+      compute_ = std::make_unique<transformer::DescribeOnlyCompute>("gpt");
+    else
+      compute_ = load_cuda_compute(config_, params_);
   }
 
   const dscore_model_description* description() const { return &params_.description(); }
@@ -194,20 +198,28 @@ class Gpt : public sdk::Instance {
     throw Error(DSCORE_INVALID_ARGUMENT, "no layer " + std::to_string(layer));
   }
 
-  // Host memory of one micro-batch's pass on the CPU: every buffer the
-  // runner allocates (GptRunner::allocate, counted by the same code) plus the
-  // LM head's block of logits and row statistics the CPU kernels hold while
-  // it runs (transformer::cpu::lm_head_working_bytes: about 16M logits at a time).
-  // With checkpointing, the blocks the config checkpoints (all when it does
-  // not say) keep only their inputs.
+  // The memory of one micro-batch's pass where the model computes. On the
+  // CPU (host memory): every buffer the runner allocates (GptRunner::allocate,
+  // counted by the same code) plus the LM head's block of logits and row
+  // statistics the CPU kernels hold while it runs
+  // (transformer::cpu::lm_head_working_bytes: about 16M logits at a time).
+  // On CUDA (GPU memory): the runner's buffers over the CUDA backend, its
+  // scratch and workspace and one layer's copies (cuda_pass_memory.h), for
+  // fp32 parameter views. With checkpointing, the blocks the config
+  // checkpoints (all when it does not say) keep only their inputs.
   uint64_t activation_bytes(int64_t micro_batch, bool checkpointing) const {
+    if (config_.device == "cuda")
+      return cuda_activation_bytes(micro_batch, checkpointing, DSCORE_DTYPE_F32);
     return activation_bytes(micro_batch, checkpointing, /*bf16_operands=*/false);
   }
   // The same for the views the host lends: 16-bit ones add the copies and
   // bf16 operands of transformer::cpu::view_scratch_bytes, and bf16 ones on
   // the bf16 GEMM keep the runner's operand buffers in bf16 (half the size).
+  // On CUDA, views of the compute's dtype are used in place (no copies).
   uint64_t activation_bytes(int64_t micro_batch, bool checkpointing, dscore_dtype param_dtype,
                             dscore_dtype grad_dtype) const {
+    if (config_.device == "cuda")
+      return cuda_activation_bytes(micro_batch, checkpointing, param_dtype);
     const GptConfig& c = config_;
     const transformer::cpu::PassShape pass{
         .tokens = micro_batch * c.block_size,
@@ -232,8 +244,26 @@ class Gpt : public sdk::Instance {
  private:
   uint64_t activation_bytes(int64_t micro_batch, bool checkpointing, bool bf16_operands) const {
     return transformer::declared_pass_bytes(
-        "gpt", config_, config_.n_layer, micro_batch, checkpointing, [&](const GptConfig& c) {
+        config_, config_.n_layer, micro_batch, checkpointing, [&](const GptConfig& c) {
           return runner_activation_bytes<float, float>(c, params_, micro_batch, bf16_operands);
+        });
+  }
+  uint64_t cuda_activation_bytes(int64_t micro_batch, bool checkpointing,
+                                 dscore_dtype param_dtype) const {
+    const GptConfig& c = config_;
+    const transformer::cuda_memory::PassShape shape{
+        .batch = micro_batch,
+        .block = c.block_size,
+        .heads = c.n_head,
+        .embd = c.n_embd,
+        .vocab = c.vocab_size,
+        .widest_column_sum = 4 * c.n_embd,  // the MLP's fc bias
+        .largest_layer = transformer::cpu::largest_layer_numel(params_, c.layer_count())};
+    return transformer::declared_cuda_pass_bytes(
+        c, c.n_layer, micro_batch, checkpointing, param_dtype, shape,
+        [&](const GptConfig& checkpointed, auto scalar, transformer::StateElements state) {
+          return runner_activation_bytes<decltype(scalar), float>(checkpointed, params_,
+                                                                  micro_batch, false, state);
         });
   }
 

@@ -377,10 +377,12 @@ class GptRunner {
 // the model's declared activation memory (model.h activation_bytes), from
 // the same code path.
 template <class Scalar, class Stat>
-uint64_t runner_activation_bytes(const GptConfig& config, const GptParams& params, int64_t batch,
-                                 bool bf16_operands) {
+uint64_t runner_activation_bytes(
+    const GptConfig& config, const GptParams& params, int64_t batch, bool bf16_operands,
+    transformer::StateElements state_elements = &transformer::cpu::attention_state_elements) {
   using Counter = transformer::CountingBackend<Scalar, Stat>;
   Counter counter;
+  counter.state_elements = state_elements;
   GptRunner<Counter>(config, params, counter).allocate(batch, bf16_operands);
   return counter.bytes;
 }

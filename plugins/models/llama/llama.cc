@@ -117,11 +117,13 @@ class Llama : public sdk::Instance {
   Llama(sdk::HostRef host, const sdk::Params& p) : Llama(host, read_source(p), p) {}
 
   Llama(sdk::HostRef host, Source source, const sdk::Params& p)
-      : Instance(host),
-        config_(source.config),
-        params_(config_, p.args()->seed),
-        compute_(config_.device == "cuda" ? load_cuda_compute(config_, params_)
-                                          : make_cpu_compute(config_, params_, host)) {
+      : Instance(host), config_(source.config), params_(config_, p.args()->seed) {
+    if (config_.device != "cuda")
+      compute_ = make_cpu_compute(config_, params_, host);
+    else if (p.describe_only())
+      compute_ = std::make_unique<transformer::DescribeOnlyCompute>("llama");
+    else
+      compute_ = load_cuda_compute(config_, params_);
     if (source.folder)
       weights_ = std::make_unique<LlamaWeights>(std::move(source.folder), params_.description());
   }
@@ -179,20 +181,28 @@ class Llama : public sdk::Instance {
     throw Error(DSCORE_INVALID_ARGUMENT, "no layer " + std::to_string(layer));
   }
 
-  // Host memory of one micro-batch's pass: every buffer the runner
-  // allocates (LlamaRunner::allocate, counted by the same code) plus the LM
-  // head's block of logits and row statistics the CPU kernels hold while
-  // it runs (transformer::cpu::lm_head_working_bytes). With checkpointing, the
-  // blocks the config checkpoints (all when it does not say) keep only
-  // their inputs.
+  // The memory of one micro-batch's pass where the model computes. On the
+  // CPU (host memory): every buffer the runner allocates
+  // (LlamaRunner::allocate, counted by the same code) plus the LM head's
+  // block of logits and row statistics the CPU kernels hold while it runs
+  // (transformer::cpu::lm_head_working_bytes). On CUDA (GPU memory): the
+  // runner's buffers over the CUDA backend, its scratch and workspace and
+  // one layer's copies (cuda_pass_memory.h), for fp32 parameter views. With
+  // checkpointing, the blocks the config checkpoints (all when it does not
+  // say) keep only their inputs.
   uint64_t activation_bytes(int64_t micro_batch, bool checkpointing) const {
+    if (config_.device == "cuda")
+      return cuda_activation_bytes(micro_batch, checkpointing, DSCORE_DTYPE_F32);
     return activation_bytes(micro_batch, checkpointing, /*bf16_operands=*/false);
   }
   // The same for the views the host lends: 16-bit ones add the copies and
   // bf16 operands of transformer::cpu::view_scratch_bytes, and bf16 ones on
   // the bf16 GEMM keep the runner's operand buffers in bf16 (half the size).
+  // On CUDA, views of the compute's dtype are used in place (no copies).
   uint64_t activation_bytes(int64_t micro_batch, bool checkpointing, dscore_dtype param_dtype,
                             dscore_dtype grad_dtype) const {
+    if (config_.device == "cuda")
+      return cuda_activation_bytes(micro_batch, checkpointing, param_dtype);
     const LlamaConfig& c = config_;
     const transformer::cpu::PassShape pass{
         .tokens = micro_batch * c.block_size,
@@ -217,11 +227,28 @@ class Llama : public sdk::Instance {
 
  private:
   uint64_t activation_bytes(int64_t micro_batch, bool checkpointing, bool bf16_operands) const {
-    return transformer::declared_pass_bytes("llama", config_, config_.num_hidden_layers,
-                                            micro_batch, checkpointing, [&](const LlamaConfig& c) {
-                                              return runner_activation_bytes<float, float>(
-                                                  c, params_, micro_batch, bf16_operands);
-                                            });
+    return transformer::declared_pass_bytes(
+        config_, config_.num_hidden_layers, micro_batch, checkpointing, [&](const LlamaConfig& c) {
+          return runner_activation_bytes<float, float>(c, params_, micro_batch, bf16_operands);
+        });
+  }
+  uint64_t cuda_activation_bytes(int64_t micro_batch, bool checkpointing,
+                                 dscore_dtype param_dtype) const {
+    const LlamaConfig& c = config_;
+    const transformer::cuda_memory::PassShape shape{
+        .batch = micro_batch,
+        .block = c.block_size,
+        .heads = c.num_attention_heads,
+        .embd = c.hidden_size,
+        .vocab = c.vocab_size,
+        .widest_column_sum = 0,  // no LayerNorm, no biases
+        .largest_layer = transformer::cpu::largest_layer_numel(params_, c.layer_count())};
+    return transformer::declared_cuda_pass_bytes(
+        c, c.num_hidden_layers, micro_batch, checkpointing, param_dtype, shape,
+        [&](const LlamaConfig& checkpointed, auto scalar, transformer::StateElements state) {
+          return runner_activation_bytes<decltype(scalar), float>(checkpointed, params_,
+                                                                  micro_batch, false, state);
+        });
   }
 
   const dscore_model_param* param_at(size_t index) const {

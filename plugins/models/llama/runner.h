@@ -416,10 +416,12 @@ class LlamaRunner {
 // Bytes LlamaRunner::allocate(batch) takes over a backend of these types:
 // the model's declared activation memory, from the same code path.
 template <class Scalar, class Stat>
-uint64_t runner_activation_bytes(const LlamaConfig& config, const LlamaParams& params,
-                                 int64_t batch, bool bf16_operands) {
+uint64_t runner_activation_bytes(
+    const LlamaConfig& config, const LlamaParams& params, int64_t batch, bool bf16_operands,
+    transformer::StateElements state_elements = &transformer::cpu::attention_state_elements) {
   using Counter = transformer::CountingBackend<Scalar, Stat>;
   Counter counter;
+  counter.state_elements = state_elements;
   LlamaRunner<Counter>(config, params, counter).allocate(batch, bf16_operands);
   return counter.bytes;
 }

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <dscore/model.h>
+#include <dscore/cpp/plugin.hpp>
 
 #include <cstddef>
+#include <string>
 #include <utility>
 
 #include "tokens.h"
@@ -19,6 +21,30 @@ class Compute {
                                   double loss_scale) = 0;
   virtual void forward(const SplitTokens& tokens, const dscore_model_hooks& hooks, double* loss,
                        float* logits) = 0;
+};
+
+// The compute of an instance made only to describe the model
+// (DSCORE_CREATE_DESCRIBE_ONLY, for `dscore plan`) on "device": "cuda":
+// nothing loaded, no GPU needed. A call to compute on it is the host's
+// mistake, and says so.
+class DescribeOnlyCompute final : public Compute {
+ public:
+  explicit DescribeOnlyCompute(const char* model) : model_(model) {}
+  double forward_backward(const SplitTokens&, const dscore_model_hooks&, double) override {
+    refuse();
+  }
+  void forward(const SplitTokens&, const dscore_model_hooks&, double*, float*) override {
+    refuse();
+  }
+
+ private:
+  [[noreturn]] void refuse() const {
+    throw sdk::Error(DSCORE_FAILED_PRECONDITION,
+                     model_ +
+                         ": this instance was created only to describe the model "
+                         "(DSCORE_CREATE_DESCRIBE_ONLY) and does not compute");
+  }
+  std::string model_;
 };
 
 // For one call, a backend that computes on a device stream (use_stream)

@@ -1,5 +1,6 @@
 // A model runner's backend that counts what the runner allocates instead of
-// allocating it, keeping for attention what the CPU kernels keep: running
+// allocating it, keeping for attention what the CPU kernels keep (or
+// another backend's state_elements, the CUDA backend's): running
 // a runner's allocate() over it gives the bytes a real pass allocates, so
 // a model's declared activation memory (model.h activation_bytes) comes
 // from the same code as the allocation.
@@ -11,12 +12,15 @@
 
 namespace dscore::transformer {
 
+// What a backend's attention keeps for backward, in scalar elements.
+using StateElements = int64_t (*)(int64_t B, int64_t Tn, int64_t NH);
+
 template <class Scalar_, class Stat_>
 struct CountingBackend {
   using Scalar = Scalar_;
   using Stat = Stat_;
   int64_t attention_state_elements(int64_t B, int64_t Tn, int64_t NH) const {
-    return cpu::attention_state_elements(B, Tn, NH);
+    return state_elements(B, Tn, NH);
   }
   template <typename X>
   struct Buffer {
@@ -28,6 +32,7 @@ struct CountingBackend {
     return {};
   }
   uint64_t bytes = 0;
+  StateElements state_elements = &cpu::attention_state_elements;
 };
 
 }  // namespace dscore::transformer

@@ -1,5 +1,6 @@
 // What the gpt and llama models share about their passes' memory: the
-// host memory one micro-batch's pass declares (model.h activation_bytes),
+// memory one micro-batch's pass declares (model.h activation_bytes), on the
+// CPU (host memory) and on a GPU (device memory),
 // and the check that keeps a pass's operand buffers in the form they were
 // sized for (the runners' fused blocks: bf16 operands in bf16 layers).
 #pragma once
@@ -7,30 +8,76 @@
 #include <dscore/cpp/plugin.hpp>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
+#include "counting_backend.h"
 #include "cpu/linear.h"
+#include "cuda_pass_memory.h"
 
 namespace dscore::transformer {
 
-// The pass on the CPU of `micro_batch` samples: `runner_bytes(config)` (the
-// runner's allocations, counted by its own allocation code) for the config
-// with the blocks checkpointing keeps only the inputs of (the configured
-// ones, else all `layers`), plus the LM head's working block.
-template <class Config, class RunnerBytes>
-uint64_t declared_pass_bytes(const char* model, const Config& config, int64_t layers,
-                             int64_t micro_batch, bool checkpointing, RunnerBytes&& runner_bytes) {
-  if (config.device != "cpu")
-    throw sdk::Error(DSCORE_UNIMPLEMENTED,
-                     std::string(model) +
-                         " on \"device\": \"cuda\" keeps its activations in GPU memory, which the "
-                         "memory plan does not count");
-  if (micro_batch < 1) throw sdk::Error(DSCORE_INVALID_ARGUMENT, "micro_batch must be >= 1");
+// `config` with the blocks checkpointing keeps only the inputs of: the
+// configured ones, else all `layers`; none without checkpointing.
+template <class Config>
+Config checkpointed_config(const Config& config, int64_t layers, bool checkpointing) {
   Config c = config;
   c.checkpoint_blocks = !checkpointing                 ? 0
                         : config.checkpoint_blocks > 0 ? config.checkpoint_blocks
                                                        : layers;
+  return c;
+}
+
+inline void check_micro_batch(int64_t micro_batch) {
+  if (micro_batch < 1) throw sdk::Error(DSCORE_INVALID_ARGUMENT, "micro_batch must be >= 1");
+}
+
+// The pass on the CPU of `micro_batch` samples: `runner_bytes(config)` (the
+// runner's allocations, counted by its own allocation code) for the
+// checkpointed config, plus the LM head's working block.
+template <class Config, class RunnerBytes>
+uint64_t declared_pass_bytes(const Config& config, int64_t layers, int64_t micro_batch,
+                             bool checkpointing, RunnerBytes&& runner_bytes) {
+  check_micro_batch(micro_batch);
+  const Config c = checkpointed_config(config, layers, checkpointing);
   return runner_bytes(c) + cpu::lm_head_working_bytes(micro_batch * c.block_size, c.vocab_size);
+}
+
+// The attention the CUDA backend runs on bf16 (cuda_pass_memory.h), from
+// DSCORE_CUDA_ATTENTION; any value but "fused" and "unfused" throws
+// INVALID_ARGUMENT naming both.
+inline cuda_memory::AttentionKernels attention_kernels_from_env() {
+  const char* value = std::getenv("DSCORE_CUDA_ATTENTION");
+  if (auto kernels = cuda_memory::parse_attention_kernels(value)) return *kernels;
+  throw sdk::Error(DSCORE_INVALID_ARGUMENT,
+                   std::string("DSCORE_CUDA_ATTENTION is \"") + value +
+                       "\"; expected \"fused\" (the default: flash attention on bf16) or "
+                       "\"unfused\" (cuBLAS products keeping the T x T probabilities)");
+}
+
+// The pass on a GPU of `micro_batch` samples (GPU memory): the runner's
+// allocations over the CUDA backend, `runner_bytes(config, scalar, state)`
+// counted by its own allocation code for the checkpointed config, with a
+// scalar of the backend's size (float, or uint16_t standing for bf16: the
+// config's cuda_dtype) and its attention state
+// (cuda_memory::*_state_elements), plus the backend's
+// scratch and workspace and one layer's copies for parameter views of
+// `param_dtype` in device memory.
+template <class Config, class RunnerBytes>
+uint64_t declared_cuda_pass_bytes(const Config& config, int64_t layers, int64_t micro_batch,
+                                  bool checkpointing, dscore_dtype param_dtype,
+                                  const cuda_memory::PassShape& shape, RunnerBytes&& runner_bytes) {
+  check_micro_batch(micro_batch);
+  const bool bf16 = config.cuda_dtype == "bf16";
+  const bool fused = bf16 && attention_kernels_from_env() == cuda_memory::AttentionKernels::kFused;
+  const uint64_t scalar_bytes = bf16 ? 2 : 4;
+  const StateElements state =
+      fused ? &cuda_memory::fused_state_elements : &cuda_memory::unfused_state_elements;
+  const bool in_place = param_dtype == (bf16 ? DSCORE_DTYPE_BF16 : DSCORE_DTYPE_F32);
+  const Config c = checkpointed_config(config, layers, checkpointing);
+  return (bf16 ? runner_bytes(c, uint16_t{}, state) : runner_bytes(c, float{}, state)) +
+         cuda_memory::scratch_bytes(shape, scalar_bytes, fused) +
+         cuda_memory::layer_copies_bytes(shape.largest_layer, scalar_bytes, in_place);
 }
 
 // A block whose linears read operands of the other form than the pass's

@@ -395,7 +395,20 @@ typedef struct dscore_create_args {
   /* The context of the instance being created: pass it to every host
    * service the instance calls, for as long as it lives. */
   dscore_host_context* context;
+  /* ---- minor 0 ends here ---- */
+
+  /* ABI 1.2, PROVISIONAL: DSCORE_CREATE_* flags. Read it only when
+   * struct_size covers it (an older host's arguments end before it). */
+  uint32_t flags;
 } dscore_create_args;
+
+/* dscore_create_args.flags: the instance is made only to describe itself
+ * (its parameters, state slots and declared memory, for `dscore plan`);
+ * the host calls nothing on it that computes or steps. A plugin may skip
+ * what only computing needs (a GPU, a CUDA context, a module of kernels),
+ * so that a plan for a GPU run is made where no GPU is. A plugin that
+ * ignores the flag is created as usual. */
+#define DSCORE_CREATE_DESCRIBE_ONLY 0x1u
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -84,10 +84,11 @@ TEST(CliPlan, CpuOffloadIsCountedAndTooFewBuffersIsAConfigError) {
       << few.err;
 }
 
-// A CUDA run's plan on a machine without a GPU: the model is planned on the
-// CPU, GPU memory and host memory are apart, the activations are not
-// counted (a note says they are in GPU memory), and the GPU's memory is
-// checked where one is visible, else said not to be.
+// A CUDA run's plan on a machine without a GPU: the model is made only to
+// describe itself (DSCORE_CREATE_DESCRIBE_ONLY), so no GPU is needed; GPU
+// memory and host memory are apart, the activations the model declares for
+// its CUDA compute (with its 32 MiB cuBLAS workspace) are in GPU memory,
+// and the GPU's memory is checked where one is visible, else said not to be.
 TEST(CliPlan, ACudaRunIsPlannedInGpuAndHostMemory) {
   if (!std::filesystem::exists(std::string(DSCORE_BUILD_PLUGIN_DIR) +
                                "/cuda/libdscore_gpt_cuda.so"))
@@ -110,7 +111,15 @@ TEST(CliPlan, ACudaRunIsPlannedInGpuAndHostMemory) {
   EXPECT_EQ(lines_starting_with(r.out, "  in RAM").size(), 0u) << r.out;
   EXPECT_EQ(lines_starting_with(r.out, "  comm scratch").size(), 0u) << "nccl's: not counted\n"
                                                                      << r.out;
-  EXPECT_NE(r.out.find("keeps them in GPU memory"), std::string::npos) << r.out;
+  const size_t gpu = r.out.find("  in GPU memory"), host = r.out.find("  in host memory"),
+               activations = r.out.find("  activations (declared)");
+  ASSERT_NE(activations, std::string::npos) << r.out;
+  EXPECT_TRUE(gpu < activations && activations < host) << r.out;
+  EXPECT_NE(r.out.find("MiB", activations), std::string::npos) << r.out;
+  const double mib = std::stod(r.out.substr(activations + 24, 16));
+  EXPECT_GT(mib, 32.0) << r.out;
+  EXPECT_LT(mib, 40.0) << r.out;
+  EXPECT_EQ(r.out.find("activations are not counted"), std::string::npos) << r.out;
   EXPECT_TRUE(r.out.find("GPU memory not checked") != std::string::npos ||
               r.out.find("GPU memory free") != std::string::npos)
       << r.out;

@@ -99,6 +99,15 @@ struct Counters {
 };
 Counters counters();
 
+// Device memory of `device` in use in stream order, as a stream-ordered
+// pool holds it (an allocation counts from its call, or cudaMallocAsync's
+// stream point, until its free's; by the bytes asked for),
+// and the most in use at once since reset_device_peak (or the start): what
+// a test holds a declared memory figure against.
+size_t device_bytes_in_use(int device);
+size_t device_peak_bytes(int device);
+void reset_device_peak(int device);
+
 struct LaunchConfig {
   LaunchConfig(dim3 grid_, dim3 block_, size_t shared_bytes_ = 0, cudaStream_t stream_ = nullptr)
       : grid(grid_), block(block_), shared_bytes(shared_bytes_), stream(stream_) {}

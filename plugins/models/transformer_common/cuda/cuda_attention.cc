@@ -20,17 +20,6 @@
 
 namespace dscore::gpt::gpu {
 
-AttentionKernels attention_kernels_from_env() {
-  const char* value = std::getenv("DSCORE_CUDA_ATTENTION");
-  const std::string v = value == nullptr ? "" : value;
-  if (v.empty() || v == "fused") return AttentionKernels::kFused;
-  if (v == "unfused") return AttentionKernels::kUnfused;
-  throw sdk::Error(DSCORE_INVALID_ARGUMENT,
-                   "DSCORE_CUDA_ATTENTION is \"" + v +
-                       "\"; expected \"fused\" (the default: flash attention on bf16) or "
-                       "\"unfused\" (cuBLAS products keeping the T x T probabilities)");
-}
-
 namespace {
 
 using transformer::gpu::FlashShape;

@@ -15,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "../pass_memory.h"
 #include "cuda_context.h"
 #include "flash_attention.h"
 
@@ -80,12 +81,10 @@ class CudaGrads {
   std::vector<DeviceBuffer<S>> buffers_;
 };
 
-// The attention a bf16 backend runs, from DSCORE_CUDA_ATTENTION: "fused"
-// (unset: flash_attention.h, keeping each query row's logsumexp) or
-// "unfused" (cuBLAS products, keeping the T x T probabilities). fp32 runs
-// unfused always. Any other value throws INVALID_ARGUMENT naming both.
-enum class AttentionKernels { kFused, kUnfused };
-AttentionKernels attention_kernels_from_env();
+// The attention a bf16 backend runs, from DSCORE_CUDA_ATTENTION ("fused",
+// the default, or "unfused"; cuda_pass_memory.h). fp32 runs unfused always.
+using transformer::attention_kernels_from_env;
+using transformer::cuda_memory::AttentionKernels;
 
 // The fused attention (flash_attention.h) on the context's stream, for the
 // gpt and llama backends: `state` is the attention state, each query row's
@@ -164,8 +163,8 @@ class CudaBackend {
   // zero above the diagonal, and backward does not read out.
   bool fused_attention() const { return fused_attention_; }
   int64_t attention_state_elements(int64_t B, int64_t Tn, int64_t NH) const {
-    return fused_attention_ ? B * NH * Tn * static_cast<int64_t>(sizeof(float) / sizeof(S))
-                            : B * NH * Tn * Tn;
+    return fused_attention_ ? transformer::cuda_memory::fused_state_elements(B, Tn, NH)
+                            : transformer::cuda_memory::unfused_state_elements(B, Tn, NH);
   }
   void attention_forward(S* out, S* att, const S* qkv, int64_t B, int64_t Tn, int64_t C,
                          int64_t NH);

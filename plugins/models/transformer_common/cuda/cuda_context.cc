@@ -20,8 +20,8 @@
 namespace dscore::gpt::gpu {
 namespace {
 
-constexpr size_t kCublasWorkspace = size_t{32} << 20;  // cuBLAS's advice for Hopper
-constexpr size_t kMinUpload = size_t{64} << 10;        // an upload slot's first size
+constexpr size_t kCublasWorkspace = transformer::cuda_memory::kCublasWorkspaceBytes;
+constexpr size_t kMinUpload = size_t{64} << 10;  // an upload slot's first size
 
 const char* base_name(const char* path) {
   const char* slash = std::strrchr(path, '/');
@@ -94,9 +94,7 @@ CudaContext::CudaContext() {
     stream_ = own_stream_;
     DSCORE_GPT_CUDA_CHECK(cudaEventCreateWithFlags(&handoff_, cudaEventDisableTiming));
     DSCORE_GPT_CUBLAS_CHECK(cublasCreate(&blas_));
-    DSCORE_GPT_CUBLAS_CHECK(cublasSetStream(blas_, stream_));  // resets the workspace: set it after
-    DSCORE_GPT_CUDA_CHECK(cudaMalloc(&workspace_, kCublasWorkspace));
-    DSCORE_GPT_CUBLAS_CHECK(cublasSetWorkspace(blas_, workspace_, kCublasWorkspace));
+    DSCORE_GPT_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
     int pools = 0;
     DSCORE_GPT_CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device_));
     if (pools != 0) {
@@ -137,9 +135,9 @@ void CudaContext::destroy() noexcept {
   }
   if (blas_ != nullptr) cublasDestroy(blas_);
   blas_ = nullptr;
-  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
-  if (workspace_ != nullptr) cudaFree(workspace_);
+  release(workspace_);  // after the work queued on it
   workspace_ = nullptr;
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   if (pool_ != nullptr) cudaMemPoolDestroy(pool_);
   pool_ = nullptr;
   if (handoff_ != nullptr) cudaEventDestroy(handoff_);
@@ -163,7 +161,16 @@ void CudaContext::use_stream(cudaStream_t stream) {
   stream_ = stream;
   DSCORE_GPT_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
   // (cublasSetStream resets the workspace.)
-  DSCORE_GPT_CUBLAS_CHECK(cublasSetWorkspace(blas_, workspace_, kCublasWorkspace));
+  if (workspace_ != nullptr)
+    DSCORE_GPT_CUBLAS_CHECK(cublasSetWorkspace(blas_, workspace_, kCublasWorkspace));
+}
+
+cublasHandle_t CudaContext::blas() {
+  if (workspace_ == nullptr) {
+    workspace_ = allocate(kCublasWorkspace, "the cuBLAS workspace");
+    DSCORE_GPT_CUBLAS_CHECK(cublasSetWorkspace(blas_, workspace_, kCublasWorkspace));
+  }
+  return blas_;
 }
 
 void* CudaContext::allocate(size_t bytes, const char* what) {

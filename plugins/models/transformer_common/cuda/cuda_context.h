@@ -71,7 +71,11 @@ class CudaContext {
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
-  cublasHandle_t blas() const { return blas_; }
+  // cuBLAS on stream(), with its workspace: allocated at the first call
+  // (stream-ordered), so that a model made before the engine checks the
+  // GPU's free memory holds none of the memory it declares
+  // (cuda_pass_memory.h counts the workspace with the activations).
+  cublasHandle_t blas();
   // Make this context's device current on the calling thread.
   void make_current() const;
   void synchronize() const;

@@ -22,9 +22,9 @@ cublasOperation_t op_of(Op op) { return op == Op::kN ? CUBLAS_OP_N : CUBLAS_OP_T
 
 }  // namespace
 
-void gemm_ex(const CudaContext& context, Op op_a, Op op_b, int64_t m, int64_t n, int64_t k,
-             float alpha, const GemmMatrix& a, const GemmMatrix& b, float beta, void* c,
-             cudaDataType_t c_type, int64_t ldc, int64_t stride_c, int64_t batch) {
+void gemm_ex(CudaContext& context, Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha,
+             const GemmMatrix& a, const GemmMatrix& b, float beta, void* c, cudaDataType_t c_type,
+             int64_t ldc, int64_t stride_c, int64_t batch) {
   if (m == 0 || n == 0 || batch == 0) return;
   const int im = as_int(m, "rows"), in = as_int(n, "columns"), ik = as_int(k, "inner dimension");
   const int lda = as_int(a.ld, "leading dimension"), ldb = as_int(b.ld, "leading dimension"),

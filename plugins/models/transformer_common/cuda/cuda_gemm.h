@@ -33,15 +33,14 @@ struct GemmMatrix {
 };
 
 // C (m x n) = alpha op(A) op(B) + beta C, `batch` times (strided), column-major.
-void gemm_ex(const CudaContext& context, Op op_a, Op op_b, int64_t m, int64_t n, int64_t k,
-             float alpha, const GemmMatrix& a, const GemmMatrix& b, float beta, void* c,
-             cudaDataType_t c_type, int64_t ldc, int64_t stride_c, int64_t batch);
+void gemm_ex(CudaContext& context, Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha,
+             const GemmMatrix& a, const GemmMatrix& b, float beta, void* c, cudaDataType_t c_type,
+             int64_t ldc, int64_t stride_c, int64_t batch);
 
 template <typename A, typename B, typename Out>
-void gemm(const CudaContext& context, Op op_a, Op op_b, int64_t m, int64_t n, int64_t k,
-          float alpha, const A* a, int64_t lda, const B* b, int64_t ldb, float beta, Out* c,
-          int64_t ldc, int64_t batch = 1, int64_t stride_a = 0, int64_t stride_b = 0,
-          int64_t stride_c = 0) {
+void gemm(CudaContext& context, Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha,
+          const A* a, int64_t lda, const B* b, int64_t ldb, float beta, Out* c, int64_t ldc,
+          int64_t batch = 1, int64_t stride_a = 0, int64_t stride_b = 0, int64_t stride_c = 0) {
   gemm_ex(context, op_a, op_b, m, n, k, alpha, GemmMatrix{a, data_type<A>(), lda, stride_a},
           GemmMatrix{b, data_type<B>(), ldb, stride_b}, beta, c, data_type<Out>(), ldc, stride_c,
           batch);

@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "../cuda_pass_memory.h"
+
 namespace dscore::gpt::gpu {
 
 // The element type of a host view being uploaded.
@@ -54,13 +56,8 @@ cudaError_t layernorm_backward_input(S* dinp, const S* dout, const S* inp, const
 // sum_r dout[r, c]; with inp (LayerNorm), also dnorm[c] += sum_r dout[r, c] *
 // (inp[r, c] - mean[r]) * rstd[r]. `partials` is scratch of
 // column_sum_partials(N, C) floats.
-inline int64_t column_sum_rows_per_chunk(int64_t N) {
-  return std::max<int64_t>(64, (N + 511) / 512);
-}
-inline int64_t column_sum_partials(int64_t N, int64_t C) {
-  const int64_t rows = column_sum_rows_per_chunk(N);
-  return (N + rows - 1) / rows * 2 * C;
-}
+using transformer::cuda_memory::column_sum_partials;
+using transformer::cuda_memory::column_sum_rows_per_chunk;
 template <typename S>
 cudaError_t column_sums(S* dsum, S* dnorm, const S* dout, const S* inp, const float* mean,
                         const float* rstd, int64_t N, int64_t C, float* partials,

@@ -18,14 +18,10 @@
 namespace dscore::gpt::gpu {
 namespace {
 
-constexpr int64_t kLogitsPerChunk = int64_t{1} << 25;
-
-// The logits' and their gradient's row pitch.
-int64_t logits_pitch(int64_t V) { return (V + 63) / 64 * 64; }
+using transformer::cuda_memory::logits_pitch;
 
 int64_t rows_per_chunk(int64_t N, int64_t V) {
-  return std::clamp<int64_t>(kLogitsPerChunk / std::max<int64_t>(logits_pitch(V), 1), 16,
-                             std::max<int64_t>(N, 16));
+  return transformer::cuda_memory::logits_rows_per_chunk(N, V);
 }
 
 double sum_in_order(const double* v, int64_t n) {

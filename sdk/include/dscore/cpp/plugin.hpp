@@ -20,6 +20,7 @@
 #include <dscore/plugin.h>
 #include <dscore/cpp/dtype.hpp>
 
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -184,6 +185,12 @@ class Params {
   explicit Params(const dscore_create_args* args) : args_(args) {}
   // The whole create() arguments (rank, world size, seed, context).
   const dscore_create_args* args() const { return args_; }
+  // Whether the host makes the instance only to describe it
+  // (DSCORE_CREATE_DESCRIBE_ONLY; false from hosts older than ABI 1.2).
+  bool describe_only() const {
+    return args_->struct_size >= offsetof(dscore_create_args, flags) + sizeof(args_->flags) &&
+           (args_->flags & DSCORE_CREATE_DESCRIBE_ONLY) != 0;
+  }
   // The host as the instance being created sees it.
   HostRef host() const { return HostRef(args_); }
 

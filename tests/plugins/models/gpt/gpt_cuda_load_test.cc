@@ -40,5 +40,9 @@ TEST(GptCudaLoad, CudaDeviceWithoutGpuIsAClearError) {
   expect_no_device_error(DSCORE_GPT_PLUGIN, "gpt", tiny);
 }
 
+TEST(GptCudaLoad, ADescribeOnlyCudaModelNeedsNoGpu) {
+  expect_describe_only_model_needs_no_gpu(DSCORE_GPT_PLUGIN, "gpt", tiny, 8);
+}
+
 }  // namespace
 }  // namespace dscore::transformer::testing

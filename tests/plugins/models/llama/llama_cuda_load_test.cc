@@ -30,5 +30,9 @@ TEST(LlamaCudaLoad, CudaDeviceWithoutGpuIsAClearError) {
   expect_no_device_error(DSCORE_LLAMA_PLUGIN, "llama", tiny);
 }
 
+TEST(LlamaCudaLoad, ADescribeOnlyCudaModelNeedsNoGpu) {
+  expect_describe_only_model_needs_no_gpu(DSCORE_LLAMA_PLUGIN, "llama", tiny, 8);
+}
+
 }  // namespace
 }  // namespace dscore::transformer::testing

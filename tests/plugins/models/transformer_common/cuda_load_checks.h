@@ -3,8 +3,9 @@
 // (plugins/models/transformer_common/cuda_module.h): a CPU model loads no
 // cuBLAS; a copy of the plugin without its cuda/ folder answers
 // "device": "cuda" with an error naming the module's path; with the module
-// but no GPU, the module's own "no CUDA device" error. Used by the gpt and
-// llama load tests, which run everywhere (no gpu label).
+// but no GPU, the module's own "no CUDA device" error; made only to describe
+// itself (DSCORE_CREATE_DESCRIBE_ONLY), it needs neither. Used by the gpt
+// and llama load tests, which run everywhere (no gpu label).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -99,6 +100,80 @@ inline void expect_no_device_error(const std::string& plugin, const char* name,
             std::string::npos)
       << error;
   EXPECT_NE(error.find("\"device\": \"cpu\""), std::string::npos) << error;
+}
+
+// Made only to describe itself (`dscore plan`), a "device": "cuda" model
+// needs neither its module nor a GPU (the plugin is copied alone, without
+// its cuda/ folder): it declares its GPU memory, the cuBLAS workspace
+// (32 MiB) included and so more than the CPU compute's, and refuses to
+// compute, saying why. `block`: the block_size `tiny` sets.
+inline void expect_describe_only_model_needs_no_gpu(
+    const std::string& plugin, const char* name,
+    const std::function<void(fakes::CreateArgs&)>& tiny, int64_t block) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() /
+      ("dscore-describe-only-test-" + std::string(name) + "-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path copy = dir / fs::path(plugin).filename();
+  fs::copy_file(plugin, copy, fs::copy_options::overwrite_existing);
+  {
+    fakes::TestPluginLibrary lib(copy.string());
+    const auto* vt = lib.vtable<dscore_model_vtable>(DSCORE_KIND_MODEL, name);
+    uint64_t bytes[2] = {0, 0};  // cuda, cpu
+    for (int i = 0; i < 2; ++i) {
+      fakes::CreateArgs args = fakes::CreateArgs::with_defaults(lib.find(DSCORE_KIND_MODEL, name));
+      tiny(args);
+      args.string("device", i == 0 ? "cuda" : "cpu").flags(DSCORE_CREATE_DESCRIBE_ONLY);
+      dscore_model* model = nullptr;
+      ASSERT_EQ(vt->create(args.get(), &model), DSCORE_OK)
+          << fakes::FakeHost::instance().last_error();
+      EXPECT_EQ(
+          vt->activation_bytes_for(model, 2, 0, DSCORE_DTYPE_BF16, DSCORE_DTYPE_BF16, &bytes[i]),
+          DSCORE_OK)
+          << fakes::FakeHost::instance().last_error();
+      if (i == 0) {
+        std::vector<int32_t> ids(static_cast<size_t>(2 * (block + 1)), 1);
+        int64_t shape[2] = {2, block + 1};
+        dscore_tensor tokens{};
+        tokens.struct_size = sizeof tokens;
+        tokens.data = ids.data();
+        tokens.dtype = DSCORE_DTYPE_I32;
+        tokens.device_type = DSCORE_DEVICE_CPU;
+        tokens.ndim = 2;
+        tokens.shape = shape;
+        tokens.numel = 2 * (block + 1);
+        tokens.name = "tokens";
+        const dscore_tensor* pointer = &tokens;
+        dscore_batch batch{};
+        batch.struct_size = sizeof batch;
+        batch.batch_size = 2;
+        batch.count = 1;
+        batch.tensors = &pointer;
+        // Hooks that fail the test if called: the model must refuse first.
+        dscore_model_hooks hooks{};
+        hooks.struct_size = sizeof hooks;
+        hooks.acquire = [](void*, size_t, dscore_acquire_mode,
+                           dscore_layer_views*) -> dscore_status {
+          ADD_FAILURE() << "a describe-only model acquired a layer";
+          return DSCORE_INTERNAL;
+        };
+        hooks.release = [](void*, size_t) -> dscore_status { return DSCORE_INTERNAL; };
+        hooks.grads_ready = [](void*, size_t) -> dscore_status { return DSCORE_INTERNAL; };
+        double loss = 0;
+        EXPECT_EQ(vt->forward_backward(model, &batch, &hooks, 1.0, &loss),
+                  DSCORE_FAILED_PRECONDITION);
+        EXPECT_NE(fakes::FakeHost::instance().last_error().find(
+                      std::string(name) + ": this instance was created only to describe the model"),
+                  std::string::npos)
+            << fakes::FakeHost::instance().last_error();
+      }
+      vt->destroy(model);
+    }
+    EXPECT_GT(bytes[0], uint64_t{32} << 20);
+    EXPECT_NE(bytes[0], bytes[1] + (uint64_t{32} << 20));
+  }
+  fs::remove_all(dir);
 }
 
 }  // namespace dscore::transformer::testing
