@@ -192,12 +192,14 @@ typedef struct dscore_model_vtable {
    * of `micro_batch` samples, into *peak_bytes: everything it allocates for
    * the pass beyond the parameters and gradients the host lends (kept
    * activations, recomputation and gradient buffers, the loss head's
-   * workspace). checkpointing = 0: every activation is kept; non-zero: with
-   * activation checkpointing as this instance's parameters set it (every
-   * layer it can checkpoint when they do not say). The host adds it to the
-   * memory plan (`dscore plan`, and the check that a run fits its node).
-   * UNIMPLEMENTED (or NULL) when unknown: the plan then says activations are
-   * not counted. */
+   * workspace), in the memory it computes in: GPU memory for a model that
+   * computes on CUDA (its scratch and its libraries' workspaces too, which
+   * it should allocate at its first pass, not at create, since the host
+   * checks the GPU's free memory after create). checkpointing = 0: every activation is kept;
+   * non-zero: with activation checkpointing as this instance's parameters set it (every layer it
+   * can checkpoint when they do not say). The host adds it to the memory plan (`dscore plan`, and
+   * the check that a run fits its node or its GPU). UNIMPLEMENTED (or NULL) when unknown: the plan
+   * then says activations are not counted. */
   dscore_status (*activation_bytes)(const dscore_model* self, int64_t micro_batch,
                                     int32_t checkpointing, uint64_t* peak_bytes);
   /* ---- minor 1 ends here ---- */

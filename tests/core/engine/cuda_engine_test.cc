@@ -264,8 +264,9 @@ TEST_P(CudaEngine, AModelLargerThanTheGpuIsRefusedBeforeAllocating) {
       run_in_process_job(config("cuda", stage, corpus_file.path, "", big), 1, {}, "nccl");
   ASSERT_NE(cuda.error, "");
   for (const std::string part :
-       {"does not fit on this node", "GPU memory: the model states and buffers there need",
-        "free (cudaMemGetInfo)", stage < 3 ? "higher ZeRO stage" : "offload the parameters"})
+       {"does not fit on this node",
+        "GPU memory: the model states, buffers and activations there need", "free (cudaMemGetInfo)",
+        stage < 3 ? "higher ZeRO stage" : "offload the parameters"})
     EXPECT_NE(cuda.error.find(part), std::string::npos) << part << "\n" << cuda.error;
   EXPECT_EQ(cuda.error.find("RAM:"), std::string::npos) << cuda.error;
   std::printf("%s\n", cuda.error.c_str());

@@ -348,36 +348,53 @@ TEST(FitCheck, ShortRamNamesTheNumbersAndTheSettings) {
   EXPECT_EQ(m3.find("\"nvme\" with"), std::string::npos) << m3;
 }
 
-// A GPU run: the model states are checked against the GPU's free memory,
-// not the node's RAM, which holds only what the ranks keep on the host (8
-// ranks of a node whose RAM could not hold their model states fit).
+// A GPU run: the model states and the activations the model declares for
+// its CUDA compute are checked against the GPU's free memory, not the
+// node's RAM, which holds only what the ranks keep on the host (8 ranks of
+// a node whose RAM could not hold their model states fit).
 TEST(FitCheck, OnAGpuTheStatesAreCheckedAgainstItsMemoryNotRam) {
   TwoLayers model;
   ZeroPlan plan = make_plan(load(R"({"stage": 1})", "", 8), model.layout(), kAdam, 8, 0, false);
   ProcessMemory process;
   process.model = "model 'two_layers'";
-  process.activations = int64_t{1} << 30;  // declared for the CPU: not checked on the GPU
+  process.activations = int64_t{1} << 20;  // in GPU memory
   process.baseline = 1000;
   add_process_memory(process, &plan);
   const int64_t states = plan.memory.model_states() + plan.memory.buffers;
+  const int64_t needed = states + (int64_t{1} << 20);
   NodeCapacity node;
   node.local_ranks = 8;
   node.ram_available = 8 * plan.host_memory();
-  node.device_available = states;
+  node.device_available = needed;
   EXPECT_TRUE(check_fits(plan, node).ok()) << check_fits(plan, node).message();
   EXPECT_LT(*node.ram_available, 8 * states) << "the old check, all in RAM, refused this";
 
-  node.device_available = states - 1;
+  node.device_available = needed - 1;
   const Status s = check_fits(plan, node);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.code(), DSCORE_RESOURCE_EXHAUSTED);
   for (const std::string& part :
-       {std::string("GPU memory: the model states and buffers there need ") + format_bytes(states) +
-            " per rank",
-        format_bytes(states - 1) + " free (cudaMemGetInfo)", std::string("offload_optimizer"),
-        std::string("zero_optimization.stage is 1"), std::string("more ranks")})
+       {std::string("GPU memory: the model states, buffers and activations there need ") +
+            format_bytes(needed) + " per rank",
+        format_bytes(needed - 1) + " free (cudaMemGetInfo)",
+        std::string("lower train_micro_batch_size_per_gpu or turn on activation_checkpointing "
+                    "(activations take 1.00 MiB per rank)"),
+        std::string("offload_optimizer"), std::string("zero_optimization.stage is 1"),
+        std::string("more ranks")})
     EXPECT_NE(s.message().find(part), std::string::npos) << part << "\n" << s.message();
   EXPECT_EQ(s.message().find("RAM:"), std::string::npos) << s.message();
+
+  // A model that declares none: the states alone, and the message says so.
+  process.activations.reset();
+  add_process_memory(process, &plan);
+  node.device_available = states - 1;
+  const std::string uncounted = check_fits(plan, node).message();
+  EXPECT_NE(uncounted.find("GPU memory: the model states, buffers (activations not counted) "
+                           "there need " +
+                           format_bytes(states)),
+            std::string::npos)
+      << uncounted;
+  EXPECT_EQ(uncounted.find("lower train_micro_batch_size_per_gpu"), std::string::npos) << uncounted;
 
   // ZeRO-Offload: the state is on the host, so RAM is what runs short.
   ZeroPlan offload =
