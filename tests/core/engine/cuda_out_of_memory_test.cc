@@ -30,16 +30,23 @@ using testing::run_in_process_job;
 // micro-batch of 8 fit (41 MB); one of 64 (92 MB) does not.
 constexpr const char* kGpuBytes = "60000000";
 
-// `extra`: more members of the config; `model_extra`: of its model section.
+const std::string kGpt =
+    R"("type": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 64, "vocab_size": 256)";
+// Grouped-query heads (4 over 2), SwiGLU, rotary embeddings, tied embeddings.
+const std::string kLlama = R"("type": "llama", "vocab_size": 256, "hidden_size": 64,
+  "intermediate_size": 176, "num_hidden_layers": 2, "num_attention_heads": 4,
+  "num_key_value_heads": 2, "max_position_embeddings": 64, "block_size": 64,
+  "tie_word_embeddings": true)";
+
+// `extra`: more members of the config; `model`: its model section's.
 std::string config(int micro, const std::string& corpus, const std::string& extra = "",
-                   const std::string& model_extra = "") {
+                   const std::string& model = kGpt) {
   return R"("device": "cuda", "train_batch_size": )" + std::to_string(micro) +
          R"(, "train_micro_batch_size_per_gpu": )" + std::to_string(micro) +
          R"(, "train_steps": 2, "seed": 3,
   "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
-  "model": {"type": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 64,
-            "vocab_size": 256)" +
-         model_extra + R"(},
+  "model": {)" +
+         model + R"(},
   "data": {"type": "text", "path": ")" +
          corpus + R"("})" + extra;
 }
@@ -122,25 +129,28 @@ TEST_F(CudaOutOfMemory, ThePlansGpuMemoryIsWhatTheRunHolds) {
   ::unsetenv("DSCORE_CUDA_EMULATION_MEMORY");
   struct Case {
     const char* name;
-    std::string extra, model_extra;
+    std::string extra, model;
     const char* attention;  // DSCORE_CUDA_ATTENTION
   };
   const std::string bf16 = R"(, "bf16": {"enabled": true})";
   const std::vector<Case> cases = {
-      {"fp32", "", "", "fused"},
-      {"bf16", bf16, "", "fused"},
-      {"bf16, unfused attention", bf16, "", "unfused"},
-      {"fp32 views, bf16 compute", "", R"(, "cuda_dtype": "bf16")", "fused"},
-      {"activation checkpointing", bf16 + R"(, "activation_checkpointing": {})", "", "fused"},
-      {"ZeRO-2", bf16 + R"(, "zero_optimization": {"stage": 2})", "", "fused"},
-      {"ZeRO-3", bf16 + R"(, "zero_optimization": {"stage": 3})", "", "fused"},
+      {"fp32", "", kGpt, "fused"},
+      {"bf16", bf16, kGpt, "fused"},
+      {"bf16, unfused attention", bf16, kGpt, "unfused"},
+      {"fp32 views, bf16 compute", "", kGpt + R"(, "cuda_dtype": "bf16")", "fused"},
+      {"activation checkpointing", bf16 + R"(, "activation_checkpointing": {})", kGpt, "fused"},
+      {"ZeRO-2", bf16 + R"(, "zero_optimization": {"stage": 2})", kGpt, "fused"},
+      {"ZeRO-3", bf16 + R"(, "zero_optimization": {"stage": 3})", kGpt, "fused"},
       {"ZeRO-Offload",
-       bf16 + R"(, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}})", "",
-       "fused"},
+       bf16 + R"(, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}})",
+       kGpt, "fused"},
+      {"llama, fp32", "", kLlama, "fused"},
+      {"llama, bf16", bf16, kLlama, "fused"},
+      {"llama, bf16, unfused", bf16, kLlama, "unfused"},
   };
   for (const Case& c : cases) {
     ::setenv("DSCORE_CUDA_ATTENTION", c.attention, 1);
-    const Held h = run_and_measure(config(8, corpus_, c.extra, c.model_extra));
+    const Held h = run_and_measure(config(8, corpus_, c.extra, c.model));
     ::unsetenv("DSCORE_CUDA_ATTENTION");
     std::printf("%-26s planned %9lld bytes (activations %9lld), peak %9lld (%+.2f%%)\n", c.name,
                 static_cast<long long>(h.planned), static_cast<long long>(h.activations),
