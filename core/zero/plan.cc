@@ -122,6 +122,17 @@ int64_t allreduce_scratch_bytes(int64_t bucket, int64_t padded, int world, dscor
 // every layer from its forward to its backward; otherwise the layer in use
 // and one prefetched. Never more than max_live_parameters past the layer in
 // use.
+int64_t largest_layer_numel(const ParamLayout& layout) {
+  int64_t largest = 0;
+  for (size_t l = 0; l < layout.layer_count(); ++l) {
+    int64_t layer = 0;
+    for (size_t p = layout.layer_first(l); p < layout.layer_end(l); ++p)
+      layer += layout.params()[p].numel;
+    largest = std::max(largest, layer);
+  }
+  return largest;
+}
+
 int64_t gathered_peak(const config::ZeroConfig& z, int64_t largest_layer, int64_t all_layers) {
   const int64_t kept = z.max_reuse_distance >= 2 * all_layers ? all_layers : 2 * largest_layer;
   return std::min({kept, all_layers, std::max<int64_t>(z.max_live_parameters, 0) + largest_layer});
@@ -215,10 +226,14 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
     if (every_micro_step) m.gradients += bytes(owned, gd);
     const int64_t reductions = plan.stage == 2 || every_micro_step ? gas : 1;
     if (plan.stage == 2) {
+      // The IPG buckets (core/zero/ipg_buckets.h), and one layer's
+      // gradients more: the copy of a bucket that holds a layer the model
+      // lends again later (a tied embedding), or a layer larger than a
+      // bucket, each reduced from memory of its own.
       const int64_t bucket =
           std::clamp<int64_t>(config.zero.reduce_bucket_size, 1, flat.padded_numel);
       const int count = config.zero.overlap_comm ? 2 : 1;
-      m.buffers = bytes(bucket, gd) * count;
+      m.buffers = bytes(bucket, gd) * count + bytes(largest_layer_numel(layout), gd);
     }
     if (world > 1) {  // the largest reduction's staging in the mpi backend
       const int64_t n = std::clamp<int64_t>(config.zero.reduce_bucket_size, 1, flat.padded_numel);
