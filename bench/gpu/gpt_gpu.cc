@@ -107,7 +107,17 @@ struct Figures {
   double step_seconds = 0;
   int64_t params = 0;
   dscore::EngineTiming timing;  // the measured steps' (engine_timing.h)
+  // GPU memory: the plan's (states, buffers, declared activations), and
+  // what the run took (cudaMemGetInfo's free bytes before the engine and
+  // after the steps; the memory pools keep what they held).
+  int64_t planned_bytes = 0, activation_bytes = 0, used_bytes = 0;
 };
+
+size_t free_gpu_bytes() {
+  size_t free_bytes = 0, total = 0;
+  check(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo");
+  return free_bytes;
+}
 
 constexpr const char* kZeroOffload =
     R"(, "offload_optimizer": {"device": "cpu", "pin_memory": true})";
@@ -126,6 +136,7 @@ Figures train(int micro, int steps, int stage, const std::string& offload_json,
                                     "gpt_gpu.json", ".", {});
   if (!setup.ok()) die(setup.status().message());
   if (!setup->loaded.ok()) die(dscore::format_config_errors(setup->loaded));
+  const size_t free_before = free_gpu_bytes();
   auto engine = dscore::build_engine(*setup, nullptr);
   if (!engine.ok()) die(engine.status().message());
   dscore::Engine& e = **engine;
@@ -158,6 +169,9 @@ Figures train(int micro, int steps, int stage, const std::string& offload_json,
   f.step_seconds = elapsed / steps;
   f.optimizer_seconds = static_cast<double>(timing.optimizer_ns) * 1e-9 / steps;
   f.timing = timing;
+  f.planned_bytes = e.plan().device_memory();
+  f.activation_bytes = e.plan().memory.activations;
+  f.used_bytes = static_cast<int64_t>(free_before) - static_cast<int64_t>(free_gpu_bytes());
   return f;
 }
 
@@ -233,6 +247,12 @@ void print_line(const std::string& what, const Figures& f, double peak_flops) {
       static_cast<double>(t.statistics_ns) * per_step,
       static_cast<double>(t.comm_wait_ns) * per_step,
       static_cast<double>(t.overhead_ns()) * per_step);
+  // The plan's GPU memory against what the run took: the fit check's
+  // figure on real hardware (the CUDA contexts' own memory is taken before).
+  std::printf("%-28s GPU memory: planned %.1f MiB (activations %.1f MiB), the run took %.1f MiB\n",
+              "", static_cast<double>(f.planned_bytes) / (1 << 20),
+              static_cast<double>(f.activation_bytes) / (1 << 20),
+              static_cast<double>(f.used_bytes) / (1 << 20));
 }
 
 }  // namespace

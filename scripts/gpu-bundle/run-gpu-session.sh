@@ -33,7 +33,7 @@ bench() {  # bench LOG SECONDS BENCH ARGS...
   shift 2
   timeout -k 5 "$seconds" bash "$here/run-gpu-bench.sh" "$@" >"$out/$log.log" 2>&1
   echo "== $log (exit $?)" >>"$out/summary.txt"
-  grep -v '^\[dscore' "$out/$log.log" | tail -20 >>"$out/summary.txt"
+  grep -v '^\[dscore' "$out/$log.log" | tail -30 >>"$out/summary.txt"
 }
 bench gpu_matmul_rate 60 gpu_matmul_rate
 python=$(command -v python3 || true)
