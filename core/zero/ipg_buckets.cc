@@ -48,11 +48,26 @@ Status IpgBuckets::lend(size_t layer, device::Stream* views_on) {
   return place(layer, views_on);
 }
 
-Status IpgBuckets::place_solo(size_t layer) {
+Result<device::Buffer> IpgBuckets::solo_memory(int64_t elements, bool zero,
+                                               device::Stream* views_on) {
+  const dscore_dtype gd = ctx_.grad_dtype;
+  DSCORE_ASSIGN_OR_RETURN(device::Buffer memory,
+                          allocate_scratch(ctx_.device, ctx_.stream, elements, gd,
+                                           MemoryUse::kBuffers, "gradient bucket"));
+  void* data = memory.data();
+  const device::EventPtr ready = zero ? ctx_.stream->submit([this, data, gd, elements] {
+    device::ops::fill_zero(ctx_.comm_target, data, gd, elements);
+    return Status::Ok();
+  })
+                                      : ctx_.stream->record();
+  DSCORE_RETURN_IF_ERROR(order_views_after(ready, views_on));
+  return memory;
+}
+
+Status IpgBuckets::place_solo(size_t layer, device::Stream* views_on) {
   const auto [s, e] = storage_.layer_range(layer);
   Solo solo;
-  DSCORE_ASSIGN_OR_RETURN(solo.memory, allocate_buffer(ctx_.device, e - s, ctx_.grad_dtype,
-                                                       MemoryUse::kBuffers, "gradient bucket"));
+  DSCORE_ASSIGN_OR_RETURN(solo.memory, solo_memory(e - s, /*zero=*/true, views_on));
   solo.lo = s;
   solo.hi = e;
   storage_.point_grads(storage_.layout().layer_first(layer), storage_.layout().layer_end(layer),
@@ -77,13 +92,13 @@ Status IpgBuckets::open_bucket(int64_t hi, device::Stream* views_on) {
 
 Status IpgBuckets::place(size_t layer, device::Stream* views_on) {
   const auto [s, e] = storage_.layer_range(layer);
-  if (e - s > capacity_) return place_solo(layer);
+  if (e - s > capacity_) return place_solo(layer, views_on);
   Bucket* bucket = &buckets_[current_];
   if (!open_ || bucket->lo != e || bucket->hi - s > capacity_) {
     // A bucket whose layers are not all ready (a model that comes back to a
     // layer later, e.g. a tied embedding) moves out; sealing it would let
     // its memory be reused before it is reduced.
-    if (open_ && bucket->pending > 0) DSCORE_RETURN_IF_ERROR(detach_current_bucket());
+    if (open_ && bucket->pending > 0) DSCORE_RETURN_IF_ERROR(detach_current_bucket(views_on));
     if (open_) seal_current_bucket();
     // A sealed bucket is in flight: fill the other. A detached one is zero
     // again and is reused.
@@ -102,12 +117,12 @@ Status IpgBuckets::place(size_t layer, device::Stream* views_on) {
   return Status::Ok();
 }
 
-Status IpgBuckets::detach_current_bucket() {
+Status IpgBuckets::detach_current_bucket(device::Stream* views_on) {
   Bucket& b = buckets_[current_];
   const dscore_dtype gd = ctx_.grad_dtype;
   Solo solo;
-  DSCORE_ASSIGN_OR_RETURN(solo.memory, allocate_buffer(ctx_.device, b.hi - b.lo, gd,
-                                                       MemoryUse::kBuffers, "gradient bucket"));
+  // Overwritten whole by the copy below.
+  DSCORE_ASSIGN_OR_RETURN(solo.memory, solo_memory(b.hi - b.lo, /*zero=*/false, views_on));
   solo.lo = b.lo;
   solo.hi = b.hi;
   solo.pending = b.pending;

@@ -42,7 +42,7 @@ class IpgBuckets final : public GradientReduction {
   // reaches 0: a layer larger than a bucket, or a bucket detached while
   // some of its layers' gradients were still to come.
   struct Solo {
-    device::Buffer memory;  // (hi - lo) grad_dtype; element 0 is flat lo
+    device::Buffer memory;  // (hi - lo) grad_dtype, comm-stream scratch; element 0 is flat lo
     int64_t lo = 0, hi = 0;
     int pending = 1;
   };
@@ -54,9 +54,13 @@ class IpgBuckets final : public GradientReduction {
   };
 
   Status place(size_t layer, device::Stream* views_on);
-  Status place_solo(size_t layer);
+  Status place_solo(size_t layer, device::Stream* views_on);
   Status open_bucket(int64_t hi, device::Stream* views_on);
-  Status detach_current_bucket();
+  Status detach_current_bucket(device::Stream* views_on);
+  // Memory for a solo of `elements`: scratch of the comm stream (whose
+  // reduction task is its last user), ready for the model's stream in its
+  // order (order_views_after), zeroed first when `zero`.
+  Result<device::Buffer> solo_memory(int64_t elements, bool zero, device::Stream* views_on);
   void seal_current_bucket();
   void submit_bucket_if_complete(size_t index);
   // Queue the reduction of flat [lo, hi) held in `memory` (whose element 0

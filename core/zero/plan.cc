@@ -116,12 +116,7 @@ int64_t allreduce_scratch_bytes(int64_t bucket, int64_t padded, int world, dscor
          reduce_accumulator_bytes(chunk(bucket), dtype);
 }
 
-// The most parameter elements stage 3 holds gathered at once, besides the
-// persistent ones (core/zero/sharded_zero.cc): a layer used again within
-// max_reuse_distance elements stays gathered, which with the defaults keeps
-// every layer from its forward to its backward; otherwise the layer in use
-// and one prefetched. Never more than max_live_parameters past the layer in
-// use.
+// The most parameter elements one layer holds.
 int64_t largest_layer_numel(const ParamLayout& layout) {
   int64_t largest = 0;
   for (size_t l = 0; l < layout.layer_count(); ++l) {
@@ -133,6 +128,12 @@ int64_t largest_layer_numel(const ParamLayout& layout) {
   return largest;
 }
 
+// The most parameter elements stage 3 holds gathered at once, besides the
+// persistent ones (core/zero/sharded_zero.cc): a layer used again within
+// max_reuse_distance elements stays gathered, which with the defaults keeps
+// every layer from its forward to its backward; otherwise the layer in use
+// and one prefetched. Never more than max_live_parameters past the layer in
+// use.
 int64_t gathered_peak(const config::ZeroConfig& z, int64_t largest_layer, int64_t all_layers) {
   const int64_t kept = z.max_reuse_distance >= 2 * all_layers ? all_layers : 2 * largest_layer;
   return std::min({kept, all_layers, std::max<int64_t>(z.max_live_parameters, 0) + largest_layer});

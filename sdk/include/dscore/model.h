@@ -194,12 +194,13 @@ typedef struct dscore_model_vtable {
    * activations, recomputation and gradient buffers, the loss head's
    * workspace), in the memory it computes in: GPU memory for a model that
    * computes on CUDA (its scratch and its libraries' workspaces too, which
-   * it should allocate at its first pass, not at create, since the host
-   * checks the GPU's free memory after create). checkpointing = 0: every activation is kept;
-   * non-zero: with activation checkpointing as this instance's parameters set it (every layer it
-   * can checkpoint when they do not say). The host adds it to the memory plan (`dscore plan`, and
-   * the check that a run fits its node or its GPU). UNIMPLEMENTED (or NULL) when unknown: the plan
-   * then says activations are not counted. */
+   * it should allocate at its first pass, not at create: the host checks
+   * the GPU's free memory after create). checkpointing = 0: every
+   * activation is kept; non-zero: with activation checkpointing as this
+   * instance's parameters set it (every layer it can checkpoint when they
+   * do not say). The host adds it to the memory plan (`dscore plan`, and
+   * the check that a run fits its node or its GPU). UNIMPLEMENTED (or NULL)
+   * when unknown: the plan then says activations are not counted. */
   dscore_status (*activation_bytes)(const dscore_model* self, int64_t micro_batch,
                                     int32_t checkpointing, uint64_t* peak_bytes);
   /* ---- minor 1 ends here ---- */
