@@ -88,29 +88,34 @@ TEST_F(CudaOutOfMemory, AMicroBatchTooLargeForTheGpuIsRefusedNamingTheFix) {
 
 // The plan's GPU memory (the model states and buffers there, and the
 // activations the model declares for its CUDA compute) against the most the
-// run held at once on the emulated GPU.
+// run held at once on the emulated GPU, per rank (rank r computes on GPU r).
 struct Held {
   int64_t planned = 0, activations = 0, peak = 0;
 };
-Held run_and_measure(const std::string& config_body) {
+std::vector<Held> run_and_measure(const std::string& config_body, int world = 1) {
   namespace emu = dscore::cuda_emulation;
-  Held held;
-  const size_t before = emu::device_bytes_in_use(0);
-  emu::reset_device_peak(0);
+  std::vector<Held> held(static_cast<size_t>(world));
+  std::vector<size_t> before;
+  for (int r = 0; r < world; ++r) {
+    before.push_back(emu::device_bytes_in_use(r));
+    emu::reset_device_peak(r);
+  }
   testing::InProcessHooks hooks;
   hooks.before_training = [&](Engine& engine) {
-    held.planned = engine.plan().device_memory();
-    held.activations = engine.plan().memory.activations;
+    Held& h = held[static_cast<size_t>(engine.rank())];
+    h.planned = engine.plan().device_memory();
+    h.activations = engine.plan().memory.activations;
     return Status::Ok();
   };
   // At each step's end: not the gather of the final parameters the job
   // then makes for its result (a staging copy of them).
-  hooks.after_each_step = [&](Engine&, int64_t) {
-    held.peak = static_cast<int64_t>(emu::device_peak_bytes(0) - before);
+  hooks.after_each_step = [&](Engine& engine, int64_t) {
+    const int r = engine.rank();
+    held[static_cast<size_t>(r)].peak =
+        static_cast<int64_t>(emu::device_peak_bytes(r) - before[static_cast<size_t>(r)]);
     return Status::Ok();
   };
-
-  const InProcessResult r = run_in_process_job(config_body, 1, hooks, "nccl");
+  const InProcessResult r = run_in_process_job(config_body, world, hooks, "nccl");
   EXPECT_EQ(r.error, "");
   return held;
 }
@@ -120,9 +125,19 @@ Held run_and_measure(const std::string& config_body) {
 // layer's parameter copies are 100 KiB here) shows above it.
 constexpr int64_t kUnplanned = int64_t{32} << 10;
 
-// Each run's peak (in stream order, as a GPU's memory pool holds it) at
-// most kUnplanned over its plan, and not under 99% of it: what is planned
-// is held. The 32 MiB cuBLAS workspace is most of each model's figure.
+// A run's peak (in stream order, as a GPU's memory pool holds it) at most
+// kUnplanned over its plan, and not under 99% of it: what is planned is
+// held. The 32 MiB cuBLAS workspace is most of each model's figure.
+void expect_held_as_planned(const std::string& name, const Held& h) {
+  std::printf("%-26s planned %9lld bytes (activations %9lld), peak %9lld (%+.2f%%)\n", name.c_str(),
+              static_cast<long long>(h.planned), static_cast<long long>(h.activations),
+              static_cast<long long>(h.peak),
+              100.0 * static_cast<double>(h.peak - h.planned) / static_cast<double>(h.planned));
+  EXPECT_GT(h.activations, 0) << name;
+  EXPECT_LE(h.peak, h.planned + kUnplanned) << name;
+  EXPECT_GE(static_cast<double>(h.peak), 0.99 * static_cast<double>(h.planned)) << name;
+}
+
 TEST_F(CudaOutOfMemory, ThePlansGpuMemoryIsWhatTheRunHolds) {
   ::unsetenv("DSCORE_CUDA_EMULATION_MEMORY");
   struct Case {
@@ -148,15 +163,28 @@ TEST_F(CudaOutOfMemory, ThePlansGpuMemoryIsWhatTheRunHolds) {
   };
   for (const Case& c : cases) {
     ::setenv("DSCORE_CUDA_ATTENTION", c.attention, 1);
-    const Held h = run_and_measure(config(8, corpus_, c.extra, c.model));
+    const Held h = run_and_measure(config(8, corpus_, c.extra, c.model)).front();
     ::unsetenv("DSCORE_CUDA_ATTENTION");
-    std::printf("%-26s planned %9lld bytes (activations %9lld), peak %9lld (%+.2f%%)\n", c.name,
-                static_cast<long long>(h.planned), static_cast<long long>(h.activations),
-                static_cast<long long>(h.peak),
-                100.0 * static_cast<double>(h.peak - h.planned) / static_cast<double>(h.planned));
-    EXPECT_GT(h.activations, 0) << c.name;
-    EXPECT_LE(h.peak, h.planned + kUnplanned) << c.name;
-    EXPECT_GE(static_cast<double>(h.peak), 0.99 * static_cast<double>(h.planned)) << c.name;
+    expect_held_as_planned(c.name, h);
+  }
+}
+
+// Two ranks, one GPU each: each rank's partitioned plan against its GPU's
+// peak.
+TEST_F(CudaOutOfMemory, AtTwoRanksEachGpuHoldsItsRanksPlan) {
+  ::unsetenv("DSCORE_CUDA_EMULATION_MEMORY");
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count < 2) GTEST_SKIP() << "one emulated GPU";
+  for (int stage : {1, 2, 3}) {
+    std::string body = config(8, corpus_,
+                              R"(, "bf16": {"enabled": true}, "zero_optimization": {"stage": )" +
+                                  std::to_string(stage) + "}");
+    const std::string batch = "\"train_batch_size\": 8";
+    body.replace(body.find(batch), batch.size(), "\"train_batch_size\": 16");
+    const std::vector<Held> held = run_and_measure(body, 2);
+    for (size_t r = 0; r < held.size(); ++r)
+      expect_held_as_planned("ZeRO-" + std::to_string(stage) + ", rank " + std::to_string(r),
+                             held[r]);
   }
 }
 
