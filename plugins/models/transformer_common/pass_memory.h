@@ -55,6 +55,17 @@ inline cuda_memory::AttentionKernels attention_kernels_from_env() {
                        "\"unfused\" (cuBLAS products keeping the T x T probabilities)");
 }
 
+// Whether the CUDA backend runs the fused attention: on bf16 scalars, as
+// DSCORE_CUDA_ATTENTION chooses (fp32 runs unfused always); and the
+// attention state it then keeps per block. The backend and the declaration
+// below decide with these.
+inline bool runs_fused_attention(bool bf16) {
+  return bf16 && attention_kernels_from_env() == cuda_memory::AttentionKernels::kFused;
+}
+inline StateElements attention_state_rule(bool fused) {
+  return fused ? &cuda_memory::fused_state_elements : &cuda_memory::unfused_state_elements;
+}
+
 // The pass on a GPU of `micro_batch` samples (GPU memory): the runner's
 // allocations over the CUDA backend, `runner_bytes(config, scalar, state)`
 // counted by its own allocation code for the checkpointed config, with a
@@ -69,10 +80,9 @@ uint64_t declared_cuda_pass_bytes(const Config& config, int64_t layers, int64_t 
                                   const cuda_memory::PassShape& shape, RunnerBytes&& runner_bytes) {
   check_micro_batch(micro_batch);
   const bool bf16 = config.cuda_dtype == "bf16";
-  const bool fused = bf16 && attention_kernels_from_env() == cuda_memory::AttentionKernels::kFused;
+  const bool fused = runs_fused_attention(bf16);
   const uint64_t scalar_bytes = bf16 ? 2 : 4;
-  const StateElements state =
-      fused ? &cuda_memory::fused_state_elements : &cuda_memory::unfused_state_elements;
+  const StateElements state = attention_state_rule(fused);
   const bool in_place = param_dtype == (bf16 ? DSCORE_DTYPE_BF16 : DSCORE_DTYPE_F32);
   const Config c = checkpointed_config(config, layers, checkpointing);
   return (bf16 ? runner_bytes(c, uint16_t{}, state) : runner_bytes(c, float{}, state)) +

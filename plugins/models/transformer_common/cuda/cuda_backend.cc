@@ -171,8 +171,7 @@ void CudaGrads<S>::commit() {
 template <typename S>
 CudaBackend<S>::CudaBackend()
     : context_(std::make_unique<CudaContext>()),
-      fused_attention_(std::is_same_v<S, __nv_bfloat16> &&
-                       attention_kernels_from_env() == AttentionKernels::kFused) {}
+      fused_attention_(transformer::runs_fused_attention(std::is_same_v<S, __nv_bfloat16>)) {}
 
 template <typename S>
 void CudaBackend<S>::zero(S* p, int64_t n) {

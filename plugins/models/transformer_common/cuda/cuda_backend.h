@@ -163,8 +163,7 @@ class CudaBackend {
   // zero above the diagonal, and backward does not read out.
   bool fused_attention() const { return fused_attention_; }
   int64_t attention_state_elements(int64_t B, int64_t Tn, int64_t NH) const {
-    return fused_attention_ ? transformer::cuda_memory::fused_state_elements(B, Tn, NH)
-                            : transformer::cuda_memory::unfused_state_elements(B, Tn, NH);
+    return transformer::attention_state_rule(fused_attention_)(B, Tn, NH);
   }
   void attention_forward(S* out, S* att, const S* qkv, int64_t B, int64_t Tn, int64_t C,
                          int64_t NH);

@@ -19,10 +19,7 @@ namespace dscore::gpt::gpu {
 namespace {
 
 using transformer::cuda_memory::logits_pitch;
-
-int64_t rows_per_chunk(int64_t N, int64_t V) {
-  return transformer::cuda_memory::logits_rows_per_chunk(N, V);
-}
+using transformer::cuda_memory::logits_rows_per_chunk;
 
 double sum_in_order(const double* v, int64_t n) {
   double sum = 0;
@@ -49,7 +46,7 @@ double CudaBackend<S>::lm_head_forward_backward(S* dx, S* dwte, const S* x, cons
                                                 int64_t V, double grad_scale) {
   constexpr bool kFloat = std::is_same_v<S, float>;
   const cudaStream_t stream = context_->stream();
-  const int64_t rb = rows_per_chunk(N, V), ld = logits_pitch(V);
+  const int64_t rb = logits_rows_per_chunk(N, V), ld = logits_pitch(V);
   auto* logits = static_cast<float*>(
       context_->scratch(Scratch::kLogits, static_cast<size_t>(rb * ld) * sizeof(float)));
   // fp32: the gradient overwrites the logits in place, and wte's gradient
@@ -92,7 +89,7 @@ double CudaBackend<S>::lm_head_forward(const S* x, const S* wte, const int32_t* 
                                        int64_t C, int64_t V, const int64_t* rows, int64_t n_rows,
                                        float* logits_host) {
   const cudaStream_t stream = context_->stream();
-  const int64_t rb = rows_per_chunk(N, V), ld = logits_pitch(V);
+  const int64_t rb = logits_rows_per_chunk(N, V), ld = logits_pitch(V);
   auto* logits = static_cast<float*>(
       context_->scratch(Scratch::kLogits, static_cast<size_t>(rb * ld) * sizeof(float)));
   const double* host_loss = nullptr;  // the per-row losses, with targets

@@ -133,18 +133,8 @@ inline void expect_describe_only_model_needs_no_gpu(
           DSCORE_OK)
           << fakes::FakeHost::instance().last_error();
       if (i == 0) {
-        std::vector<int32_t> ids(static_cast<size_t>(2 * (block + 1)), 1);
-        int64_t shape[2] = {2, block + 1};
-        dscore_tensor tokens{};
-        tokens.struct_size = sizeof tokens;
-        tokens.data = ids.data();
-        tokens.dtype = DSCORE_DTYPE_I32;
-        tokens.device_type = DSCORE_DEVICE_CPU;
-        tokens.ndim = 2;
-        tokens.shape = shape;
-        tokens.numel = 2 * (block + 1);
-        tokens.name = "tokens";
-        const dscore_tensor* pointer = &tokens;
+        const fakes::TestTensor tokens(DSCORE_DTYPE_I32, {2, block + 1}, "tokens");  // token 0
+        const dscore_tensor* pointer = tokens.view();
         dscore_batch batch{};
         batch.struct_size = sizeof batch;
         batch.batch_size = 2;
