@@ -29,7 +29,6 @@
 // DSCORE_EXPERIMENTAL_CUDA_ENGINE=1 (docs/gpu.md).
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
-#include <oneapi/tbb/parallel_for.h>
 
 #include <algorithm>
 #include <chrono>
@@ -38,7 +37,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -49,6 +47,7 @@
 #include "core/engine/initialize.h"
 #include "core/offload/swap_bandwidth.h"
 #include "gpu_matmul_rate.h"
+#include "host_memory_rate.h"
 
 namespace {
 
@@ -194,26 +193,6 @@ double pinned_copy_rate() {
   return 2.0 * static_cast<double>(bytes) / best;
 }
 
-// A parallel memcpy of 1 GiB on all cores, best of 5: bytes read and
-// written per second.
-double host_memory_rate() {
-  const size_t bytes = size_t{1} << 30;
-  std::unique_ptr<char[]> a(new char[bytes]), b(new char[bytes]);
-  std::memset(a.get(), 1, bytes);
-  std::memset(b.get(), 2, bytes);
-  constexpr size_t kPieces = 256;
-  double best = 1e30;
-  for (int i = 0; i < 5; ++i) {
-    const auto t = Clock::now();
-    tbb::parallel_for(size_t{0}, kPieces, [&](size_t p) {
-      const size_t piece = bytes / kPieces;
-      std::memcpy(b.get() + p * piece, a.get() + p * piece, piece);
-    });
-    best = std::min(best, seconds_since(t));
-  }
-  return 2.0 * static_cast<double>(bytes) / best;
-}
-
 // The folder's swap rates through the nvme plugin (what io-bench measures):
 // 1 GiB written, synced, read back.
 dscore::offload::SwapBandwidth disk_rate(const std::string& folder, const std::string& corpus) {
@@ -309,7 +288,7 @@ int main(int argc, char** argv) {
   if (offload) {
     const Figures f = train(micro, steps, 2, kZeroOffload, corpus, profile);
     print_line("ZeRO-2 + ZeRO-Offload", f, peak);
-    const double pcie = pinned_copy_rate(), memory = host_memory_rate();
+    const double pcie = pinned_copy_rate(), memory = dscore::bench::measure_host_memory_rate();
     const double n = static_cast<double>(f.params);
     const double pcie_s = 4.0 * n / pcie, memory_s = 28.0 * n / memory;
     const double floor = std::max(pcie_s, memory_s);

@@ -88,7 +88,7 @@ std::string HostOffloadState::describe() const {
 
 Status HostOffloadState::for_each_tile(TileAccess access,
                                        const std::function<Status(const StateTile&)>& visit) {
-  if (access == TileAccess::kUpdate) return update_walk(visit);
+  if (access != TileAccess::kRead) return update_walk(access, visit);
   StateTile tile;
   tile.begin = 0;
   tile.end = owned_;
@@ -127,7 +127,8 @@ void HostOffloadState::copy_unreported_grads() {
   reported_.clear();
 }
 
-Status HostOffloadState::update_walk(const std::function<Status(const StateTile&)>& visit) {
+Status HostOffloadState::update_walk(TileAccess access,
+                                     const std::function<Status(const StateTile&)>& visit) {
   // What the strategy did not report, once the compute stream is done (the
   // reduced gradients are final, the model done reading its parameters).
   copy_->wait(options_.side.compute->record());
@@ -142,8 +143,7 @@ Status HostOffloadState::update_walk(const std::function<Status(const StateTile&
       tile.slots.push_back(static_cast<char*>(slot_buffers_[k].data()) +
                            size_of(tile.begin * slots_[k].elements_per_param, slots_[k].dtype));
     tile.grads = static_cast<char*>(grads_.data()) + size_of(tile.begin, options_.side.grad_dtype);
-    status = visit(tile);
-    if (status.ok()) status = write_back_.write(tile.begin, tile.end - tile.begin, tile.master);
+    status = write_back_.visit_then_send(access, &tile, visit);
   }
   // Every copy done, also after a failure: the staging and the master are
   // the host's again, and the model reads the new parameters.

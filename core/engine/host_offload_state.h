@@ -53,8 +53,8 @@ class HostOffloadState final : public OwnedState {
       const Model& model, const std::vector<zero::OwnedSegment>& segments);
   ~HostOffloadState() override;
 
-  // kRead: one tile of the whole owned space, no gradients. kUpdate: the
-  // pipeline of the file comment; each tile's parameters are written to the
+  // kRead: one tile of the whole owned space, no gradients. kUpdate and
+  // kStep: the pipeline of the file comment; each tile's parameters are written to the
   // model after its visit (the state refreshes the model's copy itself).
   Status for_each_tile(TileAccess access,
                        const std::function<Status(const StateTile&)>& visit) override;
@@ -76,7 +76,7 @@ class HostOffloadState final : public OwnedState {
   void copy_grads(int64_t begin, int64_t end);
   // Queue the copies of every owned gradient not reported this cycle.
   void copy_unreported_grads();
-  Status update_walk(const std::function<Status(const StateTile&)>& visit);
+  Status update_walk(TileAccess access, const std::function<Status(const StateTile&)>& visit);
 
   HostOffloadOptions options_;
   std::unique_ptr<device::Stream> copy_;

@@ -223,18 +223,19 @@ Status NvmeState::settle_all() {
 
 Status NvmeState::for_each_tile(TileAccess access,
                                 const std::function<Status(const StateTile&)>& visit) {
-  if (options_.staging && access == TileAccess::kUpdate) return staged_update(visit);
-  return walk(true, access == TileAccess::kUpdate, visit);
+  if (options_.staging && access != TileAccess::kRead) return staged_update(access, visit);
+  return walk(true, access != TileAccess::kRead, visit);
 }
 
-Status NvmeState::staged_update(const std::function<Status(const StateTile&)>& visit) {
+Status NvmeState::staged_update(TileAccess access,
+                                const std::function<Status(const StateTile&)>& visit) {
   // The reduced gradients are final, and the model is done reading its
   // parameters, once the compute stream is.
   copy_->wait(options_.staging->compute->record());
   stage_grads_ = true;
   Status status = walk(true, true, [&](const StateTile& tile) -> Status {
-    DSCORE_RETURN_IF_ERROR(visit(tile));
-    return write_back_.write(tile.begin, tile.end - tile.begin, tile.master);
+    StateTile staged = tile;
+    return write_back_.visit_then_send(access, &staged, visit);
   });
   stage_grads_ = false;
   // Every copy done, also after a failure: the model reads the new

@@ -97,8 +97,8 @@ class NvmeState final : public OwnedState {
   // The walk; without read_tiles the visitor writes every value.
   Status walk(bool read_tiles, bool write_tiles,
               const std::function<Status(const StateTile&)>& visit);
-  // A staged kUpdate walk: gradients in, the walk, parameters out.
-  Status staged_update(const std::function<Status(const StateTile&)>& visit);
+  // A staged kUpdate or kStep walk: gradients in, the walk, parameters out.
+  Status staged_update(TileAccess access, const std::function<Status(const StateTile&)>& visit);
 
   offload::Swapper* swapper_ = nullptr;  // the engine's; outlives this
   NvmeStateOptions options_;
@@ -111,7 +111,7 @@ class NvmeState final : public OwnedState {
   // Staged (options_.staging):
   std::unique_ptr<device::Stream> copy_;
   ParamWriteBack write_back_;
-  bool stage_grads_ = false;  // in a kUpdate walk
+  bool stage_grads_ = false;  // in a staged update walk
 };
 
 }  // namespace dscore

@@ -65,8 +65,12 @@ void OptimizerRunner::build_group(Group* g, double multiplier,
   // Staged gradients start at the tile's first element; the strategy's at 0.
   void* grads = tile.grads != nullptr ? tile.grads : strategy_->owned_grads();
   const int64_t grads_first = tile.grads != nullptr ? tile.begin : 0;
-  // A state on the host writes the model's parameters itself (on_host()).
-  void* p16 = state_->on_host() ? nullptr : strategy_->owned_params16();
+  // The 16-bit copy goes to the tile's staging where the state offers it
+  // (kStep); otherwise to the strategy's, unless a state on the host writes
+  // the model's parameters itself (on_host()).
+  void* p16 = tile.params16;
+  const int64_t p16_first = tile.params16 != nullptr ? tile.begin : 0;
+  if (p16 == nullptr && !state_->on_host()) p16 = strategy_->owned_params16();
   for (size_t i = 0; i < n; ++i) {
     const zero::OwnedSegment& s = g->segments[i];
     g->shapes[i] = {s.numel};
@@ -75,8 +79,8 @@ void OptimizerRunner::build_group(Group* g, double multiplier,
     g->grads.push_back(flat_view(at(grads, grad_dtype_, s.offset - grads_first), grad_dtype_,
                                  g->shapes[i], nullptr, target_));
     if (p16 != nullptr)
-      g->params16.push_back(
-          flat_view(at(p16, model_dtype_, s.offset), model_dtype_, g->shapes[i], nullptr, target_));
+      g->params16.push_back(flat_view(at(p16, model_dtype_, s.offset - p16_first), model_dtype_,
+                                      g->shapes[i], nullptr, target_));
   }
   for (size_t k = 0; k < slots.size(); ++k) {
     for (size_t i = 0; i < n; ++i) {
@@ -119,8 +123,12 @@ Status OptimizerRunner::step(const dscore_schedule_point& point, int64_t step, d
   // A state on the host writes the model's parameters in its walk.
   const bool elsewhere = strategy_->params16_elsewhere() && !state_->on_host();
   DSCORE_RETURN_IF_ERROR(
-      state_->for_each_tile(TileAccess::kUpdate, [&](const StateTile& tile) -> Status {
+      state_->for_each_tile(TileAccess::kStep, [&](const StateTile& tile) -> Status {
         DSCORE_RETURN_IF_ERROR(step_tile(tile, &hparams));
+        if (tile.params16 != nullptr) {
+          finish_staged_16bit(tile);
+          return Status::Ok();
+        }
         return elsewhere ? write_16bit_tile(tile) : Status::Ok();
       }));
   if (model_dtype_ != DSCORE_DTYPE_F32 && !fuse_16bit_ && !elsewhere && !state_->on_host())
@@ -157,6 +165,30 @@ Status OptimizerRunner::step_tile(const StateTile& tile, dscore_optimizer_hparam
     DSCORE_RETURN_IF_ERROR(status);
   }
   return Status::Ok();
+}
+
+void OptimizerRunner::finish_staged_16bit(const StateTile& tile) {
+  // What the step wrote: the tile's part of every segment, when fused.
+  std::vector<std::pair<int64_t, int64_t>> written;
+  if (fuse_16bit_)
+    for (const auto* segments : {&decay_, &no_decay_})
+      for (const zero::OwnedSegment& s : *segments) {
+        const int64_t a = std::max(s.offset, tile.begin);
+        const int64_t b = std::min(s.offset + s.numel, tile.end);
+        if (a < b) written.emplace_back(a, b);
+      }
+  std::sort(written.begin(), written.end());
+  int64_t done = tile.begin;  // [tile.begin, done) is written
+  auto convert_to = [&](int64_t end) {
+    if (done < end)
+      tensor::convert(tile.master + (done - tile.begin), DSCORE_DTYPE_F32,
+                      at(tile.params16, model_dtype_, done - tile.begin), model_dtype_, end - done);
+  };
+  for (const auto& [begin, end] : written) {
+    convert_to(begin);
+    done = std::max(done, end);
+  }
+  convert_to(tile.end);
 }
 
 Status OptimizerRunner::write_16bit_copy() {

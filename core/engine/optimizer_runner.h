@@ -80,6 +80,10 @@ class OptimizerRunner {
   // The tile's 16-bit parameters from its master weights, in memory or
   // through the strategy's store_params16.
   Status write_16bit_tile(const StateTile& tile);
+  // The rest of a staged tile's 16-bit parameters (StateTile::params16)
+  // from its master weights: what the step did not write, the gaps between
+  // segments, or all of it when the optimizer does not fuse the copy.
+  void finish_staged_16bit(const StateTile& tile);
 
   std::unique_ptr<plugin_host::OptimizerInstance> instance_;
   zero::ZeroStrategy* strategy_ = nullptr;

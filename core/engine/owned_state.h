@@ -37,6 +37,12 @@ struct StateTile {
   // runs, when the state stages them (host_offload_state.h); nullptr: the
   // strategy's owned gradients.
   void* grads = nullptr;
+  // kStep on a state that sends the new parameters to the model from host
+  // staging (ParamWriteBack): where the visitor writes every element of the
+  // tile's new parameters in the model's 16-bit dtype (element `begin`), so
+  // the optimizer writes them in the pass that updates the master. nullptr:
+  // the state converts them from the master itself (fp32 models, kUpdate).
+  void* params16 = nullptr;
 };
 
 // For a state that updates on the host while the engine computes on a
@@ -60,6 +66,7 @@ struct DeviceSide {
 enum class TileAccess {
   kRead,    // the tiles are read; changes are not kept
   kUpdate,  // read, changed by the visitor, kept
+  kStep,    // the optimizer's update: kUpdate, and the visitor fills StateTile::params16
 };
 
 // Which state read() addresses: the master weights or slot k (0-based).

@@ -8,7 +8,14 @@
 // fp32 values go straight from the caller's tile unless `stage_fp32`: a
 // caller whose tile memory is refilled before the copy ends (NVMe tile
 // buffers) stages them too.
+//
+// In the optimizer's walk (TileAccess::kStep) a 16-bit model's tile skips
+// the conversion: next_staging() hands out the staging tile, the optimizer
+// writes the new 16-bit parameters into it as it updates the master
+// (StateTile::params16), and send() copies it out.
 #pragma once
+
+#include <functional>
 
 #include "core/engine/owned_state.h"
 
@@ -23,6 +30,18 @@ class ParamWriteBack {
 
   // New values of owned elements [begin, begin + count), count <= the tile.
   Status write(int64_t begin, int64_t count, const float* values);
+  // The next staging tile, once its previous copy is out, for the caller to
+  // fill with a tile of new parameters in the model's dtype; nullptr for an
+  // fp32 model (nothing to convert: write() them).
+  Result<void*> next_staging();
+  // Send what the caller wrote into the tile next_staging() handed out:
+  // owned elements [begin, begin + count), count <= the tile.
+  Status send(int64_t begin, int64_t count);
+  // One tile of an update walk: visit it, then send its new parameters.
+  // With kStep a 16-bit model's are what the visitor wrote into the staging
+  // (tile->params16, set here); otherwise write() converts the master's.
+  Status visit_then_send(TileAccess access, StateTile* tile,
+                         const std::function<Status(const StateTile&)>& visit);
   // Forget the copies in flight once the caller has synchronised `copy`.
   void release();
   // The staging tiles' bytes.
@@ -35,7 +54,13 @@ class ParamWriteBack {
   };
   DeviceSide side_;
   device::Stream* copy_ = nullptr;
+  // The staging tile for the next write or next_staging(); its index.
+  int take_staging();
+  // Copy `count` values of the model's dtype at `from` to owned element `begin`.
+  Status copy_out(int64_t begin, int64_t count, const void* from, Staging* staging);
+
   Staging staging_[2];
+  int handed_out_ = -1;  // the index next_staging() handed out, until send()
   int next_ = 0;
   int64_t tile_ = 0;
 };

@@ -242,6 +242,25 @@ TEST(ZeroEquivalence, HostOffloadSkipsAnOverflowAsInMemory) {
       << ")";
 }
 
+// An optimizer that does not write the 16-bit copy itself (the sdk's
+// example, sgd_momentum, answers UNIMPLEMENTED to params_16bit, so the
+// engine converts the master): ZeRO-Offload's update then converts each tile
+// into the staging it sends, bitwise as in memory.
+TEST(ZeroEquivalence, HostOffloadOfAnOptimizerWithoutThe16BitCopyIsBitwiseAsInMemory) {
+  RunSpec spec;
+  spec.stage = 2;
+  spec.precision = "bf16";
+  spec.hidden = 100;
+  spec.steps = 3;
+  spec.plugin_path = DSCORE_SGD_MOMENTUM_PLUGIN;
+  spec.optimizer = R"({"type": "sgd_momentum", "params": {"lr": 0.01}})";
+  spec.extra = R"("data_types": {"grad_accum_dtype": "bf16"})";
+  const RunResult memory = run_ok(spec);
+  spec.zero_extra = R"("sub_group_size": 4096, "offload_optimizer": {"device": "cpu"})";
+  const RunResult offload = run_ok(spec);
+  expect_bitwise(offload, memory, "stage 2 bf16 sgd_momentum with ZeRO-Offload");
+}
+
 // ZeRO-Infinity's CPU offload as from a GPU (DSCORE_CPU_DEVICE_MEMORY=
 // separate: the engine treats device memory as the host's to reach only by
 // copies): stage 3 with the parameter shards in pinned host memory

@@ -11,7 +11,8 @@ namespace dscore::testing {
 
 std::string RunSpec::config_json() const {
   std::ostringstream c;
-  c << "{\n  \"plugins\": {\"paths\": [\"" << DSCORE_BUILD_PLUGIN_DIR << "\"]},\n"
+  c << "{\n  \"plugins\": {\"paths\": [\"" << DSCORE_BUILD_PLUGIN_DIR << "\""
+    << (plugin_path.empty() ? "" : ", \"" + plugin_path + "\"") << "]},\n"
     << "  \"train_batch_size\": " << train_batch << ", \"gradient_accumulation_steps\": " << gas
     << ",\n"
     << "  \"train_steps\": " << steps << ", \"seed\": 7,\n"

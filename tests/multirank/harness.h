@@ -36,6 +36,7 @@ struct RunSpec {
   std::string model;             // the "model" section; "" = the mlp of hidden/layers
   std::string extra;             // more top-level JSON members, comma-separated
   std::string zero_extra;        // more "zero_optimization" members, comma-separated
+  std::string plugin_path;       // one more "plugins.paths" entry ("" = none)
   int initial_scale_power = 12;  // fp16
   int loss_scale_window = 0;     // fp16; 0 = DeepSpeed's default
   std::vector<std::string> env;  // NAME=value for every rank (mpirun -x)

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -86,6 +87,43 @@ TEST_F(HostOffloadStateTest, TilesSeeTheirGradientsAndWriteTheModelsParameters) 
   float master = 0;
   ASSERT_TRUE(state->read(kMasterState, 9999, 1, &master).ok());
   EXPECT_EQ(master, 2.0f);
+}
+
+// A bf16 model: the optimizer's walk (kStep) hands each tile a staging
+// tile for the new 16-bit parameters and sends what the visitor wrote there
+// (no conversion of the master); other update walks (a checkpoint's load)
+// hand none and send the master's values converted.
+TEST_F(HostOffloadStateTest, TheOptimizersWalkSendsThe16BitParametersTheVisitorWrote) {
+  constexpr uint16_t kTwo = 0x4000, kThree = 0x4040;  // 2.0f and 3.0f in bf16
+  std::vector<uint16_t> model16(kOwned, 0);
+  HostOffloadOptions o;
+  o.side.device = &device_;
+  o.side.compute = compute_.get();
+  o.side.grads = grads_.data();
+  o.side.model_params = model16.data();
+  o.side.model_dtype = DSCORE_DTYPE_BF16;
+  o.tile_elements = kTile;
+  auto state = HostOffloadState::create(o, {{"exp_avg", DSCORE_DTYPE_F32, 1}}, {0.0}, kOwned,
+                                        params_.data(), model_, {});
+  ASSERT_TRUE(state.ok()) << state.status().message();
+  for (TileAccess access : {TileAccess::kStep, TileAccess::kUpdate}) {
+    const bool step = access == TileAccess::kStep;
+    (*state)->boundary_micro_step();
+    Status s = (*state)->for_each_tile(access, [&](const StateTile& tile) {
+      if ((tile.params16 != nullptr) != step)
+        return internal_error("tile " + std::to_string(tile.begin) + ": params16 " +
+                              (step ? "missing" : "handed out outside the optimizer's walk"));
+      for (int64_t i = 0; i < tile.end - tile.begin; ++i) {
+        tile.master[i] = 2.0f;
+        if (step) static_cast<uint16_t*>(tile.params16)[i] = kThree;
+      }
+      return Status::Ok();
+    });
+    ASSERT_TRUE(s.ok()) << s.message();
+    const uint16_t want = step ? kThree : kTwo;
+    for (int64_t i = 0; i < kOwned; ++i)
+      ASSERT_EQ(model16[static_cast<size_t>(i)], want) << (step ? "kStep" : "kUpdate") << " " << i;
+  }
 }
 
 TEST_F(HostOffloadStateTest, AVisitorErrorStopsTheWalkAndTheNextWalkWorks) {
