@@ -128,6 +128,15 @@ class Rules {
     if (ratio && ratio->is_number() && ratio->as_number() < 1.0 && s != 3)
       error_at({"zero_optimization", "offload_optimizer", "ratio"},
                "Partial offloading only supported for ZeRO Stage 3.");
+    else if (ratio && ratio->is_number() && ratio->as_number() < 1.0)
+      // DeepSpeed's partial offload (ZeRO-Offload++) keeps the first
+      // (1 - ratio) of the sub-groups' optimizer state on the GPU; dscore
+      // offloads all of it (docs/deepspeed-differences.md).
+      notices_->push_back(
+          {"zero_optimization.offload_optimizer.ratio",
+           "partial offload is not implemented: dscore offloads the whole optimizer state (as "
+           "ratio 1.0); the numbers are the same, the GPU holds less and the host updates all "
+           "of it"});
 
     json::Value* bucket = get(doc_, {"zero_optimization", "allgather_bucket_size"});
     if ((s == 1 || s == 2) && bucket && bucket->is_int() && bucket->as_int() % 2 != 0)

@@ -88,10 +88,15 @@ TEST(ConfigRules, PartialOffloadNeedsStage3) {
       "ds.json:1:107: zero_optimization.offload_optimizer.ratio: Partial offloading only supported "
       "for ZeRO "
       "Stage 3.");
-  EXPECT_TRUE(
-      load_with(
-          R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.5}})")
-          .ok());
+  // Stage 3 loads it, with a notice: dscore offloads every sub-group.
+  const LoadedConfig partial = load_with(
+      R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.5}})");
+  ASSERT_TRUE(partial.ok());
+  bool noticed = false;
+  for (const auto& n : partial.notices)
+    noticed |= n.path == "zero_optimization.offload_optimizer.ratio" &&
+               n.message.find("offloads the whole optimizer state") != std::string::npos;
+  EXPECT_TRUE(noticed);
 }
 
 // docs/deepspeed-reference.md#zero-optimization-keys / TestIncorectAllgatherBucketSize: 1000 ok,
