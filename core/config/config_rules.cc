@@ -129,14 +129,7 @@ class Rules {
       error_at({"zero_optimization", "offload_optimizer", "ratio"},
                "Partial offloading only supported for ZeRO Stage 3.");
     else if (ratio && ratio->is_number() && ratio->as_number() < 1.0)
-      // DeepSpeed's partial offload (ZeRO-Offload++) keeps the first
-      // (1 - ratio) of the sub-groups' optimizer state on the GPU; dscore
-      // offloads all of it (docs/deepspeed-differences.md).
-      notices_->push_back(
-          {"zero_optimization.offload_optimizer.ratio",
-           "partial offload is not implemented: dscore offloads the whole optimizer state (as "
-           "ratio 1.0); the numbers are the same, the GPU holds less and the host updates all "
-           "of it"});
+      partial_offload_notice();
 
     json::Value* bucket = get(doc_, {"zero_optimization", "allgather_bucket_size"});
     if ((s == 1 || s == 2) && bucket && bucket->is_int() && bucket->as_int() % 2 != 0)
@@ -162,6 +155,25 @@ class Rules {
         error_at({"prescale_gradients"}, "pre-scale gradients is not yet supported with " +
                                              zero_name + " with reduce scatter enabled");
     }
+  }
+
+  // offload_optimizer.ratio < 1 at stage 3 (DeepSpeed's partial offload,
+  // zero::kept_on_device_elements): dscore keeps that share of the state
+  // with the parameters for ZeRO-Offload to host memory only. Otherwise the
+  // whole state is offloaded, as ratio 1.0, which changes no number.
+  void partial_offload_notice() {
+    const json::Value* device = get(doc_, {"zero_optimization", "offload_optimizer", "device"});
+    const json::Value* params = get(doc_, {"zero_optimization", "offload_param", "device"});
+    std::string why;
+    if (!device || !device->is_string() || device->as_string() != "cpu")
+      why = "with offload_optimizer.device \"cpu\" only";
+    else if (params && params->is_string() && params->as_string() != "none")
+      why = "not with offload_param (the parameters are not on the device to keep the state with)";
+    if (why.empty()) return;
+    notices_->push_back({"zero_optimization.offload_optimizer.ratio",
+                         "partial offload is implemented " + why +
+                             ": the whole optimizer state is offloaded, as with ratio 1.0 (the "
+                             "same numbers; only the device's memory and the step time differ)"});
   }
 
   void optimizer() {

@@ -20,6 +20,7 @@
 #include "core/engine/flops_probe.h"
 #include "core/engine/host_offload_state.h"
 #include "core/engine/nvme_state.h"
+#include "core/engine/partial_offload_state.h"
 #include "core/engine/phase_timers.h"
 #include "core/engine/planner.h"
 #include "core/tensor/square_sum.h"
@@ -495,19 +496,23 @@ Status Engine::apply_update(double grad_scale) {
   {
     PhaseScope optimizer(observers_, StepPhase::kOptimizer);
     const int64_t step = global_steps_ - skipped_steps_ + 1;
-    if (optimizer_->state().on_host()) {
-      // ZeRO-Offload: on the host (the default StepTarget), on this thread;
-      // the state orders its copies after the compute stream and waits for
-      // them before it returns.
-      DSCORE_RETURN_IF_ERROR(optimizer_->step(point, step, grad_scale, StepTarget{}));
-    } else {
+    // One part, or a partial offload's two: the part kept with the
+    // parameters first, then the offloaded one.
+    for (OwnedState* part : optimizer_->state().parts()) {
+      if (part->on_host()) {
+        // ZeRO-Offload: on the host (the default StepTarget), on this
+        // thread; the state orders its copies after the compute stream and
+        // waits for them before it returns.
+        DSCORE_RETURN_IF_ERROR(optimizer_->step(*part, point, step, grad_scale, StepTarget{}));
+        continue;
+      }
       StepTarget target;
       target.ops = compute_target();
       target.device_type = device_->tensor_device_type();
       target.device_id = device_->index();
       // Synchronised here, so the timer sees the update itself.
       DSCORE_RETURN_IF_ERROR(
-          compute_->run([&] { return optimizer_->step(point, step, grad_scale, target); }));
+          compute_->run([&] { return optimizer_->step(*part, point, step, grad_scale, target); }));
     }
   }
   stream_->wait(compute_->record());  // the new parameters, before they are gathered
@@ -636,12 +641,21 @@ Result<std::unique_ptr<OwnedState>> Engine::make_host_offload_state(
       zero::offload_tile_elements(config_.zero.sub_group_size, strategy_->owned_numel());
   options.rank = rank();
   const bool fp32 = options.side.model_dtype == DSCORE_DTYPE_F32;
-  DSCORE_ASSIGN_OR_RETURN(
-      auto state, HostOffloadState::create(options, slots, initial, strategy_->owned_numel(),
-                                           fp32 ? strategy_->owned_master() : nullptr, *model_,
-                                           strategy_->owned_segments()));
+  const int64_t owned = strategy_->owned_numel();
+  float* fp32_master = fp32 ? strategy_->owned_master() : nullptr;
+  std::unique_ptr<OwnedState> state;
+  if (const int64_t kept = zero::kept_on_device_elements(config_, owned); kept > 0) {
+    options.tile_elements = zero::offload_tile_elements(config_.zero.sub_group_size, owned - kept);
+    DSCORE_ASSIGN_OR_RETURN(
+        state, PartialOffloadState::create(options, kept, slots, initial, owned, fp32_master,
+                                           *model_, strategy_->owned_segments()));
+  } else {
+    DSCORE_ASSIGN_OR_RETURN(
+        state, HostOffloadState::create(options, slots, initial, owned, fp32_master, *model_,
+                                        strategy_->owned_segments()));
+  }
   log_info("rank " + std::to_string(rank()) + ": optimizer state " + state->describe());
-  return std::unique_ptr<OwnedState>(std::move(state));
+  return state;
 }
 
 zero::ZeroPlan Engine::plan() const {

@@ -31,6 +31,7 @@ Result<std::unique_ptr<HostOffloadState>> HostOffloadState::create(
   std::unique_ptr<HostOffloadState> s(new HostOffloadState());
   s->options_ = options;
   s->slots_ = slots;
+  s->first_ = options.first;
   s->owned_ = owned;
   s->tile_ = options.tile_elements;
   device::Device& device = *side.device;
@@ -43,14 +44,19 @@ Result<std::unique_ptr<HostOffloadState>> HostOffloadState::create(
                                           MemoryUse::kMaster, "offload master fp32"));
   float* master = static_cast<float*>(s->master_.data());
   if (fp32_params != nullptr) {
-    DSCORE_RETURN_IF_ERROR(zero::download(side.device, side.compute, master, fp32_params,
+    DSCORE_RETURN_IF_ERROR(zero::download(side.device, side.compute, master,
+                                          fp32_params + options.first,
                                           size_of(owned, DSCORE_DTYPE_F32)));
   } else {
     // init_param is a function of parameter and element: the values the
     // strategy's 16-bit parameters were made from.
-    for (const zero::OwnedSegment& seg : segments)
-      DSCORE_RETURN_IF_ERROR(
-          model.init_param(seg.param, seg.element, seg.numel, master + seg.offset));
+    for (const zero::OwnedSegment& seg : segments) {
+      const int64_t a = std::max(seg.offset, options.first);
+      const int64_t b = std::min(seg.offset + seg.numel, options.first + owned);
+      if (a < b)
+        DSCORE_RETURN_IF_ERROR(model.init_param(seg.param, seg.element + (a - seg.offset), b - a,
+                                                master + (a - options.first)));
+    }
   }
   for (size_t k = 0; k < slots.size(); ++k) {
     const int64_t values = elements * slots[k].elements_per_param;
@@ -90,8 +96,8 @@ Status HostOffloadState::for_each_tile(TileAccess access,
                                        const std::function<Status(const StateTile&)>& visit) {
   if (access != TileAccess::kRead) return update_walk(access, visit);
   StateTile tile;
-  tile.begin = 0;
-  tile.end = owned_;
+  tile.begin = first_;
+  tile.end = first_ + owned_;
   tile.master = static_cast<float*>(master_.data());
   for (device::Buffer& b : slot_buffers_) tile.slots.push_back(b.data());
   return visit(tile);
@@ -99,16 +105,17 @@ Status HostOffloadState::for_each_tile(TileAccess access,
 
 void HostOffloadState::copy_grads(int64_t begin, int64_t end) {
   const dscore_dtype gd = options_.side.grad_dtype;
-  options_.side.device->copy(static_cast<char*>(grads_.data()) + size_of(begin, gd),
-                             static_cast<const char*>(options_.side.grads) + size_of(begin, gd),
-                             size_of(end - begin, gd), *copy_);
+  options_.side.device->copy(
+      static_cast<char*>(grads_.data()) + size_of(begin, gd),
+      static_cast<const char*>(options_.side.grads) + size_of(first_ + begin, gd),
+      size_of(end - begin, gd), *copy_);
 }
 
 void HostOffloadState::owned_grads_final(const std::vector<std::pair<int64_t, int64_t>>& ranges,
                                          const device::EventPtr& ready) {
   copy_->wait(ready);
   for (const auto& [begin, end] : ranges) {
-    const int64_t b = std::max<int64_t>(begin, 0), e = std::min(end, owned_);
+    const int64_t b = std::max<int64_t>(begin - first_, 0), e = std::min(end - first_, owned_);
     if (b >= e) continue;
     copy_grads(b, e);
     reported_.emplace_back(b, e);
@@ -135,14 +142,15 @@ Status HostOffloadState::update_walk(TileAccess access,
   copy_unreported_grads();
   Status status = copy_->record()->wait();
   for (int64_t t = 0; t < tile_count() && status.ok(); ++t) {
+    const int64_t begin = t * tile_;  // of this state
     StateTile tile;
-    tile.begin = t * tile_;
-    tile.end = std::min(tile.begin + tile_, owned_);
-    tile.master = static_cast<float*>(master_.data()) + tile.begin;
+    tile.begin = first_ + begin;
+    tile.end = first_ + std::min(begin + tile_, owned_);
+    tile.master = static_cast<float*>(master_.data()) + begin;
     for (size_t k = 0; k < slots_.size(); ++k)
       tile.slots.push_back(static_cast<char*>(slot_buffers_[k].data()) +
-                           size_of(tile.begin * slots_[k].elements_per_param, slots_[k].dtype));
-    tile.grads = static_cast<char*>(grads_.data()) + size_of(tile.begin, options_.side.grad_dtype);
+                           size_of(begin * slots_[k].elements_per_param, slots_[k].dtype));
+    tile.grads = static_cast<char*>(grads_.data()) + size_of(begin, options_.side.grad_dtype);
     status = write_back_.visit_then_send(access, &tile, visit);
   }
   // Every copy done, also after a failure: the staging and the master are
@@ -161,6 +169,11 @@ Status HostOffloadState::update_walk(TileAccess access,
 }
 
 Status HostOffloadState::read(int state, int64_t first, int64_t count, void* dst) {
+  if (first < first_ || first + count > first_ + owned_)
+    return internal_error("a read of owned elements [" + std::to_string(first) + ", " +
+                          std::to_string(first + count) + ") outside this state's [" +
+                          std::to_string(first_) + ", " + std::to_string(first_ + owned_) + ")");
+  first -= first_;
   if (state == kMasterState) {
     std::memcpy(dst, static_cast<const float*>(master_.data()) + first,
                 size_of(count, DSCORE_DTYPE_F32));

@@ -38,15 +38,20 @@ struct HostOffloadOptions {
   DeviceSide side;            // the gradients, the parameters, pin_memory
   int64_t tile_elements = 0;  // zero::offload_tile_elements
   int rank = 0;               // for the log
+  // The state holds owned elements [first, first + owned): all of them, or
+  // the offloaded rest of a partial offload (partial_offload_state.h).
+  // Tiles, reads and reported ranges are in owned-space elements.
+  int64_t first = 0;
 };
 
 class HostOffloadState final : public OwnedState {
  public:
-  // Allocates the master, slots, host gradients and staging in host memory.
-  // The master's initial values: 16-bit models through the model's
-  // init_param over `segments`, fp32 models a copy of `fp32_params` (the
-  // strategy's initialised owned parameters, device memory). Slots hold
-  // their declared initial values.
+  // Allocates the master, slots, host gradients and staging in host memory
+  // for `owned` elements from options.first. The master's initial values:
+  // 16-bit models through the model's init_param over `segments`, fp32
+  // models a copy of `fp32_params` (the strategy's initialised owned
+  // parameters from owned element 0, device memory). Slots hold their
+  // declared initial values.
   static Result<std::unique_ptr<HostOffloadState>> create(
       const HostOffloadOptions& options, const std::vector<zero::StateSlot>& slots,
       const std::vector<double>& initial_values, int64_t owned, const float* fp32_params,
@@ -72,7 +77,8 @@ class HostOffloadState final : public OwnedState {
  private:
   HostOffloadState() = default;
   int64_t tile_count() const { return (owned_ + tile_ - 1) / tile_; }
-  // Queue the copy of owned gradients [begin, end) to the host.
+  // Queue the copy of owned gradients [begin, end) to the host (elements
+  // of this state: owned element first_ + begin on).
   void copy_grads(int64_t begin, int64_t end);
   // Queue the copies of every owned gradient not reported this cycle.
   void copy_unreported_grads();
@@ -85,12 +91,13 @@ class HostOffloadState final : public OwnedState {
   std::vector<device::Buffer> slot_buffers_;
   device::Buffer grads_;  // (owned) grad_dtype: the host copy of the owned gradients
   ParamWriteBack write_back_;
-  // Owned-gradient ranges copied (or queued) since the boundary's
-  // micro-step began.
+  // Ranges of this state's gradients copied (or queued) since the
+  // boundary's micro-step began.
   std::vector<std::pair<int64_t, int64_t>> reported_;
   int64_t reported_elements_ = 0;  // reported since the boundary's micro-step began
   bool logged_ = false;            // the first update's line
-  int64_t owned_ = 0;
+  int64_t first_ = 0;              // options_.first
+  int64_t owned_ = 0;              // elements of this state
   int64_t tile_ = 0;
 };
 

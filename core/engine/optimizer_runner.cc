@@ -50,7 +50,7 @@ Result<std::unique_ptr<OptimizerRunner>> OptimizerRunner::create(
 
 void OptimizerRunner::build_group(Group* g, double multiplier,
                                   const std::vector<zero::OwnedSegment>& segments,
-                                  const StateTile& tile) {
+                                  const StateTile& tile, bool on_host) {
   *g = Group{};
   g->weight_decay_multiplier = multiplier;
   for (const zero::OwnedSegment& s : segments) {
@@ -67,10 +67,10 @@ void OptimizerRunner::build_group(Group* g, double multiplier,
   const int64_t grads_first = tile.grads != nullptr ? tile.begin : 0;
   // The 16-bit copy goes to the tile's staging where the state offers it
   // (kStep); otherwise to the strategy's, unless a state on the host writes
-  // the model's parameters itself (on_host()).
+  // the model's parameters itself.
   void* p16 = tile.params16;
   const int64_t p16_first = tile.params16 != nullptr ? tile.begin : 0;
-  if (p16 == nullptr && !state_->on_host()) p16 = strategy_->owned_params16();
+  if (p16 == nullptr && !on_host) p16 = strategy_->owned_params16();
   for (size_t i = 0; i < n; ++i) {
     const zero::OwnedSegment& s = g->segments[i];
     g->shapes[i] = {s.numel};
@@ -104,8 +104,8 @@ std::vector<zero::StateSlot> OptimizerRunner::slots() const {
   return out;
 }
 
-Status OptimizerRunner::step(const dscore_schedule_point& point, int64_t step, double grad_scale,
-                             const StepTarget& target) {
+Status OptimizerRunner::step(OwnedState& part, const dscore_schedule_point& point, int64_t step,
+                             double grad_scale, const StepTarget& target) {
   // Every view and conversion of this step names `target`; the host again after.
   struct Restore {
     StepTarget* target;
@@ -121,26 +121,28 @@ Status OptimizerRunner::step(const dscore_schedule_point& point, int64_t step, d
   hparams.step = step;
   hparams.grad_scale = grad_scale;
   // A state on the host writes the model's parameters in its walk.
-  const bool elsewhere = strategy_->params16_elsewhere() && !state_->on_host();
+  const bool on_host = part.on_host();
+  const bool elsewhere = strategy_->params16_elsewhere() && !on_host;
   DSCORE_RETURN_IF_ERROR(
-      state_->for_each_tile(TileAccess::kStep, [&](const StateTile& tile) -> Status {
-        DSCORE_RETURN_IF_ERROR(step_tile(tile, &hparams));
+      part.for_each_tile(TileAccess::kStep, [&](const StateTile& tile) -> Status {
+        DSCORE_RETURN_IF_ERROR(step_tile(tile, on_host, &hparams));
         if (tile.params16 != nullptr) {
           finish_staged_16bit(tile);
           return Status::Ok();
         }
         return elsewhere ? write_16bit_tile(tile) : Status::Ok();
       }));
-  if (model_dtype_ != DSCORE_DTYPE_F32 && !fuse_16bit_ && !elsewhere && !state_->on_host())
-    return write_16bit_copy();
+  if (model_dtype_ != DSCORE_DTYPE_F32 && !fuse_16bit_ && !elsewhere && !on_host)
+    return write_16bit_part(part);
   return Status::Ok();
 }
 
-Status OptimizerRunner::step_tile(const StateTile& tile, dscore_optimizer_hparams* hparams) {
+Status OptimizerRunner::step_tile(const StateTile& tile, bool on_host,
+                                  dscore_optimizer_hparams* hparams) {
   const bool has_16bit = model_dtype_ != DSCORE_DTYPE_F32;
   Group g;
   for (int pass = 0; pass < 2; ++pass) {
-    build_group(&g, pass == 0 ? 1.0 : 0.0, pass == 0 ? decay_ : no_decay_, tile);
+    build_group(&g, pass == 0 ? 1.0 : 0.0, pass == 0 ? decay_ : no_decay_, tile, on_host);
     if (g.segments.empty()) continue;
     hparams->weight_decay_multiplier = g.weight_decay_multiplier;
     dscore_optimizer_step_args args{};
@@ -193,9 +195,15 @@ void OptimizerRunner::finish_staged_16bit(const StateTile& tile) {
 
 Status OptimizerRunner::write_16bit_copy() {
   // A state on the host wrote the model's copy in its last kUpdate walk.
-  if (model_dtype_ == DSCORE_DTYPE_F32 || state_->on_host()) return Status::Ok();
-  return state_->for_each_tile(TileAccess::kRead,
-                               [&](const StateTile& tile) { return write_16bit_tile(tile); });
+  if (model_dtype_ == DSCORE_DTYPE_F32) return Status::Ok();
+  for (OwnedState* part : state_->parts())
+    if (!part->on_host()) DSCORE_RETURN_IF_ERROR(write_16bit_part(*part));
+  return Status::Ok();
+}
+
+Status OptimizerRunner::write_16bit_part(OwnedState& part) {
+  return part.for_each_tile(TileAccess::kRead,
+                            [&](const StateTile& tile) { return write_16bit_tile(tile); });
 }
 
 Status OptimizerRunner::write_16bit_tile(const StateTile& tile) {

@@ -49,10 +49,12 @@ class OptimizerRunner {
     return instance_->wants_reduced_gradients(step);
   }
 
-  // One update with the scheduled point (lr, beta overrides) as update
-  // number `step` (1-based); every gradient is multiplied by grad_scale.
-  // Runs as a task of the stream `target` names (on CUDA it enqueues).
-  Status step(const dscore_schedule_point& point, int64_t step, double grad_scale,
+  // One update of `part` (one of state().parts()) with the scheduled point
+  // (lr, beta overrides) as update number `step` (1-based); every gradient
+  // is multiplied by grad_scale. A part on the host runs on the caller with
+  // the host's target; the others as a task of the stream `target` names
+  // (on CUDA it enqueues).
+  Status step(OwnedState& part, const dscore_schedule_point& point, int64_t step, double grad_scale,
               const StepTarget& target);
 
   // Where the master weights and slots live (checkpoints read and write it).
@@ -73,10 +75,13 @@ class OptimizerRunner {
     std::vector<const dscore_tensor*> grad_ptrs;
   };
   OptimizerRunner() = default;
-  // The tile's part of `segments`, with views into the tile.
+  // The tile's part of `segments`, with views into the tile. `on_host`: the
+  // tile is of a state on the host (OwnedState::on_host()).
   void build_group(Group* group, double multiplier, const std::vector<zero::OwnedSegment>& segments,
-                   const StateTile& tile);
-  Status step_tile(const StateTile& tile, dscore_optimizer_hparams* hparams);
+                   const StateTile& tile, bool on_host);
+  Status step_tile(const StateTile& tile, bool on_host, dscore_optimizer_hparams* hparams);
+  // write_16bit_copy() for one part that is not on the host.
+  Status write_16bit_part(OwnedState& part);
   // The tile's 16-bit parameters from its master weights, in memory or
   // through the strategy's store_params16.
   Status write_16bit_tile(const StateTile& tile);

@@ -85,6 +85,10 @@ class OwnedState {
   virtual Status read(int state, int64_t first, int64_t count, void* dst) = 0;
   // One line for the log: where the state lives.
   virtual std::string describe() const = 0;
+  // The states the optimizer steps, one after the other, each wholly on the
+  // host (on_host()) or with the parameters: this one, or the two parts of
+  // a partial offload (partial_offload_state.h).
+  virtual std::vector<OwnedState*> parts() { return {this}; }
   // Whether the state lives in host memory apart from the engine's device
   // (ZeRO-Offload): the update runs on the host on the gradients its tiles
   // stage, and every kUpdate walk writes each tile's parameters to where

@@ -70,14 +70,20 @@ void plan_optimizer_swap(const config::OffloadConfig& offload, int64_t sub_group
 
 // ZeRO-Offload: the fp32 master in host memory (for fp32 models a copy of
 // the parameters the model reads), a host copy of the owned gradients and,
-// for 16-bit models, two staging tiles of parameters.
-void plan_host_offload(int64_t sub_group_size, int64_t owned, ZeroPlan* plan) {
-  const int64_t tile = offload_tile_elements(sub_group_size, owned);
+// for 16-bit models, two staging tiles of parameters. With partial offload
+// the first `kept` owned elements' master (16-bit models) and slots stay
+// on the device, and only the rest has host copies.
+void plan_host_offload(int64_t sub_group_size, int64_t owned, int64_t kept, double ratio,
+                       const std::vector<StateSlot>& slots, ZeroPlan* plan) {
+  const int64_t offloaded = owned - kept;
+  const int64_t tile = offload_tile_elements(sub_group_size, offloaded);
   MemoryPlan& m = plan->memory;
-  m.master = bytes(owned, DSCORE_DTYPE_F32);
   const bool staged_params = plan->model_dtype != DSCORE_DTYPE_F32;
-  m.offload_tiles = bytes(std::max<int64_t>(owned, 1), plan->grad_dtype) +
-                    (staged_params ? 2 * bytes(tile, plan->model_dtype) : 0);
+  m.master = bytes(staged_params ? owned : offloaded, DSCORE_DTYPE_F32);
+  m.offload_tiles = offloaded == 0 && kept > 0
+                        ? 0
+                        : bytes(std::max<int64_t>(offloaded, 1), plan->grad_dtype) +
+                              (staged_params ? 2 * bytes(tile, plan->model_dtype) : 0);
   plan->notes.push_back(
       "offload_optimizer.device \"cpu\" (ZeRO-Offload): the fp32 master weights and the "
       "optimizer state in host memory, updated on the host in tiles of " +
@@ -85,6 +91,16 @@ void plan_host_offload(int64_t sub_group_size, int64_t owned, ZeroPlan* plan) {
       " elements; the gradients are copied to a host copy as they are reduced" +
       (staged_params ? ", the new 16-bit parameters back through two staging tiles" : "") +
       " (\"offload buffers\")");
+  if (kept > 0) {
+    plan->state_kept_on_device = staged_params ? bytes(kept, DSCORE_DTYPE_F32) : 0;
+    for (const StateSlot& s : slots)
+      plan->state_kept_on_device += bytes(kept * s.elements_per_param, s.dtype);
+    plan->notes.push_back("offload_optimizer.ratio " + format_double(ratio) +
+                          " (partial offload): the master weights and optimizer state of the "
+                          "first " +
+                          std::to_string(kept) + " of the " + std::to_string(owned) +
+                          " owned elements stay with the parameters and are updated there");
+  }
 }
 
 constexpr const char* kNotCounted =
@@ -192,7 +208,8 @@ int64_t ZeroPlan::device_memory() const {
   if (!on_device) return 0;
   const MemoryPlan& m = memory;
   return (params_on_host ? 0 : m.parameters) + m.gradients +
-         (state_on_host ? 0 : m.master + m.optimizer) + m.buffers + m.activations;
+         (state_on_host ? state_kept_on_device : m.master + m.optimizer) + m.buffers +
+         m.activations;
 }
 
 int64_t ZeroPlan::comm_total() const {
@@ -305,7 +322,8 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
   if (const config::OffloadConfig* nvme = nvme_optimizer(config); nvme && plan.stage > 0)
     plan_optimizer_swap(*nvme, config.zero.sub_group_size, slots, owned, staged, &plan);
   if (host_offload(config)) {
-    plan_host_offload(config.zero.sub_group_size, owned, &plan);
+    plan_host_offload(config.zero.sub_group_size, owned, kept_on_device_elements(config, owned),
+                      config.zero.offload_optimizer->ratio, slots, &plan);
     plan.state_on_host = staged;
   } else if (plan.optimizer_device == "cpu")
     plan.notes.push_back(
@@ -340,6 +358,19 @@ int64_t offload_tile_elements(int64_t sub_group_size, int64_t owned) {
 bool host_offload(const config::TrainingConfig& config) {
   const auto& o = config.zero.offload_optimizer;
   return o && o->device == "cpu" && config.zero.stage > 0;
+}
+
+int64_t kept_on_device_elements(const config::TrainingConfig& config, int64_t owned) {
+  if (!host_offload(config) || config.zero.stage != 3 || owned <= 0) return 0;
+  // With offload_param the parameters are not on the device to keep with.
+  if (const auto& p = config.zero.offload_param; p && !p->device.empty() && p->device != "none")
+    return 0;
+  const double ratio = config.zero.offload_optimizer->ratio;
+  if (!(ratio < 1.0)) return 0;
+  const int64_t group = nvme_tile_elements(config.zero.sub_group_size, owned);
+  const int64_t groups = (owned + group - 1) / group;
+  const auto kept = static_cast<int64_t>((1.0 - ratio) * static_cast<double>(groups));
+  return std::min(kept * group, owned);
 }
 
 int64_t param_swap_bounce_elements(int64_t local) {

@@ -115,7 +115,9 @@ struct ZeroPlan {
   // (a GPU): see device_memory(). (The nccl backend keeps its buffers there,
   // uncounted: with it comm_scratch is 0.)
   bool on_device = false;
-  bool state_on_host = false;   // on a GPU: ZeRO-Offload's master and optimizer state
+  bool state_on_host = false;  // on a GPU: ZeRO-Offload's master and optimizer state
+  // with state_on_host, the bytes of them kept on the GPU (partial offload)
+  int64_t state_kept_on_device = 0;
   bool params_on_host = false;  // on a GPU: offload_param's shards (stage 3)
   // On a GPU, the part of memory.total() in its memory: the parameters,
   // gradients, master and optimizer state that are not on the host, the
@@ -167,6 +169,14 @@ int64_t offload_tile_elements(int64_t sub_group_size, int64_t owned);
 // Whether a config runs ZeRO-Offload: offload_optimizer.device "cpu" at
 // stage 1, 2 or 3 (at stage 0 the state stays with the parameters).
 bool host_offload(const config::TrainingConfig& config);
+// Partial offload (offload_optimizer.ratio < 1 with ZeRO-Offload at stage
+// 3, DeepSpeed's ZeRO-Offload++): the owned elements [0, n) whose master
+// and optimizer state stay with the parameters, updated there; the rest is
+// offloaded. As DeepSpeed: of the G sub-groups of sub_group_size elements
+// (here nvme_tile_elements), the first floor((1 - ratio) * G). 0 without
+// partial offload, and with offload_param (the parameters are not on the
+// device then).
+int64_t kept_on_device_elements(const config::TrainingConfig& config, int64_t owned);
 
 // The tile buffers NVMe optimizer offload needs: 1 + pipeline_read +
 // pipeline_write.

@@ -165,6 +165,43 @@ TEST(DeviceStreams, CheckpointsCrossInAndOutOfHostOffload) {
   }
 }
 
+// Partial offload (offload_optimizer.ratio 0.5 at stage 3: one of three
+// sub-groups per rank kept with the parameters) as from a GPU: a checkpoint
+// saved with it resumes in memory and fully offloaded, and one saved in
+// memory resumes with it, to the bits of the run that never stopped.
+TEST(DeviceStreams, CheckpointsCrossInAndOutOfPartialOffload) {
+  RunSpec spec;
+  spec.stage = 3;
+  spec.precision = "bf16";
+  spec.hidden = 100;
+  spec.extra = R"("data_types": {"grad_accum_dtype": "bf16"})";
+  spec.steps = 6;
+  spec.env.push_back("DSCORE_CPU_DEVICE_MEMORY=separate");
+  const RunResult whole = run_ok(with_streams(spec, "async"));
+  const std::string partial =
+      R"("sub_group_size": 4096, "offload_optimizer": {"device": "cpu", "ratio": 0.5})";
+  const std::string full = R"("sub_group_size": 4096, "offload_optimizer": {"device": "cpu"})";
+  for (const auto& [saved, resumed] : {std::pair<std::string, std::string>{partial, ""},
+                                       std::pair<std::string, std::string>{partial, full},
+                                       std::pair<std::string, std::string>{"", partial}}) {
+    const std::string ck = temp_folder("dscore-streams-partial-ck");
+    RunSpec saver = spec, loader = spec;
+    saver.zero_extra = saved;
+    loader.zero_extra = resumed;
+    const RunResult first = run_ok(with_streams(saver, "async"),
+                                   {"--save", ck, "--save-step", "3", "--stop-after-save"});
+    const RunResult second = run_ok(with_streams(loader, "async"), {"--load", ck});
+    ASSERT_FALSE(first.ranks.empty());
+    ASSERT_FALSE(second.ranks.empty());
+    std::vector<double> losses = first.ranks[0].losses;
+    losses.insert(losses.end(), second.ranks[0].losses.begin(), second.ranks[0].losses.end());
+    const std::string what = "saved with {" + saved + "}, resumed with {" + resumed + "}";
+    EXPECT_EQ(losses, whole.ranks[0].losses) << what;
+    EXPECT_TRUE(second.params == whole.params) << what;
+    std::filesystem::remove_all(ck);
+  }
+}
+
 // Saved on the asynchronous streams, resumed on the synchronous ones (and
 // the other way round): both equal the run that never stopped.
 TEST(DeviceStreams, CheckpointsCrossBetweenModes) {

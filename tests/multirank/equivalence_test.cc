@@ -261,6 +261,55 @@ TEST(ZeroEquivalence, HostOffloadOfAnOptimizerWithoutThe16BitCopyIsBitwiseAsInMe
   expect_bitwise(offload, memory, "stage 2 bf16 sgd_momentum with ZeRO-Offload");
 }
 
+// Partial offload (offload_optimizer.ratio < 1 at stage 3, DeepSpeed's
+// ZeRO-Offload++; core/engine/partial_offload_state.h): the first
+// floor((1 - ratio) * G) of G sub-groups keep their master and AdamW state
+// with the parameters and are updated there, the rest is ZeRO-Offload's.
+// Bitwise as everything in memory, in fp32 and bf16, on the CPU device's
+// memory and as from a GPU (DSCORE_CPU_DEVICE_MEMORY=separate), at ratio
+// 0.5 (1 of 3 sub-groups kept per rank) and 0 (all kept); the memory the
+// ranks hold is what the plan says.
+TEST(ZeroEquivalence, PartialOffloadIsBitwiseAsInMemoryAndAsPlanned) {
+  for (const std::string precision : {"fp32", "bf16"}) {
+    RunSpec spec;
+    spec.stage = 3;
+    spec.precision = precision;
+    spec.hidden = 100;  // about 11,000 owned elements per rank: 3 sub-groups of 4096
+    spec.gas = 2;
+    spec.clipping = 0.05;
+    spec.steps = 4;
+    if (precision == "bf16") spec.extra = R"("data_types": {"grad_accum_dtype": "bf16"})";
+    const RunResult memory = run_ok(spec);
+    for (const bool separate : {false, true}) {
+      spec.env.clear();
+      if (separate) spec.env.push_back("DSCORE_CPU_DEVICE_MEMORY=separate");
+      for (const std::string ratio : {"0.5", "0"}) {
+        spec.zero_extra =
+            R"("sub_group_size": 4096, "offload_optimizer": {"device": "cpu", "ratio": )" + ratio +
+            "}";
+        const RunResult offload = run_ok(spec);
+        const std::string what = precision + " ratio " + ratio +
+                                 (separate ? " from separate memory" : " in host memory");
+        expect_bitwise(offload, memory, what);
+        const std::string log = offload.process.out + offload.process.err;
+        const std::string kept = ratio == "0" ? ") with the parameters (offload_optimizer.ratio), "
+                                                "nothing offloaded"
+                                              : "rank 0: optimizer state owned elements [0, 4096) "
+                                                "with the parameters (offload_optimizer.ratio), "
+                                                "the other ";
+        EXPECT_NE(log.find(kept), std::string::npos) << what << "\n" << log;
+        for (const RankReport& rank : offload.ranks) {
+          ASSERT_EQ(rank.memory.size(), 6u) << what;
+          ASSERT_EQ(rank.plan.size(), 6u) << what;
+          EXPECT_EQ(rank.memory[2], rank.plan[2]) << what << ": master weights";
+          EXPECT_EQ(rank.memory[3], rank.plan[3]) << what << ": optimizer state";
+          EXPECT_EQ(rank.memory[5], rank.plan[5]) << what << ": offload buffers";
+        }
+      }
+    }
+  }
+}
+
 // ZeRO-Infinity's CPU offload as from a GPU (DSCORE_CPU_DEVICE_MEMORY=
 // separate: the engine treats device memory as the host's to reach only by
 // copies): stage 3 with the parameter shards in pinned host memory

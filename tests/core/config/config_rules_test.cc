@@ -88,15 +88,27 @@ TEST(ConfigRules, PartialOffloadNeedsStage3) {
       "ds.json:1:107: zero_optimization.offload_optimizer.ratio: Partial offloading only supported "
       "for ZeRO "
       "Stage 3.");
-  // Stage 3 loads it, with a notice: dscore offloads every sub-group.
+  // Stage 3 loads it. dscore keeps part of the state on the device with
+  // ZeRO-Offload to host memory; otherwise a notice says it offloads all.
+  auto ratio_notice = [](const LoadedConfig& c) {
+    for (const auto& n : c.notices)
+      if (n.path == "zero_optimization.offload_optimizer.ratio") return n.message;
+    return std::string();
+  };
   const LoadedConfig partial = load_with(
       R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.5}})");
   ASSERT_TRUE(partial.ok());
-  bool noticed = false;
-  for (const auto& n : partial.notices)
-    noticed |= n.path == "zero_optimization.offload_optimizer.ratio" &&
-               n.message.find("offloads the whole optimizer state") != std::string::npos;
-  EXPECT_TRUE(noticed);
+  EXPECT_EQ(ratio_notice(partial), "");
+  const LoadedConfig nvme = load_with(
+      R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp", "ratio": 0.5}})");
+  ASSERT_TRUE(nvme.ok());
+  EXPECT_NE(ratio_notice(nvme).find("the whole optimizer state is offloaded"), std::string::npos)
+      << ratio_notice(nvme);
+  const LoadedConfig params = load_with(
+      R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.5}, "offload_param": {"device": "cpu"}})");
+  ASSERT_TRUE(params.ok());
+  EXPECT_NE(ratio_notice(params).find("not with offload_param"), std::string::npos)
+      << ratio_notice(params);
 }
 
 // docs/deepspeed-reference.md#zero-optimization-keys / TestIncorectAllgatherBucketSize: 1000 ok,

@@ -367,7 +367,8 @@ TEST_F(CudaEngineTwoRanks, CheckpointsMoveBetweenTheGpusAndTheCpu) {
 // to page-locked host memory in tiles of 4096 elements, the CPU AdamW, the new
 // parameters back, against the same run with everything on the device and
 // against the CPU. Stages 1-3 (stage 0 refuses offload on CUDA); at stage 3
-// also with the parameter shards in pinned host memory (offload_param cpu).
+// also with the parameter shards in pinned host memory (offload_param cpu),
+// and partial offload (offload_optimizer.ratio, partial_offload_state.h).
 class CudaZeroOffload : public CudaEngine {};
 
 TEST_P(CudaZeroOffload, TrainsAsWithoutOffload) {
@@ -391,6 +392,23 @@ TEST_P(CudaZeroOffload, TrainsAsWithoutOffload) {
       "nccl");
   ASSERT_EQ(params.error, "");
   expect_close(params, device, "stage 3 with the parameters in host memory vs on the GPU");
+  // Partial offload (ratio 0.5: 4 of the 9 sub-groups kept on the GPU and
+  // updated there by the CUDA Adam, the rest by the CPU AdamW), in fp32 and
+  // in bf16, where the kept part's fp32 master is the partial state's own.
+  const std::string partial =
+      R"(, "sub_group_size": 4096, "offload_optimizer": {"device": "cpu", "ratio": 0.5})";
+  const InProcessResult kept =
+      run_in_process_job(config("cuda", stage, corpus, partial), 1, {}, "nccl");
+  ASSERT_EQ(kept.error, "");
+  expect_close(kept, device, "stage 3 fp32, partial offload vs on the GPU");
+  const std::string bf16 = R"(, "bf16": {"enabled": true})";
+  const InProcessResult device16 =
+      run_in_process_job(config("cuda", stage, corpus) + bf16, 1, {}, "nccl");
+  ASSERT_EQ(device16.error, "");
+  const InProcessResult kept16 =
+      run_in_process_job(config("cuda", stage, corpus, partial) + bf16, 1, {}, "nccl");
+  ASSERT_EQ(kept16.error, "");
+  expect_close(kept16, device16, "stage 3 bf16, partial offload vs on the GPU", 1e-2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, CudaZeroOffload, ::testing::Values(1, 2, 3));

@@ -190,6 +190,22 @@ TEST(DevicePlan, SplitsTheGpusMemoryFromTheHosts) {
   EXPECT_TRUE(params.params_on_host);
   EXPECT_EQ(params.device_memory(), params.memory.gradients + params.memory.buffers);
 
+  // Partial offload (ratio 0.5 of two sub-groups at one rank): the first
+  // sub-group's fp32 master and Adam's two slots stay on the GPU; the host
+  // holds the rest, and gradients and staging for the rest only.
+  const std::string z3 = R"({"stage": 3, "sub_group_size": 4096, "offload_optimizer": )";
+  const config::TrainingConfig partial_config =
+      load(z3 + R"({"device": "cpu", "ratio": 0.5}})", nccl, 1);
+  ASSERT_EQ(zero::kept_on_device_elements(partial_config, 5001), 4096);
+  const ZeroPlan partial = make_plan(partial_config, model.layout(), kAdam, 1, 0, false);
+  const ZeroPlan whole =
+      make_plan(load(z3 + R"({"device": "cpu"}})", nccl, 1), model.layout(), kAdam, 1, 0, false);
+  EXPECT_EQ(partial.state_kept_on_device, 4096 * (4 + 8));
+  EXPECT_EQ(partial.device_memory(), whole.device_memory() + 4096 * (4 + 8));
+  EXPECT_EQ(partial.memory.master, whole.memory.master);  // bf16: every fp32 master somewhere
+  EXPECT_EQ(partial.memory.offload_tiles,
+            whole.memory.offload_tiles - 4096 * 2);  // bf16 host gradients of the kept part
+
   ZeroPlan with_process = gpu;
   ProcessMemory process;
   process.model = "model 'two_layers'";
