@@ -52,13 +52,14 @@ class ParamWriteBack {
     device::Buffer values;  // a tile in the model's dtype
     device::EventPtr out;   // its last copy
   };
-  DeviceSide side_;
-  device::Stream* copy_ = nullptr;
   // The staging tile for the next write or next_staging(); its index.
   int take_staging();
-  // Copy `count` values of the model's dtype at `from` to owned element `begin`.
+  // Copy `count` values of the model's dtype at `from` to owned element
+  // `begin`; `staging` (or nullptr) records the copy's event.
   Status copy_out(int64_t begin, int64_t count, const void* from, Staging* staging);
 
+  DeviceSide side_;
+  device::Stream* copy_ = nullptr;
   Staging staging_[2];
   int handed_out_ = -1;  // the index next_staging() handed out, until send()
   int next_ = 0;

@@ -92,9 +92,9 @@ void plan_host_offload(int64_t sub_group_size, int64_t owned, int64_t kept, doub
       (staged_params ? ", the new 16-bit parameters back through two staging tiles" : "") +
       " (\"offload buffers\")");
   if (kept > 0) {
-    plan->state_kept_on_device = staged_params ? bytes(kept, DSCORE_DTYPE_F32) : 0;
+    plan->master_kept = staged_params ? bytes(kept, DSCORE_DTYPE_F32) : 0;
     for (const StateSlot& s : slots)
-      plan->state_kept_on_device += bytes(kept * s.elements_per_param, s.dtype);
+      plan->optimizer_kept += bytes(kept * s.elements_per_param, s.dtype);
     plan->notes.push_back("offload_optimizer.ratio " + format_double(ratio) +
                           " (partial offload): the master weights and optimizer state of the "
                           "first " +
@@ -208,7 +208,7 @@ int64_t ZeroPlan::device_memory() const {
   if (!on_device) return 0;
   const MemoryPlan& m = memory;
   return (params_on_host ? 0 : m.parameters) + m.gradients +
-         (state_on_host ? state_kept_on_device : m.master + m.optimizer) + m.buffers +
+         (state_on_host ? master_kept + optimizer_kept : m.master + m.optimizer) + m.buffers +
          m.activations;
 }
 

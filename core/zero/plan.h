@@ -116,8 +116,10 @@ struct ZeroPlan {
   // uncounted: with it comm_scratch is 0.)
   bool on_device = false;
   bool state_on_host = false;  // on a GPU: ZeRO-Offload's master and optimizer state
-  // with state_on_host, the bytes of them kept on the GPU (partial offload)
-  int64_t state_kept_on_device = 0;
+  // Of memory.master and memory.optimizer, the bytes partial offload keeps
+  // with the parameters (on a GPU: in its memory, with state_on_host).
+  int64_t master_kept = 0;
+  int64_t optimizer_kept = 0;
   bool params_on_host = false;  // on a GPU: offload_param's shards (stage 3)
   // On a GPU, the part of memory.total() in its memory: the parameters,
   // gradients, master and optimizer state that are not on the host, the

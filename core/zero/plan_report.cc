@@ -43,6 +43,12 @@ std::string device_problem(const ZeroPlan& plan, int64_t needed, int64_t availab
     fix +=
         "offload the optimizer state (zero_optimization.offload_optimizer.device \"cpu\", or "
         "\"nvme\" with an nvme_path), ";
+  else if (plan.master_kept + plan.optimizer_kept > 0)
+    fix +=
+        "offload more of the optimizer state (raise zero_optimization.offload_optimizer.ratio: "
+        "the part kept takes " +
+        format_bytes(static_cast<uint64_t>(plan.master_kept + plan.optimizer_kept)) +
+        " per rank), ";
   if (plan.stage < 3)
     fix +=
         "use a higher ZeRO stage (zero_optimization.stage is " + std::to_string(plan.stage) + "), ";
@@ -174,6 +180,9 @@ std::string format_plans(const std::vector<ZeroPlan>& plans) {
     if (!p0.state_on_host) {
       bytes_row("master weights (fp32)", master);
       bytes_row("optimizer state", optimizer);
+    } else if (p0.master_kept + p0.optimizer_kept > 0) {
+      bytes_row("kept master (fp32)", [](const ZeroPlan& p) { return p.master_kept; });
+      bytes_row("kept optimizer state", [](const ZeroPlan& p) { return p.optimizer_kept; });
     }
     bytes_row("buffers", [](const ZeroPlan& p) { return p.memory.buffers; });
     if (p0.activations_counted)
@@ -182,8 +191,10 @@ std::string format_plans(const std::vector<ZeroPlan>& plans) {
     row("in host memory", rank_header);
     if (p0.params_on_host) bytes_row("parameters", parameters);
     if (p0.state_on_host) {
-      bytes_row("master weights (fp32)", master);
-      bytes_row("optimizer state", optimizer);
+      bytes_row("master weights (fp32)",
+                [](const ZeroPlan& p) { return p.memory.master - p.master_kept; });
+      bytes_row("optimizer state",
+                [](const ZeroPlan& p) { return p.memory.optimizer - p.optimizer_kept; });
     }
   } else {
     row("in RAM", rank_header);

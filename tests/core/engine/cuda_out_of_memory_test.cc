@@ -157,6 +157,10 @@ TEST_F(CudaOutOfMemory, ThePlansGpuMemoryIsWhatTheRunHolds) {
       {"ZeRO-Offload",
        bf16 + R"(, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}})",
        kGpt, "fused"},
+      {"ZeRO-3, partial offload",
+       bf16 + R"(, "zero_optimization": {"stage": 3, "sub_group_size": 8192, )"
+              R"("offload_optimizer": {"device": "cpu", "ratio": 0.5}})",
+       kGpt, "fused"},
       {"llama, fp32", "", kLlama, "fused"},
       {"llama, bf16", bf16, kLlama, "fused"},
       {"llama, bf16, unfused", bf16, kLlama, "unfused"},

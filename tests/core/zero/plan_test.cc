@@ -200,11 +200,31 @@ TEST(DevicePlan, SplitsTheGpusMemoryFromTheHosts) {
   const ZeroPlan partial = make_plan(partial_config, model.layout(), kAdam, 1, 0, false);
   const ZeroPlan whole =
       make_plan(load(z3 + R"({"device": "cpu"}})", nccl, 1), model.layout(), kAdam, 1, 0, false);
-  EXPECT_EQ(partial.state_kept_on_device, 4096 * (4 + 8));
+  EXPECT_EQ(partial.master_kept, 4096 * 4);
+  EXPECT_EQ(partial.optimizer_kept, 4096 * 8);
   EXPECT_EQ(partial.device_memory(), whole.device_memory() + 4096 * (4 + 8));
   EXPECT_EQ(partial.memory.master, whole.memory.master);  // bf16: every fp32 master somewhere
   EXPECT_EQ(partial.memory.offload_tiles,
             whole.memory.offload_tiles - 4096 * 2);  // bf16 host gradients of the kept part
+  // The table shows the kept part among the GPU's rows and the rest among
+  // the host's; a GPU too small for it is told to offload more.
+  const std::string partial_table = format_plans({partial});
+  for (const auto& [label, bytes] :
+       {std::pair<std::string, int64_t>{"kept master (fp32)", 4096 * 4},
+        {"kept optimizer state", 4096 * 8}}) {
+    const size_t at = partial_table.find("  " + label + " ");
+    ASSERT_NE(at, std::string::npos) << label << "\n" << partial_table;
+    const std::string line = partial_table.substr(at, partial_table.find('\n', at) - at);
+    EXPECT_NE(line.find(format_bytes(bytes)), std::string::npos) << line;
+    EXPECT_LT(at, partial_table.find("in host memory")) << label << " is not in the GPU's rows";
+  }
+  NodeCapacity small_gpu;
+  small_gpu.device_available = partial.device_memory() - 1;
+  const std::string raise = check_fits(partial, small_gpu).message();
+  EXPECT_NE(raise.find("raise zero_optimization.offload_optimizer.ratio: the part kept takes " +
+                       format_bytes(4096 * 12) + " per rank"),
+            std::string::npos)
+      << raise;
 
   ZeroPlan with_process = gpu;
   ProcessMemory process;
