@@ -18,9 +18,14 @@
 // MFU counts 6N + 12 L C T FLOP per token (N without the position
 // embedding), as nanoGPT and llm.c do.
 //
-//   gpt_gpu [--steps S] [--micro B] [--stages 0,2,3] [--no-offload] [--nvme DIR] [--profile]
+//   gpt_gpu [--steps S] [--micro B] [--stages 0,2,3] [--no-offload] [--nvme DIR]
+//           [--partial RATIO] [--profile]
 //
-// `--stages none` runs no in-memory stage (only --nvme, say).
+// `--stages none` runs no in-memory stage (only --nvme, say). --partial
+// RATIO adds ZeRO-3 with partial offload (offload_optimizer.ratio RATIO,
+// sub_group_size 1e7: 13 sub-groups, the first floor((1 - RATIO) * 13)
+// updated on the GPU, the rest on the host), its optimizer phase beside
+// the full offload's.
 // --profile brackets the last timed step of each run with cudaProfilerStart
 // and cudaProfilerStop, so `ncu --profile-from-start off` measures that
 // step's kernels alone (scripts/gpu-bundle/run-gpu-profile.sh).
@@ -120,6 +125,12 @@ size_t free_gpu_bytes() {
 
 constexpr const char* kZeroOffload =
     R"(, "offload_optimizer": {"device": "cpu", "pin_memory": true})";
+
+std::string partial_offload(const std::string& ratio) {
+  return R"(, "sub_group_size": 10000000, "offload_optimizer": {"device": "cpu", )"
+         R"("pin_memory": true, "ratio": )" +
+         ratio + "}";
+}
 
 std::string nvme_offload(const std::string& folder) {
   return R"(, "offload_optimizer": {"device": "nvme", "nvme_path": ")" + folder +
@@ -239,7 +250,7 @@ void print_line(const std::string& what, const Figures& f, double peak_flops) {
 int main(int argc, char** argv) {
   int steps = 10, micro = 8;
   bool offload = true, profile = false;
-  std::string nvme;
+  std::string nvme, partial;
   std::vector<int> stages = {0, 2, 3};
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
@@ -249,6 +260,8 @@ int main(int argc, char** argv) {
       profile = true;
     } else if (i + 1 < argc && k == "--nvme") {
       nvme = argv[++i];
+    } else if (i + 1 < argc && k == "--partial") {
+      partial = argv[++i];
     } else if (i + 1 < argc && k == "--steps") {
       steps = std::max(1, std::atoi(argv[++i]));
     } else if (i + 1 < argc && k == "--micro") {
@@ -260,7 +273,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: gpt_gpu [--steps S] [--micro B] [--stages 0,2,3] [--no-offload] "
-                   "[--nvme DIR] [--profile]\n");
+                   "[--nvme DIR] [--partial RATIO] [--profile]\n");
       return 2;
     }
   }
@@ -298,6 +311,12 @@ int main(int argc, char** argv) {
         "speed\n",
         f.optimizer_seconds * 1e3, floor * 1e3, pcie / 1e9, pcie_s * 1e3, memory / 1e9,
         memory_s * 1e3, 100.0 * floor / f.optimizer_seconds);
+  }
+  if (!partial.empty()) {
+    const Figures f = train(micro, steps, 3, partial_offload(partial), corpus, profile);
+    print_line("ZeRO-3 + partial offload " + partial, f, peak);
+    std::printf("partial offload (ratio %s) optimizer phase %.1f ms\n", partial.c_str(),
+                f.optimizer_seconds * 1e3);
   }
   if (!nvme.empty()) {
     std::filesystem::create_directories(nvme);
