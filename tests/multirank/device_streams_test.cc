@@ -47,6 +47,24 @@ std::string temp_folder(const char* stem) {
   return folder;
 }
 
+// `saver` stops after saving at step `save_step`, `loader` resumes from
+// that checkpoint: the losses of both runs, one after the other, and the
+// final parameters are those of `whole`, the run that never stopped.
+void expect_resumes_as_whole(const RunResult& whole, const RunSpec& saver, const RunSpec& loader,
+                             int save_step, const std::string& what) {
+  const std::string ck = temp_folder("dscore-streams-ck");
+  const RunResult first =
+      run_ok(saver, {"--save", ck, "--save-step", std::to_string(save_step), "--stop-after-save"});
+  const RunResult second = run_ok(loader, {"--load", ck});
+  std::filesystem::remove_all(ck);
+  ASSERT_FALSE(first.ranks.empty()) << what;
+  ASSERT_FALSE(second.ranks.empty()) << what;
+  std::vector<double> losses = first.ranks[0].losses;
+  losses.insert(losses.end(), second.ranks[0].losses.begin(), second.ranks[0].losses.end());
+  EXPECT_EQ(losses, whole.ranks[0].losses) << what;
+  EXPECT_TRUE(second.params == whole.params) << what;
+}
+
 class EveryStage : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
 
 TEST_P(EveryStage, AsynchronousStreamsEqualSynchronousBitwise) {
@@ -148,20 +166,10 @@ TEST(DeviceStreams, CheckpointsCrossInAndOutOfHostOffload) {
   const RunResult whole = run_ok(with_streams(spec, "async"));
   const std::string offload = R"("sub_group_size": 4096, "offload_optimizer": {"device": "cpu"})";
   for (bool saved_offloaded : {true, false}) {
-    const std::string ck = temp_folder("dscore-streams-offload-ck");
     RunSpec saver = spec, loader = spec;
     (saved_offloaded ? saver : loader).zero_extra = offload;
-    const RunResult first = run_ok(with_streams(saver, "async"),
-                                   {"--save", ck, "--save-step", "4", "--stop-after-save"});
-    const RunResult second = run_ok(with_streams(loader, "async"), {"--load", ck});
-    ASSERT_FALSE(first.ranks.empty());
-    ASSERT_FALSE(second.ranks.empty());
-    std::vector<double> losses = first.ranks[0].losses;
-    losses.insert(losses.end(), second.ranks[0].losses.begin(), second.ranks[0].losses.end());
-    const std::string what = saved_offloaded ? "saved offloaded" : "resumed offloaded";
-    EXPECT_EQ(losses, whole.ranks[0].losses) << what;
-    EXPECT_TRUE(second.params == whole.params) << what;
-    std::filesystem::remove_all(ck);
+    expect_resumes_as_whole(whole, with_streams(saver, "async"), with_streams(loader, "async"), 4,
+                            saved_offloaded ? "saved offloaded" : "resumed offloaded");
   }
 }
 
@@ -184,21 +192,11 @@ TEST(DeviceStreams, CheckpointsCrossInAndOutOfPartialOffload) {
   for (const auto& [saved, resumed] : {std::pair<std::string, std::string>{partial, ""},
                                        std::pair<std::string, std::string>{partial, full},
                                        std::pair<std::string, std::string>{"", partial}}) {
-    const std::string ck = temp_folder("dscore-streams-partial-ck");
     RunSpec saver = spec, loader = spec;
     saver.zero_extra = saved;
     loader.zero_extra = resumed;
-    const RunResult first = run_ok(with_streams(saver, "async"),
-                                   {"--save", ck, "--save-step", "3", "--stop-after-save"});
-    const RunResult second = run_ok(with_streams(loader, "async"), {"--load", ck});
-    ASSERT_FALSE(first.ranks.empty());
-    ASSERT_FALSE(second.ranks.empty());
-    std::vector<double> losses = first.ranks[0].losses;
-    losses.insert(losses.end(), second.ranks[0].losses.begin(), second.ranks[0].losses.end());
-    const std::string what = "saved with {" + saved + "}, resumed with {" + resumed + "}";
-    EXPECT_EQ(losses, whole.ranks[0].losses) << what;
-    EXPECT_TRUE(second.params == whole.params) << what;
-    std::filesystem::remove_all(ck);
+    expect_resumes_as_whole(whole, with_streams(saver, "async"), with_streams(loader, "async"), 3,
+                            "saved with {" + saved + "}, resumed with {" + resumed + "}");
   }
 }
 
@@ -211,17 +209,8 @@ TEST(DeviceStreams, CheckpointsCrossBetweenModes) {
   const RunResult whole = run_ok(with_streams(spec, "sync"));
   for (const auto& [saver, loader] : {std::pair<std::string, std::string>{"async", "sync"},
                                       std::pair<std::string, std::string>{"sync", "async"}}) {
-    const std::string ck = temp_folder("dscore-streams-ck");
-    const RunResult first =
-        run_ok(with_streams(spec, saver), {"--save", ck, "--save-step", "4", "--stop-after-save"});
-    const RunResult second = run_ok(with_streams(spec, loader), {"--load", ck});
-    ASSERT_FALSE(first.ranks.empty());
-    ASSERT_FALSE(second.ranks.empty());
-    std::vector<double> losses = first.ranks[0].losses;
-    losses.insert(losses.end(), second.ranks[0].losses.begin(), second.ranks[0].losses.end());
-    EXPECT_EQ(losses, whole.ranks[0].losses) << "saved on " << saver << ", resumed on " << loader;
-    EXPECT_TRUE(second.params == whole.params) << "saved on " << saver << ", resumed on " << loader;
-    std::filesystem::remove_all(ck);
+    expect_resumes_as_whole(whole, with_streams(spec, saver), with_streams(spec, loader), 4,
+                            "saved on " + saver + ", resumed on " + loader);
   }
 }
 
