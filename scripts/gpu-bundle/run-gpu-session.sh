@@ -38,7 +38,7 @@ bench() {  # bench LOG SECONDS BENCH ARGS...
 bench gpu_matmul_rate 60 gpu_matmul_rate
 python=$(command -v python3 || true)
 bench fused_adam 120 fused_adam ${python:+--torch "$python"}
-bench gpt_gpu 240 gpt_gpu --steps "${DSCORE_GPT_GPU_STEPS:-5}"
+bench gpt_gpu 300 gpt_gpu --steps "${DSCORE_GPT_GPU_STEPS:-5}" --partial 0.5
 # ZeRO-0 again with the cuBLAS attention, beside the fused one (the default).
 # Its log goes into gpt_gpu.log, keeping to eight files.
 (export DSCORE_CUDA_ATTENTION=unfused
