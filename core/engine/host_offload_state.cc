@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 
 #include "core/base/logging.h"
 #include "core/base/strings.h"
@@ -73,6 +74,7 @@ Result<std::unique_ptr<HostOffloadState>> HostOffloadState::create(
                                  MemoryUse::kOptimizerState, "offload host gradients", false));
   DSCORE_ASSIGN_OR_RETURN(s->write_back_, ParamWriteBack::create(side, s->copy_.get(), s->tile_,
                                                                  /*stage_fp32=*/false));
+  s->tile_grads_.resize(static_cast<size_t>(s->tile_count()));
   return s;
 }
 
@@ -105,10 +107,18 @@ Status HostOffloadState::for_each_tile(TileAccess access,
 
 void HostOffloadState::copy_grads(int64_t begin, int64_t end) {
   const dscore_dtype gd = options_.side.grad_dtype;
-  options_.side.device->copy(
-      static_cast<char*>(grads_.data()) + size_of(begin, gd),
-      static_cast<const char*>(options_.side.grads) + size_of(first_ + begin, gd),
-      size_of(end - begin, gd), *copy_);
+  // A copy per tile, each followed by an event: the tile's gradients are
+  // here once its last copy's event is done.
+  for (int64_t t = begin / tile_; t * tile_ < end; ++t) {
+    const int64_t a = std::max(begin, t * tile_), b = std::min(end, (t + 1) * tile_);
+    options_.side.device->copy(
+        static_cast<char*>(grads_.data()) + size_of(a, gd),
+        static_cast<const char*>(options_.side.grads) + size_of(first_ + a, gd), size_of(b - a, gd),
+        *copy_);
+    TileGrads& tile = tile_grads_[static_cast<size_t>(t)];
+    tile.copied = copy_->record();
+    tile.order = ++copies_;
+  }
 }
 
 void HostOffloadState::owned_grads_final(const std::vector<std::pair<int64_t, int64_t>>& ranges,
@@ -140,8 +150,19 @@ Status HostOffloadState::update_walk(TileAccess access,
   // reduced gradients are final, the model done reading its parameters).
   copy_->wait(options_.side.compute->record());
   copy_unreported_grads();
-  Status status = copy_->record()->wait();
-  for (int64_t t = 0; t < tile_count() && status.ok(); ++t) {
+  // Tiles in the order their gradients arrive, each once they have: the
+  // update of the first overlaps the copies of the rest. (The optimizers
+  // ZeRO steps are elementwise, so the order changes no number.)
+  std::vector<int64_t> order(static_cast<size_t>(tile_count()));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return tile_grads_[static_cast<size_t>(a)].order < tile_grads_[static_cast<size_t>(b)].order;
+  });
+  Status status = Status::Ok();
+  for (size_t i = 0; i < order.size() && status.ok(); ++i) {
+    const int64_t t = order[i];
+    status = device::wait_for(tile_grads_[static_cast<size_t>(t)].copied);
+    if (!status.ok()) break;
     const int64_t begin = t * tile_;  // of this state
     StateTile tile;
     tile.begin = first_ + begin;
@@ -157,6 +178,7 @@ Status HostOffloadState::update_walk(TileAccess access,
   // the host's again, and the model reads the new parameters.
   Status copies = copy_->synchronize();
   write_back_.release();
+  for (TileGrads& tile : tile_grads_) tile = TileGrads{};
   if (!status.ok()) return status;
   if (copies.ok() && !logged_) {
     log_info("rank " + std::to_string(options_.rank) + ": ZeRO-Offload's first update: " +

@@ -10,10 +10,12 @@
 // device-to-host copy on a copy stream of its own after the event, so the
 // copies run beside the rest of backward. The update then copies what was
 // not reported (padding, a strategy that reports nothing), after the
-// engine's compute stream, waits for the copies, and walks the owned space
-// in tiles (zero::offload_tile_elements): the optimizer updates tile t on
-// the host while tile t-1's new parameters, converted to the model's dtype
-// into one of two staging tiles, go to where the model reads them on the
+// engine's compute stream, and walks the owned space in tiles
+// (zero::offload_tile_elements), in the order their gradients arrive, each
+// once its own copies are done (an event per tile and copy), so the update
+// of one tile overlaps the copies of the next. The optimizer updates a tile
+// on the host while the previous tile's new parameters, in the model's
+// dtype in one of two staging tiles, go to where the model reads them on the
 // copy stream. The walk ends once every copy is done, so the next forward
 // and the gradient zeroing see the new parameters. On the CPU device the
 // copies are memcpys on the stream's worker, so every ordering rule above
@@ -70,6 +72,7 @@ class HostOffloadState final : public OwnedState {
   void boundary_micro_step() override {
     reported_.clear();
     reported_elements_ = 0;
+    for (TileGrads& tile : tile_grads_) tile = TileGrads{};
   }
   void owned_grads_final(const std::vector<std::pair<int64_t, int64_t>>& ranges,
                          const device::EventPtr& ready) override;
@@ -78,7 +81,8 @@ class HostOffloadState final : public OwnedState {
   HostOffloadState() = default;
   int64_t tile_count() const { return (owned_ + tile_ - 1) / tile_; }
   // Queue the copy of owned gradients [begin, end) to the host (elements
-  // of this state: owned element first_ + begin on).
+  // of this state: owned element first_ + begin on), a copy and an event
+  // per tile it touches.
   void copy_grads(int64_t begin, int64_t end);
   // Queue the copies of every owned gradient not reported this cycle.
   void copy_unreported_grads();
@@ -91,6 +95,14 @@ class HostOffloadState final : public OwnedState {
   std::vector<device::Buffer> slot_buffers_;
   device::Buffer grads_;  // (owned) grad_dtype: the host copy of the owned gradients
   ParamWriteBack write_back_;
+  // Per tile, this update cycle: the event of the last copy of its
+  // gradients, and that copy's place in the order of copies.
+  struct TileGrads {
+    device::EventPtr copied;
+    int64_t order = 0;
+  };
+  std::vector<TileGrads> tile_grads_;
+  int64_t copies_ = 0;  // copies queued so far (TileGrads::order)
   // Ranges of this state's gradients copied (or queued) since the
   // boundary's micro-step began.
   std::vector<std::pair<int64_t, int64_t>> reported_;

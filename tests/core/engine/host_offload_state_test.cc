@@ -8,8 +8,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "core/device/cpu_device.h"
@@ -87,6 +90,43 @@ TEST_F(HostOffloadStateTest, TilesSeeTheirGradientsAndWriteTheModelsParameters) 
   float master = 0;
   ASSERT_TRUE(state->read(kMasterState, 9999, 1, &master).ok());
   EXPECT_EQ(master, 2.0f);
+}
+
+// The update starts on a tile once its gradients are here, not once all
+// are: tile 0's came early, tiles 1 and 2 wait behind a reduction that
+// finishes only when tile 0 is visited (or after 5 s, which fails).
+TEST_F(HostOffloadStateTest, ATileIsUpdatedOnceItsGradientsAreHereNotAllOfThem) {
+  auto state = make();
+  ASSERT_NE(state, nullptr);
+  auto comm = device_.create_stream("comm");
+  ASSERT_TRUE(comm.ok());
+  std::atomic<bool> open{false}, timed_out{false};
+  state->boundary_micro_step();
+  state->owned_grads_final({{0, kTile}}, compute_->record());
+  device::EventPtr late = (*comm)->submit([&] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!open.load()) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        timed_out = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return Status::Ok();
+  });
+  state->owned_grads_final({{kTile, kOwned}}, late);
+  std::vector<int64_t> begins;
+  bool waited_for_all = false;
+  Status s = state->for_each_tile(TileAccess::kUpdate, [&](const StateTile& tile) {
+    if (begins.empty()) waited_for_all = timed_out.load();
+    begins.push_back(tile.begin);
+    open = true;
+    return Status::Ok();
+  });
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(begins, (std::vector<int64_t>{0, 4096, 8192}));
+  EXPECT_FALSE(waited_for_all) << "tile 0 waited for the late reduction";
+  EXPECT_FALSE(timed_out.load());
 }
 
 // A bf16 model: the optimizer's walk (kStep) hands each tile a staging
