@@ -637,15 +637,16 @@ Result<std::unique_ptr<OwnedState>> Engine::make_host_offload_state(
     const std::vector<zero::StateSlot>& slots, const std::vector<double>& initial) {
   HostOffloadOptions options;
   DSCORE_ASSIGN_OR_RETURN(options.side, device_side(config_.zero.offload_optimizer->pin_memory));
-  options.tile_elements =
-      zero::offload_tile_elements(config_.zero.sub_group_size, strategy_->owned_numel());
+  const int64_t owned = strategy_->owned_numel();
+  // Partial offload keeps the first `kept` elements with the parameters;
+  // the tiles are the offloaded rest's.
+  const int64_t kept = zero::kept_on_device_elements(config_, owned);
+  options.tile_elements = zero::offload_tile_elements(config_.zero.sub_group_size, owned - kept);
   options.rank = rank();
   const bool fp32 = options.side.model_dtype == DSCORE_DTYPE_F32;
-  const int64_t owned = strategy_->owned_numel();
   float* fp32_master = fp32 ? strategy_->owned_master() : nullptr;
   std::unique_ptr<OwnedState> state;
-  if (const int64_t kept = zero::kept_on_device_elements(config_, owned); kept > 0) {
-    options.tile_elements = zero::offload_tile_elements(config_.zero.sub_group_size, owned - kept);
+  if (kept > 0) {
     DSCORE_ASSIGN_OR_RETURN(
         state, PartialOffloadState::create(options, kept, slots, initial, owned, fp32_master,
                                            *model_, strategy_->owned_segments()));

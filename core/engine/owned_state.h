@@ -91,8 +91,8 @@ class OwnedState {
   virtual std::vector<OwnedState*> parts() { return {this}; }
   // Whether the state lives in host memory apart from the engine's device
   // (ZeRO-Offload): the update runs on the host on the gradients its tiles
-  // stage, and every kUpdate walk writes each tile's parameters to where
-  // the model reads them.
+  // stage, and every kUpdate or kStep walk writes each tile's parameters
+  // to where the model reads them.
   virtual bool on_host() const { return false; }
   // Host memory the state holds for moving data (NVMe tile buffers;
   // ZeRO-Offload's host gradients and staging), counted with the optimizer
