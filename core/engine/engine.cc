@@ -220,6 +220,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
     DSCORE_ASSIGN_OR_RETURN(ctx.param_swap_folder,
                             engine->swap_folder(config.zero.offload_param->nvme_path));
     ctx.param_max_in_cpu = config.zero.offload_param->max_in_cpu;
+    ctx.param_buffer_count = config.zero.offload_param->buffer_count;
+    ctx.param_buffer_size = config.zero.offload_param->buffer_size;
   }
   const bool params_to_host = config.zero.stage == 3 && config.zero.offload_param &&
                               config.zero.offload_param->device == "cpu";

@@ -336,7 +336,8 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
         p->max_in_cpu >= owned ? owned : p->max_in_cpu / kTileGranularity * kTileGranularity;
     m.parameters = bytes(resident, md);
     m.disk_parameters = bytes(round_up(std::max<int64_t>(owned, 1), kTileGranularity), md);
-    if (staged) m.host_staging = bytes(param_swap_bounce_elements(owned), md);
+    if (staged)
+      m.host_staging = bytes(param_swap_ring_elements(p->buffer_count, p->buffer_size, owned), md);
     plan.params_on_host = staged;
     plan.param_nvme_path = p->nvme_path;
   } else if (p && p->device == "cpu" && plan.stage == 3) {
@@ -373,8 +374,11 @@ int64_t kept_on_device_elements(const config::TrainingConfig& config, int64_t ow
   return std::min(kept * group, owned);
 }
 
-int64_t param_swap_bounce_elements(int64_t local) {
-  return std::clamp<int64_t>(local, 1, int64_t{1} << 20);
+int64_t param_swap_ring_elements(int64_t buffer_count, int64_t buffer_size, int64_t local) {
+  const int64_t limit = std::max<int64_t>(local, 1);
+  const int64_t count = std::max<int64_t>(buffer_count, 1),
+                size = std::max<int64_t>(buffer_size, 1);
+  return size > limit / count ? limit : count * size;
 }
 
 int64_t nvme_tile_elements(int64_t sub_group_size, int64_t owned) {

@@ -155,9 +155,11 @@ void add_process_memory(const ProcessMemory& process, ZeroPlan* plan);
 // this many elements (a 4 KiB-aligned transfer at any dtype size).
 inline constexpr int64_t kTileGranularity = 4096;
 // Stage 3 with its parameters on NVMe, from device memory the host does
-// not address: swapped shards come in through a host bounce of this many
-// elements (core/zero/sharded_zero.h).
-int64_t param_swap_bounce_elements(int64_t local);
+// not address: swapped shards come in through a pinned staging ring
+// (core/device/staging_ring.h) of this many elements: offload_param's
+// buffer_count x buffer_size (DeepSpeed's swap buffers), at most the rank's
+// `local` elements, at least one (core/zero/sharded_zero.h).
+int64_t param_swap_ring_elements(int64_t buffer_count, int64_t buffer_size, int64_t local);
 // Elements per tile: sub_group_size rounded down to the granularity (at
 // least one granule), at most the owned space rounded up.
 int64_t nvme_tile_elements(int64_t sub_group_size, int64_t owned);

@@ -87,9 +87,12 @@ Status ShardedZero::initialise(const Model& model) {
                             ParamSwap::create(ctx_.param_swapper, ctx_.param_swap_folder, local, md,
                                               ctx_.param_max_in_cpu));
     if (ctx_.device != nullptr && !ctx_.device->memory_is_host()) {
+      const int64_t ring =
+          param_swap_ring_elements(ctx_.param_buffer_count, ctx_.param_buffer_size, local);
       DSCORE_ASSIGN_OR_RETURN(
-          swap_bounce_, tensor::allocate_elements(param_swap_bounce_elements(local), md,
-                                                  MemoryUse::kBuffers, "nvme parameter bounce"));
+          swap_ring_,
+          device::StagingRing::create(*ctx_.device, static_cast<size_t>(ring) * sdk::dtype_size(md),
+                                      "nvme parameter staging ring"));
     }
   } else {
     DSCORE_ASSIGN_OR_RETURN(
@@ -168,14 +171,18 @@ Status ShardedZero::initialise_swapped(const Model& model) {
     }
     DSCORE_RETURN_IF_ERROR(param_swap_->store(a, b - a, staging.get()));
   }
-  log_info("rank " + std::to_string(rank_) + ": parameters " + param_swap_->describe());
+  log_info("rank " + std::to_string(rank_) + ": parameters " + param_swap_->describe() +
+           (swap_ring_.capacity() == 0
+                ? ""
+                : "; gathers read them through a " + format_bytes(swap_ring_.capacity()) +
+                      " pinned staging ring (offload_param buffer_count x buffer_size)"));
   return Status::Ok();
 }
 
-Status ShardedZero::pack_shards(const std::vector<size_t>& params, char* packed) {
-  const dscore_dtype md = ctx_.model_dtype;
-  const int64_t es = static_cast<int64_t>(sdk::dtype_size(md));
-  int64_t offset = 0;
+Status ShardedZero::for_each_local_run(
+    const std::vector<size_t>& params,
+    const std::function<Status(int64_t begin, int64_t at, int64_t count)>& run) const {
+  int64_t at = 0;
   for (size_t i = 0; i < params.size();) {
     // A run of params whose shards follow each other in the local space.
     const ParamShard& first = shards_.params[params[i]];
@@ -186,33 +193,78 @@ Status ShardedZero::pack_shards(const std::vector<size_t>& params, char* packed)
       count += shards_.params[params[j]].shard_size;
       ++j;
     }
-    if (param_swap_ && !swap_bounce_) {
-      DSCORE_RETURN_IF_ERROR(param_swap_->load(first.local_offset, count, packed + offset * es));
-    } else if (param_swap_) {
-      // Through host memory, a bounce at a time. Pageable memory: a CUDA
-      // copy from it returns once the source is read, so the next piece
-      // may overwrite it (on the CPU device the copy is done at once).
-      const int64_t piece = param_swap_bounce_elements(shards_.local_numel);
-      for (int64_t done = 0; done < count; done += piece) {
-        const int64_t n = std::min(piece, count - done);
-        DSCORE_RETURN_IF_ERROR(param_swap_->load(first.local_offset + done, n, swap_bounce_.get()));
-        device::ops::copy(ctx_.comm_target, packed + (offset + done) * es, swap_bounce_.get(), md,
-                          n);
-      }
-    } else {
-      device::ops::copy(ctx_.comm_target, packed + offset * es,
-                        element_at(param_part_.data(), md, first.local_offset), md, count);
-    }
-    offset += count;
+    DSCORE_RETURN_IF_ERROR(run(first.local_offset, at, count));
+    at += count;
     i = j;
   }
   return Status::Ok();
 }
 
+Status ShardedZero::pack_shards(const std::vector<size_t>& params, char* packed) {
+  const dscore_dtype md = ctx_.model_dtype;
+  return for_each_local_run(params, [&](int64_t begin, int64_t at, int64_t count) {
+    if (param_swap_) return param_swap_->load(begin, count, element_at(packed, md, at));
+    device::ops::copy(ctx_.comm_target, element_at(packed, md, at),
+                      element_at(param_part_.data(), md, begin), md, count);
+    return Status::Ok();
+  });
+}
+
 // --------------------------------------------------------------- gathering
 
+Result<std::shared_ptr<device::Buffer>> ShardedZero::stage_swapped(
+    const std::vector<size_t>& params) {
+  if (swap_ring_.capacity() == 0) return std::shared_ptr<device::Buffer>();
+  const dscore_dtype md = ctx_.model_dtype;
+  const size_t es = sdk::dtype_size(md);
+  int64_t shard_elements = 0;
+  for (size_t p : params) shard_elements += shards_.params[p].shard_size;
+  // Scratch in the comm stream's order, held by the tasks that use it.
+  DSCORE_ASSIGN_OR_RETURN(device::Buffer buffer,
+                          allocate_scratch(ctx_.device, ctx_.stream, shard_elements, md,
+                                           MemoryUse::kBuffers, "gathered parameters"));
+  auto packed = std::make_shared<device::Buffer>(std::move(buffer));
+  struct Piece {
+    const void* from;
+    int64_t at, count;  // elements of packed
+  };
+  std::vector<Piece> pieces;
+  // The staged pieces' copies on the comm stream; the ring's room is free
+  // again once they are done.
+  auto send = [&] {
+    if (pieces.empty()) return;
+    ctx_.stream->enqueue([this, packed, pieces = std::move(pieces), md] {
+      for (const Piece& p : pieces)
+        device::ops::copy(ctx_.comm_target, element_at(packed->data(), md, p.at), p.from, md,
+                          p.count);
+      return Status::Ok();
+    });
+    pieces.clear();
+    swap_ring_.consumed(ctx_.stream->record());
+  };
+  const auto ring_elements = static_cast<int64_t>(swap_ring_.capacity() / es);
+  Status status = for_each_local_run(params, [&](int64_t begin, int64_t at, int64_t count) {
+    for (int64_t done = 0; done < count;) {
+      const int64_t n = std::min(ring_elements, count - done);
+      DSCORE_ASSIGN_OR_RETURN(void* room, swap_ring_.take(static_cast<size_t>(n) * es));
+      if (room == nullptr) {  // the room is this gather's own: send what it holds first
+        if (pieces.empty()) return internal_error("the parameter staging ring is held by no one");
+        send();
+        continue;
+      }
+      pieces.push_back({room, at + done, n});
+      DSCORE_RETURN_IF_ERROR(param_swap_->load(begin + done, n, room));
+      done += n;
+    }
+    return Status::Ok();
+  });
+  send();  // on failure too: the ring's room is handed back in order
+  DSCORE_RETURN_IF_ERROR(status);
+  return packed;
+}
+
 Status ShardedZero::allgather_shards(const std::vector<size_t>& params,
-                                     const std::vector<char*>& dest) {
+                                     const std::vector<char*>& dest, const device::Buffer* staged) {
   // Pack this rank's shards, one allgather, then unpack each rank's chunk:
   // rank r's shard of params[i] goes to element r * shard_size of dest[i].
   const dscore_dtype md = ctx_.model_dtype;
@@ -222,14 +274,16 @@ Status ShardedZero::allgather_shards(const std::vector<size_t>& params,
   const int64_t shard_elements = chunk_elements(runs);
   // Dropped at the end of this comm-stream task, maybe before the copies
   // queued on it: scratch, freed in the stream's order.
-  DSCORE_ASSIGN_OR_RETURN(device::Buffer packed,
-                          allocate_scratch(ctx_.device, ctx_.stream, shard_elements, md,
-                                           MemoryUse::kBuffers, "gathered parameters"));
+  device::Buffer packed;
+  if (staged == nullptr) {
+    DSCORE_ASSIGN_OR_RETURN(packed, allocate_scratch(ctx_.device, ctx_.stream, shard_elements, md,
+                                                     MemoryUse::kBuffers, "gathered parameters"));
+    DSCORE_RETURN_IF_ERROR(pack_shards(params, static_cast<char*>(packed.data())));
+  }
   DSCORE_ASSIGN_OR_RETURN(device::Buffer gathered,
                           allocate_scratch(ctx_.device, ctx_.stream, shard_elements * world_, md,
                                            MemoryUse::kBuffers, "gathered parameters"));
-  char* pk = static_cast<char*>(packed.data());
-  DSCORE_RETURN_IF_ERROR(pack_shards(params, pk));
+  char* pk = static_cast<char*>(staged != nullptr ? staged->data() : packed.data());
   DSCORE_RETURN_IF_ERROR(ctx_.comm->allgather(
       device_buffer(ctx_.device, pk, md, shard_elements),
       device_buffer(ctx_.device, gathered.data(), md, shard_elements * world_)));
@@ -262,19 +316,22 @@ Status ShardedZero::start_gathers(const std::vector<size_t>& layers) {
   std::vector<size_t> params;  // in layer order: one allgather for all
   std::vector<char*> dest;
   for (size_t i = 0; i < starting.size(); ++i) {
+    int64_t param_start = 0;
+    for (size_t p : layers_[starting[i]].gathered_params) {
+      params.push_back(p);
+      dest.push_back(element_at(fulls[i]->data(), md, param_start));
+      param_start += padded(p);
+    }
+  }
+  DSCORE_ASSIGN_OR_RETURN(std::shared_ptr<device::Buffer> staged, stage_swapped(params));
+  for (size_t i = 0; i < starting.size(); ++i) {
     LayerState& s = layers_[starting[i]];
     s.full = fulls[i];
     s.residency = Residency::kInFlight;
     live_elements_ += s.numel;
-    int64_t param_start = 0;
-    for (size_t p : s.gathered_params) {
-      params.push_back(p);
-      dest.push_back(element_at(s.full->data(), md, param_start));
-      param_start += padded(p);
-    }
   }
-  auto ticket =
-      ctx_.stream->submit([this, fulls, params, dest] { return allgather_shards(params, dest); });
+  auto ticket = ctx_.stream->submit(
+      [this, fulls, params, dest, staged] { return allgather_shards(params, dest, staged.get()); });
   for (size_t layer : layers)
     if (layers_[layer].residency == Residency::kInFlight && !layers_[layer].ticket)
       layers_[layer].ticket = ticket;
@@ -608,7 +665,8 @@ Status ShardedZero::gather_persistent() {
     dest.push_back(static_cast<char*>(persistent_full_[p].data()));
   }
   if (params.empty()) return Status::Ok();
-  return ctx_.stream->run([&] { return allgather_shards(params, dest); });
+  DSCORE_ASSIGN_OR_RETURN(std::shared_ptr<device::Buffer> staged, stage_swapped(params));
+  return ctx_.stream->run([&] { return allgather_shards(params, dest, staged.get()); });
 }
 
 GradientShare ShardedZero::gradient_share() {

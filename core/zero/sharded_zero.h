@@ -21,11 +21,13 @@
 // and the optimizer writes new values through store_params16.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "core/base/memory.h"
 #include "core/device/device.h"
+#include "core/device/staging_ring.h"
 #include "core/zero/acquire_trace.h"
 #include "core/zero/param_swap.h"
 #include "core/zero/partition.h"
@@ -95,7 +97,9 @@ class ShardedZero final : public ZeroStrategy {
   int64_t padded(size_t param) const;
   // On the comm thread: one allgather of this rank's shards of `params`,
   // rank r's shard of params[i] landing at element r * shard_size of dest[i].
-  Status allgather_shards(const std::vector<size_t>& params, const std::vector<char*>& dest);
+  // The shards are packed here, or already in `staged` (stage_swapped).
+  Status allgather_shards(const std::vector<size_t>& params, const std::vector<char*>& dest,
+                          const device::Buffer* staged);
   // One allgather for all of `layers` (released ones), unpacked per layer.
   Status start_gathers(const std::vector<size_t>& layers);
   // The layer's parameters gathered, ready on `views_on` (acquire).
@@ -113,9 +117,19 @@ class ShardedZero final : public ZeroStrategy {
   // once they reach reduce_bucket_size elements (and at the end).
   void flush_gradients();
   Status gather_persistent();
+  // `run(begin, at, count)` for each run of `params` whose shards follow
+  // each other in the local space: local elements [begin, begin + count)
+  // go to element `at` of the shards packed back to back.
+  Status for_each_local_run(
+      const std::vector<size_t>& params,
+      const std::function<Status(int64_t begin, int64_t at, int64_t count)>& run) const;
   // This rank's shards of `params` packed back to back into `packed`,
   // from memory or the swap file (contiguous shards in one read).
   Status pack_shards(const std::vector<size_t>& params, char* packed);
+  // With swap_ring_: the swapped shards of `params` read on this thread
+  // into the ring and copied on the comm stream into packed scratch,
+  // returned for allgather_shards; null otherwise (pack_shards).
+  Result<std::shared_ptr<device::Buffer>> stage_swapped(const std::vector<size_t>& params);
   Status initialise_swapped(const Model& model);
 
   ZeroContext ctx_;
@@ -129,8 +143,9 @@ class ShardedZero final : public ZeroStrategy {
   device::Buffer param_part_;              // (local) model_dtype shards, unless swapped
   std::unique_ptr<ParamSwap> param_swap_;  // offload_param nvme: the shards' file
   // Where swapped shards are read before they go to device memory the host
-  // does not address (kParamSwapBounce elements; only then).
-  CountedBuffer swap_bounce_;
+  // does not address (only then; capacity 0 otherwise): the host reads
+  // ahead of the comm stream by up to the ring's size.
+  device::StagingRing swap_ring_;
   device::Buffer master_;                        // (local) fp32, 16-bit models only
   device::Buffer grad_part_;                     // (local) grad_dtype
   std::vector<device::Buffer> persistent_full_;  // per param (padded), persistent ones only

@@ -49,10 +49,13 @@ struct ZeroContext {
   bool master_elsewhere = false;
   // Stage 3 parameters on NVMe (offload_param nvme, 16-bit models): the
   // swapper, the rank's folder and the elements kept in memory
-  // (param_swap.h). Null: in memory.
+  // (param_swap.h), and offload_param's swap buffers, which size the
+  // staging ring of reads into device memory (plan.h
+  // param_swap_ring_elements). Null: in memory.
   offload::Swapper* param_swapper = nullptr;
   std::string param_swap_folder;
   int64_t param_max_in_cpu = 0;
+  int64_t param_buffer_count = 0, param_buffer_size = 0;
   // Stage 3 parameters in host memory from a device whose memory the host
   // does not address (offload_param cpu): the shards are page-locked host
   // memory, copied to the device by each gather; the optimizer's state

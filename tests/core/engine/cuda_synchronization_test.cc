@@ -6,7 +6,8 @@
 // only; label gpu. The host's waits for streams and events per step are printed beside, and
 // bounded: no event waits (but one per step with the optimizer offloaded: the host waits for the
 // gradients it updates), and at one rank no more stream waits than the step needs today. The
-// offloaded optimizer (ZeRO-Offload, NVMe) is checked at stages 1-3 on one rank.
+// offloaded optimizer (ZeRO-Offload, NVMe) is checked at stages 1-3 on one rank, and stage 3 with
+// its parameters on NVMe too.
 #include <cuda_emulation.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -29,14 +30,19 @@ using testing::InProcessHooks;
 using testing::InProcessResult;
 using testing::run_in_process_job;
 
-// The optimizer's offload: "" (none), "cpu" or "nvme" (to `nvme_path`).
+// The offload: "" (none), "cpu" or "nvme" (the optimizer's, to
+// `nvme_path`), or "nvme_params" (stage 3's parameters too, read from the
+// file: max_in_cpu 0).
 std::string config(int stage, int world, const std::string& corpus, const std::string& offload = "",
                    const std::string& nvme_path = "") {
   std::string offload_section;
   if (offload == "cpu") offload_section = R"(, "offload_optimizer": {"device": "cpu"})";
-  if (offload == "nvme")
+  if (offload == "nvme" || offload == "nvme_params")
     offload_section =
         R"(, "offload_optimizer": {"device": "nvme", "nvme_path": ")" + nvme_path + R"("})";
+  if (offload == "nvme_params")
+    offload_section += R"(, "offload_param": {"device": "nvme", "max_in_cpu": 0, "nvme_path": ")" +
+                       nvme_path + R"("})";
   return R"("device": "cuda", "train_micro_batch_size_per_gpu": 4, "train_batch_size": )" +
          std::to_string(8 * world) +
          R"(, "gradient_accumulation_steps": 2, "train_steps": 4, "seed": 3,
@@ -139,6 +145,12 @@ INSTANTIATE_TEST_SUITE_P(OffloadedOptimizer, CudaSynchronization,
                          ::testing::Combine(::testing::Values(1, 2, 3), ::testing::Values(1),
                                             ::testing::Values(std::string("cpu"),
                                                               std::string("nvme"))),
+                         case_name);
+// Stage 3's parameters on NVMe too: the gathers read them on the host into
+// the staging ring, whose copies wait for nothing (sharded_zero.h).
+INSTANTIATE_TEST_SUITE_P(OffloadedParameters, CudaSynchronization,
+                         ::testing::Combine(::testing::Values(3), ::testing::Values(1),
+                                            ::testing::Values(std::string("nvme_params"))),
                          case_name);
 
 }  // namespace

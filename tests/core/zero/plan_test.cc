@@ -149,8 +149,22 @@ TEST(OffloadPlan, StagedFromTheDeviceAddsGradientTilesAndStaging) {
   const ZeroPlan from_gpu = make_plan(params, model.layout(), kAdam, 1, 0, false);
   const ZeroPlan in_ram = make_plan(params, model.layout(), kAdam, 1, 0);
   EXPECT_EQ(from_gpu.memory.buffers, in_ram.memory.buffers);
-  EXPECT_EQ(from_gpu.memory.host_staging, 5001 * 2);
+  EXPECT_EQ(from_gpu.memory.host_staging, 5001 * 2);  // the ring: all the shards (5 x 1e8 > them)
   EXPECT_EQ(in_ram.memory.host_staging, 0);
+  const auto small_ring = load(
+      R"({"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/swap", "buffer_count": 2,
+          "buffer_size": 1000}})",
+      bf16, 1);
+  EXPECT_EQ(make_plan(small_ring, model.layout(), kAdam, 1, 0, false).memory.host_staging,
+            2 * 1000 * 2);
+}
+
+TEST(OffloadPlan, TheParameterStagingRingIsTheSwapBuffersAtMostTheShards) {
+  EXPECT_EQ(zero::param_swap_ring_elements(5, 100000000, 5001), 5001);
+  EXPECT_EQ(zero::param_swap_ring_elements(5, 100000000, int64_t{1} << 40), 500000000);
+  EXPECT_EQ(zero::param_swap_ring_elements(2, 1000, 5001), 2000);
+  EXPECT_EQ(zero::param_swap_ring_elements(0, 0, 5001), 1);  // at least one element
+  EXPECT_EQ(zero::param_swap_ring_elements(int64_t{1} << 40, int64_t{1} << 40, 5001), 5001);
 }
 
 // On a GPU the model states, buffers and activations are in its memory,

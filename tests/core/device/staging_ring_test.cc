@@ -1,0 +1,111 @@
+// The staging ring (core/device/staging_ring.h): pieces handed out front to
+// back and aligned, wrapping at the end; a piece's room is handed out again
+// only after the work that read it is done (made late on purpose by a Gate
+// the test opens), never while its reads are not enqueued; failures of that
+// work come back from take().
+#include "core/device/staging_ring.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "core/device/cpu_device.h"
+#include "tests/core/device/gate.h"
+
+namespace dscore::device {
+namespace {
+
+using testing::Gate;
+using namespace std::chrono_literals;
+
+class StagingRingTest : public ::testing::Test {
+ protected:
+  StagingRing ring(size_t capacity) {
+    auto r = StagingRing::create(device_, capacity, "test staging");
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return std::move(r).value();
+  }
+  std::unique_ptr<Stream> stream() {
+    auto s = device_.create_stream("copies");
+    EXPECT_TRUE(s.ok()) << s.status().message();
+    return std::move(s).value();
+  }
+  char* take(StagingRing& ring, size_t bytes) {
+    auto at = ring.take(bytes);
+    EXPECT_TRUE(at.ok()) << at.status().message();
+    return at.ok() ? static_cast<char*>(*at) : nullptr;
+  }
+
+  CpuDevice device_{CpuStreams::kAsynchronous, CpuMemory::kSeparate};
+};
+
+TEST_F(StagingRingTest, HandsOutAlignedPiecesInOrderAndWraps) {
+  StagingRing r = ring(256);
+  auto s = stream();
+  char* first = take(r, 100);
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(first) % 64, 0u);
+  EXPECT_EQ(take(r, 100), first + 128);  // rounded up to 64 bytes
+  r.consumed(s->record());
+  // 28 bytes are left at the end: the next piece starts over at the front.
+  EXPECT_EQ(take(r, 100), first);
+  EXPECT_EQ(take(r, 28), first + 128);
+  EXPECT_EQ(r.capacity(), 256u);
+}
+
+TEST_F(StagingRingTest, RoomHeldByPiecesNotYetConsumedIsNotHandedOut) {
+  StagingRing r = ring(256);
+  auto s = stream();
+  char* first = take(r, 200);
+  auto again = r.take(100);  // would wrap onto the first piece, whose reads are not enqueued
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(*again, nullptr);
+  r.consumed(s->record());
+  EXPECT_EQ(take(r, 100), first);
+}
+
+TEST_F(StagingRingTest, RoomIsHandedOutAgainOnlyAfterItsReadsAreDone) {
+  StagingRing r = ring(128);
+  auto s = stream();
+  char* piece = take(r, 128);
+  std::memset(piece, 0x11, 128);
+  Gate gate;
+  unsigned char read = 0;
+  s->enqueue([&] {
+    gate.pass();
+    read = static_cast<unsigned char>(piece[127]);
+    return Status::Ok();
+  });
+  r.consumed(s->record());
+  std::thread opener([&] {
+    std::this_thread::sleep_for(50ms);
+    gate.open();
+  });
+  char* again = take(r, 128);  // blocks until the read above is done
+  std::memset(again, 0x22, 128);
+  opener.join();
+  ASSERT_TRUE(s->synchronize().ok());
+  EXPECT_EQ(again, piece);
+  EXPECT_EQ(read, 0x11) << "the room was handed out again before its reader was done";
+}
+
+TEST_F(StagingRingTest, AFailedReaderIsReportedAndPiecesLargerThanTheRingAreRefused) {
+  StagingRing r = ring(128);
+  auto s = stream();
+  ASSERT_NE(take(r, 64), nullptr);
+  s->enqueue([] { return Status(DSCORE_UNAVAILABLE, "the copy failed"); });
+  r.consumed(s->record());
+  auto blocked = r.take(128);
+  ASSERT_FALSE(blocked.ok());
+  EXPECT_EQ(blocked.status().message(), "the copy failed");
+  auto large = r.take(129);
+  ASSERT_FALSE(large.ok());
+  EXPECT_EQ(large.status().code(), DSCORE_INVALID_ARGUMENT);
+  EXPECT_NE(large.status().message().find("does not fit a staging ring"), std::string::npos)
+      << large.status().message();
+}
+
+}  // namespace
+}  // namespace dscore::device
