@@ -14,22 +14,35 @@
 # longer, reported as failed: a hung test must not spend a lease.
 # DSCORE_GPU_TEST_LOG (a file): every executable's whole output is appended
 # there (only the last 40 lines of a failure are printed).
+# DSCORE_GPU_TEST_DEADLINE (seconds since the epoch): no executable runs
+# past it; those left when fewer than 15 s remain are reported NOT RUN.
 #
-# Exit status: 0 when no test failed (all skipped counts as 0), else 1.
+# Exit status: 0 when no test failed or went unrun (all skipped counts as
+# 0), else 1.
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/bundle-env.sh"
 echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 
-passed=0 failed=0 skipped=0
+passed=0 failed=0 skipped=0 not_run=0
 while read -r rel; do
   exe=$here/tree/$rel
   name=$(basename "$rel")
+  seconds=${DSCORE_GPU_TEST_TIMEOUT:-600}
+  if [ -n "${DSCORE_GPU_TEST_DEADLINE:-}" ]; then
+    remaining=$((DSCORE_GPU_TEST_DEADLINE - $(date +%s)))
+    if [ "$remaining" -lt 15 ]; then
+      not_run=$((not_run + 1))
+      echo "NOT RUN $name (the session's deadline)"
+      continue
+    fi
+    [ "$remaining" -lt "$seconds" ] && seconds=$remaining
+  fi
   log=$(mktemp)
-  timeout -k 5 "${DSCORE_GPU_TEST_TIMEOUT:-600}" "$exe" "$@" >"$log" 2>&1
+  timeout -k 5 "$seconds" "$exe" "$@" >"$log" 2>&1
   rc=$?
-  [ $rc -eq 124 ] && echo "    (timed out after ${DSCORE_GPU_TEST_TIMEOUT:-600} s)" >>"$log"
+  [ $rc -eq 124 ] && echo "    (timed out after $seconds s)" >>"$log"
   if [ -n "${DSCORE_GPU_TEST_LOG:-}" ]; then
     { echo "===== $name (exit $rc)"; cat "$log"; } >>"$DSCORE_GPU_TEST_LOG"
   fi
@@ -49,5 +62,7 @@ while read -r rel; do
   rm -f "$log"
 done <"$here/gpu-tests.txt"
 
-echo "summary: $passed passed, $failed failed, $skipped skipped"
-[ $failed -eq 0 ]
+late=""
+[ $not_run -gt 0 ] && late=", $not_run not run (deadline)"
+echo "summary: $passed passed, $failed failed, $skipped skipped$late"
+[ $failed -eq 0 ] && [ $not_run -eq 0 ]
