@@ -34,8 +34,10 @@ class StagingRing {
   StagingRing& operator=(StagingRing&&) = default;
 
   // `bytes` (1 to capacity()) of the ring, 64-byte aligned, once the work
-  // that read them before is done (a failure of that work is returned);
-  // nullptr while they are held by pieces not yet consumed().
+  // that read them before is done; nullptr while they are held by pieces
+  // not yet consumed(). A failure of that work seen while waiting for it
+  // is returned; work found done is not asked again (its stream reports
+  // its failures to whoever synchronises it).
   Result<void*> take(size_t bytes);
   // Every piece taken since the last call is read by work that is done when
   // `event` is.

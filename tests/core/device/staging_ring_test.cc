@@ -95,9 +95,20 @@ TEST_F(StagingRingTest, AFailedReaderIsReportedAndPiecesLargerThanTheRingAreRefu
   StagingRing r = ring(128);
   auto s = stream();
   ASSERT_NE(take(r, 64), nullptr);
-  s->enqueue([] { return Status(DSCORE_UNAVAILABLE, "the copy failed"); });
-  r.consumed(s->record());
+  Gate gate;
+  s->enqueue([&] {
+    gate.pass();
+    return Status(DSCORE_UNAVAILABLE, "the copy failed");
+  });
+  EventPtr read = s->record();
+  r.consumed(read);
+  ASSERT_FALSE(read->done());  // the reader fails while take() waits for it
+  std::thread opener([&] {
+    std::this_thread::sleep_for(100ms);
+    gate.open();
+  });
   auto blocked = r.take(128);
+  opener.join();
   ASSERT_FALSE(blocked.ok());
   EXPECT_EQ(blocked.status().message(), "the copy failed");
   auto large = r.take(129);
