@@ -10,11 +10,14 @@
 // bf16) at the rate of a parallel memcpy, both measured here. The update
 // overlaps the copies, so the floor is the larger of the two. With
 // --nvme DIR, ZeRO-3 with the optimizer state and the parameters on NVMe
-// under DIR (pipelined reads and writes), whose optimizer phase is read
+// under DIR (pipelined reads and writes; max_in_cpu 0, so every gather
+// reads its shards from the disk), whose optimizer phase is read
 // against the disk: 12 bytes per parameter read and 12 written (fp32
 // master, exp_avg, exp_avg_sq) plus the new bf16 parameters written, the
 // reads and writes one after the other at the rates of the same folder
-// through the same swapper (core/offload/swap_bandwidth.h), measured here.
+// through the same swapper (core/offload/swap_bandwidth.h), measured here;
+// and the rest of the step against the parameters' reads: 2 bytes per
+// parameter for the forward's gathers and 2 for the backward's.
 // MFU counts 6N + 12 L C T FLOP per token (N without the position
 // embedding), as nanoGPT and llm.c do.
 //
@@ -135,7 +138,7 @@ std::string partial_offload(const std::string& ratio) {
 std::string nvme_offload(const std::string& folder) {
   return R"(, "offload_optimizer": {"device": "nvme", "nvme_path": ")" + folder +
          R"(", "pipeline_read": true, "pipeline_write": true, "buffer_count": 3},
-  "offload_param": {"device": "nvme", "nvme_path": ")" +
+  "offload_param": {"device": "nvme", "max_in_cpu": 0, "nvme_path": ")" +
          folder + R"("})";
 }
 
@@ -332,6 +335,12 @@ int main(int argc, char** argv) {
         "written at %.2f GB/s (%s); the phase at %.0f%% of the disk's speed\n",
         f.optimizer_seconds * 1e3, disk_s * 1e3, disk.read_gbps(), disk.write_gbps(), nvme.c_str(),
         100.0 * disk_s / f.optimizer_seconds);
+    const double reads_s = 4.0 * n / (disk.read_gbps() * 1e9);
+    const double rest_s = f.step_seconds - f.optimizer_seconds;
+    std::printf(
+        "nvme forward and backward %.1f ms; parameter reads %.1f ms = 4 B x N at %.2f GB/s "
+        "(max_in_cpu 0); the rest of the step at %.0f%% of the disk's speed\n",
+        rest_s * 1e3, reads_s * 1e3, disk.read_gbps(), 100.0 * reads_s / rest_s);
   }
   std::filesystem::remove(corpus);
   return 0;

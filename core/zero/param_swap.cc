@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/base/strings.h"
 #include "core/tensor/host_buffer.h"
 #include "core/zero/plan.h"
 
@@ -32,7 +33,8 @@ struct Staging {
 
 Result<std::unique_ptr<ParamSwap>> ParamSwap::create(offload::Swapper* swapper,
                                                      const std::string& folder, int64_t local_numel,
-                                                     dscore_dtype dtype, int64_t max_in_cpu) {
+                                                     dscore_dtype dtype, int64_t max_in_cpu,
+                                                     device::Device* pinned_on) {
   std::unique_ptr<ParamSwap> s(new ParamSwap());
   s->swapper_ = swapper;
   s->folder_ = folder;
@@ -43,10 +45,16 @@ Result<std::unique_ptr<ParamSwap>> ParamSwap::create(offload::Swapper* swapper,
   s->resident_ = std::min(local_numel, max_in_cpu / kTileGranularity * kTileGranularity);
   if (max_in_cpu >= local_numel) s->resident_ = local_numel;
   s->file_elements_ = round_up(std::max<int64_t>(local_numel, 1), kTileGranularity);
-  if (s->resident_ > 0) {
-    DSCORE_ASSIGN_OR_RETURN(s->resident_memory_,
-                            tensor::allocate_elements(s->resident_, dtype, MemoryUse::kParameters,
-                                                      "parameters (resident of offload_param)"));
+  constexpr const char* kResidentName = "parameters (resident of offload_param)";
+  if (s->resident_ > 0 && pinned_on != nullptr) {
+    DSCORE_ASSIGN_OR_RETURN(
+        s->resident_pinned_,
+        pinned_on->allocate(static_cast<size_t>(s->resident_) * s->element_size_,
+                            device::Placement::kPinned, MemoryUse::kParameters, kResidentName));
+  } else if (s->resident_ > 0) {
+    DSCORE_ASSIGN_OR_RETURN(
+        s->resident_memory_,
+        tensor::allocate_elements(s->resident_, dtype, MemoryUse::kParameters, kResidentName));
   }
   std::error_code ec;
   std::filesystem::create_directories(folder, ec);
@@ -68,14 +76,18 @@ ParamSwap::~ParamSwap() {
   std::filesystem::remove(std::filesystem::path(folder_).parent_path(), ec);
 }
 
+char* ParamSwap::resident_data() const {
+  return static_cast<char*>(resident_pinned_ ? resident_pinned_.data() : resident_memory_.get());
+}
+
+const void* ParamSwap::resident_at(int64_t begin) const {
+  return resident_data() + begin * static_cast<int64_t>(element_size_);
+}
+
 std::string ParamSwap::describe() const {
-  char text[160];
-  std::snprintf(
-      text, sizeof text, "%.1f MiB on NVMe in %s, %.1f MiB resident (max_in_cpu)",
-      static_cast<double>((local_ - resident_) * static_cast<int64_t>(element_size_)) / (1 << 20),
-      path_.c_str(),
-      static_cast<double>(resident_ * static_cast<int64_t>(element_size_)) / (1 << 20));
-  return text;
+  const auto es = static_cast<uint64_t>(element_size_);
+  return format_bytes(static_cast<uint64_t>(local_ - resident_) * es) + " on NVMe in " + path_ +
+         ", " + format_bytes(static_cast<uint64_t>(resident_) * es) + " resident (max_in_cpu)";
 }
 
 Status ParamSwap::read_span(int64_t begin, int64_t count, void* dst) {
@@ -100,8 +112,7 @@ Status ParamSwap::load(int64_t begin, int64_t count, void* dst) {
   const size_t es = element_size_;
   if (begin < resident_) {
     const int64_t n = std::min(count, resident_ - begin);
-    std::memcpy(out, static_cast<const char*>(resident_memory_.get()) + begin * es,
-                static_cast<size_t>(n) * es);
+    std::memcpy(out, resident_data() + begin * es, static_cast<size_t>(n) * es);
     begin += n;
     count -= n;
     out += n * es;
@@ -115,8 +126,7 @@ Status ParamSwap::store(int64_t begin, int64_t count, const void* src) {
   const size_t es = element_size_;
   if (begin < resident_) {
     const int64_t n = std::min(count, resident_ - begin);
-    std::memcpy(static_cast<char*>(resident_memory_.get()) + begin * es, in,
-                static_cast<size_t>(n) * es);
+    std::memcpy(resident_data() + begin * es, in, static_cast<size_t>(n) * es);
     begin += n;
     count -= n;
     in += n * es;

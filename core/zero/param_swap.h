@@ -17,16 +17,21 @@
 
 #include "core/base/memory.h"
 #include "core/base/status.h"
+#include "core/device/device.h"
 #include "core/offload/swapper.h"
 
 namespace dscore::zero {
 
 class ParamSwap {
  public:
-  // Creates the folder and the file (sized, zero) and the resident part.
+  // Creates the folder and the file (sized, zero) and the resident part:
+  // pinned memory from `pinned_on` when given (a device whose memory the
+  // host does not address copies straight from it, resident_at()), else
+  // host memory.
   static Result<std::unique_ptr<ParamSwap>> create(offload::Swapper* swapper,
                                                    const std::string& folder, int64_t local_numel,
-                                                   dscore_dtype dtype, int64_t max_in_cpu);
+                                                   dscore_dtype dtype, int64_t max_in_cpu,
+                                                   device::Device* pinned_on = nullptr);
   ~ParamSwap();
   ParamSwap(const ParamSwap&) = delete;
   ParamSwap& operator=(const ParamSwap&) = delete;
@@ -41,6 +46,8 @@ class ParamSwap {
   Status flush();
 
   int64_t resident_elements() const { return resident_; }
+  // Local element `begin` (< resident_elements()) where it is kept in memory.
+  const void* resident_at(int64_t begin) const;
   int64_t file_elements() const { return file_elements_; }
   std::string describe() const;
 
@@ -54,7 +61,10 @@ class ParamSwap {
   dscore_dtype dtype_ = DSCORE_DTYPE_BF16;
   size_t element_size_ = 2;
   int64_t local_ = 0, resident_ = 0, file_elements_ = 0;
-  CountedBuffer resident_memory_;  // elements [0, resident_)
+  // Elements [0, resident_): host memory, or pinned memory from a device.
+  CountedBuffer resident_memory_;
+  device::Buffer resident_pinned_;
+  char* resident_data() const;
 };
 
 }  // namespace dscore::zero

@@ -158,7 +158,8 @@ inline constexpr int64_t kTileGranularity = 4096;
 // not address: swapped shards come in through a pinned staging ring
 // (core/device/staging_ring.h) of this many elements: offload_param's
 // buffer_count x buffer_size (DeepSpeed's swap buffers), at most the rank's
-// `local` elements, at least one (core/zero/sharded_zero.h).
+// `local` elements on disk (past max_in_cpu), at least one
+// (core/zero/sharded_zero.h). The resident ones are pinned and need none.
 int64_t param_swap_ring_elements(int64_t buffer_count, int64_t buffer_size, int64_t local);
 // Elements per tile: sub_group_size rounded down to the granularity (at
 // least one granule), at most the owned space rounded up.

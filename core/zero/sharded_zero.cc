@@ -83,12 +83,15 @@ Status ShardedZero::initialise(const Model& model) {
       return invalid_argument(
           "parameters on NVMe need a 16-bit model (bf16 or fp16): an fp32 model's parameters are "
           "its master weights");
-    DSCORE_ASSIGN_OR_RETURN(param_swap_,
-                            ParamSwap::create(ctx_.param_swapper, ctx_.param_swap_folder, local, md,
-                                              ctx_.param_max_in_cpu));
-    if (ctx_.device != nullptr && !ctx_.device->memory_is_host()) {
+    swap_staged_ = ctx_.device != nullptr && !ctx_.device->memory_is_host();
+    DSCORE_ASSIGN_OR_RETURN(
+        param_swap_,
+        ParamSwap::create(ctx_.param_swapper, ctx_.param_swap_folder, local, md,
+                          ctx_.param_max_in_cpu, swap_staged_ ? ctx_.device : nullptr));
+    const int64_t on_disk = local - param_swap_->resident_elements();
+    if (swap_staged_ && on_disk > 0) {
       const int64_t ring =
-          param_swap_ring_elements(ctx_.param_buffer_count, ctx_.param_buffer_size, local);
+          param_swap_ring_elements(ctx_.param_buffer_count, ctx_.param_buffer_size, on_disk);
       DSCORE_ASSIGN_OR_RETURN(
           swap_ring_,
           device::StagingRing::create(*ctx_.device, static_cast<size_t>(ring) * sdk::dtype_size(md),
@@ -171,11 +174,13 @@ Status ShardedZero::initialise_swapped(const Model& model) {
     }
     DSCORE_RETURN_IF_ERROR(param_swap_->store(a, b - a, staging.get()));
   }
-  log_info("rank " + std::to_string(rank_) + ": parameters " + param_swap_->describe() +
-           (swap_ring_.capacity() == 0
-                ? ""
-                : "; gathers read them through a " + format_bytes(swap_ring_.capacity()) +
-                      " pinned staging ring (offload_param buffer_count x buffer_size)"));
+  std::string how;
+  if (swap_staged_ && param_swap_->resident_elements() > 0)
+    how += "; the resident part is pinned and copied to the device from there";
+  if (swap_ring_.capacity() > 0)
+    how += "; gathers read the rest through a " + format_bytes(swap_ring_.capacity()) +
+           " pinned staging ring (offload_param buffer_count x buffer_size)";
+  log_info("rank " + std::to_string(rank_) + ": parameters " + param_swap_->describe() + how);
   return Status::Ok();
 }
 
@@ -214,7 +219,7 @@ Status ShardedZero::pack_shards(const std::vector<size_t>& params, char* packed)
 
 Result<std::shared_ptr<device::Buffer>> ShardedZero::stage_swapped(
     const std::vector<size_t>& params) {
-  if (swap_ring_.capacity() == 0) return std::shared_ptr<device::Buffer>();
+  if (!swap_staged_) return std::shared_ptr<device::Buffer>();
   const dscore_dtype md = ctx_.model_dtype;
   const size_t es = sdk::dtype_size(md);
   int64_t shard_elements = 0;
@@ -243,7 +248,13 @@ Result<std::shared_ptr<device::Buffer>> ShardedZero::stage_swapped(
     swap_ring_.consumed(ctx_.stream->record());
   };
   const auto ring_elements = static_cast<int64_t>(swap_ring_.capacity() / es);
+  const int64_t resident = param_swap_->resident_elements();
   Status status = for_each_local_run(params, [&](int64_t begin, int64_t at, int64_t count) {
+    if (begin < resident) {  // kept in pinned memory: copied from there
+      const int64_t n = std::min(count, resident - begin);
+      pieces.push_back({param_swap_->resident_at(begin), at, n});
+      begin += n, at += n, count -= n;
+    }
     for (int64_t done = 0; done < count;) {
       const int64_t n = std::min(ring_elements, count - done);
       DSCORE_ASSIGN_OR_RETURN(void* room, swap_ring_.take(static_cast<size_t>(n) * es));

@@ -126,9 +126,10 @@ class ShardedZero final : public ZeroStrategy {
   // This rank's shards of `params` packed back to back into `packed`,
   // from memory or the swap file (contiguous shards in one read).
   Status pack_shards(const std::vector<size_t>& params, char* packed);
-  // With swap_ring_: the swapped shards of `params` read on this thread
-  // into the ring and copied on the comm stream into packed scratch,
-  // returned for allgather_shards; null otherwise (pack_shards).
+  // With swap_staged_: the shards of `params` copied on the comm stream into
+  // packed scratch, returned for allgather_shards, from the pinned resident
+  // part or, read on this thread, from the ring; null otherwise
+  // (pack_shards).
   Result<std::shared_ptr<device::Buffer>> stage_swapped(const std::vector<size_t>& params);
   Status initialise_swapped(const Model& model);
 
@@ -142,9 +143,11 @@ class ShardedZero final : public ZeroStrategy {
 
   device::Buffer param_part_;              // (local) model_dtype shards, unless swapped
   std::unique_ptr<ParamSwap> param_swap_;  // offload_param nvme: the shards' file
-  // Where swapped shards are read before they go to device memory the host
-  // does not address (only then; capacity 0 otherwise): the host reads
-  // ahead of the comm stream by up to the ring's size.
+  // Swapped shards go to device memory the host does not address (from a
+  // GPU): the resident ones straight from pinned memory, those on disk
+  // through swap_ring_ (capacity 0 when none are), so the host reads ahead
+  // of the comm stream by up to the ring's size.
+  bool swap_staged_ = false;
   device::StagingRing swap_ring_;
   device::Buffer master_;                        // (local) fp32, 16-bit models only
   device::Buffer grad_part_;                     // (local) grad_dtype

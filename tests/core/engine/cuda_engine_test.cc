@@ -439,10 +439,11 @@ TEST_P(CudaNvmeOffload, TrainsAsWithoutOffload) {
   expect_close(offloaded, device, "stage " + std::to_string(stage) + " fp32, NVMe vs on the GPU");
   if (stage != 3) return;
   const std::string bf16 = R"(, "bf16": {"enabled": true})";
-  // Read from the file (max_in_cpu 0) through a staging ring smaller than a
-  // layer's shards, so the gathers wrap it and wait for their own copies.
+  // The first 4096 elements copied from pinned memory (max_in_cpu), the
+  // rest read from the file through a staging ring smaller than a layer's
+  // shards, so the gathers wrap it and wait for their own copies.
   const std::string params =
-      optimizer + R"(, "offload_param": {"device": "nvme", "max_in_cpu": 0, "nvme_path": ")" +
+      optimizer + R"(, "offload_param": {"device": "nvme", "max_in_cpu": 4096, "nvme_path": ")" +
       folder + R"(", "buffer_count": 2, "buffer_size": 3000})";
   const InProcessResult device16 =
       run_in_process_job(config("cuda", stage, corpus) + bf16, 1, {}, "nccl");

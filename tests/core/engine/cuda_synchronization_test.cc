@@ -31,8 +31,8 @@ using testing::InProcessResult;
 using testing::run_in_process_job;
 
 // The offload: "" (none), "cpu" or "nvme" (the optimizer's, to
-// `nvme_path`), or "nvme_params" (stage 3's parameters too, read from the
-// file: max_in_cpu 0).
+// `nvme_path`), or "nvme_params" (stage 3's parameters too: 4096 elements
+// resident, the rest read from the file).
 std::string config(int stage, int world, const std::string& corpus, const std::string& offload = "",
                    const std::string& nvme_path = "") {
   std::string offload_section;
@@ -41,8 +41,9 @@ std::string config(int stage, int world, const std::string& corpus, const std::s
     offload_section =
         R"(, "offload_optimizer": {"device": "nvme", "nvme_path": ")" + nvme_path + R"("})";
   if (offload == "nvme_params")
-    offload_section += R"(, "offload_param": {"device": "nvme", "max_in_cpu": 0, "nvme_path": ")" +
-                       nvme_path + R"("})";
+    offload_section +=
+        R"(, "offload_param": {"device": "nvme", "max_in_cpu": 4096, "nvme_path": ")" + nvme_path +
+        R"("})";
   return R"("device": "cuda", "train_micro_batch_size_per_gpu": 4, "train_batch_size": )" +
          std::to_string(8 * world) +
          R"(, "gradient_accumulation_steps": 2, "train_steps": 4, "seed": 3,
@@ -146,8 +147,8 @@ INSTANTIATE_TEST_SUITE_P(OffloadedOptimizer, CudaSynchronization,
                                             ::testing::Values(std::string("cpu"),
                                                               std::string("nvme"))),
                          case_name);
-// Stage 3's parameters on NVMe too: the gathers read them on the host into
-// the staging ring, whose copies wait for nothing (sharded_zero.h).
+// Stage 3's parameters on NVMe too: the gathers copy them from pinned memory
+// or read them on the host into the staging ring; no copy waits (sharded_zero.h).
 INSTANTIATE_TEST_SUITE_P(OffloadedParameters, CudaSynchronization,
                          ::testing::Combine(::testing::Values(3), ::testing::Values(1),
                                             ::testing::Values(std::string("nvme_params"))),

@@ -144,19 +144,25 @@ TEST(OffloadPlan, StagedFromTheDeviceAddsGradientTilesAndStaging) {
               staged.memory.offload_tiles);
   }
   const std::string bf16 = R"("bf16": {"enabled": true})";
-  const auto params =
-      load(R"({"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/swap"}})", bf16, 1);
+  const auto params = load(
+      R"({"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/swap", "max_in_cpu": 0}})",
+      bf16, 1);
   const ZeroPlan from_gpu = make_plan(params, model.layout(), kAdam, 1, 0, false);
   const ZeroPlan in_ram = make_plan(params, model.layout(), kAdam, 1, 0);
   EXPECT_EQ(from_gpu.memory.buffers, in_ram.memory.buffers);
   EXPECT_EQ(from_gpu.memory.host_staging, 5001 * 2);  // the ring: all the shards (5 x 1e8 > them)
   EXPECT_EQ(in_ram.memory.host_staging, 0);
-  const auto small_ring = load(
-      R"({"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/swap", "buffer_count": 2,
-          "buffer_size": 1000}})",
-      bf16, 1);
-  EXPECT_EQ(make_plan(small_ring, model.layout(), kAdam, 1, 0, false).memory.host_staging,
-            2 * 1000 * 2);
+  const auto staging = [&](const std::string& offload_param) {
+    const auto cfg =
+        load(R"({"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/swap", )" +
+                 offload_param + "}}",
+             bf16, 1);
+    return make_plan(cfg, model.layout(), kAdam, 1, 0, false).memory.host_staging;
+  };
+  EXPECT_EQ(staging(R"("max_in_cpu": 0, "buffer_count": 2, "buffer_size": 1000)"), 2 * 1000 * 2);
+  // The resident part (max_in_cpu, rounded down to 4096) is pinned and needs no ring.
+  EXPECT_EQ(staging(R"("max_in_cpu": 5000)"), (5001 - 4096) * 2);
+  EXPECT_EQ(staging(R"("max_in_cpu": 1000000000)"), 0);
 }
 
 TEST(OffloadPlan, TheParameterStagingRingIsTheSwapBuffersAtMostTheShards) {
