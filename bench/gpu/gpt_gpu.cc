@@ -22,13 +22,15 @@
 // embedding), as nanoGPT and llm.c do.
 //
 //   gpt_gpu [--steps S] [--micro B] [--stages 0,2,3] [--no-offload] [--nvme DIR]
-//           [--partial RATIO] [--profile]
+//           [--partial RATIO] [--profile] [--tiny]
 //
 // `--stages none` runs no in-memory stage (only --nvme, say). --partial
 // RATIO adds ZeRO-3 with partial offload (offload_optimizer.ratio RATIO,
 // sub_group_size 1e7: 13 sub-groups, the first floor((1 - RATIO) * 13)
 // updated on the GPU, the rest on the host), its optimizer phase beside
 // the full offload's.
+// --tiny runs every configuration on a tiny GPT with small limits: the
+// CUDA emulation's smoke run of the bench (bench/gpu/CMakeLists.txt).
 // --profile brackets the last timed step of each run with cudaProfilerStart
 // and cudaProfilerStop, so `ncu --profile-from-start off` measures that
 // step's kernels alone (scripts/gpu-bundle/run-gpu-profile.sh).
@@ -60,7 +62,31 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kLayers = 12, kEmbd = 768, kHeads = 12, kBlock = 1024, kVocab = 50257;
+
+// The model, and the sizes of the limits measured beside it.
+struct Shape {
+  const char* name;
+  int layers, embd, heads, block, vocab;
+  int64_t sub_group;              // --partial's sub_group_size
+  int64_t matmul_n;               // the cuBLAS rate's products
+  size_t copy_bytes, disk_bytes;  // the pinned copy's and the disk probe's
+};
+constexpr Shape kGpt2 = {
+    "GPT-2 124M", 12, 768, 12, 1024, 50257, 10000000, 8192, size_t{256} << 20, size_t{1} << 30};
+// --tiny: every configuration on a tiny GPT, in seconds on the CUDA
+// emulation (its ctest), so a bench run on a lent GPU does not fail on
+// the bench's own mistakes. Its figures measure nothing.
+constexpr Shape kTiny = {"a tiny GPT (--tiny: a smoke run, its figures measure nothing)",
+                         2,
+                         64,
+                         2,
+                         64,
+                         256,
+                         4096,
+                         256,
+                         size_t{1} << 20,
+                         size_t{16} << 20};
+Shape g_shape = kGpt2;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -99,9 +125,9 @@ std::string config_text(int micro, int steps, int stage, const std::string& offl
   "optimizer": {"type": ")" +
          (offload ? "AdamW" : "FusedAdam") + R"(", "params": {"lr": 0.0006}},
   "model": {"type": "gpt", "n_layer": )" +
-         std::to_string(kLayers) + R"(, "n_head": )" + std::to_string(kHeads) + R"(, "n_embd": )" +
-         std::to_string(kEmbd) + R"(, "block_size": )" + std::to_string(kBlock) +
-         R"(, "vocab_size": )" + std::to_string(kVocab) +
+         std::to_string(g_shape.layers) + R"(, "n_head": )" + std::to_string(g_shape.heads) +
+         R"(, "n_embd": )" + std::to_string(g_shape.embd) + R"(, "block_size": )" +
+         std::to_string(g_shape.block) + R"(, "vocab_size": )" + std::to_string(g_shape.vocab) +
          R"(, "device": "cuda", "cuda_dtype": "bf16"},
   "data": {"type": "text", "path": ")" +
          corpus + R"("}})";
@@ -130,9 +156,8 @@ constexpr const char* kZeroOffload =
     R"(, "offload_optimizer": {"device": "cpu", "pin_memory": true})";
 
 std::string partial_offload(const std::string& ratio) {
-  return R"(, "sub_group_size": 10000000, "offload_optimizer": {"device": "cpu", )"
-         R"("pin_memory": true, "ratio": )" +
-         ratio + "}";
+  return R"(, "sub_group_size": )" + std::to_string(g_shape.sub_group) +
+         R"(, "offload_optimizer": {"device": "cpu", "pin_memory": true, "ratio": )" + ratio + "}";
 }
 
 std::string nvme_offload(const std::string& folder) {
@@ -176,9 +201,10 @@ Figures train(int micro, int steps, int stage, const std::string& offload_json,
   const dscore::EngineTiming timing = dscore::EngineTesting::timing(e);
   Figures f;
   f.params = e.layout().total_numel();
-  const double n = static_cast<double>(f.params - int64_t{kBlock} * kEmbd);  // without wpe
-  f.flops_per_token = 6.0 * n + 12.0 * kLayers * kEmbd * kBlock;
-  f.tokens_per_second = static_cast<double>(steps) * micro * kBlock / elapsed;
+  const Shape& m = g_shape;
+  const double n = static_cast<double>(f.params - int64_t{m.block} * m.embd);  // without wpe
+  f.flops_per_token = 6.0 * n + 12.0 * m.layers * m.embd * m.block;
+  f.tokens_per_second = static_cast<double>(steps) * micro * m.block / elapsed;
   f.step_seconds = elapsed / steps;
   f.optimizer_seconds = static_cast<double>(timing.optimizer_ns) * 1e-9 / steps;
   f.timing = timing;
@@ -190,7 +216,7 @@ Figures train(int micro, int steps, int stage, const std::string& offload_json,
 
 // Pinned host <-> device, 256 MiB each way, best of 5: bytes per second.
 double pinned_copy_rate() {
-  const size_t bytes = size_t{256} << 20;
+  const size_t bytes = g_shape.copy_bytes;
   void *host = nullptr, *dev = nullptr;
   check(cudaMallocHost(&host, bytes), "cudaMallocHost");
   check(cudaMalloc(&dev, bytes), "cudaMalloc");
@@ -215,7 +241,8 @@ dscore::offload::SwapBandwidth disk_rate(const std::string& folder, const std::s
   if (!setup.ok()) die(setup.status().message());
   auto swapper = dscore::offload::make_swapper(*setup->registry, {}, {});
   if (!swapper.ok()) die(swapper.status().message());
-  auto rate = dscore::offload::measure_swap(**swapper, folder + "/gpt_gpu_probe.swp", 1ull << 30);
+  auto rate =
+      dscore::offload::measure_swap(**swapper, folder + "/gpt_gpu_probe.swp", g_shape.disk_bytes);
   if (!rate.ok()) die(rate.status().message());
   std::filesystem::remove(folder + "/gpt_gpu_probe.swp");
   return *rate;
@@ -259,6 +286,8 @@ int main(int argc, char** argv) {
     const std::string k = argv[i];
     if (k == "--no-offload") {
       offload = false;
+    } else if (k == "--tiny") {
+      g_shape = kTiny;
     } else if (k == "--profile") {
       profile = true;
     } else if (i + 1 < argc && k == "--nvme") {
@@ -276,7 +305,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: gpt_gpu [--steps S] [--micro B] [--stages 0,2,3] [--no-offload] "
-                   "[--nvme DIR] [--partial RATIO] [--profile]\n");
+                   "[--nvme DIR] [--partial RATIO] [--profile] [--tiny]\n");
       return 2;
     }
   }
@@ -286,13 +315,15 @@ int main(int argc, char** argv) {
     return 0;
   }
   ::setenv("DSCORE_EXPERIMENTAL_CUDA_ENGINE", "1", 1);
-  const dscore::bench::GpuMatmulRate rate = dscore::bench::measure_gpu_matmul_rate();
+  const dscore::bench::GpuMatmulRate rate =
+      dscore::bench::measure_gpu_matmul_rate(g_shape.matmul_n, g_shape.matmul_n < 8192 ? 2 : 20);
   const double peak = rate.bf16_tflops * 1e12;
   const std::string corpus = write_corpus();
   std::printf(
-      "gpt_gpu: GPT-2 124M (%d layers, n_embd %d, %d heads, T %d, vocab %d), bf16, micro "
+      "gpt_gpu: %s (%d layers, n_embd %d, %d heads, T %d, vocab %d), bf16, micro "
       "batch %d, %d timed steps after 1 warm-up, on %s\n",
-      kLayers, kEmbd, kHeads, kBlock, kVocab, micro, steps, rate.device.c_str());
+      g_shape.name, g_shape.layers, g_shape.embd, g_shape.heads, g_shape.block, g_shape.vocab,
+      micro, steps, rate.device.c_str());
   std::printf("limit: cuBLAS bf16 matmul %.1f TFLOP/s (n = %lld); MFU is against it\n",
               rate.bf16_tflops, static_cast<long long>(rate.n));
   std::fflush(stdout);
@@ -343,5 +374,6 @@ int main(int argc, char** argv) {
         rest_s * 1e3, reads_s * 1e3, disk.read_gbps(), 100.0 * reads_s / rest_s);
   }
   std::filesystem::remove(corpus);
+  std::printf("gpt_gpu: every configuration ran\n");
   return 0;
 }
