@@ -10,16 +10,22 @@
 // alternate which side goes first, so drift on a shared disk hits both;
 // the best of each series is compared, the worst printed beside it.
 //
+// A third side reads the same bytes as stage 3's gathers read parameters
+// on NVMe (offload_param nvme, max_in_cpu 0; core/zero/param_swap.h):
+// bf16 shards loaded run by run (--param-run elements, a GPT-2 layer's by
+// default) into host memory, also against the probe's read.
+//
 // The aio settings: what `dscore io-bench` cached for the folder's device,
 // else DeepSpeed's defaults; --block-size, --queue-depth, --intra-op
 // override them.
 //
 //   swap [--bytes 4GiB] [--dir PATH] [--repeat K] [--block-size N] [--queue-depth N]
-//        [--intra-op N]
+//        [--intra-op N] [--param-run N]
 // --dir: where to make the run's folder (default /tmp); removed at the end.
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -32,6 +38,7 @@
 #include "core/offload/disk_probe.h"
 #include "core/offload/swap_bandwidth.h"
 #include "core/plugin_host/host_context.h"
+#include "core/zero/param_swap.h"
 
 namespace {
 
@@ -47,6 +54,7 @@ struct Options {
   int64_t block_size = 0;  // 0: cached or default
   int64_t queue_depth = 0;
   int64_t intra_op = 0;
+  int64_t param_run = 7087872;  // elements: a GPT-2 124M layer
 };
 
 bool parse(int argc, char** argv, Options* o) {
@@ -65,10 +73,13 @@ bool parse(int argc, char** argv, Options* o) {
       o->queue_depth = std::atoll(argv[++i]);
     else if (a == "--intra-op" && has_value)
       o->intra_op = std::atoll(argv[++i]);
+    else if (a == "--param-run" && has_value)
+      o->param_run = std::atoll(argv[++i]);
     else
       return false;
   }
-  return o->repeat > 0 && o->block_size >= 0 && o->queue_depth >= 0 && o->intra_op >= 0;
+  return o->repeat > 0 && o->block_size >= 0 && o->queue_depth >= 0 && o->intra_op >= 0 &&
+         o->param_run > 0;
 }
 
 // Best and worst seconds of a series.
@@ -81,7 +92,7 @@ struct Series {
 };
 
 struct Figures {
-  Series probe_write, probe_read, swap_write, swap_read;
+  Series probe_write, probe_read, swap_write, swap_read, param_read;
   std::string probe_backend, swap_backend;
 };
 
@@ -111,6 +122,33 @@ AioSettings choose_settings(const Options& o, const std::string& folder, std::st
   return s;
 }
 
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// Stage 3's parameter reads: a ParamSwap of bytes / 2 bf16 elements in
+// `folder` (removed with its parent when the ParamSwap ends, as a job's
+// rank folder is), laid down once, then loaded run by run into host
+// memory; the loads' seconds.
+Result<double> time_param_loads(dscore::offload::Swapper& swapper, const fs::path& folder,
+                                uint64_t bytes, int64_t run) {
+  const auto local = static_cast<int64_t>(bytes / 2);
+  auto swap = dscore::zero::ParamSwap::create(&swapper, folder.string(), local, DSCORE_DTYPE_BF16,
+                                              /*max_in_cpu=*/0);
+  if (!swap.ok()) return swap.status();
+  run = std::min(run, local);
+  // Laid down front to back in whole granules, as ShardedZero does.
+  const int64_t piece = int64_t{1} << 22;
+  std::vector<uint16_t> values(static_cast<size_t>(std::max(run, piece)), 0x3f80);  // 1.0
+  for (int64_t a = 0; a < local; a += piece)
+    if (Status s = (*swap)->store(a, std::min(piece, local - a), values.data()); !s.ok()) return s;
+  if (Status s = (*swap)->flush(); !s.ok()) return s;
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t a = 0; a < local; a += run)
+    if (Status s = (*swap)->load(a, std::min(run, local - a), values.data()); !s.ok()) return s;
+  return seconds_since(start);
+}
+
 Status run(const Options& o, const fs::path& work, uint64_t bytes, Figures* f, AioSettings* used,
            std::string* source) {
   *used = choose_settings(o, work.string(), source);
@@ -124,8 +162,15 @@ Status run(const Options& o, const fs::path& work, uint64_t bytes, Figures* f, A
   probe.folder = work.string();
   probe.file_bytes = bytes;
   for (int round = 0; round < o.repeat; ++round) {
-    for (int side = 0; side < 2; ++side) {
-      if ((side == 0) == (round % 2 == 0)) {
+    for (int side = 0; side < 3; ++side) {
+      if (side == 2) {
+        auto swapper = dscore::offload::make_swapper(**registry, *used, context);
+        if (!swapper.ok()) return swapper.status();
+        Result<double> seconds =
+            time_param_loads(**swapper, work / "params" / "rank0", bytes, o.param_run);
+        if (!seconds.ok()) return seconds.status();
+        f->param_read.add(*seconds);
+      } else if ((side == 0) == (round % 2 == 0)) {
         Result<dscore::offload::DiskProbeResult> p = dscore::offload::probe_disk(probe);
         if (!p.ok()) return p.status();
         f->probe_write.add(p->write_seconds);
@@ -154,7 +199,7 @@ int main(int argc, char** argv) {
   if (!parse(argc, argv, &o)) {
     std::fprintf(stderr,
                  "usage: swap [--bytes 4GiB] [--dir PATH] [--repeat K] [--block-size N] "
-                 "[--queue-depth N] [--intra-op N]\n");
+                 "[--queue-depth N] [--intra-op N] [--param-run N]\n");
     return 2;
   }
   Result<uint64_t> parsed = dscore::checkpoint::parse_size(o.bytes);
@@ -212,5 +257,8 @@ int main(int argc, char** argv) {
   line("Swapper write (+ fsync)", f.swap_write, &f.probe_write, "disk write");
   line(probe_read.c_str(), f.probe_read, nullptr, nullptr);
   line("Swapper read", f.swap_read, &f.probe_read, "disk read");
+  const std::string param_line =
+      "parameter loads (runs of " + std::to_string(o.param_run) + " bf16)";
+  line(param_line.c_str(), f.param_read, &f.probe_read, "disk read");
   return 0;
 }

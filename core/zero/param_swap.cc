@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include "core/base/strings.h"
 #include "core/tensor/host_buffer.h"
@@ -90,21 +91,65 @@ std::string ParamSwap::describe() const {
          ", " + format_bytes(static_cast<uint64_t>(resident_) * es) + " resident (max_in_cpu)";
 }
 
+int64_t param_read_staging_bytes(int64_t local, int64_t resident, dscore_dtype dtype) {
+  const int64_t on_disk = round_up(std::max<int64_t>(local - resident, 0), kTileGranularity) *
+                          static_cast<int64_t>(sdk::dtype_size(dtype));
+  return 2 * std::min(on_disk, kParamReadChunkBytes);
+}
+
+Result<ParamSwap::ChunkRead> ParamSwap::start_chunk(int64_t begin, int64_t end, int buffer) {
+  const auto es = static_cast<uint64_t>(element_size_);
+  DSCORE_ASSIGN_OR_RETURN(
+      offload::Swapper::Ticket ticket,
+      swapper_->read(file_, static_cast<uint64_t>(begin) * es, read_staging_[buffer].get(),
+                     static_cast<size_t>(end - begin) * es));
+  return ChunkRead{ticket, begin, end, buffer};
+}
+
 Status ParamSwap::read_span(int64_t begin, int64_t count, void* dst) {
-  // [begin, begin + count) lies at or past resident_: read the aligned span.
+  // [begin, begin + count) lies at or past resident_: read the aligned span
+  // chunk by chunk, the next chunk in flight while this one is copied out.
   const int64_t granule = kTileGranularity;
   const int64_t lo = begin / granule * granule;
   const int64_t hi = round_up(begin + count, granule);
-  const size_t es = element_size_;
-  DSCORE_ASSIGN_OR_RETURN(Staging staging,
-                          Staging::make(static_cast<size_t>(hi - lo) * es, swapper_->alignment()));
-  DSCORE_ASSIGN_OR_RETURN(offload::Swapper::Ticket t,
-                          swapper_->read(file_, static_cast<uint64_t>(lo) * es,
-                                         staging.memory.get(), static_cast<size_t>(hi - lo) * es));
-  DSCORE_RETURN_IF_ERROR(swapper_->wait(t));
-  std::memcpy(dst, static_cast<const char*>(staging.memory.get()) + (begin - lo) * es,
-              static_cast<size_t>(count) * es);
-  return Status::Ok();
+  const auto es = static_cast<int64_t>(element_size_);
+  std::lock_guard<std::mutex> lock(read_mutex_);
+  if (!read_staging_[0]) {
+    const int64_t bytes = param_read_staging_bytes(local_, resident_, dtype_) / 2;
+    read_chunk_elements_ = bytes / es;
+    for (CountedBuffer& b : read_staging_) {
+      DSCORE_ASSIGN_OR_RETURN(Staging staging,
+                              Staging::make(static_cast<size_t>(bytes), swapper_->alignment()));
+      b = std::move(staging.memory);
+    }
+  }
+  const int64_t chunk = read_chunk_elements_;
+  DSCORE_ASSIGN_OR_RETURN(ChunkRead current, start_chunk(lo, std::min(lo + chunk, hi), 0));
+  for (;;) {
+    std::optional<ChunkRead> next;
+    Status status = Status::Ok();
+    if (current.end < hi) {
+      Result<ChunkRead> started =
+          start_chunk(current.end, std::min(current.end + chunk, hi), 1 - current.buffer);
+      if (started.ok())
+        next = *started;
+      else
+        status = started.status();
+    }
+    Status waited = swapper_->wait(current.ticket);
+    if (status.ok()) status = waited;
+    if (!status.ok()) {
+      if (next) (void)swapper_->wait(next->ticket);  // its buffer is ours again
+      return status;
+    }
+    const int64_t a = std::max(current.begin, begin), b = std::min(current.end, begin + count);
+    std::memcpy(
+        static_cast<char*>(dst) + (a - begin) * es,
+        static_cast<const char*>(read_staging_[current.buffer].get()) + (a - current.begin) * es,
+        static_cast<size_t>(b - a) * es);
+    if (!next) return Status::Ok();
+    current = *next;
+  }
 }
 
 Status ParamSwap::load(int64_t begin, int64_t count, void* dst) {

@@ -8,10 +8,14 @@
 // written back tile by tile after each update (store()).
 //
 // Transfers are aligned: the file holds round_up(local, kTileGranularity)
-// elements, and reads cover the aligned span around what is asked.
+// elements, and reads cover the aligned span around what is asked. A read
+// goes through two staging buffers of up to kParamReadChunkBytes in turn
+// (allocated at the first read, kept), so the disk reads the next chunk
+// while the last one is copied out.
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -21,6 +25,11 @@
 #include "core/offload/swapper.h"
 
 namespace dscore::zero {
+
+inline constexpr int64_t kParamReadChunkBytes = int64_t{8} << 20;
+// The read staging of a ParamSwap: two chunks, each at most the part on
+// disk (local - resident elements, rounded up to the granularity).
+int64_t param_read_staging_bytes(int64_t local, int64_t resident, dscore_dtype dtype);
 
 class ParamSwap {
  public:
@@ -54,6 +63,13 @@ class ParamSwap {
  private:
   ParamSwap() = default;
   Status read_span(int64_t begin, int64_t count, void* dst);
+  // One chunk's read: file elements [begin, end) into read_staging_[buffer].
+  struct ChunkRead {
+    offload::Swapper::Ticket ticket = 0;
+    int64_t begin = 0, end = 0;
+    int buffer = 0;
+  };
+  Result<ChunkRead> start_chunk(int64_t begin, int64_t end, int buffer);
 
   offload::Swapper* swapper_ = nullptr;
   std::string folder_, path_;
@@ -65,6 +81,9 @@ class ParamSwap {
   CountedBuffer resident_memory_;
   device::Buffer resident_pinned_;
   char* resident_data() const;
+  std::mutex read_mutex_;  // loads may come from any thread; one at a time
+  CountedBuffer read_staging_[2];
+  int64_t read_chunk_elements_ = 0;
 };
 
 }  // namespace dscore::zero

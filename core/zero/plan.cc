@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "core/base/strings.h"
+#include "core/zero/param_swap.h"
 #include "core/zero/partition.h"
 
 namespace dscore::zero {
@@ -336,8 +337,9 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
         p->max_in_cpu >= owned ? owned : p->max_in_cpu / kTileGranularity * kTileGranularity;
     m.parameters = bytes(resident, md);
     m.disk_parameters = bytes(round_up(std::max<int64_t>(owned, 1), kTileGranularity), md);
+    m.host_staging = param_read_staging_bytes(owned, resident, md);
     if (staged && owned > resident)
-      m.host_staging =
+      m.host_staging +=
           bytes(param_swap_ring_elements(p->buffer_count, p->buffer_size, owned - resident), md);
     plan.params_on_host = staged;
     plan.param_nvme_path = p->nvme_path;

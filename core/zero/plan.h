@@ -50,9 +50,11 @@ struct MemoryPlan {
   // the largest gradient reduction, kept for the run: a reduce gathers every
   // rank's copy at the root (world x n), an allreduce holds 3 x n.
   int64_t comm_scratch = 0;
-  int64_t activations = 0;   // the model's, for one micro-batch (add_process_memory)
-  int64_t process = 0;       // the process itself and the allocator's slack (add_process_memory)
-  int64_t host_staging = 0;  // on a GPU: host bounce buffers (offload_param nvme's reads)
+  int64_t activations = 0;  // the model's, for one micro-batch (add_process_memory)
+  int64_t process = 0;      // the process itself and the allocator's slack (add_process_memory)
+  // offload_param nvme's reads: the read staging (param_swap.h), and on a
+  // GPU the staging ring into device memory.
+  int64_t host_staging = 0;
   // Model states held in memory, and everything in memory at the peak
   // (host and device).
   int64_t model_states() const { return parameters + gradients + master + optimizer; }

@@ -150,8 +150,11 @@ TEST(OffloadPlan, StagedFromTheDeviceAddsGradientTilesAndStaging) {
   const ZeroPlan from_gpu = make_plan(params, model.layout(), kAdam, 1, 0, false);
   const ZeroPlan in_ram = make_plan(params, model.layout(), kAdam, 1, 0);
   EXPECT_EQ(from_gpu.memory.buffers, in_ram.memory.buffers);
-  EXPECT_EQ(from_gpu.memory.host_staging, 5001 * 2);  // the ring: all the shards (5 x 1e8 > them)
-  EXPECT_EQ(in_ram.memory.host_staging, 0);
+  // Two read chunks of the part on disk (8192 elements rounded up), and
+  // from a GPU the ring: all the shards (5 x 1e8 > them).
+  const int64_t read_staging = 2 * 8192 * 2;
+  EXPECT_EQ(from_gpu.memory.host_staging, read_staging + 5001 * 2);
+  EXPECT_EQ(in_ram.memory.host_staging, read_staging);
   const auto staging = [&](const std::string& offload_param) {
     const auto cfg =
         load(R"({"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/swap", )" +
@@ -159,9 +162,11 @@ TEST(OffloadPlan, StagedFromTheDeviceAddsGradientTilesAndStaging) {
              bf16, 1);
     return make_plan(cfg, model.layout(), kAdam, 1, 0, false).memory.host_staging;
   };
-  EXPECT_EQ(staging(R"("max_in_cpu": 0, "buffer_count": 2, "buffer_size": 1000)"), 2 * 1000 * 2);
-  // The resident part (max_in_cpu, rounded down to 4096) is pinned and needs no ring.
-  EXPECT_EQ(staging(R"("max_in_cpu": 5000)"), (5001 - 4096) * 2);
+  EXPECT_EQ(staging(R"("max_in_cpu": 0, "buffer_count": 2, "buffer_size": 1000)"),
+            read_staging + 2 * 1000 * 2);
+  // The resident part (max_in_cpu, rounded down to 4096) is pinned and needs
+  // no ring; it is read from no file.
+  EXPECT_EQ(staging(R"("max_in_cpu": 5000)"), 2 * 4096 * 2 + (5001 - 4096) * 2);
   EXPECT_EQ(staging(R"("max_in_cpu": 1000000000)"), 0);
 }
 
