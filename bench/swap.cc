@@ -39,6 +39,7 @@
 #include "core/offload/swap_bandwidth.h"
 #include "core/plugin_host/host_context.h"
 #include "core/zero/param_swap.h"
+#include "core/zero/plan.h"
 
 namespace {
 
@@ -92,7 +93,7 @@ struct Series {
 };
 
 struct Figures {
-  Series probe_write, probe_read, swap_write, swap_read, param_read;
+  Series probe_write, probe_read, swap_write, swap_read, param_load, param_read_into;
   std::string probe_backend, swap_backend;
 };
 
@@ -128,10 +129,14 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 // Stage 3's parameter reads: a ParamSwap of bytes / 2 bf16 elements in
 // `folder` (removed with its parent when the ParamSwap ends, as a job's
-// rank folder is), laid down once, then loaded run by run into host
-// memory; the loads' seconds.
-Result<double> time_param_loads(dscore::offload::Swapper& swapper, const fs::path& folder,
-                                uint64_t bytes, int64_t run) {
+// rank folder is), laid down once, then read run by run: load() into host
+// memory (the CPU's gathers), and read_into() an aligned buffer (a GPU's
+// gathers, into the staging ring, no copy); the seconds of each.
+struct ParamReads {
+  double load_seconds = 0, read_into_seconds = 0;
+};
+Result<ParamReads> time_param_reads(dscore::offload::Swapper& swapper, const fs::path& folder,
+                                    uint64_t bytes, int64_t run) {
   const auto local = static_cast<int64_t>(bytes / 2);
   auto swap = dscore::zero::ParamSwap::create(&swapper, folder.string(), local, DSCORE_DTYPE_BF16,
                                               /*max_in_cpu=*/0);
@@ -143,10 +148,25 @@ Result<double> time_param_loads(dscore::offload::Swapper& swapper, const fs::pat
   for (int64_t a = 0; a < local; a += piece)
     if (Status s = (*swap)->store(a, std::min(piece, local - a), values.data()); !s.ok()) return s;
   if (Status s = (*swap)->flush(); !s.ok()) return s;
-  const auto start = std::chrono::steady_clock::now();
+  ParamReads r;
+  auto start = std::chrono::steady_clock::now();
   for (int64_t a = 0; a < local; a += run)
     if (Status s = (*swap)->load(a, std::min(run, local - a), values.data()); !s.ok()) return s;
-  return seconds_since(start);
+  r.load_seconds = seconds_since(start);
+  // The most a run's span takes: starting at the last element of a granule.
+  const size_t room_bytes = (*swap)->span_bytes(dscore::zero::kTileGranularity - 1, run);
+  dscore::CountedBuffer room(
+      dscore::counted_alloc(room_bytes, (*swap)->alignment(), DSCORE_MEMORY_HOST,
+                            dscore::MemoryUse::kBuffers, "bench room"),
+      dscore::CountedFree{DSCORE_MEMORY_HOST});
+  if (!room) return dscore::internal_error("cannot allocate the bench's room");
+  start = std::chrono::steady_clock::now();
+  for (int64_t a = 0; a < local; a += run) {
+    Result<const void*> at = (*swap)->read_into(a, std::min(run, local - a), room.get());
+    if (!at.ok()) return at.status();
+  }
+  r.read_into_seconds = seconds_since(start);
+  return r;
 }
 
 Status run(const Options& o, const fs::path& work, uint64_t bytes, Figures* f, AioSettings* used,
@@ -166,10 +186,11 @@ Status run(const Options& o, const fs::path& work, uint64_t bytes, Figures* f, A
       if (side == 2) {
         auto swapper = dscore::offload::make_swapper(**registry, *used, context);
         if (!swapper.ok()) return swapper.status();
-        Result<double> seconds =
-            time_param_loads(**swapper, work / "params" / "rank0", bytes, o.param_run);
-        if (!seconds.ok()) return seconds.status();
-        f->param_read.add(*seconds);
+        Result<ParamReads> reads =
+            time_param_reads(**swapper, work / "params" / "rank0", bytes, o.param_run);
+        if (!reads.ok()) return reads.status();
+        f->param_load.add(reads->load_seconds);
+        f->param_read_into.add(reads->read_into_seconds);
       } else if ((side == 0) == (round % 2 == 0)) {
         Result<dscore::offload::DiskProbeResult> p = dscore::offload::probe_disk(probe);
         if (!p.ok()) return p.status();
@@ -257,8 +278,9 @@ int main(int argc, char** argv) {
   line("Swapper write (+ fsync)", f.swap_write, &f.probe_write, "disk write");
   line(probe_read.c_str(), f.probe_read, nullptr, nullptr);
   line("Swapper read", f.swap_read, &f.probe_read, "disk read");
-  const std::string param_line =
-      "parameter loads (runs of " + std::to_string(o.param_run) + " bf16)";
-  line(param_line.c_str(), f.param_read, &f.probe_read, "disk read");
+  const std::string runs = " (runs of " + std::to_string(o.param_run) + " bf16)";
+  line(("parameter loads" + runs).c_str(), f.param_load, &f.probe_read, "disk read");
+  line(("parameter reads into a ring" + runs).c_str(), f.param_read_into, &f.probe_read,
+       "disk read");
   return 0;
 }

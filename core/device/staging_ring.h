@@ -25,24 +25,28 @@ namespace dscore::device {
 class StagingRing {
  public:
   StagingRing() = default;
-  // `capacity` bytes of pinned memory from `device`, counted as buffers.
-  static Result<StagingRing> create(Device& device, size_t capacity, std::string_view name);
+  // `capacity` bytes of pinned memory from `device`, counted as buffers,
+  // starting at a multiple of `alignment` (a power of two): `alignment`
+  // bytes more are allocated for it.
+  static Result<StagingRing> create(Device& device, size_t capacity, std::string_view name,
+                                    size_t alignment = 64);
   // Waits for the work that still reads the ring (errors ignored: the
   // stream reports them).
   ~StagingRing();
   StagingRing(StagingRing&&) = default;
   StagingRing& operator=(StagingRing&&) = default;
 
-  // `bytes` (1 to capacity()) of the ring, 64-byte aligned, once the work
-  // that read them before is done; nullptr while they are held by pieces
-  // not yet consumed(). A failure of that work seen while waiting for it
+  // `bytes` (1 to capacity()) of the ring at a multiple of `alignment` (at
+  // most create()'s), once the work that read them before is done; nullptr
+  // while they are held by pieces not yet consumed(). The next piece
+  // starts 64-byte aligned at least. A failure of that work seen while waiting for it
   // is returned; work found done is not asked again (its stream reports
   // its failures to whoever synchronises it).
-  Result<void*> take(size_t bytes);
+  Result<void*> take(size_t bytes, size_t alignment = 64);
   // Every piece taken since the last call is read by work that is done when
   // `event` is.
   void consumed(const EventPtr& event);
-  size_t capacity() const { return memory_.bytes(); }
+  size_t capacity() const { return capacity_; }
 
  private:
   struct Piece {
@@ -50,6 +54,8 @@ class StagingRing {
     EventPtr read;  // null until consumed()
   };
   Buffer memory_;
+  char* base_ = nullptr;  // memory_'s first byte at create()'s alignment
+  size_t capacity_ = 0, alignment_ = 64;
   std::deque<Piece> held_;  // in the order taken
   size_t head_ = 0;         // where the next piece starts, unless it wraps
 };

@@ -152,6 +152,28 @@ Status ParamSwap::read_span(int64_t begin, int64_t count, void* dst) {
   }
 }
 
+size_t ParamSwap::span_bytes(int64_t begin, int64_t count) const {
+  const int64_t lo = begin / kTileGranularity * kTileGranularity;
+  return static_cast<size_t>(round_up(begin + count, kTileGranularity) - lo) * element_size_;
+}
+
+Result<const void*> ParamSwap::read_into(int64_t begin, int64_t count, void* room) {
+  if (begin < resident_ || count <= 0 || begin + count > local_ ||
+      reinterpret_cast<uintptr_t>(room) % swapper_->alignment() != 0)
+    return internal_error("ParamSwap::read_into: elements [" + std::to_string(begin) + ", " +
+                          std::to_string(begin + count) + ") are not all in the file (" +
+                          std::to_string(resident_) + " resident of " + std::to_string(local_) +
+                          "), or the room is not aligned to " +
+                          std::to_string(swapper_->alignment()) + " bytes");
+  const int64_t lo = begin / kTileGranularity * kTileGranularity;
+  const auto es = static_cast<uint64_t>(element_size_);
+  DSCORE_ASSIGN_OR_RETURN(
+      offload::Swapper::Ticket t,
+      swapper_->read(file_, static_cast<uint64_t>(lo) * es, room, span_bytes(begin, count)));
+  DSCORE_RETURN_IF_ERROR(swapper_->wait(t));
+  return static_cast<const char*>(room) + static_cast<uint64_t>(begin - lo) * es;
+}
+
 Status ParamSwap::load(int64_t begin, int64_t count, void* dst) {
   char* out = static_cast<char*>(dst);
   const size_t es = element_size_;

@@ -47,6 +47,13 @@ class ParamSwap {
 
   // Local elements [begin, begin + count) into dst (any thread).
   Status load(int64_t begin, int64_t count, void* dst);
+  // Local elements [begin, begin + count), all past the resident part,
+  // read straight into `room`: the aligned span around them, span_bytes()
+  // at `room`, which is aligned to alignment() (any thread). Returns where
+  // element `begin` landed. No copy: for pinned memory a device reads.
+  Result<const void*> read_into(int64_t begin, int64_t count, void* room);
+  size_t span_bytes(int64_t begin, int64_t count) const;
+  size_t alignment() const { return swapper_->alignment(); }
   // Local elements [begin, begin + count) from src. Writes to the file
   // need `begin` a multiple of kTileGranularity unless the range lies in
   // the resident part or ends the local space.

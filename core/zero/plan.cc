@@ -340,7 +340,8 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
     m.host_staging = param_read_staging_bytes(owned, resident, md);
     if (staged && owned > resident)
       m.host_staging +=
-          bytes(param_swap_ring_elements(p->buffer_count, p->buffer_size, owned - resident), md);
+          bytes(param_swap_ring_elements(p->buffer_count, p->buffer_size, owned - resident), md) +
+          kParamSwapRingSlack;
     plan.params_on_host = staged;
     plan.param_nvme_path = p->nvme_path;
   } else if (p && p->device == "cpu" && plan.stage == 3) {
@@ -381,7 +382,8 @@ int64_t param_swap_ring_elements(int64_t buffer_count, int64_t buffer_size, int6
   const int64_t limit = std::max<int64_t>(local, 1);
   const int64_t count = std::max<int64_t>(buffer_count, 1),
                 size = std::max<int64_t>(buffer_size, 1);
-  return size > limit / count ? limit : count * size;
+  const int64_t buffers = size > limit / count ? limit : count * size;
+  return round_up(buffers, kTileGranularity) + 2 * kTileGranularity;
 }
 
 int64_t nvme_tile_elements(int64_t sub_group_size, int64_t owned) {

@@ -158,11 +158,15 @@ void add_process_memory(const ProcessMemory& process, ZeroPlan* plan);
 inline constexpr int64_t kTileGranularity = 4096;
 // Stage 3 with its parameters on NVMe, from device memory the host does
 // not address: swapped shards come in through a pinned staging ring
-// (core/device/staging_ring.h) of this many elements: offload_param's
-// buffer_count x buffer_size (DeepSpeed's swap buffers), at most the rank's
-// `local` elements on disk (past max_in_cpu), at least one
-// (core/zero/sharded_zero.h). The resident ones are pinned and need none.
+// (core/device/staging_ring.h), read there straight from the file in
+// aligned spans: offload_param's buffer_count x buffer_size (DeepSpeed's
+// swap buffers), at most the rank's `local` elements on disk (past
+// max_in_cpu), rounded up to kTileGranularity, plus two granules for a
+// span's unaligned ends (core/zero/sharded_zero.h). The resident ones are
+// pinned and need none. Allocated with kParamSwapRingSlack bytes more, to
+// align its start for the disk.
 int64_t param_swap_ring_elements(int64_t buffer_count, int64_t buffer_size, int64_t local);
+inline constexpr int64_t kParamSwapRingSlack = 4096;
 // Elements per tile: sub_group_size rounded down to the granularity (at
 // least one granule), at most the owned space rounded up.
 int64_t nvme_tile_elements(int64_t sub_group_size, int64_t owned);

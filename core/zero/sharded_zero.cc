@@ -95,7 +95,7 @@ Status ShardedZero::initialise(const Model& model) {
       DSCORE_ASSIGN_OR_RETURN(
           swap_ring_,
           device::StagingRing::create(*ctx_.device, static_cast<size_t>(ring) * sdk::dtype_size(md),
-                                      "nvme parameter staging ring"));
+                                      "nvme parameter staging ring", param_swap_->alignment()));
     }
   } else {
     DSCORE_ASSIGN_OR_RETURN(
@@ -256,15 +256,18 @@ Result<std::shared_ptr<device::Buffer>> ShardedZero::stage_swapped(
       begin += n, at += n, count -= n;
     }
     for (int64_t done = 0; done < count;) {
-      const int64_t n = std::min(ring_elements, count - done);
-      DSCORE_ASSIGN_OR_RETURN(void* room, swap_ring_.take(static_cast<size_t>(n) * es));
+      // Read straight into the ring: a piece's aligned span is up to two
+      // granules longer than the piece (plan.h, param_swap_ring_elements).
+      const int64_t n = std::min(ring_elements - 2 * kTileGranularity, count - done);
+      DSCORE_ASSIGN_OR_RETURN(void* room, swap_ring_.take(param_swap_->span_bytes(begin + done, n),
+                                                          param_swap_->alignment()));
       if (room == nullptr) {  // the room is this gather's own: send what it holds first
         if (pieces.empty()) return internal_error("the parameter staging ring is held by no one");
         send();
         continue;
       }
-      pieces.push_back({room, at + done, n});
-      DSCORE_RETURN_IF_ERROR(param_swap_->load(begin + done, n, room));
+      pieces.push_back({room, at + done, n});  // sent even if the read fails: the room goes back
+      DSCORE_ASSIGN_OR_RETURN(pieces.back().from, param_swap_->read_into(begin + done, n, room));
       done += n;
     }
     return Status::Ok();

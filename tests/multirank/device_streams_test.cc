@@ -120,25 +120,34 @@ TEST(DeviceStreams, NvmeOptimizerOffloadIsBitwiseOnBothModes) {
 // NVMe offload as from a GPU (DSCORE_CPU_DEVICE_MEMORY=separate): each
 // tile's gradients copied in on the state's copy stream after the compute
 // stream, its parameters out beside the next tile's update, stage 3's
-// swapped shards copied on the comm stream: the first 4096 (max_in_cpu) from
-// pinned memory, the rest read from the file on the host into a staging
-// ring. The ring (2 x 3000 elements) is smaller than a layer's shards:
-// gathers wrap it and wait for their own copies.
+// swapped shards copied on the comm stream, read from the file on the host
+// straight into a staging ring. Twice: with a ring of one granule's pieces
+// (buffer_count x buffer_size 1), which gathers wrap and wait for their own
+// copies, and with the first 4096 elements resident (max_in_cpu), copied
+// from pinned memory.
 TEST(DeviceStreams, NvmeOffloadFromSeparateMemoryIsBitwiseOnBothModes) {
   const std::string optimizer = temp_folder("dscore-streams-staged");
   const std::string params = temp_folder("dscore-streams-params");
-  RunSpec spec = stage3_nvme(
-      optimizer, R"(, "offload_param": {"device": "nvme", "nvme_path": ")" + params +
-                     R"(", "max_in_cpu": 4096, "buffer_count": 2, "buffer_size": 3000})");
-  const RunResult sync = run_ok(with_streams(spec, "sync"));
-  spec.env.push_back("DSCORE_CPU_DEVICE_MEMORY=separate");
-  const RunResult async = run_ok(with_streams(spec, "async"));
-  expect_bitwise(async, sync, "stage 3 bf16, NVMe offload from separate memory");
-  const std::string log = async.process.out + async.process.err;
-  EXPECT_NE(log.find("device memory treated as separate"), std::string::npos) << log;
-  EXPECT_NE(log.find("staged through host buffers"), std::string::npos) << log;
-  EXPECT_NE(log.find("the resident part is pinned"), std::string::npos) << log;
-  EXPECT_NE(log.find("11.72 KiB pinned staging ring"), std::string::npos) << log;
+  const auto spec_with = [&](const std::string& offload_param) {
+    return stage3_nvme(optimizer, R"(, "offload_param": {"device": "nvme", "nvme_path": ")" +
+                                      params + R"(", )" + offload_param + "}");
+  };
+  const RunResult sync = run_ok(with_streams(spec_with(R"("max_in_cpu": 0)"), "sync"));
+  for (const auto& [offload_param, log_line] :
+       {std::pair<std::string, std::string>{
+            R"("max_in_cpu": 0, "buffer_count": 1, "buffer_size": 1)",
+            "24.00 KiB pinned staging ring"},
+        {R"("max_in_cpu": 4096)", "the resident part is pinned"}}) {
+    RunSpec spec = spec_with(offload_param);
+    spec.env.push_back("DSCORE_CPU_DEVICE_MEMORY=separate");
+    const RunResult async = run_ok(with_streams(spec, "async"));
+    expect_bitwise(async, sync,
+                   "stage 3 bf16, NVMe offload from separate memory, " + offload_param);
+    const std::string log = async.process.out + async.process.err;
+    EXPECT_NE(log.find("device memory treated as separate"), std::string::npos) << log;
+    EXPECT_NE(log.find("staged through host buffers"), std::string::npos) << log;
+    EXPECT_NE(log.find(log_line), std::string::npos) << log;
+  }
   std::filesystem::remove_all(optimizer);
   std::filesystem::remove_all(params);
 }

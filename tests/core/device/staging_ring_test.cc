@@ -1,15 +1,16 @@
 // The staging ring (core/device/staging_ring.h): pieces handed out front to
-// back and aligned, wrapping at the end; a piece's room is handed out again
-// only after the work that read it is done (made late on purpose by a Gate
-// the test opens), never while its reads are not enqueued; failures of that
-// work come back from take().
+// back and aligned as asked (random sequences too), wrapping at the end; a piece's room is handed
+// out again only after the work that read it is done (made late on purpose by a Gate the test
+// opens), never while its reads are not enqueued; failures of that work come back from take().
 #include "core/device/staging_ring.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstring>
+#include <random>
 #include <thread>
+#include <vector>
 
 #include "core/device/cpu_device.h"
 #include "tests/core/device/gate.h"
@@ -116,6 +117,63 @@ TEST_F(StagingRingTest, AFailedReaderIsReportedAndPiecesLargerThanTheRingAreRefu
   EXPECT_EQ(large.status().code(), DSCORE_INVALID_ARGUMENT);
   EXPECT_NE(large.status().message().find("does not fit a staging ring"), std::string::npos)
       << large.status().message();
+}
+
+// An event that is done only once waited for: the test sees which reads
+// the ring waited for.
+class WaitedEvent final : public Event {
+ public:
+  Status wait() override {
+    waited = true;
+    return Status::Ok();
+  }
+  bool done() const override { return waited; }
+  bool waited = false;
+};
+
+// Random pieces of random alignments: no piece handed out overlaps one
+// whose reads were not waited for, and every piece is aligned as asked.
+TEST_F(StagingRingTest, NoPieceOverlapsOneWhoseReadsWereNotWaitedFor) {
+  const size_t capacity = 5 * 4096 + 320;
+  auto created = StagingRing::create(device_, capacity, "test staging", 4096);
+  ASSERT_TRUE(created.ok()) << created.status().message();
+  StagingRing& r = *created;
+  struct Taken {
+    char* begin;
+    size_t bytes;
+    std::shared_ptr<WaitedEvent> read;  // null until consumed
+  };
+  std::vector<Taken> taken;
+  std::mt19937 random(7);
+  char* lowest = nullptr;
+  auto consume = [&] {
+    auto event = std::make_shared<WaitedEvent>();
+    r.consumed(event);
+    for (Taken& t : taken)
+      if (!t.read) t.read = event;
+  };
+  for (int i = 0; i < 2000; ++i) {
+    const size_t bytes = 1 + random() % (capacity / 2);
+    const size_t alignment = random() % 3 == 0 ? 4096 : 64;
+    if (random() % 4 == 0) consume();
+    auto at = r.take(bytes, alignment);
+    ASSERT_TRUE(at.ok()) << at.status().message();
+    if (*at == nullptr) {  // held by pieces not consumed: consume and take again
+      consume();
+      at = r.take(bytes, alignment);
+      ASSERT_TRUE(at.ok() && *at != nullptr) << "nothing unconsumed is left in the way";
+    }
+    char* begin = static_cast<char*>(*at);
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(begin) % alignment, 0u) << "piece " << i;
+    if (lowest == nullptr || begin < lowest) lowest = begin;
+    ASSERT_LE(static_cast<size_t>(begin - lowest) + bytes, capacity) << "piece " << i;
+    for (const Taken& t : taken) {
+      const bool overlap = begin < t.begin + t.bytes && t.begin < begin + bytes;
+      ASSERT_FALSE(overlap && !(t.read && t.read->waited))
+          << "piece " << i << " overlaps an earlier one whose reads were not waited for";
+    }
+    taken.push_back({begin, bytes, nullptr});
+  }
 }
 
 }  // namespace

@@ -151,9 +151,10 @@ TEST(OffloadPlan, StagedFromTheDeviceAddsGradientTilesAndStaging) {
   const ZeroPlan in_ram = make_plan(params, model.layout(), kAdam, 1, 0);
   EXPECT_EQ(from_gpu.memory.buffers, in_ram.memory.buffers);
   // Two read chunks of the part on disk (8192 elements rounded up), and
-  // from a GPU the ring: all the shards (5 x 1e8 > them).
-  const int64_t read_staging = 2 * 8192 * 2;
-  EXPECT_EQ(from_gpu.memory.host_staging, read_staging + 5001 * 2);
+  // from a GPU the ring: all the shards (5 x 1e8 > them) in whole granules,
+  // two granules for a span's ends, 4 KiB to align it.
+  const int64_t read_staging = 2 * 8192 * 2, ring_slack = 2 * 4096 * 2 + 4096;
+  EXPECT_EQ(from_gpu.memory.host_staging, read_staging + 8192 * 2 + ring_slack);
   EXPECT_EQ(in_ram.memory.host_staging, read_staging);
   const auto staging = [&](const std::string& offload_param) {
     const auto cfg =
@@ -163,19 +164,22 @@ TEST(OffloadPlan, StagedFromTheDeviceAddsGradientTilesAndStaging) {
     return make_plan(cfg, model.layout(), kAdam, 1, 0, false).memory.host_staging;
   };
   EXPECT_EQ(staging(R"("max_in_cpu": 0, "buffer_count": 2, "buffer_size": 1000)"),
-            read_staging + 2 * 1000 * 2);
+            read_staging + 4096 * 2 + ring_slack);
   // The resident part (max_in_cpu, rounded down to 4096) is pinned and needs
   // no ring; it is read from no file.
-  EXPECT_EQ(staging(R"("max_in_cpu": 5000)"), 2 * 4096 * 2 + (5001 - 4096) * 2);
+  EXPECT_EQ(staging(R"("max_in_cpu": 5000)"), 2 * 4096 * 2 + 4096 * 2 + ring_slack);
   EXPECT_EQ(staging(R"("max_in_cpu": 1000000000)"), 0);
 }
 
 TEST(OffloadPlan, TheParameterStagingRingIsTheSwapBuffersAtMostTheShards) {
-  EXPECT_EQ(zero::param_swap_ring_elements(5, 100000000, 5001), 5001);
-  EXPECT_EQ(zero::param_swap_ring_elements(5, 100000000, int64_t{1} << 40), 500000000);
-  EXPECT_EQ(zero::param_swap_ring_elements(2, 1000, 5001), 2000);
-  EXPECT_EQ(zero::param_swap_ring_elements(0, 0, 5001), 1);  // at least one element
-  EXPECT_EQ(zero::param_swap_ring_elements(int64_t{1} << 40, int64_t{1} << 40, 5001), 5001);
+  // The buffers, at most the shards on disk, in whole granules, and two
+  // granules for a read span's unaligned ends.
+  const int64_t ends = 2 * 4096;
+  EXPECT_EQ(zero::param_swap_ring_elements(5, 100000000, 5001), 8192 + ends);
+  EXPECT_EQ(zero::param_swap_ring_elements(5, 100000000, int64_t{1} << 40), 500002816 + ends);
+  EXPECT_EQ(zero::param_swap_ring_elements(2, 1000, 5001), 4096 + ends);
+  EXPECT_EQ(zero::param_swap_ring_elements(0, 0, 5001), 4096 + ends);  // at least a granule
+  EXPECT_EQ(zero::param_swap_ring_elements(int64_t{1} << 40, int64_t{1} << 40, 5001), 8192 + ends);
 }
 
 // On a GPU the model states, buffers and activations are in its memory,
