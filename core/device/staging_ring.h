@@ -38,10 +38,10 @@ class StagingRing {
 
   // `bytes` (1 to capacity()) of the ring at a multiple of `alignment` (at
   // most create()'s), once the work that read them before is done; nullptr
-  // while they are held by pieces not yet consumed(). The next piece
-  // starts 64-byte aligned at least. A failure of that work seen while waiting for it
-  // is returned; work found done is not asked again (its stream reports
-  // its failures to whoever synchronises it).
+  // while they are held by pieces not yet consumed(). A failure of that
+  // work seen while waiting for it is returned; work found done is not
+  // asked again (its stream reports its failures to whoever synchronises
+  // it).
   Result<void*> take(size_t bytes, size_t alignment = 64);
   // Every piece taken since the last call is read by work that is done when
   // `event` is.

@@ -60,11 +60,7 @@ class SlowCopyDevice final : public device::Device {
 class NvmeStateStaged : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
-    registry_ = offload::testing::swapper_registry();
-    ASSERT_TRUE(registry_);
-    auto swapper = offload::make_swapper(*registry_, {}, plugin_host::InstanceContext{});
-    ASSERT_TRUE(swapper.ok()) << swapper.status().message();
-    swapper_ = std::move(*swapper);
+    ASSERT_TRUE(nvme_.swapper);
     auto compute = device_.create_stream("compute");
     ASSERT_TRUE(compute.ok());
     compute_ = std::move(*compute);
@@ -83,15 +79,14 @@ class NvmeStateStaged : public ::testing::TestWithParam<int> {
     side.grads = grads_.data();
     side.model_params = params_.data();
     o.staging = side;
-    auto state = NvmeState::create(swapper_.get(), o, {{"exp_avg", DSCORE_DTYPE_F32, 1}}, {0.5},
-                                   kOwned, params_.data(), model_, {});
+    auto state = NvmeState::create(nvme_.swapper.get(), o, {{"exp_avg", DSCORE_DTYPE_F32, 1}},
+                                   {0.5}, kOwned, params_.data(), model_, {});
     EXPECT_TRUE(state.ok()) << state.status().message();
     return state.ok() ? std::move(*state) : nullptr;
   }
 
   offload::testing::TempDir dir_;
-  std::shared_ptr<plugin_host::PluginRegistry> registry_;
-  std::unique_ptr<offload::Swapper> swapper_;
+  offload::testing::NvmeSwapper nvme_;
   SlowCopyDevice device_;
   std::unique_ptr<device::Stream> compute_;
   std::vector<float> grads_ = std::vector<float>(kOwned);   // the "device" gradients

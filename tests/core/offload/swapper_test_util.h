@@ -15,6 +15,7 @@
 #include <random>
 #include <string>
 
+#include "core/offload/swapper.h"
 #include "core/plugin_host/registry.h"
 
 namespace dscore::offload::testing {
@@ -91,6 +92,20 @@ inline std::shared_ptr<plugin_host::PluginRegistry> swapper_registry() {
   EXPECT_TRUE(registry.ok()) << registry.status().message();
   return registry.ok() ? *registry : nullptr;
 }
+
+// The nvme plugin's Swapper with the default aio settings, and the
+// registry it came from; `swapper` is null (and the test has failed) when
+// it cannot be made.
+struct NvmeSwapper {
+  NvmeSwapper() {
+    if (!registry) return;
+    auto made = make_swapper(*registry, {}, plugin_host::InstanceContext{});
+    EXPECT_TRUE(made.ok()) << made.status().message();
+    if (made.ok()) swapper = std::move(*made);
+  }
+  std::shared_ptr<plugin_host::PluginRegistry> registry = swapper_registry();
+  std::unique_ptr<Swapper> swapper;
+};
 
 // Sets DSCORE_NVME_BACKEND for the scope of a test.
 class BackendEnv {

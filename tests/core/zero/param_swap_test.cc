@@ -25,17 +25,11 @@ uint16_t pattern(int64_t i) { return static_cast<uint16_t>((i * 2654435761u) >> 
 
 class ParamSwapTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    registry_ = offload::testing::swapper_registry();
-    ASSERT_TRUE(registry_);
-    auto swapper = offload::make_swapper(*registry_, {}, plugin_host::InstanceContext{});
-    ASSERT_TRUE(swapper.ok()) << swapper.status().message();
-    swapper_ = std::move(*swapper);
-  }
+  void SetUp() override { ASSERT_TRUE(nvme_.swapper); }
   // A ParamSwap with the pattern stored, laid down front to back in whole
   // granules as ShardedZero does.
   std::unique_ptr<ParamSwap> stored(device::Device* pinned_on = nullptr) {
-    auto swap = ParamSwap::create(swapper_.get(), dir_.file("params/rank0"), kLocal,
+    auto swap = ParamSwap::create(nvme_.swapper.get(), dir_.file("params/rank0"), kLocal,
                                   DSCORE_DTYPE_BF16, kResident, pinned_on);
     EXPECT_TRUE(swap.ok()) << swap.status().message();
     if (!swap.ok()) return nullptr;
@@ -60,8 +54,7 @@ class ParamSwapTest : public ::testing::Test {
   }
 
   offload::testing::TempDir dir_;
-  std::shared_ptr<plugin_host::PluginRegistry> registry_;
-  std::unique_ptr<offload::Swapper> swapper_;
+  offload::testing::NvmeSwapper nvme_;
 };
 
 TEST_F(ParamSwapTest, LoadsAcrossTheResidentPartGranulesAndReadChunksGiveWhatWasStored) {
