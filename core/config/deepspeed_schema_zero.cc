@@ -29,7 +29,8 @@ std::shared_ptr<const ObjectSpec> offload_param_spec() {
           F("nvme_path", T::kString, "NVMe folder for swapped parameters")
               .nullable()
               .to(&OffloadConfig::nvme_path),
-          F("buffer_count", T::kInt, "swap buffers")
+          F("buffer_count", T::kInt,
+            "swap buffers (from a GPU: the parameter staging ring, x buffer_size)")
               .def(5)
               .min(0)
               .auto_rule("default")
