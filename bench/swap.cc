@@ -11,9 +11,11 @@
 // the best of each series is compared, the worst printed beside it.
 //
 // A third side reads the same bytes as stage 3's gathers read parameters
-// on NVMe (offload_param nvme, max_in_cpu 0; core/zero/param_swap.h):
-// bf16 shards loaded run by run (--param-run elements, a GPT-2 layer's by
-// default) into host memory, also against the probe's read.
+// on NVMe (offload_param nvme, max_in_cpu 0; core/zero/param_swap.h), run
+// by run (--param-run elements, a GPT-2 layer's by default), twice: loaded
+// into host memory through staging, as the CPU's gathers do, and read
+// straight into an aligned buffer, as a GPU's gathers read into their
+// staging ring; both against the probe's read.
 //
 // The aio settings: what `dscore io-bench` cached for the folder's device,
 // else DeepSpeed's defaults; --block-size, --queue-depth, --intra-op
