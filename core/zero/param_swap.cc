@@ -17,6 +17,15 @@ namespace {
 
 int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
+// The granules around local elements [begin, begin + count): what a file
+// transfer of them covers.
+struct Span {
+  int64_t lo, hi;
+};
+Span aligned_span(int64_t begin, int64_t count) {
+  return {begin / kTileGranularity * kTileGranularity, round_up(begin + count, kTileGranularity)};
+}
+
 // Staging for unaligned pieces: aligned memory of `bytes`.
 struct Staging {
   CountedBuffer memory;
@@ -109,9 +118,7 @@ Result<ParamSwap::ChunkRead> ParamSwap::start_chunk(int64_t begin, int64_t end, 
 Status ParamSwap::read_span(int64_t begin, int64_t count, void* dst) {
   // [begin, begin + count) lies at or past resident_: read the aligned span
   // chunk by chunk, the next chunk in flight while this one is copied out.
-  const int64_t granule = kTileGranularity;
-  const int64_t lo = begin / granule * granule;
-  const int64_t hi = round_up(begin + count, granule);
+  const auto [lo, hi] = aligned_span(begin, count);
   const auto es = static_cast<int64_t>(element_size_);
   std::lock_guard<std::mutex> lock(read_mutex_);
   if (!read_staging_[0]) {
@@ -153,8 +160,8 @@ Status ParamSwap::read_span(int64_t begin, int64_t count, void* dst) {
 }
 
 size_t ParamSwap::span_bytes(int64_t begin, int64_t count) const {
-  const int64_t lo = begin / kTileGranularity * kTileGranularity;
-  return static_cast<size_t>(round_up(begin + count, kTileGranularity) - lo) * element_size_;
+  const Span span = aligned_span(begin, count);
+  return static_cast<size_t>(span.hi - span.lo) * element_size_;
 }
 
 Result<const void*> ParamSwap::read_into(int64_t begin, int64_t count, void* room) {
@@ -165,7 +172,7 @@ Result<const void*> ParamSwap::read_into(int64_t begin, int64_t count, void* roo
                           std::to_string(resident_) + " resident of " + std::to_string(local_) +
                           "), or the room is not aligned to " +
                           std::to_string(swapper_->alignment()) + " bytes");
-  const int64_t lo = begin / kTileGranularity * kTileGranularity;
+  const int64_t lo = aligned_span(begin, count).lo;
   const auto es = static_cast<uint64_t>(element_size_);
   DSCORE_ASSIGN_OR_RETURN(
       offload::Swapper::Ticket t,
@@ -201,9 +208,7 @@ Status ParamSwap::store(int64_t begin, int64_t count, const void* src) {
   if (count <= 0) return Status::Ok();
   // Read-modify-write of the aligned span: a piece that starts or ends
   // inside a granule keeps its neighbours' values.
-  const int64_t granule = kTileGranularity;
-  const int64_t lo = begin / granule * granule;
-  const int64_t hi = round_up(begin + count, granule);
+  const auto [lo, hi] = aligned_span(begin, count);
   DSCORE_ASSIGN_OR_RETURN(Staging staging,
                           Staging::make(static_cast<size_t>(hi - lo) * es, swapper_->alignment()));
   char* span = static_cast<char*>(staging.memory.get());

@@ -383,7 +383,7 @@ int64_t param_swap_ring_elements(int64_t buffer_count, int64_t buffer_size, int6
   const int64_t count = std::max<int64_t>(buffer_count, 1),
                 size = std::max<int64_t>(buffer_size, 1);
   const int64_t buffers = size > limit / count ? limit : count * size;
-  return round_up(buffers, kTileGranularity) + 2 * kTileGranularity;
+  return round_up(buffers, kTileGranularity) + kParamSwapSpanEnds;
 }
 
 int64_t nvme_tile_elements(int64_t sub_group_size, int64_t owned) {

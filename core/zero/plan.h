@@ -161,11 +161,13 @@ inline constexpr int64_t kTileGranularity = 4096;
 // (core/device/staging_ring.h), read there straight from the file in
 // aligned spans: offload_param's buffer_count x buffer_size (DeepSpeed's
 // swap buffers), at most the rank's `local` elements on disk (past
-// max_in_cpu), rounded up to kTileGranularity, plus two granules for a
-// span's unaligned ends (core/zero/sharded_zero.h). The resident ones are
-// pinned and need none. Allocated with kParamSwapRingSlack bytes more, to
-// align its start for the disk.
+// max_in_cpu), rounded up to kTileGranularity, plus kParamSwapSpanEnds
+// for a span's unaligned ends (core/zero/sharded_zero.h). The resident
+// ones are pinned and need none. Allocated with kParamSwapRingSlack bytes
+// more, to align its start for the disk.
 int64_t param_swap_ring_elements(int64_t buffer_count, int64_t buffer_size, int64_t local);
+// A read span is at most this many elements longer than what it reads.
+inline constexpr int64_t kParamSwapSpanEnds = 2 * kTileGranularity;
 inline constexpr int64_t kParamSwapRingSlack = 4096;
 // Elements per tile: sub_group_size rounded down to the granularity (at
 // least one granule), at most the owned space rounded up.

@@ -256,9 +256,9 @@ Result<std::shared_ptr<device::Buffer>> ShardedZero::stage_swapped(
       begin += n, at += n, count -= n;
     }
     for (int64_t done = 0; done < count;) {
-      // Read straight into the ring: a piece's aligned span is up to two
-      // granules longer than the piece (plan.h, param_swap_ring_elements).
-      const int64_t n = std::min(ring_elements - 2 * kTileGranularity, count - done);
+      // Read straight into the ring: a piece's aligned span is up to
+      // kParamSwapSpanEnds longer than the piece (plan.h).
+      const int64_t n = std::min(ring_elements - kParamSwapSpanEnds, count - done);
       DSCORE_ASSIGN_OR_RETURN(void* room, swap_ring_.take(param_swap_->span_bytes(begin + done, n),
                                                           param_swap_->alignment()));
       if (room == nullptr) {  // the room is this gather's own: send what it holds first
