@@ -68,4 +68,13 @@ void StagingRing::consumed(const EventPtr& event) {
   for (auto it = held_.rbegin(); it != held_.rend() && !it->read; ++it) it->read = event;
 }
 
+void StagingRing::consumed(const EventPtr& event, size_t pieces) {
+  // The unconsumed pieces are the newest: after every consumed one.
+  for (auto it = held_.begin(); it != held_.end() && pieces > 0; ++it) {
+    if (it->read) continue;
+    it->read = event;
+    --pieces;
+  }
+}
+
 }  // namespace dscore::device

@@ -46,6 +46,9 @@ class StagingRing {
   // Every piece taken since the last call is read by work that is done when
   // `event` is.
   void consumed(const EventPtr& event);
+  // The oldest `pieces` of those (at most as many as there are): work that
+  // reads later pieces is enqueued after `event` was recorded.
+  void consumed(const EventPtr& event, size_t pieces);
   size_t capacity() const { return capacity_; }
 
  private:

@@ -402,6 +402,12 @@ Status Swapper::wait(Ticket ticket) {
   return st;
 }
 
+bool Swapper::done(Ticket ticket) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto it = impl_->jobs.find(ticket);
+  return it == impl_->jobs.end() || it->second->done;
+}
+
 Status Swapper::wait_all() {
   std::unique_lock<std::mutex> lock(impl_->mu);
   impl_->finished.wait(lock, [&] { return impl_->undone == 0; });

@@ -82,6 +82,9 @@ class Swapper {
   // it returns the first failure (or the sticky one).
   Status wait(Ticket ticket);
   Status wait_all();
+  // Without blocking: whether wait(ticket) would return at once (the
+  // transfer completed or failed, or the ticket is not pending).
+  bool done(Ticket ticket) const;
 
   // The sticky failure (OK while none happened).
   Status failure() const;

@@ -165,6 +165,12 @@ size_t ParamSwap::span_bytes(int64_t begin, int64_t count) const {
 }
 
 Result<const void*> ParamSwap::read_into(int64_t begin, int64_t count, void* room) {
+  DSCORE_ASSIGN_OR_RETURN(Read read, start_read_into(begin, count, room));
+  DSCORE_RETURN_IF_ERROR(finish_read(read));
+  return read.first;
+}
+
+Result<ParamSwap::Read> ParamSwap::start_read_into(int64_t begin, int64_t count, void* room) {
   if (begin < resident_ || count <= 0 || begin + count > local_ ||
       reinterpret_cast<uintptr_t>(room) % swapper_->alignment() != 0)
     return internal_error("ParamSwap::read_into: elements [" + std::to_string(begin) + ", " +
@@ -177,8 +183,7 @@ Result<const void*> ParamSwap::read_into(int64_t begin, int64_t count, void* roo
   DSCORE_ASSIGN_OR_RETURN(
       offload::Swapper::Ticket t,
       swapper_->read(file_, static_cast<uint64_t>(lo) * es, room, span_bytes(begin, count)));
-  DSCORE_RETURN_IF_ERROR(swapper_->wait(t));
-  return static_cast<const char*>(room) + static_cast<uint64_t>(begin - lo) * es;
+  return Read{t, static_cast<const char*>(room) + static_cast<uint64_t>(begin - lo) * es};
 }
 
 Status ParamSwap::load(int64_t begin, int64_t count, void* dst) {

@@ -52,6 +52,15 @@ class ParamSwap {
   // at `room`, which is aligned to alignment() (any thread). Returns where
   // element `begin` landed. No copy: for pinned memory a device reads.
   Result<const void*> read_into(int64_t begin, int64_t count, void* room);
+  // read_into in two halves: the read queued on the swapper's I/O thread
+  // (`room` untouched by anyone else until finish_read), then waited for.
+  struct Read {
+    offload::Swapper::Ticket ticket = 0;
+    const void* first = nullptr;  // where element `begin` lands
+  };
+  Result<Read> start_read_into(int64_t begin, int64_t count, void* room);
+  Status finish_read(const Read& read) { return swapper_->wait(read.ticket); }
+  bool read_done(const Read& read) const { return swapper_->done(read.ticket); }
   size_t span_bytes(int64_t begin, int64_t count) const;
   size_t alignment() const { return swapper_->alignment(); }
   // Local elements [begin, begin + count) from src. Writes to the file

@@ -83,19 +83,19 @@ Status ShardedZero::initialise(const Model& model) {
       return invalid_argument(
           "parameters on NVMe need a 16-bit model (bf16 or fp16): an fp32 model's parameters are "
           "its master weights");
-    swap_staged_ = ctx_.device != nullptr && !ctx_.device->memory_is_host();
+    const bool staged = ctx_.device != nullptr && !ctx_.device->memory_is_host();
     DSCORE_ASSIGN_OR_RETURN(
-        param_swap_,
-        ParamSwap::create(ctx_.param_swapper, ctx_.param_swap_folder, local, md,
-                          ctx_.param_max_in_cpu, swap_staged_ ? ctx_.device : nullptr));
+        param_swap_, ParamSwap::create(ctx_.param_swapper, ctx_.param_swap_folder, local, md,
+                                       ctx_.param_max_in_cpu, staged ? ctx_.device : nullptr));
     const int64_t on_disk = local - param_swap_->resident_elements();
-    if (swap_staged_ && on_disk > 0) {
-      const int64_t ring =
-          param_swap_ring_elements(ctx_.param_buffer_count, ctx_.param_buffer_size, on_disk);
+    if (staged) {
+      const int64_t ring = on_disk > 0 ? param_swap_ring_elements(ctx_.param_buffer_count,
+                                                                  ctx_.param_buffer_size, on_disk)
+                                       : 0;
       DSCORE_ASSIGN_OR_RETURN(
-          swap_ring_,
-          device::StagingRing::create(*ctx_.device, static_cast<size_t>(ring) * sdk::dtype_size(md),
-                                      "nvme parameter staging ring", param_swap_->alignment()));
+          swapped_,
+          SwappedGathers::create(*param_swap_, *ctx_.device, *ctx_.stream, ctx_.comm_target, md,
+                                 static_cast<size_t>(ring) * sdk::dtype_size(md)));
     }
   } else {
     DSCORE_ASSIGN_OR_RETURN(
@@ -175,10 +175,10 @@ Status ShardedZero::initialise_swapped(const Model& model) {
     DSCORE_RETURN_IF_ERROR(param_swap_->store(a, b - a, staging.get()));
   }
   std::string how;
-  if (swap_staged_ && param_swap_->resident_elements() > 0)
+  if (swapped_ && param_swap_->resident_elements() > 0)
     how += "; the resident part is pinned and copied to the device from there";
-  if (swap_ring_.capacity() > 0)
-    how += "; gathers read the rest through a " + format_bytes(swap_ring_.capacity()) +
+  if (swapped_ && swapped_->ring_bytes() > 0)
+    how += "; gathers read the rest through a " + format_bytes(swapped_->ring_bytes()) +
            " pinned staging ring (offload_param buffer_count x buffer_size)";
   log_info("rank " + std::to_string(rank_) + ": parameters " + param_swap_->describe() + how);
   return Status::Ok();
@@ -217,64 +217,40 @@ Status ShardedZero::pack_shards(const std::vector<size_t>& params, char* packed)
 
 // --------------------------------------------------------------- gathering
 
-Result<std::shared_ptr<device::Buffer>> ShardedZero::stage_swapped(
-    const std::vector<size_t>& params) {
-  if (!swap_staged_) return std::shared_ptr<device::Buffer>();
-  const dscore_dtype md = ctx_.model_dtype;
-  const size_t es = sdk::dtype_size(md);
-  int64_t shard_elements = 0;
-  for (size_t p : params) shard_elements += shards_.params[p].shard_size;
-  // Scratch in the comm stream's order, held by the tasks that use it.
-  DSCORE_ASSIGN_OR_RETURN(device::Buffer buffer,
-                          allocate_scratch(ctx_.device, ctx_.stream, shard_elements, md,
-                                           MemoryUse::kBuffers, "gathered parameters"));
-  auto packed = std::make_shared<device::Buffer>(std::move(buffer));
-  struct Piece {
-    const void* from;
-    int64_t at, count;  // elements of packed
-  };
-  std::vector<Piece> pieces;
-  // The staged pieces' copies on the comm stream; the ring's room is free
-  // again once they are done.
-  auto send = [&] {
-    if (pieces.empty()) return;
-    ctx_.stream->enqueue([this, packed, pieces = std::move(pieces), md] {
-      for (const Piece& p : pieces)
-        device::ops::copy(ctx_.comm_target, element_at(packed->data(), md, p.at), p.from, md,
-                          p.count);
-      return Status::Ok();
-    });
-    pieces.clear();
-    swap_ring_.consumed(ctx_.stream->record());
-  };
-  const auto ring_elements = static_cast<int64_t>(swap_ring_.capacity() / es);
-  const int64_t resident = param_swap_->resident_elements();
-  Status status = for_each_local_run(params, [&](int64_t begin, int64_t at, int64_t count) {
-    if (begin < resident) {  // kept in pinned memory: copied from there
-      const int64_t n = std::min(count, resident - begin);
-      pieces.push_back({param_swap_->resident_at(begin), at, n});
-      begin += n, at += n, count -= n;
-    }
-    for (int64_t done = 0; done < count;) {
-      // Read straight into the ring: a piece's aligned span is up to
-      // kParamSwapSpanEnds longer than the piece (plan.h).
-      const int64_t n = std::min(ring_elements - kParamSwapSpanEnds, count - done);
-      DSCORE_ASSIGN_OR_RETURN(void* room, swap_ring_.take(param_swap_->span_bytes(begin + done, n),
-                                                          param_swap_->alignment()));
-      if (room == nullptr) {  // the room is this gather's own: send what it holds first
-        if (pieces.empty()) return internal_error("the parameter staging ring is held by no one");
-        send();
-        continue;
-      }
-      pieces.push_back({room, at + done, n});  // sent even if the read fails: the room goes back
-      DSCORE_ASSIGN_OR_RETURN(pieces.back().from, param_swap_->read_into(begin + done, n, room));
-      done += n;
-    }
+Result<SwappedGathers::Id> ShardedZero::submit_allgather(
+    const std::vector<size_t>& params, const std::vector<char*>& dest,
+    const std::vector<std::shared_ptr<device::Buffer>>& keep,
+    std::function<void(const device::EventPtr&)> submitted) {
+  std::shared_ptr<device::Buffer> staged;  // the shards, packed by swapped_'s copies
+  if (swapped_) {
+    const dscore_dtype md = ctx_.model_dtype;
+    int64_t shard_elements = 0;
+    for (size_t p : params) shard_elements += shards_.params[p].shard_size;
+    // Scratch in the comm stream's order, held by the tasks that use it.
+    DSCORE_ASSIGN_OR_RETURN(device::Buffer buffer,
+                            allocate_scratch(ctx_.device, ctx_.stream, shard_elements, md,
+                                             MemoryUse::kBuffers, "gathered parameters"));
+    staged = std::make_shared<device::Buffer>(std::move(buffer));
+    DSCORE_RETURN_IF_ERROR(
+        for_each_local_run(params, [&](int64_t begin, int64_t at, int64_t count) {
+          return swapped_->add(staged, begin, at, count);
+        }));
+  }
+  auto submit = [this, params, dest, keep, staged, submitted = std::move(submitted)] {
+    submitted(ctx_.stream->submit([this, params, dest, keep, staged] {
+      return allgather_shards(params, dest, staged.get());
+    }));
     return Status::Ok();
-  });
-  send();  // on failure too: the ring's room is handed back in order
-  DSCORE_RETURN_IF_ERROR(status);
-  return packed;
+  };
+  if (!swapped_) {
+    (void)submit();
+    return SwappedGathers::Id{0};
+  }
+  return swapped_->end(std::move(submit));
+}
+
+Status ShardedZero::submit_queued_gathers() {
+  return swapped_ ? swapped_->complete_all() : Status::Ok();
 }
 
 Status ShardedZero::allgather_shards(const std::vector<size_t>& params,
@@ -337,25 +313,38 @@ Status ShardedZero::start_gathers(const std::vector<size_t>& layers) {
       param_start += padded(p);
     }
   }
-  DSCORE_ASSIGN_OR_RETURN(std::shared_ptr<device::Buffer> staged, stage_swapped(params));
-  for (size_t i = 0; i < starting.size(); ++i) {
+  // The layers a gather is for, by their buffers: a layer released and
+  // gathered again before this gather was submitted has another.
+  auto submitted = [this, starting, fulls](const device::EventPtr& ticket) {
+    for (size_t i = 0; i < starting.size(); ++i) {
+      LayerState& s = layers_[starting[i]];
+      if (s.full != fulls[i] || s.ticket) continue;
+      s.ticket = ticket;
+      s.gather = 0;
+    }
+  };
+  for (size_t i = 0; i < starting.size(); ++i) {  // before submitted() may run
     LayerState& s = layers_[starting[i]];
     s.full = fulls[i];
     s.residency = Residency::kInFlight;
     live_elements_ += s.numel;
   }
-  auto ticket = ctx_.stream->submit(
-      [this, fulls, params, dest, staged] { return allgather_shards(params, dest, staged.get()); });
-  for (size_t layer : layers)
+  Result<SwappedGathers::Id> gather = submit_allgather(params, dest, fulls, std::move(submitted));
+  if (!gather.ok()) {
+    for (size_t layer : starting) free_gathered(layer);
+    return gather.status();
+  }
+  for (size_t layer : starting)
     if (layers_[layer].residency == Residency::kInFlight && !layers_[layer].ticket)
-      layers_[layer].ticket = ticket;
-  return Status::Ok();
+      layers_[layer].gather = *gather;
+  return swapped_ ? swapped_->advance() : Status::Ok();
 }
 
 Status ShardedZero::ensure_gathered(size_t layer, device::Stream* views_on) {
   LayerState& s = layers_[layer];
   if (s.gathered_params.empty()) return Status::Ok();
   if (s.residency == Residency::kReleased) DSCORE_RETURN_IF_ERROR(start_gathers({layer}));
+  if (s.gather != 0) DSCORE_RETURN_IF_ERROR(swapped_->complete(s.gather));
   if (s.ticket) {
     // The gather: the model's stream waits for it, or the host does. Ready
     // only in a stream's order, it stays the ticket for a later acquire
@@ -485,6 +474,8 @@ bool ShardedZero::reused_soon(size_t layer) const {
 void ShardedZero::free_gathered(size_t layer) {
   LayerState& s = layers_[layer];
   if (s.residency == Residency::kReleased) return;
+  if (s.gather != 0) (void)swapped_->complete(s.gather);  // a failure is swapped_'s to report
+  s.gather = 0;
   if (s.residency == Residency::kInFlight) (void)device::wait_for(s.ticket);
   s.ticket.reset();
   s.full.reset();
@@ -509,6 +500,7 @@ void ShardedZero::begin_micro_step(bool boundary) {
 Status ShardedZero::acquire(size_t layer, dscore_acquire_mode mode, device::Stream* views_on,
                             dscore_layer_views* out) {
   trace_.observe(position_, layer, mode);
+  if (swapped_) DSCORE_RETURN_IF_ERROR(swapped_->advance());
   LayerState& s = layers_[layer];
   s.last_event = position_;
   position_ += 1;
@@ -539,7 +531,7 @@ Status ShardedZero::release(size_t layer) {
   LayerState& s = layers_[layer];
   s.acquired -= 1;
   if (s.acquired == 0 && !reused_soon(layer)) free_gathered(layer);
-  return Status::Ok();
+  return swapped_ ? swapped_->advance() : Status::Ok();
 }
 
 Status ShardedZero::grads_ready(size_t layer) {
@@ -547,8 +539,9 @@ Status ShardedZero::grads_ready(size_t layer) {
   if (!s.grads) return Status::Ok();
   pending_grad_elements_ += s.all_shard_elements * world_;
   pending_grads_.push_back({layer, std::move(s.grads)});
-  if (pending_grad_elements_ >= ctx_.config->zero.reduce_bucket_size) flush_gradients();
-  return Status::Ok();
+  if (pending_grad_elements_ >= ctx_.config->zero.reduce_bucket_size)
+    DSCORE_RETURN_IF_ERROR(flush_gradients());
+  return swapped_ ? swapped_->advance() : Status::Ok();
 }
 
 Status ShardedZero::reduce_grads(const std::vector<PendingGrads>& group, const GradPiece& piece,
@@ -607,8 +600,9 @@ Status ShardedZero::reduce_grads(const std::vector<PendingGrads>& group, const G
   return Status::Ok();
 }
 
-void ShardedZero::flush_gradients() {
-  if (pending_grads_.empty()) return;
+Status ShardedZero::flush_gradients() {
+  if (pending_grads_.empty()) return Status::Ok();
+  DSCORE_RETURN_IF_ERROR(submit_queued_gathers());
   std::vector<PendingGrads> group = std::move(pending_grads_);
   pending_grads_.clear();
   pending_grad_elements_ = 0;
@@ -653,11 +647,14 @@ void ShardedZero::flush_gradients() {
       }
     ctx_.owned_grads_final(ranges, done);
   }
+  return Status::Ok();
 }
 
 Status ShardedZero::end_micro_step() {
-  flush_gradients();
-  Status status = ctx_.stream->synchronize();
+  Status status = flush_gradients();
+  if (status.ok()) status = submit_queued_gathers();  // prefetched but not acquired
+  const Status synced = ctx_.stream->synchronize();
+  if (status.ok()) status = synced;
   if (trace_.recording()) finish_trace();
   return status;
 }
@@ -679,8 +676,10 @@ Status ShardedZero::gather_persistent() {
     dest.push_back(static_cast<char*>(persistent_full_[p].data()));
   }
   if (params.empty()) return Status::Ok();
-  DSCORE_ASSIGN_OR_RETURN(std::shared_ptr<device::Buffer> staged, stage_swapped(params));
-  return ctx_.stream->run([&] { return allgather_shards(params, dest, staged.get()); });
+  DSCORE_ASSIGN_OR_RETURN(SwappedGathers::Id gather,
+                          submit_allgather(params, dest, {}, [](const device::EventPtr&) {}));
+  if (gather != 0) DSCORE_RETURN_IF_ERROR(swapped_->complete(gather));
+  return ctx_.stream->synchronize();
 }
 
 GradientShare ShardedZero::gradient_share() {

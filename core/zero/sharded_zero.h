@@ -17,8 +17,9 @@
 // Parameters with at most stage3_param_persistence_threshold elements
 // (within stage3_model_persistence_threshold in total) stay gathered and
 // are refreshed after every update. With offload_param nvme the shards
-// live in a swap file (param_swap.h): gathers read them on the comm thread,
-// and the optimizer writes new values through store_params16.
+// live in a swap file (param_swap.h): gathers read them on the comm thread
+// (from a GPU, on the swapper's I/O thread: swapped_gathers.h), and the
+// optimizer writes new values through store_params16.
 #pragma once
 
 #include <functional>
@@ -27,10 +28,10 @@
 
 #include "core/base/memory.h"
 #include "core/device/device.h"
-#include "core/device/staging_ring.h"
 #include "core/zero/acquire_trace.h"
 #include "core/zero/param_swap.h"
 #include "core/zero/partition.h"
+#include "core/zero/swapped_gathers.h"
 #include "core/zero/zero_strategy.h"
 
 namespace dscore::zero {
@@ -80,6 +81,9 @@ class ShardedZero final : public ZeroStrategy {
     Residency residency = Residency::kReleased;
     std::shared_ptr<device::Buffer> full;  // gathered params, each padded to world x shard
     device::EventPtr ticket;
+    // With swapped shards from a GPU, until its allgather is submitted (the
+    // ticket set): its gather in swapped_, else 0.
+    SwappedGathers::Id gather = 0;
     int acquired = 0;
     size_t last_event = 0;                  // trace index of its latest acquire
     std::shared_ptr<device::Buffer> grads;  // this micro-step's full gradients, padded
@@ -97,7 +101,7 @@ class ShardedZero final : public ZeroStrategy {
   int64_t padded(size_t param) const;
   // On the comm thread: one allgather of this rank's shards of `params`,
   // rank r's shard of params[i] landing at element r * shard_size of dest[i].
-  // The shards are packed here, or already in `staged` (stage_swapped).
+  // The shards are packed here, or already in `staged` (swapped_).
   Status allgather_shards(const std::vector<size_t>& params, const std::vector<char*>& dest,
                           const device::Buffer* staged);
   // One allgather for all of `layers` (released ones), unpacked per layer.
@@ -114,8 +118,9 @@ class ShardedZero final : public ZeroStrategy {
   void point_param_views(size_t layer);
   void finish_trace();
   // Gradients of layers that called grads_ready, reduce-scattered together
-  // once they reach reduce_bucket_size elements (and at the end).
-  void flush_gradients();
+  // once they reach reduce_bucket_size elements (and at the end), after
+  // the allgathers queued before them (submit_queued_gathers).
+  Status flush_gradients();
   Status gather_persistent();
   // `run(begin, at, count)` for each run of `params` whose shards follow
   // each other in the local space: local elements [begin, begin + count)
@@ -126,11 +131,17 @@ class ShardedZero final : public ZeroStrategy {
   // This rank's shards of `params` packed back to back into `packed`,
   // from memory or the swap file (contiguous shards in one read).
   Status pack_shards(const std::vector<size_t>& params, char* packed);
-  // With swap_staged_: the shards of `params` copied on the comm stream into
-  // packed scratch, returned for allgather_shards, from the pinned resident
-  // part or, read on this thread, from the ring; null otherwise
-  // (pack_shards).
-  Result<std::shared_ptr<device::Buffer>> stage_swapped(const std::vector<size_t>& params);
+  // One allgather of this rank's shards of `params` into `dest` (keeping
+  // `keep` until it is done), its ticket handed to `submitted` when it is
+  // enqueued: at once, or with swapped_ once the shards are read and staged
+  // (the returned gather; 0 when submitted at once).
+  Result<SwappedGathers::Id> submit_allgather(
+      const std::vector<size_t>& params, const std::vector<char*>& dest,
+      const std::vector<std::shared_ptr<device::Buffer>>& keep,
+      std::function<void(const device::EventPtr&)> submitted);
+  // The allgathers queued before this one submitted, so every rank issues
+  // its collectives in the same order (before any other collective).
+  Status submit_queued_gathers();
   Status initialise_swapped(const Model& model);
 
   ZeroContext ctx_;
@@ -143,12 +154,9 @@ class ShardedZero final : public ZeroStrategy {
 
   device::Buffer param_part_;              // (local) model_dtype shards, unless swapped
   std::unique_ptr<ParamSwap> param_swap_;  // offload_param nvme: the shards' file
-  // Swapped shards go to device memory the host does not address (from a
-  // GPU): the resident ones straight from pinned memory, those on disk
-  // through swap_ring_ (capacity 0 when none are), so the host reads ahead
-  // of the comm stream by up to the ring's size.
-  bool swap_staged_ = false;
-  device::StagingRing swap_ring_;
+  // Swapped shards going to device memory the host does not address (from
+  // a GPU): read on the swapper's I/O thread ahead of their allgathers.
+  std::unique_ptr<SwappedGathers> swapped_;
   device::Buffer master_;                        // (local) fp32, 16-bit models only
   device::Buffer grad_part_;                     // (local) grad_dtype
   std::vector<device::Buffer> persistent_full_;  // per param (padded), persistent ones only
