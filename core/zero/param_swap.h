@@ -2,10 +2,11 @@
 // rank's 16-bit shards (its local space, partition.h ShardedLayout) live in
 // one swap file, `<folder>/params_<dtype>.swp`, instead of memory. The
 // first max_in_cpu local elements stay in memory (DeepSpeed's max_in_cpu);
-// the rest are read when a gather needs them, which ShardedZero does on
-// the comm thread as part of the prefetch along the acquire trace, so a
-// layer's shards are fetched before the model asks for it. New values are
-// written back tile by tile after each update (store()).
+// the rest are read when a gather needs them, which ShardedZero does as
+// part of the prefetch along the acquire trace (on the comm thread, or from
+// a GPU on the swapper's I/O thread: swapped_gathers.h), so a layer's
+// shards are fetched before the model asks for it. New values are written
+// back tile by tile after each update (store()).
 //
 // Transfers are aligned: the file holds round_up(local, kTileGranularity)
 // elements, and reads cover the aligned span around what is asked. A read

@@ -19,6 +19,19 @@ namespace dscore::zero {
 using tensor::element_at;
 using tensor::Fill;
 
+namespace {
+
+// Elements (all ranks') after which a prefetch's allgather is closed and
+// the next layer starts another. One allgather for a whole prefetch bucket
+// (5e7 elements by default) kept the model waiting for all of it before
+// its first layer; one per layer made 150 layers of 9216 elements take 150
+// calls, five times the communication time at 2 ranks over mpi
+// (bench/README.md#stage-3-gathers). 2^20 elements is 2-4 MB, past the size
+// where mpi and NCCL calls reach their bandwidth.
+constexpr int64_t kAllgatherElements = int64_t{1} << 20;
+
+}  // namespace
+
 ShardedZero::ShardedZero(const ZeroContext& context)
     : ctx_(context), rank_(context.comm->rank()), world_(context.comm->world_size()) {
   const auto& params = ctx_.layout->params();
@@ -303,40 +316,53 @@ Status ShardedZero::start_gathers(const std::vector<size_t>& layers) {
     starting.push_back(layer);
   }
   if (starting.empty()) return Status::Ok();
-  std::vector<size_t> params;  // in layer order: one allgather for all
-  std::vector<char*> dest;
-  for (size_t i = 0; i < starting.size(); ++i) {
-    int64_t param_start = 0;
-    for (size_t p : layers_[starting[i]].gathered_params) {
-      params.push_back(p);
-      dest.push_back(element_at(fulls[i]->data(), md, param_start));
-      param_start += padded(p);
-    }
-  }
-  // The layers a gather is for, by their buffers: a layer released and
-  // gathered again before this gather was submitted has another.
-  auto submitted = [this, starting, fulls](const device::EventPtr& ticket) {
-    for (size_t i = 0; i < starting.size(); ++i) {
-      LayerState& s = layers_[starting[i]];
-      if (s.full != fulls[i] || s.ticket) continue;
-      s.ticket = ticket;
-      s.gather = 0;
-    }
-  };
-  for (size_t i = 0; i < starting.size(); ++i) {  // before submitted() may run
+  for (size_t i = 0; i < starting.size(); ++i) {  // before a ticket may come
     LayerState& s = layers_[starting[i]];
     s.full = fulls[i];
     s.residency = Residency::kInFlight;
     live_elements_ += s.numel;
   }
-  Result<SwappedGathers::Id> gather = submit_allgather(params, dest, fulls, std::move(submitted));
-  if (!gather.ok()) {
-    for (size_t layer : starting) free_gathered(layer);
-    return gather.status();
+  // Allgathers of whole layers in trace order, each closed once it holds
+  // kAllgatherElements: the model starts on a layer once its own allgather
+  // is done, not the whole prefetch's, while small layers still share one.
+  for (size_t first = 0; first < starting.size();) {
+    size_t end = first;
+    int64_t elements = 0;
+    while (end < starting.size() && elements < kAllgatherElements)
+      elements += layers_[starting[end++]].shard_elements * world_;
+    const std::vector<size_t> group(starting.begin() + first, starting.begin() + end);
+    const std::vector<std::shared_ptr<device::Buffer>> buffers(fulls.begin() + first,
+                                                               fulls.begin() + end);
+    std::vector<size_t> params;  // in layer order
+    std::vector<char*> dest;
+    for (size_t i = 0; i < group.size(); ++i) {
+      int64_t param_start = 0;
+      for (size_t p : layers_[group[i]].gathered_params) {
+        params.push_back(p);
+        dest.push_back(element_at(buffers[i]->data(), md, param_start));
+        param_start += padded(p);
+      }
+    }
+    // By their buffers: a layer released and gathered again before this
+    // allgather was submitted has another.
+    auto submitted = [this, group, buffers](const device::EventPtr& ticket) {
+      for (size_t i = 0; i < group.size(); ++i) {
+        LayerState& s = layers_[group[i]];
+        if (s.full != buffers[i] || s.ticket) continue;
+        s.ticket = ticket;
+        s.gather = 0;
+      }
+    };
+    Result<SwappedGathers::Id> gather =
+        submit_allgather(params, dest, buffers, std::move(submitted));
+    if (!gather.ok()) {
+      for (size_t i = first; i < starting.size(); ++i) free_gathered(starting[i]);
+      return gather.status();
+    }
+    for (size_t layer : group)
+      if (!layers_[layer].ticket) layers_[layer].gather = *gather;
+    first = end;
   }
-  for (size_t layer : starting)
-    if (layers_[layer].residency == Residency::kInFlight && !layers_[layer].ticket)
-      layers_[layer].gather = *gather;
   return swapped_ ? swapped_->advance() : Status::Ok();
 }
 
@@ -437,7 +463,7 @@ Result<std::shared_ptr<device::Buffer>> ShardedZero::take_grads(size_t layer,
 Status ShardedZero::prefetch_from(size_t position) {
   const config::ZeroConfig& z = ctx_.config->zero;
   if (!trace_.valid() || z.prefetch_bucket_size <= 0) return Status::Ok();
-  // One allgather for the released layers of the next prefetch_bucket_size
+  // Allgathers for the released layers of the next prefetch_bucket_size
   // elements of the trace, within the live limit. Events before
   // prefetched_until_ already have their layer gathered or on the way (a
   // release moves it back: free_gathered).

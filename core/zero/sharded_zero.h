@@ -11,9 +11,10 @@
 //                      owners' shards (one coalesced reduce-scatter).
 // The first forward_backward records the acquire trace; later ones prefetch
 // upcoming layers along it, gathering up to stage3_prefetch_bucket_size
-// elements ahead in one allgather while the gathered total stays under
-// stage3_max_live_parameters. Gradients of finished layers are
-// reduce-scattered together in buckets of reduce_bucket_size elements.
+// elements ahead (in allgathers of whole layers closed at 2^20 elements) while
+// the gathered total stays under stage3_max_live_parameters. Gradients of
+// finished layers are reduce-scattered together in buckets of
+// reduce_bucket_size elements.
 // Parameters with at most stage3_param_persistence_threshold elements
 // (within stage3_model_persistence_threshold in total) stay gathered and
 // are refreshed after every update. With offload_param nvme the shards
@@ -104,7 +105,8 @@ class ShardedZero final : public ZeroStrategy {
   // The shards are packed here, or already in `staged` (swapped_).
   Status allgather_shards(const std::vector<size_t>& params, const std::vector<char*>& dest,
                           const device::Buffer* staged);
-  // One allgather for all of `layers` (released ones), unpacked per layer.
+  // Allgathers of `layers` (the released ones), in order, each of whole
+  // layers and closed once it holds kAllgatherElements (sharded_zero.cc).
   Status start_gathers(const std::vector<size_t>& layers);
   // The layer's parameters gathered, ready on `views_on` (acquire).
   Status ensure_gathered(size_t layer, device::Stream* views_on);
