@@ -291,13 +291,12 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
       }
       largest_layer = std::max(largest_layer, layer);
     }
-    // Layers' full gradients wait until reduce_bucket_size elements are
-    // pending (a bucket plus the layer that filled it, at most all of
+    // Layers' full gradients wait until gradient_flush_elements are
+    // pending (plus the layer that filled the bucket, at most all of
     // them); a bucket is reduce-scattered in pieces of at least
     // zero.reduce_piece_elements (plus a layer): a piece's rank-ordered copy
     // and this rank's reduced part (core/zero/sharded_zero.cc).
-    const int64_t held =
-        std::min(total, std::max<int64_t>(config.zero.reduce_bucket_size, 1) + largest_layer);
+    const int64_t held = std::min(total, gradient_flush_elements(config.zero) + largest_layer);
     const int64_t piece =
         std::min(held, std::max<int64_t>(config.zero.reduce_piece_elements, 1) + largest_layer);
     const int64_t part = (piece + world - 1) / world;
@@ -376,6 +375,10 @@ int64_t kept_on_device_elements(const config::TrainingConfig& config, int64_t ow
   const int64_t groups = (owned + group - 1) / group;
   const auto kept = static_cast<int64_t>((1.0 - ratio) * static_cast<double>(groups));
   return std::min(kept * group, owned);
+}
+
+int64_t gradient_flush_elements(const config::ZeroConfig& zero) {
+  return std::max<int64_t>(std::min(zero.reduce_bucket_size, zero.reduce_piece_elements), 1);
 }
 
 int64_t param_swap_ring_elements(int64_t buffer_count, int64_t buffer_size, int64_t local) {

@@ -153,6 +153,13 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
 // total()), with a note saying what was counted and what was not.
 void add_process_memory(const ProcessMemory& process, ZeroPlan* plan);
 
+// Stage 3 reduce-scatters the layers' gradients once this many elements
+// are pending: reduce_bucket_size, or one reduce piece
+// (ZeroConfig::reduce_piece_elements, 2^24) when that is smaller, so a
+// model under the bucket size (5e8 by default) still reduces beside its
+// backward instead of all at its end (core/zero/sharded_zero.cc).
+int64_t gradient_flush_elements(const config::ZeroConfig& zero);
+
 // Swap files and tiles of NVMe optimizer offload are whole multiples of
 // this many elements (a 4 KiB-aligned transfer at any dtype size).
 inline constexpr int64_t kTileGranularity = 4096;

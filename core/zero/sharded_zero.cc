@@ -565,7 +565,7 @@ Status ShardedZero::grads_ready(size_t layer) {
   if (!s.grads) return Status::Ok();
   pending_grad_elements_ += s.all_shard_elements * world_;
   pending_grads_.push_back({layer, std::move(s.grads)});
-  if (pending_grad_elements_ >= ctx_.config->zero.reduce_bucket_size)
+  if (pending_grad_elements_ >= gradient_flush_elements(ctx_.config->zero))
     DSCORE_RETURN_IF_ERROR(flush_gradients());
   return swapped_ ? swapped_->advance() : Status::Ok();
 }

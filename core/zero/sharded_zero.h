@@ -13,8 +13,8 @@
 // upcoming layers along it, gathering up to stage3_prefetch_bucket_size
 // elements ahead (in allgathers of whole layers closed at 2^20 elements) while
 // the gathered total stays under stage3_max_live_parameters. Gradients of
-// finished layers are reduce-scattered together in buckets of
-// reduce_bucket_size elements.
+// finished layers are reduce-scattered together once
+// gradient_flush_elements (plan.h) are pending.
 // Parameters with at most stage3_param_persistence_threshold elements
 // (within stage3_model_persistence_threshold in total) stay gathered and
 // are refreshed after every update. With offload_param nvme the shards
@@ -120,7 +120,7 @@ class ShardedZero final : public ZeroStrategy {
   void point_param_views(size_t layer);
   void finish_trace();
   // Gradients of layers that called grads_ready, reduce-scattered together
-  // once they reach reduce_bucket_size elements (and at the end), after
+  // once they reach gradient_flush_elements (and at the end), after
   // the allgathers queued before them (submit_queued_gathers).
   Status flush_gradients();
   Status gather_persistent();
