@@ -88,11 +88,12 @@ struct ZeroConfig {
   bool gather_16bit_weights_on_model_save{};
   bool ignore_unused_parameters{};
   bool round_robin_gradients{};
-  // Not a config key: stage 3 reduce-scatters a bucket in pieces of whole
-  // layers of at least this many elements (all ranks' together), so its
-  // send and receive buffers stay small (sharded_zero.cc). Embedding code
-  // and tests may set it.
-  int64_t reduce_piece_elements = int64_t{1} << 24;
+  // Not a config key: stage 3 reduce-scatters the pending layers'
+  // gradients once this many elements (all ranks' together) are pending,
+  // or reduce_bucket_size if fewer (zero/plan.h gradient_flush_elements),
+  // so a reduction runs beside the backward and its send and receive
+  // buffers stay small. Embedding code and tests may set it.
+  int64_t reduce_flush_elements = int64_t{1} << 24;
 };
 
 struct ActivationCheckpointingConfig {

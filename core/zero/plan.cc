@@ -292,19 +292,16 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
       largest_layer = std::max(largest_layer, layer);
     }
     // Layers' full gradients wait until gradient_flush_elements are
-    // pending (plus the layer that filled the bucket, at most all of
-    // them); a bucket is reduce-scattered in pieces of at least
-    // zero.reduce_piece_elements (plus a layer): a piece's rank-ordered copy
-    // and this rank's reduced part (core/zero/sharded_zero.cc).
+    // pending (plus the layer that crossed it, at most all of them), then
+    // are reduce-scattered together: their rank-ordered copy and this
+    // rank's reduced part (core/zero/sharded_zero.cc).
     const int64_t held = std::min(total, gradient_flush_elements(config.zero) + largest_layer);
-    const int64_t piece =
-        std::min(held, std::max<int64_t>(config.zero.reduce_piece_elements, 1) + largest_layer);
-    const int64_t part = (piece + world - 1) / world;
+    const int64_t part = (held + world - 1) / world;
     m.buffers =
         bytes(gathered_peak(config.zero, largest_layer, gathered_per_pass) + persistent, md) +
-        bytes(held + piece + part, gd);
+        bytes(held + held + part, gd);
     if (world > 1)  // reduce_scatter's gathered copy and its accumulator for one rank's part
-      m.comm_scratch = bytes(piece, gd) + reduce_accumulator_bytes(part, gd);
+      m.comm_scratch = bytes(held, gd) + reduce_accumulator_bytes(part, gd);
     // Forward and backward each gather once per micro-step (when layers are
     // released in between); gradients are reduce-scattered once.
     plan.comm_elements["allgather"] = 2 * gathered_per_pass * gas + persistent;
@@ -378,7 +375,7 @@ int64_t kept_on_device_elements(const config::TrainingConfig& config, int64_t ow
 }
 
 int64_t gradient_flush_elements(const config::ZeroConfig& zero) {
-  return std::max<int64_t>(std::min(zero.reduce_bucket_size, zero.reduce_piece_elements), 1);
+  return std::max<int64_t>(std::min(zero.reduce_bucket_size, zero.reduce_flush_elements), 1);
 }
 
 int64_t param_swap_ring_elements(int64_t buffer_count, int64_t buffer_size, int64_t local) {

@@ -570,7 +570,7 @@ Status ShardedZero::grads_ready(size_t layer) {
   return swapped_ ? swapped_->advance() : Status::Ok();
 }
 
-Status ShardedZero::reduce_grads(const std::vector<PendingGrads>& group, const GradPiece& piece,
+Status ShardedZero::reduce_grads(const std::vector<PendingGrads>& group, bool clean,
                                  const Reduction& r) {
   const dscore_dtype gd = ctx_.grad_dtype;
   const int64_t es = static_cast<int64_t>(sdk::dtype_size(gd));
@@ -581,8 +581,7 @@ Status ShardedZero::reduce_grads(const std::vector<PendingGrads>& group, const G
   std::vector<ShardedRun> runs;
   bool back_to_back = true;
   int64_t first_offset = -1, next_offset = -1;
-  for (size_t i = piece.begin; i < piece.end; ++i) {
-    const PendingGrads& g = group[i];
+  for (const PendingGrads& g : group) {
     char* full = static_cast<char*>(g.grads->data());
     for (size_t p = ctx_.layout->layer_first(g.layer); p < ctx_.layout->layer_end(g.layer); ++p) {
       const ParamShard& sh = shards_.params[p];
@@ -594,8 +593,8 @@ Status ShardedZero::reduce_grads(const std::vector<PendingGrads>& group, const G
     }
   }
   const int64_t chunk = chunk_elements(runs);
-  // A clean piece reduces into the partition itself: no copy to add.
-  const bool into_partition = piece.clean && back_to_back;
+  // Clean gradients reduce into the partition itself: no copy to add.
+  const bool into_partition = clean && back_to_back;
   DSCORE_ASSIGN_OR_RETURN(device::Buffer send,
                           allocate_scratch(ctx_.device, ctx_.stream, chunk * world_, gd,
                                            MemoryUse::kBuffers, "gradient bucket"));
@@ -614,8 +613,7 @@ Status ShardedZero::reduce_grads(const std::vector<PendingGrads>& group, const G
   device::ops::scale_in_place(on, reduced, gd, chunk, r.post_factor);
   if (into_partition) return Status::Ok();
   int64_t in_chunk = 0;
-  for (size_t i = piece.begin; i < piece.end; ++i) {
-    const PendingGrads& g = group[i];
+  for (const PendingGrads& g : group) {
     for (size_t p = ctx_.layout->layer_first(g.layer); p < ctx_.layout->layer_end(g.layer); ++p) {
       const ParamShard& sh = shards_.params[p];
       device::ops::accumulate(on, element_at(grad_part_.data(), gd, sh.local_offset),
@@ -634,30 +632,18 @@ Status ShardedZero::flush_gradients() {
   pending_grad_elements_ = 0;
   std::sort(group.begin(), group.end(),
             [](const PendingGrads& a, const PendingGrads& b) { return a.layer < b.layer; });
-  // Pieces of whole layers (zero.reduce_piece_elements), each
-  // reduce-scattered on its own: the send and receive buffers stay a
-  // piece's size, and a layer's full gradients are freed as soon as its
-  // piece is reduced. Every element is reduced as in one call.
-  std::vector<GradPiece> pieces;
-  for (size_t begin = 0; begin < group.size();) {
-    GradPiece piece{begin, begin, true};
-    int64_t elements = 0;
-    do {
-      LayerState& s = layers_[group[piece.end].layer];
-      elements += s.all_shard_elements * world_;
-      piece.clean = piece.clean && s.partition_clean;
-      s.partition_clean = false;
-      ++piece.end;
-    } while (piece.end < group.size() && elements < ctx_.config->zero.reduce_piece_elements);
-    pieces.push_back(piece);
-    begin = piece.end;
+  // One reduce-scatter: gradient_flush_elements keeps it within a bucket
+  // and a layer. Clean: no shard of these layers in the gradient partition
+  // was written since zero_grads.
+  bool clean = true;
+  for (const PendingGrads& g : group) {
+    LayerState& s = layers_[g.layer];
+    clean = clean && s.partition_clean;
+    s.partition_clean = false;
   }
-  device::EventPtr done = ctx_.stream->submit([this, group, pieces]() mutable {
-    const Reduction r = plan_reduction(*ctx_.config, world_);
-    for (const GradPiece& piece : pieces) {
-      DSCORE_RETURN_IF_ERROR(reduce_grads(group, piece, r));
-      for (size_t i = piece.begin; i < piece.end; ++i) group[i].grads.reset();
-    }
+  device::EventPtr done = ctx_.stream->submit([this, group, clean]() mutable {
+    DSCORE_RETURN_IF_ERROR(reduce_grads(group, clean, plan_reduction(*ctx_.config, world_)));
+    group.clear();  // the full gradients, freed in this task
     return Status::Ok();
   });
   // The boundary's reduce-scatter is the last write of these layers' shards.

@@ -175,17 +175,11 @@ class ShardedZero final : public ZeroStrategy {
     size_t layer;
     std::shared_ptr<device::Buffer> grads;
   };
-  // group[begin, end) of a bucket; `clean`: none of its layers' shards in
-  // the gradient partition was written since zero_grads.
-  struct GradPiece {
-    size_t begin, end;
-    bool clean;
-  };
-  // Reduce-scatters a piece and adds this rank's shards into its gradient
-  // partition, or reduces straight into it when the piece is clean and its
-  // shards lie back to back there (on the comm thread).
-  Status reduce_grads(const std::vector<PendingGrads>& group, const GradPiece& piece,
-                      const Reduction& r);
+  // Reduce-scatters the group's gradients and adds this rank's shards into
+  // its gradient partition, or reduces straight into it when they are
+  // `clean` (none of the group's shards there was written since zero_grads)
+  // and lie back to back there (on the comm thread).
+  Status reduce_grads(const std::vector<PendingGrads>& group, bool clean, const Reduction& r);
   std::vector<PendingGrads> pending_grads_;
   int64_t pending_grad_elements_ = 0;
 };

@@ -84,10 +84,11 @@ TEST(ZeroStagesInProcess, EveryStageGivesTheSameBitsAtEveryAccumulationCount) {
     }
 }
 
-// Stage 3 reduce-scatters a bucket in pieces of whole layers
-// (zero.reduce_piece_elements): one layer per piece gives the bits of one
-// piece per bucket, and of stage 0. One bucket for the whole model here.
-TEST(ZeroStagesInProcess, Stage3ReducesABucketInPiecesWithTheSameBits) {
+// Stage 3 reduce-scatters the pending layers' gradients once
+// zero.reduce_flush_elements (or reduce_bucket_size) are pending: one
+// reduce-scatter per layer gives the bits of one for the whole model, and
+// of stage 0.
+TEST(ZeroStagesInProcess, Stage3ReducesLayerByLayerWithTheBitsOfOneReduction) {
   auto one_bucket = [](int stage) {
     std::string c = config(stage, 2, 2);
     c.replace(c.find("\"reduce_bucket_size\": 301"), 25, "\"reduce_bucket_size\": 1e6");
@@ -96,14 +97,14 @@ TEST(ZeroStagesInProcess, Stage3ReducesABucketInPiecesWithTheSameBits) {
   const InProcessResult zero0 = run_in_process_job(one_bucket(0), 2);
   const InProcessResult whole = run_in_process_job(one_bucket(3), 2);
   testing::InProcessHooks per_layer;
-  per_layer.adjust_config = [](config::TrainingConfig& c) { c.zero.reduce_piece_elements = 1; };
+  per_layer.adjust_config = [](config::TrainingConfig& c) { c.zero.reduce_flush_elements = 1; };
   const InProcessResult pieces = run_in_process_job(one_bucket(3), 2, per_layer);
   for (const InProcessResult* r : {&zero0, &whole, &pieces}) {
     EXPECT_EQ(r->error, "");
     EXPECT_EQ(r->losses.size(), 6u);
   }
-  expect_bitwise(pieces, whole, "stage 3, a piece per layer vs one piece");
-  expect_bitwise(pieces, zero0, "stage 3, a piece per layer vs stage 0");
+  expect_bitwise(pieces, whole, "stage 3, a reduce-scatter per layer vs one");
+  expect_bitwise(pieces, zero0, "stage 3, a reduce-scatter per layer vs stage 0");
 }
 
 TEST(ZeroStagesInProcess, Bf16StagesAgreeBitwise) {
