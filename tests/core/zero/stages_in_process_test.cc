@@ -10,6 +10,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "tests/fakes/in_process_job.h"
 
@@ -105,6 +108,57 @@ TEST(ZeroStagesInProcess, Stage3ReducesLayerByLayerWithTheBitsOfOneReduction) {
   }
   expect_bitwise(pieces, whole, "stage 3, a reduce-scatter per layer vs one");
   expect_bitwise(pieces, zero0, "stage 3, a reduce-scatter per layer vs stage 0");
+}
+
+// Rank 0's calls of collective `op` in the fourth step of a 2-rank stage 3
+// run of an mlp (input layer, two hidden-to-hidden layers of `hidden`,
+// output layer; nothing persistent), its config changed by `adjust`.
+uint64_t stage3_calls_per_step(const std::string& op, int hidden,
+                               const std::function<void(config::TrainingConfig&)>& adjust = {}) {
+  const std::string c = R"("train_micro_batch_size_per_gpu": 2, "train_batch_size": 4,
+    "train_steps": 4, "seed": 7, "optimizer": {"type": "SGD", "params": {"lr": 0.01}},
+    "model": {"type": "mlp", "input_dim": 7, "hidden_dim": )" +
+                        std::to_string(hidden) + R"(, "output_dim": 3, "n_hidden_layers": 3},
+    "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}, "steps_per_print": 100)";
+  std::vector<uint64_t> calls;  // after each step
+  testing::InProcessHooks hooks;
+  hooks.adjust_config = adjust;
+  hooks.after_each_step = [&calls, &op](Engine& engine, int64_t) {
+    if (engine.rank() == 0) calls.push_back(engine.communicator().counters()[op].calls);
+    return Status::Ok();
+  };
+  const InProcessResult r = run_in_process_job(c, 2, hooks);
+  EXPECT_EQ(r.error, "");
+  return calls.size() < 4 ? uint64_t{0} : calls[3] - calls[2];
+}
+
+// Stage 3 gathers a prefetch's layers in allgathers of whole layers, each
+// closed once it holds 2^20 elements (sharded_zero.cc kAllgatherElements):
+// layers that large get one each, small ones share. The input layer is
+// gathered alone by the first acquire, the rest by the prefetch behind it;
+// every layer stays gathered from its forward to its backward, so a step's
+// allgathers are its forward's, plus one of the step statistics.
+TEST(ZeroStagesInProcess, Stage3AllgathersWholeLayersClosedAt2To20Elements) {
+  // Hidden layers of 1024 x 1024 + 1024 elements (past 2^20): one allgather
+  // each, and one for the output layer after them. (One per prefetch
+  // bucket: 3.)
+  EXPECT_EQ(stage3_calls_per_step("allgather", 1024), 5u);
+  // Hidden layers of 4160 elements: they and the output layer share one.
+  // (One per layer: 5.)
+  EXPECT_EQ(stage3_calls_per_step("allgather", 64), 3u);
+}
+
+// Stage 3 reduce-scatters once reduce_flush_elements are pending even when
+// reduce_bucket_size (5e8 by default) is far larger. Backward reaches the
+// output layer (195 elements), the hidden layers (4160 each), then the
+// input layer (512): with 5000 the first flush comes after the first hidden
+// layer, the second at the end; with the bucket alone, one at the end.
+TEST(ZeroStagesInProcess, Stage3ReduceScattersOnceReduceFlushElementsArePending) {
+  EXPECT_EQ(stage3_calls_per_step("reduce_scatter", 64), 1u);
+  EXPECT_EQ(
+      stage3_calls_per_step("reduce_scatter", 64,
+                            [](config::TrainingConfig& c) { c.zero.reduce_flush_elements = 5000; }),
+      2u);
 }
 
 TEST(ZeroStagesInProcess, Bf16StagesAgreeBitwise) {
