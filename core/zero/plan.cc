@@ -299,7 +299,7 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
     const int64_t part = (held + world - 1) / world;
     m.buffers =
         bytes(gathered_peak(config.zero, largest_layer, gathered_per_pass) + persistent, md) +
-        bytes(held + held + part, gd);
+        bytes(2 * held + part, gd);
     if (world > 1)  // reduce_scatter's gathered copy and its accumulator for one rank's part
       m.comm_scratch = bytes(held, gd) + reduce_accumulator_bytes(part, gd);
     // Forward and backward each gather once per micro-step (when layers are

@@ -169,7 +169,7 @@ inline constexpr int64_t kTileGranularity = 4096;
 // aligned spans: offload_param's buffer_count x buffer_size (DeepSpeed's
 // swap buffers), at most the rank's `local` elements on disk (past
 // max_in_cpu), rounded up to kTileGranularity, plus kParamSwapSpanEnds
-// for a span's unaligned ends (core/zero/sharded_zero.h). The resident
+// for a span's unaligned ends (core/zero/swapped_gathers.h). The resident
 // ones are pinned and need none. Allocated with kParamSwapRingSlack bytes
 // more, to align its start for the disk.
 int64_t param_swap_ring_elements(int64_t buffer_count, int64_t buffer_size, int64_t local);

@@ -266,6 +266,10 @@ Status ShardedZero::submit_queued_gathers() {
   return swapped_ ? swapped_->complete_all() : Status::Ok();
 }
 
+Status ShardedZero::advance_queued_gathers() {
+  return swapped_ ? swapped_->advance() : Status::Ok();
+}
+
 Status ShardedZero::allgather_shards(const std::vector<size_t>& params,
                                      const std::vector<char*>& dest, const device::Buffer* staged) {
   // Pack this rank's shards, one allgather, then unpack each rank's chunk:
@@ -363,7 +367,7 @@ Status ShardedZero::start_gathers(const std::vector<size_t>& layers) {
       if (!layers_[layer].ticket) layers_[layer].gather = *gather;
     first = end;
   }
-  return swapped_ ? swapped_->advance() : Status::Ok();
+  return advance_queued_gathers();
 }
 
 Status ShardedZero::ensure_gathered(size_t layer, device::Stream* views_on) {
@@ -526,7 +530,7 @@ void ShardedZero::begin_micro_step(bool boundary) {
 Status ShardedZero::acquire(size_t layer, dscore_acquire_mode mode, device::Stream* views_on,
                             dscore_layer_views* out) {
   trace_.observe(position_, layer, mode);
-  if (swapped_) DSCORE_RETURN_IF_ERROR(swapped_->advance());
+  DSCORE_RETURN_IF_ERROR(advance_queued_gathers());
   LayerState& s = layers_[layer];
   s.last_event = position_;
   position_ += 1;
@@ -557,7 +561,7 @@ Status ShardedZero::release(size_t layer) {
   LayerState& s = layers_[layer];
   s.acquired -= 1;
   if (s.acquired == 0 && !reused_soon(layer)) free_gathered(layer);
-  return swapped_ ? swapped_->advance() : Status::Ok();
+  return advance_queued_gathers();
 }
 
 Status ShardedZero::grads_ready(size_t layer) {
@@ -567,7 +571,7 @@ Status ShardedZero::grads_ready(size_t layer) {
   pending_grads_.push_back({layer, std::move(s.grads)});
   if (pending_grad_elements_ >= gradient_flush_elements(ctx_.config->zero))
     DSCORE_RETURN_IF_ERROR(flush_gradients());
-  return swapped_ ? swapped_->advance() : Status::Ok();
+  return advance_queued_gathers();
 }
 
 Status ShardedZero::reduce_grads(const std::vector<PendingGrads>& group, bool clean,

@@ -144,6 +144,9 @@ class ShardedZero final : public ZeroStrategy {
   // The allgathers queued before this one submitted, so every rank issues
   // its collectives in the same order (before any other collective).
   Status submit_queued_gathers();
+  // The queued allgathers whose reads are done submitted, without waiting
+  // (at acquire, release and grads_ready).
+  Status advance_queued_gathers();
   Status initialise_swapped(const Model& model);
 
   ZeroContext ctx_;

@@ -25,12 +25,16 @@ Result<std::unique_ptr<SwappedGathers>> SwappedGathers::create(
   return gathers;
 }
 
-SwappedGathers::~SwappedGathers() {
+SwappedGathers::~SwappedGathers() { drop_queue(); }
+
+void SwappedGathers::drop_queue() {
   for (const Item& item : queue_)
     if (item.read.ticket != 0) (void)swap_.finish_read(item.read);
+  queue_.clear();
   // The ring's room, consumed or not, is only read by work the stream
   // finishes before the ring is freed (its destructor waits for that).
   if (unconsumed_ > 0) ring_.consumed(stream_.record());
+  unconsumed_ = 0;
 }
 
 Status SwappedGathers::add(const std::shared_ptr<device::Buffer>& packed, int64_t begin, int64_t at,
@@ -136,11 +140,7 @@ Status SwappedGathers::pump(Id through, bool free_ring_piece) {
 
 Status SwappedGathers::fail(Status status) {
   failure_ = status;
-  for (const Item& item : queue_)
-    if (item.read.ticket != 0) (void)swap_.finish_read(item.read);
-  queue_.clear();
-  if (unconsumed_ > 0) ring_.consumed(stream_.record());
-  unconsumed_ = 0;
+  drop_queue();
   return status;
 }
 

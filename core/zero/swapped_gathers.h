@@ -88,6 +88,9 @@ class SwappedGathers {
   // for reads, or (0) up to the first piece not read yet; with
   // `free_ring_piece`, also until a ring piece's copy is enqueued.
   Status pump(Id through, bool free_ring_piece);
+  // Waits for the queued reads and drops the queue, handing its ring room
+  // back.
+  void drop_queue();
   Status fail(Status status);
 
   ParamSwap& swap_;

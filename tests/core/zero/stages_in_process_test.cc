@@ -101,13 +101,13 @@ TEST(ZeroStagesInProcess, Stage3ReducesLayerByLayerWithTheBitsOfOneReduction) {
   const InProcessResult whole = run_in_process_job(one_bucket(3), 2);
   testing::InProcessHooks per_layer;
   per_layer.adjust_config = [](config::TrainingConfig& c) { c.zero.reduce_flush_elements = 1; };
-  const InProcessResult pieces = run_in_process_job(one_bucket(3), 2, per_layer);
-  for (const InProcessResult* r : {&zero0, &whole, &pieces}) {
+  const InProcessResult layer_by_layer = run_in_process_job(one_bucket(3), 2, per_layer);
+  for (const InProcessResult* r : {&zero0, &whole, &layer_by_layer}) {
     EXPECT_EQ(r->error, "");
     EXPECT_EQ(r->losses.size(), 6u);
   }
-  expect_bitwise(pieces, whole, "stage 3, a reduce-scatter per layer vs one");
-  expect_bitwise(pieces, zero0, "stage 3, a reduce-scatter per layer vs stage 0");
+  expect_bitwise(layer_by_layer, whole, "stage 3, a reduce-scatter per layer vs one");
+  expect_bitwise(layer_by_layer, zero0, "stage 3, a reduce-scatter per layer vs stage 0");
 }
 
 // Rank 0's calls of collective `op` in the fourth step of a 2-rank stage 3
