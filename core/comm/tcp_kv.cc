@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <random>
 #include <thread>
 
 namespace dscore::comm {
@@ -54,6 +56,31 @@ Result<Fd> connect_one(const addrinfo& a, Clock::time_point deadline) {
 }
 
 std::string bye_frame() { return tcp_kv::frame(std::string(1, static_cast<char>(tcp_kv::kBye))); }
+
+// Whether a TCP listener could bind 127.0.0.1:`port` now (0: any port; the
+// port bound is returned).
+Result<int> bind_loopback(int port) {
+  Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid())
+    return Status(DSCORE_UNAVAILABLE, std::string("socket: ") + std::strerror(errno));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  socklen_t len = sizeof a;
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    return Status(DSCORE_UNAVAILABLE, std::strerror(errno));
+  return static_cast<int>(ntohs(a.sin_port));
+}
+
+// The first port of the kernel's ephemeral range (what a bind to port 0
+// hands out), 32768 where it cannot be read.
+int first_ephemeral_port() {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  int first = 0;
+  return range >> first && first > 0 ? first : 32768;
+}
 
 }  // namespace
 
@@ -241,19 +268,25 @@ Result<std::string> TcpKv::get(const std::string& key, int64_t timeout_ms) {
 }
 
 Result<int> pick_free_port() {
-  Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd.valid())
-    return Status(DSCORE_UNAVAILABLE, std::string("socket: ") + std::strerror(errno));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof a;
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0)
+  // Below the ephemeral range, so no bind to port 0 can take the port
+  // before the job binds it. mpirun's own listeners start between this pick
+  // and rank 0's store; one took the DeepSpeed check's port, picked the old
+  // way, and the rank that connected to it waited on mpirun for good.
+  constexpr int kLowest = 20000;
+  const int below = first_ephemeral_port() - 16;  // room for MASTER_PORT + 1
+  if (below - kLowest >= 1000) {
+    std::mt19937 random{std::random_device{}()};
+    std::uniform_int_distribution<int> port(kLowest, below - 1);
+    for (int attempt = 0; attempt < 64; ++attempt) {
+      Result<int> bound = bind_loopback(port(random));
+      if (bound.ok()) return bound;
+    }
+  }
+  Result<int> any = bind_loopback(0);
+  if (!any.ok())
     return Status(DSCORE_UNAVAILABLE,
-                  std::string("cannot find a free TCP port on 127.0.0.1: ") + std::strerror(errno));
-  return static_cast<int>(ntohs(a.sin_port));
+                  "cannot find a free TCP port on 127.0.0.1: " + any.status().message());
+  return any;
 }
 
 }  // namespace dscore::comm

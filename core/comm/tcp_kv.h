@@ -68,7 +68,9 @@ class TcpKv : public plugin_host::KvBackend {
 };
 
 // A TCP port on this host that nothing listens on right now (bound on
-// 127.0.0.1 port 0 and released): what `dscore run -n` gives MASTER_PORT.
+// 127.0.0.1 and released): what `dscore run -n` gives MASTER_PORT. Taken
+// below the kernel's ephemeral range where there is room, so a program
+// binding port 0 meanwhile (mpirun's listeners) cannot take it.
 Result<int> pick_free_port();
 
 }  // namespace dscore::comm

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <random>
 #include <thread>
@@ -248,6 +249,28 @@ TEST(TcpKv, RanksRetryUntilRankZeroServes) {
   ASSERT_TRUE(kv1.ok()) << kv1.status().message();
   ASSERT_TRUE(rank0->set("id", "x").ok());
   EXPECT_EQ(*(*kv1)->get("id", 1000), "x");
+}
+
+// The port `dscore run -n` gives MASTER_PORT lies below the kernel's
+// ephemeral range, where no bind to port 0 (mpirun's listeners) can take
+// it before rank 0's store binds it; a store serves on it.
+TEST(TcpKv, AFreePortIsBelowTheEphemeralRange) {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  int first = 0;
+  ASSERT_TRUE(range >> first);
+  if (first - 20000 < 1016) GTEST_SKIP() << "no room below the ephemeral range " << first;
+  for (int i = 0; i < 20; ++i) {
+    Result<int> port = pick_free_port();
+    ASSERT_TRUE(port.ok()) << port.status().message();
+    EXPECT_GE(*port, 20000);
+    EXPECT_LT(*port, first - 16);
+  }
+  Result<int> port = pick_free_port();
+  ASSERT_TRUE(port.ok());
+  auto rank0 = open_rank(0, 1, *port);
+  ASSERT_TRUE(rank0);
+  ASSERT_TRUE(rank0->set("k", "v").ok());
+  EXPECT_EQ(*rank0->get("k", 1000), "v");
 }
 
 TEST(TcpKv, NothingListeningNamesMasterAddrAndPort) {

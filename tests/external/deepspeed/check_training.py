@@ -49,10 +49,13 @@ What must hold:
 
 Usage: check_training.py <dscore binary>   (DeepSpeed's python is this one)
 """
+import atexit
 import copy
 import csv
 import json
 import os
+import random
+import signal
 import socket
 import subprocess
 import sys
@@ -65,6 +68,9 @@ STAGES = (0, 1, 2, 3)
 OFFLOAD_STAGES = (1, 2, 3)  # ZeRO-Offload needs a partitioned optimizer
 DTYPES = ("fp32", "bf16")
 WORLDS = (1, 2)
+# Bounds on a run that hangs (the whole check takes about 40 s).
+DSCORE_RUN_SECONDS = 300
+DEEPSPEED_SECONDS = 900
 
 REFERENCE = {
     "train_batch_size": 16,
@@ -93,9 +99,35 @@ def config_for(dtype, stage, offload):
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now, below the kernel's ephemeral range (as dscore's
+    pick_free_port takes MASTER_PORT): the DeepSpeed ranks bind it seconds
+    later, while dscore's mpirun starts listeners on ports from that range;
+    one took a port picked there, and the DeepSpeed rank that connected to
+    it waited on mpirun, and mpirun on it, for good."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        below = int(f.read().split()[0]) - 16
+    for _ in range(64):
+        port = random.randrange(20000, below) if below - 20000 >= 1000 else 0
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    sys.exit("check_training: FAILED: no free TCP port on 127.0.0.1")
+
+
+def wait_ranks(procs, deadline):
+    """The ranks' exit codes. Once one fails or the deadline passes, the
+    others are killed (-9): a rank left alone waits for its peer for good."""
+    while any(p.poll() is None for p in procs):
+        if time.time() > deadline or any(p.returncode not in (None, 0) for p in procs):
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            break
+        time.sleep(0.2)
+    return [p.wait() for p in procs]
 
 
 def start_deepspeed(world, configs, folder):
@@ -111,6 +143,8 @@ def start_deepspeed(world, configs, folder):
         with open(log, "w") as out:
             procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "ds_train_worker.py"), result]
                                           + configs, env=env, stdout=out, stderr=subprocess.STDOUT))
+        # Not left behind when this check ends early (a failed dscore run).
+        atexit.register(lambda p=procs[-1]: p.poll() is None and p.kill())
     return procs, result, logs
 
 
@@ -128,10 +162,20 @@ def run_dscore(dscore, run, world, config_path, folder):
     config["csv_monitor"] = {"enabled": True, "output_path": "out", "job_name": "csv"}
     with open(os.path.join(work, "config.json"), "w") as f:
         json.dump(config, f)
-    out = subprocess.run([dscore, "run", "--config", "config.json", "-n", str(world)], cwd=work,
-                         capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.exit(f"check_training: FAILED: dscore run ({dtype}, stage {stage}, {world} ranks):\n{out.stdout}{out.stderr}")
+    # Its own process group, so a run past the deadline is killed with its
+    # mpirun and ranks.
+    proc = subprocess.Popen([dscore, "run", "--config", "config.json", "-n", str(world)], cwd=work,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=DSCORE_RUN_SECONDS)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        sys.exit(f"check_training: FAILED: dscore run ({dtype}, stage {stage}, {world} ranks) still "
+                 f"running after {DSCORE_RUN_SECONDS} s; killed:\n{stdout}{stderr}")
+    if proc.returncode != 0:
+        sys.exit(f"check_training: FAILED: dscore run ({dtype}, stage {stage}, {world} ranks):\n{stdout}{stderr}")
     return (read_csv(os.path.join(work, "out/csv/Train_Samples_train_loss.csv"), "train_loss"),
             read_csv(os.path.join(work, "out/csv/Train_Samples_lr.csv"), "lr"))
 
@@ -162,11 +206,12 @@ def main():
         applied = dscore_applied_lrs(dscore, paths[("fp32", 0, False)])
         deepspeed = {}
         for w, (procs, result, logs) in jobs.items():
-            codes = [p.wait() for p in procs]
+            codes = wait_ranks(procs, started + DEEPSPEED_SECONDS)
             if any(codes):
                 for log in logs:
                     print(open(log).read()[-4000:], file=sys.stderr)
-                sys.exit(f"check_training: FAILED: a DeepSpeed rank of the {w}-rank runs exited with {codes}")
+                sys.exit(f"check_training: FAILED: a DeepSpeed rank of the {w}-rank runs exited with {codes} "
+                         f"(-9: killed after another rank failed, or at {DEEPSPEED_SECONDS} s)")
             with open(result) as f:
                 deepspeed[w] = json.load(f)
         print(f"check_training: DeepSpeed {deepspeed[1]['deepspeed']} (torch {deepspeed[1]['torch']}, CPU "
