@@ -161,7 +161,8 @@ std::string config_text(int64_t params, int64_t* width, int64_t* layers) {
 }
 
 dscore::Result<std::unique_ptr<dscore::Engine>> trained_engine(const std::string& config) {
-  auto setup = dscore::prepare_text(config, "checkpoint_io.json", ".", {});
+  auto setup =
+      dscore::prepare_text(config, "checkpoint_io.json", ".", dscore::options_with_environment());
   if (!setup.ok()) return setup.status();
   if (!setup->loaded.ok())
     return dscore::invalid_argument(dscore::format_config_errors(setup->loaded));

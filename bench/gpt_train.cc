@@ -60,7 +60,7 @@ struct Figures {
 
 Figures train(int micro, int world, int stage, int steps, bool checkpointing) {
   auto setup = dscore::prepare_text(config_text(micro, world, stage, steps, checkpointing),
-                                    "gpt_train.json", ".", {});
+                                    "gpt_train.json", ".", dscore::options_with_environment());
   if (!setup.ok() || !setup->loaded.ok()) {
     std::fprintf(stderr, "config: %s\n",
                  setup.ok() ? dscore::format_config_errors(setup->loaded).c_str()

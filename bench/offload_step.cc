@@ -17,7 +17,7 @@
 // as bench/gpu/gpt_gpu runs it from a GPU) on the CPU device: the master and
 // slots in host memory, the gradients copied to the state's host copy and
 // the new bf16 parameters copied back on its copy stream
-// (core/engine/host_offload_state.h). The limit: the update's 28 bytes per
+// (core/owned_state/host_offload_state.h). The limit: the update's 28 bytes per
 // parameter (read the bf16 gradient, the fp32 master, exp_avg, exp_avg_sq;
 // write them and the bf16 parameter) at the rate of a parallel memcpy
 // measured in the same run (bench/host_memory_rate.h). Target: <= 1.25x.
@@ -144,7 +144,8 @@ dscore::Result<double> train(dscore::Engine& engine, const Options& o, double mo
 
 dscore::Result<std::unique_ptr<dscore::Engine>> make_engine(const Options& o,
                                                             const std::string& swap_dir) {
-  auto setup = dscore::prepare_text(config_text(o, swap_dir), "offload_step.json", ".", {});
+  auto setup = dscore::prepare_text(config_text(o, swap_dir), "offload_step.json", ".",
+                                    dscore::options_with_environment());
   if (!setup.ok()) return setup.status();
   if (!setup->loaded.ok())
     return dscore::invalid_argument(dscore::format_config_errors(setup->loaded));

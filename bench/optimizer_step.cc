@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
   // validation -> create through the ABI.
   const char* config = R"({"train_batch_size": 1,
     "optimizer": {"type": "Adam", "params": {"lr": 0.001, "weight_decay": 0.01}}})";
-  dscore::InitializeOptions init;
+  dscore::InitializeOptions init = dscore::options_with_environment();
   init.own_model = true;
   auto setup = dscore::prepare_text(config, "optimizer_step", ".", init);
   if (!setup.ok() || !setup->loaded.ok() || !setup->selection.optimizer) {

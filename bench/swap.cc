@@ -48,7 +48,7 @@ namespace {
 namespace fs = std::filesystem;
 using dscore::Result;
 using dscore::Status;
-using dscore::offload::AioSettings;
+using dscore::config::AioConfig;
 
 struct Options {
   std::string bytes = "4GiB";
@@ -100,8 +100,8 @@ struct Figures {
 };
 
 // The settings and a line saying where they came from.
-AioSettings choose_settings(const Options& o, const std::string& folder, std::string* source) {
-  AioSettings s;  // DeepSpeed's defaults
+AioConfig choose_settings(const Options& o, const std::string& folder, std::string* source) {
+  AioConfig s = dscore::config::default_aio();  // DeepSpeed's defaults
   *source = "DeepSpeed's defaults (no `dscore io-bench` measurement for this device)";
   Result<dscore::config::DeviceId> device = dscore::config::device_of(folder);
   if (device.ok()) {
@@ -109,11 +109,7 @@ AioSettings choose_settings(const Options& o, const std::string& folder, std::st
     if (!cached.warning.empty())
       std::fprintf(stderr, "swap: warning: %s\n", cached.warning.c_str());
     if (cached.measured) {
-      s.block_size = cached.measured->block_size;
-      s.queue_depth = cached.measured->queue_depth;
-      s.intra_op_parallelism = cached.measured->intra_op_parallelism;
-      s.single_submit = cached.measured->single_submit;
-      s.overlap_events = cached.measured->overlap_events;
+      s = *cached.measured;
       *source = "cached by `dscore io-bench " + cached.measured->path + "` on " +
                 cached.measured->measured_at + " (" + cached.file + ")";
     }
@@ -171,7 +167,7 @@ Result<ParamReads> time_param_reads(dscore::offload::Swapper& swapper, const fs:
   return r;
 }
 
-Status run(const Options& o, const fs::path& work, uint64_t bytes, Figures* f, AioSettings* used,
+Status run(const Options& o, const fs::path& work, uint64_t bytes, Figures* f, AioConfig* used,
            std::string* source) {
   *used = choose_settings(o, work.string(), source);
   auto registry = dscore::plugin_host::PluginRegistry::open(
@@ -241,7 +237,7 @@ int main(int argc, char** argv) {
   }
   const fs::path work = pattern;
   Figures f;
-  AioSettings used;
+  AioConfig used;
   std::string source;
   Status status = Status::Ok();
   try {

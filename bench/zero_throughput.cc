@@ -71,8 +71,9 @@ long involuntary_switches() {
 }
 
 Figures run_stage(int stage, int hidden, int batch, int steps, double* allgather_gbps) {
-  auto setup = dscore::prepare_text(config_text(stage, hidden, batch, steps),
-                                    "zero_throughput.json", ".", {});
+  auto setup =
+      dscore::prepare_text(config_text(stage, hidden, batch, steps), "zero_throughput.json", ".",
+                           dscore::options_with_environment());
   if (!setup.ok() || !setup->loaded.ok()) {
     std::fprintf(stderr, "config: %s\n",
                  setup.ok() ? dscore::format_config_errors(setup->loaded).c_str()

@@ -164,7 +164,7 @@ std::string nvme_offload(const std::string& folder) {
 Figures train(int micro, int steps, int stage, const std::string& offload_json,
               const std::string& corpus, bool profile_last_step) {
   auto setup = dscore::prepare_text(config_text(micro, steps, stage, offload_json, corpus),
-                                    "gpt_gpu.json", ".", {});
+                                    "gpt_gpu.json", ".", dscore::options_with_environment());
   if (!setup.ok()) die(setup.status().message());
   if (!setup->loaded.ok()) die(dscore::format_config_errors(setup->loaded));
   const size_t free_before = free_gpu_bytes();
@@ -230,9 +230,9 @@ double pinned_copy_rate() {
 // 1 GiB written, synced, read back.
 dscore::offload::SwapBandwidth disk_rate(const std::string& folder, const std::string& corpus) {
   auto setup = dscore::prepare_text(config_text(1, 1, 3, nvme_offload(folder), corpus),
-                                    "gpt_gpu.json", ".", {});
+                                    "gpt_gpu.json", ".", dscore::options_with_environment());
   if (!setup.ok()) die(setup.status().message());
-  auto swapper = dscore::offload::make_swapper(*setup->registry, {}, {});
+  auto swapper = dscore::offload::make_swapper(*setup->registry, dscore::config::default_aio(), {});
   if (!swapper.ok()) die(swapper.status().message());
   auto rate =
       dscore::offload::measure_swap(**swapper, folder + "/gpt_gpu_probe.swp", g_shape.disk_bytes);

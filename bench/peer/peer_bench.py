@@ -45,7 +45,7 @@ MICRO, LR = 8, 6e-4
 ROWS = {"z0-1": (1, 0, False), "z0-2": (2, 0, False), "z3-2": (2, 3, False),
         "bf16-z0-1": (1, 0, True), "bf16-z3-2": (2, 3, True)}
 # Asked for by name only: ZeRO-Offload ("offload_optimizer": {"device": "cpu"}) on both sides
-# (DeepSpeed: DeepSpeedCPUAdam on the host copy; dscore: core/engine/host_offload_state.h).
+# (DeepSpeed: DeepSpeedCPUAdam on the host copy; dscore: core/owned_state/host_offload_state.h).
 OFFLOAD_ROWS = {"z2-2-offload": (2, 2, False), "bf16-z2-2-offload": (2, 2, True)}
 ALL_ROWS = {**ROWS, **OFFLOAD_ROWS}
 

@@ -4,11 +4,11 @@
 //   dscore export-hf DIR OUT [--tag T] [--max-shard-size 5GB] [--dtype fp32|bf16|fp16]
 #include <cstdio>
 
+#include "core/app/hf_export.h"
 #include "core/checkpoint/consolidate.h"
 #include "core/checkpoint/inspect.h"
 #include "core/cli/commands.h"
 #include "core/cli/options.h"
-#include "core/engine/hf_export.h"
 
 namespace dscore::cli {
 namespace {

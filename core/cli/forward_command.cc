@@ -8,9 +8,9 @@
 #include <cstdio>
 #include <sstream>
 
+#include "core/app/generation.h"
 #include "core/cli/commands.h"
 #include "core/cli/options.h"
-#include "core/engine/generation.h"
 
 namespace dscore::cli {
 namespace {

@@ -9,10 +9,10 @@
 #include <cstdio>
 #include <sstream>
 
+#include "core/app/generation.h"
 #include "core/checkpoint/checkpoint_info.h"
 #include "core/cli/commands.h"
 #include "core/cli/options.h"
-#include "core/engine/generation.h"
 #include "core/tokenizer/tokenizer.h"
 
 namespace dscore::cli {

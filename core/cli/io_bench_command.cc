@@ -31,10 +31,10 @@ namespace dscore::cli {
 namespace {
 
 namespace fs = std::filesystem;
-using offload::AioSettings;
+using config::AioConfig;
 
 struct Point {
-  AioSettings settings;
+  AioConfig settings;
   offload::SwapBandwidth measured;
   double score() const { return measured.read_gbps() + measured.write_gbps(); }
 };
@@ -48,7 +48,7 @@ struct Sweep {
 };
 
 // Bytes per point: enough for 4 full queues, within [min, max].
-uint64_t point_bytes(const Sweep& sweep, const AioSettings& s) {
+uint64_t point_bytes(const Sweep& sweep, const AioConfig& s) {
   const uint64_t four_queues = 4 * static_cast<uint64_t>(s.block_size * s.queue_depth);
   uint64_t bytes = std::min(sweep.max_bytes, std::max(sweep.min_bytes, four_queues));
   return (bytes + s.block_size - 1) / s.block_size * s.block_size;
@@ -112,7 +112,7 @@ class Bench {
     context_.host = std::make_shared<plugin_host::HostContext>();
   }
 
-  Result<offload::SwapBandwidth> measure(const AioSettings& settings, uint64_t bytes) {
+  Result<offload::SwapBandwidth> measure(const AioConfig& settings, uint64_t bytes) {
     auto swapper = offload::make_swapper(*registry_, settings, context_);
     if (!swapper.ok()) return swapper.status();
     backend_ = (*swapper)->backend();
@@ -137,15 +137,9 @@ void print_row(const Point& p) {
   std::fflush(stdout);
 }
 
-std::string aio_json(const AioSettings& s) {
-  char text[256];
-  std::snprintf(text, sizeof text,
-                "{\"aio\": {\"block_size\": %lld, \"queue_depth\": %lld, \"intra_op_parallelism\": "
-                "%lld, \"single_submit\": %s, \"overlap_events\": %s}}",
-                static_cast<long long>(s.block_size), static_cast<long long>(s.queue_depth),
-                static_cast<long long>(s.intra_op_parallelism), s.single_submit ? "true" : "false",
-                s.overlap_events ? "true" : "false");
-  return text;
+// One line a config can take: {"aio": {...}}.
+std::string aio_line(const AioConfig& s) {
+  return "{\"aio\": " + json::serialize(config::aio_json(s)) + "}";
 }
 
 int fail(const Status& status) {
@@ -243,7 +237,7 @@ int io_bench_command(const std::vector<std::string>& args) {
     for (int64_t q : sweep.queue_depths)
       largest = std::max(largest, point_bytes(sweep, {static_cast<int64_t>(b), q}));
   {
-    AioSettings lay;
+    AioConfig lay = config::default_aio();
     lay.block_size = 8 << 20;
     lay.queue_depth = 16;
     auto laid =
@@ -254,7 +248,7 @@ int io_bench_command(const std::vector<std::string>& args) {
       "  backend %s\n   block queue intra single overlap  write GB/s read GB/s  per point\n",
       bench.backend().c_str());
   std::vector<Point> points;
-  auto run_point = [&](const AioSettings& s) -> Status {
+  auto run_point = [&](const AioConfig& s) -> Status {
     auto m = bench.measure(s, point_bytes(sweep, s));
     if (!m.ok()) return m.status();
     points.push_back({s, *m});
@@ -263,7 +257,7 @@ int io_bench_command(const std::vector<std::string>& args) {
   };
   for (uint64_t b : sweep.block_sizes)
     for (int64_t q : sweep.queue_depths) {
-      AioSettings s;
+      AioConfig s = config::default_aio();
       s.block_size = static_cast<int64_t>(b);
       s.queue_depth = q;
       // The thread fallback runs intra_op_parallelism requests at once.
@@ -275,18 +269,18 @@ int io_bench_command(const std::vector<std::string>& args) {
     return *std::max_element(points.begin(), points.end(),
                              [](const Point& a, const Point& b) { return a.score() < b.score(); });
   };
-  const AioSettings centre = best_of().settings;
+  const AioConfig centre = best_of().settings;
   // intra_op_parallelism sizes the nvme plugin's thread fallback only
   // (docs/offload.md#backends): with io_uring it changes nothing.
   const bool threads = bench.backend() == "threads";
-  std::vector<AioSettings> variants(2, centre);
+  std::vector<AioConfig> variants(2, centre);
   variants[0].single_submit = true;
   variants[1].overlap_events = false;
   if (threads) {
     variants.push_back(centre);
     variants.back().intra_op_parallelism = std::max<int64_t>(1, centre.intra_op_parallelism / 2);
   }
-  for (const AioSettings& s : variants)
+  for (const AioConfig& s : variants)
     if (Status st = run_point(s); !st.ok()) return fail(st);
   const Point best = best_of();
   Result<offload::DiskProbeResult> after = offload::probe_disk(probe_options);
@@ -297,7 +291,7 @@ int io_bench_command(const std::vector<std::string>& args) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::printf("best (the highest read + write, as DeepSpeed's ds_nvme_tune picks):\n%s\n",
-              aio_json(best.settings).c_str());
+              aio_line(best.settings).c_str());
   std::printf(
       "  write %.2f GB/s = %.1f%% of the probe's best %.2f; read %.2f GB/s = %.1f%% of the "
       "probe's best %.2f\n",
@@ -306,11 +300,7 @@ int io_bench_command(const std::vector<std::string>& args) {
   std::printf("took %.1f s (%zu points)\n", seconds, points.size());
   if (no_cache) return kExitOk;
   config::MeasuredAio cached;
-  cached.block_size = best.settings.block_size;
-  cached.queue_depth = best.settings.queue_depth;
-  cached.intra_op_parallelism = best.settings.intra_op_parallelism;
-  cached.single_submit = best.settings.single_submit;
-  cached.overlap_events = best.settings.overlap_events;
+  static_cast<AioConfig&>(cached) = best.settings;
   cached.read_gbps = best.measured.read_gbps();
   cached.write_gbps = best.measured.write_gbps();
   cached.probe_read_gbps = limit_read;

@@ -7,12 +7,13 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/app/planner.h"
 #include "core/base/strings.h"
 #include "core/cli/commands.h"
 #include "core/cli/options.h"
 #include "core/config/config.h"
 #include "core/device/select.h"
-#include "core/engine/planner.h"
+#include "core/engine/job_fit.h"
 
 namespace dscore::cli {
 
@@ -42,7 +43,7 @@ int plan_command(const std::vector<std::string>& args) {
   init.job->world_size = ranks;
   const std::optional<Setup> setup = prepare_or_report(path, init);
   if (!setup) return kExitUsage;
-  if (auto errors = zero::offload_plan_errors(*setup->loaded.config); !errors.empty()) {
+  if (auto errors = config::placement_errors(*setup->loaded.config); !errors.empty()) {
     for (const config::ConfigError& e : errors)
       std::fprintf(stderr, "error: %s\n",
                    config::format_error(e, setup->loaded.source_name).c_str());

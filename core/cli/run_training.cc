@@ -12,13 +12,14 @@
 #include "core/base/process_heap.h"
 #include "core/base/strings.h"
 
+#include "core/app/progress.h"
 #include "core/comm/job_env.h"
 #include "core/comm/launcher.h"
+#include "core/config/run_rules.h"
 #include "core/data/sampler.h"
 #include "core/data/source.h"
 #include "core/engine/initialize.h"
-#include "core/engine/planner.h"
-#include "core/engine/progress.h"
+#include "core/engine/job_fit.h"
 #include "core/observability/json_log.h"
 #include "core/plugin_host/crash_handler.h"
 
@@ -66,7 +67,7 @@ json::Location locate(const json::Value& root, const std::string& path) {
 
 // What `dscore run` needs beyond DeepSpeed's schema, and what this build
 // cannot run yet: config errors (exit 2) before anything is created.
-void check_run_config(config::LoadedConfig* loaded) {
+void check_run_config(config::LoadedConfig* loaded, const config::RunOptions& run) {
   const config::TrainingConfig& cfg = *loaded->config;
   if (!cfg.model)
     loaded->errors.push_back({"model",
@@ -89,11 +90,7 @@ void check_run_config(config::LoadedConfig* loaded) {
                               {},
                               "save_interval needs \"checkpoint_dir\": the folder to save "
                               "checkpoints in"});
-  for (config::ConfigError& e : zero::offload_plan_errors(cfg)) {
-    e.location = locate(loaded->resolved, e.path);
-    loaded->errors.push_back(std::move(e));
-  }
-  for (config::ConfigError& e : unsupported_features(cfg)) {
+  for (config::ConfigError& e : config::run_errors(cfg, run)) {
     e.location = locate(loaded->resolved, e.path);
     loaded->errors.push_back(std::move(e));
   }
@@ -179,9 +176,11 @@ int run_training(const RunOptions& options) {
   init.train_steps = options.steps;
   init.allow_unsupported = options.allow_unsupported;
   init.compute_threads = options.threads;
+  init.environment = read_engine_environment();
   auto setup = prepare(options.config_path, init);
   if (!setup.ok()) return fail(setup.status());
-  if (setup->loaded.ok()) check_run_config(&setup->loaded);
+  if (setup->loaded.ok())
+    check_run_config(&setup->loaded, {init.environment.experimental_cuda_engine});
   if (!setup->loaded.ok()) return print_config_errors(setup->loaded);
   const bool leader = job->rank == 0;
   // Libraries on the search path that failed to load, though not needed by
@@ -196,11 +195,7 @@ int run_training(const RunOptions& options) {
   // Not with offload: its swap and staging buffers vary in size, and a heap
   // that never shrinks grew to 1.19x the peak RSS of glibc's defaults (the
   // 2.5B GPT of configs/nvme_offload_2b.json, bench/README.md).
-  const config::TrainingConfig& run_config = *setup->loaded.config;
-  const auto offloads = [](const std::optional<config::OffloadConfig>& o) {
-    return o && o->device != "none";
-  };
-  if (!offloads(run_config.zero.offload_optimizer) && !offloads(run_config.zero.offload_param)) {
+  if (!config::make_placement(*setup->loaded.config).offloads()) {
     auto kept = apply_heap_policy_from_env();
     if (!kept.ok()) return fail(kept.status());
     if (*kept) log_debug("malloc: one arena, freed memory kept in the process");

@@ -122,18 +122,12 @@ std::string aio_cache_dir() {
 }
 
 json::Value aio_cache_json(const DeviceId& device, const MeasuredAio& m) {
-  json::Value aio = json::Value::object();
-  aio.set("block_size", json::Value(m.block_size));
-  aio.set("queue_depth", json::Value(m.queue_depth));
-  aio.set("intra_op_parallelism", json::Value(m.intra_op_parallelism));
-  aio.set("single_submit", json::Value(m.single_submit));
-  aio.set("overlap_events", json::Value(m.overlap_events));
   json::Value out = json::Value::object();
   out.set("version", json::Value(kCacheVersion));
   out.set("device", json::Value(device.text()));
   out.set("path", json::Value(m.path));
   out.set("measured_at", json::Value(m.measured_at));
-  out.set("aio", std::move(aio));
+  out.set("aio", aio_json(m));
   out.set("read_gbps", json::Value(m.read_gbps));
   out.set("write_gbps", json::Value(m.write_gbps));
   out.set("probe_read_gbps", json::Value(m.probe_read_gbps));

@@ -12,6 +12,7 @@
 
 #include "core/base/status.h"
 #include "core/config/json.h"
+#include "core/config/training_config.h"
 
 namespace dscore::config {
 
@@ -34,14 +35,9 @@ Result<DeviceId> device_of(const std::string& path);
 // $HOME/.cache/dscore/aio; "" when neither is known.
 std::string aio_cache_dir();
 
-// What io-bench found for a device.
-struct MeasuredAio {
-  // The best "aio" settings (docs/deepspeed-reference.md#aio).
-  int64_t block_size = 0;
-  int64_t queue_depth = 0;
-  int64_t intra_op_parallelism = 1;
-  bool single_submit = false;
-  bool overlap_events = true;
+// What io-bench found for a device: the best "aio" settings
+// (docs/deepspeed-reference.md#aio), and
+struct MeasuredAio : AioConfig {
   // What they reached through the Swapper, and the disk probe's limit, GB/s.
   double read_gbps = 0;
   double write_gbps = 0;

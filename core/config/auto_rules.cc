@@ -119,13 +119,10 @@ struct AioMeasurement {
   }
 
   std::optional<json::Value> value_of(const std::string& key) const {
-    const MeasuredAio& m = *lookup.measured;
-    if (key == "block_size") return json::Value(m.block_size);
-    if (key == "queue_depth") return json::Value(m.queue_depth);
-    if (key == "intra_op_parallelism") return json::Value(m.intra_op_parallelism);
-    if (key == "single_submit") return json::Value(m.single_submit);
-    if (key == "overlap_events") return json::Value(m.overlap_events);
-    return std::nullopt;
+    const json::Value measured = aio_json(*lookup.measured);
+    const json::Value* value = measured.find(key);
+    if (value == nullptr) return std::nullopt;
+    return *value;
   }
 
   AutoResolution resolve(const FieldSpec& field, const std::string& path) {

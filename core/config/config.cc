@@ -13,6 +13,7 @@
 #include "core/config/batch.h"
 #include "core/config/config_rules.h"
 #include "core/config/deepspeed_schema.h"
+#include "core/config/placement.h"
 #include "core/config/schema.h"
 #include "core/config/schema_util.h"
 #include "core/config/training_config_builder.h"
@@ -101,7 +102,10 @@ LoadedConfig load_config_text(std::string_view text, std::string_view source_nam
     std::erase_if(out.errors, unsupported);
   }
   sort_errors(&out.errors);
-  if (out.errors.empty()) out.config = build_training_config(resolved);
+  if (out.errors.empty()) {
+    out.config = build_training_config(resolved);
+    for (ConfigNotice& n : placement_notices(*out.config)) out.notices.push_back(std::move(n));
+  }
   out.resolved = std::move(resolved);
   return out;
 }

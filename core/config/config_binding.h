@@ -48,6 +48,13 @@ inline void assign_json(const json::Value& v, uint64_t* out) {
 inline void assign_json(const json::Value& v, double* out) { *out = v.as_number(); }
 inline void assign_json(const json::Value& v, std::string* out) { *out = v.as_string(); }
 inline void assign_json(const json::Value& v, json::Value* out) { *out = v; }
+// The schema admits only these three (an enum field).
+inline void assign_json(const json::Value& v, OffloadDevice* out) {
+  const std::string& name = v.as_string();
+  *out = name == "cpu"    ? OffloadDevice::kCpu
+         : name == "nvme" ? OffloadDevice::kNvme
+                          : OffloadDevice::kNone;
+}
 inline void assign_json(const json::Value& v, std::vector<std::string>* out) {
   out->clear();
   for (const json::Value& item : v.items()) out->push_back(item.as_string());

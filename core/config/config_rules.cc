@@ -124,23 +124,16 @@ class Rules {
       set_in_schema_order(zero, *child_spec(deepspeed_schema(), "zero_optimization"),
                           "overlap_comm", json::Value(s == 3));
 
+    // (What dscore makes of a ratio at stage 3 is placement.cc's notice.)
     json::Value* ratio = get(doc_, {"zero_optimization", "offload_optimizer", "ratio"});
     if (ratio && ratio->is_number() && ratio->as_number() < 1.0 && s != 3)
       error_at({"zero_optimization", "offload_optimizer", "ratio"},
                "Partial offloading only supported for ZeRO Stage 3.");
-    else if (ratio && ratio->is_number() && ratio->as_number() < 1.0)
-      partial_offload_notice();
 
     json::Value* bucket = get(doc_, {"zero_optimization", "allgather_bucket_size"});
     if ((s == 1 || s == 2) && bucket && bucket->is_int() && bucket->as_int() % 2 != 0)
       error_at({"zero_optimization", "allgather_bucket_size"},
                "allgather_bucket_size must be a multiple of nccl_start_alignment_factor, 2");
-
-    json::Value* param_device = get(doc_, {"zero_optimization", "offload_param", "device"});
-    if (s != 3 && param_device && param_device->is_string() && param_device->as_string() != "none")
-      notices_->push_back(
-          {"zero_optimization.offload_param", "only used by ZeRO stage 3; ignored at stage " +
-                                                  std::to_string(s) + " (as in DeepSpeed)"});
 
     // ZeRO-2/3 reduce-scatter the averaged gradients and cannot apply a
     // predivide factor or prescaling (docs/deepspeed-reference.md#gradient-averaging).
@@ -155,25 +148,6 @@ class Rules {
         error_at({"prescale_gradients"}, "pre-scale gradients is not yet supported with " +
                                              zero_name + " with reduce scatter enabled");
     }
-  }
-
-  // offload_optimizer.ratio < 1 at stage 3 (DeepSpeed's partial offload,
-  // zero::kept_on_device_elements): dscore keeps that share of the state
-  // with the parameters for ZeRO-Offload to host memory only. Otherwise the
-  // whole state is offloaded, as ratio 1.0, which changes no number.
-  void partial_offload_notice() {
-    const json::Value* device = get(doc_, {"zero_optimization", "offload_optimizer", "device"});
-    const json::Value* params = get(doc_, {"zero_optimization", "offload_param", "device"});
-    std::string why;
-    if (!device || !device->is_string() || device->as_string() != "cpu")
-      why = "with offload_optimizer.device \"cpu\" only";
-    else if (params && params->is_string() && params->as_string() != "none")
-      why = "not with offload_param (the parameters are not on the device to keep the state with)";
-    if (why.empty()) return;
-    notices_->push_back({"zero_optimization.offload_optimizer.ratio",
-                         "partial offload is implemented " + why +
-                             ": the whole optimizer state is offloaded, as with ratio 1.0 (the "
-                             "same numbers; only the device's memory and the step time differ)"});
   }
 
   void optimizer() {

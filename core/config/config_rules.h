@@ -1,6 +1,8 @@
 // DeepSpeed's cross-key rules, applied around the schema pass: the legacy
 // forms that change a key's type (before), and the mappings and checks that
-// involve more than one key (after). Private to core/config.
+// involve more than one key (after), as DeepSpeed's own config classes make
+// them, with their messages. dscore's rules about where state lives and
+// what a run can do with it are placement.h's. Private to core/config.
 #pragma once
 
 #include <vector>

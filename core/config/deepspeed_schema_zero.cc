@@ -102,12 +102,18 @@ std::shared_ptr<const ObjectSpec> aio_spec() {
           F("block_size", T::kInt, "bytes per I/O request")
               .def_int(1048576)
               .min(1)
-              .auto_rule("aio_measured"),
-          F("queue_depth", T::kInt, "requests in flight").def(8).min(1).auto_rule("aio_measured"),
+              .auto_rule("aio_measured")
+              .to(&AioConfig::block_size),
+          F("queue_depth", T::kInt, "requests in flight")
+              .def(8)
+              .min(1)
+              .auto_rule("aio_measured")
+              .to(&AioConfig::queue_depth),
           F("intra_op_parallelism", T::kInt, "I/O threads per operation")
               .def(1)
               .min(1)
-              .auto_rule("aio_measured"),
+              .auto_rule("aio_measured")
+              .to(&AioConfig::intra_op_parallelism),
           F("thread_count", T::kInt, "old name of intra_op_parallelism")
               .min(1)
               .replaced_by("intra_op_parallelism", true)
@@ -116,10 +122,12 @@ std::shared_ptr<const ObjectSpec> aio_spec() {
                   "ignores \"thread_count\"); dscore uses it as intra_op_parallelism"),
           F("single_submit", T::kBool, "submit requests one at a time")
               .def(false)
-              .auto_rule("aio_measured"),
+              .auto_rule("aio_measured")
+              .to(&AioConfig::single_submit),
           F("overlap_events", T::kBool, "overlap submission and completion")
               .def(true)
-              .auto_rule("aio_measured"),
+              .auto_rule("aio_measured")
+              .to(&AioConfig::overlap_events),
           F("use_gds", T::kBool, "NVIDIA GPUDirect Storage (needs CUDA)")
               .def(false)
               .unsupported("\"use_gds\" makes DeepSpeed move NVMe offload data straight "

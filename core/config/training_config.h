@@ -50,11 +50,16 @@ struct Bf16Config {
   bool immediate_grad_update{};
 };
 
+// offload_param / offload_optimizer "device" (placement.h decides what it
+// means at each stage).
+enum class OffloadDevice { kNone, kCpu, kNvme };
+const char* offload_device_name(OffloadDevice device);  // "none", "cpu", "nvme"
+
 // offload_param and offload_optimizer share this struct; a key only one of
 // them has stays 0 in the other (buffer_size and max_in_cpu: offload_param;
 // pipeline_read, pipeline_write, fast_init and ratio: offload_optimizer).
 struct OffloadConfig {
-  std::string device;  // none | cpu | nvme
+  OffloadDevice device = OffloadDevice::kNone;
   std::string nvme_path;
   int64_t buffer_count{};
   int64_t buffer_size{};
@@ -63,8 +68,24 @@ struct OffloadConfig {
   bool pipeline_read{};
   bool pipeline_write{};
   bool fast_init{};
-  double ratio{};
+  double ratio = 1.0;  // of a section that is absent: nothing kept back
 };
+
+// The "aio" section (docs/deepspeed-reference.md#aio): how the nvme swapper
+// plugin reads and writes. "auto" is resolved at load (auto_rules.h:
+// measured for the disk, else the default).
+struct AioConfig {
+  int64_t block_size{};   // bytes per request
+  int64_t queue_depth{};  // requests in flight
+  int64_t intra_op_parallelism{};
+  bool single_submit{};
+  bool overlap_events{};
+};
+// The schema's defaults, as a config without an "aio" section gets them
+// (what tools that measure the disk start from).
+AioConfig default_aio();
+// The section as JSON: the nvme plugin's params, the io-bench cache's "aio".
+json::Value aio_json(const AioConfig& aio);
 
 struct ZeroConfig {
   int stage{};
@@ -164,7 +185,7 @@ struct TrainingConfig {
   bool dataloader_drop_last{};
   ZeroConfig zero;
   ActivationCheckpointingConfig activation_checkpointing;
-  json::Value aio;  // the resolved "aio" section (offload plugins' params)
+  AioConfig aio;
   CommsLoggerConfig comms_logger;
   FlopsProfilerConfig flops_profiler;
   CheckpointConfig checkpoint;

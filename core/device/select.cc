@@ -38,9 +38,8 @@ bool built_with_cuda() {
 #endif
 }
 
-Result<CpuStreams> cpu_streams_from_env() {
-  const char* value = std::getenv("DSCORE_CPU_STREAMS");
-  const std::string text = value != nullptr ? value : "";
+Result<CpuStreams> cpu_streams_named(const std::optional<std::string>& value) {
+  const std::string text = value.value_or("");
   if (text.empty() || text == "async") return CpuStreams::kAsynchronous;
   if (text == "sync") return CpuStreams::kSynchronous;
   return invalid_argument("DSCORE_CPU_STREAMS=\"" + text +
@@ -48,9 +47,8 @@ Result<CpuStreams> cpu_streams_from_env() {
                           "default) or \"sync\" (tasks run on the calling thread)");
 }
 
-Result<CpuMemory> cpu_memory_from_env() {
-  const char* value = std::getenv("DSCORE_CPU_DEVICE_MEMORY");
-  const std::string text = value != nullptr ? value : "";
+Result<CpuMemory> cpu_memory_named(const std::optional<std::string>& value) {
+  const std::string text = value.value_or("");
   if (text.empty() || text == "shared") return CpuMemory::kShared;
   if (text == "separate") return CpuMemory::kSeparate;
   return invalid_argument("DSCORE_CPU_DEVICE_MEMORY=\"" + text +

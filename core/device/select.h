@@ -4,6 +4,8 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <string>
 #include <string_view>
 
 #include "core/device/cpu_device.h"
@@ -15,15 +17,16 @@ bool built_with_cuda();
 // CUDA devices this process sees; 0 without CUDA, a driver or a GPU.
 int visible_cuda_devices();
 
-// DSCORE_CPU_STREAMS: "async" (also the default when unset or empty: the
-// comm stream overlaps compute) or "sync" (everything on the calling
-// thread: the reference the asynchronous path equals bit for bit).
-// INVALID_ARGUMENT naming the variable for anything else.
-Result<CpuStreams> cpu_streams_from_env();
-// DSCORE_CPU_DEVICE_MEMORY: "shared" (the default when unset or empty) or
-// "separate" (CpuMemory::kSeparate: for tests of the paths a GPU takes).
-// INVALID_ARGUMENT naming the variable for anything else.
-Result<CpuMemory> cpu_memory_from_env();
+// DSCORE_CPU_STREAMS's value (the program reads it: engine/environment.h):
+// "async" (also the default when unset or empty: the comm stream overlaps
+// compute) or "sync" (everything on the calling thread: the reference the
+// asynchronous path equals bit for bit). INVALID_ARGUMENT naming the
+// variable for anything else.
+Result<CpuStreams> cpu_streams_named(const std::optional<std::string>& value);
+// DSCORE_CPU_DEVICE_MEMORY's value: "shared" (the default when unset or
+// empty) or "separate" (CpuMemory::kSeparate: for tests of the paths a GPU
+// takes). INVALID_ARGUMENT naming the variable for anything else.
+Result<CpuMemory> cpu_memory_named(const std::optional<std::string>& value);
 
 // "auto": CUDA device local_rank % count when CUDA devices are visible,
 // else the CPU device with `cpu_streams` and `cpu_memory`. "cpu": the CPU device. "cuda": the

@@ -25,13 +25,14 @@ int online_cpus() {
 
 }  // namespace
 
-Result<ThreadBudget> thread_budget(std::optional<int> requested, const comm::JobEnv& job) {
+Result<ThreadBudget> thread_budget(std::optional<int> requested, const comm::JobEnv& job,
+                                   const std::optional<std::string>& omp_num_threads) {
   if (requested) {
     if (*requested < 1) return invalid_argument("compute threads must be at least 1");
     return ThreadBudget{*requested, "requested"};
   }
-  if (const char* env = std::getenv("OMP_NUM_THREADS"); env != nullptr && *env != '\0') {
-    const std::string_view text(env);
+  if (omp_num_threads && !omp_num_threads->empty()) {
+    const std::string_view text(*omp_num_threads);
     int n = 0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
     if (ec != std::errc() || end != text.data() + text.size() || n < 1)

@@ -18,46 +18,18 @@
 #include "core/base/strings.h"
 #include "core/device/cpu_device.h"
 #include "core/engine/flops_probe.h"
-#include "core/engine/host_offload_state.h"
-#include "core/engine/nvme_state.h"
-#include "core/engine/partial_offload_state.h"
+#include "core/engine/job_fit.h"
 #include "core/engine/phase_timers.h"
-#include "core/engine/planner.h"
+#include "core/owned_state/owned_state_factory.h"
 #include "core/tensor/square_sum.h"
 
 namespace dscore {
 namespace {
 
-// Tells every observer that `phase` begins now and ends with the scope.
-class PhaseScope {
- public:
-  PhaseScope(const std::vector<StepObserver*>& observers, StepPhase phase)
-      : observers_(observers), phase_(phase) {
-    for (StepObserver* o : observers_) o->on_phase_begin(phase_);
-  }
-  ~PhaseScope() {
-    for (StepObserver* o : observers_) o->on_phase_end(phase_);
-  }
-  PhaseScope(const PhaseScope&) = delete;
-  PhaseScope& operator=(const PhaseScope&) = delete;
-
- private:
-  const std::vector<StepObserver*>& observers_;
-  StepPhase phase_;
-};
-
 // Where the device ops of `stream`'s tasks run.
 device::ops::Target ops_target(const device::Device& device, const device::Stream& stream) {
   return device.type() == device::DeviceType::kCuda ? device::ops::Target::cuda(stream.native())
                                                     : device::ops::Target::cpu();
-}
-
-// DSCORE_EXPERIMENTAL_CUDA_ENGINE=1 lets "device": "cuda" through: the whole
-// CUDA path is built but has not run on a GPU yet, so it is opt-in until a
-// GPU session has run tests/core/engine/cuda_engine_test.cc (docs/gpu.md).
-bool experimental_cuda_engine() {
-  const char* value = std::getenv("DSCORE_EXPERIMENTAL_CUDA_ENGINE");
-  return value != nullptr && std::string_view(value) == "1";
 }
 
 // On a GPU the collectives' host buffers (agreements, checkpoint gathers,
@@ -83,91 +55,35 @@ comm::HostStaging host_staging(device::Device& device, device::Stream& comm) {
 
 }  // namespace
 
-constexpr const char* kParamOffloadNeedsOptimizerOffload =
-    "zero_optimization.offload_param from the GPU needs the optimizer state off the GPU too (the "
-    "update runs on the host, where it writes the parameters): set "
-    "zero_optimization.offload_optimizer.device to \"cpu\" or \"nvme\"";
-
-std::vector<config::ConfigError> unsupported_features(const config::TrainingConfig& config) {
-  std::vector<config::ConfigError> out;
-  if (config.zero.offload_param && config.zero.offload_param->device == "nvme" &&
-      config.zero.stage == 3 && zero::model_dtype_of(config) == DSCORE_DTYPE_F32)
-    out.push_back({"zero_optimization.offload_param.device",
-                   {},
-                   "parameters on NVMe need a 16-bit model: an fp32 model's parameters are its "
-                   "master weights, which the optimizer updates in memory; enable \"bf16\" (or "
-                   "\"fp16\"), or set \"device\": \"none\""});
-  if (config.device == "cuda" && !experimental_cuda_engine())
-    out.push_back({"device",
-                   {},
-                   "the engine does not train on CUDA yet: ZeRO's buffers, the optimizer and the "
-                   "model's views are on the device, but that path has never run on a GPU "
-                   "(docs/gpu.md, \"Where the engine stands\"); set \"device\": \"cpu\" (or "
-                   "\"auto\"), or DSCORE_EXPERIMENTAL_CUDA_ENGINE=1 to try it"});
-  if (config.device == "cuda" && experimental_cuda_engine() && config.comm.backend != "nccl")
-    out.push_back({"comm.backend",
-                   {},
-                   "on \"device\": \"cuda\" the collectives move device memory: set \"comm\": "
-                   "{\"backend\": \"nccl\"} (got \"" +
-                       config.comm.backend + "\")"});
-  const auto offloads = [](const std::optional<config::OffloadConfig>& offload) {
-    return offload && offload->device != "none";
-  };
-  if (config.device == "cuda" && experimental_cuda_engine()) {
-    const auto& o = config.zero.offload_optimizer;
-    if (offloads(o) && o->device == "cpu" && !zero::host_offload(config))
-      out.push_back({"zero_optimization.offload_optimizer.device",
-                     {},
-                     "ZeRO-Offload needs ZeRO stage 1, 2 or 3: set "
-                     "\"zero_optimization\": {\"stage\": 1} or higher"});
-    if (offloads(config.zero.offload_param) && config.zero.stage == 3 && !offloads(o))
-      out.push_back(
-          {"zero_optimization.offload_param.device", {}, kParamOffloadNeedsOptimizerOffload});
-  }
-  if (config.checkpoint.load_universal)
-    out.push_back(
-        {"checkpoint.load_universal",
-         {},
-         "dscore checkpoints load at any world size and stage without a universal-checkpoint "
-         "conversion; remove checkpoint.load_universal (DeepSpeed universal checkpoints are not "
-         "read)"});
-  if (config.checkpoint.use_node_local_storage)
-    out.push_back({"checkpoint.use_node_local_storage",
-                   {},
-                   "checkpoints need one folder every rank sees (a shared filesystem); node-local "
-                   "storage is not "
-                   "available yet: remove checkpoint.use_node_local_storage"});
-  if (config.communication_data_type) {
-    const std::string grad = sdk::dtype_name(zero::grad_dtype_of(config));
-    if (*config.communication_data_type != grad)
-      out.push_back({"communication_data_type",
-                     {},
-                     "dscore reduces gradients in their accumulation dtype (" + grad +
-                         " here); remove communication_data_type or set "
-                         "data_types.grad_accum_dtype to \"" +
-                         *config.communication_data_type + "\""});
-  }
-  return out;
-}
-
 Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& config,
                                                EngineComponents components) {
-  if (auto unsupported = unsupported_features(config); !unsupported.empty())
-    return unimplemented(unsupported.front().path + ": " + unsupported.front().message);
   if (!components.model) return invalid_argument("the engine needs a model");
   if (!components.optimizer)
     return invalid_argument("the engine needs an optimizer: add an \"optimizer\" section");
   if (!components.comm) return invalid_argument("the engine needs a communicator");
   if (!components.host) return invalid_argument("the engine needs the host context of its plugins");
-  std::unique_ptr<Engine> engine(new Engine(config));
+  std::unique_ptr<device::Device> device =
+      components.device ? std::move(components.device)
+                        : std::make_unique<device::CpuDevice>(device::CpuStreams::kAsynchronous);
+  // Where the state lives, decided once for this run's device.
+  const config::Placement placement = config::make_placement(config, device->memory_is_host());
+  if (auto unsupported = config::unsupported_features(config, placement, components.run);
+      !unsupported.empty())
+    return unimplemented(unsupported.front().path + ": " + unsupported.front().message);
+  std::unique_ptr<Engine> engine(new Engine(config, placement));
   engine->host_ = std::move(components.host);
   engine->comm_ = std::move(components.comm);
-  // One data-parallel group spanning the world until model parallelism.
+  // The job's ranks as a grid of parallel axes: all of them on the data
+  // axis until pipeline, tensor, sequence or expert parallelism come.
+  DSCORE_ASSIGN_OR_RETURN(
+      engine->topology_,
+      comm::Topology::create(*engine->comm_,
+                             comm::ParallelGrid::data_parallel(engine->comm_->world_size()),
+                             comm::Topology::engine_groups()));
+  comm::Communicator& zero_group = *engine->topology_->group(comm::groups::kZero);
   engine->host_->set_communicator(DSCORE_GROUP_WORLD, engine->comm_->host_table());
-  engine->host_->set_communicator(DSCORE_GROUP_DATA_PARALLEL, engine->comm_->host_table());
-  engine->device_ = components.device
-                        ? std::move(components.device)
-                        : std::make_unique<device::CpuDevice>(device::CpuStreams::kAsynchronous);
+  engine->host_->set_communicator(DSCORE_GROUP_DATA_PARALLEL, zero_group.host_table());
+  engine->device_ = std::move(device);
   DSCORE_ASSIGN_OR_RETURN(engine->stream_, engine->device_->create_stream("comm"));
   DSCORE_ASSIGN_OR_RETURN(engine->compute_, engine->device_->create_stream("compute"));
   engine->comm_->use_stream(engine->stream_->native());
@@ -187,86 +103,74 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
       config, model.display_name(),
       [&](bool checkpointing) {
         return model.activation_bytes(config.batch.train_micro_batch_size_per_gpu, checkpointing,
-                                      zero::model_dtype_of(config), zero::grad_dtype_of(config));
+                                      placement.model_dtype, placement.grad_dtype);
       },
       engine->comm_->world_size(), /*in_job=*/true);
   DSCORE_RETURN_IF_ERROR(check_job_fits(config, engine->layout_,
                                         state_slots_of(*components.optimizer), engine->comm_->env(),
                                         engine->process_memory_, engine->device_.get()));
-  zero::ZeroContext ctx;
-  ctx.config = &engine->config_;
-  ctx.layout = &engine->layout_;
-  ctx.comm = engine->comm_.get();
-  ctx.device = engine->device_.get();
-  ctx.stream = engine->stream_.get();
-  ctx.comm_target = ops_target(*engine->device_, *engine->stream_);
-  ctx.compute_target = ops_target(*engine->device_, *engine->compute_);
-  ctx.model_dtype = zero::model_dtype_of(config);
-  ctx.grad_dtype = zero::grad_dtype_of(config);
-  const bool optimizer_on_nvme =
-      config.zero.offload_optimizer && config.zero.offload_optimizer->device == "nvme";
-  // On NVMe or, with ZeRO-Offload, in host memory (host_offload_state.h).
-  ctx.master_elsewhere = optimizer_on_nvme || zero::host_offload(config);
-  const bool params_on_nvme = config.zero.stage == 3 && config.zero.offload_param &&
-                              config.zero.offload_param->device == "nvme";
   engine->swapper_ = std::move(components.swapper);
   engine->threads_ = std::move(components.threads);
-  if ((optimizer_on_nvme || params_on_nvme) && !engine->swapper_)
+  if (placement.uses_nvme() && !engine->swapper_)
     return failed_precondition(
         "NVMe offload needs the \"nvme\" swapper plugin: pass EngineComponents::swapper, or "
         "create the engine with dscore::initialize()");
-  if (params_on_nvme) {
-    ctx.param_swapper = engine->swapper_.get();
-    DSCORE_ASSIGN_OR_RETURN(ctx.param_swap_folder,
-                            engine->swap_folder(config.zero.offload_param->nvme_path));
-    ctx.param_max_in_cpu = config.zero.offload_param->max_in_cpu;
-    ctx.param_buffer_count = config.zero.offload_param->buffer_count;
-    ctx.param_buffer_size = config.zero.offload_param->buffer_size;
-  }
-  const bool params_to_host = config.zero.stage == 3 && config.zero.offload_param &&
-                              config.zero.offload_param->device == "cpu";
-  if (params_to_host && engine->device_->memory_is_host() && engine->rank() == 0)
-    log_info(
-        "offload_param.device \"cpu\": the parameters are in host memory already (this run "
-        "computes on the CPU)");
-  if (!engine->device_->memory_is_host() && (params_to_host || params_on_nvme)) {
-    // The update runs on the host, which writes the parameters there.
-    if (!optimizer_on_nvme && !zero::host_offload(config))
-      return failed_precondition(kParamOffloadNeedsOptimizerOffload);
-    ctx.params_on_host = params_to_host;
-  }
-  if (zero::host_offload(config))  // ZeRO-Offload copies gradients as they are reduced
-    ctx.owned_grads_final = [self = engine.get()](
-                                const std::vector<std::pair<int64_t, int64_t>>& ranges,
-                                const device::EventPtr& ready) {
-      if (self->optimizer_) self->optimizer_->state().owned_grads_final(ranges, ready);
-    };
+  DSCORE_ASSIGN_OR_RETURN(zero::ZeroContext ctx, engine->zero_context(zero_group));
   engine->strategy_ = zero::make_zero_strategy(ctx);
   DSCORE_RETURN_IF_ERROR(engine->strategy_->initialise(*engine->model_));
   DSCORE_ASSIGN_OR_RETURN(std::unique_ptr<OwnedState> state,
                           engine->make_owned_state(*components.optimizer));
+  engine->gradient_hand_off_.connect(state.get());
   DSCORE_ASSIGN_OR_RETURN(
       engine->optimizer_,
       OptimizerRunner::create(std::move(components.optimizer), engine->strategy_.get(),
-                              std::move(state), engine->layout_, ctx.model_dtype, ctx.grad_dtype,
-                              config.zero.stage));
+                              std::move(state), engine->layout_, placement.model_dtype,
+                              placement.grad_dtype, placement.stage));
   engine->scaler_ = zero::LossScaler::from_config(config.fp16);
   DSCORE_ASSIGN_OR_RETURN(engine->statistics_,
                           StepStatistics::create(*engine->device_, engine->comm_->world_size()));
-  auto clock = std::make_unique<EngineClock>(*engine->stream_);
-  engine->clock_ = clock.get();
-  engine->own_observers_.push_back(std::move(clock));
-  // The flops report is logged before the wall-clock timers' boundary line.
-  if (config.flops_profiler.enabled)
-    engine->own_observers_.push_back(
-        std::make_unique<FlopsProbe>(config, engine->layout_, engine->world_size(), engine->rank(),
-                                     *engine->model_, &engine->global_steps_));
-  if (config.wall_clock_breakdown)
-    engine->own_observers_.push_back(
-        std::make_unique<PhaseTimers>(engine->rank(), config.steps_per_print));
-  for (const auto& o : engine->own_observers_) engine->observers_.push_back(o.get());
+  engine->add_own_observers();
   engine->acquired_.assign(engine->layout_.layer_count(), 0);
   return engine;
+}
+
+Result<zero::ZeroContext> Engine::zero_context(comm::Communicator& zero_group) {
+  zero::ZeroContext ctx;
+  ctx.zero = &config_.zero;
+  ctx.placement = &placement_;
+  ctx.gradient_accumulation_steps = config_.batch.gradient_accumulation_steps;
+  ctx.reduction = zero::plan_reduction(config_, zero_group.world_size());
+  ctx.layout = &layout_;
+  ctx.comm = &zero_group;
+  ctx.device = device_.get();
+  ctx.stream = stream_.get();
+  ctx.comm_target = ops_target(*device_, *stream_);
+  ctx.compute_target = compute_target();
+  if (placement_.params_on_nvme()) {
+    ctx.param_swapper = swapper_.get();
+    DSCORE_ASSIGN_OR_RETURN(ctx.param_swap_folder, swap_folder(placement_.param_offload.nvme_path));
+  }
+  if (placement_.parameters == config::Home::kHost && device_->memory_is_host() && rank() == 0)
+    log_info(
+        "offload_param.device \"cpu\": the parameters are in host memory already (this run "
+        "computes on the CPU)");
+  // ZeRO-Offload copies gradients as they are reduced: the stage reports
+  // them to the optimizer's state, connected once it exists.
+  if (placement_.host_offload()) ctx.reduced_gradients = &gradient_hand_off_;
+  return ctx;
+}
+
+void Engine::add_own_observers() {
+  auto clock = std::make_unique<EngineClock>(*stream_);
+  clock_ = clock.get();
+  own_observers_.push_back(std::move(clock));
+  // The flops report is logged before the wall-clock timers' boundary line.
+  if (config_.flops_profiler.enabled)
+    own_observers_.push_back(std::make_unique<FlopsProbe>(config_, layout_, world_size(), rank(),
+                                                          *model_, &global_steps_));
+  if (config_.wall_clock_breakdown)
+    own_observers_.push_back(std::make_unique<PhaseTimers>(rank(), config_.steps_per_print));
+  for (const auto& o : own_observers_) observers_.push_back(o.get());
 }
 
 Engine::~Engine() {
@@ -276,101 +180,6 @@ Engine::~Engine() {
   // their device buffers through it; those stay valid on their own).
   if (host_) host_->set_device(nullptr);
   monitors_.flush();
-}
-
-// ---------------------------------------------------------------- hooks
-
-dscore_status Engine::fail_hook(dscore_status code, const std::string& message) {
-  if (hook_error_.empty()) hook_error_ = message;
-  return code;
-}
-
-dscore_status Engine::hook_acquire(void* ctx, size_t layer, dscore_acquire_mode mode,
-                                   dscore_layer_views* out) {
-  Engine* self = static_cast<Engine*>(ctx);
-  PhaseScope hook(self->observers_, StepPhase::kHook);
-  if (layer >= self->layout_.layer_count())
-    return self->fail_hook(DSCORE_INVALID_ARGUMENT,
-                           "acquire(" + std::to_string(layer) + "): the model has only " +
-                               std::to_string(self->layout_.layer_count()) + " layers");
-  if (out == nullptr || out->struct_size < offsetof(dscore_layer_views, grads) + sizeof(void*))
-    return self->fail_hook(DSCORE_INVALID_ARGUMENT,
-                           "acquire: views struct missing or struct_size too small");
-  for (StepObserver* o : self->observers_) o->on_acquire(layer, mode);
-  // A model that computes on the compute stream (the hooks' stream) may
-  // take views that are ready in its order: no host wait for a gather.
-  const bool stream_ordered =
-      out->struct_size >= offsetof(dscore_layer_views, flags) + sizeof(out->flags) &&
-      (out->flags & DSCORE_VIEWS_STREAM_ORDERED) != 0 && self->compute_->native() != nullptr;
-  Status status =
-      self->strategy_->acquire(layer, mode, stream_ordered ? self->compute_.get() : nullptr, out);
-  if (!status.ok()) return self->fail_hook(status.code(), status.message());
-  for (StepObserver* o : self->observers_) o->on_acquired(layer, mode);
-  self->acquired_[layer] += 1;
-  return DSCORE_OK;
-}
-
-dscore_status Engine::hook_release(void* ctx, size_t layer) {
-  Engine* self = static_cast<Engine*>(ctx);
-  PhaseScope hook(self->observers_, StepPhase::kHook);
-  if (layer >= self->layout_.layer_count() || self->acquired_[layer] == 0)
-    return self->fail_hook(DSCORE_FAILED_PRECONDITION,
-                           "release(" + std::to_string(layer) + ") without a matching acquire");
-  self->acquired_[layer] -= 1;
-  for (StepObserver* o : self->observers_) o->on_release(layer);
-  self->after_model_work();
-  Status status = self->strategy_->release(layer);
-  return status.ok() ? DSCORE_OK : self->fail_hook(status.code(), status.message());
-}
-
-dscore_status Engine::hook_grads_ready(void* ctx, size_t layer) {
-  Engine* self = static_cast<Engine*>(ctx);
-  PhaseScope hook(self->observers_, StepPhase::kHook);
-  if (layer >= self->layout_.layer_count() || self->acquired_[layer] == 0)
-    return self->fail_hook(DSCORE_FAILED_PRECONDITION,
-                           "grads_ready(" + std::to_string(layer) + ") on a layer not acquired");
-  self->after_model_work();
-  Status status = self->strategy_->grads_ready(layer);
-  return status.ok() ? DSCORE_OK : self->fail_hook(status.code(), status.message());
-}
-
-// On a GPU the model computes on the compute stream (hooks.stream) and may
-// hand views back before its work on them is done: what the engine does
-// with them next goes on the comm stream (reductions, gathers into reused
-// memory, stream-ordered frees), which waits for that work here.
-void Engine::after_model_work() {
-  if (compute_->native() != nullptr) stream_->wait(compute_->record());
-}
-
-dscore_model_hooks Engine::model_hooks() {
-  dscore_model_hooks hooks{};
-  hooks.struct_size = sizeof hooks;
-  hooks.ctx = this;
-  hooks.acquire = &Engine::hook_acquire;
-  hooks.release = &Engine::hook_release;
-  hooks.grads_ready = &Engine::hook_grads_ready;
-  hooks.stream = compute_->native();  // a cudaStream_t on a GPU, else NULL
-  hook_error_.clear();
-  return hooks;
-}
-
-// After the model returned: a hook misuse first, then the model's own
-// error, then a layer left acquired.
-Status Engine::check_model_call(const Status& model_status) {
-  if (!hook_error_.empty())
-    return Status(DSCORE_INVALID_ARGUMENT,
-                  model_->display_name() + " misused the engine's hooks: " + hook_error_);
-  DSCORE_RETURN_IF_ERROR(model_status);
-  for (size_t l = 0; l < acquired_.size(); ++l) {
-    if (acquired_[l] != 0) {
-      acquired_.assign(acquired_.size(), 0);
-      return Status(DSCORE_INVALID_ARGUMENT, model_->display_name() + " returned with layer " +
-                                                 std::to_string(l) +
-                                                 " still acquired; every "
-                                                 "acquire needs a release");
-    }
-  }
-  return Status::Ok();
 }
 
 // -------------------------------------------------------------- training
@@ -441,8 +250,8 @@ Status Engine::boundary_step() {
     PhaseScope statistics(observers_, StepPhase::kStatistics);
     DSCORE_ASSIGN_OR_RETURN(
         totals,
-        statistics_->gather(strategy_->gradient_share(), zero::grad_dtype_of(config_),
-                            loss_accumulator_, *compute_, compute_target(), *stream_, *comm_));
+        statistics_->gather(strategy_->gradient_share(), placement_.grad_dtype, loss_accumulator_,
+                            *compute_, compute_target(), *stream_, *comm_));
   }
   const int world = comm_->world_size();
   const tensor::SquareSum& total = totals.squares;
@@ -582,88 +391,25 @@ Result<std::unique_ptr<OwnedState>> Engine::make_owned_state(
     slots.push_back({s.name, s.dtype, s.elements_per_param});
     initial.push_back(s.initial_value);
   }
-  const std::optional<config::OffloadConfig>& offload = config_.zero.offload_optimizer;
-  const std::string device = offload ? offload->device : "none";
-  if (zero::host_offload(config_)) return make_host_offload_state(slots, initial);
-  if (device != "nvme") {
-    if (device == "cpu" && rank() == 0)
-      log_info(
-          "offload_optimizer.device \"cpu\" at ZeRO stage 0: the optimizer state stays with "
-          "the parameters (ZeRO-Offload needs stage 1, 2 or 3)");
-    DSCORE_ASSIGN_OR_RETURN(
-        auto state,
-        InMemoryState::create(slots, initial, strategy_->owned_numel(), strategy_->owned_master(),
-                              device_.get(), compute_.get()));  // after the optimizer's work
-    return std::unique_ptr<OwnedState>(std::move(state));
+  OwnedStateContext context;
+  context.placement = &placement_;
+  context.sub_group_size = config_.zero.sub_group_size;
+  context.strategy = strategy_.get();
+  context.model = model_.get();
+  context.device = device_.get();
+  context.compute = compute_.get();
+  context.rank = rank();
+  if (placement_.optimizer_on_nvme()) {
+    context.swapper = swapper_.get();
+    DSCORE_ASSIGN_OR_RETURN(context.swap_folder,
+                            swap_folder(placement_.optimizer_offload.nvme_path));
   }
-  NvmeStateOptions options;
-  DSCORE_ASSIGN_OR_RETURN(options.folder, swap_folder(offload->nvme_path));
-  options.sub_group_size = config_.zero.sub_group_size;
-  options.pipeline_read = offload->pipeline_read;
-  options.pipeline_write = offload->pipeline_write;
-  if (!device_->memory_is_host()) {
-    DSCORE_ASSIGN_OR_RETURN(DeviceSide side, device_side(offload->pin_memory));
-    options.staging = std::move(side);
-  }
-  const bool fp32 = zero::model_dtype_of(config_) == DSCORE_DTYPE_F32;
-  DSCORE_ASSIGN_OR_RETURN(auto state, NvmeState::create(swapper_.get(), options, slots, initial,
-                                                        strategy_->owned_numel(),
-                                                        fp32 ? strategy_->owned_master() : nullptr,
-                                                        *model_, strategy_->owned_segments()));
-  log_info("rank " + std::to_string(rank()) + ": optimizer state " + state->describe());
-  return std::unique_ptr<OwnedState>(std::move(state));
-}
-
-Result<DeviceSide> Engine::device_side(bool pinned) const {
-  DeviceSide side;
-  side.device = device_.get();
-  side.compute = compute_.get();
-  side.grads = strategy_->owned_grads();
-  side.grad_dtype = zero::grad_dtype_of(config_);
-  side.model_dtype = zero::model_dtype_of(config_);
-  side.pinned = pinned;
-  const bool fp32 = side.model_dtype == DSCORE_DTYPE_F32;
-  side.model_params = fp32 ? strategy_->owned_master() : strategy_->owned_params16();
-  if (side.model_params == nullptr) {
-    if (!strategy_->params16_elsewhere())
-      return internal_error("offload: the strategy names no parameters to update");
-    side.store_params = [strategy = strategy_.get()](int64_t begin, int64_t count,
-                                                     const void* values) {
-      return strategy->store_params16(begin, count, values);
-    };
-  }
-  return side;
-}
-
-Result<std::unique_ptr<OwnedState>> Engine::make_host_offload_state(
-    const std::vector<zero::StateSlot>& slots, const std::vector<double>& initial) {
-  HostOffloadOptions options;
-  DSCORE_ASSIGN_OR_RETURN(options.side, device_side(config_.zero.offload_optimizer->pin_memory));
-  const int64_t owned = strategy_->owned_numel();
-  // Partial offload keeps the first `kept` elements with the parameters;
-  // the tiles are the offloaded rest's.
-  const int64_t kept = zero::kept_on_device_elements(config_, owned);
-  options.tile_elements = zero::offload_tile_elements(config_.zero.sub_group_size, owned - kept);
-  options.rank = rank();
-  const bool fp32 = options.side.model_dtype == DSCORE_DTYPE_F32;
-  float* fp32_master = fp32 ? strategy_->owned_master() : nullptr;
-  std::unique_ptr<OwnedState> state;
-  if (kept > 0) {
-    DSCORE_ASSIGN_OR_RETURN(
-        state, PartialOffloadState::create(options, kept, slots, initial, owned, fp32_master,
-                                           *model_, strategy_->owned_segments()));
-  } else {
-    DSCORE_ASSIGN_OR_RETURN(
-        state, HostOffloadState::create(options, slots, initial, owned, fp32_master, *model_,
-                                        strategy_->owned_segments()));
-  }
-  log_info("rank " + std::to_string(rank()) + ": optimizer state " + state->describe());
-  return state;
+  return dscore::make_owned_state(context, slots, initial);
 }
 
 zero::ZeroPlan Engine::plan() const {
-  zero::ZeroPlan plan = zero::make_plan(config_, layout_, optimizer_->slots(), comm_->world_size(),
-                                        comm_->rank(), device_->memory_is_host());
+  zero::ZeroPlan plan = zero::make_plan(config_, placement_, layout_, optimizer_->slots(),
+                                        comm_->world_size(), comm_->rank());
   zero::add_process_memory(process_memory_, &plan);
   return plan;
 }

@@ -26,8 +26,11 @@
 #include "core/base/status.h"
 #include "core/checkpoint/training_state.h"
 #include "core/comm/communicator.h"
+#include "core/comm/topology.h"
 #include "core/config/config.h"
 #include "core/config/json.h"
+#include "core/config/placement.h"
+#include "core/config/run_rules.h"
 #include "core/config/training_config.h"
 #include "core/device/device.h"
 #include "core/engine/compute_threads.h"
@@ -44,6 +47,7 @@
 #include "core/zero/loss_scaler.h"
 #include "core/zero/param_layout.h"
 #include "core/zero/plan.h"
+#include "core/zero/reduced_gradient_sink.h"
 #include "core/zero/zero_strategy.h"
 
 namespace dscore {
@@ -69,12 +73,10 @@ struct EngineComponents {
   // What the engine computes on (core/device); nullptr: the CPU with
   // asynchronous streams (communication overlaps compute).
   std::unique_ptr<device::Device> device;
+  // What the run allows beyond the config (config/run_rules.h): Engine::create
+  // refuses what config::run_errors names.
+  config::RunOptions run;
 };
-
-// Config settings this engine cannot run yet, each with its JSON path and
-// what to set instead. Engine::create refuses them; `dscore run` reports
-// them as config errors before creating anything.
-std::vector<config::ConfigError> unsupported_features(const config::TrainingConfig& config);
 
 // Checkpoints (docs/architecture.md#checkpoint, format in core/checkpoint/format.h).
 struct SaveCheckpointOptions {
@@ -139,6 +141,10 @@ class Engine {
   const ParamLayout& layout() const { return layout_; }
   const Model& model() const { return *model_; }
   const config::TrainingConfig& config() const { return config_; }
+  // Where this run keeps its state (decided once, for its device).
+  const config::Placement& placement() const { return placement_; }
+  // The job's ranks as a grid of parallel axes, and their groups.
+  const comm::Topology& topology() const { return *topology_; }
 
   // Collective; call at an accumulation boundary. Writes <dir>/<tag>/ and
   // then <dir>/latest, crash-safely: until every rank's files are durable
@@ -169,18 +175,18 @@ class Engine {
 
  private:
   friend struct EngineTesting;  // engine_testing.h: gathers and timing for tests and benches
-  explicit Engine(const config::TrainingConfig& config) : config_(config) {}
+  Engine(const config::TrainingConfig& config, const config::Placement& placement)
+      : config_(config), placement_(placement) {}
   Status gather_parameters(std::vector<float>* out);
   Status gather_optimizer_state(size_t slot, std::vector<float>* out);
-  // Where the optimizer state lives (offload_optimizer): the device's
-  // memory, pinned host memory (ZeRO-Offload) or NVMe.
+  // What the ZeRO stage is given: the placement, the zero section, the
+  // data-parallel group, the streams, NVMe's folder.
+  Result<zero::ZeroContext> zero_context(comm::Communicator& zero_group);
+  // The optimizer state where the placement puts it (core/owned_state/).
   Result<std::unique_ptr<OwnedState>> make_owned_state(
       const plugin_host::OptimizerInstance& optimizer);
-  Result<std::unique_ptr<OwnedState>> make_host_offload_state(
-      const std::vector<zero::StateSlot>& slots, const std::vector<double>& initial);
-  // For a state updated on the host: the strategy's owned gradients and
-  // parameters on the device, and how to reach them.
-  Result<DeviceSide> device_side(bool pinned) const;
+  // The clock, the flops profiler and the wall-clock timers, as configured.
+  void add_own_observers();
   // nvme_path/dscore-job<pid>-<tag>/rank<R> (collective: rank 0 names the job).
   Result<std::string> swap_folder(const std::string& nvme_path);
   EngineTiming timing() const;
@@ -213,12 +219,14 @@ class Engine {
   dscore_status fail_hook(dscore_status code, const std::string& message);
 
   config::TrainingConfig config_;
+  config::Placement placement_;
   // Declaration order is teardown order in reverse: the strategy (whose
   // buffers the comm thread touches) goes first, then the stream, then comm,
   // then the host context the plugins live in.
   std::shared_ptr<plugin_host::HostContext> host_;
   std::unique_ptr<ComputeThreads> threads_;
   std::unique_ptr<comm::Communicator> comm_;
+  std::unique_ptr<comm::Topology> topology_;  // its groups are comm_ or split from it
   std::unique_ptr<device::Device> device_;
   std::unique_ptr<device::Stream> stream_;   // the comm stream
   std::unique_ptr<device::Stream> compute_;  // the boundary step's buffer work and update
@@ -229,6 +237,9 @@ class Engine {
   zero::ProcessMemory process_memory_;         // activations and the process, measured at create
   std::unique_ptr<offload::Swapper> swapper_;  // NVMe offload; outlives the strategy and state
   std::string job_name_;                       // of the swap folders (swap_folder)
+  // Where the strategy reports the boundary's reduced gradients; connected
+  // to the optimizer's state (ZeRO-Offload copies them as they come).
+  zero::GradientHandOff gradient_hand_off_;
   std::unique_ptr<zero::ZeroStrategy> strategy_;
   std::unique_ptr<OptimizerRunner> optimizer_;
   zero::LossScaler scaler_ = zero::LossScaler::fixed(1.0);

@@ -161,10 +161,10 @@ Status Engine::save_checkpoint(const std::string& dir, const SaveCheckpointOptio
 }
 
 ck::TrainingState Engine::training_state(const json::Value& client_state) const {
-  const int stage = config_.zero.stage;
+  const int stage = placement_.stage;
   ck::TrainingState s;
   s.dscore_version = DSCORE_VERSION;
-  s.model_dtype = sdk::dtype_name(zero::model_dtype_of(config_));
+  s.model_dtype = sdk::dtype_name(placement_.model_dtype);
   for (const ParamEntry& p : layout_.params()) s.params.push_back({p.name, p.shape, p.numel});
   for (int r = 0; r < world_size(); ++r) {
     if (stage == 3 || r == 0) s.model_files.push_back(ck::model_states_name(stage, r));
@@ -189,8 +189,8 @@ ck::TrainingState Engine::training_state(const json::Value& client_state) const 
 
 Status Engine::write_checkpoint_files(const std::string& folder, const std::string& tag,
                                       const std::string& id, const json::Value& client_state) {
-  const int stage = config_.zero.stage;
-  const dscore_dtype md = zero::model_dtype_of(config_);
+  const int stage = placement_.stage;
+  const dscore_dtype md = placement_.model_dtype;
   const auto& params = layout_.params();
   ck::FileHeader header;
   header.tag = tag;

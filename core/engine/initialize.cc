@@ -27,12 +27,15 @@ Result<Setup> finish_prepare(config::LoadedConfig loaded, const std::string& con
 }
 
 // The device "device" names (core/device/select.h). The engine trains on
-// the CPU only so far (unsupported_features refuses "cuda"), so "auto"
-// means the CPU even where a GPU is visible, and says so.
+// the CPU only so far (config/run_rules.h refuses "cuda" without the
+// opt-in), so "auto" means the CPU even where a GPU is visible, and says so.
 Result<std::unique_ptr<device::Device>> open_device(const std::string& requested, int local_rank,
+                                                    const EngineEnvironment& environment,
                                                     bool log) {
-  DSCORE_ASSIGN_OR_RETURN(device::CpuStreams streams, device::cpu_streams_from_env());
-  DSCORE_ASSIGN_OR_RETURN(device::CpuMemory memory, device::cpu_memory_from_env());
+  DSCORE_ASSIGN_OR_RETURN(device::CpuStreams streams,
+                          device::cpu_streams_named(environment.cpu_streams));
+  DSCORE_ASSIGN_OR_RETURN(device::CpuMemory memory,
+                          device::cpu_memory_named(environment.cpu_device_memory));
   if (requested == "auto" && device::visible_cuda_devices() > 0 && log)
     log_info(
         "device: a CUDA GPU is visible, but the engine does not train on CUDA yet: "
@@ -55,6 +58,12 @@ config::ResolveContext context_of(const InitializeOptions& options, const comm::
 }
 
 }  // namespace
+
+InitializeOptions options_with_environment() {
+  InitializeOptions options;
+  options.environment = read_engine_environment();
+  return options;
+}
 
 Result<Setup> prepare(const std::string& config_path, const InitializeOptions& options) {
   DSCORE_ASSIGN_OR_RETURN(comm::JobEnv job, job_of(options));
@@ -138,23 +147,22 @@ Result<std::unique_ptr<Engine>> build_engine(const Setup& setup, std::unique_ptr
     DSCORE_RETURN_IF_ERROR(monitor->write_config(resolved_json));
     components.monitors.push_back(std::move(monitor));
   }
-  const bool params_on_nvme =
-      cfg.zero.stage == 3 && cfg.zero.offload_param && cfg.zero.offload_param->device == "nvme";
-  if ((cfg.zero.offload_optimizer && cfg.zero.offload_optimizer->device == "nvme") ||
-      params_on_nvme) {
-    DSCORE_ASSIGN_OR_RETURN(offload::AioSettings aio, offload::aio_settings_from(cfg.aio));
+  if (config::make_placement(cfg).uses_nvme()) {
     DSCORE_ASSIGN_OR_RETURN(components.swapper,
-                            offload::make_swapper(*setup.registry, aio, context));
+                            offload::make_swapper(*setup.registry, cfg.aio, context));
   }
+  const EngineEnvironment& environment = setup.options.environment;
   if (setup.options.compute_threads.value_or(-1) != 0) {
-    DSCORE_ASSIGN_OR_RETURN(ThreadBudget budget,
-                            thread_budget(setup.options.compute_threads, setup.job));
+    DSCORE_ASSIGN_OR_RETURN(
+        ThreadBudget budget,
+        thread_budget(setup.options.compute_threads, setup.job, environment.omp_num_threads));
     components.threads = std::make_unique<ComputeThreads>(budget.threads);
     log_info("compute threads: " + std::to_string(budget.threads) + " (" + budget.reason +
              "; dscore run --threads N or OMP_NUM_THREADS=N sets it)");
   }
-  DSCORE_ASSIGN_OR_RETURN(components.device,
-                          open_device(cfg.device, setup.job.local_rank, setup.job.rank == 0));
+  DSCORE_ASSIGN_OR_RETURN(components.device, open_device(cfg.device, setup.job.local_rank,
+                                                         environment, setup.job.rank == 0));
+  components.run.experimental_cuda_engine = environment.experimental_cuda_engine;
   if (setup.job.rank == 0) log_info("device: " + components.device->describe());
   components.comm = std::move(communicator);
   components.host = std::move(host);

@@ -14,6 +14,7 @@
 #include "core/comm/job_env.h"
 #include "core/config/config.h"
 #include "core/engine/engine.h"
+#include "core/engine/environment.h"
 #include "core/engine/plugin_setup.h"
 #include "core/plugin_host/host_context.h"
 #include "core/plugin_host/registry.h"
@@ -41,7 +42,14 @@ struct InitializeOptions {
   // (OMP_NUM_THREADS, else this node's CPUs shared by its ranks); 0, leave
   // TBB's pool as the process has it (a trainer that manages its threads).
   std::optional<int> compute_threads;
+  // The environment variables that shape the engine, as the program read
+  // them (read_engine_environment()); empty: none set.
+  EngineEnvironment environment;
 };
+
+// Options carrying this process's environment (read_engine_environment()):
+// what a program that honours DSCORE_* and OMP_NUM_THREADS starts from.
+InitializeOptions options_with_environment();
 
 struct Setup {
   InitializeOptions options;

@@ -14,7 +14,7 @@
 
 #include "core/base/status.h"
 #include "core/device/ops.h"
-#include "core/engine/owned_state.h"
+#include "core/owned_state/owned_state.h"
 #include "core/plugin_host/instances.h"
 #include "core/zero/param_layout.h"
 #include "core/zero/plan.h"

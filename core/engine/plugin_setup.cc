@@ -1,8 +1,8 @@
 #include "core/engine/plugin_setup.h"
 
 #include "core/config/auto_rules.h"
+#include "core/config/placement.h"
 #include "core/config/schema.h"
-#include "core/zero/plan.h"
 
 namespace dscore {
 namespace {
@@ -142,10 +142,8 @@ void check_cuda_capabilities(const PluginSelection& selection, config::LoadedCon
              "but \"device\" is \"cuda\": set \"device\": \"cpu\", or use a model that computes "
              "on CUDA (gpt and llama in a build with CUDA; `dscore plugins list --json` shows each "
              "plugin's capabilities)"});
-  const bool state_offloaded =
-      zero::host_offload(cfg) || (cfg.zero.stage > 0 && cfg.zero.offload_optimizer &&
-                                  cfg.zero.offload_optimizer->device == "nvme");
-  if (selection.optimizer && !on_cuda(*selection.optimizer) && !state_offloaded)
+  if (selection.optimizer && !on_cuda(*selection.optimizer) &&
+      !config::make_placement(cfg).optimizer_offloaded())
     loaded->errors.push_back(
         {"optimizer.type", cfg.optimizer->location,
          "optimizer '" + cfg.optimizer->type +

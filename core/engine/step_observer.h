@@ -69,4 +69,22 @@ class StepObserver {
   virtual void on_step_end(const StepReport&) {}
 };
 
+// Tells every observer that `phase` begins now and ends with the scope.
+class PhaseScope {
+ public:
+  PhaseScope(const std::vector<StepObserver*>& observers, StepPhase phase)
+      : observers_(observers), phase_(phase) {
+    for (StepObserver* o : observers_) o->on_phase_begin(phase_);
+  }
+  ~PhaseScope() {
+    for (StepObserver* o : observers_) o->on_phase_end(phase_);
+  }
+  PhaseScope(const PhaseScope&) = delete;
+  PhaseScope& operator=(const PhaseScope&) = delete;
+
+ private:
+  const std::vector<StepObserver*>& observers_;
+  StepPhase phase_;
+};
+
 }  // namespace dscore

@@ -45,7 +45,7 @@ Status pass(Swapper& swapper, int file, bool write, uint64_t bytes, const SwapRi
 
 }  // namespace
 
-SwapRing swap_ring_for(const AioSettings& settings, uint64_t file_bytes) {
+SwapRing swap_ring_for(const config::AioConfig& settings, uint64_t file_bytes) {
   const uint64_t block = static_cast<uint64_t>(std::max<int64_t>(settings.block_size, 1));
   const uint64_t in_flight =
       block * static_cast<uint64_t>(std::max<int64_t>(settings.queue_depth, 1));

@@ -28,7 +28,7 @@ struct SwapRing {
   uint64_t slots = 0;           // transfers in flight at most
   uint64_t bytes() const { return transfer_bytes * slots; }
 };
-SwapRing swap_ring_for(const AioSettings& settings, uint64_t file_bytes);
+SwapRing swap_ring_for(const config::AioConfig& settings, uint64_t file_bytes);
 
 // Writes `bytes` (a multiple of swapper.alignment()) at the start of `path`
 // (created or overwritten) through `swapper`, syncs it, reads it back, and

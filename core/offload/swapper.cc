@@ -52,7 +52,7 @@ struct Swapper::Impl {
   };
 
   std::unique_ptr<plugin_host::OffloadInstance> plugin;
-  AioSettings settings;
+  config::AioConfig settings;
   size_t alignment = 1;
 
   mutable std::mutex mu;
@@ -278,7 +278,7 @@ Result<Swapper::Ticket> Swapper::Impl::enqueue(dscore_io_op op, int file, uint64
 // ------------------------------------------------------------------ Swapper
 
 Result<std::unique_ptr<Swapper>> Swapper::create(
-    std::unique_ptr<plugin_host::OffloadInstance> plugin, const AioSettings& settings) {
+    std::unique_ptr<plugin_host::OffloadInstance> plugin, const config::AioConfig& settings) {
   DSCORE_CHECK(plugin != nullptr, "Swapper::create needs a plugin instance");
   const size_t alignment = plugin->alignment();
   if (settings.block_size < 1 || static_cast<size_t>(settings.block_size) % alignment != 0)
@@ -314,7 +314,7 @@ Swapper::~Swapper() {
 
 size_t Swapper::alignment() const { return impl_->alignment; }
 const std::string& Swapper::backend() const { return impl_->plugin->backend(); }
-const AioSettings& Swapper::settings() const { return impl_->settings; }
+const config::AioConfig& Swapper::settings() const { return impl_->settings; }
 
 const std::string& Swapper::path(int file) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -429,18 +429,13 @@ uint64_t Swapper::bytes_written() const { return impl_->bytes_written.load(); }
 // ------------------------------------------------------------------ factory
 
 Result<std::unique_ptr<Swapper>> make_swapper(const plugin_host::PluginRegistry& registry,
-                                              const AioSettings& settings,
+                                              const config::AioConfig& settings,
                                               const plugin_host::InstanceContext& context,
                                               const std::string& plugin,
                                               const json::Value& extra_params) {
   DSCORE_ASSIGN_OR_RETURN(const plugin_host::PluginInfo* info,
                           registry.find(DSCORE_KIND_OFFLOAD, plugin));
-  json::Value params = json::Value::object();
-  params.set("block_size", json::Value(settings.block_size));
-  params.set("queue_depth", json::Value(settings.queue_depth));
-  params.set("intra_op_parallelism", json::Value(settings.intra_op_parallelism));
-  params.set("single_submit", json::Value(settings.single_submit));
-  params.set("overlap_events", json::Value(settings.overlap_events));
+  json::Value params = config::aio_json(settings);
   if (extra_params.is_object())
     for (const auto& m : extra_params.members()) params.set(m.key, m.value);
   std::vector<config::ConfigError> errors;

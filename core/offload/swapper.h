@@ -25,23 +25,12 @@
 
 #include "core/base/status.h"
 #include "core/config/json.h"
+#include "core/config/training_config.h"
 #include "core/plugin_host/comm_instance.h"
 #include "core/plugin_host/instances.h"
 #include "core/plugin_host/registry.h"
 
 namespace dscore::offload {
-
-// The config's "aio" section (docs/deepspeed-reference.md#aio), resolved.
-struct AioSettings {
-  int64_t block_size = 1048576;  // bytes per request
-  int64_t queue_depth = 8;       // requests in flight
-  int64_t intra_op_parallelism = 1;
-  bool single_submit = false;
-  bool overlap_events = true;
-};
-// Null or an object; absent keys and "auto" take the defaults above.
-// INVALID_ARGUMENT (naming "aio.<key>") for a wrong type or a value < 1.
-Result<AioSettings> aio_settings_from(const json::Value& aio);
 
 class Swapper {
  public:
@@ -50,7 +39,7 @@ class Swapper {
   // INVALID_ARGUMENT when block_size is not a multiple of the plugin's
   // alignment.
   static Result<std::unique_ptr<Swapper>> create(
-      std::unique_ptr<plugin_host::OffloadInstance> plugin, const AioSettings& settings);
+      std::unique_ptr<plugin_host::OffloadInstance> plugin, const config::AioConfig& settings);
   ~Swapper();  // waits for every queued transfer, closes the files
   Swapper(const Swapper&) = delete;
   Swapper& operator=(const Swapper&) = delete;
@@ -58,7 +47,7 @@ class Swapper {
   // Addresses, offsets and sizes of transfers must be multiples of this.
   size_t alignment() const;
   const std::string& backend() const;  // "io_uring" or "threads", as the plugin says
-  const AioSettings& settings() const;
+  const config::AioConfig& settings() const;
 
   // Opens (DSCORE_OPEN_* flags) and returns a small file number.
   Result<int> open(const std::string& path, uint32_t flags);
@@ -103,7 +92,7 @@ class Swapper {
 // its params (plus `extra_params`, for plugins that take more), in
 // `context` (rank, the engine's host context), driven by a new Swapper.
 Result<std::unique_ptr<Swapper>> make_swapper(const plugin_host::PluginRegistry& registry,
-                                              const AioSettings& settings,
+                                              const config::AioConfig& settings,
                                               const plugin_host::InstanceContext& context,
                                               const std::string& plugin = "nvme",
                                               const json::Value& extra_params = json::Value());

@@ -24,10 +24,10 @@ std::unique_ptr<GradientReduction> reduction_for(int stage, const ZeroContext& c
 
 FlatZero::FlatZero(const ZeroContext& context, int stage)
     : ctx_(context),
-      storage_(*context.layout, context.model_dtype, context.grad_dtype, context.comm->rank(),
+      storage_(*context.layout, context.model_dtype(), context.grad_dtype(), context.comm->rank(),
                context.comm->world_size(),
                stage == 0 ? Ownership::kReplicated : Ownership::kPartitioned,
-               context.master_elsewhere),
+               context.master_elsewhere()),
       reduction_(reduction_for(stage, ctx_, storage_)) {}
 
 Status FlatZero::initialise(const Model& model) {
@@ -73,12 +73,12 @@ Status FlatZero::end_micro_step() { return reduction_->end_micro_step(ready_); }
 GradientShare FlatZero::gradient_share() {
   // Stage 0 holds every gradient on every rank; each counts its stage-1 partition.
   const auto [begin, end] = storage_.norm_range();
-  return {tensor::element_at(owned_grads(), ctx_.grad_dtype, begin), end - begin};
+  return {tensor::element_at(owned_grads(), ctx_.grad_dtype(), begin), end - begin};
 }
 
 Status FlatZero::after_update() {
   if (storage_.replicated()) return Status::Ok();  // every rank updated everything
-  const dscore_dtype md = ctx_.model_dtype;
+  const dscore_dtype md = ctx_.model_dtype();
   const FlatPartition& partition = storage_.partition();
   const comm::CommBuffer send =
       device_buffer(ctx_.device, tensor::element_at(storage_.params(), md, storage_.owned_begin()),
@@ -130,7 +130,7 @@ std::vector<ParamRun> FlatZero::checkpoint_params() {
   for (size_t i = 0; i < params.size(); ++i)
     runs.push_back(
         buffer_run(ctx_, i, 0, params[i].numel,
-                   tensor::element_at(storage_.params(), ctx_.model_dtype, params[i].offset)));
+                   tensor::element_at(storage_.params(), ctx_.model_dtype(), params[i].offset)));
   return runs;
 }
 

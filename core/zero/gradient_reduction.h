@@ -71,7 +71,7 @@ class GradientReduction {
 
 // Elements of one reduction bucket: reduce_bucket_size, within [1, padded].
 inline int64_t bucket_elements(const ZeroContext& ctx, const FlatPartition& partition) {
-  return std::clamp<int64_t>(ctx.config->zero.reduce_bucket_size, 1, partition.padded_numel);
+  return std::clamp<int64_t>(ctx.zero->reduce_bucket_size, 1, partition.padded_numel);
 }
 
 }  // namespace dscore::zero

@@ -15,15 +15,15 @@ GridReduction::GridReduction(const ZeroContext& context, FlatStorage& storage)
     : ctx_(context),
       storage_(storage),
       bucket_capacity_(bucket_elements(context, storage.partition())),
-      every_micro_step_(context.config->batch.gradient_accumulation_steps > 1 &&
-                        context.comm->world_size() > 1) {}
+      every_micro_step_(context.gradient_accumulation_steps > 1 && context.comm->world_size() > 1) {
+}
 
 char* GridReduction::grads_at(int64_t flat_index) {
-  return tensor::element_at(grads_.data(), ctx_.grad_dtype, flat_index);
+  return tensor::element_at(grads_.data(), ctx_.grad_dtype(), flat_index);
 }
 
 Status GridReduction::allocate() {
-  const dscore_dtype gd = ctx_.grad_dtype;
+  const dscore_dtype gd = ctx_.grad_dtype();
   DSCORE_ASSIGN_OR_RETURN(grads_, allocate_buffer(ctx_.device, storage_.partition().padded_numel,
                                                   gd, MemoryUse::kGradients,
                                                   std::string("gradients ") + sdk::dtype_name(gd)));
@@ -43,9 +43,10 @@ void* GridReduction::owned_grads() {
 }
 
 void GridReduction::zero_grads(device::ops::Target target) {
-  device::ops::fill_zero(target, grads_.data(), ctx_.grad_dtype, storage_.partition().padded_numel);
+  device::ops::fill_zero(target, grads_.data(), ctx_.grad_dtype(),
+                         storage_.partition().padded_numel);
   if (every_micro_step_)
-    device::ops::fill_zero(target, accumulated_.data(), ctx_.grad_dtype, storage_.owned_numel());
+    device::ops::fill_zero(target, accumulated_.data(), ctx_.grad_dtype(), storage_.owned_numel());
 }
 
 void GridReduction::begin_micro_step(bool boundary) {
@@ -58,7 +59,7 @@ bool GridReduction::reduces_now() const {
 }
 
 void GridReduction::layer_ready(size_t, const ReadyLayers& ready) {
-  if (reduces_now() && ctx_.config->zero.overlap_comm) submit_ready(false, ready);
+  if (reduces_now() && ctx_.zero->overlap_comm) submit_ready(false, ready);
 }
 
 Status GridReduction::end_micro_step(const ReadyLayers& ready) {
@@ -67,7 +68,7 @@ Status GridReduction::end_micro_step(const ReadyLayers& ready) {
   if (reduces_every_micro_step()) {
     // This micro-step's mean joins the sum; the model adds into zeros again.
     ctx_.stream->enqueue([this] {
-      const dscore_dtype gd = ctx_.grad_dtype;
+      const dscore_dtype gd = ctx_.grad_dtype();
       device::ops::accumulate(ctx_.comm_target, accumulated_.data(),
                               grads_at(storage_.owned_begin()), gd, storage_.owned_numel());
       device::ops::fill_zero(ctx_.comm_target, grads_.data(), gd,
@@ -90,8 +91,8 @@ void GridReduction::submit_ready(bool all, const ReadyLayers& ready) {
     if (lo < floor) break;
     next_hi_ = lo;
     device::EventPtr done = ctx_.stream->submit([this, lo, hi] {
-      const Reduction r = plan_reduction(*ctx_.config, ctx_.comm->world_size());
-      device::ops::scale_in_place(ctx_.comm_target, grads_at(lo), ctx_.grad_dtype, hi - lo,
+      const Reduction& r = ctx_.reduction;
+      device::ops::scale_in_place(ctx_.comm_target, grads_at(lo), ctx_.grad_dtype(), hi - lo,
                                   r.pre_factor);
       return reduce_bucket(lo, hi, r);
     });
@@ -105,9 +106,9 @@ void GridReduction::submit_ready(bool all, const ReadyLayers& ready) {
 
 Status AllreduceGrid::reduce_bucket(int64_t lo, int64_t hi, const Reduction& r) {
   void* data = grads_at(lo);
-  const comm::CommBuffer buffer = device_buffer(ctx_.device, data, ctx_.grad_dtype, hi - lo);
+  const comm::CommBuffer buffer = device_buffer(ctx_.device, data, ctx_.grad_dtype(), hi - lo);
   DSCORE_RETURN_IF_ERROR(ctx_.comm->allreduce(buffer, buffer, r.op));
-  device::ops::scale_in_place(ctx_.comm_target, data, ctx_.grad_dtype, hi - lo, r.post_factor);
+  device::ops::scale_in_place(ctx_.comm_target, data, ctx_.grad_dtype(), hi - lo, r.post_factor);
   return Status::Ok();
 }
 
@@ -119,7 +120,7 @@ Status OwnerReduceGrid::reduce_bucket(int64_t lo, int64_t hi, const Reduction& r
   DSCORE_RETURN_IF_ERROR(ctx_.comm->grouped([&] {
     for (const OwnedPiece& piece : pieces) {
       const comm::CommBuffer send = device_buffer(ctx_.device, grads_at(piece.begin),
-                                                  ctx_.grad_dtype, piece.end - piece.begin);
+                                                  ctx_.grad_dtype(), piece.end - piece.begin);
       comm::CommBuffer recv;
       if (piece.rank == rank) recv = send;  // the owner's slice, reduced in place
       DSCORE_RETURN_IF_ERROR(ctx_.comm->reduce(send, recv, r.op, piece.rank));
@@ -128,7 +129,7 @@ Status OwnerReduceGrid::reduce_bucket(int64_t lo, int64_t hi, const Reduction& r
   }));
   for (const OwnedPiece& piece : pieces)
     if (piece.rank == rank)
-      device::ops::scale_in_place(ctx_.comm_target, grads_at(piece.begin), ctx_.grad_dtype,
+      device::ops::scale_in_place(ctx_.comm_target, grads_at(piece.begin), ctx_.grad_dtype(),
                                   piece.end - piece.begin, r.post_factor);
   return Status::Ok();
 }

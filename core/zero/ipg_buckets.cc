@@ -16,10 +16,10 @@ IpgBuckets::IpgBuckets(const ZeroContext& context, FlatStorage& storage)
     : ctx_(context),
       storage_(storage),
       capacity_(bucket_elements(context, storage.partition())),
-      bucket_count_(context.config->zero.overlap_comm ? 2 : 1) {}
+      bucket_count_(context.zero->overlap_comm ? 2 : 1) {}
 
 Status IpgBuckets::allocate() {
-  const dscore_dtype gd = ctx_.grad_dtype;
+  const dscore_dtype gd = ctx_.grad_dtype();
   DSCORE_ASSIGN_OR_RETURN(owned_, allocate_buffer(ctx_.device, storage_.owned_numel(), gd,
                                                   MemoryUse::kGradients, "gradient partition"));
   for (size_t i = 0; i < bucket_count_; ++i) {
@@ -32,7 +32,7 @@ Status IpgBuckets::allocate() {
 }
 
 void IpgBuckets::zero_grads(device::ops::Target target) {
-  device::ops::fill_zero(target, owned_.data(), ctx_.grad_dtype, storage_.owned_numel());
+  device::ops::fill_zero(target, owned_.data(), ctx_.grad_dtype(), storage_.owned_numel());
 }
 
 void IpgBuckets::begin_micro_step(bool boundary) {
@@ -50,7 +50,7 @@ Status IpgBuckets::lend(size_t layer, device::Stream* views_on) {
 
 Result<device::Buffer> IpgBuckets::solo_memory(int64_t elements, bool zero,
                                                device::Stream* views_on) {
-  const dscore_dtype gd = ctx_.grad_dtype;
+  const dscore_dtype gd = ctx_.grad_dtype();
   DSCORE_ASSIGN_OR_RETURN(device::Buffer memory,
                           allocate_scratch(ctx_.device, ctx_.stream, elements, gd,
                                            MemoryUse::kBuffers, "gradient bucket"));
@@ -119,7 +119,7 @@ Status IpgBuckets::place(size_t layer, device::Stream* views_on) {
 
 Status IpgBuckets::detach_current_bucket(device::Stream* views_on) {
   Bucket& b = buckets_[current_];
-  const dscore_dtype gd = ctx_.grad_dtype;
+  const dscore_dtype gd = ctx_.grad_dtype();
   Solo solo;
   // Overwritten whole by the copy below.
   DSCORE_ASSIGN_OR_RETURN(solo.memory, solo_memory(b.hi - b.lo, /*zero=*/false, views_on));
@@ -190,8 +190,8 @@ Status IpgBuckets::end_micro_step(const ReadyLayers& ready) {
 device::EventPtr IpgBuckets::submit_owner_reduction(char* memory, int64_t window, int64_t lo,
                                                     int64_t hi) {
   device::EventPtr done = ctx_.stream->submit([this, memory, window, lo, hi] {
-    const Reduction r = plan_reduction(*ctx_.config, ctx_.comm->world_size());
-    const dscore_dtype gd = ctx_.grad_dtype;
+    const Reduction& r = ctx_.reduction;
+    const dscore_dtype gd = ctx_.grad_dtype();
     const int rank = storage_.rank();
     const device::ops::Target on = ctx_.comm_target;
     device::ops::scale_in_place(on, element_at(memory, gd, lo - window), gd, hi - lo, r.pre_factor);

@@ -52,8 +52,7 @@ Result<std::unique_ptr<ParamSwap>> ParamSwap::create(offload::Swapper* swapper,
   s->element_size_ = sdk::dtype_size(dtype);
   s->local_ = local_numel;
   // The resident part ends on a granule, so file transfers stay aligned.
-  s->resident_ = std::min(local_numel, max_in_cpu / kTileGranularity * kTileGranularity);
-  if (max_in_cpu >= local_numel) s->resident_ = local_numel;
+  s->resident_ = param_resident_elements(local_numel, max_in_cpu);
   s->file_elements_ = round_up(std::max<int64_t>(local_numel, 1), kTileGranularity);
   constexpr const char* kResidentName = "parameters (resident of offload_param)";
   if (s->resident_ > 0 && pinned_on != nullptr) {
@@ -98,12 +97,6 @@ std::string ParamSwap::describe() const {
   const auto es = static_cast<uint64_t>(element_size_);
   return format_bytes(static_cast<uint64_t>(local_ - resident_) * es) + " on NVMe in " + path_ +
          ", " + format_bytes(static_cast<uint64_t>(resident_) * es) + " resident (max_in_cpu)";
-}
-
-int64_t param_read_staging_bytes(int64_t local, int64_t resident, dscore_dtype dtype) {
-  const int64_t on_disk = round_up(std::max<int64_t>(local - resident, 0), kTileGranularity) *
-                          static_cast<int64_t>(sdk::dtype_size(dtype));
-  return 2 * std::min(on_disk, kParamReadChunkBytes);
 }
 
 Result<ParamSwap::ChunkRead> ParamSwap::start_chunk(int64_t begin, int64_t end, int buffer) {

@@ -27,11 +27,6 @@
 
 namespace dscore::zero {
 
-inline constexpr int64_t kParamReadChunkBytes = int64_t{8} << 20;
-// The read staging of a ParamSwap: two chunks, each at most the part on
-// disk (local - resident elements, rounded up to the granularity).
-int64_t param_read_staging_bytes(int64_t local, int64_t resident, dscore_dtype dtype);
-
 class ParamSwap {
  public:
   // Creates the folder and the file (sized, zero) and the resident part:

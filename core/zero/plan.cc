@@ -7,17 +7,10 @@
 #include <cstdio>
 
 #include "core/base/strings.h"
-#include "core/zero/param_swap.h"
 #include "core/zero/partition.h"
 
 namespace dscore::zero {
 namespace {
-
-dscore_dtype dtype_named(const std::string& name) {
-  if (name == "fp16") return DSCORE_DTYPE_F16;
-  if (name == "bf16") return DSCORE_DTYPE_BF16;
-  return DSCORE_DTYPE_F32;
-}
 
 int64_t bytes(int64_t elements, dscore_dtype dtype) {
   return elements * static_cast<int64_t>(sdk::dtype_size(dtype));
@@ -27,14 +20,9 @@ constexpr int64_t kSwapAlign = kTileGranularity;
 
 int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
-const config::OffloadConfig* nvme_optimizer(const config::TrainingConfig& config) {
-  const auto& o = config.zero.offload_optimizer;
-  return o && o->device == "nvme" ? &*o : nullptr;
-}
-
 // Moves the owned master and slots of `plan` from RAM to swap files.
 // Staged (from a device whose memory the host does not address,
-// core/engine/nvme_state.h): the master has a file for fp32 models too, and
+// core/owned_state/nvme_state.h): the master has a file for fp32 models too, and
 // each tile buffer a gradient tile, beside two parameter staging tiles.
 void plan_optimizer_swap(const config::OffloadConfig& offload, int64_t sub_group_size,
                          const std::vector<StateSlot>& slots, int64_t owned, bool staged,
@@ -43,7 +31,7 @@ void plan_optimizer_swap(const config::OffloadConfig& offload, int64_t sub_group
   swap.nvme_path = offload.nvme_path;
   swap.file_elements = round_up(owned, kSwapAlign);
   swap.tile_elements = nvme_tile_elements(sub_group_size, owned);
-  swap.buffers = offload_tile_buffers(offload);
+  swap.buffers = config::nvme_tile_buffers(offload);
   MemoryPlan& m = plan->memory;
   if (plan->model_dtype != DSCORE_DTYPE_F32 || staged) {
     swap.files.push_back({"fp32 master", bytes(swap.file_elements, DSCORE_DTYPE_F32)});
@@ -192,19 +180,6 @@ void add_process_memory(const ProcessMemory& process, ZeroPlan* plan) {
                   slack_text + " of what the rank allocates (" + mib(slack) + ")");
 }
 
-dscore_dtype model_dtype_of(const config::TrainingConfig& config) {
-  if (config.fp16.enabled) return DSCORE_DTYPE_F16;
-  if (config.bf16.enabled) return DSCORE_DTYPE_BF16;
-  return DSCORE_DTYPE_F32;
-}
-
-dscore_dtype grad_dtype_of(const config::TrainingConfig& config) {
-  if (config.grad_accum_dtype) return dtype_named(*config.grad_accum_dtype);
-  const dscore_dtype md = model_dtype_of(config);
-  if (md == DSCORE_DTYPE_BF16 && config.zero.stage == 0) return DSCORE_DTYPE_F32;
-  return md;
-}
-
 int64_t ZeroPlan::device_memory() const {
   if (!on_device) return 0;
   const MemoryPlan& m = memory;
@@ -222,13 +197,20 @@ int64_t ZeroPlan::comm_total() const {
 ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layout,
                    const std::vector<StateSlot>& slots, int world, int rank,
                    std::optional<bool> device_memory_is_host) {
+  return make_plan(config, config::make_placement(config, device_memory_is_host), layout, slots,
+                   world, rank);
+}
+
+ZeroPlan make_plan(const config::TrainingConfig& config, const config::Placement& placement,
+                   const ParamLayout& layout, const std::vector<StateSlot>& slots, int world,
+                   int rank) {
   ZeroPlan plan;
-  plan.stage = config.zero.stage;
+  plan.stage = placement.stage;
   plan.world = world;
   plan.rank = rank;
   plan.numel = layout.total_numel();
-  plan.model_dtype = model_dtype_of(config);
-  plan.grad_dtype = grad_dtype_of(config);
+  plan.model_dtype = placement.model_dtype;
+  plan.grad_dtype = placement.grad_dtype;
   const dscore_dtype md = plan.model_dtype, gd = plan.grad_dtype;
   const int64_t gas = config.batch.gradient_accumulation_steps;
   const FlatPartition flat = make_flat_partition(plan.numel, world);
@@ -310,37 +292,37 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
   if (md != DSCORE_DTYPE_F32) m.master = bytes(owned, DSCORE_DTYPE_F32);
   for (const StateSlot& s : slots) m.optimizer += bytes(owned * s.elements_per_param, s.dtype);
   // Offload from device memory the host does not address moves through
-  // host buffers (core/engine/nvme_state.h, core/zero/sharded_zero.h).
-  const bool staged = !device_memory_is_host.value_or(config.device != "cuda");
+  // host buffers (core/owned_state/nvme_state.h, core/zero/sharded_zero.h).
+  const bool staged = !placement.device_memory_is_host;
   plan.on_device = staged;
   if (config.comm.backend == "nccl") m.comm_scratch = 0;  // its buffers are on the GPU, uncounted
-  if (const auto& o = config.zero.offload_optimizer; o && !o->device.empty())
-    plan.optimizer_device = o->device;
-  if (const config::OffloadConfig* nvme = nvme_optimizer(config); nvme && plan.stage > 0)
-    plan_optimizer_swap(*nvme, config.zero.sub_group_size, slots, owned, staged, &plan);
-  if (host_offload(config)) {
-    plan_host_offload(config.zero.sub_group_size, owned, kept_on_device_elements(config, owned),
-                      config.zero.offload_optimizer->ratio, slots, &plan);
+  plan.optimizer_device = config::offload_device_name(placement.optimizer_offload.device);
+  if (placement.optimizer_on_nvme())
+    plan_optimizer_swap(placement.optimizer_offload, config.zero.sub_group_size, slots, owned,
+                        staged, &plan);
+  if (placement.host_offload()) {
+    plan_host_offload(config.zero.sub_group_size, owned,
+                      kept_on_device_elements(placement, config.zero.sub_group_size, owned),
+                      placement.offloaded_ratio, slots, &plan);
     plan.state_on_host = staged;
-  } else if (plan.optimizer_device == "cpu")
+  } else if (placement.optimizer_offload.device == config::OffloadDevice::kCpu)
     plan.notes.push_back(
         "offload_optimizer.device \"cpu\" at ZeRO stage 0: the optimizer state stays with the "
         "parameters (ZeRO-Offload needs stage 1, 2 or 3)");
-  if (const auto& p = config.zero.offload_param;
-      p && p->device == "nvme" && plan.stage == 3 && md != DSCORE_DTYPE_F32) {
+  const config::OffloadConfig& p = placement.param_offload;
+  if (placement.params_on_nvme()) {
     // param_swap.h: the shards in a file, the first max_in_cpu elements in RAM.
-    const int64_t resident =
-        p->max_in_cpu >= owned ? owned : p->max_in_cpu / kTileGranularity * kTileGranularity;
+    const int64_t resident = param_resident_elements(owned, p.max_in_cpu);
     m.parameters = bytes(resident, md);
     m.disk_parameters = bytes(round_up(std::max<int64_t>(owned, 1), kTileGranularity), md);
     m.host_staging = param_read_staging_bytes(owned, resident, md);
     if (staged && owned > resident)
       m.host_staging +=
-          bytes(param_swap_ring_elements(p->buffer_count, p->buffer_size, owned - resident), md) +
+          bytes(param_swap_ring_elements(p.buffer_count, p.buffer_size, owned - resident), md) +
           kParamSwapRingSlack;
     plan.params_on_host = staged;
-    plan.param_nvme_path = p->nvme_path;
-  } else if (p && p->device == "cpu" && plan.stage == 3) {
+    plan.param_nvme_path = p.nvme_path;
+  } else if (placement.parameters == config::Home::kHost) {
     plan.params_on_host = staged;
     plan.notes.push_back(staged ? "offload_param.device \"cpu\": the parameter shards in pinned "
                                   "host memory, copied to the device by each gather"
@@ -356,22 +338,25 @@ int64_t offload_tile_elements(int64_t sub_group_size, int64_t owned) {
   return std::min(nvme_tile_elements(sub_group_size, owned), kHostOffloadTileCap);
 }
 
-bool host_offload(const config::TrainingConfig& config) {
-  const auto& o = config.zero.offload_optimizer;
-  return o && o->device == "cpu" && config.zero.stage > 0;
+int64_t kept_on_device_elements(const config::Placement& placement, int64_t sub_group_size,
+                                int64_t owned) {
+  if (!placement.partial_offload() || owned <= 0) return 0;
+  const int64_t group = nvme_tile_elements(sub_group_size, owned);
+  const int64_t groups = (owned + group - 1) / group;
+  const auto kept =
+      static_cast<int64_t>((1.0 - placement.offloaded_ratio) * static_cast<double>(groups));
+  return std::min(kept * group, owned);
 }
 
-int64_t kept_on_device_elements(const config::TrainingConfig& config, int64_t owned) {
-  if (!host_offload(config) || config.zero.stage != 3 || owned <= 0) return 0;
-  // With offload_param the parameters are not on the device to keep with.
-  if (const auto& p = config.zero.offload_param; p && !p->device.empty() && p->device != "none")
-    return 0;
-  const double ratio = config.zero.offload_optimizer->ratio;
-  if (!(ratio < 1.0)) return 0;
-  const int64_t group = nvme_tile_elements(config.zero.sub_group_size, owned);
-  const int64_t groups = (owned + group - 1) / group;
-  const auto kept = static_cast<int64_t>((1.0 - ratio) * static_cast<double>(groups));
-  return std::min(kept * group, owned);
+int64_t param_resident_elements(int64_t local, int64_t max_in_cpu) {
+  if (max_in_cpu >= local) return local;
+  return max_in_cpu / kTileGranularity * kTileGranularity;
+}
+
+int64_t param_read_staging_bytes(int64_t local, int64_t resident, dscore_dtype dtype) {
+  const int64_t on_disk = round_up(std::max<int64_t>(local - resident, 0), kTileGranularity) *
+                          static_cast<int64_t>(sdk::dtype_size(dtype));
+  return 2 * std::min(on_disk, kParamReadChunkBytes);
 }
 
 int64_t gradient_flush_elements(const config::ZeroConfig& zero) {
@@ -389,38 +374,6 @@ int64_t param_swap_ring_elements(int64_t buffer_count, int64_t buffer_size, int6
 int64_t nvme_tile_elements(int64_t sub_group_size, int64_t owned) {
   const int64_t wanted = std::max(sub_group_size / kTileGranularity, int64_t{1}) * kTileGranularity;
   return std::min(wanted, round_up(std::max(owned, int64_t{1}), kTileGranularity));
-}
-
-int64_t offload_tile_buffers(const config::OffloadConfig& offload) {
-  return 1 + (offload.pipeline_read ? 1 : 0) + (offload.pipeline_write ? 1 : 0);
-}
-
-std::vector<config::ConfigError> offload_plan_errors(const config::TrainingConfig& config) {
-  std::vector<config::ConfigError> out;
-  const config::OffloadConfig* nvme = nvme_optimizer(config);
-  if (nvme == nullptr) return out;
-  const std::string key = "zero_optimization.offload_optimizer.";
-  if (config.zero.stage == 0)
-    out.push_back({key + "device",
-                   {},
-                   "optimizer offload to NVMe needs ZeRO stage 1, 2 or 3 (it swaps the partition "
-                   "a rank owns): set zero_optimization.stage to 1 or more, or \"device\": "
-                   "\"none\""});
-  if (nvme->nvme_path.empty())
-    out.push_back({key + "nvme_path",
-                   {},
-                   "\"device\": \"nvme\" needs \"nvme_path\": a folder on a fast local disk "
-                   "for the swap files"});
-  const int64_t needed = offload_tile_buffers(*nvme);
-  if (nvme->buffer_count < needed)
-    out.push_back({key + "buffer_count",
-                   {},
-                   "buffer_count " + std::to_string(nvme->buffer_count) + " is fewer than the " +
-                       std::to_string(needed) +
-                       " tile buffers the swap pipeline uses (1 + pipeline_read + "
-                       "pipeline_write): set buffer_count to " +
-                       std::to_string(needed) + " or more, or turn a pipeline flag off"});
-  return out;
 }
 
 }  // namespace dscore::zero

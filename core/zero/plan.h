@@ -26,6 +26,7 @@
 
 #include "core/base/status.h"
 #include "core/config/config.h"
+#include "core/config/placement.h"
 #include "core/config/training_config.h"
 #include "core/zero/param_layout.h"
 
@@ -68,7 +69,7 @@ struct MemoryPlan {
 
 // What a rank holds beyond the model states and buffers make_plan counts:
 // the model's activations (declared by the model, model.h activation_bytes)
-// and the process's own memory (measured; core/engine/planner.h).
+// and the process's own memory (measured; core/app/planner.h).
 struct ProcessMemory {
   std::string model;                     // the model's display name, for the note
   std::optional<int64_t> activations;    // one micro-batch as configured; nullopt: unknown
@@ -136,15 +137,14 @@ struct ZeroPlan {
   int64_t comm_total() const;
 };
 
-// Dtypes a config trains with (docs/deepspeed-reference.md#derived-settings): the model's, and the
-// gradient accumulation's (data_types.grad_accum_dtype, else fp32 for bf16
-// at stage 0, else the model's).
-dscore_dtype model_dtype_of(const config::TrainingConfig& config);
-dscore_dtype grad_dtype_of(const config::TrainingConfig& config);
-
-// `device_memory_is_host`: whether the host addresses the memory of the
-// device the engine computes on (device.h memory_is_host()); unset: on a
-// CPU unless the config's "device" is "cuda".
+// The plan of `placement` (config/placement.h) with the config's bucket,
+// prefetch and sub-group sizes.
+ZeroPlan make_plan(const config::TrainingConfig& config, const config::Placement& placement,
+                   const ParamLayout& layout, const std::vector<StateSlot>& slots, int world,
+                   int rank);
+// The same with the config's placement. `device_memory_is_host`: whether
+// the host addresses the memory of the device the engine computes on
+// (device.h memory_is_host()); unset: on a CPU unless "device" is "cuda".
 ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layout,
                    const std::vector<StateSlot>& slots, int world, int rank,
                    std::optional<bool> device_memory_is_host = std::nullopt);
@@ -186,29 +186,26 @@ int64_t nvme_tile_elements(int64_t sub_group_size, int64_t owned);
 // owned gradients and (16-bit models) two staging tiles of parameters.
 inline constexpr int64_t kHostOffloadTileCap = int64_t{1} << 22;
 int64_t offload_tile_elements(int64_t sub_group_size, int64_t owned);
-// Whether a config runs ZeRO-Offload: offload_optimizer.device "cpu" at
-// stage 1, 2 or 3 (at stage 0 the state stays with the parameters).
-bool host_offload(const config::TrainingConfig& config);
-// Partial offload (offload_optimizer.ratio < 1 with ZeRO-Offload at stage
-// 3, DeepSpeed's ZeRO-Offload++): the owned elements [0, n) whose master
-// and optimizer state stay with the parameters, updated there; the rest is
-// offloaded. As DeepSpeed: of the G sub-groups of sub_group_size elements
-// (here nvme_tile_elements), the first floor((1 - ratio) * G). 0 without
-// partial offload, and with offload_param (the parameters are not on the
-// device then).
-int64_t kept_on_device_elements(const config::TrainingConfig& config, int64_t owned);
+// Partial offload (Placement::partial_offload, DeepSpeed's
+// ZeRO-Offload++): the owned elements [0, n) whose master and optimizer
+// state stay with the parameters, updated there; the rest is offloaded. As
+// DeepSpeed: of the G sub-groups of sub_group_size elements (here
+// nvme_tile_elements), the first floor((1 - ratio) * G). 0 without partial
+// offload.
+int64_t kept_on_device_elements(const config::Placement& placement, int64_t sub_group_size,
+                                int64_t owned);
 
-// The tile buffers NVMe optimizer offload needs: 1 + pipeline_read +
-// pipeline_write.
-int64_t offload_tile_buffers(const config::OffloadConfig& offload);
-
-// What the plan cannot count on: offload_optimizer with device "nvme" at
-// stage 0, without an nvme_path, or with fewer buffer_count than tile
-// buffers. Paths are config keys, as config::ConfigError's.
-std::vector<config::ConfigError> offload_plan_errors(const config::TrainingConfig& config);
+// offload_param nvme (stage 3): of a rank's `local` shard elements, the
+// first ones kept in memory: max_in_cpu rounded down to whole granules, or
+// all of them when max_in_cpu covers them (core/zero/param_swap.h).
+int64_t param_resident_elements(int64_t local, int64_t max_in_cpu);
+// Reads of the part on disk go through two staging chunks of at most this
+// many bytes, each at most the part on disk rounded up to the granularity.
+inline constexpr int64_t kParamReadChunkBytes = int64_t{8} << 20;
+int64_t param_read_staging_bytes(int64_t local, int64_t resident, dscore_dtype dtype);
 
 // What one node offers the ranks it runs: read from the machine
-// (read_node_capacity in core/engine/planner.h) or given by tests. An
+// (read_node_capacity in core/app/planner.h) or given by tests. An
 // unknown capacity is not checked.
 struct NodeCapacity {
   std::optional<int64_t> ram_available;   // bytes (MemAvailable)

@@ -17,6 +17,8 @@ struct Reduction {
   double post_factor = 1;
 };
 
+// Made once by the engine for the data-parallel group of `world` ranks
+// (ZeroContext::reduction).
 inline Reduction plan_reduction(const config::TrainingConfig& config, int world) {
   Reduction r;
   if (config.prescale_gradients) {

@@ -46,7 +46,7 @@ ShardedZero::ShardedZero(const ZeroContext& context)
   }
   // Persistence (docs/deepspeed-reference.md#stage-3-layout): small params, while the running total
   // of persistent elements stays within the model threshold.
-  const config::ZeroConfig& z = ctx_.config->zero;
+  const config::ZeroConfig& z = *ctx_.zero;
   persistent_.assign(params.size(), 0);
   int64_t persistent_total = 0;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -74,13 +74,14 @@ int64_t ShardedZero::padded(size_t param) const {
 }
 
 float* ShardedZero::owned_master() {
-  if (ctx_.master_elsewhere && ctx_.model_dtype != DSCORE_DTYPE_F32) return nullptr;
-  return ctx_.model_dtype == DSCORE_DTYPE_F32 ? static_cast<float*>(param_part_.data())
-                                              : static_cast<float*>(master_.data());
+  if (ctx_.master_elsewhere() && ctx_.model_dtype() != DSCORE_DTYPE_F32) return nullptr;
+  return ctx_.model_dtype() == DSCORE_DTYPE_F32 ? static_cast<float*>(param_part_.data())
+                                                : static_cast<float*>(master_.data());
 }
 
 void* ShardedZero::owned_params16() {
-  return ctx_.model_dtype == DSCORE_DTYPE_F32 ? nullptr : param_part_.data();  // null when swapped
+  return ctx_.model_dtype() == DSCORE_DTYPE_F32 ? nullptr
+                                                : param_part_.data();  // null when swapped
 }
 
 Status ShardedZero::store_params16(int64_t begin, int64_t count, const void* values) {
@@ -89,7 +90,7 @@ Status ShardedZero::store_params16(int64_t begin, int64_t count, const void* val
 }
 
 Status ShardedZero::initialise(const Model& model) {
-  const dscore_dtype md = ctx_.model_dtype;
+  const dscore_dtype md = ctx_.model_dtype();
   const int64_t local = shards_.local_numel;
   if (ctx_.param_swapper != nullptr) {
     if (md == DSCORE_DTYPE_F32)
@@ -97,36 +98,38 @@ Status ShardedZero::initialise(const Model& model) {
           "parameters on NVMe need a 16-bit model (bf16 or fp16): an fp32 model's parameters are "
           "its master weights");
     const bool staged = ctx_.device != nullptr && !ctx_.device->memory_is_host();
-    DSCORE_ASSIGN_OR_RETURN(
-        param_swap_, ParamSwap::create(ctx_.param_swapper, ctx_.param_swap_folder, local, md,
-                                       ctx_.param_max_in_cpu, staged ? ctx_.device : nullptr));
+    DSCORE_ASSIGN_OR_RETURN(param_swap_,
+                            ParamSwap::create(ctx_.param_swapper, ctx_.param_swap_folder, local, md,
+                                              ctx_.placement->param_offload.max_in_cpu,
+                                              staged ? ctx_.device : nullptr));
     const int64_t on_disk = local - param_swap_->resident_elements();
     if (staged) {
-      const int64_t ring = on_disk > 0 ? param_swap_ring_elements(ctx_.param_buffer_count,
-                                                                  ctx_.param_buffer_size, on_disk)
-                                       : 0;
+      const config::OffloadConfig& offload = ctx_.placement->param_offload;
+      const int64_t ring =
+          on_disk > 0 ? param_swap_ring_elements(offload.buffer_count, offload.buffer_size, on_disk)
+                      : 0;
       DSCORE_ASSIGN_OR_RETURN(
           swapped_,
           SwappedGathers::create(*param_swap_, *ctx_.device, *ctx_.stream, ctx_.comm_target, md,
                                  static_cast<size_t>(ring) * sdk::dtype_size(md)));
     }
   } else {
+    const bool pinned = ctx_.placement->params_pinned_on_host();
     DSCORE_ASSIGN_OR_RETURN(
         param_part_,
-        allocate_buffer(
-            ctx_.device, local, md, MemoryUse::kParameters,
-            std::string("parameters ") + sdk::dtype_name(md), tensor::Fill::kZero,
-            ctx_.params_on_host ? device::Placement::kPinned : device::Placement::kDevice));
-    if (ctx_.params_on_host)
+        allocate_buffer(ctx_.device, local, md, MemoryUse::kParameters,
+                        std::string("parameters ") + sdk::dtype_name(md), tensor::Fill::kZero,
+                        pinned ? device::Placement::kPinned : device::Placement::kDevice));
+    if (pinned)
       log_info("rank " + std::to_string(rank_) + ": parameters " +
                format_bytes(static_cast<uint64_t>(param_part_.bytes())) +
                " in pinned host memory (offload_param cpu), copied to the device by each gather");
   }
-  if (md != DSCORE_DTYPE_F32 && !ctx_.master_elsewhere) {
+  if (md != DSCORE_DTYPE_F32 && !ctx_.master_elsewhere()) {
     DSCORE_ASSIGN_OR_RETURN(master_, allocate_buffer(ctx_.device, local, DSCORE_DTYPE_F32,
                                                      MemoryUse::kMaster, "master weights fp32"));
   }
-  DSCORE_ASSIGN_OR_RETURN(grad_part_, allocate_buffer(ctx_.device, local, ctx_.grad_dtype,
+  DSCORE_ASSIGN_OR_RETURN(grad_part_, allocate_buffer(ctx_.device, local, ctx_.grad_dtype(),
                                                       MemoryUse::kGradients, "gradient partition"));
   float* master = owned_master();
   if (param_swap_) {
@@ -150,7 +153,7 @@ Status ShardedZero::initialise(const Model& model) {
   }
   for (const ParamEntry& p : params) {
     param_views_.push_back(param_view(nullptr, md, p));
-    grad_views_.push_back(param_view(nullptr, ctx_.grad_dtype, p));
+    grad_views_.push_back(param_view(nullptr, ctx_.grad_dtype(), p));
     place_view(&param_views_.back(), ctx_.device);
     place_view(&grad_views_.back(), ctx_.device);
   }
@@ -165,7 +168,7 @@ Status ShardedZero::initialise(const Model& model) {
 Status ShardedZero::initialise_swapped(const Model& model) {
   // Piece by piece of the local space (whole granules), front to back, so
   // the file gets every granule once.
-  const dscore_dtype md = ctx_.model_dtype;
+  const dscore_dtype md = ctx_.model_dtype();
   const int64_t local = shards_.local_numel;
   const int64_t piece = 1 << 22;  // a multiple of kTileGranularity
   float* master = owned_master();
@@ -219,7 +222,7 @@ Status ShardedZero::for_each_local_run(
 }
 
 Status ShardedZero::pack_shards(const std::vector<size_t>& params, char* packed) {
-  const dscore_dtype md = ctx_.model_dtype;
+  const dscore_dtype md = ctx_.model_dtype();
   return for_each_local_run(params, [&](int64_t begin, int64_t at, int64_t count) {
     if (param_swap_) return param_swap_->load(begin, count, element_at(packed, md, at));
     device::ops::copy(ctx_.comm_target, element_at(packed, md, at),
@@ -236,7 +239,7 @@ Result<SwappedGathers::Id> ShardedZero::submit_allgather(
     std::function<void(const device::EventPtr&)> submitted) {
   std::shared_ptr<device::Buffer> staged;  // the shards, packed by swapped_'s copies
   if (swapped_) {
-    const dscore_dtype md = ctx_.model_dtype;
+    const dscore_dtype md = ctx_.model_dtype();
     int64_t shard_elements = 0;
     for (size_t p : params) shard_elements += shards_.params[p].shard_size;
     // Scratch in the comm stream's order, held by the tasks that use it.
@@ -274,7 +277,7 @@ Status ShardedZero::allgather_shards(const std::vector<size_t>& params,
                                      const std::vector<char*>& dest, const device::Buffer* staged) {
   // Pack this rank's shards, one allgather, then unpack each rank's chunk:
   // rank r's shard of params[i] goes to element r * shard_size of dest[i].
-  const dscore_dtype md = ctx_.model_dtype;
+  const dscore_dtype md = ctx_.model_dtype();
   std::vector<ShardedRun> runs;
   for (size_t i = 0; i < params.size(); ++i)
     runs.push_back({dest[i], shards_.params[params[i]].shard_size});
@@ -299,7 +302,7 @@ Status ShardedZero::allgather_shards(const std::vector<size_t>& params,
 }
 
 Status ShardedZero::start_gathers(const std::vector<size_t>& layers) {
-  const dscore_dtype md = ctx_.model_dtype;
+  const dscore_dtype md = ctx_.model_dtype();
   // Allocate every layer's memory before any layer changes state, so a
   // failure leaves them all released.
   std::vector<size_t> starting;
@@ -392,7 +395,8 @@ void ShardedZero::point_param_views(size_t layer) {
   char* base = static_cast<char*>(s.full->data());
   int64_t offset = 0;
   for (size_t p : s.gathered_params) {
-    param_views_[p].data = base + offset * static_cast<int64_t>(sdk::dtype_size(ctx_.model_dtype));
+    param_views_[p].data =
+        base + offset * static_cast<int64_t>(sdk::dtype_size(ctx_.model_dtype()));
     offset += padded(p);
   }
 }
@@ -421,7 +425,7 @@ void ShardedZero::prepare_grads(const std::vector<size_t>& layers) {
   for (size_t l : layers) {
     const int64_t elements = padded_layer_elements(l);
     Result<device::Buffer> buffer =
-        allocate_scratch(ctx_.device, ctx_.stream, elements, ctx_.grad_dtype, MemoryUse::kBuffers,
+        allocate_scratch(ctx_.device, ctx_.stream, elements, ctx_.grad_dtype(), MemoryUse::kBuffers,
                          "gradient bucket");
     prepared->emplace_back();
     if (!buffer.ok()) continue;
@@ -430,7 +434,7 @@ void ShardedZero::prepare_grads(const std::vector<size_t>& layers) {
   }
   auto ticket = ctx_.stream->submit([this, to_zero, prepared] {
     for (const auto& [data, elements] : to_zero)
-      device::ops::fill_zero(ctx_.comm_target, data, ctx_.grad_dtype, elements);
+      device::ops::fill_zero(ctx_.comm_target, data, ctx_.grad_dtype(), elements);
     return Status::Ok();
   });
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -453,11 +457,11 @@ Result<std::shared_ptr<device::Buffer>> ShardedZero::take_grads(size_t layer,
   }
   const int64_t elements = padded_layer_elements(layer);
   DSCORE_ASSIGN_OR_RETURN(device::Buffer buffer,
-                          allocate_scratch(ctx_.device, ctx_.stream, elements, ctx_.grad_dtype,
+                          allocate_scratch(ctx_.device, ctx_.stream, elements, ctx_.grad_dtype(),
                                            MemoryUse::kBuffers, "gradient bucket"));
   void* data = buffer.data();
   const device::EventPtr zeroed = ctx_.stream->submit([this, data, elements] {
-    device::ops::fill_zero(ctx_.comm_target, data, ctx_.grad_dtype, elements);
+    device::ops::fill_zero(ctx_.comm_target, data, ctx_.grad_dtype(), elements);
     return Status::Ok();
   });
   DSCORE_RETURN_IF_ERROR(order_views_after(zeroed, views_on));
@@ -465,7 +469,7 @@ Result<std::shared_ptr<device::Buffer>> ShardedZero::take_grads(size_t layer,
 }
 
 Status ShardedZero::prefetch_from(size_t position) {
-  const config::ZeroConfig& z = ctx_.config->zero;
+  const config::ZeroConfig& z = *ctx_.zero;
   if (!trace_.valid() || z.prefetch_bucket_size <= 0) return Status::Ok();
   // Allgathers for the released layers of the next prefetch_bucket_size
   // elements of the trace, within the live limit. Events before
@@ -498,7 +502,7 @@ bool ShardedZero::reused_soon(size_t layer) const {
   if (!trace_.valid()) return false;
   const size_t next = trace_.next_use(layers_[layer].last_event);
   if (next == AcquireTrace::kNever || next < position_) return false;
-  return trace_.elements_between(position_, next) <= ctx_.config->zero.max_reuse_distance;
+  return trace_.elements_between(position_, next) <= ctx_.zero->max_reuse_distance;
 }
 
 void ShardedZero::free_gathered(size_t layer) {
@@ -548,7 +552,7 @@ Status ShardedZero::acquire(size_t layer, dscore_acquire_mode mode, device::Stre
       int64_t offset = 0;
       for (size_t p = first; p < ctx_.layout->layer_end(layer); ++p) {
         grad_views_[p].data =
-            base + offset * static_cast<int64_t>(sdk::dtype_size(ctx_.grad_dtype));
+            base + offset * static_cast<int64_t>(sdk::dtype_size(ctx_.grad_dtype()));
         offset += padded(p);
       }
     }
@@ -569,14 +573,14 @@ Status ShardedZero::grads_ready(size_t layer) {
   if (!s.grads) return Status::Ok();
   pending_grad_elements_ += s.all_shard_elements * world_;
   pending_grads_.push_back({layer, std::move(s.grads)});
-  if (pending_grad_elements_ >= gradient_flush_elements(ctx_.config->zero))
+  if (pending_grad_elements_ >= gradient_flush_elements(*ctx_.zero))
     DSCORE_RETURN_IF_ERROR(flush_gradients());
   return advance_queued_gathers();
 }
 
 Status ShardedZero::reduce_grads(const std::vector<PendingGrads>& group, bool clean,
                                  const Reduction& r) {
-  const dscore_dtype gd = ctx_.grad_dtype;
+  const dscore_dtype gd = ctx_.grad_dtype();
   const int64_t es = static_cast<int64_t>(sdk::dtype_size(gd));
   // Interleave per rank: chunk r = every param's r-th shard, layer after
   // layer (docs/deepspeed-reference.md#stage-3-layout reduce_scatter_coalesced), then one
@@ -646,12 +650,12 @@ Status ShardedZero::flush_gradients() {
     s.partition_clean = false;
   }
   device::EventPtr done = ctx_.stream->submit([this, group, clean]() mutable {
-    DSCORE_RETURN_IF_ERROR(reduce_grads(group, clean, plan_reduction(*ctx_.config, world_)));
+    DSCORE_RETURN_IF_ERROR(reduce_grads(group, clean, ctx_.reduction));
     group.clear();  // the full gradients, freed in this task
     return Status::Ok();
   });
   // The boundary's reduce-scatter is the last write of these layers' shards.
-  if (boundary_ && ctx_.owned_grads_final) {
+  if (boundary_ && ctx_.reduced_gradients != nullptr) {
     std::vector<std::pair<int64_t, int64_t>> ranges;
     for (const PendingGrads& g : group)
       for (size_t p = ctx_.layout->layer_first(g.layer); p < ctx_.layout->layer_end(g.layer); ++p) {
@@ -661,7 +665,7 @@ Status ShardedZero::flush_gradients() {
         else
           ranges.emplace_back(sh.local_offset, sh.local_offset + sh.shard_size);
       }
-    ctx_.owned_grads_final(ranges, done);
+    ctx_.reduced_gradients->owned_grads_final(ranges, done);
   }
   return Status::Ok();
 }
@@ -704,7 +708,7 @@ GradientShare ShardedZero::gradient_share() {
 }
 
 void ShardedZero::zero_grads(device::ops::Target target) {
-  device::ops::fill_zero(target, grad_part_.data(), ctx_.grad_dtype, shards_.local_numel);
+  device::ops::fill_zero(target, grad_part_.data(), ctx_.grad_dtype(), shards_.local_numel);
   for (LayerState& s : layers_) s.partition_clean = true;
 }
 
@@ -741,7 +745,7 @@ std::vector<ParamRun> ShardedZero::checkpoint_params() {
   for (const OwnedSegment& s : segments_) {
     if (!param_swap_) {
       runs.push_back(buffer_run(ctx_, s.param, s.element, s.numel,
-                                element_at(param_part_.data(), ctx_.model_dtype, s.offset)));
+                                element_at(param_part_.data(), ctx_.model_dtype(), s.offset)));
       continue;
     }
     ParamSwap* swap = param_swap_.get();

@@ -13,7 +13,7 @@
 namespace dscore::zero {
 
 std::unique_ptr<ZeroStrategy> make_zero_strategy(const ZeroContext& context) {
-  const int stage = context.config->zero.stage;
+  const int stage = context.placement->stage;
   if (stage == 3) return std::make_unique<ShardedZero>(context);
   return std::make_unique<FlatZero>(context, stage);
 }
@@ -21,7 +21,7 @@ std::unique_ptr<ZeroStrategy> make_zero_strategy(const ZeroContext& context) {
 ParamRun buffer_run(const ZeroContext& context, size_t param, int64_t element, int64_t numel,
                     const void* data) {
   if (context.device == nullptr) return {param, element, numel, data};
-  const size_t es = sdk::dtype_size(context.model_dtype);
+  const size_t es = sdk::dtype_size(context.model_dtype());
   const char* base = static_cast<const char*>(data);
   return {param, element, numel, nullptr,
           [device = context.device, stream = context.stream, base, es](int64_t first, int64_t count,

@@ -20,17 +20,26 @@
 
 #include "core/base/status.h"
 #include "core/comm/communicator.h"
+#include "core/config/placement.h"
 #include "core/config/training_config.h"
 #include "core/device/device.h"
 #include "core/device/ops.h"
 #include "core/model/model.h"
 #include "core/offload/swapper.h"
 #include "core/zero/param_layout.h"
+#include "core/zero/reduced_gradient_sink.h"
+#include "core/zero/reduction.h"
 
 namespace dscore::zero {
 
+// What a stage is given. Pointers are the engine's and outlive the stage.
 struct ZeroContext {
-  const config::TrainingConfig* config = nullptr;
+  const config::ZeroConfig* zero = nullptr;  // the zero_optimization section's sizes
+  // Where the state lives and its dtypes: stage, model and gradient dtypes,
+  // whether the master is kept elsewhere, where stage 3's shards are.
+  const config::Placement* placement = nullptr;
+  int64_t gradient_accumulation_steps = 1;
+  Reduction reduction;  // how gradients are averaged across ranks (reduction.h)
   const ParamLayout* layout = nullptr;
   comm::Communicator* comm = nullptr;
   // The engine's device: ZeRO's buffers come from it (zero_memory.h); null
@@ -41,42 +50,31 @@ struct ZeroContext {
   // Where the model writes its gradients (the engine's compute stream):
   // device ops on gradient memory outside the comm stream's tasks.
   device::ops::Target compute_target;
-  dscore_dtype model_dtype = DSCORE_DTYPE_F32;  // what the model computes on
-  dscore_dtype grad_dtype = DSCORE_DTYPE_F32;   // gradient accumulation and reduction
-  // The fp32 master weights of a 16-bit model live outside the strategy
-  // (on NVMe: core/engine/nvme_state.h): it keeps none, owned_master() is
-  // nullptr, and initialise() writes only the 16-bit parameters.
-  bool master_elsewhere = false;
-  // Stage 3 parameters on NVMe (offload_param nvme, 16-bit models): the
-  // swapper, the rank's folder and the elements kept in memory
-  // (param_swap.h), and offload_param's swap buffers, which size the
-  // staging ring of reads into device memory (plan.h
-  // param_swap_ring_elements). Null: in memory.
+  // Stage 3 parameters on NVMe (Placement::params_on_nvme): the swapper and
+  // the rank's folder (param_swap.h); offload_param's max_in_cpu and swap
+  // buffers are the placement's.
   offload::Swapper* param_swapper = nullptr;
   std::string param_swap_folder;
-  int64_t param_max_in_cpu = 0;
-  int64_t param_buffer_count = 0, param_buffer_size = 0;
-  // Stage 3 parameters in host memory from a device whose memory the host
-  // does not address (offload_param cpu): the shards are page-locked host
-  // memory, copied to the device by each gather; the optimizer's state
-  // updates them on the host (it must be offloaded too).
-  bool params_on_host = false;
-  // In the accumulation boundary's micro-step, told on the thread that
-  // drives the strategy (the model's hook calls) that owned gradients
-  // [first, second) of each range are final once `ready` is done, so
-  // ZeRO-Offload can copy them to the host while backward goes on
-  // (core/engine/host_offload_state.h). May be empty; ranges the strategy
-  // does not report are copied at the step.
-  std::function<void(const std::vector<std::pair<int64_t, int64_t>>& ranges,
-                     const device::EventPtr& ready)>
-      owned_grads_final;
+  // Where the accumulation boundary's reduced gradients are reported as
+  // they become final (reduced_gradient_sink.h: ZeRO-Offload copies them to
+  // the host while backward goes on); nullptr: nobody listens.
+  ReducedGradientSink* reduced_gradients = nullptr;
+
+  dscore_dtype model_dtype() const { return placement->model_dtype; }  // what the model computes
+  dscore_dtype grad_dtype() const { return placement->grad_dtype; }    // accumulation, reduction
+  // The fp32 master weights of a 16-bit model live outside the strategy
+  // (with the offloaded optimizer state: core/owned_state/): it keeps none,
+  // owned_master() is nullptr, and initialise() writes only the 16-bit
+  // parameters.
+  bool master_elsewhere() const { return placement->optimizer_offloaded(); }
 };
 
 // Reports owned gradients [begin, end) of `ctx` final once `ready` is done
-// (ZeroContext::owned_grads_final); nothing for an empty range or listener.
+// (ReducedGradientSink); nothing for an empty range or listener.
 inline void report_owned_grads_final(const ZeroContext& ctx, int64_t begin, int64_t end,
                                      const device::EventPtr& ready) {
-  if (ctx.owned_grads_final && begin < end) ctx.owned_grads_final({{begin, end}}, ready);
+  if (ctx.reduced_gradients != nullptr && begin < end)
+    ctx.reduced_gradients->owned_grads_final({{begin, end}}, ready);
 }
 
 // Orders the model's use of a layer's views after `ready`: on `views_on`

@@ -19,7 +19,9 @@ Status train(Engine& e, int rank, const InProcessHooks& hooks, InProcessResult* 
 Status train_rank(const std::string& text, int rank, int world,
                   const std::shared_ptr<plugin_host::KvBackend>& store, const InProcessHooks& hooks,
                   InProcessResult* result) {
-  InitializeOptions options;
+  // The harness is the program: it hands the engine this process's
+  // environment (tests set DSCORE_* variables around a job).
+  InitializeOptions options = options_with_environment();
   comm::JobEnv job;
   job.rank = rank;
   job.world_size = world;

@@ -262,7 +262,7 @@ TEST(ZeroEquivalence, HostOffloadOfAnOptimizerWithoutThe16BitCopyIsBitwiseAsInMe
 }
 
 // Partial offload (offload_optimizer.ratio < 1 at stage 3, DeepSpeed's
-// ZeRO-Offload++; core/engine/partial_offload_state.h): the first
+// ZeRO-Offload++; core/owned_state/partial_offload_state.h): the first
 // floor((1 - ratio) * G) of G sub-groups keep their master and AdamW state
 // with the parameters and are updated there, the rest is ZeRO-Offload's.
 // Bitwise as everything in memory, in fp32 and bf16, on the CPU device's

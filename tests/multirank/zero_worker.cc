@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
     else
       return fail("unknown option " + k);
   }
-  auto setup = dscore::prepare(o.config, {});
+  auto setup = dscore::prepare(o.config, dscore::options_with_environment());
   if (!setup.ok()) return fail(setup.status().message());
   if (!setup->loaded.ok()) return fail(dscore::format_config_errors(setup->loaded));
   auto engine = dscore::build_engine(*setup, nullptr);

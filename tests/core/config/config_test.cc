@@ -269,12 +269,12 @@ TEST(TrainingConfigBuild, ReadsEverySection) {
   EXPECT_EQ(t.zero.stage, 2);
   EXPECT_FALSE(t.zero.overlap_comm);
   ASSERT_TRUE(t.zero.offload_optimizer);
-  EXPECT_EQ(t.zero.offload_optimizer->device, "nvme");
+  EXPECT_EQ(t.zero.offload_optimizer->device, OffloadDevice::kNvme);
   EXPECT_EQ(t.zero.offload_optimizer->nvme_path, "/nvme");
   EXPECT_EQ(t.zero.offload_optimizer->buffer_count, 4);
   EXPECT_FALSE(t.zero.offload_param);
   EXPECT_EQ(*t.activation_checkpointing.number_checkpoints, 4);
-  EXPECT_EQ(t.aio.find("block_size")->as_int(), 1048576);
+  EXPECT_EQ(t.aio.block_size, 1048576);
 
   EXPECT_TRUE(t.comms_logger.present);
   EXPECT_FALSE(t.comms_logger.enabled);
@@ -366,10 +366,10 @@ TEST(TrainingConfigBuild, EachOffloadSectionGetsItsOwnDefaults) {
   const ZeroConfig& z = c.config->zero;
   ASSERT_TRUE(z.offload_param);
   ASSERT_TRUE(z.offload_optimizer);
-  EXPECT_EQ(z.offload_param->device, "none");
+  EXPECT_EQ(z.offload_param->device, OffloadDevice::kNone);
   EXPECT_EQ(z.offload_param->buffer_count, 5);
   EXPECT_EQ(z.offload_param->buffer_size, 100000000);
-  EXPECT_EQ(z.offload_optimizer->device, "cpu");
+  EXPECT_EQ(z.offload_optimizer->device, OffloadDevice::kCpu);
   EXPECT_EQ(z.offload_optimizer->buffer_count, 4);
   EXPECT_EQ(z.offload_optimizer->ratio, 1.0);
   EXPECT_TRUE(z.overlap_comm);  // config_rules: stage 3 without the key

@@ -296,7 +296,7 @@ TEST(DeepSpeedSchema, DeprecatedZeroKeysMap) {
   }
   // pin memory is not transferred (as in DeepSpeed): the default stays.
   EXPECT_EQ(at(z, {"offload_optimizer", "pin_memory"}), json::Value(true));
-  EXPECT_EQ(c.config->zero.offload_optimizer->device, "cpu");
+  EXPECT_EQ(c.config->zero.offload_optimizer->device, OffloadDevice::kCpu);
 
   LoadedConfig off = load_with(R"("zero_optimization": {"cpu_offload": false})");
   ASSERT_TRUE(off.ok());

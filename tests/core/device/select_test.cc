@@ -46,9 +46,15 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
+// A variable's value as the program reads it (engine/environment.h).
+std::optional<std::string> variable(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? std::nullopt : std::optional<std::string>(value);
+}
+
 TEST(CpuStreamsFromEnv, DefaultsToAsynchronous) {
   ScopedEnv env("DSCORE_CPU_STREAMS", nullptr);
-  auto r = cpu_streams_from_env();
+  auto r = cpu_streams_named(variable("DSCORE_CPU_STREAMS"));
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(*r, CpuStreams::kAsynchronous);
 }
@@ -56,19 +62,19 @@ TEST(CpuStreamsFromEnv, DefaultsToAsynchronous) {
 TEST(CpuStreamsFromEnv, ReadsSyncAndAsync) {
   {
     ScopedEnv env("DSCORE_CPU_STREAMS", "async");
-    auto r = cpu_streams_from_env();
+    auto r = cpu_streams_named(variable("DSCORE_CPU_STREAMS"));
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(*r, CpuStreams::kAsynchronous);
   }
   ScopedEnv env("DSCORE_CPU_STREAMS", "sync");
-  auto r = cpu_streams_from_env();
+  auto r = cpu_streams_named(variable("DSCORE_CPU_STREAMS"));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(*r, CpuStreams::kSynchronous);
 }
 
 TEST(CpuStreamsFromEnv, ABadValueNamesTheVariableAndTheChoices) {
   ScopedEnv env("DSCORE_CPU_STREAMS", "threads");
-  auto r = cpu_streams_from_env();
+  auto r = cpu_streams_named(variable("DSCORE_CPU_STREAMS"));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), DSCORE_INVALID_ARGUMENT);
   const std::string& m = r.status().message();
@@ -82,12 +88,12 @@ TEST(CpuStreamsFromEnv, ABadValueNamesTheVariableAndTheChoices) {
 TEST(CpuMemoryFromEnv, SharedUnlessSeparate) {
   {
     ScopedEnv env("DSCORE_CPU_DEVICE_MEMORY", nullptr);
-    auto r = cpu_memory_from_env();
+    auto r = cpu_memory_named(variable("DSCORE_CPU_DEVICE_MEMORY"));
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(*r, CpuMemory::kShared);
   }
   ScopedEnv env("DSCORE_CPU_DEVICE_MEMORY", "separate");
-  auto r = cpu_memory_from_env();
+  auto r = cpu_memory_named(variable("DSCORE_CPU_DEVICE_MEMORY"));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(*r, CpuMemory::kSeparate);
   auto device = select_device("cpu", 0, CpuStreams::kAsynchronous, *r);
@@ -99,7 +105,7 @@ TEST(CpuMemoryFromEnv, SharedUnlessSeparate) {
 
 TEST(CpuMemoryFromEnv, ABadValueNamesTheVariable) {
   ScopedEnv env("DSCORE_CPU_DEVICE_MEMORY", "discrete");
-  auto r = cpu_memory_from_env();
+  auto r = cpu_memory_named(variable("DSCORE_CPU_DEVICE_MEMORY"));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), DSCORE_INVALID_ARGUMENT);
   EXPECT_NE(r.status().message().find("DSCORE_CPU_DEVICE_MEMORY=\"discrete\""), std::string::npos)

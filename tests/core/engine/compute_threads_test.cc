@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "core/engine/environment.h"
 #include "tests/fakes/scoped_env.h"
 
 namespace dscore {
@@ -23,6 +24,9 @@ comm::JobEnv job_with_local_ranks(int ranks) {
   return job;
 }
 
+// OMP_NUM_THREADS as the program reads it (environment.h).
+std::optional<std::string> omp_num_threads() { return read_engine_environment().omp_num_threads; }
+
 int mask_cpus() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -32,22 +36,22 @@ int mask_cpus() {
 
 TEST(ThreadBudget, AnExplicitCountWins) {
   ScopedEnv omp("OMP_NUM_THREADS", "3");
-  auto budget = thread_budget(5, job_with_local_ranks(2));
+  auto budget = thread_budget(5, job_with_local_ranks(2), omp_num_threads());
   ASSERT_TRUE(budget.ok()) << budget.status().message();
   EXPECT_EQ(budget->threads, 5);
   EXPECT_EQ(budget->reason, "requested");
-  EXPECT_FALSE(thread_budget(0, job_with_local_ranks(1)).ok());
+  EXPECT_FALSE(thread_budget(0, job_with_local_ranks(1), omp_num_threads()).ok());
 }
 
 TEST(ThreadBudget, OmpNumThreadsComesNextAndMustBeAWholeNumber) {
   ScopedEnv omp("OMP_NUM_THREADS", "3");
-  auto budget = thread_budget(std::nullopt, job_with_local_ranks(2));
+  auto budget = thread_budget(std::nullopt, job_with_local_ranks(2), omp_num_threads());
   ASSERT_TRUE(budget.ok()) << budget.status().message();
   EXPECT_EQ(budget->threads, 3);
   EXPECT_EQ(budget->reason, "OMP_NUM_THREADS");
   for (const char* bad : {"0", "-2", "2x", "four"}) {
     ScopedEnv malformed("OMP_NUM_THREADS", bad);
-    auto refused = thread_budget(std::nullopt, job_with_local_ranks(1));
+    auto refused = thread_budget(std::nullopt, job_with_local_ranks(1), omp_num_threads());
     ASSERT_FALSE(refused.ok()) << bad;
     EXPECT_NE(refused.status().message().find(std::string("OMP_NUM_THREADS='") + bad + "'"),
               std::string::npos)
@@ -59,7 +63,7 @@ TEST(ThreadBudget, TheCpusAreSharedByTheRanksOnTheNode) {
   ScopedEnv omp("OMP_NUM_THREADS", std::nullopt);
   const int cpus = mask_cpus();
   for (int ranks : {1, 2, 3, 64}) {
-    auto budget = thread_budget(std::nullopt, job_with_local_ranks(ranks));
+    auto budget = thread_budget(std::nullopt, job_with_local_ranks(ranks), omp_num_threads());
     ASSERT_TRUE(budget.ok()) << budget.status().message();
     if (cpus < sysconf(_SC_NPROCESSORS_ONLN)) {
       EXPECT_EQ(budget->threads, cpus) << "a pinned process keeps its mask";
@@ -85,7 +89,7 @@ TEST(ThreadBudget, AProcessPinnedToFewerCpusKeepsItsMask) {
     }
   }
   ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
-  auto budget = thread_budget(std::nullopt, job_with_local_ranks(2));
+  auto budget = thread_budget(std::nullopt, job_with_local_ranks(2), omp_num_threads());
   ASSERT_EQ(sched_setaffinity(0, sizeof old, &old), 0);
   ASSERT_TRUE(budget.ok()) << budget.status().message();
   EXPECT_EQ(budget->threads, 1);

@@ -363,7 +363,7 @@ TEST_F(CudaEngineTwoRanks, CheckpointsMoveBetweenTheGpusAndTheCpu) {
   std::filesystem::remove_all(dir);
 }
 
-// ZeRO-Offload from the GPU (core/engine/host_offload_state.h): gradients
+// ZeRO-Offload from the GPU (core/owned_state/host_offload_state.h): gradients
 // to page-locked host memory in tiles of 4096 elements, the CPU AdamW, the new
 // parameters back, against the same run with everything on the device and
 // against the CPU. Stages 1-3 (stage 0 refuses offload on CUDA); at stage 3
@@ -413,7 +413,7 @@ TEST_P(CudaZeroOffload, TrainsAsWithoutOffload) {
 
 INSTANTIATE_TEST_SUITE_P(Stages, CudaZeroOffload, ::testing::Values(1, 2, 3));
 
-// NVMe offload from the GPU (core/engine/nvme_state.h staged): the
+// NVMe offload from the GPU (core/owned_state/nvme_state.h staged): the
 // optimizer state (and the fp32 master) in files, each tile's gradients
 // copied to the host, the CPU AdamW, the parameters back; at stage 3 in
 // bf16 the parameters on NVMe too (core/zero/param_swap.h, read through a

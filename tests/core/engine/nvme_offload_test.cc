@@ -647,7 +647,7 @@ TEST_F(NvmeOffload, ParametersOnNvmeTrainBitwiseAsInMemory) {
   EXPECT_EQ(r.params, whole.params);
 }
 
-// NVMe offload as from a GPU (core/engine/nvme_state.h staged, core/zero/
+// NVMe offload as from a GPU (core/owned_state/nvme_state.h staged, core/zero/
 // sharded_zero.h's parameter bounce), on the asynchronous CPU device with
 // separate memory: every stage, 1 and 2 ranks, fp32 (its master now in a
 // file) and bf16, the pipeline combinations rotating, and stage 3 with the

@@ -14,8 +14,8 @@
 namespace dscore::offload {
 namespace {
 
-AioSettings settings(int64_t block_size, int64_t queue_depth) {
-  AioSettings s;
+config::AioConfig settings(int64_t block_size, int64_t queue_depth) {
+  config::AioConfig s = config::default_aio();
   s.block_size = block_size;
   s.queue_depth = queue_depth;
   return s;

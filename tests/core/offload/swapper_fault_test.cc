@@ -20,7 +20,7 @@ constexpr uint32_t kCreate = DSCORE_OPEN_READ | DSCORE_OPEN_WRITE | DSCORE_OPEN_
 
 std::unique_ptr<Swapper> faulty(const plugin_host::PluginRegistry& registry, int fail_request,
                                 const char* fault) {
-  AioSettings s;
+  config::AioConfig s = config::default_aio();
   s.block_size = 4096;
   s.queue_depth = 1;  // one request at a time: which ticket fails is exact
   json::Value extra = json::Value::object();
@@ -120,14 +120,14 @@ TEST(SwapperFault, AnEnospcFromThePluginNamesTheFileSystem) {
 TEST(SwapperFault, UnknownPluginAndBadParamsAreRefused) {
   auto registry = testing::swapper_registry();
   ASSERT_TRUE(registry);
-  auto none = make_swapper(*registry, AioSettings{}, {}, "no_such_swapper");
+  auto none = make_swapper(*registry, config::default_aio(), {}, "no_such_swapper");
   EXPECT_EQ(none.status().code(), DSCORE_NOT_FOUND);
   json::Value extra = json::Value::object();
   extra.set("fault", json::Value("meteor"));
-  auto bad = make_swapper(*registry, AioSettings{}, {}, "fake_faulty_swapper", extra);
+  auto bad = make_swapper(*registry, config::default_aio(), {}, "fake_faulty_swapper", extra);
   ASSERT_EQ(bad.status().code(), DSCORE_INVALID_ARGUMENT);
   EXPECT_NE(bad.status().message().find("aio.fault"), std::string::npos) << bad.status().message();
-  AioSettings odd;
+  config::AioConfig odd = config::default_aio();
   odd.block_size = 1000;
   auto unaligned = make_swapper(*registry, odd, {}, "fake_faulty_swapper");
   ASSERT_EQ(unaligned.status().code(), DSCORE_INVALID_ARGUMENT);

@@ -33,7 +33,7 @@ class Swapper : public ::testing::TestWithParam<std::string> {
 
   // A swapper on the backend under test; skips the test when io_uring is
   // unavailable here (the threads run covers the fallback).
-  std::unique_ptr<offload::Swapper> make(AioSettings s = small()) {
+  std::unique_ptr<offload::Swapper> make(config::AioConfig s = small()) {
     BackendEnv env(GetParam());
     auto swapper = make_swapper(*registry_, s, plugin_host::InstanceContext{});
     if (!swapper.ok() && GetParam() == "io_uring" && swapper.status().code() == DSCORE_UNAVAILABLE)
@@ -43,8 +43,8 @@ class Swapper : public ::testing::TestWithParam<std::string> {
     EXPECT_EQ((*swapper)->backend(), GetParam());
     return std::move(*swapper);
   }
-  static AioSettings small() {
-    AioSettings s;
+  static config::AioConfig small() {
+    config::AioConfig s = config::default_aio();
     s.block_size = kBlock;
     s.queue_depth = 4;
     s.intra_op_parallelism = 3;
@@ -277,7 +277,7 @@ TEST_P(Swapper, MisuseIsRefusedWithTheRule) {
 }
 
 TEST_P(Swapper, WithoutOverlappedEventsBatchesStillRoundTrip) {
-  AioSettings s = small();
+  config::AioConfig s = small();
   s.overlap_events = false;
   s.single_submit = true;
   MAKE_OR_SKIP(swapper, s);

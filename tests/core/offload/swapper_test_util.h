@@ -99,7 +99,7 @@ inline std::shared_ptr<plugin_host::PluginRegistry> swapper_registry() {
 struct NvmeSwapper {
   NvmeSwapper() {
     if (!registry) return;
-    auto made = make_swapper(*registry, {}, plugin_host::InstanceContext{});
+    auto made = make_swapper(*registry, config::default_aio(), plugin_host::InstanceContext{});
     EXPECT_TRUE(made.ok()) << made.status().message();
     if (made.ok()) swapper = std::move(*made);
   }

@@ -183,7 +183,7 @@ TEST_F(SwappedGathersTest, AdvanceSubmitsAGatherOnceItsReadsAreDone) {
 TEST_F(SwappedGathersTest, AFailedReadSticksAndDropsTheGathersQueuedAfterIt) {
   // The faulty swapper fails its 20th request (of 4096 bytes): storing
   // 64 KiB takes 16, the first gather's granule 17-18, the second's 19-20.
-  offload::AioSettings aio;
+  config::AioConfig aio = config::default_aio();
   aio.block_size = 4096;
   aio.queue_depth = 1;
   json::Value extra = json::Value::object();

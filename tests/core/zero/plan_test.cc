@@ -225,7 +225,9 @@ TEST(DevicePlan, SplitsTheGpusMemoryFromTheHosts) {
   const std::string z3 = R"({"stage": 3, "sub_group_size": 4096, "offload_optimizer": )";
   const config::TrainingConfig partial_config =
       load(z3 + R"({"device": "cpu", "ratio": 0.5}})", nccl, 1);
-  ASSERT_EQ(zero::kept_on_device_elements(partial_config, 5001), 4096);
+  ASSERT_EQ(zero::kept_on_device_elements(config::make_placement(partial_config),
+                                          partial_config.zero.sub_group_size, 5001),
+            4096);
   const ZeroPlan partial = make_plan(partial_config, model.layout(), kAdam, 1, 0, false);
   const ZeroPlan whole =
       make_plan(load(z3 + R"({"device": "cpu"}})", nccl, 1), model.layout(), kAdam, 1, 0, false);
@@ -350,27 +352,6 @@ TEST(OffloadPlan, TableShowsTileBuffersAndDiskPerRank) {
   EXPECT_NE(table.find("nvme_path \"/swap\""), std::string::npos) << table;
   EXPECT_NE(table.find("48.00 KiB"), std::string::npos) << table;  // 4096 x 12 bytes
   EXPECT_NE(table.find("activations"), std::string::npos) << table;
-}
-
-TEST(OffloadPlan, ConfigErrorsNameTheKeyToChange) {
-  EXPECT_TRUE(offload_plan_errors(load(nvme_zero(1), "", 1)).empty());
-  auto few = offload_plan_errors(
-      load(nvme_zero(1, R"(, "buffer_count": 2, "pipeline_read": true, "pipeline_write": true)"),
-           "", 1));
-  ASSERT_EQ(few.size(), 1u);
-  EXPECT_EQ(few[0].path, "zero_optimization.offload_optimizer.buffer_count");
-  EXPECT_NE(few[0].message.find("buffer_count 2 is fewer than the 3"), std::string::npos)
-      << few[0].message;
-  EXPECT_TRUE(offload_plan_errors(
-                  load(nvme_zero(1, R"(, "buffer_count": 2, "pipeline_read": true)"), "", 1))
-                  .empty());
-  auto stage0 = offload_plan_errors(load(nvme_zero(0), "", 1));
-  ASSERT_EQ(stage0.size(), 1u);
-  EXPECT_EQ(stage0[0].path, "zero_optimization.offload_optimizer.device");
-  auto no_path =
-      offload_plan_errors(load(R"({"stage": 1, "offload_optimizer": {"device": "nvme"}})", "", 1));
-  ASSERT_EQ(no_path.size(), 1u);
-  EXPECT_EQ(no_path[0].path, "zero_optimization.offload_optimizer.nvme_path");
 }
 
 TEST(FitCheck, FitsWhenEveryRankOnTheNodeFits) {

@@ -1,0 +1,204 @@
+#include "core/app/generation.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/checkpoint/checkpoint_info.h"
+#include "core/checkpoint/durable_file.h"
+#include "core/config/json.h"
+#include "core/engine/initialize.h"
+
+namespace dscore {
+namespace {
+
+int64_t model_int(const json::Value& model, const char* key) {
+  const json::Value* v = model.find(key);
+  return v != nullptr && v->is_integral() ? v->as_int() : 0;
+}
+
+}  // namespace
+
+json::Value inference_config(json::Value config) {
+  json::Value zero = json::Value::object();
+  zero.set("stage", json::Value(0));
+  config.set("zero_optimization", std::move(zero));
+  config.set("train_batch_size", json::Value(1));
+  config.set("train_micro_batch_size_per_gpu", json::Value(1));
+  config.set("gradient_accumulation_steps", json::Value(1));
+  for (const char* monitor :
+       {"tensorboard", "csv_monitor", "wandb", "comet", "comms_logger", "flops_profiler"})
+    config.erase(monitor);
+  config.erase("checkpoint_dir");
+  config.erase("save_interval");
+  return config;
+}
+
+int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& options,
+                     std::mt19937_64* rng) {
+  const int32_t vocab = static_cast<int32_t>(logits.size());
+  if (options.temperature <= 0.0)
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  std::vector<int32_t> ids(static_cast<size_t>(vocab));
+  std::iota(ids.begin(), ids.end(), 0);
+  int32_t keep = vocab;
+  if (options.top_k > 0 && options.top_k < vocab) {
+    keep = static_cast<int32_t>(options.top_k);
+    std::partial_sort(ids.begin(), ids.begin() + keep, ids.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+  }
+  double max_logit = -INFINITY;
+  for (int32_t i = 0; i < keep; ++i)
+    max_logit = std::max(max_logit, static_cast<double>(logits[ids[i]]));
+  std::vector<double> weights(static_cast<size_t>(keep));
+  for (int32_t i = 0; i < keep; ++i)
+    weights[i] = std::exp((static_cast<double>(logits[ids[i]]) - max_logit) / options.temperature);
+  std::discrete_distribution<int32_t> pick(weights.begin(), weights.end());
+  return ids[pick(*rng)];
+}
+
+namespace {
+
+// The model's block size and vocabulary: the model section's, else (a model
+// read from_pretrained) its input's width and the folder's config.json.
+Status resolve_token_sizes(const json::Value& model, const std::string& where,
+                           InferenceModel* out) {
+  out->block_size = model_int(model, "block_size");
+  out->vocab_size = model_int(model, "vocab_size");
+  const dscore_model_description& d = out->engine->model().description();
+  if (out->block_size <= 0 && d.input_count == 1 && d.inputs[0]->ndim == 1)
+    out->block_size = d.inputs[0]->shape[0] - 1;
+  const json::Value* folder = model.find("from_pretrained");
+  if (out->vocab_size <= 0 && folder != nullptr && folder->is_string()) {
+    const std::string path = folder->as_string() + "/config.json";
+    DSCORE_ASSIGN_OR_RETURN(std::string text, checkpoint::read_text_file(path, 64u << 20));
+    DSCORE_ASSIGN_OR_RETURN(json::Value hf, json::parse(text, path));
+    out->vocab_size = model_int(hf, "vocab_size");
+  }
+  if (out->block_size <= 0 || out->vocab_size <= 0)
+    return invalid_argument(where +
+                            ": the model has no block_size/vocab_size; `generate` needs a "
+                            "token model such as \"gpt\"");
+  return Status::Ok();
+}
+
+void read_data_type(const json::Value& config, InferenceModel* out) {
+  const json::Value* data = config.find("data");
+  const json::Value* data_type = data != nullptr ? data->find("type") : nullptr;
+  out->data_type = data_type != nullptr && data_type->is_string() ? data_type->as_string() : "";
+}
+
+Result<std::unique_ptr<Engine>> inference_engine(const json::Value& config,
+                                                 const std::string& source,
+                                                 const std::string& base_dir) {
+  InitializeOptions options;
+  options.job = comm::JobEnv{};  // one rank, whatever launched us
+  DSCORE_ASSIGN_OR_RETURN(Setup setup, prepare_text(json::serialize(inference_config(config)),
+                                                    source, base_dir, options));
+  if (!setup.loaded.ok()) return invalid_argument(format_config_errors(setup.loaded));
+  return build_engine(setup, nullptr);
+}
+
+}  // namespace
+
+Result<InferenceModel> open_for_inference(const std::string& dir, const std::string& tag) {
+  DSCORE_ASSIGN_OR_RETURN(checkpoint::CheckpointInfo info, checkpoint::open_checkpoint(dir, tag));
+  const json::Value* saved = &info.state.ds_config;  // an object: open_checkpoint checked
+  const json::Value* model = saved->find("model");
+  if (model == nullptr || !model->is_object())
+    return invalid_argument(info.path +
+                            ": the saved config has no \"model\" section to generate with");
+  InferenceModel out;
+  read_data_type(*saved, &out);
+  DSCORE_ASSIGN_OR_RETURN(out.engine, inference_engine(*saved, info.path + "/ds_config", dir));
+  DSCORE_RETURN_IF_ERROR(resolve_token_sizes(*model, info.path, &out));
+  LoadCheckpointOptions load;
+  load.tag = info.tag;
+  load.load_module_only = true;
+  DSCORE_RETURN_IF_ERROR(out.engine->load_checkpoint(dir, load).status());
+  return out;
+}
+
+Result<InferenceModel> open_config_for_inference(const std::string& config_path) {
+  DSCORE_ASSIGN_OR_RETURN(std::string text, checkpoint::read_text_file(config_path, 64u << 20));
+  DSCORE_ASSIGN_OR_RETURN(json::Value config, json::parse(text, config_path));
+  const json::Value* model = config.is_object() ? config.find("model") : nullptr;
+  if (model == nullptr || !model->is_object())
+    return invalid_argument(config_path + " has no \"model\" section");
+  InferenceModel out;
+  read_data_type(config, &out);
+  const size_t slash = config_path.rfind('/');
+  DSCORE_ASSIGN_OR_RETURN(
+      out.engine,
+      inference_engine(config, config_path,
+                       slash == std::string::npos ? "." : config_path.substr(0, slash)));
+  DSCORE_RETURN_IF_ERROR(resolve_token_sizes(*model, config_path, &out));
+  return out;
+}
+
+Result<TokenForward> TokenForward::create(Engine& engine, int64_t block_size, int64_t vocab_size) {
+  const dscore_model_description& d = engine.model().description();
+  if (d.input_count != 1 || d.inputs[0]->dtype != DSCORE_DTYPE_I32 || d.inputs[0]->ndim != 1 ||
+      d.inputs[0]->shape[0] != block_size + 1)
+    return invalid_argument(engine.model().display_name() +
+                            " does not take block_size + 1 int32 tokens");
+  return TokenForward(engine, block_size, vocab_size);
+}
+
+TokenForward::TokenForward(Engine& engine, int64_t block_size, int64_t vocab_size)
+    : engine_(&engine),
+      block_size_(block_size),
+      window_(static_cast<size_t>(block_size + 1)),
+      logits_(static_cast<size_t>(vocab_size)) {}
+
+Status TokenForward::run(const std::vector<int32_t>& tokens, double* loss) {
+  if (tokens.empty() || static_cast<int64_t>(tokens.size()) > block_size_)
+    return invalid_argument("a forward pass takes 1 to block_size " + std::to_string(block_size_) +
+                            " tokens, not " + std::to_string(tokens.size()));
+  std::fill(window_.begin(), window_.end(), -1);  // -1 = padding
+  std::copy(tokens.begin(), tokens.end(), window_.begin());
+  const int64_t shape[2] = {1, block_size_ + 1};
+  dscore_tensor input{};
+  input.struct_size = sizeof input;
+  input.data = window_.data();
+  input.dtype = DSCORE_DTYPE_I32;
+  input.device_type = DSCORE_DEVICE_CPU;
+  input.ndim = 2;
+  input.shape = shape;
+  input.numel = block_size_ + 1;
+  const dscore_tensor* inputs[] = {&input};
+  const dscore_batch batch{sizeof(dscore_batch), 1, 1, inputs};
+  const int64_t vocab = static_cast<int64_t>(logits_.size());
+  const int64_t out_shape[2] = {1, vocab};
+  dscore_tensor output{};
+  output.struct_size = sizeof output;
+  output.data = logits_.data();
+  output.dtype = DSCORE_DTYPE_F32;
+  output.device_type = DSCORE_DEVICE_CPU;
+  output.ndim = 2;
+  output.shape = out_shape;
+  output.numel = vocab;
+  return engine_->forward(batch, &output, loss);
+}
+
+Status generate(Engine& engine, int64_t block_size, int64_t vocab_size,
+                std::vector<int32_t>* tokens, int64_t max_new_tokens,
+                const SamplingOptions& options, const std::function<bool(int32_t)>& on_token) {
+  if (tokens->empty()) return invalid_argument("the prompt is empty: give at least one token");
+  DSCORE_ASSIGN_OR_RETURN(TokenForward step, TokenForward::create(engine, block_size, vocab_size));
+  std::mt19937_64 rng(options.seed);
+  std::vector<int32_t> context;
+  for (int64_t n = 0; n < max_new_tokens; ++n) {
+    // The last block_size tokens.
+    const size_t length = std::min(tokens->size(), static_cast<size_t>(block_size));
+    context.assign(tokens->end() - static_cast<std::ptrdiff_t>(length), tokens->end());
+    DSCORE_RETURN_IF_ERROR(step.run(context));
+    const int32_t next = sample_token(step.logits(), options, &rng);
+    tokens->push_back(next);
+    if (on_token && !on_token(next)) break;
+  }
+  return Status::Ok();
+}
+
+}  // namespace dscore

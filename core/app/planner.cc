@@ -1,0 +1,82 @@
+#include "core/app/planner.h"
+
+#include "core/config/schema.h"
+#include "core/engine/job_fit.h"
+
+namespace dscore {
+namespace {
+
+// The model's params set to compute on the CPU, for a model to compute on
+// CUDA that cannot be made where no GPU is (one that ignores
+// DSCORE_CREATE_DESCRIBE_ONLY): its layout does not depend on where it
+// computes.
+plugin_host::ValidatedParams on_cpu_params(const plugin_host::PluginInfo& info,
+                                           const plugin_host::ValidatedParams& params) {
+  json::Value values = params.values();
+  values.set("device", json::Value(std::string("cpu")));
+  auto schema = config::parse_params_schema(info.params_schema);
+  return plugin_host::ValidatedParams::from_object(values, values,
+                                                   schema.ok() ? &*schema : nullptr);
+}
+
+bool computes_on_cuda(const plugin_host::ValidatedParams& params) {
+  const json::Value* device = params.values().find("device");
+  return device != nullptr && device->is_string() && device->as_string() == "cuda";
+}
+
+}  // namespace
+
+Result<std::vector<zero::ZeroPlan>> plan_job(const Setup& setup, int world_size) {
+  DSCORE_CHECK(setup.loaded.ok(), "plan_job on a config with errors");
+  const config::TrainingConfig& cfg = *setup.loaded.config;
+  if (!setup.selection.model)
+    return invalid_argument(
+        "`dscore plan` needs a \"model\" section: the plan follows the model's parameters");
+  if (!setup.selection.optimizer)
+    return invalid_argument(
+        "`dscore plan` needs an \"optimizer\" section: the plan counts its state");
+  plugin_host::InstanceContext context;
+  context.seed = cfg.seed;
+  context.world_size = world_size;
+  // Made only to describe itself, a model set to compute on CUDA declares
+  // its GPU memory without a GPU (`dscore plan` on a login node). One that
+  // still fails there is made on the CPU, its activations then unknown.
+  context.describe_only = true;
+  const plugin_host::PluginInfo& model_info = *setup.selection.model->info;
+  const plugin_host::ValidatedParams& model_params = setup.selection.model->params;
+  auto model = plugin_host::ModelInstance::create(model_info, model_params, context);
+  bool activations_known = true;
+  if (!model.ok() && computes_on_cuda(model_params)) {
+    model = plugin_host::ModelInstance::create(model_info, on_cpu_params(model_info, model_params),
+                                               context);
+    activations_known = false;
+  }
+  if (!model.ok()) return model.status();
+  DSCORE_ASSIGN_OR_RETURN(auto optimizer, plugin_host::OptimizerInstance::create(
+                                              *setup.selection.optimizer->info,
+                                              setup.selection.optimizer->params, context));
+  DSCORE_ASSIGN_OR_RETURN(ParamLayout layout,
+                          ParamLayout::from_description((*model)->description()));
+  const std::vector<zero::StateSlot> slots = state_slots_of(*optimizer);
+  const config::Placement placement = config::make_placement(cfg);
+  // Measured now: this process has loaded the plugins a rank loads.
+  const int64_t micro = cfg.batch.train_micro_batch_size_per_gpu;
+  const zero::ProcessMemory process = measure_process_memory(
+      cfg, (*model)->info().display(),
+      [&](bool checkpointing) -> Result<uint64_t> {
+        // Made on the CPU, the model would declare its CPU compute's.
+        if (!activations_known) return Status(DSCORE_UNIMPLEMENTED, "made on the CPU");
+        return (*model)->activation_bytes(micro, checkpointing, placement.model_dtype,
+                                          placement.grad_dtype);
+      },
+      world_size,
+      /*in_job=*/false);
+  std::vector<zero::ZeroPlan> plans;
+  for (int rank = 0; rank < world_size; ++rank) {
+    plans.push_back(zero::make_plan(cfg, placement, layout, slots, world_size, rank));
+    zero::add_process_memory(process, &plans.back());
+  }
+  return plans;
+}
+
+}  // namespace dscore

@@ -1,0 +1,19 @@
+// `dscore plan`: the per-rank memory and communication plan of a config at
+// a given world size, before anything is allocated. Creates only the model
+// (to read its layout) and the optimizer (to read its state slots); no
+// parameters, no communicator.
+#pragma once
+
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/engine/initialize.h"
+#include "core/zero/plan.h"
+
+namespace dscore {
+
+// Config problems come back in setup->loaded.errors (print them like
+// `config check`); other failures as a Status.
+Result<std::vector<zero::ZeroPlan>> plan_job(const Setup& setup, int world_size);
+
+}  // namespace dscore

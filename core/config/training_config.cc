@@ -1,0 +1,38 @@
+// What TrainingConfig's own types say of themselves (training_config.h).
+#include "core/config/training_config.h"
+
+#include "core/base/status.h"
+#include "core/config/config.h"
+
+namespace dscore::config {
+
+const char* offload_device_name(OffloadDevice device) {
+  switch (device) {
+    case OffloadDevice::kCpu:
+      return "cpu";
+    case OffloadDevice::kNvme:
+      return "nvme";
+    case OffloadDevice::kNone:
+      break;
+  }
+  return "none";
+}
+
+AioConfig default_aio() {
+  const LoadedConfig loaded =
+      load_config_text(R"({"train_batch_size": 1})", "default aio", ResolveContext{});
+  DSCORE_CHECK(loaded.ok(), "a config of one key does not load");
+  return loaded.config->aio;
+}
+
+json::Value aio_json(const AioConfig& aio) {
+  json::Value out = json::Value::object();
+  out.set("block_size", json::Value(aio.block_size));
+  out.set("queue_depth", json::Value(aio.queue_depth));
+  out.set("intra_op_parallelism", json::Value(aio.intra_op_parallelism));
+  out.set("single_submit", json::Value(aio.single_submit));
+  out.set("overlap_events", json::Value(aio.overlap_events));
+  return out;
+}
+
+}  // namespace dscore::config
