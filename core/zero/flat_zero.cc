@@ -64,8 +64,8 @@ Status FlatZero::acquire(size_t layer, dscore_acquire_mode mode, device::Stream*
 }
 
 Status FlatZero::grads_ready(size_t layer) {
-  if (ready_.mark(layer)) reduction_->layer_ready(layer, ready_);
-  return Status::Ok();
+  if (!ready_.mark(layer)) return Status::Ok();
+  return reduction_->layer_ready(layer, ready_);
 }
 
 Status FlatZero::end_micro_step() { return reduction_->end_micro_step(ready_); }

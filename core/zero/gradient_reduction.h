@@ -1,9 +1,12 @@
-// How ZeRO stages 0-2 reduce gradients across ranks over one FlatStorage:
-// the gradient memory each stage keeps, where the model's grad views point,
-// and when each reduction is queued on the comm stream. One type per stage:
-//   stage 0  AllreduceGrid    (grid_reduction.h)  allreduce at the boundary
-//   stage 1  OwnerReduceGrid  (grid_reduction.h)  reduce into owners at the boundary
-//   stage 2  IpgBuckets       (ipg_buckets.h)     reduce into owners as buckets fill
+// How a ZeRO stage reduces gradients across ranks: the gradient memory it
+// keeps, where the model's grad views point, and when each reduction is
+// queued on the comm stream. One type per stage:
+//   stage 0  AllreduceGrid         (grid_reduction.h)  allreduce at the boundary
+//   stage 1  OwnerReduceGrid       (grid_reduction.h)  reduce into owners at the boundary
+//   stage 2  IpgBuckets            (ipg_buckets.h)     reduce into owners as buckets fill
+//   stage 3  ShardedReduceScatter  (sharded_reduce_scatter.h)  reduce-scatter into shards
+//            once gradient_flush_elements are pending
+// Stages 0-2 work over one FlatStorage, stage 3 over its ShardedStorage.
 // Every reduction sums in rank order (the comm backend's contract), so for
 // the same gradients the three produce the same bits.
 #pragma once
@@ -64,7 +67,7 @@ class GradientReduction {
   // model can add into (ready on `views_on`: ZeroStrategy::acquire).
   virtual Status lend(size_t layer, device::Stream* views_on) = 0;
   // `layer` just became ready (`ready` already says so); may queue reductions.
-  virtual void layer_ready(size_t layer, const ReadyLayers& ready) = 0;
+  virtual Status layer_ready(size_t layer, const ReadyLayers& ready) = 0;
   // After the model returned: every reduction due in this micro-step done.
   virtual Status end_micro_step(const ReadyLayers& ready) = 0;
 };

@@ -58,8 +58,9 @@ bool GridReduction::reduces_now() const {
   return reduce_ && (boundary_ || reduces_every_micro_step());
 }
 
-void GridReduction::layer_ready(size_t, const ReadyLayers& ready) {
+Status GridReduction::layer_ready(size_t, const ReadyLayers& ready) {
   if (reduces_now() && ctx_.zero->overlap_comm) submit_ready(false, ready);
+  return Status::Ok();
 }
 
 Status GridReduction::end_micro_step(const ReadyLayers& ready) {

@@ -30,7 +30,7 @@ class GridReduction : public GradientReduction {
   void begin_micro_step(bool boundary) override;
   // The views point into grads_ for good.
   Status lend(size_t, device::Stream*) override { return Status::Ok(); }
-  void layer_ready(size_t layer, const ReadyLayers& ready) override;
+  Status layer_ready(size_t layer, const ReadyLayers& ready) override;
   Status end_micro_step(const ReadyLayers& ready) override;
 
  protected:

@@ -162,7 +162,7 @@ void IpgBuckets::submit_bucket_if_complete(size_t index) {
   b.sealed = false;
 }
 
-void IpgBuckets::layer_ready(size_t layer, const ReadyLayers&) {
+Status IpgBuckets::layer_ready(size_t layer, const ReadyLayers&) {
   const Placement at = placement_[layer];
   if (at.kind == Placement::Kind::kBucket) {
     buckets_[at.index].pending -= 1;
@@ -172,6 +172,7 @@ void IpgBuckets::layer_ready(size_t layer, const ReadyLayers&) {
     if (--solo.pending == 0)
       submit_owner_reduction(static_cast<char*>(solo.memory.data()), solo.lo, solo.lo, solo.hi);
   }
+  return Status::Ok();
 }
 
 Status IpgBuckets::end_micro_step(const ReadyLayers& ready) {

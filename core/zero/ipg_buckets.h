@@ -25,7 +25,7 @@ class IpgBuckets final : public GradientReduction {
   void zero_grads(device::ops::Target target) override;
   void begin_micro_step(bool boundary) override;
   Status lend(size_t layer, device::Stream* views_on) override;
-  void layer_ready(size_t layer, const ReadyLayers& ready) override;
+  Status layer_ready(size_t layer, const ReadyLayers& ready) override;
   Status end_micro_step(const ReadyLayers& ready) override;
 
  private:
