@@ -1,5 +1,7 @@
 #include "core/base/logging.h"
 
+#include "core/base/engine_scope.h"
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -43,6 +45,11 @@ void set_log_level(LogLevel level) { g_level = static_cast<int>(level); }
 LogLevel log_level() { return static_cast<LogLevel>(g_level.load()); }
 void set_log_rank(int rank, int world_size) { g_rank = world_size > 1 ? rank : -1; }
 
+int log_rank() {
+  const std::shared_ptr<const EngineIdentity>& engine = EngineScope::current();
+  return engine ? engine->log_rank.load() : g_rank.load();
+}
+
 void set_log_formatter(LogFormatter formatter) {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_formatter = std::move(formatter);
@@ -53,14 +60,14 @@ void log(LogLevel level, std::string_view message) {
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     if (g_formatter) {
-      std::string line = g_formatter(level, g_rank.load(), message) + "\n";
+      std::string line = g_formatter(level, log_rank(), message) + "\n";
       std::fwrite(line.data(), 1, line.size(), stderr);
       std::fflush(stderr);
       return;
     }
   }
   std::string line = "[dscore";
-  if (int rank = g_rank.load(); rank >= 0) line += " rank " + std::to_string(rank);
+  if (int rank = log_rank(); rank >= 0) line += " rank " + std::to_string(rank);
   line += "] ";
   line += level_tag(level);
   line += message;

@@ -1,6 +1,7 @@
 // Logging for core and, through the host services table, for plugins: one
 // line per message on stderr, prefixed with the rank once a job has more than
-// one. Thread-safe.
+// one (the rank of the engine the thread works for: engine_scope.h).
+// Thread-safe.
 #pragma once
 
 #include <functional>
@@ -15,8 +16,12 @@ enum class LogLevel { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
 void set_log_level(LogLevel level);
 LogLevel log_level();
 
-// rank < 0: no prefix. Set by the engine once the world is known.
+// The process-wide rank prefix (one rank per process: the dscore CLI sets
+// it once the job is known); no prefix for a job of one rank. A thread
+// working for an engine (engine_scope.h) shows that engine's rank instead.
 void set_log_rank(int rank, int world_size);
+// The prefix this thread's lines get now; -1 for none.
+int log_rank();
 
 void log(LogLevel level, std::string_view message);
 

@@ -2,6 +2,8 @@
 // and tag; the free functions use the process ledger.
 #include "core/base/memory.h"
 
+#include "core/base/engine_scope.h"
+
 #include <sys/mman.h>
 
 #include <cstddef>
@@ -19,7 +21,16 @@ struct Record {
   MemoryUse use;
   std::string tag;
   bool external = false;  // recorded, not allocated, by the ledger: never freed by it
+  // The process ledger's records also count in the ledger of the engine
+  // whose thread made them (engine_scope.h), until freed.
+  std::shared_ptr<MemoryLedger> engine;
 };
+
+// The engine ledger the calling thread's allocations count in, if any.
+std::shared_ptr<MemoryLedger> engine_ledger() {
+  const std::shared_ptr<const EngineIdentity>& engine = EngineScope::current();
+  return engine ? engine->ledger : nullptr;
+}
 
 int kind_index(dscore_memory_kind kind) {
   return (kind >= DSCORE_MEMORY_HOST && kind <= DSCORE_MEMORY_DEVICE) ? kind : 0;
@@ -48,6 +59,7 @@ const char* memory_use_name(MemoryUse use) {
 }
 
 struct MemoryLedger::State {
+  bool attributes = false;  // the process ledger: records count in engine ledgers too
   mutable std::mutex mutex;
   std::unordered_map<void*, Record> records;
   MemoryUsage usage[3];
@@ -67,8 +79,11 @@ void* MemoryLedger::allocate(size_t bytes, size_t alignment, dscore_memory_kind 
   void* ptr = nullptr;
   if (posix_memalign(&ptr, alignment, bytes == 0 ? alignment : bytes) != 0) return nullptr;
   if (kind == DSCORE_MEMORY_PINNED) (void)mlock(ptr, bytes);  // best effort without CUDA
+  std::shared_ptr<MemoryLedger> engine = state_->attributes ? engine_ledger() : nullptr;
+  if (engine) engine->record_external(ptr, bytes, kind, use, tag);
   std::lock_guard<std::mutex> lock(state_->mutex);
-  state_->records[ptr] = Record{bytes, kind, use, std::string(tag.empty() ? "untagged" : tag)};
+  state_->records[ptr] =
+      Record{bytes, kind, use, std::string(tag.empty() ? "untagged" : tag), false, engine};
   MemoryUsage& u = state_->usage[kind_index(kind)];
   u.current_bytes += bytes;
   if (u.current_bytes > u.peak_bytes) u.peak_bytes = u.current_bytes;
@@ -79,6 +94,7 @@ void MemoryLedger::release(void* ptr) {
   if (ptr == nullptr) return;
   size_t bytes = 0;
   dscore_memory_kind kind = DSCORE_MEMORY_HOST;
+  std::shared_ptr<MemoryLedger> engine;
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
     auto it = state_->records.find(ptr);
@@ -86,9 +102,11 @@ void MemoryLedger::release(void* ptr) {
     if (it == state_->records.end() || it->second.external) return;
     bytes = it->second.bytes;
     kind = it->second.kind;
+    engine = std::move(it->second.engine);
     state_->usage[kind_index(kind)].current_bytes -= bytes;
     state_->records.erase(it);
   }
+  if (engine) engine->forget_external(ptr);
   if (kind == DSCORE_MEMORY_PINNED) (void)munlock(ptr, bytes);
   std::free(ptr);
 }
@@ -96,21 +114,33 @@ void MemoryLedger::release(void* ptr) {
 void MemoryLedger::record_external(void* ptr, size_t bytes, dscore_memory_kind kind, MemoryUse use,
                                    std::string_view tag) {
   if (ptr == nullptr) return;
+  std::shared_ptr<MemoryLedger> engine = state_->attributes ? engine_ledger() : nullptr;
+  if (engine) engine->record_external(ptr, bytes, kind, use, tag);
+  std::shared_ptr<MemoryLedger> replaced;
   std::lock_guard<std::mutex> lock(state_->mutex);
   auto [it, inserted] = state_->records.try_emplace(ptr);
-  if (!inserted) state_->usage[kind_index(it->second.kind)].current_bytes -= it->second.bytes;
-  it->second = Record{bytes, kind, use, std::string(tag.empty() ? "untagged" : tag), true};
+  if (!inserted) {
+    state_->usage[kind_index(it->second.kind)].current_bytes -= it->second.bytes;
+    if (it->second.engine != engine) replaced = std::move(it->second.engine);
+  }
+  it->second = Record{bytes, kind, use, std::string(tag.empty() ? "untagged" : tag), true, engine};
   MemoryUsage& u = state_->usage[kind_index(kind)];
   u.current_bytes += bytes;
   if (u.current_bytes > u.peak_bytes) u.peak_bytes = u.current_bytes;
+  if (replaced) replaced->forget_external(ptr);
 }
 
 void MemoryLedger::forget_external(void* ptr) {
-  std::lock_guard<std::mutex> lock(state_->mutex);
-  auto it = state_->records.find(ptr);
-  if (it == state_->records.end() || !it->second.external) return;
-  state_->usage[kind_index(it->second.kind)].current_bytes -= it->second.bytes;
-  state_->records.erase(it);
+  std::shared_ptr<MemoryLedger> engine;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    auto it = state_->records.find(ptr);
+    if (it == state_->records.end() || !it->second.external) return;
+    state_->usage[kind_index(it->second.kind)].current_bytes -= it->second.bytes;
+    engine = std::move(it->second.engine);
+    state_->records.erase(it);
+  }
+  if (engine) engine->forget_external(ptr);
 }
 
 MemoryUsage MemoryLedger::usage(dscore_memory_kind kind) const {
@@ -133,7 +163,12 @@ MemoryByUse MemoryLedger::by_use() const {
 }
 
 MemoryLedger& process_memory() {
-  static MemoryLedger* ledger = new MemoryLedger();  // never destroyed: frees may come during exit
+  // Never destroyed: frees may come during exit.
+  static MemoryLedger* ledger = [] {
+    auto* l = new MemoryLedger();
+    l->state_->attributes = true;
+    return l;
+  }();
   return *ledger;
 }
 

@@ -38,7 +38,9 @@ using MemoryByUse = std::array<uint64_t, kMemoryUseCount>;  // current bytes, in
 
 // A ledger of live allocations by kind, use and tag. Thread-safe. Each host
 // context (one per engine) keeps one for what its plugins allocate through
-// host->alloc; the engine's own buffers go to the process ledger below.
+// host->alloc, and one the engine's own buffers count in: they go to the
+// process ledger below, which also records each in the ledger of the engine
+// whose thread allocates it (engine_scope.h).
 class MemoryLedger {
  public:
   MemoryLedger();
@@ -72,13 +74,15 @@ class MemoryLedger {
   MemoryByUse by_use() const;
 
  private:
+  friend MemoryLedger& process_memory();
   struct State;
   std::unique_ptr<State> state_;
 };
 
-// The process ledger: the engine's own buffers (partitions, buckets,
+// The process ledger: every engine's own buffers (partitions, buckets,
 // batches). Process-wide because frees may come during exit and from any
-// engine's threads; per-engine attribution of these is future work.
+// engine's threads; each record also counts in the ledger of the engine
+// whose thread made it (EngineIdentity::ledger), until it is freed.
 MemoryLedger& process_memory();
 
 void* counted_alloc(size_t bytes, size_t alignment, dscore_memory_kind kind, MemoryUse use,

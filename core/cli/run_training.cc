@@ -171,6 +171,8 @@ int run_training(const RunOptions& options) {
               std::to_string(job->world_size) + " ranks; drop -n when using mpirun or srun");
     return kExitConfigError;
   }
+  // One rank per process: every line this process logs shows its rank.
+  set_log_rank(job->rank, job->world_size);
   InitializeOptions init;
   init.job = *job;
   init.train_steps = options.steps;

@@ -9,6 +9,7 @@
 #include <thread>
 #include <utility>
 
+#include "core/base/engine_scope.h"
 #include "core/base/strings.h"
 #include "core/device/task.h"
 
@@ -99,8 +100,13 @@ class SynchronousStream final : public Stream {
 // Runs its tasks in order on a worker thread of its own.
 class AsynchronousStream final : public Stream {
  public:
+  // The worker works for the engine of the thread that makes the stream
+  // (its log rank and memory ledger: engine_scope.h).
   explicit AsynchronousStream(std::string name)
-      : name_(std::move(name)), worker_([this] { loop(); }) {}
+      : name_(std::move(name)), worker_([this, engine = EngineScope::current()] {
+          EngineScope scope(engine);
+          loop();
+        }) {}
   ~AsynchronousStream() override {
     {
       std::lock_guard<std::mutex> lock(core_->mutex);

@@ -62,6 +62,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
     return invalid_argument("the engine needs an optimizer: add an \"optimizer\" section");
   if (!components.comm) return invalid_argument("the engine needs a communicator");
   if (!components.host) return invalid_argument("the engine needs the host context of its plugins");
+  EngineScope scope(components.host->identity());
   std::unique_ptr<device::Device> device =
       components.device ? std::move(components.device)
                         : std::make_unique<device::CpuDevice>(device::CpuStreams::kAsynchronous);
@@ -174,6 +175,7 @@ void Engine::add_own_observers() {
 }
 
 Engine::~Engine() {
+  EngineScope scope(host_ ? host_->identity() : nullptr);
   if (compute_) (void)compute_->synchronize();
   if (stream_) (void)stream_->synchronize();
   // The host context may outlive this engine's device (its plugins free
@@ -185,6 +187,7 @@ Engine::~Engine() {
 // -------------------------------------------------------------- training
 
 Result<double> Engine::forward_backward(const dscore_batch& batch) {
+  EngineScope engine(host_->identity());
   PhaseScope scope(observers_, StepPhase::kForwardBackward);
   const dscore_model_hooks hooks = model_hooks();
   const int64_t gas = config_.batch.gradient_accumulation_steps;
@@ -215,6 +218,7 @@ Result<double> Engine::forward_backward(const dscore_batch& batch) {
 }
 
 Status Engine::forward(const dscore_batch& batch, dscore_tensor* output, double* loss) {
+  EngineScope engine(host_->identity());
   const dscore_model_hooks hooks = model_hooks();
   return check_model_call(model_->forward(batch, hooks, loss, output));
 }
@@ -224,6 +228,7 @@ bool Engine::is_gradient_accumulation_boundary() const {
 }
 
 Status Engine::step() {
+  EngineScope engine(host_->identity());
   PhaseScope call(observers_, StepPhase::kStepCall);
   const bool boundary = is_gradient_accumulation_boundary();
   micro_steps_ += 1;
@@ -415,8 +420,9 @@ zero::ZeroPlan Engine::plan() const {
 }
 
 zero::MemoryPlan Engine::measured_memory() const {
-  // What the strategy and the optimizer runner allocated, by the use they gave.
-  const MemoryByUse bytes = memory_by_use();
+  // What the strategy and the optimizer runner allocated, by the use they
+  // gave: this engine's own ledger (its host context's), not the process's.
+  const MemoryByUse bytes = host_->engine_memory().by_use();
   auto of = [&](MemoryUse use) { return static_cast<int64_t>(bytes[static_cast<size_t>(use)]); };
   zero::MemoryPlan m;
   m.parameters = of(MemoryUse::kParameters);

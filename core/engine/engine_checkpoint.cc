@@ -133,6 +133,7 @@ Result<std::string> Engine::agree_on_tag(const std::string& wanted) {
 }
 
 Status Engine::save_checkpoint(const std::string& dir, const SaveCheckpointOptions& options) {
+  EngineScope engine(host_->identity());
   DSCORE_RETURN_IF_ERROR(check_at_boundary("save_checkpoint"));
   if (dir.empty()) return invalid_argument("save_checkpoint needs a folder");
   DSCORE_RETURN_IF_ERROR(stream_->synchronize());
@@ -279,6 +280,7 @@ Status Engine::write_checkpoint_files(const std::string& folder, const std::stri
 
 Result<LoadedCheckpoint> Engine::load_checkpoint(const std::string& dir,
                                                  const LoadCheckpointOptions& options) {
+  EngineScope engine(host_->identity());
   DSCORE_RETURN_IF_ERROR(check_at_boundary("load_checkpoint"));
   DSCORE_RETURN_IF_ERROR(stream_->synchronize());
   Result<LoadedCheckpoint> local = read_checkpoint(dir, options);

@@ -84,13 +84,16 @@ Result<std::unique_ptr<Engine>> build_engine(const Setup& setup, std::unique_ptr
   DSCORE_CHECK(setup.loaded.ok(), "build_engine on a config with errors");
   const config::TrainingConfig& cfg = *setup.loaded.config;
   const PluginSelection& selection = setup.selection;
-  set_log_rank(setup.job.rank, setup.job.world_size);
   // One host context for everything this engine creates. Its store: the
   // caller's (ranks as threads), else the job's across processes (several
   // ranks; opened on first use), else one of its own.
   auto host = std::make_shared<plugin_host::HostContext>(
       setup.options.kv_store ? setup.options.kv_store
                              : comm::make_job_kv(setup.job, cfg.comm.timeout_ms));
+  // From here this thread works for the engine: its rank on the log lines,
+  // its buffers in its ledger (engine_scope.h).
+  host->set_log_rank(setup.job.rank, setup.job.world_size);
+  EngineScope scope(host->identity());
   plugin_host::InstanceContext context;
   context.seed = cfg.seed;
   context.rank = setup.job.rank;

@@ -5,6 +5,7 @@
 // jobs. The first failed request fails its job and makes the failure
 // sticky: queued jobs fail with it and new ones are refused.
 #include "core/offload/swapper.h"
+#include "core/base/engine_scope.h"
 
 #include <algorithm>
 #include <atomic>
@@ -294,7 +295,12 @@ Result<std::unique_ptr<Swapper>> Swapper::create(
   impl->settings = settings;
   impl->alignment = alignment;
   Impl* raw = impl.get();
-  impl->io = std::thread([raw] { raw->run(); });
+  // The I/O thread works for the engine of the thread that makes it
+  // (engine_scope.h).
+  impl->io = std::thread([raw, engine = EngineScope::current()] {
+    EngineScope scope(engine);
+    raw->run();
+  });
   return std::unique_ptr<Swapper>(new Swapper(std::move(impl)));
 }
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/base/engine_scope.h"
 #include "core/base/logging.h"
 
 #ifndef DSCORE_VERSION
@@ -23,9 +24,15 @@ dscore_status record_error(dscore_host_context* ctx, dscore_status code,
   return code;  // no context: nobody reads it (see plugin.h)
 }
 
-void host_log(dscore_host_context*, dscore_log_level level, const char* plugin,
+void host_log(dscore_host_context* ctx, dscore_log_level level, const char* plugin,
               const char* message) noexcept {
   try {
+    // The line shows the rank of the engine the plugin serves, whatever
+    // thread it logs from.
+    HostContext* c = HostContext::from(ctx);
+    std::shared_ptr<const EngineIdentity> engine = EngineScope::current();
+    if (c != nullptr) engine = c->identity();
+    EngineScope scope(std::move(engine));
     LogLevel l = LogLevel::kInfo;
     switch (level) {
       case DSCORE_LOG_DEBUG:

@@ -42,8 +42,14 @@ class InProcessKv : public KvBackend {
 std::shared_ptr<KvBackend> make_in_process_kv() { return std::make_shared<InProcessKv>(); }
 
 HostContext::HostContext(std::shared_ptr<KvBackend> kv)
-    : kv_(kv ? std::move(kv) : make_in_process_kv()) {
+    : kv_(kv ? std::move(kv) : make_in_process_kv()),
+      identity_(std::make_shared<EngineIdentity>()) {
+  identity_->ledger = std::make_shared<MemoryLedger>();
   for (auto& c : communicators_) c.store(nullptr);
+}
+
+void HostContext::set_log_rank(int rank, int world_size) {
+  identity_->log_rank = world_size > 1 ? rank : -1;
 }
 
 HostContext::~HostContext() = default;

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/base/engine_scope.h"
 #include "core/base/memory.h"
 #include "core/base/status.h"
 #include "core/device/device.h"
@@ -75,6 +76,12 @@ class HostContext {
 
   MemoryLedger& memory() { return memory_; }
   const MemoryLedger& memory() const { return memory_; }
+  // Who the engine is to the process-wide services (engine_scope.h): its
+  // log rank, and the ledger its own buffers count in (engine_memory()).
+  // The engine enters it in its calls.
+  const std::shared_ptr<EngineIdentity>& identity() const { return identity_; }
+  void set_log_rank(int rank, int world_size);  // no prefix for a world of one
+  const MemoryLedger& engine_memory() const { return *identity_->ledger; }
   KvBackend& kv() { return *kv_; }
   const std::shared_ptr<KvBackend>& kv_store() const { return kv_; }
 
@@ -92,7 +99,8 @@ class HostContext {
   static constexpr size_t kGroups = 2;  // DSCORE_GROUP_WORLD, DSCORE_GROUP_DATA_PARALLEL
 
   std::shared_ptr<KvBackend> kv_;
-  MemoryLedger memory_;
+  MemoryLedger memory_;  // what its plugins allocate through host->alloc
+  std::shared_ptr<EngineIdentity> identity_;
   device::Device* device_ = nullptr;
   std::mutex device_mutex_;
   std::unordered_map<void*, device::Buffer> device_buffers_;

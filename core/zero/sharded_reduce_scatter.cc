@@ -22,9 +22,9 @@ ShardedReduceScatter::ShardedReduceScatter(const ZeroContext& context, ShardedSt
       layers_(context.layout->layer_count()) {}
 
 Status ShardedReduceScatter::allocate() {
-  DSCORE_ASSIGN_OR_RETURN(
-      grad_part_, allocate_buffer(ctx_.device, storage_.local_numel(), ctx_.grad_dtype(),
-                                  MemoryUse::kGradients, "gradient partition"));
+  DSCORE_ASSIGN_OR_RETURN(grad_part_,
+                          allocate_buffer(ctx_.device, storage_.local_numel(), ctx_.grad_dtype(),
+                                          MemoryUse::kGradients, "gradient partition"));
   return Status::Ok();
 }
 
@@ -49,8 +49,8 @@ void ShardedReduceScatter::prepare(const std::vector<size_t>& candidates) {
   for (size_t l : layers) {
     const int64_t elements = storage_.padded_layer_elements(l);
     Result<device::Buffer> buffer =
-        allocate_scratch(ctx_.device, ctx_.stream, elements, ctx_.grad_dtype(),
-                         MemoryUse::kBuffers, "gradient bucket");
+        allocate_scratch(ctx_.device, ctx_.stream, elements, ctx_.grad_dtype(), MemoryUse::kBuffers,
+                         "gradient bucket");
     prepared->emplace_back();
     if (!buffer.ok()) continue;
     to_zero.emplace_back(buffer->data(), elements);
@@ -69,8 +69,8 @@ void ShardedReduceScatter::prepare(const std::vector<size_t>& candidates) {
   }
 }
 
-Result<std::shared_ptr<device::Buffer>> ShardedReduceScatter::take_grads(
-    size_t layer, device::Stream* views_on) {
+Result<std::shared_ptr<device::Buffer>> ShardedReduceScatter::take_grads(size_t layer,
+                                                                         device::Stream* views_on) {
   LayerGrads& s = layers_[layer];
   if (s.grads_ticket) {
     DSCORE_RETURN_IF_ERROR(order_views_after(s.grads_ticket, views_on));

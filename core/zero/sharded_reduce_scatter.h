@@ -79,7 +79,7 @@ class ShardedReduceScatter final : public GradientReduction {
   ShardedStorage& storage_;
   ShardedGathers& gathers_;
   int world_;
-  bool boundary_ = false;  // this micro-step's reduce-scatters make the gradients final
+  bool boundary_ = false;     // this micro-step's reduce-scatters make the gradients final
   device::Buffer grad_part_;  // (local) grad_dtype
   std::vector<LayerGrads> layers_;
   std::vector<PendingGrads> pending_;

@@ -85,15 +85,14 @@ Status ShardedStorage::allocate() {
           "its master weights");
     const bool staged = ctx_.device != nullptr && !ctx_.device->memory_is_host();
     const config::OffloadConfig& offload = ctx_.placement->param_offload;
-    DSCORE_ASSIGN_OR_RETURN(
-        param_swap_, ParamSwap::create(ctx_.param_swapper, ctx_.param_swap_folder, local, md,
-                                       offload.max_in_cpu, staged ? ctx_.device : nullptr));
+    DSCORE_ASSIGN_OR_RETURN(param_swap_,
+                            ParamSwap::create(ctx_.param_swapper, ctx_.param_swap_folder, local, md,
+                                              offload.max_in_cpu, staged ? ctx_.device : nullptr));
     const int64_t on_disk = local - param_swap_->resident_elements();
     if (staged) {
       const int64_t ring =
-          on_disk > 0
-              ? param_swap_ring_elements(offload.buffer_count, offload.buffer_size, on_disk)
-              : 0;
+          on_disk > 0 ? param_swap_ring_elements(offload.buffer_count, offload.buffer_size, on_disk)
+                      : 0;
       DSCORE_ASSIGN_OR_RETURN(
           swapped_,
           SwappedGathers::create(*param_swap_, *ctx_.device, *ctx_.stream, ctx_.comm_target, md,
@@ -126,8 +125,8 @@ Status ShardedStorage::initialise_owned(const Model& model) {
     const ParamShard& shard = shards_.params[s.param];
     DSCORE_RETURN_IF_ERROR(init_owned(model, s.param, shard.first_element(rank_), s.numel,
                                       master == nullptr ? nullptr : master + s.offset,
-                                      element_at(param_part_.data(), md, s.offset), md,
-                                      ctx_.device, ctx_.stream));
+                                      element_at(param_part_.data(), md, s.offset), md, ctx_.device,
+                                      ctx_.stream));
   }
   return Status::Ok();
 }

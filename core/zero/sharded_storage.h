@@ -39,8 +39,8 @@ class ShardedStorage {
   // within stage3_model_persistence_threshold in total).
   bool persistent(size_t param) const { return persistent_[param] != 0; }
 
-  float* owned_master();    // fp32: the parameters; 16-bit: the master, or nullptr elsewhere
-  void* owned_params16();   // nullptr for fp32 models and swapped shards
+  float* owned_master();   // fp32: the parameters; 16-bit: the master, or nullptr elsewhere
+  void* owned_params16();  // nullptr for fp32 models and swapped shards
   ParamSwap* param_swap() { return param_swap_.get(); }
   bool swaps_params() const { return param_swap_ != nullptr; }
   // Swapped shards read ahead of their allgathers into device memory (from a GPU).

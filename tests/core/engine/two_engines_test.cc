@@ -5,6 +5,9 @@
 // produces exactly the losses and parameters it produces alone.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "tests/fakes/in_process_job.h"
@@ -61,6 +64,54 @@ TEST(TwoEngines, AFailingRankEndsItsJobWithoutTouchingTheOther) {
   EXPECT_NE(failed.error, "");
   EXPECT_EQ(healthy.error, "");
   EXPECT_EQ(healthy.losses.size(), 8u);
+}
+
+// Two ranks as threads of one process, each with ZeRO-Offload, which logs
+// "rank R: optimizer state ..." from inside its engine: each such line
+// carries its own rank's prefix (the log rank is the engine's, not the
+// process's), and each rank measures what it holds itself: its plan's model
+// states, not both ranks' (the memory ledger is the engine's).
+TEST(TwoEngines, EachRankLogsItsOwnRankAndMeasuresItsOwnMemory) {
+  const std::string offload = R"("train_batch_size": 8, "train_steps": 2, "seed": 5,
+    "optimizer": {"type": "AdamW", "params": {"lr": 0.003}},
+    "model": {"type": "mlp", "hidden_dim": 32, "n_hidden_layers": 2},
+    "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}})";
+  std::mutex mutex;
+  std::map<int, zero::MemoryPlan> planned, measured;
+  testing::InProcessHooks hooks;
+  hooks.before_training = [&](Engine& e) {
+    std::lock_guard<std::mutex> lock(mutex);
+    planned[e.rank()] = e.plan().memory;
+    measured[e.rank()] = e.measured_memory();
+    return Status::Ok();
+  };
+  ::testing::internal::CaptureStderr();
+  const InProcessResult result = run_in_process_job(offload, 2, hooks);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(result.error, "") << log;
+
+  int lines = 0;
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);) {
+    for (int rank : {0, 1}) {
+      if (line.find("] rank " + std::to_string(rank) + ": optimizer state") == std::string::npos)
+        continue;
+      EXPECT_EQ(line.rfind("[dscore rank " + std::to_string(rank) + "]", 0), 0u) << line;
+      ++lines;
+    }
+  }
+  EXPECT_EQ(lines, 2) << log;
+
+  for (int rank : {0, 1}) {
+    const zero::MemoryPlan& p = planned[rank];
+    const zero::MemoryPlan& m = measured[rank];
+    EXPECT_GT(p.parameters, 0);
+    EXPECT_EQ(m.parameters, p.parameters) << "rank " << rank;
+    EXPECT_EQ(m.gradients, p.gradients) << "rank " << rank;
+    EXPECT_EQ(m.master, p.master) << "rank " << rank;
+    EXPECT_EQ(m.optimizer, p.optimizer) << "rank " << rank;
+    EXPECT_EQ(m.offload_tiles, p.offload_tiles) << "rank " << rank;
+  }
 }
 
 }  // namespace
