@@ -18,7 +18,7 @@ namespace dscore {
 class MemoryLedger;
 
 struct EngineIdentity {
-  std::atomic<int> log_rank{-1};  // the rank its log lines show; -1: none (one rank)
+  std::atomic<int> log_rank{-1};         // the rank its log lines show; -1: none (one rank)
   std::shared_ptr<MemoryLedger> ledger;  // the engine's own allocations
 };
 

@@ -168,15 +168,15 @@ std::vector<ConfigNotice> placement_notices(const TrainingConfig& config) {
 }
 
 std::string describe(const Placement& p) {
-  std::string out = "optimizer state ";
+  std::string out = "optimizer and master: ";
   out += home_name(p.optimizer_state);
   if (p.host_offload()) out += " (ZeRO-Offload)";
   if (p.optimizer_on_nvme()) out += " (ZeRO-Infinity)";
   if (p.partial_offload())
     out += ", " + std::to_string(static_cast<int>(p.offloaded_ratio * 100 + 0.5)) + "% of it";
-  out += ", parameters ";
+  out += "; parameters: ";
   out += home_name(p.parameters);
-  out += ", gradients ";
+  out += "; gradients: ";
   out += home_name(p.gradients);
   out += "; model ";
   out += sdk::dtype_name(p.model_dtype);

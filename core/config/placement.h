@@ -115,8 +115,9 @@ std::vector<ConfigError> placement_unsupported(const Placement& placement);
 // honour offloads everything.
 std::vector<ConfigNotice> placement_notices(const TrainingConfig& config);
 
-// One line for logs and `dscore plan`: "optimizer state: host (ZeRO-Offload),
-// parameters: device, gradients: device; model bf16, gradients fp32".
+// One line for logs and `dscore plan`: "optimizer and master: host
+// (ZeRO-Offload); parameters: device; gradients: device; model bf16,
+// gradients bf16".
 std::string describe(const Placement& placement);
 
 }  // namespace dscore::config

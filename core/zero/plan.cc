@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "core/base/strings.h"
+#include "core/comm/topology.h"
 #include "core/zero/partition.h"
 
 namespace dscore::zero {
@@ -208,6 +209,10 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const config::Placement
   plan.stage = placement.stage;
   plan.world = world;
   plan.rank = rank;
+  // Every rank on the data axis until pipeline, tensor, sequence or expert
+  // parallelism come (the engine's grid).
+  plan.grid = comm::ParallelGrid::data_parallel(world).describe();
+  plan.placement = config::describe(placement);
   plan.numel = layout.total_numel();
   plan.model_dtype = placement.model_dtype;
   plan.grad_dtype = placement.grad_dtype;

@@ -103,6 +103,10 @@ struct ZeroPlan {
   int stage = 0;
   int world = 1;
   int rank = 0;
+  // The job's ranks as parallel axes (comm/topology.h), and where the
+  // state lives (config/placement.h describe()), for the report.
+  std::string grid;
+  std::string placement;
   int64_t numel = 0;  // Psi
   dscore_dtype model_dtype = DSCORE_DTYPE_F32;
   dscore_dtype grad_dtype = DSCORE_DTYPE_F32;

@@ -155,6 +155,8 @@ std::string format_plans(const std::vector<ZeroPlan>& plans) {
                 p0.stage, p0.world, static_cast<long long>(p0.numel),
                 sdk::dtype_name(p0.model_dtype), sdk::dtype_name(p0.grad_dtype));
   out += line;
+  out += "  parallel grid: " + p0.grid + "\n";
+  out += "  placement: " + p0.placement + "\n";
   auto row = [&](const char* name, auto get) {
     std::snprintf(line, sizeof line, "  %-24s", name);
     out += line;

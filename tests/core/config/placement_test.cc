@@ -167,8 +167,8 @@ TEST(Placement, PartialOffloadKeepsTheRatioOnlyWhereItCanKeepState) {
   EXPECT_TRUE(p.host_offload());
   EXPECT_TRUE(p.offloads());
   EXPECT_EQ(describe(p),
-            "optimizer state host (ZeRO-Offload), 25% of it, parameters device, gradients device; "
-            "model fp32, gradients fp32");
+            "optimizer and master: host (ZeRO-Offload), 25% of it; parameters: device; "
+            "gradients: device; model fp32, gradients fp32");
 }
 
 // The engine places for the device it opened, whatever "device" says.
