@@ -135,7 +135,7 @@ int64_t largest_layer_numel(const ParamLayout& layout) {
 }
 
 // The most parameter elements stage 3 holds gathered at once, besides the
-// persistent ones (core/zero/sharded_zero.cc): a layer used again within
+// persistent ones (core/zero/sharded_gathers.h): a layer used again within
 // max_reuse_distance elements stays gathered, which with the defaults keeps
 // every layer from its forward to its backward; otherwise the layer in use
 // and one prefetched. Never more than max_live_parameters past the layer in
@@ -281,7 +281,7 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const config::Placement
     // Layers' full gradients wait until gradient_flush_elements are
     // pending (plus the layer that crossed it, at most all of them), then
     // are reduce-scattered together: their rank-ordered copy and this
-    // rank's reduced part (core/zero/sharded_zero.cc).
+    // rank's reduced part (core/zero/sharded_reduce_scatter.h).
     const int64_t held = std::min(total, gradient_flush_elements(config.zero) + largest_layer);
     const int64_t part = (held + world - 1) / world;
     m.buffers =
@@ -297,7 +297,7 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const config::Placement
   if (md != DSCORE_DTYPE_F32) m.master = bytes(owned, DSCORE_DTYPE_F32);
   for (const StateSlot& s : slots) m.optimizer += bytes(owned * s.elements_per_param, s.dtype);
   // Offload from device memory the host does not address moves through
-  // host buffers (core/owned_state/nvme_state.h, core/zero/sharded_zero.h).
+  // host buffers (core/owned_state/nvme_state.h, core/zero/sharded_storage.h).
   const bool staged = !placement.device_memory_is_host;
   plan.on_device = staged;
   if (config.comm.backend == "nccl") m.comm_scratch = 0;  // its buffers are on the GPU, uncounted

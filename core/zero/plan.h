@@ -161,7 +161,7 @@ void add_process_memory(const ProcessMemory& process, ZeroPlan* plan);
 // are pending: reduce_bucket_size, or ZeroConfig::reduce_flush_elements
 // (2^24) when that is smaller, so a model under the bucket size (5e8 by
 // default) still reduces beside its backward instead of all at its end,
-// and a reduction's buffers stay small (core/zero/sharded_zero.cc).
+// and a reduction's buffers stay small (core/zero/sharded_reduce_scatter.h).
 int64_t gradient_flush_elements(const config::ZeroConfig& zero);
 
 // Swap files and tiles of NVMe optimizer offload are whole multiples of

@@ -165,27 +165,6 @@ ProcessResult run_dscore(const std::vector<std::string>& args, ProcessOptions op
   return run_dscore_at(DSCORE_EXE, args, std::move(options));
 }
 
-TempDir::TempDir(const std::string& prefix) {
-  const char* base = std::getenv("TMPDIR");
-  std::string pattern =
-      std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/" + prefix + "_XXXXXX";
-  if (mkdtemp(pattern.data()) == nullptr)
-    throw std::runtime_error("mkdtemp " + pattern + ": " + std::strerror(errno));
-  path_ = pattern;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  fs::remove_all(path_, ec);
-}
-
-fs::path TempDir::write(const std::string& name, const std::string& text) const {
-  fs::path file = path_ / name;
-  fs::create_directories(file.parent_path());
-  std::ofstream(file, std::ios::binary) << text;
-  return file;
-}
-
 EnvOverrides mpi_test_env() {
   const char* current = std::getenv("ASAN_OPTIONS");
   std::string options = current != nullptr && *current != '\0' ? std::string(current) + ":" : "";

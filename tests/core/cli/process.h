@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/fakes/temp_dir.h"
+
 namespace dscore::testing {
 
 struct ProcessResult {
@@ -51,21 +53,6 @@ ProcessResult run_dscore_at(const std::filesystem::path& exe, const std::vector<
 // sees them with unsymbolised stacks that no suppression can name; ASan and
 // UBSan stay fully on. Harmless in builds without sanitizers.
 EnvOverrides mpi_test_env();
-
-// A fresh folder under $TMPDIR (or /tmp), removed with everything in it.
-class TempDir {
- public:
-  explicit TempDir(const std::string& prefix = "dscore_test");
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-  // Writes `text` to path()/name and returns the full path.
-  std::filesystem::path write(const std::string& name, const std::string& text) const;
-
- private:
-  std::filesystem::path path_;
-};
 
 std::string read_text_file(const std::filesystem::path& path);
 std::vector<std::string> split_lines(const std::string& text);  // "\n" or "\r\n"

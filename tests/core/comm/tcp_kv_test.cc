@@ -336,6 +336,10 @@ TEST(TcpKv, ShutdownLeavesNoThreadOrSocket) {
     EXPECT_GT(entries("/proc/self/fd"), fds);
   }
   EXPECT_EQ(entries("/proc/self/fd"), fds);
+  // std::async's thread has handed over its result but may still be
+  // exiting: give it a moment to leave /proc/self/task.
+  for (int i = 0; i < 200 && entries("/proc/self/task") != threads; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(entries("/proc/self/task"), threads);
 }
 

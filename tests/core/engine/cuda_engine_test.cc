@@ -4,7 +4,7 @@
 // step's statistics on the device, host collectives staged through device
 // memory. The path is opt-in (DSCORE_EXPERIMENTAL_CUDA_ENGINE=1, set here)
 // until this test has passed on a GPU (the refusal without it:
-// unsupported_features_test.cc). Label `gpu`: skips where no CUDA device is
+// tests/core/config/run_rules_test.cc). Label `gpu`: skips where no CUDA device is
 // visible.
 //
 // Tolerances (the CPU run is the reference, fp32 everywhere, the gpt

@@ -1,5 +1,5 @@
 // Optimizer state on NVMe ("offload_optimizer": {"device": "nvme"}, core/
-// engine/nvme_state.h) against the same run in memory, in process (ranks
+// owned_state/nvme_state.h) against the same run in memory, in process (ranks
 // are threads on the loopback backend: tests/fakes/in_process_job.h):
 // - bitwise the same losses and final parameters at stages 1-3, 1 and 2
 //   ranks, fp32 and bf16, every pipeline_read/pipeline_write combination,

@@ -268,7 +268,7 @@ TEST_P(Swapper, MisuseIsRefusedWithTheRule) {
   auto none = swapper->write(*f, 0, b.get(), 0);                 // nothing to do
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(swapper->wait(*none).ok());
-  auto missing = swapper->open(dir_.path() + "/no/such/dir/y.swp", kCreate);
+  auto missing = swapper->open(dir_.file("no/such/dir/y.swp"), kCreate);
   ASSERT_EQ(missing.status().code(), DSCORE_NOT_FOUND);
   EXPECT_NE(missing.status().message().find("no/such/dir/y.swp"), std::string::npos);
   // Refusals are not I/O failures: the swapper still works.

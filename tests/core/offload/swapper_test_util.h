@@ -17,6 +17,7 @@
 
 #include "core/offload/swapper.h"
 #include "core/plugin_host/registry.h"
+#include "tests/fakes/temp_dir.h"
 
 namespace dscore::offload::testing {
 
@@ -39,24 +40,8 @@ inline Buffer random_buffer(size_t bytes, uint64_t seed) {
   return b;
 }
 
-// A fresh folder under the system's temp dir, removed at the end.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "dscore-swap-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data()) != nullptr ? pattern : "";
-    EXPECT_FALSE(path_.empty()) << "mkdtemp failed: " << std::strerror(errno);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+// The tests' temporary folder (tests/fakes/temp_dir.h).
+using TempDir = dscore::testing::TempDir;
 
 // A tmpfs of `size` mounted on a fresh folder; mounted() false (and why()
 // says why) where this process may not mount.
@@ -76,7 +61,7 @@ class TinyTmpfs {
   }
   bool mounted() const { return mounted_; }
   const std::string& why() const { return why_; }
-  const std::string& path() const { return dir_.path(); }
+  std::string path() const { return dir_.path().string(); }
 
  private:
   TempDir dir_;

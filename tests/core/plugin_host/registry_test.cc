@@ -3,6 +3,7 @@
 // reported with the exact message a user would see, naming the library,
 // its path and the field or versions at fault; nothing crashes.
 #include "core/plugin_host/registry.h"
+#include "tests/fakes/temp_dir.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -208,18 +209,7 @@ TEST(PluginRegistry, MissingFolderTheUserNamedIsAProblemAndABuiltInOneIsNot) {
             "DSCORE_PLUGIN_PATH entry /nonexistent/dscore/env does not exist");
 }
 
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/dscore_registry_test_XXXXXX";
-    path_ = mkdtemp(pattern);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using dscore::testing::TempDir;  // tests/fakes/temp_dir.h
 
 TEST(PluginRegistry, ScansOnlySharedLibrariesAndReportsCorruptOnes) {
   TempDir dir;

@@ -15,10 +15,12 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
+#include "tests/fakes/temp_dir.h"
 
 namespace dscore::testing {
 
@@ -133,25 +135,6 @@ inline std::string read_bytes(const std::filesystem::path& p) {
 inline void write_bytes(const std::filesystem::path& p, const std::string& bytes) {
   std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
 }
-
-// A fresh folder under the system temp directory, removed at the end.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "dscore_monitor_XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 struct TestEvent {
   std::string tag;

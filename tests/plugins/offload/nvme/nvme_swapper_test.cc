@@ -154,7 +154,7 @@ TEST_P(NvmeSwapper, BadRequestsAndWaitsAreRefused) {
   std::vector<dscore_io_completion> done;
   EXPECT_EQ(s->wait(1, -1, 4, &done).code(), DSCORE_FAILED_PRECONDITION);  // nothing outstanding
   EXPECT_EQ(s->wait(1, 0, 4, &done).code(), DSCORE_DEADLINE_EXCEEDED);
-  auto missing = s->open_file(dir_.path() + "/none/x.swp", DSCORE_OPEN_READ);
+  auto missing = s->open_file(dir_.file("none/x.swp"), DSCORE_OPEN_READ);
   EXPECT_EQ(missing.status().code(), DSCORE_NOT_FOUND);
   EXPECT_NE(missing.status().message().find("none/x.swp: No such file or directory"),
             std::string::npos)
