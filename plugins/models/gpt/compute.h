@@ -28,11 +28,8 @@ std::unique_ptr<GptCompute> make_cpu_compute(const GptConfig& config, const GptP
 // tests link it directly). Throws when no CUDA device is visible.
 std::unique_ptr<GptCompute> make_cuda_compute(const GptConfig& config, const GptParams& params);
 
-// The plugin's way to the CUDA compute: loads the module (kCudaModuleFile in
-// the cuda/ folder beside the plugin) and calls make_cuda_compute there
-// through kCudaFactorySymbol. Throws, saying why and what to do, when the
-// module or cuBLAS is missing, and in builds without CUDA.
-std::unique_ptr<GptCompute> load_cuda_compute(const GptConfig& config, const GptParams& params);
+// The CUDA module (in the cuda/ folder beside the plugin) and the symbol
+// of its make_cuda_compute (transformer::plugin_cuda_compute loads it).
 inline constexpr char kCudaModuleFile[] = "libdscore_gpt_cuda.so";
 inline constexpr char kCudaFactorySymbol[] = "dscore_gpt_cuda_make_compute";
 

@@ -16,6 +16,7 @@
 #include "../hf_common/hf_config.h"
 #include "../transformer_common/cpu/linear.h"
 #include "../transformer_common/cpu/view_scratch.h"
+#include "../transformer_common/cuda_module.h"
 #include "../transformer_common/model_io.h"
 #include "../transformer_common/pass_memory.h"
 #include "compute.h"
@@ -126,7 +127,8 @@ class Gpt : public sdk::Instance {
     else if (p.describe_only())
       compute_ = std::make_unique<transformer::DescribeOnlyCompute>("gpt");
     else
-      compute_ = load_cuda_compute(config_, params_);
+      compute_ = transformer::plugin_cuda_compute("gpt", kCudaModuleFile, kCudaFactorySymbol,
+                                                  config_, params_);
   }
 
   const dscore_model_description* description() const { return &params_.description(); }
@@ -198,32 +200,20 @@ class Gpt : public sdk::Instance {
     throw Error(DSCORE_INVALID_ARGUMENT, "no layer " + std::to_string(layer));
   }
 
-  // The memory of one micro-batch's pass where the model computes. On the
-  // CPU (host memory): every buffer the runner allocates (GptRunner::allocate,
-  // counted by the same code) plus the LM head's block of logits and row
-  // statistics the CPU kernels hold while it runs
-  // (transformer::cpu::lm_head_working_bytes: about 16M logits at a time).
-  // On CUDA (GPU memory): the runner's buffers over the CUDA backend, its
-  // scratch and workspace and one layer's copies (cuda_pass_memory.h), for
-  // fp32 parameter views. With checkpointing, the blocks the config
-  // checkpoints (all when it does not say) keep only their inputs.
+  // The memory of one micro-batch's pass where the model computes
+  // (transformer::declared_activation_bytes): the runner's buffers
+  // (GptRunner::allocate, counted by the same code), the LM head's working
+  // block, and what the views' dtypes add.
   uint64_t activation_bytes(int64_t micro_batch, bool checkpointing) const {
-    if (config_.device == "cuda")
-      return cuda_activation_bytes(micro_batch, checkpointing, DSCORE_DTYPE_F32);
-    return activation_bytes(micro_batch, checkpointing, /*bf16_operands=*/false);
+    return activation_bytes(micro_batch, checkpointing, DSCORE_DTYPE_F32, DSCORE_DTYPE_F32);
   }
-  // The same for the views the host lends: 16-bit ones add the copies and
-  // bf16 operands of transformer::cpu::view_scratch_bytes, and bf16 ones on
-  // the bf16 GEMM keep the runner's operand buffers in bf16 (half the size).
-  // On CUDA, views of the compute's dtype are used in place (no copies).
   uint64_t activation_bytes(int64_t micro_batch, bool checkpointing, dscore_dtype param_dtype,
                             dscore_dtype grad_dtype) const {
-    if (config_.device == "cuda")
-      return cuda_activation_bytes(micro_batch, checkpointing, param_dtype);
     const GptConfig& c = config_;
+    const int64_t largest_layer = transformer::cpu::largest_layer_numel(params_, c.layer_count());
     const transformer::cpu::PassShape pass{
         .tokens = micro_batch * c.block_size,
-        .largest_layer = transformer::cpu::largest_layer_numel(params_, c.layer_count()),
+        .largest_layer = largest_layer,
         // Rounded inside linear_bf16: the attention projection's input and
         // the qkv linear's output gradient (the runner's other operands are
         // made rounded).
@@ -236,21 +226,6 @@ class Gpt : public sdk::Instance {
         // The MLP projection's input gradient (cpu_backend.h's mlp_backward).
         .consumed_n = 4 * c.n_embd,
         .consumed_k = c.n_embd};
-    return activation_bytes(micro_batch, checkpointing,
-                            transformer::cpu::bf16_operands_for(param_dtype)) +
-           transformer::cpu::view_scratch_bytes(pass, param_dtype, grad_dtype);
-  }
-
- private:
-  uint64_t activation_bytes(int64_t micro_batch, bool checkpointing, bool bf16_operands) const {
-    return transformer::declared_pass_bytes(
-        config_, config_.n_layer, micro_batch, checkpointing, [&](const GptConfig& c) {
-          return runner_activation_bytes<float, float>(c, params_, micro_batch, bf16_operands);
-        });
-  }
-  uint64_t cuda_activation_bytes(int64_t micro_batch, bool checkpointing,
-                                 dscore_dtype param_dtype) const {
-    const GptConfig& c = config_;
     const transformer::cuda_memory::PassShape shape{
         .batch = micro_batch,
         .block = c.block_size,
@@ -258,15 +233,17 @@ class Gpt : public sdk::Instance {
         .embd = c.n_embd,
         .vocab = c.vocab_size,
         .widest_column_sum = 4 * c.n_embd,  // the MLP's fc bias
-        .largest_layer = transformer::cpu::largest_layer_numel(params_, c.layer_count())};
-    return transformer::declared_cuda_pass_bytes(
-        c, c.n_layer, micro_batch, checkpointing, param_dtype, shape,
-        [&](const GptConfig& checkpointed, auto scalar, transformer::StateElements state) {
-          return runner_activation_bytes<decltype(scalar), float>(checkpointed, params_,
-                                                                  micro_batch, false, state);
+        .largest_layer = largest_layer};
+    return transformer::declared_activation_bytes(
+        c, c.n_layer, micro_batch, checkpointing, param_dtype, grad_dtype, pass, shape,
+        [&](const GptConfig& checkpointed, auto scalar, bool bf16_operands,
+            transformer::StateElements state) {
+          return runner_activation_bytes<decltype(scalar), float>(
+              checkpointed, params_, micro_batch, bf16_operands, state);
         });
   }
 
+ private:
   const dscore_model_param* param_at(size_t index) const {
     return transformer::param_at(params_.description(), index);
   }
@@ -283,7 +260,7 @@ class Gpt2 : public Gpt {
 };
 
 // CUDA where this build has the CUDA module ("device": "cuda").
-#ifdef DSCORE_GPT_WITH_CUDA
+#ifdef DSCORE_MODEL_WITH_CUDA
 constexpr uint64_t kCaps =
     DSCORE_CAP_CPU | DSCORE_CAP_CUDA | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16;
 #else

@@ -373,18 +373,14 @@ class GptRunner {
   Buffer<int32_t> inputs_, targets_;
 };
 
-// Bytes GptRunner::allocate(batch) takes over a backend of these types:
-// the model's declared activation memory (model.h activation_bytes), from
-// the same code path.
+// Bytes GptRunner::allocate(batch) takes over a backend of these types
+// (transformer::runner_allocation_bytes).
 template <class Scalar, class Stat>
 uint64_t runner_activation_bytes(
     const GptConfig& config, const GptParams& params, int64_t batch, bool bf16_operands,
     transformer::StateElements state_elements = &transformer::cpu::attention_state_elements) {
-  using Counter = transformer::CountingBackend<Scalar, Stat>;
-  Counter counter;
-  counter.state_elements = state_elements;
-  GptRunner<Counter>(config, params, counter).allocate(batch, bf16_operands);
-  return counter.bytes;
+  return transformer::runner_allocation_bytes<GptRunner, Scalar, Stat>(
+      config, params, batch, bf16_operands, state_elements);
 }
 
 }  // namespace dscore::gpt

@@ -28,12 +28,8 @@ std::unique_ptr<transformer::Compute> make_cpu_compute(const LlamaConfig& config
 std::unique_ptr<transformer::Compute> make_cuda_compute(const LlamaConfig& config,
                                                         const LlamaParams& params);
 
-// The plugin's way to the CUDA compute: loads the module (kCudaModuleFile in
-// the cuda/ folder beside the plugin) and calls make_cuda_compute there
-// through kCudaFactorySymbol. Throws, saying why and what to do, when the
-// module or cuBLAS is missing, and in builds without CUDA.
-std::unique_ptr<transformer::Compute> load_cuda_compute(const LlamaConfig& config,
-                                                        const LlamaParams& params);
+// The CUDA module (in the cuda/ folder beside the plugin) and the symbol
+// of its make_cuda_compute (transformer::plugin_cuda_compute loads it).
 inline constexpr char kCudaModuleFile[] = "libdscore_llama_cuda.so";
 inline constexpr char kCudaFactorySymbol[] = "dscore_llama_cuda_make_compute";
 

@@ -15,6 +15,7 @@
 
 #include "../transformer_common/cpu/linear.h"
 #include "../transformer_common/cpu/view_scratch.h"
+#include "../transformer_common/cuda_module.h"
 #include "../transformer_common/model_io.h"
 #include "../transformer_common/pass_memory.h"
 #include "../transformer_common/tokens.h"
@@ -123,7 +124,8 @@ class Llama : public sdk::Instance {
     else if (p.describe_only())
       compute_ = std::make_unique<transformer::DescribeOnlyCompute>("llama");
     else
-      compute_ = load_cuda_compute(config_, params_);
+      compute_ = transformer::plugin_cuda_compute("llama", kCudaModuleFile, kCudaFactorySymbol,
+                                                  config_, params_);
     if (source.folder)
       weights_ = std::make_unique<LlamaWeights>(std::move(source.folder), params_.description());
   }
@@ -181,32 +183,20 @@ class Llama : public sdk::Instance {
     throw Error(DSCORE_INVALID_ARGUMENT, "no layer " + std::to_string(layer));
   }
 
-  // The memory of one micro-batch's pass where the model computes. On the
-  // CPU (host memory): every buffer the runner allocates
-  // (LlamaRunner::allocate, counted by the same code) plus the LM head's
-  // block of logits and row statistics the CPU kernels hold while it runs
-  // (transformer::cpu::lm_head_working_bytes). On CUDA (GPU memory): the
-  // runner's buffers over the CUDA backend, its scratch and workspace and
-  // one layer's copies (cuda_pass_memory.h), for fp32 parameter views. With
-  // checkpointing, the blocks the config checkpoints (all when it does not
-  // say) keep only their inputs.
+  // The memory of one micro-batch's pass where the model computes
+  // (transformer::declared_activation_bytes): the runner's buffers
+  // (LlamaRunner::allocate, counted by the same code), the LM head's
+  // working block, and what the views' dtypes add.
   uint64_t activation_bytes(int64_t micro_batch, bool checkpointing) const {
-    if (config_.device == "cuda")
-      return cuda_activation_bytes(micro_batch, checkpointing, DSCORE_DTYPE_F32);
-    return activation_bytes(micro_batch, checkpointing, /*bf16_operands=*/false);
+    return activation_bytes(micro_batch, checkpointing, DSCORE_DTYPE_F32, DSCORE_DTYPE_F32);
   }
-  // The same for the views the host lends: 16-bit ones add the copies and
-  // bf16 operands of transformer::cpu::view_scratch_bytes, and bf16 ones on
-  // the bf16 GEMM keep the runner's operand buffers in bf16 (half the size).
-  // On CUDA, views of the compute's dtype are used in place (no copies).
   uint64_t activation_bytes(int64_t micro_batch, bool checkpointing, dscore_dtype param_dtype,
                             dscore_dtype grad_dtype) const {
-    if (config_.device == "cuda")
-      return cuda_activation_bytes(micro_batch, checkpointing, param_dtype);
     const LlamaConfig& c = config_;
+    const int64_t largest_layer = transformer::cpu::largest_layer_numel(params_, c.layer_count());
     const transformer::cpu::PassShape pass{
         .tokens = micro_batch * c.block_size,
-        .largest_layer = transformer::cpu::largest_layer_numel(params_, c.layer_count()),
+        .largest_layer = largest_layer,
         // Rounded inside linear_bf16: o_proj's input and the output
         // gradients of the attention's projections and down_proj (the
         // runner's other operands, gate_proj's and up_proj's output
@@ -220,21 +210,6 @@ class Llama : public sdk::Instance {
         // down_proj's input gradient (cpu_backend.h's mlp_backward).
         .consumed_n = c.intermediate_size,
         .consumed_k = c.hidden_size};
-    return activation_bytes(micro_batch, checkpointing,
-                            transformer::cpu::bf16_operands_for(param_dtype)) +
-           transformer::cpu::view_scratch_bytes(pass, param_dtype, grad_dtype);
-  }
-
- private:
-  uint64_t activation_bytes(int64_t micro_batch, bool checkpointing, bool bf16_operands) const {
-    return transformer::declared_pass_bytes(
-        config_, config_.num_hidden_layers, micro_batch, checkpointing, [&](const LlamaConfig& c) {
-          return runner_activation_bytes<float, float>(c, params_, micro_batch, bf16_operands);
-        });
-  }
-  uint64_t cuda_activation_bytes(int64_t micro_batch, bool checkpointing,
-                                 dscore_dtype param_dtype) const {
-    const LlamaConfig& c = config_;
     const transformer::cuda_memory::PassShape shape{
         .batch = micro_batch,
         .block = c.block_size,
@@ -242,15 +217,17 @@ class Llama : public sdk::Instance {
         .embd = c.hidden_size,
         .vocab = c.vocab_size,
         .widest_column_sum = 0,  // no LayerNorm, no biases
-        .largest_layer = transformer::cpu::largest_layer_numel(params_, c.layer_count())};
-    return transformer::declared_cuda_pass_bytes(
-        c, c.num_hidden_layers, micro_batch, checkpointing, param_dtype, shape,
-        [&](const LlamaConfig& checkpointed, auto scalar, transformer::StateElements state) {
-          return runner_activation_bytes<decltype(scalar), float>(checkpointed, params_,
-                                                                  micro_batch, false, state);
+        .largest_layer = largest_layer};
+    return transformer::declared_activation_bytes(
+        c, c.num_hidden_layers, micro_batch, checkpointing, param_dtype, grad_dtype, pass, shape,
+        [&](const LlamaConfig& checkpointed, auto scalar, bool bf16_operands,
+            transformer::StateElements state) {
+          return runner_activation_bytes<decltype(scalar), float>(
+              checkpointed, params_, micro_batch, bf16_operands, state);
         });
   }
 
+ private:
   const dscore_model_param* param_at(size_t index) const {
     return transformer::param_at(params_.description(), index);
   }
@@ -266,7 +243,7 @@ class Llama : public sdk::Instance {
 };
 
 // CUDA where this build has the CUDA module ("device": "cuda").
-#ifdef DSCORE_LLAMA_WITH_CUDA
+#ifdef DSCORE_MODEL_WITH_CUDA
 constexpr uint64_t kCaps =
     DSCORE_CAP_CPU | DSCORE_CAP_CUDA | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16;
 #else

@@ -413,17 +413,14 @@ class LlamaRunner {
   Buffer<int32_t> inputs_, targets_;
 };
 
-// Bytes LlamaRunner::allocate(batch) takes over a backend of these types:
-// the model's declared activation memory, from the same code path.
+// Bytes LlamaRunner::allocate(batch) takes over a backend of these types
+// (transformer::runner_allocation_bytes).
 template <class Scalar, class Stat>
 uint64_t runner_activation_bytes(
     const LlamaConfig& config, const LlamaParams& params, int64_t batch, bool bf16_operands,
     transformer::StateElements state_elements = &transformer::cpu::attention_state_elements) {
-  using Counter = transformer::CountingBackend<Scalar, Stat>;
-  Counter counter;
-  counter.state_elements = state_elements;
-  LlamaRunner<Counter>(config, params, counter).allocate(batch, bf16_operands);
-  return counter.bytes;
+  return transformer::runner_allocation_bytes<LlamaRunner, Scalar, Stat>(
+      config, params, batch, bf16_operands, state_elements);
 }
 
 }  // namespace dscore::llama

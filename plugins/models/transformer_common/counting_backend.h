@@ -35,4 +35,17 @@ struct CountingBackend {
   StateElements state_elements = &cpu::attention_state_elements;
 };
 
+// Bytes Runner<Counter>::allocate(batch, bf16_operands) takes over a backend
+// of these types (Runner: the gpt or llama runner template): the model's
+// declared activation memory, from the same code path as its allocation.
+template <template <class> class Runner, class Scalar, class Stat, class Config, class Params>
+uint64_t runner_allocation_bytes(const Config& config, const Params& params, int64_t batch,
+                                 bool bf16_operands, StateElements state_elements) {
+  using Counter = CountingBackend<Scalar, Stat>;
+  Counter counter;
+  counter.state_elements = state_elements;
+  Runner<Counter>(config, params, counter).allocate(batch, bf16_operands);
+  return counter.bytes;
+}
+
 }  // namespace dscore::transformer

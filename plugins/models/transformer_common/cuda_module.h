@@ -81,6 +81,25 @@ std::unique_ptr<Compute> load_model_cuda_compute(const char* model, const char* 
   return call_cuda_module(load_cuda_module(model, cuda_module_path(file_name), symbol), request);
 }
 
+// The plugin's way to its CUDA compute (what a model created with "device":
+// "cuda" computes with): load_model_cuda_compute in a plugin built with its
+// CUDA module (DSCORE_MODEL_WITH_CUDA on the plugin's target); in a build
+// without CUDA, UNIMPLEMENTED naming the fix.
+template <class Config, class Params>
+std::unique_ptr<Compute> plugin_cuda_compute(const char* model, const char* file_name,
+                                             const char* symbol, const Config& config,
+                                             const Params& params) {
+#ifdef DSCORE_MODEL_WITH_CUDA
+  return load_model_cuda_compute(model, file_name, symbol, config, params);
+#else
+  (void)file_name, (void)symbol, (void)config, (void)params;
+  throw sdk::Error(DSCORE_UNIMPLEMENTED,
+                   std::string(model) +
+                       ": \"device\": \"cuda\" needs a dscore built with CUDA (DSCORE_WITH_CUDA); "
+                       "this build computes on the CPU only: set \"device\": \"cpu\"");
+#endif
+}
+
 // The module's side of the factory: checks the request against the types
 // this module was built with, runs make() (returning unique_ptr<Compute>)
 // and turns every exception into a status and message.

@@ -12,7 +12,9 @@
 #include <string>
 
 #include "counting_backend.h"
+#include "cpu/gemm_bf16.h"
 #include "cpu/linear.h"
+#include "cpu/view_scratch.h"
 #include "cuda_pass_memory.h"
 
 namespace dscore::transformer {
@@ -88,6 +90,38 @@ uint64_t declared_cuda_pass_bytes(const Config& config, int64_t layers, int64_t 
   return (bf16 ? runner_bytes(c, uint16_t{}, state) : runner_bytes(c, float{}, state)) +
          cuda_memory::scratch_bytes(shape, scalar_bytes, fused) +
          cuda_memory::layer_copies_bytes(shape.largest_layer, scalar_bytes, in_place);
+}
+
+// The memory one micro-batch's pass declares (model.h activation_bytes)
+// where the model computes, for parameter and gradient views of these
+// dtypes. On CUDA (GPU memory): declared_cuda_pass_bytes for `cuda_pass`
+// (views of the compute's dtype are used in place). On the CPU (host
+// memory): declared_pass_bytes, where bf16 views on the bf16 GEMM keep the
+// runner's operand buffers in bf16 (half the size), plus the copies and
+// bf16 working memory the host backend keeps for 16-bit views
+// (cpu::view_scratch_bytes for `cpu_pass`). With checkpointing, the blocks
+// the config checkpoints (all `layers` when it does not say) keep only
+// their inputs. `runner_bytes(config, scalar, bf16_operands, state)` counts
+// the runner's allocations (runner_allocation_bytes).
+template <class Config, class RunnerBytes>
+uint64_t declared_activation_bytes(const Config& config, int64_t layers, int64_t micro_batch,
+                                   bool checkpointing, dscore_dtype param_dtype,
+                                   dscore_dtype grad_dtype, const cpu::PassShape& cpu_pass,
+                                   const cuda_memory::PassShape& cuda_pass,
+                                   RunnerBytes&& runner_bytes) {
+  if (config.device == "cuda")
+    return declared_cuda_pass_bytes(config, layers, micro_batch, checkpointing, param_dtype,
+                                    cuda_pass,
+                                    [&](const Config& c, auto scalar, StateElements state) {
+                                      return runner_bytes(c, scalar, false, state);
+                                    });
+  const bool bf16_operands = cpu::bf16_operands_for(param_dtype);
+  return declared_pass_bytes(config, layers, micro_batch, checkpointing,
+                             [&](const Config& c) {
+                               return runner_bytes(c, float{}, bf16_operands,
+                                                   &cpu::attention_state_elements);
+                             }) +
+         cpu::view_scratch_bytes(cpu_pass, param_dtype, grad_dtype);
 }
 
 // A block whose linears read operands of the other form than the pass's

@@ -99,22 +99,9 @@ class AdamW : public Adam {
 // ---------------------------------------------------------------- step
 
 // A CUDA tensor or a CPU-addressable one, checked; all four of a tensor
-// (param, grad, states) and its 16-bit copy must live on the same side.
-bool on_cuda(const dscore_tensor* t) { return t->device_type == DSCORE_DEVICE_CUDA; }
-
-const char* memory_name(const dscore_tensor* t) {
-  return on_cuda(t) ? "CUDA" : sdk::is_cpu_addressable(t) ? "CPU" : "unknown";
-}
-
-void check_tensor(const dscore_tensor* t, const char* role, size_t i, int64_t numel,
-                  const dscore_tensor* param) {
-  sdk::check_dense_tensor(t, role, i, numel);
-  if (on_cuda(param) != on_cuda(t) || (!on_cuda(t) && !sdk::is_cpu_addressable(t)))
-    throw Error(DSCORE_INVALID_ARGUMENT,
-                sdk::tensor_label(t, role, i) + " is in " + memory_name(t) + " memory but " +
-                    sdk::tensor_label(param, "param", i) + " is in " + memory_name(param) +
-                    " memory: a parameter's grad, state and 16-bit copy must live on its device");
-}
+// (param, grad, states) and its 16-bit copy must live on the same side
+// (sdk::check_beside_param).
+bool on_cuda(const dscore_tensor* t) { return sdk::is_cuda_tensor(t); }
 
 AdamTensor checked_tensor(const dscore_optimizer_step_args* args, size_t i) {
   const size_t n = args->tensor_count;
@@ -139,14 +126,14 @@ AdamTensor checked_tensor(const dscore_optimizer_step_args* args, size_t i) {
   const dscore_tensor* grad = args->grads[i];
   dscore_tensor* m = args->states[0 * n + i];
   dscore_tensor* v = args->states[1 * n + i];
-  check_tensor(grad, "grad", i, numel, param);
-  check_tensor(m, "exp_avg", i, numel, param);
-  check_tensor(v, "exp_avg_sq", i, numel, param);
+  sdk::check_beside_param(grad, "grad", i, param);
+  sdk::check_beside_param(m, "exp_avg", i, param);
+  sdk::check_beside_param(v, "exp_avg_sq", i, param);
   if (m->dtype != DSCORE_DTYPE_F32 || v->dtype != DSCORE_DTYPE_F32)
     throw Error(DSCORE_INVALID_ARGUMENT, "state of " + sdk::tensor_label(param, "param", i) +
                                              " is not fp32 as declared by state_slots()");
   dscore_tensor* out16 = args->params_16bit != nullptr ? args->params_16bit[i] : nullptr;
-  if (out16 != nullptr) check_tensor(out16, "params_16bit", i, numel, param);
+  if (out16 != nullptr) sdk::check_beside_param(out16, "params_16bit", i, param);
   if (!sdk::is_float_dtype(grad->dtype) || (out16 != nullptr && !sdk::is_float_dtype(out16->dtype)))
     throw Error(
         DSCORE_INVALID_ARGUMENT,

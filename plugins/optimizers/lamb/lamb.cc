@@ -90,21 +90,7 @@ constexpr bool kHasCuda = true;
 constexpr bool kHasCuda = false;
 #endif
 
-bool on_cuda(const dscore_tensor* t) { return t->device_type == DSCORE_DEVICE_CUDA; }
-
-const char* memory_name(const dscore_tensor* t) {
-  return on_cuda(t) ? "CUDA" : sdk::is_cpu_addressable(t) ? "CPU" : "unknown";
-}
-
-// A parameter's grad, states and 16-bit copy live where the parameter does.
-void check_beside(const dscore_tensor* t, const char* role, size_t i, const dscore_tensor* param) {
-  sdk::check_dense_tensor(t, role, i, param->numel);
-  if (on_cuda(param) != on_cuda(t) || (!on_cuda(t) && !sdk::is_cpu_addressable(t)))
-    throw Error(DSCORE_INVALID_ARGUMENT,
-                sdk::tensor_label(t, role, i) + " is in " + memory_name(t) + " memory but " +
-                    sdk::tensor_label(param, "param", i) + " is in " + memory_name(param) +
-                    " memory: a parameter's grad, state and 16-bit copy must live on its device");
-}
+bool on_cuda(const dscore_tensor* t) { return sdk::is_cuda_tensor(t); }
 
 LambTensor checked_tensor(const dscore_optimizer_step_args* args, size_t i) {
   const size_t n = args->tensor_count;
@@ -127,9 +113,9 @@ LambTensor checked_tensor(const dscore_optimizer_step_args* args, size_t i) {
   const dscore_tensor* grad = args->grads[i];
   dscore_tensor* m = args->states[0 * n + i];
   dscore_tensor* v = args->states[1 * n + i];
-  check_beside(grad, "grad", i, param);
-  check_beside(m, "exp_avg", i, param);
-  check_beside(v, "exp_avg_sq", i, param);
+  sdk::check_beside_param(grad, "grad", i, param);
+  sdk::check_beside_param(m, "exp_avg", i, param);
+  sdk::check_beside_param(v, "exp_avg_sq", i, param);
   if (!sdk::is_float_dtype(grad->dtype))
     throw Error(DSCORE_INVALID_ARGUMENT, sdk::tensor_label(grad, "grad", i) + " is " +
                                              sdk::dtype_name(grad->dtype) +
@@ -139,7 +125,7 @@ LambTensor checked_tensor(const dscore_optimizer_step_args* args, size_t i) {
                                              " is not fp32 as declared by state_slots()");
   dscore_tensor* out16 = args->params_16bit != nullptr ? args->params_16bit[i] : nullptr;
   if (out16 != nullptr) {
-    check_beside(out16, "params_16bit", i, param);
+    sdk::check_beside_param(out16, "params_16bit", i, param);
     if (!sdk::is_float_dtype(out16->dtype))
       throw Error(DSCORE_INVALID_ARGUMENT, sdk::tensor_label(out16, "params_16bit", i) + " is " +
                                                sdk::dtype_name(out16->dtype) +

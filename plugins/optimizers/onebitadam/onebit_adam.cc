@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "../onebit_common/compressed_allreduce.h"
+#include "../onebit_common/schema.h"
 
 namespace dscore::onebitadam {
 
@@ -40,7 +41,7 @@ namespace {
 
 using sdk::Error;
 
-constexpr const char kSchema[] = R"json({
+const std::string kSchema = onebit::params_schema(R"json({
   "lr": {"type": "number", "default": 0.001, "min": 0, "auto": "default",
          "doc": "base learning rate; an LR scheduler overrides it per step"},
   "freeze_step": {"type": "int", "default": 100000, "min": 1,
@@ -50,20 +51,8 @@ constexpr const char kSchema[] = R"json({
   "eps": {"type": "number", "default": 1e-8, "min": 0, "auto": "default",
           "doc": "added to sqrt(exp_avg_sq)"},
   "weight_decay": {"type": "number", "default": 0, "min": 0, "auto": "default",
-                   "doc": "weight_decay * param is added to the update (when > 0)"},
-  "bias_correction": {"type": "bool", "default": true,
-                      "doc": "accepted for DeepSpeed compatibility; 1-bit Adam never bias-corrects"},
-  "eps_inside_sqrt": {"type": "bool", "default": false,
-                      "doc": "accepted for DeepSpeed compatibility; no effect (as in DeepSpeed's 1-bit Adam)"},
-  "amsgrad": {"type": "bool", "default": false,
-              "doc": "must be false: 1-bit Adam does not support AMSGrad"},
-  "cuda_aware": {"type": "bool", "default": false,
-                 "doc": "accepted for DeepSpeed compatibility; dscore uses the job's communicator"},
-  "comm_backend_name": {"type": "string", "default": "nccl", "enum": ["nccl", "mpi", "hccl", "compressed"],
-                        "doc": "accepted for DeepSpeed compatibility; dscore uses the job's communicator"},
-  "max_grad_norm": {"type": "number", "doc": "rejected as in DeepSpeed: use gradient_clipping",
-                    "error": "'max_grad_norm' is not supported as an optimizer parameter, please switch to using the deepspeed parameter 'gradient_clipping' see: https://www.deepspeed.ai/docs/config-json/#gradient-clipping for more details"}
-})json";
+                   "doc": "weight_decay * param is added to the update (when > 0)"},)json",
+                                                  "1-bit Adam");
 
 constexpr char kStateMagic[8] = {'d', 's', '1', 'b', 'a', 'd', 'm', '1'};
 
@@ -202,7 +191,7 @@ const dscore_plugin_descriptor kOneBitAdam = sdk::optimizer_descriptor<OneBitAda
     "onebitadam", "0.1.0",
     "1-bit Adam: Adam warm-up, then frozen variance and 1-bit compressed momentum (DeepSpeed)",
     DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16 | DSCORE_CAP_MULTI_RANK,
-    kSchema);
+    kSchema.c_str());
 
 }  // namespace
 }  // namespace dscore::onebitadam

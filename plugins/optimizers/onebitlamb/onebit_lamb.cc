@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "../onebit_common/compressed_allreduce.h"
+#include "../onebit_common/schema.h"
 
 namespace dscore::onebitlamb {
 namespace {
@@ -47,7 +48,7 @@ namespace {
 using onebit::ErrorFeedback;
 using sdk::Error;
 
-constexpr const char kSchema[] = R"json({
+const std::string kSchema = onebit::params_schema(R"json({
   "lr": {"type": "number", "default": 0.001, "min": 0, "auto": "default",
          "doc": "base learning rate; an LR scheduler overrides it per step"},
   "freeze_step": {"type": "int", "default": 100000, "min": 1,
@@ -69,20 +70,8 @@ constexpr const char kSchema[] = R"json({
   "factor_min": {"type": "number", "default": 0.5, "min": 0,
                  "doc": "lower bound of the compressed phase's trust ratio factor"},
   "factor_threshold": {"type": "number", "default": 0.1, "min": 0,
-                       "doc": "largest relative change of the factor from one update to the next"},
-  "bias_correction": {"type": "bool", "default": true,
-                      "doc": "accepted for DeepSpeed compatibility; 1-bit LAMB never bias-corrects"},
-  "eps_inside_sqrt": {"type": "bool", "default": false,
-                      "doc": "accepted for DeepSpeed compatibility; no effect (as in DeepSpeed's 1-bit LAMB)"},
-  "amsgrad": {"type": "bool", "default": false,
-              "doc": "must be false: 1-bit LAMB does not support AMSGrad"},
-  "cuda_aware": {"type": "bool", "default": false,
-                 "doc": "accepted for DeepSpeed compatibility; dscore uses the job's communicator"},
-  "comm_backend_name": {"type": "string", "default": "nccl", "enum": ["nccl", "mpi", "hccl", "compressed"],
-                        "doc": "accepted for DeepSpeed compatibility; dscore uses the job's communicator"},
-  "max_grad_norm": {"type": "number", "doc": "rejected as in DeepSpeed: use gradient_clipping",
-                    "error": "'max_grad_norm' is not supported as an optimizer parameter, please switch to using the deepspeed parameter 'gradient_clipping' see: https://www.deepspeed.ai/docs/config-json/#gradient-clipping for more details"}
-})json";
+                       "doc": "largest relative change of the factor from one update to the next"},)json",
+                                                  "1-bit LAMB");
 
 constexpr char kStateMagic[8] = {'d', 's', '1', 'b', 'l', 'm', 'b', '1'};
 
@@ -392,7 +381,7 @@ const dscore_plugin_descriptor kOneBitLamb = sdk::optimizer_descriptor<OneBitLam
     "reconstructed trust ratio (DeepSpeed)",
     DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16 | DSCORE_CAP_MULTI_RANK |
         DSCORE_CAP_OPTIMIZER_WHOLE_TENSORS,
-    kSchema);
+    kSchema.c_str());
 
 }  // namespace
 }  // namespace dscore::onebitlamb

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "../onebit_common/compressed_allreduce.h"
+#include "../onebit_common/schema.h"
 
 namespace dscore::zerooneadam {
 namespace {
@@ -45,7 +46,7 @@ namespace {
 using onebit::ErrorFeedback;
 using sdk::Error;
 
-constexpr const char kSchema[] = R"json({
+const std::string kSchema = onebit::params_schema(R"json({
   "lr": {"type": "number", "default": 0.001, "min": 0, "auto": "default",
          "doc": "base learning rate; an LR scheduler overrides it per step"},
   "betas": {"type": "number_array", "length": 2, "default": [0.9, 0.999], "auto": "default",
@@ -61,20 +62,8 @@ constexpr const char kSchema[] = R"json({
   "local_step_scaler": {"type": "int", "default": 32678, "min": 1,
                         "doc": "updates between doublings of the local step interval"},
   "local_step_clipper": {"type": "int", "default": 16, "min": 1,
-                         "doc": "largest local step interval (updates between synchronisations)"},
-  "bias_correction": {"type": "bool", "default": true,
-                      "doc": "accepted for DeepSpeed compatibility; 0/1 Adam never bias-corrects"},
-  "eps_inside_sqrt": {"type": "bool", "default": false,
-                      "doc": "accepted for DeepSpeed compatibility; no effect (as in DeepSpeed's 0/1 Adam)"},
-  "amsgrad": {"type": "bool", "default": false,
-              "doc": "must be false: 0/1 Adam does not support AMSGrad"},
-  "cuda_aware": {"type": "bool", "default": false,
-                 "doc": "accepted for DeepSpeed compatibility; dscore uses the job's communicator"},
-  "comm_backend_name": {"type": "string", "default": "nccl", "enum": ["nccl", "mpi", "hccl", "compressed"],
-                        "doc": "accepted for DeepSpeed compatibility; dscore uses the job's communicator"},
-  "max_grad_norm": {"type": "number", "doc": "rejected as in DeepSpeed: use gradient_clipping",
-                    "error": "'max_grad_norm' is not supported as an optimizer parameter, please switch to using the deepspeed parameter 'gradient_clipping' see: https://www.deepspeed.ai/docs/config-json/#gradient-clipping for more details"}
-})json";
+                         "doc": "largest local step interval (updates between synchronisations)"},)json",
+                                                  "0/1 Adam");
 
 constexpr char kStateMagic[8] = {'d', 's', '0', '1', 'a', 'd', 'm', '1'};
 
@@ -292,7 +281,7 @@ const dscore_plugin_descriptor kZeroOneAdam = sdk::optimizer_descriptor<ZeroOneA
     "0/1 Adam: variance updated at doubling intervals, then local steps synchronised through "
     "1-bit compressed communication (DeepSpeed)",
     DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DSCORE_CAP_BF16 | DSCORE_CAP_MULTI_RANK,
-    kSchema);
+    kSchema.c_str());
 
 }  // namespace
 }  // namespace dscore::zerooneadam

@@ -1,5 +1,5 @@
 // The entry of libdscore_gpt_cuda.so, the gpt model's CUDA module: the
-// factory the plugin finds with dlsym (load_cuda.cc). Same compiler and C++
+// factory the plugin finds with dlsym (transformer::plugin_cuda_compute). Same compiler and C++
 // ABI as the plugin (one build): see transformer_common/cuda_module.h.
 #include "../../transformer_common/cuda_module.h"
 #include "../compute.h"

@@ -164,6 +164,26 @@ inline void check_cpu_tensor(const dscore_tensor* t, const char* role, size_t i,
                     "offload");
 }
 
+inline bool is_cuda_tensor(const dscore_tensor* t) { return t->device_type == DSCORE_DEVICE_CUDA; }
+
+// Where a tensor's memory is, for messages: "CUDA", "CPU" or "unknown".
+inline const char* memory_name(const dscore_tensor* t) {
+  return is_cuda_tensor(t) ? "CUDA" : is_cpu_addressable(t) ? "CPU" : "unknown";
+}
+
+// A parameter's grad, states and 16-bit copy live where the parameter does
+// (for an optimizer that steps CPU and CUDA tensors): dense, the
+// parameter's element count, on the same side of the device.
+inline void check_beside_param(const dscore_tensor* t, const char* role, size_t i,
+                               const dscore_tensor* param) {
+  check_dense_tensor(t, role, i, param->numel);
+  if (is_cuda_tensor(param) != is_cuda_tensor(t) || (!is_cuda_tensor(t) && !is_cpu_addressable(t)))
+    throw Error(DSCORE_INVALID_ARGUMENT,
+                tensor_label(t, role, i) + " is in " + memory_name(t) + " memory but " +
+                    tensor_label(param, "param", i) + " is in " + memory_name(param) +
+                    " memory: a parameter's grad, state and 16-bit copy must live on its device");
+}
+
 inline bool is_float_dtype(dscore_dtype d) {
   return d == DSCORE_DTYPE_F32 || d == DSCORE_DTYPE_F16 || d == DSCORE_DTYPE_BF16;
 }
