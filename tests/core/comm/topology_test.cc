@@ -8,7 +8,7 @@
 
 #include <thread>
 
-#include "core/plugin_host/host_context.h"
+#include "tests/core/comm/loopback_ranks.h"
 
 namespace dscore::comm {
 namespace {
@@ -82,34 +82,8 @@ TEST(ParallelGrid, SizesThatDoNotMultiplyToTheWorldAreRefusedByName) {
   EXPECT_NE(zero.status().message().find("the data axis has size 0"), std::string::npos);
 }
 
-std::shared_ptr<plugin_host::PluginRegistry> registry() {
-  plugin_host::SearchPath path;
-  path.add(DSCORE_BUILD_PLUGIN_DIR, true, "test");
-  auto opened = plugin_host::PluginRegistry::open(path);
-  EXPECT_TRUE(opened.ok()) << opened.status().message();
-  return *opened;
-}
-
-// Runs body(world communicator) on `world` loopback ranks as threads.
 void run_ranks(int world, const std::function<void(Communicator&)>& body) {
-  auto plugins = registry();
-  auto store = plugin_host::make_in_process_kv();
-  config::CommConfig config;
-  config.backend = "loopback";
-  config.timeout_ms = 20000;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      JobEnv env;
-      env.rank = r;
-      env.world_size = world;
-      auto host = std::make_shared<plugin_host::HostContext>(store);
-      auto comm = Communicator::create(*plugins, config, env, 42, host);
-      ASSERT_TRUE(comm.ok()) << comm.status().message();
-      body(**comm);
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  testing::run_loopback_ranks(world, body);
 }
 
 // The sum over a group of (world rank + 1), by an allreduce on its communicator.
