@@ -1,8 +1,10 @@
-// Checkpoints saved and loaded by in-process jobs (tests/fakes/
-// in_process_job.h; ranks as threads on the loopback backend): an exact
-// resume at the same world size and stage, a re-partitioned resume at
-// another world size and stage, and a damaged file refused with a message
-// naming it. The mpirun versions, with crashes and the full matrix, are
+// Tests for core/engine/engine_checkpoint.cc: checkpoints saved and loaded
+// by in-process jobs (tests/fakes/in_process_job.h; ranks as threads on the
+// loopback backend): an exact resume at the same world size and stage, a
+// re-partitioned resume at another world size and stage, and a damaged file
+// refused with a message naming it; and a save in the middle of an
+// accumulation cycle refused, on one engine driven directly. The mpirun
+// versions, with crashes and the full matrix, are
 // tests/multirank/checkpoint_test.cc and checkpoint_files_test.cc.
 #include <gtest/gtest.h>
 
@@ -10,7 +12,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/engine/initialize.h"
+#include "tests/core/engine/quadratic_model.h"
 #include "tests/fakes/in_process_job.h"
+#include "tests/fakes/temp_dir.h"
 
 namespace dscore {
 namespace {
@@ -94,6 +99,33 @@ TEST_F(CheckpointInProcess, ADamagedFileIsRefusedNamingIt) {
   }
   const InProcessResult resumed = resume(0, 1);
   EXPECT_NE(resumed.error.find(victim.filename().string()), std::string::npos) << resumed.error;
+}
+
+// A save (or load) must come at an accumulation boundary: mid-cycle the
+// gradients of the micro-steps so far would be lost or double-counted.
+TEST(EngineCheckpoint, ASaveInTheMiddleOfAnAccumulationCycleIsRefused) {
+  const std::string text = std::string(R"({"plugins": {"paths": [")") + DSCORE_BUILD_PLUGIN_DIR +
+                           R"(", ")" + DSCORE_TEST_PLUGIN_DIR + R"(/fake_sgd"]},
+      "train_batch_size": 2, "train_micro_batch_size_per_gpu": 1,
+      "optimizer": {"type": "fake_sgd", "params": {"lr": 0.1}}})";
+  InitializeOptions options;
+  options.own_model = true;
+  auto setup = prepare_text(text, "t.json", ".", options);
+  ASSERT_TRUE(setup.ok() && setup->loaded.ok()) << format_config_errors(setup->loaded);
+  auto engine = build_engine(*setup, std::make_unique<testing::QuadraticModel>(
+                                         std::vector<float>{0, 0}, std::vector<float>{3, 4}));
+  ASSERT_TRUE(engine.ok()) << engine.status().message();
+  const dscore_batch batch = {sizeof(dscore_batch), 1, 0, nullptr};
+  ASSERT_TRUE((*engine)->forward_backward(batch).ok());
+  ASSERT_TRUE((*engine)->step().ok());  // micro step 1 of 2
+  testing::TempDir dir;
+  const Status saved = (*engine)->save_checkpoint(dir.path().string());
+  EXPECT_EQ(saved.code(), DSCORE_FAILED_PRECONDITION);
+  EXPECT_NE(saved.message().find("micro step 1 of 2"), std::string::npos) << saved.message();
+  EXPECT_TRUE(fs::is_empty(dir.path()));  // nothing written
+  ASSERT_TRUE((*engine)->forward_backward(batch).ok());
+  ASSERT_TRUE((*engine)->step().ok());  // the boundary: now it saves
+  EXPECT_TRUE((*engine)->save_checkpoint(dir.path().string()).ok());
 }
 
 }  // namespace
