@@ -91,9 +91,11 @@ void read_data_type(const json::Value& config, InferenceModel* out) {
 
 Result<std::unique_ptr<Engine>> inference_engine(const json::Value& config,
                                                  const std::string& source,
-                                                 const std::string& base_dir) {
+                                                 const std::string& base_dir,
+                                                 const EngineEnvironment& environment) {
   InitializeOptions options;
   options.job = comm::JobEnv{};  // one rank, whatever launched us
+  options.environment = environment;
   DSCORE_ASSIGN_OR_RETURN(Setup setup, prepare_text(json::serialize(inference_config(config)),
                                                     source, base_dir, options));
   if (!setup.loaded.ok()) return invalid_argument(format_config_errors(setup.loaded));
@@ -102,7 +104,8 @@ Result<std::unique_ptr<Engine>> inference_engine(const json::Value& config,
 
 }  // namespace
 
-Result<InferenceModel> open_for_inference(const std::string& dir, const std::string& tag) {
+Result<InferenceModel> open_for_inference(const std::string& dir, const std::string& tag,
+                                          const EngineEnvironment& environment) {
   DSCORE_ASSIGN_OR_RETURN(checkpoint::CheckpointInfo info, checkpoint::open_checkpoint(dir, tag));
   const json::Value* saved = &info.state.ds_config;  // an object: open_checkpoint checked
   const json::Value* model = saved->find("model");
@@ -111,7 +114,8 @@ Result<InferenceModel> open_for_inference(const std::string& dir, const std::str
                             ": the saved config has no \"model\" section to generate with");
   InferenceModel out;
   read_data_type(*saved, &out);
-  DSCORE_ASSIGN_OR_RETURN(out.engine, inference_engine(*saved, info.path + "/ds_config", dir));
+  DSCORE_ASSIGN_OR_RETURN(out.engine,
+                          inference_engine(*saved, info.path + "/ds_config", dir, environment));
   DSCORE_RETURN_IF_ERROR(resolve_token_sizes(*model, info.path, &out));
   LoadCheckpointOptions load;
   load.tag = info.tag;
@@ -120,7 +124,8 @@ Result<InferenceModel> open_for_inference(const std::string& dir, const std::str
   return out;
 }
 
-Result<InferenceModel> open_config_for_inference(const std::string& config_path) {
+Result<InferenceModel> open_config_for_inference(const std::string& config_path,
+                                                 const EngineEnvironment& environment) {
   DSCORE_ASSIGN_OR_RETURN(std::string text, checkpoint::read_text_file(config_path, 64u << 20));
   DSCORE_ASSIGN_OR_RETURN(json::Value config, json::parse(text, config_path));
   const json::Value* model = config.is_object() ? config.find("model") : nullptr;
@@ -130,9 +135,9 @@ Result<InferenceModel> open_config_for_inference(const std::string& config_path)
   read_data_type(config, &out);
   const size_t slash = config_path.rfind('/');
   DSCORE_ASSIGN_OR_RETURN(
-      out.engine,
-      inference_engine(config, config_path,
-                       slash == std::string::npos ? "." : config_path.substr(0, slash)));
+      out.engine, inference_engine(config, config_path,
+                                   slash == std::string::npos ? "." : config_path.substr(0, slash),
+                                   environment));
   DSCORE_RETURN_IF_ERROR(resolve_token_sizes(*model, config_path, &out));
   return out;
 }

@@ -15,6 +15,7 @@
 #include "core/base/status.h"
 #include "core/config/json.h"
 #include "core/engine/engine.h"
+#include "core/engine/environment.h"
 
 namespace dscore {
 
@@ -44,10 +45,14 @@ struct InferenceModel {
   int64_t block_size = 0;
   int64_t vocab_size = 0;
 };
-Result<InferenceModel> open_for_inference(const std::string& dir, const std::string& tag);
+// `environment`: the variables the program read for the engine
+// (engine/environment.h).
+Result<InferenceModel> open_for_inference(const std::string& dir, const std::string& tag,
+                                          const EngineEnvironment& environment = {});
 // The same from a training config file, with the weights the model
 // initialises (a "from_pretrained" folder's, or the seed's).
-Result<InferenceModel> open_config_for_inference(const std::string& config_path);
+Result<InferenceModel> open_config_for_inference(const std::string& config_path,
+                                                 const EngineEnvironment& environment = {});
 
 // One forward pass of a token model over a prompt of 1 to block_size tokens
 // (then padding): the logits at its last token and, when asked, the mean

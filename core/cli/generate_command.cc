@@ -65,7 +65,7 @@ int generate_command(const std::vector<std::string>& args) {
                  kUsage);
     return kExitUsage;
   }
-  auto model = open_for_inference(dir, tag);
+  auto model = open_for_inference(dir, tag, read_engine_environment());
   if (!model.ok()) {
     std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
     return kExitFailure;

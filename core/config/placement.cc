@@ -34,12 +34,6 @@ int64_t nvme_tile_buffers(const OffloadConfig& offload) {
   return 1 + (offload.pipeline_read ? 1 : 0) + (offload.pipeline_write ? 1 : 0);
 }
 
-std::string Placement::nvme_path() const {
-  if (optimizer_on_nvme()) return optimizer_offload.nvme_path;
-  if (params_on_nvme()) return param_offload.nvme_path;
-  return "";
-}
-
 dscore_dtype model_dtype_of(const TrainingConfig& config) {
   if (config.fp16.enabled) return DSCORE_DTYPE_F16;
   if (config.bf16.enabled) return DSCORE_DTYPE_BF16;

@@ -74,9 +74,6 @@ struct Placement {
   bool offloads() const { return optimizer_offloaded() || parameters != Home::kDevice; }
   // The swapper plugin is needed (NVMe for the state or the parameters).
   bool uses_nvme() const { return optimizer_on_nvme() || params_on_nvme(); }
-  // Where the stage writes its swap files first: the optimizer's nvme_path,
-  // else the parameters'; "" when nothing goes to disk.
-  std::string nvme_path() const;
 };
 
 // The placement of `config`. `device_memory_is_host`: whether the host

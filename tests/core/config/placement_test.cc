@@ -182,7 +182,7 @@ TEST(Placement, TheEnginesDeviceDecidesWhetherParametersArePinned) {
   EXPECT_EQ(make_placement(*c.config).parameters, Home::kHost);
 }
 
-TEST(Placement, NvmePathIsTheOptimizersThenTheParameters) {
+TEST(Placement, ParametersOnNvmeNeedTheSwapperWithTheStateOnTheHost) {
   const LoadedConfig c = load_json(
       R"({"train_batch_size": 8, "bf16": {"enabled": true}, "zero_optimization": {"stage": 3,
           "offload_optimizer": {"device": "cpu"},
@@ -191,7 +191,9 @@ TEST(Placement, NvmePathIsTheOptimizersThenTheParameters) {
   const Placement p = make_placement(*c.config);
   EXPECT_TRUE(p.params_on_nvme());
   EXPECT_TRUE(p.uses_nvme());
-  EXPECT_EQ(p.nvme_path(), "/p");
+  EXPECT_TRUE(p.host_offload());
+  EXPECT_FALSE(p.optimizer_on_nvme());
+  EXPECT_EQ(p.param_offload.nvme_path, "/p");
   EXPECT_EQ(nvme_tile_buffers(p.optimizer_offload), 1);
 }
 
