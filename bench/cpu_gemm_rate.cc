@@ -1,6 +1,5 @@
 #include "cpu_gemm_rate.h"
 
-#include <cblas.h>
 #include <sched.h>
 
 #include <oneapi/tbb/global_control.h>
@@ -10,6 +9,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "transformer_common/cpu/blas_library.h"
 #include "transformer_common/cpu/gemm.h"
 #include "transformer_common/cpu/gemm_bf16.h"
 
@@ -50,12 +50,14 @@ CpuGemmRate measure_cpu_gemm_rate(int64_t n, int repeats, int threads) {
     b[i] = static_cast<float>(i % 13) * 0.05f - 0.3f;
   }
   const int blas_n = static_cast<int>(n);
-  openblas_set_num_threads(rate.threads);
+  const transformer::cpu::BlasLibrary& blas = transformer::cpu::blas_library();
+  rate.openblas_core = blas.core;
+  blas.set_threads(rate.threads);
   rate.openblas_gflops = best_gflops(n, repeats, [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blas_n, blas_n, blas_n, 1.0f, a.data(),
-                blas_n, b.data(), blas_n, 0.0f, c.data(), blas_n);
+    blas.sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blas_n, blas_n, blas_n, 1.0f, a.data(),
+               blas_n, b.data(), blas_n, 0.0f, c.data(), blas_n);
   });
-  openblas_set_num_threads(1);
+  blas.set_threads(1);
   {
     tbb::global_control cores(tbb::global_control::max_allowed_parallelism,
                               static_cast<size_t>(rate.threads));
@@ -94,9 +96,9 @@ std::string describe(const CpuGemmRate& rate) {
   char text[700];
   std::snprintf(text, sizeof text,
                 "limit measured now: fp32 GEMM %.1f GFLOP/s on %d cores (n = %lld; one OpenBLAS "
-                "call %.1f, the gpt plugin's blocks %.1f); bf16 GEMM: %s",
+                "call on its %s core %.1f, the gpt plugin's blocks %.1f); bf16 GEMM: %s",
                 rate.fp32_gflops, rate.threads, static_cast<long long>(rate.n),
-                rate.openblas_gflops, rate.blocked_gflops, bf16);
+                rate.openblas_core.c_str(), rate.openblas_gflops, rate.blocked_gflops, bf16);
   return text;
 }
 

@@ -20,6 +20,7 @@ struct CpuGemmRate {
   double fp32_gflops = 0;      // the best of the ways below
   std::string fp32_how;        // which way gave it
   double openblas_gflops = 0;  // one OpenBLAS call, `threads` OpenBLAS threads
+  std::string openblas_core;   // the core it ran (blas_library.h chose it from the flags)
   double blocked_gflops = 0;   // the gpt plugin's gemm(): blocks over TBB
   bool cpu_has_bf16 = false;   // avx512_bf16 or AMX
   double bf16_gflops = 0;      // the plugin's gemm_bf16 (blocks over TBB); 0 where absent

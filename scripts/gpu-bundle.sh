@@ -65,8 +65,15 @@ done
 # Shared libraries: everything the packed files load, less what the GPU
 # machine provides itself.
 provided='^(linux-vdso|ld-linux|libc|libm|libmvec|libdl|librt|libpthread|libresolv|libutil|libgcc_s|libstdc\+\+|libcuda|libcudart|libnccl|libcublas|libcublasLt|libnvrtc|libnvJitLink|libnvidia-.*|libcudnn.*|libcufft|libcurand|libcusparse|libcusolver)\.so'
-find "$out/tree" -type f \( -name '*.so' -o -perm -u+x \) -print0 |
-  xargs -0 ldd 2>/dev/null | awk '/=> \// {print $1, $3}' | sort -u |
+# OpenBLAS is dlopen()ed by the CPU kernels (its core chosen first,
+# plugins/models/transformer_common/cpu/blas_library.h), so no ldd lists it:
+# copied by its soname, and its own libraries with the rest.
+openblas=$(ldconfig -p | awk '/libopenblas\.so\.0 / {print $NF; exit}')
+cp -L "$openblas" "$out/lib/libopenblas.so.0"
+{
+  find "$out/tree" -type f \( -name '*.so' -o -perm -u+x \) -print0
+  printf '%s\0' "$openblas"
+} | xargs -0 ldd 2>/dev/null | awk '/=> \// {print $1, $3}' | sort -u |
   while read -r name path; do
     if [[ $name =~ $provided ]]; then continue; fi
     if [ ! -e "$out/lib/$name" ]; then

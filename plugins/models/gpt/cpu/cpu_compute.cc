@@ -7,7 +7,7 @@ namespace dscore::gpt {
 
 std::unique_ptr<GptCompute> make_cpu_compute(const GptConfig& config, const GptParams& params,
                                              sdk::HostRef host) {
-  transformer::cpu::use_single_threaded_blas();
+  transformer::cpu::load_gemm_library();
   return std::make_unique<RunnerCompute<cpu::CpuBackend<float>>>(config, params, host);
 }
 

@@ -8,7 +8,7 @@ namespace dscore::llama {
 std::unique_ptr<transformer::Compute> make_cpu_compute(const LlamaConfig& config,
                                                        const LlamaParams& params,
                                                        sdk::HostRef host) {
-  transformer::cpu::use_single_threaded_blas();
+  transformer::cpu::load_gemm_library();
   return std::make_unique<RunnerCompute<cpu::CpuBackend<float>>>(config, params, host);
 }
 

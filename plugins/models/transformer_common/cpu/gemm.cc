@@ -1,10 +1,16 @@
 #include "gemm.h"
 
-#include <cblas.h>
+#include <stdexcept>
+#include <string>
 
-#include <mutex>
-
+#include "blas_library.h"
 #include "gemm_blocks.h"
+
+#ifdef DSCORE_WITH_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+
+#include "openmp_team.h"
+#endif
 
 namespace dscore::transformer::cpu {
 namespace {
@@ -13,24 +19,34 @@ CBLAS_TRANSPOSE blas_op(Op op) { return op == Op::kTranspose ? CblasTrans : Cbla
 
 void blas_gemm(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, blas_op(op_a), blas_op(op_b), static_cast<blasint>(m),
-              static_cast<blasint>(n), static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda),
-              b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+#ifdef DSCORE_WITH_ONEDNN
+  if (fp32_backend() == Fp32Backend::kOneDnn) {
+    single_threaded_openmp();
+    const dnnl_status_t status =
+        dnnl_sgemm(op_a == Op::kTranspose ? 'T' : 'N', op_b == Op::kTranspose ? 'T' : 'N', m, n, k,
+                   alpha, a, lda, b, ldb, beta, c, ldc);
+    if (status != dnnl_success)
+      throw std::runtime_error("oneDNN's sgemm failed with status " + std::to_string(status));
+    return;
+  }
+#endif
+  blas_library().sgemm(CblasRowMajor, blas_op(op_a), blas_op(op_b), static_cast<blasint>(m),
+                       static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+                       static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
+                       static_cast<blasint>(ldc));
 }
 
 void blas_gemm(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
                int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, blas_op(op_a), blas_op(op_b), static_cast<blasint>(m),
-              static_cast<blasint>(n), static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda),
-              b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+  blas_library().dgemm(CblasRowMajor, blas_op(op_a), blas_op(op_b), static_cast<blasint>(m),
+                       static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+                       static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
+                       static_cast<blasint>(ldc));
 }
 
 }  // namespace
 
-void use_single_threaded_blas() {
-  static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
-}
+void load_gemm_library() { blas_library(); }
 
 template <typename T>
 void gemm_serial(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,

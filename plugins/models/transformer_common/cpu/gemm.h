@@ -1,7 +1,8 @@
 // Row-major GEMM for the CPU kernels: C = alpha * op(A) * op(B) + beta * C
-// through OpenBLAS (sgemm/dgemm), split over TBB tasks by fixed blocks of
-// rows or columns of C. BLAS itself runs single-threaded (see
-// use_single_threaded_blas): all parallelism comes from TBB, so BLAS calls
+// through OpenBLAS (sgemm/dgemm; fp32 on oneDNN's sgemm where OpenBLAS runs
+// a core below the CPU's flags, blas_library.h), split over TBB tasks by
+// fixed blocks of rows or columns of C. BLAS itself runs single-threaded:
+// all parallelism comes from TBB, so BLAS calls
 // made inside TBB tasks (attention, per head) do not oversubscribe, and the
 // fixed blocks make every result independent of the thread count.
 #pragma once
@@ -12,8 +13,10 @@ namespace dscore::transformer::cpu {
 
 enum class Op { kNone, kTranspose };
 
-// Once per process, before the first gemm.
-void use_single_threaded_blas();
+// Loads OpenBLAS (its core chosen from the CPU's flags) and logs the choice;
+// once per process, before the first gemm. Throws sdk::Error where the
+// library cannot be loaded.
+void load_gemm_library();
 
 // M x N result; K the inner dimension. lda/ldb/ldc are row strides.
 template <typename T>

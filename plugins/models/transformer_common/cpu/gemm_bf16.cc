@@ -13,8 +13,6 @@
 #include "vector_math.h"
 
 #ifdef DSCORE_WITH_ONEDNN
-#include <omp.h>
-
 #include <map>
 #include <memory>
 #include <mutex>
@@ -23,6 +21,8 @@
 #include <tuple>
 #include <unordered_map>
 #include <vector>
+
+#include "openmp_team.h"
 #endif
 
 namespace dscore::transformer::cpu {
@@ -126,19 +126,6 @@ using dnnl::memory;
 dnnl::engine& cpu_engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   return engine;
-}
-
-// Debian's oneDNN runs its primitives on OpenMP. Each call here is one
-// block of a product already spread over the cores by TBB, so every
-// calling thread asks OpenMP for a team of one: no OpenMP team is ever
-// started beside TBB's threads, and each block's result is that of a
-// single-threaded call.
-void single_threaded_openmp() {
-  thread_local const bool once = [] {
-    omp_set_num_threads(1);
-    return true;
-  }();
-  (void)once;
 }
 
 // A primitive per call shape (blocks of one product share at most two).

@@ -41,7 +41,7 @@ const Shape kShapes[] = {
 
 class CpuAttention : public ::testing::Test {
  protected:
-  void SetUp() override { transformer::cpu::use_single_threaded_blas(); }
+  void SetUp() override { transformer::cpu::load_gemm_library(); }
 };
 
 TEST_F(CpuAttention, TiledForwardEqualsPlainSoftmaxAttention) {

@@ -73,7 +73,7 @@ class GptCudaKernels : public ::testing::Test {
 
   void SetUp() override {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount): run on the GPU machine";
-    dscore::transformer::cpu::use_single_threaded_blas();
+    dscore::transformer::cpu::load_gemm_library();
     backend_ = std::make_unique<CudaBackend<S>>();
   }
 

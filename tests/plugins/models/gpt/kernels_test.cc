@@ -24,7 +24,7 @@ using transformer::testing::Vec;
 
 class CpuKernels : public ::testing::Test {
  protected:
-  void SetUp() override { transformer::cpu::use_single_threaded_blas(); }
+  void SetUp() override { transformer::cpu::load_gemm_library(); }
 };
 
 TEST_F(CpuKernels, LayerNormBackwardMatchesFiniteDifferences) {

@@ -68,7 +68,7 @@ void init_layers(const GptConfig& c, FakeLayers* layers) {
 
 class GptModel : public ::testing::Test {
  protected:
-  void SetUp() override { transformer::cpu::use_single_threaded_blas(); }
+  void SetUp() override { transformer::cpu::load_gemm_library(); }
 };
 
 TEST_F(GptModel, EveryParameterGradientMatchesFiniteDifferences) {

@@ -29,7 +29,7 @@ using transformer::testing::Vec;
 
 class LlamaKernels : public ::testing::Test {
  protected:
-  void SetUp() override { transformer::cpu::use_single_threaded_blas(); }
+  void SetUp() override { transformer::cpu::load_gemm_library(); }
 };
 
 TEST_F(LlamaKernels, RmsNormForwardIsHuggingFacesFormula) {

@@ -121,7 +121,7 @@ class LlamaCuda : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount): run on the GPU machine";
-    transformer::cpu::use_single_threaded_blas();
+    transformer::cpu::load_gemm_library();
   }
 };
 

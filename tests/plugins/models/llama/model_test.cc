@@ -81,7 +81,7 @@ void init_layers(const LlamaConfig& c, FakeLayers* layers) {
 
 class LlamaModel : public ::testing::Test {
  protected:
-  void SetUp() override { transformer::cpu::use_single_threaded_blas(); }
+  void SetUp() override { transformer::cpu::load_gemm_library(); }
 };
 
 void check_every_gradient(const LlamaConfig& c) {

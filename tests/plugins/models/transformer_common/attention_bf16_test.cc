@@ -111,7 +111,7 @@ const AttentionShape kShapes[] = {
 
 class AttentionBf16 : public ::testing::Test {
  protected:
-  void SetUp() override { use_single_threaded_blas(); }
+  void SetUp() override { load_gemm_library(); }
 };
 
 TEST_F(AttentionBf16, ForwardMatchesPlainAttentionWithinTheProbabilitiesRounding) {

@@ -49,7 +49,7 @@ std::string describe(const AttentionShape& s) {
 
 class GqaAttention : public ::testing::Test {
  protected:
-  void SetUp() override { use_single_threaded_blas(); }
+  void SetUp() override { load_gemm_library(); }
 };
 
 TEST_F(GqaAttention, TiledForwardEqualsPlainSoftmaxAttention) {
