@@ -1,0 +1,152 @@
+// The 1F1B schedule (core/pipeline/schedule.h) is DeepSpeed's TrainSchedule
+// instruction for instruction, and the simulation (simulate.h) runs it on
+// every stage together without deadlock at the bubble (p - 1) / (m + p - 1);
+// it also catches schedules that are wrong in each way it checks.
+#include "core/pipeline/schedule.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/pipeline/simulate.h"
+
+namespace dscore::pipeline {
+namespace {
+
+std::vector<std::vector<Step>> all_stages(PipeShape shape) {
+  std::vector<std::vector<Step>> schedules;
+  for (int s = 0; s < shape.stages; ++s) schedules.push_back(train_schedule(shape, s));
+  return schedules;
+}
+
+std::string joined(const Step& step) {
+  std::string text;
+  for (const Instruction& ins : step) text += (text.empty() ? "" : " ") + ins.to_string();
+  return text;
+}
+
+// Lines "P M S buffers: N" and "P M S STEP: instructions" (DeepSpeed 0.19.8).
+TEST(TrainSchedule, IsDeepSpeedsInstructionForInstruction) {
+  std::ifstream golden(DSCORE_SCHEDULE_GOLDEN);
+  ASSERT_TRUE(golden.good()) << DSCORE_SCHEDULE_GOLDEN;
+  std::string line;
+  size_t steps_checked = 0, steps_expected = 0;  // every step of every stage listed
+  while (std::getline(golden, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream in(line);
+    PipeShape shape;
+    int stage = 0;
+    std::string what;
+    in >> shape.stages >> shape.micro_batches >> stage >> what;
+    const std::string rest = line.substr(line.find(": ") + 2);
+    if (what == "buffers:") {  // a stage's first line
+      EXPECT_EQ(std::to_string(pipe_buffers(shape, stage)), rest) << line;
+      steps_expected += train_schedule(shape, stage).size();
+      continue;
+    }
+    const size_t step = std::stoul(what);
+    const std::vector<Step> schedule = train_schedule(shape, stage);
+    ASSERT_LT(step, schedule.size()) << line;
+    EXPECT_EQ(joined(schedule[step]), rest) << line;
+    ++steps_checked;
+  }
+  EXPECT_EQ(steps_checked, 344u);  // the golden file's 10 shapes, 28 stages
+  EXPECT_EQ(steps_checked, steps_expected);  // no stage longer or shorter than DeepSpeed's
+}
+
+TEST(TrainSchedule, EveryShapeRunsWithoutDeadlockAtTheFormulasBubble) {
+  for (int p = 1; p <= 6; ++p) {
+    for (int m = 1; m <= 10; ++m) {
+      const PipeShape shape{p, m};
+      const Simulation sim = simulate(shape, all_stages(shape));
+      ASSERT_TRUE(sim.ok()) << p << " stages, " << m << " micro-batches: " << sim.error;
+      EXPECT_DOUBLE_EQ(sim.makespan, 2.0 * (m + p - 1)) << p << " x " << m;
+      EXPECT_NEAR(sim.bubble(), bubble_fraction(shape), 1e-12) << p << " x " << m;
+    }
+  }
+}
+
+// A backward costing twice a forward, as in a transformer: still no
+// deadlock, and no more idle than the formula.
+TEST(TrainSchedule, ABackwardTwiceTheForwardKeepsTheBubbleAtMostTheFormula) {
+  for (int p = 2; p <= 5; ++p) {
+    for (int m = 1; m <= 9; ++m) {
+      const PipeShape shape{p, m};
+      const Simulation sim = simulate(shape, all_stages(shape), {1.0, 2.0});
+      ASSERT_TRUE(sim.ok()) << sim.error;
+      EXPECT_LE(sim.bubble(), bubble_fraction(shape) + 1e-12) << p << " x " << m;
+      EXPECT_GE(sim.makespan, 3.0 * (m + p - 1) - 1e-12) << p << " x " << m;
+    }
+  }
+}
+
+TEST(TrainSchedule, InFlightMicroBatchesAreAtMostTheStagesLeft) {
+  const PipeShape shape{4, 8};
+  for (int s = 0; s < 4; ++s) {
+    int in_flight = 0, most = 0;
+    for (const Step& step : train_schedule(shape, s)) {
+      for (const Instruction& ins : step) {
+        if (ins.op == Op::kForwardPass) most = std::max(most, ++in_flight);
+        if (ins.op == Op::kBackwardPass) --in_flight;
+      }
+    }
+    EXPECT_EQ(most, 4 - s) << "stage " << s;
+    EXPECT_EQ(in_flight, 0);
+  }
+}
+
+// The checks themselves: each broken schedule is reported, naming the stage.
+TEST(Simulation, AMissingSendIsADeadlockNamingTheWaitingStage) {
+  const PipeShape shape{3, 4};
+  auto schedules = all_stages(shape);
+  for (Step& step : schedules[1])
+    std::erase_if(step, [](const Instruction& i) {
+      return i.op == Op::kSendActivation && i.micro_batch == 2;
+    });
+  const Simulation sim = simulate(shape, schedules);
+  EXPECT_EQ(sim.error.find("deadlock: "), 0u) << sim.error;
+  EXPECT_NE(sim.error.find("stage 2 at RecvActivation(buffer_id=0) (micro-batch 2)"),
+            std::string::npos)
+      << sim.error;
+}
+
+TEST(Simulation, MessagesOutOfOrderAreReported) {
+  const PipeShape shape{2, 4};
+  auto schedules = all_stages(shape);
+  // Stage 0 sends micro-batches 0 and 1 in the other order.
+  std::vector<Instruction*> sends;
+  for (Step& step : schedules[0])
+    for (Instruction& ins : step)
+      if (ins.op == Op::kSendActivation && ins.micro_batch < 2) sends.push_back(&ins);
+  ASSERT_EQ(sends.size(), 2u);
+  std::swap(*sends[0], *sends[1]);
+  const Simulation sim = simulate(shape, schedules);
+  EXPECT_FALSE(sim.ok());
+  EXPECT_NE(sim.error.find("sent before its forward"), std::string::npos) << sim.error;
+}
+
+TEST(Simulation, ABufferReusedWhileInFlightIsReported) {
+  const PipeShape shape{4, 8};
+  auto schedules = all_stages(shape);
+  for (Step& step : schedules[0])  // stage 0 needs 4 buffers; give it 2
+    for (Instruction& ins : step)
+      if (ins.buffer >= 0) ins.buffer = ins.micro_batch % 2;
+  const Simulation sim = simulate(shape, schedules);
+  EXPECT_NE(sim.error.find("still holds micro-batch"), std::string::npos) << sim.error;
+}
+
+TEST(Simulation, ABackwardBeforeItsGradientIsReported) {
+  const PipeShape shape{2, 2};
+  auto schedules = all_stages(shape);
+  for (Step& step : schedules[0])
+    std::erase_if(step, [](const Instruction& i) { return i.op == Op::kRecvGrad; });
+  const Simulation sim = simulate(shape, schedules);
+  EXPECT_NE(sim.error.find("backward before its forward or output gradient"), std::string::npos)
+      << sim.error;
+}
+
+}  // namespace
+}  // namespace dscore::pipeline
