@@ -1,6 +1,7 @@
 #include "schedule.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace dscore::pipeline {
 namespace {
@@ -51,15 +52,75 @@ const char* op_name(Op op) {
 
 std::string Instruction::to_string() const {
   if (buffer < 0) return std::string(op_name(op)) + "()";
-  return std::string(op_name(op)) + "(buffer_id=" + std::to_string(buffer) + ")";
+  std::string text = std::string(op_name(op)) + "(buffer_id=" + std::to_string(buffer);
+  if (chunk > 0) text += ", chunk=" + std::to_string(chunk);
+  return text + ")";
 }
 
 int pipe_buffers(PipeShape shape, int stage) {
+  if (shape.virtual_stages > 1) return shape.virtual_stages * shape.micro_batches;
   return std::max(2, std::min(shape.stages - stage, shape.micro_batches));
 }
 
 double bubble_fraction(PipeShape shape) {
-  return static_cast<double>(shape.stages - 1) / (shape.micro_batches + shape.stages - 1);
+  return static_cast<double>(shape.stages - 1) /
+         (shape.virtual_stages * shape.micro_batches + shape.stages - 1);
+}
+
+std::string interleaved_schedule_error(PipeShape shape) {
+  if (shape.virtual_stages < 2) return "the interleaved schedule needs virtual_stages >= 2";
+  if (shape.stages < 2) return "the interleaved schedule needs at least 2 pipeline stages";
+  if (shape.micro_batches % shape.stages != 0)
+    return "the interleaved schedule needs the micro-batches (gradient_accumulation_steps, " +
+           std::to_string(shape.micro_batches) + ") to be a multiple of the stages (" +
+           std::to_string(shape.stages) + ")";
+  return "";
+}
+
+std::vector<Step> interleaved_schedule(PipeShape shape, int stage) {
+  const int p = shape.stages, v = shape.virtual_stages, m = shape.micro_batches;
+  const int total = m * v;
+  const int warmup = std::min(total, (p - stage - 1) * 2 + (v - 1) * p);
+  // The k-th forward (or backward) of this stage: its micro-batch and chunk.
+  const auto unit = [&](int k, bool forward) {
+    const int in_group = k % (p * v);
+    const int chunk = forward ? in_group / p : v - 1 - in_group / p;
+    return std::pair<int, int>{k / (p * v) * p + k % p, chunk};
+  };
+  const auto at = [&](Op op, int micro_batch, int chunk) {
+    return Instruction{op, chunk * m + micro_batch, micro_batch, chunk};
+  };
+  // Virtual stage chunk * p + stage: the first takes the inputs, the last the labels.
+  const auto first = [&](int chunk) { return chunk == 0 && stage == 0; };
+  const auto last = [&](int chunk) { return chunk == v - 1 && stage == p - 1; };
+  std::vector<Step> schedule;
+  const auto forward = [&](int k) {
+    const auto [mb, chunk] = unit(k, true);
+    Step step;
+    if (!first(chunk)) step.push_back(at(Op::kRecvActivation, mb, chunk));
+    if (first(chunk) || last(chunk)) step.push_back(at(Op::kLoadMicroBatch, mb, chunk));
+    step.push_back(at(Op::kForwardPass, mb, chunk));
+    if (!last(chunk)) step.push_back(at(Op::kSendActivation, mb, chunk));
+    schedule.push_back(std::move(step));
+  };
+  const auto backward = [&](int k) {
+    const auto [mb, chunk] = unit(k, false);
+    Step step;
+    if (!last(chunk)) step.push_back(at(Op::kRecvGrad, mb, chunk));
+    step.push_back(at(Op::kBackwardPass, mb, chunk));
+    if (!first(chunk)) step.push_back(at(Op::kSendGrad, mb, chunk));
+    schedule.push_back(std::move(step));
+  };
+  for (int k = 0; k < warmup; ++k) forward(k);
+  for (int i = 0; i < total - warmup; ++i) {
+    forward(warmup + i);
+    backward(i);
+  }
+  for (int k = total - warmup; k < total; ++k) backward(k);
+  schedule.back().push_back({Op::kReduceTiedGrads});
+  schedule.back().push_back({Op::kReduceGrads});
+  schedule.back().push_back({Op::kOptimizerStep});
+  return schedule;
 }
 
 std::vector<Step> train_schedule(PipeShape shape, int stage) {
@@ -80,7 +141,8 @@ std::vector<Step> train_schedule(PipeShape shape, int stage) {
     // Exchanges: what the previous slot produced goes out, this slot's input comes in.
     if (slot.forward) {
       if (valid(prev) && has_prev) out.push_back(at(Op::kSendGrad, prev));
-      if (valid(slot.micro_batch) && has_prev) out.push_back(at(Op::kRecvActivation, slot.micro_batch));
+      if (valid(slot.micro_batch) && has_prev)
+        out.push_back(at(Op::kRecvActivation, slot.micro_batch));
     } else {
       if (valid(slot.micro_batch) && has_next) out.push_back(at(Op::kRecvGrad, slot.micro_batch));
       if (valid(prev) && has_next) out.push_back(at(Op::kSendActivation, prev));

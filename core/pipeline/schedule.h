@@ -2,8 +2,12 @@
 // of a training batch. train_schedule() is DeepSpeed's TrainSchedule (1F1B,
 // deepspeed/runtime/pipe/schedule.py) instruction for instruction: a stage
 // alternates one forward and one backward once the pipe is full, keeping at
-// most `stages - stage_id` micro-batches' activations. The executor (issue
-// 47) runs these lists; tests/core/pipeline holds them to DeepSpeed's own.
+// most `stages - stage_id` micro-batches' activations.
+// interleaved_schedule() is Megatron-LM's interleaved 1F1B, which DeepSpeed
+// lacks: each stage holds `virtual_stages` chunks of layers (chunk c of
+// stage s is virtual stage c * stages + s), which shrinks the bubble by that
+// factor. The executor (issue 47) runs these lists; tests/core/pipeline
+// holds the first to DeepSpeed's own and runs both (simulate.h).
 #pragma once
 
 #include <string>
@@ -12,7 +16,7 @@
 namespace dscore::pipeline {
 
 enum class Op {
-  kLoadMicroBatch,   // the first stage reads its inputs, the last its labels
+  kLoadMicroBatch,  // the first stage reads its inputs, the last its labels
   kForwardPass,
   kBackwardPass,
   kSendActivation,   // to the next stage
@@ -30,8 +34,10 @@ struct Instruction {
   Op op;
   int buffer = -1;       // the activation buffer (micro_batch % buffers); -1 for the reductions
   int micro_batch = -1;  // which micro-batch the buffer holds; -1 for the reductions
+  int chunk = 0;         // the stage's chunk of layers (interleaved); 0 in 1F1B
 
-  // DeepSpeed's repr: "ForwardPass(buffer_id=0)", "ReduceGrads()".
+  // DeepSpeed's repr: "ForwardPass(buffer_id=0)", "ReduceGrads()"; with a
+  // chunk above 0 "ForwardPass(buffer_id=5, chunk=1)".
   std::string to_string() const;
 };
 
@@ -42,6 +48,7 @@ using Step = std::vector<Instruction>;  // a step's instructions, in order
 struct PipeShape {
   int stages = 1;
   int micro_batches = 1;
+  int virtual_stages = 1;  // chunks per stage: 1 in 1F1B
 };
 
 // DeepSpeed's TrainSchedule for `stage`: 2 * (micro_batches + stages - 1)
@@ -49,13 +56,25 @@ struct PipeShape {
 // and drains); the last step reduces and steps the optimizer.
 std::vector<Step> train_schedule(PipeShape shape, int stage);
 
-// The activation buffers `stage` needs: the micro-batches in flight at once,
-// min(stages - stage, micro_batches), at least 2 (DeepSpeed's
-// num_pipe_buffers).
+// Megatron-LM's interleaved 1F1B for `stage` (shape.virtual_stages chunks):
+// (stages - stage - 1) * 2 + (virtual_stages - 1) * stages warm-up
+// forwards, then one forward and one backward, then the remaining
+// backwards; micro-batches go through the chunks in groups of `stages`.
+// Each forward or backward is a step of its own, its receive before and its
+// send after it. Needs micro_batches a multiple of stages (as Megatron
+// does); interleaved_schedule_error() says why a shape is refused.
+std::vector<Step> interleaved_schedule(PipeShape shape, int stage);
+std::string interleaved_schedule_error(PipeShape shape);  // empty: allowed
+
+// The activation buffers `stage` needs. 1F1B: the micro-batches in flight
+// at once, min(stages - stage, micro_batches), at least 2 (DeepSpeed's
+// num_pipe_buffers). Interleaved: one per micro-batch and chunk (buffer
+// chunk * micro_batches + micro_batch).
 int pipe_buffers(PipeShape shape, int stage);
 
-// The share of each stage's time idle in a batch when forward and backward
-// slots cost the same: (stages - 1) / (micro_batches + stages - 1).
+// The share of each stage's time idle in a batch when every forward and
+// backward of a chunk costs the same: (stages - 1) / (virtual_stages *
+// micro_batches + stages - 1); 1F1B's (p - 1) / (m + p - 1) at one chunk.
 double bubble_fraction(PipeShape shape);
 
 }  // namespace dscore::pipeline

@@ -17,17 +17,24 @@ struct StageRun {
   std::vector<Instruction> program;
   size_t next = 0;
   double clock = 0;
-  std::vector<int> buffer_holds;   // micro-batch per buffer, -1 free
-  std::vector<int> forwarded;      // per micro-batch: forwards run
-  std::vector<int> backwarded;     // per micro-batch: backwards run
-  std::vector<int> has_input;      // per micro-batch: activation received or loaded
-  std::vector<int> has_output_grad;
+  std::vector<int> buffer_holds;  // unit per buffer, -1 free
+  // Per unit (chunk * micro_batches + micro_batch):
+  std::vector<int> forwarded;        // forwards run
+  std::vector<int> backwarded;       // backwards run
+  std::vector<int> has_input;        // activation received or loaded
+  std::vector<int> has_output_grad;  // gradient received
 };
 
 std::string where(int stage, const Instruction& ins) {
   return "stage " + std::to_string(stage) + " at " + ins.to_string() + " (micro-batch " +
          std::to_string(ins.micro_batch) + ")";
 }
+
+// A channel into a stage's chunk: index chunk * stages + stage.
+struct Place {
+  int stage;
+  int chunk;
+};
 
 }  // namespace
 
@@ -40,21 +47,26 @@ double Simulation::bubble() const {
 Simulation simulate(PipeShape shape, const std::vector<std::vector<Step>>& schedules,
                     SlotCosts costs) {
   Simulation out;
-  const int p = shape.stages, m = shape.micro_batches;
+  const int p = shape.stages, m = shape.micro_batches, v = shape.virtual_stages;
   if (static_cast<int>(schedules.size()) != p) {
     out.error = "expected one schedule per stage";
     return out;
   }
   std::vector<StageRun> runs(static_cast<size_t>(p));
-  // Channels, by receiving stage: activations from s - 1, gradients from s + 1.
-  std::vector<std::deque<Message>> activations(static_cast<size_t>(p)), grads(static_cast<size_t>(p));
+  // Channels, by receiving stage and chunk: activations from the virtual
+  // stage before, gradients from the one after.
+  std::vector<std::deque<Message>> activations(static_cast<size_t>(p * v)),
+      grads(static_cast<size_t>(p * v));
+  const auto channel = [&](std::vector<std::deque<Message>> & of, Place place) -> auto& {
+    return of[static_cast<size_t>(place.chunk * p + place.stage)];
+  };
   for (int s = 0; s < p; ++s) {
     StageRun& run = runs[static_cast<size_t>(s)];
     for (const Step& step : schedules[static_cast<size_t>(s)])
       run.program.insert(run.program.end(), step.begin(), step.end());
     run.buffer_holds.assign(static_cast<size_t>(pipe_buffers(shape, s)), -1);
-    for (auto* v : {&run.forwarded, &run.backwarded, &run.has_input, &run.has_output_grad})
-      v->assign(static_cast<size_t>(m), 0);
+    for (auto* per_unit : {&run.forwarded, &run.backwarded, &run.has_input, &run.has_output_grad})
+      per_unit->assign(static_cast<size_t>(m * v), 0);
   }
   out.busy.assign(static_cast<size_t>(p), 0.0);
   for (bool progressed = true; progressed;) {
@@ -63,11 +75,14 @@ Simulation simulate(PipeShape shape, const std::vector<std::vector<Step>>& sched
       StageRun& run = runs[static_cast<size_t>(s)];
       while (run.next < run.program.size() && out.error.empty()) {
         const Instruction& ins = run.program[run.next];
-        if (ins.micro_batch >= m) {
-          out.error = where(s, ins) + ": there are " + std::to_string(m) + " micro-batches";
+        if (ins.micro_batch >= m || ins.chunk < 0 || ins.chunk >= v) {
+          out.error = where(s, ins) + ": there are " + std::to_string(m) + " micro-batches and " +
+                      std::to_string(v) + " chunks";
           break;
         }
-        const size_t mb = static_cast<size_t>(std::max(ins.micro_batch, 0));
+        const size_t mb = static_cast<size_t>(ins.chunk * m + std::max(ins.micro_batch, 0));
+        const bool first_virtual = s == 0 && ins.chunk == 0;
+        const bool last_virtual = s == p - 1 && ins.chunk == v - 1;
         const auto take_buffer = [&] {
           if (ins.buffer < 0 || ins.buffer >= static_cast<int>(run.buffer_holds.size())) {
             out.error = where(s, ins) + ": the stage has " +
@@ -75,10 +90,11 @@ Simulation simulate(PipeShape shape, const std::vector<std::vector<Step>>& sched
             return;
           }
           int& holder = run.buffer_holds[static_cast<size_t>(ins.buffer)];
-          if (holder >= 0 && holder != ins.micro_batch && !run.backwarded[static_cast<size_t>(holder)])
+          if (holder >= 0 && holder != static_cast<int>(mb) &&
+              !run.backwarded[static_cast<size_t>(holder)])
             out.error = where(s, ins) + ": buffer " + std::to_string(ins.buffer) +
-                        " still holds micro-batch " + std::to_string(holder) + " in flight";
-          holder = ins.micro_batch;
+                        " still holds micro-batch " + std::to_string(holder % m) + " in flight";
+          holder = static_cast<int>(mb);
         };
         const auto receive = [&](std::deque<Message>& channel) {
           if (channel.empty()) return false;  // wait for the sender
@@ -92,7 +108,7 @@ Simulation simulate(PipeShape shape, const std::vector<std::vector<Step>>& sched
         bool waiting = false;  // a receive whose message has not been sent yet
         switch (ins.op) {
           case Op::kRecvActivation:
-            if (!receive(activations[static_cast<size_t>(s)])) {
+            if (!receive(channel(activations, {s, ins.chunk}))) {
               waiting = true;
               break;
             }
@@ -100,31 +116,33 @@ Simulation simulate(PipeShape shape, const std::vector<std::vector<Step>>& sched
             run.has_input[mb] = 1;
             break;
           case Op::kLoadMicroBatch:
-            if (s == 0) {
+            if (first_virtual) {
               take_buffer();
               run.has_input[mb] = 1;
             }
             break;
           case Op::kRecvGrad:
-            if (!receive(grads[static_cast<size_t>(s)])) {
+            if (!receive(channel(grads, {s, ins.chunk}))) {
               waiting = true;
               break;
             }
             run.has_output_grad[mb] = 1;
             break;
           case Op::kSendActivation:
-            if (s + 1 == p || !run.forwarded[mb]) {
+            if (last_virtual || !run.forwarded[mb]) {
               out.error = where(s, ins) + ": sent before its forward, or by the last stage";
               break;
             }
-            activations[static_cast<size_t>(s + 1)].push_back({ins.micro_batch, run.clock});
+            channel(activations, s + 1 < p ? Place{s + 1, ins.chunk} : Place{0, ins.chunk + 1})
+                .push_back({ins.micro_batch, run.clock});
             break;
           case Op::kSendGrad:
-            if (s == 0 || !run.backwarded[mb]) {
+            if (first_virtual || !run.backwarded[mb]) {
               out.error = where(s, ins) + ": sent before its backward, or by the first stage";
               break;
             }
-            grads[static_cast<size_t>(s - 1)].push_back({ins.micro_batch, run.clock});
+            channel(grads, s > 0 ? Place{s - 1, ins.chunk} : Place{p - 1, ins.chunk - 1})
+                .push_back({ins.micro_batch, run.clock});
             break;
           case Op::kForwardPass:
             if (!run.has_input[mb] || run.forwarded[mb]++)
@@ -133,9 +151,10 @@ Simulation simulate(PipeShape shape, const std::vector<std::vector<Step>>& sched
             out.busy[static_cast<size_t>(s)] += costs.forward;
             break;
           case Op::kBackwardPass:
-            if (!run.forwarded[mb] || (s + 1 < p && !run.has_output_grad[mb]) ||
+            if (!run.forwarded[mb] || (!last_virtual && !run.has_output_grad[mb]) ||
                 run.backwarded[mb]++)
-              out.error = where(s, ins) + ": backward before its forward or output gradient, or twice";
+              out.error =
+                  where(s, ins) + ": backward before its forward or output gradient, or twice";
             run.clock += costs.backward;
             out.busy[static_cast<size_t>(s)] += costs.backward;
             break;
@@ -159,7 +178,7 @@ Simulation simulate(PipeShape shape, const std::vector<std::vector<Step>>& sched
   if (out.error.empty() && !stuck.empty()) out.error = "deadlock: " + stuck + " wait forever";
   for (int s = 0; s < p && out.error.empty(); ++s) {
     const StageRun& run = runs[static_cast<size_t>(s)];
-    if (std::count(run.backwarded.begin(), run.backwarded.end(), 1) != m) {
+    if (std::count(run.backwarded.begin(), run.backwarded.end(), 1) != m * v) {
       out.error = "stage " + std::to_string(s) + " did not run every micro-batch backward once";
     }
     out.makespan = std::max(out.makespan, run.clock);

@@ -21,9 +21,9 @@ struct SlotCosts {
 };
 
 struct Simulation {
-  std::string error;          // empty when the schedules ran to the end
-  double makespan = 0;        // when the last stage finished
-  std::vector<double> busy;   // each stage's forward and backward time
+  std::string error;         // empty when the schedules ran to the end
+  double makespan = 0;       // when the last stage finished
+  std::vector<double> busy;  // each stage's forward and backward time
 
   bool ok() const { return error.empty(); }
   // The share of the stages' time spent waiting: 1 - mean(busy) / makespan.

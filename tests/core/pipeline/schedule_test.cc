@@ -18,7 +18,9 @@ namespace {
 
 std::vector<std::vector<Step>> all_stages(PipeShape shape) {
   std::vector<std::vector<Step>> schedules;
-  for (int s = 0; s < shape.stages; ++s) schedules.push_back(train_schedule(shape, s));
+  for (int s = 0; s < shape.stages; ++s)
+    schedules.push_back(shape.virtual_stages > 1 ? interleaved_schedule(shape, s)
+                                                 : train_schedule(shape, s));
   return schedules;
 }
 
@@ -53,7 +55,7 @@ TEST(TrainSchedule, IsDeepSpeedsInstructionForInstruction) {
     EXPECT_EQ(joined(schedule[step]), rest) << line;
     ++steps_checked;
   }
-  EXPECT_EQ(steps_checked, 344u);  // the golden file's 10 shapes, 28 stages
+  EXPECT_EQ(steps_checked, 344u);            // the golden file's 10 shapes, 28 stages
   EXPECT_EQ(steps_checked, steps_expected);  // no stage longer or shorter than DeepSpeed's
 }
 
@@ -96,6 +98,58 @@ TEST(TrainSchedule, InFlightMicroBatchesAreAtMostTheStagesLeft) {
     EXPECT_EQ(most, 4 - s) << "stage " << s;
     EXPECT_EQ(in_flight, 0);
   }
+}
+
+// Megatron-LM's interleaved 1F1B: every chunk count and shape it allows runs
+// without deadlock, each stage runs each micro-batch through each of its
+// chunks forward then backward once (simulate checks), and the bubble is
+// the formula's (p - 1) / (v m + p - 1) at most: v times smaller than
+// 1F1B's in slots of one chunk.
+TEST(InterleavedSchedule, RunsEveryAllowedShapeWithAtMostTheFormulasBubble) {
+  for (int p = 2; p <= 4; ++p) {
+    for (int v = 2; v <= 4; ++v) {
+      for (int m = p; m <= 4 * p; m += p) {
+        const PipeShape shape{p, m, v};
+        ASSERT_EQ(interleaved_schedule_error(shape), "");
+        const Simulation sim = simulate(shape, all_stages(shape));
+        ASSERT_TRUE(sim.ok()) << p << " x " << m << " x " << v << ": " << sim.error;
+        EXPECT_LE(sim.bubble(), bubble_fraction(shape) + 1e-12) << p << " x " << m << " x " << v;
+        // Against 1F1B on the same layers: a chunk's slot is 1 / v of a stage's.
+        const PipeShape plain{p, m};
+        const Simulation one = simulate(plain, all_stages(plain), {1.0 * v, 1.0 * v});
+        ASSERT_TRUE(one.ok()) << one.error;
+        EXPECT_LT(sim.makespan, one.makespan) << p << " x " << m << " x " << v;
+        EXPECT_LT(sim.bubble(), one.bubble()) << p << " x " << m << " x " << v;
+      }
+    }
+  }
+}
+
+TEST(InterleavedSchedule, TheFirstStageGoesThroughEveryChunkInGroupsOfStages) {
+  const PipeShape shape{2, 4, 2};
+  std::vector<std::string> forwards;
+  for (const Step& step : interleaved_schedule(shape, 0))
+    for (const Instruction& ins : step)
+      if (ins.op == Op::kForwardPass)
+        forwards.push_back(std::to_string(ins.micro_batch) + "." + std::to_string(ins.chunk));
+  // Micro-batches 0, 1 through chunk 0, then through chunk 1, then 2, 3.
+  EXPECT_EQ(forwards,
+            (std::vector<std::string>{"0.0", "1.0", "0.1", "1.1", "2.0", "3.0", "2.1", "3.1"}));
+  // Warm-up: (p - s - 1) * 2 + (v - 1) * p = 4 forwards, then the steady
+  // phase's forward, then its first backward.
+  int before_backward = 0;
+  for (const Step& step : interleaved_schedule(shape, 0)) {
+    if (step.front().op == Op::kBackwardPass || step.front().op == Op::kRecvGrad) break;
+    ++before_backward;
+  }
+  EXPECT_EQ(before_backward, 5);
+}
+
+TEST(InterleavedSchedule, RefusesShapesItCannotRun) {
+  EXPECT_NE(interleaved_schedule_error({2, 3, 2}).find("multiple of the stages (2)"),
+            std::string::npos);
+  EXPECT_NE(interleaved_schedule_error({2, 4, 1}).find("virtual_stages >= 2"), std::string::npos);
+  EXPECT_NE(interleaved_schedule_error({1, 4, 2}).find("at least 2"), std::string::npos);
 }
 
 // The checks themselves: each broken schedule is reported, naming the stage.
