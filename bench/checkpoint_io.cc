@@ -161,8 +161,9 @@ std::string config_text(int64_t params, int64_t* width, int64_t* layers) {
 }
 
 dscore::Result<std::unique_ptr<dscore::Engine>> trained_engine(const std::string& config) {
-  auto setup =
-      dscore::prepare_text(config, "checkpoint_io.json", ".", dscore::options_with_environment());
+  dscore::InitializeOptions trusted = dscore::options_with_environment();
+  trusted.trust_config_plugin_paths = true;  // the build's plugin folder, named here
+  auto setup = dscore::prepare_text(config, "checkpoint_io.json", ".", trusted);
   if (!setup.ok()) return setup.status();
   if (!setup->loaded.ok())
     return dscore::invalid_argument(dscore::format_config_errors(setup->loaded));

@@ -59,8 +59,10 @@ struct Figures {
 };
 
 Figures train(int micro, int world, int stage, int steps, bool checkpointing) {
+  dscore::InitializeOptions trusted = dscore::options_with_environment();
+  trusted.trust_config_plugin_paths = true;  // the build's plugin folder, named here
   auto setup = dscore::prepare_text(config_text(micro, world, stage, steps, checkpointing),
-                                    "gpt_train.json", ".", dscore::options_with_environment());
+                                    "gpt_train.json", ".", trusted);
   if (!setup.ok() || !setup->loaded.ok()) {
     std::fprintf(stderr, "config: %s\n",
                  setup.ok() ? dscore::format_config_errors(setup->loaded).c_str()

@@ -144,8 +144,9 @@ dscore::Result<double> train(dscore::Engine& engine, const Options& o, double mo
 
 dscore::Result<std::unique_ptr<dscore::Engine>> make_engine(const Options& o,
                                                             const std::string& swap_dir) {
-  auto setup = dscore::prepare_text(config_text(o, swap_dir), "offload_step.json", ".",
-                                    dscore::options_with_environment());
+  dscore::InitializeOptions trusted = dscore::options_with_environment();
+  trusted.trust_config_plugin_paths = true;  // the build's plugin folder, named here
+  auto setup = dscore::prepare_text(config_text(o, swap_dir), "offload_step.json", ".", trusted);
   if (!setup.ok()) return setup.status();
   if (!setup->loaded.ok())
     return dscore::invalid_argument(dscore::format_config_errors(setup->loaded));

@@ -163,8 +163,10 @@ std::string nvme_offload(const std::string& folder) {
 // `profile_last_step`: --profile.
 Figures train(int micro, int steps, int stage, const std::string& offload_json,
               const std::string& corpus, bool profile_last_step) {
+  dscore::InitializeOptions trusted = dscore::options_with_environment();
+  trusted.trust_config_plugin_paths = true;  // the build's plugin folder, named here
   auto setup = dscore::prepare_text(config_text(micro, steps, stage, offload_json, corpus),
-                                    "gpt_gpu.json", ".", dscore::options_with_environment());
+                                    "gpt_gpu.json", ".", trusted);
   if (!setup.ok()) die(setup.status().message());
   if (!setup->loaded.ok()) die(dscore::format_config_errors(setup->loaded));
   const size_t free_before = free_gpu_bytes();
@@ -229,8 +231,10 @@ double pinned_copy_rate() {
 // The folder's swap rates through the nvme plugin (what io-bench measures):
 // 1 GiB written, synced, read back.
 dscore::offload::SwapBandwidth disk_rate(const std::string& folder, const std::string& corpus) {
+  dscore::InitializeOptions trusted = dscore::options_with_environment();
+  trusted.trust_config_plugin_paths = true;  // the build's plugin folder, named here
   auto setup = dscore::prepare_text(config_text(1, 1, 3, nvme_offload(folder), corpus),
-                                    "gpt_gpu.json", ".", dscore::options_with_environment());
+                                    "gpt_gpu.json", ".", trusted);
   if (!setup.ok()) die(setup.status().message());
   auto swapper = dscore::offload::make_swapper(*setup->registry, dscore::config::default_aio(), {});
   if (!swapper.ok()) die(swapper.status().message());

@@ -129,7 +129,8 @@ def run_logged(cmd, env, log_path, what, done_marker=None):
 
 
 def run_dscore(dscore, config, ranks, warmup, env, folder, name):
-    out = run_logged([dscore, "run", "-n", str(ranks), "--config", config, "--log-format", "json"], env,
+    out = run_logged([dscore, "run", "-n", str(ranks), "--config", config, "--log-format", "json",
+                      "--trust-config-plugin-paths"], env,
                      os.path.join(folder, f"{name}.dscore.log"), f"dscore run ({name})")
     records, params = [], None
     for line in out.splitlines():

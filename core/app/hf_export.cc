@@ -1,4 +1,5 @@
 #include "core/app/hf_export.h"
+#include "core/engine/environment.h"
 
 #include <filesystem>
 #include <map>
@@ -35,6 +36,8 @@ Result<HfExportResult> export_hf(const std::string& checkpoint_dir, const std::s
   // The model plugin, created from the saved config as at one rank (its
   // weights are not initialised: only its names and config are asked).
   InitializeOptions init;
+  // DSCORE_TRUST_CONFIG_PLUGIN_PATHS=1 (plugin_host/trust.h).
+  init.trust_config_plugin_paths = read_engine_environment().trust_config_plugin_paths;
   init.job = comm::JobEnv{};
   DSCORE_ASSIGN_OR_RETURN(
       Setup setup, prepare_text(json::serialize(inference_config(saved)), info.path + "/ds_config",

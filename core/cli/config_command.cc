@@ -6,6 +6,7 @@
 #include "core/cli/options.h"
 #include "core/config/config.h"
 #include "core/config/reference.h"
+#include "core/engine/environment.h"
 #include "core/engine/initialize.h"
 
 namespace dscore::cli {
@@ -36,6 +37,8 @@ int check(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   InitializeOptions init;
+  // DSCORE_TRUST_CONFIG_PLUGIN_PATHS=1 (plugin_host/trust.h).
+  init.trust_config_plugin_paths = read_engine_environment().trust_config_plugin_paths;
   init.job = comm::JobEnv{};
   init.job->world_size = world_size;  // the batch triad's data-parallel size
   init.allow_unsupported = allow_unsupported;

@@ -14,6 +14,7 @@
 
 #include "core/cli/commands.h"
 #include "core/cli/options.h"
+#include "core/engine/environment.h"
 #include "core/engine/initialize.h"
 #include "core/zero/loss_scaler.h"
 
@@ -44,6 +45,8 @@ int loss_scale_command(const std::vector<std::string>& args) {
       return kExitUsage;
     }
   InitializeOptions init;
+  // DSCORE_TRUST_CONFIG_PLUGIN_PATHS=1 (plugin_host/trust.h).
+  init.trust_config_plugin_paths = read_engine_environment().trust_config_plugin_paths;
   init.own_model = true;  // the model does not shape the scale
   const std::optional<Setup> setup = prepare_or_report(config_path, init);
   if (!setup) return kExitUsage;

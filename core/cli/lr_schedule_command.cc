@@ -15,6 +15,7 @@
 
 #include "core/cli/commands.h"
 #include "core/cli/options.h"
+#include "core/engine/environment.h"
 #include "core/engine/initialize.h"
 #include "core/plugin_host/instances.h"
 
@@ -108,6 +109,8 @@ int lr_schedule_command(const std::vector<std::string>& args) {
   int exit_code = kExitOk;
   if (!parse_options(args, options, positional, kUsage, &vm, &exit_code)) return exit_code;
   InitializeOptions init;
+  // DSCORE_TRUST_CONFIG_PLUGIN_PATHS=1 (plugin_host/trust.h).
+  init.trust_config_plugin_paths = read_engine_environment().trust_config_plugin_paths;
   if (vm.count("steps")) {
     if (steps <= 0) {
       std::fprintf(stderr, "dscore: --steps must be a positive number of optimizer steps\n");

@@ -18,6 +18,7 @@ const char* kUsage =
     "\n"
     "commands:\n"
     "  run --config F [--steps N] [-n RANKS] [--resume DIR] [--allow-unsupported]\n"
+    "      [--trust-config-plugin-paths]\n"
     "                                          train from a ds_config.json\n"
     "  config check F [--world-size N] [--allow-unsupported]\n"
     "                                          validate and print the resolved config\n"

@@ -13,6 +13,7 @@
 #include "core/cli/options.h"
 #include "core/config/config.h"
 #include "core/device/select.h"
+#include "core/engine/environment.h"
 #include "core/engine/job_fit.h"
 
 namespace dscore::cli {
@@ -39,6 +40,8 @@ int plan_command(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   InitializeOptions init;
+  // DSCORE_TRUST_CONFIG_PLUGIN_PATHS=1 (plugin_host/trust.h).
+  init.trust_config_plugin_paths = read_engine_environment().trust_config_plugin_paths;
   init.job = comm::JobEnv{};
   init.job->world_size = ranks;
   const std::optional<Setup> setup = prepare_or_report(path, init);

@@ -1,5 +1,5 @@
 // `dscore run --config F [--steps N] [-n RANKS] [--threads N] [--resume DIR]
-// [--log-format text|json] [--allow-unsupported]`
+// [--log-format text|json] [--allow-unsupported] [--trust-config-plugin-paths]`
 #include <unistd.h>
 
 #include <cstdlib>
@@ -23,7 +23,7 @@ int run_command(const std::vector<std::string>& args) {
   int64_t steps = 0;
   int ranks = 1, threads = 0;
   std::string config_path, log_format = "text", resume;
-  bool allow_unsupported = false;
+  bool allow_unsupported = false, trust_plugin_paths = false;
   options.add_options()("config,c", po::value<std::string>(&config_path)->required(),
                         "the ds_config.json to train from")(
       "steps", po::value<int64_t>(&steps), "optimizer steps to run (overrides \"train_steps\")")(
@@ -37,13 +37,17 @@ int run_command(const std::vector<std::string>& args) {
       "text, or json: one JSON object per log line and per step")(
       "allow-unsupported", po::bool_switch(&allow_unsupported),
       "train without the DeepSpeed features dscore does not implement (their keys become "
-      "warnings instead of errors)");
+      "warnings instead of errors)")(
+      "trust-config-plugin-paths", po::bool_switch(&trust_plugin_paths),
+      "load plugins from the config's \"plugins\": {\"paths\"} outside the config file's "
+      "folder (refused otherwise: a config shared from elsewhere could run any code)");
   po::positional_options_description positional;
   po::variables_map vm;
   int exit_code = kExitOk;
   if (!parse_options(args, options, positional,
                      "usage: dscore run --config F [--steps N] [-n RANKS] [--threads N] "
-                     "[--resume DIR] [--log-format text|json] [--allow-unsupported]",
+                     "[--resume DIR] [--log-format text|json] [--allow-unsupported] "
+                     "[--trust-config-plugin-paths]",
                      &vm, &exit_code))
     return exit_code;
   RunOptions run;
@@ -78,6 +82,8 @@ int run_command(const std::vector<std::string>& args) {
   }
   run.allow_unsupported = allow_unsupported;
   if (allow_unsupported) run.rank_args.push_back("--allow-unsupported");
+  run.trust_config_plugin_paths = trust_plugin_paths;
+  if (trust_plugin_paths) run.rank_args.push_back("--trust-config-plugin-paths");
   run.resume_dir = resume;
   if (!resume.empty()) run.rank_args.insert(run.rank_args.end(), {"--resume", resume});
   // mpirun gives its ranks a pseudo-terminal, so the process that started

@@ -177,6 +177,7 @@ int run_training(const RunOptions& options) {
   init.job = *job;
   init.train_steps = options.steps;
   init.allow_unsupported = options.allow_unsupported;
+  init.trust_config_plugin_paths = options.trust_config_plugin_paths;
   init.compute_threads = options.threads;
   init.environment = read_engine_environment();
   auto setup = prepare(options.config_path, init);

@@ -25,6 +25,7 @@ struct RunOptions {
   bool log_json = false;           // --log-format json: JSON log lines and progress records
   std::string resume_dir;          // --resume: load the newest checkpoint there first
   bool allow_unsupported = false;  // --allow-unsupported (InitializeOptions)
+  bool trust_config_plugin_paths = false;  // --trust-config-plugin-paths (InitializeOptions)
   // The `run` arguments each rank gets when -n starts them (no -n).
   std::vector<std::string> rank_args;
 };

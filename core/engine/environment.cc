@@ -20,6 +20,7 @@ EngineEnvironment read_engine_environment() {
   e.omp_num_threads = variable("OMP_NUM_THREADS");
   e.cpu_streams = variable("DSCORE_CPU_STREAMS");
   e.cpu_device_memory = variable("DSCORE_CPU_DEVICE_MEMORY");
+  e.trust_config_plugin_paths = variable("DSCORE_TRUST_CONFIG_PLUGIN_PATHS").value_or("") == "1";
   return e;
 }
 

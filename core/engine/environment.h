@@ -19,6 +19,10 @@ struct EngineEnvironment {
   // DSCORE_CPU_STREAMS and DSCORE_CPU_DEVICE_MEMORY, as written (device/select.h).
   std::optional<std::string> cpu_streams;
   std::optional<std::string> cpu_device_memory;
+  // DSCORE_TRUST_CONFIG_PLUGIN_PATHS=1: the config's "plugins": {"paths"}
+  // may name folders outside its own (plugin_host/trust.h), for every
+  // command; `dscore run --trust-config-plugin-paths` says it for one run.
+  bool trust_config_plugin_paths = false;
 };
 
 // This process's values of the variables above.

@@ -5,6 +5,7 @@
 #include "core/base/logging.h"
 #include "core/comm/job_store.h"
 #include "core/device/select.h"
+#include "core/plugin_host/trust.h"
 
 namespace dscore {
 namespace {
@@ -17,6 +18,9 @@ Result<Setup> finish_prepare(config::LoadedConfig loaded, const std::string& con
   setup.job = job;
   setup.loaded = std::move(loaded);
   if (!setup.loaded.ok()) return setup;
+  DSCORE_RETURN_IF_ERROR(plugin_host::check_config_plugin_paths(
+      setup.loaded.config->plugin_paths, config_dir,
+      options.trust_config_plugin_paths || options.environment.trust_config_plugin_paths));
   auto registry = plugin_host::PluginRegistry::open(
       plugin_host::SearchPath::standard(setup.loaded.config->plugin_paths, config_dir));
   if (!registry.ok()) return registry.status();

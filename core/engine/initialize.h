@@ -38,6 +38,10 @@ struct InitializeOptions {
   // (notices starting "warning: ") instead of errors, and training runs
   // without them: `dscore run --allow-unsupported` (config::ErrorKind).
   bool allow_unsupported = false;
+  // The config's "plugins": {"paths": [...]} may name folders outside the
+  // config file's own folder (plugin_host/trust.h): the program trusts where
+  // its config came from. Also set by environment.trust_config_plugin_paths.
+  bool trust_config_plugin_paths = false;
   // Threads this rank computes with (compute_threads.h): unset, the budget
   // (OMP_NUM_THREADS, else this node's CPUs shared by its ranks); 0, leave
   // TBB's pool as the process has it (a trainer that manages its threads).

@@ -14,6 +14,7 @@
 #include "core/plugin_host/call.h"
 #include "core/plugin_host/elf_check.h"
 #include "core/plugin_host/host_api.h"
+#include "core/plugin_host/trust.h"
 
 namespace dscore::plugin_host {
 
@@ -56,6 +57,9 @@ Result<std::shared_ptr<LoadedLibrary>> LoadedLibrary::open(const std::string& ca
     if (auto existing = it->second.lock()) return existing;
   }
 
+  // Before dlopen, which runs the library's code: a file someone else could
+  // have written is refused (trust.h).
+  if (Status refused = check_library_trusted(canonical_path); !refused.ok()) return refused;
   // Before dlopen: it maps the file, and a truncated one faults (SIGBUS)
   // instead of failing.
   if (Status damaged = check_elf_file(canonical_path); !damaged.ok())

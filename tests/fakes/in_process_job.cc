@@ -22,6 +22,7 @@ Status train_rank(const std::string& text, int rank, int world,
   // The harness is the program: it hands the engine this process's
   // environment (tests set DSCORE_* variables around a job).
   InitializeOptions options = options_with_environment();
+  options.trust_config_plugin_paths = true;  // the build's plugin folder, outside the config's
   comm::JobEnv job;
   job.rank = rank;
   job.world_size = world;

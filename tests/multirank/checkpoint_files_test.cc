@@ -226,14 +226,17 @@ TEST(RunResume, ResumedRunEndsWhereTheUninterruptedOneDoes) {
   const fs::path config_b = dir.write("b.json", run_config(b, 4));
   ProcessOptions mpi;
   mpi.env = mpi_test_env();
-  ProcessResult full = run_dscore({"run", "--config", config_a.string(), "-n", "2"}, mpi);
+  ProcessResult full = run_dscore(
+      {"run", "--trust-config-plugin-paths", "--config", config_a.string(), "-n", "2"}, mpi);
   ASSERT_EQ(full.exit_code, 0) << full.describe();
   EXPECT_TRUE(fs::exists(fs::path(a) / "global_step4") && fs::exists(fs::path(a) / "global_step8"));
-  ProcessResult part =
-      run_dscore({"run", "--config", config_b.string(), "-n", "2", "--steps", "4"}, mpi);
+  ProcessResult part = run_dscore({"run", "--trust-config-plugin-paths", "--config",
+                                   config_b.string(), "-n", "2", "--steps", "4"},
+                                  mpi);
   ASSERT_EQ(part.exit_code, 0) << part.describe();
-  ProcessResult rest =
-      run_dscore({"run", "--config", config_b.string(), "-n", "2", "--resume", b}, mpi);
+  ProcessResult rest = run_dscore({"run", "--trust-config-plugin-paths", "--config",
+                                   config_b.string(), "-n", "2", "--resume", b},
+                                  mpi);
   ASSERT_EQ(rest.exit_code, 0) << rest.describe();
   EXPECT_NE(rest.out.find("resuming at step 4 of 8") + rest.err.find("resuming at step 4 of 8"),
             2 * std::string::npos)
@@ -268,9 +271,9 @@ TEST(DiskFull, SaveFailsCleanlyAndTrainingGoesOn) {
   spec.extra = "\"checkpoint_dir\": \"" + mount.string() + "/ck\", \"save_interval\": 2";
   const fs::path config = dir.write("full.json", spec.config_json());
   const std::string script = "mount -t tmpfs -o size=600k none " + mount.string() + " && " +
-                             DSCORE_EXE + " run --config " + config.string() +
-                             " && exit 0; rc=$?; " + DSCORE_EXE + " checkpoint inspect " +
-                             mount.string() + "/ck; exit $rc";
+                             DSCORE_EXE + " run --trust-config-plugin-paths --config " +
+                             config.string() + " && exit 0; rc=$?; " + DSCORE_EXE +
+                             " checkpoint inspect " + mount.string() + "/ck; exit $rc";
   ProcessResult r = run_process({"/usr/bin/unshare", "-rm", "/bin/sh", "-c", script});
   const std::string all = r.out + r.err;
   EXPECT_EQ(r.exit_code, 1) << r.describe();

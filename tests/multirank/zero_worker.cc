@@ -124,7 +124,9 @@ int main(int argc, char** argv) {
     else
       return fail("unknown option " + k);
   }
-  auto setup = dscore::prepare(o.config, dscore::options_with_environment());
+  dscore::InitializeOptions init = dscore::options_with_environment();
+  init.trust_config_plugin_paths = true;  // the build's plugin folder, outside the config's
+  auto setup = dscore::prepare(o.config, init);
   if (!setup.ok()) return fail(setup.status().message());
   if (!setup->loaded.ok()) return fail(dscore::format_config_errors(setup->loaded));
   auto engine = dscore::build_engine(*setup, nullptr);

@@ -94,9 +94,7 @@ TEST(CliPlan, ACudaRunIsPlannedInGpuAndHostMemory) {
                                "/cuda/libdscore_gpt_cuda.so"))
     GTEST_SKIP() << "this build's gpt plugin has no CUDA module";
   TempDir dir("dscore_cli_plan");
-  const auto config = dir.write("ds_config.json", std::string(R"({
-  "plugins": {"paths": [")") + DSCORE_BUILD_PLUGIN_DIR +
-                                                      R"("]},
+  const auto config = dir.write("ds_config.json", R"({
   "device": "cuda", "comm": {"backend": "nccl"}, "train_batch_size": 8,
   "train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": true},
   "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},

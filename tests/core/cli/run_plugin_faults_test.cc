@@ -45,7 +45,8 @@ class CliPluginFaults : public ::testing::Test {
   // Runs `dscore run` on the small mlp config whose optimizer is `optimizer`
   // (a JSON object), with DSCORE_PLUGIN_PATH = `plugin_path` ("" = unset).
   ProcessResult run(const std::string& optimizer, const std::string& plugin_path,
-                    const std::string& extra = "", EnvOverrides env = {}) {
+                    const std::string& extra = "", EnvOverrides env = {},
+                    const std::vector<std::string>& flags = {}) {
     MlpRunConfig cfg;
     cfg.optimizer = optimizer;
     cfg.train_steps = 3;
@@ -55,8 +56,13 @@ class CliPluginFaults : public ::testing::Test {
     options.env = std::move(env);
     if (!plugin_path.empty()) options.env["DSCORE_PLUGIN_PATH"] = plugin_path;
     options.cwd = dir_.path();
-    return run_dscore({"run", "--config", config_}, options);
+    std::vector<std::string> args = {"run", "--config", config_};
+    args.insert(args.end(), flags.begin(), flags.end());
+    return run_dscore(args, options);
   }
+
+  // Plugins the config names outside its own folder (trust.h).
+  static EnvOverrides trusting() { return {{"DSCORE_TRUST_CONFIG_PLUGIN_PATHS", "1"}}; }
 
   // The optimizer section naming plugin `name`.
   static std::string optimizer(const std::string& name) {
@@ -121,12 +127,15 @@ TEST_F(CliPluginFaults, ExplicitlyNamedLibraryWithoutTheEntrySymbolIsFatal) {
   const std::string expected = file +
                                ": not a dscore plugin: no symbol dscore_plugin_library_v1 "
                                "(a plugin must export it; see sdk/examples)";
-  ProcessResult r = run(optimizer("adam"), "", "\"plugins\": {\"paths\": [\"" + file + "\"]}");
+  ProcessResult r =
+      run(optimizer("adam"), "", "\"plugins\": {\"paths\": [\"" + file + "\"]}", trusting());
   EXPECT_EQ(runtime_error(r), expected);
   EXPECT_EQ(r.out, "") << "nothing trained";
 
   // `config check` refuses the same config with the same message.
-  ProcessResult check = run_dscore({"config", "check", config_});
+  ProcessOptions check_options;
+  check_options.env = trusting();
+  ProcessResult check = run_dscore({"config", "check", config_}, check_options);
   EXPECT_EQ(check.exit_code, 2) << check.describe();
   std::vector<std::string> lines = split_lines(check.err);
   ASSERT_EQ(lines.size(), 1u) << check.err;
@@ -152,11 +161,48 @@ TEST_F(CliPluginFaults, AbiMajorMismatchNamesBothMajorsAndTheFix) {
       << m;
 
   // Named as a file in plugins.paths, the same problem stops the run at once.
-  ProcessResult r = run(optimizer("fake_major2"), "",
-                        "\"plugins\": {\"paths\": [\"" + test_plugin_file("fake_major2") + "\"]}");
+  ProcessResult r =
+      run(optimizer("fake_major2"), "",
+          "\"plugins\": {\"paths\": [\"" + test_plugin_file("fake_major2") + "\"]}", trusting());
   EXPECT_NE(runtime_error(r).find("was built against dscore plugin ABI major 2 (2.2)"),
             std::string::npos)
       << r.err;
+}
+
+// A config's plugin folder outside the config's own folder loads code only
+// when the user says they trust the config; inside it, it needs no word.
+TEST_F(CliPluginFaults, ConfigPluginPathsOutsideTheConfigsFolderNeedTrust) {
+  const std::string paths = "\"plugins\": {\"paths\": [\"" + test_plugin_dir("fake_sgd") + "\"]}";
+  ProcessResult refused = run(optimizer("FAKE_SGD"), "", paths);
+  EXPECT_NE(refused.exit_code, 0) << refused.describe();
+  EXPECT_NE(refused.err.find("plugins.paths entry '" + test_plugin_dir("fake_sgd") +
+                             "' refused: it is outside the config file's folder"),
+            std::string::npos)
+      << refused.err;
+  EXPECT_NE(refused.err.find("--trust-config-plugin-paths"), std::string::npos) << refused.err;
+  EXPECT_EQ(refused.out, "") << "nothing trained";
+
+  ProcessResult flagged =
+      run(optimizer("FAKE_SGD"), "", paths, {}, {"--trust-config-plugin-paths"});
+  EXPECT_EQ(flagged.exit_code, 0) << flagged.describe();
+  ProcessResult by_variable = run(optimizer("FAKE_SGD"), "", paths, trusting());
+  EXPECT_EQ(by_variable.exit_code, 0) << by_variable.describe();
+}
+
+// A plugin folder every user may write is refused, as ssh refuses such
+// keys: the library in it is never loaded, and the failed lookup says why.
+TEST_F(CliPluginFaults, AWorldWritablePluginFolderIsRefused) {
+  const fs::path folder = dir_.path() / "open_plugins";
+  fs::create_directories(folder);
+  fs::copy_file(test_plugin_file("fake_sgd"), folder / "libfake_sgd.so");
+  fs::permissions(folder, fs::perms::all);  // 0777, no sticky bit
+  std::string m = config_error(run(optimizer("FAKE_SGD"), folder.string()));
+  EXPECT_NE(m.find(folder.string() + " is writable by every user (mode 0777)"), std::string::npos)
+      << m;
+  EXPECT_NE(m.find("chmod o-w " + folder.string()), std::string::npos) << m;
+  fs::permissions(folder, fs::perms::owner_all);  // then it loads
+  ProcessResult r = run(optimizer("FAKE_SGD"), folder.string());
+  EXPECT_EQ(r.exit_code, 0) << r.describe();
 }
 
 TEST_F(CliPluginFaults, NewerMinorNeedingANewerHostNamesBothVersions) {

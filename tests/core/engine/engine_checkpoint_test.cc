@@ -109,6 +109,7 @@ TEST(EngineCheckpoint, ASaveInTheMiddleOfAnAccumulationCycleIsRefused) {
       "train_batch_size": 2, "train_micro_batch_size_per_gpu": 1,
       "optimizer": {"type": "fake_sgd", "params": {"lr": 0.1}}})";
   InitializeOptions options;
+  options.trust_config_plugin_paths = true;  // the build's plugin folder
   options.own_model = true;
   auto setup = prepare_text(text, "t.json", ".", options);
   ASSERT_TRUE(setup.ok() && setup->loaded.ok()) << format_config_errors(setup->loaded);

@@ -37,6 +37,7 @@ Built build(const std::string& extra, std::vector<float> initial = {0, 0},
             std::vector<float> target = {3, 4}) {
   const std::string text = "{" + plugin_paths() + ", " + extra + "}";
   InitializeOptions options;
+  options.trust_config_plugin_paths = true;  // the build's plugin folder
   options.own_model = true;
   auto setup = prepare_text(text, "engine_test.json", ".", options);
   EXPECT_TRUE(setup.ok()) << setup.status().message();
@@ -210,6 +211,7 @@ TEST(Engine, UnsupportedOffloadIsRefusedWithTheFix) {
     const std::string text = "{" + plugin_paths() + ", \"train_batch_size\": 1, " + kSgd +
                              ", \"zero_optimization\": " + zero + "}";
     InitializeOptions options;
+    options.trust_config_plugin_paths = true;  // the build's plugin folder
     options.own_model = true;
     auto setup = prepare_text(text, "t.json", ".", options);
     ASSERT_TRUE(setup.ok() && setup->loaded.ok()) << format_config_errors(setup->loaded);

@@ -27,7 +27,9 @@ Trace train(int micro, int steps) {
       ", \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003, \"weight_decay\": 0.01}},"
       " \"gradient_clipping\": 1.0, \"model\": {\"type\": \"mlp\", \"hidden_dim\": 32}, \"seed\": "
       "7}";
-  auto setup = prepare_text(text, "plugin_model_test.json", ".", {});
+  InitializeOptions options;
+  options.trust_config_plugin_paths = true;  // the build's plugin folder
+  auto setup = prepare_text(text, "plugin_model_test.json", ".", options);
   EXPECT_TRUE(setup.ok() && setup->loaded.ok()) << format_config_errors(setup->loaded);
   auto engine = build_engine(*setup, nullptr);
   EXPECT_TRUE(engine.ok()) << engine.status().message();

@@ -23,6 +23,7 @@ config::LoadedConfig prepared(const std::vector<std::string>& lines) {
   for (const std::string& line : lines) text += ",\n  " + line;
   text += "\n}\n";
   InitializeOptions options;
+  options.trust_config_plugin_paths = true;  // the build's plugin folder
   options.job = comm::JobEnv{};
   auto setup = prepare_text(text, "t.json", ".", options);
   EXPECT_TRUE(setup.ok()) << setup.status().message();
@@ -125,6 +126,7 @@ TEST(PluginNames, EveryPluginSectionTypeIsCheckedWithASuggestion) {
 TEST(PluginNames, ExtraMonitorTypeNamesItsListEntry) {
   // The list entry starts on line 3, column 18.
   InitializeOptions options;
+  options.trust_config_plugin_paths = true;  // the build's plugin folder
   options.job = comm::JobEnv{};
   const std::string text =
       "{\n  \"plugins\": {\"paths\": [\"" + std::string(DSCORE_BUILD_PLUGIN_DIR) +
@@ -148,6 +150,7 @@ struct ModelDtype {
 
 ModelDtype model_dtype(const std::vector<std::string>& lines) {
   InitializeOptions options;
+  options.trust_config_plugin_paths = true;  // the build's plugin folder
   options.job = comm::JobEnv{};
   std::string text = "{\"plugins\": {\"paths\": [\"" + std::string(DSCORE_BUILD_PLUGIN_DIR) +
                      "\"]}, \"train_batch_size\": 8";
@@ -195,6 +198,7 @@ TEST(ModelComputeType, FollowsTheRunsPrecisionUnlessTheModelSetsIt) {
 // fills the model section's, and a CPU model there is an error.
 TEST(ModelDevice, FollowsTheRunsCudaDevice) {
   InitializeOptions options;
+  options.trust_config_plugin_paths = true;  // the build's plugin folder
   options.job = comm::JobEnv{};
   const std::string head = "{\"plugins\": {\"paths\": [\"" + std::string(DSCORE_BUILD_PLUGIN_DIR) +
                            "\"]}, \"train_batch_size\": 8, \"device\": \"cuda\", ";

@@ -114,7 +114,6 @@ const Loaded& loaded() {
   return result;
 }
 
-
 }  // namespace
 
 std::string BlasLibrary::describe() const {

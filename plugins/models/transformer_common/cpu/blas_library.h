@@ -18,8 +18,8 @@ struct BlasLibrary {
   decltype(&cblas_sgemm) sgemm = nullptr;
   decltype(&cblas_dgemm) dgemm = nullptr;
   void (*set_threads)(int) = nullptr;  // the kernels keep it at 1; benches raise it
-  std::string config;  // openblas_get_config(): version and build
-  std::string core;    // openblas_get_corename(), as loaded
+  std::string config;                  // openblas_get_config(): version and build
+  std::string core;                    // openblas_get_corename(), as loaded
   CpuFlags flags;
   GemmTier wanted = GemmTier::kGeneric;  // what the flags (and DSCORE_CPU_ISA) allow
   CoreChoice choice;

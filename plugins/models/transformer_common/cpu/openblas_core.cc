@@ -49,8 +49,9 @@ std::string CpuFlags::describe() const {
 }
 
 GemmTier tier_of_flags(const CpuFlags& flags, sdk::CpuIsa cap) {
-  GemmTier tier = flags.avx512 ? GemmTier::kAvx512 : flags.avx2_fma ? GemmTier::kAvx2
-                                                                    : GemmTier::kGeneric;
+  GemmTier tier = flags.avx512     ? GemmTier::kAvx512
+                  : flags.avx2_fma ? GemmTier::kAvx2
+                                   : GemmTier::kGeneric;
   const GemmTier limit = cap == sdk::CpuIsa::kAvx512 ? GemmTier::kAvx512
                          : cap == sdk::CpuIsa::kAvx2 ? GemmTier::kAvx2
                                                      : GemmTier::kGeneric;

@@ -45,9 +45,9 @@ std::string openblas_core_for(const CpuFlags& flags, GemmTier tier);
 
 // What to do before loading OpenBLAS.
 struct CoreChoice {
-  std::string set_core;    // the OPENBLAS_CORETYPE to set; empty: set nothing
-  std::string reason;      // why, for the log
-  bool user_set = false;   // the environment named a core (respected)
+  std::string set_core;   // the OPENBLAS_CORETYPE to set; empty: set nothing
+  std::string reason;     // why, for the log
+  bool user_set = false;  // the environment named a core (respected)
 };
 
 // `user_core`: OPENBLAS_CORETYPE as the environment has it (NULL: unset),

@@ -60,8 +60,8 @@ TEST(OpenBlasCoreTest, AnUnsetCoreIsChosenFromTheFlags) {
   EXPECT_EQ(choose_openblas_core(flags(true, true, true, false), GemmTier::kAvx2, nullptr, false)
                 .set_core,
             "Haswell");  // DSCORE_CPU_ISA=avx2
-  const CoreChoice old = choose_openblas_core(flags(false, false, false, false),
-                                              GemmTier::kGeneric, nullptr, false);
+  const CoreChoice old =
+      choose_openblas_core(flags(false, false, false, false), GemmTier::kGeneric, nullptr, false);
   EXPECT_EQ(old.set_core, "");  // OpenBLAS's own pick stands
   EXPECT_NE(old.reason.find("allow no wider core"), std::string::npos);
 }
@@ -113,8 +113,8 @@ TEST(BlasLibraryTest, ProductsOnTheFallbackMatchDoubleProducts) {
   const GemmTier wanted = blas_library().wanted;
   set_reported_core_for_testing("Prescott");
 #ifdef DSCORE_WITH_ONEDNN
-  const Fp32Backend expected = wanted > GemmTier::kGeneric ? Fp32Backend::kOneDnn
-                                                           : Fp32Backend::kOpenBlas;
+  const Fp32Backend expected =
+      wanted > GemmTier::kGeneric ? Fp32Backend::kOneDnn : Fp32Backend::kOpenBlas;
 #else
   const Fp32Backend expected = Fp32Backend::kOpenBlas;
 #endif
