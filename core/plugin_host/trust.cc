@@ -31,13 +31,10 @@ std::string weakness(const fs::path& path, const struct stat& st, const TrustPol
   return "";
 }
 
+// Both canonical: `path` is `folder` or below it.
 bool is_within(const fs::path& path, const fs::path& folder) {
-  auto p = path.begin();
-  for (auto f = folder.begin(); f != folder.end(); ++f, ++p) {
-    if (f->empty()) continue;  // a trailing separator
-    if (p == path.end() || *p != *f) return false;
-  }
-  return true;
+  const fs::path relative = path.lexically_relative(folder);
+  return !relative.empty() && *relative.begin() != "..";
 }
 
 }  // namespace
