@@ -22,7 +22,8 @@ class TrustTest : public ::testing::Test {
     folder_ = dir_.path() / "plugins";
     fs::create_directories(folder_);
     fs::permissions(folder_, fs::perms::owner_all);
-    library_ = fs::canonical(dir_.write("plugins/" + std::string("libx.so"), "not a library")).string();
+    library_ =
+        fs::canonical(dir_.write("plugins/" + std::string("libx.so"), "not a library")).string();
   }
 
   TempDir dir_{"dscore_trust"};
@@ -76,9 +77,9 @@ TEST_F(TrustTest, AFileOwnedByAnotherUserIsRefused) {
 TEST(ConfigPluginPaths, EntriesUnderTheConfigsFolderNeedNoTrust) {
   TempDir dir("dscore_trust_config");
   const std::string config_dir = dir.path().string();
-  EXPECT_TRUE(check_config_plugin_paths({"my_plugins", "./a/b", config_dir + "/c"}, config_dir,
-                                        false)
-                  .ok());
+  EXPECT_TRUE(
+      check_config_plugin_paths({"my_plugins", "./a/b", config_dir + "/c"}, config_dir, false)
+          .ok());
 }
 
 TEST(ConfigPluginPaths, EntriesElsewhereAreRefusedUnlessTrusted) {
