@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
+#include <vector>
 #include "core/base/logging.h"
 #include "core/base/process_heap.h"
 #include "core/base/strings.h"
@@ -22,6 +24,7 @@
 #include "core/engine/job_fit.h"
 #include "core/observability/json_log.h"
 #include "core/plugin_host/crash_handler.h"
+#include "core/plugin_host/library.h"
 
 namespace dscore {
 namespace {
@@ -146,6 +149,22 @@ std::string momentum_text(const PluginSelection& selection) {
   return "";
 }
 
+// The libraries this run's plugins come from, and the SHA-256 of each: the
+// exact code the run loaded (plugin_host/trust.h says which files may be).
+void log_plugin_libraries(const PluginSelection& selection) {
+  std::vector<const SelectedPlugin*> used;
+  for (const auto* one : {&selection.model, &selection.optimizer, &selection.scheduler})
+    if (one->has_value()) used.push_back(&**one);
+  for (const SelectedPlugin& monitor : selection.monitors) used.push_back(&monitor);
+  std::set<std::string> logged;
+  for (const SelectedPlugin* plugin : used) {
+    if (plugin->info == nullptr || !logged.insert(plugin->info->library_path).second) continue;
+    const Result<std::string> digest = plugin->info->library->sha256();
+    log_info("plugin library " + plugin->info->library_path + " sha256 " +
+             (digest.ok() ? *digest : "unreadable (" + digest.status().message() + ")"));
+  }
+}
+
 }  // namespace
 
 int run_training(const RunOptions& options) {
@@ -194,6 +213,7 @@ int run_training(const RunOptions& options) {
                                                               : p.message);
   }
   if (leader) log_config_notices(setup->loaded);
+  if (leader) log_plugin_libraries(setup->selection);
   // The heap policy (process_heap.h), before the engine starts its threads.
   // Not with offload: its swap and staging buffers vary in size, and a heap
   // that never shrinks grew to 1.19x the peak RSS of glibc's defaults (the

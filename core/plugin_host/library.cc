@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <map>
 
+#include "core/base/sha256.h"
 #include "core/plugin_host/call.h"
 #include "core/plugin_host/elf_check.h"
 #include "core/plugin_host/host_api.h"
@@ -114,6 +115,12 @@ LoadedLibrary::~LoadedLibrary() {
   if (it != libraries.end() && it->second.expired()) libraries.erase(it);
   table_ = nullptr;
   handle_.reset();  // unmap last, after shutdown() returned
+}
+
+Result<std::string> LoadedLibrary::sha256() const {
+  std::lock_guard<std::mutex> lock(sha256_mutex_);
+  if (!sha256_) sha256_ = sha256_of_file(path_);
+  return *sha256_;
 }
 
 std::string LoadedLibrary::display_name() const {

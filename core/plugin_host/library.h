@@ -42,6 +42,9 @@ class LoadedLibrary {
   const dscore_plugin_library* table() const { return table_; }
   // The table's name, or the file name when the table has none.
   std::string display_name() const;
+  // The SHA-256 of the file (hex), read on the first call and kept; an error
+  // names the file. Names the code loaded, for the log and the listing.
+  Result<std::string> sha256() const;
 
   // Call the library's init(host_api(), its own context) the first time; later calls return
   // the first outcome. A failure names the library and its path. Thread-safe.
@@ -58,6 +61,8 @@ class LoadedLibrary {
   const dscore_plugin_library* table_ = nullptr;
   mutable std::mutex init_mutex_;
   std::optional<Status> init_status_;  // set once init() ran (or was absent)
+  mutable std::mutex sha256_mutex_;
+  mutable std::optional<Result<std::string>> sha256_;
   // The context of library-level calls (init, shutdown, the entry symbol):
   // they belong to no engine.
   HostContext context_;

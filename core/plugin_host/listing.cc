@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/base/strings.h"
+#include "core/plugin_host/library.h"
 
 namespace dscore::plugin_host {
 
@@ -60,6 +61,8 @@ json::Value list_json(const PluginRegistry& registry) {
     library.set("version", info->library_version);
     library.set("vendor", info->vendor);
     library.set("path", info->library_path);
+    const Result<std::string> digest = info->library->sha256();
+    library.set("sha256", digest.ok() ? *digest : "unreadable: " + digest.status().message());
     p.set("library", std::move(library));
     json::Value schema;  // null: the plugin accepts any params object
     if (!info->params_schema.empty()) {

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "core/base/sha256.h"
 #include "core/config/json.h"
 #include "tests/core/cli/process.h"
 #include "tests/core/cli/run_config.h"
@@ -227,6 +228,25 @@ TEST(CliPluginsList, AbiMismatchAndMissingFolderAreEachOneLine) {
   EXPECT_EQ(lines[1],
             "warning: DSCORE_PLUGIN_PATH entry /nonexistent/dscore/plugins does not exist");
   EXPECT_EQ(find_row(parse_table(r.out), "optimizer", "fake_major2"), nullptr);
+}
+
+// Every library's SHA-256 in the JSON listing is the file's own.
+TEST(CliPlugins, TheJsonListingGivesEachLibrarysSha256) {
+  ProcessResult r = run_dscore({"plugins", "list", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  auto parsed = json::parse(r.out, "plugins list --json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  int checked = 0;
+  for (const json::Value& p : parsed->find("plugins")->items()) {
+    const json::Value* library = p.find("library");
+    const json::Value* digest = library->find("sha256");
+    ASSERT_NE(digest, nullptr) << library->find("path")->as_string();
+    Result<std::string> expected = sha256_of_file(library->find("path")->as_string());
+    ASSERT_TRUE(expected.ok());
+    EXPECT_EQ(digest->as_string(), *expected) << library->find("path")->as_string();
+    ++checked;
+  }
+  EXPECT_GT(checked, 10);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include <filesystem>
 
+#include "core/base/sha256.h"
 #include "tests/core/cli/process.h"
 #include "tests/core/cli/run_config.h"
 
@@ -203,6 +204,11 @@ TEST_F(CliPluginFaults, AWorldWritablePluginFolderIsRefused) {
   fs::permissions(folder, fs::perms::owner_all);  // then it loads
   ProcessResult r = run(optimizer("FAKE_SGD"), folder.string());
   EXPECT_EQ(r.exit_code, 0) << r.describe();
+  // The run names the code it loaded.
+  const std::string library = fs::canonical(folder / "libfake_sgd.so").string();
+  EXPECT_NE(r.err.find("plugin library " + library + " sha256 " + *sha256_of_file(library)),
+            std::string::npos)
+      << r.err;
 }
 
 TEST_F(CliPluginFaults, NewerMinorNeedingANewerHostNamesBothVersions) {
