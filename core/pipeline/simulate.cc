@@ -36,6 +36,178 @@ struct Place {
   int chunk;
 };
 
+// Every stage's progress and the channels between them, run until no stage
+// can go on; the result lands in `out`.
+class Simulator {
+ public:
+  Simulator(PipeShape shape, const std::vector<std::vector<Step>>& schedules, SlotCosts costs,
+            Simulation* out)
+      : p_(shape.stages),
+        m_(shape.micro_batches),
+        v_(shape.virtual_stages),
+        costs_(costs),
+        out_(out),
+        runs_(static_cast<size_t>(p_)),
+        activations_(static_cast<size_t>(p_ * v_)),
+        grads_(static_cast<size_t>(p_ * v_)) {
+    for (int s = 0; s < p_; ++s) {
+      StageRun& run = runs_[static_cast<size_t>(s)];
+      for (const Step& step : schedules[static_cast<size_t>(s)])
+        run.program.insert(run.program.end(), step.begin(), step.end());
+      run.buffer_holds.assign(static_cast<size_t>(pipe_buffers(shape, s)), -1);
+      for (auto* per_unit : {&run.forwarded, &run.backwarded, &run.has_input, &run.has_output_grad})
+        per_unit->assign(static_cast<size_t>(m_ * v_), 0);
+    }
+    out_->busy.assign(static_cast<size_t>(p_), 0.0);
+  }
+
+  // Round after round over the stages, each as far as it gets.
+  void run() {
+    for (bool progressed = true; progressed && ok();) {
+      progressed = false;
+      for (int s = 0; s < p_ && ok(); ++s) {
+        StageRun& run = runs_[static_cast<size_t>(s)];
+        while (run.next < run.program.size() && ok() && execute(s, run.program[run.next])) {
+          ++run.next;
+          progressed = true;
+        }
+      }
+    }
+  }
+
+  // Stages left waiting are a deadlock; each stage must have run every unit
+  // backward once. The makespan is the last stage's clock.
+  void finish() {
+    std::string stuck;  // every stage that cannot go on, each waiting for another
+    for (int s = 0; s < p_; ++s) {
+      const StageRun& run = runs_[static_cast<size_t>(s)];
+      if (run.next < run.program.size())
+        stuck += (stuck.empty() ? "" : "; ") + where(s, run.program[run.next]);
+    }
+    if (ok() && !stuck.empty()) out_->error = "deadlock: " + stuck + " wait forever";
+    for (int s = 0; s < p_ && ok(); ++s) {
+      const StageRun& run = runs_[static_cast<size_t>(s)];
+      if (std::count(run.backwarded.begin(), run.backwarded.end(), 1) != m_ * v_)
+        out_->error = "stage " + std::to_string(s) + " did not run every micro-batch backward once";
+      out_->makespan = std::max(out_->makespan, run.clock);
+    }
+  }
+
+ private:
+  bool ok() const { return out_->error.empty(); }
+  void fail(int s, const Instruction& ins, const std::string& what) {
+    out_->error = where(s, ins) + ": " + what;
+  }
+
+  std::deque<Message>& channel(std::vector<std::deque<Message>>& of, Place place) {
+    return of[static_cast<size_t>(place.chunk * p_ + place.stage)];
+  }
+
+  // Stage s runs `ins`; false while it waits for a message not sent yet.
+  bool execute(int s, const Instruction& ins) {
+    if (ins.micro_batch >= m_ || ins.chunk < 0 || ins.chunk >= v_) {
+      fail(s, ins,
+           "there are " + std::to_string(m_) + " micro-batches and " + std::to_string(v_) +
+               " chunks");
+      return false;
+    }
+    StageRun& run = runs_[static_cast<size_t>(s)];
+    const size_t unit = static_cast<size_t>(ins.chunk * m_ + std::max(ins.micro_batch, 0));
+    const bool first_virtual = s == 0 && ins.chunk == 0;
+    const bool last_virtual = s == p_ - 1 && ins.chunk == v_ - 1;
+    switch (ins.op) {
+      case Op::kRecvActivation:
+        if (!receive(s, ins, channel(activations_, {s, ins.chunk}))) return false;
+        take_buffer(s, ins, unit);
+        run.has_input[unit] = 1;
+        break;
+      case Op::kLoadMicroBatch:
+        if (first_virtual) {
+          take_buffer(s, ins, unit);
+          run.has_input[unit] = 1;
+        }
+        break;
+      case Op::kRecvGrad:
+        if (!receive(s, ins, channel(grads_, {s, ins.chunk}))) return false;
+        run.has_output_grad[unit] = 1;
+        break;
+      case Op::kSendActivation:
+        if (last_virtual || !run.forwarded[unit]) {
+          fail(s, ins, "sent before its forward, or by the last stage");
+          break;
+        }
+        channel(activations_, s + 1 < p_ ? Place{s + 1, ins.chunk} : Place{0, ins.chunk + 1})
+            .push_back({ins.micro_batch, run.clock});
+        break;
+      case Op::kSendGrad:
+        if (first_virtual || !run.backwarded[unit]) {
+          fail(s, ins, "sent before its backward, or by the first stage");
+          break;
+        }
+        channel(grads_, s > 0 ? Place{s - 1, ins.chunk} : Place{p_ - 1, ins.chunk - 1})
+            .push_back({ins.micro_batch, run.clock});
+        break;
+      case Op::kForwardPass:
+        if (!run.has_input[unit] || run.forwarded[unit]++)
+          fail(s, ins, "forward without its input, or twice");
+        compute(s, costs_.forward);
+        break;
+      case Op::kBackwardPass:
+        if (!run.forwarded[unit] || (!last_virtual && !run.has_output_grad[unit]) ||
+            run.backwarded[unit]++)
+          fail(s, ins, "backward before its forward or output gradient, or twice");
+        compute(s, costs_.backward);
+        break;
+      case Op::kReduceTiedGrads:
+      case Op::kReduceGrads:
+      case Op::kOptimizerStep:
+        break;
+    }
+    return true;
+  }
+
+  void compute(int s, double cost) {
+    runs_[static_cast<size_t>(s)].clock += cost;
+    out_->busy[static_cast<size_t>(s)] += cost;
+  }
+
+  // The channel's next message, which must be this instruction's; false
+  // when none was sent yet.
+  bool receive(int s, const Instruction& ins, std::deque<Message>& from) {
+    if (from.empty()) return false;
+    if (from.front().micro_batch != ins.micro_batch)
+      fail(s, ins, "the next message is micro-batch " + std::to_string(from.front().micro_batch));
+    StageRun& run = runs_[static_cast<size_t>(s)];
+    run.clock = std::max(run.clock, from.front().time);
+    from.pop_front();
+    return true;
+  }
+
+  // The instruction's buffer now holds `unit`; its last holder must be done.
+  void take_buffer(int s, const Instruction& ins, size_t unit) {
+    StageRun& run = runs_[static_cast<size_t>(s)];
+    if (ins.buffer < 0 || ins.buffer >= static_cast<int>(run.buffer_holds.size())) {
+      fail(s, ins, "the stage has " + std::to_string(run.buffer_holds.size()) + " buffers");
+      return;
+    }
+    int& holder = run.buffer_holds[static_cast<size_t>(ins.buffer)];
+    if (holder >= 0 && holder != static_cast<int>(unit) &&
+        !run.backwarded[static_cast<size_t>(holder)])
+      fail(s, ins,
+           "buffer " + std::to_string(ins.buffer) + " still holds micro-batch " +
+               std::to_string(holder % m_) + " in flight");
+    holder = static_cast<int>(unit);
+  }
+
+  const int p_, m_, v_;
+  const SlotCosts costs_;
+  Simulation* out_;
+  std::vector<StageRun> runs_;
+  // Channels by receiving stage and chunk: activations from the virtual
+  // stage before, gradients from the one after.
+  std::vector<std::deque<Message>> activations_, grads_;
+};
+
 }  // namespace
 
 double Simulation::bubble() const {
@@ -47,142 +219,13 @@ double Simulation::bubble() const {
 Simulation simulate(PipeShape shape, const std::vector<std::vector<Step>>& schedules,
                     SlotCosts costs) {
   Simulation out;
-  const int p = shape.stages, m = shape.micro_batches, v = shape.virtual_stages;
-  if (static_cast<int>(schedules.size()) != p) {
+  if (static_cast<int>(schedules.size()) != shape.stages) {
     out.error = "expected one schedule per stage";
     return out;
   }
-  std::vector<StageRun> runs(static_cast<size_t>(p));
-  // Channels, by receiving stage and chunk: activations from the virtual
-  // stage before, gradients from the one after.
-  std::vector<std::deque<Message>> activations(static_cast<size_t>(p * v)),
-      grads(static_cast<size_t>(p * v));
-  const auto channel = [&](std::vector<std::deque<Message>> & of, Place place) -> auto& {
-    return of[static_cast<size_t>(place.chunk * p + place.stage)];
-  };
-  for (int s = 0; s < p; ++s) {
-    StageRun& run = runs[static_cast<size_t>(s)];
-    for (const Step& step : schedules[static_cast<size_t>(s)])
-      run.program.insert(run.program.end(), step.begin(), step.end());
-    run.buffer_holds.assign(static_cast<size_t>(pipe_buffers(shape, s)), -1);
-    for (auto* per_unit : {&run.forwarded, &run.backwarded, &run.has_input, &run.has_output_grad})
-      per_unit->assign(static_cast<size_t>(m * v), 0);
-  }
-  out.busy.assign(static_cast<size_t>(p), 0.0);
-  for (bool progressed = true; progressed;) {
-    progressed = false;
-    for (int s = 0; s < p && out.error.empty(); ++s) {
-      StageRun& run = runs[static_cast<size_t>(s)];
-      while (run.next < run.program.size() && out.error.empty()) {
-        const Instruction& ins = run.program[run.next];
-        if (ins.micro_batch >= m || ins.chunk < 0 || ins.chunk >= v) {
-          out.error = where(s, ins) + ": there are " + std::to_string(m) + " micro-batches and " +
-                      std::to_string(v) + " chunks";
-          break;
-        }
-        const size_t mb = static_cast<size_t>(ins.chunk * m + std::max(ins.micro_batch, 0));
-        const bool first_virtual = s == 0 && ins.chunk == 0;
-        const bool last_virtual = s == p - 1 && ins.chunk == v - 1;
-        const auto take_buffer = [&] {
-          if (ins.buffer < 0 || ins.buffer >= static_cast<int>(run.buffer_holds.size())) {
-            out.error = where(s, ins) + ": the stage has " +
-                        std::to_string(run.buffer_holds.size()) + " buffers";
-            return;
-          }
-          int& holder = run.buffer_holds[static_cast<size_t>(ins.buffer)];
-          if (holder >= 0 && holder != static_cast<int>(mb) &&
-              !run.backwarded[static_cast<size_t>(holder)])
-            out.error = where(s, ins) + ": buffer " + std::to_string(ins.buffer) +
-                        " still holds micro-batch " + std::to_string(holder % m) + " in flight";
-          holder = static_cast<int>(mb);
-        };
-        const auto receive = [&](std::deque<Message>& channel) {
-          if (channel.empty()) return false;  // wait for the sender
-          if (channel.front().micro_batch != ins.micro_batch)
-            out.error = where(s, ins) + ": the next message is micro-batch " +
-                        std::to_string(channel.front().micro_batch);
-          run.clock = std::max(run.clock, channel.front().time);
-          channel.pop_front();
-          return true;
-        };
-        bool waiting = false;  // a receive whose message has not been sent yet
-        switch (ins.op) {
-          case Op::kRecvActivation:
-            if (!receive(channel(activations, {s, ins.chunk}))) {
-              waiting = true;
-              break;
-            }
-            take_buffer();
-            run.has_input[mb] = 1;
-            break;
-          case Op::kLoadMicroBatch:
-            if (first_virtual) {
-              take_buffer();
-              run.has_input[mb] = 1;
-            }
-            break;
-          case Op::kRecvGrad:
-            if (!receive(channel(grads, {s, ins.chunk}))) {
-              waiting = true;
-              break;
-            }
-            run.has_output_grad[mb] = 1;
-            break;
-          case Op::kSendActivation:
-            if (last_virtual || !run.forwarded[mb]) {
-              out.error = where(s, ins) + ": sent before its forward, or by the last stage";
-              break;
-            }
-            channel(activations, s + 1 < p ? Place{s + 1, ins.chunk} : Place{0, ins.chunk + 1})
-                .push_back({ins.micro_batch, run.clock});
-            break;
-          case Op::kSendGrad:
-            if (first_virtual || !run.backwarded[mb]) {
-              out.error = where(s, ins) + ": sent before its backward, or by the first stage";
-              break;
-            }
-            channel(grads, s > 0 ? Place{s - 1, ins.chunk} : Place{p - 1, ins.chunk - 1})
-                .push_back({ins.micro_batch, run.clock});
-            break;
-          case Op::kForwardPass:
-            if (!run.has_input[mb] || run.forwarded[mb]++)
-              out.error = where(s, ins) + ": forward without its input, or twice";
-            run.clock += costs.forward;
-            out.busy[static_cast<size_t>(s)] += costs.forward;
-            break;
-          case Op::kBackwardPass:
-            if (!run.forwarded[mb] || (!last_virtual && !run.has_output_grad[mb]) ||
-                run.backwarded[mb]++)
-              out.error =
-                  where(s, ins) + ": backward before its forward or output gradient, or twice";
-            run.clock += costs.backward;
-            out.busy[static_cast<size_t>(s)] += costs.backward;
-            break;
-          case Op::kReduceTiedGrads:
-          case Op::kReduceGrads:
-          case Op::kOptimizerStep:
-            break;
-        }
-        if (waiting) break;
-        ++run.next;
-        progressed = true;
-      }
-    }
-  }
-  std::string stuck;  // every stage that cannot go on, each waiting for another
-  for (int s = 0; s < p; ++s) {
-    const StageRun& run = runs[static_cast<size_t>(s)];
-    if (run.next < run.program.size())
-      stuck += (stuck.empty() ? "" : "; ") + where(s, run.program[run.next]);
-  }
-  if (out.error.empty() && !stuck.empty()) out.error = "deadlock: " + stuck + " wait forever";
-  for (int s = 0; s < p && out.error.empty(); ++s) {
-    const StageRun& run = runs[static_cast<size_t>(s)];
-    if (std::count(run.backwarded.begin(), run.backwarded.end(), 1) != m * v) {
-      out.error = "stage " + std::to_string(s) + " did not run every micro-batch backward once";
-    }
-    out.makespan = std::max(out.makespan, run.clock);
-  }
+  Simulator simulator(shape, schedules, costs, &out);
+  simulator.run();
+  simulator.finish();
   return out;
 }
 

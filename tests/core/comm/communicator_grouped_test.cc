@@ -7,53 +7,32 @@
 // the frozen ABI 1.0 and 1.1 headers, whose vtables end before the entries.
 #include <gtest/gtest.h>
 
-#include <thread>
+#include <memory>
+#include <utility>
 
 #include "core/comm/communicator.h"
 #include "core/plugin_host/host_context.h"
+#include "tests/core/comm/loopback_ranks.h"
 #include "tests/multirank/collective_checks.h"
 
 namespace dscore::comm {
 namespace {
 
-using testing::CheckLog;
-using testing::HostCheckedComm;
-
-std::shared_ptr<plugin_host::PluginRegistry> registry(const std::string& dir) {
-  plugin_host::SearchPath path;
-  path.add(dir, true, "test");
-  auto opened = plugin_host::PluginRegistry::open(path);
-  EXPECT_TRUE(opened.ok()) << opened.status().message();
-  return *opened;
-}
+using dscore::testing::CheckLog;
+using dscore::testing::HostCheckedComm;
 
 // Runs the grouped checks on `world` ranks (threads) of `backend`.
 void run_grouped_checks_on(const std::string& dir, const std::string& backend, int world) {
-  auto plugins = registry(dir);
-  auto store = plugin_host::make_in_process_kv();
-  config::CommConfig config;
-  config.backend = backend;
-  config.timeout_ms = 20000;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      JobEnv env;
-      env.rank = r;
-      env.world_size = world;
-      auto host = std::make_shared<plugin_host::HostContext>(store);
-      auto comm = Communicator::create(*plugins, config, env, 42, host);
-      ASSERT_TRUE(comm.ok()) << comm.status().message();
-      EXPECT_FALSE((*comm)->has_native_groups()) << backend;
-      HostCheckedComm c(std::move(*comm));
-      CheckLog log(r);
-      testing::run_grouped_checks(c, 0, &log);
-      EXPECT_GT(log.checks(), 20);
-      EXPECT_EQ(log.failures(), 0) << backend << " rank " << r << " (see stderr)";
-      // The fallback counts each call as the backend's own calls would.
-      EXPECT_GE(c.get().counters().at("reduce_scatter").calls, 4u);
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  testing::run_ranks(dir, backend, world, [&](std::unique_ptr<Communicator> comm, int r) {
+    EXPECT_FALSE(comm->has_native_groups()) << backend;
+    HostCheckedComm c(std::move(comm));
+    CheckLog log(r);
+    dscore::testing::run_grouped_checks(c, 0, &log);
+    EXPECT_GT(log.checks(), 20);
+    EXPECT_EQ(log.failures(), 0) << backend << " rank " << r << " (see stderr)";
+    // The fallback counts each call as the backend's own calls would.
+    EXPECT_GE(c.get().counters().at("reduce_scatter").calls, 4u);
+  });
 }
 
 TEST(CommunicatorGrouped, LoopbackWithoutEntriesFallsBackOneByOne) {
@@ -69,7 +48,7 @@ TEST(CommunicatorGrouped, OldAbiPluginsFallBackOneByOne) {
 }
 
 TEST(CommunicatorGrouped, GroupsDoNotNest) {
-  auto plugins = registry(DSCORE_BUILD_PLUGIN_DIR);
+  auto plugins = testing::build_plugin_registry();
   config::CommConfig config;
   config.backend = "local";
   config.timeout_ms = 20000;

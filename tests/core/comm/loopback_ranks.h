@@ -8,7 +8,9 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/comm/communicator.h"
@@ -16,20 +18,24 @@
 
 namespace dscore::comm::testing {
 
-inline std::shared_ptr<plugin_host::PluginRegistry> build_plugin_registry() {
+// The plugins of `dir` (the build's plugin folder by default).
+inline std::shared_ptr<plugin_host::PluginRegistry> build_plugin_registry(
+    const std::string& dir = DSCORE_BUILD_PLUGIN_DIR) {
   plugin_host::SearchPath path;
-  path.add(DSCORE_BUILD_PLUGIN_DIR, true, "test");
+  path.add(dir, true, "test");
   auto opened = plugin_host::PluginRegistry::open(path);
   EXPECT_TRUE(opened.ok()) << opened.status().message();
   return *opened;
 }
 
-// Runs body(communicator) on `world` loopback ranks, one thread each.
-inline void run_loopback_ranks(int world, const std::function<void(Communicator&)>& body) {
-  auto plugins = build_plugin_registry();
+// Runs body(communicator, rank) on `world` ranks of the comm plugin
+// `backend` found in `dir`, one thread each; the body owns its communicator.
+inline void run_ranks(const std::string& dir, const std::string& backend, int world,
+                      const std::function<void(std::unique_ptr<Communicator>, int)>& body) {
+  auto plugins = build_plugin_registry(dir);
   auto store = plugin_host::make_in_process_kv();
   config::CommConfig config;
-  config.backend = "loopback";
+  config.backend = backend;
   config.timeout_ms = 20000;
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
@@ -40,10 +46,16 @@ inline void run_loopback_ranks(int world, const std::function<void(Communicator&
       auto host = std::make_shared<plugin_host::HostContext>(store);
       auto comm = Communicator::create(*plugins, config, env, 42, host);
       ASSERT_TRUE(comm.ok()) << comm.status().message();
-      body(**comm);
+      body(std::move(*comm), r);
     });
   }
   for (std::thread& t : threads) t.join();
+}
+
+// Runs body(communicator) on `world` loopback ranks, one thread each.
+inline void run_loopback_ranks(int world, const std::function<void(Communicator&)>& body) {
+  run_ranks(DSCORE_BUILD_PLUGIN_DIR, "loopback", world,
+            [&](std::unique_ptr<Communicator> comm, int) { body(*comm); });
 }
 
 }  // namespace dscore::comm::testing

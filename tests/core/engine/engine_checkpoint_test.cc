@@ -36,29 +36,23 @@ std::string config(int stage) {
 
 class CheckpointInProcess : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("dscore_ckpt_in_process_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // The uninterrupted run, saving after its third step.
   InProcessResult save_after_step_2(int stage, int world) {
     InProcessHooks save;
     save.after_each_step = [this](Engine& e, int64_t step) {
-      return step == 2 ? e.save_checkpoint(dir_.string()) : Status::Ok();
+      return step == 2 ? e.save_checkpoint(dir_.path().string()) : Status::Ok();
     };
     return run_in_process_job(config(stage), world, save);
   }
   InProcessResult resume(int stage, int world) {
     InProcessHooks load;
-    load.before_training = [this](Engine& e) { return e.load_checkpoint(dir_.string()).status(); };
+    load.before_training = [this](Engine& e) {
+      return e.load_checkpoint(dir_.path().string()).status();
+    };
     return run_in_process_job(config(stage), world, load);
   }
 
-  fs::path dir_;
+  testing::TempDir dir_{"dscore_ckpt_in_process"};
 };
 
 TEST_F(CheckpointInProcess, ResumeAtTheSameWorldAndStageIsExact) {
@@ -88,7 +82,7 @@ TEST_F(CheckpointInProcess, ADamagedFileIsRefusedNamingIt) {
   ASSERT_EQ(save_after_step_2(0, 1).error, "");
   fs::path victim;
   // The optimizer shard holds the fp32 master a resume reads.
-  for (const auto& entry : fs::recursive_directory_iterator(dir_))
+  for (const auto& entry : fs::recursive_directory_iterator(dir_.path()))
     if (entry.path().filename().string().find("optim_states") != std::string::npos)
       victim = entry.path();
   ASSERT_FALSE(victim.empty());
