@@ -24,6 +24,25 @@ bool computes_on_cuda(const plugin_host::ValidatedParams& params) {
   return device != nullptr && device->is_string() && device->as_string() == "cuda";
 }
 
+// The model made only to describe itself: a model set to compute on CUDA
+// declares its GPU memory without a GPU (`dscore plan` on a login node).
+// One that still fails there is made on the CPU, its activations then
+// unknown (*activations_known false).
+Result<std::unique_ptr<plugin_host::ModelInstance>> describe_model(
+    const Setup& setup, plugin_host::InstanceContext context, bool* activations_known) {
+  context.describe_only = true;
+  const plugin_host::PluginInfo& model_info = *setup.selection.model->info;
+  const plugin_host::ValidatedParams& model_params = setup.selection.model->params;
+  auto model = plugin_host::ModelInstance::create(model_info, model_params, context);
+  *activations_known = true;
+  if (!model.ok() && computes_on_cuda(model_params)) {
+    model = plugin_host::ModelInstance::create(model_info, on_cpu_params(model_info, model_params),
+                                               context);
+    *activations_known = false;
+  }
+  return model;
+}
+
 }  // namespace
 
 Result<std::vector<zero::ZeroPlan>> plan_job(const Setup& setup, int world_size) {
@@ -38,36 +57,23 @@ Result<std::vector<zero::ZeroPlan>> plan_job(const Setup& setup, int world_size)
   plugin_host::InstanceContext context;
   context.seed = cfg.seed;
   context.world_size = world_size;
-  // Made only to describe itself, a model set to compute on CUDA declares
-  // its GPU memory without a GPU (`dscore plan` on a login node). One that
-  // still fails there is made on the CPU, its activations then unknown.
-  context.describe_only = true;
-  const plugin_host::PluginInfo& model_info = *setup.selection.model->info;
-  const plugin_host::ValidatedParams& model_params = setup.selection.model->params;
-  auto model = plugin_host::ModelInstance::create(model_info, model_params, context);
   bool activations_known = true;
-  if (!model.ok() && computes_on_cuda(model_params)) {
-    model = plugin_host::ModelInstance::create(model_info, on_cpu_params(model_info, model_params),
-                                               context);
-    activations_known = false;
-  }
-  if (!model.ok()) return model.status();
+  DSCORE_ASSIGN_OR_RETURN(auto model, describe_model(setup, context, &activations_known));
   DSCORE_ASSIGN_OR_RETURN(auto optimizer, plugin_host::OptimizerInstance::create(
                                               *setup.selection.optimizer->info,
                                               setup.selection.optimizer->params, context));
-  DSCORE_ASSIGN_OR_RETURN(ParamLayout layout,
-                          ParamLayout::from_description((*model)->description()));
+  DSCORE_ASSIGN_OR_RETURN(ParamLayout layout, ParamLayout::from_description(model->description()));
   const std::vector<zero::StateSlot> slots = state_slots_of(*optimizer);
   const config::Placement placement = config::make_placement(cfg);
   // Measured now: this process has loaded the plugins a rank loads.
   const int64_t micro = cfg.batch.train_micro_batch_size_per_gpu;
   const zero::ProcessMemory process = measure_process_memory(
-      cfg, (*model)->info().display(),
+      cfg, model->info().display(),
       [&](bool checkpointing) -> Result<uint64_t> {
         // Made on the CPU, the model would declare its CPU compute's.
         if (!activations_known) return Status(DSCORE_UNIMPLEMENTED, "made on the CPU");
-        return (*model)->activation_bytes(micro, checkpointing, placement.model_dtype,
-                                          placement.grad_dtype);
+        return model->activation_bytes(micro, checkpointing, placement.model_dtype,
+                                       placement.grad_dtype);
       },
       world_size,
       /*in_job=*/false);
@@ -77,6 +83,26 @@ Result<std::vector<zero::ZeroPlan>> plan_job(const Setup& setup, int world_size)
     zero::add_process_memory(process, &plans.back());
   }
   return plans;
+}
+
+}  // namespace dscore
+
+namespace dscore {
+
+Result<std::optional<double>> forward_flops_per_sample(const Setup& setup) {
+  if (!setup.selection.model) return std::optional<double>();
+  plugin_host::InstanceContext context;
+  context.seed = setup.loaded.config->seed;
+  context.world_size = setup.job.world_size;
+  bool activations_known = true;
+  DSCORE_ASSIGN_OR_RETURN(auto model, describe_model(setup, context, &activations_known));
+  double flops = 0;
+  for (size_t layer = 0; layer < model->description().layer_count; ++layer) {
+    auto f = model->layer_flops(layer, 1);
+    if (!f.ok()) return std::optional<double>();
+    flops += *f;
+  }
+  return std::optional<double>(flops);
 }
 
 }  // namespace dscore

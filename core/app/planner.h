@@ -4,6 +4,7 @@
 // parameters, no communicator.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "core/base/status.h"
@@ -15,5 +16,10 @@ namespace dscore {
 // Config problems come back in setup->loaded.errors (print them like
 // `config check`); other failures as a Status.
 Result<std::vector<zero::ZeroPlan>> plan_job(const Setup& setup, int world_size);
+
+// The model's forward FLOPs for one sample (the sum of its layers'
+// layer_flops at batch 1); nullopt when the config has no model or the
+// model plugin does not report them.
+Result<std::optional<double>> forward_flops_per_sample(const Setup& setup);
 
 }  // namespace dscore

@@ -49,6 +49,8 @@ void ProgressReporter::update(const ProgressSnapshot& s, const std::vector<doubl
   if (json_) {
     observability::ProgressRecord r{s.step,    s.total_steps, s.loss,   s.lr,
                                     s.samples, rate,          s.skipped};
+    r.elapsed_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     const double now =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     std::printf("%s\n", observability::json_progress_line(now, 0, r).c_str());

@@ -24,6 +24,7 @@ int export_hf_command(const std::vector<std::string>& args);
 int forward_command(const std::vector<std::string>& args);
 int io_bench_command(const std::vector<std::string>& args);
 int tokenize_command(const std::vector<std::string>& args);
+int autotune_command(const std::vector<std::string>& args);
 
 // What `dscore --version` prints: "dscore 0.1.0 (plugin ABI 1.2)".
 std::string version_text();

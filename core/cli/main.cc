@@ -1,5 +1,5 @@
 // dscore: the command-line entry point. A thin dispatcher over the
-// subcommands (run, config, plugins, plan, lr-schedule, loss-scale,
+// subcommands (run, config, plugins, plan, autotune, lr-schedule, loss-scale,
 // checkpoint, zero-to-fp32, export-hf, generate, forward, io-bench, tokenize); everything else
 // lives in core/.
 #include <cstdio>
@@ -25,6 +25,9 @@ const char* kUsage =
     "  config reference                        print the config key reference (Markdown)\n"
     "  plugins list [--json]                   list the plugins on the search path\n"
     "  plan --config F [-n RANKS]              memory and communication per rank, before running\n"
+    "  autotune --config F [-n RANKS] [--memory SIZE] [--run]\n"
+    "                                          the fastest config that fits: planned, then "
+    "measured\n"
     "  lr-schedule --config F [--steps N] [--csv]\n"
     "                                          preview the lr (and momentum) of every step\n"
     "  loss-scale --config F --overflows OOCC  the fp16 loss scale after each step of a pattern\n"
@@ -75,17 +78,18 @@ int main(int argc, char** argv) {
     if (command == "forward") return dscore::cli::forward_command(args);
     if (command == "io-bench") return dscore::cli::io_bench_command(args);
     if (command == "tokenize") return dscore::cli::tokenize_command(args);
+    if (command == "autotune") return dscore::cli::autotune_command(args);
   } catch (const std::exception& e) {
     // A broken invariant inside dscore: report it rather than abort silently.
     dscore::log_error(std::string("internal error: ") + e.what());
     return dscore::cli::kExitFailure;
   }
-  std::fprintf(
-      stderr, "dscore: unknown command '%s'%s\n\n%s", command.c_str(),
-      dscore::did_you_mean_suffix(
-          command, {"run", "config", "plugins", "lr-schedule", "loss-scale", "plan", "checkpoint",
-                    "zero-to-fp32", "export-hf", "generate", "forward", "io-bench", "tokenize"})
-          .c_str(),
-      kUsage);
+  std::fprintf(stderr, "dscore: unknown command '%s'%s\n\n%s", command.c_str(),
+               dscore::did_you_mean_suffix(
+                   command, {"run", "config", "plugins", "lr-schedule", "loss-scale", "plan",
+                             "checkpoint", "zero-to-fp32", "export-hf", "generate", "forward",
+                             "io-bench", "tokenize", "autotune"})
+                   .c_str(),
+               kUsage);
   return dscore::cli::kExitUsage;
 }

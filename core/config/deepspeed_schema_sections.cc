@@ -266,10 +266,6 @@ std::vector<FieldSpec> unused_sections() {
       gone("sparse_attention", "sparse attention", "DeepSpeed Sparse Attention",
            "remove the block: a dscore model plugin chooses its own attention"),
       gone("eigenvalue", "eigenvalue computation", "Eigenvalue-based MoQ", "remove the block"),
-      named("autotuning", "DeepSpeed autotuning",
-            "\"autotuning\" drives DeepSpeed's autotuner (deepspeed --autotuning), which searches "
-            "ZeRO stages and micro-batch sizes with trial runs",
-            kRemove + "; choose the ZeRO stage and batch keys yourself", "enabled"),
       gone("compression_training", "compression training", "The DeepSpeed compression library",
            "remove the block (the model trains unquantized)"),
       named("data_efficiency", "data efficiency",
@@ -321,6 +317,7 @@ std::vector<FieldSpec> unused_sections() {
 void add_other_sections(std::vector<FieldSpec>* fields) {
   for (auto group : {engine_sections(), monitor_sections(), unused_sections()})
     for (FieldSpec& f : group) fields->push_back(std::move(f));
+  fields->push_back(autotuning_section());
 }
 
 }  // namespace dscore::config

@@ -171,5 +171,7 @@ std::shared_ptr<const ObjectSpec> aio_spec();
 // Monitors, comms_logger, checkpoint, timers and the sections dscore reads
 // but does not act on, appended to the top-level field list.
 void add_other_sections(std::vector<FieldSpec>* fields);
+// "autotuning" (deepspeed_schema_autotuning.cc).
+FieldSpec autotuning_section();
 
 }  // namespace dscore::config

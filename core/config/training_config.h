@@ -137,6 +137,30 @@ struct FlopsProfilerConfig {
   double recompute_fwd_factor{};
 };
 
+// DeepSpeed's "autotuning" section, read by `dscore autotune`
+// (core/autotune); `dscore run` leaves it alone. Filled when the section is
+// given (`present`); `dscore autotune` adds an empty one for the defaults.
+struct AutotuningConfig {
+  bool present{};
+  bool enabled{};
+  bool fast{};
+  std::string results_dir;
+  std::string exps_dir;
+  bool overwrite{};
+  std::string metric;  // throughput | latency | flops
+  int64_t start_profile_step{};
+  int64_t end_profile_step{};
+  std::string tuner_type;  // gridsearch | random | model_based
+  int64_t tuner_early_stopping{};
+  int64_t tuner_num_trials{};
+  std::optional<int64_t> max_train_batch_size;
+  int64_t min_train_batch_size{};
+  int64_t max_train_micro_batch_size_per_gpu{};
+  int64_t min_train_micro_batch_size_per_gpu{};
+  int64_t num_tuning_micro_batch_sizes{};
+  int64_t mp_size{};
+};
+
 struct CommsLoggerConfig {
   bool present{};  // DeepSpeed enables the logger by the key's mere presence
   bool enabled{};
@@ -189,6 +213,7 @@ struct TrainingConfig {
   CommsLoggerConfig comms_logger;
   FlopsProfilerConfig flops_profiler;
   CheckpointConfig checkpoint;
+  AutotuningConfig autotuning;
   // Enabled monitors, one per enabled section ("csv_monitor", "tensorboard",
   // "wandb") plus plugins.monitors; params exclude "enabled".
   std::vector<PluginRef> monitors;

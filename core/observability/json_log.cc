@@ -110,6 +110,7 @@ std::string json_progress_line(double unix_seconds, int rank, const ProgressReco
       .add("samples", p.samples)
       .add("samples_per_second", p.samples_per_second)
       .add("skipped", p.skipped)
+      .add("elapsed_seconds", p.elapsed_seconds)
       .str();
 }
 

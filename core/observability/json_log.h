@@ -51,6 +51,9 @@ struct ProgressRecord {
   int64_t samples = 0;  // global samples so far
   double samples_per_second = 0;
   int64_t skipped = 0;
+  // Seconds since the run's first step began (the reporter's start): two
+  // records time the steps between them (`dscore autotune`'s window).
+  double elapsed_seconds = 0;
 };
 
 std::string json_progress_line(double unix_seconds, int rank, const ProgressRecord& progress);

@@ -363,16 +363,18 @@ namespace {
 // A DeepSpeed feature dscore does not implement is an error naming the way
 // out; --allow-unsupported turns it (and only it) into a note.
 TEST(CliConfigCheck, AllowUnsupportedTurnsUnsupportedFeaturesIntoNotes) {
-  const std::string text = R"({"train_batch_size": 1, "autotuning": {"enabled": true}})";
+  const std::string text = R"({"train_batch_size": 1, "data_efficiency": {"enabled": true}})";
   const std::string line = only_error_line(text);
-  EXPECT_EQ(line.rfind("error: F:1:25: autotuning: not implemented by dscore: ", 0), 0u) << line;
+  EXPECT_EQ(line.rfind("error: F:1:25: data_efficiency: not implemented by dscore: ", 0), 0u)
+      << line;
   EXPECT_NE(line.find("--allow-unsupported"), std::string::npos) << line;
 
   TempDir dir{"dscore_cli_config"};
   const std::string file = dir.write("ds_config.json", text).string();
   ProcessResult r = run_dscore({"config", "check", file, "--allow-unsupported"});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
-  EXPECT_NE(r.err.find("note: autotuning: warning: not implemented by dscore: "), std::string::npos)
+  EXPECT_NE(r.err.find("note: data_efficiency: warning: not implemented by dscore: "),
+            std::string::npos)
       << r.err;
 
   const std::string typo =

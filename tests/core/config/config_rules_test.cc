@@ -181,7 +181,7 @@ TEST(ConfigRules, RemovedFeaturesAreRejected) {
 // own kind when it turns the feature on, and a warning with allow_unsupported.
 TEST(ConfigRules, UnsupportedFeaturesAreErrorsUnlessAllowed) {
   const std::string text =
-      R"({"train_batch_size": 1, "autotuning": {"enabled": true},
+      R"({"train_batch_size": 1, "data_efficiency": {"enabled": true},
           "zero_optimization": {"zero_quantized_weights": true}})";
   LoadedConfig strict = load_config_text(text, "ds.json", ResolveContext{});
   ASSERT_EQ(strict.errors.size(), 2u);
@@ -190,7 +190,8 @@ TEST(ConfigRules, UnsupportedFeaturesAreErrorsUnlessAllowed) {
     EXPECT_NE(e.message.find("not implemented by dscore: "), std::string::npos);
     EXPECT_NE(e.message.find("--allow-unsupported"), std::string::npos);
   }
-  EXPECT_EQ(format_error(strict.errors[0], "ds.json").rfind("ds.json:1:25: autotuning: ", 0), 0u)
+  EXPECT_EQ(format_error(strict.errors[0], "ds.json").rfind("ds.json:1:25: data_efficiency: ", 0),
+            0u)
       << strict.errors[0].message;
   ResolveContext allow;
   allow.allow_unsupported = true;
@@ -206,7 +207,7 @@ TEST(ConfigRules, UnsupportedFeaturesAreErrorsUnlessAllowed) {
     }
   }
   // Off (enabled false, or the default value): accepted, a notice only.
-  EXPECT_TRUE(load_with(R"("autotuning": {"enabled": false},
+  EXPECT_TRUE(load_with(R"("data_efficiency": {"enabled": false},
                            "zero_optimization": {"zero_quantized_weights": false})")
                   .ok());
   // allow_unsupported lifts nothing else.

@@ -40,10 +40,12 @@ TEST(JsonLog, ProgressLine) {
   p.samples = 320;
   p.samples_per_second = 1234.5;
   p.skipped = 1;
+  p.elapsed_seconds = 0.25;
   EXPECT_EQ(
       json_progress_line(0, 0, p),
       R"({"time":"1970-01-01T00:00:00.000Z","type":"progress","rank":0,"step":10,"total_steps":100,)"
-      R"("loss":0.6931471805599453,"lr":1e-05,"samples":320,"samples_per_second":1234.5,"skipped":1})");
+      R"("loss":0.6931471805599453,"lr":1e-05,"samples":320,"samples_per_second":1234.5,"skipped":1,)"
+      R"("elapsed_seconds":0.25})");
   p.loss = std::nan("");  // JSON has no NaN: null keeps every line parseable
   EXPECT_NE(json_progress_line(0, 0, p).find(R"("loss":null)"), std::string::npos);
 }

@@ -3,7 +3,8 @@
 // host's validation and guarded calls: wrong ABI versions, a NULL required
 // function, create() failing, throwing (with and without the sdk's guard),
 // returning garbage or a NULL handle, a bad params schema, a failing init(),
-// a segfault in step(). Without a FAULT_* macro it is a well-behaved plugin.
+// a segfault in step() (always, or in chosen `dscore autotune` trials). Without a FAULT_* macro it
+// is a well-behaved plugin.
 //
 // To let tests observe what crossed the ABI, the plugin records, when the
 // environment names a folder in DSCORE_FAKE_RECORD_DIR, files
@@ -169,6 +170,17 @@ static dscore_status fake_state_slots(const dscore_optimizer* self,
 
 [[maybe_unused]] static dscore_status fake_step(dscore_optimizer* self,
                                                 const dscore_optimizer_step_args* args) {
+#if defined(FAULT_SEGV_IN_TRIAL)
+  // A crash in some of `dscore autotune`'s trials only: those whose name
+  // (DSCORE_AUTOTUNE_TRIAL) contains DSCORE_FAKE_SEGV_TRIAL.
+  const char* trial = std::getenv("DSCORE_AUTOTUNE_TRIAL");
+  const char* pattern = std::getenv("DSCORE_FAKE_SEGV_TRIAL");
+  if (trial != nullptr && pattern != nullptr && *pattern != '\0' &&
+      std::string(trial).find(pattern) != std::string::npos) {
+    int* volatile target = reinterpret_cast<int*>(static_cast<uintptr_t>(64));
+    *target = 42;
+  }
+#endif
 #if defined(FAULT_SEGV_IN_STEP)
   (void)self;
   (void)args;
