@@ -36,6 +36,10 @@ class QuietInfoLogs {
   LogLevel saved_;
 };
 
+// The measured candidates confirmed, and how often each runs again.
+constexpr size_t kConfirmed = 3;
+constexpr int kConfirmationRounds = 1;
+
 int cpus_available() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
@@ -45,11 +49,11 @@ int cpus_available() {
 // A candidate's plan, before anything runs.
 struct Evaluation {
   bool fits = false;
-  std::string reason;       // why it cannot run
-  json::Value config;       // candidate_config()
-  std::string resolved;     // its resolved config, to find duplicates
-  int64_t host_bytes = 0;   // per rank
-  int64_t disk_bytes = 0;   // per rank
+  std::string reason;      // why it cannot run
+  json::Value config;      // candidate_config()
+  std::string resolved;    // its resolved config, to find duplicates
+  int64_t host_bytes = 0;  // per rank
+  int64_t disk_bytes = 0;  // per rank
   StepFeatures features;
 };
 
@@ -80,7 +84,12 @@ class Search {
   Candidate with_micro(Candidate c, int64_t micro) const;
   // Runs the records `runnable` in the tuner's order.
   Status run_phase(const std::vector<size_t>& runnable, int64_t trial_budget, uint64_t seed);
-  Status run_trial(TrialRecord* record);
+  // round 0: the trial; round n > 0: its n-th confirmation run, in
+  // exps_dir/<name>/confirm<n>/, averaged with the earlier runs.
+  Status run_trial(TrialRecord* record, int round = 0);
+  // The best few measured candidates run once more, in turn, so the
+  // choice does not rest on one short window of a shared machine.
+  Status confirm_best();
   double metric_of(const WindowRate& rate) const;
 
   const AutotuneRequest& request_;
@@ -142,9 +151,9 @@ Evaluation Search::evaluate(const Candidate& c) {
   f.flops = forward_flops_.value_or(0) * micro * gas * (checkpoints_activations(cfg) ? 4 : 3);
   f.comm_bytes = static_cast<double>(largest.comm_total()) *
                  static_cast<double>(sdk::dtype_size(largest.grad_dtype));
-  f.disk_bytes = 2.0 * static_cast<double>(largest.memory.disk_master +
-                                           largest.memory.disk_optimizer) +
-                 2.0 * gas * static_cast<double>(largest.memory.disk_parameters);
+  f.disk_bytes =
+      2.0 * static_cast<double>(largest.memory.disk_master + largest.memory.disk_optimizer) +
+      2.0 * gas * static_cast<double>(largest.memory.disk_parameters);
   return e;
 }
 
@@ -237,22 +246,24 @@ double Search::metric_of(const WindowRate& rate) const {
   return rate.samples_per_second;
 }
 
-Status Search::run_trial(TrialRecord* r) {
+Status Search::run_trial(TrialRecord* r, int round) {
   const std::string name = r->candidate.name();
-  const fs::path folder = fs::path(settings_.exps_dir) / name;
+  fs::path folder = fs::path(settings_.exps_dir) / name;
+  if (round > 0) folder /= "confirm" + std::to_string(round);
   std::error_code ec;
   fs::create_directories(folder, ec);
   if (ec) return internal_error("cannot create " + folder.string() + ": " + ec.message());
   const json::Value config = trial_config(r->config, settings_.end_profile_step, config_dir_);
   const fs::path config_path = folder / "ds_config.json";
   const fs::path result_path = folder / "result.json";
-  if (!settings_.overwrite) {
+  if (!settings_.overwrite && round == 0) {
     if (auto reused = read_trial_result(result_path.string(), config); reused) {
       r->state = TrialState::kReused;
       r->seconds_per_step = reused->seconds_per_step;
       r->samples_per_second = reused->samples_per_second;
       r->peak_rss_bytes = reused->peak_rss_bytes;
       r->metric = metric_of({reused->seconds_per_step, reused->samples_per_second});
+      r->runs = 1;
       return Status::Ok();
     }
   }
@@ -269,45 +280,74 @@ Status Search::run_trial(TrialRecord* r) {
   process.env = {{"DSCORE_AUTOTUNE_TRIAL", name}, {"DSCORE_PROGRESS_BAR", "0"}};
   process.timeout = request_.trial_timeout;
   DSCORE_ASSIGN_OR_RETURN(TrialExit exit, run_trial_process(process));
-  r->peak_rss_bytes = exit.peak_rss_bytes;
+  r->peak_rss_bytes = std::max(r->peak_rss_bytes, exit.peak_rss_bytes);
   const std::string out = read_text_or_empty((folder / "stdout.log").string());
   const std::string err = read_text_or_empty((folder / "stderr.log").string());
+  const std::string run = round > 0 ? "confirmation run " + std::to_string(round) + ": " : "";
   if (!exit.ok()) {
     r->state = TrialState::kFailed;
-    r->reason = failure_reason(exit, err);
+    r->metric.reset();
+    r->reason = run + failure_reason(exit, err);
     if (exit.timed_out)
-      r->reason += " (after " + std::to_string(request_.trial_timeout.count()) +
-                   " s; --trial-timeout)";
+      r->reason +=
+          " (after " + std::to_string(request_.trial_timeout.count()) + " s; --trial-timeout)";
   } else if (auto rate = window_rate(read_progress(out), settings_.start_profile_step,
                                      settings_.end_profile_step);
              !rate.ok()) {
     r->state = TrialState::kFailed;
-    r->reason = rate.status().message();
+    r->metric.reset();
+    r->reason = run + rate.status().message();
   } else {
-    r->state = TrialState::kRan;
-    r->seconds_per_step = rate->seconds_per_step;
-    r->samples_per_second = rate->samples_per_second;
-    r->metric = metric_of(*rate);
+    if (round == 0) r->state = TrialState::kRan;
+    // The mean over this trial's runs.
+    const double n = static_cast<double>(r->runs);
+    auto mean = [n](std::optional<double>* x, double v) {
+      *x = (x->value_or(0) * n + v) / (n + 1);
+    };
+    mean(&r->seconds_per_step, rate->seconds_per_step);
+    mean(&r->samples_per_second, rate->samples_per_second);
+    mean(&r->metric, metric_of(*rate));
+    ++r->runs;
   }
-  return write_text_file(result_path.string(), json::serialize(trial_result_json(*r, config), true));
+  return write_text_file(result_path.string(),
+                         json::serialize(trial_result_json(*r, config), true));
 }
 
-Status Search::run_phase(const std::vector<size_t>& runnable, int64_t trial_budget,
-                         uint64_t seed) {
+Status Search::run_phase(const std::vector<size_t>& runnable, int64_t trial_budget, uint64_t seed) {
   std::vector<StepFeatures> features;
   for (size_t i : runnable) features.push_back(features_[i]);
   Tuner tuner(settings_.tuner_type, seed, trial_budget, settings_.tuner_early_stopping,
               std::move(features), metric_, forward_flops_.value_or(0) * 3 / base_.world);
+  const int64_t planned =
+      trials_ + std::min<int64_t>(trial_budget, static_cast<int64_t>(runnable.size()));
   while (auto next = tuner.next()) {
     TrialRecord& r = records_[runnable[*next]];
     r.predicted = tuner.predicted(*next);
     ++trials_;
-    if (observer_) observer_(r, trials_, /*started=*/true);
+    if (observer_) observer_(r, trials_, planned, /*started=*/true);
     DSCORE_RETURN_IF_ERROR(run_trial(&r));
-    if (observer_) observer_(r, trials_, /*started=*/false);
+    if (observer_) observer_(r, trials_, planned, /*started=*/false);
     tuner.record(*next, r.seconds_per_step, r.metric);
   }
   stop_reason_ = tuner.stop_reason();
+  return Status::Ok();
+}
+
+Status Search::confirm_best() {
+  std::vector<size_t> measured;
+  for (size_t i = 0; i < records_.size(); ++i)
+    if (records_[i].metric) measured.push_back(i);
+  std::sort(measured.begin(), measured.end(), [&](size_t a, size_t b) {
+    return better(metric_, *records_[a].metric, *records_[b].metric);
+  });
+  if (measured.size() > kConfirmed) measured.resize(kConfirmed);
+  if (measured.size() < 2) return Status::Ok();
+  for (int round = 1; round <= kConfirmationRounds; ++round)
+    for (size_t i : measured) {
+      if (!records_[i].metric) continue;  // failed in an earlier round
+      DSCORE_RETURN_IF_ERROR(run_trial(&records_[i], round));
+      if (observer_) observer_(records_[i], /*trial=*/0, trials_, /*started=*/false);
+    }
   return Status::Ok();
 }
 
@@ -326,14 +366,15 @@ Result<AutotuneReport> Search::run(uint64_t seed) {
   for (size_t i = 0; i < records_.size(); ++i)
     if (records_[i].state == TrialState::kNotRun) runnable.push_back(i);
   if (runnable.empty())
-    return Status(DSCORE_RESOURCE_EXHAUSTED, 
+    return Status(
+        DSCORE_RESOURCE_EXHAUSTED,
         "no candidate fits this node (" + std::to_string(records_.size()) +
-        " planned; the first: " + (records_.empty() ? "none" : records_.front().reason) +
-        "); lower the micro-batch bounds, or give more memory (--memory)");
+            " planned; the first: " + (records_.empty() ? "none" : records_.front().reason) +
+            "); lower the micro-batch bounds, or give more memory (--memory)");
   DSCORE_RETURN_IF_ERROR(run_phase(runnable, settings_.tuner_num_trials, seed));
   // Without "fast": one ZeRO setting at a time around the best so far.
-  if (auto best = best_of(records_, metric_); best && !settings_.fast &&
-                                               trials_ < settings_.tuner_num_trials) {
+  if (auto best = best_of(records_, metric_);
+      best && !settings_.fast && trials_ < settings_.tuner_num_trials) {
     std::vector<size_t> second;
     for (const Candidate& c : knob_variants(records_[*best].candidate)) {
       const Evaluation e = evaluate(c);
@@ -342,6 +383,7 @@ Result<AutotuneReport> Search::run(uint64_t seed) {
     if (!second.empty())
       DSCORE_RETURN_IF_ERROR(run_phase(second, settings_.tuner_num_trials - trials_, seed + 1));
   }
+  DSCORE_RETURN_IF_ERROR(confirm_best());
   AutotuneReport report;
   report.metric = metric_;
   report.metric_name = settings_.metric;
@@ -352,6 +394,7 @@ Result<AutotuneReport> Search::run(uint64_t seed) {
   report.stop_reason = stop_reason_;
   report.results_dir = settings_.results_dir;
   report.exps_dir = settings_.exps_dir;
+  if (forward_flops_) report.flops_per_sample = 3 * *forward_flops_;
   if (report.best) {
     json::Value& best = report.trials[*report.best].config;
     absolute_plugin_paths(&best, config_dir_);
@@ -362,8 +405,7 @@ Result<AutotuneReport> Search::run(uint64_t seed) {
     if (threads > 0) report.best_command += " --threads " + std::to_string(threads);
     if (has_plugin_paths(best)) report.best_command += " --trust-config-plugin-paths";
   }
-  report.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   DSCORE_RETURN_IF_ERROR(write_results(report));
   return report;
 }

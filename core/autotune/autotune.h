@@ -5,7 +5,9 @@
 // The rest run end_profile_step steps each as `dscore run` in a child
 // process, in the tuner's order, until the trial budget or the
 // early-stopping patience ends the search. A trial that crashes, fails or
-// times out is recorded and the search goes on. The best config is written
+// times out is recorded and the search goes on. The three best measured
+// then run once more each, in turn, and the best mean wins: one short
+// window on a shared machine is noisy. The best config is written
 // as results_dir/best_config.json, beside the table (summary.txt) and every
 // record (results.json).
 #pragma once
@@ -46,11 +48,14 @@ struct TrialRecord {
   Candidate candidate;
   json::Value config;  // candidate_config(): what best_config.json would hold
   TrialState state = TrialState::kNotRun;
-  std::string reason;          // why skipped or failed
-  int phase = 1;               // 2: a ZeRO setting around the first phase's best
-  int64_t plan_host_bytes = 0; // per rank, at the plan's peak
-  int64_t plan_disk_bytes = 0; // per rank
-  int64_t peak_rss_bytes = 0;  // measured: the largest process of the trial
+  std::string reason;           // why skipped or failed
+  int phase = 1;                // 2: a ZeRO setting around the first phase's best
+  int64_t plan_host_bytes = 0;  // per rank, at the plan's peak
+  int64_t plan_disk_bytes = 0;  // per rank
+  int64_t peak_rss_bytes = 0;   // measured: the largest process of the trial
+  // Means over the trial's measured runs: the trial, and for the best few
+  // a confirmation run after the search.
+  int64_t runs = 0;
   std::optional<double> seconds_per_step;
   std::optional<double> samples_per_second;
   std::optional<double> metric;
@@ -70,10 +75,16 @@ struct AutotuneReport {
   double seconds = 0;
   // The command that trains the best config (its --threads when tuned).
   std::string best_command;
+  // The model's FLOPs per sample of a step, forward and backward (3 x the
+  // forward's); nullopt when the model plugin does not report them.
+  std::optional<double> flops_per_sample;
 };
 
-// Called as each trial starts (record.state kNotRun) and ends.
-using TrialObserver = std::function<void(const TrialRecord& record, int64_t trial, bool started)>;
+// Called as each trial starts (record.state kNotRun) and ends; `trial` is
+// its number (0 for a confirmation run), `planned` the trials the search
+// may run so far (this phase's candidates that fit, within the budget).
+using TrialObserver =
+    std::function<void(const TrialRecord& record, int64_t trial, int64_t planned, bool started)>;
 
 // Config errors come back as INVALID_ARGUMENT with one error per line.
 Result<AutotuneReport> run_autotune(const AutotuneRequest& request, const TrialObserver& observer);

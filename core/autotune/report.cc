@@ -33,7 +33,7 @@ std::string pad(std::string s, size_t width) {
 
 }  // namespace
 
-std::string format_table(const AutotuneReport& report) {
+std::string format_table(const AutotuneReport& report, bool all) {
   const std::string unit = metric_unit(report.metric);
   size_t name_width = 9;
   for (const TrialRecord& r : report.trials)
@@ -41,24 +41,33 @@ std::string format_table(const AutotuneReport& report) {
   std::string out = pad("candidate", name_width) + "  phase  plan/rank    disk/rank    " +
                     pad("state", 8) + pad(report.metric_name + " (" + unit + ")", 26) +
                     "s/step    peak RSS     note\n";
+  int64_t not_run = 0;
   for (size_t i = 0; i < report.trials.size(); ++i) {
     const TrialRecord& r = report.trials[i];
+    if (!all && r.state == TrialState::kNotRun) {
+      ++not_run;
+      continue;
+    }
     std::string line = pad(r.candidate.name(), name_width) + "  " +
                        pad(std::to_string(r.phase), 7) +
                        pad(format_bytes(static_cast<uint64_t>(r.plan_host_bytes)), 13) +
                        pad(format_bytes(static_cast<uint64_t>(r.plan_disk_bytes)), 13) +
                        pad(state_name(r.state), 8);
     std::string measured = r.metric ? metric_text(report.metric, *r.metric) : "-";
+    if (r.runs > 1) measured += " (" + std::to_string(r.runs) + " runs)";
     if (r.predicted) measured += " (predicted " + metric_text(report.metric, *r.predicted) + ")";
-    line += pad(measured, 26) + pad(r.seconds_per_step ? fixed(*r.seconds_per_step, 4) : "-", 10) +
-            pad(r.peak_rss_bytes > 0 ? format_bytes(static_cast<uint64_t>(r.peak_rss_bytes)) : "-",
-                13);
+    line +=
+        pad(measured, 26) + pad(r.seconds_per_step ? fixed(*r.seconds_per_step, 4) : "-", 10) +
+        pad(r.peak_rss_bytes > 0 ? format_bytes(static_cast<uint64_t>(r.peak_rss_bytes)) : "-", 13);
     std::string note = r.reason;
     if (report.best && *report.best == i) note = "best" + (note.empty() ? "" : "; " + note);
     line += note;
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out += line + "\n";
   }
+  if (not_run > 0)
+    out += "(" + std::to_string(not_run) + " more fit but were not run before the search ended: " +
+           (std::filesystem::path(report.results_dir) / "summary.txt").string() + ")\n";
   int64_t ran = 0, skipped = 0, failed = 0;
   for (const TrialRecord& r : report.trials) {
     ran += r.state == TrialState::kRan || r.state == TrialState::kReused;
@@ -67,8 +76,8 @@ std::string format_table(const AutotuneReport& report) {
   }
   out += std::to_string(report.trials.size()) + " candidates: " + std::to_string(ran) +
          " measured, " + std::to_string(failed) + " failed, " + std::to_string(skipped) +
-         " skipped by the plan (never started); tuner " + report.tuner_type + ", stopped: " +
-         report.stop_reason + "; " + fixed(report.seconds, 1) + " s\n";
+         " skipped by the plan (never started); tuner " + report.tuner_type +
+         ", stopped: " + report.stop_reason + "; " + fixed(report.seconds, 1) + " s\n";
   if (report.best) {
     const TrialRecord& b = report.trials[*report.best];
     out += "best: " + b.candidate.name() + ", " + metric_text(report.metric, *b.metric) + " " +
@@ -103,6 +112,7 @@ json::Value record_json(const TrialRecord& r) {
   optional("seconds_per_step", r.seconds_per_step);
   optional("samples_per_second", r.samples_per_second);
   v.set("peak_rss_bytes", json::Value(r.peak_rss_bytes));
+  v.set("runs", json::Value(r.runs));
   v.set("reason", json::Value(r.reason));
   return v;
 }
@@ -154,9 +164,11 @@ Status write_results(const AutotuneReport& report) {
   all.set("ranks", json::Value(static_cast<int64_t>(report.ranks)));
   all.set("stop_reason", json::Value(report.stop_reason));
   all.set("seconds", json::Value(report.seconds));
-  all.set("best", report.best ? json::Value(report.trials[*report.best].candidate.name())
-                              : json::Value());
+  all.set("best",
+          report.best ? json::Value(report.trials[*report.best].candidate.name()) : json::Value());
   all.set("best_command", json::Value(report.best_command));
+  all.set("model_flops_per_sample",
+          report.flops_per_sample ? json::Value(*report.flops_per_sample) : json::Value());
   json::Value trials = json::Value::array();
   for (const TrialRecord& r : report.trials) trials.push_back(record_json(r));
   all.set("candidates", std::move(trials));

@@ -15,8 +15,9 @@ namespace dscore::autotune {
 
 // One line per candidate: name, phase, plan per rank, state, metric,
 // seconds per step, peak RSS, and why it was skipped or failed; then the
-// best and how the search ended.
-std::string format_table(const AutotuneReport& report);
+// best and how the search ended. Without `all`, the candidates that fit but
+// were not run are counted instead of listed (summary.txt lists them).
+std::string format_table(const AutotuneReport& report, bool all = true);
 
 // A candidate as JSON (results.json, `--log-format json`).
 json::Value record_json(const TrialRecord& record);

@@ -27,7 +27,8 @@ std::string number_text(const json::Value& v) {
       mantissa /= 10;
       ++exponent;
     }
-    if (exponent >= 3) return std::to_string(static_cast<int64_t>(mantissa)) + "e" + std::to_string(exponent);
+    if (exponent >= 3)
+      return std::to_string(static_cast<int64_t>(mantissa)) + "e" + std::to_string(exponent);
   }
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", x);
@@ -82,7 +83,8 @@ Result<SearchBase> read_search_base(json::Value document, int world, int cpus) {
   base.world = world;
   base.cpus = std::max(1, cpus);
   base.stages = {0};  // DeepSpeed's default stage
-  if (json::Value* zero = document.find("zero_optimization"); zero != nullptr && zero->is_object()) {
+  if (json::Value* zero = document.find("zero_optimization");
+      zero != nullptr && zero->is_object()) {
     if (json::Value* stage = zero->find("stage"); stage != nullptr) {
       const std::string kWhat =
           "zero_optimization.stage: give a stage 0-3, a list of them, or \"all\" to tune "
@@ -106,9 +108,8 @@ Result<SearchBase> read_search_base(json::Value document, int world, int cpus) {
     }
     for (const char* key : {"offload_optimizer", "offload_param"}) {
       const json::Value* offload = zero->find(key);
-      const json::Value* path = offload != nullptr && offload->is_object()
-                                    ? offload->find("nvme_path")
-                                    : nullptr;
+      const json::Value* path =
+          offload != nullptr && offload->is_object() ? offload->find("nvme_path") : nullptr;
       if (path != nullptr && path->is_string() && base.nvme_path.empty())
         base.nvme_path = path->as_string();
     }
@@ -178,17 +179,20 @@ json::Value trial_config(const json::Value& candidate, int64_t steps,
 
 void absolute_plugin_paths(json::Value* doc, const std::string& config_dir) {
   json::Value* plugins = doc->find("plugins");
-  json::Value* paths = plugins != nullptr && plugins->is_object() ? plugins->find("paths") : nullptr;
+  json::Value* paths =
+      plugins != nullptr && plugins->is_object() ? plugins->find("paths") : nullptr;
   if (paths == nullptr || !paths->is_array()) return;
   for (json::Value& p : paths->items()) {
     if (!p.is_string() || std::filesystem::path(p.as_string()).is_absolute()) continue;
-    p = json::Value((std::filesystem::absolute(config_dir) / p.as_string()).lexically_normal().string());
+    p = json::Value(
+        (std::filesystem::absolute(config_dir) / p.as_string()).lexically_normal().string());
   }
 }
 
 bool has_plugin_paths(const json::Value& doc) {
   const json::Value* plugins = doc.find("plugins");
-  const json::Value* paths = plugins != nullptr && plugins->is_object() ? plugins->find("paths") : nullptr;
+  const json::Value* paths =
+      plugins != nullptr && plugins->is_object() ? plugins->find("paths") : nullptr;
   return paths != nullptr && paths->is_array() && !paths->items().empty();
 }
 
@@ -213,8 +217,7 @@ std::vector<int64_t> allowed_micro_batches(const SearchBase& base,
   return sizes;
 }
 
-std::vector<int64_t> tuning_micro_batches(const std::vector<int64_t>& fitting,
-                                          int64_t num_tuning) {
+std::vector<int64_t> tuning_micro_batches(const std::vector<int64_t>& fitting, int64_t num_tuning) {
   if (fitting.empty() || num_tuning < 1) return {};
   const int64_t largest = fitting.back();
   std::vector<int64_t> upper;  // the fitting sizes in [largest / 2, largest]
@@ -225,9 +228,9 @@ std::vector<int64_t> tuning_micro_batches(const std::vector<int64_t>& fitting,
     // Evenly spaced over the upper half, its ends included.
     for (int64_t i = 0; i < num_tuning; ++i) {
       const size_t at =
-          num_tuning == 1 ? upper.size() - 1
-                          : static_cast<size_t>(i * static_cast<int64_t>(upper.size() - 1) /
-                                                (num_tuning - 1));
+          num_tuning == 1
+              ? upper.size() - 1
+              : static_cast<size_t>(i * static_cast<int64_t>(upper.size() - 1) / (num_tuning - 1));
       chosen.push_back(upper[at]);
     }
   } else {

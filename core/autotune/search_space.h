@@ -41,13 +41,13 @@ struct Candidate {
 
 // What the search starts from: the user's config and what it fixes.
 struct SearchBase {
-  json::Value document;  // as written, "autotuning" kept; stage set to stages[0]
-  std::vector<int> stages;                         // zero_optimization.stage: int, list or "all"
+  json::Value document;     // as written, "autotuning" kept; stage set to stages[0]
+  std::vector<int> stages;  // zero_optimization.stage: int, list or "all"
   std::optional<int64_t> fixed_train_batch_size;  // train_batch_size given as a number
   int64_t gas = 1;  // gradient_accumulation_steps when train_batch_size is not fixed
   int world = 1;
-  int cpus = 1;            // CPUs this job's ranks share
-  std::string nvme_path;   // an nvme_path the user gave (nvme offload is tried with it)
+  int cpus = 1;                   // CPUs this job's ranks share
+  std::string nvme_path;          // an nvme_path the user gave (nvme offload is tried with it)
   std::optional<Candidate> user;  // the user's own settings (a single stage)
 };
 
@@ -67,7 +67,8 @@ json::Value candidate_config(const SearchBase& base, const Candidate& c);
 // A trial's config: candidate_config() running `steps` optimizer steps,
 // with no checkpoints and no monitors (a trial leaves nothing behind but
 // its folder), and plugins.paths made absolute against `config_dir`.
-json::Value trial_config(const json::Value& candidate, int64_t steps, const std::string& config_dir);
+json::Value trial_config(const json::Value& candidate, int64_t steps,
+                         const std::string& config_dir);
 
 // plugins.paths of `doc` made absolute against `config_dir`, so a config
 // written elsewhere (a trial's, best_config.json) loads the same plugins.
@@ -86,8 +87,7 @@ std::vector<int64_t> allowed_micro_batches(const SearchBase& base,
 // Of the allowed sizes that fit, the ones tried: the largest and
 // num_tuning_micro_batch_sizes - 1 more, spread down to half of it (as
 // DeepSpeed's autotuner), or the largest ones when those are fewer.
-std::vector<int64_t> tuning_micro_batches(const std::vector<int64_t>& fitting,
-                                          int64_t num_tuning);
+std::vector<int64_t> tuning_micro_batches(const std::vector<int64_t>& fitting, int64_t num_tuning);
 
 // The accumulation steps for `micro` (train_batch_size fixed: what keeps it).
 int64_t gas_for(const SearchBase& base, int64_t micro);

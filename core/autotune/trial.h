@@ -16,8 +16,8 @@
 namespace dscore::autotune {
 
 struct TrialProcess {
-  std::vector<std::string> argv;  // argv[0] is a path
-  std::string folder;             // stdout.log and stderr.log go here
+  std::vector<std::string> argv;           // argv[0] is a path
+  std::string folder;                      // stdout.log and stderr.log go here
   std::map<std::string, std::string> env;  // added to this process's environment
   std::chrono::seconds timeout{600};
 };

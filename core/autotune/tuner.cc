@@ -168,8 +168,7 @@ std::optional<size_t> Tuner::next() {
   return pick;
 }
 
-void Tuner::record(size_t index, std::optional<double> step_seconds,
-                   std::optional<double> metric) {
+void Tuner::record(size_t index, std::optional<double> step_seconds, std::optional<double> metric) {
   done_[index] = true;
   ++trials_;
   if (step_seconds) model_.add_measurement(features_[index], *step_seconds);

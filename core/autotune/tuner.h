@@ -19,11 +19,11 @@ namespace dscore::autotune {
 
 // A candidate's step as the plan sees it, per rank.
 struct StepFeatures {
-  double flops = 0;       // model FLOPs per step (recomputation included)
-  double comm_bytes = 0;  // bytes through collectives per step
-  double disk_bytes = 0;  // bytes to and from NVMe per step
-  double micro_steps = 1; // forward/backward passes per step
-  int64_t samples = 1;    // train_batch_size
+  double flops = 0;        // model FLOPs per step (recomputation included)
+  double comm_bytes = 0;   // bytes through collectives per step
+  double disk_bytes = 0;   // bytes to and from NVMe per step
+  double micro_steps = 1;  // forward/backward passes per step
+  int64_t samples = 1;     // train_batch_size
 };
 
 // Step time = sum of weights x features (plus a constant), with weights
@@ -47,7 +47,7 @@ class StepTimeModel {
 
 enum class Metric { kThroughput, kLatency, kFlops };
 Metric metric_from_name(const std::string& name);  // the schema allows only the three
-const char* metric_unit(Metric metric);             // "samples/s", "s/step", "FLOP/s"
+const char* metric_unit(Metric metric);            // "samples/s", "s/step", "FLOP/s"
 // Whether `a` is better than `b` (latency: lower).
 bool better(Metric metric, double a, double b);
 
@@ -76,7 +76,7 @@ class Tuner {
   int64_t early_stopping_;
   std::vector<StepFeatures> features_;
   Metric metric_;
-  double flops_scale_;  // metric flops = samples/s x flops_scale_
+  double flops_scale_;         // metric flops = samples/s x flops_scale_
   std::vector<size_t> order_;  // gridsearch / random
   std::vector<bool> done_;
   StepTimeModel model_;

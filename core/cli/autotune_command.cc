@@ -16,16 +16,20 @@
 namespace dscore::cli {
 namespace {
 
-void print_trial(const autotune::TrialRecord& r, int64_t trial, bool started, bool json,
-                 autotune::Metric metric) {
+void print_trial(const autotune::TrialRecord& r, int64_t trial, int64_t planned, bool started,
+                 bool json, autotune::Metric metric) {
   if (json) {
     if (started) return;
     json::Value v = autotune::record_json(r);
-    v.set("type", json::Value("autotune_trial"));
-    v.set("trial", json::Value(trial));
+    if (trial > 0) v.set("trial", json::Value(trial));
+    v.set("type", json::Value(trial > 0 ? "autotune_trial" : "autotune_confirmation"));
     std::printf("%s\n", json::serialize(v).c_str());
   } else if (started) {
-    std::printf("[trial %lld] %s ...\n", static_cast<long long>(trial), r.candidate.name().c_str());
+    std::printf("[trial %lld/%lld] %s ...\n", static_cast<long long>(trial),
+                static_cast<long long>(planned), r.candidate.name().c_str());
+  } else if (trial == 0 && r.metric) {
+    std::printf("[confirm] %s: %.4g %s, the mean of %lld runs\n", r.candidate.name().c_str(),
+                *r.metric, autotune::metric_unit(metric), static_cast<long long>(r.runs));
   } else if (r.metric) {
     std::printf("[trial %lld] %s: %.4g %s (%.4f s/step)%s\n", static_cast<long long>(trial),
                 r.candidate.name().c_str(), *r.metric, autotune::metric_unit(metric),
@@ -57,8 +61,9 @@ int autotune_command(const std::vector<std::string>& args) {
       "seconds a trial may run before it is killed and recorded as failed")(
       "log-format", po::value<std::string>(&log_format)->default_value("text"),
       "text, or json: one JSON object per trial and one for the result")(
-      "run", po::bool_switch(&then_run), "train the best config afterwards (DeepSpeed's "
-                                         "--autotuning run)")(
+      "run", po::bool_switch(&then_run),
+      "train the best config afterwards (DeepSpeed's "
+      "--autotuning run)")(
       "allow-unsupported", po::bool_switch(&request.allow_unsupported),
       "as dscore run's: train without the DeepSpeed features dscore does not implement")(
       "trust-config-plugin-paths", po::bool_switch(&request.trust_config_plugin_paths),
@@ -105,8 +110,8 @@ int autotune_command(const std::vector<std::string>& args) {
   const bool json = log_format == "json";
   autotune::Metric metric = autotune::Metric::kThroughput;
   auto report = autotune::run_autotune(
-      request, [&](const autotune::TrialRecord& r, int64_t trial, bool started) {
-        print_trial(r, trial, started, json, metric);
+      request, [&](const autotune::TrialRecord& r, int64_t trial, int64_t planned, bool started) {
+        print_trial(r, trial, planned, started, json, metric);
       });
   if (!report.ok()) {
     const std::string& message = report.status().message();
@@ -128,15 +133,20 @@ int autotune_command(const std::vector<std::string>& args) {
     v.set("stop_reason", json::Value(report->stop_reason));
     std::printf("%s\n", json::serialize(v).c_str());
   } else {
-    std::printf("\n%s", autotune::format_table(*report).c_str());
+    std::printf("\n%s", autotune::format_table(*report, /*all=*/false).c_str());
   }
   std::fflush(stdout);
   if (!report->best) return kExitFailure;
   if (!then_run) return kExitOk;
   const autotune::TrialRecord& best = report->trials[*report->best];
   std::vector<std::string> run_args = {
-      "--config", (std::filesystem::path(report->results_dir) / "best_config.json").string(), "-n",
-      std::to_string(request.ranks), "--log-format", log_format, "--trust-config-plugin-paths"};
+      "--config",
+      (std::filesystem::path(report->results_dir) / "best_config.json").string(),
+      "-n",
+      std::to_string(request.ranks),
+      "--log-format",
+      log_format,
+      "--trust-config-plugin-paths"};
   if (best.candidate.threads > 0)
     run_args.insert(run_args.end(), {"--threads", std::to_string(best.candidate.threads)});
   if (request.allow_unsupported) run_args.push_back("--allow-unsupported");

@@ -45,7 +45,8 @@ FieldSpec autotuning_section() {
                   .def(3)
                   .min(1)
                   .to(&A::start_profile_step),
-              F("end_profile_step", T::kInt, "last optimizer step measured (a trial runs this many)")
+              F("end_profile_step", T::kInt,
+                "last optimizer step measured (a trial runs this many)")
                   .def(5)
                   .min(1)
                   .to(&A::end_profile_step),

@@ -49,9 +49,9 @@ TEST(AutotuneSearchSpace, StagesComeFromTheStageKey) {
   auto absent = read_search_base(parse(R"({})"), 1, 2);
   ASSERT_TRUE(absent.ok());
   EXPECT_EQ(absent->stages, std::vector<int>({0}));  // DeepSpeed's default
-  for (const char* bad : {R"({"zero_optimization": {"stage": 4}})",
-                          R"({"zero_optimization": {"stage": "some"}})",
-                          R"({"zero_optimization": {"stage": []}})"}) {
+  for (const char* bad :
+       {R"({"zero_optimization": {"stage": 4}})", R"({"zero_optimization": {"stage": "some"}})",
+        R"({"zero_optimization": {"stage": []}})"}) {
     auto r = read_search_base(parse(bad), 1, 2);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_NE(r.status().message().find("zero_optimization.stage"), std::string::npos);
@@ -79,8 +79,7 @@ TEST(AutotuneSearchSpace, WithoutAFixedBatchTheBoundsLimitIt) {
   config::AutotuningConfig s = settings();
   s.max_train_batch_size = 40;  // micro x 2 x 2 <= 40
   s.min_train_batch_size = 8;   // micro >= 2
-  EXPECT_EQ(allowed_micro_batches(*base, s),
-            std::vector<int64_t>({2, 3, 4, 5, 6, 7, 8, 9, 10}));
+  EXPECT_EQ(allowed_micro_batches(*base, s), std::vector<int64_t>({2, 3, 4, 5, 6, 7, 8, 9, 10}));
   EXPECT_EQ(gas_for(*base, 7), 2);
 }
 
@@ -95,12 +94,11 @@ TEST(AutotuneSearchSpace, TriesTheLargestFittingSizesDownToHalf) {
 }
 
 TEST(AutotuneSearchSpace, ACandidateChangesOnlyItsKeys) {
-  auto base = read_search_base(
-      parse(R"({"train_batch_size": 32, "optimizer": {"type": "Adam"},
+  auto base = read_search_base(parse(R"({"train_batch_size": 32, "optimizer": {"type": "Adam"},
                 "zero_optimization": {"stage": "all", "reduce_bucket_size": 1000,
                                       "offload_optimizer": {"device": "nvme", "nvme_path": "/x"}},
                 "autotuning": {"enabled": true}})"),
-      1, 2);
+                               1, 2);
   ASSERT_TRUE(base.ok());
   EXPECT_EQ(base->nvme_path, "/x");
   Candidate c;
