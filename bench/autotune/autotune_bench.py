@@ -15,7 +15,7 @@ For each model the script
      measurements before and after the model's runs: a shared machine's
      rate moves by tens of percent).
 
-usage: python3 bench/autotune/autotune_bench.py [--models gpt,llama] [--rounds 3]
+usage: python3 bench/autotune/autotune_bench.py [--models gpt,llama] [--rounds 5]
        [--dscore build/release/bin/dscore]
 """
 import argparse
@@ -35,7 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 MODELS = {
     "gpt": (["configs/quickstart.json"],
             {"start_profile_step": 10, "end_profile_step": 60, "num_tuning_micro_batch_sizes": 3,
-             "fast": True},
+             "fast": True, "tuner_early_stopping": 12},
             60, 10),
     "llama": (["configs/llama_100m.json"],
               {"start_profile_step": 2, "end_profile_step": 4, "num_tuning_micro_batch_sizes": 3},
@@ -128,7 +128,7 @@ def bench_model(name, dscore, limits, rounds, scratch):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="gpt,llama")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--dscore", default=os.path.join(ROOT, "build/release/bin/dscore"))
     args = ap.parse_args()
     dscore = os.path.abspath(args.dscore)

@@ -79,7 +79,6 @@ Result<TrialExit> run_trial_process(const TrialProcess& trial) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  kill(-pid, SIGKILL);  // ranks an ended launcher left behind
   result.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.peak_rss_bytes = static_cast<int64_t>(usage.ru_maxrss) * 1024;
@@ -87,6 +86,8 @@ Result<TrialExit> run_trial_process(const TrialProcess& trial) {
     if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
     if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
   }
+  // Ranks a failed launcher left behind (a clean exit waited for them).
+  if (!result.ok()) kill(-pid, SIGKILL);
   return result;
 }
 

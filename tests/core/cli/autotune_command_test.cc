@@ -44,7 +44,8 @@ class CliAutotune : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string text;
-    for (int i = 0; i < 400; ++i) text += "the quick brown fox jumps over the lazy dog " + std::to_string(i) + "\n";
+    for (int i = 0; i < 400; ++i)
+      text += "the quick brown fox jumps over the lazy dog " + std::to_string(i) + "\n";
     dir_.write("data.txt", text);
   }
   ProcessResult autotune(const std::string& config_text, const std::vector<std::string>& flags,
@@ -72,11 +73,10 @@ class CliAutotune : public ::testing::Test {
 };
 
 TEST_F(CliAutotune, WritesABestConfigThatChecksAndTrains) {
-  ProcessResult r = autotune(
-      gpt_config("[0, 2]", kAdam,
-                 R"({"start_profile_step": 2, "end_profile_step": 3,
+  ProcessResult r = autotune(gpt_config("[0, 2]", kAdam,
+                                        R"({"start_profile_step": 2, "end_profile_step": 3,
                      "num_tuning_micro_batch_sizes": 2, "results_dir": "res", "exps_dir": "exps"})"),
-      {"--log-format", "json"});
+                             {"--log-format", "json"});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   // One JSON object per trial and per confirmation run, then the result.
   int trials = 0, confirmations = 0;
@@ -123,8 +123,7 @@ TEST_F(CliAutotune, WritesABestConfigThatChecksAndTrains) {
   ProcessOptions at_dir;
   at_dir.cwd = dir_.path();
   EXPECT_EQ(run_dscore({"config", "check", best_config}, at_dir).exit_code, 0);
-  ProcessResult trained =
-      run_dscore({"run", "--config", best_config, "--steps", "2"}, at_dir);
+  ProcessResult trained = run_dscore({"run", "--config", best_config, "--steps", "2"}, at_dir);
   EXPECT_EQ(trained.exit_code, 0) << trained.describe();
 }
 
@@ -172,14 +171,14 @@ TEST_F(CliAutotune, ACrashingTrialIsRecordedAndTheSearchGoesOn) {
   // The sanitizers leave the segfault to dscore's own handler.
   for (const char* variable : {"ASAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS"}) {
     const char* current = std::getenv(variable);
-    env[variable] =
-        (current != nullptr && *current != '\0' ? std::string(current) + ":" : "") + "handle_segv=0";
+    env[variable] = (current != nullptr && *current != '\0' ? std::string(current) + ":" : "") +
+                    "handle_segv=0";
   }
-  ProcessResult r = autotune(
-      gpt_config("[0, 1]", R"({"type": "fake_trial_segv", "params": {"lr": 0.01}})",
-                 R"({"start_profile_step": 1, "end_profile_step": 2,
+  ProcessResult r =
+      autotune(gpt_config("[0, 1]", R"({"type": "fake_trial_segv", "params": {"lr": 0.01}})",
+                          R"({"start_profile_step": 1, "end_profile_step": 2,
                      "num_tuning_micro_batch_sizes": 1, "results_dir": "res"})"),
-      {}, env);
+               {}, env);
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   const json::Value all = results("res");
   const json::Value* crashed = candidate(all, "z0_mb32_gas1");
@@ -198,8 +197,7 @@ TEST_F(CliAutotune, RefusesWhatItCannotDo) {
   ProcessResult hostfile = autotune(gpt_config("2", kAdam, "{}"), {"--hostfile", "hosts"});
   EXPECT_EQ(hostfile.exit_code, 2);
   EXPECT_NE(hostfile.err.find("--hostfile"), std::string::npos) << hostfile.err;
-  ProcessResult metric_path =
-      autotune(gpt_config("2", kAdam, R"({"metric_path": "m.json"})"), {});
+  ProcessResult metric_path = autotune(gpt_config("2", kAdam, R"({"metric_path": "m.json"})"), {});
   EXPECT_EQ(metric_path.exit_code, 2);
   EXPECT_NE(metric_path.err.find("autotuning.metric_path"), std::string::npos) << metric_path.err;
   ProcessResult window =
