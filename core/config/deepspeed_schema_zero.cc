@@ -134,6 +134,11 @@ std::shared_ptr<const ObjectSpec> aio_spec() {
                            "between the drive and GPU memory with NVIDIA GPUDirect Storage",
                            "Remove it: dscore's NVMe offload reads and writes through host "
                            "memory"),
+          F("keep_stale", T::kBool,
+            "dscore: report the swap folders of jobs gone from this host instead of removing "
+            "them")
+              .def(false)
+              .to(&AioConfig::keep_stale),
       },
       "asynchronous I/O for NVMe offload");
 }

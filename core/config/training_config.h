@@ -80,6 +80,9 @@ struct AioConfig {
   int64_t intra_op_parallelism{};
   bool single_submit{};
   bool overlap_events{};
+  // dscore: stale swap folders (core/offload/stale_swap.h) are reported,
+  // not removed.
+  bool keep_stale{};
 };
 // The schema's defaults, as a config without an "aio" section gets them
 // (what tools that measure the disk start from).

@@ -149,7 +149,9 @@ Result<zero::ZeroContext> Engine::zero_context(comm::Communicator& zero_group) {
   ctx.compute_target = compute_target();
   if (placement_.params_on_nvme()) {
     ctx.param_swapper = swapper_.get();
-    DSCORE_ASSIGN_OR_RETURN(ctx.param_swap_folder, swap_folder(placement_.param_offload.nvme_path));
+    DSCORE_ASSIGN_OR_RETURN(ctx.param_swap_folder,
+                            swap_folder(placement_.param_offload.nvme_path,
+                                        "zero_optimization.offload_param.nvme_path"));
   }
   if (placement_.parameters == config::Home::kHost && device_->memory_is_host() && rank() == 0)
     log_info(
@@ -376,7 +378,7 @@ Status Engine::gather_parameters(std::vector<float>* out) {
   return strategy_->gather_owned(owned.data(), out);
 }
 
-Result<std::string> Engine::swap_folder(const std::string& nvme_path) {
+Result<std::string> Engine::swap_folder(const std::string& nvme_path, const std::string& setting) {
   // One folder per job (rank 0's process id and a random tag, the same on
   // every rank: engines of one process differ too) and rank.
   if (job_name_.empty()) {
@@ -384,6 +386,17 @@ Result<std::string> Engine::swap_folder(const std::string& nvme_path) {
                       static_cast<int64_t>(std::random_device{}() & 0xffffff)};
     DSCORE_RETURN_IF_ERROR(comm_->broadcast({job, DSCORE_DTYPE_I64, 2}, 0));
     job_name_ = "dscore-job" + std::to_string(job[0]) + "-" + std::to_string(job[1]);
+  }
+  if (std::find(leased_paths_.begin(), leased_paths_.end(), nvme_path) == leased_paths_.end()) {
+    // What killed runs left here first, then this rank's own record.
+    for (const std::string& line :
+         offload::reclaim_stale_swap_folders(nvme_path, config_.aio.keep_stale))
+      line.rfind("removed ", 0) == 0 ? log_info(line) : log_warning(line);
+    auto lease = offload::SwapFolderLease::acquire(nvme_path + "/" + job_name_, rank());
+    if (!lease.ok())
+      return Status(lease.status().code(), lease.status().message() + "; check " + setting);
+    swap_leases_.push_back(std::move(*lease));
+    leased_paths_.push_back(nvme_path);
   }
   return nvme_path + "/" + job_name_ + "/rank" + std::to_string(rank());
 }
@@ -407,7 +420,8 @@ Result<std::unique_ptr<OwnedState>> Engine::make_owned_state(
   if (placement_.optimizer_on_nvme()) {
     context.swapper = swapper_.get();
     DSCORE_ASSIGN_OR_RETURN(context.swap_folder,
-                            swap_folder(placement_.optimizer_offload.nvme_path));
+                            swap_folder(placement_.optimizer_offload.nvme_path,
+                                        "zero_optimization.offload_optimizer.nvme_path"));
   }
   return dscore::make_owned_state(context, slots, initial);
 }

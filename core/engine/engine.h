@@ -41,6 +41,7 @@
 #include "core/engine/step_observer.h"
 #include "core/engine/step_statistics.h"
 #include "core/model/model.h"
+#include "core/offload/stale_swap.h"
 #include "core/offload/swapper.h"
 #include "core/plugin_host/host_context.h"
 #include "core/plugin_host/instances.h"
@@ -188,7 +189,10 @@ class Engine {
   // The clock, the flops profiler and the wall-clock timers, as configured.
   void add_own_observers();
   // nvme_path/dscore-job<pid>-<tag>/rank<R> (collective: rank 0 names the job).
-  Result<std::string> swap_folder(const std::string& nvme_path);
+  // The first time for a path: the stale job folders there reclaimed and
+  // this rank's owner record written (offload/stale_swap.h); an error names
+  // `setting`, the config key of the path.
+  Result<std::string> swap_folder(const std::string& nvme_path, const std::string& setting);
   EngineTiming timing() const;
   void reset_timing();
   Status boundary_step();  // the accumulation boundary's work
@@ -237,6 +241,10 @@ class Engine {
   zero::ProcessMemory process_memory_;         // activations and the process, measured at create
   std::unique_ptr<offload::Swapper> swapper_;  // NVMe offload; outlives the strategy and state
   std::string job_name_;                       // of the swap folders (swap_folder)
+  // This rank's owner records in its job's swap folders (offload/stale_swap.h);
+  // destroyed after the strategy and state that write there.
+  std::vector<std::unique_ptr<offload::SwapFolderLease>> swap_leases_;
+  std::vector<std::string> leased_paths_;  // the nvme_paths of swap_leases_
   // Where the strategy reports the boundary's reduced gradients; connected
   // to the optimizer's state (ZeRO-Offload copies them as they come).
   zero::GradientHandOff gradient_hand_off_;
