@@ -1,4 +1,5 @@
-// Named crash points for the crash-safety tests. A run started with
+// Named crash points for the crash-safety tests, and a few error points.
+// A run started with
 //   DSCORE_FAILPOINTS="checkpoint.before_latest@0,checkpoint.mid_write@1"
 // kills itself with SIGKILL when rank 0 reaches failpoint("checkpoint.before_latest")
 // or rank 1 reaches "checkpoint.mid_write" ("name" alone: any rank). Without
@@ -11,5 +12,9 @@
 namespace dscore {
 
 void failpoint(std::string_view name, int rank);
+
+// Whether DSCORE_FAILPOINTS names `name` for `rank`: for points that inject
+// an error instead of a crash (the caller makes it).
+bool failpoint_armed(std::string_view name, int rank);
 
 }  // namespace dscore

@@ -43,7 +43,9 @@ std::string status_code_name(StatusCode code) {
 
 Status Status::with_context(const std::string& context) const {
   if (ok()) return *this;
-  return Status(code_, context + ": " + message_);
+  Status s = *this;
+  s.message_ = context + ": " + message_;
+  return s;
 }
 
 Status invalid_argument(std::string message) {

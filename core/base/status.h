@@ -32,9 +32,19 @@ class [[nodiscard]] Status {
   // A copy whose message is "<context>: <message>".
   Status with_context(const std::string& context) const;
 
+  // Every rank of the job holds this same status (comm::agree): a program
+  // reports it once, from rank 0.
+  bool shared_by_all_ranks() const { return shared_; }
+  Status as_shared_by_all_ranks() const {
+    Status s = *this;
+    s.shared_ = !ok();
+    return s;
+  }
+
  private:
   StatusCode code_ = DSCORE_OK;
   std::string message_;
+  bool shared_ = false;
 };
 
 Status invalid_argument(std::string message);

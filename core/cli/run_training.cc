@@ -225,7 +225,11 @@ int run_training(const RunOptions& options) {
   }
 
   auto engine = build_engine(*setup, nullptr);
-  if (!engine.ok()) return fail(engine.status());
+  if (!engine.ok()) {
+    // A decision every rank shares (the plan's fit) is said once.
+    if (leader || !engine.status().shared_by_all_ranks()) log_error(engine.status().message());
+    return kExitFailure;
+  }
   Engine& e = **engine;
   if (e.world_size() > 1) comm::install_sigterm_report(e.communicator());
   struct Uninstall {

@@ -33,7 +33,8 @@ Status agree(Communicator& comm, const Status& local) {
     if (c == DSCORE_OK) continue;
     n = std::min<uint32_t>(n, kSlotBytes - 8);
     return Status(static_cast<StatusCode>(c),
-                  "rank " + std::to_string(r) + ": " + std::string(slot + 8, n));
+                  "rank " + std::to_string(r) + ": " + std::string(slot + 8, n))
+        .as_shared_by_all_ranks();
   }
   return Status::Ok();
 }

@@ -12,7 +12,8 @@
 namespace dscore::comm {
 
 // OK only when every rank's `local` is OK; otherwise the lowest failing
-// rank's status, its message prefixed "rank R: " (cut at about 1000 bytes).
+// rank's status, its message prefixed "rank R: " (cut at about 1000 bytes),
+// marked shared_by_all_ranks(). One rank: `local` as is.
 Status agree(Communicator& comm, const Status& local);
 
 // Rank 0's `value` on every rank (INVALID_ARGUMENT on rank 0 when it is

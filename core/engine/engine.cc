@@ -14,8 +14,10 @@
 
 #include <unistd.h>
 
+#include "core/base/failpoint.h"
 #include "core/base/logging.h"
 #include "core/base/strings.h"
+#include "core/comm/agreement.h"
 #include "core/device/cpu_device.h"
 #include "core/engine/flops_probe.h"
 #include "core/engine/job_fit.h"
@@ -107,9 +109,16 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
                                       placement.model_dtype, placement.grad_dtype);
       },
       engine->comm_->world_size(), /*in_job=*/true);
-  DSCORE_RETURN_IF_ERROR(check_job_fits(config, engine->layout_,
-                                        state_slots_of(*components.optimizer), engine->comm_->env(),
-                                        engine->process_memory_, engine->device_.get()));
+  // One decision for the job: a rank whose node cannot hold it ends every
+  // rank now, with its reason, instead of leaving the others to wait for it
+  // until the comm deadline.
+  Status fits =
+      check_job_fits(config, engine->layout_, state_slots_of(*components.optimizer),
+                     engine->comm_->env(), engine->process_memory_, engine->device_.get());
+  if (failpoint_armed("engine.plan_refused", engine->comm_->rank()))
+    fits =
+        Status(DSCORE_RESOURCE_EXHAUSTED, "the plan does not fit (failpoint engine.plan_refused)");
+  DSCORE_RETURN_IF_ERROR(comm::agree(*engine->comm_, fits));
   engine->swapper_ = std::move(components.swapper);
   engine->threads_ = std::move(components.threads);
   if (placement.uses_nvme() && !engine->swapper_)

@@ -127,7 +127,8 @@ std::vector<std::string> reclaim_stale_swap_folders(const std::string& nvme_path
     const std::string what = "swap folder " + s.path + " of a job that is gone (" + s.owners +
                              "), " + format_bytes(static_cast<uint64_t>(s.bytes));
     if (keep) {
-      lines.push_back("kept " + what + " (\"aio\": {\"keep_stale\": true}); remove it to free the "
+      lines.push_back("kept " + what +
+                      " (\"aio\": {\"keep_stale\": true}); remove it to free the "
                       "space");
       continue;
     }

@@ -417,6 +417,30 @@ TEST(CliRun, ASwapFolderAKilledRunLeftIsReclaimedByTheNext) {
   EXPECT_TRUE(job_folders().empty());
 }
 
+// One rank whose plan does not fit its node ends every rank at once, with
+// the same exit code and one message (rank 0's), not the others waiting
+// for it until the comm deadline (here 2 minutes).
+TEST(CliRun, APlanOneRankRefusesEndsEveryRankWithOneMessage) {
+  TempDir dir("dscore_cli_run");
+  MlpRunConfig cfg;
+  cfg.extra = R"("zero_optimization": {"stage": 2}, "comm": {"timeout_ms": 120000})";
+  const fs::path config = dir.write("ds_config.json", cfg.text());
+  ProcessOptions options;
+  options.env = mpi_test_env();
+  options.env["DSCORE_FAILPOINTS"] = "engine.plan_refused@1";
+  options.timeout = std::chrono::seconds(100);
+  const auto start = std::chrono::steady_clock::now();
+  ProcessResult r = run_dscore({"run", "--config", config.string(), "-n", "2"}, options);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60)) << r.describe();
+  EXPECT_EQ(r.exit_code, 1) << r.describe();
+  size_t said = 0;
+  for (size_t at = 0; (at = r.err.find("rank 1: the plan does not fit", at)) != std::string::npos;
+       ++at)
+    ++said;
+  EXPECT_EQ(said, 1u) << r.err;
+  EXPECT_EQ(lines_starting_with(r.out, "step ").size(), 0u) << r.out;
+}
+
 TEST(CliRun, TwoRanksGetMasterAddrAndPortForTheJobsKeyValueStore) {
   // `-n 2` gives its ranks MASTER_ADDR=127.0.0.1 and a free MASTER_PORT: both
   // ranks name the same store (core/comm/job_store.h).

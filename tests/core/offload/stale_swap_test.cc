@@ -28,9 +28,9 @@ int64_t dead_pid() {
 }
 
 void write_owner(const TempDir& dir, const std::string& job, int rank, const SwapOwner& o) {
-  dir.write(job + "/owner.rank" + std::to_string(rank),
-            "host " + o.host + "\npid " + std::to_string(o.pid) + "\nstart " +
-                std::to_string(o.start_time) + "\n");
+  dir.write(job + "/owner.rank" + std::to_string(rank), "host " + o.host + "\npid " +
+                                                            std::to_string(o.pid) + "\nstart " +
+                                                            std::to_string(o.start_time) + "\n");
 }
 
 std::vector<std::string> stale_names(const std::string& path) {
