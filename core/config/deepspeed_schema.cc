@@ -288,16 +288,23 @@ std::vector<FieldSpec> batch_and_training_fields() {
   };
 }
 
-std::vector<FieldSpec> dscore_fields() {
-  auto monitor = make_object(
+// {"type": ..., "params": {...}}: a plugin named beside its parameters
+// (plugins.monitors' entries, plugins.swapper).
+std::shared_ptr<const ObjectSpec> monitor_like(const std::string& type_doc,
+                                               const std::string& what) {
+  return make_object(
       {
-          F("type", T::kString, "monitor plugin name").required(),
-          F("params", T::kObject, "the monitor's parameters, validated by its params_schema")
+          F("type", T::kString, type_doc).required(),
+          F("params", T::kObject, "the " + what + "'s parameters, validated by its params_schema")
               .nullable()
-              .object(make_object({}, "monitor params",
+              .object(make_object({}, what + " params",
                                   {.allow_unknown = true, .quiet_unknown = true})),
       },
-      "a monitor plugin");
+      "a " + what + " plugin");
+}
+
+std::vector<FieldSpec> dscore_fields() {
+  auto monitor = monitor_like("monitor plugin name", "monitor");
   return {
       F("model", T::kObject,
         "dscore: the model plugin (\"type\") and its parameters (every other key)")
@@ -372,8 +379,17 @@ std::vector<FieldSpec> dscore_fields() {
                           [](const json::Value& v, const std::string& path, TrainingConfig& c) {
                             add_monitor_plugins(v, path, &c.monitors);
                           }),
+                  F("swapper", T::kObject,
+                    "the offload plugin NVMe offload does its I/O with: {\"type\": ..., "
+                    "\"params\": {...}}; its params join the \"aio\" settings")
+                      .nullable()
+                      .object(monitor_like("offload plugin name (default \"nvme\")", "swapper"))
+                      .read<TrainingConfig>(
+                          [](const json::Value& v, const std::string& path, TrainingConfig& c) {
+                            c.swapper = plugin_ref(v, path);
+                          }),
               },
-              "plugin search path and extra monitors"))
+              "plugin search path, extra monitors and the swapper"))
           .flattened_into<TrainingConfig>(),
       F("comm", T::kObject, "dscore: the communication backend")
           .def(json::Value::object())

@@ -225,6 +225,8 @@ struct TrainingConfig {
   std::optional<PluginRef> model;  // "model": {"type": ..., params...}
   DataConfig data;
   std::vector<std::string> plugin_paths;  // "plugins": {"paths": [...]}
+  // "plugins": {"swapper": {...}}: NVMe offload's I/O plugin; unset: "nvme".
+  std::optional<PluginRef> swapper;
   CommConfig comm;
   std::string device;     // "auto", "cpu" or "cuda" (core/device)
   int64_t train_steps{};  // optimizer steps `dscore run` performs (0 = not set)

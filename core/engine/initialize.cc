@@ -156,7 +156,10 @@ Result<std::unique_ptr<Engine>> build_engine(const Setup& setup, std::unique_ptr
   }
   if (config::make_placement(cfg).uses_nvme()) {
     DSCORE_ASSIGN_OR_RETURN(components.swapper,
-                            offload::make_swapper(*setup.registry, cfg.aio, context));
+                            cfg.swapper
+                                ? offload::make_swapper(*setup.registry, cfg.aio, context,
+                                                        cfg.swapper->type, cfg.swapper->params)
+                                : offload::make_swapper(*setup.registry, cfg.aio, context));
   }
   const EngineEnvironment& environment = setup.options.environment;
   if (setup.options.compute_threads.value_or(-1) != 0) {
