@@ -29,8 +29,8 @@ class OffloadFaults : public ::testing::Test {
                        dir_.file("nvme") + R"("}},
       "model": {"type": "mlp", "input_dim": 8, "hidden_dim": 16, "output_dim": 2,
                 "n_hidden_layers": 1},
-      "checkpoint_dir": ")" + checkpoint_dir +
-                       R"(", "save_interval": 1)";
+      "checkpoint_dir": ")" +
+                       checkpoint_dir + R"(", "save_interval": 1)";
     if (!swapper.empty())
       text += R"(, "plugins": {"paths": [")" + std::string(DSCORE_TEST_PLUGIN_DIR) +
               R"(/fake_faulty_swapper"], "swapper": )" + swapper + "}";
@@ -75,15 +75,15 @@ TEST_F(OffloadFaults, EndTheRunNamingTheFileAndTheLastCheckpointResumes) {
       const std::string ck = dir_.file(std::string("ck_") + fault.name + std::to_string(n));
       const std::string swapper = R"({"type": "fake_faulty_swapper", "params": {"fail_request": )" +
                                   std::to_string(n) + R"(, "fault": ")" + fault.name + R"("}})";
-      ProcessResult r = dscore({"run", "--config", config("fault.json", ck, swapper),
-                                "--trust-config-plugin-paths"});
+      ProcessResult r = dscore(
+          {"run", "--config", config("fault.json", ck, swapper), "--trust-config-plugin-paths"});
       if (r.exit_code == 0) continue;  // the fault hit no request this fault kind fails
       ASSERT_EQ(r.exit_code, 1) << r.describe();
       EXPECT_NE(r.err.find(dir_.file("nvme") + "/dscore-job"), std::string::npos) << r.err;
       EXPECT_NE(r.err.find(".swp at byte offset "), std::string::npos) << r.err;
-      EXPECT_TRUE(std::any_of(fault.says.begin(), fault.says.end(),
-                              [&](const std::string& s) { return r.err.find(s) != std::string::npos; }))
-          << r.err;
+      EXPECT_TRUE(std::any_of(fault.says.begin(), fault.says.end(), [&](const std::string& s) {
+        return r.err.find(s) != std::string::npos;
+      })) << r.err;
       EXPECT_TRUE(fs::is_empty(dir_.file("nvme"))) << "a swap folder was left";
       // Each phase once, after a checkpoint was saved.
       const bool save = r.err.find("cannot save checkpoint") != std::string::npos;
@@ -91,7 +91,8 @@ TEST_F(OffloadFaults, EndTheRunNamingTheFileAndTheLastCheckpointResumes) {
       (save ? in_save : in_step) = true;
       // The last checkpoint, resumed without the fault, ends where the
       // uninterrupted run did.
-      ProcessResult resume = dscore({"run", "--config", config("resume.json", ck, ""), "--resume", ck});
+      ProcessResult resume =
+          dscore({"run", "--config", config("resume.json", ck, ""), "--resume", ck});
       ASSERT_EQ(resume.exit_code, 0) << resume.describe();
       EXPECT_EQ(final_parameters(ck, std::string("fp32_") + fault.name + std::to_string(n)),
                 expected);
