@@ -71,12 +71,6 @@ std::string Candidate::name() const {
   return n;
 }
 
-bool Candidate::same_setting(const Candidate& o) const {
-  return stage == o.stage && checkpointing == o.checkpointing &&
-         offload_optimizer == o.offload_optimizer && offload_param == o.offload_param &&
-         threads == o.threads && zero_knob == o.zero_knob && user_config == o.user_config;
-}
-
 Result<SearchBase> read_search_base(json::Value document, int world, int cpus) {
   if (!document.is_object()) return invalid_argument("the config is not a JSON object");
   SearchBase base;

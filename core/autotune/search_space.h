@@ -35,8 +35,6 @@ struct Candidate {
   // "z2_mb16_gas2", then "_ckpt", "_optcpu", "_paramnvme", "_t1",
   // "_reduce_bucket_size=5e+07"; "user_z2_mb16_gas2" for the user's own.
   std::string name() const;
-  // The same settings apart from the micro-batch and accumulation steps.
-  bool same_setting(const Candidate& other) const;
 };
 
 // What the search starts from: the user's config and what it fixes.

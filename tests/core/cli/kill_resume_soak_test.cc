@@ -4,16 +4,16 @@
 // crash points (DSCORE_FAILPOINTS), and resumed from its checkpoint folder
 // each time, at ZeRO stage 1, 2 or 3 in turn, until it completes. The final
 // checkpoint's parameters and optimizer state must equal, byte for byte, an
-// uninterrupted run's (the tensors; the metadata names each save by a random id). DSCORE_SOAK_KILLS sets the kills (default 20, the
-// CI version); the figures are printed at the end.
+// uninterrupted run's (the tensors; the metadata names each save by a random id). DSCORE_SOAK_KILLS
+// sets the kills (default 20, the CI version); the figures are printed at the end.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <thread>
@@ -27,7 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct Killed {
-  bool finished = false;   // it exited before the kill (0: completed)
+  bool finished = false;  // it exited before the kill (0: completed)
   int exit_code = -1;
   int64_t last_step = 0;  // the last progress record's step
 };
@@ -121,7 +121,8 @@ TEST_F(KillResumeSoak, EveryKillResumesAndTheEndIsBitwiseTheUninterruptedRun) {
   const int kills = env != nullptr ? std::atoi(env) : 20;
   const std::string whole = dir_.file("whole");
   Killed reference = run(config(2, whole), whole, std::chrono::minutes(5), "");
-  ASSERT_TRUE(reference.finished && reference.exit_code == 0) << read_text_file(dir_.file("stderr.log"));
+  ASSERT_TRUE(reference.finished && reference.exit_code == 0)
+      << read_text_file(dir_.file("stderr.log"));
 
   const std::string ck = dir_.file("ck");
   // The save's crash points, one in three kills; random moments otherwise.
@@ -155,9 +156,8 @@ TEST_F(KillResumeSoak, EveryKillResumesAndTheEndIsBitwiseTheUninterruptedRun) {
   Killed last = run(config(2, ck), ck, std::chrono::minutes(5), "");
   ASSERT_TRUE(last.finished && last.exit_code == 0) << read_text_file(dir_.file("stderr.log"));
   ASSERT_EQ(latest_step(ck), 1000);
-  for (const char* file :
-       {"mp_rank_00_model_states.safetensors", "zero_pp_rank_0_mp_rank_00_optim_states.safetensors"})
-  {
+  for (const char* file : {"mp_rank_00_model_states.safetensors",
+                           "zero_pp_rank_0_mp_rank_00_optim_states.safetensors"}) {
     const auto got = tensors_of(ck + "/global_step1000/" + file);
     const auto want = tensors_of(whole + "/global_step1000/" + file);
     ASSERT_FALSE(want.second.empty()) << file;
@@ -165,9 +165,10 @@ TEST_F(KillResumeSoak, EveryKillResumesAndTheEndIsBitwiseTheUninterruptedRun) {
     EXPECT_TRUE(got.second == want.second) << file << ": the tensors differ";
   }
   EXPECT_TRUE(fs::is_empty(dir_.file("nvme"))) << "swap folders were left";
-  std::printf("soak: %d kills (%d at the save's crash points) over %d runs, %lld steps redone, "
-              "0 bytes lost\n",
-              killed, at_save_points, runs, static_cast<long long>(steps_redone));
+  std::printf(
+      "soak: %d kills (%d at the save's crash points) over %d runs, %lld steps redone, "
+      "0 bytes lost\n",
+      killed, at_save_points, runs, static_cast<long long>(steps_redone));
 }
 
 }  // namespace

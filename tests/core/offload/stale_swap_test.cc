@@ -80,6 +80,29 @@ TEST(StaleSwap, OnlyFoldersWhoseOwnersAreAllGoneAreStale) {
   EXPECT_TRUE(find_stale_swap_folders(dir.file("no-such-folder")).empty());
 }
 
+// Folders a killed lease or reclaim left midway name the process that made
+// them: removed once it is gone, whatever is inside.
+TEST(StaleSwap, FoldersLeftMidwayNameTheirMaker) {
+  TempDir dir("dscore_stale_swap");
+  const SwapOwner me = this_process();
+  const std::string dead =
+      me.host + "." + std::to_string(dead_pid()) + "." + std::to_string(me.start_time);
+  const std::string alive =
+      me.host + "." + std::to_string(me.pid) + "." + std::to_string(me.start_time);
+  dir.write(".dscore-lease0." + dead + "/owner.rank0.tmp", "half");
+  dir.write(".dscore-lease1." + alive + "/owner.rank1", "being made");
+  dir.write("dscore-job3-c.reclaiming." + dead + "/rank0/exp_avg.swp", "half removed");
+  dir.write("dscore-job4-d.reclaiming." + alive + "/rank0/exp_avg.swp", "being removed");
+  EXPECT_EQ(
+      stale_names(dir.path().string()),
+      std::vector<std::string>({".dscore-lease0." + dead, "dscore-job3-c.reclaiming." + dead}));
+  const auto removed = reclaim_stale_swap_folders(dir.path().string(), false);
+  EXPECT_EQ(removed.size(), 2u);
+  EXPECT_TRUE(fs::exists(dir.file(".dscore-lease1." + alive)));
+  EXPECT_TRUE(fs::exists(dir.file("dscore-job4-d.reclaiming." + alive)));
+  EXPECT_FALSE(fs::exists(dir.file("dscore-job3-c.reclaiming." + dead)));
+}
+
 TEST(StaleSwap, ReclaimRemovesOrOnlyReports) {
   TempDir dir("dscore_stale_swap");
   SwapOwner dead = this_process();
