@@ -69,9 +69,13 @@ Status train(Engine& e, int rank, const InProcessHooks& hooks, InProcessResult* 
 
 InProcessResult run_in_process_job(const std::string& config_body, int world,
                                    const InProcessHooks& hooks, const std::string& comm_backend) {
-  const std::string text = std::string("{\"plugins\": {\"paths\": [\"") + DSCORE_BUILD_PLUGIN_DIR +
-                           "\"]}, \"comm\": {\"backend\": \"" + comm_backend +
-                           "\", \"timeout_ms\": 60000}, " + config_body + "}";
+  std::string paths = std::string("\"") + DSCORE_BUILD_PLUGIN_DIR + "\"";
+  for (const std::string& p : hooks.plugin_paths) paths += ", \"" + p + "\"";
+  const std::string plugins =
+      "\"paths\": [" + paths + "]" +
+      (hooks.plugins_members.empty() ? std::string() : ", " + hooks.plugins_members);
+  const std::string text = "{\"plugins\": {" + plugins + "}, \"comm\": {\"backend\": \"" +
+                           comm_backend + "\", \"timeout_ms\": 60000}, " + config_body + "}";
   auto store = plugin_host::make_in_process_kv();
   InProcessResult result;
   std::mutex mutex;

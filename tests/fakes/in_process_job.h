@@ -27,6 +27,10 @@ struct InProcessHooks {
   std::function<void(config::TrainingConfig&)> adjust_config;    // before the engine is built
   std::function<Status(Engine&)> before_training;                // e.g. load a checkpoint
   std::function<Status(Engine&, int64_t step)> after_each_step;  // e.g. save one
+  // More plugin folders, and more members of the config's "plugins"
+  // section (R"("swapper": {...})"), for fault-injecting plugins.
+  std::vector<std::string> plugin_paths;
+  std::string plugins_members;
 };
 
 // Runs `config_body` (the members of a ds_config object without braces; the

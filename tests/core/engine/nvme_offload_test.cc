@@ -7,9 +7,9 @@
 //   is created, so each run picks its own);
 // - checkpoints saved with offload load without it and the reverse, and
 //   across world sizes;
-// - a full disk (a small tmpfs) and an unusable nvme_path end the run with
-//   an error naming the file or folder, and an earlier checkpoint still
-//   loads as saved;
+// - a full disk (a small tmpfs), the swapper's EIO or short transfer, and
+//   an unusable nvme_path end the run with an error naming the file or
+//   folder, and an earlier checkpoint still loads as saved and resumes;
 // - the swap files live under nvme_path/dscore-job*/rank<R>/ during the run
 //   and are gone after it;
 // - training, the plan, checkpoints and a full disk as from a GPU
@@ -453,6 +453,42 @@ TEST_F(NvmeOffload, ADiskFillingUpEndsTheRunAndKeepsTheLastCheckpoint) {
     expect_same_state(loaded, saved, what + ": the checkpoint saved before the disk filled");
     EXPECT_EQ(resumed.losses, tail(whole.losses, kSteps - 1)) << what;
     EXPECT_EQ(resumed.params, whole.params) << what;
+  }
+}
+
+// The swapper failing under the engine (the fault-injecting swapper of
+// tests/fakes/plugins, named by "plugins": {"swapper": ...}): an EIO, or a
+// transfer the plugin calls done with half its bytes, on each rank's 120th
+// request (after the checkpoint of step 1, before the last step) ends the
+// run naming the swap file and the offset; the swap files are removed; the
+// checkpoint loads as saved and resumes as the uninterrupted run.
+TEST_F(NvmeOffload, SwapperFaultsEndTheRunAndTheLastCheckpointResumes) {
+  const InProcessResult whole = run_in_process_job(config(2, 2, "fp32", {}), 2);
+  ASSERT_EQ(whole.error, "");
+  for (const std::string fault : {"eio", "short_read"}) {
+    const std::string swap = dir("swap_" + fault);
+    const std::string ckpt = dir("ckpt_" + fault);
+    Snapshot saved;
+    InProcessHooks hooks = save_at(1, ckpt, &saved);
+    hooks.plugin_paths = {std::string(DSCORE_TEST_PLUGIN_DIR) + "/fake_faulty_swapper"};
+    hooks.plugins_members = R"("swapper": {"type": "fake_faulty_swapper", "params": )"
+                            R"({"fail_request": 120, "fault": ")" +
+                            fault + R"("}})";
+    const InProcessResult failed = run_with("auto", config(2, 2, "fp32", {swap}), 2, hooks);
+    EXPECT_TRUE(contains(failed.error, "swapper: ")) << fault << ": " << failed.error;
+    EXPECT_TRUE(contains(failed.error, swap + "/dscore-job")) << failed.error;
+    EXPECT_TRUE(contains(failed.error, ".swp at byte offset ")) << failed.error;
+    EXPECT_TRUE(contains(failed.error, fault == "eio" ? "(EIO)" : " of ")) << failed.error;
+    EXPECT_TRUE(job_folders(swap).empty()) << fault << ": swap files left after the failure";
+    ASSERT_FALSE(saved.params.empty()) << fault << ": the fault came before the checkpoint";
+
+    Snapshot loaded;
+    const InProcessResult resumed = run_with("auto", config(2, 2, "fp32", {dir("resume_" + fault)}),
+                                             2, load_from(ckpt, &loaded));
+    ASSERT_EQ(resumed.error, "") << fault;
+    expect_same_state(loaded, saved, fault + ": the checkpoint saved before the fault");
+    EXPECT_EQ(resumed.losses, tail(whole.losses, kSteps - 2)) << fault;
+    EXPECT_EQ(resumed.params, whole.params) << fault;
   }
 }
 
