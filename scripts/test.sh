@@ -8,7 +8,8 @@
 # oracle, Hugging Face), then the ASan+UBSan build of the same tests, then
 # the TSan build of the multi-threaded tests only (ctest label tsan: the comm
 # stream, the engine, mpirun ranks with overlap_comm and the fault paths; see
-# dscore_tsan_test in tests/CMakeLists.txt).
+# dscore_tsan_test in tests/CMakeLists.txt), then 30 seconds of libFuzzer on
+# each reader of user files and the config loader (scripts/fuzz.sh, clang).
 #
 # The external checks (mostly pip installs and Python) run in the background
 # while the ASan build compiles, with their output in
@@ -65,3 +66,5 @@ cmake --preset tsan >/dev/null
 cmake --build --preset tsan --target dscore_tsan_tests
 ctest --preset tsan
 phase "TSan done"
+bash scripts/fuzz.sh 30
+phase "fuzzing done"

@@ -16,7 +16,9 @@ Result<Bpe> Bpe::create(std::unordered_map<std::string, int32_t> vocab,
   bpe.where_ = where;
   bpe.merges_.reserve(merges.size());
   for (size_t i = 0; i < merges.size(); ++i) {
-    const auto& [a, b] = merges[i];
+    // Not a structured binding: clang 14 (the fuzz build) cannot capture one.
+    const std::string& a = merges[i].first;
+    const std::string& b = merges[i].second;
     auto id_of = [&](const std::string& token) -> Result<int32_t> {
       auto it = bpe.vocab_.find(token);
       if (it == bpe.vocab_.end())

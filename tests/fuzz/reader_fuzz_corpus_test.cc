@@ -1,0 +1,128 @@
+// Always built (release and ASan in CI): the reader fuzz targets
+// (reader_targets.h) over their seed corpora (tests/fuzz/readers/<target>/,
+// written by make_seeds.py) and deterministic mutants of them: bytes
+// flipped, inserted, deleted and duplicated, files truncated and spliced,
+// and 8-byte and 4-byte little-endian integers (a safetensors header's
+// length, an llm.c header's fields) overwritten with edge values. Every
+// input must leave its reader returning a consistent value or an error that
+// names the file (reader_targets.cc). reader_fuzzer.cc runs the same targets
+// under libFuzzer (DSCORE_FUZZ=ON with clang).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <sstream>
+
+#include "tests/fuzz/reader_targets.h"
+
+namespace dscore::fuzz {
+namespace {
+
+std::vector<std::string> seeds_of(const std::string& target) {
+  std::vector<std::string> seeds;
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(DSCORE_READER_SEEDS) + "/" + target))
+    files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    std::stringstream s;
+    s << in.rdbuf();
+    seeds.push_back(s.str());
+  }
+  return seeds;
+}
+
+const char* const kTokens[] = {"{", "}", "[", "]", ",", ":", "\"", "null", "true", "-1", "0",
+                               "1e400", "18446744073709551615", "\"F32\"", "\"BF16\"", "\"I64\"",
+                               "\"dtype\"", "\"shape\"", "\"data_offsets\"", "\"__metadata__\"",
+                               "\"vocab\"", "\"merges\"", "\"type\"", "\"BPE\"", "\"weight_map\"",
+                               "\xc4\xa0", "\xff", "\\u0000"};
+
+std::string mutate(const std::string& base, const std::vector<std::string>& seeds,
+                   std::mt19937_64& rng) {
+  std::string s = base;
+  auto pick = [&](size_t n) { return n == 0 ? size_t{0} : static_cast<size_t>(rng() % n); };
+  const int rounds = 1 + static_cast<int>(pick(4));
+  for (int r = 0; r < rounds; ++r) {
+    const size_t at = pick(s.size() + 1);
+    switch (pick(8)) {
+      case 0:
+        if (!s.empty()) s[pick(s.size())] ^= static_cast<char>(1u << pick(8));
+        break;
+      case 1:  // a token, or a NUL byte (the hf_folder target's file separator)
+        if (pick(8) == 0)
+          s.insert(at, 1, '\0');
+        else
+          s.insert(at, kTokens[pick(std::size(kTokens))]);
+        break;
+      case 2:
+        s.erase(at, 1 + pick(16));
+        break;
+      case 3:
+        s.resize(at);
+        break;
+      case 4: {
+        const std::string& other = seeds[pick(seeds.size())];
+        s = s.substr(0, at) + other.substr(pick(other.size() + 1));
+        break;
+      }
+      case 5:
+        if (at < s.size()) s.insert(at, s.substr(at, 1 + pick(40)));
+        break;
+      case 6: {  // an edge value over 8 bytes: the header length, an offset
+        const uint64_t values[] = {0, 1, 7, 8, 1u << 20, ~uint64_t{0}, uint64_t{1} << 63,
+                                   s.size(), s.size() - 7};
+        const uint64_t v = values[pick(std::size(values))];
+        const size_t where = pick(std::min<size_t>(s.size() + 1, 24));
+        if (where + 8 <= s.size()) std::memcpy(s.data() + where, &v, 8);
+        break;
+      }
+      case 7: {  // an edge value over 4 bytes: an llm.c header field
+        const int32_t values[] = {0, -1, 1, 7, 20240520, 20240801, 0x7fffffff,
+                                  static_cast<int32_t>(s.size())};
+        const int32_t v = values[pick(std::size(values))];
+        const size_t where = 4 * pick(4);
+        if (where + 4 <= s.size()) std::memcpy(s.data() + where, &v, 4);
+        break;
+      }
+    }
+  }
+  return s;
+}
+
+void run(const std::string& target, const std::function<std::string(std::string_view)>& reader,
+         int mutants) {
+  const std::vector<std::string> seeds = seeds_of(target);
+  ASSERT_GE(seeds.size(), 2u) << target;
+  for (const std::string& s : seeds) EXPECT_EQ(reader(s), "") << target << " seed";
+  std::mt19937_64 rng(20261205);
+  int failures = 0;
+  for (int i = 0; i < mutants && failures < 5; ++i) {
+    const std::string input = mutate(seeds[rng() % seeds.size()], seeds, rng);
+    const std::string problem = reader(input);
+    if (!problem.empty()) {
+      ++failures;
+      ADD_FAILURE() << target << " mutant " << i << ": " << problem;
+    }
+  }
+}
+
+// DSCORE_READER_MUTANTS sets the mutants per target (default 3000).
+int mutants() {
+  const char* v = std::getenv("DSCORE_READER_MUTANTS");
+  return v != nullptr ? std::atoi(v) : 3000;
+}
+
+TEST(ReaderFuzzCorpus, SafetensorsHeaders) { run("safetensors", safetensors_header, mutants()); }
+TEST(ReaderFuzzCorpus, HuggingFaceConfigAndIndex) { run("hf_folder", hf_folder, mutants()); }
+TEST(ReaderFuzzCorpus, TokenizerJson) { run("tokenizer", tokenizer_json, mutants()); }
+TEST(ReaderFuzzCorpus, LlmcShardHeaders) { run("llmc", llmc_shard, mutants()); }
+
+}  // namespace
+}  // namespace dscore::fuzz
