@@ -26,7 +26,8 @@ namespace {
 std::vector<std::string> seeds_of(const std::string& target) {
   std::vector<std::string> seeds;
   std::vector<std::filesystem::path> files;
-  for (const auto& e : std::filesystem::directory_iterator(std::string(DSCORE_READER_SEEDS) + "/" + target))
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::string(DSCORE_READER_SEEDS) + "/" + target))
     files.push_back(e.path());
   std::sort(files.begin(), files.end());
   for (const auto& f : files) {
@@ -38,11 +39,34 @@ std::vector<std::string> seeds_of(const std::string& target) {
   return seeds;
 }
 
-const char* const kTokens[] = {"{", "}", "[", "]", ",", ":", "\"", "null", "true", "-1", "0",
-                               "1e400", "18446744073709551615", "\"F32\"", "\"BF16\"", "\"I64\"",
-                               "\"dtype\"", "\"shape\"", "\"data_offsets\"", "\"__metadata__\"",
-                               "\"vocab\"", "\"merges\"", "\"type\"", "\"BPE\"", "\"weight_map\"",
-                               "\xc4\xa0", "\xff", "\\u0000"};
+const char* const kTokens[] = {"{",
+                               "}",
+                               "[",
+                               "]",
+                               ",",
+                               ":",
+                               "\"",
+                               "null",
+                               "true",
+                               "-1",
+                               "0",
+                               "1e400",
+                               "18446744073709551615",
+                               "\"F32\"",
+                               "\"BF16\"",
+                               "\"I64\"",
+                               "\"dtype\"",
+                               "\"shape\"",
+                               "\"data_offsets\"",
+                               "\"__metadata__\"",
+                               "\"vocab\"",
+                               "\"merges\"",
+                               "\"type\"",
+                               "\"BPE\"",
+                               "\"weight_map\"",
+                               "\xc4\xa0",
+                               "\xff",
+                               "\\u0000"};
 
 std::string mutate(const std::string& base, const std::vector<std::string>& seeds,
                    std::mt19937_64& rng) {
@@ -76,16 +100,16 @@ std::string mutate(const std::string& base, const std::vector<std::string>& seed
         if (at < s.size()) s.insert(at, s.substr(at, 1 + pick(40)));
         break;
       case 6: {  // an edge value over 8 bytes: the header length, an offset
-        const uint64_t values[] = {0, 1, 7, 8, 1u << 20, ~uint64_t{0}, uint64_t{1} << 63,
-                                   s.size(), s.size() - 7};
+        const uint64_t values[] = {
+            0, 1, 7, 8, 1u << 20, ~uint64_t{0}, uint64_t{1} << 63, s.size(), s.size() - 7};
         const uint64_t v = values[pick(std::size(values))];
         const size_t where = pick(std::min<size_t>(s.size() + 1, 24));
         if (where + 8 <= s.size()) std::memcpy(s.data() + where, &v, 8);
         break;
       }
       case 7: {  // an edge value over 4 bytes: an llm.c header field
-        const int32_t values[] = {0, -1, 1, 7, 20240520, 20240801, 0x7fffffff,
-                                  static_cast<int32_t>(s.size())};
+        const int32_t values[] = {0,        -1,       1,          7,
+                                  20240520, 20240801, 0x7fffffff, static_cast<int32_t>(s.size())};
         const int32_t v = values[pick(std::size(values))];
         const size_t where = 4 * pick(4);
         if (where + 4 <= s.size()) std::memcpy(s.data() + where, &v, 4);
