@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include <dscore/cpp/dtype.hpp>
@@ -13,6 +14,7 @@
 #include "core/autotune/trial.h"
 #include "core/base/logging.h"
 #include "core/base/strings.h"
+#include "core/checkpoint/durable_file.h"
 #include "core/engine/initialize.h"
 #include "core/engine/job_fit.h"
 
@@ -74,7 +76,10 @@ class Search {
   Result<AutotuneReport> run(uint64_t seed);
 
  private:
-  Evaluation evaluate(const Candidate& c);
+  // The candidate's plan, made once (the micro-batch bisection and the
+  // records ask for the same candidates).
+  const Evaluation& evaluate(const Candidate& c);
+  Evaluation plan(const Candidate& c);
   // Adds `c` to the records unless a candidate with the same resolved
   // config is there; returns its index, or nullopt for a duplicate.
   std::optional<size_t> add(const Candidate& c, const Evaluation& e, int phase);
@@ -103,11 +108,19 @@ class Search {
   std::vector<TrialRecord> records_;
   std::vector<StepFeatures> features_;  // per record
   std::set<std::string> seen_;
+  std::map<std::string, Evaluation> evaluations_;  // by candidate name
   int64_t trials_ = 0;
   std::string stop_reason_;
 };
 
-Evaluation Search::evaluate(const Candidate& c) {
+const Evaluation& Search::evaluate(const Candidate& c) {
+  const std::string name = c.name();
+  auto it = evaluations_.find(name);
+  if (it == evaluations_.end()) it = evaluations_.emplace(name, plan(c)).first;
+  return it->second;
+}
+
+Evaluation Search::plan(const Candidate& c) {
   Evaluation e;
   e.config = candidate_config(base_, c);
   auto setup = prepare_text(json::serialize(e.config), c.name(), config_dir_, init_);
@@ -267,7 +280,8 @@ Status Search::run_trial(TrialRecord* r, int round) {
       return Status::Ok();
     }
   }
-  DSCORE_RETURN_IF_ERROR(write_text_file(config_path.string(), json::serialize(config, true)));
+  DSCORE_RETURN_IF_ERROR(
+      checkpoint::write_file_durably(config_path.string(), json::serialize(config, true)));
   TrialProcess process;
   process.argv = {request_.dscore_executable, "run", "--config", config_path.string(),
                   "--log-format", "json", "-n", std::to_string(base_.world),
@@ -309,8 +323,8 @@ Status Search::run_trial(TrialRecord* r, int round) {
     mean(&r->metric, metric_of(*rate));
     ++r->runs;
   }
-  return write_text_file(result_path.string(),
-                         json::serialize(trial_result_json(*r, config), true));
+  return checkpoint::write_file_durably(result_path.string(),
+                                        json::serialize(trial_result_json(*r, config), true));
 }
 
 Status Search::run_phase(const std::vector<size_t>& runnable, int64_t trial_budget, uint64_t seed) {
@@ -377,7 +391,7 @@ Result<AutotuneReport> Search::run(uint64_t seed) {
       best && !settings_.fast && trials_ < settings_.tuner_num_trials) {
     std::vector<size_t> second;
     for (const Candidate& c : knob_variants(records_[*best].candidate)) {
-      const Evaluation e = evaluate(c);
+      const Evaluation& e = evaluate(c);
       if (auto i = add(c, e, 2); i && e.fits) second.push_back(*i);
     }
     if (!second.empty())

@@ -146,10 +146,6 @@ std::optional<ReusedResult> read_trial_result(const std::string& path,
   return r;
 }
 
-Status write_text_file(const std::string& path, const std::string& text) {
-  return checkpoint::write_file_durably(path, text);
-}
-
 std::string read_text_or_empty(const std::string& path) {
   auto text = checkpoint::read_text_file(path, kMaxResultBytes);
   return text.ok() ? *text : std::string();
@@ -172,12 +168,14 @@ Status write_results(const AutotuneReport& report) {
   json::Value trials = json::Value::array();
   for (const TrialRecord& r : report.trials) trials.push_back(record_json(r));
   all.set("candidates", std::move(trials));
+  DSCORE_RETURN_IF_ERROR(checkpoint::write_file_durably((dir / "results.json").string(),
+                                                        json::serialize(all, true) + "\n"));
   DSCORE_RETURN_IF_ERROR(
-      write_text_file((dir / "results.json").string(), json::serialize(all, true) + "\n"));
-  DSCORE_RETURN_IF_ERROR(write_text_file((dir / "summary.txt").string(), format_table(report)));
+      checkpoint::write_file_durably((dir / "summary.txt").string(), format_table(report)));
   if (!report.best) return Status::Ok();
-  return write_text_file((dir / "best_config.json").string(),
-                         json::serialize(report.trials[*report.best].config, true) + "\n");
+  return checkpoint::write_file_durably(
+      (dir / "best_config.json").string(),
+      json::serialize(report.trials[*report.best].config, true) + "\n");
 }
 
 }  // namespace dscore::autotune

@@ -38,8 +38,7 @@ std::optional<ReusedResult> read_trial_result(const std::string& path,
 // under report.results_dir, each durably.
 Status write_results(const AutotuneReport& report);
 
-// A text file, written durably; read back, or "" when unreadable.
-Status write_text_file(const std::string& path, const std::string& text);
+// A text file's contents, or "" when unreadable (a trial's logs).
 std::string read_text_or_empty(const std::string& path);
 
 }  // namespace dscore::autotune

@@ -45,6 +45,12 @@ std::optional<Setup> prepare_or_report(const std::string& config_path,
   return std::move(setup).value();
 }
 
+bool log_format_ok(const std::string& format) {
+  if (format == "text" || format == "json") return true;
+  std::fprintf(stderr, "dscore: --log-format must be text or json, not '%s'\n", format.c_str());
+  return false;
+}
+
 bool parse_token_list(const std::string& text, std::vector<int32_t>* out) {
   std::stringstream in(text);
   std::string item;

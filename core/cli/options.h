@@ -28,6 +28,9 @@ bool parse_options(const std::vector<std::string>& args, const po::options_descr
 std::optional<Setup> prepare_or_report(const std::string& config_path,
                                        const InitializeOptions& init);
 
+// --log-format's value is text or json; otherwise says so on stderr.
+bool log_format_ok(const std::string& format);
+
 // "1,2,3" -> {1, 2, 3} appended to *out: token ids in [0, INT32_MAX]; false
 // on anything else or an empty list.
 bool parse_token_list(const std::string& text, std::vector<int32_t>* out);

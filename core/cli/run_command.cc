@@ -63,11 +63,7 @@ int run_command(const std::vector<std::string>& args) {
     std::fprintf(stderr, "dscore: -n must be at least 1\n");
     return kExitUsage;
   }
-  if (log_format != "text" && log_format != "json") {
-    std::fprintf(stderr, "dscore: --log-format must be text or json, not '%s'\n",
-                 log_format.c_str());
-    return kExitUsage;
-  }
+  if (!log_format_ok(log_format)) return kExitUsage;
   if (vm.count("threads") && threads < 1) {
     std::fprintf(stderr, "dscore: --threads must be at least 1\n");
     return kExitUsage;

@@ -16,6 +16,7 @@
 
 #include "core/config/config.h"
 #include "tests/fuzz/config_checks.h"
+#include "tests/fuzz/mutate.h"
 
 namespace dscore::config {
 namespace {
@@ -55,86 +56,48 @@ TEST(ConfigFuzzCorpus, SeedsBehaveAsNamed) {
 
 // Tokens that steer mutants into interesting corners of the grammar and
 // the schema.
-const char* const kTokens[] = {"{",
-                               "}",
-                               "[",
-                               "]",
-                               ",",
-                               ":",
-                               "\"",
-                               "\\",
-                               "\"auto\"",
-                               "null",
-                               "true",
-                               "false",
-                               "0",
-                               "-1",
-                               "1e400",
-                               "2.5",
-                               "9223372036854775808",
-                               "-9223372036854775809",
-                               "5e8",
-                               "\"stage\"",
-                               "\"zero_optimization\"",
-                               "\"train_batch_size\"",
-                               "//",
-                               "/*",
-                               "*/",
-                               "\n",
-                               "\xc3\xa9",
-                               "\xff",
-                               "\\u0000",
-                               "{\"a\":1}"};
-
-std::string mutate(const std::string& base, const std::vector<Seed>& seeds, std::mt19937_64& rng) {
-  std::string s = base;
-  auto pick = [&](size_t n) { return n == 0 ? size_t{0} : static_cast<size_t>(rng() % n); };
-  const int rounds = 1 + static_cast<int>(pick(4));
-  for (int r = 0; r < rounds; ++r) {
-    const size_t at = pick(s.size() + 1);
-    switch (pick(7)) {
-      case 0:  // flip a byte
-        if (!s.empty()) s[pick(s.size())] ^= static_cast<char>(1u << pick(8));
-        break;
-      case 1:  // insert a token
-        s.insert(at, kTokens[pick(std::size(kTokens))]);
-        break;
-      case 2:  // delete a range
-        s.erase(at, 1 + pick(16));
-        break;
-      case 3:  // truncate
-        s.resize(at);
-        break;
-      case 4: {  // splice another seed's tail at a random point
-        const std::string& other = seeds[pick(seeds.size())].text;
-        s = s.substr(0, at) + other.substr(pick(other.size() + 1));
-        break;
-      }
-      case 5:  // duplicate a range (duplicate keys, repeated members)
-        if (at < s.size()) s.insert(at, s.substr(at, 1 + pick(40)));
-        break;
-      case 6:  // replace a digit
-        for (size_t i = 0; i < s.size(); ++i) {
-          size_t j = (at + i) % s.size();
-          if (s[j] >= '0' && s[j] <= '9') {
-            s[j] = "0123456789-e."[pick(13)];
-            break;
-          }
-        }
-        break;
-    }
-  }
-  return s;
-}
+const std::vector<std::string> kTokens = {"{",
+                                          "}",
+                                          "[",
+                                          "]",
+                                          ",",
+                                          ":",
+                                          "\"",
+                                          "\\",
+                                          "\"auto\"",
+                                          "null",
+                                          "true",
+                                          "false",
+                                          "0",
+                                          "-1",
+                                          "1e400",
+                                          "2.5",
+                                          "9223372036854775808",
+                                          "-9223372036854775809",
+                                          "5e8",
+                                          "\"stage\"",
+                                          "\"zero_optimization\"",
+                                          "\"train_batch_size\"",
+                                          "//",
+                                          "/*",
+                                          "*/",
+                                          "\n",
+                                          "\xc3\xa9",
+                                          "\xff",
+                                          "\\u0000",
+                                          "{\"a\":1}"};
 
 TEST(ConfigFuzzCorpus, TwentyThousandMutantsNeitherCrashNorMisreport) {
   std::vector<Seed> seeds = read_corpus();
   ASSERT_FALSE(seeds.empty());
+  std::vector<std::string> texts;
+  for (const Seed& s : seeds) texts.push_back(s.text);
+  const fuzz::Mutations mutations{kTokens, /*digits=*/true, /*integers=*/false};
   std::mt19937_64 rng(20250221);
   size_t loaded = 0, failed = 0;
   for (int i = 0; i < 20000; ++i) {
     const Seed& seed = seeds[static_cast<size_t>(i) % seeds.size()];
-    const std::string text = mutate(seed.text, seeds, rng);
+    const std::string text = fuzz::mutate(seed.text, texts, mutations, rng);
     ResolveContext ctx;
     ctx.world_size = 1 + static_cast<int>(rng() % 4);
     if (rng() % 3 == 0) ctx.hidden_size = static_cast<int64_t>(rng() % 4096);

@@ -18,6 +18,7 @@
 #include <random>
 #include <sstream>
 
+#include "tests/fuzz/mutate.h"
 #include "tests/fuzz/reader_targets.h"
 
 namespace dscore::fuzz {
@@ -39,86 +40,36 @@ std::vector<std::string> seeds_of(const std::string& target) {
   return seeds;
 }
 
-const char* const kTokens[] = {"{",
-                               "}",
-                               "[",
-                               "]",
-                               ",",
-                               ":",
-                               "\"",
-                               "null",
-                               "true",
-                               "-1",
-                               "0",
-                               "1e400",
-                               "18446744073709551615",
-                               "\"F32\"",
-                               "\"BF16\"",
-                               "\"I64\"",
-                               "\"dtype\"",
-                               "\"shape\"",
-                               "\"data_offsets\"",
-                               "\"__metadata__\"",
-                               "\"vocab\"",
-                               "\"merges\"",
-                               "\"type\"",
-                               "\"BPE\"",
-                               "\"weight_map\"",
-                               "\xc4\xa0",
-                               "\xff",
-                               "\\u0000"};
+const std::vector<std::string> kTokens = {"{",
+                                          "}",
+                                          "[",
+                                          "]",
+                                          ",",
+                                          ":",
+                                          "\"",
+                                          "null",
+                                          "true",
+                                          "-1",
+                                          "0",
+                                          "1e400",
+                                          "18446744073709551615",
+                                          "\"F32\"",
+                                          "\"BF16\"",
+                                          "\"I64\"",
+                                          "\"dtype\"",
+                                          "\"shape\"",
+                                          "\"data_offsets\"",
+                                          "\"__metadata__\"",
+                                          "\"vocab\"",
+                                          "\"merges\"",
+                                          "\"type\"",
+                                          "\"BPE\"",
+                                          "\"weight_map\"",
+                                          "\xc4\xa0",
+                                          "\xff",
+                                          "\\u0000"};
 
-std::string mutate(const std::string& base, const std::vector<std::string>& seeds,
-                   std::mt19937_64& rng) {
-  std::string s = base;
-  auto pick = [&](size_t n) { return n == 0 ? size_t{0} : static_cast<size_t>(rng() % n); };
-  const int rounds = 1 + static_cast<int>(pick(4));
-  for (int r = 0; r < rounds; ++r) {
-    const size_t at = pick(s.size() + 1);
-    switch (pick(8)) {
-      case 0:
-        if (!s.empty()) s[pick(s.size())] ^= static_cast<char>(1u << pick(8));
-        break;
-      case 1:  // a token, or a NUL byte (the hf_folder target's file separator)
-        if (pick(8) == 0)
-          s.insert(at, 1, '\0');
-        else
-          s.insert(at, kTokens[pick(std::size(kTokens))]);
-        break;
-      case 2:
-        s.erase(at, 1 + pick(16));
-        break;
-      case 3:
-        s.resize(at);
-        break;
-      case 4: {
-        const std::string& other = seeds[pick(seeds.size())];
-        s = s.substr(0, at) + other.substr(pick(other.size() + 1));
-        break;
-      }
-      case 5:
-        if (at < s.size()) s.insert(at, s.substr(at, 1 + pick(40)));
-        break;
-      case 6: {  // an edge value over 8 bytes: the header length, an offset
-        const uint64_t values[] = {
-            0, 1, 7, 8, 1u << 20, ~uint64_t{0}, uint64_t{1} << 63, s.size(), s.size() - 7};
-        const uint64_t v = values[pick(std::size(values))];
-        const size_t where = pick(std::min<size_t>(s.size() + 1, 24));
-        if (where + 8 <= s.size()) std::memcpy(s.data() + where, &v, 8);
-        break;
-      }
-      case 7: {  // an edge value over 4 bytes: an llm.c header field
-        const int32_t values[] = {0,        -1,       1,          7,
-                                  20240520, 20240801, 0x7fffffff, static_cast<int32_t>(s.size())};
-        const int32_t v = values[pick(std::size(values))];
-        const size_t where = 4 * pick(4);
-        if (where + 4 <= s.size()) std::memcpy(s.data() + where, &v, 4);
-        break;
-      }
-    }
-  }
-  return s;
-}
+const Mutations kMutations{kTokens, /*digits=*/false, /*integers=*/true};
 
 void run(const std::string& target, const std::function<std::string(std::string_view)>& reader,
          int mutants) {
@@ -128,7 +79,7 @@ void run(const std::string& target, const std::function<std::string(std::string_
   std::mt19937_64 rng(20261205);
   int failures = 0;
   for (int i = 0; i < mutants && failures < 5; ++i) {
-    const std::string input = mutate(seeds[rng() % seeds.size()], seeds, rng);
+    const std::string input = mutate(seeds[rng() % seeds.size()], seeds, kMutations, rng);
     const std::string problem = reader(input);
     if (!problem.empty()) {
       ++failures;

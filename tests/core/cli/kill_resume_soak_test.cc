@@ -7,16 +7,12 @@
 // uninterrupted run's (the tensors; the metadata names each save by a random id). DSCORE_SOAK_KILLS
 // sets the kills (default 20, the CI version); the figures are printed at the end.
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <random>
-#include <thread>
 
 #include "core/config/json.h"
 #include "tests/core/cli/process.h"
@@ -30,6 +26,7 @@ struct Killed {
   bool finished = false;  // it exited before the kill (0: completed)
   int exit_code = -1;
   int64_t last_step = 0;  // the last progress record's step
+  std::string err;        // its stderr
 };
 
 class KillResumeSoak : public ::testing::Test {
@@ -55,36 +52,18 @@ class KillResumeSoak : public ::testing::Test {
   // first; `failpoints` set DSCORE_FAILPOINTS.
   Killed run(const std::string& config, const std::string& checkpoint_dir,
              std::chrono::milliseconds kill_after, const std::string& failpoints) {
-    std::vector<std::string> args = {DSCORE_EXE, "run", "--config", config, "--log-format", "json"};
+    std::vector<std::string> args = {"run", "--config", config, "--log-format", "json"};
     if (fs::exists(checkpoint_dir + "/latest"))
       args.insert(args.end(), {"--resume", checkpoint_dir});
-    const std::string out = dir_.file("stdout.log");
-    const pid_t pid = fork();
-    if (pid == 0) {
-      if (!failpoints.empty()) setenv("DSCORE_FAILPOINTS", failpoints.c_str(), 1);
-      unsetenv("DSCORE_PLUGIN_PATH");
-      freopen(out.c_str(), "w", stdout);
-      freopen(dir_.file("stderr.log").c_str(), "w", stderr);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
+    ProcessOptions options;
+    options.timeout = kill_after;
+    if (!failpoints.empty()) options.env["DSCORE_FAILPOINTS"] = failpoints;
+    const ProcessResult r = run_dscore(args, options);
     Killed k;
-    const auto deadline = std::chrono::steady_clock::now() + kill_after;
-    int status = 0;
-    while (waitpid(pid, &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() >= deadline) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    k.finished = WIFEXITED(status);
-    k.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    for (const std::string& line : split_lines(read_text_file(out))) {
+    k.finished = !r.timed_out && r.signal == 0;
+    k.exit_code = r.exit_code;
+    k.err = r.err;
+    for (const std::string& line : split_lines(r.out)) {
       auto v = json::parse(line, "stdout");
       if (v.ok() && v->is_object() && v->find("step") != nullptr && v->find("type") != nullptr &&
           v->find("type")->as_string() == "progress")
@@ -121,8 +100,7 @@ TEST_F(KillResumeSoak, EveryKillResumesAndTheEndIsBitwiseTheUninterruptedRun) {
   const int kills = env != nullptr ? std::atoi(env) : 20;
   const std::string whole = dir_.file("whole");
   Killed reference = run(config(2, whole), whole, std::chrono::minutes(5), "");
-  ASSERT_TRUE(reference.finished && reference.exit_code == 0)
-      << read_text_file(dir_.file("stderr.log"));
+  ASSERT_TRUE(reference.finished && reference.exit_code == 0) << reference.err;
 
   const std::string ck = dir_.file("ck");
   // The save's crash points, one in three kills; random moments otherwise.
@@ -142,7 +120,7 @@ TEST_F(KillResumeSoak, EveryKillResumesAndTheEndIsBitwiseTheUninterruptedRun) {
                        : run(config(stage, ck), ck, std::chrono::milliseconds(moment_ms(rng)), "");
     if (k.finished) {
       // It completed before the kill, or a crash point it never reached.
-      ASSERT_EQ(k.exit_code, 0) << read_text_file(dir_.file("stderr.log"));
+      ASSERT_EQ(k.exit_code, 0) << k.err;
       if (latest_step(ck) == 1000) fs::remove_all(ck);  // done too soon: start again
       continue;
     }
@@ -154,7 +132,7 @@ TEST_F(KillResumeSoak, EveryKillResumesAndTheEndIsBitwiseTheUninterruptedRun) {
   }
   // The last run completes, at the reference's stage.
   Killed last = run(config(2, ck), ck, std::chrono::minutes(5), "");
-  ASSERT_TRUE(last.finished && last.exit_code == 0) << read_text_file(dir_.file("stderr.log"));
+  ASSERT_TRUE(last.finished && last.exit_code == 0) << last.err;
   ASSERT_EQ(latest_step(ck), 1000);
   for (const char* file : {"mp_rank_00_model_states.safetensors",
                            "zero_pp_rank_0_mp_rank_00_optim_states.safetensors"}) {

@@ -32,8 +32,8 @@ using EnvOverrides = std::map<std::string, std::optional<std::string>>;
 
 struct ProcessOptions {
   EnvOverrides env;
-  std::filesystem::path cwd;          // empty = the test's own working directory
-  std::chrono::seconds timeout{120};  // then SIGKILL and timed_out = true
+  std::filesystem::path cwd;                  // empty = the test's own working directory
+  std::chrono::milliseconds timeout{120000};  // then SIGKILL and timed_out = true
 };
 
 // Runs argv[0] (a path; no PATH lookup) with argv. stdin is /dev/null; core

@@ -5,13 +5,16 @@
 // during a step and (for reads) during a save: the run ends with exit 1 and
 // a message naming the swap file, the byte offset, the error and the fix;
 // no swap folder is left; and the last checkpoint resumes to the same final
-// parameters, bit for bit, as a run that never failed.
+// parameters, bit for bit, as a run that never failed. And the swap folder
+// a run killed with SIGKILL leaves is reclaimed by the next run.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <filesystem>
 
 #include "tests/core/cli/process.h"
+#include "tests/core/cli/run_config.h"
 
 namespace dscore::testing {
 namespace {
@@ -102,6 +105,51 @@ TEST_F(OffloadFaults, EndTheRunNamingTheFileAndTheLastCheckpointResumes) {
     EXPECT_TRUE(in_save) << fault.name << ": no request failed during a save";
   }
   EXPECT_GE(resumed, 4);
+}
+
+// A run killed with SIGKILL leaves its NVMe swap folder; the next run on
+// that nvme_path removes it, naming it and the bytes freed (with
+// "keep_stale" it only says so), and its own ends with it.
+TEST(CliRun, ASwapFolderAKilledRunLeftIsReclaimedByTheNext) {
+  TempDir dir("dscore_cli_run");
+  const fs::path nvme = dir.path() / "nvme";
+  auto config = [&](const std::string& aio) {
+    MlpRunConfig cfg;
+    cfg.train_steps = 4;
+    cfg.extra = R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", )"
+                R"("nvme_path": ")" +
+                nvme.string() + R"("}}, "checkpoint_dir": ")" + dir.file("ck") +
+                R"(", "save_interval": 2)" + aio;
+    return dir.write("ds_config.json", cfg.text()).string();
+  };
+  auto job_folders = [&] {
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(nvme, ec)) names.push_back(e.path().string());
+    return names;
+  };
+  ProcessOptions killed;
+  killed.env["DSCORE_FAILPOINTS"] = "checkpoint.before_latest";  // SIGKILL at the first save
+  ProcessResult first = run_dscore({"run", "--config", config("")}, killed);
+  ASSERT_EQ(first.signal, SIGKILL) << first.describe();
+  const auto left = job_folders();
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_TRUE(fs::exists(left[0] + "/owner.rank0"));
+
+  ProcessResult kept = run_dscore({"run", "--config", config(R"(, "aio": {"keep_stale": true})")});
+  ASSERT_EQ(kept.exit_code, 0) << kept.describe();
+  EXPECT_NE(kept.err.find("kept swap folder " + left[0] + " of a job that is gone"),
+            std::string::npos)
+      << kept.err;
+  EXPECT_EQ(job_folders(), left);  // its own folder went with it
+
+  ProcessResult next = run_dscore({"run", "--config", config("")});
+  ASSERT_EQ(next.exit_code, 0) << next.describe();
+  EXPECT_NE(next.err.find("removed swap folder " + left[0] + " of a job that is gone (pid "),
+            std::string::npos)
+      << next.err;
+  EXPECT_NE(next.err.find(" freed"), std::string::npos) << next.err;
+  EXPECT_TRUE(job_folders().empty());
 }
 
 }  // namespace
