@@ -69,16 +69,16 @@ inline std::string mutate(const std::string& base, const std::vector<std::string
         }
         break;
       case kInt64: {
-        const uint64_t values[] = {0, 1, 7, 8, 1u << 20, ~uint64_t{0}, uint64_t{1} << 63,
-                                   s.size(), s.size() - 7};
+        const uint64_t values[] = {
+            0, 1, 7, 8, 1u << 20, ~uint64_t{0}, uint64_t{1} << 63, s.size(), s.size() - 7};
         const uint64_t v = values[pick(std::size(values))];
         const size_t where = pick(std::min<size_t>(s.size() + 1, 24));
         if (where + 8 <= s.size()) std::memcpy(s.data() + where, &v, 8);
         break;
       }
       case kInt32: {
-        const int32_t values[] = {0, -1, 1, 7, 20240520, 20240801, 0x7fffffff,
-                                  static_cast<int32_t>(s.size())};
+        const int32_t values[] = {0,        -1,       1,          7,
+                                  20240520, 20240801, 0x7fffffff, static_cast<int32_t>(s.size())};
         const int32_t v = values[pick(std::size(values))];
         const size_t where = 4 * pick(4);
         if (where + 4 <= s.size()) std::memcpy(s.data() + where, &v, 4);
