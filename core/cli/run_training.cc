@@ -192,6 +192,7 @@ int run_training(const RunOptions& options) {
   }
   // One rank per process: every line this process logs shows its rank.
   set_log_rank(job->rank, job->world_size);
+  if (job->world_size > 1) comm::end_with_launcher();
   InitializeOptions init;
   init.job = *job;
   init.train_steps = options.steps;

@@ -4,6 +4,7 @@
 // default action.
 #include "core/comm/sigterm_report.h"
 
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -17,6 +18,7 @@ namespace {
 // Process-global because a signal handler can reach nothing else.
 std::atomic<const Communicator*> g_reported{nullptr};
 char g_prefix[48] = "[dscore] ";
+std::atomic<pid_t> g_launcher{0};  // the parent end_with_launcher() saw; 0: not watched
 
 // Async-signal-safe: decimal digits of `value` into `out`, returns the end.
 char* append_decimal(char* out, uint64_t value) {
@@ -47,9 +49,13 @@ void on_sigterm(int signo) {
     *end = '\0';
     tail = where;
   }
+  const pid_t launcher = g_launcher.load();
   const char* mid =
-      "stopped by SIGTERM: the launcher is ending the job (usually because another rank failed; "
-      "see its message above). This rank was ";
+      launcher != 0 && getppid() != launcher
+          ? "stopped: the launcher that started this rank died (killed?), so this rank ends "
+            "with it. This rank was "
+          : "stopped by SIGTERM: the launcher is ending the job (usually because another rank "
+            "failed; see its message above). This rank was ";
   (void)!write(STDERR_FILENO, g_prefix, std::strlen(g_prefix));
   (void)!write(STDERR_FILENO, mid, std::strlen(mid));
   (void)!write(STDERR_FILENO, tail, std::strlen(tail));
@@ -64,6 +70,14 @@ void install_sigterm_report(const Communicator& communicator) {
   std::snprintf(g_prefix, sizeof g_prefix, "[dscore rank %d] ", communicator.rank());
   g_reported.store(&communicator);
   std::signal(SIGTERM, &on_sigterm);
+}
+
+void end_with_launcher() {
+  const pid_t parent = getppid();
+  g_launcher.store(parent);
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  // The launcher may have died before the call: then no signal comes.
+  if (getppid() != parent) raise(SIGTERM);
 }
 
 void uninstall_sigterm_report() {

@@ -16,4 +16,11 @@ namespace dscore::comm {
 void install_sigterm_report(const Communicator& communicator);
 void uninstall_sigterm_report();
 
+// A rank started by a launcher (mpirun, srun) ends with it: when the
+// process that started this one dies, even by SIGKILL, this process gets
+// SIGTERM (Linux's parent-death signal) instead of training on alone and
+// writing checkpoints nobody waits for. With the report installed it says
+// the launcher died. Call once, early, in a rank of a multi-rank job.
+void end_with_launcher();
+
 }  // namespace dscore::comm

@@ -23,7 +23,9 @@ std::string host_name() {
   return name;
 }
 
-// Field 22 of /proc/<pid>/stat; 0 when the process does not exist.
+// /proc/<pid>/stat's start time of a running process; 0 when there is no
+// such process or it has ended and not been reaped yet (a zombie: the ranks
+// of a killed launcher wait so until init collects them).
 uint64_t start_time_of(int64_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string text((std::istreambuf_iterator<char>(in)), {});
@@ -32,8 +34,10 @@ uint64_t start_time_of(int64_t pid) {
   if (close == std::string::npos) return 0;
   std::istringstream fields(text.substr(close + 2));
   std::string field;
-  for (int i = 3; i <= 22 && fields >> field; ++i)
+  for (int i = 3; i <= 22 && fields >> field; ++i) {
+    if (i == 3 && (field == "Z" || field == "X")) return 0;
     if (i == 22) return std::stoull(field);
+  }
   return 0;
 }
 

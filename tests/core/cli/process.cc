@@ -1,6 +1,8 @@
 // Child processes for tests: fork + execve with two pipes drained by poll()
 // (so a child that fills one pipe while the test reads the other cannot
-// deadlock), a deadline, and waitpid for the exit status or signal.
+// deadlock), a deadline, and waitpid for the exit status or signal. Each
+// child leads its own session, so the processes it starts (mpirun's ranks,
+// which get process groups of their own) can be found after a kill.
 #include "tests/core/cli/process.h"
 
 #include <fcntl.h>
@@ -51,6 +53,40 @@ std::vector<char*> c_strings(std::vector<std::string>& strings) {
   return out;
 }
 
+// The live processes of session `sid` (zombies have ended: not counted).
+std::vector<pid_t> session_members(pid_t sid) {
+  std::vector<pid_t> members;
+  std::error_code ec;
+  for (fs::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(it->path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    const size_t close = text.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream fields(text.substr(close + 2));
+    std::string state, ppid, pgrp, session;
+    if (!(fields >> state >> ppid >> pgrp >> session)) continue;
+    if (state != "Z" && state != "X" && std::stol(session) == sid)
+      members.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return members;
+}
+
+// After a timeout: waits up to `grace` for the session's other processes
+// to end; true if some outlived it (they are then killed).
+bool session_outlived(pid_t sid, std::chrono::milliseconds grace) {
+  const auto until = std::chrono::steady_clock::now() + grace;
+  while (!session_members(sid).empty()) {
+    if (std::chrono::steady_clock::now() >= until) {
+      for (pid_t member : session_members(sid)) kill(member, SIGKILL);
+      return true;
+    }
+    usleep(10000);
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string ProcessResult::describe() const {
@@ -97,6 +133,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOpt
   pid_t pid = fork();
   if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {
+    setsid();
     int null_fd = open("/dev/null", O_RDONLY);
     if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
     dup2(out_pipe[1], STDOUT_FILENO);
@@ -149,6 +186,8 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOpt
   }
   if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
+  if (result.timed_out && options.descendants_grace.count() > 0)
+    result.descendants_outlived = session_outlived(pid, options.descendants_grace);
   return result;
 }
 

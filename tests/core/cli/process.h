@@ -21,6 +21,9 @@ struct ProcessResult {
   int exit_code = -1;  // the exit status; -1 if it did not exit normally
   int signal = 0;      // the signal that killed it; 0 if it exited
   bool timed_out = false;
+  // After a timeout: processes the child started (its session) still ran
+  // when ProcessOptions::descendants_grace ended; they were then killed.
+  bool descendants_outlived = false;
   bool exited() const { return signal == 0 && exit_code >= 0 && !timed_out; }
   // "exit 2" / "killed by signal 11" / "timed out", plus both streams: for
   // failure messages.
@@ -34,10 +37,13 @@ struct ProcessOptions {
   EnvOverrides env;
   std::filesystem::path cwd;                  // empty = the test's own working directory
   std::chrono::milliseconds timeout{120000};  // then SIGKILL and timed_out = true
+  // After that SIGKILL, how long to wait for the processes the child started
+  // (mpirun's ranks) to end before returning; 0: not waited for.
+  std::chrono::milliseconds descendants_grace{0};
 };
 
-// Runs argv[0] (a path; no PATH lookup) with argv. stdin is /dev/null; core
-// dumps are off (tests crash children on purpose).
+// Runs argv[0] (a path; no PATH lookup) with argv, leading a session of its
+// own. stdin is /dev/null; core dumps are off (tests crash children on purpose).
 ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOptions& options = {});
 
 // Runs the build's dscore executable with `args`. DSCORE_PLUGIN_PATH and

@@ -395,6 +395,27 @@ TEST(CliRun, APlanOneRankRefusesEndsEveryRankWithOneMessage) {
   EXPECT_EQ(lines_starting_with(r.out, "step ").size(), 0u) << r.out;
 }
 
+TEST(CliRun, RanksEndWithTheirLauncherWhenItIsKilled) {
+  // mpirun killed with SIGKILL cannot stop its ranks; they end by themselves
+  // (parent-death signal) instead of training on. They print nothing while
+  // they train, so no broken pipe stops them either.
+  TempDir dir("dscore_cli_run");
+  MlpRunConfig cfg;
+  cfg.train_steps = 100000000;
+  std::string text = cfg.text();
+  text.replace(text.find("\"steps_per_print\": 10"), 21, "\"steps_per_print\": 100000000");
+  const fs::path config = dir.write("ds_config.json", text);
+  ProcessOptions options;
+  options.env = mpi_test_env();
+  options.timeout = std::chrono::seconds(4);
+  options.descendants_grace = std::chrono::seconds(10);
+  ProcessResult r = run_dscore({"run", "--config", config.string(), "-n", "2"}, options);
+  ASSERT_TRUE(r.timed_out) << r.describe();
+  ASSERT_NE(r.err.find("training model"), std::string::npos) << "killed before training\n"
+                                                             << r.describe();
+  EXPECT_FALSE(r.descendants_outlived) << r.describe();
+}
+
 TEST(CliRun, TwoRanksGetMasterAddrAndPortForTheJobsKeyValueStore) {
   // `-n 2` gives its ranks MASTER_ADDR=127.0.0.1 and a free MASTER_PORT: both
   // ranks name the same store (core/comm/job_store.h).

@@ -56,6 +56,38 @@ TEST(StaleSwap, ThisProcessIsAliveAndADeadOneIsGone) {
   EXPECT_FALSE(owner_is_gone(elsewhere));  // cannot be checked from here
 }
 
+// A rank whose launcher was killed ends but stays a zombie until init reaps
+// it: its /proc entry still shows the start time. It is gone all the same.
+TEST(StaleSwap, AnEndedProcessNotYetReapedIsGone) {
+  int to_child[2], from_child[2];
+  ASSERT_EQ(pipe(to_child), 0);
+  ASSERT_EQ(pipe(from_child), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    close(to_child[1]);
+    const SwapOwner me = this_process();
+    (void)!write(from_child[1], &me.start_time, sizeof me.start_time);
+    char byte;
+    (void)!read(to_child[0], &byte, 1);  // until the parent closes its end
+    _exit(0);
+  }
+  close(to_child[0]);
+  close(from_child[1]);
+  SwapOwner owner = this_process();
+  owner.pid = child;
+  ASSERT_EQ(read(from_child[0], &owner.start_time, sizeof owner.start_time),
+            static_cast<ssize_t>(sizeof owner.start_time));
+  EXPECT_FALSE(owner_is_gone(owner));
+  close(to_child[1]);
+  siginfo_t info{};  // waits until it has ended, leaving it unreaped
+  ASSERT_EQ(waitid(P_PID, child, &info, WEXITED | WNOWAIT), 0);
+  EXPECT_TRUE(fs::exists("/proc/" + std::to_string(child) + "/stat"));
+  EXPECT_TRUE(owner_is_gone(owner));
+  int status = 0;
+  waitpid(child, &status, 0);
+  close(from_child[0]);
+}
+
 TEST(StaleSwap, OnlyFoldersWhoseOwnersAreAllGoneAreStale) {
   TempDir dir("dscore_stale_swap");
   const SwapOwner me = this_process();
