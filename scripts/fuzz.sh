@@ -20,6 +20,7 @@ targets="reader_fuzzer_safetensors_header:tests/fuzz/readers/safetensors
 reader_fuzzer_llmc_shard:tests/fuzz/readers/llmc
 reader_fuzzer_hf_folder:tests/fuzz/readers/hf_folder
 reader_fuzzer_tokenizer_json:tests/fuzz/readers/tokenizer
+reader_fuzzer_torch_file:tests/fuzz/readers/torch
 config_fuzzer:tests/fuzz/corpus"
 cmake --build build/fuzz -j2 --target $(echo "$targets" | cut -d: -f1 | tr '\n' ' ')
 work=$(mktemp -d)

@@ -172,6 +172,22 @@ Status rename_or_exchange(const std::string& from, const std::string& to, bool* 
   return Status::Ok();
 }
 
+Status pread_fully(int fd, const std::string& path, uint64_t offset, uint64_t bytes, void* dst) {
+  char* p = static_cast<char*>(dst);
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd, p, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return file_error("cannot read", path, errno);
+    if (n == 0)
+      return data_loss(path + ": the file ends at byte " + std::to_string(offset) +
+                       " but more data was expected: the file is truncated");
+    p += n;
+    offset += static_cast<uint64_t>(n);
+    bytes -= static_cast<uint64_t>(n);
+  }
+  return Status::Ok();
+}
+
 Result<std::string> read_text_file(const std::string& path, size_t max_bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {

@@ -59,6 +59,9 @@ Status remove_tree(const std::string& path);
 // (renameat2 RENAME_EXCHANGE) and `from` then names the old one.
 // *exchanged says which happened.
 Status rename_or_exchange(const std::string& from, const std::string& to, bool* exchanged);
+// `bytes` bytes at `offset` of the open file `fd` (named `path` in errors);
+// DATA_LOSS when the file ends first: it is truncated.
+Status pread_fully(int fd, const std::string& path, uint64_t offset, uint64_t bytes, void* dst);
 // A small text file, whole; NOT_FOUND when it does not exist.
 Result<std::string> read_text_file(const std::string& path, size_t max_bytes);
 bool path_exists(const std::string& path);

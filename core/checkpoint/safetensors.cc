@@ -73,22 +73,6 @@ void put_u64_le(uint64_t v, char out[8]) {
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
 }
 
-Status pread_fully(int fd, const std::string& path, uint64_t offset, uint64_t bytes, void* dst) {
-  char* p = static_cast<char*>(dst);
-  while (bytes > 0) {
-    const ssize_t n = ::pread(fd, p, bytes, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return file_error("cannot read", path, errno);
-    if (n == 0)
-      return data_loss(path + ": the file ends at byte " + std::to_string(offset) +
-                       " but more data was expected: the file is truncated");
-    p += n;
-    offset += static_cast<uint64_t>(n);
-    bytes -= static_cast<uint64_t>(n);
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 const char* safetensors_dtype_name(dscore_dtype dtype) {

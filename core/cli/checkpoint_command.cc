@@ -1,11 +1,13 @@
 // Checkpoint tools:
 //   dscore checkpoint inspect DIR [--tag T]
+//   dscore checkpoint import DEEPSPEED_DIR OUT [--tag T]
 //   dscore zero-to-fp32 DIR OUT [--tag T] [--max-shard-size 5GB]
 //   dscore export-hf DIR OUT [--tag T] [--max-shard-size 5GB] [--dtype fp32|bf16|fp16]
 #include <cstdio>
 
 #include "core/app/hf_export.h"
 #include "core/checkpoint/consolidate.h"
+#include "core/checkpoint/deepspeed_import.h"
 #include "core/checkpoint/inspect.h"
 #include "core/cli/commands.h"
 #include "core/cli/options.h"
@@ -18,14 +20,48 @@ int report_error(const Status& status) {
   return kExitFailure;
 }
 
+// `dscore checkpoint import DEEPSPEED_DIR OUT [--tag T]`.
+int import_command(const std::vector<std::string>& args) {
+  const char* usage = "usage: dscore checkpoint import DEEPSPEED_DIR OUT [--tag T]";
+  po::options_description options("checkpoint import options");
+  std::string dir, out, tag;
+  options.add_options()("dir", po::value<std::string>(&dir)->required(),
+                        "the folder DeepSpeed's save_checkpoint wrote (holding `latest`)")(
+      "out", po::value<std::string>(&out)->required(),
+      "the dscore checkpoint folder to write (`dscore run --resume OUT` continues from it)")(
+      "tag", po::value<std::string>(&tag), "the tag to import (default: the one `latest` names)");
+  po::positional_options_description positional;
+  positional.add("dir", 1).add("out", 1);
+  po::variables_map vm;
+  int exit_code = kExitOk;
+  if (!parse_options(args, options, positional, usage, &vm, &exit_code)) return exit_code;
+  auto result = checkpoint::import_deepspeed_checkpoint(dir, out, {tag});
+  if (!result.ok()) return report_error(result.status());
+  std::printf(
+      "imported %s of %s: ZeRO stage %d, %d rank(s), %s, optimizer %s, %zu parameters "
+      "(%lld elements), step %lld\n",
+      result->tag.c_str(), dir.c_str(), result->zero_stage, result->world_size,
+      result->model_dtype.c_str(), result->optimizer.empty() ? "none" : result->optimizer.c_str(),
+      result->params, static_cast<long long>(result->elements),
+      static_cast<long long>(result->global_steps));
+  for (const std::string& f : result->files)
+    std::printf("  %s/%s/%s\n", out.c_str(), result->tag.c_str(), f.c_str());
+  return kExitOk;
+}
+
 }  // namespace
 
 int checkpoint_command(const std::vector<std::string>& args) {
-  const char* usage = "usage: dscore checkpoint inspect DIR [--tag T]";
+  const char* usage =
+      "usage: dscore checkpoint inspect DIR [--tag T]\n"
+      "       dscore checkpoint import DEEPSPEED_DIR OUT [--tag T]";
+  if (!args.empty() && args[0] == "import") return import_command({args.begin() + 1, args.end()});
   if (args.empty() || args[0] != "inspect") {
     if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
       std::printf(
-          "%s\n  verify a checkpoint's checksums and completeness and print what it holds\n",
+          "%s\n  inspect: verify a checkpoint's checksums and completeness and print what it "
+          "holds\n  import: make a checkpoint DeepSpeed's save_checkpoint wrote into a dscore "
+          "checkpoint\n",
           usage);
       return kExitOk;
     }

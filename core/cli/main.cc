@@ -32,6 +32,8 @@ const char* kUsage =
     "                                          preview the lr (and momentum) of every step\n"
     "  loss-scale --config F --overflows OOCC  the fp16 loss scale after each step of a pattern\n"
     "  checkpoint inspect DIR [--tag T]        verify a checkpoint and print what it holds\n"
+    "  checkpoint import DEEPSPEED_DIR OUT [--tag T]\n"
+    "                                          a DeepSpeed checkpoint as a dscore checkpoint\n"
     "  zero-to-fp32 DIR OUT [--max-shard-size 5GB]\n"
     "                                          consolidate a checkpoint into model.safetensors\n"
     "  export-hf DIR OUT [--max-shard-size 5GB] [--dtype fp32|bf16|fp16]\n"

@@ -67,7 +67,15 @@ const std::vector<std::string> kTokens = {"{",
                                           "\"weight_map\"",
                                           "\xc4\xa0",
                                           "\xff",
-                                          "\\u0000"};
+                                          "\\u0000",
+                                          "PK\x01\x02",
+                                          "PK\x05\x06",
+                                          "\x80\x02",
+                                          "ctorch\nFloatStorage\n",
+                                          "cos\nsystem\n",
+                                          "R",
+                                          "Q",
+                                          "."};
 
 const Mutations kMutations{kTokens, /*digits=*/false, /*integers=*/true};
 
@@ -98,6 +106,7 @@ TEST(ReaderFuzzCorpus, SafetensorsHeaders) { run("safetensors", safetensors_head
 TEST(ReaderFuzzCorpus, HuggingFaceConfigAndIndex) { run("hf_folder", hf_folder, mutants()); }
 TEST(ReaderFuzzCorpus, TokenizerJson) { run("tokenizer", tokenizer_json, mutants()); }
 TEST(ReaderFuzzCorpus, LlmcShardHeaders) { run("llmc", llmc_shard, mutants()); }
+TEST(ReaderFuzzCorpus, TorchSaveFiles) { run("torch", torch_file, mutants()); }
 
 }  // namespace
 }  // namespace dscore::fuzz

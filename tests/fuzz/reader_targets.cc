@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/checkpoint/safetensors.h"
+#include "core/checkpoint/torch_file.h"
 #include "core/data/token_file.h"
 #include "core/tokenizer/hf_tokenizer.h"
 #include "hf_config.h"
@@ -132,6 +133,29 @@ std::string llmc_shard(std::string_view bytes) {
   const Status vocab = file->check_vocab(50257);
   if (!vocab.ok()) return check_error(vocab.message(), path);
   return "";
+}
+
+// Every tensor the pickle names (any depth) is read, or refused by name.
+std::string read_tensors(const checkpoint::TorchFile& file, const checkpoint::PickleValue& v,
+                         int depth) {
+  using K = checkpoint::PickleValue::Kind;
+  if (depth > 64) return "";
+  if (v.is(K::kTensor) && v.tensor.numel() <= (1 << 20)) {
+    auto values = file.read_f32(v.tensor);
+    if (!values.ok()) return check_error(values.status().message(), file.path());
+  }
+  for (const checkpoint::PickleRef& item : v.items)
+    if (std::string p = read_tensors(file, *item, depth + 1); !p.empty()) return p;
+  for (const auto& [key, value] : v.dict)
+    if (std::string p = read_tensors(file, *value, depth + 1); !p.empty()) return p;
+  return "";
+}
+
+std::string torch_file(std::string_view bytes) {
+  const std::string path = write(scratch() / "model_states.pt", bytes);
+  auto file = checkpoint::TorchFile::open(path);
+  if (!file.ok()) return check_error(file.status().message(), path);
+  return read_tensors(*file, file->root(), 0);
 }
 
 }  // namespace dscore::fuzz

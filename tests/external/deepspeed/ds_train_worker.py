@@ -6,7 +6,9 @@ set; rank 0 writes the result as JSON.
 Usage: ds_train_worker.py <result.json> <config.json>...
 Each config is a ds_config.json with dscore's "model", "seed" and
 "train_steps"; the runs go one after another in this process, each with a
-fresh engine. (DeepSpeed's CPU FusedAdam keeps its step counter in one
+fresh engine. A config may also name "save_checkpoint_at" (a step) and
+"save_checkpoint_dir": the engine saves its checkpoint there after that step
+and trains on (check_checkpoint_import.py). (DeepSpeed's CPU FusedAdam keeps its step counter in one
 process-wide C++ optimizer; a new engine's step 1 resets its beta powers
 through std::pow(beta, 1) == beta, and later steps take the running
 product again, so the arithmetic is that of a fresh process.)
@@ -23,7 +25,7 @@ import dscore_mlp
 # The keys only `dscore run` reads (DeepSpeed ignores unknown top-level keys,
 # but handing it only its own keeps the two configs' overlap explicit).
 DSCORE_ONLY = {"model", "data", "train_steps", "seed", "csv_monitor", "plugins", "comm",
-               "checkpoint_dir"}
+               "checkpoint_dir", "save_checkpoint_at", "save_checkpoint_dir"}
 
 
 def train(config_path):
@@ -39,7 +41,7 @@ def train(config_path):
     train, micro = engine.train_batch_size(), engine.train_micro_batch_size_per_gpu()
     gas = engine.gradient_accumulation_steps()
 
-    losses, lrs_applied, lrs_after, optimizer_types = [], [], [], set()
+    losses, mean_losses, lrs_applied, lrs_after = [], [], [], []
     for step in range(steps):
         rank_loss = 0.0
         for m in range(gas):
@@ -52,9 +54,14 @@ def train(config_path):
                 lrs_applied.append(engine.get_lr()[0])  # the lr this update uses
             engine.step()
         losses.append(rank_loss)
+        mean = torch.tensor([rank_loss], dtype=torch.float64)
+        torch.distributed.all_reduce(mean)
+        mean_losses.append(mean.item() / world)  # every rank's micro-batches: the whole batch
         lrs_after.append(engine.get_lr()[0])  # the monitor's Train/Samples/lr
+        if step + 1 == config.get("save_checkpoint_at"):
+            engine.save_checkpoint(config["save_checkpoint_dir"])
     basic = getattr(engine, "basic_optimizer", None) or engine.optimizer
-    result = {"losses": losses, "lrs_applied": lrs_applied, "lrs_after": lrs_after,
+    result = {"losses": losses, "mean_losses": mean_losses, "lrs_applied": lrs_applied, "lrs_after": lrs_after,
               "optimizer": type(basic).__name__, "wrapper": type(engine.optimizer).__name__, "gas": gas}
     engine.destroy()
     return result

@@ -4,7 +4,8 @@
 # 2 ranks, also with ZeRO-Offload at 1-3 (check_training.py), the fp16 loss-scale trace against DeepSpeed's
 # DynamicLossScaler (check_loss_scaler.py, through `dscore loss-scale`), and
 # every LR scheduler against
-# DeepSpeed's classes (check_lr_schedules.py).
+# DeepSpeed's classes (check_lr_schedules.py), and DeepSpeed's own
+# checkpoints imported and resumed (check_checkpoint_import.py).
 #
 # The venv and the CPU-only environment: venv.sh. DeepSpeed JIT-compiles
 # its CPU Adam the first time (a few minutes): the build is kept in
@@ -21,7 +22,7 @@ dscore="$(realpath "$1")"
 source "$here/venv.sh"
 deepspeed_venv "deepspeed checks"
 failed=0
-for check in check_lr_schedules.py check_loss_scaler.py check_training.py; do
+for check in check_lr_schedules.py check_loss_scaler.py check_training.py check_checkpoint_import.py; do
   start=$SECONDS
   log="$(mktemp)"
   if ! "$venv/bin/python" "$here/$check" "$dscore" > "$log" 2>&1; then

@@ -2,9 +2,11 @@
 """Writes the seed corpora of the reader fuzz targets (tests/fuzz/reader_targets.h),
 one folder per target, deterministically: run it again after changing it and
 commit what it writes. python3 tests/fuzz/readers/make_seeds.py"""
+import io
 import json
 import os
 import struct
+import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -91,3 +93,65 @@ def shard(magic, version, tokens, fmt):
 
 write("llmc", "u16.bin", shard(20240520, 1, [50256, 1, 2, 3, 65535], "H"))
 write("llmc", "u32.bin", shard(20240801, 7, [128000, 1, 2**31 - 1], "I"))
+
+
+# torch: torch.save archives (stored zip entries, pickle protocol 2) in the
+# shape of DeepSpeed's checkpoint files, assembled by hand (no torch).
+def p_str(s):
+    b = s.encode()
+    return b"X" + struct.pack("<I", len(b)) + b
+
+
+def p_int(v):
+    return b"J" + struct.pack("<i", v)
+
+
+def p_global(module, name):
+    return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
+
+
+def p_dict(items):
+    return b"}(" + b"".join(k + v for k, v in items) + b"u"
+
+
+def p_tensor(key, shape, dtype="FloatStorage", offset=0):
+    strides, n = [], 1
+    for d in reversed(shape):
+        strides.insert(0, n)
+        n *= d
+    return (p_global("torch._utils", "_rebuild_tensor_v2") + b"((" + p_str("storage") +
+            p_global("torch", dtype) + p_str(key) + p_str("cpu") + p_int(n) + b"tQ" + p_int(offset) +
+            b"(" + b"".join(p_int(d) for d in shape) + b"t(" + b"".join(p_int(s) for s in strides) +
+            b"t\x89" + p_global("collections", "OrderedDict") + b")RtR")
+
+
+def torch_save(name, pickled, storages):
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
+        z.writestr(name + "/data.pkl", b"\x80\x02" + pickled + b".")
+        z.writestr(name + "/byteorder", "little")
+        for key, data in storages.items():
+            z.writestr(name + "/data/" + key, data)
+        z.writestr(name + "/version", "3\n")
+    return out.getvalue()
+
+
+size = p_global("torch", "Size") + b"(" + p_int(2) + p_int(2) + b"t\x85R"
+model = p_dict([(p_str("module"), p_dict([(p_str("w"), p_tensor("0", [2, 2])),
+                                         (p_str("b"), p_tensor("0", [2], offset=4))])),
+                (p_str("param_shapes"), b"](" + p_global("collections", "OrderedDict") + b")R(" +
+                 p_str("w") + size + b"ue"),
+                (p_str("global_steps"), p_int(5)), (p_str("dp_world_size"), p_int(1)),
+                (p_str("ds_config"), p_dict([(p_str("train_batch_size"), p_int(4))]))])
+write("torch", "model_states.pt", torch_save("mp_rank_00_model_states", model,
+                                             {"0": struct.pack("<6f", 1, 2, 3, 4, 5, 6)}))
+scaler = (p_global("deepspeed.runtime.fp16.loss_scaler", "LossScaler") + b")\x81" +
+          p_dict([(p_str("cur_scale"), b"G" + struct.pack(">d", 1.0))]) + b"b")
+optim = p_dict([(p_str("optimizer_state_dict"), p_dict([
+    (p_str("loss_scaler"), scaler), (p_str("dynamic_loss_scale"), b"\x89"),
+    (p_str("single_partition_of_fp32_groups"), b"](" + p_tensor("0", [3]) + b"e"),
+    (p_str("base_optimizer_state"), p_dict([(p_str("state"), p_dict([(p_int(0), p_dict([
+        (p_str("step"), p_int(5)), (p_str("exp_avg"), p_tensor("1", [4], "BFloat16Storage"))]))]))]))]))])
+write("torch", "optim_states.pt", torch_save("zero_pp_rank_0_mp_rank_00_optim_states", optim,
+                                             {"0": struct.pack("<3f", 1, 2, 3),
+                                              "1": struct.pack("<4H", 0x3f80, 0x4000, 0, 0xbf80)}))

@@ -1,0 +1,170 @@
+// DeepSpeed checkpoints imported (core/checkpoint/deepspeed_import.h), on a
+// ZeRO-2 save of 2 ranks built here byte for byte in DeepSpeed's layout:
+// parameters a [3] and b [2, 2] back to back, padded to 8 (a multiple of
+// 2 x ranks); rank 0 owns elements 0-3 (a, b[0]), rank 1 elements 4-6
+// (b[1..3]) and the padding, which its fp32 slice leaves out and its Adam
+// moments keep. What real DeepSpeed writes is checked against DeepSpeed
+// itself in tests/external/deepspeed/check_checkpoint_import.py.
+#include "core/checkpoint/deepspeed_import.h"
+
+#include <gtest/gtest.h>
+
+#include "core/checkpoint/checkpoint_info.h"
+#include "core/checkpoint/format.h"
+#include "tests/core/checkpoint/torch_save_writer.h"
+#include "tests/fakes/temp_dir.h"
+
+namespace dscore::checkpoint {
+namespace {
+
+using dscore::testing::TempDir;
+using namespace dscore::checkpoint::testing;
+
+std::string size(const std::vector<int>& dims) {
+  std::string t = "(";
+  for (int d : dims) t += binint(d);
+  return global("torch", "Size") + t + "t\x85R";
+}
+
+class DeepSpeedImport : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_.write("ds/latest", "global_step7\n");
+    const std::string config = dict({{str("train_batch_size"), binint(8)},
+                                     {str("zero_optimization"), dict({{str("stage"), binint(2)}})},
+                                     {str("optimizer"), dict({{str("type"), str("Adam")}})}});
+    const std::string shapes = list({global("collections", "OrderedDict") + ")R" + "(" + str("a") +
+                                     size({3}) + str("b") + size({2, 2}) + "u"});
+    const std::string model = dict(
+        {{str("module"), dict({{str("a"), tensor("0", {3})}, {str("b"), tensor("0", {2, 2}, 3)}})},
+         {str("param_shapes"), shapes},
+         {str("lr_scheduler"), dict({{str("last_batch_iteration"), binint(6)}})},
+         {str("global_steps"), binint(7)},
+         {str("global_samples"), binint(56)},
+         {str("skipped_steps"), binint(0)},
+         {str("dp_world_size"), binint(2)},
+         {str("ds_config"), config}});
+    dir_.write("ds/global_step7/mp_rank_00_model_states.pt",
+               torch_save("mp_rank_00_model_states", pickle(model), {{1, 2, 3, 4, 5, 6, 7}}));
+    write_rank(0, {1, 2, 3, 4}, {10, 20, 30, 40});
+    write_rank(1, {5, 6, 7}, {50, 60, 70, 0});
+  }
+
+  void write_rank(int rank, const std::vector<float>& fp32, const std::vector<float>& moment,
+                  const std::string& extra = "") {
+    const int n = static_cast<int>(fp32.size()), padded = static_cast<int>(moment.size());
+    const std::string state =
+        dict({{binint(0), dict({{str("step"), binint(7)},
+                                {str("exp_avg"), tensor("1", {padded})},
+                                {str("exp_avg_sq"), tensor("2", {padded})}})}});
+    const std::string osd = dict(
+        {{str("loss_scaler"), object("deepspeed.runtime.fp16.loss_scaler", "LossScaler",
+                                     dict({{str("cur_scale"), binfloat(1.0)}}))},
+         {str("dynamic_loss_scale"), "\x89"},
+         {str("single_partition_of_fp32_groups"), list({tensor("0", {n})})},
+         {str("base_optimizer_state"), dict({{str("state"), state}, {str("param_groups"), "]"}})}});
+    std::vector<float> squares = moment;
+    for (float& v : squares) v *= v;
+    const std::string name = "zero_pp_rank_" + std::to_string(rank) + "_mp_rank_00_optim_states";
+    dir_.write("ds/global_step7/" + name + ".pt",
+               torch_save(name, pickle(dict({{str("optimizer_state_dict"), osd}}) + extra),
+                          {fp32, moment, squares}));
+  }
+
+  std::vector<float> read(const std::string& slot, const std::string& param, int64_t count) {
+    auto info = open_checkpoint(dir_.file("out"), "");
+    EXPECT_TRUE(info.ok()) << info.status().message();
+    auto set = FragmentSet::open(info->path, info->state.optim_files);
+    EXPECT_TRUE(set.ok()) << set.status().message();
+    std::vector<float> out(static_cast<size_t>(count));
+    Status st = set->read(slot, param, 0, count, 1, DSCORE_DTYPE_F32, out.data());
+    EXPECT_TRUE(st.ok()) << st.message();
+    return out;
+  }
+
+  TempDir dir_{"dscore_ds_import"};
+};
+
+TEST_F(DeepSpeedImport, TheRanksSlicesBecomeWholeParametersWithTheirState) {
+  auto result = import_deepspeed_checkpoint(dir_.file("ds"), dir_.file("out"), {});
+  ASSERT_TRUE(result.ok()) << result.status().message();
+  EXPECT_EQ(result->tag, "global_step7");
+  EXPECT_EQ(result->zero_stage, 2);
+  EXPECT_EQ(result->world_size, 2);
+  EXPECT_EQ(result->elements, 7);
+  EXPECT_EQ(read("fp32", "a", 3), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(read("fp32", "b", 4), (std::vector<float>{4, 5, 6, 7}));
+  EXPECT_EQ(read("exp_avg", "b", 4), (std::vector<float>{40, 50, 60, 70}));
+  EXPECT_EQ(read("exp_avg_sq", "a", 3), (std::vector<float>{100, 400, 900}));
+  auto info = open_checkpoint(dir_.file("out"), "");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->state.counters.global_steps, 7);
+  EXPECT_EQ(info->state.counters.global_samples, 56);
+  EXPECT_EQ(info->state.lr_last_batch_iteration, 6);
+  EXPECT_EQ(info->state.optimizer_type, "adam");
+  EXPECT_EQ(info->state.train_batch_size, 8);
+  ASSERT_EQ(info->state.params.size(), 2u);
+  EXPECT_EQ(info->state.params[1].shape, (std::vector<int64_t>{2, 2}));
+}
+
+TEST_F(DeepSpeedImport, AMissingRankFileIsNamed) {
+  std::filesystem::remove(dir_.file("ds/global_step7/zero_pp_rank_1_mp_rank_00_optim_states.pt"));
+  auto result = import_deepspeed_checkpoint(dir_.file("ds"), dir_.file("out"), {});
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), DSCORE_NOT_FOUND);
+  EXPECT_NE(result.status().message().find("zero_pp_rank_1_mp_rank_00_optim_states.pt: missing; "
+                                           "the checkpoint was saved by 2 ranks"),
+            std::string::npos)
+      << result.status().message();
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("out/latest")));
+}
+
+TEST_F(DeepSpeedImport, ASliceOfTheWrongSizeIsALayoutError) {
+  write_rank(1, {5, 6}, {50, 60, 0, 0});
+  auto result = import_deepspeed_checkpoint(dir_.file("ds"), dir_.file("out"), {});
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), DSCORE_DATA_LOSS);
+  EXPECT_NE(result.status().message().find("rank 1 saved 2 fp32 values"), std::string::npos)
+      << result.status().message();
+}
+
+TEST_F(DeepSpeedImport, ARankFileThatWouldRunCodeIsRefused) {
+  // A pickle that loads fine up to a call torch.load would make.
+  const std::string name = "zero_pp_rank_1_mp_rank_00_optim_states";
+  dir_.write(
+      "ds/global_step7/" + name + ".pt",
+      torch_save(name, pickle(global("subprocess", "check_call") + "(" + str("id") + "tR"), {}));
+  auto result = import_deepspeed_checkpoint(dir_.file("ds"), dir_.file("out"), {});
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), DSCORE_INVALID_ARGUMENT);
+  EXPECT_NE(result.status().message().find(name + ".pt: refused: the pickle names the global "
+                                                  "subprocess.check_call"),
+            std::string::npos)
+      << result.status().message();
+}
+
+TEST_F(DeepSpeedImport, NoLatestAskForATagAndAnExistingTagIsKept) {
+  std::filesystem::remove(dir_.file("ds/latest"));
+  auto result = import_deepspeed_checkpoint(dir_.file("ds"), dir_.file("out"), {});
+  ASSERT_FALSE(result.ok());
+  EXPECT_NE(result.status().message().find("--tag"), std::string::npos)
+      << result.status().message();
+  ASSERT_TRUE(
+      import_deepspeed_checkpoint(dir_.file("ds"), dir_.file("out"), {"global_step7"}).ok());
+  auto again = import_deepspeed_checkpoint(dir_.file("ds"), dir_.file("out"), {"global_step7"});
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.status().message().find("global_step7 exists"), std::string::npos)
+      << again.status().message();
+}
+
+TEST_F(DeepSpeedImport, ModelParallelCheckpointsAreRefusedByName) {
+  dir_.write("ds/global_step7/mp_rank_01_model_states.pt", "x");
+  auto result = import_deepspeed_checkpoint(dir_.file("ds"), dir_.file("out"), {});
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), DSCORE_UNIMPLEMENTED);
+  EXPECT_NE(result.status().message().find("model (tensor) parallelism"), std::string::npos)
+      << result.status().message();
+}
+
+}  // namespace
+}  // namespace dscore::checkpoint

@@ -1,0 +1,105 @@
+"""DeepSpeed's own checkpoints, imported: DeepSpeed trains the oracle mlp
+(check_training.py's reference problem) on 2 ranks, saves with
+engine.save_checkpoint after step 10 and trains on to step 20. dscore
+imports that folder (`dscore checkpoint import`, no torch involved) and
+resumes from it (`dscore run --resume`) at 1 and 2 ranks; its losses at
+steps 11-20 must match DeepSpeed's own steps 11-20 within check_training.py's
+bounds (fp32 2e-6 relative, bf16 2e-2), and its lr must equal DeepSpeed's at
+every step. At 2 ranks the loss compared is rank 0's; at 1 rank, the mean
+over DeepSpeed's two ranks (the same whole batch).
+
+Runs: ZeRO stages 0-3 in fp32 and 1-3 in bf16 (DeepSpeed's bf16 at stage 0
+keeps its masters in a wrapper dscore does not import: refused by name).
+
+Usage: check_checkpoint_import.py <dscore binary>
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import check_training as ct
+
+SAVE_AT = 10
+RUNS = [("fp32", s) for s in (0, 1, 2, 3)] + [("bf16", s) for s in (1, 2, 3)]
+
+
+def run(cmd, what, cwd=None):
+    out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=ct.DSCORE_RUN_SECONDS,
+                         start_new_session=True)
+    if out.returncode != 0:
+        sys.exit(f"check_checkpoint_import: FAILED: {what}:\n{out.stdout}{out.stderr}")
+    return out.stdout
+
+
+def main():
+    dscore = os.path.abspath(sys.argv[1])
+    failures = []
+    with tempfile.TemporaryDirectory() as folder:
+        paths = {}
+        for dtype, stage in RUNS:
+            config = ct.config_for(dtype, stage, False)
+            config["save_checkpoint_at"] = SAVE_AT
+            config["save_checkpoint_dir"] = os.path.join(folder, f"deepspeed_{dtype}_s{stage}")
+            paths[(dtype, stage)] = os.path.join(folder, f"{dtype}_s{stage}.json")
+            with open(paths[(dtype, stage)], "w") as f:
+                json.dump(config, f)
+        started = time.time()
+        procs, result, logs = ct.start_deepspeed(2, list(paths.values()), folder)
+        codes = ct.wait_ranks(procs, started + ct.DEEPSPEED_SECONDS)
+        if any(codes):
+            for log in logs:
+                print(open(log).read()[-4000:], file=sys.stderr)
+            sys.exit(f"check_checkpoint_import: FAILED: a DeepSpeed rank exited with {codes}")
+        with open(result) as f:
+            deepspeed = json.load(f)
+        print(f"check_checkpoint_import: DeepSpeed {deepspeed['deepspeed']} trained and saved "
+              f"{len(RUNS)} runs in {time.time() - started:.0f} s")
+        for (dtype, stage), path in paths.items():
+            ds = deepspeed["runs"][path]
+            with open(path) as f:
+                config = json.load(f)
+            imported = os.path.join(folder, f"imported_{dtype}_s{stage}")
+            said = run([dscore, "checkpoint", "import", config["save_checkpoint_dir"], imported],
+                       f"dscore checkpoint import ({dtype}, stage {stage})")
+            for key in ("save_checkpoint_at", "save_checkpoint_dir"):
+                del config[key]
+            for world in (1, 2):
+                work = os.path.join(folder, f"dscore_{dtype}_s{stage}_w{world}")
+                os.makedirs(work)
+                config["csv_monitor"] = {"enabled": True, "output_path": "out", "job_name": "csv"}
+                with open(os.path.join(work, "config.json"), "w") as f:
+                    json.dump(config, f)
+                run([dscore, "run", "--config", "config.json", "--resume", imported, "-n", str(world)],
+                    f"dscore run --resume ({dtype}, stage {stage}, {world} ranks)", cwd=work)
+                losses = ct.read_csv(os.path.join(work, "out/csv/Train_Samples_train_loss.csv"), "train_loss")
+                lrs = ct.read_csv(os.path.join(work, "out/csv/Train_Samples_lr.csv"), "lr")
+                want = (ds["losses"] if world == 2 else ds["mean_losses"])[SAVE_AT:]
+                name = f"{dtype} stage {stage}, resumed at {world} rank{'s' if world > 1 else ''}"
+                if len(losses) != len(want):
+                    failures.append(f"{name}: dscore logged {len(losses)} losses after the resume, "
+                                    f"DeepSpeed {len(want)}")
+                    continue
+                rels = [abs(a - b) / abs(a) for a, b in zip(want, losses)]
+                worst = max(range(len(rels)), key=rels.__getitem__)
+                lr_ok = lrs == ds["lrs_after"][SAVE_AT:]
+                print(f"check_checkpoint_import: {name}: steps {SAVE_AT + 1}-{SAVE_AT + len(want)} max rel "
+                      f"{max(rels):.3g} (step {SAVE_AT + worst + 1}), lr "
+                      f"{'equal at every step' if lr_ok else 'DIFFERENT'}")
+                if max(rels) > ct.LOSS_RTOL[dtype]:
+                    failures.append(f"{name}: step {SAVE_AT + worst + 1} loss DeepSpeed {want[worst]!r}, "
+                                    f"dscore {losses[worst]!r}: relative {rels[worst]:.3g} > "
+                                    f"{ct.LOSS_RTOL[dtype]}")
+                if not lr_ok:
+                    failures.append(f"{name}: lr DeepSpeed {ds['lrs_after'][SAVE_AT:]}, dscore {lrs}")
+            print(f"check_checkpoint_import: {said.splitlines()[0]}")
+    for f in failures:
+        print(f"check_checkpoint_import: MISMATCH: {f}", file=sys.stderr)
+    if failures:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
