@@ -15,6 +15,7 @@
 #include <dscore/cpp/dtype.hpp>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -98,7 +99,10 @@ class Importer {
     DSCORE_RETURN_IF_ERROR(find_tag(options.tag));
     DSCORE_RETURN_IF_ERROR(read_model_states());
     std::vector<RankState> ranks;
-    if (stage_ == 0) {
+    if (universal_) {
+      DSCORE_ASSIGN_OR_RETURN(RankState r, read_universal());
+      ranks.push_back(std::move(r));
+    } else if (stage_ == 0) {
       DSCORE_ASSIGN_OR_RETURN(RankState r, read_stage0());
       ranks.push_back(std::move(r));
     } else {
@@ -139,23 +143,21 @@ class Importer {
     if (!is_folder(ds_dir_)) return not_found(ds_dir_ + ": no such folder");
     tag_ = wanted;
     if (tag_.empty()) {
-      auto latest = read_text_file(ds_dir_ + "/latest", 4096);
-      if (!latest.ok()) {
-        if (path_exists(ds_dir_ + "/latest_universal"))
-          return unimplemented(ds_dir_ +
-                               " holds a universal checkpoint (latest_universal): "
-                               "import the checkpoint DeepSpeed saved before "
-                               "ds_to_universal.py instead");
+      // `latest`, or `latest_universal` where only ds_to_universal.py's output is.
+      const bool universal =
+          !path_exists(ds_dir_ + "/latest") && path_exists(ds_dir_ + "/latest_universal");
+      auto latest = read_text_file(ds_dir_ + (universal ? "/latest_universal" : "/latest"), 4096);
+      if (!latest.ok())
         return not_found(ds_dir_ +
                          "/latest: missing; name the checkpoint with --tag (a "
                          "global_step<N> folder of " +
                          ds_dir_ + ")");
-      }
       tag_ = *latest;
       while (!tag_.empty() && (tag_.back() == '\n' || tag_.back() == ' ')) tag_.pop_back();
     }
     DSCORE_RETURN_IF_ERROR(check_tag(tag_));
     if (!is_folder(folder())) return not_found(folder() + ": no such checkpoint folder");
+    universal_ = is_folder(folder() + "/zero");
     if (path_exists(folder() + "/mp_rank_01_model_states.pt") ||
         path_exists(folder() + "/zero_pp_rank_0_mp_rank_01_model_states.pt"))
       return unsupported(folder(), "a checkpoint saved with model (tensor) parallelism");
@@ -301,6 +303,53 @@ class Importer {
       DSCORE_RETURN_IF_ERROR(read_moments(*model_file_, *s, p.numel, p.offset, &out));
     }
     for (auto& [slot, values] : out.slots) values.resize(out.fp32.size());
+    return out;
+  }
+
+  // ds_to_universal.py's folder: zero/<param>/{fp32,<moment>...}.pt each
+  // {'param': the whole tensor} (or the tensor, flat, from a stage-3 save),
+  // zero/<param>/step.pt, zero/optimizer_state.pt.
+  Result<RankState> read_universal() {
+    RankState out;
+    int64_t at = 0;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      out.pieces.push_back({i, 0, params_[i].numel, at});
+      at += params_[i].numel;
+    }
+    out.fp32.resize(static_cast<size_t>(at));
+    for (const Piece& p : out.pieces) {
+      const std::string dir = folder() + "/zero/" + params_[p.param].name;
+      std::vector<std::string> names;
+      std::error_code ec;
+      for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+        names.push_back(e.path().filename().string());
+      if (ec)
+        return not_found(dir + ": missing from the universal checkpoint (" + ec.message() + ")");
+      std::sort(names.begin(), names.end());
+      for (const std::string& n : names) {
+        if (n.size() < 4 || n.substr(n.size() - 3) != ".pt") continue;
+        DSCORE_ASSIGN_OR_RETURN(TorchFile file, TorchFile::open(dir + "/" + n));
+        const std::string slot = n.substr(0, n.size() - 3);
+        if (slot == "step") {
+          if (file.root().is_number()) out.step = std::max(out.step, file.root().number());
+          continue;
+        }
+        // {'param': tensor, 'cat_dim': 0}, or (from a stage-3 save) the flat tensor alone.
+        const PickleValue* t = file.root().is(K::kTensor) ? &file.root() : file.root().get("param");
+        if (t == nullptr || !t->is(K::kTensor) || t->tensor.numel() != p.numel)
+          return layout_error(file.path(), "no tensor of " + std::to_string(p.numel) +
+                                               " elements (a 'param' entry or the whole file)");
+        std::vector<float>& dst = slot == "fp32" ? out.fp32 : out.slots[slot];
+        dst.resize(out.fp32.size());
+        DSCORE_RETURN_IF_ERROR(file.read_f32(t->tensor, 0, p.numel, dst.data() + p.offset));
+      }
+    }
+    const std::string common = folder() + "/zero/optimizer_state.pt";
+    if (path_exists(common)) {
+      DSCORE_ASSIGN_OR_RETURN(TorchFile file, TorchFile::open(common));
+      if (const PickleValue* scale = file.root().get("loss_scaler"))
+        read_loss_scaler(*scale, file.root().get("dynamic_loss_scale"));
+    }
     return out;
   }
 
@@ -568,6 +617,7 @@ class Importer {
   }
 
   std::string ds_dir_, out_dir_, tag_;
+  bool universal_ = false;  // ds_to_universal.py's layout: one whole tensor per parameter and state
   std::optional<TorchFile> model_file_;
   const PickleValue* module_ = nullptr;
   json::Value ds_config_;

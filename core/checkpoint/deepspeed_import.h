@@ -5,6 +5,7 @@
 //   <ds>/latest, <ds>/<tag>/mp_rank_00_model_states.pt            stages 0-2
 //   <ds>/<tag>/zero_pp_rank_R_mp_rank_00_model_states.pt          stage 3
 //   <ds>/<tag>/[bf16_]zero_pp_rank_R_mp_rank_00_optim_states.pt   stages 1-3
+//   <ds>/latest_universal, <ds>/<tag>/zero/<param>/<state>.pt      ds_to_universal.py's
 //
 // DeepSpeed keeps each rank's fp32 master weights and optimizer state as
 // flat partitions: stages 1-2 lay the parameters back to back (param_shapes

@@ -10,6 +10,8 @@ over DeepSpeed's two ranks (the same whole batch).
 
 Runs: ZeRO stages 0-3 in fp32 and 1-3 in bf16 (DeepSpeed's bf16 at stage 0
 keeps its masters in a wrapper dscore does not import: refused by name).
+The universal format too: DeepSpeed's ds_to_universal.py converts the
+stage-2 and stage-3 saves, and dscore imports and resumes those the same way.
 
 Usage: check_checkpoint_import.py <dscore binary>
 """
@@ -24,6 +26,7 @@ import check_training as ct
 
 SAVE_AT = 10
 RUNS = [("fp32", s) for s in (0, 1, 2, 3)] + [("bf16", s) for s in (1, 2, 3)]
+UNIVERSAL = [("fp32", 2), ("fp32", 3), ("bf16", 2)]
 
 
 def run(cmd, what, cwd=None):
@@ -57,27 +60,42 @@ def main():
             deepspeed = json.load(f)
         print(f"check_checkpoint_import: DeepSpeed {deepspeed['deepspeed']} trained and saved "
               f"{len(RUNS)} runs in {time.time() - started:.0f} s")
-        for (dtype, stage), path in paths.items():
+        sources = [(run_, path, False) for run_, path in paths.items()]
+        sources += [(run_, paths[run_], True) for run_ in UNIVERSAL]
+        for (dtype, stage), path, universal in sources:
             ds = deepspeed["runs"][path]
             with open(path) as f:
                 config = json.load(f)
-            imported = os.path.join(folder, f"imported_{dtype}_s{stage}")
-            said = run([dscore, "checkpoint", "import", config["save_checkpoint_dir"], imported],
-                       f"dscore checkpoint import ({dtype}, stage {stage})")
+            kind = "universal" if universal else "saved"
+            source = config["save_checkpoint_dir"]
+            if universal:
+                tag = f"global_step{SAVE_AT}"
+                converted = source + "_universal"
+                run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder",
+                     os.path.join(source, tag), "--output_folder",
+                     os.path.join(converted, tag + "_universal"), "--num_extract_workers", "1",
+                     "--num_merge_workers", "1", "--inject_missing_state"],
+                    f"ds_to_universal.py ({dtype}, stage {stage})")
+                with open(os.path.join(converted, "latest_universal"), "w") as f:
+                    f.write(tag + "_universal")
+                source = converted
+            imported = os.path.join(folder, f"imported_{kind}_{dtype}_s{stage}")
+            said = run([dscore, "checkpoint", "import", source, imported],
+                       f"dscore checkpoint import ({kind}, {dtype}, stage {stage})")
             for key in ("save_checkpoint_at", "save_checkpoint_dir"):
                 del config[key]
             for world in (1, 2):
-                work = os.path.join(folder, f"dscore_{dtype}_s{stage}_w{world}")
+                work = os.path.join(folder, f"dscore_{kind}_{dtype}_s{stage}_w{world}")
                 os.makedirs(work)
                 config["csv_monitor"] = {"enabled": True, "output_path": "out", "job_name": "csv"}
                 with open(os.path.join(work, "config.json"), "w") as f:
                     json.dump(config, f)
                 run([dscore, "run", "--config", "config.json", "--resume", imported, "-n", str(world)],
-                    f"dscore run --resume ({dtype}, stage {stage}, {world} ranks)", cwd=work)
+                    f"dscore run --resume ({kind}, {dtype}, stage {stage}, {world} ranks)", cwd=work)
                 losses = ct.read_csv(os.path.join(work, "out/csv/Train_Samples_train_loss.csv"), "train_loss")
                 lrs = ct.read_csv(os.path.join(work, "out/csv/Train_Samples_lr.csv"), "lr")
                 want = (ds["losses"] if world == 2 else ds["mean_losses"])[SAVE_AT:]
-                name = f"{dtype} stage {stage}, resumed at {world} rank{'s' if world > 1 else ''}"
+                name = f"{kind} {dtype} stage {stage}, resumed at {world} rank{'s' if world > 1 else ''}"
                 if len(losses) != len(want):
                     failures.append(f"{name}: dscore logged {len(losses)} losses after the resume, "
                                     f"DeepSpeed {len(want)}")
