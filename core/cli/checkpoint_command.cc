@@ -1,16 +1,21 @@
 // Checkpoint tools:
 //   dscore checkpoint inspect DIR [--tag T]
 //   dscore checkpoint import DEEPSPEED_DIR OUT [--tag T]
+//   dscore checkpoint export-deepspeed DIR OUT --world-size N [--stage 1|2] [--tag T]
 //   dscore zero-to-fp32 DIR OUT [--tag T] [--max-shard-size 5GB]
 //   dscore export-hf DIR OUT [--tag T] [--max-shard-size 5GB] [--dtype fp32|bf16|fp16]
 #include <cstdio>
 
 #include "core/app/hf_export.h"
+#include "core/checkpoint/checkpoint_info.h"
 #include "core/checkpoint/consolidate.h"
+#include "core/checkpoint/deepspeed_export.h"
 #include "core/checkpoint/deepspeed_import.h"
 #include "core/checkpoint/inspect.h"
 #include "core/cli/commands.h"
 #include "core/cli/options.h"
+#include "core/config/json.h"
+#include "core/engine/environment.h"
 
 namespace dscore::cli {
 namespace {
@@ -49,19 +54,80 @@ int import_command(const std::vector<std::string>& args) {
   return kExitOk;
 }
 
+// `dscore checkpoint export-deepspeed DIR OUT --world-size N [--stage 1|2] [--tag T]`.
+int export_deepspeed_command(const std::vector<std::string>& args) {
+  const char* usage =
+      "usage: dscore checkpoint export-deepspeed DIR OUT --world-size N [--stage 1|2] [--tag T]";
+  po::options_description options("checkpoint export-deepspeed options");
+  std::string dir, out;
+  checkpoint::DeepSpeedExportOptions exported;
+  options.add_options()("dir", po::value<std::string>(&dir)->required(),
+                        "the dscore checkpoint folder (holding `latest`)")(
+      "out", po::value<std::string>(&out)->required(),
+      "the folder to write, for DeepSpeed's engine.load_checkpoint(OUT)")(
+      "world-size", po::value<int>(&exported.world_size)->required(),
+      "the data-parallel ranks DeepSpeed will load it with")(
+      "stage", po::value<int>(&exported.zero_stage)->default_value(2),
+      "the ZeRO stage DeepSpeed will load it at: 1 or 2")(
+      "tag", po::value<std::string>(&exported.tag),
+      "the tag to export (default: the one `latest` names)");
+  po::positional_options_description positional;
+  positional.add("dir", 1).add("out", 1);
+  po::variables_map vm;
+  int exit_code = kExitOk;
+  if (!parse_options(args, options, positional, usage, &vm, &exit_code)) return exit_code;
+  // The lr DeepSpeed's param group resumes with: the schedule of the config
+  // the checkpoint was trained with, at its saved position.
+  auto info = checkpoint::open_checkpoint(dir, exported.tag);
+  if (!info.ok()) return report_error(info.status());
+  InitializeOptions init;
+  init.own_model = true;
+  init.trust_config_plugin_paths = read_engine_environment().trust_config_plugin_paths;
+  comm::JobEnv saved_job;  // the config was resolved for the world size that saved it
+  saved_job.world_size = info->header0.world_size;
+  init.job = saved_job;
+  const std::optional<Setup> setup = prepare_text_or_report(
+      json::serialize(info->state.ds_config), info->path + " (its saved config)", info->path, init);
+  if (!setup) return kExitFailure;
+  if (!setup->selection.optimizer)
+    return report_error(
+        invalid_argument(info->path + ": its saved config has no optimizer section"));
+  double base_lr = 0;
+  auto schedule = make_schedule(*setup, &base_lr);
+  if (!schedule.ok()) return report_error(schedule.status());
+  exported.next_lr = base_lr;
+  if (*schedule) {
+    auto point = (*schedule)->point_at(info->state.lr_last_batch_iteration, 0);
+    if (!point.ok()) return report_error(point.status());
+    exported.next_lr = point->lr;
+  }
+  auto result = checkpoint::export_deepspeed_checkpoint(dir, out, exported);
+  if (!result.ok()) return report_error(result.status());
+  std::printf("exported %s at step %lld for DeepSpeed at ZeRO stage %d on %d rank(s):\n",
+              result->tag.c_str(), static_cast<long long>(result->global_steps),
+              exported.zero_stage, exported.world_size);
+  for (const std::string& f : result->files)
+    std::printf("  %s/%s/%s\n", out.c_str(), result->tag.c_str(), f.c_str());
+  return kExitOk;
+}
+
 }  // namespace
 
 int checkpoint_command(const std::vector<std::string>& args) {
   const char* usage =
       "usage: dscore checkpoint inspect DIR [--tag T]\n"
-      "       dscore checkpoint import DEEPSPEED_DIR OUT [--tag T]";
+      "       dscore checkpoint import DEEPSPEED_DIR OUT [--tag T]\n"
+      "       dscore checkpoint export-deepspeed DIR OUT --world-size N [--stage 1|2] [--tag T]";
   if (!args.empty() && args[0] == "import") return import_command({args.begin() + 1, args.end()});
+  if (!args.empty() && args[0] == "export-deepspeed")
+    return export_deepspeed_command({args.begin() + 1, args.end()});
   if (args.empty() || args[0] != "inspect") {
     if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
       std::printf(
           "%s\n  inspect: verify a checkpoint's checksums and completeness and print what it "
           "holds\n  import: make a checkpoint DeepSpeed's save_checkpoint wrote into a dscore "
-          "checkpoint\n",
+          "checkpoint\n  export-deepspeed: write a dscore checkpoint as DeepSpeed's ZeRO-1/2 "
+          "checkpoint, for its load_checkpoint\n",
           usage);
       return kExitOk;
     }

@@ -139,21 +139,15 @@ int lr_schedule_command(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   // As the engine: one parameter group whose base lr is the optimizer's.
-  const std::vector<double> base_lrs = {optimizer_base_lr(*setup->selection.optimizer)};
-  std::unique_ptr<plugin_host::SchedulerInstance> scheduler;
-  if (setup->selection.scheduler) {
-    plugin_host::InstanceContext context;
-    context.seed = cfg.seed;
-    auto created = plugin_host::SchedulerInstance::create(*setup->selection.scheduler->info,
-                                                          setup->selection.scheduler->params,
-                                                          context, base_lrs, cfg.train_steps);
-    if (!created.ok()) {
-      std::fprintf(stderr, "error: %s: scheduler: %s\n", loaded.source_name.c_str(),
-                   created.status().message().c_str());
-      return kExitUsage;
-    }
-    scheduler = std::move(*created);
+  double base_lr = 0;
+  auto schedule = make_schedule(*setup, &base_lr);
+  if (!schedule.ok()) {
+    std::fprintf(stderr, "error: %s: scheduler: %s\n", loaded.source_name.c_str(),
+                 schedule.status().message().c_str());
+    return kExitUsage;
   }
+  const std::vector<double> base_lrs = {base_lr};
+  std::unique_ptr<plugin_host::SchedulerInstance> scheduler = std::move(*schedule);
   std::vector<Row> rows;
   bool betas = false;
   const int64_t first = scheduler ? scheduler->first_iteration() : -1;

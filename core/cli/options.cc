@@ -29,9 +29,9 @@ bool parse_options(const std::vector<std::string>& args, const po::options_descr
   return true;
 }
 
-std::optional<Setup> prepare_or_report(const std::string& config_path,
-                                       const InitializeOptions& init) {
-  Result<Setup> setup = prepare(config_path, init);
+namespace {
+
+std::optional<Setup> report_setup(Result<Setup> setup) {
   if (!setup.ok()) {
     std::fprintf(stderr, "error: %s\n", setup.status().message().c_str());
     return std::nullopt;
@@ -43,6 +43,31 @@ std::optional<Setup> prepare_or_report(const std::string& config_path,
     return std::nullopt;
   }
   return std::move(setup).value();
+}
+
+}  // namespace
+
+std::optional<Setup> prepare_or_report(const std::string& config_path,
+                                       const InitializeOptions& init) {
+  return report_setup(prepare(config_path, init));
+}
+
+std::optional<Setup> prepare_text_or_report(const std::string& json_text, const std::string& source,
+                                            const std::string& config_dir,
+                                            const InitializeOptions& init) {
+  return report_setup(prepare_text(json_text, source, config_dir, init));
+}
+
+Result<std::unique_ptr<plugin_host::SchedulerInstance>> make_schedule(const Setup& setup,
+                                                                      double* base_lr) {
+  *base_lr = optimizer_base_lr(*setup.selection.optimizer);
+  if (!setup.selection.scheduler) return std::unique_ptr<plugin_host::SchedulerInstance>();
+  const config::TrainingConfig& cfg = *setup.loaded.config;
+  plugin_host::InstanceContext context;
+  context.seed = cfg.seed;
+  return plugin_host::SchedulerInstance::create(*setup.selection.scheduler->info,
+                                                setup.selection.scheduler->params, context,
+                                                {*base_lr}, cfg.train_steps);
 }
 
 bool log_format_ok(const std::string& format) {

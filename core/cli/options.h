@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/engine/initialize.h"
+#include "core/plugin_host/instances.h"
 
 namespace dscore::cli {
 
@@ -27,6 +28,17 @@ bool parse_options(const std::vector<std::string>& args, const po::options_descr
 // comes back (the command then exits kExitUsage).
 std::optional<Setup> prepare_or_report(const std::string& config_path,
                                        const InitializeOptions& init);
+// The same for a config given as JSON text (`source` names it in errors).
+// Relative paths in it resolve against `config_dir`.
+std::optional<Setup> prepare_text_or_report(const std::string& json_text, const std::string& source,
+                                            const std::string& config_dir,
+                                            const InitializeOptions& init);
+
+// The config's LR schedule as the engine builds it: one parameter group
+// whose base lr is the optimizer's (*base_lr), and the scheduler over it
+// (nullptr without a "scheduler" section). The setup must select an optimizer.
+Result<std::unique_ptr<plugin_host::SchedulerInstance>> make_schedule(const Setup& setup,
+                                                                      double* base_lr);
 
 // --log-format's value is text or json; otherwise says so on stderr.
 bool log_format_ok(const std::string& format);

@@ -8,7 +8,9 @@ Each config is a ds_config.json with dscore's "model", "seed" and
 "train_steps"; the runs go one after another in this process, each with a
 fresh engine. A config may also name "save_checkpoint_at" (a step) and
 "save_checkpoint_dir": the engine saves its checkpoint there after that step
-and trains on (check_checkpoint_import.py). (DeepSpeed's CPU FusedAdam keeps its step counter in one
+and trains on (check_checkpoint_import.py); or "load_checkpoint_dir": the
+engine loads that checkpoint first and trains from its step on
+(check_checkpoint_export.py). (DeepSpeed's CPU FusedAdam keeps its step counter in one
 process-wide C++ optimizer; a new engine's step 1 resets its beta powers
 through std::pow(beta, 1) == beta, and later steps take the running
 product again, so the arithmetic is that of a fresh process.)
@@ -25,7 +27,7 @@ import dscore_mlp
 # The keys only `dscore run` reads (DeepSpeed ignores unknown top-level keys,
 # but handing it only its own keeps the two configs' overlap explicit).
 DSCORE_ONLY = {"model", "data", "train_steps", "seed", "csv_monitor", "plugins", "comm",
-               "checkpoint_dir", "save_checkpoint_at", "save_checkpoint_dir"}
+               "checkpoint_dir", "save_checkpoint_at", "save_checkpoint_dir", "load_checkpoint_dir"}
 
 
 def train(config_path):
@@ -42,7 +44,13 @@ def train(config_path):
     gas = engine.gradient_accumulation_steps()
 
     losses, mean_losses, lrs_applied, lrs_after = [], [], [], []
-    for step in range(steps):
+    start = 0
+    if config.get("load_checkpoint_dir"):
+        path, _ = engine.load_checkpoint(config["load_checkpoint_dir"])
+        if path is None:
+            raise RuntimeError(f"DeepSpeed loaded nothing from {config['load_checkpoint_dir']}")
+        start = engine.global_steps
+    for step in range(start, steps):
         rank_loss = 0.0
         for m in range(gas):
             first = dscore_mlp.micro_batch_first_sample(step, m, rank, world, train, micro)

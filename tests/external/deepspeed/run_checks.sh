@@ -4,8 +4,9 @@
 # 2 ranks, also with ZeRO-Offload at 1-3 (check_training.py), the fp16 loss-scale trace against DeepSpeed's
 # DynamicLossScaler (check_loss_scaler.py, through `dscore loss-scale`), and
 # every LR scheduler against
-# DeepSpeed's classes (check_lr_schedules.py), and DeepSpeed's own
-# checkpoints imported and resumed (check_checkpoint_import.py).
+# DeepSpeed's classes (check_lr_schedules.py), DeepSpeed's own
+# checkpoints imported and resumed (check_checkpoint_import.py), and dscore's
+# exported for DeepSpeed to resume (check_checkpoint_export.py).
 #
 # The venv and the CPU-only environment: venv.sh. DeepSpeed JIT-compiles
 # its CPU Adam the first time (a few minutes): the build is kept in
@@ -22,7 +23,8 @@ dscore="$(realpath "$1")"
 source "$here/venv.sh"
 deepspeed_venv "deepspeed checks"
 failed=0
-for check in check_lr_schedules.py check_loss_scaler.py check_training.py check_checkpoint_import.py; do
+for check in check_lr_schedules.py check_loss_scaler.py check_training.py check_checkpoint_import.py \
+    check_checkpoint_export.py; do
   start=$SECONDS
   log="$(mktemp)"
   if ! "$venv/bin/python" "$here/$check" "$dscore" > "$log" 2>&1; then
