@@ -1,0 +1,59 @@
+"""One rank of a DeepSpeed run that trains a Hugging Face LlamaForCausalLM on
+an llm.c token shard the way `dscore run` reads it (data.shuffle false):
+global sample i is chunk i mod N, tokens [k*T, k*T + T + 1); micro-batch m
+of rank r at step s starts at sample s*B + m*micro*W + r*micro
+(core/data/sampler.h). Started by check_llama_import.py with the
+distributed environment set; rank 0 writes the per-step losses as JSON.
+
+Usage: ds_llama_worker.py <result.json> <hf folder> <token shard> <T> <steps> <save at> <save dir> <ds_config.json>
+"""
+import json
+import sys
+
+import deepspeed
+import numpy as np
+import torch
+from transformers import LlamaForCausalLM
+
+
+def main():
+    result_path, folder, shard, T, steps, save_at, save_dir, config_path = sys.argv[1:9]
+    T, steps, save_at = int(T), int(steps), int(save_at)
+    deepspeed.init_distributed(dist_backend="gloo", verbose=False)
+    torch.set_num_threads(1)
+    rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    with open(shard, "rb") as f:
+        header = np.frombuffer(f.read(1024), dtype=np.int32)
+        tokens = np.frombuffer(f.read(), dtype=np.uint16)[:header[2]].astype(np.int64)
+    chunks = (len(tokens) - 1) // T
+    with open(config_path) as f:
+        ds_config = json.load(f)
+    model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
+    batch, micro = engine.train_batch_size(), engine.train_micro_batch_size_per_gpu()
+    gas = engine.gradient_accumulation_steps()
+    losses, mean_losses = [], []
+    for step in range(steps):
+        rank_loss = 0.0
+        for m in range(gas):
+            first = step * batch + m * micro * world + rank * micro
+            rows = torch.tensor(np.stack([tokens[(k % chunks) * T:(k % chunks) * T + T + 1]
+                                          for k in range(first, first + micro)]))
+            loss = engine(input_ids=rows, labels=rows).loss
+            engine.backward(loss)
+            rank_loss += loss.item() / gas
+            engine.step()
+        losses.append(rank_loss)
+        mean = torch.tensor([rank_loss], dtype=torch.float64)
+        torch.distributed.all_reduce(mean)
+        mean_losses.append(mean.item() / world)
+        if step + 1 == save_at:
+            engine.save_checkpoint(save_dir)
+    if rank == 0:
+        with open(result_path, "w") as f:
+            json.dump({"losses": losses, "mean_losses": mean_losses, "deepspeed": deepspeed.__version__}, f)
+    torch.distributed.barrier()
+
+
+if __name__ == "__main__":
+    main()
