@@ -30,9 +30,16 @@ Result<CheckpointInfo> open_checkpoint(const std::string& dir, const std::string
         "another tag");
   info.model0_name = model_states_name(0, 0);
   if (!path_exists(info.path + "/" + info.model0_name)) info.model0_name = model_states_name(3, 0);
-  if (!path_exists(info.path + "/" + info.model0_name))
+  if (!path_exists(info.path + "/" + info.model0_name)) {
+    if (path_exists(info.path + "/mp_rank_00_model_states.pt") ||
+        path_exists(info.path + "/zero_pp_rank_0_mp_rank_00_model_states.pt"))
+      return failed_precondition(info.path +
+                                 " is a DeepSpeed checkpoint (.pt files): convert it with `dscore "
+                                 "checkpoint import " +
+                                 dir + " OUT`, then resume from OUT");
     return data_loss(info.path + " has no " + model_states_name(0, 0) + " or " + info.model0_name +
                      ": not a dscore checkpoint, or an incomplete copy of one");
+  }
   DSCORE_ASSIGN_OR_RETURN(info.model0, SafetensorsReader::open(info.path + "/" + info.model0_name));
   DSCORE_ASSIGN_OR_RETURN(info.header0, parse_header(info.model0));
   const SafetensorsReader& model0 = info.model0;

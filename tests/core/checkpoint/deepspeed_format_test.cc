@@ -163,6 +163,17 @@ TEST_F(DeepSpeedImport, NoLatestAskForATagAndAnExistingTagIsKept) {
       << again.status().message();
 }
 
+TEST_F(DeepSpeedImport, ResumingFromTheDeepSpeedFolderItselfSaysHowToConvertIt) {
+  auto info = open_checkpoint(dir_.file("ds"), "");
+  ASSERT_FALSE(info.ok());
+  EXPECT_EQ(info.status().code(), DSCORE_FAILED_PRECONDITION);
+  EXPECT_NE(info.status().message().find("is a DeepSpeed checkpoint (.pt files): convert it with "
+                                         "`dscore checkpoint import " +
+                                         dir_.file("ds")),
+            std::string::npos)
+      << info.status().message();
+}
+
 TEST_F(DeepSpeedImport, ModelParallelCheckpointsAreRefusedByName) {
   dir_.write("ds/global_step7/mp_rank_01_model_states.pt", "x");
   auto result = import_deepspeed_checkpoint(dir_.file("ds"), dir_.file("out"), {});
