@@ -277,8 +277,8 @@ class Importer {
     return Status::Ok();
   }
 
-  Result<RankState> read_stage0() {
-    const std::string& name = model_file_->path();
+  // One rank holding every parameter whole, back to back (stage 0, universal).
+  RankState whole_parameters() const {
     RankState out;
     int64_t at = 0;
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -286,6 +286,12 @@ class Importer {
       at += params_[i].numel;
     }
     out.fp32.resize(static_cast<size_t>(at));
+    return out;
+  }
+
+  Result<RankState> read_stage0() {
+    const std::string& name = model_file_->path();
+    RankState out = whole_parameters();
     for (const Piece& p : out.pieces)
       DSCORE_RETURN_IF_ERROR(model_file_->read_f32(module_->dict[p.param].second->tensor, 0,
                                                    p.numel, out.fp32.data() + p.offset));
@@ -310,13 +316,7 @@ class Importer {
   // {'param': the whole tensor} (or the tensor, flat, from a stage-3 save),
   // zero/<param>/step.pt, zero/optimizer_state.pt.
   Result<RankState> read_universal() {
-    RankState out;
-    int64_t at = 0;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      out.pieces.push_back({i, 0, params_[i].numel, at});
-      at += params_[i].numel;
-    }
-    out.fp32.resize(static_cast<size_t>(at));
+    RankState out = whole_parameters();
     for (const Piece& p : out.pieces) {
       const std::string dir = folder() + "/zero/" + params_[p.param].name;
       std::vector<std::string> names;

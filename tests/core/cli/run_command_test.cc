@@ -407,7 +407,7 @@ TEST(CliRun, RanksEndWithTheirLauncherWhenItIsKilled) {
   const fs::path config = dir.write("ds_config.json", text);
   ProcessOptions options;
   options.env = mpi_test_env();
-  options.timeout = std::chrono::seconds(4);
+  options.timeout = std::chrono::seconds(8);  // mpirun and two ASan ranks start in 1-4 s
   options.descendants_grace = std::chrono::seconds(10);
   ProcessResult r = run_dscore({"run", "--config", config.string(), "-n", "2"}, options);
   ASSERT_TRUE(r.timed_out) << r.describe();
