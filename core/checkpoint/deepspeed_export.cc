@@ -89,12 +89,17 @@ class Exporter {
     const std::string staging = final_folder + ".partial";
     DSCORE_RETURN_IF_ERROR(remove_tree(staging));
     DSCORE_RETURN_IF_ERROR(make_folders(staging));
-    for (int r = 0; r < options_.world_size; ++r) DSCORE_RETURN_IF_ERROR(write_rank(staging, r));
+    if (options_.universal) {
+      DSCORE_RETURN_IF_ERROR(write_universal(staging));
+    } else {
+      for (int r = 0; r < options_.world_size; ++r) DSCORE_RETURN_IF_ERROR(write_rank(staging, r));
+    }
     DSCORE_RETURN_IF_ERROR(write_model_states(staging));
     bool exchanged = false;
     DSCORE_RETURN_IF_ERROR(rename_or_exchange(staging, final_folder, &exchanged));
     DSCORE_RETURN_IF_ERROR(sync_folder(out_));
-    DSCORE_RETURN_IF_ERROR(write_file_durably(out_ + "/" + kLatestName, info_.tag));
+    DSCORE_RETURN_IF_ERROR(write_file_durably(
+        out_ + "/" + (options_.universal ? "latest_universal" : kLatestName), info_.tag));
     DeepSpeedExportResult result;
     result.tag = info_.tag;
     result.files = files_;
@@ -122,6 +127,89 @@ class Exporter {
     for (const SavedParam& p : st.params) total_ += p.numel;
     const int64_t align = 2 * static_cast<int64_t>(options_.world_size);
     partition_ = (total_ + align - 1) / align * align / options_.world_size;
+    return Status::Ok();
+  }
+
+  // What DeepSpeed's ZeRO-1/2 state dict holds besides tensors: the loss
+  // scaler (static 1.0: fp32 and bf16), overflow and clipping.
+  void write_global_state(PickleWriter& p) const {
+    const json::Value* clip = info_.state.ds_config.find("gradient_clipping");
+    p.string("loss_scaler").begin_object(kLossScaler, "LossScaler");
+    p.string("cur_scale").real(1.0).string("dynamic").boolean(false).end_object();
+    p.string("dynamic_loss_scale").boolean(false).string("overflow").boolean(false);
+    p.string("clip_grad").real(clip != nullptr && clip->is_number() ? clip->as_number() : 0.0);
+  }
+
+  // The Adam param group DeepSpeed's optimizer resumes with (torch's
+  // load_state_dict takes its hyperparameters from here).
+  void write_param_groups(PickleWriter& p) const {
+    const json::Value* params = params_of(info_.state.ds_config);
+    const json::Value* bias = params != nullptr ? params->find("bias_correction") : nullptr;
+    const json::Value* betas = params != nullptr ? params->find("betas") : nullptr;
+    p.string("param_groups").begin_list().begin_dict();
+    p.string("lr").real(options_.next_lr);
+    p.string("bias_correction").boolean(bias == nullptr || !bias->is_bool() || bias->as_bool());
+    p.string("betas").begin_tuple();
+    for (size_t i = 0; i < 2; ++i)
+      p.real(betas != nullptr && betas->is_array() && betas->items().size() == 2 &&
+                     betas->items()[i].is_number()
+                 ? betas->items()[i].as_number()
+                 : (i == 0 ? 0.9 : 0.999));
+    p.end_tuple();
+    p.string("eps").real(optimizer_number(info_.state.ds_config, "eps", 1e-8));
+    p.string("weight_decay").real(optimizer_number(info_.state.ds_config, "weight_decay", 0.0));
+    p.string("step").integer(0);
+    p.string("params").begin_list().integer(0).end_list();
+    p.end_dict().end_list();
+  }
+
+  // The partitioning record: stage, this rank's padding, per-parameter
+  // alignment padding (none), partition count, version.
+  void write_layout(PickleWriter& p, int64_t padding, int partitions) const {
+    p.string("zero_stage").begin_call(kStageEnum, "ZeroStageEnum");
+    p.integer(options_.zero_stage).end_call();
+    p.string("group_paddings").begin_list().integer(padding).end_list();
+    p.string("param_alignment_paddings").begin_list().begin_list();
+    for (size_t i = 0; i < info_.state.params.size(); ++i) p.integer(0);
+    p.end_list().end_list();
+    p.string("partition_count").begin_list().integer(partitions).end_list();
+    p.string("ds_version").string(kDeepSpeedVersion);
+  }
+
+  // ds_to_universal.py's layout, which DeepSpeed loads at any world size
+  // with "checkpoint": {"load_universal": true}: zero/<param>/{fp32,
+  // exp_avg, exp_avg_sq}.pt as {'cat_dim': 0, 'param': the whole tensor},
+  // zero/<param>/step.pt, and zero/optimizer_state.pt with the rest.
+  Status write_universal(const std::string& staging) {
+    const TrainingState& st = info_.state;
+    for (const SavedParam& param : st.params) {
+      const std::string folder = staging + "/zero/" + param.name;
+      DSCORE_RETURN_IF_ERROR(make_folders(folder));
+      std::vector<float> values(static_cast<size_t>(param.numel));
+      for (const char* slot : {kMasterSlot, "exp_avg", "exp_avg_sq"}) {
+        DSCORE_RETURN_IF_ERROR(
+            optim_->read(slot, param.name, 0, param.numel, 1, DSCORE_DTYPE_F32, values.data()));
+        const std::string name = std::string(slot) == kMasterSlot ? "fp32" : slot;
+        TorchSaveWriter file(name);
+        const std::string key = file.add_storage(bytes_of(values));
+        PickleWriter p;
+        p.begin_dict().string("cat_dim").integer(0);
+        p.string("param").tensor(key, DSCORE_DTYPE_F32, param.shape, param.numel).end_dict();
+        DSCORE_RETURN_IF_ERROR(file.write(folder + "/" + name + ".pt", p.finish()));
+      }
+      PickleWriter step;
+      step.integer(st.counters.global_steps - st.counters.skipped_steps);
+      DSCORE_RETURN_IF_ERROR(TorchSaveWriter("step").write(folder + "/step.pt", step.finish()));
+    }
+    PickleWriter p;
+    p.begin_dict();
+    write_global_state(p);
+    write_layout(p, 0, 1);
+    write_param_groups(p);
+    p.end_dict();
+    DSCORE_RETURN_IF_ERROR(
+        TorchSaveWriter("optimizer_state").write(staging + "/zero/optimizer_state.pt", p.finish()));
+    files_.push_back("zero/ (" + std::to_string(st.params.size()) + " parameters)");
     return Status::Ok();
   }
 
@@ -159,13 +247,9 @@ class Exporter {
     const std::string m_key = file.add_storage(bytes_of(m));
     const std::string v_key = file.add_storage(bytes_of(v));
     const json::Value& config = st.ds_config;
-    const json::Value* clip = config.find("gradient_clipping");
     PickleWriter p;
     p.begin_dict().string("optimizer_state_dict").begin_dict();
-    p.string("loss_scaler").begin_object(kLossScaler, "LossScaler");
-    p.string("cur_scale").real(1.0).string("dynamic").boolean(false).end_object();
-    p.string("dynamic_loss_scale").boolean(false).string("overflow").boolean(false);
-    p.string("clip_grad").real(clip != nullptr && clip->is_number() ? clip->as_number() : 0.0);
+    write_global_state(p);
     // The torch optimizer state dict of DeepSpeed's Adam: one flat tensor per group.
     p.string("base_optimizer_state").begin_dict().string("state").begin_dict();
     p.integer(0).begin_dict();
@@ -173,38 +257,12 @@ class Exporter {
     p.string("exp_avg").tensor(m_key, DSCORE_DTYPE_F32, {partition_}, partition_);
     p.string("exp_avg_sq").tensor(v_key, DSCORE_DTYPE_F32, {partition_}, partition_);
     p.end_dict().end_dict();
-    p.string("param_groups").begin_list().begin_dict();
-    p.string("lr").real(options_.next_lr);
-    const json::Value* bias =
-        params_of(config) != nullptr ? params_of(config)->find("bias_correction") : nullptr;
-    p.string("bias_correction").boolean(bias == nullptr || !bias->is_bool() || bias->as_bool());
-    p.string("betas").begin_tuple();
-    const json::Value* betas =
-        params_of(config) != nullptr ? params_of(config)->find("betas") : nullptr;
-    for (int i = 0; i < 2; ++i)
-      p.real(betas != nullptr && betas->is_array() && betas->items().size() == 2 &&
-                     betas->items()[static_cast<size_t>(i)].is_number()
-                 ? betas->items()[static_cast<size_t>(i)].as_number()
-                 : (i == 0 ? 0.9 : 0.999));
-    p.end_tuple();
-    p.string("eps").real(optimizer_number(config, "eps", 1e-8));
-    p.string("weight_decay").real(optimizer_number(config, "weight_decay", 0.0));
-    p.string("step").integer(0);
-    p.string("params").begin_list().integer(0).end_list();
-    p.end_dict().end_list().end_dict();
+    write_param_groups(p);
+    p.end_dict();
     p.string("single_partition_of_fp32_groups").begin_list();
     p.tensor(fp32_key, DSCORE_DTYPE_F32, {owned}, owned).end_list();
-    p.string("zero_stage")
-        .begin_call(kStageEnum, "ZeroStageEnum")
-        .integer(options_.zero_stage)
-        .end_call();
-    const int64_t padding = std::max<int64_t>(0, begin + partition_ - std::max(total_, begin));
-    p.string("group_paddings").begin_list().integer(padding).end_list();
-    p.string("param_alignment_paddings").begin_list().begin_list();
-    for (size_t i = 0; i < st.params.size(); ++i) p.integer(0);
-    p.end_list().end_list();
-    p.string("partition_count").begin_list().integer(options_.world_size).end_list();
-    p.string("ds_version").string(kDeepSpeedVersion);
+    write_layout(p, std::max<int64_t>(0, begin + partition_ - std::max(total_, begin)),
+                 options_.world_size);
     p.string("param_slice_mappings").begin_list().begin_ordered_dict();
     for (const Mapping& map : mappings) {
       p.string(map.name).begin_object(kFragment, "fragment_address");

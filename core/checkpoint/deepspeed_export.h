@@ -4,6 +4,7 @@
 //
 //   <out>/latest, <out>/<tag>/mp_rank_00_model_states.pt
 //   <out>/<tag>/[bf16_]zero_pp_rank_R_mp_rank_00_optim_states.pt   R < world_size
+//   or, universal: <out>/latest_universal, <out>/<tag>/zero/<param>/<state>.pt
 //
 // The parameters are laid back to back in the checkpoint's order, padded to a
 // multiple of 2 x world_size, and each rank gets its equal slice of the fp32
@@ -28,6 +29,9 @@ struct DeepSpeedExportOptions {
   // The lr of the next update (the param group's "lr" DeepSpeed resumes
   // with): the caller computes it from the config's schedule.
   double next_lr = 0;
+  // ds_to_universal.py's layout instead (`latest_universal`, zero/<param>/),
+  // which DeepSpeed loads at any world size with "load_universal": true.
+  bool universal = false;
 };
 
 struct DeepSpeedExportResult {

@@ -1,9 +1,9 @@
 // Checkpoint tools:
 //   dscore checkpoint inspect DIR [--tag T]
 //   dscore checkpoint import DEEPSPEED_DIR OUT [--tag T]
-//   dscore checkpoint export-deepspeed DIR OUT --world-size N [--stage 1|2] [--tag T]
-//   dscore zero-to-fp32 DIR OUT [--tag T] [--max-shard-size 5GB]
-//   dscore export-hf DIR OUT [--tag T] [--max-shard-size 5GB] [--dtype fp32|bf16|fp16]
+//   dscore checkpoint export-deepspeed DIR OUT (--world-size N | --universal) [--stage 1|2] [--tag
+//   T] dscore zero-to-fp32 DIR OUT [--tag T] [--max-shard-size 5GB] dscore export-hf DIR OUT [--tag
+//   T] [--max-shard-size 5GB] [--dtype fp32|bf16|fp16]
 #include <cstdio>
 
 #include "core/app/hf_export.h"
@@ -54,10 +54,12 @@ int import_command(const std::vector<std::string>& args) {
   return kExitOk;
 }
 
-// `dscore checkpoint export-deepspeed DIR OUT --world-size N [--stage 1|2] [--tag T]`.
+// `dscore checkpoint export-deepspeed DIR OUT (--world-size N | --universal) [--stage 1|2] [--tag
+// T]`.
 int export_deepspeed_command(const std::vector<std::string>& args) {
   const char* usage =
-      "usage: dscore checkpoint export-deepspeed DIR OUT --world-size N [--stage 1|2] [--tag T]";
+      "usage: dscore checkpoint export-deepspeed DIR OUT (--world-size N | --universal) "
+      "[--stage 1|2] [--tag T]";
   po::options_description options("checkpoint export-deepspeed options");
   std::string dir, out;
   checkpoint::DeepSpeedExportOptions exported;
@@ -65,8 +67,11 @@ int export_deepspeed_command(const std::vector<std::string>& args) {
                         "the dscore checkpoint folder (holding `latest`)")(
       "out", po::value<std::string>(&out)->required(),
       "the folder to write, for DeepSpeed's engine.load_checkpoint(OUT)")(
-      "world-size", po::value<int>(&exported.world_size)->required(),
+      "world-size", po::value<int>(&exported.world_size),
       "the data-parallel ranks DeepSpeed will load it with")(
+      "universal",
+      "write ds_to_universal.py's layout instead, which DeepSpeed loads at any world size "
+      "(\"checkpoint\": {\"load_universal\": true})")(
       "stage", po::value<int>(&exported.zero_stage)->default_value(2),
       "the ZeRO stage DeepSpeed will load it at: 1 or 2")(
       "tag", po::value<std::string>(&exported.tag),
@@ -76,6 +81,14 @@ int export_deepspeed_command(const std::vector<std::string>& args) {
   po::variables_map vm;
   int exit_code = kExitOk;
   if (!parse_options(args, options, positional, usage, &vm, &exit_code)) return exit_code;
+  exported.universal = vm.count("universal") != 0;
+  if (vm.count("world-size") == exported.universal) {
+    std::fprintf(stderr,
+                 "dscore: give --world-size N (the ranks DeepSpeed loads it with) or "
+                 "--universal (any world size), not both\n%s\n",
+                 usage);
+    return kExitUsage;
+  }
   // The lr DeepSpeed's param group resumes with: the schedule of the config
   // the checkpoint was trained with, at its saved position.
   auto info = checkpoint::open_checkpoint(dir, exported.tag);
@@ -103,9 +116,13 @@ int export_deepspeed_command(const std::vector<std::string>& args) {
   }
   auto result = checkpoint::export_deepspeed_checkpoint(dir, out, exported);
   if (!result.ok()) return report_error(result.status());
-  std::printf("exported %s at step %lld for DeepSpeed at ZeRO stage %d on %d rank(s):\n",
-              result->tag.c_str(), static_cast<long long>(result->global_steps),
-              exported.zero_stage, exported.world_size);
+  if (exported.universal)
+    std::printf("exported %s at step %lld for DeepSpeed in the universal format:\n",
+                result->tag.c_str(), static_cast<long long>(result->global_steps));
+  else
+    std::printf("exported %s at step %lld for DeepSpeed at ZeRO stage %d on %d rank(s):\n",
+                result->tag.c_str(), static_cast<long long>(result->global_steps),
+                exported.zero_stage, exported.world_size);
   for (const std::string& f : result->files)
     std::printf("  %s/%s/%s\n", out.c_str(), result->tag.c_str(), f.c_str());
   return kExitOk;
@@ -117,7 +134,9 @@ int checkpoint_command(const std::vector<std::string>& args) {
   const char* usage =
       "usage: dscore checkpoint inspect DIR [--tag T]\n"
       "       dscore checkpoint import DEEPSPEED_DIR OUT [--tag T]\n"
-      "       dscore checkpoint export-deepspeed DIR OUT --world-size N [--stage 1|2] [--tag T]";
+      "       dscore checkpoint export-deepspeed DIR OUT (--world-size N | --universal) [--stage "
+      "1|2] "
+      "[--tag T]";
   if (!args.empty() && args[0] == "import") return import_command({args.begin() + 1, args.end()});
   if (!args.empty() && args[0] == "export-deepspeed")
     return export_deepspeed_command({args.begin() + 1, args.end()});

@@ -34,7 +34,7 @@ const char* kUsage =
     "  checkpoint inspect DIR [--tag T]        verify a checkpoint and print what it holds\n"
     "  checkpoint import DEEPSPEED_DIR OUT [--tag T]\n"
     "                                          a DeepSpeed checkpoint as a dscore checkpoint\n"
-    "  checkpoint export-deepspeed DIR OUT --world-size N [--stage 1|2]\n"
+    "  checkpoint export-deepspeed DIR OUT (--world-size N | --universal) [--stage 1|2]\n"
     "                                          a dscore checkpoint for DeepSpeed's "
     "load_checkpoint\n"
     "  zero-to-fp32 DIR OUT [--max-shard-size 5GB]\n"

@@ -229,6 +229,25 @@ TEST_F(DeepSpeedImport, ExportWritesEachRanksSliceAndImportsBackUnchanged) {
   EXPECT_EQ(read("exp_avg_sq", "a", 3, "again"), (std::vector<float>{100, 400, 900}));
 }
 
+TEST_F(DeepSpeedImport, TheUniversalExportImportsBackUnchanged) {
+  ASSERT_TRUE(import_deepspeed_checkpoint(dir_.file("ds"), dir_.file("out"), {}).ok());
+  DeepSpeedExportOptions options;
+  options.universal = true;
+  auto exported = export_deepspeed_checkpoint(dir_.file("out"), dir_.file("uni"), options);
+  ASSERT_TRUE(exported.ok()) << exported.status().message();
+  EXPECT_EQ(*read_text_file(dir_.file("uni/latest_universal"), 100), "global_step7");
+  auto b = TorchFile::open(dir_.file("uni/global_step7/zero/b/exp_avg.pt"));
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(b->root().get("param")->tensor.shape, (std::vector<int64_t>{2, 2}));
+  auto again = import_deepspeed_checkpoint(dir_.file("uni"), dir_.file("again"), {});
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(read("fp32", "b", 4, "again"), (std::vector<float>{4, 5, 6, 7}));
+  EXPECT_EQ(read("exp_avg", "b", 4, "again"), (std::vector<float>{40, 50, 60, 70}));
+  auto info = open_checkpoint(dir_.file("again"), "");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->state.counters.global_steps, 7);
+}
+
 TEST_F(DeepSpeedImport, ExportRefusesWhatItCannotWriteByName) {
   ASSERT_TRUE(import_deepspeed_checkpoint(dir_.file("ds"), dir_.file("out"), {}).ok());
   DeepSpeedExportOptions options;
