@@ -62,10 +62,6 @@ double optimizer_number(const json::Value& config, const char* key, double fallb
   return v != nullptr && v->is_number() ? v->as_number() : fallback;
 }
 
-std::string bytes_of(const std::vector<float>& v) {
-  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
-}
-
 class Exporter {
  public:
   Exporter(const DeepSpeedExportOptions& options, CheckpointInfo info, std::string out)
@@ -191,7 +187,7 @@ class Exporter {
             optim_->read(slot, param.name, 0, param.numel, 1, DSCORE_DTYPE_F32, values.data()));
         const std::string name = std::string(slot) == kMasterSlot ? "fp32" : slot;
         TorchSaveWriter file(name);
-        const std::string key = file.add_storage(bytes_of(values));
+        const std::string key = file.add_storage(values.data(), values.size() * sizeof(float));
         PickleWriter p;
         p.begin_dict().string("cat_dim").integer(0);
         p.string("param").tensor(key, DSCORE_DTYPE_F32, param.shape, param.numel).end_dict();
@@ -243,9 +239,9 @@ class Exporter {
     const std::string stem = std::string(bf16 ? "bf16_" : "") + "zero_pp_rank_" +
                              std::to_string(rank) + "_mp_rank_00_optim_states";
     TorchSaveWriter file(stem);
-    const std::string fp32_key = file.add_storage(bytes_of(fp32));
-    const std::string m_key = file.add_storage(bytes_of(m));
-    const std::string v_key = file.add_storage(bytes_of(v));
+    const std::string fp32_key = file.add_storage(fp32.data(), fp32.size() * sizeof(float));
+    const std::string m_key = file.add_storage(m.data(), m.size() * sizeof(float));
+    const std::string v_key = file.add_storage(v.data(), v.size() * sizeof(float));
     const json::Value& config = st.ds_config;
     PickleWriter p;
     p.begin_dict().string("optimizer_state_dict").begin_dict();
@@ -285,11 +281,13 @@ class Exporter {
     const size_t width = sdk::dtype_size(dtype_);
     PickleWriter p;
     p.begin_dict().string("module").begin_ordered_dict();
+    std::vector<std::string> weights;  // alive until the file is written
+    weights.reserve(st.params.size());
     for (const SavedParam& param : st.params) {
-      std::string bytes(static_cast<size_t>(param.numel) * width, '\0');
+      weights.emplace_back(static_cast<size_t>(param.numel) * width, '\0');
       DSCORE_RETURN_IF_ERROR(
-          model_->read(kParamSlot, param.name, 0, param.numel, 1, dtype_, bytes.data()));
-      const std::string key = file.add_storage(std::move(bytes));
+          model_->read(kParamSlot, param.name, 0, param.numel, 1, dtype_, weights.back().data()));
+      const std::string key = file.add_storage(weights.back().data(), weights.back().size());
       p.string(param.name).tensor(key, dtype_, param.shape, param.numel);
     }
     p.end_dict();

@@ -98,21 +98,19 @@ class Importer {
   Result<DeepSpeedImportResult> run(const DeepSpeedImportOptions& options) {
     DSCORE_RETURN_IF_ERROR(find_tag(options.tag));
     DSCORE_RETURN_IF_ERROR(read_model_states());
-    std::vector<RankState> ranks;
-    if (universal_) {
-      DSCORE_ASSIGN_OR_RETURN(RankState r, read_universal());
-      ranks.push_back(std::move(r));
-    } else if (stage_ == 0) {
-      DSCORE_ASSIGN_OR_RETURN(RankState r, read_stage0());
-      ranks.push_back(std::move(r));
-    } else {
-      for (int r = 0; r < world_; ++r) {
-        DSCORE_ASSIGN_OR_RETURN(RankState state, read_optim_states(r));
-        ranks.push_back(std::move(state));
-      }
+    // One rank at a time, read and written: memory holds one rank's state.
+    const int files = universal_ || stage_ == 0 ? 1 : world_;
+    DSCORE_RETURN_IF_ERROR(begin_output());
+    std::vector<int64_t> covered(params_.size(), 0);
+    for (int r = 0; r < files; ++r) {
+      Result<RankState> state = universal_    ? read_universal()
+                                : stage_ == 0 ? read_stage0()
+                                              : read_optim_states(r);
+      if (!state.ok()) return abandon(state.status());
+      for (const Piece& p : state->pieces) covered[p.param] += p.numel;
+      if (Status st = write_rank(r, files, *state); !st.ok()) return abandon(st);
     }
-    DSCORE_RETURN_IF_ERROR(check_complete(ranks));
-    DSCORE_RETURN_IF_ERROR(write(ranks));
+    if (Status st = finish_output(covered); !st.ok()) return abandon(st);
     DeepSpeedImportResult result;
     result.tag = tag_;
     result.world_size = world_;
@@ -472,33 +470,23 @@ class Importer {
     hysteresis_ = static_cast<int64_t>(hysteresis);
   }
 
-  // Every element of every parameter in exactly one rank's pieces, and
-  // every rank with the same moments.
-  Status check_complete(const std::vector<RankState>& ranks) const {
-    std::vector<int64_t> covered(params_.size(), 0);
-    for (const RankState& r : ranks)
-      for (const Piece& p : r.pieces) covered[p.param] += p.numel;
+  // Every element of every parameter in exactly one rank's pieces.
+  Status check_complete(const std::vector<int64_t>& covered) const {
     for (size_t i = 0; i < params_.size(); ++i)
       if (covered[i] != params_[i].numel)
         return layout_error(folder(), "parameter " + printable(params_[i].name) + " has " +
                                           std::to_string(covered[i]) + " of its " +
                                           std::to_string(params_[i].numel) +
                                           " elements across the rank files");
-    for (const RankState& r : ranks) {
-      std::vector<std::string> a, b;
-      for (const auto& [k, v] : r.slots) a.push_back(k);
-      for (const auto& [k, v] : ranks.front().slots) b.push_back(k);
-      if (a != b) return layout_error(folder(), "the ranks' optimizer files hold different state");
-    }
     return Status::Ok();
   }
 
-  TrainingState training_state(const std::vector<RankState>& ranks) const {
+  // `files` ranks' files; the optimizer's slots as rank 0 holds them.
+  TrainingState training_state(int files, const RankState& rank0) const {
     TrainingState s;
     s.dscore_version = DSCORE_VERSION;
     s.model_dtype = sdk::dtype_name(model_dtype_);
     for (const Param& p : params_) s.params.push_back({p.name, p.shape, p.numel});
-    const int files = static_cast<int>(ranks.size());
     for (int r = 0; r < files; ++r) {
       if (stage_ == 3 || r == 0) s.model_files.push_back(model_states_name(stage_, r));
       s.optim_files.push_back(optim_states_name(model_dtype_ == DSCORE_DTYPE_BF16, r));
@@ -513,8 +501,7 @@ class Importer {
     std::string type = optimizer_type_;
     std::transform(type.begin(), type.end(), type.begin(), ::tolower);
     s.optimizer_type = type;
-    for (const auto& [slot, values] : ranks.front().slots)
-      s.optimizer_slots.push_back({slot, "fp32", 1});
+    for (const auto& [slot, values] : rank0.slots) s.optimizer_slots.push_back({slot, "fp32", 1});
     s.sampler_next_global_step = global_steps_;
     if (const json::Value* t = ds_config_.find("train_batch_size"); t != nullptr && t->is_number())
       s.train_batch_size = t->as_int();
@@ -525,48 +512,77 @@ class Importer {
     return s;
   }
 
-  Status write(const std::vector<RankState>& ranks) {
+  // The output goes to <out>/<tag>.partial first; finish_output publishes it.
+  Status begin_output() {
     DSCORE_RETURN_IF_ERROR(make_folders(out_dir_));
-    const std::string final_folder = out_dir_ + "/" + tag_;
-    if (path_exists(final_folder))
-      return failed_precondition(final_folder +
+    final_folder_ = out_dir_ + "/" + tag_;
+    if (path_exists(final_folder_))
+      return failed_precondition(final_folder_ +
                                  " exists: import into another folder, or remove it");
-    const std::string staging = final_folder + ".partial";
-    DSCORE_RETURN_IF_ERROR(remove_tree(staging));
-    DSCORE_RETURN_IF_ERROR(make_folders(staging));
+    staging_ = final_folder_ + ".partial";
+    DSCORE_RETURN_IF_ERROR(remove_tree(staging_));
+    DSCORE_RETURN_IF_ERROR(make_folders(staging_));
     std::mt19937_64 rng(std::random_device{}());
-    const std::string id = "import-" + std::to_string(rng());
-    const TrainingState state = training_state(ranks);
-    const json::Value state_json = to_json(state);
-    const bool bf16 = model_dtype_ == DSCORE_DTYPE_BF16;
-    const int files = static_cast<int>(ranks.size());
-    for (int r = 0; r < files; ++r) {
-      const RankState& rs = ranks[static_cast<size_t>(r)];
-      FileHeader header;
-      header.kind = "optim_states";
-      header.tag = tag_;
-      header.checkpoint_id = id;
-      header.rank = r;
-      header.world_size = files;
-      header.zero_stage = stage_;
-      std::vector<TensorData> tensors;
-      auto add = [&](const std::string& slot, const Piece& p, const float* values) {
-        const std::string tensor = slot + "/" + params_[p.param].name;
-        tensors.push_back({{tensor, DSCORE_DTYPE_F32, {p.numel}}, values + p.offset});
-        header.fragments.push_back({tensor, params_[p.param].name, slot, p.element, p.numel});
-      };
-      for (const Piece& p : rs.pieces) add(kMasterSlot, p, rs.fp32.data());
-      for (const auto& [slot, values] : rs.slots)
-        for (const Piece& p : rs.pieces) add(slot, p, values.data());
-      const std::string optim = optim_states_name(bf16, r);
-      DSCORE_RETURN_IF_ERROR(
-          write_safetensors(staging + "/" + optim, tensors, header_metadata(header)));
-      files_.push_back(optim);
-      if (stage_ < 3 && r > 0) continue;
-      DSCORE_RETURN_IF_ERROR(write_model_states(staging, header, rs, state_json));
+    checkpoint_id_ = "import-" + std::to_string(rng());
+    return Status::Ok();
+  }
+
+  Status abandon(const Status& status) {
+    if (!staging_.empty()) (void)remove_tree(staging_);
+    return status;
+  }
+
+  // Rank r's optimizer file (and its model-states file at stage 3, rank 0's
+  // at every stage, with the training state).
+  Status write_rank(int r, int files, const RankState& rs) {
+    if (r == 0) {
+      state_json_ = to_json(training_state(files, rs));
+    } else {
+      std::vector<std::string> names;
+      for (const auto& [k, v] : rs.slots) names.push_back(k);
+      if (names != state_slot_names())
+        return layout_error(optim_name(r), "its optimizer state differs from rank 0's");
     }
+    FileHeader header;
+    header.kind = "optim_states";
+    header.tag = tag_;
+    header.checkpoint_id = checkpoint_id_;
+    header.rank = r;
+    header.world_size = files;
+    header.zero_stage = stage_;
+    std::vector<TensorData> tensors;
+    auto add = [&](const std::string& slot, const Piece& p, const float* values) {
+      const std::string tensor = slot + "/" + params_[p.param].name;
+      tensors.push_back({{tensor, DSCORE_DTYPE_F32, {p.numel}}, values + p.offset});
+      header.fragments.push_back({tensor, params_[p.param].name, slot, p.element, p.numel});
+    };
+    for (const Piece& p : rs.pieces) add(kMasterSlot, p, rs.fp32.data());
+    for (const auto& [slot, values] : rs.slots)
+      for (const Piece& p : rs.pieces) add(slot, p, values.data());
+    const std::string optim = optim_states_name(model_dtype_ == DSCORE_DTYPE_BF16, r);
+    DSCORE_RETURN_IF_ERROR(
+        write_safetensors(staging_ + "/" + optim, tensors, header_metadata(header)));
+    files_.push_back(optim);
+    if (stage_ < 3 && r > 0) return Status::Ok();
+    return write_model_states(staging_, header, rs, state_json_);
+  }
+
+  std::vector<std::string> state_slot_names() const {
+    std::vector<std::string> names;
+    const json::Value* optimizer = state_json_.find("optimizer");
+    const json::Value* slots = optimizer != nullptr ? optimizer->find("slots") : nullptr;
+    if (slots != nullptr && slots->is_array())
+      for (const json::Value& slot : slots->items())
+        if (const json::Value* name = slot.find("name"); name != nullptr && name->is_string())
+          names.push_back(name->as_string());
+    return names;
+  }
+
+  Status finish_output(const std::vector<int64_t>& covered) {
+    DSCORE_RETURN_IF_ERROR(check_complete(covered));
     bool exchanged = false;
-    DSCORE_RETURN_IF_ERROR(rename_or_exchange(staging, final_folder, &exchanged));
+    DSCORE_RETURN_IF_ERROR(rename_or_exchange(staging_, final_folder_, &exchanged));
+    staging_.clear();
     DSCORE_RETURN_IF_ERROR(sync_folder(out_dir_));
     return write_file_durably(out_dir_ + "/" + kLatestName, tag_);
   }
@@ -631,6 +647,8 @@ class Importer {
   double scale_ = 1;
   int64_t scale_iteration_ = 0, last_overflow_ = -1, hysteresis_ = 1;
   std::vector<std::string> files_;
+  std::string final_folder_, staging_, checkpoint_id_;
+  json::Value state_json_;  // the training state, from rank 0's file
 };
 
 }  // namespace

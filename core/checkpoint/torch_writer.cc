@@ -191,74 +191,113 @@ PickleWriter& PickleWriter::end_object() {
 
 std::string PickleWriter::finish() const { return std::string("\x80\x02", 2) + out_ + "."; }
 
-std::string TorchSaveWriter::add_storage(std::string bytes) {
-  storages_.push_back(std::move(bytes));
+std::string TorchSaveWriter::add_storage(const void* data, uint64_t bytes) {
+  storages_.push_back({data, bytes});
   return std::to_string(storages_.size() - 1);
 }
 
 Status TorchSaveWriter::write(const std::string& path, const std::string& pickle) const {
-  std::vector<std::pair<std::string, const std::string*>> entries;
+  constexpr uint32_t kMax32 = 0xffffffffu;
+  struct Entry {
+    std::string name;
+    const char* data;
+    uint64_t bytes;
+    uint32_t crc = 0;
+    uint64_t local = 0;
+  };
   const std::string byteorder = "little", version = "3\n";
-  entries.push_back({name_ + "/data.pkl", &pickle});
-  entries.push_back({name_ + "/byteorder", &byteorder});
+  std::vector<Entry> entries;
+  entries.push_back({name_ + "/data.pkl", pickle.data(), pickle.size()});
+  entries.push_back({name_ + "/byteorder", byteorder.data(), byteorder.size()});
   for (size_t i = 0; i < storages_.size(); ++i)
-    entries.push_back({name_ + "/data/" + std::to_string(i), &storages_[i]});
-  entries.push_back({name_ + "/version", &version});
-  uint64_t total = 0;
-  for (const auto& e : entries) total += e.second->size() + 200;
-  if (total >= 0xffffffffu)
-    return invalid_argument(path +
-                            ": the checkpoint file would pass 4 GiB, which needs zip64 "
-                            "records dscore does not write yet");
-  std::string out, directory;
-  for (const auto& [name, data] : entries) {
-    const uint32_t crc = crc32_update(0, data->data(), data->size());
-    const uint64_t local = out.size();
-    const uint64_t unpadded = local + 30 + name.size() + 4;
-    const uint64_t extra = 4 + (64 - unpadded % 64) % 64;
-    put(out, 0x04034b50, 4);
-    put(out, 20, 2);  // version needed
-    put(out, 0, 2);   // flags
-    put(out, 0, 2);   // stored
-    put(out, 0, 4);   // time, date
-    put(out, crc, 4);
-    put(out, data->size(), 4);
-    put(out, data->size(), 4);
-    put(out, name.size(), 2);
-    put(out, extra, 2);
-    out += name;
-    put(out, 0x4246, 2);  // padding extra field
-    put(out, extra - 4, 2);
-    out.append(extra - 4, 'Z');
-    out += *data;
+    entries.push_back({name_ + "/data/" + std::to_string(i),
+                       static_cast<const char*>(storages_[i].data), storages_[i].bytes});
+  entries.push_back({name_ + "/version", version.data(), version.size()});
+  DSCORE_ASSIGN_OR_RETURN(DurableFile file, DurableFile::create(path));
+  for (Entry& e : entries) {
+    e.crc = crc32_update(0, e.data, e.bytes);
+    e.local = file.size();
+    // A local zip64 field only where the sizes need it; padding (id 0x4246)
+    // puts the data on a 64-byte boundary, as PyTorch's writer does.
+    const bool big = e.bytes >= kMax32;
+    const uint64_t fixed = 30 + e.name.size() + (big ? 20 : 0) + 4;
+    const uint64_t pad = (64 - (e.local + fixed) % 64) % 64;
+    std::string header;
+    put(header, 0x04034b50, 4);
+    put(header, big ? 45 : 20, 2);  // version needed (4.5: zip64)
+    put(header, 0, 2);              // flags
+    put(header, 0, 2);              // stored
+    put(header, 0, 4);              // time, date
+    put(header, e.crc, 4);
+    put(header, big ? kMax32 : e.bytes, 4);
+    put(header, big ? kMax32 : e.bytes, 4);
+    put(header, e.name.size(), 2);
+    put(header, (big ? 20 : 0) + 4 + pad, 2);
+    header += e.name;
+    if (big) {
+      put(header, 1, 2);
+      put(header, 16, 2);
+      put(header, e.bytes, 8);
+      put(header, e.bytes, 8);
+    }
+    put(header, 0x4246, 2);
+    put(header, pad, 2);
+    header.append(pad, 'Z');
+    DSCORE_RETURN_IF_ERROR(file.write(header.data(), header.size()));
+    DSCORE_RETURN_IF_ERROR(file.write(e.data, e.bytes));
+  }
+  // The central directory: every entry's sizes and offset in a zip64 field.
+  const uint64_t directory_offset = file.size();
+  std::string directory;
+  for (const Entry& e : entries) {
     put(directory, 0x02014b50, 4);
-    put(directory, 20, 2);  // version made by
-    put(directory, 20, 2);
+    put(directory, 45, 2);  // version made by
+    put(directory, 45, 2);  // version needed
     put(directory, 0, 2);
     put(directory, 0, 2);
     put(directory, 0, 4);
-    put(directory, crc, 4);
-    put(directory, data->size(), 4);
-    put(directory, data->size(), 4);
-    put(directory, name.size(), 2);
-    put(directory, 0, 2);  // extra
-    put(directory, 0, 2);  // comment
-    put(directory, 0, 2);  // disk
-    put(directory, 0, 2);  // internal attributes
-    put(directory, 0, 4);  // external attributes
-    put(directory, local, 4);
-    directory += name;
+    put(directory, e.crc, 4);
+    put(directory, kMax32, 4);
+    put(directory, kMax32, 4);
+    put(directory, e.name.size(), 2);
+    put(directory, 28, 2);  // extra: the zip64 field
+    put(directory, 0, 2);   // comment
+    put(directory, 0, 2);   // disk
+    put(directory, 0, 2);   // internal attributes
+    put(directory, 0, 4);   // external attributes
+    put(directory, kMax32, 4);
+    directory += e.name;
+    put(directory, 1, 2);
+    put(directory, 24, 2);
+    put(directory, e.bytes, 8);
+    put(directory, e.bytes, 8);
+    put(directory, e.local, 8);
   }
-  const uint64_t directory_offset = out.size();
-  out += directory;
-  put(out, 0x06054b50, 4);
-  put(out, 0, 4);
-  put(out, entries.size(), 2);
-  put(out, entries.size(), 2);
-  put(out, directory.size(), 4);
-  put(out, directory_offset, 4);
-  put(out, 0, 2);
-  return write_file_durably(path, out);
+  const uint64_t record_offset = directory_offset + directory.size();
+  std::string tail = directory;
+  put(tail, 0x06064b50, 4);  // zip64 end of central directory
+  put(tail, 44, 8);
+  put(tail, 45, 2);
+  put(tail, 45, 2);
+  put(tail, 0, 4);
+  put(tail, 0, 4);
+  put(tail, entries.size(), 8);
+  put(tail, entries.size(), 8);
+  put(tail, directory.size(), 8);
+  put(tail, directory_offset, 8);
+  put(tail, 0x07064b50, 4);  // its locator
+  put(tail, 0, 4);
+  put(tail, record_offset, 8);
+  put(tail, 1, 4);
+  put(tail, 0x06054b50, 4);  // end of central directory: see the zip64 record
+  put(tail, 0, 4);
+  put(tail, 0xffff, 2);
+  put(tail, 0xffff, 2);
+  put(tail, kMax32, 4);
+  put(tail, kMax32, 4);
+  put(tail, 0, 2);
+  DSCORE_RETURN_IF_ERROR(file.write(tail.data(), tail.size()));
+  return file.commit();
 }
 
 }  // namespace dscore::checkpoint

@@ -1,7 +1,8 @@
 // Writing files torch.load reads (PyTorch's zip format), for checkpoints
 // DeepSpeed loads: a pickle (protocol 2, as torch.save writes) built value by
 // value, and the archive holding it with one entry per tensor storage
-// (stored, 64-byte aligned, CRC-32), written durably. The reading side is
+// (stored, 64-byte aligned, CRC-32, zip64 records), written durably and
+// streamed. The reading side is
 // torch_file.h.
 #pragma once
 
@@ -53,18 +54,23 @@ class PickleWriter {
 };
 
 // A torch.save archive named `name` (entries "<name>/..."): the pickle and
-// the storages it references by key "0", "1", ... (add_storage returns the key).
+// the storages it references by key "0", "1", ... (add_storage returns the
+// key; the bytes are not copied and must outlive write()). Written durably,
+// streamed, with zip64 records (so past 4 GiB too; readers take them at any
+// size, as PyTorch's own writer always adds them).
 class TorchSaveWriter {
  public:
   explicit TorchSaveWriter(std::string name) : name_(std::move(name)) {}
-  std::string add_storage(std::string bytes);
-  // Writes the archive to `path` durably; INVALID_ARGUMENT past 4 GiB
-  // (zip64 is not written).
+  std::string add_storage(const void* data, uint64_t bytes);
   Status write(const std::string& path, const std::string& pickle) const;
 
  private:
+  struct Storage {
+    const void* data;
+    uint64_t bytes;
+  };
   std::string name_;
-  std::vector<std::string> storages_;
+  std::vector<Storage> storages_;
 };
 
 }  // namespace dscore::checkpoint

@@ -123,6 +123,7 @@ TEST_F(DeepSpeedImport, AMissingRankFileIsNamed) {
             std::string::npos)
       << result.status().message();
   EXPECT_FALSE(std::filesystem::exists(dir_.file("out/latest")));
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("out/global_step7.partial")));
 }
 
 TEST_F(DeepSpeedImport, ASliceOfTheWrongSizeIsALayoutError) {
