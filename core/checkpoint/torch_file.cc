@@ -11,6 +11,8 @@ namespace dscore::checkpoint {
 namespace {
 
 constexpr uint64_t kMaxPickleBytes = 1ull << 30;
+// Storages up to this size are read whole once and kept (views share them).
+constexpr uint64_t kMaxCachedStorage = 64ull << 20;
 
 bool is_float_storage(dscore_dtype d) {
   return d == DSCORE_DTYPE_F32 || d == DSCORE_DTYPE_F16 || d == DSCORE_DTYPE_BF16 ||
@@ -81,17 +83,54 @@ Status TorchFile::read_f32(const TorchTensor& tensor, int64_t begin, int64_t cou
                             std::to_string(count) + " of a tensor of " +
                             std::to_string(tensor.numel()));
   const int64_t first = tensor.storage_offset + begin;
-  DSCORE_ASSIGN_OR_RETURN(const std::string* bytes, storage(tensor, first + count));
-  const char* src = bytes->data() + static_cast<size_t>(first) * sdk::dtype_size(tensor.dtype);
-  if (tensor.dtype == DSCORE_DTYPE_F64) {
-    for (int64_t i = 0; i < count; ++i) {
-      double v;
-      std::memcpy(&v, src + 8 * i, 8);
-      dst[i] = static_cast<float>(v);
+  const size_t width = sdk::dtype_size(tensor.dtype);
+  auto convert = [&](const char* src, int64_t n, float* out) {
+    if (tensor.dtype == DSCORE_DTYPE_F64) {
+      for (int64_t i = 0; i < n; ++i) {
+        double v;
+        std::memcpy(&v, src + 8 * i, 8);
+        out[i] = static_cast<float>(v);
+      }
+    } else {
+      tensor::convert(src, tensor.dtype, out, DSCORE_DTYPE_F32, n);
     }
-  } else {
-    tensor::convert(src, tensor.dtype, dst, DSCORE_DTYPE_F32, count);
+  };
+  const ZipEntry* entry = archive_.find(prefix_ + "data/" + tensor.storage_key);
+  if (entry != nullptr && entry->size > kMaxCachedStorage) {
+    // A large storage (a rank's flat partition) streams through, converted
+    // as it passes (its CRC-32 checked at the end), never held whole.
+    const uint64_t from = static_cast<uint64_t>(first) * width;
+    const uint64_t to = from + static_cast<uint64_t>(count) * width;
+    if (to > entry->size)
+      return data_loss(path() + ": storage " + printable(tensor.storage_key) + " has " +
+                       std::to_string(entry->size) + " bytes; a tensor needs " +
+                       std::to_string(to));
+    uint64_t at = 0;
+    std::string carry;  // an element split between two chunks
+    return archive_.stream(*entry, [&](const char* data, size_t bytes) {
+      const uint64_t lo = std::max(at, from), hi = std::min<uint64_t>(at + bytes, to);
+      for (uint64_t pos = lo; pos < hi;) {
+        const uint64_t element = (pos - from) / width, offset = (pos - from) % width;
+        if (offset != 0 || hi - pos < width) {  // a partial element: gather its bytes
+          const uint64_t take = std::min<uint64_t>(width - offset, hi - pos);
+          carry.append(data + (pos - at), take);
+          pos += take;
+          if (carry.size() == width) {
+            convert(carry.data(), 1, dst + element);
+            carry.clear();
+          }
+          continue;
+        }
+        const uint64_t whole = (hi - pos) / width;
+        convert(data + (pos - at), static_cast<int64_t>(whole), dst + element);
+        pos += whole * width;
+      }
+      at += bytes;
+      return Status::Ok();
+    });
   }
+  DSCORE_ASSIGN_OR_RETURN(const std::string* bytes, storage(tensor, first + count));
+  convert(bytes->data() + static_cast<size_t>(first) * width, count, dst);
   return Status::Ok();
 }
 

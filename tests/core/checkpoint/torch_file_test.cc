@@ -61,6 +61,26 @@ TEST_F(TorchFileTest, ReadsTensorsNumbersAndStrings) {
   EXPECT_EQ(root.get("name")->text, "mlp");
 }
 
+TEST_F(TorchFileTest, ALargeStorageStreamsAndIsStillChecksummed) {
+  // Past 64 MiB a storage is streamed (converted as it passes), not kept.
+  const int n = 17'000'000;
+  std::vector<float> values(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) values[static_cast<size_t>(i)] = static_cast<float>(i);
+  const std::string pickle =
+      std::string("\x80\x02") + "}(" + str("w") + tensor("0", {n - 3}, 3) + "u.";
+  std::string bytes = zip({{"a/data.pkl", pickle}, {"a/data/0", floats(values)}});
+  auto file = TorchFile::open(write(bytes));
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  float got[10];
+  ASSERT_TRUE(file->read_f32(file->root().get("w")->tensor, 9'000'000, 10, got).ok());
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(got[i], static_cast<float>(9'000'003 + i));
+  bytes[bytes.size() - 200] ^= 1;  // in the storage's last bytes, far from the slice read
+  auto damaged = TorchFile::open(write(bytes));
+  ASSERT_TRUE(damaged.ok()) << damaged.status().message();
+  Status st = damaged->read_f32(damaged->root().get("w")->tensor, 0, 10, got);
+  EXPECT_FALSE(st.ok());
+}
+
 TEST_F(TorchFileTest, AGlobalOutsideTheAllowListIsRefusedByName) {
   // What a malicious pickle does: os.system("...") on load.
   const std::string evil =
