@@ -182,9 +182,23 @@ int run_training(const RunOptions& options) {
     log_error(job.status().message());
     return kExitConfigError;
   }
-  if (options.ranks > 1 && job->world_size == 1)
-    return fail(
-        comm::exec_under_mpirun(options.ranks, options.rank_args));  // returns on failure only
+  if ((options.ranks > 1 || options.hosts) && job->world_size == 1) {
+    const Result<comm::LaunchCommand> launch = [&] {
+      if (!options.hosts) return comm::local_launch(options.ranks, options.rank_args);
+      comm::HostLaunch hosts = *options.hosts;
+      hosts.args = options.rank_args;
+      return comm::host_launch(hosts);
+    }();
+    if (!launch.ok()) return fail(launch.status());
+    if (options.dry_run) {
+      std::printf("%s\n", comm::shell_line(*launch).c_str());
+      return 0;
+    }
+    const Status failed = comm::exec_launch(*launch);  // returns on failure only
+    return fail(options.hosts ? failed
+                              : Status(failed.code(), "-n " + std::to_string(options.ranks) + ": " +
+                                                          failed.message()));
+  }
   if (options.ranks > 1 && job->world_size != options.ranks) {
     log_error("-n " + std::to_string(options.ranks) + " but the launcher started " +
               std::to_string(job->world_size) + " ranks; drop -n when using mpirun or srun");

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "core/comm/launcher.h"
+
 namespace dscore {
 
 struct RunOptions {
@@ -28,6 +30,10 @@ struct RunOptions {
   bool trust_config_plugin_paths = false;  // --trust-config-plugin-paths (InitializeOptions)
   // The `run` arguments each rank gets when -n starts them (no -n).
   std::vector<std::string> rank_args;
+  // --hostfile: the ranks are started on these hosts (hosts.args is unused:
+  // rank_args are passed).
+  std::optional<comm::HostLaunch> hosts;
+  bool dry_run = false;  // --dry-run: print the launcher's command instead of running it
 };
 
 int run_training(const RunOptions& options);

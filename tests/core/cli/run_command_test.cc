@@ -416,6 +416,83 @@ TEST(CliRun, RanksEndWithTheirLauncherWhenItIsKilled) {
   EXPECT_FALSE(r.descendants_outlived) << r.describe();
 }
 
+TEST(CliRun, AHostfileOnThisHostTrainsAsMinusNDoes) {
+  // DeepSpeed's hostfile through mpirun's host list: the same job as -n 2.
+  TempDir dir("dscore_cli_run");
+  MlpRunConfig cfg;
+  const fs::path config = dir.write("ds_config.json", cfg.text());
+  const fs::path hostfile = dir.write("hostfile", "# this machine\nlocalhost slots=2\n");
+  ProcessOptions options;
+  options.env = mpi_test_env();
+  ProcessResult hosts =
+      run_dscore({"run", "--config", config.string(), "--hostfile", hostfile.string()}, options);
+  ASSERT_EQ(hosts.exit_code, 0) << hosts.describe();
+  ProcessResult local = run_dscore({"run", "--config", config.string(), "-n", "2"}, options);
+  ASSERT_EQ(local.exit_code, 0) << local.describe();
+  const auto final_line = [](const std::string& out) {
+    const auto lines = lines_starting_with(out, "done: ");
+    return lines.empty() ? std::string() : lines.back().substr(lines.back().find("final loss"));
+  };
+  EXPECT_FALSE(final_line(hosts.out).empty()) << hosts.describe();
+  EXPECT_EQ(final_line(hosts.out), final_line(local.out));
+  EXPECT_NE(hosts.err.find("2 rank(s)"), std::string::npos) << hosts.err;
+}
+
+TEST(CliRun, DryRunPrintsTheLauncherCommandForEachLauncher) {
+  TempDir dir("dscore_cli_run");
+  MlpRunConfig cfg;
+  const fs::path config = dir.write("ds_config.json", cfg.text());
+  const fs::path hostfile = dir.write("hostfile", "node-a slots=4\nnode-b slots=4\n");
+  ProcessOptions options;
+  options.env["SLURM_JOB_ID"] = std::nullopt;
+  options.env["MASTER_PORT"] = std::nullopt;
+  ProcessResult mpi = run_dscore({"run", "--config", config.string(), "--hostfile",
+                                  hostfile.string(), "--num_gpus", "2", "--dry-run"},
+                                 options);
+  ASSERT_EQ(mpi.exit_code, 0) << mpi.describe();
+  EXPECT_NE(mpi.out.find("MASTER_ADDR=node-a MASTER_PORT=29500 "), std::string::npos) << mpi.out;
+  EXPECT_NE(mpi.out.find("mpirun -n 4 --host node-a:2,node-b:2 --bind-to none"), std::string::npos)
+      << mpi.out;
+  EXPECT_NE(mpi.out.find(" run --config " + config.string()), std::string::npos) << mpi.out;
+  options.env["SLURM_JOB_ID"] = "7";
+  ProcessResult srun = run_dscore({"run", "--config", config.string(), "--hostfile",
+                                   hostfile.string(), "--include", "node-b", "--dry-run"},
+                                  options);
+  ASSERT_EQ(srun.exit_code, 0) << srun.describe();
+  EXPECT_NE(srun.out.find("srun --nodes=1 --ntasks=4 --ntasks-per-node=4 --nodelist=node-b"),
+            std::string::npos)
+      << srun.out;
+  ProcessResult local = run_dscore({"run", "--config", config.string(), "-n", "3", "--dry-run"});
+  ASSERT_EQ(local.exit_code, 0) << local.describe();
+  EXPECT_NE(local.out.find("mpirun -n 3 --oversubscribe"), std::string::npos) << local.out;
+}
+
+TEST(CliRun, LauncherFlagsAreRefusedWhereTheyWouldBeIgnored) {
+  TempDir dir("dscore_cli_run");
+  MlpRunConfig cfg;
+  const fs::path config = dir.write("ds_config.json", cfg.text());
+  const fs::path hostfile = dir.write("hostfile", "node-a slots=2\n");
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  } cases[] = {
+      {{"--include", "node-a"}, "--include chooses hosts of a --hostfile"},
+      {{"--launcher", "openmpi"}, "--launcher starts the hosts of a --hostfile"},
+      {{"--dry-run"}, "one local rank has none"},
+      {{"--hostfile", hostfile.string(), "-n", "2"}, "-n counts local ranks"},
+      {{"--hostfile", hostfile.string(), "--num_nodes", "2"},
+       "--num_nodes 2: the hostfile lists 1"},
+      {{"--hostfile", dir.file("missing")}, "cannot read it"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"run", "--config", config.string()};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    ProcessResult r = run_dscore(args);
+    EXPECT_EQ(r.exit_code, 2) << r.describe();
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << c.says << "\n" << r.describe();
+  }
+}
+
 TEST(CliRun, TwoRanksGetMasterAddrAndPortForTheJobsKeyValueStore) {
   // `-n 2` gives its ranks MASTER_ADDR=127.0.0.1 and a free MASTER_PORT: both
   // ranks name the same store (core/comm/job_store.h).
