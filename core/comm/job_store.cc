@@ -58,6 +58,7 @@ Result<TcpKvOptions> options_from_env(const JobEnv& job, int64_t timeout_ms) {
   options.rank = job.rank;
   options.world_size = job.world_size;
   options.connect_timeout_ms = timeout_ms;
+  options.token = env_or_empty("DSCORE_JOB_TOKEN");
   const std::string kv_port = env_or_empty("DSCORE_KV_PORT");
   if (!kv_port.empty()) {
     DSCORE_ASSIGN_OR_RETURN(options.port, port_from("DSCORE_KV_PORT", kv_port));

@@ -3,9 +3,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <random>
 
 #include "core/comm/tcp_kv.h"
 
@@ -15,6 +17,18 @@ namespace dscore::comm {
 namespace {
 
 constexpr int kDeepSpeedMasterPort = 29500;
+constexpr const char* kTokenName = "DSCORE_JOB_TOKEN";
+
+// The job's secret for its key-value store (tcp_kv.h): the caller's
+// DSCORE_JOB_TOKEN, else 128 random bits.
+std::string job_token() {
+  const char* given = std::getenv(kTokenName);
+  if (given != nullptr && *given != '\0') return given;
+  std::random_device random;
+  char text[33];
+  std::snprintf(text, sizeof text, "%08x%08x%08x%08x", random(), random(), random(), random());
+  return text;
+}
 
 Result<std::string> this_executable() {
   std::error_code ec;
@@ -35,7 +49,8 @@ std::vector<std::string> passed_variables() {
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string entry(*e);
     const std::string name = entry.substr(0, entry.find('='));
-    if (name.rfind("DSCORE_", 0) == 0 || name == "OMP_NUM_THREADS") names.push_back(name);
+    if ((name.rfind("DSCORE_", 0) == 0 && name != kTokenName) || name == "OMP_NUM_THREADS")
+      names.push_back(name);
   }
   return names;
 }
@@ -74,7 +89,9 @@ Result<LaunchCommand> local_launch(int ranks, const std::vector<std::string>& ar
     DSCORE_ASSIGN_OR_RETURN(int free_port, pick_free_port());
     c.env.push_back({"MASTER_PORT", std::to_string(free_port)});
   }
-  for (const char* name : {"MASTER_ADDR", "MASTER_PORT"}) c.argv.insert(c.argv.end(), {"-x", name});
+  c.env.push_back({kTokenName, job_token()});
+  for (const char* name : {"MASTER_ADDR", "MASTER_PORT", kTokenName})
+    c.argv.insert(c.argv.end(), {"-x", name});
   c.argv.push_back(self);
   c.argv.insert(c.argv.end(), args.begin(), args.end());
   return c;
@@ -129,14 +146,14 @@ Result<LaunchCommand> host_launch(const HostLaunch& launch) {
       port = kDeepSpeedMasterPort;
     }
   }
-  c.env = {{"MASTER_ADDR", addr}, {"MASTER_PORT", std::to_string(port)}};
+  c.env = {{"MASTER_ADDR", addr}, {"MASTER_PORT", std::to_string(port)}, {kTokenName, job_token()}};
   if (launcher == "openmpi") {
     std::string hosts;
     for (const HostSlots& h : launch.hosts)
       hosts += (hosts.empty() ? "" : ",") + h.host + ":" + std::to_string(h.slots.size());
     c.argv = {mpirun_program(), "-n", std::to_string(total), "--host", hosts, "--bind-to", "none"};
     if (geteuid() == 0) c.argv.push_back("--allow-run-as-root");
-    std::vector<std::string> names = {"MASTER_ADDR", "MASTER_PORT"};
+    std::vector<std::string> names = {"MASTER_ADDR", "MASTER_PORT", kTokenName};
     for (const std::string& n : passed_variables()) names.push_back(n);
     for (const std::string& n : names) c.argv.insert(c.argv.end(), {"-x", n});
   } else {
@@ -164,7 +181,8 @@ Result<LaunchCommand> host_launch(const HostLaunch& launch) {
 
 std::string shell_line(const LaunchCommand& command) {
   std::string line;
-  for (const auto& [name, value] : command.env) line += name + "=" + quoted(value) + " ";
+  for (const auto& [name, value] : command.env)  // the token is a secret: not printed
+    line += name + "=" + (name == kTokenName ? std::string("<secret>") : quoted(value)) + " ";
   for (size_t i = 0; i < command.argv.size(); ++i) line += (i ? " " : "") + quoted(command.argv[i]);
   return line;
 }

@@ -3,8 +3,9 @@
 // `dscore run --hostfile F` maps DeepSpeed's hostfile and flags onto mpirun
 // (--host list) or, inside a Slurm allocation, srun (node list). Either way
 // the ranks get MASTER_ADDR / MASTER_PORT (where rank 0 serves the job's
-// key-value store, job_store.h) and the caller's DSCORE_* and
-// OMP_NUM_THREADS settings.
+// key-value store, job_store.h), DSCORE_JOB_TOKEN (the store's secret: the
+// caller's, else a random one; shell_line prints it as <secret>) and the
+// caller's DSCORE_* and OMP_NUM_THREADS settings.
 #pragma once
 
 #include <string>

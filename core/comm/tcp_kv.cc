@@ -90,8 +90,8 @@ Result<std::shared_ptr<TcpKv>> TcpKv::create(const TcpKvOptions& options) {
                             std::to_string(options.world_size));
   std::shared_ptr<TcpKv> kv(new TcpKv(options));
   if (options.rank == 0) {
-    DSCORE_ASSIGN_OR_RETURN(kv->server_,
-                            tcp_kv::Server::start(kv->address(), options.port, options.world_size));
+    DSCORE_ASSIGN_OR_RETURN(kv->server_, tcp_kv::Server::start(options.host, options.port,
+                                                               options.world_size, options.token));
     kv->options_.port = kv->server_->port();
   }
   DSCORE_ASSIGN_OR_RETURN(Fd fd, kv->connect(after(options.connect_timeout_ms), true));
@@ -114,6 +114,7 @@ Result<Fd> TcpKv::connect(Clock::time_point deadline, bool retry_refused) {
   tcp_kv::put_u32(&hello, tcp_kv::kVersion);
   tcp_kv::put_u32(&hello, static_cast<uint32_t>(options_.rank));
   tcp_kv::put_u32(&hello, static_cast<uint32_t>(options_.world_size));
+  tcp_kv::put_str(&hello, options_.token);
   const std::string port = std::to_string(options_.port);
   std::string last_error;
   auto backoff = std::chrono::milliseconds(10);

@@ -32,6 +32,9 @@ struct TcpKvOptions {
   // How long a rank keeps trying to reach rank 0's server (rank 0 may start
   // later than the others), and the bound on every reply but a GET's.
   int64_t connect_timeout_ms = 300000;
+  // The job's secret (DSCORE_JOB_TOKEN, made by the launcher): the server
+  // admits only connections that present it. "" = none.
+  std::string token;
 };
 
 class TcpKv : public plugin_host::KvBackend {

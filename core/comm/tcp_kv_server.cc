@@ -1,6 +1,7 @@
 // The TCP key-value store's server thread (tcp_kv_server.h).
 #include "core/comm/tcp_kv_server.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -44,6 +45,7 @@ struct Server::State {
   Fd listener, wake;
   int port = 0;
   int world = 1;
+  std::string token;  // "" = none required
   std::atomic<bool> stop{false};
   std::thread thread;
 
@@ -68,14 +70,21 @@ struct Server::State {
   std::string failed_text() const;
 };
 
-Result<std::unique_ptr<Server>> Server::start(const std::string& address, int port,
-                                              int world_size) {
+Result<std::unique_ptr<Server>> Server::start(const std::string& address, int port, int world_size,
+                                              const std::string& token) {
   auto state = std::make_unique<State>();
   state->world = world_size;
+  state->token = token;
+  // A literal address is bound as given; a host name means every interface.
+  in_addr v4{};
+  in6_addr v6{};
+  const bool literal_v4 = ::inet_pton(AF_INET, address.c_str(), &v4) == 1;
+  const bool literal_v6 = !literal_v4 && ::inet_pton(AF_INET6, address.c_str(), &v6) == 1;
   // Every interface, as the ranks may reach this host by any of its names;
   // IPv6 with IPv4 mapped where the system has IPv6, else IPv4.
   int err = 0;
   for (int family : {AF_INET6, AF_INET}) {
+    if ((literal_v4 && family == AF_INET6) || (literal_v6 && family == AF_INET)) continue;
     Fd fd(::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (!fd.valid()) {
       err = errno;
@@ -88,13 +97,16 @@ Result<std::unique_ptr<Server>> Server::start(const std::string& address, int po
       ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
       sockaddr_in6 a{};
       a.sin6_family = AF_INET6;
-      a.sin6_addr = in6addr_any;
+      a.sin6_addr = literal_v6 ? v6 : in6addr_any;
       a.sin6_port = htons(static_cast<uint16_t>(port));
       rc = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a);
     } else {
       sockaddr_in a{};
       a.sin_family = AF_INET;
-      a.sin_addr.s_addr = htonl(INADDR_ANY);
+      if (literal_v4)
+        a.sin_addr = v4;
+      else
+        a.sin_addr.s_addr = htonl(INADDR_ANY);
       a.sin_port = htons(static_cast<uint16_t>(port));
       rc = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a);
     }
@@ -113,13 +125,16 @@ Result<std::unique_ptr<Server>> Server::start(const std::string& address, int po
   }
   if (!state->listener.valid()) {
     std::string why = std::strerror(err);
+    if (err == EADDRNOTAVAIL)
+      why += ": MASTER_ADDR " + address + " is not an address of rank 0's host; set it to one";
     if (err == EADDRINUSE)
       why +=
           ": another program, or an earlier job still exiting, holds it; set MASTER_PORT to a "
           "free port, the same on every rank";
     return Status(DSCORE_UNAVAILABLE, "rank 0 cannot serve the job's key-value store on port " +
                                           std::to_string(port) + " (MASTER_PORT; the ranks " +
-                                          "connect to " + address + "): " + why);
+                                          "connect to " + address_text(address, port) +
+                                          "): " + why);
   }
   state->wake = Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!state->wake.valid())
@@ -222,8 +237,13 @@ void Server::State::handle(uint64_t id, Conn& c, std::string_view payload) {
     for (char& ch : magic) r.u8(reinterpret_cast<uint8_t*>(&ch));
     if (magic != kMagic || !r.u32(&version) || !r.u32(&rank) || !r.u32(&world_size))
       return drop(id, c, false);
-    std::string error;
-    if (version != kVersion)
+    std::string error, token;
+    const bool has_token = version == kVersion && r.str(&token);
+    if (version == kVersion && (!has_token || token != this->token))
+      error =
+          "the job token does not match (DSCORE_JOB_TOKEN): only the ranks their launcher "
+          "started may join this job's store";
+    else if (version != kVersion)
       error = "protocol version " + std::to_string(version) + " (this store speaks " +
               std::to_string(kVersion) + "): every rank must run the same dscore";
     else if (static_cast<int>(world_size) != world || static_cast<int>(rank) >= world)

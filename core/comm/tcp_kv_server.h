@@ -20,11 +20,16 @@ namespace dscore::comm::tcp_kv {
 
 class Server {
  public:
-  // Listens on every interface at `port` (0: a free port the system picks,
-  // see port()) for a job of `world_size` ranks. Fails when the port is
-  // taken, with a message naming `address` (what the ranks connect to).
-  static Result<std::unique_ptr<Server>> start(const std::string& address, int port,
-                                               int world_size);
+  // Listens at `port` (0: a free port the system picks, see port()) for a
+  // job of `world_size` ranks. Fails when the port is taken, with a message
+  // naming `address` (what the ranks connect to).
+  // Listens at `address` when it is a literal IP address (127.0.0.1: this
+  // host only), else on every interface (a host name may resolve to a
+  // loopback address here, as Debian maps its own name to 127.0.1.1, that
+  // the other hosts cannot reach). With a non-empty `token`, a HELLO must
+  // carry it: other processes cannot join or write to the job's store.
+  static Result<std::unique_ptr<Server>> start(const std::string& address, int port, int world_size,
+                                               const std::string& token = "");
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;

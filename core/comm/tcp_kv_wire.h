@@ -2,7 +2,8 @@
 // store). Every message is a frame: a 4-byte big-endian payload length, then
 // the payload. A request payload starts with its op byte; a reply payload
 // is one status byte (a dscore_status) and the bytes that go with it.
-//   HELLO  magic "DSKV", u32 version, i32 rank, i32 world   -> OK "DSKV"
+//   HELLO  magic "DSKV", u32 version, i32 rank, i32 world, u32 token length,
+//          token                                              -> OK "DSKV"
 //   SET    u32 key length, key, value (the rest)             -> OK
 //   GET    i64 timeout_ms (< 0: none), u32 key length, key   -> OK value |
 //                                        DEADLINE_EXCEEDED / UNAVAILABLE text
@@ -22,7 +23,7 @@ using Clock = std::chrono::steady_clock;
 
 enum Op : uint8_t { kHello = 1, kSet = 2, kGet = 3, kBye = 4 };
 constexpr std::string_view kMagic = "DSKV";
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr size_t kMaxKey = 64 << 10;
 constexpr size_t kMaxFrame = (256u << 20) + kMaxKey + 64;  // values up to 256 MiB
 

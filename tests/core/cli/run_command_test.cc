@@ -454,6 +454,9 @@ TEST(CliRun, DryRunPrintsTheLauncherCommandForEachLauncher) {
   EXPECT_NE(mpi.out.find("mpirun -n 4 --host node-a:2,node-b:2 --bind-to none"), std::string::npos)
       << mpi.out;
   EXPECT_NE(mpi.out.find(" run --config " + config.string()), std::string::npos) << mpi.out;
+  // The key-value store's secret goes to every host, and is not printed.
+  EXPECT_NE(mpi.out.find("DSCORE_JOB_TOKEN=<secret> "), std::string::npos) << mpi.out;
+  EXPECT_NE(mpi.out.find("-x DSCORE_JOB_TOKEN"), std::string::npos) << mpi.out;
   options.env["SLURM_JOB_ID"] = "7";
   ProcessResult srun = run_dscore({"run", "--config", config.string(), "--hostfile",
                                    hostfile.string(), "--include", "node-b", "--dry-run"},

@@ -38,13 +38,15 @@ std::shared_ptr<TcpKv> open_rank(int rank, int world, int port, int64_t connect_
   return kv.ok() ? *kv : nullptr;
 }
 
-Result<std::shared_ptr<TcpKv>> try_open(int rank, int world, int port, int64_t connect_ms) {
+Result<std::shared_ptr<TcpKv>> try_open(int rank, int world, int port, int64_t connect_ms,
+                                        const std::string& token = "") {
   TcpKvOptions options;
   options.host = "127.0.0.1";
   options.port = port;
   options.rank = rank;
   options.world_size = world;
   options.connect_timeout_ms = connect_ms;
+  options.token = token;
   return TcpKv::create(options);
 }
 
@@ -60,21 +62,25 @@ size_t entries(const char* dir) {
 
 // A socket that speaks the store's HELLO as `rank`, then is closed without
 // a BYE: a rank that was killed.
-void connect_and_vanish(int port, int rank, int world) {
+// (A HELLO with `token`; its reply is returned.)
+Result<std::string> connect_and_vanish(int port, int rank, int world,
+                                       const std::string& token = "") {
   tcp_kv::Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   a.sin_port = htons(static_cast<uint16_t>(port));
-  ASSERT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+    return io_error("connect failed");
   std::string hello(1, static_cast<char>(tcp_kv::kHello));
   hello.append(tcp_kv::kMagic);
   tcp_kv::put_u32(&hello, tcp_kv::kVersion);
   tcp_kv::put_u32(&hello, static_cast<uint32_t>(rank));
   tcp_kv::put_u32(&hello, static_cast<uint32_t>(world));
+  tcp_kv::put_str(&hello, token);
   const auto deadline = Clock::now() + std::chrono::seconds(10);
-  ASSERT_TRUE(tcp_kv::send_all(fd.get(), tcp_kv::frame(hello), deadline).ok());
-  ASSERT_TRUE(tcp_kv::recv_frame(fd.get(), deadline).ok());
+  DSCORE_RETURN_IF_ERROR(tcp_kv::send_all(fd.get(), tcp_kv::frame(hello), deadline));
+  return tcp_kv::recv_frame(fd.get(), deadline);
 }
 
 TEST(TcpKv, EveryRankReadsEveryOthersKey) {
@@ -207,7 +213,7 @@ TEST(TcpKv, RankThatVanishesEndsWaitsWithUnavailableNamingIt) {
   auto waiting = std::async(std::launch::async, [&] { return rank1->get("from.rank.2", 60000); });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   const auto start = Clock::now();
-  connect_and_vanish(rank0->port(), 2, 3);
+  ASSERT_TRUE(connect_and_vanish(rank0->port(), 2, 3).ok());
   Result<std::string> v = waiting.get();
   EXPECT_LT(ms_since(start), 5000);
   ASSERT_EQ(v.status().code(), DSCORE_UNAVAILABLE);
@@ -217,6 +223,29 @@ TEST(TcpKv, RankThatVanishesEndsWaitsWithUnavailableNamingIt) {
   ASSERT_TRUE(rank0->set("fine", "1").ok());
   EXPECT_EQ(*rank1->get("fine", 1000), "1");
   EXPECT_EQ(rank1->get("other", 60000).status().code(), DSCORE_UNAVAILABLE);
+}
+
+TEST(TcpKv, AConnectionWithoutTheJobTokenIsRefusedAndTheJobIsUnharmed) {
+  auto rank0 = try_open(0, 2, 0, 20000, "s3cret");
+  ASSERT_TRUE(rank0.ok()) << rank0.status().message();
+  const int port = (*rank0)->port();
+  // Another process on the network: no token, then a wrong one, even
+  // claiming a rank the job has.
+  for (const char* token : {"", "guess"}) {
+    auto reply = connect_and_vanish(port, 1, 2, token);
+    ASSERT_TRUE(reply.ok()) << reply.status().message();
+    EXPECT_EQ(static_cast<uint8_t>((*reply)[0]), DSCORE_INVALID_ARGUMENT);
+    EXPECT_CONTAINS(*reply, "the job token does not match (DSCORE_JOB_TOKEN)");
+  }
+  auto intruder = try_open(1, 2, port, 2000, "guess");
+  ASSERT_FALSE(intruder.ok());
+  EXPECT_CONTAINS(intruder.status().message(), "job token does not match");
+  // The real rank 1 joins and the store works; no rejected client counts as a failed rank.
+  auto rank1 = try_open(1, 2, port, 20000, "s3cret");
+  ASSERT_TRUE(rank1.ok()) << rank1.status().message();
+  ASSERT_TRUE((*rank0)->set("k", "v").ok());
+  EXPECT_EQ(*(*rank1)->get("k", 5000), "v");
+  EXPECT_EQ((*rank1)->get("missing", 300).status().code(), DSCORE_DEADLINE_EXCEEDED);
 }
 
 TEST(TcpKv, RanksThatCloseTheirStoreAreNotFailures) {
