@@ -118,6 +118,7 @@ class Importer {
     result.model_dtype = sdk::dtype_name(model_dtype_);
     result.optimizer = optimizer_type_;
     result.params = params_.size();
+    result.groups = groups_.size();
     for (const Param& p : params_) result.elements += p.numel;
     result.global_steps = global_steps_;
     result.files = files_;

@@ -37,6 +37,7 @@ struct DeepSpeedImportResult {
   std::string model_dtype;  // "fp32", "bf16", "fp16"
   std::string optimizer;    // the config's optimizer type, as written
   size_t params = 0;
+  size_t groups = 0;  // DeepSpeed's parameter groups
   int64_t elements = 0;
   int64_t global_steps = 0;
   std::vector<std::string> files;  // written into out_dir/<tag>

@@ -44,10 +44,10 @@ int import_command(const std::vector<std::string>& args) {
   if (!result.ok()) return report_error(result.status());
   std::printf(
       "imported %s of %s: ZeRO stage %d, %d rank(s), %s, optimizer %s, %zu parameters "
-      "(%lld elements), step %lld\n",
+      "(%lld elements) in %zu group(s), step %lld\n",
       result->tag.c_str(), dir.c_str(), result->zero_stage, result->world_size,
       result->model_dtype.c_str(), result->optimizer.empty() ? "none" : result->optimizer.c_str(),
-      result->params, static_cast<long long>(result->elements),
+      result->params, static_cast<long long>(result->elements), result->groups,
       static_cast<long long>(result->global_steps));
   for (const std::string& f : result->files)
     std::printf("  %s/%s/%s\n", out.c_str(), result->tag.c_str(), f.c_str());

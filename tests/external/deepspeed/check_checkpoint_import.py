@@ -12,6 +12,8 @@ Runs: ZeRO stages 0-3 in fp32 and 1-3 in bf16 (DeepSpeed's bf16 at stage 0
 keeps its masters in a wrapper dscore does not import: refused by name).
 The universal format too: DeepSpeed's ds_to_universal.py converts the
 stage-2 and stage-3 saves, and dscore imports and resumes those the same way.
+And saves of two parameter groups (weights and biases apart, as Hugging
+Face's Trainer splits them) at stages 1-3.
 
 Usage: check_checkpoint_import.py <dscore binary>
 """
@@ -27,6 +29,9 @@ import check_training as ct
 SAVE_AT = 10
 RUNS = [("fp32", s) for s in (0, 1, 2, 3)] + [("bf16", s) for s in (1, 2, 3)]
 UNIVERSAL = [("fp32", 2), ("fp32", 3), ("bf16", 2)]
+# Two parameter groups (weights, biases; the same settings), as Hugging
+# Face's Trainer hands DeepSpeed decayed and undecayed parameters.
+TWO_GROUPS = [("fp32", s) for s in (1, 2, 3)]
 
 
 def run(cmd, what, cwd=None):
@@ -42,12 +47,15 @@ def main():
     failures = []
     with tempfile.TemporaryDirectory() as folder:
         paths = {}
-        for dtype, stage in RUNS:
+        for dtype, stage, groups in [r + (1,) for r in RUNS] + [r + (2,) for r in TWO_GROUPS]:
             config = ct.config_for(dtype, stage, False)
             config["save_checkpoint_at"] = SAVE_AT
-            config["save_checkpoint_dir"] = os.path.join(folder, f"deepspeed_{dtype}_s{stage}")
-            paths[(dtype, stage)] = os.path.join(folder, f"{dtype}_s{stage}.json")
-            with open(paths[(dtype, stage)], "w") as f:
+            name = f"{dtype}_s{stage}" + ("_2groups" if groups == 2 else "")
+            config["save_checkpoint_dir"] = os.path.join(folder, "deepspeed_" + name)
+            if groups == 2:
+                config["two_param_groups"] = True
+            paths[(dtype, stage, groups)] = os.path.join(folder, name + ".json")
+            with open(paths[(dtype, stage, groups)], "w") as f:
                 json.dump(config, f)
         started = time.time()
         procs, result, logs = ct.start_deepspeed(2, list(paths.values()), folder)
@@ -59,14 +67,14 @@ def main():
         with open(result) as f:
             deepspeed = json.load(f)
         print(f"check_checkpoint_import: DeepSpeed {deepspeed['deepspeed']} trained and saved "
-              f"{len(RUNS)} runs in {time.time() - started:.0f} s")
+              f"{len(paths)} runs in {time.time() - started:.0f} s")
         sources = [(run_, path, False) for run_, path in paths.items()]
-        sources += [(run_, paths[run_], True) for run_ in UNIVERSAL]
-        for (dtype, stage), path, universal in sources:
+        sources += [(run_ + (1,), paths[run_ + (1,)], True) for run_ in UNIVERSAL]
+        for (dtype, stage, groups), path, universal in sources:
             ds = deepspeed["runs"][path]
             with open(path) as f:
                 config = json.load(f)
-            kind = "universal" if universal else "saved"
+            kind = "universal" if universal else "two-group" if groups == 2 else "saved"
             source = config["save_checkpoint_dir"]
             if universal:
                 tag = f"global_step{SAVE_AT}"
@@ -82,8 +90,8 @@ def main():
             imported = os.path.join(folder, f"imported_{kind}_{dtype}_s{stage}")
             said = run([dscore, "checkpoint", "import", source, imported],
                        f"dscore checkpoint import ({kind}, {dtype}, stage {stage})")
-            for key in ("save_checkpoint_at", "save_checkpoint_dir"):
-                del config[key]
+            for key in ("save_checkpoint_at", "save_checkpoint_dir", "two_param_groups"):
+                config.pop(key, None)
             for world in (1, 2):
                 work = os.path.join(folder, f"dscore_{kind}_{dtype}_s{stage}_w{world}")
                 os.makedirs(work)

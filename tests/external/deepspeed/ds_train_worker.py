@@ -27,7 +27,8 @@ import dscore_mlp
 # The keys only `dscore run` reads (DeepSpeed ignores unknown top-level keys,
 # but handing it only its own keeps the two configs' overlap explicit).
 DSCORE_ONLY = {"model", "data", "train_steps", "seed", "csv_monitor", "plugins", "comm",
-               "checkpoint_dir", "save_checkpoint_at", "save_checkpoint_dir", "load_checkpoint_dir"}
+               "checkpoint_dir", "save_checkpoint_at", "save_checkpoint_dir", "load_checkpoint_dir",
+               "two_param_groups"}
 
 
 def train(config_path):
@@ -39,7 +40,12 @@ def train(config_path):
     teacher = dscore_mlp.Teacher(model_cfg["teacher_seed"], model_cfg["input_dim"], model_cfg["output_dim"])
     model = dscore_mlp.Mlp(seed, model_cfg["input_dim"], model_cfg["hidden_dim"], model_cfg["output_dim"],
                            model_cfg["n_hidden_layers"])
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
+    parameters = model.parameters()
+    if config.get("two_param_groups"):
+        named = list(model.named_parameters())
+        parameters = [{"params": [p for n, p in named if n.endswith("weight")]},
+                      {"params": [p for n, p in named if not n.endswith("weight")]}]
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=parameters, config=ds_config)
     train, micro = engine.train_batch_size(), engine.train_micro_batch_size_per_gpu()
     gas = engine.gradient_accumulation_steps()
 
