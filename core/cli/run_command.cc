@@ -137,6 +137,11 @@ int run_command(const std::vector<std::string>& args) {
                    "(and --num_gpus) decide: drop -n\n");
       return kExitUsage;
     }
+    if (vm.count("master_port") && (hosts.master_port < 1 || hosts.master_port > 65535)) {
+      std::fprintf(stderr, "dscore: --master_port %d is not a TCP port (1-65535)\n",
+                   hosts.master_port);
+      return kExitUsage;
+    }
     if (vm.count("num_gpus") && vm.count("slots")) {
       std::fprintf(stderr, "dscore: --num_gpus and --slots are the same setting: give one\n");
       return kExitUsage;

@@ -35,9 +35,16 @@ class DeepSpeedImport : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_.write("ds/latest", "global_step7\n");
-    const std::string config = dict({{str("train_batch_size"), binint(8)},
-                                     {str("zero_optimization"), dict({{str("stage"), binint(2)}})},
-                                     {str("optimizer"), dict({{str("type"), str("Adam")}})}});
+    write_model({});
+    write_rank(0, {1, 2, 3, 4}, {10, 20, 30, 40});
+    write_rank(1, {5, 6, 7}, {50, 60, 70, 0});
+  }
+
+  // The model-states file; `config` adds members to its ds_config.
+  void write_model(std::vector<std::pair<std::string, std::string>> config) {
+    config.insert(config.end(), {{str("train_batch_size"), binint(8)},
+                                 {str("zero_optimization"), dict({{str("stage"), binint(2)}})},
+                                 {str("optimizer"), dict({{str("type"), str("Adam")}})}});
     const std::string shapes = list({global("collections", "OrderedDict") + ")R" + "(" + str("a") +
                                      size({3}) + str("b") + size({2, 2}) + "u"});
     const std::string model = dict(
@@ -48,31 +55,33 @@ class DeepSpeedImport : public ::testing::Test {
          {str("global_samples"), binint(56)},
          {str("skipped_steps"), binint(0)},
          {str("dp_world_size"), binint(2)},
-         {str("ds_config"), config}});
+         {str("ds_config"), dict(config)}});
     dir_.write("ds/global_step7/mp_rank_00_model_states.pt",
                torch_save("mp_rank_00_model_states", pickle(model), {{1, 2, 3, 4, 5, 6, 7}}));
-    write_rank(0, {1, 2, 3, 4}, {10, 20, 30, 40});
-    write_rank(1, {5, 6, 7}, {50, 60, 70, 0});
   }
 
+  // Rank `rank`'s optimizer file; `scaler` is its pickled loss scaler
+  // (DeepSpeed's static one by default) and `dynamic` its dynamic flag.
   void write_rank(int rank, const std::vector<float>& fp32, const std::vector<float>& moment,
-                  const std::string& extra = "") {
+                  const std::string& scaler = object("deepspeed.runtime.fp16.loss_scaler",
+                                                     "LossScaler",
+                                                     dict({{str("cur_scale"), binfloat(1.0)}})),
+                  const std::string& dynamic = "\x89") {
     const int n = static_cast<int>(fp32.size()), padded = static_cast<int>(moment.size());
     const std::string state =
         dict({{binint(0), dict({{str("step"), binint(7)},
                                 {str("exp_avg"), tensor("1", {padded})},
                                 {str("exp_avg_sq"), tensor("2", {padded})}})}});
     const std::string osd = dict(
-        {{str("loss_scaler"), object("deepspeed.runtime.fp16.loss_scaler", "LossScaler",
-                                     dict({{str("cur_scale"), binfloat(1.0)}}))},
-         {str("dynamic_loss_scale"), "\x89"},
+        {{str("loss_scaler"), scaler},
+         {str("dynamic_loss_scale"), dynamic},
          {str("single_partition_of_fp32_groups"), list({tensor("0", {n})})},
          {str("base_optimizer_state"), dict({{str("state"), state}, {str("param_groups"), "]"}})}});
     std::vector<float> squares = moment;
     for (float& v : squares) v *= v;
     const std::string name = "zero_pp_rank_" + std::to_string(rank) + "_mp_rank_00_optim_states";
     dir_.write("ds/global_step7/" + name + ".pt",
-               torch_save(name, pickle(dict({{str("optimizer_state_dict"), osd}}) + extra),
+               torch_save(name, pickle(dict({{str("optimizer_state_dict"), osd}})),
                           {fp32, moment, squares}));
   }
 
@@ -111,6 +120,33 @@ TEST_F(DeepSpeedImport, TheRanksSlicesBecomeWholeParametersWithTheirState) {
   EXPECT_EQ(info->state.train_batch_size, 8);
   ASSERT_EQ(info->state.params.size(), 2u);
   EXPECT_EQ(info->state.params[1].shape, (std::vector<int64_t>{2, 2}));
+}
+
+TEST_F(DeepSpeedImport, AnFp16SaveBringsItsDynamicLossScaler) {
+  // DeepSpeed's DynamicLossScaler, pickled with its fields (and its dtype
+  // as the global torch.float16).
+  write_model({{str("fp16"), dict({{str("enabled"), "\x88"}})}});
+  const std::string scaler = object("deepspeed.runtime.fp16.loss_scaler", "DynamicLossScaler",
+                                    dict({{str("cur_scale"), binfloat(1024.0)},
+                                          {str("cur_iter"), binint(7)},
+                                          {str("last_overflow_iter"), binint(3)},
+                                          {str("cur_hysteresis"), binint(2)},
+                                          {str("dynamic"), "\x88"},
+                                          {str("dtype"), global("torch", "float16")}}));
+  write_rank(0, {1, 2, 3, 4}, {10, 20, 30, 40}, scaler, "\x88");
+  write_rank(1, {5, 6, 7}, {50, 60, 70, 0}, scaler, "\x88");
+  auto result = import_deepspeed_checkpoint(dir_.file("ds"), dir_.file("out"), {});
+  ASSERT_TRUE(result.ok()) << result.status().message();
+  EXPECT_EQ(result->model_dtype, "fp16");
+  auto info = open_checkpoint(dir_.file("out"), "");
+  ASSERT_TRUE(info.ok()) << info.status().message();
+  const TrainingState::LossScaler& ls = info->state.loss_scaler;
+  EXPECT_TRUE(ls.dynamic);
+  EXPECT_EQ(ls.scale, 1024.0);
+  EXPECT_EQ(ls.iteration, 7);
+  EXPECT_EQ(ls.last_overflow_iteration, 3);
+  EXPECT_EQ(ls.hysteresis_left, 2);
+  EXPECT_EQ(read("fp32", "b", 4), (std::vector<float>{4, 5, 6, 7}));
 }
 
 TEST_F(DeepSpeedImport, AMissingRankFileIsNamed) {

@@ -486,6 +486,8 @@ TEST(CliRun, LauncherFlagsAreRefusedWhereTheyWouldBeIgnored) {
       {{"--hostfile", hostfile.string(), "--num_nodes", "2"},
        "--num_nodes 2: the hostfile lists 1"},
       {{"--hostfile", dir.file("missing")}, "cannot read it"},
+      {{"--hostfile", hostfile.string(), "--master_port", "0"},
+       "--master_port 0 is not a TCP port"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"run", "--config", config.string()};
