@@ -63,10 +63,10 @@ class TwoHosts : public ::testing::Test {
       }
     // mpirun's rsh agent: "<agent> <host> <command line>", run as a remote
     // shell would, inside that host's namespaces.
-    agent_ = dir_.write("agent.sh", "#!/bin/sh\nhost=\"$1\"; shift\ncase \"$host\" in\n" +
-                                        agent_case(0) + agent_case(1) +
-                                        "  *) echo \"agent: unknown host $host\" >&2; exit 1 ;;\n"
-                                        "esac\n")
+    agent_ = dir_.write("rsh_agent", "#!/bin/sh\nhost=\"$1\"; shift\ncase \"$host\" in\n" +
+                                         agent_case(0) + agent_case(1) +
+                                         "  *) echo \"agent: unknown host $host\" >&2; exit 1 ;;\n"
+                                         "esac\n")
                  .string();
     fs::permissions(agent_, fs::perms::owner_all);
   }
