@@ -30,7 +30,8 @@ Result<std::vector<std::pair<std::string, std::vector<int>>>> parse_filter(const
       std::string slot;
       while (std::getline(slots, slot, ',')) {
         slot = trim(slot);
-        if (slot.empty() || slot.find_first_not_of("0123456789") != std::string::npos)
+        if (slot.empty() || slot.size() > 6 ||
+            slot.find_first_not_of("0123456789") != std::string::npos)
           return invalid_argument(std::string(flag) + " '" + text + "': '" + slot +
                                   "' is not a slot number (host:0,1@host2)");
         entry.second.push_back(std::stoi(slot));
@@ -62,7 +63,7 @@ Result<std::vector<HostSlots>> parse_hostfile(const std::string& text, const std
     std::string host, slots, extra;
     words >> host >> slots;
     const std::string where = path + ":" + std::to_string(number);
-    if (slots.rfind("slots=", 0) != 0 || slots.size() == 6 ||
+    if (slots.rfind("slots=", 0) != 0 || slots.size() == 6 || slots.size() > 12 ||
         slots.find_first_not_of("0123456789", 6) != std::string::npos || (words >> extra))
       return invalid_argument(where + ": '" + line +
                               "' is not a hostfile entry: write '<host> slots=<N>' (DeepSpeed's "

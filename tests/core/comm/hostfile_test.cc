@@ -42,6 +42,8 @@ TEST(Hostfile, BadLinesAreNamedWithTheirNumber) {
   EXPECT_EQ(error_of(parse_hostfile("a slots=1\na slots=2\n", "hf")),
             "hf:2: host a is listed twice");
   EXPECT_EQ(error_of(parse_hostfile("a slots=0\n", "hf")), "hf:1: host a has slots=0");
+  EXPECT_NE(error_of(parse_hostfile("a slots=99999999999999\n", "hf")).find("hf:1:"),
+            std::string::npos);
   EXPECT_NE(error_of(parse_hostfile("# nothing\n", "hf")).find("hf lists no hosts"),
             std::string::npos);
 }
@@ -66,6 +68,8 @@ TEST(Hostfile, UnknownHostsAndSlotsAndConflictingFlagsAreNamed) {
   EXPECT_EQ(error_of(select_hosts(pool(), {"worker-0:5", "", -1, -1})),
             "host worker-0 has no slot 5 (it has 2)");
   EXPECT_NE(error_of(select_hosts(pool(), {"worker-0:x", "", -1, -1})).find("'x' is not a slot"),
+            std::string::npos);
+  EXPECT_NE(error_of(select_hosts(pool(), {"worker-0:99999999999", "", -1, -1})).find("not a slot"),
             std::string::npos);
   EXPECT_EQ(error_of(select_hosts(pool(), {"worker-0", "worker-1", -1, -1})),
             "--include and --exclude are mutually exclusive (as in DeepSpeed)");
