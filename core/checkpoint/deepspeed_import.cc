@@ -536,13 +536,13 @@ class Importer {
   // Rank r's optimizer file (and its model-states file at stage 3, rank 0's
   // at every stage, with the training state).
   Status write_rank(int r, int files, const RankState& rs) {
+    std::vector<std::string> slots;
+    for (const auto& [name, values] : rs.slots) slots.push_back(name);
     if (r == 0) {
       state_json_ = to_json(training_state(files, rs));
-    } else {
-      std::vector<std::string> names;
-      for (const auto& [k, v] : rs.slots) names.push_back(k);
-      if (names != state_slot_names())
-        return layout_error(optim_name(r), "its optimizer state differs from rank 0's");
+      slots_ = slots;
+    } else if (slots != slots_) {
+      return layout_error(optim_name(r), "its optimizer state differs from rank 0's");
     }
     FileHeader header;
     header.kind = "optim_states";
@@ -566,17 +566,6 @@ class Importer {
     files_.push_back(optim);
     if (stage_ < 3 && r > 0) return Status::Ok();
     return write_model_states(staging_, header, rs, state_json_);
-  }
-
-  std::vector<std::string> state_slot_names() const {
-    std::vector<std::string> names;
-    const json::Value* optimizer = state_json_.find("optimizer");
-    const json::Value* slots = optimizer != nullptr ? optimizer->find("slots") : nullptr;
-    if (slots != nullptr && slots->is_array())
-      for (const json::Value& slot : slots->items())
-        if (const json::Value* name = slot.find("name"); name != nullptr && name->is_string())
-          names.push_back(name->as_string());
-    return names;
   }
 
   Status finish_output(const std::vector<int64_t>& covered) {
@@ -649,7 +638,8 @@ class Importer {
   int64_t scale_iteration_ = 0, last_overflow_ = -1, hysteresis_ = 1;
   std::vector<std::string> files_;
   std::string final_folder_, staging_, checkpoint_id_;
-  json::Value state_json_;  // the training state, from rank 0's file
+  json::Value state_json_;          // the training state, from rank 0's file
+  std::vector<std::string> slots_;  // rank 0's optimizer state names
 };
 
 }  // namespace
