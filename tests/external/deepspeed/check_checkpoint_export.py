@@ -115,13 +115,9 @@ def main():
         started = time.time()
         jobs = {w: ct.start_deepspeed(w, [p for _, p in configs[w]], folder) for w in (1, 2)}
         deepspeed = {}
-        for w, (procs, result, logs) in jobs.items():
-            codes = ct.wait_ranks(procs, started + ct.DEEPSPEED_SECONDS)
-            if any(codes):
-                for log in logs:
-                    print(open(log).read()[-4000:], file=sys.stderr)
-                sys.exit(f"check_checkpoint_export: FAILED: a DeepSpeed rank of the {w}-rank runs exited "
-                         f"with {codes}")
+        for w, job in jobs.items():
+            result = ct.finish_deepspeed(job, lambda w=w: ct.start_deepspeed(w, [p for _, p in configs[w]], folder),
+                                         started + ct.DEEPSPEED_SECONDS, f"check_checkpoint_export ({w}-rank runs)")
             with open(result) as f:
                 deepspeed[w] = json.load(f)
         print(f"check_checkpoint_export: DeepSpeed {deepspeed[2]['deepspeed']} loaded and trained "

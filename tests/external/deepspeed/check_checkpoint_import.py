@@ -58,12 +58,8 @@ def main():
             with open(paths[(dtype, stage, groups)], "w") as f:
                 json.dump(config, f)
         started = time.time()
-        procs, result, logs = ct.start_deepspeed(2, list(paths.values()), folder)
-        codes = ct.wait_ranks(procs, started + ct.DEEPSPEED_SECONDS)
-        if any(codes):
-            for log in logs:
-                print(open(log).read()[-4000:], file=sys.stderr)
-            sys.exit(f"check_checkpoint_import: FAILED: a DeepSpeed rank exited with {codes}")
+        start = lambda: ct.start_deepspeed(2, list(paths.values()), folder)  # noqa: E731
+        result = ct.finish_deepspeed(start(), start, started + ct.DEEPSPEED_SECONDS, "check_checkpoint_import")
         with open(result) as f:
             deepspeed = json.load(f)
         print(f"check_checkpoint_import: DeepSpeed {deepspeed['deepspeed']} trained and saved "

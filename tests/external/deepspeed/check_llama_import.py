@@ -50,6 +50,22 @@ def run(cmd, what, cwd=None):
     return out.stdout
 
 
+def start_ranks(folder, stage, result, hf, shard, save, config):
+    """DeepSpeed's two ranks of one stage, as ct.start_deepspeed's triple."""
+    port, procs, logs = ct.free_port(), [], []
+    for rank in range(2):
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
+                   LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   DS_ACCELERATOR="cpu", PYTHONPATH=ct.HERE, OMP_NUM_THREADS="1",
+                   PYTHONFAULTHANDLER="1")
+        logs.append(os.path.join(folder, f"ds_s{stage}_r{rank}.log"))
+        with open(logs[-1], "w") as log:
+            procs.append(subprocess.Popen(
+                [sys.executable, os.path.join(ct.HERE, "ds_llama_worker.py"), result, hf, shard, str(T),
+                 str(STEPS), str(SAVE_AT), save, config], env=env, stdout=log, stderr=subprocess.STDOUT))
+    return procs, result, logs
+
+
 def main():
     dscore = os.path.abspath(sys.argv[1])
     failures = []
@@ -72,20 +88,9 @@ def main():
                 json.dump(ds_config, f)
             save = os.path.join(folder, f"deepspeed_s{stage}")
             result = os.path.join(folder, f"result_s{stage}.json")
-            port, procs = ct.free_port(), []
-            for rank in range(2):
-                env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
-                           LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                           DS_ACCELERATOR="cpu", PYTHONPATH=ct.HERE, OMP_NUM_THREADS="1")
-                log = open(os.path.join(folder, f"ds_s{stage}_r{rank}.log"), "w")
-                procs.append(subprocess.Popen(
-                    [sys.executable, os.path.join(ct.HERE, "ds_llama_worker.py"), result, hf, shard, str(T),
-                     str(STEPS), str(SAVE_AT), save, path], env=env, stdout=log, stderr=subprocess.STDOUT))
-            codes = ct.wait_ranks(procs, started + ct.DEEPSPEED_SECONDS)
-            if any(codes):
-                for rank in range(2):
-                    print(open(os.path.join(folder, f"ds_s{stage}_r{rank}.log")).read()[-3000:], file=sys.stderr)
-                sys.exit(f"check_llama_import: FAILED: DeepSpeed ranks (stage {stage}) exited with {codes}")
+            start = lambda: start_ranks(folder, stage, result, hf, shard, save, path)  # noqa: E731
+            ct.finish_deepspeed(start(), start, started + ct.DEEPSPEED_SECONDS,
+                                f"check_llama_import (stage {stage})")
             with open(result) as f:
                 jobs[stage] = (save, json.load(f))
         print(f"check_llama_import: DeepSpeed {jobs[1][1]['deepspeed']} trained the Llama at ZeRO "
