@@ -289,15 +289,31 @@ int run_training(const RunOptions& options) {
     last_save = e.save_checkpoint(cfg.checkpoint_dir);
     if (!last_save.ok()) log_error(last_save.message() + (leader ? "; training goes on" : ""));
   };
-  const data::DistributedSampler sampler(cfg.batch, e.world_size(), e.rank());
+  // A pipeline's stages read the same samples: the sampler's world is the
+  // data-parallel one.
+  const data::DistributedSampler sampler(cfg.batch, e.data_parallel_size(), e.data_parallel_rank());
   data::HostBatch batch(e.model().description(), cfg.batch.train_micro_batch_size_per_gpu);
+  // A pipeline stage keeps one batch per activation buffer in flight.
+  std::vector<std::unique_ptr<data::HostBatch>> pipe_batches;
+  for (int b = 0; e.pipelined() && b < e.pipe_buffers(); ++b)
+    pipe_batches.push_back(std::make_unique<data::HostBatch>(
+        e.model().description(), cfg.batch.train_micro_batch_size_per_gpu));
   // Outlives every training call below (the engine is destroyed after it, untouched).
   ProgressObserver progress(cfg.train_steps, cfg.steps_per_print, options.progress_bar && leader,
                             options.log_json, tokens_per_sample(e.model().description()),
                             e.global_samples(), e.global_steps(), momentum_text(setup->selection));
   if (leader) e.add_observer(&progress);
   for (int64_t step = e.global_steps(); step < cfg.train_steps; ++step) {
-    for (int64_t micro = 0; micro < cfg.batch.gradient_accumulation_steps; ++micro) {
+    if (e.pipelined()) {
+      auto load = [&](int64_t micro, int buffer) -> Result<const dscore_batch*> {
+        data::HostBatch& b = *pipe_batches[static_cast<size_t>(buffer)];
+        DSCORE_RETURN_IF_ERROR((*source)->fill(sampler.micro_batch(step, micro), &b));
+        return &b.view();
+      };
+      if (auto loss = e.train_batch(load); !loss.ok()) return fail_job(loss.status());
+    }
+    for (int64_t micro = 0; !e.pipelined() && micro < cfg.batch.gradient_accumulation_steps;
+         ++micro) {
       if (Status st = (*source)->fill(sampler.micro_batch(step, micro), &batch); !st.ok())
         return fail_job(st);
       if (auto loss = e.forward_backward(batch.view()); !loss.ok()) return fail_job(loss.status());

@@ -47,6 +47,47 @@ const char* error_kind_name(ErrorKind kind) {
   return "?";
 }
 
+namespace {
+
+// The pipeline stages the written config asks for (pipeline.stages, else
+// pipeline_parallel_size, else 1), checked against the world size; 1 after
+// an error (reported in `errors`).
+int64_t written_pipeline_stages(const json::Value& written, int64_t world_size,
+                                std::vector<ConfigError>* errors) {
+  const json::Value* section = written.find("pipeline");
+  const json::Value* in_section =
+      section != nullptr && section->is_object() ? section->find("stages") : nullptr;
+  const json::Value* job = written.find("pipeline_parallel_size");
+  const bool by_section = in_section != nullptr && in_section->is_int();
+  const bool by_job = job != nullptr && job->is_int();
+  if (!by_section && !by_job) return 1;
+  const int64_t stages = by_section ? in_section->as_int() : job->as_int();
+  const std::string key = by_section ? "pipeline.stages" : "pipeline_parallel_size";
+  if (by_section && by_job && job->as_int() != stages) {
+    errors->push_back({"pipeline_parallel_size", job->location,
+                       "pipeline_parallel_size " + std::to_string(job->as_int()) +
+                           " disagrees with pipeline.stages " + std::to_string(stages) +
+                           ": give one of them"});
+    return 1;
+  }
+  if (stages < 1) {
+    errors->push_back({key, {}, key + " must be >= 1, got " + std::to_string(stages)});
+    return 1;
+  }
+  if (world_size % stages != 0) {
+    errors->push_back({key,
+                       {},
+                       key + " " + std::to_string(stages) + " does not divide the world size " +
+                           std::to_string(world_size) +
+                           ": each pipeline needs that many ranks (launch a multiple of " +
+                           std::to_string(stages) + " ranks)"});
+    return 1;
+  }
+  return stages;
+}
+
+}  // namespace
+
 LoadedConfig load_config_text(std::string_view text, std::string_view source_name,
                               const ResolveContext& context) {
   LoadedConfig out;
@@ -73,7 +114,10 @@ LoadedConfig load_config_text(std::string_view text, std::string_view source_nam
   json::Value resolved =
       validate_object(written, deepspeed_schema(), "", make_auto_resolver(context, written), sink);
   apply_deepspeed_rules(&resolved, &out.errors, &out.notices);
-  resolve_batch(written, &resolved, context.world_size, &out.errors, &out.notices);
+  // The batch triad's world is the data-parallel one: each pipeline's
+  // stages share its samples.
+  const int64_t stages = written_pipeline_stages(written, context.world_size, &out.errors);
+  resolve_batch(written, &resolved, context.world_size / stages, &out.errors, &out.notices);
 
   if (context.train_steps) {
     const json::Value* file_steps = resolved.find("train_steps");

@@ -285,6 +285,9 @@ std::vector<FieldSpec> batch_and_training_fields() {
           .nullable()
           .not_used(),
       F("data_parallel_size", T::kInt, "data-parallel size (device mesh)").nullable().not_used(),
+      F("pipeline_parallel_size", T::kInt, "pipeline stages (as pipeline.stages; docs/pipeline.md)")
+          .nullable()
+          .to(&TrainingConfig::pipeline_parallel_size),
   };
 }
 

@@ -240,22 +240,37 @@ std::vector<FieldSpec> unused_sections() {
                   F("tp_gather_partition_size", T::kInt, "gather partition size").def(8),
               },
               "hybrid engine", {.pydantic = true})),
-      F("pipeline", T::kObject, "pipeline parallelism")
+      F("pipeline", T::kObject, "pipeline parallelism (docs/pipeline.md)")
           .nullable()
-          .not_used()
-          .unsupported("\"pipeline\" configures DeepSpeed's pipeline parallelism (a PipelineModule "
-                       "split into stages)",
-                       "Remove the section: dscore trains data-parallel with ZeRO only")
           .object(make_object(
               {
-                  F("stages", T::kJson, "pipeline stages: an int or \"auto\"").def("auto"),
-                  F("partition", T::kString, "layer partition method").def("best"),
-                  F("seed_layers", T::kBool, "seed each layer").def(false),
-                  F("activation_checkpoint_interval", T::kInt, "layers between checkpoints").def(0),
-                  F("pipe_partitioned", T::kBool, "partition pipeline activations").def(true),
-                  F("grad_partitioned", T::kBool, "partition pipeline gradients").def(true),
+                  F("stages", T::kJson,
+                    "pipeline stages: an int, or \"auto\" (1, or "
+                    "pipeline_parallel_size)")
+                      .def("auto")
+                      .read<PipelineConfig>(
+                          [](const json::Value& v, const std::string&, PipelineConfig& c) {
+                            c.stages = v.is_int() ? v.as_int() : 0;
+                          }),
+                  F("partition", T::kString,
+                    "layer partition: parameters (\"best\"), uniform or type:REGEX")
+                      .def("best")
+                      .to(&PipelineConfig::partition),
+                  F("seed_layers", T::kBool, "seed each layer").def(false).not_used(),
+                  F("activation_checkpoint_interval", T::kInt, "layers between checkpoints")
+                      .def(0)
+                      .to(&PipelineConfig::activation_checkpoint_interval),
+                  F("pipe_partitioned", T::kBool,
+                    "partition activations over the tensor-parallel group (no-op without it)")
+                      .def(true)
+                      .to(&PipelineConfig::pipe_partitioned),
+                  F("grad_partitioned", T::kBool,
+                    "partition gradients over the tensor-parallel group (no-op without it)")
+                      .def(true)
+                      .to(&PipelineConfig::grad_partitioned),
               },
-              "pipeline")),
+              "pipeline"))
+          .to(&TrainingConfig::pipeline),
       gone("progressive_layer_drop", "progressive layer dropping", "Progressive Layer Dropping",
            "remove the block"),
       gone("elasticity", "elastic training", "Elastic training",

@@ -4,6 +4,40 @@
 
 namespace dscore::config {
 
+namespace {
+
+// What a pipeline (docs/pipeline.md) does not run with.
+void pipeline_unsupported(const TrainingConfig& config, const Placement& placement,
+                          std::vector<ConfigError>* out) {
+  if (config.zero.stage >= 2)
+    out->push_back({"zero_optimization.stage",
+                    {},
+                    "ZeRO stage " + std::to_string(config.zero.stage) +
+                        " with a pipeline: DeepSpeed refuses it too (stages 2 and 3 partition "
+                        "gradients each micro-batch, which the pipeline's schedule defeats); "
+                        "use stage 0 or 1"});
+  if (placement.offloads())
+    out->push_back({"zero_optimization.offload_optimizer",
+                    {},
+                    "offload with a pipeline is not built yet: remove offload_optimizer and "
+                    "offload_param, or the pipeline"});
+  if (config.pipeline.activation_checkpoint_interval > 0)
+    out->push_back({"pipeline.activation_checkpoint_interval",
+                    {},
+                    "the pipeline's own activation checkpointing is not built yet: set it to 0 "
+                    "and use the model's (gpt and llama: \"checkpoint_activations\")"});
+  if (config.save_interval > 0)
+    out->push_back({"save_interval",
+                    {},
+                    "checkpoints of pipeline runs are not built yet: remove save_interval (and "
+                    "--save-interval), or the pipeline"});
+  if (config.device == "cuda")
+    out->push_back(
+        {"device", {}, "pipelines compute on the CPU only so far: set \"device\": \"cpu\""});
+}
+
+}  // namespace
+
 std::vector<ConfigError> unsupported_features(const TrainingConfig& config,
                                               const Placement& placement,
                                               const RunOptions& options) {
@@ -35,6 +69,7 @@ std::vector<ConfigError> unsupported_features(const TrainingConfig& config,
                     "checkpoints need one folder every rank sees (a shared filesystem); node-local "
                     "storage is not "
                     "available yet: remove checkpoint.use_node_local_storage"});
+  if (pipeline_stages_of(config) > 1) pipeline_unsupported(config, placement, out);
   if (config.communication_data_type) {
     const std::string grad = sdk::dtype_name(placement.grad_dtype);
     if (*config.communication_data_type != grad)

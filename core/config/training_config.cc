@@ -18,6 +18,12 @@ const char* offload_device_name(OffloadDevice device) {
   return "none";
 }
 
+int64_t pipeline_stages_of(const TrainingConfig& config) {
+  if (config.pipeline.stages > 0) return config.pipeline.stages;
+  if (config.pipeline_parallel_size > 0) return config.pipeline_parallel_size;
+  return 1;
+}
+
 AioConfig default_aio() {
   const LoadedConfig loaded =
       load_config_text(R"({"train_batch_size": 1})", "default aio", ResolveContext{});

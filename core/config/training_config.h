@@ -192,6 +192,19 @@ struct CommConfig {
   int64_t timeout_ms{};  // every collective's deadline
 };
 
+// The "pipeline" section (docs/pipeline.md): the stages and how the layers
+// are cut. stages is 1 when neither "pipeline.stages" (an int; "auto" = 1)
+// nor "pipeline_parallel_size" says otherwise (pipeline_stages_of()).
+struct PipelineConfig {
+  bool present{};
+  int64_t stages{};  // 0: "auto"
+  std::string partition;
+  bool seed_layers{};
+  int64_t activation_checkpoint_interval{};
+  bool pipe_partitioned{};
+  bool grad_partitioned{};
+};
+
 struct TrainingConfig {
   // --- DeepSpeed keys
   BatchConfig batch;
@@ -217,6 +230,8 @@ struct TrainingConfig {
   FlopsProfilerConfig flops_profiler;
   CheckpointConfig checkpoint;
   AutotuningConfig autotuning;
+  PipelineConfig pipeline;
+  int64_t pipeline_parallel_size{};  // 0 = not set
   // Enabled monitors, one per enabled section ("csv_monitor", "tensorboard",
   // "wandb") plus plugins.monitors; params exclude "enabled".
   std::vector<PluginRef> monitors;
@@ -236,5 +251,9 @@ struct TrainingConfig {
 
   json::Value resolved;  // the whole resolved config (checkpoints keep a copy)
 };
+
+// The pipeline's stages: pipeline.stages, else pipeline_parallel_size,
+// else 1 (a pipeline of one stage is no pipeline).
+int64_t pipeline_stages_of(const TrainingConfig& config);
 
 }  // namespace dscore::config

@@ -76,14 +76,25 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   std::unique_ptr<Engine> engine(new Engine(config, placement));
   engine->host_ = std::move(components.host);
   engine->comm_ = std::move(components.comm);
-  // The job's ranks as a grid of parallel axes: all of them on the data
-  // axis until pipeline, tensor, sequence or expert parallelism come.
+  // The job's ranks as a grid of parallel axes: the pipeline's stages, and
+  // the data axis (tensor, sequence and expert parallelism are to come).
+  const int world = engine->comm_->world_size();
+  const int stages = static_cast<int>(config::pipeline_stages_of(config));
+  comm::ParallelGrid grid = comm::ParallelGrid::data_parallel(world);
+  if (stages > 1) {
+    DSCORE_ASSIGN_OR_RETURN(grid,
+                            comm::ParallelGrid::create({stages, world / stages, 1, 1, 1}, world));
+  }
   DSCORE_ASSIGN_OR_RETURN(
       engine->topology_,
-      comm::Topology::create(*engine->comm_,
-                             comm::ParallelGrid::data_parallel(engine->comm_->world_size()),
-                             comm::Topology::engine_groups()));
-  comm::Communicator& zero_group = *engine->topology_->group(comm::groups::kZero);
+      comm::Topology::create(*engine->comm_, grid, comm::Topology::engine_groups()));
+  // ZeRO's group is this rank alone when each pipeline stage has one
+  // data-parallel rank: a communicator of its own (every rank splits).
+  if (engine->topology_->group(comm::groups::kZero) == nullptr) {
+    DSCORE_ASSIGN_OR_RETURN(engine->own_group_, engine->comm_->split(engine->comm_->rank(), 0));
+  }
+  comm::Communicator& zero_group =
+      engine->own_group_ ? *engine->own_group_ : *engine->topology_->group(comm::groups::kZero);
   engine->host_->set_communicator(DSCORE_GROUP_WORLD, engine->comm_->host_table());
   engine->host_->set_communicator(DSCORE_GROUP_DATA_PARALLEL, zero_group.host_table());
   engine->device_ = std::move(device);
@@ -93,7 +104,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   if (engine->device_->type() == device::DeviceType::kCuda)
     engine->comm_->stage_host_buffers(host_staging(*engine->device_, *engine->stream_));
   engine->host_->set_device(engine->device_.get());
-  engine->model_ = std::move(components.model);
+  if (stages > 1)
+    DSCORE_RETURN_IF_ERROR(engine->setup_pipeline(std::move(components.model)));
+  else
+    engine->model_ = std::move(components.model);
   engine->schedule_ =
       std::make_unique<LrSchedule>(std::move(components.scheduler), components.base_lr);
   engine->monitors_ = MonitorHub(std::move(components.monitors));
@@ -169,6 +183,14 @@ Result<zero::ZeroContext> Engine::zero_context(comm::Communicator& zero_group) {
   // ZeRO-Offload copies gradients as they are reduced: the stage reports
   // them to the optimizer's state, connected once it exists.
   if (placement_.host_offload()) ctx.reduced_gradients = &gradient_hand_off_;
+  // A pipeline stage's copies of tied layers (the layout's first layers)
+  // count in the norm on the owner's stage only.
+  if (stage_model_ != nullptr && !stage_model_->tie_copies().empty()) {
+    const size_t after = stage_model_->tie_copies().size();
+    ctx.norm_skipped = after < layout_.layer_count()
+                           ? layout_.params()[layout_.layer_first(after)].offset
+                           : layout_.total_numel();
+  }
   return ctx;
 }
 
@@ -269,15 +291,18 @@ Status Engine::boundary_step() {
         statistics_->gather(strategy_->gradient_share(), placement_.grad_dtype, loss_accumulator_,
                             *compute_, compute_target(), *stream_, *comm_));
   }
-  const int world = comm_->world_size();
   const tensor::SquareSum& total = totals.squares;
   const double loss_sum = totals.loss_sum;
   const double scale = scaler_.scale();
   const double scaled_norm = std::sqrt(total.value());
   const bool overflow = total.non_finite || !std::isfinite(scaled_norm);
   last_grad_norm_ = overflow ? -1.0 : scaled_norm / scale;
-  last_rank_loss_ = loss_accumulator_;
-  last_loss_ = loss_sum / world;
+  // The last stage's ranks alone report a loss under a pipeline. There
+  // every rank's is that mean over the data-parallel ranks (DeepSpeed's
+  // PipelineEngine reports and monitors agg_train_loss, the last stage's
+  // loss averaged over them and broadcast along the pipe).
+  last_loss_ = loss_sum / topology_->group_size(comm::groups::kData);
+  last_rank_loss_ = pipelined() ? last_loss_ : loss_accumulator_;
   loss_accumulator_ = 0;
   // fp16: the scale reacts to this step's outcome first
   // (docs/deepspeed-reference.md#overflow-handling).

@@ -17,6 +17,8 @@
 // strategy's job (core/zero: stages 0-2 flat, stage 3 sharded).
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,6 +45,8 @@
 #include "core/model/model.h"
 #include "core/offload/stale_swap.h"
 #include "core/offload/swapper.h"
+#include "core/pipeline/schedule.h"
+#include "core/pipeline/stage_model.h"
 #include "core/plugin_host/host_context.h"
 #include "core/plugin_host/instances.h"
 #include "core/zero/loss_scaler.h"
@@ -120,6 +124,22 @@ class Engine {
   Status forward(const dscore_batch& batch, dscore_tensor* output, double* loss = nullptr);
   // See the file comment. Collective at the boundary.
   Status step();
+
+  // ---- pipeline parallelism ("pipeline": {"stages": P}, docs/pipeline.md)
+  // This rank runs one stage of the model; a training step is one call of
+  // train_batch, which runs the stage's 1F1B schedule over the
+  // gradient_accumulation_steps micro-batches (DeepSpeed's
+  // PipelineEngine.train_batch), then the update. `load(micro_batch,
+  // buffer)` gives the micro-batch's batch (every stage loads it; the
+  // first reads its inputs, the last its targets); it must stay valid
+  // until `buffer` is loaded again. Returns this rank's mean loss over the
+  // micro-batches on the last stage, 0 elsewhere. Collective over the job.
+  using MicroBatchSource =
+      std::function<Result<const dscore_batch*>(int64_t micro_batch, int buffer)>;
+  Result<double> train_batch(const MicroBatchSource& load);
+  bool pipelined() const { return stage_model_ != nullptr; }
+  // The activation buffers this stage cycles through (1 without a pipeline).
+  int pipe_buffers() const;
   // True when the next step() call completes an accumulation cycle.
   bool is_gradient_accumulation_boundary() const;
 
@@ -138,6 +158,10 @@ class Engine {
 
   int rank() const { return comm_->rank(); }
   int world_size() const { return comm_->world_size(); }
+  // The batch's data-parallel world (world_size() without a pipeline) and
+  // this rank's place in it: a pipeline's stages read the same samples.
+  int data_parallel_size() const { return topology_->group_size(comm::groups::kData); }
+  int data_parallel_rank() const { return topology_->rank_in_group(comm::groups::kData); }
   comm::Communicator& communicator() { return *comm_; }
   const ParamLayout& layout() const { return layout_; }
   const Model& model() const { return *model_; }
@@ -211,6 +235,13 @@ class Engine {
   Status restore_training_state(const checkpoint::TrainingState& state, const std::string& folder,
                                 const LoadCheckpointOptions& options, int saved_world);
 
+  // Pipeline pieces (pipeline_step.cc).
+  Status setup_pipeline(std::unique_ptr<Model> model);
+  Status run_instruction(const pipeline::Instruction& in, const MicroBatchSource& load);
+  Status pipeline_backward(const pipeline::Instruction& in);
+  Status reduce_tied_grads();
+  Status pipe_transfer(bool send, std::vector<std::byte>& buffer, int peer);
+
   // Model hooks (ctx = Engine*).
   dscore_model_hooks model_hooks();
   // The comm stream waits for the model's work queued so far (on a GPU).
@@ -230,7 +261,8 @@ class Engine {
   std::shared_ptr<plugin_host::HostContext> host_;
   std::unique_ptr<ComputeThreads> threads_;
   std::unique_ptr<comm::Communicator> comm_;
-  std::unique_ptr<comm::Topology> topology_;  // its groups are comm_ or split from it
+  std::unique_ptr<comm::Topology> topology_;       // its groups are comm_ or split from it
+  std::unique_ptr<comm::Communicator> own_group_;  // ZeRO's group when it is this rank alone
   std::unique_ptr<device::Device> device_;
   std::unique_ptr<device::Stream> stream_;   // the comm stream
   std::unique_ptr<device::Stream> compute_;  // the boundary step's buffer work and update
@@ -252,6 +284,21 @@ class Engine {
   std::unique_ptr<OptimizerRunner> optimizer_;
   zero::LossScaler scaler_ = zero::LossScaler::fixed(1.0);
   std::unique_ptr<StepStatistics> statistics_;
+
+  // Pipeline parallelism: the stage this rank runs (model_ itself), its
+  // schedule, the ranks that hold its tied layers, and per activation
+  // buffer the batch and the boundary tensors (input and its gradient,
+  // output and its gradient).
+  pipeline::StageModel* stage_model_ = nullptr;
+  std::vector<pipeline::Step> pipe_schedule_;
+  std::unique_ptr<comm::Communicator> tie_group_;
+  struct PipeBuffer {
+    const dscore_batch* batch = nullptr;
+    int64_t micro_batch = -1;  // the micro-batch `batch` holds in this train_batch
+    std::vector<std::byte> input, input_grad, output, output_grad;
+  };
+  std::vector<PipeBuffer> pipe_buffers_;
+  bool boundary_step_open_ = false;  // the boundary backward ran; its reductions wait
 
   std::vector<int> acquired_;  // per layer: outstanding acquires in this call
   std::string hook_error_;

@@ -135,6 +135,10 @@ Result<std::string> Engine::agree_on_tag(const std::string& wanted) {
 Status Engine::save_checkpoint(const std::string& dir, const SaveCheckpointOptions& options) {
   EngineScope engine(host_->identity());
   DSCORE_RETURN_IF_ERROR(check_at_boundary("save_checkpoint"));
+  if (pipelined())
+    return unimplemented(
+        "checkpoints of pipeline runs are not built yet (docs/pipeline.md): train without "
+        "\"pipeline\" to save, or without a save (checkpoint_dir, --save-interval)");
   if (dir.empty()) return invalid_argument("save_checkpoint needs a folder");
   DSCORE_RETURN_IF_ERROR(stream_->synchronize());
   DSCORE_ASSIGN_OR_RETURN(
@@ -282,6 +286,10 @@ Result<LoadedCheckpoint> Engine::load_checkpoint(const std::string& dir,
                                                  const LoadCheckpointOptions& options) {
   EngineScope engine(host_->identity());
   DSCORE_RETURN_IF_ERROR(check_at_boundary("load_checkpoint"));
+  if (pipelined())
+    return unimplemented(
+        "loading a checkpoint into a pipeline run is not built yet (docs/pipeline.md): resume "
+        "without \"pipeline\"");
   DSCORE_RETURN_IF_ERROR(stream_->synchronize());
   Result<LoadedCheckpoint> local = read_checkpoint(dir, options);
   DSCORE_RETURN_IF_ERROR(comm::agree(*comm_, local.status()));

@@ -14,6 +14,27 @@ Result<uint64_t> Model::activation_bytes(int64_t, bool, dscore_dtype, dscore_dty
   return unimplemented(display_name() + " does not declare its activation memory");
 }
 
+Result<uint64_t> Model::boundary_bytes(size_t, int64_t, dscore_dtype) const {
+  return unimplemented(display_name() + " cannot be cut into pipeline stages");
+}
+
+Status Model::stage_forward(const dscore_pipeline_stage&, size_t, const dscore_batch&,
+                            const dscore_model_hooks&, const void*, void*) {
+  return unimplemented(display_name() + " cannot be cut into pipeline stages");
+}
+
+Status Model::stage_backward(const dscore_pipeline_stage&, size_t, const dscore_batch&,
+                             const dscore_model_hooks&, double, const void*, void*, double*) {
+  return unimplemented(display_name() + " cannot be cut into pipeline stages");
+}
+
+std::vector<dscore_layer_tie> layer_ties(const dscore_model_description& description) {
+  std::vector<dscore_layer_tie> ties;
+  if (!DSCORE_HAS_FIELD(&description, dscore_model_description, ties)) return ties;
+  for (size_t t = 0; t < description.tie_count; ++t) ties.push_back(*description.ties[t]);
+  return ties;
+}
+
 Status Model::synthetic_batch(uint64_t, int64_t, const dscore_batch&) const {
   return unimplemented(display_name() +
                        " has no synthetic task: set \"data\": {\"type\": \"text\" or \"tokens\", "

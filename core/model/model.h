@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/base/status.h"
 
@@ -54,11 +55,28 @@ class Model {
                                             dscore_dtype param_dtype,
                                             dscore_dtype grad_dtype) const;
 
+  // Pipeline stages (model.h boundary_bytes, stage_forward, stage_backward):
+  // UNIMPLEMENTED, naming the model, where it cannot be cut into stages.
+  virtual bool has_pipeline_stages() const { return false; }
+  virtual Result<uint64_t> boundary_bytes(size_t layer, int64_t micro_batch,
+                                          dscore_dtype compute_dtype) const;
+  virtual Status stage_forward(const dscore_pipeline_stage& stage, size_t slot,
+                               const dscore_batch& batch, const dscore_model_hooks& hooks,
+                               const void* input, void* output);
+  virtual Status stage_backward(const dscore_pipeline_stage& stage, size_t slot,
+                                const dscore_batch& batch, const dscore_model_hooks& hooks,
+                                double loss_scale, const void* output_grad, void* input_grad,
+                                double* loss);
+
   // The model's own deterministic task (synthetic data), if it has one.
   virtual bool has_synthetic_task() const { return false; }
   virtual Status synthetic_batch(uint64_t seed, int64_t first_sample,
                                  const dscore_batch& out) const;
 };
+
+// The description's layer ties (model.h dscore_layer_tie), none where its
+// struct_size does not reach them.
+std::vector<dscore_layer_tie> layer_ties(const dscore_model_description& description);
 
 std::unique_ptr<Model> make_plugin_model(std::unique_ptr<plugin_host::ModelInstance> instance);
 

@@ -47,6 +47,22 @@ class PluginModel final : public Model {
     return instance_->activation_bytes(micro_batch, checkpointing, param_dtype, grad_dtype);
   }
 
+  bool has_pipeline_stages() const override { return instance_->has_pipeline_stages(); }
+  Result<uint64_t> boundary_bytes(size_t layer, int64_t micro_batch,
+                                  dscore_dtype compute_dtype) const override {
+    return instance_->boundary_bytes(layer, micro_batch, compute_dtype);
+  }
+  Status stage_forward(const dscore_pipeline_stage& stage, size_t slot, const dscore_batch& batch,
+                       const dscore_model_hooks& hooks, const void* input, void* output) override {
+    return instance_->stage_forward(stage, slot, batch, hooks, input, output);
+  }
+  Status stage_backward(const dscore_pipeline_stage& stage, size_t slot, const dscore_batch& batch,
+                        const dscore_model_hooks& hooks, double loss_scale, const void* output_grad,
+                        void* input_grad, double* loss) override {
+    return instance_->stage_backward(stage, slot, batch, hooks, loss_scale, output_grad, input_grad,
+                                     loss);
+  }
+
   bool has_synthetic_task() const override { return instance_->has_synthetic_task(); }
   Status synthetic_batch(uint64_t seed, int64_t first_sample,
                          const dscore_batch& out) const override {

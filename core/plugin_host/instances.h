@@ -151,6 +151,16 @@ class ModelInstance {
   // config.json's text for weights of `dtype`.
   Result<std::string> hf_config(dscore_dtype dtype) const;
   Status synthetic_batch(uint64_t seed, int64_t first_sample, const dscore_batch& out) const;
+  // Pipeline stages (ABI 1.2, model.h): UNIMPLEMENTED, naming the fix, when
+  // the plugin lacks any of boundary_bytes, stage_forward, stage_backward.
+  bool has_pipeline_stages() const;
+  Result<uint64_t> boundary_bytes(size_t layer, int64_t micro_batch,
+                                  dscore_dtype compute_dtype) const;
+  Status stage_forward(const dscore_pipeline_stage& stage, size_t slot, const dscore_batch& batch,
+                       const dscore_model_hooks& hooks, const void* input, void* output);
+  Status stage_backward(const dscore_pipeline_stage& stage, size_t slot, const dscore_batch& batch,
+                        const dscore_model_hooks& hooks, double loss_scale, const void* output_grad,
+                        void* input_grad, double* loss);
 
  private:
   ModelInstance(PluginInfo info, dscore_model* handle, std::shared_ptr<HostContext> host)

@@ -107,6 +107,23 @@ Status check_description(const std::string& who, const dscore_model_description*
     std::string why;
     if (!shape_matches(input->ndim, input->shape, -1, &why)) return bad(at + ": " + why);
   }
+  if (DSCORE_HAS_FIELD(d, dscore_model_description, ties) && d->tie_count > 0) {
+    if (d->ties == nullptr)
+      return bad("tie_count is " + std::to_string(d->tie_count) + " but ties is NULL");
+    for (size_t t = 0; t < d->tie_count; ++t) {
+      const dscore_layer_tie* tie = d->ties[t];
+      const std::string at = "tie " + std::to_string(t);
+      if (tie == nullptr) return bad(at + " is NULL");
+      if (!DSCORE_HAS_FIELD(tie, dscore_layer_tie, reader))
+        return bad(at + " has struct_size " + std::to_string(tie->struct_size) +
+                   ", smaller than ABI 1.2's dscore_layer_tie");
+      if (tie->owner >= d->layer_count || tie->reader >= d->layer_count ||
+          tie->owner == tie->reader)
+        return bad(at + " ties layer " + std::to_string(tie->owner) + " to layer " +
+                   std::to_string(tie->reader) + ": both must be layers of the model's " +
+                   std::to_string(d->layer_count) + ", and different");
+    }
+  }
   return Status::Ok();
 }
 
@@ -262,6 +279,60 @@ Status ModelInstance::synthetic_batch(uint64_t seed, int64_t first_sample,
   const auto* vt = vtable_of<dscore_model_vtable>(info_);
   return call_plugin(*host_, info_.display(), "synthetic_batch",
                      [&] { return vt->synthetic_batch(handle_, seed, first_sample, &out); });
+}
+
+}  // namespace dscore::plugin_host
+
+namespace dscore::plugin_host {
+
+bool ModelInstance::has_pipeline_stages() const {
+  const auto* vt = vtable_of<dscore_model_vtable>(info_);
+  return DSCORE_HAS_FIELD(vt, dscore_model_vtable, stage_backward) &&
+         vt->boundary_bytes != nullptr && vt->stage_forward != nullptr &&
+         vt->stage_backward != nullptr;
+}
+
+namespace {
+Status no_pipeline_stages(const PluginInfo& info) {
+  return Status(DSCORE_UNIMPLEMENTED,
+                info.display() +
+                    " cannot be cut into pipeline stages (boundary_bytes, stage_forward and "
+                    "stage_backward are NULL): train it without \"pipeline\", or with a model "
+                    "that has them (mlp, gpt, llama)");
+}
+}  // namespace
+
+Result<uint64_t> ModelInstance::boundary_bytes(size_t layer, int64_t micro_batch,
+                                               dscore_dtype compute_dtype) const {
+  if (!has_pipeline_stages()) return no_pipeline_stages(info_);
+  const auto* vt = vtable_of<dscore_model_vtable>(info_);
+  uint64_t bytes = 0;
+  DSCORE_RETURN_IF_ERROR(call_plugin(*host_, info_.display(), "boundary_bytes", [&] {
+    return vt->boundary_bytes(handle_, layer, micro_batch, compute_dtype, &bytes);
+  }));
+  return bytes;
+}
+
+Status ModelInstance::stage_forward(const dscore_pipeline_stage& stage, size_t slot,
+                                    const dscore_batch& batch, const dscore_model_hooks& hooks,
+                                    const void* input, void* output) {
+  if (!has_pipeline_stages()) return no_pipeline_stages(info_);
+  const auto* vt = vtable_of<dscore_model_vtable>(info_);
+  return call_plugin(*host_, info_.display(), "stage_forward", [&] {
+    return vt->stage_forward(handle_, &stage, slot, &batch, &hooks, input, output);
+  });
+}
+
+Status ModelInstance::stage_backward(const dscore_pipeline_stage& stage, size_t slot,
+                                     const dscore_batch& batch, const dscore_model_hooks& hooks,
+                                     double loss_scale, const void* output_grad, void* input_grad,
+                                     double* loss) {
+  if (!has_pipeline_stages()) return no_pipeline_stages(info_);
+  const auto* vt = vtable_of<dscore_model_vtable>(info_);
+  return call_plugin(*host_, info_.display(), "stage_backward", [&] {
+    return vt->stage_backward(handle_, &stage, slot, &batch, &hooks, loss_scale, output_grad,
+                              input_grad, loss);
+  });
 }
 
 }  // namespace dscore::plugin_host

@@ -1,5 +1,7 @@
 #include "core/zero/flat_zero.h"
 
+#include <algorithm>
+
 #include "core/tensor/host_buffer.h"
 #include "core/zero/grid_reduction.h"
 #include "core/zero/ipg_buckets.h"
@@ -72,7 +74,10 @@ Status FlatZero::end_micro_step() { return reduction_->end_micro_step(ready_); }
 
 GradientShare FlatZero::gradient_share() {
   // Stage 0 holds every gradient on every rank; each counts its stage-1 partition.
-  const auto [begin, end] = storage_.norm_range();
+  auto [begin, end] = storage_.norm_range();
+  // norm_range is in flat order when replicated, else from the owned start.
+  const int64_t origin = storage_.replicated() ? 0 : storage_.owned_begin();
+  begin = std::min(std::max(begin, ctx_.norm_skipped - origin), end);
   return {tensor::element_at(owned_grads(), ctx_.grad_dtype(), begin), end - begin};
 }
 

@@ -59,6 +59,10 @@ struct ZeroContext {
   // they become final (reduced_gradient_sink.h: ZeRO-Offload copies them to
   // the host while backward goes on); nullptr: nobody listens.
   ReducedGradientSink* reduced_gradients = nullptr;
+  // Flat elements [0, norm_skipped) are left out of the gradient norm:
+  // copies of another pipeline stage's tied layer, counted there (stages
+  // 0-1 only).
+  int64_t norm_skipped = 0;
 
   dscore_dtype model_dtype() const { return placement->model_dtype; }  // what the model computes
   dscore_dtype grad_dtype() const { return placement->grad_dtype; }    // accumulation, reduction

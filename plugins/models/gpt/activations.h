@@ -5,6 +5,7 @@
 // logsumexp per query row, CUDA the T x T probabilities), so it is passed in.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -33,7 +34,7 @@ struct ActivationElements {
   // set shared by the checkpointed blocks (recomputed there in turn).
   int64_t kept_blocks = 0;
   // Shared by all blocks, in Scalar.
-  int64_t resid = 0;  // (L + 1, N, C): every block's input, then the last output
+  int64_t resid = 0;  // (blocks + 1, N, C): every block's input, then the last output
   int64_t lnf = 0, dlnf = 0, dresid = 0;  // (N, C) each
   int64_t lnf_stat = 0;                   // (N) each of mean, rstd, in Stat
   // Backward scratch, in Scalar.
@@ -61,8 +62,12 @@ struct ActivationElements {
 // many Scalar (fp32) elements, and dfch_gelu none (the CPU backend's
 // mlp_backward hands the projection's input gradient to GELU's backward in
 // chunks, gemm_bf16_consumed).
+// Blocks [lo, hi) (all of them by default): a pipeline stage's runner keeps
+// only its own blocks' activations and their inputs.
 inline ActivationElements activation_elements(const GptConfig& cfg, int64_t B,
-                                              int64_t attention_state, bool bf16_operands = false) {
+                                              int64_t attention_state, bool bf16_operands = false,
+                                              int64_t lo = 0, int64_t hi = -1) {
+  if (hi < 0) hi = cfg.n_layer;
   const int64_t N = B * cfg.block_size, C = cfg.n_embd;
   const auto operand = [bf16_operands](int64_t n) { return bf16_operands ? (n + 1) / 2 : n; };
   ActivationElements e;
@@ -75,8 +80,9 @@ inline ActivationElements activation_elements(const GptConfig& cfg, int64_t B,
   e.block.fch = N * 4 * C;
   e.block.fch_gelu = operand(N * 4 * C);
   e.block.stat = N;
-  e.kept_blocks = cfg.n_layer - cfg.checkpoint_blocks + (cfg.checkpoint_blocks > 0 ? 1 : 0);
-  e.resid = (cfg.n_layer + 1) * N * C;
+  const int64_t checkpointed = std::max<int64_t>(0, std::min(hi, cfg.checkpoint_blocks) - lo);
+  e.kept_blocks = (hi - lo) - checkpointed + (checkpointed > 0 ? 1 : 0);
+  e.resid = (hi - lo + 1) * N * C;
   e.lnf = e.dlnf = e.dresid = N * C;
   e.lnf_stat = N;
   e.dfch_gelu = bf16_operands ? 0 : N * 4 * C;  // bf16: handed to GELU's backward in chunks

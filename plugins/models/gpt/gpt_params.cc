@@ -47,6 +47,11 @@ GptParams::GptParams(const GptConfig& config, uint64_t seed) : config_(config), 
   description_.input_count = 1;
   description_.inputs = &input_ptr_;
   description_.hidden_size = C;
+  // The LM head, in the final layer, reads the embeddings' wte.
+  tie_ = {sizeof(dscore_layer_tie), 0, static_cast<size_t>(config.final_layer())};
+  tie_ptr_ = &tie_;
+  description_.tie_count = 1;
+  description_.ties = &tie_ptr_;
 }
 
 void GptParams::add_layer(std::string name) {

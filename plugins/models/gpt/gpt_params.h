@@ -81,6 +81,8 @@ class GptParams {
   int64_t token_shape_ = 0;
   dscore_model_input input_{};
   const dscore_model_input* input_ptr_ = nullptr;
+  dscore_layer_tie tie_{};
+  const dscore_layer_tie* tie_ptr_ = nullptr;
   dscore_model_description description_{};
 };
 

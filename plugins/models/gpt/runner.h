@@ -31,7 +31,9 @@
 #include <dscore/cpp/model.hpp>
 #include <dscore/cpp/plugin.hpp>
 
+#include <algorithm>
 #include <concepts>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,9 +49,11 @@
 namespace dscore::gpt {
 
 using transformer::backward_block_layers;
+using transformer::backward_block_range;
 using transformer::backward_layer;
 using transformer::backward_layer_grads;
 using transformer::forward_block_layers;
+using transformer::forward_block_range;
 using transformer::forward_layer;
 using transformer::GradsReady;
 
@@ -61,8 +65,11 @@ class GptRunner {
   template <typename X>
   using Buffer = typename Backend::template Buffer<X>;
 
-  GptRunner(const GptConfig& config, const GptParams& params, Backend& backend)
-      : cfg_(config), backend_(backend) {
+  // Blocks [lo, hi) (all of them by default: hi < 0): a pipeline stage's
+  // runner keeps its own blocks' activations only.
+  GptRunner(const GptConfig& config, const GptParams& params, Backend& backend, int64_t lo = 0,
+            int64_t hi = -1)
+      : cfg_(config), backend_(backend), lo_(lo), hi_(hi < 0 ? config.n_layer : hi) {
     for (size_t l = 0; l < static_cast<size_t>(config.layer_count()); ++l)
       numels_.push_back(params.layer_numels(l));
   }
@@ -76,36 +83,79 @@ class GptRunner {
                        "gpt: the batch has no targets (every token is padding)");
     prepare(tokens);
     forward_blocks(hooks);
-    const int64_t N = B_ * cfg_.block_size, C = cfg_.n_embd;
-    double loss_sum = 0;
-    // LM head and its gradient: dlnf = d loss / d ln_f output
-    backward_layer(hooks, 0, numels_[0], backend_, GradsReady::kNo, [&](const auto& p, auto& g) {
-      loss_sum = backend_.lm_head_forward_backward(
-          acts_.dlnf.get(), g[kWte], acts_.lnf.get(), p[kWte], targets_.get(), N, C,
-          cfg_.vocab_size, loss_scale / static_cast<double>(tokens.counted_targets));
-    });
-    const size_t final_layer = static_cast<size_t>(cfg_.final_layer());
-    backward_layer(hooks, final_layer, numels_[final_layer], backend_, GradsReady::kYes,
-                   [&](const auto& p, auto& g) {
-                     T* d = acts_.dresid.get();
-                     backend_.zero(d, N * C);
-                     backend_.layernorm_backward(d, g[kLnfWeight], g[kLnfBias], acts_.dlnf.get(),
-                                                 residual(cfg_.n_layer), p[kLnfWeight],
-                                                 acts_.lnf_mean.get(), acts_.lnf_rstd.get(), N, C);
-                   });
-    backward_block_layers(hooks, cfg_.n_layer, numels_, backend_, block_gemm_weights(),
-                          [&](int64_t l, const auto& p, auto& g) {
-                            BlockActs& a = block_acts(l);
-                            if (checkpointed(l))
-                              block_forward(p, residual(l), nullptr, a);  // recompute
-                            block_backward(p, g, residual(l), a, acts_.dresid.get());
-                          });
-    // embeddings: wte gets its second contribution, then grads_ready
-    backward_layer_grads(hooks, 0, numels_[0], backend_, GradsReady::kYes, [&](auto& g) {
-      backend_.encoder_backward(g[kWte], g[kWpe], acts_.dresid.get(), inputs_.get(), B_,
-                                cfg_.block_size, C);
-    });
+    const double loss_sum = head_backward(hooks, loss_scale, tokens, GradsReady::kNo);
+    blocks_backward(hooks, 0, cfg_.n_layer);
+    embedding_backward(hooks);
     return loss_sum / static_cast<double>(tokens.counted_targets);
+  }
+
+  // ---- pipeline stages (model.h stage_forward/stage_backward): layers
+  // [first, end) of embeddings (0), blocks (1..L) and the final LayerNorm
+  // with the tied LM head (L + 1). The boundary at layer k is the input of
+  // layer k, residual(k - 1): (B, T, C) of Scalar.
+  int64_t boundary_elements(int64_t batch) const { return batch * cfg_.block_size * cfg_.n_embd; }
+
+  void stage_forward(const SplitTokens& tokens, size_t first, size_t end,
+                     const dscore_model_hooks& hooks, const T* input, T* output) {
+    prepare(tokens);
+    const int64_t lo = block_of(first), hi = block_of(end);
+    if (first == 0) embed_forward(hooks);
+    const int64_t n = B_ * cfg_.block_size * cfg_.n_embd;
+    forward_block_range(hooks, lo, hi, numels_, backend_, block_gemm_weights(),
+                        [&](int64_t l, const auto& p) {
+                          if (l == lo && first > 0) {
+                            ensure_activations();
+                            backend_.copy_from_host(residual(lo), input, n);
+                          }
+                          check_operand_form(p, l);
+                          block_forward(p, residual(l), residual(l + 1), block_acts(l));
+                        });
+    if (static_cast<int64_t>(end) == cfg_.layer_count()) {
+      final_forward(hooks, [&] {
+        if (lo == hi && first > 0) {  // a stage of the final layer alone
+          ensure_activations();
+          backend_.copy_from_host(residual(hi), input, n);
+        }
+      });
+    } else {
+      backend_.copy_to_host(output, residual(hi), n);
+    }
+  }
+
+  // Returns the loss on the last stage (0 elsewhere).
+  double stage_backward(const SplitTokens& tokens, size_t first, size_t end,
+                        const dscore_model_hooks& hooks, double loss_scale, const T* output_grad,
+                        T* input_grad) {
+    if (tokens.batch != B_ || !activations_ready_)
+      throw sdk::Error(DSCORE_FAILED_PRECONDITION,
+                       "gpt: stage_backward of a slot without its stage_forward");
+    const int64_t lo = block_of(first), hi = block_of(end);
+    const int64_t n = B_ * cfg_.block_size * cfg_.n_embd;
+    double loss_sum = 0;
+    if (static_cast<int64_t>(end) == cfg_.layer_count()) {
+      if (tokens.counted_targets == 0)
+        throw sdk::Error(DSCORE_INVALID_ARGUMENT,
+                         "gpt: the batch has no targets (every token is padding)");
+      // Without the embeddings here, this stage's copy of layer 0 is done
+      // with once the head is.
+      loss_sum =
+          head_backward(hooks, loss_scale, tokens, first == 0 ? GradsReady::kNo : GradsReady::kYes);
+    } else {
+      backend_.copy_from_host(acts_.dresid.get(), output_grad, n);
+    }
+    blocks_backward(hooks, lo, hi);
+    if (first == 0)
+      embedding_backward(hooks);
+    else
+      backend_.copy_to_host(input_grad, acts_.dresid.get(), n);
+    return tokens.counted_targets > 0 ? loss_sum / static_cast<double>(tokens.counted_targets)
+                                      : 0.0;
+  }
+
+  // The block a layer index starts at (layer l + 1 is block l), clamped to
+  // the blocks.
+  int64_t block_of(size_t layer) const {
+    return std::clamp<int64_t>(static_cast<int64_t>(layer) - 1, 0, cfg_.n_layer);
   }
 
   // Forward only: the mean loss over counted targets if `loss` is set, and
@@ -167,11 +217,57 @@ class GptRunner {
 
   bool checkpointed(int64_t l) const { return l < cfg_.checkpoint_blocks; }
   BlockActs& block_acts(int64_t l) {
-    return checkpointed(l) ? acts_.blocks.back()
-                           : acts_.blocks[static_cast<size_t>(l - cfg_.checkpoint_blocks)];
+    return checkpointed(l)
+               ? acts_.blocks.back()
+               : acts_.blocks[static_cast<size_t>(l - std::max(lo_, cfg_.checkpoint_blocks))];
   }
+  // Block l's input (residual(l + 1) its output), for blocks lo_ .. hi_.
   T* residual(int64_t l) const {
-    return acts_.resid.get() + l * B_ * cfg_.block_size * cfg_.n_embd;
+    return acts_.resid.get() + (l - lo_) * B_ * cfg_.block_size * cfg_.n_embd;
+  }
+
+  // The LM head and its gradient through layer 0 (the tied wte), then the
+  // final LayerNorm's backward: dresid holds the gradient at the last
+  // block's output. Returns the loss summed over counted targets.
+  double head_backward(const dscore_model_hooks& hooks, double loss_scale,
+                       const SplitTokens& tokens, GradsReady embedding_ready) {
+    const int64_t N = B_ * cfg_.block_size, C = cfg_.n_embd;
+    double loss_sum = 0;
+    // dlnf = d loss / d ln_f output
+    backward_layer(hooks, 0, numels_[0], backend_, embedding_ready, [&](const auto& p, auto& g) {
+      loss_sum = backend_.lm_head_forward_backward(
+          acts_.dlnf.get(), g[kWte], acts_.lnf.get(), p[kWte], targets_.get(), N, C,
+          cfg_.vocab_size, loss_scale / static_cast<double>(tokens.counted_targets));
+    });
+    const size_t final_layer = static_cast<size_t>(cfg_.final_layer());
+    backward_layer(hooks, final_layer, numels_[final_layer], backend_, GradsReady::kYes,
+                   [&](const auto& p, auto& g) {
+                     T* d = acts_.dresid.get();
+                     backend_.zero(d, N * C);
+                     backend_.layernorm_backward(d, g[kLnfWeight], g[kLnfBias], acts_.dlnf.get(),
+                                                 residual(hi_), p[kLnfWeight], acts_.lnf_mean.get(),
+                                                 acts_.lnf_rstd.get(), N, C);
+                   });
+    return loss_sum;
+  }
+  // Blocks [lo, hi) backward from dresid (the gradient at block hi - 1's
+  // output), leaving the gradient at block lo's input there.
+  void blocks_backward(const dscore_model_hooks& hooks, int64_t lo, int64_t hi) {
+    backward_block_range(hooks, lo, hi, numels_, backend_, block_gemm_weights(),
+                         [&](int64_t l, const auto& p, auto& g) {
+                           BlockActs& a = block_acts(l);
+                           if (checkpointed(l))
+                             block_forward(p, residual(l), nullptr, a);  // recompute
+                           block_backward(p, g, residual(l), a, acts_.dresid.get());
+                         });
+  }
+  // The embeddings' gradients from dresid (wte's second contribution), then
+  // grads_ready.
+  void embedding_backward(const dscore_model_hooks& hooks) {
+    backward_layer_grads(hooks, 0, numels_[0], backend_, GradsReady::kYes, [&](auto& g) {
+      backend_.encoder_backward(g[kWte], g[kWpe], acts_.dresid.get(), inputs_.get(), B_,
+                                cfg_.block_size, cfg_.n_embd);
+    });
   }
 
   // Every size from activation_elements (activations.h), so a memory
@@ -246,7 +342,7 @@ class GptRunner {
   void allocate_activations(bool bf16_operands) {
     const ActivationElements e = activation_elements(
         cfg_, B_, backend_.attention_state_elements(B_, cfg_.block_size, cfg_.n_head),
-        bf16_operands);
+        bf16_operands, lo_, hi_);
     acts_ = Activations{};
     acts_.resid = backend_.template alloc<T>(e.resid);
     acts_.lnf = backend_.template alloc<T>(e.lnf);
@@ -266,21 +362,29 @@ class GptRunner {
   }
 
   void forward_blocks(const dscore_model_hooks& hooks) {
-    const int64_t N = B_ * cfg_.block_size, C = cfg_.n_embd;
-    forward_layer(hooks, 0, numels_[0], backend_, [&](const auto& p) {
-      ensure_activations();
-      backend_.encoder_forward(residual(0), inputs_.get(), p[kWte], p[kWpe], B_, cfg_.block_size,
-                               C);
-    });
+    embed_forward(hooks);
     forward_block_layers(hooks, cfg_.n_layer, numels_, backend_, block_gemm_weights(),
                          [&](int64_t l, const auto& p) {
                            check_operand_form(p, l);
                            block_forward(p, residual(l), residual(l + 1), block_acts(l));
                          });
+    final_forward(hooks);
+  }
+  void embed_forward(const dscore_model_hooks& hooks) {
+    forward_layer(hooks, 0, numels_[0], backend_, [&](const auto& p) {
+      ensure_activations();
+      backend_.encoder_forward(residual(0), inputs_.get(), p[kWte], p[kWpe], B_, cfg_.block_size,
+                               cfg_.n_embd);
+    });
+  }
+  // prologue: runs first inside the layer's acquire.
+  void final_forward(const dscore_model_hooks& hooks, const std::function<void()>& prologue = {}) {
+    const int64_t N = B_ * cfg_.block_size, C = cfg_.n_embd;
     const size_t l = static_cast<size_t>(cfg_.final_layer());
     forward_layer(hooks, l, numels_[l], backend_, [&](const auto& p) {
+      if (prologue) prologue();
       backend_.layernorm_forward(acts_.lnf.get(), acts_.lnf_mean.get(), acts_.lnf_rstd.get(),
-                                 residual(cfg_.n_layer), p[kLnfWeight], p[kLnfBias], N, C);
+                                 residual(hi_), p[kLnfWeight], p[kLnfBias], N, C);
     });
   }
 
@@ -365,6 +469,7 @@ class GptRunner {
 
   GptConfig cfg_;
   Backend& backend_;
+  int64_t lo_, hi_;  // the blocks this runner keeps activations for
   std::vector<std::vector<int64_t>> numels_;
   int64_t B_ = 0;
   Activations acts_;

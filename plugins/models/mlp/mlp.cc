@@ -9,6 +9,7 @@
 #include <dscore/cpp/model_plugin.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -116,12 +117,18 @@ class Mlp : public sdk::Instance {
   // when the batch has targets.
   double run_forward(const dscore_batch* batch, const dscore_model_hooks* hooks, bool need_loss,
                      PassBuffers* pass) const {
-    const int64_t B = batch->batch_size;
-    const size_t L = layer_count();
     pass->set_input(batch->tensors[0]);
-    for (size_t l = 0; l < L; ++l) {
+    forward_layers(0, layer_count(), batch->batch_size, *hooks, pass);
+    return need_loss ? squared_error(batch, pass) : 0.0;
+  }
+
+  // Layers [first, end) forward; input(first) is set.
+  void forward_layers(size_t first, size_t end, int64_t B, const dscore_model_hooks& hooks,
+                      PassBuffers* pass) const {
+    const size_t L = layer_count();
+    for (size_t l = first; l < end; ++l) {
       const int64_t in = dims_[l], out = dims_[l + 1];
-      sdk::AcquiredLayer layer(*hooks, l, DSCORE_ACQUIRE_FORWARD, 2);
+      sdk::AcquiredLayer layer(hooks, l, DSCORE_ACQUIRE_FORWARD, 2);
       check_views(layer.views(), l, false);
       const float* w = pass->fp32(layer.views().params[0], out * in, PassBuffers::kWeight);
       const float* b = pass->fp32(layer.views().params[1], out, PassBuffers::kBias);
@@ -133,15 +140,58 @@ class Mlp : public sdk::Instance {
         for (int64_t k = 0; k < B * out; ++k) a[k] = activate(activation_, z[k]);
       }
     }
-    if (!need_loss) return 0.0;
+  }
+
+  double squared_error(const dscore_batch* batch, PassBuffers* pass) const {
+    const int64_t B = batch->batch_size;
     const float* y = pass->fp32(batch->tensors[1], B * output_dim_, PassBuffers::kTargets);
-    const float* pred = pass->input(L);
+    const float* pred = pass->input(layer_count());
     double sum = 0;
     for (int64_t k = 0; k < B * output_dim_; ++k) {
       double d = static_cast<double>(pred[k]) - y[k];
       sum += d * d;
     }
     return sum / static_cast<double>(B * output_dim_);
+  }
+
+  // d(loss_scale * mean((pred - y)^2)) / d pred into pass->dz.
+  void loss_gradient(const dscore_batch* batch, double loss_scale, PassBuffers* pass) const {
+    const int64_t B = batch->batch_size;
+    const float* y = pass->fp32(batch->tensors[1], B * output_dim_, PassBuffers::kTargets);
+    const float* pred = pass->input(layer_count());
+    const float factor =
+        static_cast<float>(2.0 * loss_scale / static_cast<double>(B * output_dim_));
+    std::vector<float>& dz = pass->dz;
+    dz.resize(static_cast<size_t>(B * output_dim_));
+    for (int64_t k = 0; k < B * output_dim_; ++k) dz[k] = factor * (pred[k] - y[k]);
+  }
+
+  // Layers [first, end) backward from pass->dz, the gradient at layer
+  // end - 1's pre-activation. On return with first > 0, pass->da holds the
+  // gradient at input(first) (before the previous layer's activation).
+  void backward_layers(size_t first, size_t end, int64_t B, const dscore_model_hooks& hooks,
+                       PassBuffers* pass) const {
+    std::vector<float>&dz = pass->dz, &gw = pass->gw, &gb = pass->gb, &da = pass->da;
+    for (size_t l = end; l-- > first;) {
+      const int64_t in = dims_[l], out = dims_[l + 1];
+      sdk::AcquiredLayer layer(hooks, l, DSCORE_ACQUIRE_BACKWARD, 2);
+      check_views(layer.views(), l, true);
+      const float* w = pass->fp32(layer.views().params[0], out * in, PassBuffers::kWeight);
+      gw.assign(static_cast<size_t>(out * in), 0.0f);
+      gb.assign(static_cast<size_t>(out), 0.0f);
+      if (l > 0) da.resize(static_cast<size_t>(B * in));
+      linear_backward(pass->input(l), w, dz.data(), B, in, out, gw.data(), gb.data(),
+                      l > 0 ? da.data() : nullptr);
+      add_into(layer.views().grads[0], gw);
+      add_into(layer.views().grads[1], gb);
+      layer.grads_ready();
+      layer.release();
+      if (l > first) {  // through the previous layer's activation
+        const float* z = pass->pre(l - 1);
+        dz.resize(da.size());
+        for (size_t k = 0; k < da.size(); ++k) dz[k] = da[k] * activate_grad(activation_, z[k]);
+      }
+    }
   }
 
   // output, when given: the predictions, (batch_size, output_dim).
@@ -161,45 +211,73 @@ class Mlp : public sdk::Instance {
     }
   }
 
-  double forward_backward(const dscore_batch* batch, const dscore_model_hooks& hooks_ref,
+  double forward_backward(const dscore_batch* batch, const dscore_model_hooks& hooks,
                           double loss_scale) const {
-    const dscore_model_hooks* hooks = &hooks_ref;
     check_batch(batch, true);
-    const int64_t B = batch->batch_size;
-    const size_t L = layer_count();
-    PassBuffers pass(dims_, B);
-    const double loss = run_forward(batch, hooks, true, &pass);
+    PassBuffers pass(dims_, batch->batch_size);
+    const double loss = run_forward(batch, &hooks, true, &pass);
     pass.start_backward();
-    // d(loss_scale * mean((pred - y)^2)) / d pred
-    const float* y = pass.fp32(batch->tensors[1], B * output_dim_, PassBuffers::kTargets);
-    const float* pred = pass.input(L);
-    const float factor =
-        static_cast<float>(2.0 * loss_scale / static_cast<double>(B * output_dim_));
-    std::vector<float>& dz = pass.dz;
-    dz.resize(static_cast<size_t>(B * output_dim_));
-    for (int64_t k = 0; k < B * output_dim_; ++k) dz[k] = factor * (pred[k] - y[k]);
+    loss_gradient(batch, loss_scale, &pass);
+    backward_layers(0, layer_count(), batch->batch_size, hooks, &pass);
+    return loss;
+  }
 
-    std::vector<float>&gw = pass.gw, &gb = pass.gb, &da = pass.da;
-    for (size_t l = L; l-- > 0;) {
-      const int64_t in = dims_[l], out = dims_[l + 1];
-      sdk::AcquiredLayer layer(*hooks, l, DSCORE_ACQUIRE_BACKWARD, 2);
-      check_views(layer.views(), l, true);
-      const float* w = pass.fp32(layer.views().params[0], out * in, PassBuffers::kWeight);
-      gw.assign(static_cast<size_t>(out * in), 0.0f);
-      gb.assign(static_cast<size_t>(out), 0.0f);
-      if (l > 0) da.resize(static_cast<size_t>(B * in));
-      linear_backward(pass.input(l), w, dz.data(), B, in, out, gw.data(), gb.data(),
-                      l > 0 ? da.data() : nullptr);
-      add_into(layer.views().grads[0], gw);
-      add_into(layer.views().grads[1], gb);
-      layer.grads_ready();
-      layer.release();
-      if (l > 0) {  // through the previous layer's activation
-        const float* z = pass.pre(l - 1);
-        dz.resize(da.size());
-        for (size_t k = 0; k < da.size(); ++k) dz[k] = da[k] * activate_grad(activation_, z[k]);
-      }
+  // ---- pipeline stages: the boundary at layer l is its input activation,
+  // (B, dims[l]) fp32; its gradient is taken before the previous layer's
+  // activation function, which the stage before applies.
+  uint64_t boundary_bytes(size_t layer, int64_t micro_batch, dscore_dtype /*dtype*/) const {
+    if (layer == 0 || layer >= layer_count())
+      throw Error(DSCORE_OUT_OF_RANGE, "no stage boundary at layer " + std::to_string(layer) +
+                                           ": the mlp's are at layers 1 to " +
+                                           std::to_string(layer_count() - 1));
+    if (micro_batch < 1) throw Error(DSCORE_INVALID_ARGUMENT, "micro_batch must be >= 1");
+    return static_cast<uint64_t>(micro_batch * dims_[layer]) * sizeof(float);
+  }
+
+  void stage_forward(const dscore_pipeline_stage& stage, size_t slot, const dscore_batch* batch,
+                     const dscore_model_hooks& hooks, const void* input, void* output) {
+    const bool first = stage.first_layer == 0, last = stage.end_layer == layer_count();
+    check_batch(batch, /*need_targets=*/false);
+    check_boundary(input, !first, "input");
+    check_boundary(output, !last, "output");
+    const int64_t B = batch->batch_size;
+    PassBuffers& pass = slot_pass(slot, B);
+    if (first)
+      pass.set_input(batch->tensors[0]);
+    else
+      copy_floats(pass.activation(stage.first_layer), input, B * dims_[stage.first_layer]);
+    forward_layers(stage.first_layer, stage.end_layer, B, hooks, &pass);
+    if (!last) copy_floats(output, pass.input(stage.end_layer), B * dims_[stage.end_layer]);
+  }
+
+  double stage_backward(const dscore_pipeline_stage& stage, size_t slot, const dscore_batch* batch,
+                        const dscore_model_hooks& hooks, double loss_scale, const void* output_grad,
+                        void* input_grad) {
+    const bool first = stage.first_layer == 0, last = stage.end_layer == layer_count();
+    check_batch(batch, /*need_targets=*/last);
+    check_boundary(output_grad, !last, "output_grad");
+    check_boundary(input_grad, !first, "input_grad");
+    const int64_t B = batch->batch_size;
+    if (slot >= slots_.size() || slots_[slot] == nullptr || slot_batch_[slot] != B)
+      throw Error(DSCORE_FAILED_PRECONDITION,
+                  "stage_backward of slot " + std::to_string(slot) + " before its stage_forward");
+    PassBuffers& pass = *slots_[slot];
+    pass.start_backward();
+    double loss = 0;
+    if (last) {
+      loss = squared_error(batch, &pass);
+      loss_gradient(batch, loss_scale, &pass);
+    } else {
+      // The gradient at the boundary, through this stage's last activation.
+      const size_t l = stage.end_layer;
+      const float* z = pass.pre(l - 1);
+      const float* d = static_cast<const float*>(output_grad);
+      pass.dz.resize(static_cast<size_t>(B * dims_[l]));
+      for (size_t k = 0; k < pass.dz.size(); ++k)
+        pass.dz[k] = d[k] * activate_grad(activation_, z[k]);
     }
+    backward_layers(stage.first_layer, stage.end_layer, B, hooks, &pass);
+    if (!first) copy_floats(input_grad, pass.da.data(), B * dims_[stage.first_layer]);
     return loss;
   }
 
@@ -326,6 +404,28 @@ class Mlp : public sdk::Instance {
     }
   }
 
+  static void check_boundary(const void* p, bool needed, const char* what) {
+    if ((p != nullptr) != needed)
+      throw Error(DSCORE_INVALID_ARGUMENT,
+                  std::string("the stage's ") + what +
+                      (needed ? " boundary is NULL" : " boundary is set where the stage has none"));
+  }
+  static void copy_floats(void* dst, const void* src, int64_t n) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  }
+  // Slot `slot`'s pass, made anew when the micro-batch size changes.
+  PassBuffers& slot_pass(size_t slot, int64_t B) {
+    if (slot >= slots_.size()) {
+      slots_.resize(slot + 1);
+      slot_batch_.resize(slot + 1, 0);
+    }
+    if (slots_[slot] == nullptr || slot_batch_[slot] != B) {
+      slots_[slot] = std::make_unique<PassBuffers>(dims_, B);
+      slot_batch_[slot] = B;
+    }
+    return *slots_[slot];
+  }
+
   static void add_into(dscore_tensor* grad, const std::vector<float>& g) {
     if (grad->dtype == DSCORE_DTYPE_F32) {
       float* dst = static_cast<float*>(grad->data);
@@ -351,6 +451,9 @@ class Mlp : public sdk::Instance {
   dscore_model_input inputs_[2]{};
   const dscore_model_input* input_ptrs_[2] = {nullptr, nullptr};
   dscore_model_description description_{};
+  // Pipeline stages: one pass per activation slot, and its micro-batch size.
+  std::vector<std::unique_ptr<PassBuffers>> slots_;
+  std::vector<int64_t> slot_batch_;
 };
 
 const dscore_plugin_descriptor kMlp = sdk::model_descriptor<Mlp>(

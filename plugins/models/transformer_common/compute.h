@@ -6,9 +6,13 @@
 #include <dscore/model.h>
 #include <dscore/cpp/plugin.hpp>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "tokens.h"
 
@@ -21,6 +25,24 @@ class Compute {
                                   double loss_scale) = 0;
   virtual void forward(const SplitTokens& tokens, const dscore_model_hooks& hooks, double* loss,
                        float* logits) = 0;
+  // Pipeline stages (model.h boundary_bytes, stage_forward, stage_backward;
+  // the runner's stage passes), UNIMPLEMENTED where the runner or its
+  // backend has none.
+  virtual uint64_t boundary_bytes(int64_t /*micro_batch*/) const { no_stages(); }
+  virtual void stage_forward(const SplitTokens&, const dscore_pipeline_stage&, size_t,
+                             const dscore_model_hooks&, const void*, void*) {
+    no_stages();
+  }
+  virtual double stage_backward(const SplitTokens&, const dscore_pipeline_stage&, size_t,
+                                const dscore_model_hooks&, double, const void*, void*) {
+    no_stages();
+  }
+
+ protected:
+  [[noreturn]] static void no_stages() {
+    throw sdk::Error(DSCORE_UNIMPLEMENTED,
+                     "this model's compute cannot run pipeline stages (they run on the CPU)");
+  }
 };
 
 // The compute of an instance made only to describe the model
@@ -78,12 +100,17 @@ class HostStreamScope {
 
 // Runner<Backend> constructed from (config, params, backend), owning the
 // backend (constructed from `args`).
+// Its pipeline stages run one runner per activation slot, each keeping
+// only the stage's blocks (where the runner and backend have stage passes).
 template <template <class> class Runner, class Config, class Params, class Backend>
 class RunnerCompute final : public Compute {
  public:
   template <typename... BackendArgs>
   RunnerCompute(const Config& config, const Params& params, BackendArgs&&... args)
-      : backend_(std::forward<BackendArgs>(args)...), runner_(config, params, backend_) {}
+      : config_(config),
+        params_(params),
+        backend_(std::forward<BackendArgs>(args)...),
+        runner_(config, params, backend_) {}
   double forward_backward(const SplitTokens& tokens, const dscore_model_hooks& hooks,
                           double loss_scale) override {
     const HostStreamScope<Backend> on(backend_, hooks);
@@ -95,9 +122,72 @@ class RunnerCompute final : public Compute {
     runner_.forward(tokens, hooks, loss, logits);
   }
 
+  uint64_t boundary_bytes(int64_t micro_batch) const override {
+    if constexpr (kStages)
+      return static_cast<uint64_t>(runner_.boundary_elements(micro_batch)) * sizeof(Scalar);
+    no_stages();
+  }
+  void stage_forward(const SplitTokens& tokens, const dscore_pipeline_stage& stage, size_t slot,
+                     const dscore_model_hooks& hooks, const void* input, void* output) override {
+    if constexpr (kStages) {
+      const HostStreamScope<Backend> on(backend_, hooks);
+      slot_runner(stage, slot)
+          .stage_forward(tokens, stage.first_layer, stage.end_layer, hooks,
+                         static_cast<const Scalar*>(input), static_cast<Scalar*>(output));
+    } else {
+      no_stages();
+    }
+  }
+  double stage_backward(const SplitTokens& tokens, const dscore_pipeline_stage& stage, size_t slot,
+                        const dscore_model_hooks& hooks, double loss_scale, const void* output_grad,
+                        void* input_grad) override {
+    if constexpr (kStages) {
+      const HostStreamScope<Backend> on(backend_, hooks);
+      return slot_runner(stage, slot)
+          .stage_backward(tokens, stage.first_layer, stage.end_layer, hooks, loss_scale,
+                          static_cast<const Scalar*>(output_grad),
+                          static_cast<Scalar*>(input_grad));
+    } else {
+      no_stages();
+    }
+  }
+
  private:
+  using Scalar = typename Backend::Scalar;
+  static constexpr bool kStages =
+      requires(Runner<Backend> & r, const SplitTokens& t, const dscore_model_hooks& h, Backend& b) {
+    r.stage_forward(t, size_t{}, size_t{}, h, static_cast<const Scalar*>(nullptr),
+                    static_cast<Scalar*>(nullptr));
+    b.copy_from_host(static_cast<Scalar*>(nullptr), static_cast<const Scalar*>(nullptr), int64_t{});
+  };
+
+  // Slot `slot`'s runner, made for the stage's blocks (layer l + 1 is block
+  // l) on first use and again when the stage changes.
+  Runner<Backend>& slot_runner(const dscore_pipeline_stage& stage, size_t slot) {
+    if (slot >= slots_.size()) slots_.resize(slot + 1);
+    const auto block = [](size_t layer) {
+      return layer == 0 ? int64_t{0} : static_cast<int64_t>(layer) - 1;
+    };
+    const int64_t lo = block(stage.first_layer);
+    const int64_t hi = std::min<int64_t>(block(stage.end_layer), config_.layer_count() - 2);
+    SlotRunner& s = slots_[slot];
+    if (s.runner == nullptr || s.lo != lo || s.hi != hi) {
+      s.runner = std::make_unique<Runner<Backend>>(config_, params_, backend_, lo, hi);
+      s.lo = lo;
+      s.hi = hi;
+    }
+    return *s.runner;
+  }
+  struct SlotRunner {
+    std::unique_ptr<Runner<Backend>> runner;
+    int64_t lo = 0, hi = 0;
+  };
+
+  const Config& config_;
+  const Params& params_;
   Backend backend_;
   Runner<Backend> runner_;
+  std::vector<SlotRunner> slots_;
 };
 
 }  // namespace dscore::transformer

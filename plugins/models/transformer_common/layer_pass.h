@@ -9,6 +9,7 @@
 #include <dscore/cpp/model.hpp>
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace dscore::transformer {
@@ -64,26 +65,39 @@ void backward_layer(const dscore_model_hooks& hooks, size_t index,
 // linears' weights named by gemm_weights. Forward in order, fn(l, params);
 // backward last block first, fn(l, params, grads), each block's gradients
 // ready after its turn.
+// The _range forms take blocks [lo, hi) only (a pipeline stage's).
 template <class Backend, class Fn>
-void forward_block_layers(const dscore_model_hooks& hooks, int64_t blocks,
-                          const std::vector<std::vector<int64_t>>& numels, Backend& backend,
-                          const std::vector<bool>& gemm_weights, Fn&& fn) {
-  for (int64_t l = 0; l < blocks; ++l) {
+void forward_block_range(const dscore_model_hooks& hooks, int64_t lo, int64_t hi,
+                         const std::vector<std::vector<int64_t>>& numels, Backend& backend,
+                         const std::vector<bool>& gemm_weights, Fn&& fn) {
+  for (int64_t l = lo; l < hi; ++l) {
     const size_t index = static_cast<size_t>(l + 1);
     forward_layer(
         hooks, index, numels[index], backend, [&](const auto& p) { fn(l, p); }, &gemm_weights);
   }
 }
 template <class Backend, class Fn>
-void backward_block_layers(const dscore_model_hooks& hooks, int64_t blocks,
-                           const std::vector<std::vector<int64_t>>& numels, Backend& backend,
-                           const std::vector<bool>& gemm_weights, Fn&& fn) {
-  for (int64_t l = blocks - 1; l >= 0; --l) {
+void forward_block_layers(const dscore_model_hooks& hooks, int64_t blocks,
+                          const std::vector<std::vector<int64_t>>& numels, Backend& backend,
+                          const std::vector<bool>& gemm_weights, Fn&& fn) {
+  forward_block_range(hooks, 0, blocks, numels, backend, gemm_weights, std::forward<Fn>(fn));
+}
+template <class Backend, class Fn>
+void backward_block_range(const dscore_model_hooks& hooks, int64_t lo, int64_t hi,
+                          const std::vector<std::vector<int64_t>>& numels, Backend& backend,
+                          const std::vector<bool>& gemm_weights, Fn&& fn) {
+  for (int64_t l = hi - 1; l >= lo; --l) {
     const size_t index = static_cast<size_t>(l + 1);
     backward_layer(
         hooks, index, numels[index], backend, GradsReady::kYes,
         [&](const auto& p, auto& g) { fn(l, p, g); }, &gemm_weights);
   }
+}
+template <class Backend, class Fn>
+void backward_block_layers(const dscore_model_hooks& hooks, int64_t blocks,
+                           const std::vector<std::vector<int64_t>>& numels, Backend& backend,
+                           const std::vector<bool>& gemm_weights, Fn&& fn) {
+  backward_block_range(hooks, 0, blocks, numels, backend, gemm_weights, std::forward<Fn>(fn));
 }
 
 // The same without reading the parameters (fn(grads)): an embedding's

@@ -56,6 +56,17 @@ typedef struct dscore_model_input {
   const int64_t* shape; /* per-sample shape */
 } dscore_model_input;
 
+/* ABI 1.2: layer `reader`'s work also reads layer `owner`'s parameters and
+ * adds into their gradients (the gpt's LM head, in its final layer, reads
+ * the embedding layer's wte). A pipeline stage that runs `reader` but not
+ * `owner` holds a copy of `owner`, kept equal to the original by summing the
+ * copies' gradients before each update (DeepSpeed's TiedLayerSpec). */
+typedef struct dscore_layer_tie {
+  uint32_t struct_size;
+  size_t owner;
+  size_t reader;
+} dscore_layer_tie;
+
 /* Everything the engine plans from. Parameters are numbered 0, 1, ... in
  * layer order, then in each layer's order: that index is init_param's. */
 typedef struct dscore_model_description {
@@ -65,7 +76,20 @@ typedef struct dscore_model_description {
   size_t input_count;
   const dscore_model_input* const* inputs;
   int64_t hidden_size; /* for "auto" bucket sizes; 0 if not meaningful */
+  /* ABI 1.2 (read where struct_size covers them): the layer ties, none when
+   * tie_count is 0. */
+  size_t tie_count;
+  const dscore_layer_tie* const* ties;
 } dscore_model_description;
+
+/* ABI 1.2: one pipeline stage's share of the layers, [first_layer,
+ * end_layer) of the description's, given to stage_forward/stage_backward.
+ * The first stage starts at layer 0, the last ends at layer_count. */
+typedef struct dscore_pipeline_stage {
+  uint32_t struct_size;
+  size_t first_layer;
+  size_t end_layer;
+} dscore_pipeline_stage;
 
 /* A batch: one tensor per declared input, in declaration order, each with
  * leading dimension batch_size. Borrowed for the call. */
@@ -228,6 +252,45 @@ typedef struct dscore_model_vtable {
   dscore_status (*activation_bytes_for)(const dscore_model* self, int64_t micro_batch,
                                         int32_t checkpointing, dscore_dtype param_dtype,
                                         dscore_dtype grad_dtype, uint64_t* peak_bytes);
+
+  /* Optional (ABI 1.2), all three or none: pipeline parallelism. The host
+   * cuts the layers into stages, each on its own ranks, and runs a schedule
+   * of micro-batches through them (1F1B: stage s keeps up to p - s
+   * micro-batches between their forward and backward). What crosses
+   * between stages is one BOUNDARY tensor per micro-batch: the input of
+   * layer `first_layer` (the output of the layer before it), in a form the
+   * model chooses (its bytes are all the host knows); its gradient has the
+   * same size. boundary_bytes: that size for `micro_batch` samples at layer
+   * `layer` (1 <= layer < layer_count), when parameters are lent in
+   * `compute_dtype`. UNIMPLEMENTED where the model cannot be cut there. */
+  dscore_status (*boundary_bytes)(const dscore_model* self, size_t layer, int64_t micro_batch,
+                                  dscore_dtype compute_dtype, uint64_t* bytes);
+  /* Forward of one micro-batch through the stage's layers (acquired through
+   * the hooks in FORWARD mode, by their model-wide indices), keeping what
+   * the backward needs in activation slot `slot` (0, 1, ...: the host runs
+   * at most as many micro-batches between forward and backward as slots it
+   * uses, and a slot's micro-batch is backward-ed before the slot is
+   * reused). `input`: the boundary at first_layer, NULL on the first stage
+   * (which reads the batch). `output`: where the boundary at end_layer goes,
+   * NULL on the last stage. The batch is the micro-batch's (every stage
+   * gets it; the last keeps what the loss needs). */
+  dscore_status (*stage_forward)(dscore_model* self, const dscore_pipeline_stage* stage,
+                                 size_t slot, const dscore_batch* batch,
+                                 const dscore_model_hooks* hooks, const void* input, void* output);
+  /* Backward of slot `slot`'s micro-batch (the same batch again), the
+   * stage's layers in reverse in BACKWARD mode, each grads_ready once, as in
+   * forward_backward. `output_grad`: the gradient at end_layer's boundary,
+   * NULL on the last stage, which computes the loss here: its mean over the
+   * micro-batch into *loss and d(loss_scale * loss) as the gradient (other
+   * stages ignore loss_scale, their output_grad carries it, and leave *loss
+   * alone). `input_grad`: where the gradient at first_layer's boundary
+   * goes, NULL on the first stage. A tie's copy (dscore_layer_tie) is
+   * acquired by the owner's index; on the stage that holds the owner
+   * itself, grads_ready is called for it once, after the last addition. */
+  dscore_status (*stage_backward)(dscore_model* self, const dscore_pipeline_stage* stage,
+                                  size_t slot, const dscore_batch* batch,
+                                  const dscore_model_hooks* hooks, double loss_scale,
+                                  const void* output_grad, void* input_grad, double* loss);
   /* ---- minor 2 ends here ---- */
 } dscore_model_vtable;
 

@@ -27,7 +27,7 @@ class OneParameter {
   dscore_model_layer layer_{sizeof(dscore_model_layer), "l", 1, params_};
   const dscore_model_layer* layers_[1] = {&layer_};
   dscore_model_description description_{
-      sizeof(dscore_model_description), 1, layers_, 0, nullptr, 0};
+      sizeof(dscore_model_description), 1, layers_, 0, nullptr, 0, 0, nullptr};
   ParamLayout layout_;
 };
 

@@ -17,7 +17,8 @@ TEST(ParamLayout, OffsetsAreContiguousInLayerOrder) {
   dscore_model_layer l0{sizeof(dscore_model_layer), "a", 2, l0p};
   dscore_model_layer l1{sizeof(dscore_model_layer), "b", 1, l1p};
   const dscore_model_layer* layers[] = {&l0, &l1};
-  dscore_model_description d{sizeof(dscore_model_description), 2, layers, 0, nullptr, 0};
+  dscore_model_description d{
+      sizeof(dscore_model_description), 2, layers, 0, nullptr, 0, 0, nullptr};
   auto layout = ParamLayout::from_description(d);
   ASSERT_TRUE(layout.ok());
   ASSERT_EQ(layout->params().size(), 3u);
@@ -38,7 +39,8 @@ TEST(ParamLayout, EmptyParameterIsRejectedByName) {
   const dscore_model_param* lp[] = {&p0};
   dscore_model_layer l0{sizeof(dscore_model_layer), "a", 1, lp};
   const dscore_model_layer* layers[] = {&l0};
-  dscore_model_description d{sizeof(dscore_model_description), 1, layers, 0, nullptr, 0};
+  dscore_model_description d{
+      sizeof(dscore_model_description), 1, layers, 0, nullptr, 0, 0, nullptr};
   auto layout = ParamLayout::from_description(d);
   ASSERT_FALSE(layout.ok());
   EXPECT_NE(layout.status().message().find("'w'"), std::string::npos);

@@ -27,7 +27,7 @@ class TwoLayers {
   dscore_model_layer l1_{sizeof(dscore_model_layer), "b", 1, l1p_};
   const dscore_model_layer* layers_[2] = {&l0_, &l1_};
   dscore_model_description description_{
-      sizeof(dscore_model_description), 2, layers_, 0, nullptr, 0};
+      sizeof(dscore_model_description), 2, layers_, 0, nullptr, 0, 0, nullptr};
   ParamLayout layout_;
 };
 

@@ -53,7 +53,7 @@ class ThreeLayers : public Model {
   dscore_model_layer layers_[3];
   const dscore_model_layer* layer_ptrs_[3];
   dscore_model_description description_{
-      sizeof(dscore_model_description), 3, layer_ptrs_, 0, nullptr, 0};
+      sizeof(dscore_model_description), 3, layer_ptrs_, 0, nullptr, 0, 0, nullptr};
 };
 
 config::TrainingConfig stage3_config() {

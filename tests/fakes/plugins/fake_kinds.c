@@ -322,7 +322,7 @@ static const dscore_model_input kY = {sizeof(dscore_model_input), "y", DSCORE_DT
                                       kYShape};
 static const dscore_model_input* const kInputs[] = {&kX, &kY};
 static const dscore_model_description kDescription = {
-    sizeof(dscore_model_description), 1, kLayers, 2, kInputs, 2};
+    sizeof(dscore_model_description), 1, kLayers, 2, kInputs, 2, 0, NULL};
 
 struct dscore_model {
   int unused;

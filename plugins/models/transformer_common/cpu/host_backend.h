@@ -87,6 +87,13 @@ class HostBackend {
   void copy_tokens(int32_t* dst, const int32_t* host, int64_t n) {
     std::memcpy(dst, host, static_cast<size_t>(n) * sizeof(int32_t));
   }
+  // A pipeline stage's boundary tensors, to and from host memory.
+  void copy_from_host(T* dst, const T* host, int64_t n) {
+    std::memcpy(dst, host, static_cast<size_t>(n) * sizeof(T));
+  }
+  void copy_to_host(T* host, const T* src, int64_t n) {
+    std::memcpy(host, src, static_cast<size_t>(n) * sizeof(T));
+  }
 
   // An acquired layer's parameters as T*: the views themselves when they
   // are CPU fp32 and T is float, else converted copies. Not copyable: while

@@ -22,6 +22,16 @@
 //     // and layout of a parameter, and config.json's text.
 //     dscore_hf_tensor hf_tensor(size_t index) const;
 //     std::string hf_config(dscore_dtype dtype) const;
+//     // pipeline stages (all three or none): the boundary's bytes, and one
+//     // stage's forward and backward of a micro-batch (backward returns the
+//     // loss on the last stage, anything elsewhere)
+//     uint64_t boundary_bytes(size_t layer, int64_t micro_batch, dscore_dtype dtype) const;
+//     void stage_forward(const dscore_pipeline_stage& stage, size_t slot,
+//                        const dscore_batch* batch, const dscore_model_hooks& hooks,
+//                        const void* input, void* output);
+//     double stage_backward(const dscore_pipeline_stage& stage, size_t slot,
+//                           const dscore_batch* batch, const dscore_model_hooks& hooks,
+//                           double loss_scale, const void* output_grad, void* input_grad);
 //   };
 //   const dscore_plugin_descriptor kMine = sdk::model_descriptor<MyModel>(
 //       "my_model", "1.0", "one line", DSCORE_CAP_CPU | DSCORE_CAP_F32, kSchema);
@@ -90,7 +100,35 @@ template <typename T>
 struct HasHfExport<T, std::void_t<decltype(std::declval<const T&>().hf_tensor(size_t{})),
                                   decltype(std::declval<const T&>().hf_config(dscore_dtype{}))>>
     : std::true_type {};
+template <typename T, typename = void>
+struct HasPipelineStages : std::false_type {};
+template <typename T>
+struct HasPipelineStages<
+    T, std::void_t<
+           decltype(std::declval<const T&>().boundary_bytes(size_t{}, int64_t{}, dscore_dtype{})),
+           decltype(std::declval<T&>().stage_forward(
+               std::declval<const dscore_pipeline_stage&>(), size_t{},
+               static_cast<const dscore_batch*>(nullptr), std::declval<const dscore_model_hooks&>(),
+               static_cast<const void*>(nullptr), static_cast<void*>(nullptr))),
+           decltype(std::declval<T&>().stage_backward(
+               std::declval<const dscore_pipeline_stage&>(), size_t{},
+               static_cast<const dscore_batch*>(nullptr), std::declval<const dscore_model_hooks&>(),
+               double{}, static_cast<const void*>(nullptr), static_cast<void*>(nullptr)))>>
+    : std::true_type {};
 }  // namespace detail
+
+// The stage, checked: inside `layer_count` layers, not empty.
+inline const dscore_pipeline_stage& checked_stage(const dscore_pipeline_stage* stage,
+                                                  size_t layer_count) {
+  if (stage == nullptr || stage->first_layer >= stage->end_layer || stage->end_layer > layer_count)
+    throw Error(DSCORE_INVALID_ARGUMENT,
+                stage == nullptr
+                    ? std::string("the pipeline stage is NULL")
+                    : "pipeline stage [" + std::to_string(stage->first_layer) + ", " +
+                          std::to_string(stage->end_layer) + ") is empty or outside the model's " +
+                          std::to_string(layer_count) + " layers");
+  return *stage;
+}
 
 template <typename T>
 struct ModelPlugin {
@@ -162,6 +200,34 @@ struct ModelPlugin {
     });
   }
 
+  static dscore_status boundary_bytes(const dscore_model* h, size_t layer, int64_t micro_batch,
+                                      dscore_dtype dtype, uint64_t* bytes) {
+    return S::call(h, [&](const T& t) {
+      if (bytes == nullptr) throw Error(DSCORE_INVALID_ARGUMENT, "boundary_bytes: bytes is NULL");
+      *bytes = t.boundary_bytes(layer, micro_batch, dtype);
+    });
+  }
+  static dscore_status stage_forward(dscore_model* h, const dscore_pipeline_stage* stage,
+                                     size_t slot, const dscore_batch* batch,
+                                     const dscore_model_hooks* hooks, const void* input,
+                                     void* output) {
+    return S::call(h, [&](T& t) {
+      const dscore_pipeline_stage& s = checked_stage(stage, t.description()->layer_count);
+      t.stage_forward(s, slot, batch, checked_hooks(hooks, false), input, output);
+    });
+  }
+  static dscore_status stage_backward(dscore_model* h, const dscore_pipeline_stage* stage,
+                                      size_t slot, const dscore_batch* batch,
+                                      const dscore_model_hooks* hooks, double loss_scale,
+                                      const void* output_grad, void* input_grad, double* loss) {
+    return S::call(h, [&](T& t) {
+      const dscore_pipeline_stage& s = checked_stage(stage, t.description()->layer_count);
+      const double value = t.stage_backward(s, slot, batch, checked_hooks(hooks, true), loss_scale,
+                                            output_grad, input_grad);
+      if (loss != nullptr && s.end_layer == t.description()->layer_count) *loss = value;
+    });
+  }
+
   static dscore_model_vtable make_vtable() {
     dscore_model_vtable vt{};
     vt.struct_size = sizeof vt;
@@ -179,6 +245,11 @@ struct ModelPlugin {
     if constexpr (detail::HasHfExport<T>::value) {
       vt.hf_tensor = &hf_tensor;
       vt.hf_config = &hf_config;
+    }
+    if constexpr (detail::HasPipelineStages<T>::value) {
+      vt.boundary_bytes = &boundary_bytes;
+      vt.stage_forward = &stage_forward;
+      vt.stage_backward = &stage_backward;
     }
     return vt;
   }

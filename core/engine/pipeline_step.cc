@@ -1,0 +1,258 @@
+// Engine::train_batch: one training step of a pipeline stage. The stage
+// runs DeepSpeed's 1F1B TrainSchedule (core/pipeline/schedule.h)
+// instruction by instruction: micro-batches in, activations forward to the
+// next stage and their gradients back, the tied layers' gradients summed
+// between the stages that hold them, then the data-parallel reduction and
+// the update of the stage's own parameters (ZeRO 0-1 over the stage's
+// data-parallel group, the engine's boundary step).
+//
+// Accumulation: each BackwardPass is one micro-step of the ZeRO strategy
+// (begin_micro_step .. end_micro_step), as forward_backward is without a
+// pipeline. The last one's bracket stays open until ReduceTiedGrads, so the
+// tied layers' summed gradients are what the data-parallel reduction sees.
+// Point-to-point transfers and the tied sum run on the comm stream, in
+// order with the reductions it carries.
+#include <algorithm>
+#include <string>
+
+#include "core/base/engine_scope.h"
+#include "core/base/logging.h"
+#include "core/device/ops.h"
+#include "core/engine/engine.h"
+#include "core/pipeline/partition.h"
+#include "core/zero/zero_memory.h"
+
+namespace dscore {
+
+int Engine::pipe_buffers() const {
+  return pipelined() ? static_cast<int>(pipe_buffers_.size()) : 1;
+}
+
+Status Engine::setup_pipeline(std::unique_ptr<Model> model) {
+  const int stages = topology_->group_size(comm::groups::kPipe);
+  const int stage = topology_->rank_in_group(comm::groups::kPipe);
+  const std::string method =
+      config_.pipeline.partition.empty() ? "parameters" : config_.pipeline.partition;
+  DSCORE_ASSIGN_OR_RETURN(std::vector<size_t> bounds,
+                          pipeline::partition_layers(model->description(), stages, method));
+  const std::string name = model->display_name();
+  DSCORE_ASSIGN_OR_RETURN(std::unique_ptr<pipeline::StageModel> stage_model,
+                          pipeline::StageModel::create(std::move(model), bounds, stage));
+  stage_model_ = stage_model.get();
+  model_ = std::move(stage_model);
+  if (rank() == 0) {
+    std::string parts;
+    for (int s = 0; s < stages; ++s)
+      parts += (s ? ", " : "") + std::string("stage ") + std::to_string(s) + ": layers " +
+               std::to_string(bounds[static_cast<size_t>(s)]) + "-" +
+               std::to_string(bounds[static_cast<size_t>(s) + 1] - 1);
+    log_info("pipeline: " + name + " in " + std::to_string(stages) + " stages x " +
+             std::to_string(topology_->group_size(comm::groups::kData)) +
+             " data-parallel, partition \"" + method + "\" (" + parts + ")");
+  }
+  // The ranks holding a tie: its owner's stage and its reader's, one
+  // group per data-parallel coordinate (all of the pipe group takes part
+  // in the split).
+  const dscore_model_description& whole = stage_model_->whole().description();
+  bool ties_span_stages = false;
+  for (const dscore_layer_tie& tie : layer_ties(whole)) {
+    const auto stage_of = [&](size_t layer) {
+      return std::upper_bound(bounds.begin(), bounds.end(), layer) - bounds.begin() - 1;
+    };
+    ties_span_stages |= stage_of(tie.owner) != stage_of(tie.reader);
+  }
+  if (ties_span_stages) {
+    comm::Communicator* pipe = topology_->group(comm::groups::kPipe);
+    const int color = stage_model_->tied_layers().empty() ? DSCORE_COMM_SPLIT_NONE : 0;
+    DSCORE_ASSIGN_OR_RETURN(tie_group_, pipe->split(color, stage));
+  }
+  const pipeline::PipeShape shape{stages,
+                                  static_cast<int>(config_.batch.gradient_accumulation_steps), 1};
+  pipe_schedule_ = pipeline::train_schedule(shape, stage);
+  // The boundary tensors of one micro-batch.
+  const int64_t micro = config_.batch.train_micro_batch_size_per_gpu;
+  const dscore_pipeline_stage& range = stage_model_->range();
+  uint64_t in_bytes = 0, out_bytes = 0;
+  if (!stage_model_->is_first()) {
+    DSCORE_ASSIGN_OR_RETURN(
+        in_bytes, model_->boundary_bytes(range.first_layer, micro, placement_.model_dtype));
+  }
+  if (!stage_model_->is_last()) {
+    DSCORE_ASSIGN_OR_RETURN(out_bytes,
+                            model_->boundary_bytes(range.end_layer, micro, placement_.model_dtype));
+  }
+  pipe_buffers_.resize(static_cast<size_t>(pipeline::pipe_buffers(shape, stage)));
+  for (PipeBuffer& b : pipe_buffers_) {
+    b.input.resize(in_bytes);
+    b.input_grad.resize(in_bytes);
+    b.output.resize(out_bytes);
+    b.output_grad.resize(out_bytes);
+  }
+  return Status::Ok();
+}
+
+Status Engine::pipe_transfer(bool send, std::vector<std::byte>& buffer, int peer) {
+  comm::Communicator* pipe = topology_->group(comm::groups::kPipe);
+  const comm::CommBuffer bytes = zero::device_buffer(nullptr, buffer.data(), DSCORE_DTYPE_U8,
+                                                     static_cast<int64_t>(buffer.size()));
+  const int stage = stage_model_->stage();
+  Status status =
+      stream_->run([&] { return send ? pipe->send(bytes, peer) : pipe->recv(bytes, peer); });
+  if (status.ok()) return status;
+  return Status(status.code(), "pipeline stage " + std::to_string(stage) + " (rank " +
+                                   std::to_string(rank()) + ") " +
+                                   (send ? "sending to" : "receiving from") + " stage " +
+                                   std::to_string(peer) + ": " + status.message());
+}
+
+Status Engine::pipeline_backward(const pipeline::Instruction& in) {
+  PipeBuffer& b = pipe_buffers_[static_cast<size_t>(in.buffer)];
+  const int64_t gas = config_.batch.gradient_accumulation_steps;
+  const bool boundary = in.micro_batch + 1 == gas;
+  if (boundary) {
+    DSCORE_ASSIGN_OR_RETURN(
+        const bool reduce, optimizer_->wants_reduced_gradients(global_steps_ - skipped_steps_ + 1));
+    DSCORE_RETURN_IF_ERROR(strategy_->set_gradient_reduction(reduce));
+    optimizer_->state().boundary_micro_step();
+  }
+  strategy_->begin_micro_step(boundary);
+  stage_model_->hold_tied_grads(boundary && tie_group_ != nullptr);
+  const dscore_model_hooks hooks = model_hooks();
+  double loss = 0;
+  Status status =
+      model_->stage_backward(stage_model_->range(), static_cast<size_t>(in.buffer), *b.batch, hooks,
+                             scaler_.scale() / static_cast<double>(gas),
+                             stage_model_->is_last() ? nullptr : b.output_grad.data(),
+                             stage_model_->is_first() ? nullptr : b.input_grad.data(), &loss);
+  stage_model_->hold_tied_grads(false);
+  Status reduced;
+  if (boundary && status.ok() && hook_error_.empty()) {
+    boundary_step_open_ = true;  // ended by ReduceTiedGrads
+  } else {
+    PhaseScope finish(observers_, StepPhase::kFinishReductions);
+    reduced = strategy_->end_micro_step();
+  }
+  DSCORE_RETURN_IF_ERROR(check_model_call(status));
+  DSCORE_RETURN_IF_ERROR(reduced);
+  loss_accumulator_ += loss / static_cast<double>(gas);
+  return Status::Ok();
+}
+
+// The tied layers' accumulated gradients summed over the stages that hold
+// them (each acquired for backward, summed in place, reported ready: the
+// data-parallel reduction starts), then the boundary micro-step ends.
+Status Engine::reduce_tied_grads() {
+  if (!boundary_step_open_) return internal_error("ReduceTiedGrads before the last backward");
+  boundary_step_open_ = false;
+  Status status = Status::Ok();
+  if (tie_group_ != nullptr) {
+    const dscore_model_hooks hooks = model_hooks();
+    for (size_t layer : stage_model_->tied_layers()) {
+      dscore_layer_views views{};
+      views.struct_size = sizeof views;
+      if (hooks.acquire(hooks.ctx, layer, DSCORE_ACQUIRE_BACKWARD, &views) != DSCORE_OK) {
+        status =
+            internal_error("acquiring tied layer " + std::to_string(layer) + ": " + hook_error_);
+        break;
+      }
+      // This stage's accumulated share (every micro-batch's), summed with
+      // the other stage's, then added into the engine's views.
+      const std::vector<dscore_tensor*> shares = stage_model_->tied_grads(layer);
+      for (size_t p = 0; p < shares.size() && p < views.count && status.ok(); ++p) {
+        dscore_tensor* share = shares[p];
+        const comm::CommBuffer buffer =
+            zero::device_buffer(nullptr, share->data, share->dtype, share->numel);
+        status =
+            stream_->run([&] { return tie_group_->allreduce(buffer, buffer, DSCORE_REDUCE_SUM); });
+        if (status.ok())
+          device::ops::accumulate(compute_target(), views.grads[p]->data, share->data, share->dtype,
+                                  share->numel);
+      }
+      if (status.ok() && hooks.grads_ready(hooks.ctx, layer) != DSCORE_OK)
+        status = internal_error("tied layer " + std::to_string(layer) + ": " + hook_error_);
+      (void)hooks.release(hooks.ctx, layer);
+      if (!status.ok()) break;
+    }
+  }
+  Status reduced;
+  {
+    PhaseScope finish(observers_, StepPhase::kFinishReductions);
+    reduced = strategy_->end_micro_step();
+  }
+  DSCORE_RETURN_IF_ERROR(status);
+  return reduced;
+}
+
+Status Engine::run_instruction(const pipeline::Instruction& in, const MicroBatchSource& load) {
+  using pipeline::Op;
+  const int stage = stage_model_->stage();
+  PipeBuffer* b = in.buffer >= 0 ? &pipe_buffers_[static_cast<size_t>(in.buffer)] : nullptr;
+  switch (in.op) {
+    case Op::kLoadMicroBatch: {
+      DSCORE_ASSIGN_OR_RETURN(b->batch, load(in.micro_batch, in.buffer));
+      b->micro_batch = in.micro_batch;
+      return Status::Ok();
+    }
+    case Op::kForwardPass: {
+      // DeepSpeed loads on the first and last stages only; the stages
+      // between read the micro-batch too, for its size.
+      if (b->micro_batch != in.micro_batch) {
+        DSCORE_ASSIGN_OR_RETURN(b->batch, load(in.micro_batch, in.buffer));
+        b->micro_batch = in.micro_batch;
+      }
+      const dscore_model_hooks hooks = model_hooks();
+      return check_model_call(
+          model_->stage_forward(stage_model_->range(), static_cast<size_t>(in.buffer), *b->batch,
+                                hooks, stage_model_->is_first() ? nullptr : b->input.data(),
+                                stage_model_->is_last() ? nullptr : b->output.data()));
+    }
+    case Op::kBackwardPass:
+      return pipeline_backward(in);
+    case Op::kSendActivation:
+      return pipe_transfer(true, b->output, stage + 1);
+    case Op::kRecvActivation:
+      return pipe_transfer(false, b->input, stage - 1);
+    case Op::kSendGrad:
+      return pipe_transfer(true, b->input_grad, stage - 1);
+    case Op::kRecvGrad:
+      return pipe_transfer(false, b->output_grad, stage + 1);
+    case Op::kReduceTiedGrads:
+      return reduce_tied_grads();
+    case Op::kReduceGrads:  // done as the boundary micro-step ended
+      return Status::Ok();
+    case Op::kOptimizerStep:
+      return Status::Ok();  // train_batch's step() after the schedule
+  }
+  return internal_error("unknown pipeline instruction");
+}
+
+Result<double> Engine::train_batch(const MicroBatchSource& load) {
+  if (!pipelined())
+    return failed_precondition(
+        "train_batch runs a pipeline's schedule; without \"pipeline\" call forward_backward and "
+        "step for each micro-batch");
+  {
+    EngineScope engine(host_->identity());
+    PhaseScope scope(observers_, StepPhase::kForwardBackward);
+    for (PipeBuffer& b : pipe_buffers_) b.micro_batch = -1;
+    stage_model_->zero_tied_grads();
+    for (const pipeline::Step& step : pipe_schedule_)
+      for (const pipeline::Instruction& in : step) {
+        Status status = run_instruction(in, load);
+        if (!status.ok()) {
+          if (boundary_step_open_) {
+            boundary_step_open_ = false;
+            (void)strategy_->end_micro_step();
+          }
+          return status;
+        }
+      }
+  }
+  const double loss = loss_accumulator_;
+  // The gas micro-steps as step() counts them: the last one is the boundary.
+  micro_steps_ += config_.batch.gradient_accumulation_steps - 1;
+  DSCORE_RETURN_IF_ERROR(step());
+  return loss;
+}
+
+}  // namespace dscore

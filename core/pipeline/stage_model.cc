@@ -1,0 +1,226 @@
+#include "core/pipeline/stage_model.h"
+
+#include <algorithm>
+#include <set>
+
+#include <dscore/cpp/dtype.hpp>
+
+namespace dscore::pipeline {
+
+Result<std::unique_ptr<StageModel>> StageModel::create(std::unique_ptr<Model> model,
+                                                       const std::vector<size_t>& bounds,
+                                                       int stage) {
+  const dscore_model_description& whole = model->description();
+  if (!model->has_pipeline_stages())
+    return failed_precondition(model->display_name() +
+                               " cannot be cut into pipeline stages (it has no stage_forward, "
+                               "stage_backward and boundary_bytes): remove \"pipeline\" from "
+                               "the config, or train a model that has them (mlp, gpt, llama)");
+  if (bounds.size() < 2 || stage < 0 || static_cast<size_t>(stage) + 1 >= bounds.size() ||
+      bounds.back() != whole.layer_count)
+    return invalid_argument("pipeline stage " + std::to_string(stage) +
+                            " is outside the partition's " + std::to_string(bounds.size() - 1) +
+                            " stages");
+  std::unique_ptr<StageModel> self(new StageModel());
+  self->stage_ = stage;
+  self->stages_ = static_cast<int>(bounds.size()) - 1;
+  self->range_.struct_size = sizeof self->range_;
+  self->range_.first_layer = bounds[static_cast<size_t>(stage)];
+  self->range_.end_layer = bounds[static_cast<size_t>(stage) + 1];
+  const auto on_stage = [&](size_t layer, int s) {
+    return layer >= bounds[static_cast<size_t>(s)] && layer < bounds[static_cast<size_t>(s) + 1];
+  };
+  // The layers held: the range, and the owners of ties whose reader is here.
+  std::set<size_t> held, tied_global, copies_global;
+  for (size_t l = self->range_.first_layer; l < self->range_.end_layer; ++l) held.insert(l);
+  for (const dscore_layer_tie& tie : layer_ties(whole)) {
+    int owner_stage = 0, reader_stage = 0;
+    for (int s = 0; s < self->stages_; ++s) {
+      if (on_stage(tie.owner, s)) owner_stage = s;
+      if (on_stage(tie.reader, s)) reader_stage = s;
+    }
+    if (owner_stage == reader_stage) continue;  // one stage runs both: nothing to tie
+    if (stage == reader_stage) {
+      held.insert(tie.owner);
+      copies_global.insert(tie.owner);
+    }
+    if (stage == reader_stage || stage == owner_stage) tied_global.insert(tie.owner);
+  }
+  self->local_of_global_.assign(whole.layer_count, -1);
+  for (size_t g : held) {
+    self->local_of_global_[g] = static_cast<long>(self->global_of_local_.size());
+    self->global_of_local_.push_back(g);
+    self->layers_.push_back(whole.layers[g]);
+  }
+  for (size_t g : tied_global)
+    self->tied_.push_back(static_cast<size_t>(self->local_of_global_[g]));
+  for (size_t g : copies_global)
+    self->copies_.push_back(static_cast<size_t>(self->local_of_global_[g]));
+  self->is_tied_.assign(self->layers_.size(), false);
+  for (size_t l : self->tied_) self->is_tied_[l] = true;
+  self->tied_grads_.resize(self->layers_.size());
+  // The model's parameter index of each of the stage's, in layout order.
+  std::vector<size_t> first_param(whole.layer_count + 1, 0);
+  for (size_t l = 0; l < whole.layer_count; ++l)
+    first_param[l + 1] = first_param[l] + whole.layers[l]->param_count;
+  for (size_t g : self->global_of_local_)
+    for (size_t p = first_param[g]; p < first_param[g + 1]; ++p) self->global_param_.push_back(p);
+  self->description_ = whole;
+  self->description_.struct_size = sizeof self->description_;
+  self->description_.layer_count = self->layers_.size();
+  self->description_.layers = self->layers_.data();
+  self->description_.tie_count = 0;
+  self->description_.ties = nullptr;
+  self->whole_ = std::move(model);
+  return self;
+}
+
+std::string StageModel::display_name() const {
+  return whole_->display_name() + " (pipeline stage " + std::to_string(stage_) + " of " +
+         std::to_string(stages_) + ": layers " + std::to_string(range_.first_layer) + "-" +
+         std::to_string(range_.end_layer - 1) + ")";
+}
+
+Status StageModel::init_param(size_t param_index, int64_t offset, int64_t count, float* out) const {
+  if (param_index >= global_param_.size())
+    return invalid_argument("init_param(" + std::to_string(param_index) + "): the stage has " +
+                            std::to_string(global_param_.size()) + " parameters");
+  return whole_->init_param(global_param_[param_index], offset, count, out);
+}
+
+Status StageModel::forward_backward(const dscore_batch&, const dscore_model_hooks&, double,
+                                    double*) {
+  return failed_precondition(display_name() +
+                             " runs through the pipeline schedule (Engine::train_batch), not "
+                             "forward_backward");
+}
+
+Result<double> StageModel::layer_flops(size_t layer, int64_t batch_size) const {
+  if (layer >= global_of_local_.size())
+    return invalid_argument("layer_flops(" + std::to_string(layer) + "): the stage has " +
+                            std::to_string(global_of_local_.size()) + " layers");
+  return whole_->layer_flops(global_of_local_[layer], batch_size);
+}
+
+Result<uint64_t> StageModel::activation_bytes(int64_t micro_batch, bool checkpointing,
+                                              dscore_dtype param_dtype,
+                                              dscore_dtype grad_dtype) const {
+  // The whole model's, an upper bound of one micro-batch's on any stage.
+  return whole_->activation_bytes(micro_batch, checkpointing, param_dtype, grad_dtype);
+}
+
+Status StageModel::synthetic_batch(uint64_t seed, int64_t first_sample,
+                                   const dscore_batch& out) const {
+  return whole_->synthetic_batch(seed, first_sample, out);
+}
+
+Result<uint64_t> StageModel::boundary_bytes(size_t layer, int64_t micro_batch,
+                                            dscore_dtype compute_dtype) const {
+  return whole_->boundary_bytes(layer, micro_batch, compute_dtype);
+}
+
+// ---------------------------------------------------------------- hooks
+
+dscore_status StageModel::local_of(size_t global, size_t* local) {
+  if (global < local_of_global_.size() && local_of_global_[global] >= 0) {
+    *local = static_cast<size_t>(local_of_global_[global]);
+    return DSCORE_OK;
+  }
+  if (translation_error_.empty())
+    translation_error_ = "the model acquired layer " + std::to_string(global) +
+                         ", which pipeline stage " + std::to_string(stage_) +
+                         " does not hold (its layers are " + std::to_string(range_.first_layer) +
+                         "-" + std::to_string(range_.end_layer - 1) +
+                         "; a layer another reads must be declared as a tie)";
+  return DSCORE_INVALID_ARGUMENT;
+}
+
+dscore_status StageModel::acquire(void* ctx, size_t layer, dscore_acquire_mode mode,
+                                  dscore_layer_views* out) {
+  auto* t = static_cast<Translation*>(ctx);
+  size_t local = 0;
+  if (dscore_status s = t->self->local_of(layer, &local); s != DSCORE_OK) return s;
+  const dscore_status s = t->engine->acquire(t->engine->ctx, local, mode, out);
+  if (s == DSCORE_OK && mode == DSCORE_ACQUIRE_BACKWARD && t->self->is_tied_[local])
+    t->self->lend_tied_grads(local, out);
+  return s;
+}
+
+void StageModel::lend_tied_grads(size_t local, dscore_layer_views* views) {
+  TiedGrads& g = tied_grads_[local];
+  if (g.tensors.empty()) {
+    g.memory.resize(views->count);
+    g.tensors.resize(views->count);
+    for (size_t p = 0; p < views->count; ++p) {
+      const dscore_tensor& view = *views->grads[p];
+      g.memory[p].assign(static_cast<size_t>(view.numel) * sdk::dtype_size(view.dtype),
+                         std::byte{0});
+      g.tensors[p] = view;
+      g.tensors[p].data = g.memory[p].data();
+      g.tensors[p].device_type = DSCORE_DEVICE_CPU;
+    }
+    for (dscore_tensor& tensor : g.tensors) g.pointers.push_back(&tensor);
+  }
+  views->grads = g.pointers.data();
+}
+
+std::vector<dscore_tensor*> StageModel::tied_grads(size_t local) {
+  return tied_grads_[local].pointers;
+}
+
+void StageModel::zero_tied_grads() {
+  for (TiedGrads& g : tied_grads_)
+    for (std::vector<std::byte>& m : g.memory) std::fill(m.begin(), m.end(), std::byte{0});
+}
+
+dscore_status StageModel::release(void* ctx, size_t layer) {
+  auto* t = static_cast<Translation*>(ctx);
+  size_t local = 0;
+  if (dscore_status s = t->self->local_of(layer, &local); s != DSCORE_OK) return s;
+  return t->engine->release(t->engine->ctx, local);
+}
+
+dscore_status StageModel::grads_ready(void* ctx, size_t layer) {
+  auto* t = static_cast<Translation*>(ctx);
+  size_t local = 0;
+  if (dscore_status s = t->self->local_of(layer, &local); s != DSCORE_OK) return s;
+  if (t->self->hold_tied_grads_ && t->self->is_tied_[local]) return DSCORE_OK;
+  return t->engine->grads_ready(t->engine->ctx, local);
+}
+
+dscore_model_hooks StageModel::translate(Translation* t) const {
+  dscore_model_hooks hooks = *t->engine;
+  hooks.ctx = t;
+  hooks.acquire = &StageModel::acquire;
+  hooks.release = &StageModel::release;
+  hooks.grads_ready = &StageModel::grads_ready;
+  return hooks;
+}
+
+Status StageModel::with_translation_error(Status status) {
+  if (translation_error_.empty()) return status;
+  Status error = invalid_argument(display_name() + ": " + translation_error_);
+  translation_error_.clear();
+  return error;
+}
+
+Status StageModel::stage_forward(const dscore_pipeline_stage&, size_t slot,
+                                 const dscore_batch& batch, const dscore_model_hooks& hooks,
+                                 const void* input, void* output) {
+  Translation t{this, &hooks};
+  const dscore_model_hooks translated = translate(&t);
+  return with_translation_error(
+      whole_->stage_forward(range_, slot, batch, translated, input, output));
+}
+
+Status StageModel::stage_backward(const dscore_pipeline_stage&, size_t slot,
+                                  const dscore_batch& batch, const dscore_model_hooks& hooks,
+                                  double loss_scale, const void* output_grad, void* input_grad,
+                                  double* loss) {
+  Translation t{this, &hooks};
+  const dscore_model_hooks translated = translate(&t);
+  return with_translation_error(whole_->stage_backward(range_, slot, batch, translated, loss_scale,
+                                                       output_grad, input_grad, loss));
+}
+
+}  // namespace dscore::pipeline

@@ -1,0 +1,125 @@
+// One pipeline stage of a model, as the engine's Model: the stage's layers
+// [first, end) of the whole model's, plus a copy of each tie's owner that
+// the stage reads but does not run (model.h dscore_layer_tie: the gpt's
+// embedding on the last stage, for its LM head), in model order. Its
+// parameters keep the model's names and initial values, so the engine
+// lays out, initialises, updates and names them as it would the whole
+// model's. The pipeline executor (core/engine/pipeline_step.cc) runs it a
+// micro-batch at a time through stage_forward and stage_backward; the
+// hooks it is given speak of the stage's own layers, and the model's calls
+// (which speak of the whole model's) are translated to them.
+//
+// Tied layers: their gradients are summed across the stages holding them
+// before the data-parallel reduction. The model adds a tied layer's
+// gradients into accumulators of the stage's own (tied_grads: zeroed each
+// batch by the executor, summed across the stages, then added into the
+// engine's views), as the engine's own views are redirected at the
+// accumulation boundary (ZeRO's gradient buckets). At that boundary
+// (hold_tied_grads) their grads_ready is held back from the engine; the
+// executor sums them and reports them ready itself.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/model/model.h"
+
+namespace dscore::pipeline {
+
+class StageModel final : public Model {
+ public:
+  // Stage `stage` of the stages whose layer bounds are `bounds`
+  // (partition_layers). FAILED_PRECONDITION, naming the model, when it
+  // cannot be cut into stages.
+  static Result<std::unique_ptr<StageModel>> create(std::unique_ptr<Model> model,
+                                                    const std::vector<size_t>& bounds, int stage);
+
+  int stage() const { return stage_; }
+  int stages() const { return stages_; }
+  bool is_first() const { return range_.first_layer == 0; }
+  bool is_last() const { return range_.end_layer == whole_->description().layer_count; }
+  const dscore_pipeline_stage& range() const { return range_; }
+  const Model& whole() const { return *whole_; }
+  // This stage's layers whose gradients are summed with another stage's:
+  // each tie's owner, here or as a copy, on the stages that hold it while
+  // it spans stages (local indices, ascending).
+  const std::vector<size_t>& tied_layers() const { return tied_; }
+  // Copies of another stage's layer: their gradients count once, on the
+  // owner's stage, in the global norm. Local indices, ascending; they come
+  // first in the layout, being earlier layers of the model.
+  const std::vector<size_t>& tie_copies() const { return copies_; }
+  size_t global_layer(size_t local) const { return global_of_local_[local]; }
+
+  // At the accumulation boundary's backward: hold back grads_ready of the
+  // tied layers (the executor reports them after summing).
+  void hold_tied_grads(bool hold) { hold_tied_grads_ = hold; }
+  // The accumulators of tied layer `local` (one per parameter, in the
+  // grads' dtype; made at its first backward acquire, empty before).
+  std::vector<dscore_tensor*> tied_grads(size_t local);
+  void zero_tied_grads();
+
+  // Model
+  std::string display_name() const override;
+  const dscore_model_description& description() const override { return description_; }
+  Status init_param(size_t param_index, int64_t offset, int64_t count, float* out) const override;
+  Status forward_backward(const dscore_batch& batch, const dscore_model_hooks& hooks,
+                          double loss_scale, double* loss) override;
+  Result<double> layer_flops(size_t layer, int64_t batch_size) const override;
+  Result<uint64_t> activation_bytes(int64_t micro_batch, bool checkpointing,
+                                    dscore_dtype param_dtype,
+                                    dscore_dtype grad_dtype) const override;
+  bool has_synthetic_task() const override { return whole_->has_synthetic_task(); }
+  Status synthetic_batch(uint64_t seed, int64_t first_sample,
+                         const dscore_batch& out) const override;
+  bool has_pipeline_stages() const override { return true; }
+  Result<uint64_t> boundary_bytes(size_t layer, int64_t micro_batch,
+                                  dscore_dtype compute_dtype) const override;
+  // `stage` is ignored: this stage's range is used.
+  Status stage_forward(const dscore_pipeline_stage& stage, size_t slot, const dscore_batch& batch,
+                       const dscore_model_hooks& hooks, const void* input, void* output) override;
+  Status stage_backward(const dscore_pipeline_stage& stage, size_t slot, const dscore_batch& batch,
+                        const dscore_model_hooks& hooks, double loss_scale, const void* output_grad,
+                        void* input_grad, double* loss) override;
+
+ private:
+  StageModel() = default;
+  // The engine's hooks (local layers) as the whole model's (global layers).
+  struct Translation {
+    StageModel* self;
+    const dscore_model_hooks* engine;
+  };
+  dscore_model_hooks translate(Translation* t) const;
+  static dscore_status acquire(void* ctx, size_t layer, dscore_acquire_mode mode,
+                               dscore_layer_views* out);
+  static dscore_status release(void* ctx, size_t layer);
+  static dscore_status grads_ready(void* ctx, size_t layer);
+  dscore_status local_of(size_t global, size_t* local);
+  Status with_translation_error(Status status);
+
+  std::unique_ptr<Model> whole_;
+  int stage_ = 0;
+  int stages_ = 1;
+  dscore_pipeline_stage range_{};
+  std::vector<size_t> global_of_local_;
+  std::vector<long> local_of_global_;  // -1: not on this stage
+  std::vector<size_t> global_param_;   // local parameter index -> the model's
+  std::vector<size_t> tied_, copies_;
+  std::vector<bool> is_tied_;  // by local layer
+  bool hold_tied_grads_ = false;
+  // Per local layer (tied ones only): the accumulators and their views.
+  struct TiedGrads {
+    std::vector<std::vector<std::byte>> memory;
+    std::vector<dscore_tensor> tensors;
+    std::vector<dscore_tensor*> pointers;
+  };
+  std::vector<TiedGrads> tied_grads_;
+  void lend_tied_grads(size_t local, dscore_layer_views* views);
+  std::string translation_error_;
+  std::vector<const dscore_model_layer*> layers_;
+  dscore_model_description description_{};
+};
+
+}  // namespace dscore::pipeline
