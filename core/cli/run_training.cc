@@ -268,7 +268,7 @@ int run_training(const RunOptions& options) {
              std::to_string(cfg.batch.train_batch_size) + " (micro " +
              std::to_string(cfg.batch.train_micro_batch_size_per_gpu) + " x gas " +
              std::to_string(cfg.batch.gradient_accumulation_steps) + " x " +
-             std::to_string(e.world_size()) + " ranks)");
+             std::to_string(e.data_parallel_size()) + " data-parallel ranks)");
 
   if (!options.resume_dir.empty()) {
     auto resumed = e.load_checkpoint(options.resume_dir);

@@ -13,9 +13,12 @@
 // Point-to-point transfers and the tied sum run on the comm stream, in
 // order with the reductions it carries.
 #include <algorithm>
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include "core/base/engine_scope.h"
+#include "core/base/failpoint.h"
 #include "core/base/logging.h"
 #include "core/device/ops.h"
 #include "core/engine/engine.h"
@@ -231,6 +234,10 @@ Result<double> Engine::train_batch(const MicroBatchSource& load) {
     return failed_precondition(
         "train_batch runs a pipeline's schedule; without \"pipeline\" call forward_backward and "
         "step for each micro-batch");
+  // Tests: a stage that stops answering (DSCORE_FAILPOINTS=pipeline.stage_stalls@R);
+  // its neighbours' transfers end at the comm deadline, naming the stage.
+  while (failpoint_armed("pipeline.stage_stalls", rank()))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   {
     EngineScope engine(host_->identity());
     PhaseScope scope(observers_, StepPhase::kForwardBackward);

@@ -5,6 +5,7 @@
 // choice (attention_state_elements), so it is passed in.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "llama_config.h"
@@ -33,7 +34,7 @@ struct ActivationElements {
   // set shared by the checkpointed blocks (recomputed there in turn).
   int64_t kept_blocks = 0;
   // Shared by all blocks, in Scalar.
-  int64_t resid = 0;  // (L + 1, N, C): every block's input, then the last output
+  int64_t resid = 0;  // (blocks + 1, N, C): every block's input, then the last output
   int64_t lnf = 0, dlnf = 0, dresid = 0;  // (N, C) each
   int64_t lnf_stat = 0;                   // (N) rstd, in Stat
   int64_t rope = 0;                       // (T, hd / 2) each of cos, sin
@@ -59,8 +60,12 @@ struct ActivationElements {
 // bf16_operands: the pass's linears read bf16 operands (the runner's fused
 // block in bf16 layers), so the buffers that only ever hold one (ln1, ln2,
 // swiglu) need half as many Scalar (fp32) elements.
+// Blocks [lo, hi) (all of them by default): a pipeline stage's runner keeps
+// only its own blocks' activations and their inputs.
 inline ActivationElements activation_elements(const LlamaConfig& cfg, int64_t B,
-                                              int64_t attention_state, bool bf16_operands = false) {
+                                              int64_t attention_state, bool bf16_operands = false,
+                                              int64_t lo = 0, int64_t hi = -1) {
+  if (hi < 0) hi = cfg.num_hidden_layers;
   const int64_t N = B * cfg.block_size, C = cfg.hidden_size, I = cfg.intermediate_size;
   const int64_t Q = cfg.q_dim(), KV = cfg.kv_dim();
   const auto operand = [bf16_operands](int64_t n) { return bf16_operands ? (n + 1) / 2 : n; };
@@ -75,9 +80,9 @@ inline ActivationElements activation_elements(const LlamaConfig& cfg, int64_t B,
   e.block.gate = e.block.up = N * I;
   e.block.swiglu = operand(N * I);
   e.block.stat = N;
-  e.kept_blocks =
-      cfg.num_hidden_layers - cfg.checkpoint_blocks + (cfg.checkpoint_blocks > 0 ? 1 : 0);
-  e.resid = (cfg.num_hidden_layers + 1) * N * C;
+  const int64_t checkpointed = std::max<int64_t>(0, std::min(hi, cfg.checkpoint_blocks) - lo);
+  e.kept_blocks = (hi - lo) - checkpointed + (checkpointed > 0 ? 1 : 0);
+  e.resid = (hi - lo + 1) * N * C;
   e.lnf = e.dlnf = e.dresid = N * C;
   e.lnf_stat = N;
   e.rope = cfg.block_size * (cfg.head_dim / 2);

@@ -162,6 +162,27 @@ class Llama : public sdk::Instance {
     compute_->forward(tokens, hooks, loss, logits);
   }
 
+  // ---- pipeline stages: the boundary at layer k is the input of layer k,
+  // (B, T, hidden_size) in the compute's scalar (fp32 on the CPU).
+  uint64_t boundary_bytes(size_t layer, int64_t micro_batch, dscore_dtype /*dtype*/) const {
+    if (layer == 0 || static_cast<int64_t>(layer) >= config_.layer_count())
+      throw Error(DSCORE_OUT_OF_RANGE, "no stage boundary at layer " + std::to_string(layer) +
+                                           ": the llama's are at layers 1 to " +
+                                           std::to_string(config_.final_layer()));
+    if (micro_batch < 1) throw Error(DSCORE_INVALID_ARGUMENT, "micro_batch must be >= 1");
+    return compute_->boundary_bytes(micro_batch);
+  }
+  void stage_forward(const dscore_pipeline_stage& stage, size_t slot, const dscore_batch* batch,
+                     const dscore_model_hooks& hooks, const void* input, void* output) {
+    compute_->stage_forward(split(batch), stage, slot, hooks, input, output);
+  }
+  double stage_backward(const dscore_pipeline_stage& stage, size_t slot, const dscore_batch* batch,
+                        const dscore_model_hooks& hooks, double loss_scale, const void* output_grad,
+                        void* input_grad) {
+    return compute_->stage_backward(split(batch), stage, slot, hooks, loss_scale, output_grad,
+                                    input_grad);
+  }
+
   // Forward FLOPs (multiply-adds count 2) as the runner computes them: the
   // LM head (2 N C V) in layer 0 when tied, else in the final layer beside
   // the norm; a block its seven projections 2 N (2 C Q + 2 C KV + 3 C I)

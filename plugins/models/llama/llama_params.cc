@@ -32,6 +32,13 @@ LlamaParams::LlamaParams(const LlamaConfig& config, uint64_t seed) : config_(con
   add("model.norm.weight", {C}, true);
   if (!config.tie_word_embeddings) add("lm_head.weight", {V, C});
   table_.finish("tokens", config.block_size + 1, C);
+  description_ = table_.description();
+  if (config.tie_word_embeddings) {  // the LM head, in the final layer, reads embed_tokens
+    tie_ = {sizeof(dscore_layer_tie), 0, static_cast<size_t>(config.final_layer())};
+    tie_ptr_ = &tie_;
+    description_.tie_count = 1;
+    description_.ties = &tie_ptr_;
+  }
 }
 
 void LlamaParams::init(size_t index, int64_t offset, int64_t count, float* out) const {

@@ -43,8 +43,11 @@ enum FinalParam : int { kFinalNorm, kLmHead };  // kLmHead only when untied
 class LlamaParams {
  public:
   LlamaParams(const LlamaConfig& config, uint64_t seed);
+  // The description points into this object: neither copied nor moved.
+  LlamaParams(const LlamaParams&) = delete;
+  LlamaParams& operator=(const LlamaParams&) = delete;
 
-  const dscore_model_description& description() const { return table_.description(); }
+  const dscore_model_description& description() const { return description_; }
   size_t param_count() const { return table_.param_count(); }
   int64_t numel(size_t index) const { return table_.numel(index); }
   // Elements [offset, offset + count) of parameter `index` (layer order).
@@ -56,6 +59,10 @@ class LlamaParams {
   uint64_t seed_;
   transformer::ModelDescription table_;
   std::vector<bool> ones_;  // per parameter: an RMSNorm weight (starts at 1)
+  // table_'s description with the tied head's tie (none when untied).
+  dscore_layer_tie tie_{};
+  const dscore_layer_tie* tie_ptr_ = nullptr;
+  dscore_model_description description_{};
 };
 
 }  // namespace dscore::llama

@@ -20,15 +20,18 @@
 // backward adds the embedding gradient and calls grads_ready. An untied
 // head runs inside the final layer's backward acquire. Blocks under
 // activation checkpointing keep only their input and recompute the rest
-// inside their backward acquire.
+// inside their backward acquire. A pipeline stage runs a range of these
+// layers (stage_forward/stage_backward) with the same helpers.
 #pragma once
 
 #include <dscore/model.h>
 #include <dscore/cpp/model.hpp>
 #include <dscore/cpp/plugin.hpp>
 
+#include <algorithm>
 #include <concepts>
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -45,9 +48,11 @@
 namespace dscore::llama {
 
 using transformer::backward_block_layers;
+using transformer::backward_block_range;
 using transformer::backward_layer;
 using transformer::backward_layer_grads;
 using transformer::forward_block_layers;
+using transformer::forward_block_range;
 using transformer::forward_layer;
 using transformer::GradsReady;
 using transformer::SplitTokens;
@@ -60,8 +65,15 @@ class LlamaRunner {
   template <typename X>
   using Buffer = typename Backend::template Buffer<X>;
 
-  LlamaRunner(const LlamaConfig& config, const LlamaParams& params, Backend& backend)
-      : cfg_(config), backend_(backend), inv_freq_(rope_inv_freq(config)) {
+  // Blocks [lo, hi) (all of them by default: hi < 0): a pipeline stage's
+  // runner keeps its own blocks' activations only.
+  LlamaRunner(const LlamaConfig& config, const LlamaParams& params, Backend& backend,
+              int64_t lo = 0, int64_t hi = -1)
+      : cfg_(config),
+        backend_(backend),
+        lo_(lo),
+        hi_(hi < 0 ? config.num_hidden_layers : hi),
+        inv_freq_(rope_inv_freq(config)) {
     for (size_t l = 0; l < static_cast<size_t>(config.layer_count()); ++l)
       numels_.push_back(params.layer_numels(l));
   }
@@ -75,39 +87,75 @@ class LlamaRunner {
                        "llama: the batch has no targets (every token is padding)");
     prepare(tokens);
     forward_blocks(hooks, nullptr);
-    const int64_t N = rows(), C = cfg_.hidden_size;
-    const double grad_scale = loss_scale / static_cast<double>(tokens.counted_targets);
-    double loss_sum = 0;
-    auto head = [&](const T* w, T* dw) {
-      loss_sum =
-          backend_.lm_head_forward_backward(acts_.dlnf.get(), dw, acts_.lnf.get(), w,
-                                            targets_.get(), N, C, cfg_.vocab_size, grad_scale);
-    };
-    if (cfg_.tie_word_embeddings)  // the head's gradient, first part of the embedding's
-      backward_layer(hooks, 0, numels_[0], backend_, GradsReady::kNo,
-                     [&](const auto& p, auto& g) { head(p[kEmbedTokens], g[kEmbedTokens]); });
-    const size_t final_layer = static_cast<size_t>(cfg_.final_layer());
-    backward_layer(hooks, final_layer, numels_[final_layer], backend_, GradsReady::kYes,
-                   [&](const auto& p, auto& g) {  // final RMSNorm (and the untied head)
-                     if (!cfg_.tie_word_embeddings) head(p[kLmHead], g[kLmHead]);
-                     T* d = acts_.dresid.get();
-                     backend_.zero(d, N * C);
-                     backend_.rmsnorm_backward(d, g[kFinalNorm], acts_.dlnf.get(),
-                                               residual(cfg_.num_hidden_layers), p[kFinalNorm],
-                                               acts_.lnf_rstd.get(), N, C);
-                   });
-    backward_block_layers(hooks, cfg_.num_hidden_layers, numels_, backend_, block_gemm_weights(),
-                          [&](int64_t l, const auto& p, auto& g) {
-                            BlockActs& a = block_acts(l);
-                            if (checkpointed(l))
-                              block_forward(p, residual(l), nullptr, a);  // recompute
-                            block_backward(p, g, residual(l), a, acts_.dresid.get());
-                          });
-    // embeddings: the input side of the embedding's gradient, then grads_ready
-    backward_layer_grads(hooks, 0, numels_[0], backend_, GradsReady::kYes, [&](auto& g) {
-      backend_.embedding_backward(g[kEmbedTokens], acts_.dresid.get(), inputs_.get(), N, C);
-    });
+    const double loss_sum = head_backward(hooks, loss_scale, tokens, GradsReady::kNo);
+    blocks_backward(hooks, 0, cfg_.num_hidden_layers);
+    embedding_backward(hooks);
     return loss_sum / static_cast<double>(tokens.counted_targets);
+  }
+
+  // ---- pipeline stages (model.h stage_forward/stage_backward): layers
+  // [first, end) of embeddings (0), blocks (1..L) and the final RMSNorm
+  // with the untied head (L + 1; a tied head reads layer 0 there). The
+  // boundary at layer k is the input of layer k, residual(k - 1): (B, T, C)
+  // of Scalar.
+  int64_t boundary_elements(int64_t batch) const {
+    return batch * cfg_.block_size * cfg_.hidden_size;
+  }
+
+  void stage_forward(const SplitTokens& tokens, size_t first, size_t end,
+                     const dscore_model_hooks& hooks, const T* input, T* output) {
+    prepare(tokens);
+    const int64_t lo = block_of(first), hi = block_of(end);
+    const int64_t n = rows() * cfg_.hidden_size;
+    // In the stage's first acquire, when the views' dtype is known.
+    const auto take_input = [&] {
+      ensure_activations();
+      backend_.copy_from_host(residual(lo), input, n);
+    };
+    if (first == 0) embed_forward(hooks);
+    forward_block_range(hooks, lo, hi, numels_, backend_, block_gemm_weights(),
+                        [&](int64_t l, const auto& p) {
+                          if (l == lo && first > 0) take_input();
+                          check_operand_form(p, l);
+                          block_forward(p, residual(l), residual(l + 1), block_acts(l));
+                        });
+    if (static_cast<int64_t>(end) == cfg_.layer_count()) {
+      final_forward(hooks, nullptr, [&] {
+        if (lo == hi && first > 0) take_input();  // a stage of the final layer alone
+      });
+    } else {
+      backend_.copy_to_host(output, residual(hi), n);
+    }
+  }
+
+  // Returns the loss on the last stage (0 elsewhere).
+  double stage_backward(const SplitTokens& tokens, size_t first, size_t end,
+                        const dscore_model_hooks& hooks, double loss_scale, const T* output_grad,
+                        T* input_grad) {
+    if (tokens.batch != B_ || !activations_ready_)
+      throw sdk::Error(DSCORE_FAILED_PRECONDITION,
+                       "llama: stage_backward of a slot without its stage_forward");
+    const int64_t lo = block_of(first), hi = block_of(end);
+    const int64_t n = rows() * cfg_.hidden_size;
+    double loss_sum = 0;
+    if (static_cast<int64_t>(end) == cfg_.layer_count()) {
+      if (tokens.counted_targets == 0)
+        throw sdk::Error(DSCORE_INVALID_ARGUMENT,
+                         "llama: the batch has no targets (every token is padding)");
+      // A tied head without the embeddings here: this stage's copy of
+      // layer 0 is done with once the head is.
+      loss_sum =
+          head_backward(hooks, loss_scale, tokens, first == 0 ? GradsReady::kNo : GradsReady::kYes);
+    } else {
+      backend_.copy_from_host(acts_.dresid.get(), output_grad, n);
+    }
+    blocks_backward(hooks, lo, hi);
+    if (first == 0)
+      embedding_backward(hooks);
+    else
+      backend_.copy_to_host(input_grad, acts_.dresid.get(), n);
+    return tokens.counted_targets > 0 ? loss_sum / static_cast<double>(tokens.counted_targets)
+                                      : 0.0;
   }
 
   // Forward only: the mean loss over counted targets if `loss` is set, and
@@ -157,7 +205,7 @@ class LlamaRunner {
   void allocate_activations(bool bf16_operands) {
     const ActivationElements e = activation_elements(
         cfg_, B_, backend_.attention_state_elements(B_, cfg_.block_size, cfg_.num_attention_heads),
-        bf16_operands);
+        bf16_operands, lo_, hi_);
     acts_ = Activations{};
     acts_.resid = backend_.template alloc<T>(e.resid);
     acts_.lnf = backend_.template alloc<T>(e.lnf);
@@ -219,7 +267,7 @@ class LlamaRunner {
     Buffer<S> rstd1, rstd2;
   };
   struct Activations {
-    Buffer<T> resid;  // (L + 1) x N x C: the input of every block, then the last block's output
+    Buffer<T> resid;  // (hi_ - lo_ + 1) x N x C: each kept block's input, then the last output
     Buffer<T> lnf, dlnf, dresid;
     Buffer<S> lnf_rstd;
     Buffer<T> rope_cos, rope_sin;   // (T, hd / 2)
@@ -230,10 +278,65 @@ class LlamaRunner {
   int64_t rows() const { return B_ * cfg_.block_size; }
   bool checkpointed(int64_t l) const { return l < cfg_.checkpoint_blocks; }
   BlockActs& block_acts(int64_t l) {
-    return checkpointed(l) ? acts_.blocks.back()
-                           : acts_.blocks[static_cast<size_t>(l - cfg_.checkpoint_blocks)];
+    return checkpointed(l)
+               ? acts_.blocks.back()
+               : acts_.blocks[static_cast<size_t>(l - std::max(lo_, cfg_.checkpoint_blocks))];
   }
-  T* residual(int64_t l) const { return acts_.resid.get() + l * rows() * cfg_.hidden_size; }
+  // Block l's input (residual(l + 1) its output), for blocks lo_ .. hi_.
+  T* residual(int64_t l) const { return acts_.resid.get() + (l - lo_) * rows() * cfg_.hidden_size; }
+  // The block a layer index starts at (layer l + 1 is block l), clamped to
+  // the blocks.
+  int64_t block_of(size_t layer) const {
+    return std::clamp<int64_t>(static_cast<int64_t>(layer) - 1, 0, cfg_.num_hidden_layers);
+  }
+
+  // The LM head and its gradient (through layer 0 when tied, with
+  // grads_ready as embedding_ready says), then the final RMSNorm's backward
+  // (the untied head inside its acquire): dresid holds the gradient at the
+  // last block's output. Returns the loss summed over counted targets.
+  double head_backward(const dscore_model_hooks& hooks, double loss_scale,
+                       const SplitTokens& tokens, GradsReady embedding_ready) {
+    const int64_t N = rows(), C = cfg_.hidden_size;
+    const double grad_scale = loss_scale / static_cast<double>(tokens.counted_targets);
+    double loss_sum = 0;
+    auto head = [&](const T* w, T* dw) {
+      loss_sum =
+          backend_.lm_head_forward_backward(acts_.dlnf.get(), dw, acts_.lnf.get(), w,
+                                            targets_.get(), N, C, cfg_.vocab_size, grad_scale);
+    };
+    if (cfg_.tie_word_embeddings)  // the head's gradient, first part of the embedding's
+      backward_layer(hooks, 0, numels_[0], backend_, embedding_ready,
+                     [&](const auto& p, auto& g) { head(p[kEmbedTokens], g[kEmbedTokens]); });
+    const size_t final_layer = static_cast<size_t>(cfg_.final_layer());
+    backward_layer(hooks, final_layer, numels_[final_layer], backend_, GradsReady::kYes,
+                   [&](const auto& p, auto& g) {  // final RMSNorm (and the untied head)
+                     if (!cfg_.tie_word_embeddings) head(p[kLmHead], g[kLmHead]);
+                     T* d = acts_.dresid.get();
+                     backend_.zero(d, N * C);
+                     backend_.rmsnorm_backward(d, g[kFinalNorm], acts_.dlnf.get(), residual(hi_),
+                                               p[kFinalNorm], acts_.lnf_rstd.get(), N, C);
+                   });
+    return loss_sum;
+  }
+  // Blocks [lo, hi) backward from dresid (the gradient at block hi - 1's
+  // output), leaving the gradient at block lo's input there.
+  void blocks_backward(const dscore_model_hooks& hooks, int64_t lo, int64_t hi) {
+    backward_block_range(hooks, lo, hi, numels_, backend_, block_gemm_weights(),
+                         [&](int64_t l, const auto& p, auto& g) {
+                           BlockActs& a = block_acts(l);
+                           if (checkpointed(l))
+                             block_forward(p, residual(l), nullptr, a);  // recompute
+                           block_backward(p, g, residual(l), a, acts_.dresid.get());
+                         });
+  }
+  // The input side of the embedding's gradient from dresid, then
+  // grads_ready.
+  void embedding_backward(const dscore_model_hooks& hooks) {
+    backward_layer_grads(hooks, 0, numels_[0], backend_, GradsReady::kYes, [&](auto& g) {
+      backend_.embedding_backward(g[kEmbedTokens], acts_.dresid.get(), inputs_.get(), rows(),
+                                  cfg_.hidden_size);
+    });
+  }
 
   void alloc_block(BlockActs& a, const ActivationElements::Block& e) {
     a.ln1 = backend_.template alloc<T>(e.ln1);
@@ -275,21 +378,31 @@ class LlamaRunner {
   // only, untied head).
   template <class Head>
   void forward_blocks(const dscore_model_hooks& hooks, const Head& final_head) {
-    const int64_t N = rows(), C = cfg_.hidden_size;
-    forward_layer(hooks, 0, numels_[0], backend_, [&](const auto& p) {
-      ensure_activations();
-      backend_.embedding_forward(residual(0), inputs_.get(), p[kEmbedTokens], N, C);
-    });
+    embed_forward(hooks);
     forward_block_layers(hooks, cfg_.num_hidden_layers, numels_, backend_, block_gemm_weights(),
                          [&](int64_t l, const auto& p) {
                            check_operand_form(p, l);
                            block_forward(p, residual(l), residual(l + 1), block_acts(l));
                          });
+    final_forward(hooks, final_head);
+  }
+  void embed_forward(const dscore_model_hooks& hooks) {
+    forward_layer(hooks, 0, numels_[0], backend_, [&](const auto& p) {
+      ensure_activations();
+      backend_.embedding_forward(residual(0), inputs_.get(), p[kEmbedTokens], rows(),
+                                 cfg_.hidden_size);
+    });
+  }
+  // The final RMSNorm over the last block's output; prologue: runs first
+  // inside the layer's acquire.
+  template <class Head>
+  void final_forward(const dscore_model_hooks& hooks, const Head& final_head,
+                     const std::function<void()>& prologue = {}) {
     const size_t l = static_cast<size_t>(cfg_.final_layer());
     forward_layer(hooks, l, numels_[l], backend_, [&](const auto& p) {
-      backend_.rmsnorm_forward(acts_.lnf.get(), acts_.lnf_rstd.get(),
-                               residual(cfg_.num_hidden_layers), p[kFinalNorm], N, C,
-                               cfg_.rms_norm_eps);
+      if (prologue) prologue();
+      backend_.rmsnorm_forward(acts_.lnf.get(), acts_.lnf_rstd.get(), residual(hi_), p[kFinalNorm],
+                               rows(), cfg_.hidden_size, cfg_.rms_norm_eps);
       if constexpr (!std::is_same_v<Head, std::nullptr_t>) final_head(p[kLmHead]);
     });
   }
@@ -404,6 +517,7 @@ class LlamaRunner {
 
   LlamaConfig cfg_;
   Backend& backend_;
+  int64_t lo_, hi_;  // the blocks this runner keeps activations for
   std::vector<double> inv_freq_;
   std::vector<std::vector<int64_t>> numels_;
   int64_t B_ = 0;

@@ -1,0 +1,158 @@
+// `dscore run` with "pipeline" through the real executable under mpirun:
+// the stages give the losses of one rank (the mlp bitwise; the gpt within
+// the rounding of its tied embedding's gradient, summed from two stages in
+// another order), PP x DP equals DP, and what a pipeline does not run or a
+// stalled stage ends the job with a message naming it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/core/cli/process.h"
+
+namespace dscore::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+class PipelineRun : public ::testing::Test {
+ protected:
+  // Runs `config` (JSON members after the common ones) at `ranks` and
+  // returns its CSV losses (job `name`).
+  std::vector<double> losses(const std::string& name, const std::string& config, int ranks) {
+    const fs::path path = dir_.write(name + ".json", "{" + config + R"(,
+      "csv_monitor": {"enabled": true, "output_path": ")" +
+                                                         (dir_.path() / "out").string() +
+                                                         R"(", "job_name": ")" + name + "\"}}");
+    ProcessOptions options;
+    options.env = mpi_test_env();
+    ProcessResult r =
+        run_dscore({"run", "--config", path.string(), "-n", std::to_string(ranks)}, options);
+    EXPECT_EQ(r.exit_code, 0) << name << ": " << r.describe();
+    out_ = r.out + r.err;
+    std::vector<double> values;
+    std::istringstream csv(
+        read_text_file(dir_.path() / "out" / name / "Train_Samples_train_loss.csv"));
+    std::string line;
+    std::getline(csv, line);  // step,train_loss
+    while (std::getline(csv, line)) values.push_back(std::stod(line.substr(line.find(',') + 1)));
+    return values;
+  }
+  ProcessResult run(const std::string& name, const std::string& config, int ranks,
+                    EnvOverrides env = {}) {
+    ProcessOptions options;
+    options.env = mpi_test_env();
+    for (auto& [k, v] : env) options.env[k] = v;
+    const fs::path path = dir_.write(name + ".json", "{" + config + "}");
+    return run_dscore({"run", "--config", path.string(), "-n", std::to_string(ranks)}, options);
+  }
+  TempDir dir_{"dscore_cli_pipeline"};
+  std::string out_;
+};
+
+const std::string kMlp = R"("train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
+  "optimizer": {"type": "Adam", "params": {"lr": 0.01}}, "train_steps": 12, "seed": 3,
+  "model": {"type": "mlp", "n_hidden_layers": 3, "hidden_dim": 32})";
+
+std::string gpt(const fs::path& corpus) {
+  return R"("train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "train_steps": 8,
+    "seed": 3, "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.1}},
+    "model": {"type": "gpt", "n_layer": 3, "n_head": 2, "n_embd": 32, "block_size": 16,
+              "vocab_size": 256},
+    "data": {"type": "text", "path": ")" +
+         corpus.string() + "\"}";
+}
+
+double max_relative(const std::vector<double>& a, const std::vector<double>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    worst = std::max(worst, std::abs(a[i] - b[i]) / std::abs(a[i]));
+  return worst;
+}
+
+TEST_F(PipelineRun, MlpStagesGiveOneRanksLossesBitwise) {
+  const std::vector<double> one = losses("pp1", kMlp, 1);
+  ASSERT_EQ(one.size(), 12u);
+  const std::vector<double> two = losses("pp2", kMlp + R"(, "pipeline": {"stages": 2})", 2);
+  EXPECT_NE(out_.find("in 2 stages x 1 data-parallel"), std::string::npos) << out_;
+  const std::vector<double> four =
+      losses("pp4", kMlp + R"(, "pipeline": {"stages": 4, "partition": "uniform"})", 4);
+  EXPECT_EQ(one, two);
+  EXPECT_EQ(one, four);
+  // pipeline_parallel_size says the same as pipeline.stages.
+  EXPECT_EQ(one, losses("pps2", kMlp + R"(, "pipeline_parallel_size": 2)", 2));
+}
+
+TEST_F(PipelineRun, GptStagesMatchOneRankWithinTheTiedEmbeddingsRounding) {
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "the quick brown fox jumps over the lazy dog ";
+  const fs::path corpus = dir_.write("corpus.txt", text);
+  const std::vector<double> one = losses("g1", gpt(corpus), 1);
+  ASSERT_EQ(one.size(), 8u);
+  const std::vector<double> two = losses("g2", gpt(corpus) + R"(, "pipeline": {"stages": 2})", 2);
+  // Four stages, the last holding the final LayerNorm and head alone.
+  const std::vector<double> four =
+      losses("g4", gpt(corpus) + R"(, "pipeline": {"stages": 4, "partition": "uniform"})", 4);
+  EXPECT_EQ(one.front(), two.front());  // the first step's forward is the same arithmetic
+  EXPECT_LT(max_relative(one, two), 1e-7);
+  EXPECT_LT(max_relative(one, four), 1e-7);
+  EXPECT_LT(one.back(), one.front() - 0.5);  // it learns
+  // Two stages of two data-parallel ranks each: the losses of two ranks
+  // (the monitor's loss is then the data-parallel mean, as DeepSpeed's
+  // pipeline reports it; without a pipeline it is rank 0's, so the
+  // comparison is through the progress line's mean).
+  ProcessResult dp = run("gdp2", gpt(corpus) + R"(, "steps_per_print": 1)", 2);
+  ProcessResult ppdp =
+      run("g2dp2", gpt(corpus) + R"(, "steps_per_print": 1, "pipeline": {"stages": 2})", 4);
+  ASSERT_EQ(dp.exit_code, 0) << dp.describe();
+  ASSERT_EQ(ppdp.exit_code, 0) << ppdp.describe();
+  const auto mean_losses = [](const std::string& out) {
+    std::vector<double> v;
+    for (const std::string& line : lines_starting_with(out, "step ")) {
+      const size_t at = line.find("| loss ");
+      if (at != std::string::npos) v.push_back(std::stod(line.substr(at + 7)));
+    }
+    return v;
+  };
+  const std::vector<double> a = mean_losses(dp.out), b = mean_losses(ppdp.out);
+  ASSERT_EQ(a.size(), 8u) << dp.out;
+  ASSERT_EQ(b.size(), 8u) << ppdp.out;
+  EXPECT_LT(max_relative(a, b), 1e-6);
+}
+
+TEST_F(PipelineRun, RefusesWhatAPipelineDoesNotRunNamingTheKey) {
+  ProcessResult zero2 =
+      run("z2", kMlp + R"(, "pipeline": {"stages": 2}, "zero_optimization": {"stage": 2})", 2);
+  EXPECT_NE(zero2.exit_code, 0);
+  EXPECT_NE(zero2.err.find("ZeRO stage 2 with a pipeline"), std::string::npos) << zero2.err;
+  ProcessResult odd = run("odd", kMlp + R"(, "pipeline": {"stages": 2})", 3);
+  EXPECT_NE(odd.exit_code, 0);
+  EXPECT_NE(odd.err.find("does not divide the world size 3"), std::string::npos) << odd.err;
+  ProcessResult both =
+      run("both", kMlp + R"(, "pipeline": {"stages": 2}, "pipeline_parallel_size": 4)", 2);
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_NE(both.err.find("disagrees with pipeline.stages"), std::string::npos) << both.err;
+  ProcessResult save = run("save",
+                           kMlp + R"(, "pipeline": {"stages": 2}, "checkpoint_dir": ")" +
+                               (dir_.path() / "ck").string() + R"(", "save_interval": 4)",
+                           2);
+  EXPECT_NE(save.exit_code, 0);
+  EXPECT_NE(save.err.find("checkpoints of pipeline runs are not built yet"), std::string::npos)
+      << save.err;
+}
+
+TEST_F(PipelineRun, AStalledStageEndsTheJobNamingTheStageThatWaited) {
+  ProcessResult r = run("stall", kMlp + R"(, "pipeline": {"stages": 2},
+      "comm": {"timeout_ms": 3000})",
+                        2, {{"DSCORE_FAILPOINTS", "pipeline.stage_stalls@0"}});
+  EXPECT_NE(r.exit_code, 0) << r.describe();
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_NE(r.err.find("pipeline stage 1 (rank 1) receiving from stage 0"), std::string::npos)
+      << r.err;
+}
+
+}  // namespace
+}  // namespace dscore::testing
