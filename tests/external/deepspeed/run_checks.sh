@@ -8,7 +8,8 @@
 # checkpoints imported and resumed (check_checkpoint_import.py), and dscore's
 # exported for DeepSpeed to resume (check_checkpoint_export.py), and a
 # Hugging Face Llama trained by DeepSpeed imported and resumed
-# (check_llama_import.py).
+# (check_llama_import.py), and DeepSpeed's pipeline engine against dscore's
+# stages (check_pipeline.py).
 #
 # The venv and the CPU-only environment: venv.sh. DeepSpeed JIT-compiles
 # its CPU Adam the first time (a few minutes): the build is kept in
@@ -26,7 +27,7 @@ source "$here/venv.sh"
 deepspeed_venv "deepspeed checks"
 failed=0
 for check in check_lr_schedules.py check_loss_scaler.py check_training.py check_checkpoint_import.py \
-    check_checkpoint_export.py check_llama_import.py; do
+    check_checkpoint_export.py check_llama_import.py check_pipeline.py; do
   start=$SECONDS
   log="$(mktemp)"
   if ! "$venv/bin/python" "$here/$check" "$dscore" > "$log" 2>&1; then
