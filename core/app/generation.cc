@@ -31,6 +31,9 @@ json::Value inference_config(json::Value config) {
     config.erase(monitor);
   config.erase("checkpoint_dir");
   config.erase("save_interval");
+  // One rank holds the whole model: a pipeline's checkpoint too.
+  config.erase("pipeline");
+  config.erase("pipeline_parallel_size");
   return config;
 }
 

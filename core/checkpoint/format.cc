@@ -28,6 +28,10 @@ std::string model_states_name(int zero_stage, int rank) {
   return "zero_pp_rank_" + std::to_string(rank) + "_mp_rank_00_model_states.safetensors";
 }
 
+std::string pipe_model_states_name(int pipe_stage) {
+  return "pipe_stage_" + two_digits(pipe_stage) + "_model_states.safetensors";
+}
+
 std::string optim_states_name(bool bf16, int rank) {
   return std::string(bf16 ? "bf16_" : "") + "zero_pp_rank_" + std::to_string(rank) + "_mp_rank_" +
          two_digits(0) + "_optim_states.safetensors";

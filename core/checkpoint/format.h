@@ -5,6 +5,7 @@
 //   <dir>/<tag>/mp_rank_00_model_states.safetensors            stages 0-2: rank 0, every parameter
 //   <dir>/<tag>/zero_pp_rank_R_mp_rank_00_model_states.safetensors   stage 3: each rank its shards
 //   <dir>/<tag>/[bf16_]zero_pp_rank_R_mp_rank_00_optim_states.safetensors   each rank
+//   <dir>/<tag>/pipe_stage_SS_model_states.safetensors    pipelines: stage SS > 0's parameters
 //
 // Every tensor is a FRAGMENT: a run of one parameter's elements, padding
 // stripped. Model-states files hold the parameters as the model stores them
@@ -37,6 +38,10 @@ inline constexpr const char* kOptimizerExtraTensor = "__optimizer_extra_state__"
 inline constexpr const char* kSchedulerExtraTensor = "__scheduler_extra_state__";
 
 std::string model_states_name(int zero_stage, int rank);
+// A pipeline's model states: stage 0's are model_states_name's (with the
+// training state), stage s > 0's, written by its first data-parallel rank,
+// are pipe_stage_<s>_model_states.safetensors (two digits at least).
+std::string pipe_model_states_name(int pipe_stage);
 std::string optim_states_name(bool bf16, int rank);
 std::string default_tag(int64_t global_steps);  // "global_step<N>"
 // A tag must be usable as one folder name.

@@ -26,11 +26,6 @@ void pipeline_unsupported(const TrainingConfig& config, const Placement& placeme
                     {},
                     "the pipeline's own activation checkpointing is not built yet: set it to 0 "
                     "and use the model's (gpt and llama: \"checkpoint_activations\")"});
-  if (config.save_interval > 0)
-    out->push_back({"save_interval",
-                    {},
-                    "checkpoints of pipeline runs are not built yet: remove save_interval (and "
-                    "--save-interval), or the pipeline"});
   if (config.device == "cuda")
     out->push_back(
         {"device", {}, "pipelines compute on the CPU only so far: set \"device\": \"cpu\""});

@@ -135,10 +135,6 @@ Result<std::string> Engine::agree_on_tag(const std::string& wanted) {
 Status Engine::save_checkpoint(const std::string& dir, const SaveCheckpointOptions& options) {
   EngineScope engine(host_->identity());
   DSCORE_RETURN_IF_ERROR(check_at_boundary("save_checkpoint"));
-  if (pipelined())
-    return unimplemented(
-        "checkpoints of pipeline runs are not built yet (docs/pipeline.md): train without "
-        "\"pipeline\" to save, or without a save (checkpoint_dir, --save-interval)");
   if (dir.empty()) return invalid_argument("save_checkpoint needs a folder");
   DSCORE_RETURN_IF_ERROR(stream_->synchronize());
   DSCORE_ASSIGN_OR_RETURN(
@@ -170,11 +166,25 @@ ck::TrainingState Engine::training_state(const json::Value& client_state) const 
   ck::TrainingState s;
   s.dscore_version = DSCORE_VERSION;
   s.model_dtype = sdk::dtype_name(placement_.model_dtype);
-  for (const ParamEntry& p : layout_.params()) s.params.push_back({p.name, p.shape, p.numel});
-  for (int r = 0; r < world_size(); ++r) {
-    if (stage == 3 || r == 0) s.model_files.push_back(ck::model_states_name(stage, r));
-    s.optim_files.push_back(ck::optim_states_name(config_.bf16.enabled, r));
+  if (pipelined()) {
+    // The whole model's parameters; each stage's first data-parallel rank
+    // writes its stage's.
+    const dscore_model_description& whole = stage_model_->whole().description();
+    for (size_t l = 0; l < whole.layer_count; ++l)
+      for (size_t k = 0; k < whole.layers[l]->param_count; ++k) {
+        const dscore_model_param& p = *whole.layers[l]->params[k];
+        s.params.push_back({p.name, std::vector<int64_t>(p.shape, p.shape + p.ndim), p.numel});
+      }
+    s.model_files.push_back(ck::model_states_name(stage, 0));
+    for (int pipe = 1; pipe < stage_model_->stages(); ++pipe)
+      s.model_files.push_back(ck::pipe_model_states_name(pipe));
+  } else {
+    for (const ParamEntry& p : layout_.params()) s.params.push_back({p.name, p.shape, p.numel});
+    for (int r = 0; r < world_size(); ++r)
+      if (stage == 3 || r == 0) s.model_files.push_back(ck::model_states_name(stage, r));
   }
+  for (int r = 0; r < world_size(); ++r)
+    s.optim_files.push_back(ck::optim_states_name(config_.bf16.enabled, r));
   s.counters = {global_steps_, global_samples_, skipped_steps_, micro_steps_};
   const zero::LossScaler::State ls = scaler_.state();
   s.loss_scaler = {scaler_.is_dynamic(), ls.scale, ls.iteration, ls.last_overflow,
@@ -228,7 +238,12 @@ Status Engine::write_checkpoint_files(const std::string& folder, const std::stri
                         static_cast<int64_t>(bytes / es), dst);
     };
   };
-  const std::vector<zero::OwnedSegment> segments = strategy_->checkpoint_segments();
+  // A pipeline stage's copies of tied layers are saved by the owner's stage.
+  const size_t copied_params = pipelined() && !stage_model_->tie_copies().empty()
+                                   ? layout_.layer_first(stage_model_->tie_copies().size())
+                                   : 0;
+  std::vector<zero::OwnedSegment> segments = strategy_->checkpoint_segments();
+  std::erase_if(segments, [&](const zero::OwnedSegment& s) { return s.param < copied_params; });
   for (const zero::OwnedSegment& s : segments)
     add_state(ck::kMasterSlot, kMasterState, s, 1, DSCORE_DTYPE_F32);
   const std::vector<zero::StateSlot> slots = optimizer_->slots();
@@ -251,11 +266,18 @@ Status Engine::write_checkpoint_files(const std::string& folder, const std::stri
   // The model states: the parameters as the model holds them, and the
   // training state.
   const std::vector<zero::ParamRun> runs = strategy_->checkpoint_params();
-  if (stage < 3 && rank() != 0) return Status::Ok();
+  // Below stage 3 one rank writes them: rank 0, and under a pipeline each
+  // stage's first data-parallel rank.
+  const bool writes_model = stage == 3 || (pipelined() ? data_parallel_rank() == 0 : rank() == 0);
+  if (!writes_model) return Status::Ok();
+  const std::string model_file = pipelined() && stage_model_->stage() > 0
+                                     ? ck::pipe_model_states_name(stage_model_->stage())
+                                     : ck::model_states_name(stage, rank());
   header.kind = "model_states";
   header.fragments.clear();
   tensors.clear();
   for (const zero::ParamRun& r : runs) {
+    if (r.param < copied_params) continue;
     const ParamEntry& p = params[r.param];
     add(ck::kParamSlot, p.name, r.element, r.numel, r.numel, md, r.data,
         r.numel == p.numel ? p.shape : std::vector<int64_t>{r.numel});
@@ -276,8 +298,7 @@ Status Engine::write_checkpoint_files(const std::string& folder, const std::stri
                        scheduler_extra.data()});
   }
   header.state = ck::to_json(training_state(client_state));
-  return ck::write_safetensors(folder + "/" + ck::model_states_name(stage, rank()), tensors,
-                               ck::header_metadata(header));
+  return ck::write_safetensors(folder + "/" + model_file, tensors, ck::header_metadata(header));
 }
 
 // ---------------------------------------------------------------- load
@@ -286,10 +307,6 @@ Result<LoadedCheckpoint> Engine::load_checkpoint(const std::string& dir,
                                                  const LoadCheckpointOptions& options) {
   EngineScope engine(host_->identity());
   DSCORE_RETURN_IF_ERROR(check_at_boundary("load_checkpoint"));
-  if (pipelined())
-    return unimplemented(
-        "loading a checkpoint into a pipeline run is not built yet (docs/pipeline.md): resume "
-        "without \"pipeline\"");
   DSCORE_RETURN_IF_ERROR(stream_->synchronize());
   Result<LoadedCheckpoint> local = read_checkpoint(dir, options);
   DSCORE_RETURN_IF_ERROR(comm::agree(*comm_, local.status()));
@@ -331,10 +348,17 @@ Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir,
                                  " but the model's is " + ck::shape_text(p.shape) +
                                  ": the \"model\" section differs from the one that saved it");
   }
-  if (saved.size() != params.size())
+  // A pipeline stage holds part of the model: the whole one is compared.
+  size_t model_params = params.size();
+  if (pipelined()) {
+    const dscore_model_description& whole = stage_model_->whole().description();
+    model_params = 0;
+    for (size_t l = 0; l < whole.layer_count; ++l) model_params += whole.layers[l]->param_count;
+  }
+  if (saved.size() != model_params)
     return failed_precondition("checkpoint " + loaded.path + " has " +
                                std::to_string(saved.size()) + " parameters but the model has " +
-                               std::to_string(params.size()) +
+                               std::to_string(model_params) +
                                ": it was saved from a different model");
 
   const bool weights_only = options.load_module_only || !options.load_optimizer_states;

@@ -29,8 +29,9 @@ class PipelineRun : public ::testing::Test {
                                                          R"(", "job_name": ")" + name + "\"}}");
     ProcessOptions options;
     options.env = mpi_test_env();
-    ProcessResult r =
-        run_dscore({"run", "--config", path.string(), "-n", std::to_string(ranks)}, options);
+    std::vector<std::string> args = {"run", "--config", path.string(), "-n", std::to_string(ranks)};
+    args.insert(args.end(), more_args_.begin(), more_args_.end());
+    ProcessResult r = run_dscore(args, options);
     EXPECT_EQ(r.exit_code, 0) << name << ": " << r.describe();
     out_ = r.out + r.err;
     std::vector<double> values;
@@ -51,6 +52,7 @@ class PipelineRun : public ::testing::Test {
   }
   TempDir dir_{"dscore_cli_pipeline"};
   std::string out_;
+  std::vector<std::string> more_args_;  // for losses()' runs: --steps, --resume
 };
 
 const std::string kMlp = R"("train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
@@ -135,13 +137,37 @@ TEST_F(PipelineRun, RefusesWhatAPipelineDoesNotRunNamingTheKey) {
       run("both", kMlp + R"(, "pipeline": {"stages": 2}, "pipeline_parallel_size": 4)", 2);
   EXPECT_NE(both.exit_code, 0);
   EXPECT_NE(both.err.find("disagrees with pipeline.stages"), std::string::npos) << both.err;
-  ProcessResult save = run("save",
-                           kMlp + R"(, "pipeline": {"stages": 2}, "checkpoint_dir": ")" +
-                               (dir_.path() / "ck").string() + R"(", "save_interval": 4)",
-                           2);
-  EXPECT_NE(save.exit_code, 0);
-  EXPECT_NE(save.err.find("checkpoints of pipeline runs are not built yet"), std::string::npos)
-      << save.err;
+  ProcessResult offload = run("offload", kMlp + R"(, "pipeline": {"stages": 2},
+      "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}})",
+                              2);
+  EXPECT_NE(offload.exit_code, 0);
+  EXPECT_NE(offload.err.find("offload with a pipeline is not built yet"), std::string::npos)
+      << offload.err;
+}
+
+// A checkpoint saved by 2 stages resumes at 1 and at 4 stages, and one
+// saved by 1 stage at 2: the mlp's stages change no arithmetic, so the
+// resumed steps are the uninterrupted run's, bitwise.
+TEST_F(PipelineRun, CheckpointsResumeAtOtherStageCountsBitwise) {
+  const std::vector<double> full = losses("full", kMlp, 1);  // 12 steps
+  ASSERT_EQ(full.size(), 12u);
+  const std::vector<double> rest(full.begin() + 6, full.end());
+  const auto saving = [&](const std::string& where) {
+    return R"(, "save_interval": 6, "checkpoint_dir": ")" + (dir_.path() / where).string() + "\"";
+  };
+  // --steps 6: the first half only.
+  more_args_ = {"--steps", "6"};
+  losses("save2", kMlp + saving("ck2") + R"(, "pipeline": {"stages": 2})", 2);
+  losses("save1", kMlp + saving("ck1"), 1);
+  more_args_ = {"--resume", (dir_.path() / "ck2").string()};
+  EXPECT_EQ(losses("at1", kMlp, 1), rest);
+  EXPECT_EQ(losses("at4", kMlp + R"(, "pipeline": {"stages": 4, "partition": "uniform"})", 4),
+            rest);
+  more_args_ = {"--resume", (dir_.path() / "ck1").string()};
+  EXPECT_EQ(losses("at2", kMlp + R"(, "pipeline": {"stages": 2})", 2), rest);
+  // Stage 1's parameters are in a file of its own.
+  EXPECT_TRUE(
+      fs::exists(dir_.path() / "ck2" / "global_step6" / "pipe_stage_01_model_states.safetensors"));
 }
 
 TEST_F(PipelineRun, AStalledStageEndsTheJobNamingTheStageThatWaited) {
