@@ -2,6 +2,9 @@
 
 #include "core/config/schema.h"
 #include "core/engine/job_fit.h"
+#include "core/pipeline/partition.h"
+#include "core/pipeline/schedule.h"
+#include "core/pipeline/stage_model.h"
 
 namespace dscore {
 namespace {
@@ -43,6 +46,74 @@ Result<std::unique_ptr<plugin_host::ModelInstance>> describe_model(
   return model;
 }
 
+// Each stage's plan over its data-parallel ranks: its layers' state,
+// partitioned by ZeRO over those ranks, and the activations of the
+// micro-batches the 1F1B schedule keeps in flight there.
+Result<std::vector<zero::ZeroPlan>> plan_pipeline(const Setup& setup,
+                                                  const plugin_host::ModelInstance& model,
+                                                  const std::vector<zero::StateSlot>& slots,
+                                                  const config::Placement& placement,
+                                                  const zero::ProcessMemory& process,
+                                                  int world_size) {
+  const config::TrainingConfig& cfg = *setup.loaded.config;
+  const int stages = static_cast<int>(config::pipeline_stages_of(cfg));
+  const int dp = world_size / stages;
+  const dscore_model_description& whole = model.description();
+  const std::string method = cfg.pipeline.partition.empty() ? "parameters" : cfg.pipeline.partition;
+  DSCORE_ASSIGN_OR_RETURN(std::vector<size_t> bounds,
+                          pipeline::partition_layers(whole, stages, method));
+  DSCORE_ASSIGN_OR_RETURN(comm::ParallelGrid grid,
+                          comm::ParallelGrid::create({stages, dp, 1, 1, 1}, world_size));
+  const pipeline::PipeShape shape{stages, static_cast<int>(cfg.batch.gradient_accumulation_steps),
+                                  1};
+  const int64_t micro = cfg.batch.train_micro_batch_size_per_gpu;
+  std::vector<zero::ZeroPlan> plans;
+  for (int stage = 0; stage < stages; ++stage) {
+    const pipeline::StageLayers held = pipeline::stage_layers(whole, bounds, stage);
+    std::vector<const dscore_model_layer*> storage;
+    DSCORE_ASSIGN_OR_RETURN(
+        ParamLayout layout,
+        ParamLayout::from_description(pipeline::stage_description(whole, held.held, &storage)));
+    zero::PipeStagePlan pipe;
+    pipe.stage = stage;
+    pipe.stages = stages;
+    pipe.data_parallel = dp;
+    pipe.first_layer = bounds[static_cast<size_t>(stage)];
+    pipe.end_layer = bounds[static_cast<size_t>(stage) + 1];
+    pipe.tied_copies = held.copies.size();
+    pipe.in_flight = pipeline::pipe_buffers(shape, stage);
+    pipe.micro_batches = shape.micro_batches;
+    pipe.bubble = pipeline::bubble_fraction(shape);
+    if (stage > 0) {
+      DSCORE_ASSIGN_OR_RETURN(uint64_t in,
+                              model.boundary_bytes(pipe.first_layer, micro, placement.model_dtype));
+      pipe.boundary_in = static_cast<int64_t>(in);
+    }
+    if (stage + 1 < stages) {
+      DSCORE_ASSIGN_OR_RETURN(uint64_t out,
+                              model.boundary_bytes(pipe.end_layer, micro, placement.model_dtype));
+      pipe.boundary_out = static_cast<int64_t>(out);
+    }
+    for (int d = 0; d < dp; ++d) {
+      zero::ZeroPlan plan = zero::make_plan(cfg, placement, layout, slots, dp, d);
+      plan.rank = stage * dp + d;
+      plan.world = world_size;
+      plan.grid = grid.describe();
+      zero::add_process_memory(process, &plan);
+      // The model declares one micro-batch of the whole model: the stage
+      // keeps up to in_flight of them (an upper bound: its layers' share).
+      plan.memory.activations *= pipe.in_flight;
+      plan.pipe = pipe;
+      plans.push_back(std::move(plan));
+    }
+  }
+  plans.front().notes.push_back(
+      "under a pipeline a stage's activations are counted as its micro-batches in flight times "
+      "the whole model's declared activations (an upper bound: the model declares no stage's own "
+      "share)");
+  return plans;
+}
+
 }  // namespace
 
 Result<std::vector<zero::ZeroPlan>> plan_job(const Setup& setup, int world_size) {
@@ -77,6 +148,8 @@ Result<std::vector<zero::ZeroPlan>> plan_job(const Setup& setup, int world_size)
       },
       world_size,
       /*in_job=*/false);
+  const int stages = static_cast<int>(config::pipeline_stages_of(cfg));
+  if (stages > 1) return plan_pipeline(setup, *model, slots, placement, process, world_size);
   std::vector<zero::ZeroPlan> plans;
   for (int rank = 0; rank < world_size; ++rank) {
     plans.push_back(zero::make_plan(cfg, placement, layout, slots, world_size, rank));

@@ -7,6 +7,43 @@
 
 namespace dscore::pipeline {
 
+StageLayers stage_layers(const dscore_model_description& whole, const std::vector<size_t>& bounds,
+                         int stage) {
+  const auto stage_of = [&](size_t layer) {
+    return static_cast<int>(std::upper_bound(bounds.begin(), bounds.end(), layer) -
+                            bounds.begin()) -
+           1;
+  };
+  std::set<size_t> held, tied, copies;
+  for (size_t l = bounds[static_cast<size_t>(stage)]; l < bounds[static_cast<size_t>(stage) + 1];
+       ++l)
+    held.insert(l);
+  for (const dscore_layer_tie& tie : layer_ties(whole)) {
+    const int owner = stage_of(tie.owner), reader = stage_of(tie.reader);
+    if (owner == reader) continue;  // one stage runs both: nothing to tie
+    if (stage == reader) {
+      held.insert(tie.owner);
+      copies.insert(tie.owner);
+    }
+    if (stage == reader || stage == owner) tied.insert(tie.owner);
+  }
+  return {{held.begin(), held.end()}, {tied.begin(), tied.end()}, {copies.begin(), copies.end()}};
+}
+
+dscore_model_description stage_description(const dscore_model_description& whole,
+                                           const std::vector<size_t>& held,
+                                           std::vector<const dscore_model_layer*>* storage) {
+  storage->clear();
+  for (size_t g : held) storage->push_back(whole.layers[g]);
+  dscore_model_description d = whole;
+  d.struct_size = sizeof d;
+  d.layer_count = storage->size();
+  d.layers = storage->data();
+  d.tie_count = 0;
+  d.ties = nullptr;
+  return d;
+}
+
 Result<std::unique_ptr<StageModel>> StageModel::create(std::unique_ptr<Model> model,
                                                        const std::vector<size_t>& bounds,
                                                        int stage) {
@@ -27,34 +64,16 @@ Result<std::unique_ptr<StageModel>> StageModel::create(std::unique_ptr<Model> mo
   self->range_.struct_size = sizeof self->range_;
   self->range_.first_layer = bounds[static_cast<size_t>(stage)];
   self->range_.end_layer = bounds[static_cast<size_t>(stage) + 1];
-  const auto on_stage = [&](size_t layer, int s) {
-    return layer >= bounds[static_cast<size_t>(s)] && layer < bounds[static_cast<size_t>(s) + 1];
-  };
-  // The layers held: the range, and the owners of ties whose reader is here.
-  std::set<size_t> held, tied_global, copies_global;
-  for (size_t l = self->range_.first_layer; l < self->range_.end_layer; ++l) held.insert(l);
-  for (const dscore_layer_tie& tie : layer_ties(whole)) {
-    int owner_stage = 0, reader_stage = 0;
-    for (int s = 0; s < self->stages_; ++s) {
-      if (on_stage(tie.owner, s)) owner_stage = s;
-      if (on_stage(tie.reader, s)) reader_stage = s;
-    }
-    if (owner_stage == reader_stage) continue;  // one stage runs both: nothing to tie
-    if (stage == reader_stage) {
-      held.insert(tie.owner);
-      copies_global.insert(tie.owner);
-    }
-    if (stage == reader_stage || stage == owner_stage) tied_global.insert(tie.owner);
-  }
+  const StageLayers layers = stage_layers(whole, bounds, stage);
   self->local_of_global_.assign(whole.layer_count, -1);
-  for (size_t g : held) {
+  for (size_t g : layers.held) {
     self->local_of_global_[g] = static_cast<long>(self->global_of_local_.size());
     self->global_of_local_.push_back(g);
-    self->layers_.push_back(whole.layers[g]);
   }
-  for (size_t g : tied_global)
+  self->description_ = stage_description(whole, layers.held, &self->layers_);
+  for (size_t g : layers.tied)
     self->tied_.push_back(static_cast<size_t>(self->local_of_global_[g]));
-  for (size_t g : copies_global)
+  for (size_t g : layers.copies)
     self->copies_.push_back(static_cast<size_t>(self->local_of_global_[g]));
   self->is_tied_.assign(self->layers_.size(), false);
   for (size_t l : self->tied_) self->is_tied_[l] = true;
@@ -65,12 +84,6 @@ Result<std::unique_ptr<StageModel>> StageModel::create(std::unique_ptr<Model> mo
     first_param[l + 1] = first_param[l] + whole.layers[l]->param_count;
   for (size_t g : self->global_of_local_)
     for (size_t p = first_param[g]; p < first_param[g + 1]; ++p) self->global_param_.push_back(p);
-  self->description_ = whole;
-  self->description_.struct_size = sizeof self->description_;
-  self->description_.layer_count = self->layers_.size();
-  self->description_.layers = self->layers_.data();
-  self->description_.tie_count = 0;
-  self->description_.ties = nullptr;
   self->whole_ = std::move(model);
   return self;
 }

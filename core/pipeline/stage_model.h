@@ -29,6 +29,22 @@
 
 namespace dscore::pipeline {
 
+// The layers stage `stage` of the partition `bounds` holds (model indices,
+// ascending): its own, and the owner of each tie whose reader it runs while
+// the owner is another stage's. tied: every tie owner among them that
+// spans stages (the owner's stage's too); copies: those it does not run.
+struct StageLayers {
+  std::vector<size_t> held, tied, copies;
+};
+StageLayers stage_layers(const dscore_model_description& whole, const std::vector<size_t>& bounds,
+                         int stage);
+
+// The description of those layers (the model's own layer structs, listed
+// in `storage`, which must outlive it); no ties.
+dscore_model_description stage_description(const dscore_model_description& whole,
+                                           const std::vector<size_t>& held,
+                                           std::vector<const dscore_model_layer*>* storage);
+
 class StageModel final : public Model {
  public:
   // Stage `stage` of the stages whose layer bounds are `bounds`

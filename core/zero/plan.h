@@ -99,6 +99,21 @@ struct OptimizerSwapPlan {
   std::vector<File> files;
 };
 
+// A pipeline stage's part of a plan (`dscore plan` with "pipeline",
+// docs/pipeline.md): which layers, and what the 1F1B schedule keeps and
+// moves.
+struct PipeStagePlan {
+  int stage = 0;
+  int stages = 1;
+  int data_parallel = 1;
+  size_t first_layer = 0, end_layer = 0;  // [first, end) of the model's layers
+  size_t tied_copies = 0;                 // layers held as copies of another stage's
+  int in_flight = 1;  // micro-batches between their forward and backward, at most
+  int64_t boundary_in = 0, boundary_out = 0;  // bytes received, sent per micro-batch
+  int micro_batches = 1;
+  double bubble = 0;  // (stages - 1) / (micro_batches + stages - 1)
+};
+
 struct ZeroPlan {
   int stage = 0;
   int world = 1;
@@ -134,7 +149,8 @@ struct ZeroPlan {
   int64_t device_memory() const;
   // The rest: all of total() on a CPU.
   int64_t host_memory() const { return memory.total() - device_memory(); }
-  std::vector<std::string> notes;  // printed under the table
+  std::vector<std::string> notes;     // printed under the table
+  std::optional<PipeStagePlan> pipe;  // under a pipeline: this rank's stage
   // Elements moved per optimizer step, by collective (the communicator's
   // counting: the full buffer of each call).
   std::map<std::string, int64_t> comm_elements;

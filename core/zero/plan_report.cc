@@ -145,6 +145,36 @@ Status check_fits(const ZeroPlan& plan, const NodeCapacity& node) {
   return Status(DSCORE_RESOURCE_EXHAUSTED, message);
 }
 
+namespace {
+
+// Each stage once: its layers, ranks, activations in flight and boundary
+// traffic, and the schedule's bubble.
+std::string format_pipeline(const std::vector<ZeroPlan>& plans) {
+  const PipeStagePlan& p0 = *plans.front().pipe;
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "  pipeline: %d stages x %d data-parallel, 1F1B over %d micro-batches, bubble "
+                "(p - 1) / (m + p - 1) = %.3f\n",
+                p0.stages, p0.data_parallel, p0.micro_batches, p0.bubble);
+  std::string out = line;
+  for (const ZeroPlan& plan : plans) {
+    const PipeStagePlan& s = *plan.pipe;
+    if (plan.rank % s.data_parallel != 0) continue;  // one line per stage
+    std::snprintf(
+        line, sizeof line,
+        "    stage %d (ranks %d-%d): layers %zu-%zu%s, %lld parameters, activations of "
+        "up to %d micro-batches, per micro-batch receives %s and sends %s\n",
+        s.stage, plan.rank, plan.rank + s.data_parallel - 1, s.first_layer, s.end_layer - 1,
+        s.tied_copies > 0 ? (" + " + std::to_string(s.tied_copies) + " tied copy").c_str() : "",
+        static_cast<long long>(plan.numel), s.in_flight, format_bytes(s.boundary_in).c_str(),
+        format_bytes(s.boundary_out).c_str());
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string format_plans(const std::vector<ZeroPlan>& plans) {
   if (plans.empty()) return "";
   const ZeroPlan& p0 = plans.front();
@@ -156,6 +186,7 @@ std::string format_plans(const std::vector<ZeroPlan>& plans) {
                 sdk::dtype_name(p0.model_dtype), sdk::dtype_name(p0.grad_dtype));
   out += line;
   out += "  parallel grid: " + p0.grid + "\n";
+  if (p0.pipe) out += format_pipeline(plans);
   out += "  placement: " + p0.placement + "\n";
   auto row = [&](const char* name, auto get) {
     std::snprintf(line, sizeof line, "  %-24s", name);

@@ -170,6 +170,26 @@ TEST_F(PipelineRun, CheckpointsResumeAtOtherStageCountsBitwise) {
       fs::exists(dir_.path() / "ck2" / "global_step6" / "pipe_stage_01_model_states.safetensors"));
 }
 
+// `dscore plan` per stage: its layers and ranks, the activations 1F1B keeps
+// in flight there (stages - stage), the boundary bytes, the bubble, and
+// each stage's own parameters in its ranks' columns.
+TEST_F(PipelineRun, PlanShowsEachStage) {
+  const fs::path path = dir_.write("plan.json", "{" + kMlp + R"(, "pipeline": {"stages": 2}})");
+  ProcessResult r = run_dscore({"plan", "--config", path.string(), "-n", "4"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  // 16 x 32 + 32 | 32 x 32 + 32 | 32 x 32 + 32 | 32 x 4 + 4: balanced as layers 0-1 | 2-3.
+  EXPECT_NE(r.out.find("pipeline: 2 stages x 2 data-parallel, 1F1B over 2 micro-batches, bubble "
+                       "(p - 1) / (m + p - 1) = 0.333"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("stage 0 (ranks 0-1): layers 0-1, 1600 parameters, activations of up to 2 "
+                       "micro-batches, per micro-batch receives 0 B and sends 256 B"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("stage 1 (ranks 2-3): layers 2-3, 1188 parameters"), std::string::npos)
+      << r.out;
+}
+
 TEST_F(PipelineRun, AStalledStageEndsTheJobNamingTheStageThatWaited) {
   ProcessResult r = run("stall", kMlp + R"(, "pipeline": {"stages": 2},
       "comm": {"timeout_ms": 3000})",
