@@ -41,7 +41,7 @@ import torch.nn.functional as F
 #   seed         dscore's initialisation seed (read here for torch.manual_seed)
 #   csv_monitor, checkpoint_dir, comm: dscore's monitor, checkpoint and comm plugin settings
 DSCORE_ONLY = {"model", "data", "plugins", "train_steps", "seed", "csv_monitor", "checkpoint_dir",
-               "comm"}
+               "comm", "pipeline"}
 
 
 class Block(nn.Module):
@@ -96,6 +96,49 @@ class Gpt(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), targets.reshape(-1))
 
 
+class Embed(nn.Module):
+    """The pipeline's first layer: token and position embeddings (wte is
+    tied to the LM head of the last, DeepSpeed's TiedLayerSpec)."""
+
+    def __init__(self, gpt):
+        super().__init__()
+        self.wte, self.wpe = gpt.transformer.wte, gpt.transformer.wpe
+
+    def forward(self, idx):
+        return self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
+
+
+def pipeline_module(gpt, stages):
+    """The Gpt as DeepSpeed's PipelineModule: embeddings, blocks, ln_f, the
+    tied LM head; cut by parameter count (as dscore's "pipeline" section's
+    default), loss the gpt's cross-entropy."""
+    from deepspeed.pipe import LayerSpec, PipelineModule, TiedLayerSpec
+
+    def head(embed, x):
+        return F.linear(x, embed.wte.weight)
+
+    def loss(logits, targets):
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), targets.reshape(-1))
+
+    blocks = list(getattr(gpt.transformer, "h"))
+    layers = [TiedLayerSpec("embed", Embed, gpt, tied_weight_attr="wte.weight")]
+    layers += [LayerSpec(_Given, b) for b in blocks] + [LayerSpec(_Given, gpt.transformer.ln_f)]
+    layers.append(TiedLayerSpec("embed", Embed, gpt, forward_fn=head, tied_weight_attr="wte.weight"))
+    return PipelineModule(layers=layers, loss_fn=loss, num_stages=stages, partition_method="parameters")
+
+
+class _Given(nn.Module):
+    """A LayerSpec of a module built already (the Gpt's own, so both
+    pipeline sides start from the same initialisation)."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, x):
+        return self.module(x)
+
+
 class Pretrained(nn.Module):
     """A Hugging Face causal LM from a folder, fp32, with the loss taken as
     the gpt model's: cross-entropy of the logits at every position against
@@ -145,6 +188,9 @@ def main():
     else:
         model = Gpt(int(m["n_layer"]), int(m["n_head"]), int(m["n_embd"]), T, int(m["vocab_size"]))
     params = sum(p.numel() for p in model.parameters())  # a tied embedding once
+    stages = int(config.get("pipeline", {}).get("stages", 1))
+    if stages > 1:
+        model = pipeline_module(model, stages)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=param_groups(model), config=ds_config)
     if engine.zero_optimization_stage() == 3 and isinstance(model, Gpt):
         # The LM head reads wte's weight outside wte's own forward: ZeRO-3
@@ -169,11 +215,14 @@ def main():
         if step == args.warmup:
             torch.distributed.barrier()
             start = time.perf_counter()
-        for _ in range(engine.gradient_accumulation_steps()):
-            x, y = batch()
-            loss = engine(x, y)
-            engine.backward(loss)
-            engine.step()
+        if stages > 1:  # the whole batch through the schedule; the loss is the last stage's mean
+            loss = engine.train_batch(data_iter=iter([batch() for _ in range(engine.gradient_accumulation_steps())]))
+        else:
+            for _ in range(engine.gradient_accumulation_steps()):
+                x, y = batch()
+                loss = engine(x, y)
+                engine.backward(loss)
+                engine.step()
         losses.append(loss.item())
     torch.distributed.barrier()
     elapsed = time.perf_counter() - start

@@ -44,10 +44,17 @@ MICRO, LR = 8, 6e-4
 # name: (ranks, ZeRO stage, bf16)
 ROWS = {"z0-1": (1, 0, False), "z0-2": (2, 0, False), "z3-2": (2, 3, False),
         "bf16-z0-1": (1, 0, True), "bf16-z3-2": (2, 3, True)}
+# Asked for by name only: the pipeline rows (docs/pipeline.md), 8 micro-batches a step on both:
+# "dp2-m8" 2 data-parallel ranks (gas 4), "pp2-m8" 2 pipeline stages on 2 ranks (gas 8), the same
+# batch; DeepSpeed's side is its PipelineModule (ds_train.py). dscore prints each stage's share of
+# the schedule spent computing beside 1F1B's bubble.
+PIPE_MICRO_BATCHES = 8
+PIPE_ROWS = {"dp2-m8": (2, 0, False), "pp2-m8": (2, 0, False)}
+PIPE_STAGES = {"dp2-m8": 1, "pp2-m8": 2}
 # Asked for by name only: ZeRO-Offload ("offload_optimizer": {"device": "cpu"}) on both sides
 # (DeepSpeed: DeepSpeedCPUAdam on the host copy; dscore: core/owned_state/host_offload_state.h).
 OFFLOAD_ROWS = {"z2-2-offload": (2, 2, False), "bf16-z2-2-offload": (2, 2, True)}
-ALL_ROWS = {**ROWS, **OFFLOAD_ROWS}
+ALL_ROWS = {**ROWS, **OFFLOAD_ROWS, **PIPE_ROWS}
 
 
 def cpu_flags():
@@ -86,9 +93,11 @@ def dscore_gemm_rate(dscore, n):
 
 
 def write_config(folder, name, ranks, stage, bf16, steps, dscore, offload=False):
+    stages = PIPE_STAGES.get(name, 1)
+    gas = PIPE_MICRO_BATCHES * stages // ranks if name in PIPE_ROWS else 1
     config = {
-        "train_batch_size": MICRO * ranks, "train_micro_batch_size_per_gpu": MICRO,
-        "gradient_accumulation_steps": 1, "steps_per_print": 1000000, "train_steps": steps, "seed": 42,
+        "train_batch_size": MICRO * gas * ranks // stages, "train_micro_batch_size_per_gpu": MICRO,
+        "gradient_accumulation_steps": gas, "steps_per_print": 1000000, "train_steps": steps, "seed": 42,
         "optimizer": {"type": "AdamW", "params": {"lr": LR}},
         "zero_optimization": {"stage": stage},
         "model": MODEL,
@@ -102,6 +111,8 @@ def write_config(folder, name, ranks, stage, bf16, steps, dscore, offload=False)
         config["bf16"] = {"enabled": True}
     if offload:
         config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
+    if stages > 1:
+        config["pipeline"] = {"stages": stages}
     path = os.path.join(folder, f"{name}.json")
     with open(path, "w") as f:
         json.dump(config, f, indent=1)
@@ -132,7 +143,7 @@ def run_dscore(dscore, config, ranks, warmup, env, folder, name):
     out = run_logged([dscore, "run", "-n", str(ranks), "--config", config, "--log-format", "json",
                       "--trust-config-plugin-paths"], env,
                      os.path.join(folder, f"{name}.dscore.log"), f"dscore run ({name})")
-    records, params = [], None
+    records, params, stage_timing = [], None, []
     for line in out.splitlines():
         if not line.startswith("{"):
             continue
@@ -142,13 +153,16 @@ def run_dscore(dscore, config, ranks, warmup, env, folder, name):
         elif r.get("type") == "log" and params is None:
             m = re.search(r"^training .*: (\d+) parameters", r.get("message", ""))
             params = int(m.group(1)) if m else None
+        if r.get("type") == "log" and r.get("message", "").startswith("pipeline stage timing:"):
+            stage_timing.append((r.get("rank"), r["message"][len("pipeline stage timing: "):]))
     if params is None or len(records) <= warmup:
         sys.exit(f"peer bench: FAILED: no parameter count or too few progress records in {folder}/{name}.dscore.log")
     # Each record's rate is samples so far over the seconds since training
     # began, so samples / rate is its time: the timed window is the steps after warm-up.
     t = [r["samples"] / r["samples_per_second"] for r in records]
     tokens = (records[-1]["samples"] - records[warmup - 1]["samples"]) * MODEL["block_size"]
-    return {"tokens_per_s": tokens / (t[-1] - t[warmup - 1]), "params": params, "losses": [r["loss"] for r in records]}
+    return {"tokens_per_s": tokens / (t[-1] - t[warmup - 1]), "params": params, "losses": [r["loss"] for r in records],
+            "stage_timing": sorted(stage_timing)}
 
 
 def run_peer(venv_bin, config, ranks, warmup, env, folder, name):
@@ -318,7 +332,8 @@ def main():
     print("|" + "---|" * (hdr.count("|") - 1))
     for name, ranks, stage, bf16, threads, d, p in results:
         limit = bgemm if (bf16 and bgemm) else sgemm
-        cells = [name, str(ranks), f"{stage}{' + offload' if name in OFFLOAD_ROWS else ''}",
+        cells = [name + (f" ({PIPE_STAGES[name]} stage(s))" if name in PIPE_ROWS else ""), str(ranks),
+                 f"{stage}{' + offload' if name in OFFLOAD_ROWS else ''}",
                  "bf16" if bf16 else "fp32", str(threads),
                  f"{d['tokens_per_s']:.0f}", f"{p['tokens_per_s']:.0f}", f"{d['tokens_per_s'] / p['tokens_per_s']:.2f}"]
         for side in (d, p):
@@ -327,6 +342,9 @@ def main():
         for side in (d, p):
             cells.append(f"{side['losses'][0]:.2f} -> {side['losses'][-1]:.2f}")
         print("| " + " | ".join(cells) + " |")
+    for name, ranks, stage, bf16, threads, d, p in results:
+        for rank, timing in d.get("stage_timing", []):
+            print(f"{name} dscore rank {rank}: {timing}")
     print()
     for name, ranks, stage, bf16, threads, d, p in results:  # machine-readable
         print("peer_bench_row " + json.dumps({

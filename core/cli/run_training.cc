@@ -23,6 +23,8 @@
 #include "core/engine/initialize.h"
 #include "core/engine/job_fit.h"
 #include "core/observability/json_log.h"
+#include "core/pipeline/schedule.h"
+#include "core/pipeline/stage_model.h"
 #include "core/plugin_host/crash_handler.h"
 #include "core/plugin_host/library.h"
 
@@ -100,6 +102,35 @@ void check_run_config(config::LoadedConfig* loaded, const config::RunOptions& ru
 }
 
 // memory_breakdown: this rank's plan beside what it actually allocated.
+// The whole model's parameters (a pipeline stage's engine holds part).
+int64_t model_numel(const Engine& e) {
+  const auto* stage = dynamic_cast<const pipeline::StageModel*>(&e.model());
+  const dscore_model_description& d = stage ? stage->whole().description() : e.model().description();
+  int64_t numel = 0;
+  for (size_t l = 0; l < d.layer_count; ++l)
+    for (size_t p = 0; p < d.layers[l]->param_count; ++p) numel += d.layers[l]->params[p]->numel;
+  return numel;
+}
+
+// Each stage's share of the schedule spent computing (its first data-parallel
+// rank's), beside 1F1B's bubble at equal stage times: the bench reads it.
+void log_pipeline_timing(const Engine& e) {
+  const Engine::PipelineTiming t = e.pipeline_timing();
+  if (t.batches == 0 || t.batch_seconds <= 0) return;
+  const config::TrainingConfig& cfg = e.config();
+  const int stages = e.world_size() / e.data_parallel_size();
+  const pipeline::PipeShape shape{stages, static_cast<int>(cfg.batch.gradient_accumulation_steps),
+                                  1};
+  const double busy = t.compute_seconds / t.batch_seconds;
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "pipeline stage timing: computing %.1f%% of train_batch over %lld batches, idle "
+                "%.1f%% (1F1B's bubble (p - 1) / (m + p - 1) = %.1f%% at equal stage times)",
+                100.0 * busy, static_cast<long long>(t.batches), 100.0 * (1.0 - busy),
+                100.0 * pipeline::bubble_fraction(shape));
+  log_info(line);
+}
+
 std::string describe_memory(const Engine& e) {
   const zero::ZeroPlan plan = e.plan();
   const zero::MemoryPlan &planned = plan.memory, measured = e.measured_memory();
@@ -262,7 +293,10 @@ int run_training(const RunOptions& options) {
 
   if (leader)
     log_info("training " + e.model().display_name() + ": " +
-             std::to_string(e.layout().total_numel()) + " parameters, ZeRO stage " +
+             std::to_string(model_numel(e)) + " parameters" +
+             (e.pipelined() ? " (this stage " + std::to_string(e.layout().total_numel()) + ")"
+                            : std::string()) +
+             ", ZeRO stage " +
              std::to_string(cfg.zero.stage) + ", " + std::to_string(e.world_size()) + " rank(s), " +
              std::to_string(cfg.train_steps) + " steps, batch " +
              std::to_string(cfg.batch.train_batch_size) + " (micro " +
@@ -325,6 +359,7 @@ int run_training(const RunOptions& options) {
   }
   if (leader) progress.finish();
   e.remove_observer(&progress);
+  if (e.pipelined() && e.data_parallel_rank() == 0) log_pipeline_timing(e);
   if (cfg.memory_breakdown) log_info(describe_memory(e));
   if (leader && cfg.comms_logger.present)
     log_info("comms_logger summary\n" + e.communicator().comms_summary());

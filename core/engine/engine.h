@@ -138,6 +138,16 @@ class Engine {
       std::function<Result<const dscore_batch*>(int64_t micro_batch, int buffer)>;
   Result<double> train_batch(const MicroBatchSource& load);
   bool pipelined() const { return stage_model_ != nullptr; }
+  // This stage's time in its forward and backward passes, and in
+  // train_batch, over every batch after the first (which allocates): their
+  // ratio is the share of the schedule the stage computes, the rest its
+  // bubble and transfers.
+  struct PipelineTiming {
+    double compute_seconds = 0;
+    double batch_seconds = 0;
+    int64_t batches = 0;
+  };
+  PipelineTiming pipeline_timing() const { return pipe_timing_; }
   // The activation buffers this stage cycles through (1 without a pipeline).
   int pipe_buffers() const;
   // True when the next step() call completes an accumulation cycle.
@@ -299,6 +309,8 @@ class Engine {
   };
   std::vector<PipeBuffer> pipe_buffers_;
   bool boundary_step_open_ = false;  // the boundary backward ran; its reductions wait
+  PipelineTiming pipe_timing_;
+  int64_t pipe_batches_run_ = 0;
 
   std::vector<int> acquired_;  // per layer: outstanding acquires in this call
   std::string hook_error_;

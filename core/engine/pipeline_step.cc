@@ -229,6 +229,12 @@ Status Engine::run_instruction(const pipeline::Instruction& in, const MicroBatch
   return internal_error("unknown pipeline instruction");
 }
 
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+}  // namespace
+
 Result<double> Engine::train_batch(const MicroBatchSource& load) {
   if (!pipelined())
     return failed_precondition(
@@ -243,9 +249,15 @@ Result<double> Engine::train_batch(const MicroBatchSource& load) {
     PhaseScope scope(observers_, StepPhase::kForwardBackward);
     for (PipeBuffer& b : pipe_buffers_) b.micro_batch = -1;
     stage_model_->zero_tied_grads();
+    const bool timed = pipe_batches_run_++ > 0;  // the first allocates
+    const auto batch_start = std::chrono::steady_clock::now();
+    double compute = 0;
     for (const pipeline::Step& step : pipe_schedule_)
       for (const pipeline::Instruction& in : step) {
+        const auto start = std::chrono::steady_clock::now();
         Status status = run_instruction(in, load);
+        if (in.op == pipeline::Op::kForwardPass || in.op == pipeline::Op::kBackwardPass)
+          compute += seconds_since(start);
         if (!status.ok()) {
           if (boundary_step_open_) {
             boundary_step_open_ = false;
@@ -254,6 +266,11 @@ Result<double> Engine::train_batch(const MicroBatchSource& load) {
           return status;
         }
       }
+    if (timed) {
+      pipe_timing_.compute_seconds += compute;
+      pipe_timing_.batch_seconds += seconds_since(batch_start);
+      pipe_timing_.batches += 1;
+    }
   }
   const double loss = loss_accumulator_;
   // The gas micro-steps as step() counts them: the last one is the boundary.
