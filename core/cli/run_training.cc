@@ -105,7 +105,8 @@ void check_run_config(config::LoadedConfig* loaded, const config::RunOptions& ru
 // The whole model's parameters (a pipeline stage's engine holds part).
 int64_t model_numel(const Engine& e) {
   const auto* stage = dynamic_cast<const pipeline::StageModel*>(&e.model());
-  const dscore_model_description& d = stage ? stage->whole().description() : e.model().description();
+  const dscore_model_description& d =
+      stage ? stage->whole().description() : e.model().description();
   int64_t numel = 0;
   for (size_t l = 0; l < d.layer_count; ++l)
     for (size_t p = 0; p < d.layers[l]->param_count; ++p) numel += d.layers[l]->params[p]->numel;
@@ -292,14 +293,13 @@ int run_training(const RunOptions& options) {
   if (!source.ok()) return fail_job(source.status());
 
   if (leader)
-    log_info("training " + e.model().display_name() + ": " +
-             std::to_string(model_numel(e)) + " parameters" +
+    log_info("training " + e.model().display_name() + ": " + std::to_string(model_numel(e)) +
+             " parameters" +
              (e.pipelined() ? " (this stage " + std::to_string(e.layout().total_numel()) + ")"
                             : std::string()) +
-             ", ZeRO stage " +
-             std::to_string(cfg.zero.stage) + ", " + std::to_string(e.world_size()) + " rank(s), " +
-             std::to_string(cfg.train_steps) + " steps, batch " +
-             std::to_string(cfg.batch.train_batch_size) + " (micro " +
+             ", ZeRO stage " + std::to_string(cfg.zero.stage) + ", " +
+             std::to_string(e.world_size()) + " rank(s), " + std::to_string(cfg.train_steps) +
+             " steps, batch " + std::to_string(cfg.batch.train_batch_size) + " (micro " +
              std::to_string(cfg.batch.train_micro_batch_size_per_gpu) + " x gas " +
              std::to_string(cfg.batch.gradient_accumulation_steps) + " x " +
              std::to_string(e.data_parallel_size()) + " data-parallel ranks)");
