@@ -125,6 +125,33 @@ TEST_F(PipelineRun, GptStagesMatchOneRankWithinTheTiedEmbeddingsRounding) {
   EXPECT_LT(max_relative(a, b), 1e-6);
 }
 
+// The llama: untied, its stages change no arithmetic (bitwise at 2 and 4
+// stages, the last of which holds the final norm and head alone); tied, as
+// the gpt, within the rounding of the embedding's gradient summed from two
+// stages.
+TEST_F(PipelineRun, LlamaStagesGiveOneRanksLosses) {
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "the quick brown fox jumps over the lazy dog ";
+  const fs::path corpus = dir_.write("corpus.txt", text);
+  const auto llama = [&](bool tied) {
+    return std::string(R"("train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
+      "train_steps": 6, "seed": 3, "optimizer": {"type": "AdamW", "params": {"lr": 0.003}},
+      "model": {"type": "llama", "vocab_size": 256, "hidden_size": 32, "intermediate_size": 64,
+                "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+                "max_position_embeddings": 64, "block_size": 16, "tie_word_embeddings": )") +
+           (tied ? "true" : "false") + R"(},
+      "data": {"type": "text", "path": ")" +
+           corpus.string() + "\"}";
+  };
+  const std::string four = R"(, "pipeline": {"stages": 4, "partition": "uniform"})";
+  const std::vector<double> one = losses("l1", llama(false), 1);
+  ASSERT_EQ(one.size(), 6u);
+  EXPECT_EQ(one, losses("l2", llama(false) + R"(, "pipeline": {"stages": 2})", 2));
+  EXPECT_EQ(one, losses("l4", llama(false) + four, 4));
+  const std::vector<double> tied = losses("t1", llama(true), 1);
+  EXPECT_LT(max_relative(tied, losses("t4", llama(true) + four, 4)), 1e-7);
+}
+
 TEST_F(PipelineRun, RefusesWhatAPipelineDoesNotRunNamingTheKey) {
   ProcessResult zero2 =
       run("z2", kMlp + R"(, "pipeline": {"stages": 2}, "zero_optimization": {"stage": 2})", 2);

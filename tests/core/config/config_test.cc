@@ -209,9 +209,12 @@ TEST(ConfigLoad, ShippedConfigsAreValid) {
   size_t checked = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     if (entry.path().extension() != ".json") continue;
+    // Loaded at one rank: what a config says of its job's size (the batch
+    // triad, a pipeline's stages) may not hold there, and nothing else may fail.
     LoadedConfig c = load_config_file(entry.path().string(), ResolveContext{});
     for (const ConfigError& e : c.errors)
-      EXPECT_EQ(e.message.rfind("Check batch related parameters", 0), 0u)
+      EXPECT_TRUE(e.message.rfind("Check batch related parameters", 0) == 0 ||
+                  e.message.find("does not divide the world size 1") != std::string::npos)
           << format_error(e, c.source_name);
     ++checked;
   }
