@@ -16,6 +16,7 @@
 #include <chrono>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "core/base/engine_scope.h"
 #include "core/base/failpoint.h"
@@ -58,11 +59,23 @@ Status Engine::setup_pipeline(std::unique_ptr<Model> model) {
   // in the split).
   const dscore_model_description& whole = stage_model_->whole().description();
   bool ties_span_stages = false;
+  std::pair<long, long> tied_stages{-1, -1};
   for (const dscore_layer_tie& tie : layer_ties(whole)) {
     const auto stage_of = [&](size_t layer) {
       return std::upper_bound(bounds.begin(), bounds.end(), layer) - bounds.begin() - 1;
     };
-    ties_span_stages |= stage_of(tie.owner) != stage_of(tie.reader);
+    const std::pair<long, long> pair{stage_of(tie.owner), stage_of(tie.reader)};
+    if (pair.first == pair.second) continue;
+    // One tie group: every spanning tie joins the same two stages.
+    if (ties_span_stages && pair != tied_stages)
+      return unimplemented(name + ": its tied layers join stages " +
+                           std::to_string(tied_stages.first) + "-" +
+                           std::to_string(tied_stages.second) + " and " +
+                           std::to_string(pair.first) + "-" + std::to_string(pair.second) +
+                           "; ties between more than one pair of stages are not built: use a "
+                           "partition that puts them on the same two stages");
+    ties_span_stages = true;
+    tied_stages = pair;
   }
   if (ties_span_stages) {
     comm::Communicator* pipe = topology_->group(comm::groups::kPipe);

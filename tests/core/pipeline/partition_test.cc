@@ -39,10 +39,9 @@ TEST(PartitionBalanced, MatchesDeepSpeed) {
 class DescribedModel {
  public:
   DescribedModel(const std::vector<int64_t>& numels, bool tied) {
-    const std::vector<std::string> names = {"embed", "block.0", "block.1", "block.2", "final"};
     for (size_t l = 0; l < numels.size(); ++l) {
       shapes_.push_back(numels[l]);
-      param_names_.push_back(names[l] + ".weight");
+      param_names_.push_back(layer_names_[l] + ".weight");
     }
     for (size_t l = 0; l < numels.size(); ++l) {
       params_.push_back(
@@ -50,7 +49,7 @@ class DescribedModel {
     }
     for (size_t l = 0; l < numels.size(); ++l) param_ptrs_.push_back(&params_[l]);
     for (size_t l = 0; l < numels.size(); ++l)
-      layers_.push_back({sizeof(dscore_model_layer), names[l].c_str(), 1, &param_ptrs_[l]});
+      layers_.push_back({sizeof(dscore_model_layer), layer_names_[l].c_str(), 1, &param_ptrs_[l]});
     for (const dscore_model_layer& layer : layers_) layer_ptrs_.push_back(&layer);
     tie_ = {sizeof(dscore_layer_tie), 0, numels.size() - 1};
     tie_ptr_ = &tie_;
@@ -61,6 +60,7 @@ class DescribedModel {
   const dscore_model_description& description() const { return description_; }
 
  private:
+  const std::vector<std::string> layer_names_ = {"embed", "block.0", "block.1", "block.2", "final"};
   std::vector<int64_t> shapes_;
   std::vector<std::string> param_names_;
   std::vector<dscore_model_param> params_;
