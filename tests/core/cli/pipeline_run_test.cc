@@ -88,6 +88,31 @@ TEST_F(PipelineRun, MlpStagesGiveOneRanksLossesBitwise) {
   EXPECT_EQ(one, losses("pps2", kMlp + R"(, "pipeline_parallel_size": 2)", 2));
 }
 
+// The edges of the schedule and the 16-bit paths: one micro-batch a step,
+// more stages than micro-batches, bf16, and fp16 with its loss scale (an
+// overflow skips the step on every stage at once), all bitwise.
+TEST_F(PipelineRun, MlpStagesAreBitwiseAtTheScheduleEdgesAndIn16Bit) {
+  const std::string five = R"("train_batch_size": 8, "optimizer": {"type": "Adam", "params":
+      {"lr": 0.01}}, "train_steps": 5, "seed": 3,
+      "model": {"type": "mlp", "n_hidden_layers": 3, "hidden_dim": 32})";
+  const std::string two = R"(, "pipeline": {"stages": 2})";
+  const std::string one_micro = five + R"(, "train_micro_batch_size_per_gpu": 8)";
+  EXPECT_EQ(losses("gas1", one_micro, 1), losses("gas1_pp2", one_micro + two, 2));
+  const std::string two_micro = five + R"(, "train_micro_batch_size_per_gpu": 4)";
+  EXPECT_EQ(
+      losses("gas2", two_micro, 1),
+      losses("gas2_pp4", two_micro + R"(, "pipeline": {"stages": 4, "partition": "uniform"})", 4));
+  // bf16; fp16 from a scale of 2^40, so the first steps overflow and are
+  // skipped on both stages.
+  const std::string micro2 = five + R"(, "train_micro_batch_size_per_gpu": 2)";
+  const std::string bf16 = micro2 + R"(, "bf16": {"enabled": true})";
+  EXPECT_EQ(losses("bf16", bf16, 1), losses("bf16_pp2", bf16 + two, 2));
+  const std::string fp16 = micro2 + R"(, "fp16": {"enabled": true, "initial_scale_power": 40})";
+  const std::vector<double> fp16_one = losses("fp16", fp16, 1);
+  EXPECT_EQ(fp16_one, losses("fp16_pp2", fp16 + two, 2));
+  EXPECT_NE(out_.find("fp16 gradient overflow; the update is skipped"), std::string::npos) << out_;
+}
+
 TEST_F(PipelineRun, GptStagesMatchOneRankWithinTheTiedEmbeddingsRounding) {
   std::string text;
   for (int i = 0; i < 400; ++i) text += "the quick brown fox jumps over the lazy dog ";
