@@ -63,7 +63,7 @@ Result<std::vector<zero::ZeroPlan>> plan_pipeline(const Setup& setup,
   DSCORE_ASSIGN_OR_RETURN(std::vector<size_t> bounds,
                           pipeline::partition_layers(whole, stages, method));
   DSCORE_ASSIGN_OR_RETURN(comm::ParallelGrid grid,
-                          comm::ParallelGrid::create({stages, dp, 1, 1, 1}, world_size));
+                          comm::ParallelGrid::pipe_data(stages, world_size));
   const pipeline::PipeShape shape{stages, static_cast<int>(cfg.batch.gradient_accumulation_steps),
                                   1};
   const int64_t micro = cfg.batch.train_micro_batch_size_per_gpu;

@@ -24,7 +24,6 @@
 #include "core/engine/job_fit.h"
 #include "core/observability/json_log.h"
 #include "core/pipeline/schedule.h"
-#include "core/pipeline/stage_model.h"
 #include "core/plugin_host/crash_handler.h"
 #include "core/plugin_host/library.h"
 
@@ -102,17 +101,6 @@ void check_run_config(config::LoadedConfig* loaded, const config::RunOptions& ru
 }
 
 // memory_breakdown: this rank's plan beside what it actually allocated.
-// The whole model's parameters (a pipeline stage's engine holds part).
-int64_t model_numel(const Engine& e) {
-  const auto* stage = dynamic_cast<const pipeline::StageModel*>(&e.model());
-  const dscore_model_description& d =
-      stage ? stage->whole().description() : e.model().description();
-  int64_t numel = 0;
-  for (size_t l = 0; l < d.layer_count; ++l)
-    for (size_t p = 0; p < d.layers[l]->param_count; ++p) numel += d.layers[l]->params[p]->numel;
-  return numel;
-}
-
 // Each stage's share of the schedule spent computing (its first data-parallel
 // rank's), beside 1F1B's bubble at equal stage times: the bench reads it.
 void log_pipeline_timing(const Engine& e) {
@@ -293,8 +281,8 @@ int run_training(const RunOptions& options) {
   if (!source.ok()) return fail_job(source.status());
 
   if (leader)
-    log_info("training " + e.model().display_name() + ": " + std::to_string(model_numel(e)) +
-             " parameters" +
+    log_info("training " + e.model().display_name() + ": " +
+             std::to_string(e.model_layout().total_numel()) + " parameters" +
              (e.pipelined() ? " (this stage " + std::to_string(e.layout().total_numel()) + ")"
                             : std::string()) +
              ", ZeRO stage " + std::to_string(cfg.zero.stage) + ", " +

@@ -44,6 +44,13 @@ ParallelGrid ParallelGrid::data_parallel(int world_size) {
   return ParallelGrid({1, world_size, 1, 1, 1}, world_size);
 }
 
+Result<ParallelGrid> ParallelGrid::pipe_data(int stages, int world_size) {
+  if (stages < 1 || world_size % stages != 0)
+    return invalid_argument(std::to_string(stages) + " pipeline stages do not divide " +
+                            std::to_string(world_size) + " ranks");
+  return create({stages, world_size / stages, 1, 1, 1}, world_size);
+}
+
 int ParallelGrid::size(AxisSet axes) const {
   int n = 1;
   for (int i = 0; i < kAxisCount; ++i)

@@ -83,6 +83,9 @@ class ParallelGrid {
   static Result<ParallelGrid> create(const GridShape& shape, int world_size);
   // Every rank on the data axis: today's runs.
   static ParallelGrid data_parallel(int world_size);
+  // `stages` pipeline stages of world_size / stages data-parallel ranks each
+  // (data_parallel at one stage); INVALID_ARGUMENT unless stages divides it.
+  static Result<ParallelGrid> pipe_data(int stages, int world_size);
 
   int world_size() const { return world_; }
   int size(Axis axis) const { return shape_[static_cast<size_t>(axis)]; }

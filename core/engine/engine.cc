@@ -78,13 +78,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   engine->comm_ = std::move(components.comm);
   // The job's ranks as a grid of parallel axes: the pipeline's stages, and
   // the data axis (tensor, sequence and expert parallelism are to come).
-  const int world = engine->comm_->world_size();
   const int stages = static_cast<int>(config::pipeline_stages_of(config));
-  comm::ParallelGrid grid = comm::ParallelGrid::data_parallel(world);
-  if (stages > 1) {
-    DSCORE_ASSIGN_OR_RETURN(grid,
-                            comm::ParallelGrid::create({stages, world / stages, 1, 1, 1}, world));
-  }
+  DSCORE_ASSIGN_OR_RETURN(comm::ParallelGrid grid,
+                          comm::ParallelGrid::pipe_data(stages, engine->comm_->world_size()));
   DSCORE_ASSIGN_OR_RETURN(
       engine->topology_,
       comm::Topology::create(*engine->comm_, grid, comm::Topology::engine_groups()));

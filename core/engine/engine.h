@@ -173,7 +173,10 @@ class Engine {
   int data_parallel_size() const { return topology_->group_size(comm::groups::kData); }
   int data_parallel_rank() const { return topology_->rank_in_group(comm::groups::kData); }
   comm::Communicator& communicator() { return *comm_; }
-  const ParamLayout& layout() const { return layout_; }
+  const ParamLayout& layout() const { return layout_; }  // this rank's model (a stage's)
+  // The whole model's parameters: layout() but under a pipeline, where
+  // the engine holds one stage's.
+  const ParamLayout& model_layout() const { return pipelined() ? whole_layout_ : layout_; }
   const Model& model() const { return *model_; }
   const config::TrainingConfig& config() const { return config_; }
   // Where this run keeps its state (decided once, for its device).
@@ -300,6 +303,7 @@ class Engine {
   // buffer the batch and the boundary tensors (input and its gradient,
   // output and its gradient).
   pipeline::StageModel* stage_model_ = nullptr;
+  ParamLayout whole_layout_;  // the whole model's (model_layout())
   std::vector<pipeline::Step> pipe_schedule_;
   std::unique_ptr<comm::Communicator> tie_group_;
   struct PipeBuffer {

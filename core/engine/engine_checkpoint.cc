@@ -166,20 +166,14 @@ ck::TrainingState Engine::training_state(const json::Value& client_state) const 
   ck::TrainingState s;
   s.dscore_version = DSCORE_VERSION;
   s.model_dtype = sdk::dtype_name(placement_.model_dtype);
+  for (const ParamEntry& p : model_layout().params())
+    s.params.push_back({p.name, p.shape, p.numel});
   if (pipelined()) {
-    // The whole model's parameters; each stage's first data-parallel rank
-    // writes its stage's.
-    const dscore_model_description& whole = stage_model_->whole().description();
-    for (size_t l = 0; l < whole.layer_count; ++l)
-      for (size_t k = 0; k < whole.layers[l]->param_count; ++k) {
-        const dscore_model_param& p = *whole.layers[l]->params[k];
-        s.params.push_back({p.name, std::vector<int64_t>(p.shape, p.shape + p.ndim), p.numel});
-      }
+    // Each stage's first data-parallel rank writes its stage's parameters.
     s.model_files.push_back(ck::model_states_name(stage, 0));
     for (int pipe = 1; pipe < stage_model_->stages(); ++pipe)
       s.model_files.push_back(ck::pipe_model_states_name(pipe));
   } else {
-    for (const ParamEntry& p : layout_.params()) s.params.push_back({p.name, p.shape, p.numel});
     for (int r = 0; r < world_size(); ++r)
       if (stage == 3 || r == 0) s.model_files.push_back(ck::model_states_name(stage, r));
   }
@@ -349,12 +343,7 @@ Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir,
                                  ": the \"model\" section differs from the one that saved it");
   }
   // A pipeline stage holds part of the model: the whole one is compared.
-  size_t model_params = params.size();
-  if (pipelined()) {
-    const dscore_model_description& whole = stage_model_->whole().description();
-    model_params = 0;
-    for (size_t l = 0; l < whole.layer_count; ++l) model_params += whole.layers[l]->param_count;
-  }
+  const size_t model_params = model_layout().params().size();
   if (saved.size() != model_params)
     return failed_precondition("checkpoint " + loaded.path + " has " +
                                std::to_string(saved.size()) + " parameters but the model has " +

@@ -16,7 +16,6 @@
 #include <chrono>
 #include <string>
 #include <thread>
-#include <utility>
 
 #include "core/base/engine_scope.h"
 #include "core/base/failpoint.h"
@@ -42,6 +41,8 @@ Status Engine::setup_pipeline(std::unique_ptr<Model> model) {
   const std::string name = model->display_name();
   DSCORE_ASSIGN_OR_RETURN(std::unique_ptr<pipeline::StageModel> stage_model,
                           pipeline::StageModel::create(std::move(model), bounds, stage));
+  DSCORE_ASSIGN_OR_RETURN(whole_layout_,
+                          ParamLayout::from_description(stage_model->whole().description()));
   stage_model_ = stage_model.get();
   model_ = std::move(stage_model);
   if (rank() == 0) {
@@ -57,27 +58,9 @@ Status Engine::setup_pipeline(std::unique_ptr<Model> model) {
   // The ranks holding a tie: its owner's stage and its reader's, one
   // group per data-parallel coordinate (all of the pipe group takes part
   // in the split).
-  const dscore_model_description& whole = stage_model_->whole().description();
-  bool ties_span_stages = false;
-  std::pair<long, long> tied_stages{-1, -1};
-  for (const dscore_layer_tie& tie : layer_ties(whole)) {
-    const auto stage_of = [&](size_t layer) {
-      return std::upper_bound(bounds.begin(), bounds.end(), layer) - bounds.begin() - 1;
-    };
-    const std::pair<long, long> pair{stage_of(tie.owner), stage_of(tie.reader)};
-    if (pair.first == pair.second) continue;
-    // One tie group: every spanning tie joins the same two stages.
-    if (ties_span_stages && pair != tied_stages)
-      return unimplemented(name + ": its tied layers join stages " +
-                           std::to_string(tied_stages.first) + "-" +
-                           std::to_string(tied_stages.second) + " and " +
-                           std::to_string(pair.first) + "-" + std::to_string(pair.second) +
-                           "; ties between more than one pair of stages are not built: use a "
-                           "partition that puts them on the same two stages");
-    ties_span_stages = true;
-    tied_stages = pair;
-  }
-  if (ties_span_stages) {
+  auto tied = pipeline::tied_stages(stage_model_->whole().description(), bounds);
+  if (!tied.ok()) return Status(tied.status().code(), name + ": " + tied.status().message());
+  if (*tied) {
     comm::Communicator* pipe = topology_->group(comm::groups::kPipe);
     const int color = stage_model_->tied_layers().empty() ? DSCORE_COMM_SPLIT_NONE : 0;
     DSCORE_ASSIGN_OR_RETURN(tie_group_, pipe->split(color, stage));

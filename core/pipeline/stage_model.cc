@@ -7,19 +7,41 @@
 
 namespace dscore::pipeline {
 
+namespace {
+
+// The stage of partition `bounds` that runs `layer`.
+int stage_of(const std::vector<size_t>& bounds, size_t layer) {
+  return static_cast<int>(std::upper_bound(bounds.begin(), bounds.end(), layer) - bounds.begin()) -
+         1;
+}
+
+}  // namespace
+
+Result<std::optional<std::pair<int, int>>> tied_stages(const dscore_model_description& whole,
+                                                       const std::vector<size_t>& bounds) {
+  std::optional<std::pair<int, int>> joined;
+  for (const dscore_layer_tie& tie : layer_ties(whole)) {
+    const std::pair<int, int> pair{stage_of(bounds, tie.owner), stage_of(bounds, tie.reader)};
+    if (pair.first == pair.second) continue;
+    if (joined && *joined != pair)
+      return unimplemented("its tied layers join stages " + std::to_string(joined->first) + "-" +
+                           std::to_string(joined->second) + " and " + std::to_string(pair.first) +
+                           "-" + std::to_string(pair.second) +
+                           "; ties between more than one pair of stages are not built: use a "
+                           "partition that puts them on the same two stages");
+    joined = pair;
+  }
+  return joined;
+}
+
 StageLayers stage_layers(const dscore_model_description& whole, const std::vector<size_t>& bounds,
                          int stage) {
-  const auto stage_of = [&](size_t layer) {
-    return static_cast<int>(std::upper_bound(bounds.begin(), bounds.end(), layer) -
-                            bounds.begin()) -
-           1;
-  };
   std::set<size_t> held, tied, copies;
   for (size_t l = bounds[static_cast<size_t>(stage)]; l < bounds[static_cast<size_t>(stage) + 1];
        ++l)
     held.insert(l);
   for (const dscore_layer_tie& tie : layer_ties(whole)) {
-    const int owner = stage_of(tie.owner), reader = stage_of(tie.reader);
+    const int owner = stage_of(bounds, tie.owner), reader = stage_of(bounds, tie.reader);
     if (owner == reader) continue;  // one stage runs both: nothing to tie
     if (stage == reader) {
       held.insert(tie.owner);

@@ -21,7 +21,9 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/base/status.h"
@@ -38,6 +40,12 @@ struct StageLayers {
 };
 StageLayers stage_layers(const dscore_model_description& whole, const std::vector<size_t>& bounds,
                          int stage);
+
+// The two stages the model's ties join (the owners', the readers'), none
+// when each tie lies within one stage; UNIMPLEMENTED when ties join more
+// than one pair of stages (a pipeline has one tie group).
+Result<std::optional<std::pair<int, int>>> tied_stages(const dscore_model_description& whole,
+                                                       const std::vector<size_t>& bounds);
 
 // The description of those layers (the model's own layer structs, listed
 // in `storage`, which must outlive it); no ties.

@@ -34,6 +34,16 @@ TEST(ParallelGrid, TodaysRunIsEveryRankOnTheDataAxis) {
   EXPECT_EQ(grid.effective(groups::kZero), AxisSet{Axis::kData});
 }
 
+TEST(ParallelGrid, PipeDataPutsEachStageOnConsecutiveRanks) {
+  auto grid = ParallelGrid::pipe_data(2, 4);
+  ASSERT_TRUE(grid.ok());
+  EXPECT_EQ(grid->describe(), "pipe 2 x data 2 x expert 1 x sequence 1 x model 1");
+  EXPECT_EQ(grid->group_ranks(groups::kData, 3), (Ranks{2, 3}));
+  EXPECT_EQ(grid->group_ranks(groups::kPipe, 1), (Ranks{1, 3}));
+  EXPECT_EQ(ParallelGrid::pipe_data(1, 3)->describe(), ParallelGrid::data_parallel(3).describe());
+  EXPECT_FALSE(ParallelGrid::pipe_data(2, 3).ok());
+}
+
 // DeepSpeed's PipeModelDataParallelTopology(num_pp=2, num_mp=2, num_dp=2):
 // axes (pipe, data, model), model fastest. Its data groups are
 // [[0, 2], [1, 3], [4, 6], [5, 7]], its model groups [[0, 1], [2, 3], ...],
