@@ -6,8 +6,9 @@
 // interleaved_schedule() is Megatron-LM's interleaved 1F1B, which DeepSpeed
 // lacks: each stage holds `virtual_stages` chunks of layers (chunk c of
 // stage s is virtual stage c * stages + s), which shrinks the bubble by that
-// factor. The executor (issue 47) runs these lists; tests/core/pipeline
-// holds the first to DeepSpeed's own and runs both (simulate.h).
+// factor. The engine's executor (core/engine/pipeline_step.cc) runs these
+// lists; tests/core/pipeline holds the first to DeepSpeed's own and runs
+// both (simulate.h).
 #pragma once
 
 #include <string>
@@ -58,18 +59,23 @@ std::vector<Step> train_schedule(PipeShape shape, int stage);
 
 // Megatron-LM's interleaved 1F1B for `stage` (shape.virtual_stages chunks):
 // (stages - stage - 1) * 2 + (virtual_stages - 1) * stages warm-up
-// forwards, then one forward and one backward, then the remaining
+// forwards, then one forward and one backward a step, then the remaining
 // backwards; micro-batches go through the chunks in groups of `stages`.
-// Each forward or backward is a step of its own, its receive before and its
-// send after it. Needs micro_batches a multiple of stages (as Megatron
-// does); interleaved_schedule_error() says why a shape is refused.
+// Each step ends with its exchange, as Megatron's: the activation and
+// gradient it produced go out, the next forward's activation and the next
+// backward's gradient come in, ordered so that sends which wait for their
+// receive cannot deadlock (schedule.cc; activations and gradients on
+// communicators of their own). Each unit (micro-batch, chunk) holds a
+// buffer of its chunk's from its first instruction to its last. Needs
+// micro_batches a multiple of stages (as Megatron does);
+// interleaved_schedule_error() says why a shape is refused.
 std::vector<Step> interleaved_schedule(PipeShape shape, int stage);
 std::string interleaved_schedule_error(PipeShape shape);  // empty: allowed
 
 // The activation buffers `stage` needs. 1F1B: the micro-batches in flight
 // at once, min(stages - stage, micro_batches), at least 2 (DeepSpeed's
-// num_pipe_buffers). Interleaved: one per micro-batch and chunk (buffer
-// chunk * micro_batches + micro_batch).
+// num_pipe_buffers). Interleaved: virtual_stages x the most units a chunk
+// holds at once (buffer chunk * that + index).
 int pipe_buffers(PipeShape shape, int stage);
 
 // The share of each stage's time idle in a batch when every forward and

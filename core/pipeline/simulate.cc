@@ -7,9 +7,22 @@
 namespace dscore::pipeline {
 namespace {
 
+// A message on the channel from one stage to another: what it carries
+// (an activation or a gradient, for the receiver's chunk) and when it was
+// sent.
 struct Message {
+  Op kind;  // kSendActivation or kSendGrad
+  int chunk;
   int micro_batch;
   double time;
+};
+
+// The messages from one stage to another, matched in order (as
+// point-to-point calls are); received_at[n] is when the n-th was received.
+struct Channel {
+  std::deque<Message> queued;
+  std::vector<double> received_at;
+  size_t sent = 0;
 };
 
 // One stage's progress through its flattened instructions.
@@ -23,6 +36,9 @@ struct StageRun {
   std::vector<int> backwarded;       // backwards run
   std::vector<int> has_input;        // activation received or loaded
   std::vector<int> has_output_grad;  // gradient received
+  // The send this stage waits in (rendezvous): its channel and number.
+  Channel* waiting_on = nullptr;
+  size_t waiting_for = 0;
 };
 
 std::string where(int stage, const Instruction& ins) {
@@ -30,7 +46,7 @@ std::string where(int stage, const Instruction& ins) {
          std::to_string(ins.micro_batch) + ")";
 }
 
-// A channel into a stage's chunk: index chunk * stages + stage.
+// A stage's chunk.
 struct Place {
   int stage;
   int chunk;
@@ -41,15 +57,15 @@ struct Place {
 class Simulator {
  public:
   Simulator(PipeShape shape, const std::vector<std::vector<Step>>& schedules, SlotCosts costs,
-            Simulation* out)
+            Delivery delivery, Simulation* out)
       : p_(shape.stages),
         m_(shape.micro_batches),
         v_(shape.virtual_stages),
         costs_(costs),
+        delivery_(delivery),
         out_(out),
         runs_(static_cast<size_t>(p_)),
-        activations_(static_cast<size_t>(p_ * v_)),
-        grads_(static_cast<size_t>(p_ * v_)) {
+        channels_(static_cast<size_t>(2 * p_ * p_)) {
     for (int s = 0; s < p_; ++s) {
       StageRun& run = runs_[static_cast<size_t>(s)];
       for (const Step& step : schedules[static_cast<size_t>(s)])
@@ -99,8 +115,9 @@ class Simulator {
     out_->error = where(s, ins) + ": " + what;
   }
 
-  std::deque<Message>& channel(std::vector<std::deque<Message>>& of, Place place) {
-    return of[static_cast<size_t>(place.chunk * p_ + place.stage)];
+  Channel& channel(Op kind, int from, int to) {
+    const int grads = kind == Op::kSendGrad ? 1 : 0;
+    return channels_[static_cast<size_t>((grads * p_ + from) * p_ + to)];
   }
 
   // Stage s runs `ins`; false while it waits for a message not sent yet.
@@ -117,7 +134,7 @@ class Simulator {
     const bool last_virtual = s == p_ - 1 && ins.chunk == v_ - 1;
     switch (ins.op) {
       case Op::kRecvActivation:
-        if (!receive(s, ins, channel(activations_, {s, ins.chunk}))) return false;
+        if (!receive(s, ins, first_virtual ? Place{-1, 0} : before(s, ins.chunk))) return false;
         take_buffer(s, ins, unit);
         run.has_input[unit] = 1;
         break;
@@ -128,7 +145,7 @@ class Simulator {
         }
         break;
       case Op::kRecvGrad:
-        if (!receive(s, ins, channel(grads_, {s, ins.chunk}))) return false;
+        if (!receive(s, ins, last_virtual ? Place{-1, 0} : after(s, ins.chunk))) return false;
         run.has_output_grad[unit] = 1;
         break;
       case Op::kSendActivation:
@@ -136,17 +153,13 @@ class Simulator {
           fail(s, ins, "sent before its forward, or by the last stage");
           break;
         }
-        channel(activations_, s + 1 < p_ ? Place{s + 1, ins.chunk} : Place{0, ins.chunk + 1})
-            .push_back({ins.micro_batch, run.clock});
-        break;
+        return send(s, ins, after(s, ins.chunk));
       case Op::kSendGrad:
         if (first_virtual || !run.backwarded[unit]) {
           fail(s, ins, "sent before its backward, or by the first stage");
           break;
         }
-        channel(grads_, s > 0 ? Place{s - 1, ins.chunk} : Place{p_ - 1, ins.chunk - 1})
-            .push_back({ins.micro_batch, run.clock});
-        break;
+        return send(s, ins, before(s, ins.chunk));
       case Op::kForwardPass:
         if (!run.has_input[unit] || run.forwarded[unit]++)
           fail(s, ins, "forward without its input, or twice");
@@ -171,15 +184,55 @@ class Simulator {
     out_->busy[static_cast<size_t>(s)] += cost;
   }
 
-  // The channel's next message, which must be this instruction's; false
-  // when none was sent yet.
-  bool receive(int s, const Instruction& ins, std::deque<Message>& from) {
-    if (from.empty()) return false;
-    if (from.front().micro_batch != ins.micro_batch)
-      fail(s, ins, "the next message is micro-batch " + std::to_string(from.front().micro_batch));
+  // The virtual stages before and after stage s's chunk.
+  Place before(int s, int chunk) const {
+    return s > 0 ? Place{s - 1, chunk} : Place{p_ - 1, chunk - 1};
+  }
+  Place after(int s, int chunk) const {
+    return s + 1 < p_ ? Place{s + 1, chunk} : Place{0, chunk + 1};
+  }
+
+  // Posts the message to `to` (once); buffered it goes on at once, in a
+  // rendezvous only once `to` has received it.
+  bool send(int s, const Instruction& ins, Place to) {
     StageRun& run = runs_[static_cast<size_t>(s)];
-    run.clock = std::max(run.clock, from.front().time);
-    from.pop_front();
+    Channel& ch = channel(ins.op, s, to.stage);
+    if (run.waiting_on == nullptr) {
+      ch.queued.push_back({ins.op, to.chunk, ins.micro_batch, run.clock});
+      run.waiting_on = &ch;
+      run.waiting_for = ch.sent++;
+    }
+    if (delivery_ == Delivery::kRendezvous) {
+      if (ch.received_at.size() <= run.waiting_for) return false;
+      run.clock = std::max(run.clock, ch.received_at[run.waiting_for]);
+    }
+    run.waiting_on = nullptr;
+    return true;
+  }
+
+  // The next message from `from`, which must be this instruction's; false
+  // when none was sent yet.
+  bool receive(int s, const Instruction& ins, Place from) {
+    if (from.stage < 0) {
+      fail(s, ins, "the first stage receives no activation, the last no gradient");
+      return false;
+    }
+    const Op kind = ins.op == Op::kRecvActivation ? Op::kSendActivation : Op::kSendGrad;
+    Channel& ch = channel(kind, from.stage, s);
+    if (ch.queued.empty()) return false;
+    const Message& next = ch.queued.front();
+    if (next.kind != kind || next.chunk != ins.chunk || next.micro_batch != ins.micro_batch) {
+      fail(s, ins,
+           "the next message from stage " + std::to_string(from.stage) + " is " +
+               (next.kind == Op::kSendActivation ? "an activation" : "a gradient") +
+               " of micro-batch " + std::to_string(next.micro_batch) + " for chunk " +
+               std::to_string(next.chunk));
+      return false;
+    }
+    StageRun& run = runs_[static_cast<size_t>(s)];
+    run.clock = std::max(run.clock, next.time);
+    ch.received_at.push_back(run.clock);
+    ch.queued.pop_front();
     return true;
   }
 
@@ -201,11 +254,12 @@ class Simulator {
 
   const int p_, m_, v_;
   const SlotCosts costs_;
+  const Delivery delivery_;
   Simulation* out_;
   std::vector<StageRun> runs_;
-  // Channels by receiving stage and chunk: activations from the virtual
-  // stage before, gradients from the one after.
-  std::vector<std::deque<Message>> activations_, grads_;
+  // [(kind * stages + from) * stages + to]: activations and gradients go
+  // on communicators of their own (the executor's pipe and grad groups).
+  std::vector<Channel> channels_;
 };
 
 }  // namespace
@@ -217,13 +271,13 @@ double Simulation::bubble() const {
 }
 
 Simulation simulate(PipeShape shape, const std::vector<std::vector<Step>>& schedules,
-                    SlotCosts costs) {
+                    SlotCosts costs, Delivery delivery) {
   Simulation out;
   if (static_cast<int>(schedules.size()) != shape.stages) {
     out.error = "expected one schedule per stage";
     return out;
   }
-  Simulator simulator(shape, schedules, costs, &out);
+  Simulator simulator(shape, schedules, costs, delivery, &out);
   simulator.run();
   simulator.finish();
   return out;

@@ -1,8 +1,10 @@
 // Runs every stage's schedule against the others on a model clock: each
 // stage executes its instructions in order, a receive waits for the
-// matching send, forward and backward slots cost given times and the rest
-// nothing. It checks what the executor relies on (no deadlock, messages
-// arrive in the order they are expected, every micro-batch goes forward then
+// matching send (and a send, in a rendezvous, for its receive), forward and
+// backward slots cost given times and the rest nothing. It checks what the
+// executor relies on (no deadlock, the messages between two stages arrive
+// in the order and of the kind the receiver expects, as point-to-point
+// calls match them, every micro-batch goes forward then
 // backward once per stage, no activation buffer is reused while its
 // micro-batch is in flight) and measures the bubble that `dscore plan` and
 // the bench compare against (stages - 1) / (micro_batches + stages - 1).
@@ -30,8 +32,14 @@ struct Simulation {
   double bubble() const;
 };
 
+// How a send completes. kBuffered: at once (an eager protocol, the
+// loopback backend). kRendezvous: only once its receiver has received it
+// (MPI's protocol for large messages, NCCL): the worst case, under which a
+// schedule that runs runs with any backend.
+enum class Delivery { kBuffered, kRendezvous };
+
 // `schedules[s]` is stage s's schedule (train_schedule(shape, s) or another).
 Simulation simulate(PipeShape shape, const std::vector<std::vector<Step>>& schedules,
-                    SlotCosts costs = {});
+                    SlotCosts costs = {}, Delivery delivery = Delivery::kBuffered);
 
 }  // namespace dscore::pipeline

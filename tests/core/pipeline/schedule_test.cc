@@ -138,11 +138,56 @@ TEST(InterleavedSchedule, TheFirstStageGoesThroughEveryChunkInGroupsOfStages) {
   // Warm-up: (p - s - 1) * 2 + (v - 1) * p = 4 forwards, then the steady
   // phase's forward, then its first backward.
   int before_backward = 0;
-  for (const Step& step : interleaved_schedule(shape, 0)) {
-    if (step.front().op == Op::kBackwardPass || step.front().op == Op::kRecvGrad) break;
-    ++before_backward;
-  }
+  bool backward_seen = false;
+  for (const Step& step : interleaved_schedule(shape, 0))
+    for (const Instruction& ins : step) {
+      backward_seen = backward_seen || ins.op == Op::kBackwardPass;
+      if (!backward_seen && ins.op == Op::kForwardPass) ++before_backward;
+    }
   EXPECT_EQ(before_backward, 5);
+}
+
+// Each unit's buffer is its chunk's (so a model keeps one chunk's state per
+// buffer), taken at its first instruction and free after its last; the
+// stage needs far fewer than one per unit.
+TEST(InterleavedSchedule, BuffersAreReusedWithinAChunk) {
+  const PipeShape shape{4, 16, 2};
+  for (int s = 0; s < 4; ++s) {
+    const int buffers = pipe_buffers(shape, s);
+    EXPECT_EQ(buffers % 2, 0);
+    EXPECT_LT(buffers, 32) << "stage " << s;  // 32 units: 16 micro-batches x 2 chunks
+    for (const Step& step : interleaved_schedule(shape, s)) {
+      for (const Instruction& ins : step) {
+        if (ins.buffer < 0) continue;
+        EXPECT_EQ(ins.buffer / (buffers / 2), ins.chunk) << ins.to_string();
+      }
+    }
+  }
+}
+
+// Sends that complete only once received (MPI's rendezvous for large
+// messages, NCCL) are the worst case: both schedules run under it, with
+// the messages between two stages (activations and gradients, on a ring
+// for the interleaved schedule) matched in order.
+TEST(Schedules, RunWhenASendWaitsForItsReceive) {
+  for (int p = 1; p <= 6; ++p) {
+    for (int m = 1; m <= 10; ++m) {
+      const PipeShape shape{p, m};
+      const Simulation sim = simulate(shape, all_stages(shape), {1.0, 2.0}, Delivery::kRendezvous);
+      ASSERT_TRUE(sim.ok()) << p << " x " << m << ": " << sim.error;
+    }
+  }
+  for (int p = 2; p <= 6; ++p) {
+    for (int v = 2; v <= 4; ++v) {
+      for (int m = p; m <= 4 * p; m += p) {
+        const PipeShape shape{p, m, v};
+        const Simulation sim =
+            simulate(shape, all_stages(shape), {1.0, 2.0}, Delivery::kRendezvous);
+        ASSERT_TRUE(sim.ok()) << p << " x " << m << " x " << v << ": " << sim.error;
+        EXPECT_LE(sim.bubble(), bubble_fraction(shape) + 1e-12) << p << " x " << m << " x " << v;
+      }
+    }
+  }
 }
 
 TEST(InterleavedSchedule, RefusesShapesItCannotRun) {
