@@ -48,7 +48,7 @@ Result<std::unique_ptr<plugin_host::ModelInstance>> describe_model(
 
 // Each stage's plan over its data-parallel ranks: its layers' state,
 // partitioned by ZeRO over those ranks, and the activations of the
-// micro-batches the 1F1B schedule keeps in flight there.
+// micro-batches its schedule (1F1B or interleaved) keeps in flight there.
 Result<std::vector<zero::ZeroPlan>> plan_pipeline(const Setup& setup,
                                                   const plugin_host::ModelInstance& model,
                                                   const std::vector<zero::StateSlot>& slots,
@@ -60,16 +60,22 @@ Result<std::vector<zero::ZeroPlan>> plan_pipeline(const Setup& setup,
   const int dp = world_size / stages;
   const dscore_model_description& whole = model.description();
   const std::string method = cfg.pipeline.partition.empty() ? "parameters" : cfg.pipeline.partition;
+  const bool interleaved = cfg.pipeline.schedule == "interleaved";
+  const pipeline::PipeShape shape{stages, static_cast<int>(cfg.batch.gradient_accumulation_steps),
+                                  interleaved ? static_cast<int>(cfg.pipeline.virtual_stages) : 1};
+  if (interleaved) {
+    if (const std::string error = pipeline::interleaved_schedule_error(shape); !error.empty())
+      return invalid_argument("pipeline.schedule \"interleaved\": " + error);
+  }
   DSCORE_ASSIGN_OR_RETURN(std::vector<size_t> bounds,
-                          pipeline::partition_layers(whole, stages, method));
+                          pipeline::partition_layers(whole, stages * shape.virtual_stages, method));
   DSCORE_ASSIGN_OR_RETURN(comm::ParallelGrid grid,
                           comm::ParallelGrid::pipe_data(stages, world_size));
-  const pipeline::PipeShape shape{stages, static_cast<int>(cfg.batch.gradient_accumulation_steps),
-                                  1};
   const int64_t micro = cfg.batch.train_micro_batch_size_per_gpu;
+  const size_t layer_count = whole.layer_count;
   std::vector<zero::ZeroPlan> plans;
   for (int stage = 0; stage < stages; ++stage) {
-    const pipeline::StageLayers held = pipeline::stage_layers(whole, bounds, stage);
+    const pipeline::StageLayers held = pipeline::stage_layers(whole, bounds, stage, stages);
     std::vector<const dscore_model_layer*> storage;
     DSCORE_ASSIGN_OR_RETURN(
         ParamLayout layout,
@@ -78,21 +84,29 @@ Result<std::vector<zero::ZeroPlan>> plan_pipeline(const Setup& setup,
     pipe.stage = stage;
     pipe.stages = stages;
     pipe.data_parallel = dp;
-    pipe.first_layer = bounds[static_cast<size_t>(stage)];
-    pipe.end_layer = bounds[static_cast<size_t>(stage) + 1];
+    pipe.virtual_stages = shape.virtual_stages;
     pipe.tied_copies = held.copies.size();
-    pipe.in_flight = pipeline::pipe_buffers(shape, stage);
+    // The units (micro-batch, chunk) in flight at once, as micro-batches
+    // of the whole stage: a unit holds one chunk's activations.
+    const int units =
+        pipeline::units_in_flight(interleaved ? pipeline::interleaved_schedule(shape, stage)
+                                              : pipeline::train_schedule(shape, stage));
+    pipe.in_flight = (units + shape.virtual_stages - 1) / shape.virtual_stages;
     pipe.micro_batches = shape.micro_batches;
     pipe.bubble = pipeline::bubble_fraction(shape);
-    if (stage > 0) {
-      DSCORE_ASSIGN_OR_RETURN(uint64_t in,
-                              model.boundary_bytes(pipe.first_layer, micro, placement.model_dtype));
-      pipe.boundary_in = static_cast<int64_t>(in);
-    }
-    if (stage + 1 < stages) {
-      DSCORE_ASSIGN_OR_RETURN(uint64_t out,
-                              model.boundary_bytes(pipe.end_layer, micro, placement.model_dtype));
-      pipe.boundary_out = static_cast<int64_t>(out);
+    for (size_t v = static_cast<size_t>(stage); v + 1 < bounds.size();
+         v += static_cast<size_t>(stages)) {
+      pipe.chunks.push_back({bounds[v], bounds[v + 1]});
+      if (bounds[v] > 0) {
+        DSCORE_ASSIGN_OR_RETURN(uint64_t in,
+                                model.boundary_bytes(bounds[v], micro, placement.model_dtype));
+        pipe.boundary_in = std::max(pipe.boundary_in, static_cast<int64_t>(in));
+      }
+      if (bounds[v + 1] < layer_count) {
+        DSCORE_ASSIGN_OR_RETURN(uint64_t out,
+                                model.boundary_bytes(bounds[v + 1], micro, placement.model_dtype));
+        pipe.boundary_out = std::max(pipe.boundary_out, static_cast<int64_t>(out));
+      }
     }
     for (int d = 0; d < dp; ++d) {
       zero::ZeroPlan plan = zero::make_plan(cfg, placement, layout, slots, dp, d);

@@ -102,20 +102,24 @@ void check_run_config(config::LoadedConfig* loaded, const config::RunOptions& ru
 
 // memory_breakdown: this rank's plan beside what it actually allocated.
 // Each stage's share of the schedule spent computing (its first data-parallel
-// rank's), beside 1F1B's bubble at equal stage times: the bench reads it.
+// rank's), beside the schedule's bubble at equal stage times: the bench
+// reads it.
 void log_pipeline_timing(const Engine& e) {
   const Engine::PipelineTiming t = e.pipeline_timing();
   if (t.batches == 0 || t.batch_seconds <= 0) return;
   const config::TrainingConfig& cfg = e.config();
   const int stages = e.world_size() / e.data_parallel_size();
+  const bool interleaved = cfg.pipeline.schedule == "interleaved";
   const pipeline::PipeShape shape{stages, static_cast<int>(cfg.batch.gradient_accumulation_steps),
-                                  1};
+                                  interleaved ? static_cast<int>(cfg.pipeline.virtual_stages) : 1};
   const double busy = t.compute_seconds / t.batch_seconds;
   char line[256];
   std::snprintf(line, sizeof line,
                 "pipeline stage timing: computing %.1f%% of train_batch over %lld batches, idle "
-                "%.1f%% (1F1B's bubble (p - 1) / (m + p - 1) = %.1f%% at equal stage times)",
+                "%.1f%% (%s bubble %s = %.1f%% at equal stage times)",
                 100.0 * busy, static_cast<long long>(t.batches), 100.0 * (1.0 - busy),
+                interleaved ? "the interleaved schedule's" : "1F1B's",
+                interleaved ? "(p - 1) / (v m + p - 1)" : "(p - 1) / (m + p - 1)",
                 100.0 * pipeline::bubble_fraction(shape));
   log_info(line);
 }

@@ -2,6 +2,8 @@
 // profiler, monitors (docs/deepspeed-reference.md#monitors), comms_logger (#comms-logger),
 // checkpoint, timers, hybrid_engine, pipeline, progressive_layer_drop, elasticity, nebula, and the
 // sections DeepSpeed only names (accepted with any keys, reported as not used by dscore).
+#include <cctype>
+
 #include "core/config/schema_builder.h"
 
 namespace dscore::config {
@@ -268,6 +270,22 @@ std::vector<FieldSpec> unused_sections() {
                     "partition gradients over the tensor-parallel group (no-op without it)")
                       .def(true)
                       .to(&PipelineConfig::grad_partitioned),
+                  F("schedule", T::kString,
+                    "dscore: \"1f1b\" (DeepSpeed's TrainSchedule) or \"interleaved\" "
+                    "(Megatron-LM's, virtual_stages chunks a stage)")
+                      .def("1f1b")
+                      .enums({"1f1b", "interleaved"}, true)
+                      .read<PipelineConfig>(
+                          [](const json::Value& v, const std::string&, PipelineConfig& c) {
+                            c.schedule = v.as_string();
+                            for (char& ch : c.schedule)
+                              ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+                          }),
+                  F("virtual_stages", T::kInt,
+                    "dscore: chunks of layers per stage under the interleaved schedule")
+                      .def(1)
+                      .min(1)
+                      .to(&PipelineConfig::virtual_stages),
               },
               "pipeline"))
           .to(&TrainingConfig::pipeline),

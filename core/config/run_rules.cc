@@ -65,6 +65,20 @@ std::vector<ConfigError> unsupported_features(const TrainingConfig& config,
                     "storage is not "
                     "available yet: remove checkpoint.use_node_local_storage"});
   if (pipeline_stages_of(config) > 1) pipeline_unsupported(config, placement, out);
+  const bool interleaved = config.pipeline.schedule == "interleaved";
+  if (config.pipeline.virtual_stages > 1 && !interleaved)
+    out->push_back({"pipeline.virtual_stages",
+                    {},
+                    "virtual_stages " + std::to_string(config.pipeline.virtual_stages) +
+                        " needs \"schedule\": \"interleaved\" (the 1F1B schedule runs one chunk "
+                        "of layers a stage)"});
+  if (interleaved && (pipeline_stages_of(config) < 2 || config.pipeline.virtual_stages < 2))
+    out->push_back({"pipeline.schedule",
+                    {},
+                    "the interleaved schedule needs at least 2 pipeline stages and "
+                    "\"virtual_stages\" >= 2 (got " +
+                        std::to_string(pipeline_stages_of(config)) + " and " +
+                        std::to_string(config.pipeline.virtual_stages) + ")"});
   if (config.communication_data_type) {
     const std::string grad = sdk::dtype_name(placement.grad_dtype);
     if (*config.communication_data_type != grad)

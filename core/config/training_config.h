@@ -203,6 +203,10 @@ struct PipelineConfig {
   int64_t activation_checkpoint_interval{};
   bool pipe_partitioned{};
   bool grad_partitioned{};
+  // dscore: "1f1b" or "interleaved" (lower-cased); the chunks of
+  // layers each stage holds under "interleaved" (1 under "1f1b").
+  std::string schedule;
+  int64_t virtual_stages = 1;
 };
 
 struct TrainingConfig {

@@ -127,7 +127,8 @@ class Engine {
 
   // ---- pipeline parallelism ("pipeline": {"stages": P}, docs/pipeline.md)
   // This rank runs one stage of the model; a training step is one call of
-  // train_batch, which runs the stage's 1F1B schedule over the
+  // train_batch, which runs the stage's schedule (1F1B, or the interleaved
+  // one with "schedule": "interleaved") over the
   // gradient_accumulation_steps micro-batches (DeepSpeed's
   // PipelineEngine.train_batch), then the update. `load(micro_batch,
   // buffer)` gives the micro-batch's batch (every stage loads it; the
@@ -252,8 +253,9 @@ class Engine {
   Status setup_pipeline(std::unique_ptr<Model> model);
   Status run_instruction(const pipeline::Instruction& in, const MicroBatchSource& load);
   Status pipeline_backward(const pipeline::Instruction& in);
+  Status open_boundary_step();
   Status reduce_tied_grads();
-  Status pipe_transfer(bool send, std::vector<std::byte>& buffer, int peer);
+  Status pipe_transfer(pipeline::Op op, std::vector<std::byte>& buffer);
 
   // Model hooks (ctx = Engine*).
   dscore_model_hooks model_hooks();
@@ -305,6 +307,11 @@ class Engine {
   pipeline::StageModel* stage_model_ = nullptr;
   ParamLayout whole_layout_;  // the whole model's (model_layout())
   std::vector<pipeline::Step> pipe_schedule_;
+  // Interleaved: the stage's chunks run as virtual stages of a ring, the
+  // gradients on a communicator of their own (grad_pipe_), and the
+  // data-parallel reduction starts after the last backward.
+  bool interleaved_ = false;
+  std::unique_ptr<comm::Communicator> grad_pipe_;
   std::unique_ptr<comm::Communicator> tie_group_;
   struct PipeBuffer {
     const dscore_batch* batch = nullptr;

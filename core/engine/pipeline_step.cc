@@ -23,6 +23,7 @@
 #include "core/device/ops.h"
 #include "core/engine/engine.h"
 #include "core/pipeline/partition.h"
+#include "core/pipeline/simulate.h"
 #include "core/zero/zero_memory.h"
 
 namespace dscore {
@@ -31,54 +32,91 @@ int Engine::pipe_buffers() const {
   return pipelined() ? static_cast<int>(pipe_buffers_.size()) : 1;
 }
 
+namespace {
+
+// "stage 0: layers 0-1, 4-5" per stage, each chunk's layers.
+std::string partition_text(const std::vector<size_t>& bounds, int stages) {
+  std::string text;
+  for (int s = 0; s < stages; ++s) {
+    text += (s ? "; " : "") + std::string("stage ") + std::to_string(s) + ": layers ";
+    for (size_t v = static_cast<size_t>(s); v + 1 < bounds.size(); v += static_cast<size_t>(stages))
+      text += (v >= static_cast<size_t>(stages) ? ", " : "") + std::to_string(bounds[v]) + "-" +
+              std::to_string(bounds[v + 1] - 1);
+  }
+  return text;
+}
+
+}  // namespace
+
 Status Engine::setup_pipeline(std::unique_ptr<Model> model) {
   const int stages = topology_->group_size(comm::groups::kPipe);
   const int stage = topology_->rank_in_group(comm::groups::kPipe);
+  interleaved_ = config_.pipeline.schedule == "interleaved";
+  const pipeline::PipeShape shape{
+      stages, static_cast<int>(config_.batch.gradient_accumulation_steps),
+      interleaved_ ? static_cast<int>(config_.pipeline.virtual_stages) : 1};
+  if (interleaved_) {
+    if (const std::string error = pipeline::interleaved_schedule_error(shape); !error.empty())
+      return invalid_argument("pipeline.schedule \"interleaved\": " + error);
+  }
   const std::string method =
       config_.pipeline.partition.empty() ? "parameters" : config_.pipeline.partition;
-  DSCORE_ASSIGN_OR_RETURN(std::vector<size_t> bounds,
-                          pipeline::partition_layers(model->description(), stages, method));
+  DSCORE_ASSIGN_OR_RETURN(
+      std::vector<size_t> bounds,
+      pipeline::partition_layers(model->description(), stages * shape.virtual_stages, method));
   const std::string name = model->display_name();
   DSCORE_ASSIGN_OR_RETURN(std::unique_ptr<pipeline::StageModel> stage_model,
-                          pipeline::StageModel::create(std::move(model), bounds, stage));
+                          pipeline::StageModel::create(std::move(model), bounds, stage, stages));
   DSCORE_ASSIGN_OR_RETURN(whole_layout_,
                           ParamLayout::from_description(stage_model->whole().description()));
   stage_model_ = stage_model.get();
   model_ = std::move(stage_model);
-  if (rank() == 0) {
-    std::string parts;
-    for (int s = 0; s < stages; ++s)
-      parts += (s ? ", " : "") + std::string("stage ") + std::to_string(s) + ": layers " +
-               std::to_string(bounds[static_cast<size_t>(s)]) + "-" +
-               std::to_string(bounds[static_cast<size_t>(s) + 1] - 1);
+  if (rank() == 0)
     log_info("pipeline: " + name + " in " + std::to_string(stages) + " stages x " +
-             std::to_string(topology_->group_size(comm::groups::kData)) +
-             " data-parallel, partition \"" + method + "\" (" + parts + ")");
-  }
+             std::to_string(topology_->group_size(comm::groups::kData)) + " data-parallel, " +
+             (interleaved_ ? "interleaved schedule, " + std::to_string(shape.virtual_stages) +
+                                 " chunks a stage, "
+                           : std::string("1F1B schedule, ")) +
+             "partition \"" + method + "\" (" + partition_text(bounds, stages) + ")");
+  comm::Communicator* pipe = topology_->group(comm::groups::kPipe);
   // The ranks holding a tie: its owner's stage and its reader's, one
   // group per data-parallel coordinate (all of the pipe group takes part
   // in the split).
-  auto tied = pipeline::tied_stages(stage_model_->whole().description(), bounds);
+  auto tied = pipeline::tied_stages(stage_model_->whole().description(), bounds, stages);
   if (!tied.ok()) return Status(tied.status().code(), name + ": " + tied.status().message());
   if (*tied) {
-    comm::Communicator* pipe = topology_->group(comm::groups::kPipe);
     const int color = stage_model_->tied_layers().empty() ? DSCORE_COMM_SPLIT_NONE : 0;
     DSCORE_ASSIGN_OR_RETURN(tie_group_, pipe->split(color, stage));
   }
-  const pipeline::PipeShape shape{stages,
-                                  static_cast<int>(config_.batch.gradient_accumulation_steps), 1};
-  pipe_schedule_ = pipeline::train_schedule(shape, stage);
-  // The boundary tensors of one micro-batch.
-  const int64_t micro = config_.batch.train_micro_batch_size_per_gpu;
-  const dscore_pipeline_stage& range = stage_model_->range();
-  uint64_t in_bytes = 0, out_bytes = 0;
-  if (!stage_model_->is_first()) {
-    DSCORE_ASSIGN_OR_RETURN(
-        in_bytes, model_->boundary_bytes(range.first_layer, micro, placement_.model_dtype));
+  if (interleaved_) {
+    DSCORE_ASSIGN_OR_RETURN(grad_pipe_, pipe->split(0, stage));
   }
-  if (!stage_model_->is_last()) {
-    DSCORE_ASSIGN_OR_RETURN(out_bytes,
-                            model_->boundary_bytes(range.end_layer, micro, placement_.model_dtype));
+  std::vector<std::vector<pipeline::Step>> schedules;
+  for (int s = 0; s < stages; ++s)
+    schedules.push_back(interleaved_ ? pipeline::interleaved_schedule(shape, s)
+                                     : pipeline::train_schedule(shape, s));
+  // Every stage's schedule against the others, sends waiting for their
+  // receives (the worst a backend does): a schedule that would deadlock or
+  // mismatch its messages never starts.
+  const pipeline::Simulation check =
+      pipeline::simulate(shape, schedules, {}, pipeline::Delivery::kRendezvous);
+  if (!check.ok()) return internal_error("the pipeline's schedule fails its check: " + check.error);
+  pipe_schedule_ = std::move(schedules[static_cast<size_t>(stage)]);
+  // The boundary tensors of one micro-batch: the largest of the chunks'.
+  const int64_t micro = config_.batch.train_micro_batch_size_per_gpu;
+  uint64_t in_bytes = 0, out_bytes = 0;
+  for (int c = 0; c < stage_model_->chunk_count(); ++c) {
+    const dscore_pipeline_stage& range = stage_model_->chunk(c);
+    if (!stage_model_->is_first(c)) {
+      DSCORE_ASSIGN_OR_RETURN(const uint64_t bytes, model_->boundary_bytes(range.first_layer, micro,
+                                                                           placement_.model_dtype));
+      in_bytes = std::max(in_bytes, bytes);
+    }
+    if (!stage_model_->is_last(c)) {
+      DSCORE_ASSIGN_OR_RETURN(const uint64_t bytes, model_->boundary_bytes(range.end_layer, micro,
+                                                                           placement_.model_dtype));
+      out_bytes = std::max(out_bytes, bytes);
+    }
   }
   pipe_buffers_.resize(static_cast<size_t>(pipeline::pipe_buffers(shape, stage)));
   for (PipeBuffer& b : pipe_buffers_) {
@@ -90,13 +128,22 @@ Status Engine::setup_pipeline(std::unique_ptr<Model> model) {
   return Status::Ok();
 }
 
-Status Engine::pipe_transfer(bool send, std::vector<std::byte>& buffer, int peer) {
-  comm::Communicator* pipe = topology_->group(comm::groups::kPipe);
+// Activations go to the next virtual stage (the next stage, or from the
+// last stage round to the first), gradients back; under the interleaved
+// schedule the gradients on grad_pipe_.
+Status Engine::pipe_transfer(pipeline::Op op, std::vector<std::byte>& buffer) {
+  using pipeline::Op;
+  const int stage = stage_model_->stage(), stages = stage_model_->stages();
+  const bool send = op == Op::kSendActivation || op == Op::kSendGrad;
+  const bool towards_next = op == Op::kSendActivation || op == Op::kRecvGrad;
+  const int peer = towards_next ? (stage + 1) % stages : (stage + stages - 1) % stages;
+  const bool grads = op == Op::kSendGrad || op == Op::kRecvGrad;
+  comm::Communicator* comm =
+      grads && grad_pipe_ != nullptr ? grad_pipe_.get() : topology_->group(comm::groups::kPipe);
   const comm::CommBuffer bytes = zero::device_buffer(nullptr, buffer.data(), DSCORE_DTYPE_U8,
                                                      static_cast<int64_t>(buffer.size()));
-  const int stage = stage_model_->stage();
   Status status =
-      stream_->run([&] { return send ? pipe->send(bytes, peer) : pipe->recv(bytes, peer); });
+      stream_->run([&] { return send ? comm->send(bytes, peer) : comm->recv(bytes, peer); });
   if (status.ok()) return status;
   return Status(status.code(), "pipeline stage " + std::to_string(stage) + " (rank " +
                                    std::to_string(rank()) + ") " +
@@ -104,33 +151,46 @@ Status Engine::pipe_transfer(bool send, std::vector<std::byte>& buffer, int peer
                                    std::to_string(peer) + ": " + status.message());
 }
 
+// The accumulation boundary's micro-step: its reductions reduce.
+Status Engine::open_boundary_step() {
+  DSCORE_ASSIGN_OR_RETURN(const bool reduce,
+                          optimizer_->wants_reduced_gradients(global_steps_ - skipped_steps_ + 1));
+  DSCORE_RETURN_IF_ERROR(strategy_->set_gradient_reduction(reduce));
+  optimizer_->state().boundary_micro_step();
+  strategy_->begin_micro_step(true);
+  boundary_step_open_ = true;
+  return Status::Ok();
+}
+
+// Under 1F1B the last backward is the boundary micro-step (its layers'
+// reductions start as their gradients are ready); under the interleaved
+// schedule a stage's chunks finish at different backwards, so every
+// backward accumulates and the reductions start after the last
+// (reduce_tied_grads), as DeepSpeed's ReduceGrads does.
 Status Engine::pipeline_backward(const pipeline::Instruction& in) {
   PipeBuffer& b = pipe_buffers_[static_cast<size_t>(in.buffer)];
   const int64_t gas = config_.batch.gradient_accumulation_steps;
-  const bool boundary = in.micro_batch + 1 == gas;
+  const bool boundary = !interleaved_ && in.micro_batch + 1 == gas;
   if (boundary) {
-    DSCORE_ASSIGN_OR_RETURN(
-        const bool reduce, optimizer_->wants_reduced_gradients(global_steps_ - skipped_steps_ + 1));
-    DSCORE_RETURN_IF_ERROR(strategy_->set_gradient_reduction(reduce));
-    optimizer_->state().boundary_micro_step();
+    DSCORE_RETURN_IF_ERROR(open_boundary_step());
+  } else {
+    strategy_->begin_micro_step(false);
   }
-  strategy_->begin_micro_step(boundary);
   stage_model_->hold_tied_grads(boundary && tie_group_ != nullptr);
   const dscore_model_hooks hooks = model_hooks();
   double loss = 0;
-  Status status =
-      model_->stage_backward(stage_model_->range(), static_cast<size_t>(in.buffer), *b.batch, hooks,
-                             scaler_.scale() / static_cast<double>(gas),
-                             stage_model_->is_last() ? nullptr : b.output_grad.data(),
-                             stage_model_->is_first() ? nullptr : b.input_grad.data(), &loss);
+  Status status = model_->stage_backward(
+      stage_model_->chunk(in.chunk), static_cast<size_t>(in.buffer), *b.batch, hooks,
+      scaler_.scale() / static_cast<double>(gas),
+      stage_model_->is_last(in.chunk) ? nullptr : b.output_grad.data(),
+      stage_model_->is_first(in.chunk) ? nullptr : b.input_grad.data(), &loss);
   stage_model_->hold_tied_grads(false);
   Status reduced;
-  if (boundary && status.ok() && hook_error_.empty()) {
-    boundary_step_open_ = true;  // ended by ReduceTiedGrads
-  } else {
+  if (!boundary || !status.ok() || !hook_error_.empty()) {
+    boundary_step_open_ = false;
     PhaseScope finish(observers_, StepPhase::kFinishReductions);
     reduced = strategy_->end_micro_step();
-  }
+  }  // else ended by ReduceTiedGrads
   DSCORE_RETURN_IF_ERROR(check_model_call(status));
   DSCORE_RETURN_IF_ERROR(reduced);
   loss_accumulator_ += loss / static_cast<double>(gas);
@@ -140,38 +200,45 @@ Status Engine::pipeline_backward(const pipeline::Instruction& in) {
 // The tied layers' accumulated gradients summed over the stages that hold
 // them (each acquired for backward, summed in place, reported ready: the
 // data-parallel reduction starts), then the boundary micro-step ends.
+// Interleaved, the boundary micro-step opens here and every layer is
+// reported ready (its gradients accumulated over the schedule).
 Status Engine::reduce_tied_grads() {
+  if (interleaved_) DSCORE_RETURN_IF_ERROR(open_boundary_step());
   if (!boundary_step_open_) return internal_error("ReduceTiedGrads before the last backward");
   boundary_step_open_ = false;
+  std::vector<size_t> layers = stage_model_->tied_layers();
+  if (interleaved_) {
+    layers.resize(stage_model_->description().layer_count);
+    for (size_t l = 0; l < layers.size(); ++l) layers[l] = layers.size() - 1 - l;
+  }
   Status status = Status::Ok();
-  if (tie_group_ != nullptr) {
-    const dscore_model_hooks hooks = model_hooks();
-    for (size_t layer : stage_model_->tied_layers()) {
-      dscore_layer_views views{};
-      views.struct_size = sizeof views;
-      if (hooks.acquire(hooks.ctx, layer, DSCORE_ACQUIRE_BACKWARD, &views) != DSCORE_OK) {
-        status =
-            internal_error("acquiring tied layer " + std::to_string(layer) + ": " + hook_error_);
-        break;
-      }
-      // This stage's accumulated share (every micro-batch's), summed with
-      // the other stage's, then added into the engine's views.
-      const std::vector<dscore_tensor*> shares = stage_model_->tied_grads(layer);
-      for (size_t p = 0; p < shares.size() && p < views.count && status.ok(); ++p) {
-        dscore_tensor* share = shares[p];
-        const comm::CommBuffer buffer =
-            zero::device_buffer(nullptr, share->data, share->dtype, share->numel);
-        status =
-            stream_->run([&] { return tie_group_->allreduce(buffer, buffer, DSCORE_REDUCE_SUM); });
-        if (status.ok())
-          device::ops::accumulate(compute_target(), views.grads[p]->data, share->data, share->dtype,
-                                  share->numel);
-      }
-      if (status.ok() && hooks.grads_ready(hooks.ctx, layer) != DSCORE_OK)
-        status = internal_error("tied layer " + std::to_string(layer) + ": " + hook_error_);
-      (void)hooks.release(hooks.ctx, layer);
-      if (!status.ok()) break;
+  const dscore_model_hooks hooks = model_hooks();
+  for (size_t layer : layers) {
+    dscore_layer_views views{};
+    views.struct_size = sizeof views;
+    if (hooks.acquire(hooks.ctx, layer, DSCORE_ACQUIRE_BACKWARD, &views) != DSCORE_OK) {
+      status = internal_error("acquiring layer " + std::to_string(layer) +
+                              " for its reduction: " + hook_error_);
+      break;
     }
+    // This stage's accumulated share of a tied layer (every micro-batch's),
+    // summed with the other stage's, then added into the engine's views.
+    const std::vector<dscore_tensor*> shares =
+        tie_group_ != nullptr ? stage_model_->tied_grads(layer) : std::vector<dscore_tensor*>{};
+    for (size_t p = 0; p < shares.size() && p < views.count && status.ok(); ++p) {
+      dscore_tensor* share = shares[p];
+      const comm::CommBuffer buffer =
+          zero::device_buffer(nullptr, share->data, share->dtype, share->numel);
+      status =
+          stream_->run([&] { return tie_group_->allreduce(buffer, buffer, DSCORE_REDUCE_SUM); });
+      if (status.ok())
+        device::ops::accumulate(compute_target(), views.grads[p]->data, share->data, share->dtype,
+                                share->numel);
+    }
+    if (status.ok() && hooks.grads_ready(hooks.ctx, layer) != DSCORE_OK)
+      status = internal_error("layer " + std::to_string(layer) + ": " + hook_error_);
+    (void)hooks.release(hooks.ctx, layer);
+    if (!status.ok()) break;
   }
   Status reduced;
   {
@@ -184,7 +251,6 @@ Status Engine::reduce_tied_grads() {
 
 Status Engine::run_instruction(const pipeline::Instruction& in, const MicroBatchSource& load) {
   using pipeline::Op;
-  const int stage = stage_model_->stage();
   PipeBuffer* b = in.buffer >= 0 ? &pipe_buffers_[static_cast<size_t>(in.buffer)] : nullptr;
   switch (in.op) {
     case Op::kLoadMicroBatch: {
@@ -200,21 +266,21 @@ Status Engine::run_instruction(const pipeline::Instruction& in, const MicroBatch
         b->micro_batch = in.micro_batch;
       }
       const dscore_model_hooks hooks = model_hooks();
-      return check_model_call(
-          model_->stage_forward(stage_model_->range(), static_cast<size_t>(in.buffer), *b->batch,
-                                hooks, stage_model_->is_first() ? nullptr : b->input.data(),
-                                stage_model_->is_last() ? nullptr : b->output.data()));
+      return check_model_call(model_->stage_forward(
+          stage_model_->chunk(in.chunk), static_cast<size_t>(in.buffer), *b->batch, hooks,
+          stage_model_->is_first(in.chunk) ? nullptr : b->input.data(),
+          stage_model_->is_last(in.chunk) ? nullptr : b->output.data()));
     }
     case Op::kBackwardPass:
       return pipeline_backward(in);
     case Op::kSendActivation:
-      return pipe_transfer(true, b->output, stage + 1);
+      return pipe_transfer(in.op, b->output);
     case Op::kRecvActivation:
-      return pipe_transfer(false, b->input, stage - 1);
+      return pipe_transfer(in.op, b->input);
     case Op::kSendGrad:
-      return pipe_transfer(true, b->input_grad, stage - 1);
+      return pipe_transfer(in.op, b->input_grad);
     case Op::kRecvGrad:
-      return pipe_transfer(false, b->output_grad, stage + 1);
+      return pipe_transfer(in.op, b->output_grad);
     case Op::kReduceTiedGrads:
       return reduce_tied_grads();
     case Op::kReduceGrads:  // done as the boundary micro-step ended

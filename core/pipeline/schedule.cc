@@ -70,6 +70,16 @@ int pipe_buffers(PipeShape shape, int stage) {
   return std::max(2, std::min(shape.stages - stage, shape.micro_batches));
 }
 
+int units_in_flight(const std::vector<Step>& schedule) {
+  int in_flight = 0, most = 0;
+  for (const Step& step : schedule)
+    for (const Instruction& ins : step) {
+      if (ins.op == Op::kForwardPass) most = std::max(most, ++in_flight);
+      if (ins.op == Op::kBackwardPass) --in_flight;
+    }
+  return most;
+}
+
 double bubble_fraction(PipeShape shape) {
   return static_cast<double>(shape.stages - 1) /
          (shape.virtual_stages * shape.micro_batches + shape.stages - 1);

@@ -78,6 +78,10 @@ std::string interleaved_schedule_error(PipeShape shape);  // empty: allowed
 // holds at once (buffer chunk * that + index).
 int pipe_buffers(PipeShape shape, int stage);
 
+// The most units (micro-batch, chunk) a schedule holds between their
+// forward and backward at once: 1F1B's min(stages - stage, micro_batches).
+int units_in_flight(const std::vector<Step>& schedule);
+
 // The share of each stage's time idle in a batch when every forward and
 // backward of a chunk costs the same: (stages - 1) / (virtual_stages *
 // micro_batches + stages - 1); 1F1B's (p - 1) / (m + p - 1) at one chunk.

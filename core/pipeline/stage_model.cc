@@ -9,19 +9,36 @@ namespace dscore::pipeline {
 
 namespace {
 
-// The stage of partition `bounds` that runs `layer`.
-int stage_of(const std::vector<size_t>& bounds, size_t layer) {
-  return static_cast<int>(std::upper_bound(bounds.begin(), bounds.end(), layer) - bounds.begin()) -
-         1;
+// The stage that runs `layer`: of the virtual stage whose bounds hold it,
+// virtual stage j being stage j % stages (its chunk j / stages).
+int stage_of(const std::vector<size_t>& bounds, int stages, size_t layer) {
+  const int virtual_stage =
+      static_cast<int>(std::upper_bound(bounds.begin(), bounds.end(), layer) - bounds.begin()) - 1;
+  return virtual_stage % stages;
+}
+
+int stages_or_all(const std::vector<size_t>& bounds, int stages) {
+  return stages > 0 ? stages : static_cast<int>(bounds.size()) - 1;
+}
+
+std::string layer_list(const std::vector<dscore_pipeline_stage>& chunks) {
+  std::string text;
+  for (const dscore_pipeline_stage& c : chunks)
+    text += (text.empty() ? "" : ", ") + std::to_string(c.first_layer) + "-" +
+            std::to_string(c.end_layer - 1);
+  return text;
 }
 
 }  // namespace
 
 Result<std::optional<std::pair<int, int>>> tied_stages(const dscore_model_description& whole,
-                                                       const std::vector<size_t>& bounds) {
+                                                       const std::vector<size_t>& bounds,
+                                                       int stages) {
+  stages = stages_or_all(bounds, stages);
   std::optional<std::pair<int, int>> joined;
   for (const dscore_layer_tie& tie : layer_ties(whole)) {
-    const std::pair<int, int> pair{stage_of(bounds, tie.owner), stage_of(bounds, tie.reader)};
+    const std::pair<int, int> pair{stage_of(bounds, stages, tie.owner),
+                                   stage_of(bounds, stages, tie.reader)};
     if (pair.first == pair.second) continue;
     if (joined && *joined != pair)
       return unimplemented("its tied layers join stages " + std::to_string(joined->first) + "-" +
@@ -35,13 +52,15 @@ Result<std::optional<std::pair<int, int>>> tied_stages(const dscore_model_descri
 }
 
 StageLayers stage_layers(const dscore_model_description& whole, const std::vector<size_t>& bounds,
-                         int stage) {
+                         int stage, int stages) {
+  stages = stages_or_all(bounds, stages);
   std::set<size_t> held, tied, copies;
-  for (size_t l = bounds[static_cast<size_t>(stage)]; l < bounds[static_cast<size_t>(stage) + 1];
-       ++l)
-    held.insert(l);
+  for (size_t v = static_cast<size_t>(stage); v + 1 < bounds.size();
+       v += static_cast<size_t>(stages))
+    for (size_t l = bounds[v]; l < bounds[v + 1]; ++l) held.insert(l);
   for (const dscore_layer_tie& tie : layer_ties(whole)) {
-    const int owner = stage_of(bounds, tie.owner), reader = stage_of(bounds, tie.reader);
+    const int owner = stage_of(bounds, stages, tie.owner),
+              reader = stage_of(bounds, stages, tie.reader);
     if (owner == reader) continue;  // one stage runs both: nothing to tie
     if (stage == reader) {
       held.insert(tie.owner);
@@ -67,26 +86,32 @@ dscore_model_description stage_description(const dscore_model_description& whole
 }
 
 Result<std::unique_ptr<StageModel>> StageModel::create(std::unique_ptr<Model> model,
-                                                       const std::vector<size_t>& bounds,
-                                                       int stage) {
+                                                       const std::vector<size_t>& bounds, int stage,
+                                                       int stages) {
+  stages = stages_or_all(bounds, stages);
   const dscore_model_description& whole = model->description();
   if (!model->has_pipeline_stages())
     return failed_precondition(model->display_name() +
                                " cannot be cut into pipeline stages (it has no stage_forward, "
                                "stage_backward and boundary_bytes): remove \"pipeline\" from "
                                "the config, or train a model that has them (mlp, gpt, llama)");
-  if (bounds.size() < 2 || stage < 0 || static_cast<size_t>(stage) + 1 >= bounds.size() ||
-      bounds.back() != whole.layer_count)
-    return invalid_argument("pipeline stage " + std::to_string(stage) +
-                            " is outside the partition's " + std::to_string(bounds.size() - 1) +
-                            " stages");
+  if (bounds.size() < 2 || stages < 1 || (bounds.size() - 1) % static_cast<size_t>(stages) != 0 ||
+      stage < 0 || stage >= stages || bounds.back() != whole.layer_count)
+    return invalid_argument("pipeline stage " + std::to_string(stage) + " of " +
+                            std::to_string(stages) + " does not fit the partition's " +
+                            std::to_string(bounds.size() - 1) + " parts");
   std::unique_ptr<StageModel> self(new StageModel());
   self->stage_ = stage;
-  self->stages_ = static_cast<int>(bounds.size()) - 1;
-  self->range_.struct_size = sizeof self->range_;
-  self->range_.first_layer = bounds[static_cast<size_t>(stage)];
-  self->range_.end_layer = bounds[static_cast<size_t>(stage) + 1];
-  const StageLayers layers = stage_layers(whole, bounds, stage);
+  self->stages_ = stages;
+  for (size_t v = static_cast<size_t>(stage); v + 1 < bounds.size();
+       v += static_cast<size_t>(stages)) {
+    dscore_pipeline_stage chunk{};
+    chunk.struct_size = sizeof chunk;
+    chunk.first_layer = bounds[v];
+    chunk.end_layer = bounds[v + 1];
+    self->chunks_.push_back(chunk);
+  }
+  const StageLayers layers = stage_layers(whole, bounds, stage, stages);
   self->local_of_global_.assign(whole.layer_count, -1);
   for (size_t g : layers.held) {
     self->local_of_global_[g] = static_cast<long>(self->global_of_local_.size());
@@ -110,10 +135,13 @@ Result<std::unique_ptr<StageModel>> StageModel::create(std::unique_ptr<Model> mo
   return self;
 }
 
+bool StageModel::is_last(int chunk) const {
+  return chunks_[static_cast<size_t>(chunk)].end_layer == whole_->description().layer_count;
+}
+
 std::string StageModel::display_name() const {
   return whole_->display_name() + " (pipeline stage " + std::to_string(stage_) + " of " +
-         std::to_string(stages_) + ": layers " + std::to_string(range_.first_layer) + "-" +
-         std::to_string(range_.end_layer - 1) + ")";
+         std::to_string(stages_) + ": layers " + layer_list(chunks_) + ")";
 }
 
 Status StageModel::init_param(size_t param_index, int64_t offset, int64_t count, float* out) const {
@@ -164,8 +192,7 @@ dscore_status StageModel::local_of(size_t global, size_t* local) {
   if (translation_error_.empty())
     translation_error_ = "the model acquired layer " + std::to_string(global) +
                          ", which pipeline stage " + std::to_string(stage_) +
-                         " does not hold (its layers are " + std::to_string(range_.first_layer) +
-                         "-" + std::to_string(range_.end_layer - 1) +
+                         " does not hold (its layers are " + layer_list(chunks_) +
                          "; a layer another reads must be declared as a tie)";
   return DSCORE_INVALID_ARGUMENT;
 }
@@ -239,22 +266,32 @@ Status StageModel::with_translation_error(Status status) {
   return error;
 }
 
-Status StageModel::stage_forward(const dscore_pipeline_stage&, size_t slot,
+Status StageModel::check_chunk(const dscore_pipeline_stage& range) const {
+  for (const dscore_pipeline_stage& c : chunks_)
+    if (c.first_layer == range.first_layer && c.end_layer == range.end_layer) return Status::Ok();
+  return invalid_argument(display_name() + " has no chunk of layers " +
+                          std::to_string(range.first_layer) + "-" +
+                          std::to_string(range.end_layer - 1));
+}
+
+Status StageModel::stage_forward(const dscore_pipeline_stage& range, size_t slot,
                                  const dscore_batch& batch, const dscore_model_hooks& hooks,
                                  const void* input, void* output) {
+  DSCORE_RETURN_IF_ERROR(check_chunk(range));
   Translation t{this, &hooks};
   const dscore_model_hooks translated = translate(&t);
   return with_translation_error(
-      whole_->stage_forward(range_, slot, batch, translated, input, output));
+      whole_->stage_forward(range, slot, batch, translated, input, output));
 }
 
-Status StageModel::stage_backward(const dscore_pipeline_stage&, size_t slot,
+Status StageModel::stage_backward(const dscore_pipeline_stage& range, size_t slot,
                                   const dscore_batch& batch, const dscore_model_hooks& hooks,
                                   double loss_scale, const void* output_grad, void* input_grad,
                                   double* loss) {
+  DSCORE_RETURN_IF_ERROR(check_chunk(range));
   Translation t{this, &hooks};
   const dscore_model_hooks translated = translate(&t);
-  return with_translation_error(whole_->stage_backward(range_, slot, batch, translated, loss_scale,
+  return with_translation_error(whole_->stage_backward(range, slot, batch, translated, loss_scale,
                                                        output_grad, input_grad, loss));
 }
 

@@ -1,9 +1,9 @@
 // One pipeline stage of a model, as the engine's Model: the stage's layers
-// [first, end) of the whole model's, plus a copy of each tie's owner that
-// the stage reads but does not run (model.h dscore_layer_tie: the gpt's
-// embedding on the last stage, for its LM head), in model order. Its
-// parameters keep the model's names and initial values, so the engine
-// lays out, initialises, updates and names them as it would the whole
+// [first, end) of the whole model's (or, under the interleaved schedule,
+// its chunks of layers: virtual stages stage, stage + stages, ...), plus a copy of each tie's owner
+// that the stage reads but does not run (model.h dscore_layer_tie: the gpt's embedding on the last
+// stage, for its LM head), in model order. Its parameters keep the model's names and initial
+// values, so the engine lays out, initialises, updates and names them as it would the whole
 // model's. The pipeline executor (core/engine/pipeline_step.cc) runs it a
 // micro-batch at a time through stage_forward and stage_backward; the
 // hooks it is given speak of the stage's own layers, and the model's calls
@@ -31,6 +31,10 @@
 
 namespace dscore::pipeline {
 
+// `bounds` below is a partition into `stages` x chunks virtual stages
+// (partition_layers), virtual stage j being chunk j / stages of stage
+// j % stages; `stages` 0 means one chunk a stage (bounds.size() - 1).
+//
 // The layers stage `stage` of the partition `bounds` holds (model indices,
 // ascending): its own, and the owner of each tie whose reader it runs while
 // the owner is another stage's. tied: every tie owner among them that
@@ -39,13 +43,14 @@ struct StageLayers {
   std::vector<size_t> held, tied, copies;
 };
 StageLayers stage_layers(const dscore_model_description& whole, const std::vector<size_t>& bounds,
-                         int stage);
+                         int stage, int stages = 0);
 
 // The two stages the model's ties join (the owners', the readers'), none
 // when each tie lies within one stage; UNIMPLEMENTED when ties join more
 // than one pair of stages (a pipeline has one tie group).
 Result<std::optional<std::pair<int, int>>> tied_stages(const dscore_model_description& whole,
-                                                       const std::vector<size_t>& bounds);
+                                                       const std::vector<size_t>& bounds,
+                                                       int stages = 0);
 
 // The description of those layers (the model's own layer structs, listed
 // in `storage`, which must outlive it); no ties.
@@ -59,13 +64,18 @@ class StageModel final : public Model {
   // (partition_layers). FAILED_PRECONDITION, naming the model, when it
   // cannot be cut into stages.
   static Result<std::unique_ptr<StageModel>> create(std::unique_ptr<Model> model,
-                                                    const std::vector<size_t>& bounds, int stage);
+                                                    const std::vector<size_t>& bounds, int stage,
+                                                    int stages = 0);
 
   int stage() const { return stage_; }
   int stages() const { return stages_; }
-  bool is_first() const { return range_.first_layer == 0; }
-  bool is_last() const { return range_.end_layer == whole_->description().layer_count; }
-  const dscore_pipeline_stage& range() const { return range_; }
+  // The stage's chunks of layers, in model order (one without interleaving).
+  int chunk_count() const { return static_cast<int>(chunks_.size()); }
+  const dscore_pipeline_stage& chunk(int c) const { return chunks_[static_cast<size_t>(c)]; }
+  bool is_first(int chunk = 0) const {
+    return chunks_[static_cast<size_t>(chunk)].first_layer == 0;
+  }
+  bool is_last(int chunk = 0) const;
   const Model& whole() const { return *whole_; }
   // This stage's layers whose gradients are summed with another stage's:
   // each tie's owner, here or as a copy, on the stages that hold it while
@@ -101,7 +111,7 @@ class StageModel final : public Model {
   bool has_pipeline_stages() const override { return true; }
   Result<uint64_t> boundary_bytes(size_t layer, int64_t micro_batch,
                                   dscore_dtype compute_dtype) const override;
-  // `stage` is ignored: this stage's range is used.
+  // `stage` must be one of this stage's chunks.
   Status stage_forward(const dscore_pipeline_stage& stage, size_t slot, const dscore_batch& batch,
                        const dscore_model_hooks& hooks, const void* input, void* output) override;
   Status stage_backward(const dscore_pipeline_stage& stage, size_t slot, const dscore_batch& batch,
@@ -121,12 +131,13 @@ class StageModel final : public Model {
   static dscore_status release(void* ctx, size_t layer);
   static dscore_status grads_ready(void* ctx, size_t layer);
   dscore_status local_of(size_t global, size_t* local);
+  Status check_chunk(const dscore_pipeline_stage& range) const;
   Status with_translation_error(Status status);
 
   std::unique_ptr<Model> whole_;
   int stage_ = 0;
   int stages_ = 1;
-  dscore_pipeline_stage range_{};
+  std::vector<dscore_pipeline_stage> chunks_;
   std::vector<size_t> global_of_local_;
   std::vector<long> local_of_global_;  // -1: not on this stage
   std::vector<size_t> global_param_;   // local parameter index -> the model's

@@ -22,6 +22,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/base/status.h"
@@ -106,12 +107,14 @@ struct PipeStagePlan {
   int stage = 0;
   int stages = 1;
   int data_parallel = 1;
-  size_t first_layer = 0, end_layer = 0;  // [first, end) of the model's layers
-  size_t tied_copies = 0;                 // layers held as copies of another stage's
-  int in_flight = 1;  // micro-batches between their forward and backward, at most
+  int virtual_stages = 1;  // chunks a stage (the interleaved schedule), else 1
+  // [first, end) of the model's layers, per chunk of the stage.
+  std::vector<std::pair<size_t, size_t>> chunks;
+  size_t tied_copies = 0;  // layers held as copies of another stage's
+  int in_flight = 1;       // micro-batches between their forward and backward, at most
   int64_t boundary_in = 0, boundary_out = 0;  // bytes received, sent per micro-batch
   int micro_batches = 1;
-  double bubble = 0;  // (stages - 1) / (micro_batches + stages - 1)
+  double bubble = 0;  // (stages - 1) / (virtual_stages * micro_batches + stages - 1)
 };
 
 struct ZeroPlan {

@@ -152,19 +152,30 @@ namespace {
 std::string format_pipeline(const std::vector<ZeroPlan>& plans) {
   const PipeStagePlan& p0 = *plans.front().pipe;
   char line[320];
-  std::snprintf(line, sizeof line,
-                "  pipeline: %d stages x %d data-parallel, 1F1B over %d micro-batches, bubble "
-                "(p - 1) / (m + p - 1) = %.3f\n",
-                p0.stages, p0.data_parallel, p0.micro_batches, p0.bubble);
+  if (p0.virtual_stages > 1) {
+    std::snprintf(line, sizeof line,
+                  "  pipeline: %d stages x %d data-parallel, interleaved (%d chunks a stage) over "
+                  "%d micro-batches, bubble (p - 1) / (v m + p - 1) = %.3f\n",
+                  p0.stages, p0.data_parallel, p0.virtual_stages, p0.micro_batches, p0.bubble);
+  } else {
+    std::snprintf(line, sizeof line,
+                  "  pipeline: %d stages x %d data-parallel, 1F1B over %d micro-batches, bubble "
+                  "(p - 1) / (m + p - 1) = %.3f\n",
+                  p0.stages, p0.data_parallel, p0.micro_batches, p0.bubble);
+  }
   std::string out = line;
   for (const ZeroPlan& plan : plans) {
     const PipeStagePlan& s = *plan.pipe;
     if (plan.rank % s.data_parallel != 0) continue;  // one line per stage
+    std::string layers;
+    for (const auto& [first, end] : s.chunks)
+      layers +=
+          (layers.empty() ? "" : ", ") + std::to_string(first) + "-" + std::to_string(end - 1);
     std::snprintf(
         line, sizeof line,
-        "    stage %d (ranks %d-%d): layers %zu-%zu%s, %lld parameters, activations of "
+        "    stage %d (ranks %d-%d): layers %s%s, %lld parameters, activations of "
         "up to %d micro-batches, per micro-batch receives %s and sends %s\n",
-        s.stage, plan.rank, plan.rank + s.data_parallel - 1, s.first_layer, s.end_layer - 1,
+        s.stage, plan.rank, plan.rank + s.data_parallel - 1, layers.c_str(),
         s.tied_copies > 0 ? (" + " + std::to_string(s.tied_copies) + " tied copy").c_str() : "",
         static_cast<long long>(plan.numel), s.in_flight, format_bytes(s.boundary_in).c_str(),
         format_bytes(s.boundary_out).c_str());

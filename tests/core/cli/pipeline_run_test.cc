@@ -222,6 +222,76 @@ TEST_F(PipelineRun, CheckpointsResumeAtOtherStageCountsBitwise) {
       fs::exists(dir_.path() / "ck2" / "global_step6" / "pipe_stage_01_model_states.safetensors"));
 }
 
+// The interleaved schedule (Megatron-LM's; "schedule": "interleaved"):
+// each stage runs virtual_stages chunks of layers. The mlp's losses are one
+// rank's bitwise at 2 and 4 stages; the gpt's are 1F1B's at 2 stages
+// bitwise (its tied embedding's gradient is summed the same way); a
+// checkpoint it saves resumes at one stage bitwise; `dscore plan` shows the
+// chunks; what it cannot run is refused naming the key.
+TEST_F(PipelineRun, InterleavedScheduleGivesOneRanksAnd1F1BsLosses) {
+  const std::string mlp8 = R"("train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
+    "optimizer": {"type": "Adam", "params": {"lr": 0.01}}, "train_steps": 12, "seed": 3,
+    "model": {"type": "mlp", "n_hidden_layers": 7, "hidden_dim": 32})";
+  const auto interleaved = [](int stages) {
+    return R"(, "pipeline": {"stages": )" + std::to_string(stages) +
+           R"(, "partition": "uniform", "schedule": "interleaved", "virtual_stages": 2})";
+  };
+  const std::vector<double> one = losses("i1", mlp8, 1);
+  ASSERT_EQ(one.size(), 12u);
+  EXPECT_EQ(one, losses("i2", mlp8 + interleaved(2), 2));
+  EXPECT_NE(out_.find("interleaved schedule, 2 chunks a stage"), std::string::npos) << out_;
+  EXPECT_NE(out_.find("stage 0: layers 0-1, 4-5; stage 1: layers 2-3, 6-7"), std::string::npos)
+      << out_;
+  EXPECT_EQ(one, losses("i4", mlp8 + interleaved(4), 4));
+
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "the quick brown fox jumps over the lazy dog ";
+  const fs::path corpus = dir_.write("corpus.txt", text);
+  const std::vector<double> plain =
+      losses("gi1f1b", gpt(corpus) + R"(, "pipeline": {"stages": 2})", 2);
+  ASSERT_EQ(plain.size(), 8u);
+  EXPECT_EQ(plain, losses("gi2", gpt(corpus) + R"(, "pipeline": {"stages": 2,
+      "schedule": "interleaved", "virtual_stages": 2})",
+                          2));
+
+  // Saved by the interleaved schedule after 6 steps, resumed at one stage.
+  const std::vector<double> rest(one.begin() + 6, one.end());
+  more_args_ = {"--steps", "6"};
+  const std::string save =
+      R"(, "save_interval": 6, "checkpoint_dir": ")" + (dir_.path() / "ick").string() + R"(")";
+  losses("isave", mlp8 + interleaved(2) + save, 2);
+  more_args_ = {"--resume", (dir_.path() / "ick").string()};
+  EXPECT_EQ(losses("iat1", mlp8, 1), rest);
+  more_args_.clear();
+
+  const fs::path plan = dir_.write("iplan.json", "{" + mlp8 + interleaved(2) + "}");
+  ProcessResult r = run_dscore({"plan", "--config", plan.string(), "-n", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.out.find("interleaved (2 chunks a stage) over 4 micro-batches, bubble (p - 1) / "
+                       "(v m + p - 1) = 0.111"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("stage 1 (ranks 1-1): layers 2-3, 6-7"), std::string::npos) << r.out;
+
+  // 3 micro-batches on 2 stages; virtual_stages without the schedule.
+  ProcessResult odd = run("iodd",
+                          R"("train_batch_size": 6, "train_micro_batch_size_per_gpu": 2,
+    "optimizer": {"type": "Adam", "params": {"lr": 0.01}}, "train_steps": 2,
+    "model": {"type": "mlp", "n_hidden_layers": 7, "hidden_dim": 32})" +
+                              interleaved(2),
+                          2);
+  EXPECT_NE(odd.exit_code, 0);
+  EXPECT_NE(odd.err.find("gradient_accumulation_steps, 3) to be a multiple of the stages (2)"),
+            std::string::npos)
+      << odd.err;
+  ProcessResult chunks =
+      run("ichunks", mlp8 + R"(, "pipeline": {"stages": 2, "virtual_stages": 2})", 2);
+  EXPECT_NE(chunks.exit_code, 0);
+  EXPECT_NE(chunks.err.find("virtual_stages 2 needs \"schedule\": \"interleaved\""),
+            std::string::npos)
+      << chunks.err;
+}
+
 // `dscore plan` per stage: its layers and ranks, the activations 1F1B keeps
 // in flight there (stages - stage), the boundary bytes, the bubble, and
 // each stage's own parameters in its ranks' columns.

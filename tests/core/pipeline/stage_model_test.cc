@@ -159,6 +159,33 @@ TEST(StageModel, HoldsItsLayersAndACopyOfTheTiedLayerInModelOrder) {
   EXPECT_EQ((*first)->tied_layers(), (std::vector<size_t>{0}));  // the owner itself
 }
 
+// The interleaved schedule's stages: 2 stages of 2 chunks over the 4
+// layers, stage s holding virtual stages s and s + 2. The tie joins stage
+// 0 (layer 0) and stage 1 (layer 3), which holds a copy of layer 0; a chunk
+// the stage does not hold is refused.
+TEST(StageModel, InterleavedStagesHoldTheirChunks) {
+  auto second = StageModel::create(std::make_unique<FakeModel>(), {0, 1, 2, 3, 4}, 1, 2);
+  ASSERT_TRUE(second.ok()) << second.status().message();
+  ASSERT_EQ((*second)->chunk_count(), 2);
+  EXPECT_EQ((*second)->chunk(0).first_layer, 1u);
+  EXPECT_EQ((*second)->chunk(1).first_layer, 3u);
+  EXPECT_FALSE((*second)->is_last(0));
+  EXPECT_TRUE((*second)->is_last(1));
+  EXPECT_EQ((*second)->description().layer_count, 3u);  // the copy of 0, then 1 and 3
+  EXPECT_EQ((*second)->tie_copies(), (std::vector<size_t>{0}));
+  EXPECT_NE((*second)->display_name().find("layers 1-1, 3-3"), std::string::npos);
+  auto tied = tied_stages(FakeModel().description(), {0, 1, 2, 3, 4}, 2);
+  ASSERT_TRUE(tied.ok());
+  EXPECT_EQ(*tied, (std::optional<std::pair<int, int>>{{0, 1}}));
+  dscore_pipeline_stage other{sizeof(dscore_pipeline_stage), 0, 1};
+  EngineSide engine(3);
+  const Status wrong =
+      (*second)->stage_forward(other, 0, no_batch(), engine.hooks(), nullptr, nullptr);
+  EXPECT_NE(wrong.message().find("has no chunk of layers 0-0"), std::string::npos)
+      << wrong.message();
+  EXPECT_FALSE(StageModel::create(std::make_unique<FakeModel>(), {0, 1, 2, 4}, 0, 2).ok());
+}
+
 TEST(StageModel, ATieInsideOneStageIsNoTie) {
   auto whole = StageModel::create(std::make_unique<FakeModel>(), {0, 4}, 0);
   ASSERT_TRUE(whole.ok());
@@ -172,11 +199,14 @@ TEST(StageModel, TranslatesHooksAndKeepsTiedGradientsInItsOwnAccumulators) {
   EngineSide engine(3);
   const dscore_model_hooks hooks = engine.hooks();
   const dscore_batch batch = no_batch();
-  ASSERT_TRUE((*stage)->stage_forward({}, 0, batch, hooks, nullptr, nullptr).ok());
+  ASSERT_TRUE((*stage)->stage_forward((*stage)->chunk(0), 0, batch, hooks, nullptr, nullptr).ok());
   EXPECT_EQ(engine.acquired, (std::vector<size_t>{1, 2}));  // the model's layers 2 and 3
   engine.acquired.clear();
   (*stage)->hold_tied_grads(true);
-  ASSERT_TRUE((*stage)->stage_backward({}, 0, batch, hooks, 1.0, nullptr, nullptr, nullptr).ok());
+  ASSERT_TRUE(
+      (*stage)
+          ->stage_backward((*stage)->chunk(0), 0, batch, hooks, 1.0, nullptr, nullptr, nullptr)
+          .ok());
   EXPECT_EQ(engine.acquired, (std::vector<size_t>{0, 2, 1}));
   // The copy's grads_ready is held back; the others pass.
   EXPECT_EQ(engine.ready, (std::vector<size_t>{2, 1}));
@@ -188,7 +218,10 @@ TEST(StageModel, TranslatesHooksAndKeepsTiedGradientsInItsOwnAccumulators) {
   EXPECT_EQ(engine.grads[2], (std::vector<float>{13.0f, 13.0f}));
   // Not held: grads_ready passes; the accumulator adds up until zeroed.
   (*stage)->hold_tied_grads(false);
-  ASSERT_TRUE((*stage)->stage_backward({}, 0, batch, hooks, 1.0, nullptr, nullptr, nullptr).ok());
+  ASSERT_TRUE(
+      (*stage)
+          ->stage_backward((*stage)->chunk(0), 0, batch, hooks, 1.0, nullptr, nullptr, nullptr)
+          .ok());
   EXPECT_EQ(engine.ready.at(2), 0u);
   EXPECT_EQ(static_cast<float*>(tied[0]->data)[0], 2.0f);
   (*stage)->zero_tied_grads();
@@ -200,7 +233,7 @@ TEST(StageModel, AModelReachingALayerTheStageDoesNotHoldIsNamed) {
   ASSERT_TRUE(stage.ok());
   EngineSide engine(3);
   const Status status =
-      (*stage)->stage_forward({}, 0, no_batch(), engine.hooks(), nullptr, nullptr);
+      (*stage)->stage_forward((*stage)->chunk(0), 0, no_batch(), engine.hooks(), nullptr, nullptr);
   ASSERT_FALSE(status.ok());
   EXPECT_NE(status.message().find("acquired layer 1, which pipeline stage 1 does not hold"),
             std::string::npos)
