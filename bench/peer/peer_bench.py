@@ -47,10 +47,12 @@ ROWS = {"z0-1": (1, 0, False), "z0-2": (2, 0, False), "z3-2": (2, 3, False),
 # Asked for by name only: the pipeline rows (docs/pipeline.md), 8 micro-batches a step on both:
 # "dp2-m8" 2 data-parallel ranks (gas 4), "pp2-m8" 2 pipeline stages on 2 ranks (gas 8), the same
 # batch; DeepSpeed's side is its PipelineModule (ds_train.py). dscore prints each stage's share of
-# the schedule spent computing beside 1F1B's bubble.
+# the schedule spent computing beside its schedule's bubble. "pp2i-m8" is "pp2-m8" with dscore's
+# interleaved schedule (2 chunks a stage; DeepSpeed has none: its side runs its 1F1B again).
 PIPE_MICRO_BATCHES = 8
-PIPE_ROWS = {"dp2-m8": (2, 0, False), "pp2-m8": (2, 0, False)}
-PIPE_STAGES = {"dp2-m8": 1, "pp2-m8": 2}
+PIPE_ROWS = {"dp2-m8": (2, 0, False), "pp2-m8": (2, 0, False), "pp2i-m8": (2, 0, False)}
+PIPE_STAGES = {"dp2-m8": 1, "pp2-m8": 2, "pp2i-m8": 2}
+INTERLEAVED_ROWS = {"pp2i-m8": 2}  # virtual stages
 # Asked for by name only: ZeRO-Offload ("offload_optimizer": {"device": "cpu"}) on both sides
 # (DeepSpeed: DeepSpeedCPUAdam on the host copy; dscore: core/owned_state/host_offload_state.h).
 OFFLOAD_ROWS = {"z2-2-offload": (2, 2, False), "bf16-z2-2-offload": (2, 2, True)}
@@ -113,6 +115,8 @@ def write_config(folder, name, ranks, stage, bf16, steps, dscore, offload=False)
         config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
     if stages > 1:
         config["pipeline"] = {"stages": stages}
+        if name in INTERLEAVED_ROWS:  # dscore reads it; DeepSpeed ignores the two keys
+            config["pipeline"].update(schedule="interleaved", virtual_stages=INTERLEAVED_ROWS[name])
     path = os.path.join(folder, f"{name}.json")
     with open(path, "w") as f:
         json.dump(config, f, indent=1)

@@ -151,7 +151,8 @@ TEST_F(PipelineRun, GptStagesMatchOneRankWithinTheTiedEmbeddingsRounding) {
 }
 
 // The llama: untied, its stages change no arithmetic (bitwise at 2 and 4
-// stages, the last of which holds the final norm and head alone); tied, as
+// stages, the last of which holds the final norm and head alone, and
+// interleaved); tied, as
 // the gpt, within the rounding of the embedding's gradient summed from two
 // stages.
 TEST_F(PipelineRun, LlamaStagesGiveOneRanksLosses) {
@@ -173,6 +174,10 @@ TEST_F(PipelineRun, LlamaStagesGiveOneRanksLosses) {
   ASSERT_EQ(one.size(), 6u);
   EXPECT_EQ(one, losses("l2", llama(false) + R"(, "pipeline": {"stages": 2})", 2));
   EXPECT_EQ(one, losses("l4", llama(false) + four, 4));
+  // Interleaved, 2 chunks on each of 2 stages: still one rank's arithmetic.
+  EXPECT_EQ(one, losses("li2", llama(false) + R"(, "pipeline": {"stages": 2,
+      "schedule": "interleaved", "virtual_stages": 2})",
+                        2));
   const std::vector<double> tied = losses("t1", llama(true), 1);
   EXPECT_LT(max_relative(tied, losses("t4", llama(true) + four, 4)), 1e-7);
 }
