@@ -2,7 +2,9 @@
 
 #include "core/config/schema.h"
 #include "core/engine/job_fit.h"
+#include "core/model/model.h"
 #include "core/pipeline/partition.h"
+#include "core/pipeline/pipe_spec.h"
 #include "core/pipeline/schedule.h"
 #include "core/pipeline/stage_model.h"
 
@@ -49,31 +51,25 @@ Result<std::unique_ptr<plugin_host::ModelInstance>> describe_model(
 // Each stage's plan over its data-parallel ranks: its layers' state,
 // partitioned by ZeRO over those ranks, and the activations of the
 // micro-batches its schedule (1F1B or interleaved) keeps in flight there.
-Result<std::vector<zero::ZeroPlan>> plan_pipeline(const Setup& setup,
-                                                  const plugin_host::ModelInstance& model,
+Result<std::vector<zero::ZeroPlan>> plan_pipeline(const Setup& setup, const Model& model,
                                                   const std::vector<zero::StateSlot>& slots,
                                                   const config::Placement& placement,
                                                   const zero::ProcessMemory& process,
                                                   int world_size) {
   const config::TrainingConfig& cfg = *setup.loaded.config;
-  const int stages = static_cast<int>(config::pipeline_stages_of(cfg));
+  DSCORE_ASSIGN_OR_RETURN(const pipeline::PipeSpec spec, pipeline::pipe_spec_of(cfg));
+  const pipeline::PipeShape shape = spec.shape;
+  const int stages = shape.stages;
   const int dp = world_size / stages;
   const dscore_model_description& whole = model.description();
-  const std::string method = cfg.pipeline.partition.empty() ? "parameters" : cfg.pipeline.partition;
-  const bool interleaved = cfg.pipeline.schedule == "interleaved";
-  const pipeline::PipeShape shape{stages, static_cast<int>(cfg.batch.gradient_accumulation_steps),
-                                  interleaved ? static_cast<int>(cfg.pipeline.virtual_stages) : 1};
-  if (interleaved) {
-    if (const std::string error = pipeline::interleaved_schedule_error(shape); !error.empty())
-      return invalid_argument("pipeline.schedule \"interleaved\": " + error);
-  }
   DSCORE_ASSIGN_OR_RETURN(std::vector<size_t> bounds,
-                          pipeline::partition_layers(whole, stages * shape.virtual_stages, method));
+                          pipeline::partition_layers(whole, spec.layer_parts(), spec.partition));
   DSCORE_ASSIGN_OR_RETURN(comm::ParallelGrid grid,
                           comm::ParallelGrid::pipe_data(stages, world_size));
   const int64_t micro = cfg.batch.train_micro_batch_size_per_gpu;
   const size_t layer_count = whole.layer_count;
   std::vector<zero::ZeroPlan> plans;
+  bool all_declared = true;
   for (int stage = 0; stage < stages; ++stage) {
     const pipeline::StageLayers held = pipeline::stage_layers(whole, bounds, stage, stages);
     std::vector<const dscore_model_layer*> storage;
@@ -88,43 +84,61 @@ Result<std::vector<zero::ZeroPlan>> plan_pipeline(const Setup& setup,
     pipe.tied_copies = held.copies.size();
     // The units (micro-batch, chunk) in flight at once, as micro-batches
     // of the whole stage: a unit holds one chunk's activations.
-    const int units =
-        pipeline::units_in_flight(interleaved ? pipeline::interleaved_schedule(shape, stage)
-                                              : pipeline::train_schedule(shape, stage));
+    const std::vector<pipeline::Step> schedule = spec.schedule(stage);
+    const int units = pipeline::units_in_flight(schedule);
     pipe.in_flight = (units + shape.virtual_stages - 1) / shape.virtual_stages;
     pipe.micro_batches = shape.micro_batches;
     pipe.bubble = pipeline::bubble_fraction(shape);
-    for (size_t v = static_cast<size_t>(stage); v + 1 < bounds.size();
-         v += static_cast<size_t>(stages)) {
-      pipe.chunks.push_back({bounds[v], bounds[v + 1]});
-      if (bounds[v] > 0) {
-        DSCORE_ASSIGN_OR_RETURN(uint64_t in,
-                                model.boundary_bytes(bounds[v], micro, placement.model_dtype));
+    const std::vector<dscore_pipeline_stage> chunks = pipeline::stage_chunks(bounds, stage, stages);
+    for (const dscore_pipeline_stage& chunk : chunks) {
+      pipe.chunks.push_back({chunk.first_layer, chunk.end_layer});
+      if (chunk.first_layer > 0) {
+        DSCORE_ASSIGN_OR_RETURN(
+            uint64_t in, model.boundary_bytes(chunk.first_layer, micro, placement.model_dtype));
         pipe.boundary_in = std::max(pipe.boundary_in, static_cast<int64_t>(in));
       }
-      if (bounds[v + 1] < layer_count) {
-        DSCORE_ASSIGN_OR_RETURN(uint64_t out,
-                                model.boundary_bytes(bounds[v + 1], micro, placement.model_dtype));
+      if (chunk.end_layer < layer_count) {
+        DSCORE_ASSIGN_OR_RETURN(
+            uint64_t out, model.boundary_bytes(chunk.end_layer, micro, placement.model_dtype));
         pipe.boundary_out = std::max(pipe.boundary_out, static_cast<int64_t>(out));
       }
     }
+    // The stage's activations: the slots its schedule uses, as the model
+    // declares a stage's (else its whole pass per slot).
+    std::optional<pipeline::StageActivationBytes> activations;
+    if (process.activations) {
+      DSCORE_ASSIGN_OR_RETURN(
+          activations,
+          pipeline::stage_activation_bytes(
+              model, chunks, pipeline::slots_per_chunk(schedule, static_cast<int>(chunks.size())),
+              micro, process.checkpointing, placement.model_dtype, placement.grad_dtype));
+      all_declared = all_declared && activations->declared;
+    }
+    const uint64_t executor = pipeline::executor_bytes(
+        pipeline::pipe_buffers(shape, stage), static_cast<uint64_t>(pipe.boundary_in),
+        static_cast<uint64_t>(pipe.boundary_out),
+        pipeline::layers_bytes(whole, held.tied, placement.grad_dtype));
     for (int d = 0; d < dp; ++d) {
       zero::ZeroPlan plan = zero::make_plan(cfg, placement, layout, slots, dp, d);
       plan.rank = stage * dp + d;
       plan.world = world_size;
       plan.grid = grid.describe();
-      zero::add_process_memory(process, &plan);
-      // The model declares one micro-batch of the whole model: the stage
-      // keeps up to in_flight of them (an upper bound: its layers' share).
-      plan.memory.activations *= pipe.in_flight;
+      plan.memory.buffers += static_cast<int64_t>(executor);
+      zero::ProcessMemory stage_process = process;
+      if (activations) {
+        stage_process.activations = static_cast<int64_t>(activations->bytes);
+        stage_process.other_setting.reset();  // its note speaks of one micro-batch
+      }
+      zero::add_process_memory(stage_process, &plan);
       plan.pipe = pipe;
       plans.push_back(std::move(plan));
     }
   }
-  plans.front().notes.push_back(
-      "under a pipeline a stage's activations are counted as its micro-batches in flight times "
-      "the whole model's declared activations (an upper bound: the model declares no stage's own "
-      "share)");
+  if (!all_declared)
+    plans.front().notes.push_back(
+        "under a pipeline a stage's activations are counted as the whole model's declared "
+        "activations for each activation slot its schedule uses (an upper bound: " +
+        model.display_name() + " declares no stage's own, stage_activation_bytes in model.h)");
   return plans;
 }
 
@@ -143,7 +157,8 @@ Result<std::vector<zero::ZeroPlan>> plan_job(const Setup& setup, int world_size)
   context.seed = cfg.seed;
   context.world_size = world_size;
   bool activations_known = true;
-  DSCORE_ASSIGN_OR_RETURN(auto model, describe_model(setup, context, &activations_known));
+  DSCORE_ASSIGN_OR_RETURN(auto instance, describe_model(setup, context, &activations_known));
+  const std::unique_ptr<Model> model = make_plugin_model(std::move(instance));
   DSCORE_ASSIGN_OR_RETURN(auto optimizer, plugin_host::OptimizerInstance::create(
                                               *setup.selection.optimizer->info,
                                               setup.selection.optimizer->params, context));
@@ -153,7 +168,7 @@ Result<std::vector<zero::ZeroPlan>> plan_job(const Setup& setup, int world_size)
   // Measured now: this process has loaded the plugins a rank loads.
   const int64_t micro = cfg.batch.train_micro_batch_size_per_gpu;
   const zero::ProcessMemory process = measure_process_memory(
-      cfg, model->info().display(),
+      cfg, model->display_name(),
       [&](bool checkpointing) -> Result<uint64_t> {
         // Made on the CPU, the model would declare its CPU compute's.
         if (!activations_known) return Status(DSCORE_UNIMPLEMENTED, "made on the CPU");

@@ -23,7 +23,7 @@
 #include "core/engine/initialize.h"
 #include "core/engine/job_fit.h"
 #include "core/observability/json_log.h"
-#include "core/pipeline/schedule.h"
+#include "core/pipeline/pipe_spec.h"
 #include "core/plugin_host/crash_handler.h"
 #include "core/plugin_host/library.h"
 
@@ -108,10 +108,9 @@ void log_pipeline_timing(const Engine& e) {
   const Engine::PipelineTiming t = e.pipeline_timing();
   if (t.batches == 0 || t.batch_seconds <= 0) return;
   const config::TrainingConfig& cfg = e.config();
-  const int stages = e.world_size() / e.data_parallel_size();
-  const bool interleaved = cfg.pipeline.schedule == "interleaved";
-  const pipeline::PipeShape shape{stages, static_cast<int>(cfg.batch.gradient_accumulation_steps),
-                                  interleaved ? static_cast<int>(cfg.pipeline.virtual_stages) : 1};
+  const auto spec = pipeline::pipe_spec_of(cfg);  // the engine ran it: it is valid
+  if (!spec.ok()) return;
+  const bool interleaved = spec->interleaved;
   const double busy = t.compute_seconds / t.batch_seconds;
   char line[256];
   std::snprintf(line, sizeof line,
@@ -120,7 +119,7 @@ void log_pipeline_timing(const Engine& e) {
                 100.0 * busy, static_cast<long long>(t.batches), 100.0 * (1.0 - busy),
                 interleaved ? "the interleaved schedule's" : "1F1B's",
                 interleaved ? "(p - 1) / (v m + p - 1)" : "(p - 1) / (m + p - 1)",
-                100.0 * pipeline::bubble_fraction(shape));
+                100.0 * pipeline::bubble_fraction(spec->shape));
   log_info(line);
 }
 

@@ -259,7 +259,8 @@ std::vector<FieldSpec> unused_sections() {
                       .def("best")
                       .to(&PipelineConfig::partition),
                   F("seed_layers", T::kBool, "seed each layer").def(false).not_used(),
-                  F("activation_checkpoint_interval", T::kInt, "layers between checkpoints")
+                  F("activation_checkpoint_interval", T::kInt,
+                    "> 0: the model checkpoints its activations (gpt, llama: every block)")
                       .def(0)
                       .to(&PipelineConfig::activation_checkpoint_interval),
                   F("pipe_partitioned", T::kBool,

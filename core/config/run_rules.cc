@@ -21,11 +21,6 @@ void pipeline_unsupported(const TrainingConfig& config, const Placement& placeme
                     {},
                     "offload with a pipeline is not built yet: remove offload_optimizer and "
                     "offload_param, or the pipeline"});
-  if (config.pipeline.activation_checkpoint_interval > 0)
-    out->push_back({"pipeline.activation_checkpoint_interval",
-                    {},
-                    "the pipeline's own activation checkpointing is not built yet: set it to 0 "
-                    "and use the model's (gpt and llama: \"checkpoint_activations\")"});
   if (config.device == "cuda")
     out->push_back(
         {"device", {}, "pipelines compute on the CPU only so far: set \"device\": \"cpu\""});

@@ -457,8 +457,12 @@ Result<std::unique_ptr<OwnedState>> Engine::make_owned_state(
 }
 
 zero::ZeroPlan Engine::plan() const {
+  // ZeRO partitions over the data-parallel ranks (a pipeline stage's).
   zero::ZeroPlan plan = zero::make_plan(config_, placement_, layout_, optimizer_->slots(),
-                                        comm_->world_size(), comm_->rank());
+                                        data_parallel_size(), data_parallel_rank());
+  plan.rank = comm_->rank();
+  plan.world = comm_->world_size();
+  plan.memory.buffers += static_cast<int64_t>(pipe_memory_);
   zero::add_process_memory(process_memory_, &plan);
   return plan;
 }

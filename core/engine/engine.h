@@ -319,6 +319,8 @@ class Engine {
     std::vector<std::byte> input, input_grad, output, output_grad;
   };
   std::vector<PipeBuffer> pipe_buffers_;
+  std::pair<uint64_t, uint64_t> pipe_boundary_bytes_;  // a buffer's input, output
+  uint64_t pipe_memory_ = 0;         // pipeline::executor_bytes: in the plan's buffers
   bool boundary_step_open_ = false;  // the boundary backward ran; its reductions wait
   PipelineTiming pipe_timing_;
   int64_t pipe_batches_run_ = 0;

@@ -76,6 +76,9 @@ std::optional<int64_t> peak_resident_bytes() { return status_kib("VmHWM:"); }
 
 bool checkpoints_activations(const config::TrainingConfig& config) {
   if (config.activation_checkpointing.present) return true;
+  // plugin_setup.cc turns the model's on for it too.
+  if (config::pipeline_stages_of(config) > 1 && config.pipeline.activation_checkpoint_interval > 0)
+    return true;
   if (!config.model) return false;
   const json::Value* own = config.model->params.find("checkpoint_activations");
   return own != nullptr && own->is_bool() && own->as_bool();

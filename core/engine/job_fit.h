@@ -34,7 +34,8 @@ std::optional<int64_t> resident_bytes();
 std::optional<int64_t> peak_resident_bytes();
 
 // Whether the config's model checkpoints activations: DeepSpeed's
-// activation_checkpointing section, or the model's own
+// activation_checkpointing section, a pipeline's
+// activation_checkpoint_interval > 0, or the model's own
 // "checkpoint_activations" param.
 bool checkpoints_activations(const config::TrainingConfig& config);
 

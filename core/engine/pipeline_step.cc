@@ -23,6 +23,7 @@
 #include "core/device/ops.h"
 #include "core/engine/engine.h"
 #include "core/pipeline/partition.h"
+#include "core/pipeline/pipe_spec.h"
 #include "core/pipeline/simulate.h"
 #include "core/zero/zero_memory.h"
 
@@ -51,19 +52,12 @@ std::string partition_text(const std::vector<size_t>& bounds, int stages) {
 Status Engine::setup_pipeline(std::unique_ptr<Model> model) {
   const int stages = topology_->group_size(comm::groups::kPipe);
   const int stage = topology_->rank_in_group(comm::groups::kPipe);
-  interleaved_ = config_.pipeline.schedule == "interleaved";
-  const pipeline::PipeShape shape{
-      stages, static_cast<int>(config_.batch.gradient_accumulation_steps),
-      interleaved_ ? static_cast<int>(config_.pipeline.virtual_stages) : 1};
-  if (interleaved_) {
-    if (const std::string error = pipeline::interleaved_schedule_error(shape); !error.empty())
-      return invalid_argument("pipeline.schedule \"interleaved\": " + error);
-  }
-  const std::string method =
-      config_.pipeline.partition.empty() ? "parameters" : config_.pipeline.partition;
+  DSCORE_ASSIGN_OR_RETURN(const pipeline::PipeSpec spec, pipeline::pipe_spec_of(config_));
+  interleaved_ = spec.interleaved;
+  const pipeline::PipeShape shape = spec.shape;
   DSCORE_ASSIGN_OR_RETURN(
       std::vector<size_t> bounds,
-      pipeline::partition_layers(model->description(), stages * shape.virtual_stages, method));
+      pipeline::partition_layers(model->description(), spec.layer_parts(), spec.partition));
   const std::string name = model->display_name();
   DSCORE_ASSIGN_OR_RETURN(std::unique_ptr<pipeline::StageModel> stage_model,
                           pipeline::StageModel::create(std::move(model), bounds, stage, stages));
@@ -77,7 +71,7 @@ Status Engine::setup_pipeline(std::unique_ptr<Model> model) {
              (interleaved_ ? "interleaved schedule, " + std::to_string(shape.virtual_stages) +
                                  " chunks a stage, "
                            : std::string("1F1B schedule, ")) +
-             "partition \"" + method + "\" (" + partition_text(bounds, stages) + ")");
+             "partition \"" + spec.partition + "\" (" + partition_text(bounds, stages) + ")");
   comm::Communicator* pipe = topology_->group(comm::groups::kPipe);
   // The ranks holding a tie: its owner's stage and its reader's, one
   // group per data-parallel coordinate (all of the pipe group takes part
@@ -92,9 +86,7 @@ Status Engine::setup_pipeline(std::unique_ptr<Model> model) {
     DSCORE_ASSIGN_OR_RETURN(grad_pipe_, pipe->split(0, stage));
   }
   std::vector<std::vector<pipeline::Step>> schedules;
-  for (int s = 0; s < stages; ++s)
-    schedules.push_back(interleaved_ ? pipeline::interleaved_schedule(shape, s)
-                                     : pipeline::train_schedule(shape, s));
+  for (int s = 0; s < stages; ++s) schedules.push_back(spec.schedule(s));
   // Every stage's schedule against the others, sends waiting for their
   // receives (the worst a backend does): a schedule that would deadlock or
   // mismatch its messages never starts.
@@ -102,6 +94,7 @@ Status Engine::setup_pipeline(std::unique_ptr<Model> model) {
       pipeline::simulate(shape, schedules, {}, pipeline::Delivery::kRendezvous);
   if (!check.ok()) return internal_error("the pipeline's schedule fails its check: " + check.error);
   pipe_schedule_ = std::move(schedules[static_cast<size_t>(stage)]);
+  stage_model_->set_slots(pipeline::slots_per_chunk(pipe_schedule_, stage_model_->chunk_count()));
   // The boundary tensors of one micro-batch: the largest of the chunks'.
   const int64_t micro = config_.batch.train_micro_batch_size_per_gpu;
   uint64_t in_bytes = 0, out_bytes = 0;
@@ -118,13 +111,14 @@ Status Engine::setup_pipeline(std::unique_ptr<Model> model) {
       out_bytes = std::max(out_bytes, bytes);
     }
   }
+  // Their memory is taken at the first train_batch: the process's own
+  // memory, measured before, must not count it.
   pipe_buffers_.resize(static_cast<size_t>(pipeline::pipe_buffers(shape, stage)));
-  for (PipeBuffer& b : pipe_buffers_) {
-    b.input.resize(in_bytes);
-    b.input_grad.resize(in_bytes);
-    b.output.resize(out_bytes);
-    b.output_grad.resize(out_bytes);
-  }
+  pipe_boundary_bytes_ = {in_bytes, out_bytes};
+  pipe_memory_ = pipeline::executor_bytes(
+      static_cast<int>(pipe_buffers_.size()), in_bytes, out_bytes,
+      pipeline::layers_bytes(stage_model_->description(), stage_model_->tied_layers(),
+                             placement_.grad_dtype));
   return Status::Ok();
 }
 
@@ -309,7 +303,13 @@ Result<double> Engine::train_batch(const MicroBatchSource& load) {
   {
     EngineScope engine(host_->identity());
     PhaseScope scope(observers_, StepPhase::kForwardBackward);
-    for (PipeBuffer& b : pipe_buffers_) b.micro_batch = -1;
+    for (PipeBuffer& b : pipe_buffers_) {
+      b.micro_batch = -1;
+      b.input.resize(pipe_boundary_bytes_.first);
+      b.input_grad.resize(pipe_boundary_bytes_.first);
+      b.output.resize(pipe_boundary_bytes_.second);
+      b.output_grad.resize(pipe_boundary_bytes_.second);
+    }
     stage_model_->zero_tied_grads();
     const bool timed = pipe_batches_run_++ > 0;  // the first allocates
     const auto batch_start = std::chrono::steady_clock::now();

@@ -45,16 +45,29 @@ void check_comm_backend(config::LoadedConfig* loaded, const plugin_host::PluginR
 // that the model itself performs. A model that supports it declares the
 // params "checkpoint_activations" (and "number_checkpoints"): the section's
 // presence turns it on unless the model section sets it itself. For any
-// other model the section has no effect, and a notice says so.
+// other model the section has no effect, and a notice says so. A
+// pipeline's activation_checkpoint_interval > 0 (DeepSpeed's PipelineModule
+// checkpoints its layers in groups of that many) turns it on too: the gpt
+// and llama checkpoint each block (docs/pipeline.md); a model that cannot
+// is an error naming the key.
 void with_activation_checkpointing(const config::TrainingConfig& cfg,
                                    const config::ObjectSpec& schema, config::PluginRef* ref,
                                    config::LoadedConfig* loaded) {
-  if (!cfg.activation_checkpointing.present) return;
+  const bool by_pipeline =
+      config::pipeline_stages_of(cfg) > 1 && cfg.pipeline.activation_checkpoint_interval > 0;
+  if (!cfg.activation_checkpointing.present && !by_pipeline) return;
   if (schema.find("checkpoint_activations") == nullptr) {
-    loaded->notices.push_back(
-        {"activation_checkpointing", "model '" + ref->type +
-                                         "' does not checkpoint activations; the "
-                                         "section has no effect"});
+    if (by_pipeline)
+      loaded->errors.push_back({"pipeline.activation_checkpoint_interval",
+                                {},
+                                "model '" + ref->type +
+                                    "' does not checkpoint activations: set it to 0, or train a "
+                                    "model that does (gpt, llama)"});
+    else
+      loaded->notices.push_back(
+          {"activation_checkpointing", "model '" + ref->type +
+                                           "' does not checkpoint activations; the "
+                                           "section has no effect"});
     return;
   }
   if (ref->params.find("checkpoint_activations") == nullptr)

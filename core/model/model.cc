@@ -18,6 +18,12 @@ Result<uint64_t> Model::boundary_bytes(size_t, int64_t, dscore_dtype) const {
   return unimplemented(display_name() + " cannot be cut into pipeline stages");
 }
 
+Result<Model::StageActivations> Model::stage_activation_bytes(const dscore_pipeline_stage&, int64_t,
+                                                              bool, dscore_dtype,
+                                                              dscore_dtype) const {
+  return unimplemented(display_name() + " does not declare a pipeline stage's activation memory");
+}
+
 Status Model::stage_forward(const dscore_pipeline_stage&, size_t, const dscore_batch&,
                             const dscore_model_hooks&, const void*, void*) {
   return unimplemented(display_name() + " cannot be cut into pipeline stages");

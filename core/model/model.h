@@ -67,6 +67,16 @@ class Model {
                                 const dscore_batch& batch, const dscore_model_hooks& hooks,
                                 double loss_scale, const void* output_grad, void* input_grad,
                                 double* loss);
+  // A stage's activation memory (model.h stage_activation_bytes), for the
+  // view dtypes as activation_bytes; UNIMPLEMENTED when the model cannot say.
+  struct StageActivations {
+    uint64_t slot_bytes = 0;    // one activation slot's
+    uint64_t shared_bytes = 0;  // what the stage's slots share
+  };
+  virtual Result<StageActivations> stage_activation_bytes(const dscore_pipeline_stage& stage,
+                                                          int64_t micro_batch, bool checkpointing,
+                                                          dscore_dtype param_dtype,
+                                                          dscore_dtype grad_dtype) const;
 
   // The model's own deterministic task (synthetic data), if it has one.
   virtual bool has_synthetic_task() const { return false; }

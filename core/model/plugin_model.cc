@@ -48,6 +48,16 @@ class PluginModel final : public Model {
   }
 
   bool has_pipeline_stages() const override { return instance_->has_pipeline_stages(); }
+  Result<StageActivations> stage_activation_bytes(const dscore_pipeline_stage& stage,
+                                                  int64_t micro_batch, bool checkpointing,
+                                                  dscore_dtype param_dtype,
+                                                  dscore_dtype grad_dtype) const override {
+    StageActivations bytes;
+    DSCORE_RETURN_IF_ERROR(
+        instance_->stage_activation_bytes(stage, micro_batch, checkpointing, param_dtype,
+                                          grad_dtype, &bytes.slot_bytes, &bytes.shared_bytes));
+    return bytes;
+  }
   Result<uint64_t> boundary_bytes(size_t layer, int64_t micro_batch,
                                   dscore_dtype compute_dtype) const override {
     return instance_->boundary_bytes(layer, micro_batch, compute_dtype);

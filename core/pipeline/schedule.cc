@@ -1,6 +1,7 @@
 #include "schedule.h"
 
 #include <algorithm>
+#include <set>
 #include <utility>
 
 namespace dscore::pipeline {
@@ -78,6 +79,17 @@ int units_in_flight(const std::vector<Step>& schedule) {
       if (ins.op == Op::kBackwardPass) --in_flight;
     }
   return most;
+}
+
+std::vector<int> slots_per_chunk(const std::vector<Step>& schedule, int chunks) {
+  std::vector<std::set<int>> buffers(static_cast<size_t>(chunks));
+  for (const Step& step : schedule)
+    for (const Instruction& ins : step)
+      if (ins.op == Op::kForwardPass && ins.chunk >= 0 && ins.chunk < chunks)
+        buffers[static_cast<size_t>(ins.chunk)].insert(ins.buffer);
+  std::vector<int> slots;
+  for (const std::set<int>& b : buffers) slots.push_back(static_cast<int>(b.size()));
+  return slots;
 }
 
 double bubble_fraction(PipeShape shape) {

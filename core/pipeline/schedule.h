@@ -82,6 +82,11 @@ int pipe_buffers(PipeShape shape, int stage);
 // forward and backward at once: 1F1B's min(stages - stage, micro_batches).
 int units_in_flight(const std::vector<Step>& schedule);
 
+// The activation slots (distinct buffers its forwards use) of each of a
+// stage's `chunks` chunks under `schedule`: the model keeps one slot per
+// buffer a chunk's forwards write (model.h stage_forward).
+std::vector<int> slots_per_chunk(const std::vector<Step>& schedule, int chunks);
+
 // The share of each stage's time idle in a batch when every forward and
 // backward of a chunk costs the same: (stages - 1) / (virtual_stages *
 // micro_batches + stages - 1); 1F1B's (p - 1) / (m + p - 1) at one chunk.

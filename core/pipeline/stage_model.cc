@@ -103,14 +103,8 @@ Result<std::unique_ptr<StageModel>> StageModel::create(std::unique_ptr<Model> mo
   std::unique_ptr<StageModel> self(new StageModel());
   self->stage_ = stage;
   self->stages_ = stages;
-  for (size_t v = static_cast<size_t>(stage); v + 1 < bounds.size();
-       v += static_cast<size_t>(stages)) {
-    dscore_pipeline_stage chunk{};
-    chunk.struct_size = sizeof chunk;
-    chunk.first_layer = bounds[v];
-    chunk.end_layer = bounds[v + 1];
-    self->chunks_.push_back(chunk);
-  }
+  self->chunks_ = stage_chunks(bounds, stage, stages);
+  self->slots_.assign(self->chunks_.size(), 1);
   const StageLayers layers = stage_layers(whole, bounds, stage, stages);
   self->local_of_global_.assign(whole.layer_count, -1);
   for (size_t g : layers.held) {
@@ -165,11 +159,76 @@ Result<double> StageModel::layer_flops(size_t layer, int64_t batch_size) const {
   return whole_->layer_flops(global_of_local_[layer], batch_size);
 }
 
+std::vector<dscore_pipeline_stage> stage_chunks(const std::vector<size_t>& bounds, int stage,
+                                                int stages) {
+  if (stages == 0) stages = static_cast<int>(bounds.size()) - 1;
+  std::vector<dscore_pipeline_stage> chunks;
+  for (size_t v = static_cast<size_t>(stage); v + 1 < bounds.size();
+       v += static_cast<size_t>(stages)) {
+    dscore_pipeline_stage chunk{};
+    chunk.struct_size = sizeof chunk;
+    chunk.first_layer = bounds[v];
+    chunk.end_layer = bounds[v + 1];
+    chunks.push_back(chunk);
+  }
+  return chunks;
+}
+
+uint64_t executor_bytes(int pipe_buffers, uint64_t boundary_in, uint64_t boundary_out,
+                        uint64_t tied_grad_bytes) {
+  return 2 * static_cast<uint64_t>(pipe_buffers) * (boundary_in + boundary_out) + tied_grad_bytes;
+}
+
+uint64_t layers_bytes(const dscore_model_description& description,
+                      const std::vector<size_t>& layers, dscore_dtype dtype) {
+  uint64_t bytes = 0;
+  for (size_t l : layers) {
+    const dscore_model_layer& layer = *description.layers[l];
+    for (size_t p = 0; p < layer.param_count; ++p)
+      bytes += static_cast<uint64_t>(layer.params[p]->numel) * sdk::dtype_size(dtype);
+  }
+  return bytes;
+}
+
+Result<StageActivationBytes> stage_activation_bytes(
+    const Model& whole, const std::vector<dscore_pipeline_stage>& chunks,
+    const std::vector<int>& slots, int64_t micro_batch, bool checkpointing,
+    dscore_dtype param_dtype, dscore_dtype grad_dtype) {
+  if (slots.size() != chunks.size())
+    return internal_error("stage_activation_bytes: " + std::to_string(slots.size()) +
+                          " slot counts for " + std::to_string(chunks.size()) + " chunks");
+  StageActivationBytes total{0, true};
+  uint64_t shared = 0;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    auto bytes = whole.stage_activation_bytes(chunks[c], micro_batch, checkpointing, param_dtype,
+                                              grad_dtype);
+    if (!bytes.ok() && bytes.status().code() != DSCORE_UNIMPLEMENTED) return bytes.status();
+    if (!bytes.ok()) {
+      total.declared = false;
+      break;
+    }
+    total.bytes += static_cast<uint64_t>(slots[c]) * bytes->slot_bytes;
+    shared = std::max(shared, bytes->shared_bytes);
+  }
+  if (total.declared) {
+    total.bytes += shared;
+    return total;
+  }
+  DSCORE_ASSIGN_OR_RETURN(
+      const uint64_t whole_pass,
+      whole.activation_bytes(micro_batch, checkpointing, param_dtype, grad_dtype));
+  int all_slots = 0;
+  for (int n : slots) all_slots += n;
+  return StageActivationBytes{whole_pass * static_cast<uint64_t>(all_slots), false};
+}
+
 Result<uint64_t> StageModel::activation_bytes(int64_t micro_batch, bool checkpointing,
                                               dscore_dtype param_dtype,
                                               dscore_dtype grad_dtype) const {
-  // The whole model's, an upper bound of one micro-batch's on any stage.
-  return whole_->activation_bytes(micro_batch, checkpointing, param_dtype, grad_dtype);
+  DSCORE_ASSIGN_OR_RETURN(const StageActivationBytes bytes,
+                          pipeline::stage_activation_bytes(*whole_, chunks_, slots_, micro_batch,
+                                                           checkpointing, param_dtype, grad_dtype));
+  return bytes.bytes;
 }
 
 Status StageModel::synthetic_batch(uint64_t seed, int64_t first_sample,

@@ -58,6 +58,35 @@ dscore_model_description stage_description(const dscore_model_description& whole
                                            const std::vector<size_t>& held,
                                            std::vector<const dscore_model_layer*>* storage);
 
+// The chunks of layers stage `stage` of the partition `bounds` runs, in
+// model order.
+std::vector<dscore_pipeline_stage> stage_chunks(const std::vector<size_t>& bounds, int stage,
+                                                int stages = 0);
+
+// A stage's activation memory when chunk c keeps slots[c] activation slots
+// (slots_per_chunk of its schedule): each slot's bytes (the model's
+// stage_activation_bytes) plus the most a chunk's passes share. A model
+// that does not declare it (declared false) is counted at its whole
+// activation_bytes for every slot: an upper bound.
+struct StageActivationBytes {
+  uint64_t bytes = 0;
+  bool declared = false;
+};
+Result<StageActivationBytes> stage_activation_bytes(
+    const Model& whole, const std::vector<dscore_pipeline_stage>& chunks,
+    const std::vector<int>& slots, int64_t micro_batch, bool checkpointing,
+    dscore_dtype param_dtype, dscore_dtype grad_dtype);
+
+// What the pipeline executor keeps for a stage beside the model states and
+// the model's activations: per pipe buffer the boundary tensor in and out
+// and their gradients (`boundary_in`, `boundary_out` bytes), and the tied
+// layers' gradient accumulators (`tied_grad_bytes`, StageModel::tied_grads).
+uint64_t executor_bytes(int pipe_buffers, uint64_t boundary_in, uint64_t boundary_out,
+                        uint64_t tied_grad_bytes);
+// The bytes of `layers`' parameters of `description` in `dtype`.
+uint64_t layers_bytes(const dscore_model_description& description,
+                      const std::vector<size_t>& layers, dscore_dtype dtype);
+
 class StageModel final : public Model {
  public:
   // Stage `stage` of the stages whose layer bounds are `bounds`
@@ -77,6 +106,9 @@ class StageModel final : public Model {
   }
   bool is_last(int chunk = 0) const;
   const Model& whole() const { return *whole_; }
+  // The activation slots each chunk's schedule uses (slots_per_chunk), for
+  // activation_bytes(); one a chunk until set.
+  void set_slots(std::vector<int> slots) { slots_ = std::move(slots); }
   // This stage's layers whose gradients are summed with another stage's:
   // each tie's owner, here or as a copy, on the stages that hold it while
   // it spans stages (local indices, ascending).
@@ -102,6 +134,7 @@ class StageModel final : public Model {
   Status forward_backward(const dscore_batch& batch, const dscore_model_hooks& hooks,
                           double loss_scale, double* loss) override;
   Result<double> layer_flops(size_t layer, int64_t batch_size) const override;
+  // The stage's under its schedule (stage_activation_bytes over set_slots).
   Result<uint64_t> activation_bytes(int64_t micro_batch, bool checkpointing,
                                     dscore_dtype param_dtype,
                                     dscore_dtype grad_dtype) const override;
@@ -138,6 +171,7 @@ class StageModel final : public Model {
   int stage_ = 0;
   int stages_ = 1;
   std::vector<dscore_pipeline_stage> chunks_;
+  std::vector<int> slots_;  // per chunk (set_slots)
   std::vector<size_t> global_of_local_;
   std::vector<long> local_of_global_;  // -1: not on this stage
   std::vector<size_t> global_param_;   // local parameter index -> the model's

@@ -161,6 +161,13 @@ class ModelInstance {
   Status stage_backward(const dscore_pipeline_stage& stage, size_t slot, const dscore_batch& batch,
                         const dscore_model_hooks& hooks, double loss_scale, const void* output_grad,
                         void* input_grad, double* loss);
+  // A stage's activation memory (model.h stage_activation_bytes): one
+  // slot's and what the slots share; UNIMPLEMENTED where the plugin does
+  // not declare it.
+  Status stage_activation_bytes(const dscore_pipeline_stage& stage, int64_t micro_batch,
+                                bool checkpointing, dscore_dtype param_dtype,
+                                dscore_dtype grad_dtype, uint64_t* slot_bytes,
+                                uint64_t* shared_bytes) const;
 
  private:
   ModelInstance(PluginInfo info, dscore_model* handle, std::shared_ptr<HostContext> host)

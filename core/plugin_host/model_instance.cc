@@ -313,6 +313,23 @@ Result<uint64_t> ModelInstance::boundary_bytes(size_t layer, int64_t micro_batch
   return bytes;
 }
 
+Status ModelInstance::stage_activation_bytes(const dscore_pipeline_stage& stage,
+                                             int64_t micro_batch, bool checkpointing,
+                                             dscore_dtype param_dtype, dscore_dtype grad_dtype,
+                                             uint64_t* slot_bytes, uint64_t* shared_bytes) const {
+  const auto* vt = vtable_of<dscore_model_vtable>(info_);
+  if (!has_pipeline_stages() ||
+      !DSCORE_HAS_FIELD(vt, dscore_model_vtable, stage_activation_bytes) ||
+      vt->stage_activation_bytes == nullptr)
+    return Status(DSCORE_UNIMPLEMENTED, info_.display() +
+                                            " does not declare a pipeline stage's activation "
+                                            "memory (stage_activation_bytes is NULL)");
+  return call_plugin(*host_, info_.display(), "stage_activation_bytes", [&] {
+    return vt->stage_activation_bytes(handle_, &stage, micro_batch, checkpointing ? 1 : 0,
+                                      param_dtype, grad_dtype, slot_bytes, shared_bytes);
+  });
+}
+
 Status ModelInstance::stage_forward(const dscore_pipeline_stage& stage, size_t slot,
                                     const dscore_batch& batch, const dscore_model_hooks& hooks,
                                     const void* input, void* output) {

@@ -233,21 +233,7 @@ class Gpt : public sdk::Instance {
                             dscore_dtype grad_dtype) const {
     const GptConfig& c = config_;
     const int64_t largest_layer = transformer::cpu::largest_layer_numel(params_, c.layer_count());
-    const transformer::cpu::PassShape pass{
-        .tokens = micro_batch * c.block_size,
-        .largest_layer = largest_layer,
-        // Rounded inside linear_bf16: the attention projection's input and
-        // the qkv linear's output gradient (the runner's other operands are
-        // made rounded).
-        .linear_in = c.n_embd,
-        .linear_out = 3 * c.n_embd,
-        .embd = c.n_embd,
-        .vocab = c.vocab_size,
-        .attention = {micro_batch, c.block_size, c.n_head, c.n_head, c.head_size()},
-        .attention_heads_kept = true,  // in the qkv activation (runner.h)
-        // The MLP projection's input gradient (cpu_backend.h's mlp_backward).
-        .consumed_n = 4 * c.n_embd,
-        .consumed_k = c.n_embd};
+    const transformer::cpu::PassShape pass = cpu_pass_shape(micro_batch, largest_layer);
     const transformer::cuda_memory::PassShape shape{
         .batch = micro_batch,
         .block = c.block_size,
@@ -264,8 +250,40 @@ class Gpt : public sdk::Instance {
               checkpointed, params_, micro_batch, bf16_operands, state);
         });
   }
+  // A pipeline stage's (model.h stage_activation_bytes): per slot, the
+  // runner made for the stage's blocks; shared, the LM head's working block
+  // and the views' scratch (transformer::declared_stage_bytes).
+  sdk::StageMemory stage_activation_bytes(const dscore_pipeline_stage& stage, int64_t micro_batch,
+                                          bool checkpointing, dscore_dtype param_dtype,
+                                          dscore_dtype grad_dtype) const {
+    const auto& c = config_;
+    return transformer::declared_stage_bytes<GptRunner>(
+        c, params_, c.n_layer, stage, micro_batch, checkpointing, param_dtype, grad_dtype,
+        cpu_pass_shape(micro_batch,
+                       transformer::cpu::largest_layer_numel(params_, c.layer_count())));
+  }
 
  private:
+  // The CPU pass's shape for the views' scratch (cpu/view_scratch.h).
+  transformer::cpu::PassShape cpu_pass_shape(int64_t micro_batch, int64_t largest_layer) const {
+    const GptConfig& c = config_;
+    return transformer::cpu::PassShape{
+        .tokens = micro_batch * c.block_size,
+        .largest_layer = largest_layer,
+        // Rounded inside linear_bf16: the attention projection's input and
+        // the qkv linear's output gradient (the runner's other operands are
+        // made rounded).
+        .linear_in = c.n_embd,
+        .linear_out = 3 * c.n_embd,
+        .embd = c.n_embd,
+        .vocab = c.vocab_size,
+        .attention = {micro_batch, c.block_size, c.n_head, c.n_head, c.head_size()},
+        .attention_heads_kept = true,  // in the qkv activation (runner.h)
+        // The MLP projection's input gradient (cpu_backend.h's mlp_backward).
+        .consumed_n = 4 * c.n_embd,
+        .consumed_k = c.n_embd};
+  }
+
   const dscore_model_param* param_at(size_t index) const {
     return transformer::param_at(params_.description(), index);
   }

@@ -215,22 +215,7 @@ class Llama : public sdk::Instance {
                             dscore_dtype grad_dtype) const {
     const LlamaConfig& c = config_;
     const int64_t largest_layer = transformer::cpu::largest_layer_numel(params_, c.layer_count());
-    const transformer::cpu::PassShape pass{
-        .tokens = micro_batch * c.block_size,
-        .largest_layer = largest_layer,
-        // Rounded inside linear_bf16: o_proj's input and the output
-        // gradients of the attention's projections and down_proj (the
-        // runner's other operands, gate_proj's and up_proj's output
-        // gradients included, are made rounded).
-        .linear_in = c.q_dim(),
-        .linear_out = std::max(c.hidden_size, c.q_dim()),
-        .embd = c.hidden_size,
-        .vocab = c.vocab_size,
-        .attention = {micro_batch, c.block_size, c.num_attention_heads, c.num_key_value_heads,
-                      c.head_dim},
-        // down_proj's input gradient (cpu_backend.h's mlp_backward).
-        .consumed_n = c.intermediate_size,
-        .consumed_k = c.hidden_size};
+    const transformer::cpu::PassShape pass = cpu_pass_shape(micro_batch, largest_layer);
     const transformer::cuda_memory::PassShape shape{
         .batch = micro_batch,
         .block = c.block_size,
@@ -247,8 +232,41 @@ class Llama : public sdk::Instance {
               checkpointed, params_, micro_batch, bf16_operands, state);
         });
   }
+  // A pipeline stage's (model.h stage_activation_bytes): per slot, the
+  // runner made for the stage's blocks; shared, the LM head's working block
+  // and the views' scratch (transformer::declared_stage_bytes).
+  sdk::StageMemory stage_activation_bytes(const dscore_pipeline_stage& stage, int64_t micro_batch,
+                                          bool checkpointing, dscore_dtype param_dtype,
+                                          dscore_dtype grad_dtype) const {
+    const auto& c = config_;
+    return transformer::declared_stage_bytes<LlamaRunner>(
+        c, params_, c.num_hidden_layers, stage, micro_batch, checkpointing, param_dtype, grad_dtype,
+        cpu_pass_shape(micro_batch,
+                       transformer::cpu::largest_layer_numel(params_, c.layer_count())));
+  }
 
  private:
+  // The CPU pass's shape for the views' scratch (cpu/view_scratch.h).
+  transformer::cpu::PassShape cpu_pass_shape(int64_t micro_batch, int64_t largest_layer) const {
+    const LlamaConfig& c = config_;
+    return transformer::cpu::PassShape{
+        .tokens = micro_batch * c.block_size,
+        .largest_layer = largest_layer,
+        // Rounded inside linear_bf16: o_proj's input and the output
+        // gradients of the attention's projections and down_proj (the
+        // runner's other operands, gate_proj's and up_proj's output
+        // gradients included, are made rounded).
+        .linear_in = c.q_dim(),
+        .linear_out = std::max(c.hidden_size, c.q_dim()),
+        .embd = c.hidden_size,
+        .vocab = c.vocab_size,
+        .attention = {micro_batch, c.block_size, c.num_attention_heads, c.num_key_value_heads,
+                      c.head_dim},
+        // down_proj's input gradient (cpu_backend.h's mlp_backward).
+        .consumed_n = c.intermediate_size,
+        .consumed_k = c.hidden_size};
+  }
+
   const dscore_model_param* param_at(size_t index) const {
     return transformer::param_at(params_.description(), index);
   }

@@ -289,6 +289,13 @@ class Mlp : public sdk::Instance {
     return PassSizes(dims_, micro_batch).forward_backward_bytes(/*sixteen_bit_views=*/true);
   }
 
+  // A pipeline stage's: each slot holds a whole pass's buffers (slot_pass
+  // makes PassBuffers for every layer), nothing is shared.
+  sdk::StageMemory stage_activation_bytes(const dscore_pipeline_stage&, int64_t micro_batch,
+                                          bool checkpointing, dscore_dtype, dscore_dtype) const {
+    return {activation_bytes(micro_batch, checkpointing), 0};
+  }
+
   size_t layer_count() const { return dims_.size() - 1; }
 
   // Forward FLOPs of linear layer l for `batch` samples: the matmul

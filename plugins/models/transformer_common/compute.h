@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "stage_blocks.h"
 #include "tokens.h"
 
 namespace dscore::transformer {
@@ -101,7 +102,8 @@ class HostStreamScope {
 // Runner<Backend> constructed from (config, params, backend), owning the
 // backend (constructed from `args`).
 // Its pipeline stages run one runner per activation slot, each keeping
-// only the stage's blocks (where the runner and backend have stage passes).
+// only the stage's blocks (stage_blocks.h; where the runner and backend
+// have stage passes).
 template <template <class> class Runner, class Config, class Params, class Backend>
 class RunnerCompute final : public Compute {
  public:
@@ -165,11 +167,7 @@ class RunnerCompute final : public Compute {
   // l) on first use and again when the stage changes.
   Runner<Backend>& slot_runner(const dscore_pipeline_stage& stage, size_t slot) {
     if (slot >= slots_.size()) slots_.resize(slot + 1);
-    const auto block = [](size_t layer) {
-      return layer == 0 ? int64_t{0} : static_cast<int64_t>(layer) - 1;
-    };
-    const int64_t lo = block(stage.first_layer);
-    const int64_t hi = std::min<int64_t>(block(stage.end_layer), config_.layer_count() - 2);
+    const auto [lo, hi] = stage_blocks(stage, config_.layer_count() - 2);
     SlotRunner& s = slots_[slot];
     if (s.runner == nullptr || s.lo != lo || s.hi != hi) {
       s.runner = std::make_unique<Runner<Backend>>(config_, params_, backend_, lo, hi);

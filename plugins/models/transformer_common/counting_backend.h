@@ -36,15 +36,18 @@ struct CountingBackend {
 };
 
 // Bytes Runner<Counter>::allocate(batch, bf16_operands) takes over a backend
-// of these types (Runner: the gpt or llama runner template): the model's
-// declared activation memory, from the same code path as its allocation.
+// of these types (Runner: the gpt or llama runner template), made for
+// blocks [lo, hi) (all of them by default; a pipeline stage's runner its
+// own): the model's declared activation memory, from the same code path as
+// its allocation.
 template <template <class> class Runner, class Scalar, class Stat, class Config, class Params>
 uint64_t runner_allocation_bytes(const Config& config, const Params& params, int64_t batch,
-                                 bool bf16_operands, StateElements state_elements) {
+                                 bool bf16_operands, StateElements state_elements, int64_t lo = 0,
+                                 int64_t hi = -1) {
   using Counter = CountingBackend<Scalar, Stat>;
   Counter counter;
   counter.state_elements = state_elements;
-  Runner<Counter>(config, params, counter).allocate(batch, bf16_operands);
+  Runner<Counter>(config, params, counter, lo, hi).allocate(batch, bf16_operands);
   return counter.bytes;
 }
 

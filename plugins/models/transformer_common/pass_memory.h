@@ -5,6 +5,7 @@
 // sized for (the runners' fused blocks: bf16 operands in bf16 layers).
 #pragma once
 
+#include <dscore/cpp/model_plugin.hpp>
 #include <dscore/cpp/plugin.hpp>
 
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include "cpu/linear.h"
 #include "cpu/view_scratch.h"
 #include "cuda_pass_memory.h"
+#include "stage_blocks.h"
 
 namespace dscore::transformer {
 
@@ -122,6 +124,34 @@ uint64_t declared_activation_bytes(const Config& config, int64_t layers, int64_t
                                                    &cpu::attention_state_elements);
                              }) +
          cpu::view_scratch_bytes(cpu_pass, param_dtype, grad_dtype);
+}
+
+// A pipeline stage's activation memory (model.h stage_activation_bytes),
+// on the CPU (the pipeline runs there): each slot holds the Runner made for
+// the stage's blocks (stage_blocks.h), its allocations counted by its own
+// allocation code (runner_allocation_bytes) for the checkpointed config;
+// the slots share what declared_activation_bytes adds beside the runner,
+// the LM head's working block (on the stage with the final layer) and the
+// view scratch of `cpu_pass`.
+template <template <class> class Runner, class Config, class Params>
+sdk::StageMemory declared_stage_bytes(const Config& config, const Params& params, int64_t layers,
+                                      const dscore_pipeline_stage& stage, int64_t micro_batch,
+                                      bool checkpointing, dscore_dtype param_dtype,
+                                      dscore_dtype grad_dtype, const cpu::PassShape& cpu_pass) {
+  check_micro_batch(micro_batch);
+  if (config.device == "cuda")
+    throw sdk::Error(DSCORE_UNIMPLEMENTED, "pipeline stages run on the CPU only");
+  const Config c = checkpointed_config(config, layers, checkpointing);
+  const StageBlocks blocks = stage_blocks(stage, layers);
+  const bool last = static_cast<int64_t>(stage.end_layer) == layers + 2;
+  sdk::StageMemory memory;
+  memory.slot_bytes = runner_allocation_bytes<Runner, float, float>(
+      c, params, micro_batch, cpu::bf16_operands_for(param_dtype), &cpu::attention_state_elements,
+      blocks.lo, blocks.hi);
+  memory.shared_bytes =
+      (last ? cpu::lm_head_working_bytes(micro_batch * c.block_size, c.vocab_size) : 0) +
+      cpu::view_scratch_bytes(cpu_pass, param_dtype, grad_dtype);
+  return memory;
 }
 
 // A block whose linears read operands of the other form than the pass's

@@ -291,6 +291,21 @@ typedef struct dscore_model_vtable {
                                   size_t slot, const dscore_batch* batch,
                                   const dscore_model_hooks* hooks, double loss_scale,
                                   const void* output_grad, void* input_grad, double* loss);
+  /* Optional (ABI 1.2), with the three above. The activation memory of a
+   * stage's passes, as activation_bytes_for is of forward_backward's, for
+   * `micro_batch` samples, checkpointing and the view dtypes as there:
+   * into *slot_bytes what one activation slot of the stage holds (what
+   * stage_forward keeps for stage_backward, and the slot's own backward
+   * buffers), into *shared_bytes what the stage's passes use beside their
+   * slots at the peak (working memory all slots share: the loss head's on
+   * the last stage, copies of 16-bit views). The host counts each slot its
+   * schedule uses (`dscore plan`, the fit check). NULL: the host counts
+   * the whole model's activation_bytes for each slot, an upper bound. */
+  dscore_status (*stage_activation_bytes)(const dscore_model* self,
+                                          const dscore_pipeline_stage* stage, int64_t micro_batch,
+                                          int32_t checkpointing, dscore_dtype param_dtype,
+                                          dscore_dtype grad_dtype, uint64_t* slot_bytes,
+                                          uint64_t* shared_bytes);
   /* ---- minor 2 ends here ---- */
 } dscore_model_vtable;
 

@@ -3,7 +3,8 @@
 // activations and the measured process) within 10% of each rank's peak RSS
 // (VmHWM) that `dscore run` reports with memory_breakdown at the end of
 // training, for the README's quickstart and the bench GPT (bench/gpt_train.cc)
-// at 1 and 2 ranks, and for a Llama of the bench GPT's size. The peak is read before teardown,
+// at 1 and 2 ranks, for a Llama of the bench GPT's size, and per pipeline
+// stage (1F1B and interleaved). The peak is read before teardown,
 // which touches pages no training step does.
 #include <gtest/gtest.h>
 
@@ -122,6 +123,26 @@ std::string llama_config(int ranks, bool bf16, int stage, bool checkpointing) {
   return text;
 }
 
+// The bench GPT (or the Llama above) cut into 2 pipeline stages on 2 ranks,
+// ZeRO-1, 4 micro-batches of 8: each stage keeps the activation slots its
+// schedule uses (1F1B: 2 on either stage; interleaved, 2 chunks: more) for
+// its own blocks, the boundary tensors, and the tied embedding's gradients.
+std::string pipeline_config(const char* model, const char* schedule) {
+  auto value = json::parse(std::string(model) == "llama" ? llama_config(1, false, 1, false)
+                                                         : bench_gpt_config(1, false, 1),
+                           "pipeline");
+  if (!value.ok()) return "";
+  value->set("train_batch_size", json::Value(int64_t{32}));
+  value->set("gradient_accumulation_steps", json::Value(int64_t{4}));
+  auto pipeline = json::parse(
+      std::string(R"({"stages": 2, "schedule": ")") + schedule +
+          (std::string(schedule) == "interleaved" ? R"(", "virtual_stages": 2})" : R"("})"),
+      "pipeline section");
+  if (!pipeline.ok()) return "";
+  value->set("pipeline", *pipeline);
+  return json::serialize(*value);
+}
+
 void expect_plan_within_10_percent(const std::string& config_text, int ranks, int steps) {
   TempDir dir("dscore_memory_plan");
   fs::create_directory_symlink(fs::path(DSCORE_SOURCE_DIR) / "configs", dir.path() / "configs");
@@ -193,6 +214,14 @@ TEST(MemoryPlan, LlamaPeakWithinTenPercentOnOneRank) {
 
 TEST(MemoryPlan, CheckpointedBf16LlamaZeroThreePeakWithinTenPercentOnTwoRanks) {
   expect_plan_within_10_percent(llama_config(2, /*bf16=*/true, /*stage=*/3, true), 2, 1);
+}
+
+TEST(MemoryPlan, PipelinedBenchGptPeakWithinTenPercentPerStage) {
+  expect_plan_within_10_percent(pipeline_config("gpt", "1f1b"), 2, 1);
+}
+
+TEST(MemoryPlan, InterleavedLlamaPeakWithinTenPercentPerStage) {
+  expect_plan_within_10_percent(pipeline_config("llama", "interleaved"), 2, 1);
 }
 
 }  // namespace

@@ -180,6 +180,19 @@ TEST_F(PipelineRun, LlamaStagesGiveOneRanksLosses) {
                         2));
   const std::vector<double> tied = losses("t1", llama(true), 1);
   EXPECT_LT(max_relative(tied, losses("t4", llama(true) + four, 4)), 1e-7);
+  // DeepSpeed's activation_checkpoint_interval: the model checkpoints its
+  // blocks, recomputing the same arithmetic, and plans less memory.
+  const std::string checkpointed =
+      R"(, "pipeline": {"stages": 2, "activation_checkpoint_interval": 1})";
+  EXPECT_EQ(one, losses("lc2", llama(false) + checkpointed, 2));
+  const auto activations_row = [&](const std::string& name, const std::string& config) {
+    const fs::path path = dir_.write(name + ".json", "{" + config + "}");
+    const ProcessResult plan = run_dscore({"plan", "--config", path.string(), "-n", "2"});
+    const std::vector<std::string> rows = lines_starting_with(plan.out, "  activations ");
+    return rows.size() == 1 ? rows[0] : plan.describe();
+  };
+  const std::string kept = activations_row("pk", llama(false) + R"(, "pipeline": {"stages": 2})");
+  EXPECT_NE(kept, activations_row("pc", llama(false) + checkpointed)) << kept;
 }
 
 TEST_F(PipelineRun, RefusesWhatAPipelineDoesNotRunNamingTheKey) {
@@ -200,6 +213,13 @@ TEST_F(PipelineRun, RefusesWhatAPipelineDoesNotRunNamingTheKey) {
   EXPECT_NE(offload.exit_code, 0);
   EXPECT_NE(offload.err.find("offload with a pipeline is not built yet"), std::string::npos)
       << offload.err;
+  ProcessResult interval = run(
+      "interval", kMlp + R"(, "pipeline": {"stages": 2, "activation_checkpoint_interval": 2})", 2);
+  EXPECT_NE(interval.exit_code, 0);
+  EXPECT_NE(interval.err.find("pipeline.activation_checkpoint_interval"), std::string::npos)
+      << interval.err;
+  EXPECT_NE(interval.err.find("does not checkpoint activations: set it to 0"), std::string::npos)
+      << interval.err;
 }
 
 // A checkpoint saved by 2 stages resumes at 1 and at 4 stages, and one

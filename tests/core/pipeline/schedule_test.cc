@@ -165,6 +165,25 @@ TEST(InterleavedSchedule, BuffersAreReusedWithinAChunk) {
   }
 }
 
+// The activation slots a stage's chunks use: 1F1B's buffers (DeepSpeed's
+// num_pipe_buffers, at least 2) once there are that many micro-batches;
+// interleaved, at most each chunk's share of the stage's buffers.
+TEST(Schedules, SlotsPerChunkAreTheBuffersTheForwardsWrite) {
+  EXPECT_EQ(slots_per_chunk(train_schedule({2, 4, 1}, 0), 1), std::vector<int>{2});
+  EXPECT_EQ(slots_per_chunk(train_schedule({2, 4, 1}, 1), 1), std::vector<int>{2});
+  EXPECT_EQ(slots_per_chunk(train_schedule({4, 8, 1}, 0), 1), std::vector<int>{4});
+  EXPECT_EQ(slots_per_chunk(train_schedule({2, 1, 1}, 0), 1), std::vector<int>{1});
+  const PipeShape shape{4, 16, 2};
+  for (int s = 0; s < 4; ++s) {
+    const std::vector<int> slots = slots_per_chunk(interleaved_schedule(shape, s), 2);
+    ASSERT_EQ(slots.size(), 2u);
+    for (int n : slots) {
+      EXPECT_GE(n, 1) << "stage " << s;
+      EXPECT_LE(n, pipe_buffers(shape, s) / 2) << "stage " << s;
+    }
+  }
+}
+
 // Sends that complete only once received (MPI's rendezvous for large
 // messages, NCCL) are the worst case: both schedules run under it, with
 // the messages between two stages (activations and gradients, on a ring

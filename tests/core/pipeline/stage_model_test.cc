@@ -19,8 +19,9 @@ namespace {
 // stage layer 0 for the head's gradient (1.0 each), as the gpt does.
 class FakeModel final : public Model {
  public:
-  explicit FakeModel(bool stages = true, size_t stray_layer = SIZE_MAX)
-      : stages_(stages), stray_(stray_layer) {
+  explicit FakeModel(bool stages = true, size_t stray_layer = SIZE_MAX,
+                     bool declares_stage_memory = true)
+      : stages_(stages), stray_(stray_layer), declares_stage_memory_(declares_stage_memory) {
     for (size_t l = 0; l < 4; ++l) names_.push_back("layers." + std::to_string(l) + ".weight");
     for (size_t l = 0; l < 4; ++l)
       params_.push_back({sizeof(dscore_model_param), names_[l].c_str(), 1, &shape_, 2, 0});
@@ -40,6 +41,19 @@ class FakeModel final : public Model {
   Status forward_backward(const dscore_batch&, const dscore_model_hooks&, double,
                           double*) override {
     return Status::Ok();
+  }
+  // The whole pass: 1000 bytes a sample. A stage's slot: 10 bytes a layer
+  // and sample; shared: 7 bytes on the stage with the head, 3 elsewhere.
+  Result<uint64_t> activation_bytes(int64_t micro, bool, dscore_dtype,
+                                    dscore_dtype) const override {
+    return static_cast<uint64_t>(1000 * micro);
+  }
+  Result<StageActivations> stage_activation_bytes(const dscore_pipeline_stage& stage, int64_t micro,
+                                                  bool, dscore_dtype, dscore_dtype) const override {
+    if (!declares_stage_memory_) return unimplemented("no stage memory");
+    return StageActivations{
+        10 * (stage.end_layer - stage.first_layer) * static_cast<uint64_t>(micro),
+        stage.end_layer == 4 ? 7u : 3u};
   }
   bool has_pipeline_stages() const override { return stages_; }
   Result<uint64_t> boundary_bytes(size_t, int64_t, dscore_dtype) const override { return 8; }
@@ -81,6 +95,7 @@ class FakeModel final : public Model {
  private:
   bool stages_;
   size_t stray_;
+  bool declares_stage_memory_;
   int64_t shape_ = 2;
   std::vector<std::string> names_;
   std::vector<dscore_model_param> params_;
@@ -252,6 +267,28 @@ TEST(StageModel, RefusesAModelWithoutStagesAndTheWholeModelsCalls) {
   EXPECT_EQ(whole.code(), DSCORE_FAILED_PRECONDITION);
   auto outside = StageModel::create(std::make_unique<FakeModel>(), {0, 2, 4}, 2);
   EXPECT_FALSE(outside.ok());
+}
+
+// A stage's activations: each chunk's slots times one slot's, plus the
+// most its chunks share; a model that does not declare a stage's is
+// counted at its whole pass per slot.
+TEST(StageModel, ActivationsCountEachSlotOfEachChunk) {
+  const std::vector<size_t> bounds = {0, 1, 2, 3, 4};  // 2 stages x 2 chunks
+  auto stage = StageModel::create(std::make_unique<FakeModel>(), bounds, 1, 2);
+  ASSERT_TRUE(stage.ok());
+  (*stage)->set_slots({3, 2});  // chunks [1, 2) and [3, 4)
+  auto bytes = (*stage)->activation_bytes(2, false, DSCORE_DTYPE_F32, DSCORE_DTYPE_F32);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().message();
+  EXPECT_EQ(*bytes, 3u * 20 + 2u * 20 + 7);
+  const FakeModel silent(true, SIZE_MAX, /*declares_stage_memory=*/false);
+  auto upper = stage_activation_bytes(silent, stage_chunks(bounds, 1, 2), {3, 2}, 2, false,
+                                      DSCORE_DTYPE_F32, DSCORE_DTYPE_F32);
+  ASSERT_TRUE(upper.ok());
+  EXPECT_FALSE(upper->declared);
+  EXPECT_EQ(upper->bytes, 5u * 2000);
+  // The executor's: 2 x buffers x (in + out), and the tied accumulators.
+  EXPECT_EQ(executor_bytes(3, 8, 16, 40), 2u * 3 * 24 + 40);
+  EXPECT_EQ(layers_bytes(silent.description(), {0, 3}, DSCORE_DTYPE_BF16), 8u);
 }
 
 }  // namespace

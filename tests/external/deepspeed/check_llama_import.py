@@ -50,6 +50,23 @@ def run(cmd, what, cwd=None):
     return out.stdout
 
 
+def save_llama(hf, model):
+    """A LlamaForCausalLM of `model`'s config, seeded, saved to folder `hf`."""
+    torch.manual_seed(0)
+    config = LlamaConfig(**model, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    LlamaForCausalLM(config).float().save_pretrained(hf)
+    return hf
+
+
+def write_shard(shard, count):
+    """An llm.c token shard of `count` tokens below VOCAB (seeded)."""
+    tokens = np.random.default_rng(5).integers(0, VOCAB, size=count)
+    with open(shard, "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, len(tokens), *([0] * 253)))
+        f.write(tokens.astype(np.uint16).tobytes())
+    return shard
+
+
 def start_ranks(folder, stage, result, hf, shard, save, config):
     """DeepSpeed's two ranks of one stage, as ct.start_deepspeed's triple."""
     port, procs, logs = ct.free_port(), [], []
@@ -70,15 +87,8 @@ def main():
     dscore = os.path.abspath(sys.argv[1])
     failures = []
     with tempfile.TemporaryDirectory() as folder:
-        torch.manual_seed(0)
-        hf = os.path.join(folder, "llama")
-        config = LlamaConfig(**MODEL, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
-        LlamaForCausalLM(config).float().save_pretrained(hf)
-        shard = os.path.join(folder, "train.bin")
-        tokens = np.random.default_rng(5).integers(0, VOCAB, size=40 * T + 1)
-        with open(shard, "wb") as f:
-            f.write(struct.pack("<256i", 20240520, 1, len(tokens), *([0] * 253)))
-            f.write(tokens.astype(np.uint16).tobytes())
+        hf = save_llama(os.path.join(folder, "llama"), MODEL)
+        shard = write_shard(os.path.join(folder, "train.bin"), 40 * T + 1)
         started = time.time()
         jobs = {}
         for stage in STAGES:

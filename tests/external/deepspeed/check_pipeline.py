@@ -42,7 +42,9 @@ def config_for(stages, zero):
     return c
 
 
-def start_ranks(folder, name, world, config):
+def start_ranks(folder, name, world, args, worker="ds_pipe_worker.py"):
+    """`world` ranks of `worker` (argv: the result's path, then `args`), as
+    ct.finish_deepspeed takes them."""
     result = os.path.join(folder, f"{name}.json")
     port, procs, logs = ct.free_port(), [], []
     for rank in range(world):
@@ -53,27 +55,44 @@ def start_ranks(folder, name, world, config):
         logs.append(os.path.join(folder, f"{name}_r{rank}.log"))
         with open(logs[-1], "w") as log:
             procs.append(subprocess.Popen(
-                [sys.executable, os.path.join(ct.HERE, "ds_pipe_worker.py"), result, config],
+                [sys.executable, os.path.join(ct.HERE, worker), result, *args],
                 env=env, stdout=log, stderr=subprocess.STDOUT))
     return procs, result, logs
 
 
-def run_dscore(dscore, folder, name, world, config_path):
+def run_dscore(dscore, folder, name, world, config, label="check_pipeline"):
+    """`dscore run` of `config` (a dict) on `world` ranks: its per-step losses
+    and its log line naming the cut."""
     work = os.path.join(folder, "dscore_" + name)
     os.makedirs(work)
-    with open(config_path) as f:
-        config = json.load(f)
-    config["csv_monitor"] = {"enabled": True, "output_path": "out", "job_name": "csv"}
+    config = dict(config, csv_monitor={"enabled": True, "output_path": "out", "job_name": "csv"})
     with open(os.path.join(work, "config.json"), "w") as f:
         json.dump(config, f)
     out = subprocess.run([dscore, "run", "--config", "config.json", "-n", str(world)], cwd=work,
                          capture_output=True, text=True, timeout=ct.DSCORE_RUN_SECONDS,
                          start_new_session=True)
     if out.returncode != 0:
-        sys.exit(f"check_pipeline: FAILED: dscore run ({name}):\n{out.stdout}{out.stderr}")
+        sys.exit(f"{label}: FAILED: dscore run ({name}):\n{out.stdout}{out.stderr}")
     parts = next((line for line in out.stdout.splitlines() + out.stderr.splitlines()
                   if "pipeline:" in line), "")
     return ct.read_csv(os.path.join(work, "out/csv/Train_Samples_train_loss.csv"), "train_loss"), parts
+
+
+def compare(label, what, ds, mine, parts, rtol, failures):
+    """DeepSpeed's cut and losses (`ds`) against dscore's; prints the worst
+    step, appends what disagrees to `failures`."""
+    bounds = ds["parts"]
+    if f"stage 1: layers {bounds[1]}-" not in parts:
+        failures.append(f"{what}: DeepSpeed cut at {bounds}, dscore said: {parts}")
+    if len(mine) != len(ds["losses"]):
+        failures.append(f"{what}: dscore logged {len(mine)} losses, DeepSpeed {len(ds['losses'])}")
+        return
+    rels = [abs(a - b) / abs(a) for a, b in zip(ds["losses"], mine)]
+    worst = max(range(len(rels)), key=rels.__getitem__)
+    print(f"{label}: {what}: layers cut at {bounds}; max rel {max(rels):.3g} "
+          f"(step {worst + 1}; DeepSpeed {ds['losses'][worst]:.7f}, dscore {mine[worst]:.7f})")
+    if max(rels) > rtol:
+        failures.append(f"{what}: step {worst + 1} relative {rels[worst]:.3g} > {rtol}")
 
 
 def main():
@@ -85,30 +104,20 @@ def main():
         for stages, world, zero in RUNS:
             name = f"pp{stages}_w{world}_zero{zero}"
             path = os.path.join(folder, name + "_config.json")
+            config = config_for(stages, zero)
             with open(path, "w") as f:
-                json.dump(config_for(stages, zero), f)
-            start = lambda: start_ranks(folder, name, world, path)  # noqa: E731
+                json.dump(config, f)
+            start = lambda: start_ranks(folder, name, world, [path])  # noqa: E731
             result = ct.finish_deepspeed(start(), start, time.time() + ct.DEEPSPEED_SECONDS,
                                          f"check_pipeline ({name})")
             with open(result) as f:
-                results[name] = (json.load(f), run_dscore(dscore, folder, name, world, path))
+                results[name] = (json.load(f), run_dscore(dscore, folder, name, world, config))
         version = next(iter(results.values()))[0]["deepspeed"]
         print(f"check_pipeline: DeepSpeed {version} PipelineModule and dscore, {len(RUNS)} pipelines "
               f"in {time.time() - started:.0f} s")
         for (stages, world, zero), (name, (ds, (mine, parts))) in zip(RUNS, results.items()):
             what = f"{stages} stages x {world // stages} data-parallel, ZeRO {zero} ({ds['optimizer']})"
-            bounds = ds["parts"]
-            if f"stage 1: layers {bounds[1]}-" not in parts:
-                failures.append(f"{what}: DeepSpeed cut at {bounds}, dscore said: {parts}")
-            if len(mine) != len(ds["losses"]):
-                failures.append(f"{what}: dscore logged {len(mine)} losses, DeepSpeed {len(ds['losses'])}")
-                continue
-            rels = [abs(a - b) / abs(a) for a, b in zip(ds["losses"], mine)]
-            worst = max(range(len(rels)), key=rels.__getitem__)
-            print(f"check_pipeline: {what}: layers cut at {bounds}; max rel {max(rels):.3g} "
-                  f"(step {worst + 1}; DeepSpeed {ds['losses'][worst]:.7f}, dscore {mine[worst]:.7f})")
-            if max(rels) > RTOL:
-                failures.append(f"{what}: step {worst + 1} relative {rels[worst]:.3g} > {RTOL}")
+            compare("check_pipeline", what, ds, mine, parts, RTOL, failures)
     for f in failures:
         print(f"check_pipeline: MISMATCH: {f}", file=sys.stderr)
     if failures:

@@ -16,16 +16,28 @@ import torch
 from transformers import LlamaForCausalLM
 
 
+def read_shard(path):
+    """The tokens of an llm.c shard (header of 256 int32, then uint16 tokens)."""
+    with open(path, "rb") as f:
+        header = np.frombuffer(f.read(1024), dtype=np.int32)
+        return np.frombuffer(f.read(), dtype=np.uint16)[:header[2]].astype(np.int64)
+
+
+def sample_rows(tokens, T, first, count):
+    """Samples first .. first + count - 1 as `dscore run` reads them: sample k
+    is tokens [j*T, j*T + T + 1), j = k mod the samples in the shard."""
+    chunks = (len(tokens) - 1) // T
+    return torch.tensor(np.stack([tokens[(k % chunks) * T:(k % chunks) * T + T + 1]
+                                  for k in range(first, first + count)]))
+
+
 def main():
     result_path, folder, shard, T, steps, save_at, save_dir, config_path = sys.argv[1:9]
     T, steps, save_at = int(T), int(steps), int(save_at)
     deepspeed.init_distributed(dist_backend="gloo", verbose=False)
     torch.set_num_threads(1)
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    with open(shard, "rb") as f:
-        header = np.frombuffer(f.read(1024), dtype=np.int32)
-        tokens = np.frombuffer(f.read(), dtype=np.uint16)[:header[2]].astype(np.int64)
-    chunks = (len(tokens) - 1) // T
+    tokens = read_shard(shard)
     with open(config_path) as f:
         ds_config = json.load(f)
     model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
@@ -37,8 +49,7 @@ def main():
         rank_loss = 0.0
         for m in range(gas):
             first = step * batch + m * micro * world + rank * micro
-            rows = torch.tensor(np.stack([tokens[(k % chunks) * T:(k % chunks) * T + T + 1]
-                                          for k in range(first, first + micro)]))
+            rows = sample_rows(tokens, T, first, micro)
             loss = engine(input_ids=rows, labels=rows).loss
             engine.backward(loss)
             rank_loss += loss.item() / gas

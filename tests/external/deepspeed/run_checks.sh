@@ -9,7 +9,8 @@
 # exported for DeepSpeed to resume (check_checkpoint_export.py), and a
 # Hugging Face Llama trained by DeepSpeed imported and resumed
 # (check_llama_import.py), and DeepSpeed's pipeline engine against dscore's
-# stages (check_pipeline.py).
+# stages on the mlp (check_pipeline.py) and on a Hugging Face Llama
+# (check_pipeline_llama.py).
 #
 # The venv and the CPU-only environment: venv.sh. DeepSpeed JIT-compiles
 # its CPU Adam the first time (a few minutes): the build is kept in
@@ -27,7 +28,7 @@ source "$here/venv.sh"
 deepspeed_venv "deepspeed checks"
 failed=0
 for check in check_lr_schedules.py check_loss_scaler.py check_training.py check_checkpoint_import.py \
-    check_checkpoint_export.py check_llama_import.py check_pipeline.py; do
+    check_checkpoint_export.py check_llama_import.py check_pipeline.py check_pipeline_llama.py; do
   start=$SECONDS
   log="$(mktemp)"
   if ! "$venv/bin/python" "$here/$check" "$dscore" > "$log" 2>&1; then

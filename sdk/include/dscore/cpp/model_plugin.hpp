@@ -32,6 +32,12 @@
 //     double stage_backward(const dscore_pipeline_stage& stage, size_t slot,
 //                           const dscore_batch* batch, const dscore_model_hooks& hooks,
 //                           double loss_scale, const void* output_grad, void* input_grad);
+//     // a stage's activation memory (with the three above): one slot's, and
+//     // what its slots share
+//     sdk::StageMemory stage_activation_bytes(const dscore_pipeline_stage& stage,
+//                                             int64_t micro_batch, bool checkpointing,
+//                                             dscore_dtype param_dtype,
+//                                             dscore_dtype grad_dtype) const;
 //   };
 //   const dscore_plugin_descriptor kMine = sdk::model_descriptor<MyModel>(
 //       "my_model", "1.0", "one line", DSCORE_CAP_CPU | DSCORE_CAP_F32, kSchema);
@@ -115,7 +121,20 @@ struct HasPipelineStages<
                static_cast<const dscore_batch*>(nullptr), std::declval<const dscore_model_hooks&>(),
                double{}, static_cast<const void*>(nullptr), static_cast<void*>(nullptr)))>>
     : std::true_type {};
+template <typename T, typename = void>
+struct HasStageActivationBytes : std::false_type {};
+template <typename T>
+struct HasStageActivationBytes<T,
+                               std::void_t<decltype(std::declval<const T&>().stage_activation_bytes(
+                                   std::declval<const dscore_pipeline_stage&>(), int64_t{}, bool{},
+                                   dscore_dtype{}, dscore_dtype{}))>> : std::true_type {};
 }  // namespace detail
+
+// A pipeline stage's activation memory (model.h stage_activation_bytes).
+struct StageMemory {
+  uint64_t slot_bytes = 0;    // one activation slot's
+  uint64_t shared_bytes = 0;  // what the stage's slots share
+};
 
 // The stage, checked: inside `layer_count` layers, not empty.
 inline const dscore_pipeline_stage& checked_stage(const dscore_pipeline_stage* stage,
@@ -228,6 +247,23 @@ struct ModelPlugin {
     });
   }
 
+  static dscore_status stage_activation_bytes(const dscore_model* h,
+                                              const dscore_pipeline_stage* stage,
+                                              int64_t micro_batch, int32_t checkpointing,
+                                              dscore_dtype param_dtype, dscore_dtype grad_dtype,
+                                              uint64_t* slot_bytes, uint64_t* shared_bytes) {
+    return S::call(h, [&](const T& t) {
+      if (slot_bytes == nullptr || shared_bytes == nullptr)
+        throw Error(DSCORE_INVALID_ARGUMENT,
+                    "stage_activation_bytes: slot_bytes or shared_bytes is NULL");
+      const dscore_pipeline_stage& s = checked_stage(stage, t.description()->layer_count);
+      const StageMemory m =
+          t.stage_activation_bytes(s, micro_batch, checkpointing != 0, param_dtype, grad_dtype);
+      *slot_bytes = m.slot_bytes;
+      *shared_bytes = m.shared_bytes;
+    });
+  }
+
   static dscore_model_vtable make_vtable() {
     dscore_model_vtable vt{};
     vt.struct_size = sizeof vt;
@@ -250,6 +286,8 @@ struct ModelPlugin {
       vt.boundary_bytes = &boundary_bytes;
       vt.stage_forward = &stage_forward;
       vt.stage_backward = &stage_backward;
+      if constexpr (detail::HasStageActivationBytes<T>::value)
+        vt.stage_activation_bytes = &stage_activation_bytes;
     }
     return vt;
   }
