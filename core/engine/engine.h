@@ -255,7 +255,8 @@ class Engine {
   Status pipeline_backward(const pipeline::Instruction& in);
   Status open_boundary_step();
   Status reduce_tied_grads();
-  Status pipe_transfer(pipeline::Op op, std::vector<std::byte>& buffer);
+  Status pipe_transfer(pipeline::Op op, std::vector<std::byte>& buffer, device::EventPtr* sent);
+  Status await_pipe_sends(const pipeline::Instruction& in);
 
   // Model hooks (ctx = Engine*).
   dscore_model_hooks model_hooks();
@@ -317,6 +318,8 @@ class Engine {
     const dscore_batch* batch = nullptr;
     int64_t micro_batch = -1;  // the micro-batch `batch` holds in this train_batch
     std::vector<std::byte> input, input_grad, output, output_grad;
+    // The sends of output and input_grad still on the comm stream.
+    device::EventPtr output_sent, input_grad_sent;
   };
   std::vector<PipeBuffer> pipe_buffers_;
   std::pair<uint64_t, uint64_t> pipe_boundary_bytes_;  // a buffer's input, output

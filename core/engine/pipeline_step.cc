@@ -124,8 +124,13 @@ Status Engine::setup_pipeline(std::unique_ptr<Model> model) {
 
 // Activations go to the next virtual stage (the next stage, or from the
 // last stage round to the first), gradients back; under the interleaved
-// schedule the gradients on grad_pipe_.
-Status Engine::pipe_transfer(pipeline::Op op, std::vector<std::byte>& buffer) {
+// schedule the gradients on grad_pipe_. Every transfer runs on the comm
+// stream in the schedule's order (the order checked for deadlocks); a
+// receive is waited for, a send is not: *sent marks its end, and the
+// buffer it reads is rewritten only after it (the next pass into it), so
+// the stage computes while its send waits for the receiver.
+Status Engine::pipe_transfer(pipeline::Op op, std::vector<std::byte>& buffer,
+                             device::EventPtr* sent) {
   using pipeline::Op;
   const int stage = stage_model_->stage(), stages = stage_model_->stages();
   const bool send = op == Op::kSendActivation || op == Op::kSendGrad;
@@ -136,13 +141,18 @@ Status Engine::pipe_transfer(pipeline::Op op, std::vector<std::byte>& buffer) {
       grads && grad_pipe_ != nullptr ? grad_pipe_.get() : topology_->group(comm::groups::kPipe);
   const comm::CommBuffer bytes = zero::device_buffer(nullptr, buffer.data(), DSCORE_DTYPE_U8,
                                                      static_cast<int64_t>(buffer.size()));
-  Status status =
-      stream_->run([&] { return send ? comm->send(bytes, peer) : comm->recv(bytes, peer); });
-  if (status.ok()) return status;
-  return Status(status.code(), "pipeline stage " + std::to_string(stage) + " (rank " +
-                                   std::to_string(rank()) + ") " +
-                                   (send ? "sending to" : "receiving from") + " stage " +
-                                   std::to_string(peer) + ": " + status.message());
+  const std::string what =
+      "pipeline stage " + std::to_string(stage) + " (rank " + std::to_string(rank()) + ") " +
+      (send ? "sending to" : "receiving from") + " stage " + std::to_string(peer) + ": ";
+  device::Stream::Task transfer = [comm, bytes, peer, send, what] {
+    const Status status = send ? comm->send(bytes, peer) : comm->recv(bytes, peer);
+    return status.ok() ? status : Status(status.code(), what + status.message());
+  };
+  if (send) {
+    *sent = stream_->submit(std::move(transfer));
+    return Status::Ok();
+  }
+  return stream_->run(std::move(transfer));
 }
 
 // The accumulation boundary's micro-step: its reductions reduce.
@@ -268,13 +278,13 @@ Status Engine::run_instruction(const pipeline::Instruction& in, const MicroBatch
     case Op::kBackwardPass:
       return pipeline_backward(in);
     case Op::kSendActivation:
-      return pipe_transfer(in.op, b->output);
+      return pipe_transfer(in.op, b->output, &b->output_sent);
     case Op::kRecvActivation:
-      return pipe_transfer(in.op, b->input);
+      return pipe_transfer(in.op, b->input, nullptr);
     case Op::kSendGrad:
-      return pipe_transfer(in.op, b->input_grad);
+      return pipe_transfer(in.op, b->input_grad, &b->input_grad_sent);
     case Op::kRecvGrad:
-      return pipe_transfer(in.op, b->output_grad);
+      return pipe_transfer(in.op, b->output_grad, nullptr);
     case Op::kReduceTiedGrads:
       return reduce_tied_grads();
     case Op::kReduceGrads:  // done as the boundary micro-step ended
@@ -283,6 +293,18 @@ Status Engine::run_instruction(const pipeline::Instruction& in, const MicroBatch
       return Status::Ok();  // train_batch's step() after the schedule
   }
   return internal_error("unknown pipeline instruction");
+}
+
+// Before a pass rewrites a buffer a send still reads (the forward's output,
+// the backward's input gradient), that send must be done.
+Status Engine::await_pipe_sends(const pipeline::Instruction& in) {
+  if (in.op != pipeline::Op::kForwardPass && in.op != pipeline::Op::kBackwardPass)
+    return Status::Ok();
+  PipeBuffer& b = pipe_buffers_[static_cast<size_t>(in.buffer)];
+  device::EventPtr& sent = in.op == pipeline::Op::kForwardPass ? b.output_sent : b.input_grad_sent;
+  const Status status = device::wait_for(sent);
+  sent.reset();
+  return status;
 }
 
 namespace {
@@ -316,8 +338,9 @@ Result<double> Engine::train_batch(const MicroBatchSource& load) {
     double compute = 0;
     for (const pipeline::Step& step : pipe_schedule_)
       for (const pipeline::Instruction& in : step) {
+        Status status = await_pipe_sends(in);
         const auto start = std::chrono::steady_clock::now();
-        Status status = run_instruction(in, load);
+        if (status.ok()) status = run_instruction(in, load);
         if (in.op == pipeline::Op::kForwardPass || in.op == pipeline::Op::kBackwardPass)
           compute += seconds_since(start);
         if (!status.ok()) {
@@ -328,6 +351,12 @@ Result<double> Engine::train_batch(const MicroBatchSource& load) {
           return status;
         }
       }
+    for (PipeBuffer& b : pipe_buffers_) {  // the last sends end the batch
+      DSCORE_RETURN_IF_ERROR(device::wait_for(b.output_sent));
+      DSCORE_RETURN_IF_ERROR(device::wait_for(b.input_grad_sent));
+      b.output_sent.reset();
+      b.input_grad_sent.reset();
+    }
     if (timed) {
       pipe_timing_.compute_seconds += compute;
       pipe_timing_.batch_seconds += seconds_since(batch_start);
