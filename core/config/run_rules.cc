@@ -7,8 +7,7 @@ namespace dscore::config {
 namespace {
 
 // What a pipeline (docs/pipeline.md) does not run with.
-void pipeline_unsupported(const TrainingConfig& config, const Placement& placement,
-                          std::vector<ConfigError>* out) {
+void pipeline_unsupported(const TrainingConfig& config, std::vector<ConfigError>* out) {
   if (config.zero.stage >= 2)
     out->push_back({"zero_optimization.stage",
                     {},
@@ -16,11 +15,6 @@ void pipeline_unsupported(const TrainingConfig& config, const Placement& placeme
                         " with a pipeline: DeepSpeed refuses it too (stages 2 and 3 partition "
                         "gradients each micro-batch, which the pipeline's schedule defeats); "
                         "use stage 0 or 1"});
-  if (placement.offloads())
-    out->push_back({"zero_optimization.offload_optimizer",
-                    {},
-                    "offload with a pipeline is not built yet: remove offload_optimizer and "
-                    "offload_param, or the pipeline"});
   if (config.device == "cuda")
     out->push_back(
         {"device", {}, "pipelines compute on the CPU only so far: set \"device\": \"cpu\""});
@@ -59,7 +53,7 @@ std::vector<ConfigError> unsupported_features(const TrainingConfig& config,
                     "checkpoints need one folder every rank sees (a shared filesystem); node-local "
                     "storage is not "
                     "available yet: remove checkpoint.use_node_local_storage"});
-  if (pipeline_stages_of(config) > 1) pipeline_unsupported(config, placement, out);
+  if (pipeline_stages_of(config) > 1) pipeline_unsupported(config, out);
   const bool interleaved = config.pipeline.schedule == "interleaved";
   if (config.pipeline.virtual_stages > 1 && !interleaved)
     out->push_back({"pipeline.virtual_stages",
