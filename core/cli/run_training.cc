@@ -269,7 +269,7 @@ int run_training(const RunOptions& options) {
     return kExitFailure;
   }
   Engine& e = **engine;
-  if (e.world_size() > 1) comm::install_sigterm_report(e.communicator());
+  if (e.world_size() > 1) comm::install_sigterm_report(e.communicator(), e.pipeline_role());
   struct Uninstall {
     ~Uninstall() { comm::uninstall_sigterm_report(); }
   } uninstall;

@@ -144,7 +144,9 @@ Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
     const int32_t k = all[2 * r + 1];
     if (k < key || (k == key && r < rank())) group.rank += 1;
   }
-  return std::unique_ptr<Communicator>(new Communicator(group, std::move(instance)));
+  std::unique_ptr<Communicator> sub(new Communicator(group, std::move(instance)));
+  sub->in_flight_ = in_flight_;  // the SIGTERM report sees the groups' calls too
+  return sub;
 }
 
 Communicator::Communicator(JobEnv env, std::unique_ptr<plugin_host::CommInstance> instance)
@@ -166,21 +168,21 @@ plugin_host::HostContext& Communicator::host() const { return instance_->host();
 
 // A seqlock: the version is odd while the fields change.
 void Communicator::record_in_flight(const char* op, uint64_t sequence, uint64_t elements) {
-  in_flight_.version.fetch_add(1);
-  in_flight_.op.store(op);
-  in_flight_.sequence.store(sequence);
-  in_flight_.elements.store(elements);
-  in_flight_.version.fetch_add(1);
+  in_flight_->version.fetch_add(1);
+  in_flight_->op.store(op);
+  in_flight_->sequence.store(sequence);
+  in_flight_->elements.store(elements);
+  in_flight_->version.fetch_add(1);
 }
 
 Communicator::InFlight Communicator::in_flight() const {
   InFlight out;
   for (int attempt = 0; attempt < 4; ++attempt) {  // a few tries for a consistent snapshot
-    const uint64_t before = in_flight_.version.load();
-    out.op = in_flight_.op.load();
-    out.sequence = in_flight_.sequence.load();
-    out.elements = in_flight_.elements.load();
-    if (before % 2 == 0 && in_flight_.version.load() == before) break;
+    const uint64_t before = in_flight_->version.load();
+    out.op = in_flight_->op.load();
+    out.sequence = in_flight_->sequence.load();
+    out.elements = in_flight_->elements.load();
+    if (before % 2 == 0 && in_flight_->version.load() == before) break;
   }
   return out;
 }

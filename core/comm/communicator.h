@@ -72,7 +72,8 @@ class Communicator {
   // it with HostContext::set_communicator. Valid while this lives.
   const dscore_communicator* host_table() const { return &host_table_; }
   plugin_host::HostContext& host() const;
-  // The collective running now (op nullptr when none). Async-signal-safe:
+  // The collective running now (op nullptr when none), on this
+  // communicator or one split from it. Async-signal-safe:
   // lock-free atomics under a seqlock, so the CLI's SIGTERM report can read
   // it on any thread while the comm thread updates it.
   struct InFlight {
@@ -190,7 +191,10 @@ class Communicator {
   static_assert(std::atomic<uint64_t>::is_always_lock_free &&
                     std::atomic<const char*>::is_always_lock_free,
                 "the SIGTERM report reads these from a signal handler");
-  InFlightRecord in_flight_;
+  // Shared with the communicators split from this one: the record of the
+  // call running now on any of them (set before a group is used, never
+  // changed after).
+  std::shared_ptr<InFlightRecord> in_flight_ = std::make_shared<InFlightRecord>();
   std::unique_ptr<observability::CommsLogger> comms_logger_;
 };
 

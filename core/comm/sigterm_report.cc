@@ -18,6 +18,7 @@ namespace {
 // Process-global because a signal handler can reach nothing else.
 std::atomic<const Communicator*> g_reported{nullptr};
 char g_prefix[48] = "[dscore] ";
+char g_role[64] = "";              // " (pipeline stage 1 of 2)", or empty
 std::atomic<pid_t> g_launcher{0};  // the parent end_with_launcher() saw; 0: not watched
 
 // Async-signal-safe: decimal digits of `value` into `out`, returns the end.
@@ -53,11 +54,13 @@ void on_sigterm(int signo) {
   const char* mid =
       launcher != 0 && getppid() != launcher
           ? "stopped: the launcher that started this rank died (killed?), so this rank ends "
-            "with it. This rank was "
+            "with it. This rank"
           : "stopped by SIGTERM: the launcher is ending the job (usually because another rank "
-            "failed; see its message above). This rank was ";
+            "failed; see its message above). This rank";
   (void)!write(STDERR_FILENO, g_prefix, std::strlen(g_prefix));
   (void)!write(STDERR_FILENO, mid, std::strlen(mid));
+  (void)!write(STDERR_FILENO, g_role, std::strlen(g_role));
+  (void)!write(STDERR_FILENO, " was ", 5);
   (void)!write(STDERR_FILENO, tail, std::strlen(tail));
   (void)!write(STDERR_FILENO, "\n", 1);
   std::signal(signo, SIG_DFL);
@@ -66,8 +69,12 @@ void on_sigterm(int signo) {
 
 }  // namespace
 
-void install_sigterm_report(const Communicator& communicator) {
+void install_sigterm_report(const Communicator& communicator, const std::string& role) {
   std::snprintf(g_prefix, sizeof g_prefix, "[dscore rank %d] ", communicator.rank());
+  if (role.empty())
+    g_role[0] = '\0';
+  else
+    std::snprintf(g_role, sizeof g_role, " (%s)", role.c_str());
   g_reported.store(&communicator);
   std::signal(SIGTERM, &on_sigterm);
 }

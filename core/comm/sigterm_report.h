@@ -6,6 +6,8 @@
 // asks for it.
 #pragma once
 
+#include <string>
+
 #include "core/comm/communicator.h"
 
 namespace dscore::comm {
@@ -13,7 +15,9 @@ namespace dscore::comm {
 // Installs the SIGTERM handler for this process; it reads `communicator`'s
 // in-flight record. Call once the communicator exists; `communicator` must
 // outlive the handler (call uninstall_sigterm_report before it dies).
-void install_sigterm_report(const Communicator& communicator);
+// `role`, when not empty, says what the rank does ("pipeline stage 1 of 2")
+// in the report.
+void install_sigterm_report(const Communicator& communicator, const std::string& role = "");
 void uninstall_sigterm_report();
 
 // A rank started by a launcher (mpirun, srun) ends with it: when the

@@ -139,6 +139,8 @@ class Engine {
       std::function<Result<const dscore_batch*>(int64_t micro_batch, int buffer)>;
   Result<double> train_batch(const MicroBatchSource& load);
   bool pipelined() const { return stage_model_ != nullptr; }
+  // "pipeline stage 1 of 2" under a pipeline, else empty: for messages.
+  std::string pipeline_role() const;
   // This stage's time in its forward and backward passes, and in
   // train_batch, over every batch after the first (which allocates): their
   // ratio is the share of the schedule the stage computes, the rest its

@@ -29,6 +29,12 @@
 
 namespace dscore {
 
+std::string Engine::pipeline_role() const {
+  if (!pipelined()) return "";
+  return "pipeline stage " + std::to_string(stage_model_->stage()) + " of " +
+         std::to_string(stage_model_->stages());
+}
+
 int Engine::pipe_buffers() const {
   return pipelined() ? static_cast<int>(pipe_buffers_.size()) : 1;
 }
@@ -338,6 +344,8 @@ Result<double> Engine::train_batch(const MicroBatchSource& load) {
     double compute = 0;
     for (const pipeline::Step& step : pipe_schedule_)
       for (const pipeline::Instruction& in : step) {
+        // Tests: a stage that dies in the middle of the schedule.
+        if (in.op == pipeline::Op::kBackwardPass) failpoint("pipeline.stage_dies", rank());
         Status status = await_pipe_sends(in);
         const auto start = std::chrono::steady_clock::now();
         if (status.ok()) status = run_instruction(in, load);

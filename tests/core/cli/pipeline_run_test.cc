@@ -396,6 +396,19 @@ TEST_F(PipelineRun, PlanShowsEachStage) {
       << r.out;
 }
 
+// A stage that dies (SIGKILL in its first backward, the failpoint
+// pipeline.stage_dies): mpirun ends the job at once, and the rank left
+// waiting for it says which stage it is and what it was waiting in.
+TEST_F(PipelineRun, ADeadStageEndsTheJobAndTheOthersSayTheirStage) {
+  ProcessResult r = run("dies", kMlp + R"(, "pipeline": {"stages": 2})", 2,
+                        {{"DSCORE_FAILPOINTS", "pipeline.stage_dies@1"}});
+  EXPECT_NE(r.exit_code, 0) << r.describe();
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_NE(r.err.find("[dscore rank 0] stopped by SIGTERM"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("This rank (pipeline stage 0 of 2) was in recv"), std::string::npos)
+      << r.err;
+}
+
 TEST_F(PipelineRun, AStalledStageEndsTheJobNamingTheStageThatWaited) {
   ProcessResult r = run("stall", kMlp + R"(, "pipeline": {"stages": 2},
       "comm": {"timeout_ms": 3000})",
