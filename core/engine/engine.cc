@@ -122,9 +122,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   // One decision for the job: a rank whose node cannot hold it ends every
   // rank now, with its reason, instead of leaving the others to wait for it
   // until the comm deadline.
+  std::optional<StageFit> stage;
+  if (engine->pipelined())
+    stage = StageFit{engine->data_parallel_size(), engine->data_parallel_rank(),
+                     static_cast<int64_t>(engine->pipe_memory_)};
   Status fits =
       check_job_fits(config, engine->layout_, state_slots_of(*components.optimizer),
-                     engine->comm_->env(), engine->process_memory_, engine->device_.get());
+                     engine->comm_->env(), engine->process_memory_, engine->device_.get(), stage);
   if (failpoint_armed("engine.plan_refused", engine->comm_->rank()))
     fits =
         Status(DSCORE_RESOURCE_EXHAUSTED, "the plan does not fit (failpoint engine.plan_refused)");

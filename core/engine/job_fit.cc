@@ -120,13 +120,16 @@ zero::NodeCapacity read_node_capacity(const zero::ZeroPlan& plan, int local_rank
 Status check_job_fits(const config::TrainingConfig& config, const ParamLayout& layout,
                       const std::vector<zero::StateSlot>& slots, const comm::JobEnv& job,
                       const std::optional<zero::ProcessMemory>& process,
-                      const device::Device* device) {
+                      const device::Device* device, const std::optional<StageFit>& stage) {
   std::optional<bool> memory_is_host;
   if (device != nullptr) memory_is_host = device->memory_is_host();
   const config::Placement placement = config::make_placement(config, memory_is_host);
   if (auto errors = config::placement_errors(placement); !errors.empty())
     return invalid_argument(errors.front().path + ": " + errors.front().message);
-  zero::ZeroPlan plan = zero::make_plan(config, placement, layout, slots, job.world_size, job.rank);
+  zero::ZeroPlan plan = zero::make_plan(config, placement, layout, slots,
+                                        stage ? stage->data_parallel : job.world_size,
+                                        stage ? stage->data_parallel_rank : job.rank);
+  if (stage) plan.memory.buffers += stage->executor_bytes;
   if (process) zero::add_process_memory(*process, &plan);
   zero::NodeCapacity node = read_node_capacity(plan, job.ranks_on_node());
   if (device != nullptr) node.device_available = device->available_bytes();

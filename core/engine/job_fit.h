@@ -59,9 +59,18 @@ zero::ProcessMemory measure_process_memory(const config::TrainingConfig& config,
 // `job.ranks_on_node()` ranks, and the memory of the rank's `device` where
 // the host does not address it (a GPU; zero::check_fits). Without a
 // device: where the config's "device" says.
+// Under a pipeline (`stage`): ZeRO partitions over the stage's
+// data-parallel ranks, and the executor keeps buffers of its own
+// (pipeline::executor_bytes).
+struct StageFit {
+  int data_parallel = 1;
+  int data_parallel_rank = 0;
+  int64_t executor_bytes = 0;
+};
 Status check_job_fits(const config::TrainingConfig& config, const ParamLayout& layout,
                       const std::vector<zero::StateSlot>& slots, const comm::JobEnv& job,
                       const std::optional<zero::ProcessMemory>& process = std::nullopt,
-                      const device::Device* device = nullptr);
+                      const device::Device* device = nullptr,
+                      const std::optional<StageFit>& stage = std::nullopt);
 
 }  // namespace dscore
