@@ -163,13 +163,13 @@ class Simulator {
       case Op::kForwardPass:
         if (!run.has_input[unit] || run.forwarded[unit]++)
           fail(s, ins, "forward without its input, or twice");
-        compute(s, costs_.forward);
+        compute(s, costs_.forward * costs_.weight(s, ins.chunk, p_));
         break;
       case Op::kBackwardPass:
         if (!run.forwarded[unit] || (!last_virtual && !run.has_output_grad[unit]) ||
             run.backwarded[unit]++)
           fail(s, ins, "backward before its forward or output gradient, or twice");
-        compute(s, costs_.backward);
+        compute(s, costs_.backward * costs_.weight(s, ins.chunk, p_));
         break;
       case Op::kReduceTiedGrads:
       case Op::kReduceGrads:

@@ -20,6 +20,13 @@ namespace dscore::pipeline {
 struct SlotCosts {
   double forward = 1.0;
   double backward = 1.0;
+  // A factor on both per virtual stage (chunk * stages + stage: layers cut
+  // unevenly); empty: 1 for every one.
+  std::vector<double> virtual_stage_weight = {};
+  double weight(int stage, int chunk, int stages) const {
+    const size_t j = static_cast<size_t>(chunk * stages + stage);
+    return j < virtual_stage_weight.size() ? virtual_stage_weight[j] : 1.0;
+  }
 };
 
 struct Simulation {
