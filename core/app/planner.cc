@@ -67,7 +67,6 @@ Result<std::vector<zero::ZeroPlan>> plan_pipeline(const Setup& setup, const Mode
   DSCORE_ASSIGN_OR_RETURN(comm::ParallelGrid grid,
                           comm::ParallelGrid::pipe_data(stages, world_size));
   const int64_t micro = cfg.batch.train_micro_batch_size_per_gpu;
-  const size_t layer_count = whole.layer_count;
   std::vector<zero::ZeroPlan> plans;
   bool all_declared = true;
   for (int stage = 0; stage < stages; ++stage) {
@@ -90,19 +89,12 @@ Result<std::vector<zero::ZeroPlan>> plan_pipeline(const Setup& setup, const Mode
     pipe.micro_batches = shape.micro_batches;
     pipe.bubble = pipeline::bubble_fraction(shape);
     const std::vector<dscore_pipeline_stage> chunks = pipeline::stage_chunks(bounds, stage, stages);
-    for (const dscore_pipeline_stage& chunk : chunks) {
-      pipe.chunks.push_back({chunk.first_layer, chunk.end_layer});
-      if (chunk.first_layer > 0) {
-        DSCORE_ASSIGN_OR_RETURN(
-            uint64_t in, model.boundary_bytes(chunk.first_layer, micro, placement.model_dtype));
-        pipe.boundary_in = std::max(pipe.boundary_in, static_cast<int64_t>(in));
-      }
-      if (chunk.end_layer < layer_count) {
-        DSCORE_ASSIGN_OR_RETURN(
-            uint64_t out, model.boundary_bytes(chunk.end_layer, micro, placement.model_dtype));
-        pipe.boundary_out = std::max(pipe.boundary_out, static_cast<int64_t>(out));
-      }
-    }
+    pipe.layers = pipeline::layer_list(chunks);
+    DSCORE_ASSIGN_OR_RETURN(
+        const pipeline::StageBoundaryBytes boundary,
+        pipeline::stage_boundary_bytes(model, chunks, micro, placement.model_dtype));
+    pipe.boundary_in = static_cast<int64_t>(boundary.in);
+    pipe.boundary_out = static_cast<int64_t>(boundary.out);
     // The stage's activations: the slots its schedule uses, as the model
     // declares a stage's (else its whole pass per slot).
     std::optional<pipeline::StageActivationBytes> activations;
@@ -114,10 +106,9 @@ Result<std::vector<zero::ZeroPlan>> plan_pipeline(const Setup& setup, const Mode
               micro, process.checkpointing, placement.model_dtype, placement.grad_dtype));
       all_declared = all_declared && activations->declared;
     }
-    const uint64_t executor = pipeline::executor_bytes(
-        pipeline::pipe_buffers(shape, stage), static_cast<uint64_t>(pipe.boundary_in),
-        static_cast<uint64_t>(pipe.boundary_out),
-        pipeline::layers_bytes(whole, held.tied, placement.grad_dtype));
+    const uint64_t executor =
+        pipeline::executor_bytes(pipeline::pipe_buffers(shape, stage), boundary,
+                                 pipeline::layers_bytes(whole, held.tied, placement.grad_dtype));
     for (int d = 0; d < dp; ++d) {
       zero::ZeroPlan plan = zero::make_plan(cfg, placement, layout, slots, dp, d);
       plan.rank = stage * dp + d;

@@ -324,7 +324,7 @@ class Engine {
     device::EventPtr output_sent, input_grad_sent;
   };
   std::vector<PipeBuffer> pipe_buffers_;
-  std::pair<uint64_t, uint64_t> pipe_boundary_bytes_;  // a buffer's input, output
+  pipeline::StageBoundaryBytes pipe_boundary_bytes_;  // a buffer's input, output
   uint64_t pipe_memory_ = 0;         // pipeline::executor_bytes: in the plan's buffers
   bool boundary_step_open_ = false;  // the boundary backward ran; its reductions wait
   PipelineTiming pipe_timing_;

@@ -39,22 +39,6 @@ int Engine::pipe_buffers() const {
   return pipelined() ? static_cast<int>(pipe_buffers_.size()) : 1;
 }
 
-namespace {
-
-// "stage 0: layers 0-1, 4-5" per stage, each chunk's layers.
-std::string partition_text(const std::vector<size_t>& bounds, int stages) {
-  std::string text;
-  for (int s = 0; s < stages; ++s) {
-    text += (s ? "; " : "") + std::string("stage ") + std::to_string(s) + ": layers ";
-    for (size_t v = static_cast<size_t>(s); v + 1 < bounds.size(); v += static_cast<size_t>(stages))
-      text += (v >= static_cast<size_t>(stages) ? ", " : "") + std::to_string(bounds[v]) + "-" +
-              std::to_string(bounds[v + 1] - 1);
-  }
-  return text;
-}
-
-}  // namespace
-
 Status Engine::setup_pipeline(std::unique_ptr<Model> model) {
   const int stages = topology_->group_size(comm::groups::kPipe);
   const int stage = topology_->rank_in_group(comm::groups::kPipe);
@@ -72,12 +56,13 @@ Status Engine::setup_pipeline(std::unique_ptr<Model> model) {
   stage_model_ = stage_model.get();
   model_ = std::move(stage_model);
   if (rank() == 0)
-    log_info("pipeline: " + name + " in " + std::to_string(stages) + " stages x " +
-             std::to_string(topology_->group_size(comm::groups::kData)) + " data-parallel, " +
-             (interleaved_ ? "interleaved schedule, " + std::to_string(shape.virtual_stages) +
-                                 " chunks a stage, "
-                           : std::string("1F1B schedule, ")) +
-             "partition \"" + spec.partition + "\" (" + partition_text(bounds, stages) + ")");
+    log_info(
+        "pipeline: " + name + " in " + std::to_string(stages) + " stages x " +
+        std::to_string(topology_->group_size(comm::groups::kData)) + " data-parallel, " +
+        (interleaved_
+             ? "interleaved schedule, " + std::to_string(shape.virtual_stages) + " chunks a stage, "
+             : std::string("1F1B schedule, ")) +
+        "partition \"" + spec.partition + "\" (" + pipeline::partition_text(bounds, stages) + ")");
   comm::Communicator* pipe = topology_->group(comm::groups::kPipe);
   // The ranks holding a tie: its owner's stage and its reader's, one
   // group per data-parallel coordinate (all of the pipe group takes part
@@ -102,27 +87,15 @@ Status Engine::setup_pipeline(std::unique_ptr<Model> model) {
   pipe_schedule_ = std::move(schedules[static_cast<size_t>(stage)]);
   stage_model_->set_slots(pipeline::slots_per_chunk(pipe_schedule_, stage_model_->chunk_count()));
   // The boundary tensors of one micro-batch: the largest of the chunks'.
-  const int64_t micro = config_.batch.train_micro_batch_size_per_gpu;
-  uint64_t in_bytes = 0, out_bytes = 0;
-  for (int c = 0; c < stage_model_->chunk_count(); ++c) {
-    const dscore_pipeline_stage& range = stage_model_->chunk(c);
-    if (!stage_model_->is_first(c)) {
-      DSCORE_ASSIGN_OR_RETURN(const uint64_t bytes, model_->boundary_bytes(range.first_layer, micro,
-                                                                           placement_.model_dtype));
-      in_bytes = std::max(in_bytes, bytes);
-    }
-    if (!stage_model_->is_last(c)) {
-      DSCORE_ASSIGN_OR_RETURN(const uint64_t bytes, model_->boundary_bytes(range.end_layer, micro,
-                                                                           placement_.model_dtype));
-      out_bytes = std::max(out_bytes, bytes);
-    }
-  }
   // Their memory is taken at the first train_batch: the process's own
   // memory, measured before, must not count it.
+  DSCORE_ASSIGN_OR_RETURN(pipe_boundary_bytes_, pipeline::stage_boundary_bytes(
+                                                    stage_model_->whole(), stage_model_->chunks(),
+                                                    config_.batch.train_micro_batch_size_per_gpu,
+                                                    placement_.model_dtype));
   pipe_buffers_.resize(static_cast<size_t>(pipeline::pipe_buffers(shape, stage)));
-  pipe_boundary_bytes_ = {in_bytes, out_bytes};
   pipe_memory_ = pipeline::executor_bytes(
-      static_cast<int>(pipe_buffers_.size()), in_bytes, out_bytes,
+      static_cast<int>(pipe_buffers_.size()), pipe_boundary_bytes_,
       pipeline::layers_bytes(stage_model_->description(), stage_model_->tied_layers(),
                              placement_.grad_dtype));
   return Status::Ok();
@@ -333,10 +306,10 @@ Result<double> Engine::train_batch(const MicroBatchSource& load) {
     PhaseScope scope(observers_, StepPhase::kForwardBackward);
     for (PipeBuffer& b : pipe_buffers_) {
       b.micro_batch = -1;
-      b.input.resize(pipe_boundary_bytes_.first);
-      b.input_grad.resize(pipe_boundary_bytes_.first);
-      b.output.resize(pipe_boundary_bytes_.second);
-      b.output_grad.resize(pipe_boundary_bytes_.second);
+      b.input.resize(pipe_boundary_bytes_.in);
+      b.input_grad.resize(pipe_boundary_bytes_.in);
+      b.output.resize(pipe_boundary_bytes_.out);
+      b.output_grad.resize(pipe_boundary_bytes_.out);
     }
     stage_model_->zero_tied_grads();
     const bool timed = pipe_batches_run_++ > 0;  // the first allocates

@@ -21,6 +21,8 @@ int stages_or_all(const std::vector<size_t>& bounds, int stages) {
   return stages > 0 ? stages : static_cast<int>(bounds.size()) - 1;
 }
 
+}  // namespace
+
 std::string layer_list(const std::vector<dscore_pipeline_stage>& chunks) {
   std::string text;
   for (const dscore_pipeline_stage& c : chunks)
@@ -29,7 +31,13 @@ std::string layer_list(const std::vector<dscore_pipeline_stage>& chunks) {
   return text;
 }
 
-}  // namespace
+std::string partition_text(const std::vector<size_t>& bounds, int stages) {
+  std::string text;
+  for (int s = 0; s < stages; ++s)
+    text += (s ? "; " : "") + std::string("stage ") + std::to_string(s) + ": layers " +
+            layer_list(stage_chunks(bounds, s, stages));
+  return text;
+}
 
 Result<std::optional<std::pair<int, int>>> tied_stages(const dscore_model_description& whole,
                                                        const std::vector<size_t>& bounds,
@@ -55,9 +63,8 @@ StageLayers stage_layers(const dscore_model_description& whole, const std::vecto
                          int stage, int stages) {
   stages = stages_or_all(bounds, stages);
   std::set<size_t> held, tied, copies;
-  for (size_t v = static_cast<size_t>(stage); v + 1 < bounds.size();
-       v += static_cast<size_t>(stages))
-    for (size_t l = bounds[v]; l < bounds[v + 1]; ++l) held.insert(l);
+  for (const dscore_pipeline_stage& chunk : stage_chunks(bounds, stage, stages))
+    for (size_t l = chunk.first_layer; l < chunk.end_layer; ++l) held.insert(l);
   for (const dscore_layer_tie& tie : layer_ties(whole)) {
     const int owner = stage_of(bounds, stages, tie.owner),
               reader = stage_of(bounds, stages, tie.reader);
@@ -161,7 +168,7 @@ Result<double> StageModel::layer_flops(size_t layer, int64_t batch_size) const {
 
 std::vector<dscore_pipeline_stage> stage_chunks(const std::vector<size_t>& bounds, int stage,
                                                 int stages) {
-  if (stages == 0) stages = static_cast<int>(bounds.size()) - 1;
+  stages = stages_or_all(bounds, stages);
   std::vector<dscore_pipeline_stage> chunks;
   for (size_t v = static_cast<size_t>(stage); v + 1 < bounds.size();
        v += static_cast<size_t>(stages)) {
@@ -174,9 +181,27 @@ std::vector<dscore_pipeline_stage> stage_chunks(const std::vector<size_t>& bound
   return chunks;
 }
 
-uint64_t executor_bytes(int pipe_buffers, uint64_t boundary_in, uint64_t boundary_out,
-                        uint64_t tied_grad_bytes) {
-  return 2 * static_cast<uint64_t>(pipe_buffers) * (boundary_in + boundary_out) + tied_grad_bytes;
+Result<StageBoundaryBytes> stage_boundary_bytes(const Model& whole,
+                                                const std::vector<dscore_pipeline_stage>& chunks,
+                                                int64_t micro_batch, dscore_dtype compute_dtype) {
+  StageBoundaryBytes most;
+  for (const dscore_pipeline_stage& chunk : chunks) {
+    if (chunk.first_layer > 0) {
+      DSCORE_ASSIGN_OR_RETURN(const uint64_t in,
+                              whole.boundary_bytes(chunk.first_layer, micro_batch, compute_dtype));
+      most.in = std::max(most.in, in);
+    }
+    if (chunk.end_layer < whole.description().layer_count) {
+      DSCORE_ASSIGN_OR_RETURN(const uint64_t out,
+                              whole.boundary_bytes(chunk.end_layer, micro_batch, compute_dtype));
+      most.out = std::max(most.out, out);
+    }
+  }
+  return most;
+}
+
+uint64_t executor_bytes(int pipe_buffers, StageBoundaryBytes boundary, uint64_t tied_grad_bytes) {
+  return 2 * static_cast<uint64_t>(pipe_buffers) * (boundary.in + boundary.out) + tied_grad_bytes;
 }
 
 uint64_t layers_bytes(const dscore_model_description& description,

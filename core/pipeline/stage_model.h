@@ -62,6 +62,20 @@ dscore_model_description stage_description(const dscore_model_description& whole
 // model order.
 std::vector<dscore_pipeline_stage> stage_chunks(const std::vector<size_t>& bounds, int stage,
                                                 int stages = 0);
+// "0-1, 4-5": the chunks' layers, for messages and the plan.
+std::string layer_list(const std::vector<dscore_pipeline_stage>& chunks);
+// "stage 0: layers 0-1, 4-5; stage 1: layers 2-3, 6-7".
+std::string partition_text(const std::vector<size_t>& bounds, int stages);
+
+// The largest boundary tensor (model.h boundary_bytes) the chunks receive
+// and send per micro-batch of `micro_batch` samples; 0 where a chunk starts
+// or ends the model.
+struct StageBoundaryBytes {
+  uint64_t in = 0, out = 0;
+};
+Result<StageBoundaryBytes> stage_boundary_bytes(const Model& whole,
+                                                const std::vector<dscore_pipeline_stage>& chunks,
+                                                int64_t micro_batch, dscore_dtype compute_dtype);
 
 // A stage's activation memory when chunk c keeps slots[c] activation slots
 // (slots_per_chunk of its schedule): each slot's bytes (the model's
@@ -79,10 +93,9 @@ Result<StageActivationBytes> stage_activation_bytes(
 
 // What the pipeline executor keeps for a stage beside the model states and
 // the model's activations: per pipe buffer the boundary tensor in and out
-// and their gradients (`boundary_in`, `boundary_out` bytes), and the tied
+// and their gradients (`boundary`), and the tied
 // layers' gradient accumulators (`tied_grad_bytes`, StageModel::tied_grads).
-uint64_t executor_bytes(int pipe_buffers, uint64_t boundary_in, uint64_t boundary_out,
-                        uint64_t tied_grad_bytes);
+uint64_t executor_bytes(int pipe_buffers, StageBoundaryBytes boundary, uint64_t tied_grad_bytes);
 // The bytes of `layers`' parameters of `description` in `dtype`.
 uint64_t layers_bytes(const dscore_model_description& description,
                       const std::vector<size_t>& layers, dscore_dtype dtype);
@@ -99,6 +112,7 @@ class StageModel final : public Model {
   int stage() const { return stage_; }
   int stages() const { return stages_; }
   // The stage's chunks of layers, in model order (one without interleaving).
+  const std::vector<dscore_pipeline_stage>& chunks() const { return chunks_; }
   int chunk_count() const { return static_cast<int>(chunks_.size()); }
   const dscore_pipeline_stage& chunk(int c) const { return chunks_[static_cast<size_t>(c)]; }
   bool is_first(int chunk = 0) const {

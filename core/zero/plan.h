@@ -22,7 +22,6 @@
 #include <map>
 #include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "core/base/status.h"
@@ -108,8 +107,7 @@ struct PipeStagePlan {
   int stages = 1;
   int data_parallel = 1;
   int virtual_stages = 1;  // chunks a stage (the interleaved schedule), else 1
-  // [first, end) of the model's layers, per chunk of the stage.
-  std::vector<std::pair<size_t, size_t>> chunks;
+  std::string layers;      // the model's layers its chunks hold: "0-1, 4-5"
   size_t tied_copies = 0;  // layers held as copies of another stage's
   int in_flight = 1;       // micro-batches between their forward and backward, at most
   int64_t boundary_in = 0, boundary_out = 0;  // bytes received, sent per micro-batch

@@ -167,15 +167,11 @@ std::string format_pipeline(const std::vector<ZeroPlan>& plans) {
   for (const ZeroPlan& plan : plans) {
     const PipeStagePlan& s = *plan.pipe;
     if (plan.rank % s.data_parallel != 0) continue;  // one line per stage
-    std::string layers;
-    for (const auto& [first, end] : s.chunks)
-      layers +=
-          (layers.empty() ? "" : ", ") + std::to_string(first) + "-" + std::to_string(end - 1);
     std::snprintf(
         line, sizeof line,
         "    stage %d (ranks %d-%d): layers %s%s, %lld parameters, activations of "
         "up to %d micro-batches, per micro-batch receives %s and sends %s\n",
-        s.stage, plan.rank, plan.rank + s.data_parallel - 1, layers.c_str(),
+        s.stage, plan.rank, plan.rank + s.data_parallel - 1, s.layers.c_str(),
         s.tied_copies > 0 ? (" + " + std::to_string(s.tied_copies) + " tied copy").c_str() : "",
         static_cast<long long>(plan.numel), s.in_flight, format_bytes(s.boundary_in).c_str(),
         format_bytes(s.boundary_out).c_str());

@@ -287,7 +287,7 @@ TEST(StageModel, ActivationsCountEachSlotOfEachChunk) {
   EXPECT_FALSE(upper->declared);
   EXPECT_EQ(upper->bytes, 5u * 2000);
   // The executor's: 2 x buffers x (in + out), and the tied accumulators.
-  EXPECT_EQ(executor_bytes(3, 8, 16, 40), 2u * 3 * 24 + 40);
+  EXPECT_EQ(executor_bytes(3, {8, 16}, 40), 2u * 3 * 24 + 40);
   EXPECT_EQ(layers_bytes(silent.description(), {0, 3}, DSCORE_DTYPE_BF16), 8u);
 }
 
