@@ -170,9 +170,22 @@ Result<std::vector<zero::ZeroPlan>> plan_job(const Setup& setup, int world_size)
       /*in_job=*/false);
   const int stages = static_cast<int>(config::pipeline_stages_of(cfg));
   if (stages > 1) return plan_pipeline(setup, *model, slots, placement, process, world_size);
+  // Under tensor parallelism each rank holds its part of the model (the
+  // model made here is part 0's), partitioned by ZeRO over the
+  // data-parallel ranks of that part.
+  const int tp = static_cast<int>(config::tensor_parallel_size_of(cfg));
+  DSCORE_ASSIGN_OR_RETURN(const comm::ParallelGrid grid,
+                          comm::ParallelGrid::pipe_data_model(1, tp, world_size));
   std::vector<zero::ZeroPlan> plans;
   for (int rank = 0; rank < world_size; ++rank) {
-    plans.push_back(zero::make_plan(cfg, placement, layout, slots, world_size, rank));
+    plans.push_back(zero::make_plan(cfg, placement, layout, slots, grid.size(comm::groups::kData),
+                                    grid.rank_in_group(comm::groups::kData, rank)));
+    plans.back().rank = rank;
+    plans.back().grid = grid.describe();
+    if (tp > 1) {
+      plans.back().tensor_parallel = tp;
+      for (const ParamEntry& p : layout.params()) plans.back().whole_numel += p.whole_numel();
+    }
     zero::add_process_memory(process, &plans.back());
   }
   return plans;

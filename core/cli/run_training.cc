@@ -30,6 +30,13 @@
 namespace dscore {
 namespace {
 
+// The model's elements as a whole (a tensor-parallel rank holds parts).
+int64_t whole_numel(const ParamLayout& layout) {
+  int64_t n = 0;
+  for (const ParamEntry& p : layout.params()) n += p.whole_numel();
+  return n;
+}
+
 // Trained tokens per sample of a token model (one int32 input of T + 1
 // tokens: T predictions); 0 for other models.
 int64_t tokens_per_sample(const dscore_model_description& d) {
@@ -285,9 +292,14 @@ int run_training(const RunOptions& options) {
 
   if (leader)
     log_info("training " + e.model().display_name() + ": " +
-             std::to_string(e.model_layout().total_numel()) + " parameters" +
+             std::to_string(whole_numel(e.model_layout())) + " parameters" +
              (e.pipelined() ? " (this stage " + std::to_string(e.layout().total_numel()) + ")"
                             : std::string()) +
+             (e.tensor_parallel_size() > 1
+                  ? " (split over " + std::to_string(e.tensor_parallel_size()) +
+                        " tensor-parallel ranks: this rank " +
+                        std::to_string(e.layout().total_numel()) + ")"
+                  : std::string()) +
              ", ZeRO stage " + std::to_string(cfg.zero.stage) + ", " +
              std::to_string(e.world_size()) + " rank(s), " + std::to_string(cfg.train_steps) +
              " steps, batch " + std::to_string(cfg.batch.train_batch_size) + " (micro " +

@@ -86,6 +86,10 @@ class ParallelGrid {
   // `stages` pipeline stages of world_size / stages data-parallel ranks each
   // (data_parallel at one stage); INVALID_ARGUMENT unless stages divides it.
   static Result<ParallelGrid> pipe_data(int stages, int world_size);
+  // The same with each stage's ranks in groups of `model` tensor-parallel
+  // ranks (consecutive ranks: Megatron's and DeepSpeed's order); the
+  // data-parallel degree is world_size / (stages x model).
+  static Result<ParallelGrid> pipe_data_model(int stages, int model, int world_size);
 
   int world_size() const { return world_; }
   int size(Axis axis) const { return shape_[static_cast<size_t>(axis)]; }

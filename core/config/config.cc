@@ -86,6 +86,27 @@ int64_t written_pipeline_stages(const json::Value& written, int64_t world_size,
   return stages;
 }
 
+// The tensor-parallel size the written config asks for
+// (tensor_parallel.autotp_size, 1 when absent, 0 or 1), checked against the
+// ranks of one pipeline stage; 1 after an error (reported in `errors`).
+int64_t written_tensor_parallel(const json::Value& written, int64_t stage_ranks,
+                                std::vector<ConfigError>* errors) {
+  const json::Value* section = written.find("tensor_parallel");
+  const json::Value* size =
+      section != nullptr && section->is_object() ? section->find("autotp_size") : nullptr;
+  if (size == nullptr || !size->is_int() || size->as_int() <= 1) return 1;
+  const int64_t tp = size->as_int();
+  if (stage_ranks % tp != 0) {
+    errors->push_back({"tensor_parallel.autotp_size", size->location,
+                       "tensor_parallel.autotp_size " + std::to_string(tp) +
+                           " does not divide the " + std::to_string(stage_ranks) +
+                           " ranks of each pipeline stage: launch a multiple of " +
+                           std::to_string(tp) + " ranks per stage"});
+    return 1;
+  }
+  return tp;
+}
+
 }  // namespace
 
 LoadedConfig load_config_text(std::string_view text, std::string_view source_name,
@@ -115,9 +136,10 @@ LoadedConfig load_config_text(std::string_view text, std::string_view source_nam
       validate_object(written, deepspeed_schema(), "", make_auto_resolver(context, written), sink);
   apply_deepspeed_rules(&resolved, &out.errors, &out.notices);
   // The batch triad's world is the data-parallel one: each pipeline's
-  // stages share its samples.
+  // stages, and each tensor-parallel group's ranks, share its samples.
   const int64_t stages = written_pipeline_stages(written, context.world_size, &out.errors);
-  resolve_batch(written, &resolved, context.world_size / stages, &out.errors, &out.notices);
+  const int64_t tp = written_tensor_parallel(written, context.world_size / stages, &out.errors);
+  resolve_batch(written, &resolved, context.world_size / stages / tp, &out.errors, &out.notices);
 
   if (context.train_steps) {
     const json::Value* file_steps = resolved.find("train_steps");

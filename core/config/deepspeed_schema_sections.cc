@@ -312,16 +312,58 @@ std::vector<FieldSpec> unused_sections() {
            "curriculum_learning, is among the features dscore lacks)"),
       gone("quantize_training", "MoQ quantization", "Mixture-of-Quantization (MoQ)",
            "remove the block"),
-      F("tensor_parallel", T::kObject, "tensor parallelism, accepted with any keys")
+      F("tensor_parallel", T::kObject,
+        "tensor parallelism: DeepSpeed's AutoTP training (docs/parallelism.md)")
           .nullable()
-          .not_used()
-          .unsupported("\"tensor_parallel\" with autotp_size > 1 turns on DeepSpeed's automatic "
-                       "tensor parallelism (AutoTP), which splits linear layers across ranks",
-                       "Remove the section: dscore shards with ZeRO, not tensor parallelism",
-                       "autotp_size")
           .object(make_object(
-              {F("autotp_size", T::kInt, "AutoTP degree (> 1 turns it on)").def(0).min(0)},
-              "tensor parallelism", {.allow_unknown = true, .quiet_unknown = true})),
+              {
+                  F("autotp_size", T::kInt,
+                    "ranks each layer is split over (Megatron's split; 0 or 1: none); a "
+                    "divisor of the world size")
+                      .def(0)
+                      .min(0)
+                      .to(&TensorParallelConfig::autotp_size),
+                  F("tp_overlap_comm", T::kBool,
+                    "overlap the allreduce with compute (dscore's are blocking)")
+                      .def(false)
+                      .not_used(),
+                  F("dtype", T::kJson,
+                    "the dtype DeepSpeed casts the model to (dscore: the bf16 and fp16 sections)")
+                      .def("float16")
+                      .not_used(),
+                  F("preset_model", T::kString,
+                    "a built-in layer pattern (dscore: the model plugin declares its split)")
+                      .nullable()
+                      .not_used(),
+                  F("partition_config", T::kObject, "custom layer partitioning rules")
+                      .nullable()
+                      .unsupported("\"partition_config\" gives AutoTP custom partitioning rules "
+                                   "(TPLayerSpec patterns)",
+                                   "Remove the key: the gpt model declares its own split "
+                                   "(Megatron's: q/k/v and c_fc by rows, the projections by "
+                                   "columns, the vocabulary by rows)"),
+                  F("injection_policy_tuple", T::kJson, "inference injection policy")
+                      .nullable()
+                      .unsupported("\"injection_policy_tuple\" names the layers AutoTP's "
+                                   "inference parser splits",
+                                   "Remove the key"),
+                  F("keep_module_on_host", T::kBool, "inference: keep checkpoints on the host")
+                      .def(false)
+                      .not_used(),
+                  F("replace_with_kernel_inject", T::kBool, "inference kernel injection")
+                      .alias("kernel_inject")
+                      .def(false)
+                      .unsupported("\"replace_with_kernel_inject\" injects DeepSpeed's inference "
+                                   "kernels",
+                                   "Remove the key (training computes with the model plugin's own "
+                                   "kernels)"),
+                  F("tensor_parallel", T::kJson, "inference tensor parallelism (tp_size, ...)")
+                      .alias("tp")
+                      .nullable()
+                      .not_used(),
+              },
+              "tensor parallelism", {.pydantic = true}))
+          .to(&TrainingConfig::tensor_parallel),
       named("expert_parallel", "expert parallelism",
             "\"expert_parallel\" turns on DeepSpeed's automatic expert parallelism for MoE "
             "layers (AutoEP)",

@@ -20,6 +20,38 @@ void pipeline_unsupported(const TrainingConfig& config, std::vector<ConfigError>
         {"device", {}, "pipelines compute on the CPU only so far: set \"device\": \"cpu\""});
 }
 
+// What tensor parallelism (docs/parallelism.md) does not run with yet.
+void tensor_parallel_unsupported(const TrainingConfig& config, const Placement& placement,
+                                 std::vector<ConfigError>* out) {
+  if (config.zero.stage >= 3)
+    out->push_back({"zero_optimization.stage",
+                    {},
+                    "ZeRO stage 3 with tensor_parallel.autotp_size > 1 is not implemented yet "
+                    "(stage 3's gradient norm does not count the replicated parameters once, "
+                    "and its gathers do not know the parts); use stage 0, 1 or 2"});
+  if (pipeline_stages_of(config) > 1)
+    out->push_back({"tensor_parallel.autotp_size",
+                    {},
+                    "tensor parallelism with a pipeline (3D parallelism) is not implemented "
+                    "yet: use either pipeline stages or autotp_size > 1"});
+  if (placement.host_offload() || placement.uses_nvme())
+    out->push_back({"zero_optimization.offload_optimizer",
+                    {},
+                    "ZeRO-Offload with tensor parallelism is not implemented yet: remove the "
+                    "offload sections or set tensor_parallel.autotp_size to 1"});
+  if (config.device == "cuda")
+    out->push_back({"device",
+                    {},
+                    "tensor parallelism computes on the CPU only so far: set \"device\": "
+                    "\"cpu\""});
+  if (!config.checkpoint_dir.empty())
+    out->push_back({"checkpoint_dir",
+                    {},
+                    "checkpoints of a tensor-parallel run are not written yet (each rank holds "
+                    "parts of tensors that a checkpoint must hold whole): remove checkpoint_dir "
+                    "or set tensor_parallel.autotp_size to 1"});
+}
+
 }  // namespace
 
 std::vector<ConfigError> unsupported_features(const TrainingConfig& config,
@@ -54,6 +86,7 @@ std::vector<ConfigError> unsupported_features(const TrainingConfig& config,
                     "storage is not "
                     "available yet: remove checkpoint.use_node_local_storage"});
   if (pipeline_stages_of(config) > 1) pipeline_unsupported(config, out);
+  if (tensor_parallel_size_of(config) > 1) tensor_parallel_unsupported(config, placement, out);
   const bool interleaved = config.pipeline.schedule == "interleaved";
   if (config.pipeline.virtual_stages > 1 && !interleaved)
     out->push_back({"pipeline.virtual_stages",

@@ -1,6 +1,8 @@
 // What TrainingConfig's own types say of themselves (training_config.h).
 #include "core/config/training_config.h"
 
+#include <algorithm>
+
 #include "core/base/status.h"
 #include "core/config/config.h"
 
@@ -22,6 +24,10 @@ int64_t pipeline_stages_of(const TrainingConfig& config) {
   if (config.pipeline.stages > 0) return config.pipeline.stages;
   if (config.pipeline_parallel_size > 0) return config.pipeline_parallel_size;
   return 1;
+}
+
+int64_t tensor_parallel_size_of(const TrainingConfig& config) {
+  return std::max<int64_t>(1, config.tensor_parallel.autotp_size);
 }
 
 AioConfig default_aio() {

@@ -209,6 +209,11 @@ struct PipelineConfig {
   int64_t virtual_stages = 1;
 };
 
+// DeepSpeed's "tensor_parallel" section (AutoTP training).
+struct TensorParallelConfig {
+  int64_t autotp_size{};  // 0 and 1: no tensor parallelism
+};
+
 struct TrainingConfig {
   // --- DeepSpeed keys
   BatchConfig batch;
@@ -236,6 +241,7 @@ struct TrainingConfig {
   AutotuningConfig autotuning;
   PipelineConfig pipeline;
   int64_t pipeline_parallel_size{};  // 0 = not set
+  TensorParallelConfig tensor_parallel;
   // Enabled monitors, one per enabled section ("csv_monitor", "tensorboard",
   // "wandb") plus plugins.monitors; params exclude "enabled".
   std::vector<PluginRef> monitors;
@@ -259,5 +265,7 @@ struct TrainingConfig {
 // The pipeline's stages: pipeline.stages, else pipeline_parallel_size,
 // else 1 (a pipeline of one stage is no pipeline).
 int64_t pipeline_stages_of(const TrainingConfig& config);
+// The tensor-parallel size: tensor_parallel.autotp_size, at least 1.
+int64_t tensor_parallel_size_of(const TrainingConfig& config);
 
 }  // namespace dscore::config

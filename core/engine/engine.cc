@@ -76,11 +76,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   std::unique_ptr<Engine> engine(new Engine(config, placement));
   engine->host_ = std::move(components.host);
   engine->comm_ = std::move(components.comm);
-  // The job's ranks as a grid of parallel axes: the pipeline's stages, and
-  // the data axis (tensor, sequence and expert parallelism are to come).
+  // The job's ranks as a grid of parallel axes: the pipeline's stages, the
+  // data axis and the tensor-parallel (model) axis (sequence and expert
+  // parallelism are to come).
   const int stages = static_cast<int>(config::pipeline_stages_of(config));
-  DSCORE_ASSIGN_OR_RETURN(comm::ParallelGrid grid,
-                          comm::ParallelGrid::pipe_data(stages, engine->comm_->world_size()));
+  const int tp = static_cast<int>(config::tensor_parallel_size_of(config));
+  DSCORE_ASSIGN_OR_RETURN(comm::ParallelGrid grid, comm::ParallelGrid::pipe_data_model(
+                                                       stages, tp, engine->comm_->world_size()));
   DSCORE_ASSIGN_OR_RETURN(
       engine->topology_,
       comm::Topology::create(*engine->comm_, grid, comm::Topology::engine_groups()));
@@ -93,6 +95,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
       engine->own_group_ ? *engine->own_group_ : *engine->topology_->group(comm::groups::kZero);
   engine->host_->set_communicator(DSCORE_GROUP_WORLD, engine->comm_->host_table());
   engine->host_->set_communicator(DSCORE_GROUP_DATA_PARALLEL, zero_group.host_table());
+  if (comm::Communicator* model_group = engine->topology_->group(comm::groups::kModel))
+    engine->host_->set_communicator(DSCORE_GROUP_TENSOR_PARALLEL, model_group->host_table());
   engine->device_ = std::move(device);
   DSCORE_ASSIGN_OR_RETURN(engine->stream_, engine->device_->create_stream("comm"));
   DSCORE_ASSIGN_OR_RETURN(engine->compute_, engine->device_->create_stream("compute"));
@@ -109,6 +113,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   engine->monitors_ = MonitorHub(std::move(components.monitors));
   DSCORE_ASSIGN_OR_RETURN(engine->layout_,
                           ParamLayout::from_description(engine->model_->description()));
+  if (tp > 1) DSCORE_RETURN_IF_ERROR(engine->check_tensor_split());
   // Before anything is allocated: the plan must fit this node's RAM and
   // disk, and the GPU's memory.
   const Model& model = *engine->model_;
@@ -122,8 +127,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   // One decision for the job: a rank whose node cannot hold it ends every
   // rank now, with its reason, instead of leaving the others to wait for it
   // until the comm deadline.
+  // A pipeline stage's, or a tensor-parallel part's, state is partitioned
+  // over its data-parallel ranks only.
   std::optional<StageFit> stage;
-  if (engine->pipelined())
+  if (engine->pipelined() || tp > 1)
     stage = StageFit{engine->data_parallel_size(), engine->data_parallel_rank(),
                      static_cast<int64_t>(engine->pipe_memory_)};
   Status fits =
@@ -185,6 +192,7 @@ Result<zero::ZeroContext> Engine::zero_context(comm::Communicator& zero_group) {
   if (placement_.host_offload()) ctx.reduced_gradients = &gradient_hand_off_;
   // A pipeline stage's copies of tied layers (the layout's first layers)
   // count in the norm on the owner's stage only.
+  if (tensor_parallel_rank() > 0) ctx.norm_excluded = replicated_ranges();
   if (stage_model_ != nullptr && !stage_model_->tie_copies().empty()) {
     const size_t after = stage_model_->tie_copies().size();
     ctx.norm_skipped = after < layout_.layer_count()
@@ -287,9 +295,9 @@ Status Engine::boundary_step() {
   {
     PhaseScope statistics(observers_, StepPhase::kStatistics);
     DSCORE_ASSIGN_OR_RETURN(
-        totals,
-        statistics_->gather(strategy_->gradient_share(), placement_.grad_dtype, loss_accumulator_,
-                            *compute_, compute_target(), *stream_, *comm_));
+        totals, statistics_->gather(strategy_->gradient_share(), placement_.grad_dtype,
+                                    tensor_parallel_rank() == 0 ? loss_accumulator_ : 0.0,
+                                    *compute_, compute_target(), *stream_, *comm_));
   }
   const tensor::SquareSum& total = totals.squares;
   const double loss_sum = totals.loss_sum;
@@ -297,7 +305,9 @@ Status Engine::boundary_step() {
   const double scaled_norm = std::sqrt(total.value());
   const bool overflow = total.non_finite || !std::isfinite(scaled_norm);
   last_grad_norm_ = overflow ? -1.0 : scaled_norm / scale;
-  // The last stage's ranks alone report a loss under a pipeline. There
+  // A tensor-parallel group's first rank alone reports its loss (every
+  // rank of the group computed the same). The last stage's ranks alone
+  // report a loss under a pipeline. There
   // every rank's is that mean over the data-parallel ranks (DeepSpeed's
   // PipelineEngine reports and monitors agg_train_loss, the last stage's
   // loss averaged over them and broadcast along the pipe).
@@ -404,12 +414,21 @@ std::vector<double> Engine::get_lr() const {
 }
 
 Status Engine::gather_parameters(std::vector<float>* out) {
-  if (strategy_->owned_master() != nullptr) return strategy_->gather_master(out);
-  // The master weights are on NVMe: read this rank's, then gather.
-  std::vector<float> owned(static_cast<size_t>(strategy_->owned_numel()));
-  DSCORE_RETURN_IF_ERROR(
-      optimizer_->state().read(kMasterState, 0, strategy_->owned_numel(), owned.data()));
-  return strategy_->gather_owned(owned.data(), out);
+  std::vector<float> local;
+  if (strategy_->owned_master() != nullptr) {
+    DSCORE_RETURN_IF_ERROR(strategy_->gather_master(&local));
+  } else {
+    // The master weights are on NVMe: read this rank's, then gather.
+    std::vector<float> owned(static_cast<size_t>(strategy_->owned_numel()));
+    DSCORE_RETURN_IF_ERROR(
+        optimizer_->state().read(kMasterState, 0, strategy_->owned_numel(), owned.data()));
+    DSCORE_RETURN_IF_ERROR(strategy_->gather_owned(owned.data(), &local));
+  }
+  if (tensor_parallel_size() <= 1) {
+    *out = std::move(local);
+    return Status::Ok();
+  }
+  return whole_parameters(local, out);
 }
 
 Result<std::string> Engine::swap_folder(const std::string& nvme_path, const std::string& setting) {

@@ -175,6 +175,10 @@ class Engine {
   // this rank's place in it: a pipeline's stages read the same samples.
   int data_parallel_size() const { return topology_->group_size(comm::groups::kData); }
   int data_parallel_rank() const { return topology_->rank_in_group(comm::groups::kData); }
+  // Tensor parallelism (tensor_parallel.autotp_size): the ranks each layer
+  // is split over, and this rank's part.
+  int tensor_parallel_size() const { return topology_->group_size(comm::groups::kModel); }
+  int tensor_parallel_rank() const { return topology_->rank_in_group(comm::groups::kModel); }
   comm::Communicator& communicator() { return *comm_; }
   const ParamLayout& layout() const { return layout_; }  // this rank's model (a stage's)
   // The whole model's parameters: layout() but under a pipeline, where
@@ -223,6 +227,16 @@ class Engine {
   // What the ZeRO stage is given: the placement, the zero section, the
   // data-parallel group, the streams, NVMe's folder.
   Result<zero::ZeroContext> zero_context(comm::Communicator& zero_group);
+  // Tensor parallelism (engine_tensor_parallel.cc): the model's split
+  // tensors tile their whole tensors over the group (collective), and the
+  // flat ranges of this rank's replicated parameters.
+  Status check_tensor_split() const;
+  std::vector<std::pair<int64_t, int64_t>> replicated_ranges() const;
+  // The whole model's fp32 parameters (each split tensor whole, in layout
+  // order) from this rank's `local` ones (collective over the group).
+  Status whole_parameters(const std::vector<float>& local, std::vector<float>* out);
+  // UNIMPLEMENTED naming `call` under tensor parallelism (no checkpoints yet).
+  Status check_checkpoint_split(const char* call) const;
   // The optimizer state where the placement puts it (core/owned_state/).
   Result<std::unique_ptr<OwnedState>> make_owned_state(
       const plugin_host::OptimizerInstance& optimizer);

@@ -136,6 +136,7 @@ Status Engine::save_checkpoint(const std::string& dir, const SaveCheckpointOptio
   EngineScope engine(host_->identity());
   DSCORE_RETURN_IF_ERROR(check_at_boundary("save_checkpoint"));
   if (dir.empty()) return invalid_argument("save_checkpoint needs a folder");
+  DSCORE_RETURN_IF_ERROR(check_checkpoint_split("save_checkpoint"));
   DSCORE_RETURN_IF_ERROR(stream_->synchronize());
   DSCORE_ASSIGN_OR_RETURN(
       std::string tag,
@@ -301,6 +302,7 @@ Result<LoadedCheckpoint> Engine::load_checkpoint(const std::string& dir,
                                                  const LoadCheckpointOptions& options) {
   EngineScope engine(host_->identity());
   DSCORE_RETURN_IF_ERROR(check_at_boundary("load_checkpoint"));
+  DSCORE_RETURN_IF_ERROR(check_checkpoint_split("load_checkpoint"));
   DSCORE_RETURN_IF_ERROR(stream_->synchronize());
   Result<LoadedCheckpoint> local = read_checkpoint(dir, options);
   DSCORE_RETURN_IF_ERROR(comm::agree(*comm_, local.status()));

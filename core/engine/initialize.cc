@@ -4,6 +4,7 @@
 
 #include "core/base/logging.h"
 #include "core/comm/job_store.h"
+#include "core/comm/topology.h"
 #include "core/device/select.h"
 #include "core/plugin_host/trust.h"
 
@@ -84,6 +85,31 @@ Result<Setup> prepare_text(std::string_view config_json, std::string_view source
                         context, options, job);
 }
 
+namespace {
+
+// The model's params as this rank creates it: under tensor parallelism
+// (plugin_setup.cc set tensor_parallel_size) its part of each split
+// tensor, "tensor_parallel_rank" (its place in its tensor-parallel group:
+// consecutive ranks, topology.h). Empty params: the selection's as they are.
+Result<plugin_host::ValidatedParams> model_params_for_rank(const SelectedPlugin& model,
+                                                           const config::TrainingConfig& cfg,
+                                                           const comm::JobEnv& job) {
+  const int tp = static_cast<int>(config::tensor_parallel_size_of(cfg));
+  if (tp <= 1) return plugin_host::ValidatedParams{};
+  DSCORE_ASSIGN_OR_RETURN(
+      const comm::ParallelGrid grid,
+      comm::ParallelGrid::pipe_data_model(static_cast<int>(config::pipeline_stages_of(cfg)), tp,
+                                          job.world_size));
+  json::Value values = model.params.values();
+  values.set("tensor_parallel_rank",
+             json::Value(static_cast<int64_t>(grid.rank_in_group(comm::groups::kModel, job.rank))));
+  auto schema = config::parse_params_schema(model.info->params_schema);
+  if (!schema.ok()) return schema.status();
+  return plugin_host::ValidatedParams::from_object(values, values, &*schema);
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Engine>> build_engine(const Setup& setup, std::unique_ptr<Model> model) {
   DSCORE_CHECK(setup.loaded.ok(), "build_engine on a config with errors");
   const config::TrainingConfig& cfg = *setup.loaded.config;
@@ -126,9 +152,12 @@ Result<std::unique_ptr<Engine>> build_engine(const Setup& setup, std::unique_ptr
       return invalid_argument(
           "no model: add a \"model\" section (e.g. {\"type\": \"mlp\"}) or "
           "pass a Model to initialize()");
-    DSCORE_ASSIGN_OR_RETURN(auto instance,
-                            plugin_host::ModelInstance::create(*selection.model->info,
-                                                               selection.model->params, context));
+    DSCORE_ASSIGN_OR_RETURN(plugin_host::ValidatedParams params,
+                            model_params_for_rank(*selection.model, cfg, setup.job));
+    DSCORE_ASSIGN_OR_RETURN(
+        auto instance,
+        plugin_host::ModelInstance::create(
+            *selection.model->info, params.size() > 0 ? params : selection.model->params, context));
     components.model = make_plugin_model(std::move(instance));
   }
   if (!selection.optimizer)

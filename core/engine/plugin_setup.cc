@@ -78,6 +78,32 @@ void with_activation_checkpointing(const config::TrainingConfig& cfg,
     ref->params.set("number_checkpoints", json::Value(*n));
 }
 
+// tensor_parallel.autotp_size > 1 splits the model's layers: a model that
+// can be split declares "tensor_parallel_size" (and "tensor_parallel_rank",
+// which build_engine sets for each rank); the section sets the size, and
+// a model that cannot be split is an error naming the key.
+void with_tensor_parallel(const config::TrainingConfig& cfg, const config::ObjectSpec& schema,
+                          config::PluginRef* ref, config::LoadedConfig* loaded) {
+  const int64_t tp = config::tensor_parallel_size_of(cfg);
+  for (const char* key : {"tensor_parallel_size", "tensor_parallel_rank"})
+    if (ref->params.find(key) != nullptr)
+      loaded->errors.push_back({std::string("model.") + key,
+                                {},
+                                std::string(key) +
+                                    " is set by the engine: remove it from the model section and "
+                                    "give \"tensor_parallel\": {\"autotp_size\": N}"});
+  if (tp <= 1) return;
+  if (schema.find("tensor_parallel_size") == nullptr) {
+    loaded->errors.push_back({"tensor_parallel.autotp_size",
+                              {},
+                              "model '" + ref->type +
+                                  "' cannot be split for tensor parallelism: set autotp_size to "
+                                  "1, or train a model that can (gpt, gpt2)"});
+    return;
+  }
+  ref->params.set("tensor_parallel_size", json::Value(tp));
+}
+
 // A model that computes on either device declares "device". On the run's
 // "device": "cuda" the engine lends the model views of GPU memory, so the
 // model computes there too: unless its section names a device, the run's
@@ -132,6 +158,7 @@ config::PluginRef model_ref(const config::TrainingConfig& cfg,
   auto schema = config::parse_params_schema((*found)->params_schema);
   if (!schema.ok()) return ref;  // select_one reports it
   with_activation_checkpointing(cfg, *schema, &ref, loaded);
+  with_tensor_parallel(cfg, *schema, &ref, loaded);
   with_run_device(cfg, *schema, &ref, loaded);
   with_compute_dtype(cfg, *schema, &ref, loaded);
   return ref;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/tensor/host_buffer.h"
+
 namespace dscore {
 
 using device::Placement;
@@ -39,9 +41,23 @@ Result<StepStatistics::Totals> StepStatistics::gather(
   void* workspace = workspace_.data();
 
   compute.wait(comm.record());  // the reduced gradients
+  if (!share.counted.empty() && target.backend != device::ops::Backend::kCpu)
+    return unimplemented(
+        "a gradient norm over part of a rank's share (tensor parallelism's replicated "
+        "parameters) is summed on the CPU only");
   compute.enqueue([=] {
-    device::ops::sum_squares(target, share.data, grad_dtype, share.numel, &mine->squares,
-                             workspace);
+    if (share.counted.empty()) {
+      device::ops::sum_squares(target, share.data, grad_dtype, share.numel, &mine->squares,
+                               workspace);
+      return Status::Ok();
+    }
+    // The counted ranges in order, merged as the ranks' shares are.
+    tensor::SquareSum total;
+    for (const auto& [first, end] : share.counted)
+      total.merge(
+          tensor::sum_squares(tensor::element_at(const_cast<void*>(share.data), grad_dtype, first),
+                              grad_dtype, end - first));
+    mine->squares = {total.hi, total.lo, total.non_finite ? 1 : 0, 0};
     return Status::Ok();
   });
   device_.copy(&mine->loss, &staged->loss, sizeof(double), compute);

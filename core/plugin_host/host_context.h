@@ -96,7 +96,8 @@ class HostContext {
     dscore_status code = DSCORE_OK;
     std::string message;
   };
-  static constexpr size_t kGroups = 2;  // DSCORE_GROUP_WORLD, DSCORE_GROUP_DATA_PARALLEL
+  // DSCORE_GROUP_WORLD, DSCORE_GROUP_DATA_PARALLEL, DSCORE_GROUP_TENSOR_PARALLEL
+  static constexpr size_t kGroups = 3;
 
   std::shared_ptr<KvBackend> kv_;
   MemoryLedger memory_;  // what its plugins allocate through host->alloc

@@ -78,7 +78,20 @@ GradientShare FlatZero::gradient_share() {
   // norm_range is in flat order when replicated, else from the owned start.
   const int64_t origin = storage_.replicated() ? 0 : storage_.owned_begin();
   begin = std::min(std::max(begin, ctx_.norm_skipped - origin), end);
-  return {tensor::element_at(owned_grads(), ctx_.grad_dtype(), begin), end - begin};
+  GradientShare share{tensor::element_at(owned_grads(), ctx_.grad_dtype(), begin), end - begin, {}};
+  if (ctx_.norm_excluded.empty()) return share;
+  // The share's elements outside the excluded ranges, relative to `begin`.
+  int64_t at = begin;
+  for (const auto& [first, last] : ctx_.norm_excluded) {
+    const int64_t lo = std::clamp(first - origin, begin, end);
+    const int64_t hi = std::clamp(last - origin, begin, end);
+    if (lo > at) share.counted.emplace_back(at - begin, lo - begin);
+    at = std::max(at, hi);
+  }
+  if (at < end) share.counted.emplace_back(at - begin, end - begin);
+  // Everything excluded: one empty range, so nothing is counted.
+  if (share.counted.empty()) share.counted.emplace_back(0, 0);
+  return share;
 }
 
 Status FlatZero::after_update() {

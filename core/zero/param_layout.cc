@@ -16,6 +16,7 @@ Result<ParamLayout> ParamLayout::from_description(const dscore_model_description
       entry.shape.assign(param->shape, param->shape + param->ndim);
       entry.numel = param->numel;
       entry.flags = param->flags;
+      entry.split = sdk::TensorSplit::of(*param);
       if (entry.numel <= 0)
         return invalid_argument("model parameter '" + entry.name + "' has " +
                                 std::to_string(entry.numel) +

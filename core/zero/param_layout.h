@@ -5,6 +5,7 @@
 #pragma once
 
 #include <dscore/model.h>
+#include <dscore/cpp/tensor_split.hpp>
 
 #include <cstdint>
 #include <string>
@@ -22,6 +23,14 @@ struct ParamEntry {
   int64_t numel = 0;
   int64_t offset = 0;  // elements from the start of the flat buffer
   uint32_t flags = 0;  // DSCORE_PARAM_*
+  // Tensor parallelism: which part of the whole tensor this rank holds
+  // (not split: the whole; model.h DSCORE_PARAM_TP_SPLIT).
+  sdk::TensorSplit split;
+  // The whole tensor's elements (numel where not split).
+  int64_t whole_numel() const {
+    if (!split.split() || shape[static_cast<size_t>(split.dim)] == 0) return numel;
+    return numel / shape[static_cast<size_t>(split.dim)] * split.full_extent;
+  }
 };
 
 // A host view of one whole parameter at `data` (the model's shape and name).

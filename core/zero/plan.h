@@ -124,6 +124,10 @@ struct ZeroPlan {
   std::string grid;
   std::string placement;
   int64_t numel = 0;  // Psi
+  // Tensor parallelism: the ranks each layer is split over, and the whole
+  // model's elements (numel is this rank's part).
+  int tensor_parallel = 1;
+  int64_t whole_numel = 0;
   dscore_dtype model_dtype = DSCORE_DTYPE_F32;
   dscore_dtype grad_dtype = DSCORE_DTYPE_F32;
   MemoryPlan memory;

@@ -192,6 +192,13 @@ std::string format_plans(const std::vector<ZeroPlan>& plans) {
                 p0.stage, p0.world, static_cast<long long>(p0.numel),
                 sdk::dtype_name(p0.model_dtype), sdk::dtype_name(p0.grad_dtype));
   out += line;
+  if (p0.tensor_parallel > 1) {
+    std::snprintf(line, sizeof line,
+                  "  tensor parallelism: each rank holds its part (Psi) of the %lld parameters "
+                  "split over %d ranks; ZeRO partitions a part over %d data-parallel rank(s)\n",
+                  static_cast<long long>(p0.whole_numel), p0.tensor_parallel, p0.world);
+    out += line;
+  }
   out += "  parallel grid: " + p0.grid + "\n";
   if (p0.pipe) out += format_pipeline(plans);
   out += "  placement: " + p0.placement + "\n";

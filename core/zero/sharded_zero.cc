@@ -26,7 +26,7 @@ Status ShardedZero::store_params16(int64_t begin, int64_t count, const void* val
 
 GradientShare ShardedZero::gradient_share() {
   // The whole local part: the ranks' shards are disjoint and cover every parameter.
-  return {reduction_.owned_grads(), storage_.local_numel()};
+  return {reduction_.owned_grads(), storage_.local_numel(), {}};
 }
 
 void ShardedZero::begin_micro_step(bool boundary) {

@@ -63,6 +63,10 @@ struct ZeroContext {
   // copies of another pipeline stage's tied layer, counted there (stages
   // 0-1 only).
   int64_t norm_skipped = 0;
+  // Flat element ranges [first, end), ascending and disjoint, also left out
+  // of the norm: the replicated parameters on every tensor-parallel rank
+  // but the first (each split parameter's part counts on its own rank).
+  std::vector<std::pair<int64_t, int64_t>> norm_excluded;
 
   dscore_dtype model_dtype() const { return placement->model_dtype; }  // what the model computes
   dscore_dtype grad_dtype() const { return placement->grad_dtype; }    // accumulation, reduction
@@ -99,9 +103,13 @@ struct OwnedSegment {
 };
 
 // Gradients in grad_dtype: numel elements from data.
+// `counted`, when not empty: the element ranges [first, end) of
+// [0, numel) the norm counts (the rest are replicated copies another rank
+// counts: tensor parallelism); empty: all of them.
 struct GradientShare {
   const void* data = nullptr;
   int64_t numel = 0;
+  std::vector<std::pair<int64_t, int64_t>> counted;
 };
 
 // A run of one parameter's elements in memory, in the model's dtype.

@@ -143,7 +143,9 @@ int main(int argc, char** argv) {
   const auto& cfg = e.config();
   auto source = dscore::data::make_batch_source(cfg, e.model());
   if (!source.ok()) return fail(source.status().message());
-  dscore::data::DistributedSampler sampler(cfg.batch, e.world_size(), e.rank());
+  // The ranks of one tensor-parallel group (or pipeline) read the same samples.
+  dscore::data::DistributedSampler sampler(cfg.batch, e.data_parallel_size(),
+                                           e.data_parallel_rank());
   dscore::data::HostBatch batch(e.model().description(), cfg.batch.train_micro_batch_size_per_gpu);
 
   // One training run per --load entry (comma-separated; outputs of entry i

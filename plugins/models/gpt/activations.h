@@ -55,7 +55,8 @@ struct ActivationElements {
   }
 };
 
-// attention_state: the backend's attention_state_elements(B, block_size, n_head).
+// attention_state: the backend's attention_state_elements(B, block_size,
+// local_heads()).
 // bf16_operands: the pass's linears read bf16 operands (the runner's fused
 // block in bf16 layers), so the buffers that only ever hold one (ln1, ln2,
 // fch_gelu, dfch; qkv, which keeps attention's rounded heads) need half as
@@ -69,26 +70,30 @@ inline ActivationElements activation_elements(const GptConfig& cfg, int64_t B,
                                               int64_t lo = 0, int64_t hi = -1) {
   if (hi < 0) hi = cfg.n_layer;
   const int64_t N = B * cfg.block_size, C = cfg.n_embd;
+  // Under tensor parallelism the attention and MLP activations are this
+  // rank's heads' and hidden units' only.
+  const int64_t W = cfg.local_width(), H = cfg.local_hidden();
   const auto operand = [bf16_operands](int64_t n) { return bf16_operands ? (n + 1) / 2 : n; };
   ActivationElements e;
   e.block.ln1 = operand(N * C);
-  e.block.qkv = operand(N * 3 * C);  // in bf16 form: attention's rounded heads
-  e.block.atty = N * C;
+  e.block.qkv = operand(N * 3 * W);  // in bf16 form: attention's rounded heads
+  e.block.atty = N * W;
   e.block.attention_state = attention_state;
   e.block.x2 = N * C;
   e.block.ln2 = operand(N * C);
-  e.block.fch = N * 4 * C;
-  e.block.fch_gelu = operand(N * 4 * C);
+  e.block.fch = N * H;
+  e.block.fch_gelu = operand(N * H);
   e.block.stat = N;
   const int64_t checkpointed = std::max<int64_t>(0, std::min(hi, cfg.checkpoint_blocks) - lo);
   e.kept_blocks = (hi - lo) - checkpointed + (checkpointed > 0 ? 1 : 0);
   e.resid = (hi - lo + 1) * N * C;
   e.lnf = e.dlnf = e.dresid = N * C;
   e.lnf_stat = N;
-  e.dfch_gelu = bf16_operands ? 0 : N * 4 * C;  // bf16: handed to GELU's backward in chunks
-  e.dfch = operand(N * 4 * C);
-  e.dln = e.datty = N * C;
-  e.dqkv = N * 3 * C;
+  e.dfch_gelu = bf16_operands ? 0 : N * H;  // bf16: handed to GELU's backward in chunks
+  e.dfch = operand(N * H);
+  e.dln = N * C;
+  e.datty = N * W;
+  e.dqkv = N * 3 * W;
   e.tokens = N;
   return e;
 }

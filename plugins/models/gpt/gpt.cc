@@ -19,6 +19,7 @@
 #include "../transformer_common/cuda_module.h"
 #include "../transformer_common/model_io.h"
 #include "../transformer_common/pass_memory.h"
+#include "../transformer_common/tensor_parallel.h"
 #include "compute.h"
 #include "gpt2_hf.h"
 #include "gpt_config.h"
@@ -39,7 +40,11 @@ constexpr const char kRunOptionsSchema[] = R"json(
   "device": {"type": "string", "default": "cpu", "enum": ["cpu", "cuda"],
              "doc": "where forward and backward run (cuda needs a CUDA build and a GPU)"},
   "cuda_dtype": {"type": "string", "default": "bf16", "enum": ["bf16", "fp32"],
-                 "doc": "activation and matmul type on CUDA (fp32 accumulation either way)"}
+                 "doc": "activation and matmul type on CUDA (fp32 accumulation either way)"},
+  "tensor_parallel_size": {"type": "int", "default": 1, "min": 1,
+      "doc": "ranks each layer is split over (set by the engine from tensor_parallel.autotp_size)"},
+  "tensor_parallel_rank": {"type": "int", "default": 0, "min": 0,
+      "doc": "this rank's part (set by the engine for each rank)"}
 })json";
 
 const std::string kParamsSchema = std::string(R"json({
@@ -69,6 +74,10 @@ void read_run_options(const sdk::Params& p, GptConfig* c) {
     const int64_t n = p.integer("number_checkpoints");
     c->checkpoint_blocks = n < 0 ? c->n_layer : std::min(n, c->n_layer);
   }
+  c->tp_size = p.integer("tensor_parallel_size");
+  c->tp_rank = p.integer("tensor_parallel_rank");
+  transformer::check_tensor_parallel("gpt", c->tp_size, c->tp_rank, c->n_head, c->n_head,
+                                     c->vocab_size, c->device);
 }
 
 GptConfig read_config(const sdk::Params& p) {
@@ -144,7 +153,12 @@ class Gpt : public sdk::Instance {
         (count > 0 && out->data == nullptr))
       throw Error(DSCORE_INVALID_ARGUMENT, "init_param: output must be fp32 with count elements");
     if (weights_) {
-      weights_->read(*param_at(index), offset, count, static_cast<float*>(out->data));
+      // A tensor-parallel rank reads only its part, run by run.
+      const dscore_model_param& p = *param_at(index);
+      float* data = static_cast<float*>(out->data);
+      sdk::for_each_whole_run(p, offset, count, [&](int64_t local, int64_t whole, int64_t n) {
+        weights_->read(p, whole, n, data + (local - offset));
+      });
     } else {
       params_.init(index, offset, count, static_cast<float*>(out->data));
     }

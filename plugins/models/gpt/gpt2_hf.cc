@@ -1,5 +1,7 @@
 #include "gpt2_hf.h"
 
+#include <dscore/cpp/tensor_split.hpp>
+
 #include <dscore/cpp/plugin.hpp>
 
 #include <cmath>
@@ -17,9 +19,8 @@ Error unsupported(const hf::HfConfig& c, const std::string& option, const std::s
                c.path() + ": " + option + " is not supported by dscore's gpt2 model: " + why);
 }
 
-std::vector<int64_t> shape_of(const dscore_model_param& p) {
-  return std::vector<int64_t>(p.shape, p.shape + p.ndim);
-}
+// The whole tensor's shape (a tensor-parallel rank holds a part of it).
+std::vector<int64_t> shape_of(const dscore_model_param& p) { return sdk::whole_shape(p); }
 
 }  // namespace
 

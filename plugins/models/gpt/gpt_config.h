@@ -21,8 +21,18 @@ struct GptConfig {
   int64_t checkpoint_blocks = 0;
   std::string device = "cpu";       // cpu | cuda
   std::string cuda_dtype = "bf16";  // bf16 | fp32: activations and matmul inputs on CUDA
+  // Tensor parallelism (Megatron's split, as DeepSpeed's AutoTP makes it):
+  // this rank is part tp_rank of tp_size (gpt_params.cc says which part of
+  // each tensor it holds).
+  int64_t tp_size = 1;
+  int64_t tp_rank = 0;
 
   int64_t head_size() const { return n_embd / n_head; }
+  // This rank's share of the heads, the attention width (q, k and v each)
+  // and the MLP's hidden width.
+  int64_t local_heads() const { return n_head / tp_size; }
+  int64_t local_width() const { return n_embd / tp_size; }
+  int64_t local_hidden() const { return 4 * n_embd / tp_size; }
   int64_t positions() const { return n_positions > 0 ? n_positions : block_size; }
   // Layers: 0 = embeddings (wte, wpe; the tied LM head uses wte), 1..n_layer
   // = blocks, n_layer + 1 = the final LayerNorm.

@@ -8,28 +8,46 @@ namespace dscore::gpt {
 
 GptParams::GptParams(const GptConfig& config, uint64_t seed) : config_(config), seed_(seed) {
   const int64_t C = config.n_embd;
+  const int t = static_cast<int>(config.tp_size), r = static_cast<int>(config.tp_rank);
+  // Megatron's split (tensor parallelism, tp_size > 1): the token embedding
+  // (and so the tied LM head) by vocabulary rows; q|k|v by heads, each of
+  // the three blocks of c_attn's rows alike; the MLP's c_fc by rows; the two
+  // projections by columns (their input). The rest is replicated.
+  const auto rows = [&](int64_t whole, int blocks = 1) {
+    return sdk::TensorSplit{0, blocks, whole, r * (whole / blocks / t)};
+  };
+  const auto columns = [&](int64_t whole) {
+    return sdk::TensorSplit{1, 1, whole, r * (whole / t)};
+  };
+  const sdk::TensorSplit whole;
+  const auto [vocab_first, vocab_rows] = sdk::even_part(config.vocab_size, t, r);
+  vocab_first_ = vocab_first;
+  const bool split = t > 1;
+  const int64_t Ca = C / t, H = 4 * C / t;
   add_layer("transformer.embeddings");
-  add_param("transformer.wte.weight", {config.vocab_size, C}, Init::kNormal);
-  add_param("transformer.wpe.weight", {config.positions(), C}, Init::kNormal);
+  add_param("transformer.wte.weight", {vocab_rows, C}, Init::kNormal,
+            split ? sdk::TensorSplit{0, 1, config.vocab_size, vocab_first} : whole);
+  add_param("transformer.wpe.weight", {config.positions(), C}, Init::kNormal, whole);
   for (int64_t l = 0; l < config.n_layer; ++l) {
     const std::string h = "transformer.h." + std::to_string(l) + ".";
     add_layer("transformer.h." + std::to_string(l));
-    add_param(h + "ln_1.weight", {C}, Init::kOne);
-    add_param(h + "ln_1.bias", {C}, Init::kZero);
-    add_param(h + "attn.c_attn.weight", {3 * C, C}, Init::kNormal);
-    add_param(h + "attn.c_attn.bias", {3 * C}, Init::kZero);
-    add_param(h + "attn.c_proj.weight", {C, C}, Init::kResidualNormal);
-    add_param(h + "attn.c_proj.bias", {C}, Init::kZero);
-    add_param(h + "ln_2.weight", {C}, Init::kOne);
-    add_param(h + "ln_2.bias", {C}, Init::kZero);
-    add_param(h + "mlp.c_fc.weight", {4 * C, C}, Init::kNormal);
-    add_param(h + "mlp.c_fc.bias", {4 * C}, Init::kZero);
-    add_param(h + "mlp.c_proj.weight", {C, 4 * C}, Init::kResidualNormal);
-    add_param(h + "mlp.c_proj.bias", {C}, Init::kZero);
+    add_param(h + "ln_1.weight", {C}, Init::kOne, whole);
+    add_param(h + "ln_1.bias", {C}, Init::kZero, whole);
+    add_param(h + "attn.c_attn.weight", {3 * Ca, C}, Init::kNormal, split ? rows(3 * C, 3) : whole);
+    add_param(h + "attn.c_attn.bias", {3 * Ca}, Init::kZero, split ? rows(3 * C, 3) : whole);
+    add_param(h + "attn.c_proj.weight", {C, Ca}, Init::kResidualNormal, split ? columns(C) : whole);
+    add_param(h + "attn.c_proj.bias", {C}, Init::kZero, whole);
+    add_param(h + "ln_2.weight", {C}, Init::kOne, whole);
+    add_param(h + "ln_2.bias", {C}, Init::kZero, whole);
+    add_param(h + "mlp.c_fc.weight", {H, C}, Init::kNormal, split ? rows(4 * C) : whole);
+    add_param(h + "mlp.c_fc.bias", {H}, Init::kZero, split ? rows(4 * C) : whole);
+    add_param(h + "mlp.c_proj.weight", {C, H}, Init::kResidualNormal,
+              split ? columns(4 * C) : whole);
+    add_param(h + "mlp.c_proj.bias", {C}, Init::kZero, whole);
   }
   add_layer("transformer.ln_f");
-  add_param("transformer.ln_f.weight", {C}, Init::kOne);
-  add_param("transformer.ln_f.bias", {C}, Init::kZero);
+  add_param("transformer.ln_f.weight", {C}, Init::kOne, whole);
+  add_param("transformer.ln_f.bias", {C}, Init::kZero, whole);
 
   for (const auto& layer : layers_) {
     layer->desc.struct_size = sizeof(dscore_model_layer);
@@ -60,7 +78,8 @@ void GptParams::add_layer(std::string name) {
   layers_.push_back(std::move(layer));
 }
 
-void GptParams::add_param(std::string name, std::vector<int64_t> shape, Init init) {
+void GptParams::add_param(std::string name, std::vector<int64_t> shape, Init init,
+                          const sdk::TensorSplit& split) {
   auto p = std::make_unique<Param>();
   p->name = std::move(name);
   p->shape = std::move(shape);
@@ -74,6 +93,7 @@ void GptParams::add_param(std::string name, std::vector<int64_t> shape, Init ini
   p->desc.numel = numel;
   // nanoGPT's optimizer groups: 1-D tensors (biases, LayerNorm) get no decay.
   p->desc.flags = p->shape.size() < 2 ? DSCORE_PARAM_NO_WEIGHT_DECAY : 0u;
+  split.declare(&p->desc);
   layers_.back()->params.push_back(&p->desc);
   params_.push_back(std::move(p));
 }
@@ -84,19 +104,24 @@ void GptParams::init(size_t index, int64_t offset, int64_t count, float* out) co
   double stddev = 0.02;
   if (p.init == Init::kResidualNormal)
     stddev /= std::sqrt(2.0 * static_cast<double>(config_.n_layer));
-  for (int64_t k = 0; k < count; ++k) {
-    switch (p.init) {
-      case Init::kZero:
-        out[k] = 0.0f;
-        break;
-      case Init::kOne:
-        out[k] = 1.0f;
-        break;
-      default:
-        out[k] = static_cast<float>(stddev *
-                                    sdk::normal_at(seed_, key, static_cast<uint64_t>(offset + k)));
+  // Each element a function of its index in the whole tensor, so every
+  // tensor-parallel size starts from the same model.
+  sdk::for_each_whole_run(p.desc, offset, count, [&](int64_t local, int64_t whole, int64_t n) {
+    float* o = out + (local - offset);
+    for (int64_t k = 0; k < n; ++k) {
+      switch (p.init) {
+        case Init::kZero:
+          o[k] = 0.0f;
+          break;
+        case Init::kOne:
+          o[k] = 1.0f;
+          break;
+        default:
+          o[k] = static_cast<float>(stddev *
+                                    sdk::normal_at(seed_, key, static_cast<uint64_t>(whole + k)));
+      }
     }
-  }
+  });
 }
 
 std::vector<int64_t> GptParams::layer_numels(size_t layer) const {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <dscore/model.h>
+#include <dscore/cpp/tensor_split.hpp>
 
 #include <memory>
 #include <string>
@@ -56,6 +57,10 @@ class GptParams {
   void init(size_t index, int64_t offset, int64_t count, float* out) const;
   // Element counts of layer `layer`'s parameters, in order.
   std::vector<int64_t> layer_numels(size_t layer) const;
+  // Tensor parallelism: the first vocabulary row of this rank's part of
+  // wte (0 when not split).
+  int64_t vocab_first() const { return vocab_first_; }
+  int64_t vocab_rows() const { return params_.front()->shape[0]; }
 
  private:
   enum class Init { kNormal, kResidualNormal, kZero, kOne };
@@ -71,10 +76,12 @@ class GptParams {
     dscore_model_layer desc{};
   };
   void add_layer(std::string name);
-  void add_param(std::string name, std::vector<int64_t> shape, Init init);
+  void add_param(std::string name, std::vector<int64_t> shape, Init init,
+                 const sdk::TensorSplit& split);
 
   GptConfig config_;
   uint64_t seed_;
+  int64_t vocab_first_ = 0;
   std::vector<std::unique_ptr<Param>> params_;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<const dscore_model_layer*> layer_ptrs_;

@@ -69,7 +69,12 @@ class GptRunner {
   // runner keeps its own blocks' activations only.
   GptRunner(const GptConfig& config, const GptParams& params, Backend& backend, int64_t lo = 0,
             int64_t hi = -1)
-      : cfg_(config), backend_(backend), lo_(lo), hi_(hi < 0 ? config.n_layer : hi) {
+      : cfg_(config),
+        backend_(backend),
+        lo_(lo),
+        hi_(hi < 0 ? config.n_layer : hi),
+        vocab_first_(params.vocab_first()),
+        vocab_rows_(params.vocab_rows()) {
     for (size_t l = 0; l < static_cast<size_t>(config.layer_count()); ++l)
       numels_.push_back(params.layer_numels(l));
   }
@@ -170,10 +175,17 @@ class GptRunner {
     for (int64_t b = 0; b < B_; ++b) rows.push_back(b * cfg_.block_size + tokens.last_position[b]);
     const bool want_loss = loss != nullptr && tokens.counted_targets > 0;
     double sum = 0;
+    if (split() && logits != nullptr)
+      throw sdk::Error(DSCORE_UNIMPLEMENTED,
+                       "gpt: logits (generation) under tensor parallelism are not supported yet; "
+                       "generate with tensor_parallel.autotp_size 1");
     forward_layer(hooks, 0, numels_[0], backend_, [&](const auto& p) {
-      sum = backend_.lm_head_forward(acts_.lnf.get(), p[kWte], want_loss ? targets_.get() : nullptr,
-                                     N, cfg_.n_embd, cfg_.vocab_size, rows.data(),
-                                     logits != nullptr ? B_ : 0, logits);
+      if (split())
+        sum = want_loss ? vocab_parallel_head(nullptr, nullptr, p[kWte], 0.0) : 0.0;
+      else
+        sum = backend_.lm_head_forward(
+            acts_.lnf.get(), p[kWte], want_loss ? targets_.get() : nullptr, N, cfg_.n_embd,
+            cfg_.vocab_size, rows.data(), logits != nullptr ? B_ : 0, logits);
     });
     if (loss != nullptr)
       *loss = want_loss ? sum / static_cast<double>(tokens.counted_targets) : 0.0;
@@ -209,10 +221,11 @@ class GptRunner {
     b.residual_layernorm_forward_operand(t, t, s, s, c, c, c, c, int64_t{}, int64_t{}, c);
     b.matmul_forward_operand(t, c, c, c, int64_t{}, int64_t{}, int64_t{});
     b.matmul_backward_operand(t, t, t, c, c, c, int64_t{}, int64_t{}, int64_t{});
-    b.qkv_attention_forward(t, t, t, c, c, c, int64_t{}, int64_t{}, int64_t{}, int64_t{});
+    b.qkv_attention_forward(t, t, t, c, c, c, int64_t{}, int64_t{}, int64_t{}, int64_t{},
+                            int64_t{});
     b.attention_backward_kept(t, c, c, c, c, bool{}, int64_t{}, int64_t{}, int64_t{}, int64_t{});
-    b.mlp_forward(t, t, t, c, c, c, c, c, int64_t{}, int64_t{});
-    b.mlp_backward(t, t, t, t, t, t, t, c, c, c, c, c, c, int64_t{}, int64_t{});
+    b.mlp_forward(t, t, t, c, c, c, c, c, int64_t{}, int64_t{}, int64_t{});
+    b.mlp_backward(t, t, t, t, t, t, t, c, c, c, c, c, c, int64_t{}, int64_t{}, int64_t{});
   };
 
   bool checkpointed(int64_t l) const { return l < cfg_.checkpoint_blocks; }
@@ -234,10 +247,14 @@ class GptRunner {
     const int64_t N = B_ * cfg_.block_size, C = cfg_.n_embd;
     double loss_sum = 0;
     // dlnf = d loss / d ln_f output
+    const double grad_scale = loss_scale / static_cast<double>(tokens.counted_targets);
     backward_layer(hooks, 0, numels_[0], backend_, embedding_ready, [&](const auto& p, auto& g) {
-      loss_sum = backend_.lm_head_forward_backward(
-          acts_.dlnf.get(), g[kWte], acts_.lnf.get(), p[kWte], targets_.get(), N, C,
-          cfg_.vocab_size, loss_scale / static_cast<double>(tokens.counted_targets));
+      if (split())
+        loss_sum = vocab_parallel_head(acts_.dlnf.get(), g[kWte], p[kWte], grad_scale);
+      else
+        loss_sum =
+            backend_.lm_head_forward_backward(acts_.dlnf.get(), g[kWte], acts_.lnf.get(), p[kWte],
+                                              targets_.get(), N, C, cfg_.vocab_size, grad_scale);
     });
     const size_t final_layer = static_cast<size_t>(cfg_.final_layer());
     backward_layer(hooks, final_layer, numels_[final_layer], backend_, GradsReady::kYes,
@@ -265,8 +282,20 @@ class GptRunner {
   // grads_ready.
   void embedding_backward(const dscore_model_hooks& hooks) {
     backward_layer_grads(hooks, 0, numels_[0], backend_, GradsReady::kYes, [&](auto& g) {
-      backend_.encoder_backward(g[kWte], g[kWpe], acts_.dresid.get(), inputs_.get(), B_,
-                                cfg_.block_size, cfg_.n_embd);
+      if (split()) {
+        if constexpr (requires {
+                        backend_.encoder_backward_part(g[kWte], nullptr, nullptr, nullptr, 0, 0, 0,
+                                                       0, 0);
+                      })
+          backend_.encoder_backward_part(g[kWte], g[kWpe], acts_.dresid.get(), inputs_.get(), B_,
+                                         cfg_.block_size, cfg_.n_embd, vocab_first_, vocab_rows_);
+        else
+          throw sdk::Error(DSCORE_UNIMPLEMENTED,
+                           "gpt: tensor parallelism computes on the CPU only");
+      } else {
+        backend_.encoder_backward(g[kWte], g[kWpe], acts_.dresid.get(), inputs_.get(), B_,
+                                  cfg_.block_size, cfg_.n_embd);
+      }
     });
   }
 
@@ -341,7 +370,7 @@ class GptRunner {
  private:
   void allocate_activations(bool bf16_operands) {
     const ActivationElements e = activation_elements(
-        cfg_, B_, backend_.attention_state_elements(B_, cfg_.block_size, cfg_.n_head),
+        cfg_, B_, backend_.attention_state_elements(B_, cfg_.block_size, cfg_.local_heads()),
         bf16_operands, lo_, hi_);
     acts_ = Activations{};
     acts_.resid = backend_.template alloc<T>(e.resid);
@@ -373,8 +402,25 @@ class GptRunner {
   void embed_forward(const dscore_model_hooks& hooks) {
     forward_layer(hooks, 0, numels_[0], backend_, [&](const auto& p) {
       ensure_activations();
-      backend_.encoder_forward(residual(0), inputs_.get(), p[kWte], p[kWpe], B_, cfg_.block_size,
-                               cfg_.n_embd);
+      if (split()) {
+        // Each rank embeds the tokens of its vocabulary rows (the first
+        // adds the positions too); the group's sum is the embedding.
+        if constexpr (requires {
+                        backend_.encoder_forward_part(nullptr, nullptr, p[kWte], nullptr, 0, 0, 0,
+                                                      0, 0);
+                      }) {
+          backend_.encoder_forward_part(residual(0), inputs_.get(), p[kWte],
+                                        first_part() ? p[kWpe] : nullptr, B_, cfg_.block_size,
+                                        cfg_.n_embd, vocab_first_, vocab_rows_);
+          group_sum(residual(0), B_ * cfg_.block_size * cfg_.n_embd);
+        } else {
+          throw sdk::Error(DSCORE_UNIMPLEMENTED,
+                           "gpt: tensor parallelism computes on the CPU only");
+        }
+      } else {
+        backend_.encoder_forward(residual(0), inputs_.get(), p[kWte], p[kWpe], B_, cfg_.block_size,
+                                 cfg_.n_embd);
+      }
     });
   }
   // prologue: runs first inside the layer's acquire.
@@ -393,83 +439,126 @@ class GptRunner {
   template <class P>
   void block_forward(const P& p, const T* x, T* out, BlockActs& a) {
     const int64_t N = B_ * cfg_.block_size, C = cfg_.n_embd;
+    // This rank's heads, attention width and hidden width (all of them
+    // without tensor parallelism). A split projection's output is this
+    // rank's part of a sum (group_sum makes it whole), so its replicated
+    // bias is added on the first rank only.
+    const int64_t NH = cfg_.local_heads(), W = cfg_.local_width(), H = cfg_.local_hidden();
+    const T* attn_bias = once(p[kAttnProjBias]);
+    const T* proj_bias = once(p[kFcProjBias]);
     if constexpr (kFusedBlock) {
       backend_.layernorm_forward_operand(a.ln1.get(), a.mean1.get(), a.rstd1.get(), x,
                                          p[kLn1Weight], p[kLn1Bias], N, C, p[kAttnWeight]);
       // In bf16 form a.qkv keeps attention's rounded heads.
       backend_.qkv_attention_forward(a.atty.get(), a.attention_state.get(), a.qkv.get(),
                                      a.ln1.get(), p[kAttnWeight], p[kAttnBias], B_, cfg_.block_size,
-                                     C, cfg_.n_head);
+                                     C, W, NH);
       // The attention projection goes through dln (backward scratch, free
       // here: a recompute runs before its block's backward uses it), as ln2
       // is written in another form than the projection's output.
       T* projection = acts_.dln.get();
-      backend_.matmul_forward(projection, a.atty.get(), p[kAttnProjWeight], p[kAttnProjBias], N, C,
-                              C);
+      backend_.matmul_forward(projection, a.atty.get(), p[kAttnProjWeight], attn_bias, N, W, C);
+      group_sum(projection, N * C);
       backend_.residual_layernorm_forward_operand(a.x2.get(), a.ln2.get(), a.mean2.get(),
                                                   a.rstd2.get(), x, projection, p[kLn2Weight],
                                                   p[kLn2Bias], N, C, p[kFcWeight]);
       backend_.mlp_forward(out, a.fch.get(), a.fch_gelu.get(), a.ln2.get(), p[kFcWeight],
-                           p[kFcBias], p[kFcProjWeight], p[kFcProjBias], N, C);
+                           p[kFcBias], p[kFcProjWeight], proj_bias, N, C, H);
       if (out == nullptr) return;
     } else {
       backend_.layernorm_forward(a.ln1.get(), a.mean1.get(), a.rstd1.get(), x, p[kLn1Weight],
                                  p[kLn1Bias], N, C);
-      backend_.matmul_forward(a.qkv.get(), a.ln1.get(), p[kAttnWeight], p[kAttnBias], N, C, 3 * C);
+      backend_.matmul_forward(a.qkv.get(), a.ln1.get(), p[kAttnWeight], p[kAttnBias], N, C, 3 * W);
       backend_.attention_forward(a.atty.get(), a.attention_state.get(), a.qkv.get(), B_,
-                                 cfg_.block_size, C, cfg_.n_head);
+                                 cfg_.block_size, W, NH);
       // The attention projection goes through ln2's buffer (overwritten next).
-      backend_.matmul_forward(a.ln2.get(), a.atty.get(), p[kAttnProjWeight], p[kAttnProjBias], N, C,
-                              C);
+      backend_.matmul_forward(a.ln2.get(), a.atty.get(), p[kAttnProjWeight], attn_bias, N, W, C);
+      group_sum(a.ln2.get(), N * C);
       backend_.add(a.x2.get(), x, a.ln2.get(), N * C);
       backend_.layernorm_forward(a.ln2.get(), a.mean2.get(), a.rstd2.get(), a.x2.get(),
                                  p[kLn2Weight], p[kLn2Bias], N, C);
-      backend_.matmul_forward(a.fch.get(), a.ln2.get(), p[kFcWeight], p[kFcBias], N, C, 4 * C);
-      backend_.gelu_forward(a.fch_gelu.get(), a.fch.get(), N * 4 * C);
+      backend_.matmul_forward(a.fch.get(), a.ln2.get(), p[kFcWeight], p[kFcBias], N, C, H);
+      backend_.gelu_forward(a.fch_gelu.get(), a.fch.get(), N * H);
       if (out == nullptr) return;
-      backend_.matmul_forward(out, a.fch_gelu.get(), p[kFcProjWeight], p[kFcProjBias], N, 4 * C, C);
+      backend_.matmul_forward(out, a.fch_gelu.get(), p[kFcProjWeight], proj_bias, N, H, C);
     }
+    group_sum(out, N * C);
     backend_.add(out, out, a.x2.get(), N * C);
   }
 
   // d: the gradient at the block's output on entry, at its input on return.
+  // Under tensor parallelism d is whole on every rank; the input gradients
+  // of the split linears (q|k|v and c_fc) are this rank's part of a sum
+  // (group_sum makes them whole before each LayerNorm's backward), and the
+  // replicated parameters' gradients come out equal on every rank.
   template <class P, class G>
   void block_backward(const P& p, G& g, const T* x, const BlockActs& a, T* d) {
     const int64_t N = B_ * cfg_.block_size, C = cfg_.n_embd;
+    const int64_t NH = cfg_.local_heads(), W = cfg_.local_width(), H = cfg_.local_hidden();
     if constexpr (kFusedBlock) {
       backend_.mlp_backward(acts_.dln.get(), g[kFcWeight], g[kFcBias], g[kFcProjWeight],
                             g[kFcProjBias], acts_.dfch_gelu.get(), acts_.dfch.get(), d, a.ln2.get(),
-                            a.fch.get(), a.fch_gelu.get(), p[kFcWeight], p[kFcProjWeight], N, C);
+                            a.fch.get(), a.fch_gelu.get(), p[kFcWeight], p[kFcProjWeight], N, C, H);
     } else {
       backend_.matmul_backward(acts_.dfch_gelu.get(), g[kFcProjWeight], g[kFcProjBias], d,
-                               a.fch_gelu.get(), p[kFcProjWeight], N, 4 * C, C);
-      backend_.gelu_backward(acts_.dfch.get(), a.fch.get(), acts_.dfch_gelu.get(), N * 4 * C);
+                               a.fch_gelu.get(), p[kFcProjWeight], N, H, C);
+      backend_.gelu_backward(acts_.dfch.get(), a.fch.get(), acts_.dfch_gelu.get(), N * H);
       backend_.matmul_backward(acts_.dln.get(), g[kFcWeight], g[kFcBias], acts_.dfch.get(),
-                               a.ln2.get(), p[kFcWeight], N, C, 4 * C);
+                               a.ln2.get(), p[kFcWeight], N, C, H);
     }
+    group_sum(acts_.dln.get(), N * C);
     backend_.layernorm_backward(d, g[kLn2Weight], g[kLn2Bias], acts_.dln.get(), a.x2.get(),
                                 p[kLn2Weight], a.mean2.get(), a.rstd2.get(), N, C);
     backend_.matmul_backward(acts_.datty.get(), g[kAttnProjWeight], g[kAttnProjBias], d,
-                             a.atty.get(), p[kAttnProjWeight], N, C, C);
+                             a.atty.get(), p[kAttnProjWeight], N, W, C);
     if constexpr (kFusedBlock) {
       backend_.attention_backward_kept(acts_.dqkv.get(), acts_.datty.get(), a.qkv.get(),
                                        a.atty.get(), a.attention_state.get(), bf16_operands_, B_,
-                                       cfg_.block_size, C, cfg_.n_head);
+                                       cfg_.block_size, W, NH);
       backend_.matmul_backward_operand(acts_.dln.get(), g[kAttnWeight], g[kAttnBias],
-                                       acts_.dqkv.get(), a.ln1.get(), p[kAttnWeight], N, C, 3 * C);
+                                       acts_.dqkv.get(), a.ln1.get(), p[kAttnWeight], N, C, 3 * W);
     } else {
       backend_.attention_backward(acts_.dqkv.get(), acts_.datty.get(), a.qkv.get(), a.atty.get(),
-                                  a.attention_state.get(), B_, cfg_.block_size, C, cfg_.n_head);
+                                  a.attention_state.get(), B_, cfg_.block_size, W, NH);
       backend_.matmul_backward(acts_.dln.get(), g[kAttnWeight], g[kAttnBias], acts_.dqkv.get(),
-                               a.ln1.get(), p[kAttnWeight], N, C, 3 * C);
+                               a.ln1.get(), p[kAttnWeight], N, C, 3 * W);
     }
+    group_sum(acts_.dln.get(), N * C);
     backend_.layernorm_backward(d, g[kLn1Weight], g[kLn1Bias], acts_.dln.get(), x, p[kLn1Weight],
                                 a.mean1.get(), a.rstd1.get(), N, C);
   }
 
+  // ---- tensor parallelism (cfg_.tp_size > 1; gpt_params.cc's split)
+  bool split() const { return cfg_.tp_size > 1; }
+  bool first_part() const { return cfg_.tp_rank == 0; }
+  // A replicated bias added to a sum over the group: by its first rank only.
+  const T* once(const T* bias) const { return first_part() ? bias : nullptr; }
+  // The group's sum in place (nothing without tensor parallelism); a
+  // backend without the group's collectives cannot run split.
+  void group_sum(T* data, int64_t n) {
+    if (!split()) return;
+    if constexpr (requires { backend_.tensor_parallel_sum(data, n); })
+      backend_.tensor_parallel_sum(data, n);
+    else
+      throw sdk::Error(DSCORE_UNIMPLEMENTED, "gpt: tensor parallelism computes on the CPU only");
+  }
+  // The head over this rank's vocabulary rows (vocab_parallel.h); dx null:
+  // the loss only.
+  double vocab_parallel_head(T* dx, T* dw, const T* w, double grad_scale) {
+    if constexpr (requires {
+                    backend_.vocab_parallel_head(dx, dw, w, w, nullptr, 0, 0, 0, 0, 0, 0.0);
+                  })
+      return backend_.vocab_parallel_head(dx, dw, acts_.lnf.get(), w, targets_.get(),
+                                          B_ * cfg_.block_size, cfg_.n_embd, vocab_rows_,
+                                          vocab_first_, cfg_.vocab_size, grad_scale);
+    else
+      throw sdk::Error(DSCORE_UNIMPLEMENTED, "gpt: tensor parallelism computes on the CPU only");
+  }
+
   GptConfig cfg_;
   Backend& backend_;
-  int64_t lo_, hi_;  // the blocks this runner keeps activations for
+  int64_t lo_, hi_;                   // the blocks this runner keeps activations for
+  int64_t vocab_first_, vocab_rows_;  // this rank's rows of wte (all of them unsplit)
   std::vector<std::vector<int64_t>> numels_;
   int64_t B_ = 0;
   Activations acts_;

@@ -30,6 +30,12 @@ typedef struct dscore_model dscore_model;
 
 /* dscore_model_param.flags */
 #define DSCORE_PARAM_NO_WEIGHT_DECAY (1u << 0) /* biases, norms: weight decay multiplier 0 */
+/* ABI 1.2: the tensor is this rank's part of a whole tensor split over the
+ * tensor-parallel group (host->communicator(ctx, DSCORE_GROUP_TENSOR_PARALLEL)),
+ * as the tp_* fields below say. Without the flag every rank of the group
+ * holds the whole tensor (replicated: a LayerNorm, a row-parallel bias), and
+ * the host counts it once in the gradient norm. */
+#define DSCORE_PARAM_TP_SPLIT (1u << 1)
 
 typedef struct dscore_model_param {
   uint32_t struct_size;
@@ -38,6 +44,17 @@ typedef struct dscore_model_param {
   const int64_t* shape; /* ndim entries */
   int64_t numel;
   uint32_t flags; /* DSCORE_PARAM_* */
+  /* ABI 1.2 (read where struct_size covers them and flags has
+   * DSCORE_PARAM_TP_SPLIT): the whole tensor's shape is `shape` with
+   * dimension tp_dim holding tp_full_extent entries, made of tp_blocks equal
+   * blocks (3 for a fused q|k|v, else 1); of each block this rank holds
+   * shape[tp_dim] / tp_blocks consecutive entries from tp_offset (within the
+   * block). The name is the whole tensor's: checkpoints and Hugging Face
+   * folders hold whole tensors, and each rank reads and writes its part. */
+  int32_t tp_dim;
+  int32_t tp_blocks;
+  int64_t tp_full_extent;
+  int64_t tp_offset;
 } dscore_model_param;
 
 typedef struct dscore_model_layer {

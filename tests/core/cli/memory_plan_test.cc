@@ -3,8 +3,8 @@
 // activations and the measured process) within 10% of each rank's peak RSS
 // (VmHWM) that `dscore run` reports with memory_breakdown at the end of
 // training, for the README's quickstart and the bench GPT (bench/gpt_train.cc)
-// at 1 and 2 ranks, for a Llama of the bench GPT's size, and per pipeline
-// stage (1F1B and interleaved). The peak is read before teardown,
+// at 1 and 2 ranks, for a Llama of the bench GPT's size, per pipeline
+// stage (1F1B and interleaved), and per tensor-parallel rank. The peak is read before teardown,
 // which touches pages no training step does.
 #include <gtest/gtest.h>
 
@@ -143,6 +143,18 @@ std::string pipeline_config(const char* model, const char* schedule) {
   return json::serialize(*value);
 }
 
+// The bench GPT split over 2 tensor-parallel ranks, ZeRO-0: each rank
+// holds its part of the weights (and their state) and of the attention and
+// MLP activations.
+std::string tensor_parallel_config(bool bf16) {
+  auto value = json::parse(bench_gpt_config(1, bf16, 0), "tensor parallel");
+  if (!value.ok()) return "";
+  auto section = json::parse(R"({"autotp_size": 2})", "tensor_parallel section");
+  if (!section.ok()) return "";
+  value->set("tensor_parallel", *section);
+  return json::serialize(*value);
+}
+
 void expect_plan_within_10_percent(const std::string& config_text, int ranks, int steps) {
   TempDir dir("dscore_memory_plan");
   fs::create_directory_symlink(fs::path(DSCORE_SOURCE_DIR) / "configs", dir.path() / "configs");
@@ -214,6 +226,14 @@ TEST(MemoryPlan, LlamaPeakWithinTenPercentOnOneRank) {
 
 TEST(MemoryPlan, CheckpointedBf16LlamaZeroThreePeakWithinTenPercentOnTwoRanks) {
   expect_plan_within_10_percent(llama_config(2, /*bf16=*/true, /*stage=*/3, true), 2, 1);
+}
+
+TEST(MemoryPlan, TensorParallelBenchGptPeakWithinTenPercentPerRank) {
+  expect_plan_within_10_percent(tensor_parallel_config(/*bf16=*/false), 2, 1);
+}
+
+TEST(MemoryPlan, TensorParallelBf16BenchGptPeakWithinTenPercentPerRank) {
+  expect_plan_within_10_percent(tensor_parallel_config(/*bf16=*/true), 2, 1);
 }
 
 TEST(MemoryPlan, PipelinedBenchGptPeakWithinTenPercentPerStage) {

@@ -7,7 +7,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -34,13 +33,7 @@ class PipelineRun : public ::testing::Test {
     ProcessResult r = run_dscore(args, options);
     EXPECT_EQ(r.exit_code, 0) << name << ": " << r.describe();
     out_ = r.out + r.err;
-    std::vector<double> values;
-    std::istringstream csv(
-        read_text_file(dir_.path() / "out" / name / "Train_Samples_train_loss.csv"));
-    std::string line;
-    std::getline(csv, line);  // step,train_loss
-    while (std::getline(csv, line)) values.push_back(std::stod(line.substr(line.find(',') + 1)));
-    return values;
+    return read_csv_values(dir_.path() / "out" / name / "Train_Samples_train_loss.csv");
   }
   ProcessResult run(const std::string& name, const std::string& config, int ranks,
                     EnvOverrides env = {}) {

@@ -235,4 +235,12 @@ std::vector<std::string> lines_starting_with(const std::string& text, const std:
   return out;
 }
 
+std::vector<double> read_csv_values(const std::filesystem::path& path) {
+  std::vector<double> values;
+  const std::vector<std::string> lines = split_lines(read_text_file(path));
+  for (size_t i = 1; i < lines.size(); ++i)  // after "step,<name>"
+    if (!lines[i].empty()) values.push_back(std::stod(lines[i].substr(lines[i].find(',') + 1)));
+  return values;
+}
+
 }  // namespace dscore::testing

@@ -64,5 +64,7 @@ std::string read_text_file(const std::filesystem::path& path);
 std::vector<std::string> split_lines(const std::string& text);  // "\n" or "\r\n"
 // The lines of `text` that start with `prefix`.
 std::vector<std::string> lines_starting_with(const std::string& text, const std::string& prefix);
+// The values of a csv_monitor file ("step,value" rows after the header).
+std::vector<double> read_csv_values(const std::filesystem::path& path);
 
 }  // namespace dscore::testing

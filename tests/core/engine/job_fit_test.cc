@@ -15,7 +15,7 @@ namespace {
 class OneParameter {
  public:
   explicit OneParameter(int64_t numel) : shape_{numel}, param_{} {
-    param_ = {sizeof(dscore_model_param), "w", 1, shape_, numel, 0};
+    param_ = {sizeof(dscore_model_param), "w", 1, shape_, numel, 0, 0, 0, 0, 0};
     layout_ = ParamLayout::from_description(description_).value();
   }
   const ParamLayout& layout() const { return layout_; }

@@ -44,8 +44,8 @@ class DescribedModel {
       param_names_.push_back(layer_names_[l] + ".weight");
     }
     for (size_t l = 0; l < numels.size(); ++l) {
-      params_.push_back(
-          {sizeof(dscore_model_param), param_names_[l].c_str(), 1, &shapes_[l], numels[l], 0});
+      params_.push_back({sizeof(dscore_model_param), param_names_[l].c_str(), 1, &shapes_[l],
+                         numels[l], 0, 0, 0, 0, 0});
     }
     for (size_t l = 0; l < numels.size(); ++l) param_ptrs_.push_back(&params_[l]);
     for (size_t l = 0; l < numels.size(); ++l)

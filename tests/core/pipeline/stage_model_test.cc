@@ -24,7 +24,8 @@ class FakeModel final : public Model {
       : stages_(stages), stray_(stray_layer), declares_stage_memory_(declares_stage_memory) {
     for (size_t l = 0; l < 4; ++l) names_.push_back("layers." + std::to_string(l) + ".weight");
     for (size_t l = 0; l < 4; ++l)
-      params_.push_back({sizeof(dscore_model_param), names_[l].c_str(), 1, &shape_, 2, 0});
+      params_.push_back(
+          {sizeof(dscore_model_param), names_[l].c_str(), 1, &shape_, 2, 0, 0, 0, 0, 0});
     for (size_t l = 0; l < 4; ++l) param_ptrs_.push_back(&params_[l]);
     for (size_t l = 0; l < 4; ++l)
       layers_.push_back({sizeof(dscore_model_layer), names_[l].c_str(), 1, &param_ptrs_[l]});

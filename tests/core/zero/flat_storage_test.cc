@@ -31,9 +31,9 @@ class TwoLayers {
 
  private:
   int64_t s0_[2] = {3, 2}, s1_[1] = {3}, s2_[1] = {4};
-  dscore_model_param p_[3] = {{sizeof(dscore_model_param), "a.w", 2, s0_, 6, 0},
-                              {sizeof(dscore_model_param), "a.b", 1, s1_, 3, 0},
-                              {sizeof(dscore_model_param), "b.w", 1, s2_, 4, 0}};
+  dscore_model_param p_[3] = {{sizeof(dscore_model_param), "a.w", 2, s0_, 6, 0, 0, 0, 0, 0},
+                              {sizeof(dscore_model_param), "a.b", 1, s1_, 3, 0, 0, 0, 0, 0},
+                              {sizeof(dscore_model_param), "b.w", 1, s2_, 4, 0, 0, 0, 0, 0}};
   const dscore_model_param* l0p_[2];
   const dscore_model_param* l1p_[1];
   dscore_model_layer l0_{sizeof(dscore_model_layer), "a", 2, l0p_};

@@ -9,9 +9,10 @@ namespace {
 
 TEST(ParamLayout, OffsetsAreContiguousInLayerOrder) {
   int64_t s0[] = {3, 2}, s1[] = {3}, s2[] = {4};
-  dscore_model_param p0{sizeof(dscore_model_param), "a.w", 2, s0, 6, 0};
-  dscore_model_param p1{sizeof(dscore_model_param), "a.b", 1, s1, 3, DSCORE_PARAM_NO_WEIGHT_DECAY};
-  dscore_model_param p2{sizeof(dscore_model_param), "b.w", 1, s2, 4, 0};
+  dscore_model_param p0{sizeof(dscore_model_param), "a.w", 2, s0, 6, 0, 0, 0, 0, 0};
+  dscore_model_param p1{sizeof(dscore_model_param),   "a.b", 1, s1, 3,
+                        DSCORE_PARAM_NO_WEIGHT_DECAY, 0,     0, 0,  0};
+  dscore_model_param p2{sizeof(dscore_model_param), "b.w", 1, s2, 4, 0, 0, 0, 0, 0};
   const dscore_model_param* l0p[] = {&p0, &p1};
   const dscore_model_param* l1p[] = {&p2};
   dscore_model_layer l0{sizeof(dscore_model_layer), "a", 2, l0p};
@@ -35,7 +36,7 @@ TEST(ParamLayout, OffsetsAreContiguousInLayerOrder) {
 
 TEST(ParamLayout, EmptyParameterIsRejectedByName) {
   int64_t s0[] = {0};
-  dscore_model_param p0{sizeof(dscore_model_param), "w", 1, s0, 0, 0};
+  dscore_model_param p0{sizeof(dscore_model_param), "w", 1, s0, 0, 0, 0, 0, 0, 0};
   const dscore_model_param* lp[] = {&p0};
   dscore_model_layer l0{sizeof(dscore_model_layer), "a", 1, lp};
   const dscore_model_layer* layers[] = {&l0};

@@ -19,8 +19,8 @@ class TwoLayers {
 
  private:
   int64_t s0_[2] = {30, 100}, s1_[1] = {2001};
-  dscore_model_param p0_{sizeof(dscore_model_param), "a.w", 2, s0_, 3000, 0};
-  dscore_model_param p1_{sizeof(dscore_model_param), "b.w", 1, s1_, 2001, 0};
+  dscore_model_param p0_{sizeof(dscore_model_param), "a.w", 2, s0_, 3000, 0, 0, 0, 0, 0};
+  dscore_model_param p1_{sizeof(dscore_model_param), "b.w", 1, s1_, 2001, 0, 0, 0, 0, 0};
   const dscore_model_param* l0p_[1] = {&p0_};
   const dscore_model_param* l1p_[1] = {&p1_};
   dscore_model_layer l0_{sizeof(dscore_model_layer), "a", 1, l0p_};

@@ -26,7 +26,8 @@ class ThreeLayers : public Model {
  public:
   ThreeLayers() {
     for (size_t p = 0; p < 3; ++p) {
-      params_[p] = {sizeof(dscore_model_param), kNames[p], 1, &shapes_[p], shapes_[p], 0};
+      params_[p] = {
+          sizeof(dscore_model_param), kNames[p], 1, &shapes_[p], shapes_[p], 0, 0, 0, 0, 0};
       param_ptrs_[p] = &params_[p];
       layers_[p] = {sizeof(dscore_model_layer), kNames[p], 1, &param_ptrs_[p]};
       layer_ptrs_[p] = &layers_[p];

@@ -301,14 +301,15 @@ static const dscore_plugin_descriptor kOffload = {sizeof(dscore_plugin_descripto
 static const int64_t kWeightShape[] = {3, 2};
 static const int64_t kBiasShape[] = {2};
 static const dscore_model_param kWeight = {
-    sizeof(dscore_model_param), "fc.weight", 2, kWeightShape, 6, 0};
+    sizeof(dscore_model_param), "fc.weight", 2, kWeightShape, 6, 0, 0, 0, 0, 0};
 #if defined(FAULT_MODEL_DUP_PARAMS)
-static const dscore_model_param kBias = {sizeof(dscore_model_param),  "fc.weight", 1, kBiasShape, 2,
-                                         DSCORE_PARAM_NO_WEIGHT_DECAY};
+static const dscore_model_param kBias = {
+    sizeof(dscore_model_param),   "fc.weight", 1, kBiasShape, 2,
+    DSCORE_PARAM_NO_WEIGHT_DECAY, 0,           0, 0,          0};
 #define MODEL_NAME "fake_bad_model"
 #else
-static const dscore_model_param kBias = {sizeof(dscore_model_param),  "fc.bias", 1, kBiasShape, 2,
-                                         DSCORE_PARAM_NO_WEIGHT_DECAY};
+static const dscore_model_param kBias = {sizeof(dscore_model_param),   "fc.bias", 1, kBiasShape, 2,
+                                         DSCORE_PARAM_NO_WEIGHT_DECAY, 0,         0, 0,          0};
 #define MODEL_NAME "fake_linear"
 #endif
 static const dscore_model_param* const kParams[] = {&kWeight, &kBias};

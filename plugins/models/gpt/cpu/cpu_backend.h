@@ -8,6 +8,8 @@
 #include <type_traits>
 
 #include "../../transformer_common/cpu/host_backend.h"
+#include "../../transformer_common/cpu/vocab_parallel.h"
+#include "../../transformer_common/tensor_parallel.h"
 #include "kernels.h"
 
 namespace dscore::gpt::cpu {
@@ -18,7 +20,7 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
 
  public:
   explicit CpuBackend(sdk::HostRef host = {})
-      : transformer::cpu::HostBackend<T>(host, "gpt", "gpt activations") {}
+      : transformer::cpu::HostBackend<T>(host, "gpt", "gpt activations"), group_(host, "gpt") {}
 
   void encoder_forward(T* out, const int32_t* tok, const T* wte, const T* wpe, int64_t B,
                        int64_t Tn, int64_t C) {
@@ -28,6 +30,28 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
                         int64_t C) {
     cpu::encoder_backward(dwte, dwpe, dout, tok, B, Tn, C);
   }
+  // ---- tensor parallelism (runner.h's split path): the embeddings of
+  // vocabulary rows [v0, v0 + rows), the vocab-parallel head, and the
+  // group's sum.
+  void encoder_forward_part(T* out, const int32_t* tok, const T* wte, const T* wpe, int64_t B,
+                            int64_t Tn, int64_t C, int64_t v0, int64_t rows) {
+    cpu::encoder_forward(out, tok, wte, wpe, B, Tn, C, v0, rows);
+  }
+  void encoder_backward_part(T* dwte, T* dwpe, const T* dout, const int32_t* tok, int64_t B,
+                             int64_t Tn, int64_t C, int64_t v0, int64_t rows) {
+    cpu::encoder_backward(dwte, dwpe, dout, tok, B, Tn, C, v0, rows);
+  }
+  double vocab_parallel_head(T* dx, T* dw, const T* x, const T* w, const int32_t* targets,
+                             int64_t N, int64_t C, int64_t rows, int64_t v0, int64_t V,
+                             double grad_scale) {
+    transformer::cpu::GroupReductions<T> reductions{
+        [this](double* d, int64_t n) { group_.max(d, n); },
+        [this](double* d, int64_t n) { group_.sum(d, n); },
+        [this](T* d, int64_t n) { group_.sum(d, n); }};
+    return transformer::cpu::vocab_parallel_lm_head(dx, dw, x, w, targets, N, C, rows, v0, V,
+                                                    grad_scale, reductions);
+  }
+  void tensor_parallel_sum(T* data, int64_t n) { group_.sum(data, n); }
   void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t N,
                          int64_t C) {
     cpu::layernorm_forward(out, mean, rstd, inp, w, b, N, C);
@@ -85,24 +109,26 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
   // backward reads them (attention_backward_kept, rounded_heads);
   // otherwise kept holds q|k|v themselves.
   void qkv_attention_forward(T* out, T* state, T* kept, const T* ln1, const T* w, const T* b,
-                             int64_t B, int64_t Tn, int64_t C, int64_t NH) {
+                             int64_t B, int64_t Tn, int64_t C, int64_t width, int64_t NH) {
+    // C: ln1's channels; width: each of q, k and v's (C / the
+    // tensor-parallel size: this rank's NH heads).
     if constexpr (std::is_same_v<T, float>) {
       if (const uint16_t* w16 = this->bf16_view_of(w)) {
-        const transformer::cpu::AttentionShape shape = packed_attention_shape(B, Tn, C, NH);
+        const transformer::cpu::AttentionShape shape = packed_attention_shape(B, Tn, width, NH);
         uint16_t* heads = reinterpret_cast<uint16_t*>(kept);
         transformer::cpu::matmul_forward_bf16_consumed(
-            {nullptr, reinterpret_cast<const uint16_t*>(ln1)}, w16, b, B * Tn, C, 3 * C,
+            {nullptr, reinterpret_cast<const uint16_t*>(ln1)}, w16, b, B * Tn, C, 3 * width,
             [&](int64_t r0, int64_t r1, float* rows) {
-              transformer::cpu::round_heads_rows(heads, rows, rows + C, rows + 2 * C, r0, r1,
-                                                 shape);
+              transformer::cpu::round_heads_rows(heads, rows, rows + width, rows + 2 * width, r0,
+                                                 r1, shape);
             });
         transformer::cpu::attention_forward_bf16(out, state, nullptr, nullptr, nullptr, shape,
                                                  transformer::cpu::vector_isa(), heads);
         return;
       }
     }
-    this->matmul_forward_operand(kept, ln1, w, b, B * Tn, C, 3 * C);
-    attention_forward(out, state, kept, B, Tn, C, NH);
+    this->matmul_forward_operand(kept, ln1, w, b, B * Tn, C, 3 * width);
+    attention_forward(out, state, kept, B, Tn, width, NH);
   }
   void attention_backward_kept(T* dqkv, const T* dout, const T* kept, const T* out, const T* state,
                                bool rounded_heads, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
@@ -127,8 +153,9 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
   // the fc linear (layernorm_forward_operand), fch_gelu one of the
   // projection's: rounded to bf16 as it is made when that linear reads
   // bf16.
+  // H: the hidden width (4C, or this rank's part of it).
   void mlp_forward(T* out, T* fch, T* fch_gelu, const T* ln2, const T* w_fc, const T* b_fc,
-                   const T* w_proj, const T* b_proj, int64_t N, int64_t C) {
+                   const T* w_proj, const T* b_proj, int64_t N, int64_t C, int64_t H) {
     require_one_form(w_fc, w_proj);
     if constexpr (std::is_same_v<T, float>) {
       if (const uint16_t* w_fc16 = this->bf16_view_of(w_fc)) {
@@ -136,18 +163,17 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
         // (gemm_bf16_consumed); fch itself streamed out for the backward.
         uint16_t* gelu16 = reinterpret_cast<uint16_t*>(fch_gelu);
         transformer::cpu::matmul_forward_bf16_consumed(
-            {nullptr, reinterpret_cast<const uint16_t*>(ln2)}, w_fc16, b_fc, N, C, 4 * C,
+            {nullptr, reinterpret_cast<const uint16_t*>(ln2)}, w_fc16, b_fc, N, C, H,
             [&](int64_t r0, int64_t r1, float* rows) {
-              cpu::gelu_forward_bf16_rows(fch, gelu16, rows, r0, r1, 4 * C);
+              cpu::gelu_forward_bf16_rows(fch, gelu16, rows, r0, r1, H);
             });
-        if (out != nullptr)
-          this->matmul_forward_operand(out, fch_gelu, w_proj, b_proj, N, 4 * C, C);
+        if (out != nullptr) this->matmul_forward_operand(out, fch_gelu, w_proj, b_proj, N, H, C);
         return;
       }
     }
-    this->matmul_forward_operand(fch, ln2, w_fc, b_fc, N, C, 4 * C);
-    cpu::gelu_forward(fch_gelu, fch, N * 4 * C);
-    if (out != nullptr) this->matmul_forward_operand(out, fch_gelu, w_proj, b_proj, N, 4 * C, C);
+    this->matmul_forward_operand(fch, ln2, w_fc, b_fc, N, C, H);
+    cpu::gelu_forward(fch_gelu, fch, N * H);
+    if (out != nullptr) this->matmul_forward_operand(out, fch_gelu, w_proj, b_proj, N, H, C);
   }
   // Its backward: d is the gradient at the MLP's output; dln gets the one
   // at its input (overwritten). dfch_gelu and dfch are scratch (N x 4C);
@@ -157,25 +183,25 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
   // (gemm_bf16_consumed) and dfch_gelu is not used.
   void mlp_backward(T* dln, T* dw_fc, T* db_fc, T* dw_proj, T* db_proj, T* dfch_gelu, T* dfch,
                     const T* d, const T* ln2, const T* fch, const T* fch_gelu, const T* w_fc,
-                    const T* w_proj, int64_t N, int64_t C) {
+                    const T* w_proj, int64_t N, int64_t C, int64_t H) {
     if constexpr (std::is_same_v<T, float>) {
       require_one_form(w_fc, w_proj);
       if (const uint16_t* w_proj16 = this->bf16_view_of(w_proj)) {
         uint16_t* dfch16 = reinterpret_cast<uint16_t*>(dfch);
-        transformer::cpu::RowSumPartials<float> dbias(N, 4 * C);
+        transformer::cpu::RowSumPartials<float> dbias(N, H);
         transformer::cpu::matmul_backward_bf16_consumed(
             dw_proj, db_proj, {d, nullptr}, {nullptr, reinterpret_cast<const uint16_t*>(fch_gelu)},
-            w_proj16, N, 4 * C, C, [&](int64_t r0, int64_t r1, float* rows) {
-              cpu::gelu_backward_bias_bf16_rows(dfch16, dbias, fch, rows, r0, r1, 4 * C);
+            w_proj16, N, H, C, [&](int64_t r0, int64_t r1, float* rows) {
+              cpu::gelu_backward_bias_bf16_rows(dfch16, dbias, fch, rows, r0, r1, H);
             });
         dbias.sum_into(db_fc);
-        this->matmul_backward_operands(dln, dw_fc, dfch, ln2, w_fc, N, C, 4 * C);
+        this->matmul_backward_operands(dln, dw_fc, dfch, ln2, w_fc, N, C, H);
         return;
       }
     }
-    this->matmul_backward_operand(dfch_gelu, dw_proj, db_proj, d, fch_gelu, w_proj, N, 4 * C, C);
-    cpu::gelu_backward_bias(dfch, db_fc, fch, dfch_gelu, N, 4 * C);
-    this->matmul_backward_operands(dln, dw_fc, dfch, ln2, w_fc, N, C, 4 * C);
+    this->matmul_backward_operand(dfch_gelu, dw_proj, db_proj, d, fch_gelu, w_proj, N, H, C);
+    cpu::gelu_backward_bias(dfch, db_fc, fch, dfch_gelu, N, H);
+    this->matmul_backward_operands(dln, dw_fc, dfch, ln2, w_fc, N, C, H);
   }
   void add(T* out, const T* a, const T* b, int64_t n) { cpu::add(out, a, b, n); }
   double lm_head_forward(const T* x, const T* wte, const int32_t* targets, int64_t N, int64_t C,
@@ -190,6 +216,7 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
     if (this->bf16_operand_for(w_fc) != this->bf16_operand_for(w_proj))
       throw std::logic_error("gpt: the MLP's two linears differ in dtype");
   }
+  transformer::TensorParallelGroup group_;
   void require_bf16_layer() const {
     if (!this->bf16_compute())
       throw std::logic_error("gpt: rounded attention heads asked for outside a bf16 layer");

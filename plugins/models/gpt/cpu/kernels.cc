@@ -30,33 +30,41 @@ T gelu_scale() {
 
 template <typename T>
 void encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,
-                     int64_t Tn, int64_t C) {
+                     int64_t Tn, int64_t C, int64_t v0, int64_t rows) {
   for_blocks(B * Tn, kRowBlock, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const int32_t token = tokens[r] < 0 ? 0 : tokens[r];
-      const T* e = wte + token * C;
+      const int64_t row = (tokens[r] < 0 ? 0 : tokens[r]) - v0;
+      const bool held = row >= 0 && row < rows;
+      const T* e = wte + row * C;
       const T* p = wpe + (r % Tn) * C;
       T* o = out + r * C;
-      for (int64_t c = 0; c < C; ++c) o[c] = e[c] + p[c];
+      if (held && wpe != nullptr)
+        for (int64_t c = 0; c < C; ++c) o[c] = e[c] + p[c];
+      else if (held)
+        for (int64_t c = 0; c < C; ++c) o[c] = e[c];
+      else if (wpe != nullptr)
+        for (int64_t c = 0; c < C; ++c) o[c] = p[c];
+      else
+        for (int64_t c = 0; c < C; ++c) o[c] = T{0};
     }
   });
 }
 
 template <typename T>
 void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int64_t B, int64_t Tn,
-                      int64_t C) {
+                      int64_t C, int64_t v0, int64_t rows) {
   // Parallel over channel blocks: each task owns its columns of dwte and
   // dwpe, and adds rows in order (no races, fixed order).
   for_blocks(C, 64, [&](int64_t c0, int64_t c1) {
     for (int64_t r = 0; r < B * Tn; ++r) {
-      const int32_t token = tokens[r] < 0 ? 0 : tokens[r];
+      const int64_t row = (tokens[r] < 0 ? 0 : tokens[r]) - v0;
       const T* d = dout + r * C;
-      T* e = dwte + token * C;
-      T* p = dwpe + (r % Tn) * C;
-      for (int64_t c = c0; c < c1; ++c) {
-        e[c] += d[c];
-        p[c] += d[c];
+      if (row >= 0 && row < rows) {
+        T* e = dwte + row * C;
+        for (int64_t c = c0; c < c1; ++c) e[c] += d[c];
       }
+      T* p = dwpe + (r % Tn) * C;
+      for (int64_t c = c0; c < c1; ++c) p[c] += d[c];
     }
   });
 }
@@ -283,8 +291,9 @@ void gelu_backward_bias_bf16_rows(uint16_t* dinp, transformer::cpu::RowSumPartia
 
 #define DSCORE_GPT_INSTANTIATE(T)                                                                 \
   template void encoder_forward<T>(T*, const int32_t*, const T*, const T*, int64_t, int64_t,      \
-                                   int64_t);                                                      \
-  template void encoder_backward<T>(T*, T*, const T*, const int32_t*, int64_t, int64_t, int64_t); \
+                                   int64_t, int64_t, int64_t);                                    \
+  template void encoder_backward<T>(T*, T*, const T*, const int32_t*, int64_t, int64_t, int64_t,  \
+                                    int64_t, int64_t);                                            \
   template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t); \
   template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,         \
                                       const T*, int64_t, int64_t);                                \

@@ -25,12 +25,15 @@ using transformer::cpu::matmul_backward;
 using transformer::cpu::matmul_forward;
 
 // out[b,t,:] = wte[tokens[b,t]] + wpe[t]; a token id < 0 (padding) embeds as 0.
+// Under tensor parallelism wte holds vocabulary rows [v0, v0 + rows) only:
+// a token outside them contributes nothing here (another rank holds it),
+// and wpe may be null (added on one rank only).
 template <typename T>
 void encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,
-                     int64_t Tn, int64_t C);
+                     int64_t Tn, int64_t C, int64_t v0 = 0, int64_t rows = INT64_MAX);
 template <typename T>
 void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int64_t B, int64_t Tn,
-                      int64_t C);
+                      int64_t C, int64_t v0 = 0, int64_t rows = INT64_MAX);
 
 // LayerNorm over the last dimension, eps 1e-5 (PyTorch's default).
 template <typename T>

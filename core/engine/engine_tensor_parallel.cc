@@ -1,0 +1,119 @@
+// Engine: what tensor parallelism (tensor_parallel.autotp_size) asks of
+// the engine beyond its topology: that the model's split tensors tile their
+// whole tensors across the group, and which of this rank's parameters are
+// replicated copies the gradient norm counts on the group's first rank only
+// (DeepSpeed's norm counts a parameter that is not model-parallel on
+// tensor-parallel rank 0 alone, the same rule).
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/comm/agreement.h"
+#include "core/engine/engine.h"
+
+namespace dscore {
+
+Status Engine::check_tensor_split() const {
+  Status mine = Status::Ok();
+  // Per split parameter, the entries of one block this rank holds: summed
+  // over the group they must make the whole block.
+  std::vector<double> held;
+  std::vector<size_t> split_params;
+  for (size_t i = 0; i < layout_.params().size(); ++i) {
+    const ParamEntry& p = layout_.params()[i];
+    const sdk::TensorSplit& s = p.split;
+    if (!s.split()) continue;
+    const bool valid = s.dim < static_cast<int32_t>(p.shape.size()) && s.blocks >= 1 &&
+                       p.shape[static_cast<size_t>(s.dim)] % s.blocks == 0 &&
+                       s.full_extent % s.blocks == 0 && s.offset >= 0 &&
+                       s.offset + p.shape[static_cast<size_t>(s.dim)] / s.blocks <=
+                           s.full_extent / s.blocks;
+    if (!valid && mine.ok())
+      mine = invalid_argument("model '" + model_->display_name() + "' declares parameter " +
+                              p.name + " as a part of a whole tensor that cannot hold it (dim " +
+                              std::to_string(s.dim) + ", " + std::to_string(s.blocks) +
+                              " blocks, whole extent " + std::to_string(s.full_extent) +
+                              ", offset " + std::to_string(s.offset) + ")");
+    held.push_back(valid ? static_cast<double>(p.shape[static_cast<size_t>(s.dim)] / s.blocks)
+                         : 0.0);
+    split_params.push_back(i);
+  }
+  if (split_params.empty() && mine.ok())
+    mine = invalid_argument("model '" + model_->display_name() +
+                            "' splits no parameter over the " +
+                            std::to_string(tensor_parallel_size()) +
+                            " tensor-parallel ranks: it does not implement tensor parallelism; "
+                            "set tensor_parallel.autotp_size to 1");
+  DSCORE_RETURN_IF_ERROR(comm::agree(*comm_, mine));
+  // Every rank of a group declares the same parameters (one model), so the
+  // sums line up.
+  comm::Communicator& group = *topology_->group(comm::groups::kModel);
+  if (!held.empty())
+    DSCORE_RETURN_IF_ERROR(group.allreduce(
+        {held.data(), DSCORE_DTYPE_F64, static_cast<int64_t>(held.size())},
+        {held.data(), DSCORE_DTYPE_F64, static_cast<int64_t>(held.size())}, DSCORE_REDUCE_SUM));
+  for (size_t k = 0; k < split_params.size() && mine.ok(); ++k) {
+    const ParamEntry& p = layout_.params()[split_params[k]];
+    const int64_t whole = p.split.full_extent / p.split.blocks;
+    if (static_cast<int64_t>(held[k]) != whole)
+      mine = invalid_argument("model '" + model_->display_name() + "': the " +
+                              std::to_string(tensor_parallel_size()) +
+                              " tensor-parallel parts of " + p.name + " hold " +
+                              std::to_string(static_cast<int64_t>(held[k])) + " of the " +
+                              std::to_string(whole) + " entries of each block along dimension " +
+                              std::to_string(p.split.dim));
+  }
+  return comm::agree(*comm_, mine);
+}
+
+std::vector<std::pair<int64_t, int64_t>> Engine::replicated_ranges() const {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (const ParamEntry& p : layout_.params()) {
+    if (p.split.split() || p.numel == 0) continue;
+    if (!ranges.empty() && ranges.back().second == p.offset)
+      ranges.back().second += p.numel;
+    else
+      ranges.emplace_back(p.offset, p.offset + p.numel);
+  }
+  return ranges;
+}
+
+Status Engine::whole_parameters(const std::vector<float>& local, std::vector<float>* out) {
+  // The whole model's layout: each parameter at its whole numel, in order.
+  std::vector<int64_t> whole_offset;
+  int64_t total = 0;
+  for (const ParamEntry& p : layout_.params()) {
+    whole_offset.push_back(total);
+    total += p.whole_numel();
+  }
+  // Each rank writes its parts (the replicated tensors: the first rank);
+  // the parts are disjoint, so the group's sum is the whole.
+  out->assign(static_cast<size_t>(total), 0.0f);
+  const bool first = tensor_parallel_rank() == 0;
+  for (size_t i = 0; i < layout_.params().size(); ++i) {
+    const ParamEntry& p = layout_.params()[i];
+    if (!p.split.split() && !first) continue;
+    dscore_model_param desc{};
+    desc.struct_size = sizeof desc;
+    desc.ndim = static_cast<int32_t>(p.shape.size());
+    desc.shape = p.shape.data();
+    desc.numel = p.numel;
+    p.split.declare(&desc);
+    sdk::for_each_whole_run(desc, 0, p.numel, [&](int64_t at, int64_t whole, int64_t n) {
+      std::copy_n(local.data() + p.offset + at, n, out->data() + whole_offset[i] + whole);
+    });
+  }
+  comm::Communicator& group = *topology_->group(comm::groups::kModel);
+  return group.allreduce({out->data(), DSCORE_DTYPE_F32, total},
+                         {out->data(), DSCORE_DTYPE_F32, total}, DSCORE_REDUCE_SUM);
+}
+
+Status Engine::check_checkpoint_split(const char* call) const {
+  if (tensor_parallel_size() <= 1) return Status::Ok();
+  return unimplemented(std::string(call) +
+                       ": checkpoints of a tensor-parallel run are not implemented yet (each "
+                       "rank holds parts of tensors that a checkpoint must hold whole); train "
+                       "with tensor_parallel.autotp_size 1 to checkpoint");
+}
+
+}  // namespace dscore

@@ -1,0 +1,77 @@
+// Tensor parallelism for the decoders (Megatron's split, as DeepSpeed's
+// AutoTP shards a Hugging Face model): what a model checks of its split, and
+// the collectives its runner calls on the tensor-parallel group the host
+// lends (host->communicator(ctx, DSCORE_GROUP_TENSOR_PARALLEL)).
+#pragma once
+
+#include <dscore/comm.h>
+#include <dscore/cpp/plugin.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace dscore::transformer {
+
+// Throws INVALID_ARGUMENT naming the fix unless `tp` ranks can split the
+// model: the heads (and the KV heads, so none is repeated) divide evenly,
+// every rank holds at least one vocabulary row, and it computes on the CPU.
+inline void check_tensor_parallel(const char* model, int64_t tp, int64_t rank, int64_t heads,
+                                  int64_t kv_heads, int64_t vocab, const std::string& device) {
+  const std::string m = model;
+  if (rank < 0 || rank >= tp)
+    throw sdk::Error(DSCORE_INVALID_ARGUMENT, m + ": tensor_parallel_rank " +
+                                                  std::to_string(rank) + " is outside 0.." +
+                                                  std::to_string(tp - 1));
+  if (tp == 1) return;
+  if (heads % tp != 0 || kv_heads % tp != 0)
+    throw sdk::Error(DSCORE_INVALID_ARGUMENT,
+                     m + ": tensor_parallel.autotp_size " + std::to_string(tp) +
+                         " does not divide the attention heads (" + std::to_string(heads) +
+                         (kv_heads != heads ? ", key/value heads " + std::to_string(kv_heads) : "") +
+                         "): each rank computes whole heads; choose a size that divides them");
+  if (vocab < tp)
+    throw sdk::Error(DSCORE_INVALID_ARGUMENT, m + ": " + std::to_string(vocab) +
+                                                  " vocabulary rows cannot be split over " +
+                                                  std::to_string(tp) + " ranks");
+  if (device != "cpu")
+    throw sdk::Error(DSCORE_UNIMPLEMENTED,
+                     m + ": tensor parallelism computes on the CPU only in this release; set "
+                         "the run's \"device\": \"cpu\" or tensor_parallel.autotp_size 1");
+}
+
+// The tensor-parallel group's collectives, blocking, on host memory.
+class TensorParallelGroup {
+ public:
+  TensorParallelGroup(sdk::HostRef host, const char* model) : host_(host), model_(model) {}
+
+  void sum(float* data, int64_t n) const { allreduce(data, n, DSCORE_DTYPE_F32, DSCORE_REDUCE_SUM); }
+  void sum(double* data, int64_t n) const {
+    allreduce(data, n, DSCORE_DTYPE_F64, DSCORE_REDUCE_SUM);
+  }
+  void max(double* data, int64_t n) const {
+    allreduce(data, n, DSCORE_DTYPE_F64, DSCORE_REDUCE_MAX);
+  }
+
+ private:
+  void allreduce(void* data, int64_t n, dscore_dtype dtype, dscore_reduce_op op) const {
+    const dscore_communicator* comm = host_.communicator(DSCORE_GROUP_TENSOR_PARALLEL);
+    if (comm == nullptr || comm->vtable == nullptr || comm->vtable->allreduce == nullptr)
+      throw sdk::Error(DSCORE_FAILED_PRECONDITION,
+                       std::string(model_) +
+                           ": the model is split for tensor parallelism but the host lends no "
+                           "tensor-parallel group (run it through the engine with "
+                           "tensor_parallel.autotp_size set)");
+    dscore_tensor t{};
+    t.struct_size = sizeof(dscore_tensor);
+    t.data = data;
+    t.dtype = dtype;
+    t.numel = n;
+    t.device_type = DSCORE_DEVICE_CPU;
+    sdk::check(comm->vtable->allreduce(comm->comm, &t, &t, op, nullptr));
+  }
+
+  sdk::HostRef host_;
+  const char* model_;
+};
+
+}  // namespace dscore::transformer

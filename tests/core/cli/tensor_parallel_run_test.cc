@@ -1,0 +1,105 @@
+// `dscore run` with "tensor_parallel": {"autotp_size": N} through the real
+// executable under mpirun: the gpt split over 2 ranks gives one rank's
+// losses, and what tensor parallelism does not run yet (or a model that
+// cannot be split) ends the job with a message naming the key and the fix.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tests/core/cli/process.h"
+
+namespace dscore::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TensorParallelRun : public ::testing::Test {
+ protected:
+  ProcessResult run(const std::string& name, const std::string& config, int ranks) {
+    ProcessOptions options;
+    options.env = mpi_test_env();
+    const fs::path path = dir_.write(name + ".json", "{" + config + "}");
+    return run_dscore({"run", "--config", path.string(), "-n", std::to_string(ranks)}, options);
+  }
+  // The run's CSV losses (job `name`).
+  std::vector<double> losses(const std::string& name, const std::string& config, int ranks) {
+    ProcessResult r = run(name, config + R"(, "csv_monitor": {"enabled": true, "output_path": ")" +
+                                    (dir_.path() / "out").string() + R"(", "job_name": ")" +
+                                    name + "\"}",
+                          ranks);
+    EXPECT_EQ(r.exit_code, 0) << name << ": " << r.describe();
+    out_ = r.out + r.err;
+    return read_csv_values(dir_.path() / "out" / name / "Train_Samples_train_loss.csv");
+  }
+  std::string gpt(int heads = 4) {
+    std::string text;
+    for (int i = 0; i < 400; ++i) text += "the quick brown fox jumps over the lazy dog ";
+    const fs::path corpus = dir_.write("corpus.txt", text);
+    return R"("train_batch_size": 8, "train_micro_batch_size_per_gpu": 4, "train_steps": 6,
+      "seed": 3, "gradient_clipping": 1.0,
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.1}},
+      "model": {"type": "gpt", "n_layer": 2, "n_head": )" +
+           std::to_string(heads) + R"(, "n_embd": )" + std::to_string(8 * heads) +
+           R"(, "block_size": 16,
+                "vocab_size": 255},
+      "data": {"type": "text", "path": ")" +
+           corpus.string() + "\"}";
+  }
+  TempDir dir_{"dscore_cli_tensor_parallel"};
+  std::string out_;
+};
+
+double max_relative(const std::vector<double>& a, const std::vector<double>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    worst = std::max(worst, std::abs(a[i] - b[i]) / std::abs(a[i]));
+  return worst;
+}
+
+// An odd vocabulary (255: parts of 128 and 127) and clipping active.
+TEST_F(TensorParallelRun, GptSplitOverTwoRanksGivesOneRanksLosses) {
+  const std::vector<double> one = losses("tp1", gpt(), 1);
+  ASSERT_EQ(one.size(), 6u);
+  const std::vector<double> two =
+      losses("tp2", gpt() + R"(, "tensor_parallel": {"autotp_size": 2})", 2);
+  EXPECT_NE(out_.find("split over 2 tensor-parallel ranks"), std::string::npos) << out_;
+  EXPECT_NE(out_.find("x 1 data-parallel ranks"), std::string::npos) << out_;
+  EXPECT_LT(max_relative(one, two), 1e-6);
+  EXPECT_LT(one.back(), one.front());  // it learns
+}
+
+TEST_F(TensorParallelRun, RefusesWhatItDoesNotRunNamingTheKey) {
+  const std::string tp2 = R"(, "tensor_parallel": {"autotp_size": 2})";
+  const auto refused = [&](const std::string& name, const std::string& config, int ranks,
+                           const std::string& message) {
+    ProcessResult r = run(name, config, ranks);
+    EXPECT_NE(r.exit_code, 0) << name;
+    EXPECT_NE(r.err.find(message), std::string::npos) << name << ": " << r.err;
+  };
+  refused("zero3", gpt() + tp2 + R"(, "zero_optimization": {"stage": 3})", 2,
+          "ZeRO stage 3 with tensor_parallel.autotp_size > 1");
+  refused("pipe", gpt() + tp2 + R"(, "pipeline": {"stages": 2})", 4,
+          "tensor parallelism with a pipeline (3D parallelism) is not implemented");
+  refused("odd", gpt() + R"(, "tensor_parallel": {"autotp_size": 3})", 2,
+          "tensor_parallel.autotp_size 3 does not divide the 2 ranks");
+  refused("heads", gpt(3) + tp2, 2, "does not divide the attention heads (3)");
+  refused("ckpt", gpt() + tp2 + R"(, "checkpoint_dir": "x")", 2,
+          "checkpoints of a tensor-parallel run are not written yet");
+  refused("mlp",
+          R"("train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"lr": 0.01}},
+             "train_steps": 2, "model": {"type": "mlp"})" +
+              tp2,
+          2, "model 'mlp' cannot be split for tensor parallelism");
+  refused("custom", gpt() + R"(, "tensor_parallel": {"autotp_size": 2, "partition_config": {}})",
+          2, "partition_config");
+  refused("own_rank",
+          gpt().replace(gpt().find("\"vocab_size\": 255"), 17,
+                        "\"vocab_size\": 255, \"tensor_parallel_rank\": 1"),
+          1, "tensor_parallel_rank is set by the engine");
+}
+
+}  // namespace
+}  // namespace dscore::testing
