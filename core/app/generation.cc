@@ -31,9 +31,11 @@ json::Value inference_config(json::Value config) {
     config.erase(monitor);
   config.erase("checkpoint_dir");
   config.erase("save_interval");
-  // One rank holds the whole model: a pipeline's checkpoint too.
+  // One rank holds the whole model: a pipeline's or a tensor-parallel
+  // run's checkpoint too (its files hold whole tensors).
   config.erase("pipeline");
   config.erase("pipeline_parallel_size");
+  config.erase("tensor_parallel");
   return config;
 }
 

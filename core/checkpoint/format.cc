@@ -23,18 +23,19 @@ bool is_float(dscore_dtype d) {
 
 }  // namespace
 
-std::string model_states_name(int zero_stage, int rank) {
-  if (zero_stage < 3) return "mp_rank_00_model_states.safetensors";
-  return "zero_pp_rank_" + std::to_string(rank) + "_mp_rank_00_model_states.safetensors";
+std::string model_states_name(int zero_stage, int rank, int mp_rank) {
+  const std::string mp = "mp_rank_" + two_digits(mp_rank) + "_model_states.safetensors";
+  if (zero_stage < 3) return mp;
+  return "zero_pp_rank_" + std::to_string(rank) + "_" + mp;
 }
 
 std::string pipe_model_states_name(int pipe_stage) {
   return "pipe_stage_" + two_digits(pipe_stage) + "_model_states.safetensors";
 }
 
-std::string optim_states_name(bool bf16, int rank) {
+std::string optim_states_name(bool bf16, int rank, int mp_rank) {
   return std::string(bf16 ? "bf16_" : "") + "zero_pp_rank_" + std::to_string(rank) + "_mp_rank_" +
-         two_digits(0) + "_optim_states.safetensors";
+         two_digits(mp_rank) + "_optim_states.safetensors";
 }
 
 std::string default_tag(int64_t global_steps) {
@@ -88,6 +89,17 @@ std::map<std::string, std::string> header_metadata(const FileHeader& h) {
     e.set("slot", json::Value(f.slot));
     e.set("begin", json::Value(f.begin));
     e.set("numel", json::Value(f.numel));
+    if (f.split.split()) {
+      json::Value split = json::Value::object();
+      split.set("dim", json::Value(static_cast<int64_t>(f.split.dim)));
+      split.set("blocks", json::Value(static_cast<int64_t>(f.split.blocks)));
+      split.set("full_extent", json::Value(f.split.full_extent));
+      split.set("offset", json::Value(f.split.offset));
+      json::Value shape = json::Value::array();
+      for (int64_t d : f.part_shape) shape.push_back(json::Value(d));
+      split.set("part_shape", std::move(shape));
+      e.set("tensor_parallel_part", std::move(split));
+    }
     fragments.push_back(std::move(e));
   }
   v.set("fragments", std::move(fragments));
@@ -96,6 +108,36 @@ std::map<std::string, std::string> header_metadata(const FileHeader& h) {
   const std::string sum = format_checksum(checksum(text.data(), text.size()));
   return {{"format", "dscore"}, {kStateKey, std::move(text)}, {kStateChecksumKey, sum}};
 }
+
+namespace {
+
+// A fragment's tensor-parallel part: a split that lies inside a shape of
+// part_shape (whole blocks, the offset inside the whole tensor's block).
+bool parse_part(const json::Value& v, Fragment* f) {
+  const json::Value *dim = v.find("dim"), *blocks = v.find("blocks"), *full = v.find("full_extent"),
+                    *offset = v.find("offset"), *shape = v.find("part_shape");
+  if (dim == nullptr || blocks == nullptr || full == nullptr || offset == nullptr ||
+      shape == nullptr || !dim->is_integral() || !blocks->is_integral() || !full->is_integral() ||
+      !offset->is_integral() || !shape->is_array())
+    return false;
+  int64_t numel = 1;
+  for (const json::Value& d : shape->items()) {
+    if (!d.is_integral() || d.as_int() < 0) return false;
+    f->part_shape.push_back(d.as_int());
+    numel *= d.as_int();
+  }
+  f->split = {static_cast<int32_t>(dim->as_int()), static_cast<int32_t>(blocks->as_int()),
+              full->as_int(), offset->as_int()};
+  const sdk::TensorSplit& s = f->split;
+  if (s.dim < 0 || s.dim >= static_cast<int32_t>(f->part_shape.size()) || s.blocks < 1 ||
+      s.full_extent % s.blocks != 0 || s.offset < 0)
+    return false;
+  const int64_t part = f->part_shape[static_cast<size_t>(s.dim)];
+  return part % s.blocks == 0 && s.offset + part / s.blocks <= s.full_extent / s.blocks &&
+         f->begin + f->numel <= numel;
+}
+
+}  // namespace
 
 Result<FileHeader> parse_header(const SafetensorsReader& file) {
   const auto& meta = file.metadata();
@@ -149,8 +191,12 @@ Result<FileHeader> parse_header(const SafetensorsReader& file) {
       return bad("a fragment entry is malformed");
     const TensorInfo* tensor = file.find(t->as_string());
     if (tensor == nullptr) return bad("fragment tensor " + t->as_string() + " is not in the file");
-    h.fragments.push_back(
-        {t->as_string(), p->as_string(), s->as_string(), b->as_int(), n->as_int()});
+    Fragment fragment{t->as_string(), p->as_string(), s->as_string(), b->as_int(), n->as_int()};
+    if (const json::Value* part = e.find("tensor_parallel_part")) {
+      if (!parse_part(*part, &fragment))
+        return bad("fragment " + fragment.tensor + " has a malformed tensor_parallel_part");
+    }
+    h.fragments.push_back(std::move(fragment));
   }
   if (const json::Value* state = v.find("state")) h.state = *state;
   return h;
@@ -180,9 +226,29 @@ Result<FragmentSet> FragmentSet::open(const std::string& folder,
       Piece piece;
       piece.file = f;
       piece.tensor = set.files_[f].find(fr.tensor);
-      piece.begin = fr.begin;
-      piece.numel = fr.numel;
-      set.pieces_[{fr.slot, fr.param}].push_back(piece);
+      piece.fragment_numel = fr.numel;
+      piece.verified = std::make_shared<bool>(false);
+      std::vector<Piece>& pieces = set.pieces_[{fr.slot, fr.param}];
+      if (!fr.split.split()) {
+        piece.begin = fr.begin;
+        piece.numel = fr.numel;
+        pieces.push_back(piece);
+        continue;
+      }
+      // A tensor-parallel part's run: one piece per run it makes in the
+      // whole parameter.
+      dscore_model_param part{};
+      part.struct_size = sizeof part;
+      part.ndim = static_cast<int32_t>(fr.part_shape.size());
+      part.shape = fr.part_shape.data();
+      fr.split.declare(&part);
+      sdk::for_each_whole_run(part, fr.begin, fr.numel,
+                              [&](int64_t local, int64_t whole, int64_t n) {
+                                piece.begin = whole;
+                                piece.numel = n;
+                                piece.offset = local - fr.begin;
+                                pieces.push_back(piece);
+                              });
     }
   }
   for (auto& [key, pieces] : set.pieces_)
@@ -252,31 +318,32 @@ Status FragmentSet::read_piece(Piece& piece, int64_t from, int64_t count, uint32
                                dscore_dtype dst_dtype, char* dst) {
   const SafetensorsReader& file = files_[piece.file];
   const TensorInfo& t = *piece.tensor;
-  if (t.numel() != piece.numel * epp)
+  if (t.numel() != piece.fragment_numel * epp)
     return data_loss(file.path() + ": tensor " + t.name + " has " + std::to_string(t.numel()) +
                      " values but its "
                      "fragment needs " +
-                     std::to_string(piece.numel * epp));
+                     std::to_string(piece.fragment_numel * epp));
   const size_t src_size = sdk::dtype_size(t.dtype);
-  const int64_t values_from = from * epp, values = count * epp;
+  const int64_t values_from = (piece.offset + from) * epp, values = count * epp;
+  bool& verified = *piece.verified;
   // Whole tensor, same dtype: straight into place, checked on the way.
-  if (!piece.verified && values_from == 0 && values == t.numel() && t.dtype == dst_dtype) {
+  if (!verified && values_from == 0 && values == t.numel() && t.dtype == dst_dtype) {
     DSCORE_RETURN_IF_ERROR(file.read_verified(t, dst));
-    piece.verified = true;
+    verified = true;
     return Status::Ok();
   }
   // Otherwise stream the tensor through a bounce buffer: the whole of it the
   // first time (to check it), only the needed part later.
   const int64_t chunk = std::max<int64_t>(1, kBounceBytes / static_cast<int64_t>(src_size));
   std::vector<char> bounce(static_cast<size_t>(std::min<int64_t>(chunk, t.numel())) * src_size);
-  const int64_t scan_begin = piece.verified ? values_from : 0;
-  const int64_t scan_end = piece.verified ? values_from + values : t.numel();
+  const int64_t scan_begin = verified ? values_from : 0;
+  const int64_t scan_end = verified ? values_from + values : t.numel();
   ChecksumStream hash;
   for (int64_t v = scan_begin; v < scan_end; v += chunk) {
     const int64_t n = std::min(chunk, scan_end - v);
     DSCORE_RETURN_IF_ERROR(file.read(t, static_cast<uint64_t>(v) * src_size,
                                      static_cast<uint64_t>(n) * src_size, bounce.data()));
-    if (!piece.verified) hash.update(bounce.data(), static_cast<size_t>(n) * src_size);
+    if (!verified) hash.update(bounce.data(), static_cast<size_t>(n) * src_size);
     const int64_t a = std::max(v, values_from), b = std::min(v + n, values_from + values);
     if (a < b)
       DSCORE_RETURN_IF_ERROR(
@@ -284,9 +351,9 @@ Status FragmentSet::read_piece(Piece& piece, int64_t from, int64_t count, uint32
                          dst + static_cast<size_t>(a - values_from) * sdk::dtype_size(dst_dtype),
                          dst_dtype, b - a));
   }
-  if (!piece.verified) {
+  if (!verified) {
     DSCORE_RETURN_IF_ERROR(file.check(t, hash.digest()));
-    piece.verified = true;
+    verified = true;
   }
   return Status::Ok();
 }

@@ -3,6 +3,7 @@
 //
 //   <dir>/latest                         the tag of the newest complete save
 //   <dir>/<tag>/mp_rank_00_model_states.safetensors            stages 0-2: rank 0, every parameter
+//   <dir>/<tag>/mp_rank_TT_model_states.safetensors            tensor parallelism: part TT's
 //   <dir>/<tag>/zero_pp_rank_R_mp_rank_00_model_states.safetensors   stage 3: each rank its shards
 //   <dir>/<tag>/[bf16_]zero_pp_rank_R_mp_rank_00_optim_states.safetensors   each rank
 //   <dir>/<tag>/pipe_stage_SS_model_states.safetensors    pipelines: stage SS > 0's parameters
@@ -15,12 +16,18 @@
 // metadata (JSON) says which fragment each tensor is; the model-states
 // files also carry the training state. Because fragments name parameters
 // and element ranges, any world size and stage can read any other's files.
+// Under tensor parallelism a rank's part of a tensor is saved as the
+// fragments of the WHOLE tensor it covers (element ranges of the whole
+// tensor, which the saved layout lists), so any tensor-parallel size reads
+// any other's files too.
 #pragma once
 
 #include <dscore/plugin.h>
+#include <dscore/cpp/tensor_split.hpp>
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,12 +44,14 @@ inline constexpr const char* kMasterSlot = "fp32";
 inline constexpr const char* kOptimizerExtraTensor = "__optimizer_extra_state__";
 inline constexpr const char* kSchedulerExtraTensor = "__scheduler_extra_state__";
 
-std::string model_states_name(int zero_stage, int rank);
+// mp_rank: the tensor-parallel part (DeepSpeed's model-parallel rank) whose
+// first data-parallel rank wrote the file; 0 without tensor parallelism.
+std::string model_states_name(int zero_stage, int rank, int mp_rank = 0);
 // A pipeline's model states: stage 0's are model_states_name's (with the
 // training state), stage s > 0's, written by its first data-parallel rank,
 // are pipe_stage_<s>_model_states.safetensors (two digits at least).
 std::string pipe_model_states_name(int pipe_stage);
-std::string optim_states_name(bool bf16, int rank);
+std::string optim_states_name(bool bf16, int rank, int mp_rank = 0);
 std::string default_tag(int64_t global_steps);  // "global_step<N>"
 // A tag must be usable as one folder name.
 Status check_tag(const std::string& tag);
@@ -54,6 +63,12 @@ struct Fragment {
   std::string slot;   // kParamSlot, kMasterSlot, or an optimizer slot name
   int64_t begin = 0;  // first parameter element
   int64_t numel = 0;  // parameter elements (the tensor holds numel x elements_per_param)
+  // Tensor parallelism: a run of a tensor-parallel PART of the parameter,
+  // whose shape is part_shape and which sits in the whole parameter as
+  // `split` says (model.h's tp_* fields); begin and numel are then the
+  // part's elements. Not split: begin and numel are the parameter's.
+  sdk::TensorSplit split = {};
+  std::vector<int64_t> part_shape = {};
 };
 
 // What every file says about itself (its "dscore" metadata).
@@ -102,11 +117,16 @@ class FragmentSet {
               uint32_t elements_per_param, dscore_dtype dst_dtype, void* dst);
 
  private:
+  // A run of a fragment that lies consecutively in the whole parameter
+  // (a split fragment is several): whole elements [begin, begin + numel)
+  // are the fragment tensor's from `offset` on.
   struct Piece {
     size_t file = 0;
     const TensorInfo* tensor = nullptr;
     int64_t begin = 0, numel = 0;
-    bool verified = false;
+    int64_t offset = 0;              // in the fragment's elements
+    int64_t fragment_numel = 0;      // the fragment's elements
+    std::shared_ptr<bool> verified;  // the tensor's checksum checked (shared by its pieces)
   };
   Status read_piece(Piece& piece, int64_t from, int64_t count, uint32_t epp, dscore_dtype dst_dtype,
                     char* dst);

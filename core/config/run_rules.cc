@@ -44,12 +44,6 @@ void tensor_parallel_unsupported(const TrainingConfig& config, const Placement& 
                     {},
                     "tensor parallelism computes on the CPU only so far: set \"device\": "
                     "\"cpu\""});
-  if (!config.checkpoint_dir.empty())
-    out->push_back({"checkpoint_dir",
-                    {},
-                    "checkpoints of a tensor-parallel run are not written yet (each rank holds "
-                    "parts of tensors that a checkpoint must hold whole): remove checkpoint_dir "
-                    "or set tensor_parallel.autotp_size to 1"});
 }
 
 }  // namespace

@@ -91,8 +91,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   if (engine->topology_->group(comm::groups::kZero) == nullptr) {
     DSCORE_ASSIGN_OR_RETURN(engine->own_group_, engine->comm_->split(engine->comm_->rank(), 0));
   }
-  comm::Communicator& zero_group =
-      engine->own_group_ ? *engine->own_group_ : *engine->topology_->group(comm::groups::kZero);
+  comm::Communicator& zero_group = engine->zero_group();
   engine->host_->set_communicator(DSCORE_GROUP_WORLD, engine->comm_->host_table());
   engine->host_->set_communicator(DSCORE_GROUP_DATA_PARALLEL, zero_group.host_table());
   if (comm::Communicator* model_group = engine->topology_->group(comm::groups::kModel))

@@ -231,12 +231,16 @@ class Engine {
   // tensors tile their whole tensors over the group (collective), and the
   // flat ranges of this rank's replicated parameters.
   Status check_tensor_split() const;
+  // ZeRO's group: the data-parallel ranks of this stage and part (a
+  // communicator of its own where that is this rank alone).
+  comm::Communicator& zero_group() const {
+    return own_group_ ? *own_group_ : *topology_->group(comm::groups::kZero);
+  }
   std::vector<std::pair<int64_t, int64_t>> replicated_ranges() const;
   // The whole model's fp32 parameters (each split tensor whole, in layout
   // order) from this rank's `local` ones (collective over the group).
   Status whole_parameters(const std::vector<float>& local, std::vector<float>* out);
-  // UNIMPLEMENTED naming `call` under tensor parallelism (no checkpoints yet).
-  Status check_checkpoint_split(const char* call) const;
+
   // The optimizer state where the placement puts it (core/owned_state/).
   Result<std::unique_ptr<OwnedState>> make_owned_state(
       const plugin_host::OptimizerInstance& optimizer);

@@ -136,7 +136,6 @@ Status Engine::save_checkpoint(const std::string& dir, const SaveCheckpointOptio
   EngineScope engine(host_->identity());
   DSCORE_RETURN_IF_ERROR(check_at_boundary("save_checkpoint"));
   if (dir.empty()) return invalid_argument("save_checkpoint needs a folder");
-  DSCORE_RETURN_IF_ERROR(check_checkpoint_split("save_checkpoint"));
   DSCORE_RETURN_IF_ERROR(stream_->synchronize());
   DSCORE_ASSIGN_OR_RETURN(
       std::string tag,
@@ -167,19 +166,27 @@ ck::TrainingState Engine::training_state(const json::Value& client_state) const 
   ck::TrainingState s;
   s.dscore_version = DSCORE_VERSION;
   s.model_dtype = sdk::dtype_name(placement_.model_dtype);
+  // Whole tensors, also under tensor parallelism (each part's fragments
+  // say where they sit in them: format.h).
   for (const ParamEntry& p : model_layout().params())
-    s.params.push_back({p.name, p.shape, p.numel});
+    s.params.push_back({p.name, p.whole_shape(), p.whole_numel()});
+  const comm::ParallelGrid& grid = topology_->grid();
   if (pipelined()) {
     // Each stage's first data-parallel rank writes its stage's parameters.
     s.model_files.push_back(ck::model_states_name(stage, 0));
     for (int pipe = 1; pipe < stage_model_->stages(); ++pipe)
       s.model_files.push_back(ck::pipe_model_states_name(pipe));
   } else {
+    // Each tensor-parallel part's first data-parallel rank (rank 0 alone
+    // without tensor parallelism), or at stage 3 every rank.
     for (int r = 0; r < world_size(); ++r)
-      if (stage == 3 || r == 0) s.model_files.push_back(ck::model_states_name(stage, r));
+      if (stage == 3 || grid.rank_in_group(comm::groups::kData, r) == 0)
+        s.model_files.push_back(
+            ck::model_states_name(stage, r, grid.rank_in_group(comm::groups::kModel, r)));
   }
   for (int r = 0; r < world_size(); ++r)
-    s.optim_files.push_back(ck::optim_states_name(config_.bf16.enabled, r));
+    s.optim_files.push_back(ck::optim_states_name(config_.bf16.enabled, r,
+                                                  grid.rank_in_group(comm::groups::kModel, r)));
   s.counters = {global_steps_, global_samples_, skipped_steps_, micro_steps_};
   const zero::LossScaler::State ls = scaler_.state();
   s.loss_scaler = {scaler_.is_dynamic(), ls.scale, ls.iteration, ls.last_overflow,
@@ -213,19 +220,21 @@ Status Engine::write_checkpoint_files(const std::string& folder, const std::stri
   // This rank's optimizer states: fp32 masters and every slot it owns.
   header.kind = "optim_states";
   std::vector<ck::TensorData> tensors;
-  auto add = [&](const std::string& slot, const std::string& param, int64_t begin, int64_t numel,
+  // A fragment of parameter `p` (of its tensor-parallel part, where split).
+  auto add = [&](const std::string& slot, const ParamEntry& p, int64_t begin, int64_t numel,
                  int64_t values, dscore_dtype dtype, const void* data, std::vector<int64_t> shape) {
-    const std::string name = slot == ck::kParamSlot ? param : slot + "/" + param;
+    const std::string name = slot == ck::kParamSlot ? p.name : slot + "/" + p.name;
     tensors.push_back(
         {{name, dtype, shape.empty() ? std::vector<int64_t>{values} : std::move(shape)}, data});
-    header.fragments.push_back({name, param, slot, begin, numel});
+    header.fragments.push_back({name, p.name, slot, begin, numel, p.split,
+                                p.split.split() ? p.shape : std::vector<int64_t>{}});
   };
   // The optimizer state is streamed from where it lives (memory or NVMe):
   // `state` values from `first` on, piece by piece.
   OwnedState& owned = optimizer_->state();
   auto add_state = [&](const std::string& slot, int state, const zero::OwnedSegment& s, int64_t epp,
                        dscore_dtype dtype) {
-    add(slot, params[s.param].name, s.element, s.numel, s.numel * epp, dtype, nullptr, {});
+    add(slot, params[s.param], s.element, s.numel, s.numel * epp, dtype, nullptr, {});
     const size_t es = sdk::dtype_size(dtype);
     const int64_t first = s.offset * epp;
     tensors.back().source = [&owned, state, first, es](uint64_t offset, void* dst, size_t bytes) {
@@ -238,7 +247,12 @@ Status Engine::write_checkpoint_files(const std::string& folder, const std::stri
                                    ? layout_.layer_first(stage_model_->tie_copies().size())
                                    : 0;
   std::vector<zero::OwnedSegment> segments = strategy_->checkpoint_segments();
-  std::erase_if(segments, [&](const zero::OwnedSegment& s) { return s.param < copied_params; });
+  // Under tensor parallelism the replicated parameters are the first
+  // part's to save (each part saves its own split ones).
+  const auto saved_elsewhere = [&](size_t param) {
+    return param < copied_params || (tensor_parallel_rank() > 0 && !params[param].split.split());
+  };
+  std::erase_if(segments, [&](const zero::OwnedSegment& s) { return saved_elsewhere(s.param); });
   for (const zero::OwnedSegment& s : segments)
     add_state(ck::kMasterSlot, kMasterState, s, 1, DSCORE_DTYPE_F32);
   const std::vector<zero::StateSlot> slots = optimizer_->slots();
@@ -253,9 +267,9 @@ Status Engine::write_checkpoint_files(const std::string& folder, const std::stri
                         {static_cast<int64_t>(optimizer_extra.size())}},
                        optimizer_extra.data()});
   }
-  DSCORE_RETURN_IF_ERROR(
-      ck::write_safetensors(folder + "/" + ck::optim_states_name(config_.bf16.enabled, rank()),
-                            tensors, ck::header_metadata(header), midway));
+  DSCORE_RETURN_IF_ERROR(ck::write_safetensors(
+      folder + "/" + ck::optim_states_name(config_.bf16.enabled, rank(), tensor_parallel_rank()),
+      tensors, ck::header_metadata(header), midway));
   failpoint("checkpoint.between_files", rank());
 
   // The model states: the parameters as the model holds them, and the
@@ -263,19 +277,22 @@ Status Engine::write_checkpoint_files(const std::string& folder, const std::stri
   const std::vector<zero::ParamRun> runs = strategy_->checkpoint_params();
   // Below stage 3 one rank writes them: rank 0, and under a pipeline each
   // stage's first data-parallel rank.
-  const bool writes_model = stage == 3 || (pipelined() ? data_parallel_rank() == 0 : rank() == 0);
+  // Below stage 3 one rank writes them: rank 0, under a pipeline each
+  // stage's first data-parallel rank, and under tensor parallelism each
+  // part's.
+  const bool writes_model = stage == 3 || data_parallel_rank() == 0;
   if (!writes_model) return Status::Ok();
   const std::string model_file = pipelined() && stage_model_->stage() > 0
                                      ? ck::pipe_model_states_name(stage_model_->stage())
-                                     : ck::model_states_name(stage, rank());
+                                     : ck::model_states_name(stage, rank(), tensor_parallel_rank());
   header.kind = "model_states";
   header.fragments.clear();
   tensors.clear();
   for (const zero::ParamRun& r : runs) {
-    if (r.param < copied_params) continue;
+    if (saved_elsewhere(r.param)) continue;
     const ParamEntry& p = params[r.param];
-    add(ck::kParamSlot, p.name, r.element, r.numel, r.numel, md, r.data,
-        r.numel == p.numel ? p.shape : std::vector<int64_t>{r.numel});
+    add(ck::kParamSlot, p, r.element, r.numel, r.numel, md, r.data,
+        r.numel == p.numel && !p.split.split() ? p.shape : std::vector<int64_t>{r.numel});
     if (r.data == nullptr) {  // on NVMe: streamed
       const size_t es = sdk::dtype_size(md);
       tensors.back().source = [read = r.read, es](uint64_t offset, void* dst, size_t bytes) {
@@ -302,7 +319,6 @@ Result<LoadedCheckpoint> Engine::load_checkpoint(const std::string& dir,
                                                  const LoadCheckpointOptions& options) {
   EngineScope engine(host_->identity());
   DSCORE_RETURN_IF_ERROR(check_at_boundary("load_checkpoint"));
-  DSCORE_RETURN_IF_ERROR(check_checkpoint_split("load_checkpoint"));
   DSCORE_RETURN_IF_ERROR(stream_->synchronize());
   Result<LoadedCheckpoint> local = read_checkpoint(dir, options);
   DSCORE_RETURN_IF_ERROR(comm::agree(*comm_, local.status()));
@@ -338,10 +354,10 @@ Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir,
       return failed_precondition(
           "checkpoint " + loaded.path + " has no parameter " + p.name +
           ": it was saved from a different model; check the \"model\" section");
-    if (it->shape != p.shape)
+    if (it->shape != p.whole_shape())
       return failed_precondition("checkpoint " + loaded.path + " has parameter " + p.name +
                                  " with shape " + ck::shape_text(it->shape) +
-                                 " but the model's is " + ck::shape_text(p.shape) +
+                                 " but the model's is " + ck::shape_text(p.whole_shape()) +
                                  ": the \"model\" section differs from the one that saved it");
   }
   // A pipeline stage holds part of the model: the whole one is compared.
@@ -374,6 +390,27 @@ Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir,
     for (const zero::StateSlot& slot : slots)
       DSCORE_RETURN_IF_ERROR(set.check_complete(slot.name, saved));
   }
+  // Whole elements [whole, whole + n) of `name`, the owned elements from
+  // `at` on: the master (or the weights), and the optimizer's slots. The
+  // tile's memory is the device's (in memory) or host memory (NVMe tiles);
+  // an upload serves both. The compute stream orders the copies after the
+  // optimizer's work.
+  const auto read_whole_run = [&](const std::string& name, int64_t whole, int64_t n, int64_t at,
+                                  const StateTile& tile) -> Status {
+    DSCORE_RETURN_IF_ERROR(read_into_device(set, master_slot, name, whole, n, 1, DSCORE_DTYPE_F32,
+                                            tile.master + (at - tile.begin), device_.get(),
+                                            compute_.get()));
+    if (weights_only) return Status::Ok();
+    for (size_t k = 0; k < slots.size(); ++k) {
+      const size_t es = sdk::dtype_size(slots[k].dtype);
+      const uint32_t epp = slots[k].elements_per_param;
+      DSCORE_RETURN_IF_ERROR(read_into_device(
+          set, slots[k].name, name, whole, n, epp, slots[k].dtype,
+          static_cast<char*>(tile.slots[k]) + static_cast<size_t>(at - tile.begin) * epp * es,
+          device_.get(), compute_.get()));
+    }
+    return Status::Ok();
+  };
   // Tile by tile into wherever the state lives (memory or NVMe): each
   // segment's part inside the tile.
   DSCORE_RETURN_IF_ERROR(
@@ -382,23 +419,16 @@ Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir,
           const int64_t a = std::max(s.offset, tile.begin);
           const int64_t b = std::min(s.offset + s.numel, tile.end);
           if (a >= b) continue;
-          const int64_t element = s.element + (a - s.offset);
-          const std::string& name = params[s.param].name;
-          // The tile's memory is the device's (in memory) or host memory
-          // (NVMe tiles); an upload serves both. The compute stream orders
-          // the copies after the optimizer's work.
-          DSCORE_RETURN_IF_ERROR(read_into_device(set, master_slot, name, element, b - a, 1,
-                                                  DSCORE_DTYPE_F32, tile.master + (a - tile.begin),
-                                                  device_.get(), compute_.get()));
-          if (weights_only) continue;
-          for (size_t k = 0; k < slots.size(); ++k) {
-            const size_t es = sdk::dtype_size(slots[k].dtype);
-            const uint32_t epp = slots[k].elements_per_param;
-            DSCORE_RETURN_IF_ERROR(read_into_device(
-                set, slots[k].name, name, element, b - a, epp, slots[k].dtype,
-                static_cast<char*>(tile.slots[k]) + static_cast<size_t>(a - tile.begin) * epp * es,
-                device_.get(), compute_.get()));
-          }
+          const ParamEntry& p = params[s.param];
+          // The files hold whole tensors: a tensor-parallel part's elements
+          // are read run by run (one run where not split).
+          Status read = Status::Ok();
+          p.for_each_whole_run(
+              s.element + (a - s.offset), b - a, [&](int64_t local, int64_t whole, int64_t n) {
+                if (read.ok())
+                  read = read_whole_run(p.name, whole, n, s.offset + (local - s.element), tile);
+              });
+          DSCORE_RETURN_IF_ERROR(read);
         }
         return Status::Ok();
       }));
@@ -480,20 +510,29 @@ Status Engine::gather_optimizer_state(size_t slot, std::vector<float>* out) {
                                               mine.data() + at, DSCORE_DTYPE_F32, s.numel * epp));
     std::fill(owned.begin() + at, owned.begin() + at + s.numel * epp, 1);
   }
-  const int world = world_size();
+  // Over the ranks that partition this layout (a tensor-parallel part's
+  // data-parallel ranks), then, under tensor parallelism, whole.
+  const bool split = tensor_parallel_size() > 1;
+  if (split && epp != 1)
+    return unimplemented("gathering a " + std::to_string(epp) +
+                         "-wide optimizer state slot of a tensor-parallel run");
+  comm::Communicator& group = split ? zero_group() : *comm_;
+  const int world = group.world_size();
   std::vector<float> values(mine.size() * static_cast<size_t>(world));
   std::vector<uint8_t> masks(owned.size() * static_cast<size_t>(world));
-  DSCORE_RETURN_IF_ERROR(comm_->allgather({mine.data(), DSCORE_DTYPE_F32, total},
-                                          {values.data(), DSCORE_DTYPE_F32, total * world}));
-  DSCORE_RETURN_IF_ERROR(comm_->allgather({owned.data(), DSCORE_DTYPE_U8, total},
-                                          {masks.data(), DSCORE_DTYPE_U8, total * world}));
-  out->assign(static_cast<size_t>(total), 0.0f);
+  DSCORE_RETURN_IF_ERROR(group.allgather({mine.data(), DSCORE_DTYPE_F32, total},
+                                         {values.data(), DSCORE_DTYPE_F32, total * world}));
+  DSCORE_RETURN_IF_ERROR(group.allgather({owned.data(), DSCORE_DTYPE_U8, total},
+                                         {masks.data(), DSCORE_DTYPE_U8, total * world}));
+  std::vector<float> local(static_cast<size_t>(total), 0.0f);
   for (int64_t i = 0; i < total; ++i)
     for (int r = 0; r < world; ++r)
       if (masks[static_cast<size_t>(r * total + i)]) {
-        (*out)[static_cast<size_t>(i)] = values[static_cast<size_t>(r * total + i)];
+        local[static_cast<size_t>(i)] = values[static_cast<size_t>(r * total + i)];
         break;
       }
+  if (split) return whole_parameters(local, out);
+  *out = std::move(local);
   return Status::Ok();
 }
 

@@ -23,11 +23,11 @@ Status Engine::check_tensor_split() const {
     const ParamEntry& p = layout_.params()[i];
     const sdk::TensorSplit& s = p.split;
     if (!s.split()) continue;
-    const bool valid = s.dim < static_cast<int32_t>(p.shape.size()) && s.blocks >= 1 &&
-                       p.shape[static_cast<size_t>(s.dim)] % s.blocks == 0 &&
-                       s.full_extent % s.blocks == 0 && s.offset >= 0 &&
-                       s.offset + p.shape[static_cast<size_t>(s.dim)] / s.blocks <=
-                           s.full_extent / s.blocks;
+    const bool valid =
+        s.dim < static_cast<int32_t>(p.shape.size()) && s.blocks >= 1 &&
+        p.shape[static_cast<size_t>(s.dim)] % s.blocks == 0 && s.full_extent % s.blocks == 0 &&
+        s.offset >= 0 &&
+        s.offset + p.shape[static_cast<size_t>(s.dim)] / s.blocks <= s.full_extent / s.blocks;
     if (!valid && mine.ok())
       mine = invalid_argument("model '" + model_->display_name() + "' declares parameter " +
                               p.name + " as a part of a whole tensor that cannot hold it (dim " +
@@ -39,8 +39,7 @@ Status Engine::check_tensor_split() const {
     split_params.push_back(i);
   }
   if (split_params.empty() && mine.ok())
-    mine = invalid_argument("model '" + model_->display_name() +
-                            "' splits no parameter over the " +
+    mine = invalid_argument("model '" + model_->display_name() + "' splits no parameter over the " +
                             std::to_string(tensor_parallel_size()) +
                             " tensor-parallel ranks: it does not implement tensor parallelism; "
                             "set tensor_parallel.autotp_size to 1");
@@ -56,12 +55,11 @@ Status Engine::check_tensor_split() const {
     const ParamEntry& p = layout_.params()[split_params[k]];
     const int64_t whole = p.split.full_extent / p.split.blocks;
     if (static_cast<int64_t>(held[k]) != whole)
-      mine = invalid_argument("model '" + model_->display_name() + "': the " +
-                              std::to_string(tensor_parallel_size()) +
-                              " tensor-parallel parts of " + p.name + " hold " +
-                              std::to_string(static_cast<int64_t>(held[k])) + " of the " +
-                              std::to_string(whole) + " entries of each block along dimension " +
-                              std::to_string(p.split.dim));
+      mine = invalid_argument(
+          "model '" + model_->display_name() + "': the " + std::to_string(tensor_parallel_size()) +
+          " tensor-parallel parts of " + p.name + " hold " +
+          std::to_string(static_cast<int64_t>(held[k])) + " of the " + std::to_string(whole) +
+          " entries of each block along dimension " + std::to_string(p.split.dim));
   }
   return comm::agree(*comm_, mine);
 }
@@ -93,27 +91,13 @@ Status Engine::whole_parameters(const std::vector<float>& local, std::vector<flo
   for (size_t i = 0; i < layout_.params().size(); ++i) {
     const ParamEntry& p = layout_.params()[i];
     if (!p.split.split() && !first) continue;
-    dscore_model_param desc{};
-    desc.struct_size = sizeof desc;
-    desc.ndim = static_cast<int32_t>(p.shape.size());
-    desc.shape = p.shape.data();
-    desc.numel = p.numel;
-    p.split.declare(&desc);
-    sdk::for_each_whole_run(desc, 0, p.numel, [&](int64_t at, int64_t whole, int64_t n) {
+    p.for_each_whole_run(0, p.numel, [&](int64_t at, int64_t whole, int64_t n) {
       std::copy_n(local.data() + p.offset + at, n, out->data() + whole_offset[i] + whole);
     });
   }
   comm::Communicator& group = *topology_->group(comm::groups::kModel);
   return group.allreduce({out->data(), DSCORE_DTYPE_F32, total},
                          {out->data(), DSCORE_DTYPE_F32, total}, DSCORE_REDUCE_SUM);
-}
-
-Status Engine::check_checkpoint_split(const char* call) const {
-  if (tensor_parallel_size() <= 1) return Status::Ok();
-  return unimplemented(std::string(call) +
-                       ": checkpoints of a tensor-parallel run are not implemented yet (each "
-                       "rank holds parts of tensors that a checkpoint must hold whole); train "
-                       "with tensor_parallel.autotp_size 1 to checkpoint");
 }
 
 }  // namespace dscore

@@ -98,7 +98,7 @@ void with_tensor_parallel(const config::TrainingConfig& cfg, const config::Objec
                               {},
                               "model '" + ref->type +
                                   "' cannot be split for tensor parallelism: set autotp_size to "
-                                  "1, or train a model that can (gpt, gpt2)"});
+                                  "1, or train a model that can (gpt, gpt2, llama)"});
     return;
   }
   ref->params.set("tensor_parallel_size", json::Value(tp));

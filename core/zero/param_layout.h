@@ -26,10 +26,28 @@ struct ParamEntry {
   // Tensor parallelism: which part of the whole tensor this rank holds
   // (not split: the whole; model.h DSCORE_PARAM_TP_SPLIT).
   sdk::TensorSplit split;
-  // The whole tensor's elements (numel where not split).
+  // The whole tensor's elements and shape (numel and shape where not split).
   int64_t whole_numel() const {
     if (!split.split() || shape[static_cast<size_t>(split.dim)] == 0) return numel;
     return numel / shape[static_cast<size_t>(split.dim)] * split.full_extent;
+  }
+  std::vector<int64_t> whole_shape() const {
+    std::vector<int64_t> whole = shape;
+    if (split.split()) whole[static_cast<size_t>(split.dim)] = split.full_extent;
+    return whole;
+  }
+  // fn(local, whole, n) for each run of elements [offset, offset + count)
+  // that lies consecutively in the whole tensor (sdk::for_each_whole_run):
+  // one run where not split.
+  template <class Fn>
+  void for_each_whole_run(int64_t offset, int64_t count, Fn&& fn) const {
+    dscore_model_param desc{};
+    desc.struct_size = sizeof desc;
+    desc.ndim = static_cast<int32_t>(shape.size());
+    desc.shape = shape.data();
+    desc.numel = numel;
+    split.declare(&desc);
+    sdk::for_each_whole_run(desc, offset, count, fn);
   }
 };
 

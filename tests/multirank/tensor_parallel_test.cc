@@ -1,5 +1,5 @@
 // Tensor parallelism (tensor_parallel.autotp_size, Megatron's split of the
-// gpt) under real ranks (mpirun): a model split over 2 ranks trains as one
+// gpt and the llama) under real ranks (mpirun): a model split over 2 ranks trains as one
 // rank does, and 2 tensor-parallel x 2 data-parallel ranks as 2
 // data-parallel ranks, at ZeRO 0-2, with clipping active (the norm counts
 // each replicated parameter once). Not bitwise: each split linear's output
@@ -13,6 +13,9 @@
 // parts (Engine::gather_parameters).
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
+#include "tests/core/cli/process.h"
 #include "tests/multirank/equivalence_checks.h"
 #include "tests/multirank/harness.h"
 
@@ -43,6 +46,9 @@ void expect_close(const RunResult& r, const RunResult& reference, const std::str
   EXPECT_LT(max_relative_difference(r.ranks[0].grad_norms, reference.ranks[0].grad_norms), 1e-5)
       << what;
   ASSERT_EQ(r.params.size(), reference.params.size()) << what;
+  std::printf("%s: losses within %.3g, parameters within %.3g (relative)\n", what.c_str(),
+              max_relative_difference(r.ranks[0].losses, reference.ranks[0].losses),
+              max_relative_difference(r.params, reference.params, 1e-3));
   EXPECT_LT(max_relative_difference(r.params, reference.params, 1e-3), 1e-3) << what;
 }
 
@@ -90,6 +96,85 @@ TEST(TensorParallel, Bf16TrainsAsOneRankWithinBf16Rounding) {
   ASSERT_FALSE(two.ranks.empty());
   // bf16 products of split operands round differently: 1e-2 on the loss.
   EXPECT_LT(max_relative_difference(two.ranks[0].losses, one.ranks[0].losses), 1e-2);
+}
+
+// The llama split the same way (q, k and v by heads: 4 query heads over 2
+// key/value heads, each rank one key/value head and its 2 query heads; gate
+// and up by rows; the vocabulary by rows), tied and untied head, with an odd
+// vocabulary (255: 128 + 127) and odd MLP width per rank (40).
+RunSpec llama_spec(bool tied) {
+  RunSpec spec = gpt_spec();
+  spec.model = std::string(R"({"type": "llama", "vocab_size": 255, "hidden_size": 32,
+      "intermediate_size": 80, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "max_position_embeddings": 16, "block_size": 16,
+      "tie_word_embeddings": )") +
+               (tied ? "true" : "false") + "}";
+  return spec;
+}
+
+TEST(TensorParallel, LlamaTwoRanksTrainAsOneAndTwoByTwoAsTwo) {
+  for (bool tied : {false, true}) {
+    const std::string what = tied ? "tied" : "untied";
+    RunSpec spec = llama_spec(tied);
+    const std::string base = spec.extra;
+    spec.world = 1;
+    const RunResult one = run_ok(spec, "llama one rank " + what);
+    spec.world = 2;
+    spec.extra = base + tp(2);
+    expect_close(run_ok(spec, "llama TP=2 " + what), one, "llama TP=2 vs one rank, " + what);
+    if (tied) continue;
+    const RunResult dp = [&] {
+      RunSpec d = llama_spec(tied);
+      d.world = 2;
+      return run_ok(d, "llama DP=2");
+    }();
+    spec.world = 4;
+    spec.stage = 1;
+    expect_close(run_ok(spec, "llama TP=2 x DP=2 ZeRO 1"), dp, "llama TP=2 x DP=2 vs DP=2");
+  }
+}
+
+// A TP=2 save holds whole tensors (each part's fragments say where they
+// sit): it resumes at TP=2 bitwise as the uninterrupted run, and loads at
+// one rank and at TP=2 x DP=2 with the masters and Adam's moments equal,
+// bitwise, to what was saved; a one-rank save loads at TP=2 likewise.
+TEST(TensorParallel, CheckpointsLoadAtAnotherTensorParallelSize) {
+  TempDir dir("dscore_tp_checkpoint");
+  const std::string ck = (dir.path() / "ck").string();
+  RunSpec spec = gpt_spec();
+  const std::string base = spec.extra;
+  spec.world = 2;
+  spec.extra = base + tp(2);
+  const RunResult full = run_ok(spec, "TP=2 uninterrupted");
+  const RunResult first =
+      run_workers(spec, {"--save", ck, "--save-step", "3", "--stop-after-save", "--dump-state"});
+  ASSERT_TRUE(first.ok()) << first.process.describe();
+  ASSERT_FALSE(first.state.empty());
+  const RunResult second = run_workers(spec, {"--load", ck});
+  ASSERT_TRUE(second.ok()) << second.process.describe();
+  std::vector<double> losses = first.ranks.at(0).losses;
+  losses.insert(losses.end(), second.ranks.at(0).losses.begin(), second.ranks.at(0).losses.end());
+  EXPECT_EQ(losses, full.ranks.at(0).losses);
+  EXPECT_EQ(second.params, full.params);
+
+  const auto loaded_state = [&](int world, int tp_size, const std::string& from) {
+    RunSpec at = gpt_spec();
+    at.world = world;
+    at.extra = base + (tp_size > 1 ? tp(tp_size) : "");
+    const RunResult r = run_workers(at, {"--load", from, "--dump-state"});
+    EXPECT_TRUE(r.ok()) << r.process.describe();
+    return r.state;
+  };
+  EXPECT_EQ(loaded_state(1, 1, ck), first.state) << "TP=2 save loaded at one rank";
+  EXPECT_EQ(loaded_state(4, 2, ck), first.state) << "TP=2 save loaded at TP=2 x DP=2";
+
+  const std::string ck1 = (dir.path() / "ck1").string();
+  RunSpec one = gpt_spec();
+  one.world = 1;
+  const RunResult saved =
+      run_workers(one, {"--save", ck1, "--save-step", "3", "--stop-after-save", "--dump-state"});
+  ASSERT_TRUE(saved.ok()) << saved.process.describe();
+  EXPECT_EQ(loaded_state(2, 2, ck1), saved.state) << "one-rank save loaded at TP=2";
 }
 
 }  // namespace

@@ -41,6 +41,7 @@
 #include "../transformer_common/counting_backend.h"
 #include "../transformer_common/layer_pass.h"
 #include "../transformer_common/pass_memory.h"
+#include "../transformer_common/tensor_parallel.h"
 #include "activations.h"
 #include "gpt_config.h"
 #include "gpt_params.h"
@@ -290,8 +291,7 @@ class GptRunner {
           backend_.encoder_backward_part(g[kWte], g[kWpe], acts_.dresid.get(), inputs_.get(), B_,
                                          cfg_.block_size, cfg_.n_embd, vocab_first_, vocab_rows_);
         else
-          throw sdk::Error(DSCORE_UNIMPLEMENTED,
-                           "gpt: tensor parallelism computes on the CPU only");
+          transformer::cpu_only("gpt");
       } else {
         backend_.encoder_backward(g[kWte], g[kWpe], acts_.dresid.get(), inputs_.get(), B_,
                                   cfg_.block_size, cfg_.n_embd);
@@ -414,8 +414,7 @@ class GptRunner {
                                         cfg_.n_embd, vocab_first_, vocab_rows_);
           group_sum(residual(0), B_ * cfg_.block_size * cfg_.n_embd);
         } else {
-          throw sdk::Error(DSCORE_UNIMPLEMENTED,
-                           "gpt: tensor parallelism computes on the CPU only");
+          transformer::cpu_only("gpt");
         }
       } else {
         backend_.encoder_forward(residual(0), inputs_.get(), p[kWte], p[kWpe], B_, cfg_.block_size,
@@ -536,23 +535,13 @@ class GptRunner {
   // The group's sum in place (nothing without tensor parallelism); a
   // backend without the group's collectives cannot run split.
   void group_sum(T* data, int64_t n) {
-    if (!split()) return;
-    if constexpr (requires { backend_.tensor_parallel_sum(data, n); })
-      backend_.tensor_parallel_sum(data, n);
-    else
-      throw sdk::Error(DSCORE_UNIMPLEMENTED, "gpt: tensor parallelism computes on the CPU only");
+    if (split()) transformer::group_sum(backend_, data, n, "gpt");
   }
-  // The head over this rank's vocabulary rows (vocab_parallel.h); dx null:
-  // the loss only.
+  // The head over this rank's vocabulary rows; dx null: the loss only.
   double vocab_parallel_head(T* dx, T* dw, const T* w, double grad_scale) {
-    if constexpr (requires {
-                    backend_.vocab_parallel_head(dx, dw, w, w, nullptr, 0, 0, 0, 0, 0, 0.0);
-                  })
-      return backend_.vocab_parallel_head(dx, dw, acts_.lnf.get(), w, targets_.get(),
-                                          B_ * cfg_.block_size, cfg_.n_embd, vocab_rows_,
-                                          vocab_first_, cfg_.vocab_size, grad_scale);
-    else
-      throw sdk::Error(DSCORE_UNIMPLEMENTED, "gpt: tensor parallelism computes on the CPU only");
+    return transformer::vocab_parallel_head(backend_, dx, dw, acts_.lnf.get(), w, targets_.get(),
+                                            B_ * cfg_.block_size, cfg_.n_embd, vocab_rows_,
+                                            vocab_first_, cfg_.vocab_size, grad_scale, "gpt");
   }
 
   GptConfig cfg_;

@@ -56,7 +56,8 @@ struct ActivationElements {
   }
 };
 
-// attention_state: the backend's attention_state_elements(B, block_size, NH).
+// attention_state: the backend's attention_state_elements(B, block_size,
+// local_heads()).
 // bf16_operands: the pass's linears read bf16 operands (the runner's fused
 // block in bf16 layers), so the buffers that only ever hold one (ln1, ln2,
 // swiglu) need half as many Scalar (fp32) elements.
@@ -66,8 +67,10 @@ inline ActivationElements activation_elements(const LlamaConfig& cfg, int64_t B,
                                               int64_t attention_state, bool bf16_operands = false,
                                               int64_t lo = 0, int64_t hi = -1) {
   if (hi < 0) hi = cfg.num_hidden_layers;
-  const int64_t N = B * cfg.block_size, C = cfg.hidden_size, I = cfg.intermediate_size;
-  const int64_t Q = cfg.q_dim(), KV = cfg.kv_dim();
+  // Under tensor parallelism the attention and MLP activations are this
+  // rank's heads' and units' only.
+  const int64_t N = B * cfg.block_size, C = cfg.hidden_size, I = cfg.local_intermediate();
+  const int64_t Q = cfg.local_q_dim(), KV = cfg.local_kv_dim();
   const auto operand = [bf16_operands](int64_t n) { return bf16_operands ? (n + 1) / 2 : n; };
   ActivationElements e;
   e.block.ln1 = operand(N * C);

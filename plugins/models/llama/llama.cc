@@ -64,7 +64,11 @@ constexpr const char kParamsSchema[] = R"json({
   "device": {"type": "string", "default": "cpu", "enum": ["cpu", "cuda"],
              "doc": "where forward and backward run (cuda needs a CUDA build and a GPU)"},
   "cuda_dtype": {"type": "string", "default": "bf16", "enum": ["bf16", "fp32"],
-                 "doc": "activation and matmul type on CUDA (fp32 accumulation either way)"}
+                 "doc": "activation and matmul type on CUDA (fp32 accumulation either way)"},
+  "tensor_parallel_size": {"type": "int", "default": 1, "min": 1,
+      "doc": "ranks each layer is split over (set by the engine from tensor_parallel.autotp_size)"},
+  "tensor_parallel_rank": {"type": "int", "default": 0, "min": 0,
+      "doc": "this rank's part (set by the engine for each rank)"}
 })json";
 
 // The architecture keys of the model section: with from_pretrained they
@@ -137,7 +141,11 @@ class Llama : public sdk::Instance {
         index, params_.param_count(), index < params_.param_count() ? params_.numel(index) : 0,
         offset, count, out);
     if (weights_) {
-      weights_->read(*param_at(index), offset, count, data);
+      // A tensor-parallel rank reads only its part, run by run.
+      const dscore_model_param& p = *param_at(index);
+      sdk::for_each_whole_run(p, offset, count, [&](int64_t local, int64_t whole, int64_t n) {
+        weights_->read(p, whole, n, data + (local - offset));
+      });
     } else {
       params_.init(index, offset, count, data);
     }

@@ -10,6 +10,8 @@
 #include <string>
 #include <utility>
 
+#include "../transformer_common/tensor_parallel.h"
+
 namespace dscore::llama {
 namespace {
 
@@ -179,6 +181,14 @@ LlamaConfig finish_config(LlamaSettings s, const sdk::Params& p) {
     const int64_t n = p.integer("number_checkpoints");
     c.checkpoint_blocks = n < 0 ? c.num_hidden_layers : std::min(n, c.num_hidden_layers);
   }
+  c.tp_size = p.integer("tensor_parallel_size");
+  c.tp_rank = p.integer("tensor_parallel_rank");
+  transformer::check_tensor_parallel("llama", c.tp_size, c.tp_rank, c.num_attention_heads,
+                                     c.num_key_value_heads, c.vocab_size, c.device);
+  if (c.intermediate_size % c.tp_size != 0)
+    throw invalid("llama: tensor_parallel.autotp_size " + str(c.tp_size) +
+                  " does not divide intermediate_size " + str(c.intermediate_size) +
+                  ": each rank holds an equal part of the MLP");
   return c;
 }
 

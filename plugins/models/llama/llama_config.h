@@ -37,8 +37,21 @@ struct LlamaConfig {
   std::string device = "cpu";       // cpu | cuda
   std::string cuda_dtype = "bf16";  // bf16 | fp32: activations and matmul inputs on CUDA
 
+  // Tensor parallelism (Megatron's split, as DeepSpeed's AutoTP makes it):
+  // this rank is part tp_rank of tp_size (llama_params.cc says which part
+  // of each tensor it holds).
+  int64_t tp_size = 1;
+  int64_t tp_rank = 0;
+
   int64_t q_dim() const { return num_attention_heads * head_dim; }   // Q
   int64_t kv_dim() const { return num_key_value_heads * head_dim; }  // KV
+  // This rank's share of the query and key/value heads, their widths and
+  // the MLP's (all of them without tensor parallelism).
+  int64_t local_heads() const { return num_attention_heads / tp_size; }
+  int64_t local_kv_heads() const { return num_key_value_heads / tp_size; }
+  int64_t local_q_dim() const { return q_dim() / tp_size; }
+  int64_t local_kv_dim() const { return kv_dim() / tp_size; }
+  int64_t local_intermediate() const { return intermediate_size / tp_size; }
   // Layers: 0 = embeddings (model.embed_tokens; also the LM head when tied),
   // 1..L = blocks, L + 1 = the final RMSNorm (and lm_head when untied).
   int64_t layer_count() const { return num_hidden_layers + 2; }

@@ -1,5 +1,7 @@
 #include "llama_hf.h"
 
+#include <dscore/cpp/tensor_split.hpp>
+
 #include <dscore/cpp/plugin.hpp>
 
 #include <cstdio>
@@ -21,9 +23,8 @@ std::string number_text(double v) {
   return buffer;
 }
 
-std::vector<int64_t> shape_of(const dscore_model_param& p) {
-  return std::vector<int64_t>(p.shape, p.shape + p.ndim);
-}
+// The whole tensor's shape (a tensor-parallel rank holds a part of it).
+std::vector<int64_t> shape_of(const dscore_model_param& p) { return sdk::whole_shape(p); }
 
 }  // namespace
 

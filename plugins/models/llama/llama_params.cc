@@ -7,30 +7,48 @@
 namespace dscore::llama {
 
 LlamaParams::LlamaParams(const LlamaConfig& config, uint64_t seed) : config_(config), seed_(seed) {
-  const int64_t C = config.hidden_size, V = config.vocab_size, I = config.intermediate_size;
-  const int64_t Q = config.q_dim(), KV = config.kv_dim();
-  auto add = [&](std::string name, std::vector<int64_t> shape, bool ones = false) {
-    table_.add_param(std::move(name), std::move(shape));
+  const int64_t C = config.hidden_size, V = config.vocab_size;
+  const int t = static_cast<int>(config.tp_size), r = static_cast<int>(config.tp_rank);
+  // Megatron's split (tensor parallelism, tp_size > 1): q, k and v by heads
+  // (rows), gate and up by rows, o_proj and down_proj by columns (their
+  // input), the embedding and the LM head by vocabulary rows; the RMSNorm
+  // weights replicated.
+  const bool split = t > 1;
+  const sdk::TensorSplit whole;
+  const auto rows = [&](int64_t extent) {
+    return split ? sdk::TensorSplit{0, 1, extent, r * (extent / t)} : whole;
+  };
+  const auto columns = [&](int64_t extent) {
+    return split ? sdk::TensorSplit{1, 1, extent, r * (extent / t)} : whole;
+  };
+  const auto [vocab_first, vocab_rows] = sdk::even_part(V, t, r);
+  vocab_first_ = vocab_first;
+  const sdk::TensorSplit vocab = split ? sdk::TensorSplit{0, 1, V, vocab_first} : whole;
+  const int64_t I = config.local_intermediate(), Q = config.local_q_dim(),
+                KV = config.local_kv_dim();
+  auto add = [&](std::string name, std::vector<int64_t> shape, const sdk::TensorSplit& part,
+                 bool ones = false) {
+    table_.add_param(std::move(name), std::move(shape), part);
     ones_.push_back(ones);
   };
   table_.add_layer("model.embed_tokens");
-  add("model.embed_tokens.weight", {V, C});
+  add("model.embed_tokens.weight", {vocab_rows, C}, vocab);
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
     const std::string h = "model.layers." + std::to_string(l) + ".";
     table_.add_layer("model.layers." + std::to_string(l));
-    add(h + "input_layernorm.weight", {C}, true);
-    add(h + "self_attn.q_proj.weight", {Q, C});
-    add(h + "self_attn.k_proj.weight", {KV, C});
-    add(h + "self_attn.v_proj.weight", {KV, C});
-    add(h + "self_attn.o_proj.weight", {C, Q});
-    add(h + "post_attention_layernorm.weight", {C}, true);
-    add(h + "mlp.gate_proj.weight", {I, C});
-    add(h + "mlp.up_proj.weight", {I, C});
-    add(h + "mlp.down_proj.weight", {C, I});
+    add(h + "input_layernorm.weight", {C}, whole, true);
+    add(h + "self_attn.q_proj.weight", {Q, C}, rows(config.q_dim()));
+    add(h + "self_attn.k_proj.weight", {KV, C}, rows(config.kv_dim()));
+    add(h + "self_attn.v_proj.weight", {KV, C}, rows(config.kv_dim()));
+    add(h + "self_attn.o_proj.weight", {C, Q}, columns(config.q_dim()));
+    add(h + "post_attention_layernorm.weight", {C}, whole, true);
+    add(h + "mlp.gate_proj.weight", {I, C}, rows(config.intermediate_size));
+    add(h + "mlp.up_proj.weight", {I, C}, rows(config.intermediate_size));
+    add(h + "mlp.down_proj.weight", {C, I}, columns(config.intermediate_size));
   }
   table_.add_layer("model.norm");
-  add("model.norm.weight", {C}, true);
-  if (!config.tie_word_embeddings) add("lm_head.weight", {V, C});
+  add("model.norm.weight", {C}, whole, true);
+  if (!config.tie_word_embeddings) add("lm_head.weight", {vocab_rows, C}, vocab);
   table_.finish("tokens", config.block_size + 1, C);
   description_ = table_.description();
   if (config.tie_word_embeddings) {  // the LM head, in the final layer, reads embed_tokens
@@ -46,10 +64,16 @@ void LlamaParams::init(size_t index, int64_t offset, int64_t count, float* out) 
     for (int64_t k = 0; k < count; ++k) out[k] = 1.0f;
     return;
   }
+  // Each element a function of its index in the whole tensor, so every
+  // tensor-parallel size starts from the same model.
   const uint64_t key = sdk::hash_name(table_.name(index));
-  for (int64_t k = 0; k < count; ++k)
-    out[k] = static_cast<float>(config_.initializer_range *
-                                sdk::normal_at(seed_, key, static_cast<uint64_t>(offset + k)));
+  sdk::for_each_whole_run(
+      table_.param(index), offset, count, [&](int64_t local, int64_t whole, int64_t n) {
+        for (int64_t k = 0; k < n; ++k)
+          out[local - offset + k] =
+              static_cast<float>(config_.initializer_range *
+                                 sdk::normal_at(seed_, key, static_cast<uint64_t>(whole + k)));
+      });
 }
 
 }  // namespace dscore::llama

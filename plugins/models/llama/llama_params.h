@@ -53,10 +53,15 @@ class LlamaParams {
   // Elements [offset, offset + count) of parameter `index` (layer order).
   void init(size_t index, int64_t offset, int64_t count, float* out) const;
   std::vector<int64_t> layer_numels(size_t layer) const { return table_.layer_numels(layer); }
+  // Tensor parallelism: this rank's vocabulary rows of the embedding and
+  // the LM head (all of them when not split).
+  int64_t vocab_first() const { return vocab_first_; }
+  int64_t vocab_rows() const { return table_.param(0).shape[0]; }
 
  private:
   LlamaConfig config_;
   uint64_t seed_;
+  int64_t vocab_first_ = 0;
   transformer::ModelDescription table_;
   std::vector<bool> ones_;  // per parameter: an RMSNorm weight (starts at 1)
   // table_'s description with the tied head's tie (none when untied).

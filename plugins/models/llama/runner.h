@@ -39,6 +39,7 @@
 #include "../transformer_common/counting_backend.h"
 #include "../transformer_common/layer_pass.h"
 #include "../transformer_common/pass_memory.h"
+#include "../transformer_common/tensor_parallel.h"
 #include "../transformer_common/tokens.h"
 #include "activations.h"
 #include "llama_config.h"
@@ -73,6 +74,8 @@ class LlamaRunner {
         backend_(backend),
         lo_(lo),
         hi_(hi < 0 ? config.num_hidden_layers : hi),
+        vocab_first_(params.vocab_first()),
+        vocab_rows_(params.vocab_rows()),
         inv_freq_(rope_inv_freq(config)) {
     for (size_t l = 0; l < static_cast<size_t>(config.layer_count()); ++l)
       numels_.push_back(params.layer_numels(l));
@@ -169,10 +172,17 @@ class LlamaRunner {
       last_rows.push_back(b * cfg_.block_size + tokens.last_position[static_cast<size_t>(b)]);
     const bool want_loss = loss != nullptr && tokens.counted_targets > 0;
     double sum = 0;
+    if (split() && logits != nullptr)
+      throw sdk::Error(DSCORE_UNIMPLEMENTED,
+                       "llama: logits (generation) under tensor parallelism are not supported "
+                       "yet; generate with tensor_parallel.autotp_size 1");
     auto head = [&](const T* w) {
-      sum = backend_.lm_head_forward(acts_.lnf.get(), w, want_loss ? targets_.get() : nullptr,
-                                     rows(), cfg_.hidden_size, cfg_.vocab_size, last_rows.data(),
-                                     logits != nullptr ? B_ : 0, logits);
+      if (split())
+        sum = want_loss ? vocab_parallel_head(nullptr, nullptr, w, 0.0) : 0.0;
+      else
+        sum = backend_.lm_head_forward(acts_.lnf.get(), w, want_loss ? targets_.get() : nullptr,
+                                       rows(), cfg_.hidden_size, cfg_.vocab_size, last_rows.data(),
+                                       logits != nullptr ? B_ : 0, logits);
     };
     if (cfg_.tie_word_embeddings) {
       forward_blocks(hooks, nullptr);
@@ -204,7 +214,7 @@ class LlamaRunner {
 
   void allocate_activations(bool bf16_operands) {
     const ActivationElements e = activation_elements(
-        cfg_, B_, backend_.attention_state_elements(B_, cfg_.block_size, cfg_.num_attention_heads),
+        cfg_, B_, backend_.attention_state_elements(B_, cfg_.block_size, cfg_.local_heads()),
         bf16_operands, lo_, hi_);
     acts_ = Activations{};
     acts_.resid = backend_.template alloc<T>(e.resid);
@@ -300,9 +310,10 @@ class LlamaRunner {
     const double grad_scale = loss_scale / static_cast<double>(tokens.counted_targets);
     double loss_sum = 0;
     auto head = [&](const T* w, T* dw) {
-      loss_sum =
-          backend_.lm_head_forward_backward(acts_.dlnf.get(), dw, acts_.lnf.get(), w,
-                                            targets_.get(), N, C, cfg_.vocab_size, grad_scale);
+      loss_sum = split() ? vocab_parallel_head(acts_.dlnf.get(), dw, w, grad_scale)
+                         : backend_.lm_head_forward_backward(acts_.dlnf.get(), dw, acts_.lnf.get(),
+                                                             w, targets_.get(), N, C,
+                                                             cfg_.vocab_size, grad_scale);
     };
     if (cfg_.tie_word_embeddings)  // the head's gradient, first part of the embedding's
       backward_layer(hooks, 0, numels_[0], backend_, embedding_ready,
@@ -333,8 +344,18 @@ class LlamaRunner {
   // grads_ready.
   void embedding_backward(const dscore_model_hooks& hooks) {
     backward_layer_grads(hooks, 0, numels_[0], backend_, GradsReady::kYes, [&](auto& g) {
-      backend_.embedding_backward(g[kEmbedTokens], acts_.dresid.get(), inputs_.get(), rows(),
-                                  cfg_.hidden_size);
+      if (!split()) {
+        backend_.embedding_backward(g[kEmbedTokens], acts_.dresid.get(), inputs_.get(), rows(),
+                                    cfg_.hidden_size);
+      } else if constexpr (requires {
+                             backend_.embedding_backward_part(g[kEmbedTokens], nullptr, nullptr, 0,
+                                                              0, 0, 0);
+                           }) {
+        backend_.embedding_backward_part(g[kEmbedTokens], acts_.dresid.get(), inputs_.get(), rows(),
+                                         cfg_.hidden_size, vocab_first_, vocab_rows_);
+      } else {
+        transformer::cpu_only("llama");
+      }
     });
   }
 
@@ -362,14 +383,8 @@ class LlamaRunner {
   }
 
   transformer::cpu::AttentionShape attention_shape() const {
-    const int64_t Q = cfg_.q_dim(), KV = cfg_.kv_dim();
-    return {B_,
-            cfg_.block_size,
-            cfg_.num_attention_heads,
-            cfg_.num_key_value_heads,
-            cfg_.head_dim,
-            Q,
-            KV,
+    const int64_t Q = cfg_.local_q_dim(), KV = cfg_.local_kv_dim();
+    return {B_, cfg_.block_size, cfg_.local_heads(), cfg_.local_kv_heads(), cfg_.head_dim, Q, KV,
             Q};
   }
 
@@ -389,8 +404,21 @@ class LlamaRunner {
   void embed_forward(const dscore_model_hooks& hooks) {
     forward_layer(hooks, 0, numels_[0], backend_, [&](const auto& p) {
       ensure_activations();
-      backend_.embedding_forward(residual(0), inputs_.get(), p[kEmbedTokens], rows(),
-                                 cfg_.hidden_size);
+      if (!split()) {
+        backend_.embedding_forward(residual(0), inputs_.get(), p[kEmbedTokens], rows(),
+                                   cfg_.hidden_size);
+      } else if constexpr (requires {
+                             backend_.embedding_forward_part(nullptr, nullptr, p[kEmbedTokens], 0,
+                                                             0, 0, 0);
+                           }) {
+        // Each rank embeds the tokens of its vocabulary rows; the group's
+        // sum is the embedding.
+        backend_.embedding_forward_part(residual(0), inputs_.get(), p[kEmbedTokens], rows(),
+                                        cfg_.hidden_size, vocab_first_, vocab_rows_);
+        group_sum(residual(0), rows() * cfg_.hidden_size);
+      } else {
+        transformer::cpu_only("llama");
+      }
     });
   }
   // The final RMSNorm over the last block's output; prologue: runs first
@@ -411,8 +439,10 @@ class LlamaRunner {
   // activations are wanted, the output already exists).
   template <class P>
   void block_forward(const P& p, const T* x, T* out, BlockActs& a) {
-    const int64_t N = rows(), C = cfg_.hidden_size, I = cfg_.intermediate_size;
-    const int64_t Q = cfg_.q_dim(), KV = cfg_.kv_dim(), hd = cfg_.head_dim, Tn = cfg_.block_size;
+    // This rank's heads and units (all of them without tensor parallelism).
+    const int64_t N = rows(), C = cfg_.hidden_size, I = cfg_.local_intermediate();
+    const int64_t Q = cfg_.local_q_dim(), KV = cfg_.local_kv_dim(), hd = cfg_.head_dim,
+                  Tn = cfg_.block_size;
     const double eps = cfg_.rms_norm_eps;
     if constexpr (kFusedBlock) {
       backend_.rmsnorm_forward_operand(a.ln1.get(), a.rstd1.get(), x, p[kInputNorm], N, C, eps,
@@ -428,8 +458,8 @@ class LlamaRunner {
     }
     const T* cos = acts_.rope_cos.get();
     const T* sin = acts_.rope_sin.get();
-    backend_.rope_forward(a.q.get(), cos, sin, B_, Tn, cfg_.num_attention_heads, hd, Q);
-    backend_.rope_forward(a.k.get(), cos, sin, B_, Tn, cfg_.num_key_value_heads, hd, KV);
+    backend_.rope_forward(a.q.get(), cos, sin, B_, Tn, cfg_.local_heads(), hd, Q);
+    backend_.rope_forward(a.k.get(), cos, sin, B_, Tn, cfg_.local_kv_heads(), hd, KV);
     backend_.attention_forward(a.atty.get(), a.attention_state.get(), a.q.get(), a.k.get(),
                                a.v.get(), attention_shape());
     if constexpr (kFusedBlock) {
@@ -438,6 +468,7 @@ class LlamaRunner {
       // another form than o_proj's output.
       T* o = acts_.dln.get();
       backend_.matmul_forward(o, a.atty.get(), p[kOProj], nullptr, N, Q, C);
+      group_sum(o, N * C);
       backend_.add(a.x2.get(), x, o, N * C);
       backend_.rmsnorm_forward_operand(a.ln2.get(), a.rstd2.get(), a.x2.get(),
                                        p[kPostAttentionNorm], N, C, eps, p[kGateProj]);
@@ -450,6 +481,7 @@ class LlamaRunner {
     } else {
       // o_proj goes through ln2's buffer (overwritten next).
       backend_.matmul_forward(a.ln2.get(), a.atty.get(), p[kOProj], nullptr, N, Q, C);
+      group_sum(a.ln2.get(), N * C);
       backend_.add(a.x2.get(), x, a.ln2.get(), N * C);
       backend_.rmsnorm_forward(a.ln2.get(), a.rstd2.get(), a.x2.get(), p[kPostAttentionNorm], N, C,
                                eps);
@@ -459,6 +491,7 @@ class LlamaRunner {
       if (out == nullptr) return;
       backend_.matmul_forward(out, a.swiglu.get(), p[kDownProj], nullptr, N, I, C);
     }
+    group_sum(out, N * C);
     backend_.add(out, out, a.x2.get(), N * C);
   }
 
@@ -477,8 +510,10 @@ class LlamaRunner {
   // d: the gradient at the block's output on entry, at its input on return.
   template <class P, class G>
   void block_backward(const P& p, G& g, const T* x, const BlockActs& a, T* d) {
-    const int64_t N = rows(), C = cfg_.hidden_size, I = cfg_.intermediate_size;
-    const int64_t Q = cfg_.q_dim(), KV = cfg_.kv_dim(), hd = cfg_.head_dim, Tn = cfg_.block_size;
+    // This rank's heads and units (all of them without tensor parallelism).
+    const int64_t N = rows(), C = cfg_.hidden_size, I = cfg_.local_intermediate();
+    const int64_t Q = cfg_.local_q_dim(), KV = cfg_.local_kv_dim(), hd = cfg_.head_dim,
+                  Tn = cfg_.block_size;
     if constexpr (kFusedBlock) {
       backend_.mlp_backward(acts_.dln.get(), g[kGateProj], g[kUpProj], g[kDownProj],
                             acts_.dgate.get(), acts_.dup.get(), d, a.ln2.get(), a.gate.get(),
@@ -495,6 +530,7 @@ class LlamaRunner {
       backend_.matmul_backward(acts_.dln.get(), g[kUpProj], nullptr, acts_.dup.get(), a.ln2.get(),
                                p[kUpProj], N, C, I, true);
     }
+    group_sum(acts_.dln.get(), N * C);
     backend_.rmsnorm_backward(d, g[kPostAttentionNorm], acts_.dln.get(), a.x2.get(),
                               p[kPostAttentionNorm], a.rstd2.get(), N, C);
     backend_.matmul_backward(acts_.datty.get(), g[kOProj], nullptr, d, a.atty.get(), p[kOProj], N,
@@ -504,20 +540,37 @@ class LlamaRunner {
                                 a.attention_state.get(), attention_shape());
     const T* cos = acts_.rope_cos.get();
     const T* sin = acts_.rope_sin.get();
-    backend_.rope_backward(acts_.dq.get(), cos, sin, B_, Tn, cfg_.num_attention_heads, hd, Q);
-    backend_.rope_backward(acts_.dk.get(), cos, sin, B_, Tn, cfg_.num_key_value_heads, hd, KV);
+    backend_.rope_backward(acts_.dq.get(), cos, sin, B_, Tn, cfg_.local_heads(), hd, Q);
+    backend_.rope_backward(acts_.dk.get(), cos, sin, B_, Tn, cfg_.local_kv_heads(), hd, KV);
     input_linear_backward(acts_.dln.get(), g[kQProj], acts_.dq.get(), a.ln1.get(), p[kQProj], C, Q);
     input_linear_backward(acts_.dln.get(), g[kKProj], acts_.dk.get(), a.ln1.get(), p[kKProj], C, KV,
                           true);
     input_linear_backward(acts_.dln.get(), g[kVProj], acts_.dv.get(), a.ln1.get(), p[kVProj], C, KV,
                           true);
+    group_sum(acts_.dln.get(), N * C);
     backend_.rmsnorm_backward(d, g[kInputNorm], acts_.dln.get(), x, p[kInputNorm], a.rstd1.get(), N,
                               C);
   }
 
+  // ---- tensor parallelism (cfg_.tp_size > 1; llama_params.cc's split):
+  // the split linears' outputs (o_proj, down_proj) and input gradients
+  // (q/k/v, gate/up) are this rank's part of a sum, made whole by the
+  // group's sum; the RMSNorm weights' gradients come out equal on every rank.
+  bool split() const { return cfg_.tp_size > 1; }
+  void group_sum(T* data, int64_t n) {
+    if (split()) transformer::group_sum(backend_, data, n, "llama");
+  }
+  // The head over this rank's vocabulary rows; dx null: the loss only.
+  double vocab_parallel_head(T* dx, T* dw, const T* w, double grad_scale) {
+    return transformer::vocab_parallel_head(backend_, dx, dw, acts_.lnf.get(), w, targets_.get(),
+                                            rows(), cfg_.hidden_size, vocab_rows_, vocab_first_,
+                                            cfg_.vocab_size, grad_scale, "llama");
+  }
+
   LlamaConfig cfg_;
   Backend& backend_;
-  int64_t lo_, hi_;  // the blocks this runner keeps activations for
+  int64_t lo_, hi_;                   // the blocks this runner keeps activations for
+  int64_t vocab_first_, vocab_rows_;  // this rank's rows of the embedding and head
   std::vector<double> inv_freq_;
   std::vector<std::vector<int64_t>> numels_;
   int64_t B_ = 0;

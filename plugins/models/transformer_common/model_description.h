@@ -6,6 +6,7 @@
 #pragma once
 
 #include <dscore/model.h>
+#include <dscore/cpp/tensor_split.hpp>
 
 #include <cstdint>
 #include <memory>
@@ -26,7 +27,10 @@ class ModelDescription {
     layers_.push_back(std::move(layer));
   }
   // A parameter of the last layer added; returns its index (layer order).
-  size_t add_param(std::string name, std::vector<int64_t> shape) {
+  // `split`: the part of the whole tensor this rank holds (tensor
+  // parallelism; sdk/include/dscore/cpp/tensor_split.hpp), none by default.
+  size_t add_param(std::string name, std::vector<int64_t> shape,
+                   const sdk::TensorSplit& split = {}) {
     auto p = std::make_unique<Param>();
     p->name = std::move(name);
     p->shape = std::move(shape);
@@ -38,6 +42,7 @@ class ModelDescription {
     p->desc.shape = p->shape.data();
     p->desc.numel = numel;
     p->desc.flags = p->shape.size() < 2 ? DSCORE_PARAM_NO_WEIGHT_DECAY : 0u;
+    split.declare(&p->desc);
     layers_.back()->params.push_back(&p->desc);
     params_.push_back(std::move(p));
     return params_.size() - 1;
@@ -66,6 +71,7 @@ class ModelDescription {
   size_t param_count() const { return params_.size(); }
   const std::string& name(size_t index) const { return params_.at(index)->name; }
   int64_t numel(size_t index) const { return params_.at(index)->desc.numel; }
+  const dscore_model_param& param(size_t index) const { return params_.at(index)->desc; }
   // Element counts of layer `layer`'s parameters, in order.
   std::vector<int64_t> layer_numels(size_t layer) const {
     std::vector<int64_t> numels;

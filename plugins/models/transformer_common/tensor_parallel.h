@@ -19,16 +19,16 @@ inline void check_tensor_parallel(const char* model, int64_t tp, int64_t rank, i
                                   int64_t kv_heads, int64_t vocab, const std::string& device) {
   const std::string m = model;
   if (rank < 0 || rank >= tp)
-    throw sdk::Error(DSCORE_INVALID_ARGUMENT, m + ": tensor_parallel_rank " +
-                                                  std::to_string(rank) + " is outside 0.." +
-                                                  std::to_string(tp - 1));
+    throw sdk::Error(DSCORE_INVALID_ARGUMENT, m + ": tensor_parallel_rank " + std::to_string(rank) +
+                                                  " is outside 0.." + std::to_string(tp - 1));
   if (tp == 1) return;
   if (heads % tp != 0 || kv_heads % tp != 0)
-    throw sdk::Error(DSCORE_INVALID_ARGUMENT,
-                     m + ": tensor_parallel.autotp_size " + std::to_string(tp) +
-                         " does not divide the attention heads (" + std::to_string(heads) +
-                         (kv_heads != heads ? ", key/value heads " + std::to_string(kv_heads) : "") +
-                         "): each rank computes whole heads; choose a size that divides them");
+    throw sdk::Error(
+        DSCORE_INVALID_ARGUMENT,
+        m + ": tensor_parallel.autotp_size " + std::to_string(tp) +
+            " does not divide the attention heads (" + std::to_string(heads) +
+            (kv_heads != heads ? ", key/value heads " + std::to_string(kv_heads) : "") +
+            "): each rank computes whole heads; choose a size that divides them");
   if (vocab < tp)
     throw sdk::Error(DSCORE_INVALID_ARGUMENT, m + ": " + std::to_string(vocab) +
                                                   " vocabulary rows cannot be split over " +
@@ -44,7 +44,9 @@ class TensorParallelGroup {
  public:
   TensorParallelGroup(sdk::HostRef host, const char* model) : host_(host), model_(model) {}
 
-  void sum(float* data, int64_t n) const { allreduce(data, n, DSCORE_DTYPE_F32, DSCORE_REDUCE_SUM); }
+  void sum(float* data, int64_t n) const {
+    allreduce(data, n, DSCORE_DTYPE_F32, DSCORE_REDUCE_SUM);
+  }
   void sum(double* data, int64_t n) const {
     allreduce(data, n, DSCORE_DTYPE_F64, DSCORE_REDUCE_SUM);
   }
@@ -73,5 +75,33 @@ class TensorParallelGroup {
   sdk::HostRef host_;
   const char* model_;
 };
+
+// A runner's calls into its backend's tensor-parallel paths: a backend
+// without them (CUDA, the counting backend) cannot run split.
+[[noreturn]] inline void cpu_only(const char* model) {
+  throw sdk::Error(DSCORE_UNIMPLEMENTED,
+                   std::string(model) + ": tensor parallelism computes on the CPU only");
+}
+// The group's sum in place.
+template <class Backend, class T>
+void group_sum(Backend& backend, T* data, int64_t n, const char* model) {
+  if constexpr (requires { backend.tensor_parallel_sum(data, n); })
+    backend.tensor_parallel_sum(data, n);
+  else
+    cpu_only(model);
+}
+// The LM head over this rank's vocabulary rows [v0, v0 + rows) of V
+// (cpu/vocab_parallel.h); dx null: the loss only.
+template <class Backend, class T>
+double vocab_parallel_head(Backend& backend, T* dx, T* dw, const T* x, const T* w,
+                           const int32_t* targets, int64_t N, int64_t C, int64_t rows, int64_t v0,
+                           int64_t V, double grad_scale, const char* model) {
+  if constexpr (requires {
+                  backend.vocab_parallel_head(dx, dw, x, w, targets, N, C, rows, v0, V, grad_scale);
+                })
+    return backend.vocab_parallel_head(dx, dw, x, w, targets, N, C, rows, v0, V, grad_scale);
+  else
+    cpu_only(model);
+}
 
 }  // namespace dscore::transformer

@@ -1,7 +1,8 @@
 // `dscore run` with "tensor_parallel": {"autotp_size": N} through the real
 // executable under mpirun: the gpt split over 2 ranks gives one rank's
-// losses, and what tensor parallelism does not run yet (or a model that
-// cannot be split) ends the job with a message naming the key and the fix.
+// losses, its checkpoint resumes at one rank, and what tensor parallelism
+// does not run yet (or a model that cannot be split) ends the job with a
+// message naming the key and the fix.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,9 +27,9 @@ class TensorParallelRun : public ::testing::Test {
   }
   // The run's CSV losses (job `name`).
   std::vector<double> losses(const std::string& name, const std::string& config, int ranks) {
-    ProcessResult r = run(name, config + R"(, "csv_monitor": {"enabled": true, "output_path": ")" +
-                                    (dir_.path() / "out").string() + R"(", "job_name": ")" +
-                                    name + "\"}",
+    ProcessResult r = run(name,
+                          config + R"(, "csv_monitor": {"enabled": true, "output_path": ")" +
+                              (dir_.path() / "out").string() + R"(", "job_name": ")" + name + "\"}",
                           ranks);
     EXPECT_EQ(r.exit_code, 0) << name << ": " << r.describe();
     out_ = r.out + r.err;
@@ -71,6 +72,32 @@ TEST_F(TensorParallelRun, GptSplitOverTwoRanksGivesOneRanksLosses) {
   EXPECT_LT(one.back(), one.front());  // it learns
 }
 
+// A TP=2 run's checkpoint (whole tensors: docs/checkpoints.md) resumes at
+// one rank, and the run goes on with the TP=2 run's losses.
+TEST_F(TensorParallelRun, ATensorParallelCheckpointResumesAtOneRank) {
+  const std::string tp2 = R"(, "tensor_parallel": {"autotp_size": 2})";
+  const std::vector<double> full = losses("full", gpt() + tp2, 2);
+  ASSERT_EQ(full.size(), 6u);
+  const std::string ck = (dir_.path() / "ck").string();
+  const std::string saving = R"(, "save_interval": 3, "checkpoint_dir": ")" + ck + R"(")";
+  ProcessOptions options;
+  options.env = mpi_test_env();
+  const fs::path first_config = dir_.write("first.json", "{" + gpt() + tp2 + saving + "}");
+  ProcessResult first =
+      run_dscore({"run", "--config", first_config.string(), "-n", "2", "--steps", "3"}, options);
+  ASSERT_EQ(first.exit_code, 0) << first.describe();
+  EXPECT_TRUE(fs::exists(fs::path(ck) / "global_step3" / "mp_rank_01_model_states.safetensors"));
+  const fs::path config = dir_.write(
+      "resume.json", "{" + gpt() + R"(, "csv_monitor": {"enabled": true, "output_path": ")" +
+                         (dir_.path() / "out").string() + R"(", "job_name": "resumed"}})");
+  ProcessResult resumed = run_dscore({"run", "--config", config.string(), "--resume", ck}, options);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.describe();
+  const std::vector<double> after =
+      read_csv_values(dir_.path() / "out" / "resumed" / "Train_Samples_train_loss.csv");
+  ASSERT_EQ(after.size(), 3u);
+  EXPECT_LT(max_relative(after, std::vector<double>(full.begin() + 3, full.end())), 1e-6);
+}
+
 TEST_F(TensorParallelRun, RefusesWhatItDoesNotRunNamingTheKey) {
   const std::string tp2 = R"(, "tensor_parallel": {"autotp_size": 2})";
   const auto refused = [&](const std::string& name, const std::string& config, int ranks,
@@ -86,15 +113,13 @@ TEST_F(TensorParallelRun, RefusesWhatItDoesNotRunNamingTheKey) {
   refused("odd", gpt() + R"(, "tensor_parallel": {"autotp_size": 3})", 2,
           "tensor_parallel.autotp_size 3 does not divide the 2 ranks");
   refused("heads", gpt(3) + tp2, 2, "does not divide the attention heads (3)");
-  refused("ckpt", gpt() + tp2 + R"(, "checkpoint_dir": "x")", 2,
-          "checkpoints of a tensor-parallel run are not written yet");
   refused("mlp",
           R"("train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"lr": 0.01}},
              "train_steps": 2, "model": {"type": "mlp"})" +
               tp2,
           2, "model 'mlp' cannot be split for tensor parallelism");
-  refused("custom", gpt() + R"(, "tensor_parallel": {"autotp_size": 2, "partition_config": {}})",
-          2, "partition_config");
+  refused("custom", gpt() + R"(, "tensor_parallel": {"autotp_size": 2, "partition_config": {}})", 2,
+          "partition_config");
   refused("own_rank",
           gpt().replace(gpt().find("\"vocab_size\": 255"), 17,
                         "\"vocab_size\": 255, \"tensor_parallel_rank\": 1"),

@@ -18,6 +18,11 @@ Then:
       bf16 weights: 0.05), stages 2 and 3 agree, tokenizer side files copied;
       each rank of a ZeRO-3 run reads only its shards (strace, when present);
       dscore's own "gpt" trained from scratch exports and loads the same way;
+  (e) tensor parallelism (tensor_parallel.autotp_size 2, each rank reading
+      its slices of the folder): (b)'s gradients at TP=2 against torch
+      autograd, and 4 AdamW steps exported whole from the parts' checkpoint,
+      loaded by transformers with dscore's logits, equal to (c)'s stage-2
+      export within 1e-4;
   (d) bad folders: missing config.json, a truncated safetensors file, a
       tensor of the wrong shape, unsupported config options: each a non-zero
       exit and a message naming the file, tensor or option.
@@ -46,6 +51,11 @@ T = 32  # dscore's block_size (< n_positions: export must keep all 64 wpe rows)
 VOCAB = 300
 LOGIT_TOL = 2e-5
 GRAD_TOL = 1e-4
+# TP=2 against DP=2 after 4 AdamW steps (lr 0.003), absolute: the same
+# samples summed in another order (split linears' parts; accumulation
+# instead of the allreduce), which Adam magnifies where a gradient component
+# is mostly rounding noise (measured 2.0e-5, under 1% of one step).
+TP_TOL = 1e-4
 
 torch.manual_seed(0)
 torch.set_num_threads(1)
@@ -138,18 +148,23 @@ def forward_config(folder):
             "model": {"type": "gpt2", "from_pretrained": folder, "block_size": T}}
 
 
-def check_gradients(model, folder):
+def check_gradients(model, folder, tp=1):
     # Two chunks of T + 1 tokens: one global batch of 2 is the whole file.
+    # tp 2: the model split over 2 ranks (tensor_parallel.autotp_size), its
+    # checkpoint's parts exported whole.
     tokens = torch.randint(0, VOCAB, (2 * T + 1,)).tolist()
     token_shard(path("grad.bin"), tokens)
     lr = 100.0
-    cfg = train_config(folder, path("grad.bin"), path("grad_ckpt"),
+    suffix = "" if tp == 1 else "_tp%d" % tp
+    cfg = train_config(folder, path("grad.bin"), path("grad_ckpt" + suffix),
                        {"type": "SGD", "params": {"lr": lr}}, 1, 0, 2)
     cfg["gradient_clipping"] = 0  # DeepSpeed 0.19's default 1.0 would scale this gradient
-    write_json(path("grad.json"), cfg)
-    run(["run", "--config", path("grad.json")], cwd=SCRATCH)
-    run(["export-hf", path("grad_ckpt"), path("grad_export")])
-    after = load_file(path("grad_export", "model.safetensors"))
+    if tp > 1:
+        cfg["tensor_parallel"] = {"autotp_size": tp}
+    write_json(path("grad%s.json" % suffix), cfg)
+    run(["run", "--config", path("grad%s.json" % suffix), "-n", str(tp)], cwd=SCRATCH)
+    run(["export-hf", path("grad_ckpt" + suffix), path("grad_export" + suffix)])
+    after = load_file(path("grad_export" + suffix, "model.safetensors"))
     batch = torch.tensor([tokens[0:T + 1], tokens[T:2 * T + 1]])
     model.zero_grad()
     logits = model(batch[:, :T]).logits
@@ -165,7 +180,8 @@ def check_gradients(model, folder):
         err = (got - ref).abs().max().item() / ref.abs().max().item()
         if err > GRAD_TOL:
             bad.append("%s (%.3g)" % (name, err))
-        print("check_gpt2_gradient %s: max diff %.2e of max |grad| (tol %g)" % (name, err, GRAD_TOL))
+        print("check_gpt2_gradient%s %s: max diff %.2e of max |grad| (tol %g)"
+              % (suffix, name, err, GRAD_TOL))
     if bad:
         fail("gradients differ from torch autograd's (share of the largest entry): " + ", ".join(bad))
 
@@ -214,6 +230,32 @@ def check_training(folder, model):
     loaded = AutoModelForCausalLM.from_pretrained(path("export_bf16"), dtype=torch.float32)
     check_prefix_logits(loaded.eval(), seqs, ["--checkpoint", path("ckpt3")], 0.05,
                         "bf16 export")
+    return exports
+
+
+def check_tensor_parallel(folder, model, exports):
+    # (e) tensor parallelism: the gradients of a run split over 2 ranks
+    # (each reading its slices of the folder) against torch autograd, and 4
+    # AdamW steps at TP=2 (ZeRO 2 over each part's one data-parallel rank),
+    # exported whole from the parts' checkpoint: transformers loads it with
+    # `dscore forward --checkpoint`'s logits, and it equals the stage-2 run
+    # of 2 data-parallel ranks on the same samples.
+    check_gradients(model, folder, tp=2)
+    adamw = {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.1}}
+    cfg = train_config(folder, path("train.bin"), path("ckpt_tp"), adamw, 4, 2, 4)
+    cfg["tensor_parallel"] = {"autotp_size": 2}
+    write_json(path("train_tp.json"), cfg)
+    run(["run", "--config", path("train_tp.json"), "-n", "2"], cwd=SCRATCH)
+    run(["export-hf", path("ckpt_tp"), path("export_tp")])
+    loaded = AutoModelForCausalLM.from_pretrained(path("export_tp"), dtype=torch.float32).eval()
+    seqs = [torch.randint(0, VOCAB, (T,)).tolist() for _ in range(2)]
+    check_prefix_logits(loaded, seqs, ["--checkpoint", path("ckpt_tp")], LOGIT_TOL, "TP=2 export")
+    split = load_file(path("export_tp", "model.safetensors"))
+    diff = max((split[k] - exports[2][k]).abs().max().item() for k in exports[2])
+    if diff > TP_TOL:
+        fail("TP=2 trained other weights than 2 data-parallel ranks (max diff %.3g)" % diff)
+    print("check_gpt2_tensor_parallel: TP=2 export equals the DP=2 one within %.2e (tol %g)"
+          % (diff, TP_TOL))
 
 
 def check_stage3_reads(folder):
@@ -349,7 +391,8 @@ def main():
                         "bf16 weights")
 
     check_gradients(model, folder)
-    check_training(folder, model)
+    exports = check_training(folder, model)
+    check_tensor_parallel(folder, model, exports)
     check_stage3_reads(folder)
     check_scratch_gpt()
     check_bad_folders(folder)

@@ -11,6 +11,11 @@ with strict=True (so the names and layouts are transformers' own), then:
     autograd's;
   - greedy generation from a prompt equals argmax decoding in torch (the
     logits' order).
+The untied and tied models again split over 2 ranks (tensor_parallel
+autotp_size 2: each rank one key/value head and its two query heads, half
+the MLP, half the vocabulary with the vocab-parallel cross-entropy): the
+same loss, gradients (read from the TP=2 checkpoint, which holds whole
+tensors) and greedy tokens (its checkpoint generated from at one rank).
 Tolerances (fp32 on both sides, different summation orders): loss within
 1e-5 relative; each gradient tensor within 5e-5 of its largest element plus
 1e-7 (the step's difference w0 - w1 also rounds at about 1e-8). The Llama 3
@@ -66,8 +71,9 @@ def run(cmd):
     return result.stdout
 
 
-def dscore_step(dscore, work, name, model, data, lr):
-    """One SGD step at lr from the seeded init; returns (loss at step 1, exported weights)."""
+def dscore_step(dscore, work, name, model, data, lr, tp=1):
+    """One SGD step at lr from the seeded init (split over tp ranks); returns (loss at step 1,
+    exported weights)."""
     ckpt = os.path.join(work, f"{name}_ckpt")
     config = {
         "train_batch_size": 2, "train_steps": 1, "seed": 11, "gradient_clipping": 0.0,
@@ -76,10 +82,12 @@ def dscore_step(dscore, work, name, model, data, lr):
         "data": {"type": "tokens", "path": data, "shuffle": False},
         "checkpoint_dir": ckpt, "save_interval": 1,
     }
+    if tp > 1:
+        config["tensor_parallel"] = {"autotp_size": tp}
     path = os.path.join(work, f"{name}.json")
     with open(path, "w") as f:
         json.dump(config, f)
-    out = run([dscore, "run", "--config", path])
+    out = run([dscore, "run", "--config", path, "-n", str(tp)])
     losses = [float(line.split("| loss ")[1].split()[0]) for line in out.splitlines()
               if line.startswith("step 1/1")]
     if len(losses) != 1:
@@ -99,12 +107,12 @@ def hf_model(model):
     return LlamaForCausalLM(config).float()
 
 
-def check_variant(dscore, work, name, extra, batch_tokens, failures):
+def check_variant(dscore, work, name, extra, batch_tokens, failures, tp=1):
     model = dict(MODEL, **extra)
     data = os.path.join(work, f"{name}_tokens.bin")
     write_tokens(data, batch_tokens)
-    loss0, w0, ckpt0 = dscore_step(dscore, work, name + "_lr0", model, data, 0.0)
-    loss1, w1, _ = dscore_step(dscore, work, name + "_lr1", model, data, 1.0)
+    loss0, w0, ckpt0 = dscore_step(dscore, work, name + "_lr0", model, data, 0.0, tp)
+    loss1, w1, _ = dscore_step(dscore, work, name + "_lr1", model, data, 1.0, tp)
 
     hf = hf_model(model)
     missing, unexpected = hf.load_state_dict(w0, strict=False)
@@ -183,6 +191,8 @@ def main():
     failures = []
     for name, extra in VARIANTS.items():
         check_variant(dscore, work, name, extra, batch_tokens, failures)
+    for name in ("untied", "tied"):
+        check_variant(dscore, work, name + "_tp2", VARIANTS[name], batch_tokens, failures, tp=2)
     if failures:
         sys.exit("check_llama: FAILED: " + ", ".join(failures))
     print("check_llama: all passed")

@@ -8,8 +8,6 @@
 #include <type_traits>
 
 #include "../../transformer_common/cpu/host_backend.h"
-#include "../../transformer_common/cpu/vocab_parallel.h"
-#include "../../transformer_common/tensor_parallel.h"
 #include "kernels.h"
 
 namespace dscore::gpt::cpu {
@@ -20,7 +18,7 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
 
  public:
   explicit CpuBackend(sdk::HostRef host = {})
-      : transformer::cpu::HostBackend<T>(host, "gpt", "gpt activations"), group_(host, "gpt") {}
+      : transformer::cpu::HostBackend<T>(host, "gpt", "gpt activations") {}
 
   void encoder_forward(T* out, const int32_t* tok, const T* wte, const T* wpe, int64_t B,
                        int64_t Tn, int64_t C) {
@@ -31,8 +29,8 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
     cpu::encoder_backward(dwte, dwpe, dout, tok, B, Tn, C);
   }
   // ---- tensor parallelism (runner.h's split path): the embeddings of
-  // vocabulary rows [v0, v0 + rows), the vocab-parallel head, and the
-  // group's sum.
+  // vocabulary rows [v0, v0 + rows) (the head and the group's sum are
+  // HostBackend's).
   void encoder_forward_part(T* out, const int32_t* tok, const T* wte, const T* wpe, int64_t B,
                             int64_t Tn, int64_t C, int64_t v0, int64_t rows) {
     cpu::encoder_forward(out, tok, wte, wpe, B, Tn, C, v0, rows);
@@ -41,17 +39,6 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
                              int64_t Tn, int64_t C, int64_t v0, int64_t rows) {
     cpu::encoder_backward(dwte, dwpe, dout, tok, B, Tn, C, v0, rows);
   }
-  double vocab_parallel_head(T* dx, T* dw, const T* x, const T* w, const int32_t* targets,
-                             int64_t N, int64_t C, int64_t rows, int64_t v0, int64_t V,
-                             double grad_scale) {
-    transformer::cpu::GroupReductions<T> reductions{
-        [this](double* d, int64_t n) { group_.max(d, n); },
-        [this](double* d, int64_t n) { group_.sum(d, n); },
-        [this](T* d, int64_t n) { group_.sum(d, n); }};
-    return transformer::cpu::vocab_parallel_lm_head(dx, dw, x, w, targets, N, C, rows, v0, V,
-                                                    grad_scale, reductions);
-  }
-  void tensor_parallel_sum(T* data, int64_t n) { group_.sum(data, n); }
   void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t N,
                          int64_t C) {
     cpu::layernorm_forward(out, mean, rstd, inp, w, b, N, C);
@@ -216,7 +203,6 @@ class CpuBackend : public transformer::cpu::HostBackend<T> {
     if (this->bf16_operand_for(w_fc) != this->bf16_operand_for(w_proj))
       throw std::logic_error("gpt: the MLP's two linears differ in dtype");
   }
-  transformer::TensorParallelGroup group_;
   void require_bf16_layer() const {
     if (!this->bf16_compute())
       throw std::logic_error("gpt: rounded attention heads asked for outside a bf16 layer");

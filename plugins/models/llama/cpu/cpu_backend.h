@@ -34,6 +34,15 @@ class CpuBackend : public shared::HostBackend<T> {
   void embedding_backward(T* dembed, const T* dout, const int32_t* tokens, int64_t N, int64_t C) {
     cpu::embedding_backward(dembed, dout, tokens, N, C);
   }
+  // Tensor parallelism: the embedding of vocabulary rows [v0, v0 + rows).
+  void embedding_forward_part(T* out, const int32_t* tokens, const T* embed, int64_t N, int64_t C,
+                              int64_t v0, int64_t rows) {
+    cpu::embedding_forward(out, tokens, embed, N, C, v0, rows);
+  }
+  void embedding_backward_part(T* dembed, const T* dout, const int32_t* tokens, int64_t N,
+                               int64_t C, int64_t v0, int64_t rows) {
+    cpu::embedding_backward(dembed, dout, tokens, N, C, v0, rows);
+  }
   void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* w, int64_t N, int64_t C,
                        double eps) {
     cpu::rmsnorm_forward(out, rstd, inp, w, N, C, eps);

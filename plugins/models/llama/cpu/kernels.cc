@@ -24,23 +24,30 @@ T sigmoid(T x) {
 }  // namespace
 
 template <typename T>
-void embedding_forward(T* out, const int32_t* tokens, const T* embed, int64_t N, int64_t C) {
+void embedding_forward(T* out, const int32_t* tokens, const T* embed, int64_t N, int64_t C,
+                       int64_t v0, int64_t rows) {
   for_blocks(N, kRowBlock, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const T* e = embed + (tokens[r] < 0 ? 0 : tokens[r]) * C;
-      std::copy(e, e + C, out + r * C);
+      const int64_t row = (tokens[r] < 0 ? 0 : tokens[r]) - v0;
+      if (row >= 0 && row < rows)
+        std::copy(embed + row * C, embed + (row + 1) * C, out + r * C);
+      else
+        std::fill(out + r * C, out + (r + 1) * C, T{0});
     }
   });
 }
 
 template <typename T>
-void embedding_backward(T* dembed, const T* dout, const int32_t* tokens, int64_t N, int64_t C) {
+void embedding_backward(T* dembed, const T* dout, const int32_t* tokens, int64_t N, int64_t C,
+                        int64_t v0, int64_t rows) {
   // Parallel over channel blocks: each task owns its columns of dembed and
   // adds rows in order (no races, fixed order).
   for_blocks(C, 64, [&](int64_t c0, int64_t c1) {
     for (int64_t r = 0; r < N; ++r) {
+      const int64_t row = (tokens[r] < 0 ? 0 : tokens[r]) - v0;
+      if (row < 0 || row >= rows) continue;
       const T* d = dout + r * C;
-      T* e = dembed + (tokens[r] < 0 ? 0 : tokens[r]) * C;
+      T* e = dembed + row * C;
       for (int64_t c = c0; c < c1; ++c) e[c] += d[c];
     }
   });
@@ -211,17 +218,19 @@ void swiglu_backward_bf16_rows(uint16_t* dgate, uint16_t* dup, float* dout_rows,
   }
 }
 
-#define DSCORE_LLAMA_INSTANTIATE(T)                                                          \
-  template void embedding_forward<T>(T*, const int32_t*, const T*, int64_t, int64_t);        \
-  template void embedding_backward<T>(T*, const T*, const int32_t*, int64_t, int64_t);       \
-  template void rmsnorm_forward<T>(T*, T*, const T*, const T*, int64_t, int64_t, double);    \
-  template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t, \
-                                    int64_t);                                                \
-  template void rope_forward<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,  \
-                                int64_t);                                                    \
-  template void rope_backward<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, \
-                                 int64_t);                                                   \
-  template void swiglu_forward<T>(T*, const T*, const T*, int64_t);                          \
+#define DSCORE_LLAMA_INSTANTIATE(T)                                                            \
+  template void embedding_forward<T>(T*, const int32_t*, const T*, int64_t, int64_t, int64_t,  \
+                                     int64_t);                                                 \
+  template void embedding_backward<T>(T*, const T*, const int32_t*, int64_t, int64_t, int64_t, \
+                                      int64_t);                                                \
+  template void rmsnorm_forward<T>(T*, T*, const T*, const T*, int64_t, int64_t, double);      \
+  template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t,   \
+                                    int64_t);                                                  \
+  template void rope_forward<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,    \
+                                int64_t);                                                      \
+  template void rope_backward<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,   \
+                                 int64_t);                                                     \
+  template void swiglu_forward<T>(T*, const T*, const T*, int64_t);                            \
   template void swiglu_backward<T>(T*, T*, const T*, const T*, const T*, int64_t);
 
 DSCORE_LLAMA_INSTANTIATE(float)

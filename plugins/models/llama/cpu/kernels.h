@@ -12,10 +12,14 @@
 namespace dscore::llama::cpu {
 
 // out[r] = embed[tokens[r]] (N, C); a token id < 0 (padding) embeds as 0.
+// Under tensor parallelism embed holds vocabulary rows [v0, v0 + rows)
+// only: a token outside them embeds as zeros here (another rank holds it).
 template <typename T>
-void embedding_forward(T* out, const int32_t* tokens, const T* embed, int64_t N, int64_t C);
+void embedding_forward(T* out, const int32_t* tokens, const T* embed, int64_t N, int64_t C,
+                       int64_t v0 = 0, int64_t rows = INT64_MAX);
 template <typename T>
-void embedding_backward(T* dembed, const T* dout, const int32_t* tokens, int64_t N, int64_t C);
+void embedding_backward(T* dembed, const T* dout, const int32_t* tokens, int64_t N, int64_t C,
+                        int64_t v0 = 0, int64_t rows = INT64_MAX);
 
 // RMSNorm as transformers' LlamaRMSNorm: out = x * rsqrt(mean(x^2) + eps)
 // * weight, keeping rstd (N) for backward.

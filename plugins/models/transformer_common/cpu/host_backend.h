@@ -24,12 +24,14 @@
 #include <sanitizer/asan_interface.h>
 #endif
 
+#include "../tensor_parallel.h"
 #include "attention.h"
 #include "attention_bf16.h"
 #include "gemm_bf16.h"
 #include "linear.h"
 #include "linear_bf16.h"
 #include "parallel.h"
+#include "vocab_parallel.h"
 
 namespace dscore::transformer::cpu {
 
@@ -77,7 +79,20 @@ class HostBackend {
   using Buffer = HostBuffer<X>;
 
   HostBackend(sdk::HostRef host, const char* model, const char* activation_tag)
-      : host_(host), model_(model), tag_(activation_tag) {}
+      : host_(host), model_(model), tag_(activation_tag), group_(host, model) {}
+
+  // ---- tensor parallelism (the runners' split paths): the group's sum,
+  // and the LM head over this rank's vocabulary rows [v0, v0 + rows) of V
+  // (vocab_parallel.h).
+  void tensor_parallel_sum(T* data, int64_t n) { group_.sum(data, n); }
+  double vocab_parallel_head(T* dx, T* dw, const T* x, const T* w, const int32_t* targets,
+                             int64_t N, int64_t C, int64_t rows, int64_t v0, int64_t V,
+                             double grad_scale) {
+    const GroupReductions<T> reductions{[this](double* d, int64_t n) { group_.max(d, n); },
+                                        [this](double* d, int64_t n) { group_.sum(d, n); },
+                                        [this](T* d, int64_t n) { group_.sum(d, n); }};
+    return vocab_parallel_lm_head(dx, dw, x, w, targets, N, C, rows, v0, V, grad_scale, reductions);
+  }
 
   template <typename X>
   Buffer<X> alloc(int64_t n) const {
@@ -381,6 +396,7 @@ class HostBackend {
   sdk::HostRef host_;
   const char* model_;
   const char* tag_;
+  TensorParallelGroup group_;
   mutable std::vector<Buffer<T>> spare_;  // released copies (take_copy)
   // (fp32 copy, bf16 view) of the live Params' bf16 parameters.
   mutable std::vector<std::pair<const T*, const uint16_t*>> bf16_views_;

@@ -38,9 +38,8 @@ double vocab_parallel_lm_head(T* dx, T* dw, const T* x, const T* w, const int32_
         const double m = row_max[static_cast<size_t>(r)];
         const int64_t y = targets[r0 + r] - v0;
         // The target's logit, on the one rank whose rows hold it.
-        target_logit[r] = targets[r0 + r] >= 0 && y >= 0 && y < V_local
-                              ? static_cast<double>(z[y])
-                              : 0.0;
+        target_logit[r] =
+            targets[r0 + r] >= 0 && y >= 0 && y < V_local ? static_cast<double>(z[y]) : 0.0;
         double s = 0;
         for (int64_t v = 0; v < V_local; ++v) {
           z[v] = static_cast<T>(std::exp(static_cast<double>(z[v]) - m));
@@ -77,8 +76,7 @@ template double vocab_parallel_lm_head<float>(float*, float*, const float*, cons
                                               const int32_t*, int64_t, int64_t, int64_t, int64_t,
                                               int64_t, double, const GroupReductions<float>&);
 template double vocab_parallel_lm_head<double>(double*, double*, const double*, const double*,
-                                               const int32_t*, int64_t, int64_t, int64_t,
-                                               int64_t, int64_t, double,
-                                               const GroupReductions<double>&);
+                                               const int32_t*, int64_t, int64_t, int64_t, int64_t,
+                                               int64_t, double, const GroupReductions<double>&);
 
 }  // namespace dscore::transformer::cpu

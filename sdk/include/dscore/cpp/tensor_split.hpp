@@ -84,8 +84,7 @@ void for_each_whole_run(const dscore_model_param& param, int64_t offset, int64_t
   for (int64_t at = offset, end = offset + count; at < end;) {
     const int64_t index = at / segment, within = at % segment;
     const int64_t outer = index / s.blocks, block = index % s.blocks;
-    const int64_t whole =
-        (outer * s.full_extent + block * whole_block + s.offset) * inner + within;
+    const int64_t whole = (outer * s.full_extent + block * whole_block + s.offset) * inner + within;
     const int64_t n = std::min(segment - within, end - at);
     fn(at, whole, n);
     at += n;

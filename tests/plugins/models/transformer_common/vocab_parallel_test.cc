@@ -6,8 +6,8 @@
 // gradient equals the unsplit head's rows, ignored targets included; and
 // both gradients equal central finite differences of the split loss. Also
 // sdk::for_each_whole_run's map of a part into its whole tensor.
-#include <dscore/cpp/tensor_split.hpp>
 #include <gtest/gtest.h>
+#include <dscore/cpp/tensor_split.hpp>
 
 #include <barrier>
 #include <cmath>
@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "tests/plugins/models/transformer_common/gradient_check.h"
 #include "transformer_common/cpu/linear.h"
 #include "transformer_common/cpu/vocab_parallel.h"
-#include "tests/plugins/models/transformer_common/gradient_check.h"
 
 namespace dscore::transformer::testing {
 namespace {
@@ -34,8 +34,7 @@ class ThreadGroup {
       barrier_.arrive_and_wait();
       for (int64_t i = 0; i < n; ++i) {
         double v = slots_[0][i];
-        for (int p = 1; p < parts_; ++p)
-          v = max ? std::max(v, slots_[p][i]) : v + slots_[p][i];
+        for (int p = 1; p < parts_; ++p) v = max ? std::max(v, slots_[p][i]) : v + slots_[p][i];
         data[i] = v;
       }
       barrier_.arrive_and_wait();
@@ -71,9 +70,8 @@ Split split_head(const Vec& x, const Vec& w, int parts, double scale, bool backw
     threads.emplace_back([&, p] {
       const auto [v0, rows] = sdk::even_part(V, parts, p);
       loss[p] = cpu::vocab_parallel_lm_head<double>(
-          backward ? dx[p].data() : nullptr, backward ? out.dw.data() + v0 * C : nullptr,
-          x.data(), w.data() + v0 * C, kTargets.data(), N, C, rows, v0, V, scale,
-          group.reductions(p));
+          backward ? dx[p].data() : nullptr, backward ? out.dw.data() + v0 * C : nullptr, x.data(),
+          w.data() + v0 * C, kTargets.data(), N, C, rows, v0, V, scale, group.reductions(p));
     });
   for (std::thread& t : threads) t.join();
   for (int p = 1; p < parts; ++p) {
@@ -91,9 +89,8 @@ TEST(VocabParallelHead, PartsGiveTheUnsplitHeadsLossAndGradients) {
   const Vec x = random_vec(N * C, 1), w = random_vec(V * C, 2, 0.5);
   const double scale = 0.37;
   Vec dx(static_cast<size_t>(N * C)), dw(static_cast<size_t>(V * C), 0.0);
-  const double loss = cpu::lm_head_forward_backward<double>(dx.data(), dw.data(), x.data(),
-                                                            w.data(), kTargets.data(), N, C, V,
-                                                            scale);
+  const double loss = cpu::lm_head_forward_backward<double>(
+      dx.data(), dw.data(), x.data(), w.data(), kTargets.data(), N, C, V, scale);
   for (int parts : {1, 2, 3}) {
     const Split s = split_head(x, w, parts, scale, true);
     EXPECT_NEAR(s.loss, loss, 1e-12 * std::abs(loss)) << parts;
@@ -140,7 +137,8 @@ TEST(TensorSplit, APartsRunsLieInTheWholeTensor) {
   sdk::for_each_whole_run(p, 0, 8, [&](int64_t local, int64_t whole, int64_t n) {
     runs.push_back({local, whole, n});
   });
-  EXPECT_EQ(runs, (std::vector<std::vector<int64_t>>{{0, 2, 2}, {2, 6, 2}, {4, 10, 2}, {6, 14, 2}}));
+  EXPECT_EQ(runs,
+            (std::vector<std::vector<int64_t>>{{0, 2, 2}, {2, 6, 2}, {4, 10, 2}, {6, 14, 2}}));
   // even_part: 11 over 3 is 4, 4, 3.
   EXPECT_EQ(sdk::even_part(11, 3, 0), (std::pair<int64_t, int64_t>{0, 4}));
   EXPECT_EQ(sdk::even_part(11, 3, 2), (std::pair<int64_t, int64_t>{8, 3}));
