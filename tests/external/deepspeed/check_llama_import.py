@@ -67,7 +67,7 @@ def write_shard(shard, count):
     return shard
 
 
-def start_ranks(folder, stage, result, hf, shard, save, config):
+def start_ranks(folder, stage, result, hf, shard, save, config, steps=STEPS, save_at=SAVE_AT):
     """DeepSpeed's two ranks of one stage, as ct.start_deepspeed's triple."""
     port, procs, logs = ct.free_port(), [], []
     for rank in range(2):
@@ -79,7 +79,7 @@ def start_ranks(folder, stage, result, hf, shard, save, config):
         with open(logs[-1], "w") as log:
             procs.append(subprocess.Popen(
                 [sys.executable, os.path.join(ct.HERE, "ds_llama_worker.py"), result, hf, shard, str(T),
-                 str(STEPS), str(SAVE_AT), save, config], env=env, stdout=log, stderr=subprocess.STDOUT))
+                 str(steps), str(save_at), save, config], env=env, stdout=log, stderr=subprocess.STDOUT))
     return procs, result, logs
 
 

@@ -4,6 +4,8 @@ global sample i is chunk i mod N, tokens [k*T, k*T + T + 1); micro-batch m
 of rank r at step s starts at sample s*B + m*micro*W + r*micro
 (core/data/sampler.h). Started by check_llama_import.py with the
 distributed environment set; rank 0 writes the per-step losses as JSON.
+Under AutoTP the ranks of a tensor-parallel group read the same samples
+(rank and world above are then the data-parallel ones).
 
 Usage: ds_llama_worker.py <result.json> <hf folder> <token shard> <T> <steps> <save at> <save dir> <ds_config.json>
 """
@@ -42,8 +44,12 @@ def main():
         ds_config = json.load(f)
     model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
-    batch, micro = engine.train_batch_size(), engine.train_micro_batch_size_per_gpu()
-    gas = engine.gradient_accumulation_steps()
+    micro, gas = engine.train_micro_batch_size_per_gpu(), engine.gradient_accumulation_steps()
+    # AutoTP (tensor_parallel.autotp_size): groups of consecutive ranks hold
+    # the parts of one replica and read the same samples.
+    tp = ds_config.get("tensor_parallel", {}).get("autotp_size", 0) or 1
+    rank, world = rank // tp, world // tp
+    batch = micro * gas * world
     losses, mean_losses = [], []
     for step in range(steps):
         rank_loss = 0.0
@@ -57,7 +63,7 @@ def main():
         losses.append(rank_loss)
         mean = torch.tensor([rank_loss], dtype=torch.float64)
         torch.distributed.all_reduce(mean)
-        mean_losses.append(mean.item() / world)
+        mean_losses.append(mean.item() / torch.distributed.get_world_size())
         if step + 1 == save_at:
             engine.save_checkpoint(save_dir)
     if rank == 0:

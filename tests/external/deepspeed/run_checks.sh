@@ -10,7 +10,8 @@
 # Hugging Face Llama trained by DeepSpeed imported and resumed
 # (check_llama_import.py), and DeepSpeed's pipeline engine against dscore's
 # stages on the mlp (check_pipeline.py) and on a Hugging Face Llama
-# (check_pipeline_llama.py).
+# (check_pipeline_llama.py), and DeepSpeed's AutoTP training against dscore's
+# tensor parallelism on a Hugging Face Llama (check_tensor_parallel.py).
 #
 # The venv and the CPU-only environment: venv.sh. DeepSpeed JIT-compiles
 # its CPU Adam the first time (a few minutes): the build is kept in
@@ -28,7 +29,8 @@ source "$here/venv.sh"
 deepspeed_venv "deepspeed checks"
 failed=0
 for check in check_lr_schedules.py check_loss_scaler.py check_training.py check_checkpoint_import.py \
-    check_checkpoint_export.py check_llama_import.py check_pipeline.py check_pipeline_llama.py; do
+    check_checkpoint_export.py check_llama_import.py check_pipeline.py check_pipeline_llama.py \
+    check_tensor_parallel.py; do
   start=$SECONDS
   log="$(mktemp)"
   if ! "$venv/bin/python" "$here/$check" "$dscore" > "$log" 2>&1; then
