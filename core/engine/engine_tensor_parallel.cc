@@ -15,8 +15,10 @@ namespace dscore {
 
 Status Engine::check_tensor_split() const {
   Status mine = Status::Ok();
-  // Per split parameter, the entries of one block this rank holds: summed
-  // over the group they must make the whole block.
+  // Per split parameter, the entries [o, o + e) of one block this rank
+  // holds, as e and (o + e)^2 - o^2: summed over the group they must make
+  // the whole block W and W^2 (parts that tile [0, W) telescope to it;
+  // overlapping ones fall short).
   std::vector<double> held;
   std::vector<size_t> split_params;
   for (size_t i = 0; i < layout_.params().size(); ++i) {
@@ -34,8 +36,11 @@ Status Engine::check_tensor_split() const {
                               std::to_string(s.dim) + ", " + std::to_string(s.blocks) +
                               " blocks, whole extent " + std::to_string(s.full_extent) +
                               ", offset " + std::to_string(s.offset) + ")");
-    held.push_back(valid ? static_cast<double>(p.shape[static_cast<size_t>(s.dim)] / s.blocks)
-                         : 0.0);
+    const double e =
+        valid ? static_cast<double>(p.shape[static_cast<size_t>(s.dim)] / s.blocks) : 0.0;
+    const double o = static_cast<double>(s.offset);
+    held.push_back(e);
+    held.push_back((o + e) * (o + e) - o * o);
     split_params.push_back(i);
   }
   if (split_params.empty() && mine.ok())
@@ -54,12 +59,13 @@ Status Engine::check_tensor_split() const {
   for (size_t k = 0; k < split_params.size() && mine.ok(); ++k) {
     const ParamEntry& p = layout_.params()[split_params[k]];
     const int64_t whole = p.split.full_extent / p.split.blocks;
-    if (static_cast<int64_t>(held[k]) != whole)
+    const double w = static_cast<double>(whole);
+    if (held[2 * k] != w || held[2 * k + 1] != w * w)
       mine = invalid_argument(
           "model '" + model_->display_name() + "': the " + std::to_string(tensor_parallel_size()) +
-          " tensor-parallel parts of " + p.name + " hold " +
-          std::to_string(static_cast<int64_t>(held[k])) + " of the " + std::to_string(whole) +
-          " entries of each block along dimension " + std::to_string(p.split.dim));
+          " tensor-parallel parts of " + p.name + " do not tile the " + std::to_string(whole) +
+          " entries of each block along dimension " + std::to_string(p.split.dim) + " (they hold " +
+          std::to_string(static_cast<int64_t>(held[2 * k])) + ", or overlap)");
   }
   return comm::agree(*comm_, mine);
 }

@@ -120,6 +120,19 @@ TEST_F(TensorParallelRun, RefusesWhatItDoesNotRunNamingTheKey) {
           2, "model 'mlp' cannot be split for tensor parallelism");
   refused("custom", gpt() + R"(, "tensor_parallel": {"autotp_size": 2, "partition_config": {}})", 2,
           "partition_config");
+  // A plugin whose parts do not tile its tensor (both ranks claim the same
+  // rows): the engine's check names the parameter before any step.
+  ProcessOptions options;
+  options.env = mpi_test_env();
+  options.env["DSCORE_PLUGIN_PATH"] = std::string(DSCORE_TEST_PLUGIN_DIR) + "/fake_bad_split";
+  const fs::path overlap = dir_.write("overlap.json", R"({"train_batch_size": 2,
+      "optimizer": {"type": "Adam", "params": {"lr": 0.01}}, "train_steps": 1,
+      "model": {"type": "fake_bad_split"})" + tp2 + "}");
+  ProcessResult r = run_dscore({"run", "--config", overlap.string(), "-n", "2"}, options);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("tensor-parallel parts of fc.bias do not tile the 6 entries"),
+            std::string::npos)
+      << r.describe();
   refused("own_rank",
           gpt().replace(gpt().find("\"vocab_size\": 255"), 17,
                         "\"vocab_size\": 255, \"tensor_parallel_rank\": 1"),

@@ -6,7 +6,9 @@
  * backend without all_to_all and abort) and offload 'fake_ram_swapper'
  * (one 64 KiB in-memory "file", completes I/O at submit; no
  * register_buffers). With FAULT_MODEL_DUP_PARAMS it holds only
- * model 'fake_bad_model', whose description names a parameter twice.
+ * model 'fake_bad_model', whose description names a parameter twice; with
+ * FAULT_MODEL_BAD_SPLIT only model 'fake_bad_split', whose tensor-parallel
+ * parts overlap (the engine's tiling check refuses it).
  * Written in C on purpose: a C plugin must work as well as a C++ one.
  * Each kind has one static instance (the tests create one at a time); it
  * keeps the context create() was given for its host calls. */
@@ -29,7 +31,7 @@ static dscore_status lib_init(const dscore_host_api* host, dscore_host_context* 
 
 /* ------------------------------------------------------------ scheduler */
 
-#if !defined(FAULT_MODEL_DUP_PARAMS)
+#if !defined(FAULT_MODEL_DUP_PARAMS) && !defined(FAULT_MODEL_BAD_SPLIT)
 
 struct dscore_scheduler {
   dscore_host_context* ctx;
@@ -294,12 +296,14 @@ static const dscore_plugin_descriptor kOffload = {sizeof(dscore_plugin_descripto
                                                   NULL,
                                                   &kOffloadVtable};
 
-#endif /* !FAULT_MODEL_DUP_PARAMS */
+#endif /* !FAULT_MODEL_DUP_PARAMS && !FAULT_MODEL_BAD_SPLIT */
 
 /* ---------------------------------------------------------------- model */
 
 static const int64_t kWeightShape[] = {3, 2};
+#if !defined(FAULT_MODEL_BAD_SPLIT)
 static const int64_t kBiasShape[] = {2};
+#endif
 static const dscore_model_param kWeight = {
     sizeof(dscore_model_param), "fc.weight", 2, kWeightShape, 6, 0, 0, 0, 0, 0};
 #if defined(FAULT_MODEL_DUP_PARAMS)
@@ -307,6 +311,26 @@ static const dscore_model_param kBias = {
     sizeof(dscore_model_param),   "fc.weight", 1, kBiasShape, 2,
     DSCORE_PARAM_NO_WEIGHT_DECAY, 0,           0, 0,          0};
 #define MODEL_NAME "fake_bad_model"
+#elif defined(FAULT_MODEL_BAD_SPLIT)
+/* Every tensor-parallel rank claims rows 0-2 of a 6-row bias: the parts
+ * overlap and leave rows 3-5 to nobody. */
+static const int64_t kPartShape[] = {3};
+static const dscore_model_param kBias = {sizeof(dscore_model_param),
+                                         "fc.bias",
+                                         1,
+                                         kPartShape,
+                                         3,
+                                         DSCORE_PARAM_NO_WEIGHT_DECAY | DSCORE_PARAM_TP_SPLIT,
+                                         0,
+                                         1,
+                                         6,
+                                         0};
+#define MODEL_NAME "fake_bad_split"
+#define MODEL_SCHEMA                                                                      \
+  "{\"tensor_parallel_size\": {\"type\": \"int\", \"default\": 1, \"doc\": \"set by the " \
+  "engine\"},"                                                                            \
+  " \"tensor_parallel_rank\": {\"type\": \"int\", \"default\": 0, \"doc\": \"set by the " \
+  "engine\"}}"
 #else
 static const dscore_model_param kBias = {sizeof(dscore_model_param),   "fc.bias", 1, kBiasShape, 2,
                                          DSCORE_PARAM_NO_WEIGHT_DECAY, 0,         0, 0,          0};
@@ -395,7 +419,11 @@ static const dscore_plugin_descriptor kModel = {
     "1.0",
     "a linear layer whose loss is the sum of its parameters",
     DSCORE_CAP_CPU | DSCORE_CAP_F32,
+#if defined(MODEL_SCHEMA)
+    MODEL_SCHEMA,
+#else
     NULL,
+#endif
     &kModelVtable};
 
 /* -------------------------------------------------------------- library */
@@ -403,6 +431,9 @@ static const dscore_plugin_descriptor kModel = {
 #if defined(FAULT_MODEL_DUP_PARAMS)
 static const dscore_plugin_descriptor* const kPlugins[] = {&kModel};
 #define LIBRARY_NAME "lib-fake_bad_model"
+#elif defined(FAULT_MODEL_BAD_SPLIT)
+static const dscore_plugin_descriptor* const kPlugins[] = {&kModel};
+#define LIBRARY_NAME "lib-fake_bad_split"
 #else
 static const dscore_plugin_descriptor* const kPlugins[] = {&kScheduler, &kMonitor, &kModel, &kComm,
                                                            &kOffload};
