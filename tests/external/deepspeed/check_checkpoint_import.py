@@ -104,15 +104,14 @@ def main():
                     failures.append(f"{name}: dscore logged {len(losses)} losses after the resume, "
                                     f"DeepSpeed {len(want)}")
                     continue
-                rels = [abs(a - b) / abs(a) for a, b in zip(want, losses)]
-                worst = max(range(len(rels)), key=rels.__getitem__)
+                rel, worst = ct.worst_relative(want, losses)
                 lr_ok = lrs == ds["lrs_after"][SAVE_AT:]
                 print(f"check_checkpoint_import: {name}: steps {SAVE_AT + 1}-{SAVE_AT + len(want)} max rel "
-                      f"{max(rels):.3g} (step {SAVE_AT + worst + 1}), lr "
+                      f"{rel:.3g} (step {SAVE_AT + worst + 1}), lr "
                       f"{'equal at every step' if lr_ok else 'DIFFERENT'}")
-                if max(rels) > ct.LOSS_RTOL[dtype]:
+                if rel > ct.LOSS_RTOL[dtype]:
                     failures.append(f"{name}: step {SAVE_AT + worst + 1} loss DeepSpeed {want[worst]!r}, "
-                                    f"dscore {losses[worst]!r}: relative {rels[worst]:.3g} > "
+                                    f"dscore {losses[worst]!r}: relative {rel:.3g} > "
                                     f"{ct.LOSS_RTOL[dtype]}")
                 if not lr_ok:
                     failures.append(f"{name}: lr DeepSpeed {ds['lrs_after'][SAVE_AT:]}, dscore {lrs}")

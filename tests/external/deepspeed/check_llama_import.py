@@ -126,12 +126,11 @@ def main():
                 if len(losses) != len(want):
                     failures.append(f"{name}: dscore logged {len(losses)} losses, DeepSpeed {len(want)}")
                     continue
-                rels = [abs(a - b) / abs(a) for a, b in zip(want, losses)]
-                worst = max(range(len(rels)), key=rels.__getitem__)
-                print(f"check_llama_import: {name}: steps {SAVE_AT + 1}-{STEPS} max rel {max(rels):.3g} "
+                rel, worst = ct.worst_relative(want, losses)
+                print(f"check_llama_import: {name}: steps {SAVE_AT + 1}-{STEPS} max rel {rel:.3g} "
                       f"(step {SAVE_AT + worst + 1}; DeepSpeed {want[worst]:.6f}, dscore {losses[worst]:.6f})")
-                if max(rels) > RTOL:
-                    failures.append(f"{name}: step {SAVE_AT + worst + 1} relative {rels[worst]:.3g} > {RTOL}")
+                if rel > RTOL:
+                    failures.append(f"{name}: step {SAVE_AT + worst + 1} relative {rel:.3g} > {RTOL}")
     for f in failures:
         print(f"check_llama_import: MISMATCH: {f}", file=sys.stderr)
     if failures:

@@ -87,12 +87,11 @@ def compare(label, what, ds, mine, parts, rtol, failures):
     if len(mine) != len(ds["losses"]):
         failures.append(f"{what}: dscore logged {len(mine)} losses, DeepSpeed {len(ds['losses'])}")
         return
-    rels = [abs(a - b) / abs(a) for a, b in zip(ds["losses"], mine)]
-    worst = max(range(len(rels)), key=rels.__getitem__)
-    print(f"{label}: {what}: layers cut at {bounds}; max rel {max(rels):.3g} "
+    rel, worst = ct.worst_relative(ds["losses"], mine)
+    print(f"{label}: {what}: layers cut at {bounds}; max rel {rel:.3g} "
           f"(step {worst + 1}; DeepSpeed {ds['losses'][worst]:.7f}, dscore {mine[worst]:.7f})")
-    if max(rels) > rtol:
-        failures.append(f"{what}: step {worst + 1} relative {rels[worst]:.3g} > {rtol}")
+    if rel > rtol:
+        failures.append(f"{what}: step {worst + 1} relative {rel:.3g} > {rtol}")
 
 
 def main():

@@ -82,13 +82,12 @@ def main():
             if len(losses) != len(want):
                 failures.append(f"stage {stage}: dscore logged {len(losses)} losses, DeepSpeed {len(want)}")
                 continue
-            rels = [abs(a - b) / abs(a) for a, b in zip(want, losses)]
-            worst = max(range(len(rels)), key=rels.__getitem__)
+            rel, worst = ct.worst_relative(want, losses)
             print(f"check_tensor_parallel: AutoTP 2, ZeRO {stage} (DeepSpeed {ds['deepspeed']}): steps "
-                  f"1-{STEPS} max rel {max(rels):.3g} (step {worst + 1}; DeepSpeed {want[worst]:.6f}, "
+                  f"1-{STEPS} max rel {rel:.3g} (step {worst + 1}; DeepSpeed {want[worst]:.6f}, "
                   f"dscore {losses[worst]:.6f}); bound {RTOL}")
-            if max(rels) > RTOL:
-                failures.append(f"stage {stage}: step {worst + 1} relative {rels[worst]:.3g} > {RTOL}")
+            if rel > RTOL:
+                failures.append(f"stage {stage}: step {worst + 1} relative {rel:.3g} > {RTOL}")
         print(f"check_tensor_parallel: done in {time.time() - started:.0f} s")
     for f in failures:
         print(f"check_tensor_parallel: MISMATCH: {f}", file=sys.stderr)

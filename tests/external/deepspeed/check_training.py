@@ -98,6 +98,13 @@ def config_for(dtype, stage, offload):
     return c
 
 
+def worst_relative(want, got):
+    """The largest |want - got| / |want| over the steps, and its step index."""
+    rels = [abs(a - b) / abs(a) for a, b in zip(want, got)]
+    worst = max(range(len(rels)), key=rels.__getitem__)
+    return rels[worst], worst
+
+
 def free_port():
     """A port free now, below the kernel's ephemeral range (as dscore's
     pick_free_port takes MASTER_PORT): the DeepSpeed ranks bind it seconds
