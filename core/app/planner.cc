@@ -172,14 +172,16 @@ Result<std::vector<zero::ZeroPlan>> plan_job(const Setup& setup, int world_size)
   if (stages > 1) return plan_pipeline(setup, *model, slots, placement, process, world_size);
   // Under tensor parallelism each rank holds its part of the model (the
   // model made here is part 0's), partitioned by ZeRO over the
-  // data-parallel ranks of that part.
+  // data-parallel (and sequence-parallel) ranks of that part; under
+  // sequence parallelism its activations are its slice's.
   const int tp = static_cast<int>(config::tensor_parallel_size_of(cfg));
+  const int sp = static_cast<int>(config::sequence_parallel_size_of(cfg));
   DSCORE_ASSIGN_OR_RETURN(const comm::ParallelGrid grid,
-                          comm::ParallelGrid::pipe_data_model(1, tp, world_size));
+                          comm::ParallelGrid::pipe_data_sequence_model(1, sp, tp, world_size));
   std::vector<zero::ZeroPlan> plans;
   for (int rank = 0; rank < world_size; ++rank) {
-    plans.push_back(zero::make_plan(cfg, placement, layout, slots, grid.size(comm::groups::kData),
-                                    grid.rank_in_group(comm::groups::kData, rank)));
+    plans.push_back(zero::make_plan(cfg, placement, layout, slots, grid.size(comm::groups::kZero),
+                                    grid.rank_in_group(comm::groups::kZero, rank)));
     plans.back().rank = rank;
     plans.back().grid = grid.describe();
     if (tp > 1) {

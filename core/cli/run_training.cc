@@ -300,6 +300,10 @@ int run_training(const RunOptions& options) {
                         " tensor-parallel ranks: this rank " +
                         std::to_string(e.layout().total_numel()) + ")"
                   : std::string()) +
+             (e.sequence_parallel_size() > 1
+                  ? " (each sample's sequence split over " +
+                        std::to_string(e.sequence_parallel_size()) + " sequence-parallel ranks)"
+                  : std::string()) +
              ", ZeRO stage " + std::to_string(cfg.zero.stage) + ", " +
              std::to_string(e.world_size()) + " rank(s), " + std::to_string(cfg.train_steps) +
              " steps, batch " + std::to_string(cfg.batch.train_batch_size) + " (micro " +

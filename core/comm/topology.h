@@ -90,6 +90,11 @@ class ParallelGrid {
   // ranks (consecutive ranks: Megatron's and DeepSpeed's order); the
   // data-parallel degree is world_size / (stages x model).
   static Result<ParallelGrid> pipe_data_model(int stages, int model, int world_size);
+  // The same with each tensor-parallel part's ranks in Ulysses groups of
+  // `sequence` (next to the model axis); the data-parallel degree is
+  // world_size / (stages x sequence x model).
+  static Result<ParallelGrid> pipe_data_sequence_model(int stages, int sequence, int model,
+                                                       int world_size);
 
   int world_size() const { return world_; }
   int size(Axis axis) const { return shape_[static_cast<size_t>(axis)]; }

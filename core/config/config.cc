@@ -107,6 +107,26 @@ int64_t written_tensor_parallel(const json::Value& written, int64_t stage_ranks,
   return tp;
 }
 
+// The Ulysses sequence-parallel size the written config asks for
+// (sequence_parallel_size, 1 when absent or 1), checked against the ranks of
+// one tensor-parallel part of a pipeline stage; 1 after an error.
+int64_t written_sequence_parallel(const json::Value& written, int64_t part_ranks,
+                                  std::vector<ConfigError>* errors) {
+  const json::Value* size = written.find("sequence_parallel_size");
+  if (size == nullptr || !size->is_int() || size->as_int() <= 1) return 1;
+  const int64_t sp = size->as_int();
+  if (part_ranks % sp != 0) {
+    errors->push_back({"sequence_parallel_size", size->location,
+                       "sequence_parallel_size " + std::to_string(sp) + " does not divide the " +
+                           std::to_string(part_ranks) +
+                           " ranks left for it (the world over the pipeline stages and "
+                           "tensor_parallel.autotp_size): launch a multiple of " +
+                           std::to_string(sp) + " times that"});
+    return 1;
+  }
+  return sp;
+}
+
 }  // namespace
 
 LoadedConfig load_config_text(std::string_view text, std::string_view source_name,
@@ -136,10 +156,14 @@ LoadedConfig load_config_text(std::string_view text, std::string_view source_nam
       validate_object(written, deepspeed_schema(), "", make_auto_resolver(context, written), sink);
   apply_deepspeed_rules(&resolved, &out.errors, &out.notices);
   // The batch triad's world is the data-parallel one: each pipeline's
-  // stages, and each tensor-parallel group's ranks, share its samples.
+  // stages, each tensor-parallel group's ranks and each sequence-parallel
+  // group's ranks share its samples (DeepSpeed: world / sequence_parallel_size).
   const int64_t stages = written_pipeline_stages(written, context.world_size, &out.errors);
   const int64_t tp = written_tensor_parallel(written, context.world_size / stages, &out.errors);
-  resolve_batch(written, &resolved, context.world_size / stages / tp, &out.errors, &out.notices);
+  const int64_t sp =
+      written_sequence_parallel(written, context.world_size / stages / tp, &out.errors);
+  resolve_batch(written, &resolved, context.world_size / stages / tp / sp, &out.errors,
+                &out.notices);
 
   if (context.train_steps) {
     const json::Value* file_steps = resolved.find("train_steps");

@@ -281,15 +281,13 @@ std::vector<FieldSpec> batch_and_training_fields() {
           .def(false)
           .to(&TrainingConfig::dataloader_drop_last),
       F("use_data_before_expert_parallelism", T::kBool, "MoE data ordering").def(false).not_used(),
-      F("sequence_parallel_size", T::kInt, "Ulysses sequence-parallel size (1: none)")
+      F("sequence_parallel_size", T::kInt,
+        "Ulysses sequence parallelism: the ranks that split each sample's sequence (1: none; "
+        "docs/parallelism.md)")
           .nullable()
           .def(1)
           .min(1)
-          .not_used()
-          .unsupported("\"sequence_parallel_size\" > 1 turns on DeepSpeed's Ulysses sequence "
-                       "parallelism, which splits each sample's sequence across ranks",
-                       "Remove the key or set it to 1: dscore splits the batch across ranks, "
-                       "not the sequence"),
+          .to(&TrainingConfig::sequence_parallel_size),
       F("data_parallel_size", T::kInt, "data-parallel size (device mesh)").nullable().not_used(),
       F("pipeline_parallel_size", T::kInt, "pipeline stages (as pipeline.stages; docs/pipeline.md)")
           .nullable()

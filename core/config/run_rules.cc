@@ -46,6 +46,20 @@ void tensor_parallel_unsupported(const TrainingConfig& config, const Placement& 
                     "\"cpu\""});
 }
 
+// What Ulysses sequence parallelism (docs/parallelism.md) does not run with yet.
+void sequence_parallel_unsupported(const TrainingConfig& config, std::vector<ConfigError>* out) {
+  if (pipeline_stages_of(config) > 1)
+    out->push_back({"sequence_parallel_size",
+                    {},
+                    "sequence parallelism with a pipeline is not implemented yet: use either "
+                    "pipeline stages or sequence_parallel_size > 1"});
+  if (config.device == "cuda")
+    out->push_back({"device",
+                    {},
+                    "sequence parallelism computes on the CPU only so far: set \"device\": "
+                    "\"cpu\""});
+}
+
 }  // namespace
 
 std::vector<ConfigError> unsupported_features(const TrainingConfig& config,
@@ -81,6 +95,7 @@ std::vector<ConfigError> unsupported_features(const TrainingConfig& config,
                     "available yet: remove checkpoint.use_node_local_storage"});
   if (pipeline_stages_of(config) > 1) pipeline_unsupported(config, out);
   if (tensor_parallel_size_of(config) > 1) tensor_parallel_unsupported(config, placement, out);
+  if (sequence_parallel_size_of(config) > 1) sequence_parallel_unsupported(config, out);
   const bool interleaved = config.pipeline.schedule == "interleaved";
   if (config.pipeline.virtual_stages > 1 && !interleaved)
     out->push_back({"pipeline.virtual_stages",

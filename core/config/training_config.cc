@@ -30,6 +30,10 @@ int64_t tensor_parallel_size_of(const TrainingConfig& config) {
   return std::max<int64_t>(1, config.tensor_parallel.autotp_size);
 }
 
+int64_t sequence_parallel_size_of(const TrainingConfig& config) {
+  return std::max<int64_t>(1, config.sequence_parallel_size);
+}
+
 AioConfig default_aio() {
   const LoadedConfig loaded =
       load_config_text(R"({"train_batch_size": 1})", "default aio", ResolveContext{});

@@ -242,6 +242,7 @@ struct TrainingConfig {
   PipelineConfig pipeline;
   int64_t pipeline_parallel_size{};  // 0 = not set
   TensorParallelConfig tensor_parallel;
+  int64_t sequence_parallel_size{};  // Ulysses; 0 and 1: none
   // Enabled monitors, one per enabled section ("csv_monitor", "tensorboard",
   // "wandb") plus plugins.monitors; params exclude "enabled".
   std::vector<PluginRef> monitors;
@@ -267,5 +268,7 @@ struct TrainingConfig {
 int64_t pipeline_stages_of(const TrainingConfig& config);
 // The tensor-parallel size: tensor_parallel.autotp_size, at least 1.
 int64_t tensor_parallel_size_of(const TrainingConfig& config);
+// The Ulysses sequence-parallel size: sequence_parallel_size, at least 1.
+int64_t sequence_parallel_size_of(const TrainingConfig& config);
 
 }  // namespace dscore::config

@@ -77,12 +77,14 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   engine->host_ = std::move(components.host);
   engine->comm_ = std::move(components.comm);
   // The job's ranks as a grid of parallel axes: the pipeline's stages, the
-  // data axis and the tensor-parallel (model) axis (sequence and expert
-  // parallelism are to come).
+  // data axis, the Ulysses sequence axis and the tensor-parallel (model)
+  // axis (expert parallelism is to come).
   const int stages = static_cast<int>(config::pipeline_stages_of(config));
   const int tp = static_cast<int>(config::tensor_parallel_size_of(config));
-  DSCORE_ASSIGN_OR_RETURN(comm::ParallelGrid grid, comm::ParallelGrid::pipe_data_model(
-                                                       stages, tp, engine->comm_->world_size()));
+  const int sp = static_cast<int>(config::sequence_parallel_size_of(config));
+  DSCORE_ASSIGN_OR_RETURN(
+      comm::ParallelGrid grid,
+      comm::ParallelGrid::pipe_data_sequence_model(stages, sp, tp, engine->comm_->world_size()));
   DSCORE_ASSIGN_OR_RETURN(
       engine->topology_,
       comm::Topology::create(*engine->comm_, grid, comm::Topology::engine_groups()));
@@ -94,8 +96,20 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   comm::Communicator& zero_group = engine->zero_group();
   engine->host_->set_communicator(DSCORE_GROUP_WORLD, engine->comm_->host_table());
   engine->host_->set_communicator(DSCORE_GROUP_DATA_PARALLEL, zero_group.host_table());
-  if (comm::Communicator* model_group = engine->topology_->group(comm::groups::kModel))
-    engine->host_->set_communicator(DSCORE_GROUP_TENSOR_PARALLEL, model_group->host_table());
+  // The model's groups are communicators of their own: the model calls
+  // them from the compute thread while ZeRO's reductions may be in flight
+  // on the comm stream, and collectives of two threads on one communicator
+  // could meet in different orders on different ranks.
+  const comm::ParallelGrid& g = engine->topology_->grid();
+  const int me = engine->comm_->rank();
+  for (auto [axes, group] : {std::pair{comm::groups::kModel, DSCORE_GROUP_TENSOR_PARALLEL},
+                             std::pair{comm::groups::kSequence, DSCORE_GROUP_SEQUENCE_PARALLEL}}) {
+    if (g.size(axes) <= 1) continue;
+    DSCORE_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> own,
+                            engine->comm_->split(g.group_color(axes, me), me));
+    engine->host_->set_communicator(group, own->host_table());
+    engine->model_groups_.push_back(std::move(own));
+  }
   engine->device_ = std::move(device);
   DSCORE_ASSIGN_OR_RETURN(engine->stream_, engine->device_->create_stream("comm"));
   DSCORE_ASSIGN_OR_RETURN(engine->compute_, engine->device_->create_stream("compute"));
@@ -127,10 +141,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   // rank now, with its reason, instead of leaving the others to wait for it
   // until the comm deadline.
   // A pipeline stage's, or a tensor-parallel part's, state is partitioned
-  // over its data-parallel ranks only.
+  // over its ZeRO group only (its data-parallel and sequence-parallel ranks).
   std::optional<StageFit> stage;
-  if (engine->pipelined() || tp > 1)
-    stage = StageFit{engine->data_parallel_size(), engine->data_parallel_rank(),
+  if (engine->pipelined() || tp > 1 || sp > 1)
+    stage = StageFit{zero_group.world_size(), zero_group.rank(),
                      static_cast<int64_t>(engine->pipe_memory_)};
   Status fits =
       check_job_fits(config, engine->layout_, state_slots_of(*components.optimizer),
@@ -169,7 +183,7 @@ Result<zero::ZeroContext> Engine::zero_context(comm::Communicator& zero_group) {
   ctx.zero = &config_.zero;
   ctx.placement = &placement_;
   ctx.gradient_accumulation_steps = config_.batch.gradient_accumulation_steps;
-  ctx.reduction = zero::plan_reduction(config_, zero_group.world_size());
+  ctx.reduction = zero::plan_reduction(config_, zero_group.world_size(), data_parallel_size());
   ctx.layout = &layout_;
   ctx.comm = &zero_group;
   ctx.device = device_.get();
@@ -312,6 +326,12 @@ Status Engine::boundary_step() {
   // loss averaged over them and broadcast along the pipe).
   last_loss_ = loss_sum / topology_->group_size(comm::groups::kData);
   last_rank_loss_ = pipelined() ? last_loss_ : loss_accumulator_;
+  // Under sequence parallelism a rank's loss is its slice's share: its
+  // samples' loss is the sum over the sequence group.
+  if (comm::Communicator* sequence = topology_->group(comm::groups::kSequence))
+    DSCORE_RETURN_IF_ERROR(sequence->allreduce({&last_rank_loss_, DSCORE_DTYPE_F64, 1},
+                                               {&last_rank_loss_, DSCORE_DTYPE_F64, 1},
+                                               DSCORE_REDUCE_SUM));
   loss_accumulator_ = 0;
   // fp16: the scale reacts to this step's outcome first
   // (docs/deepspeed-reference.md#overflow-handling).

@@ -179,6 +179,10 @@ class Engine {
   // is split over, and this rank's part.
   int tensor_parallel_size() const { return topology_->group_size(comm::groups::kModel); }
   int tensor_parallel_rank() const { return topology_->rank_in_group(comm::groups::kModel); }
+  // Ulysses sequence parallelism (sequence_parallel_size): the ranks that
+  // split each sample's sequence, and this rank's place among them.
+  int sequence_parallel_size() const { return topology_->group_size(comm::groups::kSequence); }
+  int sequence_parallel_rank() const { return topology_->rank_in_group(comm::groups::kSequence); }
   comm::Communicator& communicator() { return *comm_; }
   const ParamLayout& layout() const { return layout_; }  // this rank's model (a stage's)
   // The whole model's parameters: layout() but under a pipeline, where
@@ -299,6 +303,8 @@ class Engine {
   std::unique_ptr<comm::Communicator> comm_;
   std::unique_ptr<comm::Topology> topology_;       // its groups are comm_ or split from it
   std::unique_ptr<comm::Communicator> own_group_;  // ZeRO's group when it is this rank alone
+  // The tensor- and sequence-parallel groups lent to the model (engine.cc).
+  std::vector<std::unique_ptr<comm::Communicator>> model_groups_;
   std::unique_ptr<device::Device> device_;
   std::unique_ptr<device::Stream> stream_;   // the comm stream
   std::unique_ptr<device::Stream> compute_;  // the boundary step's buffer work and update

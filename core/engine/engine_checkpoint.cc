@@ -177,10 +177,10 @@ ck::TrainingState Engine::training_state(const json::Value& client_state) const 
     for (int pipe = 1; pipe < stage_model_->stages(); ++pipe)
       s.model_files.push_back(ck::pipe_model_states_name(pipe));
   } else {
-    // Each tensor-parallel part's first data-parallel rank (rank 0 alone
-    // without tensor parallelism), or at stage 3 every rank.
+    // Each tensor-parallel part's first rank of its ZeRO group (rank 0
+    // alone without tensor parallelism), or at stage 3 every rank.
     for (int r = 0; r < world_size(); ++r)
-      if (stage == 3 || grid.rank_in_group(comm::groups::kData, r) == 0)
+      if (stage == 3 || grid.rank_in_group(comm::groups::kZero, r) == 0)
         s.model_files.push_back(
             ck::model_states_name(stage, r, grid.rank_in_group(comm::groups::kModel, r)));
   }
@@ -275,12 +275,11 @@ Status Engine::write_checkpoint_files(const std::string& folder, const std::stri
   // The model states: the parameters as the model holds them, and the
   // training state.
   const std::vector<zero::ParamRun> runs = strategy_->checkpoint_params();
-  // Below stage 3 one rank writes them: rank 0, and under a pipeline each
-  // stage's first data-parallel rank.
   // Below stage 3 one rank writes them: rank 0, under a pipeline each
   // stage's first data-parallel rank, and under tensor parallelism each
-  // part's.
-  const bool writes_model = stage == 3 || data_parallel_rank() == 0;
+  // part's (the first of its ZeRO group: its sequence-parallel ranks hold
+  // the same parameters).
+  const bool writes_model = stage == 3 || topology_->rank_in_group(comm::groups::kZero) == 0;
   if (!writes_model) return Status::Ok();
   const std::string model_file = pipelined() && stage_model_->stage() > 0
                                      ? ck::pipe_model_states_name(stage_model_->stage())

@@ -90,19 +90,28 @@ namespace {
 // The model's params as this rank creates it: under tensor parallelism
 // (plugin_setup.cc set tensor_parallel_size) its part of each split
 // tensor, "tensor_parallel_rank" (its place in its tensor-parallel group:
-// consecutive ranks, topology.h). Empty params: the selection's as they are.
+// consecutive ranks, topology.h); under sequence parallelism
+// "sequence_parallel_rank", its part of each sample's sequence. Empty
+// params: the selection's as they are.
 Result<plugin_host::ValidatedParams> model_params_for_rank(const SelectedPlugin& model,
                                                            const config::TrainingConfig& cfg,
                                                            const comm::JobEnv& job) {
   const int tp = static_cast<int>(config::tensor_parallel_size_of(cfg));
-  if (tp <= 1) return plugin_host::ValidatedParams{};
+  const int sp = static_cast<int>(config::sequence_parallel_size_of(cfg));
+  if (tp <= 1 && sp <= 1) return plugin_host::ValidatedParams{};
   DSCORE_ASSIGN_OR_RETURN(
       const comm::ParallelGrid grid,
-      comm::ParallelGrid::pipe_data_model(static_cast<int>(config::pipeline_stages_of(cfg)), tp,
-                                          job.world_size));
+      comm::ParallelGrid::pipe_data_sequence_model(
+          static_cast<int>(config::pipeline_stages_of(cfg)), sp, tp, job.world_size));
   json::Value values = model.params.values();
-  values.set("tensor_parallel_rank",
-             json::Value(static_cast<int64_t>(grid.rank_in_group(comm::groups::kModel, job.rank))));
+  if (tp > 1)
+    values.set(
+        "tensor_parallel_rank",
+        json::Value(static_cast<int64_t>(grid.rank_in_group(comm::groups::kModel, job.rank))));
+  if (sp > 1)
+    values.set(
+        "sequence_parallel_rank",
+        json::Value(static_cast<int64_t>(grid.rank_in_group(comm::groups::kSequence, job.rank))));
   auto schema = config::parse_params_schema(model.info->params_schema);
   if (!schema.ok()) return schema.status();
   return plugin_host::ValidatedParams::from_object(values, values, &*schema);

@@ -78,30 +78,46 @@ void with_activation_checkpointing(const config::TrainingConfig& cfg,
     ref->params.set("number_checkpoints", json::Value(*n));
 }
 
-// tensor_parallel.autotp_size > 1 splits the model's layers: a model that
-// can be split declares "tensor_parallel_size" (and "tensor_parallel_rank",
-// which build_engine sets for each rank); the section sets the size, and
-// a model that cannot be split is an error naming the key.
-void with_tensor_parallel(const config::TrainingConfig& cfg, const config::ObjectSpec& schema,
-                          config::PluginRef* ref, config::LoadedConfig* loaded) {
-  const int64_t tp = config::tensor_parallel_size_of(cfg);
-  for (const char* key : {"tensor_parallel_size", "tensor_parallel_rank"})
+// One axis that splits the model's work: `size` ranks, asked for by the
+// config key `config_key`. A model that can be split declares "<axis>_size"
+// (and "<axis>_rank", which build_engine sets for each rank); the config
+// sets the size, and a model that cannot be split is an error naming the key.
+void with_split_axis(const std::string& axis, const std::string& what, int64_t size,
+                     const std::string& config_key, const std::string& how,
+                     const std::string& models, const config::ObjectSpec& schema,
+                     config::PluginRef* ref, config::LoadedConfig* loaded) {
+  const std::string size_key = axis + "_size";
+  for (const std::string& key : {size_key, axis + "_rank"})
     if (ref->params.find(key) != nullptr)
-      loaded->errors.push_back({std::string("model.") + key,
+      loaded->errors.push_back({"model." + key,
                                 {},
-                                std::string(key) +
-                                    " is set by the engine: remove it from the model section and "
-                                    "give \"tensor_parallel\": {\"autotp_size\": N}"});
-  if (tp <= 1) return;
-  if (schema.find("tensor_parallel_size") == nullptr) {
-    loaded->errors.push_back({"tensor_parallel.autotp_size",
+                                key +
+                                    " is set by the engine: remove it from the model section "
+                                    "and give " +
+                                    how});
+  if (size <= 1) return;
+  if (schema.find(size_key) == nullptr) {
+    loaded->errors.push_back({config_key,
                               {},
-                              "model '" + ref->type +
-                                  "' cannot be split for tensor parallelism: set autotp_size to "
-                                  "1, or train a model that can (gpt, gpt2, llama)"});
+                              "model '" + ref->type + "' cannot be split for " + what + ": set " +
+                                  config_key + " to 1, or train a model that can (" + models +
+                                  ")"});
     return;
   }
-  ref->params.set("tensor_parallel_size", json::Value(tp));
+  ref->params.set(size_key, json::Value(size));
+}
+
+// tensor_parallel.autotp_size > 1 splits the model's layers;
+// sequence_parallel_size > 1 splits each sample's sequence (Ulysses).
+void with_model_parallel(const config::TrainingConfig& cfg, const config::ObjectSpec& schema,
+                         config::PluginRef* ref, config::LoadedConfig* loaded) {
+  with_split_axis("tensor_parallel", "tensor parallelism", config::tensor_parallel_size_of(cfg),
+                  "tensor_parallel.autotp_size", "\"tensor_parallel\": {\"autotp_size\": N}",
+                  "gpt, gpt2, llama", schema, ref, loaded);
+  with_split_axis("sequence_parallel", "sequence parallelism",
+                  config::sequence_parallel_size_of(cfg), "sequence_parallel_size",
+                  "\"sequence_parallel_size\": N at the top level", "gpt, gpt2", schema, ref,
+                  loaded);
 }
 
 // A model that computes on either device declares "device". On the run's
@@ -158,7 +174,7 @@ config::PluginRef model_ref(const config::TrainingConfig& cfg,
   auto schema = config::parse_params_schema((*found)->params_schema);
   if (!schema.ok()) return ref;  // select_one reports it
   with_activation_checkpointing(cfg, *schema, &ref, loaded);
-  with_tensor_parallel(cfg, *schema, &ref, loaded);
+  with_model_parallel(cfg, *schema, &ref, loaded);
   with_run_device(cfg, *schema, &ref, loaded);
   with_compute_dtype(cfg, *schema, &ref, loaded);
   return ref;

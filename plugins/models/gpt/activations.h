@@ -24,9 +24,10 @@ struct ActivationElements {
     int64_t ln2 = 0;              // (N, C)
     int64_t fch = 0;              // (N, 4C)
     int64_t fch_gelu = 0;         // (N, 4C)
+    int64_t heads_out = 0;        // sequence parallelism: (N, C) attention output, heads layout
     int64_t stat = 0;             // (N) each of mean1, rstd1, mean2, rstd2, in the backend's Stat
     int64_t scalars() const {
-      return ln1 + qkv + atty + attention_state + x2 + ln2 + fch + fch_gelu;
+      return ln1 + qkv + atty + attention_state + x2 + ln2 + fch + fch_gelu + heads_out;
     }
   };
   Block block;
@@ -41,11 +42,12 @@ struct ActivationElements {
   int64_t dfch_gelu = 0, dfch = 0;  // (N, 4C) each
   int64_t dln = 0, datty = 0;       // (N, C) each
   int64_t dqkv = 0;                 // (N, 3C)
+  int64_t heads_dqkv = 0;           // sequence parallelism: (N, 3C), heads layout
   int64_t tokens = 0;               // (N) each of inputs and targets, int32
 
   int64_t scalars() const {
     return kept_blocks * block.scalars() + resid + lnf + dlnf + dresid + dfch_gelu + dfch + dln +
-           datty + dqkv;
+           datty + dqkv + heads_dqkv;
   }
   int64_t stats() const { return kept_blocks * 4 * block.stat + 2 * lnf_stat; }
   // All of it, for Scalar and Stat of these sizes.
@@ -56,7 +58,7 @@ struct ActivationElements {
 };
 
 // attention_state: the backend's attention_state_elements(B, block_size,
-// local_heads()).
+// local_heads() / sp_size).
 // bf16_operands: the pass's linears read bf16 operands (the runner's fused
 // block in bf16 layers), so the buffers that only ever hold one (ln1, ln2,
 // fch_gelu, dfch; qkv, which keeps attention's rounded heads) need half as
@@ -69,20 +71,26 @@ inline ActivationElements activation_elements(const GptConfig& cfg, int64_t B,
                                               int64_t attention_state, bool bf16_operands = false,
                                               int64_t lo = 0, int64_t hi = -1) {
   if (hi < 0) hi = cfg.n_layer;
-  const int64_t N = B * cfg.block_size, C = cfg.n_embd;
+  // Under sequence parallelism the token-wise activations are this rank's
+  // slice of each sample's (N = B T / sp), and attention's the whole
+  // sequence's for its share of the heads (as many elements): a.qkv holds
+  // them whole in either form (not attention's rounded bf16 heads).
+  const int64_t N = B * cfg.local_tokens(), C = cfg.n_embd;
+  const bool sequence_split = cfg.sequence().split();
   // Under tensor parallelism the attention and MLP activations are this
   // rank's heads' and hidden units' only.
   const int64_t W = cfg.local_width(), H = cfg.local_hidden();
   const auto operand = [bf16_operands](int64_t n) { return bf16_operands ? (n + 1) / 2 : n; };
   ActivationElements e;
   e.block.ln1 = operand(N * C);
-  e.block.qkv = operand(N * 3 * W);  // in bf16 form: attention's rounded heads
+  e.block.qkv = sequence_split ? N * 3 * W : operand(N * 3 * W);  // bf16: rounded heads
   e.block.atty = N * W;
   e.block.attention_state = attention_state;
   e.block.x2 = N * C;
   e.block.ln2 = operand(N * C);
   e.block.fch = N * H;
   e.block.fch_gelu = operand(N * H);
+  e.block.heads_out = sequence_split ? N * W : 0;
   e.block.stat = N;
   const int64_t checkpointed = std::max<int64_t>(0, std::min(hi, cfg.checkpoint_blocks) - lo);
   e.kept_blocks = (hi - lo) - checkpointed + (checkpointed > 0 ? 1 : 0);
@@ -94,6 +102,7 @@ inline ActivationElements activation_elements(const GptConfig& cfg, int64_t B,
   e.dln = N * C;
   e.datty = N * W;
   e.dqkv = N * 3 * W;
+  e.heads_dqkv = sequence_split ? N * 3 * W : 0;
   e.tokens = N;
   return e;
 }

@@ -44,7 +44,11 @@ constexpr const char kRunOptionsSchema[] = R"json(
   "tensor_parallel_size": {"type": "int", "default": 1, "min": 1,
       "doc": "ranks each layer is split over (set by the engine from tensor_parallel.autotp_size)"},
   "tensor_parallel_rank": {"type": "int", "default": 0, "min": 0,
-      "doc": "this rank's part (set by the engine for each rank)"}
+      "doc": "this rank's part (set by the engine for each rank)"},
+  "sequence_parallel_size": {"type": "int", "default": 1, "min": 1,
+      "doc": "ranks each sample's sequence is split over (Ulysses; set by the engine from sequence_parallel_size)"},
+  "sequence_parallel_rank": {"type": "int", "default": 0, "min": 0,
+      "doc": "this rank's slice of the sequence (set by the engine for each rank)"}
 })json";
 
 const std::string kParamsSchema = std::string(R"json({
@@ -78,6 +82,10 @@ void read_run_options(const sdk::Params& p, GptConfig* c) {
   c->tp_rank = p.integer("tensor_parallel_rank");
   transformer::check_tensor_parallel("gpt", c->tp_size, c->tp_rank, c->n_head, c->n_head,
                                      c->vocab_size, c->device);
+  c->sp_size = p.integer("sequence_parallel_size");
+  c->sp_rank = p.integer("sequence_parallel_rank");
+  transformer::check_sequence_parallel("gpt", c->sp_size, c->sp_rank, c->block_size,
+                                       c->local_heads(), c->local_heads(), c->device);
 }
 
 GptConfig read_config(const sdk::Params& p) {
@@ -178,12 +186,11 @@ class Gpt : public sdk::Instance {
 
   double forward_backward(const dscore_batch* batch, const dscore_model_hooks& hooks,
                           double loss_scale) {
-    return compute_->forward_backward(split_tokens(batch, config_.block_size, config_.vocab_size),
-                                      hooks, loss_scale);
+    return compute_->forward_backward(split_tokens(batch, config_), hooks, loss_scale);
   }
   void forward(const dscore_batch* batch, const dscore_model_hooks& hooks, double* loss,
                dscore_tensor* output) {
-    const SplitTokens tokens = split_tokens(batch, config_.block_size, config_.vocab_size);
+    const SplitTokens tokens = split_tokens(batch, config_);
     float* logits = nullptr;
     if (output != nullptr) {
       if (output->data == nullptr || output->dtype != DSCORE_DTYPE_F32 ||
@@ -211,21 +218,22 @@ class Gpt : public sdk::Instance {
   }
   void stage_forward(const dscore_pipeline_stage& stage, size_t slot, const dscore_batch* batch,
                      const dscore_model_hooks& hooks, const void* input, void* output) {
-    compute_->stage_forward(split_tokens(batch, config_.block_size, config_.vocab_size), stage,
-                            slot, hooks, input, output);
+    compute_->stage_forward(split_tokens(batch, config_), stage, slot, hooks, input, output);
   }
   double stage_backward(const dscore_pipeline_stage& stage, size_t slot, const dscore_batch* batch,
                         const dscore_model_hooks& hooks, double loss_scale, const void* output_grad,
                         void* input_grad) {
-    return compute_->stage_backward(split_tokens(batch, config_.block_size, config_.vocab_size),
-                                    stage, slot, hooks, loss_scale, output_grad, input_grad);
+    return compute_->stage_backward(split_tokens(batch, config_), stage, slot, hooks, loss_scale,
+                                    output_grad, input_grad);
   }
 
   // Forward FLOPs (multiply-adds count 2) as the runner computes them:
   // layer 0 holds the LM head (2 N C V), a block its four matmuls
   // (2 N 12 C^2) and attention (4 N T C: QK^T and PV over all T positions).
+  // Under sequence parallelism N is this rank's tokens (its attention: all T
+  // queries of 1 / sp of the heads, as many products).
   double layer_flops(size_t layer, int64_t batch) const {
-    const double N = static_cast<double>(batch * config_.block_size),
+    const double N = static_cast<double>(batch * config_.local_tokens()),
                  C = static_cast<double>(config_.n_embd);
     const double T = static_cast<double>(config_.block_size),
                  V = static_cast<double>(config_.vocab_size);
@@ -282,7 +290,7 @@ class Gpt : public sdk::Instance {
   transformer::cpu::PassShape cpu_pass_shape(int64_t micro_batch, int64_t largest_layer) const {
     const GptConfig& c = config_;
     return transformer::cpu::PassShape{
-        .tokens = micro_batch * c.block_size,
+        .tokens = micro_batch * c.local_tokens(),
         .largest_layer = largest_layer,
         // Rounded inside linear_bf16: the attention projection's input and
         // the qkv linear's output gradient (the runner's other operands are

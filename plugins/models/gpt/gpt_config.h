@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "../transformer_common/sequence_parallel.h"
+
 namespace dscore::gpt {
 
 struct GptConfig {
@@ -26,6 +28,11 @@ struct GptConfig {
   // each tensor it holds).
   int64_t tp_size = 1;
   int64_t tp_rank = 0;
+  // Ulysses sequence parallelism: this rank computes the token-wise layers
+  // on slice sp_rank of sp_size of every sample, and attention on the whole
+  // sequence for its share of the heads (transformer_common/sequence_parallel.h).
+  int64_t sp_size = 1;
+  int64_t sp_rank = 0;
 
   int64_t head_size() const { return n_embd / n_head; }
   // This rank's share of the heads, the attention width (q, k and v each)
@@ -33,6 +40,9 @@ struct GptConfig {
   int64_t local_heads() const { return n_head / tp_size; }
   int64_t local_width() const { return n_embd / tp_size; }
   int64_t local_hidden() const { return 4 * n_embd / tp_size; }
+  transformer::SequenceSlice sequence() const { return {sp_size, sp_rank, block_size}; }
+  // The tokens of each sample this rank's token-wise layers compute.
+  int64_t local_tokens() const { return block_size / sp_size; }
   int64_t positions() const { return n_positions > 0 ? n_positions : block_size; }
   // Layers: 0 = embeddings (wte, wpe; the tied LM head uses wte), 1..n_layer
   // = blocks, n_layer + 1 = the final LayerNorm.

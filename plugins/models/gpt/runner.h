@@ -99,14 +99,16 @@ class GptRunner {
   // [first, end) of embeddings (0), blocks (1..L) and the final LayerNorm
   // with the tied LM head (L + 1). The boundary at layer k is the input of
   // layer k, residual(k - 1): (B, T, C) of Scalar.
-  int64_t boundary_elements(int64_t batch) const { return batch * cfg_.block_size * cfg_.n_embd; }
+  int64_t boundary_elements(int64_t batch) const {
+    return batch * cfg_.local_tokens() * cfg_.n_embd;
+  }
 
   void stage_forward(const SplitTokens& tokens, size_t first, size_t end,
                      const dscore_model_hooks& hooks, const T* input, T* output) {
     prepare(tokens);
     const int64_t lo = block_of(first), hi = block_of(end);
     if (first == 0) embed_forward(hooks);
-    const int64_t n = B_ * cfg_.block_size * cfg_.n_embd;
+    const int64_t n = B_ * cfg_.local_tokens() * cfg_.n_embd;
     forward_block_range(hooks, lo, hi, numels_, backend_, block_gemm_weights(),
                         [&](int64_t l, const auto& p) {
                           if (l == lo && first > 0) {
@@ -136,7 +138,7 @@ class GptRunner {
       throw sdk::Error(DSCORE_FAILED_PRECONDITION,
                        "gpt: stage_backward of a slot without its stage_forward");
     const int64_t lo = block_of(first), hi = block_of(end);
-    const int64_t n = B_ * cfg_.block_size * cfg_.n_embd;
+    const int64_t n = B_ * cfg_.local_tokens() * cfg_.n_embd;
     double loss_sum = 0;
     if (static_cast<int64_t>(end) == cfg_.layer_count()) {
       if (tokens.counted_targets == 0)
@@ -171,11 +173,16 @@ class GptRunner {
                float* logits) {
     prepare(tokens);
     forward_blocks(hooks);
-    const int64_t N = B_ * cfg_.block_size;
+    const int64_t N = B_ * cfg_.local_tokens();
     std::vector<int64_t> rows;
-    for (int64_t b = 0; b < B_; ++b) rows.push_back(b * cfg_.block_size + tokens.last_position[b]);
+    for (int64_t b = 0; b < B_; ++b)
+      rows.push_back(b * cfg_.local_tokens() + tokens.last_position[b]);
     const bool want_loss = loss != nullptr && tokens.counted_targets > 0;
     double sum = 0;
+    if (cfg_.sequence().split() && logits != nullptr)
+      throw sdk::Error(DSCORE_UNIMPLEMENTED,
+                       "gpt: logits (generation) under sequence parallelism are not supported; "
+                       "generate with sequence_parallel_size 1");
     if (split() && logits != nullptr)
       throw sdk::Error(DSCORE_UNIMPLEMENTED,
                        "gpt: logits (generation) under tensor parallelism are not supported yet; "
@@ -196,7 +203,9 @@ class GptRunner {
   struct BlockActs {
     // attention_state: what the backend's attention keeps for backward
     // (CPU: a logsumexp per query row; CUDA: the T x T probabilities).
-    Buffer<T> ln1, qkv, atty, attention_state, x2, ln2, fch, fch_gelu;
+    // heads_out: attention's output in the heads layout (sequence
+    // parallelism only; a.qkv then holds its input in that layout).
+    Buffer<T> ln1, qkv, atty, attention_state, x2, ln2, fch, fch_gelu, heads_out;
     Buffer<S> mean1, rstd1, mean2, rstd2;
   };
   struct Activations {
@@ -206,6 +215,7 @@ class GptRunner {
     std::vector<BlockActs> blocks;  // one per kept block, plus one shared by checkpointed blocks
     // backward scratch
     Buffer<T> dfch_gelu, dfch, dln, datty, dqkv;
+    Buffer<T> heads_dqkv;  // sequence parallelism: attention's input gradient, heads layout
   };
 
   // A backend may fuse the block's work (the CPU's does; others run the
@@ -237,7 +247,7 @@ class GptRunner {
   }
   // Block l's input (residual(l + 1) its output), for blocks lo_ .. hi_.
   T* residual(int64_t l) const {
-    return acts_.resid.get() + (l - lo_) * B_ * cfg_.block_size * cfg_.n_embd;
+    return acts_.resid.get() + (l - lo_) * B_ * cfg_.local_tokens() * cfg_.n_embd;
   }
 
   // The LM head and its gradient through layer 0 (the tied wte), then the
@@ -245,7 +255,7 @@ class GptRunner {
   // block's output. Returns the loss summed over counted targets.
   double head_backward(const dscore_model_hooks& hooks, double loss_scale,
                        const SplitTokens& tokens, GradsReady embedding_ready) {
-    const int64_t N = B_ * cfg_.block_size, C = cfg_.n_embd;
+    const int64_t N = B_ * cfg_.local_tokens(), C = cfg_.n_embd;
     double loss_sum = 0;
     // dlnf = d loss / d ln_f output
     const double grad_scale = loss_scale / static_cast<double>(tokens.counted_targets);
@@ -288,13 +298,14 @@ class GptRunner {
                         backend_.encoder_backward_part(g[kWte], nullptr, nullptr, nullptr, 0, 0, 0,
                                                        0, 0);
                       })
-          backend_.encoder_backward_part(g[kWte], g[kWpe], acts_.dresid.get(), inputs_.get(), B_,
-                                         cfg_.block_size, cfg_.n_embd, vocab_first_, vocab_rows_);
+          backend_.encoder_backward_part(g[kWte], positions(g[kWpe]), acts_.dresid.get(),
+                                         inputs_.get(), B_, cfg_.local_tokens(), cfg_.n_embd,
+                                         vocab_first_, vocab_rows_);
         else
           transformer::cpu_only("gpt");
       } else {
-        backend_.encoder_backward(g[kWte], g[kWpe], acts_.dresid.get(), inputs_.get(), B_,
-                                  cfg_.block_size, cfg_.n_embd);
+        backend_.encoder_backward(g[kWte], positions(g[kWpe]), acts_.dresid.get(), inputs_.get(),
+                                  B_, cfg_.local_tokens(), cfg_.n_embd);
       }
     });
   }
@@ -310,6 +321,7 @@ class GptRunner {
     a.ln2 = backend_.template alloc<T>(e.ln2);
     a.fch = backend_.template alloc<T>(e.fch);
     a.fch_gelu = backend_.template alloc<T>(e.fch_gelu);
+    a.heads_out = backend_.template alloc<T>(e.heads_out);
     a.mean1 = backend_.template alloc<S>(e.stat);
     a.rstd1 = backend_.template alloc<S>(e.stat);
     a.mean2 = backend_.template alloc<S>(e.stat);
@@ -319,7 +331,7 @@ class GptRunner {
   // Tokens into backend memory (their buffers made anew when B changes;
   // the activations then follow in the first layer's acquire).
   void prepare(const SplitTokens& tokens) {
-    const int64_t N = tokens.batch * cfg_.block_size;
+    const int64_t N = tokens.batch * cfg_.local_tokens();
     if (tokens.batch != B_) allocate_tokens(tokens.batch);
     backend_.copy_tokens(inputs_.get(), tokens.inputs.data(), N);
     backend_.copy_tokens(targets_.get(), tokens.targets.data(), N);
@@ -350,7 +362,7 @@ class GptRunner {
 
   void allocate_tokens(int64_t batch) {
     B_ = batch;
-    const int64_t N = batch * cfg_.block_size;
+    const int64_t N = batch * cfg_.local_tokens();
     inputs_ = backend_.template alloc<int32_t>(N);
     targets_ = backend_.template alloc<int32_t>(N);
     acts_ = Activations{};
@@ -369,9 +381,11 @@ class GptRunner {
 
  private:
   void allocate_activations(bool bf16_operands) {
-    const ActivationElements e = activation_elements(
-        cfg_, B_, backend_.attention_state_elements(B_, cfg_.block_size, cfg_.local_heads()),
-        bf16_operands, lo_, hi_);
+    const ActivationElements e =
+        activation_elements(cfg_, B_,
+                            backend_.attention_state_elements(
+                                B_, cfg_.block_size, cfg_.local_heads() / cfg_.sequence().size),
+                            bf16_operands, lo_, hi_);
     acts_ = Activations{};
     acts_.resid = backend_.template alloc<T>(e.resid);
     acts_.lnf = backend_.template alloc<T>(e.lnf);
@@ -386,6 +400,7 @@ class GptRunner {
     acts_.dln = backend_.template alloc<T>(e.dln);
     acts_.datty = backend_.template alloc<T>(e.datty);
     acts_.dqkv = backend_.template alloc<T>(e.dqkv);
+    acts_.heads_dqkv = backend_.template alloc<T>(e.heads_dqkv);
     bf16_operands_ = bf16_operands;
     activations_ready_ = true;
   }
@@ -409,22 +424,22 @@ class GptRunner {
                         backend_.encoder_forward_part(nullptr, nullptr, p[kWte], nullptr, 0, 0, 0,
                                                       0, 0);
                       }) {
-          backend_.encoder_forward_part(residual(0), inputs_.get(), p[kWte],
-                                        first_part() ? p[kWpe] : nullptr, B_, cfg_.block_size,
-                                        cfg_.n_embd, vocab_first_, vocab_rows_);
-          group_sum(residual(0), B_ * cfg_.block_size * cfg_.n_embd);
+          backend_.encoder_forward_part(
+              residual(0), inputs_.get(), p[kWte], first_part() ? positions(p[kWpe]) : nullptr, B_,
+              cfg_.local_tokens(), cfg_.n_embd, vocab_first_, vocab_rows_);
+          group_sum(residual(0), B_ * cfg_.local_tokens() * cfg_.n_embd);
         } else {
           transformer::cpu_only("gpt");
         }
       } else {
-        backend_.encoder_forward(residual(0), inputs_.get(), p[kWte], p[kWpe], B_, cfg_.block_size,
-                                 cfg_.n_embd);
+        backend_.encoder_forward(residual(0), inputs_.get(), p[kWte], positions(p[kWpe]), B_,
+                                 cfg_.local_tokens(), cfg_.n_embd);
       }
     });
   }
   // prologue: runs first inside the layer's acquire.
   void final_forward(const dscore_model_hooks& hooks, const std::function<void()>& prologue = {}) {
-    const int64_t N = B_ * cfg_.block_size, C = cfg_.n_embd;
+    const int64_t N = B_ * cfg_.local_tokens(), C = cfg_.n_embd;
     const size_t l = static_cast<size_t>(cfg_.final_layer());
     forward_layer(hooks, l, numels_[l], backend_, [&](const auto& p) {
       if (prologue) prologue();
@@ -437,7 +452,7 @@ class GptRunner {
   // activations are wanted, the output already exists).
   template <class P>
   void block_forward(const P& p, const T* x, T* out, BlockActs& a) {
-    const int64_t N = B_ * cfg_.block_size, C = cfg_.n_embd;
+    const int64_t N = B_ * cfg_.local_tokens(), C = cfg_.n_embd;
     // This rank's heads, attention width and hidden width (all of them
     // without tensor parallelism). A split projection's output is this
     // rank's part of a sum (group_sum makes it whole), so its replicated
@@ -448,10 +463,17 @@ class GptRunner {
     if constexpr (kFusedBlock) {
       backend_.layernorm_forward_operand(a.ln1.get(), a.mean1.get(), a.rstd1.get(), x,
                                          p[kLn1Weight], p[kLn1Bias], N, C, p[kAttnWeight]);
-      // In bf16 form a.qkv keeps attention's rounded heads.
-      backend_.qkv_attention_forward(a.atty.get(), a.attention_state.get(), a.qkv.get(),
-                                     a.ln1.get(), p[kAttnWeight], p[kAttnBias], B_, cfg_.block_size,
-                                     C, W, NH);
+      if (cfg_.sequence().split()) {
+        // The local q|k|v rows go through dqkv (backward scratch, free here).
+        backend_.matmul_forward_operand(acts_.dqkv.get(), a.ln1.get(), p[kAttnWeight], p[kAttnBias],
+                                        N, C, 3 * W);
+        sequence_attention_forward(acts_.dqkv.get(), a);
+      } else {
+        // In bf16 form a.qkv keeps attention's rounded heads.
+        backend_.qkv_attention_forward(a.atty.get(), a.attention_state.get(), a.qkv.get(),
+                                       a.ln1.get(), p[kAttnWeight], p[kAttnBias], B_,
+                                       cfg_.local_tokens(), C, W, NH);
+      }
       // The attention projection goes through dln (backward scratch, free
       // here: a recompute runs before its block's backward uses it), as ln2
       // is written in another form than the projection's output.
@@ -467,9 +489,16 @@ class GptRunner {
     } else {
       backend_.layernorm_forward(a.ln1.get(), a.mean1.get(), a.rstd1.get(), x, p[kLn1Weight],
                                  p[kLn1Bias], N, C);
-      backend_.matmul_forward(a.qkv.get(), a.ln1.get(), p[kAttnWeight], p[kAttnBias], N, C, 3 * W);
-      backend_.attention_forward(a.atty.get(), a.attention_state.get(), a.qkv.get(), B_,
-                                 cfg_.block_size, W, NH);
+      if (cfg_.sequence().split()) {
+        backend_.matmul_forward(acts_.dqkv.get(), a.ln1.get(), p[kAttnWeight], p[kAttnBias], N, C,
+                                3 * W);
+        sequence_attention_forward(acts_.dqkv.get(), a);
+      } else {
+        backend_.matmul_forward(a.qkv.get(), a.ln1.get(), p[kAttnWeight], p[kAttnBias], N, C,
+                                3 * W);
+        backend_.attention_forward(a.atty.get(), a.attention_state.get(), a.qkv.get(), B_,
+                                   cfg_.local_tokens(), W, NH);
+      }
       // The attention projection goes through ln2's buffer (overwritten next).
       backend_.matmul_forward(a.ln2.get(), a.atty.get(), p[kAttnProjWeight], attn_bias, N, W, C);
       group_sum(a.ln2.get(), N * C);
@@ -492,7 +521,7 @@ class GptRunner {
   // replicated parameters' gradients come out equal on every rank.
   template <class P, class G>
   void block_backward(const P& p, G& g, const T* x, const BlockActs& a, T* d) {
-    const int64_t N = B_ * cfg_.block_size, C = cfg_.n_embd;
+    const int64_t N = B_ * cfg_.local_tokens(), C = cfg_.n_embd;
     const int64_t NH = cfg_.local_heads(), W = cfg_.local_width(), H = cfg_.local_hidden();
     if constexpr (kFusedBlock) {
       backend_.mlp_backward(acts_.dln.get(), g[kFcWeight], g[kFcBias], g[kFcProjWeight],
@@ -511,20 +540,69 @@ class GptRunner {
     backend_.matmul_backward(acts_.datty.get(), g[kAttnProjWeight], g[kAttnProjBias], d,
                              a.atty.get(), p[kAttnProjWeight], N, W, C);
     if constexpr (kFusedBlock) {
-      backend_.attention_backward_kept(acts_.dqkv.get(), acts_.datty.get(), a.qkv.get(),
-                                       a.atty.get(), a.attention_state.get(), bf16_operands_, B_,
-                                       cfg_.block_size, W, NH);
+      if (cfg_.sequence().split())
+        sequence_attention_backward(a);
+      else
+        backend_.attention_backward_kept(acts_.dqkv.get(), acts_.datty.get(), a.qkv.get(),
+                                         a.atty.get(), a.attention_state.get(), bf16_operands_, B_,
+                                         cfg_.local_tokens(), W, NH);
       backend_.matmul_backward_operand(acts_.dln.get(), g[kAttnWeight], g[kAttnBias],
                                        acts_.dqkv.get(), a.ln1.get(), p[kAttnWeight], N, C, 3 * W);
     } else {
-      backend_.attention_backward(acts_.dqkv.get(), acts_.datty.get(), a.qkv.get(), a.atty.get(),
-                                  a.attention_state.get(), B_, cfg_.block_size, W, NH);
+      if (cfg_.sequence().split())
+        sequence_attention_backward(a);
+      else
+        backend_.attention_backward(acts_.dqkv.get(), acts_.datty.get(), a.qkv.get(), a.atty.get(),
+                                    a.attention_state.get(), B_, cfg_.local_tokens(), W, NH);
       backend_.matmul_backward(acts_.dln.get(), g[kAttnWeight], g[kAttnBias], acts_.dqkv.get(),
                                a.ln1.get(), p[kAttnWeight], N, C, 3 * W);
     }
     group_sum(acts_.dln.get(), N * C);
     backend_.layernorm_backward(d, g[kLn1Weight], g[kLn1Bias], acts_.dln.get(), x, p[kLn1Weight],
                                 a.mean1.get(), a.rstd1.get(), N, C);
+  }
+
+  // ---- sequence parallelism (cfg_.sp_size > 1; sequence_parallel.h)
+  // The position embedding's rows (or their gradients) of this rank's
+  // slice of the sequence.
+  template <class X>
+  X* positions(X* wpe) const {
+    return wpe + cfg_.sequence().first() * cfg_.n_embd;
+  }
+  // Attention on the whole sequence for this rank's share of the heads: the
+  // local q|k|v rows (N, 3W) go to a.qkv in the heads layout, attention
+  // writes a.heads_out there, and its rows come back to a.atty (N, W).
+  void sequence_attention_forward(const T* local_qkv, BlockActs& a) {
+    const transformer::SequenceSlice s = cfg_.sequence();
+    const int64_t W = cfg_.local_width(), NH = cfg_.local_heads();
+    sequence_to(Layout::kHeads, local_qkv, a.qkv.get(), W, 3);
+    backend_.attention_forward(a.heads_out.get(), a.attention_state.get(), a.qkv.get(), B_,
+                               s.tokens, W / s.size, NH / s.size);
+    sequence_to(Layout::kTokens, a.heads_out.get(), a.atty.get(), W, 1);
+  }
+  // From the gradient at a.atty (acts_.datty) to the local q|k|v rows'
+  // (acts_.dqkv); acts_.dln is scratch.
+  void sequence_attention_backward(const BlockActs& a) {
+    const transformer::SequenceSlice s = cfg_.sequence();
+    const int64_t W = cfg_.local_width(), NH = cfg_.local_heads();
+    T* heads_dout = acts_.dln.get();
+    sequence_to(Layout::kHeads, acts_.datty.get(), heads_dout, W, 1);
+    backend_.attention_backward(acts_.heads_dqkv.get(), heads_dout, a.qkv.get(), a.heads_out.get(),
+                                a.attention_state.get(), B_, s.tokens, W / s.size, NH / s.size);
+    sequence_to(Layout::kTokens, acts_.heads_dqkv.get(), acts_.dqkv.get(), W, 3);
+  }
+  enum class Layout { kHeads, kTokens };
+  void sequence_to(Layout to, const T* from, T* out, int64_t W, int64_t parts) {
+    if constexpr (requires {
+                    backend_.sequence_to_heads(from, out, B_, cfg_.sequence(), W, parts);
+                  }) {
+      if (to == Layout::kHeads)
+        backend_.sequence_to_heads(from, out, B_, cfg_.sequence(), W, parts);
+      else
+        backend_.sequence_to_tokens(from, out, B_, cfg_.sequence(), W, parts);
+    } else {
+      throw sdk::Error(DSCORE_UNIMPLEMENTED, "gpt: sequence parallelism computes on the CPU only");
+    }
   }
 
   // ---- tensor parallelism (cfg_.tp_size > 1; gpt_params.cc's split)
@@ -540,7 +618,7 @@ class GptRunner {
   // The head over this rank's vocabulary rows; dx null: the loss only.
   double vocab_parallel_head(T* dx, T* dw, const T* w, double grad_scale) {
     return transformer::vocab_parallel_head(backend_, dx, dw, acts_.lnf.get(), w, targets_.get(),
-                                            B_ * cfg_.block_size, cfg_.n_embd, vocab_rows_,
+                                            B_ * cfg_.local_tokens(), cfg_.n_embd, vocab_rows_,
                                             vocab_first_, cfg_.vocab_size, grad_scale, "gpt");
   }
 

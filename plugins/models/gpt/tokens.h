@@ -3,13 +3,15 @@
 #pragma once
 
 #include "../transformer_common/tokens.h"
+#include "gpt_config.h"
 
 namespace dscore::gpt {
 
 using transformer::SplitTokens;
 
-inline SplitTokens split_tokens(const dscore_batch* batch, int64_t block_size, int64_t vocab_size) {
-  return transformer::split_tokens(batch, block_size, vocab_size, "gpt");
+inline SplitTokens split_tokens(const dscore_batch* batch, const GptConfig& config) {
+  return transformer::split_tokens(batch, config.block_size, config.vocab_size, "gpt",
+                                   config.sequence());
 }
 
 }  // namespace dscore::gpt

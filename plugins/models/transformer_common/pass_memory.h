@@ -39,12 +39,19 @@ inline void check_micro_batch(int64_t micro_batch) {
 // The pass on the CPU of `micro_batch` samples: `runner_bytes(config)` (the
 // runner's allocations, counted by its own allocation code) for the
 // checkpointed config, plus the LM head's working block.
+template <class Config>
+int64_t local_tokens(const Config& c) {
+  if constexpr (requires { c.local_tokens(); })
+    return c.local_tokens();  // this rank's slice of the sequence
+  else
+    return c.block_size;
+}
 template <class Config, class RunnerBytes>
 uint64_t declared_pass_bytes(const Config& config, int64_t layers, int64_t micro_batch,
                              bool checkpointing, RunnerBytes&& runner_bytes) {
   check_micro_batch(micro_batch);
   const Config c = checkpointed_config(config, layers, checkpointing);
-  return runner_bytes(c) + cpu::lm_head_working_bytes(micro_batch * c.block_size, c.vocab_size);
+  return runner_bytes(c) + cpu::lm_head_working_bytes(micro_batch * local_tokens(c), c.vocab_size);
 }
 
 // The attention the CUDA backend runs on bf16 (cuda_pass_memory.h), from

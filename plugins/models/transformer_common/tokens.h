@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "sequence_parallel.h"
+
 namespace dscore::transformer {
 
 struct SplitTokens {
@@ -18,12 +20,16 @@ struct SplitTokens {
   std::vector<int32_t> inputs;         // (B, T)
   std::vector<int32_t> targets;        // (B, T), -1 = not counted
   std::vector<int64_t> last_position;  // per sample: the last input position that is not padding
+  // The targets counted in the whole samples: under sequence parallelism
+  // inputs and targets are this rank's slice (B, T / sp), and its loss is
+  // its share of the mean over the whole sequence.
   int64_t counted_targets = 0;
 };
 
-// `model` (a model type, "gpt") opens the error messages.
+// `model` (a model type, "gpt") opens the error messages; `slice`: the
+// part of each sample this rank computes (all of it by default).
 inline SplitTokens split_tokens(const dscore_batch* batch, int64_t block_size, int64_t vocab_size,
-                                const std::string& model) {
+                                const std::string& model, SequenceSlice slice = {}) {
   if (batch == nullptr || batch->batch_size <= 0 || batch->count < 1 || batch->tensors == nullptr)
     throw sdk::Error(DSCORE_INVALID_ARGUMENT,
                      model + ": the batch is empty; it needs the \"tokens\" input");
@@ -57,6 +63,19 @@ inline SplitTokens split_tokens(const dscore_batch* batch, int64_t block_size, i
       if (x >= 0) s.last_position[static_cast<size_t>(b)] = i;
       if (x >= 0 && y >= 0) s.counted_targets += 1;
     }
+  }
+  if (slice.split()) {
+    const int64_t Tl = slice.local(), t0 = slice.first();
+    std::vector<int32_t> inputs(static_cast<size_t>(B * Tl)), targets(inputs.size());
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < Tl; ++i) {
+        inputs[static_cast<size_t>(b * Tl + i)] =
+            s.inputs[static_cast<size_t>(b * block_size + t0 + i)];
+        targets[static_cast<size_t>(b * Tl + i)] =
+            s.targets[static_cast<size_t>(b * block_size + t0 + i)];
+      }
+    s.inputs = std::move(inputs);
+    s.targets = std::move(targets);
   }
   return s;
 }

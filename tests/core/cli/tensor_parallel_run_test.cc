@@ -1,8 +1,9 @@
-// `dscore run` with "tensor_parallel": {"autotp_size": N} through the real
-// executable under mpirun: the gpt split over 2 ranks gives one rank's
-// losses, its checkpoint resumes at one rank, and what tensor parallelism
-// does not run yet (or a model that cannot be split) ends the job with a
-// message naming the key and the fix.
+// `dscore run` with "tensor_parallel": {"autotp_size": N} and
+// "sequence_parallel_size": N through the real executable under mpirun: the
+// gpt split over 2 ranks (its layers, or each sample's sequence) gives one
+// rank's losses, a tensor-parallel checkpoint resumes at one rank, and what
+// either does not run yet (or a model that cannot be split) ends the job
+// with a message naming the key and the fix.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -137,6 +138,44 @@ TEST_F(TensorParallelRun, RefusesWhatItDoesNotRunNamingTheKey) {
           gpt().replace(gpt().find("\"vocab_size\": 255"), 17,
                         "\"vocab_size\": 255, \"tensor_parallel_rank\": 1"),
           1, "tensor_parallel_rank is set by the engine");
+}
+
+// Ulysses: the gpt's sequence split over 2 ranks (each computes 8 of the
+// 16 positions and attention for 2 of the 4 heads).
+TEST_F(TensorParallelRun, SequenceSplitOverTwoRanksGivesOneRanksLosses) {
+  const std::vector<double> one = losses("sp1", gpt(), 1);
+  ASSERT_EQ(one.size(), 6u);
+  const std::vector<double> two = losses("sp2", gpt() + R"(, "sequence_parallel_size": 2)", 2);
+  EXPECT_NE(out_.find("each sample's sequence split over 2 sequence-parallel ranks"),
+            std::string::npos)
+      << out_;
+  EXPECT_NE(out_.find("x 1 data-parallel ranks"), std::string::npos) << out_;
+  EXPECT_LT(max_relative(one, two), 1e-6);
+}
+
+TEST_F(TensorParallelRun, SequenceParallelismRefusesWhatItDoesNotRunNamingTheKey) {
+  const auto refused = [&](const std::string& name, const std::string& config, int ranks,
+                           const std::string& message) {
+    ProcessResult r = run(name, config, ranks);
+    EXPECT_NE(r.exit_code, 0) << name;
+    EXPECT_NE(r.err.find(message), std::string::npos) << name << ": " << r.err;
+  };
+  const std::string sp2 = R"(, "sequence_parallel_size": 2)";
+  refused("sp_pipe", gpt() + sp2 + R"(, "pipeline": {"stages": 2})", 4,
+          "sequence parallelism with a pipeline is not implemented");
+  refused("sp_odd", gpt() + R"(, "sequence_parallel_size": 3)", 2,
+          "sequence_parallel_size 3 does not divide the 2 ranks");
+  refused("sp_heads", gpt(3) + R"(, "sequence_parallel_size": 3)", 3,
+          "sequence_parallel_size 3 does not divide the block_size 16");
+  refused("sp_mlp",
+          R"("train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"lr": 0.01}},
+             "train_steps": 2, "model": {"type": "mlp"})" +
+              sp2,
+          2, "model 'mlp' cannot be split for sequence parallelism");
+  refused("sp_own_rank",
+          gpt().replace(gpt().find("\"vocab_size\": 255"), 17,
+                        "\"vocab_size\": 255, \"sequence_parallel_rank\": 1"),
+          1, "sequence_parallel_rank is set by the engine");
 }
 
 }  // namespace

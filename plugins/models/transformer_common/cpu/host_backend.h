@@ -24,6 +24,7 @@
 #include <sanitizer/asan_interface.h>
 #endif
 
+#include "../sequence_parallel.h"
 #include "../tensor_parallel.h"
 #include "attention.h"
 #include "attention_bf16.h"
@@ -79,7 +80,11 @@ class HostBackend {
   using Buffer = HostBuffer<X>;
 
   HostBackend(sdk::HostRef host, const char* model, const char* activation_tag)
-      : host_(host), model_(model), tag_(activation_tag), group_(host, model) {}
+      : host_(host),
+        model_(model),
+        tag_(activation_tag),
+        group_(host, model),
+        sequence_(host, model) {}
 
   // ---- tensor parallelism (the runners' split paths): the group's sum,
   // and the LM head over this rank's vocabulary rows [v0, v0 + rows) of V
@@ -92,6 +97,17 @@ class HostBackend {
                                         [this](double* d, int64_t n) { group_.sum(d, n); },
                                         [this](T* d, int64_t n) { group_.sum(d, n); }};
     return vocab_parallel_lm_head(dx, dw, x, w, targets, N, C, rows, v0, V, grad_scale, reductions);
+  }
+
+  // ---- sequence parallelism (sequence_parallel.h): packed rows between
+  // this rank's tokens and this rank's heads.
+  void sequence_to_heads(const T* tokens, T* heads, int64_t B, const SequenceSlice& s, int64_t W,
+                         int64_t parts) {
+    sequence_.to_heads(tokens, heads, B, s, W, parts);
+  }
+  void sequence_to_tokens(const T* heads, T* tokens, int64_t B, const SequenceSlice& s, int64_t W,
+                          int64_t parts) {
+    sequence_.to_tokens(heads, tokens, B, s, W, parts);
   }
 
   template <typename X>
@@ -397,6 +413,7 @@ class HostBackend {
   const char* model_;
   const char* tag_;
   TensorParallelGroup group_;
+  SequenceParallelGroup sequence_;
   mutable std::vector<Buffer<T>> spare_;  // released copies (take_copy)
   // (fp32 copy, bf16 view) of the live Params' bf16 parameters.
   mutable std::vector<std::pair<const T*, const uint16_t*>> bf16_views_;

@@ -48,7 +48,7 @@ SplitTokens tiny_batch(const GptConfig& c) {
   t.numel = static_cast<int64_t>(tokens.size());
   const dscore_tensor* tensors[] = {&t};
   dscore_batch batch{sizeof(dscore_batch), 2, 1, tensors};
-  return split_tokens(&batch, c.block_size, c.vocab_size);
+  return split_tokens(&batch, c);
 }
 
 // Parameters from GPT-2's init, then nudged so LayerNorm weights and biases
@@ -214,8 +214,7 @@ TEST_F(GptModel, PaddingAfterAPromptDoesNotChangeItsLogits) {
     const dscore_tensor* tensors[] = {&t};
     dscore_batch batch{sizeof(dscore_batch), 1, 1, tensors};
     std::vector<float> logits(static_cast<size_t>(c.vocab_size));
-    runner.forward(split_tokens(&batch, c.block_size, c.vocab_size), layers.hooks(), nullptr,
-                   logits.data());
+    runner.forward(split_tokens(&batch, c), layers.hooks(), nullptr, logits.data());
     return logits;
   };
   // The prompt "4 2" padded two ways: the logits after "2" are the same.

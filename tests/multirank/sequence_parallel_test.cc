@@ -1,0 +1,137 @@
+// Ulysses sequence parallelism (sequence_parallel_size: each sample's
+// sequence split over the ranks of a sequence group, attention heads
+// exchanged with all-to-all) under real ranks (mpirun): the gpt split over
+// 2 ranks trains as one rank does, 2 sequence-parallel x 2 data-parallel
+// ranks as 2 data-parallel ranks at ZeRO 0-3, and 2 tensor-parallel x 2
+// sequence-parallel ranks as one rank, with clipping active. Not bitwise:
+// each rank's gradients are its slice's share of the whole sequence's
+// mean, summed over the group (the losses likewise).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "tests/core/cli/process.h"
+#include "tests/multirank/equivalence_checks.h"
+#include "tests/multirank/harness.h"
+
+namespace dscore::testing {
+namespace {
+
+RunSpec gpt_spec() {
+  RunSpec spec;
+  spec.model =
+      R"({"type": "gpt", "n_layer": 2, "n_head": 4, "n_embd": 32, "block_size": 16, "vocab_size": 256})";
+  spec.extra = std::string(R"("data": {"type": "text", "path": ")") + DSCORE_SOURCE_DIR +
+               R"(/configs/data/quickstart.txt"})";
+  spec.train_batch = 8;
+  spec.steps = 6;
+  spec.clipping = 0.05;
+  return spec;
+}
+
+std::string sp(int size) { return R"(, "sequence_parallel_size": )" + std::to_string(size); }
+
+void expect_close(const RunResult& r, const RunResult& reference, const std::string& what) {
+  ASSERT_FALSE(r.ranks.empty()) << what;
+  ASSERT_FALSE(reference.ranks.empty()) << what;
+  ASSERT_EQ(r.ranks[0].losses.size(), reference.ranks[0].losses.size()) << what;
+  const double losses = max_relative_difference(r.ranks[0].losses, reference.ranks[0].losses);
+  const double params = max_relative_difference(r.params, reference.params, 1e-3);
+  std::printf("%s: losses within %.3g, parameters within %.3g (relative)\n", what.c_str(), losses,
+              params);
+  EXPECT_LT(losses, 1e-7) << what;
+  EXPECT_LT(max_relative_difference(r.ranks[0].grad_norms, reference.ranks[0].grad_norms), 1e-5)
+      << what;
+  ASSERT_EQ(r.params.size(), reference.params.size()) << what;
+  EXPECT_LT(params, 1e-3) << what;
+}
+
+TEST(SequenceParallel, TwoRanksTrainAsOne) {
+  RunSpec spec = gpt_spec();
+  spec.world = 1;
+  const RunResult one = run_ok(spec, "one rank");
+  for (double norm : one.ranks[0].grad_norms) EXPECT_GT(norm, spec.clipping);
+  spec.world = 2;
+  const std::string base = spec.extra;
+  spec.extra = base + sp(2);
+  const RunResult two = run_ok(spec, "SP=2");
+  expect_close(two, one, "SP=2 vs one rank");
+  ASSERT_EQ(two.ranks.size(), 2u);
+  EXPECT_EQ(two.ranks[0].losses, two.ranks[1].losses);
+  // Activation checkpointing recomputes the same exchanges.
+  spec.extra = base + sp(2) + R"(, "activation_checkpointing": {"number_checkpoints": 1})";
+  expect_bitwise(run_ok(spec, "SP=2 checkpointed"), two, "SP=2 checkpointed vs kept");
+}
+
+TEST(SequenceParallel, TwoByTwoTrainsAsTwoDataParallelRanksAtEveryZeroStage) {
+  RunSpec spec = gpt_spec();
+  spec.world = 2;
+  const RunResult dp = run_ok(spec, "DP=2");
+  spec.world = 4;
+  const std::string base = spec.extra;
+  for (int stage = 0; stage <= 3; ++stage) {
+    spec.stage = stage;
+    spec.extra = base + sp(2);
+    expect_close(run_ok(spec, "SP=2 x DP=2 stage " + std::to_string(stage)), dp,
+                 "SP=2 x DP=2 at ZeRO " + std::to_string(stage) + " vs DP=2");
+  }
+}
+
+TEST(SequenceParallel, WithTensorParallelismTrainsAsOneRank) {
+  RunSpec spec = gpt_spec();
+  spec.world = 1;
+  const RunResult one = run_ok(spec, "one rank");
+  spec.world = 4;
+  spec.stage = 1;
+  spec.extra += sp(2) + R"(, "tensor_parallel": {"autotp_size": 2})";
+  expect_close(run_ok(spec, "TP=2 x SP=2"), one, "TP=2 x SP=2 vs one rank");
+}
+
+TEST(SequenceParallel, Bf16TrainsAsOneRankWithinBf16Rounding) {
+  RunSpec spec = gpt_spec();
+  spec.precision = "bf16";
+  spec.world = 1;
+  const RunResult one = run_ok(spec, "bf16 one rank");
+  spec.world = 2;
+  spec.extra += sp(2);
+  const RunResult two = run_ok(spec, "bf16 SP=2");
+  ASSERT_FALSE(two.ranks.empty());
+  const double losses = max_relative_difference(two.ranks[0].losses, one.ranks[0].losses);
+  std::printf("bf16 SP=2 vs one rank: losses within %.3g\n", losses);
+  EXPECT_LT(losses, 1e-2);
+}
+
+// The parameters and optimizer state are replicated over the sequence
+// group (partitioned with the data-parallel ranks by ZeRO): an SP=2 save
+// loads at one rank with the masters and Adam's moments equal, bitwise, to
+// what was saved, and resumes at SP=2 as the uninterrupted run.
+TEST(SequenceParallel, CheckpointsLoadAtAnotherSequenceParallelSize) {
+  TempDir dir("dscore_sp_checkpoint");
+  const std::string ck = (dir.path() / "ck").string();
+  RunSpec spec = gpt_spec();
+  const std::string base = spec.extra;
+  spec.world = 2;
+  spec.stage = 2;
+  spec.extra = base + sp(2);
+  const RunResult full = run_ok(spec, "SP=2 uninterrupted");
+  const RunResult first =
+      run_workers(spec, {"--save", ck, "--save-step", "3", "--stop-after-save", "--dump-state"});
+  ASSERT_TRUE(first.ok()) << first.process.describe();
+  ASSERT_FALSE(first.state.empty());
+  const RunResult second = run_workers(spec, {"--load", ck});
+  ASSERT_TRUE(second.ok()) << second.process.describe();
+  std::vector<double> losses = first.ranks.at(0).losses;
+  losses.insert(losses.end(), second.ranks.at(0).losses.begin(), second.ranks.at(0).losses.end());
+  EXPECT_EQ(losses, full.ranks.at(0).losses);
+  EXPECT_EQ(second.params, full.params);
+
+  RunSpec at_one = gpt_spec();
+  at_one.world = 1;
+  at_one.stage = 2;
+  const RunResult one = run_workers(at_one, {"--load", ck, "--dump-state"});
+  ASSERT_TRUE(one.ok()) << one.process.describe();
+  EXPECT_EQ(one.state, first.state) << "SP=2 save loaded at one rank";
+}
+
+}  // namespace
+}  // namespace dscore::testing
