@@ -15,7 +15,7 @@
 namespace dscore::cli {
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kForwardUsage =
     "usage: dscore forward (--checkpoint DIR [--tag T] | --config FILE) --tokens 1,2,3[;4,5,...]";
 
 // "1,2,3;4,5" -> {{1,2,3},{4,5}}; false on anything else.
@@ -43,13 +43,13 @@ int forward_command(const std::vector<std::string>& args) {
       "prompts: token ids separated by commas, prompts by semicolons");
   po::variables_map vm;
   int exit_code = kExitOk;
-  if (!parse_options(args, options, {}, kUsage, &vm, &exit_code)) return exit_code;
+  if (!parse_options(args, options, {}, kForwardUsage, &vm, &exit_code)) return exit_code;
   std::vector<std::vector<int32_t>> prompts;
   if (dir.empty() == config.empty() || !parse_prompts(tokens, &prompts)) {
     std::fprintf(stderr,
                  "dscore forward: give exactly one of --checkpoint and --config, and --tokens as "
                  "comma-separated ids, prompts separated by ';'\n%s\n",
-                 kUsage);
+                 kForwardUsage);
     return kExitUsage;
   }
   const EngineEnvironment environment = read_engine_environment();

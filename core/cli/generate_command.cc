@@ -18,7 +18,7 @@
 namespace dscore::cli {
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kGenerateUsage =
     "usage: dscore generate --checkpoint DIR (--prompt TEXT | --prompt-tokens 1,2,3) "
     "[--tokenizer DIR]\n"
     "                       [--max-new-tokens 200] [--temperature 0.8] [--top-k 0] [--seed 1337] "
@@ -56,13 +56,13 @@ int generate_command(const std::vector<std::string>& args) {
       "seed", po::value<uint64_t>(&sampling.seed)->default_value(1337), "sampling seed");
   po::variables_map vm;
   int exit_code = kExitOk;
-  if (!parse_options(args, options, {}, kUsage, &vm, &exit_code)) return exit_code;
+  if (!parse_options(args, options, {}, kGenerateUsage, &vm, &exit_code)) return exit_code;
   if (prompt.empty() == prompt_tokens.empty() || max_new < 0 || sampling.temperature < 0 ||
       sampling.top_k < 0) {
     std::fprintf(stderr,
                  "dscore generate: give exactly one of --prompt and --prompt-tokens; "
                  "--max-new-tokens, --temperature and --top-k must be >= 0\n%s\n",
-                 kUsage);
+                 kGenerateUsage);
     return kExitUsage;
   }
   auto model = open_for_inference(dir, tag, read_engine_environment());

@@ -142,11 +142,6 @@ std::string aio_line(const AioConfig& s) {
   return "{\"aio\": " + json::serialize(config::aio_json(s)) + "}";
 }
 
-int fail(const Status& status) {
-  std::fprintf(stderr, "error: %s\n", status.message().c_str());
-  return kExitFailure;
-}
-
 }  // namespace
 
 int io_bench_command(const std::vector<std::string>& args) {
@@ -205,12 +200,12 @@ int io_bench_command(const std::vector<std::string>& args) {
   }
   const auto started = std::chrono::steady_clock::now();
   Result<config::DeviceId> device = config::device_of(path);
-  if (!device.ok()) return fail(device.status());
+  if (!device.ok()) return report_failure(device.status());
   auto registry = plugin_host::PluginRegistry::open(
       plugin_host::SearchPath::standard({}, fs::current_path().string()));
-  if (!registry.ok()) return fail(registry.status());
+  if (!registry.ok()) return report_failure(registry.status());
   WorkDir work;
-  if (Status st = work.create(path); !st.ok()) return fail(st);
+  if (Status st = work.create(path); !st.ok()) return report_failure(st);
 
   // The limit: the probe before the sweep and again after it, best of
   // each direction (a shared disk's bandwidth drifts over half a minute).
@@ -218,7 +213,7 @@ int io_bench_command(const std::vector<std::string>& args) {
   probe_options.folder = work.path();
   probe_options.file_bytes = sweep.probe_bytes;
   Result<offload::DiskProbeResult> probe = offload::probe_disk(probe_options);
-  if (!probe.ok()) return fail(probe.status());
+  if (!probe.ok()) return report_failure(probe.status());
   std::printf("dscore io-bench %s (device %s): O_DIRECT through the Swapper (nvme plugin)\n",
               path.c_str(), device->text().c_str());
   auto print_probe = [&](const char* when, const offload::DiskProbeResult& p) {
@@ -242,7 +237,7 @@ int io_bench_command(const std::vector<std::string>& args) {
     lay.queue_depth = 16;
     auto laid =
         bench.measure(lay, (largest + lay.block_size - 1) / lay.block_size * lay.block_size);
-    if (!laid.ok()) return fail(laid.status());
+    if (!laid.ok()) return report_failure(laid.status());
   }
   std::printf(
       "  backend %s\n   block queue intra single overlap  write GB/s read GB/s  per point\n",
@@ -262,7 +257,7 @@ int io_bench_command(const std::vector<std::string>& args) {
       s.queue_depth = q;
       // The thread fallback runs intra_op_parallelism requests at once.
       if (bench.backend() == "threads") s.intra_op_parallelism = std::min<int64_t>(q, 32);
-      if (Status st = run_point(s); !st.ok()) return fail(st);
+      if (Status st = run_point(s); !st.ok()) return report_failure(st);
     }
   // Then the switches, one at a time, at the best block size and depth.
   auto best_of = [&]() {
@@ -281,10 +276,10 @@ int io_bench_command(const std::vector<std::string>& args) {
     variants.back().intra_op_parallelism = std::max<int64_t>(1, centre.intra_op_parallelism / 2);
   }
   for (const AioConfig& s : variants)
-    if (Status st = run_point(s); !st.ok()) return fail(st);
+    if (Status st = run_point(s); !st.ok()) return report_failure(st);
   const Point best = best_of();
   Result<offload::DiskProbeResult> after = offload::probe_disk(probe_options);
-  if (!after.ok()) return fail(after.status());
+  if (!after.ok()) return report_failure(after.status());
   print_probe("after", *after);
   const double limit_write = std::max(probe->write_gbps(), after->write_gbps());
   const double limit_read = std::max(probe->read_gbps(), after->read_gbps());
@@ -310,7 +305,7 @@ int io_bench_command(const std::vector<std::string>& args) {
   cached.path = absolute.string();
   cached.measured_at = utc_now();
   Result<std::string> file = config::write_aio_cache(*device, cached);
-  if (!file.ok()) return fail(file.status());
+  if (!file.ok()) return report_failure(file.status());
   std::printf("cached for device %s in %s: \"aio\" values of \"auto\" on this device take them\n",
               device->text().c_str(), file->c_str());
   return kExitOk;

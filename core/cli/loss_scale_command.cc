@@ -21,7 +21,7 @@
 namespace dscore::cli {
 namespace {
 
-const char* kUsage = "usage: dscore loss-scale --config F --overflows PATTERN";
+const char* kLossScaleUsage = "usage: dscore loss-scale --config F --overflows PATTERN";
 
 }  // namespace
 
@@ -35,7 +35,7 @@ int loss_scale_command(const std::vector<std::string>& args) {
   po::positional_options_description positional;
   po::variables_map vm;
   int exit_code = kExitOk;
-  if (!parse_options(args, options, positional, kUsage, &vm, &exit_code)) return exit_code;
+  if (!parse_options(args, options, positional, kLossScaleUsage, &vm, &exit_code)) return exit_code;
   for (char c : pattern)
     if (c != 'O' && c != 'C') {
       std::fprintf(stderr,

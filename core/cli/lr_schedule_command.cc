@@ -22,7 +22,7 @@
 namespace dscore::cli {
 namespace {
 
-const char* kUsage = "usage: dscore lr-schedule --config F [--steps N] [--csv]";
+const char* kLrScheduleUsage = "usage: dscore lr-schedule --config F [--steps N] [--csv]";
 
 struct Row {
   int64_t step;             // 1-based optimizer update
@@ -107,7 +107,8 @@ int lr_schedule_command(const std::vector<std::string>& args) {
   po::positional_options_description positional;
   po::variables_map vm;
   int exit_code = kExitOk;
-  if (!parse_options(args, options, positional, kUsage, &vm, &exit_code)) return exit_code;
+  if (!parse_options(args, options, positional, kLrScheduleUsage, &vm, &exit_code))
+    return exit_code;
   InitializeOptions init;
   // DSCORE_TRUST_CONFIG_PLUGIN_PATHS=1 (plugin_host/trust.h).
   init.trust_config_plugin_paths = read_engine_environment().trust_config_plugin_paths;

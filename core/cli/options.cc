@@ -70,6 +70,11 @@ Result<std::unique_ptr<plugin_host::SchedulerInstance>> make_schedule(const Setu
                                                 {*base_lr}, cfg.train_steps);
 }
 
+int report_failure(const Status& status) {
+  std::fprintf(stderr, "error: %s\n", status.message().c_str());
+  return kExitFailure;
+}
+
 bool log_format_ok(const std::string& format) {
   if (format == "text" || format == "json") return true;
   std::fprintf(stderr, "dscore: --log-format must be text or json, not '%s'\n", format.c_str());

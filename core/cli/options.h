@@ -40,6 +40,9 @@ std::optional<Setup> prepare_text_or_report(const std::string& json_text, const 
 Result<std::unique_ptr<plugin_host::SchedulerInstance>> make_schedule(const Setup& setup,
                                                                       double* base_lr);
 
+// Prints "error: <message>" on stderr; returns kExitFailure.
+int report_failure(const Status& status);
+
 // --log-format's value is text or json; otherwise says so on stderr.
 bool log_format_ok(const std::string& format);
 

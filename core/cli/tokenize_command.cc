@@ -15,7 +15,7 @@
 namespace dscore::cli {
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kTokenizeUsage =
     "usage: dscore tokenize --tokenizer DIR --out PREFIX [--separator TOKEN|none] "
     "[--no-special-tokens]\n"
     "                       [--shard-tokens 100000000] [--val-tokens N] TEXT...\n"
@@ -29,11 +29,6 @@ Result<std::string> read_text(const std::string& path) {
   content << in.rdbuf();
   if (in.bad()) return io_error("cannot read the text file '" + path + "': read failed");
   return content.str();
-}
-
-int fail(const Status& status) {
-  std::fprintf(stderr, "error: %s\n", status.message().c_str());
-  return kExitFailure;
 }
 
 // The token each document starts with: --separator, or by default nothing
@@ -81,7 +76,7 @@ int tokenize_command(const std::vector<std::string>& args) {
   positional.add("text", -1);
   po::variables_map vm;
   int exit_code = kExitOk;
-  if (!parse_options(args, options, positional, kUsage, &vm, &exit_code)) return exit_code;
+  if (!parse_options(args, options, positional, kTokenizeUsage, &vm, &exit_code)) return exit_code;
   const bool print = vm.count("print") > 0, decode = vm.count("decode") > 0;
   const bool special = vm.count("no-special-tokens") == 0;
   const int modes = int(print) + int(decode) + int(!shards.prefix.empty());
@@ -89,11 +84,11 @@ int tokenize_command(const std::vector<std::string>& args) {
     std::fprintf(stderr,
                  "dscore tokenize: give exactly one of --out, --print and --decode; --out and "
                  "--print take text files, --decode none\n%s\n",
-                 kUsage);
+                 kTokenizeUsage);
     return kExitUsage;
   }
   auto tok = tokenizer::load_tokenizer(dir);
-  if (!tok.ok()) return fail(tok.status());
+  if (!tok.ok()) return report_failure(tok.status());
 
   if (decode) {
     std::vector<int32_t> ids;
@@ -102,7 +97,7 @@ int tokenize_command(const std::vector<std::string>& args) {
       return kExitUsage;
     }
     auto text = (*tok)->decode(ids, false);
-    if (!text.ok()) return fail(text.status());
+    if (!text.ok()) return report_failure(text.status());
     std::fwrite(text->data(), 1, text->size(), stdout);
     return kExitOk;
   }
@@ -112,28 +107,29 @@ int tokenize_command(const std::vector<std::string>& args) {
   if (!print) {
     shards.vocab_size = (*tok)->vocab_size();
     auto created = data::TokenShardWriter::create(shards);
-    if (!created.ok()) return fail(created.status());
+    if (!created.ok()) return report_failure(created.status());
     writer.emplace(std::move(*created));
     auto s = separator_of(**tok, separator, special);
-    if (!s.ok()) return fail(s.status());
+    if (!s.ok()) return report_failure(s.status());
     sep = *s;
   }
   for (const std::string& path : inputs) {
     auto text = read_text(path);
-    if (!text.ok()) return fail(text.status());
+    if (!text.ok()) return report_failure(text.status());
     auto ids = (*tok)->encode(*text, special);
-    if (!ids.ok()) return fail(Status(ids.status().code(), path + ": " + ids.status().message()));
+    if (!ids.ok())
+      return report_failure(Status(ids.status().code(), path + ": " + ids.status().message()));
     if (print) {
       for (size_t i = 0; i < ids->size(); ++i) std::printf(i ? ",%d" : "%d", (*ids)[i]);
       std::printf("\n");
       continue;
     }
     if (sep) ids->insert(ids->begin(), *sep);
-    if (Status s = writer->append(*ids); !s.ok()) return fail(s);
+    if (Status s = writer->append(*ids); !s.ok()) return report_failure(s);
   }
   if (print) return kExitOk;
   auto files = writer->finish();
-  if (!files.ok()) return fail(files.status());
+  if (!files.ok()) return report_failure(files.status());
   std::printf("wrote %lld tokens (uint%d, vocab %lld, %s) to %zu shard(s):\n",
               static_cast<long long>(writer->tokens_written()), writer->tokens_width() * 8,
               static_cast<long long>((*tok)->vocab_size()),

@@ -21,16 +21,14 @@
 #include <thread>
 #include <vector>
 
+#include "core/offload/offload_util.h"
+
 namespace dscore::offload {
 namespace {
 
 constexpr uint64_t kAlignment = 4096;  // O_DIRECT: addresses, offsets and sizes
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-std::string errno_text(int err) {
+std::string errno_with_number(int err) {
   return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")";
 }
 
@@ -38,7 +36,7 @@ Status request_error(const std::string& path, bool write, uint64_t offset, uint6
                      int err) {
   std::string message = std::string(write ? "write" : "read") + " of " + std::to_string(bytes) +
                         " bytes at offset " + std::to_string(offset) + " of " + path +
-                        " failed: " + errno_text(err);
+                        " failed: " + errno_with_number(err);
   if (err == ENOSPC) message += "; free space in the folder or probe a smaller size";
   return io_error(message);
 }
@@ -62,7 +60,7 @@ class ProbeFile {
     std::string name = folder + "/.dscore_disk_probe.XXXXXX";
     int fd = ::mkstemp(name.data());
     if (fd < 0)
-      return io_error("cannot create a file in " + folder + ": " + errno_text(errno) +
+      return io_error("cannot create a file in " + folder + ": " + errno_with_number(errno) +
                       "; give a folder that exists and is writable");
     path_ = name;
     ::close(fd);
@@ -73,7 +71,7 @@ class ProbeFile {
         return invalid_argument("the file system of " + folder +
                                 " does not support O_DIRECT; give a folder on a disk (ext4, xfs, "
                                 "btrfs), not tmpfs or a network share");
-      return io_error("cannot open " + path_ + " with O_DIRECT: " + errno_text(err));
+      return io_error("cannot open " + path_ + " with O_DIRECT: " + errno_with_number(err));
     }
     return Status::Ok();
   }
@@ -130,7 +128,7 @@ Status io_uring_pass(io_uring* ring, const Pass& p, bool fixed) {
       ret = io_uring_submit_and_wait(ring, in_flight > 0 ? 1 : 0);
     } while (ret == -EINTR);
     if (ret < 0)
-      return io_error("io_uring_submit_and_wait on " + *p.path + ": " + errno_text(-ret));
+      return io_error("io_uring_submit_and_wait on " + *p.path + ": " + errno_with_number(-ret));
     io_uring_cqe* cqe;
     unsigned head, reaped = 0;
     io_uring_for_each_cqe(ring, head, cqe) {
@@ -187,10 +185,6 @@ Status threads_pass(const Pass& p) {
   return failure;
 }
 
-struct FreeDeleter {
-  void operator()(char* p) const { std::free(p); }
-};
-
 }  // namespace
 
 Result<DiskProbeResult> probe_disk(const DiskProbeOptions& options) {
@@ -215,10 +209,10 @@ Result<DiskProbeResult> probe_disk(const DiskProbeOptions& options) {
     if (ret == 0) {
       have_ring = true;
     } else if (options.backend == DiskProbeOptions::Backend::kIoUring) {
-      return unimplemented("io_uring_queue_init failed: " + errno_text(-ret) +
+      return unimplemented("io_uring_queue_init failed: " + errno_with_number(-ret) +
                            " (io_uring disabled by the kernel or a seccomp filter)");
     } else {
-      result.backend_reason = "io_uring_queue_init: " + errno_text(-ret);
+      result.backend_reason = "io_uring_queue_init: " + errno_with_number(-ret);
     }
   }
   struct RingCloser {
@@ -258,7 +252,7 @@ Result<DiskProbeResult> probe_disk(const DiskProbeOptions& options) {
       errno != EOPNOTSUPP) {
     const int err = errno;
     return io_error("cannot allocate " + std::to_string(file_bytes) + " bytes for " + file.path() +
-                    ": " + errno_text(err) +
+                    ": " + errno_with_number(err) +
                     (err == ENOSPC ? "; free space in the folder or probe a smaller size" : ""));
   }
 
@@ -270,12 +264,12 @@ Result<DiskProbeResult> probe_disk(const DiskProbeOptions& options) {
   if (options.overwrite) {
     DSCORE_RETURN_IF_ERROR(run(true));
     if (::fdatasync(file.fd()) != 0)
-      return io_error("fdatasync of " + file.path() + ": " + errno_text(errno));
+      return io_error("fdatasync of " + file.path() + ": " + errno_with_number(errno));
   }
   auto start = std::chrono::steady_clock::now();
   DSCORE_RETURN_IF_ERROR(run(true));
   if (::fdatasync(file.fd()) != 0)
-    return io_error("fdatasync of " + file.path() + ": " + errno_text(errno));
+    return io_error("fdatasync of " + file.path() + ": " + errno_with_number(errno));
   result.write_seconds = seconds_since(start);
   start = std::chrono::steady_clock::now();
   DSCORE_RETURN_IF_ERROR(run(false));

@@ -22,6 +22,9 @@ struct IoFailure {
 };
 
 Status io_error(const IoFailure& f);
+// dscore::io_error(message) stays visible beside it: a call with a message
+// from a source that includes this header still means that one.
+using dscore::io_error;
 
 // The mount point of the file system holding `path` (its nearest existing
 // ancestor's), for "free space on <fs>".

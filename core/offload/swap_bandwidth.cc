@@ -12,18 +12,12 @@
 #include <memory>
 #include <vector>
 
+#include "core/offload/offload_util.h"
+
 namespace dscore::offload {
 namespace {
 
 constexpr uint64_t kMinTransfer = 16ull << 20;
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-struct FreeDeleter {
-  void operator()(char* p) const { std::free(p); }
-};
 
 // One sequential pass over [0, bytes) of `file`, `ring.slots` transfers in flight.
 Status pass(Swapper& swapper, int file, bool write, uint64_t bytes, const SwapRing& ring,

@@ -8,17 +8,11 @@
 
 #include "core/base/logging.h"
 #include "core/base/strings.h"
+#include "core/owned_state/owned_state_util.h"
 #include "core/tensor/dtype_ops.h"
 #include "core/zero/zero_memory.h"
 
 namespace dscore {
-namespace {
-
-size_t size_of(int64_t elements, dscore_dtype dtype) {
-  return static_cast<size_t>(elements) * sdk::dtype_size(dtype);
-}
-
-}  // namespace
 
 Result<std::unique_ptr<HostOffloadState>> HostOffloadState::create(
     const HostOffloadOptions& options, const std::vector<zero::StateSlot>& slots,

@@ -2,16 +2,10 @@
 
 #include <dscore/cpp/dtype.hpp>
 
+#include "core/owned_state/owned_state_util.h"
 #include "core/tensor/dtype_ops.h"
 
 namespace dscore {
-namespace {
-
-size_t size_of(int64_t elements, dscore_dtype dtype) {
-  return static_cast<size_t>(elements) * sdk::dtype_size(dtype);
-}
-
-}  // namespace
 
 Result<ParamWriteBack> ParamWriteBack::create(const DeviceSide& side, device::Stream* copy,
                                               int64_t tile_elements, bool stage_fp32) {

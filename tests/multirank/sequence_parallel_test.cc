@@ -1,7 +1,7 @@
 // Ulysses sequence parallelism (sequence_parallel_size: each sample's
 // sequence split over the ranks of a sequence group, attention heads
-// exchanged with all-to-all) under real ranks (mpirun): the gpt split over
-// 2 ranks trains as one rank does, 2 sequence-parallel x 2 data-parallel
+// exchanged with all-to-all) under real ranks (mpirun): the gpt and the
+// llama split over 2 ranks train as one rank does, 2 sequence-parallel x 2 data-parallel
 // ranks as 2 data-parallel ranks at ZeRO 0-3, and 2 tensor-parallel x 2
 // sequence-parallel ranks as one rank, with clipping active. Not bitwise:
 // each rank's gradients are its slice's share of the whole sequence's
@@ -99,6 +99,43 @@ TEST(SequenceParallel, Bf16TrainsAsOneRankWithinBf16Rounding) {
   const double losses = max_relative_difference(two.ranks[0].losses, one.ranks[0].losses);
   std::printf("bf16 SP=2 vs one rank: losses within %.3g\n", losses);
   EXPECT_LT(losses, 1e-2);
+}
+
+// The llama the same way, its RoPE at each slice's positions: 4 query
+// heads over 2 key/value heads, each rank of the sequence group attending
+// with 2 query heads and their key/value head; tied and untied head; and
+// with tensor parallelism (each of 2 parts' 2 query heads and 1 key/value
+// head split again: 4 heads over TP=2 x SP=2 needs 4 query and 4 key/value
+// heads, so that spec has 4 key/value heads).
+RunSpec llama_spec(bool tied, int kv_heads = 2) {
+  RunSpec spec = gpt_spec();
+  spec.model = std::string(R"({"type": "llama", "vocab_size": 255, "hidden_size": 32,
+      "intermediate_size": 80, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "num_key_value_heads": )") +
+               std::to_string(kv_heads) + R"(, "max_position_embeddings": 16, "block_size": 16,
+      "tie_word_embeddings": )" +
+               (tied ? "true" : "false") + "}";
+  return spec;
+}
+
+TEST(SequenceParallel, LlamaTwoRanksTrainAsOneAndWithTensorParallelism) {
+  for (bool tied : {false, true}) {
+    const std::string what = tied ? "tied" : "untied";
+    RunSpec spec = llama_spec(tied);
+    const std::string base = spec.extra;
+    spec.world = 1;
+    const RunResult one = run_ok(spec, "llama one rank " + what);
+    spec.world = 2;
+    spec.extra = base + sp(2);
+    expect_close(run_ok(spec, "llama SP=2 " + what), one, "llama SP=2 vs one rank, " + what);
+  }
+  RunSpec spec = llama_spec(false, 4);
+  spec.world = 1;
+  const RunResult one = run_ok(spec, "llama (4 key/value heads) one rank");
+  spec.world = 4;
+  spec.stage = 2;
+  spec.extra += sp(2) + R"(, "tensor_parallel": {"autotp_size": 2})";
+  expect_close(run_ok(spec, "llama TP=2 x SP=2"), one, "llama TP=2 x SP=2 at ZeRO 2 vs one rank");
 }
 
 // The parameters and optimizer state are replicated over the sequence

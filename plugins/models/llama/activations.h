@@ -24,9 +24,10 @@ struct ActivationElements {
     int64_t ln2 = 0;              // (N, C) post_attention_layernorm's output
     int64_t gate = 0, up = 0;     // (N, I) each
     int64_t swiglu = 0;           // (N, I) silu(gate) * up, down_proj's input
+    int64_t heads_out = 0;        // sequence parallelism: (N, Q) attention output, heads layout
     int64_t stat = 0;             // (N) each of rstd1, rstd2, in Stat
     int64_t scalars() const {
-      return ln1 + q + k + v + atty + attention_state + x2 + ln2 + gate + up + swiglu;
+      return ln1 + q + k + v + atty + attention_state + x2 + ln2 + gate + up + swiglu + heads_out;
     }
   };
   Block block;
@@ -43,11 +44,12 @@ struct ActivationElements {
   int64_t dln = 0;             // (N, C)
   int64_t datty = 0, dq = 0;   // (N, Q) each
   int64_t dk = 0, dv = 0;      // (N, KV) each
+  int64_t heads_grad = 0;      // sequence parallelism: (N, 2Q + 2KV), heads layout
   int64_t tokens = 0;          // (N) each of inputs and targets, int32
 
   int64_t scalars() const {
     return kept_blocks * block.scalars() + resid + lnf + dlnf + dresid + 2 * rope + dgate + dup +
-           dln + datty + dq + dk + dv;
+           dln + datty + dq + dk + dv + heads_grad;
   }
   int64_t stats() const { return kept_blocks * 2 * block.stat + lnf_stat; }
   int64_t bytes(size_t scalar_bytes, size_t stat_bytes) const {
@@ -57,7 +59,7 @@ struct ActivationElements {
 };
 
 // attention_state: the backend's attention_state_elements(B, block_size,
-// local_heads()).
+// local_heads() / sp_size).
 // bf16_operands: the pass's linears read bf16 operands (the runner's fused
 // block in bf16 layers), so the buffers that only ever hold one (ln1, ln2,
 // swiglu) need half as many Scalar (fp32) elements.
@@ -69,7 +71,12 @@ inline ActivationElements activation_elements(const LlamaConfig& cfg, int64_t B,
   if (hi < 0) hi = cfg.num_hidden_layers;
   // Under tensor parallelism the attention and MLP activations are this
   // rank's heads' and units' only.
-  const int64_t N = B * cfg.block_size, C = cfg.hidden_size, I = cfg.local_intermediate();
+  // Under sequence parallelism the token-wise activations are this rank's
+  // slice of each sample's (N = B T / sp), and attention's (q, k, v and
+  // its output, in the heads layout) the whole sequence's for 1 / sp of the
+  // heads: as many elements.
+  const int64_t N = B * cfg.local_tokens(), C = cfg.hidden_size, I = cfg.local_intermediate();
+  const bool sequence_split = cfg.sequence().split();
   const int64_t Q = cfg.local_q_dim(), KV = cfg.local_kv_dim();
   const auto operand = [bf16_operands](int64_t n) { return bf16_operands ? (n + 1) / 2 : n; };
   ActivationElements e;
@@ -82,6 +89,7 @@ inline ActivationElements activation_elements(const LlamaConfig& cfg, int64_t B,
   e.block.ln2 = operand(N * C);
   e.block.gate = e.block.up = N * I;
   e.block.swiglu = operand(N * I);
+  e.block.heads_out = sequence_split ? N * Q : 0;
   e.block.stat = N;
   const int64_t checkpointed = std::max<int64_t>(0, std::min(hi, cfg.checkpoint_blocks) - lo);
   e.kept_blocks = (hi - lo) - checkpointed + (checkpointed > 0 ? 1 : 0);
@@ -96,6 +104,7 @@ inline ActivationElements activation_elements(const LlamaConfig& cfg, int64_t B,
   e.dln = N * C;
   e.datty = e.dq = N * Q;
   e.dk = e.dv = N * KV;
+  e.heads_grad = sequence_split ? N * (2 * Q + 2 * KV) : 0;
   e.tokens = N;
   return e;
 }

@@ -68,7 +68,11 @@ constexpr const char kParamsSchema[] = R"json({
   "tensor_parallel_size": {"type": "int", "default": 1, "min": 1,
       "doc": "ranks each layer is split over (set by the engine from tensor_parallel.autotp_size)"},
   "tensor_parallel_rank": {"type": "int", "default": 0, "min": 0,
-      "doc": "this rank's part (set by the engine for each rank)"}
+      "doc": "this rank's part (set by the engine for each rank)"},
+  "sequence_parallel_size": {"type": "int", "default": 1, "min": 1,
+      "doc": "ranks each sample's sequence is split over (Ulysses; set by the engine from sequence_parallel_size)"},
+  "sequence_parallel_rank": {"type": "int", "default": 0, "min": 0,
+      "doc": "this rank's slice of the sequence (set by the engine for each rank)"}
 })json";
 
 // The architecture keys of the model section: with from_pretrained they
@@ -196,7 +200,7 @@ class Llama : public sdk::Instance {
   // the norm; a block its seven projections 2 N (2 C Q + 2 C KV + 3 C I)
   // and attention (4 N T Q: QK^T and PV over all T positions).
   double layer_flops(size_t layer, int64_t batch) const {
-    const double N = static_cast<double>(batch * config_.block_size),
+    const double N = static_cast<double>(batch * config_.local_tokens()),
                  C = static_cast<double>(config_.hidden_size),
                  T = static_cast<double>(config_.block_size),
                  V = static_cast<double>(config_.vocab_size),
@@ -258,7 +262,7 @@ class Llama : public sdk::Instance {
   transformer::cpu::PassShape cpu_pass_shape(int64_t micro_batch, int64_t largest_layer) const {
     const LlamaConfig& c = config_;
     return transformer::cpu::PassShape{
-        .tokens = micro_batch * c.block_size,
+        .tokens = micro_batch * c.local_tokens(),
         .largest_layer = largest_layer,
         // Rounded inside linear_bf16: o_proj's input and the output
         // gradients of the attention's projections and down_proj (the
@@ -280,7 +284,8 @@ class Llama : public sdk::Instance {
   }
 
   SplitTokens split(const dscore_batch* batch) const {
-    return transformer::split_tokens(batch, config_.block_size, config_.vocab_size, "llama");
+    return transformer::split_tokens(batch, config_.block_size, config_.vocab_size, "llama",
+                                     config_.sequence());
   }
 
   LlamaConfig config_;

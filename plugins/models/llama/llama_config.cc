@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "../transformer_common/sequence_parallel.h"
 #include "../transformer_common/tensor_parallel.h"
 
 namespace dscore::llama {
@@ -189,6 +190,10 @@ LlamaConfig finish_config(LlamaSettings s, const sdk::Params& p) {
     throw invalid("llama: tensor_parallel.autotp_size " + str(c.tp_size) +
                   " does not divide intermediate_size " + str(c.intermediate_size) +
                   ": each rank holds an equal part of the MLP");
+  c.sp_size = p.integer("sequence_parallel_size");
+  c.sp_rank = p.integer("sequence_parallel_rank");
+  transformer::check_sequence_parallel("llama", c.sp_size, c.sp_rank, c.block_size, c.local_heads(),
+                                       c.local_kv_heads(), c.device);
   return c;
 }
 

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "../transformer_common/sequence_parallel.h"
+
 namespace dscore::llama {
 
 // rope_scaling: none, or Llama 3's ("rope_type": "llama3"), which divides
@@ -42,6 +44,12 @@ struct LlamaConfig {
   // of each tensor it holds).
   int64_t tp_size = 1;
   int64_t tp_rank = 0;
+  // Ulysses sequence parallelism: this rank computes the token-wise layers
+  // (RoPE at its slice's positions) on slice sp_rank of sp_size of every
+  // sample, and attention on the whole sequence for its share of the query
+  // and key/value heads (transformer_common/sequence_parallel.h).
+  int64_t sp_size = 1;
+  int64_t sp_rank = 0;
 
   int64_t q_dim() const { return num_attention_heads * head_dim; }   // Q
   int64_t kv_dim() const { return num_key_value_heads * head_dim; }  // KV
@@ -52,6 +60,9 @@ struct LlamaConfig {
   int64_t local_q_dim() const { return q_dim() / tp_size; }
   int64_t local_kv_dim() const { return kv_dim() / tp_size; }
   int64_t local_intermediate() const { return intermediate_size / tp_size; }
+  transformer::SequenceSlice sequence() const { return {sp_size, sp_rank, block_size}; }
+  // The tokens of each sample this rank's token-wise layers compute.
+  int64_t local_tokens() const { return block_size / sp_size; }
   // Layers: 0 = embeddings (model.embed_tokens; also the LM head when tied),
   // 1..L = blocks, L + 1 = the final RMSNorm (and lm_head when untied).
   int64_t layer_count() const { return num_hidden_layers + 2; }

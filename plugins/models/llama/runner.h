@@ -102,7 +102,7 @@ class LlamaRunner {
   // boundary at layer k is the input of layer k, residual(k - 1): (B, T, C)
   // of Scalar.
   int64_t boundary_elements(int64_t batch) const {
-    return batch * cfg_.block_size * cfg_.hidden_size;
+    return batch * cfg_.local_tokens() * cfg_.hidden_size;
   }
 
   void stage_forward(const SplitTokens& tokens, size_t first, size_t end,
@@ -172,6 +172,10 @@ class LlamaRunner {
       last_rows.push_back(b * cfg_.block_size + tokens.last_position[static_cast<size_t>(b)]);
     const bool want_loss = loss != nullptr && tokens.counted_targets > 0;
     double sum = 0;
+    if (cfg_.sequence().split() && logits != nullptr)
+      throw sdk::Error(DSCORE_UNIMPLEMENTED,
+                       "llama: logits (generation) under sequence parallelism are not supported; "
+                       "generate with sequence_parallel_size 1");
     if (split() && logits != nullptr)
       throw sdk::Error(DSCORE_UNIMPLEMENTED,
                        "llama: logits (generation) under tensor parallelism are not supported "
@@ -213,9 +217,11 @@ class LlamaRunner {
   }
 
   void allocate_activations(bool bf16_operands) {
-    const ActivationElements e = activation_elements(
-        cfg_, B_, backend_.attention_state_elements(B_, cfg_.block_size, cfg_.local_heads()),
-        bf16_operands, lo_, hi_);
+    const ActivationElements e =
+        activation_elements(cfg_, B_,
+                            backend_.attention_state_elements(
+                                B_, cfg_.block_size, cfg_.local_heads() / cfg_.sequence().size),
+                            bf16_operands, lo_, hi_);
     acts_ = Activations{};
     acts_.resid = backend_.template alloc<T>(e.resid);
     acts_.lnf = backend_.template alloc<T>(e.lnf);
@@ -233,6 +239,7 @@ class LlamaRunner {
     acts_.dq = backend_.template alloc<T>(e.dq);
     acts_.dk = backend_.template alloc<T>(e.dk);
     acts_.dv = backend_.template alloc<T>(e.dv);
+    acts_.heads_grad = backend_.template alloc<T>(e.heads_grad);
     bf16_operands_ = bf16_operands;
     activations_ready_ = true;
   }
@@ -273,7 +280,9 @@ class LlamaRunner {
   }
 
   struct BlockActs {
-    Buffer<T> ln1, q, k, v, atty, attention_state, x2, ln2, gate, up, swiglu;
+    // Under sequence parallelism q, k and v hold the heads layout, and
+    // heads_out attention's output in it.
+    Buffer<T> ln1, q, k, v, atty, attention_state, x2, ln2, gate, up, swiglu, heads_out;
     Buffer<S> rstd1, rstd2;
   };
   struct Activations {
@@ -283,9 +292,10 @@ class LlamaRunner {
     Buffer<T> rope_cos, rope_sin;   // (T, hd / 2)
     std::vector<BlockActs> blocks;  // one per kept block, plus one shared by checkpointed blocks
     Buffer<T> dgate, dup, dln, datty, dq, dk, dv;  // backward scratch
+    Buffer<T> heads_grad;  // sequence parallelism: attention's gradients in the heads layout
   };
 
-  int64_t rows() const { return B_ * cfg_.block_size; }
+  int64_t rows() const { return B_ * cfg_.local_tokens(); }
   bool checkpointed(int64_t l) const { return l < cfg_.checkpoint_blocks; }
   BlockActs& block_acts(int64_t l) {
     return checkpointed(l)
@@ -371,6 +381,7 @@ class LlamaRunner {
     a.gate = backend_.template alloc<T>(e.gate);
     a.up = backend_.template alloc<T>(e.up);
     a.swiglu = backend_.template alloc<T>(e.swiglu);
+    a.heads_out = backend_.template alloc<T>(e.heads_out);
     a.rstd1 = backend_.template alloc<S>(e.stat);
     a.rstd2 = backend_.template alloc<S>(e.stat);
   }
@@ -384,8 +395,9 @@ class LlamaRunner {
 
   transformer::cpu::AttentionShape attention_shape() const {
     const int64_t Q = cfg_.local_q_dim(), KV = cfg_.local_kv_dim();
-    return {B_, cfg_.block_size, cfg_.local_heads(), cfg_.local_kv_heads(), cfg_.head_dim, Q, KV,
-            Q};
+    return {
+        B_, cfg_.local_tokens(), cfg_.local_heads(), cfg_.local_kv_heads(), cfg_.head_dim, Q, KV,
+        Q};
   }
 
   // The embeddings, every block, and the final norm; `final_head`, when
@@ -442,26 +454,30 @@ class LlamaRunner {
     // This rank's heads and units (all of them without tensor parallelism).
     const int64_t N = rows(), C = cfg_.hidden_size, I = cfg_.local_intermediate();
     const int64_t Q = cfg_.local_q_dim(), KV = cfg_.local_kv_dim(), hd = cfg_.head_dim,
-                  Tn = cfg_.block_size;
+                  Tn = cfg_.local_tokens();
     const double eps = cfg_.rms_norm_eps;
     if constexpr (kFusedBlock) {
       backend_.rmsnorm_forward_operand(a.ln1.get(), a.rstd1.get(), x, p[kInputNorm], N, C, eps,
                                        p[kQProj]);
-      backend_.matmul_forward_operand(a.q.get(), a.ln1.get(), p[kQProj], nullptr, N, C, Q);
-      backend_.matmul_forward_operand(a.k.get(), a.ln1.get(), p[kKProj], nullptr, N, C, KV);
-      backend_.matmul_forward_operand(a.v.get(), a.ln1.get(), p[kVProj], nullptr, N, C, KV);
+      backend_.matmul_forward_operand(q_out(a), a.ln1.get(), p[kQProj], nullptr, N, C, Q);
+      backend_.matmul_forward_operand(k_out(a), a.ln1.get(), p[kKProj], nullptr, N, C, KV);
+      backend_.matmul_forward_operand(v_out(a), a.ln1.get(), p[kVProj], nullptr, N, C, KV);
     } else {
       backend_.rmsnorm_forward(a.ln1.get(), a.rstd1.get(), x, p[kInputNorm], N, C, eps);
-      backend_.matmul_forward(a.q.get(), a.ln1.get(), p[kQProj], nullptr, N, C, Q);
-      backend_.matmul_forward(a.k.get(), a.ln1.get(), p[kKProj], nullptr, N, C, KV);
-      backend_.matmul_forward(a.v.get(), a.ln1.get(), p[kVProj], nullptr, N, C, KV);
+      backend_.matmul_forward(q_out(a), a.ln1.get(), p[kQProj], nullptr, N, C, Q);
+      backend_.matmul_forward(k_out(a), a.ln1.get(), p[kKProj], nullptr, N, C, KV);
+      backend_.matmul_forward(v_out(a), a.ln1.get(), p[kVProj], nullptr, N, C, KV);
     }
-    const T* cos = acts_.rope_cos.get();
-    const T* sin = acts_.rope_sin.get();
-    backend_.rope_forward(a.q.get(), cos, sin, B_, Tn, cfg_.local_heads(), hd, Q);
-    backend_.rope_forward(a.k.get(), cos, sin, B_, Tn, cfg_.local_kv_heads(), hd, KV);
-    backend_.attention_forward(a.atty.get(), a.attention_state.get(), a.q.get(), a.k.get(),
-                               a.v.get(), attention_shape());
+    // RoPE at this rank's positions (its slice's rows of the tables).
+    const T* cos = rope_rows(acts_.rope_cos.get());
+    const T* sin = rope_rows(acts_.rope_sin.get());
+    backend_.rope_forward(q_out(a), cos, sin, B_, Tn, cfg_.local_heads(), hd, Q);
+    backend_.rope_forward(k_out(a), cos, sin, B_, Tn, cfg_.local_kv_heads(), hd, KV);
+    if (cfg_.sequence().split())
+      sequence_attention_forward(a);
+    else
+      backend_.attention_forward(a.atty.get(), a.attention_state.get(), a.q.get(), a.k.get(),
+                                 a.v.get(), attention_shape());
     if constexpr (kFusedBlock) {
       // o_proj goes through dln (backward scratch, free here: a recompute
       // runs before its block's backward uses it), as ln2 is written in
@@ -513,7 +529,7 @@ class LlamaRunner {
     // This rank's heads and units (all of them without tensor parallelism).
     const int64_t N = rows(), C = cfg_.hidden_size, I = cfg_.local_intermediate();
     const int64_t Q = cfg_.local_q_dim(), KV = cfg_.local_kv_dim(), hd = cfg_.head_dim,
-                  Tn = cfg_.block_size;
+                  Tn = cfg_.local_tokens();
     if constexpr (kFusedBlock) {
       backend_.mlp_backward(acts_.dln.get(), g[kGateProj], g[kUpProj], g[kDownProj],
                             acts_.dgate.get(), acts_.dup.get(), d, a.ln2.get(), a.gate.get(),
@@ -535,11 +551,14 @@ class LlamaRunner {
                               p[kPostAttentionNorm], a.rstd2.get(), N, C);
     backend_.matmul_backward(acts_.datty.get(), g[kOProj], nullptr, d, a.atty.get(), p[kOProj], N,
                              Q, C);
-    backend_.attention_backward(acts_.dq.get(), acts_.dk.get(), acts_.dv.get(), acts_.datty.get(),
-                                a.q.get(), a.k.get(), a.v.get(), a.atty.get(),
-                                a.attention_state.get(), attention_shape());
-    const T* cos = acts_.rope_cos.get();
-    const T* sin = acts_.rope_sin.get();
+    if (cfg_.sequence().split())
+      sequence_attention_backward(a);
+    else
+      backend_.attention_backward(acts_.dq.get(), acts_.dk.get(), acts_.dv.get(), acts_.datty.get(),
+                                  a.q.get(), a.k.get(), a.v.get(), a.atty.get(),
+                                  a.attention_state.get(), attention_shape());
+    const T* cos = rope_rows(acts_.rope_cos.get());
+    const T* sin = rope_rows(acts_.rope_sin.get());
     backend_.rope_backward(acts_.dq.get(), cos, sin, B_, Tn, cfg_.local_heads(), hd, Q);
     backend_.rope_backward(acts_.dk.get(), cos, sin, B_, Tn, cfg_.local_kv_heads(), hd, KV);
     input_linear_backward(acts_.dln.get(), g[kQProj], acts_.dq.get(), a.ln1.get(), p[kQProj], C, Q);
@@ -550,6 +569,67 @@ class LlamaRunner {
     group_sum(acts_.dln.get(), N * C);
     backend_.rmsnorm_backward(d, g[kInputNorm], acts_.dln.get(), x, p[kInputNorm], a.rstd1.get(), N,
                               C);
+  }
+
+  // ---- sequence parallelism (cfg_.sp_size > 1; sequence_parallel.h):
+  // the projections write this rank's slice of q, k and v to the backward
+  // scratch dq, dk and dv (free in forward); RoPE turns them at the slice's
+  // positions; all-to-alls move them to a.q, a.k and a.v in the heads
+  // layout (the whole sequence, 1 / sp of the query and key/value heads),
+  // which attention reads and backward keeps.
+  T* q_out(BlockActs& a) { return cfg_.sequence().split() ? acts_.dq.get() : a.q.get(); }
+  T* k_out(BlockActs& a) { return cfg_.sequence().split() ? acts_.dk.get() : a.k.get(); }
+  T* v_out(BlockActs& a) { return cfg_.sequence().split() ? acts_.dv.get() : a.v.get(); }
+  const T* rope_rows(const T* table) const {
+    return table + cfg_.sequence().first() * (cfg_.head_dim / 2);
+  }
+  transformer::cpu::AttentionShape heads_shape() const {
+    const int64_t sp = cfg_.sequence().size;
+    const int64_t Q = cfg_.local_q_dim() / sp, KV = cfg_.local_kv_dim() / sp;
+    return {B_,
+            cfg_.block_size,
+            cfg_.local_heads() / sp,
+            cfg_.local_kv_heads() / sp,
+            cfg_.head_dim,
+            Q,
+            KV,
+            Q};
+  }
+  void sequence_attention_forward(BlockActs& a) {
+    const int64_t Q = cfg_.local_q_dim(), KV = cfg_.local_kv_dim();
+    sequence_to(Layout::kHeads, acts_.dq.get(), a.q.get(), Q);
+    sequence_to(Layout::kHeads, acts_.dk.get(), a.k.get(), KV);
+    sequence_to(Layout::kHeads, acts_.dv.get(), a.v.get(), KV);
+    backend_.attention_forward(a.heads_out.get(), a.attention_state.get(), a.q.get(), a.k.get(),
+                               a.v.get(), heads_shape());
+    sequence_to(Layout::kTokens, a.heads_out.get(), a.atty.get(), Q);
+  }
+  // From the gradient at a.atty (acts_.datty) to the slice's q, k and v
+  // gradients (acts_.dq, dk, dv), through acts_.heads_grad.
+  void sequence_attention_backward(const BlockActs& a) {
+    const int64_t Q = cfg_.local_q_dim(), KV = cfg_.local_kv_dim(), N = rows();
+    T* dout = acts_.heads_grad.get();
+    T* dq = dout + N * Q;
+    T* dk = dq + N * Q;
+    T* dv = dk + N * KV;
+    sequence_to(Layout::kHeads, acts_.datty.get(), dout, Q);
+    backend_.attention_backward(dq, dk, dv, dout, a.q.get(), a.k.get(), a.v.get(),
+                                a.heads_out.get(), a.attention_state.get(), heads_shape());
+    sequence_to(Layout::kTokens, dq, acts_.dq.get(), Q);
+    sequence_to(Layout::kTokens, dk, acts_.dk.get(), KV);
+    sequence_to(Layout::kTokens, dv, acts_.dv.get(), KV);
+  }
+  enum class Layout { kHeads, kTokens };
+  void sequence_to(Layout to, const T* from, T* out, int64_t W) {
+    if constexpr (requires { backend_.sequence_to_heads(from, out, B_, cfg_.sequence(), W, 1); }) {
+      if (to == Layout::kHeads)
+        backend_.sequence_to_heads(from, out, B_, cfg_.sequence(), W, 1);
+      else
+        backend_.sequence_to_tokens(from, out, B_, cfg_.sequence(), W, 1);
+    } else {
+      throw sdk::Error(DSCORE_UNIMPLEMENTED,
+                       "llama: sequence parallelism computes on the CPU only");
+    }
   }
 
   // ---- tensor parallelism (cfg_.tp_size > 1; llama_params.cc's split):

@@ -12,7 +12,7 @@
 namespace dscore::lr_schedules {
 namespace {
 
-constexpr const char kSchema[] = R"json({
+constexpr const char kLrRangeTestSchema[] = R"json({
   "lr_range_test_min_lr": {"type": "number_or_array", "default": 0.001,
                            "doc": "lr at the first iteration; a list gives one value per parameter group"},
   "lr_range_test_step_size": {"type": "int", "default": 2000, "min": 1,
@@ -53,7 +53,7 @@ Schedule* create_lr_range_test(const sdk::Params& p, const dscore_scheduler_cont
   return new LrRangeTest(p, context);
 }
 
-constexpr dscore_scheduler_vtable kVtable = make_vtable<&create_lr_range_test>();
+constexpr dscore_scheduler_vtable kLrRangeTestVtable = make_vtable<&create_lr_range_test>();
 
 }  // namespace
 
@@ -64,7 +64,7 @@ const dscore_plugin_descriptor kLrRangeTestDescriptor = {
     "0.1.0",
     "lr growing linearly (or in stairs) from lr_range_test_min_lr (DeepSpeed LRRangeTest)",
     0,
-    kSchema,
-    &kVtable};
+    kLrRangeTestSchema,
+    &kLrRangeTestVtable};
 
 }  // namespace dscore::lr_schedules

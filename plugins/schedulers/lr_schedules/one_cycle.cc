@@ -16,7 +16,7 @@
 namespace dscore::lr_schedules {
 namespace {
 
-constexpr const char kSchema[] = R"json({
+constexpr const char kOneCycleSchema[] = R"json({
   "cycle_min_lr": {"type": "number_or_array", "required": true,
                    "doc": "lr at the start and end of the cycle; a list gives one value per parameter group"},
   "cycle_max_lr": {"type": "number_or_array", "required": true,
@@ -159,7 +159,7 @@ Schedule* create_one_cycle(const sdk::Params& p, const dscore_scheduler_context&
   return new OneCycle(p, context);
 }
 
-constexpr dscore_scheduler_vtable kVtable = make_vtable<&create_one_cycle>();
+constexpr dscore_scheduler_vtable kOneCycleVtable = make_vtable<&create_one_cycle>();
 
 }  // namespace
 
@@ -170,7 +170,7 @@ const dscore_plugin_descriptor kOneCycleDescriptor = {
     "0.1.0",
     "one lr cycle with inverse momentum cycling, then decay (DeepSpeed OneCycle)",
     0,
-    kSchema,
-    &kVtable};
+    kOneCycleSchema,
+    &kOneCycleVtable};
 
 }  // namespace dscore::lr_schedules

@@ -17,7 +17,7 @@
 namespace dscore::lr_schedules {
 namespace {
 
-constexpr const char kSchema[] = R"json({
+constexpr const char kWarmupCosineSchema[] = R"json({
   "total_num_steps": {"type": "int", "required": true, "auto": "train_steps",
                       "doc": "iteration at which the cosine reaches cos_min_ratio (the lr stays there afterwards)"},
   "warmup_min_ratio": {"type": "number", "default": 0.0, "min": 0, "auto": "default",
@@ -96,7 +96,7 @@ Schedule* create_warmup_cosine(const sdk::Params& p, const dscore_scheduler_cont
   return new WarmupCosine(p, context);
 }
 
-constexpr dscore_scheduler_vtable kVtable = make_vtable<&create_warmup_cosine>();
+constexpr dscore_scheduler_vtable kWarmupCosineVtable = make_vtable<&create_warmup_cosine>();
 
 }  // namespace
 
@@ -107,7 +107,7 @@ const dscore_plugin_descriptor kWarmupCosineLrDescriptor = {
     "0.1.0",
     "warm-up to the optimizer's lr, then cosine decay to cos_min_ratio (DeepSpeed WarmupCosineLR)",
     0,
-    kSchema,
-    &kVtable};
+    kWarmupCosineSchema,
+    &kWarmupCosineVtable};
 
 }  // namespace dscore::lr_schedules

@@ -13,13 +13,12 @@ namespace {
 
 using testing::aligned;
 using testing::Buffer;
+using testing::kCreate;
 using testing::random_buffer;
 using testing::TempDir;
 
-constexpr uint32_t kCreate = DSCORE_OPEN_READ | DSCORE_OPEN_WRITE | DSCORE_OPEN_CREATE;
-
-std::unique_ptr<Swapper> faulty(const plugin_host::PluginRegistry& registry, int fail_request,
-                                const char* fault) {
+std::unique_ptr<offload::Swapper> faulty(const plugin_host::PluginRegistry& registry,
+                                         int fail_request, const char* fault) {
   config::AioConfig s = config::default_aio();
   s.block_size = 4096;
   s.queue_depth = 1;  // one request at a time: which ticket fails is exact

@@ -18,10 +18,10 @@ namespace {
 using testing::aligned;
 using testing::BackendEnv;
 using testing::Buffer;
+using testing::kCreate;
 using testing::random_buffer;
 using testing::TempDir;
 
-constexpr uint32_t kCreate = DSCORE_OPEN_READ | DSCORE_OPEN_WRITE | DSCORE_OPEN_CREATE;
 constexpr size_t kBlock = 64 * 1024;
 
 class Swapper : public ::testing::TestWithParam<std::string> {

@@ -3,6 +3,7 @@
 // a tiny tmpfs for the full-disk test.
 #pragma once
 
+#include <dscore/offload.h>
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <unistd.h>
@@ -25,6 +26,9 @@ struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
 };
 using Buffer = std::unique_ptr<char, FreeDeleter>;
+
+// open() flags for a file the test makes.
+constexpr uint32_t kCreate = DSCORE_OPEN_READ | DSCORE_OPEN_WRITE | DSCORE_OPEN_CREATE;
 
 inline Buffer aligned(size_t bytes) {
   return Buffer(static_cast<char*>(std::aligned_alloc(4096, bytes == 0 ? 4096 : bytes)));
