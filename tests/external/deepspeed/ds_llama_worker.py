@@ -5,7 +5,9 @@ of rank r at step s starts at sample s*B + m*micro*W + r*micro
 (core/data/sampler.h). Started by check_llama_import.py with the
 distributed environment set; rank 0 writes the per-step losses as JSON.
 Under AutoTP the ranks of a tensor-parallel group read the same samples
-(rank and world above are then the data-parallel ones).
+(rank and world above are then the data-parallel ones), and under Ulysses
+(sequence_parallel_size) those of a sequence-parallel group, each computing
+its slice of the positions.
 
 Usage: ds_llama_worker.py <result.json> <hf folder> <token shard> <T> <steps> <save at> <save dir> <ds_config.json>
 """
@@ -33,6 +35,21 @@ def sample_rows(tokens, T, first, count):
                                   for k in range(first, first + count)]))
 
 
+def sequence_slice_loss(engine, rows, T, sp, sp_rank, mpu):
+    """This rank's slice of every sample (positions [r T/sp, (r+1) T/sp)):
+    its share of the whole samples' mean cross-entropy (the summed losses of
+    its targets over all micro x T of them). DeepSpeed sums the ranks'
+    gradients over the sequence group (and averages over world / sp), so the
+    shares add up to the mean's gradient."""
+    local = T // sp
+    cols = slice(sp_rank * local, (sp_rank + 1) * local)
+    positions = torch.arange(T)[cols].unsqueeze(0).expand(rows.shape[0], -1)
+    logits = engine(input_ids=rows[:, :T][:, cols], position_ids=positions).logits
+    targets = rows[:, 1:T + 1][:, cols]
+    return torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
+                                             targets.reshape(-1), reduction="sum") / (rows.shape[0] * T)
+
+
 def main():
     result_path, folder, shard, T, steps, save_at, save_dir, config_path = sys.argv[1:9]
     T, steps, save_at = int(T), int(steps), int(save_at)
@@ -42,13 +59,30 @@ def main():
     tokens = read_shard(shard)
     with open(config_path) as f:
         ds_config = json.load(f)
-    model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
-    micro, gas = engine.train_micro_batch_size_per_gpu(), engine.gradient_accumulation_steps()
+    # Ulysses (sequence_parallel_size): DeepSpeed's ALST attention for Hugging
+    # Face models (UlyssesSPAttentionHF over sdpa) and its sequence-parallel
+    # groups of consecutive ranks, which read the same samples.
+    sp = ds_config.get("sequence_parallel_size", 1) or 1
+    mpu, attention = None, "eager"
+    if sp > 1:
+        from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF
+        mpu = UlyssesSPAttentionHF.register_with_transformers(
+            model_name_or_path=folder, core_attn_implementation="sdpa", sequence_parallel_size=sp,
+            micro_batch_size=ds_config["train_micro_batch_size_per_gpu"], seq_length=T,
+            seq_length_is_variable=False)
+        attention = "sdpa"
+    model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation=attention)
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config,
+                                           mpu=mpu)
+    # int(): under sequence_parallel_size DeepSpeed 0.19.8 divides the world
+    # size by it as a float, and its gradient_accumulation_steps comes out
+    # a float (2.0).
+    micro, gas = engine.train_micro_batch_size_per_gpu(), int(engine.gradient_accumulation_steps())
     # AutoTP (tensor_parallel.autotp_size): groups of consecutive ranks hold
     # the parts of one replica and read the same samples.
     tp = ds_config.get("tensor_parallel", {}).get("autotp_size", 0) or 1
-    rank, world = rank // tp, world // tp
+    sp_rank = rank % sp
+    rank, world = rank // (tp * sp), world // (tp * sp)
     batch = micro * gas * world
     losses, mean_losses = [], []
     for step in range(steps):
@@ -56,8 +90,14 @@ def main():
         for m in range(gas):
             first = step * batch + m * micro * world + rank * micro
             rows = sample_rows(tokens, T, first, micro)
-            loss = engine(input_ids=rows, labels=rows).loss
+            if sp > 1:
+                loss = sequence_slice_loss(engine, rows, T, sp, sp_rank, mpu)
+            else:
+                loss = engine(input_ids=rows, labels=rows).loss
             engine.backward(loss)
+            if sp > 1:  # the samples' loss: the sum of the slices' shares
+                loss = loss.detach().clone()
+                torch.distributed.all_reduce(loss, group=mpu.get_sequence_parallel_group())
             rank_loss += loss.item() / gas
             engine.step()
         losses.append(rank_loss)
