@@ -35,64 +35,70 @@ MICRO, GAS, TP = 2, 2, 2
 STAGES = (1, 2)
 
 
-def dscore_losses(dscore, folder, stage, hf, shard):
+def dscore_losses(dscore, folder, stage, hf, shard, section, ranks, name):
     work = os.path.join(folder, f"dscore_s{stage}")
     os.makedirs(work)
-    config = {"train_batch_size": MICRO * GAS, "train_micro_batch_size_per_gpu": MICRO,
-              "optimizer": {"type": "Adam", "params": {"lr": 0.001}}, "gradient_clipping": 1.0,
-              "zero_optimization": {"stage": stage}, "tensor_parallel": {"autotp_size": TP},
-              "train_steps": STEPS, "seed": 1,
-              "model": {"type": "llama", "from_pretrained": hf, "block_size": T},
-              "data": {"type": "tokens", "path": shard, "shuffle": False},
-              "csv_monitor": {"enabled": True, "output_path": "out", "job_name": "csv"}}
+    config = dict({"train_batch_size": MICRO * GAS, "train_micro_batch_size_per_gpu": MICRO,
+                   "optimizer": {"type": "Adam", "params": {"lr": 0.001}}, "gradient_clipping": 1.0,
+                   "zero_optimization": {"stage": stage}, "train_steps": STEPS, "seed": 1,
+                   "model": {"type": "llama", "from_pretrained": hf, "block_size": T},
+                   "data": {"type": "tokens", "path": shard, "shuffle": False},
+                   "csv_monitor": {"enabled": True, "output_path": "out", "job_name": "csv"}}, **section)
     with open(os.path.join(work, "config.json"), "w") as f:
         json.dump(config, f)
-    out = subprocess.run([dscore, "run", "--config", "config.json", "-n", str(TP)], cwd=work,
+    out = subprocess.run([dscore, "run", "--config", "config.json", "-n", str(ranks)], cwd=work,
                          capture_output=True, text=True, timeout=ct.DSCORE_RUN_SECONDS,
                          start_new_session=True)
     if out.returncode != 0:
-        sys.exit(f"check_tensor_parallel: FAILED: dscore run (stage {stage}):\n{out.stdout}{out.stderr}")
+        sys.exit(f"{name}: FAILED: dscore run (stage {stage}):\n{out.stdout}{out.stderr}")
     return ct.read_csv(os.path.join(work, "out/csv/Train_Samples_train_loss.csv"), "train_loss")
 
 
-def main():
-    dscore = os.path.abspath(sys.argv[1])
+def compare_with_deepspeed(dscore, name, label, section, ds_batch, ranks, stages):
+    """DeepSpeed (ds_llama_worker.py on `ranks` ranks) and `dscore run` train
+    the same Hugging Face Llama with the config keys `section` at each ZeRO
+    stage; exits 1 unless every step's losses agree within RTOL. ds_batch:
+    DeepSpeed's train_batch_size for the same samples."""
     failures = []
     with tempfile.TemporaryDirectory() as folder:
         hf = save_llama(os.path.join(folder, "llama"), MODEL)
         shard = write_shard(os.path.join(folder, "train.bin"), 40 * T + 1)
         started = time.time()
-        for stage in STAGES:
-            ds_config = {"train_batch_size": MICRO * GAS * TP, "train_micro_batch_size_per_gpu": MICRO,
-                         "optimizer": {"type": "Adam", "params": {"lr": 0.001}},
-                         "gradient_clipping": 1.0, "zero_optimization": {"stage": stage},
-                         "tensor_parallel": {"autotp_size": TP}}
-            path = os.path.join(folder, f"ds_tp_s{stage}.json")
+        for stage in stages:
+            ds_config = dict({"train_batch_size": ds_batch, "train_micro_batch_size_per_gpu": MICRO,
+                              "optimizer": {"type": "Adam", "params": {"lr": 0.001}},
+                              "gradient_clipping": 1.0, "zero_optimization": {"stage": stage}},
+                             **section)
+            path = os.path.join(folder, f"ds_s{stage}.json")
             with open(path, "w") as f:
                 json.dump(ds_config, f)
-            result = os.path.join(folder, f"result_tp_s{stage}.json")
+            result = os.path.join(folder, f"result_s{stage}.json")
             save = os.path.join(folder, f"unused_s{stage}")
             start = lambda: start_ranks(folder, stage, result, hf, shard, save, path, STEPS, 0)  # noqa: E731
-            ct.finish_deepspeed(start(), start, started + ct.DEEPSPEED_SECONDS,
-                                f"check_tensor_parallel (stage {stage})")
+            ct.finish_deepspeed(start(), start, started + ct.DEEPSPEED_SECONDS, f"{name} (stage {stage})")
             with open(result) as f:
                 ds = json.load(f)
-            losses = dscore_losses(dscore, folder, stage, hf, shard)
+            losses = dscore_losses(dscore, folder, stage, hf, shard, section, ranks, name)
             want = ds["losses"]
             if len(losses) != len(want):
                 failures.append(f"stage {stage}: dscore logged {len(losses)} losses, DeepSpeed {len(want)}")
                 continue
             rel, worst = ct.worst_relative(want, losses)
-            print(f"check_tensor_parallel: AutoTP 2, ZeRO {stage} (DeepSpeed {ds['deepspeed']}): steps "
+            print(f"{name}: {label}, ZeRO {stage} (DeepSpeed {ds['deepspeed']}): steps "
                   f"1-{STEPS} max rel {rel:.3g} (step {worst + 1}; DeepSpeed {want[worst]:.6f}, "
                   f"dscore {losses[worst]:.6f}); bound {RTOL}")
             if rel > RTOL:
                 failures.append(f"stage {stage}: step {worst + 1} relative {rel:.3g} > {RTOL}")
-        print(f"check_tensor_parallel: done in {time.time() - started:.0f} s")
+        print(f"{name}: done in {time.time() - started:.0f} s")
     for f in failures:
-        print(f"check_tensor_parallel: MISMATCH: {f}", file=sys.stderr)
+        print(f"{name}: MISMATCH: {f}", file=sys.stderr)
     if failures:
         sys.exit(1)
+
+
+def main():
+    compare_with_deepspeed(os.path.abspath(sys.argv[1]), "check_tensor_parallel", f"AutoTP {TP}",
+                           {"tensor_parallel": {"autotp_size": TP}}, MICRO * GAS * TP, TP, STAGES)
 
 
 if __name__ == "__main__":
