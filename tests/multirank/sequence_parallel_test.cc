@@ -11,43 +11,15 @@
 #include <cstdio>
 
 #include "tests/core/cli/process.h"
-#include "tests/multirank/equivalence_checks.h"
-#include "tests/multirank/harness.h"
+#include "tests/multirank/parallel_specs.h"
 
 namespace dscore::testing {
 namespace {
 
-RunSpec gpt_spec() {
-  RunSpec spec;
-  spec.model =
-      R"({"type": "gpt", "n_layer": 2, "n_head": 4, "n_embd": 32, "block_size": 16, "vocab_size": 256})";
-  spec.extra = std::string(R"("data": {"type": "text", "path": ")") + DSCORE_SOURCE_DIR +
-               R"(/configs/data/quickstart.txt"})";
-  spec.train_batch = 8;
-  spec.steps = 6;
-  spec.clipping = 0.05;
-  return spec;
-}
-
 std::string sp(int size) { return R"(, "sequence_parallel_size": )" + std::to_string(size); }
 
-void expect_close(const RunResult& r, const RunResult& reference, const std::string& what) {
-  ASSERT_FALSE(r.ranks.empty()) << what;
-  ASSERT_FALSE(reference.ranks.empty()) << what;
-  ASSERT_EQ(r.ranks[0].losses.size(), reference.ranks[0].losses.size()) << what;
-  const double losses = max_relative_difference(r.ranks[0].losses, reference.ranks[0].losses);
-  const double params = max_relative_difference(r.params, reference.params, 1e-3);
-  std::printf("%s: losses within %.3g, parameters within %.3g (relative)\n", what.c_str(), losses,
-              params);
-  EXPECT_LT(losses, 1e-7) << what;
-  EXPECT_LT(max_relative_difference(r.ranks[0].grad_norms, reference.ranks[0].grad_norms), 1e-5)
-      << what;
-  ASSERT_EQ(r.params.size(), reference.params.size()) << what;
-  EXPECT_LT(params, 1e-3) << what;
-}
-
 TEST(SequenceParallel, TwoRanksTrainAsOne) {
-  RunSpec spec = gpt_spec();
+  RunSpec spec = parallel_gpt_spec();
   spec.world = 1;
   const RunResult one = run_ok(spec, "one rank");
   for (double norm : one.ranks[0].grad_norms) EXPECT_GT(norm, spec.clipping);
@@ -64,7 +36,7 @@ TEST(SequenceParallel, TwoRanksTrainAsOne) {
 }
 
 TEST(SequenceParallel, TwoByTwoTrainsAsTwoDataParallelRanksAtEveryZeroStage) {
-  RunSpec spec = gpt_spec();
+  RunSpec spec = parallel_gpt_spec();
   spec.world = 2;
   const RunResult dp = run_ok(spec, "DP=2");
   spec.world = 4;
@@ -78,7 +50,7 @@ TEST(SequenceParallel, TwoByTwoTrainsAsTwoDataParallelRanksAtEveryZeroStage) {
 }
 
 TEST(SequenceParallel, WithTensorParallelismTrainsAsOneRank) {
-  RunSpec spec = gpt_spec();
+  RunSpec spec = parallel_gpt_spec();
   spec.world = 1;
   const RunResult one = run_ok(spec, "one rank");
   spec.world = 4;
@@ -88,7 +60,7 @@ TEST(SequenceParallel, WithTensorParallelismTrainsAsOneRank) {
 }
 
 TEST(SequenceParallel, Bf16TrainsAsOneRankWithinBf16Rounding) {
-  RunSpec spec = gpt_spec();
+  RunSpec spec = parallel_gpt_spec();
   spec.precision = "bf16";
   spec.world = 1;
   const RunResult one = run_ok(spec, "bf16 one rank");
@@ -107,21 +79,10 @@ TEST(SequenceParallel, Bf16TrainsAsOneRankWithinBf16Rounding) {
 // with tensor parallelism (each of 2 parts' 2 query heads and 1 key/value
 // head split again: 4 heads over TP=2 x SP=2 needs 4 query and 4 key/value
 // heads, so that spec has 4 key/value heads).
-RunSpec llama_spec(bool tied, int kv_heads = 2) {
-  RunSpec spec = gpt_spec();
-  spec.model = std::string(R"({"type": "llama", "vocab_size": 255, "hidden_size": 32,
-      "intermediate_size": 80, "num_hidden_layers": 2, "num_attention_heads": 4,
-      "num_key_value_heads": )") +
-               std::to_string(kv_heads) + R"(, "max_position_embeddings": 16, "block_size": 16,
-      "tie_word_embeddings": )" +
-               (tied ? "true" : "false") + "}";
-  return spec;
-}
-
 TEST(SequenceParallel, LlamaTwoRanksTrainAsOneAndWithTensorParallelism) {
   for (bool tied : {false, true}) {
     const std::string what = tied ? "tied" : "untied";
-    RunSpec spec = llama_spec(tied);
+    RunSpec spec = parallel_llama_spec(tied);
     const std::string base = spec.extra;
     spec.world = 1;
     const RunResult one = run_ok(spec, "llama one rank " + what);
@@ -129,7 +90,7 @@ TEST(SequenceParallel, LlamaTwoRanksTrainAsOneAndWithTensorParallelism) {
     spec.extra = base + sp(2);
     expect_close(run_ok(spec, "llama SP=2 " + what), one, "llama SP=2 vs one rank, " + what);
   }
-  RunSpec spec = llama_spec(false, 4);
+  RunSpec spec = parallel_llama_spec(false, 4);
   spec.world = 1;
   const RunResult one = run_ok(spec, "llama (4 key/value heads) one rank");
   spec.world = 4;
@@ -145,7 +106,7 @@ TEST(SequenceParallel, LlamaTwoRanksTrainAsOneAndWithTensorParallelism) {
 TEST(SequenceParallel, CheckpointsLoadAtAnotherSequenceParallelSize) {
   TempDir dir("dscore_sp_checkpoint");
   const std::string ck = (dir.path() / "ck").string();
-  RunSpec spec = gpt_spec();
+  RunSpec spec = parallel_gpt_spec();
   const std::string base = spec.extra;
   spec.world = 2;
   spec.stage = 2;
@@ -162,7 +123,7 @@ TEST(SequenceParallel, CheckpointsLoadAtAnotherSequenceParallelSize) {
   EXPECT_EQ(losses, full.ranks.at(0).losses);
   EXPECT_EQ(second.params, full.params);
 
-  RunSpec at_one = gpt_spec();
+  RunSpec at_one = parallel_gpt_spec();
   at_one.world = 1;
   at_one.stage = 2;
   const RunResult one = run_workers(at_one, {"--load", ck, "--dump-state"});

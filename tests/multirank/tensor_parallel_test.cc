@@ -16,44 +16,17 @@
 #include <cstdio>
 
 #include "tests/core/cli/process.h"
-#include "tests/multirank/equivalence_checks.h"
-#include "tests/multirank/harness.h"
+#include "tests/multirank/parallel_specs.h"
 
 namespace dscore::testing {
 namespace {
-
-RunSpec gpt_spec() {
-  RunSpec spec;
-  spec.model =
-      R"({"type": "gpt", "n_layer": 2, "n_head": 4, "n_embd": 32, "block_size": 16, "vocab_size": 256})";
-  spec.extra = std::string(R"("data": {"type": "text", "path": ")") + DSCORE_SOURCE_DIR +
-               R"(/configs/data/quickstart.txt"})";
-  spec.train_batch = 8;
-  spec.steps = 6;
-  spec.clipping = 0.05;
-  return spec;
-}
 
 std::string tp(int size) {
   return R"(, "tensor_parallel": {"autotp_size": )" + std::to_string(size) + "}";
 }
 
-void expect_close(const RunResult& r, const RunResult& reference, const std::string& what) {
-  ASSERT_FALSE(r.ranks.empty()) << what;
-  ASSERT_FALSE(reference.ranks.empty()) << what;
-  ASSERT_EQ(r.ranks[0].losses.size(), reference.ranks[0].losses.size()) << what;
-  EXPECT_LT(max_relative_difference(r.ranks[0].losses, reference.ranks[0].losses), 1e-7) << what;
-  EXPECT_LT(max_relative_difference(r.ranks[0].grad_norms, reference.ranks[0].grad_norms), 1e-5)
-      << what;
-  ASSERT_EQ(r.params.size(), reference.params.size()) << what;
-  std::printf("%s: losses within %.3g, parameters within %.3g (relative)\n", what.c_str(),
-              max_relative_difference(r.ranks[0].losses, reference.ranks[0].losses),
-              max_relative_difference(r.params, reference.params, 1e-3));
-  EXPECT_LT(max_relative_difference(r.params, reference.params, 1e-3), 1e-3) << what;
-}
-
 TEST(TensorParallel, TwoRanksTrainAsOne) {
-  RunSpec spec = gpt_spec();
+  RunSpec spec = parallel_gpt_spec();
   spec.world = 1;
   const RunResult one = run_ok(spec, "one rank");
   for (double norm : one.ranks[0].grad_norms) EXPECT_GT(norm, spec.clipping);
@@ -72,7 +45,7 @@ TEST(TensorParallel, TwoRanksTrainAsOne) {
 }
 
 TEST(TensorParallel, TwoByTwoTrainsAsTwoDataParallelRanksAtZeroStages0To2) {
-  RunSpec spec = gpt_spec();
+  RunSpec spec = parallel_gpt_spec();
   spec.world = 2;
   const RunResult dp = run_ok(spec, "DP=2");
   spec.world = 4;
@@ -86,7 +59,7 @@ TEST(TensorParallel, TwoByTwoTrainsAsTwoDataParallelRanksAtZeroStages0To2) {
 }
 
 TEST(TensorParallel, Bf16TrainsAsOneRankWithinBf16Rounding) {
-  RunSpec spec = gpt_spec();
+  RunSpec spec = parallel_gpt_spec();
   spec.precision = "bf16";
   spec.world = 1;
   const RunResult one = run_ok(spec, "bf16 one rank");
@@ -102,20 +75,10 @@ TEST(TensorParallel, Bf16TrainsAsOneRankWithinBf16Rounding) {
 // key/value heads, each rank one key/value head and its 2 query heads; gate
 // and up by rows; the vocabulary by rows), tied and untied head, with an odd
 // vocabulary (255: 128 + 127) and odd MLP width per rank (40).
-RunSpec llama_spec(bool tied) {
-  RunSpec spec = gpt_spec();
-  spec.model = std::string(R"({"type": "llama", "vocab_size": 255, "hidden_size": 32,
-      "intermediate_size": 80, "num_hidden_layers": 2, "num_attention_heads": 4,
-      "num_key_value_heads": 2, "max_position_embeddings": 16, "block_size": 16,
-      "tie_word_embeddings": )") +
-               (tied ? "true" : "false") + "}";
-  return spec;
-}
-
 TEST(TensorParallel, LlamaTwoRanksTrainAsOneAndTwoByTwoAsTwo) {
   for (bool tied : {false, true}) {
     const std::string what = tied ? "tied" : "untied";
-    RunSpec spec = llama_spec(tied);
+    RunSpec spec = parallel_llama_spec(tied);
     const std::string base = spec.extra;
     spec.world = 1;
     const RunResult one = run_ok(spec, "llama one rank " + what);
@@ -124,7 +87,7 @@ TEST(TensorParallel, LlamaTwoRanksTrainAsOneAndTwoByTwoAsTwo) {
     expect_close(run_ok(spec, "llama TP=2 " + what), one, "llama TP=2 vs one rank, " + what);
     if (tied) continue;
     const RunResult dp = [&] {
-      RunSpec d = llama_spec(tied);
+      RunSpec d = parallel_llama_spec(tied);
       d.world = 2;
       return run_ok(d, "llama DP=2");
     }();
@@ -141,7 +104,7 @@ TEST(TensorParallel, LlamaTwoRanksTrainAsOneAndTwoByTwoAsTwo) {
 TEST(TensorParallel, CheckpointsLoadAtAnotherTensorParallelSize) {
   TempDir dir("dscore_tp_checkpoint");
   const std::string ck = (dir.path() / "ck").string();
-  RunSpec spec = gpt_spec();
+  RunSpec spec = parallel_gpt_spec();
   const std::string base = spec.extra;
   spec.world = 2;
   spec.extra = base + tp(2);
@@ -158,7 +121,7 @@ TEST(TensorParallel, CheckpointsLoadAtAnotherTensorParallelSize) {
   EXPECT_EQ(second.params, full.params);
 
   const auto loaded_state = [&](int world, int tp_size, const std::string& from) {
-    RunSpec at = gpt_spec();
+    RunSpec at = parallel_gpt_spec();
     at.world = world;
     at.extra = base + (tp_size > 1 ? tp(tp_size) : "");
     const RunResult r = run_workers(at, {"--load", from, "--dump-state"});
@@ -169,7 +132,7 @@ TEST(TensorParallel, CheckpointsLoadAtAnotherTensorParallelSize) {
   EXPECT_EQ(loaded_state(4, 2, ck), first.state) << "TP=2 save loaded at TP=2 x DP=2";
 
   const std::string ck1 = (dir.path() / "ck1").string();
-  RunSpec one = gpt_spec();
+  RunSpec one = parallel_gpt_spec();
   one.world = 1;
   const RunResult saved =
       run_workers(one, {"--save", ck1, "--save-step", "3", "--stop-after-save", "--dump-state"});

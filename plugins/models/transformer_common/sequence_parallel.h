@@ -15,6 +15,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "host_tensor.h"
+
 namespace dscore::transformer {
 
 // Throws INVALID_ARGUMENT naming the fix unless `sp` ranks can split the
@@ -111,25 +113,8 @@ class SequenceParallelGroup {
                       &recv[(j * chunk + n * row + p * Ws)], sizeof(X) * Ws);
   }
 
-  // The group's sum of doubles in place (the whole sequence's statistics).
-  void sum(double* data, int64_t n) const {
-    dscore_tensor t = tensor(data, DSCORE_DTYPE_F64, n);
-    sdk::check(
-        comm("allreduce")
-            ->vtable->allreduce(comm("allreduce")->comm, &t, &t, DSCORE_REDUCE_SUM, nullptr));
-  }
-
  private:
-  static dscore_tensor tensor(void* data, dscore_dtype dtype, int64_t n) {
-    dscore_tensor t{};
-    t.struct_size = sizeof(dscore_tensor);
-    t.data = data;
-    t.dtype = dtype;
-    t.numel = n;
-    t.device_type = DSCORE_DEVICE_CPU;
-    return t;
-  }
-  const dscore_communicator* comm(const char* call) const {
+  const dscore_communicator* all_to_all() const {
     const dscore_communicator* c = host_.communicator(DSCORE_GROUP_SEQUENCE_PARALLEL);
     if (c == nullptr || c->vtable == nullptr)
       throw sdk::Error(DSCORE_FAILED_PRECONDITION,
@@ -137,13 +122,11 @@ class SequenceParallelGroup {
                            ": the model splits each sample's sequence but the host lends no "
                            "sequence-parallel group (run it through the engine with "
                            "sequence_parallel_size set)");
-    const bool has = std::string(call) == "all_to_all" ? c->vtable->all_to_all != nullptr
-                                                       : c->vtable->allreduce != nullptr;
-    if (!has)
+    if (c->vtable->all_to_all == nullptr)
       throw sdk::Error(DSCORE_UNIMPLEMENTED,
-                       std::string(model_) + ": the comm backend has no " + call +
-                           ", which sequence parallelism needs; use the \"local\" or \"mpi\" "
-                           "backend");
+                       std::string(model_) +
+                           ": the comm backend has no all_to_all, which sequence parallelism "
+                           "needs; use the \"local\" or \"mpi\" backend");
     return c;
   }
   template <class X>
@@ -155,8 +138,8 @@ class SequenceParallelGroup {
   void exchange(X* send, X* recv, int64_t n) {
     static_assert(std::is_same_v<X, float> || std::is_same_v<X, double>);
     const dscore_dtype dtype = std::is_same_v<X, float> ? DSCORE_DTYPE_F32 : DSCORE_DTYPE_F64;
-    const dscore_communicator* c = comm("all_to_all");
-    dscore_tensor s = tensor(send, dtype, n), r = tensor(recv, dtype, n);
+    const dscore_communicator* c = all_to_all();
+    dscore_tensor s = host_tensor(send, dtype, n), r = host_tensor(recv, dtype, n);
     sdk::check(c->vtable->all_to_all(c->comm, &s, &r, nullptr));
   }
 

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <string>
 
+#include "host_tensor.h"
+
 namespace dscore::transformer {
 
 // Throws INVALID_ARGUMENT naming the fix unless `tp` ranks can split the
@@ -63,12 +65,7 @@ class TensorParallelGroup {
                            ": the model is split for tensor parallelism but the host lends no "
                            "tensor-parallel group (run it through the engine with "
                            "tensor_parallel.autotp_size set)");
-    dscore_tensor t{};
-    t.struct_size = sizeof(dscore_tensor);
-    t.data = data;
-    t.dtype = dtype;
-    t.numel = n;
-    t.device_type = DSCORE_DEVICE_CPU;
+    dscore_tensor t = host_tensor(data, dtype, n);
     sdk::check(comm->vtable->allreduce(comm->comm, &t, &t, op, nullptr));
   }
 
