@@ -49,6 +49,23 @@ TEST(SequenceParallel, TwoByTwoTrainsAsTwoDataParallelRanksAtEveryZeroStage) {
   }
 }
 
+// ZeRO-Offload partitions the state over the same data x sequence ranks:
+// the optimizer on the host (stage 2) and the parameters too (stage 3)
+// give the in-memory run's bits.
+TEST(SequenceParallel, OffloadIsBitwiseAsInMemory) {
+  for (int stage : {2, 3}) {
+    RunSpec spec = parallel_gpt_spec();
+    spec.world = 2;
+    spec.stage = stage;
+    spec.extra += sp(2);
+    const RunResult in_memory = run_ok(spec, "SP=2 in memory");
+    spec.zero_extra = R"("offload_optimizer": {"device": "cpu"})";
+    if (stage == 3) spec.zero_extra += R"(, "offload_param": {"device": "cpu"})";
+    expect_bitwise(run_ok(spec, "SP=2 offloaded"), in_memory,
+                   "SP=2 offloaded at ZeRO " + std::to_string(stage));
+  }
+}
+
 TEST(SequenceParallel, WithTensorParallelismTrainsAsOneRank) {
   RunSpec spec = parallel_gpt_spec();
   spec.world = 1;
