@@ -21,8 +21,7 @@ void pipeline_unsupported(const TrainingConfig& config, std::vector<ConfigError>
 }
 
 // What tensor parallelism (docs/parallelism.md) does not run with yet.
-void tensor_parallel_unsupported(const TrainingConfig& config, const Placement& placement,
-                                 std::vector<ConfigError>* out) {
+void tensor_parallel_unsupported(const TrainingConfig& config, std::vector<ConfigError>* out) {
   if (config.zero.stage >= 3)
     out->push_back({"zero_optimization.stage",
                     {},
@@ -34,11 +33,6 @@ void tensor_parallel_unsupported(const TrainingConfig& config, const Placement& 
                     {},
                     "tensor parallelism with a pipeline (3D parallelism) is not implemented "
                     "yet: use either pipeline stages or autotp_size > 1"});
-  if (placement.host_offload() || placement.uses_nvme())
-    out->push_back({"zero_optimization.offload_optimizer",
-                    {},
-                    "ZeRO-Offload with tensor parallelism is not implemented yet: remove the "
-                    "offload sections or set tensor_parallel.autotp_size to 1"});
   if (config.device == "cuda")
     out->push_back({"device",
                     {},
@@ -94,7 +88,7 @@ std::vector<ConfigError> unsupported_features(const TrainingConfig& config,
                     "storage is not "
                     "available yet: remove checkpoint.use_node_local_storage"});
   if (pipeline_stages_of(config) > 1) pipeline_unsupported(config, out);
-  if (tensor_parallel_size_of(config) > 1) tensor_parallel_unsupported(config, placement, out);
+  if (tensor_parallel_size_of(config) > 1) tensor_parallel_unsupported(config, out);
   if (sequence_parallel_size_of(config) > 1) sequence_parallel_unsupported(config, out);
   const bool interleaved = config.pipeline.schedule == "interleaved";
   if (config.pipeline.virtual_stages > 1 && !interleaved)

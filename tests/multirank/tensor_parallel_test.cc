@@ -58,6 +58,26 @@ TEST(TensorParallel, TwoByTwoTrainsAsTwoDataParallelRanksAtZeroStages0To2) {
   }
 }
 
+// ZeRO-Offload holds each part's partition on the host (or on NVMe): the
+// same bits as in memory, at TP=2 x DP=2.
+TEST(TensorParallel, OffloadIsBitwiseAsInMemory) {
+  TempDir dir("dscore_tp_offload");
+  for (int stage : {1, 2}) {
+    RunSpec spec = parallel_gpt_spec();
+    spec.world = 4;
+    spec.stage = stage;
+    spec.extra += tp(2);
+    const RunResult in_memory = run_ok(spec, "TP=2 x DP=2 in memory");
+    spec.zero_extra = R"("offload_optimizer": {"device": "cpu"})";
+    expect_bitwise(run_ok(spec, "TP=2 x DP=2 offloaded"), in_memory,
+                   "TP=2 x DP=2 offloaded at ZeRO " + std::to_string(stage));
+    spec.zero_extra =
+        R"("offload_optimizer": {"device": "nvme", "nvme_path": ")" + dir.path().string() + "\"}";
+    expect_bitwise(run_ok(spec, "TP=2 x DP=2 on NVMe"), in_memory,
+                   "TP=2 x DP=2 optimizer on NVMe at ZeRO " + std::to_string(stage));
+  }
+}
+
 TEST(TensorParallel, Bf16TrainsAsOneRankWithinBf16Rounding) {
   RunSpec spec = parallel_gpt_spec();
   spec.precision = "bf16";
