@@ -22,12 +22,6 @@ void pipeline_unsupported(const TrainingConfig& config, std::vector<ConfigError>
 
 // What tensor parallelism (docs/parallelism.md) does not run with yet.
 void tensor_parallel_unsupported(const TrainingConfig& config, std::vector<ConfigError>* out) {
-  if (config.zero.stage >= 3)
-    out->push_back({"zero_optimization.stage",
-                    {},
-                    "ZeRO stage 3 with tensor_parallel.autotp_size > 1 is not implemented yet "
-                    "(stage 3's gradient norm does not count the replicated parameters once, "
-                    "and its gathers do not know the parts); use stage 0, 1 or 2"});
   if (pipeline_stages_of(config) > 1)
     out->push_back({"tensor_parallel.autotp_size",
                     {},

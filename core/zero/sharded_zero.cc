@@ -26,7 +26,27 @@ Status ShardedZero::store_params16(int64_t begin, int64_t count, const void* val
 
 GradientShare ShardedZero::gradient_share() {
   // The whole local part: the ranks' shards are disjoint and cover every parameter.
-  return {reduction_.owned_grads(), storage_.local_numel(), {}};
+  GradientShare share{reduction_.owned_grads(), storage_.local_numel(), {}};
+  if (ctx_.norm_excluded.empty()) return share;
+  // Less the shards of the parameters in the excluded flat ranges (each
+  // parameter's shard sits at its local_offset in the packed local part).
+  const std::vector<ParamShard>& shards = storage_.shards().params;
+  const auto excluded = [&](int64_t offset, int64_t numel) {
+    for (const auto& [first, last] : ctx_.norm_excluded)
+      if (offset >= first && offset + numel <= last) return true;
+    return false;
+  };
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const ParamShard& s = shards[i];
+    if (s.shard_size == 0 || excluded(ctx_.layout->params()[i].offset, s.numel)) continue;
+    const int64_t lo = s.local_offset, hi = s.local_offset + s.shard_size;
+    if (!share.counted.empty() && share.counted.back().second == lo)
+      share.counted.back().second = hi;
+    else
+      share.counted.emplace_back(lo, hi);
+  }
+  if (share.counted.empty()) share.counted.emplace_back(0, 0);  // nothing counted
+  return share;
 }
 
 void ShardedZero::begin_micro_step(bool boundary) {

@@ -111,9 +111,9 @@ TEST(SequenceParallel, LlamaTwoRanksTrainAsOneAndWithTensorParallelism) {
   spec.world = 1;
   const RunResult one = run_ok(spec, "llama (4 key/value heads) one rank");
   spec.world = 4;
-  spec.stage = 2;
+  spec.stage = 3;
   spec.extra += sp(2) + R"(, "tensor_parallel": {"autotp_size": 2})";
-  expect_close(run_ok(spec, "llama TP=2 x SP=2"), one, "llama TP=2 x SP=2 at ZeRO 2 vs one rank");
+  expect_close(run_ok(spec, "llama TP=2 x SP=2"), one, "llama TP=2 x SP=2 at ZeRO 3 vs one rank");
 }
 
 // The parameters and optimizer state are replicated over the sequence

@@ -44,13 +44,13 @@ TEST(TensorParallel, TwoRanksTrainAsOne) {
   expect_bitwise(run_ok(spec, "TP=2 checkpointed"), two, "TP=2 checkpointed vs kept");
 }
 
-TEST(TensorParallel, TwoByTwoTrainsAsTwoDataParallelRanksAtZeroStages0To2) {
+TEST(TensorParallel, TwoByTwoTrainsAsTwoDataParallelRanksAtEveryZeroStage) {
   RunSpec spec = parallel_gpt_spec();
   spec.world = 2;
   const RunResult dp = run_ok(spec, "DP=2");
   spec.world = 4;
   const std::string base = spec.extra;
-  for (int stage = 0; stage <= 2; ++stage) {
+  for (int stage = 0; stage <= 3; ++stage) {
     spec.stage = stage;
     spec.extra = base + tp(2);
     expect_close(run_ok(spec, "TP=2 x DP=2 stage " + std::to_string(stage)), dp,
@@ -120,44 +120,51 @@ TEST(TensorParallel, LlamaTwoRanksTrainAsOneAndTwoByTwoAsTwo) {
 // A TP=2 save holds whole tensors (each part's fragments say where they
 // sit): it resumes at TP=2 bitwise as the uninterrupted run, and loads at
 // one rank and at TP=2 x DP=2 with the masters and Adam's moments equal,
-// bitwise, to what was saved; a one-rank save loads at TP=2 likewise.
+// bitwise, to what was saved; a one-rank save loads at TP=2 likewise. At
+// ZeRO 0 and at ZeRO 3 (every rank saves its shards of its part).
 TEST(TensorParallel, CheckpointsLoadAtAnotherTensorParallelSize) {
   TempDir dir("dscore_tp_checkpoint");
-  const std::string ck = (dir.path() / "ck").string();
-  RunSpec spec = parallel_gpt_spec();
-  const std::string base = spec.extra;
-  spec.world = 2;
-  spec.extra = base + tp(2);
-  const RunResult full = run_ok(spec, "TP=2 uninterrupted");
-  const RunResult first =
-      run_workers(spec, {"--save", ck, "--save-step", "3", "--stop-after-save", "--dump-state"});
-  ASSERT_TRUE(first.ok()) << first.process.describe();
-  ASSERT_FALSE(first.state.empty());
-  const RunResult second = run_workers(spec, {"--load", ck});
-  ASSERT_TRUE(second.ok()) << second.process.describe();
-  std::vector<double> losses = first.ranks.at(0).losses;
-  losses.insert(losses.end(), second.ranks.at(0).losses.begin(), second.ranks.at(0).losses.end());
-  EXPECT_EQ(losses, full.ranks.at(0).losses);
-  EXPECT_EQ(second.params, full.params);
+  for (int stage : {0, 3}) {
+    SCOPED_TRACE("ZeRO stage " + std::to_string(stage));
+    const std::string ck = (dir.path() / ("ck" + std::to_string(stage))).string();
+    RunSpec spec = parallel_gpt_spec();
+    spec.stage = stage;
+    const std::string base = spec.extra;
+    spec.world = 2;
+    spec.extra = base + tp(2);
+    const RunResult full = run_ok(spec, "TP=2 uninterrupted");
+    const RunResult first =
+        run_workers(spec, {"--save", ck, "--save-step", "3", "--stop-after-save", "--dump-state"});
+    ASSERT_TRUE(first.ok()) << first.process.describe();
+    ASSERT_FALSE(first.state.empty());
+    const RunResult second = run_workers(spec, {"--load", ck});
+    ASSERT_TRUE(second.ok()) << second.process.describe();
+    std::vector<double> losses = first.ranks.at(0).losses;
+    losses.insert(losses.end(), second.ranks.at(0).losses.begin(), second.ranks.at(0).losses.end());
+    EXPECT_EQ(losses, full.ranks.at(0).losses);
+    EXPECT_EQ(second.params, full.params);
 
-  const auto loaded_state = [&](int world, int tp_size, const std::string& from) {
-    RunSpec at = parallel_gpt_spec();
-    at.world = world;
-    at.extra = base + (tp_size > 1 ? tp(tp_size) : "");
-    const RunResult r = run_workers(at, {"--load", from, "--dump-state"});
-    EXPECT_TRUE(r.ok()) << r.process.describe();
-    return r.state;
-  };
-  EXPECT_EQ(loaded_state(1, 1, ck), first.state) << "TP=2 save loaded at one rank";
-  EXPECT_EQ(loaded_state(4, 2, ck), first.state) << "TP=2 save loaded at TP=2 x DP=2";
+    const auto loaded_state = [&](int world, int tp_size, const std::string& from) {
+      RunSpec at = parallel_gpt_spec();
+      at.stage = stage;
+      at.world = world;
+      at.extra = base + (tp_size > 1 ? tp(tp_size) : "");
+      const RunResult r = run_workers(at, {"--load", from, "--dump-state"});
+      EXPECT_TRUE(r.ok()) << r.process.describe();
+      return r.state;
+    };
+    EXPECT_EQ(loaded_state(1, 1, ck), first.state) << "TP=2 save loaded at one rank";
+    EXPECT_EQ(loaded_state(4, 2, ck), first.state) << "TP=2 save loaded at TP=2 x DP=2";
 
-  const std::string ck1 = (dir.path() / "ck1").string();
-  RunSpec one = parallel_gpt_spec();
-  one.world = 1;
-  const RunResult saved =
-      run_workers(one, {"--save", ck1, "--save-step", "3", "--stop-after-save", "--dump-state"});
-  ASSERT_TRUE(saved.ok()) << saved.process.describe();
-  EXPECT_EQ(loaded_state(2, 2, ck1), saved.state) << "one-rank save loaded at TP=2";
+    const std::string ck1 = ck + "_one";
+    RunSpec one = parallel_gpt_spec();
+    one.stage = stage;
+    one.world = 1;
+    const RunResult saved =
+        run_workers(one, {"--save", ck1, "--save-step", "3", "--stop-after-save", "--dump-state"});
+    ASSERT_TRUE(saved.ok()) << saved.process.describe();
+    EXPECT_EQ(loaded_state(2, 2, ck1), saved.state) << "one-rank save loaded at TP=2";
+  }
 }
 
 }  // namespace

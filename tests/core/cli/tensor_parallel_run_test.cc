@@ -107,8 +107,6 @@ TEST_F(TensorParallelRun, RefusesWhatItDoesNotRunNamingTheKey) {
     EXPECT_NE(r.exit_code, 0) << name;
     EXPECT_NE(r.err.find(message), std::string::npos) << name << ": " << r.err;
   };
-  refused("zero3", gpt() + tp2 + R"(, "zero_optimization": {"stage": 3})", 2,
-          "ZeRO stage 3 with tensor_parallel.autotp_size > 1");
   refused("pipe", gpt() + tp2 + R"(, "pipeline": {"stages": 2})", 4,
           "tensor parallelism with a pipeline (3D parallelism) is not implemented");
   refused("odd", gpt() + R"(, "tensor_parallel": {"autotp_size": 3})", 2,

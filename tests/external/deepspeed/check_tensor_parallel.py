@@ -2,14 +2,15 @@
 a tiny LlamaForCausalLM (2 layers, hidden 64, 4 query heads over 2
 key/value heads, vocab 300, untied) and saves it; DeepSpeed 0.19.8 trains it
 with "tensor_parallel": {"autotp_size": 2} on 2 ranks (gloo, its CPU
-accelerator) at ZeRO 1 and 2 (Adam, lr 1e-3, clipping 1.0) on an llm.c
+accelerator) at ZeRO 1, 2 and 3 (Adam, lr 1e-3, clipping 1.0) on an llm.c
 token shard read as dscore reads it (ds_llama_worker.py: both ranks of the
 tensor-parallel group read the same samples); `dscore run` trains the same
 folder (from_pretrained: each rank reads its slices) with the same section
 at -n 2.
 
 Bound: every step's loss within 1e-5 relative of DeepSpeed's (the ZeRO
-oracle's bound, tests/external/deepspeed/check_llama_import.py).
+oracle's bound, tests/external/deepspeed/check_llama_import.py). Measured:
+8.8e-7, 8.8e-7 and 9.3e-7 at stages 1, 2 and 3 (12 steps).
 
 DeepSpeed 0.19.8 resolves the batch triad before AutoTP makes its
 data-parallel group, over every rank: its train_batch_size here counts the
@@ -32,7 +33,7 @@ from check_llama_import import MODEL, T, save_llama, start_ranks, write_shard
 STEPS = 12
 RTOL = 1e-5
 MICRO, GAS, TP = 2, 2, 2
-STAGES = (1, 2)
+STAGES = (1, 2, 3)
 
 
 def dscore_losses(dscore, folder, stage, hf, shard, section, ranks, name):
