@@ -328,10 +328,11 @@ Status Engine::boundary_step() {
   last_rank_loss_ = pipelined() ? last_loss_ : loss_accumulator_;
   // Under sequence parallelism a rank's loss is its slice's share: its
   // samples' loss is the sum over the sequence group.
-  if (comm::Communicator* sequence = topology_->group(comm::groups::kSequence))
-    DSCORE_RETURN_IF_ERROR(sequence->allreduce({&last_rank_loss_, DSCORE_DTYPE_F64, 1},
-                                               {&last_rank_loss_, DSCORE_DTYPE_F64, 1},
-                                               DSCORE_REDUCE_SUM));
+  if (sequence_parallel_size() > 1)
+    DSCORE_RETURN_IF_ERROR(topology_->group(comm::groups::kSequence)
+                               ->allreduce({&last_rank_loss_, DSCORE_DTYPE_F64, 1},
+                                           {&last_rank_loss_, DSCORE_DTYPE_F64, 1},
+                                           DSCORE_REDUCE_SUM));
   loss_accumulator_ = 0;
   // fp16: the scale reacts to this step's outcome first
   // (docs/deepspeed-reference.md#overflow-handling).
