@@ -96,20 +96,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   comm::Communicator& zero_group = engine->zero_group();
   engine->host_->set_communicator(DSCORE_GROUP_WORLD, engine->comm_->host_table());
   engine->host_->set_communicator(DSCORE_GROUP_DATA_PARALLEL, zero_group.host_table());
-  // The model's groups are communicators of their own: the model calls
-  // them from the compute thread while ZeRO's reductions may be in flight
-  // on the comm stream, and collectives of two threads on one communicator
-  // could meet in different orders on different ranks.
-  const comm::ParallelGrid& g = engine->topology_->grid();
-  const int me = engine->comm_->rank();
-  for (auto [axes, group] : {std::pair{comm::groups::kModel, DSCORE_GROUP_TENSOR_PARALLEL},
-                             std::pair{comm::groups::kSequence, DSCORE_GROUP_SEQUENCE_PARALLEL}}) {
-    if (g.size(axes) <= 1) continue;
-    DSCORE_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> own,
-                            engine->comm_->split(g.group_color(axes, me), me));
-    engine->host_->set_communicator(group, own->host_table());
-    engine->model_groups_.push_back(std::move(own));
-  }
+  DSCORE_RETURN_IF_ERROR(engine->lend_model_groups());
   engine->device_ = std::move(device);
   DSCORE_ASSIGN_OR_RETURN(engine->stream_, engine->device_->create_stream("comm"));
   DSCORE_ASSIGN_OR_RETURN(engine->compute_, engine->device_->create_stream("compute"));

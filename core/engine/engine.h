@@ -231,6 +231,9 @@ class Engine {
   // What the ZeRO stage is given: the placement, the zero section, the
   // data-parallel group, the streams, NVMe's folder.
   Result<zero::ZeroContext> zero_context(comm::Communicator& zero_group);
+  // The tensor- and sequence-parallel groups the model is lent
+  // (engine_tensor_parallel.cc): one split of the world each.
+  Status lend_model_groups();
   // Tensor parallelism (engine_tensor_parallel.cc): the model's split
   // tensors tile their whole tensors over the group (collective), and the
   // flat ranges of this rank's replicated parameters.

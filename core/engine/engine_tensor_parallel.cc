@@ -1,10 +1,12 @@
-// Engine: what tensor parallelism (tensor_parallel.autotp_size) asks of
-// the engine beyond its topology: that the model's split tensors tile their
+// Engine: what tensor and sequence parallelism ask of the engine beyond its
+// topology: the groups lent to the model; and under tensor parallelism
+// (tensor_parallel.autotp_size), that the model's split tensors tile their
 // whole tensors across the group, and which of this rank's parameters are
 // replicated copies the gradient norm counts on the group's first rank only
 // (DeepSpeed's norm counts a parameter that is not model-parallel on
 // tensor-parallel rank 0 alone, the same rule).
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,24 @@
 #include "core/engine/engine.h"
 
 namespace dscore {
+
+Status Engine::lend_model_groups() {
+  // Communicators of their own: the model calls them from the compute
+  // thread while ZeRO's reductions may be in flight on the comm stream, and
+  // collectives of two threads on one communicator could meet in different
+  // orders on different ranks.
+  const comm::ParallelGrid& grid = topology_->grid();
+  const int me = comm_->rank();
+  for (auto [axes, group] : {std::pair{comm::groups::kModel, DSCORE_GROUP_TENSOR_PARALLEL},
+                             std::pair{comm::groups::kSequence, DSCORE_GROUP_SEQUENCE_PARALLEL}}) {
+    if (grid.size(axes) <= 1) continue;
+    DSCORE_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> own,
+                            comm_->split(grid.group_color(axes, me), me));
+    host_->set_communicator(group, own->host_table());
+    model_groups_.push_back(std::move(own));
+  }
+  return Status::Ok();
+}
 
 Status Engine::check_tensor_split() const {
   Status mine = Status::Ok();

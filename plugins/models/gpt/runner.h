@@ -591,18 +591,9 @@ class GptRunner {
                                 a.attention_state.get(), B_, s.tokens, W / s.size, NH / s.size);
     sequence_to(Layout::kTokens, acts_.heads_dqkv.get(), acts_.dqkv.get(), W, 3);
   }
-  enum class Layout { kHeads, kTokens };
+  using Layout = transformer::SequenceLayout;
   void sequence_to(Layout to, const T* from, T* out, int64_t W, int64_t parts) {
-    if constexpr (requires {
-                    backend_.sequence_to_heads(from, out, B_, cfg_.sequence(), W, parts);
-                  }) {
-      if (to == Layout::kHeads)
-        backend_.sequence_to_heads(from, out, B_, cfg_.sequence(), W, parts);
-      else
-        backend_.sequence_to_tokens(from, out, B_, cfg_.sequence(), W, parts);
-    } else {
-      throw sdk::Error(DSCORE_UNIMPLEMENTED, "gpt: sequence parallelism computes on the CPU only");
-    }
+    transformer::sequence_exchange(backend_, to, from, out, B_, cfg_.sequence(), W, parts, "gpt");
   }
 
   // ---- tensor parallelism (cfg_.tp_size > 1; gpt_params.cc's split)

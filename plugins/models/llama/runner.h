@@ -619,17 +619,9 @@ class LlamaRunner {
     sequence_to(Layout::kTokens, dk, acts_.dk.get(), KV);
     sequence_to(Layout::kTokens, dv, acts_.dv.get(), KV);
   }
-  enum class Layout { kHeads, kTokens };
+  using Layout = transformer::SequenceLayout;
   void sequence_to(Layout to, const T* from, T* out, int64_t W) {
-    if constexpr (requires { backend_.sequence_to_heads(from, out, B_, cfg_.sequence(), W, 1); }) {
-      if (to == Layout::kHeads)
-        backend_.sequence_to_heads(from, out, B_, cfg_.sequence(), W, 1);
-      else
-        backend_.sequence_to_tokens(from, out, B_, cfg_.sequence(), W, 1);
-    } else {
-      throw sdk::Error(DSCORE_UNIMPLEMENTED,
-                       "llama: sequence parallelism computes on the CPU only");
-    }
+    transformer::sequence_exchange(backend_, to, from, out, B_, cfg_.sequence(), W, 1, "llama");
   }
 
   // ---- tensor parallelism (cfg_.tp_size > 1; llama_params.cc's split):

@@ -148,4 +148,22 @@ class SequenceParallelGroup {
   std::vector<double> send_, recv_;  // scratch, reused
 };
 
+// A runner's exchange between the layouts above through its backend's
+// (HostBackend::sequence_to_heads/tokens); a backend without them (CUDA,
+// the counting backend) cannot run sequence-split.
+enum class SequenceLayout { kHeads, kTokens };
+template <class Backend, class T>
+void sequence_exchange(Backend& backend, SequenceLayout to, const T* from, T* out, int64_t B,
+                       const SequenceSlice& s, int64_t W, int64_t parts, const char* model) {
+  if constexpr (requires { backend.sequence_to_heads(from, out, B, s, W, parts); }) {
+    if (to == SequenceLayout::kHeads)
+      backend.sequence_to_heads(from, out, B, s, W, parts);
+    else
+      backend.sequence_to_tokens(from, out, B, s, W, parts);
+  } else {
+    throw sdk::Error(DSCORE_UNIMPLEMENTED,
+                     std::string(model) + ": sequence parallelism computes on the CPU only");
+  }
+}
+
 }  // namespace dscore::transformer
