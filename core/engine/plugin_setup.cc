@@ -116,7 +116,7 @@ void with_model_parallel(const config::TrainingConfig& cfg, const config::Object
                   "gpt, gpt2, llama", schema, ref, loaded);
   with_split_axis("sequence_parallel", "sequence parallelism",
                   config::sequence_parallel_size_of(cfg), "sequence_parallel_size",
-                  "\"sequence_parallel_size\": N at the top level", "gpt, gpt2", schema, ref,
+                  "\"sequence_parallel_size\": N at the top level", "gpt, gpt2, llama", schema, ref,
                   loaded);
 }
 
