@@ -48,8 +48,17 @@ Result<std::unique_ptr<plugin_host::ModelInstance>> describe_model(
   return model;
 }
 
-// Each stage's plan over its data-parallel ranks: its layers' state,
-// partitioned by ZeRO over those ranks, and the activations of the
+// Under tensor parallelism: the parts and the whole model's elements
+// (`layout` is part 0's of the model).
+void set_tensor_parallel(int tp, const ParamLayout& layout, zero::ZeroPlan* plan) {
+  if (tp <= 1) return;
+  plan->tensor_parallel = tp;
+  for (const ParamEntry& p : layout.params()) plan->whole_numel += p.whole_numel();
+}
+
+// Each rank's plan: its stage's layers' state (its tensor-parallel part of
+// them), partitioned by ZeRO over the ranks holding the same part (its
+// data- and sequence-parallel ranks), and the activations of the
 // micro-batches its schedule (1F1B or interleaved) keeps in flight there.
 Result<std::vector<zero::ZeroPlan>> plan_pipeline(const Setup& setup, const Model& model,
                                                   const std::vector<zero::StateSlot>& slots,
@@ -60,12 +69,15 @@ Result<std::vector<zero::ZeroPlan>> plan_pipeline(const Setup& setup, const Mode
   DSCORE_ASSIGN_OR_RETURN(const pipeline::PipeSpec spec, pipeline::pipe_spec_of(cfg));
   const pipeline::PipeShape shape = spec.shape;
   const int stages = shape.stages;
-  const int dp = world_size / stages;
   const dscore_model_description& whole = model.description();
   DSCORE_ASSIGN_OR_RETURN(std::vector<size_t> bounds,
                           pipeline::partition_layers(whole, spec.layer_parts(), spec.partition));
-  DSCORE_ASSIGN_OR_RETURN(comm::ParallelGrid grid,
-                          comm::ParallelGrid::pipe_data(stages, world_size));
+  const int tp = static_cast<int>(config::tensor_parallel_size_of(cfg));
+  const int sp = static_cast<int>(config::sequence_parallel_size_of(cfg));
+  DSCORE_ASSIGN_OR_RETURN(const comm::ParallelGrid grid,
+                          comm::ParallelGrid::pipe_data_sequence_model(stages, sp, tp, world_size));
+  const int stage_ranks = world_size / stages;
+  DSCORE_ASSIGN_OR_RETURN(const ParamLayout whole_layout, ParamLayout::from_description(whole));
   const int64_t micro = cfg.batch.train_micro_batch_size_per_gpu;
   std::vector<zero::ZeroPlan> plans;
   bool all_declared = true;
@@ -78,7 +90,8 @@ Result<std::vector<zero::ZeroPlan>> plan_pipeline(const Setup& setup, const Mode
     zero::PipeStagePlan pipe;
     pipe.stage = stage;
     pipe.stages = stages;
-    pipe.data_parallel = dp;
+    pipe.data_parallel = grid.size(comm::groups::kData);
+    pipe.stage_ranks = stage_ranks;
     pipe.virtual_stages = shape.virtual_stages;
     pipe.tied_copies = held.copies.size();
     // The units (micro-batch, chunk) in flight at once, as micro-batches
@@ -109,11 +122,14 @@ Result<std::vector<zero::ZeroPlan>> plan_pipeline(const Setup& setup, const Mode
     const uint64_t executor =
         pipeline::executor_bytes(pipeline::pipe_buffers(shape, stage), boundary,
                                  pipeline::layers_bytes(whole, held.tied, placement.grad_dtype));
-    for (int d = 0; d < dp; ++d) {
-      zero::ZeroPlan plan = zero::make_plan(cfg, placement, layout, slots, dp, d);
-      plan.rank = stage * dp + d;
+    for (int rank = stage * stage_ranks; rank < (stage + 1) * stage_ranks; ++rank) {
+      zero::ZeroPlan plan =
+          zero::make_plan(cfg, placement, layout, slots, grid.size(comm::groups::kZero),
+                          grid.rank_in_group(comm::groups::kZero, rank));
+      plan.rank = rank;
       plan.world = world_size;
       plan.grid = grid.describe();
+      set_tensor_parallel(tp, whole_layout, &plan);
       plan.memory.buffers += static_cast<int64_t>(executor);
       zero::ProcessMemory stage_process = process;
       if (activations) {
@@ -183,11 +199,9 @@ Result<std::vector<zero::ZeroPlan>> plan_job(const Setup& setup, int world_size)
     plans.push_back(zero::make_plan(cfg, placement, layout, slots, grid.size(comm::groups::kZero),
                                     grid.rank_in_group(comm::groups::kZero, rank)));
     plans.back().rank = rank;
+    plans.back().world = world_size;
     plans.back().grid = grid.describe();
-    if (tp > 1) {
-      plans.back().tensor_parallel = tp;
-      for (const ParamEntry& p : layout.params()) plans.back().whole_numel += p.whole_numel();
-    }
+    set_tensor_parallel(tp, layout, &plans.back());
     zero::add_process_memory(process, &plans.back());
   }
   return plans;

@@ -29,8 +29,9 @@ std::string model_states_name(int zero_stage, int rank, int mp_rank) {
   return "zero_pp_rank_" + std::to_string(rank) + "_" + mp;
 }
 
-std::string pipe_model_states_name(int pipe_stage) {
-  return "pipe_stage_" + two_digits(pipe_stage) + "_model_states.safetensors";
+std::string pipe_model_states_name(int pipe_stage, int mp_rank, int mp_size) {
+  const std::string mp = mp_size > 1 ? "_mp_rank_" + two_digits(mp_rank) : "";
+  return "pipe_stage_" + two_digits(pipe_stage) + mp + "_model_states.safetensors";
 }
 
 std::string optim_states_name(bool bf16, int rank, int mp_rank) {

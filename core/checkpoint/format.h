@@ -49,8 +49,10 @@ inline constexpr const char* kSchedulerExtraTensor = "__scheduler_extra_state__"
 std::string model_states_name(int zero_stage, int rank, int mp_rank = 0);
 // A pipeline's model states: stage 0's are model_states_name's (with the
 // training state), stage s > 0's, written by its first data-parallel rank,
-// are pipe_stage_<s>_model_states.safetensors (two digits at least).
-std::string pipe_model_states_name(int pipe_stage);
+// are pipe_stage_<s>_model_states.safetensors (two digits at least); with
+// tensor parallelism (mp_size > 1) one per part,
+// pipe_stage_<s>_mp_rank_<m>_model_states.safetensors.
+std::string pipe_model_states_name(int pipe_stage, int mp_rank = 0, int mp_size = 1);
 std::string optim_states_name(bool bf16, int rank, int mp_rank = 0);
 std::string default_tag(int64_t global_steps);  // "global_step<N>"
 // A tag must be usable as one folder name.

@@ -293,12 +293,14 @@ int run_training(const RunOptions& options) {
   if (leader)
     log_info("training " + e.model().display_name() + ": " +
              std::to_string(whole_numel(e.model_layout())) + " parameters" +
-             (e.pipelined() ? " (this stage " + std::to_string(e.layout().total_numel()) + ")"
-                            : std::string()) +
+             (e.pipelined() && e.tensor_parallel_size() <= 1
+                  ? " (this stage " + std::to_string(e.layout().total_numel()) + ")"
+                  : std::string()) +
              (e.tensor_parallel_size() > 1
                   ? " (split over " + std::to_string(e.tensor_parallel_size()) +
                         " tensor-parallel ranks: this rank " +
-                        std::to_string(e.layout().total_numel()) + ")"
+                        std::to_string(e.layout().total_numel()) +
+                        (e.pipelined() ? " of its stage's" : "") + ")"
                   : std::string()) +
              (e.sequence_parallel_size() > 1
                   ? " (each sample's sequence split over " +

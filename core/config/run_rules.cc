@@ -22,11 +22,6 @@ void pipeline_unsupported(const TrainingConfig& config, std::vector<ConfigError>
 
 // What tensor parallelism (docs/parallelism.md) does not run with yet.
 void tensor_parallel_unsupported(const TrainingConfig& config, std::vector<ConfigError>* out) {
-  if (pipeline_stages_of(config) > 1)
-    out->push_back({"tensor_parallel.autotp_size",
-                    {},
-                    "tensor parallelism with a pipeline (3D parallelism) is not implemented "
-                    "yet: use either pipeline stages or autotp_size > 1"});
   if (config.device == "cuda")
     out->push_back({"device",
                     {},
@@ -36,11 +31,6 @@ void tensor_parallel_unsupported(const TrainingConfig& config, std::vector<Confi
 
 // What Ulysses sequence parallelism (docs/parallelism.md) does not run with yet.
 void sequence_parallel_unsupported(const TrainingConfig& config, std::vector<ConfigError>* out) {
-  if (pipeline_stages_of(config) > 1)
-    out->push_back({"sequence_parallel_size",
-                    {},
-                    "sequence parallelism with a pipeline is not implemented yet: use either "
-                    "pipeline stages or sequence_parallel_size > 1"});
   if (config.device == "cuda")
     out->push_back({"device",
                     {},

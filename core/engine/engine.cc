@@ -314,8 +314,9 @@ Status Engine::boundary_step() {
   last_loss_ = loss_sum / topology_->group_size(comm::groups::kData);
   last_rank_loss_ = pipelined() ? last_loss_ : loss_accumulator_;
   // Under sequence parallelism a rank's loss is its slice's share: its
-  // samples' loss is the sum over the sequence group.
-  if (sequence_parallel_size() > 1)
+  // samples' loss is the sum over the sequence group (a pipeline's
+  // last_loss_ has summed every share already).
+  if (sequence_parallel_size() > 1 && !pipelined())
     DSCORE_RETURN_IF_ERROR(topology_->group(comm::groups::kSequence)
                                ->allreduce({&last_rank_loss_, DSCORE_DTYPE_F64, 1},
                                            {&last_rank_loss_, DSCORE_DTYPE_F64, 1},
@@ -418,24 +419,6 @@ std::vector<ScalarEvent> Engine::boundary_events(const StepReport& r) const {
 std::vector<double> Engine::get_lr() const {
   auto point = schedule_->current();
   return {point.ok() ? point->lr : std::nan("")};
-}
-
-Status Engine::gather_parameters(std::vector<float>* out) {
-  std::vector<float> local;
-  if (strategy_->owned_master() != nullptr) {
-    DSCORE_RETURN_IF_ERROR(strategy_->gather_master(&local));
-  } else {
-    // The master weights are on NVMe: read this rank's, then gather.
-    std::vector<float> owned(static_cast<size_t>(strategy_->owned_numel()));
-    DSCORE_RETURN_IF_ERROR(
-        optimizer_->state().read(kMasterState, 0, strategy_->owned_numel(), owned.data()));
-    DSCORE_RETURN_IF_ERROR(strategy_->gather_owned(owned.data(), &local));
-  }
-  if (tensor_parallel_size() <= 1) {
-    *out = std::move(local);
-    return Status::Ok();
-  }
-  return whole_parameters(local, out);
 }
 
 Result<std::string> Engine::swap_folder(const std::string& nvme_path, const std::string& setting) {

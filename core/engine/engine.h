@@ -226,8 +226,16 @@ class Engine {
   friend struct EngineTesting;  // engine_testing.h: gathers and timing for tests and benches
   Engine(const config::TrainingConfig& config, const config::Placement& placement)
       : config_(config), placement_(placement) {}
+  // The whole model's masters and optimizer state (engine_gather.cc):
+  // collective, every rank gets the whole model, each tensor whole.
   Status gather_parameters(std::vector<float>* out);
   Status gather_optimizer_state(size_t slot, std::vector<float>* out);
+  // This rank's fp32 values in its layout (its stage's, its part's) made
+  // the whole model's: the tensor-parallel parts joined over the model
+  // group, then the stages over the pipe group.
+  Status whole_model(std::vector<float> local, std::vector<float>* out);
+  Status join_tensor_parts(const std::vector<float>& local, std::vector<float>* out);
+  Status join_stages(const std::vector<float>& stage, std::vector<float>* out);
   // What the ZeRO stage is given: the placement, the zero section, the
   // data-parallel group, the streams, NVMe's folder.
   Result<zero::ZeroContext> zero_context(comm::Communicator& zero_group);
@@ -244,9 +252,6 @@ class Engine {
     return own_group_ ? *own_group_ : *topology_->group(comm::groups::kZero);
   }
   std::vector<std::pair<int64_t, int64_t>> replicated_ranges() const;
-  // The whole model's fp32 parameters (each split tensor whole, in layout
-  // order) from this rank's `local` ones (collective over the group).
-  Status whole_parameters(const std::vector<float>& local, std::vector<float>* out);
 
   // The optimizer state where the placement puts it (core/owned_state/).
   Result<std::unique_ptr<OwnedState>> make_owned_state(
@@ -271,6 +276,7 @@ class Engine {
   Status write_checkpoint_files(const std::string& folder, const std::string& tag,
                                 const std::string& id, const json::Value& client_state);
   checkpoint::TrainingState training_state(const json::Value& client_state) const;
+  std::string model_file_of(int rank) const;
   Result<LoadedCheckpoint> read_checkpoint(const std::string& dir,
                                            const LoadCheckpointOptions& options);
   Status restore_training_state(const checkpoint::TrainingState& state, const std::string& folder,

@@ -161,6 +161,15 @@ Status Engine::save_checkpoint(const std::string& dir, const SaveCheckpointOptio
   return Status::Ok();
 }
 
+// The model states file rank `r` writes (when it writes one).
+std::string Engine::model_file_of(int r) const {
+  const comm::ParallelGrid& grid = topology_->grid();
+  const int part = grid.rank_in_group(comm::groups::kModel, r);
+  const int pipe = grid.rank_in_group(comm::groups::kPipe, r);
+  if (pipe > 0) return ck::pipe_model_states_name(pipe, part, tensor_parallel_size());
+  return ck::model_states_name(placement_.stage, r, part);
+}
+
 ck::TrainingState Engine::training_state(const json::Value& client_state) const {
   const int stage = placement_.stage;
   ck::TrainingState s;
@@ -171,19 +180,12 @@ ck::TrainingState Engine::training_state(const json::Value& client_state) const 
   for (const ParamEntry& p : model_layout().params())
     s.params.push_back({p.name, p.whole_shape(), p.whole_numel()});
   const comm::ParallelGrid& grid = topology_->grid();
-  if (pipelined()) {
-    // Each stage's first data-parallel rank writes its stage's parameters.
-    s.model_files.push_back(ck::model_states_name(stage, 0));
-    for (int pipe = 1; pipe < stage_model_->stages(); ++pipe)
-      s.model_files.push_back(ck::pipe_model_states_name(pipe));
-  } else {
-    // Each tensor-parallel part's first rank of its ZeRO group (rank 0
-    // alone without tensor parallelism), or at stage 3 every rank.
-    for (int r = 0; r < world_size(); ++r)
-      if (stage == 3 || grid.rank_in_group(comm::groups::kZero, r) == 0)
-        s.model_files.push_back(
-            ck::model_states_name(stage, r, grid.rank_in_group(comm::groups::kModel, r)));
-  }
+  // Each tensor-parallel part's first rank of its ZeRO group (rank 0 alone
+  // without tensor parallelism; each pipeline stage's), or at stage 3
+  // every rank.
+  for (int r = 0; r < world_size(); ++r)
+    if (stage == 3 || grid.rank_in_group(comm::groups::kZero, r) == 0)
+      s.model_files.push_back(model_file_of(r));
   for (int r = 0; r < world_size(); ++r)
     s.optim_files.push_back(ck::optim_states_name(config_.bf16.enabled, r,
                                                   grid.rank_in_group(comm::groups::kModel, r)));
@@ -281,9 +283,7 @@ Status Engine::write_checkpoint_files(const std::string& folder, const std::stri
   // the same parameters).
   const bool writes_model = stage == 3 || topology_->rank_in_group(comm::groups::kZero) == 0;
   if (!writes_model) return Status::Ok();
-  const std::string model_file = pipelined() && stage_model_->stage() > 0
-                                     ? ck::pipe_model_states_name(stage_model_->stage())
-                                     : ck::model_states_name(stage, rank(), tensor_parallel_rank());
+  const std::string model_file = model_file_of(rank());
   header.kind = "model_states";
   header.fragments.clear();
   tensors.clear();
@@ -484,54 +484,6 @@ Status Engine::restore_training_state(const ck::TrainingState& state, const std:
                 " rank(s)); this run uses " + std::to_string(config_.batch.train_batch_size) +
                 ", so it reads different batches than an "
                 "uninterrupted run would");
-  return Status::Ok();
-}
-
-// ---------------------------------------------------------------- tools
-
-Status Engine::gather_optimizer_state(size_t slot, std::vector<float>* out) {
-  const std::vector<zero::StateSlot> slots = optimizer_->slots();
-  if (slot >= slots.size())
-    return invalid_argument("no optimizer state slot " + std::to_string(slot));
-  DSCORE_RETURN_IF_ERROR(stream_->synchronize());
-  const uint32_t epp = slots[slot].elements_per_param;
-  const int64_t total = layout_.total_numel() * epp;
-  std::vector<float> mine(static_cast<size_t>(total), 0.0f);
-  std::vector<uint8_t> owned(static_cast<size_t>(total), 0);
-  const size_t es = sdk::dtype_size(slots[slot].dtype);
-  std::vector<char> values_of_segment;
-  for (const zero::OwnedSegment& s : strategy_->owned_segments()) {
-    const int64_t at = (layout_.params()[s.param].offset + s.element) * epp;
-    values_of_segment.resize(static_cast<size_t>(s.numel * epp) * es);
-    DSCORE_RETURN_IF_ERROR(optimizer_->state().read(static_cast<int>(slot), s.offset * epp,
-                                                    s.numel * epp, values_of_segment.data()));
-    DSCORE_RETURN_IF_ERROR(ck::convert_values(values_of_segment.data(), slots[slot].dtype,
-                                              mine.data() + at, DSCORE_DTYPE_F32, s.numel * epp));
-    std::fill(owned.begin() + at, owned.begin() + at + s.numel * epp, 1);
-  }
-  // Over the ranks that partition this layout (a tensor-parallel part's
-  // data-parallel ranks), then, under tensor parallelism, whole.
-  const bool split = tensor_parallel_size() > 1;
-  if (split && epp != 1)
-    return unimplemented("gathering a " + std::to_string(epp) +
-                         "-wide optimizer state slot of a tensor-parallel run");
-  comm::Communicator& group = split ? zero_group() : *comm_;
-  const int world = group.world_size();
-  std::vector<float> values(mine.size() * static_cast<size_t>(world));
-  std::vector<uint8_t> masks(owned.size() * static_cast<size_t>(world));
-  DSCORE_RETURN_IF_ERROR(group.allgather({mine.data(), DSCORE_DTYPE_F32, total},
-                                         {values.data(), DSCORE_DTYPE_F32, total * world}));
-  DSCORE_RETURN_IF_ERROR(group.allgather({owned.data(), DSCORE_DTYPE_U8, total},
-                                         {masks.data(), DSCORE_DTYPE_U8, total * world}));
-  std::vector<float> local(static_cast<size_t>(total), 0.0f);
-  for (int64_t i = 0; i < total; ++i)
-    for (int r = 0; r < world; ++r)
-      if (masks[static_cast<size_t>(r * total + i)]) {
-        local[static_cast<size_t>(i)] = values[static_cast<size_t>(r * total + i)];
-        break;
-      }
-  if (split) return whole_parameters(local, out);
-  *out = std::move(local);
   return Status::Ok();
 }
 

@@ -7,9 +7,11 @@
 namespace dscore {
 
 zero::ZeroPlan Engine::plan() const {
-  // ZeRO partitions over the data-parallel ranks (a pipeline stage's).
+  // ZeRO partitions over its group: the ranks holding the same part of the
+  // model (a pipeline stage's, a tensor-parallel part's data- and
+  // sequence-parallel ranks).
   zero::ZeroPlan plan = zero::make_plan(config_, placement_, layout_, optimizer_->slots(),
-                                        data_parallel_size(), data_parallel_rank());
+                                        zero_group().world_size(), zero_group().rank());
   plan.rank = comm_->rank();
   plan.world = comm_->world_size();
   plan.memory.buffers += static_cast<int64_t>(pipe_memory_);

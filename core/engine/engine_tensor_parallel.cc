@@ -102,28 +102,4 @@ std::vector<std::pair<int64_t, int64_t>> Engine::replicated_ranges() const {
   return ranges;
 }
 
-Status Engine::whole_parameters(const std::vector<float>& local, std::vector<float>* out) {
-  // The whole model's layout: each parameter at its whole numel, in order.
-  std::vector<int64_t> whole_offset;
-  int64_t total = 0;
-  for (const ParamEntry& p : layout_.params()) {
-    whole_offset.push_back(total);
-    total += p.whole_numel();
-  }
-  // Each rank writes its parts (the replicated tensors: the first rank);
-  // the parts are disjoint, so the group's sum is the whole.
-  out->assign(static_cast<size_t>(total), 0.0f);
-  const bool first = tensor_parallel_rank() == 0;
-  for (size_t i = 0; i < layout_.params().size(); ++i) {
-    const ParamEntry& p = layout_.params()[i];
-    if (!p.split.split() && !first) continue;
-    p.for_each_whole_run(0, p.numel, [&](int64_t at, int64_t whole, int64_t n) {
-      std::copy_n(local.data() + p.offset + at, n, out->data() + whole_offset[i] + whole);
-    });
-  }
-  comm::Communicator& group = *topology_->group(comm::groups::kModel);
-  return group.allreduce({out->data(), DSCORE_DTYPE_F32, total},
-                         {out->data(), DSCORE_DTYPE_F32, total}, DSCORE_REDUCE_SUM);
-}
-
 }  // namespace dscore

@@ -208,6 +208,7 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const config::Placement
   ZeroPlan plan;
   plan.stage = placement.stage;
   plan.world = world;
+  plan.zero_ranks = world;
   plan.rank = rank;
   // Every rank on the data axis until pipeline, tensor, sequence or expert
   // parallelism come (the engine's grid).

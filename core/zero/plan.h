@@ -106,6 +106,7 @@ struct PipeStagePlan {
   int stage = 0;
   int stages = 1;
   int data_parallel = 1;
+  int stage_ranks = 1;     // the stage's ranks (data x sequence x tensor parallel), consecutive
   int virtual_stages = 1;  // chunks a stage (the interleaved schedule), else 1
   std::string layers;      // the model's layers its chunks hold: "0-1, 4-5"
   size_t tied_copies = 0;  // layers held as copies of another stage's
@@ -119,6 +120,7 @@ struct ZeroPlan {
   int stage = 0;
   int world = 1;
   int rank = 0;
+  int zero_ranks = 1;  // the ranks ZeRO partitions this rank's state over (its ZeRO group)
   // The job's ranks as parallel axes (comm/topology.h), and where the
   // state lives (config/placement.h describe()), for the report.
   std::string grid;

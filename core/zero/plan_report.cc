@@ -166,12 +166,12 @@ std::string format_pipeline(const std::vector<ZeroPlan>& plans) {
   std::string out = line;
   for (const ZeroPlan& plan : plans) {
     const PipeStagePlan& s = *plan.pipe;
-    if (plan.rank % s.data_parallel != 0) continue;  // one line per stage
+    if (plan.rank % s.stage_ranks != 0) continue;  // one line per stage
     std::snprintf(
         line, sizeof line,
         "    stage %d (ranks %d-%d): layers %s%s, %lld parameters, activations of "
         "up to %d micro-batches, per micro-batch receives %s and sends %s\n",
-        s.stage, plan.rank, plan.rank + s.data_parallel - 1, s.layers.c_str(),
+        s.stage, plan.rank, plan.rank + s.stage_ranks - 1, s.layers.c_str(),
         s.tied_copies > 0 ? (" + " + std::to_string(s.tied_copies) + " tied copy").c_str() : "",
         static_cast<long long>(plan.numel), s.in_flight, format_bytes(s.boundary_in).c_str(),
         format_bytes(s.boundary_out).c_str());
@@ -195,8 +195,8 @@ std::string format_plans(const std::vector<ZeroPlan>& plans) {
   if (p0.tensor_parallel > 1) {
     std::snprintf(line, sizeof line,
                   "  tensor parallelism: each rank holds its part (Psi) of the %lld parameters "
-                  "split over %d ranks; ZeRO partitions a part over %d data-parallel rank(s)\n",
-                  static_cast<long long>(p0.whole_numel), p0.tensor_parallel, p0.world);
+                  "split over %d ranks; ZeRO partitions a part over the %d rank(s) holding it\n",
+                  static_cast<long long>(p0.whole_numel), p0.tensor_parallel, p0.zero_ranks);
     out += line;
   }
   out += "  parallel grid: " + p0.grid + "\n";

@@ -27,8 +27,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/comm/sigterm_report.h"
 #include "core/data/sampler.h"
@@ -147,6 +149,11 @@ int main(int argc, char** argv) {
   dscore::data::DistributedSampler sampler(cfg.batch, e.data_parallel_size(),
                                            e.data_parallel_rank());
   dscore::data::HostBatch batch(e.model().description(), cfg.batch.train_micro_batch_size_per_gpu);
+  // A pipeline stage keeps one batch per activation buffer in flight.
+  std::vector<std::unique_ptr<dscore::data::HostBatch>> pipe_batches;
+  for (int b = 0; e.pipelined() && b < e.pipe_buffers(); ++b)
+    pipe_batches.push_back(std::make_unique<dscore::data::HostBatch>(
+        e.model().description(), cfg.batch.train_micro_batch_size_per_gpu));
 
   // One training run per --load entry (comma-separated; outputs of entry i
   // > 0 go to <out>.<i>.*), each from the checkpoint it loads.
@@ -173,7 +180,16 @@ int main(int argc, char** argv) {
       if (e.rank() == o.die_rank && step == o.die_step) raise(SIGKILL);
       if (e.rank() == o.hang_rank && step == o.hang_step)
         for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-      for (int64_t micro = 0; micro < cfg.batch.gradient_accumulation_steps; ++micro) {
+      if (e.pipelined()) {  // the stage's schedule over the micro-batches, then the update
+        auto load = [&](int64_t micro, int buffer) -> dscore::Result<const dscore_batch*> {
+          dscore::data::HostBatch& b = *pipe_batches[static_cast<size_t>(buffer)];
+          DSCORE_RETURN_IF_ERROR((*source)->fill(sampler.micro_batch(step, micro), &b));
+          return &b.view();
+        };
+        if (auto loss = e.train_batch(load); !loss.ok()) return fail(loss.status().message());
+      }
+      for (int64_t micro = 0; !e.pipelined() && micro < cfg.batch.gradient_accumulation_steps;
+           ++micro) {
         if (auto st = (*source)->fill(sampler.micro_batch(step, micro), &batch); !st.ok())
           return fail(st.message());
         if (e.rank() == o.poison_rank && step == o.poison_step)

@@ -143,16 +143,29 @@ std::string pipeline_config(const char* model, const char* schedule) {
   return json::serialize(*value);
 }
 
+// `config_text` with the top-level member `key` set to `json_value`.
+std::string with_member(const std::string& config_text, const char* key,
+                        const std::string& json_value) {
+  auto value = json::parse(config_text, "config");
+  auto member = json::parse(json_value, key);
+  if (!value.ok() || !member.ok()) return "";
+  value->set(key, *member);
+  return json::serialize(*value);
+}
+
 // The bench GPT split over 2 tensor-parallel ranks, ZeRO-0: each rank
 // holds its part of the weights (and their state) and of the attention and
 // MLP activations.
 std::string tensor_parallel_config(bool bf16) {
-  auto value = json::parse(bench_gpt_config(1, bf16, 0), "tensor parallel");
-  if (!value.ok()) return "";
-  auto section = json::parse(R"({"autotp_size": 2})", "tensor_parallel section");
-  if (!section.ok()) return "";
-  value->set("tensor_parallel", *section);
-  return json::serialize(*value);
+  return with_member(bench_gpt_config(1, bf16, 0), "tensor_parallel", R"({"autotp_size": 2})");
+}
+
+// The bench GPT's sequence split over 2 ranks (Ulysses), ZeRO-0: each rank
+// holds the whole model and its slice's activations (128 of 256
+// positions), plus the heads-layout buffers around attention (all 256
+// positions for 3 of 6 heads).
+std::string sequence_parallel_config() {
+  return with_member(bench_gpt_config(1, false, 0), "sequence_parallel_size", "2");
 }
 
 void expect_plan_within_10_percent(const std::string& config_text, int ranks, int steps) {
@@ -180,6 +193,7 @@ void expect_plan_within_10_percent(const std::string& config_text, int ranks, in
   for (const auto& [rank, peak] : peaks) {
     ASSERT_LT(rank, ranks);
     const double ratio = planned[static_cast<size_t>(rank)] / peak.measured;
+    std::printf("rank %d: planned / peak RSS %.3f\n", rank, ratio);
     EXPECT_NEAR(ratio, 1.0, 0.10) << "rank " << rank << ": `dscore plan` " << planned[rank]
                                   << " bytes, peak RSS " << peak.measured << " bytes\n"
                                   << plan.out;
@@ -234,6 +248,17 @@ TEST(MemoryPlan, TensorParallelBenchGptPeakWithinTenPercentPerRank) {
 
 TEST(MemoryPlan, TensorParallelBf16BenchGptPeakWithinTenPercentPerRank) {
   expect_plan_within_10_percent(tensor_parallel_config(/*bf16=*/true), 2, 1);
+}
+
+TEST(MemoryPlan, SequenceParallelBenchGptPeakWithinTenPercentPerRank) {
+  expect_plan_within_10_percent(sequence_parallel_config(), 2, 1);
+}
+
+// 3D: the bench GPT in 2 stages, each split over 2 tensor-parallel ranks.
+TEST(MemoryPlan, PipelinedTensorParallelBenchGptPeakWithinTenPercentPerRank) {
+  expect_plan_within_10_percent(
+      with_member(pipeline_config("gpt", "1f1b"), "tensor_parallel", R"({"autotp_size": 2})"), 4,
+      1);
 }
 
 TEST(MemoryPlan, PipelinedBenchGptPeakWithinTenPercentPerStage) {

@@ -1,7 +1,8 @@
 // `dscore run` with "tensor_parallel": {"autotp_size": N} and
 // "sequence_parallel_size": N through the real executable under mpirun: the
-// gpt split over 2 ranks (its layers, or each sample's sequence) gives one
-// rank's losses, a tensor-parallel checkpoint resumes at one rank, and what
+// gpt split over 2 ranks (its layers, or each sample's sequence; alone or in
+// each of 2 pipeline stages) gives one rank's losses, a tensor-parallel
+// checkpoint resumes at one rank, and what
 // either does not run yet (or a model that cannot be split) ends the job
 // with a message naming the key and the fix.
 #include <gtest/gtest.h>
@@ -107,8 +108,6 @@ TEST_F(TensorParallelRun, RefusesWhatItDoesNotRunNamingTheKey) {
     EXPECT_NE(r.exit_code, 0) << name;
     EXPECT_NE(r.err.find(message), std::string::npos) << name << ": " << r.err;
   };
-  refused("pipe", gpt() + tp2 + R"(, "pipeline": {"stages": 2})", 4,
-          "tensor parallelism with a pipeline (3D parallelism) is not implemented");
   refused("odd", gpt() + R"(, "tensor_parallel": {"autotp_size": 3})", 2,
           "tensor_parallel.autotp_size 3 does not divide the 2 ranks");
   refused("heads", gpt(3) + tp2, 2, "does not divide the attention heads (3)");
@@ -151,6 +150,23 @@ TEST_F(TensorParallelRun, SequenceSplitOverTwoRanksGivesOneRanksLosses) {
   EXPECT_LT(max_relative(one, two), 1e-6);
 }
 
+// Under a pipeline each stage's ranks split its layers (or its sequence):
+// 2 stages x 2 parts train as one rank, and the CSV holds the samples'
+// loss (each stage's sequence-parallel ranks computed a slice's share).
+TEST_F(TensorParallelRun, PipelineStagesSplitTheirLayersOrSequences) {
+  const std::vector<double> one = losses("one", gpt(), 1);
+  ASSERT_EQ(one.size(), 6u);
+  const std::string stages = R"(, "pipeline": {"stages": 2})";
+  const std::vector<double> pp_tp =
+      losses("pp_tp", gpt() + stages + R"(, "tensor_parallel": {"autotp_size": 2})", 4);
+  EXPECT_NE(out_.find("in 2 stages x 1 data-parallel"), std::string::npos) << out_;
+  EXPECT_NE(out_.find("split over 2 tensor-parallel ranks"), std::string::npos) << out_;
+  EXPECT_LT(max_relative(one, pp_tp), 1e-6);
+  const std::vector<double> pp_sp =
+      losses("pp_sp", gpt() + stages + R"(, "sequence_parallel_size": 2)", 4);
+  EXPECT_LT(max_relative(one, pp_sp), 1e-6);
+}
+
 TEST_F(TensorParallelRun, SequenceParallelismRefusesWhatItDoesNotRunNamingTheKey) {
   const auto refused = [&](const std::string& name, const std::string& config, int ranks,
                            const std::string& message) {
@@ -159,8 +175,6 @@ TEST_F(TensorParallelRun, SequenceParallelismRefusesWhatItDoesNotRunNamingTheKey
     EXPECT_NE(r.err.find(message), std::string::npos) << name << ": " << r.err;
   };
   const std::string sp2 = R"(, "sequence_parallel_size": 2)";
-  refused("sp_pipe", gpt() + sp2 + R"(, "pipeline": {"stages": 2})", 4,
-          "sequence parallelism with a pipeline is not implemented");
   refused("sp_odd", gpt() + R"(, "sequence_parallel_size": 3)", 2,
           "sequence_parallel_size 3 does not divide the 2 ranks");
   refused("sp_heads", gpt(3) + R"(, "sequence_parallel_size": 3)", 3,
