@@ -65,7 +65,8 @@ class Communicator {
   // passing the same colour (>= 0) form a new communicator, ranked by key
   // and then by their rank here; DSCORE_COMM_SPLIT_NONE takes part and gets
   // nullptr. UNIMPLEMENTED when the backend cannot split. Counters, the
-  // comms logger and the host-table group are the new communicator's own.
+  // host-table group are the new communicator's own; the comms logger is
+  // shared (what it records is the process's).
   Result<std::unique_ptr<Communicator>> split(int color, int key);
 
   // The table plugins receive from host->communicator(ctx, group); install
@@ -195,7 +196,21 @@ class Communicator {
   // call running now on any of them (set before a group is used, never
   // changed after).
   std::shared_ptr<InFlightRecord> in_flight_ = std::make_shared<InFlightRecord>();
-  std::unique_ptr<observability::CommsLogger> comms_logger_;
+  // DeepSpeed's comms logger is one for the process, whatever group a
+  // collective ran on: the communicators split from this one after
+  // enable_comms_logger record into the same logger (under its own lock:
+  // they are called from different threads), with the job's world size
+  // (DeepSpeed's bandwidths use the global one) and rank.
+  struct SharedCommsLogger {
+    explicit SharedCommsLogger(observability::CommsLoggerConfig config)
+        : logger(std::move(config)) {}
+    std::mutex mutex;
+    observability::CommsLogger logger;
+    int64_t world_size = 1;
+    int rank = 0;
+  };
+  std::shared_ptr<SharedCommsLogger> comms_logger_;
+  void log_comm(const char* ds_op, const char* op, double latency_ms, uint64_t message_bytes);
 };
 
 }  // namespace dscore::comm

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -165,6 +166,35 @@ TEST_F(TensorParallelRun, PipelineStagesSplitTheirLayersOrSequences) {
   const std::vector<double> pp_sp =
       losses("pp_sp", gpt() + stages + R"(, "sequence_parallel_size": 2)", 4);
   EXPECT_LT(max_relative(one, pp_sp), 1e-6);
+}
+
+// The comms_logger counts the model's collectives on its own groups (as
+// DeepSpeed's logger counts every group's): per micro-batch the gpt's
+// tensor-parallel allreduces of B x T x C fp32 (4 x 16 x 32: 8 KB), 4 per
+// block and 2 for the embedding and the head, and its sequence group's
+// all-to-alls, q|k|v ((B T / 2) x 3C: 12 KB) and the output (4 KB), each
+// once forward and once backward per block. 6 steps of 2 micro-batches.
+TEST_F(TensorParallelRun, TheCommsLoggerCountsTheModelsCollectives) {
+  const std::string logged = gpt() + R"(, "comms_logger": {"enabled": true})";
+  const auto summary_has = [](const std::string& err, const std::string& op,
+                              const std::string& size, int count) {
+    const size_t table = err.find("comms_logger summary");
+    const size_t at = err.find("\n" + op + "\n", table);
+    if (table == std::string::npos || at == std::string::npos) return false;
+    const std::regex row("^ +" + size + " +" + std::to_string(count) + " ");
+    for (const std::string& line : split_lines(err.substr(at + op.size() + 2))) {
+      if (!line.empty() && line[0] != ' ') return false;  // the next op
+      if (std::regex_search(line, row)) return true;
+    }
+    return false;
+  };
+  ProcessResult tp = run("logged_tp", logged + R"(, "tensor_parallel": {"autotp_size": 2})", 2);
+  ASSERT_EQ(tp.exit_code, 0) << tp.describe();
+  EXPECT_TRUE(summary_has(tp.err, "all_reduce", "8\\.0 KB", (4 * 2 + 2) * 2 * 6)) << tp.err;
+  ProcessResult sp = run("logged_sp", logged + R"(, "sequence_parallel_size": 2)", 2);
+  ASSERT_EQ(sp.exit_code, 0) << sp.describe();
+  EXPECT_TRUE(summary_has(sp.err, "all_to_all_single", "12\\.0 KB", 2 * 2 * 2 * 6)) << sp.err;
+  EXPECT_TRUE(summary_has(sp.err, "all_to_all_single", "4\\.0 KB", 2 * 2 * 2 * 6)) << sp.err;
 }
 
 TEST_F(TensorParallelRun, SequenceParallelismRefusesWhatItDoesNotRunNamingTheKey) {
