@@ -168,6 +168,38 @@ TEST_F(TensorParallelRun, PipelineStagesSplitTheirLayersOrSequences) {
   EXPECT_LT(max_relative(one, pp_sp), 1e-6);
 }
 
+// A sequence-parallel run's checkpoint is a data-parallel one: `generate`
+// and `export-hf` read it at one rank (they refused it, naming
+// sequence_parallel_size, until the saved config's key was dropped for
+// them as the tensor-parallel and pipeline keys are), and it generates
+// what a one-rank run's checkpoint generates.
+TEST_F(TensorParallelRun, ASequenceParallelCheckpointGeneratesAndExportsAtOneRank) {
+  ProcessOptions options;
+  options.env = mpi_test_env();
+  const auto saved = [&](const std::string& name, const std::string& extra, int ranks) {
+    const std::string ck = (dir_.path() / name).string();
+    const fs::path config = dir_.write(
+        name + ".json", "{" + gpt() + extra + R"(, "save_interval": 6, "checkpoint_dir": ")" + ck +
+                            R"("})");
+    ProcessResult r =
+        run_dscore({"run", "--config", config.string(), "-n", std::to_string(ranks)}, options);
+    EXPECT_EQ(r.exit_code, 0) << r.describe();
+    return ck;
+  };
+  const auto generated = [&](const std::string& ck) {
+    ProcessResult r = run_dscore({"generate", "--checkpoint", ck, "--prompt-tokens", "116,104,101",
+                                  "--temperature", "0", "--max-new-tokens", "6"});
+    EXPECT_EQ(r.exit_code, 0) << r.describe();
+    return r.out;
+  };
+  const std::string sp = saved("ck_sp", R"(, "sequence_parallel_size": 2)", 2);
+  const std::string one = saved("ck_one", "", 1);
+  EXPECT_EQ(generated(sp), generated(one));
+  ProcessResult exported = run_dscore({"export-hf", sp, (dir_.path() / "hf_sp").string()});
+  EXPECT_EQ(exported.exit_code, 0) << exported.describe();
+  EXPECT_TRUE(fs::exists(dir_.path() / "hf_sp" / "config.json"));
+}
+
 // The comms_logger counts the model's collectives on its own groups (as
 // DeepSpeed's logger counts every group's): per micro-batch the gpt's
 // tensor-parallel allreduces of B x T x C fp32 (4 x 16 x 32: 8 KB), 4 per

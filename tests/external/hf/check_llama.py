@@ -13,9 +13,13 @@ with strict=True (so the names and layouts are transformers' own), then:
     logits' order).
 The untied and tied models again split over 2 ranks (tensor_parallel
 autotp_size 2: each rank one key/value head and its two query heads, half
-the MLP, half the vocabulary with the vocab-parallel cross-entropy): the
-same loss, gradients (read from the TP=2 checkpoint, which holds whole
-tensors) and greedy tokens (its checkpoint generated from at one rank).
+the MLP, half the vocabulary with the vocab-parallel cross-entropy), over
+2 sequence-parallel ranks (sequence_parallel_size 2: each rank half the
+positions, attention over all of them for one key/value head and its query
+heads through the all-to-alls), and in 2 pipeline stages of 2
+tensor-parallel ranks each (4 ranks): the same loss, gradients (read from
+the split run's checkpoint, which holds whole tensors) and greedy tokens
+(its checkpoint generated from at one rank).
 Tolerances (fp32 on both sides, different summation orders): loss within
 1e-5 relative; each gradient tensor within 5e-5 of its largest element plus
 1e-7 (the step's difference w0 - w1 also rounds at about 1e-8). The Llama 3
@@ -71,8 +75,16 @@ def run(cmd):
     return result.stdout
 
 
-def dscore_step(dscore, work, name, model, data, lr, tp=1):
-    """One SGD step at lr from the seeded init (split over tp ranks); returns (loss at step 1,
+# The splits the models are trained in again: (ranks, config members).
+SPLITS = {
+    "tp2": (2, {"tensor_parallel": {"autotp_size": 2}}),
+    "sp2": (2, {"sequence_parallel_size": 2}),
+    "pp2_tp2": (4, {"pipeline": {"stages": 2}, "tensor_parallel": {"autotp_size": 2}}),
+}
+
+
+def dscore_step(dscore, work, name, model, data, lr, split=None):
+    """One SGD step at lr from the seeded init (split as SPLITS says); returns (loss at step 1,
     exported weights)."""
     ckpt = os.path.join(work, f"{name}_ckpt")
     config = {
@@ -82,12 +94,12 @@ def dscore_step(dscore, work, name, model, data, lr, tp=1):
         "data": {"type": "tokens", "path": data, "shuffle": False},
         "checkpoint_dir": ckpt, "save_interval": 1,
     }
-    if tp > 1:
-        config["tensor_parallel"] = {"autotp_size": tp}
+    ranks, members = SPLITS[split] if split else (1, {})
+    config.update(members)
     path = os.path.join(work, f"{name}.json")
     with open(path, "w") as f:
         json.dump(config, f)
-    out = run([dscore, "run", "--config", path, "-n", str(tp)])
+    out = run([dscore, "run", "--config", path, "-n", str(ranks)])
     losses = [float(line.split("| loss ")[1].split()[0]) for line in out.splitlines()
               if line.startswith("step 1/1")]
     if len(losses) != 1:
@@ -107,12 +119,12 @@ def hf_model(model):
     return LlamaForCausalLM(config).float()
 
 
-def check_variant(dscore, work, name, extra, batch_tokens, failures, tp=1):
+def check_variant(dscore, work, name, extra, batch_tokens, failures, split=None):
     model = dict(MODEL, **extra)
     data = os.path.join(work, f"{name}_tokens.bin")
     write_tokens(data, batch_tokens)
-    loss0, w0, ckpt0 = dscore_step(dscore, work, name + "_lr0", model, data, 0.0, tp)
-    loss1, w1, _ = dscore_step(dscore, work, name + "_lr1", model, data, 1.0, tp)
+    loss0, w0, ckpt0 = dscore_step(dscore, work, name + "_lr0", model, data, 0.0, split)
+    loss1, w1, _ = dscore_step(dscore, work, name + "_lr1", model, data, 1.0, split)
 
     hf = hf_model(model)
     missing, unexpected = hf.load_state_dict(w0, strict=False)
@@ -191,8 +203,10 @@ def main():
     failures = []
     for name, extra in VARIANTS.items():
         check_variant(dscore, work, name, extra, batch_tokens, failures)
-    for name in ("untied", "tied"):
-        check_variant(dscore, work, name + "_tp2", VARIANTS[name], batch_tokens, failures, tp=2)
+    for split in SPLITS:
+        for name in ("untied", "tied"):
+            check_variant(dscore, work, f"{name}_{split}", VARIANTS[name], batch_tokens, failures,
+                          split)
     if failures:
         sys.exit("check_llama: FAILED: " + ", ".join(failures))
     print("check_llama: all passed")
