@@ -37,16 +37,17 @@ double parse_bytes(const std::string& number, const std::string& unit) {
   return std::stod(number) * scale.at(unit);
 }
 
-// The "total (peak)" row of `dscore plan`: one figure per rank.
-std::vector<double> plan_peaks(const std::string& out) {
+// A row of `dscore plan` ("  total (peak)", "  activations"): one figure per rank.
+std::vector<double> plan_row(const std::string& out, const std::string& row) {
   std::vector<double> peaks;
-  const auto rows = lines_starting_with(out, "  total (peak)");
+  const auto rows = lines_starting_with(out, "  " + row + " ");
   if (rows.size() != 1) return peaks;
   static const std::regex figure(R"(([0-9.]+) (B|KiB|MiB|GiB))");
   for (std::sregex_iterator it(rows[0].begin(), rows[0].end(), figure), end; it != end; ++it)
     peaks.push_back(parse_bytes((*it)[1], (*it)[2]));
   return peaks;
 }
+std::vector<double> plan_peaks(const std::string& out) { return plan_row(out, "total (peak)"); }
 
 // Each rank's "peak: planned X bytes, peak RSS (VmHWM) Y bytes" line, by rank.
 struct RankPeak {
@@ -259,6 +260,36 @@ TEST(MemoryPlan, PipelinedTensorParallelBenchGptPeakWithinTenPercentPerRank) {
   expect_plan_within_10_percent(
       with_member(pipeline_config("gpt", "1f1b"), "tensor_parallel", R"({"autotp_size": 2})"), 4,
       1);
+}
+
+// Ulysses: each rank's activations are its slice's, so at SP=2 a sequence
+// twice as long plans about the activations one rank has at the shorter
+// one (the heads-layout buffers around attention hold every position for
+// half the heads: measured 1.08x), where one rank alone would need twice.
+TEST(MemoryPlan, ASequenceTwiceAsLongFitsInOneRanksActivationsAtSequenceParallelTwo) {
+  const auto activations = [](const std::string& config_text, int ranks) {
+    TempDir dir("dscore_memory_plan");
+    fs::create_directory_symlink(fs::path(DSCORE_SOURCE_DIR) / "configs", dir.path() / "configs");
+    const fs::path config = dir.write("ds_config.json", config_text);
+    ProcessOptions options;
+    options.cwd = dir.path();
+    const ProcessResult plan =
+        run_dscore({"plan", "--config", config.string(), "-n", std::to_string(ranks)}, options);
+    EXPECT_EQ(plan.exit_code, 0) << plan.describe();
+    const std::vector<double> row = plan_row(plan.out, "activations");
+    EXPECT_EQ(row.size(), static_cast<size_t>(ranks)) << plan.out;
+    return row.empty() ? 0.0 : row[0];
+  };
+  const std::string longer = std::regex_replace(bench_gpt_config(1, false, 0),
+                                                std::regex("\"block_size\": 256"),
+                                                "\"block_size\": 512");
+  const double base = activations(bench_gpt_config(1, false, 0), 1);
+  const double twice = activations(longer, 1);
+  const double split = activations(with_member(longer, "sequence_parallel_size", "2"), 2);
+  std::printf("activations: T 256 one rank %.1f MiB, T 512 one rank %.1f MiB, T 512 SP=2 %.1f MiB\n",
+              base / 1048576, twice / 1048576, split / 1048576);
+  EXPECT_GT(twice, 1.9 * base);
+  EXPECT_LT(split, 1.1 * base);
 }
 
 TEST(MemoryPlan, PipelinedBenchGptPeakWithinTenPercentPerStage) {
