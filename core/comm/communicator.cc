@@ -145,7 +145,7 @@ Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
     if (k < key || (k == key && r < rank())) group.rank += 1;
   }
   std::unique_ptr<Communicator> sub(new Communicator(group, std::move(instance)));
-  sub->in_flight_ = in_flight_;  // the SIGTERM report sees the groups' calls too
+  sub->in_flight_ = in_flight_;        // the SIGTERM report sees the groups' calls too
   sub->comms_logger_ = comms_logger_;  // and the comms logger
   return sub;
 }
@@ -260,8 +260,7 @@ Status Communicator::grouped(const std::function<Status()>& issue) {
                                        " collectives) failed at group_end: " + ended.message());
     } else if (comms_logger_) {
       for (const PendingLog& p : group_.logs)
-        log_comm(p.ds_op, p.op,
-                 std::chrono::duration<double, std::milli>(end - p.start).count(),
+        log_comm(p.ds_op, p.op, std::chrono::duration<double, std::milli>(end - p.start).count(),
                  p.message_bytes);
     }
   }

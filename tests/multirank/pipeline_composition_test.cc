@@ -121,9 +121,9 @@ TEST(PipelineComposition, CheckpointsLoadAtOtherStageAndTensorParallelCounts) {
       run_workers(spec, {"--save", ck, "--save-step", "3", "--stop-after-save", "--dump-state"});
   ASSERT_TRUE(first.ok()) << first.process.describe();
   ASSERT_FALSE(first.state.empty());
-  for (const char* file : {"mp_rank_01_model_states.safetensors",
-                           "pipe_stage_01_mp_rank_00_model_states.safetensors",
-                           "pipe_stage_01_mp_rank_01_model_states.safetensors"})
+  for (const char* file :
+       {"mp_rank_01_model_states.safetensors", "pipe_stage_01_mp_rank_00_model_states.safetensors",
+        "pipe_stage_01_mp_rank_01_model_states.safetensors"})
     EXPECT_TRUE(std::filesystem::exists(dir.path() / "ck" / "global_step3" / file)) << file;
   const RunResult second = run_workers(spec, {"--load", ck});
   ASSERT_TRUE(second.ok()) << second.process.describe();

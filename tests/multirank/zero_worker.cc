@@ -8,7 +8,10 @@
 //   comm <op> <calls> <elements>                  (after the first step, over the rest)
 //   numel <Psi>
 //   wire <step> <payload bytes this rank has sent so far (the backend's counter)>
-// and rank 0 the gathered fp32 master weights to <out>.params (raw floats).
+// and rank 0 the gathered fp32 master weights to <out>.params (raw floats:
+// the whole model's, joined from every tensor-parallel part and pipeline
+// stage). Under a pipeline each step is one train_batch (the stage's
+// schedule over the micro-batches).
 // Fault injection for the fault tests: --die-rank/--die-step (SIGKILL),
 // --hang-rank/--hang-step (sleep forever), --poison-rank/--poison-step (an
 // Inf in that rank's batch, as an fp16 overflow on one rank only).

@@ -4,8 +4,9 @@
 // (VmHWM) that `dscore run` reports with memory_breakdown at the end of
 // training, for the README's quickstart and the bench GPT (bench/gpt_train.cc)
 // at 1 and 2 ranks, for a Llama of the bench GPT's size, per pipeline
-// stage (1F1B and interleaved), and per tensor-parallel rank. The peak is read before teardown,
-// which touches pages no training step does.
+// stage (1F1B and interleaved), per tensor- and sequence-parallel rank, and
+// per rank of 2 stages x TP=2. The peak is read before teardown, which
+// touches pages no training step does.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -280,14 +281,14 @@ TEST(MemoryPlan, ASequenceTwiceAsLongFitsInOneRanksActivationsAtSequenceParallel
     EXPECT_EQ(row.size(), static_cast<size_t>(ranks)) << plan.out;
     return row.empty() ? 0.0 : row[0];
   };
-  const std::string longer = std::regex_replace(bench_gpt_config(1, false, 0),
-                                                std::regex("\"block_size\": 256"),
-                                                "\"block_size\": 512");
+  const std::string longer = std::regex_replace(
+      bench_gpt_config(1, false, 0), std::regex("\"block_size\": 256"), "\"block_size\": 512");
   const double base = activations(bench_gpt_config(1, false, 0), 1);
   const double twice = activations(longer, 1);
   const double split = activations(with_member(longer, "sequence_parallel_size", "2"), 2);
-  std::printf("activations: T 256 one rank %.1f MiB, T 512 one rank %.1f MiB, T 512 SP=2 %.1f MiB\n",
-              base / 1048576, twice / 1048576, split / 1048576);
+  std::printf(
+      "activations: T 256 one rank %.1f MiB, T 512 one rank %.1f MiB, T 512 SP=2 %.1f MiB\n",
+      base / 1048576, twice / 1048576, split / 1048576);
   EXPECT_GT(twice, 1.9 * base);
   EXPECT_LT(split, 1.1 * base);
 }

@@ -179,8 +179,8 @@ TEST_F(TensorParallelRun, ASequenceParallelCheckpointGeneratesAndExportsAtOneRan
   const auto saved = [&](const std::string& name, const std::string& extra, int ranks) {
     const std::string ck = (dir_.path() / name).string();
     const fs::path config = dir_.write(
-        name + ".json", "{" + gpt() + extra + R"(, "save_interval": 6, "checkpoint_dir": ")" + ck +
-                            R"("})");
+        name + ".json",
+        "{" + gpt() + extra + R"(, "save_interval": 6, "checkpoint_dir": ")" + ck + R"("})");
     ProcessResult r =
         run_dscore({"run", "--config", config.string(), "-n", std::to_string(ranks)}, options);
     EXPECT_EQ(r.exit_code, 0) << r.describe();
