@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "tests/multirank/equivalence_checks.h"
 #include "tests/multirank/harness.h"
@@ -57,6 +58,27 @@ inline void expect_close(const RunResult& r, const RunResult& reference, const s
   EXPECT_LT(max_relative_difference(r.ranks[0].grad_norms, reference.ranks[0].grad_norms), 1e-5)
       << what;
   EXPECT_LT(params, 1e-3) << what;
+}
+
+// `spec` saved into `ck` after 3 of its steps (stopping there, its state
+// dumped) and resumed from it: the two halves' losses and the final
+// parameters are the uninterrupted run's, bitwise. Returns the saving run
+// (its dumped state: what loads elsewhere must equal), or a run that did
+// not complete.
+inline RunResult expect_resumes_bitwise(const RunSpec& spec, const std::string& ck,
+                                        const std::string& what) {
+  const RunResult full = run_ok(spec, what + " uninterrupted");
+  RunResult first =
+      run_workers(spec, {"--save", ck, "--save-step", "3", "--stop-after-save", "--dump-state"});
+  EXPECT_TRUE(first.ok() && !first.state.empty()) << what << "\n" << first.process.describe();
+  const RunResult second = run_workers(spec, {"--load", ck});
+  EXPECT_TRUE(second.ok()) << what << "\n" << second.process.describe();
+  if (!first.ok() || first.ranks.empty() || !second.ok() || second.ranks.empty()) return first;
+  std::vector<double> losses = first.ranks[0].losses;
+  losses.insert(losses.end(), second.ranks[0].losses.begin(), second.ranks[0].losses.end());
+  EXPECT_EQ(losses, full.ranks.at(0).losses) << what;
+  EXPECT_EQ(second.params, full.params) << what;
+  return first;
 }
 
 }  // namespace dscore::testing
