@@ -56,6 +56,26 @@ void set_tensor_parallel(int tp, const ParamLayout& layout, zero::ZeroPlan* plan
   for (const ParamEntry& p : layout.params()) plan->whole_numel += p.whole_numel();
 }
 
+// The model's own collectives per optimizer step through `chunks` (its
+// layers or a stage's), where the model declares them and is split.
+std::optional<zero::ModelTraffic> model_traffic(const Model& model,
+                                                const std::vector<dscore_pipeline_stage>& chunks,
+                                                const config::TrainingConfig& cfg,
+                                                bool checkpointing) {
+  const int64_t gas = cfg.batch.gradient_accumulation_steps;
+  zero::ModelTraffic t;
+  for (const dscore_pipeline_stage& chunk : chunks) {
+    auto c = model.collective_bytes(chunk, cfg.batch.train_micro_batch_size_per_gpu, checkpointing);
+    if (!c.ok()) return std::nullopt;
+    t.tensor_parallel_calls += static_cast<int64_t>(c->tensor_parallel_calls) * gas;
+    t.tensor_parallel_bytes += static_cast<int64_t>(c->tensor_parallel_bytes) * gas;
+    t.sequence_parallel_calls += static_cast<int64_t>(c->sequence_parallel_calls) * gas;
+    t.sequence_parallel_bytes += static_cast<int64_t>(c->sequence_parallel_bytes) * gas;
+  }
+  if (t.tensor_parallel_calls == 0 && t.sequence_parallel_calls == 0) return std::nullopt;
+  return t;
+}
+
 // Each rank's plan: its stage's layers' state (its tensor-parallel part of
 // them), partitioned by ZeRO over the ranks holding the same part (its
 // data- and sequence-parallel ranks), and the activations of the
@@ -138,6 +158,7 @@ Result<std::vector<zero::ZeroPlan>> plan_pipeline(const Setup& setup, const Mode
       }
       zero::add_process_memory(stage_process, &plan);
       plan.pipe = pipe;
+      plan.model_traffic = model_traffic(model, chunks, cfg, process.checkpointing);
       plans.push_back(std::move(plan));
     }
   }
@@ -194,6 +215,10 @@ Result<std::vector<zero::ZeroPlan>> plan_job(const Setup& setup, int world_size)
   const int sp = static_cast<int>(config::sequence_parallel_size_of(cfg));
   DSCORE_ASSIGN_OR_RETURN(const comm::ParallelGrid grid,
                           comm::ParallelGrid::pipe_data_sequence_model(1, sp, tp, world_size));
+  const std::optional<zero::ModelTraffic> traffic = model_traffic(
+      *model,
+      {dscore_pipeline_stage{sizeof(dscore_pipeline_stage), 0, model->description().layer_count}},
+      cfg, process.checkpointing);
   std::vector<zero::ZeroPlan> plans;
   for (int rank = 0; rank < world_size; ++rank) {
     plans.push_back(zero::make_plan(cfg, placement, layout, slots, grid.size(comm::groups::kZero),
@@ -202,6 +227,7 @@ Result<std::vector<zero::ZeroPlan>> plan_job(const Setup& setup, int world_size)
     plans.back().world = world_size;
     plans.back().grid = grid.describe();
     set_tensor_parallel(tp, layout, &plans.back());
+    plans.back().model_traffic = traffic;
     zero::add_process_memory(process, &plans.back());
   }
   return plans;

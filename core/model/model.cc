@@ -24,6 +24,11 @@ Result<Model::StageActivations> Model::stage_activation_bytes(const dscore_pipel
   return unimplemented(display_name() + " does not declare a pipeline stage's activation memory");
 }
 
+Result<dscore_model_collectives> Model::collective_bytes(const dscore_pipeline_stage&, int64_t,
+                                                         bool) const {
+  return unimplemented(display_name() + " does not declare what its collectives move");
+}
+
 Status Model::stage_forward(const dscore_pipeline_stage&, size_t, const dscore_batch&,
                             const dscore_model_hooks&, const void*, void*) {
   return unimplemented(display_name() + " cannot be cut into pipeline stages");

@@ -78,6 +78,13 @@ class Model {
                                                           dscore_dtype param_dtype,
                                                           dscore_dtype grad_dtype) const;
 
+  // What the model's own tensor- and sequence-parallel collectives move per
+  // micro-batch through `layers` (model.h collective_bytes); UNIMPLEMENTED
+  // when the model cannot say.
+  virtual Result<dscore_model_collectives> collective_bytes(const dscore_pipeline_stage& layers,
+                                                            int64_t micro_batch,
+                                                            bool checkpointing) const;
+
   // The model's own deterministic task (synthetic data), if it has one.
   virtual bool has_synthetic_task() const { return false; }
   virtual Status synthetic_batch(uint64_t seed, int64_t first_sample,

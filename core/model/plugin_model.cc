@@ -58,6 +58,13 @@ class PluginModel final : public Model {
                                           grad_dtype, &bytes.slot_bytes, &bytes.shared_bytes));
     return bytes;
   }
+  Result<dscore_model_collectives> collective_bytes(const dscore_pipeline_stage& layers,
+                                                    int64_t micro_batch,
+                                                    bool checkpointing) const override {
+    dscore_model_collectives out{};
+    DSCORE_RETURN_IF_ERROR(instance_->collective_bytes(layers, micro_batch, checkpointing, &out));
+    return out;
+  }
   Result<uint64_t> boundary_bytes(size_t layer, int64_t micro_batch,
                                   dscore_dtype compute_dtype) const override {
     return instance_->boundary_bytes(layer, micro_batch, compute_dtype);

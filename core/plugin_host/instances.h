@@ -168,6 +168,11 @@ class ModelInstance {
                                 bool checkpointing, dscore_dtype param_dtype,
                                 dscore_dtype grad_dtype, uint64_t* slot_bytes,
                                 uint64_t* shared_bytes) const;
+  // What the model's own collectives move per micro-batch through the
+  // layers (model.h collective_bytes); UNIMPLEMENTED where the plugin does
+  // not declare it.
+  Status collective_bytes(const dscore_pipeline_stage& layers, int64_t micro_batch,
+                          bool checkpointing, dscore_model_collectives* out) const;
 
  private:
   ModelInstance(PluginInfo info, dscore_model* handle, std::shared_ptr<HostContext> host)

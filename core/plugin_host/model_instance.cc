@@ -330,6 +330,21 @@ Status ModelInstance::stage_activation_bytes(const dscore_pipeline_stage& stage,
   });
 }
 
+Status ModelInstance::collective_bytes(const dscore_pipeline_stage& layers, int64_t micro_batch,
+                                       bool checkpointing, dscore_model_collectives* out) const {
+  const auto* vt = vtable_of<dscore_model_vtable>(info_);
+  if (!DSCORE_HAS_FIELD(vt, dscore_model_vtable, collective_bytes) ||
+      vt->collective_bytes == nullptr)
+    return Status(DSCORE_UNIMPLEMENTED, info_.display() +
+                                            " does not declare what its collectives move "
+                                            "(collective_bytes is NULL)");
+  *out = dscore_model_collectives{};
+  out->struct_size = sizeof *out;
+  return call_plugin(*host_, info_.display(), "collective_bytes", [&] {
+    return vt->collective_bytes(handle_, &layers, micro_batch, checkpointing ? 1 : 0, out);
+  });
+}
+
 Status ModelInstance::stage_forward(const dscore_pipeline_stage& stage, size_t slot,
                                     const dscore_batch& batch, const dscore_model_hooks& hooks,
                                     const void* input, void* output) {

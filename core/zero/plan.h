@@ -116,6 +116,15 @@ struct PipeStagePlan {
   double bubble = 0;  // (stages - 1) / (virtual_stages * micro_batches + stages - 1)
 };
 
+// The model's own collectives per optimizer step (model.h
+// collective_bytes, over the step's micro-batches): its tensor-parallel
+// allreduces and sequence-parallel all-to-alls, each call counted at its
+// input buffer's bytes.
+struct ModelTraffic {
+  int64_t tensor_parallel_calls = 0, tensor_parallel_bytes = 0;
+  int64_t sequence_parallel_calls = 0, sequence_parallel_bytes = 0;
+};
+
 struct ZeroPlan {
   int stage = 0;
   int world = 1;
@@ -161,6 +170,8 @@ struct ZeroPlan {
   // Elements moved per optimizer step, by collective (the communicator's
   // counting: the full buffer of each call).
   std::map<std::string, int64_t> comm_elements;
+  // Where the model is split and declares them: its own collectives.
+  std::optional<ModelTraffic> model_traffic;
   int64_t comm_total() const;
 };
 

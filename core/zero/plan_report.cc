@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/base/strings.h"
@@ -293,6 +294,21 @@ std::string format_plans(const std::vector<ZeroPlan>& plans) {
         static_cast<long long>(elements),
         p0.numel > 0 ? static_cast<double>(elements) / static_cast<double>(p0.numel) : 0.0);
     out += line;
+  }
+  if (p0.model_traffic) {
+    const ModelTraffic& t = *p0.model_traffic;
+    out +=
+        "  the model's own collectives per optimizer step (rank 0; bytes of each call's input):\n";
+    for (const auto& [what, calls, bytes] :
+         {std::tuple{"tensor-parallel allreduce", t.tensor_parallel_calls, t.tensor_parallel_bytes},
+          std::tuple{"sequence-parallel all_to_all", t.sequence_parallel_calls,
+                     t.sequence_parallel_bytes}}) {
+      if (calls == 0) continue;
+      std::snprintf(line, sizeof line, "    %-28s %16lld calls, %lld B (%s)\n", what,
+                    static_cast<long long>(calls), static_cast<long long>(bytes),
+                    format_bytes(bytes).c_str());
+      out += line;
+    }
   }
   for (const std::string& note : p0.notes) out += "  note: " + note + "\n";
   return out;

@@ -19,6 +19,7 @@
 #include "../transformer_common/cuda_module.h"
 #include "../transformer_common/model_io.h"
 #include "../transformer_common/pass_memory.h"
+#include "../transformer_common/split_traffic.h"
 #include "../transformer_common/tensor_parallel.h"
 #include "compute.h"
 #include "gpt2_hf.h"
@@ -283,6 +284,26 @@ class Gpt : public sdk::Instance {
         c, params_, c.n_layer, stage, micro_batch, checkpointing, param_dtype, grad_dtype,
         cpu_pass_shape(micro_batch,
                        transformer::cpu::largest_layer_numel(params_, c.layer_count())));
+  }
+  // What its tensor- and sequence-parallel collectives move (model.h
+  // collective_bytes): q|k|v exchanged packed, the output back.
+  dscore_model_collectives collective_bytes(const dscore_pipeline_stage& layers,
+                                            int64_t micro_batch, bool checkpointing) const {
+    const GptConfig& c = config_;
+    transformer::SplitTraffic t;
+    t.blocks = c.n_layer;
+    t.tp_size = c.tp_size;
+    t.sp_size = c.sp_size;
+    if (c.tp_size > 1 || c.sp_size > 1) {
+      t.rows = micro_batch * c.local_tokens();
+      t.embd = c.n_embd;
+      t.element_bytes =
+          static_cast<int64_t>(compute_->boundary_bytes(micro_batch)) / (t.rows * t.embd);
+      t.to_heads = {3 * c.local_width()};
+      t.to_tokens = {c.local_width()};
+      t.head_rows_per_block = transformer::cpu::lm_rows_per_block(t.rows, c.vocab_size);
+    }
+    return transformer::split_collectives(t, layers, checkpointing);
   }
 
  private:

@@ -18,6 +18,7 @@
 #include "../transformer_common/cuda_module.h"
 #include "../transformer_common/model_io.h"
 #include "../transformer_common/pass_memory.h"
+#include "../transformer_common/split_traffic.h"
 #include "../transformer_common/tokens.h"
 #include "compute.h"
 #include "llama_config_reader.h"
@@ -255,6 +256,26 @@ class Llama : public sdk::Instance {
         c, params_, c.num_hidden_layers, stage, micro_batch, checkpointing, param_dtype, grad_dtype,
         cpu_pass_shape(micro_batch,
                        transformer::cpu::largest_layer_numel(params_, c.layer_count())));
+  }
+  // What its tensor- and sequence-parallel collectives move (model.h
+  // collective_bytes): q, k and v exchanged one by one, the output back.
+  dscore_model_collectives collective_bytes(const dscore_pipeline_stage& layers,
+                                            int64_t micro_batch, bool checkpointing) const {
+    const LlamaConfig& c = config_;
+    transformer::SplitTraffic t;
+    t.blocks = c.num_hidden_layers;
+    t.tp_size = c.tp_size;
+    t.sp_size = c.sp_size;
+    if (c.tp_size > 1 || c.sp_size > 1) {
+      t.rows = micro_batch * c.local_tokens();
+      t.embd = c.hidden_size;
+      t.element_bytes =
+          static_cast<int64_t>(compute_->boundary_bytes(micro_batch)) / (t.rows * t.embd);
+      t.to_heads = {c.local_q_dim(), c.local_kv_dim(), c.local_kv_dim()};
+      t.to_tokens = {c.local_q_dim()};
+      t.head_rows_per_block = transformer::cpu::lm_rows_per_block(t.rows, c.vocab_size);
+    }
+    return transformer::split_collectives(t, layers, checkpointing);
   }
 
  private:

@@ -108,6 +108,18 @@ typedef struct dscore_pipeline_stage {
   size_t end_layer;
 } dscore_pipeline_stage;
 
+/* ABI 1.2: what a model's own collectives move for one micro-batch
+ * (collective_bytes): the calls it makes on each group it is lent and their
+ * bytes, each call counted at its input buffer's size (as DeepSpeed's comms
+ * logger counts a message). The caller sets struct_size. */
+typedef struct dscore_model_collectives {
+  uint32_t struct_size;
+  uint64_t tensor_parallel_calls; /* allreduces on DSCORE_GROUP_TENSOR_PARALLEL */
+  uint64_t tensor_parallel_bytes;
+  uint64_t sequence_parallel_calls; /* all_to_alls on DSCORE_GROUP_SEQUENCE_PARALLEL */
+  uint64_t sequence_parallel_bytes;
+} dscore_model_collectives;
+
 /* A batch: one tensor per declared input, in declaration order, each with
  * leading dimension batch_size. Borrowed for the call. */
 typedef struct dscore_batch {
@@ -323,6 +335,15 @@ typedef struct dscore_model_vtable {
                                           int32_t checkpointing, dscore_dtype param_dtype,
                                           dscore_dtype grad_dtype, uint64_t* slot_bytes,
                                           uint64_t* shared_bytes);
+  /* Optional (ABI 1.2): what the model's own collectives (tensor- and
+   * sequence-parallel, model.h's groups) move for one micro-batch of
+   * `micro_batch` samples through layers [stage->first_layer,
+   * stage->end_layer) (the whole model: [0, layer_count)), forward and
+   * backward, with `checkpointing`'s recomputation. Zeros where the model
+   * is not split. For `dscore plan`'s communication rows; NULL: not shown. */
+  dscore_status (*collective_bytes)(const dscore_model* self, const dscore_pipeline_stage* stage,
+                                    int64_t micro_batch, int32_t checkpointing,
+                                    dscore_model_collectives* out);
   /* ---- minor 2 ends here ---- */
 } dscore_model_vtable;
 

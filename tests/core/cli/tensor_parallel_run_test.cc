@@ -201,12 +201,15 @@ TEST_F(TensorParallelRun, ASequenceParallelCheckpointGeneratesAndExportsAtOneRan
 }
 
 // The comms_logger counts the model's collectives on its own groups (as
-// DeepSpeed's logger counts every group's): per micro-batch the gpt's
-// tensor-parallel allreduces of B x T x C fp32 (4 x 16 x 32: 8 KB), 4 per
-// block and 2 for the embedding and the head, and its sequence group's
-// all-to-alls, q|k|v ((B T / 2) x 3C: 12 KB) and the output (4 KB), each
-// once forward and once backward per block. 6 steps of 2 micro-batches.
-TEST_F(TensorParallelRun, TheCommsLoggerCountsTheModelsCollectives) {
+// DeepSpeed's logger counts every group's), and `dscore plan` foretells
+// them (model.h collective_bytes). Per micro-batch the gpt's
+// tensor-parallel allreduces: of B x T x C fp32 (4 x 16 x 32: 8 KB), 4 per
+// block, 1 for the embedding and 1 for the head's input gradient, and the
+// head's row statistics (64 rows: their maxima, 512 B, then 2 sums a row,
+// 1 KB); its sequence group's all-to-alls, q|k|v ((B T / 2) x 3C: 12 KB)
+// and the output (4 KB), each once forward and once backward per block.
+// 6 steps of 2 micro-batches.
+TEST_F(TensorParallelRun, TheCommsLoggerAndThePlanCountTheModelsCollectives) {
   const std::string logged = gpt() + R"(, "comms_logger": {"enabled": true})";
   const auto summary_has = [](const std::string& err, const std::string& op,
                               const std::string& size, int count) {
@@ -220,13 +223,36 @@ TEST_F(TensorParallelRun, TheCommsLoggerCountsTheModelsCollectives) {
     }
     return false;
   };
-  ProcessResult tp = run("logged_tp", logged + R"(, "tensor_parallel": {"autotp_size": 2})", 2);
+  const auto planned = [&](const std::string& name, const std::string& config) {
+    const fs::path path = dir_.write(name + ".json", "{" + config + "}");
+    ProcessResult r = run_dscore({"plan", "--config", path.string(), "-n", "2"});
+    EXPECT_EQ(r.exit_code, 0) << r.describe();
+    return r.out;
+  };
+  const std::string tp2 = R"(, "tensor_parallel": {"autotp_size": 2})";
+  ProcessResult tp = run("logged_tp", logged + tp2, 2);
   ASSERT_EQ(tp.exit_code, 0) << tp.describe();
-  EXPECT_TRUE(summary_has(tp.err, "all_reduce", "8\\.0 KB", (4 * 2 + 2) * 2 * 6)) << tp.err;
-  ProcessResult sp = run("logged_sp", logged + R"(, "sequence_parallel_size": 2)", 2);
+  const int micro_batches = 2 * 6;
+  EXPECT_TRUE(summary_has(tp.err, "all_reduce", "8\\.0 KB", (4 * 2 + 2) * micro_batches)) << tp.err;
+  EXPECT_TRUE(summary_has(tp.err, "all_reduce", "512\\.0 B", micro_batches)) << tp.err;
+  EXPECT_TRUE(summary_has(tp.err, "all_reduce", "1\\.0 KB", micro_batches)) << tp.err;
+  // Per step: 2 micro-batches of 12 calls, 10 x 8192 + 512 + 1024 bytes.
+  const std::string tp_plan = planned("plan_tp", gpt() + tp2);
+  EXPECT_TRUE(
+      std::regex_search(tp_plan, std::regex("tensor-parallel allreduce +24 calls, 166912 B")))
+      << tp_plan;
+  const std::string sp2 = R"(, "sequence_parallel_size": 2)";
+  ProcessResult sp = run("logged_sp", logged + sp2, 2);
   ASSERT_EQ(sp.exit_code, 0) << sp.describe();
-  EXPECT_TRUE(summary_has(sp.err, "all_to_all_single", "12\\.0 KB", 2 * 2 * 2 * 6)) << sp.err;
-  EXPECT_TRUE(summary_has(sp.err, "all_to_all_single", "4\\.0 KB", 2 * 2 * 2 * 6)) << sp.err;
+  EXPECT_TRUE(summary_has(sp.err, "all_to_all_single", "12\\.0 KB", 2 * 2 * micro_batches))
+      << sp.err;
+  EXPECT_TRUE(summary_has(sp.err, "all_to_all_single", "4\\.0 KB", 2 * 2 * micro_batches))
+      << sp.err;
+  // Per step: 2 micro-batches, 2 blocks, 2 passes, 2 calls of 12288 + 4096 bytes.
+  const std::string sp_plan = planned("plan_sp", gpt() + sp2);
+  EXPECT_TRUE(
+      std::regex_search(sp_plan, std::regex("sequence-parallel all_to_all +16 calls, 131072 B")))
+      << sp_plan;
 }
 
 TEST_F(TensorParallelRun, SequenceParallelismRefusesWhatItDoesNotRunNamingTheKey) {

@@ -38,6 +38,10 @@
 //                                             int64_t micro_batch, bool checkpointing,
 //                                             dscore_dtype param_dtype,
 //                                             dscore_dtype grad_dtype) const;
+//     // what its own collectives move per micro-batch through the layers
+//     // (model.h collective_bytes; the struct_size is set here)
+//     dscore_model_collectives collective_bytes(const dscore_pipeline_stage& layers,
+//                                               int64_t micro_batch, bool checkpointing) const;
 //   };
 //   const dscore_plugin_descriptor kMine = sdk::model_descriptor<MyModel>(
 //       "my_model", "1.0", "one line", DSCORE_CAP_CPU | DSCORE_CAP_F32, kSchema);
@@ -50,6 +54,7 @@
 #include <dscore/model.h>
 #include <dscore/cpp/instance.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -128,6 +133,12 @@ struct HasStageActivationBytes<T,
                                std::void_t<decltype(std::declval<const T&>().stage_activation_bytes(
                                    std::declval<const dscore_pipeline_stage&>(), int64_t{}, bool{},
                                    dscore_dtype{}, dscore_dtype{}))>> : std::true_type {};
+template <typename T, typename = void>
+struct HasCollectiveBytes : std::false_type {};
+template <typename T>
+struct HasCollectiveBytes<T, std::void_t<decltype(std::declval<const T&>().collective_bytes(
+                                 std::declval<const dscore_pipeline_stage&>(), int64_t{}, bool{}))>>
+    : std::true_type {};
 }  // namespace detail
 
 // A pipeline stage's activation memory (model.h stage_activation_bytes).
@@ -264,6 +275,19 @@ struct ModelPlugin {
     });
   }
 
+  static dscore_status collective_bytes(const dscore_model* h, const dscore_pipeline_stage* stage,
+                                        int64_t micro_batch, int32_t checkpointing,
+                                        dscore_model_collectives* out) {
+    return S::call(h, [&](const T& t) {
+      if (out == nullptr) throw Error(DSCORE_INVALID_ARGUMENT, "collective_bytes: out is NULL");
+      const dscore_pipeline_stage& s = checked_stage(stage, t.description()->layer_count);
+      const uint32_t size = out->struct_size;
+      const dscore_model_collectives c = t.collective_bytes(s, micro_batch, checkpointing != 0);
+      std::memcpy(out, &c, std::min<size_t>(size, sizeof c));
+      out->struct_size = size;
+    });
+  }
+
   static dscore_model_vtable make_vtable() {
     dscore_model_vtable vt{};
     vt.struct_size = sizeof vt;
@@ -289,6 +313,7 @@ struct ModelPlugin {
       if constexpr (detail::HasStageActivationBytes<T>::value)
         vt.stage_activation_bytes = &stage_activation_bytes;
     }
+    if constexpr (detail::HasCollectiveBytes<T>::value) vt.collective_bytes = &collective_bytes;
     return vt;
   }
   static inline const dscore_model_vtable vtable = make_vtable();
