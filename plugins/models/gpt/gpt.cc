@@ -303,7 +303,9 @@ class Gpt : public sdk::Instance {
       t.to_tokens = {c.local_width()};
       t.head_rows_per_block = transformer::cpu::lm_rows_per_block(t.rows, c.vocab_size);
     }
-    return transformer::split_collectives(t, layers, checkpointing);
+    t.checkpoint_blocks =
+        transformer::checkpointed_config(c, c.n_layer, checkpointing).checkpoint_blocks;
+    return transformer::split_collectives(t, layers);
   }
 
  private:

@@ -275,7 +275,9 @@ class Llama : public sdk::Instance {
       t.to_tokens = {c.local_q_dim()};
       t.head_rows_per_block = transformer::cpu::lm_rows_per_block(t.rows, c.vocab_size);
     }
-    return transformer::split_collectives(t, layers, checkpointing);
+    t.checkpoint_blocks =
+        transformer::checkpointed_config(c, c.num_hidden_layers, checkpointing).checkpoint_blocks;
+    return transformer::split_collectives(t, layers);
   }
 
  private:

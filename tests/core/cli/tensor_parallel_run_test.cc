@@ -253,6 +253,28 @@ TEST_F(TensorParallelRun, TheCommsLoggerAndThePlanCountTheModelsCollectives) {
   EXPECT_TRUE(
       std::regex_search(sp_plan, std::regex("sequence-parallel all_to_all +16 calls, 131072 B")))
       << sp_plan;
+  // Checkpointed blocks recompute their forward: the attention
+  // projection's sum again (5 a block) and both exchanges again; with
+  // number_checkpoints 1 the first block only.
+  const std::string recomputed = R"(, "activation_checkpointing": {})";
+  tp = run("logged_tp_ck", logged + tp2 + recomputed, 2);
+  ASSERT_EQ(tp.exit_code, 0) << tp.describe();
+  EXPECT_TRUE(summary_has(tp.err, "all_reduce", "8\\.0 KB", (5 * 2 + 2) * micro_batches)) << tp.err;
+  EXPECT_TRUE(std::regex_search(planned("plan_tp_ck", gpt() + tp2 + recomputed),
+                                std::regex("tensor-parallel allreduce +28 calls, 199680 B")));
+  const std::string first_block = R"(, "activation_checkpointing": {"number_checkpoints": 1})";
+  tp = run("logged_tp_ck1", logged + tp2 + first_block, 2);
+  ASSERT_EQ(tp.exit_code, 0) << tp.describe();
+  EXPECT_TRUE(summary_has(tp.err, "all_reduce", "8\\.0 KB", (4 * 2 + 1 + 2) * micro_batches))
+      << tp.err;
+  EXPECT_TRUE(std::regex_search(planned("plan_tp_ck1", gpt() + tp2 + first_block),
+                                std::regex("tensor-parallel allreduce +26 calls, 183296 B")));
+  sp = run("logged_sp_ck", logged + sp2 + recomputed, 2);
+  ASSERT_EQ(sp.exit_code, 0) << sp.describe();
+  EXPECT_TRUE(summary_has(sp.err, "all_to_all_single", "12\\.0 KB", 2 * 3 * micro_batches))
+      << sp.err;
+  EXPECT_TRUE(std::regex_search(planned("plan_sp_ck", gpt() + sp2 + recomputed),
+                                std::regex("sequence-parallel all_to_all +24 calls, 196608 B")));
 }
 
 TEST_F(TensorParallelRun, SequenceParallelismRefusesWhatItDoesNotRunNamingTheKey) {

@@ -32,31 +32,37 @@ TEST(SplitTraffic, TensorParallelSumsPerStage) {
   t.tp_size = 2;
   const uint64_t activation = 10 * 8 * 4;
   // The first stage: the embedding and blocks 1-2.
-  dscore_model_collectives c = split_collectives(t, layers(0, 3), false);
+  dscore_model_collectives c = split_collectives(t, layers(0, 3));
   EXPECT_EQ(c.tensor_parallel_calls, 2u * 4 + 1);
   EXPECT_EQ(c.tensor_parallel_bytes, (2u * 4 + 1) * activation);
   EXPECT_EQ(c.sequence_parallel_calls, 0u);
   // The last: blocks 3-4 and the head (3 blocks of rows, 2 statistics each).
-  c = split_collectives(t, layers(3, 6), false);
+  c = split_collectives(t, layers(3, 6));
   EXPECT_EQ(c.tensor_parallel_calls, 2u * 4 + 3 * 2 + 1);
   EXPECT_EQ(c.tensor_parallel_bytes, (2u * 4 + 1) * activation + 24u * 10);
-  // Recomputed blocks sum their attention projection again.
-  EXPECT_EQ(split_collectives(t, layers(1, 5), true).tensor_parallel_calls, 4u * 5);
+  // Recomputed blocks sum their attention projection again: all 4, or the
+  // first 3 (number_checkpoints), of which the stage of blocks 3-4 holds 1.
+  t.checkpoint_blocks = 4;
+  EXPECT_EQ(split_collectives(t, layers(1, 5)).tensor_parallel_calls, 4u * 5);
+  t.checkpoint_blocks = 3;
+  EXPECT_EQ(split_collectives(t, layers(3, 5)).tensor_parallel_calls, 2u * 4 + 1);
+  t.checkpoint_blocks = 0;
   // Unsplit: nothing.
   t.tp_size = 1;
-  EXPECT_EQ(split_collectives(t, layers(0, 6), false).tensor_parallel_calls, 0u);
+  EXPECT_EQ(split_collectives(t, layers(0, 6)).tensor_parallel_calls, 0u);
 }
 
 TEST(SplitTraffic, SequenceParallelExchangesPerBlockAndPass) {
   SplitTraffic t = four_blocks();
   t.sp_size = 2;
-  const dscore_model_collectives c = split_collectives(t, layers(0, 6), false);
+  const dscore_model_collectives c = split_collectives(t, layers(0, 6));
   EXPECT_EQ(c.tensor_parallel_calls, 0u);
   EXPECT_EQ(c.sequence_parallel_calls, 4u * 2 * 2);
   EXPECT_EQ(c.sequence_parallel_bytes, 4u * 2 * (24 + 8) * 10 * 4);
-  const dscore_model_collectives recomputed = split_collectives(t, layers(2, 4), true);
+  t.checkpoint_blocks = 4;
+  const dscore_model_collectives recomputed = split_collectives(t, layers(2, 4));
   EXPECT_EQ(recomputed.sequence_parallel_calls, 2u * 3 * 2);
-  EXPECT_EQ(split_collectives(t, layers(5, 6), false).sequence_parallel_calls, 0u);  // the head
+  EXPECT_EQ(split_collectives(t, layers(5, 6)).sequence_parallel_calls, 0u);  // the head
 }
 
 }  // namespace
