@@ -11,23 +11,25 @@ namespace {
 
 constexpr float kEps = std::numeric_limits<float>::epsilon();  // torch.finfo(float32).eps
 
-// Row-wise softmax in fp32 (max subtracted, as torch does).
-std::vector<float> softmax_rows(const float* logits, int64_t S, int64_t E) {
-  std::vector<float> gates(static_cast<size_t>(S * E));
+// Row-wise softmax in Real (max subtracted, as torch does), kept as double.
+template <class Real>
+std::vector<double> softmax_rows(const Real* logits, int64_t S, int64_t E) {
+  std::vector<double> gates(static_cast<size_t>(S * E));
+  std::vector<Real> g(static_cast<size_t>(E));
   for (int64_t s = 0; s < S; ++s) {
-    const float* x = logits + s * E;
-    float* g = gates.data() + s * E;
-    const float max = *std::max_element(x, x + E);
-    float sum = 0;
+    const Real* x = logits + s * E;
+    const Real max = *std::max_element(x, x + E);
+    Real sum = 0;
     for (int64_t e = 0; e < E; ++e) sum += g[e] = std::exp(x[e] - max);
-    const float inv = 1.0f / sum;
-    for (int64_t e = 0; e < E; ++e) g[e] *= inv;
+    const Real inv = Real(1) / sum;
+    for (int64_t e = 0; e < E; ++e) gates[s * E + e] = g[e] * inv;
   }
   return gates;
 }
 
 // torch.argmax: the first index of the largest value (-1 skips an index).
-int32_t argmax(const float* x, int64_t E, int64_t skip = -1) {
+template <class Value>
+int32_t argmax(const Value* x, int64_t E, int64_t skip = -1) {
   int32_t best = -1;
   for (int64_t e = 0; e < E; ++e)
     if (e != skip && (best < 0 || x[e] > x[best])) best = static_cast<int32_t>(e);
@@ -42,27 +44,30 @@ int64_t capacity_of(int64_t S, int64_t E, float factor, int64_t min_capacity) {
   return std::max(capacity, min_capacity);
 }
 
-// me: the mean gate per expert (torch.mean over tokens, fp32).
-std::vector<float> mean_gates(const std::vector<float>& gates, int64_t S, int64_t E) {
-  std::vector<float> me(static_cast<size_t>(E), 0.0f);
+// me: the mean gate per expert (torch.mean over tokens, in Real).
+template <class Real>
+std::vector<Real> mean_gates(const std::vector<double>& gates, int64_t S, int64_t E) {
+  std::vector<Real> me(static_cast<size_t>(E), Real(0));
   for (int64_t s = 0; s < S; ++s)
-    for (int64_t e = 0; e < E; ++e) me[e] += gates[s * E + e];
-  for (float& m : me) m /= static_cast<float>(S);
+    for (int64_t e = 0; e < E; ++e) me[e] += static_cast<Real>(gates[s * E + e]);
+  for (Real& m : me) m /= static_cast<Real>(S);
   return me;
 }
 
+template <class Real>
 struct Aux {
-  float loss = 0;
-  std::vector<float> slope;  // d loss / d me_e
+  Real loss = 0;
+  std::vector<double> slope;  // d loss / d me_e
 };
 // scale * sum_e me_e * ce_e, with ce_e = counts_e / S.
-Aux aux_loss(const std::vector<float>& gates, const std::vector<int64_t>& counts, int64_t S,
-             int64_t E, float scale) {
-  const std::vector<float> me = mean_gates(gates, S, E);
-  Aux aux;
-  float sum = 0;
+template <class Real>
+Aux<Real> aux_loss(const std::vector<double>& gates, const std::vector<int64_t>& counts, int64_t S,
+                   int64_t E, Real scale) {
+  const std::vector<Real> me = mean_gates<Real>(gates, S, E);
+  Aux<Real> aux;
+  Real sum = 0;
   for (int64_t e = 0; e < E; ++e) {
-    const float ce = static_cast<float>(counts[e]) / static_cast<float>(S);
+    const Real ce = static_cast<Real>(counts[e]) / static_cast<Real>(S);
     sum += me[e] * ce;
     aux.slope.push_back(scale * ce);
   }
@@ -125,7 +130,7 @@ std::vector<int64_t> torch_topk(const std::vector<double>& values, int64_t k) {
 // (DeepSpeed's topk over the expert's column of masked priorities: 0 for
 // tokens routed elsewhere), then number the kept tokens of each expert in
 // token order (cumsum - 1).
-void place_by_priority(Routing& r, int64_t capacity, const std::vector<float>& priority) {
+void place_by_priority(Routing& r, int64_t capacity, const std::vector<double>& priority) {
   const int64_t S = r.tokens, E = r.experts;
   std::vector<char> kept(r.chosen.size(), 0);
   std::vector<double> column(static_cast<size_t>(S));
@@ -161,19 +166,20 @@ void place_by_priority(Routing& r, int64_t capacity, const std::vector<float>& p
 
 // Combine weights: each kept route's gate, divided by the kept gates' sum
 // over the token's routes when `normalise` (clamped at eps when `clamp`).
+template <class Real>
 void set_weights(Routing& r, bool normalise, bool clamp) {
   const int64_t S = r.tokens, E = r.experts;
   for (int64_t s = 0; s < S; ++s) {
-    float sum = 0;
+    Real sum = 0;
     for (int64_t j = 0; j < r.k; ++j) {
       const size_t i = static_cast<size_t>(j * S + s);
-      if (r.expert[i] >= 0) sum += r.gates[s * E + r.expert[i]];
+      if (r.expert[i] >= 0) sum += static_cast<Real>(r.gates[s * E + r.expert[i]]);
     }
-    const float denom = clamp ? std::max(sum, kEps) : sum;
+    const Real denom = clamp ? std::max(sum, Real(kEps)) : sum;
     for (int64_t j = 0; j < r.k; ++j) {
       const size_t i = static_cast<size_t>(j * S + s);
       if (r.expert[i] < 0) continue;
-      const float g = r.gates[s * E + r.expert[i]];
+      const auto g = static_cast<Real>(r.gates[s * E + r.expert[i]]);
       r.weight[i] = normalise ? g / denom : g;
     }
   }
@@ -190,7 +196,8 @@ int64_t largest(const std::vector<int64_t>& counts,
   return agree_capacity ? agree_capacity(mine) : mine;
 }
 
-Routing top1(const GatingConfig& c, const float* logits, int64_t S, bool training,
+template <class Real>
+Routing top1(const GatingConfig& c, const Real* logits, int64_t S, bool training,
              const GatingNoise& noise, const std::function<int64_t(int64_t)>& agree) {
   const int64_t E = c.num_experts;
   Routing r = empty_routing(c, S);
@@ -198,7 +205,7 @@ Routing top1(const GatingConfig& c, const float* logits, int64_t S, bool trainin
   const float factor = static_cast<float>(training ? c.capacity_factor : c.eval_capacity_factor);
   int64_t capacity = capacity_of(S, E, factor, c.min_capacity);
   const bool rsample = training && c.noisy_gate_policy == NoisyGate::kRSample;
-  std::vector<float> noisy(static_cast<size_t>(E));
+  std::vector<Real> noisy(static_cast<size_t>(E));
   for (int64_t s = 0; s < S; ++s) {
     if (rsample) {
       for (int64_t e = 0; e < E; ++e) noisy[e] = logits[s * E + e] + noise.gumbel[s * E + e];
@@ -209,21 +216,22 @@ Routing top1(const GatingConfig& c, const float* logits, int64_t S, bool trainin
   }
   count_routes(r);  // the loads before any drop
   if (!c.drop_tokens) capacity = std::min(largest(r.expert_counts, agree), S);
-  const Aux aux = aux_loss(r.gates, r.expert_counts, S, E, static_cast<float>(E));
+  const Aux<Real> aux = aux_loss(r.gates, r.expert_counts, S, E, static_cast<Real>(E));
   r.aux_loss = aux.loss;
   r.load_fraction = aux.slope;
   // Random token selection: a uniform priority per routed token; without
   // it, every routed token has priority 1 and the earlier ones stay.
-  std::vector<float> priority(static_cast<size_t>(S), 1.0f);
+  std::vector<double> priority(static_cast<size_t>(S), 1.0);
   if (needs_uniform(c, training))
     for (int64_t s = 0; s < S; ++s) priority[s] = noise.uniform[s * E + r.chosen[s]];
   place_by_priority(r, std::min(capacity, S), priority);
   r.capacity = capacity;
-  set_weights(r, /*normalise=*/false, /*clamp=*/false);
+  set_weights<Real>(r, /*normalise=*/false, /*clamp=*/false);
   return r;
 }
 
-Routing top2(const GatingConfig& c, const float* logits, int64_t S, bool training,
+template <class Real>
+Routing top2(const GatingConfig& c, const Real* logits, int64_t S, bool training,
              const GatingNoise& noise, const std::function<int64_t(int64_t)>& agree) {
   const int64_t E = c.num_experts;
   Routing r = empty_routing(c, S);
@@ -231,12 +239,12 @@ Routing top2(const GatingConfig& c, const float* logits, int64_t S, bool trainin
   // DeepSpeed's TopKGate passes top2_2nd_expert_sampling in training and
   // evaluation alike.
   (void)training;
-  std::vector<float> noisy(static_cast<size_t>(E));
+  std::vector<Real> noisy(static_cast<size_t>(E));
   for (int64_t s = 0; s < S; ++s) {
     const int32_t first = argmax(r.gates.data() + s * E, E);
     for (int64_t e = 0; e < E; ++e)
       noisy[e] = logits[s * E + e] +
-                 (c.top2_2nd_expert_sampling ? noise.gumbel[s * E + e] : 0.0f);
+                 (c.top2_2nd_expert_sampling ? static_cast<Real>(noise.gumbel[s * E + e]) : Real(0));
     r.chosen[s] = first;
     r.chosen[S + s] = argmax(noisy.data(), E, first);
   }
@@ -244,26 +252,28 @@ Routing top2(const GatingConfig& c, const float* logits, int64_t S, bool trainin
   std::vector<int64_t> first_counts(static_cast<size_t>(E), 0);
   for (int64_t s = 0; s < S; ++s) ++first_counts[r.chosen[s]];
   // l_aux = mean_e(me * ce) * E * E, ce of the first choices.
-  const Aux aux = aux_loss(r.gates, first_counts, S, E, 1.0f);
-  r.aux_loss = aux.loss / static_cast<float>(E) * static_cast<float>(E) * static_cast<float>(E);
-  for (float slope : aux.slope) r.load_fraction.push_back(slope * static_cast<float>(E));
+  const Aux<Real> aux = aux_loss(r.gates, first_counts, S, E, Real(1));
+  const auto fe = static_cast<Real>(E);
+  r.aux_loss = aux.loss / fe * fe * fe;
+  for (double slope : aux.slope) r.load_fraction.push_back(slope * static_cast<double>(E));
   const float factor = static_cast<float>(
       static_cast<double>(training ? c.capacity_factor : c.eval_capacity_factor) * 2.0);
   const int64_t capacity = c.drop_tokens ? capacity_of(S, E, factor, c.min_capacity)
                                          : largest(r.expert_counts, agree);
   place_by_position(r, c.drop_tokens ? capacity : 0);
   r.capacity = capacity;
-  set_weights(r, /*normalise=*/true, /*clamp=*/true);
+  set_weights<Real>(r, /*normalise=*/true, /*clamp=*/true);
   return r;
 }
 
 // The k largest of a row, descending, as torch.topk(dim=1) orders them.
-std::vector<int32_t> top_k(const float* x, int64_t E, int64_t k) {
+std::vector<int32_t> top_k(const double* x, int64_t E, int64_t k) {
   const std::vector<int64_t> top = torch_topk(std::vector<double>(x, x + E), k);
   return std::vector<int32_t>(top.begin(), top.end());
 }
 
-Routing topk(const GatingConfig& c, const float* logits, int64_t S, bool training,
+template <class Real>
+Routing topk(const GatingConfig& c, const Real* logits, int64_t S, bool training,
              const std::function<int64_t(int64_t)>& agree) {
   const int64_t E = c.num_experts, K = c.k;
   Routing r = empty_routing(c, S);
@@ -273,13 +283,14 @@ Routing topk(const GatingConfig& c, const float* logits, int64_t S, bool trainin
     for (int64_t j = 0; j < K; ++j) r.chosen[j * S + s] = best[j];
   }
   count_routes(r);
-  const Aux aux = aux_loss(r.gates, r.expert_counts, S, E, 1.0f);
-  const auto fe = static_cast<float>(E), fk = static_cast<float>(K);
+  const Aux<Real> aux = aux_loss(r.gates, r.expert_counts, S, E, Real(1));
+  const auto fe = static_cast<Real>(E), fk = static_cast<Real>(K);
   r.aux_loss = aux.loss / fe * fe * fe / fk;
-  for (float slope : aux.slope) r.load_fraction.push_back(slope * fe / fk);
+  for (double slope : aux.slope)
+    r.load_fraction.push_back(slope * static_cast<double>(E) / static_cast<double>(K));
   if (!c.drop_tokens) {
     r.capacity = largest(r.expert_counts, agree);
-    place_by_priority(r, S * K, std::vector<float>(r.chosen.size(), 1.0f));
+    place_by_priority(r, S * K, std::vector<double>(r.chosen.size(), 1.0));
   } else {
     const float factor = static_cast<float>(
         static_cast<double>(training ? c.capacity_factor : c.eval_capacity_factor) *
@@ -287,22 +298,23 @@ Routing topk(const GatingConfig& c, const float* logits, int64_t S, bool trainin
     r.capacity = capacity_of(S, E, factor, c.min_capacity);
     if (c.drop_policy == DropPolicy::kPosition) {
       // Locations count a token's routes in token order (cumsum over the mask).
-      std::vector<float> order(r.chosen.size(), 1.0f);
+      std::vector<double> order(r.chosen.size(), 1.0);
       place_by_priority(r, S * K, order);
       for (size_t i = 0; i < r.expert.size(); ++i)
         if (r.expert[i] >= 0 && r.slot[i] >= r.capacity) r.expert[i] = -1, r.slot[i] = 0;
     } else {
-      std::vector<float> priority(r.chosen.size());
+      std::vector<double> priority(r.chosen.size());
       for (size_t i = 0; i < r.chosen.size(); ++i)
         priority[i] = r.gates[static_cast<int64_t>(i) % S * E + r.chosen[i]];
       place_by_priority(r, std::min(r.capacity, S), priority);
     }
   }
-  set_weights(r, /*normalise=*/true, /*clamp=*/true);
+  set_weights<Real>(r, /*normalise=*/true, /*clamp=*/true);
   return r;
 }
 
-Routing dropless(const GatingConfig& c, const float* logits, int64_t S,
+template <class Real>
+Routing dropless(const GatingConfig& c, const Real* logits, int64_t S,
                  const std::function<int64_t(int64_t)>& agree) {
   const int64_t E = c.num_experts, K = c.k;
   Routing r = empty_routing(c, S);
@@ -313,12 +325,12 @@ Routing dropless(const GatingConfig& c, const float* logits, int64_t S,
   }
   count_routes(r);
   // transformers' load_balancing_loss_func: E * sum_e (routes_e / S) * me_e.
-  const Aux aux = aux_loss(r.gates, r.expert_counts, S, E, static_cast<float>(E));
+  const Aux<Real> aux = aux_loss(r.gates, r.expert_counts, S, E, static_cast<Real>(E));
   r.aux_loss = aux.loss;
   r.load_fraction = aux.slope;
   r.capacity = largest(r.expert_counts, agree);
   place_by_position(r, 0);
-  set_weights(r, c.norm_topk_prob, /*clamp=*/false);
+  set_weights<Real>(r, c.norm_topk_prob, /*clamp=*/false);
   return r;
 }
 
@@ -351,7 +363,8 @@ bool needs_uniform(const GatingConfig& c, bool training) {
   return c.router == Router::kDeepSpeed && c.k == 1 && c.use_rts;
 }
 
-Routing route(const GatingConfig& config, const float* logits, int64_t tokens, bool training,
+template <class Real>
+Routing route(const GatingConfig& config, const Real* logits, int64_t tokens, bool training,
               const GatingNoise& noise, const std::function<int64_t(int64_t)>& agree_capacity) {
   if ((needs_gumbel(config, training) && noise.gumbel == nullptr) ||
       (needs_uniform(config, training) && noise.uniform == nullptr))
@@ -365,8 +378,9 @@ Routing route(const GatingConfig& config, const float* logits, int64_t tokens, b
   return r;
 }
 
-void route_backward(const GatingConfig& config, const Routing& r, const float* dweight,
-                    float daux, float* dlogits) {
+template <class Real>
+void route_backward(const GatingConfig& config, const Routing& r, const Real* dweight, double daux,
+                    Real* dlogits) {
   const int64_t S = r.tokens, E = r.experts, K = r.k;
   const bool normalised = config.router == Router::kDroplessTopK
                               ? config.norm_topk_prob
@@ -376,7 +390,7 @@ void route_backward(const GatingConfig& config, const Routing& r, const float* d
   for (int64_t s = 0; s < S; ++s) {
     // The aux loss: d/d g[s, e] = slope_e / S.
     for (int64_t e = 0; e < E; ++e)
-      dgates[e] = static_cast<double>(daux) * r.load_fraction[e] / static_cast<double>(S);
+      dgates[e] = daux * r.load_fraction[e] / static_cast<double>(S);
     // The weights: w_j = G_j / D over the kept routes (D their sum, clamped).
     double sum = 0, dot = 0;
     for (int64_t j = 0; j < K; ++j) {
@@ -394,12 +408,21 @@ void route_backward(const GatingConfig& config, const Routing& r, const float* d
           normalised ? (dweight[i] - (clamped ? 0.0 : dot)) / denom : dweight[i];
     }
     // Softmax (accumulated in double): dlogits = g * (dg - sum(dg * g)).
-    const float* g = r.gates.data() + s * E;
+    const double* g = r.gates.data() + s * E;
     double inner = 0;
     for (int64_t e = 0; e < E; ++e) inner += dgates[e] * g[e];
     for (int64_t e = 0; e < E; ++e)
-      dlogits[s * E + e] = static_cast<float>(g[e] * (dgates[e] - inner));
+      dlogits[s * E + e] = static_cast<Real>(g[e] * (dgates[e] - inner));
   }
 }
+
+template Routing route<float>(const GatingConfig&, const float*, int64_t, bool, const GatingNoise&,
+                              const std::function<int64_t(int64_t)>&);
+template Routing route<double>(const GatingConfig&, const double*, int64_t, bool,
+                               const GatingNoise&, const std::function<int64_t(int64_t)>&);
+template void route_backward<float>(const GatingConfig&, const Routing&, const float*, double,
+                                    float*);
+template void route_backward<double>(const GatingConfig&, const Routing&, const double*, double,
+                                     double*);
 
 }  // namespace dscore::transformer::moe

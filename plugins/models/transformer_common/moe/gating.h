@@ -69,28 +69,32 @@ struct Routing {
   int64_t capacity = 0;  // slots per expert (dropless: the largest load)
   std::vector<int32_t> expert;
   std::vector<int32_t> slot;
-  std::vector<float> weight;
+  std::vector<double> weight;  // Real's values
   // Routes per expert as chosen, before any drop (DeepSpeed's exp_counts).
   std::vector<int64_t> expert_counts;
   int64_t dropped = 0;   // routes dropped for capacity
-  float aux_loss = 0;    // l_aux (its coefficient is the caller's)
+  double aux_loss = 0;   // l_aux (its coefficient is the caller's)
   // Kept for backward: the softmax gates (S x E), the chosen experts of
   // every route before drops, and the first-choice loads (aux loss).
-  std::vector<float> gates;
+  std::vector<double> gates;
   std::vector<int32_t> chosen;
-  std::vector<float> load_fraction;  // ce: per expert, the aux loss's token fraction
+  std::vector<double> load_fraction;  // d aux_loss / d (expert e's mean gate)
 };
 
-// `agree_capacity` (optional): without drop_tokens the capacity is the
-// largest load over the expert-parallel group (DeepSpeed's all_reduce MAX);
-// it gets this rank's and returns the group's.
-Routing route(const GatingConfig& config, const float* logits, int64_t tokens, bool training,
+// The arithmetic is in Real (float: DeepSpeed's fp32, bit for bit where
+// the order allows; double: the finite-difference checks), the results
+// kept as double. `agree_capacity` (optional): without drop_tokens the
+// capacity is the largest load over the expert-parallel group
+// (DeepSpeed's all_reduce MAX); it gets this rank's and returns the group's.
+template <class Real>
+Routing route(const GatingConfig& config, const Real* logits, int64_t tokens, bool training,
               const GatingNoise& noise,
               const std::function<int64_t(int64_t)>& agree_capacity = nullptr);
 
 // d(logits) (S x E, overwritten) from d(weight) (the routes' order) and
-// d(aux_loss). The noise and the choices are constants.
-void route_backward(const GatingConfig& config, const Routing& routing, const float* dweight,
-                    float daux, float* dlogits);
+// d(aux_loss), accumulated in double. The noise and the choices are constants.
+template <class Real>
+void route_backward(const GatingConfig& config, const Routing& routing, const Real* dweight,
+                    double daux, Real* dlogits);
 
 }  // namespace dscore::transformer::moe
