@@ -61,7 +61,37 @@ const std::string kParamsSchema = std::string(R"json({
   "vocab_size": {"type": "int", "default": 50257, "min": 1,
                  "doc": "token ids are 0 .. vocab_size-1 (256 for byte-level text)"},
   "dropout": {"type": "number", "default": 0.0, "min": 0, "max": 0,
-              "doc": "dropout is not implemented: only 0"},)json") +
+              "doc": "dropout is not implemented: only 0"},
+  "moe_num_experts": {"type": "int", "default": 0, "min": 0,
+      "doc": "Mixture of Experts (docs/moe.md): experts per MoE block; 0 = a dense model"},
+  "moe_every": {"type": "int", "default": 2, "min": 1,
+      "doc": "block l (from 0) is an MoE block when (l + 1) % moe_every == 0 (2: every other block, as GShard; 1: all)"},
+  "moe_k": {"type": "int", "default": 1, "min": 1,
+      "doc": "experts per token (DeepSpeed MoE's k: top-1, top-2, top-k gating)"},
+  "moe_router": {"type": "string", "default": "deepspeed", "enum": ["deepspeed", "dropless"],
+      "doc": "deepspeed: DeepSpeed-MoE's capacity-limited gating; dropless: every route kept (Mixtral, Qwen-MoE)"},
+  "moe_capacity_factor": {"type": "number", "default": 1.0,
+      "doc": "training capacity: ceil(tokens / experts * capacity_factor * k) slots per expert"},
+  "moe_eval_capacity_factor": {"type": "number", "default": 1.0,
+      "doc": "the same in evaluation (forward only)"},
+  "moe_min_capacity": {"type": "int", "default": 4, "min": 0,
+      "doc": "the fewest slots per expert"},
+  "moe_drop_tokens": {"type": "bool", "default": true,
+      "doc": "drop routes past the capacity; false: the capacity is the largest expert load"},
+  "moe_use_rts": {"type": "bool", "default": true,
+      "doc": "top-1: random token selection decides which routes past the capacity drop"},
+  "moe_noisy_gate_policy": {"type": "string", "default": "none", "enum": ["none", "RSample", "Jitter"],
+      "doc": "training noise: RSample (Gumbel noise on the top-1 choice), Jitter (the gate's input times U(0.99, 1.01))"},
+  "moe_top2_2nd_expert_sampling": {"type": "bool", "default": true,
+      "doc": "top-2: Gumbel noise picks the second expert (DeepSpeed's default)"},
+  "moe_drop_policy": {"type": "string", "default": "probs", "enum": ["probs", "position"],
+      "doc": "k > 2: which routes past the capacity drop (the lowest gates, or the latest tokens)"},
+  "moe_norm_topk_prob": {"type": "bool", "default": true,
+      "doc": "dropless: renormalise the k gates to sum to 1"},
+  "moe_loss_coeff": {"type": "number", "default": 0.01, "min": 0,
+      "doc": "the load-balancing loss l_aux of each MoE block enters the loss times this"},
+  "moe_use_residual": {"type": "bool", "default": false,
+      "doc": "PR-MoE: a dense MLP beside the experts, mixed in by a learned coefficient"},)json") +
                                   kRunOptionsSchema;
 
 const std::string kGpt2Schema = std::string(R"json({
@@ -89,6 +119,46 @@ void read_run_options(const sdk::Params& p, GptConfig* c) {
                                        c->local_heads(), c->local_heads(), c->device);
 }
 
+// The moe_* params (GptConfig::moe).
+void read_moe(const sdk::Params& p, GptConfig* c) {
+  namespace moe = transformer::moe;
+  c->moe.num_experts = p.integer("moe_num_experts");
+  if (c->moe.num_experts == 0) return;
+  moe::GatingConfig& g = c->moe;
+  g.router =
+      p.string("moe_router") == "dropless" ? moe::Router::kDroplessTopK : moe::Router::kDeepSpeed;
+  g.k = p.integer("moe_k");
+  g.capacity_factor = p.number("moe_capacity_factor");
+  g.eval_capacity_factor = p.number("moe_eval_capacity_factor");
+  g.min_capacity = p.integer("moe_min_capacity");
+  g.drop_tokens = p.boolean("moe_drop_tokens");
+  g.use_rts = p.boolean("moe_use_rts");
+  const std::string noisy = p.string("moe_noisy_gate_policy");
+  g.noisy_gate_policy = noisy == "RSample"  ? moe::NoisyGate::kRSample
+                        : noisy == "Jitter" ? moe::NoisyGate::kJitter
+                                            : moe::NoisyGate::kNone;
+  g.top2_2nd_expert_sampling = p.boolean("moe_top2_2nd_expert_sampling");
+  g.drop_policy = p.string("moe_drop_policy") == "position" ? moe::DropPolicy::kPosition
+                                                            : moe::DropPolicy::kProbs;
+  g.norm_topk_prob = p.boolean("moe_norm_topk_prob");
+  c->moe_every = p.integer("moe_every");
+  c->moe_loss_coeff = p.number("moe_loss_coeff");
+  c->moe_residual = p.boolean("moe_use_residual");
+  if (const std::string error = moe::gating_error(g); !error.empty())
+    throw Error(DSCORE_INVALID_ARGUMENT, "gpt: moe: " + error);
+  if (c->moe_every > c->n_layer)
+    throw Error(DSCORE_INVALID_ARGUMENT, "gpt: moe_every " + std::to_string(c->moe_every) +
+                                             " leaves none of the " + std::to_string(c->n_layer) +
+                                             " blocks an MoE block; use at most n_layer");
+  // What the MoE blocks do not run under yet (docs/moe.md).
+  const auto refuse = [](const std::string& what, const std::string& fix) {
+    throw Error(DSCORE_UNIMPLEMENTED, "gpt: MoE blocks " + what + " are not supported yet; " + fix);
+  };
+  if (c->device == "cuda") refuse("on CUDA", "train MoE with \"device\": \"cpu\"");
+  if (c->tp_size > 1) refuse("under tensor parallelism", "set tensor_parallel.autotp_size to 1");
+  if (c->sp_size > 1) refuse("under sequence parallelism", "set sequence_parallel_size to 1");
+}
+
 GptConfig read_config(const sdk::Params& p) {
   GptConfig c;
   c.n_layer = p.integer("n_layer");
@@ -109,6 +179,7 @@ GptConfig read_config(const sdk::Params& p) {
     throw Error(DSCORE_INVALID_ARGUMENT,
                 "dropout is not implemented in the gpt model; set it to 0");
   read_run_options(p, &c);
+  read_moe(p, &c);
   return c;
 }
 
@@ -175,6 +246,7 @@ class Gpt : public sdk::Instance {
 
   // Hugging Face GPT-2: the same names, Conv1D weights transposed.
   dscore_hf_tensor hf_tensor(size_t index) const {
+    refuse_hf_export();
     if (index >= params_.param_count())
       throw Error(DSCORE_OUT_OF_RANGE,
                   "parameter index " + std::to_string(index) + " out of range");
@@ -182,6 +254,7 @@ class Gpt : public sdk::Instance {
     return {sizeof(dscore_hf_tensor), p->name, gpt2_transposed(p->name) ? 1 : 0};
   }
   std::string hf_config(dscore_dtype dtype) const {
+    refuse_hf_export();
     return gpt2_config_json(config_, dtype, weights_ ? &weights_->folder().config() : nullptr);
   }
 
@@ -239,6 +312,16 @@ class Gpt : public sdk::Instance {
     const double T = static_cast<double>(config_.block_size),
                  V = static_cast<double>(config_.vocab_size);
     if (layer == 0) return 2.0 * N * C * V;
+    const int64_t block = static_cast<int64_t>(layer) - 1;
+    if (block < config_.n_layer && config_.moe_block(block)) {
+      // Attention, the gate, k experts' MLPs per token (at most: dropped
+      // routes skip theirs), PR-MoE's dense MLP and coefficient.
+      const double E = static_cast<double>(config_.moe.num_experts),
+                   k = static_cast<double>(config_.moe.k);
+      const double residual = config_.moe_residual ? 2.0 * N * (8.0 * C * C + 2.0 * C) : 0.0;
+      return 2.0 * N * 4.0 * C * C + 4.0 * N * T * C + 2.0 * N * C * E + k * 2.0 * N * 8.0 * C * C +
+             residual;
+    }
     if (static_cast<int64_t>(layer) <= config_.n_layer)
       return 2.0 * N * 12.0 * C * C + 4.0 * N * T * C;
     if (static_cast<int64_t>(layer) == config_.final_layer()) return 8.0 * N * C;
@@ -309,6 +392,14 @@ class Gpt : public sdk::Instance {
   }
 
  private:
+  // GPT-2 has no MoE blocks: an MoE gpt has no Hugging Face architecture.
+  void refuse_hf_export() const {
+    if (config_.has_moe())
+      throw Error(DSCORE_UNIMPLEMENTED,
+                  "gpt: an MoE gpt has no Hugging Face architecture to export to (GPT-2 has no "
+                  "experts); consolidate it with dscore zero-to-fp32 instead");
+  }
+
   // The CPU pass's shape for the views' scratch (cpu/view_scratch.h).
   transformer::cpu::PassShape cpu_pass_shape(int64_t micro_batch, int64_t largest_layer) const {
     const GptConfig& c = config_;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "../transformer_common/moe/gating.h"
 #include "../transformer_common/sequence_parallel.h"
 
 namespace dscore::gpt {
@@ -33,6 +34,24 @@ struct GptConfig {
   // sequence for its share of the heads (transformer_common/sequence_parallel.h).
   int64_t sp_size = 1;
   int64_t sp_rank = 0;
+
+  // Mixture of Experts (DeepSpeed-MoE, docs/moe.md): with moe.num_experts
+  // > 0, block l's MLP is moe.num_experts GELU MLPs behind a gate when
+  // (l + 1) % moe_every == 0; moe_loss_coeff * l_aux of each such block is
+  // added to the loss; moe_residual: PR-MoE's dense MLP beside the experts,
+  // mixed by a learned softmax coefficient.
+  transformer::moe::GatingConfig moe = dense();
+  int64_t moe_every = 2;
+  double moe_loss_coeff = 0.01;
+  bool moe_residual = false;
+
+  static transformer::moe::GatingConfig dense() {
+    transformer::moe::GatingConfig c;
+    c.num_experts = 0;
+    return c;
+  }
+  bool has_moe() const { return moe.num_experts > 0; }
+  bool moe_block(int64_t l) const { return has_moe() && (l + 1) % moe_every == 0; }
 
   int64_t head_size() const { return n_embd / n_head; }
   // This rank's share of the heads, the attention width (q, k and v each)

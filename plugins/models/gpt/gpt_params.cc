@@ -39,6 +39,23 @@ GptParams::GptParams(const GptConfig& config, uint64_t seed) : config_(config), 
     add_param(h + "attn.c_proj.bias", {C}, Init::kZero, whole);
     add_param(h + "ln_2.weight", {C}, Init::kOne, whole);
     add_param(h + "ln_2.bias", {C}, Init::kZero, whole);
+    if (config.moe_block(l)) {
+      const int64_t E = config.moe.num_experts;
+      add_param(h + "mlp.gate.wg.weight", {E, C}, Init::kNormal, whole);
+      add_param(h + "mlp.experts.c_fc.weight", {E, H, C}, Init::kNormal, whole);
+      add_param(h + "mlp.experts.c_fc.bias", {E, H}, Init::kZero, whole, /*decay=*/0);
+      add_param(h + "mlp.experts.c_proj.weight", {E, C, H}, Init::kResidualNormal, whole);
+      add_param(h + "mlp.experts.c_proj.bias", {E, C}, Init::kZero, whole, /*decay=*/0);
+      if (config.moe_residual) {
+        add_param(h + "mlp.mlp.c_fc.weight", {H, C}, Init::kNormal, whole);
+        add_param(h + "mlp.mlp.c_fc.bias", {H}, Init::kZero, whole);
+        add_param(h + "mlp.mlp.c_proj.weight", {C, H}, Init::kResidualNormal, whole);
+        add_param(h + "mlp.mlp.c_proj.bias", {C}, Init::kZero, whole);
+        add_param(h + "mlp.coefficient.weight", {2, C}, Init::kNormal, whole);
+        add_param(h + "mlp.coefficient.bias", {2}, Init::kZero, whole);
+      }
+      continue;
+    }
     add_param(h + "mlp.c_fc.weight", {H, C}, Init::kNormal, split ? rows(4 * C) : whole);
     add_param(h + "mlp.c_fc.bias", {H}, Init::kZero, split ? rows(4 * C) : whole);
     add_param(h + "mlp.c_proj.weight", {C, H}, Init::kResidualNormal,
@@ -79,7 +96,7 @@ void GptParams::add_layer(std::string name) {
 }
 
 void GptParams::add_param(std::string name, std::vector<int64_t> shape, Init init,
-                          const sdk::TensorSplit& split) {
+                          const sdk::TensorSplit& split, int decay) {
   auto p = std::make_unique<Param>();
   p->name = std::move(name);
   p->shape = std::move(shape);
@@ -91,8 +108,10 @@ void GptParams::add_param(std::string name, std::vector<int64_t> shape, Init ini
   p->desc.ndim = static_cast<int32_t>(p->shape.size());
   p->desc.shape = p->shape.data();
   p->desc.numel = numel;
-  // nanoGPT's optimizer groups: 1-D tensors (biases, LayerNorm) get no decay.
-  p->desc.flags = p->shape.size() < 2 ? DSCORE_PARAM_NO_WEIGHT_DECAY : 0u;
+  // nanoGPT's optimizer groups: 1-D tensors (biases, LayerNorm) get no
+  // decay, and the experts' stacked biases neither.
+  const bool decays = decay < 0 ? p->shape.size() >= 2 : decay != 0;
+  p->desc.flags = decays ? 0u : DSCORE_PARAM_NO_WEIGHT_DECAY;
   split.declare(&p->desc);
   layers_.back()->params.push_back(&p->desc);
   params_.push_back(std::move(p));

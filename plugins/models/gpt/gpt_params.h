@@ -31,15 +31,36 @@ enum BlockParam : int {
   kFcProjWeight,
   kFcProjBias,
 };
+// An MoE block (GptConfig::moe_block): the first eight as a dense block's,
+// then the gate, the experts' stacked MLPs (expert e's c_fc is row block e
+// of (E, 4C, C)) and, with moe_residual, PR-MoE's dense MLP and the
+// coefficient that mixes the two.
+enum MoeBlockParam : int {
+  kGateWeight = kLn2Bias + 1,  // (E, C), no bias
+  kExpertFcWeight,             // (E, 4C, C)
+  kExpertFcBias,               // (E, 4C)
+  kExpertProjWeight,           // (E, C, 4C)
+  kExpertProjBias,             // (E, C)
+  kResidualFcWeight,           // (4C, C) ... moe_residual only
+  kResidualFcBias,
+  kResidualProjWeight,
+  kResidualProjBias,
+  kCoefficientWeight,  // (2, C)
+  kCoefficientBias,    // (2)
+};
 // Which of a block's parameters only its linears read, as their weights
-// (layer_pass.h's gemm_weights).
-inline const std::vector<bool>& block_gemm_weights() {
-  static const std::vector<bool> weights = [] {
+// (layer_pass.h's gemm_weights). A model with MoE blocks names only the
+// attention's, the weights both kinds of block hold at the same positions
+// (the experts' linears read fp32 copies of their slices).
+inline const std::vector<bool>& block_gemm_weights(bool moe = false) {
+  static const auto make = [](bool with_mlp) {
     std::vector<bool> w(kFcProjBias + 1, false);
-    for (int i : {kAttnWeight, kAttnProjWeight, kFcWeight, kFcProjWeight}) w[i] = true;
+    for (int i : {kAttnWeight, kAttnProjWeight}) w[i] = true;
+    if (with_mlp) w[kFcWeight] = w[kFcProjWeight] = true;
     return w;
-  }();
-  return weights;
+  };
+  static const std::vector<bool> dense = make(true), attention_only = make(false);
+  return moe ? attention_only : dense;
 }
 enum EmbeddingParam : int { kWte, kWpe };
 enum FinalParam : int { kLnfWeight, kLnfBias };
@@ -61,6 +82,7 @@ class GptParams {
   // wte (0 when not split).
   int64_t vocab_first() const { return vocab_first_; }
   int64_t vocab_rows() const { return params_.front()->shape[0]; }
+  uint64_t seed() const { return seed_; }
 
  private:
   enum class Init { kNormal, kResidualNormal, kZero, kOne };
@@ -76,8 +98,10 @@ class GptParams {
     dscore_model_layer desc{};
   };
   void add_layer(std::string name);
+  // decay: the optimizer's weight decay applies (default: tensors of 2 or
+  // more dimensions, nanoGPT's groups).
   void add_param(std::string name, std::vector<int64_t> shape, Init init,
-                 const sdk::TensorSplit& split);
+                 const sdk::TensorSplit& split, int decay = -1);
 
   GptConfig config_;
   uint64_t seed_;

@@ -45,6 +45,7 @@
 #include "activations.h"
 #include "gpt_config.h"
 #include "gpt_params.h"
+#include "moe_mlp.h"
 #include "tokens.h"
 
 namespace dscore::gpt {
@@ -68,6 +69,8 @@ class GptRunner {
 
   // Blocks [lo, hi) (all of them by default: hi < 0): a pipeline stage's
   // runner keeps its own blocks' activations only.
+  // What the MoE blocks did in the last pass (moe_mlp.h).
+  const MoeStats& moe_stats() const { return moe_.stats(); }
   GptRunner(const GptConfig& config, const GptParams& params, Backend& backend, int64_t lo = 0,
             int64_t hi = -1)
       : cfg_(config),
@@ -75,7 +78,8 @@ class GptRunner {
         lo_(lo),
         hi_(hi < 0 ? config.n_layer : hi),
         vocab_first_(params.vocab_first()),
-        vocab_rows_(params.vocab_rows()) {
+        vocab_rows_(params.vocab_rows()),
+        moe_(cfg_, backend, params.seed()) {
     for (size_t l = 0; l < static_cast<size_t>(config.layer_count()); ++l)
       numels_.push_back(params.layer_numels(l));
   }
@@ -87,12 +91,15 @@ class GptRunner {
     if (tokens.counted_targets == 0)
       throw sdk::Error(DSCORE_INVALID_ARGUMENT,
                        "gpt: the batch has no targets (every token is padding)");
-    prepare(tokens);
+    prepare(tokens, /*training=*/true);
+    aux_grad_ = loss_scale * cfg_.moe_loss_coeff;
     forward_blocks(hooks);
     const double loss_sum = head_backward(hooks, loss_scale, tokens, GradsReady::kNo);
     blocks_backward(hooks, 0, cfg_.n_layer);
     embedding_backward(hooks);
-    return loss_sum / static_cast<double>(tokens.counted_targets);
+    // The loss trained on: the LM loss and moe_loss_coeff * l_aux of each MoE block.
+    return loss_sum / static_cast<double>(tokens.counted_targets) +
+           cfg_.moe_loss_coeff * moe_.stats().aux_loss;
   }
 
   // ---- pipeline stages (model.h stage_forward/stage_backward): layers
@@ -105,18 +112,22 @@ class GptRunner {
 
   void stage_forward(const SplitTokens& tokens, size_t first, size_t end,
                      const dscore_model_hooks& hooks, const T* input, T* output) {
-    prepare(tokens);
+    if (cfg_.has_moe())
+      throw sdk::Error(DSCORE_UNIMPLEMENTED,
+                       "gpt: MoE blocks under pipeline parallelism are not supported yet; "
+                       "train MoE with \"pipeline\": {\"stages\": 1}");
+    prepare(tokens, /*training=*/true);
     const int64_t lo = block_of(first), hi = block_of(end);
     if (first == 0) embed_forward(hooks);
     const int64_t n = B_ * cfg_.local_tokens() * cfg_.n_embd;
-    forward_block_range(hooks, lo, hi, numels_, backend_, block_gemm_weights(),
+    forward_block_range(hooks, lo, hi, numels_, backend_, block_gemm_weights(cfg_.has_moe()),
                         [&](int64_t l, const auto& p) {
                           if (l == lo && first > 0) {
                             ensure_activations();
                             backend_.copy_from_host(residual(lo), input, n);
                           }
                           check_operand_form(p, l);
-                          block_forward(p, residual(l), residual(l + 1), block_acts(l));
+                          block_forward(l, p, residual(l), residual(l + 1), block_acts(l));
                         });
     if (static_cast<int64_t>(end) == cfg_.layer_count()) {
       final_forward(hooks, [&] {
@@ -171,7 +182,7 @@ class GptRunner {
   // (host fp32) if non-null.
   void forward(const SplitTokens& tokens, const dscore_model_hooks& hooks, double* loss,
                float* logits) {
-    prepare(tokens);
+    prepare(tokens, /*training=*/false);
     forward_blocks(hooks);
     const int64_t N = B_ * cfg_.local_tokens();
     std::vector<int64_t> rows;
@@ -281,12 +292,12 @@ class GptRunner {
   // Blocks [lo, hi) backward from dresid (the gradient at block hi - 1's
   // output), leaving the gradient at block lo's input there.
   void blocks_backward(const dscore_model_hooks& hooks, int64_t lo, int64_t hi) {
-    backward_block_range(hooks, lo, hi, numels_, backend_, block_gemm_weights(),
+    backward_block_range(hooks, lo, hi, numels_, backend_, block_gemm_weights(cfg_.has_moe()),
                          [&](int64_t l, const auto& p, auto& g) {
                            BlockActs& a = block_acts(l);
                            if (checkpointed(l))
-                             block_forward(p, residual(l), nullptr, a);  // recompute
-                           block_backward(p, g, residual(l), a, acts_.dresid.get());
+                             block_forward(l, p, residual(l), nullptr, a);  // recompute
+                           block_backward(l, p, g, residual(l), a, acts_.dresid.get());
                          });
   }
   // The embeddings' gradients from dresid (wte's second contribution), then
@@ -329,12 +340,14 @@ class GptRunner {
   }
 
   // Tokens into backend memory (their buffers made anew when B changes;
-  // the activations then follow in the first layer's acquire).
-  void prepare(const SplitTokens& tokens) {
+  // the activations then follow in the first layer's acquire), and the MoE
+  // blocks' pass (its noise keyed by the samples).
+  void prepare(const SplitTokens& tokens, bool training) {
     const int64_t N = tokens.batch * cfg_.local_tokens();
     if (tokens.batch != B_) allocate_tokens(tokens.batch);
     backend_.copy_tokens(inputs_.get(), tokens.inputs.data(), N);
     backend_.copy_tokens(targets_.get(), tokens.targets.data(), N);
+    moe_.begin_pass(tokens.sample_keys, cfg_.local_tokens(), cfg_.sequence().first(), training);
   }
 
   // Whether the acquired layer's linears read bf16 operands: the form of
@@ -354,9 +367,11 @@ class GptRunner {
   template <class P>
   void check_operand_form(const P& p, int64_t l) const {
     if constexpr (kFusedBlock) {
-      for (size_t reader : {kAttnWeight, kFcWeight, kFcProjWeight})
+      for (size_t reader : {kAttnWeight, kFcWeight, kFcProjWeight}) {
+        if (reader != kAttnWeight && cfg_.moe_block(l)) continue;  // no such linears
         transformer::check_operand_form("gpt", l, backend_.bf16_operand_for(p[reader]),
                                         bf16_operands_);
+      }
     }
   }
 
@@ -401,16 +416,17 @@ class GptRunner {
     acts_.datty = backend_.template alloc<T>(e.datty);
     acts_.dqkv = backend_.template alloc<T>(e.dqkv);
     acts_.heads_dqkv = backend_.template alloc<T>(e.heads_dqkv);
+    moe_.allocate(B_ * cfg_.local_tokens(), lo_, hi_);
     bf16_operands_ = bf16_operands;
     activations_ready_ = true;
   }
 
   void forward_blocks(const dscore_model_hooks& hooks) {
     embed_forward(hooks);
-    forward_block_layers(hooks, cfg_.n_layer, numels_, backend_, block_gemm_weights(),
+    forward_block_layers(hooks, cfg_.n_layer, numels_, backend_, block_gemm_weights(cfg_.has_moe()),
                          [&](int64_t l, const auto& p) {
                            check_operand_form(p, l);
-                           block_forward(p, residual(l), residual(l + 1), block_acts(l));
+                           block_forward(l, p, residual(l), residual(l + 1), block_acts(l));
                          });
     final_forward(hooks);
   }
@@ -451,7 +467,7 @@ class GptRunner {
   // x: the block's input; out: its output (null when recomputing: only the
   // activations are wanted, the output already exists).
   template <class P>
-  void block_forward(const P& p, const T* x, T* out, BlockActs& a) {
+  void block_forward(int64_t l, const P& p, const T* x, T* out, BlockActs& a) {
     const int64_t N = B_ * cfg_.local_tokens(), C = cfg_.n_embd;
     // This rank's heads, attention width and hidden width (all of them
     // without tensor parallelism). A split projection's output is this
@@ -480,6 +496,7 @@ class GptRunner {
       T* projection = acts_.dln.get();
       backend_.matmul_forward(projection, a.atty.get(), p[kAttnProjWeight], attn_bias, N, W, C);
       group_sum(projection, N * C);
+      if (cfg_.moe_block(l)) return moe_block_forward(l, p, x, projection, out, a);
       backend_.residual_layernorm_forward_operand(a.x2.get(), a.ln2.get(), a.mean2.get(),
                                                   a.rstd2.get(), x, projection, p[kLn2Weight],
                                                   p[kLn2Bias], N, C, p[kFcWeight]);
@@ -502,6 +519,7 @@ class GptRunner {
       // The attention projection goes through ln2's buffer (overwritten next).
       backend_.matmul_forward(a.ln2.get(), a.atty.get(), p[kAttnProjWeight], attn_bias, N, W, C);
       group_sum(a.ln2.get(), N * C);
+      if (cfg_.moe_block(l)) return moe_block_forward(l, p, x, a.ln2.get(), out, a);
       backend_.add(a.x2.get(), x, a.ln2.get(), N * C);
       backend_.layernorm_forward(a.ln2.get(), a.mean2.get(), a.rstd2.get(), a.x2.get(),
                                  p[kLn2Weight], p[kLn2Bias], N, C);
@@ -520,10 +538,15 @@ class GptRunner {
   // (group_sum makes them whole before each LayerNorm's backward), and the
   // replicated parameters' gradients come out equal on every rank.
   template <class P, class G>
-  void block_backward(const P& p, G& g, const T* x, const BlockActs& a, T* d) {
+  void block_backward(int64_t l, const P& p, G& g, const T* x, const BlockActs& a, T* d) {
     const int64_t N = B_ * cfg_.local_tokens(), C = cfg_.n_embd;
     const int64_t NH = cfg_.local_heads(), W = cfg_.local_width(), H = cfg_.local_hidden();
-    if constexpr (kFusedBlock) {
+    if (cfg_.moe_block(l)) {
+      if constexpr (kHostMoe)
+        moe_.backward(l, p, g, d, acts_.dln.get(), aux_grad_);
+      else
+        transformer::cpu_only("gpt");
+    } else if constexpr (kFusedBlock) {
       backend_.mlp_backward(acts_.dln.get(), g[kFcWeight], g[kFcBias], g[kFcProjWeight],
                             g[kFcProjBias], acts_.dfch_gelu.get(), acts_.dfch.get(), d, a.ln2.get(),
                             a.fch.get(), a.fch_gelu.get(), p[kFcWeight], p[kFcProjWeight], N, C, H);
@@ -560,6 +583,24 @@ class GptRunner {
     group_sum(acts_.dln.get(), N * C);
     backend_.layernorm_backward(d, g[kLn1Weight], g[kLn1Bias], acts_.dln.get(), x, p[kLn1Weight],
                                 a.mean1.get(), a.rstd1.get(), N, C);
+  }
+
+  // An MoE block's second half (moe_mlp.h): x2 = x + the attention's
+  // projection, the second LayerNorm into the MoE's input, its MLP, and
+  // the residual (out null: the activations only, recomputing).
+  template <class P>
+  void moe_block_forward(int64_t l, const P& p, const T* x, const T* projection, T* out,
+                         BlockActs& a) {
+    if constexpr (kHostMoe) {
+      const int64_t N = B_ * cfg_.local_tokens(), C = cfg_.n_embd;
+      backend_.add(a.x2.get(), x, projection, N * C);
+      backend_.layernorm_forward(moe_.input(l), a.mean2.get(), a.rstd2.get(), a.x2.get(),
+                                 p[kLn2Weight], p[kLn2Bias], N, C);
+      moe_.forward(l, p, out, /*recompute=*/out == nullptr);
+      if (out != nullptr) backend_.add(out, out, a.x2.get(), N * C);
+    } else {
+      transformer::cpu_only("gpt");
+    }
   }
 
   // ---- sequence parallelism (cfg_.sp_size > 1; sequence_parallel.h)
@@ -623,6 +664,11 @@ class GptRunner {
   bool activations_ready_ = false;
   bool bf16_operands_ = false;  // the form acts_' operand buffers were sized for
   Buffer<int32_t> inputs_, targets_;
+  // MoE blocks (moe_mlp.h; host backends only), and d(loss)/d(l_aux) in
+  // this pass: the loss scale times moe_loss_coeff.
+  static constexpr bool kHostMoe = requires { Backend::kHostMemory; };
+  GptMoe<Backend> moe_;
+  double aux_grad_ = 0;
 };
 
 // Bytes GptRunner::allocate(batch) takes over a backend of these types

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <dscore/model.h>
+#include <dscore/cpp/counter_rng.hpp>
 #include <dscore/cpp/plugin.hpp>
 
 #include <cstdint>
@@ -24,6 +25,9 @@ struct SplitTokens {
   // inputs and targets are this rank's slice (B, T / sp), and its loss is
   // its share of the mean over the whole sequence.
   int64_t counted_targets = 0;
+  // Per sample: a hash of its whole row of tokens (MoE noise draws by it:
+  // moe/noise.h).
+  std::vector<uint64_t> sample_keys;
 };
 
 // `model` (a model type, "gpt") opens the error messages; `slice`: the
@@ -46,9 +50,12 @@ inline SplitTokens split_tokens(const dscore_batch* batch, int64_t block_size, i
   s.inputs.resize(static_cast<size_t>(B * block_size));
   s.targets.resize(static_cast<size_t>(B * block_size));
   s.last_position.assign(static_cast<size_t>(B), 0);
+  s.sample_keys.assign(static_cast<size_t>(B), 0);
   for (int64_t b = 0; b < B; ++b) {
+    uint64_t& key = s.sample_keys[static_cast<size_t>(b)];
     for (int64_t i = 0; i < width; ++i) {
       const int32_t id = tok[b * width + i];
+      key = sdk::splitmix64(key ^ static_cast<uint32_t>(id));
       if (id < -1 || id >= vocab_size)
         throw sdk::Error(DSCORE_INVALID_ARGUMENT,
                          model + ": token id " + std::to_string(id) + " (sample " +

@@ -76,6 +76,9 @@ class HostBackend {
  public:
   using Scalar = T;
   using Stat = T;
+  // Buffers and views are host memory: host-side math (MoE routing) may
+  // read and write them.
+  static constexpr bool kHostMemory = true;
   template <typename X>
   using Buffer = HostBuffer<X>;
 

@@ -243,8 +243,9 @@ Routing top2(const GatingConfig& c, const Real* logits, int64_t S, bool training
   for (int64_t s = 0; s < S; ++s) {
     const int32_t first = argmax(r.gates.data() + s * E, E);
     for (int64_t e = 0; e < E; ++e)
-      noisy[e] = logits[s * E + e] +
-                 (c.top2_2nd_expert_sampling ? static_cast<Real>(noise.gumbel[s * E + e]) : Real(0));
+      noisy[e] =
+          logits[s * E + e] +
+          (c.top2_2nd_expert_sampling ? static_cast<Real>(noise.gumbel[s * E + e]) : Real(0));
     r.chosen[s] = first;
     r.chosen[S + s] = argmax(noisy.data(), E, first);
   }
@@ -258,8 +259,8 @@ Routing top2(const GatingConfig& c, const Real* logits, int64_t S, bool training
   for (double slope : aux.slope) r.load_fraction.push_back(slope * static_cast<double>(E));
   const float factor = static_cast<float>(
       static_cast<double>(training ? c.capacity_factor : c.eval_capacity_factor) * 2.0);
-  const int64_t capacity = c.drop_tokens ? capacity_of(S, E, factor, c.min_capacity)
-                                         : largest(r.expert_counts, agree);
+  const int64_t capacity =
+      c.drop_tokens ? capacity_of(S, E, factor, c.min_capacity) : largest(r.expert_counts, agree);
   place_by_position(r, c.drop_tokens ? capacity : 0);
   r.capacity = capacity;
   set_weights<Real>(r, /*normalise=*/true, /*clamp=*/true);
@@ -389,8 +390,7 @@ void route_backward(const GatingConfig& config, const Routing& r, const Real* dw
   std::vector<double> dgates(static_cast<size_t>(E));
   for (int64_t s = 0; s < S; ++s) {
     // The aux loss: d/d g[s, e] = slope_e / S.
-    for (int64_t e = 0; e < E; ++e)
-      dgates[e] = daux * r.load_fraction[e] / static_cast<double>(S);
+    for (int64_t e = 0; e < E; ++e) dgates[e] = daux * r.load_fraction[e] / static_cast<double>(S);
     // The weights: w_j = G_j / D over the kept routes (D their sum, clamped).
     double sum = 0, dot = 0;
     for (int64_t j = 0; j < K; ++j) {
@@ -404,8 +404,7 @@ void route_backward(const GatingConfig& config, const Routing& r, const Real* dw
     for (int64_t j = 0; j < K; ++j) {
       const size_t i = static_cast<size_t>(j * S + s);
       if (r.expert[i] < 0) continue;
-      dgates[r.expert[i]] +=
-          normalised ? (dweight[i] - (clamped ? 0.0 : dot)) / denom : dweight[i];
+      dgates[r.expert[i]] += normalised ? (dweight[i] - (clamped ? 0.0 : dot)) / denom : dweight[i];
     }
     // Softmax (accumulated in double): dlogits = g * (dg - sum(dg * g)).
     const double* g = r.gates.data() + s * E;

@@ -28,9 +28,9 @@
 
 namespace dscore::transformer::moe {
 
-enum class NoisyGate { kNone, kRSample, kJitter };    // DeepSpeed's noisy_gate_policy
-enum class DropPolicy { kProbs, kPosition };          // topkgating's drop_policy (k > 2)
-enum class Router { kDeepSpeed, kDroplessTopK };      // the two families above
+enum class NoisyGate { kNone, kRSample, kJitter };  // DeepSpeed's noisy_gate_policy
+enum class DropPolicy { kProbs, kPosition };        // topkgating's drop_policy (k > 2)
+enum class Router { kDeepSpeed, kDroplessTopK };    // the two families above
 
 struct GatingConfig {
   Router router = Router::kDeepSpeed;
@@ -40,11 +40,11 @@ struct GatingConfig {
   double eval_capacity_factor = 1.0;  // forward only
   int64_t min_capacity = 8;
   bool drop_tokens = true;
-  bool use_rts = true;                     // top-1: random token selection
+  bool use_rts = true;  // top-1: random token selection
   NoisyGate noisy_gate_policy = NoisyGate::kNone;
-  bool top2_2nd_expert_sampling = true;    // top-2: Gumbel noise picks the second expert
+  bool top2_2nd_expert_sampling = true;  // top-2: Gumbel noise picks the second expert
   DropPolicy drop_policy = DropPolicy::kProbs;
-  bool norm_topk_prob = true;              // dropless: weights renormalised over the k
+  bool norm_topk_prob = true;  // dropless: weights renormalised over the k
 };
 
 // "" when the config can route, else what is wrong (the field and the fix).
@@ -72,8 +72,8 @@ struct Routing {
   std::vector<double> weight;  // Real's values
   // Routes per expert as chosen, before any drop (DeepSpeed's exp_counts).
   std::vector<int64_t> expert_counts;
-  int64_t dropped = 0;   // routes dropped for capacity
-  double aux_loss = 0;   // l_aux (its coefficient is the caller's)
+  int64_t dropped = 0;  // routes dropped for capacity
+  double aux_loss = 0;  // l_aux (its coefficient is the caller's)
   // Kept for backward: the softmax gates (S x E), the chosen experts of
   // every route before drops, and the first-choice loads (aux loss).
   std::vector<double> gates;

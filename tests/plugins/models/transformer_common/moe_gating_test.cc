@@ -135,8 +135,7 @@ TEST(MoeGating, DroplessTopKKeepsEveryRouteAndRenormalisesOnRequest) {
   }
   c.norm_topk_prob = false;
   const Routing raw = route(c, logits.data(), 6, true, {});
-  for (int s = 0; s < 6; ++s)
-    EXPECT_FLOAT_EQ(raw.weight[s], raw.gates[s * 4 + raw.expert[s]]);
+  for (int s = 0; s < 6; ++s) EXPECT_FLOAT_EQ(raw.weight[s], raw.gates[s * 4 + raw.expert[s]]);
   int64_t slots = 0;
   for (int64_t n : r.expert_counts) slots += n;
   EXPECT_EQ(slots, 12);
