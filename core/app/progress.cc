@@ -47,10 +47,17 @@ void ProgressReporter::update(const ProgressSnapshot& s, const std::vector<doubl
                               const std::string& momentum_text) {
   const double rate = samples_per_second(s);
   if (json_) {
-    observability::ProgressRecord r{s.step,    s.total_steps, s.loss,   s.lr,
-                                    s.samples, rate,          s.skipped};
+    observability::ProgressRecord r;
+    r.step = s.step;
+    r.total_steps = s.total_steps;
+    r.loss = s.loss;
+    r.lr = s.lr;
+    r.samples = s.samples;
+    r.samples_per_second = rate;
+    r.skipped = s.skipped;
     r.elapsed_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    r.metrics = s.metrics;
     const double now =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     std::printf("%s\n", observability::json_progress_line(now, 0, r).c_str());

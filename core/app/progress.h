@@ -20,6 +20,7 @@ struct ProgressSnapshot {
   double lr = 0;
   int64_t samples = 0;  // global samples so far
   int64_t skipped = 0;
+  std::vector<std::pair<std::string, double>> metrics;  // the model's (StepReport::metrics)
 };
 
 class ProgressReporter {
@@ -73,6 +74,7 @@ class ProgressObserver final : public StepObserver {
     snapshot_.samples = r.global_samples;
     snapshot_.skipped = r.skipped_steps;
     snapshot_.lr = r.lr.empty() ? 0 : r.lr[0];
+    snapshot_.metrics = r.metrics;
     reporter_.update(snapshot_, r.lr, momentum_text_);
   }
   void finish() { reporter_.finish(snapshot_); }

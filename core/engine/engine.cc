@@ -254,8 +254,48 @@ Result<double> Engine::forward_backward(const dscore_batch& batch) {
   }
   DSCORE_RETURN_IF_ERROR(check_model_call(status));
   DSCORE_RETURN_IF_ERROR(reduced);
+  DSCORE_RETURN_IF_ERROR(accumulate_metrics());
   loss_accumulator_ += loss / static_cast<double>(gas);
   return loss;
+}
+
+Status Engine::accumulate_metrics() {
+  std::vector<Model::Metric> pass;
+  DSCORE_RETURN_IF_ERROR(model_->metrics(&pass));
+  if (pass.empty() && metric_sums_.empty()) return Status::Ok();
+  if (metric_sums_.empty()) {
+    metric_sums_ = pass;
+    for (Model::Metric& m : metric_sums_) m.value = 0;
+  }
+  if (pass.size() != metric_sums_.size())
+    return internal_error(model_->display_name() + " reported " + std::to_string(pass.size()) +
+                          " metrics after reporting " + std::to_string(metric_sums_.size()) +
+                          " (model.h metrics: the same ones after every pass)");
+  for (size_t i = 0; i < pass.size(); ++i) metric_sums_[i].value += pass[i].value;
+  metric_passes_ += 1;
+  return Status::Ok();
+}
+
+Status Engine::combine_metrics() {
+  last_metrics_.clear();
+  if (metric_sums_.empty()) return Status::Ok();
+  // Summed over the data-parallel ranks (every one has the same model, so
+  // the same metrics), with the passes for the means.
+  std::vector<double> sums;
+  for (const Model::Metric& m : metric_sums_) sums.push_back(m.value);
+  sums.push_back(static_cast<double>(metric_passes_));
+  const int n = static_cast<int>(sums.size());
+  DSCORE_RETURN_IF_ERROR(topology_->group(comm::groups::kData)
+                             ->allreduce({sums.data(), DSCORE_DTYPE_F64, n},
+                                         {sums.data(), DSCORE_DTYPE_F64, n}, DSCORE_REDUCE_SUM));
+  const double passes = std::max(1.0, sums.back());
+  for (size_t i = 0; i < metric_sums_.size(); ++i) {
+    Model::Metric& m = metric_sums_[i];
+    last_metrics_.emplace_back(m.name, m.mean ? sums[i] / passes : sums[i]);
+    m.value = 0;
+  }
+  metric_passes_ = 0;
+  return Status::Ok();
 }
 
 Status Engine::forward(const dscore_batch& batch, dscore_tensor* output, double* loss) {
@@ -322,6 +362,7 @@ Status Engine::boundary_step() {
                                            {&last_rank_loss_, DSCORE_DTYPE_F64, 1},
                                            DSCORE_REDUCE_SUM));
   loss_accumulator_ = 0;
+  DSCORE_RETURN_IF_ERROR(combine_metrics());
   // fp16: the scale reacts to this step's outcome first
   // (docs/deepspeed-reference.md#overflow-handling).
   if (config_.fp16.enabled) DSCORE_RETURN_IF_ERROR(scaler_.update(overflow));
@@ -401,6 +442,7 @@ StepReport Engine::step_report(int64_t samples_before) const {
   r.grad_norm = last_grad_norm_;
   r.loss_scale = scaler_.scale();
   r.lr = get_lr();
+  r.metrics = last_metrics_;
   return r;
 }
 
@@ -413,6 +455,10 @@ std::vector<ScalarEvent> Engine::boundary_events(const StepReport& r) const {
   events.push_back({"Train/Samples/lr", r.lr.empty() ? 0.0 : r.lr[0], r.global_samples});
   if (config_.fp16.enabled)
     events.push_back({"Train/Samples/loss_scale", r.loss_scale, r.global_samples});
+  // The model's own (MoE: Train/Samples/moe/aux_loss, ...), at the
+  // post-increment global_samples as lr.
+  for (const auto& [name, value] : r.metrics)
+    events.push_back({"Train/Samples/" + name, value, r.global_samples});
   return events;
 }
 

@@ -266,6 +266,10 @@ class Engine {
   EngineTiming timing() const;
   void reset_timing();
   Status boundary_step();  // the accumulation boundary's work
+  // The model's metrics (model.h): added up after each micro-batch, and at
+  // the boundary combined over the data-parallel ranks into last_metrics_.
+  Status accumulate_metrics();
+  Status combine_metrics();
   Status apply_update(double grad_scale);
   device::ops::Target compute_target() const;  // where compute_'s tasks run their ops
   StepReport step_report(int64_t samples_before) const;
@@ -380,6 +384,9 @@ class Engine {
   double last_loss_ = 0;
   double last_rank_loss_ = 0;
   double last_grad_norm_ = 0;
+  std::vector<Model::Metric> metric_sums_;  // this cycle's, this rank's
+  int64_t metric_passes_ = 0;
+  std::vector<std::pair<std::string, double>> last_metrics_;
 };
 
 }  // namespace dscore

@@ -9,6 +9,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/engine/monitor_hub.h"
@@ -46,6 +48,10 @@ struct StepReport {
   double grad_norm = 0;    // unscaled, before clipping; -1 on overflow
   double loss_scale = 1;   // after this step's update
   std::vector<double> lr;  // per parameter group, for the next update
+  // What the model measured besides its loss (model.h metrics: MoE's aux
+  // loss, dropped routes, expert loads), over the cycle and the
+  // data-parallel ranks, by name.
+  std::vector<std::pair<std::string, double>> metrics;
 };
 
 // Every method has an empty default; an observer overrides what it needs.

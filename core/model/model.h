@@ -85,6 +85,19 @@ class Model {
                                                             int64_t micro_batch,
                                                             bool checkpointing) const;
 
+  // What the last forward_backward measured besides its loss (model.h
+  // metrics: the MoE layers' aux loss, dropped routes, expert loads);
+  // none by default.
+  struct Metric {
+    std::string name;  // a monitor tag under "Train/Samples/"
+    double value = 0;
+    bool mean = false;  // averaged over micro-batches and ranks (else summed)
+  };
+  virtual Status metrics(std::vector<Metric>* out) const {
+    out->clear();
+    return Status::Ok();
+  }
+
   // The model's own deterministic task (synthetic data), if it has one.
   virtual bool has_synthetic_task() const { return false; }
   virtual Status synthetic_batch(uint64_t seed, int64_t first_sample,

@@ -65,6 +65,13 @@ class PluginModel final : public Model {
     DSCORE_RETURN_IF_ERROR(instance_->collective_bytes(layers, micro_batch, checkpointing, &out));
     return out;
   }
+  Status metrics(std::vector<Metric>* out) const override {
+    std::vector<plugin_host::ModelInstance::Metric> values;
+    DSCORE_RETURN_IF_ERROR(instance_->metrics(&values));
+    out->clear();
+    for (auto& m : values) out->push_back({std::move(m.name), m.value, m.mean});
+    return Status::Ok();
+  }
   Result<uint64_t> boundary_bytes(size_t layer, int64_t micro_batch,
                                   dscore_dtype compute_dtype) const override {
     return instance_->boundary_bytes(layer, micro_batch, compute_dtype);

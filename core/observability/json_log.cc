@@ -99,8 +99,8 @@ std::string json_log_line(double unix_seconds, LogLevel level, int rank, std::st
 }
 
 std::string json_progress_line(double unix_seconds, int rank, const ProgressRecord& p) {
-  return JsonLine()
-      .add("time", iso8601_utc(unix_seconds))
+  JsonLine line;
+  line.add("time", iso8601_utc(unix_seconds))
       .add("type", "progress")
       .add("rank", rank)
       .add("step", p.step)
@@ -110,8 +110,9 @@ std::string json_progress_line(double unix_seconds, int rank, const ProgressReco
       .add("samples", p.samples)
       .add("samples_per_second", p.samples_per_second)
       .add("skipped", p.skipped)
-      .add("elapsed_seconds", p.elapsed_seconds)
-      .str();
+      .add("elapsed_seconds", p.elapsed_seconds);
+  for (const auto& [name, value] : p.metrics) line.add(name, value);
+  return line.str();
 }
 
 }  // namespace dscore::observability

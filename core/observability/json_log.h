@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "core/base/logging.h"
 
@@ -54,6 +56,8 @@ struct ProgressRecord {
   // Seconds since the run's first step began (the reporter's start): two
   // records time the steps between them (`dscore autotune`'s window).
   double elapsed_seconds = 0;
+  // The model's measurements (MoE's "moe/aux_loss", ...): members by name.
+  std::vector<std::pair<std::string, double>> metrics;
 };
 
 std::string json_progress_line(double unix_seconds, int rank, const ProgressRecord& progress);

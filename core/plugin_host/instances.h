@@ -173,6 +173,14 @@ class ModelInstance {
   // not declare it.
   Status collective_bytes(const dscore_pipeline_stage& layers, int64_t micro_batch,
                           bool checkpointing, dscore_model_collectives* out) const;
+  // What the last pass measured besides its loss (model.h metrics): the
+  // names copied; none where the plugin reports none.
+  struct Metric {
+    std::string name;
+    double value = 0;
+    bool mean = false;  // DSCORE_METRIC_MEAN (else summed)
+  };
+  Status metrics(std::vector<Metric>* out) const;
 
  private:
   ModelInstance(PluginInfo info, dscore_model* handle, std::shared_ptr<HostContext> host)

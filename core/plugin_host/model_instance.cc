@@ -345,6 +345,34 @@ Status ModelInstance::collective_bytes(const dscore_pipeline_stage& layers, int6
   });
 }
 
+Status ModelInstance::metrics(std::vector<Metric>* out) const {
+  out->clear();
+  const auto* vt = vtable_of<dscore_model_vtable>(info_);
+  if (!DSCORE_HAS_FIELD(vt, dscore_model_vtable, metrics) || vt->metrics == nullptr)
+    return Status::Ok();
+  std::vector<dscore_model_metric> values(16);
+  size_t count = 0;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    for (dscore_model_metric& m : values) {
+      m = dscore_model_metric{};
+      m.struct_size = sizeof m;
+    }
+    DSCORE_RETURN_IF_ERROR(call_plugin(*host_, info_.display(), "metrics", [&] {
+      return vt->metrics(handle_, values.data(), values.size(), &count);
+    }));
+    if (count <= values.size()) break;
+    values.resize(count);
+  }
+  for (size_t i = 0; i < std::min(count, values.size()); ++i) {
+    const dscore_model_metric& m = values[i];
+    if (m.name == nullptr || m.name[0] == '\0')
+      return Status(DSCORE_INTERNAL, info_.display() + "'s metric " + std::to_string(i) +
+                                         " has no name (model.h metrics)");
+    out->push_back({m.name, m.value, m.combine == DSCORE_METRIC_MEAN});
+  }
+  return Status::Ok();
+}
+
 Status ModelInstance::stage_forward(const dscore_pipeline_stage& stage, size_t slot,
                                     const dscore_batch& batch, const dscore_model_hooks& hooks,
                                     const void* input, void* output) {

@@ -25,18 +25,13 @@
 #include "../transformer_common/moe/dispatch.h"
 #include "../transformer_common/moe/gating.h"
 #include "../transformer_common/moe/noise.h"
+#include "../transformer_common/moe/stats.h"
 #include "gpt_config.h"
 #include "gpt_params.h"
 
 namespace dscore::gpt {
 
-// What the MoE blocks did in the last pass: for the loss and the monitors.
-struct MoeStats {
-  double aux_loss = 0;           // sum over the MoE blocks of l_aux
-  int64_t dropped_routes = 0;    // routes past an expert's capacity, all blocks
-  int64_t routes = 0;            // routes chosen, all blocks
-  std::vector<int64_t> load;     // per expert, routes chosen, summed over the blocks
-};
+using MoeStats = transformer::moe::PassStats;
 
 template <class Backend>
 class GptMoe {
@@ -113,8 +108,8 @@ class GptMoe {
     // The gate: logits = (ln, jittered in training under "Jitter") wg^T, fp32 routing.
     const T* gate_in = b.ln.get();
     if (training_ && g.noisy_gate_policy == moe::NoisyGate::kJitter) {
-      const std::vector<float> u = moe::draw_noise(moe::Draw::kUniform, seed_, stream + 1, keys_,
-                                                   N, C, 1.0 - 1e-2, 1.0 + 1e-2);
+      const std::vector<float> u = moe::draw_noise(moe::Draw::kUniform, seed_, stream + 1, keys_, N,
+                                                   C, 1.0 - 1e-2, 1.0 + 1e-2);
       for (int64_t i = 0; i < N * C; ++i) b.gate_in.get()[i] = b.ln.get()[i] * static_cast<T>(u[i]);
       gate_in = b.gate_in.get();
     }
@@ -138,8 +133,8 @@ class GptMoe {
       const int64_t r0 = b.packing.offset[e], n = b.packing.offset[e + 1] - r0;
       if (n == 0) continue;
       transformer::cpu::matmul_forward(b.hpre.get() + r0 * H, b.x.get() + r0 * C,
-                                       p[kExpertFcWeight] + e * H * C, p[kExpertFcBias] + e * H,
-                                       n, C, H);
+                                       p[kExpertFcWeight] + e * H * C, p[kExpertFcBias] + e * H, n,
+                                       C, H);
     }
     const int64_t R = b.packing.rows();
     backend_.gelu_forward(b.hact.get(), b.hpre.get(), R * H);
@@ -147,8 +142,8 @@ class GptMoe {
       const int64_t r0 = b.packing.offset[e], n = b.packing.offset[e + 1] - r0;
       if (n == 0) continue;
       transformer::cpu::matmul_forward(b.y.get() + r0 * C, b.hact.get() + r0 * H,
-                                       p[kExpertProjWeight] + e * C * H,
-                                       p[kExpertProjBias] + e * C, n, H, C);
+                                       p[kExpertProjWeight] + e * C * H, p[kExpertProjBias] + e * C,
+                                       n, H, C);
     }
     if (!cfg_.moe_residual) {
       if (out != nullptr) moe::combine(out, b.y.get(), b.routing, b.packing, C);
@@ -226,20 +221,18 @@ class GptMoe {
     for (int64_t e = 0; e < E; ++e) {
       const int64_t r0 = b.packing.offset[e], n = b.packing.offset[e + 1] - r0;
       if (n == 0) continue;
-      transformer::cpu::matmul_backward(dhact + r0 * H, g[kExpertProjWeight] + e * C * H,
-                                        g[kExpertProjBias] + e * C, drows + r0 * C,
-                                        b.hact.get() + r0 * H, p[kExpertProjWeight] + e * C * H, n,
-                                        H, C);
+      transformer::cpu::matmul_backward(
+          dhact + r0 * H, g[kExpertProjWeight] + e * C * H, g[kExpertProjBias] + e * C,
+          drows + r0 * C, b.hact.get() + r0 * H, p[kExpertProjWeight] + e * C * H, n, H, C);
     }
     backend_.gelu_backward(dhpre, b.hpre.get(), dhact, R * H);
     for (int64_t e = 0; e < E; ++e) {
       const int64_t r0 = b.packing.offset[e], n = b.packing.offset[e + 1] - r0;
       if (n == 0) continue;
       // drows (the rows' dy) is done with: it takes the rows' input gradients.
-      transformer::cpu::matmul_backward(drows + r0 * C, g[kExpertFcWeight] + e * H * C,
-                                        g[kExpertFcBias] + e * H, dhpre + r0 * H,
-                                        b.x.get() + r0 * C, p[kExpertFcWeight] + e * H * C, n, C,
-                                        H);
+      transformer::cpu::matmul_backward(
+          drows + r0 * C, g[kExpertFcWeight] + e * H * C, g[kExpertFcBias] + e * H, dhpre + r0 * H,
+          b.x.get() + r0 * C, p[kExpertFcWeight] + e * H * C, n, C, H);
     }
     moe::scatter_add_rows(dln, drows, b.packing, C);
     // The gate, from the combine weights and the aux loss.
@@ -252,18 +245,18 @@ class GptMoe {
       backend_.matmul_backward(dgate, g[kGateWeight], nullptr, dlogits, b.gate_in.get(),
                                p[kGateWeight], N, C, E);
       const uint64_t stream = sdk::hash_key(static_cast<uint64_t>(l), 0x67617465, 0);
-      const std::vector<float> u = moe::draw_noise(moe::Draw::kUniform, seed_, stream + 1, keys_,
-                                                   N, C, 1.0 - 1e-2, 1.0 + 1e-2);
+      const std::vector<float> u = moe::draw_noise(moe::Draw::kUniform, seed_, stream + 1, keys_, N,
+                                                   C, 1.0 - 1e-2, 1.0 + 1e-2);
       for (int64_t i = 0; i < N * C; ++i) dln[i] += dgate[i] * static_cast<T>(u[i]);
     } else {
-      backend_.matmul_backward(dln, g[kGateWeight], nullptr, dlogits, b.ln.get(), p[kGateWeight],
-                               N, C, E, /*accumulate_dinp=*/true);
+      backend_.matmul_backward(dln, g[kGateWeight], nullptr, dlogits, b.ln.get(), p[kGateWeight], N,
+                               C, E, /*accumulate_dinp=*/true);
     }
   }
 
  private:
   struct Block {
-    Buffer<T> ln, x, hpre, hact, y, gate_in;   // gate_in: the jittered gate input
+    Buffer<T> ln, x, hpre, hact, y, gate_in;       // gate_in: the jittered gate input
     Buffer<T> moe_out, rfc, rfc_gelu, rout, coef;  // moe_residual
     transformer::moe::Routing routing;
     transformer::moe::Packing packing;

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "moe/stats.h"
 #include "stage_blocks.h"
 #include "tokens.h"
 
@@ -24,6 +25,8 @@ class Compute {
   virtual ~Compute() = default;
   virtual double forward_backward(const SplitTokens& tokens, const dscore_model_hooks& hooks,
                                   double loss_scale) = 0;
+  // What the MoE layers did in the last pass (none in a dense model).
+  virtual moe::PassStats moe_stats() const { return {}; }
   virtual void forward(const SplitTokens& tokens, const dscore_model_hooks& hooks, double* loss,
                        float* logits) = 0;
   // Pipeline stages (model.h boundary_bytes, stage_forward, stage_backward;
@@ -117,6 +120,12 @@ class RunnerCompute final : public Compute {
                           double loss_scale) override {
     const HostStreamScope<Backend> on(backend_, hooks);
     return runner_.forward_backward(tokens, hooks, loss_scale);
+  }
+  moe::PassStats moe_stats() const override {
+    if constexpr (requires { runner_.moe_stats(); })
+      return runner_.moe_stats();
+    else
+      return {};
   }
   void forward(const SplitTokens& tokens, const dscore_model_hooks& hooks, double* loss,
                float* logits) override {

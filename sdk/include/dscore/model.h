@@ -120,6 +120,20 @@ typedef struct dscore_model_collectives {
   uint64_t sequence_parallel_bytes;
 } dscore_model_collectives;
 
+/* ABI 1.2: one value a model measured in its last pass besides the loss,
+ * for the monitors (metrics): the MoE layers' aux loss, dropped routes,
+ * expert loads. `name` is a monitor tag under "Train/Samples/" (e.g.
+ * "moe/dropped_routes"), owned by the model and alive until its next
+ * call. `combine`: how the host folds the values of an accumulation
+ * cycle's micro-batches and of the data-parallel ranks into the step's. */
+enum { DSCORE_METRIC_SUM = 0, DSCORE_METRIC_MEAN = 1 };
+typedef struct dscore_model_metric {
+  uint32_t struct_size;
+  const char* name;
+  double value;
+  int32_t combine; /* DSCORE_METRIC_SUM or DSCORE_METRIC_MEAN */
+} dscore_model_metric;
+
 /* A batch: one tensor per declared input, in declaration order, each with
  * leading dimension batch_size. Borrowed for the call. */
 typedef struct dscore_batch {
@@ -344,6 +358,13 @@ typedef struct dscore_model_vtable {
   dscore_status (*collective_bytes)(const dscore_model* self, const dscore_pipeline_stage* stage,
                                     int64_t micro_batch, int32_t checkpointing,
                                     dscore_model_collectives* out);
+  /* Optional (ABI 1.2): what the last forward_backward measured besides
+   * its loss (dscore_model_metric): up to `capacity` metrics into `out`
+   * (the host sets each struct_size), their number into *count, which may
+   * exceed capacity (call again with room for all). The same names in the
+   * same order after every pass of a run. NULL: none. */
+  dscore_status (*metrics)(const dscore_model* self, dscore_model_metric* out, size_t capacity,
+                           size_t* count);
   /* ---- minor 2 ends here ---- */
 } dscore_model_vtable;
 

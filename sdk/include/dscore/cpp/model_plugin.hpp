@@ -42,6 +42,9 @@
 //     // (model.h collective_bytes; the struct_size is set here)
 //     dscore_model_collectives collective_bytes(const dscore_pipeline_stage& layers,
 //                                               int64_t micro_batch, bool checkpointing) const;
+//     // what the last pass measured besides its loss (model.h metrics; the
+//     // names owned by the model, the struct_size set here)
+//     std::vector<dscore_model_metric> metrics() const;
 //   };
 //   const dscore_plugin_descriptor kMine = sdk::model_descriptor<MyModel>(
 //       "my_model", "1.0", "one line", DSCORE_CAP_CPU | DSCORE_CAP_F32, kSchema);
@@ -60,6 +63,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace dscore::sdk {
 
@@ -139,6 +143,10 @@ template <typename T>
 struct HasCollectiveBytes<T, std::void_t<decltype(std::declval<const T&>().collective_bytes(
                                  std::declval<const dscore_pipeline_stage&>(), int64_t{}, bool{}))>>
     : std::true_type {};
+template <typename T, typename = void>
+struct HasMetrics : std::false_type {};
+template <typename T>
+struct HasMetrics<T, std::void_t<decltype(std::declval<const T&>().metrics())>> : std::true_type {};
 }  // namespace detail
 
 // A pipeline stage's activation memory (model.h stage_activation_bytes).
@@ -288,6 +296,22 @@ struct ModelPlugin {
     });
   }
 
+  static dscore_status metrics(const dscore_model* h, dscore_model_metric* out, size_t capacity,
+                               size_t* count) {
+    return S::call(h, [&](const T& t) {
+      if (count == nullptr || (out == nullptr && capacity > 0))
+        throw Error(DSCORE_INVALID_ARGUMENT, "metrics: count or out is NULL");
+      const auto values = t.metrics();
+      *count = values.size();
+      for (size_t i = 0; i < values.size() && i < capacity; ++i) {
+        const uint32_t size = out[i].struct_size;
+        dscore_model_metric m = values[i];
+        std::memcpy(&out[i], &m, std::min<size_t>(size, sizeof m));
+        out[i].struct_size = size;
+      }
+    });
+  }
+
   static dscore_model_vtable make_vtable() {
     dscore_model_vtable vt{};
     vt.struct_size = sizeof vt;
@@ -314,6 +338,7 @@ struct ModelPlugin {
         vt.stage_activation_bytes = &stage_activation_bytes;
     }
     if constexpr (detail::HasCollectiveBytes<T>::value) vt.collective_bytes = &collective_bytes;
+    if constexpr (detail::HasMetrics<T>::value) vt.metrics = &metrics;
     return vt;
   }
   static inline const dscore_model_vtable vtable = make_vtable();

@@ -220,7 +220,8 @@ TEST_F(GptMoeModel, DeclaredActivationBytesCountTheMoeBuffers) {
   EXPECT_EQ(backend.bytes, declared);
   const GptConfig dense = tiny_config();
   GptParams dense_params(dense, 7);
-  const uint64_t dense_bytes = runner_activation_bytes<double, double>(dense, dense_params, 2, false);
+  const uint64_t dense_bytes =
+      runner_activation_bytes<double, double>(dense, dense_params, 2, false);
   EXPECT_GT(declared, dense_bytes);
 }
 
