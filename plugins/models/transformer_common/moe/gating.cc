@@ -105,7 +105,7 @@ void place_by_position(Routing& r, int64_t capacity) {
 }
 
 // The indices of the k largest of values[0, n) as torch.topk picks them on
-// the CPU (ATen's TopKImpl.h): std::partial_sort of (value, index) pairs
+// the CPU (ATen's native TopK implementation): std::partial_sort of (value, index) pairs
 // when k * 64 <= n, else std::nth_element and a sort of the first k - 1.
 // Its choice among equal values (DeepSpeed's top-1 capacity without RTS
 // ranks 0/1 masks) follows those algorithms, so dscore runs the same ones
