@@ -25,8 +25,7 @@ class MoeRun : public ::testing::Test {
     ProcessOptions options;
     options.env = mpi_test_env();
     const fs::path path = dir_.write(name + ".json", "{" + config + "}");
-    std::vector<std::string> args = {"run", "--config", path.string(), "-n",
-                                     std::to_string(ranks)};
+    std::vector<std::string> args = {"run", "--config", path.string(), "-n", std::to_string(ranks)};
     args.insert(args.end(), extra.begin(), extra.end());
     return run_dscore(args, options);
   }
@@ -75,7 +74,8 @@ TEST_F(MoeRun, LearnsAndReportsItsRoutingEveryStep) {
   ASSERT_EQ(aux.size(), 6u);
   ASSERT_EQ(dropped.size(), 6u);
   std::vector<std::vector<double>> load;
-  for (int e = 0; e < 4; ++e) load.push_back(values("report", "moe_expert_load_" + std::to_string(e)));
+  for (int e = 0; e < 4; ++e)
+    load.push_back(values("report", "moe_expert_load_" + std::to_string(e)));
   for (size_t step = 0; step < 6; ++step) {
     // One MoE block: l_aux = E * sum_e me_e * ce_e, 1 when balanced, at most E.
     EXPECT_GT(aux[step], 0.5) << step;
