@@ -14,7 +14,9 @@
 # tensor parallelism on a Hugging Face Llama (check_tensor_parallel.py), and
 # DeepSpeed's Ulysses (ALST) against dscore's sequence parallelism on it
 # (check_sequence_parallel.py), and DeepSpeed-MoE's gating against dscore's
-# MoE routing (check_moe_gating.py, through moe_gating_tool beside dscore).
+# MoE routing (check_moe_gating.py, through moe_gating_tool beside dscore),
+# and DeepSpeed-MoE training the gpt with MoE blocks against dscore
+# (check_moe_training.py).
 #
 # The venv and the CPU-only environment: venv.sh. DeepSpeed JIT-compiles
 # its CPU Adam the first time (a few minutes): the build is kept in
@@ -33,7 +35,8 @@ deepspeed_venv "deepspeed checks"
 failed=0
 for check in check_lr_schedules.py check_loss_scaler.py check_training.py check_checkpoint_import.py \
     check_checkpoint_export.py check_llama_import.py check_pipeline.py check_pipeline_llama.py \
-    check_tensor_parallel.py check_sequence_parallel.py check_moe_gating.py; do
+    check_tensor_parallel.py check_sequence_parallel.py check_moe_gating.py \
+    check_moe_training.py; do
   start=$SECONDS
   log="$(mktemp)"
   if ! "$venv/bin/python" "$here/$check" "$dscore" > "$log" 2>&1; then
