@@ -46,6 +46,20 @@ dscore_status h_barrier(dscore_comm* c) {
 dscore_status h_all_to_all(dscore_comm* c, const dscore_tensor* s, dscore_tensor* r, void*) {
   return forward_status(self_of(c), self_of(c)->all_to_all(buffer_of(s), buffer_of(r)));
 }
+dscore_status h_all_to_all_v(dscore_comm* c, const dscore_tensor* s, dscore_tensor* r,
+                             const dscore_all_to_all_layout* l, void*) {
+  Communicator* self = self_of(c);
+  const auto n = static_cast<size_t>(self->world_size());
+  if (l == nullptr || l->send_counts == nullptr || l->send_offsets == nullptr ||
+      l->recv_counts == nullptr || l->recv_offsets == nullptr)
+    return self->host().record_error(DSCORE_INVALID_ARGUMENT,
+                                     "all_to_all_v: the layout or one of its arrays is NULL");
+  Communicator::AllToAllLayout layout{{l->send_counts, l->send_counts + n},
+                                      {l->send_offsets, l->send_offsets + n},
+                                      {l->recv_counts, l->recv_counts + n},
+                                      {l->recv_offsets, l->recv_offsets + n}};
+  return forward_status(self, self->all_to_all_v(buffer_of(s), buffer_of(r), layout));
+}
 dscore_status h_reduce(dscore_comm* c, const dscore_tensor* s, dscore_tensor* r,
                        dscore_reduce_op op, int32_t root, void*) {
   return forward_status(self_of(c), self_of(c)->reduce(buffer_of(s), buffer_of(r), op, root));
@@ -70,6 +84,7 @@ dscore_comm_vtable make_forwarding_vtable() {
   vt.barrier = &h_barrier;
   vt.all_to_all = &h_all_to_all;
   vt.reduce = &h_reduce;
+  vt.all_to_all_v = &h_all_to_all_v;
   return vt;
 }
 const dscore_comm_vtable kForwarding = make_forwarding_vtable();
@@ -396,6 +411,35 @@ Status Communicator::all_to_all(CommBuffer send, CommBuffer recv) {
     return with_staging(send, recv, [&](const CommBuffer& sb, const CommBuffer& rb) {
       dscore_tensor s = view_of(sb), r = view_of(rb);
       return instance_->all_to_all(s, r, stream_);
+    });
+  });
+}
+
+Status Communicator::all_to_all_v(CommBuffer send, CommBuffer recv, const AllToAllLayout& layout) {
+  const auto n = static_cast<size_t>(world_size());
+  if (layout.send_counts.size() != n || layout.send_offsets.size() != n ||
+      layout.recv_counts.size() != n || layout.recv_offsets.size() != n)
+    return invalid_argument("all_to_all_v: the layout needs " + std::to_string(n) +
+                            " counts and offsets each way (one per rank)");
+  for (size_t j = 0; j < n; ++j) {
+    if (layout.send_counts[j] < 0 || layout.send_offsets[j] < 0 ||
+        layout.send_offsets[j] + layout.send_counts[j] > send.numel || layout.recv_counts[j] < 0 ||
+        layout.recv_offsets[j] < 0 || layout.recv_offsets[j] + layout.recv_counts[j] > recv.numel)
+      return invalid_argument("all_to_all_v: rank " + std::to_string(j) +
+                              "'s counts and offsets reach outside the send (" +
+                              std::to_string(send.numel) + ") or recv (" +
+                              std::to_string(recv.numel) + ") elements");
+  }
+  const size_t es = sdk::dtype_size(send.dtype);
+  uint64_t sent = 0;
+  for (int64_t c : layout.send_counts) sent += static_cast<uint64_t>(c);
+  return counted("all_to_all_v", "all_to_all_single", sent, es, sent * es, [&] {
+    return with_staging(send, recv, [&](const CommBuffer& sb, const CommBuffer& rb) {
+      dscore_tensor s = view_of(sb), r = view_of(rb);
+      const dscore_all_to_all_layout l{sizeof(dscore_all_to_all_layout), layout.send_counts.data(),
+                                       layout.send_offsets.data(), layout.recv_counts.data(),
+                                       layout.recv_offsets.data()};
+      return instance_->all_to_all_v(s, r, l, stream_);
     });
   });
 }

@@ -101,6 +101,15 @@ class Communicator {
   Status recv(CommBuffer buffer, int peer);
   // UNIMPLEMENTED when the backend has none.
   Status all_to_all(CommBuffer send, CommBuffer recv);
+  // Variable counts (comm.h all_to_all_v): per rank j, send_counts[j]
+  // elements from send at send_offsets[j] go to j, recv_counts[j] from j
+  // land at recv_offsets[j]; world_size() entries each. Counted as
+  // DeepSpeed's all_to_all_single of the elements this rank sends.
+  // UNIMPLEMENTED when the backend has none.
+  struct AllToAllLayout {
+    std::vector<int64_t> send_counts, send_offsets, recv_counts, recv_offsets;
+  };
+  Status all_to_all_v(CommBuffer send, CommBuffer recv, const AllToAllLayout& layout);
   Status barrier();
 
   // Grouped calls (comm.h group_start/group_end): the collectives `issue`

@@ -115,6 +115,15 @@ Status CommInstance::all_to_all(const dscore_tensor& send, dscore_tensor& recv, 
                      [&] { return vt->all_to_all(handle_, &send, &recv, stream); });
 }
 
+Status CommInstance::all_to_all_v(const dscore_tensor& send, dscore_tensor& recv,
+                                  const dscore_all_to_all_layout& layout, void* stream) {
+  const dscore_comm_vtable* vt = vtable();
+  if (!DSCORE_HAS_FIELD(vt, dscore_comm_vtable, all_to_all_v) || vt->all_to_all_v == nullptr)
+    return Status(DSCORE_UNIMPLEMENTED, info_.display() + " has no all_to_all_v");
+  return call_plugin(*host_, info_.display(), "all_to_all_v",
+                     [&] { return vt->all_to_all_v(handle_, &send, &recv, &layout, stream); });
+}
+
 bool CommInstance::has_groups() const {
   const dscore_comm_vtable* vt = vtable();
   return DSCORE_HAS_FIELD(vt, dscore_comm_vtable, group_end) && vt->group_start != nullptr &&

@@ -39,6 +39,9 @@ class CommInstance {
   Status barrier();
   // UNIMPLEMENTED when the backend has no all_to_all.
   Status all_to_all(const dscore_tensor& send, dscore_tensor& recv, void* stream);
+  // Variable counts (comm.h all_to_all_v); UNIMPLEMENTED when the backend has none.
+  Status all_to_all_v(const dscore_tensor& send, dscore_tensor& recv,
+                      const dscore_all_to_all_layout& layout, void* stream);
   Status reduce(const dscore_tensor& send, dscore_tensor* recv, dscore_reduce_op op, int32_t root,
                 void* stream);
   // Grouped calls (comm.h group_start/group_end, ABI 1.2): whether the

@@ -112,6 +112,40 @@ void check_movement(CheckedComm& c, CheckLog* log) {
              "wire counters");
 }
 
+// all_to_all_v with uneven counts (an MoE dispatch's shape): rank R sends
+// rank j (2 R + j) % 4 elements (none to some), value 1000 R + 10 j + k,
+// packed in rank order with a gap of one element before each block; every
+// rank receives each peer's block where its own offsets say (they differ
+// from its send offsets).
+void check_all_to_all_v(CheckedComm& c, CheckLog* log) {
+  const int W = c.world_size(), R = c.rank();
+  comm::Communicator::AllToAllLayout l;
+  std::vector<int32_t> out;
+  for (int j = 0; j < W; ++j) {
+    out.push_back(-1);  // the gap
+    l.send_offsets.push_back(static_cast<int64_t>(out.size()));
+    l.send_counts.push_back((2 * R + j) % 4);
+    for (int k = 0; k < (2 * R + j) % 4; ++k) out.push_back(1000 * R + 10 * j + k);
+  }
+  int64_t at = 0;
+  for (int j = 0; j < W; ++j) {
+    l.recv_offsets.push_back(at + 1);
+    l.recv_counts.push_back((2 * j + R) % 4);
+    at += 1 + (2 * j + R) % 4;
+  }
+  std::vector<int32_t> in(static_cast<size_t>(at), -7);
+  const Status st = c.all_to_all_v({out.data(), DSCORE_DTYPE_I32, static_cast<int64_t>(out.size())},
+                                   {in.data(), DSCORE_DTYPE_I32, at}, l);
+  log->check(st.ok(), "all_to_all_v call: " + st.message());
+  bool ok = true;
+  for (int j = 0; j < W; ++j) {
+    ok = ok && in[static_cast<size_t>(l.recv_offsets[j] - 1)] == -7;  // the gap untouched
+    for (int k = 0; k < l.recv_counts[j]; ++k)
+      ok = ok && in[static_cast<size_t>(l.recv_offsets[j] + k)] == 1000 * j + 10 * R + k;
+  }
+  log->check(ok, "all_to_all_v: each peer's block where the offsets say");
+}
+
 // "what", and the call's error where it failed.
 template <typename T>
 std::string with_error(const std::string& what, const Result<T>& r) {
@@ -169,8 +203,11 @@ void CheckLog::check(bool ok, const std::string& what) {
 void run_collective_checks(CheckedComm& c, const CheckOptions& options, CheckLog* log) {
   check_reductions(c, options, log);
   check_movement(c, log);
+  check_all_to_all_v(c, log);
   check_groups(c, log);
 }
+
+void run_all_to_all_v_check(CheckedComm& c, CheckLog* log) { check_all_to_all_v(c, log); }
 
 int agree_and_report(CheckedComm& c, const CheckLog& log) {
   const int W = c.world_size();

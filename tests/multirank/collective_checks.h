@@ -36,6 +36,8 @@ class CheckedComm {
   virtual Status send(CommBuffer buffer, int peer) = 0;
   virtual Status recv(CommBuffer buffer, int peer) = 0;
   virtual Status barrier() = 0;
+  virtual Status all_to_all_v(CommBuffer send, CommBuffer recv,
+                              const comm::Communicator::AllToAllLayout& layout) = 0;
   virtual Result<dscore_comm_counters> wire_counters() const = 0;
   // nullptr for DSCORE_COMM_SPLIT_NONE.
   virtual Result<std::unique_ptr<CheckedComm>> split(int color, int key) = 0;
@@ -66,6 +68,10 @@ class HostCheckedComm : public CheckedComm {
   Status send(CommBuffer b, int peer) override { return c_->send(b, peer); }
   Status recv(CommBuffer b, int peer) override { return c_->recv(b, peer); }
   Status barrier() override { return c_->barrier(); }
+  Status all_to_all_v(CommBuffer s, CommBuffer r,
+                      const comm::Communicator::AllToAllLayout& layout) override {
+    return c_->all_to_all_v(s, r, layout);
+  }
   Result<dscore_comm_counters> wire_counters() const override { return c_->wire_counters(); }
   Result<std::unique_ptr<CheckedComm>> split(int color, int key) override;
   Status grouped(const std::function<Status()>& issue) override { return c_->grouped(issue); }
@@ -100,6 +106,8 @@ class CheckLog {
 // Every check above; allreduce is called 8 times on `c` itself (the mpi
 // worker checks its host counters against that).
 void run_collective_checks(CheckedComm& c, const CheckOptions& options, CheckLog* log);
+// Only the all_to_all_v check among them (uneven counts, some zero).
+void run_all_to_all_v_check(CheckedComm& c, CheckLog* log);
 
 // Grouped calls (comm.h group_start/group_end, or the host's one-by-one
 // fallback): a group of reduce_scatter, allgather, allreduce, reduce,

@@ -60,6 +60,18 @@ class LocalComm : public sdk::Instance {
   }
   void allgather(const dscore_tensor* s, dscore_tensor* r) { copy(s, r, "allgather"); }
   void all_to_all(const dscore_tensor* s, dscore_tensor* r) { copy(s, r, "all_to_all"); }
+  void all_to_all_v(const dscore_tensor* s, dscore_tensor* r, const dscore_all_to_all_layout& l) {
+    if (s == nullptr || r == nullptr || s->dtype != r->dtype ||
+        l.send_counts[0] != l.recv_counts[0])
+      throw Error(DSCORE_INVALID_ARGUMENT,
+                  "all_to_all_v: one rank sends itself what it receives (send_counts[0] == "
+                  "recv_counts[0], one dtype)");
+    const size_t es = sdk::dtype_size(s->dtype);
+    std::memmove(static_cast<char*>(r->data) + static_cast<size_t>(l.recv_offsets[0]) * es,
+                 static_cast<const char*>(s->data) + static_cast<size_t>(l.send_offsets[0]) * es,
+                 static_cast<size_t>(l.send_counts[0]) * es);
+    operations_ += 1;
+  }
   void broadcast(dscore_tensor*, int root) {
     check_root(root, "broadcast");
     operations_ += 1;

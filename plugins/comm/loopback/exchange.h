@@ -25,8 +25,9 @@ struct Posted {
   void* recv = nullptr;
   int64_t numel = 0;
   dscore_dtype dtype = DSCORE_DTYPE_INVALID;
-  int32_t color = 0, key = 0;            // split
-  std::shared_ptr<class Exchange> made;  // split: the group the leader formed
+  int32_t color = 0, key = 0;                        // split
+  const dscore_all_to_all_layout* layout = nullptr;  // all_to_all_v
+  std::shared_ptr<class Exchange> made;              // split: the group the leader formed
 };
 
 class Exchange {

@@ -110,6 +110,37 @@ class LoopbackComm : public sdk::Instance {
     collective("all_to_all", send, recv, [&] { gather_chunks(n, rank_ * n); });
     std::memcpy(recv->data, scratch_.data(), static_cast<size_t>(send->numel) * element_size(send));
   }
+  // Each rank posts its buffers and layout; after the meeting each copies
+  // its share of every peer's send into its own recv (peers' sends stay
+  // untouched until the second meeting).
+  void all_to_all_v(const dscore_tensor* send, dscore_tensor* recv,
+                    const dscore_all_to_all_layout& layout) {
+    if (send == nullptr || recv == nullptr || send->dtype != recv->dtype)
+      throw Error(DSCORE_INVALID_ARGUMENT, "all_to_all_v: send and recv need one dtype");
+    Posted& mine = exchange_->slot(rank_);
+    mine = Posted{};
+    mine.send = send->data;
+    mine.recv = recv->data;
+    mine.dtype = send->dtype;
+    mine.layout = &layout;
+    meet("all_to_all_v");
+    const size_t es = element_size(send);
+    for (int r = 0; r < world(); ++r) {
+      const Posted& theirs = exchange_->slot(r);
+      const int64_t n = theirs.layout->send_counts[rank_];
+      if (theirs.dtype != mine.dtype || n != layout.recv_counts[r])
+        throw Error(DSCORE_INVALID_ARGUMENT,
+                    "all_to_all_v: rank " + std::to_string(r) + " sends " + std::to_string(n) +
+                        " elements to rank " + std::to_string(rank_) + ", which expects " +
+                        std::to_string(layout.recv_counts[r]) + " (recv_counts)");
+      std::memcpy(static_cast<char*>(recv->data) + static_cast<size_t>(layout.recv_offsets[r]) * es,
+                  static_cast<const char*>(theirs.send) +
+                      static_cast<size_t>(theirs.layout->send_offsets[rank_]) * es,
+                  static_cast<size_t>(n) * es);
+    }
+    meet("all_to_all_v");
+    operations_ += 1;
+  }
   void barrier() { meet("barrier"); }
   void send(const dscore_tensor* tensor, int peer) {
     check_rank(peer, "send");

@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <functional>
+#include <vector>
 
 #include <dscore/cpp/ordered_reduce.hpp>
 #include "collectives.h"
@@ -212,6 +213,42 @@ void all_to_all(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv) {
     m->counters.bytes_received += moved;
     m->counters.operations += 1;
   });
+}
+
+void all_to_all_v(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv,
+                  const dscore_all_to_all_layout& layout) {
+  m->enter("all_to_all_v", false);
+  check_cpu(send, "all_to_all_v");
+  check_cpu(recv, "all_to_all_v");
+  if (send->dtype != recv->dtype || send->data == recv->data)
+    throw Error(DSCORE_INVALID_ARGUMENT,
+                "all_to_all_v: send and recv need the same dtype and different buffers");
+  const size_t es = element_size(send);
+  std::vector<int> send_counts, send_offsets, recv_counts, recv_offsets;
+  uint64_t sent = 0, received = 0;
+  for (int j = 0; j < m->world; ++j) {
+    send_counts.push_back(count_of(layout.send_counts[j], "all_to_all_v"));
+    send_offsets.push_back(count_of(layout.send_offsets[j], "all_to_all_v"));
+    recv_counts.push_back(count_of(layout.recv_counts[j], "all_to_all_v"));
+    recv_offsets.push_back(count_of(layout.recv_offsets[j], "all_to_all_v"));
+    if (j != m->rank) {
+      sent += static_cast<uint64_t>(layout.send_counts[j]) * es;
+      received += static_cast<uint64_t>(layout.recv_counts[j]) * es;
+    }
+  }
+  ElementType type(es);
+  const uint64_t seq = m->begin("all_to_all_v");
+  MPI_Request request;
+  DSCORE_MPI_CHECK(MPI_Ialltoallv(send->data, send_counts.data(), send_offsets.data(), type.get(),
+                                  recv->data, recv_counts.data(), recv_offsets.data(), type.get(),
+                                  m->comm, &request));
+  // Not grouped (enter refused it), so this completes before the vectors go.
+  m->complete(request, "all_to_all_v", seq, static_cast<size_t>(sent + received),
+              [m, sent, received] {
+                m->counters.bytes_sent += sent;
+                m->counters.bytes_received += received;
+                m->counters.operations += 1;
+              });
 }
 
 void broadcast(MpiComm* m, dscore_tensor* tensor, int root) {

@@ -13,6 +13,8 @@ void reduce(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv, dscore_r
             int root);
 void allgather(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv);
 void all_to_all(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv);
+void all_to_all_v(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv,
+                  const dscore_all_to_all_layout& layout);
 void broadcast(MpiComm* m, dscore_tensor* tensor, int root);
 void point_to_point(MpiComm* m, const dscore_tensor* tensor, int peer, bool sending);
 void barrier(MpiComm* m);

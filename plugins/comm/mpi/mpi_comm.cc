@@ -83,6 +83,9 @@ class MpiBackend : public sdk::Instance {
   }
   void allgather(const dscore_tensor* s, dscore_tensor* r) { mpi_comm::allgather(&m_, s, r); }
   void all_to_all(const dscore_tensor* s, dscore_tensor* r) { mpi_comm::all_to_all(&m_, s, r); }
+  void all_to_all_v(const dscore_tensor* s, dscore_tensor* r, const dscore_all_to_all_layout& l) {
+    mpi_comm::all_to_all_v(&m_, s, r, l);
+  }
   void broadcast(dscore_tensor* t, int root) { mpi_comm::broadcast(&m_, t, root); }
   void send(const dscore_tensor* t, int peer) { point_to_point(&m_, t, peer, true); }
   void recv(dscore_tensor* t, int peer) { point_to_point(&m_, t, peer, false); }

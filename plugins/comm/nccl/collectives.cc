@@ -144,6 +144,41 @@ void all_to_all(NcclComm* m, const dscore_tensor* send, dscore_tensor* recv, cud
   count(m, moved, moved);
 }
 
+void all_to_all_v(NcclComm* m, const dscore_tensor* send, dscore_tensor* recv,
+                  const dscore_all_to_all_layout& layout, cudaStream_t stream) {
+  m->ready("all_to_all_v");
+  check_cuda_tensor(*m, send, "all_to_all_v");
+  check_cuda_tensor(*m, recv, "all_to_all_v");
+  if (send->dtype != recv->dtype || send->data == recv->data)
+    throw Error(DSCORE_INVALID_ARGUMENT,
+                "nccl all_to_all_v: send and recv need the same dtype and different buffers");
+  const size_t es = sdk::dtype_size(send->dtype);
+  const auto* in = static_cast<const char*>(send->data);
+  auto* out = static_cast<char*>(recv->data);
+  cudaStream_t s = pick(m, stream);
+  uint64_t sent = 0, received = 0;
+  // One group, as all_to_all: every pair's send and receive together.
+  m->enqueued(ncclGroupStart(), "all_to_all_v");
+  for (int peer = 0; peer < m->world; ++peer) {
+    const auto send_bytes = static_cast<size_t>(layout.send_counts[peer]) * es;
+    const auto recv_bytes = static_cast<size_t>(layout.recv_counts[peer]) * es;
+    ncclResult_t r = ncclSuccess;
+    if (send_bytes > 0)
+      r = ncclSend(in + static_cast<size_t>(layout.send_offsets[peer]) * es, send_bytes, ncclInt8,
+                   peer, m->comm, s);
+    if (r == ncclSuccess && recv_bytes > 0)
+      r = ncclRecv(out + static_cast<size_t>(layout.recv_offsets[peer]) * es, recv_bytes, ncclInt8,
+                   peer, m->comm, s);
+    if (r != ncclSuccess) {
+      ncclGroupEnd();
+      m->enqueued(r, "all_to_all_v");
+    }
+    if (peer != m->rank) sent += send_bytes, received += recv_bytes;
+  }
+  m->enqueued(ncclGroupEnd(), "all_to_all_v");
+  count(m, sent, received);
+}
+
 void broadcast(NcclComm* m, dscore_tensor* tensor, int root, cudaStream_t stream) {
   m->ready("broadcast");
   check_cuda_tensor(*m, tensor, "broadcast");

@@ -16,6 +16,8 @@ void reduce(NcclComm* m, const dscore_tensor* send, dscore_tensor* recv, dscore_
             int root, cudaStream_t stream);
 void allgather(NcclComm* m, const dscore_tensor* send, dscore_tensor* recv, cudaStream_t stream);
 void all_to_all(NcclComm* m, const dscore_tensor* send, dscore_tensor* recv, cudaStream_t stream);
+void all_to_all_v(NcclComm* m, const dscore_tensor* send, dscore_tensor* recv,
+                  const dscore_all_to_all_layout& layout, cudaStream_t stream);
 void broadcast(NcclComm* m, dscore_tensor* tensor, int root, cudaStream_t stream);
 void point_to_point(NcclComm* m, const dscore_tensor* tensor, int peer, bool sending,
                     cudaStream_t stream);

@@ -290,6 +290,17 @@ dscore_status all_to_all(dscore_comm* c, Tensor s, dscore_tensor* r, void* st) {
     nccl_comm::all_to_all(&b.state(), s, r, as_stream(st));
   });
 }
+dscore_status all_to_all_v(dscore_comm* c, Tensor s, dscore_tensor* r,
+                           const dscore_all_to_all_layout* layout, void* st) {
+  return S::call(c, [&](NcclBackend& b) {
+    if (layout == nullptr || layout->send_counts == nullptr || layout->send_offsets == nullptr ||
+        layout->recv_counts == nullptr || layout->recv_offsets == nullptr)
+      throw sdk::Error(DSCORE_INVALID_ARGUMENT,
+                       "all_to_all_v: the layout or one of its arrays is NULL");
+    note(&b.state(), "all_to_all_v", false);
+    nccl_comm::all_to_all_v(&b.state(), s, r, *layout, as_stream(st));
+  });
+}
 dscore_status broadcast(dscore_comm* c, dscore_tensor* t, int32_t root, void* st) {
   return S::call(c, [&](NcclBackend& b) {
     note(&b.state(), "broadcast", true);
@@ -373,6 +384,7 @@ dscore_comm_vtable make_vtable() {
   vt.recv = &recv;
   vt.barrier = &barrier;
   vt.all_to_all = &all_to_all;
+  vt.all_to_all_v = &all_to_all_v;
   vt.abort = &abort;
   vt.reduce = &reduce;
   vt.counters = &counters;

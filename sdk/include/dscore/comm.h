@@ -50,6 +50,15 @@ enum {
   DSCORE_REDUCE_AVG = 7
 };
 
+/* ABI 1.2: all_to_all_v's counts and offsets (below): world_size entries each. */
+typedef struct dscore_all_to_all_layout {
+  uint32_t struct_size;
+  const int64_t* send_counts;
+  const int64_t* send_offsets;
+  const int64_t* recv_counts;
+  const int64_t* recv_offsets;
+} dscore_all_to_all_layout;
+
 typedef struct dscore_comm_vtable {
   uint32_t struct_size;
 
@@ -138,6 +147,18 @@ typedef struct dscore_comm_vtable {
    * When these are NULL the host issues the calls of a group one by one. */
   dscore_status (*group_start)(dscore_comm* self);
   dscore_status (*group_end)(dscore_comm* self, void* stream);
+
+  /* Optional, added in minor 2 (read only when struct_size covers it).
+   * ALL-TO-ALL WITH VARIABLE COUNTS (MPI_Alltoallv; an MoE layer's tokens
+   * to their experts' ranks and back): this rank sends
+   * layout->send_counts[j] elements from send at layout->send_offsets[j]
+   * to rank j, and receives layout->recv_counts[j] elements from rank j
+   * into recv at layout->recv_offsets[j]. Counts and offsets are in
+   * elements of the tensors' (equal) dtype; recv_counts[j] here must equal
+   * rank j's send_counts[this rank] (exchange them first, e.g. with
+   * all_to_all). send and recv are different buffers. Not inside a group. */
+  dscore_status (*all_to_all_v)(dscore_comm* self, const dscore_tensor* send, dscore_tensor* recv,
+                                const dscore_all_to_all_layout* layout, void* stream);
 } dscore_comm_vtable;
 
 /* What a backend actually moved. "Payload" counts tensor bytes only, not

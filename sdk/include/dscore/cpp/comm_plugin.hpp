@@ -15,6 +15,8 @@
 //     void barrier();
 //     // optional:
 //     void all_to_all(const dscore_tensor* send, dscore_tensor* recv);
+//     void all_to_all_v(const dscore_tensor* send, dscore_tensor* recv,
+//                       const dscore_all_to_all_layout& layout);
 //     void abort(const char* reason) noexcept;
 //     void counters(dscore_comm_counters* out) const;
 //     MyComm* split(int32_t color, int32_t key);  // nullptr for DSCORE_COMM_SPLIT_NONE
@@ -47,6 +49,13 @@ struct HasAllToAll<
     T, std::void_t<decltype(std::declval<T&>().all_to_all(
            static_cast<const dscore_tensor*>(nullptr), static_cast<dscore_tensor*>(nullptr)))>>
     : std::true_type {};
+template <typename T, typename = void>
+struct HasAllToAllV : std::false_type {};
+template <typename T>
+struct HasAllToAllV<
+    T, std::void_t<decltype(std::declval<T&>().all_to_all_v(
+           static_cast<const dscore_tensor*>(nullptr), static_cast<dscore_tensor*>(nullptr),
+           std::declval<const dscore_all_to_all_layout&>()))>> : std::true_type {};
 template <typename T, typename = void>
 struct HasAbort : std::false_type {};
 template <typename T>
@@ -108,6 +117,16 @@ struct CommPlugin {
   static dscore_status all_to_all(dscore_comm* c, Tensor s, dscore_tensor* r, void*) {
     return S::call(c, [&](T& t) { t.all_to_all(s, r); });
   }
+  static dscore_status all_to_all_v(dscore_comm* c, Tensor s, dscore_tensor* r,
+                                    const dscore_all_to_all_layout* layout, void*) {
+    return S::call(c, [&](T& t) {
+      if (layout == nullptr || layout->send_counts == nullptr || layout->send_offsets == nullptr ||
+          layout->recv_counts == nullptr || layout->recv_offsets == nullptr)
+        throw Error(DSCORE_INVALID_ARGUMENT,
+                    "all_to_all_v: the layout or one of its arrays is NULL");
+      t.all_to_all_v(s, r, *layout);
+    });
+  }
   static void abort(dscore_comm* c, const char* reason) { S::self(c).abort(reason); }
   static dscore_status counters(const dscore_comm* c, dscore_comm_counters* out) {
     return S::call(c, [&](const T& t) { t.counters(out); });
@@ -137,6 +156,7 @@ struct CommPlugin {
     vt.barrier = &barrier;
     vt.reduce = &reduce;
     if constexpr (detail::HasAllToAll<T>::value) vt.all_to_all = &all_to_all;
+    if constexpr (detail::HasAllToAllV<T>::value) vt.all_to_all_v = &all_to_all_v;
     if constexpr (detail::HasAbort<T>::value) vt.abort = &abort;
     if constexpr (detail::HasCounters<T>::value) vt.counters = &counters;
     if constexpr (detail::HasSplit<T>::value) vt.split = &split;

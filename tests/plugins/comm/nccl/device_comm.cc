@@ -181,6 +181,17 @@ Status DeviceComm::allgather(CommBuffer send, CommBuffer recv) {
   });
 }
 
+Status DeviceComm::all_to_all_v(CommBuffer send, CommBuffer recv,
+                                const comm::Communicator::AllToAllLayout& l) {
+  return staged({&send, &recv}, [&](std::vector<CommBuffer>& d) {
+    dscore_tensor s = cuda_view(d[0], device_), r = cuda_view(d[1], device_);
+    const dscore_all_to_all_layout layout{sizeof(dscore_all_to_all_layout), l.send_counts.data(),
+                                          l.send_offsets.data(), l.recv_counts.data(),
+                                          l.recv_offsets.data()};
+    return instance_->all_to_all_v(s, r, layout, stream_);
+  });
+}
+
 Status DeviceComm::broadcast(CommBuffer buffer, int root) {
   return staged({&buffer}, [&](std::vector<CommBuffer>& d) {
     dscore_tensor t = cuda_view(d[0], device_);

@@ -54,6 +54,8 @@ class DeviceComm : public CheckedComm {
   Status send(CommBuffer buffer, int peer) override;
   Status recv(CommBuffer buffer, int peer) override;
   Status barrier() override;
+  Status all_to_all_v(CommBuffer send, CommBuffer recv,
+                      const comm::Communicator::AllToAllLayout& layout) override;
   Result<dscore_comm_counters> wire_counters() const override { return instance_->counters(); }
   Result<std::unique_ptr<CheckedComm>> split(int color, int key) override;
   // group_start, the calls (their downloads wait for the group), group_end,
