@@ -29,6 +29,7 @@ from deepspeed.moe.utils import split_params_into_different_moe_groups_for_optim
 from ds_llama_worker import read_shard, sample_rows
 
 M64 = (1 << 64) - 1
+BLOCKS = "h"  # the gpt names block l's tensors transformer.<BLOCKS>.<l>.*
 
 
 def splitmix64(x):
@@ -123,7 +124,7 @@ class Gpt(torch.nn.Module):
         self.wte = torch.nn.Embedding(cfg["vocab_size"], cfg["n_embd"])
         self.wpe = torch.nn.Embedding(cfg["block_size"], cfg["n_embd"])
         every = cfg.get("moe_every", 2)
-        self.h = torch.nn.ModuleList(
+        self.blocks = torch.nn.ModuleList(
             [Block(cfg, (l + 1) % every == 0) for l in range(cfg["n_layer"])])
         self.ln_f = torch.nn.LayerNorm(cfg["n_embd"])
 
@@ -134,7 +135,7 @@ class Gpt(torch.nn.Module):
         counted = T if counted is None else counted
         x = self.wte(rows[:, :T]) + self.wpe(torch.arange(T))
         aux = torch.zeros(())
-        for block in self.h:
+        for block in self.blocks:
             x, l_aux = block(x)
             aux = aux + l_aux
         logits = self.ln_f(x) @ self.wte.weight.t()
@@ -152,7 +153,7 @@ class Margins:
 
     def __init__(self, model):
         self.smallest = float("inf")
-        for block in model.h:
+        for block in model.blocks:
             if block.moe:
                 gate = block.mlp.deepspeed_moe.gate
                 gate.register_forward_pre_hook(self.hook)
@@ -179,8 +180,8 @@ def load_dscore_init(model, cfg):
 
     put(model.wte.weight, "transformer.wte.weight", [cfg["vocab_size"], C], "normal")
     put(model.wpe.weight, "transformer.wpe.weight", [cfg["block_size"], C], "normal")
-    for l, b in enumerate(model.h):
-        h = f"transformer.h.{l}."
+    for l, b in enumerate(model.blocks):
+        h = f"transformer.{BLOCKS}.{l}."
         put(b.ln_1.weight, h + "ln_1.weight", [C], "one")
         put(b.ln_1.bias, h + "ln_1.bias", [C], "zero")
         put(b.c_attn.weight, h + "attn.c_attn.weight", [3 * C, C], "normal")
@@ -260,8 +261,8 @@ def main():
             rank_loss += loss.item() / gas
         losses.append(rank_loss)
         # The routes per expert, summed over the MoE blocks, micro-batches and ranks.
-        counts = sum(b.counts for b in model.h if b.moe)
-        for b in model.h:
+        counts = sum(b.counts for b in model.blocks if b.moe)
+        for b in model.blocks:
             b.counts = None
         torch.distributed.all_reduce(counts)
         step_counts.append(counts.tolist())
