@@ -60,17 +60,16 @@ TEST(CommunicatorCollectives, APluginWithoutAllToAllVIsNamed) {
 }
 
 TEST(CommunicatorCollectives, ALayoutOutsideTheBuffersIsRefused) {
-  testing::run_ranks(DSCORE_BUILD_PLUGIN_DIR, "local", 1,
-                     [&](std::unique_ptr<Communicator> comm, int) {
-                       std::vector<float> a(2, 1.0f), b(2, 0.0f);
-                       const Communicator::AllToAllLayout l{{2}, {1}, {2}, {0}};
-                       const Status st = comm->all_to_all_v({a.data(), DSCORE_DTYPE_F32, 2},
-                                                            {b.data(), DSCORE_DTYPE_F32, 2}, l);
-                       EXPECT_EQ(st.code(), DSCORE_INVALID_ARGUMENT);
-                       EXPECT_NE(st.message().find("reach outside the send (2)"),
-                                 std::string::npos)
-                           << st.message();
-                     });
+  testing::run_ranks(
+      DSCORE_BUILD_PLUGIN_DIR, "local", 1, [&](std::unique_ptr<Communicator> comm, int) {
+        std::vector<float> a(2, 1.0f), b(2, 0.0f);
+        const Communicator::AllToAllLayout l{{2}, {1}, {2}, {0}};
+        const Status st =
+            comm->all_to_all_v({a.data(), DSCORE_DTYPE_F32, 2}, {b.data(), DSCORE_DTYPE_F32, 2}, l);
+        EXPECT_EQ(st.code(), DSCORE_INVALID_ARGUMENT);
+        EXPECT_NE(st.message().find("reach outside the send (2)"), std::string::npos)
+            << st.message();
+      });
 }
 
 }  // namespace

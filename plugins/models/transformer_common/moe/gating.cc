@@ -273,9 +273,9 @@ std::vector<int32_t> top_k(const double* x, int64_t E, int64_t k) {
   return std::vector<int32_t>(top.begin(), top.end());
 }
 
+// Softmax gates and each token's k largest as its routes (chosen, counted).
 template <class Real>
-Routing topk(const GatingConfig& c, const Real* logits, int64_t S, bool training,
-             const std::function<int64_t(int64_t)>& agree) {
+Routing top_k_routes(const GatingConfig& c, const Real* logits, int64_t S) {
   const int64_t E = c.num_experts, K = c.k;
   Routing r = empty_routing(c, S);
   r.gates = softmax_rows(logits, S, E);
@@ -284,6 +284,14 @@ Routing topk(const GatingConfig& c, const Real* logits, int64_t S, bool training
     for (int64_t j = 0; j < K; ++j) r.chosen[j * S + s] = best[j];
   }
   count_routes(r);
+  return r;
+}
+
+template <class Real>
+Routing topk(const GatingConfig& c, const Real* logits, int64_t S, bool training,
+             const std::function<int64_t(int64_t)>& agree) {
+  const int64_t E = c.num_experts, K = c.k;
+  Routing r = top_k_routes(c, logits, S);
   const Aux<Real> aux = aux_loss(r.gates, r.expert_counts, S, E, Real(1));
   const auto fe = static_cast<Real>(E), fk = static_cast<Real>(K);
   r.aux_loss = aux.loss / fe * fe * fe / fk;
@@ -317,14 +325,8 @@ Routing topk(const GatingConfig& c, const Real* logits, int64_t S, bool training
 template <class Real>
 Routing dropless(const GatingConfig& c, const Real* logits, int64_t S,
                  const std::function<int64_t(int64_t)>& agree) {
-  const int64_t E = c.num_experts, K = c.k;
-  Routing r = empty_routing(c, S);
-  r.gates = softmax_rows(logits, S, E);
-  for (int64_t s = 0; s < S; ++s) {
-    const std::vector<int32_t> best = top_k(r.gates.data() + s * E, E, K);
-    for (int64_t j = 0; j < K; ++j) r.chosen[j * S + s] = best[j];
-  }
-  count_routes(r);
+  const int64_t E = c.num_experts;
+  Routing r = top_k_routes(c, logits, S);
   // transformers' load_balancing_loss_func: E * sum_e (routes_e / S) * me_e.
   const Aux<Real> aux = aux_loss(r.gates, r.expert_counts, S, E, static_cast<Real>(E));
   r.aux_loss = aux.loss;

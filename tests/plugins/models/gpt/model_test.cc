@@ -51,28 +51,9 @@ TEST_F(GptModel, EveryParameterGradientMatchesFiniteDifferences) {
     return l;
   };
   EXPECT_NEAR(loss_at(), loss, 1e-12);
-  const double h = 1e-5;
-  int checked = 0;
-  for (size_t l = 0; l < layers.layer_count(); ++l)
-    for (size_t i = 0; i < layers.param_count(l); ++i) {
-      const int64_t n = layers.numel(l, i);
-      const int64_t stride = std::max<int64_t>(1, n / 7);  // about 7 elements of each
-      for (int64_t k = 0; k < n; k += stride) {
-        double* p = layers.param<double>(l, i) + k;
-        const double keep = *p;
-        *p = keep + h;
-        const double up = loss_at();
-        *p = keep - h;
-        const double down = loss_at();
-        *p = keep;
-        const double numeric = (up - down) / (2 * h);
-        const double analytic = layers.grad<double>(l, i)[k];
-        EXPECT_NEAR(analytic, numeric, 1e-7 + 1e-5 * std::abs(numeric))
-            << params.description().layers[l]->params[i]->name << "[" << k << "]";
-        ++checked;
-      }
-    }
-  EXPECT_GT(checked, 150);
+  EXPECT_GT(transformer::testing::expect_finite_differences(
+                layers, params.description(), transformer::testing::grads_of(layers), loss_at),
+            150);
 }
 
 TEST_F(GptModel, HooksAreCalledInOrderAndEveryAcquireIsReleased) {
@@ -94,22 +75,7 @@ TEST_F(GptModel, HooksAreCalledInOrderAndEveryAcquireIsReleased) {
 }
 
 TEST_F(GptModel, ActivationCheckpointingGivesTheSameGradientsBitForBit) {
-  GptConfig c = tiny_config();
-  GptParams params(c, 7);
-  auto run = [&](int64_t checkpoint_blocks, FakeLayers* layers) {
-    c.checkpoint_blocks = checkpoint_blocks;
-    init_layers(c, layers);
-    cpu::CpuBackend<double> backend;
-    Runner runner(c, params, backend);
-    return runner.forward_backward(tiny_batch(c), layers->hooks(), 1.0);
-  };
-  FakeLayers plain(params.description(), DSCORE_DTYPE_F64);
-  const double loss = run(0, &plain);
-  for (int64_t k : {1, 2}) {
-    FakeLayers recomputed(params.description(), DSCORE_DTYPE_F64);
-    EXPECT_EQ(run(k, &recomputed), loss);
-    expect_same_grads(recomputed, plain, "checkpoint_blocks " + std::to_string(k));
-  }
+  expect_checkpointing_bit_for_bit(tiny_config(), {1, 2});
 }
 
 TEST_F(GptModel, LossScaleScalesTheGradientsOnly) {

@@ -104,54 +104,23 @@ TEST_P(GptMoe, EveryParameterGradientMatchesFiniteDifferences) {
   EXPECT_GT(stats.aux_loss, 0.0);
   EXPECT_EQ(stats.dropped_routes > 0, GetParam().drops) << stats.dropped_routes;
   // The analytic gradients, before the differences add more into the views.
-  std::vector<std::vector<std::vector<double>>> analytic(layers.layer_count());
-  for (size_t l = 0; l < layers.layer_count(); ++l)
-    for (size_t i = 0; i < layers.param_count(l); ++i)
-      analytic[l].emplace_back(layers.grad<double>(l, i),
-                               layers.grad<double>(l, i) + layers.numel(l, i));
+  const auto analytic = transformer::testing::grads_of(layers);
   auto loss_at = [&] { return runner.forward_backward(batch, layers.hooks(), 1.0); };
   EXPECT_EQ(loss_at(), loss);  // the same routes and noise again
-  const double h = 1e-5;
-  int checked = 0, moe_checked = 0;
-  for (size_t l = 0; l < layers.layer_count(); ++l)
-    for (size_t i = 0; i < layers.param_count(l); ++i) {
-      const std::string name = params.description().layers[l]->params[i]->name;
-      const int64_t n = layers.numel(l, i);
-      const int64_t stride = std::max<int64_t>(1, n / 9);
-      for (int64_t k = 0; k < n; k += stride) {
-        double* p = layers.param<double>(l, i) + k;
-        const double keep = *p;
-        *p = keep + h;
-        const double up = loss_at();
-        *p = keep - h;
-        const double down = loss_at();
-        *p = keep;
-        const double numeric = (up - down) / (2 * h);
-        EXPECT_NEAR(analytic[l][i][k], numeric, 1e-7 + 1e-5 * std::abs(numeric))
-            << name << "[" << k << "]";
-        ++checked;
-        moe_checked += name.find(".mlp.") != std::string::npos ? 1 : 0;
-      }
-    }
-  EXPECT_GT(moe_checked, 40);
-  EXPECT_GT(checked, 150);
+  transformer::testing::Differences o;
+  o.per_tensor = 9;
+  EXPECT_GT(transformer::testing::expect_finite_differences(layers, params.description(), analytic,
+                                                            loss_at, o),
+            150);
+  o.counted = ".mlp.";
+  o.per_tensor = 1;  // the MoE tensors alone, once more at their first elements
+  EXPECT_GT(transformer::testing::expect_finite_differences(layers, params.description(), analytic,
+                                                            loss_at, o),
+            8);
 }
 
 TEST_P(GptMoe, CheckpointedBlocksRecomputeTheSameRoutesBitForBit) {
-  GptConfig c = GetParam().config;
-  GptParams params(c, 7);
-  auto run = [&](int64_t checkpoint_blocks, FakeLayers* layers) {
-    c.checkpoint_blocks = checkpoint_blocks;
-    init_layers(c, layers);
-    cpu::CpuBackend<double> backend;
-    Runner runner(c, params, backend);
-    return runner.forward_backward(tiny_batch(c), layers->hooks(), 1.0);
-  };
-  FakeLayers plain(params.description(), DSCORE_DTYPE_F64);
-  const double loss = run(0, &plain);
-  FakeLayers recomputed(params.description(), DSCORE_DTYPE_F64);
-  EXPECT_EQ(run(2, &recomputed), loss);
-  expect_same_grads(recomputed, plain, GetParam().name);
+  expect_checkpointing_bit_for_bit(GetParam().config, {1, 2});
 }
 
 INSTANTIATE_TEST_SUITE_P(Gating, GptMoe, ::testing::ValuesIn(variants()),

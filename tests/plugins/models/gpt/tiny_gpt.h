@@ -1,14 +1,21 @@
 // A tiny GPT for the model tests (model_test.cc, moe_test.cc): its config,
-// a two-sample batch (the second ends in padding), and parameters from
-// GPT-2's init nudged off their special values.
+// a two-sample batch (the second ends in padding), parameters from GPT-2's
+// init nudged off their special values, and the activation-checkpointing
+// check both make.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "cpu/cpu_backend.h"
 #include "gpt_params.h"
+#include "runner.h"
 #include "tests/plugins/models/transformer_common/fake_layers.h"
+#include "tests/plugins/models/transformer_common/model_checks.h"
 #include "tokens.h"
 
 namespace dscore::gpt {
@@ -50,6 +57,29 @@ inline void init_layers(const GptConfig& c, transformer::testing::FakeLayers* la
       for (size_t k = 0; k < v.size(); ++k)
         p[k] = v[k] * 5.0 + 0.01 * std::sin(static_cast<double>(k + index));
     }
+}
+
+// The tiny batch's pass with each of `checkpoint_blocks` recomputed gives
+// the loss and gradients of none, bit for bit (double precision).
+inline void expect_checkpointing_bit_for_bit(GptConfig c,
+                                             const std::vector<int64_t>& checkpoint_blocks) {
+  using transformer::testing::FakeLayers;
+  GptParams params(c, 7);
+  auto run = [&](int64_t blocks, FakeLayers* layers) {
+    c.checkpoint_blocks = blocks;
+    init_layers(c, layers);
+    cpu::CpuBackend<double> backend;
+    GptRunner<cpu::CpuBackend<double>> runner(c, params, backend);
+    return runner.forward_backward(tiny_batch(c), layers->hooks(), 1.0);
+  };
+  FakeLayers plain(params.description(), DSCORE_DTYPE_F64);
+  const double loss = run(0, &plain);
+  for (int64_t k : checkpoint_blocks) {
+    FakeLayers recomputed(params.description(), DSCORE_DTYPE_F64);
+    EXPECT_EQ(run(k, &recomputed), loss);
+    transformer::testing::expect_same_grads(recomputed, plain,
+                                            "checkpoint_blocks " + std::to_string(k));
+  }
 }
 
 }  // namespace dscore::gpt

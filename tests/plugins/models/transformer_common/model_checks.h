@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,63 @@ inline void expect_scaled_grads(FakeLayers& scaled, FakeLayers& one, double fact
       for (int64_t e = 0; e < one.numel(l, i); ++e)
         EXPECT_NEAR(scaled.grad<double>(l, i)[e], factor * one.grad<double>(l, i)[e],
                     1e-9 * std::max(1.0, std::abs(scaled.grad<double>(l, i)[e])));
+}
+
+// Every parameter's gradient against central differences of loss_at():
+// about `per_tensor` elements of each tensor, |analytic - numeric| within
+// 1e-7 + 1e-5 |numeric|. analytic[l][i] is layer l's parameter i's
+// gradient (taken before loss_at runs, which may add into the views).
+// `min_largest` > 0: each tensor's largest checked gradient must exceed it
+// (a check of near-zero gradients says little). Returns the elements
+// checked whose name contains `counted` (all for "").
+struct Differences {
+  double h = 1e-5;
+  int64_t per_tensor = 7;
+  double min_largest = 0;
+  std::string counted;
+};
+inline int expect_finite_differences(FakeLayers& layers, const dscore_model_description& d,
+                                     const std::vector<std::vector<std::vector<double>>>& analytic,
+                                     const std::function<double()>& loss_at,
+                                     const Differences& o = {}) {
+  int checked = 0;
+  for (size_t l = 0; l < layers.layer_count(); ++l)
+    for (size_t i = 0; i < layers.param_count(l); ++i) {
+      const std::string name = d.layers[l]->params[i]->name;
+      const int64_t n = layers.numel(l, i);
+      const int64_t stride = std::max<int64_t>(1, n / o.per_tensor);
+      double largest = 0;
+      for (int64_t k = 0; k < n; k += stride) {
+        double* p = layers.param<double>(l, i) + k;
+        const double keep = *p;
+        *p = keep + o.h;
+        const double up = loss_at();
+        *p = keep - o.h;
+        const double down = loss_at();
+        *p = keep;
+        const double numeric = (up - down) / (2 * o.h);
+        EXPECT_NEAR(analytic[l][i][static_cast<size_t>(k)], numeric,
+                    1e-7 + 1e-5 * std::abs(numeric))
+            << name << "[" << k << "]";
+        largest = std::max(largest, std::abs(numeric));
+        checked += name.find(o.counted) != std::string::npos ? 1 : 0;
+      }
+      if (o.min_largest > 0) {
+        EXPECT_GT(largest, o.min_largest)
+            << name << ": its gradient is (nearly) zero, so the check says little";
+      }
+    }
+  return checked;
+}
+
+// Every gradient the layers hold, by layer and parameter (a copy).
+inline std::vector<std::vector<std::vector<double>>> grads_of(FakeLayers& layers) {
+  std::vector<std::vector<std::vector<double>>> out(layers.layer_count());
+  for (size_t l = 0; l < layers.layer_count(); ++l)
+    for (size_t i = 0; i < layers.param_count(l); ++i)
+      out[l].emplace_back(layers.grad<double>(l, i),
+                          layers.grad<double>(l, i) + layers.numel(l, i));
+  return out;
 }
 
 // f32 and b16 (FakeLayers of fp32 and bf16 over params' model) given the
