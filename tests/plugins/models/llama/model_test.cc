@@ -101,7 +101,7 @@ void check_every_gradient(const LlamaConfig& c) {
   };
   EXPECT_NEAR(loss_at(), loss, 1e-12);
   transformer::testing::Differences o;
-  o.h = 1e-6;  // the scaled-up weights curve the loss: 1e-5 leaves 6e-5 truncation error
+  o.step = 1e-6;  // the scaled-up weights curve the loss: 1e-5 leaves 6e-5 truncation error
   o.per_tensor = 9;
   o.min_largest = 1e-4;
   EXPECT_GT(transformer::testing::expect_finite_differences(

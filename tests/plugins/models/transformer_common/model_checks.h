@@ -43,7 +43,7 @@ inline void expect_scaled_grads(FakeLayers& scaled, FakeLayers& one, double fact
 // (a check of near-zero gradients says little). Returns the elements
 // checked whose name contains `counted` (all for "").
 struct Differences {
-  double h = 1e-5;
+  double step = 1e-5;  // the differences' h
   int64_t per_tensor = 7;
   double min_largest = 0;
   std::string counted;
@@ -62,12 +62,12 @@ inline int expect_finite_differences(FakeLayers& layers, const dscore_model_desc
       for (int64_t k = 0; k < n; k += stride) {
         double* p = layers.param<double>(l, i) + k;
         const double keep = *p;
-        *p = keep + o.h;
+        *p = keep + o.step;
         const double up = loss_at();
-        *p = keep - o.h;
+        *p = keep - o.step;
         const double down = loss_at();
         *p = keep;
-        const double numeric = (up - down) / (2 * o.h);
+        const double numeric = (up - down) / (2 * o.step);
         EXPECT_NEAR(analytic[l][i][static_cast<size_t>(k)], numeric,
                     1e-7 + 1e-5 * std::abs(numeric))
             << name << "[" << k << "]";
