@@ -18,6 +18,7 @@ forward` to match, instead of training.
 import json
 import math
 import sys
+import time
 
 import deepspeed
 import numpy as np
@@ -249,8 +250,9 @@ def main():
     batch = micro * gas * world
     coeff = cfg["moe_loss_coeff"]
     margins = Margins(model)
-    losses, step_margins, step_counts = [], [], []
+    losses, step_margins, step_counts, step_seconds = [], [], [], []
     for step in range(steps):
+        started = time.perf_counter()
         rank_loss = 0.0
         for m in range(gas):
             rows = sample_rows(tokens, T, step * batch + m * micro * world + rank * micro, micro)
@@ -260,6 +262,7 @@ def main():
             engine.step()
             rank_loss += loss.item() / gas
         losses.append(rank_loss)
+        step_seconds.append(time.perf_counter() - started)
         # The routes per expert, summed over the MoE blocks, micro-batches and ranks.
         counts = sum(b.counts for b in model.blocks if b.moe)
         for b in model.blocks:
@@ -272,7 +275,7 @@ def main():
     if rank == 0:
         with open(result_path, "w") as f:
             json.dump({"losses": losses, "margins": step_margins, "counts": step_counts,
-                       "deepspeed": deepspeed.__version__}, f)
+                       "step_seconds": step_seconds, "deepspeed": deepspeed.__version__}, f)
     torch.distributed.barrier()
 
 
