@@ -69,8 +69,6 @@ class GptRunner {
 
   // Blocks [lo, hi) (all of them by default: hi < 0): a pipeline stage's
   // runner keeps its own blocks' activations only.
-  // What the MoE blocks did in the last pass (moe_mlp.h).
-  const MoeStats& moe_stats() const { return moe_.stats(); }
   GptRunner(const GptConfig& config, const GptParams& params, Backend& backend, int64_t lo = 0,
             int64_t hi = -1)
       : cfg_(config),
@@ -83,6 +81,9 @@ class GptRunner {
     for (size_t l = 0; l < static_cast<size_t>(config.layer_count()); ++l)
       numels_.push_back(params.layer_numels(l));
   }
+
+  // What the MoE blocks did in the last pass (moe_mlp.h).
+  const MoeStats& moe_stats() const { return moe_.stats(); }
 
   // Mean loss over the counted targets; adds d(loss_scale * loss)/d(param)
   // into the gradient views.
