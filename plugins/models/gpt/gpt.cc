@@ -203,14 +203,6 @@ Pretrained read_pretrained(const sdk::Params& p) {
   return out;
 }
 
-// The names of Gpt::metrics (monitor tags under Train/Samples/).
-std::vector<std::string> moe_metric_names(const GptConfig& c) {
-  std::vector<std::string> names = {"moe/aux_loss", "moe/dropped_routes", "moe/dropped_fraction"};
-  for (int64_t e = 0; e < c.moe.num_experts; ++e)
-    names.push_back("moe/expert_load/" + std::to_string(e));
-  return names;
-}
-
 class Gpt : public sdk::Instance {
  public:
   Gpt(sdk::HostRef host, const sdk::Params& p) : Gpt(host, {nullptr, read_config(p)}, p) {}
@@ -270,25 +262,9 @@ class Gpt : public sdk::Instance {
                           double loss_scale) {
     return compute_->forward_backward(split_tokens(batch, config_), hooks, loss_scale);
   }
-  // The MoE blocks' last pass (model.h metrics): the summed l_aux and the
-  // dropped fraction (means over the cycle's passes), the dropped routes
-  // (a sum), and each expert's share of the routes (a mean; 1/E balanced).
+  // The MoE blocks' last pass (model.h metrics; moe/stats.h).
   std::vector<dscore_model_metric> metrics() const {
-    if (!config_.has_moe()) return {};
-    const transformer::moe::PassStats s = compute_->moe_stats();
-    const double routes = static_cast<double>(std::max<int64_t>(1, s.routes));
-    std::vector<dscore_model_metric> out;
-    const auto add = [&](size_t name, double value, int32_t combine) {
-      out.push_back({sizeof(dscore_model_metric), metric_names_[name].c_str(), value, combine});
-    };
-    add(0, s.aux_loss, DSCORE_METRIC_MEAN);
-    add(1, static_cast<double>(s.dropped_routes), DSCORE_METRIC_SUM);
-    add(2, static_cast<double>(s.dropped_routes) / routes, DSCORE_METRIC_MEAN);
-    for (int64_t e = 0; e < config_.moe.num_experts; ++e)
-      add(static_cast<size_t>(3 + e),
-          s.load.empty() ? 0.0 : static_cast<double>(s.load[static_cast<size_t>(e)]) / routes,
-          DSCORE_METRIC_MEAN);
-    return out;
+    return moe_metrics_.values(compute_->moe_stats());
   }
   void forward(const dscore_batch* batch, const dscore_model_hooks& hooks, double* loss,
                dscore_tensor* output) {
@@ -454,7 +430,7 @@ class Gpt : public sdk::Instance {
 
   GptConfig config_;
   GptParams params_;
-  std::vector<std::string> metric_names_ = moe_metric_names(config_);
+  transformer::moe::PassMetrics moe_metrics_{config_.moe.num_experts};
   std::unique_ptr<Gpt2Weights> weights_;  // gpt2: the from_pretrained folder
   std::unique_ptr<GptCompute> compute_;
 };

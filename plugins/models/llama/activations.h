@@ -75,7 +75,10 @@ inline ActivationElements activation_elements(const LlamaConfig& cfg, int64_t B,
   // slice of each sample's (N = B T / sp), and attention's (q, k, v and
   // its output, in the heads layout) the whole sequence's for 1 / sp of the
   // heads: as many elements.
-  const int64_t N = B * cfg.local_tokens(), C = cfg.hidden_size, I = cfg.local_intermediate();
+  // An MoE model (Mixtral: every block) keeps no dense MLP activations:
+  // its blocks' MLP buffers are moe_mlp.h's.
+  const int64_t N = B * cfg.local_tokens(), C = cfg.hidden_size,
+                I = cfg.has_moe() ? 0 : cfg.local_intermediate();
   const bool sequence_split = cfg.sequence().split();
   const int64_t Q = cfg.local_q_dim(), KV = cfg.local_kv_dim();
   const auto operand = [bf16_operands](int64_t n) { return bf16_operands ? (n + 1) / 2 : n; };
@@ -86,7 +89,7 @@ inline ActivationElements activation_elements(const LlamaConfig& cfg, int64_t B,
   e.block.atty = N * Q;
   e.block.attention_state = attention_state;
   e.block.x2 = N * C;
-  e.block.ln2 = operand(N * C);
+  e.block.ln2 = cfg.has_moe() ? 0 : operand(N * C);
   e.block.gate = e.block.up = N * I;
   e.block.swiglu = operand(N * I);
   e.block.heads_out = sequence_split ? N * Q : 0;

@@ -56,6 +56,16 @@ constexpr const char kParamsSchema[] = R"json({
   "initializer_range": {"type": "number", "default": 0.02, "min": 0,
       "doc": "standard deviation of the initial linear and embedding weights"},
   "hidden_act": {"type": "string", "default": "silu", "doc": "only \"silu\" (SwiGLU)"},
+  "num_local_experts": {"type": "int", "default": 0, "min": 0,
+      "doc": "Mixture of Experts as Mixtral (docs/moe.md): experts per block, each a SwiGLU MLP of intermediate_size; 0 = a dense Llama"},
+  "num_experts_per_tok": {"type": "int", "default": 2, "min": 1,
+      "doc": "experts each token is routed to (top-k of the router's softmax, renormalised; every route kept)"},
+  "router_aux_loss_coef": {"type": "number", "default": -1, "min": -1,
+      "doc": "the load-balancing loss's coefficient (with output_router_logits); -1 = a from_pretrained folder's, else 0.001"},
+  "output_router_logits": {"type": "bool", "default": false,
+      "doc": "add router_aux_loss_coef times transformers' load_balancing_loss_func to the loss (as MixtralForCausalLM does when set); true here overrules a from_pretrained folder's false"},
+  "router_jitter_noise": {"type": "number", "default": 0.0, "min": 0,
+      "doc": "must be 0: Mixtral's training-time jitter of the MoE input is not implemented"},
   "attention_bias": {"type": "bool", "default": false, "doc": "must be false: no biases"},
   "mlp_bias": {"type": "bool", "default": false, "doc": "must be false: no biases"},
   "checkpoint_activations": {"type": "bool", "default": false,
@@ -90,7 +100,9 @@ void refuse_architecture_keys(const sdk::Params& p, const std::string& dir) {
                                                      {"max_position_embeddings", 2048},
                                                      {"rms_norm_eps", 1e-6},
                                                      {"rope_theta", 10000.0},
-                                                     {"initializer_range", 0.02}};
+                                                     {"initializer_range", 0.02},
+                                                     {"num_local_experts", 0},
+                                                     {"num_experts_per_tok", 2}};
   for (const auto& [key, fallback] : defaults)
     if (p.number(key) != fallback)
       throw Error(DSCORE_INVALID_ARGUMENT, std::string("llama: the model section sets \"") + key +
@@ -168,6 +180,10 @@ class Llama : public sdk::Instance {
                           double loss_scale) {
     return compute_->forward_backward(split(batch), hooks, loss_scale);
   }
+  // The MoE blocks' last pass (model.h metrics; moe/stats.h).
+  std::vector<dscore_model_metric> metrics() const {
+    return moe_metrics_.values(compute_->moe_stats());
+  }
   void forward(const dscore_batch* batch, const dscore_model_hooks& hooks, double* loss,
                dscore_tensor* output) {
     const SplitTokens tokens = split(batch);
@@ -199,7 +215,8 @@ class Llama : public sdk::Instance {
   // Forward FLOPs (multiply-adds count 2) as the runner computes them: the
   // LM head (2 N C V) in layer 0 when tied, else in the final layer beside
   // the norm; a block its seven projections 2 N (2 C Q + 2 C KV + 3 C I)
-  // and attention (4 N T Q: QK^T and PV over all T positions).
+  // (an MoE block: the router's 2 N C E and k experts' 2 N 3 k C I) and
+  // attention (4 N T Q: QK^T and PV over all T positions).
   double layer_flops(size_t layer, int64_t batch) const {
     const double N = static_cast<double>(batch * config_.local_tokens()),
                  C = static_cast<double>(config_.hidden_size),
@@ -210,8 +227,13 @@ class Llama : public sdk::Instance {
                  KV = static_cast<double>(config_.kv_dim());
     const double head = 2.0 * N * C * V;
     if (layer == 0) return config_.tie_word_embeddings ? head : 0.0;
+    // An MoE block: the router (2 N C E) and k experts' SwiGLU per token.
+    const double mlp = config_.has_moe()
+                           ? C * static_cast<double>(config_.num_local_experts) +
+                                 3.0 * C * I * static_cast<double>(config_.num_experts_per_tok)
+                           : 3.0 * C * I;
     if (static_cast<int64_t>(layer) <= config_.num_hidden_layers)
-      return 2.0 * N * (2.0 * C * Q + 2.0 * C * KV + 3.0 * C * I) + 4.0 * N * T * Q;
+      return 2.0 * N * (2.0 * C * Q + 2.0 * C * KV + mlp) + 4.0 * N * T * Q;
     if (static_cast<int64_t>(layer) == config_.final_layer())
       return 4.0 * N * C + (config_.tie_word_embeddings ? 0.0 : head);
     throw Error(DSCORE_INVALID_ARGUMENT, "no layer " + std::to_string(layer));
@@ -315,6 +337,7 @@ class Llama : public sdk::Instance {
   LlamaParams params_;
   std::unique_ptr<transformer::Compute> compute_;
   std::unique_ptr<LlamaWeights> weights_;  // the from_pretrained folder
+  transformer::moe::PassMetrics moe_metrics_{config_.num_local_experts};
 };
 
 // CUDA where this build has the CUDA module ("device": "cuda").

@@ -114,6 +114,27 @@ RopeScaling read_rope_scaling(const std::string& text) {
 
 std::string str(int64_t v) { return std::to_string(v); }
 
+// The Mixtral settings (LlamaConfig::num_local_experts) and what MoE
+// blocks do not run under yet (docs/moe.md).
+void check_moe(const LlamaConfig& c, const LlamaSettings& s) {
+  if (s.router_jitter_noise != 0.0)
+    throw invalid("llama: router_jitter_noise " + std::to_string(s.router_jitter_noise) +
+                  " is not implemented (Mixtral's jitter of the MoE input in training); set it "
+                  "to 0.0");
+  if (!c.has_moe()) return;
+  if (c.num_experts_per_tok < 1 || c.num_experts_per_tok > c.num_local_experts)
+    throw invalid("llama: num_experts_per_tok " + str(c.num_experts_per_tok) +
+                  " must be between 1 and num_local_experts (" + str(c.num_local_experts) + ")");
+  if (!(c.router_aux_loss_coef >= 0)) throw invalid("llama: router_aux_loss_coef must be >= 0");
+  const auto refuse = [](const std::string& what, const std::string& fix) {
+    throw sdk::Error(DSCORE_UNIMPLEMENTED,
+                     "llama: MoE blocks " + what + " are not supported yet; " + fix);
+  };
+  if (c.device == "cuda") refuse("on CUDA", "train MoE with \"device\": \"cpu\"");
+  if (c.tp_size > 1) refuse("under tensor parallelism", "set tensor_parallel.autotp_size to 1");
+  if (c.sp_size > 1) refuse("under sequence parallelism", "set sequence_parallel_size to 1");
+}
+
 }  // namespace
 
 LlamaConfig read_config(const sdk::Params& p) {
@@ -133,6 +154,9 @@ LlamaConfig read_config(const sdk::Params& p) {
   c.initializer_range = p.number("initializer_range");
   s.hidden_act = p.string("hidden_act");
   s.biases = p.boolean("attention_bias") || p.boolean("mlp_bias");
+  c.num_local_experts = p.integer("num_local_experts");
+  c.num_experts_per_tok = p.integer("num_experts_per_tok");
+  s.router_jitter_noise = p.number("router_jitter_noise");
   if (const dscore_named_value* v = p.find("rope_scaling");
       v != nullptr && v->type != DSCORE_VALUE_NULL)
     s.rope_scaling = v->s != nullptr ? v->s : "";
@@ -178,6 +202,17 @@ LlamaConfig finish_config(LlamaSettings s, const sdk::Params& p) {
     throw invalid("llama: hidden_act \"" + s.hidden_act +
                   "\" is not supported; the llama model's MLP is SwiGLU (\"silu\")");
   if (!s.rope_scaling.empty()) c.rope_scaling = read_rope_scaling(s.rope_scaling);
+  if (s.sliding_window >= 0 && s.sliding_window < c.block_size)
+    throw invalid("llama: sliding_window " + str(s.sliding_window) +
+                  " (Mistral's windowed attention) is shorter than block_size " +
+                  str(c.block_size) +
+                  " and not implemented; train with block_size at most the window");
+  // output_router_logits and router_aux_loss_coef are training choices:
+  // the model section's win over a folder's config.json (where
+  // transformers saves output_router_logits false).
+  c.output_router_logits = c.output_router_logits || p.boolean("output_router_logits");
+  if (p.number("router_aux_loss_coef") >= 0)
+    c.router_aux_loss_coef = p.number("router_aux_loss_coef");
   if (p.boolean("checkpoint_activations")) {
     const int64_t n = p.integer("number_checkpoints");
     c.checkpoint_blocks = n < 0 ? c.num_hidden_layers : std::min(n, c.num_hidden_layers);
@@ -194,6 +229,7 @@ LlamaConfig finish_config(LlamaSettings s, const sdk::Params& p) {
   c.sp_rank = p.integer("sequence_parallel_rank");
   transformer::check_sequence_parallel("llama", c.sp_size, c.sp_rank, c.block_size, c.local_heads(),
                                        c.local_kv_heads(), c.device);
+  check_moe(c, s);
   return c;
 }
 

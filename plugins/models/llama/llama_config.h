@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "../transformer_common/moe/gating.h"
 #include "../transformer_common/sequence_parallel.h"
 
 namespace dscore::llama {
@@ -36,6 +37,17 @@ struct LlamaConfig {
   double initializer_range = 0.02;
   // Blocks (the first n) whose activations are recomputed in backward; 0 = none.
   int64_t checkpoint_blocks = 0;
+  // Mixture of Experts as transformers' Mixtral (docs/moe.md): with
+  // num_local_experts > 0 every block's MLP is that many SwiGLU experts of
+  // intermediate_size behind a router (block_sparse_moe.gate) sending each
+  // token to its num_experts_per_tok most probable experts, every route
+  // kept (dropless), weighted by the softmax renormalised over them. With
+  // output_router_logits the loss adds router_aux_loss_coef times
+  // transformers' load_balancing_loss_func over all blocks.
+  int64_t num_local_experts = 0;
+  int64_t num_experts_per_tok = 2;
+  double router_aux_loss_coef = 0.001;
+  bool output_router_logits = false;
   std::string device = "cpu";       // cpu | cuda
   std::string cuda_dtype = "bf16";  // bf16 | fp32: activations and matmul inputs on CUDA
 
@@ -50,6 +62,17 @@ struct LlamaConfig {
   // and key/value heads (transformer_common/sequence_parallel.h).
   int64_t sp_size = 1;
   int64_t sp_rank = 0;
+
+  bool has_moe() const { return num_local_experts > 0; }
+  bool moe_block(int64_t /*block*/) const { return has_moe(); }  // Mixtral: every block
+  transformer::moe::GatingConfig gating() const {
+    transformer::moe::GatingConfig g;
+    g.router = transformer::moe::Router::kDroplessTopK;
+    g.num_experts = num_local_experts;
+    g.k = num_experts_per_tok;
+    g.norm_topk_prob = true;
+    return g;
+  }
 
   int64_t q_dim() const { return num_attention_heads * head_dim; }   // Q
   int64_t kv_dim() const { return num_key_value_heads * head_dim; }  // KV

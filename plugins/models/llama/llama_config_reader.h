@@ -22,6 +22,8 @@ struct LlamaSettings {
   std::string hidden_act = "silu";
   bool biases = false;       // attention_bias or mlp_bias
   std::string rope_scaling;  // rope_scaling's JSON object; "" = none
+  double router_jitter_noise = 0;
+  int64_t sliding_window = -1;  // Mistral/Mixtral's attention window; -1 = none
 };
 
 // The checked configuration: `settings` plus the model section's run

@@ -30,10 +30,10 @@ std::vector<int64_t> shape_of(const dscore_model_param& p) { return sdk::whole_s
 
 LlamaSettings llama_hf_settings(const hf::HfConfig& c) {
   const std::string type = c.string("model_type", "");
-  if (type != "llama")
+  if (type != "llama" && type != "mixtral")
     throw refused(c, "model_type \"" + type +
-                         "\" is not a Llama; model type \"llama\" reads LlamaForCausalLM folders "
-                         "(model_type \"llama\")");
+                         "\" is not a Llama; model type \"llama\" reads LlamaForCausalLM and "
+                         "MixtralForCausalLM folders (model_type \"llama\" or \"mixtral\")");
   LlamaSettings s;
   LlamaConfig& m = s.config;
   m.vocab_size = c.integer("vocab_size");
@@ -49,6 +49,16 @@ LlamaSettings llama_hf_settings(const hf::HfConfig& c) {
   m.initializer_range = c.number("initializer_range", 0.02);
   s.hidden_act = c.string("hidden_act", "silu");
   s.biases = c.boolean("attention_bias", false) || c.boolean("mlp_bias", false);
+  if (type == "mixtral") {
+    m.num_local_experts = c.integer("num_local_experts");
+    m.num_experts_per_tok = c.integer("num_experts_per_tok", 2);
+    m.router_aux_loss_coef = c.number("router_aux_loss_coef", 0.001);
+    m.output_router_logits = c.boolean("output_router_logits", false);
+    s.router_jitter_noise = c.number("router_jitter_noise", 0.0);
+    // Mistral's sliding-window attention: a window as long as the
+    // sequences trained on changes nothing, a shorter one is not computed.
+    if (c.has("sliding_window")) s.sliding_window = c.integer("sliding_window");
+  }
   if (c.number("attention_dropout", 0.0) != 0.0)
     throw refused(c, "attention_dropout " + number_text(c.number("attention_dropout")) +
                          " is not implemented (the llama model has no dropout); set it to 0.0");
@@ -87,9 +97,10 @@ std::string llama_config_json(const LlamaConfig& m, dscore_dtype dtype, const hf
                            : dtype == DSCORE_DTYPE_F16 ? "float16"
                                                        : "float32";
   auto text = [](int64_t v) { return std::to_string(v); };
+  const bool moe = m.has_moe();
   std::vector<std::pair<std::string, std::string>> values = {
-      {"architectures", "[\"LlamaForCausalLM\"]"},
-      {"model_type", "\"llama\""},
+      {"architectures", moe ? "[\"MixtralForCausalLM\"]" : "[\"LlamaForCausalLM\"]"},
+      {"model_type", moe ? "\"mixtral\"" : "\"llama\""},
       {"vocab_size", text(m.vocab_size)},
       {"hidden_size", text(m.hidden_size)},
       {"intermediate_size", text(m.intermediate_size)},
@@ -101,10 +112,18 @@ std::string llama_config_json(const LlamaConfig& m, dscore_dtype dtype, const hf
       {"rms_norm_eps", number_text(m.rms_norm_eps)},
       {"tie_word_embeddings", m.tie_word_embeddings ? "true" : "false"},
       {"hidden_act", "\"silu\""},
-      {"attention_bias", "false"},
-      {"mlp_bias", "false"},
       {"dtype", hf::json_string(dtype_name)},
   };
+  if (moe) {
+    values.emplace_back("num_local_experts", text(m.num_local_experts));
+    values.emplace_back("num_experts_per_tok", text(m.num_experts_per_tok));
+    values.emplace_back("router_aux_loss_coef", number_text(m.router_aux_loss_coef));
+    values.emplace_back("output_router_logits", m.output_router_logits ? "true" : "false");
+    values.emplace_back("router_jitter_noise", "0.0");
+  } else {
+    values.emplace_back("attention_bias", "false");
+    values.emplace_back("mlp_bias", "false");
+  }
   // transformers 4.56 renamed torch_dtype to dtype; keep an older file's key true.
   if (base != nullptr && base->has("torch_dtype"))
     values.emplace_back("torch_dtype", hf::json_string(dtype_name));
@@ -123,6 +142,7 @@ std::string llama_config_json(const LlamaConfig& m, dscore_dtype dtype, const hf
                                   text(r.original_max_position_embeddings) + "}");
     values.emplace_back("initializer_range", number_text(m.initializer_range));
     values.emplace_back("attention_dropout", "0.0");
+    if (moe) values.emplace_back("sliding_window", "null");
   }
   return hf::write_config_json(base != nullptr ? base->text() : "", values);
 }

@@ -42,6 +42,17 @@ LlamaParams::LlamaParams(const LlamaConfig& config, uint64_t seed) : config_(con
     add(h + "self_attn.v_proj.weight", {KV, C}, rows(config.kv_dim()));
     add(h + "self_attn.o_proj.weight", {C, Q}, columns(config.q_dim()));
     add(h + "post_attention_layernorm.weight", {C}, whole, true);
+    if (config.moe_block(l)) {  // no tensor parallelism (llama_config.cc)
+      const std::string m = h + "block_sparse_moe.";
+      add(m + "gate.weight", {config.num_local_experts, C}, whole);
+      for (int64_t e = 0; e < config.num_local_experts; ++e) {
+        const std::string x = m + "experts." + std::to_string(e) + ".";
+        add(x + "w1.weight", {I, C}, whole);
+        add(x + "w2.weight", {C, I}, whole);
+        add(x + "w3.weight", {I, C}, whole);
+      }
+      continue;
+    }
     add(h + "mlp.gate_proj.weight", {I, C}, rows(config.intermediate_size));
     add(h + "mlp.up_proj.weight", {I, C}, rows(config.intermediate_size));
     add(h + "mlp.down_proj.weight", {C, I}, columns(config.intermediate_size));

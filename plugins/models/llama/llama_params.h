@@ -27,15 +27,27 @@ enum BlockParam : int {
   kUpProj,
   kDownProj,
 };
+// An MoE block (LlamaConfig::moe_block, Mixtral's names): the first six
+// as a dense block's, then the router (E, C) and each expert's three
+// weights, expert by expert: w1 (gate, (I, C)), w2 (down, (C, I)), w3
+// (up, (I, C)), as transformers' files hold them.
+inline constexpr int kRouter = kGateProj;  // block_sparse_moe.gate.weight
+enum ExpertWeight : int { kW1, kW2, kW3 };
+inline int expert_param(int64_t expert, ExpertWeight w) {
+  return kRouter + 1 + 3 * static_cast<int>(expert) + w;
+}
 // Which of a block's parameters only its linears read, as their weights
-// (layer_pass.h's gemm_weights).
-inline const std::vector<bool>& block_gemm_weights() {
-  static const std::vector<bool> weights = [] {
+// (layer_pass.h's gemm_weights). A model with MoE blocks names only the
+// attention's (the experts' linears read fp32 copies).
+inline const std::vector<bool>& block_gemm_weights(bool moe = false) {
+  static const auto make = [](bool with_mlp) {
     std::vector<bool> w(kDownProj + 1, false);
-    for (int i : {kQProj, kKProj, kVProj, kOProj, kGateProj, kUpProj, kDownProj}) w[i] = true;
+    for (int i : {kQProj, kKProj, kVProj, kOProj}) w[i] = true;
+    if (with_mlp) w[kGateProj] = w[kUpProj] = w[kDownProj] = true;
     return w;
-  }();
-  return weights;
+  };
+  static const std::vector<bool> dense = make(true), attention_only = make(false);
+  return moe ? attention_only : dense;
 }
 enum EmbeddingParam : int { kEmbedTokens };
 enum FinalParam : int { kFinalNorm, kLmHead };  // kLmHead only when untied

@@ -44,6 +44,7 @@
 #include "activations.h"
 #include "llama_config.h"
 #include "llama_params.h"
+#include "moe_mlp.h"
 #include "rope.h"
 
 namespace dscore::llama {
@@ -76,24 +77,31 @@ class LlamaRunner {
         hi_(hi < 0 ? config.num_hidden_layers : hi),
         vocab_first_(params.vocab_first()),
         vocab_rows_(params.vocab_rows()),
-        inv_freq_(rope_inv_freq(config)) {
+        inv_freq_(rope_inv_freq(config)),
+        moe_(cfg_, backend) {
     for (size_t l = 0; l < static_cast<size_t>(config.layer_count()); ++l)
       numels_.push_back(params.layer_numels(l));
   }
 
-  // Mean loss over the counted targets; adds d(loss_scale * loss)/d(param)
-  // into the gradient views.
+  // What the MoE blocks did in the last pass (moe_mlp.h).
+  const transformer::moe::PassStats& moe_stats() const { return moe_.stats(); }
+
+  // Mean loss over the counted targets (with output_router_logits, plus
+  // router_aux_loss_coef times the MoE blocks' load-balancing loss); adds
+  // d(loss_scale * loss)/d(param) into the gradient views.
   double forward_backward(const SplitTokens& tokens, const dscore_model_hooks& hooks,
                           double loss_scale) {
     if (tokens.counted_targets == 0)
       throw sdk::Error(DSCORE_INVALID_ARGUMENT,
                        "llama: the batch has no targets (every token is padding)");
     prepare(tokens);
+    aux_grad_ = loss_scale * aux_coefficient();
     forward_blocks(hooks, nullptr);
     const double loss_sum = head_backward(hooks, loss_scale, tokens, GradsReady::kNo);
     blocks_backward(hooks, 0, cfg_.num_hidden_layers);
     embedding_backward(hooks);
-    return loss_sum / static_cast<double>(tokens.counted_targets);
+    return loss_sum / static_cast<double>(tokens.counted_targets) +
+           aux_coefficient() * moe_.stats().aux_loss;
   }
 
   // ---- pipeline stages (model.h stage_forward/stage_backward): layers
@@ -107,6 +115,10 @@ class LlamaRunner {
 
   void stage_forward(const SplitTokens& tokens, size_t first, size_t end,
                      const dscore_model_hooks& hooks, const T* input, T* output) {
+    if (cfg_.has_moe())
+      throw sdk::Error(DSCORE_UNIMPLEMENTED,
+                       "llama: MoE blocks under pipeline parallelism are not supported yet; "
+                       "train MoE with \"pipeline\": {\"stages\": 1}");
     prepare(tokens);
     const int64_t lo = block_of(first), hi = block_of(end);
     const int64_t n = rows() * cfg_.hidden_size;
@@ -116,11 +128,11 @@ class LlamaRunner {
       backend_.copy_from_host(residual(lo), input, n);
     };
     if (first == 0) embed_forward(hooks);
-    forward_block_range(hooks, lo, hi, numels_, backend_, block_gemm_weights(),
+    forward_block_range(hooks, lo, hi, numels_, backend_, block_gemm_weights(cfg_.has_moe()),
                         [&](int64_t l, const auto& p) {
                           if (l == lo && first > 0) take_input();
                           check_operand_form(p, l);
-                          block_forward(p, residual(l), residual(l + 1), block_acts(l));
+                          block_forward(l, p, residual(l), residual(l + 1), block_acts(l));
                         });
     if (static_cast<int64_t>(end) == cfg_.layer_count()) {
       final_forward(hooks, nullptr, [&] {
@@ -195,7 +207,9 @@ class LlamaRunner {
       forward_blocks(hooks, head);
     }
     if (loss != nullptr)
-      *loss = want_loss ? sum / static_cast<double>(tokens.counted_targets) : 0.0;
+      *loss = want_loss ? sum / static_cast<double>(tokens.counted_targets) +
+                              aux_coefficient() * moe_.stats().aux_loss
+                        : 0.0;
   }
 
   // Every buffer a pass over `batch` samples uses with operands of that
@@ -240,6 +254,7 @@ class LlamaRunner {
     acts_.dk = backend_.template alloc<T>(e.dk);
     acts_.dv = backend_.template alloc<T>(e.dv);
     acts_.heads_grad = backend_.template alloc<T>(e.heads_grad);
+    moe_.allocate(rows(), lo_, hi_);
     bf16_operands_ = bf16_operands;
     activations_ready_ = true;
   }
@@ -273,9 +288,11 @@ class LlamaRunner {
   template <class P>
   void check_operand_form(const P& p, int64_t l) const {
     if constexpr (kFusedBlock) {
-      for (size_t reader : {kQProj, kGateProj, kDownProj})
+      for (size_t reader : {kQProj, kGateProj, kDownProj}) {
+        if (reader != kQProj && cfg_.moe_block(l)) continue;  // no such linears
         transformer::check_operand_form("llama", l, backend_.bf16_operand_for(p[reader]),
                                         bf16_operands_);
+      }
     }
   }
 
@@ -342,12 +359,12 @@ class LlamaRunner {
   // Blocks [lo, hi) backward from dresid (the gradient at block hi - 1's
   // output), leaving the gradient at block lo's input there.
   void blocks_backward(const dscore_model_hooks& hooks, int64_t lo, int64_t hi) {
-    backward_block_range(hooks, lo, hi, numels_, backend_, block_gemm_weights(),
+    backward_block_range(hooks, lo, hi, numels_, backend_, block_gemm_weights(cfg_.has_moe()),
                          [&](int64_t l, const auto& p, auto& g) {
                            BlockActs& a = block_acts(l);
                            if (checkpointed(l))
-                             block_forward(p, residual(l), nullptr, a);  // recompute
-                           block_backward(p, g, residual(l), a, acts_.dresid.get());
+                             block_forward(l, p, residual(l), nullptr, a);  // recompute
+                           block_backward(l, p, g, residual(l), a, acts_.dresid.get());
                          });
   }
   // The input side of the embedding's gradient from dresid, then
@@ -389,6 +406,7 @@ class LlamaRunner {
   // Tokens into backend memory (their buffers made anew when B changes).
   void prepare(const SplitTokens& tokens) {
     if (tokens.batch != B_) allocate_tokens(tokens.batch);  // activations: ensure_activations
+    moe_.begin_pass(tokens.inputs);
     backend_.copy_tokens(inputs_.get(), tokens.inputs.data(), rows());
     backend_.copy_tokens(targets_.get(), tokens.targets.data(), rows());
   }
@@ -406,11 +424,12 @@ class LlamaRunner {
   template <class Head>
   void forward_blocks(const dscore_model_hooks& hooks, const Head& final_head) {
     embed_forward(hooks);
-    forward_block_layers(hooks, cfg_.num_hidden_layers, numels_, backend_, block_gemm_weights(),
-                         [&](int64_t l, const auto& p) {
+    forward_block_layers(hooks, cfg_.num_hidden_layers, numels_, backend_,
+                         block_gemm_weights(cfg_.has_moe()), [&](int64_t l, const auto& p) {
                            check_operand_form(p, l);
-                           block_forward(p, residual(l), residual(l + 1), block_acts(l));
+                           block_forward(l, p, residual(l), residual(l + 1), block_acts(l));
                          });
+    moe_.finish_forward();
     final_forward(hooks, final_head);
   }
   void embed_forward(const dscore_model_hooks& hooks) {
@@ -450,7 +469,7 @@ class LlamaRunner {
   // x: the block's input; out: its output (null when recomputing: only the
   // activations are wanted, the output already exists).
   template <class P>
-  void block_forward(const P& p, const T* x, T* out, BlockActs& a) {
+  void block_forward(int64_t l, const P& p, const T* x, T* out, BlockActs& a) {
     // This rank's heads and units (all of them without tensor parallelism).
     const int64_t N = rows(), C = cfg_.hidden_size, I = cfg_.local_intermediate();
     const int64_t Q = cfg_.local_q_dim(), KV = cfg_.local_kv_dim(), hd = cfg_.head_dim,
@@ -486,6 +505,7 @@ class LlamaRunner {
       backend_.matmul_forward(o, a.atty.get(), p[kOProj], nullptr, N, Q, C);
       group_sum(o, N * C);
       backend_.add(a.x2.get(), x, o, N * C);
+      if (cfg_.moe_block(l)) return moe_block_forward(l, p, out, a);
       backend_.rmsnorm_forward_operand(a.ln2.get(), a.rstd2.get(), a.x2.get(),
                                        p[kPostAttentionNorm], N, C, eps, p[kGateProj]);
       backend_.matmul_forward_operand(a.gate.get(), a.ln2.get(), p[kGateProj], nullptr, N, C, I);
@@ -499,6 +519,7 @@ class LlamaRunner {
       backend_.matmul_forward(a.ln2.get(), a.atty.get(), p[kOProj], nullptr, N, Q, C);
       group_sum(a.ln2.get(), N * C);
       backend_.add(a.x2.get(), x, a.ln2.get(), N * C);
+      if (cfg_.moe_block(l)) return moe_block_forward(l, p, out, a);
       backend_.rmsnorm_forward(a.ln2.get(), a.rstd2.get(), a.x2.get(), p[kPostAttentionNorm], N, C,
                                eps);
       backend_.matmul_forward(a.gate.get(), a.ln2.get(), p[kGateProj], nullptr, N, C, I);
@@ -509,6 +530,22 @@ class LlamaRunner {
     }
     group_sum(out, N * C);
     backend_.add(out, out, a.x2.get(), N * C);
+  }
+
+  // An MoE block's MLP (moe_mlp.h) after its attention: the
+  // post-attention RMSNorm into the MLP's input, the experts, the residual.
+  template <class P>
+  void moe_block_forward(int64_t l, const P& p, T* out, BlockActs& a) {
+    if constexpr (kHostMoe) {
+      const int64_t N = rows(), C = cfg_.hidden_size;
+      backend_.rmsnorm_forward(moe_.input(l), a.rstd2.get(), a.x2.get(), p[kPostAttentionNorm], N,
+                               C, cfg_.rms_norm_eps);
+      moe_.forward(l, p, out, /*recompute=*/out == nullptr);
+      if (out != nullptr) backend_.add(out, out, a.x2.get(), N * C);
+    } else {
+      (void)l, (void)p, (void)out, (void)a;
+      transformer::cpu_only("llama");
+    }
   }
 
   // A linear's backward whose input `inp` its forward read as an operand
@@ -525,12 +562,17 @@ class LlamaRunner {
 
   // d: the gradient at the block's output on entry, at its input on return.
   template <class P, class G>
-  void block_backward(const P& p, G& g, const T* x, const BlockActs& a, T* d) {
+  void block_backward(int64_t l, const P& p, G& g, const T* x, const BlockActs& a, T* d) {
     // This rank's heads and units (all of them without tensor parallelism).
     const int64_t N = rows(), C = cfg_.hidden_size, I = cfg_.local_intermediate();
     const int64_t Q = cfg_.local_q_dim(), KV = cfg_.local_kv_dim(), hd = cfg_.head_dim,
                   Tn = cfg_.local_tokens();
-    if constexpr (kFusedBlock) {
+    if (cfg_.moe_block(l)) {
+      if constexpr (kHostMoe)
+        moe_.backward(l, p, g, d, acts_.dln.get(), aux_grad_);
+      else
+        transformer::cpu_only("llama");
+    } else if constexpr (kFusedBlock) {
       backend_.mlp_backward(acts_.dln.get(), g[kGateProj], g[kUpProj], g[kDownProj],
                             acts_.dgate.get(), acts_.dup.get(), d, a.ln2.get(), a.gate.get(),
                             a.up.get(), a.swiglu.get(), p[kGateProj], p[kUpProj], p[kDownProj], N,
@@ -639,6 +681,13 @@ class LlamaRunner {
                                             cfg_.vocab_size, grad_scale, "llama");
   }
 
+  // MoE blocks (moe_mlp.h; host backends only), and d(loss)/d(the
+  // load-balancing loss) in this pass: the loss scale times its coefficient.
+  static constexpr bool kHostMoe = requires { Backend::kHostMemory; };
+  double aux_coefficient() const {
+    return cfg_.output_router_logits ? cfg_.router_aux_loss_coef : 0.0;
+  }
+
   LlamaConfig cfg_;
   Backend& backend_;
   int64_t lo_, hi_;                   // the blocks this runner keeps activations for
@@ -650,6 +699,8 @@ class LlamaRunner {
   bool activations_ready_ = false;
   bool bf16_operands_ = false;  // the form acts_' operand buffers were sized for
   Buffer<int32_t> inputs_, targets_;
+  LlamaMoe<Backend> moe_;
+  double aux_grad_ = 0;
 };
 
 // Bytes LlamaRunner::allocate(batch) takes over a backend of these types

@@ -1,0 +1,236 @@
+// The llama's MoE blocks' MLP (LlamaConfig::moe_block), transformers'
+// MixtralSparseMoeBlock on one rank: the router's logits from the
+// post-attention RMSNorm's output, dropless top-k routing
+// (transformer_common/moe/gating.h), the routes packed expert by expert
+// (moe/dispatch.h), each expert's SwiGLU over its rows, and the weighted
+// combine. Backward runs the same in reverse and adds the router's gradient
+// from the combine weights and, with output_router_logits, from
+// router_aux_loss_coef times the load-balancing loss.
+//
+// That loss is transformers' load_balancing_loss_func: over the routes of
+// every MoE block of the pass together, E * sum_e f_e * P_e, with f_e the
+// share of all blocks' routes that went to expert e and P_e the mean
+// router probability of expert e over all blocks' tokens. It couples the
+// blocks, so it is known once forward has routed them all (finish_forward),
+// and each block's backward reads the shares f.
+//
+// Host memory only (the CPU backend: T float, or double in the gradient
+// checks); the llama refuses MoE on CUDA. Buffers come from the backend's
+// alloc, so the declared activation memory counts them: per MoE block its
+// kept activations (k rows per token), and one set of backward scratch.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "../transformer_common/cpu/linear.h"
+#include "../transformer_common/moe/dispatch.h"
+#include "../transformer_common/moe/gating.h"
+#include "../transformer_common/moe/stats.h"
+#include "llama_config.h"
+#include "llama_params.h"
+
+namespace dscore::llama {
+
+template <class Backend>
+class LlamaMoe {
+ public:
+  using T = typename Backend::Scalar;
+  template <typename X>
+  using Buffer = typename Backend::template Buffer<X>;
+
+  LlamaMoe(const LlamaConfig& config, Backend& backend)
+      : cfg_(config), gating_(config.gating()), backend_(backend) {}
+
+  // Buffers for N tokens, for the MoE blocks among [lo, hi).
+  void allocate(int64_t N, int64_t lo, int64_t hi) {
+    N_ = N;
+    first_ = lo;
+    blocks_.clear();
+    if (!cfg_.has_moe()) return;
+    const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, R = gating_.k * N;
+    for (int64_t l = lo; l < hi; ++l) {
+      blocks_.emplace_back();
+      if (!cfg_.moe_block(l)) continue;
+      Block& b = blocks_.back();
+      b.ln = alloc(N * C);
+      b.x = alloc(R * C);
+      b.gate = alloc(R * I);
+      b.up = alloc(R * I);
+      b.act = alloc(R * I);
+      b.y = alloc(R * C);
+    }
+    scratch_.logits = alloc(N * gating_.num_experts);
+    scratch_.dweight = alloc(R);
+    scratch_.drows = alloc(R * C);
+    scratch_.dgate = alloc(R * I);
+    scratch_.dup = alloc(R * I);
+  }
+
+  // Where block l's post-attention RMSNorm writes its output (the MLP's input).
+  T* input(int64_t l) { return block(l).ln.get(); }
+
+  // A new pass over these input tokens (-1: padding, whose routes count
+  // in neither the load-balancing loss nor the loads, as transformers'
+  // attention_mask leaves them out): the statistics restart.
+  void begin_pass(const std::vector<int32_t>& inputs) {
+    padding_.assign(inputs.size(), 0);
+    for (size_t i = 0; i < inputs.size(); ++i) padding_[i] = inputs[i] < 0 ? 1 : 0;
+    const auto E = static_cast<size_t>(gating_.num_experts);
+    stats_ = transformer::moe::PassStats{};
+    stats_.load.assign(E, 0);
+    probability_sum_.assign(E, 0.0);
+    rows_ = 0;
+  }
+  const transformer::moe::PassStats& stats() const { return stats_; }
+
+  // Block l's MLP on input(l) into out (N x C, overwritten); out null: only
+  // the activations (a checkpointed block's recomputation: the same routes).
+  template <class P>
+  void forward(int64_t l, const P& p, T* out, bool recompute) {
+    namespace moe = transformer::moe;
+    Block& b = block(l);
+    const int64_t N = N_, C = cfg_.hidden_size, I = cfg_.intermediate_size,
+                  E = gating_.num_experts;
+    T* logits = scratch_.logits.get();
+    transformer::cpu::matmul_forward(logits, b.ln.get(), p[kRouter], kBias,
+                                     N, C, E);
+    b.routing = moe::route<T>(gating_, logits, N, /*training=*/true, moe::GatingNoise{});
+    b.packing = moe::pack(b.routing);
+    if (!recompute) count(b.routing);
+    moe::gather_rows(b.x.get(), b.ln.get(), b.packing, C);
+    for_each_expert(b, [&](int64_t e, int64_t r0, int64_t n) {
+      const T* x = b.x.get() + r0 * C;
+      linear(b.gate.get() + r0 * I, x, p[expert_param(e, kW1)], n, C, I);
+      linear(b.up.get() + r0 * I, x, p[expert_param(e, kW3)], n, C, I);
+    });
+    const int64_t R = b.packing.rows();
+    backend_.swiglu_forward(b.act.get(), b.gate.get(), b.up.get(), R * I);
+    for_each_expert(b, [&](int64_t e, int64_t r0, int64_t n) {
+      linear(b.y.get() + r0 * C, b.act.get() + r0 * I, p[expert_param(e, kW2)], n, I, C);
+    });
+    if (out != nullptr) moe::combine(out, b.y.get(), b.routing, b.packing, C);
+  }
+
+  // After every MoE block's forward: the load-balancing loss of the pass
+  // (stats().aux_loss) and each expert's share of the routes, which its
+  // gradient reads.
+  void finish_forward() {
+    const auto E = static_cast<size_t>(gating_.num_experts);
+    route_share_.assign(E, 0.0);
+    if (rows_ == 0) return;
+    const double rows = static_cast<double>(rows_);
+    double loss = 0;
+    for (size_t e = 0; e < E; ++e) {
+      route_share_[e] = static_cast<double>(stats_.load[e]) / rows;
+      loss += route_share_[e] * probability_sum_[e] / rows;
+    }
+    stats_.aux_loss = static_cast<double>(E) * loss;
+  }
+
+  // From dout (N x C, the gradient at the MLP's output): the gradient at
+  // its input into dln (overwritten) and the block's parameters' gradients
+  // added into g. aux_grad: d(loss) / d(load-balancing loss).
+  template <class P, class G>
+  void backward(int64_t l, const P& p, G& g, const T* dout, T* dln, double aux_grad) {
+    namespace moe = transformer::moe;
+    Block& b = block(l);
+    const int64_t N = N_, C = cfg_.hidden_size, I = cfg_.intermediate_size,
+                  E = gating_.num_experts;
+    T* drows = scratch_.drows.get();
+    T* dweight = scratch_.dweight.get();
+    moe::combine_backward(drows, dweight, dout, b.y.get(), b.routing, b.packing, C);
+    T* dgate = scratch_.dgate.get();  // d(act), then d(gate) in place
+    T* dup = scratch_.dup.get();
+    for_each_expert(b, [&](int64_t e, int64_t r0, int64_t n) {
+      transformer::cpu::matmul_backward(dgate + r0 * I, g[expert_param(e, kW2)], kNoBias,
+                                        drows + r0 * C, b.act.get() + r0 * I,
+                                        p[expert_param(e, kW2)], n, I, C);
+    });
+    const int64_t R = b.packing.rows();
+    backend_.swiglu_backward(dgate, dup, dgate, b.gate.get(), b.up.get(), R * I);
+    for_each_expert(b, [&](int64_t e, int64_t r0, int64_t n) {
+      // drows (the rows' dy) is done with: it takes the rows' input gradients.
+      const T* x = b.x.get() + r0 * C;
+      transformer::cpu::matmul_backward(drows + r0 * C, g[expert_param(e, kW1)], kNoBias,
+                                        dgate + r0 * I, x, p[expert_param(e, kW1)], n, C, I);
+      transformer::cpu::matmul_backward(drows + r0 * C, g[expert_param(e, kW3)], kNoBias,
+                                        dup + r0 * I, x, p[expert_param(e, kW3)], n, C, I,
+                                        /*accumulate_dinp=*/true);
+    });
+    backend_.zero(dln, N * C);
+    moe::scatter_add_rows(dln, drows, b.packing, C);
+    // The router, from the combine weights and the load-balancing loss:
+    // d loss / d probability[s, e] = E f_e / rows (route_backward divides
+    // by this block's tokens).
+    const double per_block = static_cast<double>(N) / static_cast<double>(std::max<int64_t>(1, rows_));
+    for (int64_t e = 0; e < E; ++e)
+      b.routing.load_fraction[static_cast<size_t>(e)] =
+          static_cast<double>(E) * route_share_[static_cast<size_t>(e)] * per_block;
+    T* dlogits = scratch_.logits.get();
+    moe::route_backward<T>(gating_, b.routing, dweight, aux_grad, dlogits);
+    // A padding token's output reaches no loss (causal attention, no
+    // target): its router gradient was the aux loss's alone, which leaves it out.
+    for (int64_t s = 0; s < N; ++s)
+      if (padding_[static_cast<size_t>(s)] != 0) backend_.zero(dlogits + s * E, E);
+    transformer::cpu::matmul_backward(dln, g[kRouter], kNoBias, dlogits, b.ln.get(), p[kRouter], N,
+                                      C, E, /*accumulate_dinp=*/true);
+  }
+
+ private:
+  struct Block {
+    Buffer<T> ln, x, gate, up, act, y;  // x: the packed rows; act = silu(gate) * up
+    transformer::moe::Routing routing;
+    transformer::moe::Packing packing;
+  };
+  struct Scratch {
+    Buffer<T> logits, dweight, drows, dgate, dup;
+  };
+
+  static constexpr const T* kBias = nullptr;  // the linears have no bias
+  static constexpr T* kNoBias = nullptr;
+
+  Buffer<T> alloc(int64_t n) { return backend_.template alloc<T>(n); }
+  Block& block(int64_t l) { return blocks_.at(static_cast<size_t>(l - first_)); }
+  // fn(expert, first row, rows) for each expert with rows.
+  template <class Fn>
+  static void for_each_expert(const Block& b, Fn&& fn) {
+    for (int64_t e = 0; e + 1 < static_cast<int64_t>(b.packing.offset.size()); ++e) {
+      const int64_t r0 = b.packing.offset[static_cast<size_t>(e)];
+      const int64_t n = b.packing.offset[static_cast<size_t>(e) + 1] - r0;
+      if (n > 0) fn(e, r0, n);
+    }
+  }
+  static void linear(T* out, const T* in, const T* w, int64_t n, int64_t C, int64_t OC) {
+    transformer::cpu::matmul_forward(out, in, w, kBias, n, C, OC);
+  }
+  // The routes and router probabilities of the pass's tokens (not padding).
+  void count(const transformer::moe::Routing& r) {
+    const int64_t E = r.experts, S = r.tokens;
+    for (int64_t s = 0; s < S; ++s) {
+      if (padding_[static_cast<size_t>(s)] != 0) continue;
+      for (int64_t j = 0; j < r.k; ++j) {
+        stats_.load[static_cast<size_t>(r.chosen[static_cast<size_t>(j * S + s)])] += 1;
+        stats_.routes += 1;
+      }
+      for (int64_t e = 0; e < E; ++e)
+        probability_sum_[static_cast<size_t>(e)] += r.gates[static_cast<size_t>(s * E + e)];
+      rows_ += 1;
+    }
+  }
+
+  const LlamaConfig& cfg_;
+  transformer::moe::GatingConfig gating_;
+  Backend& backend_;
+  int64_t N_ = 0, first_ = 0;
+  std::vector<Block> blocks_;  // blocks first_ .. (empty for dense ones)
+  Scratch scratch_;
+  transformer::moe::PassStats stats_;
+  std::vector<double> probability_sum_;  // per expert, over all blocks' tokens
+  std::vector<double> route_share_;      // per expert: f_e, its routes per token routed
+  int64_t rows_ = 0;                     // tokens routed, summed over the blocks
+  std::vector<char> padding_;            // per token of the pass
+};
+
+}  // namespace dscore::llama
