@@ -91,11 +91,9 @@ class LlamaMoe {
   void forward(int64_t l, const P& p, T* out, bool recompute) {
     namespace moe = transformer::moe;
     Block& b = block(l);
-    const int64_t N = N_, C = cfg_.hidden_size, I = cfg_.intermediate_size,
-                  E = gating_.num_experts;
+    const int64_t N = N_, C = cfg_.hidden_size, I = cfg_.intermediate_size, E = gating_.num_experts;
     T* logits = scratch_.logits.get();
-    transformer::cpu::matmul_forward(logits, b.ln.get(), p[kRouter], kBias,
-                                     N, C, E);
+    transformer::cpu::matmul_forward(logits, b.ln.get(), p[kRouter], kBias, N, C, E);
     b.routing = moe::route<T>(gating_, logits, N, /*training=*/true, moe::GatingNoise{});
     b.packing = moe::pack(b.routing);
     if (!recompute) count(b.routing);
@@ -136,8 +134,7 @@ class LlamaMoe {
   void backward(int64_t l, const P& p, G& g, const T* dout, T* dln, double aux_grad) {
     namespace moe = transformer::moe;
     Block& b = block(l);
-    const int64_t N = N_, C = cfg_.hidden_size, I = cfg_.intermediate_size,
-                  E = gating_.num_experts;
+    const int64_t N = N_, C = cfg_.hidden_size, I = cfg_.intermediate_size, E = gating_.num_experts;
     T* drows = scratch_.drows.get();
     T* dweight = scratch_.dweight.get();
     moe::combine_backward(drows, dweight, dout, b.y.get(), b.routing, b.packing, C);
@@ -164,7 +161,8 @@ class LlamaMoe {
     // The router, from the combine weights and the load-balancing loss:
     // d loss / d probability[s, e] = E f_e / rows (route_backward divides
     // by this block's tokens).
-    const double per_block = static_cast<double>(N) / static_cast<double>(std::max<int64_t>(1, rows_));
+    const double per_block =
+        static_cast<double>(N) / static_cast<double>(std::max<int64_t>(1, rows_));
     for (int64_t e = 0; e < E; ++e)
       b.routing.load_fraction[static_cast<size_t>(e)] =
           static_cast<double>(E) * route_share_[static_cast<size_t>(e)] * per_block;

@@ -14,6 +14,7 @@
 #include "cpu/cpu_backend.h"
 #include "llama_params.h"
 #include "runner.h"
+#include "tests/plugins/models/llama/tiny_llama.h"
 #include "tests/plugins/models/transformer_common/fake_layers.h"
 #include "tests/plugins/models/transformer_common/model_checks.h"
 #include "transformer_common/cpu/gemm.h"
@@ -29,85 +30,10 @@ using transformer::testing::expect_scaled_grads;
 using transformer::testing::FakeLayers;
 using Runner = LlamaRunner<cpu::CpuBackend<double>>;
 
-LlamaConfig tiny_config(bool tied) {
-  LlamaConfig c;
-  c.vocab_size = 11;
-  c.hidden_size = 8;
-  c.intermediate_size = 12;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 4;  // Q = 16 != C: o_proj is not square
-  c.max_position_embeddings = 5;
-  c.block_size = 5;
-  c.rms_norm_eps = 1e-5;
-  c.rope_theta = 10.0;  // large angles at 5 positions
-  c.tie_word_embeddings = tied;
-  return c;
-}
-
-transformer::SplitTokens batch_of(std::vector<int32_t> tokens, int64_t samples,
-                                  const LlamaConfig& c) {
-  dscore_tensor t{};
-  t.struct_size = sizeof t;
-  t.data = tokens.data();
-  t.dtype = DSCORE_DTYPE_I32;
-  t.device_type = DSCORE_DEVICE_CPU;
-  t.numel = static_cast<int64_t>(tokens.size());
-  const dscore_tensor* tensors[] = {&t};
-  dscore_batch batch{sizeof(dscore_batch), samples, 1, tensors};
-  return transformer::split_tokens(&batch, c.block_size, c.vocab_size, "llama");
-}
-
-// Two samples of block_size + 1 tokens; the second ends in padding.
-transformer::SplitTokens tiny_batch(const LlamaConfig& c) {
-  return batch_of({3, 7, 1, 10, 0, 3, 5, 5, 9, 2, -1, -1}, 2, c);
-}
-
-// Parameters from the model's init, scaled up and nudged so the norms'
-// weights are not all 1 and the activations are not tiny.
-void init_layers(const LlamaConfig& c, FakeLayers* layers) {
-  LlamaParams params(c, 7);
-  size_t index = 0;
-  for (size_t l = 0; l < layers->layer_count(); ++l)
-    for (size_t i = 0; i < layers->param_count(l); ++i, ++index) {
-      std::vector<float> v(static_cast<size_t>(layers->numel(l, i)));
-      params.init(index, 0, layers->numel(l, i), v.data());
-      double* p = layers->param<double>(l, i);
-      for (size_t k = 0; k < v.size(); ++k)
-        p[k] = v[k] * 15.0 + 0.05 * std::sin(static_cast<double>(k + 3 * index));
-    }
-}
-
 class LlamaModel : public ::testing::Test {
  protected:
   void SetUp() override { transformer::cpu::load_gemm_library(); }
 };
-
-void check_every_gradient(const LlamaConfig& c) {
-  LlamaParams params(c, 7);
-  FakeLayers layers(params.description(), DSCORE_DTYPE_F64);
-  init_layers(c, &layers);
-  cpu::CpuBackend<double> backend;
-  Runner runner(c, params, backend);
-  const auto batch = tiny_batch(c);
-  ASSERT_EQ(batch.counted_targets, 5 + 3);
-  const double loss = runner.forward_backward(batch, layers.hooks(), 1.0);
-  EXPECT_GT(loss, 0.0);
-  auto loss_at = [&] {
-    double l = 0;
-    runner.forward(batch, layers.hooks(), &l, nullptr);
-    return l;
-  };
-  EXPECT_NEAR(loss_at(), loss, 1e-12);
-  transformer::testing::Differences o;
-  o.step = 1e-6;  // the scaled-up weights curve the loss: 1e-5 leaves 6e-5 truncation error
-  o.per_tensor = 9;
-  o.min_largest = 1e-4;
-  EXPECT_GT(transformer::testing::expect_finite_differences(
-                layers, params.description(), transformer::testing::grads_of(layers), loss_at, o),
-            150);
-}
 
 TEST_F(LlamaModel, EveryParameterGradientMatchesFiniteDifferencesUntied) {
   check_every_gradient(tiny_config(false));
@@ -174,22 +100,7 @@ TEST_F(LlamaModel, HooksAreCalledInOrderAndEveryAcquireIsReleased) {
 }
 
 TEST_F(LlamaModel, ActivationCheckpointingGivesTheSameGradientsBitForBit) {
-  LlamaConfig c = tiny_config(false);
-  LlamaParams params(c, 7);
-  auto run = [&](int64_t checkpoint_blocks, FakeLayers* layers) {
-    c.checkpoint_blocks = checkpoint_blocks;
-    init_layers(c, layers);
-    cpu::CpuBackend<double> backend;
-    Runner runner(c, params, backend);
-    return runner.forward_backward(tiny_batch(c), layers->hooks(), 1.0);
-  };
-  FakeLayers plain(params.description(), DSCORE_DTYPE_F64);
-  const double loss = run(0, &plain);
-  for (int64_t k : {1, 2}) {
-    FakeLayers recomputed(params.description(), DSCORE_DTYPE_F64);
-    EXPECT_EQ(run(k, &recomputed), loss);
-    expect_same_grads(recomputed, plain, "checkpoint_blocks " + std::to_string(k));
-  }
+  expect_checkpointing_bit_for_bit(tiny_config(false), {1, 2});
 }
 
 TEST_F(LlamaModel, LossScaleScalesTheGradientsOnly) {
