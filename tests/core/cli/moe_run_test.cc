@@ -1,5 +1,6 @@
 // `dscore run` of the gpt with MoE blocks (the moe_* model params,
-// docs/moe.md) through the real executable under mpirun: it learns, every
+// docs/moe.md), and of the llama with Mixtral's, through the real
+// executable under mpirun: it learns, every
 // step's routing reaches the monitors and the JSON log (the model's metrics,
 // model.h), ZeRO stages 0-3 train the same model, a checkpoint resumes bit
 // for bit (the gate's noise is keyed by the tokens), and what MoE does not
@@ -58,6 +59,21 @@ class MoeRun : public ::testing::Test {
       "data": {"type": "text", "path": ")" +
            corpus.string() + "\"}";
   }
+  // The llama with Mixtral's MoE blocks: 3 experts, top-2, the aux loss on.
+  std::string mixtral(int stage) {
+    std::string text;
+    for (int i = 0; i < 400; ++i) text += "the quick brown fox jumps over the lazy dog ";
+    const fs::path corpus = dir_.write("corpus.txt", text);
+    return R"("train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "train_steps": 4,
+      "seed": 3, "zero_optimization": {"stage": )" +
+           std::to_string(stage) + R"(},
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.003}},
+      "model": {"type": "llama", "vocab_size": 256, "hidden_size": 16, "intermediate_size": 24,
+                "num_hidden_layers": 2, "num_attention_heads": 2, "max_position_embeddings": 16,
+                "num_local_experts": 3, "num_experts_per_tok": 2, "output_router_logits": true},
+      "data": {"type": "text", "path": ")" +
+           corpus.string() + "\"}";
+  }
   TempDir dir_{"dscore_cli_moe"};
 };
 
@@ -113,6 +129,26 @@ TEST_F(MoeRun, ACheckpointResumesBitForBit) {
   EXPECT_EQ(values("resumed", "train_loss"), std::vector<double>(full.begin() + 3, full.end()));
 }
 
+// Mixtral's blocks in the llama: the router's loads and aux loss reach the
+// monitors, and ZeRO stages 0 and 3 train the same model.
+TEST_F(MoeRun, MixtralLlamaReportsItsRoutingAndTrainsAlikeAtStages0And3) {
+  const std::vector<double> stage0 = losses("mixtral0", mixtral(0), 2);
+  ASSERT_EQ(stage0.size(), 4u);
+  EXPECT_EQ(losses("mixtral3", mixtral(3), 2), stage0);
+  const std::vector<double> aux = values("mixtral0", "moe_aux_loss");
+  ASSERT_EQ(aux.size(), 4u);
+  for (size_t step = 0; step < 4; ++step) {
+    // E * sum_e f_e P_e with sum_e f_e = k: at least a few tenths, at most E * k.
+    EXPECT_GT(aux[step], 0.5) << step;
+    EXPECT_LE(aux[step], 6.0) << step;
+    double share = 0;
+    for (int e = 0; e < 3; ++e)
+      share += values("mixtral0", "moe_expert_load_" + std::to_string(e)).at(step);
+    EXPECT_NEAR(share, 1.0, 1e-9) << step;
+  }
+  EXPECT_EQ(values("mixtral0", "moe_dropped_routes"), std::vector<double>(4, 0.0));  // dropless
+}
+
 TEST_F(MoeRun, RefusesWhatItDoesNotRunYetNamingTheFix) {
   const auto refused = [&](const std::string& name, const std::string& config, int ranks,
                            const std::string& message) {
@@ -127,6 +163,10 @@ TEST_F(MoeRun, RefusesWhatItDoesNotRunYetNamingTheFix) {
           "MoE blocks under sequence parallelism are not supported yet");
   refused("pipe", gpt(6, 1) + R"(, "pipeline": {"stages": 2})", 2,
           "MoE blocks under pipeline parallelism are not supported yet");
+  refused("mixtral_tp", mixtral(0) + R"(, "tensor_parallel": {"autotp_size": 2})", 2,
+          "llama: MoE blocks under tensor parallelism are not supported yet");
+  refused("mixtral_pipe", mixtral(1) + R"(, "pipeline": {"stages": 2})", 2,
+          "llama: MoE blocks under pipeline parallelism are not supported yet");
   std::string five = gpt();
   five.replace(five.find("\"moe_k\": 2"), 10, "\"moe_k\": 5");
   refused("k", five, 1, "k (5) must be between 1 and num_experts (4)");

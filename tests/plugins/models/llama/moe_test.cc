@@ -91,9 +91,12 @@ TEST_F(LlamaMoe, ParametersAreMixtralsNamesAndShapes) {
            std::to_string(p->shape[1]);
   };
   EXPECT_EQ(shape_of(kRouter), "model.layers.0.block_sparse_moe.gate.weight 3x8");
-  EXPECT_EQ(shape_of(expert_param(0, kW1)), "model.layers.0.block_sparse_moe.experts.0.w1.weight 12x8");
-  EXPECT_EQ(shape_of(expert_param(2, kW2)), "model.layers.0.block_sparse_moe.experts.2.w2.weight 8x12");
-  EXPECT_EQ(shape_of(expert_param(2, kW3)), "model.layers.0.block_sparse_moe.experts.2.w3.weight 12x8");
+  EXPECT_EQ(shape_of(expert_param(0, kW1)),
+            "model.layers.0.block_sparse_moe.experts.0.w1.weight 12x8");
+  EXPECT_EQ(shape_of(expert_param(2, kW2)),
+            "model.layers.0.block_sparse_moe.experts.2.w2.weight 8x12");
+  EXPECT_EQ(shape_of(expert_param(2, kW3)),
+            "model.layers.0.block_sparse_moe.experts.2.w3.weight 12x8");
 }
 
 using CountedCpuBackend = transformer::testing::CountedBackend<cpu::CpuBackend<double>>;

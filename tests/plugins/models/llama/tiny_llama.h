@@ -35,7 +35,7 @@ inline LlamaConfig tiny_config(bool tied) {
 }
 
 inline transformer::SplitTokens batch_of(std::vector<int32_t> tokens, int64_t samples,
-                                  const LlamaConfig& c) {
+                                         const LlamaConfig& c) {
   dscore_tensor t{};
   t.struct_size = sizeof t;
   t.data = tokens.data();
