@@ -15,19 +15,22 @@ namespace dscore::llama {
 struct ActivationElements {
   // Per kept block, in Scalar (N = B * T rows; C, Q, KV, I as llama_config.h).
   struct Block {
-    int64_t ln1 = 0;              // (N, C) input_layernorm's output
-    int64_t q = 0;                // (N, Q) after RoPE
-    int64_t k = 0, v = 0;         // (N, KV) each; k after RoPE
-    int64_t atty = 0;             // (N, Q) attention output, before o_proj
-    int64_t attention_state = 0;  // the backend's attention_state_elements(B, T, NH)
-    int64_t x2 = 0;               // (N, C) residual after attention
-    int64_t ln2 = 0;              // (N, C) post_attention_layernorm's output
-    int64_t gate = 0, up = 0;     // (N, I) each
-    int64_t swiglu = 0;           // (N, I) silu(gate) * up, down_proj's input
-    int64_t heads_out = 0;        // sequence parallelism: (N, Q) attention output, heads layout
-    int64_t stat = 0;             // (N) each of rstd1, rstd2, in Stat
+    int64_t ln1 = 0;               // (N, C) input_layernorm's output
+    int64_t q = 0;                 // (N, Q) after RoPE
+    int64_t k = 0, v = 0;          // (N, KV) each; k after RoPE
+    int64_t atty = 0;              // (N, Q) attention output, before o_proj
+    int64_t attention_state = 0;   // the backend's attention_state_elements(B, T, NH)
+    int64_t x2 = 0;                // (N, C) residual after attention
+    int64_t ln2 = 0;               // (N, C) post_attention_layernorm's output
+    int64_t gate = 0, up = 0;      // (N, I) each
+    int64_t swiglu = 0;            // (N, I) silu(gate) * up, down_proj's input
+    int64_t heads_out = 0;         // sequence parallelism: (N, Q) attention output, heads layout
+    int64_t q_pre = 0, k_pre = 0;  // Qwen3's q_norm, k_norm: their inputs, (N, Q) and (N, KV)
+    int64_t stat = 0;              // (N) each of rstd1, rstd2, in Stat
+    int64_t head_stat = 0;         // Qwen3: (N, NH + NKV) q_norm's and k_norm's rstd, in Stat
     int64_t scalars() const {
-      return ln1 + q + k + v + atty + attention_state + x2 + ln2 + gate + up + swiglu + heads_out;
+      return ln1 + q + k + v + atty + attention_state + x2 + ln2 + gate + up + swiglu + heads_out +
+             q_pre + k_pre;
     }
   };
   Block block;
@@ -40,18 +43,19 @@ struct ActivationElements {
   int64_t lnf_stat = 0;                   // (N) rstd, in Stat
   int64_t rope = 0;                       // (T, hd / 2) each of cos, sin
   // Backward scratch, in Scalar.
-  int64_t dgate = 0, dup = 0;  // (N, I) each; dgate also holds d(swiglu) in fp32 form
-  int64_t dln = 0;             // (N, C)
-  int64_t datty = 0, dq = 0;   // (N, Q) each
-  int64_t dk = 0, dv = 0;      // (N, KV) each
-  int64_t heads_grad = 0;      // sequence parallelism: (N, 2Q + 2KV), heads layout
-  int64_t tokens = 0;          // (N) each of inputs and targets, int32
+  int64_t dgate = 0, dup = 0;      // (N, I) each; dgate also holds d(swiglu) in fp32 form
+  int64_t dln = 0;                 // (N, C)
+  int64_t datty = 0, dq = 0;       // (N, Q) each
+  int64_t dk = 0, dv = 0;          // (N, KV) each
+  int64_t heads_grad = 0;          // sequence parallelism: (N, 2Q + 2KV), heads layout
+  int64_t dq_pre = 0, dk_pre = 0;  // Qwen3: the gradients at q_norm's and k_norm's inputs
+  int64_t tokens = 0;              // (N) each of inputs and targets, int32
 
   int64_t scalars() const {
     return kept_blocks * block.scalars() + resid + lnf + dlnf + dresid + 2 * rope + dgate + dup +
-           dln + datty + dq + dk + dv + heads_grad;
+           dln + datty + dq + dk + dv + heads_grad + dq_pre + dk_pre;
   }
-  int64_t stats() const { return kept_blocks * 2 * block.stat + lnf_stat; }
+  int64_t stats() const { return kept_blocks * (2 * block.stat + block.head_stat) + lnf_stat; }
   int64_t bytes(size_t scalar_bytes, size_t stat_bytes) const {
     return scalars() * static_cast<int64_t>(scalar_bytes) +
            stats() * static_cast<int64_t>(stat_bytes) + 2 * tokens * 4;
@@ -75,10 +79,11 @@ inline ActivationElements activation_elements(const LlamaConfig& cfg, int64_t B,
   // slice of each sample's (N = B T / sp), and attention's (q, k, v and
   // its output, in the heads layout) the whole sequence's for 1 / sp of the
   // heads: as many elements.
-  // An MoE model (Mixtral: every block) keeps no dense MLP activations:
-  // its blocks' MLP buffers are moe_mlp.h's.
+  // A model whose blocks are all MoE blocks (Mixtral) keeps no dense MLP
+  // activations: its MLP buffers are moe_mlp.h's.
+  const bool dense_mlp = !cfg.every_block_moe();
   const int64_t N = B * cfg.local_tokens(), C = cfg.hidden_size,
-                I = cfg.has_moe() ? 0 : cfg.local_intermediate();
+                I = dense_mlp ? cfg.local_intermediate() : 0;
   const bool sequence_split = cfg.sequence().split();
   const int64_t Q = cfg.local_q_dim(), KV = cfg.local_kv_dim();
   const auto operand = [bf16_operands](int64_t n) { return bf16_operands ? (n + 1) / 2 : n; };
@@ -89,11 +94,16 @@ inline ActivationElements activation_elements(const LlamaConfig& cfg, int64_t B,
   e.block.atty = N * Q;
   e.block.attention_state = attention_state;
   e.block.x2 = N * C;
-  e.block.ln2 = cfg.has_moe() ? 0 : operand(N * C);
+  e.block.ln2 = dense_mlp ? operand(N * C) : 0;
   e.block.gate = e.block.up = N * I;
   e.block.swiglu = operand(N * I);
   e.block.heads_out = sequence_split ? N * Q : 0;
   e.block.stat = N;
+  if (cfg.qk_norm()) {
+    e.block.q_pre = e.dq_pre = N * Q;
+    e.block.k_pre = e.dk_pre = N * KV;
+    e.block.head_stat = N * (cfg.local_heads() + cfg.local_kv_heads());
+  }
   const int64_t checkpointed = std::max<int64_t>(0, std::min(hi, cfg.checkpoint_blocks) - lo);
   e.kept_blocks = (hi - lo) - checkpointed + (checkpointed > 0 ? 1 : 0);
   e.resid = (hi - lo + 1) * N * C;

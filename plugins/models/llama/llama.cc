@@ -60,6 +60,16 @@ constexpr const char kParamsSchema[] = R"json({
       "doc": "Mixture of Experts as Mixtral (docs/moe.md): experts per block, each a SwiGLU MLP of intermediate_size; 0 = a dense Llama"},
   "num_experts_per_tok": {"type": "int", "default": 2, "min": 1,
       "doc": "experts each token is routed to (top-k of the router's softmax, renormalised; every route kept)"},
+  "architecture": {"type": "string", "default": "auto", "enum": ["auto", "llama", "mixtral", "qwen3", "qwen3_moe"],
+      "doc": "the transformers architecture (its parameter names and export-hf's config.json; qwen3 and qwen3_moe add q_norm and k_norm to attention); auto: mixtral with experts, else llama"},
+  "moe_intermediate_size": {"type": "int", "default": 0, "min": 0,
+      "doc": "each expert's SwiGLU width (Qwen-MoE); 0 = intermediate_size (Mixtral)"},
+  "norm_topk_prob": {"type": "bool", "default": true,
+      "doc": "renormalise the k routes' probabilities to sum to 1 (Mixtral: always)"},
+  "decoder_sparse_step": {"type": "int", "default": 1, "min": 1,
+      "doc": "block l (from 0) is an MoE block when (l + 1) % decoder_sparse_step == 0 (Qwen-MoE)"},
+  "mlp_only_layers": {"type": "json",
+      "doc": "a list of blocks (from 0) that keep a dense MLP (Qwen-MoE); null = none"},
   "router_aux_loss_coef": {"type": "number", "default": -1, "min": -1,
       "doc": "the load-balancing loss's coefficient (with output_router_logits); -1 = a from_pretrained folder's, else 0.001"},
   "output_router_logits": {"type": "bool", "default": false,
@@ -102,7 +112,9 @@ void refuse_architecture_keys(const sdk::Params& p, const std::string& dir) {
                                                      {"rope_theta", 10000.0},
                                                      {"initializer_range", 0.02},
                                                      {"num_local_experts", 0},
-                                                     {"num_experts_per_tok", 2}};
+                                                     {"num_experts_per_tok", 2},
+                                                     {"moe_intermediate_size", 0},
+                                                     {"decoder_sparse_step", 1}};
   for (const auto& [key, fallback] : defaults)
     if (p.number(key) != fallback)
       throw Error(DSCORE_INVALID_ARGUMENT, std::string("llama: the model section sets \"") + key +
@@ -111,10 +123,16 @@ void refuse_architecture_keys(const sdk::Params& p, const std::string& dir) {
                                                "/config.json: remove \"" + key +
                                                "\" (block_size, device and activation "
                                                "checkpointing stay in the model section)");
-  const dscore_named_value* rope = p.find("rope_scaling");
-  if (p.boolean("tie_word_embeddings") || (rope != nullptr && rope->type != DSCORE_VALUE_NULL))
+  const auto set = [&](const char* key) {
+    const dscore_named_value* v = p.find(key);
+    return v != nullptr && v->type != DSCORE_VALUE_NULL;
+  };
+  if (p.boolean("tie_word_embeddings") || set("rope_scaling") || set("mlp_only_layers") ||
+      !p.boolean("norm_topk_prob") || p.string("architecture") != "auto")
     throw Error(DSCORE_INVALID_ARGUMENT,
-                "llama: tie_word_embeddings and rope_scaling come from " + dir +
+                "llama: tie_word_embeddings, rope_scaling, architecture, norm_topk_prob and "
+                "mlp_only_layers come from " +
+                    dir +
                     "/config.json with \"from_pretrained\": remove them from the model section");
 }
 

@@ -9,6 +9,7 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "../transformer_common/sequence_parallel.h"
 #include "../transformer_common/tensor_parallel.h"
@@ -114,6 +115,38 @@ RopeScaling read_rope_scaling(const std::string& text) {
 
 std::string str(int64_t v) { return std::to_string(v); }
 
+// A JSON array of integers ("[1, 3]"), as config.json's mlp_only_layers.
+std::vector<int64_t> int_list(const std::string& text, const std::string& what) {
+  std::vector<int64_t> out;
+  size_t i = text.find('[');
+  const size_t end = text.rfind(']');
+  if (i == std::string::npos || end == std::string::npos || end < i)
+    throw invalid("llama: " + what + " must be a list of integers, not " + text);
+  for (++i; i < end;) {
+    while (i < end && (std::isspace(static_cast<unsigned char>(text[i])) || text[i] == ',')) ++i;
+    if (i == end) break;
+    char* stop = nullptr;
+    const long long v = std::strtoll(text.c_str() + i, &stop, 10);
+    if (stop == text.c_str() + i)
+      throw invalid("llama: " + what + " must be a list of integers, not " + text);
+    out.push_back(v);
+    i = static_cast<size_t>(stop - text.c_str());
+  }
+  return out;
+}
+
+Architecture architecture_of(const LlamaSettings& s, const LlamaConfig& c) {
+  const std::string& a = s.architecture;
+  if (a == "llama") return Architecture::kLlama;
+  if (a == "mixtral") return Architecture::kMixtral;
+  if (a == "qwen3") return Architecture::kQwen3;
+  if (a == "qwen3_moe") return Architecture::kQwen3Moe;
+  if (a != "auto")
+    throw invalid("llama: architecture \"" + a +
+                  "\" is not one of auto, llama, mixtral, qwen3, qwen3_moe");
+  return c.num_local_experts > 0 ? Architecture::kMixtral : Architecture::kLlama;
+}
+
 // The Mixtral settings (LlamaConfig::num_local_experts) and what MoE
 // blocks do not run under yet (docs/moe.md).
 void check_moe(const LlamaConfig& c, const LlamaSettings& s) {
@@ -121,7 +154,20 @@ void check_moe(const LlamaConfig& c, const LlamaSettings& s) {
     throw invalid("llama: router_jitter_noise " + std::to_string(s.router_jitter_noise) +
                   " is not implemented (Mixtral's jitter of the MoE input in training); set it "
                   "to 0.0");
+  const bool moe_architecture =
+      c.architecture == Architecture::kMixtral || c.architecture == Architecture::kQwen3Moe;
+  if (c.has_moe() != moe_architecture)
+    throw invalid(std::string("llama: ") +
+                  (c.has_moe() ? "num_local_experts > 0 needs architecture mixtral or qwen3_moe"
+                               : "architecture mixtral and qwen3_moe need num_local_experts > 0"));
+  if (c.qk_norm() && (c.tp_size > 1 || c.sp_size > 1 || c.device == "cuda"))
+    throw sdk::Error(DSCORE_UNIMPLEMENTED,
+                     "llama: Qwen3's q_norm and k_norm under tensor or sequence parallelism or on "
+                     "CUDA are not supported yet; set tensor_parallel.autotp_size and "
+                     "sequence_parallel_size to 1 and \"device\": \"cpu\"");
   if (!c.has_moe()) return;
+  if (c.decoder_sparse_step < 1) throw invalid("llama: decoder_sparse_step must be >= 1");
+  if (c.moe_intermediate_size < 0) throw invalid("llama: moe_intermediate_size must be >= 0");
   if (c.num_experts_per_tok < 1 || c.num_experts_per_tok > c.num_local_experts)
     throw invalid("llama: num_experts_per_tok " + str(c.num_experts_per_tok) +
                   " must be between 1 and num_local_experts (" + str(c.num_local_experts) + ")");
@@ -156,6 +202,13 @@ LlamaConfig read_config(const sdk::Params& p) {
   s.biases = p.boolean("attention_bias") || p.boolean("mlp_bias");
   c.num_local_experts = p.integer("num_local_experts");
   c.num_experts_per_tok = p.integer("num_experts_per_tok");
+  c.moe_intermediate_size = p.integer("moe_intermediate_size");
+  c.norm_topk_prob = p.boolean("norm_topk_prob");
+  c.decoder_sparse_step = p.integer("decoder_sparse_step");
+  s.architecture = p.string("architecture");
+  if (const dscore_named_value* v = p.find("mlp_only_layers");
+      v != nullptr && v->type != DSCORE_VALUE_NULL)
+    s.mlp_only_layers = v->s != nullptr ? v->s : "";
   s.router_jitter_noise = p.number("router_jitter_noise");
   if (const dscore_named_value* v = p.find("rope_scaling");
       v != nullptr && v->type != DSCORE_VALUE_NULL)
@@ -202,6 +255,10 @@ LlamaConfig finish_config(LlamaSettings s, const sdk::Params& p) {
     throw invalid("llama: hidden_act \"" + s.hidden_act +
                   "\" is not supported; the llama model's MLP is SwiGLU (\"silu\")");
   if (!s.rope_scaling.empty()) c.rope_scaling = read_rope_scaling(s.rope_scaling);
+  c.architecture = architecture_of(s, c);
+  if (c.architecture == Architecture::kMixtral) c.norm_topk_prob = true;  // Mixtral has no switch
+  if (!s.mlp_only_layers.empty())
+    c.mlp_only_layers = int_list(s.mlp_only_layers, "mlp_only_layers");
   if (s.sliding_window >= 0 && s.sliding_window < c.block_size)
     throw invalid("llama: sliding_window " + str(s.sliding_window) +
                   " (Mistral's windowed attention) is shorter than block_size " +

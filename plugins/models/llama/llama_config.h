@@ -2,8 +2,10 @@
 // transformers' LlamaConfig) and the sizes derived from them.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "../transformer_common/moe/gating.h"
 #include "../transformer_common/sequence_parallel.h"
@@ -19,6 +21,8 @@ struct RopeScaling {
   double high_freq_factor = 4.0;
   int64_t original_max_position_embeddings = 8192;
 };
+
+enum class Architecture { kLlama, kMixtral, kQwen3, kQwen3Moe };
 
 struct LlamaConfig {
   int64_t vocab_size = 32000;
@@ -37,15 +41,25 @@ struct LlamaConfig {
   double initializer_range = 0.02;
   // Blocks (the first n) whose activations are recomputed in backward; 0 = none.
   int64_t checkpoint_blocks = 0;
-  // Mixture of Experts as transformers' Mixtral (docs/moe.md): with
-  // num_local_experts > 0 every block's MLP is that many SwiGLU experts of
-  // intermediate_size behind a router (block_sparse_moe.gate) sending each
-  // token to its num_experts_per_tok most probable experts, every route
-  // kept (dropless), weighted by the softmax renormalised over them. With
-  // output_router_logits the loss adds router_aux_loss_coef times
-  // transformers' load_balancing_loss_func over all blocks.
+  // The transformers architecture: its parameter names and config.json.
+  // Qwen3's attention normalises each head's query and key (q_norm,
+  // k_norm: RMSNorm over head_dim) before the rotary embedding.
+  Architecture architecture = Architecture::kLlama;
+  // Mixture of Experts (docs/moe.md): with num_local_experts > 0, block l
+  // (from 0) is an MoE block when (l + 1) % decoder_sparse_step == 0 and l
+  // is not in mlp_only_layers (Mixtral: every block): its MLP is that many
+  // SwiGLU experts of expert_width() behind a router sending each token to
+  // its num_experts_per_tok most probable experts, every route kept
+  // (dropless), weighted by their softmax probabilities (renormalised over
+  // the k with norm_topk_prob: Mixtral always). With output_router_logits
+  // the loss adds router_aux_loss_coef times transformers'
+  // load_balancing_loss_func over all MoE blocks.
   int64_t num_local_experts = 0;
   int64_t num_experts_per_tok = 2;
+  int64_t moe_intermediate_size = 0;  // 0: intermediate_size (Mixtral)
+  bool norm_topk_prob = true;
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
   double router_aux_loss_coef = 0.001;
   bool output_router_logits = false;
   std::string device = "cpu";       // cpu | cuda
@@ -63,14 +77,29 @@ struct LlamaConfig {
   int64_t sp_size = 1;
   int64_t sp_rank = 0;
 
+  bool qk_norm() const {
+    return architecture == Architecture::kQwen3 || architecture == Architecture::kQwen3Moe;
+  }
   bool has_moe() const { return num_local_experts > 0; }
-  bool moe_block(int64_t /*block*/) const { return has_moe(); }  // Mixtral: every block
+  bool moe_block(int64_t block) const {
+    return has_moe() && (block + 1) % decoder_sparse_step == 0 &&
+           std::find(mlp_only_layers.begin(), mlp_only_layers.end(), block) ==
+               mlp_only_layers.end();
+  }
+  bool every_block_moe() const {
+    for (int64_t l = 0; l < num_hidden_layers; ++l)
+      if (!moe_block(l)) return false;
+    return true;
+  }
+  int64_t expert_width() const {
+    return moe_intermediate_size > 0 ? moe_intermediate_size : intermediate_size;
+  }
   transformer::moe::GatingConfig gating() const {
     transformer::moe::GatingConfig g;
     g.router = transformer::moe::Router::kDroplessTopK;
     g.num_experts = num_local_experts;
     g.k = num_experts_per_tok;
-    g.norm_topk_prob = true;
+    g.norm_topk_prob = norm_topk_prob;
     return g;
   }
 

@@ -22,6 +22,10 @@ struct LlamaSettings {
   std::string hidden_act = "silu";
   bool biases = false;       // attention_bias or mlp_bias
   std::string rope_scaling;  // rope_scaling's JSON object; "" = none
+  // "llama", "mixtral", "qwen3", "qwen3_moe" (transformers' model_type);
+  // "auto": mixtral with experts, else llama.
+  std::string architecture = "auto";
+  std::string mlp_only_layers;  // a JSON array of block indices; "" = none
   double router_jitter_noise = 0;
   int64_t sliding_window = -1;  // Mistral/Mixtral's attention window; -1 = none
 };

@@ -17,6 +17,21 @@ sdk::Error refused(const hf::HfConfig& c, const std::string& what) {
   return sdk::Error(DSCORE_INVALID_ARGUMENT, c.path() + ": " + what);
 }
 
+// transformers' class and model_type of each architecture.
+std::pair<const char*, const char*> architecture_names(Architecture a) {
+  switch (a) {
+    case Architecture::kMixtral:
+      return {"MixtralForCausalLM", "mixtral"};
+    case Architecture::kQwen3:
+      return {"Qwen3ForCausalLM", "qwen3"};
+    case Architecture::kQwen3Moe:
+      return {"Qwen3MoeForCausalLM", "qwen3_moe"};
+    case Architecture::kLlama:
+      break;
+  }
+  return {"LlamaForCausalLM", "llama"};
+}
+
 std::string number_text(double v) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%.17g", v);
@@ -30,11 +45,13 @@ std::vector<int64_t> shape_of(const dscore_model_param& p) { return sdk::whole_s
 
 LlamaSettings llama_hf_settings(const hf::HfConfig& c) {
   const std::string type = c.string("model_type", "");
-  if (type != "llama" && type != "mixtral")
+  if (type != "llama" && type != "mixtral" && type != "qwen3" && type != "qwen3_moe")
     throw refused(c, "model_type \"" + type +
-                         "\" is not a Llama; model type \"llama\" reads LlamaForCausalLM and "
-                         "MixtralForCausalLM folders (model_type \"llama\" or \"mixtral\")");
+                         "\" is not a Llama; model type \"llama\" reads LlamaForCausalLM, "
+                         "MixtralForCausalLM, Qwen3ForCausalLM and Qwen3MoeForCausalLM folders "
+                         "(model_type \"llama\", \"mixtral\", \"qwen3\" or \"qwen3_moe\")");
   LlamaSettings s;
+  s.architecture = type;
   LlamaConfig& m = s.config;
   m.vocab_size = c.integer("vocab_size");
   m.hidden_size = c.integer("hidden_size");
@@ -49,16 +66,25 @@ LlamaSettings llama_hf_settings(const hf::HfConfig& c) {
   m.initializer_range = c.number("initializer_range", 0.02);
   s.hidden_act = c.string("hidden_act", "silu");
   s.biases = c.boolean("attention_bias", false) || c.boolean("mlp_bias", false);
-  if (type == "mixtral") {
-    m.num_local_experts = c.integer("num_local_experts");
+  if (type == "mixtral" || type == "qwen3_moe") {
+    // transformers 5 saves Qwen3-MoE's num_experts as num_local_experts.
+    m.num_local_experts =
+        c.has("num_local_experts") ? c.integer("num_local_experts") : c.integer("num_experts");
     m.num_experts_per_tok = c.integer("num_experts_per_tok", 2);
     m.router_aux_loss_coef = c.number("router_aux_loss_coef", 0.001);
     m.output_router_logits = c.boolean("output_router_logits", false);
     s.router_jitter_noise = c.number("router_jitter_noise", 0.0);
-    // Mistral's sliding-window attention: a window as long as the
-    // sequences trained on changes nothing, a shorter one is not computed.
-    if (c.has("sliding_window")) s.sliding_window = c.integer("sliding_window");
   }
+  if (type == "qwen3_moe") {
+    m.moe_intermediate_size = c.integer("moe_intermediate_size");
+    m.norm_topk_prob = c.boolean("norm_topk_prob", false);
+    m.decoder_sparse_step = c.integer("decoder_sparse_step", 1);
+    s.mlp_only_layers = c.json("mlp_only_layers");
+  }
+  // Mistral's and Qwen's sliding-window attention: a window as long as
+  // the sequences trained on changes nothing, a shorter one is not computed.
+  if (c.has("sliding_window") && (type == "mixtral" || c.boolean("use_sliding_window", false)))
+    s.sliding_window = c.integer("sliding_window");
   if (c.number("attention_dropout", 0.0) != 0.0)
     throw refused(c, "attention_dropout " + number_text(c.number("attention_dropout")) +
                          " is not implemented (the llama model has no dropout); set it to 0.0");
@@ -98,9 +124,10 @@ std::string llama_config_json(const LlamaConfig& m, dscore_dtype dtype, const hf
                                                        : "float32";
   auto text = [](int64_t v) { return std::to_string(v); };
   const bool moe = m.has_moe();
+  const auto [architecture, model_type] = architecture_names(m.architecture);
   std::vector<std::pair<std::string, std::string>> values = {
-      {"architectures", moe ? "[\"MixtralForCausalLM\"]" : "[\"LlamaForCausalLM\"]"},
-      {"model_type", moe ? "\"mixtral\"" : "\"llama\""},
+      {"architectures", "[" + hf::json_string(architecture) + "]"},
+      {"model_type", hf::json_string(model_type)},
       {"vocab_size", text(m.vocab_size)},
       {"hidden_size", text(m.hidden_size)},
       {"intermediate_size", text(m.intermediate_size)},
@@ -114,16 +141,26 @@ std::string llama_config_json(const LlamaConfig& m, dscore_dtype dtype, const hf
       {"hidden_act", "\"silu\""},
       {"dtype", hf::json_string(dtype_name)},
   };
+  if (m.architecture == Architecture::kQwen3Moe) {
+    values.emplace_back("num_experts", text(m.num_local_experts));
+    values.emplace_back("moe_intermediate_size", text(m.expert_width()));
+    values.emplace_back("norm_topk_prob", m.norm_topk_prob ? "true" : "false");
+    values.emplace_back("decoder_sparse_step", text(m.decoder_sparse_step));
+    std::string layers;
+    for (int64_t l : m.mlp_only_layers) layers += (layers.empty() ? "" : ", ") + text(l);
+    values.emplace_back("mlp_only_layers", "[" + layers + "]");
+  }
+  if (m.qk_norm()) values.emplace_back("use_sliding_window", "false");
   if (moe) {
-    values.emplace_back("num_local_experts", text(m.num_local_experts));
+    if (m.architecture == Architecture::kMixtral)
+      values.emplace_back("num_local_experts", text(m.num_local_experts));
     values.emplace_back("num_experts_per_tok", text(m.num_experts_per_tok));
     values.emplace_back("router_aux_loss_coef", number_text(m.router_aux_loss_coef));
     values.emplace_back("output_router_logits", m.output_router_logits ? "true" : "false");
     values.emplace_back("router_jitter_noise", "0.0");
-  } else {
-    values.emplace_back("attention_bias", "false");
-    values.emplace_back("mlp_bias", "false");
   }
+  if (m.architecture != Architecture::kMixtral) values.emplace_back("attention_bias", "false");
+  if (m.architecture == Architecture::kLlama) values.emplace_back("mlp_bias", "false");
   // transformers 4.56 renamed torch_dtype to dtype; keep an older file's key true.
   if (base != nullptr && base->has("torch_dtype"))
     values.emplace_back("torch_dtype", hf::json_string(dtype_name));
@@ -142,7 +179,7 @@ std::string llama_config_json(const LlamaConfig& m, dscore_dtype dtype, const hf
                                   text(r.original_max_position_embeddings) + "}");
     values.emplace_back("initializer_range", number_text(m.initializer_range));
     values.emplace_back("attention_dropout", "0.0");
-    if (moe) values.emplace_back("sliding_window", "null");
+    if (m.architecture != Architecture::kLlama) values.emplace_back("sliding_window", "null");
   }
   return hf::write_config_json(base != nullptr ? base->text() : "", values);
 }

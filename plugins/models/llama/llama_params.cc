@@ -27,10 +27,7 @@ LlamaParams::LlamaParams(const LlamaConfig& config, uint64_t seed) : config_(con
   const int64_t I = config.local_intermediate(), Q = config.local_q_dim(),
                 KV = config.local_kv_dim();
   auto add = [&](std::string name, std::vector<int64_t> shape, const sdk::TensorSplit& part,
-                 bool ones = false) {
-    table_.add_param(std::move(name), std::move(shape), part);
-    ones_.push_back(ones);
-  };
+                 bool ones = false) { add_param(std::move(name), std::move(shape), part, ones); };
   table_.add_layer("model.embed_tokens");
   add("model.embed_tokens.weight", {vocab_rows, C}, vocab);
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
@@ -43,19 +40,16 @@ LlamaParams::LlamaParams(const LlamaConfig& config, uint64_t seed) : config_(con
     add(h + "self_attn.o_proj.weight", {C, Q}, columns(config.q_dim()));
     add(h + "post_attention_layernorm.weight", {C}, whole, true);
     if (config.moe_block(l)) {  // no tensor parallelism (llama_config.cc)
-      const std::string m = h + "block_sparse_moe.";
-      add(m + "gate.weight", {config.num_local_experts, C}, whole);
-      for (int64_t e = 0; e < config.num_local_experts; ++e) {
-        const std::string x = m + "experts." + std::to_string(e) + ".";
-        add(x + "w1.weight", {I, C}, whole);
-        add(x + "w2.weight", {C, I}, whole);
-        add(x + "w3.weight", {I, C}, whole);
-      }
-      continue;
+      add_experts(h, config);
+    } else {
+      add(h + "mlp.gate_proj.weight", {I, C}, rows(config.intermediate_size));
+      add(h + "mlp.up_proj.weight", {I, C}, rows(config.intermediate_size));
+      add(h + "mlp.down_proj.weight", {C, I}, columns(config.intermediate_size));
     }
-    add(h + "mlp.gate_proj.weight", {I, C}, rows(config.intermediate_size));
-    add(h + "mlp.up_proj.weight", {I, C}, rows(config.intermediate_size));
-    add(h + "mlp.down_proj.weight", {C, I}, columns(config.intermediate_size));
+    if (config.qk_norm()) {  // Qwen3 (no tensor parallelism)
+      add(h + "self_attn.q_norm.weight", {config.head_dim}, whole, true);
+      add(h + "self_attn.k_norm.weight", {config.head_dim}, whole, true);
+    }
   }
   table_.add_layer("model.norm");
   add("model.norm.weight", {C}, whole, true);
@@ -68,6 +62,22 @@ LlamaParams::LlamaParams(const LlamaConfig& config, uint64_t seed) : config_(con
     description_.tie_count = 1;
     description_.ties = &tie_ptr_;
   }
+}
+
+// An MoE block's router and experts (llama_params.h), in the
+// architecture's names: Mixtral's block_sparse_moe.experts.<e>.w1/w2/w3,
+// Qwen's mlp.experts.<e>.gate_proj/down_proj/up_proj.
+void LlamaParams::add_experts(const std::string& h, const LlamaConfig& config) {
+  const int64_t C = config.hidden_size, I = config.expert_width(), E = config.num_local_experts;
+  const bool mixtral = config.architecture == Architecture::kMixtral;
+  const std::string m = h + (mixtral ? "block_sparse_moe." : "mlp.");
+  const char* const names[3] = {mixtral ? "w1" : "gate_proj", mixtral ? "w2" : "down_proj",
+                                mixtral ? "w3" : "up_proj"};
+  const std::vector<int64_t> shapes[3] = {{I, C}, {C, I}, {I, C}};
+  add_param(m + "gate.weight", {E, C});
+  for (int64_t e = 0; e < E; ++e)
+    for (int w : {kW1, kW2, kW3})
+      add_param(m + "experts." + std::to_string(e) + "." + names[w] + ".weight", shapes[w]);
 }
 
 void LlamaParams::init(size_t index, int64_t offset, int64_t count, float* out) const {

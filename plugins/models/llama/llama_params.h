@@ -8,6 +8,7 @@
 
 #include <dscore/model.h>
 
+#include <string>
 #include <vector>
 
 #include "../transformer_common/model_description.h"
@@ -27,10 +28,11 @@ enum BlockParam : int {
   kUpProj,
   kDownProj,
 };
-// An MoE block (LlamaConfig::moe_block, Mixtral's names): the first six
-// as a dense block's, then the router (E, C) and each expert's three
-// weights, expert by expert: w1 (gate, (I, C)), w2 (down, (C, I)), w3
-// (up, (I, C)), as transformers' files hold them.
+// An MoE block (LlamaConfig::moe_block): the first six as a dense block's,
+// then the router (E, C) and each expert's three weights, expert by
+// expert: gate (I, C), down (C, I), up (I, C) (Mixtral's w1, w2, w3), as
+// transformers' files hold them. A Qwen3 block ends in q_norm and k_norm
+// (head_dim each).
 inline constexpr int kRouter = kGateProj;  // block_sparse_moe.gate.weight
 enum ExpertWeight : int { kW1, kW2, kW3 };
 inline int expert_param(int64_t expert, ExpertWeight w) {
@@ -71,6 +73,13 @@ class LlamaParams {
   int64_t vocab_rows() const { return table_.param(0).shape[0]; }
 
  private:
+  void add_param(std::string name, std::vector<int64_t> shape, const sdk::TensorSplit& part = {},
+                 bool ones = false) {
+    table_.add_param(std::move(name), std::move(shape), part);
+    ones_.push_back(ones);
+  }
+  void add_experts(const std::string& block_prefix, const LlamaConfig& config);
+
   LlamaConfig config_;
   uint64_t seed_;
   int64_t vocab_first_ = 0;

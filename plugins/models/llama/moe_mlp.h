@@ -49,7 +49,7 @@ class LlamaMoe {
     first_ = lo;
     blocks_.clear();
     if (!cfg_.has_moe()) return;
-    const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, R = gating_.k * N;
+    const int64_t C = cfg_.hidden_size, I = cfg_.expert_width(), R = gating_.k * N;
     for (int64_t l = lo; l < hi; ++l) {
       blocks_.emplace_back();
       if (!cfg_.moe_block(l)) continue;
@@ -91,7 +91,7 @@ class LlamaMoe {
   void forward(int64_t l, const P& p, T* out, bool recompute) {
     namespace moe = transformer::moe;
     Block& b = block(l);
-    const int64_t N = N_, C = cfg_.hidden_size, I = cfg_.intermediate_size, E = gating_.num_experts;
+    const int64_t N = N_, C = cfg_.hidden_size, I = cfg_.expert_width(), E = gating_.num_experts;
     T* logits = scratch_.logits.get();
     transformer::cpu::matmul_forward(logits, b.ln.get(), p[kRouter], kBias, N, C, E);
     b.routing = moe::route<T>(gating_, logits, N, /*training=*/true, moe::GatingNoise{});
@@ -134,7 +134,7 @@ class LlamaMoe {
   void backward(int64_t l, const P& p, G& g, const T* dout, T* dln, double aux_grad) {
     namespace moe = transformer::moe;
     Block& b = block(l);
-    const int64_t N = N_, C = cfg_.hidden_size, I = cfg_.intermediate_size, E = gating_.num_experts;
+    const int64_t N = N_, C = cfg_.hidden_size, I = cfg_.expert_width(), E = gating_.num_experts;
     T* drows = scratch_.drows.get();
     T* dweight = scratch_.dweight.get();
     moe::combine_backward(drows, dweight, dout, b.y.get(), b.routing, b.packing, C);

@@ -128,7 +128,7 @@ class LlamaRunner {
       backend_.copy_from_host(residual(lo), input, n);
     };
     if (first == 0) embed_forward(hooks);
-    forward_block_range(hooks, lo, hi, numels_, backend_, block_gemm_weights(cfg_.has_moe()),
+    forward_block_range(hooks, lo, hi, numels_, backend_, gemm_weights(),
                         [&](int64_t l, const auto& p) {
                           if (l == lo && first > 0) take_input();
                           check_operand_form(p, l);
@@ -254,6 +254,8 @@ class LlamaRunner {
     acts_.dk = backend_.template alloc<T>(e.dk);
     acts_.dv = backend_.template alloc<T>(e.dv);
     acts_.heads_grad = backend_.template alloc<T>(e.heads_grad);
+    acts_.dq_pre = backend_.template alloc<T>(e.dq_pre);
+    acts_.dk_pre = backend_.template alloc<T>(e.dk_pre);
     moe_.allocate(rows(), lo_, hi_);
     bf16_operands_ = bf16_operands;
     activations_ready_ = true;
@@ -300,7 +302,8 @@ class LlamaRunner {
     // Under sequence parallelism q, k and v hold the heads layout, and
     // heads_out attention's output in it.
     Buffer<T> ln1, q, k, v, atty, attention_state, x2, ln2, gate, up, swiglu, heads_out;
-    Buffer<S> rstd1, rstd2;
+    Buffer<T> q_pre, k_pre;  // Qwen3: q_norm's and k_norm's inputs
+    Buffer<S> rstd1, rstd2, head_rstd;
   };
   struct Activations {
     Buffer<T> resid;  // (hi_ - lo_ + 1) x N x C: each kept block's input, then the last output
@@ -309,7 +312,8 @@ class LlamaRunner {
     Buffer<T> rope_cos, rope_sin;   // (T, hd / 2)
     std::vector<BlockActs> blocks;  // one per kept block, plus one shared by checkpointed blocks
     Buffer<T> dgate, dup, dln, datty, dq, dk, dv;  // backward scratch
-    Buffer<T> heads_grad;  // sequence parallelism: attention's gradients in the heads layout
+    Buffer<T> heads_grad;      // sequence parallelism: attention's gradients in the heads layout
+    Buffer<T> dq_pre, dk_pre;  // Qwen3: the gradients at q_norm's and k_norm's inputs
   };
 
   int64_t rows() const { return B_ * cfg_.local_tokens(); }
@@ -359,7 +363,7 @@ class LlamaRunner {
   // Blocks [lo, hi) backward from dresid (the gradient at block hi - 1's
   // output), leaving the gradient at block lo's input there.
   void blocks_backward(const dscore_model_hooks& hooks, int64_t lo, int64_t hi) {
-    backward_block_range(hooks, lo, hi, numels_, backend_, block_gemm_weights(cfg_.has_moe()),
+    backward_block_range(hooks, lo, hi, numels_, backend_, gemm_weights(),
                          [&](int64_t l, const auto& p, auto& g) {
                            BlockActs& a = block_acts(l);
                            if (checkpointed(l))
@@ -401,6 +405,9 @@ class LlamaRunner {
     a.heads_out = backend_.template alloc<T>(e.heads_out);
     a.rstd1 = backend_.template alloc<S>(e.stat);
     a.rstd2 = backend_.template alloc<S>(e.stat);
+    a.q_pre = backend_.template alloc<T>(e.q_pre);
+    a.k_pre = backend_.template alloc<T>(e.k_pre);
+    a.head_rstd = backend_.template alloc<S>(e.head_stat);
   }
 
   // Tokens into backend memory (their buffers made anew when B changes).
@@ -424,8 +431,8 @@ class LlamaRunner {
   template <class Head>
   void forward_blocks(const dscore_model_hooks& hooks, const Head& final_head) {
     embed_forward(hooks);
-    forward_block_layers(hooks, cfg_.num_hidden_layers, numels_, backend_,
-                         block_gemm_weights(cfg_.has_moe()), [&](int64_t l, const auto& p) {
+    forward_block_layers(hooks, cfg_.num_hidden_layers, numels_, backend_, gemm_weights(),
+                         [&](int64_t l, const auto& p) {
                            check_operand_form(p, l);
                            block_forward(l, p, residual(l), residual(l + 1), block_acts(l));
                          });
@@ -478,15 +485,16 @@ class LlamaRunner {
     if constexpr (kFusedBlock) {
       backend_.rmsnorm_forward_operand(a.ln1.get(), a.rstd1.get(), x, p[kInputNorm], N, C, eps,
                                        p[kQProj]);
-      backend_.matmul_forward_operand(q_out(a), a.ln1.get(), p[kQProj], nullptr, N, C, Q);
-      backend_.matmul_forward_operand(k_out(a), a.ln1.get(), p[kKProj], nullptr, N, C, KV);
+      backend_.matmul_forward_operand(q_proj_out(a), a.ln1.get(), p[kQProj], nullptr, N, C, Q);
+      backend_.matmul_forward_operand(k_proj_out(a), a.ln1.get(), p[kKProj], nullptr, N, C, KV);
       backend_.matmul_forward_operand(v_out(a), a.ln1.get(), p[kVProj], nullptr, N, C, KV);
     } else {
       backend_.rmsnorm_forward(a.ln1.get(), a.rstd1.get(), x, p[kInputNorm], N, C, eps);
-      backend_.matmul_forward(q_out(a), a.ln1.get(), p[kQProj], nullptr, N, C, Q);
-      backend_.matmul_forward(k_out(a), a.ln1.get(), p[kKProj], nullptr, N, C, KV);
+      backend_.matmul_forward(q_proj_out(a), a.ln1.get(), p[kQProj], nullptr, N, C, Q);
+      backend_.matmul_forward(k_proj_out(a), a.ln1.get(), p[kKProj], nullptr, N, C, KV);
       backend_.matmul_forward(v_out(a), a.ln1.get(), p[kVProj], nullptr, N, C, KV);
     }
+    if (cfg_.qk_norm()) qk_norm_forward(l, p, a);
     // RoPE at this rank's positions (its slice's rows of the tables).
     const T* cos = rope_rows(acts_.rope_cos.get());
     const T* sin = rope_rows(acts_.rope_sin.get());
@@ -530,6 +538,39 @@ class LlamaRunner {
     }
     group_sum(out, N * C);
     backend_.add(out, out, a.x2.get(), N * C);
+  }
+
+  // ---- Qwen3's per-head RMSNorm of q and k (cfg_.qk_norm(); no tensor or
+  // sequence parallelism): q_proj and k_proj write q_pre and k_pre, each
+  // head's head_dim values normalised into q_out and k_out, before RoPE.
+  // q_norm and k_norm are the block's last two parameters.
+  T* q_proj_out(BlockActs& a) { return cfg_.qk_norm() ? a.q_pre.get() : q_out(a); }
+  T* k_proj_out(BlockActs& a) { return cfg_.qk_norm() ? a.k_pre.get() : k_out(a); }
+  size_t q_norm_param(int64_t l) const { return numels_[static_cast<size_t>(l + 1)].size() - 2; }
+  template <class P>
+  void qk_norm_forward(int64_t l, const P& p, BlockActs& a) {
+    const int64_t N = rows(), hd = cfg_.head_dim;
+    const size_t qn = q_norm_param(l);
+    S* rstd = a.head_rstd.get();
+    backend_.rmsnorm_forward(q_out(a), rstd, a.q_pre.get(), p[qn], N * cfg_.local_heads(), hd,
+                             cfg_.rms_norm_eps);
+    backend_.rmsnorm_forward(k_out(a), rstd + N * cfg_.local_heads(), a.k_pre.get(), p[qn + 1],
+                             N * cfg_.local_kv_heads(), hd, cfg_.rms_norm_eps);
+  }
+  // From the gradients at q_norm's and k_norm's outputs (acts_.dq, dk) to
+  // their inputs (acts_.dq_pre, dk_pre).
+  template <class P, class G>
+  void qk_norm_backward(int64_t l, const P& p, G& g, const BlockActs& a) {
+    const int64_t N = rows(), hd = cfg_.head_dim, NH = cfg_.local_heads(),
+                  NKV = cfg_.local_kv_heads();
+    const size_t qn = q_norm_param(l);
+    const S* rstd = a.head_rstd.get();
+    backend_.zero(acts_.dq_pre.get(), N * NH * hd);
+    backend_.zero(acts_.dk_pre.get(), N * NKV * hd);
+    backend_.rmsnorm_backward(acts_.dq_pre.get(), g[qn], acts_.dq.get(), a.q_pre.get(), p[qn], rstd,
+                              N * NH, hd);
+    backend_.rmsnorm_backward(acts_.dk_pre.get(), g[qn + 1], acts_.dk.get(), a.k_pre.get(),
+                              p[qn + 1], rstd + N * NH, N * NKV, hd);
   }
 
   // An MoE block's MLP (moe_mlp.h) after its attention: the
@@ -603,9 +644,15 @@ class LlamaRunner {
     const T* sin = rope_rows(acts_.rope_sin.get());
     backend_.rope_backward(acts_.dq.get(), cos, sin, B_, Tn, cfg_.local_heads(), hd, Q);
     backend_.rope_backward(acts_.dk.get(), cos, sin, B_, Tn, cfg_.local_kv_heads(), hd, KV);
-    input_linear_backward(acts_.dln.get(), g[kQProj], acts_.dq.get(), a.ln1.get(), p[kQProj], C, Q);
-    input_linear_backward(acts_.dln.get(), g[kKProj], acts_.dk.get(), a.ln1.get(), p[kKProj], C, KV,
-                          true);
+    const T* dq = acts_.dq.get();  // at q_proj's output
+    const T* dk = acts_.dk.get();
+    if (cfg_.qk_norm()) {
+      qk_norm_backward(l, p, g, a);
+      dq = acts_.dq_pre.get();
+      dk = acts_.dk_pre.get();
+    }
+    input_linear_backward(acts_.dln.get(), g[kQProj], dq, a.ln1.get(), p[kQProj], C, Q);
+    input_linear_backward(acts_.dln.get(), g[kKProj], dk, a.ln1.get(), p[kKProj], C, KV, true);
     input_linear_backward(acts_.dln.get(), g[kVProj], acts_.dv.get(), a.ln1.get(), p[kVProj], C, KV,
                           true);
     group_sum(acts_.dln.get(), N * C);
@@ -684,6 +731,13 @@ class LlamaRunner {
   // MoE blocks (moe_mlp.h; host backends only), and d(loss)/d(the
   // load-balancing loss) in this pass: the loss scale times its coefficient.
   static constexpr bool kHostMoe = requires { Backend::kHostMemory; };
+  // Which of block l's parameters its linears read as weights (an MoE
+  // block's experts read fp32 copies).
+  auto gemm_weights() const {
+    return [this](int64_t l) -> const std::vector<bool>& {
+      return block_gemm_weights(cfg_.moe_block(l));
+    };
+  }
   double aux_coefficient() const {
     return cfg_.output_router_logits ? cfg_.router_aux_loss_coef : 0.0;
   }

@@ -9,6 +9,7 @@
 #include <dscore/cpp/model.hpp>
 
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -61,42 +62,53 @@ void backward_layer(const dscore_model_hooks& hooks, size_t index,
   layer.release();
 }
 
+// gemm_weights of the block functions below: one vector for every block,
+// or a callable giving block l's (a model whose blocks differ).
+template <class Weights>
+const std::vector<bool>* block_gemm_weights(const Weights& weights, int64_t l) {
+  if constexpr (std::is_invocable_v<const Weights&, int64_t>)
+    return &weights(l);
+  else
+    return (void)l, &weights;
+}
+
 // The blocks' turns: block l is layer l + 1 (after the embeddings), its
 // linears' weights named by gemm_weights. Forward in order, fn(l, params);
 // backward last block first, fn(l, params, grads), each block's gradients
 // ready after its turn.
 // The _range forms take blocks [lo, hi) only (a pipeline stage's).
-template <class Backend, class Fn>
+template <class Backend, class Weights, class Fn>
 void forward_block_range(const dscore_model_hooks& hooks, int64_t lo, int64_t hi,
                          const std::vector<std::vector<int64_t>>& numels, Backend& backend,
-                         const std::vector<bool>& gemm_weights, Fn&& fn) {
+                         const Weights& gemm_weights, Fn&& fn) {
   for (int64_t l = lo; l < hi; ++l) {
     const size_t index = static_cast<size_t>(l + 1);
     forward_layer(
-        hooks, index, numels[index], backend, [&](const auto& p) { fn(l, p); }, &gemm_weights);
+        hooks, index, numels[index], backend, [&](const auto& p) { fn(l, p); },
+        block_gemm_weights(gemm_weights, l));
   }
 }
-template <class Backend, class Fn>
+template <class Backend, class Weights, class Fn>
 void forward_block_layers(const dscore_model_hooks& hooks, int64_t blocks,
                           const std::vector<std::vector<int64_t>>& numels, Backend& backend,
-                          const std::vector<bool>& gemm_weights, Fn&& fn) {
+                          const Weights& gemm_weights, Fn&& fn) {
   forward_block_range(hooks, 0, blocks, numels, backend, gemm_weights, std::forward<Fn>(fn));
 }
-template <class Backend, class Fn>
+template <class Backend, class Weights, class Fn>
 void backward_block_range(const dscore_model_hooks& hooks, int64_t lo, int64_t hi,
                           const std::vector<std::vector<int64_t>>& numels, Backend& backend,
-                          const std::vector<bool>& gemm_weights, Fn&& fn) {
+                          const Weights& gemm_weights, Fn&& fn) {
   for (int64_t l = hi - 1; l >= lo; --l) {
     const size_t index = static_cast<size_t>(l + 1);
     backward_layer(
         hooks, index, numels[index], backend, GradsReady::kYes,
-        [&](const auto& p, auto& g) { fn(l, p, g); }, &gemm_weights);
+        [&](const auto& p, auto& g) { fn(l, p, g); }, block_gemm_weights(gemm_weights, l));
   }
 }
-template <class Backend, class Fn>
+template <class Backend, class Weights, class Fn>
 void backward_block_layers(const dscore_model_hooks& hooks, int64_t blocks,
                            const std::vector<std::vector<int64_t>>& numels, Backend& backend,
-                           const std::vector<bool>& gemm_weights, Fn&& fn) {
+                           const Weights& gemm_weights, Fn&& fn) {
   backward_block_range(hooks, 0, blocks, numels, backend, gemm_weights, std::forward<Fn>(fn));
 }
 

@@ -51,6 +51,14 @@ TEST_F(LlamaModel, EveryParameterGradientMatchesFiniteDifferencesWithLlama3Rope)
   check_every_gradient(c);
 }
 
+// Qwen3's per-head RMSNorm of q and k (q_norm, k_norm) before RoPE.
+TEST_F(LlamaModel, EveryParameterGradientMatchesFiniteDifferencesWithQwen3QkNorm) {
+  LlamaConfig c = tiny_config(false);
+  c.architecture = Architecture::kQwen3;
+  check_every_gradient(c);
+  expect_checkpointing_bit_for_bit(c, {1, 2});
+}
+
 TEST_F(LlamaModel, ParameterNamesAndShapesAreLlamaForCausalLMs) {
   const LlamaConfig c = tiny_config(false);
   LlamaParams params(c, 7);

@@ -4,8 +4,9 @@
 // output_router_logits (the load-balancing loss over both blocks, with a
 // large coefficient so its gradient shows) and at top-1 and top-2; the
 // padding token's routes left out of that loss and the loads; activation
-// checkpointing recomputing the same routes (bit for bit); Mixtral's
-// parameter names; and the declared activation memory.
+// checkpointing recomputing the same routes (bit for bit); Mixtral's and
+// Qwen3-MoE's parameter names; Qwen3-MoE's mixed dense and MoE blocks with
+// q_norm and k_norm; and the declared activation memory.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -24,6 +25,7 @@ using Runner = LlamaRunner<cpu::CpuBackend<double>>;
 
 LlamaConfig moe_config(int64_t k, bool aux) {
   LlamaConfig c = tiny_config(false);
+  c.architecture = Architecture::kMixtral;
   c.num_local_experts = 3;
   c.num_experts_per_tok = k;
   c.output_router_logits = aux;
@@ -50,6 +52,24 @@ TEST_F(LlamaMoe, EveryParameterGradientMatchesFiniteDifferencesTop1WithAuxLoss) 
   LlamaConfig c = moe_config(1, true);
   c.num_local_experts = 2;
   check_every_gradient(c, 200);
+}
+
+// Qwen3-MoE: q_norm and k_norm, experts narrower than the dense MLP, the
+// first block dense (mlp_only_layers), the k probabilities not renormalised.
+LlamaConfig qwen3_moe_config() {
+  LlamaConfig c = moe_config(2, true);
+  c.architecture = Architecture::kQwen3Moe;
+  c.moe_intermediate_size = 6;
+  c.norm_topk_prob = false;
+  c.mlp_only_layers = {0};
+  return c;
+}
+
+TEST_F(LlamaMoe, EveryParameterGradientMatchesFiniteDifferencesQwen3MoeWithADenseBlock) {
+  const LlamaConfig c = qwen3_moe_config();
+  EXPECT_FALSE(c.moe_block(0));
+  EXPECT_TRUE(c.moe_block(1));
+  check_every_gradient(c, 250);
 }
 
 // The loss is the LM loss plus the coefficient times transformers'
@@ -99,20 +119,37 @@ TEST_F(LlamaMoe, ParametersAreMixtralsNamesAndShapes) {
             "model.layers.0.block_sparse_moe.experts.2.w3.weight 12x8");
 }
 
+TEST_F(LlamaMoe, Qwen3MoeParametersAreTransformersNames) {
+  LlamaParams params(qwen3_moe_config(), 7);
+  const dscore_model_description& d = params.description();
+  const auto name = [&](size_t layer, size_t i) {
+    return std::string(d.layers[layer]->params[i]->name);
+  };
+  EXPECT_EQ(name(1, kGateProj), "model.layers.0.mlp.gate_proj.weight");  // the dense block
+  EXPECT_EQ(name(1, 9), "model.layers.0.self_attn.q_norm.weight");
+  EXPECT_EQ(name(2, kRouter), "model.layers.1.mlp.gate.weight");
+  EXPECT_EQ(name(2, expert_param(1, kW1)), "model.layers.1.mlp.experts.1.gate_proj.weight");
+  EXPECT_EQ(name(2, expert_param(1, kW2)), "model.layers.1.mlp.experts.1.down_proj.weight");
+  EXPECT_EQ(name(2, expert_param(2, kW3)), "model.layers.1.mlp.experts.2.up_proj.weight");
+  EXPECT_EQ(name(2, d.layers[2]->param_count - 1), "model.layers.1.self_attn.k_norm.weight");
+  EXPECT_EQ(d.layers[2]->params[expert_param(0, kW1)]->shape[0], 6);  // moe_intermediate_size
+}
+
 using CountedCpuBackend = transformer::testing::CountedBackend<cpu::CpuBackend<double>>;
 
 TEST_F(LlamaMoe, DeclaredActivationBytesAreWhatAPassAllocates) {
-  LlamaConfig c = moe_config(2, true);
-  LlamaParams params(c, 7);
-  for (int64_t checkpoint_blocks : {0, 2}) {
-    c.checkpoint_blocks = checkpoint_blocks;
-    FakeLayers layers(params.description(), DSCORE_DTYPE_F64);
-    init_layers(c, &layers);
-    CountedCpuBackend backend;
-    LlamaRunner<CountedCpuBackend> runner(c, params, backend);
-    runner.forward_backward(tiny_batch(c), layers.hooks(), 1.0);
-    const uint64_t declared = runner_activation_bytes<double, double>(c, params, 2, false);
-    EXPECT_EQ(backend.bytes, declared) << "checkpoint_blocks " << checkpoint_blocks;
+  for (LlamaConfig c : {moe_config(2, true), qwen3_moe_config()}) {
+    LlamaParams params(c, 7);
+    for (int64_t checkpoint_blocks : {0, 2}) {
+      c.checkpoint_blocks = checkpoint_blocks;
+      FakeLayers layers(params.description(), DSCORE_DTYPE_F64);
+      init_layers(c, &layers);
+      CountedCpuBackend backend;
+      LlamaRunner<CountedCpuBackend> runner(c, params, backend);
+      runner.forward_backward(tiny_batch(c), layers.hooks(), 1.0);
+      const uint64_t declared = runner_activation_bytes<double, double>(c, params, 2, false);
+      EXPECT_EQ(backend.bytes, declared) << "checkpoint_blocks " << checkpoint_blocks;
+    }
   }
 }
 
