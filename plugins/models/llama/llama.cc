@@ -60,8 +60,10 @@ constexpr const char kParamsSchema[] = R"json({
       "doc": "Mixture of Experts as Mixtral (docs/moe.md): experts per block, each a SwiGLU MLP of intermediate_size; 0 = a dense Llama"},
   "num_experts_per_tok": {"type": "int", "default": 2, "min": 1,
       "doc": "experts each token is routed to (top-k of the router's softmax, renormalised; every route kept)"},
-  "architecture": {"type": "string", "default": "auto", "enum": ["auto", "llama", "mixtral", "qwen3", "qwen3_moe"],
-      "doc": "the transformers architecture (its parameter names and export-hf's config.json; qwen3 and qwen3_moe add q_norm and k_norm to attention); auto: mixtral with experts, else llama"},
+  "architecture": {"type": "string", "default": "auto", "enum": ["auto", "llama", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"],
+      "doc": "the transformers architecture (its parameter names and export-hf's config.json; qwen2 and qwen2_moe add q, k and v biases, qwen3 and qwen3_moe q_norm and k_norm); auto: mixtral with experts, else llama"},
+  "shared_expert_intermediate_size": {"type": "int", "default": 0, "min": 0,
+      "doc": "Qwen2-MoE: a shared SwiGLU expert of this width beside the routed ones, scaled by a sigmoid gate; 0 = none"},
   "moe_intermediate_size": {"type": "int", "default": 0, "min": 0,
       "doc": "each expert's SwiGLU width (Qwen-MoE); 0 = intermediate_size (Mixtral)"},
   "norm_topk_prob": {"type": "bool", "default": true,
@@ -114,7 +116,8 @@ void refuse_architecture_keys(const sdk::Params& p, const std::string& dir) {
                                                      {"num_local_experts", 0},
                                                      {"num_experts_per_tok", 2},
                                                      {"moe_intermediate_size", 0},
-                                                     {"decoder_sparse_step", 1}};
+                                                     {"decoder_sparse_step", 1},
+                                                     {"shared_expert_intermediate_size", 0}};
   for (const auto& [key, fallback] : defaults)
     if (p.number(key) != fallback)
       throw Error(DSCORE_INVALID_ARGUMENT, std::string("llama: the model section sets \"") + key +

@@ -139,11 +139,13 @@ Architecture architecture_of(const LlamaSettings& s, const LlamaConfig& c) {
   const std::string& a = s.architecture;
   if (a == "llama") return Architecture::kLlama;
   if (a == "mixtral") return Architecture::kMixtral;
+  if (a == "qwen2") return Architecture::kQwen2;
+  if (a == "qwen2_moe") return Architecture::kQwen2Moe;
   if (a == "qwen3") return Architecture::kQwen3;
   if (a == "qwen3_moe") return Architecture::kQwen3Moe;
   if (a != "auto")
     throw invalid("llama: architecture \"" + a +
-                  "\" is not one of auto, llama, mixtral, qwen3, qwen3_moe");
+                  "\" is not one of auto, llama, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe");
   return c.num_local_experts > 0 ? Architecture::kMixtral : Architecture::kLlama;
 }
 
@@ -154,17 +156,22 @@ void check_moe(const LlamaConfig& c, const LlamaSettings& s) {
     throw invalid("llama: router_jitter_noise " + std::to_string(s.router_jitter_noise) +
                   " is not implemented (Mixtral's jitter of the MoE input in training); set it "
                   "to 0.0");
-  const bool moe_architecture =
-      c.architecture == Architecture::kMixtral || c.architecture == Architecture::kQwen3Moe;
-  if (c.has_moe() != moe_architecture)
+  if (c.has_moe() != c.moe_architecture())
     throw invalid(std::string("llama: ") +
-                  (c.has_moe() ? "num_local_experts > 0 needs architecture mixtral or qwen3_moe"
-                               : "architecture mixtral and qwen3_moe need num_local_experts > 0"));
-  if (c.qk_norm() && (c.tp_size > 1 || c.sp_size > 1 || c.device == "cuda"))
+                  (c.has_moe() ? "num_local_experts > 0 needs architecture mixtral, qwen2_moe or "
+                                 "qwen3_moe"
+                               : "architectures mixtral, qwen2_moe and qwen3_moe need "
+                                 "num_local_experts > 0"));
+  if (c.extra_attention_params() > 0 && (c.tp_size > 1 || c.sp_size > 1 || c.device == "cuda"))
     throw sdk::Error(DSCORE_UNIMPLEMENTED,
-                     "llama: Qwen3's q_norm and k_norm under tensor or sequence parallelism or on "
-                     "CUDA are not supported yet; set tensor_parallel.autotp_size and "
-                     "sequence_parallel_size to 1 and \"device\": \"cpu\"");
+                     "llama: Qwen's attention (q_norm and k_norm, q/k/v biases) under tensor or "
+                     "sequence parallelism or on CUDA is not supported yet; set "
+                     "tensor_parallel.autotp_size and sequence_parallel_size to 1 and "
+                     "\"device\": \"cpu\"");
+  if (c.shared_expert_intermediate_size > 0 && c.architecture != Architecture::kQwen2Moe)
+    throw invalid(
+        "llama: shared_expert_intermediate_size is Qwen2-MoE's: set architecture "
+        "qwen2_moe or remove it");
   if (!c.has_moe()) return;
   if (c.decoder_sparse_step < 1) throw invalid("llama: decoder_sparse_step must be >= 1");
   if (c.moe_intermediate_size < 0) throw invalid("llama: moe_intermediate_size must be >= 0");
@@ -203,6 +210,7 @@ LlamaConfig read_config(const sdk::Params& p) {
   c.num_local_experts = p.integer("num_local_experts");
   c.num_experts_per_tok = p.integer("num_experts_per_tok");
   c.moe_intermediate_size = p.integer("moe_intermediate_size");
+  c.shared_expert_intermediate_size = p.integer("shared_expert_intermediate_size");
   c.norm_topk_prob = p.boolean("norm_topk_prob");
   c.decoder_sparse_step = p.integer("decoder_sparse_step");
   s.architecture = p.string("architecture");

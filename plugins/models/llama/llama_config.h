@@ -22,7 +22,7 @@ struct RopeScaling {
   int64_t original_max_position_embeddings = 8192;
 };
 
-enum class Architecture { kLlama, kMixtral, kQwen3, kQwen3Moe };
+enum class Architecture { kLlama, kMixtral, kQwen2, kQwen2Moe, kQwen3, kQwen3Moe };
 
 struct LlamaConfig {
   int64_t vocab_size = 32000;
@@ -42,8 +42,9 @@ struct LlamaConfig {
   // Blocks (the first n) whose activations are recomputed in backward; 0 = none.
   int64_t checkpoint_blocks = 0;
   // The transformers architecture: its parameter names and config.json.
-  // Qwen3's attention normalises each head's query and key (q_norm,
-  // k_norm: RMSNorm over head_dim) before the rotary embedding.
+  // Qwen2's q, k and v projections have biases; Qwen3's attention
+  // normalises each head's query and key (q_norm, k_norm: RMSNorm over
+  // head_dim) before the rotary embedding.
   Architecture architecture = Architecture::kLlama;
   // Mixture of Experts (docs/moe.md): with num_local_experts > 0, block l
   // (from 0) is an MoE block when (l + 1) % decoder_sparse_step == 0 and l
@@ -57,6 +58,9 @@ struct LlamaConfig {
   int64_t num_local_experts = 0;
   int64_t num_experts_per_tok = 2;
   int64_t moe_intermediate_size = 0;  // 0: intermediate_size (Mixtral)
+  // Qwen2-MoE: beside the experts, a SwiGLU MLP of this width every token
+  // goes through, scaled by sigmoid(x shared_expert_gate); 0: none.
+  int64_t shared_expert_intermediate_size = 0;
   bool norm_topk_prob = true;
   int64_t decoder_sparse_step = 1;
   std::vector<int64_t> mlp_only_layers;
@@ -79,6 +83,16 @@ struct LlamaConfig {
 
   bool qk_norm() const {
     return architecture == Architecture::kQwen3 || architecture == Architecture::kQwen3Moe;
+  }
+  bool qkv_bias() const {
+    return architecture == Architecture::kQwen2 || architecture == Architecture::kQwen2Moe;
+  }
+  // A block's parameters after its MLP: q_norm and k_norm, or the q, k
+  // and v biases.
+  int extra_attention_params() const { return qk_norm() ? 2 : qkv_bias() ? 3 : 0; }
+  bool moe_architecture() const {
+    return architecture == Architecture::kMixtral || architecture == Architecture::kQwen2Moe ||
+           architecture == Architecture::kQwen3Moe;
   }
   bool has_moe() const { return num_local_experts > 0; }
   bool moe_block(int64_t block) const {

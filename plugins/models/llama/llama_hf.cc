@@ -22,6 +22,10 @@ std::pair<const char*, const char*> architecture_names(Architecture a) {
   switch (a) {
     case Architecture::kMixtral:
       return {"MixtralForCausalLM", "mixtral"};
+    case Architecture::kQwen2:
+      return {"Qwen2ForCausalLM", "qwen2"};
+    case Architecture::kQwen2Moe:
+      return {"Qwen2MoeForCausalLM", "qwen2_moe"};
     case Architecture::kQwen3:
       return {"Qwen3ForCausalLM", "qwen3"};
     case Architecture::kQwen3Moe:
@@ -45,11 +49,14 @@ std::vector<int64_t> shape_of(const dscore_model_param& p) { return sdk::whole_s
 
 LlamaSettings llama_hf_settings(const hf::HfConfig& c) {
   const std::string type = c.string("model_type", "");
-  if (type != "llama" && type != "mixtral" && type != "qwen3" && type != "qwen3_moe")
+  if (type != "llama" && type != "mixtral" && type != "qwen2" && type != "qwen2_moe" &&
+      type != "qwen3" && type != "qwen3_moe")
     throw refused(c, "model_type \"" + type +
-                         "\" is not a Llama; model type \"llama\" reads LlamaForCausalLM, "
-                         "MixtralForCausalLM, Qwen3ForCausalLM and Qwen3MoeForCausalLM folders "
-                         "(model_type \"llama\", \"mixtral\", \"qwen3\" or \"qwen3_moe\")");
+                         "\" is not a Llama; model type \"llama\" reads the folders of "
+                         "transformers' LlamaForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, "
+                         "Qwen2MoeForCausalLM, Qwen3ForCausalLM and Qwen3MoeForCausalLM "
+                         "(model_type \"llama\", \"mixtral\", \"qwen2\", \"qwen2_moe\", "
+                         "\"qwen3\" or \"qwen3_moe\")");
   LlamaSettings s;
   s.architecture = type;
   LlamaConfig& m = s.config;
@@ -66,7 +73,11 @@ LlamaSettings llama_hf_settings(const hf::HfConfig& c) {
   m.initializer_range = c.number("initializer_range", 0.02);
   s.hidden_act = c.string("hidden_act", "silu");
   s.biases = c.boolean("attention_bias", false) || c.boolean("mlp_bias", false);
-  if (type == "mixtral" || type == "qwen3_moe") {
+  // Qwen2's q, k and v biases are the architecture's, not attention_bias
+  // (which its config does not have); Qwen2-MoE's may be switched off.
+  if (type == "qwen2_moe" && !c.boolean("qkv_bias", true))
+    throw refused(c, "qkv_bias false is not implemented (Qwen2-MoE's q, k and v biases are)");
+  if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe") {
     // transformers 5 saves Qwen3-MoE's num_experts as num_local_experts.
     m.num_local_experts =
         c.has("num_local_experts") ? c.integer("num_local_experts") : c.integer("num_experts");
@@ -75,7 +86,9 @@ LlamaSettings llama_hf_settings(const hf::HfConfig& c) {
     m.output_router_logits = c.boolean("output_router_logits", false);
     s.router_jitter_noise = c.number("router_jitter_noise", 0.0);
   }
-  if (type == "qwen3_moe") {
+  if (type == "qwen2_moe")
+    m.shared_expert_intermediate_size = c.integer("shared_expert_intermediate_size", 0);
+  if (type == "qwen2_moe" || type == "qwen3_moe") {
     m.moe_intermediate_size = c.integer("moe_intermediate_size");
     m.norm_topk_prob = c.boolean("norm_topk_prob", false);
     m.decoder_sparse_step = c.integer("decoder_sparse_step", 1);
@@ -141,7 +154,11 @@ std::string llama_config_json(const LlamaConfig& m, dscore_dtype dtype, const hf
       {"hidden_act", "\"silu\""},
       {"dtype", hf::json_string(dtype_name)},
   };
-  if (m.architecture == Architecture::kQwen3Moe) {
+  if (m.architecture == Architecture::kQwen2Moe) {
+    values.emplace_back("shared_expert_intermediate_size", text(m.shared_expert_intermediate_size));
+    values.emplace_back("qkv_bias", "true");
+  }
+  if (m.architecture == Architecture::kQwen2Moe || m.architecture == Architecture::kQwen3Moe) {
     values.emplace_back("num_experts", text(m.num_local_experts));
     values.emplace_back("moe_intermediate_size", text(m.expert_width()));
     values.emplace_back("norm_topk_prob", m.norm_topk_prob ? "true" : "false");
@@ -150,7 +167,7 @@ std::string llama_config_json(const LlamaConfig& m, dscore_dtype dtype, const hf
     for (int64_t l : m.mlp_only_layers) layers += (layers.empty() ? "" : ", ") + text(l);
     values.emplace_back("mlp_only_layers", "[" + layers + "]");
   }
-  if (m.qk_norm()) values.emplace_back("use_sliding_window", "false");
+  if (m.extra_attention_params() > 0) values.emplace_back("use_sliding_window", "false");
   if (moe) {
     if (m.architecture == Architecture::kMixtral)
       values.emplace_back("num_local_experts", text(m.num_local_experts));
@@ -159,7 +176,8 @@ std::string llama_config_json(const LlamaConfig& m, dscore_dtype dtype, const hf
     values.emplace_back("output_router_logits", m.output_router_logits ? "true" : "false");
     values.emplace_back("router_jitter_noise", "0.0");
   }
-  if (m.architecture != Architecture::kMixtral) values.emplace_back("attention_bias", "false");
+  if (m.qk_norm() || m.architecture == Architecture::kLlama)
+    values.emplace_back("attention_bias", "false");
   if (m.architecture == Architecture::kLlama) values.emplace_back("mlp_bias", "false");
   // transformers 4.56 renamed torch_dtype to dtype; keep an older file's key true.
   if (base != nullptr && base->has("torch_dtype"))

@@ -50,6 +50,11 @@ LlamaParams::LlamaParams(const LlamaConfig& config, uint64_t seed) : config_(con
       add(h + "self_attn.q_norm.weight", {config.head_dim}, whole, true);
       add(h + "self_attn.k_norm.weight", {config.head_dim}, whole, true);
     }
+    if (config.qkv_bias()) {  // Qwen2 (no tensor parallelism)
+      add(h + "self_attn.q_proj.bias", {Q}, whole);
+      add(h + "self_attn.k_proj.bias", {KV}, whole);
+      add(h + "self_attn.v_proj.bias", {KV}, whole);
+    }
   }
   table_.add_layer("model.norm");
   add("model.norm.weight", {C}, whole, true);
@@ -78,6 +83,12 @@ void LlamaParams::add_experts(const std::string& h, const LlamaConfig& config) {
   for (int64_t e = 0; e < E; ++e)
     for (int w : {kW1, kW2, kW3})
       add_param(m + "experts." + std::to_string(e) + "." + names[w] + ".weight", shapes[w]);
+  if (const int64_t S = config.shared_expert_intermediate_size; S > 0) {  // Qwen2-MoE
+    add_param(m + "shared_expert.gate_proj.weight", {S, C});
+    add_param(m + "shared_expert.down_proj.weight", {C, S});
+    add_param(m + "shared_expert.up_proj.weight", {S, C});
+    add_param(m + "shared_expert_gate.weight", {1, C});
+  }
 }
 
 void LlamaParams::init(size_t index, int64_t offset, int64_t count, float* out) const {

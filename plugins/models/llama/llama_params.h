@@ -31,13 +31,20 @@ enum BlockParam : int {
 // An MoE block (LlamaConfig::moe_block): the first six as a dense block's,
 // then the router (E, C) and each expert's three weights, expert by
 // expert: gate (I, C), down (C, I), up (I, C) (Mixtral's w1, w2, w3), as
-// transformers' files hold them. A Qwen3 block ends in q_norm and k_norm
-// (head_dim each).
+// transformers' files hold them, then Qwen2-MoE's shared expert. A Qwen3
+// block ends in q_norm and k_norm (head_dim each), a Qwen2 block in the
+// q, k and v biases.
 inline constexpr int kRouter = kGateProj;  // block_sparse_moe.gate.weight
 enum ExpertWeight : int { kW1, kW2, kW3 };
 inline int expert_param(int64_t expert, ExpertWeight w) {
   return kRouter + 1 + 3 * static_cast<int>(expert) + w;
 }
+// Qwen2-MoE's shared expert, after the E experts: its gate, down and up
+// weights (as an expert's), then shared_expert_gate (1, C).
+inline int shared_expert_param(int64_t experts, int which) {
+  return expert_param(experts, kW1) + which;
+}
+inline constexpr int kSharedGate = 3;
 // Which of a block's parameters only its linears read, as their weights
 // (layer_pass.h's gemm_weights). A model with MoE blocks names only the
 // attention's (the experts' linears read fp32 copies).

@@ -3,7 +3,9 @@
 // post-attention RMSNorm's output, dropless top-k routing
 // (transformer_common/moe/gating.h), the routes packed expert by expert
 // (moe/dispatch.h), each expert's SwiGLU over its rows, and the weighted
-// combine. Backward runs the same in reverse and adds the router's gradient
+// combine; Qwen2-MoE adds a shared expert's SwiGLU of every token, scaled
+// by sigmoid(x shared_expert_gate). Backward runs the same in reverse and
+// adds the router's gradient
 // from the combine weights and, with output_router_logits, from
 // router_aux_loss_coef times the load-balancing loss.
 //
@@ -21,6 +23,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -60,6 +63,20 @@ class LlamaMoe {
       b.up = alloc(R * I);
       b.act = alloc(R * I);
       b.y = alloc(R * C);
+      if (shared_width() > 0) {
+        const int64_t S = shared_width();
+        b.shared_gate = alloc(N * S);
+        b.shared_up = alloc(N * S);
+        b.shared_act = alloc(N * S);
+        b.shared_out = alloc(N * C);
+        b.shared_scale = alloc(N);
+      }
+    }
+    if (shared_width() > 0) {
+      scratch_.dshared = alloc(N * C);
+      scratch_.dshared_gate = alloc(N * shared_width());
+      scratch_.dshared_up = alloc(N * shared_width());
+      scratch_.dscale = alloc(N);
     }
     scratch_.logits = alloc(N * gating_.num_experts);
     scratch_.dweight = alloc(R);
@@ -109,6 +126,7 @@ class LlamaMoe {
       linear(b.y.get() + r0 * C, b.act.get() + r0 * I, p[expert_param(e, kW2)], n, I, C);
     });
     if (out != nullptr) moe::combine(out, b.y.get(), b.routing, b.packing, C);
+    if (shared_width() > 0) shared_forward(b, p, out);
   }
 
   // After every MoE block's forward: the load-balancing loss of the pass
@@ -135,6 +153,8 @@ class LlamaMoe {
     namespace moe = transformer::moe;
     Block& b = block(l);
     const int64_t N = N_, C = cfg_.hidden_size, I = cfg_.expert_width(), E = gating_.num_experts;
+    backend_.zero(dln, N * C);
+    if (shared_width() > 0) shared_backward(b, p, g, dout, dln);
     T* drows = scratch_.drows.get();
     T* dweight = scratch_.dweight.get();
     moe::combine_backward(drows, dweight, dout, b.y.get(), b.routing, b.packing, C);
@@ -156,7 +176,6 @@ class LlamaMoe {
                                         dup + r0 * I, x, p[expert_param(e, kW3)], n, C, I,
                                         /*accumulate_dinp=*/true);
     });
-    backend_.zero(dln, N * C);
     moe::scatter_add_rows(dln, drows, b.packing, C);
     // The router, from the combine weights and the load-balancing loss:
     // d loss / d probability[s, e] = E f_e / rows (route_backward divides
@@ -179,12 +198,66 @@ class LlamaMoe {
  private:
   struct Block {
     Buffer<T> ln, x, gate, up, act, y;  // x: the packed rows; act = silu(gate) * up
+    // Qwen2-MoE's shared expert: its SwiGLU's activations and output, and
+    // each token's sigmoid(x shared_expert_gate).
+    Buffer<T> shared_gate, shared_up, shared_act, shared_out, shared_scale;
     transformer::moe::Routing routing;
     transformer::moe::Packing packing;
   };
   struct Scratch {
     Buffer<T> logits, dweight, drows, dgate, dup;
+    Buffer<T> dshared, dshared_gate, dshared_up, dscale;  // the shared expert's
   };
+
+  int64_t shared_width() const { return cfg_.shared_expert_intermediate_size; }
+  int shared(int which) const { return shared_expert_param(gating_.num_experts, which); }
+  // out += sigmoid(ln wg^T) * SwiGLU(ln) over all N tokens (out null: the
+  // activations only).
+  template <class P>
+  void shared_forward(Block& b, const P& p, T* out) {
+    const int64_t N = N_, C = cfg_.hidden_size, S = shared_width();
+    const T* ln = b.ln.get();
+    linear(b.shared_gate.get(), ln, p[shared(kW1)], N, C, S);
+    linear(b.shared_up.get(), ln, p[shared(kW3)], N, C, S);
+    backend_.swiglu_forward(b.shared_act.get(), b.shared_gate.get(), b.shared_up.get(), N * S);
+    linear(b.shared_out.get(), b.shared_act.get(), p[shared(kW2)], N, S, C);
+    T* scale = b.shared_scale.get();
+    linear(scale, ln, p[shared(kSharedGate)], N, C, 1);
+    for (int64_t s = 0; s < N; ++s) scale[s] = T(1) / (T(1) + std::exp(-scale[s]));
+    if (out == nullptr) return;
+    for (int64_t s = 0; s < N; ++s)
+      for (int64_t c = 0; c < C; ++c) out[s * C + c] += scale[s] * b.shared_out.get()[s * C + c];
+  }
+  // The shared expert's share of backward: its parameters' gradients and
+  // its input gradient added into dln.
+  template <class P, class G>
+  void shared_backward(const Block& b, const P& p, G& g, const T* dout, T* dln) {
+    const int64_t N = N_, C = cfg_.hidden_size, S = shared_width();
+    const T* scale = b.shared_scale.get();
+    const T* y = b.shared_out.get();
+    T* dy = scratch_.dshared.get();
+    T* dz = scratch_.dscale.get();  // d(loss) / d(the gate's logit)
+    for (int64_t s = 0; s < N; ++s) {
+      T dot = 0;
+      for (int64_t c = 0; c < C; ++c) {
+        dy[s * C + c] = dout[s * C + c] * scale[s];
+        dot += dout[s * C + c] * y[s * C + c];
+      }
+      dz[s] = dot * scale[s] * (T(1) - scale[s]);
+    }
+    const T* ln = b.ln.get();
+    transformer::cpu::matmul_backward(dln, g[shared(kSharedGate)], kNoBias, dz, ln,
+                                      p[shared(kSharedGate)], N, C, 1, /*accumulate_dinp=*/true);
+    T* dgate = scratch_.dshared_gate.get();  // d(act), then d(gate) in place
+    T* dup = scratch_.dshared_up.get();
+    transformer::cpu::matmul_backward(dgate, g[shared(kW2)], kNoBias, dy, b.shared_act.get(),
+                                      p[shared(kW2)], N, S, C);
+    backend_.swiglu_backward(dgate, dup, dgate, b.shared_gate.get(), b.shared_up.get(), N * S);
+    transformer::cpu::matmul_backward(dln, g[shared(kW1)], kNoBias, dgate, ln, p[shared(kW1)], N, C,
+                                      S, /*accumulate_dinp=*/true);
+    transformer::cpu::matmul_backward(dln, g[shared(kW3)], kNoBias, dup, ln, p[shared(kW3)], N, C,
+                                      S, /*accumulate_dinp=*/true);
+  }
 
   static constexpr const T* kBias = nullptr;  // the linears have no bias
   static constexpr T* kNoBias = nullptr;

@@ -485,14 +485,16 @@ class LlamaRunner {
     if constexpr (kFusedBlock) {
       backend_.rmsnorm_forward_operand(a.ln1.get(), a.rstd1.get(), x, p[kInputNorm], N, C, eps,
                                        p[kQProj]);
-      backend_.matmul_forward_operand(q_proj_out(a), a.ln1.get(), p[kQProj], nullptr, N, C, Q);
-      backend_.matmul_forward_operand(k_proj_out(a), a.ln1.get(), p[kKProj], nullptr, N, C, KV);
-      backend_.matmul_forward_operand(v_out(a), a.ln1.get(), p[kVProj], nullptr, N, C, KV);
+      backend_.matmul_forward_operand(q_proj_out(a), a.ln1.get(), p[kQProj], bias(l, p, 0), N, C,
+                                      Q);
+      backend_.matmul_forward_operand(k_proj_out(a), a.ln1.get(), p[kKProj], bias(l, p, 1), N, C,
+                                      KV);
+      backend_.matmul_forward_operand(v_out(a), a.ln1.get(), p[kVProj], bias(l, p, 2), N, C, KV);
     } else {
       backend_.rmsnorm_forward(a.ln1.get(), a.rstd1.get(), x, p[kInputNorm], N, C, eps);
-      backend_.matmul_forward(q_proj_out(a), a.ln1.get(), p[kQProj], nullptr, N, C, Q);
-      backend_.matmul_forward(k_proj_out(a), a.ln1.get(), p[kKProj], nullptr, N, C, KV);
-      backend_.matmul_forward(v_out(a), a.ln1.get(), p[kVProj], nullptr, N, C, KV);
+      backend_.matmul_forward(q_proj_out(a), a.ln1.get(), p[kQProj], bias(l, p, 0), N, C, Q);
+      backend_.matmul_forward(k_proj_out(a), a.ln1.get(), p[kKProj], bias(l, p, 1), N, C, KV);
+      backend_.matmul_forward(v_out(a), a.ln1.get(), p[kVProj], bias(l, p, 2), N, C, KV);
     }
     if (cfg_.qk_norm()) qk_norm_forward(l, p, a);
     // RoPE at this rank's positions (its slice's rows of the tables).
@@ -546,7 +548,21 @@ class LlamaRunner {
   // q_norm and k_norm are the block's last two parameters.
   T* q_proj_out(BlockActs& a) { return cfg_.qk_norm() ? a.q_pre.get() : q_out(a); }
   T* k_proj_out(BlockActs& a) { return cfg_.qk_norm() ? a.k_pre.get() : k_out(a); }
-  size_t q_norm_param(int64_t l) const { return numels_[static_cast<size_t>(l + 1)].size() - 2; }
+  size_t q_norm_param(int64_t l) const { return extra_param(l, 0); }
+  // Block l's i-th parameter after its MLP (LlamaConfig::extra_attention_params).
+  size_t extra_param(int64_t l, int i) const {
+    return numels_[static_cast<size_t>(l + 1)].size() -
+           static_cast<size_t>(cfg_.extra_attention_params()) + static_cast<size_t>(i);
+  }
+  // Qwen2's q (0), k (1) and v (2) biases and their gradients; null elsewhere.
+  template <class P>
+  const T* bias(int64_t l, const P& p, int i) const {
+    return cfg_.qkv_bias() ? p[extra_param(l, i)] : nullptr;
+  }
+  template <class G>
+  T* bias_grad(int64_t l, G& g, int i) const {
+    return cfg_.qkv_bias() ? g[extra_param(l, i)] : nullptr;
+  }
   template <class P>
   void qk_norm_forward(int64_t l, const P& p, BlockActs& a) {
     const int64_t N = rows(), hd = cfg_.head_dim;
@@ -591,13 +607,12 @@ class LlamaRunner {
 
   // A linear's backward whose input `inp` its forward read as an operand
   // buffer (kFusedBlock), else as plain activations.
-  void input_linear_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w, int64_t C,
-                             int64_t OC, bool accumulate_dinp = false) {
+  void input_linear_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
+                             int64_t C, int64_t OC, bool accumulate_dinp = false) {
     if constexpr (kFusedBlock) {
-      backend_.matmul_backward_operand(dinp, dw, nullptr, dout, inp, w, rows(), C, OC,
-                                       accumulate_dinp);
+      backend_.matmul_backward_operand(dinp, dw, db, dout, inp, w, rows(), C, OC, accumulate_dinp);
     } else {
-      backend_.matmul_backward(dinp, dw, nullptr, dout, inp, w, rows(), C, OC, accumulate_dinp);
+      backend_.matmul_backward(dinp, dw, db, dout, inp, w, rows(), C, OC, accumulate_dinp);
     }
   }
 
@@ -651,10 +666,12 @@ class LlamaRunner {
       dq = acts_.dq_pre.get();
       dk = acts_.dk_pre.get();
     }
-    input_linear_backward(acts_.dln.get(), g[kQProj], dq, a.ln1.get(), p[kQProj], C, Q);
-    input_linear_backward(acts_.dln.get(), g[kKProj], dk, a.ln1.get(), p[kKProj], C, KV, true);
-    input_linear_backward(acts_.dln.get(), g[kVProj], acts_.dv.get(), a.ln1.get(), p[kVProj], C, KV,
-                          true);
+    input_linear_backward(acts_.dln.get(), g[kQProj], bias_grad(l, g, 0), dq, a.ln1.get(),
+                          p[kQProj], C, Q);
+    input_linear_backward(acts_.dln.get(), g[kKProj], bias_grad(l, g, 1), dk, a.ln1.get(),
+                          p[kKProj], C, KV, true);
+    input_linear_backward(acts_.dln.get(), g[kVProj], bias_grad(l, g, 2), acts_.dv.get(),
+                          a.ln1.get(), p[kVProj], C, KV, true);
     group_sum(acts_.dln.get(), N * C);
     backend_.rmsnorm_backward(d, g[kInputNorm], acts_.dln.get(), x, p[kInputNorm], a.rstd1.get(), N,
                               C);

@@ -1,5 +1,6 @@
 """dscore's "llama" model against transformers' MixtralForCausalLM,
-Qwen3MoeForCausalLM and Qwen3ForCausalLM.
+Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Qwen2ForCausalLM and
+Qwen3ForCausalLM.
 
 transformers (5.x: experts fused in memory as gate_up_proj / down_proj,
 saved per expert: Mixtral's block_sparse_moe.experts.N.w1/w2/w3, Qwen's
@@ -8,8 +9,10 @@ saves them with save_pretrained: a Mixtral (2 layers, hidden 64, 4 heads
 over 2 key/value heads, 4 experts of width 96, top-2, vocab 300), a
 Qwen3-MoE (3 layers, the first dense (mlp_only_layers), 4 experts of width
 48 beside a dense MLP of 96, top-2 without renormalisation, head_dim 32 !=
-hidden / heads, q_norm and k_norm) and a dense Qwen3; RMSNorm weights
-perturbed. For each:
+hidden / heads, q_norm and k_norm), a Qwen2-MoE (2 layers, the first
+dense (decoder_sparse_step 2), experts of width 48 and a shared expert of 80
+behind its sigmoid gate, q/k/v biases), a dense Qwen3 and a dense Qwen2;
+RMSNorm weights perturbed. For each:
   (a) logits: `dscore forward --config` (from_pretrained, block_size 32)
       gives every prefix's last-token logits and loss (padded to the block:
       the padding's routes left out of the aux loss): equal to
@@ -24,7 +27,8 @@ perturbed. For each:
       transformers' fused ones);
   (c) greedy generation from that checkpoint equals argmax decoding in torch;
   (d) MoE: fine-tuning, 4 AdamW steps at `-n 2` (Mixtral: ZeRO stages 2
-      and 3, which must agree; Qwen3-MoE: stage 3) from the folder;
+      and 3, which must agree; Qwen3-MoE: stage 3; Qwen2-MoE: stage 2)
+      from the folder;
       export-hf; AutoModelForCausalLM loads the same class, whose logits
       equal `dscore forward --checkpoint`'s;
   (e) Mixtral: an MoE llama trained from scratch exports a config.json
@@ -47,6 +51,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from transformers import (AutoModelForCausalLM, MixtralConfig, MixtralForCausalLM,  # noqa: E402
+                          Qwen2Config, Qwen2ForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM,
                           Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 DSCORE = os.path.abspath(sys.argv[1])
@@ -70,6 +75,12 @@ FAMILIES = {
                   "mlp.experts.", ("gate_proj", "up_proj", "down_proj"), "mlp.gate.weight", 48),
     "qwen3": (Qwen3Config, Qwen3ForCausalLM, dict(BASE, num_hidden_layers=2, head_dim=32),
               None, None, None, 0),
+    "qwen2_moe": (Qwen2MoeConfig, Qwen2MoeForCausalLM,
+                  dict(BASE, num_hidden_layers=2, num_experts=EXPERTS, num_experts_per_tok=2,
+                       moe_intermediate_size=48, shared_expert_intermediate_size=80,
+                       norm_topk_prob=False, decoder_sparse_step=2),
+                  "mlp.experts.", ("gate_proj", "up_proj", "down_proj"), "mlp.gate.weight", 48),
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM, dict(BASE, num_hidden_layers=2), None, None, None, 0),
 }
 
 torch.manual_seed(0)
@@ -319,6 +330,8 @@ def main():
                            "model.layers.1.block_sparse_moe.experts.2.w2.weight")
         elif family == "qwen3_moe":
             check_training(family, folder, seqs, (3,), "model.layers.2.mlp.experts.1.down_proj.weight")
+        elif family == "qwen2_moe":
+            check_training(family, folder, seqs, (2,), "model.layers.1.mlp.shared_expert_gate.weight")
     check_scratch(seqs)
     expect_error("jitter", lambda c: c.update(router_jitter_noise=0.1), ["router_jitter_noise"])
     expect_error("window", lambda c: c.update(sliding_window=8), ["sliding_window", "block_size"])

@@ -65,6 +65,26 @@ LlamaConfig qwen3_moe_config() {
   return c;
 }
 
+// Qwen2-MoE: q, k and v biases, a shared expert beside the routed ones
+// (scaled by its sigmoid gate), every other block dense (decoder_sparse_step 2).
+LlamaConfig qwen2_moe_config() {
+  LlamaConfig c = moe_config(2, true);
+  c.architecture = Architecture::kQwen2Moe;
+  c.moe_intermediate_size = 6;
+  c.shared_expert_intermediate_size = 10;
+  c.norm_topk_prob = false;
+  c.decoder_sparse_step = 2;
+  return c;
+}
+
+TEST_F(LlamaMoe, EveryParameterGradientMatchesFiniteDifferencesQwen2MoeWithASharedExpert) {
+  const LlamaConfig c = qwen2_moe_config();
+  EXPECT_FALSE(c.moe_block(0));
+  EXPECT_TRUE(c.moe_block(1));
+  check_every_gradient(c, 250);
+  expect_checkpointing_bit_for_bit(c, {2});
+}
+
 TEST_F(LlamaMoe, EveryParameterGradientMatchesFiniteDifferencesQwen3MoeWithADenseBlock) {
   const LlamaConfig c = qwen3_moe_config();
   EXPECT_FALSE(c.moe_block(0));
@@ -133,12 +153,20 @@ TEST_F(LlamaMoe, Qwen3MoeParametersAreTransformersNames) {
   EXPECT_EQ(name(2, expert_param(2, kW3)), "model.layers.1.mlp.experts.2.up_proj.weight");
   EXPECT_EQ(name(2, d.layers[2]->param_count - 1), "model.layers.1.self_attn.k_norm.weight");
   EXPECT_EQ(d.layers[2]->params[expert_param(0, kW1)]->shape[0], 6);  // moe_intermediate_size
+  LlamaParams qwen2(qwen2_moe_config(), 7);
+  const dscore_model_layer& moe = *qwen2.description().layers[2];
+  EXPECT_STREQ(moe.params[shared_expert_param(3, kW1)]->name,
+               "model.layers.1.mlp.shared_expert.gate_proj.weight");
+  EXPECT_STREQ(moe.params[shared_expert_param(3, kSharedGate)]->name,
+               "model.layers.1.mlp.shared_expert_gate.weight");
+  EXPECT_STREQ(moe.params[moe.param_count - 3]->name, "model.layers.1.self_attn.q_proj.bias");
+  EXPECT_STREQ(moe.params[moe.param_count - 1]->name, "model.layers.1.self_attn.v_proj.bias");
 }
 
 using CountedCpuBackend = transformer::testing::CountedBackend<cpu::CpuBackend<double>>;
 
 TEST_F(LlamaMoe, DeclaredActivationBytesAreWhatAPassAllocates) {
-  for (LlamaConfig c : {moe_config(2, true), qwen3_moe_config()}) {
+  for (LlamaConfig c : {moe_config(2, true), qwen3_moe_config(), qwen2_moe_config()}) {
     LlamaParams params(c, 7);
     for (int64_t checkpoint_blocks : {0, 2}) {
       c.checkpoint_blocks = checkpoint_blocks;
