@@ -3,7 +3,9 @@
 // causal self-attention with rotary embeddings and a SwiGLU MLP, final
 // RMSNorm, LM head tied to the embedding or not, no biases,
 // cross-entropy), forward and backward by hand through the hooks of
-// model.h, on the CPU or, in CUDA builds, the GPU.
+// model.h, on the CPU or, in CUDA builds, the GPU. The same model is
+// Mixtral and Qwen2/Qwen3 (with or without MoE blocks: moe_mlp.h) on the
+// CPU (LlamaConfig::architecture).
 // Input "tokens": (B, block_size + 1) int32; forward()'s output is the
 // logits (B, vocab_size) fp32 at each sample's last non-padding position.
 #include <dscore/model.h>
@@ -372,8 +374,8 @@ constexpr uint64_t kCaps = DSCORE_CAP_CPU | DSCORE_CAP_F32 | DSCORE_CAP_F16 | DS
 const dscore_plugin_descriptor kLlama = sdk::model_descriptor<Llama>(
     "llama", "0.1.0",
     "Llama-family decoder (RMSNorm, rotary embeddings incl. Llama 3 scaling, SwiGLU, "
-    "grouped-query attention; transformers' LlamaForCausalLM names); CPU (BLAS + TBB) and CUDA "
-    "kernels",
+    "grouped-query attention; transformers' LlamaForCausalLM names; Mixtral, Qwen2(-MoE) and "
+    "Qwen3(-MoE) on the CPU); CPU (BLAS + TBB) and CUDA kernels",
     kCaps, kParamsSchema);
 
 }  // namespace

@@ -1,4 +1,6 @@
-// The llama model's Hugging Face face: transformers' LlamaForCausalLM.
+// The llama model's Hugging Face face: transformers' LlamaForCausalLM and
+// its relatives MixtralForCausalLM, Qwen2(Moe)ForCausalLM and
+// Qwen3(Moe)ForCausalLM (LlamaConfig::architecture).
 // Hyperparameters from a folder's config.json (each setting the llama
 // kernels do not compute is refused, naming it and the file), parameters
 // read straight from its safetensors (any slice, for the rank that owns
@@ -17,8 +19,9 @@
 
 namespace dscore::llama {
 
-// What a Llama config.json (model_type "llama") gives: the legacy
-// rope_theta / rope_scaling keys and transformers 5's rope_parameters both.
+// What a config.json of one of those (model_type "llama", "mixtral",
+// "qwen2", "qwen2_moe", "qwen3", "qwen3_moe") gives: the legacy rope_theta /
+// rope_scaling keys and transformers 5's rope_parameters both.
 LlamaSettings llama_hf_settings(const hf::HfConfig& config);
 
 // Reads parameters from a Llama folder. Construction checks that every
