@@ -104,12 +104,11 @@ class GptMoe {
     Block& b = block(l);
     const int64_t N = N_, C = cfg_.n_embd, H = 4 * C, E = cfg_.moe.num_experts;
     const moe::GatingConfig& g = cfg_.moe;
-    const uint64_t stream = sdk::hash_key(static_cast<uint64_t>(l), 0x67617465 /*"gate"*/, 0);
+    const uint64_t stream = gate_stream(l);
     // The gate: logits = (ln, jittered in training under "Jitter") wg^T, fp32 routing.
     const T* gate_in = b.ln.get();
-    if (training_ && g.noisy_gate_policy == moe::NoisyGate::kJitter) {
-      const std::vector<float> u = moe::draw_noise(moe::Draw::kUniform, seed_, stream + 1, keys_, N,
-                                                   C, 1.0 - 1e-2, 1.0 + 1e-2);
+    if (jittered()) {
+      const std::vector<float> u = jitter(l);
       for (int64_t i = 0; i < N * C; ++i) b.gate_in.get()[i] = b.ln.get()[i] * static_cast<T>(u[i]);
       gate_in = b.gate_in.get();
     }
@@ -238,15 +237,13 @@ class GptMoe {
     // The gate, from the combine weights and the aux loss.
     T* dlogits = scratch_.logits.get();
     moe::route_backward<T>(cfg_.moe, b.routing, dweight, aux_grad, dlogits);
-    if (b.gate_in.get() != nullptr && training_ &&
-        cfg_.moe.noisy_gate_policy == moe::NoisyGate::kJitter) {
-      // d(ln * u) = d * u: through dtokens, then scaled into dln.
+    if (jittered()) {
+      // d(ln * u) = d * u: through dtokens, then scaled into dln (u drawn
+      // again: a pure function of the tokens, not kept).
       T* dgate = scratch_.dtokens.get();
       backend_.matmul_backward(dgate, g[kGateWeight], nullptr, dlogits, b.gate_in.get(),
                                p[kGateWeight], N, C, E);
-      const uint64_t stream = sdk::hash_key(static_cast<uint64_t>(l), 0x67617465, 0);
-      const std::vector<float> u = moe::draw_noise(moe::Draw::kUniform, seed_, stream + 1, keys_, N,
-                                                   C, 1.0 - 1e-2, 1.0 + 1e-2);
+      const std::vector<float> u = jitter(l);
       for (int64_t i = 0; i < N * C; ++i) dln[i] += dgate[i] * static_cast<T>(u[i]);
     } else {
       backend_.matmul_backward(dln, g[kGateWeight], nullptr, dlogits, b.ln.get(), p[kGateWeight], N,
@@ -266,6 +263,19 @@ class GptMoe {
   };
 
   Buffer<T> alloc(int64_t n) { return backend_.template alloc<T>(n); }
+  // Block l's random streams (moe/noise.h): + 1 Jitter, + 2 Gumbel, + 3 uniform.
+  static uint64_t gate_stream(int64_t l) {
+    return sdk::hash_key(static_cast<uint64_t>(l), 0x67617465 /*"gate"*/, 0);
+  }
+  bool jittered() const {
+    return training_ && cfg_.moe.noisy_gate_policy == transformer::moe::NoisyGate::kJitter;
+  }
+  // Jitter's multipliers of block l's gate input, U(0.99, 1.01) per element.
+  std::vector<float> jitter(int64_t l) const {
+    namespace moe = transformer::moe;
+    return moe::draw_noise(moe::Draw::kUniform, seed_, gate_stream(l) + 1, keys_, N_,
+                           cfg_.n_embd, 1.0 - 1e-2, 1.0 + 1e-2);
+  }
   Block& block(int64_t l) { return blocks_.at(static_cast<size_t>(l - first_)); }
   void count(const transformer::moe::Routing& r) {
     stats_.aux_loss += r.aux_loss;

@@ -45,6 +45,7 @@
 #include "llama_config.h"
 #include "llama_params.h"
 #include "moe_mlp.h"
+#include "qwen_attention.h"
 #include "rope.h"
 
 namespace dscore::llama {
@@ -78,6 +79,7 @@ class LlamaRunner {
         vocab_first_(params.vocab_first()),
         vocab_rows_(params.vocab_rows()),
         inv_freq_(rope_inv_freq(config)),
+        qwen_(cfg_, params, backend),
         moe_(cfg_, backend) {
     for (size_t l = 0; l < static_cast<size_t>(config.layer_count()); ++l)
       numels_.push_back(params.layer_numels(l));
@@ -485,18 +487,21 @@ class LlamaRunner {
     if constexpr (kFusedBlock) {
       backend_.rmsnorm_forward_operand(a.ln1.get(), a.rstd1.get(), x, p[kInputNorm], N, C, eps,
                                        p[kQProj]);
-      backend_.matmul_forward_operand(q_proj_out(a), a.ln1.get(), p[kQProj], bias(l, p, 0), N, C,
-                                      Q);
-      backend_.matmul_forward_operand(k_proj_out(a), a.ln1.get(), p[kKProj], bias(l, p, 1), N, C,
+      backend_.matmul_forward_operand(q_proj_out(a), a.ln1.get(), p[kQProj], qwen_.bias(l, p, 0), N,
+                                      C, Q);
+      backend_.matmul_forward_operand(k_proj_out(a), a.ln1.get(), p[kKProj], qwen_.bias(l, p, 1), N,
+                                      C, KV);
+      backend_.matmul_forward_operand(v_out(a), a.ln1.get(), p[kVProj], qwen_.bias(l, p, 2), N, C,
                                       KV);
-      backend_.matmul_forward_operand(v_out(a), a.ln1.get(), p[kVProj], bias(l, p, 2), N, C, KV);
     } else {
       backend_.rmsnorm_forward(a.ln1.get(), a.rstd1.get(), x, p[kInputNorm], N, C, eps);
-      backend_.matmul_forward(q_proj_out(a), a.ln1.get(), p[kQProj], bias(l, p, 0), N, C, Q);
-      backend_.matmul_forward(k_proj_out(a), a.ln1.get(), p[kKProj], bias(l, p, 1), N, C, KV);
-      backend_.matmul_forward(v_out(a), a.ln1.get(), p[kVProj], bias(l, p, 2), N, C, KV);
+      backend_.matmul_forward(q_proj_out(a), a.ln1.get(), p[kQProj], qwen_.bias(l, p, 0), N, C, Q);
+      backend_.matmul_forward(k_proj_out(a), a.ln1.get(), p[kKProj], qwen_.bias(l, p, 1), N, C, KV);
+      backend_.matmul_forward(v_out(a), a.ln1.get(), p[kVProj], qwen_.bias(l, p, 2), N, C, KV);
     }
-    if (cfg_.qk_norm()) qk_norm_forward(l, p, a);
+    if (cfg_.qk_norm())
+      qwen_.norm_forward(l, p, N, a.q_pre.get(), a.k_pre.get(), q_out(a), k_out(a),
+                         a.head_rstd.get());
     // RoPE at this rank's positions (its slice's rows of the tables).
     const T* cos = rope_rows(acts_.rope_cos.get());
     const T* sin = rope_rows(acts_.rope_sin.get());
@@ -542,52 +547,10 @@ class LlamaRunner {
     backend_.add(out, out, a.x2.get(), N * C);
   }
 
-  // ---- Qwen3's per-head RMSNorm of q and k (cfg_.qk_norm(); no tensor or
-  // sequence parallelism): q_proj and k_proj write q_pre and k_pre, each
-  // head's head_dim values normalised into q_out and k_out, before RoPE.
-  // q_norm and k_norm are the block's last two parameters.
+  // Qwen3's q_norm and k_norm: q_proj and k_proj write q_pre and k_pre,
+  // normalised into q_out and k_out before RoPE (qwen_attention.h).
   T* q_proj_out(BlockActs& a) { return cfg_.qk_norm() ? a.q_pre.get() : q_out(a); }
   T* k_proj_out(BlockActs& a) { return cfg_.qk_norm() ? a.k_pre.get() : k_out(a); }
-  size_t q_norm_param(int64_t l) const { return extra_param(l, 0); }
-  // Block l's i-th parameter after its MLP (LlamaConfig::extra_attention_params).
-  size_t extra_param(int64_t l, int i) const {
-    return numels_[static_cast<size_t>(l + 1)].size() -
-           static_cast<size_t>(cfg_.extra_attention_params()) + static_cast<size_t>(i);
-  }
-  // Qwen2's q (0), k (1) and v (2) biases and their gradients; null elsewhere.
-  template <class P>
-  const T* bias(int64_t l, const P& p, int i) const {
-    return cfg_.qkv_bias() ? p[extra_param(l, i)] : nullptr;
-  }
-  template <class G>
-  T* bias_grad(int64_t l, G& g, int i) const {
-    return cfg_.qkv_bias() ? g[extra_param(l, i)] : nullptr;
-  }
-  template <class P>
-  void qk_norm_forward(int64_t l, const P& p, BlockActs& a) {
-    const int64_t N = rows(), hd = cfg_.head_dim;
-    const size_t qn = q_norm_param(l);
-    S* rstd = a.head_rstd.get();
-    backend_.rmsnorm_forward(q_out(a), rstd, a.q_pre.get(), p[qn], N * cfg_.local_heads(), hd,
-                             cfg_.rms_norm_eps);
-    backend_.rmsnorm_forward(k_out(a), rstd + N * cfg_.local_heads(), a.k_pre.get(), p[qn + 1],
-                             N * cfg_.local_kv_heads(), hd, cfg_.rms_norm_eps);
-  }
-  // From the gradients at q_norm's and k_norm's outputs (acts_.dq, dk) to
-  // their inputs (acts_.dq_pre, dk_pre).
-  template <class P, class G>
-  void qk_norm_backward(int64_t l, const P& p, G& g, const BlockActs& a) {
-    const int64_t N = rows(), hd = cfg_.head_dim, NH = cfg_.local_heads(),
-                  NKV = cfg_.local_kv_heads();
-    const size_t qn = q_norm_param(l);
-    const S* rstd = a.head_rstd.get();
-    backend_.zero(acts_.dq_pre.get(), N * NH * hd);
-    backend_.zero(acts_.dk_pre.get(), N * NKV * hd);
-    backend_.rmsnorm_backward(acts_.dq_pre.get(), g[qn], acts_.dq.get(), a.q_pre.get(), p[qn], rstd,
-                              N * NH, hd);
-    backend_.rmsnorm_backward(acts_.dk_pre.get(), g[qn + 1], acts_.dk.get(), a.k_pre.get(),
-                              p[qn + 1], rstd + N * NH, N * NKV, hd);
-  }
 
   // An MoE block's MLP (moe_mlp.h) after its attention: the
   // post-attention RMSNorm into the MLP's input, the experts, the residual.
@@ -662,15 +625,16 @@ class LlamaRunner {
     const T* dq = acts_.dq.get();  // at q_proj's output
     const T* dk = acts_.dk.get();
     if (cfg_.qk_norm()) {
-      qk_norm_backward(l, p, g, a);
+      qwen_.norm_backward(l, p, g, N, acts_.dq.get(), acts_.dk.get(), a.q_pre.get(), a.k_pre.get(),
+                          a.head_rstd.get(), acts_.dq_pre.get(), acts_.dk_pre.get());
       dq = acts_.dq_pre.get();
       dk = acts_.dk_pre.get();
     }
-    input_linear_backward(acts_.dln.get(), g[kQProj], bias_grad(l, g, 0), dq, a.ln1.get(),
+    input_linear_backward(acts_.dln.get(), g[kQProj], qwen_.bias_grad(l, g, 0), dq, a.ln1.get(),
                           p[kQProj], C, Q);
-    input_linear_backward(acts_.dln.get(), g[kKProj], bias_grad(l, g, 1), dk, a.ln1.get(),
+    input_linear_backward(acts_.dln.get(), g[kKProj], qwen_.bias_grad(l, g, 1), dk, a.ln1.get(),
                           p[kKProj], C, KV, true);
-    input_linear_backward(acts_.dln.get(), g[kVProj], bias_grad(l, g, 2), acts_.dv.get(),
+    input_linear_backward(acts_.dln.get(), g[kVProj], qwen_.bias_grad(l, g, 2), acts_.dv.get(),
                           a.ln1.get(), p[kVProj], C, KV, true);
     group_sum(acts_.dln.get(), N * C);
     backend_.rmsnorm_backward(d, g[kInputNorm], acts_.dln.get(), x, p[kInputNorm], a.rstd1.get(), N,
@@ -770,6 +734,7 @@ class LlamaRunner {
   bool activations_ready_ = false;
   bool bf16_operands_ = false;  // the form acts_' operand buffers were sized for
   Buffer<int32_t> inputs_, targets_;
+  QwenAttention<Backend> qwen_;
   LlamaMoe<Backend> moe_;
   double aux_grad_ = 0;
 };
