@@ -273,8 +273,8 @@ class GptMoe {
   // Jitter's multipliers of block l's gate input, U(0.99, 1.01) per element.
   std::vector<float> jitter(int64_t l) const {
     namespace moe = transformer::moe;
-    return moe::draw_noise(moe::Draw::kUniform, seed_, gate_stream(l) + 1, keys_, N_,
-                           cfg_.n_embd, 1.0 - 1e-2, 1.0 + 1e-2);
+    return moe::draw_noise(moe::Draw::kUniform, seed_, gate_stream(l) + 1, keys_, N_, cfg_.n_embd,
+                           1.0 - 1e-2, 1.0 + 1e-2);
   }
   Block& block(int64_t l) { return blocks_.at(static_cast<size_t>(l - first_)); }
   void count(const transformer::moe::Routing& r) {

@@ -46,8 +46,8 @@ class QwenAttention {
                     S* rstd) {
     const int64_t NH = cfg_.local_heads(), hd = cfg_.head_dim;
     backend_.rmsnorm_forward(q, rstd, q_pre, p[extra(l, 0)], N * NH, hd, cfg_.rms_norm_eps);
-    backend_.rmsnorm_forward(k, rstd + N * NH, k_pre, p[extra(l, 1)], N * cfg_.local_kv_heads(),
-                             hd, cfg_.rms_norm_eps);
+    backend_.rmsnorm_forward(k, rstd + N * NH, k_pre, p[extra(l, 1)], N * cfg_.local_kv_heads(), hd,
+                             cfg_.rms_norm_eps);
   }
   // From the gradients at q and k to those at q_pre and k_pre
   // (overwritten), adding q_norm's and k_norm's.

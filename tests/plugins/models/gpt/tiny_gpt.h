@@ -63,23 +63,16 @@ inline void init_layers(const GptConfig& c, transformer::testing::FakeLayers* la
 // the loss and gradients of none, bit for bit (double precision).
 inline void expect_checkpointing_bit_for_bit(GptConfig c,
                                              const std::vector<int64_t>& checkpoint_blocks) {
-  using transformer::testing::FakeLayers;
   GptParams params(c, 7);
-  auto run = [&](int64_t blocks, FakeLayers* layers) {
-    c.checkpoint_blocks = blocks;
-    init_layers(c, layers);
-    cpu::CpuBackend<double> backend;
-    GptRunner<cpu::CpuBackend<double>> runner(c, params, backend);
-    return runner.forward_backward(tiny_batch(c), layers->hooks(), 1.0);
-  };
-  FakeLayers plain(params.description(), DSCORE_DTYPE_F64);
-  const double loss = run(0, &plain);
-  for (int64_t k : checkpoint_blocks) {
-    FakeLayers recomputed(params.description(), DSCORE_DTYPE_F64);
-    EXPECT_EQ(run(k, &recomputed), loss);
-    transformer::testing::expect_same_grads(recomputed, plain,
-                                            "checkpoint_blocks " + std::to_string(k));
-  }
+  transformer::testing::expect_checkpointing_bit_for_bit(
+      params.description(), checkpoint_blocks,
+      [&](int64_t blocks, transformer::testing::FakeLayers* layers) {
+        c.checkpoint_blocks = blocks;
+        init_layers(c, layers);
+        cpu::CpuBackend<double> backend;
+        GptRunner<cpu::CpuBackend<double>> runner(c, params, backend);
+        return runner.forward_backward(tiny_batch(c), layers->hooks(), 1.0);
+      });
 }
 
 }  // namespace dscore::gpt

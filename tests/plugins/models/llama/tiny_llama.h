@@ -100,23 +100,16 @@ inline void check_every_gradient(const LlamaConfig& c, int min_checked = 150) {
 // The same gradients, bit for bit, with each number of checkpointed blocks.
 inline void expect_checkpointing_bit_for_bit(LlamaConfig c,
                                              const std::vector<int64_t>& checkpoint_blocks) {
-  using transformer::testing::FakeLayers;
   LlamaParams params(c, 7);
-  auto run = [&](int64_t blocks, FakeLayers* layers) {
-    c.checkpoint_blocks = blocks;
-    init_layers(c, layers);
-    cpu::CpuBackend<double> backend;
-    LlamaRunner<cpu::CpuBackend<double>> runner(c, params, backend);
-    return runner.forward_backward(tiny_batch(c), layers->hooks(), 1.0);
-  };
-  FakeLayers plain(params.description(), DSCORE_DTYPE_F64);
-  const double loss = run(0, &plain);
-  for (int64_t k : checkpoint_blocks) {
-    FakeLayers recomputed(params.description(), DSCORE_DTYPE_F64);
-    EXPECT_EQ(run(k, &recomputed), loss);
-    transformer::testing::expect_same_grads(recomputed, plain,
-                                            "checkpoint_blocks " + std::to_string(k));
-  }
+  transformer::testing::expect_checkpointing_bit_for_bit(
+      params.description(), checkpoint_blocks,
+      [&](int64_t blocks, transformer::testing::FakeLayers* layers) {
+        c.checkpoint_blocks = blocks;
+        init_layers(c, layers);
+        cpu::CpuBackend<double> backend;
+        LlamaRunner<cpu::CpuBackend<double>> runner(c, params, backend);
+        return runner.forward_backward(tiny_batch(c), layers->hooks(), 1.0);
+      });
 }
 
 }  // namespace dscore::llama

@@ -83,6 +83,21 @@ inline int expect_finite_differences(FakeLayers& layers, const dscore_model_desc
 }
 
 // Every gradient the layers hold, by layer and parameter (a copy).
+// A model's pass with each of `checkpoint_blocks` recomputed gives the
+// loss and gradients of none, bit for bit. run(blocks, layers): the loss of
+// one forward_backward into fresh layers with that many blocks checkpointed.
+template <class Run>
+void expect_checkpointing_bit_for_bit(const dscore_model_description& d,
+                                      const std::vector<int64_t>& checkpoint_blocks, Run&& run) {
+  FakeLayers plain(d, DSCORE_DTYPE_F64);
+  const double loss = run(int64_t{0}, &plain);
+  for (int64_t k : checkpoint_blocks) {
+    FakeLayers recomputed(d, DSCORE_DTYPE_F64);
+    EXPECT_EQ(run(k, &recomputed), loss);
+    expect_same_grads(recomputed, plain, "checkpoint_blocks " + std::to_string(k));
+  }
+}
+
 inline std::vector<std::vector<std::vector<double>>> grads_of(FakeLayers& layers) {
   std::vector<std::vector<std::vector<double>>> out(layers.layer_count());
   for (size_t l = 0; l < layers.layer_count(); ++l)
