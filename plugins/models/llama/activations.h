@@ -1,12 +1,13 @@
 // The size of every activation buffer LlamaRunner (runner.h) allocates for
-// a micro-batch of B samples, in elements, computed in one place: the
-// runner allocates from it, and the declared activation memory adds it up
-// (through the counting backend). The attention state is the backend's
+// a micro-batch of B samples, in elements, computed in one place, and the
+// buffers themselves: the runner allocates from it, and the declared
+// activation memory adds it up (through the counting backend). The attention state is the backend's
 // choice (attention_state_elements), so it is passed in.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "llama_config.h"
 
@@ -121,5 +122,76 @@ inline ActivationElements activation_elements(const LlamaConfig& cfg, int64_t B,
   e.tokens = N;
   return e;
 }
+
+// The buffers of those sizes, from a backend (runner.h's Buffer<X>,
+// alloc<X>(n)): what LlamaRunner keeps its activations in.
+template <class Backend>
+struct ActivationBuffers {
+  using T = typename Backend::Scalar;
+  using S = typename Backend::Stat;
+  template <typename X>
+  using Buffer = typename Backend::template Buffer<X>;
+
+  struct Block {
+    // Under sequence parallelism q, k and v hold the heads layout, and
+    // heads_out attention's output in it.
+    Buffer<T> ln1, q, k, v, atty, attention_state, x2, ln2, gate, up, swiglu, heads_out;
+    Buffer<T> q_pre, k_pre;  // Qwen3: q_norm's and k_norm's inputs
+    Buffer<S> rstd1, rstd2, head_rstd;
+  };
+  Buffer<T> resid;  // (blocks + 1) x N x C: each kept block's input, then the last output
+  Buffer<T> lnf, dlnf, dresid;
+  Buffer<S> lnf_rstd;
+  Buffer<T> rope_cos, rope_sin;  // (T, hd / 2)
+  std::vector<Block> blocks;     // one per kept block, plus one shared by checkpointed blocks
+  Buffer<T> dgate, dup, dln, datty, dq, dk, dv;  // backward scratch
+  Buffer<T> heads_grad;      // sequence parallelism: attention's gradients in the heads layout
+  Buffer<T> dq_pre, dk_pre;  // Qwen3: the gradients at q_norm's and k_norm's inputs
+
+  static ActivationBuffers allocate(Backend& backend, const ActivationElements& e) {
+    const auto scalars = [&](int64_t n) { return backend.template alloc<T>(n); };
+    const auto stats = [&](int64_t n) { return backend.template alloc<S>(n); };
+    ActivationBuffers a;
+    a.resid = scalars(e.resid);
+    a.lnf = scalars(e.lnf);
+    a.dlnf = scalars(e.dlnf);
+    a.dresid = scalars(e.dresid);
+    a.lnf_rstd = stats(e.lnf_stat);
+    a.rope_cos = scalars(e.rope);
+    a.rope_sin = scalars(e.rope);
+    a.blocks.resize(static_cast<size_t>(e.kept_blocks));
+    for (Block& b : a.blocks) {
+      const ActivationElements::Block& n = e.block;
+      b.ln1 = scalars(n.ln1);
+      b.q = scalars(n.q);
+      b.k = scalars(n.k);
+      b.v = scalars(n.v);
+      b.atty = scalars(n.atty);
+      b.attention_state = scalars(n.attention_state);
+      b.x2 = scalars(n.x2);
+      b.ln2 = scalars(n.ln2);
+      b.gate = scalars(n.gate);
+      b.up = scalars(n.up);
+      b.swiglu = scalars(n.swiglu);
+      b.heads_out = scalars(n.heads_out);
+      b.rstd1 = stats(n.stat);
+      b.rstd2 = stats(n.stat);
+      b.q_pre = scalars(n.q_pre);
+      b.k_pre = scalars(n.k_pre);
+      b.head_rstd = stats(n.head_stat);
+    }
+    a.dgate = scalars(e.dgate);
+    a.dup = scalars(e.dup);
+    a.dln = scalars(e.dln);
+    a.datty = scalars(e.datty);
+    a.dq = scalars(e.dq);
+    a.dk = scalars(e.dk);
+    a.dv = scalars(e.dv);
+    a.heads_grad = scalars(e.heads_grad);
+    a.dq_pre = scalars(e.dq_pre);
+    a.dk_pre = scalars(e.dk_pre);
+    return a;
+  }
+};
 
 }  // namespace dscore::llama

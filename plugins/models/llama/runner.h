@@ -238,26 +238,7 @@ class LlamaRunner {
                             backend_.attention_state_elements(
                                 B_, cfg_.block_size, cfg_.local_heads() / cfg_.sequence().size),
                             bf16_operands, lo_, hi_);
-    acts_ = Activations{};
-    acts_.resid = backend_.template alloc<T>(e.resid);
-    acts_.lnf = backend_.template alloc<T>(e.lnf);
-    acts_.dlnf = backend_.template alloc<T>(e.dlnf);
-    acts_.dresid = backend_.template alloc<T>(e.dresid);
-    acts_.lnf_rstd = backend_.template alloc<S>(e.lnf_stat);
-    acts_.rope_cos = backend_.template alloc<T>(e.rope);
-    acts_.rope_sin = backend_.template alloc<T>(e.rope);
-    acts_.blocks.resize(static_cast<size_t>(e.kept_blocks));
-    for (BlockActs& a : acts_.blocks) alloc_block(a, e.block);
-    acts_.dgate = backend_.template alloc<T>(e.dgate);
-    acts_.dup = backend_.template alloc<T>(e.dup);
-    acts_.dln = backend_.template alloc<T>(e.dln);
-    acts_.datty = backend_.template alloc<T>(e.datty);
-    acts_.dq = backend_.template alloc<T>(e.dq);
-    acts_.dk = backend_.template alloc<T>(e.dk);
-    acts_.dv = backend_.template alloc<T>(e.dv);
-    acts_.heads_grad = backend_.template alloc<T>(e.heads_grad);
-    acts_.dq_pre = backend_.template alloc<T>(e.dq_pre);
-    acts_.dk_pre = backend_.template alloc<T>(e.dk_pre);
+    acts_ = Activations::allocate(backend_, e);
     moe_.allocate(rows(), lo_, hi_);
     bf16_operands_ = bf16_operands;
     activations_ready_ = true;
@@ -300,23 +281,8 @@ class LlamaRunner {
     }
   }
 
-  struct BlockActs {
-    // Under sequence parallelism q, k and v hold the heads layout, and
-    // heads_out attention's output in it.
-    Buffer<T> ln1, q, k, v, atty, attention_state, x2, ln2, gate, up, swiglu, heads_out;
-    Buffer<T> q_pre, k_pre;  // Qwen3: q_norm's and k_norm's inputs
-    Buffer<S> rstd1, rstd2, head_rstd;
-  };
-  struct Activations {
-    Buffer<T> resid;  // (hi_ - lo_ + 1) x N x C: each kept block's input, then the last output
-    Buffer<T> lnf, dlnf, dresid;
-    Buffer<S> lnf_rstd;
-    Buffer<T> rope_cos, rope_sin;   // (T, hd / 2)
-    std::vector<BlockActs> blocks;  // one per kept block, plus one shared by checkpointed blocks
-    Buffer<T> dgate, dup, dln, datty, dq, dk, dv;  // backward scratch
-    Buffer<T> heads_grad;      // sequence parallelism: attention's gradients in the heads layout
-    Buffer<T> dq_pre, dk_pre;  // Qwen3: the gradients at q_norm's and k_norm's inputs
-  };
+  using BlockActs = typename ActivationBuffers<Backend>::Block;
+  using Activations = ActivationBuffers<Backend>;
 
   int64_t rows() const { return B_ * cfg_.local_tokens(); }
   bool checkpointed(int64_t l) const { return l < cfg_.checkpoint_blocks; }
@@ -390,26 +356,6 @@ class LlamaRunner {
         transformer::cpu_only("llama");
       }
     });
-  }
-
-  void alloc_block(BlockActs& a, const ActivationElements::Block& e) {
-    a.ln1 = backend_.template alloc<T>(e.ln1);
-    a.q = backend_.template alloc<T>(e.q);
-    a.k = backend_.template alloc<T>(e.k);
-    a.v = backend_.template alloc<T>(e.v);
-    a.atty = backend_.template alloc<T>(e.atty);
-    a.attention_state = backend_.template alloc<T>(e.attention_state);
-    a.x2 = backend_.template alloc<T>(e.x2);
-    a.ln2 = backend_.template alloc<T>(e.ln2);
-    a.gate = backend_.template alloc<T>(e.gate);
-    a.up = backend_.template alloc<T>(e.up);
-    a.swiglu = backend_.template alloc<T>(e.swiglu);
-    a.heads_out = backend_.template alloc<T>(e.heads_out);
-    a.rstd1 = backend_.template alloc<S>(e.stat);
-    a.rstd2 = backend_.template alloc<S>(e.stat);
-    a.q_pre = backend_.template alloc<T>(e.q_pre);
-    a.k_pre = backend_.template alloc<T>(e.k_pre);
-    a.head_rstd = backend_.template alloc<S>(e.head_stat);
   }
 
   // Tokens into backend memory (their buffers made anew when B changes).
