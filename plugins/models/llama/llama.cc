@@ -237,29 +237,38 @@ class Llama : public sdk::Instance {
 
   // Forward FLOPs (multiply-adds count 2) as the runner computes them: the
   // LM head (2 N C V) in layer 0 when tied, else in the final layer beside
-  // the norm; a block its seven projections 2 N (2 C Q + 2 C KV + 3 C I)
-  // (an MoE block: the router's 2 N C E and k experts' 2 N 3 k C I) and
-  // attention (4 N T Q: QK^T and PV over all T positions).
+  // the norm; a block its projections 2 N (2 C Q + 2 C KV) and MLP
+  // (mlp_products) and attention (4 N T Q: QK^T and PV over all T positions).
   double layer_flops(size_t layer, int64_t batch) const {
     const double N = static_cast<double>(batch * config_.local_tokens()),
                  C = static_cast<double>(config_.hidden_size),
                  T = static_cast<double>(config_.block_size),
                  V = static_cast<double>(config_.vocab_size),
-                 I = static_cast<double>(config_.intermediate_size),
                  Q = static_cast<double>(config_.q_dim()),
                  KV = static_cast<double>(config_.kv_dim());
     const double head = 2.0 * N * C * V;
     if (layer == 0) return config_.tie_word_embeddings ? head : 0.0;
-    // An MoE block: the router (2 N C E) and k experts' SwiGLU per token.
-    const double mlp = config_.has_moe()
-                           ? C * static_cast<double>(config_.num_local_experts) +
-                                 3.0 * C * I * static_cast<double>(config_.num_experts_per_tok)
-                           : 3.0 * C * I;
     if (static_cast<int64_t>(layer) <= config_.num_hidden_layers)
-      return 2.0 * N * (2.0 * C * Q + 2.0 * C * KV + mlp) + 4.0 * N * T * Q;
+      return 2.0 * N *
+                 (2.0 * C * Q + 2.0 * C * KV + mlp_products(static_cast<int64_t>(layer) - 1)) +
+             4.0 * N * T * Q;
     if (static_cast<int64_t>(layer) == config_.final_layer())
       return 4.0 * N * C + (config_.tie_word_embeddings ? 0.0 : head);
     throw Error(DSCORE_INVALID_ARGUMENT, "no layer " + std::to_string(layer));
+  }
+
+  // A block's MLP's multiply-adds per token: the dense SwiGLU (3 C I), or
+  // an MoE block's router (C E), its k experts' SwiGLU (3 C I_e each) and
+  // Qwen2-MoE's shared expert and gate (3 C S + C).
+  double mlp_products(int64_t block) const {
+    const LlamaConfig& c = config_;
+    const auto C = static_cast<double>(c.hidden_size);
+    if (!c.moe_block(block)) return 3.0 * C * static_cast<double>(c.intermediate_size);
+    const auto S = static_cast<double>(c.shared_expert_intermediate_size);
+    return C * static_cast<double>(c.num_local_experts) +
+           3.0 * C * static_cast<double>(c.expert_width()) *
+               static_cast<double>(c.num_experts_per_tok) +
+           (S > 0 ? 3.0 * C * S + C : 0.0);
   }
 
   // The memory of one micro-batch's pass where the model computes

@@ -149,8 +149,8 @@ Architecture architecture_of(const LlamaSettings& s, const LlamaConfig& c) {
   return c.num_local_experts > 0 ? Architecture::kMixtral : Architecture::kLlama;
 }
 
-// The Mixtral settings (LlamaConfig::num_local_experts) and what MoE
-// blocks do not run under yet (docs/moe.md).
+// The MoE and Qwen settings (LlamaConfig::architecture,
+// num_local_experts) and what they do not run under yet (docs/moe.md).
 void check_moe(const LlamaConfig& c, const LlamaSettings& s) {
   if (s.router_jitter_noise != 0.0)
     throw invalid("llama: router_jitter_noise " + std::to_string(s.router_jitter_noise) +
@@ -269,8 +269,7 @@ LlamaConfig finish_config(LlamaSettings s, const sdk::Params& p) {
     c.mlp_only_layers = int_list(s.mlp_only_layers, "mlp_only_layers");
   if (s.sliding_window >= 0 && s.sliding_window < c.block_size)
     throw invalid("llama: sliding_window " + str(s.sliding_window) +
-                  " (Mistral's windowed attention) is shorter than block_size " +
-                  str(c.block_size) +
+                  " (windowed attention) is shorter than block_size " + str(c.block_size) +
                   " and not implemented; train with block_size at most the window");
   // output_router_logits and router_aux_loss_coef are training choices:
   // the model section's win over a folder's config.json (where

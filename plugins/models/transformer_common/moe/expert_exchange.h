@@ -55,8 +55,8 @@ class ExpertExchange {
     // What this rank sends each peer, per expert of that peer.
     std::vector<int64_t> mine(static_cast<size_t>(experts));
     for (int64_t e = 0; e < experts; ++e)
-      mine[static_cast<size_t>(e)] = packing.offset[static_cast<size_t>(e + 1)] -
-                                     packing.offset[static_cast<size_t>(e)];
+      mine[static_cast<size_t>(e)] =
+          packing.offset[static_cast<size_t>(e + 1)] - packing.offset[static_cast<size_t>(e)];
     from_source_.assign(static_cast<size_t>(experts), 0);  // [source][local expert]
     all_to_all_counts(mine.data(), from_source_.data(), El);
     sent_.resize(static_cast<size_t>(ranks));

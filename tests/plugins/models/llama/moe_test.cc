@@ -14,6 +14,7 @@
 
 #include "tests/plugins/models/llama/tiny_llama.h"
 #include "transformer_common/cpu/gemm.h"
+#include "transformer_common/cpu/gemm_bf16.h"
 
 DSCORE_PLUGIN_HOST_STORAGE;  // no host attached: the backend allocates with the C allocator
 
@@ -161,6 +162,33 @@ TEST_F(LlamaMoe, Qwen3MoeParametersAreTransformersNames) {
                "model.layers.1.mlp.shared_expert_gate.weight");
   EXPECT_STREQ(moe.params[moe.param_count - 3]->name, "model.layers.1.self_attn.q_proj.bias");
   EXPECT_STREQ(moe.params[moe.param_count - 1]->name, "model.layers.1.self_attn.v_proj.bias");
+}
+
+// bf16 views on the bf16 GEMM: the attention's (and a dense block's MLP's)
+// linears read bf16 operands, the experts fp32 copies. The pass allocates
+// what it declares for that form (the buffers are sized per form: a block
+// of the wrong form would overrun them, which ASan sees) and its loss is
+// fp32 views' within 1%. Gradients are not compared: bf16 rounding of the
+// router's input may flip a near-tie route of the tiny model, which moves
+// whole experts' gradients (the dense model's test bounds them).
+TEST_F(LlamaMoe, Bf16ViewsAllocateWhatTheyDeclareAndComputeLikeFp32) {
+  if (!transformer::cpu::bf16_gemm_available())
+    GTEST_SKIP() << "no bf16 GEMM here: " << transformer::cpu::bf16_gemm_unavailable_reason();
+  for (const LlamaConfig& c : {moe_config(2, true), qwen2_moe_config()}) {
+    LlamaParams params(c, 7);
+    FakeLayers f32(params.description(), DSCORE_DTYPE_F32),
+        b16(params.description(), DSCORE_DTYPE_BF16);
+    transformer::testing::fill_same_bf16_values(params, &f32, &b16);
+    using Counted = transformer::testing::CountedBackend<cpu::CpuBackend<float>>;
+    Counted backend;
+    LlamaRunner<Counted> runner(c, params, backend);
+    const double loss16 = runner.forward_backward(tiny_batch(c), b16.hooks(), 1.0);
+    EXPECT_EQ(backend.bytes, (runner_activation_bytes<float, float>(c, params, 2, true)));
+    cpu::CpuBackend<float> plain;
+    LlamaRunner<cpu::CpuBackend<float>> reference(c, params, plain);
+    const double loss32 = reference.forward_backward(tiny_batch(c), f32.hooks(), 1.0);
+    EXPECT_NEAR(loss16, loss32, 1e-2 * loss32);
+  }
 }
 
 using CountedCpuBackend = transformer::testing::CountedBackend<cpu::CpuBackend<double>>;

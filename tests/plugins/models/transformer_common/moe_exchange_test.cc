@@ -84,13 +84,15 @@ RankTokens tokens_of(int rank) {
   std::vector<int64_t> next(kExperts, 0);
   for (int32_t e : r.expert) r.slot.push_back(static_cast<int32_t>(next[e]++));
   t.packing = pack(r);
-  for (int64_t i = 0; i < S * kWidth; ++i) t.x.push_back(100.0 * rank + 0.5 * static_cast<double>(i));
+  for (int64_t i = 0; i < S * kWidth; ++i)
+    t.x.push_back(100.0 * rank + 0.5 * static_cast<double>(i));
   return t;
 }
 
 // Expert e's function of a row (what its MLP would be).
 void expert_fn(int64_t e, const double* in, double* out) {
-  for (int64_t c = 0; c < kWidth; ++c) out[c] = in[c] * static_cast<double>(e + 1) + static_cast<double>(e);
+  for (int64_t c = 0; c < kWidth; ++c)
+    out[c] = in[c] * static_cast<double>(e + 1) + static_cast<double>(e);
 }
 
 // What the rank computes holding every expert: each packed row through its expert.
@@ -134,7 +136,8 @@ void check_ranks(int ranks) {
   std::vector<int64_t> routed(kExperts, 0);
   for (int rank = 0; rank < ranks; ++rank) {
     const RankTokens t = tokens_of(rank);
-    for (int64_t e = 0; e < kExperts; ++e) routed[e] += t.packing.offset[e + 1] - t.packing.offset[e];
+    for (int64_t e = 0; e < kExperts; ++e)
+      routed[e] += t.packing.offset[e + 1] - t.packing.offset[e];
   }
   std::vector<int64_t> held;
   for (const auto& r : per_expert) held.insert(held.end(), r.begin(), r.end());
