@@ -46,8 +46,8 @@ inline int shared_expert_param(int64_t experts, int which) {
 }
 inline constexpr int kSharedGate = 3;
 // Which of a block's parameters only its linears read, as their weights
-// (layer_pass.h's gemm_weights). A model with MoE blocks names only the
-// attention's (the experts' linears read fp32 copies).
+// (layer_pass.h's gemm_weights). An MoE block names only the attention's
+// (its experts' linears read fp32 copies).
 inline const std::vector<bool>& block_gemm_weights(bool moe = false) {
   static const auto make = [](bool with_mlp) {
     std::vector<bool> w(kDownProj + 1, false);
