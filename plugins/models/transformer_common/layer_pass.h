@@ -65,7 +65,7 @@ void backward_layer(const dscore_model_hooks& hooks, size_t index,
 // gemm_weights of the block functions below: one vector for every block,
 // or a callable giving block l's (a model whose blocks differ).
 template <class Weights>
-const std::vector<bool>* block_gemm_weights(const Weights& weights, int64_t l) {
+const std::vector<bool>* weights_of_block(const Weights& weights, int64_t l) {
   if constexpr (std::is_invocable_v<const Weights&, int64_t>)
     return &weights(l);
   else
@@ -85,7 +85,7 @@ void forward_block_range(const dscore_model_hooks& hooks, int64_t lo, int64_t hi
     const size_t index = static_cast<size_t>(l + 1);
     forward_layer(
         hooks, index, numels[index], backend, [&](const auto& p) { fn(l, p); },
-        block_gemm_weights(gemm_weights, l));
+        weights_of_block(gemm_weights, l));
   }
 }
 template <class Backend, class Weights, class Fn>
@@ -102,7 +102,7 @@ void backward_block_range(const dscore_model_hooks& hooks, int64_t lo, int64_t h
     const size_t index = static_cast<size_t>(l + 1);
     backward_layer(
         hooks, index, numels[index], backend, GradsReady::kYes,
-        [&](const auto& p, auto& g) { fn(l, p, g); }, block_gemm_weights(gemm_weights, l));
+        [&](const auto& p, auto& g) { fn(l, p, g); }, weights_of_block(gemm_weights, l));
   }
 }
 template <class Backend, class Weights, class Fn>

@@ -180,38 +180,31 @@ TEST_F(LlamaModel, Bf16ViewsUseHalfSizeOperandBuffersAndComputeLikeFp32) {
     GTEST_SKIP() << "no bf16 GEMM here: " << transformer::cpu::bf16_gemm_unavailable_reason();
   const LlamaConfig c = tiny_config(/*tied=*/false);
   LlamaParams params(c, 7);
-  FakeLayers f32(params.description(), DSCORE_DTYPE_F32),
-      b16(params.description(), DSCORE_DTYPE_BF16);
-  transformer::testing::fill_same_bf16_values(params, &f32, &b16);
-  using Counted = transformer::testing::CountedBackend<cpu::CpuBackend<float>>;
-  Counted backend;
-  LlamaRunner<Counted> runner(c, params, backend);
-  const double loss16 = runner.forward_backward(tiny_batch(c), b16.hooks(), 1.0);
-  const uint64_t bf16_form = runner_activation_bytes<float, float>(c, params, 2, true);
-  EXPECT_EQ(backend.bytes, bf16_form);
-  const int64_t N = 2 * c.block_size;
-  // Half of ln1, ln2 and swiglu in each of the 2 blocks, and of dgate and dup.
-  const uint64_t halved =
-      (2 * (N * c.hidden_size * 2 + N * c.intermediate_size) + 2 * N * c.intermediate_size) / 2 * 4;
-  const uint64_t fp32_form = runner_activation_bytes<float, float>(c, params, 2, false);
-  EXPECT_EQ(fp32_form - bf16_form, halved);
-
-  cpu::CpuBackend<float> plain;
-  LlamaRunner<cpu::CpuBackend<float>> reference(c, params, plain);
-  const double loss32 = reference.forward_backward(tiny_batch(c), f32.hooks(), 1.0);
-  EXPECT_NE(loss16, loss32);
-  EXPECT_NEAR(loss16, loss32, 1e-2 * loss32);
-  for (size_t l = 0; l < f32.layer_count(); ++l)
-    for (size_t i = 0; i < f32.param_count(l); ++i) {
-      double norm = 0, error = 0;
-      for (int64_t e = 0; e < f32.numel(l, i); ++e) {
-        const double want = f32.grad<float>(l, i)[e];
-        const double got = sdk::bf16_to_float(b16.grad<uint16_t>(l, i)[e]);
-        norm += want * want;
-        error += (got - want) * (got - want);
-      }
-      EXPECT_LE(std::sqrt(error), std::sqrt(norm) / 8 + 1e-12) << l << "." << i;
-    }
+  bf16_and_fp32_passes(
+      c, [&](FakeLayers& f32, FakeLayers& b16, double loss32, double loss16, uint64_t bytes) {
+        const uint64_t bf16_form = runner_activation_bytes<float, float>(c, params, 2, true);
+        EXPECT_EQ(bytes, bf16_form);
+        const int64_t N = 2 * c.block_size;
+        // Half of ln1, ln2 and swiglu in each of the 2 blocks, and of dgate and dup.
+        const uint64_t halved =
+            (2 * (N * c.hidden_size * 2 + N * c.intermediate_size) + 2 * N * c.intermediate_size) /
+            2 * 4;
+        const uint64_t fp32_form = runner_activation_bytes<float, float>(c, params, 2, false);
+        EXPECT_EQ(fp32_form - bf16_form, halved);
+        EXPECT_NE(loss16, loss32);
+        EXPECT_NEAR(loss16, loss32, 1e-2 * loss32);
+        for (size_t l = 0; l < f32.layer_count(); ++l)
+          for (size_t i = 0; i < f32.param_count(l); ++i) {
+            double norm = 0, error = 0;
+            for (int64_t e = 0; e < f32.numel(l, i); ++e) {
+              const double want = f32.grad<float>(l, i)[e];
+              const double got = sdk::bf16_to_float(b16.grad<uint16_t>(l, i)[e]);
+              norm += want * want;
+              error += (got - want) * (got - want);
+            }
+            EXPECT_LE(std::sqrt(error), std::sqrt(norm) / 8 + 1e-12) << l << "." << i;
+          }
+      });
 }
 
 }  // namespace

@@ -176,18 +176,11 @@ TEST_F(LlamaMoe, Bf16ViewsAllocateWhatTheyDeclareAndComputeLikeFp32) {
     GTEST_SKIP() << "no bf16 GEMM here: " << transformer::cpu::bf16_gemm_unavailable_reason();
   for (const LlamaConfig& c : {moe_config(2, true), qwen2_moe_config()}) {
     LlamaParams params(c, 7);
-    FakeLayers f32(params.description(), DSCORE_DTYPE_F32),
-        b16(params.description(), DSCORE_DTYPE_BF16);
-    transformer::testing::fill_same_bf16_values(params, &f32, &b16);
-    using Counted = transformer::testing::CountedBackend<cpu::CpuBackend<float>>;
-    Counted backend;
-    LlamaRunner<Counted> runner(c, params, backend);
-    const double loss16 = runner.forward_backward(tiny_batch(c), b16.hooks(), 1.0);
-    EXPECT_EQ(backend.bytes, (runner_activation_bytes<float, float>(c, params, 2, true)));
-    cpu::CpuBackend<float> plain;
-    LlamaRunner<cpu::CpuBackend<float>> reference(c, params, plain);
-    const double loss32 = reference.forward_backward(tiny_batch(c), f32.hooks(), 1.0);
-    EXPECT_NEAR(loss16, loss32, 1e-2 * loss32);
+    bf16_and_fp32_passes(
+        c, [&](FakeLayers&, FakeLayers&, double loss32, double loss16, uint64_t bytes) {
+          EXPECT_EQ(bytes, (runner_activation_bytes<float, float>(c, params, 2, true)));
+          EXPECT_NEAR(loss16, loss32, 1e-2 * loss32);
+        });
   }
 }
 

@@ -97,6 +97,26 @@ inline void check_every_gradient(const LlamaConfig& c, int min_checked = 150) {
             min_checked);
 }
 
+// One pass of tiny_batch with bf16 views on the bf16 GEMM (through a
+// counting backend) and one with fp32 views on the same values; check(f32,
+// b16, loss32, loss16, allocated bf16 bytes) reads the results.
+template <class Check>
+void bf16_and_fp32_passes(const LlamaConfig& c, Check&& check) {
+  using transformer::testing::FakeLayers;
+  LlamaParams params(c, 7);
+  FakeLayers f32(params.description(), DSCORE_DTYPE_F32),
+      b16(params.description(), DSCORE_DTYPE_BF16);
+  transformer::testing::fill_same_bf16_values(params, &f32, &b16);
+  using Counted = transformer::testing::CountedBackend<cpu::CpuBackend<float>>;
+  Counted backend;
+  LlamaRunner<Counted> runner(c, params, backend);
+  const double loss16 = runner.forward_backward(tiny_batch(c), b16.hooks(), 1.0);
+  cpu::CpuBackend<float> plain;
+  LlamaRunner<cpu::CpuBackend<float>> reference(c, params, plain);
+  const double loss32 = reference.forward_backward(tiny_batch(c), f32.hooks(), 1.0);
+  check(f32, b16, loss32, loss16, backend.bytes);
+}
+
 // The same gradients, bit for bit, with each number of checkpointed blocks.
 inline void expect_checkpointing_bit_for_bit(LlamaConfig c,
                                              const std::vector<int64_t>& checkpoint_blocks) {
