@@ -34,6 +34,10 @@ std::string pipe_model_states_name(int pipe_stage, int mp_rank, int mp_size) {
   return "pipe_stage_" + two_digits(pipe_stage) + mp + "_model_states.safetensors";
 }
 
+std::string expert_model_states_name(int expert_rank) {
+  return "expp_rank_" + std::to_string(expert_rank) + "_mp_rank_00_model_states.safetensors";
+}
+
 std::string optim_states_name(bool bf16, int rank, int mp_rank) {
   return std::string(bf16 ? "bf16_" : "") + "zero_pp_rank_" + std::to_string(rank) + "_mp_rank_" +
          two_digits(mp_rank) + "_optim_states.safetensors";

@@ -53,6 +53,10 @@ std::string model_states_name(int zero_stage, int rank, int mp_rank = 0);
 // tensor parallelism (mp_size > 1) one per part,
 // pipe_stage_<s>_mp_rank_<m>_model_states.safetensors.
 std::string pipe_model_states_name(int pipe_stage, int mp_rank = 0, int mp_size = 1);
+// Below stage 3 under expert parallelism, expert rank e > 0's experts (its
+// first data-parallel replica writes them; rank 0's file has expert rank
+// 0's): expp_rank_<e>_mp_rank_00_model_states.safetensors.
+std::string expert_model_states_name(int expert_rank);
 std::string optim_states_name(bool bf16, int rank, int mp_rank = 0);
 std::string default_tag(int64_t global_steps);  // "global_step<N>"
 // A tag must be usable as one folder name.

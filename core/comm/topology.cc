@@ -57,12 +57,21 @@ Result<ParallelGrid> ParallelGrid::pipe_data_model(int stages, int model, int wo
 
 Result<ParallelGrid> ParallelGrid::pipe_data_sequence_model(int stages, int sequence, int model,
                                                             int world_size) {
-  if (stages < 1 || sequence < 1 || model < 1 || world_size % (stages * sequence * model) != 0)
+  return pipe_data_expert_sequence_model(stages, 1, sequence, model, world_size);
+}
+
+Result<ParallelGrid> ParallelGrid::pipe_data_expert_sequence_model(int stages, int expert,
+                                                                   int sequence, int model,
+                                                                   int world_size) {
+  const int64_t fixed = int64_t{stages} * expert * sequence * model;
+  if (stages < 1 || expert < 1 || sequence < 1 || model < 1 || world_size % fixed != 0)
     return invalid_argument(std::to_string(stages) + " pipeline stages of " +
+                            std::to_string(expert) + " expert-parallel x " +
                             std::to_string(sequence) + " sequence-parallel x " +
                             std::to_string(model) + " tensor-parallel ranks do not divide " +
                             std::to_string(world_size) + " ranks");
-  return create({stages, world_size / (stages * sequence * model), 1, sequence, model}, world_size);
+  return create({stages, world_size / static_cast<int>(fixed), expert, sequence, model},
+                world_size);
 }
 
 int ParallelGrid::size(AxisSet axes) const {

@@ -95,6 +95,11 @@ class ParallelGrid {
   // world_size / (stages x sequence x model).
   static Result<ParallelGrid> pipe_data_sequence_model(int stages, int sequence, int model,
                                                        int world_size);
+  // The same with each data-parallel group's ranks in expert-parallel
+  // groups of `expert` consecutive ones (DeepSpeed-MoE's order: an expert
+  // group inside a data-parallel group, its expert-data group strided).
+  static Result<ParallelGrid> pipe_data_expert_sequence_model(int stages, int expert, int sequence,
+                                                              int model, int world_size);
 
   int world_size() const { return world_; }
   int size(Axis axis) const { return shape_[static_cast<size_t>(axis)]; }

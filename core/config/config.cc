@@ -127,6 +127,29 @@ int64_t written_sequence_parallel(const json::Value& written, int64_t part_ranks
   return sp;
 }
 
+// The expert-parallel size the written config asks for
+// (expert_parallel.autoep_size where enabled), checked against the
+// data-parallel ranks it divides; 1 after an error.
+int64_t written_expert_parallel(const json::Value& written, int64_t data_ranks,
+                                std::vector<ConfigError>* errors) {
+  const json::Value* section = written.find("expert_parallel");
+  if (section == nullptr || !section->is_object()) return 1;
+  const json::Value* enabled = section->find("enabled");
+  const json::Value* size = section->find("autoep_size");
+  if (enabled == nullptr || !enabled->is_bool() || !enabled->as_bool()) return 1;
+  if (size == nullptr || !size->is_int() || size->as_int() <= 1) return 1;
+  const int64_t ep = size->as_int();
+  if (data_ranks % ep != 0) {
+    errors->push_back({"expert_parallel.autoep_size", size->location,
+                       "expert_parallel.autoep_size " + std::to_string(ep) +
+                           " does not divide the " + std::to_string(data_ranks) +
+                           " data-parallel ranks: launch a multiple of " + std::to_string(ep) +
+                           " ranks (the experts' replicas are the data-parallel ranks over it)"});
+    return 1;
+  }
+  return ep;
+}
+
 }  // namespace
 
 LoadedConfig load_config_text(std::string_view text, std::string_view source_name,
@@ -162,6 +185,7 @@ LoadedConfig load_config_text(std::string_view text, std::string_view source_nam
   const int64_t tp = written_tensor_parallel(written, context.world_size / stages, &out.errors);
   const int64_t sp =
       written_sequence_parallel(written, context.world_size / stages / tp, &out.errors);
+  (void)written_expert_parallel(written, context.world_size / stages / tp / sp, &out.errors);
   resolve_batch(written, &resolved, context.world_size / stages / tp / sp, &out.errors,
                 &out.notices);
 

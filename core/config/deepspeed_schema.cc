@@ -280,7 +280,13 @@ std::vector<FieldSpec> batch_and_training_fields() {
       F("dataloader_drop_last", T::kBool, "drop the last incomplete batch")
           .def(false)
           .to(&TrainingConfig::dataloader_drop_last),
-      F("use_data_before_expert_parallelism", T::kBool, "MoE data ordering").def(false).not_used(),
+      F("use_data_before_expert_parallelism", T::kBool,
+        "MoE rank order: expert groups strided, data groups consecutive")
+          .def(false)
+          .unsupported("\"use_data_before_expert_parallelism\" orders the ranks data-first "
+                       "(each expert group strided across the data-parallel groups)",
+                       "Remove the key: dscore's expert groups are consecutive ranks "
+                       "(DeepSpeed's default)"),
       F("sequence_parallel_size", T::kInt,
         "Ulysses sequence parallelism: the ranks that split each sample's sequence (1: none; "
         "docs/parallelism.md)")

@@ -199,6 +199,81 @@ std::vector<FieldSpec> engine_sections() {
   };
 }
 
+// DeepSpeed's "expert_parallel" section (AutoEP, 0.19.2): the size of the
+// expert axis (docs/moe.md#expert-parallelism). AutoEP finds a Hugging Face
+// model's MoE modules by pattern and replaces them; a dscore model plugin
+// declares its experts itself, so the pattern keys are not used, and the
+// keys that would change the routing's arithmetic are refused (the model's
+// own moe_* / router keys say how it routes).
+FieldSpec expert_parallel_section() {
+  const auto routing = [](const char* name, T type, const char* doc) {
+    return F(name, type, doc)
+        .nullable()
+        .unsupported(
+            std::string("\"") + name + "\" changes how AutoEP's replacement layer routes tokens",
+            "Remove the key: the model plugin routes as its own section says (the gpt's "
+            "moe_* keys, the llama's num_experts_per_tok and norm_topk_prob)");
+  };
+  const auto pattern = [](const char* name, const char* doc) {
+    return F(name, T::kJson, doc).nullable().not_used();
+  };
+  return F("expert_parallel", T::kObject,
+           "expert parallelism: each MoE layer's experts spread over autoep_size ranks "
+           "(docs/moe.md#expert-parallelism)")
+      .nullable()
+      .object(make_object(
+          {
+              F("enabled", T::kBool, "turn expert parallelism on")
+                  .def(false)
+                  .to(&ExpertParallelConfig::enabled),
+              F("autoep_size", T::kInt,
+                "ranks each MoE layer's experts are spread over (the expert-parallel group); "
+                "a divisor of the data-parallel ranks and of the number of experts")
+                  .def(1)
+                  .min(1)
+                  .to(&ExpertParallelConfig::autoep_size),
+              F("expert_tensor_parallel_size", T::kInt, "tensor parallelism inside each expert")
+                  .def(1)
+                  .min(1)
+                  .unsupported("\"expert_tensor_parallel_size\" splits each expert over "
+                               "tensor-parallel ranks",
+                               "Set it to 1 (each expert stays whole on its rank)"),
+              pattern("preset_model",
+                      "a built-in MoE model pattern (dscore: the model declares "
+                      "its experts)"),
+              pattern("moe_layer_pattern", "which modules are MoE layers"),
+              pattern("expert_pattern", "which modules are the experts"),
+              pattern("router_pattern", "which module is the router"),
+              pattern("expert_w1", "the experts' first weight's attribute"),
+              pattern("expert_w2", "the experts' second weight's attribute"),
+              pattern("expert_w3", "the experts' third weight's attribute"),
+              pattern("num_experts_attr", "the config attribute naming the experts' count"),
+              pattern("top_k_attr", "the config attribute naming top-k"),
+              pattern("has_shared_experts", "whether the layers have shared experts"),
+              pattern("shared_experts_pattern", "which modules are shared experts"),
+              pattern("shared_experts_gate_pattern", "which module gates the shared experts"),
+              pattern("validate_folding_routing", "check the folded groups' routing"),
+              pattern("use_grouped_mm", "grouped GEMM kernels for the experts"),
+              pattern("disable_triton_grouped_mm", "turn Triton's grouped GEMM off"),
+              pattern("score_apply", "where the router's scores multiply"),
+              pattern("combine_impl", "how expert outputs are combined"),
+              routing("route_norm", T::kJson, "renormalise the top-k probabilities"),
+              F("route_scale", T::kNumber, "scale of the routing weights")
+                  .def(1.0)
+                  .unsupported("\"route_scale\" scales AutoEP's routing weights",
+                               "Remove the key (or set 1.0)"),
+              routing("num_expert_groups", T::kInt, "group-limited routing: expert groups"),
+              routing("num_limited_groups", T::kInt, "group-limited routing: groups per token"),
+              routing("score_func", T::kString, "softmax or sigmoid scores"),
+              routing("top_k", T::kJson, "experts per token"),
+              routing("load_balance_coeff", T::kJson,
+                      "auxiliary-loss-free balancing (DeepSpeed rejects any value)"),
+              routing("routed_scaling_factor", T::kJson, "scale of the routed output"),
+          },
+          "expert parallelism", {.pydantic = true}))
+      .to(&TrainingConfig::expert_parallel);
+}
+
 std::vector<FieldSpec> unused_sections() {
   // A DeepSpeed section dscore only names: any keys; `what` and `fix` for
   // the unsupported-feature error when `switch_key` turns it on (empty: the
@@ -364,10 +439,7 @@ std::vector<FieldSpec> unused_sections() {
               },
               "tensor parallelism", {.pydantic = true}))
           .to(&TrainingConfig::tensor_parallel),
-      named("expert_parallel", "expert parallelism",
-            "\"expert_parallel\" turns on DeepSpeed's automatic expert parallelism for MoE "
-            "layers (AutoEP)",
-            kRemove, "enabled"),
+      expert_parallel_section(),
       named("weight_quantization", "weight quantization",
             "\"weight_quantization\" quantizes weights for ZeRO-Inference", "Remove the section",
             ""),

@@ -38,6 +38,29 @@ void sequence_parallel_unsupported(const TrainingConfig& config, std::vector<Con
                     "\"cpu\""});
 }
 
+// What expert parallelism (docs/moe.md#expert-parallelism) does not run
+// with yet.
+void expert_parallel_unsupported(const TrainingConfig& config, const Placement& placement,
+                                 std::vector<ConfigError>* out) {
+  const auto refuse = [&](const std::string& path, const std::string& what,
+                          const std::string& fix) {
+    out->push_back({path, {}, "expert parallelism does not run with " + what + " yet: " + fix});
+  };
+  if (config.device == "cuda") refuse("device", "CUDA", "set \"device\": \"cpu\"");
+  if (pipeline_stages_of(config) > 1)
+    refuse("pipeline.stages", "a pipeline",
+           "train one stage, or set expert_parallel.enabled false");
+  if (tensor_parallel_size_of(config) > 1)
+    refuse("tensor_parallel.autotp_size", "tensor parallelism",
+           "set autotp_size to 1, or expert_parallel.enabled false");
+  if (sequence_parallel_size_of(config) > 1)
+    refuse("sequence_parallel_size", "sequence parallelism",
+           "set it to 1, or expert_parallel.enabled false");
+  if (placement.offloads())
+    refuse("zero_optimization.offload_optimizer", "CPU or NVMe offload",
+           "remove offload_optimizer and offload_param, or set expert_parallel.enabled false");
+}
+
 }  // namespace
 
 std::vector<ConfigError> unsupported_features(const TrainingConfig& config,
@@ -74,6 +97,7 @@ std::vector<ConfigError> unsupported_features(const TrainingConfig& config,
   if (pipeline_stages_of(config) > 1) pipeline_unsupported(config, out);
   if (tensor_parallel_size_of(config) > 1) tensor_parallel_unsupported(config, out);
   if (sequence_parallel_size_of(config) > 1) sequence_parallel_unsupported(config, out);
+  if (expert_parallel_size_of(config) > 1) expert_parallel_unsupported(config, placement, out);
   const bool interleaved = config.pipeline.schedule == "interleaved";
   if (config.pipeline.virtual_stages > 1 && !interleaved)
     out->push_back({"pipeline.virtual_stages",

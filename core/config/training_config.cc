@@ -34,6 +34,11 @@ int64_t sequence_parallel_size_of(const TrainingConfig& config) {
   return std::max<int64_t>(1, config.sequence_parallel_size);
 }
 
+int64_t expert_parallel_size_of(const TrainingConfig& config) {
+  return config.expert_parallel.enabled ? std::max<int64_t>(1, config.expert_parallel.autoep_size)
+                                        : 1;
+}
+
 AioConfig default_aio() {
   const LoadedConfig loaded =
       load_config_text(R"({"train_batch_size": 1})", "default aio", ResolveContext{});

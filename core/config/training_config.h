@@ -214,6 +214,12 @@ struct TensorParallelConfig {
   int64_t autotp_size{};  // 0 and 1: no tensor parallelism
 };
 
+// DeepSpeed's "expert_parallel" section (AutoEP): the expert axis.
+struct ExpertParallelConfig {
+  bool enabled{};
+  int64_t autoep_size{1};
+};
+
 struct TrainingConfig {
   // --- DeepSpeed keys
   BatchConfig batch;
@@ -243,6 +249,7 @@ struct TrainingConfig {
   int64_t pipeline_parallel_size{};  // 0 = not set
   TensorParallelConfig tensor_parallel;
   int64_t sequence_parallel_size{};  // Ulysses; 0 and 1: none
+  ExpertParallelConfig expert_parallel;
   // Enabled monitors, one per enabled section ("csv_monitor", "tensorboard",
   // "wandb") plus plugins.monitors; params exclude "enabled".
   std::vector<PluginRef> monitors;
@@ -270,5 +277,7 @@ int64_t pipeline_stages_of(const TrainingConfig& config);
 int64_t tensor_parallel_size_of(const TrainingConfig& config);
 // The Ulysses sequence-parallel size: sequence_parallel_size, at least 1.
 int64_t sequence_parallel_size_of(const TrainingConfig& config);
+// The expert-parallel size: expert_parallel.autoep_size when enabled, else 1.
+int64_t expert_parallel_size_of(const TrainingConfig& config);
 
 }  // namespace dscore::config

@@ -77,14 +77,15 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   engine->host_ = std::move(components.host);
   engine->comm_ = std::move(components.comm);
   // The job's ranks as a grid of parallel axes: the pipeline's stages, the
-  // data axis, the Ulysses sequence axis and the tensor-parallel (model)
-  // axis (expert parallelism is to come).
+  // data axis, the expert axis inside it, the Ulysses sequence axis and the
+  // tensor-parallel (model) axis.
   const int stages = static_cast<int>(config::pipeline_stages_of(config));
   const int tp = static_cast<int>(config::tensor_parallel_size_of(config));
   const int sp = static_cast<int>(config::sequence_parallel_size_of(config));
-  DSCORE_ASSIGN_OR_RETURN(
-      comm::ParallelGrid grid,
-      comm::ParallelGrid::pipe_data_sequence_model(stages, sp, tp, engine->comm_->world_size()));
+  const int ep = static_cast<int>(config::expert_parallel_size_of(config));
+  DSCORE_ASSIGN_OR_RETURN(comm::ParallelGrid grid,
+                          comm::ParallelGrid::pipe_data_expert_sequence_model(
+                              stages, ep, sp, tp, engine->comm_->world_size()));
   DSCORE_ASSIGN_OR_RETURN(
       engine->topology_,
       comm::Topology::create(*engine->comm_, grid, comm::Topology::engine_groups()));
@@ -147,7 +148,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
         "NVMe offload needs the \"nvme\" swapper plugin: pass EngineComponents::swapper, or "
         "create the engine with dscore::initialize()");
   DSCORE_ASSIGN_OR_RETURN(zero::ZeroContext ctx, engine->zero_context(zero_group));
-  engine->strategy_ = zero::make_zero_strategy(ctx);
+  DSCORE_ASSIGN_OR_RETURN(engine->strategy_, engine->make_strategy(ctx));
   DSCORE_RETURN_IF_ERROR(engine->strategy_->initialise(*engine->model_));
   DSCORE_ASSIGN_OR_RETURN(std::unique_ptr<OwnedState> state,
                           engine->make_owned_state(*components.optimizer));
@@ -296,7 +297,7 @@ Status Engine::boundary_step() {
   {
     PhaseScope statistics(observers_, StepPhase::kStatistics);
     DSCORE_ASSIGN_OR_RETURN(
-        totals, statistics_->gather(strategy_->gradient_share(), placement_.grad_dtype,
+        totals, statistics_->gather(strategy_->gradient_shares(), placement_.grad_dtype,
                                     tensor_parallel_rank() == 0 ? loss_accumulator_ : 0.0,
                                     *compute_, compute_target(), *stream_, *comm_));
   }

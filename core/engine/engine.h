@@ -183,6 +183,8 @@ class Engine {
   // split each sample's sequence, and this rank's place among them.
   int sequence_parallel_size() const { return topology_->group_size(comm::groups::kSequence); }
   int sequence_parallel_rank() const { return topology_->rank_in_group(comm::groups::kSequence); }
+  int expert_parallel_size() const { return topology_->group_size(comm::groups::kExpert); }
+  int expert_parallel_rank() const { return topology_->rank_in_group(comm::groups::kExpert); }
   comm::Communicator& communicator() { return *comm_; }
   const ParamLayout& layout() const { return layout_; }  // this rank's model (a stage's)
   // The whole model's parameters: layout() but under a pipeline, where
@@ -234,7 +236,10 @@ class Engine {
   // the whole model's: the tensor-parallel parts joined over the model
   // group, then the stages over the pipe group.
   Status whole_model(std::vector<float> local, std::vector<float>* out);
-  Status join_tensor_parts(const std::vector<float>& local, std::vector<float>* out);
+  // The parts of split tensors held over `axes` (the model axis's
+  // tensor-parallel parts, the expert axis's experts) joined into whole
+  // tensors; the group's first rank gives the rest.
+  Status join_parts(comm::AxisSet axes, const std::vector<float>& local, std::vector<float>* out);
   Status join_stages(const std::vector<float>& stage, std::vector<float>* out);
   // What the ZeRO stage is given: the placement, the zero section, the
   // data-parallel group, the streams, NVMe's folder.
@@ -242,6 +247,13 @@ class Engine {
   // The tensor- and sequence-parallel groups the model is lent
   // (engine_tensor_parallel.cc): one split of the world each.
   Status lend_model_groups();
+  // The stage's strategy; under expert parallelism the experts' domain over
+  // the expert-data-parallel group (engine_expert_parallel.cc).
+  Result<std::unique_ptr<zero::ZeroStrategy>> make_strategy(const zero::ZeroContext& ctx);
+  Status check_expert_split() const;
+  comm::Communicator& expert_data_group() const {
+    return own_expert_group_ ? *own_expert_group_ : *topology_->group(comm::groups::kExpertData);
+  }
   // Tensor parallelism (engine_tensor_parallel.cc): the model's split
   // tensors tile their whole tensors over the group (collective), and the
   // flat ranges of this rank's replicated parameters.
@@ -281,6 +293,7 @@ class Engine {
                                 const std::string& id, const json::Value& client_state);
   checkpoint::TrainingState training_state(const json::Value& client_state) const;
   std::string model_file_of(int rank) const;
+  bool writes_model_states(int rank) const;
   Result<LoadedCheckpoint> read_checkpoint(const std::string& dir,
                                            const LoadCheckpointOptions& options);
   Status restore_training_state(const checkpoint::TrainingState& state, const std::string& folder,
@@ -316,6 +329,8 @@ class Engine {
   std::unique_ptr<comm::Communicator> comm_;
   std::unique_ptr<comm::Topology> topology_;       // its groups are comm_ or split from it
   std::unique_ptr<comm::Communicator> own_group_;  // ZeRO's group when it is this rank alone
+  // The expert-data-parallel group when it is this rank alone.
+  std::unique_ptr<comm::Communicator> own_expert_group_;
   // The tensor- and sequence-parallel groups lent to the model (engine.cc).
   std::vector<std::unique_ptr<comm::Communicator>> model_groups_;
   std::unique_ptr<device::Device> device_;

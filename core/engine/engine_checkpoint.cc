@@ -167,11 +167,24 @@ std::string Engine::model_file_of(int r) const {
   const int part = grid.rank_in_group(comm::groups::kModel, r);
   const int pipe = grid.rank_in_group(comm::groups::kPipe, r);
   if (pipe > 0) return ck::pipe_model_states_name(pipe, part, tensor_parallel_size());
+  if (placement_.stage < 3 && grid.rank_in_group(comm::groups::kZero, r) != 0)
+    return ck::expert_model_states_name(grid.rank_in_group(comm::groups::kExpert, r));
   return ck::model_states_name(placement_.stage, r, part);
 }
 
+// Whether rank `r` writes a model states file: at stage 3 every rank (its
+// shards); below, each tensor-parallel part's first rank of its ZeRO group
+// (rank 0 alone without tensor parallelism; each pipeline stage's), and
+// under expert parallelism each expert rank's first data-parallel replica
+// (its experts).
+bool Engine::writes_model_states(int r) const {
+  const comm::ParallelGrid& grid = topology_->grid();
+  return placement_.stage == 3 || grid.rank_in_group(comm::groups::kZero, r) == 0 ||
+         (grid.size(comm::Axis::kExpert) > 1 &&
+          grid.rank_in_group(comm::groups::kExpertData, r) == 0);
+}
+
 ck::TrainingState Engine::training_state(const json::Value& client_state) const {
-  const int stage = placement_.stage;
   ck::TrainingState s;
   s.dscore_version = DSCORE_VERSION;
   s.model_dtype = sdk::dtype_name(placement_.model_dtype);
@@ -180,12 +193,8 @@ ck::TrainingState Engine::training_state(const json::Value& client_state) const 
   for (const ParamEntry& p : model_layout().params())
     s.params.push_back({p.name, p.whole_shape(), p.whole_numel()});
   const comm::ParallelGrid& grid = topology_->grid();
-  // Each tensor-parallel part's first rank of its ZeRO group (rank 0 alone
-  // without tensor parallelism; each pipeline stage's), or at stage 3
-  // every rank.
   for (int r = 0; r < world_size(); ++r)
-    if (stage == 3 || grid.rank_in_group(comm::groups::kZero, r) == 0)
-      s.model_files.push_back(model_file_of(r));
+    if (writes_model_states(r)) s.model_files.push_back(model_file_of(r));
   for (int r = 0; r < world_size(); ++r)
     s.optim_files.push_back(ck::optim_states_name(config_.bf16.enabled, r,
                                                   grid.rank_in_group(comm::groups::kModel, r)));
@@ -280,9 +289,9 @@ Status Engine::write_checkpoint_files(const std::string& folder, const std::stri
   // Below stage 3 one rank writes them: rank 0, under a pipeline each
   // stage's first data-parallel rank, and under tensor parallelism each
   // part's (the first of its ZeRO group: its sequence-parallel ranks hold
-  // the same parameters).
-  const bool writes_model = stage == 3 || topology_->rank_in_group(comm::groups::kZero) == 0;
-  if (!writes_model) return Status::Ok();
+  // the same parameters); under expert parallelism also each expert rank's
+  // first replica, its experts (checkpoint_params gives each its own).
+  if (!writes_model_states(rank())) return Status::Ok();
   const std::string model_file = model_file_of(rank());
   header.kind = "model_states";
   header.fragments.clear();

@@ -52,9 +52,10 @@ Status Engine::gather_optimizer_state(size_t slot, std::vector<float>* out) {
     return invalid_argument("no optimizer state slot " + std::to_string(slot));
   DSCORE_RETURN_IF_ERROR(stream_->synchronize());
   const uint32_t epp = slots[slot].elements_per_param;
-  if (epp != 1 && (tensor_parallel_size() > 1 || pipelined()))
+  if (epp != 1 && (tensor_parallel_size() > 1 || expert_parallel_size() > 1 || pipelined()))
     return unimplemented("gathering a " + std::to_string(epp) +
-                         "-wide optimizer state slot of a tensor-parallel or pipelined run");
+                         "-wide optimizer state slot of a tensor-, expert-parallel or pipelined "
+                         "run");
   const int64_t total = layout_.total_numel() * epp;
   std::vector<float> mine(static_cast<size_t>(total), 0.0f);
   std::vector<uint8_t> owned(static_cast<size_t>(total), 0);
@@ -71,29 +72,40 @@ Status Engine::gather_optimizer_state(size_t slot, std::vector<float>* out) {
     std::fill(owned.begin() + at, owned.begin() + at + s.numel * epp, 1);
   }
   // Over the ranks that partition this layout (ZeRO's group: a stage's,
-  // a tensor-parallel part's data- and sequence-parallel ranks).
-  comm::Communicator& group = zero_group();
-  const int world = group.world_size();
-  std::vector<float> values(mine.size() * static_cast<size_t>(world));
-  std::vector<uint8_t> masks(owned.size() * static_cast<size_t>(world));
-  DSCORE_RETURN_IF_ERROR(group.allgather({mine.data(), DSCORE_DTYPE_F32, total},
-                                         {values.data(), DSCORE_DTYPE_F32, total * world}));
-  DSCORE_RETURN_IF_ERROR(group.allgather({owned.data(), DSCORE_DTYPE_U8, total},
-                                         {masks.data(), DSCORE_DTYPE_U8, total * world}));
+  // a tensor-parallel part's data- and sequence-parallel ranks); under
+  // expert parallelism the experts' over their expert-data group.
   std::vector<float> local(static_cast<size_t>(total), 0.0f);
-  for (int64_t i = 0; i < total; ++i)
-    for (int r = 0; r < world; ++r)
-      if (masks[static_cast<size_t>(r * total + i)]) {
-        local[static_cast<size_t>(i)] = values[static_cast<size_t>(r * total + i)];
-        break;
-      }
+  const auto take_from = [&](comm::Communicator& group, bool experts) -> Status {
+    const int world = group.world_size();
+    std::vector<float> values(mine.size() * static_cast<size_t>(world));
+    std::vector<uint8_t> masks(owned.size() * static_cast<size_t>(world));
+    DSCORE_RETURN_IF_ERROR(group.allgather({mine.data(), DSCORE_DTYPE_F32, total},
+                                           {values.data(), DSCORE_DTYPE_F32, total * world}));
+    DSCORE_RETURN_IF_ERROR(group.allgather({owned.data(), DSCORE_DTYPE_U8, total},
+                                           {masks.data(), DSCORE_DTYPE_U8, total * world}));
+    for (const ParamEntry& p : layout_.params()) {
+      if (((p.flags & DSCORE_PARAM_EXPERT) != 0) != experts) continue;
+      for (int64_t i = p.offset * epp; i < (p.offset + p.numel) * epp; ++i)
+        for (int r = 0; r < world; ++r)
+          if (masks[static_cast<size_t>(r * total + i)]) {
+            local[static_cast<size_t>(i)] = values[static_cast<size_t>(r * total + i)];
+            break;
+          }
+    }
+    return Status::Ok();
+  };
+  const bool expert_parallel = expert_parallel_size() > 1;
+  DSCORE_RETURN_IF_ERROR(take_from(zero_group(), false));
+  DSCORE_RETURN_IF_ERROR(take_from(expert_parallel ? expert_data_group() : zero_group(), true));
   return whole_model(std::move(local), out);
 }
 
 Status Engine::whole_model(std::vector<float> local, std::vector<float>* out) {
   std::vector<float> stage;
   if (tensor_parallel_size() > 1) {
-    DSCORE_RETURN_IF_ERROR(join_tensor_parts(local, &stage));
+    DSCORE_RETURN_IF_ERROR(join_parts(comm::groups::kModel, local, &stage));
+  } else if (expert_parallel_size() > 1) {
+    DSCORE_RETURN_IF_ERROR(join_parts(comm::groups::kExpert, local, &stage));
   } else {
     stage = std::move(local);
   }
@@ -104,13 +116,14 @@ Status Engine::whole_model(std::vector<float> local, std::vector<float>* out) {
   return join_stages(stage, out);
 }
 
-Status Engine::join_tensor_parts(const std::vector<float>& local, std::vector<float>* out) {
+Status Engine::join_parts(comm::AxisSet axes, const std::vector<float>& local,
+                          std::vector<float>* out) {
   int64_t total = 0;
   const std::vector<int64_t> whole_offset = whole_offsets(layout_, &total);
   // Each rank writes its parts (the replicated tensors: the first rank);
   // the parts are disjoint, so the group's sum is the whole.
   out->assign(static_cast<size_t>(total), 0.0f);
-  const bool first = tensor_parallel_rank() == 0;
+  const bool first = topology_->rank_in_group(axes) == 0;
   for (size_t i = 0; i < layout_.params().size(); ++i) {
     const ParamEntry& p = layout_.params()[i];
     if (!p.split.split() && !first) continue;
@@ -118,7 +131,7 @@ Status Engine::join_tensor_parts(const std::vector<float>& local, std::vector<fl
       std::copy_n(local.data() + p.offset + at, n, out->data() + whole_offset[i] + whole);
     });
   }
-  comm::Communicator& group = *topology_->group(comm::groups::kModel);
+  comm::Communicator& group = *topology_->group(axes);
   return group.allreduce({out->data(), DSCORE_DTYPE_F32, total},
                          {out->data(), DSCORE_DTYPE_F32, total}, DSCORE_REDUCE_SUM);
 }

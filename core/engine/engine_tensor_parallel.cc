@@ -23,7 +23,8 @@ Status Engine::lend_model_groups() {
   const comm::ParallelGrid& grid = topology_->grid();
   const int me = comm_->rank();
   for (auto [axes, group] : {std::pair{comm::groups::kModel, DSCORE_GROUP_TENSOR_PARALLEL},
-                             std::pair{comm::groups::kSequence, DSCORE_GROUP_SEQUENCE_PARALLEL}}) {
+                             std::pair{comm::groups::kSequence, DSCORE_GROUP_SEQUENCE_PARALLEL},
+                             std::pair{comm::groups::kExpert, DSCORE_GROUP_EXPERT_PARALLEL}}) {
     if (grid.size(axes) <= 1) continue;
     DSCORE_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> own,
                             comm_->split(grid.group_color(axes, me), me));

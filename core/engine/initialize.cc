@@ -91,18 +91,20 @@ namespace {
 // (plugin_setup.cc set tensor_parallel_size) its part of each split
 // tensor, "tensor_parallel_rank" (its place in its tensor-parallel group:
 // consecutive ranks, topology.h); under sequence parallelism
-// "sequence_parallel_rank", its part of each sample's sequence. Empty
+// "sequence_parallel_rank", its part of each sample's sequence; under
+// expert parallelism "expert_parallel_rank", which experts it holds. Empty
 // params: the selection's as they are.
 Result<plugin_host::ValidatedParams> model_params_for_rank(const SelectedPlugin& model,
                                                            const config::TrainingConfig& cfg,
                                                            const comm::JobEnv& job) {
   const int tp = static_cast<int>(config::tensor_parallel_size_of(cfg));
   const int sp = static_cast<int>(config::sequence_parallel_size_of(cfg));
-  if (tp <= 1 && sp <= 1) return plugin_host::ValidatedParams{};
+  const int ep = static_cast<int>(config::expert_parallel_size_of(cfg));
+  if (tp <= 1 && sp <= 1 && ep <= 1) return plugin_host::ValidatedParams{};
   DSCORE_ASSIGN_OR_RETURN(
       const comm::ParallelGrid grid,
-      comm::ParallelGrid::pipe_data_sequence_model(
-          static_cast<int>(config::pipeline_stages_of(cfg)), sp, tp, job.world_size));
+      comm::ParallelGrid::pipe_data_expert_sequence_model(
+          static_cast<int>(config::pipeline_stages_of(cfg)), ep, sp, tp, job.world_size));
   json::Value values = model.params.values();
   if (tp > 1)
     values.set(
@@ -112,6 +114,10 @@ Result<plugin_host::ValidatedParams> model_params_for_rank(const SelectedPlugin&
     values.set(
         "sequence_parallel_rank",
         json::Value(static_cast<int64_t>(grid.rank_in_group(comm::groups::kSequence, job.rank))));
+  if (ep > 1)
+    values.set(
+        "expert_parallel_rank",
+        json::Value(static_cast<int64_t>(grid.rank_in_group(comm::groups::kExpert, job.rank))));
   auto schema = config::parse_params_schema(model.info->params_schema);
   if (!schema.ok()) return schema.status();
   return plugin_host::ValidatedParams::from_object(values, values, &*schema);

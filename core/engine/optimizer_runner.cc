@@ -208,14 +208,17 @@ Status OptimizerRunner::write_16bit_part(OwnedState& part) {
 
 Status OptimizerRunner::write_16bit_tile(const StateTile& tile) {
   if (model_dtype_ == DSCORE_DTYPE_F32) return Status::Ok();
-  if (void* p16 = strategy_->owned_params16()) {
+  // The tile's own 16-bit parameters (element tile.begin), else the strategy's (element 0).
+  void* p16 = tile.params16 != nullptr ? tile.params16 : strategy_->owned_params16();
+  const int64_t p16_first = tile.params16 != nullptr ? tile.begin : 0;
+  if (p16 != nullptr) {
     for (const auto* segments : {&decay_, &no_decay_})
       for (const zero::OwnedSegment& s : *segments) {
         const int64_t a = std::max(s.offset, tile.begin);
         const int64_t b = std::min(s.offset + s.numel, tile.end);
         if (a < b)
           device::ops::convert(target_.ops, tile.master + (a - tile.begin), DSCORE_DTYPE_F32,
-                               at(p16, model_dtype_, a), model_dtype_, b - a);
+                               at(p16, model_dtype_, a - p16_first), model_dtype_, b - a);
       }
     return Status::Ok();
   }

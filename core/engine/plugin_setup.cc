@@ -108,7 +108,8 @@ void with_split_axis(const std::string& axis, const std::string& what, int64_t s
 }
 
 // tensor_parallel.autotp_size > 1 splits the model's layers;
-// sequence_parallel_size > 1 splits each sample's sequence (Ulysses).
+// sequence_parallel_size > 1 splits each sample's sequence (Ulysses);
+// expert_parallel.autoep_size > 1 spreads each MoE layer's experts.
 void with_model_parallel(const config::TrainingConfig& cfg, const config::ObjectSpec& schema,
                          config::PluginRef* ref, config::LoadedConfig* loaded) {
   with_split_axis("tensor_parallel", "tensor parallelism", config::tensor_parallel_size_of(cfg),
@@ -118,6 +119,10 @@ void with_model_parallel(const config::TrainingConfig& cfg, const config::Object
                   config::sequence_parallel_size_of(cfg), "sequence_parallel_size",
                   "\"sequence_parallel_size\": N at the top level", "gpt, gpt2, llama", schema, ref,
                   loaded);
+  with_split_axis("expert_parallel", "expert parallelism", config::expert_parallel_size_of(cfg),
+                  "expert_parallel.autoep_size",
+                  "\"expert_parallel\": {\"enabled\": true, \"autoep_size\": N}", "gpt", schema,
+                  ref, loaded);
 }
 
 // A model that computes on either device declares "device". On the run's

@@ -30,8 +30,9 @@ Result<std::unique_ptr<StepStatistics>> StepStatistics::create(device::Device& d
 }
 
 Result<StepStatistics::Totals> StepStatistics::gather(
-    const zero::GradientShare& share, dscore_dtype grad_dtype, double loss, device::Stream& compute,
-    device::ops::Target target, device::Stream& comm, comm::Communicator& communicator) {
+    const std::vector<zero::GradientShare>& shares, dscore_dtype grad_dtype, double loss,
+    device::Stream& compute, device::ops::Target target, device::Stream& comm,
+    comm::Communicator& communicator) {
   auto* mine = static_cast<Record*>(mine_.data());
   auto* gathered = static_cast<Record*>(gathered_.data());
   auto* host = static_cast<Record*>(host_.data());
@@ -41,22 +42,27 @@ Result<StepStatistics::Totals> StepStatistics::gather(
   void* workspace = workspace_.data();
 
   compute.wait(comm.record());  // the reduced gradients
-  if (!share.counted.empty() && target.backend != device::ops::Backend::kCpu)
+  const bool whole = shares.size() == 1 && shares.front().counted.empty();
+  if (!whole && target.backend != device::ops::Backend::kCpu)
     return unimplemented(
         "a gradient norm over part of a rank's share (tensor parallelism's replicated "
-        "parameters) is summed on the CPU only");
+        "parameters) or over several shares (expert parallelism) is summed on the CPU only");
   compute.enqueue([=] {
-    if (share.counted.empty()) {
+    if (whole) {
+      const zero::GradientShare& share = shares.front();
       device::ops::sum_squares(target, share.data, grad_dtype, share.numel, &mine->squares,
                                workspace);
       return Status::Ok();
     }
-    // The counted ranges in order, merged as the ranks' shares are.
+    // Each share's counted ranges in order, merged as the ranks' shares are.
     tensor::SquareSum total;
-    for (const auto& [first, end] : share.counted)
-      total.merge(
-          tensor::sum_squares(tensor::element_at(const_cast<void*>(share.data), grad_dtype, first),
-                              grad_dtype, end - first));
+    for (const zero::GradientShare& share : shares) {
+      const std::vector<std::pair<int64_t, int64_t>> all = {{0, share.numel}};
+      for (const auto& [first, end] : share.counted.empty() ? all : share.counted)
+        total.merge(tensor::sum_squares(
+            tensor::element_at(const_cast<void*>(share.data), grad_dtype, first), grad_dtype,
+            end - first));
+    }
     mine->squares = {total.hi, total.lo, total.non_finite ? 1 : 0, 0};
     return Status::Ok();
   });

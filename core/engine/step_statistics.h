@@ -31,10 +31,11 @@ class StepStatistics {
   };
   // `compute` runs the sum (as `target`), then `comm` gathers; blocks until
   // the gathered records are on the host. The gradients must be complete
-  // on `comm` (the engine's end_micro_step).
-  Result<Totals> gather(const zero::GradientShare& share, dscore_dtype grad_dtype, double loss,
-                        device::Stream& compute, device::ops::Target target, device::Stream& comm,
-                        comm::Communicator& communicator);
+  // on `comm` (the engine's end_micro_step). `shares`: the rank's gradient
+  // shares (ZeroStrategy::gradient_shares), summed in order.
+  Result<Totals> gather(const std::vector<zero::GradientShare>& shares, dscore_dtype grad_dtype,
+                        double loss, device::Stream& compute, device::ops::Target target,
+                        device::Stream& comm, comm::Communicator& communicator);
 
  private:
   // One rank's record, as it lies in memory and travels.

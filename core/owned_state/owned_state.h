@@ -35,14 +35,17 @@ struct StateTile {
   float* master = nullptr;   // master element `begin`
   std::vector<void*> slots;  // slot k's value begin * elements_per_param
   // The tile's gradients (grad dtype, element `begin`) where the update
-  // runs, when the state stages them (host_offload_state.h); nullptr: the
+  // runs, when the state stages them (host_offload_state.h) or the strategy
+  // has no single buffer of them (split_owned_state.h); nullptr: the
   // strategy's owned gradients.
   void* grads = nullptr;
-  // kStep on a state that sends the new parameters to the model from host
-  // staging (ParamWriteBack): where the visitor writes every element of the
-  // tile's new parameters in the model's 16-bit dtype (element `begin`), so
-  // the optimizer writes them in the pass that updates the master. nullptr:
-  // the state converts them from the master itself (fp32 models, kUpdate).
+  // Where the visitor writes every element of the tile's new parameters in
+  // the model's 16-bit dtype (element `begin`), so the optimizer writes them
+  // in the pass that updates the master: on a state that sends them to the
+  // model from host staging (ParamWriteBack, kStep), or the strategy
+  // domain's own 16-bit parameters (split_owned_state.h, every walk).
+  // nullptr: the strategy's, or the state converts them from the master
+  // itself (fp32 models, kUpdate).
   void* params16 = nullptr;
 };
 

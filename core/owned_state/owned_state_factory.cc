@@ -4,6 +4,7 @@
 #include "core/owned_state/host_offload_state.h"
 #include "core/owned_state/nvme_state.h"
 #include "core/owned_state/partial_offload_state.h"
+#include "core/owned_state/split_owned_state.h"
 
 namespace dscore {
 namespace {
@@ -78,11 +79,33 @@ Result<std::unique_ptr<OwnedState>> nvme_state(const OwnedStateContext& c,
   return std::unique_ptr<OwnedState>(std::move(state));
 }
 
+// One in-memory state per domain of a strategy that joins several
+// (split_owned_state.h).
+Result<std::unique_ptr<OwnedState>> split_state(const OwnedStateContext& c,
+                                                const std::vector<zero::ZeroStrategy*>& domains,
+                                                const std::vector<zero::StateSlot>& slots,
+                                                const std::vector<double>& initial) {
+  std::vector<SplitOwnedState::Part> parts;
+  for (zero::ZeroStrategy* domain : domains) {
+    DSCORE_ASSIGN_OR_RETURN(auto state,
+                            InMemoryState::create(slots, initial, domain->owned_numel(),
+                                                  domain->owned_master(), c.device, c.compute));
+    parts.push_back({std::move(state), domain});
+  }
+  return std::unique_ptr<OwnedState>(std::make_unique<SplitOwnedState>(
+      std::move(parts), slots, c.placement->grad_dtype, c.placement->model_dtype));
+}
+
 }  // namespace
 
 Result<std::unique_ptr<OwnedState>> make_owned_state(const OwnedStateContext& c,
                                                      const std::vector<zero::StateSlot>& slots,
                                                      const std::vector<double>& initial) {
+  if (const auto domains = c.strategy->domains(); domains.size() > 1) {
+    if (c.placement->optimizer_state != config::Home::kDevice)
+      return unimplemented("offloading the optimizer state of an expert-parallel run");
+    return split_state(c, domains, slots, initial);
+  }
   std::unique_ptr<OwnedState> state;
   switch (c.placement->optimizer_state) {
     case config::Home::kDevice: {

@@ -97,7 +97,7 @@ class HostContext {
     std::string message;
   };
   // DSCORE_GROUP_WORLD, DSCORE_GROUP_DATA_PARALLEL, DSCORE_GROUP_TENSOR_PARALLEL
-  static constexpr size_t kGroups = 4;
+  static constexpr size_t kGroups = 5;
 
   std::shared_ptr<KvBackend> kv_;
   MemoryLedger memory_;  // what its plugins allocate through host->alloc

@@ -30,4 +30,24 @@ Result<ParamLayout> ParamLayout::from_description(const dscore_model_description
   return layout;
 }
 
+ParamLayout ParamLayout::subset(const ParamLayout& whole, const std::vector<bool>& keep,
+                                std::vector<size_t>* kept) {
+  ParamLayout layout;
+  int64_t offset = 0;
+  if (kept != nullptr) kept->clear();
+  for (size_t l = 0; l < whole.layer_count(); ++l) {
+    layout.layer_first_.push_back(layout.params_.size());
+    for (size_t i = whole.layer_first(l); i < whole.layer_end(l); ++i) {
+      if (!keep[i]) continue;
+      ParamEntry entry = whole.params()[i];
+      entry.offset = offset;
+      offset += entry.numel;
+      layout.params_.push_back(std::move(entry));
+      if (kept != nullptr) kept->push_back(i);
+    }
+  }
+  layout.total_numel_ = offset;
+  return layout;
+}
+
 }  // namespace dscore

@@ -154,6 +154,13 @@ class ZeroStrategy {
   // rank order gives the same total on every rank at every stage and world
   // size. The engine sums them on its compute stream (device/ops.h).
   virtual GradientShare gradient_share() = 0;
+  // The same as one share per buffer of owned gradients: one, but for a
+  // strategy whose owned space joins those of several (expert_split_zero.h).
+  virtual std::vector<GradientShare> gradient_shares() { return {gradient_share()}; }
+  // The strategies whose owned spaces, one after the other, make this one's:
+  // itself, but for expert parallelism's (expert_split_zero.h), whose
+  // owned_master/owned_grads/owned_params16 are null.
+  virtual std::vector<ZeroStrategy*> domains() { return {this}; }
 
   // Whether this cycle's gradients are averaged across ranks (an optimizer
   // such as OneBitAdam communicates them itself: optimizer.h

@@ -91,7 +91,11 @@ const std::string kParamsSchema = std::string(R"json({
   "moe_loss_coeff": {"type": "number", "default": 0.01, "min": 0,
       "doc": "the load-balancing loss l_aux of each MoE block enters the loss times this"},
   "moe_use_residual": {"type": "bool", "default": false,
-      "doc": "PR-MoE: a dense MLP beside the experts, mixed in by a learned coefficient"},)json") +
+      "doc": "PR-MoE: a dense MLP beside the experts, mixed in by a learned coefficient"},
+  "expert_parallel_size": {"type": "int", "default": 1, "min": 1,
+      "doc": "ranks each MoE block's experts are spread over (set by the engine from expert_parallel.autoep_size)"},
+  "expert_parallel_rank": {"type": "int", "default": 0, "min": 0,
+      "doc": "this rank's share of the experts (set by the engine for each rank)"},)json") +
                                   kRunOptionsSchema;
 
 const std::string kGpt2Schema = std::string(R"json({
@@ -154,6 +158,15 @@ void read_moe(const sdk::Params& p, GptConfig* c) {
   const auto refuse = [](const std::string& what, const std::string& fix) {
     throw Error(DSCORE_UNIMPLEMENTED, "gpt: MoE blocks " + what + " are not supported yet; " + fix);
   };
+  c->ep_size = p.integer("expert_parallel_size");
+  c->ep_rank = p.integer("expert_parallel_rank");
+  if (c->ep_rank >= c->ep_size || c->moe.num_experts % c->ep_size != 0)
+    throw Error(DSCORE_INVALID_ARGUMENT,
+                "gpt: moe_num_experts " + std::to_string(c->moe.num_experts) +
+                    " experts do not spread evenly over expert_parallel.autoep_size " +
+                    std::to_string(c->ep_size) + " ranks (or expert_parallel_rank " +
+                    std::to_string(c->ep_rank) +
+                    " is outside them): use an autoep_size that divides the experts");
   if (c->device == "cuda") refuse("on CUDA", "train MoE with \"device\": \"cpu\"");
   if (c->tp_size > 1) refuse("under tensor parallelism", "set tensor_parallel.autotp_size to 1");
   if (c->sp_size > 1) refuse("under sequence parallelism", "set sequence_parallel_size to 1");

@@ -44,6 +44,11 @@ struct GptConfig {
   int64_t moe_every = 2;
   double moe_loss_coeff = 0.01;
   bool moe_residual = false;
+  // Expert parallelism: each MoE block's experts spread over ep_size
+  // ranks, this one holding experts [ep_rank E / ep_size, (ep_rank + 1) E /
+  // ep_size) (transformer_common/moe/expert_exchange.h moves the tokens).
+  int64_t ep_size = 1;
+  int64_t ep_rank = 0;
 
   static transformer::moe::GatingConfig dense() {
     transformer::moe::GatingConfig c;
@@ -52,6 +57,9 @@ struct GptConfig {
   }
   bool has_moe() const { return moe.num_experts > 0; }
   bool moe_block(int64_t l) const { return has_moe() && (l + 1) % moe_every == 0; }
+  // The experts this rank holds, and the first's number.
+  int64_t local_experts() const { return moe.num_experts / ep_size; }
+  int64_t first_expert() const { return ep_rank * local_experts(); }
 
   int64_t head_size() const { return n_embd / n_head; }
   // This rank's share of the heads, the attention width (q, k and v each)

@@ -40,12 +40,16 @@ GptParams::GptParams(const GptConfig& config, uint64_t seed) : config_(config), 
     add_param(h + "ln_2.weight", {C}, Init::kOne, whole);
     add_param(h + "ln_2.bias", {C}, Init::kZero, whole);
     if (config.moe_block(l)) {
-      const int64_t E = config.moe.num_experts;
+      // Under expert parallelism this rank's experts of the stacked tensors.
+      const int64_t E = config.moe.num_experts, El = config.local_experts();
+      const sdk::TensorSplit experts =
+          config.ep_size > 1 ? sdk::TensorSplit{0, 1, E, config.first_expert()} : whole;
       add_param(h + "mlp.gate.wg.weight", {E, C}, Init::kNormal, whole);
-      add_param(h + "mlp.experts.c_fc.weight", {E, H, C}, Init::kNormal, whole);
-      add_param(h + "mlp.experts.c_fc.bias", {E, H}, Init::kZero, whole, /*decay=*/0);
-      add_param(h + "mlp.experts.c_proj.weight", {E, C, H}, Init::kResidualNormal, whole);
-      add_param(h + "mlp.experts.c_proj.bias", {E, C}, Init::kZero, whole, /*decay=*/0);
+      add_param(h + "mlp.experts.c_fc.weight", {El, H, C}, Init::kNormal, experts, -1, true);
+      add_param(h + "mlp.experts.c_fc.bias", {El, H}, Init::kZero, experts, /*decay=*/0, true);
+      add_param(h + "mlp.experts.c_proj.weight", {El, C, H}, Init::kResidualNormal, experts, -1,
+                true);
+      add_param(h + "mlp.experts.c_proj.bias", {El, C}, Init::kZero, experts, /*decay=*/0, true);
       if (config.moe_residual) {
         add_param(h + "mlp.mlp.c_fc.weight", {H, C}, Init::kNormal, whole);
         add_param(h + "mlp.mlp.c_fc.bias", {H}, Init::kZero, whole);
@@ -96,7 +100,7 @@ void GptParams::add_layer(std::string name) {
 }
 
 void GptParams::add_param(std::string name, std::vector<int64_t> shape, Init init,
-                          const sdk::TensorSplit& split, int decay) {
+                          const sdk::TensorSplit& split, int decay, bool expert) {
   auto p = std::make_unique<Param>();
   p->name = std::move(name);
   p->shape = std::move(shape);
@@ -113,6 +117,7 @@ void GptParams::add_param(std::string name, std::vector<int64_t> shape, Init ini
   const bool decays = decay < 0 ? p->shape.size() >= 2 : decay != 0;
   p->desc.flags = decays ? 0u : DSCORE_PARAM_NO_WEIGHT_DECAY;
   split.declare(&p->desc);
+  if (expert) p->desc.flags |= DSCORE_PARAM_EXPERT;
   layers_.back()->params.push_back(&p->desc);
   params_.push_back(std::move(p));
 }

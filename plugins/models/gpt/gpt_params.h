@@ -33,7 +33,8 @@ enum BlockParam : int {
 };
 // An MoE block (GptConfig::moe_block): the first eight as a dense block's,
 // then the gate, the experts' stacked MLPs (expert e's c_fc is row block e
-// of (E, 4C, C)) and, with moe_residual, PR-MoE's dense MLP and the
+// of (E, 4C, C); under expert parallelism this rank's E / ep_size of them)
+// and, with moe_residual, PR-MoE's dense MLP and the
 // coefficient that mixes the two.
 enum MoeBlockParam : int {
   kGateWeight = kLn2Bias + 1,  // (E, C), no bias
@@ -99,9 +100,10 @@ class GptParams {
   };
   void add_layer(std::string name);
   // decay: the optimizer's weight decay applies (default: tensors of 2 or
-  // more dimensions, nanoGPT's groups).
+  // more dimensions, nanoGPT's groups); expert: an MoE block's experts'
+  // (DSCORE_PARAM_EXPERT).
   void add_param(std::string name, std::vector<int64_t> shape, Init init,
-                 const sdk::TensorSplit& split, int decay = -1);
+                 const sdk::TensorSplit& split, int decay = -1, bool expert = false);
 
   GptConfig config_;
   uint64_t seed_;

@@ -3,9 +3,11 @@
 // routing (transformer_common/moe/gating.h), the kept routes packed expert by
 // expert (moe/dispatch.h), each expert's GELU MLP over its rows, and the
 // weighted combine; with moe_residual, PR-MoE's dense MLP mixed in by a
-// learned 2-way softmax coefficient. Backward runs the same in reverse and
-// adds the gate's gradient from the combine weights and from
-// moe_loss_coeff * l_aux.
+// learned 2-way softmax coefficient. Under expert parallelism (ep_size > 1)
+// this rank holds E / ep_size experts: the packed rows go to their
+// experts' ranks and come back through an ExpertExchange
+// (transformer_common/moe/expert_exchange.h), over the group the host lends. Backward runs the same
+// in reverse and adds the gate's gradient from the combine weights and from moe_loss_coeff * l_aux.
 //
 // Host memory only (the CPU backend: T float, or double in the gradient
 // checks); the gpt refuses MoE on CUDA. Buffers come from the backend's
@@ -19,10 +21,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "../transformer_common/cpu/linear.h"
 #include "../transformer_common/moe/dispatch.h"
+#include "../transformer_common/moe/expert_exchange.h"
+#include "../transformer_common/moe/expert_group.h"
 #include "../transformer_common/moe/gating.h"
 #include "../transformer_common/moe/noise.h"
 #include "../transformer_common/moe/stats.h"
@@ -50,15 +55,22 @@ class GptMoe {
     first_ = lo;
     if (!cfg_.has_moe()) return;
     const int64_t C = cfg_.n_embd, H = 4 * C, R = cfg_.moe.k * N, E = cfg_.moe.num_experts;
+    // Under expert parallelism this rank's experts compute the rows every
+    // rank of the group sends them: at most ep_size times its own.
+    const int64_t Re = cfg_.ep_size * R;
     for (int64_t l = lo; l < hi; ++l) {
       blocks_.emplace_back();
       if (!cfg_.moe_block(l)) continue;
       Block& b = blocks_.back();
       b.ln = alloc(N * C);
       b.x = alloc(R * C);
-      b.hpre = alloc(R * H);
-      b.hact = alloc(R * H);
+      b.hpre = alloc(Re * H);
+      b.hact = alloc(Re * H);
       b.y = alloc(R * C);
+      if (cfg_.ep_size > 1) {
+        b.xe = alloc(Re * C);
+        b.ye = alloc(Re * C);
+      }
       if (cfg_.moe.noisy_gate_policy == transformer::moe::NoisyGate::kJitter)
         b.gate_in = alloc(N * C);
       if (cfg_.moe_residual) {
@@ -69,12 +81,13 @@ class GptMoe {
         b.coef = alloc(N * 2);
       }
     }
-    const int64_t widest = std::max(R, N);
+    const int64_t widest = std::max(Re, N);
     scratch_.logits = alloc(N * E);
     scratch_.dweight = alloc(R);
-    scratch_.drows = alloc(widest * C);
+    scratch_.drows = alloc(std::max(R, N) * C);
     scratch_.dh1 = alloc(widest * H);
     scratch_.dh2 = alloc(widest * H);
+    if (cfg_.ep_size > 1) scratch_.dexperts = alloc(Re * C);
     scratch_.dtokens = alloc(N * C);
     if (cfg_.moe_residual) scratch_.dcoef = alloc(N * 2);
   }
@@ -124,26 +137,38 @@ class GptMoe {
     b.routing = moe::route<T>(g, logits, N, training_, noise);
     b.packing = moe::pack(b.routing);
     if (!recompute) count(b.routing);
-    // The experts, each over its packed rows. Their weights are slices of
-    // the stacked tensors, fp32 copies in every run (gpt_params.h): the
-    // fp32 linear, whatever form the layer's operands take.
+    // The experts, each over its packed rows (under expert parallelism this
+    // rank's experts over the rows the group sent them). Their weights are
+    // slices of the stacked tensors, fp32 copies in every run
+    // (gpt_params.h): the fp32 linear, whatever form the layer's operands
+    // take.
     moe::gather_rows(b.x.get(), b.ln.get(), b.packing, C);
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t r0 = b.packing.offset[e], n = b.packing.offset[e + 1] - r0;
+    const T* xe = b.x.get();
+    if (cfg_.ep_size > 1) {
+      b.exchange.emplace(b.packing, E, static_cast<int>(cfg_.ep_size),
+                         static_cast<int>(cfg_.ep_rank), group().counts());
+      b.exchange->dispatch(b.x.get(), b.xe.get(), C, group().template rows<T>());
+      xe = b.xe.get();
+    }
+    const std::vector<int64_t> rows = expert_rows(b);
+    const int64_t El = cfg_.local_experts();
+    for (int64_t e = 0; e < El; ++e) {
+      const int64_t r0 = rows[e], n = rows[e + 1] - r0;
       if (n == 0) continue;
-      transformer::cpu::matmul_forward(b.hpre.get() + r0 * H, b.x.get() + r0 * C,
+      transformer::cpu::matmul_forward(b.hpre.get() + r0 * H, xe + r0 * C,
                                        p[kExpertFcWeight] + e * H * C, p[kExpertFcBias] + e * H, n,
                                        C, H);
     }
-    const int64_t R = b.packing.rows();
-    backend_.gelu_forward(b.hact.get(), b.hpre.get(), R * H);
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t r0 = b.packing.offset[e], n = b.packing.offset[e + 1] - r0;
+    backend_.gelu_forward(b.hact.get(), b.hpre.get(), rows.back() * H);
+    T* ye = cfg_.ep_size > 1 ? b.ye.get() : b.y.get();
+    for (int64_t e = 0; e < El; ++e) {
+      const int64_t r0 = rows[e], n = rows[e + 1] - r0;
       if (n == 0) continue;
-      transformer::cpu::matmul_forward(b.y.get() + r0 * C, b.hact.get() + r0 * H,
+      transformer::cpu::matmul_forward(ye + r0 * C, b.hact.get() + r0 * H,
                                        p[kExpertProjWeight] + e * C * H, p[kExpertProjBias] + e * C,
                                        n, H, C);
     }
+    if (cfg_.ep_size > 1) b.exchange->combine(ye, b.y.get(), C, group().template rows<T>());
     if (!cfg_.moe_residual) {
       if (out != nullptr) moe::combine(out, b.y.get(), b.routing, b.packing, C);
       return;
@@ -214,25 +239,34 @@ class GptMoe {
     T* drows = scratch_.drows.get();
     T* dweight = scratch_.dweight.get();
     moe::combine_backward(drows, dweight, dmoe, b.y.get(), b.routing, b.packing, C);
-    const int64_t R = b.packing.rows();
+    // The experts' rows: this rank's packing, or under expert parallelism
+    // the rows the group sent this rank's experts (their dy out the way
+    // the outputs came back, their dx back the way the inputs went).
+    const bool spread = cfg_.ep_size > 1;
+    T* de = spread ? scratch_.dexperts.get() : drows;
+    if (spread) b.exchange->dispatch(drows, de, C, group().template rows<T>());
+    const T* xe = spread ? b.xe.get() : b.x.get();
+    const std::vector<int64_t> rows = expert_rows(b);
+    const int64_t El = cfg_.local_experts();
     T* dhact = scratch_.dh1.get();
     T* dhpre = scratch_.dh2.get();
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t r0 = b.packing.offset[e], n = b.packing.offset[e + 1] - r0;
+    for (int64_t e = 0; e < El; ++e) {
+      const int64_t r0 = rows[e], n = rows[e + 1] - r0;
       if (n == 0) continue;
       transformer::cpu::matmul_backward(
-          dhact + r0 * H, g[kExpertProjWeight] + e * C * H, g[kExpertProjBias] + e * C,
-          drows + r0 * C, b.hact.get() + r0 * H, p[kExpertProjWeight] + e * C * H, n, H, C);
+          dhact + r0 * H, g[kExpertProjWeight] + e * C * H, g[kExpertProjBias] + e * C, de + r0 * C,
+          b.hact.get() + r0 * H, p[kExpertProjWeight] + e * C * H, n, H, C);
     }
-    backend_.gelu_backward(dhpre, b.hpre.get(), dhact, R * H);
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t r0 = b.packing.offset[e], n = b.packing.offset[e + 1] - r0;
+    backend_.gelu_backward(dhpre, b.hpre.get(), dhact, rows.back() * H);
+    for (int64_t e = 0; e < El; ++e) {
+      const int64_t r0 = rows[e], n = rows[e + 1] - r0;
       if (n == 0) continue;
-      // drows (the rows' dy) is done with: it takes the rows' input gradients.
-      transformer::cpu::matmul_backward(
-          drows + r0 * C, g[kExpertFcWeight] + e * H * C, g[kExpertFcBias] + e * H, dhpre + r0 * H,
-          b.x.get() + r0 * C, p[kExpertFcWeight] + e * H * C, n, C, H);
+      // de (the rows' dy) is done with: it takes the rows' input gradients.
+      transformer::cpu::matmul_backward(de + r0 * C, g[kExpertFcWeight] + e * H * C,
+                                        g[kExpertFcBias] + e * H, dhpre + r0 * H, xe + r0 * C,
+                                        p[kExpertFcWeight] + e * H * C, n, C, H);
     }
+    if (spread) b.exchange->combine(de, drows, C, group().template rows<T>());
     moe::scatter_add_rows(dln, drows, b.packing, C);
     // The gate, from the combine weights and the aux loss.
     T* dlogits = scratch_.logits.get();
@@ -255,12 +289,25 @@ class GptMoe {
   struct Block {
     Buffer<T> ln, x, hpre, hact, y, gate_in;       // gate_in: the jittered gate input
     Buffer<T> moe_out, rfc, rfc_gelu, rout, coef;  // moe_residual
+    Buffer<T> xe, ye;  // expert parallelism: this rank's experts' rows in and out
     transformer::moe::Routing routing;
     transformer::moe::Packing packing;
+    std::optional<transformer::moe::ExpertExchange> exchange;  // expert parallelism
   };
   struct Scratch {
-    Buffer<T> logits, dweight, drows, dh1, dh2, dtokens, dcoef;
+    Buffer<T> logits, dweight, drows, dh1, dh2, dtokens, dcoef, dexperts;
   };
+
+  // Where each of this rank's experts' rows start in its expert rows
+  // (local experts + 1 entries): its packing's, or the exchange's.
+  std::vector<int64_t> expert_rows(const Block& b) const {
+    if (!b.exchange) return b.packing.offset;
+    std::vector<int64_t> rows;
+    for (int64_t j = 0; j <= b.exchange->local_experts(); ++j)
+      rows.push_back(b.exchange->expert_offset(j));
+    return rows;
+  }
+  transformer::moe::ExpertParallelGroup& group() { return backend_.expert_parallel(); }
 
   Buffer<T> alloc(int64_t n) { return backend_.template alloc<T>(n); }
   // Block l's random streams (moe/noise.h): + 1 Jitter, + 2 Gumbel, + 3 uniform.

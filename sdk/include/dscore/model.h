@@ -36,6 +36,17 @@ typedef struct dscore_model dscore_model;
  * holds the whole tensor (replicated: a LayerNorm, a row-parallel bias), and
  * the host counts it once in the gradient norm. */
 #define DSCORE_PARAM_TP_SPLIT (1u << 1)
+/* ABI 1.2: an expert's tensor under expert parallelism: this rank holds it
+ * for its share of an MoE layer's experts (the experts are spread over the
+ * expert-parallel group, host->communicator(ctx, DSCORE_GROUP_EXPERT_PARALLEL)),
+ * and so do the ranks at its place in the other expert-parallel groups (its
+ * expert-data-parallel peers): the host averages its gradients over those
+ * and partitions its ZeRO state among them alone. With DSCORE_PARAM_TP_SPLIT
+ * as well, the tp_* fields say which part of a whole tensor stacked over all
+ * experts this rank's experts are (the gpt's [experts, ...] weights: tp_dim
+ * 0, tp_full_extent the experts in all), so checkpoints hold whole tensors;
+ * without it, the tensor is one expert's whole (a per-expert name). */
+#define DSCORE_PARAM_EXPERT (1u << 2)
 
 typedef struct dscore_model_param {
   uint32_t struct_size;

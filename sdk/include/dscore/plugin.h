@@ -212,16 +212,20 @@ typedef struct dscore_host_context dscore_host_context;
  * the engine has them. */
 typedef int32_t dscore_comm_group;
 enum {
-  DSCORE_GROUP_WORLD = 0,            /* every rank of the job */
-  DSCORE_GROUP_DATA_PARALLEL = 1,    /* the replicas that reduce gradients together
-                                        (the whole world until model parallelism) */
-  DSCORE_GROUP_TENSOR_PARALLEL = 2,  /* ABI 1.2: the ranks that hold the parts of one
-                                        model replica's split tensors (AutoTP's
-                                        autotp_size); none without tensor parallelism */
-  DSCORE_GROUP_SEQUENCE_PARALLEL = 3 /* ABI 1.2: the ranks that split each sample's
+  DSCORE_GROUP_WORLD = 0,             /* every rank of the job */
+  DSCORE_GROUP_DATA_PARALLEL = 1,     /* the replicas that reduce gradients together
+                                         (the whole world until model parallelism) */
+  DSCORE_GROUP_TENSOR_PARALLEL = 2,   /* ABI 1.2: the ranks that hold the parts of one
+                                         model replica's split tensors (AutoTP's
+                                         autotp_size); none without tensor parallelism */
+  DSCORE_GROUP_SEQUENCE_PARALLEL = 3, /* ABI 1.2: the ranks that split each sample's
                                         sequence (Ulysses' sequence_parallel_size; the
                                         model exchanges heads with all_to_all); none
                                         without sequence parallelism */
+  DSCORE_GROUP_EXPERT_PARALLEL = 4    /* ABI 1.2: the ranks an MoE layer's experts are
+                                        spread over (expert_parallel.autoep_size; the
+                                        model sends each token to its experts' rank with
+                                        all_to_all_v); none without expert parallelism */
 };
 
 struct dscore_communicator; /* comm.h */

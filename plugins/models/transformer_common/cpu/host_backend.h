@@ -24,6 +24,7 @@
 #include <sanitizer/asan_interface.h>
 #endif
 
+#include "../moe/expert_group.h"
 #include "../sequence_parallel.h"
 #include "../tensor_parallel.h"
 #include "attention.h"
@@ -87,7 +88,8 @@ class HostBackend {
         model_(model),
         tag_(activation_tag),
         group_(host, model),
-        sequence_(host, model) {}
+        sequence_(host, model),
+        expert_(host, model) {}
 
   // ---- tensor parallelism (the runners' split paths): the group's sum,
   // and the LM head over this rank's vocabulary rows [v0, v0 + rows) of V
@@ -112,6 +114,10 @@ class HostBackend {
                           int64_t parts) {
     sequence_.to_tokens(heads, tokens, B, s, W, parts);
   }
+
+  // ---- expert parallelism (moe/expert_group.h): the expert group's
+  // all-to-alls for an MoE layer's token exchange.
+  moe::ExpertParallelGroup& expert_parallel() { return expert_; }
 
   template <typename X>
   Buffer<X> alloc(int64_t n) const {
@@ -417,6 +423,7 @@ class HostBackend {
   const char* tag_;
   TensorParallelGroup group_;
   SequenceParallelGroup sequence_;
+  moe::ExpertParallelGroup expert_;
   mutable std::vector<Buffer<T>> spare_;  // released copies (take_copy)
   // (fp32 copy, bf16 view) of the live Params' bf16 parameters.
   mutable std::vector<std::pair<const T*, const uint16_t*>> bf16_views_;
