@@ -30,9 +30,9 @@ constexpr size_t kDense = 0, kExperts = 1;
 
 }  // namespace
 
-Result<std::unique_ptr<ExpertSplitZero>> ExpertSplitZero::create(const ZeroContext& context,
-                                                                 comm::Communicator* expert_group,
-                                                                 const Reduction& expert_reduction) {
+Result<std::unique_ptr<ExpertSplitZero>> ExpertSplitZero::create(
+    const ZeroContext& context, comm::Communicator* expert_group,
+    const Reduction& expert_reduction) {
   const ParamLayout& whole = *context.layout;
   std::vector<bool> expert(whole.params().size());
   for (size_t i = 0; i < expert.size(); ++i)
@@ -51,7 +51,10 @@ Result<std::unique_ptr<ExpertSplitZero>> ExpertSplitZero::create(const ZeroConte
   for (size_t i = 0; i < expert.size(); ++i) dense[i] = !expert[i];
   for (size_t d : {kDense, kExperts}) {
     Domain& domain = zero->domains_[d];
-    domain.layout = ParamLayout::subset(whole, d == kDense ? dense : expert, &domain.whole_index);
+    domain.layout = ParamLayout::subset(whole, d == kDense ? dense : expert, &domain.whole_index,
+                                        &domain.whole_layer);
+    domain.layer.assign(whole.layer_count(), kNone);
+    for (size_t j = 0; j < domain.whole_layer.size(); ++j) domain.layer[domain.whole_layer[j]] = j;
     domain.context = context;
     domain.context.layout = &domain.layout;
     if (d == kExperts) {
@@ -125,12 +128,18 @@ void ExpertSplitZero::begin_micro_step(bool boundary) {
 
 Status ExpertSplitZero::acquire(size_t layer, dscore_acquire_mode mode, device::Stream* views_on,
                                 dscore_layer_views* out) {
+  // Each domain with parameters in the layer lends its views; they go
+  // back in the whole layer's order.
   dscore_layer_views views[2] = {*out, *out};
-  DSCORE_RETURN_IF_ERROR(dense_->acquire(layer, mode, views_on, &views[kDense]));
-  Status experts = experts_->acquire(layer, mode, views_on, &views[kExperts]);
-  if (!experts.ok()) {
-    (void)dense_->release(layer);
-    return experts;
+  for (size_t d : {kDense, kExperts}) {
+    const size_t here = domains_[d].layer[layer];
+    if (here == kNone) continue;
+    Status acquired = domains_[d].strategy->acquire(here, mode, views_on, &views[d]);
+    if (!acquired.ok()) {
+      if (d == kExperts && domains_[kDense].layer[layer] != kNone)
+        (void)dense_->release(domains_[kDense].layer[layer]);
+      return acquired;
+    }
   }
   const ParamLayout& whole = *whole_.layout;
   const size_t first = whole.layer_first(layer);
@@ -138,7 +147,7 @@ Status ExpertSplitZero::acquire(size_t layer, dscore_acquire_mode mode, device::
   std::vector<dscore_tensor*>& grads = grad_views_[layer];
   for (size_t i = first; i < whole.layer_end(layer); ++i) {
     const auto [d, k] = place_[i];
-    const size_t at = k - domains_[d].layout.layer_first(layer);
+    const size_t at = k - domains_[d].layout.layer_first(domains_[d].layer[layer]);
     params[i - first] = views[d].params[at];
     grads[i - first] = views[d].grads != nullptr ? views[d].grads[at] : nullptr;
   }
@@ -149,14 +158,20 @@ Status ExpertSplitZero::acquire(size_t layer, dscore_acquire_mode mode, device::
 }
 
 Status ExpertSplitZero::release(size_t layer) {
-  Status dense = dense_->release(layer);
-  Status experts = experts_->release(layer);
-  return dense.ok() ? experts : dense;
+  Status status = Status::Ok();
+  for (const Domain& domain : domains_)
+    if (const size_t here = domain.layer[layer]; here != kNone) {
+      Status released = domain.strategy->release(here);
+      if (status.ok()) status = released;
+    }
+  return status;
 }
 
 Status ExpertSplitZero::grads_ready(size_t layer) {
-  DSCORE_RETURN_IF_ERROR(dense_->grads_ready(layer));
-  return experts_->grads_ready(layer);
+  for (const Domain& domain : domains_)
+    if (const size_t here = domain.layer[layer]; here != kNone)
+      DSCORE_RETURN_IF_ERROR(domain.strategy->grads_ready(here));
+  return Status::Ok();
 }
 
 Status ExpertSplitZero::end_micro_step() {

@@ -67,10 +67,14 @@ class ExpertSplitZero final : public ZeroStrategy {
   struct Domain {
     ParamLayout layout;
     std::vector<size_t> whole_index;  // each of its parameters' in the whole layout
+    std::vector<size_t> whole_layer;  // each of its layers' in the whole layout
+    // Per whole layer: its index here, or kNone (no parameter of the domain).
+    std::vector<size_t> layer;
     ZeroContext context;
     std::unique_ptr<ZeroStrategy> strategy;
     std::unique_ptr<Model> model;  // the model as the strategy numbers it (initialise)
   };
+  static constexpr size_t kNone = static_cast<size_t>(-1);
   ExpertSplitZero() = default;
   // The domains' values (each its own layout order) in the whole layout's.
   void join(const std::vector<float>& dense, const std::vector<float>& experts,

@@ -31,20 +31,25 @@ Result<ParamLayout> ParamLayout::from_description(const dscore_model_description
 }
 
 ParamLayout ParamLayout::subset(const ParamLayout& whole, const std::vector<bool>& keep,
-                                std::vector<size_t>* kept) {
+                                std::vector<size_t>* kept, std::vector<size_t>* layers) {
   ParamLayout layout;
   int64_t offset = 0;
-  if (kept != nullptr) kept->clear();
+  kept->clear();
+  layers->clear();
   for (size_t l = 0; l < whole.layer_count(); ++l) {
-    layout.layer_first_.push_back(layout.params_.size());
+    const size_t first = layout.params_.size();
     for (size_t i = whole.layer_first(l); i < whole.layer_end(l); ++i) {
       if (!keep[i]) continue;
       ParamEntry entry = whole.params()[i];
+      entry.layer = layers->size();
       entry.offset = offset;
       offset += entry.numel;
       layout.params_.push_back(std::move(entry));
-      if (kept != nullptr) kept->push_back(i);
+      kept->push_back(i);
     }
+    if (layout.params_.size() == first) continue;
+    layout.layer_first_.push_back(first);
+    layers->push_back(l);
   }
   layout.total_numel_ = offset;
   return layout;

@@ -60,11 +60,12 @@ class ParamLayout {
  public:
   // Fails (naming the model's parameter) when a shape is empty or negative.
   static Result<ParamLayout> from_description(const dscore_model_description& description);
-  // The parameters of `whole` that `keep` selects (by index), in order and
-  // with the same layers (some perhaps empty now), back to back from 0.
-  // `kept`, when given, receives each kept parameter's index in `whole`.
+  // The parameters of `whole` that `keep` selects (by index), in order,
+  // back to back from 0, in the layers of `whole` that keep any (no layer is
+  // empty). `kept` receives each kept parameter's index in `whole`, and
+  // `layers` each kept layer's.
   static ParamLayout subset(const ParamLayout& whole, const std::vector<bool>& keep,
-                            std::vector<size_t>* kept = nullptr);
+                            std::vector<size_t>* kept, std::vector<size_t>* layers);
 
   const std::vector<ParamEntry>& params() const { return params_; }
   size_t layer_count() const { return layer_first_.size(); }

@@ -4,7 +4,8 @@
 // step's routing reaches the monitors and the JSON log (the model's metrics,
 // model.h), ZeRO stages 0-3 train the same model, a checkpoint resumes bit
 // for bit (the gate's noise is keyed by the tokens), and what MoE does not
-// run under yet ends the job with a message naming the key and the fix.
+// run under yet ends the job with a message naming the key and the fix
+// (expert parallelism's equivalences: tests/multirank/expert_parallel_test.cc).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -167,6 +168,29 @@ TEST_F(MoeRun, RefusesWhatItDoesNotRunYetNamingTheFix) {
           "llama: MoE blocks under tensor parallelism are not supported yet");
   refused("mixtral_pipe", mixtral(1) + R"(, "pipeline": {"stages": 2})", 2,
           "llama: MoE blocks under pipeline parallelism are not supported yet");
+  // Expert parallelism (expert_parallel.autoep_size): what it needs and
+  // does not run with yet.
+  const std::string ep2 = R"(, "expert_parallel": {"enabled": true, "autoep_size": 2})";
+  refused("ep_llama", mixtral(1) + ep2, 2,
+          "model 'llama' cannot be split for expert parallelism: set "
+          "expert_parallel.autoep_size to 1, or train a model that can (gpt)");
+  std::string dense = gpt();
+  dense.replace(dense.find("\"moe_num_experts\": 4"), 20, "\"moe_num_experts\": 0");
+  refused("ep_dense", dense + ep2, 2, "declares no expert parameter (DSCORE_PARAM_EXPERT)");
+  std::string three = gpt();
+  three.replace(three.find("\"moe_num_experts\": 4"), 20, "\"moe_num_experts\": 3");
+  refused("ep_odd", three + ep2, 2,
+          "3 experts do not spread evenly over expert_parallel.autoep_size 2 ranks");
+  refused("ep_world", gpt() + R"(, "expert_parallel": {"enabled": true, "autoep_size": 4})", 2,
+          "expert_parallel.autoep_size 4 does not divide the 2 data-parallel ranks");
+  std::string offload = gpt(6, 2);
+  offload.replace(offload.find("{\"stage\": 2}"), 12,
+                  R"({"stage": 2, "offload_optimizer": {"device": "cpu"}})");
+  refused("ep_offload", offload + ep2, 2,
+          "expert parallelism does not run with CPU or NVMe offload yet");
+  refused("ep_route",
+          gpt() + R"(, "expert_parallel": {"enabled": true, "autoep_size": 2, "top_k": 1})", 2,
+          "\"top_k\" changes how AutoEP's replacement layer routes tokens");
   std::string five = gpt();
   five.replace(five.find("\"moe_k\": 2"), 10, "\"moe_k\": 5");
   refused("k", five, 1, "k (5) must be between 1 and num_experts (4)");

@@ -51,9 +51,9 @@ class ExpertParallelGroup {
       }
       dscore_tensor s = host_tensor(const_cast<T*>(send), dtype, sent);
       dscore_tensor r = host_tensor(recv, dtype, received);
-      const dscore_all_to_all_layout layout{sizeof(dscore_all_to_all_layout),
-                                            l.send_counts.data(), l.send_offsets.data(),
-                                            l.recv_counts.data(), l.recv_offsets.data()};
+      const dscore_all_to_all_layout layout{sizeof(dscore_all_to_all_layout), l.send_counts.data(),
+                                            l.send_offsets.data(), l.recv_counts.data(),
+                                            l.recv_offsets.data()};
       sdk::check(c->vtable->all_to_all_v(c->comm, &s, &r, &layout, nullptr));
       count(sent * static_cast<int64_t>(sizeof(T)));
     };
