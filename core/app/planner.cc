@@ -71,8 +71,12 @@ std::optional<zero::ModelTraffic> model_traffic(const Model& model,
     t.tensor_parallel_bytes += static_cast<int64_t>(c->tensor_parallel_bytes) * gas;
     t.sequence_parallel_calls += static_cast<int64_t>(c->sequence_parallel_calls) * gas;
     t.sequence_parallel_bytes += static_cast<int64_t>(c->sequence_parallel_bytes) * gas;
+    t.expert_parallel_calls += static_cast<int64_t>(c->expert_parallel_calls) * gas;
+    t.expert_parallel_bytes += static_cast<int64_t>(c->expert_parallel_bytes) * gas;
   }
-  if (t.tensor_parallel_calls == 0 && t.sequence_parallel_calls == 0) return std::nullopt;
+  if (t.tensor_parallel_calls == 0 && t.sequence_parallel_calls == 0 &&
+      t.expert_parallel_calls == 0)
+    return std::nullopt;
   return t;
 }
 
@@ -213,16 +217,25 @@ Result<std::vector<zero::ZeroPlan>> plan_job(const Setup& setup, int world_size)
   // sequence parallelism its activations are its slice's.
   const int tp = static_cast<int>(config::tensor_parallel_size_of(cfg));
   const int sp = static_cast<int>(config::sequence_parallel_size_of(cfg));
-  DSCORE_ASSIGN_OR_RETURN(const comm::ParallelGrid grid,
-                          comm::ParallelGrid::pipe_data_sequence_model(1, sp, tp, world_size));
+  const int ep = static_cast<int>(config::expert_parallel_size_of(cfg));
+  DSCORE_ASSIGN_OR_RETURN(
+      const comm::ParallelGrid grid,
+      comm::ParallelGrid::pipe_data_expert_sequence_model(1, ep, sp, tp, world_size));
   const std::optional<zero::ModelTraffic> traffic = model_traffic(
       *model,
       {dscore_pipeline_stage{sizeof(dscore_pipeline_stage), 0, model->description().layer_count}},
       cfg, process.checkpointing);
   std::vector<zero::ZeroPlan> plans;
   for (int rank = 0; rank < world_size; ++rank) {
-    plans.push_back(zero::make_plan(cfg, placement, layout, slots, grid.size(comm::groups::kZero),
-                                    grid.rank_in_group(comm::groups::kZero, rank)));
+    // Under expert parallelism the experts' state over their
+    // expert-data-parallel ranks (the model made here holds expert rank 0's).
+    const int zero_ranks = grid.size(comm::groups::kZero);
+    const int zero_rank = grid.rank_in_group(comm::groups::kZero, rank);
+    plans.push_back(ep > 1 ? zero::make_expert_parallel_plan(
+                                 cfg, placement, layout, slots, zero_ranks, zero_rank,
+                                 grid.size(comm::groups::kExpertData),
+                                 grid.rank_in_group(comm::groups::kExpertData, rank))
+                           : zero::make_plan(cfg, placement, layout, slots, zero_ranks, zero_rank));
     plans.back().rank = rank;
     plans.back().world = world_size;
     plans.back().grid = grid.describe();

@@ -130,10 +130,16 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   // until the comm deadline.
   // A pipeline stage's, or a tensor-parallel part's, state is partitioned
   // over its ZeRO group only (its data-parallel and sequence-parallel ranks).
+  // Under expert parallelism the experts' state is partitioned over their
+  // expert-data-parallel ranks.
   std::optional<StageFit> stage;
-  if (engine->pipelined() || tp > 1 || sp > 1)
+  if (engine->pipelined() || tp > 1 || sp > 1 || ep > 1)
     stage = StageFit{zero_group.world_size(), zero_group.rank(),
-                     static_cast<int64_t>(engine->pipe_memory_)};
+                     static_cast<int64_t>(engine->pipe_memory_), 0, 0};
+  if (ep > 1) {
+    stage->expert_data_parallel = engine->topology_->group_size(comm::groups::kExpertData);
+    stage->expert_data_parallel_rank = engine->topology_->rank_in_group(comm::groups::kExpertData);
+  }
   Status fits =
       check_job_fits(config, engine->layout_, state_slots_of(*components.optimizer),
                      engine->comm_->env(), engine->process_memory_, engine->device_.get(), stage);

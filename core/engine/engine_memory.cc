@@ -9,9 +9,15 @@ namespace dscore {
 zero::ZeroPlan Engine::plan() const {
   // ZeRO partitions over its group: the ranks holding the same part of the
   // model (a pipeline stage's, a tensor-parallel part's data- and
-  // sequence-parallel ranks).
-  zero::ZeroPlan plan = zero::make_plan(config_, placement_, layout_, optimizer_->slots(),
-                                        zero_group().world_size(), zero_group().rank());
+  // sequence-parallel ranks); under expert parallelism the experts' over
+  // their expert-data-parallel ranks.
+  zero::ZeroPlan plan =
+      expert_parallel_size() > 1
+          ? zero::make_expert_parallel_plan(
+                config_, placement_, layout_, optimizer_->slots(), zero_group().world_size(),
+                zero_group().rank(), expert_data_group().world_size(), expert_data_group().rank())
+          : zero::make_plan(config_, placement_, layout_, optimizer_->slots(),
+                            zero_group().world_size(), zero_group().rank());
   plan.rank = comm_->rank();
   plan.world = comm_->world_size();
   plan.memory.buffers += static_cast<int64_t>(pipe_memory_);

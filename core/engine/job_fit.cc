@@ -126,9 +126,13 @@ Status check_job_fits(const config::TrainingConfig& config, const ParamLayout& l
   const config::Placement placement = config::make_placement(config, memory_is_host);
   if (auto errors = config::placement_errors(placement); !errors.empty())
     return invalid_argument(errors.front().path + ": " + errors.front().message);
-  zero::ZeroPlan plan = zero::make_plan(config, placement, layout, slots,
-                                        stage ? stage->data_parallel : job.world_size,
-                                        stage ? stage->data_parallel_rank : job.rank);
+  const int world = stage ? stage->data_parallel : job.world_size;
+  const int rank = stage ? stage->data_parallel_rank : job.rank;
+  zero::ZeroPlan plan = stage && stage->expert_data_parallel > 0
+                            ? zero::make_expert_parallel_plan(
+                                  config, placement, layout, slots, world, rank,
+                                  stage->expert_data_parallel, stage->expert_data_parallel_rank)
+                            : zero::make_plan(config, placement, layout, slots, world, rank);
   if (stage) plan.memory.buffers += stage->executor_bytes;
   if (process) zero::add_process_memory(*process, &plan);
   zero::NodeCapacity node = read_node_capacity(plan, job.ranks_on_node());

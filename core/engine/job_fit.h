@@ -66,6 +66,10 @@ struct StageFit {
   int data_parallel = 1;
   int data_parallel_rank = 0;
   int64_t executor_bytes = 0;
+  // Expert parallelism: the experts' partition over their
+  // expert-data-parallel ranks (0: no experts apart).
+  int expert_data_parallel = 0;
+  int expert_data_parallel_rank = 0;
 };
 Status check_job_fits(const config::TrainingConfig& config, const ParamLayout& layout,
                       const std::vector<zero::StateSlot>& slots, const comm::JobEnv& job,

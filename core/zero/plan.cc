@@ -202,6 +202,44 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const ParamLayout& layo
                    world, rank);
 }
 
+ZeroPlan make_expert_parallel_plan(const config::TrainingConfig& config,
+                                   const config::Placement& placement, const ParamLayout& layout,
+                                   const std::vector<StateSlot>& slots, int world, int rank,
+                                   int expert_world, int expert_rank) {
+  std::vector<bool> expert(layout.params().size()), dense(layout.params().size());
+  for (size_t i = 0; i < expert.size(); ++i) {
+    expert[i] = (layout.params()[i].flags & DSCORE_PARAM_EXPERT) != 0;
+    dense[i] = !expert[i];
+  }
+  std::vector<size_t> params, layers;
+  const ParamLayout experts = ParamLayout::subset(layout, expert, &params, &layers);
+  if (experts.params().empty()) return make_plan(config, placement, layout, slots, world, rank);
+  ZeroPlan plan = make_plan(config, placement, ParamLayout::subset(layout, dense, &params, &layers),
+                            slots, world, rank);
+  const ZeroPlan e = make_plan(config, placement, experts, slots, expert_world, expert_rank);
+  MemoryPlan& m = plan.memory;
+  for (auto [mine, theirs] : {std::pair{&m.parameters, e.memory.parameters},
+                              {&m.gradients, e.memory.gradients},
+                              {&m.master, e.memory.master},
+                              {&m.optimizer, e.memory.optimizer},
+                              {&m.buffers, e.memory.buffers},
+                              {&m.offload_tiles, e.memory.offload_tiles},
+                              {&m.disk_master, e.memory.disk_master},
+                              {&m.disk_optimizer, e.memory.disk_optimizer},
+                              {&m.disk_parameters, e.memory.disk_parameters},
+                              {&m.host_staging, e.memory.host_staging}})
+    *mine += theirs;
+  m.comm_scratch = std::max(m.comm_scratch, e.memory.comm_scratch);
+  plan.numel += e.numel;
+  for (const auto& [op, elements] : e.comm_elements) plan.comm_elements[op] += elements;
+  plan.notes.push_back("expert parallelism: this rank's experts' " + std::to_string(e.numel) +
+                       " parameters are partitioned over their " + std::to_string(expert_world) +
+                       " expert-data-parallel rank(s), the other " +
+                       std::to_string(plan.numel - e.numel) + " over the " + std::to_string(world) +
+                       " data-parallel rank(s)");
+  return plan;
+}
+
 ZeroPlan make_plan(const config::TrainingConfig& config, const config::Placement& placement,
                    const ParamLayout& layout, const std::vector<StateSlot>& slots, int world,
                    int rank) {

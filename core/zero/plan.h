@@ -118,11 +118,12 @@ struct PipeStagePlan {
 
 // The model's own collectives per optimizer step (model.h
 // collective_bytes, over the step's micro-batches): its tensor-parallel
-// allreduces and sequence-parallel all-to-alls, each call counted at its
-// input buffer's bytes.
+// allreduces, sequence-parallel all-to-alls and expert-parallel token
+// exchanges, each call counted at its input buffer's bytes.
 struct ModelTraffic {
   int64_t tensor_parallel_calls = 0, tensor_parallel_bytes = 0;
   int64_t sequence_parallel_calls = 0, sequence_parallel_bytes = 0;
+  int64_t expert_parallel_calls = 0, expert_parallel_bytes = 0;
 };
 
 struct ZeroPlan {
@@ -180,6 +181,14 @@ struct ZeroPlan {
 ZeroPlan make_plan(const config::TrainingConfig& config, const config::Placement& placement,
                    const ParamLayout& layout, const std::vector<StateSlot>& slots, int world,
                    int rank);
+// Under expert parallelism (expert_split_zero.h): the plan of `layout`'s
+// dense parameters over ZeRO's `world` ranks plus its experts'
+// (DSCORE_PARAM_EXPERT) over their `expert_world` expert-data-parallel
+// ranks, added up; a layout without experts is make_plan's.
+ZeroPlan make_expert_parallel_plan(const config::TrainingConfig& config,
+                                   const config::Placement& placement, const ParamLayout& layout,
+                                   const std::vector<StateSlot>& slots, int world, int rank,
+                                   int expert_world, int expert_rank);
 // The same with the config's placement. `device_memory_is_host`: whether
 // the host addresses the memory of the device the engine computes on
 // (device.h memory_is_host()); unset: on a CPU unless "device" is "cuda".

@@ -302,7 +302,9 @@ std::string format_plans(const std::vector<ZeroPlan>& plans) {
     for (const auto& [what, calls, bytes] :
          {std::tuple{"tensor-parallel allreduce", t.tensor_parallel_calls, t.tensor_parallel_bytes},
           std::tuple{"sequence-parallel all_to_all", t.sequence_parallel_calls,
-                     t.sequence_parallel_bytes}}) {
+                     t.sequence_parallel_bytes},
+          std::tuple{"expert-parallel all_to_all", t.expert_parallel_calls,
+                     t.expert_parallel_bytes}}) {
       if (calls == 0) continue;
       std::snprintf(line, sizeof line, "    %-28s %16lld calls, %lld B (%s)\n", what,
                     static_cast<long long>(calls), static_cast<long long>(bytes),

@@ -10,6 +10,7 @@
 #include <dscore/cpp/model_plugin.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 
@@ -385,8 +386,9 @@ class Gpt : public sdk::Instance {
         cpu_pass_shape(micro_batch,
                        transformer::cpu::largest_layer_numel(params_, c.layer_count())));
   }
-  // What its tensor- and sequence-parallel collectives move (model.h
-  // collective_bytes): q|k|v exchanged packed, the output back.
+  // What its tensor-, sequence- and expert-parallel collectives move
+  // (model.h collective_bytes): q|k|v exchanged packed, the output back;
+  // an MoE block's tokens to their experts and back.
   dscore_model_collectives collective_bytes(const dscore_pipeline_stage& layers,
                                             int64_t micro_batch, bool checkpointing) const {
     const GptConfig& c = config_;
@@ -405,7 +407,36 @@ class Gpt : public sdk::Instance {
     }
     t.checkpoint_blocks =
         transformer::checkpointed_config(c, c.n_layer, checkpointing).checkpoint_blocks;
-    return transformer::split_collectives(t, layers);
+    dscore_model_collectives out = transformer::split_collectives(t, layers);
+    if (c.ep_size > 1) add_expert_traffic(layers, micro_batch, t.checkpoint_blocks, &out);
+    return out;
+  }
+  // Per MoE block and micro-batch (moe_mlp.h): forward the experts' counts
+  // (E int64), the rows out and the outputs back, backward the output
+  // gradients out and the input gradients back, a checkpointed block's
+  // recompute the forward's again. A rank sends its kept routes and gets
+  // back what its experts computed: balanced, k rows per token each way
+  // (at most the capacity's E x capacity when routes are dropped), fp32.
+  void add_expert_traffic(const dscore_pipeline_stage& layers, int64_t micro_batch,
+                          int64_t checkpoint_blocks, dscore_model_collectives* out) const {
+    const GptConfig& c = config_;
+    const transformer::moe::GatingConfig& g = c.moe;
+    const int64_t N = micro_batch * c.local_tokens(), E = g.num_experts;
+    int64_t rows = g.k * N;
+    if (g.router == transformer::moe::Router::kDeepSpeed && g.drop_tokens) {
+      const double per_expert = std::ceil(static_cast<double>(N) / static_cast<double>(E) *
+                                          g.capacity_factor * static_cast<double>(g.k));
+      rows = std::min(rows, E * std::max(g.min_capacity, static_cast<int64_t>(per_expert)));
+    }
+    const uint64_t counts = static_cast<uint64_t>(E) * sizeof(int64_t);
+    const uint64_t rows_bytes = static_cast<uint64_t>(rows * c.n_embd) * sizeof(float);
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      const size_t layer = static_cast<size_t>(l + 1);
+      if (!c.moe_block(l) || layer < layers.first_layer || layer >= layers.end_layer) continue;
+      const uint64_t forwards = l < checkpoint_blocks ? 2 : 1;
+      out->expert_parallel_calls += forwards * 3 + 2;
+      out->expert_parallel_bytes += forwards * (counts + 2 * rows_bytes) + 2 * rows_bytes;
+    }
   }
 
  private:
@@ -443,7 +474,7 @@ class Gpt : public sdk::Instance {
 
   GptConfig config_;
   GptParams params_;
-  transformer::moe::PassMetrics moe_metrics_{config_.moe.num_experts};
+  transformer::moe::PassMetrics moe_metrics_{config_.moe.num_experts, config_.ep_size > 1};
   std::unique_ptr<Gpt2Weights> weights_;  // gpt2: the from_pretrained folder
   std::unique_ptr<GptCompute> compute_;
 };

@@ -149,6 +149,7 @@ class GptMoe {
                          static_cast<int>(cfg_.ep_rank), group().counts());
       b.exchange->dispatch(b.x.get(), b.xe.get(), C, group().template rows<T>());
       xe = b.xe.get();
+      stats_.exchanged_bytes += E * static_cast<int64_t>(sizeof(int64_t)) + exchanged(*b.exchange);
     }
     const std::vector<int64_t> rows = expert_rows(b);
     const int64_t El = cfg_.local_experts();
@@ -266,7 +267,10 @@ class GptMoe {
                                         g[kExpertFcBias] + e * H, dhpre + r0 * H, xe + r0 * C,
                                         p[kExpertFcWeight] + e * H * C, n, C, H);
     }
-    if (spread) b.exchange->combine(de, drows, C, group().template rows<T>());
+    if (spread) {
+      b.exchange->combine(de, drows, C, group().template rows<T>());
+      stats_.exchanged_bytes += exchanged(*b.exchange);
+    }
     moe::scatter_add_rows(dln, drows, b.packing, C);
     // The gate, from the combine weights and the aux loss.
     T* dlogits = scratch_.logits.get();
@@ -308,6 +312,11 @@ class GptMoe {
     return rows;
   }
   transformer::moe::ExpertParallelGroup& group() { return backend_.expert_parallel(); }
+  // What one dispatch and its combine send from this rank: its rows out,
+  // its experts' rows back.
+  int64_t exchanged(const transformer::moe::ExpertExchange& x) const {
+    return (x.sent_rows() + x.expert_rows()) * cfg_.n_embd * static_cast<int64_t>(sizeof(T));
+  }
 
   Buffer<T> alloc(int64_t n) { return backend_.template alloc<T>(n); }
   // Block l's random streams (moe/noise.h): + 1 Jitter, + 2 Gumbel, + 3 uniform.

@@ -129,6 +129,11 @@ typedef struct dscore_model_collectives {
   uint64_t tensor_parallel_bytes;
   uint64_t sequence_parallel_calls; /* all_to_alls on DSCORE_GROUP_SEQUENCE_PARALLEL */
   uint64_t sequence_parallel_bytes;
+  /* Read where struct_size covers them: all_to_all and all_to_all_v on
+   * DSCORE_GROUP_EXPERT_PARALLEL (an MoE layer's tokens to their experts'
+   * ranks and back; data-dependent, so the routes' balanced expectation). */
+  uint64_t expert_parallel_calls;
+  uint64_t expert_parallel_bytes;
 } dscore_model_collectives;
 
 /* ABI 1.2: one value a model measured in its last pass besides the loss,

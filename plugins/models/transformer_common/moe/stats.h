@@ -16,19 +16,25 @@ struct PassStats {
   int64_t dropped_routes = 0;  // routes past an expert's capacity, all layers
   int64_t routes = 0;          // routes chosen, all layers
   std::vector<int64_t> load;   // per expert, routes chosen, summed over the layers
+  // Expert parallelism: bytes this rank's token exchanges sent (each
+  // all-to-all at its send buffer's size), all layers.
+  int64_t exchanged_bytes = 0;
 };
 
 // A pass's statistics as the model's metrics (model.h metrics; monitor
 // tags under Train/Samples/): the aux loss and the dropped fraction (means
 // over the cycle's passes), the dropped routes (a sum), and each expert's
-// share of the routes (a mean; 1/E balanced). The names live here, as
-// long as the model.
+// share of the routes (a mean; 1/E balanced); under expert parallelism the
+// bytes the token exchanges sent (a sum: all ranks). The names live here,
+// as long as the model.
 class PassMetrics {
  public:
-  explicit PassMetrics(int64_t experts) {
+  explicit PassMetrics(int64_t experts, bool expert_parallel = false) {
     if (experts == 0) return;
     names_ = {"moe/aux_loss", "moe/dropped_routes", "moe/dropped_fraction"};
     for (int64_t e = 0; e < experts; ++e) names_.push_back("moe/expert_load/" + std::to_string(e));
+    loads_ = experts;
+    if (expert_parallel) names_.push_back("moe/all_to_all_bytes");
   }
   std::vector<dscore_model_metric> values(const PassStats& s) const {
     if (names_.empty()) return {};
@@ -40,14 +46,17 @@ class PassMetrics {
     add(0, s.aux_loss, DSCORE_METRIC_MEAN);
     add(1, static_cast<double>(s.dropped_routes), DSCORE_METRIC_SUM);
     add(2, static_cast<double>(s.dropped_routes) / routes, DSCORE_METRIC_MEAN);
-    for (size_t e = 3; e < names_.size(); ++e)
-      add(e, e - 3 < s.load.size() ? static_cast<double>(s.load[e - 3]) / routes : 0.0,
+    for (size_t e = 0; e < static_cast<size_t>(loads_); ++e)
+      add(3 + e, e < s.load.size() ? static_cast<double>(s.load[e]) / routes : 0.0,
           DSCORE_METRIC_MEAN);
+    if (names_.size() > 3 + static_cast<size_t>(loads_))
+      add(names_.size() - 1, static_cast<double>(s.exchanged_bytes), DSCORE_METRIC_SUM);
     return out;
   }
 
  private:
   std::vector<std::string> names_;
+  int64_t loads_ = 0;
 };
 
 }  // namespace dscore::transformer::moe
