@@ -63,6 +63,20 @@ TEST(ExpertParallel, SpreadExpertsTrainAsEveryRankHoldingAllAtEveryZeroStage) {
   }
 }
 
+// Dropless routing (Mixtral's, moe_router "dropless"): a rank's experts get
+// as many rows as the group sends them, past the balanced count its
+// buffers start with (moe_mlp.h expected_expert_rows), so they grow.
+TEST(ExpertParallel, DroplessRoutingTrainsAlike) {
+  RunSpec spec = moe_spec();
+  spec.model.insert(spec.model.size() - 1, R"(, "moe_router": "dropless")");
+  spec.world = 2;
+  spec.stage = 1;
+  const std::string base = spec.extra;
+  const RunResult all = run_ok(spec, "dropless EP=1");
+  spec.extra = base + ep(2);
+  expect_close(run_ok(spec, "dropless EP=2"), all, "dropless EP=2 vs EP=1");
+}
+
 TEST(ExpertParallel, ActivationCheckpointingExchangesTheSameTokens) {
   RunSpec spec = moe_spec();
   spec.world = 2;

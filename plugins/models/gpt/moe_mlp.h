@@ -55,9 +55,7 @@ class GptMoe {
     first_ = lo;
     if (!cfg_.has_moe()) return;
     const int64_t C = cfg_.n_embd, H = 4 * C, R = cfg_.moe.k * N, E = cfg_.moe.num_experts;
-    // Under expert parallelism this rank's experts compute the rows every
-    // rank of the group sends them: at most ep_size times its own.
-    const int64_t Re = cfg_.ep_size * R;
+    const int64_t Re = expected_expert_rows(N);
     for (int64_t l = lo; l < hi; ++l) {
       blocks_.emplace_back();
       if (!cfg_.moe_block(l)) continue;
@@ -147,6 +145,13 @@ class GptMoe {
     if (cfg_.ep_size > 1) {
       b.exchange.emplace(b.packing, E, static_cast<int>(cfg_.ep_size),
                          static_cast<int>(cfg_.ep_rank), group().counts());
+      // The rows the group sends this rank's experts: the buffers grow
+      // past the expected count (expected_expert_rows) when a pass needs it.
+      const int64_t Re = b.exchange->expert_rows();
+      fit(b.xe, Re * C);
+      fit(b.ye, Re * C);
+      fit(b.hpre, Re * H);
+      fit(b.hact, Re * H);
       b.exchange->dispatch(b.x.get(), b.xe.get(), C, group().template rows<T>());
       xe = b.xe.get();
       stats_.exchanged_bytes += E * static_cast<int64_t>(sizeof(int64_t)) + exchanged(*b.exchange);
@@ -244,6 +249,12 @@ class GptMoe {
     // the rows the group sent this rank's experts (their dy out the way
     // the outputs came back, their dx back the way the inputs went).
     const bool spread = cfg_.ep_size > 1;
+    if (spread) {
+      const int64_t Re = b.exchange->expert_rows();
+      fit(scratch_.dexperts, Re * C);
+      fit(scratch_.dh1, Re * H);
+      fit(scratch_.dh2, Re * H);
+    }
     T* de = spread ? scratch_.dexperts.get() : drows;
     if (spread) b.exchange->dispatch(drows, de, C, group().template rows<T>());
     const T* xe = spread ? b.xe.get() : b.x.get();
@@ -319,6 +330,26 @@ class GptMoe {
   }
 
   Buffer<T> alloc(int64_t n) { return backend_.template alloc<T>(n); }
+  // `buffer` holding at least n values (its contents are not kept).
+  void fit(Buffer<T>& buffer, int64_t n) {
+    if (buffer.size() < n) buffer = alloc(n);
+  }
+  // Rows this rank's experts compute in a pass of N tokens: its kept
+  // routes (at most k per token). Under expert parallelism the rows the
+  // group sends them: with capacity routing at most each local expert's
+  // capacity from every rank; dropless, as many as its own when the routes
+  // are balanced (an imbalanced pass grows the buffers: fit).
+  int64_t expected_expert_rows(int64_t N) const {
+    const transformer::moe::GatingConfig& g = cfg_.moe;
+    const int64_t R = g.k * N;
+    if (cfg_.ep_size == 1 || g.router != transformer::moe::Router::kDeepSpeed || !g.drop_tokens)
+      return R;
+    const double per_expert =
+        std::ceil(static_cast<double>(N) / static_cast<double>(g.num_experts) * g.capacity_factor *
+                  static_cast<double>(g.k));
+    const int64_t capacity = std::max(g.min_capacity, static_cast<int64_t>(per_expert));
+    return std::min(cfg_.ep_size * R, cfg_.ep_size * cfg_.local_experts() * capacity);
+  }
   // Block l's random streams (moe/noise.h): + 1 Jitter, + 2 Gumbel, + 3 uniform.
   static uint64_t gate_stream(int64_t l) {
     return sdk::hash_key(static_cast<uint64_t>(l), 0x67617465 /*"gate"*/, 0);

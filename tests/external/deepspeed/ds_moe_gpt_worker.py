@@ -10,7 +10,8 @@ margin over all ranks (Margins) and its routes per expert.
 
 Usage: ds_moe_gpt_worker.py <result.json> <model.json> <token shard> <steps> <ds_config.json>
   model.json: the gpt's model section (n_layer, n_head, n_embd, block_size,
-  vocab_size, seed and the moe_* keys used here).
+  vocab_size, seed and the moe_* keys used here; "ep_size": DeepSpeed-MoE's
+  expert parallelism, each rank holding its share of dscore's experts).
 With "check_forward": the model's mean cross-entropy on the first sample's
 first T tokens (a prompt: T - 1 targets) in evaluation mode, for `dscore
 forward` to match, instead of training.
@@ -94,7 +95,8 @@ class Block(torch.nn.Module):
         self.moe = moe
         self.counts = None  # the routes each expert was chosen for, summed since taken
         if moe:
-            self.mlp = MoE(C, Mlp(C), num_experts=cfg["moe_num_experts"], ep_size=1, k=cfg["moe_k"],
+            self.mlp = MoE(C, Mlp(C), num_experts=cfg["moe_num_experts"],
+                           ep_size=cfg.get("ep_size", 1), k=cfg["moe_k"],
                            capacity_factor=cfg["moe_capacity_factor"],
                            eval_capacity_factor=cfg["moe_eval_capacity_factor"],
                            min_capacity=cfg["moe_min_capacity"],
@@ -206,7 +208,11 @@ def load_dscore_init(model, cfg):
         stacked = {k: dscore_init(h + "mlp.experts." + k, s, kind, seed, L) for k, s, kind in [
             ("c_fc.weight", [E, 4 * C, C], "normal"), ("c_fc.bias", [E, 4 * C], "zero"),
             ("c_proj.weight", [E, C, 4 * C], "residual"), ("c_proj.bias", [E, C], "zero")]}
-        for e, expert in enumerate(moe.experts.deepspeed_experts):
+        # Under ep_size > 1 this rank holds E / ep_size of them: its expert
+        # group's place (consecutive ranks, DeepSpeed's default order).
+        local = moe.experts.deepspeed_experts
+        first = (torch.distributed.get_rank() % cfg.get("ep_size", 1)) * len(local)
+        for e, expert in enumerate(local, start=first):
             with torch.no_grad():
                 expert.c_fc.weight.copy_(stacked["c_fc.weight"][e])
                 expert.c_fc.bias.copy_(stacked["c_fc.bias"][e])
