@@ -264,11 +264,14 @@ FieldSpec expert_parallel_section() {
                                "Remove the key (or set 1.0)"),
               routing("num_expert_groups", T::kInt, "group-limited routing: expert groups"),
               routing("num_limited_groups", T::kInt, "group-limited routing: groups per token"),
-              routing("score_func", T::kString, "softmax or sigmoid scores"),
-              routing("top_k", T::kJson, "experts per token"),
+              routing("score_func", T::kJson, "softmax or sigmoid scores (\"auto\": the model's)")
+                  .def("auto"),
+              routing("top_k", T::kJson, "experts per token (\"auto\": the model's)").def("auto"),
               routing("load_balance_coeff", T::kJson,
                       "auxiliary-loss-free balancing (DeepSpeed rejects any value)"),
-              routing("routed_scaling_factor", T::kJson, "scale of the routed output"),
+              routing("routed_scaling_factor", T::kJson,
+                      "scale of the routed output (\"auto\": the model's)")
+                  .def("auto"),
           },
           "expert parallelism", {.pydantic = true}))
       .to(&TrainingConfig::expert_parallel);
