@@ -1,5 +1,7 @@
 #include "core/config/run_rules.h"
 
+#include <cctype>
+
 #include <dscore/cpp/dtype.hpp>
 
 namespace dscore::config {
@@ -59,6 +61,16 @@ void expert_parallel_unsupported(const TrainingConfig& config, const Placement& 
   if (placement.offloads())
     refuse("zero_optimization.offload_optimizer", "CPU or NVMe offload",
            "remove offload_optimizer and offload_param, or set expert_parallel.enabled false");
+  // The 1-bit optimizers average every gradient over all the data-parallel
+  // ranks themselves; an expert's belong to its expert-data-parallel ranks.
+  if (config.optimizer) {
+    std::string type = config.optimizer->type;
+    for (char& c : type) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (type == "onebitadam" || type == "zerooneadam" || type == "onebitlamb")
+      refuse("optimizer.type", "a 1-bit optimizer (" + config.optimizer->type + ")",
+             "it communicates every gradient over all the data-parallel ranks itself; use Adam, "
+             "AdamW or LAMB, or set expert_parallel.enabled false");
+  }
 }
 
 }  // namespace

@@ -117,6 +117,14 @@ std::vector<GradientShare> ExpertSplitZero::gradient_shares() {
 }
 
 Status ExpertSplitZero::set_gradient_reduction(bool reduce) {
+  // An optimizer that communicates the gradients itself would average the
+  // experts' over every data-parallel rank, across experts.
+  if (!reduce)
+    return failed_precondition(
+        "the optimizer communicates gradients itself (OneBitAdam's compressed phase) over all "
+        "the data-parallel ranks, but under expert parallelism each expert's gradients belong to "
+        "its expert-data-parallel ranks alone: use another optimizer, or set "
+        "expert_parallel.enabled false");
   DSCORE_RETURN_IF_ERROR(dense_->set_gradient_reduction(reduce));
   return experts_->set_gradient_reduction(reduce);
 }

@@ -10,7 +10,8 @@
 // steps: losses within 2.8e-9 relative, parameters within 5.9e-5; the
 // bounds are parallel_specs.h's 1e-7 and 1e-3. The ZeRO stages agree bit
 // for bit at each expert size. A checkpoint saved at ep=2 resumes there
-// bit for bit and loads at ep=1 (and back) to the same state.
+// bit for bit and loads at ep=1 (and back), and at another world size, to
+// the same state.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -121,6 +122,30 @@ TEST(ExpertParallel, ACheckpointResumesBitwiseAndLoadsAtAnotherExpertSize) {
     for (const auto& [name, values] : saved1.state)
       EXPECT_TRUE(loaded2.state.at(name) == values)
           << name << " loaded at EP=2 differs from the one saved at EP=1, ZeRO " << stage;
+  }
+}
+
+// Another world size: saved by 4 ranks at EP=2 (two replicas of each
+// expert), loaded by 2 at EP=2 and by 4 at EP=4.
+TEST(ExpertParallel, ACheckpointLoadsAtAnotherWorldSize) {
+  TempDir dir("dscore_ep_world");
+  RunSpec spec = moe_spec();
+  spec.world = 4;
+  spec.stage = 2;
+  const std::string base = spec.extra;
+  spec.extra = base + ep(2);
+  const std::string ck = (dir.path() / "w4_ep2").string();
+  const RunResult saved =
+      run_workers(spec, {"--save", ck, "--save-step", "3", "--stop-after-save", "--dump-state"});
+  ASSERT_TRUE(saved.ok()) << saved.process.describe();
+  for (auto [world, size] : {std::pair{2, 2}, std::pair{4, 4}}) {
+    spec.world = world;
+    spec.extra = base + ep(size);
+    const RunResult loaded = run_workers(spec, {"--load", ck, "--dump-state"});
+    ASSERT_TRUE(loaded.ok()) << loaded.process.describe();
+    for (const auto& [name, values] : saved.state)
+      EXPECT_TRUE(loaded.state.at(name) == values)
+          << name << " loaded by " << world << " ranks at EP=" << size << " differs";
   }
 }
 

@@ -188,6 +188,10 @@ TEST_F(MoeRun, RefusesWhatItDoesNotRunYetNamingTheFix) {
                   R"({"stage": 2, "offload_optimizer": {"device": "cpu"}})");
   refused("ep_offload", offload + ep2, 2,
           "expert parallelism does not run with CPU or NVMe offload yet");
+  std::string onebit = gpt(6, 0);
+  onebit.replace(onebit.find("\"type\": \"AdamW\""), 15, "\"type\": \"OneBitAdam\"");
+  refused("ep_onebit", onebit + ep2, 2,
+          "expert parallelism does not run with a 1-bit optimizer (OneBitAdam) yet");
   refused("ep_route",
           gpt() + R"(, "expert_parallel": {"enabled": true, "autoep_size": 2, "top_k": 1})", 2,
           "\"top_k\" changes how AutoEP's replacement layer routes tokens");
