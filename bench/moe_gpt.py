@@ -14,8 +14,8 @@ tokens/s is over the steps after the warm-up; the losses of the steps both
 ran are compared too. At ep 2 it also prints dscore's all-to-all bytes per
 step (the model's moe/all_to_all_bytes: what its token exchanges handed the
 expert group's all_to_all_v, all ranks) against the formula 4 x kept routes x
-C x 4 bytes + the counts' E x 8 bytes per rank and exchange, and each rank's
-peak memory (VmHWM) against its plan (memory_breakdown). The limits are
+C x 4 bytes + the counts' E x 8 bytes per rank and exchange; at both, each
+rank's peak memory (VmHWM) against its plan (memory_breakdown). The limits are
 measured in the same run, before and after: the fp32 GEMM rate
 (bench/cpu_gemm_rate) and the host memory rate (bench/host_memory_rate).
 
@@ -160,9 +160,10 @@ def main():
     print(f"  ep 2 all-to-all bytes per step (all ranks): {last['moe/all_to_all_bytes']:.0f} at the "
           f"last step; against 4 x kept routes x C x 4 B + counts, within {worst:.2g} relative at "
           f"every step")
-    for rank, (planned, peak) in sorted(two["memory"].items()):
-        print(f"  ep 2 rank {rank} memory: peak RSS {peak / 2**20:.1f} MiB, planned "
-              f"{planned / 2**20:.1f} MiB (plan/measured {planned / peak:.3f})")
+    for ep in (1, 2):
+        for rank, (planned, peak) in sorted(ours[ep]["memory"].items()):
+            print(f"  ep {ep} rank {rank} memory: peak RSS {peak / 2**20:.1f} MiB, planned "
+                  f"{planned / 2**20:.1f} MiB (plan/measured {planned / peak:.3f})")
     print(f"  limits: fp32 GEMM {gemm_before:.1f} / {gemm_after:.1f} GFLOP/s (before / after; "
           f"{gemm_text}), host memory {memory_before:.1f} / {memory_after:.1f} GB/s ({memory_text})")
 
