@@ -128,18 +128,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   // One decision for the job: a rank whose node cannot hold it ends every
   // rank now, with its reason, instead of leaving the others to wait for it
   // until the comm deadline.
-  // A pipeline stage's, or a tensor-parallel part's, state is partitioned
-  // over its ZeRO group only (its data-parallel and sequence-parallel ranks).
-  // Under expert parallelism the experts' state is partitioned over their
-  // expert-data-parallel ranks.
+  // A pipeline stage's, a tensor-parallel part's or an expert-parallel
+  // rank's state is partitioned over its groups only (job_fit.h stage_fit).
   std::optional<StageFit> stage;
   if (engine->pipelined() || tp > 1 || sp > 1 || ep > 1)
-    stage = StageFit{zero_group.world_size(), zero_group.rank(),
-                     static_cast<int64_t>(engine->pipe_memory_), 0, 0};
-  if (ep > 1) {
-    stage->expert_data_parallel = engine->topology_->group_size(comm::groups::kExpertData);
-    stage->expert_data_parallel_rank = engine->topology_->rank_in_group(comm::groups::kExpertData);
-  }
+    stage = stage_fit(*engine->topology_, static_cast<int64_t>(engine->pipe_memory_));
   Status fits =
       check_job_fits(config, engine->layout_, state_slots_of(*components.optimizer),
                      engine->comm_->env(), engine->process_memory_, engine->device_.get(), stage);

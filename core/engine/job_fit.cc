@@ -117,6 +117,16 @@ zero::NodeCapacity read_node_capacity(const zero::ZeroPlan& plan, int local_rank
   return node;
 }
 
+StageFit stage_fit(const comm::Topology& topology, int64_t executor_bytes) {
+  StageFit fit{topology.group_size(comm::groups::kZero),
+               topology.rank_in_group(comm::groups::kZero), executor_bytes, 0, 0};
+  if (topology.grid().size(comm::Axis::kExpert) > 1) {
+    fit.expert_data_parallel = topology.group_size(comm::groups::kExpertData);
+    fit.expert_data_parallel_rank = topology.rank_in_group(comm::groups::kExpertData);
+  }
+  return fit;
+}
+
 Status check_job_fits(const config::TrainingConfig& config, const ParamLayout& layout,
                       const std::vector<zero::StateSlot>& slots, const comm::JobEnv& job,
                       const std::optional<zero::ProcessMemory>& process,

@@ -11,6 +11,7 @@
 
 #include "core/base/status.h"
 #include "core/comm/job_env.h"
+#include "core/comm/topology.h"
 #include "core/config/training_config.h"
 #include "core/device/device.h"
 #include "core/plugin_host/instances.h"
@@ -71,6 +72,10 @@ struct StageFit {
   int expert_data_parallel = 0;
   int expert_data_parallel_rank = 0;
 };
+// This rank's fit under `topology`: its ZeRO group (a pipeline stage's or
+// tensor-parallel part's data- and sequence-parallel ranks) and, with an
+// expert axis, its expert-data-parallel ranks.
+StageFit stage_fit(const comm::Topology& topology, int64_t executor_bytes);
 Status check_job_fits(const config::TrainingConfig& config, const ParamLayout& layout,
                       const std::vector<zero::StateSlot>& slots, const comm::JobEnv& job,
                       const std::optional<zero::ProcessMemory>& process = std::nullopt,

@@ -10,7 +10,6 @@
 #include <dscore/cpp/model_plugin.hpp>
 
 #include <algorithm>
-#include <cmath>
 #include <memory>
 #include <string>
 
@@ -423,11 +422,8 @@ class Gpt : public sdk::Instance {
     const transformer::moe::GatingConfig& g = c.moe;
     const int64_t N = micro_batch * c.local_tokens(), E = g.num_experts;
     int64_t rows = g.k * N;
-    if (g.router == transformer::moe::Router::kDeepSpeed && g.drop_tokens) {
-      const double per_expert = std::ceil(static_cast<double>(N) / static_cast<double>(E) *
-                                          g.capacity_factor * static_cast<double>(g.k));
-      rows = std::min(rows, E * std::max(g.min_capacity, static_cast<int64_t>(per_expert)));
-    }
+    if (g.router == transformer::moe::Router::kDeepSpeed && g.drop_tokens)
+      rows = std::min(rows, E * transformer::moe::drop_capacity(g, N, /*training=*/true));
     const uint64_t counts = static_cast<uint64_t>(E) * sizeof(int64_t);
     const uint64_t rows_bytes = static_cast<uint64_t>(rows * c.n_embd) * sizeof(float);
     for (int64_t l = 0; l < c.n_layer; ++l) {

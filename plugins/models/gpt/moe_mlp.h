@@ -344,11 +344,8 @@ class GptMoe {
     const int64_t R = g.k * N;
     if (cfg_.ep_size == 1 || g.router != transformer::moe::Router::kDeepSpeed || !g.drop_tokens)
       return R;
-    const double per_expert =
-        std::ceil(static_cast<double>(N) / static_cast<double>(g.num_experts) * g.capacity_factor *
-                  static_cast<double>(g.k));
-    const int64_t capacity = std::max(g.min_capacity, static_cast<int64_t>(per_expert));
-    return std::min(cfg_.ep_size * R, cfg_.ep_size * cfg_.local_experts() * capacity);
+    return std::min(cfg_.ep_size * R, cfg_.ep_size * cfg_.local_experts() *
+                                          transformer::moe::drop_capacity(g, N, /*training=*/true));
   }
   // Block l's random streams (moe/noise.h): + 1 Jitter, + 2 Gumbel, + 3 uniform.
   static uint64_t gate_stream(int64_t l) {

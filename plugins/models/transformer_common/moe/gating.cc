@@ -202,8 +202,7 @@ Routing top1(const GatingConfig& c, const Real* logits, int64_t S, bool training
   const int64_t E = c.num_experts;
   Routing r = empty_routing(c, S);
   r.gates = softmax_rows(logits, S, E);
-  const float factor = static_cast<float>(training ? c.capacity_factor : c.eval_capacity_factor);
-  int64_t capacity = capacity_of(S, E, factor, c.min_capacity);
+  int64_t capacity = drop_capacity(c, S, training);
   const bool rsample = training && c.noisy_gate_policy == NoisyGate::kRSample;
   std::vector<Real> noisy(static_cast<size_t>(E));
   for (int64_t s = 0; s < S; ++s) {
@@ -257,10 +256,8 @@ Routing top2(const GatingConfig& c, const Real* logits, int64_t S, bool training
   const auto fe = static_cast<Real>(E);
   r.aux_loss = aux.loss / fe * fe * fe;
   for (double slope : aux.slope) r.load_fraction.push_back(slope * static_cast<double>(E));
-  const float factor = static_cast<float>(
-      static_cast<double>(training ? c.capacity_factor : c.eval_capacity_factor) * 2.0);
   const int64_t capacity =
-      c.drop_tokens ? capacity_of(S, E, factor, c.min_capacity) : largest(r.expert_counts, agree);
+      c.drop_tokens ? drop_capacity(c, S, training) : largest(r.expert_counts, agree);
   place_by_position(r, c.drop_tokens ? capacity : 0);
   r.capacity = capacity;
   set_weights<Real>(r, /*normalise=*/true, /*clamp=*/true);
@@ -301,10 +298,7 @@ Routing topk(const GatingConfig& c, const Real* logits, int64_t S, bool training
     r.capacity = largest(r.expert_counts, agree);
     place_by_priority(r, S * K, std::vector<double>(r.chosen.size(), 1.0));
   } else {
-    const float factor = static_cast<float>(
-        static_cast<double>(training ? c.capacity_factor : c.eval_capacity_factor) *
-        static_cast<double>(K));
-    r.capacity = capacity_of(S, E, factor, c.min_capacity);
+    r.capacity = drop_capacity(c, S, training);
     if (c.drop_policy == DropPolicy::kPosition) {
       // Locations count a token's routes in token order (cumsum over the mask).
       std::vector<double> order(r.chosen.size(), 1.0);
@@ -353,6 +347,13 @@ std::string gating_error(const GatingConfig& c) {
              "for k > 1): set k to 1 or the policy to null";
   }
   return "";
+}
+
+int64_t drop_capacity(const GatingConfig& config, int64_t tokens, bool training) {
+  const double factor = training ? config.capacity_factor : config.eval_capacity_factor;
+  return capacity_of(tokens, config.num_experts,
+                     static_cast<float>(factor * static_cast<double>(config.k)),
+                     config.min_capacity);
 }
 
 bool needs_gumbel(const GatingConfig& c, bool training) {

@@ -58,6 +58,10 @@ struct GatingNoise {
 // Which draws route() reads for this config and mode. As DeepSpeed's
 // TopKGate: RSample in training only; RTS and top-2's sampling in
 // evaluation too.
+// Slots per expert with drop_tokens for `tokens` tokens: DeepSpeed's
+// ceil(tokens / E * factor * k) in fp32, at least min_capacity (factor:
+// capacity_factor in training, eval_capacity_factor otherwise).
+int64_t drop_capacity(const GatingConfig& config, int64_t tokens, bool training);
 bool needs_gumbel(const GatingConfig& config, bool training);
 bool needs_uniform(const GatingConfig& config, bool training);
 
