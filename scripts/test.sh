@@ -5,7 +5,8 @@
 # of CUDA (the `emulated` preset, where the CUDA toolkit's headers are
 # installed: docs/gpu.md), the checks against the real tools
 # (scripts/external_checks.sh: TensorBoard/wandb readers, DeepSpeed as the
-# oracle, Hugging Face), then the ASan+UBSan build of the same tests, then
+# oracle, Hugging Face), then the ASan+UBSan build of the same tests but the
+# CLI's (tests/CMakeLists.txt, DSCORE_CLI_TESTS), then
 # the TSan build of the multi-threaded tests only (ctest label tsan: the comm
 # stream, the engine, mpirun ranks with overlap_comm and the fault paths; see
 # dscore_tsan_test in tests/CMakeLists.txt), then 30 seconds of libFuzzer on
