@@ -31,12 +31,13 @@ json::Value inference_config(json::Value config) {
     config.erase(monitor);
   config.erase("checkpoint_dir");
   config.erase("save_interval");
-  // One rank holds the whole model: a pipeline's, a tensor- or a
-  // sequence-parallel run's checkpoint too (its files hold whole tensors).
+  // One rank holds the whole model: a pipeline's, a tensor-, sequence- or
+  // expert-parallel run's checkpoint too (its files hold whole tensors).
   config.erase("pipeline");
   config.erase("pipeline_parallel_size");
   config.erase("tensor_parallel");
   config.erase("sequence_parallel_size");
+  config.erase("expert_parallel");
   return config;
 }
 

@@ -1,5 +1,6 @@
 #include "core/comm/agreement.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -58,6 +59,25 @@ Result<std::string> broadcast_string(Communicator& comm, const std::string& valu
   uint64_t n;
   std::memcpy(&n, buffer.data(), 8);
   return std::string(buffer.data() + 8, std::min<uint64_t>(n, max_bytes));
+}
+
+Result<std::vector<std::string>> allgather_strings(Communicator& comm, const std::string& value) {
+  const int world = comm.world_size();
+  if (world == 1) return std::vector<std::string>{value};
+  std::vector<int64_t> lengths(static_cast<size_t>(world));
+  int64_t mine = static_cast<int64_t>(value.size());
+  DSCORE_RETURN_IF_ERROR(
+      comm.allgather({&mine, DSCORE_DTYPE_I64, 1}, {lengths.data(), DSCORE_DTYPE_I64, world}));
+  const int64_t widest = *std::max_element(lengths.begin(), lengths.end());
+  std::vector<char> slot(static_cast<size_t>(widest), 0);
+  std::memcpy(slot.data(), value.data(), value.size());
+  std::vector<char> all(static_cast<size_t>(widest * world));
+  DSCORE_RETURN_IF_ERROR(comm.allgather({slot.data(), DSCORE_DTYPE_U8, widest},
+                                        {all.data(), DSCORE_DTYPE_U8, widest * world}));
+  std::vector<std::string> out;
+  for (int r = 0; r < world; ++r)
+    out.emplace_back(all.data() + widest * r, static_cast<size_t>(lengths[static_cast<size_t>(r)]));
+  return out;
 }
 
 }  // namespace dscore::comm

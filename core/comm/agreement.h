@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/base/status.h"
 #include "core/comm/communicator.h"
@@ -20,5 +21,8 @@ Status agree(Communicator& comm, const Status& local);
 // longer than max_bytes).
 Result<std::string> broadcast_string(Communicator& comm, const std::string& value,
                                      size_t max_bytes);
+
+// Every rank's `value`, in rank order, on every rank (any length).
+Result<std::vector<std::string>> allgather_strings(Communicator& comm, const std::string& value);
 
 }  // namespace dscore::comm

@@ -188,8 +188,11 @@ class Engine {
   comm::Communicator& communicator() { return *comm_; }
   const ParamLayout& layout() const { return layout_; }  // this rank's model (a stage's)
   // The whole model's parameters: layout() but under a pipeline, where
-  // the engine holds one stage's.
-  const ParamLayout& model_layout() const { return pipelined() ? whole_layout_ : layout_; }
+  // the engine holds one stage's, and under expert parallelism with
+  // experts held whole, where it holds its expert rank's.
+  const ParamLayout& model_layout() const {
+    return whole_layout_.params().empty() ? layout_ : whole_layout_;
+  }
   const Model& model() const { return *model_; }
   const config::TrainingConfig& config() const { return config_; }
   // Where this run keeps its state (decided once, for its device).
@@ -251,6 +254,8 @@ class Engine {
   // the expert-data-parallel group (engine_expert_parallel.cc).
   Result<std::unique_ptr<zero::ZeroStrategy>> make_strategy(const zero::ZeroContext& ctx);
   Status check_expert_split() const;
+  Status gather_expert_layout();
+  Status join_held_experts(const std::vector<float>& local, std::vector<float>* out);
   comm::Communicator& expert_data_group() const {
     return own_expert_group_ ? *own_expert_group_ : *topology_->group(comm::groups::kExpertData);
   }
@@ -360,7 +365,7 @@ class Engine {
   // buffer the batch and the boundary tensors (input and its gradient,
   // output and its gradient).
   pipeline::StageModel* stage_model_ = nullptr;
-  ParamLayout whole_layout_;  // the whole model's (model_layout())
+  ParamLayout whole_layout_;  // the whole model's where this rank holds part (model_layout())
   std::vector<pipeline::Step> pipe_schedule_;
   // Interleaved: the stage's chunks run as virtual stages of a ring, the
   // gradients on a communicator of their own (grad_pipe_), and the

@@ -2,9 +2,13 @@
 // docs/moe.md#expert-parallelism) asks of the engine beyond its topology
 // and the expert group lent to the model (engine_tensor_parallel.cc): ZeRO
 // in two domains, the experts' over their expert-data-parallel group
-// (core/zero/expert_split_zero.h), and that the model's experts are parts
-// of whole tensors that tile them across the expert group.
+// (core/zero/expert_split_zero.h), and that the model's experts tile the
+// expert group: parts of whole tensors stacked over all experts (the
+// gpt's), or each expert's own tensors held by one expert rank (the
+// llama's), whose names the whole model's parameter list gathers.
+#include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -17,6 +21,7 @@ namespace dscore {
 Result<std::unique_ptr<zero::ZeroStrategy>> Engine::make_strategy(const zero::ZeroContext& ctx) {
   if (expert_parallel_size() <= 1) return zero::make_zero_strategy(ctx);
   DSCORE_RETURN_IF_ERROR(check_expert_split());
+  DSCORE_RETURN_IF_ERROR(gather_expert_layout());
   // Every rank splits or none does: the grid is the same on all.
   if (topology_->group(comm::groups::kExpertData) == nullptr) {
     DSCORE_ASSIGN_OR_RETURN(own_expert_group_, comm_->split(comm_->rank(), 0));
@@ -37,15 +42,10 @@ Status Engine::check_expert_split() const {
     if ((p.flags & DSCORE_PARAM_EXPERT) == 0) continue;
     ++experts;
     if (!mine.ok()) continue;
-    if (!p.split.split())
-      mine = unimplemented(
-          "model '" + model_->display_name() + "' declares expert parameter " + p.name +
-          " as one expert's whole tensor; expert parallelism takes experts stacked in one "
-          "tensor per layer (DSCORE_PARAM_TP_SPLIT along the experts) so far: set "
-          "expert_parallel.enabled false");
-    else if (p.split.dim != 0 || p.split.blocks != 1 ||
-             p.split.full_extent != p.shape[0] * expert_parallel_size() ||
-             p.split.offset != p.shape[0] * expert_parallel_rank())
+    if (!p.split.split()) continue;  // one expert's whole tensor, on this expert rank alone
+    if (p.split.dim != 0 || p.split.blocks != 1 ||
+        p.split.full_extent != p.shape[0] * expert_parallel_size() ||
+        p.split.offset != p.shape[0] * expert_parallel_rank())
       mine = invalid_argument("model '" + model_->display_name() + "' declares expert parameter " +
                               p.name + " as experts [" + std::to_string(p.split.offset) + ", " +
                               std::to_string(p.split.offset + p.shape[0]) + ") of " +
@@ -59,9 +59,90 @@ Status Engine::check_expert_split() const {
                             "' declares no expert parameter (DSCORE_PARAM_EXPERT): it has no "
                             "MoE layers to spread over " +
                             std::to_string(expert_parallel_size()) +
-                            " ranks; set the gpt's moe_num_experts, or expert_parallel.enabled "
-                            "false");
+                            " ranks; set the gpt's moe_num_experts (the llama's "
+                            "num_local_experts), or expert_parallel.enabled false");
   return comm::agree(*comm_, mine);
+}
+
+// One line per expert parameter held whole: layer, flags, shape, name.
+namespace {
+
+std::string expert_lines(const ParamLayout& layout) {
+  std::ostringstream out;
+  for (const ParamEntry& p : layout.params()) {
+    if ((p.flags & DSCORE_PARAM_EXPERT) == 0 || p.split.split()) continue;
+    out << p.layer << ' ' << p.flags << ' ' << p.shape.size();
+    for (int64_t d : p.shape) out << ' ' << d;
+    out << ' ' << p.name << '\n';
+  }
+  return out.str();
+}
+
+std::vector<ParamEntry> parse_expert_lines(const std::string& text) {
+  std::vector<ParamEntry> out;
+  std::istringstream in(text);
+  ParamEntry p;
+  size_t ndim = 0;
+  while (in >> p.layer >> p.flags >> ndim) {
+    p.shape.assign(ndim, 0);
+    p.numel = 1;
+    for (int64_t& d : p.shape) in >> d, p.numel *= d;
+    in.get();
+    std::getline(in, p.name);
+    out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace
+
+// Experts held whole (one expert's tensors, on one expert rank): the whole
+// model's parameter list (model_layout(): the checkpoints' list, gathers)
+// is this rank's with each layer's experts replaced by every expert
+// rank's, in expert-rank order, where this rank's sit. Collective over the
+// expert group.
+Status Engine::gather_expert_layout() {
+  const std::string mine = expert_lines(layout_);
+  comm::Communicator& experts = *topology_->group(comm::groups::kExpert);
+  DSCORE_ASSIGN_OR_RETURN(std::vector<std::string> all, comm::allgather_strings(experts, mine));
+  if (mine.empty()) return Status::Ok();  // stacked experts: every rank lists them all
+  std::vector<std::vector<ParamEntry>> held;
+  for (const std::string& text : all) held.push_back(parse_expert_lines(text));
+  std::vector<ParamEntry> whole;
+  for (size_t l = 0; l < layout_.layer_count(); ++l) {
+    bool placed = false;
+    for (size_t i = layout_.layer_first(l); i < layout_.layer_end(l); ++i) {
+      const ParamEntry& p = layout_.params()[i];
+      if ((p.flags & DSCORE_PARAM_EXPERT) == 0) {
+        whole.push_back(p);
+        continue;
+      }
+      if (placed) continue;
+      placed = true;
+      for (const std::vector<ParamEntry>& rank : held)
+        for (const ParamEntry& e : rank)
+          if (e.layer == l) whole.push_back(e);
+    }
+  }
+  whole_layout_ = ParamLayout::of(std::move(whole), layout_.layer_count());
+  return Status::Ok();
+}
+
+// The whole model's values from each expert rank's: its experts where the
+// whole layout has them, the rest the group's first rank's (collective).
+Status Engine::join_held_experts(const std::vector<float>& local, std::vector<float>* out) {
+  std::map<std::string, int64_t> at;
+  for (const ParamEntry& p : whole_layout_.params()) at[p.name] = p.offset;
+  out->assign(static_cast<size_t>(whole_layout_.total_numel()), 0.0f);
+  const bool first = expert_parallel_rank() == 0;
+  for (const ParamEntry& p : layout_.params()) {
+    if ((p.flags & DSCORE_PARAM_EXPERT) == 0 && !first) continue;
+    std::copy_n(local.data() + p.offset, p.numel, out->data() + at.at(p.name));
+  }
+  const int64_t total = whole_layout_.total_numel();
+  return topology_->group(comm::groups::kExpert)
+      ->allreduce({out->data(), DSCORE_DTYPE_F32, total}, {out->data(), DSCORE_DTYPE_F32, total},
+                  DSCORE_REDUCE_SUM);
 }
 
 }  // namespace dscore

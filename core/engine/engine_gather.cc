@@ -104,6 +104,8 @@ Status Engine::whole_model(std::vector<float> local, std::vector<float>* out) {
   std::vector<float> stage;
   if (tensor_parallel_size() > 1) {
     DSCORE_RETURN_IF_ERROR(join_parts(comm::groups::kModel, local, &stage));
+  } else if (expert_parallel_size() > 1 && !whole_layout_.params().empty()) {
+    return join_held_experts(local, out);
   } else if (expert_parallel_size() > 1) {
     DSCORE_RETURN_IF_ERROR(join_parts(comm::groups::kExpert, local, &stage));
   } else {

@@ -121,8 +121,8 @@ void with_model_parallel(const config::TrainingConfig& cfg, const config::Object
                   loaded);
   with_split_axis("expert_parallel", "expert parallelism", config::expert_parallel_size_of(cfg),
                   "expert_parallel.autoep_size",
-                  "\"expert_parallel\": {\"enabled\": true, \"autoep_size\": N}", "gpt", schema,
-                  ref, loaded);
+                  "\"expert_parallel\": {\"enabled\": true, \"autoep_size\": N}", "gpt, llama",
+                  schema, ref, loaded);
 }
 
 // A model that computes on either device declares "device". On the run's

@@ -55,4 +55,18 @@ ParamLayout ParamLayout::subset(const ParamLayout& whole, const std::vector<bool
   return layout;
 }
 
+ParamLayout ParamLayout::of(std::vector<ParamEntry> params, size_t layers) {
+  ParamLayout layout;
+  int64_t offset = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    while (layout.layer_first_.size() <= params[i].layer && layout.layer_first_.size() < layers)
+      layout.layer_first_.push_back(i);
+    params[i].offset = offset;
+    offset += params[i].numel;
+  }
+  layout.params_ = std::move(params);
+  layout.total_numel_ = offset;
+  return layout;
+}
+
 }  // namespace dscore

@@ -66,6 +66,9 @@ class ParamLayout {
   // `layers` each kept layer's.
   static ParamLayout subset(const ParamLayout& whole, const std::vector<bool>& keep,
                             std::vector<size_t>* kept, std::vector<size_t>* layers);
+  // `params` (each's layer set, layers in order, every one of `layers`
+  // holding some) back to back from 0.
+  static ParamLayout of(std::vector<ParamEntry> params, size_t layers);
 
   const std::vector<ParamEntry>& params() const { return params_; }
   size_t layer_count() const { return layer_first_.size(); }

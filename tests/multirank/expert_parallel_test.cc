@@ -11,7 +11,8 @@
 // bounds are parallel_specs.h's 1e-7 and 1e-3. The ZeRO stages agree bit
 // for bit at each expert size. A checkpoint saved at ep=2 resumes there
 // bit for bit and loads at ep=1 (and back), and at another world size, to
-// the same state.
+// the same state. The llama's Mixtral and Qwen2-MoE experts, one tensor
+// per expert held whole by its expert rank, the same.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -33,12 +34,24 @@ RunSpec moe_spec() {
   return spec;
 }
 
+// The llama as Mixtral: every block MoE, 4 experts, top-2, the
+// load-balancing loss on.
+RunSpec mixtral_spec() {
+  RunSpec spec = parallel_gpt_spec();
+  spec.model = R"({"type": "llama", "vocab_size": 255, "hidden_size": 32, "intermediate_size": 48,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "max_position_embeddings": 16, "block_size": 16, "num_local_experts": 4,
+      "num_experts_per_tok": 2, "output_router_logits": true})";
+  return spec;
+}
+
 std::string ep(int size) {
   return R"(, "expert_parallel": {"enabled": true, "autoep_size": )" + std::to_string(size) + "}";
 }
 
-TEST(ExpertParallel, SpreadExpertsTrainAsEveryRankHoldingAllAtEveryZeroStage) {
-  RunSpec spec = moe_spec();
+// Each expert size of 2 and 4 ranks against every rank holding every
+// expert, at ZeRO 0-3; the stages bit for bit at each expert size.
+void expect_spread_trains_alike(RunSpec spec) {
   const std::string base = spec.extra;
   for (int world : {2, 4}) {
     spec.world = world;
@@ -64,6 +77,29 @@ TEST(ExpertParallel, SpreadExpertsTrainAsEveryRankHoldingAllAtEveryZeroStage) {
   }
 }
 
+TEST(ExpertParallel, SpreadExpertsTrainAsEveryRankHoldingAllAtEveryZeroStage) {
+  expect_spread_trains_alike(moe_spec());
+}
+
+TEST(ExpertParallel, MixtralsExpertsHeldWholeTrainAsEveryRankHoldingAll) {
+  expect_spread_trains_alike(mixtral_spec());
+}
+
+// Qwen2-MoE: a dense block before the MoE one, and the shared expert after
+// the experts each rank holds.
+TEST(ExpertParallel, QwenMoeWithItsSharedExpertTrainsAlike) {
+  RunSpec spec = mixtral_spec();
+  spec.model.insert(spec.model.size() - 1, R"(, "architecture": "qwen2_moe",
+      "decoder_sparse_step": 2, "moe_intermediate_size": 24,
+      "shared_expert_intermediate_size": 40, "norm_topk_prob": false)");
+  spec.world = 2;
+  spec.stage = 2;
+  const std::string base = spec.extra;
+  const RunResult all = run_ok(spec, "Qwen2-MoE EP=1");
+  spec.extra = base + ep(2);
+  expect_close(run_ok(spec, "Qwen2-MoE EP=2"), all, "Qwen2-MoE EP=2 vs EP=1");
+}
+
 // Dropless routing (Mixtral's, moe_router "dropless"): a rank's experts get
 // as many rows as the group sends them, past the balanced count its
 // buffers start with (moe_mlp.h expected_expert_rows), so they grow.
@@ -79,20 +115,23 @@ TEST(ExpertParallel, DroplessRoutingTrainsAlike) {
 }
 
 TEST(ExpertParallel, ActivationCheckpointingExchangesTheSameTokens) {
-  RunSpec spec = moe_spec();
-  spec.world = 2;
-  spec.stage = 2;
-  const std::string base = spec.extra;
-  spec.extra = base + ep(2);
-  const RunResult kept = run_ok(spec, "EP=2");
-  spec.extra = base + ep(2) + R"(, "activation_checkpointing": {"number_checkpoints": 2})";
-  expect_bitwise(run_ok(spec, "EP=2 checkpointed"), kept, "EP=2 checkpointed vs kept");
+  for (RunSpec spec : {moe_spec(), mixtral_spec()}) {
+    spec.world = 2;
+    spec.stage = 2;
+    const std::string base = spec.extra;
+    spec.extra = base + ep(2);
+    const RunResult kept = run_ok(spec, "EP=2");
+    spec.extra = base + ep(2) + R"(, "activation_checkpointing": {"number_checkpoints": 2})";
+    expect_bitwise(run_ok(spec, "EP=2 checkpointed"), kept, "EP=2 checkpointed vs kept");
+  }
 }
 
-TEST(ExpertParallel, ACheckpointResumesBitwiseAndLoadsAtAnotherExpertSize) {
+// Saved at EP=2: resumes there bit for bit, loads at EP=1 with every
+// expert's parameters and moments as saved; and back.
+void expect_checkpoints_cross_expert_sizes(const RunSpec& model) {
   TempDir dir("dscore_ep_checkpoint");
   for (int stage : {1, 3}) {
-    RunSpec spec = moe_spec();
+    RunSpec spec = model;
     spec.world = 2;
     spec.stage = stage;
     const std::string base = spec.extra;
@@ -123,6 +162,14 @@ TEST(ExpertParallel, ACheckpointResumesBitwiseAndLoadsAtAnotherExpertSize) {
       EXPECT_TRUE(loaded2.state.at(name) == values)
           << name << " loaded at EP=2 differs from the one saved at EP=1, ZeRO " << stage;
   }
+}
+
+TEST(ExpertParallel, ACheckpointResumesBitwiseAndLoadsAtAnotherExpertSize) {
+  expect_checkpoints_cross_expert_sizes(moe_spec());
+}
+
+TEST(ExpertParallel, AMixtralCheckpointHoldsEveryExpertByNameAtEveryExpertSize) {
+  expect_checkpoints_cross_expert_sizes(mixtral_spec());
 }
 
 // Another world size: saved by 4 ranks at EP=2 (two replicas of each

@@ -18,6 +18,7 @@
 #include "../transformer_common/cpu/view_scratch.h"
 #include "../transformer_common/cuda_module.h"
 #include "../transformer_common/model_io.h"
+#include "../transformer_common/moe/expert_traffic.h"
 #include "../transformer_common/pass_memory.h"
 #include "../transformer_common/split_traffic.h"
 #include "../transformer_common/tensor_parallel.h"
@@ -410,12 +411,8 @@ class Gpt : public sdk::Instance {
     if (c.ep_size > 1) add_expert_traffic(layers, micro_batch, t.checkpoint_blocks, &out);
     return out;
   }
-  // Per MoE block and micro-batch (moe_mlp.h): forward the experts' counts
-  // (E int64), the rows out and the outputs back, backward the output
-  // gradients out and the input gradients back, a checkpointed block's
-  // recompute the forward's again. A rank sends its kept routes and gets
-  // back what its experts computed: balanced, k rows per token each way
-  // (at most the capacity's E x capacity when routes are dropped), fp32.
+  // Capacity routing (moe_mlp.h) keeps at most E x capacity of the k routes
+  // of each token.
   void add_expert_traffic(const dscore_pipeline_stage& layers, int64_t micro_batch,
                           int64_t checkpoint_blocks, dscore_model_collectives* out) const {
     const GptConfig& c = config_;
@@ -424,15 +421,9 @@ class Gpt : public sdk::Instance {
     int64_t rows = g.k * N;
     if (g.router == transformer::moe::Router::kDeepSpeed && g.drop_tokens)
       rows = std::min(rows, E * transformer::moe::drop_capacity(g, N, /*training=*/true));
-    const uint64_t counts = static_cast<uint64_t>(E) * sizeof(int64_t);
-    const uint64_t rows_bytes = static_cast<uint64_t>(rows * c.n_embd) * sizeof(float);
-    for (int64_t l = 0; l < c.n_layer; ++l) {
-      const size_t layer = static_cast<size_t>(l + 1);
-      if (!c.moe_block(l) || layer < layers.first_layer || layer >= layers.end_layer) continue;
-      const uint64_t forwards = l < checkpoint_blocks ? 2 : 1;
-      out->expert_parallel_calls += forwards * 3 + 2;
-      out->expert_parallel_bytes += forwards * (counts + 2 * rows_bytes) + 2 * rows_bytes;
-    }
+    transformer::moe::add_expert_traffic(
+        c.n_layer, [&](int64_t l) { return c.moe_block(l); }, layers, checkpoint_blocks, E, rows,
+        c.n_embd, out);
   }
 
  private:

@@ -19,6 +19,7 @@
 #include "../transformer_common/cpu/view_scratch.h"
 #include "../transformer_common/cuda_module.h"
 #include "../transformer_common/model_io.h"
+#include "../transformer_common/moe/expert_traffic.h"
 #include "../transformer_common/pass_memory.h"
 #include "../transformer_common/split_traffic.h"
 #include "../transformer_common/tokens.h"
@@ -97,7 +98,11 @@ constexpr const char kParamsSchema[] = R"json({
   "sequence_parallel_size": {"type": "int", "default": 1, "min": 1,
       "doc": "ranks each sample's sequence is split over (Ulysses; set by the engine from sequence_parallel_size)"},
   "sequence_parallel_rank": {"type": "int", "default": 0, "min": 0,
-      "doc": "this rank's slice of the sequence (set by the engine for each rank)"}
+      "doc": "this rank's slice of the sequence (set by the engine for each rank)"},
+  "expert_parallel_size": {"type": "int", "default": 1, "min": 1,
+      "doc": "ranks each MoE block's experts are spread over (set by the engine from expert_parallel.autoep_size)"},
+  "expert_parallel_rank": {"type": "int", "default": 0, "min": 0,
+      "doc": "this rank's share of the experts (set by the engine for each rank)"}
 })json";
 
 // The architecture keys of the model section: with from_pretrained they
@@ -331,7 +336,18 @@ class Llama : public sdk::Instance {
     }
     t.checkpoint_blocks =
         transformer::checkpointed_config(c, c.num_hidden_layers, checkpointing).checkpoint_blocks;
-    return transformer::split_collectives(t, layers);
+    dscore_model_collectives out = transformer::split_collectives(t, layers);
+    if (c.ep_size > 1) add_expert_traffic(layers, micro_batch, t.checkpoint_blocks, &out);
+    return out;
+  }
+  // Dropless routing (moe_mlp.h): k routes of each token out and back.
+  void add_expert_traffic(const dscore_pipeline_stage& layers, int64_t micro_batch,
+                          int64_t checkpoint_blocks, dscore_model_collectives* out) const {
+    const LlamaConfig& c = config_;
+    transformer::moe::add_expert_traffic(
+        c.num_hidden_layers, [&](int64_t l) { return c.moe_block(l); }, layers, checkpoint_blocks,
+        c.num_local_experts, c.num_experts_per_tok * micro_batch * c.local_tokens(), c.hidden_size,
+        out);
   }
 
  private:
@@ -369,7 +385,7 @@ class Llama : public sdk::Instance {
   LlamaParams params_;
   std::unique_ptr<transformer::Compute> compute_;
   std::unique_ptr<LlamaWeights> weights_;  // the from_pretrained folder
-  transformer::moe::PassMetrics moe_metrics_{config_.num_local_experts};
+  transformer::moe::PassMetrics moe_metrics_{config_.num_local_experts, config_.ep_size > 1};
 };
 
 // CUDA where this build has the CUDA module ("device": "cuda").

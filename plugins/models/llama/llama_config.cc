@@ -186,6 +186,11 @@ void check_moe(const LlamaConfig& c, const LlamaSettings& s) {
   if (c.device == "cuda") refuse("on CUDA", "train MoE with \"device\": \"cpu\"");
   if (c.tp_size > 1) refuse("under tensor parallelism", "set tensor_parallel.autotp_size to 1");
   if (c.sp_size > 1) refuse("under sequence parallelism", "set sequence_parallel_size to 1");
+  if (c.ep_rank >= c.ep_size || c.num_local_experts % c.ep_size != 0)
+    throw invalid("llama: " + str(c.num_local_experts) +
+                  " experts do not spread evenly over expert_parallel.autoep_size " +
+                  str(c.ep_size) + " ranks (or expert_parallel_rank " + str(c.ep_rank) +
+                  " is outside them): use an autoep_size that divides num_local_experts");
 }
 
 }  // namespace
@@ -293,6 +298,12 @@ LlamaConfig finish_config(LlamaSettings s, const sdk::Params& p) {
   c.sp_rank = p.integer("sequence_parallel_rank");
   transformer::check_sequence_parallel("llama", c.sp_size, c.sp_rank, c.block_size, c.local_heads(),
                                        c.local_kv_heads(), c.device);
+  c.ep_size = p.integer("expert_parallel_size");
+  c.ep_rank = p.integer("expert_parallel_rank");
+  if (c.ep_size > 1 && !c.has_moe())
+    throw invalid("llama: expert_parallel.autoep_size " + str(c.ep_size) +
+                  " spreads MoE experts, but this model has none (num_local_experts 0): set "
+                  "expert_parallel.enabled false, or train Mixtral or Qwen-MoE");
   check_moe(c, s);
   return c;
 }

@@ -80,6 +80,12 @@ struct LlamaConfig {
   // and key/value heads (transformer_common/sequence_parallel.h).
   int64_t sp_size = 1;
   int64_t sp_rank = 0;
+  // Expert parallelism: each MoE block's experts spread over ep_size ranks,
+  // this one holding experts [first_expert(), + held_experts()) as whole
+  // tensors in their transformers names (llama_params.cc;
+  // transformer_common/moe/expert_exchange.h moves the tokens).
+  int64_t ep_size = 1;
+  int64_t ep_rank = 0;
 
   bool qk_norm() const {
     return architecture == Architecture::kQwen3 || architecture == Architecture::kQwen3Moe;
@@ -105,6 +111,8 @@ struct LlamaConfig {
       if (!moe_block(l)) return false;
     return true;
   }
+  int64_t held_experts() const { return num_local_experts / ep_size; }
+  int64_t first_expert() const { return ep_rank * held_experts(); }
   int64_t expert_width() const {
     return moe_intermediate_size > 0 ? moe_intermediate_size : intermediate_size;
   }

@@ -71,18 +71,23 @@ LlamaParams::LlamaParams(const LlamaConfig& config, uint64_t seed) : config_(con
 
 // An MoE block's router and experts (llama_params.h), in the
 // architecture's names: Mixtral's block_sparse_moe.experts.<e>.w1/w2/w3,
-// Qwen's mlp.experts.<e>.gate_proj/down_proj/up_proj.
+// Qwen's mlp.experts.<e>.gate_proj/down_proj/up_proj. Under expert
+// parallelism this rank's experts only, each the whole tensor of one
+// expert rank (DSCORE_PARAM_EXPERT), so a checkpoint holds every expert by
+// name whatever the expert ranks.
 void LlamaParams::add_experts(const std::string& h, const LlamaConfig& config) {
   const int64_t C = config.hidden_size, I = config.expert_width(), E = config.num_local_experts;
+  const uint32_t expert_flag = config.ep_size > 1 ? DSCORE_PARAM_EXPERT : 0u;
   const bool mixtral = config.architecture == Architecture::kMixtral;
   const std::string m = h + (mixtral ? "block_sparse_moe." : "mlp.");
   const char* const names[3] = {mixtral ? "w1" : "gate_proj", mixtral ? "w2" : "down_proj",
                                 mixtral ? "w3" : "up_proj"};
   const std::vector<int64_t> shapes[3] = {{I, C}, {C, I}, {I, C}};
   add_param(m + "gate.weight", {E, C});
-  for (int64_t e = 0; e < E; ++e)
+  for (int64_t e = config.first_expert(); e < config.first_expert() + config.held_experts(); ++e)
     for (int w : {kW1, kW2, kW3})
-      add_param(m + "experts." + std::to_string(e) + "." + names[w] + ".weight", shapes[w]);
+      add_param(m + "experts." + std::to_string(e) + "." + names[w] + ".weight", shapes[w], {},
+                false, expert_flag);
   if (const int64_t S = config.shared_expert_intermediate_size; S > 0) {  // Qwen2-MoE
     add_param(m + "shared_expert.gate_proj.weight", {S, C});
     add_param(m + "shared_expert.down_proj.weight", {C, S});

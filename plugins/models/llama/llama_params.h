@@ -33,17 +33,18 @@ enum BlockParam : int {
 // expert: gate (I, C), down (C, I), up (I, C) (Mixtral's w1, w2, w3), as
 // transformers' files hold them, then Qwen2-MoE's shared expert. A Qwen3
 // block ends in q_norm and k_norm (head_dim each), a Qwen2 block in the
-// q, k and v biases.
+// q, k and v biases. Under expert parallelism a block holds only this
+// rank's experts (LlamaConfig::held_experts, named by their number in the
+// whole model, flagged DSCORE_PARAM_EXPERT): `expert` counts from the
+// first one held.
 inline constexpr int kRouter = kGateProj;  // block_sparse_moe.gate.weight
 enum ExpertWeight : int { kW1, kW2, kW3 };
 inline int expert_param(int64_t expert, ExpertWeight w) {
   return kRouter + 1 + 3 * static_cast<int>(expert) + w;
 }
-// Qwen2-MoE's shared expert, after the E experts: its gate, down and up
-// weights (as an expert's), then shared_expert_gate (1, C).
-inline int shared_expert_param(int64_t experts, int which) {
-  return expert_param(experts, kW1) + which;
-}
+// Qwen2-MoE's shared expert, after the `held` experts: its gate, down and
+// up weights (as an expert's), then shared_expert_gate (1, C).
+inline int shared_expert_param(int64_t held, int which) { return expert_param(held, kW1) + which; }
 inline constexpr int kSharedGate = 3;
 // Which of a block's parameters only its linears read, as their weights
 // (layer_pass.h's gemm_weights). An MoE block names only the attention's
@@ -81,8 +82,8 @@ class LlamaParams {
 
  private:
   void add_param(std::string name, std::vector<int64_t> shape, const sdk::TensorSplit& part = {},
-                 bool ones = false) {
-    table_.add_param(std::move(name), std::move(shape), part);
+                 bool ones = false, uint32_t flags = 0) {
+    table_.add_param(std::move(name), std::move(shape), part, flags);
     ones_.push_back(ones);
   }
   void add_experts(const std::string& block_prefix, const LlamaConfig& config);

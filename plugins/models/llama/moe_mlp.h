@@ -4,8 +4,11 @@
 // (transformer_common/moe/gating.h), the routes packed expert by expert
 // (moe/dispatch.h), each expert's SwiGLU over its rows, and the weighted
 // combine; Qwen2-MoE adds a shared expert's SwiGLU of every token, scaled
-// by sigmoid(x shared_expert_gate). Backward runs the same in reverse and
-// adds the router's gradient
+// by sigmoid(x shared_expert_gate). Under expert parallelism (ep_size > 1)
+// this rank holds E / ep_size of the experts: the packed rows go to their
+// experts' ranks and come back through an ExpertExchange
+// (transformer_common/moe/expert_exchange.h), as the gpt's do. Backward
+// runs the same in reverse and adds the router's gradient
 // from the combine weights and, with output_router_logits, from
 // router_aux_loss_coef times the load-balancing loss.
 //
@@ -25,10 +28,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "../transformer_common/cpu/linear.h"
 #include "../transformer_common/moe/dispatch.h"
+#include "../transformer_common/moe/expert_exchange.h"
+#include "../transformer_common/moe/expert_group.h"
 #include "../transformer_common/moe/gating.h"
 #include "../transformer_common/moe/stats.h"
 #include "llama_config.h"
@@ -83,6 +89,14 @@ class LlamaMoe {
     scratch_.drows = alloc(R * C);
     scratch_.dgate = alloc(R * I);
     scratch_.dup = alloc(R * I);
+    // Under expert parallelism this rank's experts' rows in and out: as
+    // many as its own routes when they are balanced; an imbalanced pass
+    // grows them (fit).
+    if (spread()) {
+      for (Block& b : blocks_)
+        if (b.x.get() != nullptr) b.xe = alloc(R * C), b.ye = alloc(R * C);
+      scratch_.dexperts = alloc(R * C);
+    }
   }
 
   // Where block l's post-attention RMSNorm writes its output (the MLP's input).
@@ -115,16 +129,33 @@ class LlamaMoe {
     b.packing = moe::pack(b.routing);
     if (!recompute) count(b.routing);
     moe::gather_rows(b.x.get(), b.ln.get(), b.packing, C);
-    for_each_expert(b, [&](int64_t e, int64_t r0, int64_t n) {
-      const T* x = b.x.get() + r0 * C;
-      linear(b.gate.get() + r0 * I, x, p[expert_param(e, kW1)], n, C, I);
-      linear(b.up.get() + r0 * I, x, p[expert_param(e, kW3)], n, C, I);
+    const T* xe = b.x.get();
+    if (spread()) {
+      b.exchange.emplace(b.packing, E, static_cast<int>(cfg_.ep_size),
+                         static_cast<int>(cfg_.ep_rank), group().counts());
+      const int64_t Re = b.exchange->expert_rows();
+      fit(b.xe, Re * C);
+      fit(b.ye, Re * C);
+      fit(b.gate, Re * I);
+      fit(b.up, Re * I);
+      fit(b.act, Re * I);
+      b.exchange->dispatch(b.x.get(), b.xe.get(), C, group().template rows<T>());
+      xe = b.xe.get();
+      stats_.exchanged_bytes += E * static_cast<int64_t>(sizeof(int64_t)) + exchanged(*b.exchange);
+    }
+    // Expert j of those this rank holds, over its rows.
+    for_each_expert(b, [&](int64_t j, int64_t r0, int64_t n) {
+      const T* x = xe + r0 * C;
+      linear(b.gate.get() + r0 * I, x, p[expert_param(j, kW1)], n, C, I);
+      linear(b.up.get() + r0 * I, x, p[expert_param(j, kW3)], n, C, I);
     });
-    const int64_t R = b.packing.rows();
-    backend_.swiglu_forward(b.act.get(), b.gate.get(), b.up.get(), R * I);
-    for_each_expert(b, [&](int64_t e, int64_t r0, int64_t n) {
-      linear(b.y.get() + r0 * C, b.act.get() + r0 * I, p[expert_param(e, kW2)], n, I, C);
+    const int64_t Re = expert_rows(b).back();
+    backend_.swiglu_forward(b.act.get(), b.gate.get(), b.up.get(), Re * I);
+    T* ye = spread() ? b.ye.get() : b.y.get();
+    for_each_expert(b, [&](int64_t j, int64_t r0, int64_t n) {
+      linear(ye + r0 * C, b.act.get() + r0 * I, p[expert_param(j, kW2)], n, I, C);
     });
+    if (spread()) b.exchange->combine(ye, b.y.get(), C, group().template rows<T>());
     if (out != nullptr) moe::combine(out, b.y.get(), b.routing, b.packing, C);
     if (shared_width() > 0) shared_forward(b, p, out);
   }
@@ -158,24 +189,39 @@ class LlamaMoe {
     T* drows = scratch_.drows.get();
     T* dweight = scratch_.dweight.get();
     moe::combine_backward(drows, dweight, dout, b.y.get(), b.routing, b.packing, C);
+    // The experts' rows: this rank's packing, or under expert parallelism
+    // the rows the group sent this rank's experts (their dy out the way
+    // the outputs came back, their dx back the way the inputs went).
+    const int64_t Re = expert_rows(b).back();
+    if (spread()) {
+      fit(scratch_.dexperts, Re * C);
+      fit(scratch_.dgate, Re * I);
+      fit(scratch_.dup, Re * I);
+    }
+    T* de = spread() ? scratch_.dexperts.get() : drows;
+    if (spread()) b.exchange->dispatch(drows, de, C, group().template rows<T>());
+    const T* xe = spread() ? b.xe.get() : b.x.get();
     T* dgate = scratch_.dgate.get();  // d(act), then d(gate) in place
     T* dup = scratch_.dup.get();
-    for_each_expert(b, [&](int64_t e, int64_t r0, int64_t n) {
-      transformer::cpu::matmul_backward(dgate + r0 * I, g[expert_param(e, kW2)], kNoBias,
-                                        drows + r0 * C, b.act.get() + r0 * I,
-                                        p[expert_param(e, kW2)], n, I, C);
+    for_each_expert(b, [&](int64_t j, int64_t r0, int64_t n) {
+      transformer::cpu::matmul_backward(dgate + r0 * I, g[expert_param(j, kW2)], kNoBias,
+                                        de + r0 * C, b.act.get() + r0 * I, p[expert_param(j, kW2)],
+                                        n, I, C);
     });
-    const int64_t R = b.packing.rows();
-    backend_.swiglu_backward(dgate, dup, dgate, b.gate.get(), b.up.get(), R * I);
-    for_each_expert(b, [&](int64_t e, int64_t r0, int64_t n) {
-      // drows (the rows' dy) is done with: it takes the rows' input gradients.
-      const T* x = b.x.get() + r0 * C;
-      transformer::cpu::matmul_backward(drows + r0 * C, g[expert_param(e, kW1)], kNoBias,
-                                        dgate + r0 * I, x, p[expert_param(e, kW1)], n, C, I);
-      transformer::cpu::matmul_backward(drows + r0 * C, g[expert_param(e, kW3)], kNoBias,
-                                        dup + r0 * I, x, p[expert_param(e, kW3)], n, C, I,
+    backend_.swiglu_backward(dgate, dup, dgate, b.gate.get(), b.up.get(), Re * I);
+    for_each_expert(b, [&](int64_t j, int64_t r0, int64_t n) {
+      // de (the rows' dy) is done with: it takes the rows' input gradients.
+      const T* x = xe + r0 * C;
+      transformer::cpu::matmul_backward(de + r0 * C, g[expert_param(j, kW1)], kNoBias,
+                                        dgate + r0 * I, x, p[expert_param(j, kW1)], n, C, I);
+      transformer::cpu::matmul_backward(de + r0 * C, g[expert_param(j, kW3)], kNoBias, dup + r0 * I,
+                                        x, p[expert_param(j, kW3)], n, C, I,
                                         /*accumulate_dinp=*/true);
     });
+    if (spread()) {
+      b.exchange->combine(de, drows, C, group().template rows<T>());
+      stats_.exchanged_bytes += exchanged(*b.exchange);
+    }
     moe::scatter_add_rows(dln, drows, b.packing, C);
     // The router, from the combine weights and the load-balancing loss:
     // d loss / d probability[s, e] = E f_e / rows (route_backward divides
@@ -198,19 +244,21 @@ class LlamaMoe {
  private:
   struct Block {
     Buffer<T> ln, x, gate, up, act, y;  // x: the packed rows; act = silu(gate) * up
+    Buffer<T> xe, ye;                   // expert parallelism: this rank's experts' rows in and out
     // Qwen2-MoE's shared expert: its SwiGLU's activations and output, and
     // each token's sigmoid(x shared_expert_gate).
     Buffer<T> shared_gate, shared_up, shared_act, shared_out, shared_scale;
     transformer::moe::Routing routing;
     transformer::moe::Packing packing;
+    std::optional<transformer::moe::ExpertExchange> exchange;  // expert parallelism
   };
   struct Scratch {
-    Buffer<T> logits, dweight, drows, dgate, dup;
+    Buffer<T> logits, dweight, drows, dgate, dup, dexperts;
     Buffer<T> dshared, dshared_gate, dshared_up, dscale;  // the shared expert's
   };
 
   int64_t shared_width() const { return cfg_.shared_expert_intermediate_size; }
-  int shared(int which) const { return shared_expert_param(gating_.num_experts, which); }
+  int shared(int which) const { return shared_expert_param(cfg_.held_experts(), which); }
   // out += sigmoid(ln wg^T) * SwiGLU(ln) over all N tokens (out null: the
   // activations only).
   template <class P>
@@ -263,14 +311,35 @@ class LlamaMoe {
   static constexpr T* kNoBias = nullptr;
 
   Buffer<T> alloc(int64_t n) { return backend_.template alloc<T>(n); }
+  // `buffer` holding at least n values (its contents are not kept).
+  void fit(Buffer<T>& buffer, int64_t n) {
+    if (buffer.size() < n) buffer = alloc(n);
+  }
   Block& block(int64_t l) { return blocks_.at(static_cast<size_t>(l - first_)); }
-  // fn(expert, first row, rows) for each expert with rows.
+  bool spread() const { return cfg_.ep_size > 1; }
+  transformer::moe::ExpertParallelGroup& group() { return backend_.expert_parallel(); }
+  // What one dispatch and its combine send from this rank: its rows out,
+  // its experts' rows back.
+  int64_t exchanged(const transformer::moe::ExpertExchange& x) const {
+    return (x.sent_rows() + x.expert_rows()) * cfg_.hidden_size * static_cast<int64_t>(sizeof(T));
+  }
+  // Where each expert this rank holds starts in its expert rows (held
+  // experts + 1 entries): its packing's, or the exchange's.
+  static std::vector<int64_t> expert_rows(const Block& b) {
+    if (!b.exchange) return b.packing.offset;
+    std::vector<int64_t> rows;
+    for (int64_t j = 0; j <= b.exchange->local_experts(); ++j)
+      rows.push_back(b.exchange->expert_offset(j));
+    return rows;
+  }
+  // fn(held expert, first row, rows) for each expert this rank holds with rows.
   template <class Fn>
   static void for_each_expert(const Block& b, Fn&& fn) {
-    for (int64_t e = 0; e + 1 < static_cast<int64_t>(b.packing.offset.size()); ++e) {
-      const int64_t r0 = b.packing.offset[static_cast<size_t>(e)];
-      const int64_t n = b.packing.offset[static_cast<size_t>(e) + 1] - r0;
-      if (n > 0) fn(e, r0, n);
+    const std::vector<int64_t> rows = expert_rows(b);
+    for (int64_t j = 0; j + 1 < static_cast<int64_t>(rows.size()); ++j) {
+      const int64_t r0 = rows[static_cast<size_t>(j)];
+      const int64_t n = rows[static_cast<size_t>(j) + 1] - r0;
+      if (n > 0) fn(j, r0, n);
     }
   }
   static void linear(T* out, const T* in, const T* w, int64_t n, int64_t C, int64_t OC) {

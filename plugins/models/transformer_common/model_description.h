@@ -28,9 +28,10 @@ class ModelDescription {
   }
   // A parameter of the last layer added; returns its index (layer order).
   // `split`: the part of the whole tensor this rank holds (tensor
-  // parallelism; sdk/include/dscore/cpp/tensor_split.hpp), none by default.
-  size_t add_param(std::string name, std::vector<int64_t> shape,
-                   const sdk::TensorSplit& split = {}) {
+  // parallelism; sdk/include/dscore/cpp/tensor_split.hpp), none by default;
+  // `flags`: DSCORE_PARAM_* beside the 1-D tensors' no-decay.
+  size_t add_param(std::string name, std::vector<int64_t> shape, const sdk::TensorSplit& split = {},
+                   uint32_t flags = 0) {
     auto p = std::make_unique<Param>();
     p->name = std::move(name);
     p->shape = std::move(shape);
@@ -41,7 +42,7 @@ class ModelDescription {
     p->desc.ndim = static_cast<int32_t>(p->shape.size());
     p->desc.shape = p->shape.data();
     p->desc.numel = numel;
-    p->desc.flags = p->shape.size() < 2 ? DSCORE_PARAM_NO_WEIGHT_DECAY : 0u;
+    p->desc.flags = (p->shape.size() < 2 ? DSCORE_PARAM_NO_WEIGHT_DECAY : 0u) | flags;
     split.declare(&p->desc);
     layers_.back()->params.push_back(&p->desc);
     params_.push_back(std::move(p));

@@ -60,8 +60,9 @@ class MoeRun : public ::testing::Test {
       "data": {"type": "text", "path": ")" +
            corpus.string() + "\"}";
   }
-  // The llama with Mixtral's MoE blocks: 3 experts, top-2, the aux loss on.
-  std::string mixtral(int stage) {
+  // The llama with Mixtral's MoE blocks: 3 experts (or `experts`), top-2,
+  // the aux loss on.
+  std::string mixtral(int stage, int experts = 3) {
     std::string text;
     for (int i = 0; i < 400; ++i) text += "the quick brown fox jumps over the lazy dog ";
     const fs::path corpus = dir_.write("corpus.txt", text);
@@ -71,7 +72,8 @@ class MoeRun : public ::testing::Test {
       "optimizer": {"type": "AdamW", "params": {"lr": 0.003}},
       "model": {"type": "llama", "vocab_size": 256, "hidden_size": 16, "intermediate_size": 24,
                 "num_hidden_layers": 2, "num_attention_heads": 2, "max_position_embeddings": 16,
-                "num_local_experts": 3, "num_experts_per_tok": 2, "output_router_logits": true},
+                "num_local_experts": )" +
+           std::to_string(experts) + R"(, "num_experts_per_tok": 2, "output_router_logits": true},
       "data": {"type": "text", "path": ")" +
            corpus.string() + "\"}";
   }
@@ -150,6 +152,35 @@ TEST_F(MoeRun, MixtralLlamaReportsItsRoutingAndTrainsAlikeAtStages0And3) {
   EXPECT_EQ(values("mixtral0", "moe_dropped_routes"), std::vector<double>(4, 0.0));  // dropless
 }
 
+// Mixtral's 4 experts over 2 expert ranks (expert_parallel.autoep_size):
+// the losses of every rank holding every expert, the exchange's bytes in
+// the monitors, and a checkpoint whose Hugging Face export holds every
+// expert (a one-rank run reads each from it).
+TEST_F(MoeRun, MixtralExpertsSpreadOverTwoRanksTrainAlikeAndExportWhole) {
+  const std::vector<double> all = losses("ep1", mixtral(2, 4), 2);
+  ASSERT_EQ(all.size(), 4u);
+  const std::string ck = (dir_.path() / "ep2_ck").string();
+  const std::vector<double> spread =
+      losses("ep2",
+             mixtral(2, 4) + R"(, "expert_parallel": {"enabled": true, "autoep_size": 2},
+              "save_interval": 4, "checkpoint_dir": ")" +
+                 ck + "\"",
+             2);
+  ASSERT_EQ(spread.size(), 4u);
+  for (size_t step = 0; step < 4; ++step) EXPECT_NEAR(spread[step], all[step], 1e-6 * all[step]);
+  for (double bytes : values("ep2", "moe_all_to_all_bytes")) EXPECT_GT(bytes, 0.0);
+  const std::string hf = (dir_.path() / "ep2_hf").string();
+  ProcessResult exported = run_dscore({"export-hf", ck, hf});
+  ASSERT_EQ(exported.exit_code, 0) << exported.describe();
+  std::string again = mixtral(0, 4);
+  const size_t model = again.find("\"model\": {");
+  again.replace(model, again.find('}', model) + 1 - model,
+                R"("model": {"type": "llama", "from_pretrained": ")" + hf + "\"}");
+  const std::vector<double> loaded = losses("from_export", again, 1);
+  ASSERT_EQ(loaded.size(), 4u);
+  EXPECT_LT(loaded.front(), all.front());  // it starts from the trained experts
+}
+
 TEST_F(MoeRun, RefusesWhatItDoesNotRunYetNamingTheFix) {
   const auto refused = [&](const std::string& name, const std::string& config, int ranks,
                            const std::string& message) {
@@ -172,8 +203,7 @@ TEST_F(MoeRun, RefusesWhatItDoesNotRunYetNamingTheFix) {
   // does not run with yet.
   const std::string ep2 = R"(, "expert_parallel": {"enabled": true, "autoep_size": 2})";
   refused("ep_llama", mixtral(1) + ep2, 2,
-          "model 'llama' cannot be split for expert parallelism: set "
-          "expert_parallel.autoep_size to 1, or train a model that can (gpt)");
+          "llama: 3 experts do not spread evenly over expert_parallel.autoep_size 2 ranks");
   std::string dense = gpt();
   dense.replace(dense.find("\"moe_num_experts\": 4"), 20, "\"moe_num_experts\": 0");
   refused("ep_dense", dense + ep2, 2, "declares no expert parameter (DSCORE_PARAM_EXPERT)");
