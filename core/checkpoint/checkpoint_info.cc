@@ -36,7 +36,8 @@ Result<CheckpointInfo> open_checkpoint(const std::string& dir, const std::string
       return failed_precondition(info.path +
                                  " is a DeepSpeed checkpoint (.pt files): convert it with `dscore "
                                  "checkpoint import " +
-                                 dir + " OUT`, then resume from OUT");
+                                 dir + " OUT`, then resume from OUT (`dscore run --resume " + dir +
+                                 "` does both)");
     return data_loss(info.path + " has no " + model_states_name(0, 0) + " or " + info.model0_name +
                      ": not a dscore checkpoint, or an incomplete copy of one");
   }

@@ -644,6 +644,19 @@ class Importer {
 
 }  // namespace
 
+bool is_deepspeed_checkpoint(const std::string& dir) {
+  const bool universal = !path_exists(dir + "/latest") && path_exists(dir + "/latest_universal");
+  auto latest = read_text_file(dir + (universal ? "/latest_universal" : "/latest"), 4096);
+  if (!latest.ok()) return false;
+  std::string tag = *latest;
+  while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
+  if (!check_tag(tag).ok()) return false;
+  const std::string folder = dir + "/" + tag;
+  return path_exists(folder + "/mp_rank_00_model_states.pt") ||
+         path_exists(folder + "/zero_pp_rank_0_mp_rank_00_model_states.pt") ||
+         (universal && is_folder(folder + "/zero"));
+}
+
 Result<DeepSpeedImportResult> import_deepspeed_checkpoint(const std::string& ds_dir,
                                                           const std::string& out_dir,
                                                           const DeepSpeedImportOptions& options) {

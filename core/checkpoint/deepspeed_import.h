@@ -51,4 +51,9 @@ Result<DeepSpeedImportResult> import_deepspeed_checkpoint(const std::string& ds_
                                                           const std::string& out_dir,
                                                           const DeepSpeedImportOptions& options);
 
+// Whether `dir` is a folder DeepSpeed wrote (what import_deepspeed_checkpoint
+// reads): its `latest` (or `latest_universal`) names a folder holding
+// DeepSpeed's model states (.pt) or ds_to_universal.py's zero/.
+bool is_deepspeed_checkpoint(const std::string& dir);
+
 }  // namespace dscore::checkpoint

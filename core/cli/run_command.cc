@@ -76,7 +76,8 @@ int run_command(const std::vector<std::string>& args) {
       "compute threads per rank (default: OMP_NUM_THREADS, else this machine's CPUs shared "
       "by the ranks on it)")(
       "resume", po::value<std::string>(&resume),
-      "continue from the newest checkpoint in this folder (any world size and ZeRO stage)")(
+      "continue from the newest checkpoint in this folder (any world size and ZeRO stage; a "
+      "folder DeepSpeed saved is converted first, into checkpoint_dir/imported-deepspeed)")(
       "log-format", po::value<std::string>(&log_format)->default_value("text"),
       "text, or json: one JSON object per log line and per step")(
       "allow-unsupported", po::bool_switch(&allow_unsupported),

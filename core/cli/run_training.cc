@@ -15,6 +15,9 @@
 #include "core/base/strings.h"
 
 #include "core/app/progress.h"
+#include "core/checkpoint/deepspeed_import.h"
+#include "core/checkpoint/durable_file.h"
+#include "core/comm/agreement.h"
 #include "core/comm/job_env.h"
 #include "core/comm/launcher.h"
 #include "core/config/run_rules.h"
@@ -195,6 +198,33 @@ void log_plugin_libraries(const PluginSelection& selection) {
   }
 }
 
+// --resume on a folder DeepSpeed wrote: rank 0 converts it (`dscore
+// checkpoint import`) into the run's checkpoint_dir/imported-deepspeed
+// (without a checkpoint_dir, beside it as <dir>-dscore), replacing an
+// earlier conversion there; then every rank resumes from that. Any other
+// folder as it is.
+Result<std::string> resume_folder(Engine& e, const std::string& dir) {
+  if (!checkpoint::is_deepspeed_checkpoint(dir)) return dir;
+  const std::string& save = e.config().checkpoint_dir;
+  const std::string out = save.empty() ? dir + "-dscore" : save + "/imported-deepspeed";
+  Status imported = Status::Ok();
+  if (e.rank() == 0) {
+    imported = checkpoint::remove_tree(out);
+    if (imported.ok()) {
+      auto result = checkpoint::import_deepspeed_checkpoint(dir, out, {});
+      if (result.ok())
+        log_info("converted DeepSpeed's checkpoint " + result->tag + " of " + dir +
+                 " (ZeRO stage " + std::to_string(result->zero_stage) + ", " +
+                 std::to_string(result->world_size) + " rank(s), step " +
+                 std::to_string(result->global_steps) + ") into " + out);
+      imported = result.status();
+    }
+  }
+  DSCORE_RETURN_IF_ERROR(comm::agree(e.communicator(), imported)
+                             .with_context("cannot convert DeepSpeed's checkpoint " + dir));
+  return out;
+}
+
 }  // namespace
 
 int run_training(const RunOptions& options) {
@@ -314,7 +344,9 @@ int run_training(const RunOptions& options) {
              std::to_string(e.data_parallel_size()) + " data-parallel ranks)");
 
   if (!options.resume_dir.empty()) {
-    auto resumed = e.load_checkpoint(options.resume_dir);
+    auto from = resume_folder(e, options.resume_dir);
+    if (!from.ok()) return fail_job(from.status());
+    auto resumed = e.load_checkpoint(*from);
     if (!resumed.ok()) return fail_job(resumed.status());
     if (leader && e.global_steps() >= cfg.train_steps)
       log_info("the checkpoint in " + options.resume_dir + " is already at step " +

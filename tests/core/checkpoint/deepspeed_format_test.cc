@@ -201,6 +201,10 @@ TEST_F(DeepSpeedImport, NoLatestAskForATagAndAnExistingTagIsKept) {
 }
 
 TEST_F(DeepSpeedImport, ResumingFromTheDeepSpeedFolderItselfSaysHowToConvertIt) {
+  EXPECT_TRUE(is_deepspeed_checkpoint(dir_.file("ds")));
+  ASSERT_TRUE(import_deepspeed_checkpoint(dir_.file("ds"), dir_.file("out"), {}).ok());
+  EXPECT_FALSE(is_deepspeed_checkpoint(dir_.file("out")));  // dscore's
+  EXPECT_FALSE(is_deepspeed_checkpoint(dir_.file("nowhere")));
   auto info = open_checkpoint(dir_.file("ds"), "");
   ASSERT_FALSE(info.ok());
   EXPECT_EQ(info.status().code(), DSCORE_FAILED_PRECONDITION);

@@ -577,6 +577,46 @@ TEST(CliRun, ResumeAtTrainStepsTrainsNothingAndSaysSo) {
   EXPECT_TRUE(lines_starting_with(r.err, "[dscore] error").empty()) << r.err;
 }
 
+// --resume on a folder DeepSpeed's layout holds (here dscore's own export
+// to it): converted into checkpoint_dir/imported-deepspeed and resumed,
+// with the losses of resuming the dscore checkpoint it came from.
+TEST(CliRun, ResumesFromADeepSpeedCheckpointByConvertingItFirst) {
+  TempDir dir("dscore_cli_run");
+  const std::string ck = (dir.path() / "ck").string();
+  const std::string zero = R"("zero_optimization": {"stage": 2})";
+  MlpRunConfig cfg;
+  cfg.train_steps = 4;
+  cfg.extra = zero + ", \"checkpoint_dir\": \"" + ck + "\", \"save_interval\": 4";
+  ASSERT_EQ(run_dscore({"run", "--config", dir.write("first.json", cfg.text()).string()}).exit_code,
+            0);
+  const std::string ds = (dir.path() / "ds").string();
+  ProcessResult exported =
+      run_dscore({"checkpoint", "export-deepspeed", ck, ds, "--world-size", "1"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.describe();
+  const auto resume = [&](const std::string& name, const std::string& from) {
+    MlpRunConfig more;
+    more.train_steps = 8;
+    more.output_path = dir.path().string();
+    more.job_name = name;
+    more.extra = zero + ", \"checkpoint_dir\": \"" + (dir.path() / (name + "_ck")).string() + "\"";
+    return run_dscore(
+        {"run", "--config", dir.write(name + ".json", more.text()).string(), "--resume", from});
+  };
+  ProcessResult native = resume("native", ck);
+  ASSERT_EQ(native.exit_code, 0) << native.describe();
+  ProcessResult converted = resume("converted", ds);
+  ASSERT_EQ(converted.exit_code, 0) << converted.describe();
+  EXPECT_NE(converted.err.find("converted DeepSpeed's checkpoint global_step4 of " + ds),
+            std::string::npos)
+      << converted.err;
+  EXPECT_TRUE(fs::exists(dir.path() / "converted_ck" / "imported-deepspeed" / "latest"));
+  const auto losses = [&](const std::string& name) {
+    return read_csv_values(dir.path() / name / "Train_Samples_train_loss.csv");
+  };
+  ASSERT_EQ(losses("native").size(), 4u);
+  EXPECT_EQ(losses("converted"), losses("native"));
+}
+
 TEST(CliRun, MissingConfigFileIsNamed) {
   ProcessResult r = run_dscore({"run", "--config", "/nonexistent/ds_config.json"});
   EXPECT_EQ(r.exit_code, 2) << r.describe();
