@@ -18,59 +18,19 @@
 
 namespace dscore {
 
-Result<std::unique_ptr<zero::ZeroStrategy>> Engine::make_strategy(const zero::ZeroContext& ctx) {
-  if (expert_parallel_size() <= 1) return zero::make_zero_strategy(ctx);
-  DSCORE_RETURN_IF_ERROR(check_expert_split());
-  DSCORE_RETURN_IF_ERROR(gather_expert_layout());
-  // Every rank splits or none does: the grid is the same on all.
-  if (topology_->group(comm::groups::kExpertData) == nullptr) {
-    DSCORE_ASSIGN_OR_RETURN(own_expert_group_, comm_->split(comm_->rank(), 0));
-  }
-  // Summed over the expert's replicas, divided by every data-parallel rank
-  // (zero/expert_split_zero.h).
-  const zero::Reduction reduction =
-      zero::plan_reduction(config_, expert_data_group().world_size(), data_parallel_size());
-  DSCORE_ASSIGN_OR_RETURN(std::unique_ptr<zero::ExpertSplitZero> strategy,
-                          zero::ExpertSplitZero::create(ctx, &expert_data_group(), reduction));
-  return std::unique_ptr<zero::ZeroStrategy>(std::move(strategy));
-}
+namespace {
 
-Status Engine::check_expert_split() const {
-  Status mine = Status::Ok();
-  int experts = 0;
-  for (const ParamEntry& p : layout_.params()) {
-    if ((p.flags & DSCORE_PARAM_EXPERT) == 0) continue;
-    ++experts;
-    if (!mine.ok()) continue;
-    if (!p.split.split()) continue;  // one expert's whole tensor, on this expert rank alone
-    if (p.split.dim != 0 || p.split.blocks != 1 ||
-        p.split.full_extent != p.shape[0] * expert_parallel_size() ||
-        p.split.offset != p.shape[0] * expert_parallel_rank())
-      mine = invalid_argument("model '" + model_->display_name() + "' declares expert parameter " +
-                              p.name + " as experts [" + std::to_string(p.split.offset) + ", " +
-                              std::to_string(p.split.offset + p.shape[0]) + ") of " +
-                              std::to_string(p.split.full_extent) + ", but expert rank " +
-                              std::to_string(expert_parallel_rank()) + " of " +
-                              std::to_string(expert_parallel_size()) + " holds an equal share " +
-                              "in order along dimension 0");
-  }
-  if (experts == 0 && mine.ok())
-    mine = invalid_argument("model '" + model_->display_name() +
-                            "' declares no expert parameter (DSCORE_PARAM_EXPERT): it has no "
-                            "MoE layers to spread over " +
-                            std::to_string(expert_parallel_size()) +
-                            " ranks; set the gpt's moe_num_experts (the llama's "
-                            "num_local_experts), or expert_parallel.enabled false");
-  return comm::agree(*comm_, mine);
+// One expert parameter held whole (one expert's tensor, not a part of a
+// stacked one).
+bool held_whole(const ParamEntry& p) {
+  return (p.flags & DSCORE_PARAM_EXPERT) != 0 && !p.split.split();
 }
 
 // One line per expert parameter held whole: layer, flags, shape, name.
-namespace {
-
 std::string expert_lines(const ParamLayout& layout) {
   std::ostringstream out;
   for (const ParamEntry& p : layout.params()) {
-    if ((p.flags & DSCORE_PARAM_EXPERT) == 0 || p.split.split()) continue;
+    if (!held_whole(p)) continue;
     out << p.layer << ' ' << p.flags << ' ' << p.shape.size();
     for (int64_t d : p.shape) out << ' ' << d;
     out << ' ' << p.name << '\n';
@@ -96,6 +56,60 @@ std::vector<ParamEntry> parse_expert_lines(const std::string& text) {
 
 }  // namespace
 
+Result<std::unique_ptr<zero::ZeroStrategy>> Engine::make_strategy(const zero::ZeroContext& ctx) {
+  if (expert_parallel_size() <= 1) return zero::make_zero_strategy(ctx);
+  DSCORE_RETURN_IF_ERROR(check_expert_split());
+  DSCORE_RETURN_IF_ERROR(gather_expert_layout());
+  // Every rank splits or none does: the grid is the same on all.
+  if (topology_->group(comm::groups::kExpertData) == nullptr) {
+    DSCORE_ASSIGN_OR_RETURN(own_expert_group_, comm_->split(comm_->rank(), 0));
+  }
+  // Summed over the expert's replicas, divided by every data-parallel rank
+  // (zero/expert_split_zero.h).
+  const zero::Reduction reduction =
+      zero::plan_reduction(config_, expert_data_group().world_size(), data_parallel_size());
+  DSCORE_ASSIGN_OR_RETURN(std::unique_ptr<zero::ExpertSplitZero> strategy,
+                          zero::ExpertSplitZero::create(ctx, &expert_data_group(), reduction));
+  return std::unique_ptr<zero::ZeroStrategy>(std::move(strategy));
+}
+
+Status Engine::check_expert_split() const {
+  Status mine = Status::Ok();
+  int experts = 0, whole = 0;
+  for (const ParamEntry& p : layout_.params()) {
+    if ((p.flags & DSCORE_PARAM_EXPERT) == 0) continue;
+    ++experts;
+    if (!mine.ok()) continue;
+    if (held_whole(p)) {  // one expert's whole tensor, on this expert rank alone
+      ++whole;
+      continue;
+    }
+    if (p.split.dim != 0 || p.split.blocks != 1 ||
+        p.split.full_extent != p.shape[0] * expert_parallel_size() ||
+        p.split.offset != p.shape[0] * expert_parallel_rank())
+      mine = invalid_argument("model '" + model_->display_name() + "' declares expert parameter " +
+                              p.name + " as experts [" + std::to_string(p.split.offset) + ", " +
+                              std::to_string(p.split.offset + p.shape[0]) + ") of " +
+                              std::to_string(p.split.full_extent) + ", but expert rank " +
+                              std::to_string(expert_parallel_rank()) + " of " +
+                              std::to_string(expert_parallel_size()) + " holds an equal share " +
+                              "in order along dimension 0");
+  }
+  if (whole > 0 && whole < experts && mine.ok())
+    mine = invalid_argument("model '" + model_->display_name() +
+                            "' declares some experts as parts of stacked tensors "
+                            "(DSCORE_PARAM_TP_SPLIT) and some as whole tensors: expert "
+                            "parallelism takes one form per model");
+  if (experts == 0 && mine.ok())
+    mine = invalid_argument("model '" + model_->display_name() +
+                            "' declares no expert parameter (DSCORE_PARAM_EXPERT): it has no "
+                            "MoE layers to spread over " +
+                            std::to_string(expert_parallel_size()) +
+                            " ranks; set the gpt's moe_num_experts (the llama's "
+                            "num_local_experts), or expert_parallel.enabled false");
+  return comm::agree(*comm_, mine);
+}
+
 // Experts held whole (one expert's tensors, on one expert rank): the whole
 // model's parameter list (model_layout(): the checkpoints' list, gathers)
 // is this rank's with each layer's experts replaced by every expert
@@ -113,7 +127,7 @@ Status Engine::gather_expert_layout() {
     bool placed = false;
     for (size_t i = layout_.layer_first(l); i < layout_.layer_end(l); ++i) {
       const ParamEntry& p = layout_.params()[i];
-      if ((p.flags & DSCORE_PARAM_EXPERT) == 0) {
+      if (!held_whole(p)) {
         whole.push_back(p);
         continue;
       }
@@ -136,7 +150,7 @@ Status Engine::join_held_experts(const std::vector<float>& local, std::vector<fl
   out->assign(static_cast<size_t>(whole_layout_.total_numel()), 0.0f);
   const bool first = expert_parallel_rank() == 0;
   for (const ParamEntry& p : layout_.params()) {
-    if ((p.flags & DSCORE_PARAM_EXPERT) == 0 && !first) continue;
+    if (!held_whole(p) && !first) continue;
     std::copy_n(local.data() + p.offset, p.numel, out->data() + at.at(p.name));
   }
   const int64_t total = whole_layout_.total_numel();
