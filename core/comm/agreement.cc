@@ -69,8 +69,9 @@ Result<std::vector<std::string>> allgather_strings(Communicator& comm, const std
   DSCORE_RETURN_IF_ERROR(
       comm.allgather({&mine, DSCORE_DTYPE_I64, 1}, {lengths.data(), DSCORE_DTYPE_I64, world}));
   const int64_t widest = *std::max_element(lengths.begin(), lengths.end());
+  if (widest == 0) return std::vector<std::string>(static_cast<size_t>(world));
   std::vector<char> slot(static_cast<size_t>(widest), 0);
-  std::memcpy(slot.data(), value.data(), value.size());
+  if (!value.empty()) std::memcpy(slot.data(), value.data(), value.size());
   std::vector<char> all(static_cast<size_t>(widest * world));
   DSCORE_RETURN_IF_ERROR(comm.allgather({slot.data(), DSCORE_DTYPE_U8, widest},
                                         {all.data(), DSCORE_DTYPE_U8, widest * world}));
