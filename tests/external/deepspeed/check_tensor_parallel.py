@@ -36,10 +36,10 @@ MICRO, GAS, TP = 2, 2, 2
 STAGES = (1, 2, 3)
 
 
-def dscore_losses(dscore, folder, stage, hf, shard, section, ranks, name):
+def dscore_losses(dscore, folder, stage, hf, shard, section, ranks, name, batch):
     work = os.path.join(folder, f"dscore_s{stage}")
     os.makedirs(work)
-    config = dict({"train_batch_size": MICRO * GAS, "train_micro_batch_size_per_gpu": MICRO,
+    config = dict({"train_batch_size": batch, "train_micro_batch_size_per_gpu": MICRO,
                    "optimizer": {"type": "Adam", "params": {"lr": 0.001}}, "gradient_clipping": 1.0,
                    "zero_optimization": {"stage": stage}, "train_steps": STEPS, "seed": 1,
                    "model": {"type": "llama", "from_pretrained": hf, "block_size": T},
@@ -55,14 +55,17 @@ def dscore_losses(dscore, folder, stage, hf, shard, section, ranks, name):
     return ct.read_csv(os.path.join(work, "out/csv/Train_Samples_train_loss.csv"), "train_loss")
 
 
-def compare_with_deepspeed(dscore, name, label, section, ds_batch, ranks, stages):
+def compare_with_deepspeed(dscore, name, label, section, ds_batch, ranks, stages, save_model=None,
+                           dscore_batch=MICRO * GAS):
     """DeepSpeed (ds_llama_worker.py on `ranks` ranks) and `dscore run` train
-    the same Hugging Face Llama with the config keys `section` at each ZeRO
-    stage; exits 1 unless every step's losses agree within RTOL. ds_batch:
-    DeepSpeed's train_batch_size for the same samples."""
+    the same Hugging Face model (save_model(folder): the Llama of MODEL by
+    default) with the config keys `section` at each ZeRO stage; exits 1
+    unless every step's losses agree within RTOL. ds_batch and dscore_batch:
+    DeepSpeed's and dscore's train_batch_size for the same samples."""
     failures = []
     with tempfile.TemporaryDirectory() as folder:
-        hf = save_llama(os.path.join(folder, "llama"), MODEL)
+        hf = os.path.join(folder, "model")
+        save_model(hf) if save_model else save_llama(hf, MODEL)
         shard = write_shard(os.path.join(folder, "train.bin"), 40 * T + 1)
         started = time.time()
         for stage in stages:
@@ -79,7 +82,8 @@ def compare_with_deepspeed(dscore, name, label, section, ds_batch, ranks, stages
             ct.finish_deepspeed(start(), start, started + ct.DEEPSPEED_SECONDS, f"{name} (stage {stage})")
             with open(result) as f:
                 ds = json.load(f)
-            losses = dscore_losses(dscore, folder, stage, hf, shard, section, ranks, name)
+            losses = dscore_losses(dscore, folder, stage, hf, shard, section, ranks, name,
+                                   dscore_batch)
             want = ds["losses"]
             if len(losses) != len(want):
                 failures.append(f"stage {stage}: dscore logged {len(losses)} losses, DeepSpeed {len(want)}")

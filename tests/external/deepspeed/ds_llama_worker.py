@@ -1,4 +1,5 @@
-"""One rank of a DeepSpeed run that trains a Hugging Face LlamaForCausalLM on
+"""One rank of a DeepSpeed run that trains a Hugging Face LlamaForCausalLM (or
+MixtralForCausalLM: any causal LM transformers' Auto class builds) on
 an llm.c token shard the way `dscore run` reads it (data.shuffle false):
 global sample i is chunk i mod N, tokens [k*T, k*T + T + 1); micro-batch m
 of rank r at step s starts at sample s*B + m*micro*W + r*micro
@@ -17,7 +18,23 @@ import sys
 import deepspeed
 import numpy as np
 import torch
-from transformers import LlamaForCausalLM
+from transformers import AutoModelForCausalLM
+
+
+def accept_autoep_lookups():
+    """AutoEP (DeepSpeed 0.19.8, module_inject/auto_ep_presets/base.py) asks
+    transformers' output-capturing registry for a name with a default, as of
+    a dict; transformers 5.23's _CanRecordRegistry.get takes a model and no
+    default (a TypeError). A name and a default are answered as dict.get
+    answers them; a model's lookup is unchanged."""
+    from transformers.utils import output_capturing
+    registry = output_capturing._CanRecordRegistry
+    by_model = registry.get
+
+    def get(self, key, *default):
+        return dict.get(self, key, *default) if isinstance(key, str) else by_model(self, key)
+
+    registry.get = get
 
 
 def read_shard(path):
@@ -50,6 +67,20 @@ def sequence_slice_loss(engine, rows, T, sp, sp_rank, mpu):
                                              targets.reshape(-1), reduction="sum") / (rows.shape[0] * T)
 
 
+def moe_loss(engine, rows, T, config):
+    """The samples' mean cross-entropy of their T targets from T inputs, plus
+    router_aux_loss_coef times the load-balancing loss of those inputs'
+    routes (output_router_logits), as dscore computes an MoE llama's: given
+    the T + 1 tokens and labels, transformers would route the last one too
+    and count it in the load-balancing loss."""
+    out = engine(input_ids=rows[:, :T])
+    loss = torch.nn.functional.cross_entropy(out.logits.float().reshape(-1, out.logits.shape[-1]),
+                                             rows[:, 1:T + 1].reshape(-1))
+    if getattr(config, "output_router_logits", False):
+        loss = loss + config.router_aux_loss_coef * out.aux_loss
+    return loss
+
+
 def main():
     result_path, folder, shard, T, steps, save_at, save_dir, config_path = sys.argv[1:9]
     T, steps, save_at = int(T), int(steps), int(save_at)
@@ -71,7 +102,10 @@ def main():
             micro_batch_size=ds_config["train_micro_batch_size_per_gpu"], seq_length=T,
             seq_length_is_variable=False)
         attention = "sdpa"
-    model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation=attention)
+    if ds_config.get("expert_parallel", {}).get("enabled"):
+        accept_autoep_lookups()
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
+                                                 attn_implementation=attention)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config,
                                            mpu=mpu)
     # int(): under sequence_parallel_size DeepSpeed 0.19.8 divides the world
@@ -92,6 +126,8 @@ def main():
             rows = sample_rows(tokens, T, first, micro)
             if sp > 1:
                 loss = sequence_slice_loss(engine, rows, T, sp, sp_rank, mpu)
+            elif getattr(model.config, "num_local_experts", 0):
+                loss = moe_loss(engine, rows, T, model.config)
             else:
                 loss = engine(input_ids=rows, labels=rows).loss
             engine.backward(loss)
