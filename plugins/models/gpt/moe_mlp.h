@@ -154,9 +154,9 @@ class GptMoe {
       fit(b.hact, Re * H);
       b.exchange->dispatch(b.x.get(), b.xe.get(), C, group().template rows<T>());
       xe = b.xe.get();
-      stats_.exchanged_bytes += E * static_cast<int64_t>(sizeof(int64_t)) + exchanged(*b.exchange);
+      stats_.exchanged_bytes += b.exchange->counts_bytes() + exchanged(*b.exchange);
     }
-    const std::vector<int64_t> rows = expert_rows(b);
+    const std::vector<int64_t>& rows = expert_rows(b);
     const int64_t El = cfg_.local_experts();
     for (int64_t e = 0; e < El; ++e) {
       const int64_t r0 = rows[e], n = rows[e + 1] - r0;
@@ -258,7 +258,7 @@ class GptMoe {
     T* de = spread ? scratch_.dexperts.get() : drows;
     if (spread) b.exchange->dispatch(drows, de, C, group().template rows<T>());
     const T* xe = spread ? b.xe.get() : b.x.get();
-    const std::vector<int64_t> rows = expert_rows(b);
+    const std::vector<int64_t>& rows = expert_rows(b);
     const int64_t El = cfg_.local_experts();
     T* dhact = scratch_.dh1.get();
     T* dhpre = scratch_.dh2.get();
@@ -315,18 +315,12 @@ class GptMoe {
 
   // Where each of this rank's experts' rows start in its expert rows
   // (local experts + 1 entries): its packing's, or the exchange's.
-  std::vector<int64_t> expert_rows(const Block& b) const {
-    if (!b.exchange) return b.packing.offset;
-    std::vector<int64_t> rows;
-    for (int64_t j = 0; j <= b.exchange->local_experts(); ++j)
-      rows.push_back(b.exchange->expert_offset(j));
-    return rows;
+  static const std::vector<int64_t>& expert_rows(const Block& b) {
+    return b.exchange ? b.exchange->expert_offsets() : b.packing.offset;
   }
   transformer::moe::ExpertParallelGroup& group() { return backend_.expert_parallel(); }
-  // What one dispatch and its combine send from this rank: its rows out,
-  // its experts' rows back.
   int64_t exchanged(const transformer::moe::ExpertExchange& x) const {
-    return (x.sent_rows() + x.expert_rows()) * cfg_.n_embd * static_cast<int64_t>(sizeof(T));
+    return x.sent_bytes(cfg_.n_embd, static_cast<int64_t>(sizeof(T)));
   }
 
   Buffer<T> alloc(int64_t n) { return backend_.template alloc<T>(n); }

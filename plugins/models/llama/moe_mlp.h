@@ -141,7 +141,7 @@ class LlamaMoe {
       fit(b.act, Re * I);
       b.exchange->dispatch(b.x.get(), b.xe.get(), C, group().template rows<T>());
       xe = b.xe.get();
-      stats_.exchanged_bytes += E * static_cast<int64_t>(sizeof(int64_t)) + exchanged(*b.exchange);
+      stats_.exchanged_bytes += b.exchange->counts_bytes() + exchanged(*b.exchange);
     }
     // Expert j of those this rank holds, over its rows.
     for_each_expert(b, [&](int64_t j, int64_t r0, int64_t n) {
@@ -318,24 +318,18 @@ class LlamaMoe {
   Block& block(int64_t l) { return blocks_.at(static_cast<size_t>(l - first_)); }
   bool spread() const { return cfg_.ep_size > 1; }
   transformer::moe::ExpertParallelGroup& group() { return backend_.expert_parallel(); }
-  // What one dispatch and its combine send from this rank: its rows out,
-  // its experts' rows back.
   int64_t exchanged(const transformer::moe::ExpertExchange& x) const {
-    return (x.sent_rows() + x.expert_rows()) * cfg_.hidden_size * static_cast<int64_t>(sizeof(T));
+    return x.sent_bytes(cfg_.hidden_size, static_cast<int64_t>(sizeof(T)));
   }
   // Where each expert this rank holds starts in its expert rows (held
   // experts + 1 entries): its packing's, or the exchange's.
-  static std::vector<int64_t> expert_rows(const Block& b) {
-    if (!b.exchange) return b.packing.offset;
-    std::vector<int64_t> rows;
-    for (int64_t j = 0; j <= b.exchange->local_experts(); ++j)
-      rows.push_back(b.exchange->expert_offset(j));
-    return rows;
+  static const std::vector<int64_t>& expert_rows(const Block& b) {
+    return b.exchange ? b.exchange->expert_offsets() : b.packing.offset;
   }
   // fn(held expert, first row, rows) for each expert this rank holds with rows.
   template <class Fn>
   static void for_each_expert(const Block& b, Fn&& fn) {
-    const std::vector<int64_t> rows = expert_rows(b);
+    const std::vector<int64_t>& rows = expert_rows(b);
     for (int64_t j = 0; j + 1 < static_cast<int64_t>(rows.size()); ++j) {
       const int64_t r0 = rows[static_cast<size_t>(j)];
       const int64_t n = rows[static_cast<size_t>(j) + 1] - r0;

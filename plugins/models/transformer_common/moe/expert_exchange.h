@@ -83,9 +83,20 @@ class ExpertExchange {
   // [expert_offset(j), expert_offset(j + 1)).
   int64_t expert_rows() const { return expert_offset_.back(); }
   int64_t expert_offset(int64_t j) const { return expert_offset_[static_cast<size_t>(j)]; }
+  // All of them: local experts + 1 entries, as a Packing's offset.
+  const std::vector<int64_t>& expert_offsets() const { return expert_offset_; }
   int64_t local_experts() const { return local_experts_; }
   // Rows this rank sends (its kept routes) and receives, in all.
   int64_t sent_rows() const { return sent_rows_; }
+  // Bytes one dispatch and its combine send from this rank, rows of W
+  // values of `value_bytes`: its rows out, its experts' rows back.
+  int64_t sent_bytes(int64_t W, int64_t value_bytes) const {
+    return (sent_rows_ + expert_rows()) * W * value_bytes;
+  }
+  // Bytes of the counts' all-to-all the constructor made.
+  int64_t counts_bytes() const {
+    return static_cast<int64_t>(from_source_.size() * sizeof(int64_t));
+  }
 
   // rows (sent_rows() x W, this rank's packing) to expert_rows (expert_rows()
   // x W, local expert by local expert).
