@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "core/app/batch_generator.h"
 #include "core/checkpoint/checkpoint_info.h"
 #include "core/checkpoint/durable_file.h"
 #include "core/config/json.h"
@@ -41,30 +42,6 @@ json::Value inference_config(json::Value config) {
   return config;
 }
 
-int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& options,
-                     std::mt19937_64* rng) {
-  const int32_t vocab = static_cast<int32_t>(logits.size());
-  if (options.temperature <= 0.0)
-    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  std::vector<int32_t> ids(static_cast<size_t>(vocab));
-  std::iota(ids.begin(), ids.end(), 0);
-  int32_t keep = vocab;
-  if (options.top_k > 0 && options.top_k < vocab) {
-    keep = static_cast<int32_t>(options.top_k);
-    std::partial_sort(ids.begin(), ids.begin() + keep, ids.end(), [&](int32_t a, int32_t b) {
-      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    });
-  }
-  double max_logit = -INFINITY;
-  for (int32_t i = 0; i < keep; ++i)
-    max_logit = std::max(max_logit, static_cast<double>(logits[ids[i]]));
-  std::vector<double> weights(static_cast<size_t>(keep));
-  for (int32_t i = 0; i < keep; ++i)
-    weights[i] = std::exp((static_cast<double>(logits[ids[i]]) - max_logit) / options.temperature);
-  std::discrete_distribution<int32_t> pick(weights.begin(), weights.end());
-  return ids[pick(*rng)];
-}
-
 namespace {
 
 // The model's block size and vocabulary: the model section's, else (a model
@@ -90,10 +67,14 @@ Status resolve_token_sizes(const json::Value& model, const std::string& where,
   return Status::Ok();
 }
 
+// data.type and the model's from_pretrained folder.
 void read_data_type(const json::Value& config, InferenceModel* out) {
   const json::Value* data = config.find("data");
   const json::Value* data_type = data != nullptr ? data->find("type") : nullptr;
   out->data_type = data_type != nullptr && data_type->is_string() ? data_type->as_string() : "";
+  const json::Value* model = config.find("model");
+  const json::Value* folder = model != nullptr ? model->find("from_pretrained") : nullptr;
+  out->from_pretrained = folder != nullptr && folder->is_string() ? folder->as_string() : "";
 }
 
 Result<std::unique_ptr<Engine>> inference_engine(const json::Value& config,
@@ -196,19 +177,25 @@ Status TokenForward::run(const std::vector<int32_t>& tokens, double* loss) {
 
 Status generate(Engine& engine, int64_t block_size, int64_t vocab_size,
                 std::vector<int32_t>* tokens, int64_t max_new_tokens,
-                const SamplingOptions& options, const std::function<bool(int32_t)>& on_token) {
+                const SamplingOptions& options, const std::function<bool(int32_t)>& on_token,
+                bool use_cache) {
   if (tokens->empty()) return invalid_argument("the prompt is empty: give at least one token");
-  DSCORE_ASSIGN_OR_RETURN(TokenForward step, TokenForward::create(engine, block_size, vocab_size));
-  std::mt19937_64 rng(options.seed);
-  std::vector<int32_t> context;
-  for (int64_t n = 0; n < max_new_tokens; ++n) {
-    // The last block_size tokens.
-    const size_t length = std::min(tokens->size(), static_cast<size_t>(block_size));
-    context.assign(tokens->end() - static_cast<std::ptrdiff_t>(length), tokens->end());
-    DSCORE_RETURN_IF_ERROR(step.run(context));
-    const int32_t next = sample_token(step.logits(), options, &rng);
-    tokens->push_back(next);
-    if (on_token && !on_token(next)) break;
+  DSCORE_ASSIGN_OR_RETURN(std::unique_ptr<BatchGenerator> generator,
+                          BatchGenerator::create(engine, block_size, vocab_size, 1,
+                                                 use_cache ? BatchGenerator::CacheMode::kAuto
+                                                           : BatchGenerator::CacheMode::kOff));
+  GenerationRequest request;
+  request.prompt = *tokens;
+  request.max_new_tokens = max_new_tokens;
+  request.sampling = options;
+  DSCORE_RETURN_IF_ERROR(generator->add(std::move(request)).status());
+  while (!generator->idle()) {
+    DSCORE_ASSIGN_OR_RETURN(std::vector<GenerationEvent> events, generator->step());
+    for (const GenerationEvent& e : events) {
+      if (e.token < 0) continue;
+      tokens->push_back(e.token);
+      if (on_token && !on_token(e.token)) return Status::Ok();
+    }
   }
   return Status::Ok();
 }

@@ -1,34 +1,24 @@
 // Text generation with a token model (one "tokens" input of block_size + 1
 // int32, forward() output = logits at the last position, as the gpt model):
 // open a checkpoint for inference, then sample a continuation token by
-// token, greedy (temperature 0) or with temperature and top-k. Each new
-// token runs a forward over the last block_size tokens (no KV cache).
+// token (sampling.h), against the model's KV cache where it has one
+// (batch_generator.h), else with a forward over the last block_size tokens
+// per token.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "core/app/sampling.h"
 #include "core/base/status.h"
 #include "core/config/json.h"
 #include "core/engine/engine.h"
 #include "core/engine/environment.h"
 
 namespace dscore {
-
-struct SamplingOptions {
-  double temperature = 0.8;  // 0 = greedy (argmax)
-  int64_t top_k = 0;         // keep the k most likely tokens; 0 = all
-  uint64_t seed = 1337;
-};
-
-// Picks the next token from `logits` (vocab entries). Deterministic for a
-// given rng state.
-int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& options,
-                     std::mt19937_64* rng);
 
 // A saved training config turned into a one-rank inference config: the same
 // model, precision and plugins; stage 0, batch 1, no monitors or saving.
@@ -39,6 +29,9 @@ json::Value inference_config(json::Value config);
 struct InferenceModel {
   std::unique_ptr<Engine> engine;
   std::string data_type;  // the saved config's data.type ("text": byte-level tokens)
+  // The model section's "from_pretrained" folder (its tokenizer lies
+  // there), or "".
+  std::string from_pretrained;
   // The model section's block_size and vocab_size; a model without them
   // (gpt2, from_pretrained) has block_size + 1 tokens as its input and
   // the folder's config.json vocab_size.
@@ -74,9 +67,11 @@ class TokenForward {
 
 // Appends up to `max_new_tokens` tokens to `tokens` (the prompt, not
 // empty), calling on_token after each; generation stops early when it
-// returns false (an end-of-sequence token).
+// returns false (an end-of-sequence token). use_cache false: forward
+// passes even where the model has a KV cache.
 Status generate(Engine& engine, int64_t block_size, int64_t vocab_size,
                 std::vector<int32_t>* tokens, int64_t max_new_tokens,
-                const SamplingOptions& options, const std::function<bool(int32_t)>& on_token);
+                const SamplingOptions& options, const std::function<bool(int32_t)>& on_token,
+                bool use_cache = true);
 
 }  // namespace dscore

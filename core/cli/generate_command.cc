@@ -1,7 +1,12 @@
-// dscore generate --checkpoint DIR (--prompt TEXT | --prompt-tokens IDS)
-//                 [--tokenizer DIR] [--max-new-tokens N] [--temperature T]
-//                 [--top-k K] [--seed S]
-// Prints a continuation of the prompt from a saved token model (gpt).
+// dscore generate (--checkpoint DIR | --config F) (--prompt TEXT | --prompt-tokens IDS |
+//                 --prompts-file F) [--tokenizer DIR] [--max-new-tokens N]
+//                 [--temperature T] [--top-k K] [--top-p P]
+//                 [--repetition-penalty R] [--seed S] [--batch-size B]
+//                 [--no-kv-cache]
+// Prints a continuation of the prompt from a saved token model (gpt,
+// llama), decoding against the model's KV cache where it has one; a
+// prompts file (one JSON per line, generate_batch.h) is generated B
+// sequences at a time.
 // A text prompt prints text: bytes as tokens for byte-level models (trained
 // on data.type "text"), else through a tokenizer (--tokenizer, or the
 // model's "from_pretrained" folder), stopping at its end-of-sequence token.
@@ -10,8 +15,8 @@
 #include <sstream>
 
 #include "core/app/generation.h"
-#include "core/checkpoint/checkpoint_info.h"
 #include "core/cli/commands.h"
+#include "core/cli/generate_batch.h"
 #include "core/cli/options.h"
 #include "core/tokenizer/tokenizer.h"
 
@@ -19,20 +24,13 @@ namespace dscore::cli {
 namespace {
 
 constexpr const char* kGenerateUsage =
-    "usage: dscore generate --checkpoint DIR (--prompt TEXT | --prompt-tokens 1,2,3) "
-    "[--tokenizer DIR]\n"
-    "                       [--max-new-tokens 200] [--temperature 0.8] [--top-k 0] [--seed 1337] "
-    "[--tag T]";
-
-// The saved model section's "from_pretrained" folder (a model read from a
-// Hugging Face folder, whose tokenizer lies beside it), or "".
-std::string from_pretrained_of(const std::string& dir, const std::string& tag) {
-  auto info = checkpoint::open_checkpoint(dir, tag);
-  if (!info.ok()) return "";
-  const json::Value* model = info->state.ds_config.find("model");
-  const json::Value* folder = model != nullptr ? model->find("from_pretrained") : nullptr;
-  return folder != nullptr && folder->is_string() ? folder->as_string() : "";
-}
+    "usage: dscore generate (--checkpoint DIR | --config F) (--prompt TEXT | --prompt-tokens 1,2,3 "
+    "| "
+    "--prompts-file F.jsonl)\n"
+    "                       [--tokenizer DIR] [--max-new-tokens 200] [--temperature 0.8] "
+    "[--top-k 0] [--top-p 1]\n"
+    "                       [--repetition-penalty 1] [--seed 1337] [--batch-size 8] "
+    "[--no-kv-cache] [--tag T]";
 
 }  // namespace
 
@@ -41,8 +39,12 @@ int generate_command(const std::vector<std::string>& args) {
   std::string dir, tag, prompt, prompt_tokens, tokenizer_dir;
   int64_t max_new = 200;
   SamplingOptions sampling;
-  options.add_options()("checkpoint", po::value<std::string>(&dir)->required(),
+  BatchGenerateOptions batch;
+  std::string config;
+  options.add_options()("checkpoint", po::value<std::string>(&dir),
                         "the checkpoint folder (holding `latest`)")(
+      "config", po::value<std::string>(&config),
+      "a training config instead: its model's initial weights (e.g. from_pretrained)")(
       "tag", po::value<std::string>(&tag), "the tag to load (default: the one `latest` names)")(
       "prompt", po::value<std::string>(&prompt),
       "prompt text (byte-level models, or through the tokenizer)")(
@@ -53,40 +55,70 @@ int generate_command(const std::vector<std::string>& args) {
       "temperature", po::value<double>(&sampling.temperature)->default_value(0.8), "0 = greedy")(
       "top-k", po::value<int64_t>(&sampling.top_k)->default_value(0),
       "sample from the k most likely; 0 = all")(
-      "seed", po::value<uint64_t>(&sampling.seed)->default_value(1337), "sampling seed");
+      "top-p", po::value<double>(&sampling.top_p)->default_value(1.0),
+      "sample from the smallest set of tokens whose probability reaches p")(
+      "repetition-penalty", po::value<double>(&sampling.repetition_penalty)->default_value(1.0),
+      "divide the logits of tokens already in the sequence by this (> 1 repeats less)")(
+      "seed", po::value<uint64_t>(&sampling.seed)->default_value(1337), "sampling seed")(
+      "prompts-file", po::value<std::string>(&batch.prompts_file),
+      "prompts, one JSON object per line ({\"prompt\": text} or {\"prompt_tokens\": [ids]}); "
+      "completions printed as JSON lines")("batch-size",
+                                           po::value<int64_t>(&batch.batch_size)->default_value(8),
+                                           "sequences of a prompts file generated together")(
+      "no-kv-cache", "a forward pass over the last block_size tokens per token (no KV cache)");
   po::variables_map vm;
   int exit_code = kExitOk;
   if (!parse_options(args, options, {}, kGenerateUsage, &vm, &exit_code)) return exit_code;
-  if (prompt.empty() == prompt_tokens.empty() || max_new < 0 || sampling.temperature < 0 ||
-      sampling.top_k < 0) {
+  const int sources = (prompt.empty() ? 0 : 1) + (prompt_tokens.empty() ? 0 : 1) +
+                      (batch.prompts_file.empty() ? 0 : 1);
+  if (sources != 1 || dir.empty() == config.empty() || max_new < 0 || sampling.temperature < 0 ||
+      sampling.top_k < 0 || sampling.top_p <= 0 || sampling.top_p > 1 ||
+      sampling.repetition_penalty <= 0 || batch.batch_size < 1) {
     std::fprintf(stderr,
-                 "dscore generate: give exactly one of --prompt and --prompt-tokens; "
-                 "--max-new-tokens, --temperature and --top-k must be >= 0\n%s\n",
+                 "dscore generate: give exactly one of --checkpoint and --config, and of "
+                 "--prompt, --prompt-tokens and --prompts-file; --max-new-tokens, --temperature "
+                 "and --top-k must be >= 0, "
+                 "--top-p in (0, 1], --repetition-penalty > 0, --batch-size >= 1\n%s\n",
                  kGenerateUsage);
     return kExitUsage;
   }
-  auto model = open_for_inference(dir, tag, read_engine_environment());
+  const bool use_cache = vm.count("no-kv-cache") == 0;
+  const EngineEnvironment environment = read_engine_environment();
+  auto model = config.empty() ? open_for_inference(dir, tag, environment)
+                              : open_config_for_inference(config, environment);
   if (!model.ok()) {
     std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
     return kExitFailure;
   }
-  const bool text = !prompt.empty();  // text in, text out; ids in, ids out
+  const bool text = !prompt.empty() || !batch.prompts_file.empty();  // text in, text out
+  const bool tokenizer_given = !tokenizer_dir.empty();
   if (text && tokenizer_dir.empty() && model->data_type != "text")
-    tokenizer_dir = from_pretrained_of(dir, tag);
+    tokenizer_dir = model->from_pretrained;
   std::unique_ptr<tokenizer::Tokenizer> tok;
   std::vector<int32_t> tokens;
   if (text && !tokenizer_dir.empty()) {
     auto loaded = tokenizer::load_tokenizer(tokenizer_dir);
-    if (!loaded.ok()) {
+    if (loaded.ok()) {
+      tok = std::move(*loaded);
+    } else if (tokenizer_given || batch.prompts_file.empty()) {
       std::fprintf(stderr, "error: %s\n", loaded.status().message().c_str());
       return kExitFailure;
-    }
-    tok = std::move(*loaded);
+    }  // a prompts file of token ids needs none
+  }
+  if (tok) {
     if (tok->vocab_size() > model->vocab_size) {
       std::fprintf(stderr, "error: %s has more ids than the model's vocab_size %lld\n",
                    tok->description().c_str(), static_cast<long long>(model->vocab_size));
       return kExitUsage;
     }
+  }
+  if (!batch.prompts_file.empty()) {
+    batch.max_new_tokens = max_new;
+    batch.sampling = sampling;
+    batch.use_cache = use_cache;
+    return generate_prompts_file(*model, tok.get(), batch);
+  }
+  if (text && tok) {
     auto ids = tok->encode(prompt, /*add_special_tokens=*/true);
     if (!ids.ok()) {
       std::fprintf(stderr, "error: %s\n", ids.status().message().c_str());
@@ -127,27 +159,28 @@ int generate_command(const std::vector<std::string>& args) {
     auto head = tok->decode(tokens, /*skip_special_tokens=*/true);
     if (head.ok()) printed = head->size();
   }
-  const Status status =
-      generate(*model->engine, model->block_size, model->vocab_size, &tokens, max_new, sampling,
-               [&](int32_t token) {
-                 if (!text) {
-                   std::printf(",%d", token);
-                 } else if (!tok) {
-                   std::fputc(token, stdout);
-                 } else {
-                   if (token == tok->special().eos) return false;
-                   auto all = tok->decode(tokens, true);
-                   if (!all.ok()) {
-                     decode_error = all.status();
-                     return false;
-                   }
-                   if (all->size() > printed)
-                     std::fwrite(all->data() + printed, 1, all->size() - printed, stdout);
-                   printed = std::max(printed, all->size());
-                 }
-                 std::fflush(stdout);
-                 return true;
-               });
+  const Status status = generate(
+      *model->engine, model->block_size, model->vocab_size, &tokens, max_new, sampling,
+      [&](int32_t token) {
+        if (!text) {
+          std::printf(",%d", token);
+        } else if (!tok) {
+          std::fputc(token, stdout);
+        } else {
+          if (token == tok->special().eos) return false;
+          auto all = tok->decode(tokens, true);
+          if (!all.ok()) {
+            decode_error = all.status();
+            return false;
+          }
+          if (all->size() > printed)
+            std::fwrite(all->data() + printed, 1, all->size() - printed, stdout);
+          printed = std::max(printed, all->size());
+        }
+        std::fflush(stdout);
+        return true;
+      },
+      use_cache);
   if (!decode_error.ok()) {
     std::fputc('\n', stdout);
     std::fprintf(stderr, "error: %s\n", decode_error.message().c_str());

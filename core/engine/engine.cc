@@ -265,6 +265,19 @@ Status Engine::forward(const dscore_batch& batch, dscore_tensor* output, double*
   return check_model_call(model_->forward(batch, hooks, loss, output));
 }
 
+Result<std::unique_ptr<Model::DecodeCache>> Engine::decode_cache(int64_t slots,
+                                                                 int64_t max_positions) {
+  EngineScope engine(host_->identity());
+  return model_->decode_cache(slots, max_positions, placement_.model_dtype);
+}
+
+Status Engine::decode(Model::DecodeCache& cache, const dscore_decode_batch& batch,
+                      dscore_tensor* logits) {
+  EngineScope engine(host_->identity());
+  const dscore_model_hooks hooks = model_hooks();
+  return check_model_call(model_->decode(cache, batch, hooks, logits));
+}
+
 bool Engine::is_gradient_accumulation_boundary() const {
   return (micro_steps_ + 1) % config_.batch.gradient_accumulation_steps == 0;
 }

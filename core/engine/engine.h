@@ -122,6 +122,11 @@ class Engine {
   // outside the training loop it ends ZeRO-3's trace-based prefetching for
   // the run.
   Status forward(const dscore_batch& batch, dscore_tensor* output, double* loss = nullptr);
+  // KV-cached generation (Model::decode_cache, decode) on this rank's
+  // whole parameters (a one-rank, stage-0 engine: generation's): a cache
+  // for the views' dtype, and one step of new tokens through it.
+  Result<std::unique_ptr<Model::DecodeCache>> decode_cache(int64_t slots, int64_t max_positions);
+  Status decode(Model::DecodeCache& cache, const dscore_decode_batch& batch, dscore_tensor* logits);
   // See the file comment. Collective at the boundary.
   Status step();
 

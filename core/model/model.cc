@@ -46,6 +46,17 @@ std::vector<dscore_layer_tie> layer_ties(const dscore_model_description& descrip
   return ties;
 }
 
+Result<std::unique_ptr<Model::DecodeCache>> Model::decode_cache(int64_t, int64_t, dscore_dtype) {
+  return unimplemented(display_name() + " has no KV-cached generation");
+}
+Status Model::decode(DecodeCache&, const dscore_decode_batch&, const dscore_model_hooks&,
+                     dscore_tensor*) {
+  return unimplemented(display_name() + " has no KV-cached generation");
+}
+Result<uint64_t> Model::decode_cache_bytes(int64_t, int64_t, dscore_dtype) const {
+  return unimplemented(display_name() + " has no KV-cached generation");
+}
+
 Status Model::synthetic_batch(uint64_t, int64_t, const dscore_batch&) const {
   return unimplemented(display_name() +
                        " has no synthetic task: set \"data\": {\"type\": \"text\" or \"tokens\", "

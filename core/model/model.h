@@ -98,6 +98,24 @@ class Model {
     return Status::Ok();
   }
 
+  // KV-cached generation (model.h decode): a cache of `slots` sequences of
+  // up to `max_positions` tokens for parameters lent in `param_dtype`,
+  // destroyed with its handle (before the model); decode() runs one step
+  // of new tokens on it (the logits at each sequence's last new token).
+  // UNIMPLEMENTED where the model cannot: the caller runs forward() over
+  // each whole sequence instead.
+  class DecodeCache {
+   public:
+    virtual ~DecodeCache() = default;
+  };
+  virtual Result<std::unique_ptr<DecodeCache>> decode_cache(int64_t slots, int64_t max_positions,
+                                                            dscore_dtype param_dtype);
+  virtual Status decode(DecodeCache& cache, const dscore_decode_batch& batch,
+                        const dscore_model_hooks& hooks, dscore_tensor* logits);
+  // What such a cache takes (`dscore plan`); UNIMPLEMENTED as above.
+  virtual Result<uint64_t> decode_cache_bytes(int64_t slots, int64_t max_positions,
+                                              dscore_dtype param_dtype) const;
+
   // The model's own deterministic task (synthetic data), if it has one.
   virtual bool has_synthetic_task() const { return false; }
   virtual Status synthetic_batch(uint64_t seed, int64_t first_sample,

@@ -6,6 +6,19 @@
 namespace dscore {
 namespace {
 
+// A plugin's KV cache, destroyed through its instance.
+class PluginDecodeCache final : public Model::DecodeCache {
+ public:
+  PluginDecodeCache(plugin_host::ModelInstance& instance, dscore_decode_cache* handle)
+      : instance_(instance), handle_(handle) {}
+  ~PluginDecodeCache() override { instance_.decode_cache_destroy(handle_); }
+  dscore_decode_cache* handle() const { return handle_; }
+
+ private:
+  plugin_host::ModelInstance& instance_;
+  dscore_decode_cache* handle_;
+};
+
 class PluginModel final : public Model {
  public:
   explicit PluginModel(std::unique_ptr<plugin_host::ModelInstance> instance)
@@ -85,6 +98,21 @@ class PluginModel final : public Model {
                         void* input_grad, double* loss) override {
     return instance_->stage_backward(stage, slot, batch, hooks, loss_scale, output_grad, input_grad,
                                      loss);
+  }
+
+  Result<std::unique_ptr<DecodeCache>> decode_cache(int64_t slots, int64_t max_positions,
+                                                    dscore_dtype param_dtype) override {
+    DSCORE_ASSIGN_OR_RETURN(dscore_decode_cache * handle,
+                            instance_->decode_cache_create(slots, max_positions, param_dtype));
+    return std::unique_ptr<DecodeCache>(new PluginDecodeCache(*instance_, handle));
+  }
+  Status decode(DecodeCache& cache, const dscore_decode_batch& batch,
+                const dscore_model_hooks& hooks, dscore_tensor* logits) override {
+    return instance_->decode(static_cast<PluginDecodeCache&>(cache).handle(), batch, hooks, logits);
+  }
+  Result<uint64_t> decode_cache_bytes(int64_t slots, int64_t max_positions,
+                                      dscore_dtype param_dtype) const override {
+    return instance_->decode_cache_bytes(slots, max_positions, param_dtype);
   }
 
   bool has_synthetic_task() const override { return instance_->has_synthetic_task(); }

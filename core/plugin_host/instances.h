@@ -181,6 +181,17 @@ class ModelInstance {
     bool mean = false;  // DSCORE_METRIC_MEAN (else summed)
   };
   Status metrics(std::vector<Metric>* out) const;
+  // KV-cached generation (model.h decode_cache_create, decode_cache_destroy,
+  // decode, decode_cache_bytes): UNIMPLEMENTED where the plugin lacks any
+  // of the four. A cache is destroyed before the instance.
+  bool has_decode() const;
+  Result<dscore_decode_cache*> decode_cache_create(int64_t slots, int64_t max_positions,
+                                                   dscore_dtype param_dtype);
+  void decode_cache_destroy(dscore_decode_cache* cache);
+  Status decode(dscore_decode_cache* cache, const dscore_decode_batch& batch,
+                const dscore_model_hooks& hooks, dscore_tensor* logits);
+  Result<uint64_t> decode_cache_bytes(int64_t slots, int64_t max_positions,
+                                      dscore_dtype param_dtype) const;
 
  private:
   ModelInstance(PluginInfo info, dscore_model* handle, std::shared_ptr<HostContext> host)

@@ -395,4 +395,61 @@ Status ModelInstance::stage_backward(const dscore_pipeline_stage& stage, size_t 
   });
 }
 
+bool ModelInstance::has_decode() const {
+  const auto* vt = vtable_of<dscore_model_vtable>(info_);
+  return DSCORE_HAS_FIELD(vt, dscore_model_vtable, decode_cache_bytes) &&
+         vt->decode_cache_create != nullptr && vt->decode_cache_destroy != nullptr &&
+         vt->decode != nullptr && vt->decode_cache_bytes != nullptr;
+}
+
+namespace {
+Status no_decode(const PluginInfo& info) {
+  return Status(DSCORE_UNIMPLEMENTED,
+                info.display() +
+                    " has no KV-cached generation (decode_cache_create, decode_cache_destroy, "
+                    "decode and decode_cache_bytes, ABI 1.2)");
+}
+}  // namespace
+
+Result<dscore_decode_cache*> ModelInstance::decode_cache_create(int64_t slots,
+                                                                int64_t max_positions,
+                                                                dscore_dtype param_dtype) {
+  if (!has_decode()) return no_decode(info_);
+  const auto* vt = vtable_of<dscore_model_vtable>(info_);
+  dscore_decode_cache* cache = nullptr;
+  DSCORE_RETURN_IF_ERROR(call_plugin(*host_, info_.display(), "decode_cache_create", [&] {
+    return vt->decode_cache_create(handle_, slots, max_positions, param_dtype, &cache);
+  }));
+  if (cache == nullptr)
+    return Status(DSCORE_INTERNAL,
+                  info_.display() + "'s decode_cache_create returned OK without a cache");
+  return cache;
+}
+
+void ModelInstance::decode_cache_destroy(dscore_decode_cache* cache) {
+  if (cache == nullptr || !has_decode()) return;
+  const auto* vt = vtable_of<dscore_model_vtable>(info_);
+  call_plugin_void(*host_, info_.display(), "decode_cache_destroy",
+                   [&] { vt->decode_cache_destroy(handle_, cache); });
+}
+
+Status ModelInstance::decode(dscore_decode_cache* cache, const dscore_decode_batch& batch,
+                             const dscore_model_hooks& hooks, dscore_tensor* logits) {
+  if (!has_decode()) return no_decode(info_);
+  const auto* vt = vtable_of<dscore_model_vtable>(info_);
+  return call_plugin(*host_, info_.display(), "decode",
+                     [&] { return vt->decode(handle_, cache, &batch, &hooks, logits); });
+}
+
+Result<uint64_t> ModelInstance::decode_cache_bytes(int64_t slots, int64_t max_positions,
+                                                   dscore_dtype param_dtype) const {
+  if (!has_decode()) return no_decode(info_);
+  const auto* vt = vtable_of<dscore_model_vtable>(info_);
+  uint64_t bytes = 0;
+  DSCORE_RETURN_IF_ERROR(call_plugin(*host_, info_.display(), "decode_cache_bytes", [&] {
+    return vt->decode_cache_bytes(handle_, slots, max_positions, param_dtype, &bytes);
+  }));
+  return bytes;
+}
+
 }  // namespace dscore::plugin_host

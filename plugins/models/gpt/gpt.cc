@@ -283,19 +283,26 @@ class Gpt : public sdk::Instance {
   void forward(const dscore_batch* batch, const dscore_model_hooks& hooks, double* loss,
                dscore_tensor* output) {
     const SplitTokens tokens = split_tokens(batch, config_);
-    float* logits = nullptr;
-    if (output != nullptr) {
-      if (output->data == nullptr || output->dtype != DSCORE_DTYPE_F32 ||
-          output->numel != tokens.batch * config_.vocab_size ||
-          (output->device_type != DSCORE_DEVICE_CPU &&
-           output->device_type != DSCORE_DEVICE_CUDA_HOST))
-        throw Error(DSCORE_INVALID_ARGUMENT,
-                    "gpt forward: output must be host fp32 of (batch, vocab_size) = (" +
-                        std::to_string(tokens.batch) + ", " + std::to_string(config_.vocab_size) +
-                        ")");
-      logits = static_cast<float*>(output->data);
-    }
+    float* logits = transformer::logits_output(output, tokens.batch, config_.vocab_size, "gpt");
     compute_->forward(tokens, hooks, loss, logits);
+  }
+
+  // ---- KV-cached generation (model.h decode; decoder.h): on the CPU.
+  std::unique_ptr<sdk::DecodeCache> decode_cache(int64_t slots, int64_t max_positions,
+                                                 dscore_dtype /*param_dtype*/) {
+    return compute_->decode_cache(slots, max_positions);
+  }
+  void decode(sdk::DecodeCache& cache, const dscore_decode_batch& batch,
+              const dscore_model_hooks& hooks, dscore_tensor* logits) {
+    const transformer::DecodeRows rows =
+        transformer::DecodeRows::of(batch, config_.vocab_size, "gpt");
+    compute_->decode(cache, rows, hooks,
+                     transformer::decode_logits(logits, rows.count(), config_.vocab_size, "gpt"));
+  }
+  uint64_t decode_cache_bytes(int64_t slots, int64_t max_positions,
+                              dscore_dtype /*param_dtype*/) const {
+    return transformer::kv_cache_bytes(config_.n_layer, slots, max_positions, config_.n_embd,
+                                       sizeof(float));
   }
 
   // ---- pipeline stages: the boundary at layer k is the input of layer k,

@@ -43,6 +43,7 @@
 #include "../transformer_common/pass_memory.h"
 #include "../transformer_common/tensor_parallel.h"
 #include "activations.h"
+#include "decoder.h"
 #include "gpt_config.h"
 #include "gpt_params.h"
 #include "moe_mlp.h"
@@ -66,6 +67,7 @@ class GptRunner {
   using S = typename Backend::Stat;
   template <typename X>
   using Buffer = typename Backend::template Buffer<X>;
+  using Decoder = GptDecoder<Backend>;  // KV-cached generation (decoder.h)
 
   // Blocks [lo, hi) (all of them by default: hi < 0): a pipeline stage's
   // runner keeps its own blocks' activations only.

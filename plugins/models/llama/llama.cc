@@ -219,6 +219,24 @@ class Llama : public sdk::Instance {
     compute_->forward(tokens, hooks, loss, logits);
   }
 
+  // ---- KV-cached generation (model.h decode; decoder.h): on the CPU.
+  std::unique_ptr<sdk::DecodeCache> decode_cache(int64_t slots, int64_t max_positions,
+                                                 dscore_dtype /*param_dtype*/) {
+    return compute_->decode_cache(slots, max_positions);
+  }
+  void decode(sdk::DecodeCache& cache, const dscore_decode_batch& batch,
+              const dscore_model_hooks& hooks, dscore_tensor* logits) {
+    const transformer::DecodeRows rows =
+        transformer::DecodeRows::of(batch, config_.vocab_size, "llama");
+    compute_->decode(cache, rows, hooks,
+                     transformer::decode_logits(logits, rows.count(), config_.vocab_size, "llama"));
+  }
+  uint64_t decode_cache_bytes(int64_t slots, int64_t max_positions,
+                              dscore_dtype /*param_dtype*/) const {
+    return transformer::kv_cache_bytes(config_.num_hidden_layers, slots, max_positions,
+                                       config_.kv_dim(), sizeof(float));
+  }
+
   // ---- pipeline stages: the boundary at layer k is the input of layer k,
   // (B, T, hidden_size) in the compute's scalar (fp32 on the CPU).
   uint64_t boundary_bytes(size_t layer, int64_t micro_batch, dscore_dtype /*dtype*/) const {

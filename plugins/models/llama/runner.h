@@ -42,6 +42,7 @@
 #include "../transformer_common/tensor_parallel.h"
 #include "../transformer_common/tokens.h"
 #include "activations.h"
+#include "decoder.h"
 #include "llama_config.h"
 #include "llama_params.h"
 #include "moe_mlp.h"
@@ -67,6 +68,7 @@ class LlamaRunner {
   using S = typename Backend::Stat;
   template <typename X>
   using Buffer = typename Backend::template Buffer<X>;
+  using Decoder = LlamaDecoder<Backend>;  // KV-cached generation (decoder.h)
 
   // Blocks [lo, hi) (all of them by default: hi < 0): a pipeline stage's
   // runner keeps its own blocks' activations only.

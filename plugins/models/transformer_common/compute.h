@@ -11,9 +11,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "kv_cache.h"
 #include "moe/stats.h"
 #include "stage_blocks.h"
 #include "tokens.h"
@@ -41,8 +43,22 @@ class Compute {
                                 const dscore_model_hooks&, double, const void*, void*) {
     no_stages();
   }
+  // KV-cached generation (model.h decode; the runner's Decoder), where
+  // this compute has one: a cache, and one step of new tokens through it
+  // with the logits (count, vocab) at each sequence's last.
+  virtual std::unique_ptr<sdk::DecodeCache> decode_cache(int64_t /*slots*/,
+                                                         int64_t /*max_positions*/) {
+    no_decode();
+  }
+  virtual void decode(sdk::DecodeCache&, const DecodeRows&, const dscore_model_hooks&, float*) {
+    no_decode();
+  }
 
  protected:
+  [[noreturn]] static void no_decode() {
+    throw sdk::Error(DSCORE_UNIMPLEMENTED,
+                     "this model's compute has no KV-cached generation (it decodes on the CPU)");
+  }
   [[noreturn]] static void no_stages() {
     throw sdk::Error(DSCORE_UNIMPLEMENTED,
                      "this model's compute cannot run pipeline stages (they run on the CPU)");
@@ -102,6 +118,16 @@ class HostStreamScope {
   Backend& backend_;
 };
 
+// A runner's Decoder type (KV-cached generation), void where it has none.
+template <class Runner, class = void>
+struct DecoderOf {
+  using type = void;
+};
+template <class Runner>
+struct DecoderOf<Runner, std::void_t<typename Runner::Decoder>> {
+  using type = typename Runner::Decoder;
+};
+
 // Runner<Backend> constructed from (config, params, backend), owning the
 // backend (constructed from `args`).
 // Its pipeline stages run one runner per activation slot, each keeping
@@ -131,6 +157,25 @@ class RunnerCompute final : public Compute {
                float* logits) override {
     const HostStreamScope<Backend> on(backend_, hooks);
     runner_.forward(tokens, hooks, loss, logits);
+  }
+
+  std::unique_ptr<sdk::DecodeCache> decode_cache(int64_t slots, int64_t max_positions) override {
+    if constexpr (kDecode)
+      return decoder().make_cache(slots, max_positions);
+    else
+      no_decode();
+  }
+  void decode(sdk::DecodeCache& cache, const DecodeRows& rows, const dscore_model_hooks& hooks,
+              float* logits) override {
+    if constexpr (kDecode) {
+      auto* own = dynamic_cast<typename Decoder::Cache*>(&cache);
+      if (own == nullptr)
+        throw sdk::Error(DSCORE_INVALID_ARGUMENT, "decode: the cache is not this instance's");
+      const HostStreamScope<Backend> on(backend_, hooks);
+      decoder().decode(*own, rows, hooks, logits);
+    } else {
+      no_decode();
+    }
   }
 
   uint64_t boundary_bytes(int64_t micro_batch) const override {
@@ -172,6 +217,15 @@ class RunnerCompute final : public Compute {
     b.copy_from_host(static_cast<Scalar*>(nullptr), static_cast<const Scalar*>(nullptr), int64_t{});
   };
 
+  // The runner's decoder for a host-memory backend (made on first use).
+  using Decoder = typename DecoderOf<Runner<Backend>>::type;
+  static constexpr bool kDecode = requires { Backend::kHostMemory; }
+  &&!std::is_void_v<Decoder>;
+  auto& decoder() {
+    if (!decoder_) decoder_ = std::make_unique<Decoder>(config_, params_, backend_);
+    return *decoder_;
+  }
+
   // Slot `slot`'s runner, made for the stage's blocks (layer l + 1 is block
   // l) on first use and again when the stage changes.
   Runner<Backend>& slot_runner(const dscore_pipeline_stage& stage, size_t slot) {
@@ -195,6 +249,7 @@ class RunnerCompute final : public Compute {
   Backend backend_;
   Runner<Backend> runner_;
   std::vector<SlotRunner> slots_;
+  std::conditional_t<kDecode, std::unique_ptr<Decoder>, std::nullptr_t> decoder_{};
 };
 
 }  // namespace dscore::transformer

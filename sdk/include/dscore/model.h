@@ -159,6 +159,29 @@ typedef struct dscore_batch {
   const dscore_tensor* const* tensors;
 } dscore_batch;
 
+/* ABI 1.2: KV-cached generation (decode_cache_create and the calls after
+ * it). A model's cache holds, for each of `slots` sequences, what its
+ * attention layers keep of up to `max_positions` tokens (keys and values);
+ * decode() appends new tokens to some of the slots and returns the logits
+ * at each one's last new token. */
+typedef struct dscore_decode_cache dscore_decode_cache; /* the model's */
+
+/* One decode() call: `count` sequences, each in its own cache slot
+ * (slots[i] distinct, < the cache's slots), with lengths[i] >= 1 new
+ * tokens at positions positions[i] .. positions[i] + lengths[i] - 1. The
+ * slot keeps its first positions[i] tokens (0: it starts afresh, a prompt's
+ * prefill) and forgets any after them; positions[i] + lengths[i] <= the
+ * cache's max_positions. tokens: the new tokens, one sequence after
+ * another (the sum of lengths). Borrowed for the call. */
+typedef struct dscore_decode_batch {
+  uint32_t struct_size;
+  size_t count;
+  const int32_t* slots;
+  const int64_t* positions;
+  const int64_t* lengths;
+  const int32_t* tokens;
+} dscore_decode_batch;
+
 typedef int32_t dscore_acquire_mode;
 enum { DSCORE_ACQUIRE_FORWARD = 0, DSCORE_ACQUIRE_BACKWARD = 1 };
 
@@ -381,6 +404,29 @@ typedef struct dscore_model_vtable {
    * same order after every pass of a run. NULL: none. */
   dscore_status (*metrics)(const dscore_model* self, dscore_model_metric* out, size_t capacity,
                            size_t* count);
+  /* Optional (ABI 1.2), all four or none: KV-cached generation
+   * (dscore_decode_batch). decode_cache_create: a cache of `slots`
+   * sequences of up to `max_positions` tokens (at most the model's
+   * context), for parameters lent in `param_dtype`, in the memory the model
+   * computes in; OUT_OF_RANGE beyond the context. decode_cache_destroy
+   * frees it (NULL: nothing). decode: the batch's new tokens through every
+   * layer (acquired through the hooks in FORWARD mode, as forward()),
+   * their keys and values kept in the cache, the logits at each sequence's
+   * last new token into `logits`: (count, vocab) fp32 in host memory, the
+   * same values (to rounding) as forward() over the slot's whole sequence.
+   * UNIMPLEMENTED where this instance cannot decode (its device, an MoE
+   * layer whose routes depend on the batch): the host then runs forward()
+   * over each whole sequence. decode_cache_bytes: what such a cache takes,
+   * for `dscore plan`. */
+  dscore_status (*decode_cache_create)(dscore_model* self, int64_t slots, int64_t max_positions,
+                                       dscore_dtype param_dtype, dscore_decode_cache** out);
+  void (*decode_cache_destroy)(dscore_model* self, dscore_decode_cache* cache);
+  dscore_status (*decode)(dscore_model* self, dscore_decode_cache* cache,
+                          const dscore_decode_batch* batch, const dscore_model_hooks* hooks,
+                          dscore_tensor* logits);
+  dscore_status (*decode_cache_bytes)(const dscore_model* self, int64_t slots,
+                                      int64_t max_positions, dscore_dtype param_dtype,
+                                      uint64_t* bytes);
   /* ---- minor 2 ends here ---- */
 } dscore_model_vtable;
 

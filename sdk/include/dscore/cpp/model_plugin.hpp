@@ -45,6 +45,16 @@
 //     // what the last pass measured besides its loss (model.h metrics; the
 //     // names owned by the model, the struct_size set here)
 //     std::vector<dscore_model_metric> metrics() const;
+//     // KV-cached generation (all three or none; model.h decode): a cache
+//     // (a class derived from sdk::DecodeCache), one step on it (the batch
+//     // checked against the cache's slots and positions first; logits the
+//     // host's (count, vocab) fp32 tensor), and a cache's bytes
+//     std::unique_ptr<sdk::DecodeCache> decode_cache(int64_t slots, int64_t max_positions,
+//                                                    dscore_dtype param_dtype);
+//     void decode(sdk::DecodeCache& cache, const dscore_decode_batch& batch,
+//                 const dscore_model_hooks& hooks, dscore_tensor* logits);
+//     uint64_t decode_cache_bytes(int64_t slots, int64_t max_positions,
+//                                 dscore_dtype param_dtype) const;
 //   };
 //   const dscore_plugin_descriptor kMine = sdk::model_descriptor<MyModel>(
 //       "my_model", "1.0", "one line", DSCORE_CAP_CPU | DSCORE_CAP_F32, kSchema);
@@ -60,6 +70,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -74,6 +85,50 @@ inline const dscore_model_hooks& checked_hooks(const dscore_model_hooks* hooks, 
                     hooks->grads_ready == nullptr)))
     throw Error(DSCORE_INVALID_ARGUMENT, "model hooks are NULL or incomplete");
   return *hooks;
+}
+
+// A model's KV cache (model.h dscore_decode_cache): `slots` sequences of
+// up to `max_positions` tokens. Models derive their cache from it.
+class DecodeCache {
+ public:
+  DecodeCache(int64_t slots, int64_t max_positions)
+      : slots_(slots), max_positions_(max_positions) {}
+  virtual ~DecodeCache() = default;
+  DecodeCache(const DecodeCache&) = delete;
+  DecodeCache& operator=(const DecodeCache&) = delete;
+  int64_t slots() const { return slots_; }
+  int64_t max_positions() const { return max_positions_; }
+
+ private:
+  int64_t slots_, max_positions_;
+};
+
+// The decode batch, checked against the cache: arrays set, slots distinct
+// and in range, lengths >= 1, positions from 0 with the new tokens inside
+// max_positions.
+inline const dscore_decode_batch& checked_decode_batch(const dscore_decode_batch* batch,
+                                                       const DecodeCache& cache) {
+  if (batch == nullptr || !DSCORE_HAS_FIELD(batch, dscore_decode_batch, tokens) ||
+      batch->count == 0 || batch->slots == nullptr || batch->positions == nullptr ||
+      batch->lengths == nullptr || batch->tokens == nullptr)
+    throw Error(DSCORE_INVALID_ARGUMENT, "decode: the batch is NULL, empty or incomplete");
+  std::vector<bool> taken(static_cast<size_t>(cache.slots()), false);
+  for (size_t i = 0; i < batch->count; ++i) {
+    const int32_t slot = batch->slots[i];
+    const int64_t position = batch->positions[i], length = batch->lengths[i];
+    if (slot < 0 || slot >= cache.slots() || taken[static_cast<size_t>(slot)])
+      throw Error(DSCORE_INVALID_ARGUMENT,
+                  "decode: slot " + std::to_string(slot) + " is outside the cache's " +
+                      std::to_string(cache.slots()) + " slots or named twice in one batch");
+    taken[static_cast<size_t>(slot)] = true;
+    if (position < 0 || length < 1 || position + length > cache.max_positions())
+      throw Error(DSCORE_OUT_OF_RANGE, "decode: sequence " + std::to_string(i) + "'s tokens " +
+                                           std::to_string(position) + " .. " +
+                                           std::to_string(position + length - 1) +
+                                           " do not fit the cache's " +
+                                           std::to_string(cache.max_positions()) + " positions");
+  }
+  return *batch;
 }
 
 namespace detail {
@@ -143,6 +198,17 @@ template <typename T>
 struct HasCollectiveBytes<T, std::void_t<decltype(std::declval<const T&>().collective_bytes(
                                  std::declval<const dscore_pipeline_stage&>(), int64_t{}, bool{}))>>
     : std::true_type {};
+template <typename T, typename = void>
+struct HasDecode : std::false_type {};
+template <typename T>
+struct HasDecode<
+    T, std::void_t<decltype(std::declval<T&>().decode_cache(int64_t{}, int64_t{}, dscore_dtype{})),
+                   decltype(std::declval<T&>().decode(std::declval<DecodeCache&>(),
+                                                      std::declval<const dscore_decode_batch&>(),
+                                                      std::declval<const dscore_model_hooks&>(),
+                                                      static_cast<dscore_tensor*>(nullptr))),
+                   decltype(std::declval<const T&>().decode_cache_bytes(
+                       int64_t{}, int64_t{}, dscore_dtype{}))>> : std::true_type {};
 template <typename T, typename = void>
 struct HasMetrics : std::false_type {};
 template <typename T>
@@ -312,6 +378,40 @@ struct ModelPlugin {
     });
   }
 
+  static dscore_status decode_cache_create(dscore_model* h, int64_t slots, int64_t max_positions,
+                                           dscore_dtype param_dtype, dscore_decode_cache** out) {
+    return S::call(h, [&](T& t) {
+      if (out == nullptr) throw Error(DSCORE_INVALID_ARGUMENT, "decode_cache_create: out is NULL");
+      if (slots < 1 || max_positions < 1)
+        throw Error(DSCORE_INVALID_ARGUMENT,
+                    "decode_cache_create: slots and max_positions must be >= 1");
+      std::unique_ptr<DecodeCache> cache = t.decode_cache(slots, max_positions, param_dtype);
+      *out = reinterpret_cast<dscore_decode_cache*>(cache.release());
+    });
+  }
+  static void decode_cache_destroy(dscore_model* h, dscore_decode_cache* cache) {
+    if (cache == nullptr) return;
+    S::call(h, [&](T&) { delete reinterpret_cast<DecodeCache*>(cache); });
+  }
+  static dscore_status decode(dscore_model* h, dscore_decode_cache* cache,
+                              const dscore_decode_batch* batch, const dscore_model_hooks* hooks,
+                              dscore_tensor* logits) {
+    return S::call(h, [&](T& t) {
+      if (cache == nullptr) throw Error(DSCORE_INVALID_ARGUMENT, "decode: the cache is NULL");
+      DecodeCache& c = *reinterpret_cast<DecodeCache*>(cache);
+      t.decode(c, checked_decode_batch(batch, c), checked_hooks(hooks, false), logits);
+    });
+  }
+  static dscore_status decode_cache_bytes(const dscore_model* h, int64_t slots,
+                                          int64_t max_positions, dscore_dtype param_dtype,
+                                          uint64_t* bytes) {
+    return S::call(h, [&](const T& t) {
+      if (bytes == nullptr)
+        throw Error(DSCORE_INVALID_ARGUMENT, "decode_cache_bytes: bytes is NULL");
+      *bytes = t.decode_cache_bytes(slots, max_positions, param_dtype);
+    });
+  }
+
   static dscore_model_vtable make_vtable() {
     dscore_model_vtable vt{};
     vt.struct_size = sizeof vt;
@@ -339,6 +439,12 @@ struct ModelPlugin {
     }
     if constexpr (detail::HasCollectiveBytes<T>::value) vt.collective_bytes = &collective_bytes;
     if constexpr (detail::HasMetrics<T>::value) vt.metrics = &metrics;
+    if constexpr (detail::HasDecode<T>::value) {
+      vt.decode_cache_create = &decode_cache_create;
+      vt.decode_cache_destroy = &decode_cache_destroy;
+      vt.decode = &decode;
+      vt.decode_cache_bytes = &decode_cache_bytes;
+    }
     return vt;
   }
   static inline const dscore_model_vtable vtable = make_vtable();
