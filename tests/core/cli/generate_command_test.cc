@@ -1,11 +1,14 @@
 // `dscore generate` through the real executable: a tiny gpt trained by
 // `dscore run` on a repeating text, saved, then continued greedily from a
-// prompt (the cycle it learned); sampling repeats with the same seed; and
-// the usage and data errors a user can make.
+// prompt (the cycle it learned); sampling repeats with the same seed; the
+// KV cache gives the tokens forward passes give, past the context too; a
+// prompts file of ragged prompts generated together gives each prompt's
+// tokens alone; and the usage and data errors a user can make.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "tests/core/cli/process.h"
 
@@ -89,6 +92,75 @@ TEST_F(GenerateCommand, UsageErrorsExitTwo) {
       run_dscore({"generate", "--checkpoint", checkpoint(), "--prompt-tokens", "300"});
   EXPECT_EQ(big.exit_code, 2);
   EXPECT_NE(big.err.find("vocab_size 256"), std::string::npos) << big.describe();
+}
+
+// Past block_size (16) tokens both slide over the last 16.
+TEST_F(GenerateCommand, TheKvCacheGivesTheTokensOfForwardPasses) {
+  ASSERT_EQ(trained_->exit_code, 0) << trained_->describe();
+  for (const char* temperature : {"0", "1.2"}) {
+    auto generate = [&](bool cache) {
+      std::vector<std::string> args = {"generate",      "--checkpoint", checkpoint(),
+                                       "--prompt",      "cdefg ab",     "--temperature",
+                                       temperature,     "--top-p",      "0.95",
+                                       "--max-new-tokens", "40",        "--repetition-penalty",
+                                       "1.1"};
+      if (!cache) args.push_back("--no-kv-cache");
+      return run_dscore(args);
+    };
+    ProcessResult cached = generate(true), uncached = generate(false);
+    ASSERT_EQ(cached.exit_code, 0) << cached.describe();
+    ASSERT_EQ(uncached.exit_code, 0) << uncached.describe();
+    EXPECT_EQ(cached.out, uncached.out);
+    EXPECT_EQ(cached.out.size(), 8u + 40u + 1u) << cached.out;
+    EXPECT_EQ(cached.err.find("without a KV cache"), std::string::npos) << cached.err;
+  }
+}
+
+TEST_F(GenerateCommand, APromptsFileOfRaggedPromptsGivesEachPromptsTokensAlone) {
+  ASSERT_EQ(trained_->exit_code, 0) << trained_->describe();
+  const fs::path prompts = dir_->write(
+      "prompts.jsonl",
+      "{\"prompt\": \"abcd\"}\n"
+      "{\"prompt_tokens\": [101, 102, 103, 32, 97, 98, 99, 100, 101, 102]}\n"
+      "\n"
+      "{\"prompt\": \"g\", \"max_new_tokens\": 3}\n"
+      "{\"prompt\": \"bcdefg abcdefg abcdefg\", \"temperature\": 1.0, \"seed\": 9}\n");
+  ProcessResult r = run_dscore({"generate", "--checkpoint", checkpoint(), "--prompts-file",
+                                prompts.string(), "--temperature", "0", "--max-new-tokens", "12",
+                                "--batch-size", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  // Line by line as each finishes: the 3-token one first.
+  EXPECT_EQ(r.out.substr(0, r.out.find('\n')),
+            R"({"index":2,"tokens":[32,97,98],"text":" ab","finish_reason":"length"})");
+  EXPECT_NE(r.out.find(R"({"index":0,"tokens":[101,102,103,32,97,98,99,100,101,102,103,32],)"
+                       R"("text":"efg abcdefg ","finish_reason":"length"})"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find(R"({"index":1,"tokens":[103,32,97,98,99,100,101,102,103,32,97,98],)"
+                       R"("finish_reason":"length"})"),
+            std::string::npos)
+      << r.out;
+  // The sampled one as it comes alone (its own seed), with and without the cache.
+  for (bool cache : {true, false}) {
+    const fs::path alone = dir_->write(
+        "alone.jsonl", "{\"prompt\": \"bcdefg abcdefg abcdefg\", \"temperature\": 1.0, "
+                       "\"seed\": 9}\n");
+    std::vector<std::string> args = {"generate",         "--checkpoint", checkpoint(),
+                                     "--prompts-file",   alone.string(), "--max-new-tokens",
+                                     "12"};
+    if (!cache) args.push_back("--no-kv-cache");
+    ProcessResult one = run_dscore(args);
+    ASSERT_EQ(one.exit_code, 0) << one.describe();
+    EXPECT_NE(r.out.find(one.out.substr(one.out.find(",\"tokens\""))), std::string::npos)
+        << r.out << "\nalone: " << one.out;
+  }
+  const fs::path bad = dir_->write("bad.jsonl", "{\"prompt\": \"a\"}\n{\"prompt_tokens\": [1, \"x\"]}\n");
+  ProcessResult refused =
+      run_dscore({"generate", "--checkpoint", checkpoint(), "--prompts-file", bad.string()});
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("bad.jsonl line 2: \"prompt_tokens\" must hold integer ids"),
+            std::string::npos)
+      << refused.describe();
 }
 
 TEST_F(GenerateCommand, AMissingCheckpointSaysWhere) {
