@@ -17,9 +17,10 @@ Result<std::unique_ptr<BatchGenerator>> BatchGenerator::create(Engine& engine, i
     if (cache.ok()) {
       g->cache_ = std::move(*cache);
     } else if (cache.status().code() == DSCORE_UNIMPLEMENTED) {
-      log_info("generating without a KV cache (a forward pass over each sequence's last "
-               "block_size tokens per token): " +
-               cache.status().message());
+      log_info(
+          "generating without a KV cache (a forward pass over each sequence's last "
+          "block_size tokens per token): " +
+          cache.status().message());
     } else {
       return cache.status();
     }
@@ -33,7 +34,8 @@ Result<std::unique_ptr<BatchGenerator>> BatchGenerator::create(Engine& engine, i
 }
 
 Result<int64_t> BatchGenerator::add(GenerationRequest request) {
-  if (request.prompt.empty()) return invalid_argument("the prompt is empty: give at least one token");
+  if (request.prompt.empty())
+    return invalid_argument("the prompt is empty: give at least one token");
   for (int32_t t : request.prompt)
     if (t < 0 || t >= vocab_size_)
       return invalid_argument("prompt token " + std::to_string(t) +
@@ -83,8 +85,7 @@ Result<std::vector<GenerationEvent>> BatchGenerator::step() {
   std::vector<Sequence> still;
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence& s = running_[i];
-    const int32_t next =
-        sample_token(std::move(logits[i]), s.request.sampling, s.tokens, &s.rng);
+    const int32_t next = sample_token(std::move(logits[i]), s.request.sampling, s.tokens, &s.rng);
     s.tokens.push_back(next);
     s.generated += 1;
     GenerationEvent e{s.id, next, false, ""};
@@ -121,8 +122,12 @@ Status BatchGenerator::cached_logits(std::vector<std::vector<float>>* logits) {
     tokens.insert(tokens.end(), s.tokens.begin() + first, s.tokens.end());
     s.cached = total <= block_size_ ? total : 0;
   }
-  const dscore_decode_batch batch{sizeof(dscore_decode_batch), running_.size(), slots.data(),
-                                  positions.data(), lengths.data(), tokens.data()};
+  const dscore_decode_batch batch{sizeof(dscore_decode_batch),
+                                  running_.size(),
+                                  slots.data(),
+                                  positions.data(),
+                                  lengths.data(),
+                                  tokens.data()};
   const int64_t count = static_cast<int64_t>(running_.size());
   std::vector<float> all(static_cast<size_t>(count * vocab_size_));
   const int64_t shape[2] = {count, vocab_size_};

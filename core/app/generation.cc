@@ -130,6 +130,33 @@ Result<InferenceModel> open_config_for_inference(const std::string& config_path,
   return out;
 }
 
+Result<InferenceModel> open_hf_for_inference(const std::string& folder,
+                                             const EngineEnvironment& environment) {
+  const std::string path = folder + "/config.json";
+  DSCORE_ASSIGN_OR_RETURN(std::string text, checkpoint::read_text_file(path, 64u << 20));
+  DSCORE_ASSIGN_OR_RETURN(json::Value hf, json::parse(text, path));
+  const json::Value* type = hf.is_object() ? hf.find("model_type") : nullptr;
+  if (type == nullptr || !type->is_string())
+    return invalid_argument(path + " has no \"model_type\": not a transformers model folder");
+  json::Value model = json::Value::object();
+  model.set("type", json::Value(type->as_string() == "gpt2" ? "gpt2" : "llama"));
+  model.set("from_pretrained", json::Value(folder));
+  json::Value config = json::Value::object();
+  config.set("train_batch_size", json::Value(1));
+  json::Value sgd = json::Value::object();  // an engine needs one; SGD keeps no state
+  sgd.set("type", json::Value("SGD"));
+  json::Value params = json::Value::object();
+  params.set("lr", json::Value(0.0));
+  sgd.set("params", std::move(params));
+  config.set("optimizer", std::move(sgd));
+  config.set("model", std::move(model));
+  InferenceModel out;
+  read_data_type(config, &out);
+  DSCORE_ASSIGN_OR_RETURN(out.engine, inference_engine(config, path, folder, environment));
+  DSCORE_RETURN_IF_ERROR(resolve_token_sizes(*config.find("model"), path, &out));
+  return out;
+}
+
 Result<TokenForward> TokenForward::create(Engine& engine, int64_t block_size, int64_t vocab_size) {
   const dscore_model_description& d = engine.model().description();
   if (d.input_count != 1 || d.inputs[0]->dtype != DSCORE_DTYPE_I32 || d.inputs[0]->ndim != 1 ||

@@ -47,6 +47,12 @@ Result<InferenceModel> open_for_inference(const std::string& dir, const std::str
 Result<InferenceModel> open_config_for_inference(const std::string& config_path,
                                                  const EngineEnvironment& environment = {});
 
+// The same from a Hugging Face folder: its config.json's model_type picks
+// the model ("gpt2", else "llama", whose plugin reads the Llama, Mistral,
+// Mixtral and Qwen families), read with from_pretrained.
+Result<InferenceModel> open_hf_for_inference(const std::string& folder,
+                                             const EngineEnvironment& environment = {});
+
 // One forward pass of a token model over a prompt of 1 to block_size tokens
 // (then padding): the logits at its last token and, when asked, the mean
 // next-token loss over it. Generation's step and `dscore forward`'s.

@@ -33,4 +33,9 @@ std::string format_double(double v);
 // 1536 -> "1.50 KiB".
 std::string format_bytes(uint64_t bytes);
 
+// `text` with every byte that is not part of a well-formed UTF-8 sequence
+// replaced by U+FFFD (as Python's decode(errors="replace") per byte), so
+// JSON written from it is valid.
+std::string valid_utf8(std::string_view text);
+
 }  // namespace dscore

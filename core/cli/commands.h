@@ -20,6 +20,7 @@ int plan_command(const std::vector<std::string>& args);
 int checkpoint_command(const std::vector<std::string>& args);
 int zero_to_fp32_command(const std::vector<std::string>& args);
 int generate_command(const std::vector<std::string>& args);
+int serve_command(const std::vector<std::string>& args);
 int export_hf_command(const std::vector<std::string>& args);
 int forward_command(const std::vector<std::string>& args);
 int io_bench_command(const std::vector<std::string>& args);

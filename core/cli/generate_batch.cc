@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/app/batch_generator.h"
+#include "core/base/strings.h"
 #include "core/cli/commands.h"
 #include "core/config/json.h"
 
@@ -77,8 +78,7 @@ Result<Prompt> parse_prompt(const json::Value& line, const InferenceModel& model
   p.request.sampling.seed = static_cast<uint64_t>(seed);
   if (p.request.sampling.temperature < 0 || p.request.sampling.top_p <= 0 ||
       p.request.sampling.top_p > 1 || p.request.sampling.repetition_penalty <= 0)
-    return invalid_argument(
-        "temperature must be >= 0, top_p in (0, 1] and repetition_penalty > 0");
+    return invalid_argument("temperature must be >= 0, top_p in (0, 1] and repetition_penalty > 0");
   return p;
 }
 
@@ -99,7 +99,7 @@ std::string completion_line(int64_t index, const Prompt& prompt, const std::vect
     } else {
       for (int32_t t : tokens) text.push_back(static_cast<char>(t));
     }
-    out.set("text", json::Value(std::move(text)));
+    out.set("text", json::Value(valid_utf8(text)));
   }
   out.set("finish_reason", json::Value(reason));
   return json::serialize(out);
@@ -120,8 +120,8 @@ int generate_prompts_file(InferenceModel& model, const tokenizer::Tokenizer* tok
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = options.prompts_file + " line " + std::to_string(number);
     auto line = json::parse(text, where);
-    Result<Prompt> prompt = line.ok() ? parse_prompt(*line, model, tok, options)
-                                      : Result<Prompt>(line.status());
+    Result<Prompt> prompt =
+        line.ok() ? parse_prompt(*line, model, tok, options) : Result<Prompt>(line.status());
     if (!prompt.ok()) {
       std::fprintf(stderr, "error: %s: %s\n", where.c_str(), prompt.status().message().c_str());
       return kExitUsage;
@@ -156,8 +156,8 @@ int generate_prompts_file(InferenceModel& model, const tokenizer::Tokenizer* tok
       const size_t i = index_of.at(e.id);
       if (e.token >= 0) generated[i].push_back(e.token);  // a stop token too
       if (!e.finished) continue;
-      const std::string line = completion_line(static_cast<int64_t>(i), prompts[i], generated[i],
-                                               e.finish_reason, tok);
+      const std::string line =
+          completion_line(static_cast<int64_t>(i), prompts[i], generated[i], e.finish_reason, tok);
       std::printf("%s\n", line.c_str());
       std::fflush(stdout);
     }

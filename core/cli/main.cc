@@ -1,7 +1,7 @@
 // dscore: the command-line entry point. A thin dispatcher over the
 // subcommands (run, config, plugins, plan, autotune, lr-schedule, loss-scale,
-// checkpoint, zero-to-fp32, export-hf, generate, forward, io-bench, tokenize); everything else
-// lives in core/.
+// checkpoint, zero-to-fp32, export-hf, generate, serve, forward, io-bench, tokenize); everything
+// else lives in core/.
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -42,8 +42,10 @@ const char* kUsage =
     "  export-hf DIR OUT [--max-shard-size 5GB] [--dtype fp32|bf16|fp16]\n"
     "                                          a checkpoint as a Hugging Face folder (gpt, gpt2, "
     "llama)\n"
-    "  generate --checkpoint DIR --prompt TEXT [--tokenizer DIR] [--max-new-tokens N] [...]\n"
-    "                                          continue a prompt with a trained token model\n"
+    "  generate (--checkpoint DIR | --config F) (--prompt TEXT | --prompts-file F) [...]\n"
+    "                                          continue prompts with a token model (KV cache)\n"
+    "  serve (--checkpoint DIR | --config F | --hf DIR) [--port 8000] [...]\n"
+    "                                          an OpenAI-compatible /v1/completions server\n"
     "  forward (--checkpoint DIR | --config F) --tokens 1,2,3[;4,5]\n"
     "                                          a token model's loss and last-token logits per "
     "prompt\n"
@@ -79,6 +81,7 @@ int main(int argc, char** argv) {
     if (command == "checkpoint") return dscore::cli::checkpoint_command(args);
     if (command == "zero-to-fp32") return dscore::cli::zero_to_fp32_command(args);
     if (command == "generate") return dscore::cli::generate_command(args);
+    if (command == "serve") return dscore::cli::serve_command(args);
     if (command == "export-hf") return dscore::cli::export_hf_command(args);
     if (command == "forward") return dscore::cli::forward_command(args);
     if (command == "io-bench") return dscore::cli::io_bench_command(args);
@@ -92,8 +95,8 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "dscore: unknown command '%s'%s\n\n%s", command.c_str(),
                dscore::did_you_mean_suffix(
                    command, {"run", "config", "plugins", "lr-schedule", "loss-scale", "plan",
-                             "checkpoint", "zero-to-fp32", "export-hf", "generate", "forward",
-                             "io-bench", "tokenize", "autotune"})
+                             "checkpoint", "zero-to-fp32", "export-hf", "generate", "serve",
+                             "forward", "io-bench", "tokenize", "autotune"})
                    .c_str(),
                kUsage);
   return dscore::cli::kExitUsage;

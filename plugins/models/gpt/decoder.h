@@ -73,12 +73,11 @@ class GptDecoder {
       backend_.copy_from_host(last_.get() + i * C,
                               x_.get() + rows.sequences[static_cast<size_t>(i)].last_row() * C, C);
     const size_t final_layer = static_cast<size_t>(cfg_.final_layer());
-    transformer::forward_layer(hooks, final_layer, numels_[final_layer], backend_,
-                               [&](const auto& p) {
-                                 backend_.layernorm_forward(lnf_.get(), mean_.get(), rstd_.get(),
-                                                            last_.get(), p[kLnfWeight],
-                                                            p[kLnfBias], count, C);
-                               });
+    transformer::forward_layer(
+        hooks, final_layer, numels_[final_layer], backend_, [&](const auto& p) {
+          backend_.layernorm_forward(lnf_.get(), mean_.get(), rstd_.get(), last_.get(),
+                                     p[kLnfWeight], p[kLnfBias], count, C);
+        });
     std::vector<int64_t> head_rows(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i) head_rows[static_cast<size_t>(i)] = i;
     transformer::forward_layer(hooks, 0, numels_[0], backend_, [&](const auto& p) {
@@ -108,8 +107,8 @@ class GptDecoder {
       attention.push_back({qkv_.get() + s.first_row * 3 * C, atty_.get() + s.first_row * C, keys,
                            values, s.position, s.length});
     }
-    transformer::cpu::cached_attention(
-        attention, {cfg_.n_head, cfg_.n_head, cfg_.head_size(), 3 * C, C, C});
+    transformer::cpu::cached_attention(attention,
+                                       {cfg_.n_head, cfg_.n_head, cfg_.head_size(), 3 * C, C, C});
     backend_.matmul_forward(o_.get(), atty_.get(), p[kAttnProjWeight], p[kAttnProjBias], N, C, C);
     backend_.add(x2_.get(), x, o_.get(), N * C);
     backend_.layernorm_forward(ln_.get(), mean_.get(), rstd_.get(), x2_.get(), p[kLn2Weight],

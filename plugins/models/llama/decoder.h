@@ -92,13 +92,12 @@ class LlamaDecoder {
                                count, logits);
     };
     const size_t final_layer = static_cast<size_t>(cfg_.final_layer());
-    transformer::forward_layer(hooks, final_layer, numels_[final_layer], backend_,
-                               [&](const auto& p) {
-                                 backend_.rmsnorm_forward(lnf_.get(), rstd_.get(), last_.get(),
-                                                          p[kFinalNorm], count, C,
-                                                          cfg_.rms_norm_eps);
-                                 if (!cfg_.tie_word_embeddings) head(p[kLmHead]);
-                               });
+    transformer::forward_layer(
+        hooks, final_layer, numels_[final_layer], backend_, [&](const auto& p) {
+          backend_.rmsnorm_forward(lnf_.get(), rstd_.get(), last_.get(), p[kFinalNorm], count, C,
+                                   cfg_.rms_norm_eps);
+          if (!cfg_.tie_word_embeddings) head(p[kLmHead]);
+        });
     if (cfg_.tie_word_embeddings)
       transformer::forward_layer(hooks, 0, numels_[0], backend_,
                                  [&](const auto& p) { head(p[kEmbedTokens]); });
@@ -141,8 +140,8 @@ class LlamaDecoder {
     backend_.add(x2_.get(), x, o_.get(), N * C);
     if (cfg_.moe_block(l)) {
       if constexpr (requires { Backend::kHostMemory; }) {
-        backend_.rmsnorm_forward(moe_.input(l), rstd_.get(), x2_.get(), p[kPostAttentionNorm], N,
-                                 C, eps);
+        backend_.rmsnorm_forward(moe_.input(l), rstd_.get(), x2_.get(), p[kPostAttentionNorm], N, C,
+                                 eps);
         moe_.forward(l, p, x, /*recompute=*/false);
       }
     } else {
@@ -166,8 +165,8 @@ class LlamaDecoder {
       q_ = alloc(N * Q), k_ = alloc(N * KV), v_ = alloc(N * KV), atty_ = alloc(N * Q);
       if (cfg_.qk_norm()) {
         q_pre_ = alloc(N * Q), k_pre_ = alloc(N * KV);
-        head_rstd_ = backend_.template alloc<S>(N * (cfg_.num_attention_heads +
-                                                     cfg_.num_key_value_heads));
+        head_rstd_ =
+            backend_.template alloc<S>(N * (cfg_.num_attention_heads + cfg_.num_key_value_heads));
       }
       gate_ = alloc(N * I), up_ = alloc(N * I), act_ = alloc(N * I);
       rows_ = N;

@@ -55,7 +55,8 @@ inline float* decode_logits(dscore_tensor* logits, int64_t count, int64_t vocab_
       logits->numel != count * vocab_size ||
       (logits->device_type != DSCORE_DEVICE_CPU && logits->device_type != DSCORE_DEVICE_CUDA_HOST))
     throw sdk::Error(DSCORE_INVALID_ARGUMENT,
-                     std::string(model) + " decode: logits must be host fp32 of (count, vocab) = (" +
+                     std::string(model) +
+                         " decode: logits must be host fp32 of (count, vocab) = (" +
                          std::to_string(count) + ", " + std::to_string(vocab_size) + ")");
   return static_cast<float*>(logits->data);
 }
@@ -103,10 +104,9 @@ class KvCache final : public sdk::DecodeCache {
 inline void check_cache_request(int64_t max_positions, int64_t context, bool split,
                                 const char* model) {
   if (max_positions > context)
-    throw sdk::Error(DSCORE_OUT_OF_RANGE, std::string(model) + ": a KV cache of " +
-                                              std::to_string(max_positions) +
-                                              " positions exceeds the model's context of " +
-                                              std::to_string(context));
+    throw sdk::Error(DSCORE_OUT_OF_RANGE,
+                     std::string(model) + ": a KV cache of " + std::to_string(max_positions) +
+                         " positions exceeds the model's context of " + std::to_string(context));
   if (split)
     throw sdk::Error(DSCORE_UNIMPLEMENTED,
                      std::string(model) +

@@ -99,11 +99,11 @@ TEST_F(GenerateCommand, TheKvCacheGivesTheTokensOfForwardPasses) {
   ASSERT_EQ(trained_->exit_code, 0) << trained_->describe();
   for (const char* temperature : {"0", "1.2"}) {
     auto generate = [&](bool cache) {
-      std::vector<std::string> args = {"generate",      "--checkpoint", checkpoint(),
-                                       "--prompt",      "cdefg ab",     "--temperature",
-                                       temperature,     "--top-p",      "0.95",
-                                       "--max-new-tokens", "40",        "--repetition-penalty",
-                                       "1.1"};
+      std::vector<std::string> args = {
+          "generate", "--checkpoint",     checkpoint(), "--prompt",
+          "cdefg ab", "--temperature",    temperature,  "--top-p",
+          "0.95",     "--max-new-tokens", "40",         "--repetition-penalty",
+          "1.1"};
       if (!cache) args.push_back("--no-kv-cache");
       return run_dscore(args);
     };
@@ -118,16 +118,16 @@ TEST_F(GenerateCommand, TheKvCacheGivesTheTokensOfForwardPasses) {
 
 TEST_F(GenerateCommand, APromptsFileOfRaggedPromptsGivesEachPromptsTokensAlone) {
   ASSERT_EQ(trained_->exit_code, 0) << trained_->describe();
-  const fs::path prompts = dir_->write(
-      "prompts.jsonl",
-      "{\"prompt\": \"abcd\"}\n"
-      "{\"prompt_tokens\": [101, 102, 103, 32, 97, 98, 99, 100, 101, 102]}\n"
-      "\n"
-      "{\"prompt\": \"g\", \"max_new_tokens\": 3}\n"
-      "{\"prompt\": \"bcdefg abcdefg abcdefg\", \"temperature\": 1.0, \"seed\": 9}\n");
-  ProcessResult r = run_dscore({"generate", "--checkpoint", checkpoint(), "--prompts-file",
-                                prompts.string(), "--temperature", "0", "--max-new-tokens", "12",
-                                "--batch-size", "3"});
+  const fs::path prompts =
+      dir_->write("prompts.jsonl",
+                  "{\"prompt\": \"abcd\"}\n"
+                  "{\"prompt_tokens\": [101, 102, 103, 32, 97, 98, 99, 100, 101, 102]}\n"
+                  "\n"
+                  "{\"prompt\": \"g\", \"max_new_tokens\": 3}\n"
+                  "{\"prompt\": \"bcdefg abcdefg abcdefg\", \"temperature\": 1.0, \"seed\": 9}\n");
+  ProcessResult r =
+      run_dscore({"generate", "--checkpoint", checkpoint(), "--prompts-file", prompts.string(),
+                  "--temperature", "0", "--max-new-tokens", "12", "--batch-size", "3"});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   // Line by line as each finishes: the 3-token one first.
   EXPECT_EQ(r.out.substr(0, r.out.find('\n')),
@@ -142,19 +142,21 @@ TEST_F(GenerateCommand, APromptsFileOfRaggedPromptsGivesEachPromptsTokensAlone) 
       << r.out;
   // The sampled one as it comes alone (its own seed), with and without the cache.
   for (bool cache : {true, false}) {
-    const fs::path alone = dir_->write(
-        "alone.jsonl", "{\"prompt\": \"bcdefg abcdefg abcdefg\", \"temperature\": 1.0, "
-                       "\"seed\": 9}\n");
-    std::vector<std::string> args = {"generate",         "--checkpoint", checkpoint(),
-                                     "--prompts-file",   alone.string(), "--max-new-tokens",
-                                     "12"};
+    const fs::path alone =
+        dir_->write("alone.jsonl",
+                    "{\"prompt\": \"bcdefg abcdefg abcdefg\", \"temperature\": 1.0, "
+                    "\"seed\": 9}\n");
+    std::vector<std::string> args = {
+        "generate",     "--checkpoint",     checkpoint(), "--prompts-file",
+        alone.string(), "--max-new-tokens", "12"};
     if (!cache) args.push_back("--no-kv-cache");
     ProcessResult one = run_dscore(args);
     ASSERT_EQ(one.exit_code, 0) << one.describe();
     EXPECT_NE(r.out.find(one.out.substr(one.out.find(",\"tokens\""))), std::string::npos)
         << r.out << "\nalone: " << one.out;
   }
-  const fs::path bad = dir_->write("bad.jsonl", "{\"prompt\": \"a\"}\n{\"prompt_tokens\": [1, \"x\"]}\n");
+  const fs::path bad =
+      dir_->write("bad.jsonl", "{\"prompt\": \"a\"}\n{\"prompt_tokens\": [1, \"x\"]}\n");
   ProcessResult refused =
       run_dscore({"generate", "--checkpoint", checkpoint(), "--prompts-file", bad.string()});
   EXPECT_EQ(refused.exit_code, 2);

@@ -14,10 +14,10 @@ namespace dscore::transformer::cpu {
 
 template <typename T>
 struct CachedRows {
-  const T* q;    // the first new row's queries (rows of stride q_ld)
-  T* out;        // the first new row's output (rows of stride out_ld)
-  const T* k;    // the slot's keys from position 0 (rows of stride kv_ld)
-  const T* v;    // its values, laid out as k
+  const T* q;            // the first new row's queries (rows of stride q_ld)
+  T* out;                // the first new row's output (rows of stride out_ld)
+  const T* k;            // the slot's keys from position 0 (rows of stride kv_ld)
+  const T* v;            // its values, laid out as k
   int64_t position = 0;  // of the first new row
   int64_t rows = 0;
 };

@@ -99,8 +99,8 @@ TEST_F(LlamaDecoderTest, TheCacheRefusesMorePositionsThanTheContextAndBadBatches
   const int32_t twice[] = {1, 1};
   const int64_t positions[] = {0, 0}, lengths[] = {1, 1};
   const int32_t tokens[] = {1, 2};
-  const dscore_decode_batch same_slot{sizeof(dscore_decode_batch), 2, twice, positions, lengths,
-                                      tokens};
+  const dscore_decode_batch same_slot{
+      sizeof(dscore_decode_batch), 2, twice, positions, lengths, tokens};
   EXPECT_THROW(sdk::checked_decode_batch(&same_slot, *cache), sdk::Error);
   const int32_t slot = 0;
   const int64_t late = 4, two = 2;

@@ -49,8 +49,12 @@ void expect_decode_matches_forward(Decoder& decoder, const dscore_model_hooks& h
       done[i] += n;
     }
     if (which.empty()) break;
-    const dscore_decode_batch batch{sizeof(dscore_decode_batch), which.size(), slots.data(),
-                                    positions.data(), lengths.data(), tokens.data()};
+    const dscore_decode_batch batch{sizeof(dscore_decode_batch),
+                                    which.size(),
+                                    slots.data(),
+                                    positions.data(),
+                                    lengths.data(),
+                                    tokens.data()};
     std::vector<float> logits(which.size() * static_cast<size_t>(vocab));
     decoder.decode(own, DecodeRows::of(batch, vocab, "test"), hooks, logits.data());
     for (size_t j = 0; j < which.size(); ++j) {
@@ -69,8 +73,8 @@ void expect_decode_matches_forward(Decoder& decoder, const dscore_model_hooks& h
   const std::vector<int32_t> fresh = {2, 1};
   const int32_t slot = slot_of(0);
   const int64_t position = 0, length = 2;
-  const dscore_decode_batch batch{sizeof(dscore_decode_batch), 1, &slot, &position, &length,
-                                  fresh.data()};
+  const dscore_decode_batch batch{
+      sizeof(dscore_decode_batch), 1, &slot, &position, &length, fresh.data()};
   std::vector<float> logits(static_cast<size_t>(vocab));
   decoder.decode(own, DecodeRows::of(batch, vocab, "test"), hooks, logits.data());
   const std::vector<float> want = forward_logits(fresh);
