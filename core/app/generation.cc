@@ -1,6 +1,7 @@
 #include "core/app/generation.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 
@@ -205,25 +206,36 @@ Status TokenForward::run(const std::vector<int32_t>& tokens, double* loss) {
 Status generate(Engine& engine, int64_t block_size, int64_t vocab_size,
                 std::vector<int32_t>* tokens, int64_t max_new_tokens,
                 const SamplingOptions& options, const std::function<bool(int32_t)>& on_token,
-                bool use_cache) {
+                bool use_cache, GenerationTiming* timing) {
   if (tokens->empty()) return invalid_argument("the prompt is empty: give at least one token");
-  DSCORE_ASSIGN_OR_RETURN(std::unique_ptr<BatchGenerator> generator,
-                          BatchGenerator::create(engine, block_size, vocab_size, 1,
-                                                 use_cache ? BatchGenerator::CacheMode::kAuto
-                                                           : BatchGenerator::CacheMode::kOff));
+  DSCORE_ASSIGN_OR_RETURN(
+      std::unique_ptr<BatchGenerator> generator,
+      BatchGenerator::create(engine, block_size, vocab_size, 1,
+                             use_cache ? BatchGenerator::CacheMode::kAuto
+                                       : BatchGenerator::CacheMode::kOff));
   GenerationRequest request;
   request.prompt = *tokens;
   request.max_new_tokens = max_new_tokens;
   request.sampling = options;
   DSCORE_RETURN_IF_ERROR(generator->add(std::move(request)).status());
-  while (!generator->idle()) {
+  GenerationTiming clock;
+  clock.cached = generator->cached();
+  clock.prompt_tokens = static_cast<int64_t>(tokens->size());
+  bool stopped = false;
+  for (int64_t step = 0; !generator->idle() && !stopped; ++step) {
+    const auto start = std::chrono::steady_clock::now();
     DSCORE_ASSIGN_OR_RETURN(std::vector<GenerationEvent> events, generator->step());
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    (step == 0 ? clock.prefill_seconds : clock.decode_seconds) += seconds;
     for (const GenerationEvent& e : events) {
       if (e.token < 0) continue;
+      if (step > 0) clock.decoded_tokens += 1;
       tokens->push_back(e.token);
-      if (on_token && !on_token(e.token)) return Status::Ok();
+      if (on_token && !on_token(e.token)) stopped = true;
     }
   }
+  if (timing != nullptr) *timing = clock;
   return Status::Ok();
 }
 

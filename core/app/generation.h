@@ -71,6 +71,16 @@ class TokenForward {
   std::vector<float> logits_;
 };
 
+// Where generate()'s time went: the first step (the prompt's prefill and
+// the first new token) and the steps after it (one token each).
+struct GenerationTiming {
+  bool cached = false;  // decoded against the model's KV cache
+  int64_t prompt_tokens = 0;
+  double prefill_seconds = 0;
+  int64_t decoded_tokens = 0;  // after the first
+  double decode_seconds = 0;
+};
+
 // Appends up to `max_new_tokens` tokens to `tokens` (the prompt, not
 // empty), calling on_token after each; generation stops early when it
 // returns false (an end-of-sequence token). use_cache false: forward
@@ -78,6 +88,6 @@ class TokenForward {
 Status generate(Engine& engine, int64_t block_size, int64_t vocab_size,
                 std::vector<int32_t>* tokens, int64_t max_new_tokens,
                 const SamplingOptions& options, const std::function<bool(int32_t)>& on_token,
-                bool use_cache = true);
+                bool use_cache = true, GenerationTiming* timing = nullptr);
 
 }  // namespace dscore

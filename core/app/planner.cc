@@ -266,4 +266,21 @@ Result<std::optional<double>> forward_flops_per_sample(const Setup& setup) {
   return std::optional<double>(flops);
 }
 
+Result<std::optional<KvCachePlan>> kv_cache_per_sequence(const Setup& setup) {
+  if (!setup.selection.model) return std::optional<KvCachePlan>();
+  plugin_host::InstanceContext context;
+  context.seed = setup.loaded.config->seed;
+  context.world_size = setup.job.world_size;
+  bool activations_known = true;
+  DSCORE_ASSIGN_OR_RETURN(auto model, describe_model(setup, context, &activations_known));
+  const dscore_model_description& d = model->description();
+  if (d.input_count != 1 || d.inputs[0]->ndim != 1) return std::optional<KvCachePlan>();
+  KvCachePlan plan;
+  plan.context = d.inputs[0]->shape[0] - 1;  // a token model's block_size + 1 inputs
+  auto bytes = model->decode_cache_bytes(1, plan.context, DSCORE_DTYPE_F32);
+  if (!bytes.ok()) return std::optional<KvCachePlan>();
+  plan.bytes_per_sequence = *bytes;
+  return std::optional<KvCachePlan>(plan);
+}
+
 }  // namespace dscore

@@ -22,4 +22,13 @@ Result<std::vector<zero::ZeroPlan>> plan_job(const Setup& setup, int world_size)
 // model plugin does not report them.
 Result<std::optional<double>> forward_flops_per_sample(const Setup& setup);
 
+// What generation's KV cache holds for one sequence of the model's whole
+// context (model.h decode_cache_bytes), and that context; nullopt when the
+// config has no model or the model has no KV-cached generation.
+struct KvCachePlan {
+  uint64_t bytes_per_sequence = 0;
+  int64_t context = 0;
+};
+Result<std::optional<KvCachePlan>> kv_cache_per_sequence(const Setup& setup);
+
 }  // namespace dscore

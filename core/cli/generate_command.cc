@@ -1,4 +1,4 @@
-// dscore generate (--checkpoint DIR | --config F) (--prompt TEXT | --prompt-tokens IDS |
+// dscore generate (--checkpoint DIR | --config F | --hf DIR) (--prompt TEXT | --prompt-tokens IDS |
 //                 --prompts-file F) [--tokenizer DIR] [--max-new-tokens N]
 //                 [--temperature T] [--top-k K] [--top-p P]
 //                 [--repetition-penalty R] [--seed S] [--batch-size B]
@@ -24,13 +24,27 @@ namespace dscore::cli {
 namespace {
 
 constexpr const char* kGenerateUsage =
-    "usage: dscore generate (--checkpoint DIR | --config F) (--prompt TEXT | --prompt-tokens 1,2,3 "
+    "usage: dscore generate (--checkpoint DIR | --config F | --hf DIR) (--prompt TEXT | --prompt-tokens 1,2,3 "
     "| "
     "--prompts-file F.jsonl)\n"
     "                       [--tokenizer DIR] [--max-new-tokens 200] [--temperature 0.8] "
     "[--top-k 0] [--top-p 1]\n"
     "                       [--repetition-penalty 1] [--seed 1337] [--batch-size 8] "
     "[--no-kv-cache] [--tag T]";
+
+// Where the time went, on stderr: the prompt's step, then per new token.
+void print_timing(const GenerationTiming& t) {
+  std::fprintf(stderr,
+               "[dscore] generate: prompt of %lld tokens and the first new one in %.4f s "
+               "(%.1f prompt tokens/s); %lld more in %.4f s (%.2f tokens/s, %.2f ms/token); %s\n",
+               static_cast<long long>(t.prompt_tokens), t.prefill_seconds,
+               t.prefill_seconds > 0 ? static_cast<double>(t.prompt_tokens) / t.prefill_seconds : 0.0,
+               static_cast<long long>(t.decoded_tokens), t.decode_seconds,
+               t.decode_seconds > 0 ? static_cast<double>(t.decoded_tokens) / t.decode_seconds : 0.0,
+               t.decoded_tokens > 0 ? 1e3 * t.decode_seconds / static_cast<double>(t.decoded_tokens)
+                                    : 0.0,
+               t.cached ? "KV cache" : "no KV cache (a forward pass per token)");
+}
 
 }  // namespace
 
@@ -40,11 +54,12 @@ int generate_command(const std::vector<std::string>& args) {
   int64_t max_new = 200;
   SamplingOptions sampling;
   BatchGenerateOptions batch;
-  std::string config;
+  std::string config, hf;
   options.add_options()("checkpoint", po::value<std::string>(&dir),
                         "the checkpoint folder (holding `latest`)")(
       "config", po::value<std::string>(&config),
       "a training config instead: its model's initial weights (e.g. from_pretrained)")(
+      "hf", po::value<std::string>(&hf), "a Hugging Face model folder instead (GPT-2, Llama, ...)")(
       "tag", po::value<std::string>(&tag), "the tag to load (default: the one `latest` names)")(
       "prompt", po::value<std::string>(&prompt),
       "prompt text (byte-level models, or through the tokenizer)")(
@@ -71,11 +86,12 @@ int generate_command(const std::vector<std::string>& args) {
   if (!parse_options(args, options, {}, kGenerateUsage, &vm, &exit_code)) return exit_code;
   const int sources = (prompt.empty() ? 0 : 1) + (prompt_tokens.empty() ? 0 : 1) +
                       (batch.prompts_file.empty() ? 0 : 1);
-  if (sources != 1 || dir.empty() == config.empty() || max_new < 0 || sampling.temperature < 0 ||
+  const int models = (dir.empty() ? 0 : 1) + (config.empty() ? 0 : 1) + (hf.empty() ? 0 : 1);
+  if (sources != 1 || models != 1 || max_new < 0 || sampling.temperature < 0 ||
       sampling.top_k < 0 || sampling.top_p <= 0 || sampling.top_p > 1 ||
       sampling.repetition_penalty <= 0 || batch.batch_size < 1) {
     std::fprintf(stderr,
-                 "dscore generate: give exactly one of --checkpoint and --config, and of "
+                 "dscore generate: give exactly one of --checkpoint, --config and --hf, and of "
                  "--prompt, --prompt-tokens and --prompts-file; --max-new-tokens, --temperature "
                  "and --top-k must be >= 0, "
                  "--top-p in (0, 1], --repetition-penalty > 0, --batch-size >= 1\n%s\n",
@@ -84,8 +100,9 @@ int generate_command(const std::vector<std::string>& args) {
   }
   const bool use_cache = vm.count("no-kv-cache") == 0;
   const EngineEnvironment environment = read_engine_environment();
-  auto model = config.empty() ? open_for_inference(dir, tag, environment)
-                              : open_config_for_inference(config, environment);
+  auto model = !dir.empty()      ? open_for_inference(dir, tag, environment)
+               : !config.empty() ? open_config_for_inference(config, environment)
+                                 : open_hf_for_inference(hf, environment);
   if (!model.ok()) {
     std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
     return kExitFailure;
@@ -155,6 +172,7 @@ int generate_command(const std::vector<std::string>& args) {
   // SentencePiece decodes a piece differently at the start of a text.
   size_t printed = 0;
   Status decode_error;
+  GenerationTiming timing;
   if (tok) {
     auto head = tok->decode(tokens, /*skip_special_tokens=*/true);
     if (head.ok()) printed = head->size();
@@ -180,7 +198,7 @@ int generate_command(const std::vector<std::string>& args) {
         std::fflush(stdout);
         return true;
       },
-      use_cache);
+      use_cache, &timing);
   if (!decode_error.ok()) {
     std::fputc('\n', stdout);
     std::fprintf(stderr, "error: %s\n", decode_error.message().c_str());
@@ -191,6 +209,8 @@ int generate_command(const std::vector<std::string>& args) {
     std::fprintf(stderr, "error: %s\n", status.message().c_str());
     return kExitFailure;
   }
+  std::fflush(stdout);
+  print_timing(timing);
   return kExitOk;
 }
 
