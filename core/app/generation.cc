@@ -208,11 +208,10 @@ Status generate(Engine& engine, int64_t block_size, int64_t vocab_size,
                 const SamplingOptions& options, const std::function<bool(int32_t)>& on_token,
                 bool use_cache, GenerationTiming* timing) {
   if (tokens->empty()) return invalid_argument("the prompt is empty: give at least one token");
-  DSCORE_ASSIGN_OR_RETURN(
-      std::unique_ptr<BatchGenerator> generator,
-      BatchGenerator::create(engine, block_size, vocab_size, 1,
-                             use_cache ? BatchGenerator::CacheMode::kAuto
-                                       : BatchGenerator::CacheMode::kOff));
+  DSCORE_ASSIGN_OR_RETURN(std::unique_ptr<BatchGenerator> generator,
+                          BatchGenerator::create(engine, block_size, vocab_size, 1,
+                                                 use_cache ? BatchGenerator::CacheMode::kAuto
+                                                           : BatchGenerator::CacheMode::kOff));
   GenerationRequest request;
   request.prompt = *tokens;
   request.max_new_tokens = max_new_tokens;

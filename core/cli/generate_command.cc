@@ -24,7 +24,8 @@ namespace dscore::cli {
 namespace {
 
 constexpr const char* kGenerateUsage =
-    "usage: dscore generate (--checkpoint DIR | --config F | --hf DIR) (--prompt TEXT | --prompt-tokens 1,2,3 "
+    "usage: dscore generate (--checkpoint DIR | --config F | --hf DIR) (--prompt TEXT | "
+    "--prompt-tokens 1,2,3 "
     "| "
     "--prompts-file F.jsonl)\n"
     "                       [--tokenizer DIR] [--max-new-tokens 200] [--temperature 0.8] "
@@ -34,16 +35,16 @@ constexpr const char* kGenerateUsage =
 
 // Where the time went, on stderr: the prompt's step, then per new token.
 void print_timing(const GenerationTiming& t) {
-  std::fprintf(stderr,
-               "[dscore] generate: prompt of %lld tokens and the first new one in %.4f s "
-               "(%.1f prompt tokens/s); %lld more in %.4f s (%.2f tokens/s, %.2f ms/token); %s\n",
-               static_cast<long long>(t.prompt_tokens), t.prefill_seconds,
-               t.prefill_seconds > 0 ? static_cast<double>(t.prompt_tokens) / t.prefill_seconds : 0.0,
-               static_cast<long long>(t.decoded_tokens), t.decode_seconds,
-               t.decode_seconds > 0 ? static_cast<double>(t.decoded_tokens) / t.decode_seconds : 0.0,
-               t.decoded_tokens > 0 ? 1e3 * t.decode_seconds / static_cast<double>(t.decoded_tokens)
-                                    : 0.0,
-               t.cached ? "KV cache" : "no KV cache (a forward pass per token)");
+  std::fprintf(
+      stderr,
+      "[dscore] generate: prompt of %lld tokens and the first new one in %.4f s "
+      "(%.1f prompt tokens/s); %lld more in %.4f s (%.2f tokens/s, %.2f ms/token); %s\n",
+      static_cast<long long>(t.prompt_tokens), t.prefill_seconds,
+      t.prefill_seconds > 0 ? static_cast<double>(t.prompt_tokens) / t.prefill_seconds : 0.0,
+      static_cast<long long>(t.decoded_tokens), t.decode_seconds,
+      t.decode_seconds > 0 ? static_cast<double>(t.decoded_tokens) / t.decode_seconds : 0.0,
+      t.decoded_tokens > 0 ? 1e3 * t.decode_seconds / static_cast<double>(t.decoded_tokens) : 0.0,
+      t.cached ? "KV cache" : "no KV cache (a forward pass per token)");
 }
 
 }  // namespace

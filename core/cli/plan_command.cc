@@ -60,10 +60,11 @@ int plan_command(const std::vector<std::string>& args) {
   std::fputs(zero::format_plans(*plans).c_str(), stdout);
   if (auto cache = kv_cache_per_sequence(*setup); cache.ok() && cache->has_value()) {
     const KvCachePlan& c = **cache;
-    std::printf("generation (dscore generate, serve): KV cache %s per sequence of %lld tokens, "
-                "%s for serve's default --batch-size 8\n",
-                format_bytes(c.bytes_per_sequence).c_str(), static_cast<long long>(c.context),
-                format_bytes(8 * c.bytes_per_sequence).c_str());
+    std::printf(
+        "generation (dscore generate, serve): KV cache %s per sequence of %lld tokens, "
+        "%s for serve's default --batch-size 8\n",
+        format_bytes(c.bytes_per_sequence).c_str(), static_cast<long long>(c.context),
+        format_bytes(8 * c.bytes_per_sequence).c_str());
   }
   // Every rank's plan is within padding of rank 0's; the largest is checked.
   const zero::ZeroPlan& largest = *std::max_element(

@@ -80,11 +80,10 @@ int serve_command(const std::vector<std::string>& args) {
       return kExitFailure;
     }
   }
-  auto generator = BatchGenerator::create(*model->engine, model->block_size, model->vocab_size,
-                                          batch_size,
-                                          vm.count("no-kv-cache") != 0
-                                              ? BatchGenerator::CacheMode::kOff
-                                              : BatchGenerator::CacheMode::kAuto);
+  auto generator =
+      BatchGenerator::create(*model->engine, model->block_size, model->vocab_size, batch_size,
+                             vm.count("no-kv-cache") != 0 ? BatchGenerator::CacheMode::kOff
+                                                          : BatchGenerator::CacheMode::kAuto);
   if (!generator.ok()) {
     std::fprintf(stderr, "error: %s\n", generator.status().message().c_str());
     return kExitFailure;
@@ -106,7 +105,9 @@ int serve_command(const std::vector<std::string>& args) {
   std::printf("dscore serve: listening at http://%s:%d/v1/completions (%s; batches of %lld%s)\n",
               host.c_str(), listener->port(), served.name.c_str(),
               static_cast<long long>(batch_size),
-              tok ? "" : served.byte_level ? ", byte-level text" : ", token ids only");
+              tok                 ? ""
+              : served.byte_level ? ", byte-level text"
+                                  : ", token ids only");
   std::fflush(stdout);
   server.serve(*listener, g_stop);
   std::printf("dscore serve: stopped\n");

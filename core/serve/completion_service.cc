@@ -69,9 +69,9 @@ void CompletionService::run() {
     {
       std::unique_lock lock(mutex_);
       // Idle: wait for a request. Busy: a short wait lets cancellations in.
-      wake_.wait_for(lock, generator_->idle() ? std::chrono::milliseconds(200)
-                                              : std::chrono::milliseconds(0),
-                     [&] { return stop_ || !incoming_.empty(); });
+      wake_.wait_for(
+          lock, generator_->idle() ? std::chrono::milliseconds(200) : std::chrono::milliseconds(0),
+          [&] { return stop_ || !incoming_.empty(); });
       if (stop_) return;
       arrived.swap(incoming_);
     }

@@ -20,7 +20,11 @@ size_t complete_utf8(const std::string& text) {
   for (size_t back = 1; back <= 4 && back <= n; ++back) {
     const auto c = static_cast<unsigned char>(text[n - back]);
     if ((c & 0xC0) == 0x80) continue;  // a continuation byte
-    const size_t need = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+    const size_t need = c < 0x80         ? 1
+                        : (c >> 5) == 6  ? 2
+                        : (c >> 4) == 14 ? 3
+                        : (c >> 3) == 30 ? 4
+                                         : 1;
     return back >= need ? n : n - back;
   }
   return n;
@@ -102,10 +106,12 @@ Result<CompletionRequest> parse_completion_request(std::string_view body,
         return field_error("top_p", "a number in (0, 1]");
       g.sampling.top_p = v.as_number();
     } else if (key == "top_k") {
-      if (!v.is_integral() || v.as_int() < -1) return field_error("top_k", "an integer (0 or -1: all)");
+      if (!v.is_integral() || v.as_int() < -1)
+        return field_error("top_k", "an integer (0 or -1: all)");
       g.sampling.top_k = v.as_int() < 0 ? 0 : v.as_int();
     } else if (key == "repetition_penalty") {
-      if (!v.is_number() || v.as_number() <= 0) return field_error("repetition_penalty", "a number > 0");
+      if (!v.is_number() || v.as_number() <= 0)
+        return field_error("repetition_penalty", "a number > 0");
       g.sampling.repetition_penalty = v.as_number();
     } else if (key == "seed") {
       if (!v.is_integral()) return field_error("seed", "an integer");
@@ -114,9 +120,10 @@ Result<CompletionRequest> parse_completion_request(std::string_view body,
       if (!v.is_bool()) return field_error("stream", "true or false");
       out.stream = v.as_bool();
     } else {
-      return invalid_argument("\"" + key +
-                              "\" is not supported by dscore serve (supported: prompt, max_tokens, "
-                              "temperature, top_p, top_k, repetition_penalty, seed, stream, model)");
+      return invalid_argument(
+          "\"" + key +
+          "\" is not supported by dscore serve (supported: prompt, max_tokens, "
+          "temperature, top_p, top_k, repetition_penalty, seed, stream, model)");
     }
   }
   return out;

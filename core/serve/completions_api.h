@@ -17,9 +17,9 @@ namespace dscore::serve {
 
 // What the server knows of its model's text.
 struct ServedModel {
-  std::string name;                          // "model" in responses
+  std::string name;                           // "model" in responses
   const tokenizer::Tokenizer* tok = nullptr;  // null: byte-level or ids only
-  bool byte_level = false;                   // trained on data.type "text"
+  bool byte_level = false;                    // trained on data.type "text"
   int64_t vocab_size = 0;
 };
 

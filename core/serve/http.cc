@@ -44,16 +44,26 @@ Status receive_more(int fd, std::string* buffer, Clock::time_point deadline) {
 
 const char* reason(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 413: return "Payload Too Large";
-    case 429: return "Too Many Requests";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Status";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 413:
+      return "Payload Too Large";
+    case 429:
+      return "Too Many Requests";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Status";
   }
 }
 
@@ -71,8 +81,8 @@ Result<HttpRequest> read_request(int fd, const HttpLimits& limits) {
   size_t head_end;
   while ((head_end = buffer.find("\r\n\r\n")) == std::string::npos) {
     if (buffer.size() > limits.max_head)
-      return Status(DSCORE_RESOURCE_EXHAUSTED, "the request's headers exceed " +
-                                                   std::to_string(limits.max_head) + " bytes");
+      return Status(DSCORE_RESOURCE_EXHAUSTED,
+                    "the request's headers exceed " + std::to_string(limits.max_head) + " bytes");
     DSCORE_RETURN_IF_ERROR(receive_more(fd, &buffer, deadline));
   }
   HttpRequest request;
@@ -87,9 +97,8 @@ Result<HttpRequest> read_request(int fd, const HttpLimits& limits) {
   while (line_end != std::string::npos) {
     const size_t start = line_end + 2;
     line_end = head.find("\r\n", start);
-    const std::string field = head.substr(start, line_end == std::string::npos
-                                                     ? std::string::npos
-                                                     : line_end - start);
+    const std::string field =
+        head.substr(start, line_end == std::string::npos ? std::string::npos : line_end - start);
     const size_t colon = field.find(':');
     if (colon == std::string::npos || colon == 0)
       return invalid_argument("a malformed header line: \"" + field.substr(0, 80) + "\"");
@@ -110,7 +119,8 @@ Result<HttpRequest> read_request(int fd, const HttpLimits& limits) {
     length = static_cast<size_t>(v);
   }
   request.body = buffer.substr(head_end + 4);
-  while (request.body.size() < length) DSCORE_RETURN_IF_ERROR(receive_more(fd, &request.body, deadline));
+  while (request.body.size() < length)
+    DSCORE_RETURN_IF_ERROR(receive_more(fd, &request.body, deadline));
   request.body.resize(length);
   return request;
 }
@@ -141,9 +151,7 @@ std::string event_stream_head() {
          "Connection: close\r\n\r\n";
 }
 
-std::string event(std::string_view payload) {
-  return "data: " + std::string(payload) + "\n\n";
-}
+std::string event(std::string_view payload) { return "data: " + std::string(payload) + "\n\n"; }
 
 Result<Listener> Listener::open(const std::string& host, int port) {
   in_addr address{};
@@ -161,7 +169,8 @@ Result<Listener> Listener::open(const std::string& host, int port) {
     const std::string why = std::strerror(errno);
     ::close(fd);
     return Status(DSCORE_UNAVAILABLE, "cannot listen at " + host + ":" + std::to_string(port) +
-                                          ": " + why + " (is the port taken? pick another with --port)");
+                                          ": " + why +
+                                          " (is the port taken? pick another with --port)");
   }
   socklen_t size = sizeof a;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &size);

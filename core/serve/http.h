@@ -15,7 +15,7 @@
 namespace dscore::serve {
 
 struct HttpRequest {
-  std::string method, target;  // "POST", "/v1/completions"
+  std::string method, target;                                // "POST", "/v1/completions"
   std::vector<std::pair<std::string, std::string>> headers;  // names lower-cased
   std::string body;
   // The header's value, "" when absent.

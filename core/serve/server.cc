@@ -25,10 +25,14 @@ void reply_error(int fd, int status, const std::string& message, const std::stri
 // The HTTP status of a failed request's Status.
 int status_of(const Status& s) {
   switch (s.code()) {
-    case DSCORE_INVALID_ARGUMENT: return 400;
-    case DSCORE_RESOURCE_EXHAUSTED: return 413;
-    case DSCORE_DEADLINE_EXCEEDED: return 408;
-    default: return 500;
+    case DSCORE_INVALID_ARGUMENT:
+      return 400;
+    case DSCORE_RESOURCE_EXHAUSTED:
+      return 413;
+    case DSCORE_DEADLINE_EXCEEDED:
+      return 408;
+    default:
+      return 500;
   }
 }
 
@@ -39,10 +43,10 @@ void CompletionServer::serve(Listener& listener, const std::atomic<bool>& stop) 
     const int fd = listener.accept(100);
     if (fd < 0) continue;
     if (open_ >= max_connections_) {
-      reply_error(fd, 503,
-                  "the server has " + std::to_string(max_connections_) +
-                      " connections open; retry later",
-                  "server_busy");
+      reply_error(
+          fd, 503,
+          "the server has " + std::to_string(max_connections_) + " connections open; retry later",
+          "server_busy");
       ::close(fd);
       continue;
     }
@@ -82,11 +86,12 @@ void CompletionServer::handle(int fd) {
   } else if (path == "/v1/completions" && post) {
     completions(fd, *request);
   } else if (path == "/health" || path == "/v1/models" || path == "/v1/completions") {
-    reply_error(fd, 405, request->method + " " + path + " is not allowed",
-                "invalid_request_error");
+    reply_error(fd, 405, request->method + " " + path + " is not allowed", "invalid_request_error");
   } else {
-    reply_error(fd, 404, "no such endpoint: " + path + " (dscore serve answers /v1/completions, "
-                         "/v1/models and /health)",
+    reply_error(fd, 404,
+                "no such endpoint: " + path +
+                    " (dscore serve answers /v1/completions, "
+                    "/v1/models and /health)",
                 "invalid_request_error");
   }
 }

@@ -52,7 +52,8 @@ TEST(Http, RefusesMalformedOversizedAndUnfinishedRequests) {
   EXPECT_EQ(chunked.status().code(), DSCORE_INVALID_ARGUMENT);
   HttpLimits small;
   small.max_body = 10;
-  auto big = read_written("POST / HTTP/1.1\r\nContent-Length: 11\r\n\r\n01234567890", 1 << 20, small);
+  auto big =
+      read_written("POST / HTTP/1.1\r\nContent-Length: 11\r\n\r\n01234567890", 1 << 20, small);
   EXPECT_EQ(big.status().code(), DSCORE_RESOURCE_EXHAUSTED);
   auto closed = read_written("POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc");
   EXPECT_EQ(closed.status().code(), DSCORE_UNAVAILABLE);
