@@ -19,12 +19,67 @@ int64_t model_int(const json::Value& model, const char* key) {
   return v != nullptr && v->is_integral() ? v->as_int() : 0;
 }
 
+// SGD without momentum: an engine needs an optimizer, and this one keeps no
+// state (the training run's Adam would hold two copies of the model).
+json::Value stateless_optimizer() {
+  json::Value sgd = json::Value::object();
+  sgd.set("type", json::Value("SGD"));
+  json::Value params = json::Value::object();
+  params.set("lr", json::Value(0.0));
+  sgd.set("params", std::move(params));
+  return sgd;
+}
+
+// ZeRO-Inference: the config offloads parameters (offload_param cpu or
+// nvme), so it keeps stage 3 and its offload sections, and the layers are
+// gathered from there as they run.
+bool offloads_parameters(const json::Value& config) {
+  const json::Value* zero = config.find("zero_optimization");
+  const json::Value* param =
+      zero != nullptr && zero->is_object() ? zero->find("offload_param") : nullptr;
+  const json::Value* device =
+      param != nullptr && param->is_object() ? param->find("device") : nullptr;
+  return device != nullptr && device->is_string() &&
+         (device->as_string() == "cpu" || device->as_string() == "nvme");
+}
+
 }  // namespace
 
-json::Value inference_config(json::Value config) {
-  json::Value zero = json::Value::object();
-  zero.set("stage", json::Value(0));
-  config.set("zero_optimization", std::move(zero));
+Result<json::Value> inference_config(json::Value config, const InferenceOffload& offload) {
+  const std::string& device = offload.offload_param;
+  if (device == "cpu" || device == "nvme") {
+    if (device == "nvme" && offload.nvme_path.empty())
+      return invalid_argument("parameters on NVMe need a folder: give --nvme-path DIR");
+    json::Value param = json::Value::object();
+    param.set("device", json::Value(device));
+    if (device == "nvme") {  // read from the disk as each layer runs, none kept in memory
+      param.set("nvme_path", json::Value(offload.nvme_path));
+      param.set("max_in_cpu", json::Value(0));
+    }
+    json::Value zero = json::Value::object();
+    zero.set("offload_param", std::move(param));
+    if (device == "nvme") {  // the fp32 master beside them, out of memory
+      json::Value optimizer = json::Value::object();
+      optimizer.set("device", json::Value("nvme"));
+      optimizer.set("nvme_path", json::Value(offload.nvme_path));
+      zero.set("offload_optimizer", std::move(optimizer));
+    }
+    config.set("zero_optimization", std::move(zero));
+  } else if (device == "none") {
+    config.erase("zero_optimization");
+  } else if (!device.empty()) {
+    return invalid_argument("--offload-param " + device + ": expected none, cpu or nvme");
+  }
+  if (offloads_parameters(config)) {
+    // The master weights stay where the config keeps them (offload_optimizer).
+    config.find("zero_optimization")->set("stage", json::Value(3));
+  } else {
+    json::Value zero = json::Value::object();
+    zero.set("stage", json::Value(0));
+    config.set("zero_optimization", std::move(zero));
+  }
+  config.set("optimizer", stateless_optimizer());
+  config.erase("scheduler");
   config.set("train_batch_size", json::Value(1));
   config.set("train_micro_batch_size_per_gpu", json::Value(1));
   config.set("gradient_accumulation_steps", json::Value(1));
@@ -40,7 +95,7 @@ json::Value inference_config(json::Value config) {
   config.erase("tensor_parallel");
   config.erase("sequence_parallel_size");
   config.erase("expert_parallel");
-  return config;
+  return Result<json::Value>(std::move(config));
 }
 
 namespace {
@@ -81,12 +136,13 @@ void read_data_type(const json::Value& config, InferenceModel* out) {
 Result<std::unique_ptr<Engine>> inference_engine(const json::Value& config,
                                                  const std::string& source,
                                                  const std::string& base_dir,
-                                                 const EngineEnvironment& environment) {
+                                                 const InferenceOptions& inference) {
   InitializeOptions options;
   options.job = comm::JobEnv{};  // one rank, whatever launched us
-  options.environment = environment;
-  DSCORE_ASSIGN_OR_RETURN(Setup setup, prepare_text(json::serialize(inference_config(config)),
-                                                    source, base_dir, options));
+  options.environment = inference.environment;
+  DSCORE_ASSIGN_OR_RETURN(json::Value engine_config, inference_config(config, inference.offload));
+  DSCORE_ASSIGN_OR_RETURN(Setup setup,
+                          prepare_text(json::serialize(engine_config), source, base_dir, options));
   if (!setup.loaded.ok()) return invalid_argument(format_config_errors(setup.loaded));
   return build_engine(setup, nullptr);
 }
@@ -94,7 +150,7 @@ Result<std::unique_ptr<Engine>> inference_engine(const json::Value& config,
 }  // namespace
 
 Result<InferenceModel> open_for_inference(const std::string& dir, const std::string& tag,
-                                          const EngineEnvironment& environment) {
+                                          const InferenceOptions& options) {
   DSCORE_ASSIGN_OR_RETURN(checkpoint::CheckpointInfo info, checkpoint::open_checkpoint(dir, tag));
   const json::Value* saved = &info.state.ds_config;  // an object: open_checkpoint checked
   const json::Value* model = saved->find("model");
@@ -104,7 +160,7 @@ Result<InferenceModel> open_for_inference(const std::string& dir, const std::str
   InferenceModel out;
   read_data_type(*saved, &out);
   DSCORE_ASSIGN_OR_RETURN(out.engine,
-                          inference_engine(*saved, info.path + "/ds_config", dir, environment));
+                          inference_engine(*saved, info.path + "/ds_config", dir, options));
   DSCORE_RETURN_IF_ERROR(resolve_token_sizes(*model, info.path, &out));
   LoadCheckpointOptions load;
   load.tag = info.tag;
@@ -114,7 +170,7 @@ Result<InferenceModel> open_for_inference(const std::string& dir, const std::str
 }
 
 Result<InferenceModel> open_config_for_inference(const std::string& config_path,
-                                                 const EngineEnvironment& environment) {
+                                                 const InferenceOptions& options) {
   DSCORE_ASSIGN_OR_RETURN(std::string text, checkpoint::read_text_file(config_path, 64u << 20));
   DSCORE_ASSIGN_OR_RETURN(json::Value config, json::parse(text, config_path));
   const json::Value* model = config.is_object() ? config.find("model") : nullptr;
@@ -124,15 +180,15 @@ Result<InferenceModel> open_config_for_inference(const std::string& config_path,
   read_data_type(config, &out);
   const size_t slash = config_path.rfind('/');
   DSCORE_ASSIGN_OR_RETURN(
-      out.engine, inference_engine(config, config_path,
-                                   slash == std::string::npos ? "." : config_path.substr(0, slash),
-                                   environment));
+      out.engine,
+      inference_engine(config, config_path,
+                       slash == std::string::npos ? "." : config_path.substr(0, slash), options));
   DSCORE_RETURN_IF_ERROR(resolve_token_sizes(*model, config_path, &out));
   return out;
 }
 
 Result<InferenceModel> open_hf_for_inference(const std::string& folder,
-                                             const EngineEnvironment& environment) {
+                                             const InferenceOptions& options) {
   const std::string path = folder + "/config.json";
   DSCORE_ASSIGN_OR_RETURN(std::string text, checkpoint::read_text_file(path, 64u << 20));
   DSCORE_ASSIGN_OR_RETURN(json::Value hf, json::parse(text, path));
@@ -144,16 +200,10 @@ Result<InferenceModel> open_hf_for_inference(const std::string& folder,
   model.set("from_pretrained", json::Value(folder));
   json::Value config = json::Value::object();
   config.set("train_batch_size", json::Value(1));
-  json::Value sgd = json::Value::object();  // an engine needs one; SGD keeps no state
-  sgd.set("type", json::Value("SGD"));
-  json::Value params = json::Value::object();
-  params.set("lr", json::Value(0.0));
-  sgd.set("params", std::move(params));
-  config.set("optimizer", std::move(sgd));
   config.set("model", std::move(model));
   InferenceModel out;
   read_data_type(config, &out);
-  DSCORE_ASSIGN_OR_RETURN(out.engine, inference_engine(config, path, folder, environment));
+  DSCORE_ASSIGN_OR_RETURN(out.engine, inference_engine(config, path, folder, options));
   DSCORE_RETURN_IF_ERROR(resolve_token_sizes(*config.find("model"), path, &out));
   return out;
 }

@@ -20,12 +20,30 @@
 
 namespace dscore {
 
-// A saved training config turned into a one-rank inference config: the same
-// model, precision and plugins; stage 0, batch 1, no monitors or saving.
-json::Value inference_config(json::Value config);
+// Where an inference engine keeps the weights: as the config says (""),
+// whole in memory ("none"), or ZeRO-Inference: stage 3 with the parameters
+// in host memory ("cpu") or on NVMe under nvme_path ("nvme"), each layer
+// gathered as the model runs it and the next ones prefetched.
+struct InferenceOffload {
+  std::string offload_param;
+  std::string nvme_path;
+};
 
-// A one-rank, ZeRO stage 0 engine holding the weights of the checkpoint in
-// `dir` (tag "" = latest), built from the config the checkpoint saved.
+// A saved training config turned into a one-rank inference config: the same
+// model, precision and plugins; batch 1, no monitors or saving, an
+// optimizer without state (SGD); stage 0, or stage 3 where the config (or
+// `offload`) offloads the parameters (ZeRO-Inference).
+Result<json::Value> inference_config(json::Value config, const InferenceOffload& offload = {});
+
+// What the program hands an inference engine: the variables it read
+// (engine/environment.h) and the weights' placement.
+struct InferenceOptions {
+  EngineEnvironment environment;
+  InferenceOffload offload;
+};
+
+// A one-rank engine holding the weights of the checkpoint in `dir` (tag ""
+// = latest), built from the config the checkpoint saved.
 struct InferenceModel {
   std::unique_ptr<Engine> engine;
   std::string data_type;  // the saved config's data.type ("text": byte-level tokens)
@@ -38,20 +56,18 @@ struct InferenceModel {
   int64_t block_size = 0;
   int64_t vocab_size = 0;
 };
-// `environment`: the variables the program read for the engine
-// (engine/environment.h).
 Result<InferenceModel> open_for_inference(const std::string& dir, const std::string& tag,
-                                          const EngineEnvironment& environment = {});
+                                          const InferenceOptions& options = {});
 // The same from a training config file, with the weights the model
 // initialises (a "from_pretrained" folder's, or the seed's).
 Result<InferenceModel> open_config_for_inference(const std::string& config_path,
-                                                 const EngineEnvironment& environment = {});
+                                                 const InferenceOptions& options = {});
 
 // The same from a Hugging Face folder: its config.json's model_type picks
 // the model ("gpt2", else "llama", whose plugin reads the Llama, Mistral,
 // Mixtral and Qwen families), read with from_pretrained.
 Result<InferenceModel> open_hf_for_inference(const std::string& folder,
-                                             const EngineEnvironment& environment = {});
+                                             const InferenceOptions& options = {});
 
 // One forward pass of a token model over a prompt of 1 to block_size tokens
 // (then padding): the logits at its last token and, when asked, the mean

@@ -39,9 +39,10 @@ Result<HfExportResult> export_hf(const std::string& checkpoint_dir, const std::s
   // DSCORE_TRUST_CONFIG_PLUGIN_PATHS=1 (plugin_host/trust.h).
   init.trust_config_plugin_paths = read_engine_environment().trust_config_plugin_paths;
   init.job = comm::JobEnv{};
+  DSCORE_ASSIGN_OR_RETURN(json::Value one_rank, inference_config(saved));
   DSCORE_ASSIGN_OR_RETURN(
-      Setup setup, prepare_text(json::serialize(inference_config(saved)), info.path + "/ds_config",
-                                checkpoint_dir, init));
+      Setup setup,
+      prepare_text(json::serialize(one_rank), info.path + "/ds_config", checkpoint_dir, init));
   if (!setup.loaded.ok()) return invalid_argument(format_config_errors(setup.loaded));
   if (!setup.selection.model)
     return invalid_argument(info.path + ": the saved config names no model plugin");

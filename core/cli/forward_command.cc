@@ -53,8 +53,8 @@ int forward_command(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   const EngineEnvironment environment = read_engine_environment();
-  auto model = config.empty() ? open_for_inference(dir, tag, environment)
-                              : open_config_for_inference(config, environment);
+  auto model = config.empty() ? open_for_inference(dir, tag, {environment, {}})
+                              : open_config_for_inference(config, {environment, {}});
   if (!model.ok()) {
     std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
     return kExitFailure;

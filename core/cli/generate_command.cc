@@ -56,6 +56,7 @@ int generate_command(const std::vector<std::string>& args) {
   SamplingOptions sampling;
   BatchGenerateOptions batch;
   std::string config, hf;
+  InferenceOffload offload;
   options.add_options()("checkpoint", po::value<std::string>(&dir),
                         "the checkpoint folder (holding `latest`)")(
       "config", po::value<std::string>(&config),
@@ -81,7 +82,12 @@ int generate_command(const std::vector<std::string>& args) {
       "completions printed as JSON lines")("batch-size",
                                            po::value<int64_t>(&batch.batch_size)->default_value(8),
                                            "sequences of a prompts file generated together")(
-      "no-kv-cache", "a forward pass over the last block_size tokens per token (no KV cache)");
+      "no-kv-cache", "a forward pass over the last block_size tokens per token (no KV cache)")(
+      "offload-param", po::value<std::string>(&offload.offload_param),
+      "ZeRO-Inference: the weights in host memory (cpu) or on NVMe (nvme, with --nvme-path), "
+      "each layer gathered as it runs; none: whole in memory (default: as the config says)")(
+      "nvme-path", po::value<std::string>(&offload.nvme_path),
+      "the folder for --offload-param nvme's swap files");
   po::variables_map vm;
   int exit_code = kExitOk;
   if (!parse_options(args, options, {}, kGenerateUsage, &vm, &exit_code)) return exit_code;
@@ -100,10 +106,12 @@ int generate_command(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   const bool use_cache = vm.count("no-kv-cache") == 0;
-  const EngineEnvironment environment = read_engine_environment();
-  auto model = !dir.empty()      ? open_for_inference(dir, tag, environment)
-               : !config.empty() ? open_config_for_inference(config, environment)
-                                 : open_hf_for_inference(hf, environment);
+  InferenceOptions inference;
+  inference.environment = read_engine_environment();
+  inference.offload = offload;
+  auto model = !dir.empty()      ? open_for_inference(dir, tag, inference)
+               : !config.empty() ? open_config_for_inference(config, inference)
+                                 : open_hf_for_inference(hf, inference);
   if (!model.ok()) {
     std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
     return kExitFailure;

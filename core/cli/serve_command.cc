@@ -34,6 +34,7 @@ int serve_command(const std::vector<std::string>& args) {
   std::string dir, tag, config, hf, host, tokenizer_dir, name;
   int port = 8000;
   int64_t batch_size = 8, max_queue = 64;
+  InferenceOffload offload;
   options.add_options()("checkpoint", po::value<std::string>(&dir),
                         "a checkpoint folder (holding `latest`)")(
       "tag", po::value<std::string>(&tag), "the checkpoint's tag (default: `latest`'s)")(
@@ -49,7 +50,12 @@ int serve_command(const std::vector<std::string>& args) {
       "tokenizer", po::value<std::string>(&tokenizer_dir),
       "folder with tokenizer.json or tokenizer.model (default: the model's from_pretrained)")(
       "model-name", po::value<std::string>(&name), "the model's name in responses")(
-      "no-kv-cache", "decode with forward passes over the last block_size tokens");
+      "no-kv-cache", "decode with forward passes over the last block_size tokens")(
+      "offload-param", po::value<std::string>(&offload.offload_param),
+      "ZeRO-Inference: the weights in host memory (cpu) or on NVMe (nvme, with --nvme-path), "
+      "each layer gathered as it runs; none: whole in memory (default: as the config says)")(
+      "nvme-path", po::value<std::string>(&offload.nvme_path),
+      "the folder for --offload-param nvme's swap files");
   po::variables_map vm;
   int exit_code = kExitOk;
   if (!parse_options(args, options, {}, kServeUsage, &vm, &exit_code)) return exit_code;
@@ -61,10 +67,12 @@ int serve_command(const std::vector<std::string>& args) {
                  kServeUsage);
     return kExitUsage;
   }
-  const EngineEnvironment environment = read_engine_environment();
-  auto model = !dir.empty()      ? open_for_inference(dir, tag, environment)
-               : !config.empty() ? open_config_for_inference(config, environment)
-                                 : open_hf_for_inference(hf, environment);
+  InferenceOptions inference;
+  inference.environment = read_engine_environment();
+  inference.offload = offload;
+  auto model = !dir.empty()      ? open_for_inference(dir, tag, inference)
+               : !config.empty() ? open_config_for_inference(config, inference)
+                                 : open_hf_for_inference(hf, inference);
   if (!model.ok()) {
     std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
     return kExitFailure;

@@ -275,7 +275,15 @@ Status Engine::decode(Model::DecodeCache& cache, const dscore_decode_batch& batc
                       dscore_tensor* logits) {
   EngineScope engine(host_->identity());
   const dscore_model_hooks hooks = model_hooks();
-  return check_model_call(model_->decode(cache, batch, hooks, logits));
+  if (placement_.stage != 3) return check_model_call(model_->decode(cache, batch, hooks, logits));
+  // ZeRO-Inference: each step a micro-step of stage 3's gathers, so the
+  // first records the order the decoder acquires its layers in and the
+  // later ones prefetch (and read from NVMe) the next layers along it.
+  strategy_->begin_micro_step(false);
+  const Status status = model_->decode(cache, batch, hooks, logits);
+  const Status finished = strategy_->end_micro_step();
+  DSCORE_RETURN_IF_ERROR(check_model_call(status));
+  return finished;
 }
 
 bool Engine::is_gradient_accumulation_boundary() const {

@@ -165,6 +165,46 @@ TEST_F(GenerateCommand, APromptsFileOfRaggedPromptsGivesEachPromptsTokensAlone) 
       << refused.describe();
 }
 
+// ZeRO-Inference: stage 3 with the weights in host memory, or on NVMe
+// (16-bit models: an fp32 model's weights are its master weights), each
+// layer gathered as it runs: the same tokens as the whole model in memory.
+TEST_F(GenerateCommand, ZeroInferenceGivesTheTokensOfTheWholeModel) {
+  ASSERT_EQ(trained_->exit_code, 0) << trained_->describe();
+  const fs::path nvme = dir_->path() / "nvme";
+  fs::create_directories(nvme);
+  auto generate = [&](const std::string& ckpt, const std::string& offload) {
+    return run_dscore({"generate", "--checkpoint", ckpt, "--prompt", "bcd", "--temperature", "0",
+                       "--max-new-tokens", "20", "--offload-param", offload, "--nvme-path",
+                       nvme.string()});
+  };
+  ProcessResult whole = generate(checkpoint(), "none"), host = generate(checkpoint(), "cpu");
+  ASSERT_EQ(whole.exit_code, 0) << whole.describe();
+  ASSERT_EQ(host.exit_code, 0) << host.describe();
+  EXPECT_EQ(host.out, whole.out);
+  ProcessResult fp32_nvme = generate(checkpoint(), "nvme");
+  EXPECT_EQ(fp32_nvme.exit_code, 1);
+  EXPECT_NE(fp32_nvme.err.find("parameters on NVMe need a 16-bit model"), std::string::npos)
+      << fp32_nvme.describe();
+  EXPECT_EQ(generate(checkpoint(), "gpu").exit_code, 1);
+  // A bf16 model on NVMe.
+  const std::string config = R"({
+      "train_batch_size": 8, "train_steps": 20, "seed": 3, "bf16": {"enabled": true},
+      "optimizer": {"type": "Adam", "params": {"lr": 0.01}},
+      "model": {"type": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16, "vocab_size": 256},
+      "data": {"type": "text", "path": ")" +
+                             (dir_->path() / "corpus.txt").string() + R"("},
+      "checkpoint_dir": ")" + (dir_->path() / "bf16").string() +
+                             R"(", "save_interval": 20})";
+  ProcessResult trained =
+      run_dscore({"run", "--config", dir_->write("bf16.json", config).string()});
+  ASSERT_EQ(trained.exit_code, 0) << trained.describe();
+  const std::string bf16 = (dir_->path() / "bf16").string();
+  ProcessResult in_memory = generate(bf16, "none"), on_disk = generate(bf16, "nvme");
+  ASSERT_EQ(in_memory.exit_code, 0) << in_memory.describe();
+  ASSERT_EQ(on_disk.exit_code, 0) << on_disk.describe();
+  EXPECT_EQ(on_disk.out, in_memory.out);
+}
+
 TEST_F(GenerateCommand, AMissingCheckpointSaysWhere) {
   ProcessResult r = run_dscore(
       {"generate", "--checkpoint", (dir_->path() / "nowhere").string(), "--prompt", "a"});
