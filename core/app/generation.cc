@@ -45,7 +45,8 @@ bool offloads_parameters(const json::Value& config) {
 
 }  // namespace
 
-Result<json::Value> inference_config(json::Value config, const InferenceOffload& offload) {
+Result<json::Value> inference_config(json::Value config, const InferenceOffload& offload,
+                                     int tensor_parallel) {
   const std::string& device = offload.offload_param;
   if (device == "cpu" || device == "nvme") {
     if (device == "nvme" && offload.nvme_path.empty())
@@ -95,6 +96,11 @@ Result<json::Value> inference_config(json::Value config, const InferenceOffload&
   config.erase("tensor_parallel");
   config.erase("sequence_parallel_size");
   config.erase("expert_parallel");
+  if (tensor_parallel > 1) {
+    json::Value split = json::Value::object();
+    split.set("autotp_size", json::Value(tensor_parallel));
+    config.set("tensor_parallel", std::move(split));
+  }
   return Result<json::Value>(std::move(config));
 }
 
@@ -138,9 +144,11 @@ Result<std::unique_ptr<Engine>> inference_engine(const json::Value& config,
                                                  const std::string& base_dir,
                                                  const InferenceOptions& inference) {
   InitializeOptions options;
-  options.job = comm::JobEnv{};  // one rank, whatever launched us
+  // One rank whatever launched us, or the launcher's ranks splitting the model.
+  if (inference.tensor_parallel <= 1) options.job = comm::JobEnv{};
   options.environment = inference.environment;
-  DSCORE_ASSIGN_OR_RETURN(json::Value engine_config, inference_config(config, inference.offload));
+  DSCORE_ASSIGN_OR_RETURN(json::Value engine_config,
+                          inference_config(config, inference.offload, inference.tensor_parallel));
   DSCORE_ASSIGN_OR_RETURN(Setup setup,
                           prepare_text(json::serialize(engine_config), source, base_dir, options));
   if (!setup.loaded.ok()) return invalid_argument(format_config_errors(setup.loaded));

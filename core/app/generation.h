@@ -29,17 +29,23 @@ struct InferenceOffload {
   std::string nvme_path;
 };
 
-// A saved training config turned into a one-rank inference config: the same
-// model, precision and plugins; batch 1, no monitors or saving, an
-// optimizer without state (SGD); stage 0, or stage 3 where the config (or
-// `offload`) offloads the parameters (ZeRO-Inference).
-Result<json::Value> inference_config(json::Value config, const InferenceOffload& offload = {});
+// A saved training config turned into an inference config: the same model,
+// precision and plugins; batch 1, no monitors or saving, an optimizer
+// without state (SGD); stage 0, or stage 3 where the config (or `offload`)
+// offloads the parameters (ZeRO-Inference); one rank, or `tensor_parallel`
+// ranks splitting the model (autotp_size), without a pipeline or sequence
+// or expert parallelism (their checkpoints hold whole tensors).
+Result<json::Value> inference_config(json::Value config, const InferenceOffload& offload = {},
+                                     int tensor_parallel = 1);
 
 // What the program hands an inference engine: the variables it read
 // (engine/environment.h) and the weights' placement.
 struct InferenceOptions {
   EngineEnvironment environment;
   InferenceOffload offload;
+  // > 1: this process is a rank of a job of that many (its launcher's
+  // environment), which split the model as tensor parallelism does.
+  int tensor_parallel = 1;
 };
 
 // A one-rank engine holding the weights of the checkpoint in `dir` (tag ""

@@ -2,11 +2,12 @@
 //                 --prompts-file F) [--tokenizer DIR] [--max-new-tokens N]
 //                 [--temperature T] [--top-k K] [--top-p P]
 //                 [--repetition-penalty R] [--seed S] [--batch-size B]
-//                 [--no-kv-cache]
+//                 [--no-kv-cache] [--offload-param none|cpu|nvme --nvme-path DIR] [-n RANKS]
 // Prints a continuation of the prompt from a saved token model (gpt,
 // llama), decoding against the model's KV cache where it has one; a
 // prompts file (one JSON per line, generate_batch.h) is generated B
-// sequences at a time.
+// sequences at a time. -n RANKS splits the model over local ranks under
+// mpirun (tensor parallelism; each rank reads only its slices).
 // A text prompt prints text: bytes as tokens for byte-level models (trained
 // on data.type "text"), else through a tokenizer (--tokenizer, or the
 // model's "from_pretrained" folder), stopping at its end-of-sequence token.
@@ -18,6 +19,8 @@
 #include "core/cli/commands.h"
 #include "core/cli/generate_batch.h"
 #include "core/cli/options.h"
+#include "core/comm/job_env.h"
+#include "core/comm/launcher.h"
 #include "core/tokenizer/tokenizer.h"
 
 namespace dscore::cli {
@@ -47,6 +50,22 @@ void print_timing(const GenerationTiming& t) {
       t.cached ? "KV cache" : "no KV cache (a forward pass per token)");
 }
 
+// The ranks' command line: this one without -n.
+std::vector<std::string> rank_args(const std::vector<std::string>& args) {
+  std::vector<std::string> out = {"generate"};
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-n" || a == "--n") {
+      ++i;  // and its value
+      continue;
+    }
+    const bool attached =
+        (a.rfind("-n", 0) == 0 && a.rfind("--", 0) != 0) || a.rfind("--n=", 0) == 0;
+    if (!attached) out.push_back(a);
+  }
+  return out;
+}
+
 }  // namespace
 
 int generate_command(const std::vector<std::string>& args) {
@@ -57,6 +76,7 @@ int generate_command(const std::vector<std::string>& args) {
   BatchGenerateOptions batch;
   std::string config, hf;
   InferenceOffload offload;
+  int ranks = 1;
   options.add_options()("checkpoint", po::value<std::string>(&dir),
                         "the checkpoint folder (holding `latest`)")(
       "config", po::value<std::string>(&config),
@@ -87,7 +107,9 @@ int generate_command(const std::vector<std::string>& args) {
       "ZeRO-Inference: the weights in host memory (cpu) or on NVMe (nvme, with --nvme-path), "
       "each layer gathered as it runs; none: whole in memory (default: as the config says)")(
       "nvme-path", po::value<std::string>(&offload.nvme_path),
-      "the folder for --offload-param nvme's swap files");
+      "the folder for --offload-param nvme's swap files")(
+      "n,n", po::value<int>(&ranks)->default_value(1),
+      "local ranks splitting the model (tensor parallelism, under mpirun)");
   po::variables_map vm;
   int exit_code = kExitOk;
   if (!parse_options(args, options, {}, kGenerateUsage, &vm, &exit_code)) return exit_code;
@@ -106,9 +128,23 @@ int generate_command(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   const bool use_cache = vm.count("no-kv-cache") == 0;
+  auto job = comm::detect_job_env();
+  if (!job.ok()) {
+    std::fprintf(stderr, "error: %s\n", job.status().message().c_str());
+    return kExitFailure;
+  }
+  if (ranks > 1 && job->world_size == 1) {  // start the ranks; each comes back here
+    const Status failed = comm::exec_under_mpirun(ranks, rank_args(args));
+    std::fprintf(stderr, "error: %s\n", failed.message().c_str());
+    return kExitFailure;
+  }
+  // Every rank generates the same tokens (the group's sums give each the
+  // same logits); the first prints them.
+  if (job->rank != 0 && std::freopen("/dev/null", "w", stdout) == nullptr) return kExitFailure;
   InferenceOptions inference;
   inference.environment = read_engine_environment();
   inference.offload = offload;
+  inference.tensor_parallel = job->world_size;
   auto model = !dir.empty()      ? open_for_inference(dir, tag, inference)
                : !config.empty() ? open_config_for_inference(config, inference)
                                  : open_hf_for_inference(hf, inference);

@@ -7,7 +7,11 @@
 // token. The block is the runner's (runner.h) unfused form: the same
 // kernels, fp32 activations, bf16 products where the views are bf16. MoE
 // blocks route each token as the runner does (dropless, so a token's route
-// does not depend on the others of the batch).
+// does not depend on the others of the batch). Under tensor parallelism
+// (dense blocks) each rank holds its heads' keys and values and its part of
+// every linear, as the runner splits them: the group sums the embedding,
+// o_proj's and down_proj's outputs, and the head's logits over each rank's
+// vocabulary rows.
 #pragma once
 
 #include <dscore/model.h>
@@ -22,6 +26,7 @@
 #include "../transformer_common/cpu/cached_attention.h"
 #include "../transformer_common/kv_cache.h"
 #include "../transformer_common/layer_pass.h"
+#include "../transformer_common/tensor_parallel.h"
 #include "llama_config.h"
 #include "llama_params.h"
 #include "moe_mlp.h"
@@ -42,6 +47,8 @@ class LlamaDecoder {
   LlamaDecoder(const LlamaConfig& config, const LlamaParams& params, Backend& backend)
       : cfg_(config),
         backend_(backend),
+        vocab_first_(params.vocab_first()),
+        vocab_rows_(params.vocab_rows()),
         inv_freq_(rope_inv_freq(config)),
         qwen_(cfg_, params, backend),
         moe_(cfg_, backend) {
@@ -50,9 +57,12 @@ class LlamaDecoder {
   }
 
   std::unique_ptr<sdk::DecodeCache> make_cache(int64_t slots, int64_t max_positions) {
+    if (split() && cfg_.has_moe())
+      throw sdk::Error(DSCORE_UNIMPLEMENTED,
+                       "llama: KV-cached generation of MoE blocks under tensor parallelism is not "
+                       "supported; generate on one rank");
     transformer::check_cache_request(max_positions, cfg_.block_size,
-                                     cfg_.tp_size > 1 || cfg_.sp_size > 1 || cfg_.ep_size > 1,
-                                     "llama");
+                                     cfg_.sp_size > 1 || cfg_.ep_size > 1, "llama");
     if (max_positions > table_positions_) {
       rope_cos_ = backend_.template alloc<T>(max_positions * (cfg_.head_dim / 2));
       rope_sin_ = backend_.template alloc<T>(max_positions * (cfg_.head_dim / 2));
@@ -60,7 +70,7 @@ class LlamaDecoder {
       table_positions_ = max_positions;
     }
     return std::make_unique<Cache>(backend_, cfg_.num_hidden_layers, slots, max_positions,
-                                   cfg_.kv_dim());
+                                   cfg_.local_kv_dim());
   }
 
   // logits: (count, vocab_size) host fp32.
@@ -70,7 +80,16 @@ class LlamaDecoder {
     const int64_t N = rows.rows(), C = cfg_.hidden_size;
     backend_.copy_tokens(tokens_.get(), rows.tokens.data(), N);
     transformer::forward_layer(hooks, 0, numels_[0], backend_, [&](const auto& p) {
-      backend_.embedding_forward(x_.get(), tokens_.get(), p[kEmbedTokens], N, C);
+      if (!split()) {
+        backend_.embedding_forward(x_.get(), tokens_.get(), p[kEmbedTokens], N, C);
+      } else if constexpr (requires {
+                             backend_.embedding_forward_part(nullptr, nullptr, p[kEmbedTokens], 0,
+                                                             0, 0, 0);
+                           }) {
+        backend_.embedding_forward_part(x_.get(), tokens_.get(), p[kEmbedTokens], N, C,
+                                        vocab_first_, vocab_rows_);
+        group_sum(x_.get(), N * C);
+      }
     });
     if (cfg_.has_moe()) {
       moe_.allocate(N, 0, cfg_.num_hidden_layers);
@@ -88,8 +107,14 @@ class LlamaDecoder {
     std::vector<int64_t> head_rows(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i) head_rows[static_cast<size_t>(i)] = i;
     const auto head = [&](const T* w) {
-      backend_.lm_head_forward(lnf_.get(), w, nullptr, count, C, cfg_.vocab_size, head_rows.data(),
-                               count, logits);
+      if (!split())
+        return (void)backend_.lm_head_forward(lnf_.get(), w, nullptr, count, C, cfg_.vocab_size,
+                                              head_rows.data(), count, logits);
+      std::vector<float> local(static_cast<size_t>(count * vocab_rows_));
+      backend_.lm_head_forward(lnf_.get(), w, nullptr, count, C, vocab_rows_, head_rows.data(),
+                               count, local.data());
+      transformer::gather_vocab_logits(backend_, local.data(), count, vocab_rows_, vocab_first_,
+                                       cfg_.vocab_size, logits, "llama");
     };
     const size_t final_layer = static_cast<size_t>(cfg_.final_layer());
     transformer::forward_layer(
@@ -107,8 +132,9 @@ class LlamaDecoder {
   // Block l over the rows in x_, its output back in x_.
   template <class P>
   void block(int64_t l, const P& p, Cache& cache, const transformer::DecodeRows& rows) {
-    const int64_t N = rows.rows(), C = cfg_.hidden_size, I = cfg_.intermediate_size;
-    const int64_t Q = cfg_.q_dim(), KV = cfg_.kv_dim(), hd = cfg_.head_dim;
+    // This rank's heads and units (all of them without tensor parallelism).
+    const int64_t N = rows.rows(), C = cfg_.hidden_size, I = cfg_.local_intermediate();
+    const int64_t Q = cfg_.local_q_dim(), KV = cfg_.local_kv_dim(), hd = cfg_.head_dim;
     const double eps = cfg_.rms_norm_eps;
     T* x = x_.get();
     backend_.rmsnorm_forward(ln_.get(), rstd_.get(), x, p[kInputNorm], N, C, eps);
@@ -125,18 +151,19 @@ class LlamaDecoder {
       T* q = q_.get() + s.first_row * Q;
       T* k = k_.get() + s.first_row * KV;
       backend_.rope_forward(q, rope_cos_.get() + table, rope_sin_.get() + table, 1, s.length,
-                            cfg_.num_attention_heads, hd, Q);
+                            cfg_.local_heads(), hd, Q);
       backend_.rope_forward(k, rope_cos_.get() + table, rope_sin_.get() + table, 1, s.length,
-                            cfg_.num_key_value_heads, hd, KV);
+                            cfg_.local_kv_heads(), hd, KV);
       T* keys = cache.keys(l, s.slot);
       T* values = cache.values(l, s.slot);
       backend_.copy_from_host(keys + s.position * KV, k, s.length * KV);
       backend_.copy_from_host(values + s.position * KV, v_.get() + s.first_row * KV, s.length * KV);
       attention.push_back({q, atty_.get() + s.first_row * Q, keys, values, s.position, s.length});
     }
-    transformer::cpu::cached_attention(
-        attention, {cfg_.num_attention_heads, cfg_.num_key_value_heads, hd, Q, KV, Q});
+    transformer::cpu::cached_attention(attention,
+                                       {cfg_.local_heads(), cfg_.local_kv_heads(), hd, Q, KV, Q});
     backend_.matmul_forward(o_.get(), atty_.get(), p[kOProj], nullptr, N, Q, C);
+    group_sum(o_.get(), N * C);
     backend_.add(x2_.get(), x, o_.get(), N * C);
     if (cfg_.moe_block(l)) {
       if constexpr (requires { Backend::kHostMemory; }) {
@@ -150,6 +177,7 @@ class LlamaDecoder {
       backend_.matmul_forward(up_.get(), ln_.get(), p[kUpProj], nullptr, N, C, I);
       backend_.swiglu_forward(act_.get(), gate_.get(), up_.get(), N * I);
       backend_.matmul_forward(x, act_.get(), p[kDownProj], nullptr, N, I, C);
+      group_sum(x, N * C);
     }
     backend_.add(x, x, x2_.get(), N * C);
   }
@@ -157,16 +185,15 @@ class LlamaDecoder {
   // Buffers for N rows of `count` sequences, grown when a call needs more.
   void allocate(int64_t N, int64_t count) {
     if (N > rows_) {
-      const int64_t C = cfg_.hidden_size, Q = cfg_.q_dim(), KV = cfg_.kv_dim();
-      const int64_t I = cfg_.intermediate_size;
+      const int64_t C = cfg_.hidden_size, Q = cfg_.local_q_dim(), KV = cfg_.local_kv_dim();
+      const int64_t I = cfg_.local_intermediate();
       tokens_ = backend_.template alloc<int32_t>(N);
       x_ = alloc(N * C), x2_ = alloc(N * C), ln_ = alloc(N * C), o_ = alloc(N * C);
       rstd_ = backend_.template alloc<S>(N);
       q_ = alloc(N * Q), k_ = alloc(N * KV), v_ = alloc(N * KV), atty_ = alloc(N * Q);
       if (cfg_.qk_norm()) {
         q_pre_ = alloc(N * Q), k_pre_ = alloc(N * KV);
-        head_rstd_ =
-            backend_.template alloc<S>(N * (cfg_.num_attention_heads + cfg_.num_key_value_heads));
+        head_rstd_ = backend_.template alloc<S>(N * (cfg_.local_heads() + cfg_.local_kv_heads()));
       }
       gate_ = alloc(N * I), up_ = alloc(N * I), act_ = alloc(N * I);
       rows_ = N;
@@ -177,9 +204,15 @@ class LlamaDecoder {
     }
   }
   Buffer<T> alloc(int64_t n) { return backend_.template alloc<T>(n); }
+  // Tensor parallelism (llama_params.cc's split): the group's sum in place.
+  bool split() const { return cfg_.tp_size > 1; }
+  void group_sum(T* data, int64_t n) {
+    if (split()) transformer::group_sum(backend_, data, n, "llama");
+  }
 
   const LlamaConfig& cfg_;
   Backend& backend_;
+  int64_t vocab_first_, vocab_rows_;  // this rank's rows of the embedding and head
   std::vector<double> inv_freq_;
   std::vector<std::vector<int64_t>> numels_;
   QwenAttention<Backend> qwen_;

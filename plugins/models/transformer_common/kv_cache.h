@@ -98,9 +98,10 @@ class KvCache final : public sdk::DecodeCache {
   typename Backend::template Buffer<T> keys_, values_;
 };
 
-// The cache's limits for a model of `context` positions, generating on
-// one rank: OUT_OF_RANGE past the context, FAILED_PRECONDITION for a split
-// model (its decode would need the group's collectives).
+// The cache's limits for a model of `context` positions: OUT_OF_RANGE past
+// the context; UNIMPLEMENTED for a sequence- or expert-parallel instance
+// (`split`; generation runs those on one rank, their files hold whole
+// tensors).
 inline void check_cache_request(int64_t max_positions, int64_t context, bool split,
                                 const char* model) {
   if (max_positions > context)
@@ -110,8 +111,8 @@ inline void check_cache_request(int64_t max_positions, int64_t context, bool spl
   if (split)
     throw sdk::Error(DSCORE_UNIMPLEMENTED,
                      std::string(model) +
-                         ": KV-cached generation of a tensor- or sequence-parallel instance is "
-                         "not supported yet; generate on one rank");
+                         ": KV-cached generation of a sequence- or expert-parallel instance is "
+                         "not supported; generate on one rank or tensor-parallel");
 }
 
 }  // namespace dscore::transformer

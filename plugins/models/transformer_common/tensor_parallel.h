@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "host_tensor.h"
 
@@ -99,6 +100,20 @@ double vocab_parallel_head(Backend& backend, T* dx, T* dw, const T* x, const T* 
     return backend.vocab_parallel_head(dx, dw, x, w, targets, N, C, rows, v0, V, grad_scale);
   else
     cpu_only(model);
+}
+
+// Logits of this rank's vocabulary rows [v0, v0 + rows) of V (`local`,
+// count x rows) made whole on every rank of the group: each places its
+// columns in zeros and the group sums them (in T, the group's type).
+template <class Backend>
+void gather_vocab_logits(Backend& backend, const float* local, int64_t count, int64_t rows,
+                         int64_t v0, int64_t V, float* whole, const char* model) {
+  using T = typename Backend::Scalar;
+  std::vector<T> sum(static_cast<size_t>(count * V), T{0});
+  for (int64_t i = 0; i < count; ++i)
+    for (int64_t v = 0; v < rows; ++v) sum[i * V + v0 + v] = static_cast<T>(local[i * rows + v]);
+  group_sum(backend, sum.data(), count * V, model);
+  for (int64_t k = 0; k < count * V; ++k) whole[k] = static_cast<float>(sum[k]);
 }
 
 }  // namespace dscore::transformer

@@ -205,6 +205,33 @@ TEST_F(GenerateCommand, ZeroInferenceGivesTheTokensOfTheWholeModel) {
   EXPECT_EQ(on_disk.out, in_memory.out);
 }
 
+// -n 2: two ranks under mpirun split the model (tensor parallelism) and
+// decode in step, the first printing: the tokens of one rank, greedy and
+// sampled, one prompt and a prompts file.
+TEST_F(GenerateCommand, TwoTensorParallelRanksGiveTheTokensOfOne) {
+  ASSERT_EQ(trained_->exit_code, 0) << trained_->describe();
+  const fs::path prompts = dir_->write(
+      "tp_prompts.jsonl", "{\"prompt\": \"abc\"}\n{\"prompt\": \"fg a\", \"temperature\": 1.0}\n");
+  for (const char* temperature : {"0", "1.3"}) {
+    auto generate = [&](const char* ranks) {
+      return run_dscore({"generate", "--checkpoint", checkpoint(), "--prompt", "cdef",
+                         "--temperature", temperature, "--max-new-tokens", "24", "-n", ranks});
+    };
+    ProcessResult one = generate("1"), two = generate("2");
+    ASSERT_EQ(one.exit_code, 0) << one.describe();
+    ASSERT_EQ(two.exit_code, 0) << two.describe();
+    EXPECT_EQ(two.out, one.out);
+    EXPECT_NE(two.err.find("KV cache"), std::string::npos) << two.err;
+  }
+  auto batch = [&](const char* ranks) {
+    return run_dscore({"generate", "--checkpoint", checkpoint(), "--prompts-file", prompts.string(),
+                       "--max-new-tokens", "10", "--temperature", "0", "-n", ranks});
+  };
+  ProcessResult one = batch("1"), two = batch("2");
+  ASSERT_EQ(two.exit_code, 0) << two.describe();
+  EXPECT_EQ(two.out, one.out);
+}
+
 TEST_F(GenerateCommand, AMissingCheckpointSaysWhere) {
   ProcessResult r = run_dscore(
       {"generate", "--checkpoint", (dir_->path() / "nowhere").string(), "--prompt", "a"});

@@ -124,7 +124,8 @@ def check_greedy(name, model, config):
     lines = [{"prompt_tokens": p} for p in PROMPTS]
     common = ["--temperature", "0", "--max-new-tokens", str(NEW)]
     for what, extra in [("kv cache, batches of 2", ["--batch-size", "2"]),
-                        ("no kv cache, batches of 5", ["--batch-size", "5", "--no-kv-cache"])]:
+                        ("no kv cache, batches of 5", ["--batch-size", "5", "--no-kv-cache"]),
+                        ("2 tensor-parallel ranks, kv cache", ["--batch-size", "3", "-n", "2"])]:
         rows = dscore_batch(config, common + extra, lines)
         got = [r["tokens"] for r in rows]
         if got != alone:
