@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/base/logging.h"
+#include "core/tensor/tensor_view.h"
 
 namespace dscore {
 
@@ -130,15 +131,8 @@ Status BatchGenerator::cached_logits(std::vector<std::vector<float>>* logits) {
                                   tokens.data()};
   const int64_t count = static_cast<int64_t>(running_.size());
   std::vector<float> all(static_cast<size_t>(count * vocab_size_));
-  const int64_t shape[2] = {count, vocab_size_};
-  dscore_tensor out{};
-  out.struct_size = sizeof out;
-  out.data = all.data();
-  out.dtype = DSCORE_DTYPE_F32;
-  out.device_type = DSCORE_DEVICE_CPU;
-  out.ndim = 2;
-  out.shape = shape;
-  out.numel = count * vocab_size_;
+  const std::vector<int64_t> shape = {count, vocab_size_};
+  dscore_tensor out = tensor::host_view(all.data(), DSCORE_DTYPE_F32, shape, count * vocab_size_);
   DSCORE_RETURN_IF_ERROR(engine_.decode(*cache_, batch, &out));
   logits->clear();
   for (int64_t i = 0; i < count; ++i)

@@ -10,6 +10,7 @@
 #include "core/checkpoint/durable_file.h"
 #include "core/config/json.h"
 #include "core/engine/initialize.h"
+#include "core/tensor/tensor_view.h"
 
 namespace dscore {
 namespace {
@@ -237,27 +238,13 @@ Status TokenForward::run(const std::vector<int32_t>& tokens, double* loss) {
                             " tokens, not " + std::to_string(tokens.size()));
   std::fill(window_.begin(), window_.end(), -1);  // -1 = padding
   std::copy(tokens.begin(), tokens.end(), window_.begin());
-  const int64_t shape[2] = {1, block_size_ + 1};
-  dscore_tensor input{};
-  input.struct_size = sizeof input;
-  input.data = window_.data();
-  input.dtype = DSCORE_DTYPE_I32;
-  input.device_type = DSCORE_DEVICE_CPU;
-  input.ndim = 2;
-  input.shape = shape;
-  input.numel = block_size_ + 1;
+  const std::vector<int64_t> shape = {1, block_size_ + 1};
+  const dscore_tensor input =
+      tensor::host_view(window_.data(), DSCORE_DTYPE_I32, shape, block_size_ + 1);
   const dscore_tensor* inputs[] = {&input};
   const dscore_batch batch{sizeof(dscore_batch), 1, 1, inputs};
   const int64_t vocab = static_cast<int64_t>(logits_.size());
-  const int64_t out_shape[2] = {1, vocab};
-  dscore_tensor output{};
-  output.struct_size = sizeof output;
-  output.data = logits_.data();
-  output.dtype = DSCORE_DTYPE_F32;
-  output.device_type = DSCORE_DEVICE_CPU;
-  output.ndim = 2;
-  output.shape = out_shape;
-  output.numel = vocab;
+  dscore_tensor output = tensor::host_view(logits_.data(), DSCORE_DTYPE_F32, {1, vocab}, vocab);
   return engine_->forward(batch, &output, loss);
 }
 

@@ -226,10 +226,7 @@ class Llama : public sdk::Instance {
   }
   void decode(sdk::DecodeCache& cache, const dscore_decode_batch& batch,
               const dscore_model_hooks& hooks, dscore_tensor* logits) {
-    const transformer::DecodeRows rows =
-        transformer::DecodeRows::of(batch, config_.vocab_size, "llama");
-    compute_->decode(cache, rows, hooks,
-                     transformer::decode_logits(logits, rows.count(), config_.vocab_size, "llama"));
+    compute_->decode_batch(cache, batch, hooks, logits, config_.vocab_size, "llama");
   }
   uint64_t decode_cache_bytes(int64_t slots, int64_t max_positions,
                               dscore_dtype /*param_dtype*/) const {

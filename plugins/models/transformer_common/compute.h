@@ -53,6 +53,14 @@ class Compute {
   virtual void decode(sdk::DecodeCache&, const DecodeRows&, const dscore_model_hooks&, float*) {
     no_decode();
   }
+  // model.h decode's call as a model plugin receives it: the batch's
+  // tokens checked against the vocabulary, the logits tensor checked.
+  void decode_batch(sdk::DecodeCache& cache, const dscore_decode_batch& batch,
+                    const dscore_model_hooks& hooks, dscore_tensor* logits, int64_t vocab_size,
+                    const char* model) {
+    const DecodeRows rows = DecodeRows::of(batch, vocab_size, model);
+    decode(cache, rows, hooks, decode_logits(logits, rows.count(), vocab_size, model));
+  }
 
  protected:
   [[noreturn]] static void no_decode() {
