@@ -16,7 +16,15 @@ Rows:
 Limits measured in the same run, before and after the rows: the fp32 GEMM
 rate (bench/cpu_gemm_rate) and the host memory rate (bench/host_memory_rate).
 
+With --zero-inference DIR, instead: ZeRO-Inference of the 2.5B bf16 GPT of
+configs/nvme_offload_2b.json (its initial weights) with the weights on NVMe
+under DIR (--offload-param nvme, none kept in memory): ms per decoded token
+beside its floor, the bf16 weights (2 B x parameters) read once per token at
+the disk's read rate, which `dscore io-bench DIR` measures in the same run
+(its probe), and the peak RSS.
+
 Usage: build/deepspeed-venv/bin/python bench/generate.py [--dscore build/release/bin/dscore]
+                                                         [--zero-inference DIR]
 Needs the release build (dscore, its plugins, cpu_gemm_rate, host_memory_rate) and the venv of
 tests/external/deepspeed (torch, transformers).
 """
@@ -75,11 +83,40 @@ def torch_run(model, n, new, cache):
     return n / prefill, 1e3 * (total - prefill) / (new - 1), out[0, n:].tolist()
 
 
+def zero_inference(dscore, folder):
+    probe = subprocess.run([dscore, "io-bench", folder], capture_output=True, text=True, check=True)
+    read = max(float(x) for x in re.findall(r"read ([0-9.]+) GB/s", probe.stdout + probe.stderr))
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    config = os.path.join(repo, "configs", "nvme_offload_2b.json")
+    start = time.perf_counter()
+    r = subprocess.run(["/usr/bin/time", "-f", "peak_rss_kb %M", dscore, "generate", "--config",
+                        config, "--prompt-tokens", "84,104,101,32", "--temperature", "0",
+                        "--max-new-tokens", "6", "--offload-param", "nvme", "--nvme-path", folder],
+                       capture_output=True, text=True, cwd=repo)
+    wall = time.perf_counter() - start
+    m = TIMING.search(r.stderr)
+    if r.returncode != 0 or not m:
+        sys.exit("dscore generate failed:\n" + r.stderr)
+    rss = int(re.search(r"peak_rss_kb (\d+)", r.stderr).group(1)) / 2**20
+    ms = 1e3 * float(m.group(4)) / int(m.group(3))
+    params = 32 * 12 * 2560 * 2560 + 2560 * (256 + 64)  # blocks' matrices + embeddings (bf16)
+    floor = 1e3 * 2 * params / (read * 1e9)
+    print(f"ZeRO-Inference, 2.5B bf16 GPT (configs/nvme_offload_2b.json), weights on NVMe at {folder}")
+    print(f"limit: the disk's read rate {read:.2f} GB/s (dscore io-bench, best of its points and "
+          f"probe): {floor:.0f} ms to read the {2 * params / 1e9:.2f} GB of weights")
+    print(f"decode: {ms:.0f} ms/token = {ms / floor:.2f} x that floor; first step (start of the "
+          f"cache, the prompt) {float(m.group(2)):.1f} s; peak RSS {rss:.2f} GiB; wall {wall:.0f} s "
+          f"(the engine's start writes the weights and an fp32 master to the folder)")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--dscore", default="build/release/bin/dscore")
+    parser.add_argument("--zero-inference", metavar="DIR")
     args = parser.parse_args()
     dscore = os.path.abspath(args.dscore)
+    if args.zero_inference:
+        return zero_inference(dscore, os.path.abspath(args.zero_inference))
     tools = {t: os.path.join(os.path.dirname(dscore), t) for t in ("cpu_gemm_rate", "host_memory_rate")}
     gemm_before = limit(tools["cpu_gemm_rate"], "fp32_gflops")
     memory_before = limit(tools["host_memory_rate"], "host_memory_gbps")

@@ -3,15 +3,21 @@
 // step, computed before anything is allocated; with NVMe optimizer offload
 // the tile buffers in RAM and the swap files on disk; for "device": "cuda"
 // what is in GPU memory and what in host memory. Ends with whether the
-// ranks on this machine fit its available RAM, disk and GPU memory.
+// ranks on this machine fit its available RAM, disk and GPU memory. With
+// --inference, the engine `dscore generate` and `serve` build from the config
+// (ZeRO-Inference's stage 3 where it offloads the parameters, -n ranks
+// splitting the model), and the KV cache.
 #include <algorithm>
 #include <cstdio>
 
+#include "core/app/generation.h"
 #include "core/app/planner.h"
 #include "core/base/strings.h"
+#include "core/checkpoint/durable_file.h"
 #include "core/cli/commands.h"
 #include "core/cli/options.h"
 #include "core/config/config.h"
+#include "core/config/json.h"
 #include "core/device/select.h"
 #include "core/engine/environment.h"
 #include "core/engine/job_fit.h"
@@ -23,17 +29,27 @@ int plan_command(const std::vector<std::string>& args) {
   std::string path;
   int ranks = 1;
   int per_node = 0;
+  InferenceOffload offload;
   options.add_options()("config,c", po::value<std::string>(&path)->required(),
                         "the ds_config.json to plan")("n,n",
                                                       po::value<int>(&ranks)->default_value(1),
                                                       "number of ranks (data-parallel world size)")(
       "ranks-per-node", po::value<int>(&per_node)->default_value(0),
-      "ranks sharing this machine's RAM and disk (default: all of them)");
+      "ranks sharing this machine's RAM and disk (default: all of them)")(
+      "inference",
+      "plan `dscore generate`/`serve`'s engine for this config instead (-n: "
+      "tensor-parallel ranks): the weights where they live, no optimizer state")(
+      "offload-param", po::value<std::string>(&offload.offload_param),
+      "with --inference: none, cpu or nvme (ZeRO-Inference), as generate takes it")(
+      "nvme-path", po::value<std::string>(&offload.nvme_path),
+      "with --inference --offload-param nvme: the swap folder");
   po::positional_options_description positional;
   po::variables_map vm;
   int exit_code = kExitOk;
-  if (!parse_options(args, options, positional, "usage: dscore plan --config F [-n RANKS]", &vm,
-                     &exit_code))
+  if (!parse_options(
+          args, options, positional,
+          "usage: dscore plan --config F [-n RANKS] [--inference [--offload-param cpu|nvme]]", &vm,
+          &exit_code))
     return exit_code;
   if (ranks < 1 || per_node < 0 || per_node > ranks) {
     std::fprintf(stderr, "dscore: -n must be at least 1 and --ranks-per-node at most -n\n");
@@ -44,7 +60,20 @@ int plan_command(const std::vector<std::string>& args) {
   init.trust_config_plugin_paths = read_engine_environment().trust_config_plugin_paths;
   init.job = comm::JobEnv{};
   init.job->world_size = ranks;
-  const std::optional<Setup> setup = prepare_or_report(path, init);
+  std::optional<Setup> setup;
+  if (vm.count("inference") != 0) {
+    // The config generation builds (core/app/generation.h), as text.
+    auto text = checkpoint::read_text_file(path, 64u << 20);
+    auto config = text.ok() ? json::parse(*text, path) : Result<json::Value>(text.status());
+    auto engine_config = config.ok() ? inference_config(*config, offload, ranks)
+                                     : Result<json::Value>(config.status());
+    if (!engine_config.ok()) return report_failure(engine_config.status());
+    const size_t slash = path.rfind('/');
+    setup = prepare_text_or_report(json::serialize(*engine_config), path,
+                                   slash == std::string::npos ? "." : path.substr(0, slash), init);
+  } else {
+    setup = prepare_or_report(path, init);
+  }
   if (!setup) return kExitUsage;
   if (auto errors = config::placement_errors(*setup->loaded.config); !errors.empty()) {
     for (const config::ConfigError& e : errors)

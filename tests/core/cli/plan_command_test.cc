@@ -133,5 +133,33 @@ TEST(CliPlan, ConfigErrorsAreExitTwoWithTheirPath) {
   EXPECT_EQ(bad.exit_code, 2) << bad.describe();
 }
 
+// --inference plans generation's engine: the same model without optimizer
+// state, at stage 0, or stage 3 with the parameters offloaded
+// (ZeRO-Inference), and the KV cache of a token model.
+TEST(CliPlan, InferencePlansGenerationsEngineAndTheKvCache) {
+  TempDir dir("dscore_cli_plan");
+  const auto config = dir.write("llama.json", R"({"train_batch_size": 4,
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}, "zero_optimization": {"stage": 2},
+      "model": {"type": "llama", "vocab_size": 64, "hidden_size": 32, "intermediate_size": 64,
+                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                "block_size": 16}})");
+  ProcessResult training = run_dscore({"plan", "--config", config.string()});
+  ASSERT_EQ(training.exit_code, 0) << training.describe();
+  EXPECT_NE(training.out.find("ZeRO stage 2"), std::string::npos) << training.out;
+  ProcessResult r = run_dscore({"plan", "--config", config.string(), "--inference"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.out.find("ZeRO stage 0, 1 rank(s)"), std::string::npos) << r.out;
+  const auto state = lines_starting_with(r.out, "  optimizer state");
+  ASSERT_EQ(state.size(), 1u) << r.out;
+  EXPECT_NE(state[0].find(" 0 B"), std::string::npos) << state[0];
+  // 2 layers x 16 positions x 2 heads x 8 x (keys + values) x 4 B = 4 KiB.
+  EXPECT_NE(r.out.find("KV cache 4.00 KiB per sequence of 16 tokens"), std::string::npos) << r.out;
+  ProcessResult offloaded =
+      run_dscore({"plan", "--config", config.string(), "--inference", "--offload-param", "cpu"});
+  ASSERT_EQ(offloaded.exit_code, 0) << offloaded.describe();
+  EXPECT_NE(offloaded.out.find("ZeRO stage 3"), std::string::npos) << offloaded.out;
+  EXPECT_NE(offloaded.out.find("parameters: host"), std::string::npos) << offloaded.out;
+}
+
 }  // namespace
 }  // namespace dscore::testing
