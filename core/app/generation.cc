@@ -60,6 +60,9 @@ Result<json::Value> inference_config(json::Value config, const InferenceOffload&
     }
     json::Value zero = json::Value::object();
     zero.set("offload_param", std::move(param));
+    // Prefetch reaches a layer ahead only when the bucket exceeds the
+    // current layer's elements; the live limit (1e9 by default) bounds it.
+    zero.set("stage3_prefetch_bucket_size", json::Value(int64_t{1} << 30));
     if (device == "nvme") {  // the fp32 master beside them, out of memory
       json::Value optimizer = json::Value::object();
       optimizer.set("device", json::Value("nvme"));

@@ -86,8 +86,11 @@ class GptDecoder {
           group_sum(x_.get(), N * C);
         });
       }
-      transformer::forward_layer(hooks, static_cast<size_t>(l + 1), numels_[l + 1], backend_,
-                                 [&](const auto& p) { block(l, p, cache, rows); });
+      // The linears' weights only through their 16-bit views: no fp32
+      // copies of them (layer_pass.h).
+      transformer::forward_layer(
+          hooks, static_cast<size_t>(l + 1), numels_[l + 1], backend_,
+          [&](const auto& p) { block(l, p, cache, rows); }, &block_gemm_weights(cfg_.moe_block(l)));
     }
     const int64_t count = rows.count();
     for (int64_t i = 0; i < count; ++i)

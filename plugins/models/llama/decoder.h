@@ -96,8 +96,11 @@ class LlamaDecoder {
       moe_.begin_pass(rows.tokens);
     }
     for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
-      transformer::forward_layer(hooks, static_cast<size_t>(l + 1), numels_[l + 1], backend_,
-                                 [&](const auto& p) { block(l, p, cache, rows); });
+      // The linears' weights only through their 16-bit views: no fp32
+      // copies of them (layer_pass.h).
+      transformer::forward_layer(
+          hooks, static_cast<size_t>(l + 1), numels_[l + 1], backend_,
+          [&](const auto& p) { block(l, p, cache, rows); }, &block_gemm_weights(cfg_.moe_block(l)));
     }
     // The final norm and the head at each sequence's last new token.
     for (const transformer::DecodeSequence& s : rows.sequences)
