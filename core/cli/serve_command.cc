@@ -9,6 +9,7 @@
 
 #include "core/app/batch_generator.h"
 #include "core/app/generation.h"
+#include "core/base/process_heap.h"
 #include "core/cli/commands.h"
 #include "core/cli/options.h"
 #include "core/serve/completion_service.h"
@@ -65,6 +66,14 @@ int serve_command(const std::vector<std::string>& args) {
                  "dscore serve: give exactly one of --checkpoint, --config and --hf; "
                  "--batch-size >= 1, --max-queue >= 0, --port 0-65535\n%s\n",
                  kServeUsage);
+    return kExitUsage;
+  }
+  // Freed memory kept in the process (process_heap.h), before the engine's
+  // threads start: ZeRO-Inference gathers the same layers every step, and
+  // fresh pages would be faulted in each time.
+  auto kept = apply_heap_policy_from_env();
+  if (!kept.ok()) {
+    std::fprintf(stderr, "error: %s\n", kept.status().message().c_str());
     return kExitUsage;
   }
   InferenceOptions inference;
