@@ -6,9 +6,11 @@
 #include <numeric>
 
 #include "core/app/batch_generator.h"
+#include "core/base/process_heap.h"
 #include "core/checkpoint/checkpoint_info.h"
 #include "core/checkpoint/durable_file.h"
 #include "core/config/json.h"
+#include "core/config/placement.h"
 #include "core/engine/initialize.h"
 #include "core/tensor/tensor_view.h"
 
@@ -156,6 +158,8 @@ Result<std::unique_ptr<Engine>> inference_engine(const json::Value& config,
   DSCORE_ASSIGN_OR_RETURN(Setup setup,
                           prepare_text(json::serialize(engine_config), source, base_dir, options));
   if (!setup.loaded.ok()) return invalid_argument(format_config_errors(setup.loaded));
+  if (inference.heap_policy && !config::make_placement(*setup.loaded.config).offloads())
+    DSCORE_RETURN_IF_ERROR(apply_heap_policy_from_env().status());
   return build_engine(setup, nullptr);
 }
 

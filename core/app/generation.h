@@ -46,6 +46,11 @@ struct InferenceOptions {
   // > 1: this process is a rank of a job of that many (its launcher's
   // environment), which split the model as tensor parallelism does.
   int tensor_parallel = 1;
+  // The program's heap policy (core/base/process_heap.h, DSCORE_MALLOC)
+  // applied before the engine's threads start, as `dscore run` does: not
+  // where the weights are offloaded (the start's large transient buffers
+  // would stay in the heap).
+  bool heap_policy = false;
 };
 
 // A one-rank engine holding the weights of the checkpoint in `dir` (tag ""

@@ -16,7 +16,6 @@
 #include <sstream>
 
 #include "core/app/generation.h"
-#include "core/base/process_heap.h"
 #include "core/cli/commands.h"
 #include "core/cli/generate_batch.h"
 #include "core/cli/options.h"
@@ -142,16 +141,9 @@ int generate_command(const std::vector<std::string>& args) {
   // Every rank generates the same tokens (the group's sums give each the
   // same logits); the first prints them.
   if (job->rank != 0 && std::freopen("/dev/null", "w", stdout) == nullptr) return kExitFailure;
-  // Freed memory kept in the process (process_heap.h), before the engine's
-  // threads start: ZeRO-Inference gathers the same layers every step, and
-  // fresh pages would be faulted in each time.
-  auto kept = apply_heap_policy_from_env();
-  if (!kept.ok()) {
-    std::fprintf(stderr, "error: %s\n", kept.status().message().c_str());
-    return kExitUsage;
-  }
   InferenceOptions inference;
   inference.environment = read_engine_environment();
+  inference.heap_policy = true;
   inference.offload = offload;
   inference.tensor_parallel = job->world_size;
   auto model = !dir.empty()      ? open_for_inference(dir, tag, inference)

@@ -9,7 +9,6 @@
 
 #include "core/app/batch_generator.h"
 #include "core/app/generation.h"
-#include "core/base/process_heap.h"
 #include "core/cli/commands.h"
 #include "core/cli/options.h"
 #include "core/serve/completion_service.h"
@@ -68,16 +67,9 @@ int serve_command(const std::vector<std::string>& args) {
                  kServeUsage);
     return kExitUsage;
   }
-  // Freed memory kept in the process (process_heap.h), before the engine's
-  // threads start: ZeRO-Inference gathers the same layers every step, and
-  // fresh pages would be faulted in each time.
-  auto kept = apply_heap_policy_from_env();
-  if (!kept.ok()) {
-    std::fprintf(stderr, "error: %s\n", kept.status().message().c_str());
-    return kExitUsage;
-  }
   InferenceOptions inference;
   inference.environment = read_engine_environment();
+  inference.heap_policy = true;
   inference.offload = offload;
   auto model = !dir.empty()      ? open_for_inference(dir, tag, inference)
                : !config.empty() ? open_config_for_inference(config, inference)
