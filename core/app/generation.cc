@@ -224,6 +224,13 @@ Result<InferenceModel> open_hf_for_inference(const std::string& folder,
   return out;
 }
 
+Result<InferenceModel> open_inference(const InferenceSource& source,
+                                      const InferenceOptions& options) {
+  if (!source.checkpoint.empty()) return open_for_inference(source.checkpoint, source.tag, options);
+  if (!source.config.empty()) return open_config_for_inference(source.config, options);
+  return open_hf_for_inference(source.hf, options);
+}
+
 Result<TokenForward> TokenForward::create(Engine& engine, int64_t block_size, int64_t vocab_size) {
   const dscore_model_description& d = engine.model().description();
   if (d.input_count != 1 || d.inputs[0]->dtype != DSCORE_DTYPE_I32 || d.inputs[0]->ndim != 1 ||

@@ -80,6 +80,14 @@ Result<InferenceModel> open_config_for_inference(const std::string& config_path,
 Result<InferenceModel> open_hf_for_inference(const std::string& folder,
                                              const InferenceOptions& options = {});
 
+// Which of the three above: a checkpoint folder (and tag), a config file
+// or a Hugging Face folder, exactly one of them set.
+struct InferenceSource {
+  std::string checkpoint, tag, config, hf;
+};
+Result<InferenceModel> open_inference(const InferenceSource& source,
+                                      const InferenceOptions& options = {});
+
 // One forward pass of a token model over a prompt of 1 to block_size tokens
 // (then padding): the logits at its last token and, when asked, the mean
 // next-token loss over it. Generation's step and `dscore forward`'s.

@@ -146,9 +146,7 @@ int generate_command(const std::vector<std::string>& args) {
   inference.heap_policy = true;
   inference.offload = offload;
   inference.tensor_parallel = job->world_size;
-  auto model = !dir.empty()      ? open_for_inference(dir, tag, inference)
-               : !config.empty() ? open_config_for_inference(config, inference)
-                                 : open_hf_for_inference(hf, inference);
+  auto model = open_inference({dir, tag, config, hf}, inference);
   if (!model.ok()) {
     std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
     return kExitFailure;

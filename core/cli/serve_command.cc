@@ -71,9 +71,7 @@ int serve_command(const std::vector<std::string>& args) {
   inference.environment = read_engine_environment();
   inference.heap_policy = true;
   inference.offload = offload;
-  auto model = !dir.empty()      ? open_for_inference(dir, tag, inference)
-               : !config.empty() ? open_config_for_inference(config, inference)
-                                 : open_hf_for_inference(hf, inference);
+  auto model = open_inference({dir, tag, config, hf}, inference);
   if (!model.ok()) {
     std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
     return kExitFailure;

@@ -265,27 +265,6 @@ Status Engine::forward(const dscore_batch& batch, dscore_tensor* output, double*
   return check_model_call(model_->forward(batch, hooks, loss, output));
 }
 
-Result<std::unique_ptr<Model::DecodeCache>> Engine::decode_cache(int64_t slots,
-                                                                 int64_t max_positions) {
-  EngineScope engine(host_->identity());
-  return model_->decode_cache(slots, max_positions, placement_.model_dtype);
-}
-
-Status Engine::decode(Model::DecodeCache& cache, const dscore_decode_batch& batch,
-                      dscore_tensor* logits) {
-  EngineScope engine(host_->identity());
-  const dscore_model_hooks hooks = model_hooks();
-  if (placement_.stage != 3) return check_model_call(model_->decode(cache, batch, hooks, logits));
-  // ZeRO-Inference: each step a micro-step of stage 3's gathers, so the
-  // first records the order the decoder acquires its layers in and the
-  // later ones prefetch (and read from NVMe) the next layers along it.
-  strategy_->begin_micro_step(false);
-  const Status status = model_->decode(cache, batch, hooks, logits);
-  const Status finished = strategy_->end_micro_step();
-  DSCORE_RETURN_IF_ERROR(check_model_call(status));
-  return finished;
-}
-
 bool Engine::is_gradient_accumulation_boundary() const {
   return (micro_steps_ + 1) % config_.batch.gradient_accumulation_steps == 0;
 }
