@@ -157,6 +157,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
       OptimizerRunner::create(std::move(components.optimizer), engine->strategy_.get(),
                               std::move(state), engine->layout_, placement.model_dtype,
                               placement.grad_dtype, placement.stage));
+  DSCORE_RETURN_IF_ERROR(engine->setup_preconditioner());
   engine->scaler_ = zero::LossScaler::from_config(config.fp16);
   DSCORE_ASSIGN_OR_RETURN(engine->statistics_,
                           StepStatistics::create(*engine->device_, engine->comm_->world_size()));
@@ -292,6 +293,7 @@ Status Engine::step() {
 Status Engine::boundary_step() {
   // This rank's share of the squared norm, the overflow flag and its loss,
   // gathered from every rank and combined in rank order: identical on all.
+  DSCORE_RETURN_IF_ERROR(precondition_gradients(/*before_norm=*/true, 1.0 / scaler_.scale()));
   StepStatistics::Totals totals;
   {
     PhaseScope statistics(observers_, StepPhase::kStatistics);
@@ -337,6 +339,7 @@ Status Engine::boundary_step() {
     double combined = scale;
     if (config_.gradient_clipping > 0)
       combined = scale * std::max(1.0, (scaled_norm / scale + 1e-6) / config_.gradient_clipping);
+    DSCORE_RETURN_IF_ERROR(precondition_gradients(/*before_norm=*/false, 1.0 / combined));
     DSCORE_RETURN_IF_ERROR(apply_update(1.0 / combined));
     schedule_->advance();
   } else {

@@ -40,6 +40,7 @@
 #include "core/engine/lr_schedule.h"
 #include "core/engine/monitor_hub.h"
 #include "core/engine/optimizer_runner.h"
+#include "core/engine/preconditioner.h"
 #include "core/engine/step_observer.h"
 #include "core/engine/step_statistics.h"
 #include "core/model/model.h"
@@ -293,6 +294,11 @@ class Engine {
   Status accumulate_metrics();
   Status combine_metrics();
   Status apply_update(double grad_scale);
+  // Muon's whole-matrix step (engine_preconditioning.cc): the plugin sees
+  // the gradients times grad_scale; a no-op where the stage runs it at the
+  // other point (`before_norm`: stages 1-3) or nothing is preconditioned.
+  Status setup_preconditioner();
+  Status precondition_gradients(bool before_norm, double grad_scale);
   device::ops::Target compute_target() const;  // where compute_'s tasks run their ops
   StepReport step_report(int64_t samples_before) const;
   std::vector<ScalarEvent> boundary_events(const StepReport& report) const;
@@ -362,6 +368,7 @@ class Engine {
   zero::GradientHandOff gradient_hand_off_;
   std::unique_ptr<zero::ZeroStrategy> strategy_;
   std::unique_ptr<OptimizerRunner> optimizer_;
+  std::unique_ptr<Preconditioner> preconditioner_;  // null: nothing preconditioned
   zero::LossScaler scaler_ = zero::LossScaler::fixed(1.0);
   std::unique_ptr<StepStatistics> statistics_;
 

@@ -41,19 +41,42 @@ Result<std::unique_ptr<OptimizerRunner>> OptimizerRunner::create(
   runner->state_ = std::move(state);
   runner->model_dtype_ = model_dtype;
   runner->grad_dtype_ = grad_dtype;
+  std::vector<bool> whole(layout.params().size(), false);
+  if (runner->instance_->has_precondition()) {
+    for (size_t i = 0; i < layout.params().size(); ++i) {
+      const ParamEntry& p = layout.params()[i];
+      dscore_model_param desc{};
+      desc.struct_size = sizeof desc;
+      desc.name = p.name.c_str();
+      desc.ndim = static_cast<int32_t>(p.shape.size());
+      desc.shape = p.shape.data();
+      desc.numel = p.numel;
+      desc.flags = p.flags;
+      DSCORE_ASSIGN_OR_RETURN(const bool takes, runner->instance_->preconditions(desc));
+      whole[i] = takes;
+      if (takes) runner->preconditioned_.push_back(i);
+    }
+  }
+  // Groups in a fixed order: decayed before not, plain before preconditioned.
+  SegmentGroup groups[4];
   for (const zero::OwnedSegment& s : strategy->owned_segments()) {
     const bool skip_decay = (layout.params()[s.param].flags & DSCORE_PARAM_NO_WEIGHT_DECAY) != 0;
-    (skip_decay ? runner->no_decay_ : runner->decay_).push_back(s);
+    groups[(skip_decay ? 1 : 0) + (whole[s.param] ? 2 : 0)].segments.push_back(s);
+  }
+  for (int k = 0; k < 4; ++k) {
+    if (groups[k].segments.empty()) continue;
+    groups[k].weight_decay_multiplier = (k & 1) != 0 ? 0.0 : 1.0;
+    groups[k].flags = (k & 2) != 0 ? DSCORE_OPTIMIZER_GROUP_PRECONDITIONED : 0u;
+    runner->groups_.push_back(std::move(groups[k]));
   }
   return runner;
 }
 
-void OptimizerRunner::build_group(Group* g, double multiplier,
-                                  const std::vector<zero::OwnedSegment>& segments,
-                                  const StateTile& tile, bool on_host) {
+void OptimizerRunner::build_group(Group* g, const SegmentGroup& segments, const StateTile& tile,
+                                  bool on_host) {
   *g = Group{};
-  g->weight_decay_multiplier = multiplier;
-  for (const zero::OwnedSegment& s : segments) {
+  g->weight_decay_multiplier = segments.weight_decay_multiplier;
+  for (const zero::OwnedSegment& s : segments.segments) {
     const int64_t a = std::max(s.offset, tile.begin);
     const int64_t b = std::min(s.offset + s.numel, tile.end);
     if (a < b) g->segments.push_back({s.param, a, b - a, s.element + (a - s.offset)});
@@ -141,10 +164,11 @@ Status OptimizerRunner::step_tile(const StateTile& tile, bool on_host,
                                   dscore_optimizer_hparams* hparams) {
   const bool has_16bit = model_dtype_ != DSCORE_DTYPE_F32;
   Group g;
-  for (int pass = 0; pass < 2; ++pass) {
-    build_group(&g, pass == 0 ? 1.0 : 0.0, pass == 0 ? decay_ : no_decay_, tile, on_host);
+  for (const SegmentGroup& group : groups_) {
+    build_group(&g, group, tile, on_host);
     if (g.segments.empty()) continue;
     hparams->weight_decay_multiplier = g.weight_decay_multiplier;
+    hparams->group_flags = group.flags;
     dscore_optimizer_step_args args{};
     args.struct_size = sizeof args;
     args.hparams = hparams;
@@ -173,8 +197,8 @@ void OptimizerRunner::finish_staged_16bit(const StateTile& tile) {
   // What the step wrote: the tile's part of every segment, when fused.
   std::vector<std::pair<int64_t, int64_t>> written;
   if (fuse_16bit_)
-    for (const auto* segments : {&decay_, &no_decay_})
-      for (const zero::OwnedSegment& s : *segments) {
+    for (const SegmentGroup& group : groups_)
+      for (const zero::OwnedSegment& s : group.segments) {
         const int64_t a = std::max(s.offset, tile.begin);
         const int64_t b = std::min(s.offset + s.numel, tile.end);
         if (a < b) written.emplace_back(a, b);
@@ -212,8 +236,8 @@ Status OptimizerRunner::write_16bit_tile(const StateTile& tile) {
   void* p16 = tile.params16 != nullptr ? tile.params16 : strategy_->owned_params16();
   const int64_t p16_first = tile.params16 != nullptr ? tile.begin : 0;
   if (p16 != nullptr) {
-    for (const auto* segments : {&decay_, &no_decay_})
-      for (const zero::OwnedSegment& s : *segments) {
+    for (const SegmentGroup& group : groups_)
+      for (const zero::OwnedSegment& s : group.segments) {
         const int64_t a = std::max(s.offset, tile.begin);
         const int64_t b = std::min(s.offset + s.numel, tile.end);
         if (a < b)

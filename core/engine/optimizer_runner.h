@@ -2,7 +2,9 @@
 // its OwnedState (owned_state.h: the master weights and the optimizer's
 // declared slots, in memory or streamed from NVMe). For each tile, the
 // tensor views step() receives: one group per weight-decay multiplier
-// (parameters the model flags DSCORE_PARAM_NO_WEIGHT_DECAY get 0), each
+// (parameters the model flags DSCORE_PARAM_NO_WEIGHT_DECAY get 0) and, for
+// an optimizer that preconditions whole parameters (optimizer.h, Muon:
+// preconditioner.h), per whether its parameters are preconditioned; each
 // tensor a run of one parameter's elements within the tile. The optimizers
 // the stages accept are elementwise, so any tiling gives the same bits.
 // Writes the 16-bit model copy in the same pass when the plugin fuses it,
@@ -43,6 +45,9 @@ class OptimizerRunner {
   const plugin_host::OptimizerInstance& instance() const { return *instance_; }
   plugin_host::OptimizerInstance& instance() { return *instance_; }
   std::vector<zero::StateSlot> slots() const;
+  // The layout's parameters the optimizer preconditions whole, ascending
+  // (empty for an optimizer without precondition()).
+  const std::vector<size_t>& preconditioned() const { return preconditioned_; }
 
   // Whether the host averages gradients before update `step` (optimizer.h).
   Result<bool> wants_reduced_gradients(int64_t step) const {
@@ -65,6 +70,12 @@ class OptimizerRunner {
   Status write_16bit_copy();
 
  private:
+  // Owned segments that step() takes in one call.
+  struct SegmentGroup {
+    double weight_decay_multiplier = 1;
+    uint32_t flags = 0;  // DSCORE_OPTIMIZER_GROUP_*
+    std::vector<zero::OwnedSegment> segments;
+  };
   struct Group {
     double weight_decay_multiplier = 1;
     std::vector<zero::OwnedSegment> segments;                    // clipped to the tile
@@ -77,8 +88,8 @@ class OptimizerRunner {
   OptimizerRunner() = default;
   // The tile's part of `segments`, with views into the tile. `on_host`: the
   // tile is of a state on the host (OwnedState::on_host()).
-  void build_group(Group* group, double multiplier, const std::vector<zero::OwnedSegment>& segments,
-                   const StateTile& tile, bool on_host);
+  void build_group(Group* group, const SegmentGroup& segments, const StateTile& tile,
+                   bool on_host);
   Status step_tile(const StateTile& tile, bool on_host, dscore_optimizer_hparams* hparams);
   // write_16bit_copy() for one part that is not on the host.
   Status write_16bit_part(OwnedState& part);
@@ -95,7 +106,8 @@ class OptimizerRunner {
   dscore_dtype model_dtype_ = DSCORE_DTYPE_F32;
   dscore_dtype grad_dtype_ = DSCORE_DTYPE_F32;
   std::unique_ptr<OwnedState> state_;
-  std::vector<zero::OwnedSegment> decay_, no_decay_;  // owned segments by weight decay
+  std::vector<SegmentGroup> groups_;  // non-empty; by weight decay and preconditioning
+  std::vector<size_t> preconditioned_;
   bool fuse_16bit_ = true;                            // until the plugin says UNIMPLEMENTED
   StepTarget target_;                                 // of the step in progress, else the host
 };

@@ -99,6 +99,12 @@ Result<std::unique_ptr<OptimizerInstance>> OptimizerInstance::create(
   if (count > 0 && slots == nullptr)
     return Status(DSCORE_INTERNAL, who + " state_slots returned " + std::to_string(count) +
                                        " slots but a NULL array");
+  const bool half_precondition =
+      DSCORE_HAS_FIELD(vt, dscore_optimizer_vtable, precondition) &&
+      ((vt->preconditions == nullptr) != (vt->precondition == nullptr));
+  if (half_precondition)
+    return Status(DSCORE_INTERNAL, who + " sets only one of preconditions and precondition; "
+                                         "the ABI asks for both or neither");
   std::set<std::string> names;
   for (size_t i = 0; i < count; ++i) {
     const dscore_optimizer_state_slot* s = slots[i];
@@ -142,6 +148,27 @@ Result<bool> OptimizerInstance::wants_reduced_gradients(int64_t step) const {
   });
   if (!answer.ok()) return answer.status();
   return *answer != 0;
+}
+
+bool OptimizerInstance::has_precondition() const {
+  const auto* vt = vtable_of<dscore_optimizer_vtable>(info_);
+  return DSCORE_HAS_FIELD(vt, dscore_optimizer_vtable, precondition) &&
+         vt->precondition != nullptr && vt->preconditions != nullptr;
+}
+
+Result<bool> OptimizerInstance::preconditions(const dscore_model_param& param) const {
+  if (!has_precondition()) return false;
+  const auto* vt = vtable_of<dscore_optimizer_vtable>(info_);
+  auto answer = call_plugin_value<int32_t>(*host_, info_.display(), "preconditions",
+                                           [&] { return vt->preconditions(handle_, &param); });
+  if (!answer.ok()) return answer.status();
+  return *answer != 0;
+}
+
+Status OptimizerInstance::precondition(const dscore_optimizer_precondition_args& args) {
+  const auto* vt = vtable_of<dscore_optimizer_vtable>(info_);
+  return call_plugin(*host_, info_.display(), "precondition",
+                     [&] { return vt->precondition(handle_, &args); });
 }
 
 bool OptimizerInstance::has_extra_state() const {

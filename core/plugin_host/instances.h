@@ -63,6 +63,11 @@ class OptimizerInstance {
   // Whether the host reduces gradients before update `step` (true when the
   // plugin has no wants_reduced_gradients).
   Result<bool> wants_reduced_gradients(int64_t step) const;
+  // Whole-parameter preconditioning (optimizer.h, ABI 1.2): whether the
+  // plugin has it, whether `param` takes it, and one call.
+  bool has_precondition() const;
+  Result<bool> preconditions(const dscore_model_param& param) const;
+  Status precondition(const dscore_optimizer_precondition_args& args);
 
  private:
   OptimizerInstance(PluginInfo info, dscore_optimizer* handle, std::shared_ptr<HostContext> host)

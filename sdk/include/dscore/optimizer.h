@@ -14,6 +14,7 @@
 #ifndef DSCORE_OPTIMIZER_H_
 #define DSCORE_OPTIMIZER_H_
 
+#include "model.h"
 #include "plugin.h"
 
 #ifdef __cplusplus
@@ -59,7 +60,28 @@ typedef struct dscore_optimizer_hparams {
   double grad_scale;              /* multiply every gradient by this before use; it
                                      folds loss-scale removal and clipping into one
                                      factor (1 when neither applies) */
+  /* ---- minor 0 ends here ---- */
+  uint32_t group_flags; /* ABI 1.2: DSCORE_OPTIMIZER_GROUP_* */
 } dscore_optimizer_hparams;
+
+/* ABI 1.2. Bit of dscore_optimizer_hparams.group_flags: the group holds
+ * parameters that preconditions() claimed, and their gradients are what
+ * precondition() wrote. */
+#define DSCORE_OPTIMIZER_GROUP_PRECONDITIONED (1u << 0)
+
+/* ABI 1.2, PROVISIONAL: one whole parameter for precondition(). */
+typedef struct dscore_optimizer_precondition_args {
+  uint32_t struct_size;
+  const dscore_optimizer_hparams* hparams; /* the coming update's (lr, step, group_flags) */
+  const dscore_model_param* param;         /* name and shape (this rank's, under tensor
+                                              parallelism) */
+  /* F32, the parameter's shape. In: its averaged gradient, loss scale
+   * removed (and at ZeRO stage 0 clipped). Out: what the norm, clipping and
+   * step() take as its gradient. */
+  dscore_tensor* grad;
+  dscore_tensor* state; /* slot 0 of the whole parameter (F32), updated in place */
+  void* stream;         /* PROVISIONAL: NULL for CPU tensors */
+} dscore_optimizer_precondition_args;
 
 /* One step over a group of tensors that share hyper-parameters. All arrays
  * have tensor_count entries (states: slot_count * tensor_count). Tensors are
@@ -119,6 +141,21 @@ typedef struct dscore_optimizer_vtable {
    * the host refuses an optimizer that returns 0 under ZeRO stages 1-3. */
   int32_t (*wants_reduced_gradients)(const dscore_optimizer* self, int64_t step);
   /* ---- minor 0 ends here ---- */
+
+  /* Optional (ABI 1.2, PROVISIONAL), both or neither: an update that needs
+   * each of some parameters whole (Muon orthogonalizes a weight matrix's
+   * momentum). preconditions() says whether `param` takes it (asked once per
+   * parameter at start). Before every applied update the host gathers each
+   * such parameter's whole gradient and slot 0 (which must be F32, one
+   * element per parameter element) across the ZeRO ranks, calls
+   * precondition() and keeps this rank's part of both. It runs where
+   * DeepSpeed runs Muon's: before the gradient norm at ZeRO stages 1-3 (the
+   * norm and clipping see what precondition() wrote), after clipping at
+   * stage 0. step() receives those parameters in groups flagged
+   * DSCORE_OPTIMIZER_GROUP_PRECONDITIONED. */
+  int32_t (*preconditions)(const dscore_optimizer* self, const dscore_model_param* param);
+  dscore_status (*precondition)(dscore_optimizer* self,
+                                const dscore_optimizer_precondition_args* args);
 } dscore_optimizer_vtable;
 
 #ifdef __cplusplus

@@ -17,7 +17,8 @@
 # MoE routing (check_moe_gating.py, through moe_gating_tool beside dscore),
 # and DeepSpeed-MoE training the gpt with MoE blocks against dscore
 # (check_moe_training.py), and DeepSpeed's AutoEP against dscore's expert
-# parallelism on a Hugging Face Mixtral (check_expert_parallel.py).
+# parallelism on a Hugging Face Mixtral (check_expert_parallel.py), and
+# DeepSpeed 0.19's Muon against dscore's at ZeRO 0-3 (check_muon.py).
 #
 # The venv and the CPU-only environment: venv.sh. DeepSpeed JIT-compiles
 # its CPU Adam the first time (a few minutes): the build is kept in
@@ -37,7 +38,7 @@ failed=0
 for check in check_lr_schedules.py check_loss_scaler.py check_training.py check_checkpoint_import.py \
     check_checkpoint_export.py check_llama_import.py check_pipeline.py check_pipeline_llama.py \
     check_tensor_parallel.py check_sequence_parallel.py check_moe_gating.py \
-    check_moe_training.py check_expert_parallel.py; do
+    check_moe_training.py check_expert_parallel.py check_muon.py; do
   start=$SECONDS
   log="$(mktemp)"
   if ! "$venv/bin/python" "$here/$check" "$dscore" > "$log" 2>&1; then

@@ -60,6 +60,7 @@ struct StepHparams {
   double weight_decay_multiplier = 1;
   int64_t step = 0;
   double grad_scale = 1;
+  uint32_t group_flags = 0;  // DSCORE_OPTIMIZER_GROUP_* (ABI 1.2; 0 from older hosts)
 };
 
 // 1 - beta^step as DeepSpeed's fused kernels compute it: beta is the fp32
@@ -89,6 +90,7 @@ inline StepHparams read_hparams(const dscore_optimizer_step_args* args, double c
       DSCORE_HAS_FIELD(h, H, weight_decay_multiplier) ? h->weight_decay_multiplier : 1.0;
   out.step = DSCORE_HAS_FIELD(h, H, step) ? h->step : 0;
   out.grad_scale = DSCORE_HAS_FIELD(h, H, grad_scale) ? h->grad_scale : 1.0;
+  out.group_flags = DSCORE_HAS_FIELD(h, H, group_flags) ? h->group_flags : 0u;
   return out;
 }
 

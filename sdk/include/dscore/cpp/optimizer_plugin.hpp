@@ -11,6 +11,8 @@
 //     std::string save_extra_state() const;
 //     void load_extra_state(std::string_view bytes);
 //     bool wants_reduced_gradients(int64_t step) const;
+//     bool preconditions(const dscore_model_param& param) const;      // both or
+//     void precondition(const dscore_optimizer_precondition_args* args);  // neither
 //   };
 //   const dscore_plugin_descriptor kMySgd = sdk::optimizer_descriptor<MySgd>(
 //       "my_sgd", "1.0", "one line", DSCORE_CAP_CPU | DSCORE_CAP_F32, kSchema);
@@ -69,6 +71,15 @@ template <typename T>
 struct HasWantsReduced<
     T, std::void_t<decltype(std::declval<const T&>().wants_reduced_gradients(int64_t{}))>>
     : std::true_type {};
+template <typename T, typename = void>
+struct HasPrecondition : std::false_type {};
+template <typename T>
+struct HasPrecondition<
+    T, std::void_t<decltype(std::declval<const T&>().preconditions(
+                       std::declval<const dscore_model_param&>())),
+                   decltype(std::declval<T&>().precondition(
+                       std::declval<const dscore_optimizer_precondition_args*>()))>>
+    : std::true_type {};
 }  // namespace detail
 
 template <typename T>
@@ -106,6 +117,18 @@ struct OptimizerPlugin {
     return S::self(h).wants_reduced_gradients(step) ? 1 : 0;
   }
 
+  static int32_t preconditions(const dscore_optimizer* h, const dscore_model_param* param) {
+    try {
+      return param != nullptr && S::self(h).preconditions(*param) ? 1 : 0;
+    } catch (...) {
+      return 0;  // nothing may cross the ABI
+    }
+  }
+  static dscore_status precondition(dscore_optimizer* h,
+                                    const dscore_optimizer_precondition_args* args) {
+    return S::call(h, [&](T& t) { t.precondition(args); });
+  }
+
   static dscore_optimizer_vtable make_vtable() {
     dscore_optimizer_vtable vt{};
     vt.struct_size = sizeof vt;
@@ -119,6 +142,10 @@ struct OptimizerPlugin {
     }
     if constexpr (detail::HasWantsReduced<T>::value)
       vt.wants_reduced_gradients = &wants_reduced_gradients;
+    if constexpr (detail::HasPrecondition<T>::value) {
+      vt.preconditions = &preconditions;
+      vt.precondition = &precondition;
+    }
     return vt;
   }
   static inline const dscore_optimizer_vtable vtable = make_vtable();
