@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "core/base/strings.h"
 #include "core/checkpoint/checkpoint_info.h"
 #include "core/checkpoint/durable_file.h"
 #include "core/checkpoint/format.h"
@@ -117,6 +118,11 @@ class Exporter {
                            " model: export writes fp32 and bf16 checkpoints (fp16 keeps a "
                            "dynamic loss scaler DeepSpeed pickles as its own object)");
     }
+    if (to_lower(st.optimizer_type) == "muon")
+      return unimplemented(info_.path +
+                           ": optimizer muon: DeepSpeed keeps Muon's state in "
+                           "two groups (momentum_buffer for the matrices), which "
+                           "export does not write yet");
     if (st.optimizer_slot_names() != std::vector<std::string>{"exp_avg", "exp_avg_sq"})
       return unimplemented(info_.path + ": optimizer " + st.optimizer_type +
                            ": export writes the Adam family's state (exp_avg, exp_avg_sq)");

@@ -21,6 +21,7 @@
 #include <optional>
 #include <random>
 
+#include "core/base/strings.h"
 #include "core/checkpoint/durable_file.h"
 #include "core/checkpoint/format.h"
 #include "core/checkpoint/safetensors.h"
@@ -203,6 +204,12 @@ class Importer {
     if (const json::Value* o = ds_config_.find("optimizer"); o != nullptr && o->is_object())
       if (const json::Value* t = o->find("type"); t != nullptr && t->is_string())
         optimizer_type_ = t->as_string();
+    if (to_lower(optimizer_type_) == "muon")
+      return unimplemented(name +
+                           ": a Muon run's checkpoint (its matrices' momentum_buffer and "
+                           "the Adam half's moments in separate groups) is not imported "
+                           "yet; import an Adam/AdamW/LAMB run's, or load only the "
+                           "weights (\"load_module_only\")");
     if (const PickleValue* ls = root.get("lr_scheduler"); ls != nullptr && ls->is(K::kDict)) {
       const PickleValue* it = ls->get("last_batch_iteration");
       if (it != nullptr && it->is(K::kInt)) lr_iteration_ = it->integer;
@@ -499,9 +506,7 @@ class Importer {
     s.counters = {global_steps_, global_samples_, skipped_steps_, global_steps_ * gas};
     s.loss_scaler = {dynamic_scale_, scale_, scale_iteration_, last_overflow_, hysteresis_};
     s.lr_last_batch_iteration = lr_iteration_;
-    std::string type = optimizer_type_;
-    std::transform(type.begin(), type.end(), type.begin(), ::tolower);
-    s.optimizer_type = type;
+    s.optimizer_type = to_lower(optimizer_type_);
     for (const auto& [slot, values] : rank0.slots) s.optimizer_slots.push_back({slot, "fp32", 1});
     s.sampler_next_global_step = global_steps_;
     if (const json::Value* t = ds_config_.find("train_batch_size"); t != nullptr && t->is_number())

@@ -88,8 +88,7 @@ class OptimizerRunner {
   OptimizerRunner() = default;
   // The tile's part of `segments`, with views into the tile. `on_host`: the
   // tile is of a state on the host (OwnedState::on_host()).
-  void build_group(Group* group, const SegmentGroup& segments, const StateTile& tile,
-                   bool on_host);
+  void build_group(Group* group, const SegmentGroup& segments, const StateTile& tile, bool on_host);
   Status step_tile(const StateTile& tile, bool on_host, dscore_optimizer_hparams* hparams);
   // write_16bit_copy() for one part that is not on the host.
   Status write_16bit_part(OwnedState& part);
@@ -108,8 +107,8 @@ class OptimizerRunner {
   std::unique_ptr<OwnedState> state_;
   std::vector<SegmentGroup> groups_;  // non-empty; by weight decay and preconditioning
   std::vector<size_t> preconditioned_;
-  bool fuse_16bit_ = true;                            // until the plugin says UNIMPLEMENTED
-  StepTarget target_;                                 // of the step in progress, else the host
+  bool fuse_16bit_ = true;  // until the plugin says UNIMPLEMENTED
+  StepTarget target_;       // of the step in progress, else the host
 };
 
 }  // namespace dscore

@@ -44,12 +44,14 @@ Result<std::unique_ptr<Preconditioner>> Preconditioner::create(
         "needs the optimizer state in memory: remove "
         "\"zero_optimization.offload_optimizer\" (ZeRO-Offload is not supported with it yet)");
   if (strategy->domains().size() != 1)
-    return refuse("is not supported with expert parallelism yet: remove \"moe\" or "
-                  "\"expert_parallel_size\", or use another optimizer");
+    return refuse(
+        "is not supported with expert parallelism yet: remove \"moe\" or "
+        "\"expert_parallel_size\", or use another optimizer");
   const auto& slots = runner->instance().slots();
   if (slots.empty() || slots[0].dtype != DSCORE_DTYPE_F32 || slots[0].elements_per_param != 1)
-    return internal_error(who + " preconditions parameters but its slot 0 is not F32 with one "
-                                "element per parameter element (optimizer.h)");
+    return internal_error(who +
+                          " preconditions parameters but its slot 0 is not F32 with one "
+                          "element per parameter element (optimizer.h)");
   std::unique_ptr<Preconditioner> p(new Preconditioner());
   p->runner_ = runner;
   p->strategy_ = strategy;
@@ -115,7 +117,8 @@ Status Preconditioner::run_bucket(size_t first, size_t end, const dscore_optimiz
   for (size_t w = first; w < end; ++w) {
     for (const zero::OwnedSegment& s : wholes_[w].owned) {
       float* dst = g + base + s.element;
-      tensor::convert(at(grads, grad_dtype_, s.offset), grad_dtype_, dst, DSCORE_DTYPE_F32, s.numel);
+      tensor::convert(at(grads, grad_dtype_, s.offset), grad_dtype_, dst, DSCORE_DTYPE_F32,
+                      s.numel);
       if (in != 1.0f)
         for (int64_t i = 0; i < s.numel; ++i) dst[i] *= in;
       std::copy_n(slot + s.offset, s.numel, m + base + s.element);
@@ -135,8 +138,7 @@ Status Preconditioner::run_bucket(size_t first, size_t end, const dscore_optimiz
     base += p.numel;
     if (whole.owned.empty() || !all_finite(pg, p.numel)) continue;
     dscore_tensor grad = tensor::host_view(pg, DSCORE_DTYPE_F32, p.shape, p.numel, p.name.c_str());
-    dscore_tensor state =
-        tensor::host_view(pm, DSCORE_DTYPE_F32, p.shape, p.numel, p.name.c_str());
+    dscore_tensor state = tensor::host_view(pm, DSCORE_DTYPE_F32, p.shape, p.numel, p.name.c_str());
     dscore_model_param desc{};
     desc.struct_size = sizeof desc;
     desc.name = p.name.c_str();
@@ -156,7 +158,8 @@ Status Preconditioner::run_bucket(size_t first, size_t end, const dscore_optimiz
       float* src = pg + s.element;
       if (out != 1.0f)
         for (int64_t i = 0; i < s.numel; ++i) src[i] *= out;
-      tensor::convert(src, DSCORE_DTYPE_F32, at(grads, grad_dtype_, s.offset), grad_dtype_, s.numel);
+      tensor::convert(src, DSCORE_DTYPE_F32, at(grads, grad_dtype_, s.offset), grad_dtype_,
+                      s.numel);
       std::copy_n(pm + s.element, s.numel, slot + s.offset);
     }
   }

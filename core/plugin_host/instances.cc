@@ -99,12 +99,12 @@ Result<std::unique_ptr<OptimizerInstance>> OptimizerInstance::create(
   if (count > 0 && slots == nullptr)
     return Status(DSCORE_INTERNAL, who + " state_slots returned " + std::to_string(count) +
                                        " slots but a NULL array");
-  const bool half_precondition =
-      DSCORE_HAS_FIELD(vt, dscore_optimizer_vtable, precondition) &&
-      ((vt->preconditions == nullptr) != (vt->precondition == nullptr));
+  const bool half_precondition = DSCORE_HAS_FIELD(vt, dscore_optimizer_vtable, precondition) &&
+                                 ((vt->preconditions == nullptr) != (vt->precondition == nullptr));
   if (half_precondition)
-    return Status(DSCORE_INTERNAL, who + " sets only one of preconditions and precondition; "
-                                         "the ABI asks for both or neither");
+    return Status(DSCORE_INTERNAL, who +
+                                       " sets only one of preconditions and precondition; "
+                                       "the ABI asks for both or neither");
   std::set<std::string> names;
   for (size_t i = 0; i < count; ++i) {
     const dscore_optimizer_state_slot* s = slots[i];

@@ -98,7 +98,8 @@ TEST(Muon, OptimizerOffloadIsRefusedByName) {
   spec.zero_extra = R"("offload_optimizer": {"device": "cpu"})";
   const RunResult r = run_workers(spec);
   EXPECT_FALSE(r.ok());
-  EXPECT_NE((r.process.out + r.process.err).find("offload_optimizer"), std::string::npos) << r.process.describe();
+  EXPECT_NE((r.process.out + r.process.err).find("offload_optimizer"), std::string::npos)
+      << r.process.describe();
 }
 
 }  // namespace

@@ -112,8 +112,7 @@ void orthogonalize(NsMethod method, int64_t rows, int64_t cols, float* x) {
   const int64_t n = transposed ? cols : rows, m = transposed ? rows : cols;
   Matrix w(static_cast<size_t>(n * m));
   for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j)
-      w[transposed ? j * m + i : i * m + j] = x[i * cols + j];
+    for (int64_t j = 0; j < cols; ++j) w[transposed ? j * m + i : i * m + j] = x[i * cols + j];
   // Normalised to a spectral norm of at most 1, in fp32, then rounded to
   // the method's dtype (compiled, kStandard's cast of the input to bf16
   // folds into this one rounding too).
@@ -123,11 +122,12 @@ void orthogonalize(NsMethod method, int64_t rows, int64_t cols, float* x) {
   for (float& v : w) v /= norm;
   const Matrix unrounded = w;
   round.all(w);
-  if (method == NsMethod::kGram && m > n) gram_steps(round, w, n, m);
-  else standard_steps(round, w, unrounded, n, m);  // square: Gram has no advantage
+  if (method == NsMethod::kGram && m > n)
+    gram_steps(round, w, n, m);
+  else
+    standard_steps(round, w, unrounded, n, m);  // square: Gram has no advantage
   for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j)
-      x[i * cols + j] = w[transposed ? j * m + i : i * m + j];
+    for (int64_t j = 0; j < cols; ++j) x[i * cols + j] = w[transposed ? j * m + i : i * m + j];
 }
 
 }  // namespace dscore::muon

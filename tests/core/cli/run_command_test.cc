@@ -617,6 +617,40 @@ TEST(CliRun, ResumesFromADeepSpeedCheckpointByConvertingItFirst) {
   EXPECT_EQ(losses("converted"), losses("native"));
 }
 
+// Muon's momentum is optimizer state like any other: a resumed run
+// continues as the uninterrupted one, bit for bit; export to DeepSpeed's
+// layout (Adam's groups) refuses it by name.
+TEST(CliRun, MuonResumesExactlyAndItsExportIsRefused) {
+  TempDir dir("dscore_cli_run");
+  const std::string ck = (dir.path() / "ck").string();
+  const std::string zero = R"("zero_optimization": {"stage": 2})";
+  const auto config = [&](const std::string& name, int steps, const std::string& checkpoints) {
+    MlpRunConfig cfg;
+    cfg.optimizer = R"({"type": "Muon", "params": {"muon_lr": 0.01, "adam_lr": 0.003}})";
+    cfg.train_steps = steps;
+    cfg.output_path = dir.path().string();
+    cfg.job_name = name;
+    cfg.extra = zero + ", \"checkpoint_dir\": \"" + checkpoints + "\", \"save_interval\": 3";
+    return dir.write(name + ".json", cfg.text()).string();
+  };
+  ASSERT_EQ(run_dscore({"run", "--config", config("whole", 6, ck)}).exit_code, 0);
+  fs::copy(ck, ck + "3", fs::copy_options::recursive);
+  dir.write("ck3/latest", "global_step3");
+  ProcessResult resumed =
+      run_dscore({"run", "--config", config("resumed", 6, ck + "_more"), "--resume", ck + "3"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.describe();
+  const auto losses = [&](const std::string& name) {
+    return read_csv_values(dir.path() / name / "Train_Samples_train_loss.csv");
+  };
+  const std::vector<double> whole = losses("whole");
+  ASSERT_EQ(whole.size(), 6u);
+  EXPECT_EQ(losses("resumed"), std::vector<double>(whole.begin() + 3, whole.end()));
+  ProcessResult exported = run_dscore(
+      {"checkpoint", "export-deepspeed", ck, (dir.path() / "ds").string(), "--world-size", "1"});
+  EXPECT_NE(exported.exit_code, 0);
+  EXPECT_NE(exported.err.find("optimizer muon"), std::string::npos) << exported.describe();
+}
+
 TEST(CliRun, MissingConfigFileIsNamed) {
   ProcessResult r = run_dscore({"run", "--config", "/nonexistent/ds_config.json"});
   EXPECT_EQ(r.exit_code, 2) << r.describe();

@@ -74,11 +74,11 @@ struct HasWantsReduced<
 template <typename T, typename = void>
 struct HasPrecondition : std::false_type {};
 template <typename T>
-struct HasPrecondition<
-    T, std::void_t<decltype(std::declval<const T&>().preconditions(
-                       std::declval<const dscore_model_param&>())),
-                   decltype(std::declval<T&>().precondition(
-                       std::declval<const dscore_optimizer_precondition_args*>()))>>
+struct HasPrecondition<T,
+                       std::void_t<decltype(std::declval<const T&>().preconditions(
+                                       std::declval<const dscore_model_param&>())),
+                                   decltype(std::declval<T&>().precondition(
+                                       std::declval<const dscore_optimizer_precondition_args*>()))>>
     : std::true_type {};
 }  // namespace detail
 
