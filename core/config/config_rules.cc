@@ -66,14 +66,22 @@ class Rules {
   void precision() {
     if (flag(doc_, {"fp16", "enabled"}) && flag(doc_, {"bf16", "enabled"}))
       error_at({"bf16", "enabled"}, "bfloat16 and fp16 modes cannot be simultaneously enabled");
-    if (flag(doc_, {"fp16", "fp16_master_weights_and_grads"})) {
-      json::Value* device = get(doc_, {"zero_optimization", "offload_optimizer", "device"});
-      bool offloaded = device && device->is_string() && device->as_string() != "none";
-      if (stage() != 2 || !offloaded)
-        error_at({"fp16", "fp16_master_weights_and_grads"},
-                 "fp16_master_weights_and_grads needs ZeRO stage 2 with optimizer offload "
-                 "(zero_optimization.offload_optimizer.device \"cpu\"), as in DeepSpeed");
-    }
+    // DeepSpeed 0.19's rules for 16-bit masters (runtime/config.py).
+    json::Value* device = get(doc_, {"zero_optimization", "offload_optimizer", "device"});
+    const bool offloaded = device && device->is_string() && device->as_string() != "none";
+    if (flag(doc_, {"fp16", "fp16_master_weights_and_grads"}) && (stage() < 1 || !offloaded))
+      error_at({"fp16", "fp16_master_weights_and_grads"},
+               "fp16_master_weights_and_grads needs ZeRO stage 1, 2 or 3 with optimizer offload "
+               "(zero_optimization.offload_optimizer.device \"cpu\"), as in DeepSpeed");
+    if (flag(doc_, {"bf16", "bf16_master_weights_and_grads"}) && stage() < 1)
+      error_at({"bf16", "bf16_master_weights_and_grads"},
+               "bf16_master_weights_and_grads needs ZeRO stage 1, 2 or 3 (it changes the "
+               "partitioned master), as in DeepSpeed: set zero_optimization.stage");
+    if (flag(doc_, {"bf16", "bf16_optimizer_states"}) &&
+        !flag(doc_, {"bf16", "bf16_master_weights_and_grads"}))
+      error_at({"bf16", "bf16_optimizer_states"},
+               "bf16_optimizer_states requires bf16_master_weights_and_grads to be enabled, as in "
+               "DeepSpeed: add \"bf16_master_weights_and_grads\": true");
   }
 
   int64_t stage() {

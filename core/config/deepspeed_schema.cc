@@ -103,9 +103,13 @@ std::shared_ptr<const ObjectSpec> fp16_spec() {
               .min(1)
               .to(&Fp16Config::min_loss_scale),
           F("fp16_master_weights_and_grads", T::kBool,
-            "keep fp16 master weights (ZeRO stage 2 with CPU offload only)")
+            "keep fp16 master weights (ZeRO 1-3 with CPU offload only)")
               .def(false)
-              .to(&Fp16Config::fp16_master_weights_and_grads),
+              .not_used()
+              .unsupported("\"fp16_master_weights_and_grads\" makes DeepSpeed's ZeRO-Offload "
+                           "keep the master weights and gradients in fp16 instead of fp32",
+                           "Remove it (dscore keeps fp32 masters under ZeRO-Offload; "
+                           "bf16_master_weights_and_grads is implemented without offload)"),
       },
       "fp16 mixed precision (docs/deepspeed-reference.md#precision-sections); only read when "
       "enabled");
@@ -125,18 +129,15 @@ std::shared_ptr<const ObjectSpec> bf16_spec() {
             "check bf16 gradients for inf/nan (DeepSpeed's default: true)")
               .def(true)
               .not_used(),
-          F("bf16_master_weights_and_grads", T::kBool, "keep bf16 master weights and gradients")
+          F("bf16_master_weights_and_grads", T::kBool,
+            "ZeRO 1-3: no fp32 master; the optimizer updates the bf16 parameters (gradients are "
+            "bf16 at these stages)")
               .def(false)
-              .not_used()
-              .unsupported("\"bf16_master_weights_and_grads\" makes DeepSpeed's ZeRO keep the "
-                           "optimizer's master weights and gradients in bf16 instead of fp32",
-                           "Remove it (dscore keeps fp32 masters)"),
-          F("bf16_optimizer_states", T::kBool, "keep optimizer states in bf16")
+              .to(&Bf16Config::bf16_master_weights_and_grads),
+          F("bf16_optimizer_states", T::kBool,
+            "with bf16_master_weights_and_grads: keep the optimizer's state in bf16 too")
               .def(false)
-              .not_used()
-              .unsupported("\"bf16_optimizer_states\" makes DeepSpeed's ZeRO keep the "
-                           "optimizer states in bf16",
-                           "Remove it (dscore keeps fp32 optimizer states)"),
+              .to(&Bf16Config::bf16_optimizer_states),
       },
       "bf16 mixed precision (docs/deepspeed-reference.md#precision-sections)");
 }

@@ -68,6 +68,13 @@ Placement make_placement(const TrainingConfig& config, std::optional<bool> devic
     if (p.param_offload.device == OffloadDevice::kNvme && p.model_dtype != DSCORE_DTYPE_F32)
       p.parameters = Home::kNvme;
   }
+  // DeepSpeed's bf16_master_weights_and_grads / bf16_optimizer_states
+  // (stages 1-3, bf16 models; config_rules.cc refuses the rest).
+  if (p.stage > 0 && p.model_dtype == DSCORE_DTYPE_BF16 &&
+      config.bf16.bf16_master_weights_and_grads) {
+    p.master_dtype = DSCORE_DTYPE_BF16;
+    if (config.bf16.bf16_optimizer_states) p.state_dtype = DSCORE_DTYPE_BF16;
+  }
   // Partial offload keeps sub-groups with the parameters: only ZeRO-Offload
   // at stage 3 whose parameters are on the device.
   if (p.host_offload() && p.stage == 3 && p.param_offload.device == OffloadDevice::kNone &&
@@ -118,6 +125,12 @@ std::vector<ConfigError> placement_unsupported(const Placement& p) {
                    "parameters on NVMe need a 16-bit model: an fp32 model's parameters are its "
                    "master weights, which the optimizer updates in memory; enable \"bf16\" (or "
                    "\"fp16\"), or set \"device\": \"none\""});
+  if (p.low_precision_master() && (p.optimizer_offloaded() || !p.device_memory_is_host))
+    out.push_back({"bf16.bf16_master_weights_and_grads",
+                   {},
+                   "bf16 master weights are implemented with the optimizer state in memory on the "
+                   "CPU engine only: remove zero_optimization.offload_optimizer (ZeRO-Offload "
+                   "keeps fp32 masters) or bf16_master_weights_and_grads"});
   if (!p.device_memory_is_host) {
     // From a GPU the host update of offloaded state writes the parameters
     // on the host, so parameters off the device need it; ZeRO-Offload
@@ -176,6 +189,12 @@ std::string describe(const Placement& p) {
   out += sdk::dtype_name(p.model_dtype);
   out += ", gradients ";
   out += sdk::dtype_name(p.grad_dtype);
+  if (p.low_precision_master()) {
+    out += ", master ";
+    out += sdk::dtype_name(p.master_dtype);
+    out += " (the parameters), optimizer state ";
+    out += sdk::dtype_name(p.state_dtype);
+  }
   return out;
 }
 

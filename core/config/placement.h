@@ -35,6 +35,12 @@ struct Placement {
   int stage = 0;  // ZeRO stage 0-3
   dscore_dtype model_dtype = DSCORE_DTYPE_F32;
   dscore_dtype grad_dtype = DSCORE_DTYPE_F32;  // accumulation and reduction
+  // The master weights' dtype: fp32, or the model's 16-bit dtype when the
+  // model's parameters are the master (bf16_master_weights_and_grads at
+  // stages 1-3: no fp32 copy); and the optimizer state's storage dtype
+  // (bf16 with bf16_optimizer_states; the optimizer computes in fp32).
+  dscore_dtype master_dtype = DSCORE_DTYPE_F32;
+  dscore_dtype state_dtype = DSCORE_DTYPE_F32;
   // Whether the host addresses the memory of the device the engine computes
   // on (a CPU), or not (a GPU: "device": "cuda").
   bool device_memory_is_host = true;
@@ -64,6 +70,8 @@ struct Placement {
   // (host or NVMe): the strategy keeps no master of its own, and the
   // update runs on the host.
   bool optimizer_offloaded() const { return optimizer_state != Home::kDevice; }
+  // The 16-bit parameters are the master (low_precision_master_state.h).
+  bool low_precision_master() const { return master_dtype != DSCORE_DTYPE_F32; }
   bool params_on_nvme() const { return parameters == Home::kNvme; }
   // Stage 3's shards in host memory the device does not address (offload_param
   // "cpu" from a GPU): pinned, copied to the device by each gather. On a

@@ -42,12 +42,13 @@ struct Fp16Config {
   int64_t hysteresis{};
   bool consecutive_hysteresis{};
   double min_loss_scale{};
-  bool fp16_master_weights_and_grads{};
 };
 
 struct Bf16Config {
   bool enabled{};
   bool immediate_grad_update{};
+  bool bf16_master_weights_and_grads{};  // ZeRO 1-3: the model's bf16 parameters are the master
+  bool bf16_optimizer_states{};          // ... and the optimizer's state is kept in bf16
 };
 
 // offload_param / offload_optimizer "device" (placement.h decides what it

@@ -11,6 +11,11 @@
 namespace dscore {
 
 Status Engine::setup_preconditioner() {
+  if (!optimizer_->preconditioned().empty() && placement_.low_precision_master())
+    return failed_precondition(optimizer_->instance().info().display() +
+                               " updates whole weight matrices, which is not supported with "
+                               "bf16_master_weights_and_grads yet: remove it, or use another "
+                               "optimizer");
   DSCORE_ASSIGN_OR_RETURN(
       preconditioner_,
       Preconditioner::create(optimizer_.get(), strategy_.get(), layout_, &zero_group(),

@@ -2,6 +2,7 @@
 
 #include "core/base/logging.h"
 #include "core/owned_state/host_offload_state.h"
+#include "core/owned_state/low_precision_master_state.h"
 #include "core/owned_state/nvme_state.h"
 #include "core/owned_state/partial_offload_state.h"
 #include "core/owned_state/split_owned_state.h"
@@ -113,6 +114,14 @@ Result<std::unique_ptr<OwnedState>> make_owned_state(const OwnedStateContext& c,
         log_info(
             "offload_optimizer.device \"cpu\" at ZeRO stage 0: the optimizer state stays with "
             "the parameters (ZeRO-Offload needs stage 1, 2 or 3)");
+      if (c.placement->low_precision_master()) {
+        const int64_t owned = c.strategy->owned_numel();
+        DSCORE_ASSIGN_OR_RETURN(state, LowPrecisionMasterState::create(
+                                           slots, initial, owned, c.strategy->owned_params16(),
+                                           c.placement->model_dtype, c.placement->state_dtype,
+                                           zero::low_precision_tile_elements(owned)));
+        break;
+      }
       // After the optimizer's work on the compute stream.
       DSCORE_ASSIGN_OR_RETURN(
           auto in_memory, InMemoryState::create(slots, initial, c.strategy->owned_numel(),

@@ -333,8 +333,17 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const config::Placement
     plan.comm_elements["allgather"] = 2 * gathered_per_pass * gas + persistent;
     plan.comm_elements["reduce_scatter"] = total * gas;
   }
-  if (md != DSCORE_DTYPE_F32) m.master = bytes(owned, DSCORE_DTYPE_F32);
-  for (const StateSlot& s : slots) m.optimizer += bytes(owned * s.elements_per_param, s.dtype);
+  if (md != DSCORE_DTYPE_F32 && !placement.low_precision_master())
+    m.master = bytes(owned, DSCORE_DTYPE_F32);
+  for (const StateSlot& s : slots) {
+    // bf16_optimizer_states stores the fp32 slots narrower.
+    const dscore_dtype stored = s.dtype == DSCORE_DTYPE_F32 ? placement.state_dtype : s.dtype;
+    m.optimizer += bytes(owned * s.elements_per_param, stored);
+    if (placement.low_precision_master() && stored != s.dtype)
+      m.buffers += bytes(low_precision_tile_elements(owned) * s.elements_per_param, s.dtype);
+  }
+  if (placement.low_precision_master())  // the master's fp32 tile
+    m.buffers += bytes(low_precision_tile_elements(owned), DSCORE_DTYPE_F32);
   // Offload from device memory the host does not address moves through
   // host buffers (core/owned_state/nvme_state.h, core/zero/sharded_storage.h).
   const bool staged = !placement.device_memory_is_host;

@@ -210,6 +210,13 @@ int64_t gradient_flush_elements(const config::ZeroConfig& zero);
 // Swap files and tiles of NVMe optimizer offload are whole multiples of
 // this many elements (a 4 KiB-aligned transfer at any dtype size).
 inline constexpr int64_t kTileGranularity = 4096;
+// With 16-bit masters (core/owned_state/low_precision_master_state.h) the
+// optimizer works on fp32 tiles of this many elements (4 MiB each): one for
+// the master, one per slot stored narrower than declared.
+inline int64_t low_precision_tile_elements(int64_t owned) {
+  constexpr int64_t kTile = int64_t{1} << 20;
+  return owned < 1 ? 1 : (owned < kTile ? owned : kTile);
+}
 // Stage 3 with its parameters on NVMe, from device memory the host does
 // not address: swapped shards come in through a pinned staging ring
 // (core/device/staging_ring.h), read there straight from the file in

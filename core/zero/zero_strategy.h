@@ -71,10 +71,13 @@ struct ZeroContext {
   dscore_dtype model_dtype() const { return placement->model_dtype; }  // what the model computes
   dscore_dtype grad_dtype() const { return placement->grad_dtype; }    // accumulation, reduction
   // The fp32 master weights of a 16-bit model live outside the strategy
-  // (with the offloaded optimizer state: core/owned_state/): it keeps none,
+  // (with the offloaded optimizer state: core/owned_state/), or there is
+  // none (the 16-bit parameters are the master): it keeps none,
   // owned_master() is nullptr, and initialise() writes only the 16-bit
   // parameters.
-  bool master_elsewhere() const { return placement->optimizer_offloaded(); }
+  bool master_elsewhere() const {
+    return placement->optimizer_offloaded() || placement->low_precision_master();
+  }
 };
 
 // Reports owned gradients [begin, end) of `ctx` final once `ready` is done

@@ -66,7 +66,7 @@ TEST(AbiCompat, PluginBuiltAgainstFrozenHeadersLoadsCreatesAndSteps) {
     grad.data = g;
     dscore_tensor* params_list[] = {&param};
     const dscore_tensor* grads_list[] = {&grad};
-    dscore_optimizer_hparams hp{sizeof hp, 0.5, 0, 0.9, 0.999, 1.0, 1, 1.0};
+    dscore_optimizer_hparams hp{sizeof hp, 0.5, 0, 0.9, 0.999, 1.0, 1, 1.0, 0};
     dscore_optimizer_step_args args{sizeof args, &hp,     1,       params_list, grads_list,
                                     0,           nullptr, nullptr, nullptr};
     ASSERT_TRUE((*optimizer)->step(args).ok());

@@ -651,6 +651,36 @@ TEST(CliRun, MuonResumesExactlyAndItsExportIsRefused) {
   EXPECT_NE(exported.err.find("optimizer muon"), std::string::npos) << exported.describe();
 }
 
+// With bf16 masters and bf16 optimizer state the checkpoint holds what the
+// run keeps (widened to fp32): a resumed run equals the uninterrupted one.
+TEST(CliRun, Bf16MasterRunResumesExactly) {
+  TempDir dir("dscore_cli_run");
+  const std::string ck = (dir.path() / "ck").string();
+  const auto config = [&](const std::string& name, const std::string& checkpoints) {
+    MlpRunConfig cfg;
+    cfg.train_steps = 6;
+    cfg.output_path = dir.path().string();
+    cfg.job_name = name;
+    cfg.extra = R"("zero_optimization": {"stage": 2}, "bf16": {"enabled": true, )"
+                R"("bf16_master_weights_and_grads": true, "bf16_optimizer_states": true}, )"
+                "\"checkpoint_dir\": \"" +
+                checkpoints + "\", \"save_interval\": 3";
+    return dir.write(name + ".json", cfg.text()).string();
+  };
+  ASSERT_EQ(run_dscore({"run", "--config", config("whole", ck)}).exit_code, 0);
+  fs::copy(ck, ck + "3", fs::copy_options::recursive);
+  dir.write("ck3/latest", "global_step3");
+  ProcessResult resumed =
+      run_dscore({"run", "--config", config("resumed", ck + "_more"), "--resume", ck + "3"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.describe();
+  const auto losses = [&](const std::string& name) {
+    return read_csv_values(dir.path() / name / "Train_Samples_train_loss.csv");
+  };
+  const std::vector<double> whole = losses("whole");
+  ASSERT_EQ(whole.size(), 6u);
+  EXPECT_EQ(losses("resumed"), std::vector<double>(whole.begin() + 3, whole.end()));
+}
+
 TEST(CliRun, MissingConfigFileIsNamed) {
   ProcessResult r = run_dscore({"run", "--config", "/nonexistent/ds_config.json"});
   EXPECT_EQ(r.exit_code, 2) << r.describe();

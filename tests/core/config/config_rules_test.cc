@@ -33,14 +33,27 @@ TEST(ConfigRules, Fp16AndBf16Together) {
   EXPECT_TRUE(load_with(R"("fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"})").ok());
 }
 
-TEST(ConfigRules, Fp16MasterWeightsNeedStage2WithOffload) {
+// DeepSpeed 0.19's rules for 16-bit masters (runtime/config.py).
+TEST(ConfigRules, SixteenBitMastersFollowDeepSpeedsRules) {
   EXPECT_NE(
       only_error(load_with(R"("fp16": {"enabled": true, "fp16_master_weights_and_grads": true})"))
           .find("fp16.fp16_master_weights_and_grads: fp16_master_weights_and_grads needs ZeRO "
-                "stage 2"),
+                "stage 1, 2 or 3 with optimizer offload"),
       std::string::npos);
   EXPECT_TRUE(load_with(R"("fp16": {"enabled": true, "fp16_master_weights_and_grads": true},
-                           "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}})")
+                           "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}})")
+                  .ok());
+  EXPECT_NE(only_error(load_with(R"("bf16": {"enabled": true,
+                                   "bf16_master_weights_and_grads": true})"))
+                .find("bf16_master_weights_and_grads needs ZeRO stage 1, 2 or 3"),
+            std::string::npos);
+  EXPECT_NE(only_error(load_with(R"("bf16": {"enabled": true, "bf16_optimizer_states": true},
+                                   "zero_optimization": {"stage": 2})"))
+                .find("bf16_optimizer_states requires bf16_master_weights_and_grads"),
+            std::string::npos);
+  EXPECT_TRUE(load_with(R"("bf16": {"enabled": true, "bf16_master_weights_and_grads": true,
+                                    "bf16_optimizer_states": true},
+                           "zero_optimization": {"stage": 3})")
                   .ok());
 }
 

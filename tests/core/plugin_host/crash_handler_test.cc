@@ -67,7 +67,7 @@ TEST(CrashHandler, SegfaultInsideAPluginNamesThePluginAndFunctionAndStillKills) 
         **info, ValidatedParams::from_object(json::Value::object(), json::Value::object()),
         InstanceContext{});
     if (!opt.ok()) _exit(12);
-    dscore_optimizer_hparams hp{sizeof hp, 0.1, 0, 0, 0, 1, 1, 1};
+    dscore_optimizer_hparams hp{sizeof hp, 0.1, 0, 0, 0, 1, 1, 1, 0};
     dscore_optimizer_step_args args{sizeof args, &hp,     0,       nullptr, nullptr,
                                     0,           nullptr, nullptr, nullptr};
     (void)(*opt)->step(args);

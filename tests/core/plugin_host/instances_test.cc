@@ -115,7 +115,7 @@ Status sgd_step(OptimizerInstance& opt, Fp32& param, Fp32& grad, double lr, Fp32
   dscore_tensor* params[] = {&param.tensor};
   const dscore_tensor* grads[] = {&grad.tensor};
   dscore_tensor* states[] = {state != nullptr ? &state->tensor : nullptr};
-  dscore_optimizer_hparams hp{sizeof hp, lr, 0, 0.9, 0.999, 1.0, 1, 1.0};
+  dscore_optimizer_hparams hp{sizeof hp, lr, 0, 0.9, 0.999, 1.0, 1, 1.0, 0};
   dscore_optimizer_step_args args{
       sizeof args, &hp,    1, params, grads, state ? 1u : 0u, state ? states : nullptr,
       nullptr,     nullptr};

@@ -78,9 +78,9 @@ void run(const dscore_optimizer_vtable* vt, CreateArgs args, const SgdCase& s) {
   for (int64_t step = 1; step <= 5; ++step) {
     for (int64_t i = 0; i < n; ++i) g.set(i, normal(rng));
     dscore_optimizer_hparams h{
-        sizeof h, s.lr,        s.override_momentum ? DSCORE_HPARAM_BETA1 : 0u,
-        0.5,      0.0,         s.wd_multiplier,
-        step,     s.grad_scale};
+        sizeof h, s.lr,         s.override_momentum ? DSCORE_HPARAM_BETA1 : 0u,
+        0.5,      0.0,          s.wd_multiplier,
+        step,     s.grad_scale, 0};
     dscore_optimizer_step_args a{sizeof a,   &h,     1,       params, grads,
                                  slot_count, states, nullptr, nullptr};
     ASSERT_EQ(vt->step(opt, &a), DSCORE_OK) << FakeHost::instance().last_error();
@@ -183,7 +183,7 @@ TEST_F(SgdMomentumExampleTest, ReportsErrorsThroughTheHost) {
   dscore_tensor* params[1] = {p.view()};
   const dscore_tensor* grads[1] = {g.view()};
   dscore_tensor* states[1] = {buf.view()};
-  dscore_optimizer_hparams h{sizeof h, 0.1, 0, 0, 0, 1, 1, 1};
+  dscore_optimizer_hparams h{sizeof h, 0.1, 0, 0, 0, 1, 1, 1, 0};
   dscore_optimizer_step_args a{sizeof a, &h, 1, params, grads, 1, states, nullptr, nullptr};
   EXPECT_EQ(vt()->step(opt, &a), DSCORE_UNIMPLEMENTED);
   EXPECT_NE(FakeHost::instance().last_error().find("fp16 gradients"), std::string::npos);

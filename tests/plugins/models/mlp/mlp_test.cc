@@ -481,7 +481,7 @@ TEST_F(MlpTest, SyntheticTaskIsLearnableWithAdam) {
     double loss;
     ASSERT_EQ(vt()->forward_backward(m.get(), &b.batch, host.hooks(), 1.0, &loss), DSCORE_OK);
     losses.push_back(loss);
-    dscore_optimizer_hparams h{sizeof h, 1e-3, 0, 0, 0, 1.0, step, 1.0};
+    dscore_optimizer_hparams h{sizeof h, 1e-3, 0, 0, 0, 1.0, step, 1.0, 0};
     dscore_optimizer_step_args a{sizeof a,      &h,           params.size(),
                                  params.data(), grads.data(), 2,
                                  states.data(), nullptr,      nullptr};

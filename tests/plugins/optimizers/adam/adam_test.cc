@@ -324,7 +324,7 @@ struct OneTensorStep {
   dscore_tensor* params[1] = {p.view()};
   const dscore_tensor* grads[1] = {g.view()};
   dscore_tensor* states[2] = {m.view(), v.view()};
-  dscore_optimizer_hparams h{sizeof(dscore_optimizer_hparams), 1e-3, 0, 0, 0, 1, 1, 1};
+  dscore_optimizer_hparams h{sizeof(dscore_optimizer_hparams), 1e-3, 0, 0, 0, 1, 1, 1, 0};
   dscore_optimizer_step_args a{
       sizeof(dscore_optimizer_step_args), &h, 1, params, grads, 2, states, nullptr, nullptr};
 };
