@@ -44,15 +44,8 @@ Result<std::unique_ptr<OptimizerRunner>> OptimizerRunner::create(
   std::vector<bool> whole(layout.params().size(), false);
   if (runner->instance_->has_precondition()) {
     for (size_t i = 0; i < layout.params().size(); ++i) {
-      const ParamEntry& p = layout.params()[i];
-      dscore_model_param desc{};
-      desc.struct_size = sizeof desc;
-      desc.name = p.name.c_str();
-      desc.ndim = static_cast<int32_t>(p.shape.size());
-      desc.shape = p.shape.data();
-      desc.numel = p.numel;
-      desc.flags = p.flags;
-      DSCORE_ASSIGN_OR_RETURN(const bool takes, runner->instance_->preconditions(desc));
+      DSCORE_ASSIGN_OR_RETURN(const bool takes,
+                              runner->instance_->preconditions(layout.params()[i].descriptor()));
       whole[i] = takes;
       if (takes) runner->preconditioned_.push_back(i);
     }
@@ -121,6 +114,20 @@ void OptimizerRunner::build_group(Group* g, const SegmentGroup& segments, const 
   for (auto& t : g->params16) g->p16_ptrs.push_back(&t);
 }
 
+dscore_optimizer_hparams OptimizerRunner::hparams_at(const dscore_schedule_point& point,
+                                                     int64_t step, double grad_scale) {
+  dscore_optimizer_hparams hparams{};
+  hparams.struct_size = sizeof hparams;
+  hparams.lr = point.lr;
+  hparams.override_mask = point.set_mask & (DSCORE_HPARAM_BETA1 | DSCORE_HPARAM_BETA2);
+  hparams.beta1 = point.beta1;
+  hparams.beta2 = point.beta2;
+  hparams.weight_decay_multiplier = 1;
+  hparams.step = step;
+  hparams.grad_scale = grad_scale;
+  return hparams;
+}
+
 std::vector<zero::StateSlot> OptimizerRunner::slots() const {
   std::vector<zero::StateSlot> out;
   for (const auto& s : instance_->slots()) out.push_back({s.name, s.dtype, s.elements_per_param});
@@ -135,14 +142,7 @@ Status OptimizerRunner::step(OwnedState& part, const dscore_schedule_point& poin
     ~Restore() { *target = StepTarget{}; }
   } restore{&target_};
   target_ = target;
-  dscore_optimizer_hparams hparams{};
-  hparams.struct_size = sizeof hparams;
-  hparams.lr = point.lr;
-  hparams.override_mask = point.set_mask & (DSCORE_HPARAM_BETA1 | DSCORE_HPARAM_BETA2);
-  hparams.beta1 = point.beta1;
-  hparams.beta2 = point.beta2;
-  hparams.step = step;
-  hparams.grad_scale = grad_scale;
+  dscore_optimizer_hparams hparams = hparams_at(point, step, grad_scale);
   // A state on the host writes the model's parameters in its walk.
   const bool on_host = part.on_host();
   const bool elsewhere = strategy_->params16_elsewhere() && !on_host;

@@ -45,6 +45,11 @@ class OptimizerRunner {
   const plugin_host::OptimizerInstance& instance() const { return *instance_; }
   plugin_host::OptimizerInstance& instance() { return *instance_; }
   std::vector<zero::StateSlot> slots() const;
+  // The hyper-parameters of update number `step` (1-based) at the
+  // scheduled `point`, every gradient times `grad_scale` (weight decay
+  // multiplier 1, no group flags).
+  static dscore_optimizer_hparams hparams_at(const dscore_schedule_point& point, int64_t step,
+                                             double grad_scale);
   // The layout's parameters the optimizer preconditions whole, ascending
   // (empty for an optimizer without precondition()).
   const std::vector<size_t>& preconditioned() const { return preconditioned_; }

@@ -71,15 +71,7 @@ Result<std::unique_ptr<Preconditioner>> Preconditioner::create(
 
 Status Preconditioner::run(const dscore_schedule_point& point, int64_t step, double in_scale,
                            double out_scale) {
-  dscore_optimizer_hparams hparams{};
-  hparams.struct_size = sizeof hparams;
-  hparams.lr = point.lr;
-  hparams.override_mask = point.set_mask & (DSCORE_HPARAM_BETA1 | DSCORE_HPARAM_BETA2);
-  hparams.beta1 = point.beta1;
-  hparams.beta2 = point.beta2;
-  hparams.weight_decay_multiplier = 1;
-  hparams.step = step;
-  hparams.grad_scale = 1;
+  dscore_optimizer_hparams hparams = OptimizerRunner::hparams_at(point, step, 1.0);
   hparams.group_flags = DSCORE_OPTIMIZER_GROUP_PRECONDITIONED;
   return runner_->state().for_each_tile(TileAccess::kUpdate, [&](const StateTile& tile) -> Status {
     if (tile.begin != 0 || tile.end != strategy_->owned_numel())
@@ -139,13 +131,7 @@ Status Preconditioner::run_bucket(size_t first, size_t end, const dscore_optimiz
     if (whole.owned.empty() || !all_finite(pg, p.numel)) continue;
     dscore_tensor grad = tensor::host_view(pg, DSCORE_DTYPE_F32, p.shape, p.numel, p.name.c_str());
     dscore_tensor state = tensor::host_view(pm, DSCORE_DTYPE_F32, p.shape, p.numel, p.name.c_str());
-    dscore_model_param desc{};
-    desc.struct_size = sizeof desc;
-    desc.name = p.name.c_str();
-    desc.ndim = static_cast<int32_t>(p.shape.size());
-    desc.shape = p.shape.data();
-    desc.numel = p.numel;
-    desc.flags = p.flags;
+    const dscore_model_param desc = p.descriptor();
     dscore_optimizer_precondition_args args{};
     args.struct_size = sizeof args;
     args.hparams = &hparams;

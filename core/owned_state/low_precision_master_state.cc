@@ -30,9 +30,9 @@ Result<std::unique_ptr<LowPrecisionMasterState>> LowPrecisionMasterState::create
   state->params16_ = params16;
   state->model_dtype_ = model_dtype;
   state->state_dtype_ = state_dtype;
-  DSCORE_ASSIGN_OR_RETURN(state->master_,
-                          tensor::allocate_elements(state->tile_, DSCORE_DTYPE_F32,
-                                                    MemoryUse::kBuffers, "master tile fp32"));
+  DSCORE_ASSIGN_OR_RETURN(
+      state->master_, tensor::allocate_elements(state->tile_, DSCORE_DTYPE_F32, MemoryUse::kBuffers,
+                                                "master tile fp32"));
   for (size_t k = 0; k < slots.size(); ++k) {
     const dscore_dtype dtype = state->stored(k);
     const int64_t values = owned * slots[k].elements_per_param;
@@ -45,9 +45,9 @@ Result<std::unique_ptr<LowPrecisionMasterState>> LowPrecisionMasterState::create
     CountedBuffer wide;
     if (dtype != slots[k].dtype) {
       DSCORE_ASSIGN_OR_RETURN(
-          wide, tensor::allocate_elements(state->tile_ * slots[k].elements_per_param,
-                                          slots[k].dtype, MemoryUse::kBuffers,
-                                          "optimizer " + slots[k].name + " tile"));
+          wide,
+          tensor::allocate_elements(state->tile_ * slots[k].elements_per_param, slots[k].dtype,
+                                    MemoryUse::kBuffers, "optimizer " + slots[k].name + " tile"));
     }
     state->wide_.push_back(std::move(wide));
   }
@@ -97,8 +97,7 @@ Status LowPrecisionMasterState::for_each_tile(
 
 Status LowPrecisionMasterState::read(int state, int64_t first, int64_t count, void* dst) {
   if (state == kMasterState) {
-    tensor::convert(at(params16_, model_dtype_, first), model_dtype_, dst, DSCORE_DTYPE_F32,
-                    count);
+    tensor::convert(at(params16_, model_dtype_, first), model_dtype_, dst, DSCORE_DTYPE_F32, count);
     return Status::Ok();
   }
   const size_t k = static_cast<size_t>(state);

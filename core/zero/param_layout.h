@@ -36,18 +36,25 @@ struct ParamEntry {
     if (split.split()) whole[static_cast<size_t>(split.dim)] = split.full_extent;
     return whole;
   }
+  // As the model declared it (name, this rank's shape, flags, its split);
+  // points into this entry.
+  dscore_model_param descriptor() const {
+    dscore_model_param desc{};
+    desc.struct_size = sizeof desc;
+    desc.name = name.c_str();
+    desc.ndim = static_cast<int32_t>(shape.size());
+    desc.shape = shape.data();
+    desc.numel = numel;
+    desc.flags = flags;
+    split.declare(&desc);
+    return desc;
+  }
   // fn(local, whole, n) for each run of elements [offset, offset + count)
   // that lies consecutively in the whole tensor (sdk::for_each_whole_run):
   // one run where not split.
   template <class Fn>
   void for_each_whole_run(int64_t offset, int64_t count, Fn&& fn) const {
-    dscore_model_param desc{};
-    desc.struct_size = sizeof desc;
-    desc.ndim = static_cast<int32_t>(shape.size());
-    desc.shape = shape.data();
-    desc.numel = numel;
-    split.declare(&desc);
-    sdk::for_each_whole_run(desc, offset, count, fn);
+    sdk::for_each_whole_run(descriptor(), offset, count, fn);
   }
 };
 
