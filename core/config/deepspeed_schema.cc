@@ -103,13 +103,10 @@ std::shared_ptr<const ObjectSpec> fp16_spec() {
               .min(1)
               .to(&Fp16Config::min_loss_scale),
           F("fp16_master_weights_and_grads", T::kBool,
-            "keep fp16 master weights (ZeRO 1-3 with CPU offload only)")
+            "ZeRO 1-3 with optimizer offload: no fp32 master; the optimizer updates the fp16 "
+            "parameters")
               .def(false)
-              .not_used()
-              .unsupported("\"fp16_master_weights_and_grads\" makes DeepSpeed's ZeRO-Offload "
-                           "keep the master weights and gradients in fp16 instead of fp32",
-                           "Remove it (dscore keeps fp32 masters under ZeRO-Offload; "
-                           "bf16_master_weights_and_grads is implemented without offload)"),
+              .to(&Fp16Config::fp16_master_weights_and_grads),
       },
       "fp16 mixed precision (docs/deepspeed-reference.md#precision-sections); only read when "
       "enabled");

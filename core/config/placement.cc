@@ -68,12 +68,21 @@ Placement make_placement(const TrainingConfig& config, std::optional<bool> devic
     if (p.param_offload.device == OffloadDevice::kNvme && p.model_dtype != DSCORE_DTYPE_F32)
       p.parameters = Home::kNvme;
   }
-  // DeepSpeed's bf16_master_weights_and_grads / bf16_optimizer_states
-  // (stages 1-3, bf16 models; config_rules.cc refuses the rest).
-  if (p.stage > 0 && p.model_dtype == DSCORE_DTYPE_BF16 &&
-      config.bf16.bf16_master_weights_and_grads) {
-    p.master_dtype = DSCORE_DTYPE_BF16;
-    if (config.bf16.bf16_optimizer_states) p.state_dtype = DSCORE_DTYPE_BF16;
+  // DeepSpeed's 16-bit masters (stages 1-3; config_rules.cc refuses the
+  // rest): bf16_master_weights_and_grads (with bf16_optimizer_states, the
+  // state in bf16 too) and fp16_master_weights_and_grads.
+  const bool bf16_master =
+      p.model_dtype == DSCORE_DTYPE_BF16 && config.bf16.bf16_master_weights_and_grads;
+  const bool fp16_master =
+      p.model_dtype == DSCORE_DTYPE_F16 && config.fp16.fp16_master_weights_and_grads;
+  if (p.stage > 0 && (bf16_master || fp16_master)) {
+    p.master_dtype = p.model_dtype;
+    if (bf16_master && config.bf16.bf16_optimizer_states) p.state_dtype = DSCORE_DTYPE_BF16;
+    // On the CPU engine the host is the device: ZeRO-Offload of a state
+    // whose master is the parameters has nothing to move (as offload_param
+    // "cpu" there), so the state stays in that memory.
+    if (p.device_memory_is_host && p.optimizer_state == Home::kHost)
+      p.optimizer_state = Home::kDevice;
   }
   // Partial offload keeps sub-groups with the parameters: only ZeRO-Offload
   // at stage 3 whose parameters are on the device.
@@ -126,11 +135,12 @@ std::vector<ConfigError> placement_unsupported(const Placement& p) {
                    "master weights, which the optimizer updates in memory; enable \"bf16\" (or "
                    "\"fp16\"), or set \"device\": \"none\""});
   if (p.low_precision_master() && (p.optimizer_offloaded() || !p.device_memory_is_host))
-    out.push_back({"bf16.bf16_master_weights_and_grads",
+    out.push_back({p.master_dtype == DSCORE_DTYPE_F16 ? "fp16.fp16_master_weights_and_grads"
+                                                      : "bf16.bf16_master_weights_and_grads",
                    {},
-                   "bf16 master weights are implemented with the optimizer state in memory on the "
-                   "CPU engine only: remove zero_optimization.offload_optimizer (ZeRO-Offload "
-                   "keeps fp32 masters) or bf16_master_weights_and_grads"});
+                   "16-bit master weights are implemented on the CPU engine with the optimizer "
+                   "state in memory only (not on NVMe, not from a GPU): remove the key, or "
+                   "zero_optimization.offload_optimizer \"nvme\""});
   if (!p.device_memory_is_host) {
     // From a GPU the host update of offloaded state writes the parameters
     // on the host, so parameters off the device need it; ZeRO-Offload
@@ -172,6 +182,15 @@ std::vector<ConfigNotice> placement_notices(const TrainingConfig& config) {
                        "numbers; only the device's memory and the step time differ)"});
   }
   return out;
+}
+
+std::string optimizer_offload_kept_reason(const Placement& p) {
+  if (p.optimizer_offload.device != OffloadDevice::kCpu || p.optimizer_offloaded()) return "";
+  if (p.low_precision_master())
+    return "offload_optimizer.device \"cpu\" with a 16-bit master on the CPU engine: the "
+           "optimizer state stays in host memory with the parameters (the master), as it is";
+  return "offload_optimizer.device \"cpu\" at ZeRO stage 0: the optimizer state stays with the "
+         "parameters (ZeRO-Offload needs stage 1, 2 or 3)";
 }
 
 std::string describe(const Placement& p) {

@@ -120,6 +120,11 @@ std::vector<ConfigError> placement_unsupported(const Placement& placement);
 // honour offloads everything.
 std::vector<ConfigNotice> placement_notices(const TrainingConfig& config);
 
+// Why offload_optimizer "cpu" leaves the optimizer state with the
+// parameters (stage 0; a 16-bit master on the CPU engine), for the log and
+// the plan; "" where it does not.
+std::string optimizer_offload_kept_reason(const Placement& placement);
+
 // One line for logs and `dscore plan`: "optimizer and master: host
 // (ZeRO-Offload); parameters: device; gradients: device; model bf16,
 // gradients bf16".

@@ -42,6 +42,8 @@ struct Fp16Config {
   int64_t hysteresis{};
   bool consecutive_hysteresis{};
   double min_loss_scale{};
+  bool
+      fp16_master_weights_and_grads{};  // ZeRO 1-3 with offload: the fp16 parameters are the master
 };
 
 struct Bf16Config {

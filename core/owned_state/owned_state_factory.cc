@@ -110,10 +110,9 @@ Result<std::unique_ptr<OwnedState>> make_owned_state(const OwnedStateContext& c,
   std::unique_ptr<OwnedState> state;
   switch (c.placement->optimizer_state) {
     case config::Home::kDevice: {
-      if (c.placement->optimizer_offload.device == config::OffloadDevice::kCpu && c.rank == 0)
-        log_info(
-            "offload_optimizer.device \"cpu\" at ZeRO stage 0: the optimizer state stays with "
-            "the parameters (ZeRO-Offload needs stage 1, 2 or 3)");
+      if (const std::string why = config::optimizer_offload_kept_reason(*c.placement);
+          !why.empty() && c.rank == 0)
+        log_info(why);
       if (c.placement->low_precision_master()) {
         const int64_t owned = c.strategy->owned_numel();
         DSCORE_ASSIGN_OR_RETURN(state, LowPrecisionMasterState::create(

@@ -358,10 +358,8 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const config::Placement
                       kept_on_device_elements(placement, config.zero.sub_group_size, owned),
                       placement.offloaded_ratio, slots, &plan);
     plan.state_on_host = staged;
-  } else if (placement.optimizer_offload.device == config::OffloadDevice::kCpu)
-    plan.notes.push_back(
-        "offload_optimizer.device \"cpu\" at ZeRO stage 0: the optimizer state stays with the "
-        "parameters (ZeRO-Offload needs stage 1, 2 or 3)");
+  } else if (const std::string why = config::optimizer_offload_kept_reason(placement); !why.empty())
+    plan.notes.push_back(why);
   const config::OffloadConfig& p = placement.param_offload;
   if (placement.params_on_nvme()) {
     // param_swap.h: the shards in a file, the first max_in_cpu elements in RAM.

@@ -78,7 +78,8 @@ INSTANTIATE_TEST_SUITE_P(Zero, Memory,
 // fp32 copy), and bf16_optimizer_states halves Adam's state; the plan
 // follows, category by category, and training still matches plain bf16
 // closely (the mode's numbers against DeepSpeed's: check_training.py).
-TEST(Memory, Bf16MasterDropsTheFp32MasterAndNarrowsTheState) {
+// fp16_master_weights_and_grads the same for fp16.
+TEST(Memory, SixteenBitMastersDropTheFp32MasterAndNarrowTheState) {
   RunSpec spec;
   spec.stage = 2;
   spec.world = 2;
@@ -106,6 +107,20 @@ TEST(Memory, Bf16MasterDropsTheFp32MasterAndNarrowsTheState) {
     }
     EXPECT_LT(max_relative_difference(r.ranks[0].losses, plain.ranks[0].losses), 2e-2);
   }
+  // fp16_master_weights_and_grads, with the ZeRO-Offload DeepSpeed requires
+  // (on the CPU engine the state stays where it is: the host).
+  spec.extra = R"("fp16": {"enabled": true, "fp16_master_weights_and_grads": true,
+                           "initial_scale_power": 8})";
+  spec.zero_extra = R"("offload_optimizer": {"device": "cpu"})";
+  const RunResult fp16 = run_workers(spec);
+  ASSERT_TRUE(fp16.ok()) << fp16.process.describe();
+  for (const RankReport& rank : fp16.ranks) {
+    ASSERT_EQ(rank.memory.size(), 6u);
+    EXPECT_EQ(rank.memory[2], 0) << "no fp32 master";
+    EXPECT_EQ(rank.memory[5], 0) << "no offload tiles";
+    for (size_t c = 0; c < 4; ++c) EXPECT_EQ(rank.memory[c], rank.plan[c]) << "category " << c;
+  }
+  EXPECT_LT(max_relative_difference(fp16.ranks[0].losses, plain.ranks[0].losses), 2e-2);
 }
 
 class Communication : public ::testing::TestWithParam<std::tuple<int, int>> {};
