@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "../adam_common/adam_update.h"
 #include "adam_cpu.h"
-#include "adam_update.h"
 #if defined(DSCORE_ADAM_WITH_CUDA)
 #include "adam_cuda.h"
 #endif

@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "adam_update.h"
+#include "../adam_common/adam_update.h"
 
 namespace dscore::adam {
 

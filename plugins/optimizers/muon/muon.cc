@@ -6,7 +6,7 @@
 // weight decay. That needs whole matrices, so it runs in precondition()
 // (optimizer.h, ABI 1.2): the host gathers each matrix's gradient and
 // momentum across ZeRO ranks and keeps its part of the result. Everything
-// else takes Adam (FusedAdam's arithmetic, adam/adam_update.h).
+// else takes Adam (FusedAdam's arithmetic, adam_common/adam_update.h).
 //
 // State: slot "exp_avg" is a matrix's momentum buffer or Adam's first
 // moment; "exp_avg_sq" Adam's second moment (unused, zero, for matrices).
@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "adam/adam_update.h"
+#include "../adam_common/adam_update.h"
 #include "newton_schulz.h"
 
 namespace dscore::muon {

@@ -5,13 +5,11 @@
 #include <cmath>
 #include <vector>
 
-#include "transformer_common/cpu/gemm.h"
+#include "matmul.h"
 
 namespace dscore::muon {
 namespace {
 
-using transformer::cpu::gemm;
-using transformer::cpu::Op;
 using Matrix = std::vector<float>;
 
 constexpr float kA = 3.4445f, kB = -4.7750f, kC = 2.0315f;
@@ -33,8 +31,7 @@ struct Rounding {
 Matrix product(const Rounding& round, const Matrix& a, const Matrix& b, int64_t r, int64_t k,
                int64_t c, bool transpose_b = false) {
   Matrix out(static_cast<size_t>(r * c));
-  gemm<float>(Op::kNone, transpose_b ? Op::kTranspose : Op::kNone, r, c, k, 1.0f, a.data(), k,
-              b.data(), transpose_b ? k : c, 0.0f, out.data(), c);
+  matmul(a.data(), b.data(), out.data(), r, k, c, transpose_b, /*accumulate=*/false);
   round.all(out);
   return out;
 }
@@ -46,7 +43,7 @@ Matrix scaled_plus_product(const Rounding& round, float s, const Matrix& bias, c
                            const Matrix& b, int64_t r, int64_t k, int64_t c) {
   Matrix out(bias.size());
   for (size_t i = 0; i < bias.size(); ++i) out[i] = round(s * bias[i]);
-  gemm<float>(Op::kNone, Op::kNone, r, c, k, 1.0f, a.data(), k, b.data(), c, 1.0f, out.data(), c);
+  matmul(a.data(), b.data(), out.data(), r, k, c, /*transpose_b=*/false, /*accumulate=*/true);
   round.all(out);
   return out;
 }

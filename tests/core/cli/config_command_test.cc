@@ -283,12 +283,11 @@ TEST(CliConfigCheck, UnknownOptimizerTypeSuggestsAndListsWhatExists) {
       "  \"optimizer\": {\"type\": \"adma\", \"params\": {\"lr\": 0.1}}\n"
       "}\n");
   EXPECT_EQ(
-      line.rfind(
-          "error: F:3:16: optimizer.type: no optimizer plugin named 'adma'; did you "
-          "mean \"adam\"?; available: adagrad, adam, adamw, lamb, lion, onebitadam, onebitlamb, "
-          "sgd, zerooneadam. "
-          "Searched: ",
-          0),
+      line.rfind("error: F:3:16: optimizer.type: no optimizer plugin named 'adma'; did you "
+                 "mean \"adam\"?; available: adagrad, adam, adamw, lamb, lion, muon, onebitadam, "
+                 "onebitlamb, sgd, zerooneadam. "
+                 "Searched: ",
+                 0),
       0u)
       << line;
   EXPECT_NE(line.find(DSCORE_BUILD_PLUGIN_DIR), std::string::npos) << line;

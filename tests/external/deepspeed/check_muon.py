@@ -31,7 +31,7 @@ the sqrt(rows / cols) scale of the tall 64x16 matrix by 1e-2 to 7e-2.
 
 bf16: check_training.py's bound, 2e-2 (bf16 weights keep 8 significant bits;
 which weights move to the next bf16 value turns on the last bits of the
-update). Measured: 6.1e-4 to 6.9e-4 at stages 1-3 and 5.5e-3 to 5.9e-3 at stage 0 (DeepSpeed's
+update). Measured: 5.8e-4 to 8.0e-4 at stages 1-3 and 5.5e-3 to 5.9e-3 at stage 0 (DeepSpeed's
 FP16_UnfusedOptimizer path for bf16 there).
 
 Usage: check_muon.py <dscore binary>   (DeepSpeed's python is this one)

@@ -1,4 +1,5 @@
-// The Adam/AdamW element update: DeepSpeed FusedAdam's per-element math
+// The Adam/AdamW element update (shared by the adam plugin and muon's Adam
+// half): DeepSpeed FusedAdam's per-element math
 // (docs/deepspeed-reference.md#fusedadam) in fp32, one pass over param, grad, exp_avg, exp_avg_sq
 // and the optional 16-bit parameter copy. This is the readable reference
 // path. The vectorised path (adam_avx2.cc) and the CUDA kernel
