@@ -249,8 +249,11 @@ PluginSelection select_plugins(config::LoadedConfig* loaded,
 }
 
 double optimizer_base_lr(const SelectedPlugin& optimizer) {
-  const json::Value* lr = optimizer.params.values().find("lr");
-  return lr != nullptr && lr->is_number() ? lr->as_number() : 0.0;
+  for (const char* key : {"lr", "muon_lr"}) {
+    const json::Value* lr = optimizer.params.values().find(key);
+    if (lr != nullptr && lr->is_number()) return lr->as_number();
+  }
+  return 0.0;
 }
 
 }  // namespace dscore

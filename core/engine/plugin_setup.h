@@ -34,7 +34,9 @@ PluginSelection select_plugins(config::LoadedConfig* loaded,
                                const config::ResolveContext& context);
 
 // The optimizer's configured base learning rate: its validated "lr" param,
-// or 0 when the optimizer has none.
+// else "muon_lr" (Muon without a shared lr: DeepSpeed's first parameter
+// group is the Muon half, whose lr it reports and schedules), or 0 when
+// the optimizer has neither.
 double optimizer_base_lr(const SelectedPlugin& optimizer);
 
 }  // namespace dscore

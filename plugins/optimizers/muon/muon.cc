@@ -12,9 +12,9 @@
 // moment; "exp_avg_sq" Adam's second moment (unused, zero, for matrices).
 //
 // Learning rates: the Muon half's is muon_lr, else lr, else 0.02; the Adam
-// half's adam_lr, else lr, else 3e-4 (DeepSpeed's). Under an LR scheduler
-// (which starts from "lr") each half keeps its ratio to "lr"; without "lr"
-// both halves take the scheduled value.
+// half's adam_lr, else lr, else 3e-4 (DeepSpeed's). An LR scheduler starts
+// from "lr", else "muon_lr" (the host's base, optimizer_base_lr), and each
+// half keeps its ratio to it.
 #include <dscore/optimizer.h>
 #include <dscore/cpp/optimizer.hpp>
 #include <dscore/cpp/optimizer_plugin.hpp>
@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "../adam_common/adam_update.h"
+#include "matmul.h"
 #include "newton_schulz.h"
 
 namespace dscore::muon {
@@ -65,6 +66,7 @@ class Muon : public sdk::OptimizerBase {
  public:
   Muon(sdk::HostRef host, const sdk::Params& p) : OptimizerBase(host) {
     has_lr_ = p.has("lr");
+    has_muon_lr_ = p.has("muon_lr");
     lr_ = p.number("lr", 0.0);
     muon_lr_ = p.number("muon_lr", has_lr_ ? lr_ : 0.02);
     adam_lr_ = p.number("adam_lr", has_lr_ ? lr_ : 3e-4);
@@ -92,13 +94,17 @@ class Muon : public sdk::OptimizerBase {
   void step(const dscore_optimizer_step_args* args);
 
  private:
-  // The lr of a half whose own base is `base`, at the scheduled `lr`.
+  // The lr of a half whose own base is `base`, at the scheduled value: the
+  // host schedules from "lr", else from "muon_lr" (the Muon half's lr,
+  // what DeepSpeed reports), and each half keeps its ratio to that.
   double half_lr(double base, double scheduled) const {
-    if (has_lr_ ? scheduled == lr_ : scheduled == 0) return base;
-    return has_lr_ && lr_ > 0 ? base * (scheduled / lr_) : scheduled;
+    const double reference = has_lr_ ? lr_ : (has_muon_lr_ ? muon_lr_ : 0.0);
+    if (scheduled == reference) return base;
+    return reference > 0 ? base * (scheduled / reference) : scheduled;
   }
 
-  bool has_lr_ = false;
+  bool logged_route_ = false;
+  bool has_lr_ = false, has_muon_lr_ = false;
   double lr_ = 0, muon_lr_ = 0.02, adam_lr_ = 3e-4, momentum_ = 0.95;
   NsMethod method_ = NsMethod::kGram;
   double beta1_ = 0.9, beta2_ = 0.95, eps_ = 1e-10, weight_decay_ = 0;
@@ -117,6 +123,10 @@ void Muon::precondition(const dscore_optimizer_precondition_args* args) {
       g.ndim < 2)
     throw Error(DSCORE_INVALID_ARGUMENT,
                 "precondition: expected F32 gradient and state of one matrix's size");
+  if (!logged_route_) {
+    logged_route_ = true;
+    host().log(DSCORE_LOG_INFO, "muon", "Newton-Schulz products on " + matmul_route());
+  }
   float* grad = static_cast<float*>(g.data);
   float* buf = static_cast<float*>(m.data);
   const float into = static_cast<float>(1.0 - momentum_);  // lerp(m, g, 1 - beta)

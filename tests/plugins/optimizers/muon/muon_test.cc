@@ -256,7 +256,8 @@ TEST_F(MuonTest, StepAppliesEachHalfWithItsLearningRate) {
     run.setup(kAwkwardSizes, DSCORE_DTYPE_F32, DSCORE_DTYPE_BF16, 7,
               [](size_t s) { return s == 0 ? 0.1 : 0.01; });
     for (int64_t step = 1; step <= 3; ++step) {
-      dscore_optimizer_hparams h = hparams(0, step, 0.5);  // no "lr": the scheduled value is 0
+      // No "lr": the host schedules from muon_lr.
+      dscore_optimizer_hparams h = hparams(0.02, step, 0.5);
       h.group_flags = matrices ? DSCORE_OPTIMIZER_GROUP_PRECONDITIONED : 0u;
       run.step(h, muon_reference(matrices, matrices ? 0.02 : 1e-3, 0.1, 0.9, 0.95, 1e-10), kTol);
     }
