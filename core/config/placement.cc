@@ -134,13 +134,14 @@ std::vector<ConfigError> placement_unsupported(const Placement& p) {
                    "parameters on NVMe need a 16-bit model: an fp32 model's parameters are its "
                    "master weights, which the optimizer updates in memory; enable \"bf16\" (or "
                    "\"fp16\"), or set \"device\": \"none\""});
-  if (p.low_precision_master() && (p.optimizer_offloaded() || !p.device_memory_is_host))
+  if (p.low_precision_master() &&
+      (p.optimizer_offloaded() || !p.device_memory_is_host || p.params_on_nvme()))
     out.push_back({p.master_dtype == DSCORE_DTYPE_F16 ? "fp16.fp16_master_weights_and_grads"
                                                       : "bf16.bf16_master_weights_and_grads",
                    {},
                    "16-bit master weights are implemented on the CPU engine with the optimizer "
-                   "state in memory only (not on NVMe, not from a GPU): remove the key, or "
-                   "zero_optimization.offload_optimizer \"nvme\""});
+                   "state and the parameters in memory only (not on NVMe, not from a GPU): "
+                   "remove the key, or the \"nvme\" offload"});
   if (!p.device_memory_is_host) {
     // From a GPU the host update of offloaded state writes the parameters
     // on the host, so parameters off the device need it; ZeRO-Offload

@@ -3,9 +3,7 @@
 #include <dscore/cpp/dtype.hpp>
 
 #include <algorithm>
-#include <cstring>
 
-#include "core/base/strings.h"
 #include "core/tensor/dtype_ops.h"
 
 namespace dscore {
