@@ -117,18 +117,26 @@ Status Preconditioner::run_bucket(size_t first, size_t end, const dscore_optimiz
     }
     base += params[wholes_[w].param].numel;
   }
-  if (partitioned_)
-    DSCORE_RETURN_IF_ERROR(group_->allreduce({buffer_.data(), DSCORE_DTYPE_F32, 2 * total},
-                                             {buffer_.data(), DSCORE_DTYPE_F32, 2 * total},
-                                             DSCORE_REDUCE_SUM));
+  const comm::CommBuffer all{buffer_.data(), DSCORE_DTYPE_F32, 2 * total};
+  if (partitioned_) DSCORE_RETURN_IF_ERROR(group_->allreduce(all, all, DSCORE_REDUCE_SUM));
+  // Each matrix is transformed by one rank (round-robin) and shared by a
+  // second sum, the others holding zeros for it. Every rank holds every
+  // gathered gradient, so all decide alike which are finite.
+  const int world = group_->world_size();
+  std::vector<bool> finite(end - first);
   base = 0;
   for (size_t w = first; w < end; ++w) {
-    const Whole& whole = wholes_[w];
-    const ParamEntry& p = params[whole.param];
+    const ParamEntry& p = params[wholes_[w].param];
     float* pg = g + base;
     float* pm = m + base;
     base += p.numel;
-    if (whole.owned.empty() || !all_finite(pg, p.numel)) continue;
+    finite[w - first] = all_finite(pg, p.numel);
+    if (static_cast<int>(w % static_cast<size_t>(world)) != group_->rank()) {
+      std::fill(pg, pg + p.numel, 0.0f);
+      std::fill(pm, pm + p.numel, 0.0f);
+      continue;
+    }
+    if (!finite[w - first]) continue;  // kept as gathered
     dscore_tensor grad = tensor::host_view(pg, DSCORE_DTYPE_F32, p.shape, p.numel, p.name.c_str());
     dscore_tensor state = tensor::host_view(pm, DSCORE_DTYPE_F32, p.shape, p.numel, p.name.c_str());
     const dscore_model_param desc = p.descriptor();
@@ -139,7 +147,17 @@ Status Preconditioner::run_bucket(size_t first, size_t end, const dscore_optimiz
     args.grad = &grad;
     args.state = &state;
     DSCORE_RETURN_IF_ERROR(runner_->instance().precondition(args));
-    const float out = static_cast<float>(out_scale);
+  }
+  if (world > 1) DSCORE_RETURN_IF_ERROR(group_->allreduce(all, all, DSCORE_REDUCE_SUM));
+  // This rank's parts of the results.
+  const float out = static_cast<float>(out_scale);
+  base = 0;
+  for (size_t w = first; w < end; ++w) {
+    const Whole& whole = wholes_[w];
+    float* pg = g + base;
+    float* pm = m + base;
+    base += params[whole.param].numel;
+    if (!finite[w - first]) continue;
     for (const zero::OwnedSegment& s : whole.owned) {
       float* src = pg + s.element;
       if (out != 1.0f)

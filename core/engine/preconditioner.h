@@ -5,9 +5,10 @@
 // optimizer's slot 0 (its momentum) from the ranks that own them (one
 // allreduce of zero-filled buckets: every element has one owner, so the sum
 // is that owner's value exactly), lets the plugin transform the whole
-// parameter, and keeps this rank's part of the gradient and the slot. Every
-// rank that owns part of a parameter computes it (DeepSpeed's ZeRO 1/2 does
-// the same for a matrix split across ranks).
+// parameter, and keeps this rank's part of the gradient and the slot. Each
+// parameter is transformed by one rank of the group, round-robin, and the
+// results shared by a second sum (DeepSpeed's ZeRO 3 spreads its matrices
+// the same way; its ZeRO 1/2 computes a split matrix on every rank).
 //
 // A parameter whose gathered gradient is not finite is left alone, its
 // slot unchanged (DeepSpeed's Muon keeps the momentum out of an overflowed
