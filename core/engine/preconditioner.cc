@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/tensor/dtype_ops.h"
+#include "core/tensor/host_buffer.h"
 #include "core/tensor/tensor_view.h"
 
 namespace dscore {
@@ -15,10 +16,6 @@ namespace {
 // Gradient elements per bucket (its buffer holds as many slot values too):
 // 64 MiB of fp32 in all. A larger parameter has a bucket of its own.
 constexpr int64_t kBucketElements = int64_t{1} << 23;
-
-char* at(void* base, dscore_dtype dtype, int64_t index) {
-  return static_cast<char*>(base) + index * static_cast<int64_t>(sdk::dtype_size(dtype));
-}
 
 bool all_finite(const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
@@ -109,8 +106,8 @@ Status Preconditioner::run_bucket(size_t first, size_t end, const dscore_optimiz
   for (size_t w = first; w < end; ++w) {
     for (const zero::OwnedSegment& s : wholes_[w].owned) {
       float* dst = g + base + s.element;
-      tensor::convert(at(grads, grad_dtype_, s.offset), grad_dtype_, dst, DSCORE_DTYPE_F32,
-                      s.numel);
+      tensor::convert(tensor::element_at(grads, grad_dtype_, s.offset), grad_dtype_, dst,
+                      DSCORE_DTYPE_F32, s.numel);
       if (in != 1.0f)
         for (int64_t i = 0; i < s.numel; ++i) dst[i] *= in;
       std::copy_n(slot + s.offset, s.numel, m + base + s.element);
@@ -162,8 +159,8 @@ Status Preconditioner::run_bucket(size_t first, size_t end, const dscore_optimiz
       float* src = pg + s.element;
       if (out != 1.0f)
         for (int64_t i = 0; i < s.numel; ++i) src[i] *= out;
-      tensor::convert(src, DSCORE_DTYPE_F32, at(grads, grad_dtype_, s.offset), grad_dtype_,
-                      s.numel);
+      tensor::convert(src, DSCORE_DTYPE_F32, tensor::element_at(grads, grad_dtype_, s.offset),
+                      grad_dtype_, s.numel);
       std::copy_n(pm + s.element, s.numel, slot + s.offset);
     }
   }

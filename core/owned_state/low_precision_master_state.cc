@@ -5,16 +5,9 @@
 #include <algorithm>
 
 #include "core/tensor/dtype_ops.h"
+#include "core/tensor/host_buffer.h"
 
 namespace dscore {
-namespace {
-
-char* at(void* base, dscore_dtype dtype, int64_t index) {
-  return static_cast<char*>(base) + index * static_cast<int64_t>(sdk::dtype_size(dtype));
-}
-
-}  // namespace
-
 Result<std::unique_ptr<LowPrecisionMasterState>> LowPrecisionMasterState::create(
     const std::vector<zero::StateSlot>& slots, const std::vector<double>& initial_values,
     int64_t owned, void* params16, dscore_dtype model_dtype, dscore_dtype state_dtype,
@@ -66,12 +59,14 @@ Status LowPrecisionMasterState::for_each_tile(
     tile.begin = begin;
     tile.end = begin + n;
     tile.master = master;
-    tensor::convert(at(params16_, model_dtype_, begin), model_dtype_, master, DSCORE_DTYPE_F32, n);
+    tensor::convert(tensor::element_at(params16_, model_dtype_, begin), model_dtype_, master,
+                    DSCORE_DTYPE_F32, n);
     // The optimizer writes the new parameters: the master, narrowed.
-    if (access == TileAccess::kStep) tile.params16 = at(params16_, model_dtype_, begin);
+    if (access == TileAccess::kStep)
+      tile.params16 = tensor::element_at(params16_, model_dtype_, begin);
     for (size_t k = 0; k < slots_.size(); ++k) {
       const int64_t epp = slots_[k].elements_per_param;
-      void* stored_at = at(storage_[k].get(), stored(k), begin * epp);
+      void* stored_at = tensor::element_at(storage_[k].get(), stored(k), begin * epp);
       if (!wide_[k]) {
         tile.slots.push_back(stored_at);
         continue;
@@ -82,24 +77,27 @@ Status LowPrecisionMasterState::for_each_tile(
     DSCORE_RETURN_IF_ERROR(visit(tile));
     if (access == TileAccess::kRead) continue;
     if (access == TileAccess::kUpdate)
-      tensor::convert(master, DSCORE_DTYPE_F32, at(params16_, model_dtype_, begin), model_dtype_,
-                      n);
+      tensor::convert(master, DSCORE_DTYPE_F32, tensor::element_at(params16_, model_dtype_, begin),
+                      model_dtype_, n);
     for (size_t k = 0; k < slots_.size(); ++k)
       if (wide_[k])
-        tensor::convert(wide_[k].get(), slots_[k].dtype,
-                        at(storage_[k].get(), stored(k), begin * slots_[k].elements_per_param),
-                        stored(k), n * slots_[k].elements_per_param);
+        tensor::convert(
+            wide_[k].get(), slots_[k].dtype,
+            tensor::element_at(storage_[k].get(), stored(k), begin * slots_[k].elements_per_param),
+            stored(k), n * slots_[k].elements_per_param);
   }
   return Status::Ok();
 }
 
 Status LowPrecisionMasterState::read(int state, int64_t first, int64_t count, void* dst) {
   if (state == kMasterState) {
-    tensor::convert(at(params16_, model_dtype_, first), model_dtype_, dst, DSCORE_DTYPE_F32, count);
+    tensor::convert(tensor::element_at(params16_, model_dtype_, first), model_dtype_, dst,
+                    DSCORE_DTYPE_F32, count);
     return Status::Ok();
   }
   const size_t k = static_cast<size_t>(state);
-  tensor::convert(at(storage_[k].get(), stored(k), first), stored(k), dst, slots_[k].dtype, count);
+  tensor::convert(tensor::element_at(storage_[k].get(), stored(k), first), stored(k), dst,
+                  slots_[k].dtype, count);
   return Status::Ok();
 }
 
