@@ -144,8 +144,7 @@ void Muon::precondition(const dscore_optimizer_precondition_args* args) {
   // dtype fold into one fp32 product.
   if (rows > cols) {
     const float exact = static_cast<float>(std::sqrt(static_cast<double>(rows) / cols));
-    const float scale = method_ == NsMethod::kGram ? sdk::half_to_float(sdk::float_to_half(exact))
-                                                   : sdk::bf16_to_float(sdk::float_to_bf16(exact));
+    const float scale = round_to_method(method_, exact);
     for (int64_t i = 0; i < g.numel; ++i) grad[i] *= scale;
   }
 }

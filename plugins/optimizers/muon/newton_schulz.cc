@@ -18,10 +18,7 @@ constexpr int kSteps = 5;
 // Each operation's result as the method's dtype holds it.
 struct Rounding {
   NsMethod method;
-  float operator()(float v) const {
-    return method == NsMethod::kGram ? sdk::half_to_float(sdk::float_to_half(v))
-                                     : sdk::bf16_to_float(sdk::float_to_bf16(v));
-  }
+  float operator()(float v) const { return round_to_method(method, v); }
   void all(Matrix& m) const {
     for (float& v : m) v = (*this)(v);
   }
@@ -101,6 +98,11 @@ void gram_steps(const Rounding& round, Matrix& x, int64_t n, int64_t m) {
 }
 
 }  // namespace
+
+float round_to_method(NsMethod method, float v) {
+  return method == NsMethod::kGram ? sdk::half_to_float(sdk::float_to_half(v))
+                                   : sdk::bf16_to_float(sdk::float_to_bf16(v));
+}
 
 void orthogonalize(NsMethod method, int64_t rows, int64_t cols, float* x) {
   const Rounding round{method};

@@ -17,6 +17,9 @@ namespace dscore::muon {
 
 enum class NsMethod { kGram, kStandard };
 
+// `v` as the method's dtype holds it (fp16 for kGram, bf16 for kStandard).
+float round_to_method(NsMethod method, float v);
+
 // x: rows x cols, row-major; replaced by its orthogonalization (values
 // exactly representable in the method's dtype).
 void orthogonalize(NsMethod method, int64_t rows, int64_t cols, float* x);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/tensor/tensor_view.h"
 #include "tests/plugins/optimizers/optimizer_harness.h"
 
 namespace dscore::testing {
@@ -148,19 +149,6 @@ class MuonTest : public ::testing::Test {
   const dscore_optimizer_vtable* vt_ = nullptr;
 };
 
-// A dense row-major fp32 matrix on the host.
-dscore_tensor matrix_view(float* data, const std::vector<int64_t>& shape) {
-  dscore_tensor t{};
-  t.struct_size = sizeof t;
-  t.data = data;
-  t.dtype = DSCORE_DTYPE_F32;
-  t.device_type = DSCORE_DEVICE_CPU;
-  t.ndim = static_cast<int32_t>(shape.size());
-  t.shape = shape.data();
-  t.numel = shape[0] * shape[1];
-  return t;
-}
-
 dscore_model_param param(const char* name, const std::vector<int64_t>& shape) {
   dscore_model_param p{};
   p.struct_size = sizeof p;
@@ -186,8 +174,8 @@ TEST_F(MuonTest, PreconditionIsDeepSpeedsMuonUpdate) {
         m.push_back(static_cast<float>((i * 5 + j * 2) % 7 - 3) / 8.0f);
       }
     const int64_t n = static_cast<int64_t>(g.size());
-    dscore_tensor grad = matrix_view(g.data(), shape);
-    dscore_tensor state = matrix_view(m.data(), shape);
+    dscore_tensor grad = tensor::host_view(g.data(), DSCORE_DTYPE_F32, shape, n);
+    dscore_tensor state = tensor::host_view(m.data(), DSCORE_DTYPE_F32, shape, n);
     const dscore_model_param desc = param("layers.0.weight", shape);
     const dscore_optimizer_hparams h = hparams(0.02, 1);
     dscore_optimizer_precondition_args a{};
