@@ -20,11 +20,24 @@ struct CheckpointInfo {
   SafetensorsReader model0;  // open
   FileHeader header0;        // its header (.state: the training state as JSON)
   TrainingState state;       // header0.state, read
+  // A node-local save read where only this node's part is: the files of
+  // other nodes this folder lacks (empty otherwise).
+  std::vector<std::string> absent;
+
+  // "zero_pp_rank_2_... and zero_pp_rank_3_... (on hostB)": what `absent`
+  // holds and whose disks have it.
+  std::string absent_text() const;
+  // What to do about `absent`: copy the named hosts' files in.
+  std::string absent_remedy() const;
 };
 
 // tag "" means the one <dir>/latest names. Errors name what is missing and
 // what to do; the training state must be complete (DATA_LOSS naming the
-// field) and every file it lists must exist.
-Result<CheckpointInfo> open_checkpoint(const std::string& dir, const std::string& tag);
+// field) and every file it lists must exist — except, with `node_part`, the
+// other nodes' files of a node-local save (listed in `absent`; without
+// `node_part` they are an error naming their hosts). On a node without rank
+// 0, a node-local save's training state is read from the node's own copy.
+Result<CheckpointInfo> open_checkpoint(const std::string& dir, const std::string& tag,
+                                       bool node_part = false);
 
 }  // namespace dscore::checkpoint

@@ -310,12 +310,17 @@ Status FragmentSet::read(const std::string& slot, const std::string& param, int6
   char* out = static_cast<char*>(dst);
   const size_t es = sdk::dtype_size(dst_dtype);
   const int64_t end = begin + count;
+  int64_t covered = 0;
   for (Piece& piece : it->second) {
     const int64_t a = std::max(begin, piece.begin), b = std::min(end, piece.begin + piece.numel);
     if (a >= b) continue;
     DSCORE_RETURN_IF_ERROR(read_piece(piece, a - piece.begin, b - a, epp, dst_dtype,
                                       out + static_cast<size_t>((a - begin) * epp) * es));
+    covered += b - a;
   }
+  if (covered != count)
+    return not_found("elements [" + std::to_string(begin) + ", " + std::to_string(end) + ") of " +
+                     slot + " of parameter " + param + " are not all in the files read");
   return Status::Ok();
 }
 

@@ -118,7 +118,8 @@ class FragmentSet {
 
   // Elements [begin, begin + count) of `param` in `slot`, each
   // `elements_per_param` stored values wide, into dst as `dst_dtype`
-  // (float dtypes convert; others must match).
+  // (float dtypes convert; others must match); NOT_FOUND when some of them
+  // are in none of the files.
   Status read(const std::string& slot, const std::string& param, int64_t begin, int64_t count,
               uint32_t elements_per_param, dscore_dtype dst_dtype, void* dst);
 

@@ -110,6 +110,12 @@ json::Value to_json(const TrainingState& t) {
   json::Value files = json::Value::object();
   files.set("model_states", string_array(t.model_files));
   files.set("optim_states", string_array(t.optim_files));
+  if (t.node_local()) {
+    json::Value hosts = json::Value::object();
+    hosts.set("model_states", string_array(t.model_file_hosts));
+    hosts.set("optim_states", string_array(t.optim_file_hosts));
+    files.set("hosts", std::move(hosts));
+  }
   s.set("files", std::move(files));
   json::Value counters = json::Value::object();
   counters.set("global_steps", json::Value(t.counters.global_steps));
@@ -178,6 +184,13 @@ Result<TrainingState> training_state_from_json(const json::Value& v, const std::
   t.optim_files = r.strings(files, "files", "optim_states");
   if (r.error().ok() && (t.model_files.empty() || t.optim_files.empty()))
     r.fail("files list no model_states or no optim_states");
+  if (const json::Value* hosts = files.is_object() ? files.find("hosts") : nullptr) {
+    t.model_file_hosts = r.strings(*hosts, "files.hosts", "model_states");
+    t.optim_file_hosts = r.strings(*hosts, "files.hosts", "optim_states");
+    if (r.error().ok() && (t.model_file_hosts.size() != t.model_files.size() ||
+                           t.optim_file_hosts.size() != t.optim_files.size()))
+      r.fail("files.hosts does not name a host for every file");
+  }
   const json::Value& c = r.object(v, "", "counters");
   t.counters.global_steps = r.integer(c, "counters", "global_steps");
   t.counters.global_samples = r.integer(c, "counters", "global_samples");

@@ -28,6 +28,10 @@ struct TrainingState {
   std::string model_dtype;         // sdk dtype_name of what the model computes on
   std::vector<SavedParam> params;  // the layout, in order (numel derived from shape)
   std::vector<std::string> model_files, optim_files;  // names inside the tag folder
+  // A node-local save (checkpoint.use_node_local_storage): the host whose
+  // disk holds each file above; empty for a save every rank sees.
+  std::vector<std::string> model_file_hosts, optim_file_hosts;
+  bool node_local() const { return !optim_file_hosts.empty(); }
 
   struct Counters {
     int64_t global_steps = 0;

@@ -100,12 +100,14 @@ std::vector<ConfigError> unsupported_features(const TrainingConfig& config,
          "dscore checkpoints load at any world size and stage without a universal-checkpoint "
          "conversion; remove checkpoint.load_universal (DeepSpeed universal checkpoints are not "
          "read)"});
-  if (config.checkpoint.use_node_local_storage)
+  if (config.checkpoint.use_node_local_storage &&
+      (pipeline_stages_of(config) > 1 || tensor_parallel_size_of(config) > 1 ||
+       expert_parallel_size_of(config) > 1))
     out->push_back({"checkpoint.use_node_local_storage",
                     {},
-                    "checkpoints need one folder every rank sees (a shared filesystem); node-local "
-                    "storage is not "
-                    "available yet: remove checkpoint.use_node_local_storage"});
+                    "node-local checkpoints are built for data parallelism (ZeRO 0-3) only: with "
+                    "pipeline, tensor or expert parallelism save to a folder every node sees, or "
+                    "remove checkpoint.use_node_local_storage"});
   if (pipeline_stages_of(config) > 1) pipeline_unsupported(config, out);
   if (tensor_parallel_size_of(config) > 1) tensor_parallel_unsupported(config, out);
   if (sequence_parallel_size_of(config) > 1) sequence_parallel_unsupported(config, out);

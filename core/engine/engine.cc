@@ -89,6 +89,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   DSCORE_ASSIGN_OR_RETURN(
       engine->topology_,
       comm::Topology::create(*engine->comm_, grid, comm::Topology::engine_groups()));
+  DSCORE_ASSIGN_OR_RETURN(engine->nodes_, comm::discover_nodes(*engine->comm_));
+  if (engine->nodes_.nodes() > 1 && engine->rank() == 0)
+    log_info(std::to_string(engine->nodes_.nodes()) + " nodes: " + engine->nodes_.describe());
   // ZeRO's group is this rank alone when each pipeline stage has one
   // data-parallel rank: a communicator of its own (every rank splits).
   if (engine->topology_->group(comm::groups::kZero) == nullptr) {

@@ -28,6 +28,7 @@
 #include "core/base/status.h"
 #include "core/checkpoint/training_state.h"
 #include "core/comm/communicator.h"
+#include "core/comm/node_map.h"
 #include "core/comm/topology.h"
 #include "core/config/config.h"
 #include "core/config/json.h"
@@ -205,6 +206,8 @@ class Engine {
   const config::Placement& placement() const { return placement_; }
   // The job's ranks as a grid of parallel axes, and their groups.
   const comm::Topology& topology() const { return *topology_; }
+  // Which ranks share a machine (gathered at create).
+  const comm::NodeMap& nodes() const { return nodes_; }
 
   // Collective; call at an accumulation boundary. Writes <dir>/<tag>/ and
   // then <dir>/latest, crash-safely: until every rank's files are durable
@@ -305,8 +308,27 @@ class Engine {
   // Checkpoint pieces (engine_checkpoint.cc).
   Status check_at_boundary(const char* what) const;
   Result<std::string> agree_on_tag(const std::string& wanted);
+  // Makes the save's staging folder: rank 0's, or under
+  // checkpoint.use_node_local_storage each node's (a node whose folder turns
+  // out to be one an earlier node made is written there). Whether this rank
+  // moves a staging folder into place.
+  Result<bool> prepare_save(const std::string& dir, const std::string& staging,
+                            const std::string& id);
+  bool node_local_checkpoints() const;
+  Status write_model_states(const std::string& folder, const std::string& name,
+                            const std::vector<zero::ParamRun>& runs, checkpoint::FileHeader header,
+                            const json::Value& client_state);
+  size_t copied_tie_params() const;
+  bool saved_elsewhere(size_t param, size_t copied) const;
+  static void add_fragment(checkpoint::FileHeader& header,
+                           std::vector<checkpoint::TensorData>& tensors, const std::string& slot,
+                           const ParamEntry& p, int64_t begin, int64_t numel, int64_t values,
+                           dscore_dtype dtype, const void* data, std::vector<int64_t> shape);
+  // node_copy: this rank made a node's folder other than rank 0's, and
+  // writes rank 0's model states there too (below stage 3).
   Status write_checkpoint_files(const std::string& folder, const std::string& tag,
-                                const std::string& id, const json::Value& client_state);
+                                const std::string& id, const json::Value& client_state,
+                                bool node_copy);
   checkpoint::TrainingState training_state(const json::Value& client_state) const;
   std::string model_file_of(int rank) const;
   bool writes_model_states(int rank) const;
@@ -343,7 +365,8 @@ class Engine {
   std::shared_ptr<plugin_host::HostContext> host_;
   std::unique_ptr<ComputeThreads> threads_;
   std::unique_ptr<comm::Communicator> comm_;
-  std::unique_ptr<comm::Topology> topology_;       // its groups are comm_ or split from it
+  std::unique_ptr<comm::Topology> topology_;  // its groups are comm_ or split from it
+  comm::NodeMap nodes_;
   std::unique_ptr<comm::Communicator> own_group_;  // ZeRO's group when it is this rank alone
   // The expert-data-parallel group when it is this rank alone.
   std::unique_ptr<comm::Communicator> own_expert_group_;

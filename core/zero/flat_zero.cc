@@ -142,8 +142,12 @@ Status FlatZero::gather_from(const comm::CommBuffer& owned, std::vector<float>* 
 }
 
 std::vector<ParamRun> FlatZero::checkpoint_params() {
+  if (ctx_.comm->rank() != 0) return {};
+  return replica_params();
+}
+
+std::vector<ParamRun> FlatZero::replica_params() {
   std::vector<ParamRun> runs;
-  if (ctx_.comm->rank() != 0) return runs;
   const auto& params = ctx_.layout->params();
   for (size_t i = 0; i < params.size(); ++i)
     runs.push_back(

@@ -44,6 +44,7 @@ class FlatZero final : public ZeroStrategy {
   Status gather_master(std::vector<float>* out) override;
   Status gather_owned(const float* owned, std::vector<float>* out) override;
   std::vector<ParamRun> checkpoint_params() override;
+  std::vector<ParamRun> replica_params() override;
   std::vector<OwnedSegment> checkpoint_segments() const override {
     return storage_.checkpoint_segments();
   }

@@ -210,6 +210,10 @@ class ZeroStrategy {
   // checkpoint's model states: rank 0 all of them in stages 0-2 (it holds
   // the whole flat copy), every rank its own shards in stage 3.
   virtual std::vector<ParamRun> checkpoint_params() = 0;
+  // Every parameter as this rank holds it, where each rank holds them all
+  // (stages 0-2; a node-local checkpoint's copy of rank 0's model states);
+  // empty where it does not.
+  virtual std::vector<ParamRun> replica_params() { return {}; }
   // The part of the owned space this rank writes into its optimizer-state
   // shard: all of it, except in stage 0, where every rank owns everything
   // and each writes the partition stage 1 would give it (no duplicates, and
