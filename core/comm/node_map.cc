@@ -49,8 +49,8 @@ std::string NodeMap::describe() const {
       last = r;
     }
     flush();
-    out += (out.empty() ? "" : ", ") + name_of_node(n) + " (rank" +
-           (ranks_on(n) > 1 ? "s " : " ") + ranks + ")";
+    out += (out.empty() ? "" : ", ") + name_of_node(n) + " (rank" + (ranks_on(n) > 1 ? "s " : " ") +
+           ranks + ")";
   }
   return out;
 }

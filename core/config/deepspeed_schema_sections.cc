@@ -172,7 +172,8 @@ std::vector<FieldSpec> engine_sections() {
                   F("load_universal", T::kBool, "load a universal checkpoint")
                       .def(false)
                       .to(&CheckpointConfig::load_universal),
-                  F("use_node_local_storage", T::kBool, "every node writes its own copy")
+                  F("use_node_local_storage", T::kBool,
+                    "checkpoint_dir is each node's own disk: each node keeps its ranks' shards")
                       .def(false)
                       .to(&CheckpointConfig::use_node_local_storage),
                   F("parallel_write", T::kObject, "parallel checkpoint writing")

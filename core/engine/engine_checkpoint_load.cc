@@ -65,7 +65,8 @@ Result<LoadedCheckpoint> Engine::load_checkpoint(const std::string& dir,
 
 Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir,
                                                  const LoadCheckpointOptions& options) {
-  DSCORE_ASSIGN_OR_RETURN(ck::CheckpointInfo info, ck::open_checkpoint(dir, options.tag, /*node_part=*/true));
+  DSCORE_ASSIGN_OR_RETURN(ck::CheckpointInfo info,
+                          ck::open_checkpoint(dir, options.tag, /*node_part=*/true));
   const ck::FileHeader& header0 = info.header0;
   const ck::TrainingState& state = info.state;
   LoadedCheckpoint loaded;
@@ -176,8 +177,8 @@ Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir,
             return failed_precondition(
                 "checkpoint " + loaded.path + " was saved with checkpoint.use_node_local_storage " +
                 "and this rank needs shards that this node (" + nodes_.host_of(rank()) +
-                ") does not hold: it lacks " + info.absent_text() + " (" + read.message() +
-                "); " + info.absent_remedy());
+                ") does not hold: it lacks " + info.absent_text() + " (" + read.message() + "); " +
+                info.absent_remedy());
           DSCORE_RETURN_IF_ERROR(read);
         }
         return Status::Ok();
@@ -195,8 +196,8 @@ Result<LoadedCheckpoint> Engine::read_checkpoint(const std::string& dir,
             std::to_string(world_size()) +
             ": load with load_optimizer_states=false, or at the saved world size");
       const std::string mine_name = state.optim_files[static_cast<size_t>(rank())];
-      const size_t at = static_cast<size_t>(
-          std::find(names.begin(), names.end(), mine_name) - names.begin());
+      const size_t at =
+          static_cast<size_t>(std::find(names.begin(), names.end(), mine_name) - names.begin());
       if (at == names.size()) return not_found(loaded.path + " has no " + mine_name);
       const ck::SafetensorsReader& mine = set.files()[at];
       const ck::TensorInfo* extra = mine.find(ck::kOptimizerExtraTensor);

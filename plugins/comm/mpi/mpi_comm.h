@@ -51,6 +51,7 @@ class HeartbeatBoard {
   int rank_ = 0;
   int world_ = 0;
   std::string path_;
+  std::vector<std::string> hosts_;  // every rank's node name (DSCORE_NODE_NAME or hostname)
 };
 
 struct MpiComm {

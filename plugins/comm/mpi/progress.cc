@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -53,6 +54,21 @@ HeartbeatBoard::HeartbeatBoard(MPI_Comm comm, int rank, int world, int64_t timeo
   waiter.comm = comm;
   waiter.timeout_ms = timeout_ms;
   waiter.wait(&request, 1, "bootstrap broadcast", 0, sizeof id);
+  // Every rank's node name, for naming where a missing rank runs.
+  constexpr int kName = 64;
+  char mine[kName] = {};
+  const char* node = std::getenv("DSCORE_NODE_NAME");
+  if (node != nullptr && *node != '\0')
+    std::strncpy(mine, node, kName - 1);
+  else if (gethostname(mine, kName - 1) != 0)
+    std::strncpy(mine, "?", kName - 1);
+  std::vector<char> names(static_cast<size_t>(kName) * static_cast<size_t>(world));
+  DSCORE_MPI_CHECK(
+      MPI_Iallgather(mine, kName, MPI_CHAR, names.data(), kName, MPI_CHAR, comm, &request));
+  waiter.wait(&request, 1, "bootstrap allgather", 0, names.size());
+  for (int r = 0; r < world; ++r)
+    hosts_.emplace_back(names.data() + static_cast<size_t>(r) * kName,
+                        strnlen(names.data() + static_cast<size_t>(r) * kName, kName));
   char name[64];
   std::snprintf(name, sizeof name, "/dev/shm/dscore-comm-%016llx",
                 static_cast<unsigned long long>(id));
@@ -102,7 +118,8 @@ std::string HeartbeatBoard::laggards(uint64_t sequence) const {
     const uint64_t seq = __atomic_load_n(&slots_[r].sequence, __ATOMIC_ACQUIRE);
     std::string what;
     if (pid <= 0) {
-      what = "rank " + std::to_string(r) + " runs on another node (no heartbeat here)";
+      what = "rank " + std::to_string(r) + " runs on node " + hosts_[static_cast<size_t>(r)] +
+             " (no heartbeat here)";
     } else if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
       what =
           "rank " + std::to_string(r) + " (pid " + std::to_string(pid) + ") is no longer running";

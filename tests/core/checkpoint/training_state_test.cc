@@ -72,6 +72,32 @@ TEST(TrainingState, RoundTripKeepsEveryField) {
   EXPECT_EQ(json::serialize(to_json(*back)), text);
 }
 
+TEST(TrainingState, ANodeLocalSaveKeepsEachFilesHost) {
+  TrainingState s = sample();
+  EXPECT_FALSE(s.node_local());
+  EXPECT_EQ(to_json(s).find("files")->find("hosts"), nullptr);  // shared saves read as before
+  s.model_file_hosts.assign(s.model_files.size(), "hostA");
+  s.optim_file_hosts = {"hostA", "hostB"};
+  s.optim_files.resize(2, "zero_pp_rank_1_mp_rank_00_optim_states.safetensors");
+  auto back = training_state_from_json(to_json(s), "ckpt");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_TRUE(back->node_local());
+  EXPECT_EQ(back->model_file_hosts, s.model_file_hosts);
+  EXPECT_EQ(back->optim_file_hosts, s.optim_file_hosts);
+  // A host list that does not cover the files is refused.
+  json::Value short_list = to_json(s);
+  json::Value files = *short_list.find("files");
+  json::Value hosts = *files.find("hosts");
+  hosts.set("optim_states", json::Value::array());
+  files.set("hosts", hosts);
+  short_list.set("files", files);
+  auto bad = training_state_from_json(short_list, "ckpt");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("files.hosts does not name a host for every file"),
+            std::string::npos)
+      << bad.status().message();
+}
+
 // The member order and spelling of format version 1, as earlier builds
 // wrote it by hand (core/engine/engine_checkpoint.cc before TrainingState).
 TEST(TrainingState, JsonIsTheOnDiskFormat) {

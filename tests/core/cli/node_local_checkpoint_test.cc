@@ -27,16 +27,19 @@ class NodeLocal : public ::testing::Test {
     if (probe.exit_code != 0)
       GTEST_SKIP() << "this machine refuses mount namespaces (`unshare --mount`: " << probe.err
                    << "); node-local disks need them";
-    for (const char* d : {"ckpt", "disk0", "disk1", "shared"}) fs::create_directories(dir_.path() / d);
+    for (const char* d : {"ckpt", "disk0", "disk1", "shared"})
+      fs::create_directories(dir_.path() / d);
     // "<wrapper> <program> <args...>": rank r on node r/2; `bind` gives the
     // node its own disk at ckpt.
-    wrapper_ = dir_.write("on_node", "#!/bin/sh\nnode=$((OMPI_COMM_WORLD_RANK / 2))\n"
-                                     "export DSCORE_NODE_NAME=node$node\n"
-                                     "if [ \"$BIND_DISKS\" = 1 ]; then\n"
-                                     "  exec unshare --mount sh -c \"mount --bind " +
-                                         (dir_.path() / "disk").string() + "$node " +
-                                         (dir_.path() / "ckpt").string() + " && exec \\\"\\$@\\\"\" sh \"$@\"\n"
-                                         "fi\nexec \"$@\"\n")
+    wrapper_ = dir_.write("on_node",
+                          "#!/bin/sh\nnode=$((OMPI_COMM_WORLD_RANK / 2))\n"
+                          "export DSCORE_NODE_NAME=node$node\n"
+                          "if [ \"$BIND_DISKS\" = 1 ]; then\n"
+                          "  exec unshare --mount sh -c \"mount --bind " +
+                              (dir_.path() / "disk").string() + "$node " +
+                              (dir_.path() / "ckpt").string() +
+                              " && exec \\\"\\$@\\\"\" sh \"$@\"\n"
+                              "fi\nexec \"$@\"\n")
                    .string();
     fs::permissions(wrapper_, fs::perms::owner_all);
   }
@@ -53,10 +56,9 @@ class NodeLocal : public ::testing::Test {
 
   // `ranks` ranks under mpirun, each through the wrapper.
   ProcessResult run_ranks(int ranks, bool bind_disks, const std::vector<std::string>& args) {
-    std::vector<std::string> argv = {"/usr/bin/mpirun",    "-n",        std::to_string(ranks),
-                                     "--oversubscribe", "--bind-to", "none",
-                                     "--allow-run-as-root", "-x", "BIND_DISKS", wrapper_,
-                                     DSCORE_EXE, "run"};
+    std::vector<std::string> argv = {
+        "/usr/bin/mpirun",     "-n", std::to_string(ranks), "--oversubscribe", "--bind-to", "none",
+        "--allow-run-as-root", "-x", "BIND_DISKS",          wrapper_,          DSCORE_EXE,  "run"};
     argv.insert(argv.end(), args.begin(), args.end());
     ProcessOptions options;
     options.env = mpi_test_env();
@@ -110,10 +112,12 @@ TEST_F(NodeLocal, EachNodeKeepsItsShardsAndTheSameLayoutResumesFromThem) {
     std::set<std::string> node1 = {"latest", tag + "zero_pp_rank_2" + optim,
                                    tag + "zero_pp_rank_3" + optim};
     if (stage == 3) {
-      for (int r : {0, 1}) node0.insert(tag + "zero_pp_rank_" + std::to_string(r) +
-                                        "_mp_rank_00_model_states.safetensors");
-      for (int r : {2, 3}) node1.insert(tag + "zero_pp_rank_" + std::to_string(r) +
-                                        "_mp_rank_00_model_states.safetensors");
+      for (int r : {0, 1})
+        node0.insert(tag + "zero_pp_rank_" + std::to_string(r) +
+                     "_mp_rank_00_model_states.safetensors");
+      for (int r : {2, 3})
+        node1.insert(tag + "zero_pp_rank_" + std::to_string(r) +
+                     "_mp_rank_00_model_states.safetensors");
     } else {
       node0.insert(tag + "mp_rank_00_model_states.safetensors");
       node1.insert(tag + "mp_rank_00_model_states.safetensors");  // the copy
@@ -142,16 +146,17 @@ TEST_F(NodeLocal, FewerNodesNeedTheOtherNodesShardsAndThenResumeAsFromAFolderAll
   ProcessResult saved = run_ranks(4, true, {"--config", node_cfg});
   ASSERT_EQ(saved.exit_code, 0) << saved.describe();
   // One node (2 ranks on node0) needs ranks 2-3's shards, which node1 holds.
-  const std::vector<std::string> resume = {"--config", node_cfg, "--steps", "20", "--resume",
-                                           (dir_.path() / "ckpt").string()};
+  const std::vector<std::string> resume = {"--config", node_cfg,   "--steps",
+                                           "20",       "--resume", (dir_.path() / "ckpt").string()};
   ProcessResult lacking = run_ranks(2, true, resume);
   EXPECT_NE(lacking.exit_code, 0) << lacking.describe();
   EXPECT_NE(lacking.err.find("zero_pp_rank_2_mp_rank_00_optim_states.safetensors (on node1)"),
             std::string::npos)
       << lacking.err;
-  EXPECT_NE(lacking.err.find("copy " + (dir_.path() / "ckpt").string() + "/global_step10/ from every "
-                                                                   "node that saved it (node0 and "
-                                                                   "node1)"),
+  EXPECT_NE(lacking.err.find("copy " + (dir_.path() / "ckpt").string() +
+                             "/global_step10/ from every "
+                             "node that saved it (node0 and "
+                             "node1)"),
             std::string::npos)
       << lacking.err;
   // Copied in (as rsync would), the shards resume on one node as a
@@ -180,8 +185,7 @@ TEST_F(NodeLocal, AFolderTheNodesShareIsWrittenOnce) {
   const std::string cfg = config(2, "shared", true);
   ProcessResult saved = run_ranks(4, false, {"--config", cfg});
   ASSERT_EQ(saved.exit_code, 0) << saved.describe();
-  EXPECT_NE(saved.err.find("on node node1 is the folder an earlier node writes"),
-            std::string::npos)
+  EXPECT_NE(saved.err.find("on node node1 is the folder an earlier node writes"), std::string::npos)
       << saved.err;
   const std::set<std::string> files = files_in("shared");
   EXPECT_EQ(files.size(), 6u);  // latest, model states, 4 optimizer shards

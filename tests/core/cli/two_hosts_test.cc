@@ -5,8 +5,10 @@
 // B's namespaces, as ssh would enter another machine. 2 hosts x 2 ranks
 // train the mlp at ZeRO 3 with the same losses as 4 ranks on one host, and
 // the traffic crosses the veth link. Killing host B's ranks mid-run ends the
-// job, mpirun naming host B. Needs root and `ip netns`; where the machine
-// refuses namespaces the test skips, saying why.
+// job, mpirun naming host B. Node-local checkpoints (each host's disk its
+// own) resume on one host once host B's shards are copied over, naming them
+// before. Needs root and `ip netns`; where the machine refuses namespaces
+// the test skips, saying why.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -61,6 +63,7 @@ class TwoHosts : public ::testing::Test {
         ProcessResult r = ip(step);
         ASSERT_EQ(r.exit_code, 0) << r.describe();
       }
+    for (const std::string& d : {disk(0), disk(1), ckpt()}) fs::create_directories(d);
     // mpirun's rsh agent: "<agent> <host> <command line>", run as a remote
     // shell would, inside that host's namespaces.
     agent_ = dir_.write("rsh_agent", "#!/bin/sh\nhost=\"$1\"; shift\ncase \"$host\" in\n" +
@@ -81,9 +84,13 @@ class TwoHosts : public ::testing::Test {
     return "  " + addr_[h] + ") exec " + kIp + " netns exec " + ns_[h] +
            " unshare --uts --mount sh -c \"" + enter(h) + " $*\" ;;\n";
   }
+  // Each host's disk is disk<h>, seen at the same path (ckpt) on both.
   std::string enter(int h) const {
-    return "mount -t tmpfs tmpfs /dev/shm && hostname host" + std::string(1, 'A' + h) + ";";
+    return "mount -t tmpfs tmpfs /dev/shm && mount --bind " + disk(h) + " " + ckpt() +
+           " && hostname host" + std::string(1, 'A' + h) + ";";
   }
+  std::string disk(int h) const { return (dir_.path() / ("disk" + std::to_string(h))).string(); }
+  std::string ckpt() const { return (dir_.path() / "ckpt").string(); }
 
   // `dscore run args...` started in host A.
   ProcessResult run_on_host_a(const std::vector<std::string>& args,
@@ -178,6 +185,57 @@ TEST_F(TwoHosts, KillingOneHostsRanksEndsTheJobNamingTheHost) {
   // mpirun names the node by its hostfile name (the address).
   EXPECT_NE(r.err.find("on node " + addr_[1]), std::string::npos) << "the lost host is not named\n"
                                                                   << r.describe();
+}
+
+TEST_F(TwoHosts, NodeLocalCheckpointsResumeOnOneHostWithTheOtherHostsShards) {
+  auto config = [&](const std::string& folder, bool node_local) {
+    MlpRunConfig cfg;
+    cfg.train_steps = 10;
+    cfg.extra = R"("zero_optimization": {"stage": 3}, "save_interval": 10, "checkpoint_dir": ")" +
+                folder + R"(", "checkpoint": {"use_node_local_storage": )" +
+                (node_local ? "true" : "false") + "}";
+    return dir_.write(node_local ? "node_local.json" : "shared.json", cfg.text()).string();
+  };
+  const std::string cfg = config(ckpt(), true);
+  const fs::path hostfile =
+      dir_.write("hostfile", addr_[0] + " slots=2\n" + addr_[1] + " slots=2\n");
+  ProcessResult saved = run_on_host_a({"run", "--config", cfg, "--hostfile", hostfile.string()},
+                                      std::chrono::minutes(3));
+  ASSERT_EQ(saved.exit_code, 0) << saved.describe();
+  EXPECT_NE(saved.err.find("2 nodes: hostA (ranks 0-1), hostB (ranks 2-3)"), std::string::npos)
+      << saved.err;
+  const fs::path tag = "global_step10";
+  const std::string optim = "_mp_rank_00_optim_states.safetensors";
+  EXPECT_TRUE(fs::exists(disk(0) / tag / ("zero_pp_rank_1" + optim)));
+  EXPECT_FALSE(fs::exists(disk(0) / tag / ("zero_pp_rank_2" + optim)));
+  EXPECT_TRUE(fs::exists(disk(1) / tag / ("zero_pp_rank_2" + optim)));
+  EXPECT_TRUE(fs::exists(fs::path(disk(1)) / "latest"));
+
+  // Host A alone, 2 ranks: host B's shards are named until copied over.
+  const std::vector<std::string> resume = {"run",     "--config", cfg,        "-n",  "2",
+                                           "--steps", "20",       "--resume", ckpt()};
+  ProcessResult lacking = run_on_host_a(resume, std::chrono::minutes(2));
+  EXPECT_NE(lacking.exit_code, 0) << lacking.describe();
+  EXPECT_NE(lacking.err.find("zero_pp_rank_2" + optim + " (on hostB)"), std::string::npos)
+      << lacking.err;
+  for (const auto& e : fs::directory_iterator(fs::path(disk(1)) / tag))
+    fs::copy_file(e.path(), fs::path(disk(0)) / tag / e.path().filename(),
+                  fs::copy_options::skip_existing);
+  ProcessResult one_host = run_on_host_a(resume, std::chrono::minutes(2));
+  ASSERT_EQ(one_host.exit_code, 0) << one_host.describe();
+
+  // The same from a folder every rank saw, on one machine.
+  const std::string shared = config((dir_.path() / "shared").string(), false);
+  ProcessOptions options;
+  options.env = mpi_test_env();
+  ProcessResult first = run_dscore({"run", "--config", shared, "-n", "4"}, options);
+  ASSERT_EQ(first.exit_code, 0) << first.describe();
+  ProcessResult second = run_dscore({"run", "--config", shared, "-n", "2", "--steps", "20",
+                                     "--resume", (dir_.path() / "shared").string()},
+                                    options);
+  ASSERT_EQ(second.exit_code, 0) << second.describe();
+  ASSERT_EQ(losses(second.out).size(), 10u) << second.out;
+  EXPECT_EQ(losses(one_host.out), losses(second.out));
 }
 
 }  // namespace
