@@ -244,21 +244,16 @@ std::shared_ptr<const ObjectSpec> zero_optimization_spec() {
           F("round_robin_gradients", T::kBool, "order gradients round-robin across ranks")
               .def(false)
               .to(&ZeroConfig::round_robin_gradients),
-          F("zero_hpz_partition_size", T::kInt, "ZeRO++ hierarchical partition size")
+          F("zero_hpz_partition_size", T::kInt,
+            "ZeRO++ hpZ: a secondary copy of the stage-3 parameters over groups of this many "
+            "ranks (a node's), which the backward pass gathers from")
               .def(1)
               .min(0)
-              .not_used()
-              .unsupported(
-                  "\"zero_hpz_partition_size\" turns on a ZeRO++ communication optimization in "
-                  "DeepSpeed (quantized or hierarchical collectives)",
-                  "Remove it: dscore's ZeRO communicates full-precision, flat"),
-          F("zero_quantized_weights", T::kBool, "ZeRO++ quantized weights")
+              .to(&ZeroConfig::hpz_partition_size),
+          F("zero_quantized_weights", T::kBool,
+            "ZeRO++ qwZ: stage 3 gathers parameters as int8 (blocks of 4096 with fp32 scales)")
               .def(false)
-              .not_used()
-              .unsupported(
-                  "\"zero_quantized_weights\" turns on a ZeRO++ communication optimization in "
-                  "DeepSpeed (quantized or hierarchical collectives)",
-                  "Remove it: dscore's ZeRO communicates full-precision, flat"),
+              .to(&ZeroConfig::quantized_weights),
           F("zero_quantized_nontrainable_weights", T::kBool, "ZeRO++ quantized frozen weights")
               .def(false)
               .not_used()
@@ -266,13 +261,11 @@ std::shared_ptr<const ObjectSpec> zero_optimization_spec() {
                            "communication optimization in "
                            "DeepSpeed (quantized or hierarchical collectives)",
                            "Remove it: dscore's ZeRO communicates full-precision, flat"),
-          F("zero_quantized_gradients", T::kBool, "ZeRO++ quantized gradients")
+          F("zero_quantized_gradients", T::kBool,
+            "ZeRO++ qgZ: stage 3 reduces gradients as int4 (blocks of 4096 with fp32 scales) "
+            "through an all-to-all")
               .def(false)
-              .not_used()
-              .unsupported(
-                  "\"zero_quantized_gradients\" turns on a ZeRO++ communication optimization in "
-                  "DeepSpeed (quantized or hierarchical collectives)",
-                  "Remove it: dscore's ZeRO communicates full-precision, flat"),
+              .to(&ZeroConfig::quantized_gradients),
           F("zeropp_loco_param", T::kJson, "ZeRO++ LoCo parameters")
               .nullable()
               .removed("LoCo-Zero++", "remove the key"),

@@ -73,6 +73,36 @@ void expert_parallel_unsupported(const TrainingConfig& config, const Placement& 
   }
 }
 
+// What ZeRO++ (docs/multinode.md#zero) runs with.
+void zeropp_unsupported(const TrainingConfig& config, const Placement& placement,
+                        std::vector<ConfigError>* out) {
+  const ZeroConfig& z = config.zero;
+  std::vector<std::string> keys;
+  if (z.hpz_partition_size > 1) keys.push_back("zero_hpz_partition_size");
+  if (z.quantized_weights) keys.push_back("zero_quantized_weights");
+  if (z.quantized_gradients) keys.push_back("zero_quantized_gradients");
+  if (keys.empty()) return;
+  const auto refuse = [&](const std::string& why) {
+    for (const std::string& key : keys)
+      out->push_back({"zero_optimization." + key, {}, "ZeRO++ " + why});
+  };
+  if (z.stage != 3)
+    refuse("changes stage 3's collectives, and this run is at stage " + std::to_string(z.stage) +
+           ": set zero_optimization.stage 3, or remove the key");
+  else if (config.device == "cuda")
+    refuse("runs on the CPU engine only so far: set \"device\": \"cpu\", or remove the key");
+  else if (pipeline_stages_of(config) > 1 || tensor_parallel_size_of(config) > 1 ||
+           sequence_parallel_size_of(config) > 1 || expert_parallel_size_of(config) > 1)
+    refuse(
+        "runs with data parallelism alone so far (no pipeline, tensor, sequence or expert "
+        "parallelism): remove the key");
+  else if (z.hpz_partition_size > 1 && placement.params_on_nvme())
+    out->push_back({"zero_optimization.zero_hpz_partition_size",
+                    {},
+                    "ZeRO++'s secondary partition does not run with parameters on NVMe: remove "
+                    "zero_hpz_partition_size or offload_param"});
+}
+
 }  // namespace
 
 std::vector<ConfigError> unsupported_features(const TrainingConfig& config,
@@ -108,6 +138,7 @@ std::vector<ConfigError> unsupported_features(const TrainingConfig& config,
                     "node-local checkpoints are built for data parallelism (ZeRO 0-3) only: with "
                     "pipeline, tensor or expert parallelism save to a folder every node sees, or "
                     "remove checkpoint.use_node_local_storage"});
+  zeropp_unsupported(config, placement, out);
   if (pipeline_stages_of(config) > 1) pipeline_unsupported(config, out);
   if (tensor_parallel_size_of(config) > 1) tensor_parallel_unsupported(config, out);
   if (sequence_parallel_size_of(config) > 1) sequence_parallel_unsupported(config, out);

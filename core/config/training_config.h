@@ -115,6 +115,11 @@ struct ZeroConfig {
   bool gather_16bit_weights_on_model_save{};
   bool ignore_unused_parameters{};
   bool round_robin_gradients{};
+  // ZeRO++ (stage 3): the secondary partition's group size (1: none), int8
+  // weights in the parameter allgathers, int4 gradients in the reduction.
+  int64_t hpz_partition_size{1};
+  bool quantized_weights{};
+  bool quantized_gradients{};
   // Not a config key: stage 3 reduce-scatters the pending layers'
   // gradients once this many elements (all ranks' together) are pending,
   // or reduce_bucket_size if fewer (zero/plan.h gradient_flush_elements),

@@ -177,6 +177,7 @@ Result<zero::ZeroContext> Engine::zero_context(comm::Communicator& zero_group) {
   ctx.reduction = zero::plan_reduction(config_, zero_group.world_size(), data_parallel_size());
   ctx.layout = &layout_;
   ctx.comm = &zero_group;
+  DSCORE_ASSIGN_OR_RETURN(ctx.secondary_comm, secondary_group(zero_group));
   ctx.device = device_.get();
   ctx.stream = stream_.get();
   ctx.comm_target = ops_target(*device_, *stream_);

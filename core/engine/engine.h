@@ -314,6 +314,9 @@ class Engine {
   // moves a staging folder into place.
   Result<bool> prepare_save(const std::string& dir, const std::string& staging,
                             const std::string& id);
+  // ZeRO++ hpZ: zero_hpz_partition_size consecutive ranks of ZeRO's group
+  // (nullptr without hpZ); a collective of that group.
+  Result<comm::Communicator*> secondary_group(comm::Communicator& zero_group);
   bool node_local_checkpoints() const;
   Status write_model_states(const std::string& folder, const std::string& name,
                             const std::vector<zero::ParamRun>& runs, checkpoint::FileHeader header,
@@ -370,6 +373,8 @@ class Engine {
   std::unique_ptr<comm::Communicator> own_group_;  // ZeRO's group when it is this rank alone
   // The expert-data-parallel group when it is this rank alone.
   std::unique_ptr<comm::Communicator> own_expert_group_;
+  // ZeRO++ hpZ's secondary group (engine_zeropp.cc), when there is one.
+  std::unique_ptr<comm::Communicator> secondary_group_;
   // The tensor- and sequence-parallel groups lent to the model (engine.cc).
   std::vector<std::unique_ptr<comm::Communicator>> model_groups_;
   std::unique_ptr<device::Device> device_;

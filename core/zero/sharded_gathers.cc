@@ -3,8 +3,10 @@
 #include <dscore/cpp/dtype.hpp>
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/tensor/dtype_ops.h"
+#include "core/zero/quantization.h"
 #include "core/zero/rank_chunks.h"
 #include "core/zero/zero_memory.h"
 
@@ -46,6 +48,19 @@ ShardedGathers::ShardedGathers(const ZeroContext& context, ShardedStorage& stora
 Status ShardedGathers::initialise() {
   swapped_ = storage_.swapped();
   const size_t count = ctx_.layout->params().size();
+  if (ctx_.secondary_comm != nullptr) {
+    secondary_size_ = ctx_.secondary_comm->world_size();
+    int64_t total = 0;
+    secondary_at_.assign(count, -1);
+    for (size_t p = 0; p < count; ++p) {
+      if (storage_.persistent(p)) continue;
+      secondary_at_[p] = total;
+      total += secondary_piece(p);
+    }
+    DSCORE_ASSIGN_OR_RETURN(
+        secondary_, allocate_buffer(ctx_.device, total, ctx_.model_dtype(), MemoryUse::kBuffers,
+                                    "the secondary parameter partition"));
+  }
   persistent_full_.resize(count);
   for (size_t p = 0; p < count; ++p) {
     if (!storage_.persistent(p)) continue;
@@ -62,7 +77,12 @@ Status ShardedGathers::initialise() {
 Result<SwappedGathers::Id> ShardedGathers::submit_allgather(
     const std::vector<size_t>& params, const std::vector<char*>& dest,
     const std::vector<std::shared_ptr<device::Buffer>>& keep,
-    std::function<void(const device::EventPtr&)> submitted) {
+    std::function<void(const device::EventPtr&)> submitted, bool secondary) {
+  if (secondary) {
+    submitted(ctx_.stream->submit(
+        [this, params, dest, keep] { return allgather_secondary(params, dest); }));
+    return SwappedGathers::Id{0};
+  }
   std::shared_ptr<device::Buffer> staged;  // the shards, packed by swapped_'s copies
   if (swapped_) {
     const dscore_dtype md = ctx_.model_dtype();
@@ -119,11 +139,83 @@ Status ShardedGathers::allgather_shards(const std::vector<size_t>& params,
                           allocate_scratch(ctx_.device, ctx_.stream, shard_elements * world_, md,
                                            MemoryUse::kBuffers, "gathered parameters"));
   char* pk = static_cast<char*>(staged != nullptr ? staged->data() : packed.data());
-  DSCORE_RETURN_IF_ERROR(ctx_.comm->allgather(
-      device_buffer(ctx_.device, pk, md, shard_elements),
-      device_buffer(ctx_.device, gathered.data(), md, shard_elements * world_)));
+  if (ctx_.zero->quantized_weights) {
+    DSCORE_RETURN_IF_ERROR(allgather_quantized(pk, shard_elements, gathered.data()));
+  } else {
+    DSCORE_RETURN_IF_ERROR(ctx_.comm->allgather(
+        device_buffer(ctx_.device, pk, md, shard_elements),
+        device_buffer(ctx_.device, gathered.data(), md, shard_elements * world_)));
+  }
   unpack_rank_chunks(ctx_.comm_target, static_cast<const char*>(gathered.data()), runs, world_, md);
   return Status::Ok();
+}
+
+// ZeRO++'s qwZ: every rank's chunk travels as int8 blocks with their
+// scales (quantization.h), and every rank's values, its own included, are
+// the dequantized ones, so all ranks compute on the same parameters. The
+// engine runs it on the CPU only (host memory).
+Status ShardedGathers::allgather_quantized(const char* chunk, int64_t elements, void* gathered) {
+  const dscore_dtype md = ctx_.model_dtype();
+  const int64_t bytes = quantized_bytes(elements, QuantBits::kInt8);
+  std::vector<char> mine(static_cast<size_t>(bytes));
+  std::vector<char> all(static_cast<size_t>(bytes * world_));
+  quantize(chunk, md, elements, QuantBits::kInt8, mine.data());
+  DSCORE_RETURN_IF_ERROR(ctx_.comm->allgather(
+      device_buffer(ctx_.device, mine.data(), DSCORE_DTYPE_U8, bytes),
+      device_buffer(ctx_.device, all.data(), DSCORE_DTYPE_U8, bytes * world_)));
+  const size_t es = sdk::dtype_size(md);
+  for (int r = 0; r < world_; ++r)
+    dequantize(all.data() + static_cast<size_t>(r) * static_cast<size_t>(bytes), elements,
+               QuantBits::kInt8,
+               static_cast<char*>(gathered) + static_cast<size_t>(r * elements) * es, md);
+  return Status::Ok();
+}
+
+Status ShardedGathers::allgather_secondary(const std::vector<size_t>& params,
+                                           const std::vector<char*>& dest) {
+  // The node's copy is exact: gathered without quantization, the backward
+  // sees the parameters the forward saw.
+  const dscore_dtype md = ctx_.model_dtype();
+  const size_t es = sdk::dtype_size(md);
+  std::vector<ShardedRun> runs;
+  for (size_t i = 0; i < params.size(); ++i) runs.push_back({dest[i], secondary_piece(params[i])});
+  const int64_t chunk = chunk_elements(runs);
+  std::vector<char> mine(static_cast<size_t>(chunk) * es);
+  std::vector<char> all(mine.size() * static_cast<size_t>(secondary_size_));
+  int64_t at = 0;
+  for (size_t p : params) {
+    std::memcpy(mine.data() + static_cast<size_t>(at) * es,
+                element_at(secondary_.data(), md, secondary_at_[p]),
+                static_cast<size_t>(secondary_piece(p)) * es);
+    at += secondary_piece(p);
+  }
+  DSCORE_RETURN_IF_ERROR(ctx_.secondary_comm->allgather(
+      device_buffer(ctx_.device, mine.data(), md, chunk),
+      device_buffer(ctx_.device, all.data(), md, chunk * secondary_size_)));
+  unpack_rank_chunks(ctx_.comm_target, all.data(), runs, secondary_size_, md);
+  return Status::Ok();
+}
+
+void ShardedGathers::keep_secondary(size_t layer) {
+  LayerGather& s = layers_[layer];
+  if (secondary_size_ == 1 || s.secondary_valid || !s.full) return;
+  // On the comm stream: after the layer's gather, before any gather of
+  // the pieces.
+  (void)ctx_.stream->submit([this, layer, full = s.full] {
+    const dscore_dtype md = ctx_.model_dtype();
+    const size_t es = sdk::dtype_size(md);
+    const int me = ctx_.secondary_comm->rank();
+    int64_t offset = 0;
+    for (size_t p : layers_[layer].gathered_params) {
+      const int64_t piece = secondary_piece(p);
+      std::memcpy(element_at(secondary_.data(), md, secondary_at_[p]),
+                  element_at(full->data(), md, offset + me * piece),
+                  static_cast<size_t>(piece) * es);
+      offset += storage_.padded(p);
+    }
+    return Status::Ok();
+  });
+  s.secondary_valid = true;
 }
 
 Status ShardedGathers::start_gathers(const std::vector<size_t>& layers) {
@@ -157,10 +249,15 @@ Status ShardedGathers::start_gathers(const std::vector<size_t>& layers) {
   // Allgathers of whole layers in trace order, each closed once it holds
   // kAllgatherElements: the model starts on a layer once its own allgather
   // is done, not the whole prefetch's, while small layers still share one.
+  // A layer whose secondary pieces are current (hpZ) is gathered from them,
+  // in allgathers of its own kind.
+  const auto from_secondary = [&](size_t layer) { return layers_[layer].secondary_valid; };
   for (size_t first = 0; first < starting.size();) {
     size_t end = first;
     int64_t elements = 0;
-    while (end < starting.size() && elements < kAllgatherElements)
+    const bool secondary = from_secondary(starting[first]);
+    while (end < starting.size() && elements < kAllgatherElements &&
+           from_secondary(starting[end]) == secondary)
       elements += layers_[starting[end++]].shard_elements * world_;
     const std::vector<size_t> group(starting.begin() + first, starting.begin() + end);
     const std::vector<std::shared_ptr<device::Buffer>> buffers(fulls.begin() + first,
@@ -186,7 +283,7 @@ Status ShardedGathers::start_gathers(const std::vector<size_t>& layers) {
       }
     };
     Result<SwappedGathers::Id> gather =
-        submit_allgather(params, dest, buffers, std::move(submitted));
+        submit_allgather(params, dest, buffers, std::move(submitted), secondary);
     if (!gather.ok()) {
       for (size_t i = first; i < starting.size(); ++i) free_gathered(starting[i]);
       return gather.status();
@@ -293,6 +390,7 @@ Result<std::vector<size_t>> ShardedGathers::acquire(size_t layer, dscore_acquire
   DSCORE_RETURN_IF_ERROR(advance_queued());
   LayerGather& s = layers_[layer];
   s.last_event = position_;
+  s.mode = mode;
   position_ += 1;
   DSCORE_RETURN_IF_ERROR(ensure_gathered(layer, views_on));
   s.acquired += 1;
@@ -302,6 +400,7 @@ Result<std::vector<size_t>> ShardedGathers::acquire(size_t layer, dscore_acquire
 Status ShardedGathers::release(size_t layer) {
   LayerGather& s = layers_[layer];
   s.acquired -= 1;
+  if (s.mode == DSCORE_ACQUIRE_FORWARD) keep_secondary(layer);
   if (s.acquired == 0 && !reused_soon(layer)) free_gathered(layer);
   return advance_queued();
 }
@@ -316,7 +415,10 @@ void ShardedGathers::end_micro_step() {
 // ------------------------------------------------------------- the update
 
 Status ShardedGathers::after_update() {
-  for (size_t l = 0; l < layers_.size(); ++l) free_gathered(l);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    free_gathered(l);
+    layers_[l].secondary_valid = false;
+  }
   return gather_persistent();
 }
 

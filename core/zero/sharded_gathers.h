@@ -70,7 +70,9 @@ class ShardedGathers {
     // ticket set): its gather in storage.swapped(), else 0.
     SwappedGathers::Id gather = 0;
     int acquired = 0;
-    size_t last_event = 0;  // trace index of its latest acquire
+    size_t last_event = 0;                              // trace index of its latest acquire
+    dscore_acquire_mode mode = DSCORE_ACQUIRE_FORWARD;  // of its latest acquire
+    bool secondary_valid = false;  // ZeRO++ hpZ: its pieces hold the current parameters
   };
 
   // On the comm thread: one allgather of this rank's shards of `params`,
@@ -78,6 +80,17 @@ class ShardedGathers {
   // The shards are packed here, or already in `staged` (swapped).
   Status allgather_shards(const std::vector<size_t>& params, const std::vector<char*>& dest,
                           const device::Buffer* staged);
+  // The same allgather of `elements` values per rank as int8 (ZeRO++'s
+  // quantized weights), dequantized into `gathered` (world x elements).
+  Status allgather_quantized(const char* chunk, int64_t elements, void* gathered);
+  // ZeRO++'s hpZ: `params` gathered from the secondary partition over the
+  // secondary group (the node's ranks), each rank's piece of params[i]
+  // landing at its place in dest[i].
+  Status allgather_secondary(const std::vector<size_t>& params, const std::vector<char*>& dest);
+  // The layer's pieces copied from its gathered parameters (after a forward
+  // acquire: the backward gathers them).
+  void keep_secondary(size_t layer);
+  int64_t secondary_piece(size_t param) const { return storage_.padded(param) / secondary_size_; }
   // Allgathers of `layers` (the released ones), in order, each of whole
   // layers and closed once it holds kAllgatherElements (sharded_gathers.cc).
   Status start_gathers(const std::vector<size_t>& layers);
@@ -92,10 +105,11 @@ class ShardedGathers {
   // `keep` until it is done), its ticket handed to `submitted` when it is
   // enqueued: at once, or with swapped shards once they are read and staged
   // (the returned gather; 0 when submitted at once).
+  // `secondary`: from the secondary partition (allgather_secondary).
   Result<SwappedGathers::Id> submit_allgather(
       const std::vector<size_t>& params, const std::vector<char*>& dest,
       const std::vector<std::shared_ptr<device::Buffer>>& keep,
-      std::function<void(const device::EventPtr&)> submitted);
+      std::function<void(const device::EventPtr&)> submitted, bool secondary = false);
 
   ZeroContext ctx_;
   ShardedStorage& storage_;
@@ -103,6 +117,11 @@ class ShardedGathers {
   SwappedGathers* swapped_;  // the storage's, when its shards are read ahead
   std::vector<LayerGather> layers_;
   std::vector<device::Buffer> persistent_full_;  // per param (padded), persistent ones only
+  // ZeRO++ hpZ: this rank's piece (padded / secondary_size_ elements) of
+  // every non-persistent parameter, at secondary_at_[param].
+  int secondary_size_ = 1;
+  device::Buffer secondary_;
+  std::vector<int64_t> secondary_at_;
 
   AcquireTrace trace_;           // recorded by the first forward_backward
   size_t position_ = 0;          // events seen in this forward_backward

@@ -42,6 +42,10 @@ struct ZeroContext {
   Reduction reduction;  // how gradients are averaged across ranks (reduction.h)
   const ParamLayout* layout = nullptr;
   comm::Communicator* comm = nullptr;
+  // ZeRO++'s hpZ (stage 3): the group of zero_hpz_partition_size
+  // consecutive ranks of `comm` that keeps the secondary partition; null
+  // without one.
+  comm::Communicator* secondary_comm = nullptr;
   // The engine's device: ZeRO's buffers come from it (zero_memory.h); null
   // for host memory (strategies built without an engine).
   device::Device* device = nullptr;

@@ -1,0 +1,39 @@
+// ZeRO++ (docs/multinode.md#zero): the secondary group of hpZ. The
+// quantized collectives themselves are ZeRO's (core/zero/quantization.h).
+#include "core/base/logging.h"
+#include "core/engine/engine.h"
+
+namespace dscore {
+
+Result<comm::Communicator*> Engine::secondary_group(comm::Communicator& zero_group) {
+  const int64_t size = config_.zero.hpz_partition_size;
+  if (size <= 1 || placement_.stage != 3) return nullptr;
+  const int world = zero_group.world_size();
+  if (world % size != 0 || size > world)
+    return invalid_argument("zero_optimization.zero_hpz_partition_size " + std::to_string(size) +
+                            " does not divide the " + std::to_string(world) +
+                            " ranks of ZeRO's group: use the ranks per node (a divisor)");
+  if (size == world && rank() == 0)
+    log_warning("zero_optimization.zero_hpz_partition_size " + std::to_string(size) +
+                " is the whole job: the secondary partition saves no communication");
+  const int group = zero_group.rank() / static_cast<int>(size);
+  DSCORE_ASSIGN_OR_RETURN(secondary_group_, zero_group.split(group, zero_group.rank()));
+  // The point is to stay inside a node: say so where a group spans nodes.
+  const int first = group * static_cast<int>(size);
+  bool spans = false;
+  for (int r = first; r < first + size; ++r)
+    spans = spans || nodes_.node_of(r) != nodes_.node_of(first);
+  if (spans && zero_group.rank() == first)
+    log_warning("zero_optimization.zero_hpz_partition_size " + std::to_string(size) +
+                ": the secondary group of ranks " + std::to_string(first) + "-" +
+                std::to_string(first + size - 1) +
+                " spans nodes, so the backward's gathers cross them; set it to the ranks per "
+                "node (" + std::to_string(nodes_.ranks_on(nodes_.node_of(first))) + " on " +
+                nodes_.host_of(first) + ")");
+  if (rank() == 0)
+    log_info("ZeRO++ hpZ: a secondary copy of the parameters over groups of " +
+             std::to_string(size) + " ranks; the backward gathers from it");
+  return secondary_group_.get();
+}
+
+}  // namespace dscore
