@@ -178,6 +178,7 @@ Result<zero::ZeroContext> Engine::zero_context(comm::Communicator& zero_group) {
   ctx.layout = &layout_;
   ctx.comm = &zero_group;
   DSCORE_ASSIGN_OR_RETURN(ctx.secondary_comm, secondary_group(zero_group));
+  DSCORE_ASSIGN_OR_RETURN(ctx.quantized_reduce, quantized_reduce_groups(zero_group));
   ctx.device = device_.get();
   ctx.stream = stream_.get();
   ctx.comm_target = ops_target(*device_, *stream_);

@@ -317,6 +317,9 @@ class Engine {
   // ZeRO++ hpZ: zero_hpz_partition_size consecutive ranks of ZeRO's group
   // (nullptr without hpZ); a collective of that group.
   Result<comm::Communicator*> secondary_group(comm::Communicator& zero_group);
+  // ZeRO++ qgZ: its two hops' groups where every node holds the same number
+  // of consecutive ranks (none otherwise: one hop); a collective.
+  Result<zero::QuantizedReduceGroups> quantized_reduce_groups(comm::Communicator& zero_group);
   bool node_local_checkpoints() const;
   Status write_model_states(const std::string& folder, const std::string& name,
                             const std::vector<zero::ParamRun>& runs, checkpoint::FileHeader header,
@@ -375,6 +378,8 @@ class Engine {
   std::unique_ptr<comm::Communicator> own_expert_group_;
   // ZeRO++ hpZ's secondary group (engine_zeropp.cc), when there is one.
   std::unique_ptr<comm::Communicator> secondary_group_;
+  // ZeRO++ qgZ's node and across-node groups, when nodes are even.
+  std::unique_ptr<comm::Communicator> node_group_, across_group_;
   // The tensor- and sequence-parallel groups lent to the model (engine.cc).
   std::vector<std::unique_ptr<comm::Communicator>> model_groups_;
   std::unique_ptr<device::Device> device_;

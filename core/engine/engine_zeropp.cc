@@ -28,12 +28,40 @@ Result<comm::Communicator*> Engine::secondary_group(comm::Communicator& zero_gro
                 ": the secondary group of ranks " + std::to_string(first) + "-" +
                 std::to_string(first + size - 1) +
                 " spans nodes, so the backward's gathers cross them; set it to the ranks per "
-                "node (" + std::to_string(nodes_.ranks_on(nodes_.node_of(first))) + " on " +
+                "node (" +
+                std::to_string(nodes_.ranks_on(nodes_.node_of(first))) + " on " +
                 nodes_.host_of(first) + ")");
   if (rank() == 0)
     log_info("ZeRO++ hpZ: a secondary copy of the parameters over groups of " +
              std::to_string(size) + " ranks; the backward gathers from it");
   return secondary_group_.get();
+}
+
+Result<zero::QuantizedReduceGroups> Engine::quantized_reduce_groups(
+    comm::Communicator& zero_group) {
+  zero::QuantizedReduceGroups groups;
+  if (!config_.zero.quantized_gradients || placement_.stage != 3) return groups;
+  const int world = zero_group.world_size();
+  const int local = nodes_.ranks_on(0);
+  bool even = nodes_.nodes() > 1 && world == world_size();
+  for (int r = 0; even && r < world; ++r) even = nodes_.node_of(r) == r / local;
+  if (!even) {
+    if (rank() == 0)
+      log_info("ZeRO++ qgZ: gradients reduce as int4 in one all-to-all over the " +
+               std::to_string(world) + " ranks" +
+               (nodes_.nodes() > 1 ? " (the nodes differ in size or interleave their ranks)" : ""));
+    return groups;
+  }
+  const int me = zero_group.rank();
+  DSCORE_ASSIGN_OR_RETURN(node_group_, zero_group.split(me / local, me));
+  DSCORE_ASSIGN_OR_RETURN(across_group_, zero_group.split(me % local, me));
+  groups.node = node_group_.get();
+  groups.across = across_group_.get();
+  if (rank() == 0)
+    log_info("ZeRO++ qgZ: gradients reduce as int4 in two all-to-alls, within each of the " +
+             std::to_string(nodes_.nodes()) + " nodes of " + std::to_string(local) +
+             " ranks, then across them");
+  return groups;
 }
 
 }  // namespace dscore

@@ -12,11 +12,12 @@
 namespace dscore::zero {
 namespace {
 
-int64_t code_bytes(int64_t n, QuantBits bits) {
-  return bits == QuantBits::kInt8 ? n : (n + 1) / 2;
-}
+int64_t code_bytes(int64_t n, QuantBits bits) { return bits == QuantBits::kInt8 ? n : (n + 1) / 2; }
 
-int64_t blocks(int64_t n) { return (n + kQuantBlock - 1) / kQuantBlock; }
+int64_t blocks(int64_t n, QuantBits bits) {
+  const int64_t block = quant_block(bits);
+  return (n + block - 1) / block;
+}
 
 float code_range(QuantBits bits) { return bits == QuantBits::kInt8 ? 127.0f : 7.0f; }
 
@@ -36,27 +37,32 @@ int code_at(const char* codes, int64_t i, QuantBits bits) {
 template <typename F>
 void for_each_code(const char* in, int64_t n, QuantBits bits, F f) {
   const float* scales = scales_of(const_cast<char*>(in), n, bits);
-  for (int64_t b = 0; b < blocks(n); ++b) {
+  const int64_t block = quant_block(bits);
+  for (int64_t b = 0; b < blocks(n, bits); ++b) {
     const float scale = scales[b];
-    const int64_t end = std::min(n, (b + 1) * kQuantBlock);
-    for (int64_t i = b * kQuantBlock; i < end; ++i) f(i, code_at(in, i, bits), scale);
+    const int64_t end = std::min(n, (b + 1) * block);
+    for (int64_t i = b * block; i < end; ++i) f(i, code_at(in, i, bits), scale);
   }
 }
 
 }  // namespace
 
+int64_t quant_block(QuantBits bits) { return bits == QuantBits::kInt8 ? 4096 : 256; }
+
 int64_t quantized_bytes(int64_t n, QuantBits bits) {
-  return ((code_bytes(n, bits) + 7) / 8) * 8 + blocks(n) * static_cast<int64_t>(sizeof(float));
+  return ((code_bytes(n, bits) + 7) / 8) * 8 +
+         blocks(n, bits) * static_cast<int64_t>(sizeof(float));
 }
 
 void quantize(const void* src, dscore_dtype dtype, int64_t n, QuantBits bits, char* out) {
-  std::vector<float> values(static_cast<size_t>(std::min(n, kQuantBlock)));
+  const int64_t block = quant_block(bits);
+  std::vector<float> values(static_cast<size_t>(std::min(n, block)));
   float* scales = scales_of(out, n, bits);
   const float range = code_range(bits);
   std::memset(out, 0, static_cast<size_t>(code_bytes(n, bits)));
   const size_t es = sdk::dtype_size(dtype);
-  for (int64_t b = 0; b < blocks(n); ++b) {
-    const int64_t first = b * kQuantBlock, count = std::min(n - first, kQuantBlock);
+  for (int64_t b = 0; b < blocks(n, bits); ++b) {
+    const int64_t first = b * block, count = std::min(n - first, block);
     tensor::convert(static_cast<const char*>(src) + static_cast<size_t>(first) * es, dtype,
                     values.data(), DSCORE_DTYPE_F32, count);
     float absmax = 0;

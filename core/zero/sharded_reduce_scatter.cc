@@ -159,9 +159,14 @@ Status ShardedReduceScatter::reduce_grads(const std::vector<PendingGrads>& group
   pack_rank_chunks(ctx_.comm_target, runs, world_, gd, static_cast<char*>(send.data()));
   const device::ops::Target on = ctx_.comm_target;
   device::ops::scale_in_place(on, send.data(), gd, chunk * world_, r.pre_factor);
-  DSCORE_RETURN_IF_ERROR(
-      ctx_.comm->reduce_scatter(device_buffer(ctx_.device, send.data(), gd, chunk * world_),
-                                device_buffer(ctx_.device, reduced, gd, chunk), r.op));
+  if (ctx_.zero->quantized_gradients) {  // ZeRO++'s qgZ, on the CPU engine
+    DSCORE_RETURN_IF_ERROR(quantized_reduce_scatter(*ctx_.comm, ctx_.quantized_reduce, send.data(),
+                                                    gd, chunk, r.op, reduced, ctx_.device));
+  } else {
+    DSCORE_RETURN_IF_ERROR(
+        ctx_.comm->reduce_scatter(device_buffer(ctx_.device, send.data(), gd, chunk * world_),
+                                  device_buffer(ctx_.device, reduced, gd, chunk), r.op));
+  }
   device::ops::scale_in_place(on, reduced, gd, chunk, r.post_factor);
   if (into_partition) return Status::Ok();
   int64_t in_chunk = 0;

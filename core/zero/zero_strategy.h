@@ -27,6 +27,7 @@
 #include "core/model/model.h"
 #include "core/offload/swapper.h"
 #include "core/zero/param_layout.h"
+#include "core/zero/quantized_reduce.h"
 #include "core/zero/reduced_gradient_sink.h"
 #include "core/zero/reduction.h"
 
@@ -46,6 +47,9 @@ struct ZeroContext {
   // consecutive ranks of `comm` that keeps the secondary partition; null
   // without one.
   comm::Communicator* secondary_comm = nullptr;
+  // ZeRO++'s qgZ (stage 3): the node and across-node groups of its two
+  // hops (quantized_reduce.h); without them, one hop over `comm`.
+  QuantizedReduceGroups quantized_reduce;
   // The engine's device: ZeRO's buffers come from it (zero_memory.h); null
   // for host memory (strategies built without an engine).
   device::Device* device = nullptr;
