@@ -326,6 +326,9 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const config::Placement
     m.buffers =
         bytes(gathered_peak(config.zero, largest_layer, gathered_per_pass) + persistent, md) +
         bytes(2 * held + part, gd);
+    // ZeRO++ hpZ: this rank's piece of every gathered parameter.
+    const int64_t hpz = config.zero.hpz_partition_size;
+    if (hpz > 1 && world % hpz == 0) m.buffers += bytes(gathered_per_pass / hpz, md);
     if (world > 1)  // reduce_scatter's gathered copy and its accumulator for one rank's part
       m.comm_scratch = bytes(held, gd) + reduce_accumulator_bytes(part, gd);
     // Forward and backward each gather once per micro-step (when layers are

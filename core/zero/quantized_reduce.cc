@@ -17,8 +17,9 @@ constexpr QuantBits kBits = QuantBits::kInt4;
 Status exchange(comm::Communicator& group, std::vector<char>& send, std::vector<char>& recv,
                 int64_t per_peer, const device::Device* device) {
   recv.resize(send.size());
-  return group.all_to_all(device_buffer(device, send.data(), DSCORE_DTYPE_U8, per_peer * group.world_size()),
-                          device_buffer(device, recv.data(), DSCORE_DTYPE_U8, per_peer * group.world_size()));
+  return group.all_to_all(
+      device_buffer(device, send.data(), DSCORE_DTYPE_U8, per_peer * group.world_size()),
+      device_buffer(device, recv.data(), DSCORE_DTYPE_U8, per_peer * group.world_size()));
 }
 
 }  // namespace
@@ -30,7 +31,8 @@ Status quantized_reduce_scatter(comm::Communicator& comm, const QuantizedReduceG
   const int64_t qb = quantized_bytes(chunk, kBits);
   const size_t es = sdk::dtype_size(dtype);
   const auto chunk_of = [&](int r) {
-    return static_cast<const char*>(send) + static_cast<size_t>(r) * static_cast<size_t>(chunk) * es;
+    return static_cast<const char*>(send) +
+           static_cast<size_t>(r) * static_cast<size_t>(chunk) * es;
   };
   std::vector<float> sum(static_cast<size_t>(chunk), 0.0f);
   std::vector<char> out_bytes, in_bytes;
@@ -39,7 +41,8 @@ Status quantized_reduce_scatter(comm::Communicator& comm, const QuantizedReduceG
     for (int r = 0; r < world; ++r)
       quantize(chunk_of(r), dtype, chunk, kBits, out_bytes.data() + r * qb);
     DSCORE_RETURN_IF_ERROR(exchange(comm, out_bytes, in_bytes, qb, device));
-    for (int r = 0; r < world; ++r) dequantize_add(in_bytes.data() + r * qb, chunk, kBits, sum.data());
+    for (int r = 0; r < world; ++r)
+      dequantize_add(in_bytes.data() + r * qb, chunk, kBits, sum.data());
   } else {
     const int local = groups.node->world_size(), nodes = groups.across->world_size();
     // Hop 1, within the node: to local peer l, the chunks of ranks

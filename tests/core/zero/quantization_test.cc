@@ -133,7 +133,8 @@ TEST(QuantizedReduceScatter, OneAndTwoHopsAreTheSumWithinTheirQuantizationBound)
       std::vector<float> exact(chunk, 0.0f), bound(chunk, 0.0f);
       std::vector<std::vector<float>> node_sums(kWorld / kLocal, std::vector<float>(chunk, 0.0f));
       for (int s = 0; s < kWorld; ++s) {
-        const std::vector<float> mine(send[s].begin() + r * chunk, send[s].begin() + (r + 1) * chunk);
+        const std::vector<float> mine(send[s].begin() + r * chunk,
+                                      send[s].begin() + (r + 1) * chunk);
         const std::vector<float> m = block_absmax(mine, QuantBits::kInt4);
         for (int64_t i = 0; i < chunk; ++i) {
           exact[i] += mine[i];
