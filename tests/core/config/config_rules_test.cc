@@ -195,7 +195,7 @@ TEST(ConfigRules, RemovedFeaturesAreRejected) {
 TEST(ConfigRules, UnsupportedFeaturesAreErrorsUnlessAllowed) {
   const std::string text =
       R"({"train_batch_size": 1, "data_efficiency": {"enabled": true},
-          "zero_optimization": {"zero_quantized_weights": true}})";
+          "zero_optimization": {"zero_quantized_nontrainable_weights": true}})";
   LoadedConfig strict = load_config_text(text, "ds.json", ResolveContext{});
   ASSERT_EQ(strict.errors.size(), 2u);
   for (const ConfigError& e : strict.errors) {
@@ -221,7 +221,7 @@ TEST(ConfigRules, UnsupportedFeaturesAreErrorsUnlessAllowed) {
   }
   // Off (enabled false, or the default value): accepted, a notice only.
   EXPECT_TRUE(load_with(R"("data_efficiency": {"enabled": false},
-                           "zero_optimization": {"zero_quantized_weights": false})")
+                           "zero_optimization": {"zero_quantized_nontrainable_weights": false})")
                   .ok());
   // A degree: sequence parallelism (Ulysses) over 2 ranks needs them (this
   // world is one rank), a size of 1 (none) accepted, as AutoTP's autotp_size.
