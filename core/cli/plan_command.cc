@@ -6,7 +6,9 @@
 // ranks on this machine fit its available RAM, disk and GPU memory. With
 // --inference, the engine `dscore generate` and `serve` build from the config
 // (ZeRO-Inference's stage 3 where it offloads the parameters, -n ranks
-// splitting the model), and the KV cache.
+// splitting the model), and the KV cache. With --nodes N --ranks-per-node R
+// --link ... [--compute-seconds S], each collective's traffic inside and
+// across nodes, and the step's time (zero/scale_plan.h).
 #include <algorithm>
 #include <cstdio>
 
@@ -21,6 +23,7 @@
 #include "core/device/select.h"
 #include "core/engine/environment.h"
 #include "core/engine/job_fit.h"
+#include "core/zero/scale_plan.h"
 
 namespace dscore::cli {
 
@@ -30,6 +33,9 @@ int plan_command(const std::vector<std::string>& args) {
   int ranks = 1;
   int per_node = 0;
   InferenceOffload offload;
+  int nodes = 0;
+  std::string link;
+  double compute_seconds = -1;
   options.add_options()("config,c", po::value<std::string>(&path)->required(),
                         "the ds_config.json to plan")("n,n",
                                                       po::value<int>(&ranks)->default_value(1),
@@ -42,15 +48,41 @@ int plan_command(const std::vector<std::string>& args) {
       "offload-param", po::value<std::string>(&offload.offload_param),
       "with --inference: none, cpu or nvme (ZeRO-Inference), as generate takes it")(
       "nvme-path", po::value<std::string>(&offload.nvme_path),
-      "with --inference --offload-param nvme: the swap folder");
+      "with --inference --offload-param nvme: the swap folder")(
+      "nodes", po::value<int>(&nodes), "plan N nodes of --ranks-per-node ranks (instead of -n)")(
+      "link", po::value<std::string>(&link)->default_value("intra=50,inter=12.5"),
+      "with --nodes: GB/s inside a node and over each node's link to the others")(
+      "compute-seconds", po::value<double>(&compute_seconds),
+      "with --nodes: one rank's compute per step, measured (e.g. `dscore run` on one node at "
+      "the same micro-batch): the step time is this plus the communication");
   po::positional_options_description positional;
   po::variables_map vm;
   int exit_code = kExitOk;
   if (!parse_options(
           args, options, positional,
-          "usage: dscore plan --config F [-n RANKS] [--inference [--offload-param cpu|nvme]]", &vm,
-          &exit_code))
+          "usage: dscore plan --config F [-n RANKS | --nodes N --ranks-per-node R [--link "
+          "intra=GB/s,inter=GB/s] [--compute-seconds S]] [--inference [--offload-param cpu|nvme]]",
+          &vm, &exit_code))
     return exit_code;
+  std::optional<zero::LinkRates> links;
+  if (vm.count("nodes") != 0) {
+    if (nodes < 1 || per_node < 1 || vm["n"].defaulted() == false) {
+      std::fprintf(stderr,
+                   "dscore: --nodes N needs --ranks-per-node R (at least 1 each) and no -n: the "
+                   "job is N x R ranks\n");
+      return kExitUsage;
+    }
+    ranks = nodes * per_node;
+    auto rates = zero::parse_link_rates(link);
+    if (!rates.ok()) {
+      std::fprintf(stderr, "dscore: %s\n", rates.status().message().c_str());
+      return kExitUsage;
+    }
+    links = *rates;
+  } else if (compute_seconds >= 0 || !vm["link"].defaulted()) {
+    std::fprintf(stderr, "dscore: --link and --compute-seconds go with --nodes\n");
+    return kExitUsage;
+  }
   if (ranks < 1 || per_node < 0 || per_node > ranks) {
     std::fprintf(stderr, "dscore: -n must be at least 1 and --ranks-per-node at most -n\n");
     return kExitUsage;
@@ -87,6 +119,16 @@ int plan_command(const std::vector<std::string>& args) {
     return kExitFailure;
   }
   std::fputs(zero::format_plans(*plans).c_str(), stdout);
+  if (links) {
+    const std::optional<double> compute =
+        compute_seconds >= 0 ? std::optional<double>(compute_seconds) : std::nullopt;
+    std::fputs(zero::format_scale(zero::estimate_scale(plans->front(), setup->loaded.config->zero,
+                                                       nodes, per_node, *links, compute),
+                                  *links)
+                   .c_str(),
+               stdout);
+    return kExitOk;  // the nodes are elsewhere: this machine's fit says nothing of theirs
+  }
   if (auto cache = kv_cache_per_sequence(*setup); cache.ok() && cache->has_value()) {
     const KvCachePlan& c = **cache;
     std::printf(

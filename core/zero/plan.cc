@@ -257,6 +257,7 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const config::Placement
   plan.grad_dtype = placement.grad_dtype;
   const dscore_dtype md = plan.model_dtype, gd = plan.grad_dtype;
   const int64_t gas = config.batch.gradient_accumulation_steps;
+  plan.gradient_accumulation_steps = gas;
   const FlatPartition flat = make_flat_partition(plan.numel, world);
 
   int64_t owned = 0;
@@ -335,6 +336,9 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const config::Placement
     // released in between); gradients are reduce-scattered once.
     plan.comm_elements["allgather"] = 2 * gathered_per_pass * gas + persistent;
     plan.comm_elements["reduce_scatter"] = total * gas;
+    plan.gathered_per_pass = gathered_per_pass;
+    plan.persistent_elements = persistent;
+    plan.padded_elements = total;
   }
   if (md != DSCORE_DTYPE_F32 && !placement.low_precision_master())
     m.master = bytes(owned, DSCORE_DTYPE_F32);

@@ -142,6 +142,11 @@ struct ZeroPlan {
   int64_t whole_numel = 0;
   dscore_dtype model_dtype = DSCORE_DTYPE_F32;
   dscore_dtype grad_dtype = DSCORE_DTYPE_F32;
+  // Stage 3's traffic in parts (scale_plan.h): the padded elements gathered
+  // per pass (non-persistent), the persistent ones, all of them, and the
+  // micro-steps per step.
+  int64_t gathered_per_pass = 0, persistent_elements = 0, padded_elements = 0;
+  int64_t gradient_accumulation_steps = 1;
   MemoryPlan memory;
   std::string optimizer_device = "none";  // offload_optimizer.device: none, cpu or nvme
   std::optional<OptimizerSwapPlan> swap;  // with device "nvme"

@@ -125,6 +125,64 @@ class TwoHosts : public ::testing::Test {
     return out_lines;
   }
 
+  // The quick-start gpt (2 x 128) in bf16 at ZeRO 3, every parameter
+  // gathered in both passes; `zeropp` adds zero_optimization members.
+  std::string gpt_config(const std::string& name, const std::string& zeropp) {
+    const std::string text = R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4,
+      "steps_per_print": 1, "gradient_clipping": 1.0, "bf16": {"enabled": true},
+      "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
+        "stage3_max_reuse_distance": 0)" +
+                             zeropp + R"(},
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "weight_decay": 0.1}},
+      "model": {"type": "gpt", "n_layer": 2, "n_head": 4, "n_embd": 128, "block_size": 64,
+                "vocab_size": 256},
+      "data": {"type": "text", "path": ")" DSCORE_SOURCE_DIR R"(/configs/data/quickstart.txt"},
+      "seed": 42})";
+    return dir_.write(name + ".json", text).string();
+  }
+  static constexpr const char* kZeroPlusPlus =
+      R"(, "zero_hpz_partition_size": 2, "zero_quantized_weights": true,
+         "zero_quantized_gradients": true)";
+
+  struct GptRun {
+    double bytes_per_step = 0;    // over the link, both ways
+    double seconds_per_step = 0;  // the training loop's
+    std::vector<double> losses;   // of the 12-step run
+  };
+  // 2 hosts x 2 ranks, 4 and then 12 steps: the differences per step, so
+  // start-up cancels.
+  GptRun measure(const std::string& cfg) {
+    const fs::path hostfile =
+        dir_.write("hostfile", addr_[0] + " slots=2\n" + addr_[1] + " slots=2\n");
+    GptRun out;
+    double bytes[2] = {0, 0}, seconds[2] = {0, 0};
+    for (int i = 0; i < 2; ++i) {
+      const int steps = i == 0 ? 4 : 12;
+      const int64_t before = link_bytes(1) + link_bytes(0);
+      ProcessResult r = run_on_host_a({"run", "--config", cfg, "--hostfile", hostfile.string(),
+                                       "--steps", std::to_string(steps)},
+                                      std::chrono::minutes(3));
+      EXPECT_EQ(r.exit_code, 0) << r.describe();
+      bytes[i] = static_cast<double>(link_bytes(1) + link_bytes(0) - before);
+      for (const std::string& line : lines_starting_with(r.out, "done: "))
+        seconds[i] = std::stod(line.substr(line.find(" in ") + 4));
+      if (i == 1)
+        for (const std::string& line : losses(r.out))
+          out.losses.push_back(std::stod(line.substr(line.find("loss ") + 5)));
+    }
+    out.bytes_per_step = (bytes[1] - bytes[0]) / 8;
+    out.seconds_per_step = (seconds[1] - seconds[0]) / 8;
+    return out;
+  }
+  // "471.00 KiB" -> bytes.
+  static double parse_bytes(const std::string& text) {
+    const double value = std::stod(text);
+    for (const auto& [unit, scale] : std::vector<std::pair<std::string, double>>{
+             {"GiB", 1073741824.0}, {"MiB", 1048576.0}, {"KiB", 1024.0}})
+      if (text.find(unit) != std::string::npos) return value * scale;
+    return value;
+  }
+
   TempDir dir_{"dscore_two_hosts"};
   std::vector<std::string> ns_, addr_;
   std::string agent_;
@@ -242,57 +300,16 @@ TEST_F(TwoHosts, NodeLocalCheckpointsResumeOnOneHostWithTheOtherHostsShards) {
 
 // ZeRO++ across the hosts' link: the quick-start gpt in bf16 at ZeRO 3 on
 // 2 hosts x 2 ranks, plain and with hpZ over each host's ranks, int8
-// weights and int4 gradients. The bytes on the link per step (the
-// difference between a 12-step and a 4-step run, so start-up cancels)
-// against DeepSpeed's published 4x, and the losses against plain ZeRO-3.
+// weights and int4 gradients. The bytes on the link per step against
+// DeepSpeed's published 4x, and the losses against plain ZeRO-3.
 TEST_F(TwoHosts, ZeroPlusPlusCutsTheBytesBetweenHostsAndKeepsTheLosses) {
-  auto config = [&](const std::string& name, const std::string& zeropp) {
-    const std::string text = R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4,
-      "steps_per_print": 1, "gradient_clipping": 1.0, "bf16": {"enabled": true},
-      "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
-        "stage3_max_reuse_distance": 0)" +
-                             zeropp + R"(},
-      "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "weight_decay": 0.1}},
-      "model": {"type": "gpt", "n_layer": 2, "n_head": 4, "n_embd": 128, "block_size": 64,
-                "vocab_size": 256},
-      "data": {"type": "text", "path": ")" DSCORE_SOURCE_DIR R"(/configs/data/quickstart.txt"},
-      "seed": 42})";
-    return dir_.write(name + ".json", text).string();
-  };
-  const fs::path hostfile =
-      dir_.write("hostfile", addr_[0] + " slots=2\n" + addr_[1] + " slots=2\n");
-  struct Run {
-    int64_t bytes_per_step = 0;
-    std::vector<double> losses;
-  };
-  auto run = [&](const std::string& cfg) {
-    Run out;
-    int64_t bytes[2] = {0, 0};
-    for (int i = 0; i < 2; ++i) {
-      const int steps = i == 0 ? 4 : 12;
-      const int64_t before = link_bytes(1) + link_bytes(0);
-      ProcessResult r = run_on_host_a({"run", "--config", cfg, "--hostfile", hostfile.string(),
-                                       "--steps", std::to_string(steps)},
-                                      std::chrono::minutes(3));
-      EXPECT_EQ(r.exit_code, 0) << r.describe();
-      bytes[i] = link_bytes(1) + link_bytes(0) - before;
-      if (i == 1)
-        for (const std::string& line : losses(r.out))
-          out.losses.push_back(std::stod(line.substr(line.find("loss ") + 5)));
-    }
-    out.bytes_per_step = (bytes[1] - bytes[0]) / 8;
-    return out;
-  };
-  const Run plain = run(config("plain", ""));
-  const Run zeropp = run(config("zeropp", R"(, "zero_hpz_partition_size": 2,
-      "zero_quantized_weights": true, "zero_quantized_gradients": true)"));
+  const GptRun plain = measure(gpt_config("plain", ""));
+  const GptRun zeropp = measure(gpt_config("zeropp", kZeroPlusPlus));
   ASSERT_EQ(plain.losses.size(), 12u);
   ASSERT_EQ(zeropp.losses.size(), 12u);
-  const double ratio =
-      static_cast<double>(plain.bytes_per_step) / static_cast<double>(zeropp.bytes_per_step);
-  std::printf("bytes between the hosts per step: plain ZeRO-3 %lld, ZeRO++ %lld (%.2fx less)\n",
-              static_cast<long long>(plain.bytes_per_step),
-              static_cast<long long>(zeropp.bytes_per_step), ratio);
+  const double ratio = plain.bytes_per_step / zeropp.bytes_per_step;
+  std::printf("bytes between the hosts per step: plain ZeRO-3 %.0f, ZeRO++ %.0f (%.2fx less)\n",
+              plain.bytes_per_step, zeropp.bytes_per_step, ratio);
   EXPECT_GE(ratio, 3.5) << "DeepSpeed publishes 4x less cross-node volume";
   double worst = 0;
   for (size_t i = 0; i < plain.losses.size(); ++i)
@@ -302,6 +319,51 @@ TEST_F(TwoHosts, ZeroPlusPlusCutsTheBytesBetweenHostsAndKeepsTheLosses) {
               zeropp.losses.back(), worst);
   EXPECT_LT(worst, 0.03);
   EXPECT_LT(zeropp.losses.back(), zeropp.losses.front() * 0.8) << "ZeRO++ does not learn";
+}
+
+// `dscore plan --nodes` against the hosts with their link shaped by tc to
+// 100 Mbit/s: its predicted step time, from the step time measured on the
+// unshaped link (the compute) and its model of the traffic, within 20% of
+// the shaped run's, plain and with ZeRO++; and its bytes across against the
+// link's counters.
+TEST_F(TwoHosts, ThePlanPredictsTheStepTimeOverAShapedLink) {
+  for (const std::string& zeropp : {std::string(), std::string(kZeroPlusPlus)}) {
+    SCOPED_TRACE(zeropp.empty() ? "plain" : "ZeRO++");
+    const std::string cfg = gpt_config(zeropp.empty() ? "plain" : "zeropp", zeropp);
+    const GptRun fast = measure(cfg);
+    for (int h = 0; h < 2; ++h) {
+      ProcessResult shaped =
+          ip({"netns", "exec", ns_[h], "tc", "qdisc", "replace", "dev", "v" + ns_[h], "root", "tbf",
+              "rate", "100mbit", "burst", "32kb", "latency", "400ms"});
+      if (shaped.exit_code != 0) GTEST_SKIP() << "tc cannot shape the link: " << shaped.describe();
+    }
+    const GptRun slow = measure(cfg);
+    for (int h = 0; h < 2; ++h)
+      ip({"netns", "exec", ns_[h], "tc", "qdisc", "del", "dev", "v" + ns_[h], "root"});
+    char compute[32];
+    std::snprintf(compute, sizeof compute, "%.5f", fast.seconds_per_step);
+    ProcessResult plan =
+        run_dscore({"plan", "--config", cfg, "--nodes", "2", "--ranks-per-node", "2", "--link",
+                    "intra=5,inter=0.0125", "--compute-seconds", compute});
+    ASSERT_EQ(plan.exit_code, 0) << plan.describe();
+    const size_t at = plan.out.find("step time ");
+    ASSERT_NE(at, std::string::npos) << plan.out;
+    const double predicted = std::stod(plan.out.substr(at + 10));
+    double across = 0;  // the plan's bytes over each node's link, both nodes
+    for (const std::string& line : split_lines(plan.out)) {
+      const size_t in = line.find(" in each node ");
+      if (in == std::string::npos) continue;
+      const std::string rest = line.substr(in + 14);
+      across += 2 * parse_bytes(rest.substr(0, rest.find(" across")));
+    }
+    std::printf(
+        "%s: step %.4f s on the open link, %.4f s at 100 Mbit/s, plan %.4f s (%+.0f%%); "
+        "bytes across per step %.0f, plan %.0f\n",
+        zeropp.empty() ? "plain" : "ZeRO++", fast.seconds_per_step, slow.seconds_per_step,
+        predicted, 100 * (predicted / slow.seconds_per_step - 1), slow.bytes_per_step, across);
+    EXPECT_NEAR(predicted, slow.seconds_per_step, 0.2 * slow.seconds_per_step);
+    EXPECT_NEAR(across, slow.bytes_per_step, 0.2 * slow.bytes_per_step);
+  }
 }
 
 }  // namespace
