@@ -66,7 +66,8 @@ ScaleEstimate estimate_scale(const ZeroPlan& plan, const config::ZeroConfig& zer
     const double gathered = static_cast<double>(plan.gathered_per_pass);
     const double persistent = static_cast<double>(plan.persistent_elements);
     const double padded = static_cast<double>(plan.padded_elements);
-    const double weight_bytes = zero.quantized_weights ? quantized_per_element(QuantBits::kInt8) : md;
+    const double weight_bytes =
+        zero.quantized_weights ? quantized_per_element(QuantBits::kInt8) : md;
     if (zero.hpz_partition_size > 1) {
       // The first forward from the primary partition, the rest from each
       // node's secondary copy (exact, at the model's dtype).
