@@ -89,9 +89,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   DSCORE_ASSIGN_OR_RETURN(
       engine->topology_,
       comm::Topology::create(*engine->comm_, grid, comm::Topology::engine_groups()));
-  DSCORE_ASSIGN_OR_RETURN(engine->nodes_, comm::discover_nodes(*engine->comm_));
-  if (engine->nodes_.nodes() > 1 && engine->rank() == 0)
-    log_info(std::to_string(engine->nodes_.nodes()) + " nodes: " + engine->nodes_.describe());
+  DSCORE_RETURN_IF_ERROR(engine->discover_nodes());
   // ZeRO's group is this rank alone when each pipeline stage has one
   // data-parallel rank: a communicator of its own (every rank splits).
   if (engine->topology_->group(comm::groups::kZero) == nullptr) {
@@ -177,8 +175,7 @@ Result<zero::ZeroContext> Engine::zero_context(comm::Communicator& zero_group) {
   ctx.reduction = zero::plan_reduction(config_, zero_group.world_size(), data_parallel_size());
   ctx.layout = &layout_;
   ctx.comm = &zero_group;
-  DSCORE_ASSIGN_OR_RETURN(ctx.secondary_comm, secondary_group(zero_group));
-  DSCORE_ASSIGN_OR_RETURN(ctx.quantized_reduce, quantized_reduce_groups(zero_group));
+  DSCORE_RETURN_IF_ERROR(add_zeropp_groups(zero_group, &ctx));
   ctx.device = device_.get();
   ctx.stream = stream_.get();
   ctx.comm_target = ops_target(*device_, *stream_);

@@ -314,11 +314,11 @@ class Engine {
   // moves a staging folder into place.
   Result<bool> prepare_save(const std::string& dir, const std::string& staging,
                             const std::string& id);
-  // ZeRO++ hpZ: zero_hpz_partition_size consecutive ranks of ZeRO's group
-  // (nullptr without hpZ); a collective of that group.
+  // engine_nodes.cc: which machines the ranks are on (collective; logged),
+  // and ZeRO++'s groups made from them (collectives of ZeRO's group).
+  Status discover_nodes();
+  Status add_zeropp_groups(comm::Communicator& zero_group, zero::ZeroContext* ctx);
   Result<comm::Communicator*> secondary_group(comm::Communicator& zero_group);
-  // ZeRO++ qgZ: its two hops' groups where every node holds the same number
-  // of consecutive ranks (none otherwise: one hop); a collective.
   Result<zero::QuantizedReduceGroups> quantized_reduce_groups(comm::Communicator& zero_group);
   bool node_local_checkpoints() const;
   Status write_model_states(const std::string& folder, const std::string& name,
@@ -376,7 +376,7 @@ class Engine {
   std::unique_ptr<comm::Communicator> own_group_;  // ZeRO's group when it is this rank alone
   // The expert-data-parallel group when it is this rank alone.
   std::unique_ptr<comm::Communicator> own_expert_group_;
-  // ZeRO++ hpZ's secondary group (engine_zeropp.cc), when there is one.
+  // ZeRO++ hpZ's secondary group (engine_nodes.cc), when there is one.
   std::unique_ptr<comm::Communicator> secondary_group_;
   // ZeRO++ qgZ's node and across-node groups, when nodes are even.
   std::unique_ptr<comm::Communicator> node_group_, across_group_;

@@ -1,9 +1,27 @@
-// ZeRO++ (docs/multinode.md#zero): the secondary group of hpZ. The
-// quantized collectives themselves are ZeRO's (core/zero/quantization.h).
+// Which machines the ranks are on (comm/node_map.h), and what ZeRO++
+// (docs/multinode.md#zero) builds from it: hpZ's secondary group (a node's
+// ranks) and qgZ's two hops (within nodes, across them). The quantized
+// collectives themselves are ZeRO's (core/zero/quantization.h).
 #include "core/base/logging.h"
 #include "core/engine/engine.h"
 
 namespace dscore {
+
+Status Engine::discover_nodes() {
+  DSCORE_ASSIGN_OR_RETURN(nodes_, comm::discover_nodes(*comm_));
+  if (nodes_.nodes() > 1 && rank() == 0)
+    log_info(std::to_string(nodes_.nodes()) + " nodes: " + nodes_.describe());
+  return Status::Ok();
+}
+
+Status Engine::add_zeropp_groups(comm::Communicator& zero_group, zero::ZeroContext* ctx) {
+  // hpZ: zero_hpz_partition_size consecutive ranks of ZeRO's group.
+  DSCORE_ASSIGN_OR_RETURN(ctx->secondary_comm, secondary_group(zero_group));
+  // qgZ: two hops where every node holds the same number of consecutive
+  // ranks (one all-to-all otherwise).
+  DSCORE_ASSIGN_OR_RETURN(ctx->quantized_reduce, quantized_reduce_groups(zero_group));
+  return Status::Ok();
+}
 
 Result<comm::Communicator*> Engine::secondary_group(comm::Communicator& zero_group) {
   const int64_t size = config_.zero.hpz_partition_size;
