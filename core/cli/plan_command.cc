@@ -66,7 +66,7 @@ int plan_command(const std::vector<std::string>& args) {
     return exit_code;
   std::optional<zero::LinkRates> links;
   if (vm.count("nodes") != 0) {
-    if (nodes < 1 || per_node < 1 || vm["n"].defaulted() == false) {
+    if (nodes < 1 || per_node < 1 || !vm["n"].defaulted()) {
       std::fprintf(stderr,
                    "dscore: --nodes N needs --ranks-per-node R (at least 1 each) and no -n: the "
                    "job is N x R ranks\n");
