@@ -54,8 +54,8 @@ ScaleEstimate estimate_scale(const ZeroPlan& plan, const config::ZeroConfig& zer
   const double gd = static_cast<double>(sdk::dtype_size(plan.grad_dtype));
   const auto add = [&](const std::string& name, double node_bytes, double cross_bytes) {
     if (node_bytes <= 0 && cross_bytes <= 0) return;
-    e.collectives.push_back(
-        {name, node_bytes, cross_bytes, node_bytes / links.intra + cross_bytes / links.inter});
+    e.collectives.push_back({name, node_bytes, cross_bytes,
+                             node_bytes / links.intra + cross_bytes * kLinkFraming / links.inter});
   };
   // A flat collective over every rank of S bytes.
   const auto flat = [&](const std::string& name, double s) {

@@ -16,8 +16,11 @@
 //   across S (N - 1) / N per node.
 // - A collective's time is its node traffic over the node's intra rate plus
 //   its cross-node traffic over the node's link rate: the rounds inside and
-//   across nodes follow each other. Latency is not counted (messages here
-//   are megabytes).
+//   across nodes follow each other. The link rate is the line rate of a
+//   TCP/Ethernet link, which carries kLinkFraming bytes per byte of payload
+//   (1514-byte frames for 1448 of data, and the acknowledgements of the
+//   other direction's traffic). Latency is not counted (messages here are
+//   megabytes).
 // - The step: the given compute seconds plus the collectives' time, one
 //   after the other (an upper bound where comm overlaps compute).
 #pragma once
@@ -30,6 +33,8 @@
 #include "core/zero/plan.h"
 
 namespace dscore::zero {
+
+constexpr double kLinkFraming = 1.07;
 
 struct LinkRates {
   double intra = 0;  // bytes/s a node's ranks move among themselves

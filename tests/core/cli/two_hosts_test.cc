@@ -174,6 +174,30 @@ class TwoHosts : public ::testing::Test {
     out.seconds_per_step = (seconds[1] - seconds[0]) / 8;
     return out;
   }
+  // `dscore plan --nodes 2 --ranks-per-node 2` for these hosts: its step
+  // time and its bytes over each node's link, both nodes.
+  struct PlanLines {
+    double step_seconds = 0, bytes_across = 0;
+  };
+  PlanLines run_plan(const std::string& cfg, double inter_gbps, double compute_seconds) {
+    char compute[32], inter[32];
+    std::snprintf(compute, sizeof compute, "%.5f", compute_seconds);
+    std::snprintf(inter, sizeof inter, "%.6f", inter_gbps);
+    ProcessResult plan =
+        run_dscore({"plan", "--config", cfg, "--nodes", "2", "--ranks-per-node", "2", "--link",
+                    std::string("intra=5,inter=") + inter, "--compute-seconds", compute});
+    EXPECT_EQ(plan.exit_code, 0) << plan.describe();
+    PlanLines out;
+    const size_t at = plan.out.find("step time ");
+    if (at != std::string::npos) out.step_seconds = std::stod(plan.out.substr(at + 10));
+    for (const std::string& line : split_lines(plan.out)) {
+      const size_t in = line.find(" in each node ");
+      if (in == std::string::npos) continue;
+      const std::string rest = line.substr(in + 14);
+      out.bytes_across += 2 * parse_bytes(rest.substr(0, rest.find(" across")));
+    }
+    return out;
+  }
   // "471.00 KiB" -> bytes.
   static double parse_bytes(const std::string& text) {
     const double value = std::stod(text);
@@ -319,50 +343,47 @@ TEST_F(TwoHosts, ZeroPlusPlusCutsTheBytesBetweenHostsAndKeepsTheLosses) {
               zeropp.losses.back(), worst);
   EXPECT_LT(worst, 0.03);
   EXPECT_LT(zeropp.losses.back(), zeropp.losses.front() * 0.8) << "ZeRO++ does not learn";
+  // `dscore plan --nodes 2 --ranks-per-node 2` predicts the bytes across
+  // (its step-time check over shaped links is a benchmark: below).
+  for (const auto& [run, zeropp_keys] :
+       {std::pair{&plain, std::string()}, std::pair{&zeropp, std::string(kZeroPlusPlus)}}) {
+    const PlanLines plan =
+        run_plan(gpt_config(zeropp_keys.empty() ? "plain" : "zeropp", zeropp_keys), 1.0, 0.0);
+    std::printf("bytes across per step: measured %.0f, plan %.0f\n", run->bytes_per_step,
+                plan.bytes_across);
+    EXPECT_NEAR(plan.bytes_across, run->bytes_per_step, 0.2 * run->bytes_per_step);
+  }
 }
 
-// `dscore plan --nodes` against the hosts with their link shaped by tc to
-// 100 Mbit/s: its predicted step time, from the step time measured on the
-// unshaped link (the compute) and its model of the traffic, within 20% of
-// the shaped run's, plain and with ZeRO++; and its bytes across against the
-// link's counters.
-TEST_F(TwoHosts, ThePlanPredictsTheStepTimeOverAShapedLink) {
+// `dscore plan --nodes` against the hosts with their link shaped by tc: its
+// predicted step time, from the step time measured on the open link (the
+// compute) and its model of the traffic, beside the shaped runs', plain and
+// with ZeRO++, at 100 and 20 Mbit/s. A benchmark (bench/multinode_plan.sh
+// runs it): timings on a shared machine are not a test; its figures are in
+// docs/multinode.md. CI checks the plan's bytes (the test above).
+TEST_F(TwoHosts, DISABLED_ThePlanPredictsTheStepTimeOverAShapedLink) {
   for (const std::string& zeropp : {std::string(), std::string(kZeroPlusPlus)}) {
-    SCOPED_TRACE(zeropp.empty() ? "plain" : "ZeRO++");
     const std::string cfg = gpt_config(zeropp.empty() ? "plain" : "zeropp", zeropp);
     const GptRun fast = measure(cfg);
-    for (int h = 0; h < 2; ++h) {
-      ProcessResult shaped =
-          ip({"netns", "exec", ns_[h], "tc", "qdisc", "replace", "dev", "v" + ns_[h], "root", "tbf",
-              "rate", "100mbit", "burst", "32kb", "latency", "400ms"});
-      if (shaped.exit_code != 0) GTEST_SKIP() << "tc cannot shape the link: " << shaped.describe();
+    for (const int mbit : {100, 20}) {
+      for (int h = 0; h < 2; ++h) {
+        ProcessResult shaped =
+            ip({"netns", "exec", ns_[h], "tc", "qdisc", "replace", "dev", "v" + ns_[h], "root",
+                "tbf", "rate", std::to_string(mbit) + "mbit", "burst", "32kb", "latency", "2s"});
+        if (shaped.exit_code != 0)
+          GTEST_SKIP() << "tc cannot shape the link: " << shaped.describe();
+      }
+      const GptRun slow = measure(cfg);
+      for (int h = 0; h < 2; ++h)
+        ip({"netns", "exec", ns_[h], "tc", "qdisc", "del", "dev", "v" + ns_[h], "root"});
+      const PlanLines plan = run_plan(cfg, mbit / 8000.0, fast.seconds_per_step);
+      std::printf(
+          "%-7s at %3d Mbit/s: step %.4f s on the open link, %.4f s shaped, plan %.4f s (%+.0f%%)"
+          "; bytes across per step %.0f, plan %.0f\n",
+          zeropp.empty() ? "plain" : "ZeRO++", mbit, fast.seconds_per_step, slow.seconds_per_step,
+          plan.step_seconds, 100 * (plan.step_seconds / slow.seconds_per_step - 1),
+          slow.bytes_per_step, plan.bytes_across);
     }
-    const GptRun slow = measure(cfg);
-    for (int h = 0; h < 2; ++h)
-      ip({"netns", "exec", ns_[h], "tc", "qdisc", "del", "dev", "v" + ns_[h], "root"});
-    char compute[32];
-    std::snprintf(compute, sizeof compute, "%.5f", fast.seconds_per_step);
-    ProcessResult plan =
-        run_dscore({"plan", "--config", cfg, "--nodes", "2", "--ranks-per-node", "2", "--link",
-                    "intra=5,inter=0.0125", "--compute-seconds", compute});
-    ASSERT_EQ(plan.exit_code, 0) << plan.describe();
-    const size_t at = plan.out.find("step time ");
-    ASSERT_NE(at, std::string::npos) << plan.out;
-    const double predicted = std::stod(plan.out.substr(at + 10));
-    double across = 0;  // the plan's bytes over each node's link, both nodes
-    for (const std::string& line : split_lines(plan.out)) {
-      const size_t in = line.find(" in each node ");
-      if (in == std::string::npos) continue;
-      const std::string rest = line.substr(in + 14);
-      across += 2 * parse_bytes(rest.substr(0, rest.find(" across")));
-    }
-    std::printf(
-        "%s: step %.4f s on the open link, %.4f s at 100 Mbit/s, plan %.4f s (%+.0f%%); "
-        "bytes across per step %.0f, plan %.0f\n",
-        zeropp.empty() ? "plain" : "ZeRO++", fast.seconds_per_step, slow.seconds_per_step,
-        predicted, 100 * (predicted / slow.seconds_per_step - 1), slow.bytes_per_step, across);
-    EXPECT_NEAR(predicted, slow.seconds_per_step, 0.2 * slow.seconds_per_step);
-    EXPECT_NEAR(across, slow.bytes_per_step, 0.2 * slow.bytes_per_step);
   }
 }
 

@@ -28,7 +28,7 @@ TEST(ScalePlan, FlatCollectivesSendEachNodesShareAcross) {
   EXPECT_EQ(e.collectives[0].name, "allgather (parameters)");
   EXPECT_DOUBLE_EQ(e.collectives[0].node_bytes, 2 * 4000.0 * 1 / 4);  // R S (R-1)/W
   EXPECT_DOUBLE_EQ(e.collectives[0].cross_bytes, 2 * 4000.0 / 2);     // R S (N-1)/N
-  EXPECT_DOUBLE_EQ(e.collectives[0].seconds, 2000 / 1e9 + 4000 / 1e8);
+  EXPECT_DOUBLE_EQ(e.collectives[0].seconds, 2000 / 1e9 + 4000 * kLinkFraming / 1e8);
   EXPECT_EQ(e.collectives[1].name, "reduce_scatter (gradients)");
   EXPECT_DOUBLE_EQ(e.collectives[1].cross_bytes, 2000.0);
   EXPECT_DOUBLE_EQ(e.comm_seconds, e.collectives[0].seconds + e.collectives[1].seconds);
@@ -47,7 +47,7 @@ TEST(ScalePlan, ZeroPlusPlusKeepsTheBackwardInsideAndQuantizesTheRest) {
   z.quantized_gradients = true;
   const ScaleEstimate e = estimate_scale(stage3_bf16(), z, 2, 2, {1e9, 1e8}, 0.5);
   ASSERT_EQ(e.collectives.size(), 3u);
-  const double int8 = (4096.0 + 4) / 4096, int4 = (128.0 + 4) / 256;  // bytes per value
+  const double int8 = (4096.0 + 4) / 4096, int4 = (128.0 + 4) / 256;    // bytes per value
   EXPECT_DOUBLE_EQ(e.collectives[0].cross_bytes, 2 * 1000 * int8 / 2);  // the first forward
   EXPECT_EQ(e.collectives[1].name, "allgather (hpZ, within nodes)");
   EXPECT_DOUBLE_EQ(e.collectives[1].node_bytes, 2 * 1000 * 2.0 / 2);  // R S (R-1)/R
@@ -67,8 +67,8 @@ TEST(ScalePlan, LinkRatesAreGigabytesPerSecond) {
   ASSERT_TRUE(rates.ok()) << rates.status().message();
   EXPECT_DOUBLE_EQ(rates->intra, 50e9);
   EXPECT_DOUBLE_EQ(rates->inter, 12.5e9);
-  for (const char* bad : {"intra=50", "inter=0,intra=1", "intra=x,inter=1", "fast=1,inter=1",
-                          "intra=1,inter=2GB"})
+  for (const char* bad :
+       {"intra=50", "inter=0,intra=1", "intra=x,inter=1", "fast=1,inter=1", "intra=1,inter=2GB"})
     EXPECT_FALSE(parse_link_rates(bad).ok()) << bad;
 }
 
