@@ -89,7 +89,6 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   DSCORE_ASSIGN_OR_RETURN(
       engine->topology_,
       comm::Topology::create(*engine->comm_, grid, comm::Topology::engine_groups()));
-  DSCORE_RETURN_IF_ERROR(engine->discover_nodes());
   // ZeRO's group is this rank alone when each pipeline stage has one
   // data-parallel rank: a communicator of its own (every rank splits).
   if (engine->topology_->group(comm::groups::kZero) == nullptr) {
@@ -105,6 +104,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const config::TrainingConfig& con
   engine->comm_->use_stream(engine->stream_->native());
   if (engine->device_->type() == device::DeviceType::kCuda)
     engine->comm_->stage_host_buffers(host_staging(*engine->device_, *engine->stream_));
+  DSCORE_RETURN_IF_ERROR(engine->discover_nodes());  // host buffers: after the staging
   engine->host_->set_device(engine->device_.get());
   if (stages > 1)
     DSCORE_RETURN_IF_ERROR(engine->setup_pipeline(std::move(components.model)));
