@@ -5,9 +5,9 @@
 // The model, for each of the step's collectives of S bytes (the full buffer)
 // over W = N x R ranks placed node by node:
 // - Flat collectives (dscore's ZeRO calls one collective over all its
-//   ranks; Open MPI runs them by recursive doubling or halving, or
-//   directly): each rank sends S (W - 1) / W, of which S (N - 1) / N leaves
-//   its node. A node's link carries R S (N - 1) / N; its ranks' traffic
+//   ranks; the mpi backend runs a reduce-scatter as one all-to-all and an
+//   allgather as MPI_Iallgather, whose chunks go to every rank directly):
+//   each rank sends S (W - 1) / W, of which S (N - 1) / N leaves its node. A node's link carries R S (N - 1) / N; its ranks' traffic
 //   inside the node is R S (R - 1) / W. (A ring or a hierarchical algorithm
 //   sends up to R times less across nodes: this is the upper end.)
 // - ZeRO++ hpZ: the backward's gathers (and later micro-steps') go over each
