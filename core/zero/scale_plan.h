@@ -7,9 +7,10 @@
 // - Flat collectives (dscore's ZeRO calls one collective over all its
 //   ranks; the mpi backend runs a reduce-scatter as one all-to-all and an
 //   allgather as MPI_Iallgather, whose chunks go to every rank directly):
-//   each rank sends S (W - 1) / W, of which S (N - 1) / N leaves its node. A node's link carries R
-//   S (N - 1) / N; its ranks' traffic inside the node is R S (R - 1) / W. (A ring or a hierarchical
-//   algorithm sends up to R times less across nodes: this is the upper end.)
+//   each rank sends S (W - 1) / W, of which S (N - 1) / N leaves its node.
+//   A node's link carries R S (N - 1) / N; its ranks' traffic inside the
+//   node is R S (R - 1) / W. (A ring or a hierarchical algorithm sends up
+//   to R times less across nodes: this is the upper end.)
 // - ZeRO++ hpZ: the backward's gathers (and later micro-steps') go over each
 //   node's R ranks: R S (R - 1) / R inside the node, nothing across.
 // - ZeRO++ qgZ (two hops): inside the node R S (R - 1) / R of int4 bytes,
