@@ -9,7 +9,7 @@
 
 namespace dscore::comm {
 
-NodeMap::NodeMap(std::vector<std::string> rank_names, int rank) : rank_(rank) {
+NodeMap::NodeMap(std::vector<std::string> rank_names) {
   for (std::string& name : rank_names) {
     auto it = std::find(names_.begin(), names_.end(), name);
     if (it == names_.end()) {
@@ -19,10 +19,6 @@ NodeMap::NodeMap(std::vector<std::string> rank_names, int rank) : rank_(rank) {
     }
     node_of_.push_back(static_cast<int>(it - names_.begin()));
   }
-}
-
-int NodeMap::local_rank(int rank) const {
-  return static_cast<int>(std::count(node_of_.begin(), node_of_.begin() + rank, node_of(rank)));
 }
 
 int NodeMap::ranks_on(int node) const {
@@ -67,7 +63,7 @@ Result<NodeMap> discover_nodes(Communicator& comm) {
   if (comm.world_size() == 1) return NodeMap();
   DSCORE_ASSIGN_OR_RETURN(std::vector<std::string> names,
                           allgather_strings(comm, NodeMap::local_node_name()));
-  return NodeMap(std::move(names), comm.rank());
+  return NodeMap(std::move(names));
 }
 
 }  // namespace dscore::comm

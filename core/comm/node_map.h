@@ -16,19 +16,16 @@ namespace dscore::comm {
 
 class NodeMap {
  public:
-  NodeMap() : NodeMap({local_node_name()}, 0) {}
-  // From every rank's node name, in rank order, seen from rank `rank`.
-  NodeMap(std::vector<std::string> rank_names, int rank);
+  NodeMap() : NodeMap({local_node_name()}) {}
+  // From every rank's node name, in rank order.
+  explicit NodeMap(std::vector<std::string> rank_names);
 
   int nodes() const { return static_cast<int>(names_.size()); }
   int node_of(int rank) const { return node_of_[static_cast<size_t>(rank)]; }
-  int node() const { return node_of(rank_); }
   const std::string& name_of_node(int node) const { return names_[static_cast<size_t>(node)]; }
   const std::string& host_of(int rank) const { return name_of_node(node_of(rank)); }
   // The node's first rank: the one that does a node's one-off work.
   int leader_of(int node) const { return leaders_[static_cast<size_t>(node)]; }
-  bool leads_node(int rank) const { return leader_of(node_of(rank)) == rank; }
-  int local_rank(int rank) const;
   int ranks_on(int node) const;
   // "hostA (ranks 0-1), hostB (ranks 2-3)".
   std::string describe() const;
@@ -37,7 +34,6 @@ class NodeMap {
   static std::string local_node_name();
 
  private:
-  int rank_ = 0;
   std::vector<std::string> names_;
   std::vector<int> node_of_, leaders_;
 };

@@ -13,7 +13,7 @@ namespace {
 
 constexpr QuantBits kBits = QuantBits::kInt4;
 
-// One all-to-all of `slots` slots of `slot_bytes` per peer.
+// One all-to-all over `group` of `per_peer` bytes to each peer.
 Status exchange(comm::Communicator& group, std::vector<char>& send, std::vector<char>& recv,
                 int64_t per_peer, const device::Device* device) {
   recv.resize(send.size());

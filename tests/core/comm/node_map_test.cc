@@ -7,21 +7,17 @@ namespace dscore::comm {
 namespace {
 
 TEST(NodeMap, NodesAreNamesInTheOrderOfTheirFirstRanks) {
-  const NodeMap map({"b", "b", "a", "a", "b"}, 3);
+  const NodeMap map({"b", "b", "a", "a", "b"});
   EXPECT_EQ(map.nodes(), 2);
   EXPECT_EQ(map.name_of_node(0), "b");
   EXPECT_EQ(map.name_of_node(1), "a");
-  EXPECT_EQ(map.node(), 1);
+  EXPECT_EQ(map.node_of(3), 1);
   EXPECT_EQ(map.host_of(4), "b");
   EXPECT_EQ(map.leader_of(0), 0);
   EXPECT_EQ(map.leader_of(1), 2);
-  EXPECT_TRUE(map.leads_node(2));
-  EXPECT_FALSE(map.leads_node(4));
-  EXPECT_EQ(map.local_rank(4), 2);
-  EXPECT_EQ(map.local_rank(3), 1);
   EXPECT_EQ(map.ranks_on(0), 3);
   EXPECT_EQ(map.describe(), "b (ranks 0-1,4), a (ranks 2-3)");
-  EXPECT_EQ(NodeMap({"x"}, 0).describe(), "x (rank 0)");
+  EXPECT_EQ(NodeMap({"x"}).describe(), "x (rank 0)");
 }
 
 TEST(NodeMap, DscoreNodeNameOverridesTheHostName) {
