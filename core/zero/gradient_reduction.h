@@ -17,6 +17,7 @@
 
 #include "core/base/status.h"
 #include "core/zero/flat_storage.h"
+#include "core/zero/plan.h"
 #include "core/zero/zero_strategy.h"
 
 namespace dscore::zero {
@@ -72,9 +73,12 @@ class GradientReduction {
   virtual Status end_micro_step(const ReadyLayers& ready) = 0;
 };
 
-// Elements of one reduction bucket: reduce_bucket_size, within [1, padded].
+// Elements of one reduction bucket at stages 0-2: reduce_bucket_size, or
+// 2^24 where that is smaller (gradient_flush_elements, as stage 3 flushes),
+// within [1, padded]. DeepSpeed's default bucket (5e8) holds a whole 100M
+// model: a bucket, and the reduction's staging, of its full gradients.
 inline int64_t bucket_elements(const ZeroContext& ctx, const FlatPartition& partition) {
-  return std::clamp<int64_t>(ctx.zero->reduce_bucket_size, 1, partition.padded_numel);
+  return std::clamp<int64_t>(gradient_flush_elements(*ctx.zero), 1, partition.padded_numel);
 }
 
 }  // namespace dscore::zero

@@ -277,12 +277,13 @@ ZeroPlan make_plan(const config::TrainingConfig& config, const config::Placement
       // lends again later (a tied embedding), or a layer larger than a
       // bucket, each reduced from memory of its own.
       const int64_t bucket =
-          std::clamp<int64_t>(config.zero.reduce_bucket_size, 1, flat.padded_numel);
+          std::clamp<int64_t>(gradient_flush_elements(config.zero), 1, flat.padded_numel);
       const int count = config.zero.overlap_comm ? 2 : 1;
       m.buffers = bytes(bucket, gd) * count + bytes(largest_layer_numel(layout), gd);
     }
     if (world > 1) {  // the largest reduction's staging in the mpi backend
-      const int64_t n = std::clamp<int64_t>(config.zero.reduce_bucket_size, 1, flat.padded_numel);
+      const int64_t n =
+          std::clamp<int64_t>(gradient_flush_elements(config.zero), 1, flat.padded_numel);
       if (plan.stage == 0) {  // allreduces of the buckets
         m.comm_scratch = allreduce_scratch_bytes(n, flat.padded_numel, world, gd);
       } else {  // a reduce of a bucket's piece one rank owns: gathered on that rank

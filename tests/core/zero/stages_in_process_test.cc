@@ -110,16 +110,18 @@ TEST(ZeroStagesInProcess, Stage3ReducesLayerByLayerWithTheBitsOfOneReduction) {
   expect_bitwise(layer_by_layer, zero0, "stage 3, a reduce-scatter per layer vs stage 0");
 }
 
-// Rank 0's calls of collective `op` in the fourth step of a 2-rank stage 3
-// run of an mlp (input layer, two hidden-to-hidden layers of `hidden`,
-// output layer; nothing persistent), its config changed by `adjust`.
-uint64_t stage3_calls_per_step(const std::string& op, int hidden,
-                               const std::function<void(config::TrainingConfig&)>& adjust = {}) {
+// Rank 0's calls of collective `op` in the fourth step of a 2-rank run of
+// an mlp (input layer, two hidden-to-hidden layers of `hidden`, output
+// layer; nothing persistent at stage 3), its config changed by `adjust`.
+uint64_t calls_per_step(int stage, const std::string& op, int hidden,
+                        const std::function<void(config::TrainingConfig&)>& adjust = {}) {
   const std::string c = R"("train_micro_batch_size_per_gpu": 2, "train_batch_size": 4,
     "train_steps": 4, "seed": 7, "optimizer": {"type": "SGD", "params": {"lr": 0.01}},
     "model": {"type": "mlp", "input_dim": 7, "hidden_dim": )" +
                         std::to_string(hidden) + R"(, "output_dim": 3, "n_hidden_layers": 3},
-    "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}, "steps_per_print": 100)";
+    "zero_optimization": {"stage": )" +
+                        std::to_string(stage) +
+                        R"(, "stage3_param_persistence_threshold": 0}, "steps_per_print": 100)";
   std::vector<uint64_t> calls;  // after each step
   testing::InProcessHooks hooks;
   hooks.adjust_config = adjust;
@@ -130,6 +132,39 @@ uint64_t stage3_calls_per_step(const std::string& op, int hidden,
   const InProcessResult r = run_in_process_job(c, 2, hooks);
   EXPECT_EQ(r.error, "");
   return calls.size() < 4 ? uint64_t{0} : calls[3] - calls[2];
+}
+
+uint64_t stage3_calls_per_step(const std::string& op, int hidden,
+                               const std::function<void(config::TrainingConfig&)>& adjust = {}) {
+  return calls_per_step(3, op, hidden, adjust);
+}
+
+// Stages 0-2 reduce in buckets of reduce_bucket_size or
+// reduce_flush_elements elements, whichever is fewer (gradient_reduction.h
+// bucket_elements): DeepSpeed's default bucket (5e8) would hold a 100M
+// model's whole gradients. The mlp's 9,027 elements (hidden 64): one
+// reduction a step per owner (stages 1-2: a reduce to each of the 2 ranks)
+// under the default bucket, more with buckets of 2,000 elements, and the
+// same bits either way.
+TEST(ZeroStagesInProcess, StagesBelow3ReduceInBucketsOfAtMostReduceFlushElements) {
+  const auto small_buckets = [](config::TrainingConfig& c) { c.zero.reduce_flush_elements = 2000; };
+  EXPECT_EQ(calls_per_step(0, "allreduce", 64), 1u);
+  EXPECT_GE(calls_per_step(0, "allreduce", 64, small_buckets), 5u);
+  for (int stage : {1, 2}) {
+    EXPECT_EQ(calls_per_step(stage, "reduce", 64), 2u) << "stage " << stage;
+    EXPECT_GE(calls_per_step(stage, "reduce", 64, small_buckets), 5u) << "stage " << stage;
+  }
+  for (int stage : {0, 2}) {
+    testing::InProcessHooks small;
+    small.adjust_config = [](config::TrainingConfig& c) { c.zero.reduce_flush_elements = 301; };
+    std::string c = config(stage, 2, 2);
+    c.replace(c.find("\"reduce_bucket_size\": 301"), 25, "\"reduce_bucket_size\": 1e6");
+    const InProcessResult whole = run_in_process_job(c, 2);
+    const InProcessResult capped = run_in_process_job(c, 2, small);
+    EXPECT_EQ(whole.error, "");
+    EXPECT_EQ(capped.error, "");
+    expect_bitwise(capped, whole, "stage " + std::to_string(stage) + ", buckets of 301 vs one");
+  }
 }
 
 // Stage 3 gathers a prefetch's layers in allgathers of whole layers, each
