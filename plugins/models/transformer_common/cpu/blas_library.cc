@@ -94,6 +94,17 @@ Loaded load() {
   lib.core = corename();
   lib.config = config();
   lib.route = choose_fp32_route(lib.core, lib.wanted, lib.choice.user_set, kHaveOneDnn);
+  if (const char* asked = std::getenv("DSCORE_FP32_GEMM"); asked != nullptr && *asked != '\0') {
+    const std::string name(asked);
+    if (name == "openblas") {
+      lib.route = {Fp32Backend::kOpenBlas, ""};
+    } else if (name == "onednn" && kHaveOneDnn) {
+      lib.route = {Fp32Backend::kOneDnn, ""};
+    } else {
+      out.error = "DSCORE_FP32_GEMM=" + name + " is not a library of this build's fp32 products: " +
+                  (kHaveOneDnn ? "openblas or onednn" : "openblas (this build has no oneDNN)");
+    }
+  }
   return out;
 }
 
@@ -121,7 +132,9 @@ std::string BlasLibrary::describe() const {
   const size_t second_space = config.find(' ', config.find(' ') + 1);
   std::string text = config.substr(0, second_space) + ", core " + core + ": " + choice.reason +
                      "; fp32 products on ";
-  return text + (route.backend == Fp32Backend::kOneDnn ? "oneDNN's sgemm" : "OpenBLAS");
+  text += route.backend == Fp32Backend::kOneDnn ? "oneDNN's sgemm" : "OpenBLAS";
+  const char* asked = std::getenv("DSCORE_FP32_GEMM");
+  return asked != nullptr && *asked != '\0' ? text + " (DSCORE_FP32_GEMM)" : text;
 }
 
 bool blas_library_loaded() { return g_loaded.load(); }
@@ -145,6 +158,10 @@ void set_reported_core_for_testing(const char* core) {
   const BlasLibrary& lib = blas_library();
   const Fp32Route route = choose_fp32_route(core, lib.wanted, false, kHaveOneDnn);
   g_backend_override.store(static_cast<int>(route.backend));
+}
+
+void set_fp32_backend_for_testing(const Fp32Backend* backend) {
+  g_backend_override.store(backend == nullptr ? -1 : static_cast<int>(*backend));
 }
 
 }  // namespace dscore::transformer::cpu

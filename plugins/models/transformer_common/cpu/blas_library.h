@@ -42,5 +42,7 @@ Fp32Backend fp32_backend();
 // Tests: route the fp32 products as if OpenBLAS had reported `core`
 // (nullptr: back to what it reported).
 void set_reported_core_for_testing(const char* core);
+// Tests: the fp32 products on `backend` (nullptr: back to the route chosen).
+void set_fp32_backend_for_testing(const Fp32Backend* backend);
 
 }  // namespace dscore::transformer::cpu

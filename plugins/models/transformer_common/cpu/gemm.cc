@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "blas_library.h"
 #include "gemm_blocks.h"
@@ -46,7 +47,25 @@ void blas_gemm(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, double alpha, 
 
 }  // namespace
 
-void load_gemm_library() { blas_library(); }
+void load_gemm_library() {
+  blas_library();
+#ifdef DSCORE_WITH_ONEDNN
+  // oneDNN generates its sgemm kernels and maps their code on the first
+  // product: done here, with the model, so that the memory it takes is in
+  // the process the engine measures before training (job_fit.cc), as
+  // OpenBLAS's is once loaded.
+  static const bool warmed = [] {
+    if (fp32_backend() != Fp32Backend::kOneDnn) return false;
+    constexpr int64_t kN = 256;
+    std::vector<float> a(kN * kN, 1.0f), b(kN * kN, 1.0f), c(kN * kN);
+    for (Op op_b : {Op::kNone, Op::kTranspose})
+      for (Op op_a : {Op::kNone, Op::kTranspose})
+        blas_gemm(op_a, op_b, kN, kN, kN, 1.0f, a.data(), kN, b.data(), kN, 0.0f, c.data(), kN);
+    return true;
+  }();
+  (void)warmed;
+#endif
+}
 
 template <typename T>
 void gemm_serial(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,

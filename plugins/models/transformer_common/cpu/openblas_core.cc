@@ -92,7 +92,15 @@ CoreChoice choose_openblas_core(const CpuFlags& flags, GemmTier wanted, const ch
 Fp32Route choose_fp32_route(std::string_view reported_core, GemmTier wanted, bool user_set_core,
                             bool onednn_available) {
   const GemmTier have = tier_of_openblas_core(reported_core);
-  if (have >= wanted) return {};
+  // On AVX-512, oneDNN's sgemm outran OpenBLAS's best core (Cooperlake) on
+  // the models' products: the bench GPT 8-11% faster a step, a 100M GPT
+  // 3-4% (bench/README.md#the-fp32-gemm-library); on AVX2 they tied. A core
+  // the user set keeps the products on OpenBLAS.
+  if (have >= wanted) {
+    if (!user_set_core && onednn_available && wanted == GemmTier::kAvx512)
+      return {Fp32Backend::kOneDnn, ""};
+    return {};
+  }
   const std::string runs = std::string("OpenBLAS runs its ") + std::string(reported_core) +
                            " kernel (" + gemm_tier_name(have) + ") on a CPU with " +
                            gemm_tier_name(wanted) + " instructions";

@@ -64,9 +64,13 @@ struct Fp32Route {
   std::string warning;  // non-empty: said once at start
 };
 
-// OpenBLAS's core runs below the tier the flags allow: the products go to
-// oneDNN's sgemm (which dispatches on the flags) where this build has it,
-// unless the user chose the core (respected, and warned about).
+// Where the flags allow AVX-512 and this build has oneDNN, the products go
+// to oneDNN's sgemm (which dispatches on the flags; faster than OpenBLAS's
+// AVX-512 cores on the models' shapes). Otherwise OpenBLAS, unless its core
+// runs below the tier the flags allow: then oneDNN's sgemm where this build
+// has it. A core the user chose keeps the products on OpenBLAS (warned
+// about where it is below the flags). DSCORE_FP32_GEMM=openblas|onednn
+// overrides the choice (blas_library.cc).
 Fp32Route choose_fp32_route(std::string_view reported_core, GemmTier wanted, bool user_set_core,
                             bool onednn_available);
 

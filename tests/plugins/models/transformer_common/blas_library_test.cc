@@ -4,6 +4,7 @@
 // products routed to oneDNN when OpenBLAS reports a core below the flags
 // (through the test seam for the reported core), against double products.
 #include <gtest/gtest.h>
+#include <dscore/cpp/plugin.hpp>
 
 #include <cmath>
 #include <cstdlib>
@@ -84,9 +85,20 @@ TEST(OpenBlasCoreTest, AGenericCoreSendsTheProductsToOneDnn) {
   const Fp32Route without = choose_fp32_route("Prescott", GemmTier::kAvx2, false, false);
   EXPECT_EQ(without.backend, Fp32Backend::kOpenBlas);
   EXPECT_NE(without.warning.find("OPENBLAS_CORETYPE=Haswell"), std::string::npos);
-  const Fp32Route matched = choose_fp32_route("Cooperlake", GemmTier::kAvx512, false, true);
+  // AVX-512 with oneDNN: its sgemm, whatever OpenBLAS's core (faster on
+  // the models' shapes); AVX2: OpenBLAS's matched core.
+  const Fp32Route avx512 = choose_fp32_route("Cooperlake", GemmTier::kAvx512, false, true);
+  EXPECT_EQ(avx512.backend, Fp32Backend::kOneDnn);
+  EXPECT_EQ(avx512.warning, "");
+  const Fp32Route no_onednn = choose_fp32_route("Cooperlake", GemmTier::kAvx512, false, false);
+  EXPECT_EQ(no_onednn.backend, Fp32Backend::kOpenBlas);
+  EXPECT_EQ(no_onednn.warning, "");
+  const Fp32Route matched = choose_fp32_route("Haswell", GemmTier::kAvx2, false, true);
   EXPECT_EQ(matched.backend, Fp32Backend::kOpenBlas);
   EXPECT_EQ(matched.warning, "");
+  const Fp32Route user_core = choose_fp32_route("SkylakeX", GemmTier::kAvx512, true, true);
+  EXPECT_EQ(user_core.backend, Fp32Backend::kOpenBlas);
+  EXPECT_EQ(user_core.warning, "");
   EXPECT_EQ(choose_fp32_route("Prescott", GemmTier::kGeneric, false, true).warning, "");
 }
 
@@ -106,19 +118,9 @@ TEST(BlasLibraryTest, TheProductsRunOnAKernelTheFlagsAllow) {
   EXPECT_NE(lib.describe().find("core " + lib.core), std::string::npos);
 }
 
-// The seam: OpenBLAS reports a core below the flags (Prescott). Products of
-// every transpose, with alpha and beta, match double products.
-TEST(BlasLibraryTest, ProductsOnTheFallbackMatchDoubleProducts) {
-  load_gemm_library();
-  const GemmTier wanted = blas_library().wanted;
-  set_reported_core_for_testing("Prescott");
-#ifdef DSCORE_WITH_ONEDNN
-  const Fp32Backend expected =
-      wanted > GemmTier::kGeneric ? Fp32Backend::kOneDnn : Fp32Backend::kOpenBlas;
-#else
-  const Fp32Backend expected = Fp32Backend::kOpenBlas;
-#endif
-  EXPECT_EQ(fp32_backend(), expected);
+// Products of every transpose, with alpha and beta, on the library
+// fp32_backend() names now, against double products.
+void expect_products_match_double_products() {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   const int64_t m = 67, n = 45, k = 38;
@@ -145,7 +147,39 @@ TEST(BlasLibraryTest, ProductsOnTheFallbackMatchDoubleProducts) {
       }
     }
   }
+}
+
+// The seam: OpenBLAS reports a core below the flags (Prescott): the
+// products go to oneDNN where the flags allow more and the build has it.
+TEST(BlasLibraryTest, ProductsOnTheFallbackMatchDoubleProducts) {
+  load_gemm_library();
+  const GemmTier wanted = blas_library().wanted;
+  set_reported_core_for_testing("Prescott");
+#ifdef DSCORE_WITH_ONEDNN
+  const Fp32Backend expected =
+      wanted > GemmTier::kGeneric ? Fp32Backend::kOneDnn : Fp32Backend::kOpenBlas;
+#else
+  const Fp32Backend expected = Fp32Backend::kOpenBlas;
+#endif
+  EXPECT_EQ(fp32_backend(), expected);
+  expect_products_match_double_products();
   set_reported_core_for_testing(nullptr);
+  EXPECT_EQ(fp32_backend(), blas_library().route.backend);
+}
+
+// Whichever library the route picks on this machine, the other one's
+// products are right too (DSCORE_FP32_GEMM can ask for either).
+TEST(BlasLibraryTest, ProductsOnEitherLibraryMatchDoubleProducts) {
+  load_gemm_library();
+  for (Fp32Backend backend : {Fp32Backend::kOpenBlas, Fp32Backend::kOneDnn}) {
+#ifndef DSCORE_WITH_ONEDNN
+    if (backend == Fp32Backend::kOneDnn) continue;
+#endif
+    set_fp32_backend_for_testing(&backend);
+    SCOPED_TRACE(backend == Fp32Backend::kOneDnn ? "oneDNN" : "OpenBLAS");
+    expect_products_match_double_products();
+  }
+  set_fp32_backend_for_testing(nullptr);
   EXPECT_EQ(fp32_backend(), blas_library().route.backend);
 }
 
@@ -160,6 +194,21 @@ TEST(BlasLibraryTest, ACoreSetInTheEnvironmentIsRespectedAndWarnedAbout) {
   EXPECT_EQ(lib.core, "Prescott");
   EXPECT_EQ(fp32_backend(), Fp32Backend::kOpenBlas);
   EXPECT_EQ(lib.route.warning.empty(), lib.wanted == GemmTier::kGeneric) << lib.describe();
+}
+
+// DSCORE_FP32_GEMM names the fp32 products' library; a name that is none
+// of this build's is an error that lists them (ctest: a process of its own).
+TEST(BlasLibraryTest, AnUnknownFp32GemmLibraryIsRefusedByName) {
+  if (blas_library_loaded()) GTEST_SKIP() << "OpenBLAS already loaded in this process";
+  setenv("DSCORE_FP32_GEMM", "mkl", 1);
+  try {
+    blas_library();
+    ADD_FAILURE() << "DSCORE_FP32_GEMM=mkl was accepted";
+  } catch (const sdk::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("DSCORE_FP32_GEMM=mkl"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("openblas"), std::string::npos) << e.what();
+  }
+  unsetenv("DSCORE_FP32_GEMM");
 }
 
 }  // namespace
