@@ -299,8 +299,10 @@ std::vector<Candidate> memory_savers(const Candidate& setting) {
 std::vector<Candidate> knob_variants(const Candidate& best) {
   std::vector<std::pair<std::string, json::Value>> knobs;
   const std::vector<double> buckets = {5e6, 5e7, 5e8};
+  // A reduction bucket is at most 2^24 elements (zero/plan.h
+  // gradient_flush_elements): 5e8 would run as 5e7 does.
   if (best.stage >= 1)
-    for (double b : buckets) knobs.emplace_back("reduce_bucket_size", json::Value(b));
+    for (double b : {5e6, 5e7}) knobs.emplace_back("reduce_bucket_size", json::Value(b));
   if (best.stage == 1 || best.stage == 2)
     for (double b : buckets) knobs.emplace_back("allgather_bucket_size", json::Value(b));
   if (best.stage >= 2) {

@@ -205,11 +205,11 @@ TEST(AutotuneSearchSpace, MemorySaversAndKnobs) {
   c.stage = 2;
   c.user_config = true;
   const auto knobs = knob_variants(c);
-  EXPECT_EQ(knobs.size(), 3u + 3u + 4u);
+  EXPECT_EQ(knobs.size(), 2u + 3u + 4u);
   EXPECT_EQ(knobs.front().name(), "z2_mb1_gas1_reduce_bucket_size=5e6");
   for (const Candidate& k : knobs) EXPECT_FALSE(k.user_config);
   c.stage = 3;
-  EXPECT_EQ(knob_variants(c).size(), 3u + 4u + 2u + 3u);
+  EXPECT_EQ(knob_variants(c).size(), 2u + 4u + 2u + 3u);
 }
 
 }  // namespace
