@@ -2,7 +2,8 @@
 // (cpu/openblas_core.h, cpu/blas_library.h): the pure decisions for
 // processors of every kind, the library as this process loaded it, and the
 // products routed to oneDNN when OpenBLAS reports a core below the flags
-// (through the test seam for the reported core), against double products.
+// (through the test seam for the reported core) and on either library,
+// against double products; DSCORE_FP32_GEMM's refusal of an unknown name.
 #include <gtest/gtest.h>
 #include <dscore/cpp/plugin.hpp>
 
