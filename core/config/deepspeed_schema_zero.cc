@@ -161,7 +161,8 @@ std::shared_ptr<const ObjectSpec> zero_optimization_spec() {
           F("reduce_scatter", T::kBool, "reduce gradients with reduce-scatter")
               .def(true)
               .to(&ZeroConfig::reduce_scatter),
-          F("reduce_bucket_size", T::kInt, "elements per gradient-reduction bucket")
+          F("reduce_bucket_size", T::kInt,
+            "elements per gradient-reduction bucket (dscore reduces at most 2^24 at once)")
               .def_int(500000000)
               .min(1)
               .auto_rule("hidden_squared")

@@ -94,7 +94,7 @@ Fp32Route choose_fp32_route(std::string_view reported_core, GemmTier wanted, boo
   const GemmTier have = tier_of_openblas_core(reported_core);
   // On AVX-512, oneDNN's sgemm outran OpenBLAS's best core (Cooperlake) on
   // the models' products: the bench GPT 8-11% faster a step, a 100M GPT
-  // 3-4% (bench/README.md#the-fp32-gemm-library); on AVX2 they tied. A core
+  // 2-4% (bench/README.md#the-fp32-gemm-library); on AVX2 they tied. A core
   // the user set keeps the products on OpenBLAS.
   if (have >= wanted) {
     if (!user_set_core && onednn_available && wanted == GemmTier::kAvx512)
