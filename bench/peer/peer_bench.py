@@ -164,17 +164,10 @@ def peak_rss_bytes(out):
 
 
 def planned_peak_bytes(dscore, config, ranks):
-    """`dscore plan`'s largest per-rank "total (peak)" for this config, planned
-    from a copy without its plugins.paths (which the plan would refuse as
-    untrusted) and DSCORE_PLUGIN_PATH naming them instead."""
-    with open(config) as f:
-        planned = json.load(f)
-    paths = planned.pop("plugins", {}).get("paths", [])
-    copy = config[:-len(".json")] + ".plan.json"
-    with open(copy, "w") as f:
-        json.dump(planned, f, indent=1)
-    env = dict(os.environ, DSCORE_PLUGIN_PATH=":".join(paths))
-    run = subprocess.run([dscore, "plan", "--config", copy, "-n", str(ranks)], capture_output=True, text=True,
+    """`dscore plan`'s largest per-rank "total (peak)" for this config (its
+    plugins.paths trusted as `dscore run --trust-config-plugin-paths` does)."""
+    env = dict(os.environ, DSCORE_TRUST_CONFIG_PLUGIN_PATHS="1")
+    run = subprocess.run([dscore, "plan", "--config", config, "-n", str(ranks)], capture_output=True, text=True,
                          env=env)
     out = run.stdout
     if run.returncode != 0:

@@ -96,6 +96,7 @@ Loaded load() {
   lib.route = choose_fp32_route(lib.core, lib.wanted, lib.choice.user_set, kHaveOneDnn);
   if (const char* asked = std::getenv("DSCORE_FP32_GEMM"); asked != nullptr && *asked != '\0') {
     const std::string name(asked);
+    lib.route_asked = true;
     if (name == "openblas") {
       lib.route = {Fp32Backend::kOpenBlas, ""};
     } else if (name == "onednn" && kHaveOneDnn) {
@@ -133,8 +134,7 @@ std::string BlasLibrary::describe() const {
   std::string text = config.substr(0, second_space) + ", core " + core + ": " + choice.reason +
                      "; fp32 products on ";
   text += route.backend == Fp32Backend::kOneDnn ? "oneDNN's sgemm" : "OpenBLAS";
-  const char* asked = std::getenv("DSCORE_FP32_GEMM");
-  return asked != nullptr && *asked != '\0' ? text + " (DSCORE_FP32_GEMM)" : text;
+  return route_asked ? text + " (DSCORE_FP32_GEMM)" : text;
 }
 
 bool blas_library_loaded() { return g_loaded.load(); }

@@ -24,6 +24,7 @@ struct BlasLibrary {
   GemmTier wanted = GemmTier::kGeneric;  // what the flags (and DSCORE_CPU_ISA) allow
   CoreChoice choice;
   Fp32Route route;
+  bool route_asked = false;  // DSCORE_FP32_GEMM chose it
 
   std::string describe() const;  // the line logged at start
 };

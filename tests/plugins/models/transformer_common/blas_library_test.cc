@@ -86,21 +86,27 @@ TEST(OpenBlasCoreTest, AGenericCoreSendsTheProductsToOneDnn) {
   const Fp32Route without = choose_fp32_route("Prescott", GemmTier::kAvx2, false, false);
   EXPECT_EQ(without.backend, Fp32Backend::kOpenBlas);
   EXPECT_NE(without.warning.find("OPENBLAS_CORETYPE=Haswell"), std::string::npos);
-  // AVX-512 with oneDNN: its sgemm, whatever OpenBLAS's core (faster on
-  // the models' shapes); AVX2: OpenBLAS's matched core.
-  const Fp32Route avx512 = choose_fp32_route("Cooperlake", GemmTier::kAvx512, false, true);
-  EXPECT_EQ(avx512.backend, Fp32Backend::kOneDnn);
-  EXPECT_EQ(avx512.warning, "");
-  const Fp32Route no_onednn = choose_fp32_route("Cooperlake", GemmTier::kAvx512, false, false);
-  EXPECT_EQ(no_onednn.backend, Fp32Backend::kOpenBlas);
-  EXPECT_EQ(no_onednn.warning, "");
-  const Fp32Route matched = choose_fp32_route("Haswell", GemmTier::kAvx2, false, true);
-  EXPECT_EQ(matched.backend, Fp32Backend::kOpenBlas);
-  EXPECT_EQ(matched.warning, "");
-  const Fp32Route user_core = choose_fp32_route("SkylakeX", GemmTier::kAvx512, true, true);
-  EXPECT_EQ(user_core.backend, Fp32Backend::kOpenBlas);
-  EXPECT_EQ(user_core.warning, "");
   EXPECT_EQ(choose_fp32_route("Prescott", GemmTier::kGeneric, false, true).warning, "");
+}
+
+// A core that matches the flags: AVX-512 with oneDNN sends the products to
+// its sgemm (faster on the models' shapes), unless the user set the core;
+// AVX2, or a build without oneDNN, keeps them on OpenBLAS. No warning.
+TEST(OpenBlasCoreTest, AMatchedCoreRoutesByTheFlags) {
+  struct Case {
+    const char* core;
+    GemmTier wanted;
+    bool user_set, onednn;
+    Fp32Backend expected;
+  };
+  for (const Case& c : {Case{"Cooperlake", GemmTier::kAvx512, false, true, Fp32Backend::kOneDnn},
+                        Case{"Cooperlake", GemmTier::kAvx512, false, false, Fp32Backend::kOpenBlas},
+                        Case{"Haswell", GemmTier::kAvx2, false, true, Fp32Backend::kOpenBlas},
+                        Case{"SkylakeX", GemmTier::kAvx512, true, true, Fp32Backend::kOpenBlas}}) {
+    const Fp32Route route = choose_fp32_route(c.core, c.wanted, c.user_set, c.onednn);
+    EXPECT_EQ(route.backend, c.expected) << c.core << " user_set " << c.user_set;
+    EXPECT_EQ(route.warning, "") << c.core;
+  }
 }
 
 // The library as this process loaded it: whatever OpenBLAS knows of this
