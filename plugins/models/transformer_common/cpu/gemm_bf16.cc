@@ -85,10 +85,43 @@ __attribute__((target("avx512f"))) void round_avx512(uint16_t* out, const float*
   round_portable(out + i, in + i, n - i);
 }
 
+// The same on the CPU's own conversion (avx512_bf16's vcvtneps2bf16: one
+// instruction for 16 lanes, rounded to nearest even, a NaN made quiet as
+// above), about three times the speed of the integer steps; it flushes a
+// subnormal input to zero, so lanes holding one take the integer steps'
+// result instead (rare: they are below 1.2e-38).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_avx512_bf16(
+    uint16_t* out, const float* in, int64_t n) {
+  const __m512i exponent = _mm512_set1_epi32(0x7f800000), magnitude = _mm512_set1_epi32(0x7fffffff);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 x = _mm512_loadu_ps(in + i);
+    __m256i result = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x));
+    const __m512i bits = _mm512_castps_si512(x);
+    const __mmask16 subnormal =
+        _mm512_testn_epi32_mask(bits, exponent) & _mm512_test_epi32_mask(bits, magnitude);
+    if (subnormal != 0) {
+      alignas(32) uint16_t exact[16];
+      round_portable(exact, in + i, 16);
+      result = _mm256_mask_mov_epi16(result, subnormal,
+                                     _mm256_load_si256(reinterpret_cast<const __m256i*>(exact)));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), result);
+  }
+  round_portable(out + i, in + i, n - i);
+}
+
+bool cpu_converts_to_bf16() {
+  static const bool has = __builtin_cpu_supports("avx512bf16");
+  return has;
+}
+
 }  // namespace
 
 void round_to_bf16_serial(uint16_t* out, const float* in, int64_t n) {
-  if (vector_isa() == VectorIsa::kAvx512) {
+  if (vector_isa() == VectorIsa::kAvx512 && cpu_converts_to_bf16()) {
+    round_avx512_bf16(out, in, n);
+  } else if (vector_isa() == VectorIsa::kAvx512) {
     round_avx512(out, in, n);
   } else {
     round_portable(out, in, n);

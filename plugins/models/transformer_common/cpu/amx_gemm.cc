@@ -1,0 +1,294 @@
+#include "amx_gemm.h"
+
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "vector_math.h"
+
+namespace dscore::transformer::cpu {
+namespace {
+
+constexpr int64_t kTileRows = 16;    // rows of A and C a tile holds
+constexpr int64_t kTileInner = 32;   // bf16 values of the inner size a tile row holds
+constexpr int64_t kTileValues = 512;  // 16 x 32 bf16: one KiB
+constexpr int64_t kBlock = 32;       // C is made 32 x 32 at a time: two tiles each way
+
+constexpr long kArchRequestPermission = 0x1023;  // ARCH_REQ_XCOMP_PERM
+constexpr long kTileDataFeature = 18;            // XFEATURE_XTILEDATA
+
+const char* find_unavailable_reason() {
+  if (amx_gemm_declined(std::getenv("DSCORE_BF16_GEMM")))
+    return "DSCORE_BF16_GEMM=onednn keeps oneDNN's kernels";
+  if (!__builtin_cpu_supports("amx-bf16")) return "this CPU has no AMX (amx_bf16)";
+  if (vector_isa() != VectorIsa::kAvx512) return "DSCORE_CPU_ISA lowers the ISA below avx512";
+  // Linux hands a process the tiles' 8 KiB of state only when asked.
+  if (syscall(SYS_arch_prctl, kArchRequestPermission, kTileDataFeature) != 0)
+    return "Linux did not grant the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM)";
+  return "";
+}
+
+int64_t tiles_of(int64_t extent, int64_t per_tile) { return (extent + per_tile - 1) / per_tile; }
+// Row (or column) tiles come in pairs: one 32-wide block of C uses two.
+int64_t paired_tiles(int64_t extent) { return 2 * tiles_of(extent, kBlock); }
+
+// A 16 x 16 matrix of 32-bit values (one per lane of r[0..15]) transposed.
+// The maskz forms with every lane set: GCC 12 warns that the unmasked ones
+// read an uninitialised pass-through vector.
+__attribute__((target("avx512f"))) inline void transpose_16x16(__m512i r[16]) {
+  constexpr __mmask16 all = 0xffff;
+  constexpr __mmask8 all64 = 0xff;
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_maskz_unpacklo_epi32(all, r[i], r[i + 1]);
+    t[i + 1] = _mm512_maskz_unpackhi_epi32(all, r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_maskz_unpacklo_epi64(all64, t[i], t[i + 2]);
+    r[i + 1] = _mm512_maskz_unpackhi_epi64(all64, t[i], t[i + 2]);
+    r[i + 2] = _mm512_maskz_unpacklo_epi64(all64, t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_maskz_unpackhi_epi64(all64, t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 16; i += 8)
+    for (int q = 0; q < 4; ++q) {
+      t[i + q] = _mm512_maskz_shuffle_i32x4(all, r[i + q], r[i + q + 4], 0x88);
+      t[i + q + 4] = _mm512_maskz_shuffle_i32x4(all, r[i + q], r[i + q + 4], 0xdd);
+    }
+  for (int q = 0; q < 8; ++q) {
+    r[q] = _mm512_maskz_shuffle_i32x4(all, t[q], t[q + 8], 0x88);
+    r[q + 8] = _mm512_maskz_shuffle_i32x4(all, t[q], t[q + 8], 0xdd);
+  }
+}
+
+// Two rows of 16 bf16 values interleaved: lane j holds (x[j], y[j]).
+__attribute__((target("avx512f,avx512bw"))) inline __m512i interleave_16(const uint16_t* x,
+                                                                         const uint16_t* y) {
+  const __m512i pick = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40,
+                                        8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  constexpr __mmask32 first16 = 0xffff;
+  const __m512i lo = _mm512_maskz_loadu_epi16(first16, x), hi = _mm512_maskz_loadu_epi16(first16, y);
+  return _mm512_permutex2var_epi16(lo, pick, hi);
+}
+
+// One tile filled value by value from value(row, column) of the tile's own
+// coordinates, zero outside rows x columns: the edges of any operand.
+template <typename Value>
+void fill_tile(uint16_t* tile, int64_t rows, int64_t values_per_row, Value&& value) {
+  std::memset(tile, 0, kTileValues * sizeof(uint16_t));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t v = 0; v < values_per_row; ++v) tile[r * kTileInner + v] = value(r, v);
+}
+
+// A's tile (row tile it, inner tile kt): 16 rows of 32 inner values.
+__attribute__((target("avx512f,avx512bw"))) void pack_a_tile(uint16_t* tile, Op op, int64_t m,
+                                                              int64_t k, const uint16_t* a,
+                                                              int64_t lda, int64_t r0, int64_t k0) {
+  const int64_t rows = std::clamp<int64_t>(m - r0, 0, kTileRows);
+  const int64_t inner = std::clamp<int64_t>(k - k0, 0, kTileInner);
+  if (op == Op::kNone && inner == kTileInner) {  // rows copied whole
+    for (int64_t r = 0; r < kTileRows; ++r)
+      _mm512_store_si512(tile + r * kTileInner,
+                         r < rows ? _mm512_loadu_si512(a + (r0 + r) * lda + k0)
+                                  : _mm512_setzero_si512());
+    return;
+  }
+  if (op == Op::kTranspose && rows == kTileRows && inner == kTileInner) {
+    // A(r, k) = a[k * lda + r]: source rows k0+2p and k0+2p+1 interleaved
+    // give p's pairs for the 16 rows, then transposed to rows of pairs.
+    __m512i pairs[16];
+    for (int p = 0; p < 16; ++p)
+      pairs[p] = interleave_16(a + (k0 + 2 * p) * lda + r0, a + (k0 + 2 * p + 1) * lda + r0);
+    transpose_16x16(pairs);
+    for (int r = 0; r < 16; ++r) _mm512_store_si512(tile + r * kTileInner, pairs[r]);
+    return;
+  }
+  fill_tile(tile, rows, inner, [&](int64_t r, int64_t v) {
+    return op == Op::kNone ? a[(r0 + r) * lda + k0 + v] : a[(k0 + v) * lda + r0 + r];
+  });
+}
+
+// B's tile (column tile jt, inner tile kt): row p holds, for each of 16
+// columns, the inner values 2p and 2p + 1 side by side.
+__attribute__((target("avx512f,avx512bw"))) void pack_b_tile(uint16_t* tile, Op op, int64_t k,
+                                                              int64_t n, const uint16_t* b,
+                                                              int64_t ldb, int64_t j0, int64_t k0) {
+  const int64_t cols = std::clamp<int64_t>(n - j0, 0, kTileRows);
+  const int64_t inner = std::clamp<int64_t>(k - k0, 0, kTileInner);
+  if (op == Op::kNone && cols == kTileRows && inner == kTileInner) {
+    // B(k, j) = b[k * ldb + j]: rows k0+2p and k0+2p+1 interleaved.
+    for (int p = 0; p < 16; ++p)
+      _mm512_store_si512(tile + p * kTileInner,
+                         interleave_16(b + (k0 + 2 * p) * ldb + j0, b + (k0 + 2 * p + 1) * ldb + j0));
+    return;
+  }
+  if (op == Op::kTranspose && cols == kTileRows && inner == kTileInner) {
+    // B(k, j) = b[j * ldb + k]: column j's pairs are the 32-bit values of
+    // its source row, so the tile is those rows transposed.
+    __m512i rows[16];
+    for (int j = 0; j < 16; ++j) rows[j] = _mm512_loadu_si512(b + (j0 + j) * ldb + k0);
+    transpose_16x16(rows);
+    for (int p = 0; p < 16; ++p) _mm512_store_si512(tile + p * kTileInner, rows[p]);
+    return;
+  }
+  // Value (p, 2c + s) is B(k0 + 2p + s, j0 + c).
+  fill_tile(tile, tiles_of(inner, 2), 2 * cols, [&](int64_t p, int64_t v) -> uint16_t {
+    const int64_t kk = k0 + 2 * p + v % 2, j = j0 + v / 2;
+    if (kk >= k) return 0;
+    return op == Op::kNone ? b[kk * ldb + j] : b[j * ldb + kk];
+  });
+}
+
+struct TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// C's 32 x 32 block at (i, j) from A's row tiles 2*ib, 2*ib+1 and B's
+// column tiles 2*jb, 2*jb+1 over kt inner tiles. Tiles 0-3 accumulate, 4-5
+// hold A, 6-7 B.
+__attribute__((target("amx-tile,amx-bf16"))) inline void multiply_block(const uint16_t* a0,
+                                                                        const uint16_t* b0,
+                                                                        int64_t kt) {
+  const uint16_t* a1 = a0 + kt * kTileValues;
+  const uint16_t* b1 = b0 + kt * kTileValues;
+  for (int64_t t = 0; t < kt; ++t) {
+    _tile_loadd(4, a0 + t * kTileValues, 64);
+    _tile_loadd(6, b0 + t * kTileValues, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_loadd(7, b1 + t * kTileValues, 64);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_loadd(5, a1 + t * kTileValues, 64);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+}
+
+// The edge of C (or any block with alpha != 1): the four tiles through a
+// 32 x 32 buffer, then alpha * sum (+ C) into the block's valid part.
+__attribute__((target("amx-tile,avx512f"))) void store_through_buffer(float* c, int64_t ldc,
+                                                                      int64_t rows, int64_t cols,
+                                                                      float alpha, bool add) {
+  alignas(64) float sum[kBlock * kBlock];
+  constexpr int64_t kStride = kBlock * sizeof(float);
+  _tile_stored(0, sum, kStride);
+  _tile_stored(1, sum + 16, kStride);
+  _tile_stored(2, sum + 16 * kBlock, kStride);
+  _tile_stored(3, sum + 16 * kBlock + 16, kStride);
+  const __m512 scale = _mm512_set1_ps(alpha);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < 2; ++h) {
+      const int64_t left = cols - 16 * h;
+      if (left <= 0) break;
+      const __mmask16 mask = left >= 16 ? 0xffff : static_cast<__mmask16>((1u << left) - 1);
+      float* out = c + r * ldc + 16 * h;
+      __m512 v = _mm512_mul_ps(scale, _mm512_load_ps(sum + r * kBlock + 16 * h));
+      if (add) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, out));
+      _mm512_mask_storeu_ps(out, mask, v);
+    }
+}
+
+__attribute__((target("amx-tile,amx-bf16,avx512f"))) void multiply(const AmxA& a, const AmxB& b,
+                                                                   float alpha, bool add, float* c,
+                                                                   int64_t ldc) {
+  TileConfig config;
+  for (int t = 0; t < 8; ++t) {
+    config.rows[t] = kTileRows;
+    config.bytes_per_row[t] = 64;
+  }
+  _tile_loadconfig(&config);
+  const int64_t m = a.m(), n = b.n(), kt = tiles_of(a.k(), kTileInner);
+  const int64_t ldc_bytes = ldc * static_cast<int64_t>(sizeof(float));
+  for (int64_t i = 0; i < m; i += kBlock) {
+    const uint16_t* a0 = a.tiles() + (i / kTileRows) * kt * kTileValues;
+    for (int64_t j = 0; j < n; j += kBlock) {
+      const uint16_t* b0 = b.tiles() + (j / kTileRows) * kt * kTileValues;
+      float* block = c + i * ldc + j;
+      const bool whole = i + kBlock <= m && j + kBlock <= n && alpha == 1.0f;
+      if (whole && add) {
+        _tile_loadd(0, block, ldc_bytes);
+        _tile_loadd(1, block + 16, ldc_bytes);
+        _tile_loadd(2, block + 16 * ldc, ldc_bytes);
+        _tile_loadd(3, block + 16 * ldc + 16, ldc_bytes);
+      } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      }
+      multiply_block(a0, b0, kt);
+      if (whole) {
+        _tile_stored(0, block, ldc_bytes);
+        _tile_stored(1, block + 16, ldc_bytes);
+        _tile_stored(2, block + 16 * ldc, ldc_bytes);
+        _tile_stored(3, block + 16 * ldc + 16, ldc_bytes);
+      } else {
+        store_through_buffer(block, ldc, std::min(kBlock, m - i), std::min(kBlock, n - j), alpha,
+                             add);
+      }
+    }
+  }
+  _tile_release();
+}
+
+}  // namespace
+
+bool amx_gemm_declined(const char* asked) {
+  if (asked == nullptr || *asked == '\0' || std::strcmp(asked, "amx") == 0) return false;
+  if (std::strcmp(asked, "onednn") == 0) return true;
+  throw std::invalid_argument(std::string("DSCORE_BF16_GEMM=") + asked +
+                              " names no bf16 kernel: use amx (the default where the CPU has it) "
+                              "or onednn");
+}
+
+const char* amx_gemm_unavailable_reason() {
+  static const char* reason = find_unavailable_reason();
+  return reason;
+}
+
+bool amx_gemm_available() { return amx_gemm_unavailable_reason()[0] == '\0'; }
+
+void AmxA::pack(Op op, int64_t m, int64_t k, const uint16_t* a, int64_t lda) {
+  m_ = m;
+  k_ = k;
+  const int64_t mt = paired_tiles(m), kt = tiles_of(k, kTileInner);
+  const size_t values = static_cast<size_t>(mt * kt * kTileValues);
+  if (tiles_.size() < values) tiles_.resize(values);
+  for (int64_t it = 0; it < mt; ++it)
+    for (int64_t t = 0; t < kt; ++t)
+      pack_a_tile(tiles_.data() + (it * kt + t) * kTileValues, op, m, k, a, lda, it * kTileRows,
+                  t * kTileInner);
+}
+
+void AmxB::pack(Op op, int64_t k, int64_t n, const uint16_t* b, int64_t ldb) {
+  k_ = k;
+  n_ = n;
+  const int64_t nt = paired_tiles(n), kt = tiles_of(k, kTileInner);
+  const size_t values = static_cast<size_t>(nt * kt * kTileValues);
+  if (tiles_.size() < values) tiles_.resize(values);
+  for (int64_t jt = 0; jt < nt; ++jt)
+    for (int64_t t = 0; t < kt; ++t)
+      pack_b_tile(tiles_.data() + (jt * kt + t) * kTileValues, op, k, n, b, ldb, jt * kTileRows,
+                  t * kTileInner);
+}
+
+void amx_gemm(const AmxA& a, const AmxB& b, float alpha, float beta, float* c, int64_t ldc) {
+  if (!amx_gemm_available())
+    throw std::logic_error(std::string("amx_gemm called where it is unavailable: ") +
+                           amx_gemm_unavailable_reason());
+  if (a.k() != b.k())
+    throw std::logic_error("amx_gemm: A's inner size " + std::to_string(a.k()) + " is not B's " +
+                           std::to_string(b.k()));
+  if (beta != 0.0f && beta != 1.0f) throw std::logic_error("amx_gemm: beta must be 0 or 1");
+  if (a.m() <= 0 || b.n() <= 0) return;
+  multiply(a, b, alpha, beta == 1.0f, c, ldc);
+}
+
+}  // namespace dscore::transformer::cpu
