@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -15,10 +16,10 @@
 namespace dscore::transformer::cpu {
 namespace {
 
-constexpr int64_t kTileRows = 16;    // rows of A and C a tile holds
-constexpr int64_t kTileInner = 32;   // bf16 values of the inner size a tile row holds
+constexpr int64_t kTileRows = 16;     // rows of A and C a tile holds
+constexpr int64_t kTileInner = 32;    // bf16 values of the inner size a tile row holds
 constexpr int64_t kTileValues = 512;  // 16 x 32 bf16: one KiB
-constexpr int64_t kBlock = 32;       // C is made 32 x 32 at a time: two tiles each way
+constexpr int64_t kBlock = 32;        // C is made 32 x 32 at a time: two tiles each way
 
 constexpr long kArchRequestPermission = 0x1023;  // ARCH_REQ_XCOMP_PERM
 constexpr long kTileDataFeature = 18;            // XFEATURE_XTILEDATA
@@ -72,7 +73,8 @@ __attribute__((target("avx512f,avx512bw"))) inline __m512i interleave_16(const u
   const __m512i pick = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40,
                                         8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
   constexpr __mmask32 first16 = 0xffff;
-  const __m512i lo = _mm512_maskz_loadu_epi16(first16, x), hi = _mm512_maskz_loadu_epi16(first16, y);
+  const __m512i lo = _mm512_maskz_loadu_epi16(first16, x),
+                hi = _mm512_maskz_loadu_epi16(first16, y);
   return _mm512_permutex2var_epi16(lo, pick, hi);
 }
 
@@ -87,15 +89,15 @@ void fill_tile(uint16_t* tile, int64_t rows, int64_t values_per_row, Value&& val
 
 // A's tile (row tile it, inner tile kt): 16 rows of 32 inner values.
 __attribute__((target("avx512f,avx512bw"))) void pack_a_tile(uint16_t* tile, Op op, int64_t m,
-                                                              int64_t k, const uint16_t* a,
-                                                              int64_t lda, int64_t r0, int64_t k0) {
+                                                             int64_t k, const uint16_t* a,
+                                                             int64_t lda, int64_t r0, int64_t k0) {
   const int64_t rows = std::clamp<int64_t>(m - r0, 0, kTileRows);
   const int64_t inner = std::clamp<int64_t>(k - k0, 0, kTileInner);
   if (op == Op::kNone && inner == kTileInner) {  // rows copied whole
     for (int64_t r = 0; r < kTileRows; ++r)
-      _mm512_store_si512(tile + r * kTileInner,
-                         r < rows ? _mm512_loadu_si512(a + (r0 + r) * lda + k0)
-                                  : _mm512_setzero_si512());
+      _mm512_store_si512(tile + r * kTileInner, r < rows
+                                                    ? _mm512_loadu_si512(a + (r0 + r) * lda + k0)
+                                                    : _mm512_setzero_si512());
     return;
   }
   if (op == Op::kTranspose && rows == kTileRows && inner == kTileInner) {
@@ -116,15 +118,15 @@ __attribute__((target("avx512f,avx512bw"))) void pack_a_tile(uint16_t* tile, Op 
 // B's tile (column tile jt, inner tile kt): row p holds, for each of 16
 // columns, the inner values 2p and 2p + 1 side by side.
 __attribute__((target("avx512f,avx512bw"))) void pack_b_tile(uint16_t* tile, Op op, int64_t k,
-                                                              int64_t n, const uint16_t* b,
-                                                              int64_t ldb, int64_t j0, int64_t k0) {
+                                                             int64_t n, const uint16_t* b,
+                                                             int64_t ldb, int64_t j0, int64_t k0) {
   const int64_t cols = std::clamp<int64_t>(n - j0, 0, kTileRows);
   const int64_t inner = std::clamp<int64_t>(k - k0, 0, kTileInner);
   if (op == Op::kNone && cols == kTileRows && inner == kTileInner) {
     // B(k, j) = b[k * ldb + j]: rows k0+2p and k0+2p+1 interleaved.
     for (int p = 0; p < 16; ++p)
-      _mm512_store_si512(tile + p * kTileInner,
-                         interleave_16(b + (k0 + 2 * p) * ldb + j0, b + (k0 + 2 * p + 1) * ldb + j0));
+      _mm512_store_si512(tile + p * kTileInner, interleave_16(b + (k0 + 2 * p) * ldb + j0,
+                                                              b + (k0 + 2 * p + 1) * ldb + j0));
     return;
   }
   if (op == Op::kTranspose && cols == kTileRows && inner == kTileInner) {
@@ -152,13 +154,13 @@ struct TileConfig {
 };
 
 // C's 32 x 32 block at (i, j) from A's row tiles 2*ib, 2*ib+1 and B's
-// column tiles 2*jb, 2*jb+1 over kt inner tiles. Tiles 0-3 accumulate, 4-5
+// column tiles 2*jb, 2*jb+1 over kt inner tiles (B's lie b_kt apart). Tiles 0-3 accumulate, 4-5
 // hold A, 6-7 B.
 __attribute__((target("amx-tile,amx-bf16"))) inline void multiply_block(const uint16_t* a0,
                                                                         const uint16_t* b0,
-                                                                        int64_t kt) {
+                                                                        int64_t kt, int64_t b_kt) {
   const uint16_t* a1 = a0 + kt * kTileValues;
-  const uint16_t* b1 = b0 + kt * kTileValues;
+  const uint16_t* b1 = b0 + b_kt * kTileValues;
   for (int64_t t = 0; t < kt; ++t) {
     _tile_loadd(4, a0 + t * kTileValues, 64);
     _tile_loadd(6, b0 + t * kTileValues, 64);
@@ -195,21 +197,23 @@ __attribute__((target("amx-tile,avx512f"))) void store_through_buffer(float* c, 
     }
 }
 
+// C (a.m() x n) from A and B's first a.k() inner rows and n columns.
 __attribute__((target("amx-tile,amx-bf16,avx512f"))) void multiply(const AmxA& a, const AmxB& b,
-                                                                   float alpha, bool add, float* c,
-                                                                   int64_t ldc) {
+                                                                   int64_t n, float alpha, bool add,
+                                                                   float* c, int64_t ldc) {
   TileConfig config;
   for (int t = 0; t < 8; ++t) {
     config.rows[t] = kTileRows;
     config.bytes_per_row[t] = 64;
   }
   _tile_loadconfig(&config);
-  const int64_t m = a.m(), n = b.n(), kt = tiles_of(a.k(), kTileInner);
+  const int64_t m = a.m(), kt = tiles_of(a.k(), kTileInner);
+  const int64_t b_kt = tiles_of(b.k(), kTileInner);  // B's column tiles lie this many tiles apart
   const int64_t ldc_bytes = ldc * static_cast<int64_t>(sizeof(float));
   for (int64_t i = 0; i < m; i += kBlock) {
     const uint16_t* a0 = a.tiles() + (i / kTileRows) * kt * kTileValues;
     for (int64_t j = 0; j < n; j += kBlock) {
-      const uint16_t* b0 = b.tiles() + (j / kTileRows) * kt * kTileValues;
+      const uint16_t* b0 = b.tiles() + (j / kTileRows) * b_kt * kTileValues;
       float* block = c + i * ldc + j;
       const bool whole = i + kBlock <= m && j + kBlock <= n && alpha == 1.0f;
       if (whole && add) {
@@ -223,7 +227,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) void multiply(const AmxA& a
         _tile_zero(2);
         _tile_zero(3);
       }
-      multiply_block(a0, b0, kt);
+      multiply_block(a0, b0, kt, b_kt);
       if (whole) {
         _tile_stored(0, block, ldc_bytes);
         _tile_stored(1, block + 16, ldc_bytes);
@@ -253,7 +257,17 @@ const char* amx_gemm_unavailable_reason() {
   return reason;
 }
 
-bool amx_gemm_available() { return amx_gemm_unavailable_reason()[0] == '\0'; }
+namespace {
+std::atomic<int> g_forced{-1};  // set_amx_gemm_declined_for_testing
+}  // namespace
+
+bool amx_gemm_available() {
+  return amx_gemm_unavailable_reason()[0] == '\0' && g_forced.load(std::memory_order_relaxed) != 1;
+}
+
+void set_amx_gemm_declined_for_testing(const bool* declined) {
+  g_forced.store(declined == nullptr ? -1 : (*declined ? 1 : 0));
+}
 
 void AmxA::pack(Op op, int64_t m, int64_t k, const uint16_t* a, int64_t lda) {
   m_ = m;
@@ -279,16 +293,32 @@ void AmxB::pack(Op op, int64_t k, int64_t n, const uint16_t* b, int64_t ldb) {
                   t * kTileInner);
 }
 
-void amx_gemm(const AmxA& a, const AmxB& b, float alpha, float beta, float* c, int64_t ldc) {
+void amx_gemm_part(const AmxA& a, const AmxB& b, int64_t n, float alpha, float beta, float* c,
+                   int64_t ldc) {
   if (!amx_gemm_available())
     throw std::logic_error(std::string("amx_gemm called where it is unavailable: ") +
                            amx_gemm_unavailable_reason());
+  if (a.k() > b.k() || n > b.n())
+    throw std::logic_error("amx_gemm: A's inner size " + std::to_string(a.k()) + " and " +
+                           std::to_string(n) + " columns exceed B's " + std::to_string(b.k()) +
+                           " x " + std::to_string(b.n()));
+  if (beta != 0.0f && beta != 1.0f) throw std::logic_error("amx_gemm: beta must be 0 or 1");
+  if (a.m() <= 0 || n <= 0) return;
+  multiply(a, b, n, alpha, beta == 1.0f, c, ldc);
+}
+
+void amx_gemm(const AmxA& a, const AmxB& b, float alpha, float beta, float* c, int64_t ldc) {
   if (a.k() != b.k())
     throw std::logic_error("amx_gemm: A's inner size " + std::to_string(a.k()) + " is not B's " +
                            std::to_string(b.k()));
-  if (beta != 0.0f && beta != 1.0f) throw std::logic_error("amx_gemm: beta must be 0 or 1");
-  if (a.m() <= 0 || b.n() <= 0) return;
-  multiply(a, b, alpha, beta == 1.0f, c, ldc);
+  amx_gemm_part(a, b, b.n(), alpha, beta, c, ldc);
 }
+
+uint64_t amx_a_bytes(int64_t m, int64_t k) {
+  return static_cast<uint64_t>(paired_tiles(m) * tiles_of(k, kTileInner) * kTileValues) *
+         sizeof(uint16_t);
+}
+
+uint64_t amx_b_bytes(int64_t k, int64_t n) { return amx_a_bytes(n, k); }
 
 }  // namespace dscore::transformer::cpu

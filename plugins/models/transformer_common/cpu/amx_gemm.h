@@ -27,6 +27,9 @@
 namespace dscore::transformer::cpu {
 
 bool amx_gemm_available();
+// Tests: decline the AMX products as DSCORE_BF16_GEMM=onednn does (true),
+// or not (false: used where available); nullptr restores the process's choice.
+void set_amx_gemm_declined_for_testing(const bool* declined);
 // Whether a DSCORE_BF16_GEMM value keeps oneDNN's kernels ("onednn"); unset,
 // empty or "amx" do not. Throws std::invalid_argument for any other name.
 bool amx_gemm_declined(const char* asked);
@@ -66,5 +69,14 @@ class AmxB {
 // C (m x n, ldc) = alpha * A B + beta * C, beta 0 or 1 (beta 0 never reads
 // C). Throws std::logic_error on mismatched inner sizes or another beta.
 void amx_gemm(const AmxA& a, const AmxB& b, float alpha, float beta, float* c, int64_t ldc);
+// The same with B's leading part: its first a.k() inner rows and first n
+// columns (a head's keys up to a query block's diagonal, from a copy of
+// all of them). Throws where the part exceeds B.
+void amx_gemm_part(const AmxA& a, const AmxB& b, int64_t n, float alpha, float beta, float* c,
+                   int64_t ldc);
+
+// The bytes of the copies of an m x k A and a k x n B.
+uint64_t amx_a_bytes(int64_t m, int64_t k);
+uint64_t amx_b_bytes(int64_t k, int64_t n);
 
 }  // namespace dscore::transformer::cpu

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "attention_products.h"
 #include "attention_tiles.h"
 #include "gemm_bf16.h"
 #include "parallel.h"
@@ -44,10 +45,6 @@ void round_heads(uint16_t* out, const float* x, int64_t ld, int64_t B, int64_t T
   for_blocks(B * Tn, kRowBlock, [&](int64_t r0, int64_t r1) {
     round_head_rows(out, x + r0 * ld, ld, r0, r1, Tn, heads, hs);
   });
-}
-
-void add_into(float* acc, const float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
 }
 
 // Grows a per-thread buffer to n elements (its contents are not kept).
@@ -96,16 +93,61 @@ uint64_t attention_bf16_working_bytes(const AttentionShape& shape, int64_t threa
   const uint64_t backward = static_cast<uint64_t>(std::clamp<int64_t>(
                                 threads, 1, std::max<int64_t>(shape.B * shape.NKV, 1))) *
                             backward_tiles(Tn, hs).bytes();
+  if (amx_gemm_available()) {  // the copies in the tiles' layouts (attention_products.h)
+    const uint64_t tasks = static_cast<uint64_t>(
+        std::clamp<int64_t>(threads, 1, std::max<int64_t>(shape.B * shape.NKV, 1)));
+    return heads + std::max(forward + AmxProducts::forward_bytes(shape),
+                            backward + tasks * AmxProducts::group_bytes(Tn, hs));
+  }
   return heads + std::max(forward, backward);
 }
+
+namespace {
+
+// The forward's blocks: (batch, head, query block) tasks, each one block
+// of query rows against all its keys.
+template <typename Products>
+void forward_blocks(const Products& products, float* out, float* lse, const uint16_t* q16,
+                    const AttentionShape& shape, VectorIsa isa) {
+  const int64_t B = shape.B, Tn = shape.Tn, NH = shape.NH, NKV = shape.NKV, hs = shape.head_dim;
+  const int64_t group = NH / NKV, o_ld = shape.out_ld, q_blocks = blocks_of(Tn, kRows);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const auto forward_tile = attention_tiles::forward_tile_for(isa);
+  const Tiles tiles = forward_tiles(Tn, hs);
+  tbb::enumerable_thread_specific<Scratch> scratch;
+  tbb::parallel_for(int64_t{0}, B * NH * q_blocks, [&](int64_t task) {
+    const int64_t bh = task / q_blocks, i0 = (task % q_blocks) * kRows;
+    const int64_t b = bh / NH, h = bh % NH, bg = b * NKV + h / group;
+    const int64_t rows = std::min(kRows, Tn - i0),
+                  keys = i0 + rows;  // keys after i0 + rows: masked
+    Scratch& local = scratch.local();
+    // Scores and then probabilities (rows, keys); the output's rows; each
+    // row's max and sum.
+    float* s = sized(local.f32, tiles.f32);
+    float* o = s + kRows * Tn;
+    float* row_max = o + kRows * hs;
+    float* row_sum = row_max + kRows;
+    uint16_t* p16 = sized(local.b16, tiles.b16);
+    products.scores(bg, q16 + (bh * Tn + i0) * hs, rows, keys, scale, s);
+    std::fill(row_max, row_max + rows, -std::numeric_limits<float>::infinity());
+    forward_tile({s, row_max, row_sum, nullptr, 0, rows, keys, hs, i0, 0});
+    round_to_bf16_serial(p16, s, rows * keys);
+    products.outputs(bg, p16, rows, keys, o);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float inv = 1.0f / row_sum[r];
+      float* orow = out + (b * Tn + i0 + r) * o_ld + h * hs;
+      for (int64_t c = 0; c < hs; ++c) orow[c] = o[r * hs + c] * inv;
+      lse[bh * Tn + i0 + r] = row_max[r] + std::log(row_sum[r]);
+    }
+  });
+}
+
+}  // namespace
 
 void attention_forward_bf16(float* out, float* lse, const float* q_all, const float* k_all,
                             const float* v_all, const AttentionShape& shape, VectorIsa isa,
                             uint16_t* heads) {
   const int64_t B = shape.B, Tn = shape.Tn, NH = shape.NH, NKV = shape.NKV, hs = shape.head_dim;
-  const int64_t group = NH / NKV, o_ld = shape.out_ld, q_blocks = blocks_of(Tn, kRows);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const auto forward_tile = attention_tiles::forward_tile_for(isa);
   // Dense bf16 copies of every head: the caller's, or kept from call to
   // call on this (the runner's) thread.
   thread_local AlignedVector<uint16_t> own_heads;
@@ -119,36 +161,11 @@ void attention_forward_bf16(float* out, float* lse, const float* q_all, const fl
   } else if (heads == nullptr) {
     throw std::logic_error("attention_forward_bf16: no q, k and v, and no rounded heads");
   }
-  const Tiles tiles = forward_tiles(Tn, hs);
-  tbb::enumerable_thread_specific<Scratch> scratch;
-  tbb::parallel_for(int64_t{0}, B * NH * q_blocks, [&](int64_t task) {
-    const int64_t bh = task / q_blocks, i0 = (task % q_blocks) * kRows;
-    const int64_t b = bh / NH, h = bh % NH, g = h / group;
-    const int64_t rows = std::min(kRows, Tn - i0),
-                  keys = i0 + rows;  // keys after i0 + rows: masked
-    Scratch& local = scratch.local();
-    // Scores and then probabilities (rows, keys); the output's rows; each
-    // row's max and sum.
-    float* s = sized(local.f32, tiles.f32);
-    float* o = s + kRows * Tn;
-    float* row_max = o + kRows * hs;
-    float* row_sum = row_max + kRows;
-    uint16_t* p16 = sized(local.b16, tiles.b16);
-    const uint16_t* kh = k16 + (b * NKV + g) * Tn * hs;
-    const uint16_t* vh = v16 + (b * NKV + g) * Tn * hs;
-    gemm_bf16_serial(Op::kNone, Op::kTranspose, rows, keys, hs, scale, q16 + (bh * Tn + i0) * hs,
-                     hs, kh, hs, 0.0f, s, keys);
-    std::fill(row_max, row_max + rows, -std::numeric_limits<float>::infinity());
-    forward_tile({s, row_max, row_sum, nullptr, 0, rows, keys, hs, i0, 0});
-    round_to_bf16_serial(p16, s, rows * keys);
-    gemm_bf16_serial(Op::kNone, Op::kNone, rows, hs, keys, 1.0f, p16, keys, vh, hs, 0.0f, o, hs);
-    for (int64_t r = 0; r < rows; ++r) {
-      const float inv = 1.0f / row_sum[r];
-      float* orow = out + (b * Tn + i0 + r) * o_ld + h * hs;
-      for (int64_t c = 0; c < hs; ++c) orow[c] = o[r * hs + c] * inv;
-      lse[bh * Tn + i0 + r] = row_max[r] + std::log(row_sum[r]);
-    }
-  });
+  if (amx_gemm_available()) {
+    forward_blocks(AmxProducts(shape, k16, v16), out, lse, q16, shape, isa);
+  } else {
+    forward_blocks(OneDnnProducts(shape, k16, v16), out, lse, q16, shape, isa);
+  }
 }
 
 void round_heads_rows(uint16_t* heads, const float* q, const float* k, const float* v, int64_t r0,
@@ -161,10 +178,15 @@ void round_heads_rows(uint16_t* heads, const float* q, const float* k, const flo
   round_head_rows(v16, v, shape.kv_ld, r0, r1, Tn, NKV, hs);
 }
 
-void attention_backward_bf16(float* dq_all, float* dk_all, float* dv_all, const float* dout,
-                             const float* q_all, const float* k_all, const float* v_all,
-                             const float* out, const float* lse, const AttentionShape& shape,
-                             VectorIsa isa, const uint16_t* heads) {
+namespace {
+
+// The backward's tasks: one per (batch, kv head) group, its query heads'
+// blocks one after another, dk and dv summed over them in fp32.
+template <typename Products>
+void backward_groups(float* dq_all, float* dk_all, float* dv_all, const float* dout,
+                     const float* q_all, const float* k_all, const float* v_all, const float* out,
+                     const float* lse, const AttentionShape& shape, VectorIsa isa,
+                     const uint16_t* heads) {
   const int64_t Tn = shape.Tn, NH = shape.NH, NKV = shape.NKV, hs = shape.head_dim;
   const int64_t group = NH / NKV, q_ld = shape.q_ld, kv_ld = shape.kv_ld, o_ld = shape.out_ld;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -203,6 +225,7 @@ void attention_backward_bf16(float* dq_all, float* dk_all, float* dv_all, const 
       round_head(own_k16, k_all + b * Tn * kv_ld + g * hs, kv_ld, Tn, hs);
       round_head(own_v16, v_all + b * Tn * kv_ld + g * hs, kv_ld, Tn, hs);
     }
+    const typename Products::Group products(k16, v16, Tn, hs, tmp);
     std::fill(dk_acc, dk_acc + Tn * hs, 0.0f);
     std::fill(dv_acc, dv_acc + Tn * hs, 0.0f);
     for (int64_t h = g * group; h < (g + 1) * group; ++h) {
@@ -223,28 +246,18 @@ void attention_backward_bf16(float* dq_all, float* dk_all, float* dv_all, const 
         const uint16_t* dyi = dy16 + i0 * hs;
         // P = exp(scale Q K^T - lse), zero above the diagonal; dP = dY V^T;
         // dS = P (dP - D).
-        gemm_bf16_serial(Op::kNone, Op::kTranspose, rows, keys, hs, scale, qi, hs, k16, hs, 0.0f, p,
-                         keys);
+        products.scores(qi, rows, keys, scale, p);
         const BackwardTile<float> tile{p, dp, row_lse + i0, d + i0, rows, keys, i0, 0};
         probabilities(tile);
-        gemm_bf16_serial(Op::kNone, Op::kTranspose, rows, keys, hs, 1.0f, dyi, hs, v16, hs, 0.0f,
-                         dp, keys);
+        products.output_grads(dyi, rows, keys, dp);
         score_grads(tile);
         round_to_bf16_serial(p16, p, rows * keys);
         round_to_bf16_serial(ds16, dp, rows * keys);
         // dV += P^T dY; dQ = scale dS K (this block's rows, complete: every
-        // key is in it); dK += scale dS^T Q. Each product writes its own
-        // rows (beta 0: oneDNN's AMX kernel), added into the sums here.
-        gemm_bf16_serial(Op::kTranspose, Op::kNone, keys, hs, rows, 1.0f, p16, keys, dyi, hs, 0.0f,
-                         tmp, hs);
-        add_into(dv_acc, tmp, keys * hs);
-        gemm_bf16_serial(Op::kNone, Op::kNone, rows, hs, keys, scale, ds16, keys, k16, hs, 0.0f,
-                         tmp, hs);
-        for (int64_t r = 0; r < rows; ++r)
-          std::copy(tmp + r * hs, tmp + (r + 1) * hs, dq + (i0 + r) * q_ld);
-        gemm_bf16_serial(Op::kTranspose, Op::kNone, keys, hs, rows, scale, ds16, keys, qi, hs, 0.0f,
-                         tmp, hs);
-        add_into(dk_acc, tmp, keys * hs);
+        // key is in it); dK += scale dS^T Q.
+        products.add_value_grads(p16, dyi, rows, keys, dv_acc);
+        products.query_grads(ds16, rows, keys, scale, dq + i0 * q_ld, q_ld);
+        products.add_key_grads(ds16, qi, rows, keys, scale, dk_acc);
       }
     }
     float* dk = dk_all + b * Tn * kv_ld + g * hs;
@@ -254,6 +267,21 @@ void attention_backward_bf16(float* dq_all, float* dk_all, float* dv_all, const 
       std::copy(dv_acc + t * hs, dv_acc + (t + 1) * hs, dv + t * kv_ld);
     }
   });
+}
+
+}  // namespace
+
+void attention_backward_bf16(float* dq_all, float* dk_all, float* dv_all, const float* dout,
+                             const float* q_all, const float* k_all, const float* v_all,
+                             const float* out, const float* lse, const AttentionShape& shape,
+                             VectorIsa isa, const uint16_t* heads) {
+  if (amx_gemm_available()) {
+    backward_groups<AmxProducts>(dq_all, dk_all, dv_all, dout, q_all, k_all, v_all, out, lse, shape,
+                                 isa, heads);
+  } else {
+    backward_groups<OneDnnProducts>(dq_all, dk_all, dv_all, dout, q_all, k_all, v_all, out, lse,
+                                    shape, isa, heads);
+  }
 }
 
 }  // namespace dscore::transformer::cpu

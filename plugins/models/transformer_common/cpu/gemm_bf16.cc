@@ -4,10 +4,12 @@
 #include <dscore/cpp/dtype.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 
+#include "amx_gemm.h"
 #include "gemm_blocks.h"
 #include "parallel.h"
 #include "vector_math.h"
@@ -39,10 +41,33 @@ const char* find_unavailable_reason() {
 #endif
 }
 
+// Said once, where a bf16 run first asks: which kernels its products take,
+// or why it multiplies in fp32.
+void log_choice(const char* reason) {
+  if (reason[0] != '\0') {
+    std::fprintf(stderr,
+                 "[dscore] bf16 GEMM: none (%s): bf16 parameters are multiplied in fp32 on the "
+                 "fp32 GEMM\n",
+                 reason);
+    return;
+  }
+#ifdef DSCORE_WITH_ONEDNN
+  const dnnl_version_t* v = dnnl_version();
+  const char* tiles = amx_gemm_unavailable_reason();
+  std::fprintf(stderr, "[dscore] bf16 GEMM: oneDNN %d.%d.%d; attention's products on %s%s%s\n",
+               v->major, v->minor, v->patch, tiles[0] == '\0' ? "AMX tiles" : "oneDNN (", tiles,
+               tiles[0] == '\0' ? "" : ")");
+#endif
+}
+
 }  // namespace
 
 const char* bf16_gemm_unavailable_reason() {
-  static const char* reason = find_unavailable_reason();
+  static const char* reason = [] {
+    const char* found = find_unavailable_reason();
+    log_choice(found);
+    return found;
+  }();
   return reason;
 }
 

@@ -17,8 +17,9 @@
 namespace dscore::transformer::cpu {
 namespace {
 
-#define SKIP_WITHOUT_AMX() \
-  if (!amx_gemm_available()) GTEST_SKIP() << "no AMX products here: " << amx_gemm_unavailable_reason()
+#define SKIP_WITHOUT_AMX()   \
+  if (!amx_gemm_available()) \
+  GTEST_SKIP() << "no AMX products here: " << amx_gemm_unavailable_reason()
 
 std::vector<uint16_t> random_bf16(size_t n, std::mt19937& rng) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -45,7 +46,8 @@ Operand random_operand(Op op, int64_t rows, int64_t cols, std::mt19937& rng) {
 // C = alpha A B + beta C against doubles, within fp32 summation's error of
 // sum |alpha a b| (bf16 products are exact in fp32); the padding of C
 // untouched.
-void expect_product(const Operand& a, const Operand& b, float alpha, float beta, std::mt19937& rng) {
+void expect_product(const Operand& a, const Operand& b, float alpha, float beta,
+                    std::mt19937& rng) {
   const int64_t m = a.rows, n = b.cols, k = a.cols, ldc = n + 2;
   AmxA packed_a;
   AmxB packed_b;
@@ -81,9 +83,9 @@ void expect_product(const Operand& a, const Operand& b, float alpha, float beta,
 TEST(AmxGemm, MatchesDoublePrecisionOnEveryShapeAndLayout) {
   SKIP_WITHOUT_AMX();
   std::mt19937 rng(21);
-  const int64_t shapes[][3] = {{1, 1, 1},    {16, 16, 32}, {32, 32, 32},  {64, 256, 64},
-                               {64, 64, 256}, {17, 33, 31}, {15, 47, 65},  {45, 31, 2},
-                               {96, 80, 64}, {33, 17, 100}, {256, 64, 64}, {5, 300, 7}};
+  const int64_t shapes[][3] = {{1, 1, 1},     {16, 16, 32},  {32, 32, 32},  {64, 256, 64},
+                               {64, 64, 256}, {17, 33, 31},  {15, 47, 65},  {45, 31, 2},
+                               {96, 80, 64},  {33, 17, 100}, {256, 64, 64}, {5, 300, 7}};
   for (Op op_a : {Op::kNone, Op::kTranspose})
     for (Op op_b : {Op::kNone, Op::kTranspose})
       for (const auto& s : shapes)
@@ -123,6 +125,50 @@ TEST(AmxGemm, PackedOperandsServeManyProducts) {
         ASSERT_NEAR(c[i * 200 + j], sum, 1e-5 * scale) << rows << " rows: " << i << "," << j;
       }
   }
+}
+
+// A query block's products read the leading part of a head's packed keys:
+// its first `keys` columns of K^T, its first `keys` rows of V.
+TEST(AmxGemm, LeadingPartsOfBServeEachQueryBlock) {
+  SKIP_WITHOUT_AMX();
+  std::mt19937 rng(24);
+  const int64_t T = 200, hs = 64;
+  const Operand k_t = random_operand(Op::kTranspose, hs, T, rng);  // K^T: hs x T
+  const Operand v = random_operand(Op::kNone, T, hs, rng);         // V: T x hs
+  AmxB packed_kt, packed_v;
+  packed_kt.pack(k_t.op, hs, T, k_t.values.data(), k_t.ld);
+  packed_v.pack(v.op, T, hs, v.values.data(), v.ld);
+  AmxA packed;
+  for (int64_t keys : {64, 100, 128, 193, 200}) {
+    const Operand q = random_operand(Op::kNone, 48, hs, rng);
+    packed.pack(q.op, 48, hs, q.values.data(), q.ld);
+    std::vector<float> s(static_cast<size_t>(48 * keys));
+    amx_gemm_part(packed, packed_kt, keys, 0.5f, 0.0f, s.data(), keys);
+    const Operand p = random_operand(Op::kNone, 48, keys, rng);
+    packed.pack(p.op, 48, keys, p.values.data(), p.ld);
+    std::vector<float> o(static_cast<size_t>(48 * hs));
+    amx_gemm_part(packed, packed_v, hs, 1.0f, 0.0f, o.data(), hs);
+    for (int64_t i = 0; i < 48; ++i) {
+      for (int64_t j = 0; j < keys; ++j) {
+        double sum = 0, scale = 0;
+        for (int64_t c = 0; c < hs; ++c) {
+          sum += double(q.at(i, c)) * k_t.at(c, j);
+          scale += std::abs(double(q.at(i, c)) * k_t.at(c, j));
+        }
+        ASSERT_NEAR(s[i * keys + j], 0.5 * sum, 1e-5 * scale) << keys << " keys: " << i << "," << j;
+      }
+      for (int64_t c = 0; c < hs; ++c) {
+        double sum = 0, scale = 0;
+        for (int64_t j = 0; j < keys; ++j) {
+          sum += double(p.at(i, j)) * v.at(j, c);
+          scale += std::abs(double(p.at(i, j)) * v.at(j, c));
+        }
+        ASSERT_NEAR(o[i * hs + c], sum, 1e-5 * scale) << keys << " keys: " << i << "," << c;
+      }
+    }
+  }
+  EXPECT_THROW(amx_gemm_part(packed, packed_kt, T + 1, 1.0f, 0.0f, nullptr, T + 1),
+               std::logic_error);
 }
 
 TEST(AmxGemm, RefusesMismatchedOperandsAndOtherBetas) {

@@ -12,8 +12,11 @@
 //   shapes; a dv 1% off fails);
 // - grouped-query heads, T across and off the 64-row blocks, head_dim 20,
 //   and rows with padding (GPT's packed q|k|v);
-// - one thread and two giving the same bits.
-// Skipped, with the reason, where the build or the CPU has no bf16 GEMM.
+// - one thread, two and four giving the same bits;
+// - each on oneDNN's products and on the AMX tiles' (attention_products.h),
+//   the latter on the bench GPT's 64-channel heads over many groups too.
+// Skipped, with the reason, where the build or the CPU has no bf16 GEMM
+// (the AMX runs: where the CPU has no AMX).
 #include "transformer_common/cpu/attention_bf16.h"
 
 #include <gtest/gtest.h>
@@ -27,6 +30,7 @@
 #include <vector>
 
 #include "tests/plugins/models/transformer_common/naive_attention.h"
+#include "transformer_common/cpu/amx_gemm.h"
 #include "transformer_common/cpu/gemm.h"
 #include "transformer_common/cpu/gemm_bf16.h"
 
@@ -107,14 +111,33 @@ const AttentionShape kShapes[] = {
     shape(2, 2 * kAttentionQueryBlock + 29, 4, 2, 20, 0),  // GQA, T off the blocks
     shape(1, kAttentionQueryBlock, 6, 6, 16, 2 * 6 * 16),  // GPT's packed rows: ld 3C
     shape(2, 7, 3, 1, 8, 3),                               // one short block, padded rows
+    // The bench GPT's heads (64 channels), many groups over several threads.
+    shape(4, 4 * kAttentionQueryBlock, 4, 4, 64, 2 * 4 * 64),
 };
 
-class AttentionBf16 : public ::testing::Test {
+// Each test runs on oneDNN's products and, where the CPU has AMX, on the
+// tiles' (attention_products.h); the parameter: whether AMX is declined.
+class AttentionBf16 : public ::testing::TestWithParam<bool> {
  protected:
-  void SetUp() override { load_gemm_library(); }
+  void SetUp() override {
+    load_gemm_library();
+    declined_ = GetParam();
+    if (!declined_ && !amx_gemm_available())
+      GTEST_SKIP() << "no AMX products here: " << amx_gemm_unavailable_reason();
+    set_amx_gemm_declined_for_testing(&declined_);
+  }
+  void TearDown() override { set_amx_gemm_declined_for_testing(nullptr); }
+
+ private:
+  bool declined_ = false;
 };
 
-TEST_F(AttentionBf16, ForwardMatchesPlainAttentionWithinTheProbabilitiesRounding) {
+INSTANTIATE_TEST_SUITE_P(Products, AttentionBf16, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("OneDnn") : std::string("Amx");
+                         });
+
+TEST_P(AttentionBf16, ForwardMatchesPlainAttentionWithinTheProbabilitiesRounding) {
   SKIP_WITHOUT_BF16_GEMM();
   for (const AttentionShape& s : kShapes) {
     SCOPED_TRACE(describe(s));
@@ -133,7 +156,7 @@ TEST_F(AttentionBf16, ForwardMatchesPlainAttentionWithinTheProbabilitiesRounding
   }
 }
 
-TEST_F(AttentionBf16, BackwardMatchesTheFp32TilesWithinBf16Rounding) {
+TEST_P(AttentionBf16, BackwardMatchesTheFp32TilesWithinBf16Rounding) {
   SKIP_WITHOUT_BF16_GEMM();
   for (const AttentionShape& s : kShapes) {
     SCOPED_TRACE(describe(s));
@@ -154,7 +177,7 @@ TEST_F(AttentionBf16, BackwardMatchesTheFp32TilesWithinBf16Rounding) {
   }
 }
 
-TEST_F(AttentionBf16, WritesOnlyTheHeadsChannels) {
+TEST_P(AttentionBf16, WritesOnlyTheHeadsChannels) {
   SKIP_WITHOUT_BF16_GEMM();
   const AttentionShape s = kShapes[2];
   const Inputs x(s, 13);
@@ -172,7 +195,7 @@ TEST_F(AttentionBf16, WritesOnlyTheHeadsChannels) {
 // The forward's rounded heads kept by the caller: the backward reads them
 // instead of q, k and v (passed as nullptr) and gives the bits of rounding
 // them again. Inputs off the bf16 grid, so the rounding matters.
-TEST_F(AttentionBf16, KeptHeadsGiveTheBitsOfRoundingAgain) {
+TEST_P(AttentionBf16, KeptHeadsGiveTheBitsOfRoundingAgain) {
   SKIP_WITHOUT_BF16_GEMM();
   for (const AttentionShape& s : kShapes) {
     Inputs x(s, 29);
@@ -194,15 +217,18 @@ TEST_F(AttentionBf16, KeptHeadsGiveTheBitsOfRoundingAgain) {
   }
 }
 
-TEST_F(AttentionBf16, BitwiseEqualAcrossThreadCounts) {
+TEST_P(AttentionBf16, BitwiseEqualAcrossThreadCounts) {
   SKIP_WITHOUT_BF16_GEMM();
-  const AttentionShape s = kShapes[0];
-  const Inputs x(s, 17);
-  auto with_threads = [&](size_t threads) {
-    tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
-    return run(x, s, true);
-  };
-  EXPECT_TRUE(with_threads(1) == with_threads(2));
+  for (const AttentionShape& s : {kShapes[0], kShapes[3]}) {
+    const Inputs x(s, 17);
+    auto with_threads = [&](size_t threads) {
+      tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
+      return run(x, s, true);
+    };
+    const Results one = with_threads(1);
+    EXPECT_TRUE(one == with_threads(2)) << describe(s);
+    EXPECT_TRUE(one == with_threads(4)) << describe(s);
+  }
 }
 
 }  // namespace
