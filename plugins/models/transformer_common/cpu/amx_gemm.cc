@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 #include <sys/syscall.h>
+#include <tbb/parallel_for.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -156,28 +157,32 @@ struct TileConfig {
 // C's 32 x 32 block at (i, j) from A's row tiles 2*ib, 2*ib+1 and B's
 // column tiles 2*jb, 2*jb+1 over kt inner tiles (B's lie b_kt apart). Tiles 0-3 accumulate, 4-5
 // hold A, 6-7 B.
-__attribute__((target("amx-tile,amx-bf16"))) inline void multiply_block(const uint16_t* a0,
+__attribute__((target("amx-tile,amx-bf16"))) inline void multiply_block(const AmxA& a,
+                                                                        const uint16_t* a0,
                                                                         const uint16_t* b0,
                                                                         int64_t kt, int64_t b_kt) {
-  const uint16_t* a1 = a0 + kt * kTileValues;
+  const uint16_t* a1 = a0 + a.row_tile_step();
   const uint16_t* b1 = b0 + b_kt * kTileValues;
+  const int64_t a_step = a.inner_step(), a_stride = a.stride_bytes();
   for (int64_t t = 0; t < kt; ++t) {
-    _tile_loadd(4, a0 + t * kTileValues, 64);
+    _tile_loadd(4, a0 + t * a_step, a_stride);
     _tile_loadd(6, b0 + t * kTileValues, 64);
     _tile_dpbf16ps(0, 4, 6);
     _tile_loadd(7, b1 + t * kTileValues, 64);
     _tile_dpbf16ps(1, 4, 7);
-    _tile_loadd(5, a1 + t * kTileValues, 64);
+    _tile_loadd(5, a1 + t * a_step, a_stride);
     _tile_dpbf16ps(2, 5, 6);
     _tile_dpbf16ps(3, 5, 7);
   }
 }
 
-// The edge of C (or any block with alpha != 1): the four tiles through a
-// 32 x 32 buffer, then alpha * sum (+ C) into the block's valid part.
+// The edge of C (or any block with alpha != 1, or a bias and beta 1): the
+// four tiles through a 32 x 32 buffer, then alpha * sum (+ bias) (+ C) into
+// the block's valid part.
 __attribute__((target("amx-tile,avx512f"))) void store_through_buffer(float* c, int64_t ldc,
                                                                       int64_t rows, int64_t cols,
-                                                                      float alpha, bool add) {
+                                                                      float alpha, bool add,
+                                                                      const float* bias) {
   alignas(64) float sum[kBlock * kBlock];
   constexpr int64_t kStride = kBlock * sizeof(float);
   _tile_stored(0, sum, kStride);
@@ -192,6 +197,7 @@ __attribute__((target("amx-tile,avx512f"))) void store_through_buffer(float* c, 
       const __mmask16 mask = left >= 16 ? 0xffff : static_cast<__mmask16>((1u << left) - 1);
       float* out = c + r * ldc + 16 * h;
       __m512 v = _mm512_mul_ps(scale, _mm512_load_ps(sum + r * kBlock + 16 * h));
+      if (bias != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, bias + 16 * h));
       if (add) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, out));
       _mm512_mask_storeu_ps(out, mask, v);
     }
@@ -200,7 +206,8 @@ __attribute__((target("amx-tile,avx512f"))) void store_through_buffer(float* c, 
 // C (a.m() x n) from A and B's first a.k() inner rows and n columns.
 __attribute__((target("amx-tile,amx-bf16,avx512f"))) void multiply(const AmxA& a, const AmxB& b,
                                                                    int64_t n, float alpha, bool add,
-                                                                   float* c, int64_t ldc) {
+                                                                   const float* bias, float* c,
+                                                                   int64_t ldc) {
   TileConfig config;
   for (int t = 0; t < 8; ++t) {
     config.rows[t] = kTileRows;
@@ -211,23 +218,29 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) void multiply(const AmxA& a
   const int64_t b_kt = tiles_of(b.k(), kTileInner);  // B's column tiles lie this many tiles apart
   const int64_t ldc_bytes = ldc * static_cast<int64_t>(sizeof(float));
   for (int64_t i = 0; i < m; i += kBlock) {
-    const uint16_t* a0 = a.tiles() + (i / kTileRows) * kt * kTileValues;
+    const uint16_t* a0 = a.data() + (i / kTileRows) * a.row_tile_step();
     for (int64_t j = 0; j < n; j += kBlock) {
       const uint16_t* b0 = b.tiles() + (j / kTileRows) * b_kt * kTileValues;
       float* block = c + i * ldc + j;
-      const bool whole = i + kBlock <= m && j + kBlock <= n && alpha == 1.0f;
+      const bool whole =
+          i + kBlock <= m && j + kBlock <= n && alpha == 1.0f && (bias == nullptr || !add);
       if (whole && add) {
         _tile_loadd(0, block, ldc_bytes);
         _tile_loadd(1, block + 16, ldc_bytes);
         _tile_loadd(2, block + 16 * ldc, ldc_bytes);
         _tile_loadd(3, block + 16 * ldc + 16, ldc_bytes);
+      } else if (whole && bias != nullptr) {  // every row starts at the bias (a stride of 0)
+        _tile_loadd(0, bias + j, 0);
+        _tile_loadd(1, bias + j + 16, 0);
+        _tile_loadd(2, bias + j, 0);
+        _tile_loadd(3, bias + j + 16, 0);
       } else {
         _tile_zero(0);
         _tile_zero(1);
         _tile_zero(2);
         _tile_zero(3);
       }
-      multiply_block(a0, b0, kt, b_kt);
+      multiply_block(a, a0, b0, kt, b_kt);
       if (whole) {
         _tile_stored(0, block, ldc_bytes);
         _tile_stored(1, block + 16, ldc_bytes);
@@ -235,11 +248,25 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) void multiply(const AmxA& a
         _tile_stored(3, block + 16 * ldc + 16, ldc_bytes);
       } else {
         store_through_buffer(block, ldc, std::min(kBlock, m - i), std::min(kBlock, n - j), alpha,
-                             add);
+                             add, bias == nullptr ? nullptr : bias + j);
       }
     }
   }
   _tile_release();
+}
+
+// pack(tile_row) for each of `count` rows of tiles (of `per_row` tiles):
+// over TBB where the copy is large (a GEMM's operand), on the calling
+// thread where it is small (the attention's, made inside its tasks). Each
+// tile is written by one task whatever the split: the same bytes.
+template <typename Pack>
+void for_tile_rows(int64_t count, int64_t per_row, Pack&& pack) {
+  constexpr int64_t kParallelTiles = 256;  // 256 KiB of tiles
+  if (count * per_row < kParallelTiles) {
+    for (int64_t r = 0; r < count; ++r) pack(r);
+    return;
+  }
+  tbb::parallel_for(int64_t{0}, count, [&](int64_t r) { pack(r); });
 }
 
 }  // namespace
@@ -269,16 +296,34 @@ void set_amx_gemm_declined_for_testing(const bool* declined) {
   g_forced.store(declined == nullptr ? -1 : (*declined ? 1 : 0));
 }
 
+void AmxA::use(int64_t m, int64_t k, const uint16_t* a, int64_t lda) {
+  if (m % kBlock != 0 || k % kTileInner != 0) {
+    pack(Op::kNone, m, k, a, lda);
+    return;
+  }
+  m_ = m;
+  k_ = k;
+  data_ = a;
+  row_tile_step_ = kTileRows * lda;
+  inner_step_ = kTileInner;
+  stride_bytes_ = lda * static_cast<int64_t>(sizeof(uint16_t));
+}
+
 void AmxA::pack(Op op, int64_t m, int64_t k, const uint16_t* a, int64_t lda) {
   m_ = m;
   k_ = k;
   const int64_t mt = paired_tiles(m), kt = tiles_of(k, kTileInner);
   const size_t values = static_cast<size_t>(mt * kt * kTileValues);
   if (tiles_.size() < values) tiles_.resize(values);
-  for (int64_t it = 0; it < mt; ++it)
+  data_ = tiles_.data();
+  row_tile_step_ = kt * kTileValues;
+  inner_step_ = kTileValues;
+  stride_bytes_ = kTileInner * static_cast<int64_t>(sizeof(uint16_t));
+  for_tile_rows(mt, kt, [&](int64_t it) {
     for (int64_t t = 0; t < kt; ++t)
       pack_a_tile(tiles_.data() + (it * kt + t) * kTileValues, op, m, k, a, lda, it * kTileRows,
                   t * kTileInner);
+  });
 }
 
 void AmxB::pack(Op op, int64_t k, int64_t n, const uint16_t* b, int64_t ldb) {
@@ -287,14 +332,15 @@ void AmxB::pack(Op op, int64_t k, int64_t n, const uint16_t* b, int64_t ldb) {
   const int64_t nt = paired_tiles(n), kt = tiles_of(k, kTileInner);
   const size_t values = static_cast<size_t>(nt * kt * kTileValues);
   if (tiles_.size() < values) tiles_.resize(values);
-  for (int64_t jt = 0; jt < nt; ++jt)
+  for_tile_rows(nt, kt, [&](int64_t jt) {
     for (int64_t t = 0; t < kt; ++t)
       pack_b_tile(tiles_.data() + (jt * kt + t) * kTileValues, op, k, n, b, ldb, jt * kTileRows,
                   t * kTileInner);
+  });
 }
 
 void amx_gemm_part(const AmxA& a, const AmxB& b, int64_t n, float alpha, float beta, float* c,
-                   int64_t ldc) {
+                   int64_t ldc, const float* bias) {
   if (!amx_gemm_available())
     throw std::logic_error(std::string("amx_gemm called where it is unavailable: ") +
                            amx_gemm_unavailable_reason());
@@ -304,14 +350,58 @@ void amx_gemm_part(const AmxA& a, const AmxB& b, int64_t n, float alpha, float b
                            " x " + std::to_string(b.n()));
   if (beta != 0.0f && beta != 1.0f) throw std::logic_error("amx_gemm: beta must be 0 or 1");
   if (a.m() <= 0 || n <= 0) return;
-  multiply(a, b, n, alpha, beta == 1.0f, c, ldc);
+  if (bias != nullptr && alpha != 1.0f) throw std::logic_error("amx_gemm: a bias needs alpha 1");
+  multiply(a, b, n, alpha, beta == 1.0f, bias, c, ldc);
 }
 
-void amx_gemm(const AmxA& a, const AmxB& b, float alpha, float beta, float* c, int64_t ldc) {
+void amx_gemm(const AmxA& a, const AmxB& b, float alpha, float beta, float* c, int64_t ldc,
+              const float* bias) {
   if (a.k() != b.k())
     throw std::logic_error("amx_gemm: A's inner size " + std::to_string(a.k()) + " is not B's " +
                            std::to_string(b.k()));
-  amx_gemm_part(a, b, b.n(), alpha, beta, c, ldc);
+  amx_gemm_part(a, b, b.n(), alpha, beta, c, ldc, bias);
+}
+
+void amx_gemm_blocks(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+                     float* c, int64_t ldc, const float* bias) {
+  if (m <= 0 || n <= 0) return;
+  const bool by_rows = m >= n;
+  // The operand every chunk reads, copied once per inner block (over TBB);
+  // each chunk copies its own part of the other.
+  AmxA shared_a;
+  AmxB shared_b;
+  for (int64_t k0 = 0; k0 < std::max<int64_t>(k, 1); k0 += kAmxInnerBlock) {
+    const int64_t kc = std::min(kAmxInnerBlock, k - k0);
+    const uint16_t* a0 = op_a == Op::kNone ? a + k0 : a + k0 * lda;
+    const uint16_t* b0 = op_b == Op::kNone ? b + k0 * ldb : b + k0;
+    // The first inner block meets C as asked (beta, the bias); later ones add.
+    const float block_beta = k0 == 0 ? beta : 1.0f;
+    const float* block_bias = k0 == 0 ? bias : nullptr;
+    if (by_rows) {
+      shared_b.pack(op_b, kc, n, b0, ldb);
+    } else {
+      shared_a.pack(op_a, m, kc, a0, lda);
+    }
+    const int64_t extent = by_rows ? m : n;
+    tbb::parallel_for(int64_t{0}, (extent + kAmxChunk - 1) / kAmxChunk, [&](int64_t chunk) {
+      const int64_t at = chunk * kAmxChunk, size = std::min(kAmxChunk, extent - at);
+      if (by_rows) {
+        thread_local AmxA rows;
+        if (op_a == Op::kNone) {
+          rows.use(size, kc, a0 + at * lda, lda);
+        } else {
+          rows.pack(op_a, size, kc, a0 + at, lda);
+        }
+        amx_gemm(rows, shared_b, alpha, block_beta, c + at * ldc, ldc, block_bias);
+      } else {
+        thread_local AmxB cols;
+        cols.pack(op_b, kc, size, op_b == Op::kNone ? b0 + at : b0 + at * ldb, ldb);
+        amx_gemm(shared_a, cols, alpha, block_beta, c + at, ldc,
+                 block_bias == nullptr ? nullptr : block_bias + at);
+      }
+    });
+  }
 }
 
 uint64_t amx_a_bytes(int64_t m, int64_t k) {

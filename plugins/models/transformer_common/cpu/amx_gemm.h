@@ -42,12 +42,23 @@ const char* amx_gemm_unavailable_reason();
 class AmxA {
  public:
   void pack(Op op, int64_t m, int64_t k, const uint16_t* a, int64_t lda);
+  // A row-major A whose rows fill whole tiles (m a multiple of 32, k of
+  // 32) is read where it lies, the tiles loaded with its stride: no copy.
+  // Otherwise copied, as pack. A must outlive the products.
+  void use(int64_t m, int64_t k, const uint16_t* a, int64_t lda);
   int64_t m() const { return m_; }
   int64_t k() const { return k_; }
-  const uint16_t* tiles() const { return tiles_.data(); }
+  // Tile (row tile r, inner tile t) starts at data() + r * row_tile_step()
+  // + t * inner_step(); its rows lie stride_bytes() apart.
+  const uint16_t* data() const { return data_; }
+  int64_t row_tile_step() const { return row_tile_step_; }
+  int64_t inner_step() const { return inner_step_; }
+  int64_t stride_bytes() const { return stride_bytes_; }
 
  private:
   int64_t m_ = 0, k_ = 0;
+  const uint16_t* data_ = nullptr;
+  int64_t row_tile_step_ = 0, inner_step_ = 0, stride_bytes_ = 0;
   AlignedVector<uint16_t> tiles_;
 };
 
@@ -66,14 +77,32 @@ class AmxB {
   AlignedVector<uint16_t> tiles_;
 };
 
-// C (m x n, ldc) = alpha * A B + beta * C, beta 0 or 1 (beta 0 never reads
-// C). Throws std::logic_error on mismatched inner sizes or another beta.
-void amx_gemm(const AmxA& a, const AmxB& b, float alpha, float beta, float* c, int64_t ldc);
+// C (m x n, ldc) = alpha * A B + bias + beta * C, beta 0 or 1 (beta 0
+// never reads C), bias (n values, added to every row) only with alpha 1.
+// Throws std::logic_error on mismatched inner sizes, another beta, or a
+// bias with alpha != 1.
+void amx_gemm(const AmxA& a, const AmxB& b, float alpha, float beta, float* c, int64_t ldc,
+              const float* bias = nullptr);
 // The same with B's leading part: its first a.k() inner rows and first n
 // columns (a head's keys up to a query block's diagonal, from a copy of
 // all of them). Throws where the part exceeds B.
 void amx_gemm_part(const AmxA& a, const AmxB& b, int64_t n, float alpha, float beta, float* c,
-                   int64_t ldc);
+                   int64_t ldc, const float* bias = nullptr);
+
+// A whole product as gemm_bf16 (gemm_bf16.h) makes it, over TBB: the inner
+// size in blocks of kAmxInnerBlock (the first meets C with beta and the
+// bias, the rest add to it), C's longer side in chunks of kAmxChunk, each
+// one task that copies its part of A (or B) while the other operand's
+// block is copied once for all. Fixed blocks and chunks: the result does
+// not depend on the thread count. Measured on the bench GPT's products on
+// 2 cores: 1.3-1.5x oneDNN 2.6.3's where the inner size is the model's
+// width, 0.95-1.2x for the weight gradients (inner size the 2048 tokens);
+// bench/README.md.
+constexpr int64_t kAmxInnerBlock = 512;
+constexpr int64_t kAmxChunk = 64;
+void amx_gemm_blocks(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+                     float* c, int64_t ldc, const float* bias = nullptr);
 
 // The bytes of the copies of an m x k A and a k x n B.
 uint64_t amx_a_bytes(int64_t m, int64_t k);

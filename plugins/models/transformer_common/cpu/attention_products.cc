@@ -66,8 +66,8 @@ void OneDnnProducts::Group::query_grads(const uint16_t* ds16, int64_t rows, int6
 void OneDnnProducts::Group::add_key_grads(const uint16_t* ds16, const uint16_t* q_rows,
                                           int64_t rows, int64_t keys, float scale,
                                           float* dk_acc) const {
-  gemm_bf16_serial(Op::kTranspose, Op::kNone, keys, hs_, rows, scale, ds16, keys, q_rows, hs_,
-                   0.0f, tmp_, hs_);
+  gemm_bf16_serial(Op::kTranspose, Op::kNone, keys, hs_, rows, scale, ds16, keys, q_rows, hs_, 0.0f,
+                   tmp_, hs_);
   add_into(dk_acc, tmp_, keys * hs_);
 }
 
@@ -109,14 +109,14 @@ AmxProducts::AmxProducts(const AttentionShape& shape, const uint16_t* k16, const
 void AmxProducts::scores(int64_t bg, const uint16_t* q_rows, int64_t rows, int64_t keys,
                          float scale, float* s) const {
   AmxA& q = block_operand();
-  q.pack(Op::kNone, rows, hs_, q_rows, hs_);
+  q.use(rows, hs_, q_rows, hs_);
   amx_gemm_part(q, (*keys_t_)[bg], keys, scale, 0.0f, s, keys);
 }
 
 void AmxProducts::outputs(int64_t bg, const uint16_t* p16, int64_t rows, int64_t keys,
                           float* o) const {
   AmxA& p = block_operand();
-  p.pack(Op::kNone, rows, keys, p16, keys);
+  p.use(rows, keys, p16, keys);
   amx_gemm_part(p, (*values_)[bg], hs_, 1.0f, 0.0f, o, hs_);
 }
 
@@ -125,8 +125,7 @@ uint64_t AmxProducts::forward_bytes(const AttentionShape& s) {
   return static_cast<uint64_t>(s.B * s.NKV) * (amx_b_bytes(hs, Tn) + amx_b_bytes(Tn, hs));
 }
 
-AmxProducts::Group::Group(const uint16_t* k16, const uint16_t* v16, int64_t Tn, int64_t hs,
-                          float*)
+AmxProducts::Group::Group(const uint16_t* k16, const uint16_t* v16, int64_t Tn, int64_t hs, float*)
     : hs_(hs) {
   thread_local AmxB keys_t, values_t, keys;
   keys_t.pack(Op::kTranspose, hs, Tn, k16, hs);
@@ -140,19 +139,19 @@ AmxProducts::Group::Group(const uint16_t* k16, const uint16_t* v16, int64_t Tn, 
 void AmxProducts::Group::scores(const uint16_t* q_rows, int64_t rows, int64_t keys, float scale,
                                 float* p) const {
   AmxA& q = block_operand();
-  q.pack(Op::kNone, rows, hs_, q_rows, hs_);
+  q.use(rows, hs_, q_rows, hs_);
   amx_gemm_part(q, *keys_t_, keys, scale, 0.0f, p, keys);
 }
 
 void AmxProducts::Group::output_grads(const uint16_t* dy_rows, int64_t rows, int64_t keys,
                                       float* dp) const {
   AmxA& dy = block_operand();
-  dy.pack(Op::kNone, rows, hs_, dy_rows, hs_);
+  dy.use(rows, hs_, dy_rows, hs_);
   amx_gemm_part(dy, *values_t_, keys, 1.0f, 0.0f, dp, keys);
 }
 
-void AmxProducts::Group::add_value_grads(const uint16_t* p16, const uint16_t* dy_rows,
-                                         int64_t rows, int64_t keys, float* dv_acc) const {
+void AmxProducts::Group::add_value_grads(const uint16_t* p16, const uint16_t* dy_rows, int64_t rows,
+                                         int64_t keys, float* dv_acc) const {
   AmxA& p_t = block_operand();
   AmxB& dy = block_b_operand();
   p_t.pack(Op::kTranspose, keys, rows, p16, keys);
@@ -163,7 +162,7 @@ void AmxProducts::Group::add_value_grads(const uint16_t* p16, const uint16_t* dy
 void AmxProducts::Group::query_grads(const uint16_t* ds16, int64_t rows, int64_t keys, float scale,
                                      float* dq, int64_t ld) const {
   AmxA& ds = block_operand();
-  ds.pack(Op::kNone, rows, keys, ds16, keys);
+  ds.use(rows, keys, ds16, keys);
   amx_gemm_part(ds, *keys_, hs_, scale, 0.0f, dq, ld);
 }
 

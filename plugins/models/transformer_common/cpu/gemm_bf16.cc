@@ -302,6 +302,10 @@ void gemm_bf16(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha, c
                            bf16_gemm_unavailable_reason());
   if (bias != nullptr && alpha != 1.0f) throw std::logic_error("gemm_bf16: a bias needs alpha 1");
   if (m <= 0 || n <= 0) return;
+  if (amx_gemm_available() && (beta == 0.0f || beta == 1.0f)) {
+    amx_gemm_blocks(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bias);
+    return;
+  }
   if (k <= 0) {  // no product: C = bias + beta * C (oneDNN wants k > 0)
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j)
@@ -414,6 +418,29 @@ void gemm_bf16_packed(int64_t m, const uint16_t* a, int64_t lda, const Bf16Packe
   for_blocks(m, block, [&](int64_t i0, int64_t) { rows_of(i0); });
 }
 
+namespace {
+
+// gemm_bf16_consumed on AMX tiles: B copied into their layout once (over
+// TBB), each chunk's rows of A copied by its task.
+void consumed_on_amx(Op op_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                     const uint16_t* b, int64_t ldb, const float* bias,
+                     const ConsumeRows& consume) {
+  thread_local AmxB packed;  // the calling thread's, kept from call to call
+  AmxB& shared = packed;     // named here: inside the tasks, packed is each worker's own
+  shared.pack(op_b, k, n, b, ldb);
+  for_blocks(m, kConsumedRows, [&](int64_t r0, int64_t r1) {
+    thread_local AlignedVector<float> chunk;
+    thread_local AmxA rows;
+    if (chunk.size() < static_cast<size_t>((r1 - r0) * n))
+      chunk.resize(static_cast<size_t>((r1 - r0) * n));
+    rows.use(r1 - r0, k, a + r0 * lda, lda);
+    amx_gemm(rows, shared, 1.0f, 0.0f, chunk.data(), n, bias);
+    consume(r0, r1, chunk.data());
+  });
+}
+
+}  // namespace
+
 void gemm_bf16_consumed(Op op_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                         const uint16_t* b, int64_t ldb, const float* bias,
                         const ConsumeRows& consume) {
@@ -421,6 +448,10 @@ void gemm_bf16_consumed(Op op_b, int64_t m, int64_t n, int64_t k, const uint16_t
     throw std::logic_error(std::string("gemm_bf16_consumed called where it is unavailable: ") +
                            bf16_gemm_unavailable_reason());
   if (m <= 0 || n <= 0) return;
+  if (amx_gemm_available()) {
+    consumed_on_amx(op_b, m, n, k, a, lda, b, ldb, bias, consume);
+    return;
+  }
   single_threaded_openmp();
   thread_local AlignedVector<uint8_t> storage;  // the calling thread's, as dout_bf16's
   std::optional<Bf16PackedB> packed;

@@ -12,6 +12,7 @@
 #include <limits>
 #include <random>
 #include <stdexcept>
+#include <tuple>
 #include <vector>
 
 namespace dscore::transformer::cpu {
@@ -169,6 +170,29 @@ TEST(AmxGemm, LeadingPartsOfBServeEachQueryBlock) {
   }
   EXPECT_THROW(amx_gemm_part(packed, packed_kt, T + 1, 1.0f, 0.0f, nullptr, T + 1),
                std::logic_error);
+}
+
+// A row-major A that fills whole tiles is read where it lies (use), else
+// copied: either way the bits of the copied product.
+TEST(AmxGemm, ReadsAWhereItLiesWithTheBitsOfACopy) {
+  SKIP_WITHOUT_AMX();
+  std::mt19937 rng(25);
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{64, 96, 128},
+                         {32, 40, 32},
+                         {33, 64, 64},
+                         {64, 64, 48}}) {
+    const Operand a = random_operand(Op::kNone, m, k, rng);
+    const Operand b = random_operand(Op::kTranspose, k, n, rng);
+    AmxA copied, in_place;
+    AmxB packed_b;
+    copied.pack(Op::kNone, m, k, a.values.data(), a.ld);
+    in_place.use(m, k, a.values.data(), a.ld);
+    packed_b.pack(b.op, k, n, b.values.data(), b.ld);
+    std::vector<float> want(static_cast<size_t>(m * n)), got(want.size());
+    amx_gemm(copied, packed_b, 1.0f, 0.0f, want.data(), n);
+    amx_gemm(in_place, packed_b, 1.0f, 0.0f, got.data(), n);
+    EXPECT_EQ(got, want) << m << "x" << n << "x" << k;
+  }
 }
 
 TEST(AmxGemm, RefusesMismatchedOperandsAndOtherBetas) {

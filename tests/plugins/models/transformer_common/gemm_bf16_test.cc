@@ -3,7 +3,8 @@
 // dimensions, alpha and beta; its independence from the thread count
 // (bitwise); the rounding against sdk::float_to_bf16; and the bf16 linear
 // layers (linear_bf16.h) and LM head (linear.h) against fp32 ones on the
-// rounded operands. Skipped, with the reason, where the build or the CPU
+// rounded operands. The products run on oneDNN's kernels and, where the
+// CPU has AMX, on the tiles' (amx_gemm.h). Skipped, with the reason, where the build or the CPU
 // has no bf16 GEMM (or DSCORE_CPU_ISA lowers the ISA), as on AVX2-only
 // machines.
 #include "transformer_common/cpu/gemm_bf16.h"
@@ -19,9 +20,11 @@
 #include <limits>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <tuple>
 #include <vector>
 
+#include "transformer_common/cpu/amx_gemm.h"
 #include "transformer_common/cpu/linear.h"
 #include "transformer_common/cpu/linear_bf16.h"
 
@@ -73,7 +76,32 @@ void reference(const Case& t, const std::vector<uint16_t>& a, int64_t lda,
     }
 }
 
-TEST(GemmBf16, MatchesDoublePrecisionOnTheSameBf16Operands) {
+// The products' tests run on oneDNN's kernels and, where the CPU has AMX,
+// on the tiles' (amx_gemm.h); the parameter: whether AMX is declined.
+class Bf16Kernels : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    declined_ = GetParam();
+    if (!declined_ && !amx_gemm_available())
+      GTEST_SKIP() << "no AMX products here: " << amx_gemm_unavailable_reason();
+    set_amx_gemm_declined_for_testing(&declined_);
+  }
+  void TearDown() override { set_amx_gemm_declined_for_testing(nullptr); }
+
+ private:
+  bool declined_ = false;
+};
+std::string kernel_name(const ::testing::TestParamInfo<bool>& info) {
+  return info.param ? "OneDnn" : "Amx";
+}
+class GemmBf16Products : public Bf16Kernels {};
+class LinearBf16 : public Bf16Kernels {};
+class LmHeadBf16 : public Bf16Kernels {};
+INSTANTIATE_TEST_SUITE_P(Kernels, GemmBf16Products, ::testing::Values(true, false), kernel_name);
+INSTANTIATE_TEST_SUITE_P(Kernels, LinearBf16, ::testing::Values(true, false), kernel_name);
+INSTANTIATE_TEST_SUITE_P(Kernels, LmHeadBf16, ::testing::Values(true, false), kernel_name);
+
+TEST_P(GemmBf16Products, MatchesDoublePrecisionOnTheSameBf16Operands) {
   SKIP_WITHOUT_BF16_GEMM();
   std::mt19937 rng(11);
   std::vector<Case> cases;
@@ -85,6 +113,9 @@ TEST(GemmBf16, MatchesDoublePrecisionOnTheSameBf16Operands) {
         cases.push_back({op_a, op_b, 37, 53, 29, 0.5f, beta});
         cases.push_back({op_a, op_b, 517, 131, 77, 1.0f, beta});  // split by rows
         cases.push_back({op_a, op_b, 90, 301, 67, -2.0f, beta});  // split by columns
+        // Inner sizes of several of the AMX route's inner blocks, and a tail.
+        cases.push_back({op_a, op_b, 100, 70, 1100, 0.5f, beta});
+        cases.push_back({op_a, op_b, 40, 150, 600, 1.0f, beta});
       }
   for (const Case& t : cases) {
     SCOPED_TRACE(::testing::Message()
@@ -122,7 +153,7 @@ TEST(GemmBf16, MatchesDoublePrecisionOnTheSameBf16Operands) {
   }
 }
 
-TEST(GemmBf16, AddsTheBiasToEveryRowInsideTheCall) {
+TEST_P(GemmBf16Products, AddsTheBiasToEveryRowInsideTheCall) {
   SKIP_WITHOUT_BF16_GEMM();
   std::mt19937 rng(13);
   // Row blocks (m >= n), column blocks (m < n), one call, k = 0; beta 0 and 1.
@@ -156,7 +187,7 @@ TEST(GemmBf16, AddsTheBiasToEveryRowInsideTheCall) {
                std::logic_error);
 }
 
-TEST(GemmBf16, ResultsDoNotDependOnTheThreadCount) {
+TEST_P(GemmBf16Products, ResultsDoNotDependOnTheThreadCount) {
   SKIP_WITHOUT_BF16_GEMM();
   std::mt19937 rng(3);
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{700, 300, 200}, {96, 900, 256}}) {
@@ -179,7 +210,7 @@ TEST(GemmBf16, ResultsDoNotDependOnTheThreadCount) {
 // kConsumedRows (the last shorter), within the fp32 accumulation error of
 // the double-precision product plus the bias, the same at 1 and 4 threads;
 // both layouts of B; and k = 0 gives the bias alone.
-TEST(GemmBf16, ConsumedChunksHoldTheProductPlusBiasOnce) {
+TEST_P(GemmBf16Products, ConsumedChunksHoldTheProductPlusBiasOnce) {
   SKIP_WITHOUT_BF16_GEMM();
   std::mt19937 rng(17);
   for (Op op_b : {Op::kNone, Op::kTranspose})
@@ -299,7 +330,7 @@ TEST(GemmBf16, AddToBf16AddsAndRoundsAsTheSdkDoes) {
 
 // The bf16 linear layers give the fp32 ones' results on operands rounded
 // to bf16 (up to fp32 summation order); the bias gradient is the fp32 one.
-TEST(LinearBf16, MatchesFp32LinearOnRoundedOperands) {
+TEST_P(LinearBf16, MatchesFp32LinearOnRoundedOperands) {
   SKIP_WITHOUT_BF16_GEMM();
   const int64_t N = 300, C = 96, OC = 160;
   std::mt19937 rng(9);
@@ -339,7 +370,7 @@ TEST(LinearBf16, MatchesFp32LinearOnRoundedOperands) {
 
 // Operands a producer rounded already (Bf16Operand::rounded) give the bits
 // of the same values passed as fp32 and rounded inside the call.
-TEST(LinearBf16, RoundedOperandsGiveTheBitsOfFp32Ones) {
+TEST_P(LinearBf16, RoundedOperandsGiveTheBitsOfFp32Ones) {
   SKIP_WITHOUT_BF16_GEMM();
   const int64_t N = 300, C = 96, OC = 160;
   std::mt19937 rng(10);
@@ -385,7 +416,7 @@ TEST(LinearBf16, RoundedOperandsGiveTheBitsOfFp32Ones) {
 // dx and dw differ by the rounding of the logits' gradient to bf16 (a
 // relative 2^-9 per element). Two row blocks (V 20000: 838 rows, then 62),
 // and rows without a target.
-TEST(LmHeadBf16, MatchesTheFp32HeadOnTheSameValues) {
+TEST_P(LmHeadBf16, MatchesTheFp32HeadOnTheSameValues) {
   SKIP_WITHOUT_BF16_GEMM();
   const int64_t N = 900, C = 48, V = 20000;
   ASSERT_LT(lm_rows_per_block(N, V), N);
