@@ -388,6 +388,12 @@ Bf16PackedB::Bf16PackedB(Op op_b, int64_t n, int64_t k, const uint16_t* b, int64
     throw std::logic_error(std::string("Bf16PackedB made where the bf16 GEMM is unavailable: ") +
                            bf16_gemm_unavailable_reason());
   if (n <= 0 || k <= 0) throw std::logic_error("Bf16PackedB: an empty B");
+  if (amx_gemm_available()) {
+    thread_local AmxB kept;
+    kept.pack(op_b, k, n, b, ldb);
+    tiles_ = &kept;
+    return;
+  }
   const Packer& packer = packer_for(op_b, n, k, ldb);
   layout_ = &packer;
   if (storage.size() < packer.packed.get_size()) storage.resize(packer.packed.get_size());
@@ -401,12 +407,21 @@ Bf16PackedB::Bf16PackedB(Op op_b, int64_t n, int64_t k, const uint16_t* b, int64
 
 uint64_t bf16_packed_bytes(Op op_b, int64_t n, int64_t k) {
   if (!bf16_gemm_available() || n <= 0 || k <= 0) return 0;
+  if (amx_gemm_available()) return amx_b_bytes(k, n);
   return packer_for(op_b, n, k, op_b == Op::kNone ? n : k).packed.get_size();
 }
 
 void gemm_bf16_packed(int64_t m, const uint16_t* a, int64_t lda, const Bf16PackedB& b, float* c,
                       int64_t ldc) {
   if (m <= 0) return;
+  if (b.tiles() != nullptr) {  // chunks of rows on AMX tiles, A read where it lies
+    for_blocks(m, kAmxChunk, [&](int64_t r0, int64_t r1) {
+      thread_local AmxA rows;
+      rows.use(r1 - r0, b.k(), a + r0 * lda, lda);
+      amx_gemm(rows, *b.tiles(), 1.0f, 0.0f, c + r0 * ldc, ldc);
+    });
+    return;
+  }
   const int64_t block = m * b.n() * b.k() < kGemmSerialWork ? m : gemm_block_for(m);
   const auto rows_of = [&](int64_t i0) {
     const int64_t rows = std::min(block, m - i0);

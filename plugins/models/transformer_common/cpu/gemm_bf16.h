@@ -65,11 +65,14 @@ using ConsumeRows = std::function<void(int64_t r0, int64_t r1, float* rows)>;
 void gemm_bf16_consumed(Op op_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                         const uint16_t* b, int64_t ldb, const float* bias,
                         const ConsumeRows& consume);
-// B (k x n) copied once into the blocked layout oneDNN's AMX kernel reads,
-// for products that share it (the LM head's weight, read by every block of
-// rows): a plain gemm_bf16 call copies its B so itself, every call.
-// `storage` holds the copy (grown as needed; the caller's, reused from
-// call to call), which stays valid while storage is not touched.
+// B (k x n) copied once into the layout the products read, for products
+// that share it (the LM head's weight, read by every block of rows): a
+// plain gemm_bf16 call copies its B so itself, every call. On oneDNN:
+// its blocked layout, in `storage` (grown as needed; the caller's, reused
+// from call to call), valid while storage is not touched. On AMX tiles
+// (amx_gemm.h): the tiles' layout, kept on the calling thread instead
+// (storage unused), valid until the next Bf16PackedB made on that thread.
+class AmxB;
 class Bf16PackedB {
  public:
   Bf16PackedB(Op op_b, int64_t n, int64_t k, const uint16_t* b, int64_t ldb,
@@ -79,12 +82,14 @@ class Bf16PackedB {
   int64_t k() const { return k_; }
   const uint8_t* data() const { return data_; }
   const void* layout() const { return layout_; }  // gemm_bf16.cc's description of it
+  const AmxB* tiles() const { return tiles_; }    // the AMX copy, or nullptr
 
  private:
   Op op_b_;
   int64_t n_, k_;
   const void* layout_ = nullptr;
   const uint8_t* data_ = nullptr;
+  const AmxB* tiles_ = nullptr;
 };
 // The bytes of such a copy (0 where the bf16 GEMM is unavailable).
 uint64_t bf16_packed_bytes(Op op_b, int64_t n, int64_t k);

@@ -256,7 +256,7 @@ TEST_P(GemmBf16Products, ConsumedChunksHoldTheProductPlusBiasOnce) {
 // fp32 accumulation error of the double-precision product, for both
 // layouts of B, row counts of one call and of several blocks, and a C
 // pitch wider than n; the same at 1 and 4 threads.
-TEST(GemmBf16, PackedBServesSeveralProducts) {
+TEST_P(GemmBf16Products, PackedBServesSeveralProducts) {
   SKIP_WITHOUT_BF16_GEMM();
   std::mt19937 rng(19);
   for (Op op_b : {Op::kNone, Op::kTranspose}) {
@@ -264,7 +264,12 @@ TEST(GemmBf16, PackedBServesSeveralProducts) {
     const auto b = random_bf16(static_cast<size_t>((op_b == Op::kNone ? k : n) * ldb), rng);
     AlignedVector<uint8_t> storage;
     const Bf16PackedB packed(op_b, n, k, b.data(), ldb, storage);
-    EXPECT_GE(storage.size(), bf16_packed_bytes(op_b, n, k));
+    if (amx_gemm_available()) {  // the tiles' copy, kept on this thread
+      EXPECT_NE(packed.tiles(), nullptr);
+    } else {  // oneDNN's, in the caller's storage
+      EXPECT_EQ(packed.tiles(), nullptr);
+      EXPECT_GE(storage.size(), bf16_packed_bytes(op_b, n, k));
+    }
     for (int64_t m : {int64_t{5}, int64_t{700}}) {
       SCOPED_TRACE(::testing::Message()
                    << "m " << m << " op_b " << (op_b == Op::kNone ? "N" : "T"));
