@@ -12,8 +12,10 @@
 // are first rounded into dense per-head copies, and each block of query
 // rows meets all its keys at once (one 64 x L product, the row softmax
 // over the whole row instead of online), with dk and dv accumulated in
-// fp32 per head group. Fixed blocks and tasks: results do not depend on
-// the thread count.
+// fp32 per head group. Where the CPU has AMX the products run on dscore's
+// tiles instead (attention_products.h), each head group's keys and values
+// copied into their layout once. Fixed blocks and tasks: results do not
+// depend on the thread count.
 #pragma once
 
 #include "attention.h"

@@ -41,7 +41,7 @@ const char* find_unavailable_reason() {
 #endif
 }
 
-// Said once, where a bf16 run first asks: which kernels its products take,
+// Said once, where a bf16 run first asks: which kernel its products take,
 // or why it multiplies in fp32.
 void log_choice(const char* reason) {
   if (reason[0] != '\0') {
@@ -54,9 +54,12 @@ void log_choice(const char* reason) {
 #ifdef DSCORE_WITH_ONEDNN
   const dnnl_version_t* v = dnnl_version();
   const char* tiles = amx_gemm_unavailable_reason();
-  std::fprintf(stderr, "[dscore] bf16 GEMM: oneDNN %d.%d.%d; attention's products on %s%s%s\n",
-               v->major, v->minor, v->patch, tiles[0] == '\0' ? "AMX tiles" : "oneDNN (", tiles,
-               tiles[0] == '\0' ? "" : ")");
+  if (tiles[0] == '\0') {
+    std::fprintf(stderr, "[dscore] bf16 GEMM: dscore's AMX tiles (amx_bf16)\n");
+  } else {
+    std::fprintf(stderr, "[dscore] bf16 GEMM: oneDNN %d.%d.%d (not dscore's AMX tiles: %s)\n",
+                 v->major, v->minor, v->patch, tiles);
+  }
 #endif
 }
 

@@ -1,10 +1,14 @@
 // Row-major bf16 GEMM for the CPU kernels: C = alpha * op(A) * op(B) + beta
 // * C with A and B in bf16 (raw uint16_t bits), products accumulated and C
-// held in fp32, through oneDNN's matmul primitive (the build's optional
+// held in fp32. Where the CPU has AMX: on dscore's AMX tiles (amx_gemm.h;
+// DSCORE_BF16_GEMM=onednn declines them), which on the model's shapes ran
+// 7-15% more tokens a step than oneDNN 2.6.3's kernels (bench/README.md).
+// Elsewhere through oneDNN's matmul primitive (the build's optional
 // oneDNN, DSCORE_WITH_ONEDNN; oneDNN 2.x has no bf16 gemm call, only the
-// primitive). Cut like gemm<float> (gemm_blocks.h): fixed blocks, each one
-// single-threaded oneDNN call, TBB across them, so results do not depend on
-// the thread count.
+// primitive), cut like gemm<float> (gemm_blocks.h): fixed blocks, each one
+// single-threaded oneDNN call, TBB across them. Either way the blocks are
+// fixed, so results do not depend on the thread count; a beta other than 0
+// or 1 (which the models never pass) takes oneDNN's path on AMX too.
 //
 // Used only where it runs at full speed: a build with oneDNN on a CPU with
 // avx512_bf16 or AMX, and DSCORE_CPU_ISA not lowering the ISA below avx512
@@ -42,9 +46,10 @@ void gemm_bf16(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha, c
                int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc,
                const float* bias = nullptr);
 
-// The same, as one call on the calling thread (inside a parallel loop:
-// attention's row blocks). oneDNN picks its AMX kernel for dense operands
-// and a C written with beta 0; strided ones or beta 1 get a slower one.
+// The same, as one oneDNN call on the calling thread (inside a parallel
+// loop: attention's row blocks where the AMX tiles are declined or absent,
+// attention_products.h). oneDNN picks its AMX kernel for dense operands and
+// a C written with beta 0; strided ones or beta 1 get a slower one.
 void gemm_bf16_serial(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha,
                       const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
                       float* c, int64_t ldc);
@@ -94,8 +99,9 @@ class Bf16PackedB {
 // The bytes of such a copy (0 where the bf16 GEMM is unavailable).
 uint64_t bf16_packed_bytes(Op op_b, int64_t n, int64_t k);
 // C (m x n, pitch ldc) = A B with A row-major (m x k, lda): in the blocks of
-// rows gemm_bf16 cuts (whole rows of C: oneDNN's AMX kernel), each one call
-// reading the packed B. C is overwritten.
+// rows gemm_bf16 cuts (whole rows of C: oneDNN's AMX kernel), or chunks of
+// kAmxChunk rows on AMX tiles, each one call reading the packed B. C is
+// overwritten.
 void gemm_bf16_packed(int64_t m, const uint16_t* a, int64_t lda, const Bf16PackedB& b, float* c,
                       int64_t ldc);
 

@@ -94,6 +94,7 @@ void softmax_rows(T* logits, int64_t rows, int64_t V, double* lse) {
 // 605 ms over 4 steps). Not dx's product (W, 32000 deep): there the AMX
 // kernel on whole rows ran 2.4 times slower than the column blocks. Kept
 // from call to call on the calling thread, as the operands of linear_bf16.
+// (On AMX tiles the copy is kept by Bf16PackedB itself; gemm_bf16.h.)
 thread_local AlignedVector<uint8_t> packed_wt_storage;
 
 // The head's other working memory, kept from call to call on the calling
