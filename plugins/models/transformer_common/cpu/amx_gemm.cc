@@ -203,9 +203,11 @@ __attribute__((target("amx-tile,avx512f"))) void store_through_buffer(float* c, 
     }
 }
 
-// C (a.m() x n) from A and B's first a.k() inner rows and n columns.
+// C (a.m() x n) from A and B's first a.k() inner rows and its n columns
+// from first_column (a multiple of 32).
 __attribute__((target("amx-tile,amx-bf16,avx512f"))) void multiply(const AmxA& a, const AmxB& b,
-                                                                   int64_t n, float alpha, bool add,
+                                                                   int64_t first_column, int64_t n,
+                                                                   float alpha, bool add,
                                                                    const float* bias, float* c,
                                                                    int64_t ldc) {
   TileConfig config;
@@ -220,7 +222,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) void multiply(const AmxA& a
   for (int64_t i = 0; i < m; i += kBlock) {
     const uint16_t* a0 = a.data() + (i / kTileRows) * a.row_tile_step();
     for (int64_t j = 0; j < n; j += kBlock) {
-      const uint16_t* b0 = b.tiles() + (j / kTileRows) * b_kt * kTileValues;
+      const uint16_t* b0 = b.tiles() + ((first_column + j) / kTileRows) * b_kt * kTileValues;
       float* block = c + i * ldc + j;
       const bool whole =
           i + kBlock <= m && j + kBlock <= n && alpha == 1.0f && (bias == nullptr || !add);
@@ -267,6 +269,15 @@ void for_tile_rows(int64_t count, int64_t per_row, Pack&& pack) {
     return;
   }
   tbb::parallel_for(int64_t{0}, count, [&](int64_t r) { pack(r); });
+}
+
+// B's columns per panel: a panel of the copied B (kc inner) of at most
+// kPanelBytes, whole 32-column blocks, at least one.
+int64_t panel_columns(int64_t kc, int64_t n) {
+  constexpr int64_t kPanelBytes = int64_t{1} << 20;  // half this machine's 2 MiB L2
+  const int64_t bytes_per_column = std::max<int64_t>(kc, 1) * int64_t{sizeof(uint16_t)};
+  const int64_t columns = std::max<int64_t>(kPanelBytes / bytes_per_column / kBlock, 1) * kBlock;
+  return std::min(columns, std::max<int64_t>(n, 1));
 }
 
 }  // namespace
@@ -339,19 +350,25 @@ void AmxB::pack(Op op, int64_t k, int64_t n, const uint16_t* b, int64_t ldb) {
   });
 }
 
-void amx_gemm_part(const AmxA& a, const AmxB& b, int64_t n, float alpha, float beta, float* c,
-                   int64_t ldc, const float* bias) {
+void amx_gemm_columns(const AmxA& a, const AmxB& b, int64_t first_column, int64_t n, float alpha,
+                      float beta, float* c, int64_t ldc, const float* bias) {
   if (!amx_gemm_available())
     throw std::logic_error(std::string("amx_gemm called where it is unavailable: ") +
                            amx_gemm_unavailable_reason());
-  if (a.k() > b.k() || n > b.n())
-    throw std::logic_error("amx_gemm: A's inner size " + std::to_string(a.k()) + " and " +
-                           std::to_string(n) + " columns exceed B's " + std::to_string(b.k()) +
-                           " x " + std::to_string(b.n()));
+  if (a.k() > b.k() || first_column < 0 || first_column % kBlock != 0 || first_column + n > b.n())
+    throw std::logic_error("amx_gemm: A's inner size " + std::to_string(a.k()) + " and columns " +
+                           std::to_string(first_column) + " + " + std::to_string(n) +
+                           " exceed B's " + std::to_string(b.k()) + " x " + std::to_string(b.n()) +
+                           " (or start off a 32-column block)");
   if (beta != 0.0f && beta != 1.0f) throw std::logic_error("amx_gemm: beta must be 0 or 1");
   if (a.m() <= 0 || n <= 0) return;
   if (bias != nullptr && alpha != 1.0f) throw std::logic_error("amx_gemm: a bias needs alpha 1");
-  multiply(a, b, n, alpha, beta == 1.0f, bias, c, ldc);
+  multiply(a, b, first_column, n, alpha, beta == 1.0f, bias, c, ldc);
+}
+
+void amx_gemm_part(const AmxA& a, const AmxB& b, int64_t n, float alpha, float beta, float* c,
+                   int64_t ldc, const float* bias) {
+  amx_gemm_columns(a, b, 0, n, alpha, beta, c, ldc, bias);
 }
 
 void amx_gemm(const AmxA& a, const AmxB& b, float alpha, float beta, float* c, int64_t ldc,
@@ -371,8 +388,9 @@ void amx_gemm_blocks(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float al
   // each chunk copies its own part of the other.
   AmxA shared_a;
   AmxB shared_b;
-  for (int64_t k0 = 0; k0 < std::max<int64_t>(k, 1); k0 += kAmxInnerBlock) {
-    const int64_t kc = std::min(kAmxInnerBlock, k - k0);
+  const int64_t inner_block = op_a == Op::kNone ? kAmxInnerBlock : kAmxCopiedInnerBlock;
+  for (int64_t k0 = 0; k0 < std::max<int64_t>(k, 1); k0 += inner_block) {
+    const int64_t kc = std::min(inner_block, k - k0);
     const uint16_t* a0 = op_a == Op::kNone ? a + k0 : a + k0 * lda;
     const uint16_t* b0 = op_b == Op::kNone ? b + k0 * ldb : b + k0;
     // The first inner block meets C as asked (beta, the bias); later ones add.
@@ -383,8 +401,12 @@ void amx_gemm_blocks(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float al
     } else {
       shared_a.pack(op_a, m, kc, a0, lda);
     }
-    const int64_t extent = by_rows ? m : n;
-    tbb::parallel_for(int64_t{0}, (extent + kAmxChunk - 1) / kAmxChunk, [&](int64_t chunk) {
+    const int64_t extent = by_rows ? m : n, chunks = (extent + kAmxChunk - 1) / kAmxChunk;
+    // By rows, B's columns in panels that stay in cache while every chunk
+    // of rows meets them (panel after panel: the threads share one).
+    const int64_t panel = by_rows ? panel_columns(kc, n) : n, panels = (n + panel - 1) / panel;
+    tbb::parallel_for(int64_t{0}, panels * chunks, [&](int64_t item) {
+      const int64_t chunk = item % chunks, j0 = (item / chunks) * panel;
       const int64_t at = chunk * kAmxChunk, size = std::min(kAmxChunk, extent - at);
       if (by_rows) {
         thread_local AmxA rows;
@@ -393,7 +415,8 @@ void amx_gemm_blocks(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float al
         } else {
           rows.pack(op_a, size, kc, a0 + at, lda);
         }
-        amx_gemm(rows, shared_b, alpha, block_beta, c + at * ldc, ldc, block_bias);
+        amx_gemm_columns(rows, shared_b, j0, std::min(panel, n - j0), alpha, block_beta,
+                         c + at * ldc + j0, ldc, block_bias == nullptr ? nullptr : block_bias + j0);
       } else {
         thread_local AmxB cols;
         cols.pack(op_b, kc, size, op_b == Op::kNone ? b0 + at : b0 + at * ldb, ldb);

@@ -90,19 +90,28 @@ void amx_gemm_part(const AmxA& a, const AmxB& b, int64_t n, float alpha, float b
                    int64_t ldc, const float* bias = nullptr);
 
 // A whole product as gemm_bf16 (gemm_bf16.h) makes it, over TBB: the inner
-// size in blocks of kAmxInnerBlock (the first meets C with beta and the
-// bias, the rest add to it), C's longer side in chunks of kAmxChunk, each
-// one task that copies its part of A (or B) while the other operand's
-// block is copied once for all. Fixed blocks and chunks: the result does
-// not depend on the thread count. Measured on the bench GPT's products on
-// 2 cores: 1.3-1.5x oneDNN 2.6.3's where the inner size is the model's
-// width, 0.95-1.2x for the weight gradients (inner size the 2048 tokens);
-// bench/README.md.
-constexpr int64_t kAmxInnerBlock = 512;
+// size in blocks (the first meets C with beta and the bias, the rest add
+// to it), C's longer side in chunks of kAmxChunk, each one task that takes
+// its part of A (or copies its part of B) while the other operand's block
+// is copied once for all; by rows, B's columns in panels of about 1 MiB,
+// each met by every chunk of rows before the next. A row-major A is read where it lies, in inner
+// blocks of kAmxInnerBlock; a transposed one (a weight gradient's, inner
+// size the tokens) is copied, in blocks of kAmxCopiedInnerBlock, which
+// keep each chunk's copy in cache (on the bench GPT's weight gradients 512
+// ran 1.2x an unblocked 2048). Fixed blocks and chunks: the result does
+// not depend on the thread count. `bench/bf16_products` compares each of a
+// GPT layer's products with oneDNN's (bench/README.md).
+constexpr int64_t kAmxInnerBlock = 2048;
+constexpr int64_t kAmxCopiedInnerBlock = 512;
 constexpr int64_t kAmxChunk = 64;
 void amx_gemm_blocks(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha,
                      const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
                      float* c, int64_t ldc, const float* bias = nullptr);
+
+// The same with B's n columns from first_column (a multiple of 32) into C's
+// first n: a panel of a wide B. Throws where they exceed B.
+void amx_gemm_columns(const AmxA& a, const AmxB& b, int64_t first_column, int64_t n, float alpha,
+                      float beta, float* c, int64_t ldc, const float* bias = nullptr);
 
 // The bytes of the copies of an m x k A and a k x n B.
 uint64_t amx_a_bytes(int64_t m, int64_t k);

@@ -13,6 +13,7 @@
 #include <random>
 #include <stdexcept>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace dscore::transformer::cpu {
@@ -193,6 +194,33 @@ TEST(AmxGemm, ReadsAWhereItLiesWithTheBitsOfACopy) {
     amx_gemm(in_place, packed_b, 1.0f, 0.0f, got.data(), n);
     EXPECT_EQ(got, want) << m << "x" << n << "x" << k;
   }
+}
+
+// A panel of B's columns from a 32-column boundary, into C's first columns.
+TEST(AmxGemm, PanelsOfBsColumnsGiveThoseColumnsOfTheProduct) {
+  SKIP_WITHOUT_AMX();
+  std::mt19937 rng(26);
+  const int64_t m = 40, n = 150, k = 70;
+  const Operand a = random_operand(Op::kNone, m, k, rng);
+  const Operand b = random_operand(Op::kNone, k, n, rng);
+  AmxA packed_a;
+  AmxB packed_b;
+  packed_a.pack(a.op, m, k, a.values.data(), a.ld);
+  packed_b.pack(b.op, k, n, b.values.data(), b.ld);
+  std::vector<float> whole(static_cast<size_t>(m * n));
+  amx_gemm(packed_a, packed_b, 1.0f, 0.0f, whole.data(), n);
+  for (auto [first, width] : {std::pair<int64_t, int64_t>{0, 64}, {64, 64}, {128, 22}, {32, 118}}) {
+    std::vector<float> panel(static_cast<size_t>(m * width));
+    amx_gemm_columns(packed_a, packed_b, first, width, 1.0f, 0.0f, panel.data(), width);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < width; ++j)
+        ASSERT_EQ(panel[i * width + j], whole[i * n + first + j]) << first << ": " << i << "," << j;
+  }
+  std::vector<float> c(static_cast<size_t>(m * n));
+  EXPECT_THROW(amx_gemm_columns(packed_a, packed_b, 16, 32, 1.0f, 0.0f, c.data(), n),
+               std::logic_error);  // not on a 32-column block
+  EXPECT_THROW(amx_gemm_columns(packed_a, packed_b, 128, 23, 1.0f, 0.0f, c.data(), n),
+               std::logic_error);  // past B's columns
 }
 
 TEST(AmxGemm, RefusesMismatchedOperandsAndOtherBetas) {

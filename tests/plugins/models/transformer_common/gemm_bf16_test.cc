@@ -116,6 +116,8 @@ TEST_P(GemmBf16Products, MatchesDoublePrecisionOnTheSameBf16Operands) {
         // Inner sizes of several of the AMX route's inner blocks, and a tail.
         cases.push_back({op_a, op_b, 100, 70, 1100, 0.5f, beta});
         cases.push_back({op_a, op_b, 40, 150, 600, 1.0f, beta});
+        // A B wider than one cached panel of the AMX route (2048 deep: 256 columns).
+        cases.push_back({op_a, op_b, 310, 300, 2100, 1.0f, beta});
       }
   for (const Case& t : cases) {
     SCOPED_TRACE(::testing::Message()
