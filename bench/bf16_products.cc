@@ -9,10 +9,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <dscore/cpp/dtype.hpp>
 #include <random>
 #include <string>
 #include <vector>
-#include <dscore/cpp/dtype.hpp>
 
 #include "cpu_gemm_rate.h"
 #include "transformer_common/cpu/amx_gemm.h"
@@ -41,8 +41,8 @@ double seconds_of(const Product& p, const std::vector<uint16_t>& a, const std::v
                   std::vector<float>& c) {
   const int64_t lda = p.op_a == Op::kNone ? p.k : p.m, ldb = p.op_b == Op::kNone ? p.n : p.k;
   const auto start = std::chrono::steady_clock::now();
-  dscore::transformer::cpu::gemm_bf16(p.op_a, p.op_b, p.m, p.n, p.k, 1.0f, a.data(), lda,
-                                      b.data(), ldb, p.beta, c.data(), p.n);
+  dscore::transformer::cpu::gemm_bf16(p.op_a, p.op_b, p.m, p.n, p.k, 1.0f, a.data(), lda, b.data(),
+                                      ldb, p.beta, c.data(), p.n);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
@@ -80,10 +80,11 @@ int main(int argc, char** argv) {
   add_linear(products, "mlp.c_proj", 4 * C, C, N);
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::printf("a GPT layer's bf16 linear products, width %lld, %lld tokens, best of %d "
-              "interleaved rounds on %s\n",
-              static_cast<long long>(C), static_cast<long long>(N), rounds,
-              dscore::bench::describe(before).c_str());
+  std::printf(
+      "a GPT layer's bf16 linear products, width %lld, %lld tokens, best of %d "
+      "interleaved rounds on %s\n",
+      static_cast<long long>(C), static_cast<long long>(N), rounds,
+      dscore::bench::describe(before).c_str());
   std::printf("| product | m x n x k | AMX tiles GFLOP/s | oneDNN GFLOP/s | AMX / oneDNN |\n");
   std::printf("|---|---|---|---|---|\n");
   double amx_total = 0, onednn_total = 0;
@@ -104,14 +105,13 @@ int main(int argc, char** argv) {
       onednn = std::min(onednn, t_onednn);
     }
     cpu::set_amx_gemm_declined_for_testing(nullptr);
-    const double flops = 2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) *
-                         static_cast<double>(p.k);
+    const double flops =
+        2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
     amx_total += amx;
     onednn_total += onednn;
     std::printf("| %s | %lld x %lld x %lld | %.0f | %.0f | %.2f |\n", p.name.c_str(),
                 static_cast<long long>(p.m), static_cast<long long>(p.n),
-                static_cast<long long>(p.k), flops / amx / 1e9, flops / onednn / 1e9,
-                onednn / amx);
+                static_cast<long long>(p.k), flops / amx / 1e9, flops / onednn / 1e9, onednn / amx);
   }
   const auto after = dscore::bench::measure_cpu_gemm_rate();
   std::printf("a layer's twelve products: AMX tiles %.2f ms, oneDNN %.2f ms (AMX / oneDNN %.2f)\n",
