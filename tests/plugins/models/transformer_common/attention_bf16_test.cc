@@ -29,8 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/plugins/models/transformer_common/bf16_kernels.h"
 #include "tests/plugins/models/transformer_common/naive_attention.h"
-#include "transformer_common/cpu/amx_gemm.h"
 #include "transformer_common/cpu/gemm.h"
 #include "transformer_common/cpu/gemm_bf16.h"
 
@@ -116,26 +116,9 @@ const AttentionShape kShapes[] = {
 };
 
 // Each test runs on oneDNN's products and, where the CPU has AMX, on the
-// tiles' (attention_products.h); the parameter: whether AMX is declined.
-class AttentionBf16 : public ::testing::TestWithParam<bool> {
- protected:
-  void SetUp() override {
-    load_gemm_library();
-    declined_ = GetParam();
-    if (!declined_ && !amx_gemm_available())
-      GTEST_SKIP() << "no AMX products here: " << amx_gemm_unavailable_reason();
-    set_amx_gemm_declined_for_testing(&declined_);
-  }
-  void TearDown() override { set_amx_gemm_declined_for_testing(nullptr); }
-
- private:
-  bool declined_ = false;
-};
-
-INSTANTIATE_TEST_SUITE_P(Products, AttentionBf16, ::testing::Values(true, false),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? std::string("OneDnn") : std::string("Amx");
-                         });
+// tiles' (attention_products.h).
+class AttentionBf16 : public Bf16Kernels {};
+INSTANTIATE_TEST_SUITE_P(Products, AttentionBf16, ::testing::Values(true, false), bf16_kernel_name);
 
 TEST_P(AttentionBf16, ForwardMatchesPlainAttentionWithinTheProbabilitiesRounding) {
   SKIP_WITHOUT_BF16_GEMM();

@@ -24,6 +24,7 @@
 #include <tuple>
 #include <vector>
 
+#include "tests/plugins/models/transformer_common/bf16_kernels.h"
 #include "transformer_common/cpu/amx_gemm.h"
 #include "transformer_common/cpu/linear.h"
 #include "transformer_common/cpu/linear_bf16.h"
@@ -77,29 +78,14 @@ void reference(const Case& t, const std::vector<uint16_t>& a, int64_t lda,
 }
 
 // The products' tests run on oneDNN's kernels and, where the CPU has AMX,
-// on the tiles' (amx_gemm.h); the parameter: whether AMX is declined.
-class Bf16Kernels : public ::testing::TestWithParam<bool> {
- protected:
-  void SetUp() override {
-    declined_ = GetParam();
-    if (!declined_ && !amx_gemm_available())
-      GTEST_SKIP() << "no AMX products here: " << amx_gemm_unavailable_reason();
-    set_amx_gemm_declined_for_testing(&declined_);
-  }
-  void TearDown() override { set_amx_gemm_declined_for_testing(nullptr); }
-
- private:
-  bool declined_ = false;
-};
-std::string kernel_name(const ::testing::TestParamInfo<bool>& info) {
-  return info.param ? "OneDnn" : "Amx";
-}
+// on the tiles' (amx_gemm.h).
 class GemmBf16Products : public Bf16Kernels {};
 class LinearBf16 : public Bf16Kernels {};
 class LmHeadBf16 : public Bf16Kernels {};
-INSTANTIATE_TEST_SUITE_P(Kernels, GemmBf16Products, ::testing::Values(true, false), kernel_name);
-INSTANTIATE_TEST_SUITE_P(Kernels, LinearBf16, ::testing::Values(true, false), kernel_name);
-INSTANTIATE_TEST_SUITE_P(Kernels, LmHeadBf16, ::testing::Values(true, false), kernel_name);
+INSTANTIATE_TEST_SUITE_P(Kernels, GemmBf16Products, ::testing::Values(true, false),
+                         bf16_kernel_name);
+INSTANTIATE_TEST_SUITE_P(Kernels, LinearBf16, ::testing::Values(true, false), bf16_kernel_name);
+INSTANTIATE_TEST_SUITE_P(Kernels, LmHeadBf16, ::testing::Values(true, false), bf16_kernel_name);
 
 TEST_P(GemmBf16Products, MatchesDoublePrecisionOnTheSameBf16Operands) {
   SKIP_WITHOUT_BF16_GEMM();
