@@ -258,13 +258,16 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) void multiply(const AmxA& a
 }
 
 // pack(tile_row) for each of `count` rows of tiles (of `per_row` tiles):
-// over TBB where the copy is large (a GEMM's operand), on the calling
-// thread where it is small (the attention's, made inside its tasks). Each
-// tile is written by one task whatever the split: the same bytes.
+// over TBB where asked and the copy is large (an operand every chunk of a
+// product shares), else on the calling thread. Never over TBB inside a
+// task of another parallel loop: a thread waiting for the inner loop may
+// take one of the outer loop's tasks, which would overwrite the copy its
+// thread keeps (thread_local) mid-use. Each tile is written by one task
+// whatever the split: the same bytes.
 template <typename Pack>
-void for_tile_rows(int64_t count, int64_t per_row, Pack&& pack) {
+void for_tile_rows(int64_t count, int64_t per_row, bool over_threads, Pack&& pack) {
   constexpr int64_t kParallelTiles = 256;  // 256 KiB of tiles
-  if (count * per_row < kParallelTiles) {
+  if (!over_threads || count * per_row < kParallelTiles) {
     for (int64_t r = 0; r < count; ++r) pack(r);
     return;
   }
@@ -320,7 +323,7 @@ void AmxA::use(int64_t m, int64_t k, const uint16_t* a, int64_t lda) {
   stride_bytes_ = lda * static_cast<int64_t>(sizeof(uint16_t));
 }
 
-void AmxA::pack(Op op, int64_t m, int64_t k, const uint16_t* a, int64_t lda) {
+void AmxA::pack(Op op, int64_t m, int64_t k, const uint16_t* a, int64_t lda, bool over_threads) {
   m_ = m;
   k_ = k;
   const int64_t mt = paired_tiles(m), kt = tiles_of(k, kTileInner);
@@ -330,20 +333,20 @@ void AmxA::pack(Op op, int64_t m, int64_t k, const uint16_t* a, int64_t lda) {
   row_tile_step_ = kt * kTileValues;
   inner_step_ = kTileValues;
   stride_bytes_ = kTileInner * static_cast<int64_t>(sizeof(uint16_t));
-  for_tile_rows(mt, kt, [&](int64_t it) {
+  for_tile_rows(mt, kt, over_threads, [&](int64_t it) {
     for (int64_t t = 0; t < kt; ++t)
       pack_a_tile(tiles_.data() + (it * kt + t) * kTileValues, op, m, k, a, lda, it * kTileRows,
                   t * kTileInner);
   });
 }
 
-void AmxB::pack(Op op, int64_t k, int64_t n, const uint16_t* b, int64_t ldb) {
+void AmxB::pack(Op op, int64_t k, int64_t n, const uint16_t* b, int64_t ldb, bool over_threads) {
   k_ = k;
   n_ = n;
   const int64_t nt = paired_tiles(n), kt = tiles_of(k, kTileInner);
   const size_t values = static_cast<size_t>(nt * kt * kTileValues);
   if (tiles_.size() < values) tiles_.resize(values);
-  for_tile_rows(nt, kt, [&](int64_t jt) {
+  for_tile_rows(nt, kt, over_threads, [&](int64_t jt) {
     for (int64_t t = 0; t < kt; ++t)
       pack_b_tile(tiles_.data() + (jt * kt + t) * kTileValues, op, k, n, b, ldb, jt * kTileRows,
                   t * kTileInner);
@@ -397,9 +400,9 @@ void amx_gemm_blocks(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float al
     const float block_beta = k0 == 0 ? beta : 1.0f;
     const float* block_bias = k0 == 0 ? bias : nullptr;
     if (by_rows) {
-      shared_b.pack(op_b, kc, n, b0, ldb);
+      shared_b.pack(op_b, kc, n, b0, ldb, /*over_threads=*/true);
     } else {
-      shared_a.pack(op_a, m, kc, a0, lda);
+      shared_a.pack(op_a, m, kc, a0, lda, /*over_threads=*/true);
     }
     const int64_t extent = by_rows ? m : n, chunks = (extent + kAmxChunk - 1) / kAmxChunk;
     // By rows, B's columns in panels that stay in cache while every chunk

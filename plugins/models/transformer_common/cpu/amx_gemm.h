@@ -39,9 +39,13 @@ const char* amx_gemm_unavailable_reason();
 // op(A) (m x k, row-major with lda) in the tiles' layout: tiles of 16 rows
 // x 32 inner, row tiles in pairs. Reused from call to call (the storage
 // only grows).
+// Copies are made on the calling thread, or with over_threads (a large
+// operand shared by a product's chunks, copied by the thread that starts
+// the product) over TBB; never over_threads inside another parallel loop's
+// task (amx_gemm.cc, for_tile_rows).
 class AmxA {
  public:
-  void pack(Op op, int64_t m, int64_t k, const uint16_t* a, int64_t lda);
+  void pack(Op op, int64_t m, int64_t k, const uint16_t* a, int64_t lda, bool over_threads = false);
   // A row-major A whose rows fill whole tiles (m a multiple of 32, k of
   // 32) is read where it lies, the tiles loaded with its stride: no copy.
   // Otherwise copied, as pack. A must outlive the products.
@@ -67,7 +71,7 @@ class AmxA {
 // tiles in pairs.
 class AmxB {
  public:
-  void pack(Op op, int64_t k, int64_t n, const uint16_t* b, int64_t ldb);
+  void pack(Op op, int64_t k, int64_t n, const uint16_t* b, int64_t ldb, bool over_threads = false);
   int64_t k() const { return k_; }
   int64_t n() const { return n_; }
   const uint16_t* tiles() const { return tiles_.data(); }

@@ -393,7 +393,7 @@ Bf16PackedB::Bf16PackedB(Op op_b, int64_t n, int64_t k, const uint16_t* b, int64
   if (n <= 0 || k <= 0) throw std::logic_error("Bf16PackedB: an empty B");
   if (amx_gemm_available()) {
     thread_local AmxB kept;
-    kept.pack(op_b, k, n, b, ldb);
+    kept.pack(op_b, k, n, b, ldb, /*over_threads=*/true);
     tiles_ = &kept;
     return;
   }
@@ -445,7 +445,7 @@ void consumed_on_amx(Op op_b, int64_t m, int64_t n, int64_t k, const uint16_t* a
                      const ConsumeRows& consume) {
   thread_local AmxB packed;  // the calling thread's, kept from call to call
   AmxB& shared = packed;     // named here: inside the tasks, packed is each worker's own
-  shared.pack(op_b, k, n, b, ldb);
+  shared.pack(op_b, k, n, b, ldb, /*over_threads=*/true);
   for_blocks(m, kConsumedRows, [&](int64_t r0, int64_t r1) {
     thread_local AlignedVector<float> chunk;
     thread_local AmxA rows;
