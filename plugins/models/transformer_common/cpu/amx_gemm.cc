@@ -382,6 +382,28 @@ void amx_gemm(const AmxA& a, const AmxB& b, float alpha, float beta, float* c, i
   amx_gemm_part(a, b, b.n(), alpha, beta, c, ldc, bias);
 }
 
+void amx_gemm_rows(Op op_a, int64_t m, const uint16_t* a, int64_t lda, const AmxB& b, float alpha,
+                   float beta, float* c, int64_t ldc, const float* bias) {
+  const int64_t n = b.n(), k = b.k();
+  if (m <= 0 || n <= 0) return;
+  const int64_t chunks = (m + kAmxChunk - 1) / kAmxChunk;
+  // B's columns in panels that stay in cache while every chunk of rows
+  // meets them (panel after panel: the threads share one).
+  const int64_t panel = panel_columns(k, n), panels = (n + panel - 1) / panel;
+  tbb::parallel_for(int64_t{0}, panels * chunks, [&](int64_t item) {
+    const int64_t at = (item % chunks) * kAmxChunk, size = std::min(kAmxChunk, m - at);
+    const int64_t j0 = (item / chunks) * panel;
+    thread_local AmxA rows;
+    if (op_a == Op::kNone) {
+      rows.use(size, k, a + at * lda, lda);
+    } else {
+      rows.pack(op_a, size, k, a + at, lda);
+    }
+    amx_gemm_columns(rows, b, j0, std::min(panel, n - j0), alpha, beta, c + at * ldc + j0, ldc,
+                     bias == nullptr ? nullptr : bias + j0);
+  });
+}
+
 void amx_gemm_blocks(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha,
                      const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
                      float* c, int64_t ldc, const float* bias) {
@@ -401,31 +423,16 @@ void amx_gemm_blocks(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float al
     const float* block_bias = k0 == 0 ? bias : nullptr;
     if (by_rows) {
       shared_b.pack(op_b, kc, n, b0, ldb, /*over_threads=*/true);
-    } else {
-      shared_a.pack(op_a, m, kc, a0, lda, /*over_threads=*/true);
+      amx_gemm_rows(op_a, m, a0, lda, shared_b, alpha, block_beta, c, ldc, block_bias);
+      continue;
     }
-    const int64_t extent = by_rows ? m : n, chunks = (extent + kAmxChunk - 1) / kAmxChunk;
-    // By rows, B's columns in panels that stay in cache while every chunk
-    // of rows meets them (panel after panel: the threads share one).
-    const int64_t panel = by_rows ? panel_columns(kc, n) : n, panels = (n + panel - 1) / panel;
-    tbb::parallel_for(int64_t{0}, panels * chunks, [&](int64_t item) {
-      const int64_t chunk = item % chunks, j0 = (item / chunks) * panel;
-      const int64_t at = chunk * kAmxChunk, size = std::min(kAmxChunk, extent - at);
-      if (by_rows) {
-        thread_local AmxA rows;
-        if (op_a == Op::kNone) {
-          rows.use(size, kc, a0 + at * lda, lda);
-        } else {
-          rows.pack(op_a, size, kc, a0 + at, lda);
-        }
-        amx_gemm_columns(rows, shared_b, j0, std::min(panel, n - j0), alpha, block_beta,
-                         c + at * ldc + j0, ldc, block_bias == nullptr ? nullptr : block_bias + j0);
-      } else {
-        thread_local AmxB cols;
-        cols.pack(op_b, kc, size, op_b == Op::kNone ? b0 + at : b0 + at * ldb, ldb);
-        amx_gemm(shared_a, cols, alpha, block_beta, c + at, ldc,
-                 block_bias == nullptr ? nullptr : block_bias + at);
-      }
+    shared_a.pack(op_a, m, kc, a0, lda, /*over_threads=*/true);
+    tbb::parallel_for(int64_t{0}, (n + kAmxChunk - 1) / kAmxChunk, [&](int64_t chunk) {
+      const int64_t at = chunk * kAmxChunk, size = std::min(kAmxChunk, n - at);
+      thread_local AmxB cols;
+      cols.pack(op_b, kc, size, op_b == Op::kNone ? b0 + at : b0 + at * ldb, ldb);
+      amx_gemm(shared_a, cols, alpha, block_beta, c + at, ldc,
+               block_bias == nullptr ? nullptr : block_bias + at);
     });
   }
 }

@@ -105,6 +105,13 @@ void amx_gemm_part(const AmxA& a, const AmxB& b, int64_t n, float alpha, float b
 // ran 1.2x an unblocked 2048). Fixed blocks and chunks: the result does
 // not depend on the thread count. `bench/bf16_products` compares each of a
 // GPT layer's products with oneDNN's (bench/README.md).
+// C (m x n) = alpha * op(A) B + bias + beta * C for a B already copied (k x
+// n, as many inner values as op(A) has), as amx_gemm_blocks' chunks of
+// rows meet it: B's column panels one after another, each met by every
+// chunk of kAmxChunk rows (op(A) read where it lies, or copied by its
+// chunk). The LM head's logits, against its weight copied once a pass.
+void amx_gemm_rows(Op op_a, int64_t m, const uint16_t* a, int64_t lda, const AmxB& b, float alpha,
+                   float beta, float* c, int64_t ldc, const float* bias = nullptr);
 constexpr int64_t kAmxInnerBlock = 2048;
 constexpr int64_t kAmxCopiedInnerBlock = 512;
 constexpr int64_t kAmxChunk = 64;

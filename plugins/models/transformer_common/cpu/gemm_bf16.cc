@@ -417,12 +417,8 @@ uint64_t bf16_packed_bytes(Op op_b, int64_t n, int64_t k) {
 void gemm_bf16_packed(int64_t m, const uint16_t* a, int64_t lda, const Bf16PackedB& b, float* c,
                       int64_t ldc) {
   if (m <= 0) return;
-  if (b.tiles() != nullptr) {  // chunks of rows on AMX tiles, A read where it lies
-    for_blocks(m, kAmxChunk, [&](int64_t r0, int64_t r1) {
-      thread_local AmxA rows;
-      rows.use(r1 - r0, b.k(), a + r0 * lda, lda);
-      amx_gemm(rows, *b.tiles(), 1.0f, 0.0f, c + r0 * ldc, ldc);
-    });
+  if (b.tiles() != nullptr) {  // chunks of rows on AMX tiles, B's columns in cached panels
+    amx_gemm_rows(Op::kNone, m, a, lda, *b.tiles(), 1.0f, 0.0f, c, ldc);
     return;
   }
   const int64_t block = m * b.n() * b.k() < kGemmSerialWork ? m : gemm_block_for(m);
