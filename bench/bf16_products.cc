@@ -94,17 +94,16 @@ int main(int argc, char** argv) {
     for (auto& x : b) x = dscore::sdk::float_to_bf16(normal(rng));
     std::vector<float> c(static_cast<size_t>(p.m * p.n), 0.0f);
     double amx = 1e30, onednn = 1e30;
-    const bool declined = true;
     for (int r = 0; r <= rounds; ++r) {  // round 0 warms both up
-      cpu::set_amx_gemm_declined_for_testing(nullptr);
+      cpu::set_amx_gemm_declined(false);
       const double t_amx = seconds_of(p, a, b, c);
-      cpu::set_amx_gemm_declined_for_testing(&declined);
+      cpu::set_amx_gemm_declined(true);
       const double t_onednn = seconds_of(p, a, b, c);
       if (r == 0) continue;
       amx = std::min(amx, t_amx);
       onednn = std::min(onednn, t_onednn);
     }
-    cpu::set_amx_gemm_declined_for_testing(nullptr);
+    cpu::set_amx_gemm_declined(false);
     const double flops =
         2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
     amx_total += amx;

@@ -84,10 +84,10 @@ CpuGemmRate measure_cpu_gemm_rate(int64_t n, int repeats, int threads) {
     rate.bf16_gflops = bf16_rate();
     if (transformer::cpu::amx_gemm_available()) {
       rate.bf16_how = "AMX tiles, the gpt plugin's chunks";
-      const bool declined = true;  // oneDNN's beside it, as DSCORE_BF16_GEMM=onednn runs
-      transformer::cpu::set_amx_gemm_declined_for_testing(&declined);
+      // oneDNN's beside it, as DSCORE_BF16_GEMM=onednn runs.
+      transformer::cpu::set_amx_gemm_declined(true);
       rate.bf16_onednn_gflops = bf16_rate();
-      transformer::cpu::set_amx_gemm_declined_for_testing(nullptr);
+      transformer::cpu::set_amx_gemm_declined(false);
     } else {
       rate.bf16_how = "oneDNN, the gpt plugin's blocks";
     }

@@ -65,7 +65,7 @@ template <typename T>
 void gelu_backward_bias(T* dinp, T* dbias, const T* inp, const T* dout, int64_t N, int64_t OC);
 
 // For bf16 layers (the next product on the bf16 GEMM): values rounded to
-// bf16 (nearest even, as gemm_bf16.h's round_to_bf16) as they are made, so
+// bf16 (nearest even, as bf16_round.h's round_to_bf16) as they are made, so
 // no fp32 copy is written and read again. The LayerNorms whose output only
 // a bf16 linear reads (mean and rstd, and the residual sum, stay fp32): the
 // bits of layernorm_forward (residual_layernorm_forward) followed by

@@ -299,16 +299,14 @@ const char* amx_gemm_unavailable_reason() {
 }
 
 namespace {
-std::atomic<int> g_forced{-1};  // set_amx_gemm_declined_for_testing
+std::atomic<bool> g_declined{false};  // set_amx_gemm_declined
 }  // namespace
 
 bool amx_gemm_available() {
-  return amx_gemm_unavailable_reason()[0] == '\0' && g_forced.load(std::memory_order_relaxed) != 1;
+  return amx_gemm_unavailable_reason()[0] == '\0' && !g_declined.load(std::memory_order_relaxed);
 }
 
-void set_amx_gemm_declined_for_testing(const bool* declined) {
-  g_forced.store(declined == nullptr ? -1 : (*declined ? 1 : 0));
-}
+void set_amx_gemm_declined(bool declined) { g_declined.store(declined); }
 
 void AmxA::use(int64_t m, int64_t k, const uint16_t* a, int64_t lda) {
   if (m % kBlock != 0 || k % kTileInner != 0) {

@@ -27,9 +27,10 @@
 namespace dscore::transformer::cpu {
 
 bool amx_gemm_available();
-// Tests: decline the AMX products as DSCORE_BF16_GEMM=onednn does (true),
-// or not (false: used where available); nullptr restores the process's choice.
-void set_amx_gemm_declined_for_testing(const bool* declined);
+// Declines the AMX products from now on as DSCORE_BF16_GEMM=onednn does
+// (true), or takes them again where available (false): for tests and the
+// benches' A/B runs.
+void set_amx_gemm_declined(bool declined);
 // Whether a DSCORE_BF16_GEMM value keeps oneDNN's kernels ("onednn"); unset,
 // empty or "amx" do not. Throws std::invalid_argument for any other name.
 bool amx_gemm_declined(const char* asked);

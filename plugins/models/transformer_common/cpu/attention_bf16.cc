@@ -88,16 +88,14 @@ uint64_t attention_bf16_working_bytes(const AttentionShape& shape, int64_t threa
   const uint64_t heads =
       heads_kept ? 0
                  : static_cast<uint64_t>(attention_bf16_heads_elements(shape)) * sizeof(uint16_t);
-  const uint64_t forward =
+  const uint64_t backward_tasks = static_cast<uint64_t>(
+      std::clamp<int64_t>(threads, 1, std::max<int64_t>(shape.B * shape.NKV, 1)));
+  uint64_t forward =
       static_cast<uint64_t>(std::max<int64_t>(threads, 1)) * forward_tiles(Tn, hs).bytes();
-  const uint64_t backward = static_cast<uint64_t>(std::clamp<int64_t>(
-                                threads, 1, std::max<int64_t>(shape.B * shape.NKV, 1))) *
-                            backward_tiles(Tn, hs).bytes();
+  uint64_t backward = backward_tasks * backward_tiles(Tn, hs).bytes();
   if (amx_gemm_available()) {  // the copies in the tiles' layouts (attention_products.h)
-    const uint64_t tasks = static_cast<uint64_t>(
-        std::clamp<int64_t>(threads, 1, std::max<int64_t>(shape.B * shape.NKV, 1)));
-    return heads + std::max(forward + AmxProducts::forward_bytes(shape),
-                            backward + tasks * AmxProducts::group_bytes(Tn, hs));
+    forward += AmxProducts::forward_bytes(shape);
+    backward += backward_tasks * AmxProducts::group_bytes(Tn, hs);
   }
   return heads + std::max(forward, backward);
 }

@@ -54,10 +54,6 @@ class OneDnnProducts {
     float* tmp_;
   };
 
-  // Bytes beyond the operands: none kept (oneDNN's scratch is its own).
-  static uint64_t forward_bytes(const AttentionShape&) { return 0; }
-  static uint64_t group_bytes(int64_t, int64_t) { return 0; }
-
  private:
   const uint16_t *k16_, *v16_;
   int64_t head_elements_, hs_;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "aligned.h"
+#include "bf16_round.h"  // the rounding its callers use beside it
 #include "gemm.h"
 
 namespace dscore::transformer::cpu {
@@ -111,18 +112,5 @@ inline uint64_t gemm_bf16_consumed_working_bytes(int64_t n, int64_t k, int64_t t
   return static_cast<uint64_t>(threads * kConsumedRows * n) * sizeof(float) +
          static_cast<uint64_t>(n * k) * sizeof(uint16_t);
 }
-
-// out[i] = in[i] rounded to bf16, to nearest even (as sdk's float_to_bf16),
-// over TBB blocks.
-void round_to_bf16(uint16_t* out, const float* in, int64_t n);
-// The same on the calling thread.
-void round_to_bf16_serial(uint16_t* out, const float* in, int64_t n);
-// out[i] = bf16(float(out[i]) + in[i]), rounded once as above, over TBB
-// blocks: an fp32 gradient added into a bf16 accumulator.
-void add_to_bf16(uint16_t* out, const float* in, int64_t n);
-// round_to_bf16 into `buffer`, grown to n elements first (what it held
-// before is not kept); returns its data. For operand buffers reused from
-// call to call.
-const uint16_t* round_to_bf16(AlignedVector<uint16_t>& buffer, const float* in, int64_t n);
 
 }  // namespace dscore::transformer::cpu

@@ -17,15 +17,11 @@ class Bf16Kernels : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     load_gemm_library();
-    declined_ = GetParam();
-    if (!declined_ && !amx_gemm_available())
+    if (!GetParam() && !amx_gemm_available())
       GTEST_SKIP() << "no AMX products here: " << amx_gemm_unavailable_reason();
-    set_amx_gemm_declined_for_testing(&declined_);
+    set_amx_gemm_declined(GetParam());
   }
-  void TearDown() override { set_amx_gemm_declined_for_testing(nullptr); }
-
- private:
-  bool declined_ = false;
+  void TearDown() override { set_amx_gemm_declined(false); }
 };
 
 inline std::string bf16_kernel_name(const ::testing::TestParamInfo<bool>& info) {
