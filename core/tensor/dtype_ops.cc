@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/tensor/bf16_loops.h"
+
 namespace dscore::tensor {
 namespace {
 
@@ -41,6 +43,12 @@ void convert(const void* src, dscore_dtype src_dtype, void* dst, dscore_dtype ds
     if (src != dst) std::memcpy(dst, src, static_cast<size_t>(n) * sdk::dtype_size(src_dtype));
     return;
   }
+  if (src_dtype == DSCORE_DTYPE_BF16 && dst_dtype == DSCORE_DTYPE_F32)
+    return bf16_to_f32(static_cast<float*>(dst), static_cast<const uint16_t*>(src), n,
+                       tensor_loops_isa());
+  if (src_dtype == DSCORE_DTYPE_F32 && dst_dtype == DSCORE_DTYPE_BF16)
+    return f32_to_bf16(static_cast<uint16_t*>(dst), static_cast<const float*>(src), n,
+                       tensor_loops_isa());
   with_float_access(src_dtype, [&](auto load, auto) {
     with_float_access(dst_dtype, [&](auto, auto store) {
       for (int64_t i = 0; i < n; ++i) store(dst, i, load(src, i));
@@ -61,6 +69,8 @@ void scale_in_place(void* data, dscore_dtype dtype, int64_t n, double factor) {
     for (int64_t i = 0; i < n; ++i) p[i] *= f;
     return;
   }
+  if (dtype == DSCORE_DTYPE_BF16)
+    return bf16_scale(static_cast<uint16_t*>(data), n, f, tensor_loops_isa());
   with_float_access(dtype, [&](auto load, auto store) {
     for (int64_t i = 0; i < n; ++i) store(data, i, load(data, i) * f);
   });
@@ -73,6 +83,9 @@ void accumulate(void* dst, const void* src, dscore_dtype dtype, int64_t n) {
     for (int64_t i = 0; i < n; ++i) d[i] += s[i];
     return;
   }
+  if (dtype == DSCORE_DTYPE_BF16)
+    return bf16_accumulate(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n,
+                           tensor_loops_isa());
   with_float_access(dtype, [&](auto load, auto store) {
     for (int64_t i = 0; i < n; ++i) store(dst, i, load(dst, i) + load(src, i));
   });

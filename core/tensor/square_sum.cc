@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "core/tensor/bf16_loops.h"
 #include "core/tensor/dtype_ops.h"
 
 namespace dscore::tensor {
@@ -121,15 +122,7 @@ constexpr int64_t kChunk = int64_t{1} << 18;
 
 }  // namespace
 
-sdk::CpuIsa square_sum_isa() {
-  static const sdk::CpuIsa isa = [] {
-    const sdk::CpuIsa available = __builtin_cpu_supports("avx512f") ? sdk::CpuIsa::kAvx512
-                                  : __builtin_cpu_supports("avx2")  ? sdk::CpuIsa::kAvx2
-                                                                    : sdk::CpuIsa::kScalar;
-    return sdk::lowered_cpu_isa(available, std::getenv("DSCORE_CPU_ISA"), "sum of squares");
-  }();
-  return isa;
-}
+sdk::CpuIsa square_sum_isa() { return tensor_loops_isa(); }
 
 SquareSum sum_squares(const void* data, dscore_dtype dtype, int64_t n) {
   return sum_squares(data, dtype, n, square_sum_isa());

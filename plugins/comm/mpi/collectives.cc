@@ -1,6 +1,7 @@
 // The collectives of the MPI backend. Data moves with MPI's nonblocking
 // primitives (all-to-all, gather, allgather, broadcast); every reduction is
-// then computed locally in rank order (dscore/cpp/ordered_reduce.hpp), so results are
+// then computed locally in rank order (dscore/cpp/ordered_reduce.hpp, on the CPU's widest
+// vector ISA: ordered_reduce_isa.h), so results are
 // deterministic, and bandwidth matches the ring algorithms: a reduce-scatter
 // is one all-to-all, an allreduce a reduce-scatter plus an allgather.
 // Counters record the logical payload that left and reached this rank.
@@ -10,8 +11,8 @@
 #include <functional>
 #include <vector>
 
-#include <dscore/cpp/ordered_reduce.hpp>
 #include "collectives.h"
+#include "ordered_reduce_isa.h"
 
 namespace dscore::mpi_comm {
 namespace {
@@ -68,7 +69,7 @@ void reduce_scatter_impl(MpiComm* m, const void* chunks, int64_t c, dscore_dtype
   DSCORE_MPI_CHECK(MPI_Ialltoall(chunks, count_of(c, name), type.get(), gathered, count_of(c, name),
                                  type.get(), m->comm, &request));
   m->complete(request, name, seq, bytes, [m, gathered, c, dtype, op, out, es, then] {
-    sdk::reduce_chunks(gathered, m->world, c, dtype, op, out, &m->reduce_scratch);
+    reduce_chunks_widest(gathered, m->world, c, dtype, op, out, &m->reduce_scratch);
     const uint64_t moved = static_cast<uint64_t>(c) * (m->world - 1) * es;
     m->counters.bytes_sent += moved;
     m->counters.bytes_received += moved;
@@ -172,7 +173,7 @@ void reduce(MpiComm* m, const dscore_tensor* send, dscore_tensor* recv, dscore_r
   m->complete(request, "reduce", seq, static_cast<size_t>(n) * es,
               [m, root, gathered, n, dtype, op, out, es] {
                 if (m->rank == root) {
-                  sdk::reduce_chunks(gathered, m->world, n, dtype, op, out, &m->reduce_scratch);
+                  reduce_chunks_widest(gathered, m->world, n, dtype, op, out, &m->reduce_scratch);
                   m->counters.bytes_received += static_cast<uint64_t>(n) * (m->world - 1) * es;
                 } else {
                   m->counters.bytes_sent += static_cast<uint64_t>(n) * es;
