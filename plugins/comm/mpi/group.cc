@@ -27,9 +27,16 @@ unsigned char* MpiComm::scratch(std::vector<unsigned char>* reuse, size_t bytes)
     if (reuse->size() < bytes) reuse->resize(bytes);
     return reuse->data();
   }
-  // A vector's heap block does not move when the outer vector grows.
-  group_scratch.emplace_back(bytes);
-  return group_scratch.back().data();
+  // Each call of the group its own buffer (its data does not move when
+  // group_scratch grows), as large as it asks.
+  if (group_used == group_scratch.size()) group_scratch.emplace_back();
+  ScratchBuffer& buffer = group_scratch[group_used++];
+  if (buffer.bytes < bytes) {
+    buffer.data.reset();  // the old one freed before the larger is taken
+    buffer.data.reset(new unsigned char[bytes]);
+    buffer.bytes = bytes;
+  }
+  return buffer.data.get();
 }
 
 void MpiComm::enter(const char* op, bool groupable) {
@@ -49,7 +56,7 @@ void MpiComm::group_start() {
   grouping = true;
   group_calls = 0;
   pending.clear();
-  group_scratch.clear();
+  group_used = 0;
 }
 
 void MpiComm::group_end() {
@@ -72,6 +79,7 @@ void MpiComm::group_end() {
       if (e.code() == DSCORE_DEADLINE_EXCEEDED) {  // the job ends: do not wait for the rest
         grouping = false;
         pending.clear();
+        group_used = 0;
         throw Error(e.code(), where(p) + e.what());
       }
       if (code == DSCORE_OK) {
@@ -82,7 +90,7 @@ void MpiComm::group_end() {
   }
   grouping = false;
   pending.clear();
-  group_scratch.clear();
+  group_used = 0;
   if (code != DSCORE_OK) throw Error(code, failure);
 }
 

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -85,7 +86,16 @@ struct MpiComm {
   int group_calls = 0;
   int position = 0;  // of the collective being issued or finished, in its group
   std::vector<Pending> pending;
-  std::vector<std::vector<unsigned char>> group_scratch;
+  // The groups' scratch, kept from group to group (a ZeRO bucket's reduces
+  // are a group each step: fresh buffers were zeroed and page-faulted in
+  // every time) and never value-initialised; the first group_used are the
+  // open group's.
+  struct ScratchBuffer {
+    std::unique_ptr<unsigned char[]> data;
+    size_t bytes = 0;
+  };
+  std::vector<ScratchBuffer> group_scratch;
+  size_t group_used = 0;
 
   // Mark a collective as entered (board + sequence); returns its number.
   uint64_t begin(const char* op);

@@ -9,8 +9,10 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "vector_math.h"
 
@@ -283,6 +285,36 @@ int64_t panel_columns(int64_t kc, int64_t n) {
   return std::min(columns, std::max<int64_t>(n, 1));
 }
 
+// An AmxA or AmxB lent by the calling thread's pool for one scope: the
+// copies keep their memory from call to call (a fresh one was allocated,
+// zeroed and page-faulted in on every product), and a product started
+// inside another on the same thread (a TBB worker that takes an outer
+// loop's task while it waits) gets a copy of its own.
+template <typename Copy>
+class Pooled {
+ public:
+  Pooled() {
+    auto& pool = free_copies();
+    if (pool.empty()) {
+      copy_ = std::make_unique<Copy>();
+    } else {
+      copy_ = std::move(pool.back());
+      pool.pop_back();
+    }
+  }
+  ~Pooled() { free_copies().push_back(std::move(copy_)); }
+  Pooled(const Pooled&) = delete;
+  Pooled& operator=(const Pooled&) = delete;
+  Copy& operator*() const { return *copy_; }
+
+ private:
+  static std::vector<std::unique_ptr<Copy>>& free_copies() {
+    thread_local std::vector<std::unique_ptr<Copy>> pool;
+    return pool;
+  }
+  std::unique_ptr<Copy> copy_;
+};
+
 }  // namespace
 
 bool amx_gemm_declined(const char* asked) {
@@ -409,8 +441,10 @@ void amx_gemm_blocks(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float al
   const bool by_rows = m >= n;
   // The operand every chunk reads, copied once per inner block (over TBB);
   // each chunk copies its own part of the other.
-  AmxA shared_a;
-  AmxB shared_b;
+  const Pooled<AmxA> pooled_a;
+  const Pooled<AmxB> pooled_b;
+  AmxA& shared_a = *pooled_a;
+  AmxB& shared_b = *pooled_b;
   const int64_t inner_block = op_a == Op::kNone ? kAmxInnerBlock : kAmxCopiedInnerBlock;
   for (int64_t k0 = 0; k0 < std::max<int64_t>(k, 1); k0 += inner_block) {
     const int64_t kc = std::min(inner_block, k - k0);
