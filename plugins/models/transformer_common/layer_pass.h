@@ -28,7 +28,8 @@ uint32_t view_flags(const Backend& backend) {
 // gemm_weights (or nullptr): which of the layer's parameters only the
 // linears read, as their weights; the backend may then skip making fp32
 // copies of them where the linears multiply by 16-bit views
-// (HostBackend::Params).
+// (HostBackend::Params), nor zeroing their gradients' copies before the
+// linears' weight-gradient products overwrite them (HostBackend::Grads).
 
 // fn(params) with layer `index` acquired for forward.
 template <class Backend, class Fn>
@@ -55,7 +56,7 @@ void backward_layer(const dscore_model_hooks& hooks, size_t index,
   sdk::AcquiredLayer layer(hooks, index, DSCORE_ACQUIRE_BACKWARD, numels.size(),
                            view_flags(backend));
   const auto params = backend.load_params(layer.views(), numels, gemm_weights);
-  auto grads = backend.grads(layer.views(), numels);
+  auto grads = backend.grads(layer.views(), numels, gemm_weights);
   fn(params, grads);
   grads.commit();
   if (ready == GradsReady::kYes) layer.grads_ready();

@@ -229,10 +229,13 @@ class HostBackend {
 
   // Gradient accumulators for an acquired layer: the views themselves when
   // usable in place, else zeroed copies that commit() adds into the views.
+  // A linear's weight (gemm_weights) multiplied by its bf16 view has its
+  // copy lent unzeroed instead (lend_unwritten_gradient, linear_bf16.h):
+  // its weight-gradient product overwrites it.
   class Grads {
    public:
     Grads(const HostBackend& backend, const dscore_layer_views& views,
-          const std::vector<int64_t>& numels)
+          const std::vector<int64_t>& numels, const std::vector<bool>* gemm_weights)
         : backend_(backend), views_(views) {
       for (size_t i = 0; i < numels.size(); ++i) {
         dscore_tensor* t = views.grads[i];
@@ -244,17 +247,30 @@ class HostBackend {
         }
         copy_index_.push_back(static_cast<int>(copies_.size()));
         copies_.push_back(backend.take_copy(numels[i]));
-        std::memset(copies_.back().get(), 0, static_cast<size_t>(numels[i]) * sizeof(T));
-        ptrs_.push_back(copies_.back().get());
+        T* copy = copies_.back().get();
+        ptrs_.push_back(copy);
+        if constexpr (std::is_same_v<T, float>) {
+          if (gemm_weights != nullptr && i < gemm_weights->size() && (*gemm_weights)[i] &&
+              views.params[i] != nullptr && bf16_operands_for(views.params[i]->dtype)) {
+            lend_unwritten_gradient(copy, numels[i]);
+            lent_.push_back(copy);
+            continue;
+          }
+        }
+        std::memset(copy, 0, static_cast<size_t>(numels[i]) * sizeof(T));
       }
     }
     Grads(const Grads&) = delete;
     Grads& operator=(const Grads&) = delete;
-    ~Grads() { backend_.give_back(copies_); }
+    ~Grads() {
+      end_lent();
+      backend_.give_back(copies_);
+    }
     T* operator[](size_t i) const { return ptrs_[i]; }
     void commit() {
       for (size_t i = 0; i < ptrs_.size(); ++i) {
         if (copy_index_[i] < 0) continue;
+        if (never_written(ptrs_[i])) continue;  // no gradient to add
         const dscore_tensor* t = views_.grads[i];
         const T* src = copies_[static_cast<size_t>(copy_index_[i])].get();
         if constexpr (std::is_same_v<T, float>) {
@@ -269,11 +285,24 @@ class HostBackend {
     }
 
    private:
+    // Whether p, lent unwritten, was never written; it is not lent after.
+    bool never_written(T* p) const {
+      if constexpr (std::is_same_v<T, float>)
+        return std::find(lent_.begin(), lent_.end(), p) != lent_.end() && end_unwritten_gradient(p);
+      return false;
+    }
+    void end_lent() {
+      if constexpr (std::is_same_v<T, float>)
+        for (T* p : lent_) end_unwritten_gradient(p);
+      lent_.clear();
+    }
+
     const HostBackend& backend_;
     const dscore_layer_views& views_;
     std::vector<T*> ptrs_;
     std::vector<int> copy_index_;
     std::vector<Buffer<T>> copies_;
+    std::vector<T*> lent_;  // lend_unwritten_gradient's
   };
 
   // The bf16 parameter view whose fp32 copy `param` is, for a parameter of
@@ -394,8 +423,9 @@ class HostBackend {
   }
   // The host's work is done when it returns: nothing to wait for.
   void finish_reads(const Params&) {}
-  Grads grads(const dscore_layer_views& v, const std::vector<int64_t>& numels) {
-    return Grads(*this, v, numels);
+  Grads grads(const dscore_layer_views& v, const std::vector<int64_t>& numels,
+              const std::vector<bool>* gemm_weights = nullptr) {
+    return Grads(*this, v, numels, gemm_weights);
   }
 
  private:

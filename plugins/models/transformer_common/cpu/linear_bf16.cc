@@ -1,7 +1,13 @@
 #include "linear_bf16.h"
 
+#include <cstring>
 #include <stdexcept>
+#include <utility>
 #include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
 
 #include "row_sums.h"
 
@@ -13,7 +19,49 @@ namespace {
 // threads (ranks in one process) each have their own.
 thread_local AlignedVector<uint16_t> inp_bf16, dout_bf16;
 
+// lend_unwritten_gradient's buffers on this thread: (start, elements).
+thread_local std::vector<std::pair<float*, int64_t>> unwritten;
+
+void unpoison([[maybe_unused]] float* p, [[maybe_unused]] int64_t n) {
+#if defined(__SANITIZE_ADDRESS__)
+  ASAN_UNPOISON_MEMORY_REGION(p, static_cast<size_t>(n) * sizeof(float));
+#endif
+}
+
+// Whether a product writing n elements from p may overwrite them (beta 0):
+// p is a lent buffer, unwritten, and the product covers it. A product into
+// part of one zeroes it all first and adds (beta 1).
+bool overwrites_unwritten(float* p, int64_t n) {
+  for (auto it = unwritten.begin(); it != unwritten.end(); ++it) {
+    auto [start, size] = *it;
+    if (p < start || p >= start + size) continue;
+    unwritten.erase(it);
+    unpoison(start, size);
+    if (p == start && n == size) return true;
+    std::memset(start, 0, static_cast<size_t>(size) * sizeof(float));
+    return false;
+  }
+  return false;
+}
+
 }  // namespace
+
+void lend_unwritten_gradient(float* p, int64_t n) {
+#if defined(__SANITIZE_ADDRESS__)
+  ASAN_POISON_MEMORY_REGION(p, static_cast<size_t>(n) * sizeof(float));
+#endif
+  unwritten.emplace_back(p, n);
+}
+
+bool end_unwritten_gradient(float* p) {
+  for (auto it = unwritten.begin(); it != unwritten.end(); ++it) {
+    if (it->first != p) continue;
+    unpoison(it->first, it->second);
+    unwritten.erase(it);
+    return true;
+  }
+  return false;
+}
 
 uint64_t linear_bf16_working_bytes(int64_t N, int64_t max_in, int64_t max_out) {
   return static_cast<uint64_t>(N * (max_in + max_out)) * sizeof(uint16_t);
@@ -61,7 +109,8 @@ const uint16_t* rounded_dout(float* dbias, Bf16Operand dout, int64_t N, int64_t 
 void weight_gradient(float* dweight, const uint16_t* d, Bf16Operand inp, int64_t N, int64_t C,
                      int64_t OC) {
   const uint16_t* x = rounded(inp, inp_bf16, N * C);
-  gemm_bf16(Op::kTranspose, Op::kNone, OC, C, N, 1.0f, d, OC, x, C, 1.0f, dweight, C);
+  const float beta = overwrites_unwritten(dweight, OC * C) ? 0.0f : 1.0f;
+  gemm_bf16(Op::kTranspose, Op::kNone, OC, C, N, 1.0f, d, OC, x, C, beta, dweight, C);
 }
 
 }  // namespace

@@ -47,6 +47,19 @@ void matmul_backward_bf16_consumed(float* dweight, float* dbias, Bf16Operand dou
                                    const uint16_t* weight, int64_t N, int64_t C, int64_t OC,
                                    const ConsumeRows& consume_dinp);
 
+// Weight-gradient buffers lent unzeroed (HostBackend::Grads, for a bf16
+// linear's weight): the first weight-gradient product into one, covering
+// it whole, overwrites it instead of adding to zeros. That spares a pass
+// writing zeros over every linear's fp32 gradient each micro-step (400 MB
+// a step on the ~100M Llama) and the product's first read of them. Any
+// other first write zeroes the buffer first (a product into part of it).
+// Per thread: the runner's, which calls the products. Under ASan a lent
+// buffer is poisoned until written, so a read before fails.
+void lend_unwritten_gradient(float* p, int64_t n);
+// Forgets p (lent above); true if nothing was written into it (it holds
+// no gradient: zeros).
+bool end_unwritten_gradient(float* p);
+
 // The rounded operands the two keep from call to call on the calling
 // thread: the widest input (N x max_in) and output gradient (N x max_out)
 // among a pass's linears.

@@ -123,7 +123,9 @@ class CudaBackend {
                      const std::vector<bool>* /*gemm_weights*/ = nullptr) {
     return Params(*context_, v, numels);
   }
-  Grads grads(const dscore_layer_views& v, const std::vector<int64_t>& numels) {
+  // gemm_weights: read by the CPU backend only (HostBackend::Grads).
+  Grads grads(const dscore_layer_views& v, const std::vector<int64_t>& numels,
+              const std::vector<bool>* /*gemm_weights*/ = nullptr) {
     return Grads(*context_, v, numels);
   }
   // Before the layer is released: work still queued may read views used in

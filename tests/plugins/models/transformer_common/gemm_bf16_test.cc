@@ -3,10 +3,9 @@
 // dimensions, alpha and beta; its independence from the thread count
 // (bitwise); the rounding against sdk::float_to_bf16; and the bf16 linear
 // layers (linear_bf16.h) and LM head (linear.h) against fp32 ones on the
-// rounded operands. The products run on oneDNN's kernels and, where the
-// CPU has AMX, on the tiles' (amx_gemm.h). Skipped, with the reason, where the build or the CPU
-// has no bf16 GEMM (or DSCORE_CPU_ISA lowers the ISA), as on AVX2-only
-// machines.
+// rounded operands, and weight gradients lent unwritten. The products run on oneDNN's kernels and,
+// where the CPU has AMX, on the tiles' (amx_gemm.h). Skipped, with the reason, where the build or
+// the CPU has no bf16 GEMM (or DSCORE_CPU_ISA lowers the ISA), as on AVX2-only machines.
 #include "transformer_common/cpu/gemm_bf16.h"
 
 #include <gtest/gtest.h>
@@ -401,6 +400,51 @@ TEST_P(LinearBf16, RoundedOperandsGiveTheBitsOfFp32Ones) {
                                     Bf16Operand{nullptr, dout16.data()},
                                     Bf16Operand{inp.data(), nullptr}, w16.data(), N, C, OC),
                std::logic_error);
+}
+
+// A weight gradient lent unwritten (lend_unwritten_gradient) holds, after
+// the backward, the bits a zeroed one does: the product overwrites what
+// the buffer held (NaNs here). A product into part of a lent buffer zeroes
+// the rest; a buffer never written reports it at the end.
+TEST_P(LinearBf16, UnwrittenWeightGradientsAreOverwritten) {
+  SKIP_WITHOUT_BF16_GEMM();
+  const int64_t N = 200, C = 64, OC = 96;
+  std::mt19937 rng(12);
+  const auto inp = normal_floats(N * C, rng), dout = normal_floats(N * OC, rng);
+  std::vector<uint16_t> w16(static_cast<size_t>(OC * C));
+  round_to_bf16(w16.data(), normal_floats(OC * C, rng).data(), OC * C);
+  std::vector<float> dinp(static_cast<size_t>(N * C));
+  auto backward = [&](float* dw) {
+    matmul_backward_bf16(dinp.data(), dw, nullptr, Bf16Operand{dout.data(), nullptr},
+                         Bf16Operand{inp.data(), nullptr}, w16.data(), N, C, OC);
+  };
+  std::vector<float> zeroed(static_cast<size_t>(OC * C), 0.0f);
+  backward(zeroed.data());
+
+  std::vector<float> lent(static_cast<size_t>(OC * C), std::numeric_limits<float>::quiet_NaN());
+  lend_unwritten_gradient(lent.data(), OC * C);
+  backward(lent.data());
+  EXPECT_FALSE(end_unwritten_gradient(lent.data()));  // written
+  EXPECT_EQ(lent, zeroed);
+
+  // The product covers the second half of a lent buffer only: the first
+  // half is zeroed, the second holds the product.
+  std::vector<float> wide(static_cast<size_t>(2 * OC * C), std::numeric_limits<float>::quiet_NaN());
+  lend_unwritten_gradient(wide.data(), 2 * OC * C);
+  backward(wide.data() + OC * C);
+  EXPECT_FALSE(end_unwritten_gradient(wide.data()));
+  EXPECT_TRUE(std::all_of(wide.begin(), wide.begin() + OC * C, [](float v) { return v == 0.0f; }));
+  EXPECT_TRUE(std::equal(zeroed.begin(), zeroed.end(), wide.begin() + OC * C));
+
+  // Never written: said once, then forgotten; a later backward adds to what
+  // the buffer holds, as usual.
+  std::vector<float> unused(static_cast<size_t>(OC * C), 1.0f);
+  lend_unwritten_gradient(unused.data(), OC * C);
+  EXPECT_TRUE(end_unwritten_gradient(unused.data()));
+  EXPECT_FALSE(end_unwritten_gradient(unused.data()));
+  backward(unused.data());
+  for (size_t i = 0; i < unused.size(); ++i)  // the 1 joins the sum first: fp32 rounding apart
+    ASSERT_NEAR(unused[i], zeroed[i] + 1.0f, 1e-5f * (1.0f + std::abs(zeroed[i]))) << i;
 }
 
 // The LM head on bf16 weights (lm_head_forward_backward with w16) against
