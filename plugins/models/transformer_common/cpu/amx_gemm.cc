@@ -307,21 +307,29 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) void multiply(const AmxA& a
   _tile_release();
 }
 
-// pack(tile_row) for each of `count` rows of tiles (of `per_row` tiles):
-// over TBB where asked and the copy is large (an operand every chunk of a
-// product shares), else on the calling thread. Never over TBB inside a
+// pack(pair, t) for each pair of row (or column) tiles and each inner tile
+// t: over TBB where asked and the copy is large (an operand every chunk of
+// a product shares), else on the calling thread. Never over TBB inside a
 // task of another parallel loop: a thread waiting for the inner loop may
 // take one of the outer loop's tasks, which would overwrite the copy its
 // thread keeps (thread_local) mid-use. Each tile is written by one task
 // whatever the split: the same bytes.
+// inner_rows: the source's rows run along the inner size (a transposed A,
+// a row-major B). Then a tile's 32 source rows are read across, for every
+// pair, before the next 32: walking down one pair's columns instead touched
+// a new page every row or two (2048 x 1536 operands: the TLB missed).
 template <typename Pack>
-void for_tile_rows(int64_t count, int64_t per_row, bool over_threads, Pack&& pack) {
+void for_tile_pairs(int64_t pairs, int64_t kt, bool inner_rows, bool over_threads, Pack&& pack) {
   constexpr int64_t kParallelTiles = 256;  // 256 KiB of tiles
-  if (!over_threads || count * per_row < kParallelTiles) {
-    for (int64_t r = 0; r < count; ++r) pack(r);
+  const int64_t outer = inner_rows ? kt : pairs, inner = inner_rows ? pairs : kt;
+  const auto row = [&](int64_t o) {
+    for (int64_t i = 0; i < inner; ++i) inner_rows ? pack(i, o) : pack(o, i);
+  };
+  if (!over_threads || 2 * pairs * kt < kParallelTiles) {
+    for (int64_t o = 0; o < outer; ++o) row(o);
     return;
   }
-  tbb::parallel_for(int64_t{0}, count, [&](int64_t r) { pack(r); });
+  tbb::parallel_for(int64_t{0}, outer, row);
 }
 
 // B's columns per panel: a panel of the copied B (kc inner) of at most
@@ -411,20 +419,16 @@ void AmxA::pack(Op op, int64_t m, int64_t k, const uint16_t* a, int64_t lda, boo
   row_tile_step_ = kt * kTileValues;
   inner_step_ = kTileValues;
   stride_bytes_ = kTileInner * static_cast<int64_t>(sizeof(uint16_t));
-  // Row tiles in their pairs: a transposed A's whole pairs from whole lines.
-  for_tile_rows(mt / 2, 2 * kt, over_threads, [&](int64_t pair) {
-    const int64_t it = 2 * pair, r0 = it * kTileRows;
-    uint16_t* first = tiles_.data() + it * kt * kTileValues;
+  for_tile_pairs(mt / 2, kt, op == Op::kTranspose, over_threads, [&](int64_t pair, int64_t t) {
+    const int64_t it = 2 * pair, r0 = it * kTileRows, k0 = t * kTileInner;
+    uint16_t* first = tiles_.data() + (it * kt + t) * kTileValues;
     uint16_t* second = first + kt * kTileValues;
-    for (int64_t t = 0; t < kt; ++t) {
-      const int64_t k0 = t * kTileInner;
-      if (op == Op::kTranspose && r0 + kBlock <= m && k0 + kTileInner <= k) {
-        pack_a_tile_pair(first + t * kTileValues, second + t * kTileValues, a, lda, r0, k0);
-        continue;
-      }
-      pack_a_tile(first + t * kTileValues, op, m, k, a, lda, r0, k0);
-      pack_a_tile(second + t * kTileValues, op, m, k, a, lda, r0 + kTileRows, k0);
+    if (op == Op::kTranspose && r0 + kBlock <= m && k0 + kTileInner <= k) {
+      pack_a_tile_pair(first, second, a, lda, r0, k0);
+      return;
     }
+    pack_a_tile(first, op, m, k, a, lda, r0, k0);
+    pack_a_tile(second, op, m, k, a, lda, r0 + kTileRows, k0);
   });
 }
 
@@ -434,21 +438,16 @@ void AmxB::pack(Op op, int64_t k, int64_t n, const uint16_t* b, int64_t ldb, boo
   const int64_t nt = paired_tiles(n), kt = tiles_of(k, kTileInner);
   const size_t values = static_cast<size_t>(nt * kt * kTileValues);
   if (tiles_.size() < values) tiles_.resize(values);
-  // Column tiles in their pairs: a row-major B's whole pairs from whole
-  // lines.
-  for_tile_rows(nt / 2, 2 * kt, over_threads, [&](int64_t pair) {
-    const int64_t jt = 2 * pair, j0 = jt * kTileRows;
-    uint16_t* first = tiles_.data() + jt * kt * kTileValues;
+  for_tile_pairs(nt / 2, kt, op == Op::kNone, over_threads, [&](int64_t pair, int64_t t) {
+    const int64_t jt = 2 * pair, j0 = jt * kTileRows, k0 = t * kTileInner;
+    uint16_t* first = tiles_.data() + (jt * kt + t) * kTileValues;
     uint16_t* second = first + kt * kTileValues;
-    for (int64_t t = 0; t < kt; ++t) {
-      const int64_t k0 = t * kTileInner;
-      if (op == Op::kNone && j0 + kBlock <= n && k0 + kTileInner <= k) {
-        pack_b_tile_pair(first + t * kTileValues, second + t * kTileValues, b, ldb, j0, k0);
-        continue;
-      }
-      pack_b_tile(first + t * kTileValues, op, k, n, b, ldb, j0, k0);
-      pack_b_tile(second + t * kTileValues, op, k, n, b, ldb, j0 + kTileRows, k0);
+    if (op == Op::kNone && j0 + kBlock <= n && k0 + kTileInner <= k) {
+      pack_b_tile_pair(first, second, b, ldb, j0, k0);
+      return;
     }
+    pack_b_tile(first, op, k, n, b, ldb, j0, k0);
+    pack_b_tile(second, op, k, n, b, ldb, j0 + kTileRows, k0);
   });
 }
 

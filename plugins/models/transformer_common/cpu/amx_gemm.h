@@ -43,7 +43,7 @@ const char* amx_gemm_unavailable_reason();
 // Copies are made on the calling thread, or with over_threads (a large
 // operand shared by a product's chunks, copied by the thread that starts
 // the product) over TBB; never over_threads inside another parallel loop's
-// task (amx_gemm.cc, for_tile_rows).
+// task (amx_gemm.cc, for_tile_pairs).
 class AmxA {
  public:
   void pack(Op op, int64_t m, int64_t k, const uint16_t* a, int64_t lda, bool over_threads = false);
