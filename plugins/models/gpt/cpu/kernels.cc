@@ -275,18 +275,25 @@ void gelu_round(uint16_t* out, const float* inp, int64_t n) {
 
 void gelu_forward_bf16_rows(float* fch, uint16_t* out, const float* rows, int64_t r0, int64_t r1,
                             int64_t OC) {
-  const int64_t at = r0 * OC, n = (r1 - r0) * OC;
-  transformer::cpu::copy_streaming_f32(fch + at, rows, n);
-  gelu_round(out + at, rows, n);
+  // Row by row: GELU reads each row again while it is in L1.
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* row = rows + (r - r0) * OC;
+    transformer::cpu::copy_streaming_f32(fch + r * OC, row, OC);
+    gelu_round(out + r * OC, row, OC);
+  }
 }
 
 void gelu_backward_bias_bf16_rows(uint16_t* dinp, transformer::cpu::RowSumPartials<float>& dbias,
                                   const float* inp, float* dout_rows, int64_t r0, int64_t r1,
                                   int64_t OC) {
-  const int64_t at = r0 * OC, n = (r1 - r0) * OC;
-  gelu_backward_f32(dout_rows, inp + at, dout_rows, n);
-  transformer::cpu::round_to_bf16_serial(dinp + at, dout_rows, n);
-  dbias.add_blocks(r0, r1, dout_rows);
+  // Row by row, its three passes over a row still in L1 (over the chunk,
+  // the second and third read it back from L2); the same bits either way.
+  for (int64_t r = r0; r < r1; ++r) {
+    float* row = dout_rows + (r - r0) * OC;
+    gelu_backward_f32(row, inp + r * OC, row, OC);
+    transformer::cpu::round_to_bf16_serial(dinp + r * OC, row, OC);
+    dbias.add(r, r + 1, row);
+  }
 }
 
 #define DSCORE_GPT_INSTANTIATE(T)                                                                 \
