@@ -290,6 +290,9 @@ void gelu_backward_bias_bf16_rows(uint16_t* dinp, transformer::cpu::RowSumPartia
   // the second and third read it back from L2); the same bits either way.
   for (int64_t r = r0; r < r1; ++r) {
     float* row = dout_rows + (r - r0) * OC;
+    // inp was written in the forward and comes from memory: its rows two
+    // ahead are asked for now, so they arrive while this one is worked on.
+    if (r + 2 < r1) transformer::cpu::prefetch_floats(inp + (r + 2) * OC, OC);
     gelu_backward_f32(row, inp + r * OC, row, OC);
     transformer::cpu::round_to_bf16_serial(dinp + r * OC, row, OC);
     dbias.add(r, r + 1, row);

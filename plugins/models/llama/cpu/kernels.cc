@@ -210,6 +210,13 @@ void swiglu_backward_bf16_rows(uint16_t* dgate, uint16_t* dup, float* dout_rows,
     float* d = dout_rows + i;
     const float* g = gate + at + i;
     const float* u = up + at + i;
+    // gate and up come from memory (the forward wrote them): two chunks
+    // ahead asked for now (transformer::cpu::prefetch_floats).
+    if (i + 2 * kChunk < n) {
+      const int64_t ahead = std::min(kChunk, n - i - 2 * kChunk);
+      transformer::cpu::prefetch_floats(g + 2 * kChunk, ahead);
+      transformer::cpu::prefetch_floats(u + 2 * kChunk, ahead);
+    }
     transformer::cpu::silu_mul_f32(values, g, d, len);
     transformer::cpu::round_to_bf16_serial(dup + at + i, values, len);
     for (int64_t k = 0; k < len; ++k) d[k] *= u[k];

@@ -66,12 +66,20 @@ uint64_t lm_head_bf16_working_bytes(int64_t N, int64_t C, int64_t V) {
 namespace {
 
 // Softmax of each row of logits (rows x V) in place; returns per-row
-// log-sum-exp through lse.
+// log-sum-exp through lse. on_lanes (T = float): on vector lanes
+// (softmax_row_f32), for the bf16 head; else the scalar loop, whose bits
+// the fp32 head keeps.
 template <typename T>
-void softmax_rows(T* logits, int64_t rows, int64_t V, double* lse) {
+void softmax_rows(T* logits, int64_t rows, int64_t V, double* lse, bool on_lanes = false) {
   for_blocks(rows, 4, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       T* z = logits + r * V;
+      if constexpr (std::is_same_v<T, float>) {
+        if (on_lanes) {
+          lse[r] = softmax_row_f32(z, V);
+          continue;
+        }
+      }
       T mx = z[0];
       for (int64_t v = 1; v < V; ++v) mx = std::max(mx, z[v]);
       T sum = 0;
@@ -176,7 +184,7 @@ double lm_head_forward_backward(T* dx, T* dw, const T* x, const T* w, const int3
       const int32_t y = targets[r0 + r];
       row_loss[r] = y < 0 ? 0.0 : -static_cast<double>(logits[r * V + y]);
     }
-    softmax_rows(logits, rows, V, lse.data());
+    softmax_rows(logits, rows, V, lse.data(), /*on_lanes=*/w16 != nullptr);
     for_blocks(rows, 4, [&](int64_t a, int64_t b) {  // dlogits = scale * (p - onehot)
       for (int64_t r = a; r < b; ++r) {
         T* z = logits + r * V;

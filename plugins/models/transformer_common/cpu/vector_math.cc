@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -214,6 +215,88 @@ DSCORE_AVX512 void copy_streaming_avx512(float* dst, const float* src, int64_t n
   std::memcpy(dst + i, src + i, static_cast<size_t>(n - i) * sizeof(float));
 }
 
+// softmax_row_f32's lanes: the row's maximum, then exp(z - max) stored and
+// summed, then scaled by 1 / sum. Tails through masked loads and stores.
+// The maskz forms with every lane set, and the lanes reduced through
+// memory: GCC 12 warns that the unmasked forms (and its reduce helpers)
+// read an uninitialised pass-through vector.
+__attribute__((target("avx512f"))) double softmax_row_avx512(float* z, int64_t V) {
+  constexpr __mmask16 all = 0xffff;
+  alignas(64) float lanes[16];
+  const __m512 lowest = _mm512_set1_ps(-INFINITY);
+  __m512 mx = lowest;
+  int64_t v = 0;
+  for (; v + 16 <= V; v += 16) mx = _mm512_maskz_max_ps(all, mx, _mm512_loadu_ps(z + v));
+  const __mmask16 tail = static_cast<__mmask16>((1u << (V - v)) - 1);
+  mx = _mm512_maskz_max_ps(all, mx, _mm512_mask_loadu_ps(lowest, tail, z + v));
+  _mm512_store_ps(lanes, mx);
+  float m = lanes[0];
+  for (int l = 1; l < 16; ++l) m = std::max(m, lanes[l]);
+  const __m512 shift = _mm512_set1_ps(m);
+  __m512 sum = _mm512_setzero_ps();
+  for (v = 0; v + 16 <= V; v += 16) {
+    const __m512 e = _ZGVeN16v_expf(_mm512_sub_ps(_mm512_loadu_ps(z + v), shift));
+    _mm512_storeu_ps(z + v, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  if (tail != 0) {
+    const __m512 e =
+        _ZGVeN16v_expf(_mm512_sub_ps(_mm512_mask_loadu_ps(lowest, tail, z + v), shift));
+    _mm512_mask_storeu_ps(z + v, tail, e);
+    sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(tail, e));
+  }
+  _mm512_store_ps(lanes, sum);
+  float total = 0;
+  for (float x : lanes) total += x;
+  const __m512 inv = _mm512_set1_ps(1.0f / total);
+  for (v = 0; v + 16 <= V; v += 16)
+    _mm512_storeu_ps(z + v, _mm512_mul_ps(_mm512_loadu_ps(z + v), inv));
+  if (tail != 0)
+    _mm512_mask_storeu_ps(z + v, tail, _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, z + v), inv));
+  return static_cast<double>(m) + std::log(static_cast<double>(total));
+}
+
+DSCORE_AVX2 double softmax_row_avx2(float* z, int64_t V) {
+  float m = -INFINITY;
+  int64_t v = 0;
+  __m256 mx = _mm256_set1_ps(-INFINITY);
+  for (; v + 8 <= V; v += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(z + v));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, mx);
+  for (float x : lanes) m = std::max(m, x);
+  for (int64_t t = v; t < V; ++t) m = std::max(m, z[t]);
+  const __m256 shift = _mm256_set1_ps(m);
+  __m256 sum = _mm256_setzero_ps();
+  for (v = 0; v + 8 <= V; v += 8) {
+    const __m256 e = _ZGVdN8v_expf(_mm256_sub_ps(_mm256_loadu_ps(z + v), shift));
+    _mm256_storeu_ps(z + v, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  _mm256_store_ps(lanes, sum);
+  float total = 0;
+  for (float x : lanes) total += x;
+  for (int64_t t = v; t < V; ++t) {
+    z[t] = std::exp(z[t] - m);
+    total += z[t];
+  }
+  const float inv = 1.0f / total;
+  for (int64_t t = 0; t < V; ++t) z[t] *= inv;
+  return static_cast<double>(m) + std::log(static_cast<double>(total));
+}
+
+double softmax_row_scalar(float* z, int64_t V) {
+  float m = z[0];
+  for (int64_t v = 1; v < V; ++v) m = std::max(m, z[v]);
+  float total = 0;
+  for (int64_t v = 0; v < V; ++v) {
+    z[v] = std::exp(z[v] - m);
+    total += z[v];
+  }
+  const float inv = 1.0f / total;
+  for (int64_t v = 0; v < V; ++v) z[v] *= inv;
+  return static_cast<double>(m) + std::log(static_cast<double>(total));
+}
+
 VectorIsa detect() {
   VectorIsa best = VectorIsa::kScalar;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = VectorIsa::kAvx2;
@@ -240,6 +323,19 @@ void add_rows_f32(float* acc, const float* rows, int64_t n_rows, int64_t stride,
                   VectorIsa isa) {
   if (isa == VectorIsa::kScalar) return add_rows_scalar(acc, rows, n_rows, stride, n);
   add_rows_avx2(acc, rows, n_rows, stride, n);
+}
+
+double softmax_row_f32(float* z, int64_t V, VectorIsa isa) {
+  if (V <= 0) return -INFINITY;
+  switch (isa) {
+    case VectorIsa::kAvx512:
+      return softmax_row_avx512(z, V);
+    case VectorIsa::kAvx2:
+      return softmax_row_avx2(z, V);
+    case VectorIsa::kScalar:
+      break;
+  }
+  return softmax_row_scalar(z, V);
 }
 
 void copy_streaming_f32(float* dst, const float* src, int64_t n, VectorIsa isa) {

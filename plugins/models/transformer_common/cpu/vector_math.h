@@ -40,6 +40,23 @@ void silu_grad_mul_f32(float* out, const float* x, const float* m, int64_t n,
 void add_rows_f32(float* acc, const float* rows, int64_t n_rows, int64_t stride, int64_t n,
                   VectorIsa isa = vector_isa());
 
+// One row's softmax in place, z = exp(z - max) / sum over its V values, on
+// 16 (AVX-512) or 8 (AVX2) lanes with libmvec's expf, the sum in fp32
+// lanes; returns the row's log-sum-exp. Not the scalar loop's bits (another
+// expf, another order of the sum): the bf16 LM head's, where a 32000-token
+// vocabulary's scalar exps were 4-6% of the ~100M Llama's step.
+double softmax_row_f32(float* z, int64_t V, VectorIsa isa = vector_isa());
+
+// Asks for the cache lines of n floats from p, for a pass that reaches
+// them a little later: an activation written in the forward and read back
+// in the backward comes from memory, and the elementwise work on a row is
+// too short for the hardware's prefetch to hide that (GELU's backward
+// waited on its input for most of its time).
+inline void prefetch_floats(const float* p, int64_t n) {
+  constexpr int64_t kLineFloats = 16;
+  for (int64_t i = 0; i < n; i += kLineFloats) __builtin_prefetch(p + i, 0, 3);
+}
+
 // dst[i] = src[i] for values nothing reads soon (an activation kept for
 // the backward): streamed past the caches where dst is 64-byte aligned on
 // AVX-512 (no read of dst's lines first, no eviction of what the caller

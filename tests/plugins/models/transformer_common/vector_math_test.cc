@@ -1,6 +1,6 @@
-// The vectorised fp32 GELU and SiLU products against double-precision
-// references, on every ISA this CPU has, with tails of every length; and position independence:
-// an element's result does not depend on where it lies in the array.
+// The vectorised fp32 GELU and SiLU products and the softmax row against
+// double-precision references, on every ISA this CPU has, with tails of every length; and position
+// independence: an element's result does not depend on where it lies in the array.
 #include "transformer_common/cpu/vector_math.h"
 
 #include "transformer_common/cpu/aligned.h"
@@ -140,6 +140,39 @@ TEST(VectorMath, StreamingCopyCopiesEveryValue) {
         EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin() + static_cast<long>(offset)))
             << n << " from " << offset;
         EXPECT_EQ(dst[offset == 0 ? static_cast<size_t>(n) : 0], -1.0f);
+      }
+    }
+  }
+}
+
+// The bf16 LM head's softmax on lanes against double precision: every
+// ISA, every tail length up to 40 and a 32000-token row, large logits (no
+// overflow: the row's maximum is taken first) and a -inf logit (probability
+// 0); the log-sum-exp returned.
+TEST(VectorMath, SoftmaxRowMatchesDoublePrecisionOnEveryIsa) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  std::vector<int64_t> lengths;
+  for (int64_t n = 1; n <= 40; ++n) lengths.push_back(n);
+  lengths.push_back(32000);
+  for (VectorIsa isa : isas_here()) {
+    SCOPED_TRACE(vector_isa_name(isa));
+    for (int64_t n : lengths) {
+      std::vector<float> z(static_cast<size_t>(n));
+      for (auto& x : z) x = normal(rng) + 500.0f;
+      if (n > 3) z[2] = -INFINITY;
+      double mx = -INFINITY;
+      for (float x : z) mx = std::max(mx, double(x));
+      double sum = 0;
+      for (float x : z) sum += std::exp(double(x) - mx);
+      std::vector<float> got = z;
+      const double lse = softmax_row_f32(got.data(), n, isa);
+      EXPECT_NEAR(lse, mx + std::log(sum), 1e-5 * std::abs(mx)) << n;
+      // The sum in fp32 lanes: its rounding grows with the row's length.
+      const double relative = 1e-6 * (2.0 + double(n) / 100.0);
+      for (int64_t i = 0; i < n; ++i) {
+        const double want = std::exp(double(z[static_cast<size_t>(i)]) - mx) / sum;
+        ASSERT_NEAR(got[static_cast<size_t>(i)], want, relative * want + 1e-30) << n << " " << i;
       }
     }
   }
