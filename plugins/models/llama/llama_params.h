@@ -61,6 +61,20 @@ inline const std::vector<bool>& block_gemm_weights(bool moe = false) {
 }
 enum EmbeddingParam : int { kEmbedTokens };
 enum FinalParam : int { kFinalNorm, kLmHead };  // kLmHead only when untied
+// The same for the token embedding's acquires that only look rows up (from
+// the bf16 view: CpuBackend::embedding_forward) or multiply by it as the
+// tied LM head (whose weight-gradient product then overwrites its
+// gradient's copy, lent unwritten): its fp32 copy, 32000 x C on the ~100M
+// Llama, is not converted on every acquire. And the final layer's, for the
+// untied head's acquire (the final RMSNorm's weight is read).
+inline const std::vector<bool>& embedding_gemm_weights() {
+  static const std::vector<bool> w{true};
+  return w;
+}
+inline const std::vector<bool>& final_gemm_weights() {
+  static const std::vector<bool> w{false, true};
+  return w;
+}
 
 class LlamaParams {
  public:

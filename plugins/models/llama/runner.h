@@ -316,18 +316,25 @@ class LlamaRunner {
                                                              w, targets_.get(), N, C,
                                                              cfg_.vocab_size, grad_scale);
     };
+    // The vocabulary-parallel head reads fp32 rows: its weights are converted.
+    const std::vector<bool>* head_weights = split() ? nullptr : &embedding_gemm_weights();
     if (cfg_.tie_word_embeddings)  // the head's gradient, first part of the embedding's
-      backward_layer(hooks, 0, numels_[0], backend_, embedding_ready,
-                     [&](const auto& p, auto& g) { head(p[kEmbedTokens], g[kEmbedTokens]); });
+      backward_layer(
+          hooks, 0, numels_[0], backend_, embedding_ready,
+          [&](const auto& p, auto& g) { head(p[kEmbedTokens], g[kEmbedTokens]); }, head_weights);
     const size_t final_layer = static_cast<size_t>(cfg_.final_layer());
-    backward_layer(hooks, final_layer, numels_[final_layer], backend_, GradsReady::kYes,
-                   [&](const auto& p, auto& g) {  // final RMSNorm (and the untied head)
-                     if (!cfg_.tie_word_embeddings) head(p[kLmHead], g[kLmHead]);
-                     T* d = acts_.dresid.get();
-                     backend_.zero(d, N * C);
-                     backend_.rmsnorm_backward(d, g[kFinalNorm], acts_.dlnf.get(), residual(hi_),
-                                               p[kFinalNorm], acts_.lnf_rstd.get(), N, C);
-                   });
+    const std::vector<bool>* final_weights =
+        split() || cfg_.tie_word_embeddings ? nullptr : &final_gemm_weights();
+    backward_layer(
+        hooks, final_layer, numels_[final_layer], backend_, GradsReady::kYes,
+        [&](const auto& p, auto& g) {  // final RMSNorm (and the untied head)
+          if (!cfg_.tie_word_embeddings) head(p[kLmHead], g[kLmHead]);
+          T* d = acts_.dresid.get();
+          backend_.zero(d, N * C);
+          backend_.rmsnorm_backward(d, g[kFinalNorm], acts_.dlnf.get(), residual(hi_),
+                                    p[kFinalNorm], acts_.lnf_rstd.get(), N, C);
+        },
+        final_weights);
     return loss_sum;
   }
   // Blocks [lo, hi) backward from dresid (the gradient at block hi - 1's
@@ -390,24 +397,27 @@ class LlamaRunner {
     final_forward(hooks, final_head);
   }
   void embed_forward(const dscore_model_hooks& hooks) {
-    forward_layer(hooks, 0, numels_[0], backend_, [&](const auto& p) {
-      ensure_activations();
-      if (!split()) {
-        backend_.embedding_forward(residual(0), inputs_.get(), p[kEmbedTokens], rows(),
-                                   cfg_.hidden_size);
-      } else if constexpr (requires {
-                             backend_.embedding_forward_part(nullptr, nullptr, p[kEmbedTokens], 0,
-                                                             0, 0, 0);
-                           }) {
-        // Each rank embeds the tokens of its vocabulary rows; the group's
-        // sum is the embedding.
-        backend_.embedding_forward_part(residual(0), inputs_.get(), p[kEmbedTokens], rows(),
-                                        cfg_.hidden_size, vocab_first_, vocab_rows_);
-        group_sum(residual(0), rows() * cfg_.hidden_size);
-      } else {
-        transformer::cpu_only("llama");
-      }
-    });
+    forward_layer(
+        hooks, 0, numels_[0], backend_,
+        [&](const auto& p) {
+          ensure_activations();
+          if (!split()) {
+            backend_.embedding_forward(residual(0), inputs_.get(), p[kEmbedTokens], rows(),
+                                       cfg_.hidden_size);
+          } else if constexpr (requires {
+                                 backend_.embedding_forward_part(nullptr, nullptr, p[kEmbedTokens],
+                                                                 0, 0, 0, 0);
+                               }) {
+            // Each rank embeds the tokens of its vocabulary rows; the group's
+            // sum is the embedding.
+            backend_.embedding_forward_part(residual(0), inputs_.get(), p[kEmbedTokens], rows(),
+                                            cfg_.hidden_size, vocab_first_, vocab_rows_);
+            group_sum(residual(0), rows() * cfg_.hidden_size);
+          } else {
+            transformer::cpu_only("llama");
+          }
+        },
+        &embedding_gemm_weights());  // looked up from the bf16 view: not converted
   }
   // The final RMSNorm over the last block's output; prologue: runs first
   // inside the layer's acquire.

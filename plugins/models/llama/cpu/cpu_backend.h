@@ -28,8 +28,10 @@ class CpuBackend : public shared::HostBackend<T> {
   void rope_tables(T* cos, T* sin, const std::vector<double>& inv_freq, int64_t Tn) {
     llama::rope_tables(cos, sin, inv_freq, Tn);
   }
+  // From the bf16 view where embed has one (its fp32 copy may be left
+  // unconverted: embedding_gemm_weights).
   void embedding_forward(T* out, const int32_t* tokens, const T* embed, int64_t N, int64_t C) {
-    cpu::embedding_forward(out, tokens, embed, N, C);
+    embedding_forward_part(out, tokens, embed, N, C, 0, INT64_MAX);
   }
   void embedding_backward(T* dembed, const T* dout, const int32_t* tokens, int64_t N, int64_t C) {
     cpu::embedding_backward(dembed, dout, tokens, N, C);
@@ -37,6 +39,10 @@ class CpuBackend : public shared::HostBackend<T> {
   // Tensor parallelism: the embedding of vocabulary rows [v0, v0 + rows).
   void embedding_forward_part(T* out, const int32_t* tokens, const T* embed, int64_t N, int64_t C,
                               int64_t v0, int64_t rows) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (const uint16_t* embed16 = this->bf16_view_of(embed))
+        return cpu::embedding_forward_bf16(out, tokens, embed16, N, C, v0, rows);
+    }
     cpu::embedding_forward(out, tokens, embed, N, C, v0, rows);
   }
   void embedding_backward_part(T* dembed, const T* dout, const int32_t* tokens, int64_t N,

@@ -1,5 +1,7 @@
 #include "kernels.h"
 
+#include <dscore/cpp/dtype.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -33,6 +35,22 @@ void embedding_forward(T* out, const int32_t* tokens, const T* embed, int64_t N,
         std::copy(embed + row * C, embed + (row + 1) * C, out + r * C);
       else
         std::fill(out + r * C, out + (r + 1) * C, T{0});
+    }
+  });
+}
+
+void embedding_forward_bf16(float* out, const int32_t* tokens, const uint16_t* embed, int64_t N,
+                            int64_t C, int64_t v0, int64_t rows) {
+  for_blocks(N, kRowBlock, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t row = (tokens[r] < 0 ? 0 : tokens[r]) - v0;
+      float* o = out + r * C;
+      if (row < 0 || row >= rows) {
+        std::fill(o, o + C, 0.0f);
+        continue;
+      }
+      const uint16_t* e = embed + row * C;
+      for (int64_t c = 0; c < C; ++c) o[c] = sdk::bf16_to_float(e[c]);
     }
   });
 }

@@ -17,6 +17,11 @@ namespace dscore::llama::cpu {
 template <typename T>
 void embedding_forward(T* out, const int32_t* tokens, const T* embed, int64_t N, int64_t C,
                        int64_t v0 = 0, int64_t rows = INT64_MAX);
+// The same from bf16 rows (a bf16 parameter's view; exact in fp32), so the
+// 32000 x C table is not converted whole on every acquire for the N rows
+// looked up.
+void embedding_forward_bf16(float* out, const int32_t* tokens, const uint16_t* embed, int64_t N,
+                            int64_t C, int64_t v0 = 0, int64_t rows = INT64_MAX);
 template <typename T>
 void embedding_backward(T* dembed, const T* dout, const int32_t* tokens, int64_t N, int64_t C,
                         int64_t v0 = 0, int64_t rows = INT64_MAX);

@@ -9,6 +9,7 @@
 
 #include "gemm.h"
 #include "gemm_bf16.h"
+#include "linear_bf16.h"
 #include "parallel.h"
 #include "row_sums.h"
 
@@ -146,8 +147,10 @@ class LmHeadProducts {
         const uint16_t* d16 = round_to_bf16(d16_storage, dlogits, rows * V_);
         gemm_bf16(Op::kNone, Op::kNone, rows, C_, V_, 1.0f, d16, V_, w16_, C_, 0.0f, dx + r0 * C_,
                   C_);
+        // The first block may overwrite a weight gradient lent unwritten.
+        const float beta = overwrites_unwritten_gradient(dw, V_ * C_) ? 0.0f : 1.0f;
         gemm_bf16(Op::kTranspose, Op::kNone, V_, C_, rows, 1.0f, d16, V_, x16_storage.data(), C_,
-                  1.0f, dw, C_);
+                  beta, dw, C_);
         return;
       }
     }

@@ -28,10 +28,16 @@ void unpoison([[maybe_unused]] float* p, [[maybe_unused]] int64_t n) {
 #endif
 }
 
-// Whether a product writing n elements from p may overwrite them (beta 0):
-// p is a lent buffer, unwritten, and the product covers it. A product into
-// part of one zeroes it all first and adds (beta 1).
-bool overwrites_unwritten(float* p, int64_t n) {
+}  // namespace
+
+void lend_unwritten_gradient(float* p, int64_t n) {
+#if defined(__SANITIZE_ADDRESS__)
+  ASAN_POISON_MEMORY_REGION(p, static_cast<size_t>(n) * sizeof(float));
+#endif
+  unwritten.emplace_back(p, n);
+}
+
+bool overwrites_unwritten_gradient(float* p, int64_t n) {
   for (auto it = unwritten.begin(); it != unwritten.end(); ++it) {
     auto [start, size] = *it;
     if (p < start || p >= start + size) continue;
@@ -42,15 +48,6 @@ bool overwrites_unwritten(float* p, int64_t n) {
     return false;
   }
   return false;
-}
-
-}  // namespace
-
-void lend_unwritten_gradient(float* p, int64_t n) {
-#if defined(__SANITIZE_ADDRESS__)
-  ASAN_POISON_MEMORY_REGION(p, static_cast<size_t>(n) * sizeof(float));
-#endif
-  unwritten.emplace_back(p, n);
 }
 
 bool end_unwritten_gradient(float* p) {
@@ -109,7 +106,7 @@ const uint16_t* rounded_dout(float* dbias, Bf16Operand dout, int64_t N, int64_t 
 void weight_gradient(float* dweight, const uint16_t* d, Bf16Operand inp, int64_t N, int64_t C,
                      int64_t OC) {
   const uint16_t* x = rounded(inp, inp_bf16, N * C);
-  const float beta = overwrites_unwritten(dweight, OC * C) ? 0.0f : 1.0f;
+  const float beta = overwrites_unwritten_gradient(dweight, OC * C) ? 0.0f : 1.0f;
   gemm_bf16(Op::kTranspose, Op::kNone, OC, C, N, 1.0f, d, OC, x, C, beta, dweight, C);
 }
 

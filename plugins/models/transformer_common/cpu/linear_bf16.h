@@ -59,6 +59,11 @@ void lend_unwritten_gradient(float* p, int64_t n);
 // Forgets p (lent above); true if nothing was written into it (it holds
 // no gradient: zeros).
 bool end_unwritten_gradient(float* p);
+// For a product about to write n elements from p (dW = dY^T X): true if it
+// may overwrite them (beta 0), as p is lent unwritten and the product
+// covers it; p is written after. A product into part of a lent buffer
+// zeroes it first (false: add). False for a buffer not lent.
+bool overwrites_unwritten_gradient(float* p, int64_t n);
 
 // The rounded operands the two keep from call to call on the calling
 // thread: the widest input (N x max_in) and output gradient (N x max_out)
