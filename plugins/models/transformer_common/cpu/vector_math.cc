@@ -208,6 +208,17 @@ DSCORE_AVX2 void add_rows_avx2(float* acc, const float* rows, int64_t n_rows, in
   }
 }
 
+DSCORE_AVX512 void add_rows_avx512(float* acc, const float* rows, int64_t n_rows, int64_t stride,
+                                   int64_t n) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* row = rows + r * stride;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+      _mm512_storeu_ps(acc + i, _mm512_add_ps(_mm512_loadu_ps(acc + i), _mm512_loadu_ps(row + i)));
+    for (; i < n; ++i) acc[i] += row[i];
+  }
+}
+
 DSCORE_AVX512 void copy_streaming_avx512(float* dst, const float* src, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
@@ -321,8 +332,15 @@ void gelu_backward_f32(float* dinp, const float* inp, const float* dout, int64_t
 
 void add_rows_f32(float* acc, const float* rows, int64_t n_rows, int64_t stride, int64_t n,
                   VectorIsa isa) {
-  if (isa == VectorIsa::kScalar) return add_rows_scalar(acc, rows, n_rows, stride, n);
-  add_rows_avx2(acc, rows, n_rows, stride, n);
+  switch (isa) {
+    case VectorIsa::kAvx512:
+      return add_rows_avx512(acc, rows, n_rows, stride, n);
+    case VectorIsa::kAvx2:
+      return add_rows_avx2(acc, rows, n_rows, stride, n);
+    case VectorIsa::kScalar:
+      break;
+  }
+  add_rows_scalar(acc, rows, n_rows, stride, n);
 }
 
 double softmax_row_f32(float* z, int64_t V, VectorIsa isa) {
