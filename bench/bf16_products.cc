@@ -2,13 +2,17 @@
 // products (c_attn, c_proj, c_fc, mlp.c_proj: forward, input gradient,
 // weight gradient) through gemm_bf16 on dscore's AMX tiles and on oneDNN's
 // kernels (DSCORE_BF16_GEMM=onednn's path), interleaved, best of R rounds,
-// each beside the limits cpu_gemm_rate measures in the same run. Needs a
-// CPU with AMX (else it says why and exits 0: there is nothing to compare).
+// each beside the limits cpu_gemm_rate measures in the same run; then the
+// copies of operands into the tiles' layouts (AmxA / AmxB::pack, on one
+// thread) beside memcpy of the same bytes, the limit they run against.
+// Needs a CPU with AMX (else it says why and exits 0: there is nothing to
+// compare).
 #include <tbb/global_control.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <dscore/cpp/dtype.hpp>
 #include <random>
 #include <string>
@@ -44,6 +48,53 @@ double seconds_of(const Product& p, const std::vector<uint16_t>& a, const std::v
   dscore::transformer::cpu::gemm_bf16(p.op_a, p.op_b, p.m, p.n, p.k, 1.0f, a.data(), lda, b.data(),
                                       ldb, p.beta, c.data(), p.n);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Best of `rounds` timings of fn (after one to warm up), in seconds.
+template <typename Fn>
+double best_of(int rounds, Fn&& fn) {
+  double best = 1e30;
+  for (int r = 0; r <= rounds; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (r > 0) best = std::min(best, s);
+  }
+  return best;
+}
+
+// The copies a layer's products make of their widest operands (N x 4C:
+// the MLP's activation and its gradient), on one thread, beside memcpy.
+void print_copies(int64_t C, int64_t N, int rounds) {
+  namespace cpu = dscore::transformer::cpu;
+  const int64_t rows = N, cols = 4 * C;
+  const size_t bytes = static_cast<size_t>(rows * cols) * sizeof(uint16_t);
+  std::vector<uint16_t> src(static_cast<size_t>(rows * cols), 0x3f80), dst(src.size());
+  cpu::AmxA a;
+  cpu::AmxB b;
+  const double copy = best_of(rounds, [&] { std::memcpy(dst.data(), src.data(), bytes); });
+  struct Copy {
+    const char* name;
+    double seconds;
+  };
+  const Copy copies[] = {
+      {"B row-major (x of a weight gradient)",
+       best_of(rounds, [&] { b.pack(Op::kNone, rows, cols, src.data(), cols); })},
+      {"B transposed (a weight, forward)",
+       best_of(rounds, [&] { b.pack(Op::kTranspose, cols, rows, src.data(), cols); })},
+      {"A transposed (dy of a weight gradient)",
+       best_of(rounds, [&] { a.pack(Op::kTranspose, cols, rows, src.data(), cols); })},
+      {"A row-major", best_of(rounds, [&] { a.pack(Op::kNone, rows, cols, src.data(), cols); })},
+  };
+  std::printf(
+      "copies into the tiles' layouts, %lld x %lld bf16 (%.1f MB), one thread, best of %d; "
+      "memcpy of the same bytes: %.2f GB/s\n",
+      static_cast<long long>(rows), static_cast<long long>(cols), bytes / 1e6, rounds,
+      bytes / copy / 1e9);
+  std::printf("| copy | GB/s | / memcpy |\n|---|---|---|\n");
+  for (const Copy& c : copies)
+    std::printf("| %s | %.2f | %.2f |\n", c.name, bytes / c.seconds / 1e9, copy / c.seconds);
 }
 
 }  // namespace
@@ -116,5 +167,6 @@ int main(int argc, char** argv) {
   std::printf("a layer's twelve products: AMX tiles %.2f ms, oneDNN %.2f ms (AMX / oneDNN %.2f)\n",
               amx_total * 1e3, onednn_total * 1e3, onednn_total / amx_total);
   std::printf("after: %s\n", dscore::bench::describe(after).c_str());
+  print_copies(C, N, rounds);
   return 0;
 }
