@@ -79,50 +79,33 @@ inline float value(float f) { return f; }
 inline void put(uint16_t* p, float v) { *p = sdk::float_to_bf16(v); }
 inline void put(float* p, float v) { *p = v; }
 
-// The four loops, each written once over an ISA's lanes.
-template <typename Isa>
-__attribute__((always_inline)) inline void accumulate_on(uint16_t* dst, const uint16_t* src,
-                                                         int64_t n) {
-  int64_t i = 0;
-  for (; i + Isa::kLanes <= n; i += Isa::kLanes)
-    Isa::store(dst + i, Isa::add(Isa::load(dst + i), Isa::load(src + i)));
-  for (; i < n; ++i) put(dst + i, value(dst[i]) + value(src[i]));
-}
-template <typename Isa>
-__attribute__((always_inline)) inline void scale_on(uint16_t* data, int64_t n, float f) {
-  int64_t i = 0;
-  for (; i + Isa::kLanes <= n; i += Isa::kLanes)
-    Isa::store(data + i, Isa::mul(Isa::load(data + i), f));
-  for (; i < n; ++i) put(data + i, value(data[i]) * f);
-}
-template <typename Isa, typename To, typename From>
-__attribute__((always_inline)) inline void convert_on(To* dst, const From* src, int64_t n) {
-  int64_t i = 0;
-  for (; i + Isa::kLanes <= n; i += Isa::kLanes) Isa::store(dst + i, Isa::load(src + i));
-  for (; i < n; ++i) put(dst + i, value(src[i]));
-}
+// The three loops, written once and expanded inside each ISA's functions
+// (a macro, not a template: clang refuses a template without the target
+// attribute that passes the ISA's vectors between its helpers).
+#define DSCORE_BF16_LOOPS(ISA, TARGET)                                                      \
+  TARGET void accumulate_##ISA(uint16_t* dst, const uint16_t* src, int64_t n) {             \
+    int64_t i = 0;                                                                          \
+    for (; i + ISA::kLanes <= n; i += ISA::kLanes)                                          \
+      ISA::store(dst + i, ISA::add(ISA::load(dst + i), ISA::load(src + i)));                \
+    for (; i < n; ++i) put(dst + i, value(dst[i]) + value(src[i]));                         \
+  }                                                                                         \
+  TARGET void scale_##ISA(uint16_t* data, int64_t n, float f) {                             \
+    int64_t i = 0;                                                                          \
+    for (; i + ISA::kLanes <= n; i += ISA::kLanes)                                          \
+      ISA::store(data + i, ISA::mul(ISA::load(data + i), f));                               \
+    for (; i < n; ++i) put(data + i, value(data[i]) * f);                                   \
+  }                                                                                         \
+  template <typename To, typename From>                                                     \
+  TARGET void convert_##ISA(To* dst, const From* src, int64_t n) {                          \
+    int64_t i = 0;                                                                          \
+    for (; i + ISA::kLanes <= n; i += ISA::kLanes) ISA::store(dst + i, ISA::load(src + i)); \
+    for (; i < n; ++i) put(dst + i, value(src[i]));                                         \
+  }
 
-__attribute__((target("avx512f"))) void accumulate_avx512(uint16_t* d, const uint16_t* s,
-                                                          int64_t n) {
-  accumulate_on<Avx512>(d, s, n);
-}
-__attribute__((target("avx2"))) void accumulate_avx2(uint16_t* d, const uint16_t* s, int64_t n) {
-  accumulate_on<Avx2>(d, s, n);
-}
-__attribute__((target("avx512f"))) void scale_avx512(uint16_t* p, int64_t n, float f) {
-  scale_on<Avx512>(p, n, f);
-}
-__attribute__((target("avx2"))) void scale_avx2(uint16_t* p, int64_t n, float f) {
-  scale_on<Avx2>(p, n, f);
-}
-template <typename To, typename From>
-__attribute__((target("avx512f"))) void convert_avx512(To* d, const From* s, int64_t n) {
-  convert_on<Avx512>(d, s, n);
-}
-template <typename To, typename From>
-__attribute__((target("avx2"))) void convert_avx2(To* d, const From* s, int64_t n) {
-  convert_on<Avx2>(d, s, n);
-}
+DSCORE_BF16_LOOPS(Avx512, __attribute__((target("avx512f"))))
+DSCORE_BF16_LOOPS(Avx2, __attribute__((target("avx2"))))
+#undef DSCORE_BF16_LOOPS
+
 template <typename To, typename From>
 void convert_scalar(To* d, const From* s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) put(d + i, value(s[i]));
@@ -132,9 +115,9 @@ template <typename To, typename From>
 void convert_for(To* dst, const From* src, int64_t n, sdk::CpuIsa isa) {
   switch (isa) {
     case sdk::CpuIsa::kAvx512:
-      return convert_avx512(dst, src, n);
+      return convert_Avx512(dst, src, n);
     case sdk::CpuIsa::kAvx2:
-      return convert_avx2(dst, src, n);
+      return convert_Avx2(dst, src, n);
     case sdk::CpuIsa::kScalar:
       break;
   }
@@ -146,9 +129,9 @@ void convert_for(To* dst, const From* src, int64_t n, sdk::CpuIsa isa) {
 void bf16_accumulate(uint16_t* dst, const uint16_t* src, int64_t n, sdk::CpuIsa isa) {
   switch (isa) {
     case sdk::CpuIsa::kAvx512:
-      return accumulate_avx512(dst, src, n);
+      return accumulate_Avx512(dst, src, n);
     case sdk::CpuIsa::kAvx2:
-      return accumulate_avx2(dst, src, n);
+      return accumulate_Avx2(dst, src, n);
     case sdk::CpuIsa::kScalar:
       break;
   }
@@ -158,9 +141,9 @@ void bf16_accumulate(uint16_t* dst, const uint16_t* src, int64_t n, sdk::CpuIsa 
 void bf16_scale(uint16_t* data, int64_t n, float factor, sdk::CpuIsa isa) {
   switch (isa) {
     case sdk::CpuIsa::kAvx512:
-      return scale_avx512(data, n, factor);
+      return scale_Avx512(data, n, factor);
     case sdk::CpuIsa::kAvx2:
-      return scale_avx2(data, n, factor);
+      return scale_Avx2(data, n, factor);
     case sdk::CpuIsa::kScalar:
       break;
   }
