@@ -3,8 +3,6 @@
 #include <immintrin.h>
 #include <dscore/cpp/dtype.hpp>
 
-#include <cstdlib>
-
 namespace dscore::tensor {
 namespace {
 
@@ -73,11 +71,23 @@ struct Avx2 {
   }
 };
 
-// The scalar tail (and the whole loop without a vector ISA).
+// The vector loops' scalar tails, and the Scalar lane below.
 inline float value(uint16_t h) { return sdk::bf16_to_float(h); }
 inline float value(float f) { return f; }
 inline void put(uint16_t* p, float v) { *p = sdk::float_to_bf16(v); }
 inline void put(float* p, float v) { *p = v; }
+
+// One lane, for CPUs without AVX2 (or DSCORE_CPU_ISA=scalar).
+struct Scalar {
+  static constexpr int kLanes = 1;
+  using Vec = float;
+  static Vec load(const uint16_t* p) { return value(*p); }
+  static Vec load(const float* p) { return *p; }
+  static void store(uint16_t* p, Vec v) { put(p, v); }
+  static void store(float* p, Vec v) { *p = v; }
+  static Vec add(Vec a, Vec b) { return a + b; }
+  static Vec mul(Vec a, float f) { return a * f; }
+};
 
 // The three loops, written once and expanded inside each ISA's functions
 // (a macro, not a template: clang refuses a template without the target
@@ -104,12 +114,8 @@ inline void put(float* p, float v) { *p = v; }
 
 DSCORE_BF16_LOOPS(Avx512, __attribute__((target("avx512f"))))
 DSCORE_BF16_LOOPS(Avx2, __attribute__((target("avx2"))))
+DSCORE_BF16_LOOPS(Scalar, )
 #undef DSCORE_BF16_LOOPS
-
-template <typename To, typename From>
-void convert_scalar(To* d, const From* s, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) put(d + i, value(s[i]));
-}
 
 template <typename To, typename From>
 void convert_for(To* dst, const From* src, int64_t n, sdk::CpuIsa isa) {
@@ -121,7 +127,7 @@ void convert_for(To* dst, const From* src, int64_t n, sdk::CpuIsa isa) {
     case sdk::CpuIsa::kScalar:
       break;
   }
-  convert_scalar(dst, src, n);
+  convert_Scalar(dst, src, n);
 }
 
 }  // namespace
@@ -135,7 +141,7 @@ void bf16_accumulate(uint16_t* dst, const uint16_t* src, int64_t n, sdk::CpuIsa 
     case sdk::CpuIsa::kScalar:
       break;
   }
-  for (int64_t i = 0; i < n; ++i) put(dst + i, value(dst[i]) + value(src[i]));
+  accumulate_Scalar(dst, src, n);
 }
 
 void bf16_scale(uint16_t* data, int64_t n, float factor, sdk::CpuIsa isa) {
@@ -147,7 +153,7 @@ void bf16_scale(uint16_t* data, int64_t n, float factor, sdk::CpuIsa isa) {
     case sdk::CpuIsa::kScalar:
       break;
   }
-  for (int64_t i = 0; i < n; ++i) put(data + i, value(data[i]) * factor);
+  scale_Scalar(data, n, factor);
 }
 
 void bf16_to_f32(float* dst, const uint16_t* src, int64_t n, sdk::CpuIsa isa) {
@@ -159,12 +165,7 @@ void f32_to_bf16(uint16_t* dst, const float* src, int64_t n, sdk::CpuIsa isa) {
 }
 
 sdk::CpuIsa tensor_loops_isa() {
-  static const sdk::CpuIsa isa = [] {
-    const sdk::CpuIsa available = __builtin_cpu_supports("avx512f") ? sdk::CpuIsa::kAvx512
-                                  : __builtin_cpu_supports("avx2")  ? sdk::CpuIsa::kAvx2
-                                                                    : sdk::CpuIsa::kScalar;
-    return sdk::lowered_cpu_isa(available, std::getenv("DSCORE_CPU_ISA"), "tensor loops");
-  }();
+  static const sdk::CpuIsa isa = sdk::detected_cpu_isa("tensor loops");
   return isa;
 }
 

@@ -3,8 +3,6 @@
 #include <dscore/cpp/cpu_isa.hpp>
 #include <dscore/cpp/ordered_reduce.hpp>
 
-#include <cstdlib>
-
 namespace dscore::mpi_comm {
 namespace {
 
@@ -26,12 +24,7 @@ __attribute__((target("avx2"), flatten)) void reduce_avx2(const void* chunks, in
 }  // namespace
 
 sdk::CpuIsa reduce_isa() {
-  static const sdk::CpuIsa isa = [] {
-    const sdk::CpuIsa available = __builtin_cpu_supports("avx512f") ? sdk::CpuIsa::kAvx512
-                                  : __builtin_cpu_supports("avx2")  ? sdk::CpuIsa::kAvx2
-                                                                    : sdk::CpuIsa::kScalar;
-    return sdk::lowered_cpu_isa(available, std::getenv("DSCORE_CPU_ISA"), "mpi reductions");
-  }();
+  static const sdk::CpuIsa isa = sdk::detected_cpu_isa("mpi reductions");
   return isa;
 }
 

@@ -25,34 +25,38 @@ T sigmoid(T x) {
 
 }  // namespace
 
-template <typename T>
-void embedding_forward(T* out, const int32_t* tokens, const T* embed, int64_t N, int64_t C,
-                       int64_t v0, int64_t rows) {
+namespace {
+
+// out's rows: embed's row of each token (E values, as_t converting one), or
+// zeros for a token outside rows [v0, v0 + rows).
+template <typename T, typename E, typename AsT>
+void embed_rows(T* out, const int32_t* tokens, const E* embed, int64_t N, int64_t C, int64_t v0,
+                int64_t rows, AsT&& as_t) {
   for_blocks(N, kRowBlock, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t row = (tokens[r] < 0 ? 0 : tokens[r]) - v0;
-      if (row >= 0 && row < rows)
-        std::copy(embed + row * C, embed + (row + 1) * C, out + r * C);
-      else
-        std::fill(out + r * C, out + (r + 1) * C, T{0});
+      T* o = out + r * C;
+      if (row < 0 || row >= rows) {
+        std::fill(o, o + C, T{0});
+        continue;
+      }
+      const E* e = embed + row * C;
+      for (int64_t c = 0; c < C; ++c) o[c] = as_t(e[c]);
     }
   });
 }
 
+}  // namespace
+
+template <typename T>
+void embedding_forward(T* out, const int32_t* tokens, const T* embed, int64_t N, int64_t C,
+                       int64_t v0, int64_t rows) {
+  embed_rows(out, tokens, embed, N, C, v0, rows, [](T x) { return x; });
+}
+
 void embedding_forward_bf16(float* out, const int32_t* tokens, const uint16_t* embed, int64_t N,
                             int64_t C, int64_t v0, int64_t rows) {
-  for_blocks(N, kRowBlock, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t row = (tokens[r] < 0 ? 0 : tokens[r]) - v0;
-      float* o = out + r * C;
-      if (row < 0 || row >= rows) {
-        std::fill(o, o + C, 0.0f);
-        continue;
-      }
-      const uint16_t* e = embed + row * C;
-      for (int64_t c = 0; c < C; ++c) o[c] = sdk::bf16_to_float(e[c]);
-    }
-  });
+  embed_rows(out, tokens, embed, N, C, v0, rows, [](uint16_t h) { return sdk::bf16_to_float(h); });
 }
 
 template <typename T>

@@ -285,10 +285,9 @@ class HostBackend {
     }
 
    private:
-    // Whether p, lent unwritten, was never written; it is not lent after.
-    bool never_written(T* p) const {
-      if constexpr (std::is_same_v<T, float>)
-        return std::find(lent_.begin(), lent_.end(), p) != lent_.end() && end_unwritten_gradient(p);
+    // Whether p was lent unwritten and never written; it is not lent after.
+    static bool never_written(T* p) {
+      if constexpr (std::is_same_v<T, float>) return end_unwritten_gradient(p);
       return false;
     }
     void end_lent() {

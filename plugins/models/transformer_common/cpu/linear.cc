@@ -12,6 +12,7 @@
 #include "linear_bf16.h"
 #include "parallel.h"
 #include "row_sums.h"
+#include "vector_math.h"
 
 namespace dscore::transformer::cpu {
 
@@ -81,16 +82,7 @@ void softmax_rows(T* logits, int64_t rows, int64_t V, double* lse, bool on_lanes
           continue;
         }
       }
-      T mx = z[0];
-      for (int64_t v = 1; v < V; ++v) mx = std::max(mx, z[v]);
-      T sum = 0;
-      for (int64_t v = 0; v < V; ++v) {
-        z[v] = std::exp(z[v] - mx);
-        sum += z[v];
-      }
-      const T inv = static_cast<T>(1) / sum;
-      for (int64_t v = 0; v < V; ++v) z[v] *= inv;
-      lse[r] = static_cast<double>(mx) + std::log(static_cast<double>(sum));
+      lse[r] = softmax_row_scalar(z, V);
     }
   });
 }

@@ -295,19 +295,6 @@ DSCORE_AVX2 double softmax_row_avx2(float* z, int64_t V) {
   return static_cast<double>(m) + std::log(static_cast<double>(total));
 }
 
-double softmax_row_scalar(float* z, int64_t V) {
-  float m = z[0];
-  for (int64_t v = 1; v < V; ++v) m = std::max(m, z[v]);
-  float total = 0;
-  for (int64_t v = 0; v < V; ++v) {
-    z[v] = std::exp(z[v] - m);
-    total += z[v];
-  }
-  const float inv = 1.0f / total;
-  for (int64_t v = 0; v < V; ++v) z[v] *= inv;
-  return static_cast<double>(m) + std::log(static_cast<double>(total));
-}
-
 VectorIsa detect() {
   VectorIsa best = VectorIsa::kScalar;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = VectorIsa::kAvx2;

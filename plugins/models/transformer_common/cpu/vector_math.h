@@ -11,6 +11,8 @@
 
 #include <dscore/cpp/cpu_isa.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 namespace dscore::transformer::cpu {
@@ -40,11 +42,27 @@ void silu_grad_mul_f32(float* out, const float* x, const float* m, int64_t n,
 void add_rows_f32(float* acc, const float* rows, int64_t n_rows, int64_t stride, int64_t n,
                   VectorIsa isa = vector_isa());
 
-// One row's softmax in place, z = exp(z - max) / sum over its V values, on
-// 16 (AVX-512) or 8 (AVX2) lanes with libmvec's expf, the sum in fp32
-// lanes; returns the row's log-sum-exp. Not the scalar loop's bits (another
-// expf, another order of the sum): the bf16 LM head's, where a 32000-token
-// vocabulary's scalar exps were 4-6% of the ~100M Llama's step.
+// One row's softmax in place, z = exp(z - max) / sum over its V values (V >
+// 0), in T element by element; returns the row's log-sum-exp. The fp32 LM
+// head's (linear.cc), and softmax_row_f32's without vector lanes.
+template <typename T>
+double softmax_row_scalar(T* z, int64_t V) {
+  T mx = z[0];
+  for (int64_t v = 1; v < V; ++v) mx = std::max(mx, z[v]);
+  T sum = 0;
+  for (int64_t v = 0; v < V; ++v) {
+    z[v] = std::exp(z[v] - mx);
+    sum += z[v];
+  }
+  const T inv = static_cast<T>(1) / sum;
+  for (int64_t v = 0; v < V; ++v) z[v] *= inv;
+  return static_cast<double>(mx) + std::log(static_cast<double>(sum));
+}
+
+// The same for floats on 16 (AVX-512) or 8 (AVX2) lanes with libmvec's expf,
+// the sum in fp32 lanes. Not the scalar loop's bits (another expf, another
+// order of the sum): the bf16 LM head's, where a 32000-token vocabulary's
+// scalar exps were 4-6% of the ~100M Llama's step.
 double softmax_row_f32(float* z, int64_t V, VectorIsa isa = vector_isa());
 
 // Asks for the cache lines of n floats from p, for a pass that reaches

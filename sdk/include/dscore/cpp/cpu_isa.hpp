@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace dscore::sdk {
@@ -42,6 +43,18 @@ inline CpuIsa lowered_cpu_isa(CpuIsa available, const char* cap, const char* who
                  who, cap);
   }
   return std::min(limit, available);
+}
+
+// The widest of AVX-512 (avx512f), AVX2 and scalar this CPU has, lowered
+// by DSCORE_CPU_ISA: for kernels that need no feature past those two
+// (others detect their own and call lowered_cpu_isa). `who` as above.
+inline CpuIsa detected_cpu_isa(const char* who) {
+  CpuIsa available = CpuIsa::kScalar;
+#if defined(__x86_64__) || defined(__i386__)
+  if (__builtin_cpu_supports("avx2")) available = CpuIsa::kAvx2;
+  if (__builtin_cpu_supports("avx512f")) available = CpuIsa::kAvx512;
+#endif
+  return lowered_cpu_isa(available, std::getenv("DSCORE_CPU_ISA"), who);
 }
 
 }  // namespace dscore::sdk
